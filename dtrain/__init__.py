@@ -1,0 +1,22 @@
+"""dtrain: distributed deep-learning training on one machine or a cluster, with versioned volumes.
+
+The public SDK: ``Client``, ``JobSpec``, ``VolumeMount``, ``NewVolume``, ``JobStatus`` and the
+exception tree in ``dtrain.errors``. Training code imports only ``dtrain.training``.
+"""
+
+from dtrain.errors import DtrainError
+from dtrain.spec import JobSpec, NewVolume, VolumeMount, parse_env, parse_pvc
+
+__all__ = ["Client", "DtrainError", "JobSpec", "JobStatus", "NewVolume", "VolumeMount", "parse_env", "parse_pvc"]
+__version__ = "0.1.0"
+
+
+def __getattr__(name):
+    # Lazy: `import dtrain.training` inside a job must not pull in backends or SQLite.
+    if name == "Client":
+        from dtrain.client import Client
+        return Client
+    if name == "JobStatus":
+        from dtrain.backends.base import JobStatus
+        return JobStatus
+    raise AttributeError(name)

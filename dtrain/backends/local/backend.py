@@ -1,0 +1,328 @@
+"""The local backend: jobs are processes on this machine, state is SQLite, volumes are folders.
+
+Our words -> its words: a job is a detached supervisor process (`jobs/<name>/`); a process is a
+rank started by torchrun, mpirun or directly, wrapped by `rankrun`; a volume is a folder bound
+at the mount path in a private mount namespace (bubblewrap); a snapshot is a manifest in the
+content-addressed store (or a reflink copy); a project is a row with a GPU quota and a FIFO
+queue; a node is this host.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Iterator
+
+from dtrain.backends.base import (Backend, Event, JobInfo, JobStatus, LogLine, NodeInfo, ProcessInfo)
+from dtrain.backends.local import launch
+from dtrain.backends.local.devices import inventory
+from dtrain.backends.local.rankrun import parse_line
+from dtrain.backends.local.store import ACTIVE, JobStore
+from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, rank_records
+from dtrain.config import home_dir
+from dtrain.errors import ConflictError, QuotaError
+from dtrain.spec import JobSpec, NewVolume
+
+LOST_AFTER_S = 60.0  # a Pending job whose supervisor never registered is lost after this
+
+
+def _proc_start(pid: int) -> str | None:
+    """The kernel's start time of a live, non-zombie pid (guards against pid reuse)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2:].split()
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+class LocalBackend(Backend):
+    name = "local"
+
+    def __init__(self, home: str | Path | None = None, *, storage=None):
+        self.home = home_dir(home)
+        self.store = JobStore(self.home / "state.db")
+        self._storage = storage
+
+    @property
+    def storage(self):
+        """The volume and snapshot store, opened on first use (plain jobs never touch it)."""
+        if self._storage is None:
+            from dtrain.storage.volumes import Storage
+            self._storage = Storage(self.home)
+        return self._storage
+
+    # ---- submit ---------------------------------------------------------------------------
+    def _submit(self, spec: JobSpec) -> JobInfo:
+        cwd = spec.working_dir or os.getcwd()
+        self._check_resources(spec)
+        launch.check_tools(spec, cwd=cwd)
+        existing = next((r["status"] for r in self.store.jobs() if r["name"] == spec.name), "Deleted")
+        if existing != "Deleted":
+            raise ConflictError(f"a job named {spec.name!r} already exists ({existing}); pick another "
+                                f"name or remove it first with 'dtrain delete {spec.name}'")
+        created = self._prepare_volumes(spec) if spec.volumes else []
+        try:
+            self.store.insert_job(spec, cwd=cwd, node=socket.gethostname())
+        except Exception:
+            for name in created:
+                self.storage.delete_volume(name, force=True)
+            raise
+        job_dir = self.home / "jobs" / spec.name
+        if job_dir.exists():  # left by a deleted job of the same name
+            _remove_tree(job_dir)
+        (job_dir / "logs").mkdir(parents=True)
+        pid = _spawn_detached([sys.executable, "-m", "dtrain.backends.local.supervisor", str(self.home), spec.name],
+                              log=job_dir / "supervisor.log", cwd=cwd)
+        self.store.update(spec.name, supervisor_pid=pid, supervisor_start=_proc_start(pid))
+        return self._get(spec.name)
+
+    def _check_resources(self, spec: JobSpec) -> None:
+        gpus = len(inventory())
+        if spec.gpus_requested > gpus:
+            raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs ({spec.processes} processes x "
+                             f"{spec.gpu}) but this machine has {gpus}; lower --processes or --gpu")
+        quota = self.store.project_quota(spec.project)
+        if quota is not None and spec.gpus_requested > quota:
+            raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs but project {spec.project!r} has a "
+                             f"quota of {quota}; lower --gpu/--processes or raise it with "
+                             f"'dtrain project create {spec.project} --gpu-quota N'")
+        for v in spec.volumes:
+            if not isinstance(v, NewVolume):
+                self.storage.get_volume(v.volume)  # NotFoundError names the volume
+        if spec.snapshot_volume and spec.snapshot_volume not in {m.volume for m in spec.resolved_volumes()}:
+            self.storage.get_volume(spec.snapshot_volume)
+
+    def _prepare_volumes(self, spec: JobSpec) -> list[str]:
+        """Create the job's new volumes (pvc-<job>-<i>); all or none."""
+        new = [(v, v.volume_name(spec.name, i)) for i, v in
+               enumerate(v for v in spec.volumes if isinstance(v, NewVolume))]
+        existing = {v.name for v in self.storage.list_volumes()}
+        for _v, name in new:
+            if name in existing:
+                raise ConflictError(f"volume {name!r} (for --pvc of job {spec.name!r}) already exists; mount it with "
+                                    f"--pvc {name}:MOUNT or remove it with 'dtrain volume delete {name}'")
+        created = []
+        try:
+            for v, name in new:
+                self.storage.create_volume(name, size=v.size, storage_class=v.storage_class)
+                created.append(name)
+        except Exception:
+            for name in created:
+                self.storage.delete_volume(name, force=True)
+            raise
+        return created
+
+    # ---- read -----------------------------------------------------------------------------
+    def _get(self, name: str) -> JobInfo:
+        row = self._reconcile(self.store.job(name))
+        return self._info(row)
+
+    def _list(self) -> list[JobInfo]:
+        return [self._info(self._reconcile(row)) for row in self.store.jobs()]
+
+    def _reconcile(self, row):
+        """A job whose supervisor died while nobody watched is Failed, never Running."""
+        if row["status"] not in ACTIVE:
+            return row
+        pid = row["supervisor_pid"]
+        if pid is None:
+            if time.time() - row["created"] < LOST_AFTER_S:
+                return row
+            reason = "its supervisor never started"
+        elif _proc_start(pid) != row["supervisor_start"]:
+            reason = f"its supervisor (pid {pid}) is gone: killed, or the machine restarted"
+        else:
+            return row
+        kill_ranks(self.home / "jobs" / row["name"])
+        self.store.set_status(row["name"], "Failed", f"lost: {reason}")
+        return self.store.job(row["name"])
+
+    def _info(self, row) -> JobInfo:
+        spec = JobSpec.from_dict(json.loads(row["spec"]))
+        status = JobStatus(row["status"])
+        records = {r["rank"]: r for r in rank_records(self.home / "jobs" / spec.name)}
+        devices = self.store.job_devices(spec.name)
+        groups = [devices[r * spec.gpu:(r + 1) * spec.gpu] for r in range(spec.processes)] if devices else []
+        procs = []
+        for rank in range(spec.processes):
+            rec = records.get(rank, {})
+            pstatus = rec.get("status", "Pending")
+            if status.terminal and pstatus in ("Pending", "Running"):
+                pstatus = "Stopped" if status == JobStatus.DELETED else ("Failed" if pstatus == "Running" else pstatus)
+            procs.append(ProcessInfo(rank=rank, status=pstatus, exit_code=rec.get("exit_code"),
+                                     devices=tuple(groups[rank]) if groups else (), node=row["node"]))
+        running = sum(p.status == "Running" for p in procs) if status == JobStatus.RUNNING else 0
+        pending = sum(p.status == "Pending" for p in procs) if status.value in ACTIVE else 0
+        events = tuple(Event(time=e["time"], status=e["status"], message=e["message"])
+                       for e in self.store.events(spec.name))
+        return JobInfo(name=spec.name, spec=spec, status=status, backend=self.name, created=row["created"],
+                       started=row["started"], finished=row["finished"], node=row["node"],
+                       gpus_allocated=len(devices), processes_running=running, processes_pending=pending,
+                       processes=tuple(procs), events=events, restarts=max([row["restarts"]] + [
+                           r.get("restart", 0) for r in records.values()]),
+                       message=row["message"], snapshot=row["snapshot"],
+                       extra={"cwd": row["cwd"], "job_dir": str(self.home / "jobs" / spec.name),
+                              "source_snapshot": row["source_snapshot"], "exit_code": row["exit_code"]})
+
+    def _logs(self, name, *, rank, tail, since, follow) -> Iterator[LogLine]:
+        logs_dir = self.home / "jobs" / name / "logs"
+        offsets: dict[Path, int] = {}
+
+        def read_new() -> list[LogLine]:
+            lines = []
+            files = sorted(logs_dir.glob("rank-*.log")) if logs_dir.exists() else []
+            for path in files:
+                r = int(path.stem.split("-")[1])
+                if rank is not None and r != rank:
+                    continue
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    f.seek(offsets.get(path, 0))
+                    data = f.read()
+                    complete = data[:data.rfind("\n") + 1]  # keep a half-written line for later
+                    offsets[path] = offsets.get(path, 0) + len(complete.encode("utf-8"))
+                for line in complete.splitlines():
+                    when, text = parse_line(line)
+                    if since is None or (when is not None and when >= since):
+                        lines.append(LogLine(rank=r, time=when, text=text))
+            lines.sort(key=lambda ln: (ln.time or 0.0, ln.rank))
+            return lines
+
+        first = read_new()
+        yield from (first[-tail:] if tail is not None else first) if tail != 0 else []
+        while follow:
+            done = self._get(name).status.terminal
+            yield from read_new()
+            if done:
+                return
+            time.sleep(0.2)
+
+    # ---- delete and nodes -----------------------------------------------------------------
+    def _delete(self, name: str) -> JobInfo:
+        row = self.store.job(name)
+        was_active = row["status"] in ACTIVE
+        if row["status"] != "Deleted":
+            self.store.set_status(name, "Deleted", "deleted by the user", only_if_active=False)
+        pid = row["supervisor_pid"]
+        if was_active and pid and _proc_start(pid) == row["supervisor_start"]:
+            os.kill(pid, signal.SIGTERM)
+            deadline = time.monotonic() + GRACE_S + 5
+            while _proc_start(pid) == row["supervisor_start"] and time.monotonic() < deadline:
+                time.sleep(0.1)
+            if _proc_start(pid) == row["supervisor_start"]:
+                os.killpg(pid, signal.SIGKILL)
+        kill_ranks(self.home / "jobs" / name)
+        return self._get(name)
+
+    def _nodes(self) -> list[NodeInfo]:
+        from dataclasses import replace
+
+        gpus = inventory()
+        held = self.store.allocations()
+        return [NodeInfo(name=socket.gethostname(), gpus_allocatable=len(gpus), gpus_allocated=len(held),
+                         cpus=os.cpu_count(),
+                         memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
+                         gpus=tuple(replace(g, job=held.get(g.index)) for g in gpus))]
+
+    # ---- projects -------------------------------------------------------------------------
+    def create_project(self, name: str, *, gpu_quota: int | None) -> None:
+        gpus = len(inventory())
+        if gpu_quota is not None and gpu_quota > gpus:
+            raise QuotaError(f"a GPU quota of {gpu_quota} is larger than this machine's {gpus} GPUs; "
+                             f"use --gpu-quota {gpus} or less")
+        self.store.upsert_project(name, gpu_quota)
+
+    def list_projects(self) -> list[dict]:
+        jobs = self.store.jobs()
+        out = []
+        for p in self.store.projects():
+            used = sum(len(self.store.job_devices(j["name"])) for j in jobs if j["project"] == p["name"])
+            out.append({"name": p["name"], "gpu_quota": p["gpu_quota"], "gpus_allocated": used,
+                        "jobs": sum(j["project"] == p["name"] for j in jobs)})
+        return out
+
+    # ---- volumes and snapshots --------------------------------------------------------------
+    def volume_users(self, volume: str) -> list[str]:
+        users = []
+        for row in self.store.jobs():
+            if row["status"] in ACTIVE:
+                spec = JobSpec.from_dict(json.loads(row["spec"]))
+                if volume in {m.volume for m in spec.resolved_volumes()}:
+                    users.append(spec.name)
+        return users
+
+    def create_volume(self, name, *, size="10Gi", storage_class=None):
+        return self.storage.create_volume(name, size=size, storage_class=storage_class or "local").to_dict()
+
+    def list_volumes(self):
+        return [v.to_dict() for v in self.storage.list_volumes()]
+
+    def get_volume(self, name):
+        return self.storage.get_volume(name).to_dict()
+
+    def delete_volume(self, name, *, force=False):
+        self.storage.delete_volume(name, in_use_by=self.volume_users(name), force=force)
+
+    def create_snapshot(self, volume, *, name=None, job=None, progress=None):
+        spec = source = None
+        if job is not None:
+            row = self.store.job(job)
+            spec, source = json.loads(row["spec"]), row["source_snapshot"]
+        return self.storage.create_snapshot(volume, name=name, job=job, job_spec=spec,
+                                            source_snapshot=source, progress=progress).to_dict()
+
+    def list_snapshots(self, *, volume=None, job=None):
+        return [s.to_dict() for s in self.storage.list_snapshots(volume=volume, job=job)]
+
+    def get_snapshot(self, name):
+        return self.storage.get_snapshot(name).to_dict()
+
+    def restore_snapshot(self, name, *, to=None, in_place=False, progress=None):
+        if in_place:
+            users = self.volume_users(self.storage.get_snapshot(name).volume)
+            if users:
+                raise ConflictError(f"cannot restore {name!r} in place while job(s) {', '.join(users)} use the "
+                                    f"volume; wait for them or delete them first")
+        return self.storage.restore_snapshot(name, to=to, in_place=in_place, progress=progress).to_dict()
+
+    def delete_snapshot(self, name):
+        freed = self.storage.delete_snapshot(name)
+        return freed.to_dict() if hasattr(freed, "to_dict") else dict(freed or {})
+
+
+def _spawn_detached(argv: list[str], *, log: Path, cwd: str) -> int:
+    """Double fork so the supervisor is nobody's child: it outlives the CLI and never lingers as a zombie."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # intermediate child
+        try:
+            os.close(read_fd)
+            os.setsid()
+            grandchild = os.fork()
+            if grandchild == 0:
+                fd = os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                os.closerange(3, 1024)
+                os.chdir(cwd)
+                os.execv(argv[0], argv)
+            os.write(write_fd, str(grandchild).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_fd) as f:
+        return int(f.read())
+
+
+def _remove_tree(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path, ignore_errors=True)

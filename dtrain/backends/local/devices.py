@@ -1,0 +1,75 @@
+"""GPU discovery for the local backend: NVML, then nvidia-smi, or an injected inventory.
+
+Tests and dry runs inject an inventory with `DTRAIN_GPUS` (a count such as `2`, or ids such as
+`0,1`); the scheduler only ever sees the resulting list of ids and cannot tell the difference.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+from dtrain.backends.base import GpuInfo
+from dtrain.errors import SpecError
+
+
+def inventory(env=None) -> list[GpuInfo]:
+    """Every GPU on this machine (or injected), in index order."""
+    env = os.environ if env is None else env
+    injected = env.get("DTRAIN_GPUS")
+    if injected is not None:
+        return _injected(injected)
+    return _nvml() or _nvidia_smi() or []
+
+
+def _injected(text: str) -> list[GpuInfo]:
+    text = text.strip()
+    if text.isdigit():
+        return [GpuInfo(index=str(i), name="injected") for i in range(int(text))]
+    ids = [t.strip() for t in text.split(",") if t.strip()]
+    if not all(i.isdigit() for i in ids) or len(set(ids)) != len(ids):
+        raise SpecError(f"invalid DTRAIN_GPUS={text!r}: use a count (e.g. 2) or distinct ids (e.g. 0,1)")
+    return [GpuInfo(index=i, name="injected") for i in ids]
+
+
+def _nvml() -> list[GpuInfo]:
+    try:
+        import pynvml  # from nvidia-ml-py
+        pynvml.nvmlInit()
+    except Exception:  # no library or no driver: not an NVIDIA machine
+        return []
+    try:
+        out = []
+        for i in range(pynvml.nvmlDeviceGetCount()):
+            h = pynvml.nvmlDeviceGetHandleByIndex(i)
+            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
+            util = pynvml.nvmlDeviceGetUtilizationRates(h)
+            name = pynvml.nvmlDeviceGetName(h)
+            out.append(GpuInfo(index=str(i), name=name.decode() if isinstance(name, bytes) else name,
+                               memory_total=int(mem.total), memory_used=int(mem.used),
+                               utilization=float(util.gpu)))
+        return out
+    finally:
+        pynvml.nvmlShutdown()
+
+
+def _nvidia_smi() -> list[GpuInfo]:
+    if not shutil.which("nvidia-smi"):
+        return []
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,name,memory.total,memory.used,utilization.gpu",
+                              "--format=csv,noheader,nounits"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    gpus = []
+    for line in out.stdout.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) == 5 and parts[0].isdigit():
+            num = lambda s: float(s) if s.replace(".", "", 1).isdigit() else None  # noqa: E731
+            total, used = num(parts[2]), num(parts[3])
+            gpus.append(GpuInfo(index=parts[0], name=parts[1],
+                                memory_total=None if total is None else int(total * 2**20),
+                                memory_used=None if used is None else int(used * 2**20),
+                                utilization=num(parts[4])))
+    return gpus

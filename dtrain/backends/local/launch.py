@@ -1,0 +1,141 @@
+"""Pure translation of a job spec into the local command line: sandbox, launcher, rank wrapper.
+
+    bwrap [mounts]  --  torchrun|mpirun [launcher flags]  --  rankrun --job-dir D --  COMMAND
+    (only with       (only for distributed jobs)             (one per process)
+     volumes or --large-shm)
+
+Each layer is a real engine: bubblewrap for the private mount namespace, torch.distributed.run
+(c10d rendezvous) or OpenMPI's mpirun for the processes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from dtrain.errors import EnvironmentError_
+from dtrain.spec import JobSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mount:
+    """A host folder bound into the job's mount namespace."""
+
+    source: Path  # host path of the volume's data
+    target: str  # path the job sees, e.g. /mnt
+    read_only: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaunchPlan:
+    argv: list[str]  # the full command line the supervisor runs
+    env: dict[str, str] = field(default_factory=dict)  # variables added to the supervisor's env
+    cwd: str = "/"  # where it runs
+
+
+def shm_size(total_memory: int | None = None) -> int:
+    """--large-shm: half of the machine's memory, as a Kubernetes Memory emptyDir defaults to."""
+    if total_memory is None:
+        total_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return total_memory // 2
+
+
+def sandbox_prefix(mounts: list[Mount], *, large_shm: bool, cwd: str, bwrap: str = "bwrap") -> list[str]:
+    """bubblewrap arguments: the host's root as is, plus the job's volumes and /dev/shm."""
+    argv = [bwrap, "--dev-bind", "/", "/", "--die-with-parent"]
+    for m in mounts:
+        argv += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
+    if large_shm:
+        argv += ["--size", str(shm_size()), "--tmpfs", "/dev/shm"]
+    return argv + ["--chdir", cwd, "--"]
+
+
+def rank_prefix(job_dir: Path, python: str = sys.executable) -> list[str]:
+    return [python, "-m", "dtrain.backends.local.rankrun", "--job-dir", str(job_dir), "--"]
+
+
+def launcher_argv(spec: JobSpec, *, job_dir: Path, master_port: int, python: str = sys.executable,
+                  mpirun: str = "mpirun") -> list[str]:
+    """The launcher command for the spec, wrapping every process in rankrun."""
+    inner = rank_prefix(job_dir, python) + list(spec.command)
+    if spec.launcher == "torchrun":
+        return [python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={spec.processes}",
+                "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{master_port}",
+                f"--max-restarts={spec.max_restarts}", "--monitor-interval=0.5", "--no-python", *inner]
+    if spec.launcher == "mpi":
+        exported = ["MASTER_ADDR", "MASTER_PORT", "DTRAIN_RANK_DEVICES", "DTRAIN_ATTEMPT", "OMP_NUM_THREADS",
+                    "PYTHONUNBUFFERED", *spec.env]
+        flags = [x for k in dict.fromkeys(exported) for x in ("-x", k)]
+        return [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
+                str(spec.processes), *flags, *inner]
+    return inner
+
+
+def job_env(spec: JobSpec, *, devices: list[list[str]], master_port: int, attempt: int,
+            cpus: int | None = None) -> dict[str, str]:
+    """Variables every process gets, on top of the submitter's environment."""
+    cpus = cpus or os.cpu_count() or 1
+    threads = spec.cpu if spec.cpu is not None else max(1, cpus // spec.processes)
+    env = {
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(master_port),
+        "DTRAIN_JOB_NAME": spec.name,
+        "DTRAIN_PROJECT": spec.project,
+        "DTRAIN_RANK_DEVICES": ";".join(",".join(g) for g in devices),
+        "DTRAIN_ATTEMPT": str(attempt),
+        "OMP_NUM_THREADS": str(max(1, int(threads))),
+        "PYTHONUNBUFFERED": "1",
+    }
+    if spec.launcher == "none":
+        env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    env["PATH"] = job_path()
+    env.update(spec.env)
+    return env
+
+
+def job_path(path: str | None = None) -> str:
+    """Jobs see dtrain's own Python environment first, so `python` and `dtrain` are the submitter's."""
+    path = os.environ.get("PATH", "") if path is None else path
+    own = os.path.dirname(sys.executable)
+    parts = [p for p in path.split(os.pathsep) if p and p != own]
+    return os.pathsep.join([own, *parts])
+
+
+def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices: list[list[str]],
+         master_port: int, attempt: int = 0) -> LaunchPlan:
+    argv = launcher_argv(spec, job_dir=job_dir, master_port=master_port)
+    if mounts or spec.large_shm:
+        argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd) + argv
+    return LaunchPlan(argv=argv, env=job_env(spec, devices=devices, master_port=master_port, attempt=attempt),
+                      cwd=cwd)
+
+
+def check_tools(spec: JobSpec, *, cwd: str, path: str | None = None) -> None:
+    """Fail at submit time, not inside the job, when a tool the job needs is missing."""
+    search = job_path(path)
+    cmd = spec.command[0]
+    found = os.access(os.path.join(cwd, cmd), os.X_OK) if "/" in cmd else shutil.which(cmd, path=search)
+    if not found:
+        raise EnvironmentError_(f"command {cmd!r} not found (looked in {'the working folder' if '/' in cmd else 'PATH'}); "
+                                f"check the spelling after '--', or give its full path")
+    if spec.launcher == "mpi" and not shutil.which("mpirun", path=search):
+        raise EnvironmentError_("submit-mpi needs OpenMPI's mpirun, which is not installed: "
+                                "apt-get install openmpi-bin (or use --launcher torchrun)")
+    if spec.volumes or spec.large_shm:
+        check_namespaces()
+
+
+def check_namespaces(bwrap: str = "bwrap") -> None:
+    """Volumes and --large-shm need a private mount namespace through bubblewrap."""
+    if not shutil.which(bwrap):
+        raise EnvironmentError_("mounting volumes (--pvc) and --large-shm need bubblewrap for a private mount "
+                                "namespace: apt-get install bubblewrap")
+    probe = subprocess.run([bwrap, "--dev-bind", "/", "/", "--", "true"], capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise EnvironmentError_(f"bubblewrap cannot create a mount namespace here ({probe.stderr.strip()}); "
+                                f"run as root or enable unprivileged user namespaces "
+                                f"(sysctl kernel.unprivileged_userns_clone=1)")

@@ -1,0 +1,56 @@
+"""Gang scheduling over a device inventory: all of a job's GPUs at once, or none.
+
+Rules, checked in one SQLite write transaction so concurrent supervisors never race:
+- a job starts only when every GPU it needs (processes x gpu) is free;
+- FIFO within a project: a job waits while an older job of its project is still Pending;
+- a project never holds more GPUs than its quota;
+- a device is never given to two jobs (the allocations table's primary key is the device).
+"""
+
+from __future__ import annotations
+
+import time
+
+from dtrain import db
+from dtrain.backends.local.store import JobStore
+from dtrain.spec import JobSpec
+
+
+def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str] | None:
+    """Allocate the job's devices and mark it Running; None if it must keep waiting.
+
+    Returns the allocated device ids (possibly empty for CPU jobs). Returns None also when the
+    job is no longer Pending (deleted meanwhile); callers check the job's status.
+    """
+    conn = store.conn
+    with db.transaction(conn):
+        row = conn.execute("SELECT seq, status FROM jobs WHERE name=?", (spec.name,)).fetchone()
+        if row is None or row["status"] != "Pending":
+            return None
+        older = conn.execute("SELECT 1 FROM jobs WHERE project=? AND status='Pending' AND seq<? LIMIT 1",
+                             (spec.project, row["seq"])).fetchone()
+        if older is not None:
+            return None
+        need = spec.gpus_requested
+        quota = conn.execute("SELECT gpu_quota FROM projects WHERE name=?", (spec.project,)).fetchone()
+        if quota is not None and quota["gpu_quota"] is not None:
+            used = conn.execute("SELECT COUNT(*) AS n FROM allocations a JOIN jobs j ON a.job=j.name "
+                                "WHERE j.project=?", (spec.project,)).fetchone()["n"]
+            if used + need > quota["gpu_quota"]:
+                return None
+        taken = {r["device"] for r in conn.execute("SELECT device FROM allocations")}
+        free = [d for d in devices if d not in taken]
+        if len(free) < need:
+            return None
+        chosen = free[:need]
+        conn.executemany("INSERT INTO allocations (device, job) VALUES (?, ?)", [(d, spec.name) for d in chosen])
+        now = time.time()
+        conn.execute("UPDATE jobs SET status='Running', started=?, message='' WHERE name=?", (now, spec.name))
+        conn.execute("INSERT INTO job_events (job, time, status, message) VALUES (?, ?, 'Running', ?)",
+                     (spec.name, now, "started on " + (", ".join(f"GPU {d}" for d in chosen) or "CPU")))
+    return chosen
+
+
+def split_devices(devices: list[str], processes: int, gpu: int) -> list[list[str]]:
+    """Give each process its own `gpu` devices, in rank order."""
+    return [devices[r * gpu:(r + 1) * gpu] for r in range(processes)]

@@ -1,0 +1,150 @@
+"""The local backend's job state in SQLite: jobs, their events, projects and device allocations.
+
+Every CLI process and every job supervisor opens the same `$DTRAIN_HOME/state.db`; writes that
+read-check-write (submit, allocate, finish) run in one `BEGIN IMMEDIATE` transaction.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import time
+from pathlib import Path
+
+from dtrain import db
+from dtrain.errors import ConflictError, NotFoundError
+from dtrain.spec import JobSpec
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS jobs (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    name TEXT NOT NULL UNIQUE,
+    project TEXT NOT NULL,
+    spec TEXT NOT NULL,
+    status TEXT NOT NULL,
+    created REAL NOT NULL,
+    started REAL,
+    finished REAL,
+    cwd TEXT NOT NULL,
+    node TEXT,
+    supervisor_pid INTEGER,
+    supervisor_start TEXT,
+    restarts INTEGER NOT NULL DEFAULT 0,
+    message TEXT NOT NULL DEFAULT '',
+    snapshot TEXT,
+    source_snapshot TEXT,
+    exit_code INTEGER
+);
+CREATE TABLE IF NOT EXISTS job_events (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    job TEXT NOT NULL,
+    time REAL NOT NULL,
+    status TEXT NOT NULL,
+    message TEXT NOT NULL DEFAULT ''
+);
+CREATE INDEX IF NOT EXISTS job_events_job ON job_events(job);
+CREATE TABLE IF NOT EXISTS allocations (
+    device TEXT PRIMARY KEY,
+    job TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS projects (
+    name TEXT PRIMARY KEY,
+    gpu_quota INTEGER,
+    created REAL NOT NULL
+);
+"""
+
+ACTIVE = ("Pending", "Running")
+
+
+class JobStore:
+    """Thin typed access to the job tables; policy lives in the scheduler and the backend."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self.conn = db.connect(self.path)
+        self.conn.executescript(SCHEMA)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    # ---- jobs ---------------------------------------------------------------------------
+    def insert_job(self, spec: JobSpec, *, cwd: str, node: str) -> None:
+        """Add a Pending job; a Deleted job of the same name is replaced, any other clashes."""
+        now = time.time()
+        with db.transaction(self.conn):
+            old = self.conn.execute("SELECT status FROM jobs WHERE name=?", (spec.name,)).fetchone()
+            if old is not None and old["status"] != "Deleted":
+                raise ConflictError(
+                    f"a job named {spec.name!r} already exists ({old['status']}); pick another name "
+                    f"or remove it first with 'dtrain delete {spec.name}'")
+            if old is not None:
+                self.conn.execute("DELETE FROM jobs WHERE name=?", (spec.name,))
+                self.conn.execute("DELETE FROM job_events WHERE job=?", (spec.name,))
+            self.conn.execute(
+                "INSERT INTO jobs (name, project, spec, status, created, cwd, node) "
+                "VALUES (?, ?, ?, 'Pending', ?, ?, ?)",
+                (spec.name, spec.project, json.dumps(spec.to_dict()), now, cwd, node))
+            self._event(spec.name, "Pending", "queued", now)
+
+    def job(self, name: str) -> sqlite3.Row:
+        row = self.conn.execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()
+        if row is None:
+            raise NotFoundError(f"no job named {name!r}; see 'dtrain list jobs' for the jobs there are")
+        return row
+
+    def jobs(self) -> list[sqlite3.Row]:
+        return self.conn.execute("SELECT * FROM jobs ORDER BY seq").fetchall()
+
+    def events(self, name: str) -> list[sqlite3.Row]:
+        return self.conn.execute("SELECT * FROM job_events WHERE job=? ORDER BY id", (name,)).fetchall()
+
+    def update(self, name: str, **fields) -> None:
+        cols = ", ".join(f"{k}=?" for k in fields)
+        self.conn.execute(f"UPDATE jobs SET {cols} WHERE name=?", (*fields.values(), name))
+
+    def set_status(self, name: str, status: str, message: str = "", *, only_if_active: bool = True,
+                   **fields) -> bool:
+        """Move a job to `status`, recording an event; a finished job is never moved again."""
+        now = time.time()
+        with db.transaction(self.conn):
+            row = self.conn.execute("SELECT status FROM jobs WHERE name=?", (name,)).fetchone()
+            if row is None or (only_if_active and row["status"] not in ACTIVE):
+                return False
+            extra = dict(fields)
+            if status in ("Succeeded", "Failed", "Deleted"):
+                extra.setdefault("finished", now)
+                self.conn.execute("DELETE FROM allocations WHERE job=?", (name,))
+            if status == "Running":
+                extra.setdefault("started", now)
+            cols = ", ".join(["status=?", "message=?"] + [f"{k}=?" for k in extra])
+            self.conn.execute(f"UPDATE jobs SET {cols} WHERE name=?", (status, message, *extra.values(), name))
+            self._event(name, status, message, now)
+        return True
+
+    def add_event(self, name: str, status: str, message: str) -> None:
+        self._event(name, status, message, time.time())
+
+    def _event(self, name: str, status: str, message: str, when: float) -> None:
+        self.conn.execute("INSERT INTO job_events (job, time, status, message) VALUES (?, ?, ?, ?)",
+                          (name, when, status, message))
+
+    # ---- allocations and projects ---------------------------------------------------------
+    def allocations(self) -> dict[str, str]:
+        return {r["device"]: r["job"] for r in self.conn.execute("SELECT * FROM allocations")}
+
+    def job_devices(self, name: str) -> list[str]:
+        rows = self.conn.execute("SELECT device FROM allocations WHERE job=? ORDER BY rowid", (name,))
+        return [r["device"] for r in rows]
+
+    def upsert_project(self, name: str, gpu_quota: int | None) -> None:
+        self.conn.execute(
+            "INSERT INTO projects (name, gpu_quota, created) VALUES (?, ?, ?) "
+            "ON CONFLICT(name) DO UPDATE SET gpu_quota=excluded.gpu_quota", (name, gpu_quota, time.time()))
+
+    def projects(self) -> list[sqlite3.Row]:
+        return self.conn.execute("SELECT * FROM projects ORDER BY name").fetchall()
+
+    def project_quota(self, name: str) -> int | None:
+        row = self.conn.execute("SELECT gpu_quota FROM projects WHERE name=?", (name,)).fetchone()
+        return None if row is None else row["gpu_quota"]

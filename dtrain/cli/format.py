@@ -1,0 +1,80 @@
+"""Plain-text output shared by every CLI verb: tables, ages, sizes, durations."""
+
+from __future__ import annotations
+
+import re
+import time
+from datetime import datetime, timezone
+
+from dtrain.errors import SpecError
+
+
+def table(headers: list[str], rows: list[list[object]]) -> str:
+    cells = [[str(c) for c in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
+
+
+def age(since: float | None, now: float | None = None) -> str:
+    """Kubernetes-style age: 45s, 12m, 3h, 2d."""
+    if since is None:
+        return "-"
+    secs = max(0, int((now or time.time()) - since))
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if secs >= size:
+            return f"{secs // size}{unit}"
+    return f"{secs}s"
+
+
+def when(ts: float | None) -> str:
+    if ts is None:
+        return "-"
+    return datetime.fromtimestamp(ts, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def size(n: int | None) -> str:
+    if n is None:
+        return "-"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """--since 10m / 2h / 30s, or an RFC 3339 time -> unix seconds."""
+    m = _DURATION.match(text.strip())
+    if m:
+        return (now or time.time()) - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        raise SpecError(f"invalid --since {text!r}: use a duration such as 30s, 10m, 2h, "
+                        f"or a time such as 2026-11-30T12:00:00Z") from None
+
+
+def mapping(data: dict, indent: int = 0) -> str:
+    """A readable, YAML-like rendering of nested dicts for `describe`."""
+    pad = " " * indent
+    lines = []
+    for key, value in data.items():
+        if isinstance(value, dict):
+            lines.append(f"{pad}{key}:" + ("" if value else " {}"))
+            if value:
+                lines.append(mapping(value, indent + 2))
+        elif isinstance(value, (list, tuple)):
+            if value and all(isinstance(v, dict) for v in value):
+                lines.append(f"{pad}{key}:")
+                for v in value:
+                    sub = mapping(v, indent + 4).splitlines()
+                    lines.append(f"{pad}  - {sub[0].strip()}")
+                    lines += sub[1:]
+            else:
+                lines.append(f"{pad}{key}: {' '.join(str(v) for v in value) if value else '[]'}")
+        else:
+            lines.append(f"{pad}{key}: {'-' if value is None else value}")
+    return "\n".join(lines)

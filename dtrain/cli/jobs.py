@@ -1,0 +1,219 @@
+"""Job verbs, Run:AI style: submit, submit-dist, submit-mpi, list, describe, logs, delete, wait."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import yaml
+
+from dtrain.cli import format as fmt
+from dtrain.client import Client
+from dtrain.errors import SpecError
+from dtrain.spec import JobSpec, parse_env, parse_pvc
+
+# flag dest -> spec field, for flags that map one to one
+_FIELDS = ("processes", "launcher", "gpu", "cpu", "memory", "large_shm", "working_dir", "project", "backend",
+           "max_restarts", "snapshot_on_success", "image", "image_pull_policy")
+
+
+def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False) -> None:
+    p.add_argument("name", nargs="?", help="job name (lower-case letters, digits, '-')")
+    p.add_argument("-f", "--file", help="a YAML job spec; flags given too override its fields")
+    if dist:
+        p.add_argument("--processes", type=int, help="number of data-parallel processes")
+        if not mpi:
+            p.add_argument("--launcher", choices=["torchrun", "mpi"], help="default: torchrun")
+    p.add_argument("-g", "--gpu", type=int, help="GPUs per process (0 allowed)")
+    p.add_argument("--cpu", type=float, help="CPU threads per process (sets OMP_NUM_THREADS)")
+    p.add_argument("--memory", help="memory per process, e.g. 8Gi")
+    p.add_argument("-e", "--environment", action="append", metavar="KEY=VALUE", help="environment variable (repeat)")
+    p.add_argument("--pvc", action="append", metavar="SPEC",
+                   help="VOLUME:MOUNT[:ro] for an existing volume, CLASS:SIZE:MOUNT for a new one (repeat)")
+    p.add_argument("--large-shm", action="store_const", const=True, help="a large in-memory /dev/shm")
+    p.add_argument("--working-dir", help="working directory of the command")
+    p.add_argument("-p", "--project", help="project (default: 'dtrain config project')")
+    p.add_argument("--backend", choices=["local", "kubernetes"], help="where to run (default from config)")
+    p.add_argument("--max-restarts", type=int, help="restarts of the job after a failure")
+    p.add_argument("--snapshot-on-success", metavar="VOLUME", help="snapshot VOLUME when the job succeeds")
+    p.add_argument("-i", "--image", help="container image (Kubernetes)")
+    p.add_argument("--image-pull-policy", choices=["Always", "IfNotPresent", "Never"])
+    p.add_argument("--image-pull-secret", action="append", help="image pull secret (repeat)")
+    p.add_argument("--dry-run", action="store_true", help="print what would run (Kubernetes: the YAML) and stop")
+
+
+def spec_from_args(args: argparse.Namespace, command: list[str], client: Client, *, launcher: str | None) -> JobSpec:
+    """Flags, a YAML file, or both -> the one JobSpec. Flags win over the file."""
+    data: dict = {}
+    if args.file:
+        path = Path(args.file)
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except OSError as err:
+            raise SpecError(f"cannot read job file {args.file!r}: {err.strerror}") from None
+        except yaml.YAMLError as err:
+            raise SpecError(f"job file {args.file!r} is not valid YAML: {err}") from None
+        if not isinstance(data, dict):
+            raise SpecError(f"job file {args.file!r} must hold a mapping of fields (name:, command:, ...)")
+        data = dict(data)
+    if args.name:
+        data["name"] = args.name
+    if "name" not in data:
+        raise SpecError("a job needs a name: dtrain submit NAME [options] -- COMMAND (or name: in the -f file)")
+    for key in _FIELDS:
+        value = getattr(args, key, None)
+        if value is not None:
+            data[key] = value
+    if launcher == "mpi":
+        data["launcher"] = "mpi"
+    elif launcher == "dist":
+        data.setdefault("launcher", "torchrun")
+    if isinstance(data.get("cpu"), float) and data["cpu"].is_integer():
+        data["cpu"] = int(data["cpu"])
+    if args.environment:
+        data["env"] = {**(data.get("env") or {}), **parse_env(args.environment)}
+    if args.pvc:
+        data["volumes"] = [*(data.get("volumes") or []), *(v.to_flag() for v in map(parse_pvc, args.pvc))]
+    if args.image_pull_secret:
+        data["image_pull_secrets"] = args.image_pull_secret
+    if command:
+        data["command"] = command
+    data.setdefault("project", client.default_project)
+    return JobSpec.from_dict(data)
+
+
+def cmd_submit(args, command: list[str], client: Client, launcher: str | None = None) -> int:
+    spec = spec_from_args(args, command, client, launcher=launcher)
+    if args.dry_run:
+        return _dry_run(spec, client)
+    info = client.submit(spec)
+    print(f"The job '{info.name}' has been submitted successfully ({info.spec.kind}, "
+          f"{info.spec.processes} process{'es' if info.spec.processes > 1 else ''}, backend {info.backend})")
+    print(f"You can run `dtrain describe job {info.name}` to check the job status")
+    return 0
+
+
+def _dry_run(spec: JobSpec, client: Client) -> int:
+    backend = client.backend(spec.backend, project=spec.project)
+    render = getattr(backend, "render", None)
+    if render is not None:
+        print(yaml.safe_dump_all(render(spec), sort_keys=False), end="")
+    else:
+        print(yaml.safe_dump(spec.to_dict(), sort_keys=False), end="")
+    return 0
+
+
+def cmd_list(args, client: Client) -> int:
+    jobs = client.list(project=None if args.all_projects else args.project)
+    if args.json:
+        print(json.dumps([j.to_dict() for j in jobs], indent=2))
+        return 0
+    rows = [[j.name, j.status.value, fmt.age(j.created), j.node or "-", j.spec.kind, j.spec.project,
+             f"{j.gpus_allocated} ({j.spec.gpus_requested})", f"{j.processes_running} ({j.processes_pending})"]
+            for j in jobs]
+    print(fmt.table(["NAME", "STATUS", "AGE", "NODE", "TYPE", "PROJECT", "GPUs Allocated (Requested)",
+                     "PROCESSES Running (Pending)"], rows))
+    return 0
+
+
+def cmd_describe(args, client: Client) -> int:
+    if args.kind not in ("job", "jobs"):
+        raise SpecError(f"cannot describe {args.kind!r}: use 'dtrain describe job NAME' "
+                        f"(volumes: 'dtrain volume describe', snapshots: 'dtrain snapshot describe')")
+    info = client.get(args.name)
+    if args.json:
+        print(json.dumps(info.to_dict(), indent=2))
+        return 0
+    head = {"Name": info.name, "Status": info.status.value, "Message": info.message or "-",
+            "Type": info.spec.kind, "Project": info.spec.project, "Backend": info.backend, "Node": info.node,
+            "Created": fmt.when(info.created), "Started": fmt.when(info.started),
+            "Finished": fmt.when(info.finished), "Restarts": info.restarts,
+            "GPUs Allocated (Requested)": f"{info.gpus_allocated} ({info.spec.gpus_requested})",
+            "Snapshot": info.snapshot or "-"}
+    if info.extra.get("source_snapshot"):
+        head["Started from snapshot"] = info.extra["source_snapshot"]
+    print(fmt.mapping(head))
+    print("Spec:")
+    print(fmt.mapping(info.spec.to_dict(), 2))
+    print("Processes:")
+    print(_indent(fmt.table(["RANK", "STATUS", "EXIT CODE", "DEVICES", "NODE"],
+                            [[p.rank, p.status, "-" if p.exit_code is None else p.exit_code,
+                              ",".join(p.devices) or "-", p.node or "-"] for p in info.processes])))
+    print("Events:")
+    print(_indent(fmt.table(["TIME", "STATUS", "MESSAGE"],
+                            [[fmt.when(e.time), e.status, e.message] for e in info.events])))
+    return 0
+
+
+def _indent(text: str) -> str:
+    return "\n".join("  " + line for line in text.splitlines())
+
+
+def cmd_logs(args, client: Client) -> int:
+    rank = None if args.rank in (None, "all") else _rank(args.rank)
+    since = fmt.parse_since(args.since) if args.since else None
+    info = client.get(args.name)
+    many = rank is None and info.spec.processes > 1
+    for line in client.logs(args.name, rank=rank, tail=args.tail, since=since, follow=args.follow):
+        prefix = (fmt.when(line.time) + " " if args.timestamps else "") + (f"[rank {line.rank}] " if many else "")
+        sys.stdout.write(prefix + line.text + "\n")
+        sys.stdout.flush()
+    return 0
+
+
+def _rank(text: str) -> int:
+    if not text.isdigit():
+        raise SpecError(f"invalid --rank {text!r}: use a process rank such as 0, or 'all'")
+    return int(text)
+
+
+def cmd_delete(args, client: Client) -> int:
+    for name in args.names:
+        info = client.delete(name)
+        print(f"The job '{name}' has been deleted ({info.status.value})")
+    return 0
+
+
+def cmd_wait(args, client: Client) -> int:
+    info = client.wait(args.name, timeout=args.timeout)
+    print(f"{info.name}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
+    return 0 if info.status.value == "Succeeded" else 1
+
+
+def register(sub) -> None:
+    for verb, dist, mpi in (("submit", False, False), ("submit-dist", True, False), ("submit-mpi", True, True)):
+        p = sub.add_parser(verb, help={"submit": "submit a one-process job",
+                                       "submit-dist": "submit a data-parallel job (torchrun or mpi)",
+                                       "submit-mpi": "submit an MPI data-parallel job"}[verb],
+                           usage=f"dtrain {verb} NAME [options] -- COMMAND [ARGS...]")
+        add_job_options(p, dist=dist, mpi=mpi)
+        p.set_defaults(handler=cmd_submit, takes_command=True,
+                       launcher_for="mpi" if mpi else ("dist" if dist else None))
+    p = sub.add_parser("list", help="list jobs")
+    p.add_argument("what", nargs="?", default="jobs", choices=["jobs"])
+    p.add_argument("-p", "--project")
+    p.add_argument("-A", "--all-projects", action="store_true")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_list)
+    p = sub.add_parser("describe", help="describe a job: spec, status history, processes")
+    p.add_argument("kind", help="job")
+    p.add_argument("name")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(handler=cmd_describe)
+    p = sub.add_parser("logs", help="print a job's logs")
+    p.add_argument("name")
+    p.add_argument("-f", "--follow", action="store_true")
+    p.add_argument("-t", "--tail", type=int, metavar="N")
+    p.add_argument("--rank", help="a process rank, or 'all' (default: all)")
+    p.add_argument("--since", help="only lines newer than a duration (10m) or a time")
+    p.add_argument("--timestamps", action="store_true")
+    p.set_defaults(handler=cmd_logs)
+    p = sub.add_parser("delete", help="stop and delete jobs")
+    p.add_argument("names", nargs="+", metavar="NAME")
+    p.set_defaults(handler=cmd_delete)
+    p = sub.add_parser("wait", help="wait until a job ends; exit 0 if it succeeded")
+    p.add_argument("name")
+    p.add_argument("--timeout", type=float)
+    p.set_defaults(handler=cmd_wait)

@@ -1,0 +1,140 @@
+"""The Python client: the one door the CLI (and later the HTTP API) goes through.
+
+    import dtrain
+    client = dtrain.Client()
+    spec = dtrain.JobSpec(name="train", command=("python", "train.py"), processes=2, launcher="torchrun")
+    client.submit(spec)
+    client.wait("train")
+
+Backends are picked per job (`spec.backend`), per project (config) or by default, and can be
+injected: `Client(backends={"kubernetes": KubernetesBackend(cfg, api=fake)})`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Iterator
+
+from dtrain.backends.base import Backend, JobInfo, LogLine, NodeInfo
+from dtrain.config import BACKENDS, UserConfig, home_dir
+from dtrain.errors import SpecError
+from dtrain.spec import JobSpec, check_name
+
+
+class Client:
+    def __init__(self, *, home: str | Path | None = None, backend: str | None = None,
+                 backends: dict[str, Backend] | None = None):
+        self.home = home_dir(home)
+        self.config = UserConfig.load(self.home)
+        self._backend_name = backend
+        self._backends: dict[str, Backend] = dict(backends or {})
+        if backend is not None and backend not in BACKENDS and backend not in self._backends:
+            raise SpecError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+
+    # ---- backends -------------------------------------------------------------------------
+    def backend(self, name: str | None = None, *, project: str | None = None) -> Backend:
+        name = name or self._backend_name or self.config.backend_for(project or self.config.project)
+        if name not in self._backends:
+            self._backends[name] = self._make_backend(name)
+        return self._backends[name]
+
+    def _make_backend(self, name: str) -> Backend:
+        if name == "local":
+            from dtrain.backends.local.backend import LocalBackend
+            return LocalBackend(self.home)
+        if name == "kubernetes":
+            from dtrain.backends.kubernetes.backend import KubernetesBackend, KubernetesConfig
+            return KubernetesBackend(KubernetesConfig(**self.config.kubernetes))
+        raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
+
+    @property
+    def default_project(self) -> str:
+        return self.config.project
+
+    # ---- jobs -----------------------------------------------------------------------------
+    def submit(self, spec: JobSpec) -> JobInfo:
+        return self.backend(spec.backend, project=spec.project).submit(spec)
+
+    def get(self, name: str) -> JobInfo:
+        return self.backend().get(name)
+
+    def list(self, *, project: str | None = None) -> list[JobInfo]:
+        return self.backend(project=project).list(project=project)
+
+    def logs(self, name: str, *, rank: int | None = None, tail: int | None = None, since: float | None = None,
+             follow: bool = False) -> Iterator[LogLine]:
+        return self.backend().logs(name, rank=rank, tail=tail, since=since, follow=follow)
+
+    def wait(self, name: str, *, timeout: float | None = None) -> JobInfo:
+        return self.backend().wait(name, timeout=timeout)
+
+    def delete(self, name: str) -> JobInfo:
+        return self.backend().delete(name)
+
+    def nodes(self) -> list[NodeInfo]:
+        return self.backend().nodes()
+
+    # ---- projects -------------------------------------------------------------------------
+    def set_default_project(self, name: str) -> None:
+        self.config.project = check_name(name, "project")
+        self.config.save(self.home)
+
+    def set_default_backend(self, name: str, *, project: str | None = None) -> None:
+        if name not in BACKENDS:
+            raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
+        if project:
+            self.config.project_backends[check_name(project, "project")] = name
+        else:
+            self.config.backend = name
+        self.config.save(self.home)
+
+    def create_project(self, name: str, *, gpu_quota: int | None = None) -> None:
+        check_name(name, "project")
+        if gpu_quota is not None and (isinstance(gpu_quota, bool) or not isinstance(gpu_quota, int) or gpu_quota < 0):
+            raise SpecError(f"invalid --gpu-quota {gpu_quota!r}: use a whole number >= 0")
+        self.backend(project=name).create_project(name, gpu_quota=gpu_quota)
+
+    def list_projects(self) -> list[dict]:
+        return self.backend().list_projects()
+
+    # ---- volumes and snapshots ------------------------------------------------------------
+    def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> dict:
+        return self.backend().create_volume(name, size=size, storage_class=storage_class)
+
+    def list_volumes(self) -> list[dict]:
+        return self.backend().list_volumes()
+
+    def get_volume(self, name: str) -> dict:
+        return self.backend().get_volume(name)
+
+    def delete_volume(self, name: str, *, force: bool = False) -> None:
+        self.backend().delete_volume(name, force=force)
+
+    def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None, **kw) -> dict:
+        return self.backend().create_snapshot(volume, name=name, job=job, **kw)
+
+    def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[dict]:
+        return self.backend().list_snapshots(volume=volume, job=job)
+
+    def get_snapshot(self, name: str) -> dict:
+        return self.backend().get_snapshot(name)
+
+    def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False, **kw) -> dict:
+        return self.backend().restore_snapshot(name, to=to, in_place=in_place, **kw)
+
+    def delete_snapshot(self, name: str) -> dict:
+        return self.backend().delete_snapshot(name)
+
+    def verify_snapshot(self, name: str | None = None):
+        return self._local_storage("snapshot verify").verify(name)
+
+    def diff_snapshots(self, a: str, b: str):
+        return self._local_storage("snapshot diff").diff(a, b)
+
+    def _local_storage(self, verb: str):
+        backend = self.backend()
+        storage = getattr(backend, "storage", None)
+        if storage is None:
+            raise SpecError(f"'{verb}' reads the snapshot store, which only the local backend has; "
+                            f"use --backend local")
+        return storage

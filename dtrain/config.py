@@ -1,0 +1,72 @@
+"""Where dtrain keeps its state, and the small user config file (default project, backends).
+
+`$DTRAIN_HOME` (default ~/.dtrain) holds `state.db` (SQLite), `config.yaml`, `jobs/<name>/`
+(logs and process records) and `volumes/` plus the snapshot store.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from dtrain.errors import SpecError
+from dtrain.spec import check_name
+
+BACKENDS = ("local", "kubernetes")
+
+
+def home_dir(home: str | Path | None = None) -> Path:
+    path = Path(home or os.environ.get("DTRAIN_HOME") or Path.home() / ".dtrain").expanduser()
+    path.mkdir(parents=True, exist_ok=True)
+    return path.resolve()
+
+
+@dataclass(kw_only=True)
+class UserConfig:
+    """The contents of `$DTRAIN_HOME/config.yaml`."""
+
+    project: str = "default"  # default project for new jobs
+    backend: str = "local"  # default backend
+    project_backends: dict[str, str] = field(default_factory=dict)  # project -> backend
+    kubernetes: dict[str, Any] = field(default_factory=dict)  # KubernetesConfig fields
+
+    @classmethod
+    def load(cls, home: Path) -> "UserConfig":
+        path = home / "config.yaml"
+        if not path.exists():
+            return cls()
+        try:
+            data = yaml.safe_load(path.read_text()) or {}
+        except yaml.YAMLError as err:
+            raise SpecError(f"{path} is not valid YAML ({err}); fix or remove the file") from None
+        if not isinstance(data, dict):
+            raise SpecError(f"{path} must hold a mapping (project:, backend:, ...); fix or remove the file")
+        unknown = set(data) - {"project", "backend", "project_backends", "kubernetes"}
+        if unknown:
+            raise SpecError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: project, "
+                            f"backend, project_backends, kubernetes")
+        cfg = cls(**data)
+        cfg.validate(path)
+        return cfg
+
+    def validate(self, where: Any = "config") -> None:
+        check_name(self.project, "project")
+        for backend in [self.backend, *self.project_backends.values()]:
+            if backend not in BACKENDS:
+                raise SpecError(f"{where}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+
+    def save(self, home: Path) -> None:
+        self.validate()
+        path = home / "config.yaml"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(yaml.safe_dump({"project": self.project, "backend": self.backend,
+                                       "project_backends": self.project_backends,
+                                       "kubernetes": self.kubernetes}, sort_keys=False))
+        os.replace(tmp, path)
+
+    def backend_for(self, project: str) -> str:
+        return self.project_backends.get(project, self.backend)

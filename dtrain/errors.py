@@ -1,0 +1,50 @@
+"""One exception tree for every user-facing mistake.
+
+    DtrainError                 base: the CLI prints str(err) on one line, exits 2
+    ├── SpecError               a malformed flag, YAML field or SDK argument
+    ├── NotFoundError           an unknown job, volume, snapshot or project
+    ├── ConflictError           a name clash, a volume in use, a restore onto an existing volume
+    ├── QuotaError              a request larger than a project's quota or the machine
+    ├── EnvironmentError_       a missing tool (bwrap, mpirun, torchrun) or namespace support
+    ├── DataError               a malformed label line, image or archive; a checksum mismatch
+    ├── StorageError            a full disk or a damaged snapshot store
+    └── BackendError            a cluster or cloud API refused a request
+
+Every message names the bad value and says how to fix it.
+"""
+
+
+class DtrainError(Exception):
+    """Base of every error dtrain raises on purpose."""
+
+
+class SpecError(DtrainError, ValueError):
+    """A job, volume or snapshot description is malformed."""
+
+
+class NotFoundError(DtrainError, LookupError):
+    """A named object does not exist."""
+
+
+class ConflictError(DtrainError):
+    """The request clashes with what is stored (a name in use, a volume in use)."""
+
+
+class QuotaError(DtrainError):
+    """A request asks for more than a project or the machine can give."""
+
+
+class EnvironmentError_(DtrainError, RuntimeError):
+    """A tool or kernel feature the request needs is missing on this machine."""
+
+
+class DataError(DtrainError, ValueError):
+    """Input data is malformed: a label line, an image, an archive, a checksum."""
+
+
+class StorageError(DtrainError, OSError):
+    """The storage layer failed: a full disk, a damaged object."""
+
+
+class BackendError(DtrainError, RuntimeError):
+    """A remote API (Kubernetes, SageMaker) refused or failed a request."""

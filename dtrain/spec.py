@@ -1,0 +1,268 @@
+"""The one typed job spec, and the parsers that CLI flags, YAML files and the SDK share.
+
+Everything here is pure: no I/O, no backend knowledge. A spec is a frozen, keyword-only
+dataclass validated in ``__post_init__``; a bad value raises :class:`SpecError` naming the
+value and the fix.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from dtrain.errors import SpecError
+
+LAUNCHERS = ("none", "torchrun", "mpi")
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|K|M|G|T|P|k)?$")
+_UNITS = {None: 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+TRUE_WORDS = ("1", "true", "yes", "on")
+
+
+def check_name(name: str, what: str = "job") -> str:
+    """Names follow Kubernetes DNS-1123 labels so every backend accepts them unchanged."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise SpecError(
+            f"invalid {what} name {name!r}: use 1-53 lower-case letters, digits or '-', "
+            f"starting and ending with a letter or digit (e.g. 'train-lanes-1')")
+    return name
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """'100Gi' -> bytes. Kubernetes quantity suffixes (Ki, Mi, Gi, Ti; k, M, G, T)."""
+    m = SIZE_RE.match(str(text).strip())
+    if not m:
+        raise SpecError(f"invalid {what} {text!r}: use a Kubernetes quantity such as 512Mi, 100Gi or 2G")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
+
+
+@dataclass(frozen=True, kw_only=True)
+class VolumeMount:
+    """An existing volume mounted into every process (``--pvc NAME:MOUNT[:ro]``)."""
+
+    volume: str  # name of a volume that already exists
+    mount_path: str  # absolute path inside the job, e.g. /mnt
+    read_only: bool = False  # refuse writes when true
+
+    def __post_init__(self):
+        check_name(self.volume, "volume")
+        _check_mount_path(self.mount_path)
+
+    def to_flag(self) -> str:
+        return f"{self.volume}:{self.mount_path}" + (":ro" if self.read_only else "")
+
+
+@dataclass(frozen=True, kw_only=True)
+class NewVolume:
+    """A volume created for the job and named after it (``--pvc CLASS:SIZE:MOUNT``)."""
+
+    storage_class: str  # storage class (local backend: 'local'; Kubernetes: a StorageClass)
+    size: str  # Kubernetes quantity, e.g. 100Gi
+    mount_path: str  # absolute path inside the job
+
+    def __post_init__(self):
+        if not self.storage_class or not re.match(r"^[a-z0-9][-a-z0-9.]*$", self.storage_class):
+            raise SpecError(f"invalid storage class {self.storage_class!r}: use lower-case letters, "
+                            f"digits, '-' or '.', e.g. 'local' or 'azurenetappfiles'")
+        parse_size(self.size, "volume size")
+        _check_mount_path(self.mount_path)
+
+    def to_flag(self) -> str:
+        return f"{self.storage_class}:{self.size}:{self.mount_path}"
+
+    def volume_name(self, job: str, index: int) -> str:
+        """Run:AI's naming: the i-th new volume of job J is pvc-J-i."""
+        return f"pvc-{job}-{index}"
+
+
+Volume = VolumeMount | NewVolume
+
+
+def _check_mount_path(path: str) -> None:
+    if not isinstance(path, str) or not path.startswith("/") or path.rstrip("/") == "" or ".." in path.split("/"):
+        raise SpecError(f"invalid mount path {path!r}: use an absolute path other than '/', e.g. /mnt")
+
+
+def parse_pvc(text: str) -> Volume:
+    """Parse a Run:AI ``--pvc`` value: ``NAME:MOUNT[:ro]`` or ``CLASS:SIZE:MOUNT``."""
+    parts = str(text).split(":")
+    hint = ("use --pvc VOLUME:MOUNT[:ro] for an existing volume (e.g. tusimple:/mnt:ro) "
+            "or --pvc CLASS:SIZE:MOUNT for a new one (e.g. local:100Gi:/mnt)")
+    try:
+        if len(parts) == 2:
+            return VolumeMount(volume=parts[0], mount_path=parts[1])
+        if len(parts) == 3 and parts[2] in ("ro", "rw"):
+            return VolumeMount(volume=parts[0], mount_path=parts[1], read_only=parts[2] == "ro")
+        if len(parts) == 3:
+            return NewVolume(storage_class=parts[0], size=parts[1], mount_path=parts[2])
+    except SpecError as err:
+        raise SpecError(f"invalid --pvc {text!r}: {err}; {hint}") from None
+    raise SpecError(f"invalid --pvc {text!r}: {hint}")
+
+
+def parse_env(items) -> dict[str, str]:
+    """Parse repeated ``-e KEY=VALUE`` into a dict; the last value of a key wins."""
+    env: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = str(item).partition("=")
+        if not sep or not ENV_KEY_RE.match(key):
+            raise SpecError(f"invalid -e {item!r}: use KEY=VALUE with KEY made of letters, digits "
+                            f"and '_' (e.g. -e BATCH_SIZE=33)")
+        env[key] = value
+    return env
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSpec:
+    """What to run, how many processes, on what resources: the same for every backend."""
+
+    name: str  # job name, unique per backend; DNS-1123 label
+    command: tuple[str, ...]  # the user's command and its arguments
+    processes: int = 1  # data-parallel processes (replicas)
+    launcher: str = "none"  # 'none' (one process), 'torchrun' or 'mpi'
+    gpu: int = 0  # GPUs per process
+    cpu: float | None = None  # CPU threads per process; sets OMP_NUM_THREADS
+    memory: str | None = None  # memory per process, a Kubernetes quantity
+    env: Mapping[str, str] = field(default_factory=dict)  # extra environment variables
+    volumes: tuple[Volume, ...] = ()  # --pvc mounts, in flag order
+    large_shm: bool = False  # a large in-memory /dev/shm
+    working_dir: str | None = None  # working directory of the command
+    project: str = "default"  # project: quota and FIFO queue (namespace on Kubernetes)
+    backend: str = "local"  # 'local' or 'kubernetes'
+    max_restarts: int = 0  # restarts of the whole job after a failure
+    snapshot_on_success: str | None = None  # volume to snapshot when the job succeeds
+    image: str | None = None  # container image (Kubernetes)
+    image_pull_policy: str | None = None  # Always, IfNotPresent or Never (Kubernetes)
+    image_pull_secrets: tuple[str, ...] = ()  # secret names (Kubernetes)
+
+    def __post_init__(self):
+        check_name(self.name, "job")
+        check_name(self.project, "project")
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  normalise containers
+        if isinstance(self.command, str) or not self.command or not all(isinstance(c, str) for c in self.command):
+            raise SpecError(f"job {self.name!r} has no command: put it after '--', "
+                            f"e.g. dtrain submit {self.name} -- python train.py")
+        set_("command", tuple(self.command))
+        set_("env", dict(parse_env(f"{k}={v}" for k, v in dict(self.env).items())))
+        set_("volumes", tuple(self.volumes))
+        set_("image_pull_secrets", tuple(self.image_pull_secrets))
+        _check_int(self.processes, "--processes", 1)
+        _check_int(self.gpu, "--gpu", 0)
+        _check_int(self.max_restarts, "--max-restarts", 0)
+        if self.launcher not in LAUNCHERS:
+            raise SpecError(f"unknown launcher {self.launcher!r}: use torchrun or mpi")
+        if self.processes > 1 and self.launcher == "none":
+            raise SpecError(f"--processes {self.processes} needs a launcher: use dtrain submit-dist "
+                            f"--launcher torchrun or dtrain submit-mpi")
+        if self.cpu is not None and (not isinstance(self.cpu, (int, float)) or self.cpu <= 0):
+            raise SpecError(f"invalid --cpu {self.cpu!r}: use a positive number of threads, e.g. --cpu 2")
+        if self.memory is not None:
+            parse_size(self.memory, "--memory")
+        if self.working_dir is not None and not str(self.working_dir).startswith("/"):
+            raise SpecError(f"invalid --working-dir {self.working_dir!r}: use an absolute path")
+        if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
+            raise SpecError(f"invalid --image-pull-policy {self.image_pull_policy!r}: "
+                            f"use Always, IfNotPresent or Never")
+        self._check_volumes()
+
+    def _check_volumes(self):
+        mounts = [v.mount_path.rstrip("/") for v in self.volumes]
+        for v in self.volumes:
+            if not isinstance(v, (VolumeMount, NewVolume)):
+                raise SpecError(f"invalid volume {v!r}: use VolumeMount or NewVolume (or a --pvc string)")
+            if mounts.count(v.mount_path.rstrip("/")) > 1:
+                raise SpecError(f"two volumes are mounted at {v.mount_path}: give each --pvc its own path")
+        if self.snapshot_on_success is not None:
+            check_name(self.snapshot_on_success, "volume")
+
+    # ---- derived views (pure) ----
+    @property
+    def distributed(self) -> bool:
+        return self.launcher != "none"
+
+    @property
+    def kind(self) -> str:
+        """The TYPE column: Train (one process), PyTorch (torchrun) or MPI."""
+        return {"none": "Train", "torchrun": "PyTorch", "mpi": "MPI"}[self.launcher]
+
+    @property
+    def gpus_requested(self) -> int:
+        return self.processes * self.gpu
+
+    @property
+    def snapshot_volume(self) -> str | None:
+        """The volume to snapshot on success: the flag, or the seed's ENABLE_SNAPSHOT + PVC_NAME."""
+        if self.snapshot_on_success:
+            return self.snapshot_on_success
+        if str(self.env.get("ENABLE_SNAPSHOT", "")).lower() in TRUE_WORDS and self.env.get("PVC_NAME"):
+            return self.env["PVC_NAME"]
+        return None
+
+    def resolved_volumes(self) -> list[VolumeMount]:
+        """Every mount as an existing-volume mount; new volumes get their Run:AI names."""
+        out = []
+        for i, v in enumerate(v for v in self.volumes if isinstance(v, NewVolume)):
+            out.append(VolumeMount(volume=v.volume_name(self.name, i), mount_path=v.mount_path))
+        out += [v for v in self.volumes if isinstance(v, VolumeMount)]
+        order = {v.mount_path: i for i, v in enumerate(self.volumes)}
+        return sorted(out, key=lambda m: order[m.mount_path])
+
+    def replace(self, **changes) -> "JobSpec":
+        return dataclasses.replace(self, **changes)
+
+    # ---- wire form ----
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON/YAML-ready dict; ``JobSpec.from_dict(spec.to_dict()) == spec``."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        d["command"] = list(self.command)
+        d["env"] = dict(self.env)
+        d["volumes"] = [v.to_flag() for v in self.volumes]
+        d["image_pull_secrets"] = list(self.image_pull_secrets)
+        return d
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
+        """Build from a YAML/JSON mapping. ``pvc`` is accepted as an alias of ``volumes``."""
+        if not isinstance(data, Mapping):
+            raise SpecError("a job file must hold a mapping of fields, e.g. 'name: train' and 'command: [...]'")
+        known = {f.name for f in dataclasses.fields(cls)}
+        data = dict(data)
+        if "pvc" in data:
+            data["volumes"] = list(data.pop("pvc") or []) + list(data.get("volumes") or [])
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"unknown job field(s) {', '.join(unknown)}: known fields are {', '.join(sorted(known))}")
+        for required in ("name", "command"):
+            if not data.get(required):
+                raise SpecError(f"the job has no {required}: use dtrain submit NAME [options] -- COMMAND, "
+                                f"or set '{required}:' in the job file")
+        if isinstance(data.get("command"), str):
+            raise SpecError("'command' must be a list of strings, e.g. [python, train.py, --epochs, '2']")
+        vols = []
+        for v in data.get("volumes") or []:
+            vols.append(parse_pvc(v) if isinstance(v, str) else _volume_from_dict(v))
+        data["volumes"] = tuple(vols)
+        if "env" in data:
+            data["env"] = {str(k): str(v) for k, v in (data["env"] or {}).items()}
+        for key in ("command", "image_pull_secrets"):
+            if key in data:
+                data[key] = tuple(str(x) for x in (data[key] or ()))
+        return cls(**data)
+
+
+def _volume_from_dict(d: Mapping[str, Any]) -> Volume:
+    if isinstance(d, Mapping) and "volume" in d:
+        return VolumeMount(**d)
+    if isinstance(d, Mapping) and "storage_class" in d:
+        return NewVolume(**d)
+    raise SpecError(f"invalid volume entry {d!r}: use 'NAME:MOUNT[:ro]', 'CLASS:SIZE:MOUNT', "
+                    f"{{volume, mount_path, read_only}} or {{storage_class, size, mount_path}}")
+
+
+def _check_int(value, flag: str, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise SpecError(f"invalid {flag} {value!r}: use a whole number >= {minimum}")

@@ -1,0 +1,71 @@
+"""Shared fixtures: a private DTRAIN_HOME per test and a runner for the real `dtrain` command."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+DTRAIN = str(BIN / "dtrain")
+
+
+def shared_dir() -> Path | None:
+    """../shared beside the repo (CI and sessions), or $DTRAIN_SHARED."""
+    for cand in (os.environ.get("DTRAIN_SHARED"), REPO.parent / "shared", Path("/work/shared")):
+        if cand and Path(cand).is_dir():
+            return Path(cand)
+    return None
+
+
+class Dtrain:
+    """Runs the installed `dtrain` console command against one DTRAIN_HOME."""
+
+    def __init__(self, home: Path, env: dict[str, str] | None = None):
+        self.home = home
+        self.env = {**os.environ, "DTRAIN_HOME": str(home), **(env or {})}
+
+    def __call__(self, *args: str, check: bool = True, timeout: float = 120, cwd=None) -> subprocess.CompletedProcess:
+        proc = subprocess.run([DTRAIN, *args], env=self.env, capture_output=True, text=True, timeout=timeout,
+                              cwd=cwd)
+        if check and proc.returncode != 0:
+            raise AssertionError(f"dtrain {' '.join(args)} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}")
+        return proc
+
+    def json(self, *args: str):
+        return json.loads(self(*args, "--json").stdout)
+
+    def status(self, name: str) -> str:
+        return self.json("describe", "job", name)["status"]
+
+    def wait_for(self, name: str, statuses: set[str], timeout: float = 120) -> dict:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = self.json("describe", "job", name)
+            if info["status"] in statuses:
+                return info
+            time.sleep(0.2)
+        raise AssertionError(f"job {name} never reached {statuses}; last: {info['status']} {info['message']}")
+
+
+@pytest.fixture
+def home(tmp_path) -> Path:
+    h = tmp_path / "dtrain-home"
+    h.mkdir()
+    return h
+
+
+@pytest.fixture
+def dt(home) -> Dtrain:
+    d = Dtrain(home)
+    yield d
+    # leave nothing running behind a failed test
+    for job in json.loads(d("list", "--json").stdout or "[]"):
+        if job["status"] in ("Pending", "Running"):
+            d("delete", job["name"], check=False)

@@ -1,0 +1,292 @@
+"""End-to-end tests of the local backend through the real `dtrain` command and real launchers."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import sqlite3
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Dtrain
+
+ALLREDUCE = str(Path(__file__).parent / "jobs" / "allreduce.py")
+PY = sys.executable
+
+
+def dump_state(home: Path) -> list:
+    """Everything stored, to prove bad input changes nothing."""
+    db = home / "state.db"
+    if not db.exists():
+        return []
+    conn = sqlite3.connect(db)
+    try:
+        tables = [r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='table' ORDER BY name")]
+        rows = [(t, conn.execute(f"SELECT * FROM {t} ORDER BY rowid").fetchall()) for t in tables]
+        return [(t, r) for t, r in rows if r]  # opening a store may create empty tables; rows are the state
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("verb,extra", [("submit-dist", ["--launcher", "torchrun"]), ("submit-mpi", [])])
+def test_two_process_allreduce_runs_detached_and_reports_truth(dt: Dtrain, tmp_path, verb, extra):
+    if verb == "submit-mpi" and not shutil.which("mpirun"):
+        pytest.skip("OpenMPI is not installed (make setup installs it)")
+    gate = tmp_path / "go"
+    # the job waits for a file, so it is provably still running after `submit` returned
+    script = f"import os,time,runpy\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)\nrunpy.run_path({ALLREDUCE!r})"
+    (tmp_path / "job.py").write_text(script)
+    out = dt(verb, "ar", "--processes", "2", *extra, "--", "python", str(tmp_path / "job.py"))
+    assert "submitted" in out.stdout
+    info = dt.wait_for("ar", {"Running"})
+    assert info["spec"]["launcher"] == ("mpi" if verb == "submit-mpi" else "torchrun")
+    listing = dt("list").stdout
+    row = next(line for line in listing.splitlines() if line.startswith("ar "))
+    assert "Running" in row and ("MPI" if verb == "submit-mpi" else "PyTorch") in row
+    gate.write_text("go")
+    assert dt("wait", "ar", "--timeout", "120").returncode == 0
+    info = dt.json("describe", "job", "ar")
+    assert info["status"] == "Succeeded"
+    assert [p["exit_code"] for p in info["processes"]] == [0, 0]
+    assert [e["status"] for e in info["events"]] == ["Pending", "Running", "Succeeded"]
+    for rank in (0, 1):
+        lines = dt("logs", "ar", "--rank", str(rank)).stdout.splitlines()
+        assert lines == [f"rank {rank}/2 local_rank {rank} cuda_visible '' allreduce 3 expected 3"]
+    both = dt("logs", "ar").stdout
+    assert "[rank 0] rank 0/2" in both and "[rank 1] rank 1/2" in both
+    assert len(dt("logs", "ar", "-t", "1").stdout.splitlines()) == 1
+    stamped = dt("logs", "ar", "--rank", "0", "--timestamps").stdout
+    assert stamped.startswith(time.strftime("%Y-", time.gmtime()))
+    assert dt("logs", "ar", "--since", "1h").stdout == both
+    assert "Succeeded" in dt("describe", "job", "ar").stdout
+
+
+def test_logs_follow_streams_until_the_job_ends(dt: Dtrain):
+    code = "import time\nfor i in range(5):\n    print('tick', i, flush=True); time.sleep(0.3)"
+    dt("submit", "ticker", "--", "python", "-c", code)
+    out = dt("logs", "ticker", "-f", timeout=60).stdout.splitlines()
+    assert out == [f"tick {i}" for i in range(5)]
+    assert dt.status("ticker") == "Succeeded"
+
+
+def test_gang_scheduling_never_shares_a_device(home, tmp_path):
+    dt = Dtrain(home, env={"DTRAIN_GPUS": "2"})
+    gate = tmp_path / "release"
+    wait = f"import os,time\nprint(os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n" \
+           f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)"
+    dt("submit-dist", "first", "--processes", "2", "--gpu", "1", "--", "python", "-c", wait)
+    dt.wait_for("first", {"Running"})
+    dt("submit", "second", "--gpu", "1", "--", "python", "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'])")
+    seen = set()
+    for _ in range(15):  # the second job stays Pending while the first holds both GPUs
+        jobs = {j["name"]: j for j in dt.json("list")}
+        assert jobs["second"]["status"] == "Pending"
+        assert jobs["first"]["gpus_allocated"] == 2 and jobs["second"]["gpus_allocated"] == 0
+        seen.add(jobs["second"]["processes_pending"])
+        time.sleep(0.1)
+    assert seen == {1}
+    first = dt.json("describe", "job", "first")
+    devices = [tuple(p["devices"]) for p in first["processes"]]
+    assert sorted(devices) == [("0",), ("1",)]  # each process its own device
+    deadline = time.monotonic() + 30
+    while len(dt("logs", "first").stdout.splitlines()) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sorted(dt("logs", "first").stdout.splitlines()) == ["[rank 0] 0", "[rank 1] 1"]
+    gate.write_text("x")
+    dt.wait_for("first", {"Succeeded"})
+    info = dt.wait_for("second", {"Succeeded"})
+    assert dt("logs", "second").stdout.strip() in ("0", "1")
+    assert info["started"] >= dt.json("describe", "job", "first")["finished"]
+
+
+def test_fifo_within_project_and_quota(home, tmp_path):
+    dt = Dtrain(home, env={"DTRAIN_GPUS": "2"})
+    dt("project", "create", "team", "--gpu-quota", "1")
+    gate = tmp_path / "go"
+    hold = f"import os,time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
+    dt("submit", "a", "-p", "team", "--gpu", "1", "--", "python", "-c", hold)
+    dt.wait_for("a", {"Running"})
+    dt("submit", "b", "-p", "team", "--gpu", "1", "--", "true")   # over quota: waits
+    dt("submit", "c", "-p", "team", "--", "true")                 # CPU job, but FIFO: behind b
+    dt("submit", "d", "--gpu", "1", "--", "true")                 # other project: a GPU is free
+    dt.wait_for("d", {"Succeeded"})
+    time.sleep(1.0)
+    assert dt.status("b") == "Pending" and dt.status("c") == "Pending"
+    projects = {p["name"]: p for p in dt.json("project", "list")}
+    assert projects["team"]["gpu_quota"] == 1 and projects["team"]["gpus_allocated"] == 1
+    gate.write_text("x")
+    b = dt.wait_for("b", {"Succeeded"})
+    c = dt.wait_for("c", {"Succeeded"})
+    assert c["started"] >= b["started"]
+    over = dt("submit", "e", "-p", "team", "--gpu", "2", "--", "true", check=False)
+    assert over.returncode != 0 and "quota of 1" in over.stderr
+
+
+def test_killed_process_fails_the_job(dt: Dtrain):
+    dt("submit", "victim", "--", "python", "-c", "import time; print('up', flush=True); time.sleep(60)")
+    dt.wait_for("victim", {"Running"})
+    pid = _rank_pid(dt.home, "victim", 0)
+    os.kill(pid, signal.SIGKILL)
+    info = dt.wait_for("victim", {"Failed"})
+    assert info["processes"][0]["exit_code"] == 137
+    assert "rank 0 exited with code 137" in info["message"]
+
+
+def test_killed_process_is_restarted_with_max_restarts(dt: Dtrain, tmp_path):
+    marker = tmp_path / "attempts"
+    code = (f"import os,time\nopen({str(marker)!r},'a').write('x')\nprint('attempt', os.environ['DTRAIN_ATTEMPT'],"
+            f" flush=True)\nif len(open({str(marker)!r}).read()) < 2: time.sleep(60)")
+    dt("submit", "phoenix", "--max-restarts", "1", "--", "python", "-c", code)
+    dt.wait_for("phoenix", {"Running"})
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(_rank_pid(dt.home, "phoenix", 0), signal.SIGKILL)
+    info = dt.wait_for("phoenix", {"Succeeded", "Failed"})
+    assert info["status"] == "Succeeded" and info["restarts"] == 1
+    assert dt("logs", "phoenix").stdout.split("\n")[:2] == ["attempt 0", "attempt 1"]
+
+
+def test_torchrun_restarts_the_worker_group(dt: Dtrain, tmp_path):
+    marker = tmp_path / "once"
+    code = (f"import os,sys\nif not os.path.exists({str(marker)!r}) and os.environ['RANK']=='1':\n"
+            f"    open({str(marker)!r},'w').write('x'); sys.exit(5)\nprint('ok', os.environ['RANK'])")
+    dt("submit-dist", "elastic", "--processes", "2", "--max-restarts", "1", "--", "python", "-c", code)
+    info = dt.wait_for("elastic", {"Succeeded", "Failed"}, timeout=180)
+    assert info["status"] == "Succeeded" and info["restarts"] == 1
+
+
+def test_lost_supervisor_is_never_shown_running(dt: Dtrain):
+    dt("submit", "orphan", "--", "python", "-c", "import time; time.sleep(60)")
+    dt.wait_for("orphan", {"Running"})
+    conn = sqlite3.connect(dt.home / "state.db")
+    pid = conn.execute("SELECT supervisor_pid FROM jobs WHERE name='orphan'").fetchone()[0]
+    conn.close()
+    rank_pid = _rank_pid(dt.home, "orphan", 0)
+    os.kill(pid, signal.SIGKILL)
+    time.sleep(0.5)
+    info = dt.json("describe", "job", "orphan")
+    assert info["status"] == "Failed" and "lost" in info["message"]
+    _assert_dead(rank_pid)
+
+
+def test_delete_stops_every_process(dt: Dtrain):
+    dt("submit-dist", "long", "--processes", "2", "--", "python", "-c", "import time; print('up', flush=True); time.sleep(120)")
+    dt.wait_for("long", {"Running"})
+    deadline = time.monotonic() + 60
+    while len(list((dt.home / "jobs" / "long" / "ranks").glob("*.json"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    pids = [_rank_pid(dt.home, "long", r) for r in (0, 1)]
+    out = dt("delete", "long")
+    assert "deleted" in out.stdout
+    for pid in pids:
+        _assert_dead(pid)
+    assert dt.status("long") == "Deleted"
+    assert dt.json("list")[0]["gpus_allocated"] == 0
+    dt("submit", "long", "--", "true")  # a deleted name can be used again
+    assert dt.wait_for("long", {"Succeeded"})
+
+
+def test_same_spec_from_flags_yaml_and_sdk(dt: Dtrain, tmp_path):
+    import dtrain
+
+    flags = ["--processes", "2", "--launcher", "torchrun", "--cpu", "1", "--memory", "1Gi", "-e", "BATCH_SIZE=33",
+             "-e", "USE_VAL=false", "--pvc", "local:1Gi:/data", "--large-shm", "--working-dir", str(tmp_path),
+             "--max-restarts", "2", "--project", "lanes"]
+    yaml_text = f"""
+name: from-yaml
+processes: 2
+launcher: torchrun
+cpu: 1
+memory: 1Gi
+env: {{BATCH_SIZE: "33", USE_VAL: "false"}}
+pvc: ["local:1Gi:/data"]
+large_shm: true
+working_dir: {tmp_path}
+max_restarts: 2
+project: lanes
+command: [python, -c, "print(1)"]
+"""
+    (tmp_path / "job.yaml").write_text(yaml_text)
+    a = dtrain.JobSpec(name="from-sdk", command=("python", "-c", "print(1)"), processes=2, launcher="torchrun",
+                       cpu=1, memory="1Gi", env={"BATCH_SIZE": "33", "USE_VAL": "false"},
+                       volumes=(dtrain.parse_pvc("local:1Gi:/data"),), large_shm=True, working_dir=str(tmp_path),
+                       max_restarts=2, project="lanes")
+    dt("submit-dist", "from-flags", *flags, "--", "python", "-c", "print(1)")
+    dt("submit", "-f", str(tmp_path / "job.yaml"))
+    dtrain.Client(home=dt.home).submit(a)
+    specs = {j["name"]: j["spec"] for j in dt.json("list", "-A")}
+    for name in ("from-yaml", "from-sdk"):
+        other = dict(specs[name], name="from-flags")
+        assert other == specs["from-flags"], name
+    for name in specs:
+        dt.wait_for(name, {"Succeeded"}, timeout=120)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["submit", "j", "--pvc", "nocolon", "--", "true"], "invalid --pvc 'nocolon'"),
+    (["submit", "j", "--pvc", "missing-vol:/mnt", "--", "true"], "missing-vol"),
+    (["submit", "j", "-e", "NOEQUALS", "--", "true"], "invalid -e 'NOEQUALS'"),
+    (["submit", "j", "--", "no-such-command-xyz"], "'no-such-command-xyz' not found"),
+    (["submit", "j"], "no command"),
+    (["submit", "Bad_Name", "--", "true"], "invalid job name"),
+    (["submit-dist", "j", "--processes", "0", "--", "true"], "--processes 0"),
+    (["submit", "j", "--gpu", "3", "--", "true"], "needs 3 GPUs"),
+    (["submit", "j", "--memory", "lots", "--", "true"], "invalid --memory"),
+    (["project", "create", "p", "--gpu-quota", "9"], "larger than this machine"),
+    (["logs", "ghost"], "no job named 'ghost'"),
+    (["describe", "job", "ghost"], "no job named 'ghost'"),
+    (["delete", "ghost"], "no job named 'ghost'"),
+    (["logs", "dup", "--since", "yesterday"], "invalid --since"),
+    (["submit", "dup", "--", "true"], "already exists"),
+])
+def test_bad_input_is_one_clear_line_and_changes_nothing(dt: Dtrain, args, needle):
+    dt("submit", "dup", "--", "true")
+    dt.wait_for("dup", {"Succeeded"})
+    before = dump_state(dt.home)
+    proc = dt(*args, check=False)
+    assert proc.returncode == 2, proc
+    assert needle in proc.stderr and proc.stderr.startswith("dtrain: error: ")
+    assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    assert dump_state(dt.home) == before
+
+
+def test_new_process_sees_jobs_of_earlier_processes(dt: Dtrain):
+    """Unlike an in-memory job list, state is in SQLite: any later process sees every job."""
+    import dtrain
+
+    dt("submit", "seen", "--", "true")
+    dt.wait_for("seen", {"Succeeded"})
+    assert [j.name for j in dtrain.Client(home=dt.home).list()] == ["seen"]
+
+
+def _rank_pid(home: Path, job: str, rank: int, timeout: float = 60) -> int:
+    path = home / "jobs" / job / "ranks" / f"rank-{rank}.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            rec = json.loads(path.read_text())
+            if rec.get("pid"):
+                return rec["pid"]
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"rank {rank} of {job} never started")
+
+
+def _assert_dead(pid: int, timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"process {pid} is still running")
