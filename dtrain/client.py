@@ -7,7 +7,7 @@
     client.wait("train")
 
 Backends are picked per job (`spec.backend`), per project (config) or by default, and can be
-injected: `Client(backends={"kubernetes": KubernetesBackend(cfg, api=fake)})`.
+injected: `Client(backends={"kubernetes": KubernetesBackend(cfg, api_client=fake)})`.
 """
 
 from __future__ import annotations
@@ -43,8 +43,13 @@ class Client:
             from dtrain.backends.local.backend import LocalBackend
             return LocalBackend(self.home)
         if name == "kubernetes":
-            from dtrain.backends.kubernetes.backend import KubernetesBackend, KubernetesConfig
-            return KubernetesBackend(KubernetesConfig(**self.config.kubernetes))
+            from dtrain.backends.kubernetes.backend import KubernetesBackend
+            from dtrain.backends.kubernetes.config import KubernetesConfig
+            try:
+                cfg = KubernetesConfig(**{"project": self.config.project, **self.config.kubernetes})
+            except TypeError as err:
+                raise SpecError(f"{self.home / 'config.yaml'}: bad 'kubernetes' settings ({err})") from None
+            return KubernetesBackend(cfg)
         raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
 
     @property

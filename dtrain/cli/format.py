@@ -15,10 +15,12 @@ def table(headers: list[str], rows: list[list[object]]) -> str:
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in cells)
 
 
-def age(since: float | None, now: float | None = None) -> str:
-    """Kubernetes-style age: 45s, 12m, 3h, 2d."""
+def age(since: float | str | None, now: float | None = None) -> str:
+    """Kubernetes-style age: 45s, 12m, 3h, 2d (from unix seconds or an ISO 8601 time)."""
     if since is None:
         return "-"
+    if isinstance(since, str):
+        since = datetime.fromisoformat(since.replace("Z", "+00:00")).timestamp()
     secs = max(0, int((now or time.time()) - since))
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
         if secs >= size:

@@ -1,0 +1,30 @@
+# The README's two commands: `make demo` (set up, then the lane-detection walk-through on the
+# local backend) and `make test` (set up, then the test suite).
+VENV ?= .venv
+PY := $(VENV)/bin/python
+DEMO_RECIPE ?= demo
+
+.PHONY: setup demo demo-tiny test test-fast bench-setup clean
+
+setup:
+	@bash scripts/setup.sh
+
+demo: setup
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" DEMO_RECIPE=$(DEMO_RECIPE) bash scripts/demo.sh
+
+demo-tiny: setup
+	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" DEMO_RECIPE=tiny bash scripts/demo.sh
+
+test: setup
+	$(PY) -m pytest -q tests
+
+test-fast: setup
+	$(PY) -m pytest -q tests -m "not slow"
+
+# Tools that only the benchmarks compare against (restic, DVC).
+bench-setup: setup
+	@command -v restic >/dev/null || (apt-get update -qq && apt-get install -y -qq restic)
+	$(VENV)/bin/pip install -q dvc
+
+clean:
+	rm -rf $(VENV) demo-out

@@ -1,0 +1,181 @@
+"""`dtrain bench scaling`: the same training at 1, 2, ... processes, through the platform.
+
+    dtrain bench scaling --workload lanes --processes 1,2 --data-dir DIR [--gpu G] [--steps N]
+
+Each size runs as a real dtrain job (submit-dist, torchrun) with a fixed per-process batch and a
+fixed number of steps, one device (a GPU, or here one CPU core) per process, as the reference's
+1-GPU vs 3-GPU comparison. Throughput is read from the job's metrics JSONL (wall time between
+the first steady step and the last), so it excludes start-up and the first (warm-up) steps.
+Writes a markdown table (`scaling.md`), the raw figures (`scaling.json`) and a plot (`scaling.png`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from dtrain.client import Client
+from dtrain.errors import DtrainError, SpecError
+from dtrain.spec import JobSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Workload:
+    """How to run one workload for a fixed number of steps."""
+
+    epoch_images: int  # images in one epoch of the real dataset (for the projected epoch time)
+    dataset: str  # what epoch_images counts
+    command: callable  # (data_dir, out_dir, steps, batch, extra) -> argv
+
+
+def _lanes(data_dir, out_dir, steps, batch, extra):
+    return ["python", "-m", "dtrain.workloads.lanes", "train", "--data-dir", data_dir, "--out-dir", out_dir,
+            "--max-steps", str(steps), "--batch-size", str(batch), "--no-resume", "--no-use-val", *extra]
+
+
+def _cifar10(data_dir, out_dir, steps, batch, extra):
+    return ["python", "-m", "dtrain.workloads.cifar10", "train", "--data-dir", data_dir, "--model-dir", out_dir,
+            "--max-steps", str(steps), "--batch-size", str(batch), "--epochs", "1000", *extra]
+
+
+WORKLOADS = {
+    "lanes": Workload(epoch_images=3268, dataset="TuSimple train (0313 + 0601)", command=_lanes),
+    "cifar10": Workload(epoch_images=50000, dataset="CIFAR10 train", command=_cifar10),
+}
+
+
+def throughput(metrics_path: Path, global_batch: int, warmup: int) -> float:
+    """Images/s between the end of step `warmup` and the end of the last step."""
+    rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+    steps = [r for r in rows if "step" in r and "time" in r and "loss" in r]
+    if len(steps) < warmup + 2:
+        raise DtrainError(f"{metrics_path} has {len(steps)} steps; need more than {warmup + 1} (raise --steps)")
+    first, last = steps[warmup], steps[-1]
+    return (last["step"] - first["step"]) * global_batch / (last["time"] - first["time"])
+
+
+def run(args) -> list[dict]:
+    wl = WORKLOADS[args.workload]
+    client = Client(home=args.home)
+    out = Path(args.out).resolve()
+    results = []
+    for p in args.sizes:
+        name = f"scaling-{args.workload}-{p}p-{int(time.time())}"
+        job_out = out / f"{p}p"
+        job_out.mkdir(parents=True, exist_ok=True)
+        for stale in job_out.glob("*"):
+            if stale.is_file():
+                stale.unlink()
+        command = wl.command(str(Path(args.data_dir).resolve()), str(job_out), args.steps, args.batch, args.extra)
+        spec = JobSpec(name=name, command=tuple(command), processes=p, launcher="torchrun" if p > 1 else "none",
+                       gpu=args.gpu, cpu=args.cpu_per_process, project=args.project or client.default_project,
+                       env={"PYTHONUNBUFFERED": "1"})
+        print(f"[{p} process{'es' if p > 1 else ''}] dtrain submit-dist {name}: {shlex.join(command)}", flush=True)
+        client.submit(spec)
+        info = client.wait(name)
+        if info.status.value != "Succeeded":
+            raise DtrainError(f"scaling job {name} {info.status.value}: {info.message}; see 'dtrain logs {name}'")
+        ips = throughput(_metrics_file(job_out), p * args.batch, args.warmup)
+        results.append({"processes": p, "job": name, "images_per_s": ips})
+    base = results[0]["images_per_s"] / results[0]["processes"]
+    for r in results:
+        r["speedup"] = r["images_per_s"] / results[0]["images_per_s"]
+        r["efficiency"] = r["images_per_s"] / (base * r["processes"])
+        r["epoch_minutes"] = wl.epoch_images / r["images_per_s"] / 60
+    return results
+
+
+def _metrics_file(folder: Path) -> Path:
+    for name in ("metrics.jsonl",):
+        if (folder / name).exists():
+            return folder / name
+    found = sorted(folder.glob("*.jsonl"))
+    if not found:
+        raise DtrainError(f"the job wrote no metrics JSONL into {folder}")
+    return found[0]
+
+
+def markdown(results: list[dict], args) -> str:
+    wl = WORKLOADS[args.workload]
+    device = f"{args.gpu} GPU" if args.gpu else f"{args.cpu_per_process:g} CPU core"
+    lines = [f"Workload `{args.workload}`, per-process batch {args.batch}, {args.steps} steps "
+             f"({args.warmup} warm-up), {device} per process.", "",
+             f"| processes | images/s | speed-up | efficiency | projected epoch ({wl.dataset}, {wl.epoch_images} images) |",
+             "|---|---|---|---|---|"]
+    for r in results:
+        lines.append(f"| {r['processes']} | {r['images_per_s']:.2f} | {r['speedup']:.2f}x | "
+                     f"{100 * r['efficiency']:.0f}% | {_minutes(r['epoch_minutes'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def _minutes(m: float) -> str:
+    return f"{m:.1f} min" if m < 120 else f"{m / 60:.1f} h"
+
+
+def plot(results: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ps = [r["processes"] for r in results]
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
+    a.plot(ps, [r["speedup"] for r in results], "o-", label="measured")
+    a.plot(ps, ps, "--", color="grey", label="linear")
+    a.set_xlabel("processes")
+    a.set_ylabel("speed-up")
+    a.set_xticks(ps)
+    a.legend()
+    b.bar([str(p) for p in ps], [100 * r["efficiency"] for r in results])
+    b.set_ylim(0, 110)
+    b.set_xlabel("processes")
+    b.set_ylabel("efficiency (%)")
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def parse(argv) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="dtrain bench scaling", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--workload", required=True, choices=sorted(WORKLOADS))
+    ap.add_argument("--processes", default="1,2", help="sizes to run, e.g. 1,2,3")
+    ap.add_argument("--data-dir", required=True)
+    ap.add_argument("--out", default="scaling-out")
+    ap.add_argument("--gpu", type=int, default=0, help="GPUs per process")
+    ap.add_argument("--cpu-per-process", type=float, default=1.0, help="CPU threads per process (default 1)")
+    ap.add_argument("--batch", type=int, default=4, help="per-process batch")
+    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3, help="steps left out of the timing")
+    ap.add_argument("--project")
+    ap.add_argument("--home")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("extra", nargs="*", help="after --: extra arguments for the training command")
+    args = ap.parse_args(argv)
+    try:
+        args.sizes = [int(x) for x in args.processes.split(",")]
+    except ValueError:
+        raise SpecError(f"invalid --processes {args.processes!r}: use sizes such as 1,2,3") from None
+    if not args.sizes or min(args.sizes) < 1 or args.sizes != sorted(set(args.sizes)):
+        raise SpecError(f"invalid --processes {args.processes!r}: use increasing sizes >= 1, such as 1,2,3")
+    if not Path(args.data_dir).exists():
+        raise SpecError(f"--data-dir {args.data_dir} does not exist; prepare the data first")
+    return args
+
+
+def main(argv=None) -> int:
+    args = parse(sys.argv[1:] if argv is None else argv)
+    results = run(args)
+    out = Path(args.out)
+    table = markdown(results, args)
+    (out / "scaling.md").write_text(table)
+    (out / "scaling.json").write_text(json.dumps(results, indent=2))
+    plot(results, out / "scaling.png", f"dtrain bench scaling: {args.workload}")
+    print(json.dumps(results, indent=2) if args.json else table)
+    print(f"wrote {out / 'scaling.md'}, {out / 'scaling.json'} and {out / 'scaling.png'}")
+    return 0

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Sets up a fresh machine for dtrain: Debian packages (OpenMPI, bubblewrap), a virtual
+# environment with the pinned CPU build of PyTorch, and dtrain itself (editable, with test extras).
+# Safe to re-run: each step is skipped when already done.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV=${VENV:-.venv}
+PYTHON=${PYTHON:-python3}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+
+need_apt=()
+command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin)
+command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+if [ "${#need_apt[@]}" -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup: installing ${need_apt[*]} with apt-get"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null
+  else
+    echo "setup: please install ${need_apt[*]} (e.g. sudo apt-get install ${need_apt[*]})" >&2
+    exit 1
+  fi
+fi
+
+if [ ! -x "$VENV/bin/python" ]; then
+  echo "setup: creating $VENV"
+  "$PYTHON" -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import torch, sys; sys.exit(0 if torch.__version__.startswith('$TORCH_VERSION') else 1)" 2>/dev/null; then
+  echo "setup: installing torch==$TORCH_VERSION (CPU build)"
+  "$VENV/bin/pip" install -q --disable-pip-version-check "torch==$TORCH_VERSION"
+fi
+if [ ! -f "$VENV/.dtrain-installed" ] || [ pyproject.toml -nt "$VENV/.dtrain-installed" ]; then
+  echo "setup: installing dtrain and its test dependencies"
+  "$VENV/bin/pip" install -q --disable-pip-version-check -e ".[dev]"
+  touch "$VENV/.dtrain-installed"
+fi
+echo "setup: ready ($("$VENV/bin/python" -c 'import torch; print("torch", torch.__version__)'), $(mpirun --version 2>/dev/null | head -1), $(bwrap --version))"
