@@ -1,0 +1,449 @@
+"""KubernetesBackend: dtrain's verbs on a cluster, through the official `kubernetes` client.
+
+    dtrain                  Kubernetes
+    project P               namespace dtrain-P (config.namespace overrides); GPU quota: a ResourceQuota
+    job                     batch/v1 Job, kubeflow.org/v1 PyTorchJob or MPIJob, or a Trainer v2 TrainJob
+    process (rank)          a replica pod, or one of the k ranks a packed pod runs
+    status                  job conditions + pods -> Pending/Running/Succeeded/Failed/Deleted
+    logs                    the pods' logs (timestamps=True; follow streams)
+    volume                  PersistentVolumeClaim (ReadWriteMany)
+    snapshot                snapshot.storage.k8s.io/v1 VolumeSnapshot of a PVC
+    restore --to NEW        a new PVC whose dataSource is the VolumeSnapshot
+    node GPUs               Node allocatable nvidia.com/gpu; allocated = running pods' requests
+
+Translation is pure (render.py, render_storage.py, status.py, logs.py); this module only moves
+dicts through client.KubeApi and keeps the rules: volumes before the job, a name clash is a
+ConflictError, a missing CRD names the operator to install, a deleted job reads Deleted while
+its pods go. `wait` is the base class's.
+"""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+import time
+from dataclasses import replace
+from typing import Any, Iterator
+
+from dtrain.backends.base import Backend, GpuInfo, JobInfo, JobStatus, LogLine, NodeInfo
+from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
+from dtrain.spec import JobSpec, VolumeMount, check_name, parse_size
+
+from .client import (NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT,
+                     Forbidden, KubeApi, Missing, client_from_config)
+from .config import KubernetesConfig
+from .logs import LogSource, keep, merge, parse_line
+from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE, MPI_JOB, ROLE_SNAPSHOTTER,
+                      SNAPSHOT_HINT, VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
+from .render import render_job, resource_for
+from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace, render_success_snapshot
+from .status import job_info, newest_pod, pod_gpus, pod_index, procs_per_pod, spec_of
+from .volumes import VolumeVerbs
+
+JOB_ORDER = tuple(JOB_RESOURCES.values())  # where `get NAME` looks, in this order
+_BY_KIND = {r.kind: r for r in (NAMESPACE, PVC, RESOURCE_QUOTA, SERVICE, SERVICE_ACCOUNT, ROLE, ROLE_BINDING,
+                                VOLUME_SNAPSHOT, *JOB_ORDER)}
+_SHARED = ("ServiceAccount", "Role", "RoleBinding")  # one per namespace, kept across jobs
+_DONE = object()
+
+
+class KubernetesBackend(VolumeVerbs, Backend):
+    """dtrain's backend for a Kubernetes cluster with the Kubeflow Training Operator."""
+
+    name = "kubernetes"
+    poll_interval = 1.0  # seconds between looks while `logs -f` waits for a pod to start
+
+    def __init__(self, config: KubernetesConfig | None = None, *, api_client: Any = None):
+        """`api_client`: a kubernetes.client.ApiClient; None builds one from the kubeconfig on first use."""
+        self.config = config or KubernetesConfig()
+        self._api_client = api_client
+        self._api: KubeApi | None = None
+
+    @property
+    def api(self) -> KubeApi:
+        if self._api is None:
+            self._api = KubeApi(self._api_client or client_from_config(self.config))
+        return self._api
+
+    @property
+    def namespace(self) -> str:
+        return self.config.namespace_of()
+
+    def render(self, spec: JobSpec) -> list[dict]:
+        """What `submit` would create, for `--dry-run` (no cluster call)."""
+        return render_job(spec, self.config, with_namespace=self.config.create_namespace)
+
+    # ---------------------------------------------------------------- submit
+
+    def _submit(self, spec: JobSpec) -> JobInfo:
+        resource = resource_for(spec, self.config)
+        objects = render_job(spec, self.config)
+        namespace = self.config.namespace_of(spec.project)
+        self._ensure_namespace(namespace, spec.project)
+        self._check_free(spec, namespace, objects)
+        created: list[tuple[Resource, dict]] = []
+        job: dict | None = None
+        try:
+            for obj in objects:
+                if obj["kind"] in _SHARED:
+                    self._create_shared(obj)
+                    continue
+                if job is not None:  # the MPI master Service and the snapshot watcher go with the job
+                    obj = _owned_by(obj, job)
+                made = self._create(obj)
+                created.append((_BY_KIND[obj["kind"]], made))
+                if obj["kind"] == resource.kind and obj["metadata"]["name"] == spec.name:
+                    job = made
+        except DtrainError as err:
+            failed = self._roll_back(created)
+            if failed:
+                raise BackendError(f"{err}; cleaning up also failed for {', '.join(failed)}: "
+                                   f"delete them with kubectl -n {namespace}") from err
+            raise
+        assert job is not None
+        return job_info(resource.kind, job, [])
+
+    def _ensure_namespace(self, namespace: str, project: str) -> None:
+        if not self.config.create_namespace:
+            return
+        try:
+            self.api.read(NAMESPACE, None, namespace)
+            return
+        except Missing:
+            pass
+        except Forbidden:
+            return  # a namespace-scoped account cannot read namespaces; an admin made its own
+        try:
+            self.api.create(render_namespace(namespace, project, self.config), NAMESPACE)
+        except ConflictError:
+            pass  # created meanwhile
+        except Forbidden as err:
+            raise Forbidden(f"namespace {namespace} is missing and this account may not create it: ask an "
+                            f"admin to run 'kubectl create namespace {namespace}' ({err})") from None
+
+    def _check_free(self, spec: JobSpec, namespace: str, objects: list[dict]) -> None:
+        """Refuse before creating anything: a taken name, a taken new volume, a missing volume."""
+        for resource, _ in self._jobs_named(namespace, spec.name)[0]:
+            raise ConflictError(f"job {spec.name!r} already exists in namespace {namespace} ({resource.kind}): "
+                                f"delete it with 'dtrain delete {spec.name}' or choose another name")
+        for obj in objects:
+            name, kind = obj["metadata"]["name"], obj["kind"]
+            if kind in ("PersistentVolumeClaim", "Job") and self._try_read(_BY_KIND[kind], namespace, name):
+                how = f"dtrain volume delete {name}" if kind == "PersistentVolumeClaim" else \
+                    f"kubectl delete job {name} -n {namespace}"
+                raise ConflictError(f"{kind} {name!r} already exists in namespace {namespace}: delete it "
+                                    f"({how}) or rename job {spec.name!r}")
+        claims = {v.volume for v in spec.volumes if isinstance(v, VolumeMount)}
+        mine = {v.volume for v in spec.resolved_volumes()}
+        if spec.snapshot_volume and spec.snapshot_volume not in mine:
+            claims.add(spec.snapshot_volume)
+        for claim in sorted(claims):
+            if self._try_read(PVC, namespace, claim) is None:
+                raise NotFoundError(f"volume {claim!r} not found in namespace {namespace}: create it with "
+                                    f"'dtrain volume create {claim}' or use --pvc CLASS:SIZE:MOUNT")
+
+    def _create(self, obj: dict) -> dict:
+        resource = _BY_KIND[obj["kind"]]
+        try:
+            return self.api.create(obj, resource)
+        except Missing as err:
+            if err.api_missing:
+                raise BackendError(f"the cluster does not serve {resource.full_name} ({resource.kind}): "
+                                   f"{resource.install_hint or 'check the API group'}") from None
+            raise NotFoundError(f"{err}: create the namespace (kubectl create namespace "
+                                f"{obj['metadata'].get('namespace')}) or let dtrain create it") from None
+        except Forbidden as err:
+            if resource.install_hint:
+                raise Forbidden(f"{err}; if {resource.full_name} is not installed: {resource.install_hint}") from None
+            raise
+
+    def _create_shared(self, obj: dict) -> None:
+        try:
+            self._create(obj)
+        except ConflictError:
+            pass  # made for an earlier job in this namespace
+
+    def _roll_back(self, created: list[tuple[Resource, dict]]) -> list[str]:
+        failed = []
+        for resource, obj in reversed(created):
+            meta = obj["metadata"]
+            try:
+                self.api.delete(resource, meta.get("namespace"), meta["name"])
+            except DtrainError:
+                failed.append(f"{resource.kind} {meta['name']}")
+        return failed
+
+    def _try_read(self, resource: Resource, namespace: str, name: str) -> dict | None:
+        try:
+            return self.api.read(resource, namespace, name)
+        except Missing:
+            return None
+
+    def _jobs_named(self, namespace: str, name: str) -> tuple[list[tuple[Resource, dict]], list[Forbidden]]:
+        """Objects of every job kind with this name, and the kinds this account may not read."""
+        found, refused = [], []
+        for resource in JOB_ORDER:
+            try:
+                obj = self._try_read(resource, namespace, name)
+            except Forbidden as err:
+                refused.append(err)  # e.g. no RBAC for a kind this project does not use
+                continue
+            if obj is not None:
+                found.append((resource, obj))
+        return found, refused
+
+    # ---------------------------------------------------------------- get, list, delete
+
+    def _find(self, name: str) -> tuple[Resource, dict]:
+        found, refused = self._jobs_named(self.namespace, name)
+        for resource, obj in found:
+            labels = obj["metadata"].get("labels") or {}
+            if LABEL_JOB in labels and labels.get(LABEL_ROLE) != ROLE_SNAPSHOTTER:
+                return resource, obj
+        if refused:  # it may be of a kind we may not read: say so rather than 'not found'
+            raise refused[0]
+        raise NotFoundError(f"job {name!r} not found in namespace {self.namespace}: see 'dtrain list'")
+
+    def _pods(self, name: str) -> list[dict]:
+        return self.api.pods(self.namespace, job_selector(name))
+
+    def _get(self, name: str) -> JobInfo:
+        resource, obj = self._find(name)
+        return self._snapshot_on_success(job_info(resource.kind, obj, self._pods(name)))
+
+    def _list(self) -> list[JobInfo]:
+        """Jobs of every project (`list --project P` filters); one namespace if the account sees no more."""
+        scope = self.namespace if self.config.namespace else None
+        try:
+            objects = self._job_objects(scope)
+        except Forbidden:
+            if scope is not None:
+                raise
+            scope, objects = self.namespace, self._job_objects(self.namespace)
+        pods: dict[tuple[str, str], list[dict]] = {}
+        for pod in self.api.pods(scope, job_selector()):
+            meta = pod["metadata"]
+            pods.setdefault((meta["namespace"], meta["labels"][LABEL_JOB]), []).append(pod)
+        infos = [self._snapshot_on_success(job_info(r.kind, obj, pods.get(_key(obj), []))) for r, obj in objects]
+        return sorted(infos, key=lambda i: (i.created, i.name))
+
+    def _job_objects(self, namespace: str | None) -> list[tuple[Resource, dict]]:
+        """Every dtrain job object in a namespace (None: all), of every kind this cluster serves."""
+        found, refused = [], []
+        for resource in JOB_ORDER:
+            try:
+                items = self.api.list(resource, namespace, label_selector=job_selector())
+            except Missing:
+                continue  # that kind's CRD is not installed, so no job is of it
+            except Forbidden as err:
+                refused.append(err)  # no RBAC for a kind: list the others, unless none is allowed
+                continue
+            found += [(resource, obj) for obj in items]
+        if len(refused) == len(JOB_ORDER):
+            raise refused[0]
+        return found
+
+    # ---------------------------------------------------------------- projects
+
+    def create_project(self, name: str, *, gpu_quota: int | None = None) -> None:
+        """A project is a namespace (dtrain-NAME); its GPU quota a ResourceQuota on GPU requests."""
+        check_name(name, "project")
+        namespace = self.config.namespace_of(name)
+        try:
+            self.api.create(render_namespace(namespace, name, self.config), NAMESPACE)
+        except ConflictError:
+            pass  # an existing project: only its quota changes
+        if gpu_quota is None:
+            return
+        quota = render_gpu_quota(name, gpu_quota, self.config)
+        if self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) is None:
+            self.api.create(quota, RESOURCE_QUOTA)
+        else:
+            self.api.replace(quota, RESOURCE_QUOTA)
+
+    def list_projects(self) -> list[dict]:
+        """Projects with their GPU quota, GPUs held by running pods and job count."""
+        try:
+            namespaces = self.api.list(NAMESPACE, None, label_selector=LABEL_PROJECT)
+        except Forbidden:  # a namespace-scoped account sees its own project only
+            namespaces = [n for n in [self._try_read(NAMESPACE, None, self.namespace)] if n]
+        out = []
+        for ns in namespaces:
+            namespace = ns["metadata"]["name"]
+            quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) or {}
+            hard = (quota.get("spec") or {}).get("hard", {}).get(f"requests.{GPU_RESOURCE}")
+            running = self.api.list(POD, namespace, field_selector="status.phase=Running")
+            out.append({"name": (ns["metadata"].get("labels") or {}).get(LABEL_PROJECT, namespace),
+                        "namespace": namespace, "gpu_quota": int(hard) if hard is not None else None,
+                        "gpus_allocated": sum(pod_gpus(p) for p in running),
+                        "jobs": len(self._job_objects(namespace)), "backend": "kubernetes"})
+        return sorted(out, key=lambda p: p["name"])
+
+    def _snapshot_on_success(self, info: JobInfo) -> JobInfo:
+        """Mechanism 1 of --snapshot-on-success (render_storage.py): snapshot once seen Succeeded."""
+        volume = info.spec.snapshot_volume
+        if info.status is not JobStatus.SUCCEEDED or not volume:
+            return info
+        name, namespace = success_snapshot_name(info.name), info.extra["namespace"]
+        try:
+            self.api.read(VOLUME_SNAPSHOT, namespace, name)
+        except Missing as err:
+            if err.api_missing:
+                return replace(info, message=f"snapshot-on-success not taken: {SNAPSHOT_HINT}")
+            if self._try_read(PVC, namespace, volume) is None:
+                return replace(info, message=f"snapshot-on-success not taken: volume {volume!r} is gone")
+            try:
+                self.api.create(render_success_snapshot(info.spec, self.config), VOLUME_SNAPSHOT)
+            except ConflictError:
+                pass  # the in-cluster watcher took it first
+        return replace(info, snapshot=name)
+
+    def _delete(self, name: str) -> JobInfo:
+        resource, obj = self._find(name)
+        info = job_info(resource.kind, obj, self._pods(name))
+        # Foreground: the object stays (reading Deleted) until its pods, Service and watcher are gone.
+        self.api.delete(resource, self.namespace, name, propagation="Foreground")
+        return replace(info, status=JobStatus.DELETED, finished=info.finished or time.time(),
+                       message=f"deleted {resource.kind} {name} from namespace {self.namespace}")
+
+    # ---------------------------------------------------------------- logs
+
+    def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
+              follow: bool) -> Iterator[LogLine]:
+        resource, obj = self._find(name)
+        spec = spec_of(obj)
+        if rank is not None and not 0 <= rank < spec.processes:
+            raise SpecError(f"job {name!r} has ranks 0..{spec.processes - 1}, not {rank}: pick one with --rank")
+        sources = _log_sources(resource.kind, obj, self._pods(name), rank)
+        query: dict[str, Any] = {"timestamps": True}
+        if tail is not None and (rank is None or all(s.tags is None for s in sources)):
+            query["tail_lines"] = tail  # exact only when the server's lines are the ones we keep
+        if since is not None:
+            query["since_seconds"] = max(1, math.ceil(time.time() - since))
+        if follow:
+            return self._follow(name, resource.kind, rank, sources, query, since)
+        streams = [[x for x in (parse_line(r, s) for r in self._read_log(s, query)) if keep(x, rank, since)]
+                   for s in sources]
+        return iter(merge(streams, tail))
+
+    def _read_log(self, source: LogSource, query: dict) -> list[str]:
+        try:
+            return list(self.api.pod_log(self.namespace, source.pod, **query))
+        except BackendError as err:
+            if "waiting to start" in str(err):
+                return []  # a pod that has not started has written nothing
+            raise
+
+    def _stream(self, name: str, source: LogSource, query: dict) -> Iterator[str]:
+        while True:
+            try:
+                yield from self.api.pod_log(self.namespace, source.pod, follow=True, **query)
+                return
+            except BackendError as err:
+                if "waiting to start" not in str(err) or self._get(name).status.terminal:
+                    raise
+            time.sleep(self.poll_interval)
+
+    def _follow(self, name: str, kind: str, rank: int | None, sources: list[LogSource], query: dict,
+                since: float | None) -> Iterator[LogLine]:
+        while not sources:  # no pod yet: wait for the operator, or for the job to end
+            if self._get(name).status.terminal:
+                return
+            time.sleep(self.poll_interval)
+            resource, obj = self._find(name)
+            sources = _log_sources(kind, obj, self._pods(name), rank)
+        if len(sources) == 1:
+            for raw in self._stream(name, sources[0], query):
+                line = parse_line(raw, sources[0])
+                if keep(line, rank, since):
+                    yield line
+            return
+        yield from self._follow_many(name, rank, sources, query, since)
+
+    def _follow_many(self, name: str, rank: int | None, sources: list[LogSource], query: dict,
+                     since: float | None) -> Iterator[LogLine]:
+        """Several pods at once: one reader thread per pod, lines yielded as they arrive."""
+        lines: queue.Queue = queue.Queue()
+
+        def pump(source: LogSource) -> None:
+            try:
+                for raw in self._stream(name, source, query):
+                    lines.put(parse_line(raw, source))
+            except DtrainError as err:
+                lines.put(err)
+            finally:
+                lines.put(_DONE)
+
+        for source in sources:
+            threading.Thread(target=pump, args=(source,), name=f"logs-{source.pod}", daemon=True).start()
+        done = 0
+        while done < len(sources):
+            item = lines.get()
+            if item is _DONE:
+                done += 1
+            elif isinstance(item, Exception):
+                raise item
+            elif keep(item, rank, since):
+                yield item
+
+    # ---------------------------------------------------------------- nodes
+
+    def _nodes(self) -> list[NodeInfo]:
+        used: dict[str, int] = {}
+        for pod in self.api.running_pods_everywhere():
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                used[node] = used.get(node, 0) + pod_gpus(pod)
+        out = []
+        for node in self.api.list(NODE, None):
+            meta, alloc = node["metadata"], (node.get("status") or {}).get("allocatable") or {}
+            name = meta["name"]
+            out.append(NodeInfo(name=name, gpus_allocatable=int(alloc.get(GPU_RESOURCE, 0)),
+                                gpus_allocated=used.get(name, 0), cpus=_cpus(alloc.get("cpu")),
+                                memory=parse_size(alloc["memory"]) if alloc.get("memory") else None,
+                                gpus=_gpus(meta, int(alloc.get(GPU_RESOURCE, 0)))))
+        return sorted(out, key=lambda n: n.name)
+
+
+def _key(obj: dict) -> tuple[str, str]:
+    return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+
+def _owned_by(obj: dict, owner: dict) -> dict:
+    meta = owner["metadata"]
+    ref = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"], "uid": meta["uid"],
+           "blockOwnerDeletion": True}
+    return {**obj, "metadata": {**obj["metadata"], "ownerReferences": [ref]}}
+
+
+def _log_sources(kind: str, obj: dict, pods: list[dict], rank: int | None) -> list[LogSource]:
+    """Which pods hold the wanted ranks' lines, and how their lines are tagged."""
+    if kind == MPI_JOB.kind:  # mpirun on the launcher collects every rank's output
+        launcher = [p for p in pods if pod_index(kind, obj, p) is None]
+        return [LogSource(newest_pod(launcher)["metadata"]["name"], 0, "mpi")] if launcher else []
+    per_pod = procs_per_pod(obj)
+    by_index: dict[int, list[dict]] = {}
+    for pod in pods:
+        by_index.setdefault(pod_index(kind, obj, pod), []).append(pod)
+    wanted = sorted(i for i in by_index if i is not None) if rank is None else [rank // per_pod]
+    sources = []
+    for index in wanted:
+        if index in by_index:
+            pod = newest_pod(by_index[index])
+            command = pod["spec"]["containers"][0].get("command") or []
+            tags = "torchrun" if "--tee=3" in command else None
+            sources.append(LogSource(pod["metadata"]["name"], index * per_pod, tags))
+    return sources
+
+
+def _cpus(value: str | None) -> int | None:
+    if not value:
+        return None
+    return int(value[:-1]) // 1000 if value.endswith("m") else int(float(value))
+
+
+def _gpus(meta: dict, count: int) -> tuple[GpuInfo, ...]:
+    # NVIDIA GPU feature discovery labels the product; there is no per-device view from the API.
+    product = (meta.get("labels") or {}).get("nvidia.com/gpu.product", "")
+    return tuple(GpuInfo(index=str(i), name=product) for i in range(count))

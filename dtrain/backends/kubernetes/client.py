@@ -1,0 +1,194 @@
+"""The thin I/O layer: dict manifests in, dicts out, through the official `kubernetes` client.
+
+Every call goes through the generated API classes (CoreV1Api, BatchV1Api, RbacAuthorizationV1Api,
+CustomObjectsApi) with `_preload_content=False`, so one JSON shape (the wire's) flows through the
+backend whatever the kind, and every API error becomes a dtrain error here, in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from dtrain.errors import BackendError, ConflictError, EnvironmentError_, NotFoundError
+
+from .config import KubernetesConfig
+from .objects import Resource
+
+NAMESPACE = Resource("", "v1", "namespaces", "Namespace", "", namespaced=False)
+NODE = Resource("", "v1", "nodes", "Node", "", namespaced=False)
+POD = Resource("", "v1", "pods", "Pod", "")
+PVC = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", "")
+RESOURCE_QUOTA = Resource("", "v1", "resourcequotas", "ResourceQuota", "")
+SERVICE = Resource("", "v1", "services", "Service", "")
+SERVICE_ACCOUNT = Resource("", "v1", "serviceaccounts", "ServiceAccount", "")
+ROLE = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", "")
+ROLE_BINDING = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", "")
+_TYPED_APIS = {"": "core", "batch": "batch", "rbac.authorization.k8s.io": "rbac"}
+
+
+class Missing(NotFoundError):
+    """A 404: the object is absent, or (api_missing) the cluster does not serve its type at all."""
+
+    def __init__(self, message: str, *, api_missing: bool):
+        super().__init__(message)
+        self.api_missing = api_missing
+
+
+class Forbidden(BackendError):
+    """A 401/403: credentials or RBAC refused the call."""
+
+
+def import_kubernetes():
+    try:
+        import kubernetes.client
+        import kubernetes.config
+    except ImportError:
+        raise EnvironmentError_("the Kubernetes backend needs the official client: pip install kubernetes") from None
+    return kubernetes
+
+
+def client_from_config(config: KubernetesConfig):
+    """An ApiClient from the kubeconfig (config.kubeconfig/context), else the in-cluster account."""
+    k8s = import_kubernetes()
+    try:
+        return k8s.config.new_client_from_config(config_file=config.kubeconfig, context=config.context)
+    except (k8s.config.ConfigException, OSError) as err:
+        if config.kubeconfig is None and config.context is None:
+            conf = k8s.client.Configuration()
+            try:
+                k8s.config.load_incluster_config(client_configuration=conf)
+                return k8s.client.ApiClient(conf)
+            except k8s.config.ConfigException:
+                pass
+        raise BackendError(f"no usable Kubernetes configuration ({err}): point KUBECONFIG at a kubeconfig, "
+                           f"choose a context, or run dtrain inside the cluster") from None
+
+
+def _snake(kind: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
+
+
+@dataclass
+class KubeApi:
+    """The official API objects over one ApiClient, and the error mapping."""
+
+    api_client: Any
+
+    def __post_init__(self):
+        k8s = import_kubernetes()
+        self.core = k8s.client.CoreV1Api(self.api_client)
+        self.batch = k8s.client.BatchV1Api(self.api_client)
+        self.rbac = k8s.client.RbacAuthorizationV1Api(self.api_client)
+        self.custom = k8s.client.CustomObjectsApi(self.api_client)
+        self._api_exception = k8s.client.exceptions.ApiException
+
+    @property
+    def host(self) -> str:
+        return self.api_client.configuration.host
+
+    # ---------------------------------------------------------------- generic verbs
+
+    def create(self, obj: dict, resource: Resource) -> dict:
+        meta = obj["metadata"]
+        return self.call("create", resource, meta.get("namespace"), meta["name"], body=obj)
+
+    def read(self, resource: Resource, namespace: str | None, name: str) -> dict:
+        return self.call("read", resource, namespace, name)
+
+    def list(self, resource: Resource, namespace: str | None, **query: Any) -> list[dict]:
+        return list(self.call("list", resource, namespace, **query).get("items") or [])
+
+    def replace(self, obj: dict, resource: Resource) -> dict:
+        meta = obj["metadata"]
+        return self.call("replace", resource, meta.get("namespace"), meta["name"], body=obj)
+
+    def delete(self, resource: Resource, namespace: str | None, name: str, *, propagation: str = "Background") -> dict:
+        return self.call("delete", resource, namespace, name, propagation_policy=propagation)
+
+    def call(self, verb: str, resource: Resource, namespace: str | None, name: str | None = None, *,
+             body: dict | None = None, **query: Any) -> dict:
+        if resource.group in _TYPED_APIS:
+            api = getattr(self, _TYPED_APIS[resource.group])
+            scope = "namespaced_" if namespace else ""
+            method = f"{verb}_{scope}{_snake(resource.kind)}"
+            if verb == "list" and resource.namespaced and not namespace:
+                method += "_for_all_namespaces"
+            args: tuple = (name,) if verb in ("read", "delete", "replace") else ()
+            args += (namespace,) if namespace else ()
+        else:
+            api = self.custom
+            method = f"{'get' if verb == 'read' else verb}_{'namespaced' if namespace else 'cluster'}_custom_object"
+            args = (resource.group, resource.version, *((namespace,) if namespace else ()), resource.plural)
+            args += (name,) if verb in ("read", "delete", "replace") else ()
+        if body is not None:
+            args += (body,)
+        where = f" in namespace {namespace}" if namespace else ""
+        what = f"{verb} {resource.kind}{' ' + repr(name) if name else 's'}{where}"
+        return self.send(what, getattr(api, method), *args, **query)
+
+    def send(self, what: str, method, *args: Any, **kwargs: Any) -> dict:
+        data = self.raw(what, method, *args, **kwargs).data
+        return json.loads(data) if data else {}
+
+    def raw(self, what: str, method, *args: Any, **kwargs: Any):
+        """The urllib3 response of one API call (a stream when the call asks to follow)."""
+        import urllib3
+
+        try:
+            return method(*args, _preload_content=False, **kwargs)
+        except self._api_exception as err:
+            raise self._error(what, err) from None
+        except urllib3.exceptions.HTTPError as err:
+            raise BackendError(f"cannot reach the Kubernetes API at {self.host} to {what}: {err}; check the "
+                               f"kubeconfig context and that the cluster is up") from None
+
+    def _error(self, what: str, err) -> Exception:
+        try:
+            status = json.loads(err.body or "{}")
+        except ValueError:
+            status = {}
+        message = status.get("message") or err.reason or "no message"
+        details = status.get("details") or {}
+        if err.status == 404:
+            # An absent object names itself in details; an absent API type (no CRD) does not.
+            return Missing(f"cannot {what}: {message}", api_missing=not details.get("name"))
+        if err.status == 409:
+            return ConflictError(f"cannot {what}: {message}")
+        if err.status in (401, 403):
+            return Forbidden(f"cannot {what}: {message}; check your credentials and RBAC "
+                             f"(kubectl auth can-i --list -n <namespace>)")
+        if err.status in (400, 422):
+            return BackendError(f"the cluster rejected the request to {what}: {message}")
+        return BackendError(f"cannot {what}: HTTP {err.status} {message}")
+
+    # ---------------------------------------------------------------- pods and nodes
+
+    def pods(self, namespace: str | None, selector: str) -> list[dict]:
+        """Pods matching a label selector in one namespace (None: every namespace)."""
+        return self.list(POD, namespace, label_selector=selector)
+
+    def running_pods_everywhere(self) -> list[dict]:
+        return self.list(POD, None, field_selector="status.phase=Running")
+
+    def pod_log(self, namespace: str, pod: str, *, follow: bool = False, **query: Any) -> Iterator[str]:
+        """Lines of one pod's log ('<RFC 3339 time> <text>' with timestamps=True)."""
+        resp = self.raw(f"read the log of pod {pod!r}", self.core.read_namespaced_pod_log, pod, namespace,
+                        follow=follow, **query)
+        if not follow:
+            yield from resp.data.decode("utf-8", errors="replace").splitlines()
+            return
+        buffer = b""
+        try:
+            # The API server streams chunks as the container writes; split them into lines.
+            for chunk in resp.stream(amt=None, decode_content=False):
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    yield line.decode("utf-8", errors="replace")
+            if buffer:
+                yield buffer.decode("utf-8", errors="replace")
+        finally:
+            resp.release_conn()

@@ -1,0 +1,100 @@
+"""How dtrain talks to one Kubernetes cluster: a frozen, keyword-only config, validated on creation."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from dtrain.errors import SpecError
+from dtrain.spec import check_name, parse_size
+
+NAMESPACE_PREFIX = "dtrain-"  # project P lives in namespace dtrain-P (Run:AI: runai-P)
+_NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany", "ReadWriteOncePod")
+
+
+def namespace_for(project: str) -> str:
+    """The namespace of a dtrain project."""
+    return NAMESPACE_PREFIX + check_name(project, "project")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KubernetesConfig:
+    """Everything the Kubernetes backend needs besides the job spec itself."""
+
+    project: str = "default"  # project whose namespace get/list/logs/delete and volumes use
+    namespace: str | None = None  # fixed namespace for every project (e.g. an existing runai-team)
+    context: str | None = None  # kubeconfig context; None: the current one, or in-cluster config
+    kubeconfig: str | None = None  # kubeconfig file; None: $KUBECONFIG or ~/.kube/config
+    image: str | None = None  # image for jobs that give no --image
+    image_pull_policy: str | None = None  # pull policy for jobs that give none
+    image_pull_secrets: tuple[str, ...] = ()  # pull secrets added to every job's
+    storage_class: str | None = None  # StorageClass of `volume create` without one; None: cluster default
+    access_modes: tuple[str, ...] = ("ReadWriteMany",)  # PVC modes: RWX so pods on any node share a volume
+    snapshot_class: str = "dtrain-snapshots"  # VolumeSnapshotClass of every snapshot
+    snapshot_driver: str = "csi.trident.netapp.io"  # CSI driver named when rendering that class
+    snapshot_deletion_policy: str = "Delete"  # Delete or Retain the storage snapshot with the object
+    ttl_seconds_after_finished: int | None = None  # delete finished jobs after this; None keeps them
+    clean_pod_policy: str = "None"  # Kubeflow cleanPodPolicy; None keeps finished pods and their logs
+    trainer: str = "v1"  # 'v1': PyTorchJob/MPIJob (Training Operator); 'v2': TrainJob (Trainer v2)
+    trainer_runtime: str = "torch-distributed"  # ClusterTrainingRuntime that TrainJobs refer to
+    trainer_node: str = "node"  # replicated job and container name inside that runtime
+    gpus_per_node: int | None = None  # GPUs of one node; lets GPU jobs pack processes per pod
+    elastic_min_replicas: int | None = None  # set to render a PyTorchJob elasticPolicy
+    elastic_max_replicas: int | None = None  # upper bound of the elastic range; None: the replica count
+    master_port: int = 29500  # MASTER_PORT handed to MPI ranks
+    # Open MPI flags after `mpirun -np N`; --tag-output lets `logs --rank` split the launcher's log.
+    mpirun_args: tuple[str, ...] = ("--tag-output", "--allow-run-as-root", "-bind-to", "none", "-map-by", "slot")
+    scheduler_name: str | None = None  # pod schedulerName (e.g. runai-scheduler, volcano)
+    shm_size: str | None = None  # sizeLimit of the in-memory /dev/shm; None: bounded by pod memory
+    snapshot_watcher: bool = True  # also snapshot on success from inside the cluster (a small Job)
+    watcher_image: str = "bitnami/kubectl:1.30"  # image with kubectl and sh for that Job
+    create_namespace: bool = True  # create the project namespace on first submit
+    runai_labels: bool = True  # add Run:AI's 'project' and 'runai/queue' labels (inert elsewhere)
+
+    def __post_init__(self):
+        check_name(self.project, "project")
+        if self.namespace is not None and not _NAMESPACE_RE.match(self.namespace):
+            raise SpecError(f"invalid namespace {self.namespace!r}: use 1-63 lower-case letters, digits or '-'")
+        object.__setattr__(self, "image_pull_secrets", tuple(self.image_pull_secrets))
+        object.__setattr__(self, "access_modes", tuple(self.access_modes))
+        object.__setattr__(self, "mpirun_args", tuple(self.mpirun_args))
+        self._check_choices()
+        self._check_numbers()
+
+    def _check_choices(self):
+        choices = {
+            "trainer": (self.trainer, ("v1", "v2")),
+            "clean_pod_policy": (self.clean_pod_policy, ("None", "Running", "All")),
+            "snapshot_deletion_policy": (self.snapshot_deletion_policy, ("Delete", "Retain")),
+            "image_pull_policy": (self.image_pull_policy, (None, "Always", "IfNotPresent", "Never")),
+        }
+        for field, (value, allowed) in choices.items():
+            if value not in allowed:
+                shown = ", ".join(str(a) for a in allowed if a is not None)
+                raise SpecError(f"invalid Kubernetes {field} {value!r}: use one of {shown}")
+        bad = [m for m in self.access_modes if m not in _ACCESS_MODES]
+        if not self.access_modes or bad:
+            raise SpecError(f"invalid access_modes {self.access_modes!r}: use some of {', '.join(_ACCESS_MODES)}")
+
+    def _check_numbers(self):
+        positive = {"gpus_per_node": self.gpus_per_node, "elastic_min_replicas": self.elastic_min_replicas,
+                    "elastic_max_replicas": self.elastic_max_replicas, "master_port": self.master_port}
+        for field, value in positive.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise SpecError(f"invalid Kubernetes {field} {value!r}: use a whole number >= 1")
+        if self.ttl_seconds_after_finished is not None and (
+                not isinstance(self.ttl_seconds_after_finished, int) or self.ttl_seconds_after_finished < 0):
+            raise SpecError(f"invalid ttl_seconds_after_finished {self.ttl_seconds_after_finished!r}: use >= 0")
+        if self.elastic_max_replicas is not None and self.elastic_min_replicas is None:
+            raise SpecError("elastic_max_replicas needs elastic_min_replicas: set both, e.g. 1 and 4")
+        if (self.elastic_min_replicas and self.elastic_max_replicas
+                and self.elastic_max_replicas < self.elastic_min_replicas):
+            raise SpecError(f"elastic_max_replicas {self.elastic_max_replicas} is below "
+                            f"elastic_min_replicas {self.elastic_min_replicas}")
+        if self.shm_size is not None:
+            parse_size(self.shm_size, "shm_size")
+
+    def namespace_of(self, project: str | None = None) -> str:
+        """Where a project's jobs, volumes and snapshots live."""
+        return self.namespace or namespace_for(project or self.project)

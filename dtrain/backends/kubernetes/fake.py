@@ -1,0 +1,490 @@
+"""An in-memory Kubernetes API server for tests and demos, served over real HTTP on 127.0.0.1.
+
+No cluster runs on a developer's machine or in CI, so the backend's tests drive the official
+`kubernetes` client (ApiClient, urllib3, chunked log streams) against this server instead.
+`FakeCluster` stores objects and answers the REST paths the backend uses; its helper methods
+play the controllers (operators create replica pods, conditions change, PVCs bind, snapshots
+become ready) so a test can replay a job's life step by step. `FakeKubeServer` serves it.
+
+Not a conformance fake: no admission, no schema validation (the render tests check schemas),
+no watches, no PATCH (PUT replaces).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from datetime import datetime, timezone
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from .objects import JOB_COMPLETION_INDEX, KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE
+
+CORE = {  # (group, plural) -> (kind, namespaced)
+    ("", "namespaces"): ("Namespace", False), ("", "nodes"): ("Node", False), ("", "pods"): ("Pod", True),
+    ("", "persistentvolumeclaims"): ("PersistentVolumeClaim", True), ("", "services"): ("Service", True),
+    ("", "serviceaccounts"): ("ServiceAccount", True), ("", "resourcequotas"): ("ResourceQuota", True),
+    ("batch", "jobs"): ("Job", True),
+    ("rbac.authorization.k8s.io", "roles"): ("Role", True),
+    ("rbac.authorization.k8s.io", "rolebindings"): ("RoleBinding", True),
+}
+CRDS = {
+    ("kubeflow.org", "pytorchjobs"): ("PyTorchJob", True), ("kubeflow.org", "mpijobs"): ("MPIJob", True),
+    ("trainer.kubeflow.org", "trainjobs"): ("TrainJob", True),
+    ("snapshot.storage.k8s.io", "volumesnapshots"): ("VolumeSnapshot", True),
+    ("snapshot.storage.k8s.io", "volumesnapshotclasses"): ("VolumeSnapshotClass", False),
+}
+JOB_PLURALS = (("batch", "jobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "mpijobs"),
+               ("trainer.kubeflow.org", "trainjobs"))
+_KUBEFLOW_EXCLUSIVE = {"Running", "Restarting", "Succeeded", "Failed"}  # at most one is True
+
+
+def rfc3339(t: float, *, nanos: bool = False) -> str:
+    stamp = datetime.fromtimestamp(t, tz=timezone.utc)
+    if nanos:
+        return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond:06d}000Z"
+    return stamp.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _status(code: int, reason: str, message: str, details: dict | None = None) -> tuple[int, bytes]:
+    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
+            "reason": reason, "details": details or {}, "code": code}
+    return code, json.dumps(body).encode()
+
+
+def _matches(labels: dict[str, str], selector: str | None) -> bool:
+    for term in filter(None, (selector or "").split(",")):
+        if "!=" in term:
+            key, value = term.split("!=", 1)
+            if labels.get(key) == value:
+                return False
+        elif "=" in term:
+            key, value = term.replace("==", "=").split("=", 1)
+            if labels.get(key) != value:
+                return False
+        elif term.startswith("!"):
+            if term[1:] in labels:
+                return False
+        elif term not in labels:
+            return False
+    return True
+
+
+def _field(obj: dict, path: str) -> Any:
+    for part in path.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def _fields_match(obj: dict, selector: str | None) -> bool:
+    for term in filter(None, (selector or "").split(",")):
+        negate = "!=" in term
+        path, value = term.split("!=" if negate else "=", 1)
+        if (str(_field(obj, path) or "") == value) == negate:
+            return False
+    return True
+
+
+class FakeCluster:
+    """Objects, pod logs and the controllers' moves, behind one lock."""
+
+    def __init__(self, *, crds: dict | None = None, namespaces: tuple[str, ...] = ("default",)):
+        self.lock = threading.RLock()
+        self.served = {**CORE, **(CRDS if crds is None else crds)}
+        self.objects: dict[tuple[str, str, str, str], dict] = {}
+        self.logs: dict[tuple[str, str], list[tuple[float, str]]] = {}
+        self.forbidden: set[tuple[str, str]] = set()  # (group, plural) answered with 403
+        self.namespaced_only = False  # True: 403 for namespaced kinds read across all namespaces
+        self.requests: list[tuple[str, str]] = []  # (method, path?query) in arrival order
+        self.on_follow_idle: Callable[[str, str], None] | None = None  # a follow stream caught up
+        self._rv = itertools.count(1)
+        for ns in namespaces:
+            self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+
+    # ---------------------------------------------------------------- store
+
+    def _key(self, obj: dict) -> tuple[str, str, str, str]:
+        group = obj["apiVersion"].rpartition("/")[0]
+        plural = next(p for (g, p), (k, _) in self.served.items() if g == group and k == obj["kind"])
+        return group, plural, obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+
+    def create(self, obj: dict) -> dict:
+        """Store a new object as the API server would (uid, timestamps); raises KeyError on a clash."""
+        with self.lock:
+            obj = json.loads(json.dumps(obj))
+            meta = obj.setdefault("metadata", {})
+            key = self._key(obj)
+            if key in self.objects:
+                raise KeyError(key)
+            meta.update(uid=str(uuid.uuid4()), creationTimestamp=rfc3339(time.time()),
+                        resourceVersion=str(next(self._rv)), generation=1)
+            if obj["kind"] == "PersistentVolumeClaim":
+                obj["status"] = {"phase": "Pending"}
+            self.objects[key] = obj
+            return obj
+
+    def get(self, group: str, plural: str, namespace: str, name: str) -> dict:
+        with self.lock:
+            return self.objects[(group, plural, namespace or "", name)]
+
+    def find_job(self, namespace: str, name: str) -> dict:
+        with self.lock:
+            for group, plural in JOB_PLURALS:
+                obj = self.objects.get((group, plural, namespace, name))
+                if obj is not None:
+                    return obj
+        raise KeyError(name)
+
+    def items(self, group: str, plural: str, namespace: str | None = None) -> list[dict]:
+        with self.lock:
+            return [o for (g, p, ns, _), o in sorted(self.objects.items())
+                    if g == group and p == plural and (namespace is None or ns == namespace)]
+
+    def _remove(self, key: tuple[str, str, str, str]) -> None:
+        obj = self.objects.pop(key)
+        uid = obj["metadata"]["uid"]
+        for other_key, other in list(self.objects.items()):  # garbage-collect dependents
+            owners = other["metadata"].get("ownerReferences") or []
+            if any(o.get("uid") == uid for o in owners) and other_key in self.objects:
+                self._remove(other_key)
+        if obj["kind"] == "Pod":
+            self.logs.pop((key[2], key[3]), None)
+
+    def finish_deletions(self) -> None:
+        """Let foreground deletions complete: objects marked deleted go, with their dependents."""
+        with self.lock:
+            for key in [k for k, o in self.objects.items() if o["metadata"].get("deletionTimestamp")]:
+                if key in self.objects:
+                    self._remove(key)
+
+    # ---------------------------------------------------------------- REST
+
+    def handle(self, method: str, url: str, body: bytes) -> tuple[int, bytes | Iterator[bytes]]:
+        with self.lock:
+            self.requests.append((method, url))
+        parts = urlsplit(url)
+        query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+        segs = [unquote(s) for s in parts.path.strip("/").split("/")]
+        if segs[0] == "api":
+            group, rest = "", segs[2:]
+        elif segs[0] == "apis" and len(segs) > 2:
+            group, rest = segs[1], segs[3:]
+        else:
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            namespace, rest = rest[1], rest[2:]
+        if not rest or (group, rest[0]) not in self.served:
+            return _status(404, "NotFound", "the server could not find the requested resource")
+        plural, name = rest[0], (rest[1] if len(rest) > 1 else None)
+        across = namespace is None and self.served[(group, plural)][1]
+        if (group, plural) in self.forbidden or (self.namespaced_only and across):
+            return _status(403, "Forbidden", f'{plural}.{group} is forbidden: User "test" cannot {method.lower()} '
+                                             f'resource "{plural}" in API group "{group}"')
+        with self.lock:
+            if len(rest) > 2 and rest[2] == "log" and method == "GET":
+                return self._log(namespace, name, query)
+            if method == "GET":
+                return self._read(group, plural, namespace, name, query)
+            if method == "POST" and name is None:
+                return self._post(group, plural, namespace, json.loads(body or b"{}"))
+            if method == "PUT" and name is not None:
+                return self._put(group, plural, namespace, name, json.loads(body or b"{}"))
+            if method == "DELETE" and name is not None:
+                options = {**query, **json.loads(body or b"{}")}
+                return self._delete(group, plural, namespace, name, options)
+        return _status(405, "MethodNotAllowed", f"{method} {parts.path} is not supported by the fake")
+
+    def _read(self, group, plural, namespace, name, query) -> tuple[int, bytes]:
+        kind = self.served[(group, plural)][0]
+        if name is not None:
+            obj = self.objects.get((group, plural, namespace or "", name))
+            if obj is None:
+                return _status(404, "NotFound", f'{plural}.{group} "{name}" not found',
+                               {"name": name, "group": group, "kind": plural})
+            return 200, json.dumps(obj).encode()
+        items = [o for o in self.items(group, plural, namespace)
+                 if _matches(o["metadata"].get("labels") or {}, query.get("labelSelector"))
+                 and _fields_match(o, query.get("fieldSelector"))]
+        api_version = f"{group}/{self._version(group)}" if group else "v1"
+        body = {"kind": f"{kind}List", "apiVersion": api_version, "metadata": {"resourceVersion": "1"},
+                "items": items}
+        return 200, json.dumps(body).encode()
+
+    def _version(self, group: str) -> str:
+        return {"batch": "v1", "kubeflow.org": "v1", "trainer.kubeflow.org": "v1alpha1"}.get(group, "v1")
+
+    def _post(self, group, plural, namespace, obj) -> tuple[int, bytes]:
+        namespaced = self.served[(group, plural)][1]
+        if namespaced:
+            if ("", "namespaces", "", namespace) not in self.objects:
+                return _status(404, "NotFound", f'namespaces "{namespace}" not found',
+                               {"name": namespace, "kind": "namespaces"})
+            obj.setdefault("metadata", {})["namespace"] = namespace
+        try:
+            return 201, json.dumps(self.create(obj)).encode()
+        except KeyError:
+            name = obj["metadata"]["name"]
+            return _status(409, "AlreadyExists", f'{plural}.{group} "{name}" already exists',
+                           {"name": name, "group": group, "kind": plural})
+
+    def _put(self, group, plural, namespace, name, obj) -> tuple[int, bytes]:
+        key = (group, plural, namespace or "", name)
+        old = self.objects.get(key)
+        if old is None:
+            return _status(404, "NotFound", f'{plural}.{group} "{name}" not found',
+                           {"name": name, "group": group, "kind": plural})
+        meta = obj.setdefault("metadata", {})
+        for field in ("uid", "creationTimestamp", "namespace"):
+            if field in old["metadata"]:
+                meta[field] = old["metadata"][field]
+        meta["resourceVersion"] = str(next(self._rv))
+        obj.setdefault("status", old.get("status", {}))
+        self.objects[key] = obj
+        return 200, json.dumps(obj).encode()
+
+    def _delete(self, group, plural, namespace, name, options) -> tuple[int, bytes]:
+        key = (group, plural, namespace or "", name)
+        obj = self.objects.get(key)
+        if obj is None:
+            return _status(404, "NotFound", f'{plural}.{group} "{name}" not found',
+                           {"name": name, "group": group, "kind": plural})
+        if options.get("propagationPolicy") == "Foreground":
+            obj["metadata"]["deletionTimestamp"] = rfc3339(time.time())
+            obj["metadata"]["finalizers"] = ["foregroundDeletion"]
+        else:
+            self._remove(key)
+        return 200, json.dumps(obj).encode()
+
+    def _log(self, namespace, name, query) -> tuple[int, bytes | Iterator[bytes]]:
+        pod = self.objects.get(("", "pods", namespace, name))
+        if pod is None:
+            return _status(404, "NotFound", f'pods "{name}" not found', {"name": name, "kind": "pods"})
+        if pod["status"].get("phase") == "Pending":
+            container = pod["spec"]["containers"][0]["name"]
+            return _status(400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start: '
+                                              f'ContainerCreating')
+        stamps = query.get("timestamps") == "true"
+        lines = self.logs.get((namespace, name), [])
+        if "sinceSeconds" in query:
+            cutoff = time.time() - int(query["sinceSeconds"])
+            lines = [x for x in lines if x[0] >= cutoff]
+        if "tailLines" in query:
+            lines = lines[-int(query["tailLines"]):] if int(query["tailLines"]) else []
+        render = lambda t, text: ((rfc3339(t, nanos=True) + " " if stamps else "") + text + "\n").encode()  # noqa
+        if query.get("follow") != "true":
+            return 200, b"".join(render(t, text) for t, text in lines)
+        return 200, self._follow(namespace, name, list(lines), render)
+
+    def _follow(self, namespace, name, first, render) -> Iterator[bytes]:
+        for t, text in first:
+            yield render(t, text)
+        done = len(self.logs.get((namespace, name), []))
+        for _ in range(10_000):  # bounded: a test whose hook never ends the pod cannot hang
+            with self.lock:
+                pod = self.objects.get(("", "pods", namespace, name))
+                lines = self.logs.get((namespace, name), [])
+                fresh, done = lines[done:], len(lines)
+                finished = pod is None or pod["status"].get("phase") in ("Succeeded", "Failed")
+            for t, text in fresh:
+                yield render(t, text)
+            if finished and not fresh:
+                return
+            if not fresh:
+                if self.on_follow_idle is None:
+                    return
+                self.on_follow_idle(namespace, name)  # unlocked: the hook may wait for the client
+
+    # ---------------------------------------------------------------- controllers
+
+    def add_node(self, name: str, *, gpus: int = 0, cpu: str = "16", memory: str = "64Gi") -> dict:
+        allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
+        if gpus:
+            allocatable["nvidia.com/gpu"] = str(gpus)
+        return self.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name},
+                            "status": {"allocatable": allocatable, "capacity": dict(allocatable)}})
+
+    def run_pods(self, namespace: str, job: str, *, phase: str = "Running",
+                 nodes: tuple[str, ...] = ("node-1",)) -> list[dict]:
+        """Create the replica pods an operator would create for `job`, labelled as it labels them."""
+        with self.lock:
+            obj = self.find_job(namespace, job)
+            pods = []
+            for i, (name, labels, template) in enumerate(_replicas(obj)):
+                spec = json.loads(json.dumps(template.get("spec") or {}))
+                spec["nodeName"] = nodes[i % len(nodes)]
+                meta = {"name": name, "namespace": namespace,
+                        "labels": {**((template.get("metadata") or {}).get("labels") or {}), **labels},
+                        "ownerReferences": [{"apiVersion": obj["apiVersion"], "kind": obj["kind"],
+                                             "name": job, "uid": obj["metadata"]["uid"], "controller": True}]}
+                pods.append(self.create({"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+                                         "status": {"phase": "Pending"}}))
+                self.set_pod_phase(namespace, name, phase)
+            return pods
+
+    def set_pod_phase(self, namespace: str, pod: str, phase: str, *, exit_code: int | None = None,
+                      restart_count: int | None = None) -> None:
+        with self.lock:
+            obj = self.get("", "pods", namespace, pod)
+            state: dict[str, Any] = {"waiting": {"reason": "ContainerCreating"}}
+            if phase == "Running":
+                state = {"running": {"startedAt": rfc3339(time.time())}}
+            elif phase in ("Succeeded", "Failed"):
+                state = {"terminated": {"exitCode": exit_code if exit_code is not None else int(phase == "Failed")}}
+            old = (obj["status"].get("containerStatuses") or [{}])[0]
+            restarts = old.get("restartCount", 0) if restart_count is None else restart_count
+            obj["status"] = {"phase": phase, "startTime": rfc3339(time.time()), "containerStatuses": [
+                {"name": c["name"], "restartCount": restarts, "state": state, "ready": phase == "Running"}
+                for c in obj["spec"]["containers"]]}
+
+    def transition(self, namespace: str, job: str, ctype: str, *, reason: str = "", message: str = "",
+                   at: float | None = None) -> None:
+        """Set condition `ctype` True as the job's controller would, with start/completion times."""
+        with self.lock:
+            obj = self.find_job(namespace, job)
+            when = rfc3339(at if at is not None else time.time())
+            status = obj.setdefault("status", {})
+            conds = status.setdefault("conditions", [])
+            if ctype in _KUBEFLOW_EXCLUSIVE:
+                for c in conds:
+                    if c["type"] in _KUBEFLOW_EXCLUSIVE and c["type"] != ctype and c["status"] == "True":
+                        c.update(status="False", lastTransitionTime=when)
+            conds[:] = [c for c in conds if c["type"] != ctype]
+            conds.append({"type": ctype, "status": "True", "reason": reason or ctype, "message": message,
+                          "lastUpdateTime": when, "lastTransitionTime": when})
+            if ctype == "Running":
+                status.setdefault("startTime", when)
+            if ctype in ("Succeeded", "Complete", "Failed"):
+                status["completionTime"] = when
+
+    def append_log(self, namespace: str, pod: str, text: str, *, at: float | None = None) -> None:
+        with self.lock:
+            self.logs.setdefault((namespace, pod), []).append((time.time() if at is None else at, text))
+
+    def bind_volumes(self) -> None:
+        """The provisioner: every Pending PVC becomes Bound at its requested size."""
+        with self.lock:
+            for pvc in self.items("", "persistentvolumeclaims"):
+                if pvc["status"].get("phase") == "Pending":
+                    size = pvc["spec"]["resources"]["requests"]["storage"]
+                    pvc["status"] = {"phase": "Bound", "capacity": {"storage": size},
+                                     "accessModes": pvc["spec"]["accessModes"]}
+
+    def ready_snapshots(self) -> None:
+        """The snapshot controller: every snapshot of an existing PVC becomes readyToUse."""
+        with self.lock:
+            for snap in self.items("snapshot.storage.k8s.io", "volumesnapshots"):
+                ns, source = snap["metadata"]["namespace"], snap["spec"]["source"]["persistentVolumeClaimName"]
+                pvc = self.objects.get(("", "persistentvolumeclaims", ns, source))
+                if pvc is not None and not (snap.get("status") or {}).get("readyToUse"):
+                    snap["status"] = {"readyToUse": True, "creationTime": rfc3339(time.time()),
+                                      "restoreSize": pvc["spec"]["resources"]["requests"]["storage"],
+                                      "boundVolumeSnapshotContentName": f"snapcontent-{snap['metadata']['uid']}"}
+
+
+def _replicas(obj: dict) -> Iterator[tuple[str, dict[str, str], dict]]:
+    """(pod name, controller labels, pod template) of each replica of a job object."""
+    name, kind, spec = obj["metadata"]["name"], obj["kind"], obj["spec"]
+    if kind == "Job":
+        yield f"{name}-{uuid.uuid4().hex[:5]}", {"batch.kubernetes.io/job-name": name}, spec["template"]
+    elif kind in ("PyTorchJob", "MPIJob"):
+        replica_specs = spec.get("pytorchReplicaSpecs") or spec.get("mpiReplicaSpecs")
+        for rtype in ("Master", "Launcher", "Worker"):
+            rs = replica_specs.get(rtype)
+            for i in range((rs or {}).get("replicas", 0)):
+                pod = f"{name}-launcher" if rtype == "Launcher" else f"{name}-{rtype.lower()}-{i}"
+                yield pod, {KF_JOB_NAME: name, KF_REPLICA_TYPE: rtype.lower(), KF_REPLICA_INDEX: str(i)}, rs["template"]
+    elif kind == "TrainJob":
+        yield from _trainjob_replicas(obj)
+
+
+def _trainjob_replicas(obj: dict) -> Iterator[tuple[str, dict[str, str], dict]]:
+    name, trainer = obj["metadata"]["name"], obj["spec"]["trainer"]
+    patch = obj["spec"].get("runtimePatches", [{}])[0].get("trainingRuntimeSpec", {})
+    job = patch.get("template", {}).get("spec", {}).get("replicatedJobs", [{}])[0]
+    node = job.get("name", "node")
+    template = json.loads(json.dumps(job.get("template", {}).get("spec", {}).get("template", {})))
+    spec = template.setdefault("spec", {})
+    mounts = (spec.get("containers") or [{}])[0].get("volumeMounts", [])
+    spec["containers"] = [{"name": node, "image": trainer["image"], "command": trainer["command"],
+                           "resources": trainer.get("resourcesPerNode", {}), "volumeMounts": mounts}]
+    for i in range(trainer.get("numNodes", 1)):
+        labels = {JOB_COMPLETION_INDEX: str(i), "jobset.sigs.k8s.io/replicatedjob-name": node}
+        yield f"{name}-{node}-0-{i}-{uuid.uuid4().hex[:5]}", labels, template
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"  # chunked streams for `logs -f`
+    disable_nagle_algorithm = True  # headers and body go out at once, not 40 ms apart
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        status, payload = self.server.cluster.handle(self.command, self.path, body)  # type: ignore[attr-defined]
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        try:
+            if isinstance(payload, bytes):
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+                return
+            self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            for chunk in payload:
+                self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+                self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):  # the client stopped reading a stream
+            self.close_connection = True
+
+    do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
+
+    def log_message(self, format: str, *args: Any) -> None:  # keep test output clean
+        pass
+
+
+class FakeKubeServer:
+    """Serves a FakeCluster on 127.0.0.1:<free port> from a background thread."""
+
+    def __init__(self, cluster: FakeCluster | None = None):
+        self.cluster = cluster or FakeCluster()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+        self._server.daemon_threads = True
+        self._server.cluster = self.cluster  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.02},
+                                        name="fake-kube-api", daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> "FakeKubeServer":
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def api_client(self):
+        """An official kubernetes.client.ApiClient pointed at this server (no proxy, no retries)."""
+        from kubernetes import client
+
+        config = client.Configuration(host=self.url)
+        config.proxy = None
+        config.no_proxy = "*"
+        config.retries = 0
+        return client.ApiClient(config)
+
+    def __enter__(self) -> "FakeKubeServer":
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

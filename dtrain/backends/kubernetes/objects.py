@@ -1,0 +1,120 @@
+"""Names shared by rendering, status mapping and the backend: API resources, labels, annotations."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from dtrain.spec import JobSpec
+
+from .config import KubernetesConfig
+
+LABEL_JOB = "dtrain.io/job"  # on everything dtrain creates for a job (and on its pods)
+LABEL_PROJECT = "dtrain.io/project"
+LABEL_ROLE = "dtrain.io/role"  # 'worker' on a job's own objects, 'snapshotter' on the watcher
+LABEL_VOLUME = "dtrain.io/volume"  # on a snapshot: the PVC it was taken from
+LABEL_SOURCE_SNAPSHOT = "dtrain.io/source-snapshot"  # on a restored PVC
+LABEL_MANAGED = "app.kubernetes.io/managed-by"
+ANN_SPEC = "dtrain.io/spec"  # the JobSpec as JSON: `get` rebuilds the spec from it
+ANN_PROCS_PER_POD = "dtrain.io/procs-per-pod"  # processes (ranks) each replica pod runs
+ANN_SOURCE_SIZE = "dtrain.io/source-size"  # on a snapshot: size of the source PVC, for restores
+ANN_SOURCE_CLASS = "dtrain.io/source-storage-class"
+ROLE_WORKER = "worker"
+ROLE_SNAPSHOTTER = "snapshotter"
+GPU_RESOURCE = "nvidia.com/gpu"
+
+# Labels the Kubeflow Training Operator v1 puts on replica pods.
+KF_REPLICA_TYPE = "training.kubeflow.org/replica-type"
+KF_REPLICA_INDEX = "training.kubeflow.org/replica-index"
+KF_JOB_NAME = "training.kubeflow.org/job-name"
+# The Indexed Job under a Trainer v2 JobSet numbers its pods with this label.
+JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+
+
+@dataclass(frozen=True)
+class Resource:
+    group: str  # '' for the core API
+    version: str
+    plural: str
+    kind: str
+    success: str  # condition type that means the job succeeded
+    install_hint: str = ""  # how to get the API onto a cluster that lacks it
+    namespaced: bool = True  # False for cluster-wide kinds (Namespace, Node, VolumeSnapshotClass)
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.plural}.{self.group}" if self.group else self.plural
+
+
+TRAINING_OPERATOR_HINT = (
+    "install the Kubeflow Training Operator v1: kubectl apply --server-side -k "
+    "'github.com/kubeflow/training-operator.git/manifests/overlays/standalone?ref=v1.9.3' "
+    "(see docs/kubernetes.md)")
+TRAINER_V2_HINT = (
+    "install Kubeflow Trainer v2 and its runtimes: kubectl apply --server-side -k "
+    "'github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=v2.1.0', then "
+    "'.../manifests/overlays/runtimes?ref=v2.1.0' (or use the v1 Training Operator: trainer='v1')")
+SNAPSHOT_HINT = (
+    "install the CSI snapshot CRDs and controller from kubernetes-csi/external-snapshotter "
+    "(client/config/crd and deploy/kubernetes/snapshot-controller) and a CSI driver with snapshot "
+    "support (see docs/kubernetes.md)")
+
+BATCH_JOB = Resource("batch", "v1", "jobs", "Job", "Complete")
+PYTORCH_JOB = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "Succeeded", TRAINING_OPERATOR_HINT)
+MPI_JOB = Resource("kubeflow.org", "v1", "mpijobs", "MPIJob", "Succeeded", TRAINING_OPERATOR_HINT)
+TRAIN_JOB = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob", "Complete", TRAINER_V2_HINT)
+VOLUME_SNAPSHOT = Resource("snapshot.storage.k8s.io", "v1", "volumesnapshots", "VolumeSnapshot", "", SNAPSHOT_HINT)
+VOLUME_SNAPSHOT_CLASS = Resource("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses",
+                                 "VolumeSnapshotClass", "", SNAPSHOT_HINT, namespaced=False)
+JOB_RESOURCES = {r.kind: r for r in (BATCH_JOB, PYTORCH_JOB, MPI_JOB, TRAIN_JOB)}
+
+
+def project_labels(project: str, config: KubernetesConfig) -> dict[str, str]:
+    labels = {LABEL_PROJECT: project, LABEL_MANAGED: "dtrain"}
+    if config.runai_labels:
+        # What Run:AI puts on its workloads; only Run:AI's scheduler and UI read them.
+        labels.update({"project": project, "runai/queue": project})
+    return labels
+
+
+def job_labels(spec: JobSpec, config: KubernetesConfig, role: str = ROLE_WORKER) -> dict[str, str]:
+    return {LABEL_JOB: spec.name, LABEL_ROLE: role, **project_labels(spec.project, config)}
+
+
+def metadata(name: str, namespace: str | None, labels: dict[str, str],
+             annotations: dict[str, str] | None = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = dict(labels)
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    return meta
+
+
+def job_selector(name: str | None = None) -> str:
+    """Label selector of a job's pods and objects (all dtrain jobs when name is None)."""
+    who = f"{LABEL_JOB}={name}" if name else LABEL_JOB
+    return f"{who},{LABEL_ROLE}={ROLE_WORKER}"
+
+
+def success_snapshot_name(job: str) -> str:
+    """The one snapshot `--snapshot-on-success` takes; fixed so the backend and the watcher agree."""
+    return f"{job}-success"
+
+
+def watcher_name(job: str) -> str:
+    return f"{job}-snap"
+
+
+SNAPSHOTTER_ACCOUNT = "dtrain-snapshotter"  # ServiceAccount, Role and RoleBinding name
+
+
+def escape_dollars(args: list[str]) -> list[str]:
+    """Kubernetes expands $(VAR) in command, args and env values; '$$' keeps a '$(' literal."""
+    return [re.sub(r"\$(?=[($])", "$$", a) for a in args]

@@ -1,0 +1,348 @@
+"""Pure translation of a JobSpec into Kubernetes manifests (dicts); no I/O, no client import.
+
+    dtrain                          Kubernetes
+    submit (one process)            batch/v1 Job
+    submit-dist --launcher torchrun kubeflow.org/v1 PyTorchJob: Master + Workers
+                                    (trainer='v2': trainer.kubeflow.org/v1alpha1 TrainJob)
+    submit-mpi                      kubeflow.org/v1 MPIJob: Launcher (mpirun) + Workers
+    process (rank)                  a replica pod, or one of k ranks a pod runs (packing below)
+    --pvc CLASS:SIZE:MOUNT          PVC pvc-<job>-<i> (ReadWriteMany), created before the job
+    --pvc NAME:MOUNT[:ro]           a mount of the existing claim NAME
+    --large-shm                     emptyDir {medium: Memory} at /dev/shm
+
+Packing rule: a GPU job packs k processes into one pod (nprocPerNode / slotsPerWorker = k)
+when config.gpus_per_node is set; k is the largest divisor of --processes with k * --gpu <=
+gpus_per_node, so every pod is alike. CPU jobs and clusters without gpus_per_node run one
+process per pod.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from dtrain.errors import SpecError
+from dtrain.spec import SIZE_RE, JobSpec, NewVolume
+
+from . import render_storage
+from .config import KubernetesConfig
+from .objects import (
+    ANN_PROCS_PER_POD,
+    ANN_SPEC,
+    BATCH_JOB,
+    GPU_RESOURCE,
+    KF_JOB_NAME,
+    KF_REPLICA_INDEX,
+    KF_REPLICA_TYPE,
+    MPI_JOB,
+    PYTORCH_JOB,
+    TRAIN_JOB,
+    Resource,
+    job_labels,
+    metadata,
+)
+from .objects import escape_dollars as _escape
+
+PYTORCH_CONTAINER = "pytorch"  # the Training Operator finds the master port on this container
+MPI_CONTAINER = "mpi"
+TRAIN_CONTAINER = "train"
+# torchrun prefixes each line of a packed pod with the global rank, so `logs --rank` can split it.
+TORCHRUN_PREFIX_ENV = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]:"}
+
+
+def resource_for(spec: JobSpec, config: KubernetesConfig) -> Resource:
+    """Which API object runs this spec."""
+    if spec.launcher == "none":
+        return BATCH_JOB
+    if config.trainer == "v2":
+        if spec.launcher == "mpi":
+            raise SpecError(f"job {spec.name!r}: Trainer v2 rendering covers torchrun only; "
+                            f"submit-mpi needs the v1 Training Operator (set the Kubernetes trainer to v1)")
+        return TRAIN_JOB
+    return PYTORCH_JOB if spec.launcher == "torchrun" else MPI_JOB
+
+
+def packing(spec: JobSpec, config: KubernetesConfig) -> tuple[int, int]:
+    """(replica pods, processes per pod) under the packing rule in the module docstring."""
+    if spec.launcher == "none" or spec.gpu == 0 or not config.gpus_per_node:
+        return spec.processes, 1
+    if spec.gpu > config.gpus_per_node:
+        raise SpecError(f"--gpu {spec.gpu} per process is more than a node's {config.gpus_per_node} GPUs: "
+                        f"use --gpu <= {config.gpus_per_node}")
+    capacity = config.gpus_per_node // spec.gpu
+    per_pod = max(k for k in range(1, min(capacity, spec.processes) + 1) if spec.processes % k == 0)
+    return spec.processes // per_pod, per_pod
+
+
+def image_of(spec: JobSpec, config: KubernetesConfig) -> str:
+    image = spec.image or config.image
+    if not image:
+        raise SpecError(f"job {spec.name!r} needs a container image on Kubernetes: pass --image "
+                        f"(e.g. --image pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime) or set a default image")
+    return image
+
+
+def render_job(spec: JobSpec, config: KubernetesConfig, *, with_namespace: bool = False) -> list[dict]:
+    """Every object `submit` creates, in creation order (what `--dry-run` prints)."""
+    namespace = config.namespace_of(spec.project)
+    objects: list[dict] = []
+    if with_namespace:
+        objects.append(render_storage.render_namespace(namespace, spec.project, config))
+    new = [v for v in spec.volumes if isinstance(v, NewVolume)]
+    objects += [render_storage.render_new_volume(spec, i, v, config) for i, v in enumerate(new)]
+    workload = render_workload(spec, config)
+    if spec.snapshot_volume and config.snapshot_watcher:
+        objects += render_storage.render_snapshot_rbac(namespace, spec.project, config)
+    objects.append(workload)
+    if workload["kind"] == MPI_JOB.kind and spec.processes > 1:
+        objects.append(render_mpi_master_service(spec, config))
+    if spec.snapshot_volume and config.snapshot_watcher:
+        objects.append(render_storage.render_snapshot_watcher(spec, config, resource_for(spec, config)))
+    return objects
+
+
+def render_workload(spec: JobSpec, config: KubernetesConfig) -> dict:
+    """The one job object (Job, PyTorchJob, MPIJob or TrainJob) of a spec."""
+    resource = resource_for(spec, config)
+    replicas, per_pod = packing(spec, config)
+    annotations = {ANN_SPEC: json.dumps(spec.to_dict(), sort_keys=True), ANN_PROCS_PER_POD: str(per_pod)}
+    meta = metadata(spec.name, config.namespace_of(spec.project), job_labels(spec, config), annotations)
+    build = {BATCH_JOB.kind: _batch_job, PYTORCH_JOB.kind: _pytorch_job,
+             MPI_JOB.kind: _mpi_job, TRAIN_JOB.kind: _train_job}[resource.kind]
+    body = build(spec, config, replicas, per_pod)
+    return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": meta, **body}
+
+
+# ------------------------------------------------------------------------- job kinds
+
+
+def _restart_policy(spec: JobSpec) -> str:
+    return "OnFailure" if spec.max_restarts > 0 else "Never"
+
+
+def _batch_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: int) -> dict:
+    template = pod_template(spec, config, list(spec.command), name=TRAIN_CONTAINER, per_pod=1)
+    template["spec"]["restartPolicy"] = "Never"  # a failed pod is replaced, up to backoffLimit times
+    job_spec: dict[str, Any] = {"backoffLimit": spec.max_restarts, "template": template}
+    if config.ttl_seconds_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = config.ttl_seconds_after_finished
+    return {"spec": job_spec}
+
+
+def _run_policy(spec: JobSpec, config: KubernetesConfig) -> dict:
+    policy: dict[str, Any] = {"cleanPodPolicy": config.clean_pod_policy, "backoffLimit": spec.max_restarts}
+    if config.ttl_seconds_after_finished is not None:
+        policy["ttlSecondsAfterFinished"] = config.ttl_seconds_after_finished
+    return policy
+
+
+def _torchrun(replicas: int, per_pod: int, elastic: bool) -> list[str]:
+    """torchrun inside a pod; the operator's RANK/MASTER_* (or PET_* when elastic) place it."""
+    if elastic:
+        return ["torchrun", f"--nproc-per-node={per_pod}", "--tee=3", "--no-python"]
+    return ["torchrun", f"--nnodes={replicas}", f"--nproc-per-node={per_pod}", "--node-rank=$(RANK)",
+            "--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)", "--tee=3", "--no-python"]
+
+
+def _pytorch_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: int) -> dict:
+    elastic = config.elastic_min_replicas is not None
+    command = list(spec.command)
+    env: dict[str, str] = {}
+    if per_pod > 1 or elastic:
+        command = _torchrun(replicas, per_pod, elastic) + _escape(command)
+        env = dict(TORCHRUN_PREFIX_ENV)
+    template = pod_template(spec, config, command, name=PYTORCH_CONTAINER, per_pod=per_pod, extra_env=env,
+                            escaped=per_pod > 1 or elastic)
+    policy = _restart_policy(spec)
+    replica_specs: dict[str, Any] = {}
+    if not elastic:  # an elastic job is Workers only; the rendezvous replaces the Master
+        replica_specs["Master"] = {"replicas": 1, "restartPolicy": policy, "template": template}
+    workers = replicas if elastic else replicas - 1
+    if workers:
+        replica_specs["Worker"] = {"replicas": workers, "restartPolicy": policy, "template": template}
+    body: dict[str, Any] = {"runPolicy": _run_policy(spec, config), "nprocPerNode": str(per_pod),
+                            "pytorchReplicaSpecs": replica_specs}
+    if elastic:
+        low, high = config.elastic_min_replicas, config.elastic_max_replicas or replicas
+        if not low <= replicas <= high:
+            raise SpecError(f"job {spec.name!r} runs {replicas} pods, outside the elastic range {low}..{high}: "
+                            f"change --processes or the elastic replica bounds")
+        body["elasticPolicy"] = {"minReplicas": low, "maxReplicas": high, "rdzvBackend": "c10d",
+                                 "maxRestarts": spec.max_restarts}
+    return {"spec": body}
+
+
+def mpi_master_name(job: str) -> str:
+    return f"{job}-mpi-master"
+
+
+def _mpi_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: int) -> dict:
+    policy = _restart_policy(spec)
+    worker = pod_template(spec, config, None, name=MPI_CONTAINER, per_pod=per_pod)
+    # The operator runs `sleep 365d` in workers whose command is empty; mpirun on the launcher
+    # starts the ranks in them through kubectl exec and its generated hostfile (worker-0 first).
+    mpirun = ["mpirun", "-np", str(spec.processes), *config.mpirun_args,
+              "-x", "MASTER_ADDR", "-x", "MASTER_PORT"]
+    if spec.working_dir:
+        mpirun += ["-wdir", spec.working_dir]
+    master = {"MASTER_ADDR": mpi_master_name(spec.name), "MASTER_PORT": str(config.master_port)}
+    launcher = pod_template(spec, config, mpirun + _escape(list(spec.command)), name=MPI_CONTAINER,
+                            per_pod=per_pod, extra_env=master, launcher=True, escaped=True)
+    return {"spec": {
+        "slotsPerWorker": per_pod,
+        "runPolicy": _run_policy(spec, config),
+        "mpiReplicaSpecs": {
+            "Launcher": {"replicas": 1, "restartPolicy": policy, "template": launcher},
+            "Worker": {"replicas": replicas, "restartPolicy": policy, "template": worker},
+        }}}
+
+
+def render_mpi_master_service(spec: JobSpec, config: KubernetesConfig) -> dict:
+    """A headless Service naming worker 0 (where mpirun puts rank 0): the ranks' MASTER_ADDR."""
+    selector = {KF_JOB_NAME: spec.name, KF_REPLICA_TYPE: "worker", KF_REPLICA_INDEX: "0"}
+    return {"apiVersion": "v1", "kind": "Service",
+            "metadata": metadata(mpi_master_name(spec.name), config.namespace_of(spec.project),
+                                 job_labels(spec, config)),
+            "spec": {"clusterIP": "None", "publishNotReadyAddresses": True, "selector": selector,
+                     "ports": [{"name": "rendezvous", "port": config.master_port,
+                                "targetPort": config.master_port}]}}
+
+
+_RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+
+
+def _train_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: int) -> dict:
+    if not _RFC1035.match(spec.name):
+        raise SpecError(f"Trainer v2 needs a job name that starts with a letter, not {spec.name!r}: "
+                        f"e.g. t{spec.name}")
+    if spec.image_pull_policy:
+        raise SpecError("--image-pull-policy cannot be set on a Trainer v2 TrainJob (its runtime sets it): "
+                        "drop the flag or use the v1 Training Operator")
+    command = ["torchrun", "--tee=3", "--no-python", *_escape(list(spec.command))]
+    if spec.working_dir:  # TrainJob has no workingDir field: change directory in a shell
+        command = ["sh", "-c", 'cd "$0" && exec "$@"', spec.working_dir, *command]
+    trainer: dict[str, Any] = {
+        "image": image_of(spec, config), "command": command, "numNodes": replicas, "numProcPerNode": per_pod}
+    env = _env(spec, TORCHRUN_PREFIX_ENV)
+    if env:
+        trainer["env"] = env
+    res = resources(spec, per_pod)
+    if res:
+        trainer["resourcesPerNode"] = res
+    pod: dict[str, Any] = {}
+    volumes, mounts = _volumes(spec, config)
+    if volumes:
+        pod["volumes"] = volumes
+        pod["containers"] = [{"name": config.trainer_node, "volumeMounts": mounts}]
+    secrets = _pull_secrets(spec, config)
+    if secrets:
+        pod["imagePullSecrets"] = secrets
+    pod_meta = {"labels": job_labels(spec, config)}
+    patch = {"manager": "dtrain.io/backend", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
+        {"name": config.trainer_node, "template": {"spec": {"template": {"metadata": pod_meta, "spec": pod}}}}]}}}}
+    return {"spec": {
+        "runtimeRef": {"apiGroup": TRAIN_JOB.group, "kind": "ClusterTrainingRuntime", "name": config.trainer_runtime},
+        "trainer": trainer, "runtimePatches": [patch]}}
+
+
+# ------------------------------------------------------------------------- pods
+
+
+def pod_template(spec: JobSpec, config: KubernetesConfig, command: list[str] | None, *, name: str,
+                 per_pod: int, extra_env: dict[str, str] | None = None, launcher: bool = False,
+                 escaped: bool = False) -> dict:
+    """A PodTemplateSpec running `command` (None: the image's, or the operator's default)."""
+    container: dict[str, Any] = {"name": name, "image": image_of(spec, config)}
+    if command is not None:
+        container["command"] = command if escaped else _escape(command)
+    policy = spec.image_pull_policy or config.image_pull_policy
+    if policy:
+        container["imagePullPolicy"] = policy
+    if spec.working_dir and not launcher:
+        container["workingDir"] = spec.working_dir
+    env = _env(spec, extra_env or {})
+    if env:
+        container["env"] = env
+    pod: dict[str, Any] = {"containers": [container]}
+    if not launcher:  # the MPI launcher only runs mpirun: no GPUs, volumes or shm
+        res = resources(spec, per_pod)
+        if res:
+            container["resources"] = res
+        volumes, mounts = _volumes(spec, config)
+        if volumes:
+            pod["volumes"] = volumes
+            container["volumeMounts"] = mounts
+    secrets = _pull_secrets(spec, config)
+    if secrets:
+        pod["imagePullSecrets"] = secrets
+    if config.scheduler_name:
+        pod["schedulerName"] = config.scheduler_name
+    return {"metadata": {"labels": job_labels(spec, config)}, "spec": pod}
+
+
+def _env(spec: JobSpec, extra: dict[str, str]) -> list[dict[str, str]]:
+    env = {"PYTHONUNBUFFERED": "1"}  # lines reach `dtrain logs` as they are printed
+    if spec.cpu is not None:
+        env["OMP_NUM_THREADS"] = str(max(1, int(spec.cpu)))  # as the local backend sets it
+    env.update(extra)
+    env.update({k: _escape([v])[0] for k, v in spec.env.items()})  # the user's -e wins, literally
+    return [{"name": k, "value": v} for k, v in env.items()]
+
+
+def resources(spec: JobSpec, per_pod: int) -> dict[str, dict[str, str]]:
+    """Requests and limits of a pod running `per_pod` processes of the spec."""
+    limits: dict[str, str] = {}
+    requests: dict[str, str] = {}
+    if spec.gpu:
+        limits[GPU_RESOURCE] = str(spec.gpu * per_pod)
+    if spec.cpu is not None:
+        requests["cpu"] = limits["cpu"] = cpu_quantity(spec.cpu * per_pod)
+    if spec.memory is not None:
+        requests["memory"] = limits["memory"] = scale_quantity(spec.memory, per_pod)
+    out = {}
+    if limits:
+        out["limits"] = limits
+    if requests:
+        out["requests"] = requests
+    return out
+
+
+def cpu_quantity(cpus: float) -> str:
+    """2 -> '2', 0.5 -> '500m'."""
+    millis = round(cpus * 1000)
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def scale_quantity(quantity: str, factor: int) -> str:
+    """'4Gi' * 2 -> '8Gi', keeping the unit the user wrote."""
+    m = SIZE_RE.match(quantity.strip())
+    if not m:
+        raise SpecError(f"invalid quantity {quantity!r}: use e.g. 512Mi or 4Gi")
+    value = float(m.group(1)) * factor
+    text = str(int(value)) if value == int(value) else f"{value:g}"
+    return text + (m.group(2) or "")
+
+
+def _volumes(spec: JobSpec, config: KubernetesConfig) -> tuple[list[dict], list[dict]]:
+    volumes: list[dict] = []
+    mounts: list[dict] = []
+    for i, v in enumerate(spec.resolved_volumes()):
+        claim: dict[str, Any] = {"claimName": v.volume}
+        mount: dict[str, Any] = {"name": f"vol-{i}", "mountPath": v.mount_path}
+        if v.read_only:
+            claim["readOnly"] = mount["readOnly"] = True
+        volumes.append({"name": f"vol-{i}", "persistentVolumeClaim": claim})
+        mounts.append(mount)
+    if spec.large_shm:
+        shm: dict[str, Any] = {"medium": "Memory"}
+        if config.shm_size:
+            shm["sizeLimit"] = config.shm_size
+        volumes.append({"name": "dshm", "emptyDir": shm})
+        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+    return volumes, mounts
+
+
+def _pull_secrets(spec: JobSpec, config: KubernetesConfig) -> list[dict[str, str]]:
+    names = list(dict.fromkeys([*config.image_pull_secrets, *spec.image_pull_secrets]))
+    return [{"name": n} for n in names]

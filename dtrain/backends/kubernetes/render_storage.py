@@ -1,0 +1,190 @@
+"""Pure rendering of namespaces, volumes (PVCs), snapshots (VolumeSnapshots) and the snapshot watcher.
+
+`--snapshot-on-success` on a cluster: two mechanisms that agree on one snapshot name
+(`<job>-success`), so whichever acts first wins and the other sees 409 AlreadyExists:
+
+1. the backend: whenever `get`/`list`/`wait` sees the job Succeeded, it creates the snapshot;
+2. a watcher Job `<job>-snap` in the job's namespace (config.snapshot_watcher, default on) that
+   polls the job with kubectl and creates the snapshot when the job succeeds, so the snapshot is
+   taken even when nobody runs dtrain. It runs as ServiceAccount `dtrain-snapshotter`, whose Role
+   may only read the job kinds and create/read VolumeSnapshots in that namespace.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from dtrain.spec import JobSpec, NewVolume
+
+from .config import KubernetesConfig
+from .objects import (
+    ANN_SOURCE_CLASS,
+    ANN_SOURCE_SIZE,
+    LABEL_JOB,
+    LABEL_SOURCE_SNAPSHOT,
+    LABEL_VOLUME,
+    ROLE_SNAPSHOTTER,
+    SNAPSHOTTER_ACCOUNT,
+    VOLUME_SNAPSHOT,
+    VOLUME_SNAPSHOT_CLASS,
+    Resource,
+    escape_dollars,
+    job_labels,
+    metadata,
+    project_labels,
+    success_snapshot_name,
+    watcher_name,
+)
+
+WATCH_POLL_SECONDS = 10
+
+
+def render_namespace(name: str, project: str, config: KubernetesConfig) -> dict:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": metadata(name, None, project_labels(project, config))}
+
+
+QUOTA_NAME = "dtrain-quota"
+
+
+def render_gpu_quota(project: str, gpu_quota: int, config: KubernetesConfig) -> dict:
+    """A project's GPU quota: a ResourceQuota on the GPUs its pods may request at once."""
+    return {"apiVersion": "v1", "kind": "ResourceQuota",
+            "metadata": metadata(QUOTA_NAME, config.namespace_of(project), project_labels(project, config)),
+            "spec": {"hard": {"requests.nvidia.com/gpu": str(gpu_quota)}}}
+
+
+def render_pvc(name: str, namespace: str, *, size: str, storage_class: str | None, config: KubernetesConfig,
+               labels: dict[str, str], data_source: dict | None = None) -> dict:
+    """A PersistentVolumeClaim; storage_class None leaves the cluster's default class to choose."""
+    spec: dict[str, Any] = {"accessModes": list(config.access_modes), "resources": {"requests": {"storage": size}}}
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    if data_source:
+        spec["dataSource"] = data_source
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+            "metadata": metadata(name, namespace, labels), "spec": spec}
+
+
+def render_new_volume(spec: JobSpec, index: int, volume: NewVolume, config: KubernetesConfig) -> dict:
+    """The PVC pvc-<job>-<i> of a `--pvc CLASS:SIZE:MOUNT` flag; it outlives the job."""
+    return render_pvc(volume.volume_name(spec.name, index), config.namespace_of(spec.project), size=volume.size,
+                      storage_class=volume.storage_class, config=config, labels=job_labels(spec, config))
+
+
+def render_volume(name: str, *, project: str, size: str, storage_class: str | None,
+                  config: KubernetesConfig) -> dict:
+    """The PVC of `dtrain volume create`."""
+    return render_pvc(name, config.namespace_of(project), size=size,
+                      storage_class=storage_class or config.storage_class, config=config,
+                      labels=project_labels(project, config))
+
+
+def render_snapshot(name: str, volume: str, *, project: str, config: KubernetesConfig, job: str | None = None,
+                    source_size: str | None = None, source_class: str | None = None) -> dict:
+    """A VolumeSnapshot of PVC `volume`; labels and annotations say where it came from."""
+    labels = {LABEL_VOLUME: volume, **project_labels(project, config)}
+    if job:
+        labels[LABEL_JOB] = job
+    annotations = {}
+    if source_size:
+        annotations[ANN_SOURCE_SIZE] = source_size
+    if source_class:
+        annotations[ANN_SOURCE_CLASS] = source_class
+    return {"apiVersion": VOLUME_SNAPSHOT.api_version, "kind": VOLUME_SNAPSHOT.kind,
+            "metadata": metadata(name, config.namespace_of(project), labels, annotations),
+            "spec": {"volumeSnapshotClassName": config.snapshot_class,
+                     "source": {"persistentVolumeClaimName": volume}}}
+
+
+def render_snapshot_class(config: KubernetesConfig) -> dict:
+    """The VolumeSnapshotClass every snapshot names (an admin creates it once per cluster)."""
+    return {"apiVersion": VOLUME_SNAPSHOT_CLASS.api_version, "kind": VOLUME_SNAPSHOT_CLASS.kind,
+            "metadata": metadata(config.snapshot_class, None, {"app.kubernetes.io/managed-by": "dtrain"}),
+            "driver": config.snapshot_driver, "deletionPolicy": config.snapshot_deletion_policy}
+
+
+def render_restore(snapshot: str, to: str, *, project: str, size: str, storage_class: str | None,
+                   config: KubernetesConfig) -> dict:
+    """A new PVC `to` provisioned from VolumeSnapshot `snapshot` (dataSource)."""
+    labels = {LABEL_SOURCE_SNAPSHOT: snapshot, **project_labels(project, config)}
+    source = {"apiGroup": VOLUME_SNAPSHOT.group, "kind": VOLUME_SNAPSHOT.kind, "name": snapshot}
+    return render_pvc(to, config.namespace_of(project), size=size, storage_class=storage_class, config=config,
+                      labels=labels, data_source=source)
+
+
+def render_success_snapshot(spec: JobSpec, config: KubernetesConfig) -> dict:
+    """The snapshot `--snapshot-on-success` takes of spec.snapshot_volume."""
+    volume = spec.snapshot_volume
+    size = storage_class = None
+    new = [v for v in spec.volumes if isinstance(v, NewVolume)]
+    for i, v in enumerate(new):
+        if v.volume_name(spec.name, i) == volume:
+            size, storage_class = v.size, v.storage_class
+    return render_snapshot(success_snapshot_name(spec.name), volume, project=spec.project, config=config,
+                           job=spec.name, source_size=size, source_class=storage_class)
+
+
+def render_snapshot_rbac(namespace: str, project: str, config: KubernetesConfig) -> list[dict]:
+    """ServiceAccount, Role and RoleBinding of the snapshot watcher (one set per namespace)."""
+    labels = project_labels(project, config)
+    rules = [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
+        {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs", "mpijobs"], "verbs": ["get"]},
+        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["get"]},
+        {"apiGroups": [VOLUME_SNAPSHOT.group], "resources": [VOLUME_SNAPSHOT.plural], "verbs": ["get", "create"]},
+    ]
+    return [
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": metadata(SNAPSHOTTER_ACCOUNT, namespace, labels)},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": metadata(SNAPSHOTTER_ACCOUNT, namespace, labels), "rules": rules},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": metadata(SNAPSHOTTER_ACCOUNT, namespace, labels),
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SNAPSHOTTER_ACCOUNT},
+         "subjects": [{"kind": "ServiceAccount", "name": SNAPSHOTTER_ACCOUNT, "namespace": namespace}]},
+    ]
+
+
+_WATCH_SCRIPT = """set -u
+while :; do
+  if ! out=$(kubectl get @KIND@ @JOB@ -n @NS@ -o 'jsonpath=@PATH@' 2>&1); then
+    echo "$out"
+    case "$out" in *NotFound*|*"not found"*) echo "job @JOB@ is gone: no snapshot"; exit 0;; esac
+  fi
+  case " $out " in
+    *" @OK@ "*) break;;
+    *" Failed "*) echo "job @JOB@ failed: no snapshot"; exit 0;;
+  esac
+  sleep @POLL@
+done
+kubectl create -f - <<'EOF' || kubectl get volumesnapshot @SNAP@ -n @NS@
+@MANIFEST@
+EOF
+"""
+
+
+def render_snapshot_watcher(spec: JobSpec, config: KubernetesConfig, resource: Resource) -> dict:
+    """A small Job that snapshots spec.snapshot_volume once the training job succeeds.
+
+    The backend adds an ownerReference to the training job after creating it, so deleting the
+    job deletes its watcher (a dry-run rendering has none).
+    """
+    namespace = config.namespace_of(spec.project)
+    snapshot = render_success_snapshot(spec, config)
+    words = {"@KIND@": resource.full_name, "@JOB@": spec.name, "@NS@": namespace, "@OK@": resource.success,
+             "@PATH@": '{range .status.conditions[?(@.status=="True")]}{.type}{" "}{end}',
+             "@POLL@": str(WATCH_POLL_SECONDS), "@SNAP@": snapshot["metadata"]["name"],
+             "@MANIFEST@": json.dumps(snapshot, indent=1)}
+    script = _WATCH_SCRIPT
+    for word, value in words.items():
+        script = script.replace(word, value)
+    labels = job_labels(spec, config, ROLE_SNAPSHOTTER)
+    container = {"name": "snapshot", "image": config.watcher_image,
+                 "command": ["/bin/sh", "-c", *escape_dollars([script])],
+                 "resources": {"requests": {"cpu": "10m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}}}
+    job_spec: dict[str, Any] = {"backoffLimit": 3, "template": {"metadata": {"labels": labels}, "spec": {
+        "serviceAccountName": SNAPSHOTTER_ACCOUNT, "restartPolicy": "OnFailure", "containers": [container]}}}
+    if config.ttl_seconds_after_finished is not None:
+        job_spec["ttlSecondsAfterFinished"] = config.ttl_seconds_after_finished
+    return {"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": metadata(watcher_name(spec.name), namespace, labels), "spec": job_spec}

@@ -1,0 +1,246 @@
+"""Pure mapping from what the cluster reports (job conditions, pods) to dtrain's JobInfo.
+
+    object                 condition (status True)         dtrain status
+    any                    metadata.deletionTimestamp set  Deleted
+    PyTorchJob, MPIJob     Succeeded / Failed              Succeeded / Failed
+                           Running, Restarting             Running
+                           Created, Suspended, none        Pending
+    batch Job              Complete (SuccessCriteriaMet)   Succeeded
+                           Failed (FailureTarget)          Failed
+    TrainJob               Complete / Failed               Succeeded / Failed
+    batch Job, TrainJob    otherwise: a pod Running        Running, else Pending
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import Any
+
+from dtrain.backends.base import Event, JobInfo, JobStatus, ProcessInfo
+from dtrain.errors import BackendError
+from dtrain.spec import JobSpec
+
+from .objects import (
+    ANN_PROCS_PER_POD,
+    ANN_SPEC,
+    BATCH_JOB,
+    GPU_RESOURCE,
+    JOB_COMPLETION_INDEX,
+    KF_REPLICA_INDEX,
+    KF_REPLICA_TYPE,
+    MPI_JOB,
+    PYTORCH_JOB,
+    TRAIN_JOB,
+)
+
+_SUCCESS = {"Succeeded", "Complete", "SuccessCriteriaMet"}
+_FAILURE = {"Failed", "FailureTarget"}
+_EVENT_STATUS = {"Restarting": JobStatus.RUNNING, "Succeeded": JobStatus.SUCCEEDED, "Complete": JobStatus.SUCCEEDED,
+                 "Failed": JobStatus.FAILED, "Suspended": JobStatus.PENDING}
+_PHASES = ("Pending", "Running", "Succeeded", "Failed")
+
+
+def parse_time(text: str | None) -> float | None:
+    """RFC 3339 as the API writes it ('2024-05-01T10:00:00Z', with up to nanoseconds) -> unix seconds."""
+    if not text:
+        return None
+    text = text.strip().replace("Z", "+00:00")
+    if "." in text:  # Python takes at most microseconds
+        head, _, rest = text.partition(".")
+        digits = "".join(c for c in rest if c.isdigit())
+        text = f"{head}.{digits[:6].ljust(6, '0')}{rest[len(digits):]}"
+    stamp = datetime.fromisoformat(text)
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return stamp.timestamp()
+
+
+def _conditions(obj: dict) -> list[dict]:
+    return list((obj.get("status") or {}).get("conditions") or [])
+
+
+def _true(obj: dict) -> dict[str, dict]:
+    return {c.get("type"): c for c in _conditions(obj) if c.get("status") == "True"}
+
+
+def _any_running(pods: list[dict]) -> bool:
+    return any((p.get("status") or {}).get("phase") == "Running" for p in pods)
+
+
+def job_status(kind: str, obj: dict, pods: list[dict]) -> tuple[JobStatus, str]:
+    """The one status of a job object and its pods, with the reason the cluster gives."""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return JobStatus.DELETED, "being deleted"
+    true = _true(obj)
+    why = lambda c: ": ".join(x for x in (c.get("reason"), c.get("message")) if x)  # noqa: E731
+    for types, status in ((_SUCCESS, JobStatus.SUCCEEDED), (_FAILURE, JobStatus.FAILED)):
+        hit = [true[t] for t in types if t in true]
+        if hit:
+            return status, why(hit[0])
+    if "Suspended" in true:
+        return JobStatus.PENDING, why(true["Suspended"])
+    if kind in (PYTORCH_JOB.kind, MPI_JOB.kind):
+        for t in ("Restarting", "Running"):
+            if t in true:
+                return JobStatus.RUNNING, why(true[t])
+        return JobStatus.PENDING, _pending_reason(pods)
+    if _any_running(pods):
+        return JobStatus.RUNNING, ""
+    return JobStatus.PENDING, _pending_reason(pods)
+
+
+def _pending_reason(pods: list[dict]) -> str:
+    """Why pods wait: unschedulable, image pull errors; '' when nothing is said."""
+    for pod in pods:
+        status = pod.get("status") or {}
+        for c in status.get("conditions") or []:
+            if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("message"):
+                return f"{c.get('reason', 'Unschedulable')}: {c['message']}"
+        for cs in status.get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") and waiting["reason"] != "ContainerCreating":
+                return ": ".join(x for x in (waiting["reason"], waiting.get("message")) if x)
+    return ""
+
+
+def events(obj: dict) -> tuple[Event, ...]:
+    """Pending at creation, Running at start, then each condition that holds."""
+    meta, status = obj.get("metadata") or {}, obj.get("status") or {}
+    out = []
+    created = parse_time(meta.get("creationTimestamp"))
+    if created is not None:
+        out.append(Event(time=created, status=JobStatus.PENDING.value, message="created"))
+    started = parse_time(status.get("startTime"))
+    if started is not None:
+        out.append(Event(time=started, status=JobStatus.RUNNING.value, message="started"))
+    for ctype, c in _true(obj).items():
+        when = parse_time(c.get("lastTransitionTime") or c.get("lastUpdateTime"))
+        if ctype in _EVENT_STATUS and when is not None:
+            message = ": ".join(dict.fromkeys(x for x in (ctype, c.get("reason"), c.get("message")) if x))
+            out.append(Event(time=when, status=_EVENT_STATUS[ctype].value, message=message))
+    return tuple(sorted(out, key=lambda e: e.time))
+
+
+def pod_index(kind: str, obj: dict, pod: dict) -> int | None:
+    """Which replica (node rank) a pod is; None for pods that run no rank (the MPI launcher)."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    if kind == BATCH_JOB.kind:
+        return 0
+    if kind == TRAIN_JOB.kind:
+        return int(labels.get(JOB_COMPLETION_INDEX, 0))
+    rtype = labels.get(KF_REPLICA_TYPE, "").lower()
+    index = int(labels.get(KF_REPLICA_INDEX, 0))
+    if kind == MPI_JOB.kind:
+        return None if rtype == "launcher" else index
+    has_master = "Master" in ((obj.get("spec") or {}).get("pytorchReplicaSpecs") or {})
+    if rtype == "master":
+        return 0
+    return index + 1 if has_master else index
+
+
+def spec_of(obj: dict) -> JobSpec:
+    meta = obj.get("metadata") or {}
+    raw = (meta.get("annotations") or {}).get(ANN_SPEC)
+    if not raw:
+        raise BackendError(f"{obj.get('kind')} {meta.get('name')!r} has no {ANN_SPEC} annotation: "
+                           f"it was not submitted by dtrain; manage it with kubectl")
+    return JobSpec.from_dict(json.loads(raw))
+
+
+def procs_per_pod(obj: dict) -> int:
+    return int(((obj.get("metadata") or {}).get("annotations") or {}).get(ANN_PROCS_PER_POD, "1"))
+
+
+def newest_pod(pods: list[dict]) -> dict:
+    """The replacement among pods of one replica; creation times have whole seconds, so a pod
+    still alive wins a tie, then the later resourceVersion."""
+    def age(p: dict) -> tuple:
+        meta = p.get("metadata") or {}
+        version = str(meta.get("resourceVersion", ""))
+        return (parse_time(meta.get("creationTimestamp")) or 0.0, _phase(p) in ("Pending", "Running"),
+                int(version) if version.isdigit() else 0)
+    return max(pods, key=age)
+
+
+def _exit_code(pod: dict) -> int | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        done = (cs.get("state") or {}).get("terminated")
+        if done is not None:
+            return done.get("exitCode")
+    return None
+
+
+def _phase(pod: dict) -> str:
+    phase = (pod.get("status") or {}).get("phase", "Pending")
+    return phase if phase in _PHASES else "Pending"
+
+
+def pod_gpus(pod: dict) -> int:
+    total = 0
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        res = c.get("resources") or {}
+        value = (res.get("requests") or {}).get(GPU_RESOURCE) or (res.get("limits") or {}).get(GPU_RESOURCE) or 0
+        total += int(value)
+    return total
+
+
+def processes(kind: str, obj: dict, spec: JobSpec, pods: list[dict]) -> tuple[ProcessInfo, ...]:
+    """One ProcessInfo per rank; a pod running k ranks reports each of them."""
+    per_pod = procs_per_pod(obj)
+    by_index: dict[int, list[dict]] = {}
+    launcher = None
+    for pod in pods:
+        index = pod_index(kind, obj, pod)
+        if index is None:
+            launcher = pod
+        else:
+            by_index.setdefault(index, []).append(pod)
+    out = []
+    for rank in range(spec.processes):
+        group = by_index.get(rank // per_pod)
+        if not group:
+            out.append(ProcessInfo(rank=rank, status="Pending"))
+            continue
+        pod = newest_pod(group)
+        status, code = _phase(pod), _exit_code(pod)
+        if launcher is not None and _phase(launcher) in ("Succeeded", "Failed"):
+            status, code = _phase(launcher), _exit_code(launcher)  # mpirun's exit is every rank's
+        out.append(ProcessInfo(rank=rank, status=status, exit_code=code,
+                               node=(pod.get("spec") or {}).get("nodeName")))
+    return tuple(out)
+
+
+def restarts(pods: list[dict], kind: str, obj: dict) -> int:
+    """Container restarts in place plus pods replaced by a new one of the same replica."""
+    statuses = [cs for p in pods for cs in (p.get("status") or {}).get("containerStatuses") or []]
+    count = sum(cs.get("restartCount", 0) for cs in statuses)
+    seen: dict[Any, int] = {}
+    for pod in pods:
+        key = pod_index(kind, obj, pod)
+        seen[key] = seen.get(key, 0) + 1
+    return count + sum(n - 1 for n in seen.values())
+
+
+def job_info(kind: str, obj: dict, pods: list[dict], *, backend: str = "kubernetes") -> JobInfo:
+    spec = spec_of(obj)
+    status, message = job_status(kind, obj, pods)
+    meta, state = obj.get("metadata") or {}, obj.get("status") or {}
+    procs = processes(kind, obj, spec, pods)
+    finished = parse_time(state.get("completionTime"))
+    if finished is None and status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
+        finished = max((e.time for e in events(obj) if e.status == status.value), default=None)
+    # GPUs are held by running pods and by pending pods already bound to a node.
+    live = [p for p in pods if _phase(p) == "Running"
+            or (_phase(p) == "Pending" and (p.get("spec") or {}).get("nodeName"))]
+    nodes = sorted({p.node for p in procs if p.node})
+    return JobInfo(
+        name=meta.get("name", spec.name), spec=spec, status=status, backend=backend,
+        created=parse_time(meta.get("creationTimestamp")) or 0.0, started=parse_time(state.get("startTime")),
+        finished=finished, node=",".join(nodes) or None, gpus_allocated=sum(pod_gpus(p) for p in live),
+        processes_running=sum(p.status == "Running" for p in procs),
+        processes_pending=sum(p.status == "Pending" for p in procs),
+        processes=procs, events=events(obj), restarts=restarts(pods, kind, obj), message=message,
+        extra={"namespace": meta.get("namespace"), "kind": kind, "uid": meta.get("uid"),
+               "procs_per_pod": procs_per_pod(obj),
+               "pods": sorted((p.get("metadata") or {}).get("name", "") for p in pods)})
