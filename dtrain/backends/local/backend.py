@@ -252,7 +252,7 @@ class LocalBackend(Backend):
         for row in self.store.jobs():
             if row["status"] in ACTIVE:
                 spec = JobSpec.from_dict(json.loads(row["spec"]))
-                if volume in {m.volume for m in spec.resolved_volumes()}:
+                if volume in {m.volume for m in spec.resolved_volumes()} | {spec.snapshot_volume}:
                     users.append(spec.name)
         return users
 
