@@ -1,0 +1,33 @@
+"""What a training script needs inside a job: who am I, save safely, log metrics.
+
+This package runs inside jobs launched by plain torchrun, mpirun, a Kubeflow
+PyTorchJob or SageMaker, so it imports nothing from dtrain but dtrain.errors.
+"""
+
+from dtrain.training.checkpoint import checkpoint_path, latest_checkpoint, load_checkpoint, save_atomic
+from dtrain.training.dist import (
+    DistInfo,
+    all_reduce_mean,
+    all_reduce_sum,
+    barrier,
+    detect_runtime,
+    setup_distributed,
+    teardown,
+)
+from dtrain.training.metrics import MetricsWriter, read_metrics
+
+__all__ = [
+    "DistInfo",
+    "MetricsWriter",
+    "all_reduce_mean",
+    "all_reduce_sum",
+    "barrier",
+    "checkpoint_path",
+    "detect_runtime",
+    "latest_checkpoint",
+    "load_checkpoint",
+    "read_metrics",
+    "save_atomic",
+    "setup_distributed",
+    "teardown",
+]

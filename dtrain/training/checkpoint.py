@@ -1,0 +1,91 @@
+"""Checkpoints that are either complete on disk or absent.
+
+A job killed mid-save (preemption, OOM, a node lost) must never leave a file
+that `latest_checkpoint` would pick up and then fail to load. `save_atomic`
+writes to a hidden temp file in the target folder (same filesystem, so the
+rename is atomic), fsyncs it, renames it over the target and fsyncs the folder.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from dtrain.errors import DataError, StorageError
+
+CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")  # complete checkpoints; temp files start with '.'
+
+
+def checkpoint_path(folder: str | os.PathLike, step: int) -> Path:
+    """The conventional name for the checkpoint of `step`: <folder>/ckpt-<step>.pt."""
+    return Path(folder) / f"ckpt-{step}.pt"
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return  # some filesystems (and Windows) cannot open a folder; the rename is still atomic
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass  # fsync on a folder is unsupported on some network filesystems
+    finally:
+        os.close(fd)
+
+
+def save_atomic(obj: Any, path: str | os.PathLike) -> None:
+    """torch.save `obj` to `path` so that readers see the old file or the new one, never a part."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as e:
+        Path(tmp).unlink(missing_ok=True)
+        raise StorageError(f"cannot write checkpoint {path}: {e.strerror or e}; check free space and permissions") from e
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def latest_checkpoint(folder: str | os.PathLike) -> Path | None:
+    """The complete checkpoint with the highest step in `folder` (ckpt-<step>.pt), or None."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return None
+    best: tuple[int, Path] | None = None
+    for p in folder.iterdir():
+        m = CKPT_RE.match(p.name)
+        if m and p.is_file() and (best is None or int(m.group(1)) > best[0]):
+            best = (int(m.group(1)), p)
+    return best[1] if best else None
+
+
+def load_checkpoint(
+    path: str | os.PathLike, *, map_location: str | torch.device = "cpu", weights_only: bool = True
+) -> Any:
+    """torch.load a checkpoint written by save_atomic; DataError if it is not one.
+
+    weights_only=True (the default) loads tensors, numbers, strings and containers
+    of them only; pass False for checkpoints holding other objects from a trusted source.
+    """
+    path = Path(path)
+    try:
+        return torch.load(path, map_location=map_location, weights_only=weights_only)
+    except FileNotFoundError:
+        raise DataError(f"checkpoint {path} does not exist; list the folder or use latest_checkpoint()") from None
+    except Exception as e:  # torch raises several unrelated types for a damaged file
+        raise DataError(
+            f"checkpoint {path} cannot be loaded ({type(e).__name__}: {e}); delete it or resume from an older one"
+        ) from e

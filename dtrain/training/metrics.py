@@ -1,0 +1,80 @@
+"""Per-step metrics as JSON lines, one object per line.
+
+Every line carries 'time' (seconds since the epoch) next to the caller's
+fields, and is flushed at once so a platform tailing the file sees progress
+while the job runs. Only rank 0 should enable a writer: the other ranks make a
+disabled one and call it the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from dtrain.errors import SpecError
+
+
+def _plain(value: Any) -> Any:
+    # Tensors and numpy scalars arrive from training loops; JSON wants Python numbers.
+    if hasattr(value, "item") and getattr(value, "ndim", 0) == 0:
+        return value.item()
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise TypeError(type(value).__name__)
+
+
+class MetricsWriter:
+    def __init__(self, path: str | os.PathLike | None, *, enabled: bool = True) -> None:
+        self.path = Path(path) if path is not None else None
+        self.enabled = enabled and path is not None
+        self._f = None
+        if self.enabled:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._f = open(self.path, "a", encoding="utf-8")
+
+    def log(self, **fields: Any) -> None:
+        """Append one line with `fields` plus 'time'; NaN and inf become null."""
+        if not self.enabled:
+            return
+        if self._f is None:
+            raise SpecError(f"metrics file {self.path} is closed; log before close()")
+        record = {"time": time.time(), **fields}
+        try:
+            line = json.dumps(record, default=_plain, allow_nan=False)
+        except ValueError:  # NaN/inf: strict JSON readers reject them, so write null
+            record = {k: None if isinstance(v, float) and not math.isfinite(v) else v for k, v in record.items()}
+            line = json.dumps(record, default=_plain)
+        except TypeError as e:
+            raise SpecError(f"metric value of type {e} is not JSON-serialisable; log numbers or strings") from None
+        self._f.write(line + "\n")
+        self._f.flush()
+
+    def close(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+    def __enter__(self) -> MetricsWriter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def read_metrics(path: str | os.PathLike) -> list[dict[str, Any]]:
+    """Every record of a metrics file, skipping a torn last line from a killed job."""
+    lines = Path(path).read_text(encoding="utf-8").splitlines()
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            if i != len(lines) - 1:
+                raise
+    return out

@@ -1,0 +1,33 @@
+"""The CIFAR10 workload: the reference small CNN, both on-disk formats, DDP training.
+
+    python -m dtrain.workloads.cifar10 synth --out DIR [--format python|binary] [--n-train N] ...
+    python -m dtrain.workloads.cifar10 train --data-dir DIR --model-dir OUT [--batch-size B] ...
+
+Runs inside jobs, so it imports nothing from dtrain but dtrain.errors and dtrain.training.
+"""
+
+from __future__ import annotations
+
+USAGE = "usage: python -m dtrain.workloads.cifar10 {train,synth} [options]  (add --help after a command)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Dispatch `train ...` or `synth ...`; the dtrain CLI can call this with its own argv."""
+    import sys
+
+    from dtrain.errors import SpecError
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "train":
+        from dtrain.workloads.cifar10.train import main as train_main
+
+        return train_main(rest)
+    if command == "synth":
+        from dtrain.workloads.cifar10.data import synth_main
+
+        return synth_main(rest)
+    raise SpecError(f"unknown cifar10 command {command!r}; use 'train' or 'synth'")

@@ -1,0 +1,252 @@
+"""CIFAR10 on disk: the two official formats, a reader and a synthetic writer.
+
+Python format, folder cifar-10-batches-py/: data_batch_1..5 and test_batch, each a
+pickled dict with bytes keys
+    b'data'        uint8 array (N, 3072): 1024 red, then 1024 green, then 1024 blue
+                   pixels, each plane row-major 32x32
+    b'labels'      list of N ints in 0..9
+    b'batch_label' bytes, b'filenames' list of bytes
+plus batches.meta (b'label_names' ...).
+
+Binary format, folder cifar-10-batches-bin/: data_batch_1..5.bin and test_batch.bin,
+each a run of 3073-byte records: one label byte, then the 3072 pixel bytes in the
+same plane order; plus batches.meta.txt, one class name per line.
+
+The reader accepts the folder that holds either subfolder (a data volume, a
+SageMaker channel) or the subfolder itself. It unpickles with an allow-list,
+because a pickle from a shared volume can otherwise run any code.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+from pathlib import Path
+
+import numpy as np
+
+from dtrain.errors import DataError, SpecError
+
+PY_DIR = "cifar-10-batches-py"
+BIN_DIR = "cifar-10-batches-bin"
+IMAGE_BYTES = 3 * 32 * 32
+RECORD_BYTES = 1 + IMAGE_BYTES
+NUM_CLASSES = 10
+CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+NUM_TRAIN_BATCHES = 5
+
+# What a CIFAR pickle legitimately references: numpy array reconstruction, and
+# _codecs.encode, which Python 3 uses for bytes in protocol-2 pickles.
+_PICKLE_ALLOWED = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("_codecs", "encode"),
+}
+
+
+class _CifarUnpickler(pickle.Unpickler):
+    def find_class(self, module: str, name: str):
+        if (module, name) not in _PICKLE_ALLOWED:
+            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a CIFAR10 batch")
+        return super().find_class(module, name)
+
+
+# ---------------------------------------------------------------- reading
+
+
+def find_root(data_dir: str | os.PathLike) -> tuple[Path, str]:
+    """Locate the batch folder under `data_dir`; returns (folder, 'python' | 'binary')."""
+    base = Path(data_dir)
+    if not base.is_dir():
+        raise DataError(f"CIFAR10 data folder {base} does not exist; pass --data-dir or set SM_CHANNEL_TRAINING")
+    for folder in (base / PY_DIR, base):
+        if (folder / "data_batch_1").is_file():
+            return folder, "python"
+    for folder in (base / BIN_DIR, base):
+        if (folder / "data_batch_1.bin").is_file():
+            return folder, "binary"
+    raise DataError(
+        f"no CIFAR10 batches in {base}: expected {PY_DIR}/data_batch_1 or {BIN_DIR}/data_batch_1.bin "
+        f"(create synthetic ones with: python -m dtrain.workloads.cifar10 synth --out {base})"
+    )
+
+
+def _check(path: Path, data: np.ndarray, labels: np.ndarray) -> None:
+    if data.ndim != 2 or data.shape[1] != IMAGE_BYTES or data.dtype != np.uint8:
+        raise DataError(f"{path}: b'data' is {data.dtype}{list(data.shape)}, expected uint8 [N, {IMAGE_BYTES}]")
+    if labels.shape != (data.shape[0],):
+        raise DataError(f"{path}: {labels.shape[0]} labels for {data.shape[0]} images; the file is damaged")
+    if labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
+        bad = labels[(labels < 0) | (labels >= NUM_CLASSES)][0]
+        raise DataError(f"{path}: label {bad} is outside 0..{NUM_CLASSES - 1}")
+
+
+def read_python_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """One pickled batch -> (uint8 images (N, 3, 32, 32), int64 labels (N,))."""
+    path = Path(path)
+    try:
+        with open(path, "rb") as f:
+            batch = _CifarUnpickler(f, encoding="bytes").load()
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as e:
+        raise DataError(f"{path} is not a CIFAR10 python batch ({type(e).__name__}: {e}); re-download or regenerate it") from None
+    if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
+        keys = sorted(batch)[:6] if isinstance(batch, dict) else type(batch).__name__
+        raise DataError(f"{path} has no b'data'/b'labels' (found {keys}); it is not a CIFAR10 batch")
+    data = np.asarray(batch[b"data"])
+    try:
+        labels = np.asarray(batch[b"labels"], dtype=np.int64)
+    except (TypeError, ValueError):
+        raise DataError(f"{path}: b'labels' is not a list of integers") from None
+    _check(path, data, labels)
+    return data.reshape(-1, 3, 32, 32), labels
+
+
+def read_binary_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """One .bin batch of 3073-byte records -> (uint8 images (N, 3, 32, 32), int64 labels (N,))."""
+    path = Path(path)
+    raw = np.fromfile(path, dtype=np.uint8)
+    if raw.size == 0 or raw.size % RECORD_BYTES:
+        raise DataError(
+            f"{path} is {raw.size} bytes, not a whole number of {RECORD_BYTES}-byte CIFAR10 records; the file is truncated"
+        )
+    records = raw.reshape(-1, RECORD_BYTES)
+    labels = records[:, 0].astype(np.int64)
+    data = np.ascontiguousarray(records[:, 1:])
+    _check(path, data, labels)
+    return data.reshape(-1, 3, 32, 32), labels
+
+
+def _batch_files(folder: Path, fmt: str, split: str) -> list[Path]:
+    suffix = ".bin" if fmt == "binary" else ""
+    if split == "test":
+        files = [folder / f"test_batch{suffix}"]
+    else:
+        pattern = re.compile(rf"^data_batch_(\d+){re.escape(suffix)}$")
+        numbered = sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := pattern.match(p.name)))
+        files = [p for _, p in numbered]
+    missing = [p for p in files if not p.is_file()]
+    if missing or not files:
+        raise DataError(f"CIFAR10 {split} batch {missing[0] if missing else folder / 'data_batch_1'} is missing")
+    return files
+
+
+def load_split(data_dir: str | os.PathLike, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """All batches of `split` ('train' or 'test'): (uint8 (N, 3, 32, 32), int64 (N,))."""
+    if split not in ("train", "test"):
+        raise SpecError(f"split {split!r} is not 'train' or 'test'")
+    folder, fmt = find_root(data_dir)
+    read = read_binary_batch if fmt == "binary" else read_python_batch
+    parts = [read(p) for p in _batch_files(folder, fmt, split)]
+    return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
+
+
+# ---------------------------------------------------------------- synthetic data
+
+
+def _class_masks() -> np.ndarray:
+    """Ten distinct 32x32 shapes in [0, 1], one per class: (10, 32, 32)."""
+    yy, xx = np.mgrid[0:32, 0:32].astype(np.float32)
+    cy, cx = yy - 15.5, xx - 15.5
+    r = np.hypot(cy, cx)
+    masks = [
+        (yy // 4) % 2,  # horizontal stripes
+        (xx // 4) % 2,  # vertical stripes
+        ((yy + xx) // 6) % 2,  # diagonal stripes
+        ((yy // 8) + (xx // 8)) % 2,  # checkerboard
+        r < 10,  # disc
+        (r > 8) & (r < 13),  # ring
+        (np.abs(cy) < 3) | (np.abs(cx) < 3),  # cross
+        (np.abs(cy) < 11) & (np.abs(cx) < 11) & ~((np.abs(cy) < 6) & (np.abs(cx) < 6)),  # square frame
+        yy > xx,  # lower triangle
+        np.abs(cy) + np.abs(cx) < 12,  # diamond
+    ]
+    return np.stack([m.astype(np.float32) for m in masks])
+
+
+def make_synthetic(n: int, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """`n` images with a class-specific shape and colour, random shift, tint and noise.
+
+    Returns (uint8 (n, 3, 32, 32), int64 (n,)); the same seed gives the same arrays.
+    """
+    rng = np.random.default_rng(seed)
+    masks = _class_masks()
+    # Fixed palette (independent of seed) so train and test sets share class colours.
+    colours = np.random.default_rng(12345).uniform(90, 255, size=(NUM_CLASSES, 3)).astype(np.float32)
+    labels = rng.integers(0, NUM_CLASSES, size=n)
+    shapes = masks[labels]  # (n, 32, 32)
+    shifts = rng.integers(-3, 4, size=(n, 2))
+    for i, (dy, dx) in enumerate(shifts):
+        shapes[i] = np.roll(shapes[i], (dy, dx), axis=(0, 1))
+    background = rng.uniform(0, 80, size=(n, 3, 1, 1)).astype(np.float32)
+    tint = rng.uniform(0.7, 1.0, size=(n, 1, 1, 1)).astype(np.float32)
+    images = background + tint * colours[labels][:, :, None, None] * shapes[:, None]
+    images += rng.normal(0, 30, size=images.shape).astype(np.float32)
+    return np.clip(images, 0, 255).astype(np.uint8), labels.astype(np.int64)
+
+
+def _write_python(folder: Path, name: str, label: str, x: np.ndarray, y: np.ndarray) -> None:
+    batch = {
+        b"batch_label": label.encode(),
+        b"labels": [int(v) for v in y],
+        b"data": x.reshape(len(x), IMAGE_BYTES),
+        b"filenames": [f"synthetic_{name}_{i:05d}.png".encode() for i in range(len(x))],
+    }
+    with open(folder / name, "wb") as f:
+        pickle.dump(batch, f, protocol=2)  # the official files are protocol-2 pickles
+
+
+def _write_binary(folder: Path, name: str, x: np.ndarray, y: np.ndarray) -> None:
+    records = np.empty((len(x), RECORD_BYTES), dtype=np.uint8)
+    records[:, 0] = y
+    records[:, 1:] = x.reshape(len(x), IMAGE_BYTES)
+    records.tofile(folder / f"{name}.bin")
+
+
+def write_synthetic(
+    out_dir: str | os.PathLike, *, fmt: str = "python", n_train: int = 5000, n_test: int = 1000, seed: int = 0
+) -> Path:
+    """Write a CIFAR10-format dataset with learnable classes; returns the batch folder.
+
+    The train images are split over the usual five data_batch files.
+    """
+    if fmt not in ("python", "binary"):
+        raise SpecError(f"format {fmt!r} is not 'python' or 'binary'")
+    if n_train < NUM_TRAIN_BATCHES or n_test < 1:
+        raise SpecError(f"n_train={n_train}, n_test={n_test}: need n_train >= {NUM_TRAIN_BATCHES} and n_test >= 1")
+    folder = Path(out_dir) / (PY_DIR if fmt == "python" else BIN_DIR)
+    folder.mkdir(parents=True, exist_ok=True)
+    x_train, y_train = make_synthetic(n_train, seed=seed)
+    x_test, y_test = make_synthetic(n_test, seed=seed + 1_000_003)
+    splits = np.array_split(np.arange(n_train), NUM_TRAIN_BATCHES)
+    for i, idx in enumerate(splits, start=1):
+        if fmt == "python":
+            _write_python(folder, f"data_batch_{i}", f"training batch {i} of 5", x_train[idx], y_train[idx])
+        else:
+            _write_binary(folder, f"data_batch_{i}", x_train[idx], y_train[idx])
+    if fmt == "python":
+        _write_python(folder, "test_batch", "testing batch 1 of 1", x_test, y_test)
+        meta = {b"label_names": [c.encode() for c in CLASSES], b"num_cases_per_batch": len(splits[0]), b"num_vis": IMAGE_BYTES}
+        (folder / "batches.meta").write_bytes(pickle.dumps(meta, protocol=2))
+    else:
+        _write_binary(folder, "test_batch", x_test, y_test)
+        (folder / "batches.meta.txt").write_text("\n".join(CLASSES) + "\n")
+    return folder
+
+
+def synth_main(argv: list[str] | None = None) -> int:
+    """`python -m dtrain.workloads.cifar10 synth --out DIR [--format binary] ...`."""
+    import argparse
+
+    p = argparse.ArgumentParser(prog="python -m dtrain.workloads.cifar10 synth", description=write_synthetic.__doc__)
+    p.add_argument("--out", required=True, help="folder that receives cifar-10-batches-py/ or cifar-10-batches-bin/")
+    p.add_argument("--format", dest="fmt", choices=("python", "binary"), default="python")
+    p.add_argument("--n-train", type=int, default=5000, help="training images (default 5000)")
+    p.add_argument("--n-test", type=int, default=1000, help="test images (default 1000)")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args(argv)
+    folder = write_synthetic(a.out, fmt=a.fmt, n_train=a.n_train, n_test=a.n_test, seed=a.seed)
+    print(f"wrote {a.n_train} train and {a.n_test} test images to {folder}")
+    return 0

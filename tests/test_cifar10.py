@@ -1,0 +1,361 @@
+"""CIFAR10 workload: both file formats, and the same training under four launchers.
+
+Every launcher runs the same command (2 processes x batch 16, same seed) and must
+finish with bit-identical weights; one process with batch 32 must match them to
+float tolerance (DDP averages gradients, so 2 x b is 1 x 2b).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dtrain.errors import DataError, SpecError
+from dtrain.workloads.cifar10 import main as cifar_main
+from dtrain.workloads.cifar10.data import load_split, make_synthetic, read_binary_batch, read_python_batch, write_synthetic
+from dtrain.workloads.cifar10.model import Net
+from dtrain.workloads.cifar10.train import parse_args
+
+REPO = Path(__file__).resolve().parents[1]
+SEED = 3
+STEPS = 12
+PER_RANK_BATCH = 16
+TRAIN_ARGS = ["--lr", "0.05", "--momentum", "0.9", "--seed", str(SEED), "--max-steps", str(STEPS), "--log-interval", "0"]
+LAUNCH_PREFIXES = ("RANK", "WORLD_SIZE", "LOCAL_", "GROUP_", "OMPI_", "PMI_", "SM_", "PET_", "MASTER_", "TORCHELASTIC")
+
+
+# ---------------------------------------------------------------- data formats
+
+
+def test_python_format_matches_the_official_layout(tmp_path):
+    folder = write_synthetic(tmp_path, fmt="python", n_train=50, n_test=20, seed=1)
+    assert folder.name == "cifar-10-batches-py"
+    with open(folder / "data_batch_2", "rb") as f:
+        batch = pickle.load(f, encoding="bytes")  # how every CIFAR10 loader opens it
+    assert set(batch) == {b"data", b"labels", b"batch_label", b"filenames"}
+    assert batch[b"data"].shape == (10, 3072) and batch[b"data"].dtype == np.uint8
+    assert isinstance(batch[b"labels"], list) and len(batch[b"labels"]) == 10
+    # Plane order: pixel (c, y, x) lives at c*1024 + y*32 + x.
+    images, _ = make_synthetic(50, seed=1)
+    img = images[10]  # the first image of batch 2
+    assert batch[b"data"][0, 1024 + 5 * 32 + 7] == img[1, 5, 7]
+    assert batch[b"data"][0, 2048 + 31 * 32 + 0] == img[2, 31, 0]
+
+
+def test_binary_format_matches_the_official_layout(tmp_path):
+    folder = write_synthetic(tmp_path, fmt="binary", n_train=50, n_test=20, seed=1)
+    raw = (folder / "test_batch.bin").read_bytes()
+    assert len(raw) == 20 * 3073
+    images, labels = make_synthetic(20, seed=1 + 1_000_003)
+    assert raw[3073] == labels[1]  # label byte first
+    assert raw[3073 + 1 + 2 * 1024 + 3 * 32 + 4] == images[1, 2, 3, 4]
+    assert (folder / "batches.meta.txt").read_text().split()[0] == "airplane"
+
+
+def test_both_formats_round_trip_to_the_same_arrays(tmp_path):
+    write_synthetic(tmp_path / "py", fmt="python", n_train=103, n_test=17, seed=5)
+    write_synthetic(tmp_path / "bin", fmt="binary", n_train=103, n_test=17, seed=5)
+    x_ref, y_ref = make_synthetic(103, seed=5)
+    for root in (tmp_path / "py", tmp_path / "bin", tmp_path / "bin" / "cifar-10-batches-bin"):
+        x, y = load_split(root, "train")
+        assert x.shape == (103, 3, 32, 32) and x.dtype == np.uint8 and y.dtype == np.int64
+        np.testing.assert_array_equal(x, x_ref)
+        np.testing.assert_array_equal(y, y_ref)
+    xp, yp = load_split(tmp_path / "py", "test")
+    xb, yb = load_split(tmp_path / "bin", "test")
+    np.testing.assert_array_equal(xp, xb)
+    np.testing.assert_array_equal(yp, yb)
+    assert len(yp) == 17
+
+
+def test_synthetic_classes_differ_and_seeds_repeat():
+    x, y = make_synthetic(400, seed=0)
+    assert set(np.unique(y)) == set(range(10))
+    means = np.stack([x[y == c].astype(float).mean(0) for c in range(10)])
+    gaps = [np.abs(means[a] - means[b]).mean() for a in range(10) for b in range(a + 1, 10)]
+    assert min(gaps) > 5  # every pair of classes looks different on average
+    np.testing.assert_array_equal(make_synthetic(30, seed=9)[0], make_synthetic(30, seed=9)[0])
+    assert not np.array_equal(make_synthetic(30, seed=9)[0], make_synthetic(30, seed=10)[0])
+
+
+def test_truncated_binary_batch(tmp_path):
+    folder = write_synthetic(tmp_path, fmt="binary", n_train=10, n_test=2, seed=0)
+    path = folder / "data_batch_1.bin"
+    path.write_bytes(path.read_bytes()[:-5])
+    with pytest.raises(DataError, match="data_batch_1.bin is 6141 bytes.*3073-byte"):
+        load_split(tmp_path, "train")
+
+
+def test_binary_label_out_of_range(tmp_path):
+    folder = write_synthetic(tmp_path, fmt="binary", n_train=10, n_test=2, seed=0)
+    raw = bytearray((folder / "test_batch.bin").read_bytes())
+    raw[3073] = 12
+    (folder / "test_batch.bin").write_bytes(bytes(raw))
+    with pytest.raises(DataError, match="label 12 is outside 0..9"):
+        read_binary_batch(folder / "test_batch.bin")
+
+
+@pytest.mark.parametrize(
+    "payload, match",
+    [
+        (b"this is not a pickle", "not a CIFAR10 python batch"),
+        (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8)}), r"no b'data'/b'labels'"),
+        (pickle.dumps([1, 2, 3]), r"no b'data'/b'labels'"),
+        (pickle.dumps({b"data": np.zeros((2, 100), np.uint8), b"labels": [0, 1]}), r"expected uint8 \[N, 3072\]"),
+        (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0]}), "1 labels for 2 images"),
+        (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 10]}), "label 10 is outside"),
+        (pickle.dumps({b"data": np.zeros((2, 3072), np.uint8), b"labels": ["a", "b"]}), "not a list of integers"),
+    ],
+)
+def test_malformed_python_batch(tmp_path, payload, match):
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(payload)
+    with pytest.raises(DataError, match=match):
+        read_python_batch(path)
+
+
+class _Evil:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (os.mkdir, (self.path,))
+
+
+def test_pickle_with_foreign_code_is_refused_not_run(tmp_path):
+    target = tmp_path / "pwned"
+    (tmp_path / "data_batch_1").write_bytes(pickle.dumps({b"data": _Evil(str(target)), b"labels": []}))
+    with pytest.raises(DataError, match=r"mkdir is not allowed"):
+        read_python_batch(tmp_path / "data_batch_1")
+    assert not target.exists()
+
+
+def test_missing_data_is_explained(tmp_path):
+    with pytest.raises(DataError, match="does not exist"):
+        load_split(tmp_path / "nope", "train")
+    with pytest.raises(DataError, match="no CIFAR10 batches.*synth --out"):
+        load_split(tmp_path, "train")
+    folder = write_synthetic(tmp_path, fmt="python", n_train=10, n_test=2, seed=0)
+    (folder / "test_batch").unlink()
+    with pytest.raises(DataError, match="test_batch is missing"):
+        load_split(tmp_path, "test")
+    with pytest.raises(SpecError, match="split 'val'"):
+        load_split(tmp_path, "val")
+
+
+def test_synth_cli(tmp_path, capsys):
+    assert cifar_main(["synth", "--out", str(tmp_path), "--format", "binary", "--n-train", "25", "--n-test", "5"]) == 0
+    assert "wrote 25 train" in capsys.readouterr().out
+    assert len(load_split(tmp_path, "train")[1]) == 25
+    with pytest.raises(SpecError, match="unknown cifar10 command 'fit'"):
+        cifar_main(["fit"])
+
+
+# ---------------------------------------------------------------- arguments
+
+
+def _no_launcher_env(monkeypatch):
+    for k in list(os.environ):
+        if k.startswith(LAUNCH_PREFIXES):
+            monkeypatch.delenv(k)
+
+
+def test_sagemaker_defaults_and_hyperparameters(monkeypatch):
+    _no_launcher_env(monkeypatch)
+    monkeypatch.setenv("SM_CHANNEL_TRAINING", "/opt/ml/input/data/training")
+    monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")
+    monkeypatch.setenv("SM_HPS", json.dumps({"batch-size": 64, "lr": "0.05", "epochs": 3, "other": 1}))
+    cfg = parse_args([])
+    assert (cfg.data_dir, cfg.model_dir) == ("/opt/ml/input/data/training", "/opt/ml/model")
+    assert (cfg.batch_size, cfg.lr, cfg.epochs) == (64, 0.05, 3)
+    cfg = parse_args(["--batch_size", "8", "--epochs", "1"])  # as SageMaker passes them on the command line
+    assert (cfg.batch_size, cfg.epochs, cfg.lr) == (8, 1, 0.05)
+
+
+def test_argument_errors(monkeypatch, tmp_path):
+    _no_launcher_env(monkeypatch)
+    with pytest.raises(SpecError, match="--data-dir"):
+        parse_args([])
+    with pytest.raises(SpecError, match="--batch-size 0 must be >= 1"):
+        parse_args(["--data-dir", str(tmp_path), "--batch-size", "0"])
+    with pytest.raises(SpecError, match="--lr -1.0"):
+        parse_args(["--data-dir", str(tmp_path), "--lr", "-1"])
+    monkeypatch.setenv("SM_HPS", "{oops")
+    with pytest.raises(SpecError, match="SM_HPS"):
+        parse_args(["--data-dir", str(tmp_path)])
+
+
+def test_module_entry_point_prints_one_line_errors(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(tmp_path / "x")],
+                       cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.strip().splitlines() == [f"error: CIFAR10 data folder {tmp_path / 'x'} does not exist; "
+                                             "pass --data-dir or set SM_CHANNEL_TRAINING"]
+
+
+# ---------------------------------------------------------------- real training runs
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCH_PREFIXES)}
+    # One thread per process: fair on a small machine, and the same arithmetic under every launcher.
+    return {**env, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", **extra}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _check(procs: list[subprocess.Popen]) -> str:
+    """Wait for all processes; return rank 0's stdout (the one with the FINAL line)."""
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=240))
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for p, (out, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, f"exit {p.returncode}\n{out}\n{err[-3000:]}"
+    finals = [out for out, _ in outs if "FINAL" in out]
+    assert len(finals) == 1, outs
+    return finals[0]
+
+
+def _popen(cmd: list[str], env: dict[str, str]) -> subprocess.Popen:
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+TRAIN = [sys.executable, "-m", "dtrain.workloads.cifar10", "train"]
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("cifar")
+    write_synthetic(root, fmt="python", n_train=1000, n_test=200, seed=SEED)
+    return root
+
+
+def _weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(model_dir / "model.pth", weights_only=True)
+
+
+def _runtime(stdout: str) -> str:
+    return re.search(r"runtime=(\w+)", stdout).group(1)
+
+
+def run_single(data_dir: Path, out: Path) -> str:
+    cmd = TRAIN + ["--data-dir", str(data_dir), "--model-dir", str(out), "--batch-size", str(2 * PER_RANK_BATCH)]
+    return _check([_popen(cmd + TRAIN_ARGS, _env())])
+
+
+def run_torchrun(data_dir: Path, out: Path) -> str:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+           "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(data_dir), "--model-dir", str(out),
+           "--batch-size", str(PER_RANK_BATCH)]
+    return _check([_popen(cmd + TRAIN_ARGS, _env())])
+
+
+def run_mpirun(data_dir: Path, out: Path) -> str:
+    mpirun = shutil.which("mpirun")
+    if mpirun is None:
+        pytest.skip("mpirun (openmpi-bin) is not installed")
+    cmd = [mpirun, "-np", "2", "--allow-run-as-root", "--oversubscribe", "-x", "MASTER_ADDR=127.0.0.1",
+           "-x", f"MASTER_PORT={_free_port()}", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
+           *TRAIN, "--data-dir", str(data_dir), "--model-dir", str(out), "--batch-size", str(PER_RANK_BATCH)]
+    return _check([_popen(cmd + TRAIN_ARGS, _env())])
+
+
+def run_sagemaker(data_dir: Path, out: Path) -> str:
+    """Two 'hosts' as SageMaker starts them: same script, hyperparameters as arguments, SM_* env."""
+    hosts, port = ["algo-1", "algo-2"], _free_port()
+    hps = {"batch-size": PER_RANK_BATCH, "lr": 0.05, "seed": SEED, "max-steps": STEPS}
+    procs = []
+    for host in hosts:
+        env = _env(SM_HOSTS=json.dumps(hosts), SM_CURRENT_HOST=host, SM_NUM_GPUS="0",
+                   SM_MODEL_DIR=str(out if host == "algo-1" else out.with_name(out.name + "-algo-2")),
+                   SM_CHANNEL_TRAINING=str(data_dir), SM_HPS=json.dumps(hps),
+                   MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # instead of resolving 'algo-1'
+        args = [f"--{k}={v}" for k, v in hps.items()] + ["--momentum", "0.9", "--log-interval", "0"]
+        procs.append(_popen(TRAIN + args, env))
+    return _check(procs)
+
+
+def run_pytorchjob(data_dir: Path, out: Path) -> str:
+    """A master pod and one worker pod with the env the Kubeflow training operator injects."""
+    port, procs = _free_port(), []
+    for rank in (0, 1):
+        env = _env(PYTHONUNBUFFERED="0", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),  # really 'job-master-0'
+                   PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank),
+                   PET_NPROC_PER_NODE="1", PET_NODE_RANK=str(rank), PET_NNODES="2")
+        cmd = TRAIN + ["--data-dir", str(data_dir), "--model-dir", str(out), "--batch-size", str(PER_RANK_BATCH)]
+        procs.append(_popen(cmd + TRAIN_ARGS, env))
+    return _check(procs)
+
+
+@pytest.fixture(scope="module")
+def reference(data_dir, tmp_path_factory) -> tuple[dict[str, torch.Tensor], str, Path]:
+    out = tmp_path_factory.mktemp("torchrun")
+    stdout = run_torchrun(data_dir, out)
+    return _weights(out), stdout, out
+
+
+def test_torchrun_trains_and_logs(reference):
+    weights, stdout, out = reference
+    assert _runtime(stdout) == "torchrun"
+    assert re.search(r"FINAL test_accuracy=0\.\d{4} test_loss=\S+ steps=12 world_size=2 global_batch=32", stdout)
+    torch.manual_seed(SEED)
+    initial = Net().state_dict()
+    assert not all(torch.allclose(weights[k], initial[k]) for k in initial), "training changed nothing"
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "loss" in r]
+    assert [r["step"] for r in steps] == list(range(1, STEPS + 1))
+    for r in steps:
+        assert r["allreduce_time"] > 0 and r["step_time"] > 0 and r["images_per_s"] > 0 and r["lr"] == 0.05
+    assert 0 <= rows[-1]["test_accuracy"] <= 1
+
+
+@pytest.mark.parametrize("launcher, runtime", [(run_mpirun, "mpi"), (run_sagemaker, "sagemaker"),
+                                               (run_pytorchjob, "pytorchjob")])
+def test_every_launcher_gives_identical_weights(launcher, runtime, reference, data_dir, tmp_path):
+    weights, _, _ = reference
+    stdout = launcher(data_dir, tmp_path / "model")
+    assert _runtime(stdout) == runtime
+    got = _weights(tmp_path / "model")
+    assert got.keys() == weights.keys()
+    for k in weights:
+        assert torch.equal(got[k], weights[k]), f"{runtime}: {k} differs from torchrun's"
+
+
+def test_two_ranks_equal_one_rank_with_double_batch(reference, data_dir, tmp_path):
+    weights, _, _ = reference
+    stdout = run_single(data_dir, tmp_path)
+    assert _runtime(stdout) == "single"
+    got = _weights(tmp_path)
+    for k in weights:
+        torch.testing.assert_close(got[k], weights[k], rtol=1e-4, atol=1e-5)
+    rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert rows[0]["allreduce_time"] is None
+
+
+def test_short_cpu_run_learns_well_above_chance(tmp_path):
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=1500, n_test=300, seed=11)
+    cmd = TRAIN + ["--data-dir", str(tmp_path / "data"), "--model-dir", str(tmp_path / "m"), "--batch-size", "32",
+                   "--epochs", "2", "--lr", "0.02", "--seed", "0", "--log-interval", "0"]
+    stdout = _check([_popen(cmd, _env())])
+    accuracy = float(re.search(r"FINAL test_accuracy=([0-9.]+)", stdout).group(1))
+    assert accuracy > 0.5, stdout
