@@ -1,0 +1,165 @@
+"""The official TuSimple lane-detection metric (LaneEval), reimplemented without sklearn.
+
+Per frame, following the benchmark's ``evaluate/lane.py``:
+
+* each ground-truth lane gets a pixel threshold ``20 / cos(atan(k))`` where ``k`` is the
+  least-squares slope of x as a function of y over its valid points (``k = 0`` with fewer
+  than two points), so slanted lanes get a wider tolerance;
+* a predicted lane's accuracy against a GT lane is the share of ALL ``h_samples`` rows where
+  ``|x_pred - x_gt| < threshold``, every negative x being mapped to -100 in both first
+  (so a row both leave empty counts as a hit);
+* each GT lane takes its best predicted lane: below 0.85 it is a miss (FN), else matched;
+  ``FP = n_pred - matched`` (as in the official code, this can go negative when one
+  predicted lane matches two GT lanes);
+* with more than 4 GT lanes the lowest lane accuracy is dropped and FN reduced by one;
+* ``accuracy = sum / max(min(4, n_gt), 1)``, ``FP /= n_pred`` (0 without predictions),
+  ``FN /= max(min(n_gt, 4), 1)``;
+* a frame predicted in more than 200 ms, or with more than ``n_gt + 2`` lanes, scores
+  accuracy 0, FP 0, FN 1.
+
+Dataset figures are plain means over the GT frames. Differences from the official script,
+all on inputs it would misjudge or crash on: predictions are matched to GT frames by
+``raw_file``, and a missing, duplicated or unknown frame, a lane whose length differs
+from the GT ``h_samples`` or a prediction with other ``h_samples`` raise ``DataError``.
+
+CLI: ``dtrain lanes evaluate --pred P.json --gt G.json [--json]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+from collections.abc import Sequence
+
+import numpy as np
+
+from dtrain.errors import DataError
+from dtrain.workloads.lanes.tusimple import LaneLabel, read_labels
+
+PIXEL_THRESH = 20.0  # base tolerance in pixels for a near-vertical lane
+PT_THRESH = 0.85  # share of rows a predicted lane must hit to match a GT lane
+MAX_RUN_TIME_MS = 200.0  # slower frames score 0 accuracy and a full miss
+
+
+def lane_angle(xs: np.ndarray, ys: np.ndarray) -> float:
+    """atan of the least-squares slope dx/dy over the valid (x >= 0) points; 0 with fewer than 2."""
+    valid = xs >= 0
+    if valid.sum() < 2:
+        return 0.0
+    x, y = xs[valid].astype(np.float64), ys[valid].astype(np.float64)
+    y_c = y - y.mean()
+    denom = float((y_c * y_c).sum())
+    if denom == 0.0:
+        return 0.0
+    k = float((y_c * (x - x.mean())).sum()) / denom
+    return math.atan(k)
+
+
+def line_accuracy(pred: np.ndarray, gt: np.ndarray, thresh: float) -> float:
+    """Share of rows where |pred - gt| < thresh, negatives mapped to -100 in both."""
+    p = np.where(pred >= 0, pred, -100).astype(np.float64)
+    g = np.where(gt >= 0, gt, -100).astype(np.float64)
+    return float(np.sum(np.abs(p - g) < thresh)) / len(g)
+
+
+def bench_frame(
+    pred: Sequence[Sequence[int]],
+    gt: Sequence[Sequence[int]],
+    h_samples: Sequence[int],
+    run_time: float | None = None,
+) -> tuple[float, float, float]:
+    """(accuracy, fp, fn) of one frame; a lane of the wrong length raises DataError."""
+    for i, lane in enumerate(pred):
+        if len(lane) != len(h_samples):
+            raise DataError(
+                f"predicted lane {i} has {len(lane)} points but the frame has {len(h_samples)} h_samples: "
+                "give one x per h_sample row (-2 where there is no point)"
+            )
+    if (run_time or 0.0) > MAX_RUN_TIME_MS or len(pred) > len(gt) + 2:
+        return 0.0, 0.0, 1.0
+    ys = np.asarray(h_samples)
+    preds = [np.asarray(p) for p in pred]
+    line_accs: list[float] = []
+    fn = matched = 0.0
+    for lane in gt:
+        g = np.asarray(lane)
+        thresh = PIXEL_THRESH / math.cos(lane_angle(g, ys))
+        best = max((line_accuracy(p, g, thresh) for p in preds), default=0.0)
+        if best < PT_THRESH:
+            fn += 1
+        else:
+            matched += 1
+        line_accs.append(best)
+    fp = len(pred) - matched
+    total = sum(line_accs)
+    if len(gt) > 4:
+        total -= min(line_accs)
+        if fn > 0:
+            fn -= 1
+    n_gt = max(min(4.0, len(gt)), 1.0)
+    return total / n_gt, (fp / len(pred) if pred else 0.0), fn / n_gt
+
+
+def evaluate(preds: Sequence[LaneLabel], gts: Sequence[LaneLabel]) -> dict:
+    """Mean TuSimple accuracy, FP and FN over the GT frames: {'accuracy', 'fp', 'fn', 'frames'}."""
+    by_file: dict[str, LaneLabel] = {}
+    gt_files = {g.raw_file for g in gts}
+    for p in preds:
+        if p.raw_file in by_file:
+            raise DataError(f"prediction for {p.raw_file} appears twice: give one line per frame")
+        if p.raw_file not in gt_files:
+            raise DataError(f"prediction for {p.raw_file} has no ground-truth frame: check the raw_file paths")
+        by_file[p.raw_file] = p
+    acc = fp = fn = 0.0
+    for g in gts:
+        p = by_file.get(g.raw_file)
+        if p is None:
+            raise DataError(
+                f"no prediction for ground-truth frame {g.raw_file} ({len(by_file)} of {len(gts)} frames "
+                "predicted): predict every frame of the GT file"
+            )
+        if p.h_samples != g.h_samples:
+            raise DataError(
+                f"prediction for {g.raw_file} uses other h_samples than the ground truth: "
+                "give x at the GT rows"
+            )
+        try:
+            a, f_p, f_n = bench_frame(p.lanes, g.lanes, g.h_samples, p.run_time)
+        except DataError as e:
+            raise DataError(f"{g.raw_file}: {e}") from None
+        acc, fp, fn = acc + a, fp + f_p, fn + f_n
+    n = len(gts)
+    if n == 0:
+        raise DataError("the ground truth holds no frames: check the GT file")
+    return {"accuracy": acc / n, "fp": fp / n, "fn": fn / n, "frames": n}
+
+
+def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike) -> dict:
+    """``evaluate`` on two TuSimple JSON-lines files (predictions may hold any number of lanes)."""
+    return evaluate(read_labels(pred_path, max_lanes=None), read_labels(gt_path))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``dtrain lanes evaluate --pred P.json --gt G.json [--json]``."""
+    parser = argparse.ArgumentParser(prog="dtrain lanes evaluate", description="TuSimple lane accuracy, FP and FN.")
+    parser.add_argument("--pred", required=True, help="predictions, TuSimple JSON lines (+ optional run_time)")
+    parser.add_argument("--gt", required=True, help="ground truth, e.g. test_label.json")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    args = parser.parse_args(argv)
+    result = evaluate_files(args.pred, args.gt)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(f"{'metric':<10}{'value':>10}")
+        print(f"{'accuracy':<10}{result['accuracy']:>10.4f}")
+        print(f"{'fp':<10}{result['fp']:>10.4f}")
+        print(f"{'fn':<10}{result['fn']:>10.4f}")
+        print(f"{'frames':<10}{result['frames']:>10d}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,384 @@
+"""The TuSimple data job: download, verify, extract, precompute masks and lists.
+
+``dtrain lanes prepare --url URL [--url URL ...] [--sha256 H ...] --out DIR [--size WxH] [--force]``
+
+1. Fetch each URL (http, https, file:// or a local path) into ``DIR/downloads/``. HTTP
+   downloads go to ``NAME.part`` first and resume with a Range request after a dropped
+   connection or an interrupted run; a server that ignores Range answers 200 and the
+   file is fetched again from the start. Progress goes to stderr (tqdm on a terminal,
+   a plain line every 10% otherwise).
+2. Check the sha256 given for that URL (``--sha256`` in the same order as ``--url``,
+   ``-`` to skip one). A mismatch raises DataError naming both digests; a downloaded
+   file is moved aside to ``NAME.bad`` so the next run fetches it again.
+3. Unpack .zip, .tar, .tar.gz and .tgz archives into DIR (members whose path would leave
+   DIR, links and devices are refused; one top folder shared by every member, such as
+   ``train_set/``, is dropped). Other files (``test_label.json``) are copied into DIR.
+   Downloaded archives are deleted once unpacked; local files are left alone.
+4. Render every labelled frame's mask at the training size into
+   ``DIR/seg_label/<W>x<H>/<folder>/<id>/20.png`` and write SCNN-style lists
+   ``DIR/list/{train,val,test}_gt.txt``, one line per frame:
+   ``/clips/0313-1/60/20.jpg /seg_label/512x288/0313-1/60/20.png 1 1 1 0 0``
+   (the five existence flags of the slots, see masks.py). train = label_data_0313 +
+   label_data_0601, val = label_data_0531, test = test_label.json.
+
+``DIR/prepare.json`` records what each step did (the inputs and their digests, the mask
+size, the sha256 of every label file), so a rerun with the same arguments does nothing;
+``--force`` redoes every step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import http.client
+import json
+import os
+import shutil
+import sys
+import tarfile
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+import zipfile
+from collections.abc import Iterator, Sequence
+from pathlib import Path, PurePosixPath
+
+from PIL import Image
+from tqdm import tqdm
+
+from dtrain.errors import DataError, NotFoundError, SpecError
+from dtrain.workloads.lanes.masks import TRAIN_SIZE, render_mask
+from dtrain.workloads.lanes.tusimple import LIST_DIR, SPLIT_FILES, mask_relpath, read_labels
+
+MANIFEST = "prepare.json"
+MANIFEST_VERSION = 1
+CHUNK = 1 << 20  # bytes per read while downloading, hashing and copying
+RETRIES = 5  # download attempts, each resuming where the last one stopped
+RETRY_DELAY = 1.0  # seconds before the first retry, doubling after each
+TIMEOUT = 60.0  # seconds without data before a connection counts as dropped
+
+
+class Progress:
+    """Byte or item progress on stderr: tqdm on a terminal, a plain line every 10% otherwise."""
+
+    def __init__(self, desc: str, total: int | None, unit: str = "B"):
+        self.desc, self.total, self.done, self._next = desc, total, 0, 0.1
+        self._bar = None
+        if sys.stderr.isatty():
+            self._bar = tqdm(total=total, desc=desc, unit=unit, unit_scale=unit == "B", file=sys.stderr)
+
+    def update(self, n: int) -> None:
+        self.done += n
+        if self._bar is not None:
+            self._bar.update(n)
+        elif self.total and self.done >= self._next * self.total:
+            print(f"{self.desc}: {100 * self.done // self.total}% ({self.done} of {self.total})", file=sys.stderr)
+            while self._next * self.total <= self.done:
+                self._next += 0.1
+
+    def close(self) -> None:
+        if self._bar is not None:
+            self._bar.close()
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        while chunk := f.read(CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def url_name(url: str) -> str:
+    """File name a URL or path downloads to."""
+    name = PurePosixPath(urllib.parse.unquote(urllib.parse.urlparse(url).path)).name
+    if not name or name in (".", ".."):
+        raise SpecError(f"cannot tell the file name of {url!r}: give a URL ending in the file name")
+    return name
+
+
+def _request(url: str, start: int) -> tuple[object, int]:
+    """Open url asking for bytes from ``start``; returns (response, offset its body starts at)."""
+    req = urllib.request.Request(url, headers={"Range": f"bytes={start}-"} if start else {})
+    try:
+        resp = urllib.request.urlopen(req, timeout=TIMEOUT)
+    except urllib.error.HTTPError as e:
+        if e.code == 416 and start:  # asked past the end: the part may already be whole
+            total = e.headers.get("Content-Range", "").rpartition("/")[2]
+            e.close()
+            if total.isdigit() and int(total) == start:
+                return None, start
+            return _request(url, 0)
+        raise DataError(f"downloading {url} failed: HTTP {e.code} {e.reason}") from None
+    if start and resp.status == 206:
+        first = resp.headers.get("Content-Range", "").removeprefix("bytes ").partition("-")[0]
+        if first.isdigit() and int(first) == start:
+            return resp, start
+        resp.close()
+        return _request(url, 0)
+    return resp, 0  # 200: the whole file, Range ignored
+
+
+def _content_total(resp, offset: int) -> int | None:
+    total = resp.headers.get("Content-Range", "").rpartition("/")[2]
+    if total.isdigit():
+        return int(total)
+    length = resp.headers.get("Content-Length")
+    return offset + int(length) if length and length.isdigit() else None
+
+
+def _fetch_once(url: str, part: Path) -> None:
+    """One attempt: append to ``part`` from where it stops; raises ConnectionError if cut short."""
+    start = part.stat().st_size if part.exists() else 0
+    resp, offset = _request(url, start)
+    if resp is None:
+        return
+    with resp:
+        total = _content_total(resp, offset)
+        progress = Progress(f"download {part.name.removesuffix('.part')}", total)
+        progress.update(offset)
+        with part.open("r+b" if part.exists() else "wb") as f:
+            f.seek(offset)
+            f.truncate()
+            while chunk := resp.read(CHUNK):
+                f.write(chunk)
+                progress.update(len(chunk))
+        progress.close()
+    size = part.stat().st_size
+    if total is not None and size != total:
+        raise ConnectionError(f"connection closed at {size} of {total} bytes")
+
+
+def download(url: str, dest: Path, *, retries: int | None = None, retry_delay: float | None = None) -> Path:
+    """HTTP(S) download to ``dest`` through ``dest.part``, resuming after dropped connections."""
+    retries = RETRIES if retries is None else retries
+    retry_delay = RETRY_DELAY if retry_delay is None else retry_delay
+    part = dest.with_name(dest.name + ".part")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    for attempt in range(retries):
+        try:
+            _fetch_once(url, part)
+            os.replace(part, dest)
+            return dest
+        except (OSError, http.client.HTTPException) as e:  # dropped, reset, timed out, cut short
+            if attempt == retries - 1:
+                raise DataError(
+                    f"downloading {url} failed after {attempt + 1} attempts ({e}): rerun to resume from "
+                    f"{part.stat().st_size if part.exists() else 0} bytes"
+                ) from None
+            print(f"download {dest.name}: {e}; retrying", file=sys.stderr)
+            time.sleep(retry_delay * 2**attempt)
+    raise AssertionError("unreachable")
+
+
+def fetch(url: str, downloads: Path) -> tuple[Path, bool]:
+    """Local file for url: (path, True if it was downloaded and may be deleted or moved)."""
+    parsed = urllib.parse.urlparse(url)
+    if parsed.scheme in ("http", "https"):
+        return download(url, downloads / url_name(url)), True
+    if parsed.scheme == "file":
+        path = Path(urllib.request.url2pathname(parsed.path))
+    elif parsed.scheme == "" or len(parsed.scheme) == 1:  # a path (or a Windows drive letter)
+        path = Path(url)
+    else:
+        raise SpecError(f"unsupported URL scheme {parsed.scheme!r} in {url}: use http(s)://, file:// or a path")
+    if not path.is_file():
+        raise NotFoundError(f"input file {path} does not exist: check --url")
+    return path, False
+
+
+def verify(path: Path, expected: str | None, downloaded: bool) -> str:
+    """sha256 of path; DataError (the downloaded file moved to NAME.bad) when it differs from expected."""
+    actual = sha256_file(path)
+    if expected and actual != expected.lower():
+        where = ""
+        if downloaded:
+            bad = path.with_name(path.name + ".bad")
+            os.replace(path, bad)
+            where = f"; moved to {bad}, rerun to download again"
+        raise DataError(f"sha256 of {path.name} is {actual}, expected {expected.lower()}{where}")
+    return actual
+
+
+def _safe_members(names: list[str], archive: Path) -> Iterator[tuple[str, PurePosixPath]]:
+    """(member name, relative destination) pairs; refuses members that would leave the destination."""
+    parts = []
+    for name in names:
+        p = PurePosixPath(name.replace("\\", "/"))
+        if p.is_absolute() or ".." in p.parts or (p.parts and ":" in p.parts[0]):
+            raise DataError(f"archive {archive.name} holds unsafe path {name!r}: refusing to unpack it")
+        parts.append(p)
+    # drop one top folder shared by every member (train_set/clips/... -> clips/...)
+    tops = {p.parts[0] for p in parts if p.parts}
+    strip = (
+        len(tops) == 1
+        and tops != {"clips"}
+        and all(len(p.parts) > 1 or name.endswith("/") for p, name in zip(parts, names))
+    )
+    for name, p in zip(names, parts):
+        rel = p.parts[1:] if strip else p.parts
+        if rel:
+            yield name, PurePosixPath(*rel)
+
+
+def _copy_stream(src, dest: Path) -> None:
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    with dest.open("wb") as f:
+        shutil.copyfileobj(src, f, CHUNK)
+
+
+def extract(archive: Path, out: Path) -> int:
+    """Unpack a zip or tar(.gz) archive into out (safely); returns the number of files written."""
+    n = 0
+    try:
+        if zipfile.is_zipfile(archive):
+            with zipfile.ZipFile(archive) as zf:
+                infos = {i.filename: i for i in zf.infolist()}
+                progress = Progress(f"unpack {archive.name}", len(infos), unit="file")
+                for name, rel in _safe_members(list(infos), archive):
+                    if not infos[name].is_dir():
+                        with zf.open(infos[name]) as src:
+                            _copy_stream(src, out / rel)
+                        n += 1
+                    progress.update(1)
+                progress.close()
+            return n
+        with tarfile.open(archive, "r:*") as tf:
+            members = {m.name: m for m in tf.getmembers()}
+            progress = Progress(f"unpack {archive.name}", len(members), unit="file")
+            for name, rel in _safe_members(list(members), archive):
+                m = members[name]
+                if m.isfile():
+                    with tf.extractfile(m) as src:
+                        _copy_stream(src, out / rel)
+                    n += 1
+                elif not m.isdir():
+                    raise DataError(f"archive {archive.name} holds a link or device {name!r}: refusing to unpack it")
+                progress.update(1)
+            progress.close()
+    except (tarfile.TarError, zipfile.BadZipFile, EOFError) as e:
+        raise DataError(f"archive {archive.name} is damaged ({e}): delete it and download again") from None
+    return n
+
+
+def is_archive(path: Path) -> bool:
+    return path.name.endswith((".zip", ".tar", ".tar.gz", ".tgz"))
+
+
+def build_masks(out: Path, size: tuple[int, int]) -> dict[str, int]:
+    """Render masks at size for every labelled frame and write the lists; returns frames per split."""
+    counts: dict[str, int] = {}
+    (out / LIST_DIR).mkdir(exist_ok=True)
+    for split, names in SPLIT_FILES.items():
+        files = [out / name for name in names if (out / name).is_file()]
+        if not files:
+            continue
+        labels = [label for f in files for label in read_labels(f)]
+        progress = Progress(f"masks {split}", len(labels), unit="frame")
+        lines = []
+        for label in labels:
+            if not (out / label.raw_file).is_file():
+                raise DataError(f"{label.raw_file} is labelled but missing from {out}: the archive is incomplete")
+            seg, exist = render_mask(label.lanes, label.h_samples, size=size)
+            rel = mask_relpath(label.raw_file, size)
+            (out / rel).parent.mkdir(parents=True, exist_ok=True)
+            Image.fromarray(seg).save(out / rel, compress_level=1)
+            lines.append(f"/{label.raw_file} /{rel} " + " ".join(str(int(e)) for e in exist))
+            progress.update(1)
+        progress.close()
+        (out / LIST_DIR / f"{split}_gt.txt").write_text("\n".join(lines) + "\n")
+        counts[split] = len(labels)
+    if not counts:
+        wanted = sorted(n for names in SPLIT_FILES.values() for n in names)
+        raise DataError(f"no label files in {out} (want {wanted}): check --url")
+    return counts
+
+
+def _label_digests(out: Path) -> dict[str, str]:
+    return {n: sha256_file(out / n) for names in SPLIT_FILES.values() for n in names if (out / n).is_file()}
+
+
+def _load_manifest(out: Path) -> dict:
+    try:
+        manifest = json.loads((out / MANIFEST).read_text())
+    except (OSError, ValueError):
+        return {}
+    return manifest if manifest.get("version") == MANIFEST_VERSION else {}
+
+
+def _save_manifest(out: Path, manifest: dict) -> None:
+    tmp = out / (MANIFEST + ".tmp")
+    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, out / MANIFEST)
+
+
+def prepare(urls: Sequence[str], out: str | os.PathLike, *, sha256: Sequence[str | None] = (),
+            size: tuple[int, int] = TRAIN_SIZE, force: bool = False) -> dict:
+    """Run the data job (see the module docstring); returns the manifest."""
+    if not urls:
+        raise SpecError("no --url given: pass the dataset archives (train_set, test_set) and test_label.json")
+    if sha256 and len(sha256) != len(urls):
+        raise SpecError(f"{len(sha256)} --sha256 for {len(urls)} --url: give one per URL, '-' to skip one")
+    expected = [None if not h or h == "-" else h for h in sha256] or [None] * len(urls)
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    manifest = {} if force else _load_manifest(out)
+    if force:  # a clean redo: no half download from an earlier run is resumed
+        for part in (out / "downloads").glob("*.part"):
+            part.unlink()
+    done = {(i["url"], i.get("expected")): i for i in manifest.get("inputs", [])}
+    inputs = []
+    for url, exp in zip(urls, expected):
+        key = (url, exp.lower() if exp else None)
+        if key in done:
+            inputs.append(done[key])
+            continue
+        path, downloaded = fetch(url, out / "downloads")
+        digest = verify(path, exp, downloaded)
+        files = extract(path, out) if is_archive(path) else _copy_file(path, out)
+        if downloaded:
+            path.unlink()
+        inputs.append({"url": url, "expected": key[1], "sha256": digest, "files": files})
+        manifest = {**manifest, "version": MANIFEST_VERSION, "inputs": inputs}
+        _save_manifest(out, manifest)  # a crash later does not redo this input
+    masks = manifest.get("masks", {})
+    labels = _label_digests(out)
+    if force or masks.get("size") != list(size) or masks.get("labels") != labels:
+        masks = {"size": list(size), "labels": labels, "splits": build_masks(out, size)}
+    manifest = {"version": MANIFEST_VERSION, "inputs": inputs, "masks": masks}
+    _save_manifest(out, manifest)
+    return manifest
+
+
+def _copy_file(path: Path, out: Path) -> int:
+    if path.resolve() != (out / path.name).resolve():
+        shutil.copyfile(path, out / path.name)
+    return 1
+
+
+def _size(text: str) -> tuple[int, int]:
+    w, _, h = text.lower().partition("x")
+    if not (w.isdigit() and h.isdigit() and int(w) > 0 and int(h) > 0):
+        raise SpecError(f"--size {text!r} is not WIDTHxHEIGHT: use e.g. 512x288")
+    return int(w), int(h)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``dtrain lanes prepare --url URL [--url ...] [--sha256 H ...] --out DIR [--size WxH] [--force]``."""
+    parser = argparse.ArgumentParser(prog="dtrain lanes prepare", description="Download and prepare TuSimple data.")
+    parser.add_argument("--url", action="extend", nargs="+", required=True,
+                        help="archive or label file: http(s)://, file:// or a path")
+    parser.add_argument("--sha256", action="extend", nargs="+", default=[],
+                        help="expected sha256 per --url, in order ('-' to skip one)")
+    parser.add_argument("--out", required=True, help="dataset folder to fill")
+    parser.add_argument("--size", default=f"{TRAIN_SIZE[0]}x{TRAIN_SIZE[1]}", help="mask size WIDTHxHEIGHT")
+    parser.add_argument("--force", action="store_true", help="redo every step, even those already done")
+    args = parser.parse_args(argv)
+    manifest = prepare(args.url, args.out, sha256=args.sha256, size=_size(args.size), force=args.force)
+    print(json.dumps({"out": str(args.out), "splits": manifest["masks"]["splits"], "size": manifest["masks"]["size"]}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""TuSimple lane labels: one JSON object per line.
+
+A line looks like (real files: ``label_data_0313.json``, ``label_data_0531.json``,
+``label_data_0601.json`` for training, ``test_label.json`` for the test set)::
+
+    {"lanes": [[-2, 648, 636, ...], ...], "h_samples": [160, 170, ..., 710],
+     "raw_file": "clips/0530/1492626760788443246_0/20.jpg"}
+
+``h_samples`` are image rows (y, 1280x720 frames), each lane holds one x per row and
+-2 where the lane has no point there. Prediction files use the same format plus an
+optional ``run_time`` (milliseconds per frame). Every malformed line raises
+``DataError`` naming the file, the 1-based line number and what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from dtrain.errors import DataError, NotFoundError
+
+IMAGE_WIDTH = 1280  # TuSimple frames are 1280x720
+IMAGE_HEIGHT = 720
+MAX_LANES = 5  # the most lanes a TuSimple ground-truth frame holds
+NO_POINT = -2  # x of a row where a lane has no point
+
+
+@dataclass(frozen=True, kw_only=True)
+class LaneLabel:
+    raw_file: str  # frame path relative to the dataset root, e.g. clips/0313-1/60/20.jpg
+    h_samples: tuple[int, ...]  # image rows (y) at which every lane gives an x
+    lanes: tuple[tuple[int, ...], ...]  # one x per h_sample row per lane; -2 = no point
+    run_time: float | None = None  # ms per frame, predictions only (None = not given)
+
+    def to_json(self) -> dict:
+        """The JSON object of one line, keys in the order of the real files."""
+        obj: dict = {
+            "lanes": [list(lane) for lane in self.lanes],
+            "h_samples": list(self.h_samples),
+            "raw_file": self.raw_file,
+        }
+        if self.run_time is not None:
+            obj["run_time"] = self.run_time
+        return obj
+
+
+def _is_int(value: object) -> bool:
+    # JSON true/false load as bool, which is an int subclass: not a coordinate
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_list(value: object, what: str) -> tuple[int, ...]:
+    if not isinstance(value, list):
+        raise ValueError(f"{what} must be a list, got {type(value).__name__}")
+    for i, v in enumerate(value):
+        if not _is_int(v):
+            raise ValueError(f"{what}[{i}] must be an integer, got {v!r}")
+    return tuple(value)
+
+
+def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES) -> LaneLabel:
+    """Check one decoded JSON object and build its LaneLabel (ValueError if malformed)."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    for key in ("raw_file", "h_samples", "lanes"):
+        if key not in obj:
+            raise ValueError(f"missing key {key!r}")
+    raw_file = obj["raw_file"]
+    if not isinstance(raw_file, str) or not raw_file:
+        raise ValueError(f"raw_file must be a non-empty string, got {raw_file!r}")
+    h_samples = _int_list(obj["h_samples"], "h_samples")
+    if any(b <= a for a, b in zip(h_samples, h_samples[1:])):
+        raise ValueError("h_samples must be strictly increasing")
+    if not isinstance(obj["lanes"], list):
+        raise ValueError(f"lanes must be a list, got {type(obj['lanes']).__name__}")
+    if max_lanes is not None and len(obj["lanes"]) > max_lanes:
+        raise ValueError(f"{len(obj['lanes'])} lanes, at most {max_lanes} allowed")
+    lanes = tuple(_int_list(lane, f"lanes[{i}]") for i, lane in enumerate(obj["lanes"]))
+    for i, lane in enumerate(lanes):
+        if len(lane) != len(h_samples):
+            raise ValueError(f"lanes[{i}] has {len(lane)} points but h_samples has {len(h_samples)}")
+    run_time = obj.get("run_time")
+    if run_time is not None and (isinstance(run_time, bool) or not isinstance(run_time, (int, float))):
+        raise ValueError(f"run_time must be a number of milliseconds, got {run_time!r}")
+    return LaneLabel(
+        raw_file=raw_file,
+        h_samples=h_samples,
+        lanes=lanes,
+        run_time=None if run_time is None else float(run_time),
+    )
+
+
+def iter_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES) -> Iterator[LaneLabel]:
+    """Yield the labels of a TuSimple JSON-lines file; blank lines are skipped.
+
+    ``max_lanes=None`` accepts any number of lanes (prediction files may hold more).
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise NotFoundError(f"label file {path} does not exist: check the path or run `dtrain lanes prepare`")
+    with path.open("r", encoding="utf-8") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{lineno}: bad JSON ({e.msg} at column {e.colno})") from None
+            try:
+                yield parse_label(obj, max_lanes=max_lanes)
+            except ValueError as e:
+                raise DataError(f"{path}:{lineno}: {e}") from None
+
+
+def read_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES) -> list[LaneLabel]:
+    """All labels of a TuSimple JSON-lines file (see ``iter_labels``)."""
+    return list(iter_labels(path, max_lanes=max_lanes))
+
+
+def write_labels(path: str | os.PathLike, labels: Iterable[LaneLabel]) -> int:
+    """Write labels as JSON lines (atomically: a reader never sees half a file); returns the count."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    n = 0
+    with tmp.open("w", encoding="utf-8") as f:
+        for label in labels:
+            f.write(json.dumps(label.to_json(), separators=(", ", ": ")) + "\n")
+            n += 1
+    os.replace(tmp, path)
+    return n
+
+
+# Dataset layout shared by synth, prepare and the data loader. Splits follow the usual
+# TuSimple practice (SCNN, LaneATT): 0313 + 0601 train, 0531 validation, test_label test.
+SPLIT_FILES: dict[str, tuple[str, ...]] = {
+    "train": ("label_data_0313.json", "label_data_0601.json"),
+    "val": ("label_data_0531.json",),
+    "test": ("test_label.json",),
+}
+SEG_DIR = "seg_label"  # precomputed masks: seg_label/<W>x<H>/<folder>/<id>/20.png
+LIST_DIR = "list"  # SCNN-style lists: list/train_gt.txt, list/val_gt.txt, list/test_gt.txt
+
+
+def mask_relpath(raw_file: str, size: tuple[int, int]) -> str:
+    """Relative path of the precomputed mask of a frame at size (width, height)."""
+    rel = raw_file[len("clips/") :] if raw_file.startswith("clips/") else raw_file
+    stem = rel[: -len(".jpg")] if rel.endswith(".jpg") else rel
+    return f"{SEG_DIR}/{size[0]}x{size[1]}/{stem}.png"

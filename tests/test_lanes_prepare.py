@@ -1,0 +1,285 @@
+"""The data job against a real local HTTP server: resume, checksums, safe unpacking, reruns."""
+
+from __future__ import annotations
+
+import hashlib
+import http.server
+import io
+import json
+import tarfile
+import threading
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dtrain.errors import DataError, NotFoundError, SpecError
+from dtrain.workloads.lanes import prepare, synth
+from dtrain.workloads.lanes.masks import render_label
+from dtrain.workloads.lanes.tusimple import mask_relpath, read_labels
+
+
+class Handler(http.server.BaseHTTPRequestHandler):
+    """Serves server.files; honours 'Range: bytes=N-' unless server.ignore_range; can cut a body short."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self):  # noqa: N802 (http.server's naming)
+        srv = self.server
+        srv.requests.append((self.path, self.headers.get("Range")))
+        body = srv.files.get(self.path)
+        if body is None:
+            self.send_error(404)
+            return
+        start = 0
+        rng = self.headers.get("Range")
+        if rng and not srv.ignore_range:
+            start = int(rng.removeprefix("bytes=").rstrip("-"))
+            if start >= len(body):
+                self.send_response(416)
+                self.send_header("Content-Range", f"bytes */{len(body)}")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
+            self.send_response(206)
+            self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
+        else:
+            self.send_response(200)
+        self.send_header("Content-Length", str(len(body) - start))
+        self.end_headers()
+        if srv.drops > 0:  # send part of the body, then hang up
+            srv.drops -= 1
+            self.wfile.write(body[start : start + (len(body) - start) // 2])
+            self.wfile.flush()
+            self.close_connection = True
+            return
+        self.wfile.write(body[start:])
+
+    def log_message(self, *args):  # keep test output quiet
+        pass
+
+
+@pytest.fixture
+def server():
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    srv.files, srv.requests, srv.drops, srv.ignore_range = {}, [], 0, False
+    srv.url = f"http://127.0.0.1:{srv.server_address[1]}"
+    thread = threading.Thread(target=srv.serve_forever, daemon=True)
+    thread.start()
+    yield srv
+    srv.shutdown()
+    srv.server_close()
+
+
+@pytest.fixture(autouse=True)
+def fast_retries(monkeypatch):
+    monkeypatch.setattr(prepare, "RETRY_DELAY", 0.0)
+
+
+@pytest.fixture(scope="module")
+def archives(tmp_path_factory) -> dict[str, bytes]:
+    src = tmp_path_factory.mktemp("synth")
+    counts = {"label_data_0313.json": 3, "label_data_0531.json": 2, "label_data_0601.json": 1}
+    synth.generate(src, frames_per_file=counts, seed=5, test_frames=2)
+    train = synth.make_archive(src, src / "train_set.tar.gz")
+    test = synth.make_archive(src, src / "test_set.zip")
+    return {
+        "/train_set.tar.gz": train.read_bytes(),
+        "/test_set.zip": test.read_bytes(),
+        "/test_label.json": (src / "test_label.json").read_bytes(),
+    }
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def serve_all(server, archives) -> tuple[list[str], list[str]]:
+    server.files.update(archives)
+    names = list(archives)
+    return [server.url + n for n in names], [sha(archives[n]) for n in names]
+
+
+def test_download_unpack_masks_and_lists(server, archives, tmp_path):
+    urls, digests = serve_all(server, archives)
+    manifest = prepare.prepare(urls, tmp_path, sha256=digests)
+    assert manifest["masks"]["splits"] == {"train": 4, "val": 2, "test": 2}
+    assert [i["sha256"] for i in manifest["inputs"]] == digests
+    assert not list((tmp_path / "downloads").iterdir())  # archives deleted once unpacked
+    assert (tmp_path / "test_tasks_0627.json").is_file() and (tmp_path / "test_label.json").is_file()
+    lines = (tmp_path / "list" / "val_gt.txt").read_text().splitlines()
+    labels = read_labels(tmp_path / "label_data_0531.json")
+    assert len(lines) == len(labels) == 2
+    for text, label in zip(lines, labels):
+        img, seg_path, *flags = text.split()
+        assert img == "/" + label.raw_file and seg_path == "/" + mask_relpath(label.raw_file, (512, 288))
+        seg, exist = render_label(label)
+        assert flags == [str(int(e)) for e in exist]
+        assert np.array_equal(np.array(Image.open(tmp_path / seg_path.lstrip("/"))), seg)
+        assert (tmp_path / img.lstrip("/")).is_file()
+    assert json.loads((tmp_path / "prepare.json").read_text()) == manifest
+
+
+def test_resume_after_the_connection_drops(server, archives, tmp_path):
+    body = archives["/train_set.tar.gz"]
+    server.files["/train_set.tar.gz"] = body
+    server.drops = 1
+    path = prepare.download(server.url + "/train_set.tar.gz", tmp_path / "train_set.tar.gz")
+    assert path.read_bytes() == body
+    assert server.requests == [("/train_set.tar.gz", None), ("/train_set.tar.gz", f"bytes={len(body) // 2}-")]
+    assert not (tmp_path / "train_set.tar.gz.part").exists()
+
+
+def test_resume_a_part_file_left_by_an_earlier_run(server, archives, tmp_path):
+    body = archives["/test_set.zip"]
+    server.files["/test_set.zip"] = body
+    (tmp_path / "test_set.zip.part").write_bytes(body[:1000])
+    assert prepare.download(server.url + "/test_set.zip", tmp_path / "test_set.zip").read_bytes() == body
+    assert server.requests == [("/test_set.zip", "bytes=1000-")]
+
+
+def test_complete_part_file_is_accepted_on_416(server, archives, tmp_path):
+    body = archives["/test_label.json"]
+    server.files["/test_label.json"] = body
+    (tmp_path / "test_label.json.part").write_bytes(body)
+    assert prepare.download(server.url + "/test_label.json", tmp_path / "test_label.json").read_bytes() == body
+
+
+def test_server_that_ignores_range_restarts_from_scratch(server, archives, tmp_path):
+    body = archives["/test_set.zip"]
+    server.files["/test_set.zip"] = body
+    server.ignore_range = True
+    (tmp_path / "test_set.zip.part").write_bytes(b"x" * 5000)  # stale bytes must not survive
+    assert prepare.download(server.url + "/test_set.zip", tmp_path / "test_set.zip").read_bytes() == body
+    assert server.requests == [("/test_set.zip", "bytes=5000-")]
+
+
+def test_persistent_drops_give_up_with_a_resumable_part(server, archives, tmp_path):
+    server.files["/test_set.zip"] = archives["/test_set.zip"]
+    server.drops = 10
+    with pytest.raises(DataError, match="failed after 3 attempts.*rerun to resume"):
+        prepare.download(server.url + "/test_set.zip", tmp_path / "test_set.zip", retries=3)
+    assert 0 < (tmp_path / "test_set.zip.part").stat().st_size < len(archives["/test_set.zip"])
+
+
+def test_checksum_mismatch_quarantines_the_file(server, archives, tmp_path):
+    server.files["/test_label.json"] = archives["/test_label.json"]
+    wrong = "0" * 64
+    actual = sha(archives["/test_label.json"])
+    with pytest.raises(DataError, match=f"sha256 of test_label.json is {actual}, expected {wrong}"):
+        prepare.prepare([server.url + "/test_label.json"], tmp_path, sha256=[wrong])
+    assert (tmp_path / "downloads" / "test_label.json.bad").is_file()
+    assert not (tmp_path / "downloads" / "test_label.json").exists()
+    assert not (tmp_path / "test_label.json").exists()  # nothing unpacked from a bad file
+
+
+def test_http_error_is_a_data_error(server, tmp_path):
+    with pytest.raises(DataError, match="HTTP 404"):
+        prepare.download(server.url + "/missing.zip", tmp_path / "missing.zip")
+
+
+def test_rerun_does_no_work_and_force_redoes_it(server, archives, tmp_path):
+    urls, digests = serve_all(server, archives)
+    prepare.prepare(urls, tmp_path, sha256=digests)
+    mask = next((tmp_path / "seg_label" / "512x288").rglob("*.png"))
+    mtime = mask.stat().st_mtime_ns
+    n_requests = len(server.requests)
+    prepare.prepare(urls, tmp_path, sha256=digests)
+    assert len(server.requests) == n_requests  # nothing downloaded
+    assert mask.stat().st_mtime_ns == mtime  # nothing re-rendered
+    manifest = prepare.prepare(urls, tmp_path, sha256=digests, size=(256, 144))  # new size: masks only
+    assert len(server.requests) == n_requests
+    assert manifest["masks"]["size"] == [256, 144] and (tmp_path / "seg_label" / "256x144").is_dir()
+    prepare.prepare(urls, tmp_path, sha256=digests, force=True)
+    assert len(server.requests) == 2 * n_requests
+    assert mask.stat().st_mtime_ns != mtime
+
+
+def test_local_paths_and_file_urls(archives, tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    for name, data in archives.items():
+        (src / name.lstrip("/")).write_bytes(data)
+    urls = [str(src / "train_set.tar.gz"), (src / "test_set.zip").as_uri(), str(src / "test_label.json")]
+    manifest = prepare.prepare(urls, tmp_path / "out")
+    assert manifest["masks"]["splits"] == {"train": 4, "val": 2, "test": 2}
+    assert (src / "train_set.tar.gz").is_file()  # a local input is never deleted
+    with pytest.raises(DataError, match="sha256 of test_label.json"):
+        prepare.prepare([str(src / "test_label.json")], tmp_path / "other", sha256=["1" * 64])
+    assert (src / "test_label.json").is_file()  # nor moved aside
+    with pytest.raises(NotFoundError, match="does not exist"):
+        prepare.prepare([str(src / "nope.zip")], tmp_path / "other")
+    with pytest.raises(SpecError, match="unsupported URL scheme 'ftp'"):
+        prepare.prepare(["ftp://host/x.zip"], tmp_path / "other")
+    with pytest.raises(SpecError, match="2 --sha256 for 1 --url"):
+        prepare.prepare([urls[0]], tmp_path / "other", sha256=["-", "-"])
+
+
+def write_tar(path: Path, members: list[tuple[str, bytes | None, str | None]]) -> Path:
+    """members: (name, data, symlink target)."""
+    with tarfile.open(path, "w:gz") as tf:
+        for name, data, link in members:
+            info = tarfile.TarInfo(name)
+            if link is not None:
+                info.type, info.linkname = tarfile.SYMTYPE, link
+                tf.addfile(info)
+            else:
+                info.size = len(data)
+                tf.addfile(info, io.BytesIO(data))
+    return path
+
+
+@pytest.mark.parametrize(
+    "members",
+    [
+        [("label_data_0313.json", b"", None), ("../evil.txt", b"x", None)],
+        [("/tmp/evil.txt", b"x", None)],
+        [("clips/link", None, "/etc/passwd")],
+    ],
+)
+def test_unsafe_tar_members_are_refused(tmp_path, members):
+    archive = write_tar(tmp_path / "bad.tar.gz", members)
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match="refusing to unpack"):
+        prepare.extract(archive, out)
+    assert not (tmp_path / "evil.txt").exists()
+
+
+def test_unsafe_zip_member_is_refused(tmp_path):
+    with zipfile.ZipFile(tmp_path / "bad.zip", "w") as zf:
+        zf.writestr("clips/../../evil.txt", b"x")
+    with pytest.raises(DataError, match="unsafe path"):
+        prepare.extract(tmp_path / "bad.zip", tmp_path / "out")
+
+
+def test_one_top_folder_is_dropped(tmp_path):
+    with zipfile.ZipFile(tmp_path / "train_set.zip", "w") as zf:
+        zf.writestr("train_set/", b"")
+        zf.writestr("train_set/clips/a/1/20.jpg", b"jpg")
+        zf.writestr("train_set/label_data_0313.json", b"")
+    assert prepare.extract(tmp_path / "train_set.zip", tmp_path / "out") == 2
+    assert (tmp_path / "out" / "clips" / "a" / "1" / "20.jpg").read_bytes() == b"jpg"
+    assert (tmp_path / "out" / "label_data_0313.json").is_file()
+
+
+def test_damaged_archive_and_missing_frame_are_data_errors(archives, tmp_path):
+    (tmp_path / "train_set.tar.gz").write_bytes(archives["/train_set.tar.gz"][:5000])
+    with pytest.raises(DataError, match="damaged"):
+        prepare.extract(tmp_path / "train_set.tar.gz", tmp_path / "out")
+    (tmp_path / "test_label.json").write_bytes(archives["/test_label.json"])  # labels without clips
+    with pytest.raises(DataError, match="labelled but missing"):
+        prepare.prepare([str(tmp_path / "test_label.json")], tmp_path / "out2")
+
+
+def test_cli(archives, tmp_path, capsys):
+    (tmp_path / "train_set.tar.gz").write_bytes(archives["/train_set.tar.gz"])
+    digest = sha(archives["/train_set.tar.gz"])
+    archive = str(tmp_path / "train_set.tar.gz")
+    argv = ["--url", archive, "--sha256", digest, "--out", str(tmp_path / "d"), "--size", "128x72"]
+    assert prepare.main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["splits"] == {"train": 4, "val": 2} and out["size"] == [128, 72]
+    with pytest.raises(SpecError, match="not WIDTHxHEIGHT"):
+        prepare.main(["--url", "x", "--out", str(tmp_path), "--size", "big"])

@@ -1,0 +1,142 @@
+"""The synthetic TuSimple generator: layout, determinism, labels that match the pictures."""
+
+from __future__ import annotations
+
+import json
+import tarfile
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from dtrain.errors import SpecError
+from dtrain.workloads.lanes import synth
+from dtrain.workloads.lanes.masks import decode_seg, render_label
+from dtrain.workloads.lanes.metric import evaluate
+from dtrain.workloads.lanes.tusimple import LaneLabel, read_labels
+
+COUNTS = {"label_data_0313.json": 4, "label_data_0531.json": 2, "label_data_0601.json": 2}
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("synth")
+    summary = synth.generate(out, frames_per_file=COUNTS, seed=7, test_frames=3)
+    assert summary["frames"] == 11 and summary["files"] == {**COUNTS, "test_label.json": 3}
+    return out
+
+
+def all_labels(root: Path) -> list[LaneLabel]:
+    return [lb for name in (*synth.TRAIN_FILES, synth.TEST_FILE) for lb in read_labels(root / name)]
+
+
+def test_layout_matches_the_real_dataset(dataset):
+    for name, n in {**COUNTS, "test_label.json": 3}.items():
+        labels = read_labels(dataset / name)
+        assert len(labels) == n
+        rows = tuple(range(240, 711, 10)) if name == "label_data_0313.json" else tuple(range(160, 711, 10))
+        assert all(lb.h_samples == rows for lb in labels)
+        for lb in labels:
+            assert lb.raw_file.startswith("clips/") and lb.raw_file.endswith("/20.jpg")
+            with Image.open(dataset / lb.raw_file) as im:
+                assert (im.format, im.size, im.mode) == ("JPEG", (1280, 720), "RGB")
+            assert 2 <= len(lb.lanes) <= 5
+            assert all(0 <= x < 1280 for lane in lb.lanes for x in lane if x != -2)
+            assert all(sum(x >= 0 for x in lane) >= 2 for lane in lb.lanes)
+    tasks = read_labels(dataset / "test_tasks_0627.json")
+    assert [t.raw_file for t in tasks] == [lb.raw_file for lb in read_labels(dataset / "test_label.json")]
+    assert all(t.lanes == () for t in tasks)
+    raw = [lb.raw_file for lb in all_labels(dataset)]
+    assert len(set(raw)) == len(raw)
+
+
+def test_same_seed_same_data_other_seed_other_data(dataset, tmp_path):
+    small = {"label_data_0313.json": 2}
+    synth.generate(tmp_path / "a", frames_per_file=small, seed=7, test_frames=1)
+    synth.generate(tmp_path / "b", frames_per_file=small, seed=8, test_frames=1)
+    assert read_labels(tmp_path / "a" / "label_data_0313.json") == read_labels(dataset / "label_data_0313.json")[:2]
+    first = read_labels(dataset / "label_data_0313.json")[0].raw_file
+    assert (tmp_path / "a" / first).read_bytes() == (dataset / first).read_bytes()
+    assert (tmp_path / "b" / first).read_bytes() != (dataset / first).read_bytes()
+    assert read_labels(tmp_path / "b" / "label_data_0313.json") != read_labels(tmp_path / "a" / "label_data_0313.json")
+
+
+def test_scene_statistics_resemble_tusimple():
+    counts = Counter()
+    curved = 0
+    for i in range(400):  # scenes only, no rendering: cheap
+        scene = synth._sample_scene(np.random.default_rng([3, i]))
+        lanes = synth.scene_lanes(scene, synth.ROWS_OTHER)
+        counts[len(lanes)] += 1
+        curved += scene.camera.curve != 0
+    assert set(counts) <= {2, 3, 4, 5} and counts[3] > counts[2] and counts[5] > 0
+    assert 0.4 < curved / 400 < 0.9
+
+
+def test_labels_sit_on_the_painted_markings(tmp_path):
+    """Along each label the picture is brighter than 40 px beside it: the labels match the paint.
+
+    The 90th percentile is compared because dashes leave most rows on bare asphalt.
+    """
+    synth.generate(tmp_path, frames_per_file={"label_data_0531.json": 12}, seed=1, test_frames=0)
+    on_brighter = total = 0
+    for lb in read_labels(tmp_path / "label_data_0531.json"):
+        gray = np.asarray(Image.open(tmp_path / lb.raw_file).convert("L"), dtype=np.float32)
+        for lane in lb.lanes:
+            pts = [(x, y) for x, y in zip(lane, lb.h_samples) if 45 <= x < 1235]
+            if len(pts) < 5:
+                continue
+            xs, ys = np.array(pts).T
+            on = np.percentile(gray[ys, xs], 90)
+            beside = max(np.percentile(gray[ys, xs - 40], 90), np.percentile(gray[ys, xs + 40], 90))
+            on_brighter += on > beside + 10
+            total += 1
+    assert total >= 30
+    assert on_brighter / total >= 0.85
+
+
+def test_synthetic_labels_round_trip_through_masks(dataset):
+    gts = all_labels(dataset)
+    preds = []
+    for g in gts:
+        lanes = decode_seg(render_label(g)[0], g.h_samples)
+        preds.append(LaneLabel(raw_file=g.raw_file, h_samples=g.h_samples, lanes=tuple(map(tuple, lanes))))
+    assert evaluate(preds, gts)["accuracy"] >= 0.99
+
+
+def test_make_archive_like_the_real_downloads(dataset, tmp_path):
+    train = synth.make_archive(dataset, tmp_path / "train_set.tar.gz")
+    with tarfile.open(train) as tf:
+        names = set(tf.getnames())
+    train_frames = {lb.raw_file for name in synth.TRAIN_FILES for lb in read_labels(dataset / name)}
+    assert names == train_frames | set(synth.TRAIN_FILES)
+    test = synth.make_archive(dataset, tmp_path / "test_set.zip")
+    with zipfile.ZipFile(test) as zf:
+        names = set(zf.namelist())
+    test_frames = {lb.raw_file for lb in read_labels(dataset / "test_label.json")}
+    assert names == test_frames | {"test_tasks_0627.json"}  # test_label.json is a separate download
+    with pytest.raises(SpecError, match="cannot tell the split"):
+        synth.make_archive(dataset, tmp_path / "data.tar.gz")
+    with pytest.raises(SpecError, match="unknown archive type"):
+        synth.make_archive(dataset, tmp_path / "train_set.rar")
+
+
+def test_split_train_keeps_the_real_proportions():
+    counts = synth.split_train(1000)
+    assert sum(counts.values()) == 1000
+    assert counts["label_data_0313.json"] > counts["label_data_0601.json"] > counts["label_data_0531.json"] > 0
+    assert sum(synth.split_train(7).values()) == 7
+
+
+def test_cli_writes_dataset_and_summary(tmp_path, capsys):
+    assert synth.main(["--out", str(tmp_path), "--train", "5", "--test", "2", "--seed", "3"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["frames"] == 7 and summary["seed"] == 3
+    assert sum(len(read_labels(tmp_path / n)) for n in synth.TRAIN_FILES) == 5
+    with pytest.raises(SpecError, match="--train and --test must be >= 0"):
+        synth.main(["--out", str(tmp_path), "--train", "-1"])
+    with pytest.raises(SpecError, match="unknown label file"):
+        synth.generate(tmp_path, frames_per_file={"label_data_9999.json": 1}, seed=0, test_frames=0)
