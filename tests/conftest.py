@@ -66,6 +66,6 @@ def dt(home) -> Dtrain:
     d = Dtrain(home)
     yield d
     # leave nothing running behind a failed test
-    for job in json.loads(d("list", "--json").stdout or "[]"):
+    for job in json.loads(d("list", "-A", "--json").stdout or "[]"):
         if job["status"] in ("Pending", "Running"):
             d("delete", job["name"], check=False)

@@ -117,6 +117,9 @@ def test_fifo_within_project_and_quota(home, tmp_path):
     dt.wait_for("d", {"Succeeded"})
     time.sleep(1.0)
     assert dt.status("b") == "Pending" and dt.status("c") == "Pending"
+    assert {j["name"] for j in dt.json("list", "-p", "team")} == {"a", "b", "c"}
+    assert {j["name"] for j in dt.json("list")} == {"d"}  # the default project's jobs, as runai list
+    assert {j["name"] for j in dt.json("list", "-A")} == {"a", "b", "c", "d"}
     projects = {p["name"]: p for p in dt.json("project", "list")}
     assert projects["team"]["gpu_quota"] == 1 and projects["team"]["gpus_allocated"] == 1
     gate.write_text("x")

@@ -106,7 +106,7 @@ def _dry_run(spec: JobSpec, client: Client) -> int:
 
 
 def cmd_list(args, client: Client) -> int:
-    jobs = client.list(project=None if args.all_projects else args.project)
+    jobs = client.list(project=None if args.all_projects else (args.project or client.default_project))
     if args.json:
         print(json.dumps([j.to_dict() for j in jobs], indent=2))
         return 0
