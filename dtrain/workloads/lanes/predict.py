@@ -1,0 +1,152 @@
+"""Lane predictions in TuSimple format, overlay images, and the metric when ground truth exists.
+
+    python -m dtrain.workloads.lanes predict --checkpoint OUT/model.pt --data-dir DIR --split test \\
+        --out pred.json [--overlays DIR --max-overlays 20]
+
+Each output line is {raw_file, h_samples, lanes, run_time}; run_time is the model plus decoding
+time per frame in milliseconds. Overlays show the frame with predicted lanes in colour and the
+ground truth, where the label has it, as thin black lines.
+"""
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from PIL import Image, ImageDraw
+
+from dtrain.errors import DataError
+from dtrain.training import load_checkpoint
+from dtrain.workloads.lanes.data import LaneDataset, load_image, normalize
+from dtrain.workloads.lanes.masks import decode_lanes
+from dtrain.workloads.lanes.metric import evaluate
+from dtrain.workloads.lanes.model import SCNN, SCNNConfig, probabilities
+from dtrain.workloads.lanes.tusimple import SPLIT_FILES, LaneLabel, write_labels
+
+LANE_COLOURS = ((255, 64, 64), (64, 220, 64), (64, 128, 255), (255, 200, 0), (230, 64, 230))
+OVERLAY_SIZE = (640, 360)  # (W, H) of overlay images: small files, lanes still plain to see
+
+
+class FrameSet(torch.utils.data.Dataset):
+    """Normalised frames of a list of labels, for inference (no masks rendered)."""
+
+    def __init__(self, root: str | os.PathLike, labels: Sequence[LaneLabel], size: tuple[int, int]) -> None:
+        self.root, self.labels, self.size = Path(root), list(labels), size
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, int]:
+        return normalize(load_image(self.root / self.labels[i].raw_file, self.size)), i
+
+
+def split_labels(root: str | os.PathLike, split: str) -> list[LaneLabel]:
+    """The labels of a split, in file order (NotFoundError when its label file is missing)."""
+    return LaneDataset(root, split).labels
+
+
+@torch.no_grad()
+def predict_labels(model: torch.nn.Module, root: str | os.PathLike, labels: Sequence[LaneLabel], *,
+                   batch_size: int = 8, threshold: float = 0.3, device: torch.device | str = "cpu",
+                   num_workers: int = 0) -> list[LaneLabel]:
+    """Predicted lanes of every labelled frame, as TuSimple prediction labels in the same order."""
+    was_training = model.training
+    model.eval()
+    size = model.cfg.input_size
+    loader = torch.utils.data.DataLoader(FrameSet(root, labels, size), batch_size=batch_size, num_workers=num_workers)
+    out: list[LaneLabel] = []
+    for img, idx in loader:
+        start = time.perf_counter()
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda"):
+            prob, exist = probabilities(model, img.to(device))
+        prob, exist = prob.cpu().numpy(), exist.cpu().numpy()
+        lanes = [decode_lanes(prob[k], exist[k], labels[i].h_samples, threshold=threshold) for k, i in enumerate(idx.tolist())]
+        ms = (time.perf_counter() - start) * 1000 / len(idx)
+        for i, lane in zip(idx.tolist(), lanes):
+            out.append(LaneLabel(raw_file=labels[i].raw_file, h_samples=labels[i].h_samples,
+                                 lanes=tuple(tuple(x) for x in lane), run_time=round(ms, 2)))
+    model.train(was_training)
+    return out
+
+
+def load_model(path: str | os.PathLike, device: torch.device | str = "cpu") -> SCNN:
+    """An SCNN from a training checkpoint (ckpt-<step>.pt) or a final model.pt."""
+    state = load_checkpoint(path, map_location="cpu")
+    if not isinstance(state, dict) or "model" not in state or "model_config" not in state:
+        raise DataError(f"{path} is not an SCNN checkpoint (no 'model'/'model_config'): pass OUT_DIR/model.pt or a ckpt-<step>.pt")
+    cfg = dict(state["model_config"])
+    cfg["input_size"] = tuple(cfg["input_size"])
+    model = SCNN(SCNNConfig(**cfg))
+    model.load_state_dict(state["model"])
+    return model.to(device).eval()
+
+
+def draw_overlay(root: str | os.PathLike, pred: LaneLabel, gt: LaneLabel | None, path: str | os.PathLike) -> None:
+    """The frame with predicted lanes in colour (dots at the h_samples) and GT lanes as thin black lines."""
+    with Image.open(Path(root) / pred.raw_file) as im:
+        frame = im.convert("RGB")
+    sx, sy = OVERLAY_SIZE[0] / frame.width, OVERLAY_SIZE[1] / frame.height
+    frame = frame.resize(OVERLAY_SIZE, Image.BILINEAR)
+    draw = ImageDraw.Draw(frame)
+
+    def points(label: LaneLabel, lane: Sequence[int]) -> list[tuple[float, float]]:
+        return [(x * sx, y * sy) for x, y in zip(lane, label.h_samples) if x >= 0]
+
+    for lane in gt.lanes if gt is not None else ():
+        if len(pts := points(gt, lane)) > 1:
+            draw.line(pts, fill=(0, 0, 0), width=1)  # black shows on paint and asphalt alike
+    for k, lane in enumerate(pred.lanes):
+        pts = points(pred, lane)
+        colour = LANE_COLOURS[k % len(LANE_COLOURS)]
+        if len(pts) > 1:
+            draw.line(pts, fill=colour, width=3)
+        for x, y in pts:
+            draw.ellipse((x - 2.5, y - 2.5, x + 2.5, y + 2.5), fill=colour)
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    frame.save(path)
+
+
+def overlay_name(raw_file: str) -> str:
+    return raw_file.removeprefix("clips/").removesuffix(".jpg").replace("/", "_") + ".png"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dtrain lanes predict", description="Predict lanes of a split in TuSimple format.")
+    parser.add_argument("--checkpoint", required=True, help="model.pt or ckpt-<step>.pt written by training")
+    parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR", "/mnt/tusimple"), help="prepared TuSimple folder")
+    parser.add_argument("--split", default="test", choices=sorted(SPLIT_FILES))
+    parser.add_argument("--out", required=True, help="prediction file to write (JSON lines)")
+    parser.add_argument("--overlays", help="folder for overlay PNGs")
+    parser.add_argument("--max-overlays", type=int, default=20, help="overlay images to write at most")
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--threshold", type=float, default=0.3, help="lane probability needed for a point")
+    parser.add_argument("--limit", type=int, help="predict only the first N frames")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--json", action="store_true", help="print the metric as one JSON object")
+    args = parser.parse_args(argv)
+
+    model = load_model(args.checkpoint, args.device)
+    labels = split_labels(args.data_dir, args.split)[: args.limit]
+    preds = predict_labels(model, args.data_dir, labels, batch_size=args.batch_size, threshold=args.threshold,
+                           device=args.device)
+    write_labels(args.out, preds)
+    print(f"wrote {len(preds)} predictions to {args.out}", file=sys.stderr)
+    if args.overlays:
+        for pred, gt in list(zip(preds, labels))[: args.max_overlays]:
+            draw_overlay(args.data_dir, pred, gt if gt.lanes else None, Path(args.overlays) / overlay_name(pred.raw_file))
+        print(f"wrote {min(len(preds), args.max_overlays)} overlays to {args.overlays}", file=sys.stderr)
+    if any(label.lanes for label in labels):
+        result = evaluate(preds, labels)
+        result["run_time_ms"] = round(sum(p.run_time for p in preds) / max(len(preds), 1), 2)
+        print(json.dumps(result) if args.json else
+              f"accuracy {result['accuracy']:.4f}  fp {result['fp']:.4f}  fn {result['fn']:.4f}  "
+              f"frames {result['frames']}  run_time {result['run_time_ms']} ms/frame")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

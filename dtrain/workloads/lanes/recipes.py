@@ -1,0 +1,102 @@
+"""Named training setups for SCNN: `tiny` (CI on a CPU), `demo` (minutes on 2 CPU processes), `paper`.
+
+A recipe fixes everything that decides the result (model width and input size, batch, steps,
+learning rate); the command line and the platform's environment variables may override the
+batch, the steps and the learning rate, never silently anything else.
+"""
+
+from dataclasses import dataclass
+
+from dtrain.errors import SpecError
+from dtrain.workloads.lanes.model import SCNNConfig
+
+
+@dataclass(frozen=True, kw_only=True)
+class Recipe:
+    name: str  # what --recipe selects
+    model: SCNNConfig  # width, input size (W, H), message passing implementation
+    batch_size: int  # images per process per step (BATCH_SIZE)
+    max_steps: int  # optimizer steps of the schedule unless --max-steps or --epochs says otherwise
+    lr: float  # peak learning rate of SGD
+    momentum: float = 0.9  # SGD momentum
+    weight_decay: float = 1e-4  # SGD weight decay (L2)
+    poly_power: float = 0.9  # lr = peak * (1 - step / max_steps) ** poly_power after warm-up
+    warmup_steps: int = 0  # linear warm-up from 0, keeps from-scratch BN nets from diverging early
+    bg_weight: float = 0.4  # cross-entropy weight of the background class (lanes weigh 1.0)
+    exist_weight: float = 0.1  # weight of the lane-existence BCE against the segmentation loss
+    augment: bool = True  # random flip and photometric jitter on training frames
+    num_workers: int = 0  # data loader processes per training process when USE_WORKERS is on
+    val_every: int = 0  # steps between validations when USE_VAL is on (0: only after the last step)
+    val_batch_size: int = 8  # frames per validation batch (VAL_BATCH_SIZE)
+    log_every: int = 10  # steps between progress lines on stdout and train.log
+    ckpt_every: int = 100  # steps between checkpoints (and always after the last step)
+    keep_ckpts: int = 3  # checkpoints kept in the output folder, newest first
+    threshold: float = 0.3  # lane probability a pixel needs to become a lane point when decoding
+
+    def __post_init__(self) -> None:
+        for field in ("batch_size", "max_steps", "log_every", "ckpt_every", "keep_ckpts", "val_batch_size"):
+            if getattr(self, field) < 1:
+                raise SpecError(f"recipe {self.name}: {field}={getattr(self, field)} must be >= 1")
+        if self.lr <= 0:
+            raise SpecError(f"recipe {self.name}: lr={self.lr} must be > 0, e.g. 0.01")
+
+    @property
+    def input_size(self) -> tuple[int, int]:
+        return self.model.input_size
+
+
+def tiny() -> Recipe:
+    """CPU smoke training for CI: about a minute on 2 cores, clearly better than predicting no lanes."""
+    return Recipe(
+        name="tiny",
+        model=SCNNConfig(width=0.125, input_size=(256, 144), dropout=0.0),
+        batch_size=8,
+        max_steps=150,
+        lr=0.05,
+        warmup_steps=10,
+        log_every=10,
+        ckpt_every=50,
+    )
+
+
+def demo() -> Recipe:
+    """Two CPU processes, under 20 minutes, TuSimple accuracy >= 0.90 on synthetic frames."""
+    return Recipe(
+        name="demo",
+        model=SCNNConfig(width=0.125, input_size=(256, 144), dropout=0.1),
+        batch_size=8,
+        max_steps=1500,
+        lr=0.05,
+        warmup_steps=20,
+        val_every=500,
+        log_every=25,
+        ckpt_every=100,
+    )
+
+
+def paper() -> Recipe:
+    """The published setup (Pan et al. 2018): full VGG16 width, SGD 0.01, momentum 0.9, wd 1e-4, poly 0.9.
+
+    The paper trains with batch 12 for 60k iterations (CULane); with N processes the global batch
+    is 12 N, so pass BATCH_SIZE=12/N to keep the published global batch.
+    """
+    return Recipe(
+        name="paper",
+        model=SCNNConfig(width=1.0, input_size=(512, 288), dropout=0.1),
+        batch_size=12,
+        max_steps=60_000,
+        lr=0.01,
+        num_workers=4,
+        val_every=2000,
+        log_every=20,
+        ckpt_every=1000,
+    )
+
+
+RECIPES = {"tiny": tiny, "demo": demo, "paper": paper}
+
+
+def get(name: str) -> Recipe:
+    if name not in RECIPES:
+        raise SpecError(f"unknown recipe {name!r}: use one of {', '.join(RECIPES)}")
+    return RECIPES[name]()

@@ -1,0 +1,381 @@
+"""Data-parallel SCNN training on TuSimple: runs the same under torchrun, mpirun, Kubeflow or SageMaker.
+
+    torchrun --nproc-per-node 2 -m dtrain.workloads.lanes train --recipe demo --data-dir D --out-dir O
+
+One optimizer step per global batch (BATCH_SIZE x processes); rank 0 logs and checkpoints.
+A run resumes from the newest ckpt-<step>.pt in --out-dir and continues the same schedule:
+the step sets the lr, the sampler's epoch and position, and the random seed of every step,
+so an interrupted run ends where an uninterrupted one would (exactly, with NUM_WORKERS=0).
+
+Settings come from the recipe, then the platform's environment variables, then flags (flags win):
+    USE_WORKERS NUM_WORKERS BATCH_SIZE USE_VAL VAL_BATCH_SIZE ENABLE_SNAPSHOT PVC_NAME DATA_DIR OUTPUT_DIR
+ENABLE_SNAPSHOT and PVC_NAME are the platform's business (it snapshots the volume after the job);
+this script only records them in run.json.
+"""
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler
+
+from dtrain.errors import SpecError
+from dtrain.training import (
+    DistInfo,
+    MetricsWriter,
+    all_reduce_mean,
+    latest_checkpoint,
+    load_checkpoint,
+    save_atomic,
+    setup_distributed,
+    teardown,
+)
+from dtrain.workloads.lanes import recipes
+from dtrain.workloads.lanes.data import LaneDataset
+from dtrain.workloads.lanes.metric import evaluate
+from dtrain.workloads.lanes.model import SCNN, load_backbone_weights
+from dtrain.workloads.lanes.predict import predict_labels, split_labels
+from dtrain.workloads.lanes.recipes import Recipe
+
+_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class TrainConfig:
+    recipe: Recipe  # after --batch-size / --lr / --max-steps overrides
+    data_dir: str  # prepared TuSimple folder (DATA_DIR)
+    out_dir: str  # checkpoints, metrics.jsonl, train.log, model.pt, run.json (OUTPUT_DIR)
+    epochs: int | None  # if set, the schedule is epochs x steps per epoch instead of max_steps
+    stop_after: int | None  # leave after this step with a checkpoint, as a preemption would
+    seed: int  # model init, data order, augmentation, dropout
+    backend: str | None  # process group backend (None: nccl on GPU, gloo otherwise)
+    backbone_weights: str | None  # local VGG16-BN features state_dict to start from
+    resume: bool  # continue from the newest checkpoint in out_dir
+    num_workers: int  # data loader processes per training process (0 when USE_WORKERS is off)
+    use_val: bool  # validate on the val split every recipe.val_every steps and at the end
+    val_batch_size: int  # frames per validation batch
+    enable_snapshot: bool  # recorded only: the platform snapshots the output volume
+    pvc_name: str | None  # recorded only: the volume the platform snapshots
+
+
+def _env_bool(env: Mapping[str, str], name: str) -> bool | None:
+    value = env.get(name)
+    if value is None:
+        return None
+    if value.strip().lower() in _TRUE:
+        return True
+    if value.strip().lower() in _FALSE:
+        return False
+    raise SpecError(f"{name}={value!r}: use true or false")
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int | None:
+    value = env.get(name)
+    if value is None or value.strip() == "":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise SpecError(f"{name}={value!r}: use a whole number") from None
+
+
+def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
+    """Flags whose defaults come from the environment, so a flag on the command line wins."""
+    p = argparse.ArgumentParser(prog="dtrain lanes train", description="Train SCNN on TuSimple (data parallel).")
+    p.add_argument("--recipe", default="tiny", choices=sorted(recipes.RECIPES))
+    p.add_argument("--data-dir", default=env.get("DATA_DIR", "/mnt/tusimple"))
+    p.add_argument("--out-dir", default=env.get("OUTPUT_DIR", "/mnt/output"))
+    p.add_argument("--max-steps", type=int, help="optimizer steps in the schedule (default: the recipe's)")
+    p.add_argument("--epochs", type=int, help="schedule length in epochs instead of steps")
+    p.add_argument("--stop-after", type=int, help="stop after this step (checkpointed); a later run resumes")
+    p.add_argument("--lr", type=float, help="peak learning rate (default: the recipe's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--backend", choices=("gloo", "nccl", "mpi"), help="default: nccl on GPU, gloo on CPU")
+    p.add_argument("--backbone-weights", help="local VGG16-BN features state_dict (no downloads)")
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--batch-size", type=int, default=_env_int(env, "BATCH_SIZE"), help="per process [BATCH_SIZE]")
+    p.add_argument("--use-workers", action=argparse.BooleanOptionalAction, default=_env_bool(env, "USE_WORKERS"),
+                   help="load data in worker processes [USE_WORKERS]")
+    p.add_argument("--num-workers", type=int, default=_env_int(env, "NUM_WORKERS"), help="[NUM_WORKERS]")
+    p.add_argument("--use-val", action=argparse.BooleanOptionalAction, default=_env_bool(env, "USE_VAL"),
+                   help="validate on the val split [USE_VAL]")
+    p.add_argument("--val-batch-size", type=int, default=_env_int(env, "VAL_BATCH_SIZE"), help="[VAL_BATCH_SIZE]")
+    p.add_argument("--enable-snapshot", action=argparse.BooleanOptionalAction,
+                   default=_env_bool(env, "ENABLE_SNAPSHOT"), help="recorded for the platform [ENABLE_SNAPSHOT]")
+    p.add_argument("--pvc-name", default=env.get("PVC_NAME"), help="recorded for the platform [PVC_NAME]")
+    return p
+
+
+def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> TrainConfig:
+    args = build_parser(env).parse_args(argv)
+    recipe = recipes.get(args.recipe)
+    overrides = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr), ("max_steps", args.max_steps),
+                                   ("val_batch_size", args.val_batch_size)) if v is not None}
+    recipe = dataclasses.replace(recipe, **overrides)  # Recipe re-validates the values
+    for name, low in (("epochs", 1), ("stop_after", 1), ("num_workers", 0)):
+        if getattr(args, name) is not None and getattr(args, name) < low:
+            raise SpecError(f"--{name.replace('_', '-')} {getattr(args, name)} is out of range: use a number >= {low}")
+    if args.use_workers is False:
+        workers = 0
+    elif args.num_workers is not None:
+        workers = args.num_workers
+    else:
+        workers = max(recipe.num_workers, 2 if args.use_workers else 0)
+    return TrainConfig(
+        recipe=recipe, data_dir=args.data_dir, out_dir=args.out_dir, epochs=args.epochs, stop_after=args.stop_after,
+        seed=args.seed, backend=args.backend, backbone_weights=args.backbone_weights, resume=args.resume,
+        num_workers=workers, use_val=bool(args.use_val), val_batch_size=recipe.val_batch_size,
+        enable_snapshot=bool(args.enable_snapshot), pvc_name=args.pvc_name,
+    )
+
+
+class ResumableSampler(DistributedSampler):
+    """DistributedSampler that can start an epoch part-way, where an interrupted run stopped."""
+
+    start = 0  # samples of this rank's epoch order to skip
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        super().set_epoch(epoch)
+        self.start = start
+
+    def __iter__(self):
+        return iter(list(super().__iter__())[self.start:])
+
+    def __len__(self) -> int:
+        return self.num_samples - self.start
+
+
+def lr_at(recipe: Recipe, step: int, max_steps: int) -> float:
+    """Linear warm-up, then poly decay to 0 at max_steps."""
+    if step < recipe.warmup_steps:
+        return recipe.lr * (step + 1) / recipe.warmup_steps
+    return recipe.lr * (1 - step / max_steps) ** recipe.poly_power
+
+
+def scnn_loss(seg_logits: torch.Tensor, exist_logits: torch.Tensor, seg: torch.Tensor, exist: torch.Tensor,
+              recipe: Recipe) -> torch.Tensor:
+    """Class-weighted cross entropy (background 0.4, lanes 1.0) + 0.1 x existence BCE."""
+    weight = torch.ones(seg_logits.shape[1], device=seg_logits.device)
+    weight[0] = recipe.bg_weight
+    ce = F.cross_entropy(seg_logits.float(), seg, weight=weight)
+    bce = F.binary_cross_entropy_with_logits(exist_logits.float(), exist)
+    return ce + recipe.exist_weight * bce
+
+
+def forward_backward(model: torch.nn.Module, batch: Sequence[torch.Tensor], recipe: Recipe,
+                     device: torch.device, scale: float = 1.0) -> torch.Tensor:
+    """Loss of one batch, its gradients accumulated into the parameters (x scale)."""
+    cuda = device.type == "cuda"
+    img, seg, exist = (t.to(device, non_blocking=True) for t in batch)
+    if cuda:
+        img = img.contiguous(memory_format=torch.channels_last)
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+        seg_logits, exist_logits = model(img)
+    loss = scnn_loss(seg_logits, exist_logits, seg, exist, recipe)
+    (loss * scale).backward()
+    return loss.detach()
+
+
+def build_model(cfg: TrainConfig, device: torch.device) -> SCNN:
+    torch.manual_seed(cfg.seed)  # every rank starts from the same weights (DDP also broadcasts them)
+    model = SCNN(cfg.recipe.model)
+    if cfg.backbone_weights:
+        load_backbone_weights(model, cfg.backbone_weights)
+    if device.type == "cuda":
+        return model.to(device, memory_format=torch.channels_last)
+    return model
+
+
+def build_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.SGD:
+    return torch.optim.SGD(model.parameters(), lr=recipe.lr, momentum=recipe.momentum, weight_decay=recipe.weight_decay)
+
+
+def step_seed(seed: int, rank: int, step: int) -> int:
+    """Seed of one step on one rank: dropout and augmentation replay identically after a resume."""
+    return (seed * 1_000_003 + rank * 7_919 + step * 104_729) % (2**63 - 1)
+
+
+class Log:
+    """Progress lines to stdout and <out-dir>/train.log, on rank 0 only."""
+
+    def __init__(self, path: Path, enabled: bool) -> None:
+        self.file = open(path, "a", encoding="utf-8") if enabled else None
+
+    def __call__(self, msg: str) -> None:
+        if self.file is not None:
+            line = f"{time.strftime('%Y-%m-%d %H:%M:%S')} {msg}"
+            print(line, flush=True)
+            self.file.write(line + "\n")
+            self.file.flush()
+
+    def close(self) -> None:
+        if self.file is not None:
+            self.file.close()
+
+
+def save_checkpoint(out: Path, model: SCNN, opt: torch.optim.Optimizer, step: int, max_steps: int, keep: int,
+                    cfg: TrainConfig) -> None:
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "max_steps": max_steps,
+             "model_config": dataclasses.asdict(model.cfg), "recipe": cfg.recipe.name, "seed": cfg.seed,
+             "batch_size": cfg.recipe.batch_size}
+    save_atomic(state, out / f"ckpt-{step}.pt")
+    old = sorted(out.glob("ckpt-*.pt"), key=lambda p: int(p.stem.split("-")[1]))[:-keep]
+    for path in old:
+        path.unlink(missing_ok=True)
+
+
+def validate(model: SCNN, cfg: TrainConfig, info: DistInfo, labels: list) -> dict:
+    """TuSimple accuracy on the val split; each rank predicts a share, rank 0 scores all."""
+    mine = labels[info.rank::info.world_size]
+    preds = predict_labels(model, cfg.data_dir, mine, batch_size=cfg.val_batch_size,
+                           threshold=cfg.recipe.threshold, device=info.device)
+    if info.world_size > 1:
+        shares: list = [None] * info.world_size
+        torch.distributed.all_gather_object(shares, preds)
+        preds = [p for share in shares for p in share]
+    return evaluate(preds, labels) if info.is_main else {}
+
+
+def build_loader(cfg: TrainConfig, info: DistInfo) -> tuple[LaneDataset, ResumableSampler, DataLoader, int]:
+    """Training data sharded over the ranks; also the number of optimizer steps per epoch."""
+    recipe = cfg.recipe
+    dataset = LaneDataset(cfg.data_dir, "train", size=recipe.input_size, augment=recipe.augment)
+    sampler = ResumableSampler(dataset, num_replicas=info.world_size, rank=info.rank, shuffle=True,
+                               seed=cfg.seed, drop_last=True)
+    loader = DataLoader(dataset, batch_size=recipe.batch_size, sampler=sampler, drop_last=True,
+                        num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0,
+                        pin_memory=info.device.type == "cuda")
+    steps_per_epoch = sampler.num_samples // recipe.batch_size
+    if steps_per_epoch == 0:
+        raise SpecError(f"{len(dataset)} training frames cannot fill one batch of {recipe.batch_size} on each of "
+                        f"{info.world_size} processes: lower BATCH_SIZE or add data")
+    return dataset, sampler, loader, steps_per_epoch
+
+
+def restore(cfg: TrainConfig, model: SCNN, opt: torch.optim.Optimizer, max_steps: int, log: "Log",
+            device: torch.device) -> int:
+    """Load the newest checkpoint of the output folder, if resuming; returns the step to continue from."""
+    ckpt = latest_checkpoint(cfg.out_dir) if cfg.resume else None
+    if ckpt is None:
+        return 0
+    state = load_checkpoint(ckpt, map_location=device)
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+    if state["max_steps"] != max_steps:
+        log(f"note: checkpoint planned {state['max_steps']} steps, this run plans {max_steps}: the lr schedule changes")
+    log(f"resumed from {ckpt} at step {state['step']}")
+    return state["step"]
+
+
+def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: Sequence[torch.Tensor], lr: float,
+               cfg: TrainConfig, device: torch.device) -> float:
+    """One optimizer step on this rank's share of the global batch; returns the loss averaged over ranks."""
+    for group in opt.param_groups:
+        group["lr"] = lr
+    opt.zero_grad(set_to_none=True)
+    loss = forward_backward(model, batch, cfg.recipe, device)  # DDP averages the gradients here
+    opt.step()
+    return all_reduce_mean(loss.clone()).item()
+
+
+def train(cfg: TrainConfig, info: DistInfo) -> dict:
+    recipe, out, device = cfg.recipe, Path(cfg.out_dir), info.device
+    if info.is_main:
+        out.mkdir(parents=True, exist_ok=True)
+    log = Log(out / "train.log", info.is_main)
+    metrics = MetricsWriter(out / "metrics.jsonl", enabled=info.is_main)
+    model = build_model(cfg, device)
+    ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                  find_unused_parameters=recipe.model.message_passing == "none") \
+        if info.world_size > 1 else model
+    opt = build_optimizer(model, recipe)
+    dataset, sampler, loader, steps_per_epoch = build_loader(cfg, info)
+    max_steps = cfg.epochs * steps_per_epoch if cfg.epochs else recipe.max_steps
+    val_labels = split_labels(cfg.data_dir, "val") if cfg.use_val else []
+    step = restore(cfg, model, opt, max_steps, log, device)
+    log(f"recipe {recipe.name}: {info.world_size} process(es) x batch {recipe.batch_size}, {max_steps} steps, "
+        f"{steps_per_epoch} steps/epoch, input {recipe.input_size}, width {recipe.model.width}, device {device}")
+    log(f"data {cfg.data_dir} ({len(dataset)} frames), workers {cfg.num_workers}, validation {cfg.use_val}; "
+        f"ENABLE_SNAPSHOT={cfg.enable_snapshot} PVC_NAME={cfg.pvc_name} (recorded; the platform takes snapshots)")
+
+    start, images, last, result = time.time(), 0, {}, {}
+    stop = min(max_steps, cfg.stop_after) if cfg.stop_after else max_steps
+    ddp.train()
+    while step < stop:
+        epoch, position = divmod(step, steps_per_epoch)
+        sampler.set_epoch(epoch, start=position * recipe.batch_size)
+        torch.manual_seed(step_seed(cfg.seed, info.rank, step))  # worker seeds of this epoch's iterator
+        batches = iter(loader)
+        for _ in range(min(steps_per_epoch - position, stop - step)):
+            t0 = time.perf_counter()
+            torch.manual_seed(step_seed(cfg.seed, info.rank, step))  # augmentation and dropout of this step
+            batch = next(batches)
+            t1 = time.perf_counter()
+            lr = lr_at(recipe, step, max_steps)
+            loss = train_step(ddp, opt, batch, lr, cfg, device)
+            step, dt = step + 1, time.perf_counter() - t0
+            images += recipe.batch_size * info.world_size
+            last = dict(step=step, epoch=epoch, loss=loss, lr=lr, data_time=round(t1 - t0, 4), step_time=round(dt, 4),
+                        images_per_s=round(recipe.batch_size * info.world_size / dt, 2))
+            metrics.log(**last)
+            if step % recipe.log_every == 0 or step == stop:
+                log(f"step {step}/{max_steps} epoch {epoch} loss {loss:.4f} lr {lr:.5f} "
+                    f"{last['images_per_s']:.1f} img/s (data {last['data_time']:.3f}s step {last['step_time']:.3f}s)")
+            if cfg.use_val and recipe.val_every and step % recipe.val_every == 0 and step < max_steps:
+                result = validate(model, cfg, info, val_labels)
+                _log_val(log, metrics, step, result)
+            if info.is_main and (step % recipe.ckpt_every == 0 or step == stop):
+                save_checkpoint(out, model, opt, step, max_steps, recipe.keep_ckpts, cfg)
+        del batches  # ends the epoch's worker processes unless they are persistent
+    if step >= max_steps and cfg.use_val:
+        result = validate(model, cfg, info, val_labels)
+        _log_val(log, metrics, step, result)
+    wall = time.time() - start
+    summary = {"step": step, "max_steps": max_steps, "finished": step >= max_steps, "last": last, "val": result,
+               "wall_s": round(wall, 1), "images_per_s": round(images / max(wall, 1e-9), 2)}
+    if info.is_main:
+        _write_outputs(out, model, cfg, info, summary)
+        log(f"{'finished' if step >= max_steps else 'stopped'} at step {step}; outputs in {out}")
+    metrics.close()
+    log.close()
+    return summary
+
+
+def _log_val(log: Log, metrics: MetricsWriter, step: int, result: dict) -> None:
+    if result:
+        metrics.log(step=step, val_accuracy=result["accuracy"], val_fp=result["fp"], val_fn=result["fn"])
+        log(f"val step {step}: accuracy {result['accuracy']:.4f} fp {result['fp']:.4f} fn {result['fn']:.4f} "
+            f"({result['frames']} frames)")
+
+
+def _write_outputs(out: Path, model: SCNN, cfg: TrainConfig, info: DistInfo, summary: dict) -> None:
+    if summary["finished"]:
+        save_atomic({"model": model.state_dict(), "model_config": dataclasses.asdict(model.cfg),
+                     "recipe": cfg.recipe.name, "step": summary["step"]}, out / "model.pt")
+    run = {"config": dataclasses.asdict(cfg), "recipe": cfg.recipe.name, "world_size": info.world_size,
+           "runtime": info.runtime, "backend": info.backend, "device": str(info.device), **summary}
+    tmp = out / ".run.json.tmp"
+    tmp.write_text(json.dumps(run, indent=2, default=str) + "\n")
+    os.replace(tmp, out / "run.json")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    cfg = parse_config(argv, os.environ)
+    info = setup_distributed(cfg.backend)
+    try:
+        train(cfg, info)
+    finally:
+        teardown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

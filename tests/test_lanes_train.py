@@ -1,0 +1,217 @@
+"""SCNN training: DDP step == 1-process step, exact resume, env/flag precedence, tiny recipe learns.
+
+The DDP test runs this file under `python -m torch.distributed.run --nproc-per-node 2` (gloo):
+see `ddp_worker` at the bottom.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from PIL import Image
+
+from dtrain.errors import SpecError
+from dtrain.training import read_metrics, setup_distributed
+from dtrain.workloads.lanes import __main__ as lanes_cli
+from dtrain.workloads.lanes import synth, train
+from dtrain.workloads.lanes.metric import evaluate
+from dtrain.workloads.lanes.model import SCNN, SCNNConfig
+from dtrain.workloads.lanes.predict import (
+    OVERLAY_SIZE,
+    load_model,
+    predict_labels,
+    split_labels,
+)
+from dtrain.workloads.lanes.recipes import tiny
+from dtrain.workloads.lanes.tusimple import LaneLabel, read_labels
+
+REPO = Path(__file__).resolve().parents[1]
+DDP_CFG = SCNNConfig(width=0.125, input_size=(64, 48), dropout=0.0)  # dropout off: ranks draw different masks
+
+
+@pytest.fixture(scope="module")
+def lanes_data(tmp_path_factory) -> Path:
+    """Synthetic TuSimple set: 400 training frames, 16 validation, 100 held-out test frames."""
+    root = tmp_path_factory.mktemp("tusimple")
+    synth.generate(root, frames_per_file={"label_data_0313.json": 360, "label_data_0601.json": 40,
+                                          "label_data_0531.json": 16}, seed=7, test_frames=100)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One intra-op thread: on a busy 2-core machine two threads wait on each other (4x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def run_training(argv: list[str], env: dict[str, str] | None = None) -> dict:
+    """train.main in this process, as one process with no launcher around it."""
+    cfg = train.parse_config(argv, env or {})
+    return train.train(cfg, setup_distributed(env={}))
+
+
+# ------------------------------------------------------------------ configuration
+
+
+def test_flags_win_over_environment_and_environment_over_recipe():
+    env = {"BATCH_SIZE": "3", "USE_WORKERS": "true", "NUM_WORKERS": "4", "USE_VAL": "1", "VAL_BATCH_SIZE": "5",
+           "ENABLE_SNAPSHOT": "yes", "PVC_NAME": "lanes-pvc", "DATA_DIR": "/data/x", "OUTPUT_DIR": "/out/y"}
+    cfg = train.parse_config(["--recipe", "tiny"], env)
+    assert (cfg.recipe.batch_size, cfg.num_workers, cfg.use_val, cfg.val_batch_size) == (3, 4, True, 5)
+    assert (cfg.enable_snapshot, cfg.pvc_name, cfg.data_dir, cfg.out_dir) == (True, "lanes-pvc", "/data/x", "/out/y")
+    cfg = train.parse_config(["--recipe", "tiny", "--batch-size", "6", "--num-workers", "1", "--no-use-val",
+                              "--val-batch-size", "2", "--no-enable-snapshot", "--pvc-name", "other",
+                              "--data-dir", "/d", "--out-dir", "/o"], env)
+    assert (cfg.recipe.batch_size, cfg.num_workers, cfg.use_val, cfg.val_batch_size) == (6, 1, False, 2)
+    assert (cfg.enable_snapshot, cfg.pvc_name, cfg.data_dir, cfg.out_dir) == (False, "other", "/d", "/o")
+    assert train.parse_config(["--no-use-workers"], env).num_workers == 0  # USE_WORKERS off beats NUM_WORKERS
+    assert train.parse_config([], {**env, "USE_WORKERS": "false"}).num_workers == 0
+    assert train.parse_config(["--use-workers"], {**env, "USE_WORKERS": "false"}).num_workers == 4
+    bare = train.parse_config([], {})
+    assert (bare.recipe, bare.num_workers, bare.use_val, bare.data_dir) == (tiny(), 0, False, "/mnt/tusimple")
+
+
+@pytest.mark.parametrize("env, argv", [({"USE_VAL": "maybe"}, []), ({"BATCH_SIZE": "two"}, []),
+                                       ({}, ["--batch-size", "0"]), ({}, ["--lr", "-1"]), ({}, ["--epochs", "0"])])
+def test_bad_settings_raise_spec_errors(env, argv):
+    with pytest.raises(SpecError):
+        train.parse_config(argv, env)
+
+
+def test_poly_schedule_warms_up_then_decays_to_zero():
+    recipe = tiny()
+    lrs = [train.lr_at(recipe, s, 100) for s in range(100)]
+    assert lrs[recipe.warmup_steps - 1] == pytest.approx(recipe.lr)
+    assert all(a < b for a, b in zip(lrs[: recipe.warmup_steps], lrs[1: recipe.warmup_steps]))
+    assert all(a > b for a, b in zip(lrs[recipe.warmup_steps:], lrs[recipe.warmup_steps + 1:]))
+    assert 0 < lrs[-1] < 0.05 * recipe.lr
+
+
+# ------------------------------------------------------------------ data parallel step
+
+
+def _global_batch() -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(3)
+    w, h = DDP_CFG.input_size
+    img = torch.randn(4, 3, h, w, generator=g)
+    seg = torch.randint(0, 6, (4, h, w), generator=g)
+    exist = torch.randint(0, 2, (4, 5), generator=g).float()
+    return img, seg, exist
+
+
+def _model_and_optimizer() -> tuple[SCNN, torch.optim.Optimizer]:
+    torch.manual_seed(0)
+    model = SCNN(DDP_CFG)
+    return model, train.build_optimizer(model, tiny())
+
+
+def ddp_worker(out: str) -> None:
+    """One rank: DDP forward/backward on its half of the global batch, one SGD step; rank 0 saves."""
+    info = setup_distributed("gloo")
+    model, opt = _model_and_optimizer()
+    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    half = [t[2 * info.rank: 2 * info.rank + 2] for t in _global_batch()]
+    train.forward_backward(ddp, half, tiny(), info.device)
+    grads = {n: p.grad.clone() for n, p in model.named_parameters()}
+    opt.step()
+    if info.is_main:
+        torch.save({"grads": grads, "params": model.state_dict()}, out)
+    torch.distributed.destroy_process_group()
+
+
+def test_two_process_ddp_step_equals_one_process_step_on_the_global_batch(tmp_path):
+    out = tmp_path / "ddp.pt"
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
+           "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+           __file__, str(out)]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=180, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ddp = torch.load(out, weights_only=True)
+
+    # One process, the same global batch: the mean of the two per-rank losses (BatchNorm sees
+    # each rank's half on its own in DDP, so the reference feeds the same halves).
+    model, opt = _model_and_optimizer()
+    batch = _global_batch()
+    for r in range(2):
+        train.forward_backward(model, [t[2 * r: 2 * r + 2] for t in batch], tiny(), torch.device("cpu"), scale=0.5)
+    first_half_only = _model_and_optimizer()[0]
+    train.forward_backward(first_half_only, [t[:2] for t in batch], tiny(), torch.device("cpu"))
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(ddp["grads"][name], p.grad, rtol=1e-4, atol=1e-6, msg=name)
+    head = "seg_head.1.weight"
+    assert not torch.allclose(ddp["grads"][head], dict(first_half_only.named_parameters())[head].grad)
+    opt.step()
+    for name, value in model.named_parameters():  # BN running stats are per rank in DDP: not compared
+        torch.testing.assert_close(ddp["params"][name], value.detach(), rtol=1e-4, atol=1e-6, msg=name)
+
+
+# ------------------------------------------------------------------ resume
+
+
+def test_stop_and_resume_continues_the_same_schedule(lanes_data, tmp_path):
+    common = ["--recipe", "tiny", "--data-dir", str(lanes_data), "--max-steps", "6", "--batch-size", "2"]
+    straight = tmp_path / "straight"
+    run_training([*common, "--out-dir", str(straight)])
+    split = tmp_path / "split"
+    first = run_training([*common, "--out-dir", str(split), "--stop-after", "3"])
+    assert not first["finished"] and not (split / "model.pt").exists() and (split / "ckpt-3.pt").exists()
+    second = run_training([*common, "--out-dir", str(split)])
+    assert second["finished"] and second["step"] == 6
+
+    a = torch.load(straight / "model.pt", weights_only=True)["model"]
+    b = torch.load(split / "model.pt", weights_only=True)["model"]
+    for name in a:
+        torch.testing.assert_close(b[name], a[name], rtol=1e-5, atol=1e-7, msg=name)
+    straight_log = [(m["step"], m["lr"], m["loss"]) for m in read_metrics(straight / "metrics.jsonl")]
+    split_log = [(m["step"], m["lr"], m["loss"]) for m in read_metrics(split / "metrics.jsonl")]
+    assert [s for s, _, _ in split_log] == [1, 2, 3, 4, 5, 6]
+    assert [lr for _, lr, _ in split_log] == [lr for _, lr, _ in straight_log]
+    assert [loss for *_, loss in split_log] == pytest.approx([loss for *_, loss in straight_log], rel=1e-4)
+    assert "resumed from" in (split / "train.log").read_text()
+
+    fresh = run_training([*common, "--out-dir", str(split), "--no-resume", "--stop-after", "1"])
+    assert fresh["step"] == 1  # --no-resume ignores the checkpoints
+
+
+# ------------------------------------------------------------------ learning
+
+
+def test_tiny_recipe_beats_predicting_no_lanes_on_held_out_frames(lanes_data, tmp_path):
+    out = tmp_path / "tiny"
+    summary = run_training(["--recipe", "tiny", "--data-dir", str(lanes_data), "--out-dir", str(out), "--use-val"])
+    assert summary["finished"] and (out / "model.pt").exists() and (out / "run.json").exists()
+    losses = [m["loss"] for m in read_metrics(out / "metrics.jsonl") if "loss" in m]
+    assert sum(losses[-10:]) < 0.5 * sum(losses[:10])
+
+    gts = split_labels(lanes_data, "test")
+    preds = predict_labels(load_model(out / "model.pt"), lanes_data, gts, batch_size=16)
+    trained = evaluate(preds, gts)
+    nothing = evaluate([LaneLabel(raw_file=g.raw_file, h_samples=g.h_samples, lanes=()) for g in gts], gts)
+    print(f"held-out accuracy: tiny {trained['accuracy']:.3f} (fp {trained['fp']:.3f} fn {trained['fn']:.3f}), "
+          f"no lanes {nothing['accuracy']:.3f}")
+    assert trained["accuracy"] > nothing["accuracy"] + 0.3
+    assert trained["fn"] < 0.9 * nothing["fn"]
+
+    # the command line: prediction file, overlays, metric (through python -m dtrain.workloads.lanes)
+    pred, overlays = tmp_path / "pred.json", tmp_path / "overlays"
+    assert lanes_cli.main(["predict", "--checkpoint", str(out / "model.pt"), "--data-dir", str(lanes_data),
+                           "--split", "test", "--out", str(pred), "--limit", "5", "--overlays", str(overlays),
+                           "--max-overlays", "2"]) == 0
+    lines = read_labels(pred, max_lanes=None)
+    assert [p.raw_file for p in lines] == [g.raw_file for g in gts[:5]]
+    assert all(p.run_time > 0 and all(len(lane) == len(p.h_samples) for lane in p.lanes) for p in lines)
+    assert [p.lanes for p in lines] == [p.lanes for p in preds[:5]]
+    pngs = sorted(overlays.glob("*.png"))
+    assert len(pngs) == 2 and Image.open(pngs[0]).size == OVERLAY_SIZE
+    assert lanes_cli.main(["no-such-command"]) == 2
+
+
+if __name__ == "__main__":
+    ddp_worker(sys.argv[1])
