@@ -1,0 +1,215 @@
+"""Snapshot benchmark: dtrain's engine against restic, DVC and `cp -a`, in one run.
+
+A TuSimple-like volume (clips/<date>/<id>/20.jpg of incompressible bytes plus a JSON label per
+clip, and a few 50 MB checkpoints) goes through: first snapshot, snapshot of the unchanged
+volume, snapshot after rewriting 1% of the files and adding a 50 MB checkpoint, restore into
+a new folder, verify (re-hash all content). Each step is a fresh process (start-up included,
+as for a CLI) timed by wall clock; "disk added" is the growth of each tool's repository in
+allocated blocks.
+
+    nice -n 10 .venv/bin/python bench/snapshots.py                       # 1 GiB, 10,000 files
+    nice -n 10 .venv/bin/python bench/snapshots.py --files 2000 --size-mb 200   # quick
+
+restic gets a copy-free view of the same volume; DVC works on its own copy (the `cp -a` of
+the first step), because `dvc add` may rewrite the workspace. Everything is deleted at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CHECKPOINT = 50 << 20
+
+DTRAIN = """
+import sys, time
+from pathlib import Path
+from dtrain.storage import Storage
+s = Storage(Path(sys.argv[1]))
+t = time.perf_counter()
+step, arg = sys.argv[2], sys.argv[3]
+if step == "snapshot":
+    s.create_snapshot("bench", name=arg, progress=False)
+elif step == "restore":
+    s.restore_snapshot(arg, to="restored", progress=False)
+else:
+    assert s.verify(progress=False).ok
+print(time.perf_counter() - t)
+"""
+
+
+def generate(root: Path, files: int, size_mb: int, checkpoints: int, seed: int = 0) -> None:
+    """clips/<date>/<id>/{20.jpg, 20.json} pairs and `checkpoints` 50 MB files."""
+    rnd = random.Random(seed)
+    clips = (files - checkpoints) // 2
+    image = max(1, (size_mb * 2**20 - checkpoints * CHECKPOINT - clips * 400) // clips)
+    for i in range(clips):
+        folder = root / "clips" / f"{5 + i % 3:02d}{10 + i % 20}" / str(1492626047222176976 + i * 977)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "20.jpg").write_bytes(rnd.randbytes(image))
+        label = {"lanes": [[rnd.randint(-2, 1280) for _ in range(12)] for _ in range(4)],
+                 "h_samples": list(range(240, 720, 40)), "raw_file": f"clips/{folder.name}/20.jpg"}
+        (folder / "20.json").write_text(json.dumps(label))
+    (root / "models").mkdir(exist_ok=True)
+    for k in range(checkpoints):
+        (root / "models" / f"ckpt-{k}.pt").write_bytes(rnd.randbytes(CHECKPOINT))
+
+
+def mutate(root: Path, seed: int = 1) -> None:
+    """Rewrite 1% of the files with new bytes of the same size; add a 50 MB checkpoint."""
+    rnd = random.Random(seed)
+    paths = sorted(p for p in root.rglob("*") if p.is_file())
+    for p in rnd.sample(paths, max(1, len(paths) // 100)):
+        p.write_bytes(rnd.randbytes(p.stat().st_size))
+    (root / "models" / "ckpt-new.pt").write_bytes(rnd.randbytes(CHECKPOINT))
+
+
+def disk(path: Path) -> int:
+    """Allocated bytes under `path`, hard links counted once (like du)."""
+    if not path.exists():
+        return 0
+    seen = {}
+    for folder, dirs, names in os.walk(path):
+        for name in dirs + names:
+            st = os.lstat(os.path.join(folder, name))
+            seen[st.st_dev, st.st_ino] = st.st_blocks * 512
+    return sum(seen.values())
+
+
+def timed(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> tuple[float, str]:
+    t = time.perf_counter()
+    out = subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+    return time.perf_counter() - t, out
+
+
+class Bench:
+    def __init__(self, work: Path, tools: list[str]):
+        self.work, self.tools = work, tools
+        self.home = work / "dtrain"
+        self.volume = self.home / "volumes/bench/data"
+        self.dvc = work / "dvc"
+        self.restic = work / "restic"
+        self.env = dict(os.environ, RESTIC_PASSWORD="bench", RESTIC_CACHE_DIR=str(work / "restic-cache"),
+                        PYTHONPATH=str(REPO), DVC_NO_ANALYTICS="1")
+        self.rows: dict[str, dict[str, tuple[float, int]]] = {}
+
+    def record(self, step: str, tool: str, seconds: float, added: int, note: str = "") -> None:
+        self.rows.setdefault(step, {})[tool] = (seconds, added)
+        print(f"{step:<12} {tool:<7} {seconds:7.2f} s  {added / 2**20:9.1f} MiB {note}", flush=True)
+
+    def dtrain(self, step: str, kind: str, arg: str) -> None:
+        before = disk(self.home / "store") + disk(self.home / "volumes/restored")
+        wall, out = timed([sys.executable, "-c", DTRAIN, str(self.home), kind, arg], env=self.env)
+        added = disk(self.home / "store") + disk(self.home / "volumes/restored") - before
+        self.record(step, "dtrain", wall, added, f"(in-process {float(out):.2f} s)")
+
+    def restic_step(self, step: str, args: list[str], target: Path | None = None) -> None:
+        before = disk(self.restic) + (disk(target) if target else 0)
+        wall, _ = timed(["restic", "-r", str(self.restic), "--no-cache", *args], env=self.env)
+        self.record(step, "restic", wall, disk(self.restic) + (disk(target) if target else 0) - before)
+
+    def dvc_step(self, step: str, args: list[str]) -> None:
+        before = disk(self.dvc / ".dvc/cache") + disk(self.dvc / "data")
+        wall, _ = timed([str(REPO / ".venv/bin/dvc"), *args], cwd=self.dvc, env=self.env)
+        self.record(step, "dvc", wall, disk(self.dvc / ".dvc/cache") + disk(self.dvc / "data") - before)
+
+    def snapshot_all(self, step: str, name: str) -> None:
+        if "dtrain" in self.tools:
+            self.dtrain(step, "snapshot", name)
+        if "restic" in self.tools:
+            self.restic_step(step, ["backup", "-q", str(self.volume)])
+        if "dvc" in self.tools:
+            self.dvc_step(step, ["add", "-q", "data"])
+
+    def run(self, files: int, size_mb: int, checkpoints: int) -> None:
+        sys.path.insert(0, str(REPO))
+        from dtrain.storage import Storage
+
+        storage = Storage(self.home)
+        storage.create_volume("bench")
+        print(f"generating {files} files, {size_mb} MiB in {self.volume} (method: {storage.engine.method})")
+        generate(self.volume, files, size_mb, checkpoints)
+        storage.close()
+        wall, _ = timed(["find", str(self.volume), "-printf", "%s %T@\n"])
+        self.record("stat walk", "find", wall, 0)
+        self.dvc.mkdir()
+        wall, _ = timed(["cp", "-a", str(self.volume), str(self.dvc / "data")])
+        self.record("first", "cp -a", wall, disk(self.dvc / "data"))
+        if "restic" in self.tools:
+            timed(["restic", "-r", str(self.restic), "init", "-q"], env=self.env)
+        if "dvc" in self.tools:
+            for args in (["init", "--no-scm", "-q"], ["config", "core.analytics", "false"],
+                         ["config", "cache.type", "reflink,copy"]):
+                timed([str(REPO / ".venv/bin/dvc"), *args], cwd=self.dvc, env=self.env)
+        self.snapshot_all("first", "first")
+        self.snapshot_all("unchanged", "unchanged")
+        mutate(self.volume)
+        mutate(self.dvc / "data")
+        self.snapshot_all("1% changed", "changed")
+        self.restore_all()
+        if "dtrain" in self.tools:
+            self.dtrain("verify", "verify", "")
+        if "restic" in self.tools:
+            self.restic_step("verify", ["check", "-q", "--read-data"])
+
+    def restore_all(self) -> None:
+        target = self.work / "cp-restore"
+        wall, _ = timed(["cp", "-a", str(self.volume), str(target)])
+        self.record("restore", "cp -a", wall, disk(target))
+        shutil.rmtree(target)
+        if "dtrain" in self.tools:
+            self.dtrain("restore", "restore", "changed")
+        if "restic" in self.tools:
+            target = self.work / "restic-restore"
+            self.restic_step("restore", ["restore", "-q", "latest", "--target", str(target)], target)
+        if "dvc" in self.tools:  # DVC restores a workspace in place: remove it, check it out
+            shutil.rmtree(self.dvc / "data")
+            self.dvc_step("restore", ["checkout", "-q"])
+
+    def summary(self) -> dict:
+        """Ratios of each tool's time to dtrain's per step (>1: dtrain is faster)."""
+        ratios = {}
+        for step, by_tool in self.rows.items():
+            if "dtrain" in by_tool:
+                ours = by_tool["dtrain"][0]
+                ratios[step] = {tool: round(t / ours, 2) for tool, (t, _) in by_tool.items() if tool != "dtrain"}
+        return ratios
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--files", type=int, default=10_000, help="files in the volume")
+    parser.add_argument("--size-mb", type=int, default=1024, help="total size of the volume in MiB")
+    parser.add_argument("--checkpoints", type=int, default=3, help="50 MB checkpoints among the files")
+    parser.add_argument("--tools", default="dtrain,restic,dvc", help="comma-separated: dtrain,restic,dvc")
+    parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temp folder)")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = parser.parse_args(argv)
+    work = Path(tempfile.mkdtemp(prefix="dtrain-bench-", dir=args.workdir))
+    bench = Bench(work, args.tools.split(","))
+    try:
+        bench.run(args.files, args.size_mb, args.checkpoints)
+        ratios = bench.summary()
+        print("\nother tool's time / dtrain's time (higher: dtrain faster):")
+        for step, by_tool in ratios.items():
+            print(f"  {step:<12} " + "  ".join(f"{tool}: {r:.2f}x" for tool, r in by_tool.items()))
+        if args.json:
+            args.json.write_text(json.dumps({"args": vars(args) | {"workdir": str(work), "json": str(args.json)},
+                                             "rows": bench.rows, "ratios": ratios}, indent=1))
+    finally:
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

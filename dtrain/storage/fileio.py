@@ -1,0 +1,150 @@
+"""The byte-moving system calls of the snapshot engine, behind one small seam.
+
+`FileIO` is the only place that reads, writes, copies or clones file contents; tests pass a
+subclass to count the bytes read or to fake a full disk. The helpers below probe for
+copy-on-write clones (``ioctl FICLONE``), swap two directories atomically
+(``renameat2(RENAME_EXCHANGE)``) and name unnamed files (``linkat``).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import os
+import struct
+import uuid
+from pathlib import Path
+
+FICLONE = 0x40049409  # _IOW(0x94, 9, int): clone a whole file
+FICLONERANGE = 0x4020940D  # _IOW(0x94, 13, struct file_clone_range)
+RENAME_EXCHANGE = 2
+AT_FDCWD = -100
+# errnos meaning "this file system (or this pair of files) cannot do that": fall back to copying
+UNSUPPORTED = {errno.EOPNOTSUPP, errno.ENOTTY, errno.EXDEV, errno.EINVAL, errno.ENOSYS, errno.EBADF}
+DISK_FULL = {errno.ENOSPC, errno.EDQUOT}
+
+
+class FileIO:
+    """Reads, writes, copies and clones byte ranges between open file descriptors."""
+
+    def read_into(self, fd: int, buf: memoryview, offset: int) -> int:
+        """Fill `buf` from `offset`; fewer bytes only at end of file."""
+        done = 0
+        while done < len(buf):
+            n = os.preadv(fd, [buf[done:]], offset + done)
+            if n == 0:
+                break
+            done += n
+        return done
+
+    def write(self, fd: int, data: memoryview) -> None:
+        done = 0
+        while done < len(data):
+            done += os.write(fd, data[done:])
+
+    def copy(self, src: int, dst: int, length: int, src_offset: int, dst_offset: int) -> None:
+        """Copy in the kernel (copy_file_range); plain reads and writes where it is refused."""
+        done = 0
+        try:
+            while done < length:
+                n = os.copy_file_range(src, dst, length - done, src_offset + done, dst_offset + done)
+                if n == 0:
+                    raise EOFError(f"source ended {length - done} bytes early")
+                done += n
+        except OSError as err:
+            if err.errno not in UNSUPPORTED:
+                raise
+            self._copy_plain(src, dst, length - done, src_offset + done, dst_offset + done)
+
+    def _copy_plain(self, src: int, dst: int, length: int, src_offset: int, dst_offset: int) -> None:
+        buf = memoryview(bytearray(min(length, 1 << 20) or 1))
+        done = 0
+        while done < length:
+            n = self.read_into(src, buf[: min(len(buf), length - done)], src_offset + done)
+            if n == 0:
+                raise EOFError(f"source ended {length - done} bytes early")
+            view, pos = buf[:n], dst_offset + done
+            while view:
+                written = os.pwrite(dst, view, pos)
+                view, pos = view[written:], pos + written
+            done += n
+
+    def clone(self, src: int, dst: int, length: int, src_offset: int, dst_offset: int) -> None:
+        """Share extents copy-on-write (FICLONERANGE); OSError if the file system cannot."""
+        if length and src_offset == 0 and dst_offset == 0 and os.fstat(src).st_size == length:
+            fcntl.ioctl(dst, FICLONE, src)
+            return
+        fcntl.ioctl(dst, FICLONERANGE, struct.pack("qQQQ", src, src_offset, length, dst_offset))
+
+
+def probe_reflink(folder: Path) -> bool:
+    """True when files in `folder` can be cloned copy-on-write (btrfs, XFS, bcachefs...)."""
+    a, b = folder / f".probe-{uuid.uuid4().hex}", folder / f".probe-{uuid.uuid4().hex}"
+    try:
+        a.write_bytes(b"dtrain reflink probe\n")
+        with open(a, "rb") as src, open(b, "wb") as dst:
+            fcntl.ioctl(dst.fileno(), FICLONE, src.fileno())
+        return True
+    except OSError as err:
+        if err.errno in UNSUPPORTED:
+            return False
+        raise
+    finally:
+        a.unlink(missing_ok=True)
+        b.unlink(missing_ok=True)
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+AT_SYMLINK_FOLLOW = 0x400
+
+
+def link_fd(fd: int, dst: str) -> None:
+    """Give an unnamed (O_TMPFILE) file a name. os.link would call link(2), which does not
+    follow the /proc/self/fd symlink, hence linkat(AT_SYMLINK_FOLLOW) through libc."""
+    src = f"/proc/self/fd/{fd}".encode()
+    if _libc.linkat(AT_FDCWD, src, AT_FDCWD, os.fsencode(dst), AT_SYMLINK_FOLLOW) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err), dst)
+
+
+def probe_tmpfile(folder: Path) -> bool:
+    """True when unnamed files (O_TMPFILE) can be created in `folder` and linked by name."""
+    name = os.fspath(folder / f".probe-{uuid.uuid4().hex}")
+    try:
+        fd = os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o444)
+    except OSError:
+        return False
+    try:
+        link_fd(fd, name)
+        os.unlink(name)
+        return True
+    except OSError:  # no /proc, or linking refused
+        return False
+    finally:
+        os.close(fd)
+
+
+def exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically; False where the kernel or file system cannot."""
+    fn = getattr(_libc, "renameat2", None)
+    if fn is None:
+        return False
+    if fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+def fsync_path(path: Path, *, directory: bool = False) -> None:
+    fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def is_disk_full(err: BaseException) -> bool:
+    return isinstance(err, OSError) and err.errno in DISK_FULL

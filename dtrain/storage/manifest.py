@@ -1,0 +1,156 @@
+"""What a snapshot records: one entry per path (type, mode, owner, mtime, content), and the
+comparisons built on it (incremental reuse, diff).
+
+A manifest is gzip'd JSON: a header plus one row per path, sorted, so a parent folder always
+comes before what it holds. Paths are relative, '/'-separated, '.' for the volume's root;
+names that are not UTF-8 survive through Python's surrogate escapes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import stat
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+VERSION = 1
+KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink"}
+
+
+class Entry(NamedTuple):
+    """One path of a snapshot. A tuple, stored as a JSON array in this field order: loading
+    and comparing ten thousand of them must cost milliseconds (incremental snapshots)."""
+
+    path: str  # relative to the volume root, '/'-separated; '.' is the root itself
+    kind: str  # 'file', 'dir' or 'symlink'
+    mode: int  # permission bits, setuid/setgid/sticky included
+    uid: int  # owner, restored when running as root
+    gid: int  # group, restored when running as root
+    mtime_ns: int  # modification time, restored exactly
+    size: int = 0  # bytes of a file
+    data: list[str] | str = ""  # a file's chunk digests (sha256, in order); a symlink's target
+    ino: int = 0  # inode at capture: with ctime_ns, tells an unchanged file without reading it
+    ctime_ns: int = 0  # 0 forces the next snapshot to read the file again
+
+    @property
+    def chunks(self) -> list[str]:
+        return self.data if self.kind == "file" else []
+
+    @property
+    def target(self) -> str:
+        """What a symlink points to (never followed)."""
+        return self.data if self.kind == "symlink" else ""
+
+
+FIELDS = Entry._fields
+
+
+@dataclass(frozen=True, kw_only=True)
+class Manifest:
+    """The full content of a volume at one point in time."""
+
+    entries: tuple[Entry, ...]  # sorted by path
+    started_ns: int  # wall clock when the capture began: files changed later must be re-read
+    chunk_size: int  # bytes per chunk of the files it lists
+    id: str | None = None  # the stored manifest it was loaded from, if any
+
+    def digests(self) -> set[str]:
+        return {d for e in self.entries for d in e.chunks}
+
+    def dump(self) -> bytes:
+        body = {"version": VERSION, "hash": "sha256", "chunk_size": self.chunk_size,
+                "started_ns": self.started_ns, "fields": FIELDS, "entries": self.entries}
+        return gzip.compress(json.dumps(body, separators=(",", ":")).encode(), compresslevel=1)
+
+    @classmethod
+    def parse(cls, blob: bytes, manifest_id: str | None = None) -> Manifest:
+        body = json.loads(gzip.decompress(blob))
+        if body.get("version") != VERSION or tuple(body.get("fields", ())) != FIELDS:
+            raise ValueError(f"unsupported manifest version {body.get('version')!r}")
+        try:
+            entries = tuple(map(Entry._make, body["entries"]))
+        except TypeError as err:
+            raise ValueError(f"malformed manifest entry: {err}") from None
+        return cls(entries=entries, started_ns=body["started_ns"], chunk_size=body["chunk_size"], id=manifest_id)
+
+    def same_tree(self, entries: tuple[Entry, ...]) -> bool:
+        """True when `entries` describe exactly this tree (inodes and ctimes included)."""
+        return entries == self.entries
+
+
+def scan(root: Path) -> Iterator[tuple[str, os.stat_result]]:
+    """lstat every path under `root` (root included as '.'), in no order; symlinks are not followed."""
+    yield ".", os.lstat(root)
+    stack = [("", os.fspath(root))]
+    while stack:
+        prefix, folder = stack.pop()
+        with os.scandir(folder) as it:
+            for item in it:
+                rel = prefix + item.name
+                yield rel, item.stat(follow_symlinks=False)
+                if item.is_dir(follow_symlinks=False):
+                    stack.append((rel + "/", item.path))
+
+
+def walk(root: Path) -> list[tuple[str, os.stat_result]]:
+    """`scan`, sorted by path (paths are unique, so only they are compared)."""
+    return sorted(scan(root))
+
+
+def meta_entry(rel: str, st: os.stat_result, data: str = "") -> Entry:
+    """A folder's or symlink's entry (`data`: the symlink's target)."""
+    return Entry(rel, KINDS[stat.S_IFMT(st.st_mode)], stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid,
+                 st.st_mtime_ns, 0, data, st.st_ino, st.st_ctime_ns)
+
+
+def unchanged(prev: Entry | None, st: os.stat_result, cutoff_ns: int, damaged: set[str]) -> bool:
+    """Same file as at the previous capture, judged by lstat alone (no read), with intact content.
+
+    A file whose ctime is too close to the previous capture's start may have been rewritten
+    within the same timestamp tick after it was read, so it counts as changed.
+    """
+    return (prev is not None and prev.kind == "file" and prev.size == st.st_size
+            and prev.mtime_ns == st.st_mtime_ns and prev.ino == st.st_ino
+            and prev.ctime_ns == st.st_ctime_ns and 0 < prev.ctime_ns < cutoff_ns
+            and not (damaged and damaged.intersection(prev.chunks)))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Change:
+    """How one path differs between two points in time."""
+
+    path: str  # relative path, '.' for the root
+    kind: str  # 'added', 'removed' or 'modified'
+    fields: tuple[str, ...] = ()  # for 'modified': among 'type', 'content', 'mode', 'owner', 'mtime'
+
+    def to_dict(self) -> dict:
+        return {"path": self.path, "kind": self.kind, "fields": list(self.fields)}
+
+
+def diff(a: Manifest, b: Manifest) -> list[Change]:
+    """Changes from `a` to `b`, sorted by path."""
+    old = {e.path: e for e in a.entries}
+    new = {e.path: e for e in b.entries}
+    changes = []
+    for path in sorted(old.keys() | new.keys()):
+        x, y = old.get(path), new.get(path)
+        if x is None:
+            changes.append(Change(path=path, kind="added"))
+        elif y is None:
+            changes.append(Change(path=path, kind="removed"))
+        elif fields := _changed_fields(x, y):
+            changes.append(Change(path=path, kind="modified", fields=fields))
+    return changes
+
+
+def _changed_fields(x: Entry, y: Entry) -> tuple[str, ...]:
+    if x.kind != y.kind:
+        return ("type",)
+    checks = (("content", (x.chunks, x.target, x.size) != (y.chunks, y.target, y.size)),
+              ("mode", x.mode != y.mode), ("owner", (x.uid, x.gid) != (y.uid, y.gid)),
+              ("mtime", x.mtime_ns != y.mtime_ns))
+    return tuple(name for name, differs in checks if differs)

@@ -1,0 +1,88 @@
+"""Fakes for the engine's I/O seam and a tree fingerprint, shipped for tests (like httpx's
+MockTransport): pass one as ``Engine(root, io=...)``."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+import stat
+import threading
+import time
+from pathlib import Path
+
+from dtrain.storage.fileio import FileIO
+
+
+class CountingIO(FileIO):
+    """Counts the bytes read from files (volumes and store alike)."""
+
+    def __init__(self):
+        self.bytes_read = 0
+        self._lock = threading.Lock()
+
+    def read_into(self, fd, buf, offset):
+        n = super().read_into(fd, buf, offset)
+        with self._lock:
+            self.bytes_read += n
+        return n
+
+
+class FullDiskIO(FileIO):
+    """Fails with ENOSPC once `limit` bytes were written or copied, as a full disk does."""
+
+    def __init__(self, limit: int):
+        self.limit, self.written = limit, 0
+        self._lock = threading.Lock()
+
+    def _spend(self, n: int) -> None:
+        with self._lock:
+            if self.written + n > self.limit:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            self.written += n
+
+    def write(self, fd, data):
+        self._spend(len(data))
+        super().write(fd, data)
+
+    def copy(self, src, dst, length, src_offset, dst_offset):
+        self._spend(length)
+        super().copy(src, dst, length, src_offset, dst_offset)
+
+    def clone(self, src, dst, length, src_offset, dst_offset):
+        raise OSError(errno.EOPNOTSUPP, "fake disk has no clones")
+
+
+class SlowIO(FileIO):
+    """Sleeps before each read and copy, so that a test can kill a run midway."""
+
+    def __init__(self, delay_s: float):
+        self.delay_s = delay_s
+
+    def read_into(self, fd, buf, offset):
+        time.sleep(self.delay_s)
+        return super().read_into(fd, buf, offset)
+
+    def copy(self, src, dst, length, src_offset, dst_offset):
+        time.sleep(self.delay_s)
+        super().copy(src, dst, length, src_offset, dst_offset)
+
+
+def tree_state(root: Path) -> dict[str, tuple]:
+    """Everything a restore must reproduce, per relative path: type, mode, owner, mtime (ns),
+    and a file's sha256 or a symlink's target."""
+    state = {}
+    for folder, dirs, files in os.walk(root):
+        for name in [".", *dirs, *files] if folder == os.fspath(root) else [*dirs, *files]:
+            path = os.path.normpath(os.path.join(folder, name))
+            st = os.lstat(path)
+            if stat.S_ISLNK(st.st_mode):
+                what = os.readlink(path)
+            elif stat.S_ISREG(st.st_mode):
+                what = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            else:
+                what = None
+            rel = os.path.relpath(path, root)
+            state[rel] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid,
+                          st.st_mtime_ns, what)
+    return state

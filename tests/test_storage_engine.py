@@ -1,0 +1,290 @@
+"""The content-addressed snapshot engine, on real files: exactness, point-in-time, dedup,
+incremental capture, sweeping, verification, full disks and copy-on-write clones."""
+
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dtrain.errors import StorageError
+from dtrain.storage.engine import Engine
+from dtrain.storage.testing import CountingIO, FullDiskIO, tree_state
+
+CHUNK = 64 << 10  # small chunks: multi-chunk files stay cheap to build
+
+
+def make_engine(tmp_path, **kw) -> Engine:
+    return Engine(tmp_path / "store", chunk_size=CHUNK, durable=False, **kw)
+
+
+def build_tree(root: Path) -> None:
+    """Every kind of thing a restore must get exactly right."""
+    (root / "clips/0531/1492626047222176976").mkdir(parents=True)
+    (root / "clips/0531/1492626047222176976/20.jpg").write_bytes(os.urandom(3 * CHUNK + 123))
+    (root / "labels.json").write_text('{"lanes": [[1, 2, 3]]}\n')
+    (root / "empty-file").touch()
+    (root / "empty-dir/nested-empty").mkdir(parents=True)
+    (root / "run.sh").write_text("#!/bin/sh\necho hi\n")
+    os.chmod(root / "run.sh", 0o755)
+    (root / "secret").write_text("s")
+    os.chmod(root / "secret", 0o600)
+    os.symlink("clips/0531/1492626047222176976/20.jpg", root / "latest.jpg")
+    os.symlink("/nonexistent/target", root / "dangling")
+    (root / os.fsdecode(b"caf\xe9-latin1.txt")).write_text("not utf-8 name")
+    (root / "readonly").mkdir()
+    (root / "readonly/kept.txt").write_text("inside a read-only folder")
+    os.chmod(root / "readonly", 0o555)
+    os.utime(root / "labels.json", ns=(1, 1_500_000_000_123_456_789))
+    os.utime(root / "latest.jpg", ns=(1, 1_400_000_000_000_000_001), follow_symlinks=False)
+    if os.geteuid() == 0:
+        os.chown(root / "secret", 1234, 5678)
+
+
+def change_tree(root: Path) -> None:
+    p = root / "clips/0531/1492626047222176976/20.jpg"
+    data = bytearray(p.read_bytes())
+    data[CHUNK + 5] ^= 0xFF  # one chunk changes
+    p.write_bytes(bytes(data))
+    os.chmod(root / "secret", 0o640)
+    (root / "labels.json").unlink()
+    (root / "new-model.pt").write_bytes(os.urandom(2 * CHUNK))
+    os.unlink(root / "latest.jpg")
+    os.symlink("new-model.pt", root / "latest.jpg")
+    os.rmdir(root / "empty-dir/nested-empty")
+    os.utime(root / "run.sh", ns=(1, 1_600_000_000_000_000_000))
+
+
+def snapshot(engine: Engine, src: Path, base=None):
+    with engine.pin():
+        manifest, stats = engine.capture(src, base=base)
+        manifest_id = uuid.uuid4().hex
+        engine.commit(manifest_id, manifest)
+    return manifest_id, manifest, stats
+
+
+def restore(engine: Engine, manifest_id: str, dest: Path) -> Path:
+    with engine.pin():
+        engine.materialize(engine.load(manifest_id), dest)
+    return dest
+
+
+@pytest.mark.parametrize("unnamed_temp_files", [True, False])
+def test_restores_each_point_in_time_exactly(tmp_path, unnamed_temp_files):
+    src = tmp_path / "vol"
+    src.mkdir()
+    build_tree(src)
+    engine = make_engine(tmp_path)
+    engine._anonymous &= unnamed_temp_files  # the named-temp path of file systems without O_TMPFILE
+    first_state = tree_state(src)
+    first, _, _ = snapshot(engine, src)
+    change_tree(src)
+    second_state = tree_state(src)
+    assert second_state != first_state
+    second, _, _ = snapshot(engine, src, base=engine.load(first))
+    assert tree_state(restore(engine, first, tmp_path / "r1")) == first_state
+    assert tree_state(restore(engine, second, tmp_path / "r2")) == second_state
+    if os.geteuid() == 0:
+        assert os.stat(tmp_path / "r1/secret").st_uid == 1234
+
+
+def test_later_writes_never_reach_a_snapshot(tmp_path):
+    src = tmp_path / "vol"
+    src.mkdir()
+    build_tree(src)
+    engine = make_engine(tmp_path)
+    state = tree_state(src)
+    manifest_id, _, _ = snapshot(engine, src)
+    with open(src / "clips/0531/1492626047222176976/20.jpg", "r+b") as f:  # in place, like a checkpoint
+        f.write(b"X" * 100)
+    restored = restore(engine, manifest_id, tmp_path / "r1")
+    assert tree_state(restored) == state
+    target = restored / "clips/0531/1492626047222176976/20.jpg"
+    assert os.stat(target).st_nlink == 1  # a copy or clone, never a hard link into the store
+    with open(target, "r+b") as f:
+        f.write(b"Y" * 100)
+    assert tree_state(restore(engine, manifest_id, tmp_path / "r2")) == state
+    with engine.pin():
+        assert not engine.verify([manifest_id]).corrupt
+
+
+def test_unchanged_files_are_not_read(tmp_path):
+    src = tmp_path / "vol"
+    src.mkdir()
+    build_tree(src)
+    time.sleep(0.2)  # outside the racy window of the first capture
+    io = CountingIO()
+    engine = make_engine(tmp_path, io=io)
+    first, _, stats = snapshot(engine, src)
+    assert io.bytes_read == stats.read_bytes == stats.bytes > 0
+    io.bytes_read = 0
+    second, _, stats = snapshot(engine, src, base=engine.load(first))
+    assert io.bytes_read == 0 and stats.read_bytes == 0 and stats.added_bytes == 0
+    same_file = os.stat(engine.manifest_path(first)).st_ino == os.stat(engine.manifest_path(second)).st_ino
+    assert same_file  # not even a new manifest
+    (src / "labels.json").write_text('{"lanes": []}\n')
+    _, _, stats = snapshot(engine, src, base=engine.load(second))
+    assert io.bytes_read == len('{"lanes": []}\n') == stats.added_bytes
+
+
+def test_file_changed_right_before_a_capture_is_read_again(tmp_path):
+    src = tmp_path / "vol"
+    src.mkdir()
+    (src / "hot.bin").write_bytes(b"a" * 1000)
+    io = CountingIO()
+    engine = make_engine(tmp_path, io=io, racy_window_ns=10**9)
+    first, _, _ = snapshot(engine, src)  # written within the window: timestamps may not tell a rewrite
+    io.bytes_read = 0
+    snapshot(engine, src, base=engine.load(first))
+    assert io.bytes_read == 1000
+
+
+def test_sockets_and_fifos_are_skipped(tmp_path):
+    src = tmp_path / "vol"
+    src.mkdir()
+    (src / "kept.txt").write_text("data")
+    os.mkfifo(src / "pipe")
+    engine = make_engine(tmp_path)
+    manifest_id, _, stats = snapshot(engine, src)
+    assert stats.skipped == ("pipe",) and stats.files == 1
+    assert sorted(os.listdir(restore(engine, manifest_id, tmp_path / "r"))) == ["kept.txt"]
+
+
+def test_content_is_stored_once_and_appends_store_only_new_chunks(tmp_path):
+    src = tmp_path / "vol"
+    src.mkdir()
+    blob = os.urandom(10 * CHUNK)
+    (src / "ckpt.pt").write_bytes(blob)
+    (src / "copy-of-ckpt.pt").write_bytes(blob)
+    engine = make_engine(tmp_path)
+    first, _, stats = snapshot(engine, src)
+    assert stats.bytes == 20 * CHUNK and stats.added_bytes == 10 * CHUNK and stats.added_objects == 10
+    with open(src / "ckpt.pt", "ab") as f:
+        f.write(os.urandom(1000))
+    with open(src / "copy-of-ckpt.pt", "r+b") as f:
+        f.seek(4 * CHUNK + 10)
+        f.write(b"changed")
+    _, _, stats = snapshot(engine, src, base=engine.load(first))
+    assert stats.added_objects == 2 and stats.added_bytes == 1000 + CHUNK
+
+
+def test_sweep_frees_only_content_no_other_manifest_needs(tmp_path):
+    src = tmp_path / "vol"
+    src.mkdir()
+    (src / "shared.bin").write_bytes(os.urandom(CHUNK))
+    (src / "only-first.bin").write_bytes(os.urandom(CHUNK // 2))
+    engine = make_engine(tmp_path)
+    first, _, _ = snapshot(engine, src)
+    (src / "only-first.bin").unlink()
+    second, _, _ = snapshot(engine, src, base=engine.load(first))
+    engine.drop(first)
+    swept = engine.sweep(lambda: [second])
+    assert (swept.objects, swept.bytes) == (1, CHUNK // 2)
+    assert tree_state(restore(engine, second, tmp_path / "r")) == tree_state(src)
+
+
+def test_sweep_waits_while_a_pin_is_held(tmp_path):
+    engine = make_engine(tmp_path)
+    engine.request_sweep()
+    with engine.pin():
+        assert engine.sweep(lambda: []) is None
+    assert engine.sweep(lambda: []) is not None
+
+
+def test_verify_finds_corrupt_and_missing_objects_and_a_capture_heals(tmp_path):
+    src = tmp_path / "vol"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(CHUNK))
+    (src / "b.bin").write_bytes(os.urandom(CHUNK))
+    time.sleep(0.2)
+    engine = make_engine(tmp_path)
+    manifest_id, manifest, _ = snapshot(engine, src)
+    a, b = (e.chunks[0] for e in manifest.entries if e.kind == "file")
+    os.chmod(engine.object_path(a), 0o644)
+    with open(engine.object_path(a), "r+b") as f:
+        f.write(b"bitrot")
+    os.unlink(engine.object_path(b))
+    with engine.pin():
+        found = engine.verify([manifest_id])
+    assert found.corrupt == {a} and found.missing == {b}
+    with pytest.raises(StorageError, match="verify"):
+        restore(engine, manifest_id, tmp_path / "r")
+    healed, _, stats = snapshot(engine, src, base=manifest)  # files unchanged, yet a is re-read
+    assert stats.read_bytes == CHUNK and stats.added_objects == 1
+    with engine.pin():
+        assert engine.verify([healed]).corrupt == set()
+
+
+def test_full_disk_during_capture_leaves_the_store_as_it_was(tmp_path):
+    src = tmp_path / "vol"
+    src.mkdir()
+    for i in range(6):
+        (src / f"f{i}.bin").write_bytes(os.urandom(CHUNK))
+    engine = Engine(tmp_path / "store", chunk_size=CHUNK, durable=False, io=FullDiskIO(limit=3 * CHUNK))
+    files = lambda: sorted(p.relative_to(engine.root) for p in engine.root.rglob("*") if p.name != "lock")  # noqa: E731
+    before = files()
+    with pytest.raises(StorageError, match="no space left.*needed up to 384.0 KiB.*free.*snapshot delete"):
+        with engine.pin():
+            engine.capture(src)
+    assert engine.sweep(lambda: []) is not None
+    assert files() == before
+
+
+def test_full_disk_during_restore_raises_storage_error(tmp_path):
+    src = tmp_path / "vol"
+    src.mkdir()
+    (src / "big.bin").write_bytes(os.urandom(4 * CHUNK))
+    manifest_id, _, _ = snapshot(make_engine(tmp_path), src)
+    engine = Engine(tmp_path / "store", chunk_size=CHUNK, durable=False, io=FullDiskIO(limit=CHUNK))
+    with pytest.raises(StorageError, match="no space left.*restoring"):
+        restore(engine, manifest_id, tmp_path / "r")
+
+
+def test_durable_capture_and_commit_work(tmp_path):
+    src = tmp_path / "vol"
+    src.mkdir()
+    build_tree(src)
+    engine = Engine(tmp_path / "store", chunk_size=CHUNK, durable=True)
+    manifest_id, _, _ = snapshot(engine, src)
+    assert tree_state(restore(engine, manifest_id, tmp_path / "r")) == tree_state(src)
+
+
+def _mount_btrfs(folder: Path) -> bool:
+    if os.geteuid() != 0 or not shutil.which("mkfs.btrfs"):
+        return False
+    image = folder.with_suffix(".img")
+    with open(image, "wb") as f:
+        f.truncate(200 << 20)
+    folder.mkdir()
+    ok = subprocess.run(["mkfs.btrfs", "-q", str(image)], capture_output=True).returncode == 0 and \
+        subprocess.run(["mount", "-o", "loop", str(image), str(folder)], capture_output=True).returncode == 0
+    image.unlink()  # the loop device keeps it alive while mounted
+    return ok
+
+
+def test_copy_on_write_clones_on_btrfs(tmp_path):
+    fs = tmp_path / "btrfs"
+    if not _mount_btrfs(fs):
+        pytest.skip("needs root, mkfs.btrfs and loop mounts to test reflink clones")
+    try:
+        src = fs / "vol"
+        src.mkdir()
+        build_tree(src)
+        (src / "ckpt.pt").write_bytes(os.urandom((30 << 20) + 123))  # 8 chunks, the last one unaligned
+        engine = Engine(fs / "store", chunk_size=4 << 20, durable=False)
+        assert engine.method == "reflink"
+        free = shutil.disk_usage(fs).free
+        manifest_id, _, stats = snapshot(engine, src)
+        restored = restore(engine, manifest_id, fs / "restored")
+        assert stats.method == "reflink" and stats.added_bytes > 30 << 20
+        assert free - shutil.disk_usage(fs).free < 10 << 20  # 60 MiB more data, shared extents
+        assert tree_state(restored) == tree_state(src)
+        with open(restored / "ckpt.pt", "r+b") as f:
+            f.write(b"Z" * 4096)
+        with engine.pin():
+            assert not engine.verify([manifest_id]).corrupt
+    finally:
+        subprocess.run(["umount", str(fs)], check=True)
