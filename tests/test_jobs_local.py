@@ -293,3 +293,28 @@ def _assert_dead(pid: int, timeout: float = 20) -> None:
             return
         time.sleep(0.1)
     raise AssertionError(f"process {pid} is still running")
+
+
+def test_concurrent_submits_never_share_a_device(home, tmp_path):
+    """Six 1-GPU jobs submitted at once by separate CLI processes on 2 GPUs: every interval
+    during which a job held a device is disjoint from every other job's on that device."""
+    import subprocess
+
+    from conftest import DTRAIN
+
+    dt = Dtrain(home, env={"DTRAIN_GPUS": "2"})
+    record = ("import os, time, json; t0 = time.time(); time.sleep(0.4); "
+              f"open({str(tmp_path)!r} + '/' + os.environ['DTRAIN_JOB_NAME'], 'w').write("
+              "json.dumps([os.environ['CUDA_VISIBLE_DEVICES'], t0, time.time()]))")
+    procs = [subprocess.Popen([DTRAIN, "submit", f"c{i}", "--gpu", "1", "--", "python", "-c", record], env=dt.env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True) for i in range(6)]
+    for p in procs:
+        assert p.wait(60) == 0, p.stderr.read()
+    for i in range(6):
+        assert dt.wait_for(f"c{i}", {"Succeeded", "Failed"})["status"] == "Succeeded"
+    spans = [json.loads((tmp_path / f"c{i}").read_text()) for i in range(6)]
+    assert {s[0] for s in spans} == {"0", "1"}
+    for a in spans:
+        for b in spans:
+            if a is not b and a[0] == b[0]:
+                assert a[2] <= b[1] or b[2] <= a[1], (a, b)
