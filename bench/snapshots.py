@@ -10,8 +10,9 @@ allocated blocks.
     nice -n 10 .venv/bin/python bench/snapshots.py                       # 1 GiB, 10,000 files
     nice -n 10 .venv/bin/python bench/snapshots.py --files 2000 --size-mb 200   # quick
 
-restic gets a copy-free view of the same volume; DVC works on its own copy (the `cp -a` of
-the first step), because `dvc add` may rewrite the workspace. Everything is deleted at the end.
+restic reads the same volume; DVC works on its own copy (the `cp -a` of the first step),
+because `dvc add` may rewrite the workspace. Dirty pages are flushed (not timed) before each
+step. Everything is deleted at the end.
 """
 
 from __future__ import annotations
@@ -33,8 +34,9 @@ CHECKPOINT = 50 << 20
 DTRAIN = """
 import sys, time
 from pathlib import Path
-from dtrain.storage import Storage
-s = Storage(Path(sys.argv[1]))
+from dtrain.storage import Engine, Storage
+home, durable = Path(sys.argv[1]), sys.argv[4] == "1"
+s = Storage(home, engine=Engine(home / "store", durable=durable))
 t = time.perf_counter()
 step, arg = sys.argv[2], sys.argv[3]
 if step == "snapshot":
@@ -86,6 +88,9 @@ def disk(path: Path) -> int:
 
 
 def timed(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> tuple[float, str]:
+    """Wall time of one command. Dirty pages are flushed first, so that no tool pays for the
+    write-back of the one before it."""
+    os.sync()
     t = time.perf_counter()
     out = subprocess.run(cmd, cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
     return time.perf_counter() - t, out
@@ -107,10 +112,13 @@ class Bench:
         print(f"{step:<12} {tool:<7} {seconds:7.2f} s  {added / 2**20:9.1f} MiB {note}", flush=True)
 
     def dtrain(self, step: str, kind: str, arg: str) -> None:
-        before = disk(self.home / "store") + disk(self.home / "volumes/restored")
-        wall, out = timed([sys.executable, "-c", DTRAIN, str(self.home), kind, arg], env=self.env)
-        added = disk(self.home / "store") + disk(self.home / "volumes/restored") - before
-        self.record(step, "dtrain", wall, added, f"(in-process {float(out):.2f} s)")
+        for tool, home in (("dtrain", self.home), ("nosync", self.work / "nosync")):
+            if tool in self.tools:
+                before = disk(home / "store") + disk(home / "volumes/restored")
+                durable = "1" if tool == "dtrain" else "0"
+                wall, out = timed([sys.executable, "-c", DTRAIN, str(home), kind, arg, durable], env=self.env)
+                added = disk(home / "store") + disk(home / "volumes/restored") - before
+                self.record(step, tool, wall, added, f"(in-process {float(out):.2f} s)")
 
     def restic_step(self, step: str, args: list[str], target: Path | None = None) -> None:
         before = disk(self.restic) + (disk(target) if target else 0)
@@ -123,8 +131,7 @@ class Bench:
         self.record(step, "dvc", wall, disk(self.dvc / ".dvc/cache") + disk(self.dvc / "data") - before)
 
     def snapshot_all(self, step: str, name: str) -> None:
-        if "dtrain" in self.tools:
-            self.dtrain(step, "snapshot", name)
+        self.dtrain(step, "snapshot", name)
         if "restic" in self.tools:
             self.restic_step(step, ["backup", "-q", str(self.volume)])
         if "dvc" in self.tools:
@@ -139,6 +146,12 @@ class Bench:
         print(f"generating {files} files, {size_mb} MiB in {self.volume} (method: {storage.engine.method})")
         generate(self.volume, files, size_mb, checkpoints)
         storage.close()
+        if "nosync" in self.tools:  # a second store over the same volume folder
+            other = Storage(self.work / "nosync")
+            other.create_volume("bench")
+            other.close()
+            shutil.rmtree(self.work / "nosync/volumes/bench")
+            (self.work / "nosync/volumes/bench").symlink_to(self.home / "volumes/bench")
         wall, _ = timed(["find", str(self.volume), "-printf", "%s %T@\n"])
         self.record("stat walk", "find", wall, 0)
         self.dvc.mkdir()
@@ -156,18 +169,15 @@ class Bench:
         mutate(self.dvc / "data")
         self.snapshot_all("1% changed", "changed")
         self.restore_all()
-        if "dtrain" in self.tools:
-            self.dtrain("verify", "verify", "")
+        self.dtrain("verify", "verify", "")
         if "restic" in self.tools:
             self.restic_step("verify", ["check", "-q", "--read-data"])
 
     def restore_all(self) -> None:
-        target = self.work / "cp-restore"
-        wall, _ = timed(["cp", "-a", str(self.volume), str(target)])
+        target = self.work / "cp-restore"  # kept until the end: on ext4 without a journal, fresh
+        wall, _ = timed(["cp", "-a", str(self.volume), str(target)])  # deletions slow the next creates
         self.record("restore", "cp -a", wall, disk(target))
-        shutil.rmtree(target)
-        if "dtrain" in self.tools:
-            self.dtrain("restore", "restore", "changed")
+        self.dtrain("restore", "restore", "changed")
         if "restic" in self.tools:
             target = self.work / "restic-restore"
             self.restic_step("restore", ["restore", "-q", "latest", "--target", str(target)], target)
@@ -190,7 +200,8 @@ def main(argv=None) -> None:
     parser.add_argument("--files", type=int, default=10_000, help="files in the volume")
     parser.add_argument("--size-mb", type=int, default=1024, help="total size of the volume in MiB")
     parser.add_argument("--checkpoints", type=int, default=3, help="50 MB checkpoints among the files")
-    parser.add_argument("--tools", default="dtrain,restic,dvc", help="comma-separated: dtrain,restic,dvc")
+    parser.add_argument("--tools", default="dtrain,restic,dvc",
+                        help="comma-separated among dtrain, nosync (dtrain without fsync), restic, dvc")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")

@@ -7,7 +7,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -326,7 +325,7 @@ def test_full_disk_on_a_real_small_file_system(tmp_path):
         subprocess.run(["umount", str(small)], check=True)
 
 
-def test_two_processes_share_the_database(tmp_path, storage):
+def test_two_storages_share_the_database(storage):
     storage.create_volume("data")
     other = Storage(storage.home)
     other.create_snapshot("data", name="from-other")
@@ -334,4 +333,3 @@ def test_two_processes_share_the_database(tmp_path, storage):
     with pytest.raises(sqlite3.IntegrityError):  # names are unique at the database level too
         storage.conn.execute("INSERT INTO volumes VALUES ('data','u','t','1Gi','local',NULL,NULL,'{}')")
     other.close()
-    assert time.time() > 0

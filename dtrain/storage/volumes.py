@@ -26,9 +26,9 @@ from pathlib import Path
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError, SpecError, StorageError
 from dtrain.spec import check_name, parse_size
+from dtrain.storage import fileio
 from dtrain.storage import manifest as mf
 from dtrain.storage.engine import Engine
-from dtrain.storage.fileio import exchange
 from dtrain.storage.info import Damage, FreedInfo, SnapshotInfo, VerifyReport, VolumeInfo
 from dtrain.storage.progress import Progress, reporter
 
@@ -53,7 +53,9 @@ class Storage:
     def __init__(self, home: Path, *, engine: Engine | None = None):
         self.home = Path(home).expanduser()
         self.volumes_dir = self.home / "volumes"
-        self.volumes_dir.mkdir(parents=True, exist_ok=True)
+        if not self.volumes_dir.is_dir():
+            self.volumes_dir.mkdir(parents=True)
+            fileio.spread_subfolders(self.volumes_dir)  # volumes in different ext4 block groups
         self.conn = db.connect(self.home / "state.db")
         self.conn.executescript(SCHEMA)
         self.engine = engine or Engine(self.home / "store")
@@ -97,6 +99,7 @@ class Storage:
     def delete_volume(self, name: str, *, in_use_by: Sequence[str] = (), force: bool = False) -> None:
         """Delete a volume's data; its snapshots stay. Refused while jobs use it, unless forced."""
         self.get_volume(name)
+        in_use_by = [in_use_by] if isinstance(in_use_by, str) else list(in_use_by)
         if in_use_by and not force:
             raise ConflictError(f"volume {name!r} is in use by job(s) {', '.join(in_use_by)}: wait for "
                                 f"them to finish, cancel them (dtrain cancel JOB), or delete with --force")
@@ -243,6 +246,8 @@ class Storage:
         if vol.uid != snap.volume_uid:
             raise ConflictError(f"volume {vol.name!r} was deleted and created again since snapshot "
                                 f"{snap.name!r}: restore it to a new volume with --to NAME")
+        if isinstance(in_use_by, str):
+            in_use_by = [in_use_by]
         if in_use_by:
             raise ConflictError(f"volume {vol.name!r} is in use by job(s) {', '.join(in_use_by)}: "
                                 f"wait for them to finish or cancel them before an in-place restore")
@@ -377,7 +382,7 @@ def _spec_json(job_spec) -> str | None:
 
 def _swap(staging: Path, data: Path) -> None:
     """Put `staging` at `data` and the old data at `staging`, atomically where the kernel can."""
-    if exchange(staging, data):
+    if fileio.exchange(staging, data):
         return
     old = data.parent / f".old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
     os.rename(data, old)  # a crash here leaves no data/: _collect_volume puts .old-* back

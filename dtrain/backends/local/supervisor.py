@@ -124,16 +124,12 @@ class Supervisor:
         return 128 - code if code < 0 else code
 
     def _source_snapshot(self) -> str | None:
-        """The snapshot the job's data started from: the volume's origin, else its latest snapshot."""
+        """The snapshot the job's data started from: the volume's head (latest taken or restored)."""
         volume = self.spec.snapshot_volume
         if volume is None:
             return None
         try:
-            info = self.storage.get_volume(volume)
-            if info.origin_snapshot:
-                return info.origin_snapshot
-            snaps = self.storage.list_snapshots(volume=volume)
-            return snaps[-1].name if snaps else None
+            return self.storage.get_volume(volume).head_snapshot
         except Exception:  # lineage is best effort; a missing volume fails the snapshot later
             return None
 
