@@ -41,6 +41,7 @@ def test_readme_starts_with_the_two_commands():
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)
 def test_demo_tiny_end_to_end_and_rerun(tmp_path):
     env = {**os.environ, "DEMO_RECIPE": "tiny", "DEMO_OUT": str(tmp_path / "out"),
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
