@@ -61,11 +61,23 @@ def home(tmp_path) -> Path:
     return h
 
 
+def _cleanup(d: Dtrain) -> None:
+    """Leave nothing running behind a failed test (a Pending job's supervisor waits forever)."""
+    for job in json.loads(d("list", "-A", "--json", check=False).stdout or "[]"):
+        if job["status"] in ("Pending", "Running"):
+            d("delete", job["name"], check=False)
+
+
 @pytest.fixture
 def dt(home) -> Dtrain:
     d = Dtrain(home)
     yield d
-    # leave nothing running behind a failed test
-    for job in json.loads(d("list", "-A", "--json").stdout or "[]"):
-        if job["status"] in ("Pending", "Running"):
-            d("delete", job["name"], check=False)
+    _cleanup(d)
+
+
+@pytest.fixture
+def dt_gpus(home) -> Dtrain:
+    """A DTRAIN_HOME whose device inventory is two injected GPUs."""
+    d = Dtrain(home, env={"DTRAIN_GPUS": "2"})
+    yield d
+    _cleanup(d)

@@ -74,8 +74,8 @@ def test_logs_follow_streams_until_the_job_ends(dt: Dtrain):
     assert dt.status("ticker") == "Succeeded"
 
 
-def test_gang_scheduling_never_shares_a_device(home, tmp_path):
-    dt = Dtrain(home, env={"DTRAIN_GPUS": "2"})
+def test_gang_scheduling_never_shares_a_device(dt_gpus: Dtrain, tmp_path):
+    dt = dt_gpus
     gate = tmp_path / "release"
     wait = f"import os,time\nprint(os.environ['CUDA_VISIBLE_DEVICES'], flush=True)\n" \
            f"while not os.path.exists({str(gate)!r}): time.sleep(0.05)"
@@ -104,8 +104,8 @@ def test_gang_scheduling_never_shares_a_device(home, tmp_path):
     assert info["started"] >= dt.json("describe", "job", "first")["finished"]
 
 
-def test_fifo_within_project_and_quota(home, tmp_path):
-    dt = Dtrain(home, env={"DTRAIN_GPUS": "2"})
+def test_fifo_within_project_and_quota(dt_gpus: Dtrain, tmp_path):
+    dt = dt_gpus
     dt("project", "create", "team", "--gpu-quota", "1")
     gate = tmp_path / "go"
     hold = f"import os,time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
@@ -295,14 +295,14 @@ def _assert_dead(pid: int, timeout: float = 20) -> None:
     raise AssertionError(f"process {pid} is still running")
 
 
-def test_concurrent_submits_never_share_a_device(home, tmp_path):
+def test_concurrent_submits_never_share_a_device(dt_gpus: Dtrain, tmp_path):
     """Six 1-GPU jobs submitted at once by separate CLI processes on 2 GPUs: every interval
     during which a job held a device is disjoint from every other job's on that device."""
     import subprocess
 
     from conftest import DTRAIN
 
-    dt = Dtrain(home, env={"DTRAIN_GPUS": "2"})
+    dt = dt_gpus
     record = ("import os, time, json; t0 = time.time(); time.sleep(0.4); "
               f"open({str(tmp_path)!r} + '/' + os.environ['DTRAIN_JOB_NAME'], 'w').write("
               "json.dumps([os.environ['CUDA_VISIBLE_DEVICES'], t0, time.time()]))")

@@ -103,8 +103,8 @@ class Supervisor:
             got = scheduler.try_allocate(self.store, self.spec, ids)
             if got is not None:
                 return got
-            if self.stopping or self.store.job(self.name)["status"] != "Pending":
-                return None
+            if self.stopping or not self.job_dir.exists() or self.store.job(self.name)["status"] != "Pending":
+                return None  # deleted, or its DTRAIN_HOME was removed: nobody is waiting any more
             time.sleep(POLL_S)
 
     def _run_once(self, mounts, groups, attempt: int) -> int:
