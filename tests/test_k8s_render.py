@@ -39,8 +39,9 @@ from dtrain.spec import JobSpec, parse_pvc
 
 
 def _shared() -> Path:
-    env = os.environ.get("DTRAIN_SHARED")
-    return Path(env) if env else Path(__file__).resolve().parents[2] / "shared"
+    from conftest import shared_dir  # $DTRAIN_SHARED, ../shared beside the repo, or /work/shared
+
+    return shared_dir() or Path(__file__).resolve().parents[2] / "shared"
 
 
 CRD_DIR = _shared() / "schemas" / "crds"
