@@ -12,8 +12,8 @@ set -euo pipefail
 RECIPE=${DEMO_RECIPE:-demo}
 OUT=$(mkdir -p "${DEMO_OUT:-$PWD/demo-out}" && cd "${DEMO_OUT:-$PWD/demo-out}" && pwd)
 case "$RECIPE" in
-  tiny) TRAIN_FRAMES=${TRAIN_FRAMES:-120}; TEST_FRAMES=${TEST_FRAMES:-40}; BATCH_SIZE=4; RETRAIN_STEPS=4; SCALING_STEPS=10 ;;
-  *)    TRAIN_FRAMES=${TRAIN_FRAMES:-4000}; TEST_FRAMES=${TEST_FRAMES:-200}; BATCH_SIZE=8; RETRAIN_STEPS=20; SCALING_STEPS=40 ;;
+  tiny) TRAIN_FRAMES=${TRAIN_FRAMES:-120}; TEST_FRAMES=${TEST_FRAMES:-40}; BATCH_SIZE=4; RETRAIN_STEPS=4; SCALING_STEPS=10; SCALING_REPEATS=1 ;;
+  *)    TRAIN_FRAMES=${TRAIN_FRAMES:-4000}; TEST_FRAMES=${TEST_FRAMES:-200}; BATCH_SIZE=8; RETRAIN_STEPS=20; SCALING_STEPS=40; SCALING_REPEATS=3 ;;
 esac
 export DTRAIN_HOME="$OUT/dtrain-home"
 START=$(date +%s)
@@ -98,7 +98,7 @@ run dtrain lanes evaluate --pred "$RESTORED/eval/pred.json" --gt "$RESTORED/tusi
 dtrain lanes evaluate --pred "$RESTORED/eval/pred.json" --gt "$RESTORED/tusimple/test_label.json" --json \
   >"$OUT/report/evaluation.json"
 run dtrain bench scaling --workload lanes --processes 1,2 --data-dir "$RESTORED/tusimple" --out "$OUT/scaling" \
-  --batch "$BATCH_SIZE" --steps "$SCALING_STEPS" -- --recipe "$RECIPE"
+  --batch "$BATCH_SIZE" --steps "$SCALING_STEPS" --repeats "$SCALING_REPEATS" -- --recipe "$RECIPE"
 run dtrain list jobs
 
 section "5. Summary"

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
+import statistics
 import sys
 import time
 from dataclasses import dataclass
@@ -60,34 +61,44 @@ def throughput(metrics_path: Path, global_batch: int, warmup: int) -> float:
 
 
 def run(args) -> list[dict]:
-    wl = WORKLOADS[args.workload]
+    """Run every size `repeats` times, interleaved (1, 2, 1, 2, ...), and keep the median."""
     client = Client(home=args.home)
-    out = Path(args.out).resolve()
-    results = []
-    for p in args.sizes:
-        name = f"scaling-{args.workload}-{p}p-{int(time.time())}"
-        job_out = out / f"{p}p"
-        job_out.mkdir(parents=True, exist_ok=True)
-        for stale in job_out.glob("*"):
-            if stale.is_file():
-                stale.unlink()
-        command = wl.command(str(Path(args.data_dir).resolve()), str(job_out), args.steps, args.batch, args.extra)
-        spec = JobSpec(name=name, command=tuple(command), processes=p, launcher="torchrun" if p > 1 else "none",
-                       gpu=args.gpu, cpu=args.cpu_per_process, project=args.project or client.default_project,
-                       env={"PYTHONUNBUFFERED": "1"})
-        print(f"[{p} process{'es' if p > 1 else ''}] dtrain submit-dist {name}: {shlex.join(command)}", flush=True)
-        client.submit(spec)
-        info = client.wait(name)
-        if info.status.value != "Succeeded":
-            raise DtrainError(f"scaling job {name} {info.status.value}: {info.message}; see 'dtrain logs {name}'")
-        ips = throughput(_metrics_file(job_out), p * args.batch, args.warmup)
-        results.append({"processes": p, "job": name, "images_per_s": ips})
+    samples: dict[int, list[float]] = {p: [] for p in args.sizes}
+    jobs: dict[int, list[str]] = {p: [] for p in args.sizes}
+    for r in range(args.repeats):
+        for p in args.sizes:
+            name, ips = _run_one(args, client, p, r)
+            samples[p].append(ips)
+            jobs[p].append(name)
+    results = [{"processes": p, "jobs": jobs[p], "samples": samples[p],
+                "images_per_s": statistics.median(samples[p])} for p in args.sizes]
     base = results[0]["images_per_s"] / results[0]["processes"]
     for r in results:
         r["speedup"] = r["images_per_s"] / results[0]["images_per_s"]
         r["efficiency"] = r["images_per_s"] / (base * r["processes"])
-        r["epoch_minutes"] = wl.epoch_images / r["images_per_s"] / 60
+        r["epoch_minutes"] = WORKLOADS[args.workload].epoch_images / r["images_per_s"] / 60
     return results
+
+
+def _run_one(args, client: Client, p: int, repeat: int) -> tuple[str, float]:
+    wl = WORKLOADS[args.workload]
+    out = Path(args.out).resolve()
+    name = f"scaling-{args.workload}-{p}p-{repeat}-{int(time.time())}"
+    job_out = out / f"{p}p"
+    job_out.mkdir(parents=True, exist_ok=True)
+    for stale in job_out.glob("*"):
+        if stale.is_file():
+            stale.unlink()
+    command = wl.command(str(Path(args.data_dir).resolve()), str(job_out), args.steps, args.batch, args.extra)
+    spec = JobSpec(name=name, command=tuple(command), processes=p, launcher="torchrun" if p > 1 else "none",
+                   gpu=args.gpu, cpu=args.cpu_per_process, project=args.project or client.default_project,
+                   env={"PYTHONUNBUFFERED": "1"})
+    print(f"[{p} process{'es' if p > 1 else ''}] dtrain submit-dist {name}: {shlex.join(command)}", flush=True)
+    client.submit(spec)
+    info = client.wait(name)
+    if info.status.value != "Succeeded":
+        raise DtrainError(f"scaling job {name} {info.status.value}: {info.message}; see 'dtrain logs {name}'")
+    return name, throughput(_metrics_file(job_out), p * args.batch, args.warmup)
 
 
 def _metrics_file(folder: Path) -> Path:
@@ -104,7 +115,7 @@ def markdown(results: list[dict], args) -> str:
     wl = WORKLOADS[args.workload]
     device = f"{args.gpu} GPU" if args.gpu else f"{args.cpu_per_process:g} CPU core"
     lines = [f"Workload `{args.workload}`, per-process batch {args.batch}, {args.steps} steps "
-             f"({args.warmup} warm-up), {device} per process.", "",
+             f"({args.warmup} warm-up), {device} per process, median of {args.repeats} interleaved run(s).", "",
              f"| processes | images/s | speed-up | efficiency | projected epoch ({wl.dataset}, {wl.epoch_images} images) |",
              "|---|---|---|---|---|"]
     for r in results:
@@ -151,7 +162,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--cpu-per-process", type=float, default=1.0, help="CPU threads per process (default 1)")
     ap.add_argument("--batch", type=int, default=4, help="per-process batch")
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3, help="steps left out of the timing")
+    ap.add_argument("--warmup", type=int, default=5, help="steps left out of the timing")
+    ap.add_argument("--repeats", type=int, default=1, help="runs per size, interleaved; the median is kept")
     ap.add_argument("--project")
     ap.add_argument("--home")
     ap.add_argument("--json", action="store_true")
@@ -163,6 +175,9 @@ def parse(argv) -> argparse.Namespace:
         raise SpecError(f"invalid --processes {args.processes!r}: use sizes such as 1,2,3") from None
     if not args.sizes or min(args.sizes) < 1 or args.sizes != sorted(set(args.sizes)):
         raise SpecError(f"invalid --processes {args.processes!r}: use increasing sizes >= 1, such as 1,2,3")
+    if args.repeats < 1 or args.steps <= args.warmup + 1:
+        raise SpecError(f"need --repeats >= 1 and --steps > --warmup + 1 (got {args.repeats}, {args.steps}, "
+                        f"{args.warmup})")
     if not Path(args.data_dir).exists():
         raise SpecError(f"--data-dir {args.data_dir} does not exist; prepare the data first")
     return args
