@@ -102,9 +102,9 @@ def _run_one(args, client: Client, p: int, repeat: int) -> tuple[str, float]:
 
 
 def _metrics_file(folder: Path) -> Path:
-    for name in ("metrics.jsonl",):
-        if (folder / name).exists():
-            return folder / name
+    """metrics.jsonl (both workloads' default), else the only JSONL the job wrote."""
+    if (folder / "metrics.jsonl").exists():
+        return folder / "metrics.jsonl"
     found = sorted(folder.glob("*.jsonl"))
     if not found:
         raise DtrainError(f"the job wrote no metrics JSONL into {folder}")

@@ -10,7 +10,7 @@ import sys
 from dtrain.cli import format as fmt
 from dtrain.cli import jobs, storage
 from dtrain.client import Client
-from dtrain.errors import DtrainError
+from dtrain.errors import DtrainError, SpecError
 
 # Workload commands are passed through to the workload's own `main(argv)`: the same code runs
 # under plain torchrun as `python -m dtrain.workloads.<w>` without the platform.
@@ -96,9 +96,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("top", help="alias of 'nodes': the GPU dashboard")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_nodes)
-    for (group, verb), module in WORKLOADS.items():
-        g = sub.choices.get(group) or sub.add_parser(group, help=f"{group} workload commands")
-        g.set_defaults(handler=None)
+    for group in dict.fromkeys(g for g, _ in WORKLOADS):  # listed in --help; main() dispatches them
+        sub.add_parser(group, help=f"{group} commands: {', '.join(v for g, v in WORKLOADS if g == group)}")
     return parser
 
 
@@ -120,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "takes_command", False):
             return args.handler(args, command, client, args.launcher_for)
         if command:
-            raise DtrainErrorWithHint(f"'dtrain {args.verb}' takes no command after '--'")
+            raise SpecError(f"'dtrain {args.verb}' takes no command after '--'")
         return args.handler(args, client)
     except DtrainError as err:
         print(f"dtrain: error: {err}", file=sys.stderr)
@@ -129,10 +128,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-
-
-class DtrainErrorWithHint(DtrainError):
-    """A usage mistake the parser cannot see."""
 
 
 def _workload(argv: list[str]) -> int:

@@ -11,15 +11,18 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
 from dtrain.backends.base import (Backend, Event, JobInfo, JobStatus, LogLine, NodeInfo, ProcessInfo)
 from dtrain.backends.local import launch
+from dtrain.backends.local.scheduler import split_devices
 from dtrain.backends.local.devices import inventory
 from dtrain.backends.local.rankrun import parse_line
 from dtrain.backends.local.store import ACTIVE, JobStore
@@ -62,8 +65,8 @@ class LocalBackend(Backend):
         cwd = spec.working_dir or os.getcwd()
         self._check_resources(spec)
         launch.check_tools(spec, cwd=cwd)
-        existing = next((r["status"] for r in self.store.jobs() if r["name"] == spec.name), "Deleted")
-        if existing != "Deleted":
+        existing = self.store.status(spec.name)
+        if existing not in (None, "Deleted"):
             raise ConflictError(f"a job named {spec.name!r} already exists ({existing}); pick another "
                                 f"name or remove it first with 'dtrain delete {spec.name}'")
         created = self._prepare_volumes(spec) if spec.volumes else []
@@ -74,8 +77,7 @@ class LocalBackend(Backend):
                 self.storage.delete_volume(name, force=True)
             raise
         job_dir = self.home / "jobs" / spec.name
-        if job_dir.exists():  # left by a deleted job of the same name
-            _remove_tree(job_dir)
+        shutil.rmtree(job_dir, ignore_errors=True)  # left by a deleted job of the same name
         (job_dir / "logs").mkdir(parents=True)
         pid = _spawn_detached([sys.executable, "-m", "dtrain.backends.local.supervisor", str(self.home), spec.name],
                               log=job_dir / "supervisor.log", cwd=cwd)
@@ -148,7 +150,7 @@ class LocalBackend(Backend):
         status = JobStatus(row["status"])
         records = {r["rank"]: r for r in rank_records(self.home / "jobs" / spec.name)}
         devices = self.store.job_devices(spec.name)
-        groups = [devices[r * spec.gpu:(r + 1) * spec.gpu] for r in range(spec.processes)] if devices else []
+        groups = split_devices(devices, spec.processes, spec.gpu) if devices else []
         procs = []
         for rank in range(spec.processes):
             rec = records.get(rank, {})
@@ -220,8 +222,6 @@ class LocalBackend(Backend):
         return self._get(name)
 
     def _nodes(self) -> list[NodeInfo]:
-        from dataclasses import replace
-
         gpus = inventory()
         held = self.store.allocations()
         return [NodeInfo(name=socket.gethostname(), gpus_allocatable=len(gpus), gpus_allocated=len(held),
@@ -320,9 +320,3 @@ def _spawn_detached(argv: list[str], *, log: Path, cwd: str) -> int:
     os.waitpid(pid, 0)
     with os.fdopen(read_fd) as f:
         return int(f.read())
-
-
-def _remove_tree(path: Path) -> None:
-    import shutil
-
-    shutil.rmtree(path, ignore_errors=True)

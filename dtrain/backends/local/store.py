@@ -93,6 +93,11 @@ class JobStore:
             raise NotFoundError(f"no job named {name!r}; see 'dtrain list jobs' for the jobs there are")
         return row
 
+    def status(self, name: str) -> str | None:
+        """The job's status, or None when there is no such job."""
+        row = self.conn.execute("SELECT status FROM jobs WHERE name=?", (name,)).fetchone()
+        return None if row is None else row["status"]
+
     def jobs(self) -> list[sqlite3.Row]:
         return self.conn.execute("SELECT * FROM jobs ORDER BY seq").fetchall()
 
