@@ -7,12 +7,15 @@ a new folder, verify (re-hash all content). Each step is a fresh process (start-
 as for a CLI) timed by wall clock; "disk added" is the growth of each tool's repository in
 allocated blocks.
 
-    nice -n 10 .venv/bin/python bench/snapshots.py                       # 1 GiB, 10,000 files
-    nice -n 10 .venv/bin/python bench/snapshots.py --files 2000 --size-mb 200   # quick
+    .venv/bin/python bench/snapshots.py                       # 1 GiB, 10,000 files, 3 rounds
+    .venv/bin/python bench/snapshots.py --files 2000 --size-mb 200 --repeats 1   # quick
 
 restic reads the same volume; DVC works on its own copy (the `cp -a` of the first step),
 because `dvc add` may rewrite the workspace. Dirty pages are flushed (not timed) before each
-step. Everything is deleted at the end.
+step. The whole sequence runs `--repeats` times, each round on a fresh volume and with the
+tools of each step in a rotated order; the report gives each tool's median time and, per
+step, the median of the per-round ratios (a ratio within one round compares tools under the
+same machine load). Everything is deleted at the end.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import argparse
 import json
 import os
 import random
+import statistics
 import shutil
 import subprocess
 import sys
@@ -97,8 +101,10 @@ def timed(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> t
 
 
 class Bench:
-    def __init__(self, work: Path, tools: list[str]):
-        self.work, self.tools = work, tools
+    """One round: a fresh volume through every step, each tool in turn."""
+
+    def __init__(self, work: Path, tools: list[str], rotate: int = 0):
+        self.work, self.tools, self.rotate = work, tools, rotate
         self.home = work / "dtrain"
         self.volume = self.home / "volumes/bench/data"
         self.dvc = work / "dvc"
@@ -109,16 +115,33 @@ class Bench:
 
     def record(self, step: str, tool: str, seconds: float, added: int, note: str = "") -> None:
         self.rows.setdefault(step, {})[tool] = (seconds, added)
-        print(f"{step:<12} {tool:<7} {seconds:7.2f} s  {added / 2**20:9.1f} MiB {note}", flush=True)
+        print(f"{step:<12} {tool:<8} {seconds:7.2f} s  {added / 2**20:9.1f} MiB {note}", flush=True)
 
-    def dtrain(self, step: str, kind: str, arg: str) -> None:
-        for tool, home in (("dtrain", self.home), ("nosync", self.work / "nosync")):
-            if tool in self.tools:
-                before = disk(home / "store") + disk(home / "volumes/restored")
-                durable = "1" if tool == "dtrain" else "0"
-                wall, out = timed([sys.executable, "-c", DTRAIN, str(home), kind, arg, durable], env=self.env)
-                added = disk(home / "store") + disk(home / "volumes/restored") - before
-                self.record(step, tool, wall, added, f"(in-process {float(out):.2f} s)")
+    def in_turn(self, actions: list) -> None:
+        """Run a step's tools, starting with a different one each round."""
+        k = self.rotate % len(actions) if actions else 0
+        for action in actions[k:] + actions[:k]:
+            action()
+
+    def dtrain(self, step: str, kind: str, arg: str, tool: str) -> None:
+        home = self.home if tool == "dtrain" else self.work / "nosync"
+        before = disk(home / "store") + disk(home / "volumes/restored")
+        durable = "1" if tool == "dtrain" else "0"
+        wall, out = timed([sys.executable, "-c", DTRAIN, str(home), kind, arg, durable], env=self.env)
+        added = disk(home / "store") + disk(home / "volumes/restored") - before
+        self.record(step, tool, wall, added, f"(in-process {float(out):.2f} s)")
+
+    def ours(self, step: str, kind: str, arg: str) -> list:
+        return [lambda t=t: self.dtrain(step, kind, arg, t) for t in ("dtrain", "nosync") if t in self.tools]
+
+    def copies(self, step: str, target: str) -> list:
+        """`cp -a` of the volume (and `cp -a; sync`, the durable equivalent, with tool cpsync)."""
+        def copy(tool: str) -> None:
+            dest = self.work / f"{target}-{tool.replace(' ', '')}"
+            cmd = ["cp", "-a", str(self.volume), str(dest)]
+            wall, _ = timed(cmd if tool == "cp -a" else ["sh", "-c", f"{' '.join(cmd)} && sync"])
+            self.record(step, tool, wall, disk(dest))
+        return [lambda: copy("cp -a")] + ([lambda: copy("cp+sync")] if "cpsync" in self.tools else [])
 
     def restic_step(self, step: str, args: list[str], target: Path | None = None) -> None:
         before = disk(self.restic) + (disk(target) if target else 0)
@@ -130,11 +153,12 @@ class Bench:
         wall, _ = timed([str(REPO / ".venv/bin/dvc"), *args], cwd=self.dvc, env=self.env)
         self.record(step, "dvc", wall, disk(self.dvc / ".dvc/cache") + disk(self.dvc / "data") - before)
 
-    def snapshot_all(self, step: str, name: str) -> None:
-        self.dtrain(step, "snapshot", name)
+    def snapshot_all(self, step: str, name: str, extra: list = ()) -> None:
+        actions = self.ours(step, "snapshot", name) + list(extra)
         if "restic" in self.tools:
-            self.restic_step(step, ["backup", "-q", str(self.volume)])
-        if "dvc" in self.tools:
+            actions.append(lambda: self.restic_step(step, ["backup", "-q", str(self.volume)]))
+        self.in_turn(actions)
+        if "dvc" in self.tools:  # last: it works on the copy `cp -a` made in the first step
             self.dvc_step(step, ["add", "-q", "data"])
 
     def run(self, files: int, size_mb: int, checkpoints: int) -> None:
@@ -154,45 +178,55 @@ class Bench:
             (self.work / "nosync/volumes/bench").symlink_to(self.home / "volumes/bench")
         wall, _ = timed(["find", str(self.volume), "-printf", "%s %T@\n"])
         self.record("stat walk", "find", wall, 0)
-        self.dvc.mkdir()
-        wall, _ = timed(["cp", "-a", str(self.volume), str(self.dvc / "data")])
-        self.record("first", "cp -a", wall, disk(self.dvc / "data"))
         if "restic" in self.tools:
             timed(["restic", "-r", str(self.restic), "init", "-q"], env=self.env)
+        self.snapshot_all("first", "first", self.copies("first", "copy"))
         if "dvc" in self.tools:
+            shutil.copytree(self.volume, self.dvc / "data", symlinks=True)  # DVC's own copy, untimed
             for args in (["init", "--no-scm", "-q"], ["config", "core.analytics", "false"],
                          ["config", "cache.type", "reflink,copy"]):
                 timed([str(REPO / ".venv/bin/dvc"), *args], cwd=self.dvc, env=self.env)
-        self.snapshot_all("first", "first")
+            self.dvc_step("first", ["add", "-q", "data"])
         self.snapshot_all("unchanged", "unchanged")
         mutate(self.volume)
-        mutate(self.dvc / "data")
+        if "dvc" in self.tools:
+            mutate(self.dvc / "data")
         self.snapshot_all("1% changed", "changed")
         self.restore_all()
-        self.dtrain("verify", "verify", "")
+        actions = self.ours("verify", "verify", "")
         if "restic" in self.tools:
-            self.restic_step("verify", ["check", "-q", "--read-data"])
+            actions.append(lambda: self.restic_step("verify", ["check", "-q", "--read-data"]))
+        self.in_turn(actions)
 
     def restore_all(self) -> None:
-        target = self.work / "cp-restore"  # kept until the end: on ext4 without a journal, fresh
-        wall, _ = timed(["cp", "-a", str(self.volume), str(target)])  # deletions slow the next creates
-        self.record("restore", "cp -a", wall, disk(target))
-        self.dtrain("restore", "restore", "changed")
+        # restored trees are kept until the round ends: on ext4 without a journal, fresh
+        # deletions slow the next creates
+        actions = self.copies("restore", "restore") + self.ours("restore", "restore", "changed")
         if "restic" in self.tools:
             target = self.work / "restic-restore"
-            self.restic_step("restore", ["restore", "-q", "latest", "--target", str(target)], target)
+            actions.append(lambda: self.restic_step(
+                "restore", ["restore", "-q", "latest", "--target", str(target)], target))
+        self.in_turn(actions)
         if "dvc" in self.tools:  # DVC restores a workspace in place: remove it, check it out
             shutil.rmtree(self.dvc / "data")
             self.dvc_step("restore", ["checkout", "-q"])
 
-    def summary(self) -> dict:
-        """Ratios of each tool's time to dtrain's per step (>1: dtrain is faster)."""
-        ratios = {}
-        for step, by_tool in self.rows.items():
-            if "dtrain" in by_tool:
-                ours = by_tool["dtrain"][0]
-                ratios[step] = {tool: round(t / ours, 2) for tool, (t, _) in by_tool.items() if tool != "dtrain"}
-        return ratios
+
+def summarize(rounds: list[dict[str, dict[str, tuple[float, int]]]]) -> tuple[dict, dict]:
+    """Median time per (step, tool), disk added in the last round, and per step the median
+    (with min and max) over rounds of each tool's time divided by dtrain's in that round."""
+    table, ratios = {}, {}
+    for step in rounds[-1]:
+        table[step] = {tool: (statistics.median(r[step][tool][0] for r in rounds if tool in r.get(step, {})),
+                              added) for tool, (_, added) in rounds[-1][step].items()}
+        if "dtrain" not in rounds[-1][step]:
+            continue
+        ratios[step] = {}
+        for tool in rounds[-1][step]:
+            if tool != "dtrain":
+                xs = [r[step][tool][0] / r[step]["dtrain"][0] for r in rounds if tool in r[step]]
+                ratios[step][tool] = (round(statistics.median(xs), 2), round(min(xs), 2), round(max(xs), 2))
+    return table, ratios
 
 
 def main(argv=None) -> None:
@@ -201,25 +235,39 @@ def main(argv=None) -> None:
     parser.add_argument("--size-mb", type=int, default=1024, help="total size of the volume in MiB")
     parser.add_argument("--checkpoints", type=int, default=3, help="50 MB checkpoints among the files")
     parser.add_argument("--tools", default="dtrain,restic,dvc",
-                        help="comma-separated among dtrain, nosync (dtrain without fsync), restic, dvc")
+                        help="comma-separated among dtrain, nosync (dtrain without fsync), restic, dvc, "
+                             "cpsync (`cp -a; sync`); `cp -a` always runs")
+    parser.add_argument("--repeats", type=int, default=3, help="rounds, each on a fresh volume")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temp folder)")
-    parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
+    parser.add_argument("--keep", action="store_true", help="keep the scratch folders")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args(argv)
-    work = Path(tempfile.mkdtemp(prefix="dtrain-bench-", dir=args.workdir))
-    bench = Bench(work, args.tools.split(","))
-    try:
-        bench.run(args.files, args.size_mb, args.checkpoints)
-        ratios = bench.summary()
-        print("\nother tool's time / dtrain's time (higher: dtrain faster):")
-        for step, by_tool in ratios.items():
-            print(f"  {step:<12} " + "  ".join(f"{tool}: {r:.2f}x" for tool, r in by_tool.items()))
-        if args.json:
-            args.json.write_text(json.dumps({"args": vars(args) | {"workdir": str(work), "json": str(args.json)},
-                                             "rows": bench.rows, "ratios": ratios}, indent=1))
-    finally:
-        if not args.keep:
-            shutil.rmtree(work, ignore_errors=True)
+    tools = args.tools.split(",")
+    if "dtrain" not in tools:
+        parser.error("--tools must include dtrain: every ratio is against it")
+    rounds = []
+    for k in range(args.repeats):
+        work = Path(tempfile.mkdtemp(prefix="dtrain-bench-", dir=args.workdir))
+        print(f"--- round {k + 1} of {args.repeats}", flush=True)
+        bench = Bench(work, tools, rotate=k)
+        try:
+            bench.run(args.files, args.size_mb, args.checkpoints)
+            rounds.append(bench.rows)
+        finally:
+            if not args.keep:
+                shutil.rmtree(work, ignore_errors=True)
+    table, ratios = summarize(rounds)
+    print(f"\nmedian of {len(rounds)} round(s):")
+    for step, by_tool in table.items():
+        print(f"  {step:<12} " + "  ".join(f"{tool}: {t:.2f} s ({added / 2**20:.1f} MiB)"
+                                          for tool, (t, added) in by_tool.items()))
+    print("other tool's time / dtrain's time, median [min-max] over rounds (higher: dtrain faster):")
+    for step, by_tool in ratios.items():
+        print(f"  {step:<12} " + "  ".join(f"{tool}: {m:.2f}x [{lo:.2f}-{hi:.2f}]"
+                                          for tool, (m, lo, hi) in by_tool.items()))
+    if args.json:
+        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rounds": rounds,
+                                         "median": table, "ratios": ratios}, indent=1))
 
 
 if __name__ == "__main__":

@@ -5,14 +5,17 @@ exception tree in ``dtrain.errors``. Training code imports only ``dtrain.trainin
 """
 
 from dtrain.errors import DtrainError
-from dtrain.spec import JobSpec, NewVolume, VolumeMount, parse_env, parse_pvc
 
 __all__ = ["Client", "DtrainError", "JobSpec", "JobStatus", "NewVolume", "VolumeMount", "parse_env", "parse_pvc"]
 __version__ = "0.1.0"
 
 
 def __getattr__(name):
-    # Lazy: `import dtrain.training` inside a job must not pull in backends or SQLite.
+    # Lazy: `import dtrain.training` inside a job must not pull in backends or SQLite, and
+    # `import dtrain.storage` (a snapshot from the CLI) not the job spec.
+    if name in ("JobSpec", "NewVolume", "VolumeMount", "parse_env", "parse_pvc"):
+        from dtrain import spec
+        return getattr(spec, name)
     if name == "Client":
         from dtrain.client import Client
         return Client

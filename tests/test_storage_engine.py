@@ -38,6 +38,8 @@ def build_tree(root: Path) -> None:
     (root / "readonly").mkdir()
     (root / "readonly/kept.txt").write_text("inside a read-only folder")
     os.chmod(root / "readonly", 0o555)
+    (root / "-sorts-before-dot").write_text("the root is not the first entry")
+    os.chmod(root, 0o751)
     os.utime(root / "labels.json", ns=(1, 1_500_000_000_123_456_789))
     os.utime(root / "latest.jpg", ns=(1, 1_400_000_000_000_000_001), follow_symlinks=False)
     if os.geteuid() == 0:
@@ -197,6 +199,22 @@ def test_sweep_waits_while_a_pin_is_held(tmp_path):
     assert engine.sweep(lambda: []) is not None
 
 
+def damage(engine: Engine, corrupt: str, cut: str) -> None:
+    """Flip bytes of one stored object in its pack; cut the other off (its pack truncated
+    before it, or removed when it starts the pack)."""
+    path, offset, _ = engine.locate(corrupt)
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        f.write(b"bitrot")
+    path, offset, _ = engine.locate(cut)
+    os.chmod(path, 0o644)
+    if offset:
+        os.truncate(path, offset)
+    else:
+        os.unlink(path)
+
+
 def test_verify_finds_corrupt_and_missing_objects_and_a_capture_heals(tmp_path):
     src = tmp_path / "vol"
     src.mkdir()
@@ -205,20 +223,71 @@ def test_verify_finds_corrupt_and_missing_objects_and_a_capture_heals(tmp_path):
     time.sleep(0.2)
     engine = make_engine(tmp_path)
     manifest_id, manifest, _ = snapshot(engine, src)
-    a, b = (e.chunks[0] for e in manifest.entries if e.kind == "file")
-    os.chmod(engine.object_path(a), 0o644)
-    with open(engine.object_path(a), "r+b") as f:
-        f.write(b"bitrot")
-    os.unlink(engine.object_path(b))
+    a, b = sorted((e.chunks[0] for e in manifest.entries if e.kind == "file"), key=engine.locate)
+    damage(engine, corrupt=a, cut=b)  # b after a in the same pack, or in a pack of its own
     with engine.pin():
         found = engine.verify([manifest_id])
-    assert found.corrupt == {a} and found.missing == {b}
-    with pytest.raises(StorageError, match="verify"):
-        restore(engine, manifest_id, tmp_path / "r")
-    healed, _, stats = snapshot(engine, src, base=manifest)  # files unchanged, yet a is re-read
-    assert stats.read_bytes == CHUNK and stats.added_objects == 1
+    assert found.corrupt == {a} and found.missing == {b} and found.objects == 2
     with engine.pin():
-        assert engine.verify([healed]).corrupt == set()
+        assert engine.verify([manifest_id]).missing == {a, b}  # out of the index until stored again
+    with pytest.raises(StorageError, match="missing.*verify"):
+        restore(engine, manifest_id, tmp_path / "r")
+    assert not (tmp_path / "r").exists()
+    healed, _, stats = snapshot(engine, src, base=manifest)  # files unchanged, yet both are re-read
+    assert stats.read_bytes == 2 * CHUNK and stats.added_objects == 2
+    with engine.pin():
+        again = engine.verify([healed])
+    assert (again.corrupt, again.missing, again.objects) == (set(), set(), 2)
+    assert tree_state(restore(engine, healed, tmp_path / "r")) == tree_state(src)
+
+
+def test_many_small_files_go_into_few_packs_and_deleting_frees_their_blocks(tmp_path):
+    src = tmp_path / "vol"
+    (src / "clips").mkdir(parents=True)
+    for i in range(300):
+        (src / f"clips/{i}.jpg").write_bytes(os.urandom(100_000 + i))
+        (src / f"clips/{i}.json").write_text(f'{{"lanes": [[{i}]]}}')
+    engine = Engine(tmp_path / "store", chunk_size=1 << 20, pack_size=8 << 20, durable=False)
+    packs = lambda: [p for p in (engine.root / "packs").rglob("*") if p.is_file()]  # noqa: E731
+    blocks = lambda: sum(p.stat().st_blocks * 512 for p in packs())  # noqa: E731
+    first, _, stats = snapshot(engine, src)
+    assert stats.added_objects == 600 and 3 <= len(packs()) <= 6  # ~30 MB in 8 MB packs
+    assert tree_state(restore(engine, first, tmp_path / "r")) == tree_state(src)
+    for i in range(0, 300, 2):
+        (src / f"clips/{i}.jpg").unlink()
+    second, _, _ = snapshot(engine, src, base=engine.load(first))
+    before = blocks()
+    engine.drop(first)
+    swept = engine.sweep(lambda: [second])
+    assert swept.objects == 150 and swept.bytes == sum(100_000 + i for i in range(0, 300, 2))
+    assert before - blocks() >= swept.bytes - 150 * 4096  # whole blocks given back, in place
+    assert tree_state(restore(engine, second, tmp_path / "r2")) == tree_state(src)
+    engine.drop(second)
+    assert engine.sweep(lambda: []).objects == 450 and packs() == []
+
+
+def test_a_store_of_the_first_format_is_adopted(tmp_path):
+    src = tmp_path / "vol"
+    src.mkdir()
+    (src / "a.bin").write_bytes(os.urandom(3 * CHUNK))
+    engine = make_engine(tmp_path)
+    manifest_id, manifest, _ = snapshot(engine, src)
+    objects = engine.root / "objects"  # lay the objects out as the first format did
+    for digest in manifest.digests():
+        path, offset, length = engine.locate(digest)
+        with open(path, "rb") as f:
+            f.seek(offset)
+            (objects / digest[:2]).mkdir(parents=True, exist_ok=True)
+            (objects / digest[:2] / digest[2:]).write_bytes(f.read(length))
+    engine.close()
+    shutil.rmtree(engine.root / "packs")
+    for db_file in engine.root.glob("index.db*"):
+        db_file.unlink()
+    adopted = make_engine(tmp_path)
+    assert not objects.exists()
+    with adopted.pin():
+        assert adopted.verify([manifest_id]).objects == 3
+    assert tree_state(restore(adopted, manifest_id, tmp_path / "r")) == tree_state(src)
 
 
 def test_full_disk_during_capture_leaves_the_store_as_it_was(tmp_path):
@@ -289,5 +358,6 @@ def test_copy_on_write_clones_on_btrfs(tmp_path):
             f.write(b"Z" * 4096)
         with engine.pin():
             assert not engine.verify([manifest_id]).corrupt
+        engine.close()
     finally:
-        subprocess.run(["umount", str(fs)], check=True)
+        subprocess.run(["umount", "--lazy", str(fs)], check=True)

@@ -2,28 +2,35 @@
 
 Layout under the store root::
 
-    objects/ab/cdef...   one file per distinct chunk, named by its sha256, read-only
+    packs/ab/<name>      pack files: new content appended, object after object, read-only
+    index.db             SQLite: which pack, offset and length hold each object (by sha256)
     manifests/<id>.json.gz   what one snapshot holds (see manifest.py); written last
-    tmp/                 objects and manifests being written; renamed into place when whole
-    damaged/             objects that failed verification, moved aside so they are rewritten
+    tmp/                 manifests (and, without O_TMPFILE, packs) being written
     pins/                one marker per running capture or restore (crash detection)
     lock                 flock: shared while capturing or restoring, exclusive while sweeping
 
 Files are cut into fixed chunks (4 MiB) so that a checkpoint appended to or partly rewritten
-stores only the chunks that changed; identical chunks are stored once across all volumes.
-Where the file system clones copy-on-write (btrfs, XFS), chunks are cloned into and out of
-the store (method 'reflink': no data copied); elsewhere they are copied (method 'cas').
-Store objects are never hard-linked into a volume: a job writing in place would corrupt them.
+stores only the chunks that changed; identical chunks (objects) are stored once across all
+volumes. New objects are appended to a few shared pack files rather than written one file
+each: creating an inode costs more than writing 200 KB on ext4, and a TuSimple volume is
+mostly small images. Objects of 64 KiB or more start on a 4 KiB boundary, so that deleting
+them frees whole blocks (`fallocate(PUNCH_HOLE)`); a pack is deleted once it holds nothing live.
+Where the file system clones copy-on-write (btrfs, XFS), each new file is cloned into a pack
+of its own (method 'reflink': no data copied) and restores clone back; elsewhere content is
+copied (method 'cas'). Store data is never hard-linked into a volume: a job writing in place
+would corrupt it.
 
-Crash safety: an object or manifest only appears under its final name once complete, and a
-snapshot exists only once the caller registers its manifest. Everything a killed process left
-(temp files, unreferenced objects, unregistered manifests) is removed by `sweep`, which runs
+Crash safety: a pack only appears under its name once complete (O_TMPFILE, then linkat); its
+objects enter the index in one transaction after that, and a snapshot exists only once the
+caller registers its manifest. Everything a killed process left (temp files, unindexed packs,
+objects no registered manifest needs, unregistered manifests) is removed by `sweep`, which runs
 only while nobody holds a pin.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import hashlib
 import itertools
@@ -38,6 +45,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from dtrain import db
 from dtrain.errors import StorageError
 from dtrain.storage import fileio
 from dtrain.storage.fileio import UNSUPPORTED, FileIO
@@ -46,6 +54,17 @@ from dtrain.storage.manifest import Entry, Manifest, meta_entry, scan, unchanged
 from dtrain.storage.progress import Progress, Run
 
 CHUNK_SIZE = 4 << 20
+PACK_SIZE = 64 << 20  # a pack is closed (and flushed) once it holds this much
+BLOCK = 4096  # file system block: objects of ALIGNED bytes or more start on a boundary
+ALIGNED = 64 << 10
+OPEN_PACKS = 256  # pack descriptors a restore or verify keeps open at once
+INDEX = """
+CREATE TABLE IF NOT EXISTS objects (digest TEXT PRIMARY KEY, pack TEXT NOT NULL,
+    offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS objects_by_pack ON objects (pack);
+CREATE TABLE IF NOT EXISTS damaged (digest TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dirty (pack TEXT PRIMARY KEY) WITHOUT ROWID;
+"""
 log = logging.getLogger(__name__)
 
 
@@ -54,34 +73,51 @@ class Engine:
 
     def __init__(self, root: Path, *, io: FileIO | None = None, chunk_size: int = CHUNK_SIZE,
                  workers: int | None = None, racy_window_ns: int = 100_000_000,
-                 method: str | None = None, durable: bool = True):
+                 method: str | None = None, durable: bool = True, pack_size: int = PACK_SIZE):
         self.root = Path(root)
         self.io = io or FileIO()  # the seam tests swap to count reads or fake a full disk
         self.chunk_size = chunk_size  # bytes per chunk; a multiple of the file system block
-        # threads overlap the latency of file creation (the bottleneck on small files), and
-        # hashing and copies release the GIL: more threads than cores pay off
+        self.pack_size = pack_size
+        # threads overlap the latency of file creation and reads, and hashing and copies
+        # release the GIL: more threads than cores pay off
         self.workers = workers or min(16, max(8, 2 * (os.cpu_count() or 1)))
         self.racy_window_ns = racy_window_ns  # files changed this close to a capture get re-read
-        self.durable = durable  # flush objects to disk before a manifest refers to them
-        for sub in ("objects", "manifests", "tmp", "damaged", "pins"):
+        self.durable = durable  # flush packs to disk before the index and a manifest refer to them
+        for sub in ("packs", "manifests", "tmp", "pins"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        if not (self.root / "objects" / "ff").is_dir():
-            fileio.spread_subfolders(self.root / "objects")
+        if not (self.root / "packs" / "ff").is_dir():
+            fileio.spread_subfolders(self.root / "packs")
             for i in range(256):
-                (self.root / "objects" / f"{i:02x}").mkdir(exist_ok=True)
-        self.method = method or ("reflink" if fileio.probe_reflink(self.root) else "cas")
-        self._anonymous = fileio.probe_tmpfile(self.root)  # O_TMPFILE: no temp names to clean up
-        self._objects = os.fspath(self.root / "objects")
+                (self.root / "packs" / f"{i:02x}").mkdir(exist_ok=True)
+        probed = fileio.probe(self.root)  # cached per file system: no test files on every start
+        self.method = method or ("reflink" if probed.reflink else "cas")
+        self._anonymous = probed.tmpfile  # O_TMPFILE: no temp names to clean up
+        self._packs = os.fspath(self.root / "packs")
         self._tmpdir = os.fspath(self.root / "tmp")
         self._local = threading.local()
         self._names = itertools.count()
+        self.conn = db.connect(self.root / "index.db")
+        self.conn.row_factory = None
+        if not durable:
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(INDEX)
+        if (self.root / "objects").is_dir():
+            self._import_objects()
+
+    def close(self) -> None:
+        self.conn.close()
 
     # --- paths -------------------------------------------------------------------------
-    def object_path(self, digest: str) -> str:
-        return f"{self._objects}/{digest[:2]}/{digest[2:]}"  # a str: built once per chunk
+    def pack_path(self, name: str) -> str:
+        return f"{self._packs}/{name[:2]}/{name}"
 
     def manifest_path(self, manifest_id: str) -> Path:
         return self.root / "manifests" / f"{manifest_id}.json.gz"
+
+    def locate(self, digest: str) -> tuple[str, int, int] | None:
+        """(pack file, offset, length) of a stored object, None when the store lacks it."""
+        row = self.conn.execute("SELECT pack, offset, length FROM objects WHERE digest = ?", (digest,)).fetchone()
+        return (self.pack_path(row[0]), row[1], row[2]) if row else None
 
     def _tmp(self) -> str:
         return f"{self._tmpdir}/{os.getpid()}-{threading.get_ident()}-{next(self._names)}"
@@ -141,17 +177,28 @@ class Engine:
                 needed |= self.load(manifest_id).digests()
             except (OSError, ValueError):  # never delete what an unreadable manifest may need
                 return SweepStats(objects=0, bytes=0, leftovers=leftovers), False
-        objects = freed = 0
-        for fan in os.scandir(self.root / "objects"):
+        rows = self.conn.execute("SELECT digest, pack, offset, length FROM objects").fetchall()
+        dead = [r for r in rows if r[0] not in needed]
+        kept: dict[str, list[tuple[int, int]]] = {}
+        for digest, pack, offset, length in rows:
+            if digest in needed:
+                kept.setdefault(pack, []).append((offset, length))
+        with db.transaction(self.conn):  # first forget, then free: a crash in between only leaks
+            self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", {(r[1],) for r in dead})
+            self.conn.executemany("DELETE FROM objects WHERE digest = ?", [(r[0],) for r in dead])
+            damaged = [d for (d,) in self.conn.execute("SELECT digest FROM damaged")]
+            self.conn.executemany("DELETE FROM damaged WHERE digest = ?", [(d,) for d in damaged if d not in needed])
+        dirty = {p for (p,) in self.conn.execute("SELECT pack FROM dirty")}
+        for fan in os.scandir(self._packs):
             for item in os.scandir(fan.path):
-                if fan.name + item.name not in needed:
-                    freed += item.stat().st_size
+                if item.name not in kept:  # nothing live left, or never indexed (killed capture)
                     os.unlink(item.path)
-                    objects += 1
-        for item in os.scandir(self.root / "damaged"):
-            if item.name not in needed or os.path.exists(self.object_path(item.name)):
-                os.unlink(item.path)
-        return SweepStats(objects=objects, bytes=freed, leftovers=leftovers), True
+                    leftovers += item.name not in dirty
+                elif item.name in dirty:
+                    _punch_dead(item.path, kept[item.name])
+        with db.transaction(self.conn):
+            self.conn.execute("DELETE FROM dirty")
+        return SweepStats(objects=len(dead), bytes=sum(r[3] for r in dead), leftovers=leftovers), True
 
     # --- capture -----------------------------------------------------------------------
     def capture(self, src: Path, *, base: Manifest | None = None, progress: Progress | None = None,
@@ -164,24 +211,34 @@ class Engine:
         started = time.time_ns()
         old = {e.path: e for e in base.entries} if base else {}
         cutoff = base.started_ns - self.racy_window_ns if base else 0
-        damaged = set(os.listdir(self.root / "damaged"))
+        damaged = {d for (d,) in self.conn.execute("SELECT digest FROM damaged")} if base else set()
         run = Run(0, progress)
-        items, reading, skipped = [], {}, []
-        pool = ThreadPoolExecutor(self.workers)
+        packer = None
+        items, jobs, batch, skipped = [], [], _Batch(), []
+        # reading, hashing and storing are I/O and GIL-free work: a few more threads than cores
+        pool = ThreadPoolExecutor(min(self.workers, (os.cpu_count() or 1) + 2))
         try:
             for rel, st in scan(src):  # reading starts while the walk goes on
                 items.append((rel, st))
                 if stat.S_ISREG(st.st_mode) and not unchanged(old.get(rel), st, cutoff, damaged):
+                    if store and packer is None:
+                        packer = _Packer(self, run)
                     run.total += st.st_size
-                    reading[rel] = pool.submit(self._ingest, src, rel, store, run)
+                    if batch.add(rel, st.st_size):  # files go in batches: a task per file costs more than a small file
+                        jobs.append(pool.submit(self._ingest_many, src, batch.paths, packer, run))
+                        batch = _Batch()
+            if batch.paths:
+                jobs.append(pool.submit(self._ingest_many, src, batch.paths, packer, run))
+            reading = {rel: entry for job in jobs for rel, entry in job.result()}
             items.sort()
             entries = [self._entry(src, rel, st, old, reading, skipped) for rel, st in items]
-            if self.durable and run.fanouts:  # the new names, once their data is on disk
-                self._parallel(lambda d: fileio.fsync_path(Path(self._objects, d), directory=True),
-                               sorted(run.fanouts))
+            if packer is not None:
+                packer.finish()
         except BaseException as err:
             pool.shutdown(cancel_futures=True)
-            self.request_sweep()  # the objects written so far are garbage now
+            if packer is not None:
+                packer.abort()
+            self.request_sweep()  # packs named so far are garbage now
             if isinstance(err, OSError):
                 raise self._wrap(err, f"snapshotting {src}", needed=run.total) from err
             raise
@@ -202,7 +259,7 @@ class Engine:
     def _entry(self, src: Path, rel: str, st: os.stat_result, old: dict, reading: dict,
                skipped: list) -> Entry | None:
         if rel in reading:
-            return reading[rel].result()
+            return reading[rel]
         if stat.S_ISREG(st.st_mode):
             return old[rel]  # same ctime: mode and owner are unchanged too
         if stat.S_ISDIR(st.st_mode):
@@ -212,7 +269,10 @@ class Engine:
         skipped.append(rel)
         return None
 
-    def _ingest(self, src: Path, rel: str, store: bool, run: Run) -> Entry | None:
+    def _ingest_many(self, src: Path, paths: list[str], packer: _Packer | None, run: Run) -> list:
+        return [(rel, self._ingest(src, rel, packer, run)) for rel in paths]
+
+    def _ingest(self, src: Path, rel: str, packer: _Packer | None, run: Run) -> Entry | None:
         """Hash one file chunk by chunk, storing chunks the store lacks; None if it vanished."""
         try:
             fd = os.open(f"{src}/{rel}", os.O_RDONLY | os.O_NOFOLLOW)
@@ -220,98 +280,92 @@ class Engine:
             return None
         try:
             st = os.fstat(fd)
-            chunks, offset = [], 0
-            while True:
-                length, digest = self._put_chunk(fd, offset, st.st_size, store, run)
-                if length == 0:
-                    break
-                chunks.append(digest)
-                offset += length
-                if length < self.chunk_size:
-                    break
+            chunks = None
+            if packer is not None and self.method == "reflink" and not run.fell_back and st.st_size:
+                try:
+                    chunks, size = self._clone_file(fd, st.st_size, packer, run)
+                except OSError as err:
+                    if err.errno not in UNSUPPORTED:
+                        raise
+                    run.fell_back = True
+            if chunks is None:
+                chunks, size = self._read_file(fd, packer, run)
         finally:
             os.close(fd)
         # a file that changed size while being read is recorded as read, and re-read next time
-        ctime = st.st_ctime_ns if offset == st.st_size else 0
-        return Entry(rel, "file", stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns, offset,
+        ctime = st.st_ctime_ns if size == st.st_size else 0
+        return Entry(rel, "file", stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns, size,
                      chunks, st.st_ino, ctime)
 
-    def _put_chunk(self, fd: int, offset: int, size: int, store: bool, run: Run) -> tuple[int, str]:
-        if store and self.method == "reflink" and not run.fell_back and offset < size:
-            try:
-                return self._clone_chunk(fd, offset, min(self.chunk_size, size - offset), run)
-            except OSError as err:
-                if err.errno not in UNSUPPORTED:
-                    raise
-                run.fell_back = True
-        buf = self._buffer()
-        n = self.io.read_into(fd, buf, offset)
-        if n == 0:
-            return 0, ""
-        digest = hashlib.sha256(buf[:n]).hexdigest()
-        run.add(done=n, read=n)
-        if store and not os.path.exists(self.object_path(digest)) and run.claim(digest):
-            out, tmp = self._open_new(digest[:2])
-            try:
-                self.io.write(out, buf[:n])
-                if self.durable:  # this object's data only: its cost does not depend on other writers
-                    os.fdatasync(out)
-            except BaseException:
-                self._discard(out, tmp)
-                raise
-            self._publish(out, tmp, digest, n, run)
-        return n, digest
-
-    def _clone_chunk(self, fd: int, offset: int, length: int, run: Run) -> tuple[int, str]:
-        """Clone the range first and hash the clone, so the digest names exactly what is kept
-        even if the file is being rewritten meanwhile."""
-        out, tmp = self._open_new()
-        try:
-            self.io.clone(fd, out, length, offset, 0)
-            if self.durable:
-                os.fdatasync(out)
-            buf = self._buffer()
-            n = self.io.read_into(out, buf, 0)
+    def _read_file(self, fd: int, packer: _Packer | None, run: Run) -> tuple[list[str], int]:
+        chunks, offset, buf = [], 0, self._buffer()
+        while n := self.io.read_into(fd, buf, offset):
             digest = hashlib.sha256(buf[:n]).hexdigest()
-        except BaseException:
-            self._discard(out, tmp)
-            raise
-        run.add(done=n, read=n)
-        if os.path.exists(self.object_path(digest)) or not run.claim(digest):
-            self._discard(out, tmp)
-        else:
-            self._publish(out, tmp, digest, n, run)
-        return n, digest
+            run.add(done=n, read=n)
+            if packer is not None and packer.wants(digest):
+                packer.put(buf[:n], digest)
+            chunks.append(digest)
+            offset += n
+            if n < len(buf):
+                break
+        return chunks, offset
 
-    def _open_new(self, fanout: str | None = None) -> tuple[int, str | None]:
-        """A file for a new object: unnamed (O_TMPFILE) where possible, so that a killed run
-        leaves nothing behind and naming it is a single link; a temp file elsewhere. Created in
-        its final folder when known: ext4 allocates inodes near their folder, and 256 folders
-        spread over many block groups allocate much faster than one."""
-        if self._anonymous:
-            folder = f"{self._objects}/{fanout}" if fanout else self._tmpdir
-            return os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o444), None
-        tmp = self._tmp()
-        return os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o444), tmp
-
-    def _publish(self, fd: int, tmp: str | None, digest: str, n: int, run: Run) -> None:
-        """Name a complete object and close it. Another process storing the same content at
-        the same moment wins the race harmlessly."""
+    def _clone_file(self, fd: int, size: int, packer: _Packer, run: Run) -> tuple[list[str], int]:
+        """Clone the whole file into a pack of its own first and hash the clone, so the
+        digests name exactly what is kept even if the file is being rewritten meanwhile.
+        Chunks the store already holds are punched out of the clone."""
+        pack = self._new_pack()
         try:
-            if tmp is None:
-                fileio.link_fd(fd, self.object_path(digest))
-            else:
-                os.rename(tmp, self.object_path(digest))
-            run.add(added=n, objects=1, fanout=digest[:2])
-        except FileExistsError:
-            pass
-        finally:
-            os.close(fd)
+            self.io.clone(fd, pack.fd, size, 0, 0)
+            chunks, offset, buf, dead = [], 0, self._buffer(), []
+            while n := self.io.read_into(pack.fd, buf, offset):
+                digest = hashlib.sha256(buf[:n]).hexdigest()
+                run.add(done=n, read=n)
+                if packer.wants(digest):
+                    pack.rows.append((digest, pack.name, offset, n))
+                    run.add(added=n, objects=1)
+                else:
+                    dead.append((offset, n))
+                chunks.append(digest)
+                offset += n
+                if n < len(buf):
+                    break
+            if not pack.rows:
+                pack.discard()
+                return chunks, offset
+            for start, length in dead:
+                fileio.punch_hole(pack.fd, start, length)
+        except BaseException:
+            pack.discard()
+            raise
+        packer.seal(pack)
+        return chunks, offset
 
-    def _discard(self, fd: int, tmp: str | None) -> None:
-        os.close(fd)
-        if tmp is not None:
-            os.unlink(tmp)
+    def _new_pack(self) -> _Pack:
+        """A pack file, unnamed (O_TMPFILE) where possible, so that a killed run leaves nothing
+        behind and naming it is a single link; a temp file elsewhere. Created in its final
+        folder: ext4 allocates inodes near their folder, and 256 folders spread over many
+        block groups allocate faster than one."""
+        name = uuid.uuid4().hex
+        if self._anonymous:
+            fd = os.open(f"{self._packs}/{name[:2]}", os.O_TMPFILE | os.O_RDWR, 0o444)
+            return _Pack(fd, None, name)
+        tmp = self._tmp()
+        return _Pack(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o444), tmp, name)
+
+    def _index(self, packs: list[_Pack]) -> None:
+        """Make the sealed packs' objects known: one transaction, after their data is on disk."""
+        rows = [row for pack in packs for row in pack.rows]
+        with db.transaction(self.conn):
+            before = self.conn.total_changes
+            self.conn.executemany("INSERT OR IGNORE INTO objects VALUES (?,?,?,?)", rows)
+            if self.conn.total_changes - before < len(rows):  # another process stored some first
+                self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", [(p.name,) for p in packs])
+                self.request_sweep()
+            self.conn.executemany("DELETE FROM damaged WHERE digest = ?", [(r[0],) for r in rows])
+
+    def _known(self) -> set[str]:
+        return {d for (d,) in self.conn.execute("SELECT digest FROM objects")}
 
     def _parallel(self, fn: Callable, items: list) -> list:
         """fn over items on the worker threads, results in order; the first error cancels the rest."""
@@ -330,6 +384,20 @@ class Engine:
         if buf is None or len(buf) != self.chunk_size:
             buf = self._local.buf = memoryview(bytearray(self.chunk_size))
         return buf
+
+    def _import_objects(self) -> None:
+        """Adopt a store of the first format (one file per object under objects/): each
+        object becomes a pack of its own, without copying."""
+        rows = []
+        for fan in os.scandir(self.root / "objects"):
+            for item in os.scandir(fan.path):
+                digest = fan.name + item.name
+                os.rename(item.path, self.pack_path(digest))
+                rows.append((digest, digest, 0, os.stat(self.pack_path(digest)).st_size))
+        with db.transaction(self.conn):
+            self.conn.executemany("INSERT OR IGNORE INTO objects VALUES (?,?,?,?)", rows)
+        shutil.rmtree(self.root / "objects")
+        shutil.rmtree(self.root / "damaged", ignore_errors=True)
 
     # --- manifests -----------------------------------------------------------------------
     def commit(self, manifest_id: str, manifest: Manifest) -> None:
@@ -370,18 +438,22 @@ class Engine:
         folder and rename it into place.
         """
         run = Run(sum(e.size for e in manifest.entries if e.kind == "file"), progress)
+        where = self._locations(manifest.digests())
         as_root = os.geteuid() == 0
         root = os.fspath(dest)
         try:
-            os.mkdir(root, 0o700)
-            levels: dict[int, list[str]] = {}  # folders by depth: each level in parallel
-            for e in manifest.entries:
-                if e.kind == "dir" and e.path != ".":
-                    levels.setdefault(e.path.count("/"), []).append(f"{root}/{e.path}")
-            for depth in sorted(levels):
-                self._parallel(lambda path: os.mkdir(path, 0o700), levels[depth])
-            files = [e for e in manifest.entries if e.kind == "file"]
-            self._parallel(lambda e: self._restore_file(e, root, manifest.chunk_size, as_root, run), files)
+            with _PackFiles(self) as packs:
+                os.mkdir(root, 0o700)
+                levels: dict[int, list[Entry]] = {}  # folders by depth: each level in parallel
+                for e in manifest.entries:
+                    if e.kind == "dir" and e.path != ".":
+                        levels.setdefault(e.path.count("/"), []).append(e)
+                for depth in sorted(levels):
+                    self._parallel(lambda e: os.mkdir(f"{root}/{e.path}", 0o700), levels[depth])
+                files = [e for e in manifest.entries if e.kind == "file"]
+                batches = [files[i:i + 32] for i in range(0, len(files), 32)]  # a task per file costs more than a small file
+                self._parallel(lambda batch: [self._restore_file(e, root, manifest.chunk_size, as_root, where, packs, run)
+                                              for e in batch], batches)
             for e in manifest.entries:
                 if e.kind == "symlink":
                     path = f"{root}/{e.path}"
@@ -389,23 +461,41 @@ class Engine:
                     if as_root:
                         os.lchown(path, e.uid, e.gid)
                     os.utime(path, ns=(e.mtime_ns, e.mtime_ns), follow_symlinks=False)
-            for e in reversed(manifest.entries):  # children first: a read-only folder is finished last
-                if e.kind == "dir":
-                    path = f"{root}/{e.path}"
-                    if as_root:
-                        os.chown(path, e.uid, e.gid)
-                    os.chmod(path, e.mode)
-                    os.utime(path, ns=(e.mtime_ns, e.mtime_ns))
+            for depth in sorted(levels, reverse=True):  # deepest first: a read-only folder is finished last
+                self._parallel(lambda e: self._finish_dir(f"{root}/{e.path}", e, as_root), levels[depth])
+            for e in manifest.entries:
+                if e.path == ".":  # not always first: '-x' sorts before '.'
+                    self._finish_dir(root, e, as_root)
         except OSError as err:
             raise self._wrap(err, f"restoring into {dest}", needed=run.total - run.done) from err
         return "cas" if run.fell_back else self.method
 
-    def _restore_file(self, e: Entry, dest: str, chunk_size: int, as_root: bool, run: Run) -> None:
+    @staticmethod
+    def _finish_dir(path: str, e: Entry, as_root: bool) -> None:
+        if as_root:
+            os.chown(path, e.uid, e.gid)
+        os.chmod(path, e.mode)
+        os.utime(path, ns=(e.mtime_ns, e.mtime_ns))
+
+    def _locations(self, digests: set[str]) -> dict[str, tuple[str, int, int]]:
+        where = {d: (p, o, n) for d, p, o, n in self.conn.execute("SELECT * FROM objects") if d in digests}
+        if missing := digests - where.keys():
+            raise StorageError(f"object {min(missing)[:12]} (and {len(missing) - 1} more) is missing from the "
+                               f"snapshot store; run `dtrain snapshot verify` to see which snapshots it damages")
+        return where
+
+    def _restore_file(self, e: Entry, dest: str, chunk_size: int, as_root: bool, where: dict,
+                      packs: _PackFiles, run: Run) -> None:
         fd = os.open(f"{dest}/{e.path}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             for i, digest in enumerate(e.chunks):
-                offset = i * chunk_size
-                self._restore_chunk(digest, fd, min(chunk_size, e.size - offset), offset, run)
+                pack, offset, length = where[digest]
+                try:
+                    with packs.open(pack) as src:
+                        self._restore_chunk(digest, src, offset, length, fd, i * chunk_size, run)
+                except FileNotFoundError:
+                    raise StorageError(f"object {digest[:12]} is missing from the snapshot store (its pack "
+                                       f"is gone); run `dtrain snapshot verify`") from None
             if as_root:
                 os.fchown(fd, e.uid, e.gid)  # before chmod: chown clears setuid bits
             os.fchmod(fd, e.mode)
@@ -413,33 +503,29 @@ class Engine:
         finally:
             os.close(fd)
 
-    def _restore_chunk(self, digest: str, fd: int, length: int, offset: int, run: Run) -> None:
-        try:
-            src = os.open(self.object_path(digest), os.O_RDONLY)
-        except FileNotFoundError:
-            raise StorageError(f"object {digest[:12]} is missing from the snapshot store; run "
-                               f"`dtrain snapshot verify` to see which snapshots it damages") from None
+    def _restore_chunk(self, digest: str, src: int, offset: int, length: int, fd: int, at: int, run: Run) -> None:
         try:
             if self.method == "reflink" and not run.fell_back:
                 try:
-                    self.io.clone(src, fd, length, 0, offset)
+                    self.io.clone(src, fd, length, offset, at)
                     run.add(done=length)
                     return
                 except OSError as err:
                     if err.errno not in UNSUPPORTED:
                         raise
-                    run.fell_back = True
-            self.io.copy(src, fd, length, 0, offset)
+                    if err.errno != errno.EINVAL:  # EINVAL: this range is not block-aligned
+                        run.fell_back = True
+            self.io.copy(src, fd, length, offset, at)
             run.add(done=length)
         except EOFError:
             raise StorageError(f"object {digest[:12]} is shorter than recorded: the snapshot store is "
                                f"damaged; run `dtrain snapshot verify`") from None
-        finally:
-            os.close(src)
 
     # --- verification ----------------------------------------------------------------------
     def verify(self, manifest_ids: Iterable[str], *, progress: Progress | None = None) -> VerifyStats:
-        """Re-hash every object the manifests refer to (call inside `pin`)."""
+        """Re-hash every object the manifests refer to (call inside `pin`). Objects found
+        corrupt or cut short leave the index, so that the next capture of a volume that still
+        holds their content stores it afresh (self-healing)."""
         digests: set[str] = set()
         bad_manifests = []
         for manifest_id in manifest_ids:
@@ -447,31 +533,38 @@ class Engine:
                 digests |= self.load(manifest_id).digests()
             except (OSError, ValueError):
                 bad_manifests.append(manifest_id)
-        sizes = {}
-        for d in digests:
-            with contextlib.suppress(FileNotFoundError):
-                sizes[d] = os.stat(self.object_path(d)).st_size
-        run = Run(sum(sizes.values()), progress)
-        intact = dict(zip(sizes, self._parallel(lambda d: self._check_object(d, run), list(sizes)), strict=True))
-        corrupt = frozenset(d for d, ok in intact.items() if not ok)
-        for d in corrupt:  # aside, so that the next capture of this content writes it afresh
-            os.replace(self.object_path(d), self.root / "damaged" / d)
-        return VerifyStats(objects=len(sizes), bytes=run.done, missing=frozenset(digests - sizes.keys()),
+        where = {d: (p, o, n) for d, p, o, n in self.conn.execute("SELECT * FROM objects") if d in digests}
+        order = sorted(where, key=where.get)  # pack by pack, in file order
+        run = Run(sum(n for _, _, n in where.values()), progress)
+        with _PackFiles(self) as packs:
+            found = self._parallel(lambda d: self._check_object(d, where[d], packs, run), order)
+        gone = {d for d, state in zip(order, found, strict=True) if state == "missing"}
+        corrupt = frozenset(d for d, state in zip(order, found, strict=True) if state == "corrupt")
+        if gone or corrupt:
+            with db.transaction(self.conn):
+                self.conn.executemany("DELETE FROM objects WHERE digest = ?", [(d,) for d in gone | corrupt])
+                self.conn.executemany("INSERT OR IGNORE INTO damaged VALUES (?)", [(d,) for d in gone | corrupt])
+                self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", {(where[d][0],) for d in corrupt})
+        return VerifyStats(objects=len(where), bytes=run.done, missing=frozenset(digests - where.keys() | gone),
                            corrupt=corrupt, bad_manifests=tuple(bad_manifests))
 
-    def _check_object(self, digest: str, run: Run) -> bool:
-        h = hashlib.sha256()
-        buf = self._buffer()
-        fd = os.open(self.object_path(digest), os.O_RDONLY)
+    def _check_object(self, digest: str, where: tuple[str, int, int], packs: _PackFiles, run: Run) -> str:
+        pack, offset, length = where
+        h, buf, done = hashlib.sha256(), self._buffer(), 0
         try:
-            offset = 0
-            while n := self.io.read_into(fd, buf, offset):
-                h.update(buf[:n])
-                offset += n
-        finally:
-            os.close(fd)
-        run.add(done=offset)
-        return h.hexdigest() == digest
+            with packs.open(pack) as fd:
+                while done < length:
+                    n = self.io.read_into(fd, buf[: min(len(buf), length - done)], offset + done)
+                    if n == 0:
+                        break
+                    h.update(buf[:n])
+                    done += n
+        except FileNotFoundError:
+            pass
+        run.add(done=done)
+        if done < length:
+            return "missing"
+        return "ok" if h.hexdigest() == digest else "corrupt"
 
     # --- errors ------------------------------------------------------------------------------
     def _wrap(self, err: OSError, doing: str, *, needed: int) -> StorageError:
@@ -486,3 +579,174 @@ class Engine:
             f"{human_bytes(free)} free under {self.root}; partial work was removed. Free space "
             f"(delete old snapshots: `dtrain snapshot delete NAME`) and retry")
 
+
+class _Batch:
+    """Files for one reading task: up to 64 of them or 16 MiB."""
+
+    def __init__(self):
+        self.paths: list[str] = []
+        self.bytes = 0
+
+    def add(self, rel: str, size: int) -> bool:
+        """Add a file; True once the batch is full."""
+        self.paths.append(rel)
+        self.bytes += size
+        return len(self.paths) >= 64 or self.bytes >= 16 << 20
+
+
+class _Pack:
+    """A pack being written: space handed out, writes in flight, the objects it holds."""
+
+    def __init__(self, fd: int, tmp: str | None, name: str):
+        self.fd, self.tmp, self.name = fd, tmp, name
+        self.size = self.pending = 0
+        self.full = self.failed = False
+        self.rows: list[tuple[str, str, int, int]] = []  # (digest, pack, offset, length)
+
+    def discard(self) -> None:
+        os.close(self.fd)
+        if self.tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.tmp)
+
+
+class _Packer:
+    """New objects of one capture, appended by the worker threads to shared pack files.
+
+    Space in the open pack is handed out under a lock; the writes themselves run in
+    parallel. The last writer into a full pack seals it (flushes it and gives it its name)
+    while the others go on into the next one."""
+
+    def __init__(self, engine: Engine, run: Run):
+        self.engine, self.run = engine, run
+        self.known = engine._known()  # objects the store holds already
+        self.lock = threading.Lock()
+        self.current: _Pack | None = None
+        self.unsealed: list[_Pack] = []
+        self.sealed: list[_Pack] = []
+
+    def wants(self, digest: str) -> bool:
+        """True for content the store lacks, once per capture (the first thread to bring it)."""
+        return digest not in self.known and self.run.claim(digest)
+
+    def put(self, data: memoryview, digest: str) -> None:
+        n = len(data)
+        with self.lock:
+            pack = self.current
+            if pack is None:
+                pack = self.current = self.engine._new_pack()
+                self.unsealed.append(pack)
+            offset = -(-pack.size // BLOCK) * BLOCK if n >= ALIGNED else pack.size
+            pack.size = offset + n
+            pack.pending += 1
+            pack.rows.append((digest, pack.name, offset, n))
+            if pack.size >= self.engine.pack_size:
+                pack.full, self.current = True, None
+        try:
+            self.engine.io.write_at(pack.fd, data, offset)
+        except BaseException:
+            pack.failed = True
+            raise
+        finally:
+            with self.lock:
+                pack.pending -= 1
+                last = pack.full and pack.pending == 0 and not pack.failed
+        self.run.add(added=n, objects=1)
+        if last:
+            self.seal(pack)
+
+    def seal(self, pack: _Pack) -> None:
+        """Flush a complete pack (durable stores) and name it; its objects are indexed at `finish`."""
+        try:
+            if self.engine.durable:
+                os.fdatasync(pack.fd)
+            path = self.engine.pack_path(pack.name)
+            if pack.tmp is None:
+                fileio.link_fd(pack.fd, path)
+            else:
+                os.rename(pack.tmp, path)
+        except BaseException:
+            pack.failed = True
+            raise
+        with self.lock:
+            if pack in self.unsealed:
+                self.unsealed.remove(pack)
+            self.sealed.append(pack)
+        os.close(pack.fd)
+
+    def finish(self) -> None:
+        """Seal the last pack, flush the folders that got new names, then index everything."""
+        if self.current is not None:
+            self.seal(self.current)
+            self.current = None
+        if not self.sealed:
+            return
+        if self.engine.durable:
+            folders = sorted({p.name[:2] for p in self.sealed})
+            self.engine._parallel(lambda f: fileio.fsync_path(Path(self.engine._packs, f), directory=True), folders)
+        self.engine._index(self.sealed)
+
+    def abort(self) -> None:
+        """Drop the packs still being written (named ones are swept later)."""
+        with self.lock:
+            for pack in self.unsealed:
+                with contextlib.suppress(OSError):
+                    pack.discard()
+            self.unsealed, self.current = [], None
+
+
+class _PackFiles:
+    """Read descriptors of pack files, shared by a restore's or a verification's threads;
+    at most OPEN_PACKS stay open (reflink stores hold one pack per file)."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.fds: dict[str, int] = {}
+        self.lock = threading.Lock()
+
+    def __enter__(self) -> _PackFiles:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
+
+    @contextlib.contextmanager
+    def open(self, name: str):
+        fd = self.fds.get(name)
+        if fd is not None:
+            yield fd
+            return
+        fd = os.open(self.engine.pack_path(name), os.O_RDONLY)
+        with self.lock:
+            if len(self.fds) < OPEN_PACKS and name not in self.fds:
+                self.fds[name] = fd
+                cached = True
+            else:
+                cached = False
+        try:
+            yield fd
+        finally:
+            if not cached:
+                os.close(fd)
+
+
+def _punch_dead(path: str, live: list[tuple[int, int]]) -> None:
+    """Free the blocks of a pack that no live object touches; cut a dead tail off."""
+    live.sort()
+    os.chmod(path, 0o644)
+    fd = os.open(path, os.O_RDWR)
+    try:
+        end = 0
+        for offset, length in live:
+            start = -(-end // BLOCK) * BLOCK
+            stop = offset // BLOCK * BLOCK
+            if stop > start:
+                fileio.punch_hole(fd, start, stop - start)
+            end = max(end, offset + length)
+        if os.fstat(fd).st_size > end:
+            os.ftruncate(fd, end)
+    finally:
+        os.close(fd)
+        os.chmod(path, 0o444)

@@ -11,10 +11,12 @@ from __future__ import annotations
 import ctypes
 import errno
 import fcntl
+import json
 import os
 import struct
 import uuid
 from pathlib import Path
+from typing import NamedTuple
 
 FICLONE = 0x40049409  # _IOW(0x94, 9, int): clone a whole file
 FICLONERANGE = 0x4020940D  # _IOW(0x94, 13, struct file_clone_range)
@@ -39,10 +41,10 @@ class FileIO:
             done += n
         return done
 
-    def write(self, fd: int, data: memoryview) -> None:
+    def write_at(self, fd: int, data: memoryview, offset: int) -> None:
         done = 0
         while done < len(data):
-            done += os.write(fd, data[done:])
+            done += os.pwrite(fd, data[done:], offset + done)
 
     def copy(self, src: int, dst: int, length: int, src_offset: int, dst_offset: int) -> None:
         """Copy in the kernel (copy_file_range); plain reads and writes where it is refused."""
@@ -94,6 +96,29 @@ def spread_subfolders(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+class Abilities(NamedTuple):
+    reflink: bool  # FICLONE works: copy-on-write clones
+    tmpfile: bool  # O_TMPFILE works: unnamed files, named by linkat once complete
+
+
+def probe(folder: Path) -> Abilities:
+    """What the file system under `folder` can do, probed once and remembered in
+    `folder/abilities.json` (probed again if the folder moves to another file system)."""
+    record = folder / "abilities.json"
+    dev = os.stat(folder).st_dev
+    try:
+        saved = json.loads(record.read_text())
+        if saved.pop("dev") == dev:
+            return Abilities(**saved)
+    except (OSError, ValueError, KeyError, TypeError):
+        pass
+    found = Abilities(reflink=probe_reflink(folder), tmpfile=probe_tmpfile(folder))
+    tmp = folder / f".abilities-{uuid.uuid4().hex}"
+    tmp.write_text(json.dumps({"dev": dev, **found._asdict()}))
+    os.replace(tmp, record)
+    return found
 
 
 def probe_reflink(folder: Path) -> bool:
@@ -154,6 +179,18 @@ def exchange(a: Path, b: Path) -> bool:
     if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
         return False
     raise OSError(err, os.strerror(err), str(a), None, str(b))
+
+
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+
+
+def punch_hole(fd: int, offset: int, length: int) -> None:
+    """Free the blocks of a byte range (reads as zeros after); nothing where unsupported."""
+    if _libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+        err = ctypes.get_errno()
+        if err not in UNSUPPORTED:
+            raise OSError(err, os.strerror(err))
 
 
 def fsync_path(path: Path, *, directory: bool = False) -> None:

@@ -42,7 +42,6 @@ class Run:
         self.total, self.progress = total, progress
         self.done = self.read = self.added = self.objects = 0
         self.fell_back = False
-        self.fanouts: set[str] = set()  # object folders that received new names
         self._claimed: set[str] = set()
         self._lock = threading.Lock()
 
@@ -54,10 +53,8 @@ class Run:
             self._claimed.add(digest)
             return True
 
-    def add(self, *, done=0, read=0, added=0, objects=0, fanout: str | None = None) -> None:
+    def add(self, *, done=0, read=0, added=0, objects=0) -> None:
         with self._lock:
-            if fanout:
-                self.fanouts.add(fanout)
             self.done += done
             self.read += read
             self.added += added

@@ -41,9 +41,9 @@ class FullDiskIO(FileIO):
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
             self.written += n
 
-    def write(self, fd, data):
+    def write_at(self, fd, data, offset):
         self._spend(len(data))
-        super().write(fd, data)
+        super().write_at(fd, data, offset)
 
     def copy(self, src, dst, length, src_offset, dst_offset):
         self._spend(length)

@@ -25,11 +25,17 @@ from pathlib import Path
 
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError, SpecError, StorageError
-from dtrain.spec import check_name, parse_size
+from dtrain.names import check_name, parse_size
 from dtrain.storage import fileio
 from dtrain.storage import manifest as mf
 from dtrain.storage.engine import Engine
-from dtrain.storage.info import Damage, FreedInfo, SnapshotInfo, VerifyReport, VolumeInfo
+from dtrain.storage.info import (
+    Damage,
+    FreedInfo,
+    SnapshotInfo,
+    VerifyReport,
+    VolumeInfo,
+)
 from dtrain.storage.progress import Progress, reporter
 
 SCHEMA = """
@@ -62,6 +68,7 @@ class Storage:
 
     def close(self) -> None:
         self.conn.close()
+        self.engine.close()
 
     # --- volumes ---------------------------------------------------------------------------
     def create_volume(self, name: str, *, size: str | None = None, storage_class: str = "local",

@@ -1,0 +1,30 @@
+"""Names and sizes, checked the same way by every part of dtrain (Kubernetes rules): kept
+apart from the job spec so that the storage layer imports only this."""
+
+from __future__ import annotations
+
+import re
+
+from dtrain.errors import SpecError
+
+NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
+SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|K|M|G|T|P|k)?$")
+_UNITS = {None: 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
+          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+
+
+def check_name(name: str, what: str = "job") -> str:
+    """Names follow Kubernetes DNS-1123 labels so every backend accepts them unchanged."""
+    if not isinstance(name, str) or not NAME_RE.match(name):
+        raise SpecError(
+            f"invalid {what} name {name!r}: use 1-53 lower-case letters, digits or '-', "
+            f"starting and ending with a letter or digit (e.g. 'train-lanes-1')")
+    return name
+
+
+def parse_size(text: str, what: str = "size") -> int:
+    """'100Gi' -> bytes. Kubernetes quantity suffixes (Ki, Mi, Gi, Ti; k, M, G, T)."""
+    m = SIZE_RE.match(str(text).strip())
+    if not m:
+        raise SpecError(f"invalid {what} {text!r}: use a Kubernetes quantity such as 512Mi, 100Gi or 2G")
+    return int(float(m.group(1)) * _UNITS[m.group(2)])
