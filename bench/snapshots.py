@@ -153,12 +153,12 @@ class Bench:
         wall, _ = timed([str(REPO / ".venv/bin/dvc"), *args], cwd=self.dvc, env=self.env)
         self.record(step, "dvc", wall, disk(self.dvc / ".dvc/cache") + disk(self.dvc / "data") - before)
 
-    def snapshot_all(self, step: str, name: str, extra: list = ()) -> None:
+    def snapshot_all(self, step: str, name: str, extra: list = (), dvc: bool = True) -> None:
         actions = self.ours(step, "snapshot", name) + list(extra)
         if "restic" in self.tools:
             actions.append(lambda: self.restic_step(step, ["backup", "-q", str(self.volume)]))
         self.in_turn(actions)
-        if "dvc" in self.tools:  # last: it works on the copy `cp -a` made in the first step
+        if dvc and "dvc" in self.tools:  # last, on its own copy of the volume
             self.dvc_step(step, ["add", "-q", "data"])
 
     def run(self, files: int, size_mb: int, checkpoints: int) -> None:
@@ -180,7 +180,7 @@ class Bench:
         self.record("stat walk", "find", wall, 0)
         if "restic" in self.tools:
             timed(["restic", "-r", str(self.restic), "init", "-q"], env=self.env)
-        self.snapshot_all("first", "first", self.copies("first", "copy"))
+        self.snapshot_all("first", "first", self.copies("first", "copy"), dvc=False)
         if "dvc" in self.tools:
             shutil.copytree(self.volume, self.dvc / "data", symlinks=True)  # DVC's own copy, untimed
             for args in (["init", "--no-scm", "-q"], ["config", "core.analytics", "false"],
