@@ -50,7 +50,7 @@ from dtrain.errors import StorageError
 from dtrain.storage import fileio
 from dtrain.storage.fileio import UNSUPPORTED, FileIO
 from dtrain.storage.info import CaptureStats, SweepStats, VerifyStats, human_bytes
-from dtrain.storage.manifest import Entry, Manifest, meta_entry, scan, unchanged
+from dtrain.storage.manifest import Entry, Manifest, meta_entry, same_meta, scan, unchanged
 from dtrain.storage.progress import Progress, Run
 
 CHUNK_SIZE = 4 << 20
@@ -214,13 +214,17 @@ class Engine:
         damaged = {d for (d,) in self.conn.execute("SELECT digest FROM damaged")} if base else set()
         run = Run(0, progress)
         packer = None
-        items, jobs, batch, skipped = [], [], _Batch(), []
+        items, jobs, batch, skipped, same = [], [], _Batch(), [], 0
         # reading, hashing and storing are I/O and GIL-free work: a few more threads than cores
         pool = ThreadPoolExecutor(min(self.workers, (os.cpu_count() or 1) + 2))
         try:
             for rel, st in scan(src):  # reading starts while the walk goes on
                 items.append((rel, st))
-                if stat.S_ISREG(st.st_mode) and not unchanged(old.get(rel), st, cutoff, damaged):
+                if not stat.S_ISREG(st.st_mode):
+                    same += same_meta(old.get(rel), st)
+                elif unchanged(old.get(rel), st, cutoff, damaged):
+                    same += 1
+                else:
                     if store and packer is None:
                         packer = _Packer(self, run)
                     run.total += st.st_size
@@ -229,6 +233,10 @@ class Engine:
                         batch = _Batch()
             if batch.paths:
                 jobs.append(pool.submit(self._ingest_many, src, batch.paths, packer, run))
+            if base is not None and same == len(items) == len(base.entries):  # every path as in base
+                files = [e for e in base.entries if e.kind == "file"]
+                return base, CaptureStats(files=len(files), bytes=sum(e.size for e in files), read_bytes=0,
+                                          added_bytes=0, added_objects=0, skipped=(), method=self.method)
             reading = {rel: entry for job in jobs for rel, entry in job.result()}
             items.sort()
             entries = [self._entry(src, rel, st, old, reading, skipped) for rel, st in items]
@@ -262,6 +270,8 @@ class Engine:
             return reading[rel]
         if stat.S_ISREG(st.st_mode):
             return old[rel]  # same ctime: mode and owner are unchanged too
+        if same_meta(old.get(rel), st):
+            return old[rel]  # a symlink's target cannot change without a new ctime
         if stat.S_ISDIR(st.st_mode):
             return meta_entry(rel, st)
         if stat.S_ISLNK(st.st_mode):

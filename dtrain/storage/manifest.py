@@ -107,6 +107,14 @@ def meta_entry(rel: str, st: os.stat_result, data: str = "") -> Entry:
                  st.st_mtime_ns, 0, data, st.st_ino, st.st_ctime_ns)
 
 
+def same_meta(prev: Entry | None, st: os.stat_result) -> bool:
+    """A folder or symlink recorded exactly as `st` says (a symlink's target is fixed at
+    creation: replacing it makes a new inode and ctime)."""
+    return (prev is not None and prev.kind == KINDS.get(stat.S_IFMT(st.st_mode)) and prev.kind != "file"
+            and prev.mtime_ns == st.st_mtime_ns and prev.ino == st.st_ino and prev.ctime_ns == st.st_ctime_ns
+            and prev.mode == stat.S_IMODE(st.st_mode) and prev.uid == st.st_uid and prev.gid == st.st_gid)
+
+
 def unchanged(prev: Entry | None, st: os.stat_result, cutoff_ns: int, damaged: set[str]) -> bool:
     """Same file as at the previous capture, judged by lstat alone (no read), with intact content.
 
