@@ -421,3 +421,13 @@ def test_an_unchanged_tree_reuses_its_base_and_a_folder_change_alone_is_seen(tmp
     second, _, stats = snapshot(engine, src, base=engine.load(first))
     assert second != first and stats.read_bytes == 0
     assert tree_state(restore(engine, second, tmp_path / "r")) == tree_state(src)
+
+
+def test_a_volume_folder_that_is_a_symlink_is_refused_clearly(tmp_path):
+    (tmp_path / "real").mkdir()
+    (tmp_path / "real/a.txt").write_text("a")
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    engine = make_engine(tmp_path)
+    with pytest.raises(StorageError, match="not a folder.*real directory"), engine.pin():
+        engine.capture(tmp_path / "link")
+    assert engine.sweep(lambda: []) is not None and list((engine.root / "manifests").iterdir()) == []
