@@ -347,14 +347,17 @@ def test_copy_on_write_clones_on_btrfs(tmp_path):
         src = fs / "vol"
         src.mkdir()
         build_tree(src)
-        (src / "ckpt.pt").write_bytes(os.urandom((30 << 20) + 123))  # 8 chunks, the last one unaligned
-        engine = Engine(fs / "store", chunk_size=4 << 20, durable=False)
+        (src / "old.pt").write_bytes(os.urandom((9 << 20) + 5))
+        time.sleep(0.2)  # older than the racy window: hashed from the source's cached pages
+        (src / "ckpt.pt").write_bytes(os.urandom((30 << 20) + 123))  # just written: hashed from the clone
+        engine = Engine(fs / "store", chunk_size=4 << 20, durable=True, racy_window_ns=150_000_000)
         assert engine.method == "reflink"
+        os.sync()  # the volume's own data allocated first: free space then moves only for the store
         free = shutil.disk_usage(fs).free
         manifest_id, _, stats = snapshot(engine, src)
         restored = restore(engine, manifest_id, fs / "restored")
-        assert stats.method == "reflink" and stats.added_bytes > 30 << 20
-        assert free - shutil.disk_usage(fs).free < 10 << 20  # 60 MiB more data, shared extents
+        assert stats.method == "reflink" and stats.added_bytes > 39 << 20
+        assert free - shutil.disk_usage(fs).free < 10 << 20  # 78 MiB more data, shared extents
         assert tree_state(restored) == tree_state(src)
         with open(restored / "ckpt.pt", "r+b") as f:
             f.write(b"Z" * 4096)

@@ -298,7 +298,7 @@ class Engine:
             chunks = None
             if packer is not None and self.method == "reflink" and not run.fell_back and st.st_size:
                 try:
-                    chunks, size = self._clone_file(fd, st.st_size, packer, run)
+                    chunks, size = self._clone_file(fd, st, packer, run)
                 except OSError as err:
                     if err.errno not in UNSUPPORTED:
                         raise
@@ -325,17 +325,26 @@ class Engine:
                 break
         return chunks, offset
 
-    def _clone_file(self, fd: int, size: int, packer: _Packer, run: Run) -> tuple[list[str], int]:
-        """Clone the whole file into a pack of its own first and hash the clone, so the
-        digests name exactly what is kept even if the file is being rewritten meanwhile.
-        Chunks the store already holds are punched out of the clone."""
+    def _clone_file(self, fd: int, st: os.stat_result, packer: _Packer, run: Run) -> tuple[list[str], int]:
+        """Clone the whole file into a pack of its own; chunks the store already holds are
+        punched out of the clone. The digests must name what the clone holds: they are read
+        from the source (its pages are cached; the clone's are not) when the source provably
+        did not change meanwhile (same size, mtime and ctime after hashing, and a ctime older
+        than the racy window), from the clone otherwise."""
         pack = self._new_pack()
         try:
-            self.io.clone(fd, pack.fd, size, 0, 0)
-            chunks, offset, buf, dead = [], 0, self._buffer(), []
-            while n := self.io.read_into(pack.fd, buf, offset):
-                digest = hashlib.sha256(buf[:n]).hexdigest()
-                run.add(done=n, read=n)
+            started = time.time_ns()
+            self.io.clone(fd, pack.fd, st.st_size, 0, 0)
+            hashed = None
+            if st.st_ctime_ns < started - self.racy_window_ns:
+                hashed = self._hash_chunks(fd, run)
+                now = os.fstat(fd)
+                if (now.st_size, now.st_mtime_ns, now.st_ctime_ns) != (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
+                    hashed = None  # rewritten while we looked: what the clone holds is unknown
+            if hashed is None:
+                hashed = self._hash_chunks(pack.fd, run)
+            chunks, offset, dead = [], 0, []
+            for digest, n in hashed:
                 if packer.wants(digest):
                     pack.rows.append((digest, pack.name, offset, n))
                     run.add(added=n, objects=1)
@@ -343,8 +352,6 @@ class Engine:
                     dead.append((offset, n))
                 chunks.append(digest)
                 offset += n
-                if n < len(buf):
-                    break
             if not pack.rows:
                 pack.discard()
                 return chunks, offset
@@ -353,8 +360,19 @@ class Engine:
         except BaseException:
             pack.discard()
             raise
-        packer.seal(pack)
+        packer.seal(pack, sync=False)  # thousands of small clones: one syncfs at the end instead
         return chunks, offset
+
+    def _hash_chunks(self, fd: int, run: Run) -> list[tuple[str, int]]:
+        """(digest, length) of each chunk of a file, read to its end."""
+        out, offset, buf = [], 0, self._buffer()
+        while n := self.io.read_into(fd, buf, offset):
+            out.append((hashlib.sha256(buf[:n]).hexdigest(), n))
+            run.add(done=n, read=n)
+            offset += n
+            if n < len(buf):
+                break
+        return out
 
     def _new_pack(self) -> _Pack:
         """A pack file, unnamed (O_TMPFILE) where possible, so that a killed run leaves nothing
@@ -639,6 +657,7 @@ class _Packer:
         self.current: _Pack | None = None
         self.unsealed: list[_Pack] = []
         self.sealed: list[_Pack] = []
+        self.syncfs = False  # packs were named without their own flush
 
     def wants(self, digest: str) -> bool:
         """True for content the store lacks, once per capture (the first thread to bring it)."""
@@ -670,11 +689,14 @@ class _Packer:
         if last:
             self.seal(pack)
 
-    def seal(self, pack: _Pack) -> None:
-        """Flush a complete pack (durable stores) and name it; its objects are indexed at `finish`."""
+    def seal(self, pack: _Pack, *, sync: bool = True) -> None:
+        """Flush a complete pack (durable stores; with sync=False, `finish` flushes the whole
+        file system once) and name it; its objects are indexed at `finish`."""
         try:
-            if self.engine.durable:
+            if self.engine.durable and sync:
                 os.fdatasync(pack.fd)
+            elif self.engine.durable:
+                self.syncfs = True
             path = self.engine.pack_path(pack.name)
             if pack.tmp is None:
                 fileio.link_fd(pack.fd, path)
@@ -696,7 +718,9 @@ class _Packer:
             self.current = None
         if not self.sealed:
             return
-        if self.engine.durable:
+        if self.syncfs:  # one btrfs/XFS commit rather than an fdatasync per cloned file
+            fileio.syncfs(self.engine.root)
+        elif self.engine.durable:
             folders = sorted({p.name[:2] for p in self.sealed})
             self.engine._parallel(lambda f: fileio.fsync_path(Path(self.engine._packs, f), directory=True), folders)
         self.engine._index(self.sealed)

@@ -193,6 +193,17 @@ def punch_hole(fd: int, offset: int, length: int) -> None:
             raise OSError(err, os.strerror(err))
 
 
+def syncfs(path: Path) -> None:
+    """Flush every dirty page and inode of the file system holding `path` (syncfs(2))."""
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        if _libc.syncfs(fd) != 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(path))
+    finally:
+        os.close(fd)
+
+
 def fsync_path(path: Path, *, directory: bool = False) -> None:
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:
