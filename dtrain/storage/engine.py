@@ -395,7 +395,8 @@ class Engine:
             if self.conn.total_changes - before < len(rows):  # another process stored some first
                 self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", [(p.name,) for p in packs])
                 self.request_sweep()
-            self.conn.executemany("DELETE FROM damaged WHERE digest = ?", [(r[0],) for r in rows])
+            if self.conn.execute("SELECT 1 FROM damaged LIMIT 1").fetchone():  # healed: stored afresh
+                self.conn.executemany("DELETE FROM damaged WHERE digest = ?", [(r[0],) for r in rows])
 
     def _known(self) -> set[str]:
         return {d for (d,) in self.conn.execute("SELECT digest FROM objects")}

@@ -122,7 +122,7 @@ class VerifyStats:
     objects: int  # objects re-hashed
     bytes: int  # bytes re-hashed
     missing: frozenset[str]  # referenced but absent
-    corrupt: frozenset[str]  # content no longer matches the name (moved to damaged/)
+    corrupt: frozenset[str]  # content no longer matches the name (taken out of the index)
     bad_manifests: tuple[str, ...]  # manifest ids missing or unreadable
 
 
