@@ -50,14 +50,19 @@ from dtrain.errors import StorageError
 from dtrain.storage import fileio
 from dtrain.storage.fileio import UNSUPPORTED, FileIO
 from dtrain.storage.info import CaptureStats, SweepStats, VerifyStats, human_bytes
-from dtrain.storage.manifest import Entry, Manifest, meta_entry, same_meta, scan, unchanged
+from dtrain.storage.manifest import (
+    Entry,
+    Manifest,
+    meta_entry,
+    same_meta,
+    scan,
+    unchanged,
+)
+from dtrain.storage.packs import Pack, Packer, PackFiles, punch_dead
 from dtrain.storage.progress import Progress, Run
 
 CHUNK_SIZE = 4 << 20
 PACK_SIZE = 64 << 20  # a pack is closed (and flushed) once it holds this much
-BLOCK = 4096  # file system block: objects of ALIGNED bytes or more start on a boundary
-ALIGNED = 64 << 10
-OPEN_PACKS = 256  # pack descriptors a restore or verify keeps open at once
 INDEX = """
 CREATE TABLE IF NOT EXISTS objects (digest TEXT PRIMARY KEY, pack TEXT NOT NULL,
     offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID;
@@ -197,7 +202,7 @@ class Engine:
                     os.unlink(item.path)
                     leftovers += item.name not in dirty
                 elif item.name in dirty:
-                    _punch_dead(item.path, kept[item.name])
+                    punch_dead(item.path, kept[item.name])
         with db.transaction(self.conn):
             self.conn.execute("DELETE FROM dirty")
         return SweepStats(objects=len(dead), bytes=sum(r[3] for r in dead), leftovers=leftovers), True
@@ -231,7 +236,7 @@ class Engine:
                     same += 1
                 else:
                     if store and packer is None:
-                        packer = _Packer(self, run)
+                        packer = Packer(self, run)
                     run.total += st.st_size
                     if batch.add(rel, st.st_size):  # files go in batches: a task per file costs more than a small file
                         jobs.append(pool.submit(self._ingest_many, src, batch.paths, packer, run))
@@ -284,10 +289,10 @@ class Engine:
         skipped.append(rel)
         return None
 
-    def _ingest_many(self, src: Path, paths: list[str], packer: _Packer | None, run: Run) -> list:
+    def _ingest_many(self, src: Path, paths: list[str], packer: Packer | None, run: Run) -> list:
         return [(rel, self._ingest(src, rel, packer, run)) for rel in paths]
 
-    def _ingest(self, src: Path, rel: str, packer: _Packer | None, run: Run) -> Entry | None:
+    def _ingest(self, src: Path, rel: str, packer: Packer | None, run: Run) -> Entry | None:
         """Hash one file chunk by chunk, storing chunks the store lacks; None if it vanished."""
         try:
             fd = os.open(f"{src}/{rel}", os.O_RDONLY | os.O_NOFOLLOW)
@@ -312,7 +317,7 @@ class Engine:
         return Entry(rel, "file", stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns, size,
                      chunks, st.st_ino, ctime)
 
-    def _read_file(self, fd: int, packer: _Packer | None, run: Run) -> tuple[list[str], int]:
+    def _read_file(self, fd: int, packer: Packer | None, run: Run) -> tuple[list[str], int]:
         chunks, offset, buf = [], 0, self._buffer()
         while n := self.io.read_into(fd, buf, offset):
             digest = hashlib.sha256(buf[:n]).hexdigest()
@@ -325,7 +330,7 @@ class Engine:
                 break
         return chunks, offset
 
-    def _clone_file(self, fd: int, st: os.stat_result, packer: _Packer, run: Run) -> tuple[list[str], int]:
+    def _clone_file(self, fd: int, st: os.stat_result, packer: Packer, run: Run) -> tuple[list[str], int]:
         """Clone the whole file into a pack of its own; chunks the store already holds are
         punched out of the clone. The digests must name what the clone holds: they are read
         from the source (its pages are cached; the clone's are not) when the source provably
@@ -374,7 +379,7 @@ class Engine:
                 break
         return out
 
-    def _new_pack(self) -> _Pack:
+    def _new_pack(self) -> Pack:
         """A pack file, unnamed (O_TMPFILE) where possible, so that a killed run leaves nothing
         behind and naming it is a single link; a temp file elsewhere. Created in its final
         folder: ext4 allocates inodes near their folder, and 256 folders spread over many
@@ -382,11 +387,11 @@ class Engine:
         name = uuid.uuid4().hex
         if self._anonymous:
             fd = os.open(f"{self._packs}/{name[:2]}", os.O_TMPFILE | os.O_RDWR, 0o444)
-            return _Pack(fd, None, name)
+            return Pack(fd, None, name)
         tmp = self._tmp()
-        return _Pack(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o444), tmp, name)
+        return Pack(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o444), tmp, name)
 
-    def _index(self, packs: list[_Pack]) -> None:
+    def _index(self, packs: list[Pack]) -> None:
         """Make the sealed packs' objects known: one transaction, after their data is on disk."""
         rows = [row for pack in packs for row in pack.rows]
         with db.transaction(self.conn):
@@ -476,7 +481,7 @@ class Engine:
         as_root = os.geteuid() == 0
         root = os.fspath(dest)
         try:
-            with _PackFiles(self) as packs:
+            with PackFiles(self) as packs:
                 os.mkdir(root, 0o700)
                 levels: dict[int, list[Entry]] = {}  # folders by depth: each level in parallel
                 for e in manifest.entries:
@@ -519,7 +524,7 @@ class Engine:
         return where
 
     def _restore_file(self, e: Entry, dest: str, chunk_size: int, as_root: bool, where: dict,
-                      packs: _PackFiles, run: Run) -> None:
+                      packs: PackFiles, run: Run) -> None:
         fd = os.open(f"{dest}/{e.path}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         try:
             for i, digest in enumerate(e.chunks):
@@ -570,7 +575,7 @@ class Engine:
         where = {d: (p, o, n) for d, p, o, n in self.conn.execute("SELECT * FROM objects") if d in digests}
         order = sorted(where, key=where.get)  # pack by pack, in file order
         run = Run(sum(n for _, _, n in where.values()), progress)
-        with _PackFiles(self) as packs:
+        with PackFiles(self) as packs:
             found = self._parallel(lambda d: self._check_object(d, where[d], packs, run), order)
         gone = {d for d, state in zip(order, found, strict=True) if state == "missing"}
         corrupt = frozenset(d for d, state in zip(order, found, strict=True) if state == "corrupt")
@@ -582,7 +587,7 @@ class Engine:
         return VerifyStats(objects=len(where), bytes=run.done, missing=frozenset(digests - where.keys() | gone),
                            corrupt=corrupt, bad_manifests=tuple(bad_manifests))
 
-    def _check_object(self, digest: str, where: tuple[str, int, int], packs: _PackFiles, run: Run) -> str:
+    def _check_object(self, digest: str, where: tuple[str, int, int], packs: PackFiles, run: Run) -> str:
         pack, offset, length = where
         h, buf, done = hashlib.sha256(), self._buffer(), 0
         try:
@@ -626,167 +631,3 @@ class _Batch:
         self.paths.append(rel)
         self.bytes += size
         return len(self.paths) >= 64 or self.bytes >= 16 << 20
-
-
-class _Pack:
-    """A pack being written: space handed out, writes in flight, the objects it holds."""
-
-    def __init__(self, fd: int, tmp: str | None, name: str):
-        self.fd, self.tmp, self.name = fd, tmp, name
-        self.size = self.pending = 0
-        self.full = self.failed = False
-        self.rows: list[tuple[str, str, int, int]] = []  # (digest, pack, offset, length)
-
-    def discard(self) -> None:
-        os.close(self.fd)
-        if self.tmp is not None:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(self.tmp)
-
-
-class _Packer:
-    """New objects of one capture, appended by the worker threads to shared pack files.
-
-    Space in the open pack is handed out under a lock; the writes themselves run in
-    parallel. The last writer into a full pack seals it (flushes it and gives it its name)
-    while the others go on into the next one."""
-
-    def __init__(self, engine: Engine, run: Run):
-        self.engine, self.run = engine, run
-        self.known = engine._known()  # objects the store holds already
-        self.lock = threading.Lock()
-        self.current: _Pack | None = None
-        self.unsealed: list[_Pack] = []
-        self.sealed: list[_Pack] = []
-        self.syncfs = False  # packs were named without their own flush
-
-    def wants(self, digest: str) -> bool:
-        """True for content the store lacks, once per capture (the first thread to bring it)."""
-        return digest not in self.known and self.run.claim(digest)
-
-    def put(self, data: memoryview, digest: str) -> None:
-        n = len(data)
-        with self.lock:
-            pack = self.current
-            if pack is None:
-                pack = self.current = self.engine._new_pack()
-                self.unsealed.append(pack)
-            offset = -(-pack.size // BLOCK) * BLOCK if n >= ALIGNED else pack.size
-            pack.size = offset + n
-            pack.pending += 1
-            pack.rows.append((digest, pack.name, offset, n))
-            if pack.size >= self.engine.pack_size:
-                pack.full, self.current = True, None
-        try:
-            self.engine.io.write_at(pack.fd, data, offset)
-        except BaseException:
-            pack.failed = True
-            raise
-        finally:
-            with self.lock:
-                pack.pending -= 1
-                last = pack.full and pack.pending == 0 and not pack.failed
-        self.run.add(added=n, objects=1)
-        if last:
-            self.seal(pack)
-
-    def seal(self, pack: _Pack, *, sync: bool = True) -> None:
-        """Flush a complete pack (durable stores; with sync=False, `finish` flushes the whole
-        file system once) and name it; its objects are indexed at `finish`."""
-        try:
-            if self.engine.durable and sync:
-                os.fdatasync(pack.fd)
-            elif self.engine.durable:
-                self.syncfs = True
-            path = self.engine.pack_path(pack.name)
-            if pack.tmp is None:
-                fileio.link_fd(pack.fd, path)
-            else:
-                os.rename(pack.tmp, path)
-        except BaseException:
-            pack.failed = True
-            raise
-        with self.lock:
-            if pack in self.unsealed:
-                self.unsealed.remove(pack)
-            self.sealed.append(pack)
-        os.close(pack.fd)
-
-    def finish(self) -> None:
-        """Seal the last pack, flush the folders that got new names, then index everything."""
-        if self.current is not None:
-            self.seal(self.current)
-            self.current = None
-        if not self.sealed:
-            return
-        if self.syncfs:  # one btrfs/XFS commit rather than an fdatasync per cloned file
-            fileio.syncfs(self.engine.root)
-        elif self.engine.durable:
-            folders = sorted({p.name[:2] for p in self.sealed})
-            self.engine._parallel(lambda f: fileio.fsync_path(Path(self.engine._packs, f), directory=True), folders)
-        self.engine._index(self.sealed)
-
-    def abort(self) -> None:
-        """Drop the packs still being written (named ones are swept later)."""
-        with self.lock:
-            for pack in self.unsealed:
-                with contextlib.suppress(OSError):
-                    pack.discard()
-            self.unsealed, self.current = [], None
-
-
-class _PackFiles:
-    """Read descriptors of pack files, shared by a restore's or a verification's threads;
-    at most OPEN_PACKS stay open (reflink stores hold one pack per file)."""
-
-    def __init__(self, engine: Engine):
-        self.engine = engine
-        self.fds: dict[str, int] = {}
-        self.lock = threading.Lock()
-
-    def __enter__(self) -> _PackFiles:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        for fd in self.fds.values():
-            os.close(fd)
-        self.fds.clear()
-
-    @contextlib.contextmanager
-    def open(self, name: str):
-        fd = self.fds.get(name)
-        if fd is not None:
-            yield fd
-            return
-        fd = os.open(self.engine.pack_path(name), os.O_RDONLY)
-        with self.lock:
-            if len(self.fds) < OPEN_PACKS and name not in self.fds:
-                self.fds[name] = fd
-                cached = True
-            else:
-                cached = False
-        try:
-            yield fd
-        finally:
-            if not cached:
-                os.close(fd)
-
-
-def _punch_dead(path: str, live: list[tuple[int, int]]) -> None:
-    """Free the blocks of a pack that no live object touches; cut a dead tail off."""
-    live.sort()
-    os.chmod(path, 0o644)
-    fd = os.open(path, os.O_RDWR)
-    try:
-        end = 0
-        for offset, length in live:
-            start = -(-end // BLOCK) * BLOCK
-            stop = offset // BLOCK * BLOCK
-            if stop > start:
-                fileio.punch_hole(fd, start, stop - start)
-            end = max(end, offset + length)
-        if os.fstat(fd).st_size > end:
-            os.ftruncate(fd, end)
-    finally:
-        os.close(fd)
-        os.chmod(path, 0o444)
