@@ -185,11 +185,12 @@ class Engine:
             except (OSError, ValueError):  # never delete what an unreadable manifest may need
                 return SweepStats(objects=0, bytes=0, leftovers=leftovers), False
         rows = self.conn.execute("SELECT digest, pack, offset, length FROM objects").fetchall()
-        dead = [r for r in rows if r[0] not in needed]
-        kept: dict[str, list[tuple[int, int]]] = {}
+        dead, kept = [], {}  # kept: pack -> (offset, length) of its live objects
         for digest, pack, offset, length in rows:
             if digest in needed:
                 kept.setdefault(pack, []).append((offset, length))
+            else:
+                dead.append((digest, pack, offset, length))
         with db.transaction(self.conn):  # first forget, then free: a crash in between only leaks
             self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", {(r[1],) for r in dead})
             self.conn.executemany("DELETE FROM objects WHERE digest = ?", [(r[0],) for r in dead])
@@ -309,26 +310,14 @@ class Engine:
                         raise
                     run.fell_back = True
             if chunks is None:
-                chunks, size = self._read_file(fd, packer, run)
+                hashed = self._hash_chunks(fd, run, packer)
+                chunks, size = [d for d, _ in hashed], sum(n for _, n in hashed)
         finally:
             os.close(fd)
         # a file that changed size while being read is recorded as read, and re-read next time
         ctime = st.st_ctime_ns if size == st.st_size else 0
         return Entry(rel, "file", stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns, size,
                      chunks, st.st_ino, ctime)
-
-    def _read_file(self, fd: int, packer: Packer | None, run: Run) -> tuple[list[str], int]:
-        chunks, offset, buf = [], 0, self._buffer()
-        while n := self.io.read_into(fd, buf, offset):
-            digest = hashlib.sha256(buf[:n]).hexdigest()
-            run.add(done=n, read=n)
-            if packer is not None and packer.wants(digest):
-                packer.put(buf[:n], digest)
-            chunks.append(digest)
-            offset += n
-            if n < len(buf):
-                break
-        return chunks, offset
 
     def _clone_file(self, fd: int, st: os.stat_result, packer: Packer, run: Run) -> tuple[list[str], int]:
         """Clone the whole file into a pack of its own; chunks the store already holds are
@@ -368,12 +357,16 @@ class Engine:
         packer.seal(pack, sync=False)  # thousands of small clones: one syncfs at the end instead
         return chunks, offset
 
-    def _hash_chunks(self, fd: int, run: Run) -> list[tuple[str, int]]:
-        """(digest, length) of each chunk of a file, read to its end."""
+    def _hash_chunks(self, fd: int, run: Run, packer: Packer | None = None) -> list[tuple[str, int]]:
+        """(digest, length) of each chunk of a file, read to its end; with `packer`, the
+        chunks the store lacks are stored as they go by."""
         out, offset, buf = [], 0, self._buffer()
         while n := self.io.read_into(fd, buf, offset):
-            out.append((hashlib.sha256(buf[:n]).hexdigest(), n))
+            digest = hashlib.sha256(buf[:n]).hexdigest()
             run.add(done=n, read=n)
+            if packer is not None and packer.wants(digest):
+                packer.put(buf[:n], digest)
+            out.append((digest, n))
             offset += n
             if n < len(buf):
                 break
@@ -516,8 +509,13 @@ class Engine:
         os.chmod(path, e.mode)
         os.utime(path, ns=(e.mtime_ns, e.mtime_ns))
 
+    def _where(self, digests: set[str]) -> dict[str, tuple[str, int, int]]:
+        """(pack, offset, length) of each of `digests` the index holds."""
+        return {d: (p, o, n) for d, p, o, n in self.conn.execute("SELECT * FROM objects") if d in digests}
+
     def _locations(self, digests: set[str]) -> dict[str, tuple[str, int, int]]:
-        where = {d: (p, o, n) for d, p, o, n in self.conn.execute("SELECT * FROM objects") if d in digests}
+        """Like `_where`, but every one of `digests` must be there."""
+        where = self._where(digests)
         if missing := digests - where.keys():
             raise StorageError(f"object {min(missing)[:12]} (and {len(missing) - 1} more) is missing from the "
                                f"snapshot store; run `dtrain snapshot verify` to see which snapshots it damages")
@@ -572,7 +570,7 @@ class Engine:
                 digests |= self.load(manifest_id).digests()
             except (OSError, ValueError):
                 bad_manifests.append(manifest_id)
-        where = {d: (p, o, n) for d, p, o, n in self.conn.execute("SELECT * FROM objects") if d in digests}
+        where = self._where(digests)
         order = sorted(where, key=where.get)  # pack by pack, in file order
         run = Run(sum(n for _, _, n in where.values()), progress)
         with PackFiles(self) as packs:

@@ -64,7 +64,7 @@ class Packer:
             if pack is None:
                 pack = self.current = self.engine._new_pack()
                 self.unsealed.append(pack)
-            offset = -(-pack.size // BLOCK) * BLOCK if n >= ALIGNED else pack.size
+            offset = _block_up(pack.size) if n >= ALIGNED else pack.size
             pack.size = offset + n
             pack.pending += 1
             pack.rows.append((digest, pack.name, offset, n))
@@ -165,6 +165,10 @@ class PackFiles:
                 os.close(fd)
 
 
+def _block_up(offset: int) -> int:
+    return -(-offset // BLOCK) * BLOCK
+
+
 def punch_dead(path: str, live: list[tuple[int, int]]) -> None:
     """Free the blocks of a pack that no live object touches; cut a dead tail off."""
     live.sort()
@@ -173,7 +177,7 @@ def punch_dead(path: str, live: list[tuple[int, int]]) -> None:
     try:
         end = 0
         for offset, length in live:
-            start = -(-end // BLOCK) * BLOCK
+            start = _block_up(end)
             stop = offset // BLOCK * BLOCK
             if stop > start:
                 fileio.punch_hole(fd, start, stop - start)
