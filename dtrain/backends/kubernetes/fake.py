@@ -57,6 +57,11 @@ def _status(code: int, reason: str, message: str, details: dict | None = None) -
     return code, json.dumps(body).encode()
 
 
+def _not_found(group: str, plural: str, name: str) -> tuple[int, bytes]:
+    return _status(404, "NotFound", f'{plural}.{group} "{name}" not found',
+                   {"name": name, "group": group, "kind": plural})
+
+
 def _matches(labels: dict[str, str], selector: str | None) -> bool:
     for term in filter(None, (selector or "").split(",")):
         if "!=" in term:
@@ -205,8 +210,7 @@ class FakeCluster:
         if name is not None:
             obj = self.objects.get((group, plural, namespace or "", name))
             if obj is None:
-                return _status(404, "NotFound", f'{plural}.{group} "{name}" not found',
-                               {"name": name, "group": group, "kind": plural})
+                return _not_found(group, plural, name)
             return 200, json.dumps(obj).encode()
         items = [o for o in self.items(group, plural, namespace)
                  if _matches(o["metadata"].get("labels") or {}, query.get("labelSelector"))
@@ -237,8 +241,7 @@ class FakeCluster:
         key = (group, plural, namespace or "", name)
         old = self.objects.get(key)
         if old is None:
-            return _status(404, "NotFound", f'{plural}.{group} "{name}" not found',
-                           {"name": name, "group": group, "kind": plural})
+            return _not_found(group, plural, name)
         meta = obj.setdefault("metadata", {})
         for field in ("uid", "creationTimestamp", "namespace"):
             if field in old["metadata"]:
@@ -252,8 +255,7 @@ class FakeCluster:
         key = (group, plural, namespace or "", name)
         obj = self.objects.get(key)
         if obj is None:
-            return _status(404, "NotFound", f'{plural}.{group} "{name}" not found',
-                           {"name": name, "group": group, "kind": plural})
+            return _not_found(group, plural, name)
         if options.get("propagationPolicy") == "Foreground":
             obj["metadata"]["deletionTimestamp"] = rfc3339(time.time())
             obj["metadata"]["finalizers"] = ["foregroundDeletion"]
