@@ -517,8 +517,9 @@ class Engine:
         """Like `_where`, but every one of `digests` must be there."""
         where = self._where(digests)
         if missing := digests - where.keys():
-            raise StorageError(f"object {min(missing)[:12]} (and {len(missing) - 1} more) is missing from the "
-                               f"snapshot store; run `dtrain snapshot verify` to see which snapshots it damages")
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise StorageError(f"object {min(missing)[:12]}{more} is missing from the snapshot store; run "
+                               f"`dtrain snapshot verify` to see which snapshots it damages")
         return where
 
     def _restore_file(self, e: Entry, dest: str, chunk_size: int, as_root: bool, where: dict,
