@@ -13,12 +13,17 @@ injected: `Client(backends={"kubernetes": KubernetesBackend(cfg, api_client=fake
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-from dtrain.backends.base import Backend, JobInfo, LogLine, NodeInfo
+from dtrain.backends.base import (Backend, FreedInfo, JobInfo, LogLine, NodeInfo, Progress, ProjectInfo, SnapshotInfo,
+                                  VolumeInfo)
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec, check_name
+
+if TYPE_CHECKING:
+    from dtrain.storage.info import VerifyReport
+    from dtrain.storage.manifest import Change
 
 
 class Client:
@@ -76,6 +81,10 @@ class Client:
     def delete(self, name: str) -> JobInfo:
         return self.backend().delete(name)
 
+    def render(self, spec: JobSpec) -> list[dict]:
+        """What `submit` would send to the job's backend (a dry run)."""
+        return self.backend(spec.backend, project=spec.project).render(spec)
+
     def nodes(self) -> list[NodeInfo]:
         return self.backend().nodes()
 
@@ -94,52 +103,43 @@ class Client:
         self.config.save(self.home)
 
     def create_project(self, name: str, *, gpu_quota: int | None = None) -> None:
-        check_name(name, "project")
-        if gpu_quota is not None and (isinstance(gpu_quota, bool) or not isinstance(gpu_quota, int) or gpu_quota < 0):
-            raise SpecError(f"invalid --gpu-quota {gpu_quota!r}: use a whole number >= 0")
         self.backend(project=name).create_project(name, gpu_quota=gpu_quota)
 
-    def list_projects(self) -> list[dict]:
+    def list_projects(self) -> list[ProjectInfo]:
         return self.backend().list_projects()
 
     # ---- volumes and snapshots ------------------------------------------------------------
-    def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> dict:
+    def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> VolumeInfo:
         return self.backend().create_volume(name, size=size, storage_class=storage_class)
 
-    def list_volumes(self) -> list[dict]:
+    def list_volumes(self) -> list[VolumeInfo]:
         return self.backend().list_volumes()
 
-    def get_volume(self, name: str) -> dict:
+    def get_volume(self, name: str) -> VolumeInfo:
         return self.backend().get_volume(name)
 
     def delete_volume(self, name: str, *, force: bool = False) -> None:
         self.backend().delete_volume(name, force=force)
 
-    def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None, **kw) -> dict:
-        return self.backend().create_snapshot(volume, name=name, job=job, **kw)
+    def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
+                        progress: Progress | None = None) -> SnapshotInfo:
+        return self.backend().create_snapshot(volume, name=name, job=job, progress=progress)
 
-    def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[dict]:
+    def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[SnapshotInfo]:
         return self.backend().list_snapshots(volume=volume, job=job)
 
-    def get_snapshot(self, name: str) -> dict:
+    def get_snapshot(self, name: str) -> SnapshotInfo:
         return self.backend().get_snapshot(name)
 
-    def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False, **kw) -> dict:
-        return self.backend().restore_snapshot(name, to=to, in_place=in_place, **kw)
+    def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
+                         progress: Progress | None = None) -> VolumeInfo:
+        return self.backend().restore_snapshot(name, to=to, in_place=in_place, progress=progress)
 
-    def delete_snapshot(self, name: str) -> dict:
+    def delete_snapshot(self, name: str) -> FreedInfo:
         return self.backend().delete_snapshot(name)
 
-    def verify_snapshot(self, name: str | None = None):
-        return self._local_storage("snapshot verify").verify(name)
+    def verify_snapshot(self, name: str | None = None) -> VerifyReport:
+        return self.backend().verify_snapshot(name)
 
-    def diff_snapshots(self, a: str, b: str):
-        return self._local_storage("snapshot diff").diff(a, b)
-
-    def _local_storage(self, verb: str):
-        backend = self.backend()
-        storage = getattr(backend, "storage", None)
-        if storage is None:
-            raise SpecError(f"'{verb}' reads the snapshot store, which only the local backend has; "
-                            f"use --backend local")
-        return storage
+    def diff_snapshots(self, a: str, b: str) -> list[Change]:
+        return self.backend().diff_snapshots(a, b)

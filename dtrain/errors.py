@@ -8,7 +8,8 @@
     ├── EnvironmentError_       a missing tool (bwrap, mpirun, torchrun) or namespace support
     ├── DataError               a malformed label line, image or archive; a checksum mismatch
     ├── StorageError            a full disk or a damaged snapshot store
-    └── BackendError            a cluster or cloud API refused a request
+    ├── BackendError            a cluster or cloud API refused a request
+    └── NotSupportedError       the chosen backend has no such verb (e.g. in-place restore, dry run)
 
 Every message names the bad value and says how to fix it.
 """
@@ -48,3 +49,7 @@ class StorageError(DtrainError, OSError):
 
 class BackendError(DtrainError, RuntimeError):
     """A remote API (Kubernetes, SageMaker) refused or failed a request."""
+
+
+class NotSupportedError(DtrainError):
+    """The chosen backend does not offer this verb; the message names another way or backend."""

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
-from dtrain.names import NAME_RE, SIZE_RE, check_name, parse_size  # noqa: F401 (re-exported)
+from dtrain.names import NAME_RE, SIZE_RE, check_name, check_storage_class, job_volume_name, parse_size  # noqa: F401
 
 LAUNCHERS = ("none", "torchrun", "mpi")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -45,18 +45,13 @@ class NewVolume:
     mount_path: str  # absolute path inside the job
 
     def __post_init__(self):
-        if not self.storage_class or not re.match(r"^[a-z0-9][-a-z0-9.]*$", self.storage_class):
-            raise SpecError(f"invalid storage class {self.storage_class!r}: use lower-case letters, "
-                            f"digits, '-' or '.', e.g. 'local' or 'azurenetappfiles'")
+        check_storage_class(self.storage_class)
         parse_size(self.size, "volume size")
         _check_mount_path(self.mount_path)
 
     def to_flag(self) -> str:
         return f"{self.storage_class}:{self.size}:{self.mount_path}"
 
-    def volume_name(self, job: str, index: int) -> str:
-        """Run:AI's naming: the i-th new volume of job J is pvc-J-i."""
-        return f"pvc-{job}-{index}"
 
 
 Volume = VolumeMount | NewVolume
@@ -182,11 +177,14 @@ class JobSpec:
             return self.env["PVC_NAME"]
         return None
 
+    def new_volumes(self) -> list[tuple[str, NewVolume]]:
+        """The volumes this job creates, each with its name (names.job_volume_name)."""
+        new = [v for v in self.volumes if isinstance(v, NewVolume)]
+        return [(job_volume_name(self.name, i), v) for i, v in enumerate(new)]
+
     def resolved_volumes(self) -> list[VolumeMount]:
         """Every mount as an existing-volume mount; new volumes get their Run:AI names."""
-        out = []
-        for i, v in enumerate(v for v in self.volumes if isinstance(v, NewVolume)):
-            out.append(VolumeMount(volume=v.volume_name(self.name, i), mount_path=v.mount_path))
+        out = [VolumeMount(volume=name, mount_path=v.mount_path) for name, v in self.new_volumes()]
         out += [v for v in self.volumes if isinstance(v, VolumeMount)]
         order = {v.mount_path: i for i, v in enumerate(self.volumes)}
         return sorted(out, key=lambda m: order[m.mount_path])

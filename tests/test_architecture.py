@@ -58,3 +58,12 @@ def test_public_api_is_pinned():
     from dtrain.backends.local.backend import LocalBackend
     for cls in (LocalBackend, KubernetesBackend):
         assert "wait" not in vars(cls) and "logs" not in vars(cls) and "submit" not in vars(cls)
+
+
+def test_no_caller_probes_a_backend_with_getattr():
+    """Callers use the declared verbs; a missing one raises NotSupportedError, never a silent None."""
+    for path in PKG.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
+                target = ast.unparse(node.args[0]) if node.args else ""
+                assert "backend" not in target.lower(), f"{path}:{node.lineno}: {ast.unparse(node)}"

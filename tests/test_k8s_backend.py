@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from dtrain.backends.base import JobStatus, TimeoutError_
+from dtrain.backends.base import JobStatus, ProjectInfo, TimeoutError_
 from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from dtrain.backends.kubernetes.client import Forbidden
 from dtrain.backends.kubernetes.fake import CRDS, FakeCluster, FakeKubeServer
@@ -378,13 +378,13 @@ def test_logs_of_an_unknown_job(backend):
 
 def test_volume_verbs(backend, cluster):
     vol = backend.create_volume("tusimple", size="20Gi", storage_class="fast")
-    assert (vol["name"], vol["size"], vol["storage_class"], vol["status"]) == ("tusimple", "20Gi", "fast", "Pending")
-    assert vol["access_modes"] == ["ReadWriteMany"]
+    assert (vol.name, vol.size, vol.storage_class, vol.status) == ("tusimple", "20Gi", "fast", "Pending")
+    assert vol.extra["access_modes"] == ["ReadWriteMany"]
     cluster.bind_volumes()
-    assert backend.get_volume("tusimple")["status"] == "Bound"
+    assert backend.get_volume("tusimple").status == "Bound"
     with pytest.raises(ConflictError, match="already exists"):
         backend.create_volume("tusimple")
-    assert [v["name"] for v in backend.list_volumes()] == ["tusimple"]
+    assert [v.name for v in backend.list_volumes()] == ["tusimple"]
     backend.submit(spec(volumes=(parse_pvc("tusimple:/data:ro"),)))
     cluster.run_pods(NS, "train")
     with pytest.raises(ConflictError, match="in use by job 'train'"):
@@ -397,19 +397,19 @@ def test_volume_verbs(backend, cluster):
 def test_snapshot_create_list_restore_delete(backend, cluster):
     backend.create_volume("data", size="7Gi", storage_class="fast")
     snap = backend.create_snapshot("data", name="data-v1", job="prep")
-    assert (snap["volume"], snap["job"], snap["ready"], snap["status"]) == ("data", "prep", False, "Pending")
+    assert (snap.volume, snap.job, snap.ready, snap.error) == ("data", "prep", False, None)
     auto = backend.create_snapshot("data")
-    assert auto["name"].startswith("data-") and auto["name"] != "data-v1"
+    assert auto.name.startswith("data-") and auto.name != "data-v1"
     cluster.ready_snapshots()
-    assert backend.get_snapshot("data-v1")["ready"] is True and backend.get_snapshot("data-v1")["size"] == "7Gi"
-    assert [s["name"] for s in backend.list_snapshots(job="prep")] == ["data-v1"]
+    assert backend.get_snapshot("data-v1").ready is True and backend.get_snapshot("data-v1").bytes == 7 * 2**30
+    assert [s.name for s in backend.list_snapshots(job="prep")] == ["data-v1"]
     assert len(backend.list_snapshots(volume="data")) == 2 and backend.list_snapshots(volume="other") == []
     restored = backend.restore_snapshot("data-v1", to="data-copy")
-    assert (restored["name"], restored["size"], restored["storage_class"]) == ("data-copy", "7Gi", "fast")
+    assert (restored.name, restored.size, restored.storage_class) == ("data-copy", "7Gi", "fast")
     pvc = cluster.get("", "persistentvolumeclaims", NS, "data-copy")
     assert pvc["spec"]["dataSource"] == {"apiGroup": "snapshot.storage.k8s.io", "kind": "VolumeSnapshot",
                                          "name": "data-v1"}
-    assert restored["origin_snapshot"] == "data-v1"
+    assert restored.origin_snapshot == "data-v1"
     with pytest.raises(ConflictError, match="'data-copy' already exists"):
         backend.restore_snapshot("data-v1", to="data-copy")
     with pytest.raises(SpecError, match="--to"):
@@ -418,7 +418,8 @@ def test_snapshot_create_list_restore_delete(backend, cluster):
         backend.restore_snapshot("data-v1", in_place=True)
     with pytest.raises(ConflictError):
         backend.create_snapshot("data", name="data-v1")
-    assert backend.delete_snapshot("data-v1")["name"] == "data-v1"
+    freed = backend.delete_snapshot("data-v1")
+    assert (freed.snapshot, freed.bytes) == ("data-v1", None)  # the storage system frees the space
     with pytest.raises(NotFoundError, match="snapshot 'data-v1' not found"):
         backend.get_snapshot("data-v1")
     with pytest.raises(NotFoundError, match="volume 'nope'"):
@@ -430,7 +431,7 @@ def test_restore_before_ready_uses_the_recorded_source_size(backend, cluster):
     backend.create_snapshot("data", name="s1")
     backend.delete_volume("data")
     restored = backend.restore_snapshot("s1", to="back")
-    assert (restored["size"], restored["storage_class"]) == ("3Gi", "fast")
+    assert (restored.size, restored.storage_class) == ("3Gi", "fast")
 
 
 def test_snapshots_without_the_snapshot_crds(make_backend):
@@ -463,7 +464,7 @@ def test_snapshot_on_success_is_taken_once_and_linked_to_the_job(backend, cluste
     assert len(snaps) == 1 and snaps[0]["spec"]["source"]["persistentVolumeClaimName"] == "pvc-train-0"
     assert snaps[0]["metadata"]["labels"]["dtrain.io/job"] == "train"
     assert snaps[0]["metadata"]["annotations"]["dtrain.io/source-size"] == "2Gi"
-    assert backend.list_snapshots(job="train")[0]["name"] == "train-success"
+    assert backend.list_snapshots(job="train")[0].name == "train-success"
     # A second job reuses the namespace's snapshotter account instead of failing on it.
     backend.submit(spec(name="again", snapshot_on_success="pvc-train-0", volumes=(parse_pvc("pvc-train-0:/mnt"),)))
     assert len(cluster.items("", "serviceaccounts", NS)) == 1
@@ -517,8 +518,8 @@ def test_projects_are_namespaces_with_a_gpu_quota(backend, cluster):
     assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "8"}
     backend.submit(spec(launcher="torchrun", processes=2, gpu=1))
     cluster.run_pods(NS, "train")
-    projects = {p["name"]: p for p in backend.list_projects()}
-    assert projects["lanes"] == {"name": "lanes", "namespace": NS, "gpu_quota": 8, "gpus_allocated": 2, "jobs": 1,
-                                 "backend": "kubernetes"}
-    assert projects["vision"]["namespace"] == "dtrain-vision" and projects["vision"]["gpu_quota"] is None
+    projects = {p.name: p for p in backend.list_projects()}
+    assert projects["lanes"] == ProjectInfo(name="lanes", backend="kubernetes", gpu_quota=8, gpus_allocated=2, jobs=1,
+                                            extra={"namespace": NS})
+    assert projects["vision"].extra["namespace"] == "dtrain-vision" and projects["vision"].gpu_quota is None
     assert "default" not in projects  # namespaces dtrain did not make are not projects

@@ -16,7 +16,7 @@ WRITE_RANK_FILE = "import os; open(f\"/mnt/rank-{os.environ['RANK']}.txt\", 'w')
 
 
 def volume_path(dt: Dtrain, name: str) -> Path:
-    return Path(dt.json("volume", "describe", name)["path"])
+    return Path(dt.json("volume", "describe", name)["extra"]["path"])
 
 
 def tree(path: Path) -> dict[str, bytes]:
@@ -50,7 +50,7 @@ def test_new_volume_is_named_after_the_job_and_large_shm_is_private(dt: Dtrain):
     assert dt.wait_for("maker", {"Succeeded", "Failed"})["status"] == "Succeeded"
     vol = dt.json("volume", "describe", "pvc-maker-0")
     assert vol["size"] == "5Gi" and vol["storage_class"] == "local"
-    shm = int((Path(vol["path"]) / "shm.txt").read_text())
+    shm = int((Path(vol["extra"]["path"]) / "shm.txt").read_text())
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     assert shm >= total // 2 * 0.9  # half the machine's memory, not Docker's 64 MiB
     assert not Path("/dev/shm/probe").exists()  # the job's /dev/shm is its own

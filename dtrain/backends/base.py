@@ -1,20 +1,26 @@
-"""The one backend interface. Public verbs are concrete here; each backend fills in `_hooks`.
+"""The one backend interface and the typed records every backend returns.
 
-Every backend returns the same :class:`JobStatus`, :class:`JobInfo` and :class:`LogLine`, so
-the CLI, the SDK and (later) the HTTP API print the same thing whatever runs the job.
-`wait` exists once, here.
+Read `Backend`'s docstring first: it is the contract a new backend implements.
 """
 
 from __future__ import annotations
 
 import abc
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
-from dtrain.errors import DtrainError
+from dtrain.errors import DtrainError, NotSupportedError, SpecError
+from dtrain.names import check_name, check_storage_class, parse_size
 from dtrain.spec import JobSpec
+
+if TYPE_CHECKING:  # the local store's own reports; only the local backend produces them
+    from dtrain.storage.info import VerifyReport
+    from dtrain.storage.manifest import Change
+
+Progress = Callable[[int, int], None]  # (done, total) bytes or steps, as the CLI's progress bar takes it
 
 
 class JobStatus(str, Enum):
@@ -111,12 +117,101 @@ class NodeInfo:
         return asdict(self)
 
 
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectInfo(_Record):
+    """A project: a GPU quota and a queue (a row locally, a namespace on Kubernetes)."""
+
+    name: str
+    backend: str
+    gpu_quota: int | None  # GPUs its jobs may hold together; None: no quota
+    gpus_allocated: int  # GPUs its running jobs hold now
+    jobs: int  # jobs recorded in it, any status
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. the namespace
+
+
+@dataclass(frozen=True, kw_only=True)
+class VolumeInfo(_Record):
+    """A volume: storage every process of a job mounts read-write (a folder locally, a PVC)."""
+
+    name: str  # DNS-1123 name
+    backend: str
+    size: str  # requested capacity, a Kubernetes quantity ('10Gi'); the local backend does not enforce it
+    size_bytes: int  # `size` in bytes
+    storage_class: str | None  # 'local' locally; a StorageClass on Kubernetes (None: the cluster default)
+    created: float  # unix seconds
+    status: str = "Bound"  # Bound (usable), Pending (being provisioned) or Lost
+    origin_snapshot: str | None = None  # the snapshot it was restored from, if any
+    job: str | None = None  # the job it was made for (--pvc CLASS:SIZE:MOUNT), if known
+    labels: Mapping[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. the local folder, the namespace
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotInfo(_Record):
+    """A point-in-time, read-only copy of a volume (a stored manifest, a VolumeSnapshot)."""
+
+    name: str  # DNS-1123 name
+    backend: str
+    volume: str | None  # the volume it was taken of
+    created: float  # unix seconds
+    ready: bool = True  # False while the storage system is still taking it
+    error: str | None = None  # why the storage system failed to take it
+    job: str | None = None  # the job whose results it holds
+    job_spec: Mapping[str, Any] | None = None  # that job's spec (JobSpec.to_dict()), where recorded
+    source_snapshot: str | None = None  # the snapshot the job's data started from (lineage)
+    files: int | None = None  # regular files it holds, where the backend can count them
+    bytes: int | None = None  # bytes it holds (restoreSize on Kubernetes); None until known
+    volume_size: str | None = None  # its volume's requested size then: the default size of a restore
+    storage_class: str | None = None  # its volume's storage class then
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class FreedInfo(_Record):
+    """What deleting a snapshot gave back."""
+
+    snapshot: str  # the deleted snapshot
+    backend: str
+    bytes: int | None  # disk bytes freed now; None when the storage system frees them on its own
+    pending: bool = False  # True when a running snapshot or restore delays the cleanup
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
 class Backend(abc.ABC):
-    """Public verbs are concrete; subclasses implement the `_hooks`."""
+    """What a backend is: the contract a new backend author reads first.
+
+    * Public verbs are concrete here and are never overridden. Each one checks what every backend
+      checks the same way (names, sizes, argument combinations) and calls one `_hook`. A backend
+      subclasses :class:`Backend`, sets `name`, and fills in the hooks.
+    * Required hooks (abstract): the job half, `_submit`, `_get`, `_list`, `_logs`, `_delete`,
+      `_nodes`; the storage half, `_create_volume`, `_list_volumes`, `_get_volume`,
+      `_delete_volume`, `_create_snapshot`, `_list_snapshots`, `_get_snapshot`,
+      `_restore_snapshot`, `_delete_snapshot`.
+    * Optional hooks: `_render` (dry run), `_create_project`, `_list_projects`,
+      `_verify_snapshot`, `_diff_snapshots`. The default raises :class:`NotSupportedError`, which
+      the CLI prints as one line naming the backend and the verb; callers never probe a backend
+      with `getattr`/`hasattr`.
+    * Every hook returns the typed, frozen records of this module, never a dict: :class:`JobInfo`,
+      :class:`LogLine`, :class:`NodeInfo`, :class:`ProjectInfo`, :class:`VolumeInfo`,
+      :class:`SnapshotInfo`, :class:`FreedInfo`. Times are unix seconds (float) everywhere;
+      sizes are bytes (int) next to the Kubernetes quantity the user typed. What only one backend
+      knows goes in `extra` (a dict of plain values), printed by `describe` and `--json` as is.
+    * Errors are :mod:`dtrain.errors` classes: NotFoundError for an unknown name, ConflictError
+      for a clash, SpecError for a bad argument, BackendError for a refusing remote API. Each
+      message names the bad value and how to fix it.
+    * `wait` exists once, here; `logs` checks the job exists before streaming.
+    * The CLI, the SDK (`dtrain.Client`) and the HTTP API format these records once each; the
+      backend's docstring maps our words (job, process, volume, snapshot, project) to its words.
+    """
 
     name: str = "base"
 
-    # ---- public verbs -------------------------------------------------------------------
+    # ---- jobs ---------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> JobInfo:
         return self._submit(spec)
 
@@ -151,7 +246,83 @@ class Backend(abc.ABC):
     def nodes(self) -> list[NodeInfo]:
         return self._nodes()
 
-    # ---- hooks --------------------------------------------------------------------------
+    def render(self, spec: JobSpec) -> list[dict[str, Any]]:
+        """What `submit` would send, without sending it (`dtrain submit --dry-run`)."""
+        return self._render(spec)
+
+    # ---- projects -----------------------------------------------------------------------
+    def create_project(self, name: str, *, gpu_quota: int | None = None) -> None:
+        """Create a project, or set the GPU quota of an existing one."""
+        check_name(name, "project")
+        if gpu_quota is not None and (isinstance(gpu_quota, bool) or not isinstance(gpu_quota, int)
+                                      or not 0 <= gpu_quota <= 1_000_000):
+            raise SpecError(f"invalid --gpu-quota {gpu_quota!r}: use a whole number >= 0")
+        self._create_project(name, gpu_quota=gpu_quota)
+
+    def list_projects(self) -> list[ProjectInfo]:
+        return sorted(self._list_projects(), key=lambda p: p.name)
+
+    # ---- volumes and snapshots ----------------------------------------------------------
+    # Every backend offers the same verbs: a volume is a folder locally and a PVC on
+    # Kubernetes; a snapshot is a stored manifest or a VolumeSnapshot.
+    def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> VolumeInfo:
+        """An empty volume; `storage_class` None picks the backend's default."""
+        check_name(name, "volume")
+        parse_size(size, "volume size")
+        if storage_class is not None:
+            check_storage_class(storage_class)
+        return self._create_volume(name, size=size, storage_class=storage_class)
+
+    def list_volumes(self) -> list[VolumeInfo]:
+        return sorted(self._list_volumes(), key=lambda v: v.name)
+
+    def get_volume(self, name: str) -> VolumeInfo:
+        return self._get_volume(name)
+
+    def delete_volume(self, name: str, *, force: bool = False) -> None:
+        """Delete a volume (its snapshots stay); refused while a job uses it unless `force`."""
+        self._delete_volume(name, force=force)
+
+    def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
+                        progress: Progress | None = None) -> SnapshotInfo:
+        """Snapshot `volume` now, linked to `job` if given. Default name: <volume>-<UTC time>."""
+        if name is not None:
+            check_name(name, "snapshot")
+        if job is not None:
+            check_name(job, "job")
+        return self._create_snapshot(volume, name=name, job=job, progress=progress)
+
+    def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[SnapshotInfo]:
+        """Oldest first, filtered by volume and job."""
+        snaps = [s for s in self._list_snapshots()
+                 if (volume is None or s.volume == volume) and (job is None or s.job == job)]
+        return sorted(snaps, key=lambda s: (s.created, s.name))
+
+    def get_snapshot(self, name: str) -> SnapshotInfo:
+        return self._get_snapshot(name)
+
+    def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
+                         progress: Progress | None = None) -> VolumeInfo:
+        """Into a new volume `to`, or over the snapshot's own volume with `in_place`."""
+        if (to is None) == (not in_place):
+            raise SpecError(f"say where to restore snapshot {name!r}: --to NEW_VOLUME (a clone) or "
+                            f"--in-place (roll the volume back)")
+        if to is not None:
+            check_name(to, "volume")
+        return self._restore_snapshot(name, to=to, in_place=in_place, progress=progress)
+
+    def delete_snapshot(self, name: str) -> FreedInfo:
+        return self._delete_snapshot(name)
+
+    def verify_snapshot(self, name: str | None = None) -> VerifyReport:
+        """Re-hash one snapshot's content, or the whole store's."""
+        return self._verify_snapshot(name)
+
+    def diff_snapshots(self, a: str, b: str) -> list[Change]:
+        """What changed from snapshot `a` to snapshot `b`."""
+        return self._diff_snapshots(a, b)
+
+    # ---- required hooks -----------------------------------------------------------------
     @abc.abstractmethod
     def _submit(self, spec: JobSpec) -> JobInfo: ...
 
@@ -171,34 +342,54 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def _nodes(self) -> list[NodeInfo]: ...
 
-    # Volumes and snapshots: every backend offers the same verbs (a volume is a directory
-    # locally and a PVC on Kubernetes; a snapshot is a stored manifest or a VolumeSnapshot).
     @abc.abstractmethod
-    def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> dict: ...
+    def _create_volume(self, name: str, *, size: str, storage_class: str | None) -> VolumeInfo: ...
 
     @abc.abstractmethod
-    def list_volumes(self) -> list[dict]: ...
+    def _list_volumes(self) -> list[VolumeInfo]: ...
 
     @abc.abstractmethod
-    def get_volume(self, name: str) -> dict: ...
+    def _get_volume(self, name: str) -> VolumeInfo: ...
 
     @abc.abstractmethod
-    def delete_volume(self, name: str, *, force: bool = False) -> None: ...
+    def _delete_volume(self, name: str, *, force: bool) -> None: ...
 
     @abc.abstractmethod
-    def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None) -> dict: ...
+    def _create_snapshot(self, volume: str, *, name: str | None, job: str | None,
+                         progress: Progress | None) -> SnapshotInfo: ...
 
     @abc.abstractmethod
-    def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[dict]: ...
+    def _list_snapshots(self) -> list[SnapshotInfo]: ...
 
     @abc.abstractmethod
-    def get_snapshot(self, name: str) -> dict: ...
+    def _get_snapshot(self, name: str) -> SnapshotInfo: ...
 
     @abc.abstractmethod
-    def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False) -> dict: ...
+    def _restore_snapshot(self, name: str, *, to: str | None, in_place: bool,
+                          progress: Progress | None) -> VolumeInfo: ...
 
     @abc.abstractmethod
-    def delete_snapshot(self, name: str) -> dict: ...
+    def _delete_snapshot(self, name: str) -> FreedInfo: ...
+
+    # ---- optional hooks: a backend without the feature keeps these ----------------------
+    def _render(self, spec: JobSpec) -> list[dict[str, Any]]:
+        raise self._not_supported("a dry run (--dry-run)")
+
+    def _create_project(self, name: str, *, gpu_quota: int | None) -> None:
+        raise self._not_supported("projects")
+
+    def _list_projects(self) -> list[ProjectInfo]:
+        raise self._not_supported("projects")
+
+    def _verify_snapshot(self, name: str | None) -> VerifyReport:
+        raise self._not_supported("'snapshot verify'", "it reads the local snapshot store")
+
+    def _diff_snapshots(self, a: str, b: str) -> list[Change]:
+        raise self._not_supported("'snapshot diff'", "it reads the local snapshot store")
+
+    def _not_supported(self, what: str, why: str = "") -> NotSupportedError:
+        return NotSupportedError(f"the {self.name} backend does not support {what}"
+                                 + (f" ({why})" if why else "") + "; use --backend local or another backend")
 
 
 class TimeoutError_(DtrainError, TimeoutError):

@@ -96,12 +96,7 @@ def cmd_submit(args, command: list[str], client: Client, launcher: str | None = 
 
 
 def _dry_run(spec: JobSpec, client: Client) -> int:
-    backend = client.backend(spec.backend, project=spec.project)
-    render = getattr(backend, "render", None)
-    if render is not None:
-        print(yaml.safe_dump_all(render(spec), sort_keys=False), end="")
-    else:
-        print(yaml.safe_dump(spec.to_dict(), sort_keys=False), end="")
+    print(yaml.safe_dump_all(client.render(spec), sort_keys=False), end="")
     return 0
 
 

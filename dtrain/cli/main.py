@@ -44,11 +44,11 @@ def cmd_project(args, client: Client) -> int:
         return 0
     projects = client.list_projects()
     if args.json:
-        print(json.dumps(projects, indent=2))
+        print(json.dumps([p.to_dict() for p in projects], indent=2))
         return 0
     default = client.default_project
-    rows = [[p["name"] + (" (default)" if p["name"] == default else ""),
-             "-" if p["gpu_quota"] is None else p["gpu_quota"], p["gpus_allocated"], p["jobs"]] for p in projects]
+    rows = [[p.name + (" (default)" if p.name == default else ""),
+             "-" if p.gpu_quota is None else p.gpu_quota, p.gpus_allocated, p.jobs] for p in projects]
     print(fmt.table(["PROJECT", "GPU QUOTA", "GPUs ALLOCATED", "JOBS"], rows))
     return 0
 

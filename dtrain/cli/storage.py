@@ -24,22 +24,27 @@ def _progress():
     return update
 
 
-def _print_json_or(data, text: str, as_json: bool) -> None:
-    print(json.dumps(data, indent=2, default=str) if as_json else text)
+def _print(records, text: str, as_json: bool) -> None:
+    """One record or a list of them: their to_dict() as JSON, or the text."""
+    if as_json:
+        data = [r.to_dict() for r in records] if isinstance(records, list) else records.to_dict()
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        print(text)
 
 
 def cmd_volume(args, client: Client) -> int:
     if args.action == "create":
         v = client.create_volume(args.name, size=args.size, storage_class=args.storage_class)
-        print(f"volume '{v['name']}' created ({v.get('size', args.size)}, class {v.get('storage_class', '-')})")
+        print(f"volume '{v.name}' created ({v.size}, class {v.storage_class or 'default'})")
     elif args.action == "list":
         vols = client.list_volumes()
-        rows = [[v["name"], v.get("storage_class", "-"), v.get("size", "-"), fmt.size(v.get("used_bytes")),
-                 v.get("origin_snapshot") or "-", fmt.age(v.get("created"))] for v in vols]
-        _print_json_or(vols, fmt.table(["NAME", "CLASS", "SIZE", "USED", "FROM SNAPSHOT", "AGE"], rows), args.json)
+        rows = [[v.name, v.storage_class or "-", v.size, v.status, v.origin_snapshot or "-", fmt.age(v.created)]
+                for v in vols]
+        _print(vols, fmt.table(["NAME", "CLASS", "SIZE", "STATUS", "FROM SNAPSHOT", "AGE"], rows), args.json)
     elif args.action == "describe":
         v = client.get_volume(args.name)
-        _print_json_or(v, fmt.mapping(v), args.json)
+        _print(v, fmt.mapping(v.to_dict() | {"created": fmt.when(v.created)}), args.json)
     elif args.action == "delete":
         client.delete_volume(args.name, force=args.force)
         print(f"volume '{args.name}' deleted")
@@ -50,43 +55,49 @@ def cmd_snapshot(args, client: Client) -> int:
     a = args.action
     if a == "create":
         s = client.create_snapshot(args.volume, name=args.name, job=args.job, progress=_progress())
-        print(f"snapshot '{s['name']}' of volume '{s['volume']}' created"
-              + (f", linked to job '{s['job']}'" if s.get("job") else ""))
+        print(f"snapshot '{s.name}' of volume '{s.volume}' created"
+              + (f", linked to job '{s.job}'" if s.job else "")
+              + ("" if s.ready else " (the storage system is still taking it)"))
     elif a == "list":
         snaps = client.list_snapshots(volume=args.volume, job=args.job)
-        rows = [[s["name"], s["volume"], s.get("job") or "-", s.get("source_snapshot") or "-",
-                 s.get("files", "-"), fmt.size(s.get("bytes")), fmt.age(s.get("created"))] for s in snaps]
-        _print_json_or(snaps, fmt.table(["NAME", "VOLUME", "JOB", "FROM SNAPSHOT", "FILES", "SIZE", "AGE"], rows),
-                       args.json)
+        rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), s.volume or "-", s.job or "-",
+                 s.source_snapshot or "-", "-" if s.files is None else s.files, fmt.size(s.bytes), fmt.age(s.created)]
+                for s in snaps]
+        _print(snaps, fmt.table(["NAME", "VOLUME", "JOB", "FROM SNAPSHOT", "FILES", "SIZE", "AGE"], rows), args.json)
     elif a == "describe":
         s = client.get_snapshot(args.name)
-        _print_json_or(s, fmt.mapping(s), args.json)
+        _print(s, fmt.mapping(s.to_dict() | {"created": fmt.when(s.created)}), args.json)
     elif a == "restore":
-        if bool(args.to) == bool(args.in_place):
-            from dtrain.errors import SpecError
-            raise SpecError("say where to restore: --to NEW_VOLUME (a clone) or --in-place (roll the volume back)")
         v = client.restore_snapshot(args.name, to=args.to, in_place=args.in_place, progress=_progress())
-        print(f"snapshot '{args.name}' restored " + ("in place" if args.in_place else f"into new volume '{v['name']}'"))
+        print(f"snapshot '{args.name}' restored " + ("in place" if args.in_place else f"into new volume '{v.name}'"))
     elif a == "delete":
         freed = client.delete_snapshot(args.name)
-        print(f"snapshot '{args.name}' deleted" + (f", {fmt.size(freed['freed_bytes'])} freed"
-                                                   if freed.get("freed_bytes") is not None else ""))
+        print(f"snapshot '{args.name}' deleted" + _freed(freed))
     elif a == "verify":
         report = client.verify_snapshot(args.name)
-        data = report.to_dict() if hasattr(report, "to_dict") else report
-        _print_json_or(data, fmt.mapping(data), args.json)
-        return 0 if data.get("ok", not data.get("damaged")) else 1
+        _print(report, fmt.mapping(report.to_dict()), args.json)
+        return 0 if report.ok else 1
     elif a == "diff":
         changes = client.diff_snapshots(args.a, args.b)
-        data = [c.to_dict() if hasattr(c, "to_dict") else c for c in changes]
         if args.json:
-            print(json.dumps(data, indent=2, default=str))
+            print(json.dumps([c.to_dict() for c in changes], indent=2, default=str))
         else:
-            for c in data:
-                print(f"{c.get('kind', c.get('change', '?'))[:1].upper()} {c['path']}"
-                      + (f"  ({', '.join(c['fields'])})" if c.get("fields") else ""))
-            print(f"{len(data)} change(s)")
+            for c in changes:
+                print(f"{c.kind[:1].upper()} {c.path}" + (f"  ({', '.join(c.fields)})" if c.fields else ""))
+            print(f"{len(changes)} change(s)")
     return 0
+
+
+def _state(s) -> str:
+    """A SnapshotInfo's state in Kubernetes' words."""
+    return f"Error: {s.error}" if s.error else ("Ready" if s.ready else "Pending")
+
+
+def _freed(freed) -> str:
+    """The tail of the 'deleted' line: what a FreedInfo says was given back."""
+    if freed.bytes is None:
+        return "; the storage system frees its space"
+    return f", {fmt.size(freed.bytes)} freed" + (" (more once running snapshots finish)" if freed.pending else "")
 
 
 def register(sub) -> None:

@@ -2,9 +2,9 @@
 
 from dtrain.storage.engine import Engine
 from dtrain.storage.fileio import FileIO
-from dtrain.storage.info import Damage, FreedInfo, SnapshotInfo, VerifyReport, VolumeInfo
+from dtrain.storage.info import Damage, Freed, Snapshot, VerifyReport, Volume
 from dtrain.storage.manifest import Change
 from dtrain.storage.volumes import Storage
 
-__all__ = ["Storage", "Engine", "FileIO", "VolumeInfo", "SnapshotInfo", "FreedInfo", "VerifyReport",
+__all__ = ["Storage", "Engine", "FileIO", "Volume", "Snapshot", "Freed", "VerifyReport",
            "Damage", "Change"]

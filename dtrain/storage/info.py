@@ -1,4 +1,8 @@
-"""What the storage layer returns: frozen records with `to_dict()` for ``--json`` output."""
+"""What the storage layer returns: frozen records of the local store.
+
+The local backend turns them into the interface's records (dtrain.backends.base: VolumeInfo,
+SnapshotInfo, FreedInfo); these keep what only the local store knows (folders, uids, methods).
+"""
 
 from __future__ import annotations
 
@@ -19,7 +23,7 @@ class _Record:
 
 
 @dataclass(frozen=True, kw_only=True)
-class VolumeInfo(_Record):
+class Volume(_Record):
     """A volume: a folder every process of a job mounts read-write (a PersistentVolumeClaim)."""
 
     name: str  # DNS-1123 name (PVC metadata.name)
@@ -28,21 +32,21 @@ class VolumeInfo(_Record):
     size: str  # requested capacity, a Kubernetes quantity (not enforced by the local backend)
     size_bytes: int  # `size` in bytes
     storage_class: str  # 'local' here; a StorageClass name on Kubernetes
-    created: str  # ISO 8601 UTC
+    created: float  # unix seconds
     origin_snapshot: str | None  # the snapshot it was created from (PVC dataSource), if any
     head_snapshot: str | None  # the latest snapshot taken of it or restored into it
     labels: Mapping[str, str]  # free-form tags
 
 
 @dataclass(frozen=True, kw_only=True)
-class SnapshotInfo(_Record):
+class Snapshot(_Record):
     """A point-in-time, read-only copy of a volume (a CSI VolumeSnapshot)."""
 
     name: str  # DNS-1123 name (VolumeSnapshot metadata.name)
     id: str  # the engine's manifest id
     volume: str  # the volume it was taken of (spec.source.persistentVolumeClaimName)
     volume_uid: str  # that volume's uid, which tells a re-created volume of the same name apart
-    created: str  # ISO 8601 UTC
+    created: float  # unix seconds
     volume_size: str  # the volume's requested size then: the default size of a restore
     storage_class: str  # the volume's storage class then
     job: str | None  # the job whose results it holds
@@ -55,7 +59,7 @@ class SnapshotInfo(_Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class FreedInfo(_Record):
+class Freed(_Record):
     """What deleting a snapshot gave back."""
 
     snapshot: str  # the deleted snapshot

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 import shutil
 import uuid
 from collections.abc import Mapping, Sequence
@@ -25,17 +24,11 @@ from pathlib import Path
 
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError, SpecError, StorageError
-from dtrain.names import check_name, parse_size
+from dtrain.names import check_name, check_storage_class, parse_size
 from dtrain.storage import fileio
 from dtrain.storage import manifest as mf
 from dtrain.storage.engine import Engine
-from dtrain.storage.info import (
-    Damage,
-    FreedInfo,
-    SnapshotInfo,
-    VerifyReport,
-    VolumeInfo,
-)
+from dtrain.storage.info import Damage, Freed, Snapshot, VerifyReport, Volume
 from dtrain.storage.progress import Progress, reporter
 
 SCHEMA = """
@@ -49,7 +42,6 @@ CREATE TABLE IF NOT EXISTS snapshots (
     files INTEGER NOT NULL, bytes INTEGER NOT NULL, added_bytes INTEGER NOT NULL, method TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS snapshots_by_volume ON snapshots (volume_uid, created_ns);
 """
-CLASS_RE = re.compile(r"^[a-z0-9][-a-z0-9.]*$")
 LIST_VOLUMES, LIST_SNAPSHOTS = "dtrain volume list", "dtrain snapshot list"
 
 
@@ -73,14 +65,12 @@ class Storage:
     # --- volumes ---------------------------------------------------------------------------
     def create_volume(self, name: str, *, size: str | None = None, storage_class: str = "local",
                       origin_snapshot: str | None = None, labels: Mapping[str, str] | None = None,
-                      progress: Progress | bool | None = None) -> VolumeInfo:
+                      progress: Progress | bool | None = None) -> Volume:
         """An empty volume, or one holding `origin_snapshot`'s content (size defaults to the
         snapshot's volume size, else 10Gi)."""
         check_name(name, "volume")
         labels = _check_labels(labels)
-        if not CLASS_RE.match(str(storage_class)):
-            raise SpecError(f"invalid storage class {storage_class!r}: use lower-case letters, digits, "
-                            f"'-' or '.', e.g. 'local'")
+        check_storage_class(storage_class)
         if size is not None:
             parse_size(size, "volume size")
         if origin_snapshot is not None:
@@ -94,13 +84,13 @@ class Storage:
             self._insert_volume(name, size or "10Gi", storage_class, None, labels)
         return self.get_volume(name)
 
-    def get_volume(self, name: str) -> VolumeInfo:
+    def get_volume(self, name: str) -> Volume:
         row = self.conn.execute("SELECT * FROM volumes WHERE name = ?", (name,)).fetchone()
         if row is None:
             raise NotFoundError(f"no volume named {name!r}: list volumes with `{LIST_VOLUMES}`")
         return self._volume(row)
 
-    def list_volumes(self) -> list[VolumeInfo]:
+    def list_volumes(self) -> list[Volume]:
         return [self._volume(r) for r in self.conn.execute("SELECT * FROM volumes ORDER BY name")]
 
     def delete_volume(self, name: str, *, in_use_by: Sequence[str] = (), force: bool = False) -> None:
@@ -128,7 +118,7 @@ class Storage:
     # --- snapshots -------------------------------------------------------------------------
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         job_spec: Mapping | None = None, source_snapshot: str | None = None,
-                        progress: Progress | bool | None = None) -> SnapshotInfo:
+                        progress: Progress | bool | None = None) -> Snapshot:
         """Capture `volume` now. Lineage: `source_snapshot` (the data the job started from)
         -> `job` (with its spec) -> this snapshot. Default name: <volume>-<UTC time>."""
         vol = self.get_volume(volume)
@@ -165,13 +155,13 @@ class Storage:
             self._sweep()
         return self.get_snapshot(name)
 
-    def get_snapshot(self, name: str) -> SnapshotInfo:
+    def get_snapshot(self, name: str) -> Snapshot:
         row = self.conn.execute("SELECT * FROM snapshots WHERE name = ?", (name,)).fetchone()
         if row is None:
             raise NotFoundError(f"no snapshot named {name!r}: list snapshots with `{LIST_SNAPSHOTS}`")
         return self._snapshot(row)
 
-    def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[SnapshotInfo]:
+    def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[Snapshot]:
         """Oldest first."""
         sql, args = "SELECT * FROM snapshots WHERE 1", []
         for column, value in (("volume", volume), ("job", job)):
@@ -180,7 +170,7 @@ class Storage:
         return [self._snapshot(r) for r in self.conn.execute(sql + " ORDER BY created_ns, name", args)]
 
     def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
-                         in_use_by: Sequence[str] = (), progress: Progress | bool | None = None) -> VolumeInfo:
+                         in_use_by: Sequence[str] = (), progress: Progress | bool | None = None) -> Volume:
         """Into a new volume `to` (which records origin_snapshot=name), or over the snapshot's
         own volume when `in_place` (refused while jobs in `in_use_by` use it)."""
         if (to is None) == (not in_place):
@@ -191,14 +181,14 @@ class Storage:
             return self._clone(snap, to, size=None, storage_class=None, labels={}, progress=progress)
         return self._restore_in_place(snap, in_use_by, progress)
 
-    def delete_snapshot(self, name: str) -> FreedInfo:
+    def delete_snapshot(self, name: str) -> Freed:
         """Forget a snapshot and free the content no other snapshot shares."""
         snap = self.get_snapshot(name)
         with db.transaction(self.conn):
             self.conn.execute("DELETE FROM snapshots WHERE name = ?", (name,))
         self.engine.drop(snap.id)
         swept = self._sweep()
-        return FreedInfo(snapshot=name, bytes=swept.bytes if swept else 0,
+        return Freed(snapshot=name, bytes=swept.bytes if swept else 0,
                          objects=swept.objects if swept else 0, pending=swept is None)
 
     def verify(self, name: str | None = None, *, progress: Progress | bool | None = None) -> VerifyReport:
@@ -229,8 +219,8 @@ class Storage:
         return mf.diff(old, live)
 
     # --- restore paths ---------------------------------------------------------------------
-    def _clone(self, snap: SnapshotInfo, to: str, *, size: str | None, storage_class: str | None,
-               labels: dict, progress) -> VolumeInfo:
+    def _clone(self, snap: Snapshot, to: str, *, size: str | None, storage_class: str | None,
+               labels: dict, progress) -> Volume:
         check_name(to, "volume")
         self._ensure_free(to)
         self._collect()
@@ -248,7 +238,7 @@ class Storage:
             _rmtree(staging)
         return self.get_volume(to)
 
-    def _restore_in_place(self, snap: SnapshotInfo, in_use_by: Sequence[str], progress) -> VolumeInfo:
+    def _restore_in_place(self, snap: Snapshot, in_use_by: Sequence[str], progress) -> Volume:
         vol = self.get_volume(snap.volume)
         if vol.uid != snap.volume_uid:
             raise ConflictError(f"volume {vol.name!r} was deleted and created again since snapshot "
@@ -308,7 +298,7 @@ class Storage:
                         hits.setdefault(d, []).append((snap.name, e.path))
         return hits
 
-    def _load(self, snap: SnapshotInfo) -> mf.Manifest:
+    def _load(self, snap: Snapshot) -> mf.Manifest:
         try:
             return self.engine.load(snap.id)
         except (OSError, ValueError) as err:
@@ -349,15 +339,15 @@ class Storage:
                           (name, uuid.uuid4().hex, _now(), size, storage_class, origin, origin,
                            json.dumps(labels, sort_keys=True)))
 
-    def _volume(self, row) -> VolumeInfo:
-        return VolumeInfo(name=row["name"], uid=row["uid"], path=self.volumes_dir / row["name"] / "data",
+    def _volume(self, row) -> Volume:
+        return Volume(name=row["name"], uid=row["uid"], path=self.volumes_dir / row["name"] / "data",
                           size=row["size"], size_bytes=parse_size(row["size"]), storage_class=row["storage_class"],
-                          created=row["created"], origin_snapshot=row["origin_snapshot"],
+                          created=_unix(row["created"]), origin_snapshot=row["origin_snapshot"],
                           head_snapshot=row["head_snapshot"], labels=json.loads(row["labels"]))
 
-    def _snapshot(self, row) -> SnapshotInfo:
-        return SnapshotInfo(name=row["name"], id=row["uid"], volume=row["volume"], volume_uid=row["volume_uid"],
-                            created=row["created"], volume_size=row["volume_size"],
+    def _snapshot(self, row) -> Snapshot:
+        return Snapshot(name=row["name"], id=row["uid"], volume=row["volume"], volume_uid=row["volume_uid"],
+                            created=_unix(row["created"]), volume_size=row["volume_size"],
                             storage_class=row["storage_class"], job=row["job"],
                             job_spec=json.loads(row["job_spec"]) if row["job_spec"] else None,
                             source_snapshot=row["source_snapshot"], files=row["files"], bytes=row["bytes"],
@@ -366,6 +356,11 @@ class Storage:
 
 def _now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _unix(stored: str) -> float:
+    """The tables keep ISO 8601 UTC text (readable in sqlite3); records carry unix seconds."""
+    return datetime.strptime(stored, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
 
 
 def _check_labels(labels) -> dict[str, str]:

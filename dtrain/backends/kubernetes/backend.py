@@ -26,9 +26,9 @@ import time
 from dataclasses import replace
 from typing import Any, Iterator
 
-from dtrain.backends.base import Backend, GpuInfo, JobInfo, JobStatus, LogLine, NodeInfo
+from dtrain.backends.base import Backend, GpuInfo, JobInfo, JobStatus, LogLine, NodeInfo, ProjectInfo
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
-from dtrain.spec import JobSpec, VolumeMount, check_name, parse_size
+from dtrain.spec import JobSpec, VolumeMount, parse_size
 
 from .client import (NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT,
                      Forbidden, KubeApi, Missing, client_from_config)
@@ -70,7 +70,7 @@ class KubernetesBackend(VolumeVerbs, Backend):
     def namespace(self) -> str:
         return self.config.namespace_of()
 
-    def render(self, spec: JobSpec) -> list[dict]:
+    def _render(self, spec: JobSpec) -> list[dict]:
         """What `submit` would create, for `--dry-run` (no cluster call)."""
         return render_job(spec, self.config, with_namespace=self.config.create_namespace)
 
@@ -246,9 +246,8 @@ class KubernetesBackend(VolumeVerbs, Backend):
 
     # ---------------------------------------------------------------- projects
 
-    def create_project(self, name: str, *, gpu_quota: int | None = None) -> None:
+    def _create_project(self, name: str, *, gpu_quota: int | None) -> None:
         """A project is a namespace (dtrain-NAME); its GPU quota a ResourceQuota on GPU requests."""
-        check_name(name, "project")
         namespace = self.config.namespace_of(name)
         try:
             self.api.create(render_namespace(namespace, name, self.config), NAMESPACE)
@@ -262,7 +261,7 @@ class KubernetesBackend(VolumeVerbs, Backend):
         else:
             self.api.replace(quota, RESOURCE_QUOTA)
 
-    def list_projects(self) -> list[dict]:
+    def _list_projects(self) -> list[ProjectInfo]:
         """Projects with their GPU quota, GPUs held by running pods and job count."""
         try:
             namespaces = self.api.list(NAMESPACE, None, label_selector=LABEL_PROJECT)
@@ -274,11 +273,11 @@ class KubernetesBackend(VolumeVerbs, Backend):
             quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) or {}
             hard = (quota.get("spec") or {}).get("hard", {}).get(f"requests.{GPU_RESOURCE}")
             running = self.api.list(POD, namespace, field_selector="status.phase=Running")
-            out.append({"name": (ns["metadata"].get("labels") or {}).get(LABEL_PROJECT, namespace),
-                        "namespace": namespace, "gpu_quota": int(hard) if hard is not None else None,
-                        "gpus_allocated": sum(pod_gpus(p) for p in running),
-                        "jobs": len(self._job_objects(namespace)), "backend": "kubernetes"})
-        return sorted(out, key=lambda p: p["name"])
+            out.append(ProjectInfo(name=(ns["metadata"].get("labels") or {}).get(LABEL_PROJECT, namespace),
+                                   backend=self.name, gpu_quota=int(hard) if hard is not None else None,
+                                   gpus_allocated=sum(pod_gpus(p) for p in running),
+                                   jobs=len(self._job_objects(namespace)), extra={"namespace": namespace}))
+        return out
 
     def _snapshot_on_success(self, info: JobInfo) -> JobInfo:
         """Mechanism 1 of --snapshot-on-success (render_storage.py): snapshot once seen Succeeded."""

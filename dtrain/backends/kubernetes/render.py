@@ -23,7 +23,7 @@ import re
 from typing import Any
 
 from dtrain.errors import SpecError
-from dtrain.spec import SIZE_RE, JobSpec, NewVolume
+from dtrain.spec import SIZE_RE, JobSpec
 
 from . import render_storage
 from .config import KubernetesConfig
@@ -89,8 +89,7 @@ def render_job(spec: JobSpec, config: KubernetesConfig, *, with_namespace: bool 
     objects: list[dict] = []
     if with_namespace:
         objects.append(render_storage.render_namespace(namespace, spec.project, config))
-    new = [v for v in spec.volumes if isinstance(v, NewVolume)]
-    objects += [render_storage.render_new_volume(spec, i, v, config) for i, v in enumerate(new)]
+    objects += [render_storage.render_new_volume(spec, name, v, config) for name, v in spec.new_volumes()]
     workload = render_workload(spec, config)
     if spec.snapshot_volume and config.snapshot_watcher:
         objects += render_storage.render_snapshot_rbac(namespace, spec.project, config)

@@ -66,9 +66,9 @@ def render_pvc(name: str, namespace: str, *, size: str, storage_class: str | Non
             "metadata": metadata(name, namespace, labels), "spec": spec}
 
 
-def render_new_volume(spec: JobSpec, index: int, volume: NewVolume, config: KubernetesConfig) -> dict:
-    """The PVC pvc-<job>-<i> of a `--pvc CLASS:SIZE:MOUNT` flag; it outlives the job."""
-    return render_pvc(volume.volume_name(spec.name, index), config.namespace_of(spec.project), size=volume.size,
+def render_new_volume(spec: JobSpec, name: str, volume: NewVolume, config: KubernetesConfig) -> dict:
+    """The PVC `name` (JobSpec.new_volumes) of a `--pvc CLASS:SIZE:MOUNT` flag; it outlives the job."""
+    return render_pvc(name, config.namespace_of(spec.project), size=volume.size,
                       storage_class=volume.storage_class, config=config, labels=job_labels(spec, config))
 
 
@@ -117,9 +117,8 @@ def render_success_snapshot(spec: JobSpec, config: KubernetesConfig) -> dict:
     """The snapshot `--snapshot-on-success` takes of spec.snapshot_volume."""
     volume = spec.snapshot_volume
     size = storage_class = None
-    new = [v for v in spec.volumes if isinstance(v, NewVolume)]
-    for i, v in enumerate(new):
-        if v.volume_name(spec.name, i) == volume:
+    for name, v in spec.new_volumes():
+        if name == volume:
             size, storage_class = v.size, v.storage_class
     return render_snapshot(success_snapshot_name(spec.name), volume, project=spec.project, config=config,
                            job=spec.name, source_size=size, source_class=storage_class)

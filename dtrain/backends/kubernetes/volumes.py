@@ -1,27 +1,25 @@
-"""Volumes (PVCs) and snapshots (VolumeSnapshots): the storage verbs of the Kubernetes backend.
+"""Volumes (PVCs) and snapshots (VolumeSnapshots): the storage hooks of the Kubernetes backend.
 
-Every verb works in the configured project's namespace. The dicts they return:
-    volume:   name, uid, namespace, size, size_bytes, storage_class, access_modes, status
-              (Pending/Bound/Lost), created (unix seconds), job, origin_snapshot, labels, backend
-    snapshot: name, uid, namespace, volume, job, created, ready, size (restoreSize), bytes,
-              volume_size, storage_class (of the source then), snapshot_class, status, backend
+Every hook works in the configured project's namespace and returns the interface's records:
+a PVC becomes a VolumeInfo (status = its phase: Pending, Bound, Lost; extra: uid, namespace,
+access_modes); a VolumeSnapshot a SnapshotInfo (ready = status.readyToUse, bytes =
+status.restoreSize; extra: uid, namespace, snapshot_class). Deleting a snapshot frees space in
+the storage system, on its own time: FreedInfo.bytes is None.
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from dtrain.backends.base import FreedInfo, Progress, SnapshotInfo, VolumeInfo
 from dtrain.errors import BackendError, ConflictError, NotFoundError, SpecError
-from dtrain.spec import check_name, parse_size
+from dtrain.names import parse_size
 
 from .client import POD, PVC, Missing
 from .objects import ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB, LABEL_SOURCE_SNAPSHOT, SNAPSHOT_HINT, VOLUME_SNAPSHOT
 from .render_storage import render_restore, render_snapshot, render_volume
 from .status import parse_time
-
-Progress = Callable[[int, int], None]  # (done, total), as the CLI's progress bar takes it
 
 if TYPE_CHECKING:
     from .client import KubeApi
@@ -32,30 +30,33 @@ def _bytes(quantity: str | None) -> int | None:
     return parse_size(str(quantity)) if quantity else None
 
 
-def volume_dict(pvc: dict) -> dict:
+def _created(meta: dict) -> float:
+    """creationTimestamp in unix seconds; the API server always sets it (0.0 if a reply lacks it)."""
+    return parse_time(meta.get("creationTimestamp")) or 0.0
+
+
+def volume_info(pvc: dict) -> VolumeInfo:
     meta, spec, status = pvc["metadata"], pvc.get("spec") or {}, pvc.get("status") or {}
     labels = meta.get("labels") or {}
     size = (status.get("capacity") or {}).get("storage") or spec["resources"]["requests"]["storage"]
     origin = labels.get(LABEL_SOURCE_SNAPSHOT) or (spec.get("dataSource") or {}).get("name")
-    return {"name": meta["name"], "uid": meta.get("uid"), "namespace": meta.get("namespace"), "size": size,
-            "size_bytes": _bytes(size), "storage_class": spec.get("storageClassName"),
-            "access_modes": list(spec.get("accessModes") or []), "status": status.get("phase", "Pending"),
-            "created": parse_time(meta.get("creationTimestamp")), "job": labels.get(LABEL_JOB),
-            "origin_snapshot": origin, "labels": labels, "backend": "kubernetes"}
+    return VolumeInfo(name=meta["name"], backend="kubernetes", size=size, size_bytes=parse_size(size),
+                      storage_class=spec.get("storageClassName"), created=_created(meta),
+                      status=status.get("phase", "Pending"), origin_snapshot=origin, job=labels.get(LABEL_JOB),
+                      labels=dict(labels), extra={"uid": meta.get("uid"), "namespace": meta.get("namespace"),
+                                                  "access_modes": list(spec.get("accessModes") or [])})
 
 
-def snapshot_dict(snap: dict) -> dict:
+def snapshot_info(snap: dict) -> SnapshotInfo:
     meta, spec, status = snap["metadata"], snap.get("spec") or {}, snap.get("status") or {}
     annotations = meta.get("annotations") or {}
-    error = (status.get("error") or {}).get("message")
-    ready = bool(status.get("readyToUse"))
-    return {"name": meta["name"], "uid": meta.get("uid"), "namespace": meta.get("namespace"),
-            "volume": (spec.get("source") or {}).get("persistentVolumeClaimName"),
-            "job": (meta.get("labels") or {}).get(LABEL_JOB), "created": parse_time(meta.get("creationTimestamp")),
-            "ready": ready, "size": status.get("restoreSize"), "bytes": _bytes(status.get("restoreSize")),
-            "volume_size": annotations.get(ANN_SOURCE_SIZE), "storage_class": annotations.get(ANN_SOURCE_CLASS),
-            "snapshot_class": spec.get("volumeSnapshotClassName"),
-            "status": f"Error: {error}" if error else ("Ready" if ready else "Pending"), "backend": "kubernetes"}
+    return SnapshotInfo(name=meta["name"], backend="kubernetes",
+                        volume=(spec.get("source") or {}).get("persistentVolumeClaimName"), created=_created(meta),
+                        ready=bool(status.get("readyToUse")), error=(status.get("error") or {}).get("message"),
+                        job=(meta.get("labels") or {}).get(LABEL_JOB), bytes=_bytes(status.get("restoreSize")),
+                        volume_size=annotations.get(ANN_SOURCE_SIZE), storage_class=annotations.get(ANN_SOURCE_CLASS),
+                        extra={"uid": meta.get("uid"), "namespace": meta.get("namespace"),
+                               "snapshot_class": spec.get("volumeSnapshotClassName")})
 
 
 class VolumeVerbs:
@@ -69,20 +70,18 @@ class VolumeVerbs:
 
     # ---------------------------------------------------------------- volumes
 
-    def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> dict:
-        check_name(name, "volume")
-        parse_size(size, "volume size")
+    def _create_volume(self, name: str, *, size: str, storage_class: str | None) -> VolumeInfo:
         pvc = render_volume(name, project=self.config.project, size=size, storage_class=storage_class,
                             config=self.config)
         self._ensure_namespace(self.namespace, self.config.project)
         try:
-            return volume_dict(self.api.create(pvc, PVC))
+            return volume_info(self.api.create(pvc, PVC))
         except ConflictError:
             raise ConflictError(f"volume {name!r} already exists in namespace {self.namespace}: "
                                 f"pick another name or delete it first") from None
 
-    def list_volumes(self) -> list[dict]:
-        return sorted((volume_dict(p) for p in self.api.list(PVC, self.namespace)), key=lambda v: v["name"])
+    def _list_volumes(self) -> list[VolumeInfo]:
+        return [volume_info(p) for p in self.api.list(PVC, self.namespace)]
 
     def _pvc(self, name: str) -> dict:
         try:
@@ -91,10 +90,10 @@ class VolumeVerbs:
             raise NotFoundError(f"volume {name!r} not found in namespace {self.namespace}: "
                                 f"see 'dtrain volume list'") from None
 
-    def get_volume(self, name: str) -> dict:
-        return volume_dict(self._pvc(name))
+    def _get_volume(self, name: str) -> VolumeInfo:
+        return volume_info(self._pvc(name))
 
-    def delete_volume(self, name: str, *, force: bool = False) -> None:
+    def _delete_volume(self, name: str, *, force: bool) -> None:
         self._pvc(name)
         users = [p for p in self.api.list(POD, self.namespace)
                  if (p.get("status") or {}).get("phase") in ("Pending", "Running")
@@ -110,19 +109,18 @@ class VolumeVerbs:
 
     # ---------------------------------------------------------------- snapshots
 
-    def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
-                        progress: Progress | None = None) -> dict:
+    def _create_snapshot(self, volume: str, *, name: str | None, job: str | None,
+                         progress: Progress | None) -> SnapshotInfo:
         """Ask the CSI driver for a snapshot; it is taken asynchronously ('ready' turns True)."""
         pvc = self._pvc(volume)
         if name is None:
             name = f"{volume[:37].rstrip('-')}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
-        check_name(name, "snapshot")
         spec = pvc.get("spec") or {}
         snap = render_snapshot(name, volume, project=self.config.project, config=self.config, job=job,
                                source_size=spec["resources"]["requests"]["storage"],
                                source_class=spec.get("storageClassName"))
         try:
-            made = snapshot_dict(self.api.create(snap, VOLUME_SNAPSHOT))
+            made = snapshot_info(self.api.create(snap, VOLUME_SNAPSHOT))
         except Missing as err:
             if err.api_missing:
                 raise BackendError(f"the cluster does not serve VolumeSnapshots: {SNAPSHOT_HINT}") from None
@@ -142,10 +140,8 @@ class VolumeVerbs:
                 raise BackendError(f"the cluster does not serve VolumeSnapshots: {SNAPSHOT_HINT}") from None
             raise
 
-    def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[dict]:
-        snaps = [snapshot_dict(s) for s in self._snapshots()]
-        snaps = [s for s in snaps if (volume is None or s["volume"] == volume) and (job is None or s["job"] == job)]
-        return sorted(snaps, key=lambda s: (s["created"] or 0.0, s["name"]))
+    def _list_snapshots(self) -> list[SnapshotInfo]:
+        return [snapshot_info(s) for s in self._snapshots()]
 
     def _snapshot(self, name: str) -> dict:
         try:
@@ -154,18 +150,15 @@ class VolumeVerbs:
             hint = SNAPSHOT_HINT if err.api_missing else "see 'dtrain snapshot list'"
             raise NotFoundError(f"snapshot {name!r} not found in namespace {self.namespace}: {hint}") from None
 
-    def get_snapshot(self, name: str) -> dict:
-        return snapshot_dict(self._snapshot(name))
+    def _get_snapshot(self, name: str) -> SnapshotInfo:
+        return snapshot_info(self._snapshot(name))
 
-    def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
-                         progress: Progress | None = None) -> dict:
+    def _restore_snapshot(self, name: str, *, to: str | None, in_place: bool,
+                          progress: Progress | None) -> VolumeInfo:
         """A new PVC `to` provisioned from the snapshot; Kubernetes cannot roll a PVC back in place."""
         if in_place:
             raise SpecError(f"in-place restore of {name!r} is not possible on Kubernetes (a PVC cannot be "
                             f"rolled back): restore into a new volume with --to NEW and mount that")
-        if to is None:
-            raise SpecError(f"restoring snapshot {name!r} needs a new volume name: pass --to NEW")
-        check_name(to, "volume")
         snap = self._snapshot(name)
         if self._exists(to):
             raise ConflictError(f"volume {to!r} already exists in namespace {self.namespace}: "
@@ -173,7 +166,7 @@ class VolumeVerbs:
         size, storage_class = self._restore_size(snap)
         pvc = render_restore(name, to, project=self.config.project, size=size, storage_class=storage_class,
                              config=self.config)
-        made = volume_dict(self.api.create(pvc, PVC))
+        made = volume_info(self.api.create(pvc, PVC))
         if progress:
             progress(1, 1)  # the provisioner fills the new PVC; it reads Bound when done
         return made
@@ -200,7 +193,7 @@ class VolumeVerbs:
                                f"yet and its source volume is gone; retry when 'dtrain snapshot get' says Ready")
         return str(size), storage_class or self.config.storage_class
 
-    def delete_snapshot(self, name: str) -> dict:
-        snap = snapshot_dict(self._snapshot(name))
+    def _delete_snapshot(self, name: str) -> FreedInfo:
+        snap = snapshot_info(self._snapshot(name))
         self.api.delete(VOLUME_SNAPSHOT, self.namespace, name)
-        return snap
+        return FreedInfo(snapshot=name, backend="kubernetes", bytes=None, extra={"restore_size": snap.bytes})

@@ -18,9 +18,10 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import TYPE_CHECKING, Iterator
 
-from dtrain.backends.base import (Backend, Event, JobInfo, JobStatus, LogLine, NodeInfo, ProcessInfo)
+from dtrain.backends.base import (Backend, Event, FreedInfo, JobInfo, JobStatus, LogLine, NodeInfo, ProcessInfo,
+                                  ProjectInfo, SnapshotInfo, VolumeInfo)
 from dtrain.backends.local import launch
 from dtrain.backends.local.scheduler import split_devices
 from dtrain.backends.local.devices import inventory
@@ -30,6 +31,9 @@ from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, rank_records
 from dtrain.config import home_dir
 from dtrain.errors import ConflictError, QuotaError
 from dtrain.spec import JobSpec, NewVolume
+
+if TYPE_CHECKING:
+    from dtrain.storage.info import Snapshot, Volume
 
 LOST_AFTER_S = 60.0  # a Pending job whose supervisor never registered is lost after this
 
@@ -65,10 +69,7 @@ class LocalBackend(Backend):
         cwd = spec.working_dir or os.getcwd()
         self._check_resources(spec)
         launch.check_tools(spec, cwd=cwd)
-        existing = self.store.status(spec.name)
-        if existing not in (None, "Deleted"):
-            raise ConflictError(f"a job named {spec.name!r} already exists ({existing}); pick another "
-                                f"name or remove it first with 'dtrain delete {spec.name}'")
+        self.store.check_free(spec.name)  # again in insert_job's transaction; here before volumes are made
         created = self._prepare_volumes(spec) if spec.volumes else []
         try:
             self.store.insert_job(spec, cwd=cwd, node=socket.gethostname())
@@ -102,16 +103,15 @@ class LocalBackend(Backend):
 
     def _prepare_volumes(self, spec: JobSpec) -> list[str]:
         """Create the job's new volumes (pvc-<job>-<i>); all or none."""
-        new = [(v, v.volume_name(spec.name, i)) for i, v in
-               enumerate(v for v in spec.volumes if isinstance(v, NewVolume))]
+        new = spec.new_volumes()
         existing = {v.name for v in self.storage.list_volumes()}
-        for _v, name in new:
+        for name, _v in new:
             if name in existing:
                 raise ConflictError(f"volume {name!r} (for --pvc of job {spec.name!r}) already exists; mount it with "
                                     f"--pvc {name}:MOUNT or remove it with 'dtrain volume delete {name}'")
         created = []
         try:
-            for v, name in new:
+            for name, v in new:
                 self.storage.create_volume(name, size=v.size, storage_class=v.storage_class)
                 created.append(name)
         except Exception:
@@ -229,21 +229,26 @@ class LocalBackend(Backend):
                          memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
                          gpus=tuple(replace(g, job=held.get(g.index)) for g in gpus))]
 
+    def _render(self, spec: JobSpec) -> list[dict]:
+        """A local job is its spec: the dry run shows what would be stored."""
+        return [spec.to_dict()]
+
     # ---- projects -------------------------------------------------------------------------
-    def create_project(self, name: str, *, gpu_quota: int | None) -> None:
+    def _create_project(self, name: str, *, gpu_quota: int | None) -> None:
         gpus = len(inventory())
         if gpu_quota is not None and gpu_quota > gpus:
             raise QuotaError(f"a GPU quota of {gpu_quota} is larger than this machine's {gpus} GPUs; "
                              f"use --gpu-quota {gpus} or less")
         self.store.upsert_project(name, gpu_quota)
 
-    def list_projects(self) -> list[dict]:
+    def _list_projects(self) -> list[ProjectInfo]:
         jobs = self.store.jobs()
+        held = self.store.allocations()
         out = []
         for p in self.store.projects():
-            used = sum(len(self.store.job_devices(j["name"])) for j in jobs if j["project"] == p["name"])
-            out.append({"name": p["name"], "gpu_quota": p["gpu_quota"], "gpus_allocated": used,
-                        "jobs": sum(j["project"] == p["name"] for j in jobs)})
+            names = {j["name"] for j in jobs if j["project"] == p["name"]}
+            out.append(ProjectInfo(name=p["name"], backend=self.name, gpu_quota=p["gpu_quota"],
+                                   gpus_allocated=sum(job in names for job in held.values()), jobs=len(names)))
         return out
 
     # ---- volumes and snapshots --------------------------------------------------------------
@@ -256,43 +261,63 @@ class LocalBackend(Backend):
                     users.append(spec.name)
         return users
 
-    def create_volume(self, name, *, size="10Gi", storage_class=None):
-        return self.storage.create_volume(name, size=size, storage_class=storage_class or "local").to_dict()
+    def _create_volume(self, name, *, size, storage_class):
+        return self._volume(self.storage.create_volume(name, size=size, storage_class=storage_class or "local"))
 
-    def list_volumes(self):
-        return [v.to_dict() for v in self.storage.list_volumes()]
+    def _list_volumes(self):
+        return [self._volume(v) for v in self.storage.list_volumes()]
 
-    def get_volume(self, name):
-        return self.storage.get_volume(name).to_dict()
+    def _get_volume(self, name):
+        return self._volume(self.storage.get_volume(name))
 
-    def delete_volume(self, name, *, force=False):
+    def _delete_volume(self, name, *, force):
         self.storage.delete_volume(name, in_use_by=self.volume_users(name), force=force)
 
-    def create_snapshot(self, volume, *, name=None, job=None, progress=None):
+    def _create_snapshot(self, volume, *, name, job, progress):
         spec = source = None
         if job is not None:
             row = self.store.job(job)
             spec, source = json.loads(row["spec"]), row["source_snapshot"]
-        return self.storage.create_snapshot(volume, name=name, job=job, job_spec=spec,
-                                            source_snapshot=source, progress=progress).to_dict()
+        return self._snapshot(self.storage.create_snapshot(volume, name=name, job=job, job_spec=spec,
+                                                           source_snapshot=source, progress=progress))
 
-    def list_snapshots(self, *, volume=None, job=None):
-        return [s.to_dict() for s in self.storage.list_snapshots(volume=volume, job=job)]
+    def _list_snapshots(self):
+        return [self._snapshot(s) for s in self.storage.list_snapshots()]
 
-    def get_snapshot(self, name):
-        return self.storage.get_snapshot(name).to_dict()
+    def _get_snapshot(self, name):
+        return self._snapshot(self.storage.get_snapshot(name))
 
-    def restore_snapshot(self, name, *, to=None, in_place=False, progress=None):
+    def _restore_snapshot(self, name, *, to, in_place, progress):
         if in_place:
             users = self.volume_users(self.storage.get_snapshot(name).volume)
             if users:
                 raise ConflictError(f"cannot restore {name!r} in place while job(s) {', '.join(users)} use the "
                                     f"volume; wait for them or delete them first")
-        return self.storage.restore_snapshot(name, to=to, in_place=in_place, progress=progress).to_dict()
+        return self._volume(self.storage.restore_snapshot(name, to=to, in_place=in_place, progress=progress))
 
-    def delete_snapshot(self, name):
+    def _delete_snapshot(self, name):
         freed = self.storage.delete_snapshot(name)
-        return freed.to_dict() if hasattr(freed, "to_dict") else dict(freed or {})
+        return FreedInfo(snapshot=freed.snapshot, backend=self.name, bytes=freed.bytes, pending=freed.pending,
+                         extra={"objects": freed.objects})
+
+    def _verify_snapshot(self, name):
+        return self.storage.verify(name)
+
+    def _diff_snapshots(self, a, b):
+        return self.storage.diff(a, b)
+
+    def _volume(self, v: Volume) -> VolumeInfo:
+        return VolumeInfo(name=v.name, backend=self.name, size=v.size, size_bytes=v.size_bytes,
+                          storage_class=v.storage_class, created=v.created, origin_snapshot=v.origin_snapshot,
+                          labels=dict(v.labels), extra={"path": str(v.path), "uid": v.uid,
+                                                        "head_snapshot": v.head_snapshot})
+
+    def _snapshot(self, s: Snapshot) -> SnapshotInfo:
+        return SnapshotInfo(name=s.name, backend=self.name, volume=s.volume, created=s.created, job=s.job,
+                            job_spec=s.job_spec, source_snapshot=s.source_snapshot, files=s.files, bytes=s.bytes,
+                            volume_size=s.volume_size, storage_class=s.storage_class,
+                            extra={"id": s.id, "volume_uid": s.volume_uid, "added_bytes": s.added_bytes,
+                                   "method": s.method})
 
 
 def _spawn_detached(argv: list[str], *, log: Path, cwd: str) -> int:

@@ -73,12 +73,7 @@ class JobStore:
         """Add a Pending job; a Deleted job of the same name is replaced, any other clashes."""
         now = time.time()
         with db.transaction(self.conn):
-            old = self.conn.execute("SELECT status FROM jobs WHERE name=?", (spec.name,)).fetchone()
-            if old is not None and old["status"] != "Deleted":
-                raise ConflictError(
-                    f"a job named {spec.name!r} already exists ({old['status']}); pick another name "
-                    f"or remove it first with 'dtrain delete {spec.name}'")
-            if old is not None:
+            if self.check_free(spec.name):
                 self.conn.execute("DELETE FROM jobs WHERE name=?", (spec.name,))
                 self.conn.execute("DELETE FROM job_events WHERE job=?", (spec.name,))
             self.conn.execute(
@@ -86,6 +81,14 @@ class JobStore:
                 "VALUES (?, ?, ?, 'Pending', ?, ?, ?)",
                 (spec.name, spec.project, json.dumps(spec.to_dict()), now, cwd, node))
             self._event(spec.name, "Pending", "queued", now)
+
+    def check_free(self, name: str) -> bool:
+        """Raise ConflictError if a job `name` exists and is not Deleted; True if a Deleted one does."""
+        status = self.status(name)
+        if status not in (None, "Deleted"):
+            raise ConflictError(f"a job named {name!r} already exists ({status}); pick another name "
+                                f"or remove it first with 'dtrain delete {name}'")
+        return status == "Deleted"
 
     def job(self, name: str) -> sqlite3.Row:
         row = self.conn.execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()
