@@ -208,8 +208,7 @@ class LocalBackend(Backend):
     def _delete(self, name: str) -> JobInfo:
         row = self.store.job(name)
         was_active = row["status"] in ACTIVE
-        if row["status"] != "Deleted":
-            self.store.set_status(name, "Deleted", "deleted by the user", only_if_active=False)
+        self.store.set_status(name, "Deleted", "deleted by the user")  # refused if already Deleted
         pid = row["supervisor_pid"]
         if was_active and pid and _proc_start(pid) == row["supervisor_start"]:
             os.kill(pid, signal.SIGTERM)

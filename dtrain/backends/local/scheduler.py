@@ -9,8 +9,6 @@ Rules, checked in one SQLite write transaction so concurrent supervisors never r
 
 from __future__ import annotations
 
-import time
-
 from dtrain import db
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
@@ -44,10 +42,9 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
             return None
         chosen = free[:need]
         conn.executemany("INSERT INTO allocations (device, job) VALUES (?, ?)", [(d, spec.name) for d in chosen])
-        now = time.time()
-        conn.execute("UPDATE jobs SET status='Running', started=?, message='' WHERE name=?", (now, spec.name))
-        conn.execute("INSERT INTO job_events (job, time, status, message) VALUES (?, ?, 'Running', ?)",
-                     (spec.name, now, "started on " + (", ".join(f"GPU {d}" for d in chosen) or "CPU")))
+        # The store owns the status; moving it in this transaction means no other process ever
+        # sees devices held by a Pending job, or a Running job without its devices.
+        store.move(spec.name, "Running", "started on " + (", ".join(f"GPU {d}" for d in chosen) or "CPU"))
     return chosen
 
 

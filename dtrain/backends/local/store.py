@@ -2,6 +2,10 @@
 
 Every CLI process and every job supervisor opens the same `$DTRAIN_HOME/state.db`; writes that
 read-check-write (submit, allocate, finish) run in one `BEGIN IMMEDIATE` transaction.
+
+This module owns a job's status: every change goes through `JobStore.move` (directly or via
+`set_status`), checked against `TRANSITIONS`. The scheduler calls `move` inside its allocation
+transaction, the supervisor and the backend call `set_status`; nobody else writes the column.
 """
 
 from __future__ import annotations
@@ -55,6 +59,18 @@ CREATE TABLE IF NOT EXISTS projects (
 """
 
 ACTIVE = ("Pending", "Running")
+FINAL = ("Succeeded", "Failed", "Deleted")  # `finished` is set and the devices are released
+
+# The allowed status changes, written once. A finished job only becomes Deleted (by `dtrain
+# delete`); Deleted is final: submitting the name again replaces the row (insert_job). A refused
+# change is not an error: it is how a supervisor that finishes after `dtrain delete` loses the race.
+TRANSITIONS: dict[str, frozenset[str]] = {
+    "Pending": frozenset({"Running", "Failed", "Deleted"}),  # allocated; lost or broken; deleted
+    "Running": frozenset({"Succeeded", "Failed", "Deleted"}),
+    "Succeeded": frozenset({"Deleted"}),
+    "Failed": frozenset({"Deleted"}),
+    "Deleted": frozenset(),
+}
 
 
 class JobStore:
@@ -108,26 +124,32 @@ class JobStore:
         return self.conn.execute("SELECT * FROM job_events WHERE job=? ORDER BY id", (name,)).fetchall()
 
     def update(self, name: str, **fields) -> None:
+        """Set bookkeeping fields (pid, restarts); the status only changes through `move`."""
+        assert "status" not in fields, "use set_status/move: they check TRANSITIONS"
         cols = ", ".join(f"{k}=?" for k in fields)
         self.conn.execute(f"UPDATE jobs SET {cols} WHERE name=?", (*fields.values(), name))
 
-    def set_status(self, name: str, status: str, message: str = "", *, only_if_active: bool = True,
-                   **fields) -> bool:
-        """Move a job to `status`, recording an event; a finished job is never moved again."""
-        now = time.time()
+    def set_status(self, name: str, status: str, message: str = "", **fields) -> bool:
+        """Move a job to `status` in its own transaction; False if TRANSITIONS forbids it."""
         with db.transaction(self.conn):
-            row = self.conn.execute("SELECT status FROM jobs WHERE name=?", (name,)).fetchone()
-            if row is None or (only_if_active and row["status"] not in ACTIVE):
-                return False
-            extra = dict(fields)
-            if status in ("Succeeded", "Failed", "Deleted"):
-                extra.setdefault("finished", now)
-                self.conn.execute("DELETE FROM allocations WHERE job=?", (name,))
-            if status == "Running":
-                extra.setdefault("started", now)
-            cols = ", ".join(["status=?", "message=?"] + [f"{k}=?" for k in extra])
-            self.conn.execute(f"UPDATE jobs SET {cols} WHERE name=?", (status, message, *extra.values(), name))
-            self._event(name, status, message, now)
+            return self.move(name, status, message, **fields)
+
+    def move(self, name: str, status: str, message: str = "", **fields) -> bool:
+        """Move a job to `status` inside the caller's transaction, recording an event; a final
+        status releases the job's devices. False (nothing written) if TRANSITIONS forbids it."""
+        row = self.conn.execute("SELECT status FROM jobs WHERE name=?", (name,)).fetchone()
+        if row is None or status not in TRANSITIONS[row["status"]]:
+            return False
+        now = time.time()
+        extra = dict(fields)
+        if status in FINAL:
+            extra.setdefault("finished", now)
+            self.conn.execute("DELETE FROM allocations WHERE job=?", (name,))
+        if status == "Running":
+            extra.setdefault("started", now)
+        cols = ", ".join(["status=?", "message=?"] + [f"{k}=?" for k in extra])
+        self.conn.execute(f"UPDATE jobs SET {cols} WHERE name=?", (status, message, *extra.values(), name))
+        self._event(name, status, message, now)
         return True
 
     def add_event(self, name: str, status: str, message: str) -> None:
