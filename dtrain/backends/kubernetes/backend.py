@@ -35,7 +35,7 @@ from .client import (NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDI
 from .config import KubernetesConfig
 from .logs import LogSource, keep, merge, parse_line
 from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE, MPI_JOB, ROLE_SNAPSHOTTER,
-                      SNAPSHOT_HINT, VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
+                      VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
 from .render import render_job, resource_for
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace, render_success_snapshot
 from .status import job_info, newest_pod, pod_gpus, pod_index, procs_per_pod, spec_of
@@ -149,8 +149,7 @@ class KubernetesBackend(VolumeVerbs, Backend):
             return self.api.create(obj, resource)
         except Missing as err:
             if err.api_missing:
-                raise BackendError(f"the cluster does not serve {resource.full_name} ({resource.kind}): "
-                                   f"{resource.install_hint or 'check the API group'}") from None
+                raise err.no_api() from None
             raise NotFoundError(f"{err}: create the namespace (kubectl create namespace "
                                 f"{obj['metadata'].get('namespace')}) or let dtrain create it") from None
         except Forbidden as err:
@@ -289,7 +288,7 @@ class KubernetesBackend(VolumeVerbs, Backend):
             self.api.read(VOLUME_SNAPSHOT, namespace, name)
         except Missing as err:
             if err.api_missing:
-                return replace(info, message=f"snapshot-on-success not taken: {SNAPSHOT_HINT}")
+                return replace(info, message=f"snapshot-on-success not taken: {err.no_api()}")
             if self._try_read(PVC, namespace, volume) is None:
                 return replace(info, message=f"snapshot-on-success not taken: volume {volume!r} is gone")
             try:

@@ -32,9 +32,19 @@ _TYPED_APIS = {"": "core", "batch": "batch", "rbac.authorization.k8s.io": "rbac"
 class Missing(NotFoundError):
     """A 404: the object is absent, or (api_missing) the cluster does not serve its type at all."""
 
-    def __init__(self, message: str, *, api_missing: bool):
+    def __init__(self, message: str, *, api_missing: bool, resource: Resource | None = None):
         super().__init__(message)
         self.api_missing = api_missing
+        self.resource = resource  # set by KubeApi.call, which knows what it asked for
+
+    def no_api(self) -> BackendError:
+        """The one error for a kind the cluster does not serve (its CRD is not installed),
+        naming what to install."""
+        r = self.resource
+        if r is None:
+            return BackendError(f"{self}: the cluster does not serve this API")
+        return BackendError(f"the cluster does not serve {r.full_name} ({r.kind}): "
+                            f"{r.install_hint or 'check the API group and version'}")
 
 
 class Forbidden(BackendError):
@@ -127,7 +137,11 @@ class KubeApi:
             args += (body,)
         where = f" in namespace {namespace}" if namespace else ""
         what = f"{verb} {resource.kind}{' ' + repr(name) if name else 's'}{where}"
-        return self.send(what, getattr(api, method), *args, **query)
+        try:
+            return self.send(what, getattr(api, method), *args, **query)
+        except Missing as err:
+            err.resource = resource
+            raise
 
     def send(self, what: str, method, *args: Any, **kwargs: Any) -> dict:
         data = self.raw(what, method, *args, **kwargs).data

@@ -17,7 +17,7 @@ from dtrain.errors import BackendError, ConflictError, NotFoundError, SpecError
 from dtrain.names import parse_size
 
 from .client import POD, PVC, Missing
-from .objects import ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB, LABEL_SOURCE_SNAPSHOT, SNAPSHOT_HINT, VOLUME_SNAPSHOT
+from .objects import ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB, LABEL_SOURCE_SNAPSHOT, VOLUME_SNAPSHOT
 from .render_storage import render_restore, render_snapshot, render_volume
 from .status import parse_time
 
@@ -122,9 +122,7 @@ class VolumeVerbs:
         try:
             made = snapshot_info(self.api.create(snap, VOLUME_SNAPSHOT))
         except Missing as err:
-            if err.api_missing:
-                raise BackendError(f"the cluster does not serve VolumeSnapshots: {SNAPSHOT_HINT}") from None
-            raise
+            raise (err.no_api() if err.api_missing else err) from None
         except ConflictError:
             raise ConflictError(f"snapshot {name!r} already exists in namespace {self.namespace}: "
                                 f"pick another name") from None
@@ -136,9 +134,7 @@ class VolumeVerbs:
         try:
             return self.api.list(VOLUME_SNAPSHOT, self.namespace)
         except Missing as err:
-            if err.api_missing:
-                raise BackendError(f"the cluster does not serve VolumeSnapshots: {SNAPSHOT_HINT}") from None
-            raise
+            raise (err.no_api() if err.api_missing else err) from None
 
     def _list_snapshots(self) -> list[SnapshotInfo]:
         return [snapshot_info(s) for s in self._snapshots()]
@@ -147,8 +143,10 @@ class VolumeVerbs:
         try:
             return self.api.read(VOLUME_SNAPSHOT, self.namespace, name)
         except Missing as err:
-            hint = SNAPSHOT_HINT if err.api_missing else "see 'dtrain snapshot list'"
-            raise NotFoundError(f"snapshot {name!r} not found in namespace {self.namespace}: {hint}") from None
+            if err.api_missing:
+                raise err.no_api() from None
+            raise NotFoundError(f"snapshot {name!r} not found in namespace {self.namespace}: "
+                                f"see 'dtrain snapshot list'") from None
 
     def _get_snapshot(self, name: str) -> SnapshotInfo:
         return snapshot_info(self._snapshot(name))
