@@ -290,3 +290,41 @@ def test_hybrid_sagemaker_branch_calls_the_sagemaker_backend(dt, tmp_path):
     ir = compiled(dt.home, tmp_path, "hybrid-cifar10")
     assert proc.returncode == 1 and f"failed at step '{branches(ir)['sagemaker'][0]}'" in proc.stderr
     assert "unknown backend 'sagemaker'" in proc.stdout  # the Client was asked for it; issue 13 adds it
+
+
+@pytest.fixture(scope="module")
+def tusimple_archives(tmp_path_factory) -> Path:
+    """A tiny TuSimple download: train_set.tar.gz, test_set.tar.gz and test_label.json."""
+    from dtrain.workloads.lanes import synth
+
+    out = tmp_path_factory.mktemp("tusimple")
+    assert synth.main(["--out", str(out), "--train", "24", "--test", "8", "--seed", "3", "--archive"]) == 0
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threshold", [0.0, 1.0])
+def test_lane_detection_runs_prepare_train_evaluate_and_the_condition(dt, tusimple_archives, threshold):
+    urls = ",".join(str(tusimple_archives / f) for f in ("train_set.tar.gz", "test_set.tar.gz", "test_label.json"))
+    proc = dt("pipeline", "run", "lane-detection", "--param", f"urls={urls}", "--param", "max_steps=3",
+              "--param", "batch_size=2", "--param", f"threshold={threshold}", timeout=600)
+    assert "pipeline 'lane-detection' succeeded" in proc.stdout
+    (run,) = (dt.home / "pipelines").glob("lane-detection-*")
+    metrics = json.loads((run / "evaluate" / "metrics").read_text())  # the Metrics artifact's content
+    assert {"accuracy", "fp", "fn"} <= set(metrics) and metrics["frames"] == 8
+    assert outputs(dt.home, "lane-detection", "evaluate")["Output"] == metrics["accuracy"]
+    ran = ran_tasks(dt.home, "lane-detection")
+    assert {"prepare", "snapshot", "lanes-job", "train", "evaluate"} <= ran
+    assert ("restore" in ran) == (metrics["accuracy"] >= threshold)
+
+    trained = outputs(dt.home, "lane-detection", "train")
+    job = dt.json("describe", "job", "lanes-train")
+    assert job["status"] == "Succeeded" and job["spec"]["processes"] == 2 and trained["model"] == job["snapshot"]
+    snapshots = {s["name"]: s for s in dt.json("snapshot", "list")}
+    assert snapshots["lanes-prepared"]["job"] == "lanes-data" and job["snapshot"] in snapshots
+    volumes = {v["name"] for v in dt.json("volume", "list")}
+    if threshold == 0.0:  # any accuracy passes: the training snapshot becomes the candidate
+        candidate = Path(dt.json("volume", "describe", "lanes-candidate")["path"])
+        assert (candidate / "runs" / "lanes-train" / "model.pt").is_file()
+    else:  # three steps do not reach a perfect score: the branch is skipped
+        assert metrics["accuracy"] < 1.0 and "lanes-candidate" not in volumes
