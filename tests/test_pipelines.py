@@ -22,7 +22,7 @@ from conftest import Dtrain
 from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
 from dtrain.cli.main import main
 from dtrain.config import BACKENDS
-from dtrain.errors import JobFailedError
+from dtrain.errors import JobFailedError, SpecError
 from dtrain.pipelines import steps
 from dtrain.workloads.cifar10.data import write_synthetic
 
@@ -162,6 +162,46 @@ def test_bad_input_is_one_line_and_exit_2(home, capsys, args, message):
     assert code == 2 and err.count("\n") == 1 and err.startswith("dtrain: error: "), err
     assert message in err
     assert not (home / "pipelines").exists()  # nothing ran
+
+
+# ---------------------------------------------------------------- specs and outputs (pure)
+
+
+def test_each_runtime_gets_the_same_job_with_its_own_data_wiring():
+    common = dict(job_name="c", processes=3, epochs=2, batch_size=8, lr=0.01, backend="gloo", data_volume="data")
+    local, model = steps.cifar10_spec(runtime="local", **common)
+    k8s, _ = steps.cifar10_spec(runtime="kubernetes", image="reg/cifar:1", **common)
+    sm, sm_model = steps.cifar10_spec(runtime="sagemaker", **common)
+    assert local["command"] == k8s["command"] and local["volumes"] == k8s["volumes"] == ["data:/mnt"]
+    assert (local["processes"], local["launcher"], k8s["image"]) == (3, "torchrun", "reg/cifar:1")
+    assert local["command"][local["command"].index("--model-dir") + 1] == "/mnt/models/c"
+    assert model == "data:/models/c/model.pth" and "S3" in sm_model
+    # SageMaker hands the script its channel and model folder (SM_CHANNEL_TRAINING, SM_MODEL_DIR)
+    assert sm["volumes"] == [] and "--data-dir" not in sm["command"] and "--model-dir" not in sm["command"]
+    assert sm["command"] == local["command"][:local["command"].index("--data-dir")]
+    assert None not in local.values() and "project" not in local  # a KFP struct holds no null
+
+
+def test_the_model_location_prefers_the_snapshot_then_the_backends_uri():
+    from dtrain.backends.base import JobInfo, JobStatus
+    from dtrain.spec import JobSpec
+
+    def info(**kw):
+        return JobInfo(name="j", spec=JobSpec(name="j", command=("x",)), status=JobStatus.SUCCEEDED, backend="b",
+                       created=0.0, **kw)
+
+    assert steps.model_location(info(snapshot="snap-1"), "vol:/m") == "snap-1"
+    uri = "s3://bucket/dtrain/j/output/model.tar.gz"
+    assert steps.model_location(info(extra={"model_artifacts": uri}), "vol:/m") == uri
+    assert steps.model_location(info(), "vol:/m") == "vol:/m"
+
+
+def test_prepare_spec_checks_urls_against_digests():
+    spec, volume = steps.lanes_prepare_spec(job_name="d", urls="a.tgz, b.tgz", sha256="x,")
+    assert volume == "pvc-d-0" and spec["volumes"] == ["local:10Gi:/mnt"]
+    assert spec["command"][4:10] == ["--url", "a.tgz", "b.tgz", "--sha256", "x", "-"]
+    with pytest.raises(SpecError, match="2 sha256 values for 1 urls"):
+        steps.lanes_prepare_spec(job_name="d", urls="a.tgz", sha256="x,y")
 
 
 # ---------------------------------------------------------------- failing jobs

@@ -187,7 +187,7 @@ def model_location(info: JobInfo, fallback: str) -> str:
     """A snapshot taken on success wins; else the backend's model URI (SageMaker); else `fallback`."""
     if info.snapshot:
         return info.snapshot
-    uri = info.extra.get("model_uri")  # SageMaker: s3://BUCKET/PREFIX/JOB/output/model.tar.gz
+    uri = info.extra.get("model_artifacts")  # SageMaker's S3ModelArtifacts: s3://.../output/model.tar.gz
     return str(uri) if uri else fallback
 
 
