@@ -222,15 +222,18 @@ def test_a_failed_job_raises_with_its_last_log_lines(dt, home):
 
 
 @pytest.mark.slow
-def test_a_failed_training_job_fails_its_pipeline_step(dt):
+def test_a_failed_training_job_fails_its_pipeline_step(dt, tmp_path):
     dt("volume", "create", "cifar10", "--size", "1Gi")  # empty: the workload finds no batches
-    proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "processes=1", *SHORT, check=False, timeout=300)
+    decoy = Dtrain(tmp_path / "decoy")  # $DTRAIN_HOME says elsewhere: the steps must follow --home
+    proc = decoy("--home", str(dt.home), "pipeline", "run", "hybrid-cifar10", "--param", "processes=1", *SHORT,
+                 check=False, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "failed at step 'train'" in proc.stderr.strip().splitlines()[-1]
     step_log = proc.stdout
     assert "JobFailedError: job 'cifar10-hybrid' ended Failed" in step_log
     assert "its last log lines:" in step_log and "no CIFAR10 batches in /mnt" in step_log
     assert dt.status("cifar10-hybrid") == "Failed"
+    assert not (tmp_path / "decoy").exists()
 
 
 # ---------------------------------------------------------------- runs
