@@ -202,9 +202,9 @@ def snapshot(volume: str, *, name: str, job: str = "", backend: str = "local",
              client: Client | None = None, echo: Echo = print) -> str:
     """The `snapshot` component: freeze a volume (e.g. the prepared data) under a name."""
     client = client or Client(backend=backend)
-    snap = client.create_snapshot(volume, name=name, job=job or None)
-    echo(f"snapshot {snap['name']!r} of volume {volume!r}")
-    return snap["name"]
+    client.create_snapshot(volume, name=name, job=job or None)
+    echo(f"snapshot {name!r} of volume {volume!r}")
+    return name
 
 
 def restore(snapshot_name: str, *, to: str, backend: str = "local", client: Client | None = None,
