@@ -371,3 +371,47 @@ def test_lane_detection_runs_prepare_train_evaluate_and_the_condition(dt, tusimp
         assert (candidate / "runs" / "lanes-train" / "model.pt").is_file()
     else:  # three steps do not reach a perfect score: the branch is skipped
         assert metrics["accuracy"] < 1.0 and "lanes-candidate" not in volumes
+
+
+@pytest.mark.skipif("sagemaker" not in BACKENDS, reason="needs issue 13's SageMaker backend")
+@pytest.mark.slow
+def test_hybrid_sagemaker_creates_a_training_job_on_a_moto_server(dt, tmp_path):
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        aws = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+        session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                                        region_name="us-east-1")
+        make = lambda name: session.client(name, endpoint_url=aws["AWS_ENDPOINT_URL"])  # noqa: E731
+        make("s3").create_bucket(Bucket="dtrain-test")
+        group, stream = "/aws/sagemaker/TrainingJobs", "cifar10-hybrid/algo-1-1767225600"
+        logs = make("logs")  # what SageMaker's container would write; moto runs no container
+        logs.create_log_group(logGroupName=group)
+        logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=[
+            {"timestamp": int(time.time() * 1000), "message": "FINAL test_accuracy=0.5000 steps=2"}])
+        sm = Dtrain(dt.home, env=aws)
+        sm("config", "sagemaker", "--role", "arn:aws:iam::123456789012:role/sm", "--bucket", "dtrain-test",
+           "--region", "us-east-1")
+        proc = sm("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", *SHORT, timeout=300,
+                  cwd=tmp_path)
+        desc = make("sagemaker").describe_training_job(TrainingJobName="cifar10-hybrid")
+    finally:
+        server.stop()
+    ir = compiled(dt.home, tmp_path, "hybrid-cifar10")
+    branch = branches(ir)["sagemaker"][0]
+    assert ran_tasks(dt.home, "hybrid-cifar10") == {"check-condition", "cifar10-job", branch}
+    assert outputs(dt.home, "hybrid-cifar10", branch) == {
+        "job": "cifar10-hybrid", "status": "Succeeded", "model": desc["ModelArtifacts"]["S3ModelArtifacts"]}
+    assert desc["ModelArtifacts"]["S3ModelArtifacts"].startswith("s3://dtrain-test/")
+    assert "FINAL test_accuracy=0.5000" in proc.stdout  # CloudWatch, followed into the step's log
+    assert dt.json("list") == []  # nothing ran on the local backend
