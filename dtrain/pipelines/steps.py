@@ -126,7 +126,8 @@ def lanes_prepare_spec(*, job_name: str, urls: str, sha256: str = "", storage_cl
                *(["--sha256", *sums] if sums else []), "--out", f"{DATA_MOUNT}/tusimple"]
     spec = JobSpec.from_dict({"name": job_name, "command": command, "volumes": [volume.to_flag()],
                               "image": image or None})
-    return _wire(spec), volume.volume_name(job_name, 0)
+    ((name, _new),) = spec.new_volumes()  # the name the backend gives it (pvc-<job>-0)
+    return _wire(spec), name
 
 
 def lanes_train_spec(*, job_name: str, volume: str, recipe: str = "tiny", processes: int = 2, max_steps: int = 0,
