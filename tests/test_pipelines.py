@@ -73,7 +73,7 @@ def outputs(home: Path, pipeline: str, task: str) -> dict:
 def cifar_volume(dt: Dtrain) -> Path:
     """A volume 'cifar10' holding tiny CIFAR10 data in the real python format."""
     dt("volume", "create", "cifar10", "--size", "1Gi")
-    path = Path(dt.json("volume", "describe", "cifar10")["path"])
+    path = Path(dt.json("volume", "describe", "cifar10")["extra"]["path"])
     write_synthetic(path, fmt="python", n_train=40, n_test=10, seed=1)
     return path
 
@@ -367,7 +367,7 @@ def test_lane_detection_runs_prepare_train_evaluate_and_the_condition(dt, tusimp
     assert snapshots["lanes-prepared"]["job"] == "lanes-data" and job["snapshot"] in snapshots
     volumes = {v["name"] for v in dt.json("volume", "list")}
     if threshold == 0.0:  # any accuracy passes: the training snapshot becomes the candidate
-        candidate = Path(dt.json("volume", "describe", "lanes-candidate")["path"])
+        candidate = Path(dt.json("volume", "describe", "lanes-candidate")["extra"]["path"])
         assert (candidate / "runs" / "lanes-train" / "model.pt").is_file()
     else:  # three steps do not reach a perfect score: the branch is skipped
         assert metrics["accuracy"] < 1.0 and "lanes-candidate" not in volumes
