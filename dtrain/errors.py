@@ -9,7 +9,8 @@
     ├── DataError               a malformed label line, image or archive; a checksum mismatch
     ├── StorageError            a full disk or a damaged snapshot store
     ├── BackendError            a cluster or cloud API refused a request
-    └── NotSupportedError       the chosen backend has no such verb (e.g. in-place restore, dry run)
+    ├── NotSupportedError       the chosen backend has no such verb (e.g. in-place restore, dry run)
+    └── JobFailedError          a job a caller waited on (a pipeline step) ended Failed or Deleted
 
 Every message names the bad value and says how to fix it.
 """
@@ -49,6 +50,10 @@ class StorageError(DtrainError, OSError):
 
 class BackendError(DtrainError, RuntimeError):
     """A remote API (Kubernetes, SageMaker) refused or failed a request."""
+
+
+class JobFailedError(DtrainError, RuntimeError):
+    """A job that a caller waited on (a pipeline step) ended Failed or Deleted; names its last log lines."""
 
 
 class NotSupportedError(DtrainError):

@@ -1,0 +1,67 @@
+"""`dtrain pipeline list | compile | run`: the shipped Kubeflow pipelines (and a user's own)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from dtrain.cli import format as fmt
+from dtrain.client import Client
+from dtrain.errors import JobFailedError
+from dtrain.pipelines import runner
+
+
+def cmd_list(args, client: Client) -> int:
+    infos = runner.list_pipelines()
+    if args.json:
+        print(json.dumps([{"name": i.name, "description": i.description,
+                           "params": [vars(p) for p in i.params]} for i in infos], indent=2))
+        return 0
+    for info in infos:
+        print(f"{info.name}: {info.description}")
+        print(fmt.table(["PARAMETER", "TYPE", "DEFAULT"],
+                        [[p.name, p.type, "(required)" if p.required else repr(p.default)] for p in info.params]))
+        print()
+    return 0
+
+
+def cmd_compile(args, client: Client) -> int:
+    pipeline = runner.load(args.name, module=args.module)
+    out = runner.compile_to(pipeline, args.output)
+    print(f"compiled pipeline '{pipeline.info.name}' to {out} (KFP IR YAML; submit it with kfp.Client)")
+    return 0
+
+
+def cmd_run(args, client: Client) -> int:
+    pipeline = runner.load(args.name, module=args.module)
+    params = runner.parse_params(pipeline, args.param or [])
+    root = Path(args.root) if args.root else client.home / "pipelines"
+    try:
+        result = runner.run(pipeline, params, home=client.home, root=root)
+    except JobFailedError as err:
+        print(f"dtrain: error: {err}", file=sys.stderr)
+        return 1
+    print(f"\npipeline '{result.pipeline}' succeeded; outputs in {result.run_dir}")
+    print(fmt.table(["STEP", "OUTPUTS"], [[t.name, json.dumps(t.outputs, sort_keys=True)] for t in result.tasks]))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("pipeline", help="Kubeflow pipelines: list, compile to KFP YAML, run here")
+    verbs = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = verbs.add_parser("list", help="the shipped pipelines and their parameters")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(handler=cmd_list)
+    for verb, handler, help_ in (("compile", cmd_compile, "write the KFP IR YAML a KFP 2 server accepts"),
+                                 ("run", cmd_run, "run on this machine with KFP's local runner")):
+        c = verbs.add_parser(verb, help=help_)
+        c.add_argument("name", nargs="?", help="a shipped pipeline (see 'dtrain pipeline list')")
+        c.add_argument("--module", metavar="FILE.py:FUNC", help="your own @dsl.pipeline function instead")
+        c.set_defaults(handler=handler)
+        if verb == "compile":
+            c.add_argument("-o", "--output", required=True, metavar="FILE.yaml")
+        else:
+            c.add_argument("--param", action="append", metavar="KEY=VALUE", help="a pipeline parameter (repeat)")
+            c.add_argument("--root", help="where step outputs go (default $DTRAIN_HOME/pipelines)")

@@ -1,0 +1,10 @@
+"""Kubeflow Pipelines for dtrain (optional extra `pipelines`: kfp>=2.17).
+
+    steps.py       what each step does, over dtrain's Client (no kfp)          any backend
+    components.py  KFP v2 lightweight components wrapping the steps
+    hybrid.py      hybrid-cifar10: check_condition -> If local / kubernetes / sagemaker -> train
+    lanes.py       lane-detection: prepare -> snapshot -> train -> evaluate -> If accurate: restore
+    runner.py      list, compile (KFP IR YAML), run here with kfp.local's SubprocessRunner
+
+Only runner.py is imported by the CLI; kfp loads when a pipeline is used.
+"""

@@ -1,0 +1,44 @@
+"""The hybrid CIFAR10 pipeline (the reference): one DDP job, run where `training_runtime` says.
+
+    check_condition(training_runtime) -> cifar10_job -> If local:      train(backend=local)
+                                                        Elif kubernetes: train(backend=kubernetes)  a PyTorchJob
+                                                        Elif sagemaker:  train(backend=sagemaker)   a training job
+
+`backend` is the torch.distributed process-group backend (gloo on CPU, nccl on GPU), as in the
+reference's hyperparameters; the dtrain backend is the branch's.
+"""
+
+from kfp import dsl
+
+from dtrain.pipelines import steps
+from dtrain.pipelines.components import DEFAULT_IMAGE, check_condition, cifar10_job, train
+
+NAME = "hybrid-cifar10"
+
+
+def _step(task, image):
+    """Every step runs in the component image and is never served from KFP's cache (it trains)."""
+    return task.set_container_image(image).set_caching_options(False)
+
+
+@dsl.pipeline(name=NAME, description="CIFAR10 DDP training on the local machine, Kubernetes (PyTorchJob) or "
+                                     "SageMaker, picked by training_runtime")
+def hybrid_cifar10(training_runtime: str = "local", processes: int = 2, epochs: int = 1, batch_size: int = 16,
+                   lr: float = 0.001, backend: str = "gloo", data_volume: str = "cifar10", max_steps: int = 0,
+                   job_name: str = "cifar10-hybrid", job_image: str = "", image: str = DEFAULT_IMAGE):
+    runtime = _step(check_condition(training_runtime=training_runtime), image)
+    job = _step(cifar10_job(training_runtime=runtime.output, job_name=job_name, processes=processes, epochs=epochs,
+                            batch_size=batch_size, lr=lr, backend=backend, data_volume=data_volume,
+                            max_steps=max_steps, job_image=job_image), image)
+    for condition, name in ((dsl.If, "local"), (dsl.Elif, "kubernetes"), (dsl.Elif, "sagemaker")):
+        with condition(runtime.output == name, name=f"runtime-{name}"):
+            _step(train(backend=name, spec=job.outputs["spec"], model=job.outputs["model"]), image) \
+                .set_display_name(f"train-{name}")
+
+
+def check(params: dict) -> None:
+    """Refuse bad parameters before anything runs (the same rules the steps apply)."""
+    steps.cifar10_spec(runtime=params["training_runtime"], job_name=params["job_name"],
+                       processes=params["processes"], epochs=params["epochs"], batch_size=params["batch_size"],
+                       lr=params["lr"], backend=params["backend"], data_volume=params["data_volume"],
+                       max_steps=params["max_steps"], image=params["job_image"])

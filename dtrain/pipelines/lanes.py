@@ -1,0 +1,47 @@
+"""The lane-detection pipeline: the demo's walk-through as KFP steps.
+
+    prepare (data job, new volume) -> snapshot '<prefix>-prepared' -> lanes_job -> train (snapshot on
+    success) -> evaluate (TuSimple accuracy, FP, FN as a Metrics artifact)
+    -> If accuracy >= threshold: restore the training snapshot into `candidate_volume`
+"""
+
+from kfp import dsl
+
+from dtrain.pipelines import steps
+from dtrain.pipelines.components import DEFAULT_IMAGE, evaluate, lanes_job, prepare, restore, snapshot, train
+from dtrain.pipelines.hybrid import _step
+
+NAME = "lane-detection"
+
+
+@dsl.pipeline(name=NAME, description="TuSimple data job, SCNN DDP training with a snapshot on success, "
+                                     "evaluation, and the model kept as a candidate volume when accurate enough")
+def lane_detection(urls: str, sha256: str = "", backend: str = "local", job_prefix: str = "lanes",
+                   recipe: str = "tiny", processes: int = 2, max_steps: int = 0, batch_size: int = 0,
+                   threshold: float = 0.5, candidate_volume: str = "lanes-candidate", storage_class: str = "local",
+                   size: str = "10Gi", job_image: str = "", image: str = DEFAULT_IMAGE):
+    data = _step(prepare(backend=backend, job_prefix=job_prefix, urls=urls, sha256=sha256,
+                         storage_class=storage_class, size=size, job_image=job_image), image)
+    frozen = _step(snapshot(backend=backend, volume=data.outputs["volume"], name=f"{job_prefix}-prepared",
+                            job=data.outputs["job"]), image)
+    spec = _step(lanes_job(job_prefix=job_prefix, volume=data.outputs["volume"], recipe=recipe, processes=processes,
+                           max_steps=max_steps, batch_size=batch_size, job_image=job_image), image).after(frozen)
+    trained = _step(train(backend=backend, spec=spec.output), image)
+    scored = _step(evaluate(backend=backend, job_prefix=job_prefix, volume=data.outputs["volume"],
+                            train_job=trained.outputs["job"], job_image=job_image), image)
+    with dsl.If(scored.outputs["Output"] >= threshold, name="accurate-enough"):
+        _step(restore(backend=backend, snapshot=trained.outputs["model"], to=candidate_volume), image)
+
+
+def check(params: dict) -> None:
+    """Refuse bad parameters before anything runs (the same rules the steps apply)."""
+    prefix, image = params["job_prefix"], params["job_image"]
+    _spec, volume = steps.lanes_prepare_spec(job_name=f"{prefix}-data", urls=params["urls"], sha256=params["sha256"],
+                                             storage_class=params["storage_class"], size=params["size"], image=image)
+    steps.lanes_train_spec(job_name=f"{prefix}-train", volume=volume, recipe=params["recipe"],
+                           processes=params["processes"], max_steps=params["max_steps"],
+                           batch_size=params["batch_size"], image=image)
+    steps.lanes_evaluate_spec(job_name=f"{prefix}-eval", volume=volume, train_job=f"{prefix}-train", image=image)
+    steps.check_threshold(params["threshold"])
+    steps.check_name(params["candidate_volume"], "volume")
+    steps.check_name(f"{prefix}-prepared", "snapshot")

@@ -1,0 +1,222 @@
+"""Find, describe, compile and run pipelines: what `dtrain pipeline list|compile|run` call.
+
+Compiling uses KFP's own compiler (the IR YAML a KFP 2 server takes). Running uses KFP's local
+runner, `kfp.local.SubprocessRunner(use_venv=False)`: every step is a real subprocess in this
+machine's Python environment, and the steps reach dtrain through $DTRAIN_HOME, which the run
+sets for them (they inherit the environment).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import json
+import os
+import re
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+from dtrain.errors import EnvironmentError_, JobFailedError, NotFoundError, SpecError
+
+SHIPPED = {  # name -> "module:function"; each module also has check(params)
+    "hybrid-cifar10": "dtrain.pipelines.hybrid:hybrid_cifar10",
+    "lane-detection": "dtrain.pipelines.lanes:lane_detection",
+}
+_KFP_TYPES = {"String": str, "Integer": int, "Float": float, "Boolean": bool}
+_WORDS = {"Integer": "a whole number", "Float": "a number"}
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Param:
+    name: str
+    type: str  # KFP's type name: String, Integer, Float, Boolean, ...
+    default: Any = None  # None with required=True
+    required: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class PipelineInfo:
+    name: str  # the name `pipeline run` takes (or the @dsl.pipeline name of a --module)
+    description: str
+    params: tuple[Param, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pipeline:
+    info: PipelineInfo
+    func: Any  # the kfp GraphComponent
+    check: Callable[[dict], None] | None = None  # parameter rules of a shipped pipeline
+
+
+@dataclass(frozen=True, kw_only=True)
+class TaskResult:
+    name: str  # the task's name in the run
+    outputs: dict[str, Any]  # its output parameters, and artifact metadata under the artifact's name
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunResult:
+    pipeline: str
+    run_dir: Path  # KFP's local pipeline root for this run (each task's outputs)
+    tasks: tuple[TaskResult, ...]  # the tasks that ran; a skipped branch has none
+
+    def task(self, name: str) -> TaskResult | None:
+        return next((t for t in self.tasks if t.name == name), None)
+
+
+def import_kfp():
+    try:
+        import kfp
+    except ImportError:
+        raise EnvironmentError_("pipelines need the KFP SDK: pip install 'dtrain[pipelines]'") from None
+    return kfp
+
+
+def load(name: str | None = None, *, module: str | None = None) -> Pipeline:
+    """A shipped pipeline by name, or a user's @dsl.pipeline from `path.py:function`."""
+    if (name is None) == (module is None):
+        raise SpecError("name one pipeline: a shipped one (see 'dtrain pipeline list') or --module path.py:function")
+    import_kfp()
+    if module:
+        func, check = _from_file(module), None
+    elif name in SHIPPED:
+        mod_name, attr = SHIPPED[name].split(":")
+        mod = importlib.import_module(mod_name)
+        func, check = getattr(mod, attr), mod.check
+    else:
+        raise NotFoundError(f"no pipeline {name!r}: use one of {', '.join(SHIPPED)} (see 'dtrain pipeline list'), "
+                            f"or --module path.py:function for your own")
+    return Pipeline(info=describe(func, name), func=func, check=check)
+
+
+def _from_file(ref: str):
+    path, sep, attr = ref.rpartition(":")
+    if not sep or not path.endswith(".py") or not attr.isidentifier():
+        raise SpecError(f"invalid --module {ref!r}: use path/to/file.py:function")
+    if not Path(path).is_file():
+        raise NotFoundError(f"--module {ref!r}: no file {path}")
+    spec = importlib.util.spec_from_file_location(f"dtrain_user_pipeline_{Path(path).stem}", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)  # the user's own code, as `python path.py` would run it
+    func = getattr(mod, attr, None)
+    if func is None or not hasattr(func, "pipeline_spec"):
+        raise SpecError(f"--module {ref!r}: {attr!r} is not a @dsl.pipeline function in {path}")
+    return func
+
+
+def describe(func, name: str | None = None) -> PipelineInfo:
+    spec = func.component_spec
+    params = tuple(Param(name=k, type=str(v.type), default=v.default, required=not v.optional)
+                   for k, v in (spec.inputs or {}).items())
+    return PipelineInfo(name=name or spec.name, description=spec.description or "", params=params)
+
+
+def list_pipelines() -> list[PipelineInfo]:
+    return [load(name).info for name in SHIPPED]
+
+
+def compile_to(pipeline: Pipeline, out: str | Path) -> Path:
+    """KFP's compiler -> the pipeline's IR YAML at `out`."""
+    from kfp import compiler
+
+    out = Path(out)
+    if out.suffix not in (".yaml", ".yml", ".json"):
+        raise SpecError(f"invalid -o {str(out)!r}: KFP writes .yaml (or .json) files, e.g. -o pipeline.yaml")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    compiler.Compiler().compile(pipeline.func, str(out))
+    return out
+
+
+def parse_params(pipeline: Pipeline, items: list[str]) -> dict[str, Any]:
+    """`k=v` strings -> typed arguments; defaults fill the rest. Unknown, duplicate, bad or missing -> SpecError."""
+    params = {p.name: p for p in pipeline.info.params}
+    given: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        if not sep or key not in params:
+            raise SpecError(f"invalid --param {item!r}: use KEY=VALUE with KEY one of {', '.join(params)}")
+        if key in given:
+            raise SpecError(f"--param {key} is given twice: give it once")
+        given[key] = _convert(params[key], text)
+    missing = [p.name for p in params.values() if p.required and p.name not in given]
+    if missing:
+        raise SpecError(f"pipeline {pipeline.info.name!r} needs --param {missing[0]}=VALUE")
+    values = {**{p.name: p.default for p in params.values() if not p.required}, **given}
+    if pipeline.check is not None:
+        pipeline.check(values)
+    return values
+
+
+def _convert(param: Param, text: str) -> Any:
+    kind = _KFP_TYPES.get(param.type)
+    if kind is None:
+        raise SpecError(f"--param {param.name}: a {param.type} parameter cannot be given on the command line")
+    if kind is bool:
+        if text.lower() not in ("true", "false"):
+            raise SpecError(f"invalid --param {param.name}={text!r}: use true or false")
+        return text.lower() == "true"
+    try:
+        return kind(text)
+    except ValueError:
+        raise SpecError(f"invalid --param {param.name}={text!r}: use {_WORDS[param.type]}, "
+                        f"e.g. {param.name}={param.default if param.default is not None else 1}") from None
+
+
+def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -> RunResult:
+    """Run on this machine with kfp.local; a failed step raises JobFailedError naming it."""
+    from kfp import local
+
+    root = Path(root).resolve()
+    root.mkdir(parents=True, exist_ok=True)
+    before = set(root.iterdir())
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
+               workspace_root=str(root / ".workspace"))
+    failed = None
+    with _environment(DTRAIN_HOME=str(home)), warnings.catch_warnings():
+        # The component image names a container; the subprocess runner uses this Python on purpose.
+        warnings.filterwarnings("ignore", message=".*base image.*", category=RuntimeWarning)
+        # Display names are for the KFP UI; the local runner says it ignores them, once per step.
+        warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
+        try:
+            pipeline.func(**params)
+        except RuntimeError as err:
+            failed = _ANSI.sub("", str(err))
+    new = sorted((p for p in set(root.iterdir()) - before if p.is_dir() and not p.name.startswith(".")),
+                 key=lambda p: p.stat().st_mtime)
+    run_dir = new[-1] if new else root
+    result = RunResult(pipeline=pipeline.info.name, run_dir=run_dir, tasks=tuple(_tasks(run_dir)))
+    if failed is not None:
+        task = re.search(r"Inner task failed: (.+?)\.?$", failed)
+        where = f" at step {task.group(1)}" if task else ""
+        raise JobFailedError(f"pipeline {pipeline.info.name!r} failed{where}: the step's log above ends with why; "
+                             f"its outputs: {run_dir}")
+    return result
+
+
+def _tasks(run_dir: Path) -> Iterator[TaskResult]:
+    for out in sorted(run_dir.glob("*/executor_output.json"), key=lambda p: p.stat().st_mtime):
+        data = json.loads(out.read_text())
+        outputs = dict(data.get("parameterValues") or {})
+        for name, arts in (data.get("artifacts") or {}).items():
+            for art in arts.get("artifacts") or []:
+                outputs[name] = art.get("metadata") or {}
+        yield TaskResult(name=out.parent.name, outputs=outputs)
+
+
+@contextlib.contextmanager
+def _environment(**values: str):
+    """Set variables for the step subprocesses (they inherit this process's environment)."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v

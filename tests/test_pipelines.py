@@ -1,0 +1,417 @@
+"""Kubeflow pipelines: compiled by KFP's own compiler, loaded back by its loader, run for real here.
+
+Runs go through the `dtrain pipeline run` command, i.e. KFP's local SubprocessRunner: every step
+is a real subprocess that talks to dtrain; the local branch launches a real 2-process torchrun
+job, the Kubernetes branch drives the official client against the shipped fake API server while
+this test plays the Training Operator.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import Dtrain
+from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+from dtrain.cli.main import main
+from dtrain.config import BACKENDS
+from dtrain.errors import JobFailedError, SpecError
+from dtrain.pipelines import steps
+from dtrain.workloads.cifar10.data import write_synthetic
+
+kfp = pytest.importorskip("kfp", reason="pipelines need the KFP SDK: pip install 'dtrain[pipelines]'")
+
+NS = "dtrain-default"
+IMAGE = "ghcr.io/example/cifar10:1"
+SHORT = ["--param", "max_steps=2", "--param", "batch_size=4", "--param", "epochs=1"]
+
+
+def cli(home: Path, capsys, *args: str) -> tuple[int, str, str]:
+    """`dtrain --home HOME pipeline ARGS` in this process (KFP loads once for every test)."""
+    code = main(["--home", str(home), "pipeline", *args])
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def compiled(home: Path, tmp_path: Path, name: str) -> dict:
+    out = tmp_path / f"{name}.yaml"
+    assert main(["--home", str(home), "pipeline", "compile", name, "-o", str(out)]) == 0
+    return yaml.safe_load(out.read_text())
+
+
+def branches(ir: dict) -> dict[str, tuple[str, str]]:
+    """training_runtime value -> (the branch's train task, the dtrain backend it passes), from the IR."""
+    group = ir["root"]["dag"]["tasks"]["condition-branches-1"]["componentRef"]["name"]
+    out = {}
+    for task in ir["components"][group]["dag"]["tasks"].values():
+        condition = task["triggerPolicy"]["condition"]
+        value = re.findall(r"\['pipelinechannel--check-condition-Output'\] == '(\w+)'", condition)[-1]
+        (name, train), = ir["components"][task["componentRef"]["name"]]["dag"]["tasks"].items()
+        out[value] = (name, train["inputs"]["parameters"]["backend"]["runtimeValue"]["constant"])
+    return out
+
+
+def ran_tasks(home: Path, pipeline: str) -> set[str]:
+    (run,) = (home / "pipelines").glob(f"{pipeline}-*")
+    return {p.parent.name for p in run.glob("*/executor_output.json")}
+
+
+def outputs(home: Path, pipeline: str, task: str) -> dict:
+    (run,) = (home / "pipelines").glob(f"{pipeline}-*")
+    data = json.loads((run / task / "executor_output.json").read_text())
+    return data.get("parameterValues") or {}
+
+
+@pytest.fixture
+def cifar_volume(dt: Dtrain) -> Path:
+    """A volume 'cifar10' holding tiny CIFAR10 data in the real python format."""
+    dt("volume", "create", "cifar10", "--size", "1Gi")
+    path = Path(dt.json("volume", "describe", "cifar10")["extra"]["path"])
+    write_synthetic(path, fmt="python", n_train=40, n_test=10, seed=1)
+    return path
+
+
+# ---------------------------------------------------------------- list and compile
+
+
+def test_list_names_both_pipelines_and_their_parameters(home, capsys):
+    code, out, _err = cli(home, capsys, "list", "--json")
+    pipelines = {p["name"]: {q["name"]: q for q in p["params"]} for p in json.loads(out)}
+    assert code == 0 and set(pipelines) == {"hybrid-cifar10", "lane-detection"}
+    assert pipelines["hybrid-cifar10"]["training_runtime"]["default"] == "local"
+    assert pipelines["lane-detection"]["urls"]["required"] and pipelines["lane-detection"]["threshold"]["type"] == "Float"
+
+
+def test_hybrid_compiles_to_one_branch_per_runtime_guarded_by_training_runtime(home, tmp_path):
+    ir = compiled(home, tmp_path, "hybrid-cifar10")
+    assert ir["pipelineInfo"]["name"] == "hybrid-cifar10"
+    assert branches(ir) == {"local": ("train", "local"), "kubernetes": ("train-2", "kubernetes"),
+                            "sagemaker": ("train-3", "sagemaker")}
+    check = ir["root"]["dag"]["tasks"]["check-condition"]["inputs"]["parameters"]
+    assert check["training_runtime"] == {"componentInputParameter": "training_runtime"}
+    params = ir["root"]["inputDefinitions"]["parameters"]
+    assert {"training_runtime", "processes", "epochs", "batch_size", "lr", "backend", "image"} <= set(params)
+    assert params["training_runtime"]["defaultValue"] == "local" and params["lr"]["parameterType"] == "NUMBER_DOUBLE"
+    # every step runs in the image the `image` parameter names, and never from KFP's cache
+    executors = ir["deploymentSpec"]["executors"].values()
+    assert {e["container"]["image"] for e in executors} == {"{{$.inputs.parameters['pipelinechannel--image']}}"}
+    assert all("pip install" not in " ".join(e["container"]["command"]) for e in executors)
+
+    loaded = kfp.components.load_component_from_file(str(tmp_path / "hybrid-cifar10.yaml"))
+    assert loaded.name == "hybrid-cifar10"
+    assert loaded.component_spec.inputs["training_runtime"].default == "local"
+    assert loaded.pipeline_spec.root.dag.tasks["condition-branches-1"].component_ref.name == "comp-condition-branches-1"
+
+
+def test_lane_detection_compiles_with_the_accuracy_condition(home, tmp_path):
+    ir = compiled(home, tmp_path, "lane-detection")
+    tasks = ir["root"]["dag"]["tasks"]
+    assert {"prepare", "snapshot", "lanes-job", "train", "evaluate"} <= set(tasks)
+    (cond,) = [t for t in tasks.values() if "triggerPolicy" in t]
+    assert cond["triggerPolicy"]["condition"] == ("inputs.parameter_values['pipelinechannel--evaluate-Output'] >= "
+                                                  "inputs.parameter_values['pipelinechannel--threshold']")
+    assert list(ir["components"][cond["componentRef"]["name"]]["dag"]["tasks"]) == ["restore"]
+    assert ir["components"]["comp-evaluate"]["outputDefinitions"]["artifacts"]["metrics"]["artifactType"][
+        "schemaTitle"] == "system.Metrics"
+    assert tasks["lanes-job"]["dependentTasks"] == ["prepare", "snapshot"]
+    loaded = kfp.components.load_component_from_file(str(tmp_path / "lane-detection.yaml"))
+    assert loaded.name == "lane-detection" and not loaded.component_spec.inputs["urls"].optional
+
+
+def test_a_users_own_pipeline_module_compiles(home, capsys, tmp_path):
+    module = tmp_path / "mine.py"
+    module.write_text(textwrap.dedent("""
+        from kfp import dsl
+        from dtrain.pipelines.components import check_condition
+
+        @dsl.pipeline(name="mine")
+        def my_pipeline(training_runtime: str = "kubernetes"):
+            check_condition(training_runtime=training_runtime)
+    """))
+    out = tmp_path / "mine.yaml"
+    code, stdout, _err = cli(home, capsys, "compile", "--module", f"{module}:my_pipeline", "-o", str(out))
+    assert code == 0 and f"compiled pipeline 'mine' to {out}" in stdout
+    assert kfp.components.load_component_from_file(str(out)).name == "mine"
+    code, _out, err = cli(home, capsys, "compile", "--module", f"{module}:nothing", "-o", str(out))
+    assert code == 2 and "'nothing' is not a @dsl.pipeline function" in err
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "hybrid-cifar10", "--param", "training_runtime=cloud"], "invalid training_runtime 'cloud'"),
+    (["run", "hybrid-cifar10", "--param", "processes=two"], "invalid --param processes='two'"),
+    (["run", "hybrid-cifar10", "--param", "processes=0"], "invalid processes 0"),
+    (["run", "hybrid-cifar10", "--param", "lr=-1"], "invalid lr -1.0"),
+    (["run", "hybrid-cifar10", "--param", "backend=mpi"], "invalid backend 'mpi'"),
+    (["run", "hybrid-cifar10", "--param", "gpus=1"], "invalid --param 'gpus=1'"),
+    (["run", "hybrid-cifar10", "--param", "epochs=1", "--param", "epochs=2"], "--param epochs is given twice"),
+    (["run", "lane-detection"], "needs --param urls=VALUE"),
+    (["run", "lane-detection", "--param", "urls=a.tgz", "--param", "threshold=1.5"], "invalid threshold 1.5"),
+    (["run", "no-such"], "no pipeline 'no-such'"),
+    (["run"], "name one pipeline"),
+    (["compile", "hybrid-cifar10", "-o", "x.txt"], "invalid -o 'x.txt'"),
+])
+def test_bad_input_is_one_line_and_exit_2(home, capsys, args, message):
+    code, _out, err = cli(home, capsys, *args)
+    assert code == 2 and err.count("\n") == 1 and err.startswith("dtrain: error: "), err
+    assert message in err
+    assert not (home / "pipelines").exists()  # nothing ran
+
+
+# ---------------------------------------------------------------- specs and outputs (pure)
+
+
+def test_each_runtime_gets_the_same_job_with_its_own_data_wiring():
+    common = dict(job_name="c", processes=3, epochs=2, batch_size=8, lr=0.01, backend="gloo", data_volume="data")
+    local, model = steps.cifar10_spec(runtime="local", **common)
+    k8s, _ = steps.cifar10_spec(runtime="kubernetes", image="reg/cifar:1", **common)
+    sm, sm_model = steps.cifar10_spec(runtime="sagemaker", **common)
+    assert local["command"] == k8s["command"] and local["volumes"] == k8s["volumes"] == ["data:/mnt"]
+    assert (local["processes"], local["launcher"], k8s["image"]) == (3, "torchrun", "reg/cifar:1")
+    assert local["command"][local["command"].index("--model-dir") + 1] == "/mnt/models/c"
+    assert model == "data:/models/c/model.pth" and "S3" in sm_model
+    # SageMaker hands the script its channel and model folder (SM_CHANNEL_TRAINING, SM_MODEL_DIR)
+    assert sm["volumes"] == [] and "--data-dir" not in sm["command"] and "--model-dir" not in sm["command"]
+    assert sm["command"] == local["command"][:local["command"].index("--data-dir")]
+    assert None not in local.values() and "project" not in local  # a KFP struct holds no null
+
+
+def test_the_model_location_prefers_the_snapshot_then_the_backends_uri():
+    from dtrain.backends.base import JobInfo, JobStatus
+    from dtrain.spec import JobSpec
+
+    def info(**kw):
+        return JobInfo(name="j", spec=JobSpec(name="j", command=("x",)), status=JobStatus.SUCCEEDED, backend="b",
+                       created=0.0, **kw)
+
+    assert steps.model_location(info(snapshot="snap-1"), "vol:/m") == "snap-1"
+    uri = "s3://bucket/dtrain/j/output/model.tar.gz"
+    assert steps.model_location(info(extra={"model_artifacts": uri}), "vol:/m") == uri
+    assert steps.model_location(info(), "vol:/m") == "vol:/m"
+
+
+def test_prepare_spec_checks_urls_against_digests():
+    spec, volume = steps.lanes_prepare_spec(job_name="d", urls="a.tgz, b.tgz", sha256="x,")
+    assert volume == "pvc-d-0" and spec["volumes"] == ["local:10Gi:/mnt"]
+    assert spec["command"][4:10] == ["--url", "a.tgz", "b.tgz", "--sha256", "x", "-"]
+    with pytest.raises(SpecError, match="2 sha256 values for 1 urls"):
+        steps.lanes_prepare_spec(job_name="d", urls="a.tgz", sha256="x,y")
+
+
+# ---------------------------------------------------------------- failing jobs
+
+
+def test_a_failed_job_raises_with_its_last_log_lines(dt, home):
+    spec = {"name": "doomed", "command": ["python", "-c", "print('reading data'); print('no batches in /mnt'); "
+                                                         "raise SystemExit(3)"]}
+    seen: list[str] = []
+    with pytest.raises(JobFailedError) as err:
+        from dtrain.client import Client
+        steps.train(spec, backend="local", client=Client(home=home), echo=seen.append)
+    message = str(err.value)
+    assert message.startswith("job 'doomed' ended Failed") and "no batches in /mnt" in message
+    assert message.index("reading data") < message.index("no batches in /mnt")
+    assert "submitted job 'doomed' to the local backend (Pending)" in seen[0]
+    assert any("no batches in /mnt" in line for line in seen)  # followed into the step's log
+
+
+@pytest.mark.slow
+def test_a_failed_training_job_fails_its_pipeline_step(dt, tmp_path):
+    dt("volume", "create", "cifar10", "--size", "1Gi")  # empty: the workload finds no batches
+    decoy = Dtrain(tmp_path / "decoy")  # $DTRAIN_HOME says elsewhere: the steps must follow --home
+    proc = decoy("--home", str(dt.home), "pipeline", "run", "hybrid-cifar10", "--param", "processes=1", *SHORT,
+                 check=False, timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "failed at step 'train'" in proc.stderr.strip().splitlines()[-1]
+    step_log = proc.stdout
+    assert "JobFailedError: job 'cifar10-hybrid' ended Failed" in step_log
+    assert "its last log lines:" in step_log and "no CIFAR10 batches in /mnt" in step_log
+    assert dt.status("cifar10-hybrid") == "Failed"
+    assert not (tmp_path / "decoy").exists()
+
+
+# ---------------------------------------------------------------- runs
+
+
+@pytest.mark.slow
+def test_hybrid_local_runs_a_real_two_process_job(dt, cifar_volume, tmp_path):
+    proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=local", *SHORT, timeout=400)
+    ir = compiled(dt.home, tmp_path, "hybrid-cifar10")
+    local, skipped = branches(ir)["local"][0], {branches(ir)[r][0] for r in ("kubernetes", "sagemaker")}
+    assert ran_tasks(dt.home, "hybrid-cifar10") == {"check-condition", "cifar10-job", local}
+    assert not skipped & ran_tasks(dt.home, "hybrid-cifar10")
+    assert outputs(dt.home, "hybrid-cifar10", local) == {
+        "job": "cifar10-hybrid", "status": "Succeeded", "model": "cifar10:/models/cifar10-hybrid/model.pth"}
+    assert "[cifar10-hybrid rank 0] cifar10: runtime=torchrun world_size=2 backend=gloo" in proc.stdout
+    assert (cifar_volume / "models" / "cifar10-hybrid" / "model.pth").is_file()
+    (job,) = dt.json("list")
+    assert (job["name"], job["status"], job["spec"]["processes"], job["spec"]["launcher"]) == (
+        "cifar10-hybrid", "Succeeded", 2, "torchrun")
+
+
+def _operator(cluster: FakeCluster, seen: list[dict], done: threading.Event) -> None:
+    """The Training Operator's part: pods for the PyTorchJob, logs, Running, then Succeeded."""
+    deadline = time.monotonic() + 240
+    while not cluster.items("kubeflow.org", "pytorchjobs", NS):
+        if time.monotonic() > deadline or done.is_set():
+            return
+        time.sleep(0.1)
+    (job,) = cluster.items("kubeflow.org", "pytorchjobs", NS)
+    seen.append(json.loads(json.dumps(job)))
+    name = job["metadata"]["name"]
+    cluster.append_log(NS, f"{name}-master-0", "cifar10: runtime=torchrun world_size=2 backend=gloo")
+    cluster.append_log(NS, f"{name}-master-0", "FINAL test_accuracy=0.5000 steps=2")
+    pods = [p["metadata"]["name"] for p in cluster.run_pods(NS, name)]
+    cluster.transition(NS, name, "Running")
+    log_path = f"/namespaces/{NS}/pods/{name}-master-0/log"
+    while not any(log_path in path for _, path in list(cluster.requests)):  # the step reads the logs first
+        if time.monotonic() > deadline:
+            return
+        time.sleep(0.1)
+    for pod in pods:
+        cluster.set_pod_phase(NS, pod, "Succeeded", exit_code=0)
+    cluster.transition(NS, name, "Succeeded")
+
+
+@pytest.mark.slow
+def test_hybrid_kubernetes_creates_a_valid_pytorchjob_and_follows_it(dt, tmp_path):
+    from test_k8s_render import validate
+
+    cluster = FakeCluster()
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "cifar10", "namespace": NS},
+                    "spec": {"resources": {"requests": {"storage": "1Gi"}}, "accessModes": ["ReadWriteMany"]}})
+    seen: list[dict] = []
+    done = threading.Event()
+    with FakeKubeServer(cluster) as server:
+        kubeconfig = tmp_path / "kubeconfig"
+        kubeconfig.write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": server.url}}],
+            "users": [{"name": "fake", "user": {}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+        (dt.home / "config.yaml").write_text(yaml.safe_dump({"kubernetes": {"kubeconfig": str(kubeconfig),
+                                                                             "image": IMAGE}}))
+        operator = threading.Thread(target=_operator, args=(cluster, seen, done), daemon=True)
+        operator.start()
+        try:
+            proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=kubernetes", *SHORT,
+                      timeout=300)
+        finally:
+            done.set()
+            operator.join(5)
+    (job,) = seen
+    posted = {k: job[k] for k in ("apiVersion", "kind", "spec")}
+    posted["metadata"] = {k: job["metadata"][k] for k in ("name", "namespace", "labels", "annotations")
+                          if k in job["metadata"]}
+    validate(posted)  # the CRD's schema, strictly, plus pod templates against the core API
+    replicas = job["spec"]["pytorchReplicaSpecs"]
+    assert replicas["Master"]["replicas"] == 1 and replicas["Worker"]["replicas"] == 1
+    container = replicas["Master"]["template"]["spec"]["containers"][0]
+    assert container["image"] == IMAGE and "dtrain.workloads.cifar10" in " ".join(container["command"] +
+                                                                                container.get("args", []))
+    ir = compiled(dt.home, tmp_path, "hybrid-cifar10")
+    k8s = branches(ir)["kubernetes"][0]
+    assert ran_tasks(dt.home, "hybrid-cifar10") == {"check-condition", "cifar10-job", k8s}
+    assert outputs(dt.home, "hybrid-cifar10", k8s)["status"] == "Succeeded"
+    assert "submitted job 'cifar10-hybrid' to the kubernetes backend" in proc.stdout
+    assert "FINAL test_accuracy=0.5000" in proc.stdout  # the pod's log, followed into the step's log
+    assert dt.json("list") == []  # nothing ran on the local backend
+
+
+@pytest.mark.skipif("sagemaker" in BACKENDS, reason="issue 13's backend is here: test the branch against moto")
+@pytest.mark.slow
+def test_hybrid_sagemaker_branch_calls_the_sagemaker_backend(dt, tmp_path):
+    proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", *SHORT, check=False,
+              timeout=300)
+    ir = compiled(dt.home, tmp_path, "hybrid-cifar10")
+    assert proc.returncode == 1 and f"failed at step '{branches(ir)['sagemaker'][0]}'" in proc.stderr
+    assert "unknown backend 'sagemaker'" in proc.stdout  # the Client was asked for it; issue 13 adds it
+
+
+@pytest.fixture(scope="module")
+def tusimple_archives(tmp_path_factory) -> Path:
+    """A tiny TuSimple download: train_set.tar.gz, test_set.tar.gz and test_label.json."""
+    from dtrain.workloads.lanes import synth
+
+    out = tmp_path_factory.mktemp("tusimple")
+    assert synth.main(["--out", str(out), "--train", "24", "--test", "8", "--seed", "3", "--archive"]) == 0
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("threshold", [0.0, 1.0])
+def test_lane_detection_runs_prepare_train_evaluate_and_the_condition(dt, tusimple_archives, threshold):
+    urls = ",".join(str(tusimple_archives / f) for f in ("train_set.tar.gz", "test_set.tar.gz", "test_label.json"))
+    proc = dt("pipeline", "run", "lane-detection", "--param", f"urls={urls}", "--param", "max_steps=3",
+              "--param", "batch_size=2", "--param", f"threshold={threshold}", timeout=600)
+    assert "pipeline 'lane-detection' succeeded" in proc.stdout
+    (run,) = (dt.home / "pipelines").glob("lane-detection-*")
+    metrics = json.loads((run / "evaluate" / "metrics").read_text())  # the Metrics artifact's content
+    assert {"accuracy", "fp", "fn"} <= set(metrics) and metrics["frames"] == 8
+    assert outputs(dt.home, "lane-detection", "evaluate")["Output"] == metrics["accuracy"]
+    ran = ran_tasks(dt.home, "lane-detection")
+    assert {"prepare", "snapshot", "lanes-job", "train", "evaluate"} <= ran
+    assert ("restore" in ran) == (metrics["accuracy"] >= threshold)
+
+    trained = outputs(dt.home, "lane-detection", "train")
+    job = dt.json("describe", "job", "lanes-train")
+    assert job["status"] == "Succeeded" and job["spec"]["processes"] == 2 and trained["model"] == job["snapshot"]
+    snapshots = {s["name"]: s for s in dt.json("snapshot", "list")}
+    assert snapshots["lanes-prepared"]["job"] == "lanes-data" and job["snapshot"] in snapshots
+    volumes = {v["name"] for v in dt.json("volume", "list")}
+    if threshold == 0.0:  # any accuracy passes: the training snapshot becomes the candidate
+        candidate = Path(dt.json("volume", "describe", "lanes-candidate")["extra"]["path"])
+        assert (candidate / "runs" / "lanes-train" / "model.pt").is_file()
+    else:  # three steps do not reach a perfect score: the branch is skipped
+        assert metrics["accuracy"] < 1.0 and "lanes-candidate" not in volumes
+
+
+@pytest.mark.skipif("sagemaker" not in BACKENDS, reason="needs issue 13's SageMaker backend")
+@pytest.mark.slow
+def test_hybrid_sagemaker_creates_a_training_job_on_a_moto_server(dt, tmp_path):
+    import socket
+
+    import boto3
+    from moto.server import ThreadedMotoServer
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port)
+    server.start()
+    try:
+        aws = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+               "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+        session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                                        region_name="us-east-1")
+        make = lambda name: session.client(name, endpoint_url=aws["AWS_ENDPOINT_URL"])  # noqa: E731
+        make("s3").create_bucket(Bucket="dtrain-test")
+        group, stream = "/aws/sagemaker/TrainingJobs", "cifar10-hybrid/algo-1-1767225600"
+        logs = make("logs")  # what SageMaker's container would write; moto runs no container
+        logs.create_log_group(logGroupName=group)
+        logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=[
+            {"timestamp": int(time.time() * 1000), "message": "FINAL test_accuracy=0.5000 steps=2"}])
+        sm = Dtrain(dt.home, env=aws)
+        sm("config", "sagemaker", "--role", "arn:aws:iam::123456789012:role/sm", "--bucket", "dtrain-test",
+           "--region", "us-east-1")
+        proc = sm("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", *SHORT, timeout=300,
+                  cwd=tmp_path)
+        desc = make("sagemaker").describe_training_job(TrainingJobName="cifar10-hybrid")
+    finally:
+        server.stop()
+    ir = compiled(dt.home, tmp_path, "hybrid-cifar10")
+    branch = branches(ir)["sagemaker"][0]
+    assert ran_tasks(dt.home, "hybrid-cifar10") == {"check-condition", "cifar10-job", branch}
+    assert outputs(dt.home, "hybrid-cifar10", branch) == {
+        "job": "cifar10-hybrid", "status": "Succeeded", "model": desc["ModelArtifacts"]["S3ModelArtifacts"]}
+    assert desc["ModelArtifacts"]["S3ModelArtifacts"].startswith("s3://dtrain-test/")
+    assert "FINAL test_accuracy=0.5000" in proc.stdout  # CloudWatch, followed into the step's log
+    assert dt.json("list") == []  # nothing ran on the local backend
