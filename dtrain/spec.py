@@ -18,6 +18,10 @@ from dtrain.names import NAME_RE, SIZE_RE, check_name, check_storage_class, job_
 LAUNCHERS = ("none", "torchrun", "mpi")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 TRUE_WORDS = ("1", "true", "yes", "on")
+# The Run:AI seed's `-e ENABLE_SNAPSHOT=true -e PVC_NAME=VOL` is owned here, by the platform: it is
+# the same request as --snapshot-on-success VOL, and `JobSpec.snapshot_volume` is the one place
+# that reads it; backends act on snapshot_volume alone. Workloads may only record the variables.
+SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV = "ENABLE_SNAPSHOT", "PVC_NAME"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -173,8 +177,8 @@ class JobSpec:
         """The volume to snapshot on success: the flag, or the seed's ENABLE_SNAPSHOT + PVC_NAME."""
         if self.snapshot_on_success:
             return self.snapshot_on_success
-        if str(self.env.get("ENABLE_SNAPSHOT", "")).lower() in TRUE_WORDS and self.env.get("PVC_NAME"):
-            return self.env["PVC_NAME"]
+        if str(self.env.get(SNAPSHOT_ENV, "")).lower() in TRUE_WORDS and self.env.get(SNAPSHOT_VOLUME_ENV):
+            return self.env[SNAPSHOT_VOLUME_ENV]
         return None
 
     def new_volumes(self) -> list[tuple[str, NewVolume]]:

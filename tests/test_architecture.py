@@ -70,3 +70,77 @@ def test_no_caller_probes_a_backend_with_getattr():
             if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr"):
                 target = ast.unparse(node.args[0]) if node.args else ""
                 assert "backend" not in target.lower(), f"{path}:{node.lineno}: {ast.unparse(node)}"
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PKG.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """dtrain module -> the dtrain modules it imports: every import statement, at any depth
+    (inside functions and `if TYPE_CHECKING:` too), relative ones resolved."""
+    paths = {_module_name(p): p for p in PKG.rglob("*.py")}
+    graph = {}
+    for name, path in paths.items():
+        here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+        out = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                out |= {a.name for a in node.names if a.name in paths}
+            elif isinstance(node, ast.ImportFrom):
+                base = ".".join(here[:len(here) - node.level + 1] + [node.module or ""]).strip(".") \
+                    if node.level else node.module or ""
+                for a in node.names:  # `from pkg import mod` imports the module, else the package
+                    out.add(f"{base}.{a.name}" if f"{base}.{a.name}" in paths else base)
+        graph[name] = {m for m in out if m in paths and m != name}
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_import_cycle_inside_dtrain():
+    graph = import_graph()
+    assert {"dtrain.storage.engine", "dtrain.backends.base"} <= graph.keys()
+    assert "dtrain.storage.packs" in graph["dtrain.storage.engine"]  # the walker sees real edges
+    assert cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_cycles():
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_storage_imports_neither_the_spec_nor_a_backend():
+    graph = import_graph()
+    for name, deps in graph.items():
+        if name.startswith("dtrain.storage"):
+            assert not {d for d in deps if d == "dtrain.spec" or d.startswith(("dtrain.backends", "dtrain.client",
+                                                                                 "dtrain.cli"))}, name

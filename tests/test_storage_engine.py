@@ -82,7 +82,7 @@ def test_restores_each_point_in_time_exactly(tmp_path, unnamed_temp_files):
     src.mkdir()
     build_tree(src)
     engine = make_engine(tmp_path)
-    engine._anonymous &= unnamed_temp_files  # the named-temp path of file systems without O_TMPFILE
+    engine.packs._anonymous &= unnamed_temp_files  # the named-temp path of file systems without O_TMPFILE
     first_state = tree_state(src)
     first, _, _ = snapshot(engine, src)
     change_tree(src)
@@ -204,12 +204,12 @@ def test_sweep_waits_while_a_pin_is_held(tmp_path):
 def damage(engine: Engine, corrupt: str, cut: str) -> None:
     """Flip bytes of one stored object in its pack; cut the other off (its pack truncated
     before it, or removed when it starts the pack)."""
-    path, offset, _ = engine.locate(corrupt)
+    path, offset, _ = engine.packs.locate(corrupt)
     os.chmod(path, 0o644)
     with open(path, "r+b") as f:
         f.seek(offset)
         f.write(b"bitrot")
-    path, offset, _ = engine.locate(cut)
+    path, offset, _ = engine.packs.locate(cut)
     os.chmod(path, 0o644)
     if offset:
         os.truncate(path, offset)
@@ -225,7 +225,7 @@ def test_verify_finds_corrupt_and_missing_objects_and_a_capture_heals(tmp_path):
     time.sleep(0.2)
     engine = make_engine(tmp_path)
     manifest_id, manifest, _ = snapshot(engine, src)
-    a, b = sorted((e.chunks[0] for e in manifest.entries if e.kind == "file"), key=engine.locate)
+    a, b = sorted((e.chunks[0] for e in manifest.entries if e.kind == "file"), key=engine.packs.locate)
     damage(engine, corrupt=a, cut=b)  # b after a in the same pack, or in a pack of its own
     with engine.pin():
         found = engine.verify([manifest_id])
@@ -276,7 +276,7 @@ def test_a_store_of_the_first_format_is_adopted(tmp_path):
     manifest_id, manifest, _ = snapshot(engine, src)
     objects = engine.root / "objects"  # lay the objects out as the first format did
     for digest in manifest.digests():
-        path, offset, length = engine.locate(digest)
+        path, offset, length = engine.packs.locate(digest)
         with open(path, "rb") as f:
             f.seek(offset)
             (objects / digest[:2]).mkdir(parents=True, exist_ok=True)
@@ -384,8 +384,8 @@ def test_two_stores_racing_on_the_same_content_keep_one_copy(tmp_path):
 
     def capture(engine, src):
         with engine.pin():
-            packer_known = engine._known  # both load the (empty) index before either stores
-            engine._known = lambda: (gate.wait(), packer_known())[1]
+            packer_known = engine.packs.known  # both load the (empty) index before either stores
+            engine.packs.known = lambda: (gate.wait(), packer_known())[1]
             manifest, stats = engine.capture(src)
             manifest_id = uuid.uuid4().hex
             engine.commit(manifest_id, manifest)

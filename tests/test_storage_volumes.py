@@ -167,7 +167,7 @@ def test_verify_reports_damage_with_snapshots_and_paths(storage):
     storage.create_snapshot("data", name="two")
     digest = storage.engine.load(storage.get_snapshot("one").id).entries
     digest = next(e.chunks[0] for e in digest if e.path == "clips/0601/2.jpg")
-    path, offset, _ = storage.engine.locate(digest)
+    path, offset, _ = storage.engine.packs.locate(digest)
     os.chmod(path, 0o644)
     with open(path, "r+b") as f:
         f.seek(offset + 1000)
@@ -268,7 +268,7 @@ def test_killed_midway_leaves_nothing_visible(tmp_path, mode, after_lines):
     assert report.ok and report.garbage_objects > 0 if mode == "commit" else report.ok  # indexed, never registered
     packs = [p for p in (home / "store/packs").rglob("*") if p.is_file()]
     needed = storage.engine.load(storage.get_snapshot("base").id).digests()
-    assert {storage.engine.locate(d)[0] for d in needed} == {str(p) for p in packs}  # no pack left unindexed
+    assert {storage.engine.packs.locate(d)[0] for d in needed} == {str(p) for p in packs}  # no pack left unindexed
     assert os.listdir(home / "store/tmp") == [] and sorted(os.listdir(home / "volumes")) == ["data"]
     assert len(os.listdir(home / "store/manifests")) == 1
     state = tree_state(vol.path)

@@ -4,6 +4,7 @@ Layout under the store root::
 
     packs/ab/<name>      pack files: new content appended, object after object, read-only
     index.db             SQLite: which pack, offset and length hold each object (by sha256)
+                         (both kept by the pack store, packs.py)
     manifests/<id>.json.gz   what one snapshot holds (see manifest.py); written last
     tmp/                 manifests (and, without O_TMPFILE, packs) being written
     pins/                one marker per running capture or restore (crash detection)
@@ -45,31 +46,16 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from dtrain import db
 from dtrain.errors import StorageError
 from dtrain.storage import fileio
 from dtrain.storage.fileio import UNSUPPORTED, FileIO
-from dtrain.storage.info import CaptureStats, SweepStats, VerifyStats, human_bytes
-from dtrain.storage.manifest import (
-    Entry,
-    Manifest,
-    meta_entry,
-    same_meta,
-    scan,
-    unchanged,
-)
-from dtrain.storage.packs import Pack, Packer, PackFiles, punch_dead
+from dtrain.storage.info import CaptureStats, SweepStats, VerifyStats
+from dtrain.storage.manifest import Entry, Manifest, meta_entry, same_meta, scan, unchanged
+from dtrain.storage.packs import Packer, PackFiles, PackStore
 from dtrain.storage.progress import Progress, Run
 
 CHUNK_SIZE = 4 << 20
 PACK_SIZE = 64 << 20  # a pack is closed (and flushed) once it holds this much
-INDEX = """
-CREATE TABLE IF NOT EXISTS objects (digest TEXT PRIMARY KEY, pack TEXT NOT NULL,
-    offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS objects_by_pack ON objects (pack);
-CREATE TABLE IF NOT EXISTS damaged (digest TEXT PRIMARY KEY) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS dirty (pack TEXT PRIMARY KEY) WITHOUT ROWID;
-"""
 log = logging.getLogger(__name__)
 
 
@@ -90,41 +76,24 @@ class Engine:
         self.workers = workers or min(16, max(2, os.cpu_count() or 1))
         self.racy_window_ns = racy_window_ns  # files changed this close to a capture get re-read
         self.durable = durable  # flush packs to disk before the index and a manifest refer to them
-        for sub in ("packs", "manifests", "tmp", "pins"):
+        for sub in ("manifests", "tmp", "pins"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
-        if not (self.root / "packs" / "ff").is_dir():
-            fileio.spread_subfolders(self.root / "packs")
-            for i in range(256):
-                (self.root / "packs" / f"{i:02x}").mkdir(exist_ok=True)
         probed = fileio.probe(self.root)  # cached per file system: no test files on every start
         self.method = method or ("reflink" if probed.reflink else "cas")
-        self._anonymous = probed.tmpfile  # O_TMPFILE: no temp names to clean up
-        self._packs = os.fspath(self.root / "packs")
         self._tmpdir = os.fspath(self.root / "tmp")
         self._local = threading.local()
         self._names = itertools.count()
-        self.conn = db.connect(self.root / "index.db")
-        self.conn.row_factory = None
-        if not durable:
-            self.conn.execute("PRAGMA synchronous=NORMAL")
-        self.conn.executescript(INDEX)
-        if (self.root / "objects").is_dir():
-            self._import_objects()
+        self.packs = PackStore(self.root, io=self.io, durable=durable, pack_size=pack_size,
+                               anonymous=probed.tmpfile, tmp_name=self._tmp, parallel=self._parallel)
+        if (self.root / "objects").is_dir():  # a store of the first format: one file per object
+            self.packs.import_objects(self.root / "objects")
+            shutil.rmtree(self.root / "damaged", ignore_errors=True)
 
     def close(self) -> None:
-        self.conn.close()
-
-    # --- paths -------------------------------------------------------------------------
-    def pack_path(self, name: str) -> str:
-        return f"{self._packs}/{name[:2]}/{name}"
+        self.packs.close()
 
     def manifest_path(self, manifest_id: str) -> Path:
         return self.root / "manifests" / f"{manifest_id}.json.gz"
-
-    def locate(self, digest: str) -> tuple[str, int, int] | None:
-        """(pack file, offset, length) of a stored object, None when the store lacks it."""
-        row = self.conn.execute("SELECT pack, offset, length FROM objects WHERE digest = ?", (digest,)).fetchone()
-        return (self.pack_path(row[0]), row[1], row[2]) if row else None
 
     def _tmp(self) -> str:
         return f"{self._tmpdir}/{os.getpid()}-{threading.get_ident()}-{next(self._names)}"
@@ -184,29 +153,8 @@ class Engine:
                 needed |= self.load(manifest_id).digests()
             except (OSError, ValueError):  # never delete what an unreadable manifest may need
                 return SweepStats(objects=0, bytes=0, leftovers=leftovers), False
-        rows = self.conn.execute("SELECT digest, pack, offset, length FROM objects").fetchall()
-        dead, kept = [], {}  # kept: pack -> (offset, length) of its live objects
-        for digest, pack, offset, length in rows:
-            if digest in needed:
-                kept.setdefault(pack, []).append((offset, length))
-            else:
-                dead.append((digest, pack, offset, length))
-        with db.transaction(self.conn):  # first forget, then free: a crash in between only leaks
-            self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", {(r[1],) for r in dead})
-            self.conn.executemany("DELETE FROM objects WHERE digest = ?", [(r[0],) for r in dead])
-            damaged = [d for (d,) in self.conn.execute("SELECT digest FROM damaged")]
-            self.conn.executemany("DELETE FROM damaged WHERE digest = ?", [(d,) for d in damaged if d not in needed])
-        dirty = {p for (p,) in self.conn.execute("SELECT pack FROM dirty")}
-        for fan in os.scandir(self._packs):
-            for item in os.scandir(fan.path):
-                if item.name not in kept:  # nothing live left, or never indexed (killed capture)
-                    os.unlink(item.path)
-                    leftovers += item.name not in dirty
-                elif item.name in dirty:
-                    punch_dead(item.path, kept[item.name])
-        with db.transaction(self.conn):
-            self.conn.execute("DELETE FROM dirty")
-        return SweepStats(objects=len(dead), bytes=sum(r[3] for r in dead), leftovers=leftovers), True
+        objects, freed, unindexed = self.packs.free(needed)
+        return SweepStats(objects=objects, bytes=freed, leftovers=leftovers + unindexed), True
 
     # --- capture -----------------------------------------------------------------------
     def capture(self, src: Path, *, base: Manifest | None = None, progress: Progress | None = None,
@@ -219,7 +167,7 @@ class Engine:
         started = time.time_ns()
         old = {e.path: e for e in base.entries} if base else {}
         cutoff = base.started_ns - self.racy_window_ns if base else 0
-        damaged = {d for (d,) in self.conn.execute("SELECT digest FROM damaged")} if base else set()
+        damaged = self.packs.damaged() if base else set()
         run = Run(0, progress)
         packer = None
         items, jobs, batch, skipped, same = [], [], _Batch(), [], 0
@@ -237,7 +185,7 @@ class Engine:
                     same += 1
                 else:
                     if store and packer is None:
-                        packer = Packer(self, run)
+                        packer = self.packs.packer(run)
                     run.total += st.st_size
                     if batch.add(rel, st.st_size):  # files go in batches: a task per file costs more than a small file
                         jobs.append(pool.submit(self._ingest_many, src, batch.paths, packer, run))
@@ -251,8 +199,8 @@ class Engine:
             reading = {rel: entry for job in jobs for rel, entry in job.result()}
             items.sort()
             entries = [self._entry(src, rel, st, old, reading, skipped) for rel, st in items]
-            if packer is not None:
-                packer.finish()
+            if packer is not None and packer.finish():
+                self.request_sweep()  # another process stored some of the same objects first
         except BaseException as err:
             pool.shutdown(cancel_futures=True)
             if packer is not None:
@@ -325,7 +273,7 @@ class Engine:
         from the source (its pages are cached; the clone's are not) when the source provably
         did not change meanwhile (same size, mtime and ctime after hashing, and a ctime older
         than the racy window), from the clone otherwise."""
-        pack = self._new_pack()
+        pack = self.packs.new_pack()
         try:
             started = time.time_ns()
             self.io.clone(fd, pack.fd, st.st_size, 0, 0)
@@ -372,33 +320,6 @@ class Engine:
                 break
         return out
 
-    def _new_pack(self) -> Pack:
-        """A pack file, unnamed (O_TMPFILE) where possible, so that a killed run leaves nothing
-        behind and naming it is a single link; a temp file elsewhere. Created in its final
-        folder: ext4 allocates inodes near their folder, and 256 folders spread over many
-        block groups allocate faster than one."""
-        name = uuid.uuid4().hex
-        if self._anonymous:
-            fd = os.open(f"{self._packs}/{name[:2]}", os.O_TMPFILE | os.O_RDWR, 0o444)
-            return Pack(fd, None, name)
-        tmp = self._tmp()
-        return Pack(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o444), tmp, name)
-
-    def _index(self, packs: list[Pack]) -> None:
-        """Make the sealed packs' objects known: one transaction, after their data is on disk."""
-        rows = [row for pack in packs for row in pack.rows]
-        with db.transaction(self.conn):
-            before = self.conn.total_changes
-            self.conn.executemany("INSERT OR IGNORE INTO objects VALUES (?,?,?,?)", rows)
-            if self.conn.total_changes - before < len(rows):  # another process stored some first
-                self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", [(p.name,) for p in packs])
-                self.request_sweep()
-            if self.conn.execute("SELECT 1 FROM damaged LIMIT 1").fetchone():  # healed: stored afresh
-                self.conn.executemany("DELETE FROM damaged WHERE digest = ?", [(r[0],) for r in rows])
-
-    def _known(self) -> set[str]:
-        return {d for (d,) in self.conn.execute("SELECT digest FROM objects")}
-
     def _parallel(self, fn: Callable, items: list) -> list:
         """fn over items on the worker threads, results in order; the first error cancels the rest."""
         if len(items) < 2 or self.workers == 1:
@@ -416,20 +337,6 @@ class Engine:
         if buf is None or len(buf) != self.chunk_size:
             buf = self._local.buf = memoryview(bytearray(self.chunk_size))
         return buf
-
-    def _import_objects(self) -> None:
-        """Adopt a store of the first format (one file per object under objects/): each
-        object becomes a pack of its own, without copying."""
-        rows = []
-        for fan in os.scandir(self.root / "objects"):
-            for item in os.scandir(fan.path):
-                digest = fan.name + item.name
-                os.rename(item.path, self.pack_path(digest))
-                rows.append((digest, digest, 0, os.stat(self.pack_path(digest)).st_size))
-        with db.transaction(self.conn):
-            self.conn.executemany("INSERT OR IGNORE INTO objects VALUES (?,?,?,?)", rows)
-        shutil.rmtree(self.root / "objects")
-        shutil.rmtree(self.root / "damaged", ignore_errors=True)
 
     # --- manifests -----------------------------------------------------------------------
     def commit(self, manifest_id: str, manifest: Manifest) -> None:
@@ -470,11 +377,11 @@ class Engine:
         folder and rename it into place.
         """
         run = Run(sum(e.size for e in manifest.entries if e.kind == "file"), progress)
-        where = self._locations(manifest.digests())
+        where = self.packs.locations(manifest.digests())
         as_root = os.geteuid() == 0
         root = os.fspath(dest)
         try:
-            with PackFiles(self) as packs:
+            with self.packs.files() as packs:
                 os.mkdir(root, 0o700)
                 levels: dict[int, list[Entry]] = {}  # folders by depth: each level in parallel
                 for e in manifest.entries:
@@ -508,19 +415,6 @@ class Engine:
             os.chown(path, e.uid, e.gid)
         os.chmod(path, e.mode)
         os.utime(path, ns=(e.mtime_ns, e.mtime_ns))
-
-    def _where(self, digests: set[str]) -> dict[str, tuple[str, int, int]]:
-        """(pack, offset, length) of each of `digests` the index holds."""
-        return {d: (p, o, n) for d, p, o, n in self.conn.execute("SELECT * FROM objects") if d in digests}
-
-    def _locations(self, digests: set[str]) -> dict[str, tuple[str, int, int]]:
-        """Like `_where`, but every one of `digests` must be there."""
-        where = self._where(digests)
-        if missing := digests - where.keys():
-            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-            raise StorageError(f"object {min(missing)[:12]}{more} is missing from the snapshot store; run "
-                               f"`dtrain snapshot verify` to see which snapshots it damages")
-        return where
 
     def _restore_file(self, e: Entry, dest: str, chunk_size: int, as_root: bool, where: dict,
                       packs: PackFiles, run: Run) -> None:
@@ -571,51 +465,20 @@ class Engine:
                 digests |= self.load(manifest_id).digests()
             except (OSError, ValueError):
                 bad_manifests.append(manifest_id)
-        where = self._where(digests)
+        where = self.packs.where(digests)
         order = sorted(where, key=where.get)  # pack by pack, in file order
         run = Run(sum(n for _, _, n in where.values()), progress)
-        with PackFiles(self) as packs:
-            found = self._parallel(lambda d: self._check_object(d, where[d], packs, run), order)
+        with self.packs.files() as packs:
+            found = self._parallel(lambda d: self.packs.check(d, where[d], packs, self._buffer(), run), order)
         gone = {d for d, state in zip(order, found, strict=True) if state == "missing"}
         corrupt = frozenset(d for d, state in zip(order, found, strict=True) if state == "corrupt")
-        if gone or corrupt:
-            with db.transaction(self.conn):
-                self.conn.executemany("DELETE FROM objects WHERE digest = ?", [(d,) for d in gone | corrupt])
-                self.conn.executemany("INSERT OR IGNORE INTO damaged VALUES (?)", [(d,) for d in gone | corrupt])
-                self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", {(where[d][0],) for d in corrupt})
+        if gone or corrupt:  # out of the index: the next capture holding their content stores it afresh
+            self.packs.mark_damaged(gone, corrupt, where)
         return VerifyStats(objects=len(where), bytes=run.done, missing=frozenset(digests - where.keys() | gone),
                            corrupt=corrupt, bad_manifests=tuple(bad_manifests))
 
-    def _check_object(self, digest: str, where: tuple[str, int, int], packs: PackFiles, run: Run) -> str:
-        pack, offset, length = where
-        h, buf, done = hashlib.sha256(), self._buffer(), 0
-        try:
-            with packs.open(pack) as fd:
-                while done < length:
-                    n = self.io.read_into(fd, buf[: min(len(buf), length - done)], offset + done)
-                    if n == 0:
-                        break
-                    h.update(buf[:n])
-                    done += n
-        except FileNotFoundError:
-            pass
-        run.add(done=done)
-        if done < length:
-            return "missing"
-        return "ok" if h.hexdigest() == digest else "corrupt"
-
-    # --- errors ------------------------------------------------------------------------------
     def _wrap(self, err: OSError, doing: str, *, needed: int) -> StorageError:
-        """A full disk becomes a StorageError saying how much was needed and what to do."""
-        if isinstance(err, StorageError):
-            return err
-        if not fileio.is_disk_full(err):
-            return StorageError(f"{doing} failed: {err}")
-        free = shutil.disk_usage(self.root).free
-        return StorageError(
-            f"no space left on the device while {doing}: needed up to {human_bytes(needed)}, "
-            f"{human_bytes(free)} free under {self.root}; partial work was removed. Free space "
-            f"(delete old snapshots: `dtrain snapshot delete NAME`) and retry")
+        return fileio.storage_error(err, doing, needed=needed, where=self.root)
 
 
 class _Batch:

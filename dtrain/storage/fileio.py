@@ -13,10 +13,14 @@ import errno
 import fcntl
 import json
 import os
+import shutil
 import struct
 import uuid
 from pathlib import Path
 from typing import NamedTuple
+
+from dtrain.errors import StorageError
+from dtrain.storage.info import human_bytes
 
 FICLONE = 0x40049409  # _IOW(0x94, 9, int): clone a whole file
 FICLONERANGE = 0x4020940D  # _IOW(0x94, 13, struct file_clone_range)
@@ -214,3 +218,16 @@ def fsync_path(path: Path, *, directory: bool = False) -> None:
 
 def is_disk_full(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in DISK_FULL
+
+
+def storage_error(err: OSError, doing: str, *, needed: int, where: Path) -> StorageError:
+    """A full disk becomes a StorageError saying how much was needed and what to do."""
+    if isinstance(err, StorageError):
+        return err
+    if not is_disk_full(err):
+        return StorageError(f"{doing} failed: {err}")
+    free = shutil.disk_usage(where).free
+    return StorageError(
+        f"no space left on the device while {doing}: needed up to {human_bytes(needed)}, "
+        f"{human_bytes(free)} free under {where}; partial work was removed. Free space "
+        f"(delete old snapshots: `dtrain snapshot delete NAME`) and retry")

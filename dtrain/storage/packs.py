@@ -1,24 +1,202 @@
-"""Pack files: how new objects are appended to shared files by many threads, read back by
-many threads, and freed in place. The engine (engine.py) decides what goes in; this module
-only moves bytes and names files."""
+"""The pack store: objects (chunks) appended to shared pack files, and the index of where
+each one lies. The engine (engine.py) decides what goes in, and when something may go; this
+module only moves bytes, names files and keeps the index. It imports nothing of the engine:
+the engine builds a `PackStore`, hands it a way to run work on its threads, and calls its verbs.
+
+Layout under the store root: ``packs/ab/<name>`` (read-only pack files, in 256 folders) and
+``index.db`` (SQLite: objects, damaged, dirty).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import shutil
 import threading
+import uuid
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dtrain import db
+from dtrain.errors import StorageError
 from dtrain.storage import fileio
+from dtrain.storage.fileio import FileIO
 
 if TYPE_CHECKING:
-    from dtrain.storage.engine import Engine
     from dtrain.storage.progress import Run
 
 BLOCK = 4096  # file system block: objects of ALIGNED bytes or more start on a boundary
 ALIGNED = 64 << 10  # so that deleting them frees whole blocks
 OPEN_PACKS = 256  # pack descriptors a restore or verify keeps open at once
+INDEX = """
+CREATE TABLE IF NOT EXISTS objects (digest TEXT PRIMARY KEY, pack TEXT NOT NULL,
+    offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS objects_by_pack ON objects (pack);
+CREATE TABLE IF NOT EXISTS damaged (digest TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS dirty (pack TEXT PRIMARY KEY) WITHOUT ROWID;
+"""
+Where = tuple[str, int, int]  # (pack name, offset, length) of one object
+
+
+class PackStore:
+    """Pack files and their index: add (`packer`, `new_pack`, `index`), find (`known`,
+    `where`, `locate`), read (`files`), judge (`mark_damaged`, `damaged`) and free (`free`)."""
+
+    def __init__(self, root: Path, *, io: FileIO, durable: bool, pack_size: int, anonymous: bool,
+                 tmp_name: Callable[[], str], parallel: Callable[[Callable, list], list]):
+        self.root = os.fspath(Path(root) / "packs")
+        self.io, self.durable, self.pack_size = io, durable, pack_size
+        self._anonymous = anonymous  # O_TMPFILE: no temp names to clean up
+        self._tmp_name = tmp_name  # a fresh path in the store's tmp/ (swept after a crash)
+        self.parallel = parallel  # fn over items on the engine's worker threads, results in order
+        if not os.path.isdir(f"{self.root}/ff"):
+            os.makedirs(self.root, exist_ok=True)
+            fileio.spread_subfolders(Path(self.root))
+            for i in range(256):
+                os.makedirs(f"{self.root}/{i:02x}", exist_ok=True)
+        self.conn = db.connect(Path(root) / "index.db")
+        self.conn.row_factory = None
+        if not durable:
+            self.conn.execute("PRAGMA synchronous=NORMAL")
+        self.conn.executescript(INDEX)
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def path(self, name: str) -> str:
+        return f"{self.root}/{name[:2]}/{name}"
+
+    # --- adding ----------------------------------------------------------------------------
+    def packer(self, run: Run) -> Packer:
+        return Packer(self, run)
+
+    def new_pack(self) -> Pack:
+        """A pack file, unnamed (O_TMPFILE) where possible, so that a killed run leaves nothing
+        behind and naming it is a single link; a temp file elsewhere. Created in its final
+        folder: ext4 allocates inodes near their folder, and 256 folders spread over many
+        block groups allocate faster than one."""
+        name = uuid.uuid4().hex
+        if self._anonymous:
+            fd = os.open(f"{self.root}/{name[:2]}", os.O_TMPFILE | os.O_RDWR, 0o444)
+            return Pack(fd, None, name)
+        tmp = self._tmp_name()
+        return Pack(os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o444), tmp, name)
+
+    def index(self, packs: list[Pack]) -> bool:
+        """Make the sealed packs' objects known: one transaction, after their data is on disk.
+        True when another process stored some first: their copies here wait for a sweep."""
+        rows = [row for pack in packs for row in pack.rows]
+        with db.transaction(self.conn):
+            before = self.conn.total_changes
+            self.conn.executemany("INSERT OR IGNORE INTO objects VALUES (?,?,?,?)", rows)
+            raced = self.conn.total_changes - before < len(rows)
+            if raced:
+                self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", [(p.name,) for p in packs])
+            if self.conn.execute("SELECT 1 FROM damaged LIMIT 1").fetchone():  # healed: stored afresh
+                self.conn.executemany("DELETE FROM damaged WHERE digest = ?", [(r[0],) for r in rows])
+        return raced
+
+    def import_objects(self, folder: Path) -> None:
+        """Adopt a store of the first format (one file per object under objects/): each
+        object becomes a pack of its own, without copying."""
+        rows = []
+        for fan in os.scandir(folder):
+            for item in os.scandir(fan.path):
+                digest = fan.name + item.name
+                os.rename(item.path, self.path(digest))
+                rows.append((digest, digest, 0, os.stat(self.path(digest)).st_size))
+        with db.transaction(self.conn):
+            self.conn.executemany("INSERT OR IGNORE INTO objects VALUES (?,?,?,?)", rows)
+        shutil.rmtree(folder)
+
+    # --- finding and reading -------------------------------------------------------------------
+    def known(self) -> set[str]:
+        return {d for (d,) in self.conn.execute("SELECT digest FROM objects")}
+
+    def damaged(self) -> set[str]:
+        return {d for (d,) in self.conn.execute("SELECT digest FROM damaged")}
+
+    def locate(self, digest: str) -> Where | None:
+        """(pack file path, offset, length) of a stored object, None when the store lacks it."""
+        row = self.conn.execute("SELECT pack, offset, length FROM objects WHERE digest = ?", (digest,)).fetchone()
+        return (self.path(row[0]), row[1], row[2]) if row else None
+
+    def where(self, digests: set[str]) -> dict[str, Where]:
+        """(pack, offset, length) of each of `digests` the index holds."""
+        return {d: (p, o, n) for d, p, o, n in self.conn.execute("SELECT * FROM objects") if d in digests}
+
+    def locations(self, digests: set[str]) -> dict[str, Where]:
+        """Like `where`, but every one of `digests` must be there."""
+        where = self.where(digests)
+        if missing := digests - where.keys():
+            more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+            raise StorageError(f"object {min(missing)[:12]}{more} is missing from the snapshot store; run "
+                               f"`dtrain snapshot verify` to see which snapshots it damages")
+        return where
+
+    def files(self) -> PackFiles:
+        """Shared read descriptors for one restore or verification."""
+        return PackFiles(self)
+
+    # --- judging and freeing -------------------------------------------------------------------
+    def check(self, digest: str, where: Where, files: PackFiles, buf: memoryview, run: Run) -> str:
+        """Re-hash one object: 'ok', 'corrupt' (other bytes) or 'missing' (pack gone or cut short)."""
+        pack, offset, length = where
+        h, done = hashlib.sha256(), 0
+        try:
+            with files.open(pack) as fd:
+                while done < length:
+                    n = self.io.read_into(fd, buf[: min(len(buf), length - done)], offset + done)
+                    if n == 0:
+                        break
+                    h.update(buf[:n])
+                    done += n
+        except FileNotFoundError:
+            pass
+        run.add(done=done)
+        if done < length:
+            return "missing"
+        return "ok" if h.hexdigest() == digest else "corrupt"
+
+    def mark_damaged(self, gone: set[str], corrupt: Iterable[str], where: dict[str, Where]) -> None:
+        """Objects found missing or corrupt leave the index (the next capture that meets their
+        content stores it afresh); packs holding corrupt bytes get those bytes freed."""
+        bad = set(gone) | set(corrupt)
+        with db.transaction(self.conn):
+            self.conn.executemany("DELETE FROM objects WHERE digest = ?", [(d,) for d in bad])
+            self.conn.executemany("INSERT OR IGNORE INTO damaged VALUES (?)", [(d,) for d in bad])
+            self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", {(where[d][0],) for d in corrupt})
+
+    def free(self, needed: set[str]) -> tuple[int, int, int]:
+        """Delete every object not in `needed` (caller holds the store's exclusive lock): first
+        forget, then free, so that a crash in between only leaks. Returns (objects, bytes,
+        unindexed packs removed)."""
+        rows = self.conn.execute("SELECT digest, pack, offset, length FROM objects").fetchall()
+        dead, kept = [], {}  # kept: pack -> (offset, length) of its live objects
+        for digest, pack, offset, length in rows:
+            if digest in needed:
+                kept.setdefault(pack, []).append((offset, length))
+            else:
+                dead.append((digest, pack, offset, length))
+        with db.transaction(self.conn):
+            self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", {(r[1],) for r in dead})
+            self.conn.executemany("DELETE FROM objects WHERE digest = ?", [(r[0],) for r in dead])
+            damaged = [d for (d,) in self.conn.execute("SELECT digest FROM damaged")]
+            self.conn.executemany("DELETE FROM damaged WHERE digest = ?", [(d,) for d in damaged if d not in needed])
+        dirty = {p for (p,) in self.conn.execute("SELECT pack FROM dirty")}
+        leftovers = 0
+        for fan in os.scandir(self.root):
+            for item in os.scandir(fan.path):
+                if item.name not in kept:  # nothing live left, or never indexed (killed capture)
+                    os.unlink(item.path)
+                    leftovers += item.name not in dirty
+                elif item.name in dirty:
+                    punch_dead(item.path, kept[item.name])
+        with db.transaction(self.conn):
+            self.conn.execute("DELETE FROM dirty")
+        return len(dead), sum(r[3] for r in dead), leftovers
 
 
 class Pack:
@@ -44,9 +222,9 @@ class Packer:
     parallel. The last writer into a full pack seals it (flushes it and gives it its name)
     while the others go on into the next one."""
 
-    def __init__(self, engine: Engine, run: Run):
-        self.engine, self.run = engine, run
-        self.known = engine._known()  # objects the store holds already
+    def __init__(self, store: PackStore, run: Run):
+        self.store, self.run = store, run
+        self.known = store.known()  # objects the store holds already
         self.lock = threading.Lock()
         self.current: Pack | None = None
         self.unsealed: list[Pack] = []
@@ -62,16 +240,16 @@ class Packer:
         with self.lock:
             pack = self.current
             if pack is None:
-                pack = self.current = self.engine._new_pack()
+                pack = self.current = self.store.new_pack()
                 self.unsealed.append(pack)
             offset = _block_up(pack.size) if n >= ALIGNED else pack.size
             pack.size = offset + n
             pack.pending += 1
             pack.rows.append((digest, pack.name, offset, n))
-            if pack.size >= self.engine.pack_size:
+            if pack.size >= self.store.pack_size:
                 pack.full, self.current = True, None
         try:
-            self.engine.io.write_at(pack.fd, data, offset)
+            self.store.io.write_at(pack.fd, data, offset)
         except BaseException:
             pack.failed = True
             raise
@@ -87,11 +265,11 @@ class Packer:
         """Flush a complete pack (durable stores; with sync=False, `finish` flushes the whole
         file system once) and name it; its objects are indexed at `finish`."""
         try:
-            if self.engine.durable and sync:
+            if self.store.durable and sync:
                 os.fdatasync(pack.fd)
-            elif self.engine.durable:
+            elif self.store.durable:
                 self.syncfs = True
-            path = self.engine.pack_path(pack.name)
+            path = self.store.path(pack.name)
             if pack.tmp is None:
                 fileio.link_fd(pack.fd, path)
             else:
@@ -105,19 +283,20 @@ class Packer:
             self.sealed.append(pack)
         os.close(pack.fd)
 
-    def finish(self) -> None:
-        """Seal the last pack, flush the folders that got new names, then index everything."""
+    def finish(self) -> bool:
+        """Seal the last pack, flush the folders that got new names, then index everything.
+        True when another process stored some of the same objects first (sweep the copies)."""
         if self.current is not None:
             self.seal(self.current)
             self.current = None
         if not self.sealed:
-            return
+            return False
         if self.syncfs:  # one btrfs/XFS commit rather than an fdatasync per cloned file
-            fileio.syncfs(self.engine.root)
-        elif self.engine.durable:
+            fileio.syncfs(self.store.root)
+        elif self.store.durable:
             folders = sorted({p.name[:2] for p in self.sealed})
-            self.engine._parallel(lambda f: fileio.fsync_path(Path(self.engine._packs, f), directory=True), folders)
-        self.engine._index(self.sealed)
+            self.store.parallel(lambda f: fileio.fsync_path(Path(self.store.root, f), directory=True), folders)
+        return self.store.index(self.sealed)
 
     def abort(self) -> None:
         """Drop the packs still being written (named ones are swept later)."""
@@ -132,8 +311,8 @@ class PackFiles:
     """Read descriptors of pack files, shared by a restore's or a verification's threads;
     at most OPEN_PACKS stay open (reflink stores hold one pack per file)."""
 
-    def __init__(self, engine: Engine):
-        self.engine = engine
+    def __init__(self, store: PackStore):
+        self.store = store
         self.fds: dict[str, int] = {}
         self.lock = threading.Lock()
 
@@ -151,7 +330,7 @@ class PackFiles:
         if fd is not None:
             yield fd
             return
-        fd = os.open(self.engine.pack_path(name), os.O_RDONLY)
+        fd = os.open(self.store.path(name), os.O_RDONLY)
         with self.lock:
             if len(self.fds) < OPEN_PACKS and name not in self.fds:
                 self.fds[name] = fd

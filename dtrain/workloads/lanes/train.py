@@ -9,8 +9,8 @@ so an interrupted run ends where an uninterrupted one would (exactly, with NUM_W
 
 Settings come from the recipe, then the platform's environment variables, then flags (flags win):
     USE_WORKERS NUM_WORKERS BATCH_SIZE USE_VAL VAL_BATCH_SIZE ENABLE_SNAPSHOT PVC_NAME DATA_DIR OUTPUT_DIR
-ENABLE_SNAPSHOT and PVC_NAME are the platform's business (it snapshots the volume after the job);
-this script only records them in run.json.
+ENABLE_SNAPSHOT and PVC_NAME belong to the platform (dtrain.spec.JobSpec.snapshot_volume turns
+them into --snapshot-on-success; docs/architecture.md); this script only records them in run.json.
 """
 
 import argparse
