@@ -62,6 +62,12 @@ def _not_found(group: str, plural: str, name: str) -> tuple[int, bytes]:
                    {"name": name, "group": group, "kind": plural})
 
 
+
+def _go_bool(value: str | None) -> bool:
+    """A boolean query parameter as the API server reads it (Go's strconv.ParseBool): the
+    official client sends 'True' in some versions and 'true' in others."""
+    return value in ("1", "t", "T", "true", "TRUE", "True")
+
 def _matches(labels: dict[str, str], selector: str | None) -> bool:
     for term in filter(None, (selector or "").split(",")):
         if "!=" in term:
@@ -271,7 +277,7 @@ class FakeCluster:
             container = pod["spec"]["containers"][0]["name"]
             return _status(400, "BadRequest", f'container "{container}" in pod "{name}" is waiting to start: '
                                               f'ContainerCreating')
-        stamps = query.get("timestamps") == "true"
+        stamps = _go_bool(query.get("timestamps"))
         lines = self.logs.get((namespace, name), [])
         if "sinceSeconds" in query:
             cutoff = time.time() - int(query["sinceSeconds"])
@@ -279,7 +285,7 @@ class FakeCluster:
         if "tailLines" in query:
             lines = lines[-int(query["tailLines"]):] if int(query["tailLines"]) else []
         render = lambda t, text: ((rfc3339(t, nanos=True) + " " if stamps else "") + text + "\n").encode()  # noqa
-        if query.get("follow") != "true":
+        if not _go_bool(query.get("follow")):
             return 200, b"".join(render(t, text) for t, text in lines)
         return 200, self._follow(namespace, name, list(lines), render)
 
