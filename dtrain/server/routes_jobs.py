@@ -1,0 +1,196 @@
+"""Jobs and their logs: list, submit, get, delete, wait, logs (tail or a live stream), curves."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi.responses import StreamingResponse
+
+from dtrain.names import check_name
+from dtrain.server import curves, wire
+from dtrain.server.clients import client
+from dtrain.spec import JobSpec
+
+router = APIRouter(tags=["jobs"])
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422)}
+KEEPALIVE_S = 15.0  # an SSE comment this often keeps proxies from closing a quiet stream
+
+
+@router.get("/jobs", response_model=list[wire.Job], responses=ERRORS)
+def list_jobs(request: Request, project: str | None = None, status: wire.STATUSES | None = None):
+    """Every job (of one project with `project`), oldest first; `status` filters."""
+    if project is not None:
+        check_name(project, "project")
+    jobs = client(request).list(project=project)
+    return [wire.job_out(j) for j in jobs if status is None or j.status.value == status]
+
+
+@router.post("/jobs", response_model=wire.Job, status_code=201, responses=ERRORS)
+def submit(request: Request, body: wire.SpecIn):
+    """Submit a job: the body holds the fields of `dtrain submit` (and of a -f YAML file)."""
+    c = client(request)
+    data = body.model_dump(exclude_unset=True)
+    data["project"] = data.get("project") or c.default_project
+    if data.get("backend") is None:
+        data.pop("backend", None)
+    return wire.job_out(c.submit(JobSpec.from_dict(data)))
+
+
+@router.get("/jobs/{name}", response_model=wire.Job, responses=ERRORS)
+def get_job(request: Request, name: str):
+    return wire.job_out(client(request).get(check_name(name, "job")))
+
+
+@router.delete("/jobs/{name}", response_model=wire.Job, responses=ERRORS)
+def delete_job(request: Request, name: str):
+    """Stop the job's processes and mark it Deleted."""
+    return wire.job_out(client(request).delete(check_name(name, "job")))
+
+
+@router.get("/jobs/{name}/wait", response_model=wire.Job, responses={**ERRORS, 408: {"model": wire.Error}})
+async def wait_job(request: Request, name: str, timeout: Annotated[float, Query(ge=0, le=600)] = 60):
+    """Block until the job ends (408 when `timeout` seconds pass first)."""
+    check_name(name, "job")
+    streams = request.app.state.streams
+    with streams.slot():  # its own thread limit, so that waits never hold the threads lists need
+        info = await anyio.to_thread.run_sync(lambda: client(request).wait(name, timeout=timeout),
+                                              limiter=streams.limiter())
+    return wire.job_out(info)
+
+
+@router.get("/jobs/{name}/logs", response_model=list[wire.LogLine], responses=ERRORS)
+def logs(request: Request, name: str, rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
+         tail: Annotated[int | None, Query(ge=0, le=100_000)] = None, since: float | None = None):
+    """The lines written so far (of one rank with `rank`), oldest first."""
+    lines = client(request).logs(check_name(name, "job"), rank=rank, tail=tail, since=since)
+    return [wire.LogLine(rank=ln.rank, time=ln.time, text=ln.text) for ln in lines]
+
+
+@router.get("/jobs/{name}/logs/stream", responses={**ERRORS, 200: {"content": {"text/event-stream": {}}}},
+            response_class=StreamingResponse)
+async def follow_logs(request: Request, name: str, rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
+                      tail: Annotated[int | None, Query(ge=0, le=100_000)] = None):
+    """Server-sent events: one `data: {rank, time, text}` per line, then `event: end` when the job ends."""
+    check_name(name, "job")
+    streams = request.app.state.streams
+    pump = _Pump(request.app.state.clients, name, rank, tail)
+    slot = streams.slot()
+    slot.__enter__()
+    try:
+        await pump.start()
+    except BaseException:
+        slot.__exit__(None, None, None)
+        raise
+
+    async def events():
+        try:
+            async for item in pump.items():
+                yield item
+        finally:
+            pump.stop()
+            slot.__exit__(None, None, None)
+    return StreamingResponse(events(), media_type="text/event-stream",
+                             headers={"cache-control": "no-store", "x-accel-buffering": "no"})
+
+
+@router.get("/jobs/{name}/metrics", response_model=list[dict[str, Any]], responses=ERRORS)
+def job_metrics(request: Request, name: str, last: Annotated[int, Query(ge=1, le=20_000)] = 2000):
+    """The job's training metrics, one record per logged step (step, loss, images_per_s, ...)."""
+    return curves.curve(client(request).get(check_name(name, "job")), last=last)
+
+
+class Streams:
+    """Counts the long requests (log streams, waits) so that they cannot take every thread."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.open = 0
+        self._lock = threading.Lock()
+        self._limiter: anyio.CapacityLimiter | None = None
+
+    def limiter(self) -> anyio.CapacityLimiter:
+        if self._limiter is None:  # made inside the event loop, on first use
+            self._limiter = anyio.CapacityLimiter(self.limit)
+        return self._limiter
+
+    def slot(self):
+        streams = self
+
+        class _Slot:
+            def __enter__(self):
+                with streams._lock:
+                    if streams.open >= streams.limit:
+                        raise HTTPException(503, f"too many open log streams and waits ({streams.limit}); "
+                                                 f"close some and try again")
+                    streams.open += 1
+
+            def __exit__(self, *exc):
+                with streams._lock:
+                    streams.open -= 1
+        return _Slot()
+
+
+class _Pump:
+    """Reads `client.logs(follow=True)` in its own thread (it blocks) and hands lines to the event loop.
+
+    The thread has its own Client. After a disconnect it stops at the next line or when the
+    job ends, whichever comes first: a blocked read cannot be interrupted, which is why open
+    streams are counted (`Streams`) rather than trusted to end.
+    """
+
+    def __init__(self, clients, name: str, rank: int | None, tail: int | None):
+        self.clients, self.name, self.rank, self.tail = clients, name, rank, tail
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize=1000)
+        self.loop = asyncio.get_running_loop()
+        self._stop = threading.Event()
+
+    async def start(self) -> None:
+        threading.Thread(target=self._run, name=f"logs-{self.name}", daemon=True).start()
+        kind, value = await self.queue.get()
+        if kind == "error":
+            raise value
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _put(self, item) -> bool:
+        while not self._stop.is_set():
+            future = asyncio.run_coroutine_threadsafe(self.queue.put(item), self.loop)
+            try:
+                future.result(timeout=1.0)
+                return True
+            except TimeoutError:
+                future.cancel()  # a reader that stopped reading: check for a disconnect, then retry
+            except RuntimeError:  # the event loop is closing
+                return False
+        return False
+
+    def _run(self) -> None:
+        try:
+            lines = self.clients.get().logs(self.name, rank=self.rank, tail=self.tail, follow=True)
+        except Exception as err:  # noqa: BLE001  raised in the request: 404 and friends
+            self._put(("error", err))
+            return
+        if not self._put(("ok", None)):
+            return
+        for line in lines:
+            data = json.dumps({"rank": line.rank, "time": line.time, "text": line.text})
+            if self._stop.is_set() or not self._put(("line", f"data: {data}\n\n")):
+                return
+        self._put(("end", "event: end\ndata: {}\n\n"))
+
+    async def items(self):
+        while True:
+            try:
+                kind, text = await asyncio.wait_for(self.queue.get(), KEEPALIVE_S)
+            except TimeoutError:
+                yield ": keepalive\n\n"
+                continue
+            yield text
+            if kind == "end":
+                return
