@@ -8,10 +8,10 @@ their jobs show no curves.
 from __future__ import annotations
 
 import json
+from collections import deque
 from pathlib import Path
 from typing import Any
 
-from dtrain.errors import SpecError
 
 METRICS_FILE = "metrics.jsonl"
 TAIL_BYTES = 64 * 1024  # /metrics reads only the end of the file: the newest values
@@ -26,18 +26,22 @@ def metrics_path(info) -> Path | None:
 
 
 def curve(info, *, last: int) -> list[dict[str, Any]]:
-    """The last `last` records, oldest first; a torn final line (a job killed mid-write) is skipped."""
-    from dtrain.training.metrics import read_metrics  # light: no torch, no backend
-
+    """The last `last` records, oldest first. Lines that are not JSON objects (a torn last line
+    of a killed job) are skipped: a chart shows what can be read. (Not dtrain.training's
+    read_metrics: importing dtrain.training would load torch into the server.)"""
     path = metrics_path(info)
     if path is None:
         return []
-    try:
-        records = read_metrics(path)
-    except (OSError, ValueError):
-        raise SpecError(f"job {info.name!r} has a malformed {METRICS_FILE}: it must hold one JSON object "
-                        f"per line, as dtrain.training.MetricsWriter writes it") from None
-    return [r for r in records if isinstance(r, dict)][-last:]
+    out: deque[dict[str, Any]] = deque(maxlen=last)
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for line in f:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict):
+                out.append(record)
+    return list(out)
 
 
 def latest(info, keys: tuple[str, ...]) -> dict[str, float]:
