@@ -104,7 +104,7 @@ async function deleteJob(name) {
 function jobPage(main, name) {
   const head = h("div", {class: "card", id: "job-head"});
   const curves = h("div", {class: "row", id: "curves"});
-  const procs = h("div", {class: "card"}), events = h("div", {class: "card"}), snaps = h("div", {class: "card"});
+  const procs = h("div", {class: "card"}), events = h("div", {class: "card"}), snaps = h("div", {class: "card", id: "job-snapshots"});
   const spec = h("pre", {id: "job-spec"});
   const rank = h("select", {id: "rank", onchange: () => follow(name, rank.value)}, h("option", {value: ""}, "all ranks"));
   const logs = h("pre", {id: "logs"});
@@ -127,7 +127,7 @@ function jobPage(main, name) {
       h("div", {}, "Created / started / finished"), h("div", {}, `${when(j.created)} / ${when(j.started)} / ${when(j.finished)}`),
       h("div", {}, "Restarts"), h("div", {}, j.restarts),
       h("div", {}, "Snapshot taken / started from"), h("div", {}, `${j.snapshot || "-"} / ${j.source_snapshot || "-"}`)),
-      j.status === "Pending" || j.status === "Running" ? h("p", {}, h("button", {class: "danger", onclick: () => deleteJob(name)}, "Delete job")) : null);
+      ...(j.status === "Pending" || j.status === "Running" ? [h("p", {}, h("button", {class: "danger", onclick: () => deleteJob(name)}, "Delete job"))] : []));
     procs.replaceChildren(table(["Rank", "Status", "Exit code", "Devices", "Node"], j.processes.map(p => h("tr", {},
       h("td", {}, p.rank), statusCell(p.status), h("td", {}, p.exit_code ?? "-"), h("td", {}, p.devices.join(",") || "-"), h("td", {}, p.node || "-")))));
     events.replaceChildren(table(["Time", "Status", "Message"], j.events.map(e => h("tr", {},
@@ -183,12 +183,14 @@ function nodesPage(main) {
       const mine = hist.filter(s => s.node === n.name);
       const byGpu = key => n.gpus.map(g => ({name: "GPU " + g.index, points: mine.filter(s => s.gpu === g.index).map(s => [s.time, s[key]])}));
       const t = x => new Date(x * 1000).toLocaleTimeString();
+      const held = n.gpus.map(g => ({name: "GPU " + g.index, points: mine.filter(s => s.gpu === g.index).map(s => [s.time, s.job ? 1 : 0])}));
       return h("div", {class: "card node", "data-node": n.name},
         h("h2", {}, n.name), h("div", {class: "kv"},
           h("div", {}, "GPUs allocated / allocatable"), h("div", {id: "gpu-alloc"}, `${n.gpus_allocated} / ${n.gpus_allocatable}`),
           h("div", {}, "CPUs"), h("div", {}, n.cpus ?? "-"), h("div", {}, "Memory"), h("div", {}, size(n.memory))),
         h("h2", {}, "GPUs"), n.gpus.length ? gpus : h("p", {class: "muted"}, "no GPUs"),
         n.gpus.length ? h("div", {class: "row"},
+          h("div", {class: "card"}, h("h2", {}, "Held by a job (1) or free (0), last minutes"), lineChart(held, {xfmt: t, ymin: 0, ymax: 1, empty: "the first sample comes a few seconds after the server starts"}), legend(held)),
           h("div", {class: "card"}, h("h2", {}, "Utilization % (last minutes)"), lineChart(byGpu("utilization"), {xfmt: t, ymin: 0, ymax: 100, empty: "no utilization reported (NVML absent: injected GPUs)"}), legend(byGpu("utilization"))),
           h("div", {class: "card"}, h("h2", {}, "Memory used (last minutes)"), lineChart(byGpu("memory_used"), {xfmt: t, ymin: 0, empty: "no memory reported (NVML absent: injected GPUs)"}), legend(byGpu("memory_used")))) : null);
     }));

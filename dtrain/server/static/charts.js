@@ -90,7 +90,7 @@ function lineageGraph(graph) {
     maxRows = Math.max(maxRows, cols[c].length);
   });
   const ncols = Object.keys(cols).length;
-  const W = Math.max(300, 20 + ncols * (NW + GX)), H = Math.max(80, 20 + maxRows * (NH + GY));
+  const W = Math.max(300, 20 + ncols * (NW + GX)), H = Math.max(80, 20 + maxRows * (NH + GY) + 26 * ncols);
   const svg = svgEl("svg", {width: W, height: H, class: "graph", id: "lineage-graph"});
   const defs = svgEl("defs");
   const marker = svgEl("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7,
@@ -101,10 +101,19 @@ function lineageGraph(graph) {
   graph.edges.forEach(e => {
     const a = pos[e.source], b = pos[e.target];
     if (!a || !b) return;
-    const x1 = a.x + NW, y1 = a.y + NH / 2, x2 = b.x, y2 = b.y + NH / 2, mx = (x1 + x2) / 2;
-    svg.appendChild(svgEl("path", {d: `M${x1},${y1}C${mx},${y1} ${mx},${y2} ${x2},${y2}`, class: "edge",
-                                   "marker-end": "url(#arrow)"}));
-    svg.appendChild(svgEl("text", {x: mx, y: (y1 + y2) / 2 - 4, "text-anchor": "middle", class: "elabel"}, e.label));
+    const span = Math.round((b.x - a.x) / (NW + GX));
+    let d, lx, ly;
+    if (span > 1 || span < 0) {  // skips columns: bow under the nodes instead of crossing them
+      const x1 = a.x + NW / 2, y1 = a.y + NH, x2 = b.x + NW / 2, y2 = b.y + NH, dip = Math.max(y1, y2) + 26 * Math.abs(span);
+      d = `M${x1},${y1}C${x1},${dip} ${x2},${dip} ${x2},${y2}`;
+      [lx, ly] = [(x1 + x2) / 2, dip - 8 * Math.abs(span) + 2];
+    } else {
+      const x1 = a.x + NW, y1 = a.y + NH / 2, x2 = b.x, y2 = b.y + NH / 2, mx = (x1 + x2) / 2;
+      d = `M${x1},${y1}C${mx},${y1} ${mx},${y2} ${x2},${y2}`;
+      [lx, ly] = [mx, (y1 + y2) / 2 - 5];
+    }
+    svg.appendChild(svgEl("path", {d, class: "edge", "marker-end": "url(#arrow)"}));
+    svg.appendChild(svgEl("text", {x: lx, y: ly, "text-anchor": "middle", class: "elabel"}, e.label));
   });
   graph.nodes.forEach(n => {
     const p = pos[n.id];
