@@ -13,13 +13,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Callable
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
 
 from dtrain import errors
-from dtrain.server import routes_cluster, routes_jobs, routes_storage
+from dtrain.names import check_name
+from dtrain.server import routes_cluster, routes_jobs, routes_storage, wire
 from dtrain.server.auth import Guard
 from dtrain.server.clients import Clients
 from dtrain.server.history import GpuHistory
@@ -71,12 +73,8 @@ def _errors(app: FastAPI) -> None:
         return JSONResponse({"error": str(err), "kind": type(err).__name__.rstrip("_")}, status_code=http_status(err))
 
     @app.exception_handler(RequestValidationError)
-    async def bad_request(_request, err: RequestValidationError):
-        parts = []
-        for e in err.errors()[:5]:
-            where = ".".join(str(x) for x in e.get("loc", ()) if x != "body") or "body"
-            parts.append(f"{where}: {e.get('msg', 'invalid')}")
-        return JSONResponse({"error": "invalid request: " + "; ".join(parts), "kind": "SpecError"}, status_code=422)
+    async def bad_request(request, err: RequestValidationError):
+        return JSONResponse({"error": _one_line(request, err.errors()), "kind": "SpecError"}, status_code=422)
 
     @app.exception_handler(HTTPException)
     async def http_error(_request, err: HTTPException):
@@ -91,3 +89,19 @@ def _pages(app: FastAPI) -> None:
     @app.get("/", include_in_schema=False)
     def index():
         return FileResponse(STATIC / "index.html", headers={"cache-control": "no-store"})
+
+
+def _one_line(request, problems) -> str:
+    """Pydantic's findings as one line; a name refused by names.py's pattern gets names.py's message."""
+    parts = []
+    for e in problems[:5]:
+        loc = [str(x) for x in e.get("loc", ()) if x != "body"]
+        if e.get("type") == "string_pattern_mismatch" and e.get("ctx", {}).get("pattern") == wire.NAME:
+            field = loc[-1] if loc else "name"
+            area = request.url.path.removeprefix(API + "/").split("/")[0]  # jobs, volumes, snapshots...
+            try:
+                check_name(e.get("input"), wire.NAMED.get(field, wire.NAMED.get(area, field)))
+            except errors.SpecError as refused:
+                return str(refused)
+        parts.append(f"{'.'.join(loc) or 'body'}: {e.get('msg', 'invalid')}")
+    return "invalid request: " + "; ".join(parts)

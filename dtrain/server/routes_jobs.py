@@ -11,7 +11,6 @@ import anyio
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 
-from dtrain.names import check_name
 from dtrain.server import curves, wire
 from dtrain.server.clients import client
 from dtrain.spec import JobSpec
@@ -22,10 +21,9 @@ KEEPALIVE_S = 15.0  # an SSE comment this often keeps proxies from closing a qui
 
 
 @router.get("/jobs", response_model=list[wire.Job], responses=ERRORS)
-def list_jobs(request: Request, project: str | None = None, status: wire.STATUSES | None = None):
+def list_jobs(request: Request, project: Annotated[str | None, Query(pattern=wire.NAME)] = None,
+              status: wire.STATUSES | None = None):
     """Every job (of one project with `project`), oldest first; `status` filters."""
-    if project is not None:
-        check_name(project, "project")
     jobs = client(request).list(project=project)
     return [wire.job_out(j) for j in jobs if status is None or j.status.value == status]
 
@@ -42,20 +40,19 @@ def submit(request: Request, body: wire.SpecIn):
 
 
 @router.get("/jobs/{name}", response_model=wire.Job, responses=ERRORS)
-def get_job(request: Request, name: str):
-    return wire.job_out(client(request).get(check_name(name, "job")))
+def get_job(request: Request, name: wire.JobName):
+    return wire.job_out(client(request).get(name))
 
 
 @router.delete("/jobs/{name}", response_model=wire.Job, responses=ERRORS)
-def delete_job(request: Request, name: str):
+def delete_job(request: Request, name: wire.JobName):
     """Stop the job's processes and mark it Deleted."""
-    return wire.job_out(client(request).delete(check_name(name, "job")))
+    return wire.job_out(client(request).delete(name))
 
 
 @router.get("/jobs/{name}/wait", response_model=wire.Job, responses={**ERRORS, 408: {"model": wire.Error}})
-async def wait_job(request: Request, name: str, timeout: Annotated[float, Query(ge=0, le=600)] = 60):
+async def wait_job(request: Request, name: wire.JobName, timeout: Annotated[float, Query(ge=0, le=600)] = 60):
     """Block until the job ends (408 when `timeout` seconds pass first)."""
-    check_name(name, "job")
     streams = request.app.state.streams
     with streams.slot():  # its own thread limit, so that waits never hold the threads lists need
         info = await anyio.to_thread.run_sync(lambda: client(request).wait(name, timeout=timeout),
@@ -64,19 +61,18 @@ async def wait_job(request: Request, name: str, timeout: Annotated[float, Query(
 
 
 @router.get("/jobs/{name}/logs", response_model=list[wire.LogLine], responses=ERRORS)
-def logs(request: Request, name: str, rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
+def logs(request: Request, name: wire.JobName, rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
          tail: Annotated[int | None, Query(ge=0, le=100_000)] = None, since: float | None = None):
     """The lines written so far (of one rank with `rank`), oldest first."""
-    lines = client(request).logs(check_name(name, "job"), rank=rank, tail=tail, since=since)
+    lines = client(request).logs(name, rank=rank, tail=tail, since=since)
     return [wire.LogLine(rank=ln.rank, time=ln.time, text=ln.text) for ln in lines]
 
 
 @router.get("/jobs/{name}/logs/stream", responses={**ERRORS, 200: {"content": {"text/event-stream": {}}}},
             response_class=StreamingResponse)
-async def follow_logs(request: Request, name: str, rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
+async def follow_logs(request: Request, name: wire.JobName, rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
                       tail: Annotated[int | None, Query(ge=0, le=100_000)] = None):
     """Server-sent events: one `data: {rank, time, text}` per line, then `event: end` when the job ends."""
-    check_name(name, "job")
     streams = request.app.state.streams
     pump = _Pump(request.app.state.clients, name, rank, tail)
     slot = streams.slot()
@@ -99,9 +95,9 @@ async def follow_logs(request: Request, name: str, rank: Annotated[int | None, Q
 
 
 @router.get("/jobs/{name}/metrics", response_model=list[dict[str, Any]], responses=ERRORS)
-def job_metrics(request: Request, name: str, last: Annotated[int, Query(ge=1, le=20_000)] = 2000):
+def job_metrics(request: Request, name: wire.JobName, last: Annotated[int, Query(ge=1, le=20_000)] = 2000):
     """The job's training metrics, one record per logged step (step, loss, images_per_s, ...)."""
-    return curves.curve(client(request).get(check_name(name, "job")), last=last)
+    return curves.curve(client(request).get(name), last=last)
 
 
 class Streams:
@@ -143,7 +139,7 @@ class _Pump:
     streams are counted (`Streams`) rather than trusted to end.
     """
 
-    def __init__(self, clients, name: str, rank: int | None, tail: int | None):
+    def __init__(self, clients, name: wire.JobName, rank: int | None, tail: int | None):
         self.clients, self.name, self.rank, self.tail = clients, name, rank, tail
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=1000)
         self.loop = asyncio.get_running_loop()

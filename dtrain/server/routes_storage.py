@@ -7,8 +7,6 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
 
-from dtrain.errors import SpecError
-from dtrain.names import check_name
 from dtrain.server import wire
 from dtrain.server.clients import client
 from dtrain.server.lineage import lineage
@@ -37,66 +35,54 @@ def list_volumes(request: Request):
 
 @router.post("/volumes", response_model=wire.Volume, status_code=201, responses=ERRORS)
 def create_volume(request: Request, body: wire.VolumeIn):
-    check_name(body.name, "volume")
     return _volume(client(request).create_volume(body.name, size=body.size, storage_class=body.storage_class))
 
 
 @router.get("/volumes/{name}", response_model=wire.Volume, responses=ERRORS)
-def get_volume(request: Request, name: str):
-    return _volume(client(request).get_volume(check_name(name, "volume")))
+def get_volume(request: Request, name: wire.VolumeName):
+    return _volume(client(request).get_volume(name))
 
 
 @router.delete("/volumes/{name}", status_code=204, responses=ERRORS)
-def delete_volume(request: Request, name: str, force: bool = False):
+def delete_volume(request: Request, name: wire.VolumeName, force: bool = False):
     """Delete a volume (409 while a job uses it, unless `force`)."""
-    client(request).delete_volume(check_name(name, "volume"), force=force)
+    client(request).delete_volume(name, force=force)
 
 
 @router.get("/snapshots", response_model=list[wire.Snapshot], responses=ERRORS)
-def list_snapshots(request: Request, volume: str | None = None, job: str | None = None):
-    if volume is not None:
-        check_name(volume, "volume")
-    if job is not None:
-        check_name(job, "job")
+def list_snapshots(request: Request, volume: Annotated[str | None, Query(pattern=wire.NAME)] = None,
+                   job: Annotated[str | None, Query(pattern=wire.NAME)] = None):
     return [_snapshot(s) for s in client(request).list_snapshots(volume=volume, job=job)]
 
 
 @router.post("/snapshots", response_model=wire.Snapshot, status_code=201, responses=ERRORS)
 def create_snapshot(request: Request, body: wire.SnapshotIn):
     """Take a point-in-time snapshot of a volume, linked to a job when `job` is given."""
-    check_name(body.volume, "volume")
-    for value, what in ((body.name, "snapshot"), (body.job, "job")):
-        if value is not None:
-            check_name(value, what)
     return _snapshot(client(request).create_snapshot(body.volume, name=body.name, job=body.job))
 
 
 @router.get("/snapshots/{name}", response_model=wire.Snapshot, responses=ERRORS)
-def get_snapshot(request: Request, name: str):
-    return _snapshot(client(request).get_snapshot(check_name(name, "snapshot")))
+def get_snapshot(request: Request, name: wire.SnapshotName):
+    return _snapshot(client(request).get_snapshot(name))
 
 
 @router.delete("/snapshots/{name}", response_model=wire.Freed, responses=ERRORS)
-def delete_snapshot(request: Request, name: str):
-    freed = _fields(client(request).delete_snapshot(check_name(name, "snapshot")))
+def delete_snapshot(request: Request, name: wire.SnapshotName):
+    freed = _fields(client(request).delete_snapshot(name))
     return wire.Freed(**{"snapshot": name, **freed})
 
 
 @router.post("/snapshots/{name}/restore", response_model=wire.Volume, responses=ERRORS)
-def restore_snapshot(request: Request, name: str, body: wire.RestoreIn):
-    """Into a new volume (`to`) or over the snapshot's own volume (`in_place`): exactly one."""
-    check_name(name, "snapshot")
-    if (body.to is None) == (not body.in_place):
-        raise SpecError("say where to restore: 'to' (a new volume) or 'in_place': true (roll the volume back)")
-    if body.to is not None:
-        check_name(body.to, "volume")
-    return _volume(client(request).restore_snapshot(name, to=body.to, in_place=body.in_place))
+def restore_snapshot(request: Request, name: wire.SnapshotName, body: wire.RestoreTo | wire.RestoreInPlace):
+    """Into a new volume (`{"to": NAME}`) or over the snapshot's own volume (`{"in_place": true}`)."""
+    to = body.to if isinstance(body, wire.RestoreTo) else None
+    return _volume(client(request).restore_snapshot(name, to=to, in_place=to is None))
 
 
 @router.get("/snapshots/{name}/diff", response_model=list[wire.Change], responses=ERRORS)
-def diff_snapshots(request: Request, name: str, to: Annotated[str, Query(max_length=253)]):
+def diff_snapshots(request: Request, name: wire.SnapshotName, to: Annotated[str, Query(pattern=wire.NAME)]):
     """Paths added, removed or modified from snapshot `name` to snapshot `to`."""
-    changes = client(request).diff_snapshots(check_name(name, "snapshot"), check_name(to, "snapshot"))
+    changes = client(request).diff_snapshots(name, to)
     return [wire.Change(path=c.path, kind=c.kind, fields=list(c.fields)) for c in changes]
 
 

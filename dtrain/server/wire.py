@@ -8,11 +8,24 @@ client's frozen records by the `*_out` functions.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
+from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
+from dtrain.names import NAME_RE, SIZE_RE
+
 STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted"]
+NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
+SIZE = SIZE_RE.pattern
+CLASS = r"^[a-z0-9][-a-z0-9.]*$"  # a storage class: what NewVolume and the local storage accept
+
+JobName = Annotated[str, Path(pattern=NAME, description="a job name")]
+VolumeName = Annotated[str, Path(pattern=NAME, description="a volume name")]
+SnapshotName = Annotated[str, Path(pattern=NAME, description="a snapshot name")]
+# what a name field names, for check_name's message when the pattern refuses it
+NAMED = {"project": "project", "volume": "volume", "job": "job", "to": "volume", "snapshot_on_success": "volume",
+         "jobs": "job", "volumes": "volume", "snapshots": "snapshot", "projects": "project"}
 
 
 class _In(BaseModel):
@@ -22,29 +35,29 @@ class _In(BaseModel):
 class SpecIn(_In):
     """A job, as `dtrain submit` takes it; the same fields as `dtrain.JobSpec`."""
 
-    name: str = Field(description="job name: lower-case letters, digits, '-'", max_length=253)
+    name: str = Field(pattern=NAME, description="job name: lower-case letters, digits, '-'")
     command: list[str] = Field(min_length=1, max_length=4096, description="the command and its arguments")
     processes: int = Field(1, ge=1, le=1024, description="data-parallel processes")
     launcher: Literal["none", "torchrun", "mpi"] = "none"
     gpu: int = Field(0, ge=0, le=64, description="GPUs per process")
     cpu: float | None = Field(None, gt=0, le=1024, description="CPU threads per process")
-    memory: str | None = Field(None, max_length=32, description="memory per process, e.g. 8Gi")
+    memory: str | None = Field(None, pattern=SIZE, max_length=32, description="memory per process, e.g. 8Gi")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables")
     volumes: list[str] = Field(default_factory=list, max_length=64,
                                description="--pvc values: VOLUME:MOUNT[:ro] or CLASS:SIZE:MOUNT")
     large_shm: bool = False
     working_dir: str | None = Field(None, max_length=4096)
-    project: str | None = Field(None, max_length=253, description="default: the configured project")
+    project: str | None = Field(None, pattern=NAME, description="default: the configured project")
     backend: Literal["local", "kubernetes"] | None = None
     max_restarts: int = Field(0, ge=0, le=1000)
-    snapshot_on_success: str | None = Field(None, max_length=253)
+    snapshot_on_success: str | None = Field(None, pattern=NAME)
     image: str | None = Field(None, max_length=1024)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     image_pull_secrets: list[str] = Field(default_factory=list, max_length=64)
 
 
 class ProjectIn(_In):
-    name: str = Field(max_length=253)
+    name: str = Field(pattern=NAME)
     gpu_quota: int | None = Field(None, ge=0, le=100_000)
 
 
@@ -156,20 +169,28 @@ def node_out(n) -> Node:
 
 # ---- volumes and snapshots ----------------------------------------------------------------------
 class VolumeIn(_In):
-    name: str = Field(max_length=253)
-    size: str = Field("10Gi", max_length=32, description="a Kubernetes quantity, e.g. 100Gi")
-    storage_class: str | None = Field(None, max_length=253)
+    name: str = Field(pattern=NAME)
+    size: str = Field("10Gi", pattern=SIZE, max_length=32, description="a Kubernetes quantity, e.g. 100Gi")
+    storage_class: str | None = Field(None, pattern=CLASS, max_length=253)
 
 
 class SnapshotIn(_In):
-    volume: str = Field(max_length=253, description="the volume to snapshot")
-    name: str | None = Field(None, max_length=253, description="default: <volume>-<time>")
-    job: str | None = Field(None, max_length=253, description="link the snapshot to this job")
+    volume: str = Field(pattern=NAME, description="the volume to snapshot")
+    name: str | None = Field(None, pattern=NAME, description="default: <volume>-<time>")
+    job: str | None = Field(None, pattern=NAME, description="link the snapshot to this job")
 
 
-class RestoreIn(_In):
-    to: str | None = Field(None, max_length=253, description="a new volume to fill from the snapshot")
-    in_place: bool = Field(False, description="roll the snapshot's own volume back instead")
+class RestoreTo(_In):
+    """Restore into a new volume."""
+
+    to: str = Field(pattern=NAME, description="the new volume to fill from the snapshot")
+    in_place: Literal[False] = False
+
+
+class RestoreInPlace(_In):
+    """Roll the snapshot's own volume back (refused while a job uses it)."""
+
+    in_place: Literal[True]
 
 
 class Volume(BaseModel):
