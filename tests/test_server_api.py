@@ -158,3 +158,56 @@ def test_loopback_server_refuses_foreign_host_headers(server):
     r = httpx.get(server.url + "/api/v1/jobs", headers={"host": "evil.example"})
     assert r.status_code == 421
     assert server.http.get("/api/v1/jobs", headers={"host": "localhost"}).status_code == 200
+
+
+def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
+    http = server.http
+    made = http.post("/api/v1/volumes", json={"name": "exp", "size": "1Gi"})
+    assert made.status_code == 201 and made.json()["name"] == "exp" and made.json()["size"] == "1Gi"
+    data = Path(http.get("/api/v1/volumes/exp").json()["path"])
+    (data / "dataset.txt").write_text("frames")
+    assert http.post("/api/v1/snapshots", json={"volume": "exp", "name": "data-v1"}).status_code == 201
+    code = "open('/mnt/model.pt', 'w').write('weights'); print('trained')"
+    r = http.post("/api/v1/jobs", json={"name": "train", "command": ["python", "-c", code], "volumes": ["exp:/mnt"],
+                                        "snapshot_on_success": "exp", "working_dir": str(tmp_path)})
+    assert r.status_code == 201, r.text
+    job = http.get("/api/v1/jobs/train/wait", params={"timeout": 120}).json()
+    assert job["status"] == "Succeeded" and job["source_snapshot"] == "data-v1" and job["snapshot"]
+    result = http.get(f"/api/v1/snapshots/{job['snapshot']}").json()
+    assert (result["volume"], result["job"], result["source_snapshot"]) == ("exp", "train", "data-v1")
+    assert [s["name"] for s in http.get("/api/v1/snapshots", params={"job": "train"}).json()] == [job["snapshot"]]
+    assert {s["name"] for s in http.get("/api/v1/snapshots", params={"volume": "exp"}).json()} == {"data-v1",
+                                                                                                 job["snapshot"]}
+    diff = http.get(f"/api/v1/snapshots/data-v1/diff", params={"to": job["snapshot"]}).json()
+    assert {(c["path"], c["kind"]) for c in diff} >= {("model.pt", "added")}
+
+    restored = http.post(f"/api/v1/snapshots/{job['snapshot']}/restore", json={"to": "restored"})
+    assert restored.status_code == 200 and restored.json()["origin_snapshot"] == job["snapshot"]
+    assert (Path(restored.json()["path"]) / "model.pt").read_text() == "weights"
+    again = http.post(f"/api/v1/snapshots/{job['snapshot']}/restore", json={"to": "restored"})
+    assert again.status_code == 409
+    assert again.json()["error"] == cli_error(server, "snapshot", "restore", job["snapshot"], "--to", "restored")
+    both = http.post("/api/v1/snapshots/data-v1/restore", json={"to": "x", "in_place": True})
+    assert both.status_code == 422
+    (data / "dataset.txt").write_text("changed")
+    assert http.post("/api/v1/snapshots/data-v1/restore", json={"in_place": True}).status_code == 200
+    assert (data / "dataset.txt").read_text() == "frames"
+
+    graph = http.get("/api/v1/lineage").json()
+    edges = {(e["source"], e["label"], e["target"]) for e in graph["edges"]}
+    assert {("volume:exp", "snapshot", "snapshot:data-v1"), ("snapshot:data-v1", "started", "job:train"),
+            ("volume:exp", "mounted", "job:train"), ("job:train", "results", f"snapshot:{job['snapshot']}"),
+            (f"snapshot:{job['snapshot']}", "restored", "volume:restored")} <= edges
+
+    for path in ("/api/v1/volumes/nope", "/api/v1/snapshots/nope", "/api/v1/snapshots/data-v1/diff?to=nope"):
+        assert http.get(path).status_code == 404, path
+    missing = http.post("/api/v1/snapshots", json={"volume": "nope"})
+    assert missing.status_code == 404 and missing.json()["error"] == cli_error(server, "snapshot", "create", "nope")
+    bad = http.post("/api/v1/volumes", json={"name": "UPPER"})
+    assert bad.status_code == 422 and bad.json()["error"] == cli_error(server, "volume", "create", "UPPER")
+
+    freed = http.delete("/api/v1/snapshots/data-v1")
+    assert freed.status_code == 200 and freed.json()["snapshot"] == "data-v1"
+    assert http.get("/api/v1/snapshots/data-v1").status_code == 404
+    assert http.delete("/api/v1/volumes/restored").status_code == 204
+    assert [v["name"] for v in http.get("/api/v1/volumes").json()] == ["exp"]
