@@ -80,7 +80,8 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
             "name": "train-lanes", "command": ["python", "-c", JOB], "gpu": 1, "project": "lane-detection",
             "env": {"GO": str(tmp_path / "GO")}, "volumes": ["lanes-data:/mnt"], "snapshot_on_success": "lanes-data"})
         assert r.status_code == 201, r.text
-        r = http.post("/api/v1/jobs", json={"name": "broken-config", "command": ["sh", "-c", "echo bad flag >&2; exit 3"]})
+        r = http.post("/api/v1/jobs", json={"name": "broken-config",
+                                            "command": ["sh", "-c", "echo bad flag >&2; exit 3"]})
         assert r.status_code == 201, r.text
         row = "tr[data-job='train-lanes']"
         wait.until(lambda d: text_of(d, row + " td.status") == "Running")  # the table refreshes by itself

@@ -178,7 +178,7 @@ def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
     assert [s["name"] for s in http.get("/api/v1/snapshots", params={"job": "train"}).json()] == [job["snapshot"]]
     assert {s["name"] for s in http.get("/api/v1/snapshots", params={"volume": "exp"}).json()} == {"data-v1",
                                                                                                  job["snapshot"]}
-    diff = http.get(f"/api/v1/snapshots/data-v1/diff", params={"to": job["snapshot"]}).json()
+    diff = http.get("/api/v1/snapshots/data-v1/diff", params={"to": job["snapshot"]}).json()
     assert {(c["path"], c["kind"]) for c in diff} >= {("model.pt", "added")}
 
     restored = http.post(f"/api/v1/snapshots/{job['snapshot']}/restore", json={"to": "restored"})

@@ -14,7 +14,8 @@ from prometheus_client.parser import text_string_to_metric_families  # noqa: E40
 # JSON here so that the job does not spend seconds importing torch), then waits for the go-ahead.
 TRAIN = ("import json, os, time\n"
          "with open(os.environ['DTRAIN_METRICS_FILE'], 'a') as f:\n"
-         "    for rec in ({'step': 1, 'loss': 2.5, 'images_per_s': 10.0}, {'step': 7, 'loss': 0.75, 'images_per_s': 42.5}):\n"
+         "    for rec in ({'step': 1, 'loss': 2.5, 'images_per_s': 10.0},\n"
+         "                {'step': 7, 'loss': 0.75, 'images_per_s': 42.5}):\n"
          "        f.write(json.dumps({'time': time.time(), **rec}) + '\\n')\n"
          "print('logged', flush=True)\n"
          "while not os.path.exists('GO'): time.sleep(0.1)\n")

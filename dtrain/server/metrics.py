@@ -40,7 +40,8 @@ class DtrainCollector:
         yield from _job_counts(jobs)
         yield from _nodes(c.nodes())
         active = [j for j in jobs if not j.status.terminal]
-        procs = GaugeMetricFamily("dtrain_job_processes", "processes of an active job", labels=["job", "project", "state"])
+        procs = GaugeMetricFamily("dtrain_job_processes", "processes of an active job",
+                                  labels=["job", "project", "state"])
         gpus = GaugeMetricFamily("dtrain_job_gpus_allocated", "GPUs an active job holds", labels=["job", "project"])
         restarts = CounterMetricFamily("dtrain_job_restarts", "restarts of an active job", labels=["job", "project"])
         training = {key: GaugeMetricFamily(name, doc, labels=["job", "project"]) for key, name, doc in TRAINING}

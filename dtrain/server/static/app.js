@@ -43,7 +43,8 @@ function age(ts) {
   for (const [u, n] of [["d", 86400], ["h", 3600], ["m", 60]]) if (s >= n) return Math.floor(s / n) + u;
   return s + "s";
 }
-const when = ts => ts ? new Date(ts * 1000).toISOString().replace(".000", "").replace(/\.\d+Z$/, "Z") : "-";
+const when = ts => ts ? new Date(ts * 1000).toISOString().replace(/\.\d+Z$/, "Z") : "-";
+const created = x => typeof x === "number" ? when(x) : String(x ?? "-");  // unix seconds (or an ISO text)
 function size(n) {
   if (n === null || n === undefined) return "-";
   const units = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -136,7 +137,7 @@ function jobPage(main, name) {
     for (; ranksShown < j.spec.processes; ranksShown++) rank.appendChild(h("option", {value: ranksShown}, "rank " + ranksShown));
     const s = await api("/snapshots?job=" + encodeURIComponent(name));
     snaps.replaceChildren(s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {},
-      h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, String(x.created)))))
+      h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
       : h("p", {class: "muted"}, "none"));
     await drawCurves(curves, name);
   }, REFRESH_MS * 2);
@@ -205,10 +206,10 @@ function storagePage(main) {
     const [v, s, g] = await Promise.all([api("/volumes"), api("/snapshots"), api("/lineage")]);
     vols.replaceChildren(table(["Name", "Class", "Size", "From snapshot", "Head snapshot", "Created"], v.map(x => h("tr", {},
       h("td", {}, x.name), h("td", {}, x.storage_class || "-"), h("td", {}, x.size || "-"), h("td", {}, x.origin_snapshot || "-"),
-      h("td", {}, x.head_snapshot || "-"), h("td", {}, String(x.created ?? "-")))), {id: "volumes-table"}));
+      h("td", {}, x.head_snapshot || "-"), h("td", {}, created(x.created)))), {id: "volumes-table"}));
     snaps.replaceChildren(table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {},
       h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.job ? jobLink(x.job) : "-"), h("td", {}, x.source_snapshot || "-"),
-      h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.added_bytes)), h("td", {}, String(x.created ?? "-")))), {id: "snapshots-table"}));
+      h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"}));
     graph.replaceChildren(g.nodes.length ? lineageGraph(g) : h("p", {class: "muted"}, "no volumes or snapshots yet"));
   }, REFRESH_MS * 3);
 }
