@@ -20,6 +20,7 @@ from dtrain.errors import ConflictError  # noqa: E402
 from dtrain.server import routes_cluster, routes_jobs, routes_storage  # noqa: E402
 from dtrain.server.app import API, create_app  # noqa: E402
 from dtrain.server.auth import COOKIE, is_loopback, load_or_create_token  # noqa: E402
+from dtrain.server.serve import banner  # noqa: E402
 
 
 @pytest.fixture
@@ -101,3 +102,13 @@ def test_token_file_is_never_read_or_written_through_a_symlink(home, tmp_path):
 def test_which_addresses_need_a_token():
     assert all(is_loopback(h) for h in ("127.0.0.1", "127.0.0.2", "::1", "[::1]", "localhost"))
     assert not any(is_loopback(h) for h in ("0.0.0.0", "::", "10.0.0.5", "192.168.1.2", "example.com", ""))
+
+
+def test_the_token_is_printed_once_inside_the_url(home):
+    token, created = load_or_create_token(home)
+    first = banner("http://10.0.0.5:8500/", home / "server-token", token=token, created=created, read_only=False)
+    assert first.startswith(f"dtrain server: http://10.0.0.5:8500/?token={token}\n")
+    again = banner("http://10.0.0.5:8500/", home / "server-token", token=token, created=False, read_only=True)
+    assert token not in again and str(home / "server-token") in again and "(read-only)" in again
+    assert banner("http://127.0.0.1:8500/", home / "x", token=None, created=None, read_only=False) == \
+        "dtrain server: http://127.0.0.1:8500/"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import socket
-import sys
 from pathlib import Path
 from typing import Callable
 
@@ -41,18 +40,21 @@ def run(make_client: Callable[[], object], home: Path, *, host: str, port: int, 
     if not is_loopback(host):
         token, created = load_or_create_token(home)
     sock = bind(host, port)
-    real_port = sock.getsockname()[1]
     shown = f"[{host}]" if ":" in host else host
-    url = f"http://{shown}:{real_port}/"
-    if token is None:
-        print(f"dtrain server: {url}" + (" (read-only)" if read_only else ""))
-    elif created:
-        print(f"dtrain server: {url}?token={token}\n  (a new token, kept in {home / TOKEN_FILE}; it is "
-              f"printed only this once)")
-    else:
-        print(f"dtrain server: {url}  token: the one in {home / TOKEN_FILE} (open {url}?token=TOKEN once)")
-    sys.stdout.flush()
+    print(banner(f"http://{shown}:{sock.getsockname()[1]}/", home / TOKEN_FILE, token=token, created=created,
+                 read_only=read_only), flush=True)
     app = create_app(make_client, token=token, read_only=read_only)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, access_log=False)
     uvicorn.Server(config).run(sockets=[sock])
     return 0
+
+
+def banner(url: str, token_file: Path, *, token: str | None, created: bool | None, read_only: bool) -> str:
+    """What `dtrain server` prints first: the URL; a new token only once, inside the URL to open."""
+    mode = " (read-only)" if read_only else ""
+    if token is None:
+        return f"dtrain server: {url}{mode}"
+    if created:
+        return (f"dtrain server: {url}?token={token}{mode}\n  (a new token, kept in {token_file}; "
+                f"it is printed only this once)")
+    return f"dtrain server: {url}{mode}  token: the one in {token_file} (open {url}?token=TOKEN once)"
