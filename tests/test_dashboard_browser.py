@@ -17,7 +17,7 @@ from server_util import ServerProcess
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
-pytestmark = [
+pytestmark = [pytest.mark.slow,  # a browser and three jobs: about 15-25 s
               pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
                                  reason="chromium and chromedriver are not installed (scripts/setup.sh installs them)")]
 webdriver = pytest.importorskip("selenium.webdriver", reason="the 'dev' extra (selenium) is not installed")
@@ -117,6 +117,22 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
         ids = {g.get_attribute("data-id") for g in browser.find_elements(By.CSS_SELECTOR, "#lineage-graph g.node")}
         assert {"volume:lanes-data", "snapshot:data-v1", "job:train-lanes"} <= ids
         shot(browser, tmp_path, "dashboard-storage.png")
+        # the submit form and the delete button: the same API underneath
+        browser.get(server.url + "/#/submit")
+        wait.until(lambda d: d.find_elements(By.ID, "submit-form"))
+        browser.find_element(By.ID, "name").send_keys("from-form")
+        browser.find_element(By.ID, "command").send_keys("sh -c 'echo from the form; sleep 60'")
+        browser.find_element(By.ID, "project").send_keys("lane-detection")
+        browser.find_element(By.CSS_SELECTOR, "#submit-form button[type=submit]").click()
+        wait.until(lambda d: text_of(d, "#job-status") == "Running")
+        assert browser.current_url.endswith("#/job/from-form")
+        wait.until(lambda d: "from the form" in text_of(d, "#logs"))
+        spec = http.get("/api/v1/jobs/from-form").json()["spec"]
+        assert spec["command"] == ["sh", "-c", "echo from the form; sleep 60"] and spec["project"] == "lane-detection"
+        browser.find_element(By.CSS_SELECTOR, "#job-head button.danger").click()
+        wait.until(lambda d: d.switch_to.alert).accept()
+        wait.until(lambda d: text_of(d, "#job-status") == "Deleted")
+        assert http.get("/api/v1/jobs/from-form").json()["status"] == "Deleted"
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         server.stop()
