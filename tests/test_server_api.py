@@ -125,7 +125,9 @@ def test_nodes_projects_and_gpu_allocation(server, tmp_path):
     assert http.get("/api/v1/nodes").json()[0]["gpus_allocated"] == 0
 
     made = http.post("/api/v1/projects", json={"name": "lanes", "gpu_quota": 1})
-    assert made.status_code == 201 and made.json() == {"name": "lanes", "gpu_quota": 1, "gpus_allocated": 0, "jobs": 0}
+    assert made.status_code == 201
+    assert {k: made.json()[k] for k in ("name", "gpu_quota", "gpus_allocated", "jobs")} == \
+        {"name": "lanes", "gpu_quota": 1, "gpus_allocated": 0, "jobs": 0}
     assert "lanes" in [p["name"] for p in http.get("/api/v1/projects").json()]
     too_big = http.post("/api/v1/projects", json={"name": "huge", "gpu_quota": 5})
     assert too_big.status_code == 409 and too_big.json()["kind"] == "QuotaError"
@@ -164,7 +166,7 @@ def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
     http = server.http
     made = http.post("/api/v1/volumes", json={"name": "exp", "size": "1Gi"})
     assert made.status_code == 201 and made.json()["name"] == "exp" and made.json()["size"] == "1Gi"
-    data = Path(http.get("/api/v1/volumes/exp").json()["path"])
+    data = Path(http.get("/api/v1/volumes/exp").json()["extra"]["path"])
     (data / "dataset.txt").write_text("frames")
     assert http.post("/api/v1/snapshots", json={"volume": "exp", "name": "data-v1"}).status_code == 201
     code = "open('/mnt/model.pt', 'w').write('weights'); print('trained')"
@@ -183,7 +185,7 @@ def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
 
     restored = http.post(f"/api/v1/snapshots/{job['snapshot']}/restore", json={"to": "restored"})
     assert restored.status_code == 200 and restored.json()["origin_snapshot"] == job["snapshot"]
-    assert (Path(restored.json()["path"]) / "model.pt").read_text() == "weights"
+    assert (Path(restored.json()["extra"]["path"]) / "model.pt").read_text() == "weights"
     again = http.post(f"/api/v1/snapshots/{job['snapshot']}/restore", json={"to": "restored"})
     assert again.status_code == 409
     assert again.json()["error"] == cli_error(server, "snapshot", "restore", job["snapshot"], "--to", "restored")
@@ -207,7 +209,7 @@ def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
     assert bad.status_code == 422 and bad.json()["error"] == cli_error(server, "volume", "create", "UPPER")
 
     freed = http.delete("/api/v1/snapshots/data-v1")
-    assert freed.status_code == 200 and freed.json()["snapshot"] == "data-v1"
+    assert freed.status_code == 200 and freed.json()["snapshot"] == "data-v1" and freed.json()["bytes"] is not None
     assert http.get("/api/v1/snapshots/data-v1").status_code == 404
     assert http.delete("/api/v1/volumes/restored").status_code == 204
     assert [v["name"] for v in http.get("/api/v1/volumes").json()] == ["exp"]

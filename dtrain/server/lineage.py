@@ -10,7 +10,8 @@ from __future__ import annotations
 from dtrain.server import wire
 
 
-def lineage(jobs, volumes: list[wire.Volume], snapshots: list[wire.Snapshot]) -> wire.Lineage:
+def lineage(jobs, volumes, snapshots) -> wire.Lineage:
+    """JobInfo, VolumeInfo and SnapshotInfo records -> nodes and edges."""
     nodes: dict[str, wire.LineageNode] = {}
     edges: list[wire.LineageEdge] = []
 
@@ -27,8 +28,10 @@ def lineage(jobs, volumes: list[wire.Volume], snapshots: list[wire.Snapshot]) ->
             edges.append(wire.LineageEdge(source=node("snapshot", v.origin_snapshot), target=f"volume:{v.name}",
                                           label="restored"))
     for s in snapshots:
-        vol = node("volume", s.volume, None if s.volume in live else "gone")
-        edges.append(wire.LineageEdge(source=vol, target=node("snapshot", s.name), label="snapshot"))
+        target = node("snapshot", s.name)
+        if s.volume:  # None where the storage system no longer says
+            vol = node("volume", s.volume, None if s.volume in live else "gone")
+            edges.append(wire.LineageEdge(source=vol, target=target, label="snapshot"))
     linked = {s.job for s in snapshots if s.job}
     for j in jobs:
         mounts = {m.volume for m in j.spec.resolved_volumes()} & live

@@ -27,7 +27,7 @@ def gpu_history(request: Request, since: float = 0.0):
 
 @router.get("/projects", response_model=list[wire.Project], responses=ERRORS)
 def projects(request: Request):
-    return [wire.Project(**p) for p in client(request).list_projects()]
+    return [wire.Project.model_validate(p) for p in client(request).list_projects()]
 
 
 @router.post("/projects", response_model=wire.Project, status_code=201, responses=ERRORS)
@@ -35,4 +35,4 @@ def create_project(request: Request, body: wire.ProjectIn):
     """Create a project, or change its GPU quota."""
     c = client(request)
     c.create_project(body.name, gpu_quota=body.gpu_quota)
-    return next(wire.Project(**p) for p in c.list_projects() if p["name"] == body.name)
+    return next(wire.Project.model_validate(p) for p in c.list_projects() if p.name == body.name)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request
@@ -12,35 +11,23 @@ from dtrain.server.clients import client
 from dtrain.server.lineage import lineage
 
 router = APIRouter(tags=["storage"])
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422)}
-
-
-def _fields(record) -> dict[str, Any]:
-    return dataclasses.asdict(record) if dataclasses.is_dataclass(record) else dict(record)
-
-
-def _volume(record) -> wire.Volume:
-    d = _fields(record)
-    return wire.Volume(**{**d, "path": None if d.get("path") is None else str(d["path"])})
-
-
-def _snapshot(record) -> wire.Snapshot:
-    return wire.Snapshot(**_fields(record))
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422, 501)}
 
 
 @router.get("/volumes", response_model=list[wire.Volume], responses=ERRORS)
 def list_volumes(request: Request):
-    return [_volume(v) for v in client(request).list_volumes()]
+    return [wire.Volume.model_validate(v) for v in client(request).list_volumes()]
 
 
 @router.post("/volumes", response_model=wire.Volume, status_code=201, responses=ERRORS)
 def create_volume(request: Request, body: wire.VolumeIn):
-    return _volume(client(request).create_volume(body.name, size=body.size, storage_class=body.storage_class))
+    made = client(request).create_volume(body.name, size=body.size, storage_class=body.storage_class)
+    return wire.Volume.model_validate(made)
 
 
 @router.get("/volumes/{name}", response_model=wire.Volume, responses=ERRORS)
 def get_volume(request: Request, name: wire.VolumeName):
-    return _volume(client(request).get_volume(name))
+    return wire.Volume.model_validate(client(request).get_volume(name))
 
 
 @router.delete("/volumes/{name}", status_code=204, responses=ERRORS)
@@ -52,31 +39,31 @@ def delete_volume(request: Request, name: wire.VolumeName, force: bool = False):
 @router.get("/snapshots", response_model=list[wire.Snapshot], responses=ERRORS)
 def list_snapshots(request: Request, volume: Annotated[str | None, Query(pattern=wire.NAME)] = None,
                    job: Annotated[str | None, Query(pattern=wire.NAME)] = None):
-    return [_snapshot(s) for s in client(request).list_snapshots(volume=volume, job=job)]
+    return [wire.Snapshot.model_validate(s) for s in client(request).list_snapshots(volume=volume, job=job)]
 
 
 @router.post("/snapshots", response_model=wire.Snapshot, status_code=201, responses=ERRORS)
 def create_snapshot(request: Request, body: wire.SnapshotIn):
     """Take a point-in-time snapshot of a volume, linked to a job when `job` is given."""
-    return _snapshot(client(request).create_snapshot(body.volume, name=body.name, job=body.job))
+    return wire.Snapshot.model_validate(client(request).create_snapshot(body.volume, name=body.name, job=body.job))
 
 
 @router.get("/snapshots/{name}", response_model=wire.Snapshot, responses=ERRORS)
 def get_snapshot(request: Request, name: wire.SnapshotName):
-    return _snapshot(client(request).get_snapshot(name))
+    return wire.Snapshot.model_validate(client(request).get_snapshot(name))
 
 
 @router.delete("/snapshots/{name}", response_model=wire.Freed, responses=ERRORS)
 def delete_snapshot(request: Request, name: wire.SnapshotName):
-    freed = _fields(client(request).delete_snapshot(name))
-    return wire.Freed(**{"snapshot": name, **freed})
+    """Delete a snapshot and free the content no other snapshot shares."""
+    return wire.Freed.model_validate(client(request).delete_snapshot(name))
 
 
 @router.post("/snapshots/{name}/restore", response_model=wire.Volume, responses=ERRORS)
 def restore_snapshot(request: Request, name: wire.SnapshotName, body: wire.RestoreTo | wire.RestoreInPlace):
     """Into a new volume (`{"to": NAME}`) or over the snapshot's own volume (`{"in_place": true}`)."""
     to = body.to if isinstance(body, wire.RestoreTo) else None
-    return _volume(client(request).restore_snapshot(name, to=to, in_place=to is None))
+    return wire.Volume.model_validate(client(request).restore_snapshot(name, to=to, in_place=to is None))
 
 
 @router.get("/snapshots/{name}/diff", response_model=list[wire.Change], responses=ERRORS)
@@ -90,4 +77,4 @@ def diff_snapshots(request: Request, name: wire.SnapshotName, to: Annotated[str,
 def get_lineage(request: Request):
     """Volumes, snapshots and the jobs between them, as nodes and edges."""
     c = client(request)
-    return lineage(c.list(), [_volume(v) for v in c.list_volumes()], [_snapshot(s) for s in c.list_snapshots()])
+    return lineage(c.list(), c.list_volumes(), c.list_snapshots())

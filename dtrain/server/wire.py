@@ -13,12 +13,12 @@ from typing import Annotated, Any, Literal
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
-from dtrain.names import NAME_RE, SIZE_RE
+from dtrain.names import CLASS_RE, NAME_RE, SIZE_RE
 
 STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted"]
 NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
 SIZE = SIZE_RE.pattern
-CLASS = r"^[a-z0-9][-a-z0-9.]*$"  # a storage class: what NewVolume and the local storage accept
+CLASS = CLASS_RE.pattern
 
 JobName = Annotated[str, Path(pattern=NAME, description="a job name")]
 VolumeName = Annotated[str, Path(pattern=NAME, description="a volume name")]
@@ -140,10 +140,14 @@ class GpuSample(BaseModel):
 
 
 class Project(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
     name: str
+    backend: str
     gpu_quota: int | None
     gpus_allocated: int
     jobs: int
+    extra: dict[str, Any]
 
 
 def job_out(info) -> Job:
@@ -193,38 +197,51 @@ class RestoreInPlace(_In):
     in_place: Literal[True]
 
 
-class Volume(BaseModel):
+class _Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)  # built straight from the client's frozen records
+
+
+class Volume(_Out):
+    """`dtrain.VolumeInfo`; `extra` holds the backend's details (locally: path, uid, head_snapshot)."""
+
     name: str
-    size: str | None = None
-    storage_class: str | None = None
-    created: float | str | None = None
-    origin_snapshot: str | None = None
-    head_snapshot: str | None = None
-    path: str | None = None
-    size_bytes: int | None = None
-    labels: dict[str, str] = {}
+    backend: str
+    size: str
+    size_bytes: int
+    storage_class: str | None
+    created: float
+    status: str
+    origin_snapshot: str | None
+    job: str | None
+    labels: dict[str, str]
+    extra: dict[str, Any]
 
 
-class Snapshot(BaseModel):
+class Snapshot(_Out):
+    """`dtrain.SnapshotInfo`; `extra` locally: id, volume_uid, added_bytes, method."""
+
     name: str
-    volume: str
-    created: float | str | None = None
-    job: str | None = None
-    source_snapshot: str | None = None
-    files: int | None = None
-    bytes: int | None = None
-    added_bytes: int | None = None
-    method: str | None = None
-    volume_size: str | None = None
-    storage_class: str | None = None
-    job_spec: dict[str, Any] | None = None
+    backend: str
+    volume: str | None
+    created: float
+    ready: bool
+    error: str | None
+    job: str | None
+    job_spec: dict[str, Any] | None
+    source_snapshot: str | None
+    files: int | None
+    bytes: int | None
+    volume_size: str | None
+    storage_class: str | None
+    extra: dict[str, Any]
 
 
-class Freed(BaseModel):
+class Freed(_Out):
     snapshot: str
-    bytes: int | None = None
-    objects: int | None = None
-    pending: bool = False
+    backend: str
+    bytes: int | None
+    pending: bool
+    extra: dict[str, Any]
 
 
 class Change(BaseModel):

@@ -206,10 +206,10 @@ function storagePage(main) {
     const [v, s, g] = await Promise.all([api("/volumes"), api("/snapshots"), api("/lineage")]);
     vols.replaceChildren(table(["Name", "Class", "Size", "From snapshot", "Head snapshot", "Created"], v.map(x => h("tr", {},
       h("td", {}, x.name), h("td", {}, x.storage_class || "-"), h("td", {}, x.size || "-"), h("td", {}, x.origin_snapshot || "-"),
-      h("td", {}, x.head_snapshot || "-"), h("td", {}, created(x.created)))), {id: "volumes-table"}));
+      h("td", {}, x.extra.head_snapshot || "-"), h("td", {}, created(x.created)))), {id: "volumes-table"}));
     snaps.replaceChildren(table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {},
-      h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.job ? jobLink(x.job) : "-"), h("td", {}, x.source_snapshot || "-"),
-      h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"}));
+      h("td", {}, x.name), h("td", {}, x.volume || "-"), h("td", {}, x.job ? jobLink(x.job) : "-"), h("td", {}, x.source_snapshot || "-"),
+      h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.extra.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"}));
     graph.replaceChildren(g.nodes.length ? lineageGraph(g) : h("p", {class: "muted"}, "no volumes or snapshots yet"));
   }, REFRESH_MS * 3);
 }
