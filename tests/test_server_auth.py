@@ -76,6 +76,9 @@ def test_token_in_the_url_once_sets_a_private_cookie(guarded):
         assert f"{COOKIE}={token}" in cookie and "HttpOnly" in cookie and "SameSite=Strict" in cookie
         assert http.get("/api/v1/jobs").status_code == 200  # the cookie jar now carries it
         assert "access-control-allow-origin" not in {k.lower() for k in r.headers}
+        raw = httpx.URL(server.url).copy_with(raw_path=f"//evil.example/x?token={token}".encode())
+        elsewhere = http.get(raw)
+        assert elsewhere.status_code == 303 and elsewhere.headers["location"] == "/evil.example/x"
 
 
 def test_token_file_is_private_and_kept(home):

@@ -117,7 +117,8 @@ class Guard:
         """`?token=` once: check it, set the cookie, and send the browser on without it in the URL."""
         if not hmac.compare_digest(query.pop("token").encode(), self.token.encode()):
             return await _refuse(send, 401, "wrong token in the URL: use the URL that 'dtrain server' printed")
-        location = scope["path"] + (("?" + urlencode(query)) if query else "")
+        # one leading slash: '//host/...' would send the browser to another site
+        location = "/" + scope["path"].lstrip("/") + (("?" + urlencode(query)) if query else "")
         cookie = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
         await send({"type": "http.response.start", "status": 303,
                     "headers": [(b"location", location.encode()), (b"set-cookie", cookie.encode()),
