@@ -115,3 +115,4 @@ def test_the_token_is_printed_once_inside_the_url(home):
     assert token not in again and str(home / "server-token") in again and "(read-only)" in again
     assert banner("http://127.0.0.1:8500/", home / "x", token=None, created=None, read_only=False) == \
         "dtrain server: http://127.0.0.1:8500/"
+

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import threading
 from typing import Annotated, Any
@@ -18,6 +19,7 @@ from dtrain.spec import JobSpec
 router = APIRouter(tags=["jobs"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422)}
 KEEPALIVE_S = 15.0  # an SSE comment this often keeps proxies from closing a quiet stream
+GONE_AFTER_S = 60.0  # a reader that takes no line for this long (1,000 queued) is dropped
 
 
 @router.get("/jobs", response_model=list[wire.Job], responses=ERRORS)
@@ -73,15 +75,8 @@ def logs(request: Request, name: wire.JobName, rank: Annotated[int | None, Query
 async def follow_logs(request: Request, name: wire.JobName, rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
                       tail: Annotated[int | None, Query(ge=0, le=100_000)] = None):
     """Server-sent events: one `data: {rank, time, text}` per line, then `event: end` when the job ends."""
-    streams = request.app.state.streams
-    pump = _Pump(request.app.state.clients, name, rank, tail)
-    slot = streams.slot()
-    slot.__enter__()
-    try:
-        await pump.start()
-    except BaseException:
-        slot.__exit__(None, None, None)
-        raise
+    pump = _Pump(request.app.state.clients, request.app.state.streams, name, rank, tail)
+    await pump.start()  # 404 and friends are raised here, before any event is sent
 
     async def events():
         try:
@@ -89,7 +84,6 @@ async def follow_logs(request: Request, name: wire.JobName, rank: Annotated[int 
                 yield item
         finally:
             pump.stop()
-            slot.__exit__(None, None, None)
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"cache-control": "no-store", "x-accel-buffering": "no"})
 
@@ -114,40 +108,53 @@ class Streams:
             self._limiter = anyio.CapacityLimiter(self.limit)
         return self._limiter
 
+    def acquire(self) -> None:
+        with self._lock:
+            if self.open >= self.limit:
+                raise HTTPException(503, f"too many open log streams and waits ({self.limit}); "
+                                         f"close some and try again")
+            self.open += 1
+
+    def release(self) -> None:
+        with self._lock:
+            self.open -= 1
+
+    @contextlib.contextmanager
     def slot(self):
-        streams = self
-
-        class _Slot:
-            def __enter__(self):
-                with streams._lock:
-                    if streams.open >= streams.limit:
-                        raise HTTPException(503, f"too many open log streams and waits ({streams.limit}); "
-                                                 f"close some and try again")
-                    streams.open += 1
-
-            def __exit__(self, *exc):
-                with streams._lock:
-                    streams.open -= 1
-        return _Slot()
+        self.acquire()
+        try:
+            yield
+        finally:
+            self.release()
 
 
 class _Pump:
     """Reads `client.logs(follow=True)` in its own thread (it blocks) and hands lines to the event loop.
 
     The thread has its own Client. After a disconnect it stops at the next line or when the
-    job ends, whichever comes first: a blocked read cannot be interrupted, which is why open
-    streams are counted (`Streams`) rather than trusted to end.
+    job ends, whichever comes first: a blocked read cannot be interrupted. So the stream's slot
+    (`Streams`) is held by the thread, not by the response, and is given back when the thread
+    ends: lingering threads count against the limit too.
     """
 
-    def __init__(self, clients, name: wire.JobName, rank: int | None, tail: int | None):
-        self.clients, self.name, self.rank, self.tail = clients, name, rank, tail
+    def __init__(self, clients, streams: Streams, name: str, rank: int | None, tail: int | None):
+        self.clients, self.streams, self.name, self.rank, self.tail = clients, streams, name, rank, tail
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=1000)
         self.loop = asyncio.get_running_loop()
         self._stop = threading.Event()
 
     async def start(self) -> None:
-        threading.Thread(target=self._run, name=f"logs-{self.name}", daemon=True).start()
-        kind, value = await self.queue.get()
+        self.streams.acquire()
+        try:
+            threading.Thread(target=self._run, name=f"logs-{self.name}", daemon=True).start()
+        except BaseException:
+            self.streams.release()
+            raise
+        try:
+            kind, value = await self.queue.get()
+        except BaseException:  # the client left before the first answer
+            self.stop()
+            raise
         if kind == "error":
             raise value
 
@@ -155,18 +162,28 @@ class _Pump:
         self._stop.set()
 
     def _put(self, item) -> bool:
-        while not self._stop.is_set():
-            future = asyncio.run_coroutine_threadsafe(self.queue.put(item), self.loop)
+        """Hand one item to the response; False when nobody will read it any more."""
+        waited = 0.0
+        while not self._stop.is_set() and waited < GONE_AFTER_S:
             try:
+                future = asyncio.run_coroutine_threadsafe(self.queue.put(item), self.loop)
                 future.result(timeout=1.0)
                 return True
             except TimeoutError:
-                future.cancel()  # a reader that stopped reading: check for a disconnect, then retry
+                future.cancel()  # the queue is full: check for a disconnect, then retry
+                waited += 1.0
             except RuntimeError:  # the event loop is closing
-                return False
+                break
+        self.stop()
         return False
 
     def _run(self) -> None:
+        try:
+            self._follow()
+        finally:
+            self.streams.release()
+
+    def _follow(self) -> None:
         try:
             lines = self.clients.get().logs(self.name, rank=self.rank, tail=self.tail, follow=True)
         except Exception as err:  # noqa: BLE001  raised in the request: 404 and friends
