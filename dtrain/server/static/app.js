@@ -145,13 +145,22 @@ function jobPage(main, name) {
 }
 
 async function drawCurves(holder, name) {
-  const recs = (await api(`/jobs/${encodeURIComponent(name)}/metrics`)).filter(r => typeof r.step === "number");
+  const [metrics, hist] = await Promise.all([api(`/jobs/${encodeURIComponent(name)}/metrics`), api("/nodes/history")]);
+  const recs = metrics.filter(r => typeof r.step === "number");
   const keys = [["loss", "loss"], ["images_per_s", "images/s"]];
-  holder.replaceChildren(...keys.map(([k, title]) => {
+  const cards = keys.map(([k, title]) => {
     const series = [{name: title, points: recs.filter(r => r[k] !== undefined).map(r => [r.step, r[k]])}];
     return h("div", {class: "card", "data-curve": k}, h("h2", {}, title + " by step"),
              lineChart(series, {empty: "no '" + k + "' logged (dtrain.training.MetricsWriter)"}));
-  }));
+  });
+  // the GPUs this job held, from the server's samples of the last minutes
+  const mine = hist.filter(x => x.job === name);
+  const gpus = [...new Set(mine.map(x => x.node + "/" + x.gpu))];
+  const series = gpus.map(g => ({name: "GPU " + g, points: mine.filter(x => x.node + "/" + x.gpu === g).map(x => [x.time, x.utilization])}));
+  const t = x => new Date(x * 1000).toLocaleTimeString();
+  cards.push(h("div", {class: "card", "data-curve": "gpu"}, h("h2", {}, "Its GPUs' utilization %"),
+    lineChart(series, {xfmt: t, ymin: 0, ymax: 100, empty: gpus.length ? "no utilization reported (no NVML: injected GPUs)" : "no GPU samples for this job"}), legend(series)));
+  holder.replaceChildren(...cards);
 }
 
 function follow(name, rank) {
