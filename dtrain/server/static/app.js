@@ -248,6 +248,8 @@ function submitPage(main) {
     f("Environment (KEY=VALUE per line)", h("textarea", {id: "env"})),
     f("Volumes (--pvc per line)", h("textarea", {id: "volumes", placeholder: "local:10Gi:/mnt"})),
     f("Project", inp("project", {placeholder: "default"})),
+    f("Backend", h("select", {id: "backend"}, ["", "local", "kubernetes"].map(x => h("option", {value: x}, x || "(the job spec's default)")))),
+    f("Image (Kubernetes)", inp("image", {placeholder: "ghcr.io/org/train:1"})),
     f("Max restarts", inp("max_restarts", {type: "number", min: 0, value: 0})),
     f("Snapshot on success (volume)", inp("snapshot_on_success")),
     f("Working directory", inp("working_dir", {placeholder: "/abs/path"})),
@@ -259,7 +261,7 @@ function submitPage(main) {
     const body = {name: val("name"), command: splitCommand(val("command")), processes: +val("processes") || 1,
                   launcher: launcher.value, gpu: +val("gpu") || 0, max_restarts: +val("max_restarts") || 0,
                   large_shm: document.getElementById("large_shm").checked};
-    for (const k of ["memory", "project", "snapshot_on_success", "working_dir"]) if (val(k)) body[k] = val(k);
+    for (const k of ["memory", "project", "snapshot_on_success", "working_dir", "backend", "image"]) if (val(k)) body[k] = val(k);
     if (val("cpu")) body.cpu = +val("cpu");
     const env = {};
     val("env").split("\n").filter(Boolean).forEach(l => { const i = l.indexOf("="); env[l.slice(0, i)] = l.slice(i + 1); });
