@@ -4,6 +4,7 @@ real jobs): every verb, the error codes with the CLI's own messages, a live log 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 from pathlib import Path
 
@@ -213,3 +214,19 @@ def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
     assert http.get("/api/v1/snapshots/data-v1").status_code == 404
     assert http.delete("/api/v1/volumes/restored").status_code == 204
     assert [v["name"] for v in http.get("/api/v1/volumes").json()] == ["exp"]
+
+
+def test_server_command_refuses_bad_ports_in_one_line(home):
+    from conftest import Dtrain
+
+    dt = Dtrain(home)
+    bad = dt("server", "--port", "70000", check=False, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip() == \
+        "dtrain: error: invalid --port 70000: use 1-65535 (or 0 for any free port)"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = dt("server", "--port", str(port), check=False, timeout=60)
+    assert busy.returncode == 2 and busy.stderr.startswith(f"dtrain: error: cannot listen on 127.0.0.1:{port}")
+    assert "Traceback" not in busy.stderr and busy.stderr.count("\n") == 1
