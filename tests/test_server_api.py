@@ -230,3 +230,13 @@ def test_server_command_refuses_bad_ports_in_one_line(home):
         busy = dt("server", "--port", str(port), check=False, timeout=60)
     assert busy.returncode == 2 and busy.stderr.startswith(f"dtrain: error: cannot listen on 127.0.0.1:{port}")
     assert "Traceback" not in busy.stderr and busy.stderr.count("\n") == 1
+
+
+def test_the_submit_body_has_the_job_spec_fields():
+    """One spec behind every door: the HTTP body cannot drift from JobSpec's fields."""
+    import dataclasses
+
+    from dtrain.server.wire import SpecIn
+    from dtrain.spec import JobSpec
+
+    assert set(SpecIn.model_fields) == {f.name for f in dataclasses.fields(JobSpec)}
