@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up a fresh machine for dtrain: Debian packages (OpenMPI, bubblewrap), a virtual
-# environment with the pinned CPU build of PyTorch, and dtrain itself (editable, with test extras).
+# Sets up a fresh machine for dtrain: Debian packages (OpenMPI, bubblewrap; chromium and its driver
+# for the dashboard's browser test), a virtual environment with the pinned CPU build of PyTorch,
+# and dtrain itself (editable, with test extras).
 # Safe to re-run: each step is skipped when already done.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -11,6 +12,9 @@ TORCH_VERSION=${TORCH_VERSION:-2.13.0}
 need_apt=()
 command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin)
 command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
+# the dashboard's browser test (tests/test_dashboard_browser.py) drives Debian's chromium
+command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need_apt[*]} with apt-get"

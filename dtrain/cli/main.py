@@ -8,7 +8,7 @@ import json
 import sys
 
 from dtrain.cli import format as fmt
-from dtrain.cli import jobs, pipeline, storage
+from dtrain.cli import jobs, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.errors import DtrainError, SpecError
 
@@ -78,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.register(sub)
     storage.register(sub)
     pipeline.register(sub)
+    server.register(sub)
     p = sub.add_parser("config", help="set the default project or backend")
     p.add_argument("what", choices=["project", "backend"])
     p.add_argument("value")

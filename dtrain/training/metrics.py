@@ -4,6 +4,10 @@ Every line carries 'time' (seconds since the epoch) next to the caller's
 fields, and is flushed at once so a platform tailing the file sees progress
 while the job runs. Only rank 0 should enable a writer: the other ranks make a
 disabled one and call it the same way.
+
+Under dtrain, `DTRAIN_METRICS_FILE` names a second copy in the job's own folder (the
+platform cannot know where a workload puts its outputs); the dashboard and the server's
+/metrics read that copy. Without the variable (plain torchrun) nothing changes.
 """
 
 from __future__ import annotations
@@ -34,9 +38,13 @@ class MetricsWriter:
         self.path = Path(path) if path is not None else None
         self.enabled = enabled and path is not None
         self._f = None
+        self._mirror = None
         if self.enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._f = open(self.path, "a", encoding="utf-8")
+            mirror = os.environ.get("DTRAIN_METRICS_FILE")
+            if mirror and Path(mirror).resolve() != self.path.resolve():
+                self._mirror = open(mirror, "a", encoding="utf-8")
 
     def log(self, **fields: Any) -> None:
         """Append one line with `fields` plus 'time'; NaN and inf become null."""
@@ -52,13 +60,16 @@ class MetricsWriter:
             line = json.dumps(record, default=_plain)
         except TypeError as e:
             raise SpecError(f"metric value of type {e} is not JSON-serialisable; log numbers or strings") from None
-        self._f.write(line + "\n")
-        self._f.flush()
+        for f in (self._f, self._mirror):
+            if f is not None:
+                f.write(line + "\n")
+                f.flush()
 
     def close(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
+        for f in (self._f, self._mirror):
+            if f is not None:
+                f.close()
+        self._f = self._mirror = None
 
     def __enter__(self) -> MetricsWriter:
         return self

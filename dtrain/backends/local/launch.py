@@ -110,8 +110,10 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
     argv = launcher_argv(spec, job_dir=job_dir, master_port=master_port)
     if mounts or spec.large_shm:
         argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd) + argv
-    return LaunchPlan(argv=argv, env=job_env(spec, devices=devices, master_port=master_port, attempt=attempt),
-                      cwd=cwd)
+    env = job_env(spec, devices=devices, master_port=master_port, attempt=attempt)
+    # Where dtrain.training.MetricsWriter also writes, so the dashboard and /metrics find the curves.
+    env.setdefault("DTRAIN_METRICS_FILE", str(job_dir / "metrics.jsonl"))
+    return LaunchPlan(argv=argv, env=env, cwd=cwd)
 
 
 def check_tools(spec: JobSpec, *, cwd: str, path: str | None = None) -> None:

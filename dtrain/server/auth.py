@@ -1,0 +1,142 @@
+"""Who may talk to the server: the bearer token, the loopback rule, read-only mode.
+
+- Bound to a loopback address (the default, 127.0.0.1), the server trusts the local user and
+  needs no token, but it refuses a `Host` header that is not a loopback name: a web page on
+  another site could otherwise reach it through DNS rebinding.
+- Bound to any other address, every request (API, log streams, dashboard pages, /metrics)
+  must carry the token: `Authorization: Bearer TOKEN`, or the `dtrain_token` cookie that the
+  server sets when a page is opened once with `?token=TOKEN` (a browser's EventSource cannot
+  send headers, a cookie it can). The cookie is HttpOnly and SameSite=Strict, and the server
+  sends no CORS headers, so other sites can neither read answers nor send the cookie.
+- `--read-only` refuses every method but GET and HEAD.
+
+The token is made on first start, kept in `$DTRAIN_HOME/server-token` (mode 0600, never
+written through a symlink) and printed once.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import json
+import os
+import secrets
+import stat
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode
+
+from dtrain.errors import ConflictError
+
+TOKEN_FILE = "server-token"
+COOKIE = "dtrain_token"
+LOOPBACK_NAMES = ("localhost",)
+
+
+def is_loopback(host: str) -> bool:
+    """True for 127.0.0.0/8, ::1 and 'localhost': the addresses that need no token."""
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a host name other than localhost may resolve anywhere
+
+
+def load_or_create_token(home: Path) -> tuple[str, bool]:
+    """The server token and whether it was just made. A file readable by others is refused."""
+    path = home / TOKEN_FILE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    except FileExistsError:
+        return _read_token(path), False
+    token = secrets.token_urlsafe(32)
+    with os.fdopen(fd, "w") as f:
+        f.write(token + "\n")
+    return token, True
+
+
+def _read_token(path: Path) -> str:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError as err:
+        raise ConflictError(f"cannot read the server token {path} ({err.strerror}); remove it and start "
+                            f"'dtrain server' again to make a new one") from None
+    with os.fdopen(fd) as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_mode & 0o077 or st.st_uid != os.getuid():
+            raise ConflictError(f"the server token {path} is not a private file (mode "
+                                f"{stat.S_IMODE(st.st_mode):o}); run 'chmod 600 {path}' or remove it")
+        token = f.read().strip()
+    if len(token) < 32:
+        raise ConflictError(f"the server token {path} is too short; remove it to make a new one")
+    return token
+
+
+class Guard:
+    """ASGI middleware: the token (when one is set), the Host check on loopback, read-only."""
+
+    def __init__(self, app, *, token: str | None, read_only: bool):
+        self.app = app
+        self.token = token
+        self.read_only = read_only
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+        if self.token is None:
+            host = headers.get("host", "")
+            if not is_loopback(_host_name(host)):
+                return await _refuse(send, 421, f"unexpected Host header {host!r}: this server is bound "
+                                                f"to loopback; open it as http://127.0.0.1:PORT/")
+        elif "token" in query and scope["method"] in ("GET", "HEAD"):
+            return await self._exchange(scope, send, query)
+        elif not self._authorised(headers):
+            return await _refuse(send, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN' "
+                                            "(the token is in $DTRAIN_HOME/server-token), or open the URL "
+                                            "that 'dtrain server' printed once")
+        if self.read_only and scope["method"] not in ("GET", "HEAD"):
+            return await _refuse(send, 403, f"this server is read-only ({scope['method']} refused); "
+                                            f"restart 'dtrain server' without --read-only to change things")
+        return await self.app(scope, receive, send)
+
+    def _authorised(self, headers: dict[str, str]) -> bool:
+        given = ""
+        auth = headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            given = auth[7:].strip()
+        else:
+            for part in headers.get("cookie", "").split(";"):
+                key, _, value = part.strip().partition("=")
+                if key == COOKIE:
+                    given = value
+        return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
+
+    async def _exchange(self, scope, send, query: dict[str, str]):
+        """`?token=` once: check it, set the cookie, and send the browser on without it in the URL."""
+        if not hmac.compare_digest(query.pop("token").encode(), self.token.encode()):
+            return await _refuse(send, 401, "wrong token in the URL: use the URL that 'dtrain server' printed")
+        # one leading slash: '//host/...' would send the browser to another site
+        location = "/" + scope["path"].lstrip("/") + (("?" + urlencode(query)) if query else "")
+        cookie = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
+        await send({"type": "http.response.start", "status": 303,
+                    "headers": [(b"location", location.encode()), (b"set-cookie", cookie.encode()),
+                                (b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+
+def _host_name(host: str) -> str:
+    """'127.0.0.1:8080' -> '127.0.0.1'; '[::1]:80' -> '::1'."""
+    if host.startswith("["):
+        return host[1:host.find("]")]
+    return host.rsplit(":", 1)[0] if host.count(":") == 1 else host
+
+
+async def _refuse(send, status: int, message: str) -> None:
+    body = json.dumps({"error": message, "kind": "Unauthorized" if status == 401 else "Refused"}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 401:
+        headers.append((b"www-authenticate", b'Bearer realm="dtrain"'))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,48 @@
+"""Lineage as a graph: which volume each snapshot was taken of, which job's results it holds,
+which volume was restored from it and which jobs mounted what (pure: records in, graph out).
+
+    volume ──snapshot──> snapshot ──restored──> volume ──mounted──> job ──results──> snapshot
+                         snapshot ──started────> job  (the job's data came from that snapshot)
+"""
+
+from __future__ import annotations
+
+from dtrain.server import wire
+
+
+def lineage(jobs, volumes, snapshots) -> wire.Lineage:
+    """JobInfo, VolumeInfo and SnapshotInfo records -> nodes and edges."""
+    nodes: dict[str, wire.LineageNode] = {}
+    edges: list[wire.LineageEdge] = []
+
+    def node(kind: str, name: str, status: str | None = None) -> str:
+        key = f"{kind}:{name}"
+        if key not in nodes or status is not None:
+            nodes[key] = wire.LineageNode(id=key, kind=kind, name=name, status=status)
+        return key
+
+    live = {v.name for v in volumes}
+    for v in volumes:
+        node("volume", v.name)
+        if v.origin_snapshot:
+            edges.append(wire.LineageEdge(source=node("snapshot", v.origin_snapshot), target=f"volume:{v.name}",
+                                          label="restored"))
+    for s in snapshots:
+        target = node("snapshot", s.name)
+        if s.volume:  # None where the storage system no longer says
+            vol = node("volume", s.volume, None if s.volume in live else "gone")
+            edges.append(wire.LineageEdge(source=vol, target=target, label="snapshot"))
+    linked = {s.job for s in snapshots if s.job}
+    for j in jobs:
+        mounts = {m.volume for m in j.spec.resolved_volumes()} & live
+        source = j.extra.get("source_snapshot")
+        if not (mounts or source or j.name in linked):
+            continue
+        key = node("job", j.name, j.status.value)
+        edges += [wire.LineageEdge(source=f"volume:{m}", target=key, label="mounted") for m in sorted(mounts)]
+        if source:
+            edges.append(wire.LineageEdge(source=node("snapshot", source), target=key, label="started"))
+    for s in snapshots:
+        if s.job:
+            edges.append(wire.LineageEdge(source=node("job", s.job), target=f"snapshot:{s.name}", label="results"))
+    return wire.Lineage(nodes=list(nodes.values()), edges=edges)

@@ -1,0 +1,95 @@
+"""Prometheus `/metrics`: read from the Client at each scrape, nothing cached in between.
+
+    dtrain_jobs{project,status}                 jobs in each status (every status listed, zeros too)
+    dtrain_node_gpus_allocatable{node}          GPUs on the node
+    dtrain_node_gpus_allocated{node}            GPUs held by jobs
+    dtrain_gpu_utilization_percent{node,gpu}    NVML utilisation (absent when unknown)
+    dtrain_gpu_memory_used_bytes{node,gpu}      and dtrain_gpu_memory_total_bytes
+    dtrain_gpu_allocated{node,gpu,job}          1 for each GPU a job holds
+    dtrain_job_processes{job,project,state}     running / pending processes of active jobs
+    dtrain_job_gpus_allocated{job,project}      GPUs of active jobs
+    dtrain_job_restarts_total{job,project}      restarts of active jobs
+    dtrain_job_step / _loss / _images_per_second{job,project}
+                                                the newest values in a running job's metrics file
+
+Per-job series cover Pending and Running jobs only, so that a long history does not become
+thousands of series; finished jobs are counted in dtrain_jobs.
+"""
+
+from __future__ import annotations
+
+from fastapi import Response
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+from dtrain.server.curves import latest
+
+STATUSES = ("Pending", "Running", "Succeeded", "Failed", "Deleted")
+TRAINING = (("step", "dtrain_job_step", "the last step the job logged"),
+            ("loss", "dtrain_job_loss", "the job's last logged training loss"),
+            ("images_per_s", "dtrain_job_images_per_second", "the job's last logged throughput"))
+
+
+class DtrainCollector:
+    def __init__(self, clients):
+        self._clients = clients
+
+    def collect(self):
+        c = self._clients.get()
+        jobs = c.list()
+        yield from _job_counts(jobs)
+        yield from _nodes(c.nodes())
+        active = [j for j in jobs if not j.status.terminal]
+        procs = GaugeMetricFamily("dtrain_job_processes", "processes of an active job",
+                                  labels=["job", "project", "state"])
+        gpus = GaugeMetricFamily("dtrain_job_gpus_allocated", "GPUs an active job holds", labels=["job", "project"])
+        restarts = CounterMetricFamily("dtrain_job_restarts", "restarts of an active job", labels=["job", "project"])
+        training = {key: GaugeMetricFamily(name, doc, labels=["job", "project"]) for key, name, doc in TRAINING}
+        for j in active:
+            labels = [j.name, j.spec.project]
+            procs.add_metric(labels + ["running"], j.processes_running)
+            procs.add_metric(labels + ["pending"], j.processes_pending)
+            gpus.add_metric(labels, j.gpus_allocated)
+            restarts.add_metric(labels, j.restarts)
+            for key, value in latest(j, tuple(training)).items():
+                training[key].add_metric(labels, value)
+        yield from (procs, gpus, restarts, *training.values())
+
+
+def _job_counts(jobs):
+    counts = {(j.spec.project, s): 0 for j in jobs for s in STATUSES}
+    for j in jobs:
+        counts[(j.spec.project, j.status.value)] += 1
+    family = GaugeMetricFamily("dtrain_jobs", "jobs by project and status", labels=["project", "status"])
+    for (project, status), n in sorted(counts.items()):
+        family.add_metric([project, status], n)
+    yield family
+
+
+def _nodes(nodes):
+    allocatable = GaugeMetricFamily("dtrain_node_gpus_allocatable", "GPUs on the node", labels=["node"])
+    allocated = GaugeMetricFamily("dtrain_node_gpus_allocated", "GPUs held by jobs", labels=["node"])
+    util = GaugeMetricFamily("dtrain_gpu_utilization_percent", "GPU utilisation", labels=["node", "gpu"])
+    used = GaugeMetricFamily("dtrain_gpu_memory_used_bytes", "GPU memory in use", labels=["node", "gpu"])
+    total = GaugeMetricFamily("dtrain_gpu_memory_total_bytes", "GPU memory", labels=["node", "gpu"])
+    held = GaugeMetricFamily("dtrain_gpu_allocated", "1 for a GPU a job holds", labels=["node", "gpu", "job"])
+    for n in nodes:
+        allocatable.add_metric([n.name], n.gpus_allocatable)
+        allocated.add_metric([n.name], n.gpus_allocated)
+        for g in n.gpus:
+            for family, value in ((util, g.utilization), (used, g.memory_used), (total, g.memory_total)):
+                if value is not None:
+                    family.add_metric([n.name, g.index], value)
+            if g.job:
+                held.add_metric([n.name, g.index, g.job], 1)
+    yield from (allocatable, allocated, util, used, total, held)
+
+
+def metrics_route(clients):
+    """A sync route (it runs in a worker thread, with that thread's Client)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DtrainCollector(clients))
+
+    def prometheus_metrics():
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+    return prometheus_metrics

@@ -1,0 +1,38 @@
+"""Nodes (GPUs, their allocation and recent use) and projects."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import APIRouter, Request
+
+from dtrain.server import wire
+from dtrain.server.clients import client
+
+router = APIRouter(tags=["cluster"])
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422)}
+
+
+@router.get("/nodes", response_model=list[wire.Node], responses=ERRORS)
+def nodes(request: Request):
+    """Each node with its GPUs: which job holds each, utilisation and memory now."""
+    return [wire.node_out(n) for n in client(request).nodes()]
+
+
+@router.get("/nodes/history", response_model=list[wire.GpuSample], responses=ERRORS)
+def gpu_history(request: Request, since: float = 0.0):
+    """GPU samples of the last ten minutes (taken by the server every few seconds)."""
+    return request.app.state.history.samples(since)
+
+
+@router.get("/projects", response_model=list[wire.Project], responses=ERRORS)
+def projects(request: Request):
+    return [wire.Project.model_validate(p) for p in client(request).list_projects()]
+
+
+@router.post("/projects", response_model=wire.Project, status_code=201, responses=ERRORS)
+def create_project(request: Request, body: wire.ProjectIn):
+    """Create a project, or change its GPU quota."""
+    c = client(request)
+    c.create_project(body.name, gpu_quota=body.gpu_quota)
+    return next(wire.Project.model_validate(p) for p in c.list_projects() if p.name == body.name)

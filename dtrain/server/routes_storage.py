@@ -1,0 +1,80 @@
+"""Volumes and snapshots: create, list, describe, delete; snapshot restore and diff; lineage."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Query, Request
+
+from dtrain.server import wire
+from dtrain.server.clients import client
+from dtrain.server.lineage import lineage
+
+router = APIRouter(tags=["storage"])
+ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422, 501)}
+
+
+@router.get("/volumes", response_model=list[wire.Volume], responses=ERRORS)
+def list_volumes(request: Request):
+    return [wire.Volume.model_validate(v) for v in client(request).list_volumes()]
+
+
+@router.post("/volumes", response_model=wire.Volume, status_code=201, responses=ERRORS)
+def create_volume(request: Request, body: wire.VolumeIn):
+    made = client(request).create_volume(body.name, size=body.size, storage_class=body.storage_class)
+    return wire.Volume.model_validate(made)
+
+
+@router.get("/volumes/{name}", response_model=wire.Volume, responses=ERRORS)
+def get_volume(request: Request, name: wire.VolumeName):
+    return wire.Volume.model_validate(client(request).get_volume(name))
+
+
+@router.delete("/volumes/{name}", status_code=204, responses=ERRORS)
+def delete_volume(request: Request, name: wire.VolumeName, force: bool = False):
+    """Delete a volume (409 while a job uses it, unless `force`)."""
+    client(request).delete_volume(name, force=force)
+
+
+@router.get("/snapshots", response_model=list[wire.Snapshot], responses=ERRORS)
+def list_snapshots(request: Request, volume: Annotated[str | None, Query(pattern=wire.NAME)] = None,
+                   job: Annotated[str | None, Query(pattern=wire.NAME)] = None):
+    return [wire.Snapshot.model_validate(s) for s in client(request).list_snapshots(volume=volume, job=job)]
+
+
+@router.post("/snapshots", response_model=wire.Snapshot, status_code=201, responses=ERRORS)
+def create_snapshot(request: Request, body: wire.SnapshotIn):
+    """Take a point-in-time snapshot of a volume, linked to a job when `job` is given."""
+    return wire.Snapshot.model_validate(client(request).create_snapshot(body.volume, name=body.name, job=body.job))
+
+
+@router.get("/snapshots/{name}", response_model=wire.Snapshot, responses=ERRORS)
+def get_snapshot(request: Request, name: wire.SnapshotName):
+    return wire.Snapshot.model_validate(client(request).get_snapshot(name))
+
+
+@router.delete("/snapshots/{name}", response_model=wire.Freed, responses=ERRORS)
+def delete_snapshot(request: Request, name: wire.SnapshotName):
+    """Delete a snapshot and free the content no other snapshot shares."""
+    return wire.Freed.model_validate(client(request).delete_snapshot(name))
+
+
+@router.post("/snapshots/{name}/restore", response_model=wire.Volume, responses=ERRORS)
+def restore_snapshot(request: Request, name: wire.SnapshotName, body: wire.RestoreTo | wire.RestoreInPlace):
+    """Into a new volume (`{"to": NAME}`) or over the snapshot's own volume (`{"in_place": true}`)."""
+    to = body.to if isinstance(body, wire.RestoreTo) else None
+    return wire.Volume.model_validate(client(request).restore_snapshot(name, to=to, in_place=to is None))
+
+
+@router.get("/snapshots/{name}/diff", response_model=list[wire.Change], responses=ERRORS)
+def diff_snapshots(request: Request, name: wire.SnapshotName, to: Annotated[str, Query(pattern=wire.NAME)]):
+    """Paths added, removed or modified from snapshot `name` to snapshot `to`."""
+    changes = client(request).diff_snapshots(name, to)
+    return [wire.Change(path=c.path, kind=c.kind, fields=list(c.fields)) for c in changes]
+
+
+@router.get("/lineage", response_model=wire.Lineage, responses=ERRORS)
+def get_lineage(request: Request):
+    """Volumes, snapshots and the jobs between them, as nodes and edges."""
+    c = client(request)
+    return lineage(c.list(), c.list_volumes(), c.list_snapshots())

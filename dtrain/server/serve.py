@@ -1,0 +1,60 @@
+"""`dtrain server`: bind, print where to go (and the token, the first time), serve until Ctrl-C."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Callable
+
+from dtrain.errors import ConflictError, SpecError
+from dtrain.server.auth import TOKEN_FILE, is_loopback, load_or_create_token
+
+
+def bind(host: str, port: int) -> socket.socket:
+    """Bind before uvicorn starts, so that port 0 works and the printed URL has the real port."""
+    if not 0 <= port <= 65535:
+        raise SpecError(f"invalid --port {port}: use 1-65535 (or 0 for any free port)")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise SpecError(f"invalid --host {host!r} ({err.strerror}); use an address such as 127.0.0.1") from None
+    family, _, _, _, address = infos[0]
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(address)
+    except OSError as err:
+        sock.close()
+        raise ConflictError(f"cannot listen on {host}:{port} ({err.strerror}); pick another --port") from None
+    sock.listen(128)
+    sock.set_inheritable(False)  # jobs the server starts must not hold the port open
+    return sock
+
+
+def run(make_client: Callable[[], object], home: Path, *, host: str, port: int, read_only: bool) -> int:
+    import uvicorn
+
+    from dtrain.server.app import create_app
+
+    token = created = None
+    if not is_loopback(host):
+        token, created = load_or_create_token(home)
+    sock = bind(host, port)
+    shown = f"[{host}]" if ":" in host else host
+    print(banner(f"http://{shown}:{sock.getsockname()[1]}/", home / TOKEN_FILE, token=token, created=created,
+                 read_only=read_only), flush=True)
+    app = create_app(make_client, token=token, read_only=read_only)
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, access_log=False)
+    uvicorn.Server(config).run(sockets=[sock])
+    return 0
+
+
+def banner(url: str, token_file: Path, *, token: str | None, created: bool | None, read_only: bool) -> str:
+    """What `dtrain server` prints first: the URL; a new token only once, inside the URL to open."""
+    mode = " (read-only)" if read_only else ""
+    if token is None:
+        return f"dtrain server: {url}{mode}"
+    if created:
+        return (f"dtrain server: {url}?token={token}{mode}\n  (a new token, kept in {token_file}; "
+                f"it is printed only this once)")
+    return f"dtrain server: {url}{mode}  token: the one in {token_file} (open {url}?token=TOKEN once)"

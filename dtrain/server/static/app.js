@@ -1,0 +1,302 @@
+// The dashboard: one page, hash routes (#/jobs, #/job/NAME, #/nodes, #/storage, #/submit).
+// Every value shown comes from /api/v1 and is put in the page as text, never as HTML.
+"use strict";
+
+const API = "/api/v1";
+const REFRESH_MS = 2000;
+let timers = [];
+let stream = null;
+
+function h(tag, attrs, ...children) {
+  const el = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (k === "onclick" || k === "onsubmit" || k === "onchange") el[k] = v;
+    else if (v !== null && v !== undefined && v !== false) el.setAttribute(k, v === true ? "" : v);
+  }
+  for (const c of children.flat()) {
+    if (c === null || c === undefined) continue;
+    el.appendChild(c instanceof Node ? c : document.createTextNode(String(c)));
+  }
+  return el;
+}
+
+async function api(path, opts) {
+  const resp = await fetch(API + path, Object.assign({credentials: "same-origin"}, opts || {}));
+  if (resp.status === 204) return null;
+  const body = await resp.json().catch(() => ({error: resp.statusText}));
+  if (!resp.ok) {
+    if (resp.status === 401) showBanner("Not signed in: open the URL that 'dtrain server' printed (with ?token=) once.");
+    throw new Error(body.error || resp.statusText);
+  }
+  return body;
+}
+
+function showBanner(text) {
+  const b = document.getElementById("banner");
+  b.textContent = text;
+  b.hidden = !text;
+}
+
+function age(ts) {
+  if (!ts) return "-";
+  const s = Math.max(0, Math.floor(Date.now() / 1000 - ts));
+  for (const [u, n] of [["d", 86400], ["h", 3600], ["m", 60]]) if (s >= n) return Math.floor(s / n) + u;
+  return s + "s";
+}
+const when = ts => ts ? new Date(ts * 1000).toISOString().replace(/\.\d+Z$/, "Z") : "-";
+const created = x => typeof x === "number" ? when(x) : String(x ?? "-");  // unix seconds (or an ISO text)
+function size(n) {
+  if (n === null || n === undefined) return "-";
+  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
+  let i = 0;
+  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i ? n.toFixed(1) + " " + units[i] : n + " B";
+}
+const statusCell = s => h("td", {class: `status s-${s}`}, s);
+const jobLink = name => h("a", {href: "#/job/" + encodeURIComponent(name)}, name);
+
+function every(fn, ms) {
+  const run = async () => {
+    try { await fn(); showBanner(""); document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString(); }
+    catch (e) { showBanner(e.message); }
+  };
+  run();
+  timers.push(setInterval(run, ms));
+}
+
+function table(headers, rows, attrs) {
+  return h("table", attrs || {}, h("thead", {}, h("tr", {}, headers.map(x => h("th", {}, x)))), h("tbody", {}, rows));
+}
+
+// ---- jobs ---------------------------------------------------------------------------------
+function jobsPage(main) {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const status = h("select", {id: "status-filter", onchange: () => go("jobs", {status: status.value, project: project.value})},
+                   ["", "Pending", "Running", "Succeeded", "Failed", "Deleted"].map(s => h("option", {value: s}, s || "any status")));
+  const project = h("input", {id: "project-filter", placeholder: "all projects", size: 14,
+                              onchange: () => go("jobs", {status: status.value, project: project.value})});
+  status.value = params.get("status") || "";
+  project.value = params.get("project") || "";
+  const holder = h("div", {class: "card"});
+  main.append(h("h1", {}, "Jobs"), h("p", {}, status, " ", project), holder);
+  every(async () => {
+    const q = new URLSearchParams();
+    if (status.value) q.set("status", status.value);
+    if (project.value) q.set("project", project.value);
+    const jobs = await api("/jobs?" + q);
+    jobs.sort((a, b) => b.created - a.created);
+    const rows = jobs.map(j => h("tr", {"data-job": j.name},
+      h("td", {}, jobLink(j.name)), statusCell(j.status), h("td", {}, age(j.created)), h("td", {}, j.project),
+      h("td", {}, j.node || "-"), h("td", {}, j.kind), h("td", {class: "gpus"}, `${j.gpus_allocated} (${j.gpus_requested})`),
+      h("td", {class: "procs"}, `${j.processes_running} (${j.processes_pending})`),
+      h("td", {}, j.status === "Pending" || j.status === "Running" ? h("button", {class: "danger", onclick: () => deleteJob(j.name)}, "Delete") : "")));
+    holder.replaceChildren(jobs.length ? table(["Name", "Status", "Age", "Project", "Node", "Type",
+      "GPUs allocated (requested)", "Processes running (pending)", ""], rows, {id: "jobs-table"})
+      : h("p", {class: "muted"}, "No jobs yet: submit one from the Submit tab or with 'dtrain submit'."));
+  }, REFRESH_MS);
+}
+
+async function deleteJob(name) {
+  if (!confirm(`Delete job ${name}? Its processes are stopped.`)) return;
+  try { await api("/jobs/" + encodeURIComponent(name), {method: "DELETE"}); } catch (e) { showBanner(e.message); }
+}
+
+// ---- one job -------------------------------------------------------------------------------
+function jobPage(main, name) {
+  const head = h("div", {class: "card", id: "job-head"});
+  const curves = h("div", {class: "row", id: "curves"});
+  const procs = h("div", {class: "card"}), events = h("div", {class: "card"}), snaps = h("div", {class: "card", id: "job-snapshots"});
+  const spec = h("pre", {id: "job-spec"});
+  const rank = h("select", {id: "rank", onchange: () => follow(name, rank.value)}, h("option", {value: ""}, "all ranks"));
+  const logs = h("pre", {id: "logs"});
+  main.append(h("h1", {}, "Job ", h("span", {id: "job-name"}, name)), head,
+              h("h2", {}, "Logs ", rank), h("div", {class: "card"}, logs),
+              h("h2", {}, "Training curves"), curves, h("div", {class: "row"},
+              h("div", {class: "card"}, h("h2", {}, "Processes"), procs),
+              h("div", {class: "card"}, h("h2", {}, "Status events"), events)),
+              h("div", {class: "row"}, h("div", {class: "card"}, h("h2", {}, "Snapshots"), snaps),
+              h("div", {class: "card"}, h("h2", {}, "Spec"), spec)));
+  let ranksShown = 0;
+  every(async () => {
+    const j = await api("/jobs/" + encodeURIComponent(name));
+    head.replaceChildren(h("div", {class: "kv"},
+      h("div", {}, "Status"), h("div", {class: `status s-${j.status}`, id: "job-status"}, j.status),
+      h("div", {}, "Message"), h("div", {}, j.message || "-"),
+      h("div", {}, "Type / project / backend"), h("div", {}, `${j.kind} / ${j.project} / ${j.backend}`),
+      h("div", {}, "Node"), h("div", {}, j.node || "-"),
+      h("div", {}, "GPUs allocated (requested)"), h("div", {}, `${j.gpus_allocated} (${j.gpus_requested})`),
+      h("div", {}, "Created / started / finished"), h("div", {}, `${when(j.created)} / ${when(j.started)} / ${when(j.finished)}`),
+      h("div", {}, "Restarts"), h("div", {}, j.restarts),
+      h("div", {}, "Snapshot taken / started from"), h("div", {}, `${j.snapshot || "-"} / ${j.source_snapshot || "-"}`)),
+      ...(j.status === "Pending" || j.status === "Running" ? [h("p", {}, h("button", {class: "danger", onclick: () => deleteJob(name)}, "Delete job"))] : []));
+    procs.replaceChildren(table(["Rank", "Status", "Exit code", "Devices", "Node"], j.processes.map(p => h("tr", {},
+      h("td", {}, p.rank), statusCell(p.status), h("td", {}, p.exit_code ?? "-"), h("td", {}, p.devices.join(",") || "-"), h("td", {}, p.node || "-")))));
+    events.replaceChildren(table(["Time", "Status", "Message"], j.events.map(e => h("tr", {},
+      h("td", {}, when(e.time)), statusCell(e.status), h("td", {}, e.message)))));
+    spec.textContent = JSON.stringify(j.spec, null, 2);
+    for (; ranksShown < j.spec.processes; ranksShown++) rank.appendChild(h("option", {value: ranksShown}, "rank " + ranksShown));
+    const s = await api("/snapshots?job=" + encodeURIComponent(name));
+    snaps.replaceChildren(s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {},
+      h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
+      : h("p", {class: "muted"}, "none"));
+    await drawCurves(curves, name);
+  }, REFRESH_MS * 2);
+  follow(name, "");
+}
+
+async function drawCurves(holder, name) {
+  const [metrics, hist] = await Promise.all([api(`/jobs/${encodeURIComponent(name)}/metrics`), api("/nodes/history")]);
+  const recs = metrics.filter(r => typeof r.step === "number");
+  const keys = [["loss", "loss"], ["images_per_s", "images/s"]];
+  const cards = keys.map(([k, title]) => {
+    const series = [{name: title, points: recs.filter(r => r[k] !== undefined).map(r => [r.step, r[k]])}];
+    return h("div", {class: "card", "data-curve": k}, h("h2", {}, title + " by step"),
+             lineChart(series, {empty: "no '" + k + "' logged (dtrain.training.MetricsWriter)"}));
+  });
+  // the GPUs this job held, from the server's samples of the last minutes
+  const mine = hist.filter(x => x.job === name);
+  const gpus = [...new Set(mine.map(x => x.node + "/" + x.gpu))];
+  const series = gpus.map(g => ({name: "GPU " + g, points: mine.filter(x => x.node + "/" + x.gpu === g).map(x => [x.time, x.utilization])}));
+  const t = x => new Date(x * 1000).toLocaleTimeString();
+  cards.push(h("div", {class: "card", "data-curve": "gpu"}, h("h2", {}, "Its GPUs' utilization %"),
+    lineChart(series, {xfmt: t, ymin: 0, ymax: 100, empty: gpus.length ? "no utilization reported (no NVML: injected GPUs)" : "no GPU samples for this job"}), legend(series)));
+  holder.replaceChildren(...cards);
+}
+
+function follow(name, rank) {
+  if (stream) stream.close();
+  const logs = document.getElementById("logs");
+  logs.textContent = "";
+  const q = new URLSearchParams({tail: "500"});
+  if (rank !== "") q.set("rank", rank);
+  stream = new EventSource(`${API}/jobs/${encodeURIComponent(name)}/logs/stream?${q}`);
+  stream.onmessage = ev => {
+    const line = JSON.parse(ev.data);
+    const many = document.getElementById("rank").options.length > 2 && rank === "";
+    logs.appendChild(document.createTextNode((many ? `[rank ${line.rank}] ` : "") + line.text + "\n"));
+    logs.scrollTop = logs.scrollHeight;
+  };
+  stream.addEventListener("end", () => { stream.close(); logs.appendChild(h("span", {class: "muted", id: "logs-end"}, "-- the job has ended --\n")); });
+}
+
+// ---- nodes ---------------------------------------------------------------------------------
+function nodesPage(main) {
+  const holder = h("div", {});
+  main.append(h("h1", {}, "Nodes"), holder);
+  every(async () => {
+    const [nodes, hist] = await Promise.all([api("/nodes"), api("/nodes/history")]);
+    holder.replaceChildren(...nodes.map(n => {
+      const gpus = table(["GPU", "Name", "Job", "Utilization", "Memory used / total"], n.gpus.map(g => h("tr", {"data-gpu": g.index},
+        h("td", {}, g.index), h("td", {}, g.name || "-"), h("td", {class: "job"}, g.job ? jobLink(g.job) : "free"),
+        h("td", {}, g.utilization === null ? "-" : h("span", {}, h("span", {class: "bar"}, h("i", {style: `width:${g.utilization}%`})), ` ${g.utilization.toFixed(0)}%`)),
+        h("td", {}, `${size(g.memory_used)} / ${size(g.memory_total)}`))), {id: "gpus-table"});
+      const mine = hist.filter(s => s.node === n.name);
+      const byGpu = key => n.gpus.map(g => ({name: "GPU " + g.index, points: mine.filter(s => s.gpu === g.index).map(s => [s.time, s[key]])}));
+      const t = x => new Date(x * 1000).toLocaleTimeString();
+      const held = n.gpus.map(g => ({name: "GPU " + g.index, points: mine.filter(s => s.gpu === g.index).map(s => [s.time, s.job ? 1 : 0])}));
+      return h("div", {class: "card node", "data-node": n.name},
+        h("h2", {}, n.name), h("div", {class: "kv"},
+          h("div", {}, "GPUs allocated / allocatable"), h("div", {id: "gpu-alloc"}, `${n.gpus_allocated} / ${n.gpus_allocatable}`),
+          h("div", {}, "CPUs"), h("div", {}, n.cpus ?? "-"), h("div", {}, "Memory"), h("div", {}, size(n.memory))),
+        h("h2", {}, "GPUs"), n.gpus.length ? gpus : h("p", {class: "muted"}, "no GPUs"),
+        n.gpus.length ? h("div", {class: "row"},
+          h("div", {class: "card"}, h("h2", {}, "Held by a job (1) or free (0), last minutes"), lineChart(held, {xfmt: t, ymin: 0, ymax: 1, empty: "the first sample comes a few seconds after the server starts"}), legend(held)),
+          h("div", {class: "card"}, h("h2", {}, "Utilization % (last minutes)"), lineChart(byGpu("utilization"), {xfmt: t, ymin: 0, ymax: 100, empty: "no utilization reported (NVML absent: injected GPUs)"}), legend(byGpu("utilization"))),
+          h("div", {class: "card"}, h("h2", {}, "Memory used (last minutes)"), lineChart(byGpu("memory_used"), {xfmt: t, ymin: 0, empty: "no memory reported (NVML absent: injected GPUs)"}), legend(byGpu("memory_used")))) : null);
+    }));
+  }, REFRESH_MS * 2);
+}
+
+// ---- volumes, snapshots, lineage ----------------------------------------------------------------
+function storagePage(main) {
+  const vols = h("div", {class: "card"}), snaps = h("div", {class: "card"}), graph = h("div", {class: "card", style: "overflow:auto"});
+  main.append(h("h1", {}, "Volumes and snapshots"), h("h2", {}, "Lineage"), graph, h("h2", {}, "Volumes"), vols, h("h2", {}, "Snapshots"), snaps);
+  every(async () => {
+    const [v, s, g] = await Promise.all([api("/volumes"), api("/snapshots"), api("/lineage")]);
+    vols.replaceChildren(table(["Name", "Class", "Size", "From snapshot", "Head snapshot", "Created"], v.map(x => h("tr", {},
+      h("td", {}, x.name), h("td", {}, x.storage_class || "-"), h("td", {}, x.size || "-"), h("td", {}, x.origin_snapshot || "-"),
+      h("td", {}, x.extra.head_snapshot || "-"), h("td", {}, created(x.created)))), {id: "volumes-table"}));
+    snaps.replaceChildren(table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {},
+      h("td", {}, x.name), h("td", {}, x.volume || "-"), h("td", {}, x.job ? jobLink(x.job) : "-"), h("td", {}, x.source_snapshot || "-"),
+      h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.extra.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"}));
+    graph.replaceChildren(g.nodes.length ? lineageGraph(g) : h("p", {class: "muted"}, "no volumes or snapshots yet"));
+  }, REFRESH_MS * 3);
+}
+
+// ---- submit --------------------------------------------------------------------------------
+function splitCommand(text) {
+  // Shell-like words: whitespace separates, '...' and "..." group (no expansions).
+  const out = [];
+  const re = /"([^"]*)"|'([^']*)'|(\S+)/g;
+  let m;
+  while ((m = re.exec(text))) out.push(m[1] ?? m[2] ?? m[3]);
+  return out;
+}
+
+function submitPage(main) {
+  const f = (label, input) => [h("label", {for: input.id}, label), input];
+  const inp = (id, attrs) => h("input", Object.assign({id, name: id}, attrs || {}));
+  const launcher = h("select", {id: "launcher"}, ["none", "torchrun", "mpi"].map(x => h("option", {value: x}, x)));
+  const msg = h("p", {id: "submit-message"});
+  const form = h("form", {class: "submit", id: "submit-form"},
+    f("Name", inp("name", {required: true, placeholder: "train-lanes-1"})),
+    f("Command", inp("command", {required: true, placeholder: "python train.py --epochs 2"})),
+    f("Processes", inp("processes", {type: "number", min: 1, value: 1})), f("Launcher", launcher),
+    f("GPUs per process", inp("gpu", {type: "number", min: 0, value: 0})),
+    f("CPU threads per process", inp("cpu", {type: "number", min: 0, step: "any"})),
+    f("Memory per process", inp("memory", {placeholder: "8Gi"})),
+    f("Environment (KEY=VALUE per line)", h("textarea", {id: "env"})),
+    f("Volumes (--pvc per line)", h("textarea", {id: "volumes", placeholder: "local:10Gi:/mnt"})),
+    f("Project", inp("project", {placeholder: "default"})),
+    f("Backend", h("select", {id: "backend"}, ["", "local", "kubernetes"].map(x => h("option", {value: x}, x || "(the job spec's default)")))),
+    f("Image (Kubernetes)", inp("image", {placeholder: "ghcr.io/org/train:1"})),
+    f("Max restarts", inp("max_restarts", {type: "number", min: 0, value: 0})),
+    f("Snapshot on success (volume)", inp("snapshot_on_success")),
+    f("Working directory", inp("working_dir", {placeholder: "/abs/path"})),
+    f("Large /dev/shm", inp("large_shm", {type: "checkbox"})),
+    h("span", {}), h("button", {class: "primary", type: "submit"}, "Submit"));
+  form.onsubmit = async ev => {
+    ev.preventDefault();
+    const val = id => document.getElementById(id).value.trim();
+    const body = {name: val("name"), command: splitCommand(val("command")), processes: +val("processes") || 1,
+                  launcher: launcher.value, gpu: +val("gpu") || 0, max_restarts: +val("max_restarts") || 0,
+                  large_shm: document.getElementById("large_shm").checked};
+    for (const k of ["memory", "project", "snapshot_on_success", "working_dir", "backend", "image"]) if (val(k)) body[k] = val(k);
+    if (val("cpu")) body.cpu = +val("cpu");
+    const env = {};
+    val("env").split("\n").filter(Boolean).forEach(l => { const i = l.indexOf("="); env[l.slice(0, i)] = l.slice(i + 1); });
+    if (Object.keys(env).length) body.env = env;
+    const vols = val("volumes").split("\n").map(x => x.trim()).filter(Boolean);
+    if (vols.length) body.volumes = vols;
+    try {
+      const j = await api("/jobs", {method: "POST", headers: {"content-type": "application/json"}, body: JSON.stringify(body)});
+      location.hash = "#/job/" + encodeURIComponent(j.name);
+    } catch (e) { msg.className = "error"; msg.textContent = e.message; }
+  };
+  main.append(h("h1", {}, "Submit a job"), h("div", {class: "card"}, form, msg));
+}
+
+// ---- routing -------------------------------------------------------------------------------
+function go(page, params) {
+  const q = new URLSearchParams(Object.entries(params || {}).filter(([, v]) => v));
+  location.hash = "#/" + page + (q.toString() ? "?" + q : "");
+}
+
+function route() {
+  timers.forEach(clearInterval);
+  timers = [];
+  if (stream) { stream.close(); stream = null; }
+  const [path] = location.hash.replace(/^#\/?/, "").split("?");
+  const [page, ...rest] = path.split("/");
+  document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === (page === "job" ? "jobs" : page || "jobs")));
+  const main = document.getElementById("main");
+  main.replaceChildren();
+  if (page === "job" && rest.length) jobPage(main, decodeURIComponent(rest.join("/")));
+  else if (page === "nodes") nodesPage(main);
+  else if (page === "storage") storagePage(main);
+  else if (page === "submit") submitPage(main);
+  else jobsPage(main);
+}
+
+window.addEventListener("hashchange", route);
+route();

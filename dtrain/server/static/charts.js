@@ -1,0 +1,131 @@
+// Plain SVG drawing: line charts (training curves, GPU history) and the lineage graph.
+"use strict";
+
+const SVG_NS = "http://www.w3.org/2000/svg";
+const COLORS = ["#1f5fbf", "#e07b00", "#1a7f37", "#c62828", "#7b3fbf", "#00838f"];
+
+function svgEl(tag, attrs, text) {
+  const el = document.createElementNS(SVG_NS, tag);
+  for (const [k, v] of Object.entries(attrs || {})) el.setAttribute(k, v);
+  if (text !== undefined) el.textContent = text;
+  return el;
+}
+
+function fmtNum(v) {
+  if (v === null || v === undefined || !isFinite(v)) return "-";
+  const a = Math.abs(v);
+  if (a >= 1e9) return (v / 1e9).toFixed(1) + "G";
+  if (a >= 1e6) return (v / 1e6).toFixed(1) + "M";
+  if (a >= 1e3) return (v / 1e3).toFixed(1) + "k";
+  if (a >= 10 || a === 0) return v.toFixed(0);
+  return v.toPrecision(3);
+}
+
+// series: [{name, points: [[x, y], ...]}]; xfmt formats the x axis ends (step or time).
+function lineChart(series, opts) {
+  const W = opts.width || 460, H = opts.height || 180, L = 48, R = 10, T = 10, B = 24;
+  const svg = svgEl("svg", {width: W, height: H, class: "chart", viewBox: `0 0 ${W} ${H}`});
+  const pts = series.flatMap(s => s.points).filter(p => p[1] !== null && isFinite(p[1]));
+  if (!pts.length) {
+    svg.appendChild(svgEl("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, opts.empty || "no data yet"));
+    return svg;
+  }
+  let [x0, x1] = [Math.min(...pts.map(p => p[0])), Math.max(...pts.map(p => p[0]))];
+  let [y0, y1] = [Math.min(...pts.map(p => p[1])), Math.max(...pts.map(p => p[1]))];
+  if (opts.ymin !== undefined) y0 = Math.min(y0, opts.ymin);
+  if (opts.ymax !== undefined) y1 = Math.max(y1, opts.ymax);
+  if (x1 === x0) x1 = x0 + 1;
+  if (y1 === y0) y1 = y0 + 1;
+  const sx = x => L + (x - x0) / (x1 - x0) * (W - L - R);
+  const sy = y => H - B - (y - y0) / (y1 - y0) * (H - T - B);
+  svg.appendChild(svgEl("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, class: "axis"}));
+  svg.appendChild(svgEl("line", {x1: L, y1: T, x2: L, y2: H - B, class: "axis"}));
+  svg.appendChild(svgEl("text", {x: L - 4, y: T + 8, "text-anchor": "end"}, fmtNum(y1)));
+  svg.appendChild(svgEl("text", {x: L - 4, y: H - B, "text-anchor": "end"}, fmtNum(y0)));
+  const xfmt = opts.xfmt || fmtNum;
+  svg.appendChild(svgEl("text", {x: L, y: H - 6}, xfmt(x0)));
+  svg.appendChild(svgEl("text", {x: W - R, y: H - 6, "text-anchor": "end"}, xfmt(x1)));
+  if (opts.title) svg.appendChild(svgEl("text", {x: (L + W) / 2, y: H - 6, "text-anchor": "middle"}, opts.title));
+  series.forEach((s, i) => {
+    const good = s.points.filter(p => p[1] !== null && isFinite(p[1]));
+    if (!good.length) return;
+    const d = good.map((p, j) => (j ? "L" : "M") + sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join("");
+    svg.appendChild(svgEl("path", {d, class: "line", stroke: COLORS[i % COLORS.length]}));
+  });
+  return svg;
+}
+
+function legend(series) {
+  const div = document.createElement("div");
+  div.className = "legend";
+  series.forEach((s, i) => {
+    const span = document.createElement("span");
+    span.style.color = COLORS[i % COLORS.length];
+    span.textContent = "\u25A0 " + s.name;
+    div.appendChild(span);
+  });
+  return div;
+}
+
+// Lineage: a layered drawing of a small DAG. Columns are the longest path from a source.
+function lineageGraph(graph) {
+  const depth = {}, incoming = {};
+  graph.nodes.forEach(n => { depth[n.id] = 0; incoming[n.id] = 0; });
+  graph.edges.forEach(e => { incoming[e.target] = (incoming[e.target] || 0) + 1; });
+  for (let i = 0; i < graph.nodes.length; i++) {  // Bellman-Ford style relaxation, bounded
+    let moved = false;
+    graph.edges.forEach(e => {
+      if (depth[e.source] !== undefined && depth[e.target] !== undefined && depth[e.target] < depth[e.source] + 1) {
+        depth[e.target] = depth[e.source] + 1; moved = true;
+      }
+    });
+    if (!moved) break;
+  }
+  const cols = {};
+  graph.nodes.forEach(n => { (cols[depth[n.id]] = cols[depth[n.id]] || []).push(n); });
+  const NW = 150, NH = 40, GX = 70, GY = 22, pos = {};
+  let maxRows = 0;
+  Object.keys(cols).forEach(c => {
+    cols[c].forEach((n, r) => { pos[n.id] = {x: 10 + c * (NW + GX), y: 10 + r * (NH + GY)}; });
+    maxRows = Math.max(maxRows, cols[c].length);
+  });
+  const ncols = Object.keys(cols).length;
+  const W = Math.max(300, 20 + ncols * (NW + GX)), H = Math.max(80, 20 + maxRows * (NH + GY) + 26 * ncols);
+  const svg = svgEl("svg", {width: W, height: H, class: "graph", id: "lineage-graph"});
+  const defs = svgEl("defs");
+  const marker = svgEl("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7,
+                                  orient: "auto-start-reverse"});
+  marker.appendChild(svgEl("path", {d: "M0,0L10,5L0,10z", fill: "#9aa6bd"}));
+  defs.appendChild(marker);
+  svg.appendChild(defs);
+  graph.edges.forEach(e => {
+    const a = pos[e.source], b = pos[e.target];
+    if (!a || !b) return;
+    const span = Math.round((b.x - a.x) / (NW + GX));
+    let d, lx, ly;
+    if (span > 1 || span < 0) {  // skips columns: bow under the nodes instead of crossing them
+      const x1 = a.x + NW / 2, y1 = a.y + NH, x2 = b.x + NW / 2, y2 = b.y + NH, dip = Math.max(y1, y2) + 26 * Math.abs(span);
+      d = `M${x1},${y1}C${x1},${dip} ${x2},${dip} ${x2},${y2}`;
+      [lx, ly] = [(x1 + x2) / 2, dip - 8 * Math.abs(span) + 2];
+    } else {
+      const x1 = a.x + NW, y1 = a.y + NH / 2, x2 = b.x, y2 = b.y + NH / 2, mx = (x1 + x2) / 2;
+      d = `M${x1},${y1}C${mx},${y1} ${mx},${y2} ${x2},${y2}`;
+      [lx, ly] = [mx, (y1 + y2) / 2 - 5];
+    }
+    svg.appendChild(svgEl("path", {d, class: "edge", "marker-end": "url(#arrow)"}));
+    svg.appendChild(svgEl("text", {x: lx, y: ly, "text-anchor": "middle", class: "elabel"}, e.label));
+  });
+  graph.nodes.forEach(n => {
+    const p = pos[n.id];
+    const g = svgEl("g", {class: `node n-${n.kind}` + (n.status === "gone" ? " n-gone" : ""),
+                          transform: `translate(${p.x},${p.y})`, "data-id": n.id});
+    g.appendChild(svgEl("rect", {width: NW, height: NH}));
+    g.appendChild(svgEl("text", {x: 8, y: 15}, n.kind + (n.status ? " \u00B7 " + n.status : "")));
+    const label = n.name.length > 22 ? n.name.slice(0, 21) + "\u2026" : n.name;
+    const t = svgEl("text", {x: 8, y: 31, "font-weight": "600"}, label);
+    t.appendChild(svgEl("title", {}, n.name));
+    g.appendChild(t);
+    svg.appendChild(g);
+  });
+  return svg;
+}

@@ -1,0 +1,268 @@
+"""Every HTTP payload, in one module: pydantic lives here and nowhere else in dtrain.
+
+Requests are checked twice on purpose: the models below reject wrong types and out-of-range
+numbers with a 422 before anything runs, then the typed `JobSpec` (the same one the CLI and
+the SDK build) applies dtrain's own rules and messages. Responses are built from the
+client's frozen records by the `*_out` functions.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from fastapi import Path
+from pydantic import BaseModel, ConfigDict, Field
+
+from dtrain.names import CLASS_RE, NAME_RE, SIZE_RE
+
+STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted"]
+NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
+SIZE = SIZE_RE.pattern
+CLASS = CLASS_RE.pattern
+
+JobName = Annotated[str, Path(pattern=NAME, description="a job name")]
+VolumeName = Annotated[str, Path(pattern=NAME, description="a volume name")]
+SnapshotName = Annotated[str, Path(pattern=NAME, description="a snapshot name")]
+# what a name field names, for check_name's message when the pattern refuses it
+NAMED = {"project": "project", "volume": "volume", "job": "job", "to": "volume", "snapshot_on_success": "volume",
+         "jobs": "job", "volumes": "volume", "snapshots": "snapshot", "projects": "project"}
+
+
+class _In(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SpecIn(_In):
+    """A job, as `dtrain submit` takes it; the same fields as `dtrain.JobSpec`."""
+
+    name: str = Field(pattern=NAME, description="job name: lower-case letters, digits, '-'")
+    command: list[str] = Field(min_length=1, max_length=4096, description="the command and its arguments")
+    processes: int = Field(1, ge=1, le=1024, description="data-parallel processes")
+    launcher: Literal["none", "torchrun", "mpi"] = "none"
+    gpu: int = Field(0, ge=0, le=64, description="GPUs per process")
+    cpu: float | None = Field(None, gt=0, le=1024, description="CPU threads per process")
+    memory: str | None = Field(None, pattern=SIZE, max_length=32, description="memory per process, e.g. 8Gi")
+    env: dict[str, str] = Field(default_factory=dict, description="environment variables")
+    volumes: list[str] = Field(default_factory=list, max_length=64,
+                               description="--pvc values: VOLUME:MOUNT[:ro] or CLASS:SIZE:MOUNT")
+    large_shm: bool = False
+    working_dir: str | None = Field(None, max_length=4096)
+    project: str | None = Field(None, pattern=NAME, description="default: the configured project")
+    backend: Literal["local", "kubernetes"] | None = None
+    max_restarts: int = Field(0, ge=0, le=1000)
+    snapshot_on_success: str | None = Field(None, pattern=NAME)
+    image: str | None = Field(None, max_length=1024)
+    image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
+    image_pull_secrets: list[str] = Field(default_factory=list, max_length=64)
+
+
+class ProjectIn(_In):
+    name: str = Field(pattern=NAME)
+    gpu_quota: int | None = Field(None, ge=0, le=100_000)
+
+
+class Error(BaseModel):
+    """Every refusal: the CLI's one-line message and the error class."""
+
+    error: str
+    kind: str
+
+
+class Process(BaseModel):
+    rank: int
+    status: str
+    exit_code: int | None
+    devices: list[str]
+    node: str | None
+
+
+class Event(BaseModel):
+    time: float
+    status: str
+    message: str
+
+
+class Job(BaseModel):
+    name: str
+    status: STATUSES
+    backend: str
+    project: str
+    kind: str = Field(description="Train (one process), PyTorch (torchrun) or MPI")
+    created: float
+    started: float | None
+    finished: float | None
+    node: str | None
+    gpus_requested: int
+    gpus_allocated: int
+    processes_running: int
+    processes_pending: int
+    restarts: int
+    message: str
+    snapshot: str | None
+    source_snapshot: str | None
+    spec: dict[str, Any]
+    processes: list[Process]
+    events: list[Event]
+
+
+class LogLine(BaseModel):
+    rank: int
+    time: float | None
+    text: str
+
+
+class Gpu(BaseModel):
+    index: str
+    name: str
+    memory_total: int | None
+    memory_used: int | None
+    utilization: float | None
+    job: str | None
+
+
+class Node(BaseModel):
+    name: str
+    gpus_allocatable: int
+    gpus_allocated: int
+    cpus: int | None
+    memory: int | None
+    gpus: list[Gpu]
+
+
+class GpuSample(BaseModel):
+    time: float
+    node: str
+    gpu: str
+    job: str | None
+    utilization: float | None
+    memory_used: int | None
+    memory_total: int | None
+
+
+class Project(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+    name: str
+    backend: str
+    gpu_quota: int | None
+    gpus_allocated: int
+    jobs: int
+    extra: dict[str, Any]
+
+
+def job_out(info) -> Job:
+    """JobInfo -> the wire; `source_snapshot` comes from the backend's details when it has one."""
+    spec = info.spec
+    return Job(name=info.name, status=info.status.value, backend=info.backend, project=spec.project,
+               kind=spec.kind, created=info.created, started=info.started, finished=info.finished,
+               node=info.node, gpus_requested=spec.gpus_requested, gpus_allocated=info.gpus_allocated,
+               processes_running=info.processes_running, processes_pending=info.processes_pending,
+               restarts=info.restarts, message=info.message, snapshot=info.snapshot,
+               source_snapshot=info.extra.get("source_snapshot"), spec=spec.to_dict(),
+               processes=[Process(rank=p.rank, status=p.status, exit_code=p.exit_code, devices=list(p.devices),
+                                  node=p.node) for p in info.processes],
+               events=[Event(time=e.time, status=e.status, message=e.message) for e in info.events])
+
+
+def node_out(n) -> Node:
+    return Node(name=n.name, gpus_allocatable=n.gpus_allocatable, gpus_allocated=n.gpus_allocated, cpus=n.cpus,
+                memory=n.memory, gpus=[Gpu(index=g.index, name=g.name, memory_total=g.memory_total,
+                                           memory_used=g.memory_used, utilization=g.utilization, job=g.job)
+                                       for g in n.gpus])
+
+
+# ---- volumes and snapshots ----------------------------------------------------------------------
+class VolumeIn(_In):
+    name: str = Field(pattern=NAME)
+    size: str = Field("10Gi", pattern=SIZE, max_length=32, description="a Kubernetes quantity, e.g. 100Gi")
+    storage_class: str | None = Field(None, pattern=CLASS, max_length=253)
+
+
+class SnapshotIn(_In):
+    volume: str = Field(pattern=NAME, description="the volume to snapshot")
+    name: str | None = Field(None, pattern=NAME, description="default: <volume>-<time>")
+    job: str | None = Field(None, pattern=NAME, description="link the snapshot to this job")
+
+
+class RestoreTo(_In):
+    """Restore into a new volume."""
+
+    to: str = Field(pattern=NAME, description="the new volume to fill from the snapshot")
+    in_place: Literal[False] = False
+
+
+class RestoreInPlace(_In):
+    """Roll the snapshot's own volume back (refused while a job uses it)."""
+
+    in_place: Literal[True]
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)  # built straight from the client's frozen records
+
+
+class Volume(_Out):
+    """`dtrain.VolumeInfo`; `extra` holds the backend's details (locally: path, uid, head_snapshot)."""
+
+    name: str
+    backend: str
+    size: str
+    size_bytes: int
+    storage_class: str | None
+    created: float
+    status: str
+    origin_snapshot: str | None
+    job: str | None
+    labels: dict[str, str]
+    extra: dict[str, Any]
+
+
+class Snapshot(_Out):
+    """`dtrain.SnapshotInfo`; `extra` locally: id, volume_uid, added_bytes, method."""
+
+    name: str
+    backend: str
+    volume: str | None
+    created: float
+    ready: bool
+    error: str | None
+    job: str | None
+    job_spec: dict[str, Any] | None
+    source_snapshot: str | None
+    files: int | None
+    bytes: int | None
+    volume_size: str | None
+    storage_class: str | None
+    extra: dict[str, Any]
+
+
+class Freed(_Out):
+    snapshot: str
+    backend: str
+    bytes: int | None
+    pending: bool
+    extra: dict[str, Any]
+
+
+class Change(BaseModel):
+    path: str
+    kind: Literal["added", "removed", "modified"]
+    fields: list[str] = []
+
+
+class LineageNode(BaseModel):
+    id: str = Field(description="kind:name")
+    kind: Literal["volume", "snapshot", "job"]
+    name: str
+    status: str | None = Field(None, description="a job's status; 'gone' for a deleted volume")
+
+
+class LineageEdge(BaseModel):
+    source: str
+    target: str
+    label: str
+
+
+class Lineage(BaseModel):
+    nodes: list[LineageNode]
+    edges: list[LineageEdge]

@@ -1,0 +1,138 @@
+"""The dashboard in a real browser: Debian's chromium, headless, driven by selenium through the
+system chromedriver, against a real `dtrain server` running real jobs on two injected GPUs.
+
+Screenshots of the pages land in the test's folder, and also in $DTRAIN_SCREENSHOTS when set
+(docs/img/ was made that way: DTRAIN_SCREENSHOTS=docs/img pytest tests/test_dashboard_browser.py).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from server_util import ServerProcess
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+pytestmark = [pytest.mark.slow,  # a browser and three jobs: about 15-25 s
+              pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER),
+                                 reason="chromium and chromedriver are not installed (scripts/setup.sh installs them)")]
+webdriver = pytest.importorskip("selenium.webdriver", reason="the 'dev' extra (selenium) is not installed")
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+# A training-like job: logs a line, writes curves where the platform asks, waits for the test,
+# then writes the line the browser must see arrive live, and saves a "model" on its volume.
+JOB = ("import json, os, time\n"
+       "print('epoch 1: starting', flush=True)\n"
+       "with open(os.environ['DTRAIN_METRICS_FILE'], 'a') as f:\n"
+       "    for step in range(1, 41):\n"
+       "        rec = {'time': time.time(), 'step': step, 'loss': 2.0 / step ** 0.5, 'images_per_s': 30 + step % 7}\n"
+       "        f.write(json.dumps(rec) + '\\n')\n"
+       "while not os.path.exists(os.environ['GO']): time.sleep(0.1)\n"
+       "print('live line written after the page opened', flush=True)\n"
+       "open('/mnt/model.pt', 'w').write('weights')\n"
+       "time.sleep(1)\n")
+
+
+@pytest.fixture
+def browser():
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+                "--window-size=1360,1000", "--disable-extensions", "--no-first-run"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def shot(driver, tmp_path: Path, name: str) -> None:
+    driver.set_window_size(1360, 700)  # measure the page, not the window left by the last shot
+    height = driver.execute_script("return document.documentElement.scrollHeight")
+    driver.set_window_size(1360, min(max(700, height + 140), 2400))  # + the window's own bars
+    driver.execute_script("window.scrollTo(0, 0)")
+    driver.save_screenshot(str(tmp_path / name))
+    if os.environ.get("DTRAIN_SCREENSHOTS"):
+        shutil.copy(tmp_path / name, Path(os.environ["DTRAIN_SCREENSHOTS"]) / name)
+
+
+def text_of(driver, css: str) -> str:
+    els = driver.find_elements(By.CSS_SELECTOR, css)
+    return els[0].text if els else ""
+
+
+def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_path):
+    server = ServerProcess(home, env={"DTRAIN_GPUS": "2"}, cwd=tmp_path)
+    wait = WebDriverWait(browser, 90, poll_frequency=0.2)
+    try:
+        http = server.http
+        assert http.post("/api/v1/volumes", json={"name": "lanes-data", "size": "1Gi"}).status_code == 201
+        assert http.post("/api/v1/snapshots", json={"volume": "lanes-data", "name": "data-v1"}).status_code == 201
+        browser.get(server.url + "/#/jobs")
+        wait.until(lambda d: "No jobs yet" in text_of(d, "main"))
+
+        r = http.post("/api/v1/jobs", json={
+            "name": "train-lanes", "command": ["python", "-c", JOB], "gpu": 1, "project": "lane-detection",
+            "env": {"GO": str(tmp_path / "GO")}, "volumes": ["lanes-data:/mnt"], "snapshot_on_success": "lanes-data"})
+        assert r.status_code == 201, r.text
+        r = http.post("/api/v1/jobs", json={"name": "broken-config",
+                                            "command": ["sh", "-c", "echo bad flag >&2; exit 3"]})
+        assert r.status_code == 201, r.text
+        row = "tr[data-job='train-lanes']"
+        wait.until(lambda d: text_of(d, row + " td.status") == "Running")  # the table refreshes by itself
+        assert "lane-detection" in text_of(browser, row) and text_of(browser, row + " td.gpus") == "1 (1)"
+
+        browser.get(server.url + "/#/nodes")
+        wait.until(lambda d: "train-lanes" in text_of(d, "#gpus-table"))
+        gpus = {r.get_attribute("data-gpu"): r.find_element(By.CSS_SELECTOR, "td.job").text
+                for r in browser.find_elements(By.CSS_SELECTOR, "#gpus-table tbody tr")}
+        assert sorted(gpus.values()) == ["free", "train-lanes"] and set(gpus) == {"0", "1"}
+        assert text_of(browser, "#gpu-alloc") == "1 / 2"
+        shot(browser, tmp_path, "dashboard-nodes.png")
+
+        browser.get(server.url + "/#/jobs")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, row + " a"))
+        browser.find_element(By.CSS_SELECTOR, row + " a").click()
+        wait.until(lambda d: "epoch 1: starting" in text_of(d, "#logs"))
+        assert "live line" not in text_of(browser, "#logs")
+        (tmp_path / "GO").touch()  # the job writes its next line only now, with the page open
+        wait.until(lambda d: "live line written after the page opened" in text_of(d, "#logs"))
+        wait.until(lambda d: text_of(d, "#job-status") == "Succeeded")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "[data-curve='loss'] path.line"))
+        wait.until(lambda d: "lanes-data-" in text_of(d, "#job-snapshots"))  # the snapshot it made
+        shot(browser, tmp_path, "dashboard-job.png")
+
+        browser.get(server.url + "/#/jobs")
+        wait.until(lambda d: text_of(d, row + " td.status") == "Succeeded")
+        wait.until(lambda d: text_of(d, "tr[data-job='broken-config'] td.status") == "Failed")
+        shot(browser, tmp_path, "dashboard-jobs.png")
+
+        browser.get(server.url + "/#/storage")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#lineage-graph g[data-id='job:train-lanes']"))
+        ids = {g.get_attribute("data-id") for g in browser.find_elements(By.CSS_SELECTOR, "#lineage-graph g.node")}
+        assert {"volume:lanes-data", "snapshot:data-v1", "job:train-lanes"} <= ids
+        shot(browser, tmp_path, "dashboard-storage.png")
+        # the submit form and the delete button: the same API underneath
+        browser.get(server.url + "/#/submit")
+        wait.until(lambda d: d.find_elements(By.ID, "submit-form"))
+        browser.find_element(By.ID, "name").send_keys("from-form")
+        browser.find_element(By.ID, "command").send_keys("sh -c 'echo from the form; sleep 60'")
+        browser.find_element(By.ID, "project").send_keys("lane-detection")
+        browser.find_element(By.CSS_SELECTOR, "#submit-form button[type=submit]").click()
+        wait.until(lambda d: text_of(d, "#job-status") == "Running")
+        assert browser.current_url.endswith("#/job/from-form")
+        wait.until(lambda d: "from the form" in text_of(d, "#logs"))
+        spec = http.get("/api/v1/jobs/from-form").json()["spec"]
+        assert spec["command"] == ["sh", "-c", "echo from the form; sleep 60"] and spec["project"] == "lane-detection"
+        browser.find_element(By.CSS_SELECTOR, "#job-head button.danger").click()
+        wait.until(lambda d: d.switch_to.alert).accept()
+        wait.until(lambda d: text_of(d, "#job-status") == "Deleted")
+        assert http.get("/api/v1/jobs/from-form").json()["status"] == "Deleted"
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        server.stop()

@@ -1,0 +1,242 @@
+"""The HTTP API against a real `dtrain server` (uvicorn on a free loopback port, a real DTRAIN_HOME,
+real jobs): every verb, the error codes with the CLI's own messages, a live log stream."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server_util import ServerProcess, wait_until
+
+pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+
+WAIT_FOR_GO = "echo before; while [ ! -e GO ]; do sleep 0.1; done; echo after"
+
+
+@pytest.fixture
+def server(home, tmp_path):
+    s = ServerProcess(home, env={"DTRAIN_GPUS": "2"}, cwd=tmp_path)
+    yield s
+    s.stop()
+
+
+def submit(server: ServerProcess, name: str, script: str, cwd: Path, **fields) -> dict:
+    r = server.http.post("/api/v1/jobs", json={"name": name, "command": ["sh", "-c", script],
+                                               "working_dir": str(cwd), **fields})
+    assert r.status_code == 201, r.text
+    return r.json()
+
+
+def cli_error(server: ServerProcess, *args: str, cwd=None) -> str:
+    """The one line the CLI prints for the same mistake, without its 'dtrain: error: ' prefix."""
+    proc = server.dtrain()(*args, check=False, cwd=cwd)
+    assert proc.returncode == 2, proc
+    return proc.stderr.strip().removeprefix("dtrain: error: ")
+
+
+def test_job_verbs_and_errors(server, tmp_path):
+    http = server.http
+    job = submit(server, "hello", "echo one; echo two", tmp_path, project="team-a")
+    assert job["name"] == "hello" and job["project"] == "team-a" and job["status"] in ("Pending", "Running")
+    done = http.get("/api/v1/jobs/hello/wait", params={"timeout": 120}).json()
+    assert done["status"] == "Succeeded" and done["finished"] >= done["created"]
+    assert [e["status"] for e in done["events"]][-1] == "Succeeded"
+    assert [ln["text"] for ln in http.get("/api/v1/jobs/hello/logs").json()] == ["one", "two"]
+    assert [ln["text"] for ln in http.get("/api/v1/jobs/hello/logs", params={"tail": 1}).json()] == ["two"]
+    assert http.get("/api/v1/jobs/hello/logs", params={"rank": 3}).json() == []
+
+    submit(server, "sleeper", WAIT_FOR_GO, tmp_path)
+    wait_until(lambda: http.get("/api/v1/jobs/sleeper").json()["status"] == "Running", what="sleeper running")
+    names = lambda **q: [j["name"] for j in http.get("/api/v1/jobs", params=q).json()]  # noqa: E731
+    assert names() == ["hello", "sleeper"]
+    assert names(project="team-a") == ["hello"] and names(status="Running") == ["sleeper"]
+    assert names(project="nobody") == []
+    timed_out = http.get("/api/v1/jobs/sleeper/wait", params={"timeout": 0.5})
+    assert timed_out.status_code == 408 and "still Running" in timed_out.json()["error"]
+
+    deleted = http.delete("/api/v1/jobs/sleeper")
+    assert deleted.status_code == 200 and deleted.json()["status"] == "Deleted"
+    assert http.get("/api/v1/jobs/sleeper").json()["status"] == "Deleted"
+
+    # errors: the status code, and the same line the CLI prints
+    missing = http.get("/api/v1/jobs/nope")
+    assert missing.status_code == 404
+    assert missing.json() == {"error": cli_error(server, "describe", "job", "nope"), "kind": "NotFoundError"}
+    for path in ("/api/v1/jobs/nope/logs", "/api/v1/jobs/nope/wait", "/api/v1/jobs/nope/metrics"):
+        assert http.get(path).status_code == 404, path
+    assert http.delete("/api/v1/jobs/nope").status_code == 404
+    clash = http.post("/api/v1/jobs", json={"name": "hello", "command": ["true"]})
+    assert clash.status_code == 409 and clash.json()["error"] == cli_error(server, "submit", "hello", "--", "true")
+    spec = tmp_path / "bad.yaml"
+    spec.write_text("name: two\ncommand: [true]\nprocesses: 2\n")
+    bad = http.post("/api/v1/jobs", json={"name": "two", "command": ["true"], "processes": 2})
+    assert bad.status_code == 422 and bad.json()["error"] == cli_error(server, "submit", "-f", str(spec))
+    bad_name = http.get("/api/v1/jobs/Bad_Name")  # names are checked before anything looks them up
+    assert bad_name.status_code == 422
+    assert bad_name.json()["error"] == cli_error(server, "submit", "Bad_Name", "--", "true")
+    quota = http.post("/api/v1/jobs", json={"name": "big", "command": ["true"], "gpu": 3})
+    assert quota.status_code == 409 and quota.json()["error"] == cli_error(server, "submit", "big", "-g", "3", "--",
+                                                                           "true")
+    wrong_type = http.post("/api/v1/jobs", json={"name": "x", "command": "true", "surprise": 1})
+    assert wrong_type.status_code == 422 and wrong_type.json()["error"].startswith("invalid request: ")
+    assert [j["name"] for j in http.get("/api/v1/jobs").json()] == ["hello", "sleeper"]  # nothing stored
+
+
+def test_log_stream_receives_a_line_written_after_the_request(server, tmp_path):
+    submit(server, "talker", WAIT_FOR_GO, tmp_path)
+    events: list[str] = []
+    got_before = threading.Event()
+
+    def read():
+        with server.http.stream("GET", "/api/v1/jobs/talker/logs/stream") as resp:
+            assert resp.status_code == 200 and resp.headers["content-type"].startswith("text/event-stream")
+            for line in resp.iter_lines():
+                events.append(line)
+                if '"before"' in line:
+                    got_before.set()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    assert got_before.wait(90), events
+    assert not any('"after"' in e for e in events)
+    (tmp_path / "GO").touch()  # only now does the job write its second line
+    reader.join(90)
+    assert not reader.is_alive(), "the stream did not end when the job did"
+    data = [json.loads(e[len("data: "):]) for e in events if e.startswith("data: {\"")]
+    assert [d["text"] for d in data] == ["before", "after"] and {d["rank"] for d in data} == {0}
+    assert "event: end" in events
+    assert server.http.get("/api/v1/jobs/nope/logs/stream").status_code == 404
+
+
+def test_nodes_projects_and_gpu_allocation(server, tmp_path):
+    http = server.http
+    [node] = http.get("/api/v1/nodes").json()
+    assert node["gpus_allocatable"] == 2 and [g["job"] for g in node["gpus"]] == [None, None]
+    submit(server, "gpu-job", WAIT_FOR_GO, tmp_path, gpu=1)
+    held = wait_until(lambda: [g for g in http.get("/api/v1/nodes").json()[0]["gpus"] if g["job"]], what="a GPU held")
+    assert [g["job"] for g in held] == ["gpu-job"]
+    assert http.get("/api/v1/jobs/gpu-job").json()["gpus_allocated"] == 1
+    (tmp_path / "GO").touch()
+    http.get("/api/v1/jobs/gpu-job/wait", params={"timeout": 120})
+    assert http.get("/api/v1/nodes").json()[0]["gpus_allocated"] == 0
+
+    made = http.post("/api/v1/projects", json={"name": "lanes", "gpu_quota": 1})
+    assert made.status_code == 201
+    assert {k: made.json()[k] for k in ("name", "gpu_quota", "gpus_allocated", "jobs")} == \
+        {"name": "lanes", "gpu_quota": 1, "gpus_allocated": 0, "jobs": 0}
+    assert "lanes" in [p["name"] for p in http.get("/api/v1/projects").json()]
+    too_big = http.post("/api/v1/projects", json={"name": "huge", "gpu_quota": 5})
+    assert too_big.status_code == 409 and too_big.json()["kind"] == "QuotaError"
+    assert http.post("/api/v1/projects", json={"name": "neg", "gpu_quota": -1}).status_code == 422
+
+
+def test_openapi_is_served_and_versioned(server):
+    schema = server.http.get("/api/v1/openapi.json").json()
+    assert schema["info"]["title"] == "dtrain"
+    assert all(p.startswith("/api/v1/") for p in schema["paths"])
+    assert {"get", "post"} <= set(schema["paths"]["/api/v1/jobs"])
+    assert "text/event-stream" in json.dumps(schema["paths"]["/api/v1/jobs/{name}/logs/stream"])
+
+
+def test_read_only_server_refuses_changes(home, tmp_path):
+    s = ServerProcess(home, args=("--read-only",), cwd=tmp_path)
+    try:
+        assert "(read-only)" in s.banner
+        refused = s.http.post("/api/v1/jobs", json={"name": "x", "command": ["true"]})
+        assert refused.status_code == 403 and "read-only" in refused.json()["error"]
+        assert s.http.delete("/api/v1/jobs/x").status_code == 403
+        assert s.http.get("/api/v1/jobs").json() == []
+        assert s.http.get("/").status_code == 200
+    finally:
+        s.stop()
+
+
+def test_loopback_server_refuses_foreign_host_headers(server):
+    """DNS rebinding: a page on evil.example resolving to 127.0.0.1 must not reach the API."""
+    r = httpx.get(server.url + "/api/v1/jobs", headers={"host": "evil.example"})
+    assert r.status_code == 421
+    assert server.http.get("/api/v1/jobs", headers={"host": "localhost"}).status_code == 200
+
+
+def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
+    http = server.http
+    made = http.post("/api/v1/volumes", json={"name": "exp", "size": "1Gi"})
+    assert made.status_code == 201 and made.json()["name"] == "exp" and made.json()["size"] == "1Gi"
+    data = Path(http.get("/api/v1/volumes/exp").json()["extra"]["path"])
+    (data / "dataset.txt").write_text("frames")
+    assert http.post("/api/v1/snapshots", json={"volume": "exp", "name": "data-v1"}).status_code == 201
+    code = "open('/mnt/model.pt', 'w').write('weights'); print('trained')"
+    r = http.post("/api/v1/jobs", json={"name": "train", "command": ["python", "-c", code], "volumes": ["exp:/mnt"],
+                                        "snapshot_on_success": "exp", "working_dir": str(tmp_path)})
+    assert r.status_code == 201, r.text
+    job = http.get("/api/v1/jobs/train/wait", params={"timeout": 120}).json()
+    assert job["status"] == "Succeeded" and job["source_snapshot"] == "data-v1" and job["snapshot"]
+    result = http.get(f"/api/v1/snapshots/{job['snapshot']}").json()
+    assert (result["volume"], result["job"], result["source_snapshot"]) == ("exp", "train", "data-v1")
+    assert [s["name"] for s in http.get("/api/v1/snapshots", params={"job": "train"}).json()] == [job["snapshot"]]
+    assert {s["name"] for s in http.get("/api/v1/snapshots", params={"volume": "exp"}).json()} == {"data-v1",
+                                                                                                 job["snapshot"]}
+    diff = http.get("/api/v1/snapshots/data-v1/diff", params={"to": job["snapshot"]}).json()
+    assert {(c["path"], c["kind"]) for c in diff} >= {("model.pt", "added")}
+
+    restored = http.post(f"/api/v1/snapshots/{job['snapshot']}/restore", json={"to": "restored"})
+    assert restored.status_code == 200 and restored.json()["origin_snapshot"] == job["snapshot"]
+    assert (Path(restored.json()["extra"]["path"]) / "model.pt").read_text() == "weights"
+    again = http.post(f"/api/v1/snapshots/{job['snapshot']}/restore", json={"to": "restored"})
+    assert again.status_code == 409
+    assert again.json()["error"] == cli_error(server, "snapshot", "restore", job["snapshot"], "--to", "restored")
+    both = http.post("/api/v1/snapshots/data-v1/restore", json={"to": "x", "in_place": True})
+    assert both.status_code == 422
+    (data / "dataset.txt").write_text("changed")
+    assert http.post("/api/v1/snapshots/data-v1/restore", json={"in_place": True}).status_code == 200
+    assert (data / "dataset.txt").read_text() == "frames"
+
+    graph = http.get("/api/v1/lineage").json()
+    edges = {(e["source"], e["label"], e["target"]) for e in graph["edges"]}
+    assert {("volume:exp", "snapshot", "snapshot:data-v1"), ("snapshot:data-v1", "started", "job:train"),
+            ("volume:exp", "mounted", "job:train"), ("job:train", "results", f"snapshot:{job['snapshot']}"),
+            (f"snapshot:{job['snapshot']}", "restored", "volume:restored")} <= edges
+
+    for path in ("/api/v1/volumes/nope", "/api/v1/snapshots/nope", "/api/v1/snapshots/data-v1/diff?to=nope"):
+        assert http.get(path).status_code == 404, path
+    missing = http.post("/api/v1/snapshots", json={"volume": "nope"})
+    assert missing.status_code == 404 and missing.json()["error"] == cli_error(server, "snapshot", "create", "nope")
+    bad = http.post("/api/v1/volumes", json={"name": "UPPER"})
+    assert bad.status_code == 422 and bad.json()["error"] == cli_error(server, "volume", "create", "UPPER")
+
+    freed = http.delete("/api/v1/snapshots/data-v1")
+    assert freed.status_code == 200 and freed.json()["snapshot"] == "data-v1" and freed.json()["bytes"] is not None
+    assert http.get("/api/v1/snapshots/data-v1").status_code == 404
+    assert http.delete("/api/v1/volumes/restored").status_code == 204
+    assert [v["name"] for v in http.get("/api/v1/volumes").json()] == ["exp"]
+
+
+def test_server_command_refuses_bad_ports_in_one_line(home):
+    from conftest import Dtrain
+
+    dt = Dtrain(home)
+    bad = dt("server", "--port", "70000", check=False, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip() == \
+        "dtrain: error: invalid --port 70000: use 1-65535 (or 0 for any free port)"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        busy = dt("server", "--port", str(port), check=False, timeout=60)
+    assert busy.returncode == 2 and busy.stderr.startswith(f"dtrain: error: cannot listen on 127.0.0.1:{port}")
+    assert "Traceback" not in busy.stderr and busy.stderr.count("\n") == 1
+
+
+def test_the_submit_body_has_the_job_spec_fields():
+    """One spec behind every door: the HTTP body cannot drift from JobSpec's fields."""
+    import dataclasses
+
+    from dtrain.server.wire import SpecIn
+    from dtrain.spec import JobSpec
+
+    assert set(SpecIn.model_fields) == {f.name for f in dataclasses.fields(JobSpec)}
