@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import hashlib
 import os
+import random
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import Dtrain
+from conftest import DTRAIN, Dtrain
 
 
 @pytest.fixture
@@ -185,3 +187,27 @@ def test_sigkill_mid_rename_on_one_file_system(dtc: Dtrain, tmp_path):
     dtc("submit", "reader", "--pvc", "work:/mnt:ro", "--", "python", "-c", "print(open('/mnt/code/train.py').read(), end='')")
     assert dtc.wait_for("reader", {"Succeeded", "Failed"})["status"] == "Succeeded"
     assert dtc("logs", "reader").stdout == "print('hi')\n"
+
+
+@pytest.mark.slow
+def test_sigkill_at_arbitrary_moments_never_splits_the_volume(dtc: Dtrain, fast_root):
+    """Kills wherever they land (mid-copy, mid-hash, mid-delete): the points above, and the ones between."""
+    dtc("volume", "create", "work")
+    data = Path(describe(dtc, "work")["path"])
+    fill(data)
+    (data / "bulk").mkdir()
+    for i in range(64):  # enough bytes that a copy and its verification take a while
+        (data / "bulk" / f"{i:02d}.bin").write_bytes(os.urandom(1 << 20))
+    before = tree_hash(data)
+    delays = random.Random(16).sample([0.4 + 0.1 * i for i in range(12)], 8)  # the same delays every run
+    for delay in delays:
+        target = "fast" if describe(dtc, "work")["storage_class"] == "local" else "local"
+        proc = subprocess.Popen([DTRAIN, "volume", "update", "work", "--class", target], env=dtc.env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(delay)
+        proc.kill()
+        proc.wait()
+        vol = describe(dtc, "work")
+        places = [p for p in (dtc.home / "volumes" / "work", fast_root / "work") if p.exists()]
+        assert places == [Path(vol["path"]).parent], (delay, places)
+        assert tree_hash(Path(vol["path"])) == before, delay
