@@ -51,13 +51,15 @@ KILL_ENV = "DTRAIN_MOVE_KILL_AT"
 
 
 def process_start(pid: int) -> str | None:
-    """The kernel's start time of a live pid: a recorded pid means nothing without it."""
+    """The kernel's start time of a live pid, with the boot it counts from: a recorded pid means
+    nothing without them. (The storage layer imports no backend, so it reads /proc itself.)"""
     try:
         text = Path(f"/proc/{pid}/stat").read_text()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
     except OSError:
         return None
     fields = text[text.rindex(")") + 2:].split()
-    return None if fields[0] in ("Z", "X") else fields[19]
+    return None if fields[0] in ("Z", "X") else f"{boot}:{fields[19]}"
 
 
 def _checkpoint(point: str) -> None:
