@@ -211,3 +211,23 @@ def test_sigkill_at_arbitrary_moments_never_splits_the_volume(dtc: Dtrain, fast_
         places = [p for p in (dtc.home / "volumes" / "work", fast_root / "work") if p.exists()]
         assert places == [Path(vol["path"]).parent], (delay, places)
         assert tree_hash(Path(vol["path"])) == before, delay
+
+
+@pytest.mark.parametrize("config, words", [
+    ("storage_classes: {local: /srv/x}", "other than 'local'"),
+    ("storage_classes: {fast: relative/path}", "absolute folder"),
+    ("storage_classes: [/srv/x]", "must map class names to folders"),
+])
+def test_a_bad_storage_class_config_is_one_clear_line(dt: Dtrain, config, words):
+    (dt.home / "config.yaml").write_text(config + "\n")
+    proc = dt("volume", "create", "v", check=False)
+    assert proc.returncode == 2 and words in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_class_root_holding_other_files_is_refused(dt: Dtrain, tmp_path):
+    (tmp_path / "busy").mkdir()
+    (tmp_path / "busy" / "precious.txt").write_text("not dtrain's")
+    (dt.home / "config.yaml").write_text(f"storage_classes: {{busy: {tmp_path / 'busy'}}}\n")
+    proc = dt("volume", "create", "v", "--class", "busy", check=False)
+    assert proc.returncode == 2 and "holds files dtrain did not put there" in proc.stderr
+    assert os.listdir(tmp_path / "busy") == ["precious.txt"]
