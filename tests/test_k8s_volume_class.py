@@ -8,7 +8,7 @@ import kubernetes_validate
 import pytest
 
 from dtrain.backends.kubernetes import KubernetesConfig
-from dtrain.backends.kubernetes.fake import apply_patch
+from dtrain.backends.kubernetes.patches import apply_patch
 from dtrain.backends.kubernetes.render_storage import render_volume, render_volume_class_patch
 from dtrain.errors import NotFoundError, SpecError
 from test_k8s_backend import NS, backend, cluster, make_backend  # noqa: F401 (fixtures)
