@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 
 from dtrain.errors import SpecError
+from dtrain.names import CLASS_RE
 from dtrain.spec import check_name
 
 BACKENDS = ("local", "kubernetes")
@@ -33,6 +34,7 @@ class UserConfig:
     backend: str = "local"  # default backend
     project_backends: dict[str, str] = field(default_factory=dict)  # project -> backend
     kubernetes: dict[str, Any] = field(default_factory=dict)  # KubernetesConfig fields
+    storage_classes: dict[str, str] = field(default_factory=dict)  # local class -> root folder
 
     @classmethod
     def load(cls, home: Path) -> "UserConfig":
@@ -45,10 +47,10 @@ class UserConfig:
             raise SpecError(f"{path} is not valid YAML ({err}); fix or remove the file") from None
         if not isinstance(data, dict):
             raise SpecError(f"{path} must hold a mapping (project:, backend:, ...); fix or remove the file")
-        unknown = set(data) - {"project", "backend", "project_backends", "kubernetes"}
+        unknown = set(data) - {"project", "backend", "project_backends", "kubernetes", "storage_classes"}
         if unknown:
             raise SpecError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: project, "
-                            f"backend, project_backends, kubernetes")
+                            f"backend, project_backends, kubernetes, storage_classes")
         cfg = cls(**data)
         cfg.validate(path)
         return cfg
@@ -58,6 +60,12 @@ class UserConfig:
         for backend in [self.backend, *self.project_backends.values()]:
             if backend not in BACKENDS:
                 raise SpecError(f"{where}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+        if not isinstance(self.storage_classes, dict):
+            raise SpecError(f"{where}: storage_classes must map class names to folders, e.g. fast: /nvme/dtrain")
+        for name, root in self.storage_classes.items():
+            if name == "local" or not CLASS_RE.match(str(name)) or not str(root).startswith("/"):
+                raise SpecError(f"{where}: storage class {name!r}: {root!r}: use a lower-case name other than "
+                                f"'local' (the dtrain home's volumes/) and an absolute folder, e.g. fast: /nvme/dtrain")
 
     def save(self, home: Path) -> None:
         self.validate()
@@ -65,8 +73,12 @@ class UserConfig:
         tmp = path.with_suffix(".tmp")
         tmp.write_text(yaml.safe_dump({"project": self.project, "backend": self.backend,
                                        "project_backends": self.project_backends,
-                                       "kubernetes": self.kubernetes}, sort_keys=False))
+                                       "kubernetes": self.kubernetes,
+                                       "storage_classes": self.storage_classes}, sort_keys=False))
         os.replace(tmp, path)
+
+    def class_roots(self) -> dict[str, Path]:
+        return {name: Path(root) for name, root in self.storage_classes.items()}
 
     def backend_for(self, project: str) -> str:
         return self.project_backends.get(project, self.backend)

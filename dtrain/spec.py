@@ -117,6 +117,7 @@ class JobSpec:
     image: str | None = None  # container image (Kubernetes)
     image_pull_policy: str | None = None  # Always, IfNotPresent or Never (Kubernetes)
     image_pull_secrets: tuple[str, ...] = ()  # secret names (Kubernetes)
+    notebook: bool = False  # an interactive Jupyter server (dtrain notebook): runs until deleted
 
     def __post_init__(self):
         check_name(self.name, "job")
@@ -146,6 +147,9 @@ class JobSpec:
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
             raise SpecError(f"invalid --image-pull-policy {self.image_pull_policy!r}: "
                             f"use Always, IfNotPresent or Never")
+        if self.notebook and (self.launcher != "none" or self.max_restarts or self.snapshot_volume):
+            raise SpecError(f"notebook {self.name!r} is one interactive process: drop --processes, "
+                            f"--launcher, --max-restarts and --snapshot-on-success")
         self._check_volumes()
 
     def _check_volumes(self):
@@ -165,7 +169,9 @@ class JobSpec:
 
     @property
     def kind(self) -> str:
-        """The TYPE column: Train (one process), PyTorch (torchrun) or MPI."""
+        """The TYPE column: Train (one process), PyTorch (torchrun), MPI or Notebook."""
+        if self.notebook:
+            return "Notebook"
         return {"none": "Train", "torchrun": "PyTorch", "mpi": "MPI"}[self.launcher]
 
     @property
@@ -248,3 +254,15 @@ def _volume_from_dict(d: Mapping[str, Any]) -> Volume:
 def _check_int(value, flag: str, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise SpecError(f"invalid {flag} {value!r}: use a whole number >= {minimum}")
+
+
+NOTEBOOK_SERVER = ("jupyter-server", "--ServerApp.ip=127.0.0.1", "--ServerApp.open_browser=False",
+                   "--ServerApp.allow_root=True")  # port and token come from the launcher, per run
+
+
+def notebook_spec(name: str, *, volumes=(), **fields: Any) -> JobSpec:
+    """`dtrain notebook NAME --pvc VOLUME:/home/jovyan/work`: a one-process job running Jupyter,
+    rooted at the first volume's mount path (the Kubeflow notebook images' /home/jovyan)."""
+    volumes = tuple(parse_pvc(v) if isinstance(v, str) else v for v in volumes)
+    root = (f"--ServerApp.root_dir={volumes[0].mount_path}",) if volumes else ()
+    return JobSpec(name=name, command=NOTEBOOK_SERVER + root, volumes=volumes, notebook=True, **fields)

@@ -8,7 +8,7 @@ import json
 import sys
 
 from dtrain.cli import format as fmt
-from dtrain.cli import jobs, pipeline, server, storage
+from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.errors import DtrainError, SpecError
 
@@ -79,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     storage.register(sub)
     pipeline.register(sub)
     server.register(sub)
+    notebook.register(sub)
     p = sub.add_parser("config", help="set the default project or backend")
     p.add_argument("what", choices=["project", "backend"])
     p.add_argument("value")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 
+import yaml
+
 from dtrain.cli import format as fmt
 from dtrain.client import Client
 
@@ -45,6 +47,14 @@ def cmd_volume(args, client: Client) -> int:
     elif args.action == "describe":
         v = client.get_volume(args.name)
         _print(v, fmt.mapping(v.to_dict() | {"created": fmt.when(v.created)}), args.json)
+    elif args.action == "update" and args.dry_run:
+        print(yaml.safe_dump(client.render_volume_update(args.name, storage_class=args.storage_class),
+                             sort_keys=False), end="")
+    elif args.action == "update":
+        v = client.update_volume(args.name, storage_class=args.storage_class)
+        where = v.extra.get("path") or v.extra.get("volume_attributes_class") and \
+            "VolumeAttributesClass: the storage system changes the tier in place"
+        print(f"volume '{v.name}' is now in storage class '{args.storage_class}'" + (f" ({where})" if where else ""))
     elif args.action == "delete":
         client.delete_volume(args.name, force=args.force)
         print(f"volume '{args.name}' deleted")
@@ -107,6 +117,11 @@ def register(sub) -> None:
     c.add_argument("name")
     c.add_argument("--size", default="10Gi")
     c.add_argument("--class", dest="storage_class")
+    c = vs.add_parser("update", help="change a volume's storage class (performance tier) in place")
+    c.add_argument("name")
+    c.add_argument("--class", dest="storage_class", required=True,
+                   help="local: a class of config.yaml's storage_classes; Kubernetes: a VolumeAttributesClass")
+    c.add_argument("--dry-run", action="store_true", help="print the PVC patch (Kubernetes) or the planned move")
     for verb in ("list", "describe", "delete"):
         c = vs.add_parser(verb)
         if verb != "list":
