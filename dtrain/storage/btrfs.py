@@ -27,13 +27,13 @@ SNAP_DESTROY = _iow(15)  # BTRFS_IOC_SNAP_DESTROY
 SNAP_CREATE_V2 = _iow(23)  # BTRFS_IOC_SNAP_CREATE_V2: struct btrfs_ioctl_vol_args_v2
 SUBVOL_RDONLY = 1 << 1  # BTRFS_SUBVOL_RDONLY
 FS_INFO = (2 << 30) | (1024 << 16) | (0x94 << 8) | 31  # BTRFS_IOC_FS_INFO: struct btrfs_ioctl_fs_info_args
+_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def is_btrfs(path: str | os.PathLike) -> bool:
     """True when `path` lives on btrfs (statfs through libc: os.statvfs has no f_type)."""
     buf = ctypes.create_string_buffer(120)  # struct statfs on 64-bit Linux; f_type comes first
-    libc = ctypes.CDLL(None, use_errno=True)
-    if libc.statfs(os.fsencode(os.fspath(path)), buf) != 0:
+    if _libc.statfs(os.fsencode(os.fspath(path)), buf) != 0:
         return False
     return struct.unpack_from("l", buf.raw)[0] == SUPER_MAGIC
 
