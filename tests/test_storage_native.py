@@ -186,3 +186,24 @@ def test_a_content_snapshot_after_a_native_one_reads_the_volume_in_full(on_btrfs
     assert stats.method == "reflink" and stats.added_bytes >= 900_000
     assert tree_state(on_btrfs / "restored") == tree_state(vol)
     engine.close()
+
+
+def test_a_subvolume_on_another_btrfs_takes_the_content_path(on_btrfs, tmp_path):
+    other = tmp_path / "other"
+    if not _mount_btrfs(other, size_mb=150):
+        pytest.skip("a second loop mount failed")
+    try:
+        vol = other / "vol"
+        btrfs.create(vol)
+        fill(vol)
+        engine = Engine(on_btrfs / "store")
+        assert not engine.subvols.usable(vol)  # a snapshot could not land in this store
+        with engine.pin():
+            manifest, stats = engine.capture(vol)
+            engine.commit("one", manifest)
+            engine.materialize(engine.load("one"), on_btrfs / "restored")
+        assert stats.method in ("reflink", "cas") and manifest.subvolume is None
+        assert tree_state(on_btrfs / "restored") == tree_state(vol)
+        engine.close()
+    finally:
+        subprocess.run(["umount", "--lazy", str(other)], check=True)
