@@ -178,7 +178,7 @@ class Engine:
         the manifest describes the live tree (used by diff).
         """
         started = time.time_ns()
-        if self.subvols.usable(src) and (done := self._capture_native(src, started, store)):
+        if self.subvols.usable(src) and (done := self.subvols.capture_manifest(src, started, self.chunk_size, store)):
             return done
         if base is not None and base.subvolume:
             base = None  # its unhashed ids name no stored object: read everything once
@@ -240,26 +240,6 @@ class Engine:
             return base, stats  # commit links the stored manifest: an unchanged volume adds no bytes
         return Manifest(entries=done, started_ns=started, chunk_size=self.chunk_size,
                         hash=self.hash_algorithm), stats
-
-    def _capture_native(self, src: Path, started: int, store: bool) -> tuple[Manifest, CaptureStats] | None:
-        """A read-only subvolume snapshot: constant time, nothing read, entries listed lazily.
-        None when the kernel refuses (then the content path runs)."""
-        if not store:  # diff against the live volume: its entries with the same unhashed ids
-            entries = native.tree_entries(src)
-            return Manifest(entries=entries, started_ns=started, chunk_size=self.chunk_size), \
-                self._native_stats(entries)
-        name = self.subvols.capture(src)
-        if name is None:
-            return None
-        return Manifest(entries=self.subvols.entries(name), started_ns=started, chunk_size=self.chunk_size,
-                        subvolume=name), self._native_stats(())
-
-    @staticmethod
-    def _native_stats(entries) -> CaptureStats:
-        # files and bytes stay 0 for a native snapshot: counting them means walking the tree,
-        # the one cost that grows with the volume (verify counts them)
-        return CaptureStats(files=sum(e.kind == "file" for e in entries), bytes=sum(e.size for e in entries),
-                            read_bytes=0, added_bytes=0, added_objects=0, skipped=(), method="subvolume")
 
     def _entry(self, src: Path, rel: str, st: os.stat_result, old: dict, reading: dict,
                skipped: list) -> Entry | None:
