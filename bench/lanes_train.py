@@ -1,15 +1,20 @@
-"""SCNN training throughput per process at 512x288 for the widths of the tiny, demo and paper recipes.
+"""SCNN training step: the recipe's fast path against plain eager float32 of the same model, side by side.
 
-    nice -n 10 .venv/bin/python bench/lanes_train.py --recipes tiny demo paper --size 512x288
+    OMP_NUM_THREADS=1 nice -n 10 .venv/bin/python bench/lanes_train.py --recipe paper --batch 2 --size 512x288 --repeats 5
 
-Times full optimizer steps (forward, loss, backward, SGD) on random batches, so the figure is the
-model's cost alone; data loading runs in parallel in the real loop (NUM_WORKERS). Prints one JSON
-line per recipe with the best and the median step of --steps after one warm-up step.
+Builds two copies of the model from the same seed: `eager` is what public SCNN code runs (NCHW,
+float32, eager, slice-by-slice message passing), `fast` is the recipe's path (fast message
+passing plus the recipe's speed knobs, or those given with --channels-last/--compile/--bf16).
+Times full optimizer steps (forward, loss, backward, SGD) on one random batch, alternating the
+two (eager, fast, fast, eager, ...) so that load from other processes falls on both alike, and
+prints one JSON line: median step of each, their ratio, and the process CPU time per step.
+The first steps (oneDNN primitive caches, torch.compile's compilation) are left out.
 """
 
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import time
 
@@ -17,44 +22,83 @@ import torch
 
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.model import SCNN
-from dtrain.workloads.lanes.train import build_optimizer, forward_backward
+from dtrain.workloads.lanes.recipes import Recipe
+from dtrain.workloads.lanes.train import build_optimizer, forward_backward, speed_up
 
 
-def measure(name: str, size: tuple[int, int], batch: int | None, steps: int, impl: str) -> dict:
-    recipe = recipes.get(name)
-    model_cfg = dataclasses.replace(recipe.model, input_size=size, message_passing=impl)
-    recipe = dataclasses.replace(recipe, model=model_cfg, batch_size=batch or recipe.batch_size)
-    torch.manual_seed(0)
-    model = SCNN(model_cfg)
-    opt = build_optimizer(model, recipe)
-    w, h = size
-    batch_t = (torch.randn(recipe.batch_size, 3, h, w), torch.randint(0, 6, (recipe.batch_size, h, w)),
-               torch.randint(0, 2, (recipe.batch_size, 5)).float())
-    times = []
-    for _ in range(steps + 1):  # the first step warms up oneDNN and the allocator
-        start = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        forward_backward(model, batch_t, recipe, torch.device("cpu"))
-        opt.step()
-        times.append(time.perf_counter() - start)
-    best, median = min(times[1:]), statistics.median(times[1:])
-    return {"recipe": name, "width": model_cfg.width, "size": f"{w}x{h}", "batch": recipe.batch_size, "impl": impl,
-            "threads": torch.get_num_threads(), "best_step_s": round(best, 3), "median_step_s": round(median, 3),
-            "images_per_s_best": round(recipe.batch_size / best, 2),
-            "images_per_s_median": round(recipe.batch_size / median, 2)}
+def variants(recipe: Recipe) -> dict[str, Recipe]:
+    """The plain eager float32 reference and the fast path of the same recipe."""
+    eager_model = dataclasses.replace(recipe.model, message_passing="naive")
+    eager = dataclasses.replace(recipe, model=eager_model, channels_last=False, compile=False, bf16=False)
+    return {"eager": eager, "fast": recipe}
+
+
+class Runner:
+    """One model, optimizer and batch; `step()` runs and times one optimizer step."""
+
+    def __init__(self, recipe: Recipe, batch: tuple, device: torch.device) -> None:
+        torch.manual_seed(0)  # both copies start from the same weights
+        self.recipe, self.device, self.batch = recipe, device, batch
+        self.model = speed_up(SCNN(recipe.model).to(device), recipe, device)
+        self.opt = build_optimizer(self.model, recipe)
+
+    def step(self) -> tuple[float, float, float]:
+        """(wall seconds, process CPU seconds, loss) of one step."""
+        sync = torch.cuda.synchronize if self.device.type == "cuda" else (lambda: None)
+        sync()
+        wall, cpu = time.perf_counter(), time.process_time()
+        self.opt.zero_grad(set_to_none=True)
+        loss = forward_backward(self.model, self.batch, self.recipe, self.device)
+        self.opt.step()
+        sync()
+        return time.perf_counter() - wall, time.process_time() - cpu, loss.item()
+
+
+def measure(recipe: Recipe, device: torch.device, repeats: int, warmup: int) -> dict:
+    w, h = recipe.input_size
+    g = torch.Generator().manual_seed(0)
+    n = recipe.batch_size
+    batch = (torch.randn(n, 3, h, w, generator=g), torch.randint(0, 6, (n, h, w), generator=g),
+             torch.randint(0, 2, (n, 5), generator=g).float())
+    runners = {name: Runner(r, batch, device) for name, r in variants(recipe).items()}
+    for runner in runners.values():
+        for _ in range(warmup):
+            runner.step()
+    samples: dict[str, list] = {name: [] for name in runners}
+    for i in range(repeats):
+        for name in (("eager", "fast") if i % 2 == 0 else ("fast", "eager")):
+            samples[name].append(runners[name].step())
+    row = {"recipe": recipe.name, "size": f"{w}x{h}", "batch": n, "device": str(device),
+           "threads": torch.get_num_threads(), "load_avg_1m": round(os.getloadavg()[0], 1), "repeats": repeats,
+           "knobs": {"channels_last": recipe.nhwc(device), "compile": recipe.compile,
+                     "bf16": recipe.bf16 and device.type == "cuda"}}
+    for name, s in samples.items():
+        row[f"{name}_step_s"] = round(statistics.median(x[0] for x in s), 3)
+        row[f"{name}_cpu_s"] = round(statistics.median(x[1] for x in s), 3)
+    row["speedup"] = round(row["eager_step_s"] / row["fast_step_s"], 2)
+    row["speedup_min"] = round(min(x[0] for x in samples["eager"]) / min(x[0] for x in samples["fast"]), 2)
+    return row
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--recipes", nargs="+", default=["tiny", "demo", "paper"])
+    parser.add_argument("--recipe", nargs="+", default=["paper"], choices=sorted(recipes.RECIPES))
     parser.add_argument("--size", default="512x288", help="WxH")
     parser.add_argument("--batch", type=int, help="per-process batch (default: the recipe's)")
-    parser.add_argument("--steps", type=int, default=3)
-    parser.add_argument("--impl", default="fast", choices=("fast", "naive"))
+    parser.add_argument("--repeats", type=int, default=5, help="timed steps of each, alternating")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed steps of each first")
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    for knob in ("channels_last", "compile", "bf16"):
+        parser.add_argument(f"--{knob.replace('_', '-')}", action=argparse.BooleanOptionalAction,
+                            help=f"override the recipe's {knob}")
     args = parser.parse_args()
     size = tuple(int(v) for v in args.size.split("x"))
-    for name in args.recipes:
-        print(json.dumps(measure(name, size, args.batch, args.steps, args.impl)), flush=True)
+    knobs = {k: getattr(args, k) for k in ("channels_last", "compile", "bf16") if getattr(args, k) is not None}
+    for name in args.recipe:
+        recipe = recipes.get(name)
+        recipe = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, input_size=size, message_passing="fast"),
+                                     batch_size=args.batch or recipe.batch_size, **knobs)
+        print(json.dumps(measure(recipe, torch.device(args.device), args.repeats, args.warmup)), flush=True)
 
 
 if __name__ == "__main__":

@@ -166,8 +166,8 @@ class Bench:
         from dtrain.storage import Storage
 
         storage = Storage(self.home)
-        storage.create_volume("bench")
-        print(f"generating {files} files, {size_mb} MiB in {self.volume} (method: {storage.engine.method})")
+        vol = storage.create_volume("bench")
+        print(f"generating {files} files, {size_mb} MiB in {self.volume} (snapshots: {vol.snapshots})")
         generate(self.volume, files, size_mb, checkpoints)
         storage.close()
         if "nosync" in self.tools:  # a second store over the same volume folder
@@ -210,6 +210,20 @@ class Bench:
         if "dvc" in self.tools:  # DVC restores a workspace in place: remove it, check it out
             shutil.rmtree(self.dvc / "data")
             self.dvc_step("restore", ["checkout", "-q"])
+
+
+def remove(work: Path) -> None:
+    """Delete a round's folder; btrfs subvolumes (volumes, native snapshots) go whole, since
+    the files of a read-only one cannot be unlinked one by one."""
+    from dtrain.storage import btrfs
+
+    for folder, dirs, _ in os.walk(work):
+        for name in list(dirs):
+            path = os.path.join(folder, name)
+            if btrfs.is_subvolume(path):
+                btrfs.delete(path)
+                dirs.remove(name)
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def summarize(rounds: list[dict[str, dict[str, tuple[float, int]]]]) -> tuple[dict, dict]:
@@ -255,7 +269,7 @@ def main(argv=None) -> None:
             rounds.append(bench.rows)
         finally:
             if not args.keep:
-                shutil.rmtree(work, ignore_errors=True)
+                remove(work)
     table, ratios = summarize(rounds)
     print(f"\nmedian of {len(rounds)} round(s):")
     for step, by_tool in table.items():

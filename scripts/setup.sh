@@ -15,6 +15,7 @@ command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 # the dashboard's browser test (tests/test_dashboard_browser.py) drives Debian's chromium
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
+command -v mkfs.btrfs >/dev/null 2>&1 || need_apt+=(btrfs-progs)  # the loop-mounted btrfs tests
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need_apt[*]} with apt-get"

@@ -27,7 +27,7 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
         if not mpi:
             p.add_argument("--launcher", choices=["torchrun", "mpi"], help="default: torchrun")
     p.add_argument("-g", "--gpu", type=int, help="GPUs per process (0 allowed)")
-    p.add_argument("--cpu", type=float, help="CPU threads per process (sets OMP_NUM_THREADS)")
+    p.add_argument("--cpu", type=float, help="CPU threads per process (sets OMP_NUM_THREADS; each local process is pinned to its own cores when they go round)")
     p.add_argument("--memory", help="memory per process, e.g. 8Gi")
     p.add_argument("-e", "--environment", action="append", metavar="KEY=VALUE", help="environment variable (repeat)")
     p.add_argument("--pvc", action="append", metavar="SPEC",

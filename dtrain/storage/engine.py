@@ -31,9 +31,9 @@ only while nobody holds a pin.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import fcntl
-import hashlib
 import itertools
 import logging
 import os
@@ -47,11 +47,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dtrain.errors import StorageError
-from dtrain.storage import fileio
+from dtrain.storage import fileio, hashing, native
 from dtrain.storage.fileio import UNSUPPORTED, FileIO
 from dtrain.storage.info import CaptureStats, SweepStats, VerifyStats
 from dtrain.storage.manifest import Entry, Manifest, meta_entry, same_meta, scan, unchanged
-from dtrain.storage.packs import Packer, PackFiles, PackStore
+from dtrain.storage.packs import UNHASHED, Pack, Packer, PackFiles, PackStore
 from dtrain.storage.progress import Progress, Run
 
 CHUNK_SIZE = 4 << 20
@@ -64,11 +64,15 @@ class Engine:
 
     def __init__(self, root: Path, *, io: FileIO | None = None, chunk_size: int = CHUNK_SIZE,
                  workers: int | None = None, racy_window_ns: int = 100_000_000,
-                 method: str | None = None, durable: bool = True, pack_size: int = PACK_SIZE):
+                 method: str | None = None, durable: bool = True, pack_size: int = PACK_SIZE,
+                 hash_algorithm: str = hashing.ALGORITHM, defer_hashing: bool = True):
         self.root = Path(root)
         self.io = io or FileIO()  # the seam tests swap to count reads or fake a full disk
         self.chunk_size = chunk_size  # bytes per chunk; a multiple of the file system block
         self.pack_size = pack_size
+        self.hash_algorithm = hash_algorithm  # for new content; 'sha256' writes what older stores did
+        # reflink path: clone without reading; verify hashes the clones later (packs.py `hashes`)
+        self.defer_hashing = defer_hashing
         # threads for restores and verification: one per core. More contend in the kernel:
         # creating folders in one parent serializes on its lock, and 8 threads on 2 cores spent
         # 3-4x the CPU time of 2 spinning on it (a 1 GiB, 15,000-path restore: 2.9-3.4 s
@@ -85,6 +89,7 @@ class Engine:
         self._names = itertools.count()
         self.packs = PackStore(self.root, io=self.io, durable=durable, pack_size=pack_size,
                                anonymous=probed.tmpfile, tmp_name=self._tmp, parallel=self._parallel)
+        self.subvols = native.Subvolumes(self.root)  # native snapshots, where the store is on btrfs
         if (self.root / "objects").is_dir():  # a store of the first format: one file per object
             self.packs.import_objects(self.root / "objects")
             shutil.rmtree(self.root / "damaged", ignore_errors=True)
@@ -144,17 +149,25 @@ class Engine:
                 os.unlink(item.path)
                 leftovers += 1
         for item in os.scandir(self.root / "manifests"):
-            if item.name.removesuffix(".json.gz") not in live:  # written, then killed before registering
+            if item.name.split(".")[0] not in live:  # written, then killed before registering (or dropped)
                 os.unlink(item.path)
                 leftovers += 1
         needed: set[str] = set()
+        subvols: set[str | None] = set()
         for manifest_id in live:
             try:
-                needed |= self.load(manifest_id).digests()
+                m = Manifest.parse(self.manifest_path(manifest_id).read_bytes(), manifest_id)
             except (OSError, ValueError):  # never delete what an unreadable manifest may need
                 return SweepStats(objects=0, bytes=0, leftovers=leftovers), False
+            needed |= m.digests()
+            subvols.add(m.subvolume)
+        # a subvolume no manifest names: its snapshot was deleted, or a capture was killed before
+        # registering it. What deleting it frees is not known without quotas: counted, 0 bytes.
+        gone_subvols = [n for n in self.subvols.names() if n not in subvols]
+        for name in gone_subvols:
+            self.subvols.delete(name)
         objects, freed, unindexed = self.packs.free(needed)
-        return SweepStats(objects=objects, bytes=freed, leftovers=leftovers + unindexed), True
+        return SweepStats(objects=objects + len(gone_subvols), bytes=freed, leftovers=leftovers + unindexed), True
 
     # --- capture -----------------------------------------------------------------------
     def capture(self, src: Path, *, base: Manifest | None = None, progress: Progress | None = None,
@@ -165,6 +178,10 @@ class Engine:
         the manifest describes the live tree (used by diff).
         """
         started = time.time_ns()
+        if self.subvols.usable(src) and (done := self.subvols.capture_manifest(src, started, self.chunk_size, store)):
+            return done
+        if base is not None and base.subvolume:
+            base = None  # its unhashed ids name no stored object: read everything once
         old = {e.path: e for e in base.entries} if base else {}
         cutoff = base.started_ns - self.racy_window_ns if base else 0
         damaged = self.packs.damaged() if base else set()
@@ -221,7 +238,8 @@ class Engine:
                              method="cas" if run.fell_back else self.method)
         if base is not None and not reading and base.same_tree(done):
             return base, stats  # commit links the stored manifest: an unchanged volume adds no bytes
-        return Manifest(entries=done, started_ns=started, chunk_size=self.chunk_size), stats
+        return Manifest(entries=done, started_ns=started, chunk_size=self.chunk_size,
+                        hash=self.hash_algorithm), stats
 
     def _entry(self, src: Path, rel: str, st: os.stat_result, old: dict, reading: dict,
                skipped: list) -> Entry | None:
@@ -277,6 +295,8 @@ class Engine:
         try:
             started = time.time_ns()
             self.io.clone(fd, pack.fd, st.st_size, 0, 0)
+            if self.defer_hashing:
+                return self._unhashed_chunks(pack, packer, run)
             hashed = None
             if st.st_ctime_ns < started - self.racy_window_ns:
                 hashed = self._hash_chunks(fd, run)
@@ -305,12 +325,25 @@ class Engine:
         packer.seal(pack, sync=False)  # thousands of small clones: one syncfs at the end instead
         return chunks, offset
 
+    def _unhashed_chunks(self, pack: Pack, packer: Packer, run: Run) -> tuple[list[str], int]:
+        """A clone indexed as it is, nothing read: chunk ids `u-<pack>-<i>` stand for hashes that
+        verify computes and records later. Identical content is not deduplicated on this path;
+        the clones share their extents with the volume, so it costs no disk."""
+        size = os.fstat(pack.fd).st_size  # what the clone holds, even if the source grew meanwhile
+        chunks = []
+        for i, offset in enumerate(range(0, size, self.chunk_size)):
+            chunks.append(f"{UNHASHED}{pack.name}-{i}")
+            pack.rows.append((chunks[-1], pack.name, offset, min(self.chunk_size, size - offset)))
+        run.add(added=size, objects=len(chunks))
+        packer.seal(pack, sync=False)
+        return chunks, size
+
     def _hash_chunks(self, fd: int, run: Run, packer: Packer | None = None) -> list[tuple[str, int]]:
         """(digest, length) of each chunk of a file, read to its end; with `packer`, the
         chunks the store lacks are stored as they go by."""
         out, offset, buf = [], 0, self._buffer()
         while n := self.io.read_into(fd, buf, offset):
-            digest = hashlib.sha256(buf[:n]).hexdigest()
+            digest = hashing.digest(buf[:n], self.hash_algorithm)
             run.add(done=n, read=n)
             if packer is not None and packer.wants(digest):
                 packer.put(buf[:n], digest)
@@ -362,7 +395,12 @@ class Engine:
             raise self._wrap(err, "writing a snapshot manifest", needed=0) from err
 
     def load(self, manifest_id: str) -> Manifest:
-        return Manifest.parse(self.manifest_path(manifest_id).read_bytes(), manifest_id)
+        m = Manifest.parse(self.manifest_path(manifest_id).read_bytes(), manifest_id)
+        if m.subvolume is None:
+            return m
+        if not self.subvols.path(m.subvolume).is_dir():
+            raise FileNotFoundError(f"subvolume {m.subvolume} of snapshot {manifest_id} is gone")
+        return dataclasses.replace(m, entries=self.subvols.entries(m.subvolume))
 
     def drop(self, manifest_id: str) -> None:
         """Forget a manifest; its objects go at the next sweep."""
@@ -376,6 +414,12 @@ class Engine:
         Returns the method used. On failure `dest` is left partial: restore into a temporary
         folder and rename it into place.
         """
+        if manifest.subvolume:  # a writable snapshot of the stored one: constant time
+            try:
+                self.subvols.restore(manifest.subvolume, dest)
+            except OSError as err:
+                raise self._wrap(err, "restoring a subvolume snapshot", needed=0) from err
+            return "subvolume"
         run = Run(sum(e.size for e in manifest.entries if e.kind == "file"), progress)
         where = self.packs.locations(manifest.digests())
         as_root = os.geteuid() == 0
@@ -460,11 +504,16 @@ class Engine:
         holds their content stores it afresh (self-healing)."""
         digests: set[str] = set()
         bad_manifests = []
+        natives: list[Manifest] = []
         for manifest_id in manifest_ids:
             try:
-                digests |= self.load(manifest_id).digests()
+                m = self.load(manifest_id)
             except (OSError, ValueError):
                 bad_manifests.append(manifest_id)
+                continue
+            digests |= m.digests()
+            if m.subvolume:
+                natives.append(m)
         where = self.packs.where(digests)
         order = sorted(where, key=where.get)  # pack by pack, in file order
         run = Run(sum(n for _, _, n in where.values()), progress)
@@ -472,10 +521,19 @@ class Engine:
             found = self._parallel(lambda d: self.packs.check(d, where[d], packs, self._buffer(), run), order)
         gone = {d for d, state in zip(order, found, strict=True) if state == "missing"}
         corrupt = frozenset(d for d, state in zip(order, found, strict=True) if state == "corrupt")
+        if computed := [(d, state) for d, state in zip(order, found, strict=True) if state.startswith("b3-")]:
+            self.packs.record_hashes(computed)  # hashes deferred at capture, computed now
         if gone or corrupt:  # out of the index: the next capture holding their content stores it afresh
             self.packs.mark_damaged(gone, corrupt, where)
-        return VerifyStats(objects=len(where), bytes=run.done, missing=frozenset(digests - where.keys() | gone),
-                           corrupt=corrupt, bad_manifests=tuple(bad_manifests))
+        files = hashed = 0
+        for m in natives:  # a native snapshot's files, hashed now (recorded the first time)
+            n, b, bad = native.verify_tree(self.subvols.path(m.subvolume), m.entries,
+                                           self.root / "manifests" / f"{m.id}.hashes.gz", self.io.read_into,
+                                           self._buffer())
+            files, hashed, corrupt = files + n, hashed + b, corrupt | bad
+        return VerifyStats(objects=len(where) + files, bytes=run.done + hashed,
+                           missing=frozenset(digests - where.keys() | gone), corrupt=corrupt,
+                           bad_manifests=tuple(bad_manifests))
 
     def _wrap(self, err: OSError, doing: str, *, needed: int) -> StorageError:
         return fileio.storage_error(err, doing, needed=needed, where=self.root)

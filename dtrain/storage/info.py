@@ -36,6 +36,7 @@ class Volume(_Record):
     origin_snapshot: str | None  # the snapshot it was created from (PVC dataSource), if any
     head_snapshot: str | None  # the latest snapshot taken of it or restored into it
     labels: Mapping[str, str]  # free-form tags
+    snapshots: str = "cas"  # how its snapshots are taken: 'subvolume' (btrfs), 'reflink' or 'cas' (see engine.py)
 
 
 @dataclass(frozen=True, kw_only=True)

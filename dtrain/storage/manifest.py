@@ -32,7 +32,7 @@ class Entry(NamedTuple):
     gid: int  # group, restored when running as root
     mtime_ns: int  # modification time, restored exactly
     size: int = 0  # bytes of a file
-    data: list[str] | str = ""  # a file's chunk digests (sha256, in order); a symlink's target
+    data: list[str] | str = ""  # a file's chunk digests (in order; see hashing.py) or unhashed id; a symlink's target
     ino: int = 0  # inode at capture: with ctime_ns, tells an unchanged file without reading it
     ctime_ns: int = 0  # 0 forces the next snapshot to read the file again
 
@@ -57,13 +57,19 @@ class Manifest:
     started_ns: int  # wall clock when the capture began: files changed later must be re-read
     chunk_size: int  # bytes per chunk of the files it lists
     id: str | None = None  # the stored manifest it was loaded from, if any
+    subvolume: str | None = None  # a native snapshot: its read-only subvolume (native.py), entries read from it
+    hash: str = "blake3"  # what new content was hashed with; each digest also names its algorithm
 
     def digests(self) -> set[str]:
-        return {d for e in self.entries for d in e.chunks}
+        """Store objects it needs (a native snapshot needs none: the subvolume holds its content)."""
+        return set() if self.subvolume else {d for e in self.entries for d in e.chunks}
 
     def dump(self) -> bytes:
-        body = {"version": VERSION, "hash": "sha256", "chunk_size": self.chunk_size,
-                "started_ns": self.started_ns, "fields": FIELDS, "entries": self.entries}
+        body = {"version": VERSION, "hash": self.hash, "chunk_size": self.chunk_size,
+                "started_ns": self.started_ns, "fields": FIELDS,
+                "entries": () if self.subvolume else self.entries}
+        if self.subvolume:
+            body["subvolume"] = self.subvolume
         return gzip.compress(json.dumps(body, separators=(",", ":")).encode(), compresslevel=1)
 
     @classmethod
@@ -75,7 +81,8 @@ class Manifest:
             entries = tuple(map(Entry._make, body["entries"]))
         except TypeError as err:
             raise ValueError(f"malformed manifest entry: {err}") from None
-        return cls(entries=entries, started_ns=body["started_ns"], chunk_size=body["chunk_size"], id=manifest_id)
+        return cls(entries=entries, started_ns=body["started_ns"], chunk_size=body["chunk_size"], id=manifest_id,
+                   subvolume=body.get("subvolume"), hash=body.get("hash", "sha256"))
 
     def same_tree(self, entries: tuple[Entry, ...]) -> bool:
         """True when `entries` describe exactly this tree (inodes and ctimes included)."""

@@ -4,13 +4,13 @@ module only moves bytes, names files and keeps the index. It imports nothing of 
 the engine builds a `PackStore`, hands it a way to run work on its threads, and calls its verbs.
 
 Layout under the store root: ``packs/ab/<name>`` (read-only pack files, in 256 folders) and
-``index.db`` (SQLite: objects, damaged, dirty).
+``index.db`` (SQLite: objects, damaged, dirty, and the hashes verify computed for objects
+stored unhashed).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import threading
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from dtrain import db
 from dtrain.errors import StorageError
-from dtrain.storage import fileio
+from dtrain.storage import fileio, hashing
 from dtrain.storage.fileio import FileIO
 
 if TYPE_CHECKING:
@@ -36,7 +36,9 @@ CREATE TABLE IF NOT EXISTS objects (digest TEXT PRIMARY KEY, pack TEXT NOT NULL,
 CREATE INDEX IF NOT EXISTS objects_by_pack ON objects (pack);
 CREATE TABLE IF NOT EXISTS damaged (digest TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dirty (pack TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS hashes (id TEXT PRIMARY KEY, digest TEXT NOT NULL) WITHOUT ROWID;
 """
+UNHASHED = "u-"  # an object indexed unread (a deferred-hash clone): its hash is in `hashes` once verified
 Where = tuple[str, int, int]  # (pack name, offset, length) of one object
 
 
@@ -142,9 +144,14 @@ class PackStore:
 
     # --- judging and freeing -------------------------------------------------------------------
     def check(self, digest: str, where: Where, files: PackFiles, buf: memoryview, run: Run) -> str:
-        """Re-hash one object: 'ok', 'corrupt' (other bytes) or 'missing' (pack gone or cut short)."""
+        """Re-hash one object: 'ok', 'corrupt' (other bytes) or 'missing' (pack gone or cut short);
+        for an object stored unhashed and never verified, its BLAKE3 name (for `record_hashes`)."""
         pack, offset, length = where
-        h, done = hashlib.sha256(), 0
+        recorded = None
+        if digest.startswith(UNHASHED):
+            row = self.conn.execute("SELECT digest FROM hashes WHERE id = ?", (digest,)).fetchone()
+            recorded = row[0] if row else ""
+        h, done = hashing.hasher_for(hashing.PREFIX if recorded == "" else recorded or digest), 0
         try:
             with files.open(pack) as fd:
                 while done < length:
@@ -158,7 +165,14 @@ class PackStore:
         run.add(done=done)
         if done < length:
             return "missing"
-        return "ok" if h.hexdigest() == digest else "corrupt"
+        if recorded == "":
+            return hashing.PREFIX + h.hexdigest()
+        return "ok" if hashing.matches(recorded or digest, h) else "corrupt"
+
+    def record_hashes(self, computed: list[tuple[str, str]]) -> None:
+        """Remember the hashes of objects stored unhashed: later verifications compare with them."""
+        with db.transaction(self.conn):
+            self.conn.executemany("INSERT OR IGNORE INTO hashes VALUES (?,?)", computed)
 
     def mark_damaged(self, gone: set[str], corrupt: Iterable[str], where: dict[str, Where]) -> None:
         """Objects found missing or corrupt leave the index (the next capture that meets their
@@ -183,6 +197,7 @@ class PackStore:
         with db.transaction(self.conn):
             self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", {(r[1],) for r in dead})
             self.conn.executemany("DELETE FROM objects WHERE digest = ?", [(r[0],) for r in dead])
+            self.conn.executemany("DELETE FROM hashes WHERE id = ?", [(r[0],) for r in dead if r[0].startswith(UNHASHED)])
             damaged = [d for (d,) in self.conn.execute("SELECT digest FROM damaged")]
             self.conn.executemany("DELETE FROM damaged WHERE digest = ?", [(d,) for d in damaged if d not in needed])
         dirty = {p for (p,) in self.conn.execute("SELECT pack FROM dirty")}

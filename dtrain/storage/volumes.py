@@ -28,7 +28,7 @@ from pathlib import Path
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError, SpecError, StorageError
 from dtrain.names import check_name, check_storage_class, parse_size
-from dtrain.storage import fileio
+from dtrain.storage import btrfs, fileio
 from dtrain.storage import manifest as mf
 from dtrain.storage.engine import Engine
 from dtrain.storage.info import Damage, Freed, Snapshot, VerifyReport, Volume
@@ -91,7 +91,7 @@ class Storage:
         self._collect()
         with db.transaction(self.conn):
             self._ensure_free(name)
-            (root / name / "data").mkdir(parents=True)
+            _make_data_folder(root / name / "data")
             self._insert_volume(name, size or "10Gi", storage_class, None, labels, root)
         return self.get_volume(name)
 
@@ -146,6 +146,7 @@ class Storage:
         while self.mover.live(name) is not None:  # see move.py: jobs wait for a running move
             time.sleep(0.2)
         return self.get_volume(name).path
+
 
     def usage(self, name: str) -> int:
         """Bytes of disk the volume's files take (like `du`)."""
@@ -411,7 +412,13 @@ class Storage:
         return Volume(name=row["name"], uid=row["uid"], path=root / row["name"] / "data",
                           size=row["size"], size_bytes=parse_size(row["size"]), storage_class=row["storage_class"],
                           created=_unix(row["created"]), origin_snapshot=row["origin_snapshot"],
-                          head_snapshot=row["head_snapshot"], labels=json.loads(row["labels"]))
+                          head_snapshot=row["head_snapshot"], labels=json.loads(row["labels"]),
+                          snapshots=self._method(root / row["name"] / "data"))
+
+    def _method(self, path: Path) -> str:
+        """'subvolume' (a btrfs subvolume: constant-time snapshots), else the store's 'reflink'
+        (copy-on-write clones) or 'cas' (copies)."""
+        return "subvolume" if self.engine.subvols.usable(path) else self.engine.method
 
     def _snapshot(self, row) -> Snapshot:
         return Snapshot(name=row["name"], id=row["uid"], volume=row["volume"], volume_uid=row["volume_uid"],
@@ -488,11 +495,30 @@ def _owner_dead(name: str) -> bool:
     return False
 
 
+def _make_data_folder(path: Path) -> None:
+    """A volume's data folder: a btrfs subvolume where the volume root is on btrfs (snapshots
+    then take constant time), a plain folder elsewhere or where subvolumes are not allowed."""
+    path.parent.mkdir(parents=True)
+    if btrfs.is_btrfs(path.parent):
+        with contextlib.suppress(OSError):
+            btrfs.create(path)
+            return
+    path.mkdir()
+
+
 def _rmtree(path: Path) -> None:
-    """Remove a tree even where restored folders are read-only."""
+    """Remove a tree even where restored folders are read-only; subvolumes (the tree itself or
+    a volume's data folder in it) are deleted whole by the kernel."""
     def retry(func, target, _exc):
         os.chmod(os.path.dirname(target), 0o700)
         func(target)
 
+    if not os.path.lexists(path):
+        return
+    for sub in (path, *(Path(i.path) for i in os.scandir(path) if i.is_dir(follow_symlinks=False))) \
+            if os.path.isdir(path) and not os.path.islink(path) else ():
+        if btrfs.is_subvolume(sub):
+            with contextlib.suppress(OSError):
+                btrfs.delete(sub)
     if os.path.lexists(path):
         shutil.rmtree(path, onerror=retry)

@@ -3,7 +3,8 @@
 Our words -> its words: a job is a detached supervisor process (`jobs/<name>/`); a process is a
 rank started by torchrun, mpirun or directly, wrapped by `rankrun`; a volume is a folder bound
 at the mount path in a private mount namespace (bubblewrap); a snapshot is a manifest in the
-content-addressed store (or a reflink copy); a project is a row with a GPU quota and a FIFO
+content-addressed store (or a reflink copy, or a read-only btrfs subvolume snapshot when the
+volume is a subvolume); a project is a row with a GPU quota and a FIFO
 queue; a node is this host.
 """
 
@@ -343,7 +344,7 @@ class LocalBackend(Backend):
         return VolumeInfo(name=v.name, backend=self.name, size=v.size, size_bytes=v.size_bytes,
                           storage_class=v.storage_class, created=v.created, origin_snapshot=v.origin_snapshot,
                           labels=dict(v.labels), extra={"path": str(v.path), "uid": v.uid,
-                                                        "head_snapshot": v.head_snapshot})
+                                                        "head_snapshot": v.head_snapshot, "snapshots": v.snapshots})
 
     def _snapshot(self, s: Snapshot) -> SnapshotInfo:
         return SnapshotInfo(name=s.name, backend=self.name, volume=s.volume, created=s.created, job=s.job,

@@ -10,10 +10,12 @@ Each layer is a real engine: bubblewrap for the private mount namespace, torch.d
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -67,7 +69,7 @@ def launcher_argv(spec: JobSpec, *, job_dir: Path, master_port: int, python: str
                 "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{master_port}",
                 f"--max-restarts={spec.max_restarts}", "--monitor-interval=0.5", "--no-python", *inner]
     if spec.launcher == "mpi":
-        exported = ["MASTER_ADDR", "MASTER_PORT", "DTRAIN_RANK_DEVICES", "DTRAIN_ATTEMPT", "OMP_NUM_THREADS",
+        exported = ["MASTER_ADDR", "MASTER_PORT", "DTRAIN_RANK_DEVICES", "DTRAIN_RANK_CPUS", "DTRAIN_ATTEMPT", "OMP_NUM_THREADS",
                     "PYTHONUNBUFFERED", *spec.env]
         flags = [x for k in dict.fromkeys(exported) for x in ("-x", k)]
         return [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
@@ -82,8 +84,22 @@ def notebook_env(job_dir: Path, port: int, token: str) -> dict[str, str]:
             "JUPYTER_RUNTIME_DIR": str(job_dir / "jupyter")}
 
 
+def rank_cores(available: Sequence[int], processes: int, per_rank: float) -> list[list[int]] | None:
+    """Pure: `per_rank` cores (rounded up) of `available` for each process, in order; None if they don't fit.
+
+    With --cpu, each rank gets its own cores, so the scheduler cannot put two ranks' threads on
+    one core while another idles, nor move a rank (and its warm caches) between cores. When the
+    cores do not go round, ranks share them anyway: pinning would only forbid the idle ones.
+    """
+    need = max(1, math.ceil(per_rank))
+    cores = sorted(available)
+    if need * processes > len(cores):
+        return None
+    return [cores[i * need:(i + 1) * need] for i in range(processes)]
+
+
 def job_env(spec: JobSpec, *, devices: list[list[str]], master_port: int, attempt: int,
-            cpus: int | None = None) -> dict[str, str]:
+            cpus: int | None = None, available: Sequence[int] | None = None) -> dict[str, str]:
     """Variables every process gets, on top of the submitter's environment."""
     cpus = cpus or os.cpu_count() or 1
     threads = spec.cpu if spec.cpu is not None else max(1, cpus // spec.processes)
@@ -99,6 +115,10 @@ def job_env(spec: JobSpec, *, devices: list[list[str]], master_port: int, attemp
     }
     if spec.launcher == "none":
         env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
+    cores = rank_cores(os.sched_getaffinity(0) if available is None else available, spec.processes, spec.cpu) \
+        if spec.cpu is not None else None
+    if cores:
+        env["DTRAIN_RANK_CPUS"] = ";".join(",".join(map(str, c)) for c in cores)
     env["PATH"] = job_path()
     env.update(spec.env)
     return env

@@ -6,6 +6,8 @@ torchrun, mpirun or the supervisor starts `python -m dtrain.backends.local.rankr
   LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (OpenMPI's OMPI_COMM_WORLD_* included);
 - gives the rank its own GPUs: CUDA_VISIBLE_DEVICES from DTRAIN_RANK_DEVICES ("0,1;2,3": rank 0
   gets 0,1 and rank 1 gets 2,3; empty hides every GPU);
+- pins the rank to its own cores when the job set --cpu: DTRAIN_RANK_CPUS ("0;1": local rank 0
+  on core 0, local rank 1 on core 1), applied to itself before starting the command, which inherits it;
 - writes every output line, time-stamped, to D/logs/rank-R.log and its pid, status and exit
   code to D/ranks/rank-R.json;
 - dies with its parent (PR_SET_PDEATHSIG) and takes the command down with it.
@@ -54,6 +56,16 @@ def contract_env(env: dict[str, str]) -> dict[str, str]:
     return out
 
 
+def rank_cpus(env: dict[str, str]) -> set[int] | None:
+    """Pure: the cores of this local rank from DTRAIN_RANK_CPUS, None when the job is not pinned."""
+    groups = env.get("DTRAIN_RANK_CPUS")
+    if not groups:
+        return None
+    per_rank = groups.split(";")
+    local = int(env.get("LOCAL_RANK", "0"))
+    return {int(c) for c in per_rank[local].split(",")} if local < len(per_rank) else None
+
+
 def format_line(text: str, when: float) -> str:
     stamp = datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
     return f"{stamp} {text}\n"
@@ -83,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     _pdeathsig(signal.SIGTERM)
     env = contract_env(dict(os.environ))
     rank = int(env["RANK"])
+    cores = rank_cpus(env)
+    if cores:
+        os.sched_setaffinity(0, cores)
     (job_dir / "logs").mkdir(parents=True, exist_ok=True)
     (job_dir / "ranks").mkdir(parents=True, exist_ok=True)
     record = {"rank": rank, "status": "Running", "started": time.time(), "exit_code": None,

@@ -38,6 +38,7 @@ class SCNNConfig:
     dropout: float = 0.1  # Dropout2d before the segmentation conv
     exist_hidden: int = 128  # hidden units of the lane existence fc
     message_passing: str = "fast"  # "fast" (Sweep), "naive" (slice by slice) or "none"
+    mp_init: str = "torch"  # message passing weights: "torch" (PyTorch's default) or "scnn" (the authors' code)
 
     def __post_init__(self) -> None:
         w, h = self.input_size
@@ -47,6 +48,8 @@ class SCNNConfig:
             raise SpecError(f"width {self.width}: use a channel multiplier in (0, 4], e.g. 1.0 or 0.25")
         if self.message_passing not in ("fast", "naive", "none"):
             raise SpecError(f"message_passing {self.message_passing!r}: use 'fast', 'naive' or 'none'")
+        if self.mp_init not in ("torch", "scnn"):
+            raise SpecError(f"mp_init {self.mp_init!r}: use 'torch' (PyTorch's default) or 'scnn' (the authors' init)")
         if self.mp_kernel % 2 == 0:
             raise SpecError(f"mp_kernel {self.mp_kernel}: use an odd kernel width, e.g. 9")
 
@@ -107,7 +110,7 @@ class Sweep(torch.autograd.Function):
 class MessagePassing(nn.Module):
     """SCNN's four sequential sweeps; parameters shaped as in the published model (Conv2d 1xk / kx1)."""
 
-    def __init__(self, channels: int, kernel: int, impl: str = "fast") -> None:
+    def __init__(self, channels: int, kernel: int, impl: str = "fast", init: str = "torch") -> None:
         super().__init__()
         pad = kernel // 2
         self.down = nn.Conv2d(channels, channels, (1, kernel), padding=(0, pad), bias=False)
@@ -115,6 +118,13 @@ class MessagePassing(nn.Module):
         self.right = nn.Conv2d(channels, channels, (kernel, 1), padding=(pad, 0), bias=False)
         self.left = nn.Conv2d(channels, channels, (kernel, 1), padding=(pad, 0), bias=False)
         self.impl = impl
+        if init == "scnn":
+            # The authors' Torch code (SCNN-gen.lua) draws these from N(0, sqrt(2 / (k C^2 5))):
+            # 0.00165 at C=128, k=9, about 10x below PyTorch's default, so the ~200 chained
+            # sweeps start close to identity instead of amplifying the map.
+            std = (2 / (kernel * channels * channels * 5)) ** 0.5
+            for conv in (self.down, self.up, self.right, self.left):
+                nn.init.normal_(conv.weight, 0.0, std)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if self.impl == "naive":
@@ -155,7 +165,7 @@ class SCNN(nn.Module):
             nn.Conv2d(c5, c_mid, 3, padding=4, dilation=4, bias=False), nn.BatchNorm2d(c_mid), nn.ReLU(inplace=True),
             nn.Conv2d(c_mid, c_mp, 1, bias=False), nn.BatchNorm2d(c_mp), nn.ReLU(inplace=True),
         )
-        self.message_passing = MessagePassing(c_mp, cfg.mp_kernel, cfg.message_passing)
+        self.message_passing = MessagePassing(c_mp, cfg.mp_kernel, cfg.message_passing, cfg.mp_init)
         self.seg_head = nn.Sequential(nn.Dropout2d(cfg.dropout), nn.Conv2d(c_mp, classes, 1))
         w, h = cfg.input_size
         self.exist_pool = nn.AvgPool2d(2, 2)

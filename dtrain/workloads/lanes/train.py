@@ -173,11 +173,10 @@ def scnn_loss(seg_logits: torch.Tensor, exist_logits: torch.Tensor, seg: torch.T
 def forward_backward(model: torch.nn.Module, batch: Sequence[torch.Tensor], recipe: Recipe,
                      device: torch.device, scale: float = 1.0) -> torch.Tensor:
     """Loss of one batch, its gradients accumulated into the parameters (x scale)."""
-    cuda = device.type == "cuda"
     img, seg, exist = (t.to(device, non_blocking=True) for t in batch)
-    if cuda:
+    if recipe.nhwc(device):
         img = img.contiguous(memory_format=torch.channels_last)
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=cuda):
+    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=recipe.bf16 and device.type == "cuda"):
         seg_logits, exist_logits = model(img)
     loss = scnn_loss(seg_logits, exist_logits, seg, exist, recipe)
     (loss * scale).backward()
@@ -189,8 +188,18 @@ def build_model(cfg: TrainConfig, device: torch.device) -> SCNN:
     model = SCNN(cfg.recipe.model)
     if cfg.backbone_weights:
         load_backbone_weights(model, cfg.backbone_weights)
-    if device.type == "cuda":
-        return model.to(device, memory_format=torch.channels_last)
+    return speed_up(model.to(device), cfg.recipe, device)
+
+
+def speed_up(model: SCNN, recipe: Recipe, device: torch.device) -> SCNN:
+    """Apply the recipe's speed knobs; the state_dict keys stay those of the plain model."""
+    if recipe.nhwc(device):
+        model = model.to(memory_format=torch.channels_last)
+    if recipe.compile:
+        # Module.compile() compiles in place, so checkpoints keep their keys. The message
+        # passing stays eager: its ~200 dependent row convolutions would unroll into the graph.
+        model.backbone.compile()
+        model.neck.compile()
     return model
 
 

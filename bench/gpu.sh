@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# GPU figures for docs/benchmarks.md, in one short run (about 8 minutes on one H200):
+#   1. SCNN training step, eager float32 vs the fast path, paper (batch 12) and demo (batch 8) recipes
+#   2. NCCL all-reduce bus bandwidth across the machine's GPUs (a note when there is only one)
+#   3. data-loader items/s per worker process, against the images/s the GPU consumes (from 1)
+#   4. inference frames/s at batch 1, paper recipe (the SCNN paper reports 7.5 FPS)
+#
+#   PYTHON=/path/to/python bash bench/gpu.sh [OUT_DIR]
+#
+# Needs a Python with a CUDA build of torch and dtrain's dependencies (pip install -e '.[lanes]').
+# Every step has its own time limit, so one slow part cannot eat the others' time; all JSON lines
+# land in OUT_DIR/gpu.jsonl (default $OUT or ./gpu-out), the log in OUT_DIR/gpu.log.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+OUT_DIR=${1:-${OUT:-gpu-out}}
+mkdir -p "$OUT_DIR"
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+LOG=$OUT_DIR/gpu.log
+JSONL=$OUT_DIR/gpu.jsonl
+: > "$JSONL"
+
+step() {  # step LIMIT_S NAME COMMAND...: run with a time limit, keep its JSON lines
+    local limit=$1 name=$2; shift 2
+    echo "== $name: $*" | tee -a "$LOG"
+    timeout "$limit" "$@" 2>>"$LOG" | tee -a "$LOG" | grep '^{' | sed "s/^{/{\"step\": \"$name\", /" >> "$JSONL"
+    echo "== $name: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
+}
+
+"$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name(0))" \
+    | tee -a "$LOG" || { echo "no CUDA torch in $PY: set PYTHON" | tee -a "$LOG"; exit 2; }
+nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee -a "$LOG"
+NGPU=$("$PY" -c "import torch; print(torch.cuda.device_count())")
+
+# 1. training step: the fast path is the recipe's knobs (channels-last, bf16 autocast, fast message
+#    passing); --compile adds torch.compile of the backbone and neck (compilation is in the warm-up).
+step 150 train-paper "$PY" bench/lanes_train.py --recipe paper --batch 12 --repeats 10 --warmup 3 --device cuda
+step 150 train-paper-compile "$PY" bench/lanes_train.py --recipe paper --batch 12 --repeats 10 --warmup 3 --device cuda --compile
+step 90 train-demo "$PY" bench/lanes_train.py --recipe demo --size 256x144 --batch 8 --repeats 20 --warmup 3 --device cuda
+# 2. all-reduce bus bandwidth
+step 90 nccl "$PY" -m torch.distributed.run --standalone --nproc-per-node "$NGPU" bench/nccl_allreduce.py
+# 3. loader: items/s of one worker process (one thread), LaneDataset vs a naive loader
+step 90 loader "$PY" bench/lanes_loader.py --frames 200 --rounds 2
+# 4. inference at batch 1
+step 60 infer "$PY" bench/lanes_infer.py --recipe paper --frames 50 --device cuda
+
+# Workers needed to feed the GPU: the fast path's images/s over one worker's items/s.
+"$PY" - "$JSONL" <<'PYEOF' | tee -a "$LOG" >> "$JSONL"
+import json, sys
+rows = {r["step"]: r for r in map(json.loads, open(sys.argv[1]))}
+train, loader = rows.get("train-paper"), rows.get("loader")
+if train and loader:
+    gpu_ips = train["batch"] / train["fast_step_s"]
+    print(json.dumps({"step": "loader-vs-gpu", "gpu_images_per_s": round(gpu_ips, 1),
+                      "worker_items_per_s": loader["lanedataset"],
+                      "workers_needed": round(gpu_ips / loader["lanedataset"], 1)}))
+PYEOF
+echo "figures in $JSONL" | tee -a "$LOG"

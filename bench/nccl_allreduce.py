@@ -1,0 +1,52 @@
+"""All-reduce bus bandwidth between the GPUs of one machine (NCCL), as nccl-tests reports it.
+
+    torchrun --nproc-per-node NGPU bench/nccl_allreduce.py --sizes-mb 1 64 256 1024
+
+For each message size: median time of --iters all-reduces after 5 warm-up ones, algorithm
+bandwidth (bytes / time) and bus bandwidth (algbw x 2 (n-1) / n, the figure nccl-tests prints,
+comparable across GPU counts). Rank 0 prints one JSON line per size. With one GPU there is no
+link to measure: it says so and exits 0.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import time
+
+import torch
+import torch.distributed as dist
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes-mb", type=int, nargs="+", default=[1, 64, 256, 1024])
+    parser.add_argument("--iters", type=int, default=20)
+    args = parser.parse_args()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world < 2:
+        print(json.dumps({"note": f"{torch.cuda.device_count()} GPU(s), 1 process: no all-reduce link to measure"}))
+        return
+    rank = int(os.environ["RANK"])
+    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    dist.init_process_group("nccl")
+    for mb in args.sizes_mb:
+        x = torch.ones(mb * (1 << 20) // 4, device="cuda")
+        times = []
+        for i in range(args.iters + 5):
+            torch.cuda.synchronize()
+            start = time.perf_counter()
+            dist.all_reduce(x)
+            torch.cuda.synchronize()
+            if i >= 5:
+                times.append(time.perf_counter() - start)
+        t = statistics.median(times)
+        algbw = x.numel() * 4 / t / 1e9
+        if rank == 0:
+            print(json.dumps({"size_mb": mb, "gpus": world, "time_ms": round(t * 1e3, 3), "algbw_GBps": round(algbw, 1),
+                              "busbw_GBps": round(algbw * 2 * (world - 1) / world, 1)}), flush=True)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,98 @@
+"""The SCNN speed knobs change how a step runs, not what it learns: the fast path's loss curve
+follows plain eager float32 (NCHW, slice-by-slice message passing) within a stated tolerance."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from dtrain.workloads.lanes import recipes
+from dtrain.workloads.lanes.model import SCNN, MessagePassing, SCNNConfig
+from dtrain.workloads.lanes.train import build_optimizer, forward_backward, speed_up
+
+CFG = SCNNConfig(width=0.125, input_size=(128, 64), dropout=0.0)
+STEPS = 6
+# float32 summation order differs between NCHW and NHWC kernels and between the two message
+# passing forms; over 6 SGD steps the losses stay within 1e-3 relative (measured: ~1e-5).
+RTOL = 1e-3
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Small convolutions on 2 OpenMP threads crawl when other processes hold the cores (every
+    barrier waits for a descheduled thread: 260 s instead of 11 s here); the numerics are the same."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _batches() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    g = torch.Generator().manual_seed(5)
+    w, h = CFG.input_size
+    return [(torch.randn(2, 3, h, w, generator=g), torch.randint(0, 6, (2, h, w), generator=g),
+             torch.randint(0, 2, (2, 5), generator=g).float()) for _ in range(STEPS)]
+
+
+def _loss_curve(naive: bool, **knobs) -> list[float]:
+    recipe = dataclasses.replace(recipes.tiny(), model=dataclasses.replace(CFG, message_passing="naive" if naive else "fast"),
+                                 lr=0.02, warmup_steps=0, **knobs)
+    torch.manual_seed(0)
+    model = speed_up(SCNN(recipe.model), recipe, torch.device("cpu"))
+    opt = build_optimizer(model, recipe)
+    losses = []
+    for batch in _batches():
+        opt.zero_grad(set_to_none=True)
+        losses.append(forward_backward(model, batch, recipe, torch.device("cpu")).item())
+        opt.step()
+    return losses
+
+
+def _assert_same_curve(fast: list[float], eager: list[float]) -> None:
+    assert eager[-1] < eager[0]  # the run learns something, so a matching curve means something
+    for step, (a, b) in enumerate(zip(fast, eager)):
+        assert a == pytest.approx(b, rel=RTOL), f"step {step}: fast {a} vs eager {b}"
+
+
+def test_channels_last_and_fast_message_passing_follow_the_eager_float32_curve():
+    eager = _loss_curve(naive=True)
+    _assert_same_curve(_loss_curve(naive=False, channels_last=True), eager)
+    _assert_same_curve(_loss_curve(naive=False, channels_last=False), eager)
+
+
+@pytest.mark.slow
+def test_compiled_backbone_follows_the_eager_float32_curve():
+    _assert_same_curve(_loss_curve(naive=False, channels_last=True, compile=True), _loss_curve(naive=True))
+
+
+def test_compile_keeps_checkpoint_keys():
+    recipe = dataclasses.replace(recipes.tiny(), model=CFG, compile=True)
+    plain = SCNN(CFG).state_dict().keys()
+    assert speed_up(SCNN(CFG), recipe, torch.device("cpu")).state_dict().keys() == plain  # no "_orig_mod." prefixes
+
+
+def test_bf16_knob_leaves_a_cpu_step_in_float32():
+    recipe = dataclasses.replace(recipes.tiny(), model=CFG, bf16=True)
+    torch.manual_seed(0)
+    model = SCNN(CFG)
+    seen = []
+    model.seg_head.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
+    forward_backward(model, _batches()[0], recipe, torch.device("cpu"))
+    assert seen == [torch.float32]
+
+
+def test_scnn_init_matches_the_authors_code():
+    torch.manual_seed(0)
+    official = MessagePassing(128, 9, init="scnn")
+    default = MessagePassing(128, 9)
+    expected = (2 / (9 * 128 * 128 * 5)) ** 0.5  # SCNN-gen.lua: normal(0, sqrt(2 / (kw * dim * dim * 5)))
+    assert expected == pytest.approx(0.00165, rel=0.01)
+    for conv in (official.down, official.up, official.right, official.left):
+        assert conv.weight.std().item() == pytest.approx(expected, rel=0.02)
+        assert abs(conv.weight.mean().item()) < expected / 10
+    assert default.down.weight.std().item() > 8 * expected  # PyTorch's default is ~10x larger
+    assert recipes.paper().model.mp_init == "scnn"
+    with pytest.raises(Exception, match="mp_init"):
+        SCNNConfig(mp_init="xavier")

@@ -1,0 +1,50 @@
+"""--cpu pins each local rank to its own cores (what `dtrain bench scaling` relies on)."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from conftest import Dtrain
+from dtrain.backends.local.launch import job_env, rank_cores
+from dtrain.backends.local.rankrun import rank_cpus
+from dtrain.spec import JobSpec
+
+
+def test_rank_cores_gives_each_rank_its_own_cores_in_order():
+    assert rank_cores([3, 1, 0, 2], 2, 2) == [[0, 1], [2, 3]]
+    assert rank_cores([0, 1, 2, 3], 3, 1) == [[0], [1], [2]]
+    assert rank_cores([4, 5, 6, 7], 2, 1.5) == [[4, 5], [6, 7]]  # a fraction of a core rounds up
+    assert rank_cores([0, 1], 3, 1) is None  # not enough cores: the ranks share, unpinned
+
+
+def test_job_env_names_the_cores_only_when_cpu_is_given():
+    spec = JobSpec(name="p", command=("python",), processes=2, launcher="torchrun", cpu=1, project="default")
+    env = job_env(spec, devices=[[], []], master_port=1, attempt=0, available=[0, 1, 2, 3])
+    assert env["DTRAIN_RANK_CPUS"] == "0;1" and env["OMP_NUM_THREADS"] == "1"
+    free = JobSpec(name="p", command=("python",), processes=2, launcher="torchrun", project="default")
+    assert "DTRAIN_RANK_CPUS" not in job_env(free, devices=[[], []], master_port=1, attempt=0, available=[0, 1])
+
+
+def test_rank_cpus_reads_the_local_ranks_share():
+    assert rank_cpus({"DTRAIN_RANK_CPUS": "0,1;2,3", "LOCAL_RANK": "1"}) == {2, 3}
+    assert rank_cpus({"DTRAIN_RANK_CPUS": "0;1", "LOCAL_RANK": "0"}) == {0}
+    assert rank_cpus({"LOCAL_RANK": "0"}) is None
+
+
+PRINT_AFFINITY = "import os; print('cores', sorted(os.sched_getaffinity(0)), 'threads', os.environ['OMP_NUM_THREADS'])"
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin two ranks apart")
+def test_two_ranks_with_cpu_run_on_their_own_cores(dt: Dtrain):
+    cores = sorted(os.sched_getaffinity(0))
+    dt("submit-dist", "pinned", "--processes", "2", "--launcher", "torchrun", "--cpu", "1", "--",
+       sys.executable, "-c", PRINT_AFFINITY)
+    dt("submit-dist", "free", "--processes", "2", "--launcher", "torchrun", "--", sys.executable, "-c", PRINT_AFFINITY)
+    for name in ("pinned", "free"):
+        assert dt("wait", name, "--timeout", "120").returncode == 0
+    for rank in (0, 1):
+        assert dt("logs", "pinned", "--rank", str(rank)).stdout.split() == ["cores", f"[{cores[rank]}]", "threads", "1"]
+        assert dt("logs", "free", "--rank", str(rank)).stdout.startswith(f"cores {cores}")
