@@ -28,6 +28,9 @@ from dtrain.backends.sagemaker.validate import check_request
 from dtrain.errors import BackendError, ConflictError, NotFoundError, SpecError
 from dtrain.spec import JobSpec
 
+MAX_LIST = 1000  # jobs `list` reads from SageMaker (newest first)
+
+
 class SageMakerBackend(Backend):
     name = "sagemaker"
 
