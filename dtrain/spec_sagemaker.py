@@ -84,6 +84,7 @@ class SageMakerOptions:
     volume_size: int = 30  # GB of the ML storage volume per instance
     network_isolation: bool = False  # EnableNetworkIsolation: no outbound calls from the container
     encrypt_inter_container: bool = False  # EnableInterContainerTrafficEncryption
+    checkpoint_uri: str | None = None  # CheckpointConfig.S3Uri; None: s3://BUCKET/PREFIX/JOB/checkpoints
     local: bool = False  # run on this machine inside the SageMaker contract (no Docker, no AWS)
 
     def __post_init__(self):
@@ -101,6 +102,9 @@ class SageMakerOptions:
         _bounded(self.max_runtime, "--max-runtime", 1, MAX_RUNTIME_S)
         _bounded(self.max_wait, "--max-wait", 1, MAX_RUNTIME_S, optional=True)
         _bounded(self.volume_size, "--volume-size", 1, MAX_VOLUME_GB)
+        if self.checkpoint_uri is not None and not re.match(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?$",
+                                                            str(self.checkpoint_uri)):
+            raise SpecError(f"invalid --checkpoint-s3-uri {self.checkpoint_uri!r}: use s3://BUCKET/PREFIX")
         if self.max_wait is not None and not self.spot:
             raise SpecError("--max-wait applies to spot training only: add --spot or drop --max-wait")
         if self.spot and self.max_wait is not None and self.max_wait < self.max_runtime:
@@ -117,7 +121,7 @@ class SageMakerOptions:
                 "source_dir": self.source_dir, "spot": self.spot, "max_runtime": self.max_runtime,
                 "max_wait": self.max_wait, "volume_size": self.volume_size,
                 "network_isolation": self.network_isolation, "encrypt_inter_container": self.encrypt_inter_container,
-                "local": self.local}
+                "checkpoint_uri": self.checkpoint_uri, "local": self.local}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SageMakerOptions":

@@ -179,7 +179,7 @@ class SageMakerBackend(Backend):
         return []  # SageMaker has no standing nodes: instances exist while a job runs
 
     # ---- artifacts ----------------------------------------------------------------------
-    def artifacts(self, name: str, *, to: str | os.PathLike) -> Path:
+    def _artifacts(self, name: str, *, to: Path) -> Path:
         """Download the job's model.tar.gz and unpack it (safely) into the new folder `to`."""
         clients = self._clients_for(name)
         info = self._info(clients, name)

@@ -83,7 +83,6 @@ def environment(req: dict, host: str, *, num_cpus: int) -> dict[str, str]:
         "SM_LOG_LEVEL": str(decode(sm_hps.get("sagemaker_container_log_level", "20"))),
         "SM_RESOURCE_CONFIG": json.dumps(resource_config(req, host)),
         "SM_INPUT_DATA_CONFIG": json.dumps(input_data_config(req)),
-        "SM_CHECKPOINT_DIR": CHECKPOINTS,  # not set by SageMaker itself; CheckpointConfig.LocalPath, for scripts
     }
     env["SM_MODULE_NAME"] = posixpath.splitext(env["SM_USER_ENTRY_POINT"])[0]
     env.update({f"SM_CHANNEL_{c.upper()}": f"{OPT_ML}/input/data/{c}" for c in channels})

@@ -195,7 +195,8 @@ def training_job_request(spec: JobSpec, cfg: SageMakerConfig) -> dict:
         "EnableNetworkIsolation": opts.network_isolation,
         "EnableInterContainerTrafficEncryption": opts.encrypt_inter_container,
         "EnableManagedSpotTraining": opts.spot,
-        "CheckpointConfig": {"S3Uri": s3_uri(cfg, spec.name, "checkpoints"), "LocalPath": CHECKPOINT_DIR},
+        "CheckpointConfig": {"S3Uri": opts.checkpoint_uri or s3_uri(cfg, spec.name, "checkpoints"),
+                             "LocalPath": CHECKPOINT_DIR},
         "Tags": [{"Key": "dtrain:project", "Value": spec.project}, {"Key": "dtrain:kind", "Value": spec.kind}],
     }
     if opts.channels:
