@@ -62,8 +62,16 @@ class SageMakerBackend(Backend):
             return False
         return self.local.sagemaker.has_job(name)
 
+    def _aws_configured(self) -> bool:
+        return self._aws is not None or bool(self.config.role and self.config.bucket)
+
     def _clients_for(self, name: str) -> Clients:
-        return self.local if self._has_local(name) else self.aws
+        if self._has_local(name):
+            return self.local
+        if not self._aws_configured():
+            raise NotFoundError(f"SageMaker job {name!r} not found among --local jobs (and AWS is not configured: "
+                                f"dtrain config sagemaker --role ARN --bucket NAME); see the names with dtrain list")
+        return self.aws
 
     def _config_for(self, spec: JobSpec) -> SageMakerConfig:
         if spec.sagemaker is not None and spec.sagemaker.local:
@@ -135,7 +143,7 @@ class SageMakerBackend(Backend):
     def _list(self) -> list[JobInfo]:
         out = []
         sources = ([self.local] if self.home is not None or self._local is not None else [])
-        if self._aws is not None or (self.config.role and self.config.bucket):
+        if self._aws_configured():
             sources.append(self.aws)
         for clients in sources:
             kw: dict = {"MaxResults": 100, "SortBy": "CreationTime", "SortOrder": "Descending"}
