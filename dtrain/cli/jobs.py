@@ -73,6 +73,14 @@ _SM_FLAGS = ("local", "instance_type", "instance_count", "source_dir", "spot", "
              "volume_size", "network_isolation", "encrypt_inter_container", "checkpoint_uri")
 
 
+def _channel(text: str):
+    """--channel NAME=file://REL is relative to the working folder (the CLI knows it; the spec must not)."""
+    name, sep, uri = text.partition("=")
+    if sep and uri.startswith("file://") and not uri.startswith("file:///"):
+        uri = "file://" + str(Path(uri[len("file://"):]).resolve())
+    return parse_channel(f"{name}={uri}" if sep else text)
+
+
 def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:
     """SageMaker flags -> the spec's `sagemaker` mapping (flags win over the file's)."""
     sm = dict(data.get("sagemaker") or {})
@@ -80,7 +88,7 @@ def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:
     if args.source_dir:
         sm["source_dir"] = str(Path(args.source_dir).resolve())
     if args.channel:
-        sm["channels"] = [*(sm.get("channels") or []), *(c.to_flag() for c in map(parse_channel, args.channel))]
+        sm["channels"] = [*(sm.get("channels") or []), *(c.to_flag() for c in map(_channel, args.channel))]
     if args.hp:
         sm["hyperparameters"] = {**(sm.get("hyperparameters") or {}), **parse_hyperparameters(args.hp)}
     if sm:
