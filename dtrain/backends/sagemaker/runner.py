@@ -93,7 +93,8 @@ class Runner:
 
     # ---- 2. Training --------------------------------------------------------------------
     def sandbox(self, host_dir: Path) -> list[str]:
-        argv = ["bwrap", "--dev-bind", "/", "/", "--die-with-parent", "--bind", str(host_dir), contract.OPT_ML,
+        argv = ["bwrap", "--dev-bind", "/", "/", "--die-with-parent", *private_opt(),
+                "--bind", str(host_dir), contract.OPT_ML,
                 "--bind", str(self.checkpoints), contract.CHECKPOINTS,
                 "--ro-bind", str(self.dir / "etc-hosts"), "/etc/hosts"]
         for ch, path in self.channels.items():
@@ -188,6 +189,18 @@ class Runner:
             reason = f"ClientError: {err}"
             self.status("Failed", reason, primary="Failed", FailureReason=reason, TrainingEndTime=time.time())
         return 0
+
+
+def private_opt(opt: str = "/opt") -> list[str]:
+    """Without /opt/ml on this machine, bubblewrap would create that mount point on the real disk.
+    Instead the namespace gets a private /opt holding the real one's entries, bound back, and ml/."""
+    if os.path.isdir(os.path.join(opt, "ml")):
+        return []
+    argv = ["--tmpfs", opt]
+    for name in sorted(os.listdir(opt)) if os.path.isdir(opt) else []:
+        path = os.path.join(opt, name)
+        argv += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--bind", path, path]
+    return argv + ["--dir", os.path.join(opt, "ml")]
 
 
 def _pump(stream, log) -> None:
