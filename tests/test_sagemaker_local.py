@@ -160,3 +160,61 @@ def test_aws_error_code_reaches_the_cli(sm, tmp_path):
         assert _state(sm.home) == before
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------- the SDK door and the local backend's artifacts
+
+SCRIPT = """import json, os, sys
+print("hps", json.loads(os.environ["SM_HPS"]), "args", sys.argv[1:], flush=True)
+print("data", sorted(os.listdir(os.environ["SM_CHANNEL_TRAINING"])), flush=True)
+open(os.path.join(os.environ["SM_MODEL_DIR"], "model.txt"), "w").write(os.environ["SM_CURRENT_HOST"])
+"""
+
+
+def test_sdk_client_runs_a_local_job_and_follows_its_logs(home, tmp_path, monkeypatch):
+    import dtrain
+    from dtrain.spec_sagemaker import SageMakerOptions
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "train.py").write_text(SCRIPT)
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "a.bin").write_bytes(b"x")
+    for k in [k for k in __import__("os").environ if k.startswith(("RANK", "WORLD_SIZE", "LOCAL_", "MASTER_"))]:
+        monkeypatch.delenv(k)
+    client = dtrain.Client(home=home, backend="sagemaker")
+    spec = dtrain.JobSpec(name="sdk", command=("python", "train.py", "--epochs", "2"), backend="sagemaker",
+                          sagemaker=SageMakerOptions(local=True, source_dir=str(tmp_path / "code"),
+                                                     channels=(f"training=file://{tmp_path / 'data'}",)))
+    client.submit(spec)
+    lines = [ln.text for ln in client.logs("sdk", follow=True)]  # returns once the job has ended
+    assert "hps {'epochs': '2'} args ['--epochs', '2']" in lines and "data ['a.bin']" in lines
+    info = client.wait("sdk", timeout=60)
+    assert info.status.value == "Succeeded" and info.spec == spec
+    assert [e.status for e in info.events] == ["Created", "Starting", "Downloading", "Training", "Uploading",
+                                               "Completed"]
+    out = client.artifacts("sdk", to=tmp_path / "out")
+    assert (out / "model.txt").read_text() == "algo-1"
+    assert [j.name for j in client.list()] == ["sdk"]
+    with pytest.raises(dtrain.DtrainError, match="exists"):
+        client.artifacts("sdk", to=tmp_path / "out")
+
+
+def test_failed_local_job_says_which_host_and_why(home, tmp_path):
+    import dtrain
+    from dtrain.spec_sagemaker import SageMakerOptions
+    (tmp_path / "train.py").write_text("import sys\nprint('bad input file', file=sys.stderr)\nsys.exit(3)\n")
+    client = dtrain.Client(home=home, backend="sagemaker")
+    client.submit(dtrain.JobSpec(name="boom", command=("python", "train.py"), backend="sagemaker",
+                                 sagemaker=SageMakerOptions(local=True, source_dir=str(tmp_path))))
+    info = client.wait("boom", timeout=60)
+    assert info.status.value == "Failed"
+    assert info.message == "AlgorithmError: host algo-1 exited with code 3: bad input file"
+
+
+def test_local_backend_artifacts_copy_the_model_folder(dt: Dtrain, tmp_path):
+    code = "import os, pathlib; d = pathlib.Path(os.environ['DTRAIN_MODEL_DIR']); d.mkdir(); (d / 'w.bin').write_text('7')"
+    dt("submit", "loc", "--", "python", "-c", code)
+    assert dt.wait_for("loc", {"Succeeded", "Failed"})["status"] == "Succeeded"
+    dt("artifacts", "loc", "--to", str(tmp_path / "m"))
+    assert (tmp_path / "m" / "w.bin").read_text() == "7"
+    r = dt("artifacts", "loc", "--to", str(tmp_path / "m"), check=False)
+    assert r.returncode == 2 and "pick a new --to folder" in r.stderr
