@@ -20,7 +20,7 @@ from moto.server import ThreadedMotoServer  # noqa: E402
 from dtrain.backends.base import JobStatus  # noqa: E402
 from dtrain.backends.sagemaker.backend import Clients, SageMakerBackend  # noqa: E402
 from dtrain.backends.sagemaker.config import SageMakerConfig  # noqa: E402
-from dtrain.errors import BackendError, DataError, NotFoundError, SpecError  # noqa: E402
+from dtrain.errors import BackendError, DataError, DtrainError, NotFoundError, SpecError  # noqa: E402
 from dtrain.spec import JobSpec  # noqa: E402
 from dtrain.spec_sagemaker import SageMakerOptions  # noqa: E402
 
@@ -242,5 +242,5 @@ def test_bad_input_fails_before_any_call(stubbed, tmp_path):
         SageMakerBackend(SageMakerConfig(), clients=be.aws).submit(spec("x"))
     with pytest.raises(SpecError, match="--subnets"):
         be.submit(spec("x", sm=dict(channels=("d=efs://fs-0123456789abcdef0/x",))))
-    with pytest.raises(SpecError, match="not supported by the SageMaker backend"):
+    with pytest.raises(DtrainError, match="sagemaker backend does not support volumes and snapshots"):
         be.list_volumes()

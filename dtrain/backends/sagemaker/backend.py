@@ -80,7 +80,7 @@ class SageMakerBackend(Backend):
         return self.config
 
     # ---- dry run ------------------------------------------------------------------------
-    def render(self, spec: JobSpec) -> list[dict]:
+    def _render(self, spec: JobSpec) -> list[dict]:
         """What submit would send: the PutObject requests (without bodies) and CreateTrainingJob."""
         cfg = self._config_for(spec)
         req = render.training_job_request(spec, cfg)
@@ -204,8 +204,8 @@ class SageMakerBackend(Backend):
 
     # ---- storage: SageMaker keeps data in S3/EFS, not in dtrain volumes ------------------
     def _no_storage(self, *_a, **_k):
-        raise SpecError("volumes and snapshots are not supported by the SageMaker backend: data lives in S3 or "
-                        "EFS (submit with --channel NAME=s3://...); use --backend local or kubernetes for volumes")
+        raise self._not_supported("volumes and snapshots", "data lives in S3 or EFS: submit with "
+                                  "--channel NAME=s3://BUCKET/PREFIX")
 
-    create_volume = list_volumes = get_volume = delete_volume = _no_storage
-    create_snapshot = list_snapshots = get_snapshot = restore_snapshot = delete_snapshot = _no_storage
+    _create_volume = _list_volumes = _get_volume = _delete_volume = _no_storage
+    _create_snapshot = _list_snapshots = _get_snapshot = _restore_snapshot = _delete_snapshot = _no_storage
