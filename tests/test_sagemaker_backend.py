@@ -20,7 +20,7 @@ from moto.server import ThreadedMotoServer  # noqa: E402
 from dtrain.backends.base import JobStatus  # noqa: E402
 from dtrain.backends.sagemaker.backend import Clients, SageMakerBackend  # noqa: E402
 from dtrain.backends.sagemaker.config import SageMakerConfig  # noqa: E402
-from dtrain.errors import BackendError, DataError, DtrainError, NotFoundError, SpecError  # noqa: E402
+from dtrain.errors import BackendError, ConflictError, DataError, DtrainError, NotFoundError, SpecError  # noqa: E402
 from dtrain.spec import JobSpec  # noqa: E402
 from dtrain.spec_sagemaker import SageMakerOptions  # noqa: E402
 
@@ -91,6 +91,10 @@ def test_submit_uploads_code_and_creates_the_job(clients, code):
     assert be.get("moto-submit").spec.processes == 2
     with pytest.raises(NotFoundError, match="dtrain list"):
         be.get("no-such-job")
+    before = clients.s3.get_object(Bucket=CFG.bucket, Key="dtrain/moto-submit/dtrain-spec.json")["Body"].read()
+    with pytest.raises(ConflictError, match="never reused"):
+        be.submit(spec("moto-submit"))
+    assert clients.s3.get_object(Bucket=CFG.bucket, Key="dtrain/moto-submit/dtrain-spec.json")["Body"].read() == before
 
 
 def test_logs_one_stream_per_host(clients):
@@ -231,6 +235,8 @@ def test_aws_errors_name_their_code_and_the_fix(stubbed, code, tmp_path):
     be, stub = stubbed
     (tmp_path / "train.py").write_text("")
     be.cwd = str(tmp_path)
+    stub.add_client_error("describe_training_job", service_error_code="ValidationException",
+                          service_message="Requested resource not found.")
     stub.add_client_error("create_training_job", service_error_code=code, service_message="nope")
     with pytest.raises(BackendError, match=f"CreateTrainingJob: {code}: nope; "):
         be.submit(spec(f"err-{code.lower()[:10]}"))

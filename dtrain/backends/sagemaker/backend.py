@@ -98,9 +98,7 @@ class SageMakerBackend(Backend):
             check_request("sagemaker", "CreateTrainingJob", req)
         plan = render.upload_plan(spec, cfg, cwd=self.cwd or os.getcwd())
         clients = self.local if local else self.aws
-        if local or self._has_local(spec.name):
-            if self._has_local(spec.name):
-                raise ConflictError(f"a --local SageMaker job named {spec.name!r} exists: delete it or pick a new name")
+        self._check_free(clients, spec.name)  # before the upload, which would overwrite that job's code
         with tempfile.TemporaryFile() as archive:
             extra = {render.ENTRY: plan.entry} if plan.entry else {}
             pack_source(plan.source_dir, extra, archive)
@@ -111,6 +109,14 @@ class SageMakerBackend(Backend):
                  Body=json.dumps(spec.to_dict()).encode(), ContentType="application/json")
         aws_call("SageMaker CreateTrainingJob", clients.sagemaker.create_training_job, **req)
         return self._info(clients, spec.name)
+
+    def _check_free(self, clients: Clients, name: str) -> None:
+        try:
+            self._describe(clients, name)
+        except NotFoundError:
+            return
+        raise ConflictError(f"a SageMaker training job named {name!r} exists and names are never reused: "
+                            f"submit under a new name")
 
     def _describe(self, clients: Clients, name: str) -> dict:
         return aws_call(f"SageMaker job {name!r}", clients.sagemaker.describe_training_job, TrainingJobName=name)

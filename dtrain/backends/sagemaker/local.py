@@ -26,6 +26,7 @@ from dtrain.backends.local.backend import _proc_start, _spawn_detached  # pid + 
 from dtrain.backends.sagemaker.clients import Clients
 
 ROOT = "sagemaker-local"
+MAX_LOCAL_HOSTS = 16  # each host is a process tree with its own copy of the code on this one machine
 ACCOUNT = "000000000000"
 
 
@@ -90,6 +91,9 @@ class LocalSageMaker:
         d = self.job_dir(name)
         if self.has_job(name):
             raise LocalAWSError("ResourceInUse", f"Training job names must be unique: {name} exists")
+        if int(req["ResourceConfig"]["InstanceCount"]) > MAX_LOCAL_HOSTS:
+            raise LocalAWSError("ResourceLimitExceeded", f"--local runs at most {MAX_LOCAL_HOSTS} hosts on this "
+                                                         f"machine, not {req['ResourceConfig']['InstanceCount']}")
         (d / "logs").mkdir(parents=True, exist_ok=True)
         write_json(d / "request.json", req)
         state = {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Starting", "CreationTime": _now(),
