@@ -218,3 +218,25 @@ def test_local_backend_artifacts_copy_the_model_folder(dt: Dtrain, tmp_path):
     assert (tmp_path / "m" / "w.bin").read_text() == "7"
     r = dt("artifacts", "loc", "--to", str(tmp_path / "m"), check=False)
     assert r.returncode == 2 and "pick a new --to folder" in r.stderr
+
+
+def test_local_mpi_job_starts_every_rank_from_algo_1(home, tmp_path):
+    import shutil as sh
+
+    import dtrain
+    from dtrain.spec_sagemaker import SageMakerOptions
+    if not sh.which("mpirun"):
+        pytest.skip("OpenMPI is not installed (make setup installs it)")
+    (tmp_path / "train.py").write_text("import os, sys\nsys.stdout.write('rank %s of %s on %s\\n' % (os.environ["
+                                       "'OMPI_COMM_WORLD_RANK'], os.environ['OMPI_COMM_WORLD_SIZE'], "
+                                       "os.environ['SM_CURRENT_HOST']))\n")
+    client = dtrain.Client(home=home, backend="sagemaker")
+    client.submit(dtrain.JobSpec(name="mpi", command=("python", "train.py"), processes=4, launcher="mpi",
+                                 backend="sagemaker",
+                                 sagemaker=SageMakerOptions(local=True, instance_count=2, source_dir=str(tmp_path))))
+    info = client.wait("mpi", timeout=120)
+    assert info.status.value == "Succeeded", info.message
+    text = "\n".join(ln.text for ln in client.logs("mpi"))
+    for rank in range(4):
+        assert f"rank {rank} of 4 on algo-1" in text
+    assert [ln.text for ln in client.logs("mpi", rank=1)] == ["algo-2: MPI worker host, ranks run from algo-1"]
