@@ -91,6 +91,8 @@ def test_job_stopped_midway_resumes_from_checkpoints(sm, data_dir, tmp_path):  #
     sm("delete", "first")
     assert sm("wait", "first", "--timeout", "60", check=False).stdout.startswith("first: Deleted")
     done = max(int(p.stem[5:]) for p in ckpts.glob("ckpt-*.pt"))
+    time.sleep(2)
+    assert max(int(p.stem[5:]) for p in ckpts.glob("ckpt-*.pt")) == done  # no process of the job lives on
     steps = done + 4  # stopped after step `done`; the rerun trains 4 more
     args = [a if a != "12" else str(steps) for a in TRAIN_ARGS] + ["--checkpoint-interval", "4"]
     submit(sm, "second", data_dir, args, "--checkpoint-s3-uri", ckpt_uri)

@@ -93,7 +93,10 @@ class Runner:
 
     # ---- 2. Training --------------------------------------------------------------------
     def sandbox(self, host_dir: Path) -> list[str]:
-        argv = ["bwrap", "--dev-bind", "/", "/", "--die-with-parent", *private_opt(),
+        # A pid namespace per host, as a container has: killing the host's bwrap ends every process
+        # in it (torchrun's workers included), so a stopped job writes nothing afterwards.
+        argv = ["bwrap", "--dev-bind", "/", "/", "--die-with-parent", "--unshare-pid", "--proc", "/proc",
+                *private_opt(),
                 "--bind", str(host_dir), contract.OPT_ML,
                 "--bind", str(self.checkpoints), contract.CHECKPOINTS,
                 "--ro-bind", str(self.dir / "etc-hosts"), "/etc/hosts"]
