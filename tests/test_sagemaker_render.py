@@ -46,10 +46,12 @@ MATRIX = [
 @pytest.mark.parametrize("vpc", [False, True], ids=["no-vpc", "vpc"])
 @pytest.mark.parametrize("fields, sm", MATRIX)
 def test_every_request_passes_botocore_validation(fields, sm, vpc):
-    if any("://fs-" in c for c in sm.get("channels", ())) and not vpc:
-        pytest.skip("covered by test_efs_needs_a_vpc")
     c = cfg(**(VPC if vpc else {}))
     s = spec(**fields, sm=sm)
+    if any("://fs-" in ch for ch in sm.get("channels", ())) and not vpc:
+        with pytest.raises(SpecError, match="EFS and FSx channels are reached through a VPC"):
+            render.training_job_request(s, c)
+        return
     req = render.training_job_request(s, c)
     check_request("sagemaker", "CreateTrainingJob", req)
     for put in render.upload_plan(s, c, cwd="/tmp").requests():
