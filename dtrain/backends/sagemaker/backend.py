@@ -24,6 +24,7 @@ from dtrain.backends.sagemaker.clients import Clients, aws_call, aws_clients
 from dtrain.backends.sagemaker import render, status
 from dtrain.backends.sagemaker.archive import pack_source, unpack
 from dtrain.backends.sagemaker.config import SageMakerConfig
+from dtrain.backends.sagemaker.contract import decode
 from dtrain.backends.sagemaker.validate import check_request
 from dtrain.errors import BackendError, ConflictError, NotFoundError, SpecError
 from dtrain.spec import JobSpec
@@ -80,24 +81,24 @@ class SageMakerBackend(Backend):
         return self.config
 
     # ---- dry run ------------------------------------------------------------------------
-    def _render(self, spec: JobSpec) -> list[dict]:
-        """What submit would send: the PutObject requests (without bodies) and CreateTrainingJob."""
+    def _plan(self, spec: JobSpec) -> tuple[dict, render.UploadPlan]:
+        """The CreateTrainingJob request (checked against botocore's model when bound for AWS) and uploads.
+        A --local request may name file:// channels, which the model's S3Uri pattern rightly refuses."""
         cfg = self._config_for(spec)
         req = render.training_job_request(spec, cfg)
         if not (spec.sagemaker and spec.sagemaker.local):
             check_request("sagemaker", "CreateTrainingJob", req)
-        puts = render.upload_plan(spec, cfg, cwd=self.cwd or os.getcwd()).requests()
-        return [{"S3.PutObject": p} for p in puts] + [{"SageMaker.CreateTrainingJob": req}]
+        return req, render.upload_plan(spec, cfg, cwd=self.cwd or os.getcwd())
+
+    def _render(self, spec: JobSpec) -> list[dict]:
+        """What submit would send: the PutObject requests (without bodies) and CreateTrainingJob."""
+        req, plan = self._plan(spec)
+        return [{"S3.PutObject": p} for p in plan.requests()] + [{"SageMaker.CreateTrainingJob": req}]
 
     # ---- hooks --------------------------------------------------------------------------
     def _submit(self, spec: JobSpec) -> JobInfo:
-        local = bool(spec.sagemaker and spec.sagemaker.local)
-        cfg = self._config_for(spec)
-        req = render.training_job_request(spec, cfg)
-        if not local:
-            check_request("sagemaker", "CreateTrainingJob", req)
-        plan = render.upload_plan(spec, cfg, cwd=self.cwd or os.getcwd())
-        clients = self.local if local else self.aws
+        req, plan = self._plan(spec)
+        clients = self.local if spec.sagemaker and spec.sagemaker.local else self.aws
         self._check_free(clients, spec.name)  # before the upload, which would overwrite that job's code
         with tempfile.TemporaryFile() as archive:
             extra = {render.ENTRY: plan.entry} if plan.entry else {}
@@ -124,7 +125,7 @@ class SageMakerBackend(Backend):
     def _stored_spec(self, clients: Clients, desc: dict) -> JobSpec:
         """The spec dtrain stored beside the code; a stand-in for jobs started elsewhere."""
         hps = desc.get("HyperParameters") or {}
-        source = status._decode(hps.get("sagemaker_submit_directory", '""'))
+        source = decode(hps.get("sagemaker_submit_directory", '""'))
         if isinstance(source, str) and source.startswith("s3://") and source.endswith(render.SOURCE_ARCHIVE):
             bucket, _, key = source[5:].partition("/")
             key = key.rsplit("/", 2)[0] + "/" + render.SPEC_FILE
@@ -139,7 +140,7 @@ class SageMakerBackend(Backend):
         desc = desc or self._describe(clients, name)
         spec = self._stored_spec(clients, desc)
         hps = desc.get("HyperParameters") or {}
-        per_host = int(status._decode(hps.get("sagemaker_mpi_num_of_processes_per_host", "0")) or 0) or \
+        per_host = int(decode(hps.get("sagemaker_mpi_num_of_processes_per_host", "0")) or 0) or \
             max(1, spec.processes // int((desc.get("ResourceConfig") or {}).get("InstanceCount") or 1))
         return status.job_info(desc, spec, per_host=per_host)
 

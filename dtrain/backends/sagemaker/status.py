@@ -15,11 +15,11 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from typing import Any
 
 from dtrain.backends.base import Event, JobInfo, JobStatus, ProcessInfo
+from dtrain.backends.sagemaker.contract import decode
 from dtrain.spec import JobSpec
 
 WAITING = {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Interrupted"}
@@ -76,20 +76,13 @@ def cost(desc: dict) -> dict[str, Any]:
 def spec_from_description(desc: dict) -> JobSpec:
     """A stand-in spec for a job that dtrain did not start (no stored spec): what the request says."""
     hps = desc.get("HyperParameters") or {}
-    program = _decode(hps.get("sagemaker_program", '"unknown"'))
+    program = decode(hps.get("sagemaker_program", '"unknown"'))
     count = int((desc.get("ResourceConfig") or {}).get("InstanceCount") or 1)
     launcher = ("torchrun" if "sagemaker_torch_distributed_enabled" in hps else
                 "mpi" if "sagemaker_mpi_enabled" in hps else ("torchrun" if count > 1 else "none"))
     tags = {t["Key"]: t["Value"] for t in desc.get("Tags") or [] if "Key" in t}
     return JobSpec(name=desc["TrainingJobName"], command=("python", str(program)), processes=count,
                    launcher=launcher, backend="sagemaker", project=tags.get("dtrain:project", "default"))
-
-
-def _decode(value: str) -> Any:
-    try:
-        return json.loads(value)
-    except (TypeError, ValueError):
-        return value
 
 
 def job_info(desc: dict, spec: JobSpec, *, per_host: int = 1) -> JobInfo:
