@@ -55,6 +55,11 @@ class Client:
             except TypeError as err:
                 raise SpecError(f"{self.home / 'config.yaml'}: bad 'kubernetes' settings ({err})") from None
             return KubernetesBackend(cfg)
+        if name == "sagemaker":
+            from dtrain.backends.sagemaker.backend import SageMakerBackend
+            from dtrain.backends.sagemaker.config import SageMakerConfig
+            cfg = SageMakerConfig.from_dict(self.config.sagemaker, where=str(self.home / "config.yaml"))
+            return SageMakerBackend(cfg, home=self.home)
         raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
 
     @property
@@ -99,6 +104,20 @@ class Client:
 
     def notebook_url(self, name: str) -> str:
         return self.backend().notebook_url(name)
+
+    def artifacts(self, name: str, *, to: str | Path) -> Path:
+        """The job's model folder, copied (SageMaker: model.tar.gz downloaded and unpacked) into `to`."""
+        return self.backend().artifacts(name, to=to)
+
+    def configure_sagemaker(self, **settings) -> dict:
+        """Merge settings (role, bucket, region, subnets, ...) into config.yaml; all checked before saving."""
+        from dtrain.backends.sagemaker.config import SageMakerConfig
+        merged = {**self.config.sagemaker, **{k: v for k, v in settings.items() if v is not None}}
+        merged = SageMakerConfig.from_dict(merged).to_dict()  # raises SpecError before anything is written
+        self.config.sagemaker = merged
+        self.config.save(self.home)
+        self._backends.pop("sagemaker", None)
+        return merged
 
     # ---- projects -------------------------------------------------------------------------
     def set_default_project(self, name: str) -> None:

@@ -17,7 +17,7 @@ from dtrain.errors import SpecError
 from dtrain.names import CLASS_RE
 from dtrain.spec import check_name
 
-BACKENDS = ("local", "kubernetes")
+BACKENDS = ("local", "kubernetes", "sagemaker")
 
 
 def home_dir(home: str | Path | None = None) -> Path:
@@ -35,6 +35,7 @@ class UserConfig:
     project_backends: dict[str, str] = field(default_factory=dict)  # project -> backend
     kubernetes: dict[str, Any] = field(default_factory=dict)  # KubernetesConfig fields
     storage_classes: dict[str, str] = field(default_factory=dict)  # local class -> root folder
+    sagemaker: dict[str, Any] = field(default_factory=dict)  # SageMakerConfig fields
 
     @classmethod
     def load(cls, home: Path) -> "UserConfig":
@@ -47,10 +48,10 @@ class UserConfig:
             raise SpecError(f"{path} is not valid YAML ({err}); fix or remove the file") from None
         if not isinstance(data, dict):
             raise SpecError(f"{path} must hold a mapping (project:, backend:, ...); fix or remove the file")
-        unknown = set(data) - {"project", "backend", "project_backends", "kubernetes", "storage_classes"}
+        unknown = set(data) - {"project", "backend", "project_backends", "kubernetes", "storage_classes", "sagemaker"}
         if unknown:
             raise SpecError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: project, "
-                            f"backend, project_backends, kubernetes, storage_classes")
+                            f"backend, project_backends, kubernetes, storage_classes, sagemaker")
         cfg = cls(**data)
         cfg.validate(path)
         return cfg
@@ -74,7 +75,8 @@ class UserConfig:
         tmp.write_text(yaml.safe_dump({"project": self.project, "backend": self.backend,
                                        "project_backends": self.project_backends,
                                        "kubernetes": self.kubernetes,
-                                       "storage_classes": self.storage_classes}, sort_keys=False))
+                                       "storage_classes": self.storage_classes,
+                                       "sagemaker": self.sagemaker}, sort_keys=False))
         os.replace(tmp, path)
 
     def class_roots(self) -> dict[str, Path]:

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from dtrain.errors import SpecError
 from dtrain.names import NAME_RE, SIZE_RE, check_name, check_storage_class, job_volume_name, parse_size  # noqa: F401
+from dtrain.spec_sagemaker import SageMakerOptions
 
 LAUNCHERS = ("none", "torchrun", "mpi")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -118,6 +119,7 @@ class JobSpec:
     image_pull_policy: str | None = None  # Always, IfNotPresent or Never (Kubernetes)
     image_pull_secrets: tuple[str, ...] = ()  # secret names (Kubernetes)
     notebook: bool = False  # an interactive Jupyter server (dtrain notebook): runs until deleted
+    sagemaker: SageMakerOptions | None = None  # instances, channels, spot, limits (SageMaker)
 
     def __post_init__(self):
         check_name(self.name, "job")
@@ -130,6 +132,10 @@ class JobSpec:
         set_("env", dict(parse_env(f"{k}={v}" for k, v in dict(self.env).items())))
         set_("volumes", tuple(self.volumes))
         set_("image_pull_secrets", tuple(self.image_pull_secrets))
+        if isinstance(self.sagemaker, Mapping):
+            set_("sagemaker", SageMakerOptions.from_dict(self.sagemaker))
+        elif self.sagemaker is not None and not isinstance(self.sagemaker, SageMakerOptions):
+            raise SpecError(f"invalid sagemaker options {self.sagemaker!r}: use SageMakerOptions or a mapping")
         _check_int(self.processes, "--processes", 1)
         _check_int(self.gpu, "--gpu", 0)
         _check_int(self.max_restarts, "--max-restarts", 0)
@@ -210,6 +216,7 @@ class JobSpec:
         d["env"] = dict(self.env)
         d["volumes"] = [v.to_flag() for v in self.volumes]
         d["image_pull_secrets"] = list(self.image_pull_secrets)
+        d["sagemaker"] = None if self.sagemaker is None else self.sagemaker.to_dict()
         return d
 
     @classmethod

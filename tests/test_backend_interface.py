@@ -119,6 +119,7 @@ def test_shared_checks_run_before_any_hook(local):
 def test_no_backend_overrides_a_public_verb():
     public = {n for n in vars(Backend) if not n.startswith("_")} - {"name"}
     assert {"create_volume", "delete_snapshot", "render", "list_projects", "verify_snapshot"} <= public
-    for cls in (LocalBackend, KubernetesBackend):
+    from dtrain.backends.sagemaker.backend import SageMakerBackend
+    for cls in (LocalBackend, KubernetesBackend, SageMakerBackend):
         mro = [c for c in cls.__mro__ if c not in (Backend, object)]
         assert not {n for c in mro for n in vars(c)} & public, cls

@@ -9,6 +9,7 @@ import abc
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterator
 
@@ -260,6 +261,10 @@ class Backend(abc.ABC):
             raise ConflictError(f"notebook {name!r} is {info.status}: start it again with 'dtrain notebook {name} ...'")
         return self._notebook_url(info)
 
+    def artifacts(self, name: str, *, to: str | Path) -> Path:
+        """Put the job's model folder (SageMaker: its model.tar.gz, unpacked) into the new folder `to`."""
+        return self._artifacts(name, to=Path(to))
+
     # ---- projects -----------------------------------------------------------------------
     def create_project(self, name: str, *, gpu_quota: int | None = None) -> None:
         """Create a project, or set the GPU quota of an existing one."""
@@ -394,6 +399,9 @@ class Backend(abc.ABC):
     # ---- optional hooks: a backend without the feature keeps these ----------------------
     def _render(self, spec: JobSpec) -> list[dict[str, Any]]:
         raise self._not_supported("a dry run (--dry-run)")
+
+    def _artifacts(self, name: str, *, to: Path) -> Path:
+        raise self._not_supported("'artifacts'", "copy the model from the volume the job wrote it to")
 
     def _create_project(self, name: str, *, gpu_quota: int | None) -> None:
         raise self._not_supported("projects")

@@ -13,6 +13,7 @@ from dtrain.cli import format as fmt
 from dtrain.client import Client
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec, parse_env, parse_pvc
+from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
 
 # flag dest -> spec field, for flags that map one to one
 _FIELDS = ("processes", "launcher", "gpu", "cpu", "memory", "large_shm", "working_dir", "project", "backend",
@@ -35,13 +36,66 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
     p.add_argument("--large-shm", action="store_const", const=True, help="a large in-memory /dev/shm")
     p.add_argument("--working-dir", help="working directory of the command")
     p.add_argument("-p", "--project", help="project (default: 'dtrain config project')")
-    p.add_argument("--backend", choices=["local", "kubernetes"], help="where to run (default from config)")
+    p.add_argument("--backend", choices=["local", "kubernetes", "sagemaker"], help="where to run (default from config)")
     p.add_argument("--max-restarts", type=int, help="restarts of the job after a failure")
     p.add_argument("--snapshot-on-success", metavar="VOLUME", help="snapshot VOLUME when the job succeeds")
     p.add_argument("-i", "--image", help="container image (Kubernetes)")
     p.add_argument("--image-pull-policy", choices=["Always", "IfNotPresent", "Never"])
     p.add_argument("--image-pull-secret", action="append", help="image pull secret (repeat)")
-    p.add_argument("--dry-run", action="store_true", help="print what would run (Kubernetes: the YAML) and stop")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would run (Kubernetes: the YAML; SageMaker: the requests as JSON) and stop")
+    add_sagemaker_options(p)
+
+
+def add_sagemaker_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("SageMaker (--backend sagemaker)")
+    g.add_argument("--local", action="store_const", const=True,
+                   help="run here inside the SageMaker contract (no Docker, no AWS)")
+    g.add_argument("--instance-type", help="ml.* instance type (default from 'dtrain config sagemaker')")
+    g.add_argument("--instance-count", type=int, help="instances (default: one per process, or per GPUs of the type)")
+    g.add_argument("--channel", action="append", metavar="NAME=URI",
+                   help="input channel: s3://BUCKET/PREFIX, efs://FS-ID/PATH, fsx://FS-ID/MOUNT/PATH, "
+                        "file:///PATH with --local (repeat)")
+    g.add_argument("--hp", action="append", metavar="KEY=VALUE", help="hyperparameter (repeat)")
+    g.add_argument("--source-dir", help="folder packed as sourcedir.tar.gz (default: the working folder)")
+    g.add_argument("--spot", action="store_const", const=True, help="managed spot training, checkpoints in S3")
+    g.add_argument("--max-runtime", type=int, metavar="SECONDS", help="MaxRuntimeInSeconds (default 86400)")
+    g.add_argument("--max-wait", type=int, metavar="SECONDS", help="spot: MaxWaitTimeInSeconds (default 2 x runtime)")
+    g.add_argument("--volume-size", type=int, metavar="GB", help="ML storage volume per instance (default 30)")
+    g.add_argument("--network-isolation", action="store_const", const=True, help="EnableNetworkIsolation")
+    g.add_argument("--encrypt-inter-container", action="store_const", const=True,
+                   help="EnableInterContainerTrafficEncryption")
+    g.add_argument("--checkpoint-s3-uri", dest="checkpoint_uri", metavar="S3URI",
+                   help="CheckpointConfig.S3Uri (default s3://BUCKET/PREFIX/JOB/checkpoints)")
+
+
+_SM_FLAGS = ("local", "instance_type", "instance_count", "source_dir", "spot", "max_runtime", "max_wait",
+             "volume_size", "network_isolation", "encrypt_inter_container", "checkpoint_uri")
+
+
+def _channel(text: str):
+    """--channel NAME=file://REL is relative to the working folder (the CLI knows it; the spec must not)."""
+    name, sep, uri = text.partition("=")
+    if sep and uri.startswith("file://") and not uri.startswith("file:///"):
+        uri = "file://" + str(Path(uri[len("file://"):]).resolve())
+    return parse_channel(f"{name}={uri}" if sep else text)
+
+
+def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:
+    """SageMaker flags -> the spec's `sagemaker` mapping (flags win over the file's)."""
+    sm = dict(data.get("sagemaker") or {})
+    sm.update({k: getattr(args, k) for k in _SM_FLAGS if getattr(args, k, None) is not None})
+    if args.source_dir:
+        sm["source_dir"] = str(Path(args.source_dir).resolve())
+    if args.channel:
+        sm["channels"] = [*(sm.get("channels") or []), *(c.to_flag() for c in map(_channel, args.channel))]
+    if args.hp:
+        sm["hyperparameters"] = {**(sm.get("hyperparameters") or {}), **parse_hyperparameters(args.hp)}
+    if sm:
+        data["sagemaker"] = sm
+        if data.get("backend", "sagemaker") != "sagemaker":
+            raise SpecError(f"SageMaker flags ({', '.join(sorted(sm))}) need --backend sagemaker")
+        data["backend"] = "sagemaker"
 
 
 def spec_from_args(args: argparse.Namespace, command: list[str], client: Client, *, launcher: str | None) -> JobSpec:
@@ -78,6 +132,7 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
         data["volumes"] = [*(data.get("volumes") or []), *(v.to_flag() for v in map(parse_pvc, args.pvc))]
     if args.image_pull_secret:
         data["image_pull_secrets"] = args.image_pull_secret
+    _sagemaker_fields(args, data)
     if command:
         data["command"] = command
     data.setdefault("project", client.default_project)
@@ -96,7 +151,11 @@ def cmd_submit(args, command: list[str], client: Client, launcher: str | None = 
 
 
 def _dry_run(spec: JobSpec, client: Client) -> int:
-    print(yaml.safe_dump_all(client.render(spec), sort_keys=False), end="")
+    requests = client.render(spec)
+    if spec.backend == "sagemaker":
+        print(json.dumps(requests, indent=2))  # the requests exactly as boto3 would send them
+    else:
+        print(yaml.safe_dump_all(requests, sort_keys=False), end="")
     return 0
 
 
@@ -129,6 +188,12 @@ def cmd_describe(args, client: Client) -> int:
             "Snapshot": info.snapshot or "-"}
     if info.extra.get("source_snapshot"):
         head["Started from snapshot"] = info.extra["source_snapshot"]
+    if info.extra.get("model_artifacts"):  # SageMaker
+        head["Model"] = info.extra["model_artifacts"]
+    if info.extra.get("training_seconds") is not None:
+        head["Billable / training seconds"] = f"{info.extra.get('billable_seconds')} / {info.extra['training_seconds']}"
+    if info.extra.get("spot_saving_percent") is not None:
+        head["Spot saving"] = f"{info.extra['spot_saving_percent']:.1f}%"
     print(fmt.mapping(head))
     print("Spec:")
     print(fmt.mapping(info.spec.to_dict(), 2))
@@ -171,6 +236,12 @@ def cmd_delete(args, client: Client) -> int:
     return 0
 
 
+def cmd_artifacts(args, client: Client) -> int:
+    out = client.artifacts(args.name, to=args.to)
+    print(f"The model of job '{args.name}' is in {out}")
+    return 0
+
+
 def cmd_wait(args, client: Client) -> int:
     info = client.wait(args.name, timeout=args.timeout)
     print(f"{info.name}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
@@ -208,6 +279,10 @@ def register(sub) -> None:
     p = sub.add_parser("delete", help="stop and delete jobs")
     p.add_argument("names", nargs="+", metavar="NAME")
     p.set_defaults(handler=cmd_delete)
+    p = sub.add_parser("artifacts", help="copy a job's model folder (SageMaker: model.tar.gz, unpacked) to a folder")
+    p.add_argument("name")
+    p.add_argument("--to", required=True, metavar="DIR", help="a new (or empty) folder")
+    p.set_defaults(handler=cmd_artifacts)
     p = sub.add_parser("wait", help="wait until a job ends; exit 0 if it succeeded")
     p.add_argument("name")
     p.add_argument("--timeout", type=float)

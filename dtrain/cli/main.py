@@ -10,6 +10,7 @@ import sys
 from dtrain.cli import format as fmt
 from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
+from dtrain.config import BACKENDS
 from dtrain.errors import DtrainError, SpecError
 
 # Workload commands are passed through to the workload's own `main(argv)`: the same code runs
@@ -27,6 +28,16 @@ WORKLOADS = {
 
 
 def cmd_config(args, client: Client) -> int:
+    if args.what == "sagemaker":
+        if args.value is not None:
+            raise SpecError("'dtrain config sagemaker' takes flags only, e.g. --role ARN --bucket NAME --region R")
+        settings = client.configure_sagemaker(role=args.role, bucket=args.bucket, region=args.region,
+                                              prefix=args.prefix, image=args.image, instance_type=args.instance_type,
+                                              subnets=args.subnets, security_groups=args.security_groups)
+        print("SageMaker settings saved: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+        return 0
+    if args.value is None:
+        raise SpecError(f"'dtrain config {args.what}' needs a value, e.g. dtrain config {args.what} NAME")
     if args.what == "project":
         client.set_default_project(args.value)
         print(f"Project '{args.value}' has been set as the default project")
@@ -74,16 +85,27 @@ def cmd_nodes(args, client: Client) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="dtrain", description="Distributed training on one machine or a cluster.")
     parser.add_argument("--home", help="state folder (default $DTRAIN_HOME or ~/.dtrain)")
+    parser.add_argument("--backend", dest="default_backend", choices=list(BACKENDS),
+                        help="backend for this command (default from config), e.g. dtrain --backend sagemaker list")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     jobs.register(sub)
     storage.register(sub)
     pipeline.register(sub)
     server.register(sub)
     notebook.register(sub)
-    p = sub.add_parser("config", help="set the default project or backend")
-    p.add_argument("what", choices=["project", "backend"])
-    p.add_argument("value")
+    p = sub.add_parser("config", help="set the default project or backend; SageMaker settings")
+    p.add_argument("what", choices=["project", "backend", "sagemaker"])
+    p.add_argument("value", nargs="?")
     p.add_argument("-p", "--project", help="with 'backend': only for this project")
+    g = p.add_argument_group("with 'sagemaker' (credentials come from boto3's chain and are never stored)")
+    g.add_argument("--role", help="IAM role ARN SageMaker assumes")
+    g.add_argument("--bucket", help="S3 bucket for code, checkpoints and models")
+    g.add_argument("--region", help="AWS region, e.g. us-east-1")
+    g.add_argument("--prefix", help="S3 key prefix (default dtrain)")
+    g.add_argument("--image", help="training image URI (default: the AWS PyTorch training image)")
+    g.add_argument("--instance-type", help="default instance type, e.g. ml.m5.xlarge")
+    g.add_argument("--subnets", nargs="+", metavar="SUBNET", help="VPC subnets (EFS/FSx channels need a VPC)")
+    g.add_argument("--security-groups", nargs="+", metavar="SG", help="VPC security groups")
     p.set_defaults(handler=cmd_config)
     p = sub.add_parser("project", help="create and list projects (GPU quotas)")
     ps = p.add_subparsers(dest="action", required=True)
@@ -118,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             return _workload(argv)
         head, command = split_command(argv)
         args = build_parser().parse_args(head)
-        client = Client(home=args.home)
+        client = Client(home=args.home, backend=args.default_backend)
         if getattr(args, "takes_command", False):
             return args.handler(args, command, client, args.launcher_for)
         if command:

@@ -48,13 +48,15 @@ class SpecIn(_In):
     large_shm: bool = False
     working_dir: str | None = Field(None, max_length=4096)
     project: str | None = Field(None, pattern=NAME, description="default: the configured project")
-    backend: Literal["local", "kubernetes"] | None = None
+    backend: Literal["local", "kubernetes", "sagemaker"] | None = None
     max_restarts: int = Field(0, ge=0, le=1000)
     snapshot_on_success: str | None = Field(None, pattern=NAME)
     image: str | None = Field(None, max_length=1024)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     image_pull_secrets: list[str] = Field(default_factory=list, max_length=64)
     notebook: bool = Field(False, description="an interactive Jupyter server (dtrain notebook): runs until deleted")
+    sagemaker: dict[str, Any] | None = Field(None, description="SageMaker options (docs/sagemaker.md): instance_type, "
+                                             "channels, spot, ...; checked by dtrain.spec_sagemaker.SageMakerOptions")
 
 
 class ProjectIn(_In):

@@ -31,7 +31,7 @@ from dtrain.backends.local.rankrun import parse_line
 from dtrain.backends.local.store import ACTIVE, JobStore
 from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, rank_records
 from dtrain.config import UserConfig, home_dir
-from dtrain.errors import ConflictError, QuotaError
+from dtrain.errors import ConflictError, NotFoundError, QuotaError
 from dtrain.spec import JobSpec, NewVolume
 
 if TYPE_CHECKING:
@@ -221,6 +221,17 @@ class LocalBackend(Backend):
                 os.killpg(pid, signal.SIGKILL)
         kill_ranks(self.home / "jobs" / name)
         return self._get(name)
+
+    def _artifacts(self, name: str, *, to: Path) -> Path:
+        """Copy the job's model folder ($DTRAIN_MODEL_DIR in the job: jobs/<name>/model) to `to`."""
+        self._get(name)
+        source = self.home / "jobs" / name / "model"
+        if not source.is_dir():
+            raise NotFoundError(f"job {name!r} wrote no model folder: save into $DTRAIN_MODEL_DIR in the job")
+        if to.exists():
+            raise ConflictError(f"{to} exists: pick a new --to folder")
+        shutil.copytree(source, to, symlinks=True)  # links are copied as links, never followed
+        return to
 
     def _nodes(self) -> list[NodeInfo]:
         gpus = inventory()

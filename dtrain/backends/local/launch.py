@@ -143,6 +143,7 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
     env.setdefault("DTRAIN_METRICS_FILE", str(job_dir / "metrics.jsonl"))
     if spec.notebook:
         env.update(notebook_env(job_dir, master_port, notebook_token or ""))
+    env.setdefault("DTRAIN_MODEL_DIR", str(job_dir / "model"))  # what `dtrain artifacts` copies
     return LaunchPlan(argv=argv, env=env, cwd=cwd)
 
 

@@ -30,7 +30,8 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
 
 from dtrain.errors import SpecError
-from dtrain.training import DistInfo, MetricsWriter, all_reduce_sum, save_atomic, setup_distributed, teardown
+from dtrain.training import (DistInfo, MetricsWriter, all_reduce_sum, checkpoint_path, latest_checkpoint,
+                             load_checkpoint, save_atomic, setup_distributed, teardown)
 from dtrain.workloads.cifar10.data import load_split
 from dtrain.workloads.cifar10.model import Net
 
@@ -50,6 +51,11 @@ class TrainConfig:
     metrics_file: str | None = None  # JSONL of per-step metrics; None: <model_dir>/metrics.jsonl
     num_workers: int = 0  # DataLoader workers; the data is in memory, so 0 is usually fastest
     log_interval: int = 100  # print a progress line every this many steps (0: never)
+    checkpoint_dir: str | None = None  # save and resume here; under SageMaker: /opt/ml/checkpoints
+    checkpoint_interval: int = 0  # checkpoint every this many steps (0: at the end of each epoch)
+
+
+SAGEMAKER_CHECKPOINTS = "/opt/ml/checkpoints"  # CheckpointConfig.LocalPath's default
 
 
 def _sagemaker_defaults() -> dict[str, object]:
@@ -59,6 +65,9 @@ def _sagemaker_defaults() -> dict[str, object]:
         out["data_dir"] = os.environ["SM_CHANNEL_TRAINING"]
     if os.environ.get("SM_MODEL_DIR"):
         out["model_dir"] = os.environ["SM_MODEL_DIR"]
+        # SageMaker syncs this folder with CheckpointConfig's S3 URI: a restarted (spot) job finds it filled.
+        if os.path.isdir(SAGEMAKER_CHECKPOINTS):
+            out["checkpoint_dir"] = SAGEMAKER_CHECKPOINTS
     raw = os.environ.get("SM_HPS", "").strip()
     if raw:
         try:
@@ -97,6 +106,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     add("metrics_file", str, "per-step JSONL metrics (default: <model-dir>/metrics.jsonl)")
     add("num_workers", int, "DataLoader worker processes (default 0)")
     add("log_interval", int, "print progress every N steps; 0 never (default 100)")
+    add("checkpoint_dir", str, "save and resume checkpoints here (default under SageMaker: /opt/ml/checkpoints)")
+    add("checkpoint_interval", int, "checkpoint every N steps; 0: each epoch end (default 0)")
     p.set_defaults(**_sagemaker_defaults())
     a = vars(p.parse_args(argv))
     if not a["data_dir"]:
@@ -107,7 +118,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
             raise SpecError(f"--{name.replace('_', '-')} {a[name]} must be >= 1")
     if float(a["lr"]) <= 0 or not math.isfinite(float(a["lr"])):
         raise SpecError(f"--lr {a['lr']} must be a positive number")
-    for name in ("max_steps", "num_workers", "log_interval"):
+    for name in ("max_steps", "num_workers", "log_interval", "checkpoint_interval"):
         if int(a[name]) < 0:
             raise SpecError(f"--{name.replace('_', '-')} {a[name]} must be >= 0")
     types = {f.name: f.type for f in fields(TrainConfig)}
@@ -177,11 +188,17 @@ def train(cfg: TrainConfig) -> dict[str, float]:
 def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) -> dict[str, float]:
     torch.manual_seed(cfg.seed)
     net = Net().to(info.device)
+    resume = latest_checkpoint(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
+    state = load_checkpoint(resume, map_location=info.device) if resume else None
+    if state is not None:
+        net.load_state_dict(state["model"])  # every rank loads the same file, so DDP's broadcast is a no-op
     model, timer = net, _AllreduceTimer()
     if info.distributed:
         model = DDP(net, device_ids=[info.device.index] if info.device.type == "cuda" else None)
         model.register_comm_hook(timer, _timed_allreduce)
     opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    if state is not None:
+        opt.load_state_dict(state["optimizer"])  # the momentum buffers: without them the run drifts
     # One sampler for every world size: the shuffle is the same permutation, so
     # N ranks x batch b see exactly the images 1 rank x batch N*b sees.
     dataset = TensorDataset(*train_set)
@@ -192,14 +209,22 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
     if info.is_main:
         print(f"cifar10: runtime={info.runtime} world_size={info.world_size} backend={info.backend} "
               f"device={info.device} global_batch={global_batch} train_images={len(dataset)}", flush=True)
-    step = 0
+    step = state["step"] if state is not None else 0
+    if info.is_main and state is not None:
+        print(f"cifar10: resumed from {resume} at step {step}", flush=True)
+    save = _checkpointer(cfg, info, net, opt)
     metrics_path = cfg.metrics_file or str(Path(cfg.model_dir) / "metrics.jsonl")
     with MetricsWriter(metrics_path, enabled=info.is_main) as metrics:
-        for epoch in range(cfg.epochs):
-            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
-            step = _train_epoch(cfg, info, model, opt, loader, timer, metrics, epoch, step)
-            if step == cfg.max_steps:
+        # Resuming at step s: skip the s % len(loader) batches of epoch s // len(loader) that were
+        # trained, so the shuffle and the batches match an uninterrupted run exactly.
+        epoch = min(step // len(loader), cfg.epochs - 1)
+        for epoch in range(step // len(loader), cfg.epochs):
+            if cfg.max_steps and step >= cfg.max_steps:
                 break
+            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
+            step = _train_epoch(cfg, info, model, opt, loader, timer, metrics, epoch, step, save)
+            if cfg.checkpoint_interval == 0:
+                save(step)
         accuracy, test_loss = evaluate(net, *test_set, info)
         metrics.log(step=step, epoch=epoch, test_accuracy=accuracy, test_loss=test_loss)
     if info.is_main:
@@ -209,12 +234,29 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
     return {"test_accuracy": accuracy, "test_loss": test_loss, "steps": step}
 
 
+def _checkpointer(cfg: TrainConfig, info: DistInfo, net: torch.nn.Module, opt: torch.optim.Optimizer):
+    """save(step): rank 0 writes ckpt-<step>.pt atomically and keeps the newest two."""
+    def save(step: int) -> None:
+        if not cfg.checkpoint_dir or not info.is_main:
+            return
+        folder = Path(cfg.checkpoint_dir)
+        save_atomic({"model": net.state_dict(), "optimizer": opt.state_dict(), "step": step},
+                    checkpoint_path(folder, step))
+        for old in sorted(folder.glob("ckpt-*.pt"), key=lambda p: int(p.stem[5:]))[:-2]:
+            old.unlink(missing_ok=True)
+    return save
+
+
 def _train_epoch(cfg: TrainConfig, info: DistInfo, model: torch.nn.Module, opt: torch.optim.Optimizer,
-                 loader: DataLoader, timer: _AllreduceTimer, metrics: MetricsWriter, epoch: int, step: int) -> int:
-    """One pass over this rank's shard (or up to cfg.max_steps); returns the step count."""
+                 loader: DataLoader, timer: _AllreduceTimer, metrics: MetricsWriter, epoch: int, step: int,
+                 save) -> int:
+    """One pass over this rank's shard (or up to cfg.max_steps) from `step`; returns the step count."""
     global_batch = cfg.batch_size * info.world_size
+    done = step - epoch * len(loader)  # batches of this epoch already trained (a resumed run)
     t_data = time.perf_counter()
-    for xb, yb in loader:
+    for i, (xb, yb) in enumerate(loader):
+        if i < done:
+            continue
         t0 = time.perf_counter()
         xb, yb = _normalise(xb.to(info.device, non_blocking=True)), yb.to(info.device, non_blocking=True)
         timer.seconds = 0.0
@@ -231,6 +273,8 @@ def _train_epoch(cfg: TrainConfig, info: DistInfo, model: torch.nn.Module, opt: 
                     data_time=data_time, allreduce_time=timer.seconds if info.distributed else None)
         if info.is_main and cfg.log_interval and step % cfg.log_interval == 0:
             print(f"epoch {epoch} step {step} loss {loss_value:.4f}", flush=True)
+        if cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0:
+            save(step)
         if step == cfg.max_steps:
             break
         t_data = time.perf_counter()

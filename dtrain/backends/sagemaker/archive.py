@@ -1,0 +1,74 @@
+"""sourcedir.tar.gz out, model.tar.gz in: bounded, no links followed, nothing outside the target.
+
+Packing skips what never belongs in a job's code (.git, virtual environments, caches) and stores
+symlinks as links (never their targets). Unpacking uses tarfile's 'data' filter (no absolute
+paths, no '..', no links leading out, no devices) into a fresh folder that is renamed into place
+only when every member is out, so a refused archive leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import tarfile
+import tempfile
+from pathlib import Path
+
+from dtrain.errors import ConflictError, DataError, SpecError
+
+SKIP = {".git", ".venv", "venv", "__pycache__", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+MAX_SOURCE_BYTES = 512 * 2**20  # code, not data: data goes in channels
+MAX_MODEL_BYTES = 64 * 2**30  # unpacked size of a model.tar.gz
+
+
+def pack_source(folder: str | os.PathLike, extra: dict[str, str], out) -> int:
+    """Write `folder` (plus generated files) as a gzip tar to the binary file `out`; bytes read."""
+    root = Path(folder)
+    if not root.is_dir():
+        raise SpecError(f"source folder {root} does not exist: run from your code's folder or pass --source-dir")
+    total = 0
+    with tarfile.open(fileobj=out, mode="w:gz") as tar:
+        for dirpath, dirnames, filenames in os.walk(root):
+            dirnames[:] = sorted(d for d in dirnames if d not in SKIP and not d.endswith(".egg-info"))
+            for name in sorted(filenames):
+                path = Path(dirpath) / name
+                if name.endswith((".pyc", ".pyo")) or name in extra:
+                    continue
+                total += path.lstat().st_size
+                if total > MAX_SOURCE_BYTES:
+                    raise SpecError(f"{root} holds more than {MAX_SOURCE_BYTES >> 20} MiB of code: put data in a "
+                                    f"channel (--channel) or point --source-dir at the code alone")
+                tar.add(path, arcname=str(path.relative_to(root)), recursive=False)
+        for name, text in extra.items():
+            data = text.encode()
+            info = tarfile.TarInfo(name)
+            info.size, info.mode = len(data), 0o755
+            tar.addfile(info, io.BytesIO(data))
+    return total
+
+
+def unpack(archive: str | os.PathLike, to: str | os.PathLike) -> Path:
+    """Unpack a tar(.gz) into the new folder `to`, refusing anything that would land outside it."""
+    dest = Path(to)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise ConflictError(f"{dest} exists and is not an empty folder: pick a new --to folder")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
+    try:
+        with tarfile.open(archive) as tar:
+            size = sum(m.size for m in tar.getmembers())
+            if size > MAX_MODEL_BYTES:
+                raise DataError(f"{archive} unpacks to {size} bytes, more than {MAX_MODEL_BYTES}: unpack it by hand")
+            tar.extractall(staging, filter="data")
+    except (tarfile.FilterError, tarfile.ReadError, EOFError) as err:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise DataError(f"refusing {archive}: {err}; the archive is damaged or holds paths or links that leave "
+                        f"the target folder") from None
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    if dest.exists():
+        dest.rmdir()
+    os.replace(staging, dest)
+    return dest

@@ -1,0 +1,218 @@
+"""SageMakerBackend: a dtrain job as a SageMaker training job.
+
+Our words -> SageMaker's: a job is a training job; a process is one of `processes per instance`
+on one of InstanceCount instances (hosts algo-1..N); a volume is an input channel (S3 prefix or
+EFS/FSx file system); the job's model folder is /opt/ml/model -> model.tar.gz in S3; `delete` is
+StopTrainingJob; logs are CloudWatch streams, one per host. The clients (sagemaker, s3, logs) are
+injected through the constructor; without them boto3 (imported lazily) makes them from its
+standard credential chain. Jobs with `--local` run on this machine through the same code, on
+clients that `local.py` provides (the SageMaker contract without Docker or AWS).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterator
+
+from dtrain.backends.base import Backend, JobInfo, LogLine, NodeInfo
+from dtrain.backends.sagemaker import logs as cwlogs
+from dtrain.backends.sagemaker.clients import Clients, aws_call, aws_clients
+from dtrain.backends.sagemaker import render, status
+from dtrain.backends.sagemaker.archive import pack_source, unpack
+from dtrain.backends.sagemaker.config import SageMakerConfig
+from dtrain.backends.sagemaker.contract import decode
+from dtrain.backends.sagemaker.validate import check_request
+from dtrain.errors import BackendError, ConflictError, NotFoundError, SpecError
+from dtrain.spec import JobSpec
+
+MAX_LIST = 1000  # jobs `list` reads from SageMaker (newest first)
+
+
+class SageMakerBackend(Backend):
+    name = "sagemaker"
+
+    def __init__(self, config: SageMakerConfig, *, clients: Clients | None = None, local: Clients | None = None,
+                 session: Any = None, home: str | os.PathLike | None = None, cwd: str | None = None):
+        self.config = config
+        self._aws, self._local, self._session = clients, local, session
+        self.home = Path(home) if home else None
+        self.cwd = cwd
+
+    # ---- which clients serve a job ------------------------------------------------------
+    @property
+    def aws(self) -> Clients:
+        if self._aws is None:
+            self._aws = aws_clients(self.config, self._session)
+        return self._aws
+
+    @property
+    def local(self) -> Clients:
+        if self._local is None:
+            if self.home is None:
+                raise SpecError("--local SageMaker jobs need a dtrain home; use dtrain.Client()")
+            from dtrain.backends.sagemaker.local import local_clients
+            self._local = local_clients(self.home)
+        return self._local
+
+    def _has_local(self, name: str) -> bool:
+        if self._local is None and self.home is None:
+            return False
+        return self.local.sagemaker.has_job(name)
+
+    def _aws_configured(self) -> bool:
+        return self._aws is not None or bool(self.config.role and self.config.bucket)
+
+    def _clients_for(self, name: str) -> Clients:
+        if self._has_local(name):
+            return self.local
+        if not self._aws_configured():
+            raise NotFoundError(f"SageMaker job {name!r} not found among --local jobs (and AWS is not configured: "
+                                f"dtrain config sagemaker --role ARN --bucket NAME); see the names with dtrain list")
+        return self.aws
+
+    def _config_for(self, spec: JobSpec) -> SageMakerConfig:
+        if spec.sagemaker is not None and spec.sagemaker.local:
+            return self.config.for_local()
+        self.config.require_aws()
+        return self.config
+
+    # ---- dry run ------------------------------------------------------------------------
+    def _plan(self, spec: JobSpec) -> tuple[dict, render.UploadPlan]:
+        """The CreateTrainingJob request (checked against botocore's model when bound for AWS) and uploads.
+        A --local request may name file:// channels, which the model's S3Uri pattern rightly refuses."""
+        cfg = self._config_for(spec)
+        req = render.training_job_request(spec, cfg)
+        if not (spec.sagemaker and spec.sagemaker.local):
+            check_request("sagemaker", "CreateTrainingJob", req)
+        return req, render.upload_plan(spec, cfg, cwd=self.cwd or os.getcwd())
+
+    def _render(self, spec: JobSpec) -> list[dict]:
+        """What submit would send: the PutObject requests (without bodies) and CreateTrainingJob."""
+        req, plan = self._plan(spec)
+        return [{"S3.PutObject": p} for p in plan.requests()] + [{"SageMaker.CreateTrainingJob": req}]
+
+    # ---- hooks --------------------------------------------------------------------------
+    def _submit(self, spec: JobSpec) -> JobInfo:
+        req, plan = self._plan(spec)
+        clients = self.local if spec.sagemaker and spec.sagemaker.local else self.aws
+        self._check_free(clients, spec.name)  # before the upload, which would overwrite that job's code
+        with tempfile.TemporaryFile() as archive:
+            extra = {render.ENTRY: plan.entry} if plan.entry else {}
+            pack_source(plan.source_dir, extra, archive)
+            archive.seek(0)
+            aws_call("S3 upload of the code", clients.s3.put_object, Bucket=plan.bucket, Key=plan.source_key,
+                     Body=archive, ContentType="application/gzip")
+        aws_call("S3 upload of the job spec", clients.s3.put_object, Bucket=plan.bucket, Key=plan.spec_key,
+                 Body=json.dumps(spec.to_dict()).encode(), ContentType="application/json")
+        aws_call("SageMaker CreateTrainingJob", clients.sagemaker.create_training_job, **req)
+        return self._info(clients, spec.name)
+
+    def _check_free(self, clients: Clients, name: str) -> None:
+        try:
+            self._describe(clients, name)
+        except NotFoundError:
+            return
+        raise ConflictError(f"a SageMaker training job named {name!r} exists and names are never reused: "
+                            f"submit under a new name")
+
+    def _describe(self, clients: Clients, name: str) -> dict:
+        return aws_call(f"SageMaker job {name!r}", clients.sagemaker.describe_training_job, TrainingJobName=name)
+
+    def _stored_spec(self, clients: Clients, desc: dict) -> JobSpec:
+        """The spec dtrain stored beside the code; a stand-in for jobs started elsewhere."""
+        hps = desc.get("HyperParameters") or {}
+        source = decode(hps.get("sagemaker_submit_directory", '""'))
+        if isinstance(source, str) and source.startswith("s3://") and source.endswith(render.SOURCE_ARCHIVE):
+            bucket, _, key = source[5:].partition("/")
+            key = key.rsplit("/", 2)[0] + "/" + render.SPEC_FILE
+            try:
+                body = aws_call("S3 read of the job spec", clients.s3.get_object, Bucket=bucket, Key=key)["Body"]
+                return JobSpec.from_dict(json.loads(body.read()))
+            except (NotFoundError, BackendError, ValueError):
+                pass
+        return status.spec_from_description(desc)
+
+    def _info(self, clients: Clients, name: str, desc: dict | None = None) -> JobInfo:
+        desc = desc or self._describe(clients, name)
+        spec = self._stored_spec(clients, desc)
+        hps = desc.get("HyperParameters") or {}
+        per_host = int(decode(hps.get("sagemaker_mpi_num_of_processes_per_host", "0")) or 0) or \
+            max(1, spec.processes // int((desc.get("ResourceConfig") or {}).get("InstanceCount") or 1))
+        return status.job_info(desc, spec, per_host=per_host)
+
+    def _get(self, name: str) -> JobInfo:
+        return self._info(self._clients_for(name), name)
+
+    def _list(self) -> list[JobInfo]:
+        out = []
+        sources = ([self.local] if self.home is not None or self._local is not None else [])
+        if self._aws_configured():
+            sources.append(self.aws)
+        for clients in sources:
+            kw: dict = {"MaxResults": 100, "SortBy": "CreationTime", "SortOrder": "Descending"}
+            names: list[str] = []
+            while len(names) < MAX_LIST:
+                page = aws_call("SageMaker ListTrainingJobs", clients.sagemaker.list_training_jobs, **kw)
+                names += [s["TrainingJobName"] for s in page.get("TrainingJobSummaries", [])]
+                if not page.get("NextToken"):
+                    break
+                kw["NextToken"] = page["NextToken"]
+            out += [self._info(clients, n) for n in names]
+        return out
+
+    def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
+              follow: bool) -> Iterator[LogLine]:
+        clients = self._clients_for(name)
+        tokens: dict[int, str | None] = {}
+        while True:
+            found = cwlogs.streams(clients.logs, name)
+            picked = {r: s for r, s in found.items() if rank is None or r == rank}
+            if rank is not None and not picked and not follow and rank not in found:
+                hosts = ", ".join(str(r) for r in sorted(found)) or "none yet"
+                raise NotFoundError(f"job {name!r} has no host for --rank {rank} (ranks with logs: {hosts})")
+            batches = {}
+            for r, stream in picked.items():
+                batches[r], tokens[r] = cwlogs.read_stream(clients.logs, stream, since=since, token=tokens.get(r))
+            yield from cwlogs.merged(batches, tail=tail)
+            if not follow or self._info(clients, name).status.terminal and all(not b for b in batches.values()):
+                return
+            tail = None
+            time.sleep(1.0)
+
+    def _delete(self, name: str) -> JobInfo:
+        clients = self._clients_for(name)
+        desc = self._describe(clients, name)
+        if desc.get("TrainingJobStatus") == "InProgress":
+            aws_call("SageMaker StopTrainingJob", clients.sagemaker.stop_training_job, TrainingJobName=name)
+        return self._info(clients, name)
+
+    def _nodes(self) -> list[NodeInfo]:
+        return []  # SageMaker has no standing nodes: instances exist while a job runs
+
+    # ---- artifacts ----------------------------------------------------------------------
+    def _artifacts(self, name: str, *, to: Path) -> Path:
+        """Download the job's model.tar.gz and unpack it (safely) into the new folder `to`."""
+        clients = self._clients_for(name)
+        info = self._info(clients, name)
+        uri = info.extra.get("model_artifacts")
+        if not uri:
+            raise NotFoundError(f"job {name!r} has no model artifacts yet ({info.status}); wait for it to finish")
+        bucket, _, key = uri[5:].partition("/")
+        body = aws_call("S3 download of model.tar.gz", clients.s3.get_object, Bucket=bucket, Key=key)["Body"]
+        with tempfile.NamedTemporaryFile(suffix=".tar.gz") as tmp:
+            for chunk in iter(lambda: body.read(1 << 20), b""):
+                tmp.write(chunk)
+            tmp.flush()
+            return unpack(tmp.name, to)
+
+    # ---- storage: SageMaker keeps data in S3/EFS, not in dtrain volumes ------------------
+    def _no_storage(self, *_a, **_k):
+        raise self._not_supported("volumes and snapshots", "data lives in S3 or EFS: submit with "
+                                  "--channel NAME=s3://BUCKET/PREFIX")
+
+    _create_volume = _list_volumes = _get_volume = _delete_volume = _no_storage
+    _create_snapshot = _list_snapshots = _get_snapshot = _restore_snapshot = _delete_snapshot = _no_storage

@@ -1,0 +1,100 @@
+"""How dtrain reaches SageMaker: a frozen, keyword-only config stored in config.yaml.
+
+`dtrain config sagemaker --role ARN --bucket NAME --region R ...` writes it. Credentials are
+never here: boto3 finds them through its standard chain (environment, ~/.aws, instance role).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from typing import Any, Mapping
+
+from dtrain.errors import SpecError
+from dtrain.spec_sagemaker import INSTANCE_RE
+
+ROLE_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}$")
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")  # S3 bucket naming rules
+REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
+PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.*'()\-/]{0,200}$")
+SUBNET_RE = re.compile(r"^subnet-[0-9a-z]{1,32}$")
+SG_RE = re.compile(r"^sg-[0-9a-z]{1,32}$")
+IMAGE_RE = re.compile(r"^[\S]{1,255}$")
+# An AWS Deep Learning Container with PyTorch and the SageMaker training toolkit (CPU, us-east-1).
+DEFAULT_IMAGE = "763104351884.dkr.ecr.{region}.amazonaws.com/pytorch-training:2.3.0-cpu-py311"
+LOCAL_ROLE = "arn:aws:iam::000000000000:role/dtrain-local"  # what --local jobs name (nothing checks it)
+LOCAL_BUCKET = "dtrain-local"  # the bucket a --local job's "S3" folder stands for
+
+
+@dataclass(frozen=True, kw_only=True)
+class SageMakerConfig:
+    """Everything the SageMaker backend needs besides the job spec."""
+
+    role: str | None = None  # IAM role ARN SageMaker assumes (RoleArn)
+    bucket: str | None = None  # S3 bucket for code, checkpoints and model artifacts
+    region: str = "us-east-1"  # AWS region of the jobs and the bucket
+    prefix: str = "dtrain"  # key prefix: s3://BUCKET/PREFIX/JOB/{source,output,checkpoints}
+    image: str | None = None  # training image URI; None: the AWS PyTorch training image of the region
+    instance_type: str = "ml.m5.xlarge"  # instance type of jobs that give none
+    subnets: tuple[str, ...] = ()  # VpcConfig subnets (EFS/FSx channels need them)
+    security_groups: tuple[str, ...] = ()  # VpcConfig security group ids
+    master_port: int = 7777  # rendezvous port the toolkit's torchrun uses (its default)
+
+    def __post_init__(self):
+        object.__setattr__(self, "subnets", tuple(self.subnets))
+        object.__setattr__(self, "security_groups", tuple(self.security_groups))
+        checks = [("role", self.role, ROLE_RE, "arn:aws:iam::123456789012:role/SageMakerRole"),
+                  ("bucket", self.bucket, BUCKET_RE, "my-training-bucket"),
+                  ("region", self.region, REGION_RE, "us-east-1"),
+                  ("prefix", self.prefix, PREFIX_RE, "dtrain"),
+                  ("image", self.image, IMAGE_RE, "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-cpu-py311"),
+                  ("instance-type", self.instance_type, INSTANCE_RE, "ml.m5.xlarge")]
+        for flag, value, pattern, example in checks:
+            if value is not None and (not isinstance(value, str) or not pattern.match(value)):
+                raise SpecError(f"invalid SageMaker --{flag} {value!r}: use a value like {example}")
+        for flag, values, pattern, example in (("subnets", self.subnets, SUBNET_RE, "subnet-0abc1234"),
+                                               ("security-groups", self.security_groups, SG_RE, "sg-0abc1234")):
+            bad = [v for v in values if not isinstance(v, str) or not pattern.match(v)]
+            if bad or len(values) > 16:
+                raise SpecError(f"invalid SageMaker --{flag} {', '.join(map(str, bad)) or values}: "
+                                f"use up to 16 ids like {example}")
+        if bool(self.subnets) != bool(self.security_groups):
+            raise SpecError("a VPC needs both --subnets and --security-groups; give both or neither")
+        if isinstance(self.master_port, bool) or not isinstance(self.master_port, int) or not 1 <= self.master_port <= 65535:
+            raise SpecError(f"invalid SageMaker master_port {self.master_port!r}: use 1..65535")
+
+    @property
+    def vpc(self) -> dict[str, list[str]] | None:
+        if not self.subnets:
+            return None
+        return {"SecurityGroupIds": list(self.security_groups), "Subnets": list(self.subnets)}
+
+    @property
+    def image_uri(self) -> str:
+        return self.image or DEFAULT_IMAGE.format(region=self.region)
+
+    def require_aws(self) -> None:
+        """A job bound for AWS needs a role and a bucket; say how to set them."""
+        missing = [f for f, v in (("--role", self.role), ("--bucket", self.bucket)) if not v]
+        if missing:
+            raise SpecError(f"SageMaker is not configured ({' and '.join(missing)} missing): run "
+                            f"dtrain config sagemaker --role arn:aws:iam::ACCOUNT:role/ROLE --bucket BUCKET "
+                            f"--region REGION (or add --local to run here)")
+
+    def for_local(self) -> "SageMakerConfig":
+        """The same settings with placeholders where AWS values are missing (a --local job)."""
+        from dataclasses import replace
+        return replace(self, role=self.role or LOCAL_ROLE, bucket=self.bucket or LOCAL_BUCKET)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["subnets"], d["security_groups"] = list(self.subnets), list(self.security_groups)
+        return {k: v for k, v in d.items() if v not in (None, [], ())}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], where: str = "config.yaml") -> "SageMakerConfig":
+        unknown = sorted(set(data or {}) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise SpecError(f"{where}: unknown sagemaker setting(s) {', '.join(unknown)}; known: "
+                            f"{', '.join(cls.__dataclass_fields__)}")
+        return cls(**dict(data or {}))

@@ -1,0 +1,225 @@
+"""`--local`: SageMaker's API on this machine, so a --local job goes through the same backend code.
+
+Three small services under $DTRAIN_HOME/sagemaker-local/ answer the calls the backend makes:
+  LocalSageMaker  create/describe/list/stop training jobs; a job is a folder (request.json,
+                  state.json) and one detached runner process (runner.py) that plays the hosts
+  LocalS3         s3://BUCKET/KEY is the file s3/BUCKET/KEY (code, spec, checkpoints, model.tar.gz)
+  LocalLogs       CloudWatch's log streams `JOB/algo-N-<created>`, read from logs/algo-N.log
+Refusals raise LocalAWSError, shaped like botocore's ClientError (`.response["Error"]["Code"]`),
+so the backend's one error mapping serves both.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from dtrain.backends.local.backend import _proc_start, _spawn_detached  # pid + start time; detached spawn
+from dtrain.backends.sagemaker.clients import Clients
+
+ROOT = "sagemaker-local"
+MAX_LOCAL_HOSTS = 16  # each host is a process tree with its own copy of the code on this one machine
+ACCOUNT = "000000000000"
+
+
+class LocalAWSError(Exception):
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.response = {"Error": {"Code": code, "Message": message}}
+
+
+def local_clients(home: str | os.PathLike) -> Clients:
+    root = Path(home) / ROOT
+    return Clients(LocalSageMaker(root), LocalS3(root / "s3"), LocalLogs(root))
+
+
+def _now() -> float:
+    return time.time()
+
+
+def _dt(t: float | None) -> datetime | None:
+    return None if t is None else datetime.fromtimestamp(t, tz=timezone.utc)
+
+
+def write_json(path: Path, data) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    os.replace(tmp, path)
+
+
+@contextmanager
+def locked_state(job_dir: Path):
+    """Read-modify-write of state.json under a lock: the runner and `stop` both write it."""
+    with open(job_dir / "state.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        state = json.loads((job_dir / "state.json").read_text())
+        yield state
+        write_json(job_dir / "state.json", state)
+
+
+def transition(state: dict, secondary: str, message: str, *, primary: str = "InProgress") -> None:
+    now = _now()
+    if state["transitions"] and state["transitions"][-1].get("EndTime") is None:
+        state["transitions"][-1]["EndTime"] = now
+    state["transitions"].append({"Status": secondary, "StartTime": now, "StatusMessage": message})
+    state.update(TrainingJobStatus=primary, SecondaryStatus=secondary)
+    if primary != "InProgress" and primary != "Stopping":
+        state["transitions"][-1]["EndTime"] = now
+
+
+class LocalSageMaker:
+    def __init__(self, root: Path):
+        self.root = root
+        self.jobs = root / "jobs"
+
+    def job_dir(self, name: str) -> Path:
+        return self.jobs / name
+
+    def has_job(self, name: str) -> bool:
+        return (self.job_dir(name) / "state.json").is_file()
+
+    def create_training_job(self, **req) -> dict:
+        name = req["TrainingJobName"]
+        d = self.job_dir(name)
+        if self.has_job(name):
+            raise LocalAWSError("ResourceInUse", f"Training job names must be unique: {name} exists")
+        if int(req["ResourceConfig"]["InstanceCount"]) > MAX_LOCAL_HOSTS:
+            raise LocalAWSError("ResourceLimitExceeded", f"--local runs at most {MAX_LOCAL_HOSTS} hosts on this "
+                                                         f"machine, not {req['ResourceConfig']['InstanceCount']}")
+        (d / "logs").mkdir(parents=True, exist_ok=True)
+        write_json(d / "request.json", req)
+        state = {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Starting", "CreationTime": _now(),
+                 "transitions": [{"Status": "Starting", "StartTime": _now(),
+                                  "StatusMessage": "Preparing the instances for training"}]}
+        write_json(d / "state.json", state)
+        pid = _spawn_detached([sys.executable, "-m", "dtrain.backends.sagemaker.runner", str(self.root), name],
+                              log=d / "runner.log", cwd=str(d))
+        with locked_state(d) as st:
+            st.update(runner_pid=pid, runner_start=_proc_start(pid))
+        return {"TrainingJobArn": self._arn(name)}
+
+    def _arn(self, name: str) -> str:
+        return f"arn:aws:sagemaker:local:{ACCOUNT}:training-job/{name}"
+
+    def _reconcile(self, name: str) -> dict:
+        d = self.job_dir(name)
+        with locked_state(d) as st:
+            pid = st.get("runner_pid")
+            if st["TrainingJobStatus"] in ("InProgress", "Stopping") and pid and \
+                    _proc_start(pid) != st.get("runner_start"):
+                st["FailureReason"] = f"the local runner (pid {pid}) is gone: killed, or the machine restarted"
+                transition(st, "Failed", st["FailureReason"], primary="Failed")
+                st["TrainingEndTime"] = _now()
+            return dict(st)
+
+    def describe_training_job(self, TrainingJobName: str) -> dict:  # noqa: N803 (boto3's names)
+        if not self.has_job(TrainingJobName):
+            raise LocalAWSError("ValidationException", f"Requested resource not found: {TrainingJobName}")
+        st = self._reconcile(TrainingJobName)
+        req = json.loads((self.job_dir(TrainingJobName) / "request.json").read_text())
+        out = {k: v for k, v in req.items() if k != "Tags"}
+        out.update({k: st[k] for k in ("TrainingJobStatus", "SecondaryStatus") if k in st})
+        out.update(TrainingJobArn=self._arn(TrainingJobName), CreationTime=_dt(st["CreationTime"]),
+                   TrainingStartTime=_dt(st.get("TrainingStartTime")), TrainingEndTime=_dt(st.get("TrainingEndTime")),
+                   SecondaryStatusTransitions=[{**t, "StartTime": _dt(t["StartTime"]), "EndTime": _dt(t.get("EndTime"))}
+                                               for t in st["transitions"]])
+        for key in ("FailureReason", "TrainingTimeInSeconds", "BillableTimeInSeconds"):
+            if key in st:
+                out[key] = st[key]
+        if st["TrainingJobStatus"] == "Completed":
+            out["ModelArtifacts"] = {"S3ModelArtifacts": req["OutputDataConfig"]["S3OutputPath"].rstrip("/")
+                                     + f"/{TrainingJobName}/output/model.tar.gz"}
+        return {k: v for k, v in out.items() if v is not None}
+
+    def list_training_jobs(self, **kw) -> dict:
+        names = [p.name for p in self.jobs.iterdir() if (p / "state.json").is_file()] if self.jobs.is_dir() else []
+        rows = [self.describe_training_job(TrainingJobName=n) for n in names]
+        rows.sort(key=lambda r: r["CreationTime"], reverse=kw.get("SortOrder") != "Ascending")
+        return {"TrainingJobSummaries": [{k: r[k] for k in ("TrainingJobName", "TrainingJobArn", "CreationTime",
+                                                                "TrainingJobStatus")} for r in rows]}
+
+    def stop_training_job(self, TrainingJobName: str) -> dict:  # noqa: N803
+        d = self.job_dir(TrainingJobName)
+        if not self.has_job(TrainingJobName):
+            raise LocalAWSError("ValidationException", f"Requested resource not found: {TrainingJobName}")
+        with locked_state(d) as st:
+            if st["TrainingJobStatus"] != "InProgress":
+                raise LocalAWSError("ValidationException", f"The job is {st['TrainingJobStatus']}, not InProgress")
+            transition(st, "Stopping", "Stopping the training job", primary="Stopping")
+            pid, start = st.get("runner_pid"), st.get("runner_start")
+        if pid and _proc_start(pid) == start:
+            os.kill(pid, signal.SIGTERM)  # the runner stops its hosts and records Stopped
+        return {}
+
+
+class LocalS3:
+    def __init__(self, root: Path):
+        self.root = root
+
+    def path(self, bucket: str, key: str) -> Path:
+        parts = [p for p in key.split("/") if p]
+        if not bucket or "/" in bucket or bucket.startswith(".") or any(p in (".", "..") for p in parts) or not parts:
+            raise LocalAWSError("InvalidArgument", f"refusing the key s3://{bucket}/{key}")
+        return self.root.joinpath(bucket, *parts)
+
+    def put_object(self, *, Bucket: str, Key: str, Body, **_kw) -> dict:  # noqa: N803
+        path = self.path(Bucket, Key)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "wb") as f:
+            if isinstance(Body, (bytes, bytearray)):
+                f.write(Body)
+            else:
+                shutil.copyfileobj(Body, f)
+        os.replace(tmp, path)
+        return {}
+
+    def get_object(self, *, Bucket: str, Key: str) -> dict:  # noqa: N803
+        path = self.path(Bucket, Key)
+        if not path.is_file():
+            raise LocalAWSError("NoSuchKey", f"s3://{Bucket}/{Key} does not exist")
+        return {"Body": open(path, "rb")}
+
+
+class LocalLogs:
+    """Each line of logs/algo-N.log is '<unix ms>\\t<text>'; a token is 'f/<byte offset>'."""
+
+    def __init__(self, root: Path):
+        self.jobs = root / "jobs"
+
+    def describe_log_streams(self, *, logGroupName: str, logStreamNamePrefix: str, **_kw) -> dict:  # noqa: N803
+        job = logStreamNamePrefix.rstrip("/")
+        d = self.jobs / job
+        if not (d / "state.json").is_file():
+            return {"logStreams": []}
+        created = int(json.loads((d / "state.json").read_text())["CreationTime"])
+        files = sorted((d / "logs").glob("algo-*.log"), key=lambda p: int(p.stem.split("-")[1]))
+        return {"logStreams": [{"logStreamName": f"{job}/{p.stem}-{created}"} for p in files]}
+
+    def get_log_events(self, *, logGroupName: str, logStreamName: str, startFromHead: bool = True,  # noqa: N803
+                       nextToken: str | None = None, startTime: int | None = None, **_kw) -> dict:
+        job, _, stream = logStreamName.partition("/")
+        host = stream.rsplit("-", 1)[0]
+        path = self.jobs / job / "logs" / f"{host}.log"
+        offset = int(nextToken[2:]) if nextToken else 0
+        events = []
+        with open(path, "rb") as f:
+            f.seek(offset)
+            for raw in f:
+                if not raw.endswith(b"\n"):
+                    break  # a line still being written: read it next time
+                offset += len(raw)
+                stamp, _, text = raw.decode(errors="replace").rstrip("\n").partition("\t")
+                if startTime is None or int(stamp) >= startTime:
+                    events.append({"timestamp": int(stamp), "message": text})
+                if len(events) >= 10_000:
+                    break
+        return {"events": events, "nextForwardToken": f"f/{offset}"}

@@ -1,0 +1,213 @@
+"""Pure translation: job spec -> CreateTrainingJob request and the S3 upload plan.
+
+Names follow the SageMaker Python SDK, so the training toolkit in the image reads the request
+as it reads an SDK job: `sagemaker_program` / `sagemaker_submit_directory` name the code,
+`sagemaker_torch_distributed_enabled` asks for torchrun on every host (PyTorch estimator,
+distribution={"torch_distributed": {"enabled": True}}), `sagemaker_mpi_enabled` +
+`sagemaker_mpi_num_of_processes_per_host` for mpirun (distribution={"mpi": ...}). Every
+hyperparameter value is JSON-encoded, as the SDK does; the toolkit decodes it.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+from dataclasses import dataclass, field
+
+from dtrain.backends.sagemaker.config import SageMakerConfig
+from dtrain.errors import SpecError
+from dtrain.spec import JobSpec
+from dtrain.spec_sagemaker import Channel, SageMakerOptions
+
+ENTRY = "dtrain_entry.py"  # written into the source archive when the command is not `python X.py`
+SOURCE_ARCHIVE = "sourcedir.tar.gz"
+SPEC_FILE = "dtrain-spec.json"  # the job spec, stored beside the code so `describe` can show it
+CHECKPOINT_DIR = "/opt/ml/checkpoints"
+PYTHONS = ("python", "python3")
+# GPUs of the common GPU training types: a GPU job fills whole instances with one process per GPU.
+GPUS_PER_INSTANCE = {"ml.g4dn.xlarge": 1, "ml.g4dn.12xlarge": 4, "ml.g5.xlarge": 1, "ml.g5.2xlarge": 1,
+                     "ml.g5.12xlarge": 4, "ml.g5.48xlarge": 8, "ml.p3.2xlarge": 1, "ml.p3.8xlarge": 4,
+                     "ml.p3.16xlarge": 8, "ml.p4d.24xlarge": 8, "ml.p5.48xlarge": 8}
+
+
+@dataclass(frozen=True, kw_only=True)
+class Program:
+    """What SageMaker runs: the entry file, its fixed arguments and the hyperparameters."""
+
+    program: str  # file at the archive's root (sagemaker_program)
+    entry_argv: tuple[str, ...] = ()  # for the generated entry: the command it runs (hps appended)
+    hyperparameters: dict[str, str] = field(default_factory=dict)  # --key value flags of the command
+
+
+@dataclass(frozen=True, kw_only=True)
+class UploadPlan:
+    """The objects `submit` puts in S3 before CreateTrainingJob."""
+
+    source_dir: str  # local folder packed as sourcedir.tar.gz
+    bucket: str
+    source_key: str  # PREFIX/JOB/source/sourcedir.tar.gz
+    spec_key: str  # PREFIX/JOB/dtrain-spec.json
+    entry: str | None = None  # contents of dtrain_entry.py, when generated
+
+    def requests(self) -> list[dict]:
+        """The PutObject requests (without bodies), as --dry-run prints them."""
+        return [{"Bucket": self.bucket, "Key": self.source_key, "ContentType": "application/gzip"},
+                {"Bucket": self.bucket, "Key": self.spec_key, "ContentType": "application/json"}]
+
+
+def options(spec: JobSpec) -> SageMakerOptions:
+    return spec.sagemaker or SageMakerOptions()
+
+
+def split_command(command: tuple[str, ...]) -> Program:
+    """`python train.py --lr 0.1` -> program train.py with hyperparameter lr; anything else runs
+    through a generated entry file that execs the command with SageMaker's arguments appended."""
+    if len(command) >= 2 and posixpath.basename(command[0]) in PYTHONS and command[1].endswith(".py") \
+            and "/" not in command[1]:
+        fixed, hps = _flags(list(command[2:]))
+        if not fixed:
+            return Program(program=command[1], hyperparameters=hps)
+    fixed, hps = _flags(list(command))
+    return Program(program=ENTRY, entry_argv=tuple(fixed), hyperparameters=hps)
+
+
+def _flags(args: list[str]) -> tuple[list[str], dict[str, str]]:
+    """Split trailing `--key value` / `--key=value` pairs off the arguments; keep the rest fixed."""
+    start = next((i for i, a in enumerate(args) if a.startswith("--")), len(args))
+    fixed, rest, hps = args[:start], args[start:], {}
+    i = 0
+    while i < len(rest):
+        key, eq, value = rest[i][2:].partition("=")
+        if not rest[i].startswith("--") or not key:
+            return args, {}
+        if not eq:
+            if i + 1 >= len(rest) or rest[i + 1].startswith("--"):
+                return args, {}  # a bare flag cannot travel as a hyperparameter
+            value, i = rest[i + 1], i + 1
+        hps[key] = value
+        i += 1
+    return fixed, hps
+
+
+def entry_script(argv: tuple[str, ...]) -> str:
+    """The generated entry point: run the job's command with the hyperparameter flags appended."""
+    return (
+        '"""Written by dtrain: runs the job\'s command with the arguments SageMaker passes."""\n'
+        "import os, sys\n"
+        f"argv = {list(argv)!r}\n"
+        f"if argv[0] in {PYTHONS!r}:\n"
+        "    argv[0] = sys.executable\n"
+        "os.execvp(argv[0], argv + sys.argv[1:])\n"
+    )
+
+
+def instances(spec: JobSpec, cfg: SageMakerConfig) -> tuple[int, int]:
+    """(InstanceCount, processes per instance) for the spec's --processes and --gpu."""
+    opts, itype = options(spec), options(spec).instance_type or cfg.instance_type
+    if opts.instance_count is not None:
+        count = opts.instance_count
+    elif spec.gpu > 0 and spec.launcher == "torchrun":
+        count = -(-spec.processes // max(1, GPUS_PER_INSTANCE.get(itype, 1)))
+    else:
+        count = spec.processes
+    if spec.processes % count:
+        raise SpecError(f"--processes {spec.processes} does not split evenly over {count} instances: "
+                        f"use a multiple of {count} or set --instance-count")
+    per_host = spec.processes // count
+    if spec.launcher == "none" and count > 1:
+        raise SpecError("a one-process job runs on one instance: drop --instance-count or use submit-dist")
+    if spec.launcher == "torchrun" and per_host > 1 and spec.gpu == 0:
+        raise SpecError(f"SageMaker's torchrun starts one process per GPU (one on CPU instances); {per_host} "
+                        f"processes per instance need --gpu 1 on a GPU type, or submit-mpi")
+    gpus = GPUS_PER_INSTANCE.get(itype)
+    if spec.gpu > 0 and gpus is not None and per_host * spec.gpu > gpus:
+        raise SpecError(f"{per_host} processes x --gpu {spec.gpu} exceed the {gpus} GPUs of {itype}: "
+                        f"raise --instance-count or pick a larger type")
+    return count, per_host
+
+
+def s3_uri(cfg: SageMakerConfig, job: str, *parts: str) -> str:
+    return "s3://" + posixpath.join(cfg.bucket, cfg.prefix, job, *parts)
+
+
+def _key(cfg: SageMakerConfig, job: str, *parts: str) -> str:
+    return posixpath.join(cfg.prefix, job, *parts)
+
+
+def upload_plan(spec: JobSpec, cfg: SageMakerConfig, *, cwd: str) -> UploadPlan:
+    prog = split_command(spec.command)
+    return UploadPlan(source_dir=options(spec).source_dir or spec.working_dir or cwd, bucket=cfg.bucket,
+                      source_key=_key(cfg, spec.name, "source", SOURCE_ARCHIVE),
+                      spec_key=_key(cfg, spec.name, SPEC_FILE),
+                      entry=entry_script(prog.entry_argv) if prog.entry_argv else None)
+
+
+def hyperparameters(spec: JobSpec, cfg: SageMakerConfig) -> dict[str, str]:
+    prog, opts = split_command(spec.command), options(spec)
+    _, per_host = instances(spec, cfg)
+    hps: dict[str, object] = {**prog.hyperparameters, **opts.hyperparameters}
+    hps.update(sagemaker_program=prog.program,
+               sagemaker_submit_directory=s3_uri(cfg, spec.name, "source", SOURCE_ARCHIVE),
+               sagemaker_container_log_level=20, sagemaker_job_name=spec.name, sagemaker_region=cfg.region)
+    if spec.launcher == "torchrun":
+        hps.update(sagemaker_torch_distributed_enabled=True,
+                   sagemaker_instance_type=opts.instance_type or cfg.instance_type)
+    elif spec.launcher == "mpi":
+        hps.update(sagemaker_mpi_enabled=True, sagemaker_mpi_num_of_processes_per_host=per_host)
+    return {k: json.dumps(v) for k, v in hps.items()}
+
+
+def channel(ch: Channel, *, local: bool) -> dict:
+    if ch.kind == "s3" or (ch.kind == "file" and local):
+        source = {"S3DataSource": {"S3DataType": "S3Prefix", "S3Uri": ch.uri,
+                                   "S3DataDistributionType": "FullyReplicated"}}
+    elif ch.kind in ("efs", "fsx"):
+        fs_id, _, path = ch.uri.split("://", 1)[1].partition("/")
+        source = {"FileSystemDataSource": {"FileSystemId": fs_id, "FileSystemAccessMode": "ro",
+                                           "FileSystemType": "EFS" if ch.kind == "efs" else "FSxLustre",
+                                           "DirectoryPath": "/" + path}}
+    else:
+        raise SpecError(f"channel {ch.to_flag()} is a local folder, which only --local jobs can read: "
+                        f"upload it (aws s3 sync) and use --channel {ch.name}=s3://BUCKET/PREFIX")
+    return {"ChannelName": ch.name, "DataSource": source, "InputMode": "File"}
+
+
+def training_job_request(spec: JobSpec, cfg: SageMakerConfig) -> dict:
+    """The CreateTrainingJob request for a spec; pure, so --dry-run prints exactly what is sent."""
+    opts = options(spec)
+    if spec.volumes:
+        raise SpecError("SageMaker jobs read data from channels, not volumes: replace --pvc with "
+                        "--channel NAME=s3://BUCKET/PREFIX (or efs://FS-ID/PATH)")
+    if any(c.kind in ("efs", "fsx") for c in opts.channels) and cfg.vpc is None and not opts.local:
+        raise SpecError("EFS and FSx channels are reached through a VPC, and none is configured: run "
+                        "dtrain config sagemaker --subnets subnet-... --security-groups sg-...")
+    count, _ = instances(spec, cfg)
+    req = {
+        "TrainingJobName": spec.name,
+        "HyperParameters": hyperparameters(spec, cfg),
+        "AlgorithmSpecification": {"TrainingImage": spec.image or cfg.image_uri, "TrainingInputMode": "File"},
+        "RoleArn": cfg.role,
+        "OutputDataConfig": {"S3OutputPath": "s3://" + posixpath.join(cfg.bucket, cfg.prefix)},
+        "ResourceConfig": {"InstanceType": opts.instance_type or cfg.instance_type, "InstanceCount": count,
+                           "VolumeSizeInGB": opts.volume_size},
+        "StoppingCondition": {"MaxRuntimeInSeconds": opts.max_runtime},
+        "Environment": {"DTRAIN_JOB_NAME": spec.name, "DTRAIN_PROJECT": spec.project, **spec.env},
+        "EnableNetworkIsolation": opts.network_isolation,
+        "EnableInterContainerTrafficEncryption": opts.encrypt_inter_container,
+        "EnableManagedSpotTraining": opts.spot,
+        "CheckpointConfig": {"S3Uri": opts.checkpoint_uri or s3_uri(cfg, spec.name, "checkpoints"),
+                             "LocalPath": CHECKPOINT_DIR},
+        "Tags": [{"Key": "dtrain:project", "Value": spec.project}, {"Key": "dtrain:kind", "Value": spec.kind}],
+    }
+    if opts.channels:
+        req["InputDataConfig"] = [channel(c, local=opts.local) for c in opts.channels]
+    if opts.spot:
+        req["StoppingCondition"]["MaxWaitTimeInSeconds"] = opts.spot_max_wait
+    if cfg.vpc is not None:
+        req["VpcConfig"] = cfg.vpc
+    return req
+
+
+def model_uri(cfg: SageMakerConfig, job: str) -> str:
+    """Where SageMaker puts /opt/ml/model: S3OutputPath/JOB/output/model.tar.gz."""
+    return s3_uri(cfg, job, "output", "model.tar.gz")

@@ -1,0 +1,230 @@
+"""The runner of one --local SageMaker job: it plays SageMaker's part for hosts algo-1..N.
+
+`python -m dtrain.backends.sagemaker.runner ROOT JOB`, started detached by LocalSageMaker:
+1. Downloading: per host, a folder laid out as /opt/ml (config files, code unpacked from
+   sourcedir.tar.gz, model/, output/); channels and checkpoints come from the local "S3" folder
+   or a file:// path;
+2. Training: each host runs in its own mount namespace (bubblewrap): its folder at /opt/ml,
+   channels read-only at /opt/ml/input/data/<name>, the job's checkpoint folder at
+   /opt/ml/checkpoints, an /etc/hosts where algo-1..N are this machine; the launch is the
+   toolkit's (contract.launch); each host's output goes to its log stream;
+3. Uploading: algo-1's /opt/ml/model -> model.tar.gz, /opt/ml/output/data -> output.tar.gz;
+4. Completed, Failed (FailureReason: the host, its exit code, /opt/ml/output/failure or the last
+   line it wrote), Stopped on SIGTERM (StopTrainingJob), MaxRuntimeExceeded past the limit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from pathlib import Path
+
+from dtrain.backends.local.launch import job_path
+from dtrain.backends.sagemaker import contract
+from dtrain.backends.sagemaker.archive import unpack
+from dtrain.backends.sagemaker.local import LocalS3, locked_state, transition, write_json
+
+GRACE_S = 10.0
+
+
+def free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Runner:
+    def __init__(self, root: Path, name: str):
+        self.root, self.name = root, name
+        self.dir = root / "jobs" / name
+        self.req = json.loads((self.dir / "request.json").read_text())
+        self.s3 = LocalS3(root / "s3")
+        self.procs: dict[str, subprocess.Popen] = {}
+        self.stopping = False
+
+    def status(self, secondary: str, message: str, *, primary: str = "InProgress", **fields) -> None:
+        with locked_state(self.dir) as st:
+            if st["TrainingJobStatus"] == "Stopping" and primary == "InProgress":
+                return  # a stop arrived meanwhile; keep saying so
+            transition(st, secondary, message, primary=primary)
+            st.update(fields)
+
+    # ---- 1. Downloading -----------------------------------------------------------------
+    def s3_path(self, uri: str) -> Path:
+        return Path(contract.local_path(uri, str(self.s3.root)))
+
+    def prepare(self) -> dict[str, Path]:
+        source = contract.decode(self.req["HyperParameters"]["sagemaker_submit_directory"])
+        archive = self.s3_path(source)
+        channels = {}
+        for ch in self.req.get("InputDataConfig") or []:
+            src = ch["DataSource"].get("S3DataSource", {}).get("S3Uri")
+            if src is None:
+                raise RuntimeError(f"channel {ch['ChannelName']} is on EFS/FSx, which only SageMaker can reach; "
+                                   f"use file:///PATH or s3:// (the local S3 folder) with --local")
+            channels[ch["ChannelName"]] = self.s3_path(src)
+            if not channels[ch["ChannelName"]].exists():
+                raise RuntimeError(f"channel {ch['ChannelName']}: {src} does not exist on this machine")
+        hosts = {}
+        for host in contract.hosts(self.req):
+            h = self.dir / "hosts" / host
+            for sub in ("input/config", "input/data", "model", "output/data", "checkpoints"):
+                (h / sub).mkdir(parents=True, exist_ok=True)
+            for ch in channels:
+                (h / "input" / "data" / ch).mkdir(exist_ok=True)  # mount points
+            unpack(archive, h / "code")
+            cfg = h / "input" / "config"
+            write_json(cfg / "hyperparameters.json", self.req.get("HyperParameters") or {})
+            write_json(cfg / "resourceconfig.json", contract.resource_config(self.req, host))
+            write_json(cfg / "inputdataconfig.json", contract.input_data_config(self.req))
+            hosts[host] = h
+        (self.dir / "etc-hosts").write_text(contract.etc_hosts(self.req))
+        self.channels = channels
+        self.checkpoints = self.s3_path(self.req["CheckpointConfig"]["S3Uri"])
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        return hosts
+
+    # ---- 2. Training --------------------------------------------------------------------
+    def sandbox(self, host_dir: Path) -> list[str]:
+        # A pid namespace per host, as a container has: killing the host's bwrap ends every process
+        # in it (torchrun's workers included), so a stopped job writes nothing afterwards.
+        argv = ["bwrap", "--dev-bind", "/", "/", "--die-with-parent", "--unshare-pid", "--proc", "/proc",
+                *private_opt(),
+                "--bind", str(host_dir), contract.OPT_ML,
+                "--bind", str(self.checkpoints), contract.CHECKPOINTS,
+                "--ro-bind", str(self.dir / "etc-hosts"), "/etc/hosts"]
+        for ch, path in self.channels.items():
+            argv += ["--ro-bind", str(path), f"{contract.OPT_ML}/input/data/{ch}"]
+        return argv + ["--chdir", contract.CODE_DIR, "--"]
+
+    def start(self, hosts: dict[str, Path]) -> None:
+        port = free_port()
+        cpus = max(1, (os.cpu_count() or 1) // len(hosts))
+        for host, h in hosts.items():
+            launch = contract.launch(self.req, host, master_port=port)
+            log = open(self.dir / "logs" / f"{host}.log", "ab")
+            if not launch.argv:
+                log.write(f"{int(time.time() * 1000)}\t{host}: MPI worker host, ranks run from algo-1\n".encode())
+                log.close()
+                continue
+            env = {"PATH": job_path(), "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
+                   "PYTHONUNBUFFERED": "1", "PYTHONPATH": contract.CODE_DIR, "OMP_NUM_THREADS": str(cpus),
+                   **contract.environment(self.req, host, num_cpus=cpus)}
+            p = subprocess.Popen(self.sandbox(h) + launch.argv, env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, start_new_session=True)
+            self.procs[host] = p
+            threading.Thread(target=_pump, args=(p.stdout, log), daemon=True).start()
+
+    def wait(self) -> tuple[str, int] | None:
+        """None when every host exited 0; else (host, code) of the first failure (the rest are stopped)."""
+        limit = time.monotonic() + int(self.req["StoppingCondition"]["MaxRuntimeInSeconds"])
+        while True:
+            codes = {h: p.poll() for h, p in self.procs.items()}
+            bad = [(h, c) for h, c in codes.items() if c not in (None, 0)]
+            if bad or self.stopping or time.monotonic() > limit:
+                self.kill()
+                return bad[0] if bad else ("", -1 if self.stopping else -2)
+            if all(c == 0 for c in codes.values()):
+                return None
+            time.sleep(0.2)
+
+    def kill(self) -> None:
+        for sig, pause in ((signal.SIGTERM, GRACE_S), (signal.SIGKILL, 0)):
+            for p in self.procs.values():
+                if p.poll() is None:
+                    try:
+                        os.killpg(p.pid, sig)
+                    except ProcessLookupError:
+                        pass
+            deadline = time.monotonic() + pause
+            while time.monotonic() < deadline and any(p.poll() is None for p in self.procs.values()):
+                time.sleep(0.1)
+
+    # ---- 3. Uploading -------------------------------------------------------------------
+    def upload(self, hosts: dict[str, Path]) -> None:
+        first = hosts[contract.hosts(self.req)[0]]
+        out = self.req["OutputDataConfig"]["S3OutputPath"].rstrip("/") + f"/{self.name}/output/"
+        for folder, archive in ((first / "model", "model.tar.gz"), (first / "output" / "data", "output.tar.gz")):
+            target = self.s3_path(out + archive)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with tarfile.open(target, "w:gz") as tar:
+                for item in sorted(folder.iterdir()):
+                    tar.add(item, arcname=item.name)
+
+    def failure(self, hosts: dict[str, Path], host: str, code: int) -> str:
+        note = hosts[host] / "output" / "failure"
+        why = note.read_text().strip()[:1000] if note.is_file() else _last_line(self.dir / "logs" / f"{host}.log")
+        return f"AlgorithmError: host {host} exited with code {code}" + (f": {why}" if why else "")
+
+    def run(self) -> int:
+        signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
+        try:
+            self.status("Downloading", "Downloading input data and code")
+            hosts = self.prepare()
+            start = time.time()
+            self.status("Training", "Training image download completed. Training in progress.",
+                        TrainingStartTime=start)
+            self.start(hosts)
+            result = self.wait()
+            seconds = int(round(time.time() - start))
+            times = dict(TrainingTimeInSeconds=seconds, BillableTimeInSeconds=seconds, TrainingEndTime=time.time())
+            if result is None:
+                self.status("Uploading", "Uploading generated training model")
+                self.upload(hosts)
+                self.status("Completed", "Training job completed", primary="Completed", **times)
+            elif result[1] == -1:
+                self.status("Stopped", "Training job stopped", primary="Stopped", **times)
+            elif result[1] == -2:
+                self.status("MaxRuntimeExceeded", "Training job ran past MaxRuntimeInSeconds", primary="Stopped",
+                            **times)
+            else:
+                reason = self.failure(hosts, *result)
+                self.status("Failed", reason, primary="Failed", FailureReason=reason, **times)
+        except Exception as err:  # anything before training: report it as SageMaker would, then exit
+            self.kill()
+            reason = f"ClientError: {err}"
+            self.status("Failed", reason, primary="Failed", FailureReason=reason, TrainingEndTime=time.time())
+        return 0
+
+
+def private_opt(opt: str = "/opt") -> list[str]:
+    """Without /opt/ml on this machine, bubblewrap would create that mount point on the real disk.
+    Instead the namespace gets a private /opt holding the real one's entries, bound back, and ml/."""
+    if os.path.isdir(os.path.join(opt, "ml")):
+        return []
+    argv = ["--tmpfs", opt]
+    for name in sorted(os.listdir(opt)) if os.path.isdir(opt) else []:
+        path = os.path.join(opt, name)
+        argv += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--bind", path, path]
+    return argv + ["--dir", os.path.join(opt, "ml")]
+
+
+def _pump(stream, log) -> None:
+    with log:
+        for raw in iter(stream.readline, b""):
+            log.write(f"{int(time.time() * 1000)}\t".encode() + raw.rstrip(b"\n") + b"\n")
+            log.flush()
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1].partition("\t")[2][:500] if lines else ""
+
+
+def main(argv: list[str] | None = None) -> int:
+    root, name = (argv or sys.argv[1:])[:2]
+    return Runner(Path(root), name).run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

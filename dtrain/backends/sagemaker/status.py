@@ -1,0 +1,108 @@
+"""Pure mapping from DescribeTrainingJob to dtrain's JobInfo.
+
+    TrainingJobStatus  SecondaryStatus                                      dtrain status
+    InProgress         Starting, Pending, LaunchingMLInstances,             Pending
+                       PreparingTrainingStack, Interrupted (spot: waiting
+                       for capacity again)
+    InProgress         Downloading, DownloadingTrainingImage, Training,      Running
+                       Uploading, Restarting, ...
+    Stopping           any                                                  Running ("stopping")
+    Completed          Completed                                            Succeeded
+    Failed             Failed                                               Failed (FailureReason)
+    Stopped            MaxRuntimeExceeded, MaxWaitTimeExceeded              Failed (raise the limit)
+    Stopped            Stopped                                              Deleted
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from dtrain.backends.base import Event, JobInfo, JobStatus, ProcessInfo
+from dtrain.backends.sagemaker.contract import decode
+from dtrain.spec import JobSpec
+
+WAITING = {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Interrupted"}
+LIMITS = {"MaxRuntimeExceeded": "it ran past --max-runtime; raise --max-runtime or checkpoint and resubmit",
+          "MaxWaitTimeExceeded": "spot capacity did not come within --max-wait; raise --max-wait or drop --spot"}
+
+
+def seconds(value: Any) -> float | None:
+    """boto3 gives datetimes; a JSON dump gives numbers or ISO strings."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    if isinstance(value, (int, float)):
+        return float(value)
+    return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def job_status(desc: dict) -> tuple[JobStatus, str]:
+    primary, secondary = desc.get("TrainingJobStatus"), desc.get("SecondaryStatus", "")
+    last = (desc.get("SecondaryStatusTransitions") or [{}])[-1].get("StatusMessage", "")
+    if primary == "Completed":
+        return JobStatus.SUCCEEDED, last
+    if primary == "Failed":
+        return JobStatus.FAILED, desc.get("FailureReason") or last or "failed"
+    if primary == "Stopped":
+        if secondary in LIMITS:
+            return JobStatus.FAILED, f"{secondary}: {LIMITS[secondary]}"
+        return JobStatus.DELETED, "stopped"
+    if primary == "Stopping":
+        return JobStatus.RUNNING, "stopping"
+    if secondary in WAITING:
+        return JobStatus.PENDING, f"{secondary}: {last}" if last else secondary
+    return JobStatus.RUNNING, f"{secondary}: {last}" if last else secondary
+
+
+def events(desc: dict) -> tuple[Event, ...]:
+    out = [Event(time=seconds(desc.get("CreationTime")) or 0.0, status="Created", message="CreateTrainingJob")]
+    for t in desc.get("SecondaryStatusTransitions") or []:
+        out.append(Event(time=seconds(t.get("StartTime")) or 0.0, status=t.get("Status", ""),
+                         message=t.get("StatusMessage", "")))
+    return tuple(out)
+
+
+def cost(desc: dict) -> dict[str, Any]:
+    """Billable vs training seconds; with spot, the saving in percent (1 - billable / training)."""
+    billable, training = desc.get("BillableTimeInSeconds"), desc.get("TrainingTimeInSeconds")
+    out: dict[str, Any] = {"billable_seconds": billable, "training_seconds": training}
+    if desc.get("EnableManagedSpotTraining") and billable is not None and training:
+        out["spot_saving_percent"] = round(100.0 * (1 - billable / training), 1)
+    return out
+
+
+def spec_from_description(desc: dict) -> JobSpec:
+    """A stand-in spec for a job that dtrain did not start (no stored spec): what the request says."""
+    hps = desc.get("HyperParameters") or {}
+    program = decode(hps.get("sagemaker_program", '"unknown"'))
+    count = int((desc.get("ResourceConfig") or {}).get("InstanceCount") or 1)
+    launcher = ("torchrun" if "sagemaker_torch_distributed_enabled" in hps else
+                "mpi" if "sagemaker_mpi_enabled" in hps else ("torchrun" if count > 1 else "none"))
+    tags = {t["Key"]: t["Value"] for t in desc.get("Tags") or [] if "Key" in t}
+    return JobSpec(name=desc["TrainingJobName"], command=("python", str(program)), processes=count,
+                   launcher=launcher, backend="sagemaker", project=tags.get("dtrain:project", "default"))
+
+
+def job_info(desc: dict, spec: JobSpec, *, per_host: int = 1) -> JobInfo:
+    status, message = job_status(desc)
+    res = desc.get("ResourceConfig") or {}
+    count = int(res.get("InstanceCount") or 1)
+    host_state = {JobStatus.PENDING: "Pending", JobStatus.RUNNING: "Running", JobStatus.SUCCEEDED: "Succeeded",
+                  JobStatus.FAILED: "Failed", JobStatus.DELETED: "Failed"}[status]
+    procs = tuple(ProcessInfo(rank=h * per_host + r, status=host_state, node=f"algo-{h + 1}")
+                  for h in range(count) for r in range(per_host))
+    extra = {"arn": desc.get("TrainingJobArn"), "secondary_status": desc.get("SecondaryStatus"),
+             "instance_type": res.get("InstanceType"), "instance_count": count,
+             "model_artifacts": (desc.get("ModelArtifacts") or {}).get("S3ModelArtifacts"),
+             "spot": bool(desc.get("EnableManagedSpotTraining")), **cost(desc)}
+    if desc.get("FailureReason"):
+        extra["failure_reason"] = desc["FailureReason"]
+    running = len(procs) if status == JobStatus.RUNNING else 0
+    return JobInfo(name=desc["TrainingJobName"], spec=spec, status=status, backend="sagemaker",
+                   created=seconds(desc.get("CreationTime")) or 0.0, started=seconds(desc.get("TrainingStartTime")),
+                   finished=seconds(desc.get("TrainingEndTime")), node=res.get("InstanceType"),
+                   gpus_allocated=spec.gpus_requested if running else 0, processes_running=running,
+                   processes_pending=len(procs) if status == JobStatus.PENDING else 0, processes=procs,
+                   events=events(desc), message=message, extra=extra)

@@ -1,0 +1,149 @@
+"""The SageMaker part of a job spec: instances, data channels, spot, limits (pure).
+
+It rides in `JobSpec.sagemaker`; the other backends ignore it. Kept apart from spec.py so that
+the one job spec stays readable and the SageMaker words stay in one place.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from dtrain.errors import SpecError
+
+CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")  # SageMaker's ChannelName pattern
+HP_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-\.]{0,255}$")
+INSTANCE_RE = re.compile(r"^ml\.[a-z0-9\-]+\.[a-z0-9]+$")
+URI_SCHEMES = ("s3://", "efs://", "fsx://", "file://")
+MAX_RUNTIME_S = 28 * 24 * 3600  # SageMaker's upper bound on MaxRuntimeInSeconds
+MAX_VOLUME_GB = 16384  # the largest ML storage volume SageMaker attaches
+
+
+@dataclass(frozen=True, kw_only=True)
+class Channel:
+    """An input channel: /opt/ml/input/data/<name> and $SM_CHANNEL_<NAME> inside the job."""
+
+    name: str  # channel name, e.g. training
+    uri: str  # s3://BUCKET/PREFIX, efs://FS-ID/PATH, fsx://FS-ID/MOUNTNAME/PATH, file:///PATH (--local)
+
+    def __post_init__(self):
+        if not isinstance(self.name, str) or not CHANNEL_RE.match(self.name):
+            raise SpecError(f"invalid channel name {self.name!r}: use 1-64 letters, digits, '.', '-' or '_', "
+                            f"e.g. --channel training=s3://bucket/cifar10")
+        if not isinstance(self.uri, str) or not self.uri.startswith(URI_SCHEMES) or len(self.uri.split("://", 1)[1]) < 1:
+            raise SpecError(f"invalid channel {self.name}={self.uri!r}: use s3://BUCKET/PREFIX, efs://FS-ID/PATH, "
+                            f"fsx://FS-ID/MOUNTNAME/PATH or (with --local) file:///PATH")
+        if self.uri.startswith("s3://") and not self.uri[5:].split("/")[0]:
+            raise SpecError(f"invalid channel {self.name}={self.uri!r}: the S3 URI has no bucket")
+        if self.uri.startswith(("efs://", "fsx://")) and not re.match(r"^fs-[0-9a-f]{8,18}$", self.uri[6:].split("/")[0]):
+            raise SpecError(f"invalid channel {self.name}={self.uri!r}: name the file system by its id, "
+                            f"e.g. efs://fs-0123456789abcdef0/data")
+        if self.uri.startswith("file://") and not self.uri[7:].startswith("/"):
+            raise SpecError(f"invalid channel {self.name}={self.uri!r}: use an absolute path, file:///data/cifar")
+
+    @property
+    def kind(self) -> str:
+        """'s3', 'efs', 'fsx' or 'file'."""
+        return self.uri.split("://", 1)[0]
+
+    def to_flag(self) -> str:
+        return f"{self.name}={self.uri}"
+
+
+def parse_channel(text: str) -> Channel:
+    name, sep, uri = str(text).partition("=")
+    if not sep:
+        raise SpecError(f"invalid --channel {text!r}: use NAME=URI, e.g. --channel training=s3://bucket/cifar10")
+    return Channel(name=name, uri=uri)
+
+
+def parse_hyperparameters(items) -> dict[str, str]:
+    """Repeated `--hp key=value` -> {key: value}; the last value of a key wins."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = str(item).partition("=")
+        if not sep or not HP_KEY_RE.match(key):
+            raise SpecError(f"invalid --hp {item!r}: use KEY=VALUE, e.g. --hp epochs=2")
+        out[key] = value
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class SageMakerOptions:
+    """How a job runs as a SageMaker training job; every field has a working default."""
+
+    instance_type: str | None = None  # ml.* type; None: the configured one (ml.m5.xlarge by default)
+    instance_count: int | None = None  # None: one instance per process, or per GPUs of the type
+    channels: tuple[Channel, ...] = ()  # input channels
+    hyperparameters: Mapping[str, str] = field(default_factory=dict)  # --hp, added to the command's flags
+    source_dir: str | None = None  # folder packed as sourcedir.tar.gz; None: the working folder
+    spot: bool = False  # managed spot training, with checkpoints in S3
+    max_runtime: int = 86400  # MaxRuntimeInSeconds
+    max_wait: int | None = None  # MaxWaitTimeInSeconds (spot); None: 2 x max_runtime
+    volume_size: int = 30  # GB of the ML storage volume per instance
+    network_isolation: bool = False  # EnableNetworkIsolation: no outbound calls from the container
+    encrypt_inter_container: bool = False  # EnableInterContainerTrafficEncryption
+    checkpoint_uri: str | None = None  # CheckpointConfig.S3Uri; None: s3://BUCKET/PREFIX/JOB/checkpoints
+    local: bool = False  # run on this machine inside the SageMaker contract (no Docker, no AWS)
+
+    def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
+        set_("channels", tuple(c if isinstance(c, Channel) else _channel(c) for c in self.channels))
+        set_("hyperparameters", {str(k): str(v) for k, v in dict(self.hyperparameters).items()})
+        parse_hyperparameters(f"{k}={v}" for k, v in self.hyperparameters.items())
+        names = [c.name for c in self.channels]
+        if len(set(names)) != len(names):
+            raise SpecError(f"channel names repeat ({', '.join(names)}): give each --channel its own name")
+        if self.instance_type is not None and not INSTANCE_RE.match(str(self.instance_type)):
+            raise SpecError(f"invalid --instance-type {self.instance_type!r}: SageMaker training types start "
+                            f"with 'ml.', e.g. ml.m5.xlarge or ml.g5.12xlarge")
+        _bounded(self.instance_count, "--instance-count", 1, 1000, optional=True)
+        _bounded(self.max_runtime, "--max-runtime", 1, MAX_RUNTIME_S)
+        _bounded(self.max_wait, "--max-wait", 1, MAX_RUNTIME_S, optional=True)
+        _bounded(self.volume_size, "--volume-size", 1, MAX_VOLUME_GB)
+        if self.checkpoint_uri is not None and not re.match(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?$",
+                                                            str(self.checkpoint_uri)):
+            raise SpecError(f"invalid --checkpoint-s3-uri {self.checkpoint_uri!r}: use s3://BUCKET/PREFIX")
+        if self.max_wait is not None and not self.spot:
+            raise SpecError("--max-wait applies to spot training only: add --spot or drop --max-wait")
+        if self.spot and self.max_wait is not None and self.max_wait < self.max_runtime:
+            raise SpecError(f"--max-wait {self.max_wait} is below --max-runtime {self.max_runtime}: SageMaker needs "
+                            f"the spot wait to cover the run; raise --max-wait to at least {self.max_runtime}")
+
+    @property
+    def spot_max_wait(self) -> int:
+        return self.max_wait if self.max_wait is not None else min(2 * self.max_runtime, MAX_RUNTIME_S)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"instance_type": self.instance_type, "instance_count": self.instance_count,
+                "channels": [c.to_flag() for c in self.channels], "hyperparameters": dict(self.hyperparameters),
+                "source_dir": self.source_dir, "spot": self.spot, "max_runtime": self.max_runtime,
+                "max_wait": self.max_wait, "volume_size": self.volume_size,
+                "network_isolation": self.network_isolation, "encrypt_inter_container": self.encrypt_inter_container,
+                "checkpoint_uri": self.checkpoint_uri, "local": self.local}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "SageMakerOptions":
+        if not isinstance(data, Mapping):
+            raise SpecError("'sagemaker' must be a mapping, e.g. {instance_type: ml.m5.xlarge, spot: true}")
+        known = set(cls.__dataclass_fields__)
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise SpecError(f"unknown sagemaker field(s) {', '.join(unknown)}: known are {', '.join(sorted(known))}")
+        return cls(**data)
+
+
+def _channel(value: Any) -> Channel:
+    if isinstance(value, str):
+        return parse_channel(value)
+    if isinstance(value, Mapping) and set(value) == {"name", "uri"}:
+        return Channel(**value)
+    raise SpecError(f"invalid channel {value!r}: use 'NAME=URI' or {{name, uri}}")
+
+
+def _bounded(value: Any, flag: str, low: int, high: int, *, optional: bool = False) -> None:
+    if optional and value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise SpecError(f"invalid {flag} {value!r}: use a whole number from {low} to {high}")

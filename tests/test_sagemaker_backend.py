@@ -1,0 +1,252 @@
+"""The SageMaker backend through boto3: a real moto server on 127.0.0.1 for S3, training jobs and
+CloudWatch Logs; botocore's Stubber for what moto lacks (StopTrainingJob, status sequences, errors).
+Clients are injected through the constructor."""
+
+from __future__ import annotations
+
+import io
+import json
+import socket
+import tarfile
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+boto3 = pytest.importorskip("boto3")
+from botocore.stub import Stubber  # noqa: E402
+from moto.server import ThreadedMotoServer  # noqa: E402
+
+from dtrain.backends.base import JobStatus  # noqa: E402
+from dtrain.backends.sagemaker.backend import Clients, SageMakerBackend  # noqa: E402
+from dtrain.backends.sagemaker.config import SageMakerConfig  # noqa: E402
+from dtrain.errors import BackendError, ConflictError, DataError, DtrainError, NotFoundError, SpecError  # noqa: E402
+from dtrain.spec import JobSpec  # noqa: E402
+from dtrain.spec_sagemaker import SageMakerOptions  # noqa: E402
+
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+CFG = SageMakerConfig(role=ROLE, bucket="dtrain-test", region="us-east-1")
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def moto_url():
+    port = _free_port()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    yield f"http://127.0.0.1:{port}"
+    server.stop()
+
+
+def session():
+    return boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                                 region_name="us-east-1")
+
+
+@pytest.fixture(scope="module")  # making clients loads botocore's models: seconds each, so once
+def clients(moto_url):
+    s = session()
+    c = Clients(*(s.client(n, endpoint_url=moto_url) for n in ("sagemaker", "s3", "logs")))
+    try:
+        c.s3.create_bucket(Bucket=CFG.bucket)
+    except c.s3.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    return c
+
+
+@pytest.fixture
+def code(tmp_path):
+    src = tmp_path / "code"
+    (src / ".git").mkdir(parents=True)
+    (src / ".git" / "HEAD").write_text("ref")
+    (src / "train.py").write_text("print('hi')\n")
+    return src
+
+
+def spec(name: str, **kw) -> JobSpec:
+    sm = kw.pop("sm", {})
+    return JobSpec(name=name, command=("python", "train.py", "--epochs", "2"), backend="sagemaker",
+                   sagemaker=SageMakerOptions(**sm), **kw)
+
+
+def test_submit_uploads_code_and_creates_the_job(clients, code):
+    be = SageMakerBackend(CFG, clients=clients, cwd=str(code))
+    s = spec("moto-submit", processes=2, launcher="torchrun", sm=dict(spot=True, max_runtime=600))
+    info = be.submit(s)
+    assert info.name == "moto-submit" and info.spec == s  # the spec comes back from S3
+    body = clients.s3.get_object(Bucket=CFG.bucket, Key="dtrain/moto-submit/source/sourcedir.tar.gz")["Body"].read()
+    with tarfile.open(fileobj=io.BytesIO(body)) as tar:
+        assert tar.getnames() == ["train.py"]  # .git is never shipped
+    desc = clients.sagemaker.describe_training_job(TrainingJobName="moto-submit")
+    assert json.loads(desc["HyperParameters"]["epochs"]) == "2"
+    assert desc["ResourceConfig"]["InstanceCount"] == 2 and desc["EnableManagedSpotTraining"] is True
+    assert info.extra["model_artifacts"] == "s3://dtrain-test/dtrain/moto-submit/output/model.tar.gz"
+    assert "moto-submit" in [j.name for j in be.list()]
+    assert be.get("moto-submit").spec.processes == 2
+    with pytest.raises(NotFoundError, match="dtrain list"):
+        be.get("no-such-job")
+    before = clients.s3.get_object(Bucket=CFG.bucket, Key="dtrain/moto-submit/dtrain-spec.json")["Body"].read()
+    with pytest.raises(ConflictError, match="never reused"):
+        be.submit(spec("moto-submit"))
+    assert clients.s3.get_object(Bucket=CFG.bucket, Key="dtrain/moto-submit/dtrain-spec.json")["Body"].read() == before
+
+
+def test_logs_one_stream_per_host(clients):
+    be = SageMakerBackend(CFG, clients=clients)
+    be_spec = spec("moto-logs")
+    clients.sagemaker.create_training_job(**__import__("dtrain.backends.sagemaker.render", fromlist=["x"])
+                                         .training_job_request(be_spec, CFG))
+    group = "/aws/sagemaker/TrainingJobs"
+    try:
+        clients.logs.create_log_group(logGroupName=group)
+    except clients.logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    t = int(time.time() * 1000) - 60_000  # CloudWatch (and moto) drop events older than 14 days
+    for host, lines in ((1, ["a1", "a2"]), (2, ["b1"])):
+        stream = f"moto-logs/algo-{host}-1767225600"
+        clients.logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        clients.logs.put_log_events(logGroupName=group, logStreamName=stream,
+                                    logEvents=[{"timestamp": t + 10 * i + host, "message": m}
+                                               for i, m in enumerate(lines)])
+    assert [(ln.rank, ln.text) for ln in be.logs("moto-logs")] == [(0, "a1"), (1, "b1"), (0, "a2")]
+    assert [ln.text for ln in be.logs("moto-logs", rank=1)] == ["b1"]
+    assert [ln.text for ln in be.logs("moto-logs", tail=1)] == ["a2"]
+    with pytest.raises(NotFoundError, match="--rank 5"):
+        list(be.logs("moto-logs", rank=5))
+
+
+def _model_tar(members) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        for info, data in members:
+            tar.addfile(info, io.BytesIO(data) if data is not None else None)
+    return buf.getvalue()
+
+
+def _file(name: str, data: bytes):
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    return info, data
+
+
+def test_artifacts_download_and_unpack_safely(clients, code, tmp_path):
+    be = SageMakerBackend(CFG, clients=clients, cwd=str(code))
+    be.submit(spec("moto-art"))
+    key = "dtrain/moto-art/output/model.tar.gz"
+    clients.s3.put_object(Bucket=CFG.bucket, Key=key, Body=_model_tar([_file("model.pth", b"weights"),
+                                                                       _file("sub/metrics.jsonl", b"{}")]))
+    out = be.artifacts("moto-art", to=tmp_path / "out")
+    assert (out / "model.pth").read_bytes() == b"weights" and (out / "sub" / "metrics.jsonl").exists()
+    link = tarfile.TarInfo("evil")
+    link.type, link.linkname = tarfile.SYMTYPE, "/etc/passwd"
+    hard = tarfile.TarInfo("hard")
+    hard.type, hard.linkname = tarfile.LNKTYPE, "../../outside"
+    for bad in ([_file("../escape", b"x")], [(link, None)], [(hard, None)]):
+        clients.s3.put_object(Bucket=CFG.bucket, Key=key, Body=_model_tar(bad))
+        with pytest.raises(DataError, match="refusing"):
+            be.artifacts("moto-art", to=tmp_path / "bad")
+        assert not (tmp_path / "bad").exists() and not (tmp_path / "escape").exists()
+        assert not [p for p in tmp_path.iterdir() if p.name.startswith(".bad")]  # no staging left over
+    # an absolute member name is kept inside the target, never written at /
+    clients.s3.put_object(Bucket=CFG.bucket, Key=key, Body=_model_tar([_file("/abs-dtrain-test", b"x")]))
+    assert (be.artifacts("moto-art", to=tmp_path / "abs") / "abs-dtrain-test").read_bytes() == b"x"
+
+
+# ---------------------------------------------------------------- Stubber: what moto lacks
+
+
+def _desc(name: str, primary: str, secondary: str, **kw) -> dict:
+    transitions = [{"Status": s, "StartTime": T0 + timedelta(minutes=i), "StatusMessage": f"{s} msg"}
+                   for i, s in enumerate(kw.pop("history", [secondary]))]
+    return {"TrainingJobName": name, "TrainingJobArn": f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}",
+            "TrainingJobStatus": primary, "SecondaryStatus": secondary, "CreationTime": T0,
+            "AlgorithmSpecification": {"TrainingInputMode": "File", "TrainingImage": "img"},
+            "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 30},
+            "StoppingCondition": {"MaxRuntimeInSeconds": 600, "MaxWaitTimeInSeconds": 1200},
+            "ModelArtifacts": {"S3ModelArtifacts": f"s3://b/dtrain/{name}/output/model.tar.gz"},
+            "SecondaryStatusTransitions": transitions, **kw}
+
+
+@pytest.fixture(scope="module")
+def stub_client():
+    return session().client("sagemaker")  # never reaches AWS: every call is answered by the Stubber
+
+
+@pytest.fixture
+def stubbed(clients, stub_client):
+    sm = stub_client
+    with Stubber(sm) as stub:
+        yield SageMakerBackend(CFG, clients=Clients(sm, clients.s3, clients.logs)), stub
+        stub.assert_no_pending_responses()
+
+
+def test_spot_job_interrupted_then_completed(stubbed):
+    be, stub = stubbed
+    seq = [("InProgress", "Starting", {}), ("InProgress", "Training", {}),
+           ("InProgress", "Interrupted", {}), ("InProgress", "Training", {}),
+           ("Completed", "Completed", {"BillableTimeInSeconds": 120, "TrainingTimeInSeconds": 400,
+                                       "EnableManagedSpotTraining": True, "TrainingEndTime": T0 + timedelta(hours=1)})]
+    history = []
+    for primary, secondary, extra in seq:
+        history.append(secondary)
+        stub.add_response("describe_training_job", _desc("spot", primary, secondary, history=list(history), **extra),
+                          {"TrainingJobName": "spot"})
+    seen = [be.get("spot").status for _ in range(4)]
+    assert seen == [JobStatus.PENDING, JobStatus.RUNNING, JobStatus.PENDING, JobStatus.RUNNING]
+    info = be.wait("spot", poll=0)
+    assert info.status == JobStatus.SUCCEEDED
+    assert [e.status for e in info.events] == ["Created", "Starting", "Training", "Interrupted", "Training", "Completed"]
+    assert info.extra["billable_seconds"] == 120 and info.extra["training_seconds"] == 400
+    assert info.extra["spot_saving_percent"] == 70.0
+    assert info.processes[1].node == "algo-2"
+
+
+def test_failed_job_carries_the_failure_reason(stubbed):
+    be, stub = stubbed
+    stub.add_response("describe_training_job",
+                      _desc("bad", "Failed", "Failed", FailureReason="AlgorithmError: exit code 1"),
+                      {"TrainingJobName": "bad"})
+    info = be.get("bad")
+    assert info.status == JobStatus.FAILED and info.message == "AlgorithmError: exit code 1"
+
+
+def test_delete_stops_the_training_job(stubbed):
+    be, stub = stubbed
+    stub.add_response("describe_training_job", _desc("run", "InProgress", "Training"), {"TrainingJobName": "run"})
+    stub.add_response("stop_training_job", {}, {"TrainingJobName": "run"})
+    stub.add_response("describe_training_job", _desc("run", "Stopping", "Stopping"), {"TrainingJobName": "run"})
+    info = be.delete("run")
+    assert info.status == JobStatus.RUNNING and info.message == "stopping"
+    stub.add_response("describe_training_job", _desc("run", "Stopped", "Stopped"), {"TrainingJobName": "run"})
+    assert be.get("run").status == JobStatus.DELETED
+    stub.add_response("describe_training_job", _desc("run", "Stopped", "MaxRuntimeExceeded"),
+                      {"TrainingJobName": "run"})
+    assert "raise --max-runtime" in be.get("run").message
+
+
+@pytest.mark.parametrize("code", ["AccessDeniedException", "ResourceLimitExceeded", "ValidationException"])
+def test_aws_errors_name_their_code_and_the_fix(stubbed, code, tmp_path):
+    be, stub = stubbed
+    (tmp_path / "train.py").write_text("")
+    be.cwd = str(tmp_path)
+    stub.add_client_error("describe_training_job", service_error_code="ValidationException",
+                          service_message="Requested resource not found.")
+    stub.add_client_error("create_training_job", service_error_code=code, service_message="nope")
+    with pytest.raises(BackendError, match=f"CreateTrainingJob: {code}: nope; "):
+        be.submit(spec(f"err-{code.lower()[:10]}"))
+
+
+def test_bad_input_fails_before_any_call(stubbed, tmp_path):
+    be, _ = stubbed  # the Stubber holds no responses: any AWS call would fail the test
+    with pytest.raises(SpecError, match="dtrain config sagemaker --role"):
+        SageMakerBackend(SageMakerConfig(), clients=be.aws).submit(spec("x"))
+    with pytest.raises(SpecError, match="--subnets"):
+        be.submit(spec("x", sm=dict(channels=("d=efs://fs-0123456789abcdef0/x",))))
+    with pytest.raises(DtrainError, match="sagemaker backend does not support volumes and snapshots"):
+        be.list_volumes()

@@ -1,0 +1,152 @@
+"""SageMaker requests are pure functions of the spec, and every one passes botocore's model."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dtrain.backends.sagemaker import render
+from dtrain.backends.sagemaker.config import SageMakerConfig
+from dtrain.backends.sagemaker.validate import check_request
+from dtrain.errors import SpecError
+from dtrain.spec import JobSpec
+from dtrain.spec_sagemaker import SageMakerOptions, parse_channel, parse_hyperparameters
+
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+VPC = dict(subnets=("subnet-0abc1234",), security_groups=("sg-0abc1234",))
+CIFAR = ("python", "-m", "dtrain.workloads.cifar10", "train", "--batch-size", "16", "--lr=0.05")
+
+
+def cfg(**kw) -> SageMakerConfig:
+    return SageMakerConfig(**{"role": ROLE, "bucket": "my-bucket", "region": "eu-west-1", **kw})
+
+
+def spec(**kw) -> JobSpec:
+    sm = kw.pop("sm", {})
+    return JobSpec(**{"name": "cifar", "command": CIFAR, **kw}, sagemaker=SageMakerOptions(**sm))
+
+
+MATRIX = [
+    pytest.param(dict(), {}, id="1-instance"),
+    pytest.param(dict(processes=4, launcher="torchrun"), {}, id="4-instances-torchrun"),
+    pytest.param(dict(processes=8, launcher="torchrun", gpu=1), dict(instance_type="ml.g5.12xlarge"), id="gpu-torchrun"),
+    pytest.param(dict(processes=4, launcher="mpi"), dict(instance_count=2), id="mpi-2x2"),
+    pytest.param(dict(), dict(channels=("training=s3://data/cifar10",)), id="s3-channel"),
+    pytest.param(dict(processes=2, launcher="torchrun"),
+                 dict(channels=("training=efs://fs-0123456789abcdef0/cifar", "extra=fsx://fs-01234567/mnt/x")),
+                 id="efs-fsx-channels-vpc"),
+    pytest.param(dict(), dict(spot=True, max_runtime=3600), id="spot"),
+    pytest.param(dict(processes=2, launcher="mpi"), dict(spot=True, max_runtime=600, max_wait=1200,
+                                                          network_isolation=True, encrypt_inter_container=True),
+                 id="spot-mpi-isolated"),
+]
+
+
+@pytest.mark.parametrize("vpc", [False, True], ids=["no-vpc", "vpc"])
+@pytest.mark.parametrize("fields, sm", MATRIX)
+def test_every_request_passes_botocore_validation(fields, sm, vpc):
+    c = cfg(**(VPC if vpc else {}))
+    s = spec(**fields, sm=sm)
+    if any("://fs-" in ch for ch in sm.get("channels", ())) and not vpc:
+        with pytest.raises(SpecError, match="EFS and FSx channels are reached through a VPC"):
+            render.training_job_request(s, c)
+        return
+    req = render.training_job_request(s, c)
+    check_request("sagemaker", "CreateTrainingJob", req)
+    for put in render.upload_plan(s, c, cwd="/tmp").requests():
+        check_request("s3", "PutObject", put)
+    assert ("VpcConfig" in req) == vpc
+    assert req["EnableManagedSpotTraining"] == s.sagemaker.spot
+    if s.sagemaker.spot:
+        stop = req["StoppingCondition"]
+        assert stop["MaxWaitTimeInSeconds"] >= stop["MaxRuntimeInSeconds"]
+    count, per_host = render.instances(s, c)
+    assert req["ResourceConfig"]["InstanceCount"] * per_host == s.processes
+
+
+def test_the_checker_catches_what_the_server_would_refuse():
+    req = render.training_job_request(spec(), cfg())
+    for bad, match in ((dict(TrainingJobName="no_underscores"), "TrainingJobName"),
+                       (dict(RoleArn="arn:aws:iam::12:role/x"), "RoleArn"),
+                       (dict(EnableManagedSpotTraining="yes"), "EnableManagedSpotTraining"),
+                       (dict(Environment={f"K{i}": "v" for i in range(101)}), "more than 100"),
+                       (dict(Bogus=1), "Unknown parameter")):
+        with pytest.raises(SpecError, match=match):
+            check_request("sagemaker", "CreateTrainingJob", {**req, **bad})
+
+
+def test_names_are_the_sdk_names_and_values_json():
+    s = spec(processes=2, launcher="torchrun", env={"A": "1"})
+    req = render.training_job_request(s, cfg())
+    hps = {k: json.loads(v) for k, v in req["HyperParameters"].items()}
+    assert hps["sagemaker_program"] == "dtrain_entry.py"
+    assert hps["sagemaker_submit_directory"] == "s3://my-bucket/dtrain/cifar/source/sourcedir.tar.gz"
+    assert hps["sagemaker_torch_distributed_enabled"] is True
+    assert hps["sagemaker_instance_type"] == "ml.m5.xlarge"
+    assert (hps["batch-size"], hps["lr"]) == ("16", "0.05")
+    assert req["Environment"] == {"DTRAIN_JOB_NAME": "cifar", "DTRAIN_PROJECT": "default", "A": "1"}
+    assert req["OutputDataConfig"]["S3OutputPath"] == "s3://my-bucket/dtrain"
+    assert render.model_uri(cfg(), "cifar") == "s3://my-bucket/dtrain/cifar/output/model.tar.gz"
+    assert req["CheckpointConfig"] == {"S3Uri": "s3://my-bucket/dtrain/cifar/checkpoints",
+                                       "LocalPath": "/opt/ml/checkpoints"}
+    mpi = render.training_job_request(spec(processes=4, launcher="mpi", sm=dict(instance_count=2)), cfg())
+    assert json.loads(mpi["HyperParameters"]["sagemaker_mpi_enabled"]) is True
+    assert json.loads(mpi["HyperParameters"]["sagemaker_mpi_num_of_processes_per_host"]) == 2
+    assert "sagemaker_torch_distributed_enabled" not in mpi["HyperParameters"]
+
+
+def test_command_split():
+    p = render.split_command(("python", "train.py", "--epochs", "2", "--lr=0.1"))
+    assert (p.program, p.entry_argv, p.hyperparameters) == ("train.py", (), {"epochs": "2", "lr": "0.1"})
+    p = render.split_command(CIFAR)
+    assert p.program == render.ENTRY
+    assert p.entry_argv == ("python", "-m", "dtrain.workloads.cifar10", "train")
+    # a bare flag cannot be a hyperparameter: the whole command stays in the entry file
+    p = render.split_command(("python", "train.py", "--fast", "--epochs", "2"))
+    assert p.entry_argv == ("python", "train.py", "--fast", "--epochs", "2") and p.hyperparameters == {}
+    script = render.entry_script(p.entry_argv)
+    compile(script, "dtrain_entry.py", "exec")
+    assert "os.execvp" in script
+
+
+def test_efs_needs_a_vpc():
+    s = spec(sm=dict(channels=("training=efs://fs-0123456789abcdef0/cifar",)))
+    with pytest.raises(SpecError, match="--subnets subnet-... --security-groups sg-"):
+        render.training_job_request(s, cfg())
+    ch = render.training_job_request(s, cfg(**VPC))["InputDataConfig"][0]["DataSource"]["FileSystemDataSource"]
+    assert ch == {"FileSystemId": "fs-0123456789abcdef0", "FileSystemAccessMode": "ro", "FileSystemType": "EFS",
+                  "DirectoryPath": "/cifar"}
+
+
+@pytest.mark.parametrize("make, match", [
+    (lambda: SageMakerOptions(instance_type="p3.2xlarge"), "start with 'ml.'"),
+    (lambda: SageMakerOptions(spot=True, max_runtime=3600, max_wait=600), "--max-wait 600 is below --max-runtime 3600"),
+    (lambda: SageMakerOptions(max_wait=600), "spot training only"),
+    (lambda: SageMakerOptions(max_runtime=10**9), "--max-runtime"),
+    (lambda: SageMakerOptions(volume_size=0), "--volume-size"),
+    (lambda: parse_channel("training"), "NAME=URI"),
+    (lambda: parse_channel("training=http://x"), "s3://BUCKET"),
+    (lambda: parse_channel("t=efs://nope/x"), "file system by its id"),
+    (lambda: SageMakerOptions(channels=("a=s3://b/x", "a=s3://b/y")), "repeat"),
+    (lambda: parse_hyperparameters(["epochs"]), "KEY=VALUE"),
+    (lambda: SageMakerConfig(role="not-an-arn"), "--role"),
+    (lambda: SageMakerConfig(subnets=("subnet-0abc1234",)), "both"),
+    (lambda: render.training_job_request(spec(sm=dict(channels=("t=file:///data",))), cfg()), "only --local"),
+    (lambda: render.training_job_request(spec(processes=3, launcher="mpi", sm=dict(instance_count=2)), cfg()),
+     "split evenly"),
+    (lambda: render.training_job_request(spec(processes=4, launcher="torchrun", sm=dict(instance_count=2)), cfg()),
+     "one process per GPU"),
+    (lambda: render.training_job_request(JobSpec.from_dict(dict(name="x", command=["python", "t.py"], volumes=["data:/mnt"])),
+                                         cfg()), "--channel"),
+    (lambda: SageMakerConfig().require_aws(), "dtrain config sagemaker --role"),
+])
+def test_bad_input_names_the_fix(make, match):
+    with pytest.raises(SpecError, match=match):
+        make()
+
+
+def test_spec_round_trips_with_sagemaker_options():
+    s = spec(sm=dict(spot=True, channels=("training=s3://b/x",), hyperparameters={"epochs": 2}))
+    assert JobSpec.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    assert JobSpec.from_dict({**spec().to_dict(), "sagemaker": None}).sagemaker is None
