@@ -15,9 +15,18 @@ from dtrain.training.dist import (
     teardown,
 )
 from dtrain.training.metrics import MetricsWriter, read_metrics
+from dtrain.training.resume import Checkpointer, Resumed, checkpoint_dir
+from dtrain.training.sampler import ResumableSampler
+from dtrain.training.stop import STOPPED_EXIT_CODE, GracefulStop
 
 __all__ = [
+    "STOPPED_EXIT_CODE",
+    "Checkpointer",
     "DistInfo",
+    "GracefulStop",
+    "ResumableSampler",
+    "Resumed",
+    "checkpoint_dir",
     "MetricsWriter",
     "all_reduce_mean",
     "all_reduce_sum",
