@@ -65,9 +65,11 @@ def launcher_argv(spec: JobSpec, *, job_dir: Path, master_port: int, python: str
     """The launcher command for the spec, wrapping every process in rankrun."""
     inner = rank_prefix(job_dir, python) + list(spec.command)
     if spec.launcher == "torchrun":
+        # No torchrun restarts: the supervisor relaunches the whole gang, the same for every launcher,
+        # and records each attempt.
         return [python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={spec.processes}",
                 "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{master_port}",
-                f"--max-restarts={spec.max_restarts}", "--monitor-interval=0.5", "--no-python", *inner]
+                "--max-restarts=0", "--monitor-interval=0.5", "--no-python", *inner]
     if spec.launcher == "mpi":
         exported = ["MASTER_ADDR", "MASTER_PORT", "DTRAIN_RANK_DEVICES", "DTRAIN_RANK_CPUS", "DTRAIN_ATTEMPT", "OMP_NUM_THREADS",
                     "PYTHONUNBUFFERED", *spec.env]
