@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -39,6 +40,22 @@ if TYPE_CHECKING:
     from dtrain.storage.info import Snapshot, Volume
 
 LOST_AFTER_S = 60.0  # a Pending job whose supervisor never registered is lost after this
+RANK_MEMORY = 256 * 2**20  # a rank is a Python interpreter with torch loaded: ~250 MiB resident, measured
+
+
+def max_local_processes() -> tuple[int, str]:
+    """How many ranks this machine can run at once, and which limit decides it."""
+    limits = [(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // RANK_MEMORY,
+               f"its memory at {RANK_MEMORY // 2**20} MiB per process")]
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft != resource.RLIM_INFINITY:
+        limits.append((soft // 4, f"RLIMIT_NPROC {soft} (4 processes per rank: wrapper, command, helpers)"))
+    try:
+        limits.append((int(Path("/proc/sys/kernel/pid_max").read_text()) // 4, "kernel.pid_max / 4"))
+    except (OSError, ValueError):
+        pass
+    count, why = min(limits)
+    return max(1, count), why
 
 
 class LocalBackend(Backend):
@@ -94,6 +111,10 @@ class LocalBackend(Backend):
         return False
 
     def _check_resources(self, spec: JobSpec) -> None:
+        most, why = max_local_processes()
+        if spec.processes > most:
+            raise QuotaError(f"job {spec.name!r} asks for {spec.processes} processes but this machine can run at "
+                             f"most {most} (limited by {why}); lower --processes")
         gpus = len(inventory())
         if spec.gpus_requested > gpus:
             raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs ({spec.processes} processes x "
