@@ -49,8 +49,9 @@ class Ident:
 
     @classmethod
     def of(cls, pid: int) -> "Ident | None":
-        start = start_time(pid)
-        return None if start is None else cls(pid=pid, start=start, boot=boot_id())
+        """The identity of a child we just started; a zombie counts (it still holds its pid)."""
+        fields = _stat(pid)
+        return None if fields is None else cls(pid=pid, start=fields[19], boot=boot_id())
 
     @classmethod
     def from_record(cls, rec: dict) -> "Ident | None":
@@ -94,8 +95,8 @@ def session_members(leader: Ident) -> list[int]:
     """
     if leader.boot != boot_id():
         return []
-    current = start_time(leader.pid)
-    if current is not None and current != leader.start:
+    fields = _stat(leader.pid)
+    if fields is not None and fields[19] != leader.start:
         return []
     members = []
     for entry in os.scandir("/proc"):
@@ -118,7 +119,8 @@ def signal_session(leader: Ident | None, sig: int) -> int:
             continue
         try:
             fields = _stat(pid)  # re-read through the pinned pid: still in the session?
-            reused = start_time(leader.pid) not in (None, leader.start)  # the leader's pid now names a stranger
+            now = _stat(leader.pid)
+            reused = now is not None and now[19] != leader.start  # the leader's pid now names a stranger
             if fields is not None and fields[3] == str(leader.pid) and not reused:
                 signal.pidfd_send_signal(fd, sig)
                 sent += 1
