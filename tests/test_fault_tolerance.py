@@ -71,12 +71,15 @@ def wait_dead(pid: int, timeout: float = 30) -> None:
 
 
 def lost_work(metrics: Path) -> tuple[int, int]:
-    """(last step logged before the restart, step the next attempt resumed from) from rank 0's metrics."""
+    """(last step logged before the restart, steps done twice) from rank 0's metrics: the work lost.
+
+    A graceful stop checkpoints the step it stopped at, so the next attempt may repeat nothing."""
     steps = [m["step"] for m in read_metrics(metrics) if "loss" in m]
     for prev, cur in zip(steps, steps[1:]):
-        if cur <= prev:
-            return prev, cur - 1
-    raise AssertionError(f"no restart in {metrics}: steps {steps[:5]}...{steps[-5:]}")
+        if cur != prev + 1:
+            assert cur <= prev, f"steps jump from {prev} to {cur}"
+            return prev, prev - cur + 1
+    return steps[-1], 0
 
 
 def events(info: dict) -> str:
@@ -92,7 +95,7 @@ def cifar_data(tmp_path_factory) -> Path:
 
 def cifar_cmd(data: Path, out: Path, *extra: str) -> list[str]:
     return ["python", "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(data), "--model-dir", str(out),
-            "--epochs", "2", "--batch-size", "4", "--checkpoint-every", str(CKPT_EVERY), "--log-interval", "0", *extra]
+            "--epochs", "2", "--max-steps", "300", "--batch-size", "4", "--checkpoint-every", str(CKPT_EVERY), "--log-interval", "0", *extra]
 
 
 # ------------------------------------------------------------------ killed rank, per workload
@@ -108,10 +111,11 @@ def test_cifar10_rank_killed_at_a_random_step_resumes_within_one_interval(dt: Dt
     os.kill(rank_record(dt.home, "c10", victim)["pid"], signal.SIGKILL)
     info = dt.wait_for("c10", {"Succeeded", "Failed"}, timeout=400)
     assert info["status"] == "Succeeded", info["message"]
-    killed_at, resumed = lost_work(out / "metrics.jsonl")
+    killed_at, lost = lost_work(out / "metrics.jsonl")
+    resumed = killed_at - lost
     print(f"cifar10: SIGKILL rank {victim} near step {target}; last step {killed_at}, resumed from {resumed}, "
-          f"lost {killed_at - resumed} steps (interval {CKPT_EVERY})")
-    assert 0 <= killed_at - resumed <= CKPT_EVERY and resumed % CKPT_EVERY == 0
+          f"lost {lost} steps (interval {CKPT_EVERY})")
+    assert 0 <= lost <= CKPT_EVERY and resumed % CKPT_EVERY == 0
     text = events(info)
     assert f"attempt 1 failed: rank {victim} was killed by SIGKILL (exit code 137)" in text
     assert f"attempt 1: resumed from step {resumed}" in text and info["restarts"] == 1
@@ -143,9 +147,9 @@ def test_lanes_rank_killed_at_a_random_step_ends_with_the_uninterrupted_weights(
     for job in ("straight", "lanes"):
         info = dt.wait_for(job, {"Succeeded", "Failed"}, timeout=600)
         assert info["status"] == "Succeeded", info["message"]
-    killed_at, resumed = lost_work(tmp_path / "b" / "metrics.jsonl")
-    print(f"lanes: SIGKILL rank {victim} near step {target}; last step {killed_at}, resumed from {resumed}")
-    assert 0 <= killed_at - resumed <= 3
+    killed_at, lost = lost_work(tmp_path / "b" / "metrics.jsonl")
+    print(f"lanes: SIGKILL rank {victim} near step {target}; last step {killed_at}, lost {lost} steps (interval 3)")
+    assert 0 <= lost <= 3 and f"resumed from step {killed_at - lost}" in events(info)
     assert f"rank {victim} was killed by SIGKILL" in events(info)
     a = torch.load(tmp_path / "a" / "model.pt", weights_only=True)["model"]
     b = torch.load(tmp_path / "b" / "model.pt", weights_only=True)["model"]
@@ -174,9 +178,9 @@ def test_killed_supervisor_is_relaunched_from_the_checkpoint(dt: Dtrain, cifar_d
     assert supervisor_pid(dt.home, "sup") != first
     info = dt.wait_for("sup", {"Succeeded", "Failed"}, timeout=400)
     assert info["status"] == "Succeeded", info["message"]
-    killed_at, resumed = lost_work(out / "metrics.jsonl")
-    print(f"supervisor SIGKILL at step ~{step}: last step {killed_at}, resumed from {resumed}")
-    assert killed_at - resumed <= CKPT_EVERY and f"resumed from step {resumed}" in events(info)
+    killed_at, lost = lost_work(out / "metrics.jsonl")
+    print(f"supervisor SIGKILL at step ~{step}: last step {killed_at}, lost {lost} steps (interval {CKPT_EVERY})")
+    assert lost <= CKPT_EVERY and f"resumed from step {killed_at - lost}" in events(info)
 
 
 def test_reboot_never_signals_a_process_that_reused_a_recorded_pid(dt: Dtrain, tmp_path):
