@@ -103,13 +103,14 @@ def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=child)
 
 
-def _pump(proc: subprocess.Popen, log, record: dict) -> None:
-    """Copy output lines to the log, noting the step the workload resumed from."""
+def _pump(proc: subprocess.Popen, log, record: dict, state: Path) -> None:
+    """Copy output lines to the log, recording at once the step the workload resumed from."""
     for raw in iter(proc.stdout.readline, b""):
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
         step = resumed_step(text)
         if step is not None:
             record["resumed_step"] = step
+            _write_json(state, record)
         log.write(format_line(text, time.time()))
 
 
@@ -168,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
             proc.send_signal(sig)  # the command alone: a workload checkpoints, its loader workers keep going
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
-    pump = threading.Thread(target=_pump, args=(proc, log, record), daemon=True)
+    pump = threading.Thread(target=_pump, args=(proc, log, record, state), daemon=True)
     pump.start()
     fields = exit_fields(proc.wait())
     _end_session(ident)

@@ -201,14 +201,16 @@ class Supervisor:
     def _watch(self, attempt: int) -> int:
         """Wait for the launcher, recording once the step the workload resumed from."""
         noted = False
-        while (code := self.proc.poll()) is None:
-            if not noted:
-                steps = [r["resumed_step"] for r in rank_records(self.job_dir) if r.get("resumed_step") is not None]
-                if steps:
-                    self.store.add_event(self.name, "Running", f"attempt {attempt}: resumed from step {max(steps)}")
-                    noted = True
+        while not noted:
+            code = self.proc.poll()
+            steps = [r["resumed_step"] for r in rank_records(self.job_dir) if r.get("resumed_step") is not None]
+            if steps:
+                self.store.add_event(self.name, "Running", f"attempt {attempt}: resumed from step {max(steps)}")
+                noted = True
+            if code is not None:
+                return code
             time.sleep(POLL_S)
-        return code
+        return self.proc.wait()
 
     def _source_snapshot(self) -> str | None:
         """The snapshot the job's data started from: the volume's head (latest taken or restored)."""
