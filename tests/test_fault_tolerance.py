@@ -264,3 +264,36 @@ def test_absurd_process_counts_are_refused_and_the_list_still_answers(dt: Dtrain
     big = dt("submit-dist", "big", "--processes", "9999", "--", "true", check=False)
     assert big.returncode == 2 and "this machine can run at most" in big.stderr
     assert dt.json("list", "-A") == []
+
+
+# ------------------------------------------------------------------ resources
+
+
+def _enforced() -> bool:
+    from dtrain.backends.local.cgroups import support
+
+    return support().enforced
+
+
+@pytest.mark.skipif(not _enforced(), reason="no cgroup delegation on this machine: limits are advisory")
+def test_a_job_over_its_memory_is_stopped_and_reported(dt: Dtrain):
+    hog = "x = bytearray(600 * 2**20)\nfor i in range(0, len(x), 4096): x[i] = 1\nprint('survived')"
+    dt("submit", "hog", "--memory", "100Mi", "--", "python", "-c", hog)
+    info = dt.wait_for("hog", {"Failed", "Succeeded"}, timeout=120)
+    assert info["status"] == "Failed" and "survived" not in dt("logs", "hog").stdout
+    assert info["message"].startswith("rank 0 ran out of memory (limit 100Mi)"), info["message"]
+    assert "enforced" in info["extra"]["limits"]
+
+
+@pytest.mark.skipif(not _enforced(), reason="no cgroup delegation on this machine: limits are advisory")
+def test_cpu_becomes_a_cgroup_quota(dt: Dtrain):
+    show = ("from pathlib import Path\n"
+            "for line in Path('/proc/self/cgroup').read_text().splitlines():\n"
+            "    _i, c, p = line.split(':', 2)\n"
+            "    if 'cpu' in c.split(','):\n"
+            "        print('quota', Path('/sys/fs/cgroup/cpu' + p, 'cpu.cfs_quota_us').read_text().strip())\n"
+            "    if c == '' and Path('/sys/fs/cgroup' + p, 'cpu.max').exists():\n"
+            "        print('quota', Path('/sys/fs/cgroup' + p, 'cpu.max').read_text().split()[0])\n")
+    dt("submit", "cpu", "--cpu", "0.5", "--", "python", "-c", show)
+    assert dt.wait_for("cpu", {"Failed", "Succeeded"}, timeout=120)["status"] == "Succeeded"
+    assert "quota 50000" in dt("logs", "cpu").stdout

@@ -10,6 +10,7 @@ queue; a node is this host.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import resource
@@ -24,7 +25,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from dtrain.backends.base import (Backend, Event, FreedInfo, JobInfo, JobStatus, LogLine, NodeInfo, ProcessInfo,
                                   ProjectInfo, SnapshotInfo, VolumeInfo)
-from dtrain.backends.local import launch
+from dtrain.backends.local import cgroups, launch
 from dtrain.backends.local.scheduler import split_devices
 from dtrain.backends.local.devices import inventory
 from dtrain.backends.local.notebook import read_access
@@ -208,7 +209,8 @@ class LocalBackend(Backend):
                        processes=tuple(procs), events=events, restarts=max([row["restarts"]] + [
                            r.get("restart", 0) for r in records.values()]),
                        message=row["message"], snapshot=row["snapshot"],
-                       extra={"cwd": row["cwd"], "job_dir": str(self.home / "jobs" / spec.name),
+                       extra={"limits": _limits_note(spec), "cwd": row["cwd"],
+                              "job_dir": str(self.home / "jobs" / spec.name),
                               "source_snapshot": row["source_snapshot"], "exit_code": row["exit_code"]})
 
     def _logs(self, name, *, rank, tail, since, follow) -> Iterator[LogLine]:
@@ -388,6 +390,23 @@ class LocalBackend(Backend):
                             volume_size=s.volume_size, storage_class=s.storage_class,
                             extra={"id": s.id, "volume_uid": s.volume_uid, "added_bytes": s.added_bytes,
                                    "method": s.method})
+
+
+@functools.cache
+def _cgroup_support() -> cgroups.Support:
+    return cgroups.support()
+
+
+def _limits_note(spec: JobSpec) -> str | None:
+    """What --memory/--cpu mean here: enforced through cgroups, or only advisory (and why)."""
+    if spec.memory is None and spec.cpu is None:
+        return None
+    found = _cgroup_support()
+    asked = ", ".join(x for x in (f"memory {spec.memory}" if spec.memory else "",
+                                  f"cpu {spec.cpu:g}" if spec.cpu is not None else "") if x)
+    if found.enforced:
+        return f"{asked} per process, enforced ({found.detail})"
+    return f"{asked} per process, {found.detail}"
 
 
 def _spawn_detached(argv: list[str], *, log: Path, cwd: str) -> int:

@@ -71,8 +71,8 @@ def launcher_argv(spec: JobSpec, *, job_dir: Path, master_port: int, python: str
                 "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{master_port}",
                 "--max-restarts=0", "--monitor-interval=0.5", "--no-python", *inner]
     if spec.launcher == "mpi":
-        exported = ["MASTER_ADDR", "MASTER_PORT", "DTRAIN_RANK_DEVICES", "DTRAIN_RANK_CPUS", "DTRAIN_ATTEMPT", "OMP_NUM_THREADS",
-                    "PYTHONUNBUFFERED", *spec.env]
+        exported = ["MASTER_ADDR", "MASTER_PORT", "DTRAIN_RANK_DEVICES", "DTRAIN_RANK_CPUS", "DTRAIN_ATTEMPT",
+                    "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "DTRAIN_JOB_NAME", "DTRAIN_MEMORY", "DTRAIN_CPU", *spec.env]
         flags = [x for k in dict.fromkeys(exported) for x in ("-x", k)]
         return [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
                 str(spec.processes), *flags, *inner]
@@ -115,6 +115,10 @@ def job_env(spec: JobSpec, *, devices: list[list[str]], master_port: int, attemp
         "OMP_NUM_THREADS": str(max(1, int(threads))),
         "PYTHONUNBUFFERED": "1",
     }
+    if spec.memory is not None:
+        env["DTRAIN_MEMORY"] = spec.memory  # rankrun's cgroup limit (per process)
+    if spec.cpu is not None:
+        env["DTRAIN_CPU"] = repr(float(spec.cpu))
     if spec.launcher == "none":
         env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
     cores = rank_cores(os.sched_getaffinity(0) if available is None else available, spec.processes, spec.cpu) \

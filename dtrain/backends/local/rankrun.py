@@ -31,6 +31,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dtrain.backends.local.cgroups import RankCgroup
 from dtrain.backends.local.procs import Ident, signal_session
 from dtrain.markers import resumed_step
 
@@ -96,9 +97,11 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def _start(command: list[str], env: dict[str, str]) -> subprocess.Popen:
+def _start(command: list[str], env: dict[str, str], cgroup: RankCgroup | None) -> subprocess.Popen:
     def child() -> None:
         _pdeathsig(signal.SIGKILL)  # after setsid (start_new_session): the command dies with rankrun
+        if cgroup is not None:
+            cgroup.join()  # before exec: the command and all it starts are limited
     return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=child)
 
@@ -114,14 +117,30 @@ def _pump(proc: subprocess.Popen, log, record: dict, state: Path) -> None:
         log.write(format_line(text, time.time()))
 
 
-def _end_session(ident: Ident | None) -> None:
-    """Stop what the finished command left in its session: TERM, a short grace, then KILL."""
-    if ident is None or not signal_session(ident, signal.SIGTERM):
-        return
-    deadline = time.monotonic() + LEFTOVER_GRACE_S
-    while time.monotonic() < deadline and signal_session(ident, 0):
-        time.sleep(0.05)
-    signal_session(ident, signal.SIGKILL)
+def _end_session(ident: Ident | None, cgroup: RankCgroup | None) -> None:
+    """Stop what the finished command left in its session (and its cgroup): TERM, a short grace, KILL."""
+    if ident is not None and signal_session(ident, signal.SIGTERM):
+        deadline = time.monotonic() + LEFTOVER_GRACE_S
+        while time.monotonic() < deadline and signal_session(ident, 0):
+            time.sleep(0.05)
+        signal_session(ident, signal.SIGKILL)
+    if cgroup is not None:  # also catches a process that left the session (setsid)
+        for pid in cgroup.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)  # a member of our own cgroup is ours
+            except ProcessLookupError:
+                pass
+
+
+def _cgroup(env: dict[str, str], rank: int) -> RankCgroup | None:
+    memory, cpu = env.get("DTRAIN_MEMORY"), env.get("DTRAIN_CPU")
+    if not memory and not cpu:
+        return None
+    from dtrain.names import parse_size
+
+    name = f"dtrain-{env.get('DTRAIN_JOB_NAME', 'job')}-a{env.get('DTRAIN_ATTEMPT', '0')}-r{rank}-{os.getpid()}"
+    return RankCgroup.create(name, memory=parse_size(memory, "--memory") if memory else None,
+                             cpu=float(cpu) if cpu else None)
 
 
 def exit_fields(returncode: int) -> dict:
@@ -154,8 +173,11 @@ def main(argv: list[str] | None = None) -> int:
               "wrapper": Ident.of(os.getpid()).to_record()}
     state = job_dir / "ranks" / f"rank-{rank}.json"
     log = open(job_dir / "logs" / f"rank-{rank}.log", "a", buffering=1, encoding="utf-8")
+    cgroup = _cgroup(env, rank)
+    if cgroup is not None:
+        record["cgroup"] = {"mode": cgroup.mode, "paths": [[c, str(p)] for c, p in cgroup.paths]}
     try:
-        proc = _start(command, env)
+        proc = _start(command, env, cgroup)
     except OSError as err:
         log.write(format_line(f"dtrain: cannot start {command[0]!r}: {err.strerror}", time.time()))
         _write_json(state, {**record, "status": "Failed", "exit_code": 127, "finished": time.time()})
@@ -172,8 +194,12 @@ def main(argv: list[str] | None = None) -> int:
     pump = threading.Thread(target=_pump, args=(proc, log, record, state), daemon=True)
     pump.start()
     fields = exit_fields(proc.wait())
-    _end_session(ident)
+    _end_session(ident, cgroup)
     pump.join(DRAIN_S)
+    if cgroup is not None:
+        if cgroup.oom_kills():
+            fields["oom"] = env["DTRAIN_MEMORY"]  # the limit it went over
+        cgroup.remove()
     _write_json(state, {**record, **fields, "status": "Succeeded" if fields["exit_code"] == 0 else "Failed",
                         "finished": time.time()})
     if not pump.is_alive():  # else a process that left the session still writes; it goes with us

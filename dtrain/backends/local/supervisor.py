@@ -31,6 +31,7 @@ from pathlib import Path
 
 from dtrain.backends.local import launch, notebook, scheduler
 from dtrain.backends.local.devices import inventory
+from dtrain.backends.local.cgroups import RankCgroup
 from dtrain.backends.local.procs import Ident, signal_process, signal_session
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
@@ -72,6 +73,22 @@ def kill_ranks(job_dir: Path, sig: int = signal.SIGKILL) -> None:
     for rec in rank_records(job_dir):
         signal_process(Ident.from_record(rec.get("wrapper") or {}), sig)
         signal_session(Ident.from_record(rec), sig)
+        cgroup = rank_cgroup(rec)
+        if cgroup is not None:  # a cgroup named after this job's rank holds only its processes
+            for pid in cgroup.pids():
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            cgroup.remove()
+
+
+def rank_cgroup(rec: dict) -> RankCgroup | None:
+    cg = rec.get("cgroup")
+    if not isinstance(cg, dict):
+        return None
+    paths = tuple((c, Path(p)) for c, p in cg.get("paths", []) if Path(p).name.startswith("dtrain-"))
+    return RankCgroup(mode=cg.get("mode", "v1"), paths=paths) if paths else None
 
 
 def backoff(restart: int) -> float:
@@ -86,6 +103,8 @@ def failing_rank(records: list[dict]) -> dict | None:
 
 
 def describe_exit(rec: dict) -> str:
+    if rec.get("oom"):
+        return f"rank {rec['rank']} ran out of memory (limit {rec['oom']}) and was killed (exit code {rec['exit_code']})"
     how = f"was killed by {rec['signal']}" if rec.get("signal") else "exited"
     return f"rank {rec['rank']} {how} (exit code {rec['exit_code']})"
 
