@@ -11,6 +11,7 @@ from dtrain.training.dist import (
     all_reduce_sum,
     barrier,
     detect_runtime,
+    exit_process,
     setup_distributed,
     teardown,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "barrier",
     "checkpoint_path",
     "detect_runtime",
+    "exit_process",
     "latest_checkpoint",
     "load_checkpoint",
     "read_metrics",
