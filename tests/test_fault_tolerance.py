@@ -297,3 +297,22 @@ def test_cpu_becomes_a_cgroup_quota(dt: Dtrain):
     dt("submit", "cpu", "--cpu", "0.5", "--", "python", "-c", show)
     assert dt.wait_for("cpu", {"Failed", "Succeeded"}, timeout=120)["status"] == "Succeeded"
     assert "quota 50000" in dt("logs", "cpu").stdout
+
+
+# ------------------------------------------------------------------ E: mount points
+
+
+@pytest.mark.parametrize("parent", ["/opt", "/"])
+def test_missing_mount_points_are_made_inside_the_sandbox_not_on_the_host(dt: Dtrain, parent):
+    top = os.path.join(parent, f"dtrain-mount-{os.getpid()}-{random.randrange(10**6)}")
+    assert not os.path.lexists(top)
+    dt("volume", "create", "vol")
+    dt("submit", "mnt", "--pvc", f"vol:{top}/deep", "--", "sh", "-c", f"echo inside > {top}/deep/proof; ls {parent}")
+    info = dt.wait_for("mnt", {"Succeeded", "Failed"}, timeout=120)
+    assert info["status"] == "Succeeded", info["message"]
+    assert not os.path.lexists(top), f"{top} was created on the host"
+    listing = dt("logs", "mnt").stdout
+    assert os.path.basename(top) in listing  # the sandbox saw it
+    assert all(name in listing for name in os.listdir(parent)[:5])  # and still sees the host's entries
+    volume = dt.json("volume", "describe", "vol")
+    assert (Path(volume["extra"]["path"]) / "proof").read_text() == "inside\n"

@@ -46,9 +46,42 @@ def shm_size(total_memory: int | None = None) -> int:
     return total_memory // 2
 
 
-def sandbox_prefix(mounts: list[Mount], *, large_shm: bool, cwd: str, bwrap: str = "bwrap") -> list[str]:
+def shadow_args(mounts: list[Mount], *, lexists=os.path.lexists, listdir=os.listdir,
+                readlink=os.readlink) -> list[str]:
+    """bubblewrap arguments that make a missing mount point exist inside the sandbox only.
+
+    The sandbox sees the host's root as is (--dev-bind / /), so bubblewrap creating the folders of
+    a mount point like /opt/x/deep would create them on the host. Instead, the deepest folder that
+    exists (/opt) is covered by a tmpfs inside the sandbox, its entries are bound back from the
+    host one by one (links recreated), and the new folders are made in that tmpfs.
+    """
+    targets = sorted({m.target.rstrip("/") for m in mounts}, key=lambda t: t.count("/"))
+    args: list[str] = []
+    shadowed: set[str] = set()
+    for target in targets:
+        if lexists(target):
+            continue
+        base = os.path.dirname(target)
+        while not lexists(base):
+            base = os.path.dirname(base)
+        inside = [t for t in targets if t != target and (base == t or base.startswith(t.rstrip("/") + "/"))]
+        if base in shadowed or inside:
+            continue  # already covered, or inside another volume (made there, not on the host)
+        shadowed.add(base)
+        args += ["--tmpfs", base]
+        for name in sorted(listdir(base)):
+            path = os.path.join(base, name)
+            if os.path.islink(path):
+                args += ["--symlink", readlink(path), path]
+            else:
+                args += ["--dev-bind-try", path, path]
+    return args
+
+
+def sandbox_prefix(mounts: list[Mount], *, large_shm: bool, cwd: str, bwrap: str = "bwrap",
+                   shadows: list[str] = ()) -> list[str]:
     """bubblewrap arguments: the host's root as is, plus the job's volumes and /dev/shm."""
-    argv = [bwrap, "--dev-bind", "/", "/", "--die-with-parent"]
+    argv = [bwrap, "--dev-bind", "/", "/", "--die-with-parent", *shadows]
     for m in mounts:
         argv += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
     if large_shm:
@@ -143,7 +176,7 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
     """A notebook (spec.notebook) serves on `master_port` with `notebook_token`: one process, no rendezvous."""
     argv = launcher_argv(spec, job_dir=job_dir, master_port=master_port)
     if mounts or spec.large_shm:
-        argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd) + argv
+        argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd, shadows=shadow_args(mounts)) + argv
     env = job_env(spec, devices=devices, master_port=master_port, attempt=attempt)
     # Where dtrain.training.MetricsWriter also writes, so the dashboard and /metrics find the curves.
     env.setdefault("DTRAIN_METRICS_FILE", str(job_dir / "metrics.jsonl"))
