@@ -71,16 +71,19 @@ def wait_dead(pid: int, timeout: float = 30) -> None:
         raise AssertionError(f"process {pid} is still running:\n{ps.stdout}")
 
 
-def lost_work(metrics: Path) -> tuple[int, int]:
-    """(last step logged before the restart, steps done twice) from rank 0's metrics: the work lost.
-
-    A graceful stop checkpoints the step it stopped at, so the next attempt may repeat nothing."""
+def lost_work(metrics: Path) -> int:
+    """Steps done twice, from rank 0's metrics: the work a fault cost. A graceful stop checkpoints
+    the step it stopped at (and a kill may land right after a checkpoint): then nothing is lost."""
     steps = [m["step"] for m in read_metrics(metrics) if "loss" in m]
-    for prev, cur in zip(steps, steps[1:]):
-        if cur != prev + 1:
-            assert cur <= prev, f"steps jump from {prev} to {cur}"
-            return prev, prev - cur + 1
-    return steps[-1], 0
+    repeated = len(steps) - len(set(steps))
+    assert sorted(set(steps)) == list(range(1, max(steps) + 1)), "a step was skipped"
+    return repeated
+
+
+def resumed_step(info: dict) -> int:
+    found = re.search(r"attempt 1: resumed from step (\d+)", events(info))
+    assert found, events(info)
+    return int(found.group(1))
 
 
 def events(info: dict) -> str:
@@ -112,14 +115,12 @@ def test_cifar10_rank_killed_at_a_random_step_resumes_within_one_interval(dt: Dt
     os.kill(rank_record(dt.home, "c10", victim)["pid"], signal.SIGKILL)
     info = dt.wait_for("c10", {"Succeeded", "Failed"}, timeout=400)
     assert info["status"] == "Succeeded", info["message"]
-    killed_at, lost = lost_work(out / "metrics.jsonl")
-    resumed = killed_at - lost
-    print(f"cifar10: SIGKILL rank {victim} near step {target}; last step {killed_at}, resumed from {resumed}, "
+    lost, resumed = lost_work(out / "metrics.jsonl"), resumed_step(info)
+    print(f"cifar10: SIGKILL rank {victim} near step {target}; resumed from step {resumed}, "
           f"lost {lost} steps (interval {CKPT_EVERY})")
-    assert 0 <= lost <= CKPT_EVERY and resumed % CKPT_EVERY == 0
-    text = events(info)
-    assert f"attempt 1 failed: rank {victim} was killed by SIGKILL (exit code 137)" in text
-    assert f"attempt 1: resumed from step {resumed}" in text and info["restarts"] == 1
+    assert 0 <= lost <= CKPT_EVERY and resumed >= target - CKPT_EVERY
+    assert f"attempt 1 failed: rank {victim} was killed by SIGKILL (exit code 137)" in events(info)
+    assert info["restarts"] == 1
     assert (out / "model.pth").exists()
 
 
@@ -148,9 +149,10 @@ def test_lanes_rank_killed_at_a_random_step_ends_with_the_uninterrupted_weights(
     for job in ("straight", "lanes"):
         info = dt.wait_for(job, {"Succeeded", "Failed"}, timeout=600)
         assert info["status"] == "Succeeded", info["message"]
-    killed_at, lost = lost_work(tmp_path / "b" / "metrics.jsonl")
-    print(f"lanes: SIGKILL rank {victim} near step {target}; last step {killed_at}, lost {lost} steps (interval 3)")
-    assert 0 <= lost <= 3 and f"resumed from step {killed_at - lost}" in events(info)
+    lost, resumed = lost_work(tmp_path / "b" / "metrics.jsonl"), resumed_step(info)
+    print(f"lanes: SIGKILL rank {victim} near step {target}; resumed from step {resumed}, lost {lost} steps "
+          f"(interval 3)")
+    assert 0 <= lost <= 3 and resumed >= target - 3
     assert f"rank {victim} was killed by SIGKILL" in events(info)
     a = torch.load(tmp_path / "a" / "model.pt", weights_only=True)["model"]
     b = torch.load(tmp_path / "b" / "model.pt", weights_only=True)["model"]
@@ -179,8 +181,7 @@ def test_killed_supervisor_is_relaunched_from_the_checkpoint(dt: Dtrain, cifar_d
     assert supervisor_pid(dt.home, "sup") != first
     info = dt.wait_for("sup", {"Succeeded", "Failed"}, timeout=400)
     assert info["status"] == "Succeeded", info["message"]
-    _last, lost = lost_work(out / "metrics.jsonl")
-    resumed = int(re.search(r"attempt 1: resumed from step (\d+)", events(info)).group(1))
+    lost, resumed = lost_work(out / "metrics.jsonl"), resumed_step(info)
     print(f"supervisor SIGKILL at step ~{step}: resumed from step {resumed}, lost {lost} steps "
           f"(interval {CKPT_EVERY})")
     assert lost <= CKPT_EVERY and resumed >= step - CKPT_EVERY

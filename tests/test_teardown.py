@@ -59,6 +59,7 @@ def test_a_ddp_wrapper_keeps_the_gloo_threads_past_teardown(tmp_path, mode, left
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(3600)  # 30 runs of ~20 s each on a busy 2-core machine
 def test_thirty_back_to_back_two_process_trainings_all_succeed(tmp_path):
     data = tmp_path / "data"
     write_synthetic(data, fmt="python", n_train=160, n_test=20, seed=2)
