@@ -47,6 +47,7 @@ def torchrun(*args: str, env: dict | None = None, timeout: float = 240) -> subpr
                           env={**ENV, **(env or {})}, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode,left", [("plain", False), ("ddp", True)])
 def test_a_ddp_wrapper_keeps_the_gloo_threads_past_teardown(tmp_path, mode, left):
     probe = tmp_path / "probe.py"

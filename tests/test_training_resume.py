@@ -98,6 +98,7 @@ def test_sigterm_sets_the_flag_and_restores_the_old_handler():
     assert signal.getsignal(signal.SIGTERM) is old
 
 
+@pytest.mark.slow
 def test_cifar10_sigterm_checkpoints_the_step_it_stopped_at_and_resumes_exactly(tmp_path):
     """One process: SIGTERM mid-run -> exit 143 with ckpt-<last logged step>.pt; the rerun ends with the
     same weights as a run that was never stopped."""
