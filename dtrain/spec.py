@@ -23,6 +23,8 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 # the same request as --snapshot-on-success VOL, and `JobSpec.snapshot_volume` is the one place
 # that reads it; backends act on snapshot_volume alone. Workloads may only record the variables.
 SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV = "ENABLE_SNAPSHOT", "PVC_NAME"
+MAX_PROCESSES = 10_000  # any backend; the local backend also checks what the machine can run
+MAX_RESTARTS = 1_000
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -139,6 +141,10 @@ class JobSpec:
         _check_int(self.processes, "--processes", 1)
         _check_int(self.gpu, "--gpu", 0)
         _check_int(self.max_restarts, "--max-restarts", 0)
+        if self.processes > MAX_PROCESSES or self.max_restarts > MAX_RESTARTS:
+            flag, value, top = (("--processes", self.processes, MAX_PROCESSES) if self.processes > MAX_PROCESSES
+                                else ("--max-restarts", self.max_restarts, MAX_RESTARTS))
+            raise SpecError(f"invalid {flag} {value}: at most {top}")
         if self.launcher not in LAUNCHERS:
             raise SpecError(f"unknown launcher {self.launcher!r}: use torchrun or mpi")
         if self.processes > 1 and self.launcher == "none":

@@ -37,8 +37,8 @@ def job_in(store: JobStore, name: str, status: str) -> JobSpec:
 
 def test_the_table_pins_the_lifecycle():
     assert set(TRANSITIONS) == set(STATUSES)
-    assert TRANSITIONS["Pending"] == {"Running", "Failed", "Deleted"}
-    assert TRANSITIONS["Running"] == {"Succeeded", "Failed", "Deleted"}
+    assert TRANSITIONS["Pending"] == {"Pending", "Running", "Failed", "Deleted"}  # Pending: a relaunch
+    assert TRANSITIONS["Running"] == {"Running", "Succeeded", "Failed", "Deleted"}  # Running: a restart
     assert TRANSITIONS["Succeeded"] == TRANSITIONS["Failed"] == {"Deleted"}
     assert TRANSITIONS["Deleted"] == set()
 

@@ -137,7 +137,7 @@ def test_killed_process_fails_the_job(dt: Dtrain):
     os.kill(pid, signal.SIGKILL)
     info = dt.wait_for("victim", {"Failed"})
     assert info["processes"][0]["exit_code"] == 137
-    assert "rank 0 exited with code 137" in info["message"]
+    assert "rank 0 was killed by SIGKILL (exit code 137)" in info["message"] and info["extra"]["exit_code"] == 137
 
 
 def test_killed_process_is_restarted_with_max_restarts(dt: Dtrain, tmp_path):

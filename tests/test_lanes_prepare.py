@@ -283,3 +283,26 @@ def test_cli(archives, tmp_path, capsys):
     assert out["splits"] == {"train": 4, "val": 2} and out["size"] == [128, 72]
     with pytest.raises(SpecError, match="not WIDTHxHEIGHT"):
         prepare.main(["--url", "x", "--out", str(tmp_path), "--size", "big"])
+
+
+def test_symlinks_under_out_are_replaced_never_written_through(server, archives, tmp_path):
+    """C: links planted under --out (a folder, the manifest's temp file, a mask folder, a download)
+    point outside; prepare replaces them and leaves their targets untouched."""
+    urls, digests = serve_all(server, archives)
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep.txt").write_text("mine")
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "clips").symlink_to(outside, target_is_directory=True)
+    (out / "prepare.json.tmp").symlink_to(outside / "keep.txt")
+    (out / "seg_label").symlink_to(outside, target_is_directory=True)
+    (out / "downloads").mkdir()
+    (out / "downloads" / "test_label.json.part").symlink_to(outside / "keep.txt")
+    (out / "test_label.json").symlink_to(outside / "keep.txt")
+    manifest = prepare.prepare(urls, out, sha256=digests)
+    assert manifest["masks"]["splits"] == {"train": 4, "val": 2, "test": 2}
+    assert sorted(p.name for p in outside.iterdir()) == ["keep.txt"] and (outside / "keep.txt").read_text() == "mine"
+    for name in ("clips", "seg_label", "test_label.json"):
+        assert not (out / name).is_symlink()
+    assert not [p for p in out.rglob("*") if p.is_symlink()]

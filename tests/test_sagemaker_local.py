@@ -83,7 +83,7 @@ def _torchrun(data: Path, out: Path, steps: int) -> dict:
 def test_job_stopped_midway_resumes_from_checkpoints(sm, data_dir, tmp_path):  # noqa: F811
     ckpt_uri = "s3://dtrain-local/shared/cifar-ckpt"
     ckpts = sm.home / "sagemaker-local" / "s3" / "dtrain-local" / "shared" / "cifar-ckpt"
-    long_run = [a if a != "12" else "100000" for a in TRAIN_ARGS] + ["--epochs", "1000", "--checkpoint-interval", "4"]
+    long_run = [a if a != "12" else "100000" for a in TRAIN_ARGS] + ["--epochs", "1000", "--checkpoint-every", "4"]
     submit(sm, "first", data_dir, long_run, "--checkpoint-s3-uri", ckpt_uri)
     deadline = time.monotonic() + 240
     while not list(ckpts.glob("ckpt-*.pt")) and time.monotonic() < deadline:
@@ -94,11 +94,11 @@ def test_job_stopped_midway_resumes_from_checkpoints(sm, data_dir, tmp_path):  #
     time.sleep(2)
     assert max(int(p.stem[5:]) for p in ckpts.glob("ckpt-*.pt")) == done  # no process of the job lives on
     steps = done + 4  # stopped after step `done`; the rerun trains 4 more
-    args = [a if a != "12" else str(steps) for a in TRAIN_ARGS] + ["--checkpoint-interval", "4"]
+    args = [a if a != "12" else str(steps) for a in TRAIN_ARGS] + ["--checkpoint-every", "4"]
     submit(sm, "second", data_dir, args, "--checkpoint-s3-uri", ckpt_uri)
     assert sm("wait", "second", "--timeout", "300", check=False).returncode == 0, sm("logs", "second").stdout
     logs = sm("logs", "second", "--rank", "0").stdout
-    assert re.search(rf"resumed from /opt/ml/checkpoints/ckpt-{done}\.pt at step {done}", logs), logs
+    assert re.search(rf"resumed from step {done} \(/opt/ml/checkpoints/ckpt-{done}\.pt\)", logs), logs
     assert f"steps={steps} " in logs
     sm("artifacts", "second", "--to", str(tmp_path / "resumed"))
     expected = _torchrun(data_dir, tmp_path / "straight", steps)

@@ -434,3 +434,43 @@ def test_a_volume_folder_that_is_a_symlink_is_refused_clearly(tmp_path):
     with pytest.raises(StorageError, match="not a folder.*real directory"), engine.pin():
         engine.capture(tmp_path / "link")
     assert engine.sweep(lambda: []) is not None and list((engine.root / "manifests").iterdir()) == []
+
+
+def test_a_folder_swapped_for_a_link_never_brings_outside_files_in(tmp_path):
+    """D: while captures run, a thread keeps swapping a folder of the volume for a symlink to a
+    host folder; no capture may record a name or byte from the host folder."""
+    from dtrain.storage.manifest import open_beneath
+
+    src, host = tmp_path / "vol", tmp_path / "host"
+    (src / "data").mkdir(parents=True)
+    (src / "data" / "mine.txt").write_text("volume")
+    host.mkdir()
+    for i in range(200):
+        (host / f"secret-{i}.txt").write_text("host secret")
+    os.symlink(host, src / "link-to-host")
+    (src / "data" / "mine.txt").rename(src / "mine.txt")
+    with pytest.raises(OSError):  # a link on the way, not only at the end, stops the open
+        open_beneath(src, "link-to-host/secret-0.txt")
+
+    stop = threading.Event()
+
+    def swap():
+        while not stop.is_set():
+            os.rename(src / "data", tmp_path / "data-away")
+            os.symlink(host, src / "data")
+            os.unlink(src / "data")
+            os.rename(tmp_path / "data-away", src / "data")
+
+    (src / "data" / "inside.txt").write_text("volume")
+    engine = make_engine(tmp_path)
+    swapper = threading.Thread(target=swap)
+    swapper.start()
+    try:
+        manifests = [snapshot(engine, src)[1] for _ in range(15)]
+    finally:
+        stop.set()
+        swapper.join()
+    for manifest in manifests:
+        names = {e.path for e in manifest.entries}
+        assert not any("secret" in n for n in names), sorted(n for n in names if "secret" in n)[:3]
+        assert {e.path for e in manifest.entries if e.path.startswith("link-to-host")} == {"link-to-host"}

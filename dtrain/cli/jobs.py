@@ -186,6 +186,8 @@ def cmd_describe(args, client: Client) -> int:
             "Finished": fmt.when(info.finished), "Restarts": info.restarts,
             "GPUs Allocated (Requested)": f"{info.gpus_allocated} ({info.spec.gpus_requested})",
             "Snapshot": info.snapshot or "-"}
+    if info.extra.get("limits"):
+        head["Limits"] = info.extra["limits"]
     if info.extra.get("source_snapshot"):
         head["Started from snapshot"] = info.extra["source_snapshot"]
     if info.extra.get("model_artifacts"):  # SageMaker

@@ -50,6 +50,7 @@ from dtrain.errors import StorageError
 from dtrain.storage import fileio, hashing, native
 from dtrain.storage.fileio import UNSUPPORTED, FileIO
 from dtrain.storage.info import CaptureStats, SweepStats, VerifyStats
+from dtrain.storage import manifest as mf
 from dtrain.storage.manifest import Entry, Manifest, meta_entry, same_meta, scan, unchanged
 from dtrain.storage.packs import UNHASHED, Pack, Packer, PackFiles, PackStore
 from dtrain.storage.progress import Progress, Run
@@ -252,7 +253,12 @@ class Engine:
         if stat.S_ISDIR(st.st_mode):
             return meta_entry(rel, st)
         if stat.S_ISLNK(st.st_mode):
-            return meta_entry(rel, st, os.readlink(f"{src}/{rel}"))
+            try:
+                return meta_entry(rel, st, _readlink_beneath(src, rel))
+            except OSError as err:  # its folder was moved behind a link since the walk: gone
+                if err.errno in mf.GONE:
+                    return None
+                raise
         skipped.append(rel)
         return None
 
@@ -262,9 +268,11 @@ class Engine:
     def _ingest(self, src: Path, rel: str, packer: Packer | None, run: Run) -> Entry | None:
         """Hash one file chunk by chunk, storing chunks the store lacks; None if it vanished."""
         try:
-            fd = os.open(f"{src}/{rel}", os.O_RDONLY | os.O_NOFOLLOW)
-        except FileNotFoundError:  # deleted since the walk: the snapshot records it as gone
-            return None
+            fd = mf.open_beneath(src, rel, os.O_RDONLY)  # no link followed on the way (a swapped folder)
+        except OSError as err:  # deleted, or moved behind a link, since the walk: recorded as gone
+            if err.errno in mf.GONE:
+                return None
+            raise
         try:
             st = os.fstat(fd)
             chunks = None
@@ -537,6 +545,16 @@ class Engine:
 
     def _wrap(self, err: OSError, doing: str, *, needed: int) -> StorageError:
         return fileio.storage_error(err, doing, needed=needed, where=self.root)
+
+
+def _readlink_beneath(src: Path, rel: str) -> str:
+    """A link's target, reading its parent folder without following links (see open_beneath)."""
+    parent, _, name = rel.rpartition("/")
+    fd = mf.open_beneath(src, parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return os.readlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
 
 
 class _Batch:

@@ -8,6 +8,7 @@ names that are not UTF-8 survive through Python's surrogate escapes.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -89,18 +90,51 @@ class Manifest:
         return entries == self.entries
 
 
+def open_beneath(root: str | os.PathLike, rel: str, flags: int = os.O_RDONLY) -> int:
+    """Open `rel` under `root` one component at a time, never following a symbolic link on the way
+    (O_NOFOLLOW on every component, each opened relative to its parent's descriptor). A folder
+    swapped for a link mid-walk fails with ELOOP or ENOTDIR instead of leading out of `root`."""
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    try:
+        for i, part in enumerate(parts):
+            last = i == len(parts) - 1
+            mode = (flags if last else os.O_RDONLY | os.O_DIRECTORY) | os.O_NOFOLLOW
+            nxt = os.open(part, mode, dir_fd=fd)
+            os.close(fd)
+            fd = nxt
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+GONE = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)  # removed, or replaced by a link, since it was listed
+
+
 def scan(root: Path) -> Iterator[tuple[str, os.stat_result]]:
-    """lstat every path under `root` (root included as '.'), in no order; symlinks are not followed."""
+    """lstat every path under `root` (root included as '.'), in no order; symlinks are not followed,
+    not even a folder swapped for one during the walk (see open_beneath)."""
     yield ".", os.lstat(root)
-    stack = [("", os.fspath(root))]
+    stack = [""]
     while stack:
-        prefix, folder = stack.pop()
-        with os.scandir(folder) as it:
-            for item in it:
-                rel = prefix + item.name
-                yield rel, item.stat(follow_symlinks=False)
-                if item.is_dir(follow_symlinks=False):
-                    stack.append((rel + "/", item.path))
+        prefix = stack.pop()
+        try:
+            fd = open_beneath(root, prefix, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError as err:
+            if err.errno in GONE:
+                continue
+            raise
+        try:
+            with os.scandir(fd) as it:
+                for item in it:
+                    rel = prefix + item.name
+                    st = item.stat(follow_symlinks=False)
+                    yield rel, st
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(rel + "/")
+        finally:
+            os.close(fd)
 
 
 def walk(root: Path) -> list[tuple[str, os.stat_result]]:

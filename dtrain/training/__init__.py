@@ -11,19 +11,30 @@ from dtrain.training.dist import (
     all_reduce_sum,
     barrier,
     detect_runtime,
+    exit_process,
     setup_distributed,
     teardown,
 )
 from dtrain.training.metrics import MetricsWriter, read_metrics
+from dtrain.training.resume import Checkpointer, Resumed, checkpoint_dir
+from dtrain.training.sampler import ResumableSampler
+from dtrain.training.stop import STOPPED_EXIT_CODE, GracefulStop
 
 __all__ = [
+    "STOPPED_EXIT_CODE",
+    "Checkpointer",
     "DistInfo",
+    "GracefulStop",
+    "ResumableSampler",
+    "Resumed",
+    "checkpoint_dir",
     "MetricsWriter",
     "all_reduce_mean",
     "all_reduce_sum",
     "barrier",
     "checkpoint_path",
     "detect_runtime",
+    "exit_process",
     "latest_checkpoint",
     "load_checkpoint",
     "read_metrics",

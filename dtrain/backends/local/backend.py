@@ -10,8 +10,10 @@ queue; a node is this host.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -23,13 +25,14 @@ from typing import TYPE_CHECKING, Iterator
 
 from dtrain.backends.base import (Backend, Event, FreedInfo, JobInfo, JobStatus, LogLine, NodeInfo, ProcessInfo,
                                   ProjectInfo, SnapshotInfo, VolumeInfo)
-from dtrain.backends.local import launch
+from dtrain.backends.local import cgroups, launch
 from dtrain.backends.local.scheduler import split_devices
 from dtrain.backends.local.devices import inventory
 from dtrain.backends.local.notebook import read_access
 from dtrain.backends.local.rankrun import parse_line
+from dtrain.backends.local.procs import Ident, signal_process
 from dtrain.backends.local.store import ACTIVE, JobStore
-from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, rank_records
+from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, parse_ident, rank_records, supervisor_token
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, NotFoundError, QuotaError
 from dtrain.spec import JobSpec, NewVolume
@@ -38,16 +41,22 @@ if TYPE_CHECKING:
     from dtrain.storage.info import Snapshot, Volume
 
 LOST_AFTER_S = 60.0  # a Pending job whose supervisor never registered is lost after this
+RANK_MEMORY = 256 * 2**20  # a rank is a Python interpreter with torch loaded: ~250 MiB resident, measured
 
 
-def _proc_start(pid: int) -> str | None:
-    """The kernel's start time of a live, non-zombie pid (guards against pid reuse)."""
+def max_local_processes() -> tuple[int, str]:
+    """How many ranks this machine can run at once, and which limit decides it."""
+    limits = [(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // RANK_MEMORY,
+               f"its memory at {RANK_MEMORY // 2**20} MiB per process")]
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NPROC)
+    if soft != resource.RLIM_INFINITY:
+        limits.append((soft // 4, f"RLIMIT_NPROC {soft} (4 processes per rank: wrapper, command, helpers)"))
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2:].split()
-    return None if fields[0] in ("Z", "X") else fields[19]
+        limits.append((int(Path("/proc/sys/kernel/pid_max").read_text()) // 4, "kernel.pid_max / 4"))
+    except (OSError, ValueError):
+        pass
+    count, why = min(limits)
+    return max(1, count), why
 
 
 class LocalBackend(Backend):
@@ -82,12 +91,31 @@ class LocalBackend(Backend):
         job_dir = self.home / "jobs" / spec.name
         shutil.rmtree(job_dir, ignore_errors=True)  # left by a deleted job of the same name
         (job_dir / "logs").mkdir(parents=True)
-        pid = _spawn_detached([sys.executable, "-m", "dtrain.backends.local.supervisor", str(self.home), spec.name],
-                              log=job_dir / "supervisor.log", cwd=cwd)
-        self.store.update(spec.name, supervisor_pid=pid, supervisor_start=_proc_start(pid))
+        self._start_supervisor(spec.name, cwd, replacing=(None, None))
         return self._get(spec.name)
 
+    def _start_supervisor(self, name: str, cwd: str, *, replacing: tuple, message: str = "",
+                          restarts: int | None = None) -> bool:
+        """Start a supervisor and record it, if the job's recorded (pid, start) is still `replacing`.
+
+        Two commands that both find a lost supervisor both start one; the compare-and-set on the
+        recorded supervisor lets one win, and the loser's supervisor is stopped before it acts.
+        """
+        pid = _spawn_detached([sys.executable, "-m", "dtrain.backends.local.supervisor", str(self.home), name],
+                              log=self.home / "jobs" / name / "supervisor.log", cwd=cwd)
+        ident = Ident.of(pid)
+        token = supervisor_token(ident) if ident else None
+        if self.store.replace_supervisor(name, old=replacing, pid=pid, token=token, message=message,
+                                         restarts=restarts):
+            return True
+        signal_process(ident, signal.SIGKILL)
+        return False
+
     def _check_resources(self, spec: JobSpec) -> None:
+        most, why = max_local_processes()
+        if spec.processes > most:
+            raise QuotaError(f"job {spec.name!r} asks for {spec.processes} processes but this machine can run at "
+                             f"most {most} (limited by {why}); lower --processes")
         gpus = len(inventory())
         if spec.gpus_requested > gpus:
             raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs ({spec.processes} processes x "
@@ -131,20 +159,30 @@ class LocalBackend(Backend):
         return [self._info(self._reconcile(row)) for row in self.store.jobs()]
 
     def _reconcile(self, row):
-        """A job whose supervisor died while nobody watched is Failed, never Running."""
+        """A job whose supervisor died while nobody watched is relaunched (restarts left) or Failed, never Running."""
         if row["status"] not in ACTIVE:
             return row
-        pid = row["supervisor_pid"]
-        if pid is None:
+        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
+        if sup is None:
             if time.time() - row["created"] < LOST_AFTER_S:
                 return row
             reason = "its supervisor never started"
-        elif _proc_start(pid) != row["supervisor_start"]:
-            reason = f"its supervisor (pid {pid}) is gone: killed, or the machine restarted"
-        else:
+        elif sup.alive():
             return row
-        kill_ranks(self.home / "jobs" / row["name"])
-        self.store.set_status(row["name"], "Failed", f"lost: {reason}")
+        else:
+            reason = f"its supervisor (pid {sup.pid}) is gone: killed, or the machine restarted"
+        job_dir = self.home / "jobs" / row["name"]
+        kill_ranks(job_dir)  # only processes whose recorded identity still matches
+        spec = JobSpec.from_dict(json.loads(row["spec"]))
+        if sup is not None and row["restarts"] < spec.max_restarts:
+            restart = row["restarts"] + 1
+            self._start_supervisor(row["name"], spec.working_dir or row["cwd"], restarts=restart,
+                                   replacing=(row["supervisor_pid"], row["supervisor_start"]),
+                                   message=f"lost: {reason}; relaunching every rank from the last "
+                                           f"checkpoint (restart {restart} of {spec.max_restarts})")
+            return self.store.job(row["name"])
+        self.store.set_status(row["name"], "Failed", f"lost: {reason}" + (
+            f"; no restarts left (--max-restarts {spec.max_restarts})" if sup is not None else ""))
         return self.store.job(row["name"])
 
     def _info(self, row) -> JobInfo:
@@ -171,7 +209,8 @@ class LocalBackend(Backend):
                        processes=tuple(procs), events=events, restarts=max([row["restarts"]] + [
                            r.get("restart", 0) for r in records.values()]),
                        message=row["message"], snapshot=row["snapshot"],
-                       extra={"cwd": row["cwd"], "job_dir": str(self.home / "jobs" / spec.name),
+                       extra={"limits": _limits_note(spec), "cwd": row["cwd"],
+                              "job_dir": str(self.home / "jobs" / spec.name),
                               "source_snapshot": row["source_snapshot"], "exit_code": row["exit_code"]})
 
     def _logs(self, name, *, rank, tail, since, follow) -> Iterator[LogLine]:
@@ -211,14 +250,13 @@ class LocalBackend(Backend):
         row = self.store.job(name)
         was_active = row["status"] in ACTIVE
         self.store.set_status(name, "Deleted", "deleted by the user")  # refused if already Deleted
-        pid = row["supervisor_pid"]
-        if was_active and pid and _proc_start(pid) == row["supervisor_start"]:
-            os.kill(pid, signal.SIGTERM)
+        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
+        if was_active and signal_process(sup, signal.SIGTERM):
+            # The supervisor forwards SIGTERM to the launcher; the workloads checkpoint and exit.
             deadline = time.monotonic() + GRACE_S + 5
-            while _proc_start(pid) == row["supervisor_start"] and time.monotonic() < deadline:
+            while sup.alive() and time.monotonic() < deadline:
                 time.sleep(0.1)
-            if _proc_start(pid) == row["supervisor_start"]:
-                os.killpg(pid, signal.SIGKILL)
+            signal_process(sup, signal.SIGKILL)
         kill_ranks(self.home / "jobs" / name)
         return self._get(name)
 
@@ -363,6 +401,23 @@ class LocalBackend(Backend):
                             volume_size=s.volume_size, storage_class=s.storage_class,
                             extra={"id": s.id, "volume_uid": s.volume_uid, "added_bytes": s.added_bytes,
                                    "method": s.method})
+
+
+@functools.cache
+def _cgroup_support() -> cgroups.Support:
+    return cgroups.support()
+
+
+def _limits_note(spec: JobSpec) -> str | None:
+    """What --memory/--cpu mean here: enforced through cgroups, or only advisory (and why)."""
+    if spec.memory is None and spec.cpu is None:
+        return None
+    found = _cgroup_support()
+    asked = ", ".join(x for x in (f"memory {spec.memory}" if spec.memory else "",
+                                  f"cpu {spec.cpu:g}" if spec.cpu is not None else "") if x)
+    if found.enforced:
+        return f"{asked} per process, enforced ({found.detail})"
+    return f"{asked} per process, {found.detail}"
 
 
 def _spawn_detached(argv: list[str], *, log: Path, cwd: str) -> int:

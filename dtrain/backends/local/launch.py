@@ -46,9 +46,42 @@ def shm_size(total_memory: int | None = None) -> int:
     return total_memory // 2
 
 
-def sandbox_prefix(mounts: list[Mount], *, large_shm: bool, cwd: str, bwrap: str = "bwrap") -> list[str]:
+def shadow_args(mounts: list[Mount], *, lexists=os.path.lexists, listdir=os.listdir,
+                readlink=os.readlink) -> list[str]:
+    """bubblewrap arguments that make a missing mount point exist inside the sandbox only.
+
+    The sandbox sees the host's root as is (--dev-bind / /), so bubblewrap creating the folders of
+    a mount point like /opt/x/deep would create them on the host. Instead, the deepest folder that
+    exists (/opt) is covered by a tmpfs inside the sandbox, its entries are bound back from the
+    host one by one (links recreated), and the new folders are made in that tmpfs.
+    """
+    targets = sorted({m.target.rstrip("/") for m in mounts}, key=lambda t: t.count("/"))
+    args: list[str] = []
+    shadowed: set[str] = set()
+    for target in targets:
+        if lexists(target):
+            continue
+        base = os.path.dirname(target)
+        while not lexists(base):
+            base = os.path.dirname(base)
+        inside = [t for t in targets if t != target and (base == t or base.startswith(t.rstrip("/") + "/"))]
+        if base in shadowed or inside:
+            continue  # already covered, or inside another volume (made there, not on the host)
+        shadowed.add(base)
+        args += ["--tmpfs", base]
+        for name in sorted(listdir(base)):
+            path = os.path.join(base, name)
+            if os.path.islink(path):
+                args += ["--symlink", readlink(path), path]
+            else:
+                args += ["--dev-bind-try", path, path]
+    return args
+
+
+def sandbox_prefix(mounts: list[Mount], *, large_shm: bool, cwd: str, bwrap: str = "bwrap",
+                   shadows: list[str] = ()) -> list[str]:
     """bubblewrap arguments: the host's root as is, plus the job's volumes and /dev/shm."""
-    argv = [bwrap, "--dev-bind", "/", "/", "--die-with-parent"]
+    argv = [bwrap, "--dev-bind", "/", "/", "--die-with-parent", *shadows]
     for m in mounts:
         argv += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
     if large_shm:
@@ -65,12 +98,14 @@ def launcher_argv(spec: JobSpec, *, job_dir: Path, master_port: int, python: str
     """The launcher command for the spec, wrapping every process in rankrun."""
     inner = rank_prefix(job_dir, python) + list(spec.command)
     if spec.launcher == "torchrun":
+        # No torchrun restarts: the supervisor relaunches the whole gang, the same for every launcher,
+        # and records each attempt.
         return [python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={spec.processes}",
                 "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{master_port}",
-                f"--max-restarts={spec.max_restarts}", "--monitor-interval=0.5", "--no-python", *inner]
+                "--max-restarts=0", "--monitor-interval=0.5", "--no-python", *inner]
     if spec.launcher == "mpi":
-        exported = ["MASTER_ADDR", "MASTER_PORT", "DTRAIN_RANK_DEVICES", "DTRAIN_RANK_CPUS", "DTRAIN_ATTEMPT", "OMP_NUM_THREADS",
-                    "PYTHONUNBUFFERED", *spec.env]
+        exported = ["MASTER_ADDR", "MASTER_PORT", "DTRAIN_RANK_DEVICES", "DTRAIN_RANK_CPUS", "DTRAIN_ATTEMPT",
+                    "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "DTRAIN_JOB_NAME", "DTRAIN_MEMORY", "DTRAIN_CPU", *spec.env]
         flags = [x for k in dict.fromkeys(exported) for x in ("-x", k)]
         return [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
                 str(spec.processes), *flags, *inner]
@@ -113,6 +148,10 @@ def job_env(spec: JobSpec, *, devices: list[list[str]], master_port: int, attemp
         "OMP_NUM_THREADS": str(max(1, int(threads))),
         "PYTHONUNBUFFERED": "1",
     }
+    if spec.memory is not None:
+        env["DTRAIN_MEMORY"] = spec.memory  # rankrun's cgroup limit (per process)
+    if spec.cpu is not None:
+        env["DTRAIN_CPU"] = repr(float(spec.cpu))
     if spec.launcher == "none":
         env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
     cores = rank_cores(os.sched_getaffinity(0) if available is None else available, spec.processes, spec.cpu) \
@@ -137,7 +176,7 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
     """A notebook (spec.notebook) serves on `master_port` with `notebook_token`: one process, no rendezvous."""
     argv = launcher_argv(spec, job_dir=job_dir, master_port=master_port)
     if mounts or spec.large_shm:
-        argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd) + argv
+        argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd, shadows=shadow_args(mounts)) + argv
     env = job_env(spec, devices=devices, master_port=master_port, attempt=attempt)
     # Where dtrain.training.MetricsWriter also writes, so the dashboard and /metrics find the curves.
     env.setdefault("DTRAIN_METRICS_FILE", str(job_dir / "metrics.jsonl"))

@@ -8,10 +8,14 @@ torchrun, mpirun or the supervisor starts `python -m dtrain.backends.local.rankr
   gets 0,1 and rank 1 gets 2,3; empty hides every GPU);
 - pins the rank to its own cores when the job set --cpu: DTRAIN_RANK_CPUS ("0;1": local rank 0
   on core 0, local rank 1 on core 1), applied to itself before starting the command, which inherits it;
-- writes every output line, time-stamped, to D/logs/rank-R.log and its pid, status and exit
-  code to D/ranks/rank-R.json;
+- writes every output line, time-stamped, to D/logs/rank-R.log and to D/ranks/rank-R.json the
+  command's identity (pid + start time + boot id), status, exit code or signal, and the step it
+  resumed from (the line dtrain.markers.RESUMED that dtrain.training prints);
+- runs the command in its own session, forwards SIGTERM/SIGINT/SIGHUP to it (so the workload
+  can checkpoint), and once the command has exited stops whatever it left behind in its session:
+  the rank ends when its command ends, even if a child still holds the output open;
 - dies with its parent (PR_SET_PDEATHSIG) and takes the command down with it.
-It imports only the standard library so it adds little to start-up.
+It imports only the standard library (and dtrain's stdlib-only modules) so it starts fast.
 """
 
 from __future__ import annotations
@@ -22,11 +26,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from dtrain.backends.local.cgroups import RankCgroup
+from dtrain.backends.local.procs import Ident, signal_session
+from dtrain.markers import resumed_step
+
 PR_SET_PDEATHSIG = 1
+LEFTOVER_GRACE_S = 1.0  # SIGTERM to what the command left in its session, then SIGKILL
+DRAIN_S = 2.0  # wait this long for output after the command exits (a child may have left the session)
 
 
 def _pdeathsig(sig: int) -> None:
@@ -86,6 +97,63 @@ def _write_json(path: Path, data: dict) -> None:
     os.replace(tmp, path)
 
 
+def _start(command: list[str], env: dict[str, str], cgroup: RankCgroup | None) -> subprocess.Popen:
+    def child() -> None:
+        _pdeathsig(signal.SIGKILL)  # after setsid (start_new_session): the command dies with rankrun
+        if cgroup is not None:
+            cgroup.join()  # before exec: the command and all it starts are limited
+    return subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=child)
+
+
+def _pump(proc: subprocess.Popen, log, record: dict, state: Path) -> None:
+    """Copy output lines to the log, recording at once the step the workload resumed from."""
+    for raw in iter(proc.stdout.readline, b""):
+        text = raw.decode("utf-8", "replace").rstrip("\r\n")
+        step = resumed_step(text)
+        if step is not None:
+            record["resumed_step"] = step
+            _write_json(state, record)
+        log.write(format_line(text, time.time()))
+
+
+def _end_session(ident: Ident | None, cgroup: RankCgroup | None) -> None:
+    """Stop what the finished command left in its session (and its cgroup): TERM, a short grace, KILL."""
+    if ident is not None and signal_session(ident, signal.SIGTERM):
+        deadline = time.monotonic() + LEFTOVER_GRACE_S
+        while time.monotonic() < deadline and signal_session(ident, 0):
+            time.sleep(0.05)
+        signal_session(ident, signal.SIGKILL)
+    if cgroup is not None:  # also catches a process that left the session (setsid)
+        for pid in cgroup.pids():
+            try:
+                os.kill(pid, signal.SIGKILL)  # a member of our own cgroup is ours
+            except ProcessLookupError:
+                pass
+
+
+def _cgroup(env: dict[str, str], rank: int) -> RankCgroup | None:
+    memory, cpu = env.get("DTRAIN_MEMORY"), env.get("DTRAIN_CPU")
+    if not memory and not cpu:
+        return None
+    from dtrain.names import parse_size
+
+    name = f"dtrain-{env.get('DTRAIN_JOB_NAME', 'job')}-a{env.get('DTRAIN_ATTEMPT', '0')}-r{rank}-{os.getpid()}"
+    return RankCgroup.create(name, memory=parse_size(memory, "--memory") if memory else None,
+                             cpu=float(cpu) if cpu else None)
+
+
+def exit_fields(returncode: int) -> dict:
+    """A shell-style exit code (128 + N for signal N) and the signal's name when a signal ended it."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = f"signal {-returncode}"
+        return {"exit_code": 128 - returncode, "signal": name}
+    return {"exit_code": returncode, "signal": None}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) < 4 or argv[0] != "--job-dir" or argv[2] != "--":
@@ -100,32 +168,43 @@ def main(argv: list[str] | None = None) -> int:
         os.sched_setaffinity(0, cores)
     (job_dir / "logs").mkdir(parents=True, exist_ok=True)
     (job_dir / "ranks").mkdir(parents=True, exist_ok=True)
-    record = {"rank": rank, "status": "Running", "started": time.time(), "exit_code": None,
-              "restart": int(env.get("TORCHELASTIC_RESTART_COUNT", env.get("DTRAIN_ATTEMPT", "0")))}
+    record = {"rank": rank, "status": "Running", "started": time.time(), "exit_code": None, "signal": None,
+              "restart": int(env.get("DTRAIN_ATTEMPT", env.get("TORCHELASTIC_RESTART_COUNT", "0"))),
+              "wrapper": Ident.of(os.getpid()).to_record()}
     state = job_dir / "ranks" / f"rank-{rank}.json"
     log = open(job_dir / "logs" / f"rank-{rank}.log", "a", buffering=1, encoding="utf-8")
+    cgroup = _cgroup(env, rank)
+    if cgroup is not None:
+        record["cgroup"] = {"mode": cgroup.mode, "paths": [[c, str(p)] for c, p in cgroup.paths]}
     try:
-        proc = subprocess.Popen(command, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, preexec_fn=lambda: _pdeathsig(signal.SIGKILL))
+        proc = _start(command, env, cgroup)
     except OSError as err:
         log.write(format_line(f"dtrain: cannot start {command[0]!r}: {err.strerror}", time.time()))
         _write_json(state, {**record, "status": "Failed", "exit_code": 127, "finished": time.time()})
         return 127
-    _write_json(state, {**record, "pid": proc.pid})
+    ident = Ident.of(proc.pid)
+    record.update(ident.to_record() if ident else {"pid": proc.pid})
+    _write_json(state, record)
 
     def forward(sig, _frame):
         if proc.poll() is None:
-            proc.send_signal(sig)
+            proc.send_signal(sig)  # the command alone: a workload checkpoints, its loader workers keep going
     for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(sig, forward)
-    for raw in iter(proc.stdout.readline, b""):
-        log.write(format_line(raw.decode("utf-8", "replace").rstrip("\r\n"), time.time()))
-    code = proc.wait()
-    code = 128 - code if code < 0 else code
-    _write_json(state, {**record, "pid": proc.pid, "status": "Succeeded" if code == 0 else "Failed",
-                        "exit_code": code, "finished": time.time()})
-    log.close()
-    return code
+    pump = threading.Thread(target=_pump, args=(proc, log, record, state), daemon=True)
+    pump.start()
+    fields = exit_fields(proc.wait())
+    _end_session(ident, cgroup)
+    pump.join(DRAIN_S)
+    if cgroup is not None:
+        if cgroup.oom_kills():
+            fields["oom"] = env["DTRAIN_MEMORY"]  # the limit it went over
+        cgroup.remove()
+    _write_json(state, {**record, **fields, "status": "Succeeded" if fields["exit_code"] == 0 else "Failed",
+                        "finished": time.time()})
+    if not pump.is_alive():  # else a process that left the session still writes; it goes with us
+        log.close()
+    return fields["exit_code"]
 
 
 if __name__ == "__main__":

@@ -64,9 +64,12 @@ FINAL = ("Succeeded", "Failed", "Deleted")  # `finished` is set and the devices 
 # The allowed status changes, written once. A finished job only becomes Deleted (by `dtrain
 # delete`); Deleted is final: submitting the name again replaces the row (insert_job). A refused
 # change is not an error: it is how a supervisor that finishes after `dtrain delete` loses the race.
+# A job moves to its own status on a relaunch: Running -> Running when the supervisor restarts the
+# gang or a later command replaces a lost supervisor (restarts + 1), Pending -> Pending when a lost
+# supervisor of a queued job is replaced.
 TRANSITIONS: dict[str, frozenset[str]] = {
-    "Pending": frozenset({"Running", "Failed", "Deleted"}),  # allocated; lost or broken; deleted
-    "Running": frozenset({"Succeeded", "Failed", "Deleted"}),
+    "Pending": frozenset({"Pending", "Running", "Failed", "Deleted"}),  # relaunch; allocated; lost; deleted
+    "Running": frozenset({"Running", "Succeeded", "Failed", "Deleted"}),  # relaunch; ...
     "Succeeded": frozenset({"Deleted"}),
     "Failed": frozenset({"Deleted"}),
     "Deleted": frozenset(),
@@ -145,11 +148,28 @@ class JobStore:
         if status in FINAL:
             extra.setdefault("finished", now)
             self.conn.execute("DELETE FROM allocations WHERE job=?", (name,))
-        if status == "Running":
+        if status == "Running" and row["status"] != "Running":  # a relaunch keeps the first start
             extra.setdefault("started", now)
         cols = ", ".join(["status=?", "message=?"] + [f"{k}=?" for k in extra])
         self.conn.execute(f"UPDATE jobs SET {cols} WHERE name=?", (status, message, *extra.values(), name))
         self._event(name, status, message, now)
+        return True
+
+    def replace_supervisor(self, name: str, *, old: tuple, pid: int, token: str | None, message: str = "",
+                           restarts: int | None = None) -> bool:
+        """Record a new supervisor only if the recorded one is still `old` = (pid, start token).
+
+        With a `message`, this is a relaunch: the job moves to its own status (an event) with the
+        new restart count, in the same transaction, so two commands never both relaunch it."""
+        with db.transaction(self.conn):
+            row = self.conn.execute("SELECT status, supervisor_pid, supervisor_start FROM jobs WHERE name=?",
+                                    (name,)).fetchone()
+            if row is None or row["status"] not in ACTIVE or (row["supervisor_pid"], row["supervisor_start"]) != old:
+                return False
+            self.conn.execute("UPDATE jobs SET supervisor_pid=?, supervisor_start=? WHERE name=?", (pid, token, name))
+            if message:
+                extra = {} if restarts is None else {"restarts": restarts}
+                self.move(name, row["status"], message, **extra)
         return True
 
     def add_event(self, name: str, status: str, message: str) -> None:

@@ -4,15 +4,23 @@
 HOME NAME` in a new session, then exits; the job outlives it. The supervisor
 1. waits for its gang of devices (scheduler.try_allocate, polled);
 2. runs the launch plan (bwrap -> torchrun/mpirun -> rankrun -> command);
-3. restarts mpi and single-process jobs up to --max-restarts (torchrun restarts its own workers);
+3. after a failure, relaunches the whole gang (every rank, every launcher) up to --max-restarts
+   times with exponential backoff; the workloads resume from their newest checkpoint. Each
+   attempt's event names the failing rank, its exit code or signal, and the step resumed from;
 4. on success, snapshots the requested volume and links the snapshot to the job;
-5. records the final status, releasing the devices. SIGTERM (dtrain delete) stops the job.
+5. records the final status, releasing the devices. SIGTERM (dtrain delete) stops the job:
+   the launcher gets SIGTERM, the workloads checkpoint, and after GRACE_S everything is killed.
+
+A supervisor started by a later `dtrain` command after the first one was lost (killed, machine
+rebooted) finds the job Running with its devices still held, and continues with the next attempt.
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -23,11 +31,16 @@ from pathlib import Path
 
 from dtrain.backends.local import launch, notebook, scheduler
 from dtrain.backends.local.devices import inventory
+from dtrain.backends.local.cgroups import RankCgroup
+from dtrain.backends.local.procs import Ident, signal_process, signal_session
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
 
 POLL_S = 0.25
-GRACE_S = 10.0
+GRACE_S = 30.0  # SIGTERM -> SIGKILL: time for the workloads to finish a step and write a checkpoint
+BACKOFF_S = 1.0  # first restart delay; doubles each restart
+BACKOFF_MAX_S = 60.0
+REGISTER_S = 30.0  # a new supervisor waits this long for its starter to record its pid, else leaves
 
 
 def free_port() -> int:
@@ -46,14 +59,54 @@ def rank_records(job_dir: Path) -> list[dict]:
     return out
 
 
+def launcher_ident(job_dir: Path) -> Ident | None:
+    try:
+        return Ident.from_record(json.loads((job_dir / "launcher.json").read_text()))
+    except (OSError, ValueError):
+        return None
+
+
 def kill_ranks(job_dir: Path, sig: int = signal.SIGKILL) -> None:
-    """Last resort: signal every rank's command that is still alive."""
+    """Signal the job's launcher, every rank's wrapper and every rank's session: only processes whose
+    recorded identity (pid + start time + boot id) still matches; a reused pid is left alone."""
+    signal_session(launcher_ident(job_dir), sig)
     for rec in rank_records(job_dir):
-        if rec.get("pid") and rec.get("exit_code") is None:
-            try:
-                os.kill(rec["pid"], sig)
-            except (ProcessLookupError, PermissionError):
-                pass
+        signal_process(Ident.from_record(rec.get("wrapper") or {}), sig)
+        signal_session(Ident.from_record(rec), sig)
+        cgroup = rank_cgroup(rec)
+        if cgroup is not None:  # a cgroup named after this job's rank holds only its processes
+            for pid in cgroup.pids():
+                try:
+                    os.kill(pid, sig)
+                except ProcessLookupError:
+                    pass
+            cgroup.remove()
+
+
+def rank_cgroup(rec: dict) -> RankCgroup | None:
+    cg = rec.get("cgroup")
+    if not isinstance(cg, dict):
+        return None
+    paths = tuple((c, Path(p)) for c, p in cg.get("paths", []) if Path(p).name.startswith("dtrain-"))
+    return RankCgroup(mode=cg.get("mode", "v1"), paths=paths) if paths else None
+
+
+def backoff(restart: int) -> float:
+    """Seconds to wait before restart number `restart` (1, 2, ...): 1, 2, 4, ... capped at BACKOFF_MAX_S."""
+    return min(BACKOFF_S * 2 ** (restart - 1), BACKOFF_MAX_S)
+
+
+def failing_rank(records: list[dict]) -> dict | None:
+    """The rank that failed first: the others usually fail because their launcher stopped them."""
+    failed = [r for r in records if r.get("exit_code") not in (None, 0)]
+    return min(failed, key=lambda r: (r.get("finished") or float("inf"), r["rank"])) if failed else None
+
+
+def describe_exit(rec: dict) -> str:
+    if rec.get("oom"):
+        return f"rank {rec['rank']} ran out of memory (limit {rec['oom']}) and was killed (exit code {rec['exit_code']})"
+    how = f"was killed by {rec['signal']}" if rec.get("signal") else "exited"
+    return f"rank {rec['rank']} {how} (exit code {rec['exit_code']})"
 
 
 class Supervisor:
@@ -67,6 +120,7 @@ class Supervisor:
         self._storage = None
         self.proc: subprocess.Popen | None = None
         self.stopping = False
+        self.owner = False  # set once the job's row names this process as its supervisor
 
     @property
     def storage(self):
@@ -78,24 +132,52 @@ class Supervisor:
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, self._on_term)
-        devices = self._wait_for_devices()
-        if devices is None:
+        if not self._registered():
             return 0
+        row = self.store.job(self.name)
+        attempt = row["restarts"]
+        if row["status"] == "Running":  # relaunched after the first supervisor was lost
+            devices = self.store.job_devices(self.name)
+        else:
+            devices = self._wait_for_devices()
+            if devices is None:
+                return 0
         groups = scheduler.split_devices(devices, self.spec.processes, self.spec.gpu)
         mounts = [launch.Mount(source=self.storage.volume_path(v.volume), target=v.mount_path,
                                read_only=v.read_only) for v in self.spec.resolved_volumes()]
         source = self._source_snapshot()
-        attempt, code = 0, 1
+        code = 1
         while not self.stopping:
             code = self._run_once(mounts, groups, attempt)
-            if code == 0 or self.stopping or self.spec.launcher == "torchrun" or attempt >= self.spec.max_restarts:
+            if code == 0 or self.stopping or attempt >= self.spec.max_restarts:
                 break
             attempt += 1
-            self.store.update(self.name, restarts=attempt)
-            self.store.add_event(self.name, "Running", f"restarting after exit code {code} "
-                                                       f"(restart {attempt} of {self.spec.max_restarts})")
+            delay = backoff(attempt)
+            if not self.store.set_status(self.name, "Running", f"attempt {attempt} failed: "
+                                         f"{self._failure_message(code)}; restarting every rank in {delay:g} s "
+                                         f"(restart {attempt} of {self.spec.max_restarts})", restarts=attempt):
+                break  # deleted meanwhile
+            self._sleep(delay)
         self._finish(code, source)
         return 0
+
+    def _registered(self) -> bool:
+        """Wait until the command that started us has recorded our pid; a loser of a relaunch race leaves."""
+        deadline = time.monotonic() + REGISTER_S
+        while time.monotonic() < deadline and not self.stopping:
+            row = self.store.job(self.name)
+            if row["supervisor_pid"] == os.getpid():
+                self.owner = True
+                return True
+            if row["status"] not in ("Pending", "Running"):
+                return False
+            time.sleep(0.05)
+        return False
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self.stopping and time.monotonic() < deadline:
+            time.sleep(min(POLL_S, deadline - time.monotonic()))
 
     def _wait_for_devices(self) -> list[str] | None:
         ids = [g.index for g in inventory()]
@@ -116,17 +198,38 @@ class Supervisor:
             token = access.token
         plan = launch.plan(self.spec, job_dir=self.job_dir, cwd=self.cwd, mounts=mounts, devices=groups,
                            master_port=port, attempt=attempt, notebook_token=token)
+        shutil.rmtree(self.job_dir / "ranks", ignore_errors=True)  # this attempt's records only
         with open(self.job_dir / "launcher.log", "a") as out:
             out.write(f"--- attempt {attempt}: {' '.join(plan.argv)}\n")
             out.flush()
             try:
+                # Its own session, so a lost launcher's tree can be found; it dies with us (PDEATHSIG).
                 self.proc = subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, cwd=plan.cwd,
-                                             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+                                             stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                             start_new_session=True, preexec_fn=_die_with_parent)
             except OSError as err:
                 out.write(f"cannot start the launcher: {err}\n")
                 return 127
-            code = self.proc.wait()
+            ident = Ident.of(self.proc.pid)
+            if ident is not None:
+                _write_json(self.job_dir / "launcher.json", ident.to_record())
+            code = self._watch(attempt)
+        signal_session(ident, signal.SIGKILL)  # the attempt is over: nothing of it may linger
         return 128 - code if code < 0 else code
+
+    def _watch(self, attempt: int) -> int:
+        """Wait for the launcher, recording once the step the workload resumed from."""
+        noted = False
+        while not noted:
+            code = self.proc.poll()
+            steps = [r["resumed_step"] for r in rank_records(self.job_dir) if r.get("resumed_step") is not None]
+            if steps:
+                self.store.add_event(self.name, "Running", f"attempt {attempt}: resumed from step {max(steps)}")
+                noted = True
+            if code is not None:
+                return code
+            time.sleep(POLL_S)
+        return self.proc.wait()
 
     def _source_snapshot(self) -> str | None:
         """The snapshot the job's data started from: the volume's head (latest taken or restored)."""
@@ -142,7 +245,9 @@ class Supervisor:
         if self.stopping:
             return  # dtrain delete already recorded Deleted
         if code != 0:
-            self.store.set_status(self.name, "Failed", self._failure_message(code), exit_code=code)
+            first = failing_rank(rank_records(self.job_dir))
+            self.store.set_status(self.name, "Failed", self._failure_message(code),
+                                  exit_code=first["exit_code"] if first else code)
             return
         volume = self.spec.snapshot_volume
         if volume is None:
@@ -161,10 +266,9 @@ class Supervisor:
                               exit_code=0, snapshot=snap.name, source_snapshot=source)
 
     def _failure_message(self, code: int) -> str:
-        failed = [r for r in rank_records(self.job_dir) if r.get("exit_code") not in (None, 0)]
-        if failed:
-            first = failed[0]
-            return f"rank {first['rank']} exited with code {first['exit_code']}; see 'dtrain logs {self.name} --rank {first['rank']}'"
+        first = failing_rank(rank_records(self.job_dir))
+        if first is not None:
+            return f"{describe_exit(first)}; see 'dtrain logs {self.name} --rank {first['rank']}'"
         return f"the launcher exited with code {code}; see {self.job_dir / 'launcher.log'}"
 
     def _on_term(self, _sig, _frame) -> None:
@@ -182,6 +286,31 @@ class Supervisor:
         kill_ranks(self.job_dir)
 
 
+def _die_with_parent() -> None:
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _write_json(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def supervisor_token(ident: Ident) -> str:
+    """How a supervisor's start time and boot id are stored in the jobs table's supervisor_start."""
+    return f"{ident.start}@{ident.boot}"
+
+
+def parse_ident(pid: int | None, token: str | None) -> Ident | None:
+    if pid is None or not token:
+        return None
+    start, _, boot = str(token).partition("@")
+    return Ident(pid=int(pid), start=start, boot=boot)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     home, name = Path(argv[0]), argv[1]
@@ -189,10 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return sup.run()
     except Exception as err:  # never leave a job Running without a supervisor
-        sup.store.set_status(name, "Failed", f"supervisor error: {err}")
+        if sup.owner:
+            sup.store.set_status(name, "Failed", f"supervisor error: {err}")
         raise
     finally:
-        kill_ranks(sup.job_dir)
+        if sup.owner:
+            kill_ranks(sup.job_dir)
 
 
 if __name__ == "__main__":

@@ -3,11 +3,13 @@
 import sys
 
 from dtrain.errors import DtrainError
+from dtrain.training import exit_process
 from dtrain.workloads.cifar10 import main
 
 if __name__ == "__main__":
     try:
-        sys.exit(main())
+        code = main()
     except DtrainError as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
+        code = 2
+    exit_process(code)  # os._exit after a process group: see dtrain.training.teardown

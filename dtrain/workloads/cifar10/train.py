@@ -10,6 +10,11 @@ and global batch, every launcher gives the same weights.
 
 Rank 0 writes <model-dir>/model.pth (the state_dict), one JSON line of metrics
 per step, and a last line `FINAL test_accuracy=... test_loss=... steps=...`.
+
+Resume by default: rank 0 checkpoints every --checkpoint-every steps (model, optimizer, RNG; the
+step fixes the epoch and the sampler position) into --checkpoint-dir (default: $DTRAIN_CHECKPOINT_DIR,
+/opt/ml/checkpoints on SageMaker, else --model-dir), and a rerun continues from the newest one.
+SIGTERM finishes the step, checkpoints and exits with code 143.
 """
 
 from __future__ import annotations
@@ -27,11 +32,22 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
-from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+from torch.utils.data import DataLoader, TensorDataset
 
 from dtrain.errors import SpecError
-from dtrain.training import (DistInfo, MetricsWriter, all_reduce_sum, checkpoint_path, latest_checkpoint,
-                             load_checkpoint, save_atomic, setup_distributed, teardown)
+from dtrain.training import (
+    STOPPED_EXIT_CODE,
+    Checkpointer,
+    DistInfo,
+    GracefulStop,
+    MetricsWriter,
+    ResumableSampler,
+    all_reduce_sum,
+    checkpoint_dir,
+    save_atomic,
+    setup_distributed,
+    teardown,
+)
 from dtrain.workloads.cifar10.data import load_split
 from dtrain.workloads.cifar10.model import Net
 
@@ -51,11 +67,10 @@ class TrainConfig:
     metrics_file: str | None = None  # JSONL of per-step metrics; None: <model_dir>/metrics.jsonl
     num_workers: int = 0  # DataLoader workers; the data is in memory, so 0 is usually fastest
     log_interval: int = 100  # print a progress line every this many steps (0: never)
-    checkpoint_dir: str | None = None  # save and resume here; under SageMaker: /opt/ml/checkpoints
-    checkpoint_interval: int = 0  # checkpoint every this many steps (0: at the end of each epoch)
-
-
-SAGEMAKER_CHECKPOINTS = "/opt/ml/checkpoints"  # CheckpointConfig.LocalPath's default
+    checkpoint_dir: str | None = None  # None: $DTRAIN_CHECKPOINT_DIR, /opt/ml/checkpoints on SageMaker, model_dir
+    checkpoint_every: int = 1000  # steps between checkpoints (0: only at the end and on SIGTERM)
+    keep_checkpoints: int = 3  # newest checkpoints kept
+    resume: bool = True  # continue from the newest valid checkpoint
 
 
 def _sagemaker_defaults() -> dict[str, object]:
@@ -65,9 +80,6 @@ def _sagemaker_defaults() -> dict[str, object]:
         out["data_dir"] = os.environ["SM_CHANNEL_TRAINING"]
     if os.environ.get("SM_MODEL_DIR"):
         out["model_dir"] = os.environ["SM_MODEL_DIR"]
-        # SageMaker syncs this folder with CheckpointConfig's S3 URI: a restarted (spot) job finds it filled.
-        if os.path.isdir(SAGEMAKER_CHECKPOINTS):
-            out["checkpoint_dir"] = SAGEMAKER_CHECKPOINTS
     raw = os.environ.get("SM_HPS", "").strip()
     if raw:
         try:
@@ -106,8 +118,12 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     add("metrics_file", str, "per-step JSONL metrics (default: <model-dir>/metrics.jsonl)")
     add("num_workers", int, "DataLoader worker processes (default 0)")
     add("log_interval", int, "print progress every N steps; 0 never (default 100)")
-    add("checkpoint_dir", str, "save and resume checkpoints here (default under SageMaker: /opt/ml/checkpoints)")
-    add("checkpoint_interval", int, "checkpoint every N steps; 0: each epoch end (default 0)")
+    add("checkpoint_dir", str, "checkpoint folder (default: $DTRAIN_CHECKPOINT_DIR, /opt/ml/checkpoints "
+        "on SageMaker, else --model-dir)")
+    add("checkpoint_every", int, "steps between checkpoints; 0: only at the end and on SIGTERM (default 1000)")
+    add("keep_checkpoints", int, "newest checkpoints kept (default 3)")
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="continue from the newest checkpoint (default: yes)")
     p.set_defaults(**_sagemaker_defaults())
     a = vars(p.parse_args(argv))
     if not a["data_dir"]:
@@ -118,13 +134,27 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
             raise SpecError(f"--{name.replace('_', '-')} {a[name]} must be >= 1")
     if float(a["lr"]) <= 0 or not math.isfinite(float(a["lr"])):
         raise SpecError(f"--lr {a['lr']} must be a positive number")
-    for name in ("max_steps", "num_workers", "log_interval", "checkpoint_interval"):
+    if int(a["keep_checkpoints"]) < 1:
+        raise SpecError(f"--keep-checkpoints {a['keep_checkpoints']} must be >= 1")
+    for name in ("max_steps", "num_workers", "log_interval", "checkpoint_every"):
         if int(a[name]) < 0:
             raise SpecError(f"--{name.replace('_', '-')} {a[name]} must be >= 0")
     types = {f.name: f.type for f in fields(TrainConfig)}
     # SM_HPS values arrive as JSON numbers or strings; coerce them like argparse does.
-    cast = {"int": int, "float": float}
+    cast = {"int": int, "float": float, "bool": _as_bool}
     return TrainConfig(**{k: cast.get(types[k], lambda v: v)(v) if v is not None else None for k, v in a.items()})
+
+
+def _as_bool(value: object) -> bool:
+    # A hyperparameter "false" is a string: bool("false") would be True.
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise SpecError(f"resume={value!r}: use true or false")
 
 
 class _AllreduceTimer:
@@ -188,43 +218,42 @@ def train(cfg: TrainConfig) -> dict[str, float]:
 def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) -> dict[str, float]:
     torch.manual_seed(cfg.seed)
     net = Net().to(info.device)
-    resume = latest_checkpoint(cfg.checkpoint_dir) if cfg.checkpoint_dir else None
-    state = load_checkpoint(resume, map_location=info.device) if resume else None
-    if state is not None:
-        net.load_state_dict(state["model"])  # every rank loads the same file, so DDP's broadcast is a no-op
+    opt = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum)
+    ckpt = Checkpointer(cfg.checkpoint_dir or checkpoint_dir(cfg.model_dir), every=cfg.checkpoint_every,
+                        keep=cfg.keep_checkpoints, enabled=info.is_main, log=lambda m: print(m, flush=True))
+    # Every rank loads the same file before DDP is built, so optimizer state matches on all of them.
+    resumed = ckpt.resume(model=net, optimizer=opt, map_location=info.device) if cfg.resume else None
     model, timer = net, _AllreduceTimer()
     if info.distributed:
         model = DDP(net, device_ids=[info.device.index] if info.device.type == "cuda" else None)
         model.register_comm_hook(timer, _timed_allreduce)
-    opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum)
-    if state is not None:
-        opt.load_state_dict(state["optimizer"])  # the momentum buffers: without them the run drifts
     # One sampler for every world size: the shuffle is the same permutation, so
     # N ranks x batch b see exactly the images 1 rank x batch N*b sees.
     dataset = TensorDataset(*train_set)
-    sampler = DistributedSampler(dataset, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=cfg.seed)
+    sampler = ResumableSampler(dataset, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=cfg.seed)
     loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
                         num_workers=cfg.num_workers, pin_memory=info.device.type == "cuda")
+    steps_per_epoch = math.ceil(sampler.num_samples / cfg.batch_size)
     global_batch = cfg.batch_size * info.world_size
     if info.is_main:
         print(f"cifar10: runtime={info.runtime} world_size={info.world_size} backend={info.backend} "
               f"device={info.device} global_batch={global_batch} train_images={len(dataset)}", flush=True)
-    step = state["step"] if state is not None else 0
-    if info.is_main and state is not None:
-        print(f"cifar10: resumed from {resume} at step {step}", flush=True)
-    save = _checkpointer(cfg, info, net, opt)
+    step = resumed.step if resumed else 0
+    last = min(cfg.epochs * steps_per_epoch, cfg.max_steps or cfg.epochs * steps_per_epoch)
     metrics_path = cfg.metrics_file or str(Path(cfg.model_dir) / "metrics.jsonl")
-    with MetricsWriter(metrics_path, enabled=info.is_main) as metrics:
-        # Resuming at step s: skip the s % len(loader) batches of epoch s // len(loader) that were
-        # trained, so the shuffle and the batches match an uninterrupted run exactly.
-        epoch = min(step // len(loader), cfg.epochs - 1)
-        for epoch in range(step // len(loader), cfg.epochs):
-            if cfg.max_steps and step >= cfg.max_steps:
-                break
-            sampler.set_epoch(epoch)  # a new shuffle each epoch, the same on every rank
-            step = _train_epoch(cfg, info, model, opt, loader, timer, metrics, epoch, step, save)
-            if cfg.checkpoint_interval == 0:
-                save(step)
+    loop = _Loop(cfg=cfg, info=info, model=model, opt=opt, timer=timer, ckpt=ckpt, net=net, last=last)
+    with MetricsWriter(metrics_path, enabled=info.is_main) as metrics, GracefulStop() as stop:
+        epoch = step // steps_per_epoch
+        while step < last and not stop.requested:
+            epoch, position = divmod(step, steps_per_epoch)
+            sampler.set_epoch(epoch, start=position * cfg.batch_size)  # a new shuffle each epoch, same on every rank
+            step = loop.epoch(loader, metrics, stop, epoch, step)
+        if stop.requested:
+            if info.is_main:
+                print(f"stopped at step {step} by a signal; checkpoint in {ckpt.folder}", flush=True)
+            return {"steps": step, "stopped": True}
+        if not resumed or resumed.step < step:
+            ckpt.save(step, model=net, optimizer=opt)
         accuracy, test_loss = evaluate(net, *test_set, info)
         metrics.log(step=step, epoch=epoch, test_accuracy=accuracy, test_loss=test_loss)
     if info.is_main:
@@ -234,57 +263,53 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
     return {"test_accuracy": accuracy, "test_loss": test_loss, "steps": step}
 
 
-def _checkpointer(cfg: TrainConfig, info: DistInfo, net: torch.nn.Module, opt: torch.optim.Optimizer):
-    """save(step): rank 0 writes ckpt-<step>.pt atomically and keeps the newest two."""
-    def save(step: int) -> None:
-        if not cfg.checkpoint_dir or not info.is_main:
-            return
-        folder = Path(cfg.checkpoint_dir)
-        save_atomic({"model": net.state_dict(), "optimizer": opt.state_dict(), "step": step},
-                    checkpoint_path(folder, step))
-        for old in sorted(folder.glob("ckpt-*.pt"), key=lambda p: int(p.stem[5:]))[:-2]:
-            old.unlink(missing_ok=True)
-    return save
+@dataclass(kw_only=True)
+class _Loop:
+    """What every step needs; `epoch` runs one (possibly partial) pass over this rank's shard."""
 
+    cfg: TrainConfig
+    info: DistInfo
+    model: torch.nn.Module  # the DDP wrapper, or the net itself for one process
+    net: torch.nn.Module  # the bare network: what checkpoints hold
+    opt: torch.optim.Optimizer
+    timer: _AllreduceTimer
+    ckpt: Checkpointer
+    last: int  # the step training ends after
 
-def _train_epoch(cfg: TrainConfig, info: DistInfo, model: torch.nn.Module, opt: torch.optim.Optimizer,
-                 loader: DataLoader, timer: _AllreduceTimer, metrics: MetricsWriter, epoch: int, step: int,
-                 save) -> int:
-    """One pass over this rank's shard (or up to cfg.max_steps) from `step`; returns the step count."""
-    global_batch = cfg.batch_size * info.world_size
-    done = step - epoch * len(loader)  # batches of this epoch already trained (a resumed run)
-    t_data = time.perf_counter()
-    for i, (xb, yb) in enumerate(loader):
-        if i < done:
-            continue
-        t0 = time.perf_counter()
-        xb, yb = _normalise(xb.to(info.device, non_blocking=True)), yb.to(info.device, non_blocking=True)
-        timer.seconds = 0.0
-        loss = F.cross_entropy(model(xb), yb)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        loss_value = loss.item()  # also waits for the GPU, so step_time is real
-        step += 1
-        step_time, data_time = time.perf_counter() - t0, t0 - t_data
-        # loss is rank 0's own batch: averaging it across ranks would cost a collective per step.
-        metrics.log(step=step, epoch=epoch, loss=loss_value, lr=opt.param_groups[0]["lr"],
-                    images_per_s=global_batch / (step_time + data_time), step_time=step_time,
-                    data_time=data_time, allreduce_time=timer.seconds if info.distributed else None)
-        if info.is_main and cfg.log_interval and step % cfg.log_interval == 0:
-            print(f"epoch {epoch} step {step} loss {loss_value:.4f}", flush=True)
-        if cfg.checkpoint_interval and step % cfg.checkpoint_interval == 0:
-            save(step)
-        if step == cfg.max_steps:
-            break
+    def epoch(self, loader: DataLoader, metrics: MetricsWriter, stop: GracefulStop, epoch: int, step: int) -> int:
+        cfg, info, opt = self.cfg, self.info, self.opt
+        global_batch = cfg.batch_size * info.world_size
         t_data = time.perf_counter()
-    return step
+        for xb, yb in loader:
+            t0 = time.perf_counter()
+            xb, yb = _normalise(xb.to(info.device, non_blocking=True)), yb.to(info.device, non_blocking=True)
+            self.timer.seconds = 0.0
+            loss = F.cross_entropy(self.model(xb), yb)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            loss_value = loss.item()  # also waits for the GPU, so step_time is real
+            step += 1
+            step_time, data_time = time.perf_counter() - t0, t0 - t_data
+            # loss is rank 0's own batch: averaging it across ranks would cost a collective per step.
+            metrics.log(step=step, epoch=epoch, loss=loss_value, lr=opt.param_groups[0]["lr"],
+                        images_per_s=global_batch / (step_time + data_time), step_time=step_time,
+                        data_time=data_time, allreduce_time=self.timer.seconds if info.distributed else None)
+            if info.is_main and cfg.log_interval and step % cfg.log_interval == 0:
+                print(f"epoch {epoch} step {step} loss {loss_value:.4f}", flush=True)
+            stopping = stop.should_stop()
+            if (self.ckpt.due(step) or stopping) and step < self.last:
+                self.ckpt.save(step, model=self.net, optimizer=opt)
+            if stopping or step >= self.last:
+                break
+            t_data = time.perf_counter()
+        return step
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
-    train(cfg)
-    return 0
+    result = train(cfg)
+    return STOPPED_EXIT_CODE if result.get("stopped") else 0
 
 
 if __name__ == "__main__":

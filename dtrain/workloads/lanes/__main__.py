@@ -32,4 +32,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    if sys.argv[1:2] == ["train"]:
+        from dtrain.training import exit_process
+
+        exit_process(code)  # os._exit after a process group: see dtrain.training.teardown
+    sys.exit(code)

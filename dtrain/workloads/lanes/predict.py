@@ -76,6 +76,8 @@ def predict_labels(model: torch.nn.Module, root: str | os.PathLike, labels: Sequ
 def load_model(path: str | os.PathLike, device: torch.device | str = "cpu") -> SCNN:
     """An SCNN from a training checkpoint (ckpt-<step>.pt) or a final model.pt."""
     state = load_checkpoint(path, map_location="cpu")
+    if isinstance(state, dict) and isinstance(state.get("extra"), dict) and "model_config" in state["extra"]:
+        state = {**state, "model_config": state["extra"]["model_config"]}  # a Checkpointer file
     if not isinstance(state, dict) or "model" not in state or "model_config" not in state:
         raise DataError(f"{path} is not an SCNN checkpoint (no 'model'/'model_config'): pass OUT_DIR/model.pt or a ckpt-<step>.pt")
     cfg = dict(state["model_config"])

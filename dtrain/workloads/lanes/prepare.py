@@ -138,7 +138,7 @@ def _fetch_once(url: str, part: Path) -> None:
         total = _content_total(resp, offset)
         progress = Progress(f"download {part.name.removesuffix('.part')}", total)
         progress.update(offset)
-        with part.open("r+b" if part.exists() else "wb") as f:
+        with _open_new(part, "r+b" if part.exists() else "wb") as f:
             f.seek(offset)
             f.truncate()
             while chunk := resp.read(CHUNK):
@@ -222,9 +222,31 @@ def _safe_members(names: list[str], archive: Path) -> Iterator[tuple[str, PurePo
             yield name, PurePosixPath(*rel)
 
 
-def _copy_stream(src, dest: Path) -> None:
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    with dest.open("wb") as f:
+def writable(out: Path, path: Path) -> Path:
+    """Make `path` (inside `out`) safe to write: remove every symlink at it or between `out` and it,
+    create the missing folders as real ones. A link under --out may point anywhere on the machine
+    (out/clips -> /etc): writing through it would write outside the dataset, so it is replaced."""
+    rel = path.relative_to(out)
+    out.mkdir(parents=True, exist_ok=True)  # --out itself is the user's choice, link or not
+    cur = out
+    for i, part in enumerate(rel.parts):
+        cur = cur / part
+        if cur.is_symlink():
+            print(f"prepare: replacing the symbolic link {cur} -> {os.readlink(cur)}", file=sys.stderr)
+            cur.unlink()
+        if i < len(rel.parts) - 1:
+            cur.mkdir(exist_ok=True)
+    return path
+
+
+def _open_new(path: Path, mode: str = "wb"):
+    """Open for writing without following a link at the last component (a race after writable())."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if "w" in mode else 0)
+    return os.fdopen(os.open(path, flags, 0o644), mode)
+
+
+def _copy_stream(src, dest: Path, out: Path) -> None:
+    with _open_new(writable(out, dest)) as f:
         shutil.copyfileobj(src, f, CHUNK)
 
 
@@ -239,7 +261,7 @@ def extract(archive: Path, out: Path) -> int:
                 for name, rel in _safe_members(list(infos), archive):
                     if not infos[name].is_dir():
                         with zf.open(infos[name]) as src:
-                            _copy_stream(src, out / rel)
+                            _copy_stream(src, out / rel, out)
                         n += 1
                     progress.update(1)
                 progress.close()
@@ -251,7 +273,7 @@ def extract(archive: Path, out: Path) -> int:
                 m = members[name]
                 if m.isfile():
                     with tf.extractfile(m) as src:
-                        _copy_stream(src, out / rel)
+                        _copy_stream(src, out / rel, out)
                     n += 1
                 elif not m.isdir():
                     raise DataError(f"archive {archive.name} holds a link or device {name!r}: refusing to unpack it")
@@ -269,7 +291,7 @@ def is_archive(path: Path) -> bool:
 def build_masks(out: Path, size: tuple[int, int]) -> dict[str, int]:
     """Render masks at size for every labelled frame and write the lists; returns frames per split."""
     counts: dict[str, int] = {}
-    (out / LIST_DIR).mkdir(exist_ok=True)
+    writable(out, out / LIST_DIR).mkdir(exist_ok=True)
     for split, names in SPLIT_FILES.items():
         files = [out / name for name in names if (out / name).is_file()]
         if not files:
@@ -282,12 +304,13 @@ def build_masks(out: Path, size: tuple[int, int]) -> dict[str, int]:
                 raise DataError(f"{label.raw_file} is labelled but missing from {out}: the archive is incomplete")
             seg, exist = render_mask(label.lanes, label.h_samples, size=size)
             rel = mask_relpath(label.raw_file, size)
-            (out / rel).parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(seg).save(out / rel, compress_level=1)
+            with _open_new(writable(out, out / rel)) as f:
+                Image.fromarray(seg).save(f, format="PNG", compress_level=1)
             lines.append(f"/{label.raw_file} /{rel} " + " ".join(str(int(e)) for e in exist))
             progress.update(1)
         progress.close()
-        (out / LIST_DIR / f"{split}_gt.txt").write_text("\n".join(lines) + "\n")
+        with _open_new(writable(out, out / LIST_DIR / f"{split}_gt.txt"), "w") as f:
+            f.write("\n".join(lines) + "\n")
         counts[split] = len(labels)
     if not counts:
         wanted = sorted(n for names in SPLIT_FILES.values() for n in names)
@@ -308,9 +331,10 @@ def _load_manifest(out: Path) -> dict:
 
 
 def _save_manifest(out: Path, manifest: dict) -> None:
-    tmp = out / (MANIFEST + ".tmp")
-    tmp.write_text(json.dumps(manifest, indent=2) + "\n")
-    os.replace(tmp, out / MANIFEST)
+    tmp = writable(out, out / (MANIFEST + ".tmp"))
+    with _open_new(tmp, "w") as f:
+        f.write(json.dumps(manifest, indent=2) + "\n")
+    os.replace(tmp, out / MANIFEST)  # rename replaces a link at the target, never writes through it
 
 
 def prepare(urls: Sequence[str], out: str | os.PathLike, *, sha256: Sequence[str | None] = (),
@@ -334,7 +358,10 @@ def prepare(urls: Sequence[str], out: str | os.PathLike, *, sha256: Sequence[str
         if key in done:
             inputs.append(done[key])
             continue
-        path, downloaded = fetch(url, out / "downloads")
+        downloads = out / "downloads"
+        for name in (url_name(url), url_name(url) + ".part"):
+            writable(out, downloads / name)
+        path, downloaded = fetch(url, downloads)
         digest = verify(path, exp, downloaded)
         files = extract(path, out) if is_archive(path) else _copy_file(path, out)
         if downloaded:
@@ -352,8 +379,9 @@ def prepare(urls: Sequence[str], out: str | os.PathLike, *, sha256: Sequence[str
 
 
 def _copy_file(path: Path, out: Path) -> int:
-    if path.resolve() != (out / path.name).resolve():
-        shutil.copyfile(path, out / path.name)
+    if path.resolve() != (out / path.name).resolve() or (out / path.name).is_symlink():
+        with path.open("rb") as src:
+            _copy_stream(src, out / path.name, out)
     return 1
 
 

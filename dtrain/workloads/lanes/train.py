@@ -3,9 +3,11 @@
     torchrun --nproc-per-node 2 -m dtrain.workloads.lanes train --recipe demo --data-dir D --out-dir O
 
 One optimizer step per global batch (BATCH_SIZE x processes); rank 0 logs and checkpoints.
-A run resumes from the newest ckpt-<step>.pt in --out-dir and continues the same schedule:
+A run resumes from the newest valid ckpt-<step>.pt in --checkpoint-dir (default: $DTRAIN_CHECKPOINT_DIR,
+/opt/ml/checkpoints on SageMaker, else --out-dir) and continues the same schedule:
 the step sets the lr, the sampler's epoch and position, and the random seed of every step,
 so an interrupted run ends where an uninterrupted one would (exactly, with NUM_WORKERS=0).
+SIGTERM finishes the current step, checkpoints and exits with code 143 (a restart resumes there).
 
 Settings come from the recipe, then the platform's environment variables, then flags (flags win):
     USE_WORKERS NUM_WORKERS BATCH_SIZE USE_VAL VAL_BATCH_SIZE ENABLE_SNAPSHOT PVC_NAME DATA_DIR OUTPUT_DIR
@@ -25,15 +27,18 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
-from torch.utils.data import DataLoader, DistributedSampler
+from torch.utils.data import DataLoader
 
 from dtrain.errors import SpecError
 from dtrain.training import (
+    STOPPED_EXIT_CODE,
+    Checkpointer,
     DistInfo,
+    GracefulStop,
     MetricsWriter,
+    ResumableSampler,
     all_reduce_mean,
-    latest_checkpoint,
-    load_checkpoint,
+    checkpoint_dir,
     save_atomic,
     setup_distributed,
     teardown,
@@ -52,7 +57,8 @@ _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 class TrainConfig:
     recipe: Recipe  # after --batch-size / --lr / --max-steps overrides
     data_dir: str  # prepared TuSimple folder (DATA_DIR)
-    out_dir: str  # checkpoints, metrics.jsonl, train.log, model.pt, run.json (OUTPUT_DIR)
+    out_dir: str  # metrics.jsonl, train.log, model.pt, run.json (OUTPUT_DIR)
+    checkpoint_dir: str  # ckpt-<step>.pt files (default: see dtrain.training.checkpoint_dir, else out_dir)
     epochs: int | None  # if set, the schedule is epochs x steps per epoch instead of max_steps
     stop_after: int | None  # leave after this step with a checkpoint, as a preemption would
     seed: int  # model init, data order, augmentation, dropout
@@ -101,6 +107,9 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=("gloo", "nccl", "mpi"), help="default: nccl on GPU, gloo on CPU")
     p.add_argument("--backbone-weights", help="local VGG16-BN features state_dict (no downloads)")
     p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default: the recipe's)")
+    p.add_argument("--checkpoint-dir", help="checkpoint folder (default: $DTRAIN_CHECKPOINT_DIR, "
+                   "/opt/ml/checkpoints on SageMaker, else --out-dir)")
     p.add_argument("--batch-size", type=int, default=_env_int(env, "BATCH_SIZE"), help="per process [BATCH_SIZE]")
     p.add_argument("--use-workers", action=argparse.BooleanOptionalAction, default=_env_bool(env, "USE_WORKERS"),
                    help="load data in worker processes [USE_WORKERS]")
@@ -118,7 +127,8 @@ def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> TrainCon
     args = build_parser(env).parse_args(argv)
     recipe = recipes.get(args.recipe)
     overrides = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr), ("max_steps", args.max_steps),
-                                   ("val_batch_size", args.val_batch_size)) if v is not None}
+                                   ("val_batch_size", args.val_batch_size), ("ckpt_every", args.checkpoint_every))
+                 if v is not None}
     recipe = dataclasses.replace(recipe, **overrides)  # Recipe re-validates the values
     for name, low in (("epochs", 1), ("stop_after", 1), ("num_workers", 0)):
         if getattr(args, name) is not None and getattr(args, name) < low:
@@ -131,26 +141,11 @@ def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> TrainCon
         workers = max(recipe.num_workers, 2 if args.use_workers else 0)
     return TrainConfig(
         recipe=recipe, data_dir=args.data_dir, out_dir=args.out_dir, epochs=args.epochs, stop_after=args.stop_after,
+        checkpoint_dir=str(args.checkpoint_dir or checkpoint_dir(args.out_dir, env)),
         seed=args.seed, backend=args.backend, backbone_weights=args.backbone_weights, resume=args.resume,
         num_workers=workers, use_val=bool(args.use_val), val_batch_size=recipe.val_batch_size,
         enable_snapshot=bool(args.enable_snapshot), pvc_name=args.pvc_name,
     )
-
-
-class ResumableSampler(DistributedSampler):
-    """DistributedSampler that can start an epoch part-way, where an interrupted run stopped."""
-
-    start = 0  # samples of this rank's epoch order to skip
-
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
-        super().set_epoch(epoch)
-        self.start = start
-
-    def __iter__(self):
-        return iter(list(super().__iter__())[self.start:])
-
-    def __len__(self) -> int:
-        return self.num_samples - self.start
 
 
 def lr_at(recipe: Recipe, step: int, max_steps: int) -> float:
@@ -230,17 +225,6 @@ class Log:
             self.file.close()
 
 
-def save_checkpoint(out: Path, model: SCNN, opt: torch.optim.Optimizer, step: int, max_steps: int, keep: int,
-                    cfg: TrainConfig) -> None:
-    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step, "max_steps": max_steps,
-             "model_config": dataclasses.asdict(model.cfg), "recipe": cfg.recipe.name, "seed": cfg.seed,
-             "batch_size": cfg.recipe.batch_size}
-    save_atomic(state, out / f"ckpt-{step}.pt")
-    old = sorted(out.glob("ckpt-*.pt"), key=lambda p: int(p.stem.split("-")[1]))[:-keep]
-    for path in old:
-        path.unlink(missing_ok=True)
-
-
 def validate(model: SCNN, cfg: TrainConfig, info: DistInfo, labels: list) -> dict:
     """TuSimple accuracy on the val split; each rank predicts a share, rank 0 scores all."""
     mine = labels[info.rank::info.world_size]
@@ -269,19 +253,17 @@ def build_loader(cfg: TrainConfig, info: DistInfo) -> tuple[LaneDataset, Resumab
     return dataset, sampler, loader, steps_per_epoch
 
 
-def restore(cfg: TrainConfig, model: SCNN, opt: torch.optim.Optimizer, max_steps: int, log: "Log",
-            device: torch.device) -> int:
-    """Load the newest checkpoint of the output folder, if resuming; returns the step to continue from."""
-    ckpt = latest_checkpoint(cfg.out_dir) if cfg.resume else None
-    if ckpt is None:
+def restore(ckpt: Checkpointer, cfg: TrainConfig, model: SCNN, opt: torch.optim.Optimizer, max_steps: int,
+            log: "Log", device: torch.device) -> int:
+    """Load the newest valid checkpoint, if resuming; returns the step to continue from."""
+    resumed = ckpt.resume(model=model, optimizer=opt, map_location=device) if cfg.resume else None
+    if resumed is None:
         return 0
-    state = load_checkpoint(ckpt, map_location=device)
-    model.load_state_dict(state["model"])
-    opt.load_state_dict(state["optimizer"])
-    if state["max_steps"] != max_steps:
-        log(f"note: checkpoint planned {state['max_steps']} steps, this run plans {max_steps}: the lr schedule changes")
-    log(f"resumed from {ckpt} at step {state['step']}")
-    return state["step"]
+    if resumed.extra.get("max_steps") != max_steps:
+        log(f"note: checkpoint planned {resumed.extra.get('max_steps')} steps, this run plans {max_steps}: "
+            f"the lr schedule changes")
+    log(f"resumed from {resumed.path} at step {resumed.step}")
+    return resumed.step
 
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: Sequence[torch.Tensor], lr: float,
@@ -302,14 +284,17 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
     log = Log(out / "train.log", info.is_main)
     metrics = MetricsWriter(out / "metrics.jsonl", enabled=info.is_main)
     model = build_model(cfg, device)
-    ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
-                                  find_unused_parameters=recipe.model.message_passing == "none") \
-        if info.world_size > 1 else model
     opt = build_optimizer(model, recipe)
     dataset, sampler, loader, steps_per_epoch = build_loader(cfg, info)
     max_steps = cfg.epochs * steps_per_epoch if cfg.epochs else recipe.max_steps
+    ckpt = Checkpointer(cfg.checkpoint_dir, every=recipe.ckpt_every, keep=recipe.keep_ckpts, enabled=info.is_main,
+                        log=log)
+    # Every rank loads the same file before DDP is built, so optimizer state matches on all of them.
+    step = restore(ckpt, cfg, model, opt, max_steps, log, device)
+    ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
+                                  find_unused_parameters=recipe.model.message_passing == "none") \
+        if info.world_size > 1 else model
     val_labels = split_labels(cfg.data_dir, "val") if cfg.use_val else []
-    step = restore(cfg, model, opt, max_steps, log, device)
     log(f"recipe {recipe.name}: {info.world_size} process(es) x batch {recipe.batch_size}, {max_steps} steps, "
         f"{steps_per_epoch} steps/epoch, input {recipe.input_size}, width {recipe.model.width}, device {device}")
     log(f"data {cfg.data_dir} ({len(dataset)} frames), workers {cfg.num_workers}, validation {cfg.use_val}; "
@@ -317,39 +302,47 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
 
     start, images, last, result = time.time(), 0, {}, {}
     stop = min(max_steps, cfg.stop_after) if cfg.stop_after else max_steps
+    extra = {"max_steps": max_steps, "model_config": dataclasses.asdict(model.cfg), "recipe": recipe.name,
+             "seed": cfg.seed, "batch_size": recipe.batch_size}
     ddp.train()
-    while step < stop:
-        epoch, position = divmod(step, steps_per_epoch)
-        sampler.set_epoch(epoch, start=position * recipe.batch_size)
-        torch.manual_seed(step_seed(cfg.seed, info.rank, step))  # worker seeds of this epoch's iterator
-        batches = iter(loader)
-        for _ in range(min(steps_per_epoch - position, stop - step)):
-            t0 = time.perf_counter()
-            torch.manual_seed(step_seed(cfg.seed, info.rank, step))  # augmentation and dropout of this step
-            batch = next(batches)
-            t1 = time.perf_counter()
-            lr = lr_at(recipe, step, max_steps)
-            loss = train_step(ddp, opt, batch, lr, cfg, device)
-            step, dt = step + 1, time.perf_counter() - t0
-            images += recipe.batch_size * info.world_size
-            last = dict(step=step, epoch=epoch, loss=loss, lr=lr, data_time=round(t1 - t0, 4), step_time=round(dt, 4),
-                        images_per_s=round(recipe.batch_size * info.world_size / dt, 2))
-            metrics.log(**last)
-            if step % recipe.log_every == 0 or step == stop:
-                log(f"step {step}/{max_steps} epoch {epoch} loss {loss:.4f} lr {lr:.5f} "
-                    f"{last['images_per_s']:.1f} img/s (data {last['data_time']:.3f}s step {last['step_time']:.3f}s)")
-            if cfg.use_val and recipe.val_every and step % recipe.val_every == 0 and step < max_steps:
-                result = validate(model, cfg, info, val_labels)
-                _log_val(log, metrics, step, result)
-            if info.is_main and (step % recipe.ckpt_every == 0 or step == stop):
-                save_checkpoint(out, model, opt, step, max_steps, recipe.keep_ckpts, cfg)
-        del batches  # ends the epoch's worker processes unless they are persistent
+    with GracefulStop() as signalled:
+        while step < stop and not signalled.requested:
+            epoch, position = divmod(step, steps_per_epoch)
+            sampler.set_epoch(epoch, start=position * recipe.batch_size)
+            torch.manual_seed(step_seed(cfg.seed, info.rank, step))  # worker seeds of this epoch's iterator
+            batches = iter(loader)
+            for _ in range(min(steps_per_epoch - position, stop - step)):
+                t0 = time.perf_counter()
+                torch.manual_seed(step_seed(cfg.seed, info.rank, step))  # augmentation and dropout of this step
+                batch = next(batches)
+                t1 = time.perf_counter()
+                lr = lr_at(recipe, step, max_steps)
+                loss = train_step(ddp, opt, batch, lr, cfg, device)
+                step, dt = step + 1, time.perf_counter() - t0
+                images += recipe.batch_size * info.world_size
+                last = dict(step=step, epoch=epoch, loss=loss, lr=lr, data_time=round(t1 - t0, 4),
+                            step_time=round(dt, 4), images_per_s=round(recipe.batch_size * info.world_size / dt, 2))
+                metrics.log(**last)
+                if step % recipe.log_every == 0 or step == stop:
+                    log(f"step {step}/{max_steps} epoch {epoch} loss {loss:.4f} lr {lr:.5f} "
+                        f"{last['images_per_s']:.1f} img/s (data {last['data_time']:.3f}s step {last['step_time']:.3f}s)")
+                if cfg.use_val and recipe.val_every and step % recipe.val_every == 0 and step < max_steps:
+                    result = validate(model, cfg, info, val_labels)
+                    _log_val(log, metrics, step, result)
+                stopping = signalled.should_stop()
+                if ckpt.due(step) or step == stop or stopping:
+                    ckpt.save(step, model=model, optimizer=opt, extra=extra)
+                if stopping:
+                    log(f"stopped by a signal after step {step}; checkpoint in {ckpt.folder}")
+                    break
+            del batches  # ends the epoch's worker processes unless they are persistent
     if step >= max_steps and cfg.use_val:
         result = validate(model, cfg, info, val_labels)
         _log_val(log, metrics, step, result)
     wall = time.time() - start
     summary = {"step": step, "max_steps": max_steps, "finished": step >= max_steps, "last": last, "val": result,
-               "wall_s": round(wall, 1), "images_per_s": round(images / max(wall, 1e-9), 2)}
+               "wall_s": round(wall, 1), "images_per_s": round(images / max(wall, 1e-9), 2),
+               "signalled": signalled.requested}
     if info.is_main:
         _write_outputs(out, model, cfg, info, summary)
         log(f"{'finished' if step >= max_steps else 'stopped'} at step {step}; outputs in {out}")
@@ -380,10 +373,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     cfg = parse_config(argv, os.environ)
     info = setup_distributed(cfg.backend)
     try:
-        train(cfg, info)
+        summary = train(cfg, info)
     finally:
         teardown()
-    return 0
+    return STOPPED_EXIT_CODE if summary["signalled"] and not summary["finished"] else 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,131 @@
+"""Process identity: a recorded pid means nothing without its start time and the boot it belongs to.
+
+Pids are reused: after a rank dies, after a crash, after a reboot, the number in a record may name
+someone else's process. Every pid dtrain records is stored as an `Ident` (pid, the kernel's start
+time in clock ticks from /proc/PID/stat, the boot id), and nothing is signalled unless all three
+still match. Signals go through a pidfd opened *before* the check, so the process checked is the
+process signalled even if it dies and its pid is reused in between.
+
+A rank's command runs in its own session (its pid is the session id), so `signal_session` reaches
+its children too; processes that left the session on purpose (setsid) are the cgroup's business.
+Standard library only: rankrun imports this on every start.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+
+def boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _stat(pid: int) -> list[str] | None:
+    """Fields of /proc/PID/stat after the command name: [state, ppid, pgrp, session, ...]; None if gone."""
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return raw[raw.rindex(")") + 2:].split()
+
+
+def start_time(pid: int) -> str | None:
+    """The kernel's start time of a live, non-zombie pid."""
+    fields = _stat(pid)
+    return None if fields is None or fields[0] in ("Z", "X") else fields[19]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Ident:
+    pid: int
+    start: str  # /proc/PID/stat field 22: clock ticks after boot
+    boot: str  # /proc/sys/kernel/random/boot_id when recorded
+
+    @classmethod
+    def of(cls, pid: int) -> "Ident | None":
+        """The identity of a child we just started; a zombie counts (it still holds its pid)."""
+        fields = _stat(pid)
+        return None if fields is None else cls(pid=pid, start=fields[19], boot=boot_id())
+
+    @classmethod
+    def from_record(cls, rec: dict) -> "Ident | None":
+        """From a rank record's pid/start/boot; None when any is missing (an old or foreign record)."""
+        try:
+            return cls(pid=int(rec["pid"]), start=str(rec["start"]), boot=str(rec["boot"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def to_record(self) -> dict:
+        return asdict(self)
+
+    def alive(self) -> bool:
+        return self.boot == boot_id() and start_time(self.pid) == self.start
+
+
+def signal_process(ident: Ident | None, sig: int) -> bool:
+    """Send `sig` to exactly that process, if it is still the one recorded; True if sent."""
+    if ident is None or ident.boot != boot_id():
+        return False
+    try:
+        fd = os.pidfd_open(ident.pid)
+    except OSError:
+        return False
+    try:
+        if start_time(ident.pid) != ident.start:
+            return False
+        signal.pidfd_send_signal(fd, sig)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)
+
+
+def session_members(leader: Ident) -> list[int]:
+    """Pids whose session is the leader's: its whole tree (unless a child started its own session).
+
+    If the leader's pid now names another process, the pid was reused, which the kernel does only
+    once no process is left in the old session: nothing of ours remains.
+    """
+    if leader.boot != boot_id():
+        return []
+    fields = _stat(leader.pid)
+    if fields is not None and fields[19] != leader.start:
+        return []
+    members = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            fields = _stat(int(entry.name))
+            if fields is not None and fields[3] == str(leader.pid) and fields[0] not in ("Z", "X"):
+                members.append(int(entry.name))
+    return members
+
+
+def signal_session(leader: Ident | None, sig: int) -> int:
+    """Signal every process of the leader's session (see session_members); returns how many were sent."""
+    if leader is None:
+        return 0
+    sent = 0
+    for pid in session_members(leader):
+        try:
+            fd = os.pidfd_open(pid)
+        except OSError:
+            continue
+        try:
+            fields = _stat(pid)  # re-read through the pinned pid: still in the session?
+            now = _stat(leader.pid)
+            reused = now is not None and now[19] != leader.start  # the leader's pid now names a stranger
+            if fields is not None and fields[3] == str(leader.pid) and not reused:
+                signal.pidfd_send_signal(fd, sig)
+                sent += 1
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    return sent

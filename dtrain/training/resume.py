@@ -1,0 +1,133 @@
+"""Resume by default: one checkpoint facility for every workload.
+
+A `Checkpointer` owns one folder of `ckpt-<step>.pt` files. `save` writes model, optimizer,
+scheduler, every random generator and the caller's extra state (the data position is the step
+itself: both workloads derive the epoch, the sampler offset and the per-step seeds from it)
+atomically, then keeps the newest `keep`. `resume` loads the newest file that loads, skipping a
+torn or foreign one with a note, and prints the line the platform records as "resumed from step".
+
+Where the folder is: `--checkpoint-dir`, else $DTRAIN_CHECKPOINT_DIR, else /opt/ml/checkpoints on
+SageMaker (the LocalPath of a training job's CheckpointConfig, synced to S3 and restored on a
+spot restart), else the workload's output folder.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from dtrain.errors import DataError
+from dtrain.markers import RESUMED
+from dtrain.training.checkpoint import CKPT_RE, checkpoint_path, load_checkpoint, save_atomic
+
+CHECKPOINT_DIR_ENV = "DTRAIN_CHECKPOINT_DIR"
+SAGEMAKER_CHECKPOINT_DIR = "/opt/ml/checkpoints"
+FORMAT = 1  # bumped when the layout of a checkpoint changes
+
+
+def checkpoint_dir(default: str | os.PathLike, env: Mapping[str, str] | None = None) -> Path:
+    """The folder checkpoints go to when the command line does not say (see the module doc)."""
+    env = os.environ if env is None else env
+    if env.get(CHECKPOINT_DIR_ENV, "").strip():
+        return Path(env[CHECKPOINT_DIR_ENV].strip())
+    if env.get("SM_CURRENT_HOST") or env.get("SM_TRAINING_ENV"):
+        return Path(SAGEMAKER_CHECKPOINT_DIR)
+    return Path(default)
+
+
+def rng_state() -> dict[str, Any]:
+    """Every generator a training step may draw from, in a form torch.load(weights_only) accepts."""
+    kind, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": (kind, torch.from_numpy(keys.astype(np.int64)), pos, has_gauss, gauss)}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: Mapping[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(_tuples(state["python"]))
+    kind, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def _tuples(x: Any) -> Any:
+    # torch.save keeps tuples, but be lenient with lists from other writers: random.setstate needs tuples.
+    return tuple(_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
+
+
+@dataclass(frozen=True, kw_only=True)
+class Resumed:
+    step: int  # optimizer steps already taken; training continues with step + 1
+    path: Path  # the checkpoint it came from
+    extra: dict[str, Any]  # what the workload passed to save(extra=...)
+
+
+class Checkpointer:
+    """Save every `every` steps (0: only when asked), keep the newest `keep`, resume from the newest valid."""
+
+    def __init__(self, folder: str | os.PathLike, *, every: int, keep: int = 3, enabled: bool = True,
+                 log: Callable[[str], None] = print) -> None:
+        if every < 0 or keep < 1:
+            raise DataError(f"checkpoint every={every} keep={keep}: use every >= 0 and keep >= 1")
+        self.folder, self.every, self.keep, self.enabled, self.log = Path(folder), every, keep, enabled, log
+
+    def due(self, step: int) -> bool:
+        return self.every > 0 and step > 0 and step % self.every == 0
+
+    def save(self, step: int, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
+             extra: Mapping[str, Any] | None = None) -> Path | None:
+        """Write ckpt-<step>.pt atomically (on the enabled rank only) and drop all but the newest `keep`."""
+        if not self.enabled:
+            return None
+        state = {"format": FORMAT, "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                 "scheduler": scheduler.state_dict() if scheduler is not None else None, "rng": rng_state(),
+                 "extra": dict(extra or {})}
+        path = checkpoint_path(self.folder, step)
+        save_atomic(state, path)
+        self._prune()
+        return path
+
+    def _prune(self) -> None:
+        done = sorted((int(m.group(1)), p) for p in self.folder.iterdir() if (m := CKPT_RE.match(p.name)))
+        for _step, path in done[:-self.keep]:
+            path.unlink(missing_ok=True)
+        for tmp in self.folder.glob(".ckpt-*.tmp"):  # left by a save that was killed; only this rank writes here
+            tmp.unlink(missing_ok=True)
+
+    def candidates(self) -> list[Path]:
+        """Complete checkpoint files, newest first."""
+        if not self.folder.is_dir():
+            return []
+        found = [(int(m.group(1)), p) for p in self.folder.iterdir() if (m := CKPT_RE.match(p.name)) and p.is_file()]
+        return [p for _s, p in sorted(found, reverse=True)]
+
+    def resume(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
+               map_location: str | torch.device = "cpu") -> Resumed | None:
+        """Load the newest checkpoint that loads into model/optimizer/scheduler/RNG; None when there is none."""
+        for path in self.candidates():
+            try:
+                state = load_checkpoint(path, map_location=map_location)
+                if not isinstance(state, dict) or state.get("format") != FORMAT or "model" not in state:
+                    raise DataError(f"checkpoint {path} was not written by dtrain.training.Checkpointer")
+            except DataError as err:
+                self.log(f"skipping checkpoint {path.name}: {err}")
+                continue
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            if scheduler is not None and state["scheduler"] is not None:
+                scheduler.load_state_dict(state["scheduler"])
+            set_rng_state(state["rng"])
+            print(RESUMED.format(step=state["step"], path=path), flush=True)
+            return Resumed(step=int(state["step"]), path=path, extra=state["extra"])
+        return None

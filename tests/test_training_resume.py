@@ -1,0 +1,125 @@
+"""The checkpoint facility: atomic saves, keep K, resume from the newest valid file, graceful stop."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from dtrain.markers import resumed_step
+from dtrain.training import Checkpointer, GracefulStop, checkpoint_dir
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _model_opt(seed: int = 0):
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 4)).sum().backward()
+    opt.step()  # momentum buffers exist, so the optimizer state is not empty
+    return model, opt
+
+
+def test_save_keeps_the_newest_k_and_resume_restores_everything(tmp_path, capsys):
+    model, opt = _model_opt()
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=2)
+    ckpt = Checkpointer(tmp_path, every=5, keep=2)
+    for step in (5, 10, 15):
+        sched.step()
+        ckpt.save(step, model=model, optimizer=opt, scheduler=sched, extra={"epoch": step // 10})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-10.pt", "ckpt-15.pt"]
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    expected = (random.random(), np.random.rand(), torch.rand(1))
+    random.seed(1), np.random.seed(1), torch.manual_seed(1)
+    ckpt.save(20, model=model, optimizer=opt, scheduler=sched)
+
+    fresh, fresh_opt = _model_opt(seed=9)
+    fresh_sched = torch.optim.lr_scheduler.StepLR(fresh_opt, step_size=2)
+    random.seed(5), np.random.seed(5), torch.manual_seed(5)
+    got = Checkpointer(tmp_path, every=5).resume(model=fresh, optimizer=fresh_opt, scheduler=fresh_sched)
+    assert got.step == 20 and got.path.name == "ckpt-20.pt"
+    assert resumed_step(capsys.readouterr().out.strip().splitlines()[-1]) == 20
+    for a, b in zip(model.state_dict().values(), fresh.state_dict().values()):
+        assert torch.equal(a, b)
+    assert fresh_opt.state_dict()["state"][0]["momentum_buffer"].equal(opt.state_dict()["state"][0]["momentum_buffer"])
+    assert fresh_sched.state_dict() == sched.state_dict()
+    assert (random.random(), np.random.rand()) == expected[:2] and torch.equal(torch.rand(1), expected[2])
+
+
+def test_a_torn_newest_file_is_skipped(tmp_path, capsys):
+    model, opt = _model_opt()
+    ckpt = Checkpointer(tmp_path, every=5)
+    ckpt.save(5, model=model, optimizer=opt)
+    good = (tmp_path / "ckpt-5.pt").read_bytes()
+    (tmp_path / "ckpt-10.pt").write_bytes(good[: len(good) // 2])  # a copy cut short
+    (tmp_path / "ckpt-15.pt").write_bytes(b"")  # an empty file
+    torch.save({"weights": torch.zeros(1)}, tmp_path / "ckpt-20.pt")  # someone else's file
+    (tmp_path / ".ckpt-25.pt.x.tmp").write_bytes(good)  # a save that was killed: never considered
+    got = Checkpointer(tmp_path, every=5).resume(model=_model_opt(3)[0], optimizer=_model_opt(3)[1])
+    assert got.step == 5
+    out = capsys.readouterr().out
+    assert out.count("skipping checkpoint") == 3 and "ckpt-20.pt" in out and "ckpt-10.pt" in out
+
+
+def test_nothing_to_resume_from(tmp_path):
+    model, opt = _model_opt()
+    assert Checkpointer(tmp_path / "absent", every=5).resume(model=model, optimizer=opt) is None
+    assert not Checkpointer(tmp_path, every=0).due(10) and Checkpointer(tmp_path, every=5).due(10)
+
+
+def test_disabled_rank_writes_nothing(tmp_path):
+    model, opt = _model_opt()
+    assert Checkpointer(tmp_path, every=1, enabled=False).save(1, model=model, optimizer=opt) is None
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_checkpoint_folder_comes_from_the_environment():
+    assert checkpoint_dir("/out", env={}) == Path("/out")
+    assert checkpoint_dir("/out", env={"DTRAIN_CHECKPOINT_DIR": "/ck"}) == Path("/ck")
+    assert checkpoint_dir("/out", env={"SM_CURRENT_HOST": "algo-1"}) == Path("/opt/ml/checkpoints")
+    assert checkpoint_dir("/out", env={"SM_CURRENT_HOST": "algo-1", "DTRAIN_CHECKPOINT_DIR": "/ck"}) == Path("/ck")
+
+
+def test_sigterm_sets_the_flag_and_restores_the_old_handler():
+    old = signal.getsignal(signal.SIGTERM)
+    with GracefulStop() as stop:
+        assert not stop.should_stop()
+        os.kill(os.getpid(), signal.SIGTERM)
+        assert stop.should_stop()
+    assert signal.getsignal(signal.SIGTERM) is old
+
+
+@pytest.mark.slow
+def test_cifar10_sigterm_checkpoints_the_step_it_stopped_at_and_resumes_exactly(tmp_path):
+    """One process: SIGTERM mid-run -> exit 143 with ckpt-<last logged step>.pt; the rerun ends with the
+    same weights as a run that was never stopped."""
+    from dtrain.training import read_metrics
+    from dtrain.workloads.cifar10.data import write_synthetic
+
+    data = tmp_path / "data"
+    write_synthetic(data, fmt="python", n_train=600, n_test=20, seed=3)
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    args = [sys.executable, "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(data), "--epochs", "3",
+            "--batch-size", "2", "--checkpoint-every", "1000", "--log-interval", "0"]
+    subprocess.run([*args, "--model-dir", str(tmp_path / "straight")], env=env, check=True, timeout=300)
+    split = tmp_path / "split"
+    proc = subprocess.Popen([*args, "--model-dir", str(split)], env=env)
+    metrics = split / "metrics.jsonl"
+    while proc.poll() is None and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 20):
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 143
+    stopped = max(m["step"] for m in read_metrics(metrics))
+    assert [p.name for p in split.glob("ckpt-*.pt")] == [f"ckpt-{stopped}.pt"] and not (split / "model.pth").exists()
+    subprocess.run([*args, "--model-dir", str(split)], env=env, check=True, timeout=300)
+    a, b = torch.load(tmp_path / "straight" / "model.pth"), torch.load(split / "model.pth")
+    assert all(torch.equal(a[k], b[k]) for k in a)
