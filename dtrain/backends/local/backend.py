@@ -30,7 +30,7 @@ from dtrain.backends.local.scheduler import split_devices
 from dtrain.backends.local.devices import inventory
 from dtrain.backends.local.notebook import read_access
 from dtrain.backends.local.rankrun import parse_line
-from dtrain.backends.local.procs import Ident, signal_process
+from dtrain.backends.local.procs import Ident, signal_process, spawn_detached
 from dtrain.backends.local.store import ACTIVE, JobStore
 from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, parse_ident, rank_records, supervisor_token
 from dtrain.config import UserConfig, home_dir
@@ -101,7 +101,7 @@ class LocalBackend(Backend):
         Two commands that both find a lost supervisor both start one; the compare-and-set on the
         recorded supervisor lets one win, and the loser's supervisor is stopped before it acts.
         """
-        pid = _spawn_detached([sys.executable, "-m", "dtrain.backends.local.supervisor", str(self.home), name],
+        pid = spawn_detached([sys.executable, "-m", "dtrain.backends.local.supervisor", str(self.home), name],
                               log=self.home / "jobs" / name / "supervisor.log", cwd=cwd)
         ident = Ident.of(pid)
         token = supervisor_token(ident) if ident else None
@@ -418,30 +418,3 @@ def _limits_note(spec: JobSpec) -> str | None:
     if found.enforced:
         return f"{asked} per process, enforced ({found.detail})"
     return f"{asked} per process, {found.detail}"
-
-
-def _spawn_detached(argv: list[str], *, log: Path, cwd: str) -> int:
-    """Double fork so the supervisor is nobody's child: it outlives the CLI and never lingers as a zombie."""
-    read_fd, write_fd = os.pipe()
-    pid = os.fork()
-    if pid == 0:  # intermediate child
-        try:
-            os.close(read_fd)
-            os.setsid()
-            grandchild = os.fork()
-            if grandchild == 0:
-                fd = os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-                os.dup2(fd, 1)
-                os.dup2(fd, 2)
-                os.closerange(3, 1024)
-                os.chdir(cwd)
-                os.execv(argv[0], argv)
-            os.write(write_fd, str(grandchild).encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    os.waitpid(pid, 0)
-    with os.fdopen(read_fd) as f:
-        return int(f.read())

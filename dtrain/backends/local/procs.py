@@ -129,3 +129,30 @@ def signal_session(leader: Ident | None, sig: int) -> int:
         finally:
             os.close(fd)
     return sent
+
+
+def spawn_detached(argv: list[str], *, log: Path, cwd: str) -> int:
+    """Double fork so the process is nobody's child: it outlives the CLI and never lingers as a zombie."""
+    read_fd, write_fd = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # intermediate child
+        try:
+            os.close(read_fd)
+            os.setsid()
+            grandchild = os.fork()
+            if grandchild == 0:
+                fd = os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                os.closerange(3, 1024)
+                os.chdir(cwd)
+                os.execv(argv[0], argv)
+            os.write(write_fd, str(grandchild).encode())
+        finally:
+            os._exit(0)
+    os.close(write_fd)
+    os.waitpid(pid, 0)
+    with os.fdopen(read_fd) as f:
+        return int(f.read())

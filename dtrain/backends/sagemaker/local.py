@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dtrain.backends.local.backend import _proc_start, _spawn_detached  # pid + start time; detached spawn
+from dtrain.backends.local.procs import Ident, signal_process, spawn_detached
 from dtrain.backends.sagemaker.clients import Clients
 
 ROOT = "sagemaker-local"
@@ -100,10 +100,10 @@ class LocalSageMaker:
                  "transitions": [{"Status": "Starting", "StartTime": _now(),
                                   "StatusMessage": "Preparing the instances for training"}]}
         write_json(d / "state.json", state)
-        pid = _spawn_detached([sys.executable, "-m", "dtrain.backends.sagemaker.runner", str(self.root), name],
+        pid = spawn_detached([sys.executable, "-m", "dtrain.backends.sagemaker.runner", str(self.root), name],
                               log=d / "runner.log", cwd=str(d))
         with locked_state(d) as st:
-            st.update(runner_pid=pid, runner_start=_proc_start(pid))
+            st.update(runner=Ident.of(pid).to_record())  # a pid means nothing without its start time
         return {"TrainingJobArn": self._arn(name)}
 
     def _arn(self, name: str) -> str:
@@ -112,10 +112,9 @@ class LocalSageMaker:
     def _reconcile(self, name: str) -> dict:
         d = self.job_dir(name)
         with locked_state(d) as st:
-            pid = st.get("runner_pid")
-            if st["TrainingJobStatus"] in ("InProgress", "Stopping") and pid and \
-                    _proc_start(pid) != st.get("runner_start"):
-                st["FailureReason"] = f"the local runner (pid {pid}) is gone: killed, or the machine restarted"
+            runner = Ident.from_record(st.get("runner") or {})
+            if st["TrainingJobStatus"] in ("InProgress", "Stopping") and runner and not runner.alive():
+                st["FailureReason"] = f"the local runner (pid {runner.pid}) is gone: killed, or the machine restarted"
                 transition(st, "Failed", st["FailureReason"], primary="Failed")
                 st["TrainingEndTime"] = _now()
             return dict(st)
@@ -154,9 +153,8 @@ class LocalSageMaker:
             if st["TrainingJobStatus"] != "InProgress":
                 raise LocalAWSError("ValidationException", f"The job is {st['TrainingJobStatus']}, not InProgress")
             transition(st, "Stopping", "Stopping the training job", primary="Stopping")
-            pid, start = st.get("runner_pid"), st.get("runner_start")
-        if pid and _proc_start(pid) == start:
-            os.kill(pid, signal.SIGTERM)  # the runner stops its hosts and records Stopped
+            runner = Ident.from_record(st.get("runner") or {})
+        signal_process(runner, signal.SIGTERM)  # the runner stops its hosts and records Stopped
         return {}
 
 
