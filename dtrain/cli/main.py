@@ -12,18 +12,22 @@ from dtrain.cli import jobs, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.errors import DtrainError, SpecError
 
-# Workload commands are passed through to the workload's own `main(argv)`: the same code runs
-# under plain torchrun as `python -m dtrain.workloads.<w>` without the platform.
+# Workload commands: (group, verb) -> (module, function, help). The function is the module's
+# own `main(argv)`, so the same code runs under plain torchrun as `python -m dtrain.workloads.<w>`
+# without the platform. Their flags are parsed by that function's parser, imported only when the
+# verb runs: importing every workload (torch) to build `dtrain`'s parser would slow every command.
 WORKLOADS = {
-    ("lanes", "prepare"): "dtrain.workloads.lanes.prepare",
-    ("lanes", "synth"): "dtrain.workloads.lanes.synth",
-    ("lanes", "train"): "dtrain.workloads.lanes.train",
-    ("lanes", "predict"): "dtrain.workloads.lanes.predict",
-    ("lanes", "evaluate"): "dtrain.workloads.lanes.metric",
-    ("cifar10", "train"): "dtrain.workloads.cifar10.train",
-    ("cifar10", "synth"): "dtrain.workloads.cifar10.data",
-    ("bench", "scaling"): "dtrain.bench.scaling",
+    ("lanes", "prepare"): ("dtrain.workloads.lanes.prepare", "main", "download, check and preprocess TuSimple"),
+    ("lanes", "synth"): ("dtrain.workloads.lanes.synth", "main", "write a synthetic TuSimple-format dataset"),
+    ("lanes", "train"): ("dtrain.workloads.lanes.train", "main", "train SCNN (data parallel under torchrun)"),
+    ("lanes", "predict"): ("dtrain.workloads.lanes.predict", "main", "predict lanes of a split, draw overlays"),
+    ("lanes", "evaluate"): ("dtrain.workloads.lanes.metric", "main", "the official TuSimple metric of a submission"),
+    ("cifar10", "train"): ("dtrain.workloads.cifar10.train", "main", "train the CIFAR10 reference CNN (DDP)"),
+    ("cifar10", "synth"): ("dtrain.workloads.cifar10.data", "synth_main", "write a synthetic CIFAR10 dataset"),
+    ("bench", "scaling"): ("dtrain.bench.scaling", "main", "the same training at 1..N processes, timed"),
 }
+GROUP_HELP = {"lanes": "SCNN lane detection on TuSimple", "cifar10": "the CIFAR10 DDP reference workload",
+              "bench": "benchmarks run through the platform"}
 
 
 def cmd_config(args, client: Client) -> int:
@@ -98,9 +102,21 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("top", help="alias of 'nodes': the GPU dashboard")
     p.add_argument("--json", action="store_true")
     p.set_defaults(handler=cmd_nodes)
-    for group in dict.fromkeys(g for g, _ in WORKLOADS):  # listed in --help; main() dispatches them
-        sub.add_parser(group, help=f"{group} commands: {', '.join(v for g, v in WORKLOADS if g == group)}")
+    _add_workloads(sub)
     return parser
+
+
+def _add_workloads(sub) -> None:
+    groups = {}
+    for (group, verb), (module, func, text) in WORKLOADS.items():
+        if group not in groups:
+            g = sub.add_parser(group, help=GROUP_HELP[group], description=GROUP_HELP[group])
+            groups[group] = g.add_subparsers(dest="workload_verb", required=True, metavar="COMMAND")
+        # No option of its own (prefix_chars that no flag uses): every word, --help included, goes
+        # to the workload's parser, which prints its own help and errors.
+        leaf = groups[group].add_parser(verb, help=text, add_help=False, prefix_chars="\0")
+        leaf.add_argument("workload_argv", nargs=argparse.REMAINDER)
+        leaf.set_defaults(handler=None, workload=(module, func))
 
 
 def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -113,10 +129,12 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if len(argv) >= 1 and argv[0] in {g for g, _ in WORKLOADS}:
-            return _workload(argv)
         head, command = split_command(argv)
         args = build_parser().parse_args(head)
+        if getattr(args, "workload", None):
+            module, func = args.workload
+            rest = args.workload_argv + (["--", *command] if "--" in argv else [])
+            return getattr(importlib.import_module(module), func)(rest) or 0
         client = Client(home=args.home)
         if getattr(args, "takes_command", False):
             return args.handler(args, command, client, args.launcher_for)
@@ -130,16 +148,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-
-
-def _workload(argv: list[str]) -> int:
-    group = argv[0]
-    verbs = sorted(v for g, v in WORKLOADS if g == group)
-    if len(argv) < 2 or (group, argv[1]) not in WORKLOADS:
-        print(f"usage: dtrain {group} {{{','.join(verbs)}}} ...", file=sys.stderr)
-        return 0 if len(argv) >= 2 and argv[1] in ("-h", "--help") else 2
-    module = importlib.import_module(WORKLOADS[(group, argv[1])])
-    return module.main(argv[2:]) or 0
 
 
 if __name__ == "__main__":

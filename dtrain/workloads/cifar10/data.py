@@ -240,7 +240,7 @@ def synth_main(argv: list[str] | None = None) -> int:
     """`python -m dtrain.workloads.cifar10 synth --out DIR [--format binary] ...`."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m dtrain.workloads.cifar10 synth", description=write_synthetic.__doc__)
+    p = argparse.ArgumentParser(prog="dtrain cifar10 synth", description=write_synthetic.__doc__)
     p.add_argument("--out", required=True, help="folder that receives cifar-10-batches-py/ or cifar-10-batches-bin/")
     p.add_argument("--format", dest="fmt", choices=("python", "binary"), default="python")
     p.add_argument("--n-train", type=int, default=5000, help="training images (default 5000)")
