@@ -14,7 +14,7 @@ from typing import Any
 import yaml
 
 from dtrain.errors import SpecError
-from dtrain.spec import check_name
+from dtrain.spec import check_name, yaml_mapping
 
 BACKENDS = ("local", "kubernetes")
 
@@ -37,26 +37,35 @@ class UserConfig:
     @classmethod
     def load(cls, home: Path) -> "UserConfig":
         path = home / "config.yaml"
-        if not path.exists():
-            return cls()
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise SpecError(f"{path} is not valid YAML ({err}); fix or remove the file") from None
-        if not isinstance(data, dict):
-            raise SpecError(f"{path} must hold a mapping (project:, backend:, ...); fix or remove the file")
-        unknown = set(data) - {"project", "backend", "project_backends", "kubernetes"}
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return cls()
+        except OSError as err:
+            raise SpecError(f"cannot read {path}: {err.strerror}; fix or remove the file") from None
+        data = yaml_mapping(raw, str(path), "project: default")
+        unknown = sorted(map(str, set(data) - {"project", "backend", "project_backends", "kubernetes"}))
         if unknown:
-            raise SpecError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: project, "
+            raise SpecError(f"{path}: unknown key(s) {', '.join(unknown)}; known: project, "
                             f"backend, project_backends, kubernetes")
+        for key in ("project_backends", "kubernetes"):
+            if data.get(key) is None:
+                data.pop(key, None)
+            elif not isinstance(data[key], dict):
+                raise SpecError(f"{path}: '{key}' must be a mapping, not {data[key]!r}; fix or remove the file")
         cfg = cls(**data)
         cfg.validate(path)
         return cfg
 
     def validate(self, where: Any = "config") -> None:
-        check_name(self.project, "project")
+        try:
+            check_name(self.project, "project")
+            for project in self.project_backends:
+                check_name(project, "project")
+        except SpecError as err:
+            raise SpecError(f"{where}: {err}") from None
         for backend in [self.backend, *self.project_backends.values()]:
-            if backend not in BACKENDS:
+            if not isinstance(backend, str) or backend not in BACKENDS:
                 raise SpecError(f"{where}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
 
     def save(self, home: Path) -> None:

@@ -13,7 +13,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterator
 
 from dtrain.errors import DtrainError, NotSupportedError, SpecError
-from dtrain.names import check_name, check_storage_class, parse_size
+from dtrain.names import check_name, check_storage_class, parse_size, parse_volume_size
 from dtrain.spec import JobSpec
 
 if TYPE_CHECKING:  # the local store's own reports; only the local backend produces them
@@ -225,11 +225,19 @@ class Backend(abc.ABC):
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None,
              since: float | None = None, follow: bool = False) -> Iterator[LogLine]:
         """Lines of one rank (or all), oldest first; `since` is unix seconds; `follow` streams."""
-        self._get(name)  # unknown job -> NotFoundError before any output
+        info = self._get(name)  # unknown job -> NotFoundError before any output
+        if rank is not None and (not _whole(rank) or not 0 <= rank < info.spec.processes):
+            raise SpecError(f"invalid rank {rank!r}: job {name!r} has {info.spec.processes} process(es), "
+                            f"ranks 0 to {info.spec.processes - 1}")
+        if tail is not None and (not _whole(tail) or tail < 0):
+            raise SpecError(f"invalid tail {tail!r}: use a number of lines >= 0, e.g. -t 10")
         return self._logs(name, rank=rank, tail=tail, since=since, follow=follow)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float = 0.5) -> JobInfo:
         """Block until the job is terminal; the only wait loop in dtrain."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not 0 <= timeout < float("inf")):
+            raise SpecError(f"invalid timeout {timeout!r}: use a number of seconds >= 0, e.g. --timeout 600")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             info = self._get(name)
@@ -268,7 +276,7 @@ class Backend(abc.ABC):
     def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> VolumeInfo:
         """An empty volume; `storage_class` None picks the backend's default."""
         check_name(name, "volume")
-        parse_size(size, "volume size")
+        parse_volume_size(size)
         if storage_class is not None:
             check_storage_class(storage_class)
         return self._create_volume(name, size=size, storage_class=storage_class)
@@ -390,6 +398,10 @@ class Backend(abc.ABC):
     def _not_supported(self, what: str, why: str = "") -> NotSupportedError:
         return NotSupportedError(f"the {self.name} backend does not support {what}"
                                  + (f" ({why})" if why else "") + "; use --backend local or another backend")
+
+
+def _whole(n) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool)
 
 
 class TimeoutError_(DtrainError, TimeoutError):

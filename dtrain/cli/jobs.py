@@ -12,7 +12,7 @@ import yaml
 from dtrain.cli import format as fmt
 from dtrain.client import Client
 from dtrain.errors import SpecError
-from dtrain.spec import JobSpec, parse_env, parse_pvc
+from dtrain.spec import JobSpec, parse_env, parse_pvc, yaml_mapping
 
 # flag dest -> spec field, for flags that map one to one
 _FIELDS = ("processes", "launcher", "gpu", "cpu", "memory", "large_shm", "working_dir", "project", "backend",
@@ -48,16 +48,11 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     """Flags, a YAML file, or both -> the one JobSpec. Flags win over the file."""
     data: dict = {}
     if args.file:
-        path = Path(args.file)
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            raw = Path(args.file).read_bytes()
         except OSError as err:
             raise SpecError(f"cannot read job file {args.file!r}: {err.strerror}") from None
-        except yaml.YAMLError as err:
-            raise SpecError(f"job file {args.file!r} is not valid YAML: {err}") from None
-        if not isinstance(data, dict):
-            raise SpecError(f"job file {args.file!r} must hold a mapping of fields (name:, command:, ...)")
-        data = dict(data)
+        data = dict(yaml_mapping(raw, f"job file {args.file!r}", "name: train"))
     if args.name:
         data["name"] = args.name
     if "name" not in data:

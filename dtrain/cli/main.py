@@ -75,8 +75,15 @@ def cmd_nodes(args, client: Client) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with usage errors on one line like every other dtrain error (exit 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dtrain", description="Distributed training on one machine or a cluster.")
+    parser = Parser(prog="dtrain", description="Distributed training on one machine or a cluster.")
     parser.add_argument("--home", help="state folder (default $DTRAIN_HOME or ~/.dtrain)")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     jobs.register(sub)

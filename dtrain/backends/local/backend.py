@@ -29,7 +29,7 @@ from dtrain.backends.local.rankrun import parse_line
 from dtrain.backends.local.store import ACTIVE, JobStore
 from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, rank_records
 from dtrain.config import home_dir
-from dtrain.errors import ConflictError, QuotaError
+from dtrain.errors import ConflictError, QuotaError, SpecError
 from dtrain.spec import JobSpec, NewVolume
 
 if TYPE_CHECKING:
@@ -67,6 +67,8 @@ class LocalBackend(Backend):
     # ---- submit ---------------------------------------------------------------------------
     def _submit(self, spec: JobSpec) -> JobInfo:
         cwd = spec.working_dir or os.getcwd()
+        if not os.path.isdir(cwd):  # the supervisor and the ranks start there, on this host
+            raise SpecError(f"--working-dir {cwd} is not a folder on this machine: give an existing folder")
         self._check_resources(spec)
         launch.check_tools(spec, cwd=cwd)
         self.store.check_free(spec.name)  # again in insert_job's transaction; here before volumes are made
