@@ -12,11 +12,12 @@ injected: `Client(backends={"kubernetes": KubernetesBackend(cfg, api_client=fake
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from dtrain.backends.base import (Backend, FreedInfo, JobInfo, LogLine, NodeInfo, Progress, ProjectInfo, SnapshotInfo,
-                                  VolumeInfo)
+from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobStatus, LogLine, NodeInfo, Progress, ProjectInfo,
+                                  SnapshotInfo, VolumeInfo)
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec, check_name
@@ -69,7 +70,16 @@ class Client:
         return self.backend().get(name)
 
     def list(self, *, project: str | None = None) -> list[JobInfo]:
-        return self.backend(project=project).list(project=project)
+        backend = self.backend(project=project)
+        jobs = backend.list(project=project)
+        ttl = self.config.deleted_job_ttl_seconds()
+        if ttl is None:
+            return jobs
+        now = time.time()
+        expired = {j.name for j in jobs if j.status == JobStatus.DELETED and now - (j.finished or j.created) > ttl}
+        for name in expired:  # config `deleted_job_ttl`: deleted jobs are forgotten after a while
+            backend.delete(name, purge=True)
+        return [j for j in jobs if j.name not in expired]
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None, since: float | None = None,
              follow: bool = False) -> Iterator[LogLine]:
@@ -78,8 +88,9 @@ class Client:
     def wait(self, name: str, *, timeout: float | None = None) -> JobInfo:
         return self.backend().wait(name, timeout=timeout)
 
-    def delete(self, name: str) -> JobInfo:
-        return self.backend().delete(name)
+    def delete(self, name: str, *, purge: bool = False) -> JobInfo:
+        """Stop the job; with `purge` also forget it (record, events, logs)."""
+        return self.backend().delete(name, purge=purge)
 
     def render(self, spec: JobSpec) -> list[dict]:
         """What `submit` would send to the job's backend (a dry run)."""

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from dtrain.errors import SpecError
 from dtrain.spec import check_name, yaml_mapping
 
 BACKENDS = ("local", "kubernetes")
+KEYS = ("project", "backend", "project_backends", "kubernetes", "deleted_job_ttl")
+TTL_RE = re.compile(r"^(\d{1,6})(s|m|h|d)$")
 
 
 def home_dir(home: str | Path | None = None) -> Path:
@@ -33,6 +36,7 @@ class UserConfig:
     backend: str = "local"  # default backend
     project_backends: dict[str, str] = field(default_factory=dict)  # project -> backend
     kubernetes: dict[str, Any] = field(default_factory=dict)  # KubernetesConfig fields
+    deleted_job_ttl: str | None = None  # forget deleted jobs this long after deletion, e.g. 7d
 
     @classmethod
     def load(cls, home: Path) -> "UserConfig":
@@ -44,10 +48,9 @@ class UserConfig:
         except OSError as err:
             raise SpecError(f"cannot read {path}: {err.strerror}; fix or remove the file") from None
         data = yaml_mapping(raw, str(path), "project: default")
-        unknown = sorted(map(str, set(data) - {"project", "backend", "project_backends", "kubernetes"}))
+        unknown = sorted(map(str, set(data) - set(KEYS)))
         if unknown:
-            raise SpecError(f"{path}: unknown key(s) {', '.join(unknown)}; known: project, "
-                            f"backend, project_backends, kubernetes")
+            raise SpecError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
         for key in ("project_backends", "kubernetes"):
             if data.get(key) is None:
                 data.pop(key, None)
@@ -67,14 +70,25 @@ class UserConfig:
         for backend in [self.backend, *self.project_backends.values()]:
             if not isinstance(backend, str) or backend not in BACKENDS:
                 raise SpecError(f"{where}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+        if self.deleted_job_ttl is not None and not TTL_RE.match(str(self.deleted_job_ttl)):
+            raise SpecError(f"{where}: invalid deleted_job_ttl {self.deleted_job_ttl!r}; use a duration "
+                            f"such as 30m, 12h or 7d")
+
+    def deleted_job_ttl_seconds(self) -> float | None:
+        if self.deleted_job_ttl is None:
+            return None
+        m = TTL_RE.match(self.deleted_job_ttl)
+        return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
     def save(self, home: Path) -> None:
         self.validate()
         path = home / "config.yaml"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump({"project": self.project, "backend": self.backend,
-                                       "project_backends": self.project_backends,
-                                       "kubernetes": self.kubernetes}, sort_keys=False))
+        data = {"project": self.project, "backend": self.backend, "project_backends": self.project_backends,
+                "kubernetes": self.kubernetes}
+        if self.deleted_job_ttl is not None:
+            data["deleted_job_ttl"] = self.deleted_job_ttl
+        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
         os.replace(tmp, path)
 
     def backend_for(self, project: str) -> str:

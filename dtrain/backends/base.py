@@ -248,8 +248,12 @@ class Backend(abc.ABC):
                                     f"wait longer (--timeout) or check 'dtrain logs {name}'")
             time.sleep(poll)
 
-    def delete(self, name: str) -> JobInfo:
-        return self._delete(name)
+    def delete(self, name: str, *, purge: bool = False) -> JobInfo:
+        """Stop the job (it reads Deleted); `purge` also forgets it, so `get` then finds nothing."""
+        info = self._delete(name)
+        if purge:
+            self._purge(name)
+        return info
 
     def nodes(self) -> list[NodeInfo]:
         return self._nodes()
@@ -380,6 +384,9 @@ class Backend(abc.ABC):
     def _delete_snapshot(self, name: str) -> FreedInfo: ...
 
     # ---- optional hooks: a backend without the feature keeps these ----------------------
+    def _purge(self, name: str) -> None:
+        """Forget a deleted job. Backends whose delete already removes the object keep this no-op."""
+
     def _render(self, spec: JobSpec) -> list[dict[str, Any]]:
         raise self._not_supported("a dry run (--dry-run)")
 

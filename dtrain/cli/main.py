@@ -7,10 +7,11 @@ import importlib
 import json
 import sys
 
+from dtrain import __version__
 from dtrain.cli import format as fmt
 from dtrain.cli import jobs, pipeline, server, storage
 from dtrain.client import Client
-from dtrain.errors import DtrainError, SpecError
+from dtrain.errors import DtrainError, NotFoundError, SpecError
 
 # Workload commands: (group, verb) -> (module, function, help). The function is the module's
 # own `main(argv)`, so the same code runs under plain torchrun as `python -m dtrain.workloads.<w>`
@@ -32,6 +33,10 @@ GROUP_HELP = {"lanes": "SCNN lane detection on TuSimple", "cifar10": "the CIFAR1
 
 def cmd_config(args, client: Client) -> int:
     if args.what == "project":
+        known = [p.name for p in client.list_projects()]
+        if args.value != "default" and args.value not in known:
+            raise NotFoundError(f"no project named {args.value!r}; create it first with "
+                                f"'dtrain project create {args.value}' (projects: {', '.join(known) or 'none'})")
         client.set_default_project(args.value)
         print(f"Project '{args.value}' has been set as the default project")
     else:
@@ -42,9 +47,14 @@ def cmd_config(args, client: Client) -> int:
 
 def cmd_project(args, client: Client) -> int:
     if args.action == "create":
+        existed = args.name in {p.name for p in client.list_projects()}
+        if existed and args.gpu_quota is None:
+            print(f"project '{args.name}' already exists (unchanged)")
+            return 0
         client.create_project(args.name, gpu_quota=args.gpu_quota)
-        print(f"project '{args.name}' created" + (f" with a GPU quota of {args.gpu_quota}"
-                                                 if args.gpu_quota is not None else ""))
+        quota = f" with a GPU quota of {args.gpu_quota}" if args.gpu_quota is not None else ""
+        print(f"project '{args.name}' " + (f"already exists; its GPU quota is now {args.gpu_quota}" if existed
+                                           else f"created{quota}"))
         return 0
     projects = client.list_projects()
     if args.json:
@@ -85,30 +95,31 @@ class Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="dtrain", description="Distributed training on one machine or a cluster.")
     parser.add_argument("--home", help="state folder (default $DTRAIN_HOME or ~/.dtrain)")
+    parser.add_argument("--version", action="version", version=f"dtrain {__version__}",
+                        help="print dtrain's version and exit")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     jobs.register(sub)
     storage.register(sub)
     pipeline.register(sub)
     server.register(sub)
     p = sub.add_parser("config", help="set the default project or backend")
-    p.add_argument("what", choices=["project", "backend"])
-    p.add_argument("value")
+    p.add_argument("what", choices=["project", "backend"], help="what to set")
+    p.add_argument("value", help="a project that exists ('dtrain project list'), or local / kubernetes")
     p.add_argument("-p", "--project", help="with 'backend': only for this project")
     p.set_defaults(handler=cmd_config)
     p = sub.add_parser("project", help="create and list projects (GPU quotas)")
-    ps = p.add_subparsers(dest="action", required=True)
-    c = ps.add_parser("create")
-    c.add_argument("name")
-    c.add_argument("--gpu-quota", type=int)
-    c = ps.add_parser("list")
-    c.add_argument("--json", action="store_true")
+    ps = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = ps.add_parser("create", help="create a project, or change its GPU quota")
+    c.add_argument("name", help="project name (lower-case letters, digits, '-')")
+    c.add_argument("--gpu-quota", type=int, help="GPUs the project's running jobs may hold together")
+    c = ps.add_parser("list", help="projects, quotas, GPUs in use, jobs")
+    c.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(handler=cmd_project)
-    p = sub.add_parser("nodes", help="nodes and their GPUs: allocation, utilization, memory")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_nodes)
-    p = sub.add_parser("top", help="alias of 'nodes': the GPU dashboard")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_nodes)
+    for verb, text in (("nodes", "nodes and their GPUs: allocation, utilization, memory"),
+                       ("top", "alias of 'nodes': the GPU dashboard")):
+        p = sub.add_parser(verb, help=text)
+        p.add_argument("--json", action="store_true", help="print a JSON list")
+        p.set_defaults(handler=cmd_nodes)
     _add_workloads(sub)
     return parser
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from dtrain.backends.base import FreedInfo, Progress, SnapshotInfo, VolumeInfo
 from dtrain.errors import BackendError, ConflictError, NotFoundError, SpecError
-from dtrain.names import parse_size, parse_volume_size  # noqa: F401
+from dtrain.names import parse_size
 
 from .client import POD, PVC, Missing
 from .objects import ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB, LABEL_SOURCE_SNAPSHOT, VOLUME_SNAPSHOT

@@ -222,6 +222,10 @@ class LocalBackend(Backend):
         kill_ranks(self.home / "jobs" / name)
         return self._get(name)
 
+    def _purge(self, name: str) -> None:
+        self.store.purge(name)
+        shutil.rmtree(self.home / "jobs" / name, ignore_errors=True)
+
     def _nodes(self) -> list[NodeInfo]:
         gpus = inventory()
         held = self.store.allocations()

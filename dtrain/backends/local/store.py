@@ -152,6 +152,13 @@ class JobStore:
         self._event(name, status, message, now)
         return True
 
+    def purge(self, name: str) -> None:
+        """Forget a job that is no longer active (its row and events)."""
+        with db.transaction(self.conn):
+            self.conn.execute("DELETE FROM jobs WHERE name=? AND status NOT IN ('Pending', 'Running')", (name,))
+            self.conn.execute("DELETE FROM job_events WHERE job=? AND NOT EXISTS "
+                              "(SELECT 1 FROM jobs WHERE name=?)", (name, name))
+
     def add_event(self, name: str, status: str, message: str) -> None:
         self._event(name, status, message, time.time())
 
