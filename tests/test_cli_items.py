@@ -39,3 +39,173 @@ def test_item02_cifar10_synth_runs(tmp_path):
 def test_item02_unknown_workload_verb_is_a_usage_error():
     proc = run("lanes", "nosuch")
     assert proc.returncode == 2 and "invalid choice: 'nosuch'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _usage_error(proc, *needles):
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    for n in needles:
+        assert n in proc.stderr, proc.stderr
+
+
+# ---- 1: submit uses the configured default backend ----------------------------------------------
+def test_item01_submit_uses_the_configured_backend(tmp_path):
+    home = tmp_path / "home"
+    assert run("config", "backend", "kubernetes", home=home).returncode == 0
+    proc = run("submit", "k1", "--image", "x", "--dry-run", "--", "echo", "hi", home=home)
+    assert proc.returncode == 0, proc.stderr
+    docs = list(__import__("yaml").safe_load_all(proc.stdout))
+    assert docs[-1]["kind"] == "Job" and docs[-1]["apiVersion"] == "batch/v1"
+    local = run("submit", "k1", "--backend", "local", "--dry-run", "--", "echo", "hi", home=home)
+    assert "backend: local" in local.stdout and "apiVersion" not in local.stdout
+
+
+# ---- 3: error messages name verbs that exist (also checked for every message in test_docs) ------
+def test_item03_volume_in_use_names_dtrain_delete(tmp_path):
+    home = tmp_path / "home"
+    assert run("volume", "create", "v", "--size", "1Mi", home=home).returncode == 0
+    assert run("submit", "j", "--pvc", "v:/mnt", "--", "sleep", "30", home=home).returncode == 0
+    try:
+        proc = run("volume", "delete", "v", home=home)
+        assert proc.returncode == 2 and "dtrain delete JOB" in proc.stderr and "cancel" not in proc.stderr
+    finally:
+        run("delete", "j", home=home)
+
+
+# ---- 7 and 8: delete checks every name first; Run:AI's nouns ------------------------------------
+def test_item07_delete_checks_all_names_before_deleting_any(tmp_path):
+    home = tmp_path / "home"
+    for name in ("a", "b"):
+        assert run("submit", name, "--", "true", home=home).returncode == 0
+    proc = run("delete", "a", "nosuch", "b", "other", home=home)
+    _usage_error(proc, "'nosuch'", "'other'", "nothing was deleted")
+    statuses = {j["name"]: j["status"] for j in json.loads(run("list", "--json", home=home).stdout)}
+    assert set(statuses) == {"a", "b"} and "Deleted" not in statuses.values()
+
+
+def test_item08_nouns_as_runai_writes_them(tmp_path):
+    home = tmp_path / "home"
+    assert run("submit", "x", "--", "true", home=home).returncode == 0
+    assert run("wait", "x", home=home).returncode == 0
+    assert run("list", "jobs", home=home).returncode == 0
+    assert json.loads(run("describe", "job", "x", "--json", home=home).stdout)["name"] == "x"
+    assert json.loads(run("describe", "x", "--json", home=home).stdout)["name"] == "x"
+    proc = run("delete", "job", "x", home=home)
+    assert proc.returncode == 0 and "The job 'x' has been deleted" in proc.stdout
+    _usage_error(run("delete", "volume", "x", home=home), "dtrain volume delete NAME")
+
+
+# ---- 9: logs --rank / -t checked; wait --timeout has its own exit code --------------------------
+def test_item09_logs_rank_out_of_range_and_negative_tail(tmp_path):
+    home = tmp_path / "home"
+    assert run("submit", "one", "--", "echo", "hi", home=home).returncode == 0
+    assert run("wait", "one", home=home).returncode == 0
+    _usage_error(run("logs", "one", "--rank", "5", home=home), "ranks 0 to 0")
+    _usage_error(run("logs", "one", "-t", "-1", home=home), "tail")
+
+
+def test_item09_wait_timeout_exit_code_is_not_a_usage_error(tmp_path):
+    home = tmp_path / "home"
+    assert run("submit", "slow", "--", "sleep", "30", home=home).returncode == 0
+    try:
+        proc = run("wait", "slow", "--timeout", "0.5", home=home)
+        assert proc.returncode == 124 and "still" in proc.stderr
+    finally:
+        run("delete", "slow", home=home)
+    assert run("wait", "slow", home=home).returncode == 1  # Deleted: ended, not Succeeded
+    assert "124" in run("wait", "--help").stdout
+
+
+# ---- 11: projects must exist before they become the default -------------------------------------
+def test_item11_config_project_must_exist_and_create_twice_says_so(tmp_path):
+    home = tmp_path / "home"
+    _usage_error(run("config", "project", "nosuch", home=home), "dtrain project create nosuch")
+    assert run("project", "create", "p1", home=home).stdout.strip() == "project 'p1' created"
+    again = run("project", "create", "p1", home=home)
+    assert again.returncode == 0 and "already exists" in again.stdout and "created" not in again.stdout
+    assert run("config", "project", "p1", home=home).returncode == 0
+    assert run("config", "project", "default", home=home).returncode == 0
+
+
+# ---- 12: --version, help on every option, --json, shell-quoted command --------------------------
+def test_item12_version():
+    from dtrain import __version__
+    proc = run("--version")
+    assert proc.returncode == 0 and proc.stdout.strip() == f"dtrain {__version__}"
+
+
+def _actions(parser, path="dtrain"):
+    import argparse
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                yield from _actions(sub, f"{path} {name}")
+        elif not isinstance(action, argparse._HelpAction):
+            yield path, action
+
+
+def test_item12_every_option_has_help():
+    from dtrain.cli.main import build_parser
+    missing = [f"{path} {a.option_strings or a.dest}" for path, a in _actions(build_parser())
+               if not a.help and a.dest != "workload_argv"]
+    assert missing == []
+
+
+def test_item12_json_on_submit_wait_logs_and_quoted_command(tmp_path):
+    home = tmp_path / "home"
+    sub = run("submit", "q", "--json", "--", "sh", "-c", "echo 'a b'; echo second", home=home)
+    assert json.loads(sub.stdout)["name"] == "q"
+    waited = run("wait", "q", "--json", home=home)
+    assert json.loads(waited.stdout)["status"] == "Succeeded"
+    lines = [json.loads(line) for line in run("logs", "q", "--json", home=home).stdout.splitlines()]
+    assert [x["text"] for x in lines] == ["a b", "second"] and all(x["rank"] == 0 for x in lines)
+    described = run("describe", "job", "q", home=home).stdout
+    assert "command: sh -c 'echo '\"'\"'a b'\"'\"'; echo second'" in described
+
+
+# ---- 13: --dry-run YAML has no anchors ----------------------------------------------------------
+def test_item13_dry_run_yaml_is_plain(tmp_path):
+    import yaml
+    from dtrain.backends.kubernetes.backend import KubernetesBackend
+    from dtrain.backends.kubernetes.config import KubernetesConfig
+    from dtrain.spec import JobSpec
+    spec = JobSpec(name="k1", command=("echo", "hi"), processes=2, launcher="torchrun", image="x",
+                   volumes=("local:1Gi:/mnt",), large_shm=True, backend="kubernetes")
+    docs = KubernetesBackend(KubernetesConfig()).render(spec)
+    assert "&id" in yaml.safe_dump_all(docs, sort_keys=False)  # the renderer does share objects
+    proc = run("submit-dist", "k1", "--backend", "kubernetes", "--processes", "2", "--image", "x", "--large-shm",
+               "--pvc", "local:1Gi:/mnt", "--dry-run", "--", "echo", "hi", home=tmp_path / "home")
+    assert proc.returncode == 0, proc.stderr
+    assert "&id" not in proc.stdout and "*id" not in proc.stdout
+    assert list(yaml.safe_load_all(proc.stdout)) == docs
+
+
+# ---- 14: purge and TTL; list hides deleted jobs -------------------------------------------------
+def test_item14_list_hides_deleted_and_purge_forgets(tmp_path):
+    home = tmp_path / "home"
+    for name in ("keep", "gone", "purged"):
+        assert run("submit", name, "--", "true", home=home).returncode == 0
+    assert run("delete", "gone", home=home).returncode == 0
+    names = [j["name"] for j in json.loads(run("list", "--json", home=home).stdout)]
+    assert names == ["keep", "purged"]
+    shown = {j["name"]: j["status"] for j in json.loads(run("list", "--show-deleted", "--json", home=home).stdout)}
+    assert shown["gone"] == "Deleted"
+    assert run("delete", "--purge", "purged", home=home).stdout.strip() == "The job 'purged' has been purged"
+    assert run("describe", "job", "purged", home=home).returncode == 2
+    assert not (home / "jobs" / "purged").exists()
+    assert run("submit", "purged", "--", "true", home=home).returncode == 0  # the name is free again
+
+
+def test_item14_deleted_job_ttl_in_config(tmp_path):
+    home = tmp_path / "home"
+    assert run("submit", "old", "--", "true", home=home).returncode == 0
+    assert run("delete", "old", home=home).returncode == 0
+    (home / "config.yaml").write_text("project: default\nbackend: local\ndeleted_job_ttl: 1h\n")
+    assert "old" in run("list", "--show-deleted", home=home).stdout  # deleted just now: kept
+    (home / "config.yaml").write_text("project: default\nbackend: local\ndeleted_job_ttl: 0s\n")
+    import time
+    time.sleep(1.1)
+    assert "old" not in run("list", "--show-deleted", home=home).stdout
+    assert run("describe", "job", "old", home=home).returncode == 2
+    (home / "config.yaml").write_text("deleted_job_ttl: soon\n")
+    _usage_error(run("list", home=home), "deleted_job_ttl")
