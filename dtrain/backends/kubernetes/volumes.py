@@ -188,7 +188,7 @@ class VolumeVerbs:
             storage_class = storage_class or spec.get("storageClassName")
         if size is None:
             raise BackendError(f"cannot tell the size of snapshot {snap['metadata']['name']!r}: it is not ready "
-                               f"yet and its source volume is gone; retry when 'dtrain snapshot get' says Ready")
+                               f"yet and its source volume is gone; retry when 'dtrain snapshot describe' says Ready")
         return str(size), storage_class or self.config.storage_class
 
     def _delete_snapshot(self, name: str) -> FreedInfo:
