@@ -209,3 +209,46 @@ def test_item14_deleted_job_ttl_in_config(tmp_path):
     assert run("describe", "job", "old", home=home).returncode == 2
     (home / "config.yaml").write_text("deleted_job_ttl: soon\n")
     _usage_error(run("list", home=home), "deleted_job_ttl")
+
+
+# ---- 10: a Pending job says why it waits --------------------------------------------------------
+def _message_when_pending(home, name, env, contains, timeout=30):
+    import os
+    import time
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        proc = subprocess.run([DTRAIN, "describe", "job", name, "--json"], capture_output=True, text=True,
+                              env={**os.environ, "DTRAIN_HOME": str(home), **env}, timeout=60)
+        info = json.loads(proc.stdout)
+        assert info["status"] == "Pending", info
+        if contains in info["message"]:
+            return info["message"]
+        time.sleep(0.2)
+    raise AssertionError(f"{name}: never said {contains!r}; last {info['message']!r}")
+
+
+def test_item10_pending_job_says_why(tmp_path):
+    import os
+    home = tmp_path / "home"
+    env = {"DTRAIN_GPUS": "2"}
+
+    def dt(*args):
+        return subprocess.run([DTRAIN, *args], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "DTRAIN_HOME": str(home), **env})
+
+    assert dt("project", "create", "team", "--gpu-quota", "1").returncode == 0
+    try:
+        assert dt("submit", "holder", "-p", "team", "--gpu", "1", "--", "sleep", "60").returncode == 0
+        assert dt("submit", "other", "--gpu", "1", "--", "sleep", "60").returncode == 0  # project default
+        assert dt("submit", "b", "-p", "team", "--gpu", "1", "--", "true").returncode == 0
+        assert dt("submit", "c", "-p", "team", "--gpu", "1", "--", "true").returncode == 0
+        assert dt("submit-dist", "big", "--processes", "2", "--gpu", "1", "--", "true").returncode == 0
+        msg_b = _message_when_pending(home, "b", env, "project quota 1 GPUs, 1 in use")
+        assert msg_b.startswith("waiting: ")
+        msg_c = _message_when_pending(home, "c", env, "2nd in project 'team''s queue")
+        assert "project quota 1 GPUs, 1 in use" in msg_c
+        _message_when_pending(home, "big", env, "needs 2 GPUs, 0 free")
+        assert "waiting:" in dt("describe", "job", "big").stdout
+    finally:
+        for name in ("holder", "other", "b", "c", "big"):
+            dt("delete", name)
