@@ -96,6 +96,10 @@ class Client:
         """What `submit` would send to the job's backend (a dry run)."""
         return self.backend(spec.backend, project=spec.project).render(spec)
 
+    def exec(self, name: str, command: list[str], *, rank: int = 0) -> int:
+        """Run a command beside a Running job's rank; its exit code."""
+        return self.backend().exec(name, command, rank=rank)
+
     def nodes(self) -> list[NodeInfo]:
         return self.backend().nodes()
 

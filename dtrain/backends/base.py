@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterator
 
-from dtrain.errors import DtrainError, NotSupportedError, SpecError
+from dtrain.errors import ConflictError, DtrainError, NotSupportedError, SpecError
 from dtrain.names import check_name, check_storage_class, parse_size, parse_volume_size
 from dtrain.spec import JobSpec
 
@@ -193,9 +193,9 @@ class Backend(abc.ABC):
       `_delete_volume`, `_create_snapshot`, `_list_snapshots`, `_get_snapshot`,
       `_restore_snapshot`, `_delete_snapshot`.
     * Optional hooks: `_render` (dry run), `_create_project`, `_list_projects`,
-      `_verify_snapshot`, `_diff_snapshots`. The default raises :class:`NotSupportedError`, which
+      `_verify_snapshot`, `_diff_snapshots`, `_exec`. The default raises :class:`NotSupportedError`, which
       the CLI prints as one line naming the backend and the verb; callers never probe a backend
-      with `getattr`/`hasattr`.
+      with `getattr`/`hasattr`. `_purge` (forget a deleted job) defaults to doing nothing.
     * Every hook returns the typed, frozen records of this module, never a dict: :class:`JobInfo`,
       :class:`LogLine`, :class:`NodeInfo`, :class:`ProjectInfo`, :class:`VolumeInfo`,
       :class:`SnapshotInfo`, :class:`FreedInfo`. Times are unix seconds (float) everywhere;
@@ -257,6 +257,18 @@ class Backend(abc.ABC):
 
     def nodes(self) -> list[NodeInfo]:
         return self._nodes()
+
+    def exec(self, name: str, command: list[str] | tuple[str, ...], *, rank: int = 0) -> int:
+        """Run `command` beside a Running job's rank (its mount namespace / pod and environment),
+        with this process's stdin, stdout and stderr; returns the command's exit code."""
+        info = self._get(name)
+        if info.status != JobStatus.RUNNING:
+            raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job (see 'dtrain list')")
+        if not _whole(rank) or not 0 <= rank < info.spec.processes:
+            raise SpecError(f"invalid rank {rank!r}: job {name!r} has ranks 0 to {info.spec.processes - 1}")
+        if isinstance(command, str) or not command or not all(isinstance(w, str) and "\0" not in w for w in command):
+            raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt")
+        return self._exec(name, list(command), rank=rank)
 
     def render(self, spec: JobSpec) -> list[dict[str, Any]]:
         """What `submit` would send, without sending it (`dtrain submit --dry-run`)."""
@@ -384,6 +396,9 @@ class Backend(abc.ABC):
     def _delete_snapshot(self, name: str) -> FreedInfo: ...
 
     # ---- optional hooks: a backend without the feature keeps these ----------------------
+    def _exec(self, name: str, command: list[str], *, rank: int) -> int:
+        raise self._not_supported("'dtrain exec'")
+
     def _purge(self, name: str) -> None:
         """Forget a deleted job. Backends whose delete already removes the object keep this no-op."""
 

@@ -198,6 +198,11 @@ def cmd_delete(args, client: Client) -> int:
     return 0
 
 
+def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
+    rank = 0 if args.rank is None else _rank(args.rank)
+    return client.exec(args.name, command, rank=rank)
+
+
 EXIT_TIMEOUT = 124  # `wait --timeout` ran out: the job goes on (the code GNU timeout uses)
 
 
@@ -248,6 +253,11 @@ def register(sub) -> None:
     p.add_argument("names", nargs="+", metavar="[job] NAME", help="the jobs (the word 'job' is optional)")
     p.add_argument("--purge", action="store_true", help="also forget the job: its record, events and logs")
     p.set_defaults(handler=cmd_delete)
+    p = sub.add_parser("exec", help="run a command beside a running job's process (its volumes, environment)",
+                       usage="dtrain exec NAME [--rank R] -- COMMAND [ARGS...]")
+    p.add_argument("name", help="the job (it must be Running)")
+    p.add_argument("--rank", help="which process (default 0)")
+    p.set_defaults(handler=cmd_exec, takes_command=True, launcher_for=None)
     p = sub.add_parser("wait", help=f"wait until a job ends; exit 0 if it succeeded, 1 if not, "
                                     f"{EXIT_TIMEOUT} if --timeout ran out")
     p.add_argument("name", help="the job")

@@ -54,10 +54,12 @@ class KubernetesBackend(VolumeVerbs, Backend):
     name = "kubernetes"
     poll_interval = 1.0  # seconds between looks while `logs -f` waits for a pod to start
 
-    def __init__(self, config: KubernetesConfig | None = None, *, api_client: Any = None):
-        """`api_client`: a kubernetes.client.ApiClient; None builds one from the kubeconfig on first use."""
+    def __init__(self, config: KubernetesConfig | None = None, *, api_client: Any = None, exec_stream: Any = None):
+        """`api_client`: a kubernetes.client.ApiClient; None builds one from the kubeconfig on first use.
+        `exec_stream(namespace, pod, command) -> exit code`: None uses the official client's stream API."""
         self.config = config or KubernetesConfig()
         self._api_client = api_client
+        self._exec_stream = exec_stream
         self._api: KubeApi | None = None
 
     @property
@@ -203,6 +205,19 @@ class KubernetesBackend(VolumeVerbs, Backend):
         if refused:  # it may be of a kind we may not read: say so rather than 'not found'
             raise refused[0]
         raise NotFoundError(f"job {name!r} not found in namespace {self.namespace}: see 'dtrain list'")
+
+    def _exec(self, name: str, command: list[str], *, rank: int) -> int:
+        """`kubectl exec` into the pod that runs `rank` (a replica pod; packed ranks share one)."""
+        resource, obj = self._find(name)
+        index = rank // procs_per_pod(obj)
+        pods = [p for p in self._pods(name) if pod_index(resource.kind, obj, p) == index
+                and (p.get("status") or {}).get("phase") == "Running"]
+        if not pods:
+            raise ConflictError(f"no running pod holds rank {rank} of job {name!r}; see 'dtrain describe job {name}'")
+        pod = newest_pod(pods)["metadata"]["name"]
+        if self._exec_stream is not None:
+            return self._exec_stream(self.namespace, pod, command)
+        return self.api.exec(self.namespace, pod, command)
 
     def _pods(self, name: str) -> list[dict]:
         return self.api.pods(self.namespace, job_selector(name))

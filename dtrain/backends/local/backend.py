@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -29,7 +30,7 @@ from dtrain.backends.local.rankrun import parse_line
 from dtrain.backends.local.store import ACTIVE, JobStore
 from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, rank_records
 from dtrain.config import home_dir
-from dtrain.errors import ConflictError, QuotaError, SpecError
+from dtrain.errors import ConflictError, EnvironmentError_, QuotaError, SpecError
 from dtrain.spec import JobSpec, NewVolume
 
 if TYPE_CHECKING:
@@ -222,6 +223,23 @@ class LocalBackend(Backend):
         kill_ranks(self.home / "jobs" / name)
         return self._get(name)
 
+    def _exec(self, name: str, command: list[str], *, rank: int) -> int:
+        """nsenter into the rank's mount namespace (bubblewrap's, when the job has volumes), in
+        its working folder, with its environment read from /proc."""
+        rec = {r.get("rank"): r for r in rank_records(self.home / "jobs" / name)}.get(rank) or {}
+        pid = rec.get("pid")
+        env = _environ(pid) if pid and rec.get("exit_code") is None else None
+        # The record's pid is trusted only while that process still carries this job's rank.
+        if env is None or env.get("DTRAIN_JOB_NAME") != name or env.get("RANK") != str(rank):
+            raise ConflictError(f"rank {rank} of job {name!r} is not running now; see 'dtrain describe job {name}'")
+        nsenter = shutil.which("nsenter")
+        if nsenter is None:
+            raise EnvironmentError_("dtrain exec needs nsenter (Debian package util-linux)")
+        argv = [nsenter, "--target", str(pid), "--mount", "--wd"]
+        if os.stat(f"/proc/{pid}/ns/user").st_ino != os.stat("/proc/self/ns/user").st_ino:
+            argv += ["--user", "--preserve-credentials"]  # bubblewrap run without root: a user namespace
+        return subprocess.run([*argv, "--", *command], env=env).returncode
+
     def _purge(self, name: str) -> None:
         self.store.purge(name)
         shutil.rmtree(self.home / "jobs" / name, ignore_errors=True)
@@ -323,6 +341,14 @@ class LocalBackend(Backend):
                             volume_size=s.volume_size, storage_class=s.storage_class,
                             extra={"id": s.id, "volume_uid": s.volume_uid, "added_bytes": s.added_bytes,
                                    "method": s.method})
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    return dict(item.split("=", 1) for item in raw.decode("utf-8", "replace").split("\0") if "=" in item)
 
 
 def _spawn_detached(argv: list[str], *, log: Path, cwd: str) -> int:
