@@ -220,3 +220,22 @@ def test_i_sdk_volume_given_as_a_string_is_parsed_and_a_bare_string_refused():
         JobSpec(**BASE, volumes="data:/mnt")
     with pytest.raises(SpecError, match="invalid volume 5"):
         JobSpec(**BASE, volumes=[5])
+
+
+def test_i_zip_with_a_symlink_entry_is_refused(tmp_path):
+    import stat
+    import zipfile
+
+    from dtrain.errors import DataError
+    from dtrain.workloads.lanes import prepare
+    archive = tmp_path / "train_set.zip"
+    with zipfile.ZipFile(archive, "w") as zf:
+        zf.writestr("clips/a/1/20.jpg", b"jpg")
+        link = zipfile.ZipInfo("clips/a/2/20.jpg")
+        link.create_system = 3  # Unix, as `zip -y` writes it
+        link.external_attr = (stat.S_IFLNK | 0o777) << 16
+        zf.writestr(link, "/etc/passwd")
+    out = tmp_path / "out"
+    with pytest.raises(DataError, match="symlink 'clips/a/2/20.jpg'"):
+        prepare.extract(archive, out)
+    assert not (out / "clips" / "a" / "2" / "20.jpg").exists()
