@@ -252,3 +252,36 @@ def test_item10_pending_job_says_why(tmp_path):
     finally:
         for name in ("holder", "other", "b", "c", "big"):
             dt("delete", name)
+
+
+# ---- 6: YAML wrong types and an SDK volume given as a string: one line, exit 2 ------------------
+@pytest.mark.parametrize("text, needle", [("env: [A=1]", "env"), ("volumes: 5", "volumes")])
+def test_item06_yaml_wrong_types_are_one_line(tmp_path, text, needle):
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: j\ncommand: [echo, hi]\n{text}\n")
+    _usage_error(run("submit", "-f", str(job), home=tmp_path / "home"), needle)
+
+
+def test_item06_sdk_volume_as_a_string():
+    from dtrain import JobSpec, VolumeMount
+    spec = JobSpec(name="j", command=("echo",), volumes=("data:/mnt",))
+    assert spec.volumes == (VolumeMount(volume="data", mount_path="/mnt"),)
+
+
+# ---- 17 and 18: the README says how to try GPUs without GPUs; the docs that lied -----------------
+def test_item17_readme_shows_dtrain_gpus_in_a_block_that_runs():
+    import test_docs
+    readme = test_docs.REPO / "README.md"
+    runnable = [c.text for c in test_docs.console_commands(readme) if c.runnable]
+    assert "export DTRAIN_GPUS=2" in runnable
+    assert any(c.startswith("dtrain project create") and "--gpu-quota" in c for c in runnable)
+
+
+def test_item18_three_ways_and_kubernetes_doc():
+    import test_docs
+    readme = test_docs.REPO / "README.md"
+    runnable = " ".join(c.text for c in test_docs.console_commands(readme) if c.runnable)
+    for needle in ("dtrain cifar10 synth", "dtrain submit-dist cifar", "dtrain submit -f job.yaml", "dtrain.JobSpec"):
+        assert needle in runnable  # each door of "the same job three ways" runs in test_docs
+    assert "--storage-class" not in (test_docs.REPO / "docs" / "kubernetes.md").read_text()
+    assert "SHA_TRAIN=$(sha256sum" in readme.read_text() and "`SNAP` is the" in readme.read_text()
