@@ -145,9 +145,13 @@ def _actions(parser, path="dtrain"):
 
 
 def test_item12_every_option_has_help():
-    from dtrain.cli.main import build_parser
+    from cli_words import workload_parser
+    from dtrain.cli.main import WORKLOADS, build_parser
     missing = [f"{path} {a.option_strings or a.dest}" for path, a in _actions(build_parser())
                if not a.help and a.dest != "workload_argv"]
+    for group, verb in WORKLOADS:  # the workloads' own parsers
+        missing += [f"dtrain {group} {verb} {a.option_strings or a.dest}"
+                    for _, a in _actions(workload_parser(group, verb)) if not a.help]
     assert missing == []
 
 

@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 from dtrain.cli import format as fmt
-from dtrain.client import Client
-from dtrain.backends.base import TimeoutError_
+from dtrain.client import Client, TimeoutError_
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.spec import JobSpec, parse_env, parse_pvc, yaml_mapping
 
