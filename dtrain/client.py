@@ -18,11 +18,11 @@ from typing import TYPE_CHECKING, Iterator
 
 from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobStatus, LogLine, NodeInfo, Progress, ProjectInfo,
                                   SnapshotInfo, TimeoutError_, VolumeInfo)
-
-__all__ = ["Client", "TimeoutError_"]  # the CLI catches wait's timeout from here
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec, check_name
+
+__all__ = ["Client", "TimeoutError_"]  # the CLI catches wait's timeout from here
 
 if TYPE_CHECKING:
     from dtrain.storage.info import VerifyReport
