@@ -289,3 +289,22 @@ def test_item18_three_ways_and_kubernetes_doc():
         assert needle in runnable  # each door of "the same job three ways" runs in test_docs
     assert "--storage-class" not in (test_docs.REPO / "docs" / "kubernetes.md").read_text()
     assert "SHA_TRAIN=$(sha256sum" in readme.read_text() and "`SNAP` is the" in readme.read_text()
+
+
+# ---- 16: the volume USED column shows the size on disk ------------------------------------------
+def test_item16_volume_used_is_the_size_on_disk(tmp_path):
+    import os
+    home = tmp_path / "home"
+    assert run("volume", "create", "v", "--size", "1Mi", home=home).returncode == 0
+    empty = json.loads(run("volume", "describe", "v", "--json", home=home).stdout)
+    path = empty["extra"]["path"]
+    with open(os.path.join(path, "data.bin"), "wb") as f:
+        f.write(os.urandom(300_000))
+    os.link(os.path.join(path, "data.bin"), os.path.join(path, "same.bin"))  # a hard link counts once
+    blocks = os.stat(os.path.join(path, "data.bin")).st_blocks * 512
+    vols = json.loads(run("volume", "list", "--json", home=home).stdout)
+    assert blocks >= 300_000 and vols[0]["used_bytes"] - empty["used_bytes"] == blocks
+    table = run("volume", "list", home=home).stdout.splitlines()
+    assert table[0].split()[:4] == ["NAME", "CLASS", "SIZE", "USED"]
+    from dtrain.cli import format as fmt
+    assert f"  {fmt.size(vols[0]['used_bytes'])}  " in table[1]

@@ -34,7 +34,7 @@ def _wait_running(home, name):
 def test_item15_exec_local_sees_the_jobs_volumes_environment_and_folder(tmp_path):
     home = tmp_path / "home"
     assert _dt(home, "volume", "create", "vol", "--size", "1Mi").returncode == 0
-    folder = json.loads(_dt(home, "volume", "describe", "vol", "--json").stdout)["path"]
+    folder = json.loads(_dt(home, "volume", "describe", "vol", "--json").stdout)["extra"]["path"]
     (tmp_path / "work").mkdir()
     mnt = tmp_path / "mnt"  # a path only the job's mount namespace binds the volume at
     assert _dt(home, "submit", "held", "--pvc", f"vol:{mnt}", "-e", "GREETING=hello from the job",

@@ -147,6 +147,7 @@ class VolumeInfo(_Record):
     status: str = "Bound"  # Bound (usable), Pending (being provisioned) or Lost
     origin_snapshot: str | None = None  # the snapshot it was restored from, if any
     job: str | None = None  # the job it was made for (--pvc CLASS:SIZE:MOUNT), if known
+    used_bytes: int | None = None  # what its files take on disk now; None where the backend cannot tell (a PVC)
     labels: Mapping[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the local folder, the namespace
 

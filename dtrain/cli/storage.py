@@ -39,9 +39,9 @@ def cmd_volume(args, client: Client) -> int:
         print(f"volume '{v.name}' created ({v.size}, class {v.storage_class or 'default'})")
     elif args.action == "list":
         vols = client.list_volumes()
-        rows = [[v.name, v.storage_class or "-", v.size, v.status, v.origin_snapshot or "-", fmt.age(v.created)]
-                for v in vols]
-        _print(vols, fmt.table(["NAME", "CLASS", "SIZE", "STATUS", "FROM SNAPSHOT", "AGE"], rows), args.json)
+        rows = [[v.name, v.storage_class or "-", v.size, fmt.size(v.used_bytes), v.status, v.origin_snapshot or "-",
+                 fmt.age(v.created)] for v in vols]
+        _print(vols, fmt.table(["NAME", "CLASS", "SIZE", "USED", "STATUS", "FROM SNAPSHOT", "AGE"], rows), args.json)
     elif args.action == "describe":
         v = client.get_volume(args.name)
         _print(v, fmt.mapping(v.to_dict() | {"created": fmt.when(v.created)}), args.json)

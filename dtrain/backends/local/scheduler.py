@@ -44,7 +44,7 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
         if reasons:  # say why it waits (describe, list); written only when the reason changes
             message = "waiting: " + "; ".join(reasons)
             if row["message"] != message:
-                conn.execute("UPDATE jobs SET message=? WHERE name=?", (message, spec.name))
+                store.update(spec.name, message=message)
             return None
         chosen = free[:need]
         conn.executemany("INSERT INTO allocations (device, job) VALUES (?, ?)", [(d, spec.name) for d in chosen])
