@@ -129,6 +129,16 @@ class Client:
     def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> VolumeInfo:
         return self.backend().create_volume(name, size=size, storage_class=storage_class)
 
+    def render_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> list[dict]:
+        """What create_volume would send (a dry run)."""
+        return self.backend().render_volume(name, size=size, storage_class=storage_class)
+
+    def render_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None) -> list[dict]:
+        return self.backend().render_snapshot(volume, name=name, job=job)
+
+    def render_restore(self, name: str, *, to: str | None = None, in_place: bool = False) -> list[dict]:
+        return self.backend().render_restore(name, to=to, in_place=in_place)
+
     def list_volumes(self) -> list[VolumeInfo]:
         return self.backend().list_volumes()
 

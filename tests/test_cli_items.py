@@ -308,3 +308,46 @@ def test_item16_volume_used_is_the_size_on_disk(tmp_path):
     assert table[0].split()[:4] == ["NAME", "CLASS", "SIZE", "USED"]
     from dtrain.cli import format as fmt
     assert f"  {fmt.size(vols[0]['used_bytes'])}  " in table[1]
+
+
+# ---- 5: storage verbs take --backend and --dry-run ---------------------------------------------
+def test_item05_volume_create_dry_run_on_kubernetes_without_changing_the_default(tmp_path):
+    import yaml
+    home = tmp_path / "home"
+    proc = run("volume", "create", "data", "--size", "5Gi", "--backend", "kubernetes", "--dry-run", home=home)
+    assert proc.returncode == 0, proc.stderr
+    [pvc] = list(yaml.safe_load_all(proc.stdout))
+    assert pvc["kind"] == "PersistentVolumeClaim" and pvc["spec"]["resources"]["requests"]["storage"] == "5Gi"
+    local = run("volume", "create", "data", "--size", "5Gi", "--dry-run", home=home)
+    assert local.returncode == 0 and "backend: local" in local.stdout
+    assert json.loads(run("volume", "list", "--json", home=home).stdout) == []  # nothing made
+    _usage_error(run("volume", "create", "data", "--size", "0", "--dry-run", home=home), "volume size")
+    assert run("volume", "create", "data", "--size", "1Mi", home=home).returncode == 0
+    assert run("snapshot", "create", "data", "--name", "s1", "--dry-run", home=home).returncode == 0
+    assert json.loads(run("snapshot", "list", "--json", home=home).stdout) == []
+    assert run("volume", "delete", "data", "--dry-run", home=home).stdout.strip() == (
+        "volume 'data' would be deleted (dry run)")
+    assert len(json.loads(run("volume", "list", "--json", home=home).stdout)) == 1
+    _usage_error(run("snapshot", "restore", "nosuch", "--to", "x", "--dry-run", home=home), "nosuch")
+
+
+def test_item05_snapshot_and_restore_render_what_create_sends_on_kubernetes():
+    from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+    cluster = FakeCluster()
+    server = FakeKubeServer(cluster).start()
+    client = server.api_client()
+    try:
+        backend = KubernetesBackend(KubernetesConfig(project="lanes", image="i:1"), api_client=client)
+        backend.create_volume("data", size="2Gi")
+        posts = len([r for r in cluster.requests if r[0] == "POST"])
+        [snap] = backend.render_snapshot("data", name="s1", job=None)
+        assert len([r for r in cluster.requests if r[0] == "POST"]) == posts  # a dry run sends nothing
+        assert snap["kind"] == "VolumeSnapshot" and snap["spec"]["source"]["persistentVolumeClaimName"] == "data"
+        made = backend.create_snapshot("data", name="s1")
+        assert made.name == "s1" and cluster.get("snapshot.storage.k8s.io", "volumesnapshots", "dtrain-lanes", "s1")
+        [pvc] = backend.render_restore("s1", to="copy")
+        assert pvc["spec"]["dataSource"]["name"] == "s1" and pvc["metadata"]["name"] == "copy"
+    finally:
+        client.close()
+        server.close()

@@ -194,7 +194,8 @@ class Backend(abc.ABC):
       `_delete_volume`, `_create_snapshot`, `_list_snapshots`, `_get_snapshot`,
       `_restore_snapshot`, `_delete_snapshot`.
     * Optional hooks: `_render` (dry run), `_create_project`, `_list_projects`,
-      `_verify_snapshot`, `_diff_snapshots`, `_exec`. The default raises :class:`NotSupportedError`, which
+      `_verify_snapshot`, `_diff_snapshots`, `_exec`, `_render_volume`, `_render_snapshot`,
+      `_render_restore`. The default raises :class:`NotSupportedError`, which
       the CLI prints as one line naming the backend and the verb; callers never probe a backend
       with `getattr`/`hasattr`. `_purge` (forget a deleted job) defaults to doing nothing.
     * Every hook returns the typed, frozen records of this module, never a dict: :class:`JobInfo`,
@@ -292,11 +293,13 @@ class Backend(abc.ABC):
     # Kubernetes; a snapshot is a stored manifest or a VolumeSnapshot.
     def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> VolumeInfo:
         """An empty volume; `storage_class` None picks the backend's default."""
-        check_name(name, "volume")
-        parse_volume_size(size)
-        if storage_class is not None:
-            check_storage_class(storage_class)
+        _check_new_volume(name, size, storage_class)
         return self._create_volume(name, size=size, storage_class=storage_class)
+
+    def render_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> list[dict[str, Any]]:
+        """What `create_volume` would send (`dtrain volume create --dry-run`)."""
+        _check_new_volume(name, size, storage_class)
+        return self._render_volume(name, size=size, storage_class=storage_class)
 
     def list_volumes(self) -> list[VolumeInfo]:
         return sorted(self._list_volumes(), key=lambda v: v.name)
@@ -311,11 +314,13 @@ class Backend(abc.ABC):
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         progress: Progress | None = None) -> SnapshotInfo:
         """Snapshot `volume` now, linked to `job` if given. Default name: <volume>-<UTC time>."""
-        if name is not None:
-            check_name(name, "snapshot")
-        if job is not None:
-            check_name(job, "job")
+        _check_new_snapshot(name, job)
         return self._create_snapshot(volume, name=name, job=job, progress=progress)
+
+    def render_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None) -> list[dict[str, Any]]:
+        """What `create_snapshot` would send (`dtrain snapshot create --dry-run`)."""
+        _check_new_snapshot(name, job)
+        return self._render_snapshot(volume, name=name, job=job)
 
     def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[SnapshotInfo]:
         """Oldest first, filtered by volume and job."""
@@ -329,12 +334,13 @@ class Backend(abc.ABC):
     def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
                          progress: Progress | None = None) -> VolumeInfo:
         """Into a new volume `to`, or over the snapshot's own volume with `in_place`."""
-        if (to is None) == (not in_place):
-            raise SpecError(f"say where to restore snapshot {name!r}: --to NEW_VOLUME (a clone) or "
-                            f"--in-place (roll the volume back)")
-        if to is not None:
-            check_name(to, "volume")
+        _check_restore(name, to, in_place)
         return self._restore_snapshot(name, to=to, in_place=in_place, progress=progress)
+
+    def render_restore(self, name: str, *, to: str | None = None, in_place: bool = False) -> list[dict[str, Any]]:
+        """What `restore_snapshot` would send (`dtrain snapshot restore --dry-run`)."""
+        _check_restore(name, to, in_place)
+        return self._render_restore(name, to=to, in_place=in_place)
 
     def delete_snapshot(self, name: str) -> FreedInfo:
         return self._delete_snapshot(name)
@@ -406,6 +412,15 @@ class Backend(abc.ABC):
     def _render(self, spec: JobSpec) -> list[dict[str, Any]]:
         raise self._not_supported("a dry run (--dry-run)")
 
+    def _render_volume(self, name: str, *, size: str, storage_class: str | None) -> list[dict[str, Any]]:
+        raise self._not_supported("a dry run of 'volume create'")
+
+    def _render_snapshot(self, volume: str, *, name: str | None, job: str | None) -> list[dict[str, Any]]:
+        raise self._not_supported("a dry run of 'snapshot create'")
+
+    def _render_restore(self, name: str, *, to: str | None, in_place: bool) -> list[dict[str, Any]]:
+        raise self._not_supported("a dry run of 'snapshot restore'")
+
     def _create_project(self, name: str, *, gpu_quota: int | None) -> None:
         raise self._not_supported("projects")
 
@@ -421,6 +436,28 @@ class Backend(abc.ABC):
     def _not_supported(self, what: str, why: str = "") -> NotSupportedError:
         return NotSupportedError(f"the {self.name} backend does not support {what}"
                                  + (f" ({why})" if why else "") + "; use --backend local or another backend")
+
+
+def _check_new_volume(name: str, size: str, storage_class: str | None) -> None:
+    check_name(name, "volume")
+    parse_volume_size(size)
+    if storage_class is not None:
+        check_storage_class(storage_class)
+
+
+def _check_new_snapshot(name: str | None, job: str | None) -> None:
+    if name is not None:
+        check_name(name, "snapshot")
+    if job is not None:
+        check_name(job, "job")
+
+
+def _check_restore(name: str, to: str | None, in_place: bool) -> None:
+    if (to is None) == (not in_place):
+        raise SpecError(f"say where to restore snapshot {name!r}: --to NEW_VOLUME (a clone) or "
+                        f"--in-place (roll the volume back)")
+    if to is not None:
+        check_name(to, "volume")
 
 
 def _whole(n) -> bool:

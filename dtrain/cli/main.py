@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             module, func = args.workload
             rest = args.workload_argv + (["--", *command] if "--" in argv else [])
             return getattr(importlib.import_module(module), func)(rest) or 0
-        client = Client(home=args.home)
+        client = Client(home=args.home, backend=getattr(args, "storage_backend", None))
         if getattr(args, "takes_command", False):
             return args.handler(args, command, client, args.launcher_for)
         if command:

@@ -34,7 +34,13 @@ def _print(records, text: str, as_json: bool) -> None:
 
 
 def cmd_volume(args, client: Client) -> int:
-    if args.action == "create":
+    if args.action == "create" and args.dry_run:
+        print(fmt.plain_yaml(*client.render_volume(args.name, size=args.size, storage_class=args.storage_class)),
+              end="")
+    elif args.action == "delete" and args.dry_run:
+        client.get_volume(args.name)  # an unknown volume is an error in a dry run too
+        print(f"volume '{args.name}' would be deleted (dry run)")
+    elif args.action == "create":
         v = client.create_volume(args.name, size=args.size, storage_class=args.storage_class)
         print(f"volume '{v.name}' created ({v.size}, class {v.storage_class or 'default'})")
     elif args.action == "list":
@@ -53,7 +59,11 @@ def cmd_volume(args, client: Client) -> int:
 
 def cmd_snapshot(args, client: Client) -> int:
     a = args.action
-    if a == "create":
+    if a == "create" and args.dry_run:
+        print(fmt.plain_yaml(*client.render_snapshot(args.volume, name=args.name, job=args.job)), end="")
+    elif a == "restore" and args.dry_run:
+        print(fmt.plain_yaml(*client.render_restore(args.name, to=args.to, in_place=args.in_place)), end="")
+    elif a == "create":
         s = client.create_snapshot(args.volume, name=args.name, job=args.job, progress=_progress())
         print(f"snapshot '{s.name}' of volume '{s.volume}' created"
               + (f", linked to job '{s.job}'" if s.job else "")
@@ -116,6 +126,10 @@ def register(sub) -> None:
             c.add_argument("--force", action="store_true", help="delete even while a job uses it")
         else:
             c.add_argument("--json", action="store_true", help="print JSON")
+    for verb in ("create", "delete"):
+        _dry_run_flag(vs.choices[verb])
+    for c in vs.choices.values():
+        _backend_flag(c)
     p.set_defaults(handler=cmd_volume)
 
     p = sub.add_parser("snapshot", help="point-in-time snapshots of volumes")
@@ -144,4 +158,18 @@ def register(sub) -> None:
     c.add_argument("a", help="the older snapshot")
     c.add_argument("b", help="the newer snapshot")
     c.add_argument("--json", action="store_true", help="print a JSON list")
+    for verb in ("create", "restore"):
+        _dry_run_flag(ss.choices[verb])
+    for c in ss.choices.values():
+        _backend_flag(c)
     p.set_defaults(handler=cmd_snapshot)
+
+
+def _dry_run_flag(p) -> None:
+    p.add_argument("--dry-run", action="store_true", help="print what would be sent (Kubernetes: the YAML) and stop")
+
+
+def _backend_flag(p) -> None:
+    # main() builds the Client with this backend, so every storage verb goes there
+    p.add_argument("--backend", dest="storage_backend", choices=["local", "kubernetes"],
+                   help="where the volumes and snapshots are (default from config)")

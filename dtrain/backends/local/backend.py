@@ -284,6 +284,21 @@ class LocalBackend(Backend):
                     users.append(spec.name)
         return users
 
+    # A local dry run has no manifest to print: it says what would be made, after the same checks.
+    def _render_volume(self, name, *, size, storage_class):
+        return [{"backend": self.name, "create": "volume", "name": name, "size": size,
+                 "storage_class": storage_class or "local"}]
+
+    def _render_snapshot(self, volume, *, name, job):
+        self.storage.get_volume(volume)
+        return [{"backend": self.name, "create": "snapshot", "volume": volume,
+                 "name": name or f"{volume}-<UTC time>", "job": job}]
+
+    def _render_restore(self, name, *, to, in_place):
+        snap = self.storage.get_snapshot(name)
+        return [{"backend": self.name, "restore": name, "into": snap.volume if in_place else to,
+                 "in_place": in_place}]
+
     def _create_volume(self, name, *, size, storage_class):
         return self._volume(self.storage.create_volume(name, size=size, storage_class=storage_class or "local"))
 
