@@ -13,7 +13,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterator
 
 from dtrain.errors import ConflictError, DtrainError, NotSupportedError, SpecError
-from dtrain.names import check_name, check_storage_class, parse_size, parse_volume_size
+from dtrain.names import check_name, check_storage_class, parse_volume_size
 from dtrain.spec import JobSpec
 
 if TYPE_CHECKING:  # the local store's own reports; only the local backend produces them

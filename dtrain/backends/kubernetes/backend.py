@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any, Iterator
 
 from dtrain.backends.base import Backend, GpuInfo, JobInfo, JobStatus, LogLine, NodeInfo, ProjectInfo
-from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
+from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError
 from dtrain.spec import JobSpec, VolumeMount, parse_size
 
 from .client import (NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT,
@@ -38,7 +38,7 @@ from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LAB
                       VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
 from .render import render_job, resource_for
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace, render_success_snapshot
-from .status import job_info, newest_pod, pod_gpus, pod_index, procs_per_pod, spec_of
+from .status import job_info, newest_pod, pod_gpus, pod_index, procs_per_pod
 from .volumes import VolumeVerbs
 
 JOB_ORDER = tuple(JOB_RESOURCES.values())  # where `get NAME` looks, in this order
@@ -325,9 +325,6 @@ class KubernetesBackend(VolumeVerbs, Backend):
     def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
               follow: bool) -> Iterator[LogLine]:
         resource, obj = self._find(name)
-        spec = spec_of(obj)
-        if rank is not None and not 0 <= rank < spec.processes:
-            raise SpecError(f"job {name!r} has ranks 0..{spec.processes - 1}, not {rank}: pick one with --rank")
         sources = _log_sources(resource.kind, obj, self._pods(name), rank)
         query: dict[str, Any] = {"timestamps": True}
         if tail is not None and (rank is None or all(s.tags is None for s in sources)):
