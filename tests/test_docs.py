@@ -2,8 +2,9 @@
 
 - In README.md and docs/*.md, a ```console block holds `$ ` commands (a trailing `\\` continues
   a command; a heredoc `<<'EOF'` takes the lines up to its terminator). Other lines are output.
-- A block whose fence follows `<!-- needs: cluster|aws|gpu|kfp-server -->` (directly, on the line
-  before) cannot run here: its commands are only checked against the parsers. So are the README
+- A block whose fence follows `<!-- needs: cluster|aws|gpu|kfp-server|foreground -->` (directly,
+  on the line before) cannot run here (`foreground`: it runs until Ctrl-C, e.g. a server): its
+  commands are only checked against the parsers. So are the README
   walk-through's (between the walkthrough markers), which test_demo runs as scripts/demo.sh.
 - Every other console block runs: each doc's blocks top to bottom, in one bash, in a fresh
   temporary DTRAIN_HOME and working folder; every command must exit 0. A doc holding
@@ -27,7 +28,7 @@ import pytest
 from cli_words import check_command, words_of
 
 REPO = Path(__file__).resolve().parents[1]
-NEEDS = ("cluster", "aws", "gpu", "kfp-server")
+NEEDS = ("cluster", "aws", "gpu", "kfp-server", "foreground")  # foreground: runs until Ctrl-C (a server)
 NEEDS_RE = re.compile(r"^<!-- needs: ([a-z-]+(?:, *[a-z-]+)*) -->$")
 SLOW_MARK = "<!-- docs-test: slow -->"
 
