@@ -20,7 +20,7 @@ from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobStatus, LogLin
                                   SnapshotInfo, TimeoutError_, VolumeInfo)
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import SpecError
-from dtrain.spec import JobSpec, check_name
+from dtrain.spec import JobSpec, check_name, notebook_spec
 
 __all__ = ["Client", "TimeoutError_"]  # the CLI catches wait's timeout from here
 
@@ -105,6 +105,18 @@ class Client:
     def nodes(self) -> list[NodeInfo]:
         return self.backend().nodes()
 
+    # ---- notebooks: interactive jobs (spec.notebook) ----------------------------------------
+    def notebook(self, name: str, *, volumes=(), **fields) -> JobInfo:
+        """Start Jupyter as a job on `volumes` (e.g. ['data:/home/jovyan/work']); it runs until deleted."""
+        fields.setdefault("project", self.default_project)
+        return self.submit(notebook_spec(name, volumes=volumes, **fields))
+
+    def list_notebooks(self, *, project: str | None = None) -> list[JobInfo]:
+        return [j for j in self.list(project=project) if j.spec.notebook]
+
+    def notebook_url(self, name: str) -> str:
+        return self.backend().notebook_url(name)
+
     # ---- projects -------------------------------------------------------------------------
     def set_default_project(self, name: str) -> None:
         self.config.project = check_name(name, "project")
@@ -144,6 +156,14 @@ class Client:
 
     def get_volume(self, name: str) -> VolumeInfo:
         return self.backend().get_volume(name)
+
+    def update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
+        """Change a volume's storage class: a move between roots locally, a VolumeAttributesClass on Kubernetes."""
+        return self.backend().update_volume(name, storage_class=storage_class)
+
+    def render_volume_update(self, name: str, *, storage_class: str):
+        """`volume update --dry-run`: the PVC patch on Kubernetes, the planned move locally."""
+        return self.backend().render_volume_update(name, storage_class=storage_class)
 
     def delete_volume(self, name: str, *, force: bool = False) -> None:
         self.backend().delete_volume(name, force=force)

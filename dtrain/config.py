@@ -15,10 +15,11 @@ from typing import Any
 import yaml
 
 from dtrain.errors import SpecError
+from dtrain.names import CLASS_RE
 from dtrain.spec import check_name, yaml_mapping
 
 BACKENDS = ("local", "kubernetes")
-KEYS = ("project", "backend", "project_backends", "kubernetes", "deleted_job_ttl")
+KEYS = ("project", "backend", "project_backends", "kubernetes", "storage_classes", "deleted_job_ttl")
 TTL_RE = re.compile(r"^(\d{1,6})(s|m|h|d)$")
 
 
@@ -37,6 +38,7 @@ class UserConfig:
     project_backends: dict[str, str] = field(default_factory=dict)  # project -> backend
     kubernetes: dict[str, Any] = field(default_factory=dict)  # KubernetesConfig fields
     deleted_job_ttl: str | None = None  # forget deleted jobs this long after deletion, e.g. 7d
+    storage_classes: dict[str, str] = field(default_factory=dict)  # local class -> root folder
 
     @classmethod
     def load(cls, home: Path) -> "UserConfig":
@@ -51,7 +53,7 @@ class UserConfig:
         unknown = sorted(map(str, set(data) - set(KEYS)))
         if unknown:
             raise SpecError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
-        for key in ("project_backends", "kubernetes"):
+        for key in ("project_backends", "kubernetes", "storage_classes"):
             if data.get(key) is None:
                 data.pop(key, None)
             elif not isinstance(data[key], dict):
@@ -70,6 +72,13 @@ class UserConfig:
         for backend in [self.backend, *self.project_backends.values()]:
             if not isinstance(backend, str) or backend not in BACKENDS:
                 raise SpecError(f"{where}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+        if not isinstance(self.storage_classes, dict):
+            raise SpecError(f"{where}: storage_classes must map class names to folders, e.g. fast: /nvme/dtrain")
+        for name, root in self.storage_classes.items():
+            if name == "local" or not CLASS_RE.match(str(name)) or not str(root).startswith("/"):
+                raise SpecError(f"{where}: storage class {name!r}: {root!r}: use a lower-case name other than "
+                                f"'local' (the dtrain home's volumes/) and an absolute folder, e.g. fast: /nvme/dtrain")
+
         if self.deleted_job_ttl is not None and not TTL_RE.match(str(self.deleted_job_ttl)):
             raise SpecError(f"{where}: invalid deleted_job_ttl {self.deleted_job_ttl!r}; use a duration "
                             f"such as 30m, 12h or 7d")
@@ -85,11 +94,14 @@ class UserConfig:
         path = home / "config.yaml"
         tmp = path.with_suffix(".tmp")
         data = {"project": self.project, "backend": self.backend, "project_backends": self.project_backends,
-                "kubernetes": self.kubernetes}
+                "kubernetes": self.kubernetes, "storage_classes": self.storage_classes}
         if self.deleted_job_ttl is not None:
             data["deleted_job_ttl"] = self.deleted_job_ttl
         tmp.write_text(yaml.safe_dump(data, sort_keys=False))
         os.replace(tmp, path)
+
+    def class_roots(self) -> dict[str, Path]:
+        return {name: Path(root) for name, root in self.storage_classes.items()}
 
     def backend_for(self, project: str) -> str:
         return self.project_backends.get(project, self.backend)

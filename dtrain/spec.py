@@ -148,6 +148,7 @@ class JobSpec:
     image: str | None = None  # container image (Kubernetes)
     image_pull_policy: str | None = None  # Always, IfNotPresent or Never (Kubernetes)
     image_pull_secrets: tuple[str, ...] = ()  # secret names (Kubernetes)
+    notebook: bool = False  # an interactive Jupyter server (dtrain notebook): runs until deleted
 
     def __post_init__(self):
         check_name(self.name, "job")
@@ -169,6 +170,7 @@ class JobSpec:
         _check_int(self.gpu, "--gpu", 0, MAX_GPU_PER_PROCESS)
         _check_int(self.max_restarts, "--max-restarts", 0, MAX_RESTARTS)
         _bool(self.large_shm, "large_shm")
+        _bool(self.notebook, "notebook")
         if self.launcher not in LAUNCHERS:
             raise SpecError(f"unknown launcher {self.launcher!r}: use torchrun or mpi")
         if self.processes > 1 and self.launcher == "none":
@@ -194,6 +196,9 @@ class JobSpec:
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
             raise SpecError(f"invalid --image-pull-policy {self.image_pull_policy!r}: "
                             f"use Always, IfNotPresent or Never")
+        if self.notebook and (self.launcher != "none" or self.max_restarts or self.snapshot_volume):
+            raise SpecError(f"notebook {self.name!r} is one interactive process: drop --processes, "
+                            f"--launcher, --max-restarts and --snapshot-on-success")
 
     def _check_volumes(self):
         mounts = [v.mount_path for v in self.volumes]  # normalised by VolumeMount / NewVolume
@@ -210,7 +215,9 @@ class JobSpec:
 
     @property
     def kind(self) -> str:
-        """The TYPE column: Train (one process), PyTorch (torchrun) or MPI."""
+        """The TYPE column: Train (one process), PyTorch (torchrun), MPI or Notebook."""
+        if self.notebook:
+            return "Notebook"
         return {"none": "Train", "torchrun": "PyTorch", "mpi": "MPI"}[self.launcher]
 
     @property
@@ -373,3 +380,15 @@ def yaml_mapping(data: bytes, source: str, example: str) -> dict:
     if not isinstance(loaded, dict):
         raise SpecError(f"{source} must hold a mapping of fields such as '{example}', not a {type(loaded).__name__}")
     return loaded
+
+
+NOTEBOOK_SERVER = ("jupyter-server", "--ServerApp.ip=127.0.0.1", "--ServerApp.open_browser=False",
+                   "--ServerApp.allow_root=True")  # port and token come from the launcher, per run
+
+
+def notebook_spec(name: str, *, volumes=(), **fields: Any) -> JobSpec:
+    """`dtrain notebook NAME --pvc VOLUME:/home/jovyan/work`: a one-process job running Jupyter,
+    rooted at the first volume's mount path (the Kubeflow notebook images' /home/jovyan)."""
+    volumes = tuple(parse_pvc(v) if isinstance(v, str) else v for v in volumes)
+    root = (f"--ServerApp.root_dir={volumes[0].mount_path}",) if volumes else ()
+    return JobSpec(name=name, command=NOTEBOOK_SERVER + root, volumes=volumes, notebook=True, **fields)

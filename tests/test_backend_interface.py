@@ -29,7 +29,10 @@ def kube():
 
 @pytest.fixture
 def local(tmp_path):
-    return LocalBackend(tmp_path / "home")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text(f"storage_classes: {{fast: {tmp_path / 'fast'}}}\n")  # a local class
+    return LocalBackend(home)
 
 
 def test_created_has_one_type_across_backends(local, kube):
@@ -96,7 +99,9 @@ def test_verbs_a_backend_lacks_say_so(kube):
     Minimal.__abstractmethods__ = frozenset()
     bare = Minimal()
     spec = JobSpec(name="j", command=("true",))
-    for call in (lambda: bare.render(spec), lambda: bare.list_projects(), lambda: bare.create_project("p")):
+    for call in (lambda: bare.render(spec), lambda: bare.list_projects(), lambda: bare.create_project("p"),
+                 lambda: bare.update_volume("v", storage_class="fast"),
+                 lambda: bare.render_volume_update("v", storage_class="fast")):
         with pytest.raises(NotSupportedError, match="minimal backend does not support"):
             call()
 

@@ -35,7 +35,7 @@ from dtrain.backends.kubernetes.render_storage import (
     render_volume,
 )
 from dtrain.errors import SpecError
-from dtrain.spec import JobSpec, parse_pvc
+from dtrain.spec import JobSpec, notebook_spec, parse_pvc
 
 
 def _shared() -> Path:
@@ -52,6 +52,7 @@ CRD_FILES = {
     "TrainJob": "trainer.kubeflow.org_trainjobs.yaml",
     "VolumeSnapshot": "snapshot.storage.k8s.io_volumesnapshots.yaml",
     "VolumeSnapshotClass": "snapshot.storage.k8s.io_volumesnapshotclasses.yaml",
+    "Notebook": "kubeflow.org_notebooks.yaml",
 }
 K8S_VERSIONS = ("1.30", kubernetes_validate.latest_version())  # oldest we claim, newest it ships
 LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -159,7 +160,7 @@ def _all_labels(node):
 
 def pod_templates(obj: dict) -> list[dict]:
     spec = obj.get("spec") or {}
-    if obj["kind"] == "Job":
+    if obj["kind"] in ("Job", "Notebook"):
         return [spec["template"]]
     replicas = spec.get("pytorchReplicaSpecs") or spec.get("mpiReplicaSpecs") or {}
     return [r["template"] for r in replicas.values()]
@@ -218,6 +219,10 @@ MATRIX = {
                            image_pull_secrets=("regcred",)),
                      KubernetesConfig(trainer="v2", gpus_per_node=2)),
     "trainjob-cpu": (_spec(launcher="torchrun", processes=1), KubernetesConfig(trainer="v2")),
+    "notebook-gpu": (notebook_spec("nb", volumes=("work:/home/jovyan/work", "tusimple:/data:ro"), gpu=1, cpu=2,
+                                   memory="8Gi", **BASE), KubernetesConfig(scheduler_name="volcano")),
+    "notebook-new-volume": (notebook_spec("nb", volumes=("fast:20Gi:/home/jovyan/work",), **BASE),
+                            KubernetesConfig()),
 }
 
 
@@ -539,3 +544,32 @@ echo "$state "
         assert json.loads((tmp_path / "created.json").read_text()) == snapshot
         assert snapshot["metadata"]["name"] == "train-success"
         assert snapshot["spec"]["source"]["persistentVolumeClaimName"] == "pvc-train-0"
+
+
+def test_notebook_is_a_kubeflow_notebook_on_the_claim():
+    spec, config = MATRIX["notebook-gpu"]
+    objects = render_job(spec, config)
+    assert [o["kind"] for o in objects] == ["Notebook"]
+    nb = objects[0]
+    assert nb["apiVersion"] == "kubeflow.org/v1" and nb["metadata"]["namespace"] == "dtrain-lanes"
+    assert nb["metadata"]["labels"]["dtrain.io/job"] == "nb"  # the controller copies these to the pod
+    assert JobSpec.from_dict(json.loads(nb["metadata"]["annotations"]["dtrain.io/spec"])) == spec
+    pod = nb["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["name"] == "nb" and "command" not in container  # the image starts Jupyter
+    assert container["resources"] == {"limits": {"nvidia.com/gpu": "1", "cpu": "2", "memory": "8Gi"},
+                                      "requests": {"cpu": "2", "memory": "8Gi"}}
+    claims = {v["persistentVolumeClaim"]["claimName"]: v for v in pod["volumes"]}
+    mounts = {m["name"]: m for m in container["volumeMounts"]}
+    assert mounts[claims["work"]["name"]]["mountPath"] == "/home/jovyan/work"
+    assert mounts[claims["tusimple"]["name"]] == {"name": claims["tusimple"]["name"], "mountPath": "/data",
+                                                  "readOnly": True}
+    new = render_job(*MATRIX["notebook-new-volume"])
+    assert [o["kind"] for o in new] == ["PersistentVolumeClaim", "Notebook"]
+
+
+def test_the_notebook_check_rejects_a_field_its_crd_lacks():
+    nb = render_job(*MATRIX["notebook-gpu"])[0]
+    nb["spec"]["template"]["metadata"] = {"labels": {"a": "b"}}  # the Notebook CRD's template has no metadata
+    with pytest.raises(AssertionError, match="template.metadata: not in the schema"):
+        validate(nb)

@@ -336,5 +336,6 @@ def test_two_storages_share_the_database(storage):
     other.create_snapshot("data", name="from-other")
     assert [s.name for s in storage.list_snapshots()] == ["from-other"]
     with pytest.raises(sqlite3.IntegrityError):  # names are unique at the database level too
-        storage.conn.execute("INSERT INTO volumes VALUES ('data','u','t','1Gi','local',NULL,NULL,'{}')")
+        storage.conn.execute("INSERT INTO volumes (name, uid, created, size, storage_class, labels) "
+                             "VALUES ('data','u','t','1Gi','local','{}')")
     other.close()

@@ -276,6 +276,16 @@ class Backend(abc.ABC):
         """What `submit` would send, without sending it (`dtrain submit --dry-run`)."""
         return self._render(spec)
 
+    def notebook_url(self, name: str) -> str:
+        """Where to open notebook `name` (a job with spec.notebook), with its token where it has one."""
+        info = self._get(name)
+        if not info.spec.notebook:
+            raise SpecError(f"job {name!r} is not a notebook: start one with "
+                            f"'dtrain notebook NAME --pvc VOLUME:/home/jovyan/work'")
+        if info.status.terminal:
+            raise ConflictError(f"notebook {name!r} is {info.status}: start it again with 'dtrain notebook {name} ...'")
+        return self._notebook_url(info)
+
     # ---- projects -----------------------------------------------------------------------
     def create_project(self, name: str, *, gpu_quota: int | None = None) -> None:
         """Create a project, or set the GPU quota of an existing one."""
@@ -310,6 +320,16 @@ class Backend(abc.ABC):
     def delete_volume(self, name: str, *, force: bool = False) -> None:
         """Delete a volume (its snapshots stay); refused while a job uses it unless `force`."""
         self._delete_volume(name, force=force)
+
+    def update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
+        """Change a volume's storage class (its performance tier), keeping its data and snapshots."""
+        check_storage_class(storage_class)
+        return self._update_volume(name, storage_class=storage_class)
+
+    def render_volume_update(self, name: str, *, storage_class: str) -> Any:
+        """What update_volume would do, changing nothing (`volume update --dry-run`)."""
+        check_storage_class(storage_class)
+        return self._render_volume_update(name, storage_class=storage_class)
 
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         progress: Progress | None = None) -> SnapshotInfo:
@@ -426,6 +446,15 @@ class Backend(abc.ABC):
 
     def _list_projects(self) -> list[ProjectInfo]:
         raise self._not_supported("projects")
+
+    def _notebook_url(self, info: JobInfo) -> str:
+        raise self._not_supported("notebooks")
+
+    def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
+        raise self._not_supported("changing a volume's storage class")
+
+    def _render_volume_update(self, name: str, *, storage_class: str) -> Any:
+        raise self._not_supported("changing a volume's storage class")
 
     def _verify_snapshot(self, name: str | None) -> VerifyReport:
         raise self._not_supported("'snapshot verify'", "it reads the local snapshot store")

@@ -9,7 +9,7 @@ import sys
 
 from dtrain import __version__
 from dtrain.cli import format as fmt
-from dtrain.cli import jobs, pipeline, server, storage
+from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.errors import DtrainError, NotFoundError, SpecError
 
@@ -102,6 +102,7 @@ def build_parser() -> argparse.ArgumentParser:
     storage.register(sub)
     pipeline.register(sub)
     server.register(sub)
+    notebook.register(sub)
     p = sub.add_parser("config", help="set the default project or backend")
     p.add_argument("what", choices=["project", "backend"], help="what to set")
     p.add_argument("value", help="a project that exists ('dtrain project list'), or local / kubernetes")

@@ -51,6 +51,13 @@ def cmd_volume(args, client: Client) -> int:
     elif args.action == "describe":
         v = client.get_volume(args.name)
         _print(v, fmt.mapping(v.to_dict() | {"created": fmt.when(v.created)}), args.json)
+    elif args.action == "update" and args.dry_run:
+        print(fmt.plain_yaml(client.render_volume_update(args.name, storage_class=args.storage_class)), end="")
+    elif args.action == "update":
+        v = client.update_volume(args.name, storage_class=args.storage_class)
+        where = v.extra.get("path") or v.extra.get("volume_attributes_class") and \
+            "VolumeAttributesClass: the storage system changes the tier in place"
+        print(f"volume '{v.name}' is now in storage class '{args.storage_class}'" + (f" ({where})" if where else ""))
     elif args.action == "delete":
         client.delete_volume(args.name, force=args.force)
         print(f"volume '{args.name}' deleted")
@@ -117,6 +124,11 @@ def register(sub) -> None:
     c.add_argument("name", help="volume name (lower-case letters, digits, '-')")
     c.add_argument("--size", default="10Gi", help="a quantity such as 100Gi (default 10Gi)")
     c.add_argument("--class", dest="storage_class", help="storage class (local: 'local'; Kubernetes: a StorageClass)")
+    c = vs.add_parser("update", help="change a volume's storage class (performance tier) in place")
+    c.add_argument("name", help="the volume")
+    c.add_argument("--class", dest="storage_class", required=True,
+                   help="local: a class of config.yaml's storage_classes; Kubernetes: a VolumeAttributesClass")
+    c.add_argument("--dry-run", action="store_true", help="print the PVC patch (Kubernetes) or the planned move")
     for verb, text in (("list", "volumes, sizes, space used"), ("describe", "one volume"),
                        ("delete", "delete a volume and its data")):
         c = vs.add_parser(verb, help=text)

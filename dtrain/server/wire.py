@@ -54,6 +54,7 @@ class SpecIn(_In):
     image: str | None = Field(None, max_length=1024)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     image_pull_secrets: list[str] = Field(default_factory=list, max_length=64)
+    notebook: bool = Field(False, description="an interactive Jupyter server (dtrain notebook): runs until deleted")
 
 
 class ProjectIn(_In):

@@ -8,7 +8,9 @@ new volume is a PVC with a VolumeSnapshot data source (NetApp ``clone volume``);
 place is NetApp's ``snapshot restore``. Deleting a volume keeps its snapshots, as Kubernetes does.
 
 Layout under the dtrain home: ``volumes/<name>/data`` (the folder a job mounts), ``store/``
-(the engine), and the tables ``volumes`` and ``snapshots`` in ``state.db``.
+(the engine), and the tables ``volumes`` and ``snapshots`` in ``state.db``. A volume of another
+storage class (config.yaml ``storage_classes:``, a root folder each) lives in
+``<root>/<name>/data``; its row records the root, and move.py moves it between classes.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import contextlib
 import json
 import os
 import shutil
+import time
 import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -29,6 +32,7 @@ from dtrain.storage import fileio
 from dtrain.storage import manifest as mf
 from dtrain.storage.engine import Engine
 from dtrain.storage.info import Damage, Freed, Snapshot, VerifyReport, Volume
+from dtrain.storage.move import Mover
 from dtrain.storage.progress import Progress, reporter
 
 SCHEMA = """
@@ -42,21 +46,28 @@ CREATE TABLE IF NOT EXISTS snapshots (
     files INTEGER NOT NULL, bytes INTEGER NOT NULL, added_bytes INTEGER NOT NULL, method TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS snapshots_by_volume ON snapshots (volume_uid, created_ns);
 """
+DEFAULT_CLASS = "local"  # the class whose root is <home>/volumes
+ROOT_MARK = ".dtrain-volumes"  # in a class root: dtrain may tidy this folder
 LIST_VOLUMES, LIST_SNAPSHOTS = "dtrain volume list", "dtrain snapshot list"
 
 
 class Storage:
     """Volumes (folders jobs mount) and point-in-time snapshots of them."""
 
-    def __init__(self, home: Path, *, engine: Engine | None = None):
+    def __init__(self, home: Path, *, engine: Engine | None = None, classes: Mapping[str, Path] | None = None):
+        """`classes`: storage class -> root folder (config.yaml); 'local' is <home>/volumes."""
         self.home = Path(home).expanduser()
+        self.classes = {name: Path(root) for name, root in (classes or {}).items()}
         self.volumes_dir = self.home / "volumes"
         if not self.volumes_dir.is_dir():
             self.volumes_dir.mkdir(parents=True)
             fileio.spread_subfolders(self.volumes_dir)  # volumes in different ext4 block groups
         self.conn = db.connect(self.home / "state.db")
         self.conn.executescript(SCHEMA)
+        if "root" not in {r[1] for r in self.conn.execute("PRAGMA table_info(volumes)")}:
+            self.conn.execute("ALTER TABLE volumes ADD COLUMN root TEXT")  # NULL: <home>/volumes
         self.engine = engine or Engine(self.home / "store")
+        self.mover = Mover(self.conn, self.engine)
 
     def close(self) -> None:
         self.conn.close()
@@ -70,7 +81,7 @@ class Storage:
         snapshot's volume size, else 10Gi)."""
         check_name(name, "volume")
         labels = _check_labels(labels)
-        check_storage_class(storage_class)
+        root = self.class_root(storage_class)
         if size is not None:
             parse_volume_size(size)
         if origin_snapshot is not None:
@@ -80,35 +91,60 @@ class Storage:
         self._collect()
         with db.transaction(self.conn):
             self._ensure_free(name)
-            (self.volumes_dir / name / "data").mkdir(parents=True)
-            self._insert_volume(name, size or "10Gi", storage_class, None, labels)
+            (root / name / "data").mkdir(parents=True)
+            self._insert_volume(name, size or "10Gi", storage_class, None, labels, root)
         return self.get_volume(name)
 
+    def update_volume(self, name: str, *, storage_class: str, check_users=lambda: None) -> Volume:
+        """Move the volume to `storage_class`'s root (move.py); `check_users` raises ConflictError
+        when a job uses the volume, and runs after the move is journaled."""
+        vol = self.get_volume(name)
+        root = self.class_root(storage_class)
+        if vol.storage_class == storage_class and vol.path.parent.parent == root:
+            return vol
+        self._collect(sweep=False)
+        self.mover.move(volume=name, uid=vol.uid, src_class=vol.storage_class, dst_class=storage_class,
+                        src=vol.path.parent, dst_root=root, check_users=check_users)
+        return self.get_volume(name)
+
+    def settled(self, name: str) -> None:
+        """Refuse while another process moves the volume to another class."""
+        row = self.mover.live(name)
+        if row is not None:
+            raise ConflictError(f"volume {name!r} is moving to storage class {row['dst_class']!r} (pid "
+                                f"{row['pid']}): retry when that 'dtrain volume update' has finished")
+
     def get_volume(self, name: str) -> Volume:
+        self.mover.recover()
         row = self.conn.execute("SELECT * FROM volumes WHERE name = ?", (name,)).fetchone()
         if row is None:
             raise NotFoundError(f"no volume named {name!r}: list volumes with `{LIST_VOLUMES}`")
         return self._volume(row)
 
     def list_volumes(self) -> list[Volume]:
+        self.mover.recover()
         return [self._volume(r) for r in self.conn.execute("SELECT * FROM volumes ORDER BY name")]
 
     def delete_volume(self, name: str, *, in_use_by: Sequence[str] = (), force: bool = False) -> None:
         """Delete a volume's data; its snapshots stay. Refused while jobs use it, unless forced."""
-        self.get_volume(name)
+        vol = self.get_volume(name)
+        self.settled(name)
         in_use_by = [in_use_by] if isinstance(in_use_by, str) else list(in_use_by)
         if in_use_by and not force:
             raise ConflictError(f"volume {name!r} is in use by job(s) {', '.join(in_use_by)}: wait for "
                                 f"them to finish, stop them (dtrain delete JOB), or delete with --force")
-        trash = self.volumes_dir / f".trash-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        folder = vol.path.parent
+        trash = folder.parent / f".trash-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         with db.transaction(self.conn):
             self.conn.execute("DELETE FROM volumes WHERE name = ?", (name,))
-            if (self.volumes_dir / name).exists():
-                os.rename(self.volumes_dir / name, trash)
+            if folder.exists():
+                os.rename(folder, trash)
         _rmtree(trash)
 
     def volume_path(self, name: str) -> Path:
-        """The folder a job mounts (at /mnt in the reference setup)."""
+        """The folder a job mounts (at /mnt in the reference setup), once no move is under way."""
+        while self.mover.live(name) is not None:  # see move.py: jobs wait for a running move
+            time.sleep(0.2)
         return self.get_volume(name).path
 
     def usage(self, name: str) -> int:
@@ -122,6 +158,7 @@ class Storage:
         """Capture `volume` now. Lineage: `source_snapshot` (the data the job started from)
         -> `job` (with its spec) -> this snapshot. Default name: <volume>-<UTC time>."""
         vol = self.get_volume(volume)
+        self.settled(volume)
         if name is not None:
             check_name(name, "snapshot")
             self._ensure_no_snapshot(name)
@@ -222,24 +259,28 @@ class Storage:
     def _clone(self, snap: Snapshot, to: str, *, size: str | None, storage_class: str | None,
                labels: dict, progress) -> Volume:
         check_name(to, "volume")
+        if storage_class is None:  # the snapshot's class, where this machine still has it
+            known = snap.storage_class == DEFAULT_CLASS or snap.storage_class in self.classes
+            storage_class = snap.storage_class if known else DEFAULT_CLASS
+        root = self.class_root(storage_class)
         self._ensure_free(to)
         self._collect()
-        staging = self.volumes_dir / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        staging = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:
             staging.mkdir()
             with self.engine.pin(), reporter(progress, f"restore {snap.name}") as cb:
                 self.engine.materialize(self._load(snap), staging / "data", progress=cb)
             with db.transaction(self.conn):
                 self._ensure_free(to)
-                os.rename(staging, self.volumes_dir / to)
-                self._insert_volume(to, size or snap.volume_size, storage_class or snap.storage_class,
-                                    snap.name, labels)
+                os.rename(staging, root / to)
+                self._insert_volume(to, size or snap.volume_size, storage_class, snap.name, labels, root)
         finally:
             _rmtree(staging)
         return self.get_volume(to)
 
     def _restore_in_place(self, snap: Snapshot, in_use_by: Sequence[str], progress) -> Volume:
         vol = self.get_volume(snap.volume)
+        self.settled(vol.name)
         if vol.uid != snap.volume_uid:
             raise ConflictError(f"volume {vol.name!r} was deleted and created again since snapshot "
                                 f"{snap.name!r}: restore it to a new volume with --to NAME")
@@ -266,17 +307,24 @@ class Storage:
         """Remove what killed processes left in volumes/ (staging folders, unregistered volumes)
         and, with `sweep`, in the store."""
         trash = []
+        self.mover.recover()
         with db.transaction(self.conn):
-            known = {r[0] for r in self.conn.execute("SELECT name FROM volumes")}
-            for item in os.scandir(self.volumes_dir):
-                if item.name.startswith("."):
-                    if _owner_dead(item.name):
-                        trash.append(Path(item.path))
-                elif item.name not in known:  # renamed into place, then killed before the commit
-                    trash.append(self.volumes_dir / f".trash-{os.getpid()}-{uuid.uuid4().hex[:8]}")
-                    os.rename(item.path, trash[-1])
-                else:
-                    trash += _collect_volume(Path(item.path))
+            rows = self.conn.execute("SELECT name, root FROM volumes").fetchall()
+            moving = self.mover.moving()  # their folders are the mover's (or its recovery's) to tidy
+            roots = {self.volumes_dir, *self.classes.values(), *(Path(r[1]) for r in rows if r[1])}
+            for root in (r for r in roots if r.is_dir()):
+                known = {name for name, at in rows if Path(at or self.volumes_dir) == root}
+                for item in os.scandir(root):
+                    if item.name.startswith("."):
+                        if _owner_dead(item.name):
+                            trash.append(Path(item.path))
+                    elif item.name in moving:
+                        continue
+                    elif item.name not in known:  # renamed into place, then killed before the commit
+                        trash.append(root / f".trash-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+                        os.rename(item.path, trash[-1])
+                    else:
+                        trash += _collect_volume(Path(item.path))
         for path in trash:
             _rmtree(path)
         if sweep:
@@ -334,13 +382,33 @@ class Storage:
             raise ConflictError(f"snapshot {name!r} already exists: choose another name or delete it "
                                 f"first (dtrain snapshot delete {name})")
 
-    def _insert_volume(self, name, size, storage_class, origin, labels) -> None:
-        self.conn.execute("INSERT INTO volumes VALUES (?,?,?,?,?,?,?,?)",
+    def _insert_volume(self, name, size, storage_class, origin, labels, root: Path) -> None:
+        self.conn.execute("INSERT INTO volumes (name, uid, created, size, storage_class, origin_snapshot, "
+                          "head_snapshot, labels, root) VALUES (?,?,?,?,?,?,?,?,?)",
                           (name, uuid.uuid4().hex, _now(), size, storage_class, origin, origin,
-                           json.dumps(labels, sort_keys=True)))
+                           json.dumps(labels, sort_keys=True), None if root == self.volumes_dir else str(root)))
+
+    def class_root(self, storage_class: str) -> Path:
+        """The root folder of a class, claimed for dtrain on first use (empty, or already marked)."""
+        check_storage_class(storage_class)
+        if storage_class == DEFAULT_CLASS:
+            return self.volumes_dir
+        if storage_class not in self.classes:
+            known = ", ".join(sorted({DEFAULT_CLASS, *self.classes}))
+            raise SpecError(f"unknown storage class {storage_class!r}: use one of {known}, or name its root "
+                            f"folder under 'storage_classes:' in {self.home / 'config.yaml'}")
+        root = self.classes[storage_class]
+        root.mkdir(parents=True, exist_ok=True)
+        if not (root / ROOT_MARK).exists():
+            if any(os.scandir(root)):
+                raise SpecError(f"storage class {storage_class!r}: {root} holds files dtrain did not put there; "
+                                f"give the class an empty folder of its own")
+            (root / ROOT_MARK).touch()
+        return root
 
     def _volume(self, row) -> Volume:
-        return Volume(name=row["name"], uid=row["uid"], path=self.volumes_dir / row["name"] / "data",
+        root = Path(row["root"]) if row["root"] else self.volumes_dir
+        return Volume(name=row["name"], uid=row["uid"], path=root / row["name"] / "data",
                           size=row["size"], size_bytes=parse_size(row["size"]), storage_class=row["storage_class"],
                           created=_unix(row["created"]), origin_snapshot=row["origin_snapshot"],
                           head_snapshot=row["head_snapshot"], labels=json.loads(row["labels"]))

@@ -312,6 +312,11 @@ class KubernetesBackend(VolumeVerbs, Backend):
                 pass  # the in-cluster watcher took it first
         return replace(info, snapshot=name)
 
+    def _notebook_url(self, info: JobInfo) -> str:
+        """Kubeflow serves a notebook behind its gateway, which authenticates the user itself."""
+        namespace = info.extra.get("namespace") or self.namespace
+        return f"{self.config.notebook_gateway.rstrip('/')}/notebook/{namespace}/{info.name}/"
+
     def _delete(self, name: str) -> JobInfo:
         resource, obj = self._find(name)
         info = job_info(resource.kind, obj, self._pods(name))

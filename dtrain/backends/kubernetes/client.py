@@ -115,6 +115,10 @@ class KubeApi:
         meta = obj["metadata"]
         return self.call("replace", resource, meta.get("namespace"), meta["name"], body=obj)
 
+    def patch(self, resource: Resource, namespace: str | None, name: str, patch: list[dict]) -> dict:
+        """A JSON Patch (the content type the generated client sends for a list body)."""
+        return self.call("patch", resource, namespace, name, body=patch)  # type: ignore[arg-type]
+
     def delete(self, resource: Resource, namespace: str | None, name: str, *, propagation: str = "Background") -> dict:
         return self.call("delete", resource, namespace, name, propagation_policy=propagation)
 
@@ -126,13 +130,13 @@ class KubeApi:
             method = f"{verb}_{scope}{_snake(resource.kind)}"
             if verb == "list" and resource.namespaced and not namespace:
                 method += "_for_all_namespaces"
-            args: tuple = (name,) if verb in ("read", "delete", "replace") else ()
+            args: tuple = (name,) if verb in ("read", "delete", "replace", "patch") else ()
             args += (namespace,) if namespace else ()
         else:
             api = self.custom
             method = f"{'get' if verb == 'read' else verb}_{'namespaced' if namespace else 'cluster'}_custom_object"
             args = (resource.group, resource.version, *((namespace,) if namespace else ()), resource.plural)
-            args += (name,) if verb in ("read", "delete", "replace") else ()
+            args += (name,) if verb in ("read", "delete", "replace", "patch") else ()
         if body is not None:
             args += (body,)
         where = f" in namespace {namespace}" if namespace else ""

@@ -50,6 +50,9 @@ class KubernetesConfig:
     snapshot_watcher: bool = True  # also snapshot on success from inside the cluster (a small Job)
     watcher_image: str = "bitnami/kubectl:1.30"  # image with kubectl and sh for that Job
     create_namespace: bool = True  # create the project namespace on first submit
+    # Kubeflow's gateway, where notebook N of namespace S is served at /notebook/S/N/ (e.g. after
+    # kubectl port-forward svc/istio-ingressgateway -n istio-system 8080:80).
+    notebook_gateway: str = "http://localhost:8080"
     runai_labels: bool = True  # add Run:AI's 'project' and 'runai/queue' labels (inert elsewhere)
 
     def __post_init__(self):

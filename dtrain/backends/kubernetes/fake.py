@@ -7,7 +7,7 @@ play the controllers (operators create replica pods, conditions change, PVCs bin
 become ready) so a test can replay a job's life step by step. `FakeKubeServer` serves it.
 
 Not a conformance fake: no admission, no schema validation (the render tests check schemas),
-no watches, no PATCH (PUT replaces).
+no watches; PATCH takes a JSON Patch (a list: add, replace, remove) or a merge patch (a mapping).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .objects import JOB_COMPLETION_INDEX, KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE
+from .patches import apply_patch
 
 CORE = {  # (group, plural) -> (kind, namespaced)
     ("", "namespaces"): ("Namespace", False), ("", "nodes"): ("Node", False), ("", "pods"): ("Pod", True),
@@ -36,11 +37,12 @@ CORE = {  # (group, plural) -> (kind, namespaced)
 CRDS = {
     ("kubeflow.org", "pytorchjobs"): ("PyTorchJob", True), ("kubeflow.org", "mpijobs"): ("MPIJob", True),
     ("trainer.kubeflow.org", "trainjobs"): ("TrainJob", True),
+    ("kubeflow.org", "notebooks"): ("Notebook", True),
     ("snapshot.storage.k8s.io", "volumesnapshots"): ("VolumeSnapshot", True),
     ("snapshot.storage.k8s.io", "volumesnapshotclasses"): ("VolumeSnapshotClass", False),
 }
 JOB_PLURALS = (("batch", "jobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "mpijobs"),
-               ("trainer.kubeflow.org", "trainjobs"))
+               ("trainer.kubeflow.org", "trainjobs"), ("kubeflow.org", "notebooks"))
 _KUBEFLOW_EXCLUSIVE = {"Running", "Restarting", "Succeeded", "Failed"}  # at most one is True
 
 
@@ -202,6 +204,8 @@ class FakeCluster:
                 return self._log(namespace, name, query)
             if method == "GET":
                 return self._read(group, plural, namespace, name, query)
+            if method == "PATCH" and name is not None:
+                return self._patch(group, plural, namespace, name, json.loads(body or b"null"))
             if method == "POST" and name is None:
                 return self._post(group, plural, namespace, json.loads(body or b"{}"))
             if method == "PUT" and name is not None:
@@ -254,6 +258,18 @@ class FakeCluster:
                 meta[field] = old["metadata"][field]
         meta["resourceVersion"] = str(next(self._rv))
         obj.setdefault("status", old.get("status", {}))
+        self.objects[key] = obj
+        return 200, json.dumps(obj).encode()
+
+    def _patch(self, group, plural, namespace, name, patch) -> tuple[int, bytes]:
+        key = (group, plural, namespace or "", name)
+        if key not in self.objects:
+            return _not_found(group, plural, name)
+        try:
+            obj = apply_patch(self.objects[key], patch)
+        except (KeyError, IndexError, TypeError, ValueError) as err:
+            return _status(422, "Invalid", f"the patch cannot be applied: {err}")
+        obj["metadata"]["resourceVersion"] = str(next(self._rv))
         self.objects[key] = obj
         return 200, json.dumps(obj).encode()
 
@@ -409,6 +425,10 @@ def _replicas(obj: dict) -> Iterator[tuple[str, dict[str, str], dict]]:
                 yield pod, {KF_JOB_NAME: name, KF_REPLICA_TYPE: rtype.lower(), KF_REPLICA_INDEX: str(i)}, rs["template"]
     elif kind == "TrainJob":
         yield from _trainjob_replicas(obj)
+    elif kind == "Notebook":  # the controller's StatefulSet pod carries the Notebook's labels
+        labels = dict(obj["metadata"].get("labels") or {})
+        yield f"{name}-0", {"statefulset": name, "notebook-name": name}, {"metadata": {"labels": labels},
+                                                                         "spec": spec["template"]["spec"]}
 
 
 def _trainjob_replicas(obj: dict) -> Iterator[tuple[str, dict[str, str], dict]]:

@@ -64,6 +64,10 @@ SNAPSHOT_HINT = (
     "(client/config/crd and deploy/kubernetes/snapshot-controller) and a CSI driver with snapshot "
     "support (see docs/kubernetes.md)")
 
+NOTEBOOK_HINT = (
+    "install the Kubeflow Notebook controller (part of a Kubeflow platform install, "
+    "github.com/kubeflow/kubeflow/components/notebook-controller; see docs/kubernetes.md)")
+
 BATCH_JOB = Resource("batch", "v1", "jobs", "Job", "Complete")
 PYTORCH_JOB = Resource("kubeflow.org", "v1", "pytorchjobs", "PyTorchJob", "Succeeded", TRAINING_OPERATOR_HINT)
 MPI_JOB = Resource("kubeflow.org", "v1", "mpijobs", "MPIJob", "Succeeded", TRAINING_OPERATOR_HINT)
@@ -71,7 +75,8 @@ TRAIN_JOB = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
 VOLUME_SNAPSHOT = Resource("snapshot.storage.k8s.io", "v1", "volumesnapshots", "VolumeSnapshot", "", SNAPSHOT_HINT)
 VOLUME_SNAPSHOT_CLASS = Resource("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses",
                                  "VolumeSnapshotClass", "", SNAPSHOT_HINT, namespaced=False)
-JOB_RESOURCES = {r.kind: r for r in (BATCH_JOB, PYTORCH_JOB, MPI_JOB, TRAIN_JOB)}
+NOTEBOOK = Resource("kubeflow.org", "v1", "notebooks", "Notebook", "", NOTEBOOK_HINT)  # never succeeds: runs until deleted
+JOB_RESOURCES = {r.kind: r for r in (BATCH_JOB, PYTORCH_JOB, MPI_JOB, TRAIN_JOB, NOTEBOOK)}
 
 
 def project_labels(project: str, config: KubernetesConfig) -> dict[str, str]:

@@ -9,6 +9,7 @@
     --pvc CLASS:SIZE:MOUNT          PVC pvc-<job>-<i> (ReadWriteMany), created before the job
     --pvc NAME:MOUNT[:ro]           a mount of the existing claim NAME
     --large-shm                     emptyDir {medium: Memory} at /dev/shm
+    notebook (spec.notebook)        kubeflow.org/v1 Notebook: one pod running the image's Jupyter
 
 Packing rule: a GPU job packs k processes into one pod (nprocPerNode / slotsPerWorker = k)
 when config.gpus_per_node is set; k is the largest divisor of --processes with k * --gpu <=
@@ -36,6 +37,7 @@ from .objects import (
     KF_REPLICA_INDEX,
     KF_REPLICA_TYPE,
     MPI_JOB,
+    NOTEBOOK,
     PYTORCH_JOB,
     TRAIN_JOB,
     Resource,
@@ -53,6 +55,8 @@ TORCHRUN_PREFIX_ENV = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]:"}
 
 def resource_for(spec: JobSpec, config: KubernetesConfig) -> Resource:
     """Which API object runs this spec."""
+    if spec.notebook:
+        return NOTEBOOK
     if spec.launcher == "none":
         return BATCH_JOB
     if config.trainer == "v2":
@@ -108,7 +112,7 @@ def render_workload(spec: JobSpec, config: KubernetesConfig) -> dict:
     annotations = {ANN_SPEC: json.dumps(spec.to_dict(), sort_keys=True), ANN_PROCS_PER_POD: str(per_pod)}
     meta = metadata(spec.name, config.namespace_of(spec.project), job_labels(spec, config), annotations)
     build = {BATCH_JOB.kind: _batch_job, PYTORCH_JOB.kind: _pytorch_job,
-             MPI_JOB.kind: _mpi_job, TRAIN_JOB.kind: _train_job}[resource.kind]
+             MPI_JOB.kind: _mpi_job, TRAIN_JOB.kind: _train_job, NOTEBOOK.kind: _notebook}[resource.kind]
     body = build(spec, config, replicas, per_pod)
     return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": meta, **body}
 
@@ -170,6 +174,16 @@ def _pytorch_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod
         body["elasticPolicy"] = {"minReplicas": low, "maxReplicas": high, "rdzvBackend": "c10d",
                                  "maxRestarts": spec.max_restarts}
     return {"spec": body}
+
+
+def _notebook(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: int) -> dict:
+    """A Kubeflow Notebook: the notebook-server image starts Jupyter itself (under NB_PREFIX, the
+    path the Kubeflow gateway routes), so the spec's local jupyter-server command is not used. The
+    CRD's pod template has no metadata: the controller copies the Notebook's labels to its pod,
+    which is how `dtrain logs` and `list` find it. The container is named after the notebook, as
+    Kubeflow's notebook web app names it."""
+    template = pod_template(spec, config, None, name=spec.name, per_pod=1)
+    return {"spec": {"template": {"spec": template["spec"]}}}
 
 
 def mpi_master_name(job: str) -> str:

@@ -80,6 +80,15 @@ def render_volume(name: str, *, project: str, size: str, storage_class: str | No
                       labels=project_labels(project, config))
 
 
+def render_volume_class_patch(volume_attributes_class: str) -> list[dict]:
+    """`volume update --class C`: a JSON Patch (RFC 6902) setting the PVC's
+    spec.volumeAttributesClassName, so the CSI driver changes the volume's performance tier
+    (a NetApp service level, an EFS throughput mode) in place, without moving data. The field
+    exists from Kubernetes 1.29 (beta 1.31, GA 1.34). A JSON Patch because the official client
+    sends a PVC patch as application/json-patch+json; 'add' sets the field whether or not it is set."""
+    return [{"op": "add", "path": "/spec/volumeAttributesClassName", "value": volume_attributes_class}]
+
+
 def render_snapshot(name: str, volume: str, *, project: str, config: KubernetesConfig, job: str | None = None,
                     source_size: str | None = None, source_class: str | None = None) -> dict:
     """A VolumeSnapshot of PVC `volume`; labels and annotations say where it came from."""

@@ -9,6 +9,7 @@
                            Failed (FailureTarget)          Failed
     TrainJob               Complete / Failed               Succeeded / Failed
     batch Job, TrainJob    otherwise: a pod Running        Running, else Pending
+    Notebook               (never ends) its pod Running    Running, else Pending
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from .objects import (
     KF_REPLICA_INDEX,
     KF_REPLICA_TYPE,
     MPI_JOB,
+    NOTEBOOK,
     PYTORCH_JOB,
     TRAIN_JOB,
 )
@@ -125,7 +127,7 @@ def events(obj: dict) -> tuple[Event, ...]:
 def pod_index(kind: str, obj: dict, pod: dict) -> int | None:
     """Which replica (node rank) a pod is; None for pods that run no rank (the MPI launcher)."""
     labels = (pod.get("metadata") or {}).get("labels") or {}
-    if kind == BATCH_JOB.kind:
+    if kind in (BATCH_JOB.kind, NOTEBOOK.kind):
         return 0
     if kind == TRAIN_JOB.kind:
         return int(labels.get(JOB_COMPLETION_INDEX, 0))

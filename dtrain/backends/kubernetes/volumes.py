@@ -18,7 +18,7 @@ from dtrain.names import parse_size
 
 from .client import POD, PVC, Missing
 from .objects import ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB, LABEL_SOURCE_SNAPSHOT, VOLUME_SNAPSHOT
-from .render_storage import render_restore, render_snapshot, render_volume
+from .render_storage import render_restore, render_snapshot, render_volume, render_volume_class_patch
 from .status import parse_time
 
 if TYPE_CHECKING:
@@ -44,7 +44,10 @@ def volume_info(pvc: dict) -> VolumeInfo:
                       storage_class=spec.get("storageClassName"), created=_created(meta),
                       status=status.get("phase", "Pending"), origin_snapshot=origin, job=labels.get(LABEL_JOB),
                       labels=dict(labels), extra={"uid": meta.get("uid"), "namespace": meta.get("namespace"),
-                                                  "access_modes": list(spec.get("accessModes") or [])})
+                                                  "access_modes": list(spec.get("accessModes") or []),
+                                                  "volume_attributes_class": spec.get("volumeAttributesClassName"),
+                                                  "current_volume_attributes_class":
+                                                      status.get("currentVolumeAttributesClassName")})
 
 
 def snapshot_info(snap: dict) -> SnapshotInfo:
@@ -95,6 +98,16 @@ class VolumeVerbs:
 
     def _get_volume(self, name: str) -> VolumeInfo:
         return volume_info(self._pvc(name))
+
+    def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
+        """Patch the PVC's volumeAttributesClassName (VolumeAttributesClass `storage_class`): the
+        driver changes the tier without moving data; status.currentVolumeAttributesClassName
+        follows when it is done."""
+        self._pvc(name)
+        return volume_info(self.api.patch(PVC, self.namespace, name, render_volume_class_patch(storage_class)))
+
+    def _render_volume_update(self, name: str, *, storage_class: str) -> list[dict]:
+        return render_volume_class_patch(storage_class)
 
     def _delete_volume(self, name: str, *, force: bool) -> None:
         self._pvc(name)

@@ -26,10 +26,11 @@ from dtrain.backends.base import (Backend, Event, FreedInfo, JobInfo, JobStatus,
 from dtrain.backends.local import launch
 from dtrain.backends.local.scheduler import split_devices
 from dtrain.backends.local.devices import inventory
+from dtrain.backends.local.notebook import read_access
 from dtrain.backends.local.rankrun import parse_line
 from dtrain.backends.local.store import ACTIVE, JobStore
 from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, rank_records
-from dtrain.config import home_dir
+from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, QuotaError, SpecError
 from dtrain.spec import JobSpec, NewVolume
 
@@ -62,7 +63,7 @@ class LocalBackend(Backend):
         """The volume and snapshot store, opened on first use (plain jobs never touch it)."""
         if self._storage is None:
             from dtrain.storage.volumes import Storage
-            self._storage = Storage(self.home)
+            self._storage = Storage(self.home, classes=UserConfig.load(self.home).class_roots())
         return self._storage
 
     # ---- submit ---------------------------------------------------------------------------
@@ -256,6 +257,9 @@ class LocalBackend(Backend):
         """A local job is its spec: the dry run shows what would be stored."""
         return [spec.to_dict()]
 
+    def _notebook_url(self, info: JobInfo) -> str:
+        return read_access(self.home / "jobs" / info.name, info.name).url
+
     # ---- projects -------------------------------------------------------------------------
     def _create_project(self, name: str, *, gpu_quota: int | None) -> None:
         gpus = len(inventory())
@@ -301,6 +305,36 @@ class LocalBackend(Backend):
 
     def _create_volume(self, name, *, size, storage_class):
         return self._volume(self.storage.create_volume(name, size=size, storage_class=storage_class or "local"))
+
+    def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
+        """Move the volume to another class's root folder (storage/move.py), refused while jobs use it."""
+        return self._volume(self.storage.update_volume(name, storage_class=storage_class,
+                                                       check_users=lambda: self._refuse_users(name)))
+
+    def _render_volume_update(self, name: str, *, storage_class: str) -> dict:
+        vol = self.storage.get_volume(name)
+        root = self.storage.class_root(storage_class)
+        same = os.stat(vol.path).st_dev == os.stat(root).st_dev
+        return {"volume": name, "from_class": vol.storage_class, "to_class": storage_class,
+                "from": str(vol.path.parent), "to": str(root / name),
+                "method": "rename" if same else "copy, verified by hashing both trees"}
+
+    def _refuse_users(self, volume: str) -> None:
+        writers, readers = [], []
+        for row in self.store.jobs():
+            if row["status"] in ACTIVE:
+                spec = JobSpec.from_dict(json.loads(row["spec"]))
+                mounts = [m for m in spec.resolved_volumes() if m.volume == volume]
+                if spec.snapshot_volume == volume or any(not m.read_only for m in mounts):
+                    writers.append(spec.name)
+                elif mounts:
+                    readers.append(spec.name)
+        if writers:
+            raise ConflictError(f"volume {volume!r} is mounted read-write by job(s) {', '.join(writers)}: a "
+                                f"move would lose their writes; wait for them or 'dtrain delete' them first")
+        if readers:
+            raise ConflictError(f"volume {volume!r} is mounted read-only by job(s) {', '.join(readers)}: a move "
+                                f"removes the old folder under them; wait for them or 'dtrain delete' them first")
 
     def _list_volumes(self):
         return [self._volume(v) for v in self.storage.list_volumes()]

@@ -75,6 +75,13 @@ def launcher_argv(spec: JobSpec, *, job_dir: Path, master_port: int, python: str
     return inner
 
 
+def notebook_env(job_dir: Path, port: int, token: str) -> dict[str, str]:
+    """Jupyter reads its port and token from the environment: the token stays off the command line;
+    no retry on another port, so the recorded port is the one it serves."""
+    return {"JUPYTER_PORT": str(port), "JUPYTER_PORT_RETRIES": "0", "JUPYTER_TOKEN": token,
+            "JUPYTER_RUNTIME_DIR": str(job_dir / "jupyter")}
+
+
 def job_env(spec: JobSpec, *, devices: list[list[str]], master_port: int, attempt: int,
             cpus: int | None = None) -> dict[str, str]:
     """Variables every process gets, on top of the submitter's environment."""
@@ -106,13 +113,16 @@ def job_path(path: str | None = None) -> str:
 
 
 def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices: list[list[str]],
-         master_port: int, attempt: int = 0) -> LaunchPlan:
+         master_port: int, attempt: int = 0, notebook_token: str | None = None) -> LaunchPlan:
+    """A notebook (spec.notebook) serves on `master_port` with `notebook_token`: one process, no rendezvous."""
     argv = launcher_argv(spec, job_dir=job_dir, master_port=master_port)
     if mounts or spec.large_shm:
         argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd) + argv
     env = job_env(spec, devices=devices, master_port=master_port, attempt=attempt)
     # Where dtrain.training.MetricsWriter also writes, so the dashboard and /metrics find the curves.
     env.setdefault("DTRAIN_METRICS_FILE", str(job_dir / "metrics.jsonl"))
+    if spec.notebook:
+        env.update(notebook_env(job_dir, master_port, notebook_token or ""))
     return LaunchPlan(argv=argv, env=env, cwd=cwd)
 
 

@@ -21,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from dtrain.backends.local import launch, scheduler
+from dtrain.backends.local import launch, notebook, scheduler
 from dtrain.backends.local.devices import inventory
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
@@ -109,8 +109,13 @@ class Supervisor:
 
     def _run_once(self, mounts, groups, attempt: int) -> int:
         port = free_port()
+        token = None
+        if self.spec.notebook:  # recorded (0600) before it starts, for `dtrain notebook open`
+            access = notebook.NotebookAccess.new(port)
+            notebook.write_access(self.job_dir, access)
+            token = access.token
         plan = launch.plan(self.spec, job_dir=self.job_dir, cwd=self.cwd, mounts=mounts, devices=groups,
-                           master_port=port, attempt=attempt)
+                           master_port=port, attempt=attempt, notebook_token=token)
         with open(self.job_dir / "launcher.log", "a") as out:
             out.write(f"--- attempt {attempt}: {' '.join(plan.argv)}\n")
             out.flush()

@@ -1,0 +1,256 @@
+"""Moving a volume to another storage class: a journaled state machine that a kill cannot split.
+
+A storage class is a root folder (config.yaml `storage_classes:`); a volume of class C lives in
+`<root of C>/<name>/data`, and its row in `volumes` records that root. Moving it:
+
+    journal row ('rename')       rename(<old>/<name>, <new>/<name>)  COMMIT POINT: the rename
+      (same file system)         UPDATE volumes (class, root); DELETE journal
+    journal row ('copy')         copy into <new>/.move-<pid>-<hex>; syncfs; hash both trees with
+      (another file system)      the snapshot engine and compare; rename into <new>/<name>;
+                                 UPDATE volumes + journal 'committed'   COMMIT POINT: that transaction
+                                 remove <old>/<name>; DELETE journal
+
+Recovery runs on the next access once the mover's process is gone (pid and start time): a
+'rename' row rolls forward if the folder reached the new root, back otherwise; an uncommitted
+'copy' row removes the copy (the old folder is whole); a committed one removes the old folder.
+So after any kill the volume is whole in exactly one place and the row says where.
+
+Jobs and moves exclude each other without a lock held across processes: the mover writes its
+journal row, then asks who uses the volume (and undoes the row if anyone does); a job's row is
+written before its supervisor resolves its mounts, and the supervisor waits while a live move of
+the volume exists. Whichever writes second sees the other.
+
+For tests only, DTRAIN_MOVE_KILL_AT=<point> makes the mover SIGKILL itself at that point
+(journaled, renamed, copied, verified, placed, committed, removed).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sqlite3
+import stat
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from dtrain import db
+from dtrain.errors import ConflictError, StorageError
+from dtrain.storage import fileio
+from dtrain.storage import manifest as mf
+from dtrain.storage.engine import Engine
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS volume_moves (
+    volume TEXT PRIMARY KEY, uid TEXT NOT NULL, method TEXT NOT NULL, state TEXT NOT NULL,
+    src_class TEXT NOT NULL, dst_class TEXT NOT NULL, src TEXT NOT NULL, dst TEXT NOT NULL,
+    dst_root TEXT NOT NULL, staging TEXT NOT NULL, pid INTEGER NOT NULL, pid_start TEXT);
+"""
+KILL_ENV = "DTRAIN_MOVE_KILL_AT"
+
+
+def process_start(pid: int) -> str | None:
+    """The kernel's start time of a live pid, with the boot it counts from: a recorded pid means
+    nothing without them. (The storage layer imports no backend, so it reads /proc itself.)"""
+    try:
+        text = Path(f"/proc/{pid}/stat").read_text()
+        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+    fields = text[text.rindex(")") + 2:].split()
+    return None if fields[0] in ("Z", "X") else f"{boot}:{fields[19]}"
+
+
+def _checkpoint(point: str) -> None:
+    if os.environ.get(KILL_ENV) == point:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Mover:
+    """Moves volume folders between class roots; `conn` is the state database."""
+
+    def __init__(self, conn: sqlite3.Connection, engine: Engine):
+        self.conn = conn
+        self.engine = engine
+        conn.executescript(SCHEMA)
+
+    # --- who is moving ---------------------------------------------------------------------
+    def live(self, volume: str) -> sqlite3.Row | None:
+        """The journal row of a move still running in some process, if any."""
+        row = self.conn.execute("SELECT * FROM volume_moves WHERE volume = ?", (volume,)).fetchone()
+        if row is not None and process_start(row["pid"]) == row["pid_start"]:
+            return row
+        return None
+
+    def moving(self) -> set[str]:
+        return {r[0] for r in self.conn.execute("SELECT volume FROM volume_moves")}
+
+    def recover(self) -> None:
+        """Finish or undo the moves of processes that died (none: one cheap SELECT)."""
+        if self.conn.in_transaction:
+            return
+        for row in self.conn.execute("SELECT * FROM volume_moves").fetchall():
+            if process_start(row["pid"]) != row["pid_start"]:
+                self._recover(row)
+
+    def _recover(self, row: sqlite3.Row) -> None:
+        src, dst, staging = Path(row["src"]), Path(row["dst"]), Path(row["staging"])
+        if row["method"] == "rename":
+            if os.path.lexists(dst) and not os.path.lexists(src):
+                self._switch(row, final=True)  # the rename happened: roll forward
+            else:
+                self._forget(row)
+            return
+        if row["state"] == "committed":
+            _remove(src)
+        else:
+            _remove(staging)
+            _remove(dst)  # a copy renamed into place before the commit; the name was free then
+        self._forget(row)
+
+    # --- the move --------------------------------------------------------------------------
+    def move(self, *, volume: str, uid: str, src_class: str, dst_class: str, src: Path, dst_root: Path,
+             check_users: Callable[[], None]) -> str:
+        """Move folder `src` (<root>/<volume>) into `dst_root`; returns 'rename' or 'copy'."""
+        dst = dst_root / volume
+        staging = dst_root / f".move-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        same_fs = os.stat(src).st_dev == os.stat(dst_root).st_dev
+        with db.transaction(self.conn):
+            if self.conn.execute("SELECT 1 FROM volume_moves WHERE volume = ?", (volume,)).fetchone():
+                raise ConflictError(f"volume {volume!r} is already being moved: wait for that "
+                                    f"'dtrain volume update' to finish")
+            if os.path.lexists(dst):
+                raise StorageError(f"cannot move volume {volume!r}: {dst} already exists; remove it or pick "
+                                   f"another class")
+            self.conn.execute("INSERT INTO volume_moves VALUES (?,?,?,?,?,?,?,?,?,?,?,?)",
+                              (volume, uid, "rename" if same_fs else "copy", "moving", src_class, dst_class,
+                               str(src), str(dst), str(dst_root), str(staging), os.getpid(),
+                               process_start(os.getpid())))
+        try:
+            check_users()  # after the journal row: a job that starts later waits for the move
+        except BaseException:
+            self._forget(self._row(volume))
+            raise
+        _checkpoint("journaled")
+        if same_fs:
+            try:
+                os.rename(src, dst)  # the commit point
+            except OSError as err:
+                if err.errno != 18:  # EXDEV: another mount of the same device; copy instead
+                    self._forget(self._row(volume))
+                    raise StorageError(f"cannot move volume {volume!r} to {dst}: {err.strerror}") from None
+                self.conn.execute("UPDATE volume_moves SET method = 'copy' WHERE volume = ?", (volume,))
+            else:
+                _checkpoint("renamed")
+                self._switch(self._row(volume), final=True)
+                return "rename"
+        self._copy(self._row(volume))
+        return "copy"
+
+    def _copy(self, row: sqlite3.Row) -> None:
+        src, dst, staging = Path(row["src"]), Path(row["dst"]), Path(row["staging"])
+        try:
+            os.mkdir(staging, 0o700)
+            copy_tree(src / "data", staging / "data")
+            fileio.syncfs(staging)  # the copy is on disk before the old folder may go
+            _checkpoint("copied")
+            self._verify(row["volume"], src / "data", staging / "data")
+            _checkpoint("verified")
+            os.rename(staging, dst)
+            _checkpoint("placed")
+        except BaseException as err:
+            _remove(staging)
+            _remove(dst)
+            self._forget(row)
+            if isinstance(err, OSError) and not isinstance(err, StorageError):
+                raise StorageError(f"copying volume {row['volume']!r} to {dst.parent} failed: {err}; the "
+                                   f"volume stays where it was") from err
+            raise
+        self._switch(row, final=False)  # the commit point
+        _checkpoint("committed")
+        _remove(src)
+        _checkpoint("removed")
+        self._forget(row)
+
+    def _verify(self, volume: str, a: Path, b: Path) -> None:
+        """The snapshot engine hashes both trees; every path, byte, mode, owner, time and link agrees."""
+        with self.engine.pin():
+            old, _ = self.engine.capture(a, store=False)
+            new, _ = self.engine.capture(b, store=False)
+        if [_comparable(e) for e in old.entries] != [_comparable(e) for e in new.entries]:
+            changed = [c.path for c in mf.diff(old, new)][:3]
+            raise StorageError(f"the copy of volume {volume!r} differs from the original at {', '.join(changed)}"
+                               f" (did something write to it during the move?); nothing was switched: retry")
+
+    # --- journal steps ---------------------------------------------------------------------
+    def _row(self, volume: str) -> sqlite3.Row:
+        return self.conn.execute("SELECT * FROM volume_moves WHERE volume = ?", (volume,)).fetchone()
+
+    def _switch(self, row: sqlite3.Row, *, final: bool) -> None:
+        """One transaction: the volume's class and root, and the journal's state."""
+        with db.transaction(self.conn):
+            self.conn.execute("UPDATE volumes SET storage_class = ?, root = ? WHERE name = ? AND uid = ?",
+                              (row["dst_class"], row["dst_root"], row["volume"], row["uid"]))
+            if final:
+                self.conn.execute("DELETE FROM volume_moves WHERE volume = ?", (row["volume"],))
+            else:
+                self.conn.execute("UPDATE volume_moves SET state = 'committed' WHERE volume = ?", (row["volume"],))
+
+    def _forget(self, row: sqlite3.Row | None) -> None:
+        if row is not None:
+            with db.transaction(self.conn):
+                self.conn.execute("DELETE FROM volume_moves WHERE volume = ?", (row["volume"],))
+
+
+def _comparable(e: mf.Entry) -> tuple:
+    """An entry without what a copy must change (inode, ctime)."""
+    return (e.path, e.kind, e.mode, e.uid, e.gid, e.mtime_ns, e.size, e.data)
+
+
+def copy_tree(src: Path, dst: Path) -> None:
+    """Bytes, modes, owners (as root), times and symlinks; sockets, fifos and devices are refused.
+    Folders get their mode and times last, deepest first, so a read-only folder is filled first."""
+    as_root = os.geteuid() == 0
+    os.mkdir(dst, 0o700)
+    folders = [(src, dst)]
+    for here, _dirs, _files in os.walk(src):
+        rel = os.path.relpath(here, src)
+        for entry in os.scandir(here):
+            s, d = Path(entry.path), dst / rel / entry.name
+            st = entry.stat(follow_symlinks=False)
+            if stat.S_ISDIR(st.st_mode):
+                os.mkdir(d, 0o700)
+                folders.append((s, d))
+                continue
+            if stat.S_ISLNK(st.st_mode):
+                os.symlink(os.readlink(s), d)
+            elif stat.S_ISREG(st.st_mode):
+                shutil.copyfile(s, d, follow_symlinks=False)  # copy_file_range/sendfile underneath
+            else:
+                raise StorageError(f"cannot move {s}: sockets, fifos and devices are not volume data; remove it")
+            if as_root:
+                os.lchown(d, st.st_uid, st.st_gid)
+            if not stat.S_ISLNK(st.st_mode):
+                os.chmod(d, stat.S_IMODE(st.st_mode))  # after chown, which clears setuid and setgid
+            os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
+    for s, d in reversed(folders):
+        st = os.lstat(s)
+        if as_root:
+            os.chown(d, st.st_uid, st.st_gid)
+        os.chmod(d, stat.S_IMODE(st.st_mode))
+        os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _remove(path: Path) -> None:
+    """Rename aside first (one atomic step), then delete: a kill mid-delete leaves a '.trash-' folder
+    that housekeeping removes, never a half-deleted volume under its own name."""
+    if not os.path.lexists(path):
+        return
+    trash = path.parent / f".trash-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    os.rename(path, trash)
+
+    def writable(func, target, _exc):
+        os.chmod(os.path.dirname(target), 0o700)
+        func(target)
+    shutil.rmtree(trash, onerror=writable)
