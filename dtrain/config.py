@@ -53,7 +53,7 @@ class UserConfig:
         unknown = sorted(map(str, set(data) - set(KEYS)))
         if unknown:
             raise SpecError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
-        for key in ("project_backends", "kubernetes", "storage_classes"):
+        for key in ("project_backends", "kubernetes"):  # storage_classes: validate() says more
             if data.get(key) is None:
                 data.pop(key, None)
             elif not isinstance(data[key], dict):

@@ -223,7 +223,7 @@ def _message_commands():
 
 
 # Sentences where "dtrain" is the subject, not a command (each one read and listed here).
-PROSE = {"dtrain create it", "dtrain inside the cluster"}
+PROSE = {"dtrain create it", "dtrain inside the cluster", "dtrain home", "dtrain did not put there"}
 
 
 def test_every_command_named_in_messages_and_help_exists():
