@@ -138,7 +138,7 @@ def _actions(parser, path="dtrain"):
     import argparse
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            for name, sub in action.choices.items():
+            for name, sub in action._name_parser_map.items():  # every subcommand, aliases included
                 yield from _actions(sub, f"{path} {name}")
         elif not isinstance(action, argparse._HelpAction):
             yield path, action
