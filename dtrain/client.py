@@ -12,14 +12,17 @@ injected: `Client(backends={"kubernetes": KubernetesBackend(cfg, api_client=fake
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from dtrain.backends.base import (Backend, FreedInfo, JobInfo, LogLine, NodeInfo, Progress, ProjectInfo, SnapshotInfo,
-                                  VolumeInfo)
+from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobStatus, LogLine, NodeInfo, Progress, ProjectInfo,
+                                  SnapshotInfo, TimeoutError_, VolumeInfo)
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec, check_name, notebook_spec
+
+__all__ = ["Client", "TimeoutError_"]  # the CLI catches wait's timeout from here
 
 if TYPE_CHECKING:
     from dtrain.storage.info import VerifyReport
@@ -74,7 +77,16 @@ class Client:
         return self.backend().get(name)
 
     def list(self, *, project: str | None = None) -> list[JobInfo]:
-        return self.backend(project=project).list(project=project)
+        backend = self.backend(project=project)
+        jobs = backend.list(project=project)
+        ttl = self.config.deleted_job_ttl_seconds()
+        if ttl is None:
+            return jobs
+        now = time.time()
+        expired = {j.name for j in jobs if j.status == JobStatus.DELETED and now - (j.finished or j.created) > ttl}
+        for name in expired:  # config `deleted_job_ttl`: deleted jobs are forgotten after a while
+            backend.delete(name, purge=True)
+        return [j for j in jobs if j.name not in expired]
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None, since: float | None = None,
              follow: bool = False) -> Iterator[LogLine]:
@@ -83,12 +95,17 @@ class Client:
     def wait(self, name: str, *, timeout: float | None = None) -> JobInfo:
         return self.backend().wait(name, timeout=timeout)
 
-    def delete(self, name: str) -> JobInfo:
-        return self.backend().delete(name)
+    def delete(self, name: str, *, purge: bool = False) -> JobInfo:
+        """Stop the job; with `purge` also forget it (record, events, logs)."""
+        return self.backend().delete(name, purge=purge)
 
     def render(self, spec: JobSpec) -> list[dict]:
         """What `submit` would send to the job's backend (a dry run)."""
         return self.backend(spec.backend, project=spec.project).render(spec)
+
+    def exec(self, name: str, command: list[str], *, rank: int = 0) -> int:
+        """Run a command beside a Running job's rank; its exit code."""
+        return self.backend().exec(name, command, rank=rank)
 
     def nodes(self) -> list[NodeInfo]:
         return self.backend().nodes()
@@ -142,6 +159,16 @@ class Client:
     # ---- volumes and snapshots ------------------------------------------------------------
     def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> VolumeInfo:
         return self.backend().create_volume(name, size=size, storage_class=storage_class)
+
+    def render_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> list[dict]:
+        """What create_volume would send (a dry run)."""
+        return self.backend().render_volume(name, size=size, storage_class=storage_class)
+
+    def render_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None) -> list[dict]:
+        return self.backend().render_snapshot(volume, name=name, job=job)
+
+    def render_restore(self, name: str, *, to: str | None = None, in_place: bool = False) -> list[dict]:
+        return self.backend().render_restore(name, to=to, in_place=in_place)
 
     def list_volumes(self) -> list[VolumeInfo]:
         return self.backend().list_volumes()

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,9 +16,11 @@ import yaml
 
 from dtrain.errors import SpecError
 from dtrain.names import CLASS_RE
-from dtrain.spec import check_name
+from dtrain.spec import check_name, yaml_mapping
 
 BACKENDS = ("local", "kubernetes", "sagemaker")
+KEYS = ("project", "backend", "project_backends", "kubernetes", "storage_classes", "sagemaker", "deleted_job_ttl")
+TTL_RE = re.compile(r"^(\d{1,6})(s|m|h|d)$")
 
 
 def home_dir(home: str | Path | None = None) -> Path:
@@ -34,32 +37,41 @@ class UserConfig:
     backend: str = "local"  # default backend
     project_backends: dict[str, str] = field(default_factory=dict)  # project -> backend
     kubernetes: dict[str, Any] = field(default_factory=dict)  # KubernetesConfig fields
+    deleted_job_ttl: str | None = None  # forget deleted jobs this long after deletion, e.g. 7d
     storage_classes: dict[str, str] = field(default_factory=dict)  # local class -> root folder
     sagemaker: dict[str, Any] = field(default_factory=dict)  # SageMakerConfig fields
 
     @classmethod
     def load(cls, home: Path) -> "UserConfig":
         path = home / "config.yaml"
-        if not path.exists():
-            return cls()
         try:
-            data = yaml.safe_load(path.read_text()) or {}
-        except yaml.YAMLError as err:
-            raise SpecError(f"{path} is not valid YAML ({err}); fix or remove the file") from None
-        if not isinstance(data, dict):
-            raise SpecError(f"{path} must hold a mapping (project:, backend:, ...); fix or remove the file")
-        unknown = set(data) - {"project", "backend", "project_backends", "kubernetes", "storage_classes", "sagemaker"}
+            raw = path.read_bytes()
+        except FileNotFoundError:
+            return cls()
+        except OSError as err:
+            raise SpecError(f"cannot read {path}: {err.strerror}; fix or remove the file") from None
+        data = yaml_mapping(raw, str(path), "project: default")
+        unknown = sorted(map(str, set(data) - set(KEYS)))
         if unknown:
-            raise SpecError(f"{path}: unknown key(s) {', '.join(sorted(unknown))}; known: project, "
-                            f"backend, project_backends, kubernetes, storage_classes, sagemaker")
+            raise SpecError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
+        for key in ("project_backends", "kubernetes", "sagemaker"):  # storage_classes: validate() says more
+            if data.get(key) is None:
+                data.pop(key, None)
+            elif not isinstance(data[key], dict):
+                raise SpecError(f"{path}: '{key}' must be a mapping, not {data[key]!r}; fix or remove the file")
         cfg = cls(**data)
         cfg.validate(path)
         return cfg
 
     def validate(self, where: Any = "config") -> None:
-        check_name(self.project, "project")
+        try:
+            check_name(self.project, "project")
+            for project in self.project_backends:
+                check_name(project, "project")
+        except SpecError as err:
+            raise SpecError(f"{where}: {err}") from None
         for backend in [self.backend, *self.project_backends.values()]:
-            if backend not in BACKENDS:
+            if not isinstance(backend, str) or backend not in BACKENDS:
                 raise SpecError(f"{where}: unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
         if not isinstance(self.storage_classes, dict):
             raise SpecError(f"{where}: storage_classes must map class names to folders, e.g. fast: /nvme/dtrain")
@@ -68,15 +80,25 @@ class UserConfig:
                 raise SpecError(f"{where}: storage class {name!r}: {root!r}: use a lower-case name other than "
                                 f"'local' (the dtrain home's volumes/) and an absolute folder, e.g. fast: /nvme/dtrain")
 
+        if self.deleted_job_ttl is not None and not TTL_RE.match(str(self.deleted_job_ttl)):
+            raise SpecError(f"{where}: invalid deleted_job_ttl {self.deleted_job_ttl!r}; use a duration "
+                            f"such as 30m, 12h or 7d")
+
+    def deleted_job_ttl_seconds(self) -> float | None:
+        if self.deleted_job_ttl is None:
+            return None
+        m = TTL_RE.match(self.deleted_job_ttl)
+        return int(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+
     def save(self, home: Path) -> None:
         self.validate()
         path = home / "config.yaml"
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump({"project": self.project, "backend": self.backend,
-                                       "project_backends": self.project_backends,
-                                       "kubernetes": self.kubernetes,
-                                       "storage_classes": self.storage_classes,
-                                       "sagemaker": self.sagemaker}, sort_keys=False))
+        data = {"project": self.project, "backend": self.backend, "project_backends": self.project_backends,
+                "kubernetes": self.kubernetes, "storage_classes": self.storage_classes, "sagemaker": self.sagemaker}
+        if self.deleted_job_ttl is not None:
+            data["deleted_job_ttl"] = self.deleted_job_ttl
+        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
         os.replace(tmp, path)
 
     def class_roots(self) -> dict[str, Path]:

@@ -35,12 +35,23 @@ def check_storage_class(name: str) -> str:
     return name
 
 
-def parse_size(text: str, what: str = "size") -> int:
-    """'100Gi' -> bytes. Kubernetes quantity suffixes (Ki, Mi, Gi, Ti; k, M, G, T)."""
-    m = SIZE_RE.match(str(text).strip())
+MAX_SIZE = 2**60  # 1 EiB: above any disk or memory; keeps float parsing finite
+
+
+def parse_size(text: str, what: str = "size", *, minimum: int = 0) -> int:
+    """'100Gi' -> bytes. Kubernetes quantity suffixes (Ki, Mi, Gi, Ti; k, M, G, T); at most 1 EiB."""
+    m = SIZE_RE.match(str(text).strip()) if isinstance(text, (str, int)) and not isinstance(text, bool) else None
     if not m:
         raise SpecError(f"invalid {what} {text!r}: use a Kubernetes quantity such as 512Mi, 100Gi or 2G")
-    return int(float(m.group(1)) * _UNITS[m.group(2)])
+    value = float(m.group(1)) * _UNITS[m.group(2)]
+    if not minimum <= value <= MAX_SIZE:
+        raise SpecError(f"invalid {what} {text!r}: use a quantity between {minimum} bytes and 1Ei, e.g. 100Gi")
+    return int(value)
+
+
+def parse_volume_size(text: str) -> int:
+    """A volume's size: a quantity of at least one byte (`--size 0` is refused)."""
+    return parse_size(text, "volume size", minimum=1)
 
 
 def job_volume_name(job: str, index: int) -> str:

@@ -8,12 +8,15 @@ value and the fix.
 from __future__ import annotations
 
 import dataclasses
+import math
+import posixpath
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
-from dtrain.names import NAME_RE, SIZE_RE, check_name, check_storage_class, job_volume_name, parse_size  # noqa: F401
+from dtrain.names import (NAME_RE, SIZE_RE, check_name, check_storage_class,  # noqa: F401 (re-exported)
+                          job_volume_name, parse_size, parse_volume_size)
 from dtrain.spec_sagemaker import SageMakerOptions
 
 LAUNCHERS = ("none", "torchrun", "mpi")
@@ -23,8 +26,28 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 # the same request as --snapshot-on-success VOL, and `JobSpec.snapshot_volume` is the one place
 # that reads it; backends act on snapshot_volume alone. Workloads may only record the variables.
 SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV = "ENABLE_SNAPSHOT", "PVC_NAME"
-MAX_PROCESSES = 10_000  # any backend; the local backend also checks what the machine can run
-MAX_RESTARTS = 1_000
+# Bounds on what a user can ask for: above any real node or job, low enough that nothing
+# downstream (a rank table, a loop over processes, a restart loop) can be made to run away.
+MAX_PROCESSES = 4096
+MAX_GPU_PER_PROCESS = 16
+MAX_CPU = 1024
+MAX_RESTARTS = 100
+MAX_TEXT = 65536  # one command word, env value or path
+
+
+def _text(value, what: str, *, fix: str = "") -> str:
+    """A string without NUL bytes (the kernel cuts argv, env and paths at the first NUL)."""
+    if not isinstance(value, str):
+        raise SpecError(f"invalid {what} {value!r}: must be a string{fix}")
+    if "\0" in value or len(value) > MAX_TEXT:
+        raise SpecError(f"invalid {what} {value[:40]!r}...: must hold no NUL byte and at most {MAX_TEXT} characters")
+    return value
+
+
+def _bool(value, what: str) -> bool:
+    if not isinstance(value, bool):
+        raise SpecError(f"invalid {what} {value!r}: must be true or false (unquoted in YAML), not a string or number")
+    return value
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,7 +60,8 @@ class VolumeMount:
 
     def __post_init__(self):
         check_name(self.volume, "volume")
-        _check_mount_path(self.mount_path)
+        object.__setattr__(self, "mount_path", _check_mount_path(self.mount_path))
+        _bool(self.read_only, "read_only")
 
     def to_flag(self) -> str:
         return f"{self.volume}:{self.mount_path}" + (":ro" if self.read_only else "")
@@ -53,8 +77,9 @@ class NewVolume:
 
     def __post_init__(self):
         check_storage_class(self.storage_class)
-        parse_size(self.size, "volume size")
-        _check_mount_path(self.mount_path)
+        _text(self.size, "volume size", fix=" such as 100Gi")
+        parse_volume_size(self.size)
+        object.__setattr__(self, "mount_path", _check_mount_path(self.mount_path))
 
     def to_flag(self) -> str:
         return f"{self.storage_class}:{self.size}:{self.mount_path}"
@@ -64,9 +89,13 @@ class NewVolume:
 Volume = VolumeMount | NewVolume
 
 
-def _check_mount_path(path: str) -> None:
-    if not isinstance(path, str) or not path.startswith("/") or path.rstrip("/") == "" or ".." in path.split("/"):
+def _check_mount_path(path: str) -> str:
+    """The normalised mount path (/mnt/./x/ -> /mnt/x); '/' and '..' are refused."""
+    _text(path, "mount path", fix=", an absolute path such as /mnt")
+    norm = posixpath.normpath(path) if path.startswith("/") else ""
+    if norm in ("", "/", "//") or ".." in path.split("/"):
         raise SpecError(f"invalid mount path {path!r}: use an absolute path other than '/', e.g. /mnt")
+    return "/" + norm.lstrip("/")
 
 
 def parse_pvc(text: str) -> Volume:
@@ -90,7 +119,7 @@ def parse_env(items) -> dict[str, str]:
     """Parse repeated ``-e KEY=VALUE`` into a dict; the last value of a key wins."""
     env: dict[str, str] = {}
     for item in items or ():
-        key, sep, value = str(item).partition("=")
+        key, sep, value = _text(item, "-e").partition("=")
         if not sep or not ENV_KEY_RE.match(key):
             raise SpecError(f"invalid -e {item!r}: use KEY=VALUE with KEY made of letters, digits "
                             f"and '_' (e.g. -e BATCH_SIZE=33)")
@@ -127,49 +156,60 @@ class JobSpec:
         check_name(self.name, "job")
         check_name(self.project, "project")
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  normalise containers
-        if isinstance(self.command, str) or not self.command or not all(isinstance(c, str) for c in self.command):
-            raise SpecError(f"job {self.name!r} has no command: put it after '--', "
+        if isinstance(self.command, (str, bytes)) or not isinstance(self.command, (list, tuple)) or not self.command:
+            raise SpecError(f"job {self.name!r} has no command (a list of strings): put it after '--', "
                             f"e.g. dtrain submit {self.name} -- python train.py")
-        set_("command", tuple(self.command))
-        set_("env", dict(parse_env(f"{k}={v}" for k, v in dict(self.env).items())))
-        set_("volumes", tuple(self.volumes))
-        set_("image_pull_secrets", tuple(self.image_pull_secrets))
+        set_("command", tuple(_text(c, "command word", fix=" (quote it in YAML)") for c in self.command))
+        if not isinstance(self.env, Mapping):
+            raise SpecError(f"invalid env {self.env!r}: must be a mapping of NAME: value, e.g. {{SEED: '1'}}")
+        set_("env", dict(parse_env(f"{_text(k, 'env name')}={_text(v, f'env {k}', fix=' (quote it in YAML)')}"
+                                   for k, v in dict(self.env).items())))
+        set_("volumes", _volumes(self.volumes))
+        if isinstance(self.image_pull_secrets, str) or not isinstance(self.image_pull_secrets, (list, tuple)):
+            raise SpecError(f"invalid image_pull_secrets {self.image_pull_secrets!r}: must be a list of names")
+        set_("image_pull_secrets", tuple(check_name(x, "image pull secret") for x in self.image_pull_secrets))
         if isinstance(self.sagemaker, Mapping):
             set_("sagemaker", SageMakerOptions.from_dict(self.sagemaker))
         elif self.sagemaker is not None and not isinstance(self.sagemaker, SageMakerOptions):
             raise SpecError(f"invalid sagemaker options {self.sagemaker!r}: use SageMakerOptions or a mapping")
-        _check_int(self.processes, "--processes", 1)
-        _check_int(self.gpu, "--gpu", 0)
-        _check_int(self.max_restarts, "--max-restarts", 0)
-        if self.processes > MAX_PROCESSES or self.max_restarts > MAX_RESTARTS:
-            flag, value, top = (("--processes", self.processes, MAX_PROCESSES) if self.processes > MAX_PROCESSES
-                                else ("--max-restarts", self.max_restarts, MAX_RESTARTS))
-            raise SpecError(f"invalid {flag} {value}: at most {top}")
+        _check_int(self.processes, "--processes", 1, MAX_PROCESSES)
+        _check_int(self.gpu, "--gpu", 0, MAX_GPU_PER_PROCESS)
+        _check_int(self.max_restarts, "--max-restarts", 0, MAX_RESTARTS)
+        _bool(self.large_shm, "large_shm")
+        _bool(self.notebook, "notebook")
         if self.launcher not in LAUNCHERS:
             raise SpecError(f"unknown launcher {self.launcher!r}: use torchrun or mpi")
         if self.processes > 1 and self.launcher == "none":
             raise SpecError(f"--processes {self.processes} needs a launcher: use dtrain submit-dist "
                             f"--launcher torchrun or dtrain submit-mpi")
-        if self.cpu is not None and (not isinstance(self.cpu, (int, float)) or self.cpu <= 0):
-            raise SpecError(f"invalid --cpu {self.cpu!r}: use a positive number of threads, e.g. --cpu 2")
+        if self.cpu is not None and (isinstance(self.cpu, bool) or not isinstance(self.cpu, (int, float))
+                                     or not math.isfinite(self.cpu) or not 0 < self.cpu <= MAX_CPU):
+            raise SpecError(f"invalid --cpu {self.cpu!r}: use a number of threads above 0 and at most {MAX_CPU}, "
+                            f"e.g. --cpu 2")
         if self.memory is not None:
-            parse_size(self.memory, "--memory")
-        if self.working_dir is not None and not str(self.working_dir).startswith("/"):
-            raise SpecError(f"invalid --working-dir {self.working_dir!r}: use an absolute path")
+            parse_size(_text(self.memory, "--memory"), "--memory", minimum=1)
+        self._check_texts()
+        self._check_volumes()
+
+    def _check_texts(self):
+        if self.working_dir is not None:
+            _text(self.working_dir, "--working-dir")
+            if not self.working_dir.startswith("/"):
+                raise SpecError(f"invalid --working-dir {self.working_dir!r}: use an absolute path")
+        _text(self.backend, "backend", fix=" such as local or kubernetes")
+        if self.image is not None:
+            _text(self.image, "--image")
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
             raise SpecError(f"invalid --image-pull-policy {self.image_pull_policy!r}: "
                             f"use Always, IfNotPresent or Never")
         if self.notebook and (self.launcher != "none" or self.max_restarts or self.snapshot_volume):
             raise SpecError(f"notebook {self.name!r} is one interactive process: drop --processes, "
                             f"--launcher, --max-restarts and --snapshot-on-success")
-        self._check_volumes()
 
     def _check_volumes(self):
-        mounts = [v.mount_path.rstrip("/") for v in self.volumes]
+        mounts = [v.mount_path for v in self.volumes]  # normalised by VolumeMount / NewVolume
         for v in self.volumes:
-            if not isinstance(v, (VolumeMount, NewVolume)):
-                raise SpecError(f"invalid volume {v!r}: use VolumeMount or NewVolume (or a --pvc string)")
-            if mounts.count(v.mount_path.rstrip("/")) > 1:
+            if mounts.count(v.mount_path) > 1:
                 raise SpecError(f"two volumes are mounted at {v.mount_path}: give each --pvc its own path")
         if self.snapshot_on_success is not None:
             check_name(self.snapshot_on_success, "volume")
@@ -227,46 +267,126 @@ class JobSpec:
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "JobSpec":
-        """Build from a YAML/JSON mapping. ``pvc`` is accepted as an alias of ``volumes``."""
+        """Build from a YAML/JSON mapping. ``pvc`` is accepted as an alias of ``volumes``.
+
+        Types are checked, never coerced: a string is not a boolean, a number is not a list.
+        """
         if not isinstance(data, Mapping):
             raise SpecError("a job file must hold a mapping of fields, e.g. 'name: train' and 'command: [...]'")
         known = {f.name for f in dataclasses.fields(cls)}
         data = dict(data)
-        if "pvc" in data:
-            data["volumes"] = list(data.pop("pvc") or []) + list(data.get("volumes") or [])
+        bad_key = next((k for k in data if not isinstance(k, str)), None)
+        if bad_key is not None:
+            raise SpecError(f"invalid job field name {bad_key!r}: field names are words such as name or command")
+        vols = [*_list(data.pop("pvc", None), "pvc"), *_list(data.get("volumes"), "volumes")]
         unknown = sorted(set(data) - known)
         if unknown:
             raise SpecError(f"unknown job field(s) {', '.join(unknown)}: known fields are {', '.join(sorted(known))}")
         for required in ("name", "command"):
-            if not data.get(required):
+            if data.get(required) in (None, "", [], ()):
                 raise SpecError(f"the job has no {required}: use dtrain submit NAME [options] -- COMMAND, "
                                 f"or set '{required}:' in the job file")
-        if isinstance(data.get("command"), str):
-            raise SpecError("'command' must be a list of strings, e.g. [python, train.py, --epochs, '2']")
-        vols = []
-        for v in data.get("volumes") or []:
-            vols.append(parse_pvc(v) if isinstance(v, str) else _volume_from_dict(v))
-        data["volumes"] = tuple(vols)
+        if not isinstance(data["command"], (list, tuple)):
+            raise SpecError(f"invalid command {data['command']!r}: must be a list of strings, "
+                            f"e.g. [python, train.py, --epochs, '2']")
+        data["command"] = tuple(_word(c, "command") for c in data["command"])
+        data["volumes"] = tuple(parse_pvc(v) if isinstance(v, str) else _volume_from_dict(v) for v in vols)
+        for key in ("env", "image_pull_secrets"):  # `env:` left empty in YAML means none
+            if key in data and data[key] is None:
+                del data[key]
         if "env" in data:
-            data["env"] = {str(k): str(v) for k, v in (data["env"] or {}).items()}
-        for key in ("command", "image_pull_secrets"):
-            if key in data:
-                data[key] = tuple(str(x) for x in (data[key] or ()))
+            if not isinstance(data["env"], Mapping):
+                raise SpecError(f"invalid env {data['env']!r}: must be a mapping of NAME: value, e.g. env: {{SEED: '1'}}")
+            data["env"] = {k: _word(v, f"env {k}") for k, v in data["env"].items()}
+        if "image_pull_secrets" in data:
+            data["image_pull_secrets"] = tuple(_list(data["image_pull_secrets"], "image_pull_secrets"))
         return cls(**data)
 
 
+def _list(value, what: str) -> list:
+    if value is None:
+        return []
+    if not isinstance(value, (list, tuple)):
+        raise SpecError(f"invalid {what} {value!r}: must be a list, e.g. {what}: [data:/mnt]")
+    return list(value)
+
+
+def _word(value, what: str) -> str:
+    """A YAML scalar meant as a string: numbers are written as given, booleans and nulls refused
+    (YAML reads `yes` as true: quote it)."""
+    if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
+        raise SpecError(f"invalid {what} value {value!r}: must be a string (quote it in YAML, e.g. 'yes')")
+    return value if isinstance(value, str) else str(value)
+
+
+_VOLUME_KEYS = {VolumeMount: {"volume", "mount_path", "read_only"},
+                NewVolume: {"storage_class", "size", "mount_path"}}
+
+
 def _volume_from_dict(d: Mapping[str, Any]) -> Volume:
-    if isinstance(d, Mapping) and "volume" in d:
-        return VolumeMount(**d)
-    if isinstance(d, Mapping) and "storage_class" in d:
-        return NewVolume(**d)
-    raise SpecError(f"invalid volume entry {d!r}: use 'NAME:MOUNT[:ro]', 'CLASS:SIZE:MOUNT', "
-                    f"{{volume, mount_path, read_only}} or {{storage_class, size, mount_path}}")
+    kind = None
+    if isinstance(d, Mapping):
+        kind = VolumeMount if "volume" in d else NewVolume if "storage_class" in d else None
+    if kind is None:
+        raise SpecError(f"invalid volume entry {d!r}: use 'NAME:MOUNT[:ro]', 'CLASS:SIZE:MOUNT', "
+                        f"{{volume, mount_path, read_only}} or {{storage_class, size, mount_path}}")
+    unknown = sorted(map(str, set(d) - _VOLUME_KEYS[kind]))
+    missing = sorted(k for k in _VOLUME_KEYS[kind] - set(d) if k != "read_only")
+    if unknown or missing:
+        raise SpecError(f"invalid volume entry {dict(d)!r}: " + (f"unknown key(s) {', '.join(unknown)}" if unknown
+                        else f"missing {', '.join(missing)}") + f"; its keys are {', '.join(sorted(_VOLUME_KEYS[kind]))}")
+    return kind(**d)
 
 
-def _check_int(value, flag: str, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise SpecError(f"invalid {flag} {value!r}: use a whole number >= {minimum}")
+def _volumes(value) -> tuple[Volume, ...]:
+    """The SDK's volumes: VolumeMount / NewVolume objects, or --pvc strings."""
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise SpecError(f"invalid volumes {value!r}: must be a list, e.g. volumes=['data:/mnt'] or "
+                        f"[VolumeMount(volume='data', mount_path='/mnt')]")
+    out = []
+    for v in value:
+        if isinstance(v, str):
+            v = parse_pvc(v)
+        if not isinstance(v, (VolumeMount, NewVolume)):
+            raise SpecError(f"invalid volume {v!r}: use VolumeMount, NewVolume or a --pvc string such as 'data:/mnt'")
+        out.append(v)
+    return tuple(out)
+
+
+def _check_int(value, flag: str, minimum: int, maximum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+        raise SpecError(f"invalid {flag} {value!r}: use a whole number from {minimum} to {maximum}")
+
+
+MAX_YAML_BYTES = 1 << 20  # a job file or config.yaml is a few hundred bytes; refuse a stray big file
+
+
+def yaml_mapping(data: bytes, source: str, example: str) -> dict:
+    """The top-level mapping of a YAML file's bytes; any problem is one SpecError line naming `source`."""
+    import yaml  # only the YAML doors need it
+
+    if len(data) > MAX_YAML_BYTES:
+        raise SpecError(f"{source} is {len(data)} bytes, not a YAML file of a few fields; check the path")
+    try:
+        text = data.decode("utf-8")
+        if "\0" in text:
+            raise UnicodeDecodeError("utf-8", data, data.index(b"\0"), data.index(b"\0") + 1, "NUL byte")
+    except UnicodeDecodeError as err:
+        raise SpecError(f"{source} is not a text file (byte {err.start} is not UTF-8 text): give a YAML "
+                        f"file such as '{example}'") from None
+    try:
+        loaded = yaml.safe_load(text)
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark or err.context_mark
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise SpecError(f"{source} is not valid YAML: {err.problem or err.context}{where}") from None
+    except yaml.YAMLError as err:
+        raise SpecError(f"{source} is not valid YAML: {str(err).splitlines()[0]}") from None
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise SpecError(f"{source} must hold a mapping of fields such as '{example}', not a {type(loaded).__name__}")
+    return loaded
 
 
 NOTEBOOK_SERVER = ("jupyter-server", "--ServerApp.ip=127.0.0.1", "--ServerApp.open_browser=False",

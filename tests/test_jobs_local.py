@@ -190,7 +190,7 @@ def test_delete_stops_every_process(dt: Dtrain):
     for pid in pids:
         _assert_dead(pid)
     assert dt.status("long") == "Deleted"
-    assert dt.json("list")[0]["gpus_allocated"] == 0
+    assert dt.json("list", "--show-deleted")[0]["gpus_allocated"] == 0
     dt("submit", "long", "--", "true")  # a deleted name can be used again
     assert dt.wait_for("long", {"Succeeded"})
 

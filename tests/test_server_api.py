@@ -48,7 +48,8 @@ def test_job_verbs_and_errors(server, tmp_path):
     assert [e["status"] for e in done["events"]][-1] == "Succeeded"
     assert [ln["text"] for ln in http.get("/api/v1/jobs/hello/logs").json()] == ["one", "two"]
     assert [ln["text"] for ln in http.get("/api/v1/jobs/hello/logs", params={"tail": 1}).json()] == ["two"]
-    assert http.get("/api/v1/jobs/hello/logs", params={"rank": 3}).json() == []
+    no_rank = http.get("/api/v1/jobs/hello/logs", params={"rank": 3})  # issue 12: a rank the job lacks is an error
+    assert no_rank.status_code == 422 and "ranks 0 to 0" in no_rank.json()["error"]
 
     submit(server, "sleeper", WAIT_FOR_GO, tmp_path)
     wait_until(lambda: http.get("/api/v1/jobs/sleeper").json()["status"] == "Running", what="sleeper running")
@@ -73,7 +74,7 @@ def test_job_verbs_and_errors(server, tmp_path):
     clash = http.post("/api/v1/jobs", json={"name": "hello", "command": ["true"]})
     assert clash.status_code == 409 and clash.json()["error"] == cli_error(server, "submit", "hello", "--", "true")
     spec = tmp_path / "bad.yaml"
-    spec.write_text("name: two\ncommand: [true]\nprocesses: 2\n")
+    spec.write_text("name: two\ncommand: [\"true\"]\nprocesses: 2\n")  # quoted: YAML reads a bare true as a boolean
     bad = http.post("/api/v1/jobs", json={"name": "two", "command": ["true"], "processes": 2})
     assert bad.status_code == 422 and bad.json()["error"] == cli_error(server, "submit", "-f", str(spec))
     bad_name = http.get("/api/v1/jobs/Bad_Name")  # names are checked before anything looks them up

@@ -14,7 +14,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterator
 
 from dtrain.errors import ConflictError, DtrainError, NotSupportedError, SpecError
-from dtrain.names import check_name, check_storage_class, parse_size
+from dtrain.names import check_name, check_storage_class, parse_volume_size
 from dtrain.spec import JobSpec
 
 if TYPE_CHECKING:  # the local store's own reports; only the local backend produces them
@@ -148,6 +148,7 @@ class VolumeInfo(_Record):
     status: str = "Bound"  # Bound (usable), Pending (being provisioned) or Lost
     origin_snapshot: str | None = None  # the snapshot it was restored from, if any
     job: str | None = None  # the job it was made for (--pvc CLASS:SIZE:MOUNT), if known
+    used_bytes: int | None = None  # what its files take on disk now; None where the backend cannot tell (a PVC)
     labels: Mapping[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the local folder, the namespace
 
@@ -194,9 +195,10 @@ class Backend(abc.ABC):
       `_delete_volume`, `_create_snapshot`, `_list_snapshots`, `_get_snapshot`,
       `_restore_snapshot`, `_delete_snapshot`.
     * Optional hooks: `_render` (dry run), `_create_project`, `_list_projects`,
-      `_verify_snapshot`, `_diff_snapshots`. The default raises :class:`NotSupportedError`, which
+      `_verify_snapshot`, `_diff_snapshots`, `_exec`, `_render_volume`, `_render_snapshot`,
+      `_render_restore`. The default raises :class:`NotSupportedError`, which
       the CLI prints as one line naming the backend and the verb; callers never probe a backend
-      with `getattr`/`hasattr`.
+      with `getattr`/`hasattr`. `_purge` (forget a deleted job) defaults to doing nothing.
     * Every hook returns the typed, frozen records of this module, never a dict: :class:`JobInfo`,
       :class:`LogLine`, :class:`NodeInfo`, :class:`ProjectInfo`, :class:`VolumeInfo`,
       :class:`SnapshotInfo`, :class:`FreedInfo`. Times are unix seconds (float) everywhere;
@@ -226,11 +228,19 @@ class Backend(abc.ABC):
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None,
              since: float | None = None, follow: bool = False) -> Iterator[LogLine]:
         """Lines of one rank (or all), oldest first; `since` is unix seconds; `follow` streams."""
-        self._get(name)  # unknown job -> NotFoundError before any output
+        info = self._get(name)  # unknown job -> NotFoundError before any output
+        if rank is not None and (not _whole(rank) or not 0 <= rank < info.spec.processes):
+            raise SpecError(f"invalid rank {rank!r}: job {name!r} has {info.spec.processes} process(es), "
+                            f"ranks 0 to {info.spec.processes - 1}")
+        if tail is not None and (not _whole(tail) or tail < 0):
+            raise SpecError(f"invalid tail {tail!r}: use a number of lines >= 0, e.g. -t 10")
         return self._logs(name, rank=rank, tail=tail, since=since, follow=follow)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float = 0.5) -> JobInfo:
         """Block until the job is terminal; the only wait loop in dtrain."""
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                    or not 0 <= timeout < float("inf")):
+            raise SpecError(f"invalid timeout {timeout!r}: use a number of seconds >= 0, e.g. --timeout 600")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             info = self._get(name)
@@ -241,11 +251,27 @@ class Backend(abc.ABC):
                                     f"wait longer (--timeout) or check 'dtrain logs {name}'")
             time.sleep(poll)
 
-    def delete(self, name: str) -> JobInfo:
-        return self._delete(name)
+    def delete(self, name: str, *, purge: bool = False) -> JobInfo:
+        """Stop the job (it reads Deleted); `purge` also forgets it, so `get` then finds nothing."""
+        info = self._delete(name)
+        if purge:
+            self._purge(name)
+        return info
 
     def nodes(self) -> list[NodeInfo]:
         return self._nodes()
+
+    def exec(self, name: str, command: list[str] | tuple[str, ...], *, rank: int = 0) -> int:
+        """Run `command` beside a Running job's rank (its mount namespace / pod and environment),
+        with this process's stdin, stdout and stderr; returns the command's exit code."""
+        info = self._get(name)
+        if info.status != JobStatus.RUNNING:
+            raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job (see 'dtrain list')")
+        if not _whole(rank) or not 0 <= rank < info.spec.processes:
+            raise SpecError(f"invalid rank {rank!r}: job {name!r} has ranks 0 to {info.spec.processes - 1}")
+        if isinstance(command, str) or not command or not all(isinstance(w, str) and "\0" not in w for w in command):
+            raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt")
+        return self._exec(name, list(command), rank=rank)
 
     def render(self, spec: JobSpec) -> list[dict[str, Any]]:
         """What `submit` would send, without sending it (`dtrain submit --dry-run`)."""
@@ -282,11 +308,13 @@ class Backend(abc.ABC):
     # Kubernetes; a snapshot is a stored manifest or a VolumeSnapshot.
     def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> VolumeInfo:
         """An empty volume; `storage_class` None picks the backend's default."""
-        check_name(name, "volume")
-        parse_size(size, "volume size")
-        if storage_class is not None:
-            check_storage_class(storage_class)
+        _check_new_volume(name, size, storage_class)
         return self._create_volume(name, size=size, storage_class=storage_class)
+
+    def render_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> list[dict[str, Any]]:
+        """What `create_volume` would send (`dtrain volume create --dry-run`)."""
+        _check_new_volume(name, size, storage_class)
+        return self._render_volume(name, size=size, storage_class=storage_class)
 
     def list_volumes(self) -> list[VolumeInfo]:
         return sorted(self._list_volumes(), key=lambda v: v.name)
@@ -311,11 +339,13 @@ class Backend(abc.ABC):
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         progress: Progress | None = None) -> SnapshotInfo:
         """Snapshot `volume` now, linked to `job` if given. Default name: <volume>-<UTC time>."""
-        if name is not None:
-            check_name(name, "snapshot")
-        if job is not None:
-            check_name(job, "job")
+        _check_new_snapshot(name, job)
         return self._create_snapshot(volume, name=name, job=job, progress=progress)
+
+    def render_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None) -> list[dict[str, Any]]:
+        """What `create_snapshot` would send (`dtrain snapshot create --dry-run`)."""
+        _check_new_snapshot(name, job)
+        return self._render_snapshot(volume, name=name, job=job)
 
     def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[SnapshotInfo]:
         """Oldest first, filtered by volume and job."""
@@ -329,12 +359,13 @@ class Backend(abc.ABC):
     def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
                          progress: Progress | None = None) -> VolumeInfo:
         """Into a new volume `to`, or over the snapshot's own volume with `in_place`."""
-        if (to is None) == (not in_place):
-            raise SpecError(f"say where to restore snapshot {name!r}: --to NEW_VOLUME (a clone) or "
-                            f"--in-place (roll the volume back)")
-        if to is not None:
-            check_name(to, "volume")
+        _check_restore(name, to, in_place)
         return self._restore_snapshot(name, to=to, in_place=in_place, progress=progress)
+
+    def render_restore(self, name: str, *, to: str | None = None, in_place: bool = False) -> list[dict[str, Any]]:
+        """What `restore_snapshot` would send (`dtrain snapshot restore --dry-run`)."""
+        _check_restore(name, to, in_place)
+        return self._render_restore(name, to=to, in_place=in_place)
 
     def delete_snapshot(self, name: str) -> FreedInfo:
         return self._delete_snapshot(name)
@@ -397,11 +428,25 @@ class Backend(abc.ABC):
     def _delete_snapshot(self, name: str) -> FreedInfo: ...
 
     # ---- optional hooks: a backend without the feature keeps these ----------------------
+    def _exec(self, name: str, command: list[str], *, rank: int) -> int:
+        raise self._not_supported("'dtrain exec'")
+
+    def _purge(self, name: str) -> None:
+        """Forget a deleted job. Backends whose delete already removes the object keep this no-op."""
+
     def _render(self, spec: JobSpec) -> list[dict[str, Any]]:
         raise self._not_supported("a dry run (--dry-run)")
 
     def _artifacts(self, name: str, *, to: Path) -> Path:
         raise self._not_supported("'artifacts'", "copy the model from the volume the job wrote it to")
+    def _render_volume(self, name: str, *, size: str, storage_class: str | None) -> list[dict[str, Any]]:
+        raise self._not_supported("a dry run of 'volume create'")
+
+    def _render_snapshot(self, volume: str, *, name: str | None, job: str | None) -> list[dict[str, Any]]:
+        raise self._not_supported("a dry run of 'snapshot create'")
+
+    def _render_restore(self, name: str, *, to: str | None, in_place: bool) -> list[dict[str, Any]]:
+        raise self._not_supported("a dry run of 'snapshot restore'")
 
     def _create_project(self, name: str, *, gpu_quota: int | None) -> None:
         raise self._not_supported("projects")
@@ -427,6 +472,32 @@ class Backend(abc.ABC):
     def _not_supported(self, what: str, why: str = "") -> NotSupportedError:
         return NotSupportedError(f"the {self.name} backend does not support {what}"
                                  + (f" ({why})" if why else "") + "; use --backend local or another backend")
+
+
+def _check_new_volume(name: str, size: str, storage_class: str | None) -> None:
+    check_name(name, "volume")
+    parse_volume_size(size)
+    if storage_class is not None:
+        check_storage_class(storage_class)
+
+
+def _check_new_snapshot(name: str | None, job: str | None) -> None:
+    if name is not None:
+        check_name(name, "snapshot")
+    if job is not None:
+        check_name(job, "job")
+
+
+def _check_restore(name: str, to: str | None, in_place: bool) -> None:
+    if (to is None) == (not in_place):
+        raise SpecError(f"say where to restore snapshot {name!r}: --to NEW_VOLUME (a clone) or "
+                        f"--in-place (roll the volume back)")
+    if to is not None:
+        check_name(to, "volume")
+
+
+def _whole(n) -> bool:
+    return isinstance(n, int) and not isinstance(n, bool)
 
 
 class TimeoutError_(DtrainError, TimeoutError):

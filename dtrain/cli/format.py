@@ -80,3 +80,15 @@ def mapping(data: dict, indent: int = 0) -> str:
         else:
             lines.append(f"{pad}{key}: {'-' if value is None else value}")
     return "\n".join(lines)
+
+
+def plain_yaml(*docs) -> str:
+    """YAML as a person writes it and `kubectl apply -f -` takes: no &anchors / *aliases (a value
+    shared by two fields is written out twice), keys in the order given, documents split by ---."""
+    import yaml
+
+    class _Plain(yaml.SafeDumper):
+        def ignore_aliases(self, data):
+            return True
+
+    return yaml.dump_all(docs, Dumper=_Plain, sort_keys=False, default_flow_style=False)

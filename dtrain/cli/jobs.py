@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 from pathlib import Path
 
-import yaml
-
 from dtrain.cli import format as fmt
-from dtrain.client import Client
-from dtrain.errors import SpecError
-from dtrain.spec import JobSpec, parse_env, parse_pvc
+from dtrain.client import Client, TimeoutError_
+from dtrain.errors import NotFoundError, SpecError
+from dtrain.spec import JobSpec, parse_env, parse_pvc, yaml_mapping
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
 
 # flag dest -> spec field, for flags that map one to one
@@ -34,13 +33,15 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
     p.add_argument("--pvc", action="append", metavar="SPEC",
                    help="VOLUME:MOUNT[:ro] for an existing volume, CLASS:SIZE:MOUNT for a new one (repeat)")
     p.add_argument("--large-shm", action="store_const", const=True, help="a large in-memory /dev/shm")
+    p.add_argument("--json", action="store_true", help="print the submitted job as one JSON object")
     p.add_argument("--working-dir", help="working directory of the command")
     p.add_argument("-p", "--project", help="project (default: 'dtrain config project')")
     p.add_argument("--backend", choices=["local", "kubernetes", "sagemaker"], help="where to run (default from config)")
     p.add_argument("--max-restarts", type=int, help="restarts of the job after a failure")
     p.add_argument("--snapshot-on-success", metavar="VOLUME", help="snapshot VOLUME when the job succeeds")
     p.add_argument("-i", "--image", help="container image (Kubernetes)")
-    p.add_argument("--image-pull-policy", choices=["Always", "IfNotPresent", "Never"])
+    p.add_argument("--image-pull-policy", choices=["Always", "IfNotPresent", "Never"],
+                   help="when the node pulls the image (Kubernetes)")
     p.add_argument("--image-pull-secret", action="append", help="image pull secret (repeat)")
     p.add_argument("--dry-run", action="store_true",
                    help="print what would run (Kubernetes: the YAML; SageMaker: the requests as JSON) and stop")
@@ -102,16 +103,11 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     """Flags, a YAML file, or both -> the one JobSpec. Flags win over the file."""
     data: dict = {}
     if args.file:
-        path = Path(args.file)
         try:
-            data = yaml.safe_load(path.read_text()) or {}
+            raw = Path(args.file).read_bytes()
         except OSError as err:
             raise SpecError(f"cannot read job file {args.file!r}: {err.strerror}") from None
-        except yaml.YAMLError as err:
-            raise SpecError(f"job file {args.file!r} is not valid YAML: {err}") from None
-        if not isinstance(data, dict):
-            raise SpecError(f"job file {args.file!r} must hold a mapping of fields (name:, command:, ...)")
-        data = dict(data)
+        data = dict(yaml_mapping(raw, f"job file {args.file!r}", "name: train"))
     if args.name:
         data["name"] = args.name
     if "name" not in data:
@@ -136,6 +132,8 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     if command:
         data["command"] = command
     data.setdefault("project", client.default_project)
+    if isinstance(data["project"], str):  # the configured backend of the project, as `list` uses
+        data.setdefault("backend", client.config.backend_for(data["project"]))
     return JobSpec.from_dict(data)
 
 
@@ -144,6 +142,9 @@ def cmd_submit(args, command: list[str], client: Client, launcher: str | None = 
     if args.dry_run:
         return _dry_run(spec, client)
     info = client.submit(spec)
+    if args.json:
+        print(json.dumps(info.to_dict()))
+        return 0
     print(f"The job '{info.name}' has been submitted successfully ({info.spec.kind}, "
           f"{info.spec.processes} process{'es' if info.spec.processes > 1 else ''}, backend {info.backend})")
     print(f"You can run `dtrain describe job {info.name}` to check the job status")
@@ -155,12 +156,14 @@ def _dry_run(spec: JobSpec, client: Client) -> int:
     if spec.backend == "sagemaker":
         print(json.dumps(requests, indent=2))  # the requests exactly as boto3 would send them
     else:
-        print(yaml.safe_dump_all(requests, sort_keys=False), end="")
+        print(fmt.plain_yaml(*requests), end="")
     return 0
 
 
 def cmd_list(args, client: Client) -> int:
     jobs = client.list(project=None if args.all_projects else (args.project or client.default_project))
+    if not args.show_deleted:
+        jobs = [j for j in jobs if j.status.value != "Deleted"]
     if args.json:
         print(json.dumps([j.to_dict() for j in jobs], indent=2))
         return 0
@@ -172,11 +175,20 @@ def cmd_list(args, client: Client) -> int:
     return 0
 
 
+def _job_names(words: list[str], verb: str) -> list[str]:
+    """Run:AI writes the noun (`delete job X`); kubectl-style bare names work too."""
+    if len(words) > 1 and words[0] in ("job", "jobs"):
+        return words[1:]
+    if words and words[0] in ("volume", "snapshot", "project"):
+        raise SpecError(f"'dtrain {verb}' is for jobs: use 'dtrain {words[0]} {verb} NAME'")
+    return words
+
+
 def cmd_describe(args, client: Client) -> int:
-    if args.kind not in ("job", "jobs"):
-        raise SpecError(f"cannot describe {args.kind!r}: use 'dtrain describe job NAME' "
-                        f"(volumes: 'dtrain volume describe', snapshots: 'dtrain snapshot describe')")
-    info = client.get(args.name)
+    names = _job_names(args.names, "describe")
+    if len(names) != 1:
+        raise SpecError("describe one job: dtrain describe job NAME")
+    info = client.get(names[0])
     if args.json:
         print(json.dumps(info.to_dict(), indent=2))
         return 0
@@ -198,7 +210,7 @@ def cmd_describe(args, client: Client) -> int:
         head["Spot saving"] = f"{info.extra['spot_saving_percent']:.1f}%"
     print(fmt.mapping(head))
     print("Spec:")
-    print(fmt.mapping(info.spec.to_dict(), 2))
+    print(fmt.mapping({**info.spec.to_dict(), "command": shlex.join(info.spec.command)}, 2))
     print("Processes:")
     print(_indent(fmt.table(["RANK", "STATUS", "EXIT CODE", "DEVICES", "NODE"],
                             [[p.rank, p.status, "-" if p.exit_code is None else p.exit_code,
@@ -219,6 +231,10 @@ def cmd_logs(args, client: Client) -> int:
     info = client.get(args.name)
     many = rank is None and info.spec.processes > 1
     for line in client.logs(args.name, rank=rank, tail=args.tail, since=since, follow=args.follow):
+        if args.json:
+            sys.stdout.write(json.dumps({"rank": line.rank, "time": line.time, "text": line.text}) + "\n")
+            sys.stdout.flush()
+            continue
         prefix = (fmt.when(line.time) + " " if args.timestamps else "") + (f"[rank {line.rank}] " if many else "")
         sys.stdout.write(prefix + line.text + "\n")
         sys.stdout.flush()
@@ -232,9 +248,19 @@ def _rank(text: str) -> int:
 
 
 def cmd_delete(args, client: Client) -> int:
-    for name in args.names:
-        info = client.delete(name)
-        print(f"The job '{name}' has been deleted ({info.status.value})")
+    names = list(dict.fromkeys(_job_names(args.names, "delete")))
+    missing = []
+    for name in names:  # every name is checked before anything is deleted
+        try:
+            client.get(name)
+        except NotFoundError:
+            missing.append(name)
+    if missing:
+        raise NotFoundError(f"no job named {', '.join(map(repr, missing))}; nothing was deleted "
+                            f"(see 'dtrain list jobs --show-deleted')")
+    for name in names:
+        info = client.delete(name, purge=args.purge)
+        print(f"The job '{name}' has been " + ("purged" if args.purge else f"deleted ({info.status.value})"))
     return 0
 
 
@@ -242,11 +268,24 @@ def cmd_artifacts(args, client: Client) -> int:
     out = client.artifacts(args.name, to=args.to)
     print(f"The model of job '{args.name}' is in {out}")
     return 0
+def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
+    rank = 0 if args.rank is None else _rank(args.rank)
+    return client.exec(args.name, command, rank=rank)
+
+
+EXIT_TIMEOUT = 124  # `wait --timeout` ran out: the job goes on (the code GNU timeout uses)
 
 
 def cmd_wait(args, client: Client) -> int:
-    info = client.wait(args.name, timeout=args.timeout)
-    print(f"{info.name}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
+    try:
+        info = client.wait(args.name, timeout=args.timeout)
+    except TimeoutError_ as err:
+        print(f"dtrain: {err}", file=sys.stderr)
+        return EXIT_TIMEOUT
+    if args.json:
+        print(json.dumps(info.to_dict()))
+    else:
+        print(f"{info.name}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
     return 0 if info.status.value == "Succeeded" else 1
 
 
@@ -260,32 +299,42 @@ def register(sub) -> None:
         p.set_defaults(handler=cmd_submit, takes_command=True,
                        launcher_for="mpi" if mpi else ("dist" if dist else None))
     p = sub.add_parser("list", help="list jobs")
-    p.add_argument("what", nargs="?", default="jobs", choices=["jobs"])
-    p.add_argument("-p", "--project")
-    p.add_argument("-A", "--all-projects", action="store_true")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("what", nargs="?", default="jobs", choices=["jobs"], help="what to list (jobs)")
+    p.add_argument("-p", "--project", help="this project's jobs (default: the configured project)")
+    p.add_argument("-A", "--all-projects", action="store_true", help="jobs of every project")
+    p.add_argument("--show-deleted", action="store_true", help="also list deleted jobs")
+    p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(handler=cmd_list)
-    p = sub.add_parser("describe", help="describe a job: spec, status history, processes")
-    p.add_argument("kind", help="job")
-    p.add_argument("name")
-    p.add_argument("--json", action="store_true")
+    p = sub.add_parser("describe", help="describe a job: spec, status history, processes",
+                       usage="dtrain describe [job] NAME [--json]")
+    p.add_argument("names", nargs="+", metavar="[job] NAME", help="the job (the word 'job' is optional)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(handler=cmd_describe)
     p = sub.add_parser("logs", help="print a job's logs")
-    p.add_argument("name")
-    p.add_argument("-f", "--follow", action="store_true")
-    p.add_argument("-t", "--tail", type=int, metavar="N")
+    p.add_argument("name", help="the job")
+    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the job ends")
+    p.add_argument("-t", "--tail", type=int, metavar="N", help="only the last N lines")
     p.add_argument("--rank", help="a process rank, or 'all' (default: all)")
     p.add_argument("--since", help="only lines newer than a duration (10m) or a time")
-    p.add_argument("--timestamps", action="store_true")
+    p.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
+    p.add_argument("--json", action="store_true", help="one JSON object per line: rank, time, text")
     p.set_defaults(handler=cmd_logs)
-    p = sub.add_parser("delete", help="stop and delete jobs")
-    p.add_argument("names", nargs="+", metavar="NAME")
+    p = sub.add_parser("delete", help="stop and delete jobs", usage="dtrain delete [job] NAME [NAME...] [--purge]")
+    p.add_argument("names", nargs="+", metavar="[job] NAME", help="the jobs (the word 'job' is optional)")
+    p.add_argument("--purge", action="store_true", help="also forget the job: its record, events and logs")
     p.set_defaults(handler=cmd_delete)
     p = sub.add_parser("artifacts", help="copy a job's model folder (SageMaker: model.tar.gz, unpacked) to a folder")
-    p.add_argument("name")
+    p.add_argument("name", help="the job")
     p.add_argument("--to", required=True, metavar="DIR", help="a new (or empty) folder")
     p.set_defaults(handler=cmd_artifacts)
-    p = sub.add_parser("wait", help="wait until a job ends; exit 0 if it succeeded")
-    p.add_argument("name")
-    p.add_argument("--timeout", type=float)
+    p = sub.add_parser("exec", help="run a command beside a running job's process (its volumes, environment)",
+                       usage="dtrain exec NAME [--rank R] -- COMMAND [ARGS...]")
+    p.add_argument("name", help="the job (it must be Running)")
+    p.add_argument("--rank", help="which process (default 0)")
+    p.set_defaults(handler=cmd_exec, takes_command=True, launcher_for=None)
+    p = sub.add_parser("wait", help=f"wait until a job ends; exit 0 if it succeeded, 1 if not, "
+                                    f"{EXIT_TIMEOUT} if --timeout ran out")
+    p.add_argument("name", help="the job")
+    p.add_argument("--timeout", type=float, help="give up after this many seconds (exit code 124)")
+    p.add_argument("--json", action="store_true", help="print the finished job as one JSON object")
     p.set_defaults(handler=cmd_wait)

@@ -7,24 +7,29 @@ import importlib
 import json
 import sys
 
+from dtrain import __version__
 from dtrain.cli import format as fmt
 from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.config import BACKENDS
-from dtrain.errors import DtrainError, SpecError
+from dtrain.errors import DtrainError, NotFoundError, SpecError
 
-# Workload commands are passed through to the workload's own `main(argv)`: the same code runs
-# under plain torchrun as `python -m dtrain.workloads.<w>` without the platform.
+# Workload commands: (group, verb) -> (module, function, help). The function is the module's
+# own `main(argv)`, so the same code runs under plain torchrun as `python -m dtrain.workloads.<w>`
+# without the platform. Their flags are parsed by that function's parser, imported only when the
+# verb runs: importing every workload (torch) to build `dtrain`'s parser would slow every command.
 WORKLOADS = {
-    ("lanes", "prepare"): "dtrain.workloads.lanes.prepare",
-    ("lanes", "synth"): "dtrain.workloads.lanes.synth",
-    ("lanes", "train"): "dtrain.workloads.lanes.train",
-    ("lanes", "predict"): "dtrain.workloads.lanes.predict",
-    ("lanes", "evaluate"): "dtrain.workloads.lanes.metric",
-    ("cifar10", "train"): "dtrain.workloads.cifar10.train",
-    ("cifar10", "synth"): "dtrain.workloads.cifar10.data",
-    ("bench", "scaling"): "dtrain.bench.scaling",
+    ("lanes", "prepare"): ("dtrain.workloads.lanes.prepare", "main", "download, check and preprocess TuSimple"),
+    ("lanes", "synth"): ("dtrain.workloads.lanes.synth", "main", "write a synthetic TuSimple-format dataset"),
+    ("lanes", "train"): ("dtrain.workloads.lanes.train", "main", "train SCNN (data parallel under torchrun)"),
+    ("lanes", "predict"): ("dtrain.workloads.lanes.predict", "main", "predict lanes of a split, draw overlays"),
+    ("lanes", "evaluate"): ("dtrain.workloads.lanes.metric", "main", "the official TuSimple metric of a submission"),
+    ("cifar10", "train"): ("dtrain.workloads.cifar10.train", "main", "train the CIFAR10 reference CNN (DDP)"),
+    ("cifar10", "synth"): ("dtrain.workloads.cifar10.data", "synth_main", "write a synthetic CIFAR10 dataset"),
+    ("bench", "scaling"): ("dtrain.bench.scaling", "main", "the same training at 1..N processes, timed"),
 }
+GROUP_HELP = {"lanes": "SCNN lane detection on TuSimple", "cifar10": "the CIFAR10 DDP reference workload",
+              "bench": "benchmarks run through the platform"}
 
 
 def cmd_config(args, client: Client) -> int:
@@ -39,6 +44,10 @@ def cmd_config(args, client: Client) -> int:
     if args.value is None:
         raise SpecError(f"'dtrain config {args.what}' needs a value, e.g. dtrain config {args.what} NAME")
     if args.what == "project":
+        known = [p.name for p in client.list_projects()]
+        if args.value != "default" and args.value not in known:
+            raise NotFoundError(f"no project named {args.value!r}; create it first with "
+                                f"'dtrain project create {args.value}' (projects: {', '.join(known) or 'none'})")
         client.set_default_project(args.value)
         print(f"Project '{args.value}' has been set as the default project")
     else:
@@ -49,9 +58,14 @@ def cmd_config(args, client: Client) -> int:
 
 def cmd_project(args, client: Client) -> int:
     if args.action == "create":
+        existed = args.name in {p.name for p in client.list_projects()}
+        if existed and args.gpu_quota is None:
+            print(f"project '{args.name}' already exists (unchanged)")
+            return 0
         client.create_project(args.name, gpu_quota=args.gpu_quota)
-        print(f"project '{args.name}' created" + (f" with a GPU quota of {args.gpu_quota}"
-                                                 if args.gpu_quota is not None else ""))
+        quota = f" with a GPU quota of {args.gpu_quota}" if args.gpu_quota is not None else ""
+        print(f"project '{args.name}' " + (f"already exists; its GPU quota is now {args.gpu_quota}" if existed
+                                           else f"created{quota}"))
         return 0
     projects = client.list_projects()
     if args.json:
@@ -82,11 +96,20 @@ def cmd_nodes(args, client: Client) -> int:
     return 0
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, with usage errors on one line like every other dtrain error (exit 2)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dtrain", description="Distributed training on one machine or a cluster.")
+    parser = Parser(prog="dtrain", description="Distributed training on one machine or a cluster.")
     parser.add_argument("--home", help="state folder (default $DTRAIN_HOME or ~/.dtrain)")
     parser.add_argument("--backend", dest="default_backend", choices=list(BACKENDS),
                         help="backend for this command (default from config), e.g. dtrain --backend sagemaker list")
+    parser.add_argument("--version", action="version", version=f"dtrain {__version__}",
+                        help="print dtrain's version and exit")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
     jobs.register(sub)
     storage.register(sub)
@@ -94,8 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
     server.register(sub)
     notebook.register(sub)
     p = sub.add_parser("config", help="set the default project or backend; SageMaker settings")
-    p.add_argument("what", choices=["project", "backend", "sagemaker"])
-    p.add_argument("value", nargs="?")
+    p.add_argument("what", choices=["project", "backend", "sagemaker"], help="what to set")
+    p.add_argument("value", nargs="?",
+                   help="a project that exists ('dtrain project list'), or local / kubernetes / sagemaker")
     p.add_argument("-p", "--project", help="with 'backend': only for this project")
     g = p.add_argument_group("with 'sagemaker' (credentials come from boto3's chain and are never stored)")
     g.add_argument("--role", help="IAM role ARN SageMaker assumes")
@@ -108,22 +132,33 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--security-groups", nargs="+", metavar="SG", help="VPC security groups")
     p.set_defaults(handler=cmd_config)
     p = sub.add_parser("project", help="create and list projects (GPU quotas)")
-    ps = p.add_subparsers(dest="action", required=True)
-    c = ps.add_parser("create")
-    c.add_argument("name")
-    c.add_argument("--gpu-quota", type=int)
-    c = ps.add_parser("list")
-    c.add_argument("--json", action="store_true")
+    ps = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = ps.add_parser("create", help="create a project, or change its GPU quota")
+    c.add_argument("name", help="project name (lower-case letters, digits, '-')")
+    c.add_argument("--gpu-quota", type=int, help="GPUs the project's running jobs may hold together")
+    c = ps.add_parser("list", help="projects, quotas, GPUs in use, jobs")
+    c.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(handler=cmd_project)
-    p = sub.add_parser("nodes", help="nodes and their GPUs: allocation, utilization, memory")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_nodes)
-    p = sub.add_parser("top", help="alias of 'nodes': the GPU dashboard")
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(handler=cmd_nodes)
-    for group in dict.fromkeys(g for g, _ in WORKLOADS):  # listed in --help; main() dispatches them
-        sub.add_parser(group, help=f"{group} commands: {', '.join(v for g, v in WORKLOADS if g == group)}")
+    for verb, text in (("nodes", "nodes and their GPUs: allocation, utilization, memory"),
+                       ("top", "alias of 'nodes': the GPU dashboard")):
+        p = sub.add_parser(verb, help=text)
+        p.add_argument("--json", action="store_true", help="print a JSON list")
+        p.set_defaults(handler=cmd_nodes)
+    _add_workloads(sub)
     return parser
+
+
+def _add_workloads(sub) -> None:
+    groups = {}
+    for (group, verb), (module, func, text) in WORKLOADS.items():
+        if group not in groups:
+            g = sub.add_parser(group, help=GROUP_HELP[group], description=GROUP_HELP[group])
+            groups[group] = g.add_subparsers(dest="workload_verb", required=True, metavar="COMMAND")
+        # No option of its own (prefix_chars that no flag uses): every word, --help included, goes
+        # to the workload's parser, which prints its own help and errors.
+        leaf = groups[group].add_parser(verb, help=text, add_help=False, prefix_chars="\0")
+        leaf.add_argument("workload_argv", nargs=argparse.REMAINDER)
+        leaf.set_defaults(handler=None, workload=(module, func))
 
 
 def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -136,11 +171,13 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        if len(argv) >= 1 and argv[0] in {g for g, _ in WORKLOADS}:
-            return _workload(argv)
         head, command = split_command(argv)
         args = build_parser().parse_args(head)
-        client = Client(home=args.home, backend=args.default_backend)
+        if getattr(args, "workload", None):
+            module, func = args.workload
+            rest = args.workload_argv + (["--", *command] if "--" in argv else [])
+            return getattr(importlib.import_module(module), func)(rest) or 0
+        client = Client(home=args.home, backend=getattr(args, "storage_backend", None) or args.default_backend)
         if getattr(args, "takes_command", False):
             return args.handler(args, command, client, args.launcher_for)
         if command:
@@ -153,16 +190,6 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
-
-
-def _workload(argv: list[str]) -> int:
-    group = argv[0]
-    verbs = sorted(v for g, v in WORKLOADS if g == group)
-    if len(argv) < 2 or (group, argv[1]) not in WORKLOADS:
-        print(f"usage: dtrain {group} {{{','.join(verbs)}}} ...", file=sys.stderr)
-        return 0 if len(argv) >= 2 and argv[1] in ("-h", "--help") else 2
-    module = importlib.import_module(WORKLOADS[(group, argv[1])])
-    return module.main(argv[2:]) or 0
 
 
 if __name__ == "__main__":

@@ -52,7 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("pipeline", help="Kubeflow pipelines: list, compile to KFP YAML, run here")
     verbs = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = verbs.add_parser("list", help="the shipped pipelines and their parameters")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print a JSON list")
     c.set_defaults(handler=cmd_list)
     for verb, handler, help_ in (("compile", cmd_compile, "write the KFP IR YAML a KFP 2 server accepts"),
                                  ("run", cmd_run, "run on this machine with KFP's local runner")):
@@ -61,7 +61,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         c.add_argument("--module", metavar="FILE.py:FUNC", help="your own @dsl.pipeline function instead")
         c.set_defaults(handler=handler)
         if verb == "compile":
-            c.add_argument("-o", "--output", required=True, metavar="FILE.yaml")
+            c.add_argument("-o", "--output", required=True, metavar="FILE.yaml",
+                           help="where to write the compiled pipeline (KFP IR YAML)")
         else:
             c.add_argument("--param", action="append", metavar="KEY=VALUE", help="a pipeline parameter (repeat)")
             c.add_argument("--root", help="where step outputs go (default $DTRAIN_HOME/pipelines)")

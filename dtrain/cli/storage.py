@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import sys
 
-import yaml
-
 from dtrain.cli import format as fmt
 from dtrain.client import Client
 
@@ -36,20 +34,25 @@ def _print(records, text: str, as_json: bool) -> None:
 
 
 def cmd_volume(args, client: Client) -> int:
-    if args.action == "create":
+    if args.action == "create" and args.dry_run:
+        print(fmt.plain_yaml(*client.render_volume(args.name, size=args.size, storage_class=args.storage_class)),
+              end="")
+    elif args.action == "delete" and args.dry_run:
+        client.get_volume(args.name)  # an unknown volume is an error in a dry run too
+        print(f"volume '{args.name}' would be deleted (dry run)")
+    elif args.action == "create":
         v = client.create_volume(args.name, size=args.size, storage_class=args.storage_class)
         print(f"volume '{v.name}' created ({v.size}, class {v.storage_class or 'default'})")
     elif args.action == "list":
         vols = client.list_volumes()
-        rows = [[v.name, v.storage_class or "-", v.size, v.status, v.origin_snapshot or "-", fmt.age(v.created)]
-                for v in vols]
-        _print(vols, fmt.table(["NAME", "CLASS", "SIZE", "STATUS", "FROM SNAPSHOT", "AGE"], rows), args.json)
+        rows = [[v.name, v.storage_class or "-", v.size, fmt.size(v.used_bytes), v.status, v.origin_snapshot or "-",
+                 fmt.age(v.created)] for v in vols]
+        _print(vols, fmt.table(["NAME", "CLASS", "SIZE", "USED", "STATUS", "FROM SNAPSHOT", "AGE"], rows), args.json)
     elif args.action == "describe":
         v = client.get_volume(args.name)
         _print(v, fmt.mapping(v.to_dict() | {"created": fmt.when(v.created)}), args.json)
     elif args.action == "update" and args.dry_run:
-        print(yaml.safe_dump(client.render_volume_update(args.name, storage_class=args.storage_class),
-                             sort_keys=False), end="")
+        print(fmt.plain_yaml(client.render_volume_update(args.name, storage_class=args.storage_class)), end="")
     elif args.action == "update":
         v = client.update_volume(args.name, storage_class=args.storage_class)
         where = v.extra.get("path") or v.extra.get("volume_attributes_class") and \
@@ -63,7 +66,11 @@ def cmd_volume(args, client: Client) -> int:
 
 def cmd_snapshot(args, client: Client) -> int:
     a = args.action
-    if a == "create":
+    if a == "create" and args.dry_run:
+        print(fmt.plain_yaml(*client.render_snapshot(args.volume, name=args.name, job=args.job)), end="")
+    elif a == "restore" and args.dry_run:
+        print(fmt.plain_yaml(*client.render_restore(args.name, to=args.to, in_place=args.in_place)), end="")
+    elif a == "create":
         s = client.create_snapshot(args.volume, name=args.name, job=args.job, progress=_progress())
         print(f"snapshot '{s.name}' of volume '{s.volume}' created"
               + (f", linked to job '{s.job}'" if s.job else "")
@@ -112,50 +119,69 @@ def _freed(freed) -> str:
 
 def register(sub) -> None:
     p = sub.add_parser("volume", help="create, list, describe and delete volumes")
-    vs = p.add_subparsers(dest="action", required=True)
-    c = vs.add_parser("create")
-    c.add_argument("name")
-    c.add_argument("--size", default="10Gi")
-    c.add_argument("--class", dest="storage_class")
+    vs = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = vs.add_parser("create", help="an empty volume")
+    c.add_argument("name", help="volume name (lower-case letters, digits, '-')")
+    c.add_argument("--size", default="10Gi", help="a quantity such as 100Gi (default 10Gi)")
+    c.add_argument("--class", dest="storage_class", help="storage class (local: 'local'; Kubernetes: a StorageClass)")
     c = vs.add_parser("update", help="change a volume's storage class (performance tier) in place")
-    c.add_argument("name")
+    c.add_argument("name", help="the volume")
     c.add_argument("--class", dest="storage_class", required=True,
                    help="local: a class of config.yaml's storage_classes; Kubernetes: a VolumeAttributesClass")
     c.add_argument("--dry-run", action="store_true", help="print the PVC patch (Kubernetes) or the planned move")
-    for verb in ("list", "describe", "delete"):
-        c = vs.add_parser(verb)
+    for verb, text in (("list", "volumes, sizes, space used"), ("describe", "one volume"),
+                       ("delete", "delete a volume and its data")):
+        c = vs.add_parser(verb, help=text)
         if verb != "list":
-            c.add_argument("name")
+            c.add_argument("name", help="the volume")
         if verb == "delete":
             c.add_argument("--force", action="store_true", help="delete even while a job uses it")
         else:
-            c.add_argument("--json", action="store_true")
+            c.add_argument("--json", action="store_true", help="print JSON")
+    for verb in ("create", "delete"):
+        _dry_run_flag(vs.choices[verb])
+    for c in vs.choices.values():
+        _backend_flag(c)
     p.set_defaults(handler=cmd_volume)
 
     p = sub.add_parser("snapshot", help="point-in-time snapshots of volumes")
-    ss = p.add_subparsers(dest="action", required=True)
-    c = ss.add_parser("create")
-    c.add_argument("volume")
-    c.add_argument("--name")
+    ss = p.add_subparsers(dest="action", required=True, metavar="ACTION")
+    c = ss.add_parser("create", help="snapshot a volume now")
+    c.add_argument("volume", help="the volume")
+    c.add_argument("--name", help="snapshot name (default: VOLUME-<time>)")
     c.add_argument("--job", help="link the snapshot to this job")
-    c = ss.add_parser("list")
-    c.add_argument("--volume")
-    c.add_argument("--job")
-    c.add_argument("--json", action="store_true")
-    c = ss.add_parser("describe")
-    c.add_argument("name")
-    c.add_argument("--json", action="store_true")
-    c = ss.add_parser("restore")
-    c.add_argument("name")
-    c.add_argument("--to", metavar="NEW_VOLUME")
-    c.add_argument("--in-place", action="store_true")
-    c = ss.add_parser("delete")
-    c.add_argument("name")
-    c = ss.add_parser("verify")
+    c = ss.add_parser("list", help="snapshots, newest last")
+    c.add_argument("--volume", help="only this volume's snapshots")
+    c.add_argument("--job", help="only snapshots linked to this job")
+    c.add_argument("--json", action="store_true", help="print a JSON list")
+    c = ss.add_parser("describe", help="one snapshot: volume, job, lineage, size")
+    c.add_argument("name", help="the snapshot")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c = ss.add_parser("restore", help="into a new volume (--to) or in place (--in-place)")
+    c.add_argument("name", help="the snapshot")
+    c.add_argument("--to", metavar="NEW_VOLUME", help="create this volume from the snapshot (a clone)")
+    c.add_argument("--in-place", action="store_true", help="roll the snapshot's volume back to it")
+    c = ss.add_parser("delete", help="delete a snapshot; data no other snapshot holds is freed")
+    c.add_argument("name", help="the snapshot")
+    c = ss.add_parser("verify", help="re-hash stored data against the snapshot manifests")
     c.add_argument("name", nargs="?", help="one snapshot (default: the whole store)")
-    c.add_argument("--json", action="store_true")
-    c = ss.add_parser("diff")
-    c.add_argument("a")
-    c.add_argument("b")
-    c.add_argument("--json", action="store_true")
+    c.add_argument("--json", action="store_true", help="print one JSON object")
+    c = ss.add_parser("diff", help="files added, removed or changed between two snapshots")
+    c.add_argument("a", help="the older snapshot")
+    c.add_argument("b", help="the newer snapshot")
+    c.add_argument("--json", action="store_true", help="print a JSON list")
+    for verb in ("create", "restore"):
+        _dry_run_flag(ss.choices[verb])
+    for c in ss.choices.values():
+        _backend_flag(c)
     p.set_defaults(handler=cmd_snapshot)
+
+
+def _dry_run_flag(p) -> None:
+    p.add_argument("--dry-run", action="store_true", help="print what would be sent (Kubernetes: the YAML) and stop")
+
+
+def _backend_flag(p) -> None:
+    # main() builds the Client with this backend, so every storage verb goes there
+    p.add_argument("--backend", dest="storage_backend", choices=["local", "kubernetes"],
+                   help="where the volumes and snapshots are (default from config)")

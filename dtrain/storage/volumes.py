@@ -27,7 +27,7 @@ from pathlib import Path
 
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError, SpecError, StorageError
-from dtrain.names import check_name, check_storage_class, parse_size
+from dtrain.names import check_name, check_storage_class, parse_size, parse_volume_size
 from dtrain.storage import btrfs, fileio
 from dtrain.storage import manifest as mf
 from dtrain.storage.engine import Engine
@@ -83,7 +83,7 @@ class Storage:
         labels = _check_labels(labels)
         root = self.class_root(storage_class)
         if size is not None:
-            parse_size(size, "volume size")
+            parse_volume_size(size)
         if origin_snapshot is not None:
             return self._clone(self.get_snapshot(origin_snapshot), name, size=size,
                                storage_class=storage_class, labels=labels, progress=progress)
@@ -132,7 +132,7 @@ class Storage:
         in_use_by = [in_use_by] if isinstance(in_use_by, str) else list(in_use_by)
         if in_use_by and not force:
             raise ConflictError(f"volume {name!r} is in use by job(s) {', '.join(in_use_by)}: wait for "
-                                f"them to finish, cancel them (dtrain cancel JOB), or delete with --force")
+                                f"them to finish, stop them (dtrain delete JOB), or delete with --force")
         folder = vol.path.parent
         trash = folder.parent / f".trash-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         with db.transaction(self.conn):
@@ -289,7 +289,7 @@ class Storage:
             in_use_by = [in_use_by]
         if in_use_by:
             raise ConflictError(f"volume {vol.name!r} is in use by job(s) {', '.join(in_use_by)}: "
-                                f"wait for them to finish or cancel them before an in-place restore")
+                                f"wait for them to finish or stop them (dtrain delete JOB) before an in-place restore")
         self._collect()
         staging = self.volumes_dir / vol.name / f".restore-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:

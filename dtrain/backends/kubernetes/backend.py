@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any, Iterator
 
 from dtrain.backends.base import Backend, GpuInfo, JobInfo, JobStatus, LogLine, NodeInfo, ProjectInfo
-from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
+from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError
 from dtrain.spec import JobSpec, VolumeMount, parse_size
 
 from .client import (NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT,
@@ -38,7 +38,7 @@ from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LAB
                       VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
 from .render import render_job, resource_for
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace, render_success_snapshot
-from .status import job_info, newest_pod, pod_gpus, pod_index, procs_per_pod, spec_of
+from .status import job_info, newest_pod, pod_gpus, pod_index, procs_per_pod
 from .volumes import VolumeVerbs
 
 JOB_ORDER = tuple(JOB_RESOURCES.values())  # where `get NAME` looks, in this order
@@ -54,10 +54,12 @@ class KubernetesBackend(VolumeVerbs, Backend):
     name = "kubernetes"
     poll_interval = 1.0  # seconds between looks while `logs -f` waits for a pod to start
 
-    def __init__(self, config: KubernetesConfig | None = None, *, api_client: Any = None):
-        """`api_client`: a kubernetes.client.ApiClient; None builds one from the kubeconfig on first use."""
+    def __init__(self, config: KubernetesConfig | None = None, *, api_client: Any = None, exec_stream: Any = None):
+        """`api_client`: a kubernetes.client.ApiClient; None builds one from the kubeconfig on first use.
+        `exec_stream(namespace, pod, command) -> exit code`: None uses the official client's stream API."""
         self.config = config or KubernetesConfig()
         self._api_client = api_client
+        self._exec_stream = exec_stream
         self._api: KubeApi | None = None
 
     @property
@@ -204,6 +206,19 @@ class KubernetesBackend(VolumeVerbs, Backend):
             raise refused[0]
         raise NotFoundError(f"job {name!r} not found in namespace {self.namespace}: see 'dtrain list'")
 
+    def _exec(self, name: str, command: list[str], *, rank: int) -> int:
+        """`kubectl exec` into the pod that runs `rank` (a replica pod; packed ranks share one)."""
+        resource, obj = self._find(name)
+        index = rank // procs_per_pod(obj)
+        pods = [p for p in self._pods(name) if pod_index(resource.kind, obj, p) == index
+                and (p.get("status") or {}).get("phase") == "Running"]
+        if not pods:
+            raise ConflictError(f"no running pod holds rank {rank} of job {name!r}; see 'dtrain describe job {name}'")
+        pod = newest_pod(pods)["metadata"]["name"]
+        if self._exec_stream is not None:
+            return self._exec_stream(self.namespace, pod, command)
+        return self.api.exec(self.namespace, pod, command)
+
     def _pods(self, name: str) -> list[dict]:
         return self.api.pods(self.namespace, job_selector(name))
 
@@ -315,9 +330,6 @@ class KubernetesBackend(VolumeVerbs, Backend):
     def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
               follow: bool) -> Iterator[LogLine]:
         resource, obj = self._find(name)
-        spec = spec_of(obj)
-        if rank is not None and not 0 <= rank < spec.processes:
-            raise SpecError(f"job {name!r} has ranks 0..{spec.processes - 1}, not {rank}: pick one with --rank")
         sources = _log_sources(resource.kind, obj, self._pods(name), rank)
         query: dict[str, Any] = {"timestamps": True}
         if tail is not None and (rank is None or all(s.tags is None for s in sources)):

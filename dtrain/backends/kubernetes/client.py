@@ -191,6 +191,29 @@ class KubeApi:
     def running_pods_everywhere(self) -> list[dict]:
         return self.list(POD, None, field_selector="status.phase=Running")
 
+    def exec(self, namespace: str, pod: str, command: list[str]) -> int:
+        """Run a command in a pod's first container through the websocket exec API, copying its
+        output to ours; the command's exit code."""
+        import sys
+
+        from kubernetes.stream import stream
+
+        # stream() swaps the API object's transport for a websocket, so it gets its own CoreV1Api
+        core = type(self.core)(self.api_client)
+        try:
+            resp = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=command, stdin=False,
+                          stdout=True, stderr=True, tty=False, _preload_content=False)
+        except self._api_exception as err:
+            raise self._error(f"exec into pod {pod}", err) from None
+        while resp.is_open():
+            resp.update(timeout=1)
+            if resp.peek_stdout():
+                sys.stdout.write(resp.read_stdout())
+            if resp.peek_stderr():
+                sys.stderr.write(resp.read_stderr())
+        resp.close()
+        return resp.returncode or 0
+
     def pod_log(self, namespace: str, pod: str, *, follow: bool = False, **query: Any) -> Iterator[str]:
         """Lines of one pod's log ('<RFC 3339 time> <text>' with timestamps=True)."""
         resp = self.raw(f"read the log of pod {pod!r}", self.core.read_namespaced_pod_log, pod, namespace,

@@ -73,9 +73,12 @@ class VolumeVerbs:
 
     # ---------------------------------------------------------------- volumes
 
+    def _render_volume(self, name: str, *, size: str, storage_class: str | None) -> list[dict]:
+        return [render_volume(name, project=self.config.project, size=size, storage_class=storage_class,
+                              config=self.config)]
+
     def _create_volume(self, name: str, *, size: str, storage_class: str | None) -> VolumeInfo:
-        pvc = render_volume(name, project=self.config.project, size=size, storage_class=storage_class,
-                            config=self.config)
+        [pvc] = self._render_volume(name, size=size, storage_class=storage_class)
         self._ensure_namespace(self.namespace, self.config.project)
         try:
             return volume_info(self.api.create(pvc, PVC))
@@ -122,16 +125,21 @@ class VolumeVerbs:
 
     # ---------------------------------------------------------------- snapshots
 
-    def _create_snapshot(self, volume: str, *, name: str | None, job: str | None,
-                         progress: Progress | None) -> SnapshotInfo:
-        """Ask the CSI driver for a snapshot; it is taken asynchronously ('ready' turns True)."""
+    def _render_snapshot(self, volume: str, *, name: str | None, job: str | None) -> list[dict]:
+        """The VolumeSnapshot for `volume` (read, so that its size and class are recorded)."""
         pvc = self._pvc(volume)
         if name is None:
             name = f"{volume[:37].rstrip('-')}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
         spec = pvc.get("spec") or {}
-        snap = render_snapshot(name, volume, project=self.config.project, config=self.config, job=job,
-                               source_size=spec["resources"]["requests"]["storage"],
-                               source_class=spec.get("storageClassName"))
+        return [render_snapshot(name, volume, project=self.config.project, config=self.config, job=job,
+                                source_size=spec["resources"]["requests"]["storage"],
+                                source_class=spec.get("storageClassName"))]
+
+    def _create_snapshot(self, volume: str, *, name: str | None, job: str | None,
+                         progress: Progress | None) -> SnapshotInfo:
+        """Ask the CSI driver for a snapshot; it is taken asynchronously ('ready' turns True)."""
+        [snap] = self._render_snapshot(volume, name=name, job=job)
+        name = snap["metadata"]["name"]
         try:
             made = snapshot_info(self.api.create(snap, VOLUME_SNAPSHOT))
         except Missing as err:
@@ -164,8 +172,7 @@ class VolumeVerbs:
     def _get_snapshot(self, name: str) -> SnapshotInfo:
         return snapshot_info(self._snapshot(name))
 
-    def _restore_snapshot(self, name: str, *, to: str | None, in_place: bool,
-                          progress: Progress | None) -> VolumeInfo:
+    def _render_restore(self, name: str, *, to: str | None, in_place: bool) -> list[dict]:
         """A new PVC `to` provisioned from the snapshot; Kubernetes cannot roll a PVC back in place."""
         if in_place:
             raise SpecError(f"in-place restore of {name!r} is not possible on Kubernetes (a PVC cannot be "
@@ -175,8 +182,12 @@ class VolumeVerbs:
             raise ConflictError(f"volume {to!r} already exists in namespace {self.namespace}: "
                                 f"restore into a new name or delete it first")
         size, storage_class = self._restore_size(snap)
-        pvc = render_restore(name, to, project=self.config.project, size=size, storage_class=storage_class,
-                             config=self.config)
+        return [render_restore(name, to, project=self.config.project, size=size, storage_class=storage_class,
+                               config=self.config)]
+
+    def _restore_snapshot(self, name: str, *, to: str | None, in_place: bool,
+                          progress: Progress | None) -> VolumeInfo:
+        [pvc] = self._render_restore(name, to=to, in_place=in_place)
         made = volume_info(self.api.create(pvc, PVC))
         if progress:
             progress(1, 1)  # the provisioner fills the new PVC; it reads Bound when done
@@ -201,7 +212,7 @@ class VolumeVerbs:
             storage_class = storage_class or spec.get("storageClassName")
         if size is None:
             raise BackendError(f"cannot tell the size of snapshot {snap['metadata']['name']!r}: it is not ready "
-                               f"yet and its source volume is gone; retry when 'dtrain snapshot get' says Ready")
+                               f"yet and its source volume is gone; retry when 'dtrain snapshot describe' says Ready")
         return str(size), storage_class or self.config.storage_class
 
     def _delete_snapshot(self, name: str) -> FreedInfo:

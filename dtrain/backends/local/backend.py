@@ -17,6 +17,7 @@ import resource
 import shutil
 import signal
 import socket
+import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -34,7 +35,7 @@ from dtrain.backends.local.procs import Ident, signal_process, spawn_detached
 from dtrain.backends.local.store import ACTIVE, JobStore
 from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, parse_ident, rank_records, supervisor_token
 from dtrain.config import UserConfig, home_dir
-from dtrain.errors import ConflictError, NotFoundError, QuotaError
+from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError
 from dtrain.spec import JobSpec, NewVolume
 
 if TYPE_CHECKING:
@@ -78,6 +79,8 @@ class LocalBackend(Backend):
     # ---- submit ---------------------------------------------------------------------------
     def _submit(self, spec: JobSpec) -> JobInfo:
         cwd = spec.working_dir or os.getcwd()
+        if not os.path.isdir(cwd):  # the supervisor and the ranks start there, on this host
+            raise SpecError(f"--working-dir {cwd} is not a folder on this machine: give an existing folder")
         self._check_resources(spec)
         launch.check_tools(spec, cwd=cwd)
         self.store.check_free(spec.name)  # again in insert_job's transaction; here before volumes are made
@@ -270,6 +273,27 @@ class LocalBackend(Backend):
             raise ConflictError(f"{to} exists: pick a new --to folder")
         shutil.copytree(source, to, symlinks=True)  # links are copied as links, never followed
         return to
+    def _exec(self, name: str, command: list[str], *, rank: int) -> int:
+        """nsenter into the rank's mount namespace (bubblewrap's, when the job has volumes), in
+        its working folder, with its environment read from /proc."""
+        rec = {r.get("rank"): r for r in rank_records(self.home / "jobs" / name)}.get(rank) or {}
+        ident = Ident.from_record(rec)
+        pid = ident.pid if ident is not None else None
+        env = _environ(pid) if ident is not None and ident.alive() and rec.get("exit_code") is None else None
+        # The record's pid is trusted only while that process still carries this job's rank.
+        if env is None or env.get("DTRAIN_JOB_NAME") != name or env.get("RANK") != str(rank):
+            raise ConflictError(f"rank {rank} of job {name!r} is not running now; see 'dtrain describe job {name}'")
+        nsenter = shutil.which("nsenter")
+        if nsenter is None:
+            raise EnvironmentError_("dtrain exec needs nsenter (Debian package util-linux)")
+        argv = [nsenter, "--target", str(pid), "--mount", "--wd"]
+        if os.stat(f"/proc/{pid}/ns/user").st_ino != os.stat("/proc/self/ns/user").st_ino:
+            argv += ["--user", "--preserve-credentials"]  # bubblewrap run without root: a user namespace
+        return subprocess.run([*argv, "--", *command], env=env).returncode
+
+    def _purge(self, name: str) -> None:
+        self.store.purge(name)
+        shutil.rmtree(self.home / "jobs" / name, ignore_errors=True)
 
     def _nodes(self) -> list[NodeInfo]:
         gpus = inventory()
@@ -313,6 +337,21 @@ class LocalBackend(Backend):
                 if volume in {m.volume for m in spec.resolved_volumes()} | {spec.snapshot_volume}:
                     users.append(spec.name)
         return users
+
+    # A local dry run has no manifest to print: it says what would be made, after the same checks.
+    def _render_volume(self, name, *, size, storage_class):
+        return [{"backend": self.name, "create": "volume", "name": name, "size": size,
+                 "storage_class": storage_class or "local"}]
+
+    def _render_snapshot(self, volume, *, name, job):
+        self.storage.get_volume(volume)
+        return [{"backend": self.name, "create": "snapshot", "volume": volume,
+                 "name": name or f"{volume}-<UTC time>", "job": job}]
+
+    def _render_restore(self, name, *, to, in_place):
+        snap = self.storage.get_snapshot(name)
+        return [{"backend": self.name, "restore": name, "into": snap.volume if in_place else to,
+                 "in_place": in_place}]
 
     def _create_volume(self, name, *, size, storage_class):
         return self._volume(self.storage.create_volume(name, size=size, storage_class=storage_class or "local"))
@@ -392,8 +431,9 @@ class LocalBackend(Backend):
     def _volume(self, v: Volume) -> VolumeInfo:
         return VolumeInfo(name=v.name, backend=self.name, size=v.size, size_bytes=v.size_bytes,
                           storage_class=v.storage_class, created=v.created, origin_snapshot=v.origin_snapshot,
-                          labels=dict(v.labels), extra={"path": str(v.path), "uid": v.uid,
-                                                        "head_snapshot": v.head_snapshot, "snapshots": v.snapshots})
+                          used_bytes=_disk_usage(v.path), labels=dict(v.labels),
+                          extra={"path": str(v.path), "uid": v.uid, "head_snapshot": v.head_snapshot,
+                                 "snapshots": v.snapshots})
 
     def _snapshot(self, s: Snapshot) -> SnapshotInfo:
         return SnapshotInfo(name=s.name, backend=self.name, volume=s.volume, created=s.created, job=s.job,
@@ -418,3 +458,25 @@ def _limits_note(spec: JobSpec) -> str | None:
     if found.enforced:
         return f"{asked} per process, enforced ({found.detail})"
     return f"{asked} per process, {found.detail}"
+def _disk_usage(root: Path) -> int:
+    """Bytes the files under `root` take on disk, as `du` counts them (allocated blocks; a file
+    with several hard links once). It walks the folder, so `volume list` costs what `du` costs."""
+    seen, total = set(), 0
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            try:
+                st = os.lstat(os.path.join(folder, name))
+            except OSError:
+                continue  # removed while we walked
+            if (st.st_dev, st.st_ino) not in seen:
+                seen.add((st.st_dev, st.st_ino))
+                total += st.st_blocks * 512
+    return total
+
+
+def _environ(pid: int) -> dict[str, str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    return dict(item.split("=", 1) for item in raw.decode("utf-8", "replace").split("\0") if "=" in item)

@@ -23,8 +23,13 @@ def inventory(env=None) -> list[GpuInfo]:
     return _nvml() or _nvidia_smi() or []
 
 
+MAX_INJECTED = 1024  # an injected inventory is a test stand-in: keep it to a size a machine has
+
+
 def _injected(text: str) -> list[GpuInfo]:
     text = text.strip()
+    if text.isdigit() and int(text) > MAX_INJECTED or len(text) > 8 * MAX_INJECTED:
+        raise SpecError(f"invalid DTRAIN_GPUS={text[:20]!r}: at most {MAX_INJECTED} injected GPUs")
     if text.isdigit():
         return [GpuInfo(index=str(i), name="injected") for i in range(int(text))]
     ids = [t.strip() for t in text.split(",") if t.strip()]

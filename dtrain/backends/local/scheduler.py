@@ -22,23 +22,29 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
     """
     conn = store.conn
     with db.transaction(conn):
-        row = conn.execute("SELECT seq, status FROM jobs WHERE name=?", (spec.name,)).fetchone()
+        row = conn.execute("SELECT seq, status, message FROM jobs WHERE name=?", (spec.name,)).fetchone()
         if row is None or row["status"] != "Pending":
             return None
-        older = conn.execute("SELECT 1 FROM jobs WHERE project=? AND status='Pending' AND seq<? LIMIT 1",
-                             (spec.project, row["seq"])).fetchone()
-        if older is not None:
-            return None
+        reasons = []
+        older = conn.execute("SELECT COUNT(*) AS n FROM jobs WHERE project=? AND status='Pending' AND seq<?",
+                             (spec.project, row["seq"])).fetchone()["n"]
+        if older:
+            reasons.append(f"{_ordinal(older + 1)} in project {spec.project!r}'s queue")
         need = spec.gpus_requested
         quota = conn.execute("SELECT gpu_quota FROM projects WHERE name=?", (spec.project,)).fetchone()
         if quota is not None and quota["gpu_quota"] is not None:
             used = conn.execute("SELECT COUNT(*) AS n FROM allocations a JOIN jobs j ON a.job=j.name "
                                 "WHERE j.project=?", (spec.project,)).fetchone()["n"]
             if used + need > quota["gpu_quota"]:
-                return None
+                reasons.append(f"project quota {quota['gpu_quota']} GPUs, {used} in use")
         taken = {r["device"] for r in conn.execute("SELECT device FROM allocations")}
         free = [d for d in devices if d not in taken]
         if len(free) < need:
+            reasons.insert(0, f"needs {need} GPUs, {len(free)} free")
+        if reasons:  # say why it waits (describe, list); written only when the reason changes
+            message = "waiting: " + "; ".join(reasons)
+            if row["message"] != message:
+                store.update(spec.name, message=message)
             return None
         chosen = free[:need]
         conn.executemany("INSERT INTO allocations (device, job) VALUES (?, ?)", [(d, spec.name) for d in chosen])
@@ -46,6 +52,10 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
         # sees devices held by a Pending job, or a Running job without its devices.
         store.move(spec.name, "Running", "started on " + (", ".join(f"GPU {d}" for d in chosen) or "CPU"))
     return chosen
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def split_devices(devices: list[str], processes: int, gpu: int) -> list[list[str]]:

@@ -171,6 +171,12 @@ class JobStore:
                 extra = {} if restarts is None else {"restarts": restarts}
                 self.move(name, row["status"], message, **extra)
         return True
+    def purge(self, name: str) -> None:
+        """Forget a job that is no longer active (its row and events)."""
+        with db.transaction(self.conn):
+            self.conn.execute("DELETE FROM jobs WHERE name=? AND status NOT IN ('Pending', 'Running')", (name,))
+            self.conn.execute("DELETE FROM job_events WHERE job=? AND NOT EXISTS "
+                              "(SELECT 1 FROM jobs WHERE name=?)", (name, name))
 
     def add_event(self, name: str, status: str, message: str) -> None:
         self._event(name, status, message, time.time())

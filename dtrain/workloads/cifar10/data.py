@@ -240,12 +240,13 @@ def synth_main(argv: list[str] | None = None) -> int:
     """`python -m dtrain.workloads.cifar10 synth --out DIR [--format binary] ...`."""
     import argparse
 
-    p = argparse.ArgumentParser(prog="python -m dtrain.workloads.cifar10 synth", description=write_synthetic.__doc__)
+    p = argparse.ArgumentParser(prog="dtrain cifar10 synth", description=write_synthetic.__doc__)
     p.add_argument("--out", required=True, help="folder that receives cifar-10-batches-py/ or cifar-10-batches-bin/")
-    p.add_argument("--format", dest="fmt", choices=("python", "binary"), default="python")
+    p.add_argument("--format", dest="fmt", choices=("python", "binary"), default="python",
+                   help="the python pickles or the binary .bin files (default python)")
     p.add_argument("--n-train", type=int, default=5000, help="training images (default 5000)")
     p.add_argument("--n-test", type=int, default=1000, help="test images (default 1000)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     a = p.parse_args(argv)
     folder = write_synthetic(a.out, fmt=a.fmt, n_train=a.n_train, n_test=a.n_test, seed=a.seed)
     print(f"wrote {a.n_train} train and {a.n_test} test images to {folder}")

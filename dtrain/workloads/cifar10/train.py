@@ -94,7 +94,7 @@ def _sagemaker_defaults() -> dict[str, object]:
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    p = argparse.ArgumentParser(prog="python -m dtrain.workloads.cifar10 train", description=__doc__,
+    p = argparse.ArgumentParser(prog="dtrain cifar10 train", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     d = TrainConfig.__dataclass_fields__
 

@@ -17,10 +17,16 @@ Per frame, following the benchmark's ``evaluate/lane.py``:
 * a frame predicted in more than 200 ms, or with more than ``n_gt + 2`` lanes, scores
   accuracy 0, FP 0, FN 1.
 
-Dataset figures are plain means over the GT frames. Differences from the official script,
-all on inputs it would misjudge or crash on: predictions are matched to GT frames by
-``raw_file``, and a missing, duplicated or unknown frame, a lane whose length differs
-from the GT ``h_samples`` or a prediction with other ``h_samples`` raise ``DataError``.
+Dataset figures are plain means over the GT frames.
+
+A prediction file is read as the official ``bench_one_submit`` reads a submission: from each
+line it takes ``raw_file``, ``lanes`` and ``run_time``; the rows are the ground truth's
+``h_samples``, and x coordinates may be integers or floats (many published methods write
+floats). Differences, all on inputs the official script would misjudge or crash on:
+``run_time`` may be left out (then it counts as 0 ms); a missing, duplicated or unknown
+frame, a lane whose length differs from the GT ``h_samples``, a prediction that does give
+``h_samples`` but other ones than the ground truth, and a malformed line raise
+``DataError`` naming the file and line.
 
 CLI: ``dtrain lanes evaluate --pred P.json --gt G.json [--json]``.
 """
@@ -33,10 +39,12 @@ import math
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from dtrain.errors import DataError
+from dtrain.errors import DataError, NotFoundError
 from dtrain.workloads.lanes.tusimple import LaneLabel, read_labels
 
 PIXEL_THRESH = 20.0  # base tolerance in pixels for a near-vertical lane
@@ -66,7 +74,7 @@ def line_accuracy(pred: np.ndarray, gt: np.ndarray, thresh: float) -> float:
 
 
 def bench_frame(
-    pred: Sequence[Sequence[int]],
+    pred: Sequence[Sequence[float]],
     gt: Sequence[Sequence[int]],
     h_samples: Sequence[int],
     run_time: float | None = None,
@@ -103,15 +111,75 @@ def bench_frame(
     return total / n_gt, (fp / len(pred) if pred else 0.0), fn / n_gt
 
 
-def evaluate(preds: Sequence[LaneLabel], gts: Sequence[LaneLabel]) -> dict:
+@dataclass(frozen=True, kw_only=True)
+class Prediction:
+    """One line of a submission: the official evaluator's fields, plus where it was read."""
+
+    raw_file: str  # frame path, as in the ground truth
+    lanes: tuple[tuple[float, ...], ...]  # one x per GT h_sample row per lane; negative = no point
+    run_time: float | None = None  # ms per frame (None = not given, counts as 0)
+    h_samples: tuple[int, ...] | None = None  # only checked against the GT when given
+    where: str = ""  # "FILE:LINE" for error messages ("" when built in memory)
+
+
+def _is_number(v: object) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def parse_prediction(obj: object, where: str = "") -> Prediction:
+    """One decoded submission line -> Prediction (ValueError naming the bad field)."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    for key in ("raw_file", "lanes"):
+        if key not in obj:
+            raise ValueError(f"missing key {key!r}: a prediction line holds raw_file, lanes and run_time")
+    if not isinstance(obj["raw_file"], str) or not obj["raw_file"]:
+        raise ValueError(f"raw_file must be a non-empty string, got {obj['raw_file']!r}")
+    if not isinstance(obj["lanes"], list) or not all(isinstance(lane, list) for lane in obj["lanes"]):
+        raise ValueError("lanes must be a list of lists of x coordinates")
+    for i, lane in enumerate(obj["lanes"]):
+        bad = next((x for x in lane if not _is_number(x)), None)
+        if bad is not None:
+            raise ValueError(f"lanes[{i}] holds {bad!r}: x coordinates are numbers (-2 where there is no point)")
+    run_time = obj.get("run_time")
+    if run_time is not None and not _is_number(run_time):
+        raise ValueError(f"run_time must be a number of milliseconds, got {run_time!r}")
+    h = obj.get("h_samples")
+    if h is not None and (not isinstance(h, list) or not all(_is_number(y) and float(y).is_integer() for y in h)):
+        raise ValueError("h_samples, when given, must be a list of integer rows")
+    return Prediction(raw_file=obj["raw_file"], lanes=tuple(tuple(lane) for lane in obj["lanes"]),
+                      run_time=None if run_time is None else float(run_time),
+                      h_samples=None if h is None else tuple(int(y) for y in h), where=where)
+
+
+def read_predictions(path: str | os.PathLike) -> list[Prediction]:
+    """A submission file (JSON lines); blank lines are skipped, a bad line names its number."""
+    path = Path(path)
+    if not path.is_file():
+        raise NotFoundError(f"prediction file {path} does not exist: check the path or run `dtrain lanes predict`")
+    out = []
+    with path.open("r", encoding="utf-8", errors="replace") as f:
+        for lineno, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            try:
+                out.append(parse_prediction(json.loads(line), f"{path}:{lineno}"))
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{lineno}: bad JSON ({e.msg} at column {e.colno})") from None
+            except ValueError as e:
+                raise DataError(f"{path}:{lineno}: {e}") from None
+    return out
+
+
+def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel]) -> dict:
     """Mean TuSimple accuracy, FP and FN over the GT frames: {'accuracy', 'fp', 'fn', 'frames'}."""
     by_file: dict[str, LaneLabel] = {}
     gt_files = {g.raw_file for g in gts}
     for p in preds:
         if p.raw_file in by_file:
-            raise DataError(f"prediction for {p.raw_file} appears twice: give one line per frame")
+            raise DataError(f"{_at(p)}prediction for {p.raw_file} appears twice: give one line per frame")
         if p.raw_file not in gt_files:
-            raise DataError(f"prediction for {p.raw_file} has no ground-truth frame: check the raw_file paths")
+            raise DataError(f"{_at(p)}prediction for {p.raw_file} has no ground-truth frame: check the raw_file paths")
         by_file[p.raw_file] = p
     acc = fp = fn = 0.0
     for g in gts:
@@ -121,15 +189,15 @@ def evaluate(preds: Sequence[LaneLabel], gts: Sequence[LaneLabel]) -> dict:
                 f"no prediction for ground-truth frame {g.raw_file} ({len(by_file)} of {len(gts)} frames "
                 "predicted): predict every frame of the GT file"
             )
-        if p.h_samples != g.h_samples:
+        if p.h_samples is not None and tuple(p.h_samples) != g.h_samples:
             raise DataError(
-                f"prediction for {g.raw_file} uses other h_samples than the ground truth: "
-                "give x at the GT rows"
+                f"{_at(p)}prediction for {g.raw_file} uses other h_samples than the ground truth: "
+                "give x at the GT rows (or leave h_samples out: the GT's rows are used)"
             )
         try:
             a, f_p, f_n = bench_frame(p.lanes, g.lanes, g.h_samples, p.run_time)
         except DataError as e:
-            raise DataError(f"{g.raw_file}: {e}") from None
+            raise DataError(f"{_at(p)}{g.raw_file}: {e}") from None
         acc, fp, fn = acc + a, fp + f_p, fn + f_n
     n = len(gts)
     if n == 0:
@@ -137,9 +205,13 @@ def evaluate(preds: Sequence[LaneLabel], gts: Sequence[LaneLabel]) -> dict:
     return {"accuracy": acc / n, "fp": fp / n, "fn": fn / n, "frames": n}
 
 
+def _at(p) -> str:
+    return f"{p.where}: " if isinstance(p, Prediction) and p.where else ""
+
+
 def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike) -> dict:
-    """``evaluate`` on two TuSimple JSON-lines files (predictions may hold any number of lanes)."""
-    return evaluate(read_labels(pred_path, max_lanes=None), read_labels(gt_path))
+    """``evaluate`` on a submission file and a TuSimple ground-truth file."""
+    return evaluate(read_predictions(pred_path), read_labels(gt_path))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,6 +34,7 @@ import http.client
 import json
 import os
 import shutil
+import stat
 import sys
 import tarfile
 import time
@@ -259,6 +260,8 @@ def extract(archive: Path, out: Path) -> int:
                 infos = {i.filename: i for i in zf.infolist()}
                 progress = Progress(f"unpack {archive.name}", len(infos), unit="file")
                 for name, rel in _safe_members(list(infos), archive):
+                    if stat.S_ISLNK(infos[name].external_attr >> 16):  # a Unix symlink entry (zip -y)
+                        raise DataError(f"archive {archive.name} holds a symlink {name!r}: refusing to unpack it")
                     if not infos[name].is_dir():
                         with zf.open(infos[name]) as src:
                             _copy_stream(src, out / rel, out)

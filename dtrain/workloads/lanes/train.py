@@ -96,17 +96,18 @@ def _env_int(env: Mapping[str, str], name: str) -> int | None:
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     """Flags whose defaults come from the environment, so a flag on the command line wins."""
     p = argparse.ArgumentParser(prog="dtrain lanes train", description="Train SCNN on TuSimple (data parallel).")
-    p.add_argument("--recipe", default="tiny", choices=sorted(recipes.RECIPES))
-    p.add_argument("--data-dir", default=env.get("DATA_DIR", "/mnt/tusimple"))
-    p.add_argument("--out-dir", default=env.get("OUTPUT_DIR", "/mnt/output"))
+    p.add_argument("--recipe", default="tiny", choices=sorted(recipes.RECIPES), help="named configuration (default tiny)")
+    p.add_argument("--data-dir", default=env.get("DATA_DIR", "/mnt/tusimple"), help="prepared TuSimple folder [DATA_DIR]")
+    p.add_argument("--out-dir", default=env.get("OUTPUT_DIR", "/mnt/output"), help="checkpoints, model.pt, metrics [OUTPUT_DIR]")
     p.add_argument("--max-steps", type=int, help="optimizer steps in the schedule (default: the recipe's)")
     p.add_argument("--epochs", type=int, help="schedule length in epochs instead of steps")
     p.add_argument("--stop-after", type=int, help="stop after this step (checkpointed); a later run resumes")
     p.add_argument("--lr", type=float, help="peak learning rate (default: the recipe's)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--backend", choices=("gloo", "nccl", "mpi"), help="default: nccl on GPU, gloo on CPU")
     p.add_argument("--backbone-weights", help="local VGG16-BN features state_dict (no downloads)")
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True)
+    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="resume from the newest checkpoint")
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default: the recipe's)")
     p.add_argument("--checkpoint-dir", help="checkpoint folder (default: $DTRAIN_CHECKPOINT_DIR, "
                    "/opt/ml/checkpoints on SageMaker, else --out-dir)")

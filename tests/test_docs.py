@@ -1,0 +1,234 @@
+"""Docs are tested: every command a doc shows exists, and the runnable ones run as written.
+
+- In README.md and docs/*.md, a ```console block holds `$ ` commands (a trailing `\\` continues
+  a command; a heredoc `<<'EOF'` takes the lines up to its terminator). Other lines are output.
+- A block whose fence follows `<!-- needs: cluster|aws|gpu|kfp-server|foreground -->` (directly,
+  on the line before) cannot run here (`foreground`: it runs until Ctrl-C, e.g. a server): its
+  commands are only checked against the parsers. So are the README
+  walk-through's (between the walkthrough markers), which test_demo runs as scripts/demo.sh.
+- Every other console block runs: each doc's blocks top to bottom, in one bash, in a fresh
+  temporary DTRAIN_HOME and working folder; every command must exit 0. A doc holding
+  `<!-- docs-test: slow -->` is run only in the slow suite.
+- Every `dtrain ...` command shown anywhere in a doc (inline code, any fenced block) and every one
+  named in a message or help text of the source is checked against the parsers.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from cli_words import check_command, words_of
+
+REPO = Path(__file__).resolve().parents[1]
+NEEDS = ("cluster", "aws", "gpu", "kfp-server", "foreground")  # foreground: runs until Ctrl-C (a server)
+NEEDS_RE = re.compile(r"^<!-- needs: ([a-z-]+(?:, *[a-z-]+)*) -->$")
+SLOW_MARK = "<!-- docs-test: slow -->"
+
+
+def docs() -> list[Path]:
+    return [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+
+
+@dataclass(frozen=True)
+class Command:
+    doc: str
+    line: int  # 1-based line of its `$ `
+    text: str  # the command as bash reads it (continuations and heredoc lines kept)
+    runnable: bool
+
+
+def _fences(lines: list[str]):
+    """(opening line index, info string, body lines) of every fenced block."""
+    i = 0
+    while i < len(lines):
+        m = re.match(r"^(```+|~~~+)\s*([\w-]*)", lines[i])
+        if m:
+            fence, info, start = m.group(1), m.group(2), i
+            i += 1
+            while i < len(lines) and not lines[i].startswith(fence):
+                i += 1
+            yield start, info, lines[start + 1:i]
+        i += 1
+
+
+def _commands_of(body: list[str], first_line: int):
+    i = 0
+    while i < len(body):
+        line = body[i]
+        if not line.startswith("$ "):
+            i += 1
+            continue
+        start, parts = i, [line[2:]]
+        while parts[-1].endswith("\\") and i + 1 < len(body):
+            i += 1
+            parts.append(body[i])
+        heredoc = re.search(r"<<-?\s*'?\"?([A-Za-z_]+)'?\"?", "\n".join(parts))
+        if heredoc:
+            while i + 1 < len(body) and body[i].strip() != heredoc.group(1):
+                i += 1
+                parts.append(body[i])
+        yield first_line + start, "\n".join(parts)
+        i += 1
+
+
+def console_commands(path: Path) -> list[Command]:
+    lines = path.read_text().splitlines()
+    walkthrough = set()
+    if "<!-- walkthrough:start -->" in lines:
+        a, b = lines.index("<!-- walkthrough:start -->"), lines.index("<!-- walkthrough:end -->")
+        walkthrough = set(range(a, b))
+    out = []
+    for start, info, body in _fences(lines):
+        if info != "console":
+            continue
+        marker = NEEDS_RE.match(lines[start - 1].strip()) if start else None
+        if marker:
+            unknown = set(re.split(r", *", marker.group(1))) - set(NEEDS)
+            assert not unknown, f"{path.name}:{start}: unknown needs {unknown}; use {', '.join(NEEDS)}"
+        runnable = marker is None and start not in walkthrough
+        for line, text in _commands_of(body, start + 2):
+            out.append(Command(path.name, line, text, runnable))
+    return out
+
+
+def shown_dtrain_commands(path: Path) -> list[tuple[int, str]]:
+    """Every `dtrain ...` a reader sees: inline code spans and lines of any fenced block."""
+    found = []
+    text = path.read_text()
+    lines = text.splitlines()
+    fenced = set()
+    for start, info, body in _fences(lines):
+        fenced |= set(range(start, start + len(body) + 2))
+        joined = re.sub(r"\\\n\s*", " ", "\n".join(body))
+        transcript = any(b.startswith("$ ") for b in body)  # then only `$ ` lines are commands
+        for n, line in enumerate(joined.splitlines()):
+            if transcript and not line.startswith("$ "):
+                continue
+            line = line[2:] if line.startswith("$ ") else line
+            if re.match(r"\s*(\S+=\S+\s+)*(dtrain |python3? -m dtrain\.workloads\.)", line):
+                found.append((start + 2 + n, line.strip()))
+    for n, line in enumerate(lines):
+        if n in fenced:
+            continue
+        for span in re.findall(r"`([^`]+)`", line):
+            if re.match(r"(dtrain |python3? -m dtrain\.workloads\.)", span):
+                found.append((n + 1, span))
+    return found
+
+
+# ---- every command shown exists -----------------------------------------------------------------
+@pytest.mark.parametrize("doc", docs(), ids=lambda p: p.name)
+def test_every_dtrain_command_a_doc_shows_exists(doc):
+    problems = []
+    for line, text in shown_dtrain_commands(doc):
+        if "{" in text:  # a synopsis of alternatives: {train,predict,...}
+            continue
+        problems += [f"{doc.name}:{line}: {p}   ({text[:80]})" for p in check_command(words_of(text))]
+    for cmd in console_commands(doc):
+        for part in re.split(r"\n(?![ \t])", cmd.text.replace("\\\n", " ")):
+            problems += [f"{doc.name}:{cmd.line}: {p}" for p in check_command(words_of(part))]
+    assert problems == []
+
+
+@pytest.mark.parametrize("doc", docs(), ids=lambda p: p.name)
+def test_shell_commands_are_console_blocks(doc):
+    """A dtrain command to type lives in a ```console block (run or marked), not in ```sh/bash."""
+    lines = doc.read_text().splitlines()
+    bad = [f"{doc.name}:{start + 1}" for start, info, body in _fences(lines)
+           if info in ("sh", "bash", "shell") and any(re.match(r"\s*dtrain ", b) for b in body)]
+    assert bad == [], "use ```console with `$ ` lines (and a needs marker if it cannot run here)"
+
+
+# ---- the runnable blocks run as written ---------------------------------------------------------
+def _runnable_docs():
+    for doc in docs():
+        if any(c.runnable for c in console_commands(doc)):
+            slow = SLOW_MARK in doc.read_text()
+            yield pytest.param(doc, id=doc.name, marks=[pytest.mark.slow] if slow else [])
+
+
+def _script(commands: list[Command]) -> str:
+    parts = ["set -o pipefail"]
+    for i, c in enumerate(commands):
+        parts.append(f"echo '### {c.doc}:{c.line}' >&2")
+        parts.append(f"{c.text}\nrc=$?; if [ $rc -ne 0 ]; then echo \"### FAILED {c.doc}:{c.line} exit $rc\" >&2; "
+                     f"exit 1; fi")
+    return "\n".join(parts) + "\n"
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("doc", list(_runnable_docs()))
+def test_doc_console_blocks_run_as_written(doc, tmp_path):
+    commands = [c for c in console_commands(doc) if c.runnable]
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    bin_dir = str(Path(sys.executable).parent)
+    env = {**os.environ, "DTRAIN_HOME": str(home), "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    try:
+        proc = subprocess.run(["bash", "-c", _script(commands)], cwd=work, env=env, capture_output=True,
+                              text=True, timeout=1700)
+    finally:
+        subprocess.run(["bash", "-c", "for j in $(dtrain list -A --json | python -c 'import json,sys; "
+                        "print(\" \".join(j[\"name\"] for j in json.load(sys.stdin) "
+                        "if j[\"status\"] in (\"Pending\", \"Running\")))'); do dtrain delete $j; done"],
+                       cwd=work, env=env, capture_output=True, timeout=120)
+    assert proc.returncode == 0, f"{proc.stderr[-3000:]}\n--- stdout ---\n{proc.stdout[-3000:]}"
+
+
+def test_collector_reads_continuations_heredocs_and_markers(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("text\n```console\n$ dtrain submit a \\\n    --cpu 1 -- echo hi\nout\n$ cat > f <<'EOF'\n"
+                   "a: 1\nEOF\n```\n<!-- needs: cluster -->\n```console\n$ dtrain nodes\n```\n")
+    cmds = console_commands(doc)
+    assert [(c.line, c.runnable) for c in cmds] == [(3, True), (6, True), (12, False)]
+    assert cmds[0].text == "dtrain submit a \\\n    --cpu 1 -- echo hi"
+    assert cmds[1].text == "cat > f <<'EOF'\na: 1\nEOF"
+    assert check_command(words_of("dtrain submit a --storage-class x -- echo")) == [
+        "dtrain submit: no option --storage-class"]
+
+
+# ---- every command a message or help text names exists ------------------------------------------
+def _strings(tree: ast.AST):
+    """String constants and f-strings (values as X), docstrings left out (they are prose)."""
+    docstrings = {id(n.body[0].value) for n in ast.walk(tree)
+                  if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and n.body and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+    parts_of_fstrings = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.JoinedStr):
+            parts_of_fstrings |= {id(v) for v in node.values}
+            yield node.lineno, "".join(v.value if isinstance(v, ast.Constant) else "X" for v in node.values)
+    for node in ast.walk(tree):
+        if (isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings
+                and id(node) not in parts_of_fstrings):
+            yield node.lineno, node.value
+
+
+def _message_commands():
+    """`dtrain VERB ...` in every string of the package, joined across implicit concatenation."""
+    found = []
+    for path in sorted((REPO / "dtrain").rglob("*.py")):
+        for line, text in _strings(ast.parse(path.read_text())):
+            for m in re.finditer(r"(?:^|[\s'`(\"])(dtrain (?:[a-z][\w-]*)(?:[^'`\")\n;:,]|:(?=\S))*)", text):
+                found.append((f"{path.relative_to(REPO)}:{line}", m.group(1).strip()))
+    return found
+
+
+# Sentences where "dtrain" is the subject, not a command (each one read and listed here).
+PROSE = {"dtrain create it", "dtrain inside the cluster", "dtrain home", "dtrain did not put there"}
+
+
+def test_every_command_named_in_messages_and_help_exists():
+    found = _message_commands()
+    assert len(found) > 20  # the collector does see the messages
+    problems = [f"{where}: {p}   ({text})" for where, text in found if text not in PROSE
+                for p in check_command(words_of(text))]
+    assert problems == []

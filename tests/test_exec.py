@@ -1,0 +1,105 @@
+"""Issue 12, item 15: `dtrain exec JOB [--rank R] -- CMD`, Run:AI's exec, on both backends."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import DTRAIN
+from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+from dtrain.errors import ConflictError, SpecError
+from dtrain.spec import JobSpec
+
+
+def _dt(home, *args, timeout=60):
+    return subprocess.run([DTRAIN, *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "DTRAIN_HOME": str(home)})
+
+
+def _wait_running(home, name):
+    import time
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        info = json.loads(_dt(home, "describe", "job", name, "--json").stdout)
+        if info["status"] == "Running" and all(p["status"] == "Running" for p in info["processes"]):
+            return info
+        time.sleep(0.2)
+    raise AssertionError(f"{name} never ran: {info['status']} {info['message']}")
+
+
+def test_item15_exec_local_sees_the_jobs_volumes_environment_and_folder(tmp_path):
+    home = tmp_path / "home"
+    assert _dt(home, "volume", "create", "vol", "--size", "1Mi").returncode == 0
+    folder = json.loads(_dt(home, "volume", "describe", "vol", "--json").stdout)["extra"]["path"]
+    (tmp_path / "work").mkdir()
+    mnt = tmp_path / "mnt"  # a path only the job's mount namespace binds the volume at
+    assert _dt(home, "submit", "held", "--pvc", f"vol:{mnt}", "-e", "GREETING=hello from the job",
+               "--working-dir", str(tmp_path / "work"), "--", "sleep", "120").returncode == 0
+    try:
+        _wait_running(home, "held")
+        with open(os.path.join(folder, "marker"), "w") as f:
+            f.write("inside\n")
+        assert not (mnt / "marker").exists()
+        got = _dt(home, "exec", "held", "--", "cat", f"{mnt}/marker")
+        assert got.returncode == 0 and got.stdout == "inside\n", got.stderr
+        env = _dt(home, "exec", "held", "--", "sh", "-c", 'echo "$GREETING|$RANK|$DTRAIN_JOB_NAME|$(pwd)"')
+        assert env.stdout.strip() == f"hello from the job|0|held|{tmp_path / 'work'}"
+        assert _dt(home, "exec", "held", "--", "sh", "-c", "exit 7").returncode == 7
+        bad = _dt(home, "exec", "held", "--rank", "1", "--", "true")
+        assert bad.returncode == 2 and "ranks 0 to 0" in bad.stderr
+        assert _dt(home, "exec", "held").returncode == 2  # no command
+    finally:
+        _dt(home, "delete", "held")
+    done = _dt(home, "exec", "held", "--", "true")
+    assert done.returncode == 2 and "Running" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_item15_exec_local_two_ranks_reaches_the_asked_rank(tmp_path):
+    home = tmp_path / "home"
+    assert _dt(home, "submit-dist", "pair", "--processes", "2", "--", "sleep", "120").returncode == 0
+    try:
+        _wait_running(home, "pair")
+        out = _dt(home, "exec", "pair", "--rank", "1", "--", "sh", "-c", "echo $RANK $WORLD_SIZE")
+        assert out.stdout.strip() == "1 2", out.stderr
+    finally:
+        _dt(home, "delete", "pair")
+
+
+@pytest.fixture
+def k8s():
+    cluster = FakeCluster()
+    server = FakeKubeServer(cluster).start()
+    client = server.api_client()
+    calls = []
+
+    def stream(namespace, pod, command):  # the official stream API needs a websocket the fake lacks
+        calls.append((namespace, pod, command))
+        return 3
+
+    backend = KubernetesBackend(KubernetesConfig(project="lanes", image="img:1"), api_client=client,
+                                exec_stream=stream)
+    yield cluster, backend, calls
+    client.close()
+    server.close()
+
+
+def test_item15_exec_kubernetes_picks_the_ranks_replica_pod(k8s):
+    cluster, backend, calls = k8s
+    backend.submit(JobSpec(name="train", command=("python", "t.py"), project="lanes", processes=2,
+                           launcher="torchrun"))
+    with pytest.raises(ConflictError, match="exec needs a Running job"):
+        backend.exec("train", ["ls"])
+    pods = [p["metadata"]["name"] for p in cluster.run_pods("dtrain-lanes", "train")]
+    cluster.transition("dtrain-lanes", "train", "Running")
+    assert backend.exec("train", ["ls", "/mnt"], rank=1) == 3
+    assert backend.exec("train", ["env"]) == 3
+    assert [c[0] for c in calls] == ["dtrain-lanes", "dtrain-lanes"]
+    assert calls[0][1] != calls[1][1] and {calls[0][1], calls[1][1]} <= set(pods)
+    assert "worker" in calls[0][1] and "master" in calls[1][1]
+    assert calls[0][2] == ["ls", "/mnt"]
+    with pytest.raises(SpecError, match="ranks 0 to 1"):
+        backend.exec("train", ["ls"], rank=2)

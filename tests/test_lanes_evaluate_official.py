@@ -1,0 +1,173 @@
+"""`dtrain lanes evaluate` takes official TuSimple submissions and gives the official figures.
+
+The oracle below follows the official ``evaluate/lane.py`` (LaneEval.bench_one_submit) step by
+step, in plain numpy (np.polyfit for its sklearn LinearRegression slope): from each prediction
+line it reads raw_file, lanes and run_time, the rows come from the ground truth.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import DTRAIN, shared_dir
+from dtrain.errors import DataError
+from dtrain.workloads.lanes.metric import evaluate_files
+
+
+def _official_angle(xs, ys):
+    keep = xs >= 0
+    if keep.sum() > 1:
+        return np.arctan(np.polyfit(ys[keep], xs[keep], 1)[0])
+    return 0.0
+
+
+def _official_line_acc(pred, gt, thresh):
+    pred = np.array([p if p >= 0 else -100 for p in pred])
+    gt = np.array([g if g >= 0 else -100 for g in gt])
+    return np.sum(np.where(np.abs(pred - gt) < thresh, 1.0, 0.0)) / len(gt)
+
+
+def _official_bench(pred, gt, ys, run_time):
+    if run_time > 200 or len(gt) + 2 < len(pred):
+        return 0.0, 0.0, 1.0
+    ys = np.array(ys, dtype=float)
+    accs_all, fn, matched = [], 0.0, 0.0
+    for g in gt:
+        g = np.array(g, dtype=float)
+        thresh = 20 / np.cos(_official_angle(g, ys))
+        accs = [_official_line_acc(np.array(p, dtype=float), g, thresh) for p in pred]
+        best = np.max(accs) if accs else 0.0
+        if best < 0.85:
+            fn += 1
+        else:
+            matched += 1
+        accs_all.append(best)
+    fp = len(pred) - matched
+    if len(gt) > 4 and fn > 0:
+        fn -= 1
+    s = sum(accs_all)
+    if len(gt) > 4:
+        s -= min(accs_all)
+    return s / max(min(4.0, len(gt)), 1.0), fp / len(pred) if pred else 0.0, fn / max(min(len(gt), 4.0), 1.0)
+
+
+def official_figures(pred_path, gt_path) -> dict:
+    preds = [json.loads(line) for line in open(pred_path)]
+    gts = {g["raw_file"]: g for g in map(json.loads, open(gt_path))}
+    acc = fp = fn = 0.0
+    for p in preds:
+        g = gts[p["raw_file"]]
+        a, f, n = _official_bench(p["lanes"], g["lanes"], g["h_samples"], p["run_time"])
+        acc, fp, fn = acc + a, fp + f, fn + n
+    return {"accuracy": acc / len(gts), "fp": fp / len(gts), "fn": fn / len(gts)}
+
+
+def _ground_truth(tmp_path, n=150):
+    """The real test labels (first n frames) where the shared data is present, else made-up frames."""
+    shared = shared_dir()
+    src = shared / "data" / "tusimple" / "test_label.json" if shared else None
+    rng = random.Random(7)
+    if src and src.is_file():
+        lines = src.read_text().splitlines()[:n]
+    else:
+        rows = list(range(160, 711, 10))
+        lines = [json.dumps({"lanes": [[x0 + int((y - 160) * k) for y in rows] for x0, k in
+                                       ((rng.randint(100, 1100), rng.uniform(-1, 1)) for _ in range(rng.randint(2, 5)))],
+                             "h_samples": rows, "raw_file": f"clips/x/{i}/20.jpg"}) for i in range(n)]
+    gt = tmp_path / "gt.json"
+    gt.write_text("\n".join(lines) + "\n")
+    return gt, [json.loads(line) for line in lines]
+
+
+def _submission(gts, seed: int) -> list[dict]:
+    """Official-format lines: float x, no h_samples, run_time; some lanes off, dropped or added."""
+    rng = random.Random(seed)
+    out = []
+    for g in gts:
+        lanes = []
+        for lane in g["lanes"]:
+            if rng.random() < 0.1:
+                continue  # a missed lane
+            dx = rng.choice([rng.uniform(-8, 8), rng.uniform(-40, 40)])
+            lanes.append([x + dx + rng.uniform(-3, 3) if x >= 0 else -2 for x in lane])
+        if rng.random() < 0.2:
+            lanes.append([rng.uniform(0, 1280) for _ in g["h_samples"]])  # a false positive
+        out.append({"raw_file": g["raw_file"], "lanes": lanes, "run_time": rng.choice([10.0, 35.5, 250.0])})
+    return out
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_official_submission_without_h_samples_and_float_x_gives_the_official_figures(tmp_path, seed):
+    gt, gts = _ground_truth(tmp_path)
+    pred = tmp_path / "pred.json"
+    sub = _submission(gts, seed)
+    assert any(isinstance(x, float) and not x.is_integer() for s in sub for lane in s["lanes"] for x in lane)
+    pred.write_text("".join(json.dumps(s) + "\n" for s in sub))
+    ours = evaluate_files(pred, gt)
+    theirs = official_figures(pred, gt)
+    for key in ("accuracy", "fp", "fn"):
+        assert ours[key] == pytest.approx(theirs[key], abs=1e-12), key
+    assert 0.0 < ours["accuracy"] < 1.0 and ours["frames"] == len(gts)
+
+
+def test_cli_takes_an_official_submission(tmp_path):
+    gt, gts = _ground_truth(tmp_path, n=20)
+    pred = tmp_path / "pred.json"
+    pred.write_text("".join(json.dumps(s) + "\n" for s in _submission(gts, 5)))
+    proc = subprocess.run([DTRAIN, "lanes", "evaluate", "--pred", str(pred), "--gt", str(gt), "--json"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    got = json.loads(proc.stdout)
+    assert got["accuracy"] == pytest.approx(official_figures(pred, gt)["accuracy"], abs=1e-12)
+
+
+def _write(tmp_path, lines):
+    p = tmp_path / "pred.json"
+    p.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
+    return p
+
+
+def test_other_h_samples_than_the_ground_truth_name_the_line(tmp_path):
+    gt, gts = _ground_truth(tmp_path, n=3)
+    sub = _submission(gts, 1)
+    sub[1]["h_samples"] = [y + 1 for y in gts[1]["h_samples"]]
+    pred = _write(tmp_path, sub)
+    with pytest.raises(DataError, match=rf"{pred}:2: prediction for .* other h_samples"):
+        evaluate_files(pred, gt)
+    sub[1]["h_samples"] = gts[1]["h_samples"]  # the same rows given explicitly are fine
+    evaluate_files(_write(tmp_path, sub), gt)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ("{not json", "bad JSON"),
+    ({"lanes": []}, "missing key 'raw_file'"),
+    ({"raw_file": "X", "lanes": [["a"]]}, r"lanes\[0\] holds 'a'"),
+    ({"raw_file": "X", "lanes": [[True]]}, r"lanes\[0\] holds True"),
+    ({"raw_file": "X", "lanes": [], "run_time": "fast"}, "run_time must be a number"),
+    ({"raw_file": "X", "lanes": 5}, "lanes must be a list"),
+])
+def test_malformed_prediction_line_names_the_line(tmp_path, bad, message):
+    gt, gts = _ground_truth(tmp_path, n=3)
+    sub = _submission(gts, 1)
+    pred = _write(tmp_path, [sub[0], bad, sub[2]])
+    with pytest.raises(DataError, match=rf"{pred}:2: {message}"):
+        evaluate_files(pred, gt)
+    proc = subprocess.run([DTRAIN, "lanes", "evaluate", "--pred", str(pred), "--gt", str(gt)],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"{pred}:2:" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_lane_of_the_wrong_length_names_the_line(tmp_path):
+    gt, gts = _ground_truth(tmp_path, n=3)
+    sub = _submission(gts, 1)
+    sub[2]["lanes"] = [[100.5, 200.5]]
+    pred = _write(tmp_path, sub)
+    with pytest.raises(DataError, match=rf"{pred}:3: .*predicted lane 0 has 2 points"):
+        evaluate_files(pred, gt)
