@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 DEMO_RECIPE ?= demo
 
-.PHONY: setup demo demo-tiny test test-fast bench-setup clean
+.PHONY: setup demo demo-tiny test test-slow test-all bench-setup clean
 
 setup:
 	@bash scripts/setup.sh
@@ -15,11 +15,17 @@ demo: setup
 demo-tiny: setup
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" DEMO_RECIPE=tiny bash scripts/demo.sh
 
+# `make test` is the everyday suite (under 20 minutes on 2 cores); the end-to-end runs marked
+# slow (the demo, pipelines, fault injection, repeat runs, the browser) are `make test-slow`.
+# CI (.ci/run) runs both.
 test: setup
-	$(PY) -m pytest -q tests
-
-test-fast: setup
 	$(PY) -m pytest -q tests -m "not slow"
+
+test-slow: setup
+	$(PY) -m pytest -q tests -m slow
+
+test-all: setup
+	$(PY) -m pytest -q tests
 
 # Tools that only the benchmarks compare against (restic, DVC).
 bench-setup: setup
