@@ -99,7 +99,7 @@ def test_submit_uploads_code_and_creates_the_job(clients, code):
 
 def test_logs_one_stream_per_host(clients):
     be = SageMakerBackend(CFG, clients=clients)
-    be_spec = spec("moto-logs")
+    be_spec = spec("moto-logs", processes=3, launcher="torchrun")  # three hosts; two of them have logged
     clients.sagemaker.create_training_job(**__import__("dtrain.backends.sagemaker.render", fromlist=["x"])
                                          .training_job_request(be_spec, CFG))
     group = "/aws/sagemaker/TrainingJobs"
@@ -117,7 +117,9 @@ def test_logs_one_stream_per_host(clients):
     assert [(ln.rank, ln.text) for ln in be.logs("moto-logs")] == [(0, "a1"), (1, "b1"), (0, "a2")]
     assert [ln.text for ln in be.logs("moto-logs", rank=1)] == ["b1"]
     assert [ln.text for ln in be.logs("moto-logs", tail=1)] == ["a2"]
-    with pytest.raises(NotFoundError, match="--rank 5"):
+    with pytest.raises(NotFoundError, match="no host for --rank 2"):
+        list(be.logs("moto-logs", rank=2))
+    with pytest.raises(SpecError, match="invalid rank 5"):  # beyond the job's processes: refused before AWS
         list(be.logs("moto-logs", rank=5))
 
 
