@@ -24,6 +24,7 @@ from dtrain.cli.main import main
 from dtrain.config import BACKENDS
 from dtrain.errors import JobFailedError, SpecError
 from dtrain.pipelines import steps
+from dtrain.spec import JobSpec
 from dtrain.workloads.cifar10.data import write_synthetic
 
 kfp = pytest.importorskip("kfp", reason="pipelines need the KFP SDK: pip install 'dtrain[pipelines]'")
@@ -149,6 +150,9 @@ def test_a_users_own_pipeline_module_compiles(home, capsys, tmp_path):
     (["run", "hybrid-cifar10", "--param", "processes=0"], "invalid processes 0"),
     (["run", "hybrid-cifar10", "--param", "lr=-1"], "invalid lr -1.0"),
     (["run", "hybrid-cifar10", "--param", "backend=mpi"], "invalid backend 'mpi'"),
+    (["run", "hybrid-cifar10", "--param", "training_runtime=sagemaker"], "needs the CIFAR10 data in S3: add --param data_uri=s3://"),
+    (["run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", "--param", "data_uri=bkt/cifar"],
+     "invalid data_uri 'bkt/cifar'"),
     (["run", "hybrid-cifar10", "--param", "gpus=1"], "invalid --param 'gpus=1'"),
     (["run", "hybrid-cifar10", "--param", "epochs=1", "--param", "epochs=2"], "--param epochs is given twice"),
     (["run", "lane-detection"], "needs --param urls=VALUE"),
@@ -171,15 +175,29 @@ def test_each_runtime_gets_the_same_job_with_its_own_data_wiring():
     common = dict(job_name="c", processes=3, epochs=2, batch_size=8, lr=0.01, backend="gloo", data_volume="data")
     local, model = steps.cifar10_spec(runtime="local", **common)
     k8s, _ = steps.cifar10_spec(runtime="kubernetes", image="reg/cifar:1", **common)
-    sm, sm_model = steps.cifar10_spec(runtime="sagemaker", **common)
+    sm, sm_model = steps.cifar10_spec(runtime="sagemaker", data_uri="s3://bkt/cifar10", **common)
     assert local["command"] == k8s["command"] and local["volumes"] == k8s["volumes"] == ["data:/mnt"]
     assert (local["processes"], local["launcher"], k8s["image"]) == (3, "torchrun", "reg/cifar:1")
     assert local["command"][local["command"].index("--model-dir") + 1] == "/mnt/models/c"
     assert model == "data:/models/c/model.pth" and "S3" in sm_model
-    # SageMaker hands the script its channel and model folder (SM_CHANNEL_TRAINING, SM_MODEL_DIR)
-    assert sm["volumes"] == [] and "--data-dir" not in sm["command"] and "--model-dir" not in sm["command"]
-    assert sm["command"] == local["command"][:local["command"].index("--data-dir")]
-    assert None not in local.values() and "project" not in local  # a KFP struct holds no null
+    assert "sagemaker" not in local and "sagemaker" not in k8s  # data_uri is the SageMaker branch's alone
+    # SageMaker: data_uri is the `training` channel, read where SageMaker puts it; the model folder
+    # is SM_MODEL_DIR, which the workload reads by itself
+    assert sm["sagemaker"] == {"channels": ["training=s3://bkt/cifar10"]} and sm["volumes"] == []
+    data_at = local["command"].index("--data-dir")
+    assert sm["command"] == local["command"][:data_at] + ["--data-dir", "/opt/ml/input/data/training"]
+    assert "--model-dir" not in sm["command"]
+    for wired in (local, k8s, sm):  # a KFP struct holds no null, and carries numbers as doubles
+        assert None not in wired.values() and "project" not in wired
+        doubles = {k: float(v) if type(v) is int else v for k, v in wired.items()}
+        job = JobSpec.from_dict(steps._unwire(doubles))
+        assert job.processes == 3 and job.backend == wired["backend"]
+    sm_job = JobSpec.from_dict(steps._unwire(sm))
+    assert [(c.name, c.uri) for c in sm_job.sagemaker.channels] == [("training", "s3://bkt/cifar10")]
+    with pytest.raises(SpecError, match="needs the CIFAR10 data in S3: add --param data_uri=s3://"):
+        steps.cifar10_spec(runtime="sagemaker", **common)
+    with pytest.raises(SpecError, match="invalid data_uri 'http://x/y': use s3://BUCKET/PREFIX"):
+        steps.cifar10_spec(runtime="sagemaker", data_uri="http://x/y", **common)
 
 
 def test_the_model_location_prefers_the_snapshot_then_the_backends_uri():
@@ -325,16 +343,6 @@ def test_hybrid_kubernetes_creates_a_valid_pytorchjob_and_follows_it(dt, tmp_pat
     assert dt.json("list") == []  # nothing ran on the local backend
 
 
-@pytest.mark.skipif("sagemaker" in BACKENDS, reason="issue 13's backend is here: test the branch against moto")
-@pytest.mark.slow
-def test_hybrid_sagemaker_branch_calls_the_sagemaker_backend(dt, tmp_path):
-    proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", *SHORT, check=False,
-              timeout=300)
-    ir = compiled(dt.home, tmp_path, "hybrid-cifar10")
-    assert proc.returncode == 1 and f"failed at step '{branches(ir)['sagemaker'][0]}'" in proc.stderr
-    assert "unknown backend 'sagemaker'" in proc.stdout  # the Client was asked for it; issue 13 adds it
-
-
 @pytest.fixture(scope="module")
 def tusimple_archives(tmp_path_factory) -> Path:
     """A tiny TuSimple download: train_set.tar.gz, test_set.tar.gz and test_label.json."""
@@ -393,17 +401,13 @@ def test_hybrid_sagemaker_creates_a_training_job_on_a_moto_server(dt, tmp_path):
                                         region_name="us-east-1")
         make = lambda name: session.client(name, endpoint_url=aws["AWS_ENDPOINT_URL"])  # noqa: E731
         make("s3").create_bucket(Bucket="dtrain-test")
-        group, stream = "/aws/sagemaker/TrainingJobs", "cifar10-hybrid/algo-1-1767225600"
-        logs = make("logs")  # what SageMaker's container would write; moto runs no container
-        logs.create_log_group(logGroupName=group)
-        logs.create_log_stream(logGroupName=group, logStreamName=stream)
-        logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=[
-            {"timestamp": int(time.time() * 1000), "message": "FINAL test_accuracy=0.5000 steps=2"}])
+        # no CloudWatch log group: a fresh account, and moto runs no container to write one
+        assert make("logs").describe_log_groups()["logGroups"] == []
         sm = Dtrain(dt.home, env=aws)
         sm("config", "sagemaker", "--role", "arn:aws:iam::123456789012:role/sm", "--bucket", "dtrain-test",
            "--region", "us-east-1")
-        proc = sm("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", *SHORT, timeout=300,
-                  cwd=tmp_path)
+        proc = sm("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", *SHORT,
+                  "--param", "data_uri=s3://dtrain-test/cifar10", timeout=300, cwd=tmp_path)
         desc = make("sagemaker").describe_training_job(TrainingJobName="cifar10-hybrid")
     finally:
         server.stop()
@@ -413,5 +417,10 @@ def test_hybrid_sagemaker_creates_a_training_job_on_a_moto_server(dt, tmp_path):
     assert outputs(dt.home, "hybrid-cifar10", branch) == {
         "job": "cifar10-hybrid", "status": "Succeeded", "model": desc["ModelArtifacts"]["S3ModelArtifacts"]}
     assert desc["ModelArtifacts"]["S3ModelArtifacts"].startswith("s3://dtrain-test/")
-    assert "FINAL test_accuracy=0.5000" in proc.stdout  # CloudWatch, followed into the step's log
+    # the CreateTrainingJob request carried data_uri as the `training` channel, read where SageMaker puts it
+    (channel,) = desc["InputDataConfig"]
+    assert channel["ChannelName"] == "training"
+    assert channel["DataSource"]["S3DataSource"]["S3Uri"] == "s3://dtrain-test/cifar10"
+    assert json.loads(desc["HyperParameters"]["data-dir"]) == "/opt/ml/input/data/training"
+    assert "ResourceNotFoundException" not in proc.stdout + proc.stderr  # no log group yet: no lines, no error
     assert dt.json("list") == []  # nothing ran on the local backend

@@ -99,7 +99,7 @@ def test_submit_uploads_code_and_creates_the_job(clients, code):
 
 def test_logs_one_stream_per_host(clients):
     be = SageMakerBackend(CFG, clients=clients)
-    be_spec = spec("moto-logs")
+    be_spec = spec("moto-logs", processes=3, launcher="torchrun")  # three hosts; two of them have logged
     clients.sagemaker.create_training_job(**__import__("dtrain.backends.sagemaker.render", fromlist=["x"])
                                          .training_job_request(be_spec, CFG))
     group = "/aws/sagemaker/TrainingJobs"
@@ -117,8 +117,45 @@ def test_logs_one_stream_per_host(clients):
     assert [(ln.rank, ln.text) for ln in be.logs("moto-logs")] == [(0, "a1"), (1, "b1"), (0, "a2")]
     assert [ln.text for ln in be.logs("moto-logs", rank=1)] == ["b1"]
     assert [ln.text for ln in be.logs("moto-logs", tail=1)] == ["a2"]
-    with pytest.raises(NotFoundError, match="--rank 5"):
+    with pytest.raises(NotFoundError, match="no host for --rank 2"):
+        list(be.logs("moto-logs", rank=2))
+    with pytest.raises(SpecError, match="invalid rank 5"):  # beyond the job's processes: refused before AWS
         list(be.logs("moto-logs", rank=5))
+
+
+def test_logs_before_the_log_group_exists_are_no_lines_yet(moto_url):
+    """A fresh account: no job has logged, so CloudWatch has no /aws/sagemaker/TrainingJobs group.
+    A region of its own on the shared moto server is such an account (log groups are per region)."""
+    s = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="eu-west-1")
+    fresh = Clients(*(s.client(n, endpoint_url=moto_url) for n in ("sagemaker", "s3", "logs")))
+    be = SageMakerBackend(CFG, clients=fresh)
+    fresh.sagemaker.create_training_job(**__import__("dtrain.backends.sagemaker.render", fromlist=["x"])
+                                        .training_job_request(spec("moto-nogroup"), CFG))
+    assert fresh.logs.describe_log_groups()["logGroups"] == []  # the case under test, not an empty stream
+    assert list(be.logs("moto-nogroup")) == []
+    assert list(be.logs("moto-nogroup", follow=True)) == []  # the job is Completed in moto: following ends
+
+
+def test_following_waits_for_the_group_then_prints_its_lines(clients, stubbed):
+    stubbed_sm, sm = stubbed
+    logs = session().client("logs")
+    with Stubber(logs) as cw:
+        be = SageMakerBackend(CFG, clients=Clients(stubbed_sm.aws.sagemaker, clients.s3, logs))
+        sm.add_response("describe_training_job", _desc("early", "InProgress", "Starting"), {"TrainingJobName": "early"})
+        cw.add_client_error("describe_log_streams", service_error_code="ResourceNotFoundException",
+                            service_message="The specified log group does not exist.")
+        sm.add_response("describe_training_job", _desc("early", "InProgress", "Starting"), {"TrainingJobName": "early"})
+        stream = {"logStreams": [{"logStreamName": "early/algo-1-1767225600"}]}
+        cw.add_response("describe_log_streams", stream)
+        cw.add_response("get_log_events", {"events": [{"timestamp": 1767225600000, "message": "hello\n"}],
+                                           "nextForwardToken": "f/1"})
+        cw.add_response("get_log_events", {"events": [], "nextForwardToken": "f/1"})
+        sm.add_response("describe_training_job", _desc("early", "Completed", "Completed"), {"TrainingJobName": "early"})
+        cw.add_response("describe_log_streams", stream)
+        cw.add_response("get_log_events", {"events": [], "nextForwardToken": "f/1"})
+        sm.add_response("describe_training_job", _desc("early", "Completed", "Completed"), {"TrainingJobName": "early"})
+        assert [(ln.rank, ln.text) for ln in be.logs("early", follow=True)] == [(0, "hello")]
+        cw.assert_no_pending_responses()
 
 
 def _model_tar(members) -> bytes:

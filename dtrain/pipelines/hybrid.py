@@ -5,7 +5,8 @@
                                                         Elif sagemaker:  train(backend=sagemaker)   a training job
 
 `backend` is the torch.distributed process-group backend (gloo on CPU, nccl on GPU), as in the
-reference's hyperparameters; the dtrain backend is the branch's.
+reference's hyperparameters; the dtrain backend is the branch's. `data_volume` holds the data on
+the local and Kubernetes branches; `data_uri` (s3://...) is the SageMaker branch's `training` channel.
 """
 
 from kfp import dsl
@@ -25,11 +26,12 @@ def _step(task, image):
                                      "SageMaker, picked by training_runtime")
 def hybrid_cifar10(training_runtime: str = "local", processes: int = 2, epochs: int = 1, batch_size: int = 16,
                    lr: float = 0.001, backend: str = "gloo", data_volume: str = "cifar10", max_steps: int = 0,
-                   job_name: str = "cifar10-hybrid", job_image: str = "", image: str = DEFAULT_IMAGE):
+                   job_name: str = "cifar10-hybrid", job_image: str = "", data_uri: str = "",
+                   image: str = DEFAULT_IMAGE):
     runtime = _step(check_condition(training_runtime=training_runtime), image)
     job = _step(cifar10_job(training_runtime=runtime.output, job_name=job_name, processes=processes, epochs=epochs,
                             batch_size=batch_size, lr=lr, backend=backend, data_volume=data_volume,
-                            max_steps=max_steps, job_image=job_image), image)
+                            max_steps=max_steps, job_image=job_image, data_uri=data_uri), image)
     for condition, name in ((dsl.If, "local"), (dsl.Elif, "kubernetes"), (dsl.Elif, "sagemaker")):
         with condition(runtime.output == name, name=f"runtime-{name}"):
             _step(train(backend=name, spec=job.outputs["spec"], model=job.outputs["model"]), image) \
@@ -41,4 +43,4 @@ def check(params: dict) -> None:
     steps.cifar10_spec(runtime=params["training_runtime"], job_name=params["job_name"],
                        processes=params["processes"], epochs=params["epochs"], batch_size=params["batch_size"],
                        lr=params["lr"], backend=params["backend"], data_volume=params["data_volume"],
-                       max_steps=params["max_steps"], image=params["job_image"])
+                       max_steps=params["max_steps"], image=params["job_image"], data_uri=params["data_uri"])

@@ -20,12 +20,15 @@ from dtrain.backends.base import JobInfo, JobStatus
 from dtrain.client import Client
 from dtrain.errors import JobFailedError, SpecError
 from dtrain.spec import JobSpec, NewVolume, VolumeMount, check_name
+from dtrain.spec_sagemaker import Channel, SageMakerOptions
 
 RUNTIMES = ("local", "kubernetes", "sagemaker")  # training_runtime values, one pipeline branch each
 DIST_BACKENDS = ("gloo", "nccl")  # torch.distributed process-group backends the reference offers
 LAST_LINES = 20  # log lines quoted when a job fails: enough for a traceback's tail
 DATA_MOUNT = "/mnt"  # where a pipeline's volume appears inside its jobs
 MAX_PROCESSES = 1024  # a bound on what a pipeline parameter may ask for
+SM_CHANNEL = "training"  # the SageMaker channel the data arrives on ($SM_CHANNEL_TRAINING)
+SM_DATA_DIR = f"/opt/ml/input/data/{SM_CHANNEL}"  # where SageMaker puts that channel's files
 Echo = Callable[[str], None]
 
 
@@ -67,25 +70,52 @@ def _check_fraction(value, name: str, *, low_open: bool) -> float:
 
 def _wire(spec: JobSpec) -> dict:
     """The spec as a KFP struct: JSON values only, unset fields left out (a struct holds no null);
-    the project too, so each job goes to the default project of the home it is submitted from."""
-    return {k: v for k, v in spec.to_dict().items() if v is not None and k != "project"}
+    the project too, so each job goes to the default project of the home it is submitted from.
+    Of the SageMaker options only those that differ from their defaults (no nulls there either)."""
+    out = {k: v for k, v in spec.to_dict().items() if v is not None and k != "project"}
+    if "sagemaker" in out:
+        default = SageMakerOptions().to_dict()
+        out["sagemaker"] = {k: v for k, v in out["sagemaker"].items() if v != default[k]}
+    return out
 
 
 def _unwire(spec: dict) -> dict:
     """Undo the struct's one change: KFP carries every number as a double (protobuf Value)."""
-    return {k: int(v) if isinstance(v, float) and k in _INT_FIELDS and v.is_integer() else v for k, v in spec.items()}
+    out = _ints(spec, _INT_FIELDS)
+    if isinstance(out.get("sagemaker"), dict):
+        out["sagemaker"] = _ints(out["sagemaker"], _SM_INT_FIELDS)
+    return out
+
+
+def _ints(data: dict, fields: tuple[str, ...]) -> dict:
+    return {k: int(v) if isinstance(v, float) and k in fields and v.is_integer() else v for k, v in data.items()}
 
 
 _INT_FIELDS = ("processes", "gpu", "max_restarts")  # JobSpec's whole-number fields
+_SM_INT_FIELDS = ("instance_count", "max_runtime", "max_wait", "volume_size")  # SageMakerOptions' ones
+
+
+def sagemaker_data_channel(data_uri: str) -> Channel:
+    """The hybrid pipeline's `data_uri` as the job's `training` channel; SageMaker needs one."""
+    if not data_uri:
+        raise SpecError("training_runtime=sagemaker needs the CIFAR10 data in S3: add "
+                        "--param data_uri=s3://BUCKET/PREFIX (the CIFAR10 batches or the folder holding them)")
+    try:
+        return Channel(name=SM_CHANNEL, uri=data_uri)
+    except SpecError:
+        raise SpecError(f"invalid data_uri {data_uri!r}: use s3://BUCKET/PREFIX (or file:///PATH with "
+                        f"sagemaker --local)") from None
 
 
 def cifar10_spec(*, runtime: str, job_name: str, processes: int, epochs: int, batch_size: int, lr: float,
-                 backend: str, data_volume: str, max_steps: int = 0, image: str = "") -> tuple[dict, str]:
+                 backend: str, data_volume: str, max_steps: int = 0, image: str = "",
+                 data_uri: str = "") -> tuple[dict, str]:
     """The reference's CIFAR10 DDP job for one runtime: (JobSpec dict, where the model lands).
 
     Local and Kubernetes mount `data_volume` at /mnt (CIFAR10 batches at its top) and write the
-    model to /mnt/models/<job>; SageMaker hands the script its data channel and model folder
-    (SM_CHANNEL_TRAINING, SM_MODEL_DIR), which the workload reads by itself.
+    model to /mnt/models/<job>; SageMaker gets `data_uri` as its `training` channel, read from
+    /opt/ml/input/data/training, and saves to its model folder (SM_MODEL_DIR, which the workload
+    reads by itself; SageMaker uploads it as model.tar.gz).
     """
     check_runtime(runtime)
     if backend not in DIST_BACKENDS:
@@ -101,14 +131,19 @@ def cifar10_spec(*, runtime: str, job_name: str, processes: int, epochs: int, ba
                "--log-interval", "10"]
     volumes: list[str] = []
     model = "the job's S3 model artifact (model.tar.gz)"
-    if runtime != "sagemaker":
+    sagemaker = None
+    if runtime == "sagemaker":
+        command += ["--data-dir", SM_DATA_DIR]
+        sagemaker = {"channels": [sagemaker_data_channel(data_uri).to_flag()]}
+    else:
         check_name(data_volume, "volume")
         out = f"{DATA_MOUNT}/models/{job_name}"
         command += ["--data-dir", DATA_MOUNT, "--model-dir", out]
         volumes = [VolumeMount(volume=data_volume, mount_path=DATA_MOUNT).to_flag()]
         model = f"{data_volume}:/models/{job_name}/model.pth"
     spec = JobSpec.from_dict({"name": job_name, "command": command, "processes": processes, "launcher": "torchrun",
-                              "volumes": volumes, "backend": runtime, "image": image or None})
+                              "volumes": volumes, "backend": runtime, "image": image or None,
+                              "sagemaker": sagemaker})
     return _wire(spec), model
 
 

@@ -3,6 +3,9 @@
 SageMaker names a host's stream `JOB/algo-N-<unix seconds>`; dtrain's `--rank R` picks host
 algo-(R+1), since a SageMaker host is the unit that writes one stream. Parsing is pure; the
 paging loop takes the logs client as an argument.
+
+The group appears with the first job that logs in an account and region, a stream once its host
+starts: until then CloudWatch answers ResourceNotFoundException, which here means "no lines yet".
 """
 
 from __future__ import annotations
@@ -28,12 +31,23 @@ def to_lines(events: list[dict], rank: int) -> list[LogLine]:
             for e in events]
 
 
+def _not_yet(err: Exception) -> bool:
+    """CloudWatch's answer for a log group or stream that does not exist (yet)."""
+    response = getattr(err, "response", None)
+    return isinstance(response, dict) and response.get("Error", {}).get("Code") == "ResourceNotFoundException"
+
+
 def streams(logs, job: str) -> dict[int, str]:
-    """rank -> stream name of each host of `job`."""
+    """rank -> stream name of each host of `job`; none while the group does not exist."""
     out: dict[int, str] = {}
     kw = {"logGroupName": GROUP, "logStreamNamePrefix": f"{job}/"}
     for _ in range(MAX_PAGES):
-        page = logs.describe_log_streams(**kw)
+        try:
+            page = logs.describe_log_streams(**kw)
+        except Exception as err:  # botocore's ClientError: importable only with the optional boto3
+            if _not_yet(err):
+                return out
+            raise
         for s in page.get("logStreams", []):
             idx = host_index(s["logStreamName"])
             if idx is not None:
@@ -53,7 +67,12 @@ def read_stream(logs, stream: str, *, since: float | None, token: str | None = N
     for _ in range(MAX_PAGES):
         if token:
             kw["nextToken"] = token
-        page = logs.get_log_events(**kw)
+        try:
+            page = logs.get_log_events(**kw)
+        except Exception as err:  # the group or stream went away between listing and reading
+            if _not_yet(err):
+                return out, token
+            raise
         out += page.get("events", [])
         nxt = page.get("nextForwardToken")
         if not nxt or nxt == token:  # the same token back means the end of the stream
