@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import errno
 import fcntl
 import itertools
 import logging
@@ -52,8 +51,9 @@ from dtrain.storage.fileio import UNSUPPORTED, FileIO
 from dtrain.storage.info import CaptureStats, SweepStats, VerifyStats
 from dtrain.storage import manifest as mf
 from dtrain.storage.manifest import Entry, Manifest, meta_entry, same_meta, scan, unchanged
-from dtrain.storage.packs import UNHASHED, Pack, Packer, PackFiles, PackStore
+from dtrain.storage.packs import UNHASHED, Pack, Packer, PackStore
 from dtrain.storage.progress import Progress, Run
+from dtrain.storage.restore import Restore
 
 CHUNK_SIZE = 4 << 20
 PACK_SIZE = 64 << 20  # a pack is closed (and flushed) once it holds this much
@@ -254,7 +254,7 @@ class Engine:
             return meta_entry(rel, st)
         if stat.S_ISLNK(st.st_mode):
             try:
-                return meta_entry(rel, st, _readlink_beneath(src, rel))
+                return meta_entry(rel, st, mf.readlink_beneath(src, rel))
             except OSError as err:  # its folder was moved behind a link since the walk: gone
                 if err.errno in mf.GONE:
                     return None
@@ -428,82 +428,8 @@ class Engine:
             except OSError as err:
                 raise self._wrap(err, "restoring a subvolume snapshot", needed=0) from err
             return "subvolume"
-        run = Run(sum(e.size for e in manifest.entries if e.kind == "file"), progress)
-        where = self.packs.locations(manifest.digests())
-        as_root = os.geteuid() == 0
-        root = os.fspath(dest)
-        try:
-            with self.packs.files() as packs:
-                os.mkdir(root, 0o700)
-                levels: dict[int, list[Entry]] = {}  # folders by depth: each level in parallel
-                for e in manifest.entries:
-                    if e.kind == "dir" and e.path != ".":
-                        levels.setdefault(e.path.count("/"), []).append(e)
-                for depth in sorted(levels):
-                    self._parallel(lambda e: os.mkdir(f"{root}/{e.path}", 0o700), levels[depth])
-                files = [e for e in manifest.entries if e.kind == "file"]
-                batches = [files[i:i + 32] for i in range(0, len(files), 32)]  # a task per file costs more than a small file
-                self._parallel(lambda batch: [self._restore_file(e, root, manifest.chunk_size, as_root, where, packs, run)
-                                              for e in batch], batches)
-            for e in manifest.entries:
-                if e.kind == "symlink":
-                    path = f"{root}/{e.path}"
-                    os.symlink(e.target, path)
-                    if as_root:
-                        os.lchown(path, e.uid, e.gid)
-                    os.utime(path, ns=(e.mtime_ns, e.mtime_ns), follow_symlinks=False)
-            for depth in sorted(levels, reverse=True):  # deepest first: a read-only folder is finished last
-                self._parallel(lambda e: self._finish_dir(f"{root}/{e.path}", e, as_root), levels[depth])
-            for e in manifest.entries:
-                if e.path == ".":  # not always first: '-x' sorts before '.'
-                    self._finish_dir(root, e, as_root)
-        except OSError as err:
-            raise self._wrap(err, f"restoring into {dest}", needed=run.total - run.done) from err
-        return "cas" if run.fell_back else self.method
-
-    @staticmethod
-    def _finish_dir(path: str, e: Entry, as_root: bool) -> None:
-        if as_root:
-            os.chown(path, e.uid, e.gid)
-        os.chmod(path, e.mode)
-        os.utime(path, ns=(e.mtime_ns, e.mtime_ns))
-
-    def _restore_file(self, e: Entry, dest: str, chunk_size: int, as_root: bool, where: dict,
-                      packs: PackFiles, run: Run) -> None:
-        fd = os.open(f"{dest}/{e.path}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-        try:
-            for i, digest in enumerate(e.chunks):
-                pack, offset, length = where[digest]
-                try:
-                    with packs.open(pack) as src:
-                        self._restore_chunk(digest, src, offset, length, fd, i * chunk_size, run)
-                except FileNotFoundError:
-                    raise StorageError(f"object {digest[:12]} is missing from the snapshot store (its pack "
-                                       f"is gone); run `dtrain snapshot verify`") from None
-            if as_root:
-                os.fchown(fd, e.uid, e.gid)  # before chmod: chown clears setuid bits
-            os.fchmod(fd, e.mode)
-            os.utime(fd, ns=(e.mtime_ns, e.mtime_ns))
-        finally:
-            os.close(fd)
-
-    def _restore_chunk(self, digest: str, src: int, offset: int, length: int, fd: int, at: int, run: Run) -> None:
-        try:
-            if self.method == "reflink" and not run.fell_back:
-                try:
-                    self.io.clone(src, fd, length, offset, at)
-                    run.add(done=length)
-                    return
-                except OSError as err:
-                    if err.errno not in UNSUPPORTED:
-                        raise
-                    if err.errno != errno.EINVAL:  # EINVAL: this range is not block-aligned
-                        run.fell_back = True
-            self.io.copy(src, fd, length, offset, at)
-            run.add(done=length)
-        except EOFError:
-            raise StorageError(f"object {digest[:12]} is shorter than recorded: the snapshot store is "
-                               f"damaged; run `dtrain snapshot verify`") from None
+        return Restore(self.packs, io=self.io, method=self.method, parallel=self._parallel,
+                       wrap=self._wrap).tree(manifest, dest, progress=progress)
 
     # --- verification ----------------------------------------------------------------------
     def verify(self, manifest_ids: Iterable[str], *, progress: Progress | None = None) -> VerifyStats:
@@ -545,16 +471,6 @@ class Engine:
 
     def _wrap(self, err: OSError, doing: str, *, needed: int) -> StorageError:
         return fileio.storage_error(err, doing, needed=needed, where=self.root)
-
-
-def _readlink_beneath(src: Path, rel: str) -> str:
-    """A link's target, reading its parent folder without following links (see open_beneath)."""
-    parent, _, name = rel.rpartition("/")
-    fd = mf.open_beneath(src, parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        return os.readlink(name, dir_fd=fd)
-    finally:
-        os.close(fd)
 
 
 class _Batch:

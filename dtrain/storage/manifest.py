@@ -109,6 +109,16 @@ def open_beneath(root: str | os.PathLike, rel: str, flags: int = os.O_RDONLY) ->
         raise
 
 
+def readlink_beneath(root: str | os.PathLike, rel: str) -> str:
+    """A link's target, reading its parent folder without following links (see open_beneath)."""
+    parent, _, name = rel.rpartition("/")
+    fd = open_beneath(root, parent, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        return os.readlink(name, dir_fd=fd)
+    finally:
+        os.close(fd)
+
+
 GONE = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)  # removed, or replaced by a link, since it was listed
 
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import time
 import uuid
 from collections.abc import Mapping, Sequence
@@ -28,7 +27,7 @@ from pathlib import Path
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError, SpecError, StorageError
 from dtrain.names import check_name, check_storage_class, parse_size, parse_volume_size
-from dtrain.storage import btrfs, fileio
+from dtrain.storage import fileio, folders
 from dtrain.storage import manifest as mf
 from dtrain.storage.engine import Engine
 from dtrain.storage.info import Damage, Freed, Snapshot, VerifyReport, Volume
@@ -91,7 +90,7 @@ class Storage:
         self._collect()
         with db.transaction(self.conn):
             self._ensure_free(name)
-            _make_data_folder(root / name / "data")
+            folders.make_data_folder(root / name / "data")
             self._insert_volume(name, size or "10Gi", storage_class, None, labels, root)
         return self.get_volume(name)
 
@@ -139,7 +138,7 @@ class Storage:
             self.conn.execute("DELETE FROM volumes WHERE name = ?", (name,))
             if folder.exists():
                 os.rename(folder, trash)
-        _rmtree(trash)
+        folders.rmtree(trash)
 
     def volume_path(self, name: str) -> Path:
         """The folder a job mounts (at /mnt in the reference setup), once no move is under way."""
@@ -276,7 +275,7 @@ class Storage:
                 os.rename(staging, root / to)
                 self._insert_volume(to, size or snap.volume_size, storage_class, snap.name, labels, root)
         finally:
-            _rmtree(staging)
+            folders.rmtree(staging)
         return self.get_volume(to)
 
     def _restore_in_place(self, snap: Snapshot, in_use_by: Sequence[str], progress) -> Volume:
@@ -297,10 +296,10 @@ class Storage:
                 self.engine.materialize(self._load(snap), staging, progress=cb)
             with db.transaction(self.conn):
                 self.get_volume(vol.name)
-                _swap(staging, vol.path)
+                folders.swap(staging, vol.path)
                 self.conn.execute("UPDATE volumes SET head_snapshot = ? WHERE name = ?", (snap.name, vol.name))
         finally:
-            _rmtree(staging)  # the old data after a swap, a partial restore otherwise
+            folders.rmtree(staging)  # the old data after a swap, a partial restore otherwise
         return self.get_volume(vol.name)
 
     # --- housekeeping ----------------------------------------------------------------------
@@ -317,7 +316,7 @@ class Storage:
                 known = {name for name, at in rows if Path(at or self.volumes_dir) == root}
                 for item in os.scandir(root):
                     if item.name.startswith("."):
-                        if _owner_dead(item.name):
+                        if folders.owner_dead(item.name):
                             trash.append(Path(item.path))
                     elif item.name in moving:
                         continue
@@ -325,9 +324,9 @@ class Storage:
                         trash.append(root / f".trash-{os.getpid()}-{uuid.uuid4().hex[:8]}")
                         os.rename(item.path, trash[-1])
                     else:
-                        trash += _collect_volume(Path(item.path))
+                        trash += folders.collect_volume(Path(item.path))
         for path in trash:
-            _rmtree(path)
+            folders.rmtree(path)
         if sweep:
             self._sweep()
 
@@ -455,70 +454,3 @@ def _spec_json(job_spec) -> str | None:
         return json.dumps(dict(job_spec), sort_keys=True)
     except (TypeError, ValueError) as err:
         raise SpecError(f"job_spec cannot be stored as JSON ({err}): pass JobSpec.to_dict()") from None
-
-
-def _swap(staging: Path, data: Path) -> None:
-    """Put `staging` at `data` and the old data at `staging`, atomically where the kernel can."""
-    if fileio.exchange(staging, data):
-        return
-    old = data.parent / f".old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-    os.rename(data, old)  # a crash here leaves no data/: _collect_volume puts .old-* back
-    os.rename(staging, data)
-    os.rename(old, staging)
-
-
-def _collect_volume(folder: Path) -> list[Path]:
-    """Staging folders of killed in-place restores inside one volume folder."""
-    leftovers = [Path(i.path) for i in os.scandir(folder) if i.name.startswith(".") and _owner_dead(i.name)]
-    if not (folder / "data").exists():
-        for old in (p for p in leftovers if p.name.startswith(".old-")):
-            os.rename(old, folder / "data")
-            leftovers.remove(old)
-            break
-    return leftovers
-
-
-def _owner_dead(name: str) -> bool:
-    """Staging names carry their creator's pid: '.tmp-<pid>-<hex>'."""
-    parts = name.split("-")
-    if len(parts) < 3 or not parts[1].isdigit():
-        return False
-    pid = int(parts[1])
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def _make_data_folder(path: Path) -> None:
-    """A volume's data folder: a btrfs subvolume where the volume root is on btrfs (snapshots
-    then take constant time), a plain folder elsewhere or where subvolumes are not allowed."""
-    path.parent.mkdir(parents=True)
-    if btrfs.is_btrfs(path.parent):
-        with contextlib.suppress(OSError):
-            btrfs.create(path)
-            return
-    path.mkdir()
-
-
-def _rmtree(path: Path) -> None:
-    """Remove a tree even where restored folders are read-only; subvolumes (the tree itself or
-    a volume's data folder in it) are deleted whole by the kernel."""
-    def retry(func, target, _exc):
-        os.chmod(os.path.dirname(target), 0o700)
-        func(target)
-
-    if not os.path.lexists(path):
-        return
-    for sub in (path, *(Path(i.path) for i in os.scandir(path) if i.is_dir(follow_symlinks=False))) \
-            if os.path.isdir(path) and not os.path.islink(path) else ():
-        if btrfs.is_subvolume(sub):
-            with contextlib.suppress(OSError):
-                btrfs.delete(sub)
-    if os.path.lexists(path):
-        shutil.rmtree(path, onerror=retry)

@@ -1,0 +1,82 @@
+"""Volume folders on disk: staging, swapping, tidying what killed processes left, removing.
+
+Staging and trash folders are named '.<kind>-<pid>-<hex>' beside the folder they replace, so
+that `owner_dead` tells a killed process's leftovers from a live one's work (volumes.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+from dtrain.storage import btrfs, fileio
+
+
+def swap(staging: Path, data: Path) -> None:
+    """Put `staging` at `data` and the old data at `staging`, atomically where the kernel can."""
+    if fileio.exchange(staging, data):
+        return
+    old = data.parent / f".old-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    os.rename(data, old)  # a crash here leaves no data/: collect_volume puts .old-* back
+    os.rename(staging, data)
+    os.rename(old, staging)
+
+
+def collect_volume(folder: Path) -> list[Path]:
+    """Staging folders of killed in-place restores inside one volume folder."""
+    leftovers = [Path(i.path) for i in os.scandir(folder) if i.name.startswith(".") and owner_dead(i.name)]
+    if not (folder / "data").exists():
+        for old in (p for p in leftovers if p.name.startswith(".old-")):
+            os.rename(old, folder / "data")
+            leftovers.remove(old)
+            break
+    return leftovers
+
+
+def owner_dead(name: str) -> bool:
+    """Staging names carry their creator's pid: '.tmp-<pid>-<hex>'."""
+    parts = name.split("-")
+    if len(parts) < 3 or not parts[1].isdigit():
+        return False
+    pid = int(parts[1])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def make_data_folder(path: Path) -> None:
+    """A volume's data folder: a btrfs subvolume where the volume root is on btrfs (snapshots
+    then take constant time), a plain folder elsewhere or where subvolumes are not allowed."""
+    path.parent.mkdir(parents=True)
+    if btrfs.is_btrfs(path.parent):
+        with contextlib.suppress(OSError):
+            btrfs.create(path)
+            return
+    path.mkdir()
+
+
+def rmtree(path: Path) -> None:
+    """Remove a tree even where restored folders are read-only; subvolumes (the tree itself or
+    a volume's data folder in it) are deleted whole by the kernel."""
+    def retry(func, target, _exc):
+        os.chmod(os.path.dirname(target), 0o700)
+        func(target)
+
+    if not os.path.lexists(path):
+        return
+    for sub in (path, *(Path(i.path) for i in os.scandir(path) if i.is_dir(follow_symlinks=False))) \
+            if os.path.isdir(path) and not os.path.islink(path) else ():
+        if btrfs.is_subvolume(sub):
+            with contextlib.suppress(OSError):
+                btrfs.delete(sub)
+    if os.path.lexists(path):
+        shutil.rmtree(path, onerror=retry)
