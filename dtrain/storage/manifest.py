@@ -139,7 +139,12 @@ def scan(root: Path) -> Iterator[tuple[str, os.stat_result]]:
             with os.scandir(fd) as it:
                 for item in it:
                     rel = prefix + item.name
-                    st = item.stat(follow_symlinks=False)
+                    try:
+                        st = item.stat(follow_symlinks=False)
+                    except OSError as err:
+                        if err.errno in GONE:  # removed (or swapped) between readdir and lstat: gone
+                            continue
+                        raise
                     yield rel, st
                     if stat.S_ISDIR(st.st_mode):
                         stack.append(rel + "/")

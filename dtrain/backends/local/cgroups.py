@@ -94,7 +94,7 @@ def support() -> Support:
     found = _try_v2() or _try_v1()
     if found is None:
         return Support(mode="none", detail="advisory: no writable cgroup v2 memory+cpu delegation and no "
-                                           "cgroup v1 memory and cpu hierarchies here; run dtrain as root "
+                                           "cgroup v1 memory and cpu hierarchies here; run it as root "
                                            "or delegate a cgroup to it")
     return found
 

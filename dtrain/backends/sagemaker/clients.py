@@ -45,7 +45,7 @@ def aws_call(what: str, fn: Callable, **kw) -> Any:
         code = getattr(err, "response", {}).get("Error", {}).get("Code") if hasattr(err, "response") else None
         if code is None and type(err).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
             raise BackendError(f"{what}: no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
-                               f"AWS_SECRET_ACCESS_KEY (dtrain never stores them)") from None
+                               f"AWS_SECRET_ACCESS_KEY (they are never stored by dtrain)") from None
         if code is None and type(err).__name__ in ("EndpointConnectionError", "ConnectTimeoutError"):
             raise BackendError(f"{what}: cannot reach AWS ({err}); check the network and --region") from None
         if code is None:

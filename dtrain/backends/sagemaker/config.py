@@ -78,8 +78,8 @@ class SageMakerConfig:
         missing = [f for f, v in (("--role", self.role), ("--bucket", self.bucket)) if not v]
         if missing:
             raise SpecError(f"SageMaker is not configured ({' and '.join(missing)} missing): run "
-                            f"dtrain config sagemaker --role arn:aws:iam::ACCOUNT:role/ROLE --bucket BUCKET "
-                            f"--region REGION (or add --local to run here)")
+                            f"'dtrain config sagemaker --role arn:aws:iam::ACCOUNT:role/ROLE --bucket BUCKET "
+                            f"--region REGION', or submit with --local to run here")
 
     def for_local(self) -> "SageMakerConfig":
         """The same settings with placeholders where AWS values are missing (a --local job)."""
