@@ -54,6 +54,21 @@ class Dtrain:
         raise AssertionError(f"job {name} never reached {statuses}; last: {info['status']} {info['message']}")
 
 
+def rank_record(home: Path, job: str, rank: int, timeout: float = 90) -> dict:
+    """A local job's rank record, once the rank has started (its pid is recorded)."""
+    path = home / "jobs" / job / "ranks" / f"rank-{rank}.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            rec = json.loads(path.read_text())
+            if rec.get("pid"):
+                return rec
+        except (OSError, ValueError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError(f"rank {rank} of {job} never started")
+
+
 @pytest.fixture
 def home(tmp_path) -> Path:
     h = tmp_path / "dtrain-home"

@@ -14,32 +14,17 @@ import re
 import signal
 import sqlite3
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 import pytest
 import torch
 
-from conftest import Dtrain
+from conftest import Dtrain, rank_record
 from dtrain.training import read_metrics
 from dtrain.workloads.cifar10.data import write_synthetic
 
 CKPT_EVERY = 10
-
-
-def rank_record(home: Path, job: str, rank: int, timeout: float = 90) -> dict:
-    path = home / "jobs" / job / "ranks" / f"rank-{rank}.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            rec = json.loads(path.read_text())
-            if rec.get("pid"):
-                return rec
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"rank {rank} of {job} never started")
 
 
 def wait_for_step(metrics: Path, step: int, timeout: float = 240) -> int:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Dtrain
+from conftest import Dtrain, rank_record
 
 ALLREDUCE = str(Path(__file__).parent / "jobs" / "allreduce.py")
 PY = sys.executable
@@ -133,7 +133,7 @@ def test_fifo_within_project_and_quota(dt_gpus: Dtrain, tmp_path):
 def test_killed_process_fails_the_job(dt: Dtrain):
     dt("submit", "victim", "--", "python", "-c", "import time; print('up', flush=True); time.sleep(60)")
     dt.wait_for("victim", {"Running"})
-    pid = _rank_pid(dt.home, "victim", 0)
+    pid = rank_record(dt.home, "victim", 0)["pid"]
     os.kill(pid, signal.SIGKILL)
     info = dt.wait_for("victim", {"Failed"})
     assert info["processes"][0]["exit_code"] == 137
@@ -149,7 +149,7 @@ def test_killed_process_is_restarted_with_max_restarts(dt: Dtrain, tmp_path):
     deadline = time.monotonic() + 30
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    os.kill(_rank_pid(dt.home, "phoenix", 0), signal.SIGKILL)
+    os.kill(rank_record(dt.home, "phoenix", 0)["pid"], signal.SIGKILL)
     info = dt.wait_for("phoenix", {"Succeeded", "Failed"})
     assert info["status"] == "Succeeded" and info["restarts"] == 1
     assert dt("logs", "phoenix").stdout.split("\n")[:2] == ["attempt 0", "attempt 1"]
@@ -170,7 +170,7 @@ def test_lost_supervisor_is_never_shown_running(dt: Dtrain):
     conn = sqlite3.connect(dt.home / "state.db")
     pid = conn.execute("SELECT supervisor_pid FROM jobs WHERE name='orphan'").fetchone()[0]
     conn.close()
-    rank_pid = _rank_pid(dt.home, "orphan", 0)
+    rank_pid = rank_record(dt.home, "orphan", 0)["pid"]
     os.kill(pid, signal.SIGKILL)
     time.sleep(0.5)
     info = dt.json("describe", "job", "orphan")
@@ -184,7 +184,7 @@ def test_delete_stops_every_process(dt: Dtrain):
     deadline = time.monotonic() + 60
     while len(list((dt.home / "jobs" / "long" / "ranks").glob("*.json"))) < 2 and time.monotonic() < deadline:
         time.sleep(0.1)
-    pids = [_rank_pid(dt.home, "long", r) for r in (0, 1)]
+    pids = [rank_record(dt.home, "long", r)["pid"] for r in (0, 1)]
     out = dt("delete", "long")
     assert "deleted" in out.stdout
     for pid in pids:
@@ -266,20 +266,6 @@ def test_new_process_sees_jobs_of_earlier_processes(dt: Dtrain):
     dt("submit", "seen", "--", "true")
     dt.wait_for("seen", {"Succeeded"})
     assert [j.name for j in dtrain.Client(home=dt.home).list()] == ["seen"]
-
-
-def _rank_pid(home: Path, job: str, rank: int, timeout: float = 60) -> int:
-    path = home / "jobs" / job / "ranks" / f"rank-{rank}.json"
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        try:
-            rec = json.loads(path.read_text())
-            if rec.get("pid"):
-                return rec["pid"]
-        except (OSError, ValueError):
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"rank {rank} of {job} never started")
 
 
 def _assert_dead(pid: int, timeout: float = 20) -> None:
