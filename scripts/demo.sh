@@ -80,7 +80,7 @@ SNAP=$(dtrain describe job train-lane-detection --json | json 'd["snapshot"]')
 run dtrain snapshot list
 run dtrain snapshot describe "$SNAP"
 run dtrain snapshot restore "$SNAP" --to restored-tusimple
-RESTORED=$(dtrain volume describe restored-tusimple --json | json 'd["path"]')
+RESTORED=$(dtrain volume describe restored-tusimple --json | json 'd["extra"]["path"]')
 STEPS=$(json 'd["max_steps"]' <"$RESTORED/runs/lanes/run.json")
 run dtrain submit-dist retrain-lane-detection --processes 2 --cpu 1 --large-shm --pvc restored-tusimple:/mnt \
   -e BATCH_SIZE=$BATCH_SIZE -e USE_VAL=false -- \
