@@ -395,7 +395,9 @@ class Storage:
             return self.volumes_dir
         if storage_class not in self.classes:
             known = ", ".join(sorted({DEFAULT_CLASS, *self.classes}))
-            raise SpecError(f"unknown storage class {storage_class!r}: use one of {known}, or name its root "
+            # NotFound, not a malformed request: which classes exist is configuration (kubectl says
+            # 'storageclass "x" not found'), so a well-formed name can only be missing.
+            raise NotFoundError(f"unknown storage class {storage_class!r}: use one of {known}, or name its root "
                             f"folder under 'storage_classes:' in {self.home / 'config.yaml'}")
         root = self.classes[storage_class]
         root.mkdir(parents=True, exist_ok=True)
