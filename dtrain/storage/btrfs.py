@@ -77,13 +77,18 @@ def _in_parent(path: str | os.PathLike):
     return os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY), os.fsencode(os.path.basename(path))
 
 
-def create(path: str | os.PathLike) -> None:
-    """Make a new, empty subvolume at `path` (which must not exist)."""
+def _name_ioctl(request: int, path: str | os.PathLike) -> None:
+    """An ioctl on `path`'s parent folder that names its subvolume (create, destroy)."""
     parent, name = _in_parent(path)
     try:
-        fcntl.ioctl(parent, SUBVOL_CREATE, _vol_args(name))
+        fcntl.ioctl(parent, request, _vol_args(name))
     finally:
         os.close(parent)
+
+
+def create(path: str | os.PathLike) -> None:
+    """Make a new, empty subvolume at `path` (which must not exist)."""
+    _name_ioctl(SUBVOL_CREATE, path)
 
 
 def snapshot(source: str | os.PathLike, dest: str | os.PathLike, *, readonly: bool) -> None:
@@ -104,8 +109,4 @@ def snapshot(source: str | os.PathLike, dest: str | os.PathLike, *, readonly: bo
 
 def delete(path: str | os.PathLike) -> None:
     """Delete the subvolume at `path` with everything in it (read-only ones too, as root)."""
-    parent, name = _in_parent(path)
-    try:
-        fcntl.ioctl(parent, SNAP_DESTROY, _vol_args(name))
-    finally:
-        os.close(parent)
+    _name_ioctl(SNAP_DESTROY, path)
