@@ -35,7 +35,7 @@ import uuid
 from collections.abc import Callable
 from pathlib import Path
 
-from dtrain import db
+from dtrain import db, procs
 from dtrain.errors import ConflictError, StorageError
 from dtrain.storage import fileio
 from dtrain.storage import manifest as mf
@@ -52,14 +52,9 @@ KILL_ENV = "DTRAIN_MOVE_KILL_AT"
 
 def process_start(pid: int) -> str | None:
     """The kernel's start time of a live pid, with the boot it counts from: a recorded pid means
-    nothing without them. (The storage layer imports no backend, so it reads /proc itself.)"""
-    try:
-        text = Path(f"/proc/{pid}/stat").read_text()
-        boot = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
-    except OSError:
-        return None
-    fields = text[text.rindex(")") + 2:].split()
-    return None if fields[0] in ("Z", "X") else f"{boot}:{fields[19]}"
+    nothing without them (see dtrain.procs)."""
+    start = procs.start_time(pid)
+    return None if start is None else f"{procs.boot_id()}:{start}"
 
 
 def _checkpoint(point: str) -> None:

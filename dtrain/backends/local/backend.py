@@ -31,7 +31,7 @@ from dtrain.backends.local.scheduler import split_devices
 from dtrain.backends.local.devices import inventory
 from dtrain.backends.local.notebook import read_access
 from dtrain.backends.local.rankrun import parse_line
-from dtrain.backends.local.procs import Ident, signal_process, spawn_detached
+from dtrain.procs import Ident, signal_process, spawn_detached
 from dtrain.backends.local.store import ACTIVE, JobStore
 from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, parse_ident, rank_records, supervisor_token
 from dtrain.config import UserConfig, home_dir

@@ -32,7 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from dtrain.backends.local.cgroups import RankCgroup
-from dtrain.backends.local.procs import Ident, signal_session
+from dtrain.procs import Ident, signal_session
 from dtrain.markers import resumed_step
 
 PR_SET_PDEATHSIG = 1

@@ -32,7 +32,7 @@ from pathlib import Path
 from dtrain.backends.local import launch, notebook, scheduler
 from dtrain.backends.local.devices import inventory
 from dtrain.backends.local.cgroups import RankCgroup
-from dtrain.backends.local.procs import Ident, signal_process, signal_session
+from dtrain.procs import Ident, signal_process, signal_session
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
 

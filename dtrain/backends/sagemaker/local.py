@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
-from dtrain.backends.local.procs import Ident, signal_process, spawn_detached
+from dtrain.procs import Ident, signal_process, spawn_detached
 from dtrain.backends.sagemaker.clients import Clients
 
 ROOT = "sagemaker-local"
