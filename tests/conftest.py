@@ -29,7 +29,7 @@ class Dtrain:
 
     def __init__(self, home: Path, env: dict[str, str] | None = None):
         self.home = home
-        self.env = {**os.environ, "DTRAIN_HOME": str(home), **(env or {})}
+        self.env = {**os.environ, **(env or {}), "DTRAIN_HOME": str(home)}  # the home always wins: CI exports one
 
     def __call__(self, *args: str, check: bool = True, timeout: float = 120, cwd=None) -> subprocess.CompletedProcess:
         proc = subprocess.run([DTRAIN, *args], env=self.env, capture_output=True, text=True, timeout=timeout,

@@ -21,7 +21,7 @@ class ServerProcess:
     def __init__(self, home: Path, *, args: tuple[str, ...] = (), env: dict[str, str] | None = None,
                  cwd: Path | None = None):
         self.home = home
-        self.env = {**os.environ, "DTRAIN_HOME": str(home), **(env or {})}
+        self.env = {**os.environ, **(env or {}), "DTRAIN_HOME": str(home)}  # the home always wins: CI exports one
         self.proc = subprocess.Popen([DTRAIN, "server", "--port", "0", *args], env=self.env, cwd=cwd,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.banner = self._first_line(timeout=60)
