@@ -29,7 +29,8 @@ from dtrain.workloads.lanes.train import build_optimizer, forward_backward, spee
 def variants(recipe: Recipe) -> dict[str, Recipe]:
     """The plain eager float32 reference and the fast path of the same recipe."""
     eager_model = dataclasses.replace(recipe.model, message_passing="naive")
-    eager = dataclasses.replace(recipe, model=eager_model, channels_last=False, compile=False, bf16=False)
+    eager = dataclasses.replace(recipe, model=eager_model, channels_last=False, compile=False, bf16=False,
+                                cpu_bf16=False)
     return {"eager": eager, "fast": recipe}
 
 
@@ -71,7 +72,7 @@ def measure(recipe: Recipe, device: torch.device, repeats: int, warmup: int) -> 
     row = {"recipe": recipe.name, "size": f"{w}x{h}", "batch": n, "device": str(device),
            "threads": torch.get_num_threads(), "load_avg_1m": round(os.getloadavg()[0], 1), "repeats": repeats,
            "knobs": {"channels_last": recipe.nhwc(device), "compile": recipe.compile,
-                     "bf16": recipe.bf16 and device.type == "cuda"}}
+                     "bf16": recipe.autocast(device)}}
     for name, s in samples.items():
         row[f"{name}_step_s"] = round(statistics.median(x[0] for x in s), 3)
         row[f"{name}_cpu_s"] = round(statistics.median(x[1] for x in s), 3)
@@ -94,6 +95,8 @@ def main() -> None:
     args = parser.parse_args()
     size = tuple(int(v) for v in args.size.split("x"))
     knobs = {k: getattr(args, k) for k in ("channels_last", "compile", "bf16") if getattr(args, k) is not None}
+    if "bf16" in knobs:
+        knobs["cpu_bf16"] = knobs["bf16"]  # --bf16 / --no-bf16: on whichever device runs
     for name in args.recipe:
         recipe = recipes.get(name)
         recipe = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, input_size=size, message_passing="fast"),

@@ -5,7 +5,10 @@ learning rate); the command line and the platform's environment variables may ov
 batch, the steps and the learning rate, never silently anything else.
 """
 
+import functools
 from dataclasses import dataclass
+
+import torch
 
 from dtrain.errors import SpecError
 from dtrain.workloads.lanes.model import SCNNConfig
@@ -34,16 +37,29 @@ class Recipe:
     threshold: float = 0.3  # lane probability a pixel needs to become a lane point when decoding
     # Speed knobs: each changes how the step runs, not what it computes (within the tolerance
     # tests/test_lanes_fast.py checks against eager float32); defaults follow bench/lanes_train.py.
-    # On this CPU (paper step, batch 2, 512x288, one thread) neither channels-last nor compile
-    # measured faster: 9.02 and 9.27 s of CPU time per step against 9.25 for eager (3 interleaved
-    # steps each), so a CPU step stays NCHW and eager; on CUDA channels-last is the usual win.
-    channels_last: bool | None = None  # NHWC convolutions; None: on CUDA only
+    # On this CPU (paper step, batch 2, 512x288) in float32 neither channels-last nor compile
+    # measured faster (9.02 and 9.27 s of CPU time per step against 9.25 for eager); bfloat16 on
+    # its AMX-BF16 units did, 3-4x, and channels-last on top of it (benchmarks.md, "SCNN step").
+    channels_last: bool | None = None  # NHWC convolutions; None: on CUDA, and wherever a step runs in bf16
     compile: bool = False  # torch.compile the backbone and neck (message passing stays eager)
-    bf16: bool = True  # bfloat16 autocast, on CUDA only: a CPU step always runs in float32
+    bf16: bool = True  # bfloat16 autocast on CUDA
+    # bfloat16 autocast on a CPU; None: when the CPU has AMX-BF16 (without it bf16 is emulated, slower)
+    cpu_bf16: bool | None = False
+
+    def autocast(self, device) -> bool:
+        """Whether a step on `device` runs under bfloat16 autocast (weights and optimizer stay float32)."""
+        kind = torch.device(device).type
+        if kind == "cuda":
+            return self.bf16
+        if kind == "cpu":
+            return cpu_has_amx_bf16() if self.cpu_bf16 is None else self.cpu_bf16
+        return False
 
     def nhwc(self, device) -> bool:
         """Whether a step on `device` runs channels-last."""
-        return self.channels_last if self.channels_last is not None else str(device).startswith("cuda")
+        if self.channels_last is not None:
+            return self.channels_last
+        return torch.device(device).type == "cuda" or self.autocast(device)
 
     def __post_init__(self) -> None:
         for field in ("batch_size", "max_steps", "log_every", "ckpt_every", "keep_ckpts", "val_batch_size"):
@@ -95,6 +111,8 @@ def paper() -> Recipe:
     return Recipe(
         name="paper",
         model=SCNNConfig(width=1.0, input_size=(512, 288), dropout=0.1, mp_init="scnn"),
+        cpu_bf16=None,  # 4x per step on an AMX-BF16 CPU (benchmarks.md); tiny and demo stay float32,
+        # the precision their accuracy and scaling figures were measured in
         batch_size=12,
         max_steps=60_000,
         lr=0.01,
@@ -103,6 +121,16 @@ def paper() -> Recipe:
         log_every=20,
         ckpt_every=1000,
     )
+
+
+@functools.cache
+def cpu_has_amx_bf16() -> bool:
+    """Whether this CPU has AMX-BF16 tiles, where oneDNN runs bfloat16 convolutions natively."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            return any(line.startswith("flags") and "amx_bf16" in line.split() for line in f)
+    except OSError:
+        return False
 
 
 RECIPES = {"tiny": tiny, "demo": demo, "paper": paper}

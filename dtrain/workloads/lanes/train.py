@@ -121,6 +121,8 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--enable-snapshot", action=argparse.BooleanOptionalAction,
                    default=_env_bool(env, "ENABLE_SNAPSHOT"), help="recorded for the platform [ENABLE_SNAPSHOT]")
     p.add_argument("--pvc-name", default=env.get("PVC_NAME"), help="recorded for the platform [PVC_NAME]")
+    p.add_argument("--bf16", action=argparse.BooleanOptionalAction,
+                   help="bfloat16 autocast on this device (default: the recipe's; --no-bf16 runs float32)")
     return p
 
 
@@ -130,6 +132,8 @@ def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> TrainCon
     overrides = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr), ("max_steps", args.max_steps),
                                    ("val_batch_size", args.val_batch_size), ("ckpt_every", args.checkpoint_every))
                  if v is not None}
+    if args.bf16 is not None:
+        overrides.update(bf16=args.bf16, cpu_bf16=args.bf16)
     recipe = dataclasses.replace(recipe, **overrides)  # Recipe re-validates the values
     for name, low in (("epochs", 1), ("stop_after", 1), ("num_workers", 0)):
         if getattr(args, name) is not None and getattr(args, name) < low:
@@ -172,7 +176,7 @@ def forward_backward(model: torch.nn.Module, batch: Sequence[torch.Tensor], reci
     img, seg, exist = (t.to(device, non_blocking=True) for t in batch)
     if recipe.nhwc(device):
         img = img.contiguous(memory_format=torch.channels_last)
-    with torch.autocast("cuda", dtype=torch.bfloat16, enabled=recipe.bf16 and device.type == "cuda"):
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=recipe.autocast(device)):
         seg_logits, exist_logits = model(img)
     loss = scnn_loss(seg_logits, exist_logits, seg, exist, recipe)
     (loss * scale).backward()
@@ -297,7 +301,8 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
         if info.world_size > 1 else model
     val_labels = split_labels(cfg.data_dir, "val") if cfg.use_val else []
     log(f"recipe {recipe.name}: {info.world_size} process(es) x batch {recipe.batch_size}, {max_steps} steps, "
-        f"{steps_per_epoch} steps/epoch, input {recipe.input_size}, width {recipe.model.width}, device {device}")
+        f"{steps_per_epoch} steps/epoch, input {recipe.input_size}, width {recipe.model.width}, device {device}, "
+        f"{'bf16 autocast' if recipe.autocast(device) else 'float32'}{', channels-last' if recipe.nhwc(device) else ''}")
     log(f"data {cfg.data_dir} ({len(dataset)} frames), workers {cfg.num_workers}, validation {cfg.use_val}; "
         f"ENABLE_SNAPSHOT={cfg.enable_snapshot} PVC_NAME={cfg.pvc_name} (recorded; the platform takes snapshots)")
 
