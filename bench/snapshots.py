@@ -111,6 +111,11 @@ class Bench:
         self.restic = work / "restic"
         self.env = dict(os.environ, RESTIC_PASSWORD="bench", RESTIC_CACHE_DIR=str(work / "restic-cache"),
                         PYTHONPATH=str(REPO), DVC_NO_ANALYTICS="1")
+        # Python runs from cached bytecode, as an installed tool does (pip compiles it; an
+        # editable install writes it on first import): a session that sets PYTHONDONTWRITEBYTECODE
+        # would otherwise time the compilation of every module on every step.
+        self.env.pop("PYTHONDONTWRITEBYTECODE", None)
+        subprocess.run([sys.executable, "-c", "import dtrain.storage"], env=self.env, check=True)
         self.rows: dict[str, dict[str, tuple[float, int]]] = {}
 
     def record(self, step: str, tool: str, seconds: float, added: int, note: str = "") -> None:

@@ -1,6 +1,7 @@
 """The content-addressed snapshot engine, on real files: exactness, point-in-time, dedup,
 incremental capture, sweeping, verification, full disks and copy-on-write clones."""
 
+import errno
 import os
 import shutil
 import subprocess
@@ -436,7 +437,49 @@ def test_a_volume_folder_that_is_a_symlink_is_refused_clearly(tmp_path):
     assert engine.sweep(lambda: []) is not None and list((engine.root / "manifests").iterdir()) == []
 
 
-def test_a_folder_swapped_for_a_link_never_brings_outside_files_in(tmp_path):
+@pytest.fixture(params=["openat2", "walk"])
+def beneath(request, monkeypatch):
+    """open_beneath both ways: one openat2(2) call, and the component walk used without it."""
+    from dtrain.storage import manifest
+    if request.param == "walk":
+        monkeypatch.setattr(manifest, "_openat2_impl", False)
+    else:
+        fd = os.open(".", os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            probe = manifest._openat2(fd, ".", os.O_RDONLY | os.O_DIRECTORY)
+        finally:
+            os.close(fd)
+        if probe is None:
+            pytest.skip("openat2(2) cannot be used here (kernel older than 5.6, or a seccomp filter)")
+        os.close(probe)
+    return request.param
+
+
+def test_open_beneath_follows_no_link_and_never_leaves_the_root(tmp_path, beneath):
+    from dtrain.storage.manifest import open_beneath
+    (tmp_path / "root/a/b").mkdir(parents=True)
+    (tmp_path / "root/a/b/f.txt").write_text("inside")
+    (tmp_path / "outside.txt").write_text("outside")
+    os.symlink(tmp_path / "root/a", tmp_path / "root/link")
+    os.symlink("b/f.txt", tmp_path / "root/a/file-link")
+    fd = open_beneath(tmp_path / "root", "a/b/f.txt")
+    assert os.read(fd, 100) == b"inside"
+    os.close(fd)
+    for rel in ("link/b/f.txt", "a/file-link", "a/../../outside.txt", "../outside.txt"):
+        with pytest.raises(OSError) as err:
+            os.close(open_beneath(tmp_path / "root", rel))
+        assert err.value.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR), (rel, err.value)
+    with pytest.raises(FileNotFoundError):
+        open_beneath(tmp_path / "root", "a/missing")
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(20):
+        os.close(open_beneath(tmp_path / "root", "a/b", os.O_RDONLY | os.O_DIRECTORY))
+        with pytest.raises(OSError):
+            open_beneath(tmp_path / "root", "link/b")
+    assert len(os.listdir("/proc/self/fd")) == before  # no descriptor leaks, either way
+
+
+def test_a_folder_swapped_for_a_link_never_brings_outside_files_in(tmp_path, beneath):
     """D: while captures run, a thread keeps swapping a folder of the volume for a symlink to a
     host folder; no capture may record a name or byte from the host folder."""
     from dtrain.storage.manifest import open_beneath

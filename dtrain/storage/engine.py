@@ -34,15 +34,12 @@ import contextlib
 import dataclasses
 import fcntl
 import itertools
-import logging
 import os
 import shutil
 import stat
 import threading
 import time
-import uuid
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from dtrain.errors import StorageError
@@ -57,7 +54,6 @@ from dtrain.storage.restore import Restore
 
 CHUNK_SIZE = 4 << 20
 PACK_SIZE = 64 << 20  # a pack is closed (and flushed) once it holds this much
-log = logging.getLogger(__name__)
 
 
 class Engine:
@@ -109,7 +105,7 @@ class Engine:
     def pin(self):
         """Hold while capturing, committing or restoring: no object vanishes meanwhile."""
         fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        marker = self.root / "pins" / f"{os.getpid()}-{uuid.uuid4().hex}"
+        marker = self.root / "pins" / f"{os.getpid()}-{os.urandom(16).hex()}"
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
             marker.touch()
@@ -190,7 +186,7 @@ class Engine:
         packer = None
         items, jobs, batch, skipped, same = [], [], _Batch(), [], 0
         # reading, hashing and storing are I/O and GIL-free work: a few more threads than cores
-        pool = ThreadPoolExecutor(self.workers + 2)
+        pool = _thread_pool(self.workers + 2)
         try:
             if not os.path.isdir(src) or os.path.islink(src):
                 raise StorageError(f"cannot snapshot {src}: it is not a folder (a volume's data folder must be "
@@ -230,7 +226,9 @@ class Engine:
         finally:
             pool.shutdown()
         if skipped:
-            log.warning("snapshot of %s skips %d socket(s), fifo(s) or device(s), e.g. %s",
+            import logging  # here, not at start-up: a CLI snapshot is short
+
+            logging.getLogger(__name__).warning("snapshot of %s skips %d socket(s), fifo(s) or device(s), e.g. %s",
                         src, len(skipped), skipped[0])
         done = tuple(e for e in entries if e is not None)
         files = [e for e in done if e.kind == "file"]
@@ -365,7 +363,7 @@ class Engine:
         """fn over items on the worker threads, results in order; the first error cancels the rest."""
         if len(items) < 2 or self.workers == 1:
             return [fn(item) for item in items]
-        with ThreadPoolExecutor(self.workers) as pool:
+        with _thread_pool(self.workers) as pool:
             futures = [pool.submit(fn, item) for item in items]
             try:
                 return [f.result() for f in futures]
@@ -485,3 +483,10 @@ class _Batch:
         self.paths.append(rel)
         self.bytes += size
         return len(self.paths) >= 64 or self.bytes >= 16 << 20
+
+
+def _thread_pool(workers: int):
+    """A ThreadPoolExecutor, imported on first use: concurrent.futures brings logging with it,
+    and a snapshot on the native path or of an unchanged volume needs neither."""
+    from concurrent.futures import ThreadPoolExecutor
+    return ThreadPoolExecutor(workers)

@@ -15,7 +15,6 @@ import json
 import os
 import shutil
 import struct
-import uuid
 from pathlib import Path
 from typing import NamedTuple
 
@@ -119,7 +118,7 @@ def probe(folder: Path) -> Abilities:
     except (OSError, ValueError, KeyError, TypeError):
         pass
     found = Abilities(reflink=probe_reflink(folder), tmpfile=probe_tmpfile(folder))
-    tmp = folder / f".abilities-{uuid.uuid4().hex}"
+    tmp = folder / f".abilities-{os.urandom(16).hex()}"
     tmp.write_text(json.dumps({"dev": dev, **found._asdict()}))
     os.replace(tmp, record)
     return found
@@ -127,7 +126,7 @@ def probe(folder: Path) -> Abilities:
 
 def probe_reflink(folder: Path) -> bool:
     """True when files in `folder` can be cloned copy-on-write (btrfs, XFS, bcachefs...)."""
-    a, b = folder / f".probe-{uuid.uuid4().hex}", folder / f".probe-{uuid.uuid4().hex}"
+    a, b = folder / f".probe-{os.urandom(16).hex()}", folder / f".probe-{os.urandom(16).hex()}"
     try:
         a.write_bytes(b"dtrain reflink probe\n")
         with open(a, "rb") as src, open(b, "wb") as dst:
@@ -157,7 +156,7 @@ def link_fd(fd: int, dst: str) -> None:
 
 def probe_tmpfile(folder: Path) -> bool:
     """True when unnamed files (O_TMPFILE) can be created in `folder` and linked by name."""
-    name = os.fspath(folder / f".probe-{uuid.uuid4().hex}")
+    name = os.fspath(folder / f".probe-{os.urandom(16).hex()}")
     try:
         fd = os.open(folder, os.O_TMPFILE | os.O_RDWR, 0o444)
     except OSError:

@@ -13,10 +13,6 @@ thread, measured on a shared, loaded 2-core machine; both have hardware help: SH
 
 from __future__ import annotations
 
-import hashlib
-
-import blake3
-
 ALGORITHM = "blake3"  # what new content is hashed with (recorded in each manifest's header)
 PREFIX = "b3-"
 
@@ -24,13 +20,17 @@ PREFIX = "b3-"
 def digest(data, algorithm: str = ALGORITHM) -> str:
     """The name of new content ('sha256': as stores wrote before the switch)."""
     if algorithm == "sha256":
+        import hashlib
         return hashlib.sha256(data).hexdigest()
-    return PREFIX + blake3.blake3(data).hexdigest()
+    return PREFIX + _blake3()(data).hexdigest()
 
 
 def hasher_for(name: str):
     """An incremental hasher of the algorithm `name` was made with; `.hexdigest()` gives the bare hex."""
-    return blake3.blake3() if name.startswith(PREFIX) else hashlib.sha256()
+    if name.startswith(PREFIX):
+        return _blake3()()
+    import hashlib
+    return hashlib.sha256()
 
 
 def matches(name: str, hasher) -> bool:
@@ -39,3 +39,9 @@ def matches(name: str, hasher) -> bool:
 
 def algorithm_of(name: str) -> str:
     return "blake3" if name.startswith(PREFIX) else "sha256"
+
+
+def _blake3():
+    """The BLAKE3 constructor, imported on first use: commands that hash nothing start faster."""
+    from blake3 import blake3
+    return blake3

@@ -13,6 +13,7 @@ import gzip
 import json
 import os
 import stat
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,12 +92,25 @@ class Manifest:
 
 
 def open_beneath(root: str | os.PathLike, rel: str, flags: int = os.O_RDONLY) -> int:
-    """Open `rel` under `root` one component at a time, never following a symbolic link on the way
-    (O_NOFOLLOW on every component, each opened relative to its parent's descriptor). A folder
-    swapped for a link mid-walk fails with ELOOP or ENOTDIR instead of leading out of `root`."""
-    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    """Open `rel` under `root` without following a symbolic link on the way, nor leaving `root`:
+    a folder swapped for a link mid-walk fails with ELOOP (or ENOTDIR) instead of leading out.
+
+    Where the kernel has openat2(2) (Linux 5.6+), one call with RESOLVE_BENEATH and
+    RESOLVE_NO_SYMLINKS: the kernel checks every component. Elsewhere (or where a seccomp filter
+    refuses it) one component at a time, each opened with O_NOFOLLOW relative to its parent's
+    descriptor: the same guarantee in two system calls per component (a first snapshot of
+    10,000 files four folders deep spent a fifth of its samples here)."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise OSError(errno.EXDEV, "a path beneath a folder has no '..'", rel)
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    if not parts:
+        return fd
     try:
+        opened = _openat2(fd, "/".join(parts), flags | os.O_NOFOLLOW)
+        if opened is not None:
+            os.close(fd)
+            return opened
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
             mode = (flags if last else os.O_RDONLY | os.O_DIRECTORY) | os.O_NOFOLLOW
@@ -107,6 +121,52 @@ def open_beneath(root: str | os.PathLike, rel: str, flags: int = os.O_RDONLY) ->
     except BaseException:
         os.close(fd)
         raise
+
+
+_OPENAT2 = 437  # the syscall's number on every Linux architecture (new calls share one table)
+_RESOLVE = 0x02 | 0x04 | 0x08  # RESOLVE_NO_MAGICLINKS | RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH
+_UNUSABLE = (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG)  # old kernel, seccomp, unknown flags
+_openat2_impl = None  # (syscall, open_how type) once loaded; False where openat2 cannot be used
+
+
+def _openat2(dirfd: int, path: str, flags: int) -> int | None:
+    """A descriptor of `path` beneath `dirfd` (no link followed, no way out); None where openat2
+    cannot be used here, or when the kernel asks for a retry (EAGAIN: a rename raced the lookup)."""
+    global _openat2_impl
+    if _openat2_impl is None:
+        _openat2_impl = _load_openat2()
+    if not _openat2_impl:
+        return None
+    import ctypes
+    call, open_how = _openat2_impl
+    how = open_how(flags | os.O_CLOEXEC, 0, _RESOLVE)
+    fd = call(_OPENAT2, dirfd, os.fsencode(path), ctypes.byref(how), ctypes.sizeof(how))
+    if fd >= 0:
+        return fd
+    err = ctypes.get_errno()
+    if err in _UNUSABLE:
+        _openat2_impl = False  # the component walk from now on (it reports a genuine error itself)
+        return None
+    if err == errno.EAGAIN:
+        return None
+    raise OSError(err, os.strerror(err), path)
+
+
+def _load_openat2():
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    class OpenHow(ctypes.Structure):  # struct open_how, include/uapi/linux/openat2.h
+        _fields_ = [("flags", ctypes.c_uint64), ("mode", ctypes.c_uint64), ("resolve", ctypes.c_uint64)]
+
+    try:
+        call = ctypes.CDLL(None, use_errno=True).syscall
+    except (OSError, AttributeError):
+        return False
+    call.restype = ctypes.c_long
+    call.argtypes = [ctypes.c_long, ctypes.c_long, ctypes.c_char_p, ctypes.c_void_p, ctypes.c_size_t]
+    return call, OpenHow
 
 
 def readlink_beneath(root: str | os.PathLike, rel: str) -> str:
@@ -122,34 +182,75 @@ def readlink_beneath(root: str | os.PathLike, rel: str) -> str:
 GONE = (errno.ENOENT, errno.ELOOP, errno.ENOTDIR)  # removed, or replaced by a link, since it was listed
 
 
+MAX_OPEN_LEVELS = 64  # folders held open at once while scanning (two descriptors each)
+
+
 def scan(root: Path) -> Iterator[tuple[str, os.stat_result]]:
     """lstat every path under `root` (root included as '.'), in no order; symlinks are not followed,
-    not even a folder swapped for one during the walk (see open_beneath)."""
+    not even a folder swapped for one during the walk.
+
+    Depth first, each folder opened relative to its parent's descriptor with O_NOFOLLOW (one
+    system call; a folder swapped for a link fails with ELOOP and is skipped as gone). Deeper than
+    MAX_OPEN_LEVELS, a folder waits and is opened from `root` later (see open_beneath), so a deep
+    tree never runs out of descriptors."""
     yield ".", os.lstat(root)
-    stack = [""]
-    while stack:
-        prefix = stack.pop()
-        try:
-            fd = open_beneath(root, prefix, os.O_RDONLY | os.O_DIRECTORY)
-        except OSError as err:
-            if err.errno in GONE:
-                continue
-            raise
-        try:
-            with os.scandir(fd) as it:
-                for item in it:
-                    rel = prefix + item.name
-                    try:
-                        st = item.stat(follow_symlinks=False)
-                    except OSError as err:
-                        if err.errno in GONE:  # removed (or swapped) between readdir and lstat: gone
-                            continue
-                        raise
-                    yield rel, st
-                    if stat.S_ISDIR(st.st_mode):
-                        stack.append(rel + "/")
-        finally:
-            os.close(fd)
+    levels: list[tuple[str, int, Iterator[os.DirEntry]]] = []
+    waiting = [""]
+    try:
+        while levels or waiting:
+            if not levels:
+                prefix = waiting.pop()
+                try:
+                    fd = open_beneath(root, prefix, os.O_RDONLY | os.O_DIRECTORY)
+                except OSError as err:
+                    if err.errno in GONE:
+                        continue
+                    raise
+                _enter(levels, prefix, fd)
+            prefix, fd, it = levels[-1]
+            for item in it:  # resumed where it stopped when a subfolder was entered below
+                rel = prefix + item.name
+                try:
+                    st = item.stat(follow_symlinks=False)
+                except OSError as err:
+                    if err.errno in GONE:  # removed (or swapped) between readdir and lstat: gone
+                        continue
+                    raise
+                yield rel, st
+                if not stat.S_ISDIR(st.st_mode):
+                    continue
+                if len(levels) >= MAX_OPEN_LEVELS:
+                    waiting.append(rel + "/")
+                    continue
+                try:
+                    child = os.open(item.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+                except OSError as err:
+                    if err.errno in GONE:
+                        continue
+                    raise
+                _enter(levels, rel + "/", child)
+                break
+            else:
+                levels.pop()
+                _leave(fd, it)
+    finally:
+        for _, fd, it in levels:
+            _leave(fd, it)
+
+
+def _enter(levels: list, prefix: str, fd: int) -> None:
+    try:
+        levels.append((prefix, fd, os.scandir(fd)))
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _leave(fd: int, it) -> None:
+    try:
+        it.close()
+    finally:
+        os.close(fd)
 
 
 def walk(root: Path) -> list[tuple[str, os.stat_result]]:

@@ -25,13 +25,10 @@ import json
 import os
 import stat
 import threading
-import uuid
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-import blake3
-
-from dtrain.storage import btrfs
+from dtrain.storage import btrfs, hashing
 from dtrain.storage.info import CaptureStats
 from dtrain.storage.manifest import Entry, Manifest, meta_entry, walk
 
@@ -103,7 +100,7 @@ class Subvolumes:
 
     def capture(self, src: Path) -> str | None:
         """A read-only snapshot of `src`; None when the kernel refuses (no rights, another file system)."""
-        name = uuid.uuid4().hex
+        name = os.urandom(16).hex()
         try:
             btrfs.snapshot(src, self.dir / name, readonly=True)
         except OSError:
@@ -172,7 +169,7 @@ def verify_tree(root: Path, entries: Sequence[Entry], hashes_file: Path, read_in
     for e in entries:
         if e.kind != "file" or e.data[0] in found:
             continue
-        h, done = blake3.blake3(), 0
+        h, done = hashing.hasher_for(hashing.PREFIX), 0
         fd = os.open(root / e.path, os.O_RDONLY | os.O_NOFOLLOW)
         try:
             while n := read_into(fd, buf, done):

@@ -14,7 +14,6 @@ import contextlib
 import os
 import shutil
 import threading
-import uuid
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -79,7 +78,7 @@ class PackStore:
         behind and naming it is a single link; a temp file elsewhere. Created in its final
         folder: ext4 allocates inodes near their folder, and 256 folders spread over many
         block groups allocate faster than one."""
-        name = uuid.uuid4().hex
+        name = os.urandom(16).hex()
         if self._anonymous:
             fd = os.open(f"{self.root}/{name[:2]}", os.O_TMPFILE | os.O_RDWR, 0o444)
             return Pack(fd, None, name)

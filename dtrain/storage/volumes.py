@@ -19,7 +19,6 @@ import contextlib
 import json
 import os
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -133,7 +132,7 @@ class Storage:
             raise ConflictError(f"volume {name!r} is in use by job(s) {', '.join(in_use_by)}: wait for "
                                 f"them to finish, stop them (dtrain delete JOB), or delete with --force")
         folder = vol.path.parent
-        trash = folder.parent / f".trash-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        trash = folder.parent / f".trash-{os.getpid()}-{os.urandom(16).hex()[:8]}"
         with db.transaction(self.conn):
             self.conn.execute("DELETE FROM volumes WHERE name = ?", (name,))
             if folder.exists():
@@ -173,7 +172,7 @@ class Storage:
                 base = self._latest_manifest(vol.uid)  # under the pin: its objects cannot be swept
                 with reporter(progress, f"snapshot {volume}") as cb:
                     manifest, stats = self.engine.capture(vol.path, base=base, progress=cb)
-                snap_id = uuid.uuid4().hex
+                snap_id = os.urandom(16).hex()
                 with db.transaction(self.conn):
                     if name is None:
                         name = self._default_name(volume)
@@ -265,7 +264,7 @@ class Storage:
         root = self.class_root(storage_class)
         self._ensure_free(to)
         self._collect()
-        staging = root / f".tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        staging = root / f".tmp-{os.getpid()}-{os.urandom(16).hex()[:8]}"
         try:
             staging.mkdir()
             with self.engine.pin(), reporter(progress, f"restore {snap.name}") as cb:
@@ -290,7 +289,7 @@ class Storage:
             raise ConflictError(f"volume {vol.name!r} is in use by job(s) {', '.join(in_use_by)}: "
                                 f"wait for them to finish or stop them (dtrain delete JOB) before an in-place restore")
         self._collect()
-        staging = self.volumes_dir / vol.name / f".restore-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        staging = self.volumes_dir / vol.name / f".restore-{os.getpid()}-{os.urandom(16).hex()[:8]}"
         try:
             with self.engine.pin(), reporter(progress, f"restore {snap.name}") as cb:
                 self.engine.materialize(self._load(snap), staging, progress=cb)
@@ -321,7 +320,7 @@ class Storage:
                     elif item.name in moving:
                         continue
                     elif item.name not in known:  # renamed into place, then killed before the commit
-                        trash.append(root / f".trash-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+                        trash.append(root / f".trash-{os.getpid()}-{os.urandom(16).hex()[:8]}")
                         os.rename(item.path, trash[-1])
                     else:
                         trash += folders.collect_volume(Path(item.path))
@@ -385,7 +384,7 @@ class Storage:
     def _insert_volume(self, name, size, storage_class, origin, labels, root: Path) -> None:
         self.conn.execute("INSERT INTO volumes (name, uid, created, size, storage_class, origin_snapshot, "
                           "head_snapshot, labels, root) VALUES (?,?,?,?,?,?,?,?,?)",
-                          (name, uuid.uuid4().hex, _now(), size, storage_class, origin, origin,
+                          (name, os.urandom(16).hex(), _now(), size, storage_class, origin, origin,
                            json.dumps(labels, sort_keys=True), None if root == self.volumes_dir else str(root)))
 
     def class_root(self, storage_class: str) -> Path:
