@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 
 import pytest
 
@@ -48,3 +49,39 @@ def test_two_ranks_with_cpu_run_on_their_own_cores(dt: Dtrain):
     for rank in (0, 1):
         assert dt("logs", "pinned", "--rank", str(rank)).stdout.split() == ["cores", f"[{cores[rank]}]", "threads", "1"]
         assert dt("logs", "free", "--rank", str(rank)).stdout.startswith(f"cores {cores}")
+
+
+HOLD = ("import os, sys, time; print('cores', sorted(os.sched_getaffinity(0)), flush=True)\n"
+        "while not os.path.exists(sys.argv[1]): time.sleep(0.05)")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin two jobs apart")
+def test_concurrent_cpu_jobs_get_different_cores_and_share_when_none_is_free(dt: Dtrain, tmp_path):
+    """Two --cpu 1 jobs at once must not both sit on the first core while another idles; a third
+    that finds no free core runs unpinned; a finished job's cores are free again."""
+    from dtrain.backends.local.store import JobStore
+    cores = sorted(os.sched_getaffinity(0))
+    go = tmp_path / "go"
+    names = [f"p{i}" for i in range(len(cores))] + ["extra"]
+    for name in names:  # one at a time: each is Running (its cores pinned) before the next arrives
+        dt("submit", name, "--cpu", "1", "--", sys.executable, "-c", HOLD, str(go))
+        dt.wait_for(name, {"Running"})
+    seen = {}
+    for name in names:
+        for _ in range(600):
+            out = dt("logs", name).stdout.split("\n")[0]
+            if out.startswith("cores"):
+                break
+            time.sleep(0.05)
+        seen[name] = out
+    assert sorted(seen[f"p{i}"] for i in range(len(cores))) == sorted(f"cores [{c}]" for c in cores)
+    assert seen["extra"] == f"cores {cores}"  # nothing free: unpinned, not stacked on core 0
+    store = JobStore(dt.home / "state.db")
+    assert sorted(store.pinned_cores()) == cores and store.job_cores("extra") == []
+    go.touch()
+    for name in names:
+        assert dt("wait", name, "--timeout", "120").returncode == 0
+    assert store.pinned_cores() == {}
+    dt("submit", "again", "--cpu", "1", "--", sys.executable, "-c", HOLD, str(go))
+    assert dt("wait", "again", "--timeout", "120").returncode == 0
+    assert dt("logs", "again").stdout.split("\n")[0] == f"cores [{cores[0]}]"

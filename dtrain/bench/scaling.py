@@ -7,6 +7,11 @@ fixed number of steps, one device (a GPU, or here one CPU core) per process, as 
 1-GPU vs 3-GPU comparison. Throughput is read from the job's metrics JSONL (wall time between
 the first steady step and the last), so it excludes start-up and the first (warm-up) steps.
 Writes a markdown table (`scaling.md`), the raw figures (`scaling.json`) and a plot (`scaling.png`).
+
+With --ceiling, each size N > 1 also runs as N independent 1-process jobs at once (each pinned
+to its own cores, as the N ranks are): their summed throughput is what the machine gives N
+processes that never talk to each other, so `images/s / ceiling` is what DDP itself costs,
+apart from cores that slow each other down (shared caches, SMT siblings, a busy host).
 """
 
 from __future__ import annotations
@@ -65,13 +70,21 @@ def run(args) -> list[dict]:
     client = Client(home=args.home)
     samples: dict[int, list[float]] = {p: [] for p in args.sizes}
     jobs: dict[int, list[str]] = {p: [] for p in args.sizes}
+    ceiling: dict[int, list[float]] = {p: [] for p in args.sizes if p > 1}
     for r in range(args.repeats):
         for p in args.sizes:
             name, ips = _run_one(args, client, p, r)
             samples[p].append(ips)
             jobs[p].append(name)
+            if args.ceiling and p > 1:
+                ceiling[p].append(_run_independent(args, client, p, r))
     results = [{"processes": p, "jobs": jobs[p], "samples": samples[p],
                 "images_per_s": statistics.median(samples[p])} for p in args.sizes]
+    for res in results:
+        if ceiling.get(res["processes"]):
+            res["ceiling_samples"] = ceiling[res["processes"]]
+            res["ceiling_images_per_s"] = statistics.median(ceiling[res["processes"]])
+            res["vs_ceiling"] = res["images_per_s"] / res["ceiling_images_per_s"]
     base = results[0]["images_per_s"] / results[0]["processes"]
     for r in results:
         r["speedup"] = r["images_per_s"] / results[0]["images_per_s"]
@@ -81,10 +94,23 @@ def run(args) -> list[dict]:
 
 
 def _run_one(args, client: Client, p: int, repeat: int) -> tuple[str, float]:
+    name, job_out = _submit(args, client, p, f"{p}p-{repeat}", f"{p}p")
+    _wait(client, name)
+    return name, throughput(_metrics_file(job_out), p * args.batch, args.warmup)
+
+
+def _run_independent(args, client: Client, p: int, repeat: int) -> float:
+    """Summed images/s of `p` independent 1-process jobs running at once."""
+    started = [_submit(args, client, 1, f"{p}x1-{repeat}-{i}", f"{p}x1/{i}") for i in range(p)]
+    for name, _ in started:
+        _wait(client, name)
+    return sum(throughput(_metrics_file(job_out), args.batch, args.warmup) for _, job_out in started)
+
+
+def _submit(args, client: Client, p: int, tag: str, folder: str) -> tuple[str, Path]:
     wl = WORKLOADS[args.workload]
-    out = Path(args.out).resolve()
-    name = f"scaling-{args.workload}-{p}p-{repeat}-{int(time.time())}"
-    job_out = out / f"{p}p"
+    name = f"scaling-{args.workload}-{tag}-{int(time.time())}"
+    job_out = Path(args.out).resolve() / folder
     job_out.mkdir(parents=True, exist_ok=True)
     for stale in job_out.glob("*"):
         if stale.is_file():
@@ -95,10 +121,13 @@ def _run_one(args, client: Client, p: int, repeat: int) -> tuple[str, float]:
                    env={"PYTHONUNBUFFERED": "1"})
     print(f"[{p} process{'es' if p > 1 else ''}] dtrain submit-dist {name}: {shlex.join(command)}", flush=True)
     client.submit(spec)
+    return name, job_out
+
+
+def _wait(client: Client, name: str) -> None:
     info = client.wait(name)
     if info.status.value != "Succeeded":
         raise DtrainError(f"scaling job {name} {info.status.value}: {info.message}; see 'dtrain logs {name}'")
-    return name, throughput(_metrics_file(job_out), p * args.batch, args.warmup)
 
 
 def _metrics_file(folder: Path) -> Path:
@@ -121,6 +150,16 @@ def markdown(results: list[dict], args) -> str:
     for r in results:
         lines.append(f"| {r['processes']} | {r['images_per_s']:.2f} | {r['speedup']:.2f}x | "
                      f"{100 * r['efficiency']:.0f}% | {_minutes(r['epoch_minutes'])} |")
+    ceilings = [r for r in results if "ceiling_images_per_s" in r]
+    if ceilings:
+        lines += ["", "Ceiling: N independent 1-process runs at once (no communication), summed.", "",
+                  "| processes | ceiling images/s | ceiling vs N x 1 process | DDP images/s vs ceiling |",
+                  "|---|---|---|---|"]
+        base = results[0]["images_per_s"] / results[0]["processes"]
+        for r in ceilings:
+            lines.append(f"| {r['processes']} | {r['ceiling_images_per_s']:.2f} | "
+                         f"{100 * r['ceiling_images_per_s'] / (base * r['processes']):.0f}% | "
+                         f"{100 * r['vs_ceiling']:.0f}% |")
     return "\n".join(lines) + "\n"
 
 
@@ -164,6 +203,8 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=20, help="training steps per run")
     ap.add_argument("--warmup", type=int, default=5, help="steps left out of the timing")
     ap.add_argument("--repeats", type=int, default=1, help="runs per size, interleaved; the median is kept")
+    ap.add_argument("--ceiling", action="store_true",
+                    help="also run each size N > 1 as N independent 1-process jobs at once (the machine's ceiling)")
     ap.add_argument("--project", help="project the runs are submitted to")
     ap.add_argument("--home", help="DTRAIN_HOME to use")
     ap.add_argument("--json", action="store_true", help="print the results as JSON")

@@ -172,12 +172,14 @@ def job_path(path: str | None = None) -> str:
 
 
 def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices: list[list[str]],
-         master_port: int, attempt: int = 0, notebook_token: str | None = None) -> LaunchPlan:
-    """A notebook (spec.notebook) serves on `master_port` with `notebook_token`: one process, no rendezvous."""
+         master_port: int, attempt: int = 0, notebook_token: str | None = None,
+         cores: Sequence[int] | None = None) -> LaunchPlan:
+    """A notebook (spec.notebook) serves on `master_port` with `notebook_token`: one process, no
+    rendezvous. `cores`: the cores the scheduler pinned this job to (none: its ranks are not pinned)."""
     argv = launcher_argv(spec, job_dir=job_dir, master_port=master_port)
     if mounts or spec.large_shm:
         argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd, shadows=shadow_args(mounts)) + argv
-    env = job_env(spec, devices=devices, master_port=master_port, attempt=attempt)
+    env = job_env(spec, devices=devices, master_port=master_port, attempt=attempt, available=cores or [])
     # Where dtrain.training.MetricsWriter also writes, so the dashboard and /metrics find the curves.
     env.setdefault("DTRAIN_METRICS_FILE", str(job_dir / "metrics.jsonl"))
     if spec.notebook:

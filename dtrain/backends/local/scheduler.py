@@ -4,17 +4,23 @@ Rules, checked in one SQLite write transaction so concurrent supervisors never r
 - a job starts only when every GPU it needs (processes x gpu) is free;
 - FIFO within a project: a job waits while an older job of its project is still Pending;
 - a project never holds more GPUs than its quota;
-- a device is never given to two jobs (the allocations table's primary key is the device).
+- a device is never given to two jobs (the allocations table's primary key is the device);
+- a --cpu job's ranks are pinned to cores no other running job is pinned to, when enough are
+  free (core_pins; cores are shared, never waited for).
 """
 
 from __future__ import annotations
 
+import os
+
 from dtrain import db
+from dtrain.backends.local.launch import rank_cores
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
 
 
-def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str] | None:
+def try_allocate(store: JobStore, spec: JobSpec, devices: list[str],
+                 cores: list[int] | None = None) -> list[str] | None:
     """Allocate the job's devices and mark it Running; None if it must keep waiting.
 
     Returns the allocated device ids (possibly empty for CPU jobs). Returns None also when the
@@ -48,10 +54,24 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
             return None
         chosen = free[:need]
         conn.executemany("INSERT INTO allocations (device, job) VALUES (?, ?)", [(d, spec.name) for d in chosen])
+        if spec.cpu is not None:
+            pin_cores(conn, spec, sorted(os.sched_getaffinity(0)) if cores is None else cores)
         # The store owns the status; moving it in this transaction means no other process ever
         # sees devices held by a Pending job, or a Running job without its devices.
         store.move(spec.name, "Running", "started on " + (", ".join(f"GPU {d}" for d in chosen) or "CPU"))
     return chosen
+
+
+def pin_cores(conn, spec: JobSpec, cores: list[int]) -> None:
+    """Give a --cpu job's ranks cores no other running job is pinned to (`cores`: this machine's),
+    inside the caller's transaction. CPU is never waited for: when the free cores do not go
+    round, the job runs unpinned and the kernel shares all cores, rather than stacking two
+    jobs' ranks on core 0 while another core idles."""
+    taken = {r["core"] for r in conn.execute("SELECT core FROM core_pins")}
+    groups = rank_cores([c for c in cores if c not in taken], spec.processes, spec.cpu)
+    if groups:
+        conn.executemany("INSERT INTO core_pins (core, job) VALUES (?, ?)",
+                         [(c, spec.name) for group in groups for c in group])
 
 
 def _ordinal(n: int) -> str:

@@ -51,6 +51,10 @@ CREATE TABLE IF NOT EXISTS allocations (
     device TEXT PRIMARY KEY,
     job TEXT NOT NULL
 );
+CREATE TABLE IF NOT EXISTS core_pins (
+    core INTEGER PRIMARY KEY,
+    job TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS projects (
     name TEXT PRIMARY KEY,
     gpu_quota INTEGER,
@@ -148,6 +152,7 @@ class JobStore:
         if status in FINAL:
             extra.setdefault("finished", now)
             self.conn.execute("DELETE FROM allocations WHERE job=?", (name,))
+            self.conn.execute("DELETE FROM core_pins WHERE job=?", (name,))
         if status == "Running" and row["status"] != "Running":  # a relaunch keeps the first start
             extra.setdefault("started", now)
         cols = ", ".join(["status=?", "message=?"] + [f"{k}=?" for k in extra])
@@ -192,6 +197,13 @@ class JobStore:
     def job_devices(self, name: str) -> list[str]:
         rows = self.conn.execute("SELECT device FROM allocations WHERE job=? ORDER BY rowid", (name,))
         return [r["device"] for r in rows]
+
+    def pinned_cores(self) -> dict[int, str]:
+        """CPU cores a running --cpu job's ranks are pinned to -> that job."""
+        return {r["core"]: r["job"] for r in self.conn.execute("SELECT * FROM core_pins")}
+
+    def job_cores(self, name: str) -> list[int]:
+        return [r["core"] for r in self.conn.execute("SELECT core FROM core_pins WHERE job=? ORDER BY core", (name,))]
 
     def upsert_project(self, name: str, gpu_quota: int | None) -> None:
         self.conn.execute(

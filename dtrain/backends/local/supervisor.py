@@ -197,7 +197,8 @@ class Supervisor:
             notebook.write_access(self.job_dir, access)
             token = access.token
         plan = launch.plan(self.spec, job_dir=self.job_dir, cwd=self.cwd, mounts=mounts, devices=groups,
-                           master_port=port, attempt=attempt, notebook_token=token)
+                           master_port=port, attempt=attempt, notebook_token=token,
+                           cores=self.store.job_cores(self.name))
         shutil.rmtree(self.job_dir / "ranks", ignore_errors=True)  # this attempt's records only
         with open(self.job_dir / "launcher.log", "a") as out:
             out.write(f"--- attempt {attempt}: {' '.join(plan.argv)}\n")
