@@ -62,8 +62,26 @@ def shot(driver, tmp_path: Path, name: str) -> None:
 
 
 def text_of(driver, css: str) -> str:
-    els = driver.find_elements(By.CSS_SELECTOR, css)
-    return els[0].text if els else ""
+    """The rendered text of the first match, read in one script: the dashboard re-renders on every
+    poll, so an element found in one call may be gone (stale) by the next."""
+    return driver.execute_script("const e = document.querySelector(arguments[0]); return e ? e.innerText : '';",
+                                 css).strip()
+
+
+def attrs_of(driver, css: str, attr: str, inner: str | None = None) -> list:
+    """[attribute, inner element's text] of every match (or just the attributes), in one script."""
+    return driver.execute_script(
+        "return [...document.querySelectorAll(arguments[0])].map(e => arguments[2] === null ? e.getAttribute(arguments[1])"
+        " : [e.getAttribute(arguments[1]), (e.querySelector(arguments[2]) || {innerText: ''}).innerText.trim()]);",
+        css, attr, inner)
+
+
+def click(driver, css: str) -> None:
+    """Click the first match, found and clicked in one script (a re-rendered table or header may
+    replace the element between a lookup and a separate click). The click runs after the script
+    returns, so a confirm() it opens does not swallow the answer."""
+    assert driver.execute_script(
+        "const e = document.querySelector(arguments[0]); if (e) setTimeout(() => e.click(), 0); return !!e;", css)
 
 
 def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_path):
@@ -89,15 +107,14 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
 
         browser.get(server.url + "/#/nodes")
         wait.until(lambda d: "train-lanes" in text_of(d, "#gpus-table"))
-        gpus = {r.get_attribute("data-gpu"): r.find_element(By.CSS_SELECTOR, "td.job").text
-                for r in browser.find_elements(By.CSS_SELECTOR, "#gpus-table tbody tr")}
+        gpus = dict(attrs_of(browser, "#gpus-table tbody tr", "data-gpu", "td.job"))
         assert sorted(gpus.values()) == ["free", "train-lanes"] and set(gpus) == {"0", "1"}
         assert text_of(browser, "#gpu-alloc") == "1 / 2"
         shot(browser, tmp_path, "dashboard-nodes.png")
 
         browser.get(server.url + "/#/jobs")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, row + " a"))
-        browser.find_element(By.CSS_SELECTOR, row + " a").click()
+        click(browser, row + " a")
         wait.until(lambda d: "epoch 1: starting" in text_of(d, "#logs"))
         assert "live line" not in text_of(browser, "#logs")
         (tmp_path / "GO").touch()  # the job writes its next line only now, with the page open
@@ -114,7 +131,7 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
 
         browser.get(server.url + "/#/storage")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#lineage-graph g[data-id='job:train-lanes']"))
-        ids = {g.get_attribute("data-id") for g in browser.find_elements(By.CSS_SELECTOR, "#lineage-graph g.node")}
+        ids = set(attrs_of(browser, "#lineage-graph g.node", "data-id"))
         assert {"volume:lanes-data", "snapshot:data-v1", "job:train-lanes"} <= ids
         shot(browser, tmp_path, "dashboard-storage.png")
         # the submit form and the delete button: the same API underneath
@@ -129,7 +146,7 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
         wait.until(lambda d: "from the form" in text_of(d, "#logs"))
         spec = http.get("/api/v1/jobs/from-form").json()["spec"]
         assert spec["command"] == ["sh", "-c", "echo from the form; sleep 60"] and spec["project"] == "lane-detection"
-        browser.find_element(By.CSS_SELECTOR, "#job-head button.danger").click()
+        click(browser, "#job-head button.danger")
         wait.until(lambda d: d.switch_to.alert).accept()
         wait.until(lambda d: text_of(d, "#job-status") == "Deleted")
         assert http.get("/api/v1/jobs/from-form").json()["status"] == "Deleted"

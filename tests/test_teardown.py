@@ -37,7 +37,9 @@ if os.environ["MODE"] == "ddp":
 from dtrain.training import teardown
 teardown()
 gc.collect()
-print("LEFT", os.environ["RANK"], ",".join(t for t in threads() if t not in before), flush=True)
+# one write(2) below PIPE_BUF: the two ranks share torchrun's stdout, and print() may write the
+# text and its newline separately (unbuffered), so their lines could interleave
+os.write(1, ("LEFT " + os.environ["RANK"] + " " + ",".join(t for t in threads() if t not in before) + "\\n").encode())
 """
 
 
