@@ -29,8 +29,7 @@ from dtrain.workloads.lanes.train import build_optimizer, forward_backward, spee
 def variants(recipe: Recipe) -> dict[str, Recipe]:
     """The plain eager float32 reference and the fast path of the same recipe."""
     eager_model = dataclasses.replace(recipe.model, message_passing="naive")
-    eager = dataclasses.replace(recipe, model=eager_model, channels_last=False, compile=False, bf16=False,
-                                cpu_bf16=False)
+    eager = dataclasses.replace(recipe, model=eager_model, channels_last=False, compile=False).with_bf16(False)
     return {"eager": eager, "fast": recipe}
 
 
@@ -94,13 +93,13 @@ def main() -> None:
                             help=f"override the recipe's {knob}")
     args = parser.parse_args()
     size = tuple(int(v) for v in args.size.split("x"))
-    knobs = {k: getattr(args, k) for k in ("channels_last", "compile", "bf16") if getattr(args, k) is not None}
-    if "bf16" in knobs:
-        knobs["cpu_bf16"] = knobs["bf16"]  # --bf16 / --no-bf16: on whichever device runs
+    knobs = {k: getattr(args, k) for k in ("channels_last", "compile") if getattr(args, k) is not None}
     for name in args.recipe:
         recipe = recipes.get(name)
         recipe = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, input_size=size, message_passing="fast"),
                                      batch_size=args.batch or recipe.batch_size, **knobs)
+        if args.bf16 is not None:  # --bf16 / --no-bf16: on whichever device runs
+            recipe = recipe.with_bf16(args.bf16)
         print(json.dumps(measure(recipe, torch.device(args.device), args.repeats, args.warmup)), flush=True)
 
 

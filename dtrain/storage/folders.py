@@ -18,7 +18,7 @@ def swap(staging: Path, data: Path) -> None:
     """Put `staging` at `data` and the old data at `staging`, atomically where the kernel can."""
     if fileio.exchange(staging, data):
         return
-    old = data.parent / f".old-{os.getpid()}-{os.urandom(16).hex()[:8]}"
+    old = data.parent / f".old-{os.getpid()}-{os.urandom(4).hex()}"
     os.rename(data, old)  # a crash here leaves no data/: collect_volume puts .old-* back
     os.rename(staging, data)
     os.rename(old, staging)

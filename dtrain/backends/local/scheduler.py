@@ -19,8 +19,7 @@ from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
 
 
-def try_allocate(store: JobStore, spec: JobSpec, devices: list[str],
-                 cores: list[int] | None = None) -> list[str] | None:
+def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str] | None:
     """Allocate the job's devices and mark it Running; None if it must keep waiting.
 
     Returns the allocated device ids (possibly empty for CPU jobs). Returns None also when the
@@ -55,7 +54,7 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str],
         chosen = free[:need]
         conn.executemany("INSERT INTO allocations (device, job) VALUES (?, ?)", [(d, spec.name) for d in chosen])
         if spec.cpu is not None:
-            pin_cores(conn, spec, sorted(os.sched_getaffinity(0)) if cores is None else cores)
+            pin_cores(conn, spec, sorted(os.sched_getaffinity(0)))
         # The store owns the status; moving it in this transaction means no other process ever
         # sees devices held by a Pending job, or a Running job without its devices.
         store.move(spec.name, "Running", "started on " + (", ".join(f"GPU {d}" for d in chosen) or "CPU"))

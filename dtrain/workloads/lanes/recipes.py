@@ -5,6 +5,7 @@ learning rate); the command line and the platform's environment variables may ov
 batch, the steps and the learning rate, never silently anything else.
 """
 
+import dataclasses
 import functools
 from dataclasses import dataclass
 
@@ -39,7 +40,7 @@ class Recipe:
     # tests/test_lanes_fast.py checks against eager float32); defaults follow bench/lanes_train.py.
     # On this CPU (paper step, batch 2, 512x288) in float32 neither channels-last nor compile
     # measured faster (9.02 and 9.27 s of CPU time per step against 9.25 for eager); bfloat16 on
-    # its AMX-BF16 units did, 3-4x, and channels-last on top of it (benchmarks.md, "SCNN step").
+    # its AMX-BF16 units did, 4.4-5.3x with channels-last on top of it (benchmarks.md, "SCNN step").
     channels_last: bool | None = None  # NHWC convolutions; None: on CUDA, and wherever a step runs in bf16
     compile: bool = False  # torch.compile the backbone and neck (message passing stays eager)
     bf16: bool = True  # bfloat16 autocast on CUDA
@@ -54,6 +55,10 @@ class Recipe:
         if kind == "cpu":
             return cpu_has_amx_bf16() if self.cpu_bf16 is None else self.cpu_bf16
         return False
+
+    def with_bf16(self, on: bool) -> "Recipe":
+        """The same recipe with bfloat16 autocast on (or off) on whichever device runs it."""
+        return dataclasses.replace(self, bf16=on, cpu_bf16=on)
 
     def nhwc(self, device) -> bool:
         """Whether a step on `device` runs channels-last."""
@@ -111,7 +116,7 @@ def paper() -> Recipe:
     return Recipe(
         name="paper",
         model=SCNNConfig(width=1.0, input_size=(512, 288), dropout=0.1, mp_init="scnn"),
-        cpu_bf16=None,  # 4x per step on an AMX-BF16 CPU (benchmarks.md); tiny and demo stay float32,
+        cpu_bf16=None,  # 4.4-5.3x per step on an AMX-BF16 CPU (benchmarks.md); tiny and demo stay float32,
         # the precision their accuracy and scaling figures were measured in
         batch_size=12,
         max_steps=60_000,

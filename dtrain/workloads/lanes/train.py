@@ -132,9 +132,9 @@ def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> TrainCon
     overrides = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr), ("max_steps", args.max_steps),
                                    ("val_batch_size", args.val_batch_size), ("ckpt_every", args.checkpoint_every))
                  if v is not None}
-    if args.bf16 is not None:
-        overrides.update(bf16=args.bf16, cpu_bf16=args.bf16)
     recipe = dataclasses.replace(recipe, **overrides)  # Recipe re-validates the values
+    if args.bf16 is not None:
+        recipe = recipe.with_bf16(args.bf16)
     for name, low in (("epochs", 1), ("stop_after", 1), ("num_workers", 0)):
         if getattr(args, name) is not None and getattr(args, name) < low:
             raise SpecError(f"--{name.replace('_', '-')} {getattr(args, name)} is out of range: use a number >= {low}")
