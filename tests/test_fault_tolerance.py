@@ -22,6 +22,7 @@ import torch
 
 from conftest import Dtrain, rank_record
 from dtrain.training import read_metrics
+from dtrain.training.checkpoint import CKPT_RE
 from dtrain.workloads.cifar10.data import write_synthetic
 
 CKPT_EVERY = 10
@@ -65,10 +66,20 @@ def lost_work(metrics: Path) -> int:
     return repeated
 
 
-def resumed_step(info: dict) -> int:
+def resumed_step(info: dict, *, saved: list[int] | None = None) -> int:
+    """The step attempt 1 resumed from; 0 when no checkpoint existed yet (the workload then starts over
+    and prints no resume line). `saved`, the steps checkpointed before the kill, rules out a missed one."""
     found = re.search(r"attempt 1: resumed from step (\d+)", events(info))
+    if saved is not None and not saved and found is None:
+        return 0
     assert found, events(info)
-    return int(found.group(1))
+    step = int(found.group(1))
+    assert step >= max(saved or [0]), (step, saved)
+    return step
+
+
+def saved_steps(folder: Path) -> list[int]:
+    return [int(m.group(1)) for p in folder.glob("ckpt-*.pt") if (m := CKPT_RE.match(p.name))]
 
 
 def events(info: dict) -> str:
@@ -130,11 +141,12 @@ def test_lanes_rank_killed_at_a_random_step_ends_with_the_uninterrupted_weights(
     dt("submit-dist", "lanes", "--processes", "2", "--max-restarts", "1", *env, "--",
        *common, "--out-dir", str(tmp_path / "b"))
     wait_for_step(tmp_path / "b" / "metrics.jsonl", target)
+    saved = saved_steps(tmp_path / "b")  # listed before the kill: a checkpoint may still land in between
     os.kill(rank_record(dt.home, "lanes", victim)["pid"], signal.SIGKILL)
     for job in ("straight", "lanes"):
         info = dt.wait_for(job, {"Succeeded", "Failed"}, timeout=600)
         assert info["status"] == "Succeeded", info["message"]
-    lost, resumed = lost_work(tmp_path / "b" / "metrics.jsonl"), resumed_step(info)
+    lost, resumed = lost_work(tmp_path / "b" / "metrics.jsonl"), resumed_step(info, saved=saved)
     print(f"lanes: SIGKILL rank {victim} near step {target}; resumed from step {resumed}, lost {lost} steps "
           f"(interval 3)")
     assert 0 <= lost <= 3 and resumed >= target - 3
