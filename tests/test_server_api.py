@@ -63,6 +63,7 @@ def test_job_verbs_and_errors(server, tmp_path):
     deleted = http.delete("/api/v1/jobs/sleeper")
     assert deleted.status_code == 200 and deleted.json()["status"] == "Deleted"
     assert http.get("/api/v1/jobs/sleeper").json()["status"] == "Deleted"
+    assert names() == ["hello"] and names(status="Deleted") == ["sleeper"]  # as `dtrain list jobs` shows them
 
     # errors: the status code, and the same line the CLI prints
     missing = http.get("/api/v1/jobs/nope")
@@ -85,7 +86,7 @@ def test_job_verbs_and_errors(server, tmp_path):
                                                                            "true")
     wrong_type = http.post("/api/v1/jobs", json={"name": "x", "command": "true", "surprise": 1})
     assert wrong_type.status_code == 422 and wrong_type.json()["error"].startswith("invalid request: ")
-    assert [j["name"] for j in http.get("/api/v1/jobs").json()] == ["hello", "sleeper"]  # nothing stored
+    assert names() == ["hello"] and names(status="Deleted") == ["sleeper"]  # nothing stored
 
 
 def test_log_stream_receives_a_line_written_after_the_request(server, tmp_path):

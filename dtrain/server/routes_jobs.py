@@ -25,9 +25,11 @@ GONE_AFTER_S = 60.0  # a reader that takes no line for this long (1,000 queued) 
 @router.get("/jobs", response_model=list[wire.Job], responses=ERRORS)
 def list_jobs(request: Request, project: Annotated[str | None, Query(pattern=wire.NAME)] = None,
               status: wire.STATUSES | None = None):
-    """Every job (of one project with `project`), oldest first; `status` filters."""
+    """Every job (of one project with `project`), oldest first; `status` filters. Deleted jobs are
+    listed only when asked for (`status=Deleted`), as `dtrain list jobs` needs --show-deleted."""
     jobs = client(request).list(project=project)
-    return [wire.job_out(j) for j in jobs if status is None or j.status.value == status]
+    return [wire.job_out(j) for j in jobs
+            if j.status.value == status or (status is None and j.status.value != "Deleted")]
 
 
 @router.post("/jobs", response_model=wire.Job, status_code=201, responses=ERRORS)

@@ -72,7 +72,7 @@ function table(headers, rows, attrs) {
 function jobsPage(main) {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const status = h("select", {id: "status-filter", onchange: () => go("jobs", {status: status.value, project: project.value})},
-                   ["", "Pending", "Running", "Succeeded", "Failed", "Deleted"].map(s => h("option", {value: s}, s || "any status")));
+                   ["", "Pending", "Running", "Succeeded", "Failed", "Deleted"].map(s => h("option", {value: s}, s || "any status but Deleted")));
   const project = h("input", {id: "project-filter", placeholder: "all projects", size: 14,
                               onchange: () => go("jobs", {status: status.value, project: project.value})});
   status.value = params.get("status") || "";
