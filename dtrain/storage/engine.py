@@ -185,26 +185,29 @@ class Engine:
         run = Run(0, progress)
         packer = None
         items, jobs, batch, skipped, same = [], [], _Batch(), [], 0
-        # reading, hashing and storing are I/O and GIL-free work: a few more threads than cores
-        pool = _thread_pool(self.workers + 2)
+        pool = None  # started with the first file to read: an unchanged volume needs none
         try:
             if not os.path.isdir(src) or os.path.islink(src):
                 raise StorageError(f"cannot snapshot {src}: it is not a folder (a volume's data folder must be "
                                    f"a real directory, not a symlink or a file)")
+            add, previous, is_file = items.append, old.get, stat.S_ISREG  # the loop runs once per path
             for rel, st in scan(src):  # reading starts while the walk goes on
-                items.append((rel, st))
-                if not stat.S_ISREG(st.st_mode):
-                    same += same_meta(old.get(rel), st)
-                elif unchanged(old.get(rel), st, cutoff, damaged):
+                add((rel, st))
+                if not is_file(st.st_mode):
+                    same += same_meta(previous(rel), st)
+                elif unchanged(previous(rel), st, cutoff, damaged):
                     same += 1
                 else:
                     if store and packer is None:
                         packer = self.packs.packer(run)
                     run.total += st.st_size
                     if batch.add(rel, st.st_size):  # files go in batches: a task per file costs more than a small file
+                        # reading, hashing and storing are I/O and GIL-free work: a few more threads than cores
+                        pool = pool or _thread_pool(self.workers + 2)
                         jobs.append(pool.submit(self._ingest_many, src, batch.paths, packer, run))
                         batch = _Batch()
             if batch.paths:
+                pool = pool or _thread_pool(self.workers + 2)
                 jobs.append(pool.submit(self._ingest_many, src, batch.paths, packer, run))
             if base is not None and same == len(items) == len(base.entries):  # every path as in base
                 files = [e for e in base.entries if e.kind == "file"]
@@ -216,7 +219,8 @@ class Engine:
             if packer is not None and packer.finish():
                 self.request_sweep()  # another process stored some of the same objects first
         except BaseException as err:
-            pool.shutdown(cancel_futures=True)
+            if pool is not None:
+                pool.shutdown(cancel_futures=True)
             if packer is not None:
                 packer.abort()
             self.request_sweep()  # packs named so far are garbage now
@@ -224,7 +228,8 @@ class Engine:
                 raise self._wrap(err, f"snapshotting {src}", needed=run.total) from err
             raise
         finally:
-            pool.shutdown()
+            if pool is not None:
+                pool.shutdown()
         if skipped:
             import logging  # here, not at start-up: a CLI snapshot is short
 
