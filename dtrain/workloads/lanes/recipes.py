@@ -97,6 +97,7 @@ def demo() -> Recipe:
     return Recipe(
         name="demo",
         model=SCNNConfig(width=0.125, input_size=(256, 144), dropout=0.1),
+        cpu_bf16=None,  # bf16 where the CPU has AMX-BF16: 2.1x per step (benchmarks.md); --no-bf16 for float32
         batch_size=8,
         max_steps=1500,
         lr=0.05,
@@ -116,8 +117,7 @@ def paper() -> Recipe:
     return Recipe(
         name="paper",
         model=SCNNConfig(width=1.0, input_size=(512, 288), dropout=0.1, mp_init="scnn"),
-        cpu_bf16=None,  # 4.4-5.3x per step on an AMX-BF16 CPU (benchmarks.md); tiny and demo stay float32,
-        # the precision their accuracy and scaling figures were measured in
+        cpu_bf16=None,  # 4.4-5.3x per step on an AMX-BF16 CPU (benchmarks.md)
         batch_size=12,
         max_steps=60_000,
         lr=0.01,
