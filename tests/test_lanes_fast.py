@@ -94,7 +94,8 @@ def test_cpu_bf16_knob_picks_the_precision_of_a_cpu_step(monkeypatch):
     for amx in (True, False):  # None: bf16 where the CPU runs it natively (AMX-BF16)
         monkeypatch.setattr(recipes, "cpu_has_amx_bf16", lambda amx=amx: amx)
         assert _head_dtype(cpu_bf16=None) == (torch.bfloat16 if amx else torch.float32)
-        assert recipes.paper().nhwc("cpu") is amx and recipes.demo().nhwc("cpu") is False
+        assert recipes.paper().nhwc("cpu") is amx and recipes.demo().nhwc("cpu") is amx
+        assert recipes.tiny().nhwc("cpu") is False and recipes.tiny().autocast("cpu") is False
         assert recipes.paper().nhwc("cuda") is True
 
 
@@ -110,9 +111,11 @@ def test_train_flag_overrides_the_recipes_precision():
     from dtrain.workloads.lanes.train import parse_config
     paper = parse_config(["--recipe", "paper", "--no-bf16"], {}).recipe
     assert not paper.autocast("cpu") and not paper.autocast("cuda") and not paper.nhwc("cpu")
-    demo = parse_config(["--recipe", "demo", "--bf16"], {}).recipe
-    assert demo.autocast("cpu") and demo.autocast("cuda") and demo.nhwc("cpu")
-    assert parse_config(["--recipe", "demo"], {}).recipe.autocast("cpu") is False
+    demo = parse_config(["--recipe", "demo", "--no-bf16"], {}).recipe
+    assert not demo.autocast("cpu") and not demo.autocast("cuda") and not demo.nhwc("cpu")
+    tiny = parse_config(["--recipe", "tiny", "--bf16"], {}).recipe
+    assert tiny.autocast("cpu") and tiny.autocast("cuda") and tiny.nhwc("cpu")
+    assert parse_config(["--recipe", "tiny"], {}).recipe.autocast("cpu") is False
 
 
 def test_scnn_init_matches_the_authors_code():
