@@ -190,12 +190,11 @@ class Engine:
             if not os.path.isdir(src) or os.path.islink(src):
                 raise StorageError(f"cannot snapshot {src}: it is not a folder (a volume's data folder must be "
                                    f"a real directory, not a symlink or a file)")
-            add, previous, is_file = items.append, old.get, stat.S_ISREG  # the loop runs once per path
             for rel, st in scan(src):  # reading starts while the walk goes on
-                add((rel, st))
-                if not is_file(st.st_mode):
-                    same += same_meta(previous(rel), st)
-                elif unchanged(previous(rel), st, cutoff, damaged):
+                items.append((rel, st))
+                if not stat.S_ISREG(st.st_mode):
+                    same += same_meta(old.get(rel), st)
+                elif unchanged(old.get(rel), st, cutoff, damaged):
                     same += 1
                 else:
                     if store and packer is None:

@@ -18,7 +18,7 @@ def swap(staging: Path, data: Path) -> None:
     """Put `staging` at `data` and the old data at `staging`, atomically where the kernel can."""
     if fileio.exchange(staging, data):
         return
-    old = data.parent / f".old-{os.getpid()}-{os.urandom(4).hex()}"
+    old = data.parent / staging_name("old")
     os.rename(data, old)  # a crash here leaves no data/: collect_volume puts .old-* back
     os.rename(staging, data)
     os.rename(old, staging)
@@ -35,8 +35,14 @@ def collect_volume(folder: Path) -> list[Path]:
     return leftovers
 
 
+def staging_name(kind: str) -> str:
+    """A private name for a staging, trash or swap entry: '.<kind>-<pid>-<hex>'. It carries its
+    creator's pid, so that owner_dead can tell a crash's leftover from work in progress."""
+    return f".{kind}-{os.getpid()}-{os.urandom(4).hex()}"
+
+
 def owner_dead(name: str) -> bool:
-    """Staging names carry their creator's pid: '.tmp-<pid>-<hex>'."""
+    """Whether the process that made `name` (see staging_name) is gone."""
     parts = name.split("-")
     if len(parts) < 3 or not parts[1].isdigit():
         return False

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from dtrain import db, procs
 from dtrain.errors import ConflictError, StorageError
-from dtrain.storage import fileio
+from dtrain.storage import fileio, folders
 from dtrain.storage import manifest as mf
 from dtrain.storage.engine import Engine
 
@@ -108,7 +108,7 @@ class Mover:
              check_users: Callable[[], None]) -> str:
         """Move folder `src` (<root>/<volume>) into `dst_root`; returns 'rename' or 'copy'."""
         dst = dst_root / volume
-        staging = dst_root / f".move-{os.getpid()}-{os.urandom(4).hex()}"
+        staging = dst_root / folders.staging_name("move")
         same_fs = os.stat(src).st_dev == os.stat(dst_root).st_dev
         with db.transaction(self.conn):
             if self.conn.execute("SELECT 1 FROM volume_moves WHERE volume = ?", (volume,)).fetchone():
@@ -241,7 +241,7 @@ def _remove(path: Path) -> None:
     that housekeeping removes, never a half-deleted volume under its own name."""
     if not os.path.lexists(path):
         return
-    trash = path.parent / f".trash-{os.getpid()}-{os.urandom(4).hex()}"
+    trash = path.parent / folders.staging_name("trash")
     os.rename(path, trash)
 
     def writable(func, target, _exc):

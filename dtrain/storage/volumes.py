@@ -132,7 +132,7 @@ class Storage:
             raise ConflictError(f"volume {name!r} is in use by job(s) {', '.join(in_use_by)}: wait for "
                                 f"them to finish, stop them (dtrain delete JOB), or delete with --force")
         folder = vol.path.parent
-        trash = folder.parent / f".trash-{os.getpid()}-{os.urandom(4).hex()}"
+        trash = folder.parent / folders.staging_name("trash")
         with db.transaction(self.conn):
             self.conn.execute("DELETE FROM volumes WHERE name = ?", (name,))
             if folder.exists():
@@ -264,7 +264,7 @@ class Storage:
         root = self.class_root(storage_class)
         self._ensure_free(to)
         self._collect()
-        staging = root / f".tmp-{os.getpid()}-{os.urandom(4).hex()}"
+        staging = root / folders.staging_name("tmp")
         try:
             staging.mkdir()
             with self.engine.pin(), reporter(progress, f"restore {snap.name}") as cb:
@@ -289,7 +289,7 @@ class Storage:
             raise ConflictError(f"volume {vol.name!r} is in use by job(s) {', '.join(in_use_by)}: "
                                 f"wait for them to finish or stop them (dtrain delete JOB) before an in-place restore")
         self._collect()
-        staging = self.volumes_dir / vol.name / f".restore-{os.getpid()}-{os.urandom(4).hex()}"
+        staging = self.volumes_dir / vol.name / folders.staging_name("restore")
         try:
             with self.engine.pin(), reporter(progress, f"restore {snap.name}") as cb:
                 self.engine.materialize(self._load(snap), staging, progress=cb)
@@ -320,7 +320,7 @@ class Storage:
                     elif item.name in moving:
                         continue
                     elif item.name not in known:  # renamed into place, then killed before the commit
-                        trash.append(root / f".trash-{os.getpid()}-{os.urandom(4).hex()}")
+                        trash.append(root / folders.staging_name("trash"))
                         os.rename(item.path, trash[-1])
                     else:
                         trash += folders.collect_volume(Path(item.path))
