@@ -76,17 +76,19 @@ class Client:
     def get(self, name: str) -> JobInfo:
         return self.backend().get(name)
 
-    def list(self, *, project: str | None = None) -> list[JobInfo]:
+    def list(self, *, project: str | None = None, show_deleted: bool = True) -> list[JobInfo]:
+        """Jobs of `project` (None: every project); without `show_deleted`, not the Deleted ones
+        (what `dtrain list jobs` and the HTTP list show unless asked)."""
         backend = self.backend(project=project)
         jobs = backend.list(project=project)
         ttl = self.config.deleted_job_ttl_seconds()
-        if ttl is None:
-            return jobs
-        now = time.time()
-        expired = {j.name for j in jobs if j.status == JobStatus.DELETED and now - (j.finished or j.created) > ttl}
-        for name in expired:  # config `deleted_job_ttl`: deleted jobs are forgotten after a while
-            backend.delete(name, purge=True)
-        return [j for j in jobs if j.name not in expired]
+        if ttl is not None:
+            now = time.time()
+            expired = {j.name for j in jobs if j.status == JobStatus.DELETED and now - (j.finished or j.created) > ttl}
+            for name in expired:  # config `deleted_job_ttl`: deleted jobs are forgotten after a while
+                backend.delete(name, purge=True)
+            jobs = [j for j in jobs if j.name not in expired]
+        return jobs if show_deleted else [j for j in jobs if j.status != JobStatus.DELETED]
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None, since: float | None = None,
              follow: bool = False) -> Iterator[LogLine]:

@@ -161,9 +161,8 @@ def _dry_run(spec: JobSpec, client: Client) -> int:
 
 
 def cmd_list(args, client: Client) -> int:
-    jobs = client.list(project=None if args.all_projects else (args.project or client.default_project))
-    if not args.show_deleted:
-        jobs = [j for j in jobs if j.status.value != "Deleted"]
+    jobs = client.list(project=None if args.all_projects else (args.project or client.default_project),
+                       show_deleted=args.show_deleted)
     if args.json:
         print(json.dumps([j.to_dict() for j in jobs], indent=2))
         return 0

@@ -27,9 +27,8 @@ def list_jobs(request: Request, project: Annotated[str | None, Query(pattern=wir
               status: wire.STATUSES | None = None):
     """Every job (of one project with `project`), oldest first; `status` filters. Deleted jobs are
     listed only when asked for (`status=Deleted`), as `dtrain list jobs` needs --show-deleted."""
-    jobs = client(request).list(project=project)
-    return [wire.job_out(j) for j in jobs
-            if j.status.value == status or (status is None and j.status.value != "Deleted")]
+    jobs = client(request).list(project=project, show_deleted=status == "Deleted")
+    return [wire.job_out(j) for j in jobs if status is None or j.status.value == status]
 
 
 @router.post("/jobs", response_model=wire.Job, status_code=201, responses=ERRORS)
