@@ -517,3 +517,25 @@ def test_a_folder_swapped_for_a_link_never_brings_outside_files_in(tmp_path, ben
         names = {e.path for e in manifest.entries}
         assert not any("secret" in n for n in names), sorted(n for n in names if "secret" in n)[:3]
         assert {e.path for e in manifest.entries if e.path.startswith("link-to-host")} == {"link-to-host"}
+
+
+def test_a_link_replaced_by_a_folder_after_the_walk_counts_as_gone(tmp_path, monkeypatch):
+    """The walk lstat's a symlink; before its target is read the link is replaced by a folder
+    (readlink: EINVAL). The snapshot records the path as gone, as for a removed one, and does
+    not fail (the race test above hit this window now and then)."""
+    import dtrain.storage.engine as engine_mod
+
+    src = tmp_path / "vol"
+    src.mkdir()
+    (src / "kept.txt").write_text("kept")
+    os.symlink("kept.txt", src / "flips")
+    real_scan = engine_mod.scan
+
+    def scan_then_flip(root):
+        yield from real_scan(root)
+        os.unlink(src / "flips")
+        (src / "flips").mkdir()
+
+    monkeypatch.setattr(engine_mod, "scan", scan_then_flip)
+    _, manifest, _ = snapshot(make_engine(tmp_path), src)
+    assert {e.path for e in manifest.entries} == {".", "kept.txt"}

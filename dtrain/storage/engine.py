@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import fcntl
 import itertools
 import os
@@ -257,8 +258,10 @@ class Engine:
         if stat.S_ISLNK(st.st_mode):
             try:
                 return meta_entry(rel, st, mf.readlink_beneath(src, rel))
-            except OSError as err:  # its folder was moved behind a link since the walk: gone
-                if err.errno in mf.GONE:
+            except OSError as err:
+                # gone since the walk: removed, its folder moved behind a link, or (EINVAL) the
+                # link itself replaced by something that is not a link
+                if err.errno in mf.GONE or err.errno == errno.EINVAL:
                     return None
                 raise
         skipped.append(rel)
