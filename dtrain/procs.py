@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import signal
-from dataclasses import asdict, dataclass
+from typing import NamedTuple
 from pathlib import Path
 
 
@@ -41,8 +41,7 @@ def start_time(pid: int) -> str | None:
     return None if fields is None or fields[0] in ("Z", "X") else fields[19]
 
 
-@dataclass(frozen=True, kw_only=True)
-class Ident:
+class Ident(NamedTuple):
     pid: int
     start: str  # /proc/PID/stat field 22: clock ticks after boot
     boot: str  # /proc/sys/kernel/random/boot_id when recorded
@@ -62,7 +61,7 @@ class Ident:
             return None
 
     def to_record(self) -> dict:
-        return asdict(self)
+        return self._asdict()
 
     def alive(self) -> bool:
         return self.boot == boot_id() and start_time(self.pid) == self.start

@@ -63,9 +63,9 @@ def change_tree(root: Path) -> None:
     os.utime(root / "run.sh", ns=(1, 1_600_000_000_000_000_000))
 
 
-def snapshot(engine: Engine, src: Path, base=None):
+def snapshot(engine: Engine, src: Path, base=None, base_id=None):
     with engine.pin():
-        manifest, stats = engine.capture(src, base=base)
+        manifest, stats = engine.capture(src, base=base, base_id=base_id)
         manifest_id = uuid.uuid4().hex
         engine.commit(manifest_id, manifest)
     return manifest_id, manifest, stats
@@ -135,18 +135,20 @@ def test_unchanged_files_are_not_read(tmp_path):
     assert io.bytes_read == len('{"lanes": []}\n') == stats.added_bytes
 
 
-def test_file_changed_right_before_a_capture_is_read_again_once(tmp_path):
+@pytest.mark.parametrize("by_id", [False, True], ids=["base", "base_id"])
+def test_file_changed_right_before_a_capture_is_read_again_once(tmp_path, by_id):
     src = tmp_path / "vol"
     src.mkdir()
     (src / "hot.bin").write_bytes(b"a" * 1000)
     io = CountingIO()
     engine = make_engine(tmp_path, io=io, racy_window_ns=200_000_000)
+    based = (lambda m: {"base_id": m}) if by_id else (lambda m: {"base": engine.load(m)})
     first, _, _ = snapshot(engine, src)  # written within the window: timestamps may not tell a rewrite
     time.sleep(0.3)
     io.bytes_read = 0
-    second, _, _ = snapshot(engine, src, base=engine.load(first))
+    second, _, _ = snapshot(engine, src, **based(first))
     assert io.bytes_read == 1000
-    snapshot(engine, src, base=engine.load(second))
+    snapshot(engine, src, **based(second))
     assert io.bytes_read == 1000  # settled: not read a third time
 
 
@@ -218,7 +220,8 @@ def damage(engine: Engine, corrupt: str, cut: str) -> None:
         os.unlink(path)
 
 
-def test_verify_finds_corrupt_and_missing_objects_and_a_capture_heals(tmp_path):
+@pytest.mark.parametrize("by_id", [False, True], ids=["base", "base_id"])
+def test_verify_finds_corrupt_and_missing_objects_and_a_capture_heals(tmp_path, by_id):
     src = tmp_path / "vol"
     src.mkdir()
     (src / "a.bin").write_bytes(os.urandom(CHUNK))
@@ -236,7 +239,8 @@ def test_verify_finds_corrupt_and_missing_objects_and_a_capture_heals(tmp_path):
     with pytest.raises(StorageError, match="missing.*verify"):
         restore(engine, manifest_id, tmp_path / "r")
     assert not (tmp_path / "r").exists()
-    healed, _, stats = snapshot(engine, src, base=manifest)  # files unchanged, yet both are re-read
+    based = {"base_id": manifest_id} if by_id else {"base": manifest}
+    healed, _, stats = snapshot(engine, src, **based)  # files unchanged, yet both are re-read
     assert stats.read_bytes == 2 * CHUNK and stats.added_objects == 2
     with engine.pin():
         again = engine.verify([healed])
@@ -425,6 +429,81 @@ def test_an_unchanged_tree_reuses_its_base_and_a_folder_change_alone_is_seen(tmp
     second, _, stats = snapshot(engine, src, base=engine.load(first))
     assert second != first and stats.read_bytes == 0
     assert tree_state(restore(engine, second, tmp_path / "r")) == tree_state(src)
+
+
+def test_an_unchanged_tree_is_known_by_its_key_without_loading_the_base(tmp_path, monkeypatch):
+    src = tmp_path / "vol"
+    src.mkdir()
+    build_tree(src)
+    time.sleep(0.2)  # past the racy window
+    engine = make_engine(tmp_path, io=CountingIO())
+    first, manifest, first_stats = snapshot(engine, src)
+    read_before, loads = engine.io.bytes_read, []
+    load = engine.load
+    monkeypatch.setattr(engine, "load", lambda manifest_id: loads.append(manifest_id) or load(manifest_id))
+    second, again, stats = snapshot(engine, src, base_id=first)
+    assert loads == [] and engine.io.bytes_read == read_before  # neither the base nor a file was read
+    assert again.id == first and (stats.files, stats.bytes) == (first_stats.files, first_stats.bytes)
+    for path in engine.manifest_path, engine.key_path:  # nothing new on disk: both are shared
+        assert os.stat(path(first)).st_ino == os.stat(path(second)).st_ino
+    assert tuple(again.entries) == tuple(manifest.entries) and loads == [first]  # loaded when asked for
+    third, _, _ = snapshot(engine, src, base_id=second)  # the linked snapshot has its key too
+    assert loads == [first] and tree_state(restore(engine, third, tmp_path / "r")) == tree_state(src)
+
+
+def _rewrite_keeping_size_and_mtime(root: Path) -> None:
+    p = root / "clips/0531/1492626047222176976/20.jpg"
+    st = p.stat()
+    p.write_bytes(os.urandom(st.st_size))
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))  # only ctime (and the inode's content) tell
+
+
+def _replace_file_by_rename(root: Path) -> None:
+    (root / "labels.json.tmp").write_text('{"lanes": [[9, 9, 9]]}\n')
+    st = (root / "labels.json").stat()
+    os.utime(root / "labels.json.tmp", ns=(st.st_atime_ns, st.st_mtime_ns))
+    os.replace(root / "labels.json.tmp", root / "labels.json")
+
+
+@pytest.mark.parametrize("change", [
+    _rewrite_keeping_size_and_mtime,
+    _replace_file_by_rename,
+    lambda root: os.chmod(root / "secret", 0o644),
+    lambda root: (root / "empty-dir/nested-empty/new").mkdir(),
+    lambda root: os.unlink(root / "empty-file"),
+    lambda root: (os.unlink(root / "dangling"), os.symlink("/elsewhere", root / "dangling")),
+    change_tree,
+], ids=["rewrite-same-size-and-mtime", "rename-over", "chmod", "new-folder", "unlink", "new-link", "many"])
+def test_the_key_misses_no_change_the_full_comparison_sees(tmp_path, change):
+    src = tmp_path / "vol"
+    src.mkdir()
+    build_tree(src)
+    time.sleep(0.2)
+    engine = make_engine(tmp_path)
+    first, _, _ = snapshot(engine, src)
+    change(src)
+    time.sleep(0.2)
+    second, manifest, _ = snapshot(engine, src, base_id=first)
+    assert manifest.id != first
+    assert tree_state(restore(engine, second, tmp_path / "r")) == tree_state(src)
+
+
+@pytest.mark.parametrize("spoil", [lambda p: p.unlink(), lambda p: p.write_text("{not json"),
+                                   lambda p: p.write_text('{"digest": 1}')], ids=["missing", "torn", "foreign"])
+def test_a_missing_or_bad_key_costs_only_the_full_comparison(tmp_path, spoil):
+    src = tmp_path / "vol"
+    src.mkdir()
+    build_tree(src)
+    time.sleep(0.2)
+    engine = make_engine(tmp_path, io=CountingIO())
+    first, manifest, _ = snapshot(engine, src)
+    spoil(engine.key_path(first))
+    read_before = engine.io.bytes_read
+    second, again, stats = snapshot(engine, src, base_id=first)
+    assert again.id == first and stats.read_bytes == 0 and engine.io.bytes_read == read_before
+    assert engine.key_path(second).exists()  # the next one is quick again
+    engine.drop(second)
+    assert not engine.key_path(second).exists() and engine.manifest_path(first).exists()
 
 
 def test_a_volume_folder_that_is_a_symlink_is_refused_clearly(tmp_path):

@@ -8,10 +8,11 @@ file system or the caller's rights do not allow it; callers fall back to the con
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import os
 import struct
+
+from dtrain.storage.fileio import libc
 
 SUPER_MAGIC = 0x9123683E  # statfs f_type of btrfs
 FIRST_FREE_OBJECTID = 256  # the inode number of every subvolume's root folder
@@ -27,13 +28,14 @@ SNAP_DESTROY = _iow(15)  # BTRFS_IOC_SNAP_DESTROY
 SNAP_CREATE_V2 = _iow(23)  # BTRFS_IOC_SNAP_CREATE_V2: struct btrfs_ioctl_vol_args_v2
 SUBVOL_RDONLY = 1 << 1  # BTRFS_SUBVOL_RDONLY
 FS_INFO = (2 << 30) | (1024 << 16) | (0x94 << 8) | 31  # BTRFS_IOC_FS_INFO: struct btrfs_ioctl_fs_info_args
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 def is_btrfs(path: str | os.PathLike) -> bool:
     """True when `path` lives on btrfs (statfs through libc: os.statvfs has no f_type)."""
+    import ctypes  # on first use: ~5 ms of start-up otherwise
+
     buf = ctypes.create_string_buffer(120)  # struct statfs on 64-bit Linux; f_type comes first
-    if _libc.statfs(os.fsencode(os.fspath(path)), buf) != 0:
+    if libc().statfs(os.fsencode(os.fspath(path)), buf) != 0:
         return False
     return struct.unpack_from("l", buf.raw)[0] == SUPER_MAGIC
 

@@ -6,6 +6,8 @@ Layout under the store root::
     index.db             SQLite: which pack, offset and length hold each object (by sha256)
                          (both kept by the pack store, packs.py)
     manifests/<id>.json.gz   what one snapshot holds (see manifest.py); written last
+    manifests/<id>.key.json  the tree key of the walk it came from: the next snapshot of an
+                         unchanged volume matches it without loading the manifest (a cache)
     tmp/                 manifests (and, without O_TMPFILE, packs) being written
     pins/                one marker per running capture or restore (crash detection)
     lock                 flock: shared while capturing or restoring, exclusive while sweeping
@@ -31,12 +33,11 @@ only while nobody holds a pin.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
 import fcntl
 import itertools
+import json
 import os
-import shutil
 import stat
 import threading
 import time
@@ -90,6 +91,7 @@ class Engine:
         self.subvols = native.Subvolumes(self.root)  # native snapshots, where the store is on btrfs
         if (self.root / "objects").is_dir():  # a store of the first format: one file per object
             self.packs.import_objects(self.root / "objects")
+            import shutil  # on first use: ~5 ms of every start otherwise
             shutil.rmtree(self.root / "damaged", ignore_errors=True)
 
     def close(self) -> None:
@@ -168,16 +170,28 @@ class Engine:
         return SweepStats(objects=objects + len(gone_subvols), bytes=freed, leftovers=leftovers + unindexed), True
 
     # --- capture -----------------------------------------------------------------------
-    def capture(self, src: Path, *, base: Manifest | None = None, progress: Progress | None = None,
-                store: bool = True) -> tuple[Manifest, CaptureStats]:
+    def capture(self, src: Path, *, base: Manifest | None = None, base_id: str | None = None,
+                progress: Progress | None = None, store: bool = True) -> tuple[Manifest, CaptureStats]:
         """Record the tree under `src`, storing new chunks (call inside `pin`).
 
-        Files whose lstat matches `base` are not read. With store=False nothing is written:
-        the manifest describes the live tree (used by diff).
+        Files whose lstat matches `base` are not read. `base_id` names a stored manifest to use
+        as `base`, loaded only when the walk differs from the tree key committed with it: a
+        snapshot of an unchanged volume then returns that manifest with its entries unloaded.
+        With store=False nothing is written: the manifest describes the live tree (used by diff).
         """
         started = time.time_ns()
         if self.subvols.usable(src) and (done := self.subvols.capture_manifest(src, started, self.chunk_size, store)):
             return done
+        walked = None
+        if base_id is not None and base is None:
+            self._check_folder(src)
+            walked = list(scan(src))  # walked first: the key may spare loading the base at all
+            if same := self._same_as_key(base_id, walked):
+                return same
+            try:
+                base = self.load(base_id)
+            except (OSError, ValueError):  # read every file again rather than fail
+                base = None
         if base is not None and base.subvolume:
             base = None  # its unhashed ids name no stored object: read everything once
         old = {e.path: e for e in base.entries} if base else {}
@@ -188,10 +202,9 @@ class Engine:
         items, jobs, batch, skipped, same = [], [], _Batch(), [], 0
         pool = None  # started with the first file to read: an unchanged volume needs none
         try:
-            if not os.path.isdir(src) or os.path.islink(src):
-                raise StorageError(f"cannot snapshot {src}: it is not a folder (a volume's data folder must be "
-                                   f"a real directory, not a symlink or a file)")
-            for rel, st in scan(src):  # reading starts while the walk goes on
+            if walked is None:
+                self._check_folder(src)
+            for rel, st in walked or scan(src):  # without a base, reading starts while the walk goes on
                 items.append((rel, st))
                 if not stat.S_ISREG(st.st_mode):
                     same += same_meta(old.get(rel), st)
@@ -209,10 +222,12 @@ class Engine:
             if batch.paths:
                 pool = pool or _thread_pool(self.workers + 2)
                 jobs.append(pool.submit(self._ingest_many, src, batch.paths, packer, run))
+            key = mf.tree_key(items) if store else None  # in walk order, before the sort below
             if base is not None and same == len(items) == len(base.entries):  # every path as in base
                 files = [e for e in base.entries if e.kind == "file"]
-                return base, CaptureStats(files=len(files), bytes=sum(e.size for e in files), read_bytes=0,
-                                          added_bytes=0, added_objects=0, skipped=(), method=self.method)
+                return base._replace(key=key), CaptureStats(
+                    files=len(files), bytes=sum(e.size for e in files), read_bytes=0, added_bytes=0,
+                    added_objects=0, skipped=(), method=self.method)
             reading = {rel: entry for job in jobs for rel, entry in job.result()}
             items.sort()
             entries = [self._entry(src, rel, st, old, reading, skipped) for rel, st in items]
@@ -241,9 +256,35 @@ class Engine:
                              added_bytes=run.added, added_objects=run.objects, skipped=tuple(skipped),
                              method="cas" if run.fell_back else self.method)
         if base is not None and not reading and base.same_tree(done):
-            return base, stats  # commit links the stored manifest: an unchanged volume adds no bytes
+            return base._replace(key=key), stats  # commit links the stored manifest: an unchanged volume adds no bytes
         return Manifest(entries=done, started_ns=started, chunk_size=self.chunk_size,
-                        hash=self.hash_algorithm), stats
+                        hash=self.hash_algorithm, key=key), stats
+
+    @staticmethod
+    def _check_folder(src: Path) -> None:
+        if not os.path.isdir(src) or os.path.islink(src):
+            raise StorageError(f"cannot snapshot {src}: it is not a folder (a volume's data folder must be "
+                               f"a real directory, not a symlink or a file)")
+
+    def _same_as_key(self, base_id: str, walked: list) -> tuple[Manifest, CaptureStats] | None:
+        """The stored manifest `base_id`, entries unloaded, when `walked` matches the tree key
+        committed with it, every file's ctime precedes that capture by the racy window (as
+        `unchanged` asks of each file), and no stored object is damaged (a damaged file must be
+        read again); None otherwise."""
+        try:
+            rec = json.loads(self.key_path(base_id).read_bytes())
+            recorded = mf.TreeKey(rec["digest"], rec["files"], rec["bytes"], rec["newest_ctime_ns"])
+            started_ns, chunk_size, hash_algorithm = rec["started_ns"], rec["chunk_size"], rec["hash"]
+        except (OSError, ValueError, KeyError, TypeError):  # none yet (an older store), or unreadable
+            return None
+        if recorded.newest_ctime_ns >= started_ns - self.racy_window_ns or self.packs.damaged():
+            return None
+        if mf.tree_key(walked) != recorded:
+            return None
+        manifest = Manifest(entries=mf.LazyEntries(lambda: self.load(base_id).entries), started_ns=started_ns,
+                            chunk_size=chunk_size, id=base_id, hash=hash_algorithm, key=recorded)
+        return manifest, CaptureStats(files=recorded.files, bytes=recorded.bytes, read_bytes=0, added_bytes=0,
+                                      added_objects=0, skipped=(), method=self.method)
 
     def _entry(self, src: Path, rel: str, st: os.stat_result, old: dict, reading: dict,
                skipped: list) -> Entry | None:
@@ -400,6 +441,8 @@ class Engine:
                     if self.durable:
                         os.fsync(f.fileno())
                 os.rename(tmp, self.manifest_path(manifest_id))
+            if manifest.key is not None:
+                self._write_key(manifest_id, manifest)
             if self.durable:
                 fileio.fsync_path(self.root / "manifests", directory=True)
         except OSError as err:
@@ -407,17 +450,36 @@ class Engine:
                 os.unlink(tmp)
             raise self._wrap(err, "writing a snapshot manifest", needed=0) from err
 
+    def key_path(self, manifest_id: str) -> Path:
+        return self.root / "manifests" / f"{manifest_id}.key.json"
+
+    def _write_key(self, manifest_id: str, manifest: Manifest) -> None:
+        """The tree key of the walk that produced `manifest` (see _same_as_key). Not flushed: a
+        lost or torn key only costs the next snapshot the full comparison."""
+        rec = {**manifest.key._asdict(), "started_ns": manifest.started_ns, "chunk_size": manifest.chunk_size,
+               "hash": manifest.hash}
+        if manifest.id is not None:  # a shared manifest: share its key too when it says the same
+            with contextlib.suppress(OSError, ValueError):
+                if json.loads(self.key_path(manifest.id).read_bytes()) == rec:
+                    os.link(self.key_path(manifest.id), self.key_path(manifest_id))
+                    return
+        tmp = self._tmp()
+        with open(tmp, "w") as f:
+            f.write(json.dumps(rec))
+        os.rename(tmp, self.key_path(manifest_id))
+
     def load(self, manifest_id: str) -> Manifest:
         m = Manifest.parse(self.manifest_path(manifest_id).read_bytes(), manifest_id)
         if m.subvolume is None:
             return m
         if not self.subvols.path(m.subvolume).is_dir():
             raise FileNotFoundError(f"subvolume {m.subvolume} of snapshot {manifest_id} is gone")
-        return dataclasses.replace(m, entries=self.subvols.entries(m.subvolume))
+        return m._replace(entries=self.subvols.entries(m.subvolume))
 
     def drop(self, manifest_id: str) -> None:
         """Forget a manifest; its objects go at the next sweep."""
         self.manifest_path(manifest_id).unlink(missing_ok=True)
+        self.key_path(manifest_id).unlink(missing_ok=True)
         self.request_sweep()
 
     # --- restore -----------------------------------------------------------------------

@@ -8,12 +8,10 @@ copy-on-write clones (``ioctl FICLONE``), swap two directories atomically
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import fcntl
 import json
 import os
-import shutil
 import struct
 from pathlib import Path
 from typing import NamedTuple
@@ -141,16 +139,36 @@ def probe_reflink(folder: Path) -> bool:
         b.unlink(missing_ok=True)
 
 
-_libc = ctypes.CDLL(None, use_errno=True)
+_LIBC = None
 AT_SYMLINK_FOLLOW = 0x400
+FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+
+
+def libc():
+    """The C library through ctypes, loaded on first use: importing ctypes costs ~5 ms, and most
+    commands (a snapshot on btrfs, an unchanged volume) never call into libc directly."""
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        lib = ctypes.CDLL(None, use_errno=True)
+        lib.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
+        _LIBC = lib
+    return _LIBC
+
+
+def last_errno() -> int:
+    """errno as the last libc() call left it."""
+    import ctypes
+
+    return ctypes.get_errno()
 
 
 def link_fd(fd: int, dst: str) -> None:
     """Give an unnamed (O_TMPFILE) file a name. os.link would call link(2), which does not
     follow the /proc/self/fd symlink, hence linkat(AT_SYMLINK_FOLLOW) through libc."""
     src = f"/proc/self/fd/{fd}".encode()
-    if _libc.linkat(AT_FDCWD, src, AT_FDCWD, os.fsencode(dst), AT_SYMLINK_FOLLOW) != 0:
-        err = ctypes.get_errno()
+    if libc().linkat(AT_FDCWD, src, AT_FDCWD, os.fsencode(dst), AT_SYMLINK_FOLLOW) != 0:
+        err = last_errno()
         raise OSError(err, os.strerror(err), dst)
 
 
@@ -173,25 +191,23 @@ def probe_tmpfile(folder: Path) -> bool:
 
 def exchange(a: Path, b: Path) -> bool:
     """Swap two paths atomically; False where the kernel or file system cannot."""
-    fn = getattr(_libc, "renameat2", None)
+    fn = getattr(libc(), "renameat2", None)
     if fn is None:
         return False
     if fn(AT_FDCWD, os.fsencode(a), AT_FDCWD, os.fsencode(b), RENAME_EXCHANGE) == 0:
         return True
-    err = ctypes.get_errno()
+    err = last_errno()
     if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
         return False
     raise OSError(err, os.strerror(err), str(a), None, str(b))
 
 
-FALLOC_FL_KEEP_SIZE, FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
-_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 
 
 def punch_hole(fd: int, offset: int, length: int) -> None:
     """Free the blocks of a byte range (reads as zeros after); nothing where unsupported."""
-    if _libc.fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length) != 0:
-        err = ctypes.get_errno()
+    if libc().fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length) != 0:
+        err = last_errno()
         if err not in UNSUPPORTED:
             raise OSError(err, os.strerror(err))
 
@@ -200,8 +216,8 @@ def syncfs(path: Path) -> None:
     """Flush every dirty page and inode of the file system holding `path` (syncfs(2))."""
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        if _libc.syncfs(fd) != 0:
-            err = ctypes.get_errno()
+        if libc().syncfs(fd) != 0:
+            err = last_errno()
             raise OSError(err, os.strerror(err), str(path))
     finally:
         os.close(fd)
@@ -225,6 +241,7 @@ def storage_error(err: OSError, doing: str, *, needed: int, where: Path) -> Stor
         return err
     if not is_disk_full(err):
         return StorageError(f"{doing} failed: {err}")
+    import shutil
     free = shutil.disk_usage(where).free
     return StorageError(
         f"no space left on the device while {doing}: needed up to {human_bytes(needed)}, "

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 from pathlib import Path
 
 from dtrain.storage import btrfs, fileio
@@ -84,4 +83,5 @@ def rmtree(path: Path) -> None:
             with contextlib.suppress(OSError):
                 btrfs.delete(sub)
     if os.path.lexists(path):
+        import shutil  # on first use: ~5 ms of every start otherwise
         shutil.rmtree(path, onerror=retry)

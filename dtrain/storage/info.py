@@ -6,24 +6,33 @@ SnapshotInfo, FreedInfo); these keep what only the local store knows (folders, u
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
+
+# Records are NamedTuples, not dataclasses: every `dtrain` command and every fresh process that
+# takes a snapshot imports this package, and `dataclasses` (with the `inspect` it imports) plus
+# generating eight frozen classes cost ~40 ms of a ~0.1 s start (docs/benchmarks.md, issue 17).
 
 
-class _Record:
-    def to_dict(self) -> dict[str, Any]:
-        out = dataclasses.asdict(self)
-        for key, value in out.items():
-            if isinstance(value, Path):
-                out[key] = str(value)
-        return out
+def _plain(value: Any) -> Any:
+    """A record's field as JSON-ready data: records become dicts, paths strings."""
+    if hasattr(value, "_asdict"):
+        return {k: _plain(v) for k, v in value._asdict().items()}
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, (tuple, list)):
+        return type(value)(_plain(v) for v in value)
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
 
 
-@dataclass(frozen=True, kw_only=True)
-class Volume(_Record):
+def _to_dict(self) -> dict[str, Any]:
+    return _plain(self)
+
+
+class Volume(NamedTuple):
     """A volume: a folder every process of a job mounts read-write (a PersistentVolumeClaim)."""
 
     name: str  # DNS-1123 name (PVC metadata.name)
@@ -38,9 +47,10 @@ class Volume(_Record):
     labels: Mapping[str, str]  # free-form tags
     snapshots: str = "cas"  # how its snapshots are taken: 'subvolume' (btrfs), 'reflink' or 'cas' (see engine.py)
 
+    to_dict = _to_dict
 
-@dataclass(frozen=True, kw_only=True)
-class Snapshot(_Record):
+
+class Snapshot(NamedTuple):
     """A point-in-time, read-only copy of a volume (a CSI VolumeSnapshot)."""
 
     name: str  # DNS-1123 name (VolumeSnapshot metadata.name)
@@ -58,9 +68,10 @@ class Snapshot(_Record):
     added_bytes: int  # new content it stored; 0 for a snapshot of an unchanged volume
     method: str  # 'reflink' (copy-on-write clones) or 'cas' (copies into the content store)
 
+    to_dict = _to_dict
 
-@dataclass(frozen=True, kw_only=True)
-class Freed(_Record):
+
+class Freed(NamedTuple):
     """What deleting a snapshot gave back."""
 
     snapshot: str  # the deleted snapshot
@@ -68,18 +79,20 @@ class Freed(_Record):
     objects: int  # store objects removed
     pending: bool  # True when a running snapshot or restore delayed the cleanup to a later call
 
+    to_dict = _to_dict
 
-@dataclass(frozen=True, kw_only=True)
-class Damage(_Record):
+
+class Damage(NamedTuple):
     """One damaged piece of the store and what it breaks."""
 
     object: str  # sha256 of a content chunk, or the id of a manifest
     problem: str  # 'missing', 'corrupt' (moved aside) or 'manifest' (unreadable snapshot record)
     hits: tuple[tuple[str, str], ...]  # (snapshot, path) pairs that need it; '*' for a whole snapshot
 
+    to_dict = _to_dict
 
-@dataclass(frozen=True, kw_only=True)
-class VerifyReport(_Record):
+
+class VerifyReport(NamedTuple):
     """The result of re-hashing the store."""
 
     snapshots: tuple[str, ...]  # snapshots checked
@@ -94,12 +107,11 @@ class VerifyReport(_Record):
         return not self.damaged
 
     def to_dict(self) -> dict[str, Any]:
-        return super().to_dict() | {"ok": self.ok}
+        return _plain(self) | {"ok": self.ok}
 
 
 # --- what the engine reports to the policy layer ---------------------------------------------
-@dataclass(frozen=True, kw_only=True)
-class CaptureStats:
+class CaptureStats(NamedTuple):
     """What one capture did."""
 
     files: int  # regular files in the snapshot
@@ -111,8 +123,7 @@ class CaptureStats:
     method: str  # 'reflink' or 'cas': how data got into the store
 
 
-@dataclass(frozen=True, kw_only=True)
-class SweepStats:
+class SweepStats(NamedTuple):
     """What one sweep removed."""
 
     objects: int  # unreferenced objects deleted
@@ -120,8 +131,7 @@ class SweepStats:
     leftovers: int  # temp files, unregistered manifests and stale pins deleted
 
 
-@dataclass(frozen=True, kw_only=True)
-class VerifyStats:
+class VerifyStats(NamedTuple):
     """What one verification found."""
 
     objects: int  # objects re-hashed

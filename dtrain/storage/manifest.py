@@ -13,9 +13,10 @@ import gzip
 import json
 import os
 import stat
+import struct
 import sys
-from collections.abc import Iterator
-from dataclasses import dataclass
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
@@ -51,16 +52,16 @@ class Entry(NamedTuple):
 FIELDS = Entry._fields
 
 
-@dataclass(frozen=True, kw_only=True)
-class Manifest:
+class Manifest(NamedTuple):
     """The full content of a volume at one point in time."""
 
-    entries: tuple[Entry, ...]  # sorted by path
+    entries: Sequence[Entry]  # sorted by path: a tuple, or LazyEntries loaded on first use
     started_ns: int  # wall clock when the capture began: files changed later must be re-read
     chunk_size: int  # bytes per chunk of the files it lists
     id: str | None = None  # the stored manifest it was loaded from, if any
     subvolume: str | None = None  # a native snapshot: its read-only subvolume (native.py), entries read from it
     hash: str = "blake3"  # what new content was hashed with; each digest also names its algorithm
+    key: TreeKey | None = None  # the walk it was captured from (commit keeps it beside; not in the file)
 
     def digests(self) -> set[str]:
         """Store objects it needs (a native snapshot needs none: the subvolume holds its content)."""
@@ -69,7 +70,7 @@ class Manifest:
     def dump(self) -> bytes:
         body = {"version": VERSION, "hash": self.hash, "chunk_size": self.chunk_size,
                 "started_ns": self.started_ns, "fields": FIELDS,
-                "entries": () if self.subvolume else self.entries}
+                "entries": () if self.subvolume else tuple(self.entries)}
         if self.subvolume:
             body["subvolume"] = self.subvolume
         return gzip.compress(json.dumps(body, separators=(",", ":")).encode(), compresslevel=1)
@@ -89,6 +90,34 @@ class Manifest:
     def same_tree(self, entries: tuple[Entry, ...]) -> bool:
         """True when `entries` describe exactly this tree (inodes and ctimes included)."""
         return entries == self.entries
+
+
+class LazyEntries(Sequence):
+    """A manifest's entries, loaded on first use (then kept): read from a read-only subvolume
+    (native.py), or from a stored manifest that an unchanged tree shares (engine.py)."""
+
+    def __init__(self, load: Callable[[], tuple[Entry, ...]]):
+        self._load, self._entries, self._lock = load, None, threading.Lock()
+
+    def _get(self) -> tuple[Entry, ...]:
+        with self._lock:
+            if self._entries is None:
+                self._entries = self._load()
+            return self._entries
+
+    def __getitem__(self, i):
+        return self._get()[i]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __iter__(self) -> Iterator[Entry]:
+        return iter(self._get())
+
+    def __eq__(self, other) -> bool:
+        return tuple(self._get()) == tuple(other)
+
+    __hash__ = None
 
 
 def open_beneath(root: str | os.PathLike, rel: str, flags: int = os.O_RDONLY) -> int:
@@ -258,6 +287,42 @@ def walk(root: Path) -> list[tuple[str, os.stat_result]]:
     return sorted(scan(root))
 
 
+_KEY_FIELDS = struct.Struct("<IIIqqQq")  # what `unchanged` and `same_meta` compare, file type included
+
+
+def tree_key(items: list[tuple[str, os.stat_result]]) -> TreeKey | None:
+    """A digest of every path with the lstat fields that `unchanged` and `same_meta` compare,
+    in `scan` order (a folder's listing keeps its order while nothing in it changes; another
+    order only costs the full comparison). Two walks with the same key saw the same tree, so a
+    capture whose walk matches the key recorded with its base manifest needs neither to load
+    that manifest nor to compare it entry by entry (15,000 paths: ~0.1 s). None when the tree
+    holds sockets, fifos or devices: captures skip those with a warning, which the full path gives."""
+    import hashlib  # here: ~5 ms of start-up that a snapshot on btrfs never needs
+
+    fields, files, size, newest = [], 0, 0, 0
+    for _, st in items:
+        kind = stat.S_IFMT(st.st_mode)
+        if kind not in KINDS:
+            return None
+        if kind == stat.S_IFREG:
+            files, size, newest = files + 1, size + st.st_size, max(newest, st.st_ctime_ns)
+        fields.append(_KEY_FIELDS.pack(st.st_mode, st.st_uid, st.st_gid, st.st_size, st.st_mtime_ns,
+                                       st.st_ino, st.st_ctime_ns))
+    key = hashlib.blake2b(len(items).to_bytes(8, "little"), digest_size=32)
+    key.update("\0".join(rel for rel, _ in items).encode("utf-8", "surrogateescape"))  # names hold no NUL
+    key.update(b"".join(fields))
+    return TreeKey(key.hexdigest(), files, size, newest)
+
+
+class TreeKey(NamedTuple):
+    """What `tree_key` found."""
+
+    digest: str  # of the paths and their lstat fields, in walk order
+    files: int  # regular files
+    bytes: int  # their total size
+    newest_ctime_ns: int  # the latest ctime of a file: a match counts only if it precedes the capture
+
+
 def meta_entry(rel: str, st: os.stat_result, data: str = "") -> Entry:
     """A folder's or symlink's entry (`data`: the symlink's target)."""
     return Entry(rel, KINDS[stat.S_IFMT(st.st_mode)], stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid,
@@ -284,8 +349,7 @@ def unchanged(prev: Entry | None, st: os.stat_result, cutoff_ns: int, damaged: s
             and not (damaged and damaged.intersection(prev.chunks)))
 
 
-@dataclass(frozen=True, kw_only=True)
-class Change:
+class Change(NamedTuple):
     """How one path differs between two points in time."""
 
     path: str  # relative path, '.' for the root

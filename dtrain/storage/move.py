@@ -27,7 +27,6 @@ For tests only, DTRAIN_MOVE_KILL_AT=<point> makes the mover SIGKILL itself at th
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import sqlite3
 import stat
@@ -205,6 +204,8 @@ def _comparable(e: mf.Entry) -> tuple:
 def copy_tree(src: Path, dst: Path) -> None:
     """Bytes, modes, owners (as root), times and symlinks; sockets, fifos and devices are refused.
     Folders get their mode and times last, deepest first, so a read-only folder is filled first."""
+    import shutil  # on first use: ~5 ms of every start otherwise
+
     as_root = os.geteuid() == 0
     os.mkdir(dst, 0o700)
     folders = [(src, dst)]
@@ -247,4 +248,5 @@ def _remove(path: Path) -> None:
     def writable(func, target, _exc):
         os.chmod(os.path.dirname(target), 0o700)
         func(target)
+    import shutil  # on first use: ~5 ms of every start otherwise
     shutil.rmtree(trash, onerror=writable)

@@ -24,13 +24,12 @@ import gzip
 import json
 import os
 import stat
-import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from dtrain.storage import btrfs, hashing
 from dtrain.storage.info import CaptureStats
-from dtrain.storage.manifest import Entry, Manifest, meta_entry, walk
+from dtrain.storage.manifest import Entry, LazyEntries, Manifest, meta_entry, walk
 
 UNHASHED = "u-"  # prefix of a content id that is not a hash (see the module docstring)
 
@@ -51,33 +50,6 @@ def tree_entries(root: Path) -> tuple[Entry, ...]:
         elif stat.S_ISDIR(st.st_mode):
             out.append(meta_entry(rel, st))
     return tuple(out)
-
-
-class LazyEntries(Sequence):
-    """A manifest's entries, read from a read-only subvolume on first use (then kept)."""
-
-    def __init__(self, load: Callable[[], tuple[Entry, ...]]):
-        self._load, self._entries, self._lock = load, None, threading.Lock()
-
-    def _get(self) -> tuple[Entry, ...]:
-        with self._lock:
-            if self._entries is None:
-                self._entries = self._load()
-            return self._entries
-
-    def __getitem__(self, i):
-        return self._get()[i]
-
-    def __len__(self) -> int:
-        return len(self._get())
-
-    def __iter__(self) -> Iterator[Entry]:
-        return iter(self._get())
-
-    def __eq__(self, other) -> bool:
-        return tuple(self._get()) == tuple(other)
-
-    __hash__ = None
 
 
 class Subvolumes:
