@@ -28,3 +28,17 @@ def test_snapshot_benchmark_runs_rounds_and_reports_ratios(tmp_path):
     assert lo <= median <= hi and median > 0
     assert "median of 2 round(s)" in proc.stdout
     assert [p for p in tmp_path.iterdir() if p.name.startswith("dtrain-bench-")] == []  # cleaned up
+
+
+def test_the_a_b_script_compares_two_checkouts(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, str(REPO / "bench/snapshots_ab.py"), "--old", str(REPO), "--new", str(REPO),
+                           "--workdir", str(tmp_path), "--repeats", "2", "--files", "40", "--size-mb", "2",
+                           "--checkpoints", "0"], capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "old / new (median wall):" in proc.stdout
+    for k in ("old", "new"):  # each took its base and two more of its own unchanged volume
+        names = subprocess.run([sys.executable, "-c", "import sys; from dtrain.storage import Storage; "
+                                "print(len(Storage(sys.argv[1]).list_snapshots()))", str(tmp_path / f"home-{k}")],
+                               capture_output=True, text=True, env=env, check=True).stdout
+        assert names.strip() == "3"

@@ -1,0 +1,77 @@
+"""A/B of one snapshot step between two checkouts of dtrain, interleaved, fresh processes.
+
+Each checkout gets its own dtrain home with the same generated volume (bench/snapshots.py's
+generator) and a first snapshot; then, round after round, each takes one more snapshot of its
+unchanged volume in a fresh Python (`bench/snapshots.py`'s step script, run with PYTHONPATH set to
+that checkout), the order flipping every round. It reports each one's median wall time and time
+in process, and the ratio of the medians. Two homes, not one: a key written by one version must
+not decide what the other reads.
+
+    git worktree add /tmp/old b83ac70
+    .venv/bin/python bench/snapshots_ab.py --old /tmp/old --new . --workdir /work/tmp/ab --repeats 16
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "bench"))
+
+import snapshots  # noqa: E402  (the generator and the step script)
+
+
+def prepare(tree: Path, home: Path, files: int, size_mb: int, checkpoints: int, env: dict) -> None:
+    """A volume and its first snapshot, made by `tree`'s own code."""
+    script = ("import sys; from pathlib import Path; sys.path.insert(0, sys.argv[2]); import snapshots as B\n"
+              "from dtrain.storage import Storage\n"
+              "s = Storage(Path(sys.argv[1])); v = s.create_volume('bench'); print(v.snapshots)\n"
+              "B.generate(v.path, int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))\n"
+              "s.create_snapshot('bench', name='base', progress=False); s.close()\n")
+    subprocess.run([sys.executable, "-c", script, str(home), str(REPO / "bench"), str(files), str(size_mb),
+                    str(checkpoints)], env=dict(env, PYTHONPATH=str(tree)), cwd=tree, check=True)
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", type=Path, required=True, help="a checkout of the code before")
+    parser.add_argument("--new", type=Path, required=True, help="a checkout of the code after")
+    parser.add_argument("--workdir", type=Path, required=True, help="scratch folder (on the file system to test)")
+    parser.add_argument("--repeats", type=int, default=16, help="snapshots per checkout (1-1000)")
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--checkpoints", type=int, default=3)
+    args = parser.parse_args(argv)
+    if not 1 <= args.repeats <= 1000:
+        parser.error(f"--repeats {args.repeats}: give 1 to 1000")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # run from bytecode
+    trees = {"old": args.old.resolve(), "new": args.new.resolve()}
+    homes = {k: args.workdir / f"home-{k}" for k in trees}
+    for k, tree in trees.items():
+        if not homes[k].exists():
+            prepare(tree, homes[k], args.files, args.size_mb, args.checkpoints, env)
+    wall = {k: [] for k in trees}
+    inside = {k: [] for k in trees}
+    for i in range(args.repeats):
+        for k in (("old", "new") if i % 2 == 0 else ("new", "old")):
+            os.sync()
+            t = time.perf_counter()
+            out = subprocess.run([sys.executable, "-c", snapshots.DTRAIN, str(homes[k]), "snapshot",
+                                  f"ab-{i}-{time.time_ns()}", "1"], env=dict(env, PYTHONPATH=str(trees[k])),
+                                 cwd=trees[k], check=True, capture_output=True, text=True).stdout
+            wall[k].append(time.perf_counter() - t)
+            inside[k].append(float(out))
+    for k in trees:
+        print(f"{k}: median wall {statistics.median(wall[k]) * 1000:.0f} ms (min {min(wall[k]) * 1000:.0f}), "
+              f"in process {statistics.median(inside[k]) * 1000:.0f} ms")
+    print(f"old / new (median wall): {statistics.median(wall['old']) / statistics.median(wall['new']):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
