@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
 
 from dtrain.errors import SpecError
 from dtrain.names import CLASS_RE
@@ -98,6 +97,8 @@ class UserConfig:
                 "kubernetes": self.kubernetes, "storage_classes": self.storage_classes, "sagemaker": self.sagemaker}
         if self.deleted_job_ttl is not None:
             data["deleted_job_ttl"] = self.deleted_job_ttl
+        import yaml  # here: ~25 ms that every other command would pay at start-up
+
         tmp.write_text(yaml.safe_dump(data, sort_keys=False))
         os.replace(tmp, path)
 

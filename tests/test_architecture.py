@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -147,3 +148,21 @@ def test_storage_imports_neither_the_spec_nor_a_backend():
         if name.startswith("dtrain.storage"):
             assert not {d for d in deps if d == "dtrain.spec" or d.startswith(("dtrain.backends", "dtrain.client",
                                                                                  "dtrain.cli"))}, name
+
+
+def _loaded_after(statement: str) -> set[str]:
+    """The modules a fresh interpreter holds after `statement`."""
+    out = subprocess.run([sys.executable, "-c", f"{statement}\nimport sys; print('\\n'.join(sys.modules))"],
+                         capture_output=True, text=True, check=True, cwd=PKG.parent,
+                         env=dict(os.environ, PYTHONPATH=str(PKG.parent))).stdout
+    return set(out.split())
+
+
+def test_start_up_imports_only_what_every_command_needs():
+    """Each of these cost every fresh process milliseconds (docs/benchmarks.md, issue 17): a
+    snapshot from a fresh process imports `dtrain.storage`, every command `dtrain.cli.main`."""
+    storage = _loaded_after("import dtrain.storage")
+    assert not storage & {"dataclasses", "inspect", "ctypes", "shutil", "hashlib", "concurrent.futures",
+                          "logging", "_strptime", "yaml"}
+    cli = _loaded_after("import dtrain.cli.main")
+    assert not cli & {"yaml", "dtrain.pipelines.runner", "kfp", "torch", "boto3", "kubernetes"}

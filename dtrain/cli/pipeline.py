@@ -10,10 +10,11 @@ from pathlib import Path
 from dtrain.cli import format as fmt
 from dtrain.client import Client
 from dtrain.errors import JobFailedError
-from dtrain.pipelines import runner
 
 
 def cmd_list(args, client: Client) -> int:
+    from dtrain.pipelines import runner  # only pipeline commands need it (and KFP, lazily)
+
     infos = runner.list_pipelines()
     if args.json:
         print(json.dumps([{"name": i.name, "description": i.description,
@@ -28,6 +29,8 @@ def cmd_list(args, client: Client) -> int:
 
 
 def cmd_compile(args, client: Client) -> int:
+    from dtrain.pipelines import runner  # only pipeline commands need it (and KFP, lazily)
+
     pipeline = runner.load(args.name, module=args.module)
     out = runner.compile_to(pipeline, args.output)
     print(f"compiled pipeline '{pipeline.info.name}' to {out} (KFP IR YAML; submit it with kfp.Client)")
@@ -35,6 +38,8 @@ def cmd_compile(args, client: Client) -> int:
 
 
 def cmd_run(args, client: Client) -> int:
+    from dtrain.pipelines import runner  # only pipeline commands need it (and KFP, lazily)
+
     pipeline = runner.load(args.name, module=args.module)
     params = runner.parse_params(pipeline, args.param or [])
     root = Path(args.root) if args.root else client.home / "pipelines"
