@@ -185,9 +185,12 @@ class Engine:
         walked = None
         if base_id is not None and base is None:
             self._check_folder(src)
-            walked = list(scan(src))  # walked first: the key may spare loading the base at all
-            if same := self._same_as_key(base_id, walked):
-                return same
+            try:
+                walked = list(scan(src))  # walked first: the key may spare loading the base at all
+            except OSError as err:
+                raise self._wrap(err, f"snapshotting {src}", needed=0) from err
+            if unchanged_tree := self._same_as_key(base_id, walked):
+                return unchanged_tree
             try:
                 base = self.load(base_id)
             except (OSError, ValueError):  # read every file again rather than fail
