@@ -12,7 +12,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-
 from dtrain.errors import SpecError
 from dtrain.names import CLASS_RE
 from dtrain.spec import check_name, yaml_mapping

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import os
 import signal
-from typing import NamedTuple
 from pathlib import Path
+from typing import NamedTuple
 
 
 def boot_id() -> str:

@@ -182,14 +182,15 @@ class Engine:
         started = time.time_ns()
         if self.subvols.usable(src) and (done := self.subvols.capture_manifest(src, started, self.chunk_size, store)):
             return done
-        walked = None
+        walked, key = None, None
         if base_id is not None and base is None:
             self._check_folder(src)
             try:
                 walked = list(scan(src))  # walked first: the key may spare loading the base at all
             except OSError as err:
                 raise self._wrap(err, f"snapshotting {src}", needed=0) from err
-            if unchanged_tree := self._same_as_key(base_id, walked):
+            key = mf.tree_key(walked)  # kept for the new manifest if the tree differs
+            if unchanged_tree := self._same_as_key(base_id, key):
                 return unchanged_tree
             try:
                 base = self.load(base_id)
@@ -225,7 +226,8 @@ class Engine:
             if batch.paths:
                 pool = pool or _thread_pool(self.workers + 2)
                 jobs.append(pool.submit(self._ingest_many, src, batch.paths, packer, run))
-            key = mf.tree_key(items) if store else None  # in walk order, before the sort below
+            if walked is None and store:
+                key = mf.tree_key(items)  # in walk order, before the sort below
             if base is not None and same == len(items) == len(base.entries):  # every path as in base
                 files = [e for e in base.entries if e.kind == "file"]
                 return base._replace(key=key), CaptureStats(
@@ -269,20 +271,18 @@ class Engine:
             raise StorageError(f"cannot snapshot {src}: it is not a folder (a volume's data folder must be "
                                f"a real directory, not a symlink or a file)")
 
-    def _same_as_key(self, base_id: str, walked: list) -> tuple[Manifest, CaptureStats] | None:
-        """The stored manifest `base_id`, entries unloaded, when `walked` matches the tree key
-        committed with it, every file's ctime precedes that capture by the racy window (as
-        `unchanged` asks of each file), and no stored object is damaged (a damaged file must be
-        read again); None otherwise."""
+    def _same_as_key(self, base_id: str, key: mf.TreeKey | None) -> tuple[Manifest, CaptureStats] | None:
+        """The stored manifest `base_id`, entries unloaded, when the walk's `key` matches the
+        tree key committed with it, every file's ctime precedes that capture by the racy window
+        (as `unchanged` asks of each file), and no stored object is damaged (a damaged file must
+        be read again); None otherwise."""
         try:
-            rec = json.loads(self.key_path(base_id).read_bytes())
+            rec = self._key_record(base_id)
             recorded = mf.TreeKey(rec["digest"], rec["files"], rec["bytes"], rec["newest_ctime_ns"])
             started_ns, chunk_size, hash_algorithm = rec["started_ns"], rec["chunk_size"], rec["hash"]
         except (OSError, ValueError, KeyError, TypeError):  # none yet (an older store), or unreadable
             return None
-        if recorded.newest_ctime_ns >= started_ns - self.racy_window_ns or self.packs.damaged():
-            return None
-        if mf.tree_key(walked) != recorded:
+        if key != recorded or recorded.newest_ctime_ns >= started_ns - self.racy_window_ns or self.packs.damaged():
             return None
         manifest = Manifest(entries=mf.LazyEntries(lambda: self.load(base_id).entries), started_ns=started_ns,
                             chunk_size=chunk_size, id=base_id, hash=hash_algorithm, key=recorded)
@@ -456,6 +456,10 @@ class Engine:
     def key_path(self, manifest_id: str) -> Path:
         return self.root / "manifests" / f"{manifest_id}.key.json"
 
+    def _key_record(self, manifest_id: str) -> dict:
+        """What _write_key stored for `manifest_id` (OSError or ValueError when it cannot tell)."""
+        return json.loads(self.key_path(manifest_id).read_bytes())
+
     def _write_key(self, manifest_id: str, manifest: Manifest) -> None:
         """The tree key of the walk that produced `manifest` (see _same_as_key). Not flushed: a
         lost or torn key only costs the next snapshot the full comparison."""
@@ -463,7 +467,7 @@ class Engine:
                "hash": manifest.hash}
         if manifest.id is not None:  # a shared manifest: share its key too when it says the same
             with contextlib.suppress(OSError, ValueError):
-                if json.loads(self.key_path(manifest.id).read_bytes()) == rec:
+                if self._key_record(manifest.id) == rec:
                     os.link(self.key_path(manifest.id), self.key_path(manifest_id))
                     return
         tmp = self._tmp()

@@ -202,8 +202,6 @@ def exchange(a: Path, b: Path) -> bool:
     raise OSError(err, os.strerror(err), str(a), None, str(b))
 
 
-
-
 def punch_hole(fd: int, offset: int, length: int) -> None:
     """Free the blocks of a byte range (reads as zeros after); nothing where unsupported."""
     if libc().fallocate(fd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, offset, length) != 0:

@@ -248,5 +248,7 @@ def _remove(path: Path) -> None:
     def writable(func, target, _exc):
         os.chmod(os.path.dirname(target), 0o700)
         func(target)
+
     import shutil  # on first use: ~5 ms of every start otherwise
+
     shutil.rmtree(trash, onerror=writable)
