@@ -17,8 +17,10 @@ apart from cores that slow each other down (shared caches, SMT siblings, a busy 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import shlex
+import signal
 import statistics
 import sys
 import time
@@ -94,20 +96,40 @@ def run(args) -> list[dict]:
 
 
 def _run_one(args, client: Client, p: int, repeat: int) -> tuple[str, float]:
-    name, job_out = _submit(args, client, p, f"{p}p-{repeat}", f"{p}p")
-    _wait(client, name)
+    started = []
+    with _stopping(client, started):
+        name, job_out = _submit(args, client, p, f"{p}p-{repeat}", f"{p}p", started)
+        _wait(client, name)
     return name, throughput(_metrics_file(job_out), p * args.batch, args.warmup)
 
 
 def _run_independent(args, client: Client, p: int, repeat: int) -> float:
     """Summed images/s of `p` independent 1-process jobs running at once."""
-    started = [_submit(args, client, 1, f"{p}x1-{repeat}-{i}", f"{p}x1/{i}") for i in range(p)]
-    for name, _ in started:
-        _wait(client, name)
-    return sum(throughput(_metrics_file(job_out), args.batch, args.warmup) for _, job_out in started)
+    started = []
+    with _stopping(client, started):
+        outs = [_submit(args, client, 1, f"{p}x1-{repeat}-{i}", f"{p}x1/{i}", started)[1] for i in range(p)]
+        for name in started:
+            _wait(client, name)
+    return sum(throughput(_metrics_file(job_out), args.batch, args.warmup) for job_out in outs)
 
 
-def _submit(args, client: Client, p: int, tag: str, folder: str) -> tuple[str, Path]:
+@contextlib.contextmanager
+def _stopping(client: Client, started: list[str]):
+    """Delete the jobs in `started` that are still going when the block is cut short (Ctrl-C,
+    SIGTERM, one of them failed): a benchmark that stops leaves no training behind on the
+    cores (or holding the cores its --cpu jobs pinned)."""
+    try:
+        yield
+    except BaseException:
+        for name in started:
+            with contextlib.suppress(Exception):
+                if not client.get(name).status.terminal:
+                    client.delete(name)
+                    print(f"deleted {name}: the benchmark stopped", file=sys.stderr, flush=True)
+        raise
+
+
+def _submit(args, client: Client, p: int, tag: str, folder: str, started: list[str]) -> tuple[str, Path]:
     wl = WORKLOADS[args.workload]
     name = f"scaling-{args.workload}-{tag}-{int(time.time())}"
     job_out = Path(args.out).resolve() / folder
@@ -120,6 +142,7 @@ def _submit(args, client: Client, p: int, tag: str, folder: str) -> tuple[str, P
                    gpu=args.gpu, cpu=args.cpu_per_process, project=args.project or client.default_project,
                    env={"PYTHONUNBUFFERED": "1"})
     print(f"[{p} process{'es' if p > 1 else ''}] dtrain submit-dist {name}: {shlex.join(command)}", flush=True)
+    started.append(name)  # before submitting: an interrupt mid-submit still finds it
     client.submit(spec)
     return name, job_out
 
@@ -128,6 +151,10 @@ def _wait(client: Client, name: str) -> None:
     info = client.wait(name)
     if info.status.value != "Succeeded":
         raise DtrainError(f"scaling job {name} {info.status.value}: {info.message}; see 'dtrain logs {name}'")
+
+
+def _terminated(signum, frame):
+    raise SystemExit(128 + signum)
 
 
 def _metrics_file(folder: Path) -> Path:
@@ -219,14 +246,28 @@ def parse(argv) -> argparse.Namespace:
     if args.repeats < 1 or args.steps <= args.warmup + 1:
         raise SpecError(f"need --repeats >= 1 and --steps > --warmup + 1 (got {args.repeats}, {args.steps}, "
                         f"{args.warmup})")
+    for flag, value, low, high in (("--processes", max(args.sizes), 1, 1024), ("--repeats", args.repeats, 1, 100),
+                                   ("--steps", args.steps, 2, 10_000_000), ("--warmup", args.warmup, 0, 1_000_000),
+                                   ("--batch", args.batch, 1, 65_536), ("--gpu", args.gpu, 0, 64),
+                                   ("--cpu-per-process", args.cpu_per_process, 0.01, 1024)):
+        if not low <= value <= high:
+            raise SpecError(f"{flag} {_num(value)} is out of range: give {_num(low)} to {_num(high)}")
     if not Path(args.data_dir).exists():
         raise SpecError(f"--data-dir {args.data_dir} does not exist; prepare the data first")
     return args
 
 
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
 def main(argv=None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
-    results = run(args)
+    previous = signal.signal(signal.SIGTERM, _terminated)  # so that `_stopping` runs on SIGTERM too
+    try:
+        results = run(args)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     out = Path(args.out)
     table = markdown(results, args)
     (out / "scaling.md").write_text(table)
