@@ -189,6 +189,11 @@ def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
     restored = http.post(f"/api/v1/snapshots/{job['snapshot']}/restore", json={"to": "restored"})
     assert restored.status_code == 200 and restored.json()["origin_snapshot"] == job["snapshot"]
     assert (Path(restored.json()["extra"]["path"]) / "model.pt").read_text() == "weights"
+    # the restore's record is not measured (a walk of every file); a get measures, as du would
+    assert restored.json()["used_bytes"] is None and made.json()["used_bytes"] is None
+    model = Path(restored.json()["extra"]["path"]) / "model.pt"
+    assert http.get("/api/v1/volumes/restored").json()["used_bytes"] >= model.stat().st_blocks * 512 > 0
+    assert {v["name"]: v["used_bytes"] for v in http.get("/api/v1/volumes").json()}["restored"] > 0
     again = http.post(f"/api/v1/snapshots/{job['snapshot']}/restore", json={"to": "restored"})
     assert again.status_code == 409
     assert again.json()["error"] == cli_error(server, "snapshot", "restore", job["snapshot"], "--to", "restored")

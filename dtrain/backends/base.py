@@ -148,7 +148,9 @@ class VolumeInfo(_Record):
     status: str = "Bound"  # Bound (usable), Pending (being provisioned) or Lost
     origin_snapshot: str | None = None  # the snapshot it was restored from, if any
     job: str | None = None  # the job it was made for (--pvc CLASS:SIZE:MOUNT), if known
-    used_bytes: int | None = None  # what its files take on disk now; None where the backend cannot tell (a PVC)
+    # what its files take on disk now (allocated blocks, as du); None where the backend cannot tell (a PVC)
+    # or did not measure: the record a create, restore or move returns (get and list measure)
+    used_bytes: int | None = None
     labels: Mapping[str, str] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the local folder, the namespace
 

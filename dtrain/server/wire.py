@@ -216,6 +216,8 @@ class Volume(_Out):
     status: str
     origin_snapshot: str | None
     job: str | None
+    used_bytes: int | None = Field(None, description="allocated bytes of its files, as du counts them; null where "
+                                   "the backend cannot tell (a PVC) or the verb did not measure (create, restore)")
     labels: dict[str, str]
     extra: dict[str, Any]
 

@@ -16,8 +16,6 @@ import os
 import resource
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import time
 from dataclasses import replace
@@ -26,19 +24,16 @@ from typing import TYPE_CHECKING, Iterator
 
 from dtrain.backends.base import (Backend, Event, FreedInfo, JobInfo, JobStatus, LogLine, NodeInfo, ProcessInfo,
                                   ProjectInfo, SnapshotInfo, VolumeInfo)
-from dtrain.backends.local import cgroups, launch
-from dtrain.backends.local.scheduler import split_devices
-from dtrain.backends.local.devices import inventory
-from dtrain.backends.local.notebook import read_access
-from dtrain.backends.local.rankrun import parse_line
-from dtrain.procs import Ident, signal_process, spawn_detached
 from dtrain.backends.local.store import ACTIVE, JobStore
-from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, parse_ident, rank_records, supervisor_token
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError
 from dtrain.spec import JobSpec, NewVolume
 
+# The job machinery (the supervisor's helpers, launchers, cgroups, GPU inventory, notebooks) is
+# imported by the methods that use it: a volume or snapshot command needs none of it, and it was
+# ~25 ms of every such command's start (tests/test_architecture.py holds that line).
 if TYPE_CHECKING:
+    from dtrain.backends.local import cgroups
     from dtrain.storage.info import Snapshot, Volume
 
 LOST_AFTER_S = 60.0  # a Pending job whose supervisor never registered is lost after this
@@ -81,6 +76,10 @@ class LocalBackend(Backend):
         cwd = spec.working_dir or os.getcwd()
         if not os.path.isdir(cwd):  # the supervisor and the ranks start there, on this host
             raise SpecError(f"--working-dir {cwd} is not a folder on this machine: give an existing folder")
+        import socket
+
+        from dtrain.backends.local import launch
+
         self._check_resources(spec)
         launch.check_tools(spec, cwd=cwd)
         self.store.check_free(spec.name)  # again in insert_job's transaction; here before volumes are made
@@ -104,6 +103,9 @@ class LocalBackend(Backend):
         Two commands that both find a lost supervisor both start one; the compare-and-set on the
         recorded supervisor lets one win, and the loser's supervisor is stopped before it acts.
         """
+        from dtrain.backends.local.supervisor import supervisor_token
+        from dtrain.procs import Ident, signal_process, spawn_detached
+
         pid = spawn_detached([sys.executable, "-m", "dtrain.backends.local.supervisor", str(self.home), name],
                               log=self.home / "jobs" / name / "supervisor.log", cwd=cwd)
         ident = Ident.of(pid)
@@ -115,6 +117,8 @@ class LocalBackend(Backend):
         return False
 
     def _check_resources(self, spec: JobSpec) -> None:
+        from dtrain.backends.local.devices import inventory
+
         most, why = max_local_processes()
         if spec.processes > most:
             raise QuotaError(f"job {spec.name!r} asks for {spec.processes} processes but this machine can run at "
@@ -165,6 +169,8 @@ class LocalBackend(Backend):
         """A job whose supervisor died while nobody watched is relaunched (restarts left) or Failed, never Running."""
         if row["status"] not in ACTIVE:
             return row
+        from dtrain.backends.local.supervisor import kill_ranks, parse_ident
+
         sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
         if sup is None:
             if time.time() - row["created"] < LOST_AFTER_S:
@@ -189,6 +195,9 @@ class LocalBackend(Backend):
         return self.store.job(row["name"])
 
     def _info(self, row) -> JobInfo:
+        from dtrain.backends.local.scheduler import split_devices
+        from dtrain.backends.local.supervisor import rank_records
+
         spec = JobSpec.from_dict(json.loads(row["spec"]))
         status = JobStatus(row["status"])
         records = {r["rank"]: r for r in rank_records(self.home / "jobs" / spec.name)}
@@ -217,6 +226,8 @@ class LocalBackend(Backend):
                               "source_snapshot": row["source_snapshot"], "exit_code": row["exit_code"]})
 
     def _logs(self, name, *, rank, tail, since, follow) -> Iterator[LogLine]:
+        from dtrain.backends.local.rankrun import parse_line
+
         logs_dir = self.home / "jobs" / name / "logs"
         offsets: dict[Path, int] = {}
 
@@ -250,6 +261,9 @@ class LocalBackend(Backend):
 
     # ---- delete and nodes -----------------------------------------------------------------
     def _delete(self, name: str) -> JobInfo:
+        from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, parse_ident
+        from dtrain.procs import signal_process
+
         row = self.store.job(name)
         was_active = row["status"] in ACTIVE
         self.store.set_status(name, "Deleted", "deleted by the user")  # refused if already Deleted
@@ -276,6 +290,11 @@ class LocalBackend(Backend):
     def _exec(self, name: str, command: list[str], *, rank: int) -> int:
         """nsenter into the rank's mount namespace (bubblewrap's, when the job has volumes), in
         its working folder, with its environment read from /proc."""
+        import subprocess
+
+        from dtrain.backends.local.supervisor import rank_records
+        from dtrain.procs import Ident
+
         rec = {r.get("rank"): r for r in rank_records(self.home / "jobs" / name)}.get(rank) or {}
         ident = Ident.from_record(rec)
         pid = ident.pid if ident is not None else None
@@ -296,6 +315,10 @@ class LocalBackend(Backend):
         shutil.rmtree(self.home / "jobs" / name, ignore_errors=True)
 
     def _nodes(self) -> list[NodeInfo]:
+        import socket
+
+        from dtrain.backends.local.devices import inventory
+
         gpus = inventory()
         held = self.store.allocations()
         return [NodeInfo(name=socket.gethostname(), gpus_allocatable=len(gpus), gpus_allocated=len(held),
@@ -308,10 +331,14 @@ class LocalBackend(Backend):
         return [spec.to_dict()]
 
     def _notebook_url(self, info: JobInfo) -> str:
+        from dtrain.backends.local.notebook import read_access
+
         return read_access(self.home / "jobs" / info.name, info.name).url
 
     # ---- projects -------------------------------------------------------------------------
     def _create_project(self, name: str, *, gpu_quota: int | None) -> None:
+        from dtrain.backends.local.devices import inventory
+
         gpus = len(inventory())
         if gpu_quota is not None and gpu_quota > gpus:
             raise QuotaError(f"a GPU quota of {gpu_quota} is larger than this machine's {gpus} GPUs; "
@@ -354,12 +381,13 @@ class LocalBackend(Backend):
                  "in_place": in_place}]
 
     def _create_volume(self, name, *, size, storage_class):
-        return self._volume(self.storage.create_volume(name, size=size, storage_class=storage_class or "local"))
+        return self._volume(self.storage.create_volume(name, size=size, storage_class=storage_class or "local"),
+                            measure=False)
 
     def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Move the volume to another class's root folder (storage/move.py), refused while jobs use it."""
         return self._volume(self.storage.update_volume(name, storage_class=storage_class,
-                                                       check_users=lambda: self._refuse_users(name)))
+                                                       check_users=lambda: self._refuse_users(name)), measure=False)
 
     def _render_volume_update(self, name: str, *, storage_class: str) -> dict:
         vol = self.storage.get_volume(name)
@@ -415,7 +443,8 @@ class LocalBackend(Backend):
             if users:
                 raise ConflictError(f"cannot restore {name!r} in place while job(s) {', '.join(users)} use the "
                                     f"volume; wait for them or delete them first")
-        return self._volume(self.storage.restore_snapshot(name, to=to, in_place=in_place, progress=progress))
+        return self._volume(self.storage.restore_snapshot(name, to=to, in_place=in_place, progress=progress),
+                            measure=False)
 
     def _delete_snapshot(self, name):
         freed = self.storage.delete_snapshot(name)
@@ -428,10 +457,14 @@ class LocalBackend(Backend):
     def _diff_snapshots(self, a, b):
         return self.storage.diff(a, b)
 
-    def _volume(self, v: Volume) -> VolumeInfo:
+    def _volume(self, v: Volume, *, measure: bool = True) -> VolumeInfo:
+        """The record of `v`; `measure` walks its files for `used_bytes` (what `du` costs). The
+        verbs that just wrote a volume (create, restore, move) return it unmeasured: a restore
+        on btrfs takes a few milliseconds, and walking the 15,000 uncached inodes of the new
+        subvolume took 0.8 s; list and get measure."""
         return VolumeInfo(name=v.name, backend=self.name, size=v.size, size_bytes=v.size_bytes,
                           storage_class=v.storage_class, created=v.created, origin_snapshot=v.origin_snapshot,
-                          used_bytes=_disk_usage(v.path), labels=dict(v.labels),
+                          used_bytes=_disk_usage(v.path) if measure else None, labels=dict(v.labels),
                           extra={"path": str(v.path), "uid": v.uid, "head_snapshot": v.head_snapshot,
                                  "snapshots": v.snapshots})
 
@@ -445,6 +478,8 @@ class LocalBackend(Backend):
 
 @functools.cache
 def _cgroup_support() -> cgroups.Support:
+    from dtrain.backends.local import cgroups
+
     return cgroups.support()
 
 
