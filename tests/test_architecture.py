@@ -166,3 +166,30 @@ def test_start_up_imports_only_what_every_command_needs():
                           "logging", "_strptime", "yaml"}
     cli = _loaded_after("import dtrain.cli.main")
     assert not cli & {"yaml", "dtrain.pipelines.runner", "kfp", "torch", "boto3", "kubernetes"}
+    # a volume or snapshot command opens the local backend, not its job machinery
+    local = _loaded_after("import dtrain.backends.local.backend") - cli
+    assert not local & {"dtrain.backends.local.supervisor", "dtrain.backends.local.notebook", "secrets",
+                        "dtrain.backends.local.launch", "dtrain.backends.local.cgroups", "socket", "subprocess"}
+
+
+def test_a_command_builds_only_its_own_section_of_the_parser():
+    """`dtrain VERB ...` builds VERB's section of the parser (a whole parser is ~20 ms of every
+    command); each section must parse and explain its verbs exactly as the whole parser does."""
+    import argparse
+
+    from dtrain.cli.main import SECTIONS, build_parser, verb_of
+
+    def verbs(parser):
+        (action,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        return action.choices
+
+    whole = verbs(build_parser())
+    assert [v for section, _ in SECTIONS for v in section] == list(whole)  # the same verbs, in --help order
+    for section, _ in SECTIONS:
+        for verb in section:
+            own = verbs(build_parser(verb))
+            assert list(own) == list(section)
+            assert own[verb].format_help() == whole[verb].format_help()
+    assert verb_of(["--home", "h", "--backend=local", "snapshot", "list"]) == "snapshot"
+    assert verb_of(["--help"]) is verb_of([]) is verb_of(["--ho", "h", "list"]) is None
+    assert list(verbs(build_parser("no-such-verb"))) == list(whole)  # its error lists every verb

@@ -103,7 +103,9 @@ class Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
+    """The `dtrain` parser; with a known `verb`, only that verb's section of it (argparse builds
+    every sub-parser it is given, ~20 ms for all of them: a command pays only for its own)."""
     parser = Parser(prog="dtrain", description="Distributed training on one machine or a cluster.")
     parser.add_argument("--home", help="state folder (default $DTRAIN_HOME or ~/.dtrain)")
     parser.add_argument("--backend", dest="default_backend", choices=list(BACKENDS),
@@ -111,11 +113,27 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"dtrain {__version__}",
                         help="print dtrain's version and exit")
     sub = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    jobs.register(sub)
-    storage.register(sub)
-    pipeline.register(sub)
-    server.register(sub)
-    notebook.register(sub)
+    sections = [add for verbs, add in SECTIONS if verb in verbs] or [add for _, add in SECTIONS]
+    for add in sections:
+        add(sub)
+    return parser
+
+
+def verb_of(head: list[str]) -> str | None:
+    """The verb of a command line, past the top-level options; None when a top-level flag
+    (--help, --version, an abbreviation, a mistake) comes first: the whole parser answers."""
+    i = 0
+    while i < len(head):
+        if head[i] in ("--home", "--backend"):
+            i += 2
+        elif head[i].startswith(("--home=", "--backend=")):
+            i += 1
+        else:
+            return None if head[i].startswith("-") else head[i]
+    return None
+
+
+def _add_config(sub) -> None:
     p = sub.add_parser("config", help="set the default project or backend; SageMaker settings")
     p.add_argument("what", choices=["project", "backend", "sagemaker"], help="what to set")
     p.add_argument("value", nargs="?",
@@ -131,6 +149,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--subnets", nargs="+", metavar="SUBNET", help="VPC subnets (EFS/FSx channels need a VPC)")
     g.add_argument("--security-groups", nargs="+", metavar="SG", help="VPC security groups")
     p.set_defaults(handler=cmd_config)
+
+
+def _add_project(sub) -> None:
     p = sub.add_parser("project", help="create and list projects (GPU quotas)")
     ps = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = ps.add_parser("create", help="create a project, or change its GPU quota")
@@ -139,13 +160,14 @@ def build_parser() -> argparse.ArgumentParser:
     c = ps.add_parser("list", help="projects, quotas, GPUs in use, jobs")
     c.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(handler=cmd_project)
+
+
+def _add_nodes(sub) -> None:
     for verb, text in (("nodes", "nodes and their GPUs: allocation, utilization, memory"),
                        ("top", "alias of 'nodes': the GPU dashboard")):
         p = sub.add_parser(verb, help=text)
         p.add_argument("--json", action="store_true", help="print a JSON list")
         p.set_defaults(handler=cmd_nodes)
-    _add_workloads(sub)
-    return parser
 
 
 def _add_workloads(sub) -> None:
@@ -161,6 +183,21 @@ def _add_workloads(sub) -> None:
         leaf.set_defaults(handler=None, workload=(module, func))
 
 
+# The parser's sections in `dtrain --help` order: (the verbs it adds, the function adding them).
+SECTIONS = (
+    (("submit", "submit-dist", "submit-mpi", "list", "describe", "logs", "delete", "artifacts", "exec", "wait"),
+     jobs.register),
+    (("volume", "snapshot"), storage.register),
+    (("pipeline",), pipeline.register),
+    (("server",), server.register),
+    (("notebook",), notebook.register),
+    (("config",), _add_config),
+    (("project",), _add_project),
+    (("nodes", "top"), _add_nodes),
+    (tuple(GROUP_HELP), _add_workloads),
+)
+
+
 def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     if "--" in argv:
         i = argv.index("--")
@@ -172,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         head, command = split_command(argv)
-        args = build_parser().parse_args(head)
+        args = build_parser(verb_of(head)).parse_args(head)
         if getattr(args, "workload", None):
             module, func = args.workload
             rest = args.workload_argv + (["--", *command] if "--" in argv else [])
