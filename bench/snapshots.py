@@ -10,6 +10,15 @@ allocated blocks.
     .venv/bin/python bench/snapshots.py                       # 1 GiB, 10,000 files, 3 rounds
     .venv/bin/python bench/snapshots.py --files 2000 --size-mb 200 --repeats 1   # quick
 
+With `--tools ...,cli` each step also runs as the command a user types (`dtrain snapshot
+create|restore|verify`, the CLI's start-up included), on a store of its own over the same
+volume folder; the `dtrain` column is a minimal script over the engine (`DTRAIN` below).
+With `--tools ...,api` the snapshot and restore steps also go through the HTTP API of a
+`dtrain server` started for the round (its own store over the same volume folder), timed as
+one `curl` request each (after one untimed request: a server's first one builds FastAPI's
+route models): the figure of a client that talks to a resident service, as a UI, a notebook or
+a pipeline step does, against the fresh Python process of the `dtrain` column.
+
 restic reads the same volume; DVC works on its own copy (the `cp -a` of the first step),
 because `dvc add` may rewrite the workspace. Dirty pages are flushed (not timed) before each
 step. The whole sequence runs `--repeats` times, each round on a fresh volume and with the
@@ -117,6 +126,8 @@ class Bench:
         self.env.pop("PYTHONDONTWRITEBYTECODE", None)
         subprocess.run([sys.executable, "-c", "import dtrain.storage"], env=self.env, check=True)
         self.rows: dict[str, dict[str, tuple[float, int]]] = {}
+        self.server: subprocess.Popen | None = None
+        self.api_url = ""
 
     def record(self, step: str, tool: str, seconds: float, added: int, note: str = "") -> None:
         self.rows.setdefault(step, {})[tool] = (seconds, added)
@@ -137,7 +148,71 @@ class Bench:
         self.record(step, tool, wall, added, f"(in-process {float(out):.2f} s)")
 
     def ours(self, step: str, kind: str, arg: str) -> list:
-        return [lambda t=t: self.dtrain(step, kind, arg, t) for t in ("dtrain", "nosync") if t in self.tools]
+        out = [lambda t=t: self.dtrain(step, kind, arg, t) for t in ("dtrain", "nosync") if t in self.tools]
+        if "api" in self.tools and kind != "verify":  # the HTTP API has no verify
+            out.append(lambda: self.api_step(step, kind, arg))
+        if "cli" in self.tools:
+            out.append(lambda: self.cli_step(step, kind, arg))
+        return out
+
+    def cli_step(self, step: str, kind: str, arg: str) -> None:
+        """The command a user types (`dtrain snapshot create|restore|verify`), its own store
+        over the same volume folder: the CLI's start-up and output included."""
+        home = self.work / "cli"
+        before = disk(home / "store") + disk(home / "volumes/restored")
+        verb = {"snapshot": ["create", "bench", "--name", arg], "restore": ["restore", arg, "--to", "restored"],
+                "verify": ["verify"]}[kind]
+        wall, _ = timed([str(Path(sys.executable).with_name("dtrain")), "snapshot", *verb],
+                        env=dict(self.env, DTRAIN_HOME=str(home)))
+        self.record(step, "cli", wall, disk(home / "store") + disk(home / "volumes/restored") - before)
+
+    def api_step(self, step: str, kind: str, arg: str) -> None:
+        """The same verb through the HTTP API of a running `dtrain server`, with curl as the
+        client: what a UI, a notebook or a pipeline step pays once the server is up."""
+        home = self.work / "api"
+        before = disk(home / "store") + disk(home / "volumes/restored")
+        if kind == "snapshot":
+            path, body = "/snapshots", {"volume": "bench", "name": arg}
+        else:
+            path, body = f"/snapshots/{arg}/restore", {"to": "restored"}
+        wall, _ = timed(["curl", "-sf", "-o", "/dev/null", "-X", "POST", "-H", "content-type: application/json",
+                         "-d", json.dumps(body), self.api_url + "/api/v1" + path])
+        self.record(step, "api", wall, disk(home / "store") + disk(home / "volumes/restored") - before)
+
+    def shadow(self, name: str) -> Path:
+        """A second dtrain home whose volume `bench` is this round's volume folder: another
+        store over the same bytes."""
+        from dtrain.storage import Storage, btrfs
+
+        home = self.work / name
+        other = Storage(home)
+        other.create_volume("bench")
+        other.close()
+        for folder in (home / "volumes/bench/data", home / "volumes/bench"):
+            if btrfs.is_subvolume(folder):  # on btrfs the new volume is a subvolume: unlink would not do
+                btrfs.delete(folder)
+        shutil.rmtree(home / "volumes/bench", ignore_errors=True)
+        (home / "volumes/bench").symlink_to(self.home / "volumes/bench")
+        return home
+
+    def start_api(self) -> None:
+        env = dict(self.env, DTRAIN_HOME=str(self.shadow("api")))
+        self.server = subprocess.Popen([sys.executable, "-m", "dtrain.cli.main", "server", "--port", "0"],
+                                       env=env, stdout=subprocess.PIPE, text=True)
+        line = self.server.stdout.readline()
+        if not line.startswith("dtrain server: http://"):
+            self.close()
+            raise SystemExit(f"the dtrain server did not start: {line!r}")
+        self.api_url = line.split()[2].rstrip("/")
+        # untimed: a server's first request builds FastAPI's route models and imports the
+        # storage engine (~0.2 s, once per server); a running server has long done that
+        subprocess.run(["curl", "-sf", "-o", "/dev/null", self.api_url + "/api/v1/volumes"], check=True)
+
+    def close(self) -> None:
+        if self.server is not None:
+            self.server.terminate()
+            self.server.wait(timeout=30)
+            self.server = None
 
     def copies(self, step: str, target: str) -> list:
         """`cp -a` of the volume (and `cp -a; sync`, the durable equivalent, with tool cpsync)."""
@@ -176,11 +251,11 @@ class Bench:
         generate(self.volume, files, size_mb, checkpoints)
         storage.close()
         if "nosync" in self.tools:  # a second store over the same volume folder
-            other = Storage(self.work / "nosync")
-            other.create_volume("bench")
-            other.close()
-            shutil.rmtree(self.work / "nosync/volumes/bench")
-            (self.work / "nosync/volumes/bench").symlink_to(self.home / "volumes/bench")
+            self.shadow("nosync")
+        if "api" in self.tools:  # a third, behind a running server
+            self.start_api()
+        if "cli" in self.tools:  # a fourth, for the `dtrain` command
+            self.shadow("cli")
         wall, _ = timed(["find", str(self.volume), "-printf", "%s %T@\n"])
         self.record("stat walk", "find", wall, 0)
         if "restic" in self.tools:
@@ -231,21 +306,28 @@ def remove(work: Path) -> None:
     shutil.rmtree(work, ignore_errors=True)
 
 
-def summarize(rounds: list[dict[str, dict[str, tuple[float, int]]]]) -> tuple[dict, dict]:
+def summarize(rounds: list[dict[str, dict[str, tuple[float, int]]]], against: str = "dtrain") -> tuple[dict, dict]:
     """Median time per (step, tool), disk added in the last round, and per step the median
-    (with min and max) over rounds of each tool's time divided by dtrain's in that round."""
+    (with min and max) over rounds of each tool's time divided by `against`'s in that round."""
     table, ratios = {}, {}
     for step in rounds[-1]:
         table[step] = {tool: (statistics.median(r[step][tool][0] for r in rounds if tool in r.get(step, {})),
                               added) for tool, (_, added) in rounds[-1][step].items()}
-        if "dtrain" not in rounds[-1][step]:
+        if against not in rounds[-1][step]:
             continue
         ratios[step] = {}
         for tool in rounds[-1][step]:
-            if tool != "dtrain":
-                xs = [r[step][tool][0] / r[step]["dtrain"][0] for r in rounds if tool in r[step]]
+            if tool != against:
+                xs = [r[step][tool][0] / r[step][against][0] for r in rounds if tool in r[step]]
                 ratios[step][tool] = (round(statistics.median(xs), 2), round(min(xs), 2), round(max(xs), 2))
     return table, ratios
+
+
+def print_ratios(ratios: dict, against: str) -> None:
+    print(f"other tool's time / {against}'s time, median [min-max] over rounds (higher: {against} faster):")
+    for step, by_tool in ratios.items():
+        print(f"  {step:<12} " + "  ".join(f"{tool}: {m:.2f}x [{lo:.2f}-{hi:.2f}]"
+                                          for tool, (m, lo, hi) in by_tool.items()))
 
 
 def main(argv=None) -> None:
@@ -254,7 +336,9 @@ def main(argv=None) -> None:
     parser.add_argument("--size-mb", type=int, default=1024, help="total size of the volume in MiB")
     parser.add_argument("--checkpoints", type=int, default=3, help="50 MB checkpoints among the files")
     parser.add_argument("--tools", default="dtrain,restic,dvc",
-                        help="comma-separated among dtrain, nosync (dtrain without fsync), restic, dvc, "
+                        help="comma-separated among dtrain, nosync (dtrain without fsync), api (dtrain "
+                             "through a running `dtrain server`, curl as the client), cli (the `dtrain "
+                             "snapshot` command), restic, dvc, "
                              "cpsync (`cp -a; sync`); `cp -a` always runs")
     parser.add_argument("--repeats", type=int, default=3, help="rounds, each on a fresh volume")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temp folder)")
@@ -273,6 +357,7 @@ def main(argv=None) -> None:
             bench.run(args.files, args.size_mb, args.checkpoints)
             rounds.append(bench.rows)
         finally:
+            bench.close()
             if not args.keep:
                 remove(work)
     table, ratios = summarize(rounds)
@@ -280,13 +365,13 @@ def main(argv=None) -> None:
     for step, by_tool in table.items():
         print(f"  {step:<12} " + "  ".join(f"{tool}: {t:.2f} s ({added / 2**20:.1f} MiB)"
                                           for tool, (t, added) in by_tool.items()))
-    print("other tool's time / dtrain's time, median [min-max] over rounds (higher: dtrain faster):")
-    for step, by_tool in ratios.items():
-        print(f"  {step:<12} " + "  ".join(f"{tool}: {m:.2f}x [{lo:.2f}-{hi:.2f}]"
-                                          for tool, (m, lo, hi) in by_tool.items()))
+    print_ratios(ratios, "dtrain")
+    figures = {"args": {k: str(v) for k, v in vars(args).items()}, "rounds": rounds, "median": table, "ratios": ratios}
+    if "api" in tools:  # the same, against the request to a running server
+        figures["ratios_api"] = summarize(rounds, against="api")[1]
+        print_ratios(figures["ratios_api"], "api")
     if args.json:
-        args.json.write_text(json.dumps({"args": {k: str(v) for k, v in vars(args).items()}, "rounds": rounds,
-                                         "median": table, "ratios": ratios}, indent=1))
+        args.json.write_text(json.dumps(figures, indent=1))
 
 
 if __name__ == "__main__":

@@ -9,6 +9,10 @@ not decide what the other reads.
 
     git worktree add /tmp/old b83ac70
     .venv/bin/python bench/snapshots_ab.py --old /tmp/old --new . --workdir /work/tmp/ab --repeats 16
+
+With `--cli create` (or `--cli restore`) each step is the command a user types instead:
+`dtrain snapshot create bench` (or `dtrain snapshot restore base --to NEW`), the CLI's start-up
+and the backend's record of the result included; there is no in-process figure then.
 """
 
 from __future__ import annotations
@@ -47,6 +51,8 @@ def main(argv=None) -> None:
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--checkpoints", type=int, default=3)
+    parser.add_argument("--cli", choices=["create", "restore"],
+                        help="time `dtrain snapshot create` (or `restore` of the base into a new volume)")
     args = parser.parse_args(argv)
     if not 1 <= args.repeats <= 1000:
         parser.error(f"--repeats {args.repeats}: give 1 to 1000")
@@ -60,16 +66,23 @@ def main(argv=None) -> None:
     inside = {k: [] for k in trees}
     for i in range(args.repeats):
         for k in (("old", "new") if i % 2 == 0 else ("new", "old")):
+            name = f"ab-{i}-{time.time_ns()}"
+            if args.cli is None:
+                cmd = ["-c", snapshots.DTRAIN, str(homes[k]), "snapshot", name, "1"]
+            else:
+                verb = (["create", "bench", "--name", name] if args.cli == "create"
+                        else ["restore", "base", "--to", name])
+                cmd = ["-m", "dtrain.cli.main", "--home", str(homes[k]), "snapshot", *verb]
             os.sync()
             t = time.perf_counter()
-            out = subprocess.run([sys.executable, "-c", snapshots.DTRAIN, str(homes[k]), "snapshot",
-                                  f"ab-{i}-{time.time_ns()}", "1"], env=dict(env, PYTHONPATH=str(trees[k])),
+            out = subprocess.run([sys.executable, *cmd], env=dict(env, PYTHONPATH=str(trees[k])),
                                  cwd=trees[k], check=True, capture_output=True, text=True).stdout
             wall[k].append(time.perf_counter() - t)
-            inside[k].append(float(out))
+            if args.cli is None:
+                inside[k].append(float(out))
     for k in trees:
-        print(f"{k}: median wall {statistics.median(wall[k]) * 1000:.0f} ms (min {min(wall[k]) * 1000:.0f}), "
-              f"in process {statistics.median(inside[k]) * 1000:.0f} ms")
+        within = f", in process {statistics.median(inside[k]) * 1000:.0f} ms" if inside[k] else ""
+        print(f"{k}: median wall {statistics.median(wall[k]) * 1000:.0f} ms (min {min(wall[k]) * 1000:.0f}){within}")
     print(f"old / new (median wall): {statistics.median(wall['old']) / statistics.median(wall['new']):.2f}x")
 
 

@@ -30,6 +30,35 @@ def test_snapshot_benchmark_runs_rounds_and_reports_ratios(tmp_path):
     assert [p for p in tmp_path.iterdir() if p.name.startswith("dtrain-bench-")] == []  # cleaned up
 
 
+def test_the_api_column_goes_through_a_running_server(tmp_path):
+    out = tmp_path / "figures.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, str(REPO / "bench/snapshots.py"), "--files", "40", "--size-mb", "2",
+                           "--checkpoints", "0", "--tools", "dtrain,api,cli", "--repeats", "1", "--keep",
+                           "--workdir", str(tmp_path), "--json", str(out)],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(out.read_text())["rounds"][0]
+    assert rows["first"]["api"][1] >= 2 * 2**20 * 0.9  # the server's own store took the whole volume
+    assert rows["unchanged"]["api"][1] == 0
+    assert "api" not in rows["verify"]  # no such verb over HTTP
+    assert rows["first"]["cli"][1] >= 2 * 2**20 * 0.9 and rows["unchanged"]["cli"][1] == 0  # the command's store
+    assert "cli" in rows["verify"] and "cli" in rows["restore"]
+    ratios = json.loads(out.read_text())["ratios_api"]
+    assert set(ratios) == {"first", "unchanged", "1% changed", "restore"}  # verify has no api row
+    assert ratios["first"]["cp -a"][0] == round(rows["first"]["cp -a"][0] / rows["first"]["api"][0], 2)
+    assert "other tool's time / api's time" in proc.stdout
+    (work,) = [p for p in tmp_path.iterdir() if p.name.startswith("dtrain-bench-")]
+    listed = subprocess.run([sys.executable, "-c", "import sys; from dtrain.storage import Storage; "
+                             "s = Storage(sys.argv[1]); print(sorted(x.name for x in s.list_snapshots()), "
+                             "sorted(v.name for v in s.list_volumes()))", str(work / "api")],
+                            capture_output=True, text=True, env=env, check=True).stdout
+    assert listed.split() == ["['changed',", "'first',", "'unchanged']", "['bench',", "'restored']"]
+    restored, source = work / "api/volumes/restored/data", work / "dtrain/volumes/bench/data"
+    assert sorted(p.relative_to(restored) for p in restored.rglob("*")) == sorted(
+        p.relative_to(source) for p in source.rglob("*"))  # the request restored the snapshot through the server
+
+
 def test_the_a_b_script_compares_two_checkouts(tmp_path):
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, str(REPO / "bench/snapshots_ab.py"), "--old", str(REPO), "--new", str(REPO),
@@ -42,3 +71,32 @@ def test_the_a_b_script_compares_two_checkouts(tmp_path):
                                 "print(len(Storage(sys.argv[1]).list_snapshots()))", str(tmp_path / f"home-{k}")],
                                capture_output=True, text=True, env=env, check=True).stdout
         assert names.strip() == "3"
+
+
+def test_the_start_up_bench_times_every_case_and_bounds_its_repeats(tmp_path):
+    out = tmp_path / "startup.json"
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, str(REPO / "bench/startup.py"), "--repeats", "2", "--json", str(out)],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    seconds = json.loads(out.read_text())["seconds"]
+    assert "import dtrain.storage" in seconds and "python -c pass" in seconds
+    assert all(len(xs) == 2 and all(0 < x < 60 for x in xs) for xs in seconds.values())
+    assert proc.stdout.count(" ms") == 2 * len(seconds)
+    bad = subprocess.run([sys.executable, str(REPO / "bench/startup.py"), "--repeats", "0"],
+                         capture_output=True, text=True, env=env, check=False)
+    assert bad.returncode == 2 and "--repeats 0 is out of range: give 1 to 1000" in bad.stderr
+
+
+def test_the_a_b_script_times_the_command_a_user_types(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, str(REPO / "bench/snapshots_ab.py"), "--old", str(REPO), "--new", str(REPO),
+                           "--workdir", str(tmp_path), "--repeats", "2", "--files", "40", "--size-mb", "2",
+                           "--checkpoints", "0", "--cli", "restore"], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "old / new (median wall):" in proc.stdout and "in process" not in proc.stdout
+    for k in ("old", "new"):  # each restored its base twice, into new volumes, through the CLI
+        names = subprocess.run([sys.executable, "-m", "dtrain.cli.main", "--home", str(tmp_path / f"home-{k}"),
+                                "volume", "list", "--json"], capture_output=True, text=True, env=env, check=True).stdout
+        assert sorted(v["origin_snapshot"] or "" for v in json.loads(names)) == ["", "base", "base"]
