@@ -170,6 +170,12 @@ def test_start_up_imports_only_what_every_command_needs():
     local = _loaded_after("import dtrain.backends.local.backend") - cli
     assert not local & {"dtrain.backends.local.supervisor", "dtrain.backends.local.notebook", "secrets",
                         "dtrain.backends.local.launch", "dtrain.backends.local.cgroups", "socket", "subprocess"}
+    # reading and stopping jobs (`dtrain list`, `describe`, `delete`) needs the rank records, not
+    # the supervisor's machinery
+    jobs = _loaded_after("import dtrain.backends.local.backend, dtrain.backends.local.ranks, "
+                         "dtrain.backends.local.scheduler") - cli
+    assert not jobs & {"dtrain.backends.local.supervisor", "dtrain.backends.local.notebook", "secrets",
+                       "dtrain.backends.local.launch", "socket", "subprocess"}
 
 
 def test_a_command_builds_only_its_own_section_of_the_parser():

@@ -103,7 +103,7 @@ class LocalBackend(Backend):
         Two commands that both find a lost supervisor both start one; the compare-and-set on the
         recorded supervisor lets one win, and the loser's supervisor is stopped before it acts.
         """
-        from dtrain.backends.local.supervisor import supervisor_token
+        from dtrain.backends.local.ranks import supervisor_token
         from dtrain.procs import Ident, signal_process, spawn_detached
 
         pid = spawn_detached([sys.executable, "-m", "dtrain.backends.local.supervisor", str(self.home), name],
@@ -169,7 +169,7 @@ class LocalBackend(Backend):
         """A job whose supervisor died while nobody watched is relaunched (restarts left) or Failed, never Running."""
         if row["status"] not in ACTIVE:
             return row
-        from dtrain.backends.local.supervisor import kill_ranks, parse_ident
+        from dtrain.backends.local.ranks import kill_ranks, parse_ident
 
         sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
         if sup is None:
@@ -196,7 +196,7 @@ class LocalBackend(Backend):
 
     def _info(self, row) -> JobInfo:
         from dtrain.backends.local.scheduler import split_devices
-        from dtrain.backends.local.supervisor import rank_records
+        from dtrain.backends.local.ranks import rank_records
 
         spec = JobSpec.from_dict(json.loads(row["spec"]))
         status = JobStatus(row["status"])
@@ -261,7 +261,7 @@ class LocalBackend(Backend):
 
     # ---- delete and nodes -----------------------------------------------------------------
     def _delete(self, name: str) -> JobInfo:
-        from dtrain.backends.local.supervisor import GRACE_S, kill_ranks, parse_ident
+        from dtrain.backends.local.ranks import GRACE_S, kill_ranks, parse_ident
         from dtrain.procs import signal_process
 
         row = self.store.job(name)
@@ -292,7 +292,7 @@ class LocalBackend(Backend):
         its working folder, with its environment read from /proc."""
         import subprocess
 
-        from dtrain.backends.local.supervisor import rank_records
+        from dtrain.backends.local.ranks import rank_records
         from dtrain.procs import Ident
 
         rec = {r.get("rank"): r for r in rank_records(self.home / "jobs" / name)}.get(rank) or {}

@@ -14,7 +14,6 @@ from __future__ import annotations
 import os
 
 from dtrain import db
-from dtrain.backends.local.launch import rank_cores
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
 
@@ -67,6 +66,8 @@ def pin_cores(conn, spec: JobSpec, cores: list[int]) -> None:
     round, the job runs unpinned and the kernel shares all cores, rather than stacking two
     jobs' ranks on core 0 while another core idles."""
     taken = {r["core"] for r in conn.execute("SELECT core FROM core_pins")}
+    from dtrain.backends.local.launch import rank_cores  # here: `dtrain list` needs only split_devices
+
     groups = rank_cores([c for c in cores if c not in taken], spec.processes, spec.cpu)
     if groups:
         conn.executemany("INSERT INTO core_pins (core, job) VALUES (?, ?)",

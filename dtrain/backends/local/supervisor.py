@@ -31,13 +31,12 @@ from pathlib import Path
 
 from dtrain.backends.local import launch, notebook, scheduler
 from dtrain.backends.local.devices import inventory
-from dtrain.backends.local.cgroups import RankCgroup
-from dtrain.procs import Ident, signal_process, signal_session
+from dtrain.procs import Ident, signal_session
+from dtrain.backends.local.ranks import GRACE_S, kill_ranks, rank_records
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
 
 POLL_S = 0.25
-GRACE_S = 30.0  # SIGTERM -> SIGKILL: time for the workloads to finish a step and write a checkpoint
 BACKOFF_S = 1.0  # first restart delay; doubles each restart
 BACKOFF_MAX_S = 60.0
 REGISTER_S = 30.0  # a new supervisor waits this long for its starter to record its pid, else leaves
@@ -47,48 +46,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def rank_records(job_dir: Path) -> list[dict]:
-    out = []
-    for path in sorted((job_dir / "ranks").glob("rank-*.json"), key=lambda p: int(p.stem.split("-")[1])):
-        try:
-            out.append(json.loads(path.read_text()))
-        except (OSError, ValueError):
-            continue
-    return out
-
-
-def launcher_ident(job_dir: Path) -> Ident | None:
-    try:
-        return Ident.from_record(json.loads((job_dir / "launcher.json").read_text()))
-    except (OSError, ValueError):
-        return None
-
-
-def kill_ranks(job_dir: Path, sig: int = signal.SIGKILL) -> None:
-    """Signal the job's launcher, every rank's wrapper and every rank's session: only processes whose
-    recorded identity (pid + start time + boot id) still matches; a reused pid is left alone."""
-    signal_session(launcher_ident(job_dir), sig)
-    for rec in rank_records(job_dir):
-        signal_process(Ident.from_record(rec.get("wrapper") or {}), sig)
-        signal_session(Ident.from_record(rec), sig)
-        cgroup = rank_cgroup(rec)
-        if cgroup is not None:  # a cgroup named after this job's rank holds only its processes
-            for pid in cgroup.pids():
-                try:
-                    os.kill(pid, sig)
-                except ProcessLookupError:
-                    pass
-            cgroup.remove()
-
-
-def rank_cgroup(rec: dict) -> RankCgroup | None:
-    cg = rec.get("cgroup")
-    if not isinstance(cg, dict):
-        return None
-    paths = tuple((c, Path(p)) for c, p in cg.get("paths", []) if Path(p).name.startswith("dtrain-"))
-    return RankCgroup(mode=cg.get("mode", "v1"), paths=paths) if paths else None
 
 
 def backoff(restart: int) -> float:
@@ -298,18 +255,6 @@ def _write_json(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     tmp.write_text(json.dumps(data))
     os.replace(tmp, path)
-
-
-def supervisor_token(ident: Ident) -> str:
-    """How a supervisor's start time and boot id are stored in the jobs table's supervisor_start."""
-    return f"{ident.start}@{ident.boot}"
-
-
-def parse_ident(pid: int | None, token: str | None) -> Ident | None:
-    if pid is None or not token:
-        return None
-    start, _, boot = str(token).partition("@")
-    return Ident(pid=int(pid), start=start, boot=boot)
 
 
 def main(argv: list[str] | None = None) -> int:
