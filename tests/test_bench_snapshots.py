@@ -100,3 +100,19 @@ def test_the_a_b_script_times_the_command_a_user_types(tmp_path):
         names = subprocess.run([sys.executable, "-m", "dtrain.cli.main", "--home", str(tmp_path / f"home-{k}"),
                                 "volume", "list", "--json"], capture_output=True, text=True, env=env, check=True).stdout
         assert sorted(v["origin_snapshot"] or "" for v in json.loads(names)) == ["", "base", "base"]
+
+
+def test_the_command_a_b_script_runs_both_checkouts_and_reports_errors(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    home = tmp_path / "home"
+    subprocess.run([sys.executable, "-m", "dtrain.cli.main", "--home", str(home), "volume", "create", "v"],
+                   env=env, check=True, capture_output=True)
+    base = [sys.executable, str(REPO / "bench/cli_ab.py"), "--old", str(REPO), "--new", str(REPO), "--home", str(home)]
+    proc = subprocess.run([*base, "--repeats", "2", "--", "volume", "list"], capture_output=True, text=True, env=env,
+                          timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count("median wall") == 3 and "old / new (median wall):" in proc.stdout  # old, new, ratio
+    bad = subprocess.run([*base, "--repeats", "1", "--", "volume", "describe", "nope"], capture_output=True,
+                         text=True, env=env, timeout=300, check=False)
+    assert bad.returncode != 0 and "old: dtrain volume describe nope exited 2" in bad.stderr
+    assert "nope" in bad.stderr.split("exited 2:")[1]  # the command's own error, passed on

@@ -1,0 +1,58 @@
+"""A/B of one `dtrain` command between two checkouts: interleaved fresh processes, median wall.
+
+    git worktree add /tmp/old HEAD~3
+    .venv/bin/python bench/cli_ab.py --old /tmp/old --new . --home /tmp/home --repeats 20 -- list
+
+Each checkout runs `python -m dtrain.cli.main --home HOME <command>` with PYTHONPATH set to it,
+from a neutral folder (so the current folder cannot shadow it), alternating which goes first.
+The command must leave the home as it found it (list, describe, logs, snapshot list...): both
+checkouts read the same home. Prints each one's median and fastest wall time and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--old", type=Path, required=True, help="a checkout of the code before")
+    parser.add_argument("--new", type=Path, required=True, help="a checkout of the code after")
+    parser.add_argument("--home", type=Path, required=True, help="the dtrain home both read")
+    parser.add_argument("--repeats", type=int, default=20, help="runs per checkout (1-1000)")
+    parser.add_argument("command", nargs="+", help="after --: the dtrain command, e.g. list")
+    args = parser.parse_args(argv)
+    if not 1 <= args.repeats <= 1000:
+        parser.error(f"--repeats {args.repeats} is out of range: give 1 to 1000")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # from bytecode, as installed
+    trees = {"old": args.old.resolve(), "new": args.new.resolve()}
+    wall = {k: [] for k in trees}
+    with tempfile.TemporaryDirectory() as neutral:
+        def run(k: str) -> float:
+            t = time.perf_counter()
+            proc = subprocess.run([sys.executable, "-m", "dtrain.cli.main", "--home", str(args.home), *args.command],
+                                  env=dict(env, PYTHONPATH=str(trees[k])), cwd=neutral, capture_output=True, text=True)
+            took = time.perf_counter() - t
+            if proc.returncode != 0:
+                raise SystemExit(f"{k}: dtrain {' '.join(args.command)} exited {proc.returncode}: "
+                                 f"{proc.stderr.strip()[-300:]}")
+            return took
+        for k in trees:  # untimed: the bytecode caches
+            run(k)
+        for i in range(args.repeats):
+            for k in (("old", "new") if i % 2 == 0 else ("new", "old")):
+                wall[k].append(run(k))
+    for k in trees:
+        print(f"{k}: median wall {statistics.median(wall[k]) * 1000:.0f} ms (fastest {min(wall[k]) * 1000:.0f} ms)")
+    print(f"old / new (median wall): {statistics.median(wall['old']) / statistics.median(wall['new']):.2f}x")
+
+
+if __name__ == "__main__":
+    main()
