@@ -13,24 +13,23 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ab  # noqa: E402
+
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--old", type=Path, required=True, help="a checkout of the code before")
-    parser.add_argument("--new", type=Path, required=True, help="a checkout of the code after")
+    ab.add_checkouts(parser, repeats=20, unit="runs")
     parser.add_argument("--home", type=Path, required=True, help="the dtrain home both read")
-    parser.add_argument("--repeats", type=int, default=20, help="runs per checkout (1-1000)")
     parser.add_argument("command", nargs="+", help="after --: the dtrain command, e.g. list")
-    args = parser.parse_args(argv)
-    if not 1 <= args.repeats <= 1000:
-        parser.error(f"--repeats {args.repeats} is out of range: give 1 to 1000")
+    args = ab.checked(parser, argv)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # from bytecode, as installed
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
     wall = {k: [] for k in trees}
@@ -47,11 +46,9 @@ def main(argv=None) -> None:
         for k in trees:  # untimed: the bytecode caches
             run(k)
         for i in range(args.repeats):
-            for k in (("old", "new") if i % 2 == 0 else ("new", "old")):
+            for k in ab.order(i):
                 wall[k].append(run(k))
-    for k in trees:
-        print(f"{k}: median wall {statistics.median(wall[k]) * 1000:.0f} ms (fastest {min(wall[k]) * 1000:.0f} ms)")
-    print(f"old / new (median wall): {statistics.median(wall['old']) / statistics.median(wall['new']):.2f}x")
+    ab.report(wall)
 
 
 if __name__ == "__main__":

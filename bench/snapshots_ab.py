@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
+import ab  # noqa: E402
 import snapshots  # noqa: E402  (the generator and the step script)
 
 
@@ -44,18 +44,14 @@ def prepare(tree: Path, home: Path, files: int, size_mb: int, checkpoints: int, 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--old", type=Path, required=True, help="a checkout of the code before")
-    parser.add_argument("--new", type=Path, required=True, help="a checkout of the code after")
+    ab.add_checkouts(parser, repeats=16, unit="snapshots")
     parser.add_argument("--workdir", type=Path, required=True, help="scratch folder (on the file system to test)")
-    parser.add_argument("--repeats", type=int, default=16, help="snapshots per checkout (1-1000)")
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--checkpoints", type=int, default=3)
     parser.add_argument("--cli", choices=["create", "restore"],
                         help="time `dtrain snapshot create` (or `restore` of the base into a new volume)")
-    args = parser.parse_args(argv)
-    if not 1 <= args.repeats <= 1000:
-        parser.error(f"--repeats {args.repeats}: give 1 to 1000")
+    args = ab.checked(parser, argv)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # run from bytecode
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
     homes = {k: args.workdir / f"home-{k}" for k in trees}
@@ -65,7 +61,7 @@ def main(argv=None) -> None:
     wall = {k: [] for k in trees}
     inside = {k: [] for k in trees}
     for i in range(args.repeats):
-        for k in (("old", "new") if i % 2 == 0 else ("new", "old")):
+        for k in ab.order(i):
             name = f"ab-{i}-{time.time_ns()}"
             if args.cli is None:
                 cmd = ["-c", snapshots.DTRAIN, str(homes[k]), "snapshot", name, "1"]
@@ -80,10 +76,7 @@ def main(argv=None) -> None:
             wall[k].append(time.perf_counter() - t)
             if args.cli is None:
                 inside[k].append(float(out))
-    for k in trees:
-        within = f", in process {statistics.median(inside[k]) * 1000:.0f} ms" if inside[k] else ""
-        print(f"{k}: median wall {statistics.median(wall[k]) * 1000:.0f} ms (min {min(wall[k]) * 1000:.0f}){within}")
-    print(f"old / new (median wall): {statistics.median(wall['old']) / statistics.median(wall['new']):.2f}x")
+    ab.report(wall, inside)
 
 
 if __name__ == "__main__":

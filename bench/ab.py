@@ -1,0 +1,34 @@
+"""What the A/B scripts share: two checkouts, interleaved runs, one report."""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from pathlib import Path
+
+
+def add_checkouts(parser: argparse.ArgumentParser, *, repeats: int, unit: str) -> None:
+    """--old, --new and --repeats (1-1000 `unit` per checkout)."""
+    parser.add_argument("--old", type=Path, required=True, help="a checkout of the code before")
+    parser.add_argument("--new", type=Path, required=True, help="a checkout of the code after")
+    parser.add_argument("--repeats", type=int, default=repeats, help=f"{unit} per checkout (1-1000)")
+
+
+def checked(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
+    args = parser.parse_args(argv)
+    if not 1 <= args.repeats <= 1000:
+        parser.error(f"--repeats {args.repeats} is out of range: give 1 to 1000")
+    return args
+
+
+def order(i: int) -> tuple[str, str]:
+    """Which checkout goes first in round `i`: they take turns."""
+    return ("old", "new") if i % 2 == 0 else ("new", "old")
+
+
+def report(wall: dict[str, list[float]], inside: dict[str, list[float]] | None = None) -> None:
+    for k in ("old", "new"):
+        within = f", in process {statistics.median(inside[k]) * 1000:.0f} ms" if inside and inside[k] else ""
+        print(f"{k}: median wall {statistics.median(wall[k]) * 1000:.0f} ms (fastest {min(wall[k]) * 1000:.0f} ms)"
+              f"{within}")
+    print(f"old / new (median wall): {statistics.median(wall['old']) / statistics.median(wall['new']):.2f}x")
