@@ -100,6 +100,12 @@ def disk(path: Path) -> int:
     return sum(seen.values())
 
 
+def held(home: Path) -> int:
+    """What a dtrain home's store and restored volume take on disk: a step's growth of it is
+    what the step added."""
+    return disk(home / "store") + disk(home / "volumes/restored")
+
+
 def timed(cmd: list[str], cwd: Path | None = None, env: dict | None = None) -> tuple[float, str]:
     """Wall time of one command. Dirty pages are flushed first, so that no tool pays for the
     write-back of the one before it."""
@@ -141,10 +147,10 @@ class Bench:
 
     def dtrain(self, step: str, kind: str, arg: str, tool: str) -> None:
         home = self.home if tool == "dtrain" else self.work / "nosync"
-        before = disk(home / "store") + disk(home / "volumes/restored")
+        before = held(home)
         durable = "1" if tool == "dtrain" else "0"
         wall, out = timed([sys.executable, "-c", DTRAIN, str(home), kind, arg, durable], env=self.env)
-        added = disk(home / "store") + disk(home / "volumes/restored") - before
+        added = held(home) - before
         self.record(step, tool, wall, added, f"(in-process {float(out):.2f} s)")
 
     def ours(self, step: str, kind: str, arg: str) -> list:
@@ -159,25 +165,25 @@ class Bench:
         """The command a user types (`dtrain snapshot create|restore|verify`), its own store
         over the same volume folder: the CLI's start-up and output included."""
         home = self.work / "cli"
-        before = disk(home / "store") + disk(home / "volumes/restored")
+        before = held(home)
         verb = {"snapshot": ["create", "bench", "--name", arg], "restore": ["restore", arg, "--to", "restored"],
                 "verify": ["verify"]}[kind]
         wall, _ = timed([str(Path(sys.executable).with_name("dtrain")), "snapshot", *verb],
                         env=dict(self.env, DTRAIN_HOME=str(home)))
-        self.record(step, "cli", wall, disk(home / "store") + disk(home / "volumes/restored") - before)
+        self.record(step, "cli", wall, held(home) - before)
 
     def api_step(self, step: str, kind: str, arg: str) -> None:
         """The same verb through the HTTP API of a running `dtrain server`, with curl as the
         client: what a UI, a notebook or a pipeline step pays once the server is up."""
         home = self.work / "api"
-        before = disk(home / "store") + disk(home / "volumes/restored")
+        before = held(home)
         if kind == "snapshot":
             path, body = "/snapshots", {"volume": "bench", "name": arg}
         else:
             path, body = f"/snapshots/{arg}/restore", {"to": "restored"}
         wall, _ = timed(["curl", "-sf", "-o", "/dev/null", "-X", "POST", "-H", "content-type: application/json",
                          "-d", json.dumps(body), self.api_url + "/api/v1" + path])
-        self.record(step, "api", wall, disk(home / "store") + disk(home / "volumes/restored") - before)
+        self.record(step, "api", wall, held(home) - before)
 
     def shadow(self, name: str) -> Path:
         """A second dtrain home whose volume `bench` is this round's volume folder: another
