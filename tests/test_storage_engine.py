@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from dtrain.errors import StorageError
+from dtrain.storage import hashing
 from dtrain.storage.engine import Engine
+from dtrain.storage.progress import Run
 from dtrain.storage.testing import CountingIO, FullDiskIO, tree_state
 
 CHUNK = 64 << 10  # small chunks: multi-chunk files stay cheap to build
@@ -590,6 +592,7 @@ def test_a_folder_swapped_for_a_link_never_brings_outside_files_in(tmp_path, ben
             os.rename(tmp_path / "data-away", src / "data")
 
     (src / "data" / "inside.txt").write_text("volume")
+    (host / "inside.txt").write_text("host secret")  # what the same path reaches through the link
     engine = make_engine(tmp_path)
     swapper = threading.Thread(target=swap)
     swapper.start()
@@ -602,6 +605,46 @@ def test_a_folder_swapped_for_a_link_never_brings_outside_files_in(tmp_path, ben
         names = {e.path for e in manifest.entries}
         assert not any("secret" in n for n in names), sorted(n for n in names if "secret" in n)[:3]
         assert {e.path for e in manifest.entries if e.path.startswith("link-to-host")} == {"link-to-host"}
+        inside = [e for e in manifest.entries if e.path == "data/inside.txt"]
+        assert all(e.chunks == [hashing.digest(b"volume")] for e in inside), inside  # never the host's bytes
+
+
+def test_a_walked_file_reached_through_a_link_afterwards_is_not_opened(tmp_path, beneath):
+    """The capture opens a walked file with one open of its whole path and keeps it only if it
+    is the very file the walk saw: a folder swapped for a link to a host folder holding a file
+    of the same name leads to the host's file, which is closed unread and the path opened again
+    by open_beneath (which refuses the link). A fifo swapped in for a file is passed over
+    without hanging; a file rewritten since the walk is still read."""
+    from dtrain.storage.manifest import scan
+
+    src, host = tmp_path / "vol", tmp_path / "host"
+    (src / "data").mkdir(parents=True)
+    (src / "data" / "f.txt").write_text("volume")
+    (src / "g.txt").write_text("before")
+    (src / "p").write_text("a file")
+    host.mkdir()
+    (host / "f.txt").write_text("host secret")
+    walked = dict(scan(src))
+    os.rename(src / "data", tmp_path / "away")
+    os.symlink(host, src / "data")
+    (src / "p").unlink()
+    os.mkfifo(src / "p")
+    time.sleep(0.01)
+    (src / "g.txt").write_text("after!")
+    engine = make_engine(tmp_path)
+    root_fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        with pytest.raises(OSError) as err:
+            engine._open_walked(src, root_fd, "data/f.txt", walked["data/f.txt"])
+        assert err.value.errno in (errno.ELOOP, errno.ENOTDIR)
+        run = Run(0, None)
+        assert engine._ingest(src, root_fd, "data/f.txt", walked["data/f.txt"], None, run) is None
+        assert engine._ingest(src, root_fd, "p", walked["p"], None, run) is None  # a fifo now: gone, no hang
+        entry = engine._ingest(src, root_fd, "g.txt", walked["g.txt"], None, run)
+        assert entry.chunks == [hashing.digest(b"after!")] and entry.size == 6
+    finally:
+        os.close(root_fd)
+        engine.close()
 
 
 def test_a_link_replaced_by_a_folder_after_the_walk_counts_as_gone(tmp_path, monkeypatch):

@@ -75,7 +75,7 @@ class Engine:
         # threads for restores and verification: one per core. More contend in the kernel:
         # creating folders in one parent serializes on its lock, and 8 threads on 2 cores spent
         # 3-4x the CPU time of 2 spinning on it (a 1 GiB, 15,000-path restore: 2.9-3.4 s
-        # against 1.2-1.3 s). Captures, which create no files, use a few more (see capture).
+        # against 1.2-1.3 s). Captures use as many (see capture).
         self.workers = workers or min(16, max(2, os.cpu_count() or 1))
         self.racy_window_ns = racy_window_ns  # files changed this close to a capture get re-read
         self.durable = durable  # flush packs to disk before the index and a manifest refer to them
@@ -182,13 +182,16 @@ class Engine:
         started = time.time_ns()
         if self.subvols.usable(src) and (done := self.subvols.capture_manifest(src, started, self.chunk_size, store)):
             return done
-        walked, key = None, None
+        key = None
+        self._check_folder(src)
+        try:
+            # the whole walk first: its key may spare loading the base at all, and a walk going on
+            # while the threads read made three threads hand the GIL around at every system call
+            # (a first snapshot of 10,000 files took 7-12% longer that way, cached or cold)
+            walked = list(scan(src))
+        except OSError as err:
+            raise self._wrap(err, f"snapshotting {src}", needed=0) from err
         if base_id is not None and base is None:
-            self._check_folder(src)
-            try:
-                walked = list(scan(src))  # walked first: the key may spare loading the base at all
-            except OSError as err:
-                raise self._wrap(err, f"snapshotting {src}", needed=0) from err
             key = mf.tree_key(walked)  # kept for the new manifest if the tree differs
             if unchanged_tree := self._same_as_key(base_id, key):
                 return unchanged_tree
@@ -206,9 +209,7 @@ class Engine:
         items, jobs, batch, skipped, same = [], [], _Batch(), [], 0
         pool = None  # started with the first file to read: an unchanged volume needs none
         try:
-            if walked is None:
-                self._check_folder(src)
-            for rel, st in walked or scan(src):  # without a base, reading starts while the walk goes on
+            for rel, st in walked:
                 items.append((rel, st))
                 if not stat.S_ISREG(st.st_mode):
                     same += same_meta(old.get(rel), st)
@@ -218,15 +219,16 @@ class Engine:
                     if store and packer is None:
                         packer = self.packs.packer(run)
                     run.total += st.st_size
-                    if batch.add(rel, st.st_size):  # files go in batches: a task per file costs more than a small file
-                        # reading, hashing and storing are I/O and GIL-free work: a few more threads than cores
-                        pool = pool or _thread_pool(self.workers + 2)
-                        jobs.append(pool.submit(self._ingest_many, src, batch.paths, packer, run))
+                    if batch.add(rel, st):  # files go in batches: a task per file costs more than a small file
+                        # one thread per core: on 2 cores, 4 threads took 8-15% longer on a cached volume
+                        # (each hand-over of the GIL is a context switch) and no less on a cold one
+                        pool = pool or _thread_pool(self.workers)
+                        jobs.append(pool.submit(self._ingest_many, src, batch.items, packer, run))
                         batch = _Batch()
-            if batch.paths:
-                pool = pool or _thread_pool(self.workers + 2)
-                jobs.append(pool.submit(self._ingest_many, src, batch.paths, packer, run))
-            if walked is None and store:
+            if batch.items:
+                pool = pool or _thread_pool(self.workers)
+                jobs.append(pool.submit(self._ingest_many, src, batch.items, packer, run))
+            if key is None and store:
                 key = mf.tree_key(items)  # in walk order, before the sort below
             if base is not None and same == len(items) == len(base.entries):  # every path as in base
                 files = [e for e in base.entries if e.kind == "file"]
@@ -311,19 +313,55 @@ class Engine:
         skipped.append(rel)
         return None
 
-    def _ingest_many(self, src: Path, paths: list[str], packer: Packer | None, run: Run) -> list:
-        return [(rel, self._ingest(src, rel, packer, run)) for rel in paths]
+    def _ingest_many(self, src: Path, items: list[tuple[str, os.stat_result]], packer: Packer | None,
+                     run: Run) -> list:
+        root_fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            return [(rel, self._ingest(src, root_fd, rel, seen, packer, run)) for rel, seen in items]
+        finally:
+            os.close(root_fd)
 
-    def _ingest(self, src: Path, rel: str, packer: Packer | None, run: Run) -> Entry | None:
+    @staticmethod
+    def _open_walked(src: Path, root_fd: int, rel: str, seen: os.stat_result) -> tuple[int, os.stat_result]:
+        """Open a file the walk saw, with no link followed on the way (a folder swapped for a
+        link mid-capture must not bring outside bytes in), and its fstat.
+
+        One `open` of the whole relative path first, O_NOFOLLOW (and O_NONBLOCK: a fifo
+        swapped in does not hang it); it is kept only when it reached the very file the walk
+        lstat'ed, found by its device, inode and ctime, which a file reached through a link
+        elsewhere cannot match. Anything else (the file changed or was replaced since the
+        walk, or the open failed) is opened again by `open_beneath`, which checks every
+        component. That stricter call goes through ctypes (openat2) or takes two system calls
+        per folder; on two threads each extra call releasing the GIL cost a hand-over, and a
+        first snapshot of 10,000 files took 20% longer."""
+        try:
+            fd = os.open(rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=root_fd)
+        except OSError:
+            fd = None
+        if fd is not None:
+            st = os.fstat(fd)
+            if (st.st_ino, st.st_dev, st.st_ctime_ns) == (seen.st_ino, seen.st_dev, seen.st_ctime_ns):
+                return fd, st
+            os.close(fd)
+        fd = mf.open_beneath(src, rel, os.O_RDONLY | os.O_NONBLOCK, root_fd=root_fd)
+        try:
+            return fd, os.fstat(fd)
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _ingest(self, src: Path, root_fd: int, rel: str, seen: os.stat_result, packer: Packer | None,
+                run: Run) -> Entry | None:
         """Hash one file chunk by chunk, storing chunks the store lacks; None if it vanished."""
         try:
-            fd = mf.open_beneath(src, rel, os.O_RDONLY)  # no link followed on the way (a swapped folder)
+            fd, st = self._open_walked(src, root_fd, rel, seen)
         except OSError as err:  # deleted, or moved behind a link, since the walk: recorded as gone
             if err.errno in mf.GONE:
                 return None
             raise
         try:
-            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):  # replaced by a fifo, device or folder since the walk: gone
+                return None
             chunks = None
             if packer is not None and self.method == "reflink" and not run.fell_back and st.st_size:
                 try:
@@ -333,7 +371,7 @@ class Engine:
                         raise
                     run.fell_back = True
             if chunks is None:
-                hashed = self._hash_chunks(fd, run, packer)
+                hashed = self._hash_chunks(fd, run, packer, st.st_size)
                 chunks, size = [d for d, _ in hashed], sum(n for _, n in hashed)
         finally:
             os.close(fd)
@@ -395,18 +433,32 @@ class Engine:
         packer.seal(pack, sync=False)
         return chunks, size
 
-    def _hash_chunks(self, fd: int, run: Run, packer: Packer | None = None) -> list[tuple[str, int]]:
+    def _hash_chunks(self, fd: int, run: Run, packer: Packer | None = None,
+                     size: int | None = None) -> list[tuple[str, int]]:
         """(digest, length) of each chunk of a file, read to its end; with `packer`, the
-        chunks the store lacks are stored as they go by."""
+        chunks the store lacks are stored as they go by.
+
+        `size`, the file's size when it was opened, ends the reading there: a file that grew
+        since has a newer ctime and size, so the next capture reads it again (without it, a
+        small file took a second read to find its end)."""
         out, offset, buf = [], 0, self._buffer()
-        while n := self.io.read_into(fd, buf, offset):
+        whole = len(buf)
+        while True:
+            want = whole if size is None else min(whole, size - offset)
+            if want <= 0:
+                break
+            n = self.io.read_into(fd, buf[:want], offset)
+            if not n:
+                break
             digest = hashing.digest(buf[:n], self.hash_algorithm)
-            run.add(done=n, read=n)
             if packer is not None and packer.wants(digest):
                 packer.put(buf[:n], digest)
+                run.add(done=n, read=n, added=n, objects=1)
+            else:
+                run.add(done=n, read=n)
             out.append((digest, n))
             offset += n
-            if n < len(buf):
+            if n < want:
                 break
         return out
 
@@ -551,14 +603,14 @@ class _Batch:
     """Files for one reading task: up to 64 of them or 16 MiB."""
 
     def __init__(self):
-        self.paths: list[str] = []
+        self.items: list[tuple[str, os.stat_result]] = []  # (path, what the walk saw)
         self.bytes = 0
 
-    def add(self, rel: str, size: int) -> bool:
+    def add(self, rel: str, st: os.stat_result) -> bool:
         """Add a file; True once the batch is full."""
-        self.paths.append(rel)
-        self.bytes += size
-        return len(self.paths) >= 64 or self.bytes >= 16 << 20
+        self.items.append((rel, st))
+        self.bytes += st.st_size
+        return len(self.items) >= 64 or self.bytes >= 16 << 20
 
 
 def _thread_pool(workers: int):

@@ -41,7 +41,13 @@ def algorithm_of(name: str) -> str:
     return "blake3" if name.startswith(PREFIX) else "sha256"
 
 
+_BLAKE3 = None
+
+
 def _blake3():
     """The BLAKE3 constructor, imported on first use: commands that hash nothing start faster."""
-    from blake3 import blake3
-    return blake3
+    global _BLAKE3
+    if _BLAKE3 is None:
+        from blake3 import blake3
+        _BLAKE3 = blake3
+    return _BLAKE3

@@ -214,12 +214,11 @@ class PackStore:
 
 
 class Pack:
-    """A pack being written: space handed out, writes in flight, the objects it holds."""
+    """A pack being written by one thread: its size so far and the objects it holds."""
 
     def __init__(self, fd: int, tmp: str | None, name: str):
         self.fd, self.tmp, self.name = fd, tmp, name
-        self.size = self.pending = 0
-        self.full = self.failed = False
+        self.size = self.kicked = 0  # bytes written; bytes whose write-back was started
         self.rows: list[tuple[str, str, int, int]] = []  # (digest, pack, offset, length)
 
     def discard(self) -> None:
@@ -230,17 +229,22 @@ class Pack:
 
 
 class Packer:
-    """New objects of one capture, appended by the worker threads to shared pack files.
+    """New objects of one capture, appended by the worker threads to pack files.
 
-    Space in the open pack is handed out under a lock; the writes themselves run in
-    parallel. The last writer into a full pack seals it (flushes it and gives it its name)
-    while the others go on into the next one."""
+    Each thread appends to a pack of its own, so that writing takes no lock (and two threads
+    do not queue on one file's inode lock: 180 KB writes from two threads into one file ran
+    1.6x slower than into two) and seals it (flushes it and gives it its name) once full.
+    On a durable store the disk starts writing each pack while it fills (`WRITEBACK` bytes at
+    a time, asynchronously), so the flush at its seal waits for little more than the tail:
+    a gigabyte flushed at the end takes the disk 0.6-1.3 s here, more than the capture's work."""
+
+    WRITEBACK = 8 << 20
 
     def __init__(self, store: PackStore, run: Run):
         self.store, self.run = store, run
         self.known = store.known()  # objects the store holds already
         self.lock = threading.Lock()
-        self.current: Pack | None = None
+        self.current: dict[int, Pack] = {}  # thread ident -> the pack it appends to
         self.unsealed: list[Pack] = []
         self.sealed: list[Pack] = []
         self.syncfs = False  # packs were named without their own flush
@@ -250,47 +254,38 @@ class Packer:
         return digest not in self.known and self.run.claim(digest)
 
     def put(self, data: memoryview, digest: str) -> None:
-        n = len(data)
-        with self.lock:
-            pack = self.current
-            if pack is None:
-                pack = self.current = self.store.new_pack()
-                self.unsealed.append(pack)
-            offset = _block_up(pack.size) if n >= ALIGNED else pack.size
-            pack.size = offset + n
-            pack.pending += 1
-            pack.rows.append((digest, pack.name, offset, n))
-            if pack.size >= self.store.pack_size:
-                pack.full, self.current = True, None
-        try:
-            self.store.io.write_at(pack.fd, data, offset)
-        except BaseException:
-            pack.failed = True
-            raise
-        finally:
+        me = threading.get_ident()
+        pack = self.current.get(me)
+        if pack is None:
+            pack = self.store.new_pack()
             with self.lock:
-                pack.pending -= 1
-                last = pack.full and pack.pending == 0 and not pack.failed
-        self.run.add(added=n, objects=1)
-        if last:
+                self.unsealed.append(pack)
+                self.current[me] = pack
+        n = len(data)
+        offset = _block_up(pack.size) if n >= ALIGNED else pack.size
+        self.store.io.write_at(pack.fd, data, offset)
+        pack.size = offset + n
+        pack.rows.append((digest, pack.name, offset, n))  # the caller counts it in its Run
+        if self.store.durable and pack.size - pack.kicked >= self.WRITEBACK:
+            fileio.start_writeback(pack.fd, pack.kicked, pack.size - pack.kicked)
+            pack.kicked = pack.size
+        if pack.size >= self.store.pack_size:
+            with self.lock:
+                del self.current[me]
             self.seal(pack)
 
     def seal(self, pack: Pack, *, sync: bool = True) -> None:
         """Flush a complete pack (durable stores; with sync=False, `finish` flushes the whole
         file system once) and name it; its objects are indexed at `finish`."""
-        try:
-            if self.store.durable and sync:
-                os.fdatasync(pack.fd)
-            elif self.store.durable:
-                self.syncfs = True
-            path = self.store.path(pack.name)
-            if pack.tmp is None:
-                fileio.link_fd(pack.fd, path)
-            else:
-                os.rename(pack.tmp, path)
-        except BaseException:
-            pack.failed = True
-            raise
+        if self.store.durable and sync:
+            os.fdatasync(pack.fd)
+        elif self.store.durable:
+            self.syncfs = True
+        path = self.store.path(pack.name)
+        if pack.tmp is None:
+            fileio.link_fd(pack.fd, path)
+        else:
+            os.rename(pack.tmp, path)
         with self.lock:
             if pack in self.unsealed:
                 self.unsealed.remove(pack)
@@ -298,11 +293,13 @@ class Packer:
         os.close(pack.fd)
 
     def finish(self) -> bool:
-        """Seal the last pack, flush the folders that got new names, then index everything.
-        True when another process stored some of the same objects first (sweep the copies)."""
-        if self.current is not None:
-            self.seal(self.current)
-            self.current = None
+        """Seal the packs still open, flush the folders that got new names, then index
+        everything. True when another process stored some of the same objects first (sweep
+        the copies)."""
+        with self.lock:
+            last, self.current = list(self.current.values()), {}
+        for pack in last:
+            self.seal(pack)
         if not self.sealed:
             return False
         if self.syncfs:  # one btrfs/XFS commit rather than an fdatasync per cloned file
@@ -318,7 +315,7 @@ class Packer:
             for pack in self.unsealed:
                 with contextlib.suppress(OSError):
                     pack.discard()
-            self.unsealed, self.current = [], None
+            self.unsealed, self.current = [], {}
 
 
 class PackFiles:

@@ -42,16 +42,15 @@ class Run:
         self.total, self.progress = total, progress
         self.done = self.read = self.added = self.objects = 0
         self.fell_back = False
-        self._claimed: set[str] = set()
+        self._claimed: dict[str, object] = {}
         self._lock = threading.Lock()
 
     def claim(self, digest: str) -> bool:
-        """True for the first thread to bring this content: the others need not write it."""
-        with self._lock:
-            if digest in self._claimed:
-                return False
-            self._claimed.add(digest)
-            return True
+        """True for the first thread to bring this content: the others need not write it.
+        No lock: `setdefault` is one atomic step on a dict, and only the caller whose token
+        went in gets it back (a lock here was taken once per chunk by every thread)."""
+        mine = object()
+        return self._claimed.setdefault(digest, mine) is mine
 
     def add(self, *, done=0, read=0, added=0, objects=0) -> None:
         with self._lock:
