@@ -62,6 +62,27 @@ print(time.perf_counter() - t)
 """
 
 
+# What the disk takes to hold N bytes for sure: N random bytes (rounded up to 4 KiB) written 8 MiB at a
+# time with O_DIRECT (no page cache, so no copy in the kernel), then fsync. A durable copy of a volume
+# cannot end sooner than this; `cp -a` does not wait for it.
+DISK_FLOOR = """
+import mmap, os, sys
+path, size = sys.argv[1], int(sys.argv[2])
+buf = mmap.mmap(-1, 8 << 20)
+buf.write(os.urandom(8 << 20))
+try:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_DIRECT, 0o600)
+except OSError:  # a file system without O_DIRECT: through the page cache, then the fsync
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+view = memoryview(buf)
+for offset in range(0, size, 8 << 20):
+    n = -(-min(8 << 20, size - offset) // 4096) * 4096  # O_DIRECT writes whole 4 KiB blocks
+    os.pwrite(fd, view[:n], offset)
+os.fsync(fd)
+os.close(fd)
+"""
+
+
 def generate(root: Path, files: int, size_mb: int, checkpoints: int, seed: int = 0) -> None:
     """clips/<date>/<id>/{20.jpg, 20.json} pairs and `checkpoints` 50 MB files."""
     rnd = random.Random(seed)
@@ -221,13 +242,22 @@ class Bench:
             self.server = None
 
     def copies(self, step: str, target: str) -> list:
-        """`cp -a` of the volume (and `cp -a; sync`, the durable equivalent, with tool cpsync)."""
+        """`cp -a` of the volume (and `cp -a; sync`, the durable equivalent, with tool cpsync;
+        and the disk's floor for the volume's bytes, DISK_FLOOR, with tool disk)."""
         def copy(tool: str) -> None:
             dest = self.work / f"{target}-{tool.replace(' ', '')}"
             cmd = ["cp", "-a", str(self.volume), str(dest)]
             wall, _ = timed(cmd if tool == "cp -a" else ["sh", "-c", f"{' '.join(cmd)} && sync"])
             self.record(step, tool, wall, disk(dest))
-        return [lambda: copy("cp -a")] + ([lambda: copy("cp+sync")] if "cpsync" in self.tools else [])
+
+        def floor() -> None:
+            dest = self.work / f"{target}-disk.bin"
+            size = sum(os.lstat(os.path.join(d, n)).st_size for d, _, names in os.walk(self.volume) for n in names)
+            wall, _ = timed([sys.executable, "-c", DISK_FLOOR, str(dest), str(size)])
+            self.record(step, "disk", wall, os.stat(dest).st_blocks * 512)
+            dest.unlink()
+        return ([lambda: copy("cp -a")] + ([lambda: copy("cp+sync")] if "cpsync" in self.tools else [])
+                + ([floor] if "disk" in self.tools else []))
 
     def restic_step(self, step: str, args: list[str], target: Path | None = None) -> None:
         before = disk(self.restic) + (disk(target) if target else 0)
@@ -345,7 +375,8 @@ def main(argv=None) -> None:
                         help="comma-separated among dtrain, nosync (dtrain without fsync), api (dtrain "
                              "through a running `dtrain server`, curl as the client), cli (the `dtrain "
                              "snapshot` command), restic, dvc, "
-                             "cpsync (`cp -a; sync`); `cp -a` always runs")
+                             "cpsync (`cp -a; sync`), disk (the disk's time to hold the volume's bytes: "
+                             "O_DIRECT writes and fsync, the floor of a durable copy); `cp -a` always runs")
     parser.add_argument("--repeats", type=int, default=3, help="rounds, each on a fresh volume")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders")

@@ -10,6 +10,10 @@ not decide what the other reads.
     git worktree add /tmp/old b83ac70
     .venv/bin/python bench/snapshots_ab.py --old /tmp/old --new . --workdir /work/tmp/ab --repeats 16
 
+With `--first`, every snapshot is a first one: before each (untimed), the checkout's own code
+deletes the snapshots of its volume and sweeps the store, so the step reads, hashes and stores
+every byte again, as a volume's first snapshot does.
+
 With `--cli create` (or `--cli restore`) each step is the command a user types instead:
 `dtrain snapshot create bench` (or `dtrain snapshot restore base --to NEW`), the CLI's start-up
 and the backend's record of the result included; there is no in-process figure then.
@@ -42,6 +46,14 @@ def prepare(tree: Path, home: Path, files: int, size_mb: int, checkpoints: int, 
                     str(checkpoints)], env=dict(env, PYTHONPATH=str(tree)), cwd=tree, check=True)
 
 
+EMPTY = ("from pathlib import Path; import sys\n"
+         "from dtrain.storage import Storage\n"
+         "s = Storage(Path(sys.argv[1]))\n"
+         "for snap in s.list_snapshots(volume='bench'):\n"
+         "    s.delete_snapshot(snap.name)\n"
+         "s.close()\n")
+
+
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ab.add_checkouts(parser, repeats=16, unit="snapshots")
@@ -51,7 +63,11 @@ def main(argv=None) -> None:
     parser.add_argument("--checkpoints", type=int, default=3)
     parser.add_argument("--cli", choices=["create", "restore"],
                         help="time `dtrain snapshot create` (or `restore` of the base into a new volume)")
+    parser.add_argument("--first", action="store_true",
+                        help="empty the store before each snapshot: time first snapshots")
     args = ab.checked(parser, argv)
+    if args.first and args.cli == "restore":
+        parser.error("--first times snapshots: it cannot go with --cli restore (nothing would be left to restore)")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # run from bytecode
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
     homes = {k: args.workdir / f"home-{k}" for k in trees}
@@ -69,6 +85,9 @@ def main(argv=None) -> None:
                 verb = (["create", "bench", "--name", name] if args.cli == "create"
                         else ["restore", "base", "--to", name])
                 cmd = ["-m", "dtrain.cli.main", "--home", str(homes[k]), "snapshot", *verb]
+            if args.first:
+                subprocess.run([sys.executable, "-c", EMPTY, str(homes[k])], env=dict(env, PYTHONPATH=str(trees[k])),
+                               cwd=trees[k], check=True)
             os.sync()
             t = time.perf_counter()
             out = subprocess.run([sys.executable, *cmd], env=dict(env, PYTHONPATH=str(trees[k])),

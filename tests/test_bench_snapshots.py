@@ -13,7 +13,7 @@ def test_snapshot_benchmark_runs_rounds_and_reports_ratios(tmp_path):
     out = tmp_path / "figures.json"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, str(REPO / "bench/snapshots.py"), "--files", "60", "--size-mb", "4",
-                           "--checkpoints", "0", "--tools", "dtrain,nosync", "--repeats", "2",
+                           "--checkpoints", "0", "--tools", "dtrain,nosync,cpsync,disk", "--repeats", "2",
                            "--workdir", str(tmp_path), "--json", str(out)],
                           capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
@@ -23,6 +23,9 @@ def test_snapshot_benchmark_runs_rounds_and_reports_ratios(tmp_path):
     assert all(s in figures["ratios"] for s in steps)
     first = figures["rounds"][1]["first"]
     assert first["dtrain"][1] >= 4 * 2**20 * 0.9  # the first snapshot stored the volume
+    assert first["cp+sync"][1] >= 4 * 2**20 * 0.9
+    assert 4 * 2**20 * 0.9 <= first["disk"][1] <= 4.2 * 2**20  # the floor wrote the volume's bytes
+    assert {"cp+sync", "disk"} <= set(figures["ratios"]["first"]) and "disk" in figures["ratios"]["restore"]
     assert figures["rounds"][1]["unchanged"]["dtrain"][1] == 0  # an unchanged volume adds nothing
     median, lo, hi = figures["ratios"]["first"]["cp -a"]
     assert lo <= median <= hi and median > 0
@@ -71,6 +74,26 @@ def test_the_a_b_script_compares_two_checkouts(tmp_path):
                                 "print(len(Storage(sys.argv[1]).list_snapshots()))", str(tmp_path / f"home-{k}")],
                                capture_output=True, text=True, env=env, check=True).stdout
         assert names.strip() == "3"
+
+
+def test_the_a_b_script_times_first_snapshots_on_an_emptied_store(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, str(REPO / "bench/snapshots_ab.py"), "--old", str(REPO), "--new", str(REPO),
+                           "--workdir", str(tmp_path), "--repeats", "2", "--files", "40", "--size-mb", "2",
+                           "--checkpoints", "0", "--first"], capture_output=True, text=True, env=env, timeout=300,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "old / new (median wall):" in proc.stdout
+    count = ("import sys; from dtrain.storage import Storage; s = Storage(sys.argv[1]); "
+             "snaps = s.list_snapshots(); print(len(snaps), snaps[0].added_bytes)")
+    for k in ("old", "new"):  # the store was emptied before each: one snapshot left, and it stored every byte
+        left, added = subprocess.run([sys.executable, "-c", count, str(tmp_path / f"home-{k}")], capture_output=True,
+                                     text=True, env=env, check=True).stdout.split()
+        assert left == "1" and int(added) > 2_000_000
+    bad = subprocess.run([sys.executable, str(REPO / "bench/snapshots_ab.py"), "--old", str(REPO), "--new", str(REPO),
+                          "--workdir", str(tmp_path), "--first", "--cli", "restore"], capture_output=True, text=True,
+                         env=env, check=False)
+    assert bad.returncode == 2 and "--first times snapshots" in bad.stderr
 
 
 def test_the_start_up_bench_times_every_case_and_bounds_its_repeats(tmp_path):
