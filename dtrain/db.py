@@ -4,18 +4,44 @@ from __future__ import annotations
 
 import contextlib
 import sqlite3
+import time
 from pathlib import Path
+
+BUSY_S = 30.0  # how long a connection waits for another one's lock
 
 
 def connect(path: str | Path) -> sqlite3.Connection:
     """Open the state database; autocommit mode so that `transaction` controls locking."""
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), timeout=30.0, isolation_level=None, check_same_thread=False)
+    conn = sqlite3.connect(str(path), timeout=BUSY_S, isolation_level=None, check_same_thread=False)
     conn.row_factory = sqlite3.Row
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA busy_timeout=30000")
+    _use_wal(conn)
+    conn.execute(f"PRAGMA busy_timeout={int(BUSY_S * 1000)}")
     conn.execute("PRAGMA foreign_keys=ON")
     return conn
+
+
+def _use_wal(conn: sqlite3.Connection) -> None:
+    """Switch the database to WAL (once per file; later calls find it so).
+
+    The switch takes the file's exclusive lock. When several processes open a new database at
+    the same moment (six `dtrain submit` in a fresh home), one that holds the shared lock and
+    asks for the exclusive one while another already waits for it is refused at once with
+    "database is locked": SQLite does not call the busy handler there, since both waiting would
+    deadlock. So it is retried here, with a short random pause, within the same BUSY_S bound."""
+    deadline = time.monotonic() + BUSY_S
+    pause = 0.002
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as err:
+            if "locked" not in str(err) or time.monotonic() >= deadline:
+                raise
+        import random  # only here: most commands never wait
+
+        time.sleep(pause * (1 + random.random()))
+        pause = min(pause * 2, 0.1)
 
 
 @contextlib.contextmanager
