@@ -139,3 +139,24 @@ def test_the_command_a_b_script_runs_both_checkouts_and_reports_errors(tmp_path)
                          text=True, env=env, timeout=300, check=False)
     assert bad.returncode != 0 and "old: dtrain volume describe nope exited 2" in bad.stderr
     assert "nope" in bad.stderr.split("exited 2:")[1]  # the command's own error, passed on
+
+
+def test_the_capture_floor_bench_times_the_plain_loop_beside_the_engine(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, str(REPO / "bench/capture_floor.py"), "--workdir", str(tmp_path),
+                           "--files", "40", "--size-mb", "2", "--checkpoints", "0", "--repeats", "2"],
+                          capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "plain loop, 2 thread(s): median wall" in proc.stdout and "engine capture: median wall" in proc.stdout
+    assert "engine / plain loop (median wall):" in proc.stdout
+    volume = tmp_path / "volume-40-2-0"
+    assert sum(1 for _, _, names in os.walk(volume) for _ in names) == 40  # kept for the next run
+    assert not (tmp_path / "store").exists()  # the engine's store is removed
+    one = subprocess.run([sys.executable, str(REPO / "bench/capture_floor.py"), "--workdir", str(tmp_path),
+                          "--files", "40", "--size-mb", "2", "--checkpoints", "0", "--repeats", "1", "--only", "engine"],
+                         capture_output=True, text=True, env=env, timeout=300, check=True).stdout
+    assert "engine capture" in one and "plain loop" not in one
+    for flag in (["--repeats", "0"], ["--threads", "65"]):
+        bad = subprocess.run([sys.executable, str(REPO / "bench/capture_floor.py"), "--workdir", str(tmp_path), *flag],
+                             capture_output=True, text=True, env=env, check=False)
+        assert bad.returncode == 2 and f"{flag[0]} {flag[1]} is out of range" in bad.stderr

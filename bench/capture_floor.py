@@ -1,0 +1,130 @@
+"""How close the snapshot engine's capture is to the least a Python program must do.
+
+The least: every file of the volume opened, read, hashed with BLAKE3 and appended to a file of
+its thread's own, by `--threads` threads each taking a contiguous share of the files (no
+walk, no records, no flush). Beside it, round after round in the same process, the engine's
+capture of the same volume into an empty store (walk, records, packs, index; durable unless
+`--no-flush`). Both read a cached volume. Reports each one's median wall and CPU time and
+the ratio of the medians.
+
+    .venv/bin/python bench/capture_floor.py --workdir /work/tmp/floor --repeats 5
+    strace -f -c -o /work/tmp/engine.strace .venv/bin/python bench/capture_floor.py --workdir /work/tmp/floor --repeats 1 --only engine
+
+The volume is bench/snapshots.py's (1 GiB, 10,000 files by default), made once under
+`--workdir` and kept for later runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+import snapshots  # noqa: E402  (the generator)
+
+
+def least(volume: Path, files: list[str], threads: int, out: Path) -> None:
+    """Open, read, hash and append every file: the work a first snapshot cannot skip."""
+    from blake3 import blake3
+
+    def work(share: list[str]) -> None:
+        buf = memoryview(bytearray(4 << 20))
+        root = os.open(volume, os.O_RDONLY | os.O_DIRECTORY)
+        dst = os.open(out, os.O_TMPFILE | os.O_RDWR, 0o600)
+        pos = 0
+        try:
+            for rel in share:
+                fd = os.open(rel, os.O_RDONLY | os.O_NOFOLLOW, dir_fd=root)
+                size, offset = os.fstat(fd).st_size, 0
+                while offset < size:
+                    n = os.preadv(fd, [buf[:min(len(buf), size - offset)]], offset)
+                    if not n:
+                        break
+                    blake3(buf[:n]).hexdigest()
+                    os.pwrite(dst, buf[:n], pos)
+                    pos, offset = pos + n, offset + n
+                os.close(fd)
+        finally:
+            os.close(dst)
+            os.close(root)
+
+    shares = [files[i * len(files) // threads:(i + 1) * len(files) // threads] for i in range(threads)]
+    running = [threading.Thread(target=work, args=(share,)) for share in shares]
+    for t in running:
+        t.start()
+    for t in running:
+        t.join()
+
+
+def engine(volume: Path, store: Path, durable: bool) -> None:
+    from dtrain.storage.engine import Engine
+
+    shutil.rmtree(store, ignore_errors=True)
+    e = Engine(store, durable=durable)
+    try:
+        with e.pin():
+            e.capture(volume)
+    finally:
+        e.close()
+
+
+def timed(fn) -> tuple[float, float]:
+    os.sync()
+    wall, cpu = time.perf_counter(), time.process_time()
+    fn()
+    return time.perf_counter() - wall, time.process_time() - cpu
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workdir", type=Path, required=True, help="scratch folder (on the file system to test)")
+    parser.add_argument("--files", type=int, default=10_000)
+    parser.add_argument("--size-mb", type=int, default=1024)
+    parser.add_argument("--checkpoints", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5, help="rounds (1-1000)")
+    parser.add_argument("--threads", type=int, default=2, help="threads of the plain loop (1-64)")
+    parser.add_argument("--no-flush", action="store_true", help="the engine without fdatasync (not durable)")
+    parser.add_argument("--only", choices=["least", "engine"],
+                        help="run one side only (to count its system calls: strace -f -c)")
+    args = parser.parse_args(argv)
+    for flag, value, hi in (("--repeats", args.repeats, 1000), ("--threads", args.threads, 64),
+                            ("--files", args.files, 10_000_000), ("--size-mb", args.size_mb, 1 << 20)):
+        if not 1 <= value <= hi:
+            parser.error(f"{flag} {value} is out of range: give 1 to {hi}")
+    volume = args.workdir / f"volume-{args.files}-{args.size_mb}-{args.checkpoints}"
+    if not volume.is_dir():
+        tmp = volume.with_name(volume.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+        snapshots.generate(tmp, args.files, args.size_mb, args.checkpoints)
+        tmp.rename(volume)
+    files = sorted(os.path.relpath(os.path.join(d, n), volume) for d, _, names in os.walk(volume) for n in names)
+    results: dict[str, list[tuple[float, float]]] = {"least": [], "engine": []}
+    for i in range(args.repeats):
+        turns = [("least", lambda: least(volume, files, args.threads, args.workdir)),
+                 ("engine", lambda: engine(volume, args.workdir / "store", not args.no_flush))]
+        for name, fn in (turns if i % 2 == 0 else turns[::-1]):
+            if args.only in (None, name):
+                results[name].append(timed(fn))
+    shutil.rmtree(args.workdir / "store", ignore_errors=True)
+    for name, label in (("least", f"plain loop, {args.threads} thread(s)"), ("engine", "engine capture")):
+        if results[name]:
+            wall = statistics.median(w for w, _ in results[name])
+            cpu = statistics.median(c for _, c in results[name])
+            print(f"{label}: median wall {wall:.3f} s, CPU {cpu:.3f} s")
+    if args.only is None:
+        ratio = statistics.median(w for w, _ in results["engine"]) / statistics.median(w for w, _ in results["least"])
+        print(f"engine / plain loop (median wall): {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
