@@ -4,8 +4,9 @@ The least: every file of the volume opened, read, hashed with BLAKE3 and appende
 its thread's own, by `--threads` threads each taking a contiguous share of the files (no
 walk, no records, no flush). Beside it, round after round in the same process, the engine's
 capture of the same volume into an empty store (walk, records, packs, index; durable unless
-`--no-flush`). Both read a cached volume. Reports each one's median wall and CPU time and
-the ratio of the medians.
+`--no-flush`). Both read a cached volume, each run in a fresh process of its own (one
+process doing both made whichever ran second slower). Reports each one's median wall and CPU
+time and the ratio of the medians.
 
     .venv/bin/python bench/capture_floor.py --workdir /work/tmp/floor --repeats 5
     strace -f -c -o /work/tmp/engine.strace .venv/bin/python bench/capture_floor.py --workdir /work/tmp/floor --repeats 1 --only engine
@@ -20,6 +21,7 @@ import argparse
 import os
 import shutil
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -68,7 +70,6 @@ def least(volume: Path, files: list[str], threads: int, out: Path) -> None:
 def engine(volume: Path, store: Path, durable: bool) -> None:
     from dtrain.storage.engine import Engine
 
-    shutil.rmtree(store, ignore_errors=True)
     e = Engine(store, durable=durable)
     try:
         with e.pin():
@@ -77,11 +78,27 @@ def engine(volume: Path, store: Path, durable: bool) -> None:
         e.close()
 
 
-def timed(fn) -> tuple[float, float]:
+def run_one(side: str, volume: Path, workdir: Path, threads: int, durable: bool) -> tuple[float, float]:
+    """One side once, in a fresh process: (wall, CPU) seconds."""
+    store = workdir / "store"
+    shutil.rmtree(store, ignore_errors=True)  # the last round's, untimed
     os.sync()
+    out = subprocess.run([sys.executable, __file__, "--workdir", str(workdir), "--side", side, "--volume", str(volume),
+                          "--threads", str(threads), *([] if durable else ["--no-flush"])],
+                         check=True, capture_output=True, text=True).stdout
+    wall, cpu = out.split()
+    return float(wall), float(cpu)
+
+
+def side_main(args: argparse.Namespace) -> None:
+    files = sorted(os.path.relpath(os.path.join(d, n), args.volume) for d, _, names in os.walk(args.volume)
+                   for n in names)
     wall, cpu = time.perf_counter(), time.process_time()
-    fn()
-    return time.perf_counter() - wall, time.process_time() - cpu
+    if args.side == "least":
+        least(args.volume, files, args.threads, args.workdir)
+    else:
+        engine(args.volume, args.workdir / "store", not args.no_flush)
+    print(time.perf_counter() - wall, time.process_time() - cpu)
 
 
 def main(argv=None) -> None:
@@ -95,7 +112,12 @@ def main(argv=None) -> None:
     parser.add_argument("--no-flush", action="store_true", help="the engine without fdatasync (not durable)")
     parser.add_argument("--only", choices=["least", "engine"],
                         help="run one side only (to count its system calls: strace -f -c)")
+    parser.add_argument("--side", choices=["least", "engine"], help=argparse.SUPPRESS)  # the child's job
+    parser.add_argument("--volume", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.side:
+        side_main(args)
+        return
     for flag, value, hi in (("--repeats", args.repeats, 1000), ("--threads", args.threads, 64),
                             ("--files", args.files, 10_000_000), ("--size-mb", args.size_mb, 1 << 20)):
         if not 1 <= value <= hi:
@@ -107,14 +129,11 @@ def main(argv=None) -> None:
         tmp.mkdir(parents=True)
         snapshots.generate(tmp, args.files, args.size_mb, args.checkpoints)
         tmp.rename(volume)
-    files = sorted(os.path.relpath(os.path.join(d, n), volume) for d, _, names in os.walk(volume) for n in names)
     results: dict[str, list[tuple[float, float]]] = {"least": [], "engine": []}
     for i in range(args.repeats):
-        turns = [("least", lambda: least(volume, files, args.threads, args.workdir)),
-                 ("engine", lambda: engine(volume, args.workdir / "store", not args.no_flush))]
-        for name, fn in (turns if i % 2 == 0 else turns[::-1]):
+        for name in (("least", "engine") if i % 2 == 0 else ("engine", "least")):
             if args.only in (None, name):
-                results[name].append(timed(fn))
+                results[name].append(run_one(name, volume, args.workdir, args.threads, not args.no_flush))
     shutil.rmtree(args.workdir / "store", ignore_errors=True)
     for name, label in (("least", f"plain loop, {args.threads} thread(s)"), ("engine", "engine capture")):
         if results[name]:
