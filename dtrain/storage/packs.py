@@ -232,11 +232,11 @@ class Packer:
     """New objects of one capture, appended by the worker threads to pack files.
 
     Each thread appends to a pack of its own, so that writing takes no lock (and two threads
-    do not queue on one file's inode lock: 180 KB writes from two threads into one file ran
-    1.6x slower than into two) and seals it (flushes it and gives it its name) once full.
-    On a durable store the disk starts writing each pack while it fills (`WRITEBACK` bytes at
-    a time, asynchronously), so the flush at its seal waits for little more than the tail:
-    a gigabyte flushed at the end takes the disk 0.6-1.3 s here, more than the capture's work."""
+    do not queue on one file's inode lock), and seals it (flushes it and gives it its name)
+    once full. On a durable store the disk starts writing each pack while it fills
+    (`WRITEBACK` bytes at a time, asynchronously), so the flush at its seal waits for little
+    more than the tail, and the disk works while the threads read and hash (a gigabyte takes
+    this machine's disk about a second; benchmarks.md, "First snapshots with fewer hand-overs")."""
 
     WRITEBACK = 8 << 20
 
