@@ -206,11 +206,10 @@ class Engine:
         damaged = self.packs.damaged() if base else set()
         run = Run(0, progress)
         packer = None
-        items, jobs, batch, skipped, same = [], [], _Batch(), [], 0
+        jobs, batch, skipped, same = [], _Batch(), [], 0
         pool = None  # started with the first file to read: an unchanged volume needs none
         try:
             for rel, st in walked:
-                items.append((rel, st))
                 if not stat.S_ISREG(st.st_mode):
                     same += same_meta(old.get(rel), st)
                 elif unchanged(old.get(rel), st, cutoff, damaged):
@@ -229,15 +228,15 @@ class Engine:
                 pool = pool or _thread_pool(self.workers)
                 jobs.append(pool.submit(self._ingest_many, src, batch.items, packer, run))
             if key is None and store:
-                key = mf.tree_key(items)  # in walk order, before the sort below
-            if base is not None and same == len(items) == len(base.entries):  # every path as in base
+                key = mf.tree_key(walked)  # in walk order, before the sort below
+            if base is not None and same == len(walked) == len(base.entries):  # every path as in base
                 files = [e for e in base.entries if e.kind == "file"]
                 return base._replace(key=key), CaptureStats(
                     files=len(files), bytes=sum(e.size for e in files), read_bytes=0, added_bytes=0,
                     added_objects=0, skipped=(), method=self.method)
             reading = {rel: entry for job in jobs for rel, entry in job.result()}
-            items.sort()
-            entries = [self._entry(src, rel, st, old, reading, skipped) for rel, st in items]
+            walked.sort()
+            entries = [self._entry(src, rel, st, old, reading, skipped) for rel, st in walked]
             if packer is not None and packer.finish():
                 self.request_sweep()  # another process stored some of the same objects first
         except BaseException as err:
