@@ -120,10 +120,11 @@ def main(argv=None) -> None:
     if args.side:
         side_main(args)
         return
-    for flag, value, hi in (("--repeats", args.repeats, 1000), ("--threads", args.threads, 64),
-                            ("--files", args.files, 10_000_000), ("--size-mb", args.size_mb, 1 << 20)):
-        if not 1 <= value <= hi:
-            parser.error(f"{flag} {value} is out of range: give 1 to {hi}")
+    for flag, value, lo, hi in (("--repeats", args.repeats, 1, 1000), ("--threads", args.threads, 1, 64),
+                                ("--files", args.files, 1, 10_000_000), ("--size-mb", args.size_mb, 1, 1 << 20),
+                                ("--checkpoints", args.checkpoints, 0, 1000)):
+        if not lo <= value <= hi:
+            parser.error(f"{flag} {value} is out of range: give {lo} to {hi}")
     volume = args.workdir / f"volume-{args.files}-{args.size_mb}-{args.checkpoints}"
     if not volume.is_dir():
         tmp = volume.with_name(volume.name + ".tmp")

@@ -156,7 +156,7 @@ def test_the_capture_floor_bench_times_the_plain_loop_beside_the_engine(tmp_path
                           "--files", "40", "--size-mb", "2", "--checkpoints", "0", "--repeats", "1", "--only", "engine"],
                          capture_output=True, text=True, env=env, timeout=300, check=True).stdout
     assert "engine capture" in one and "plain loop" not in one
-    for flag in (["--repeats", "0"], ["--threads", "65"]):
+    for flag in (["--repeats", "0"], ["--threads", "65"], ["--checkpoints", "-1"]):
         bad = subprocess.run([sys.executable, str(REPO / "bench/capture_floor.py"), "--workdir", str(tmp_path), *flag],
                              capture_output=True, text=True, env=env, check=False)
         assert bad.returncode == 2 and f"{flag[0]} {flag[1]} is out of range" in bad.stderr
