@@ -16,7 +16,9 @@ Standard library only: rankrun imports it on every start.
 
 from __future__ import annotations
 
+import errno
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,12 +155,29 @@ class RankCgroup:
                 pass
         return sorted(out)
 
-    def remove(self) -> None:
-        for _controller, folder in self.paths:
-            try:
-                folder.rmdir()
-            except OSError:
-                pass  # still holds a process, or already gone
+    def remove(self, wait_s: float = 0.0) -> bool:
+        """Remove the folders; True when none is left. A process sent SIGKILL a moment ago is
+        still in its cgroup until the kernel has taken it down (rmdir says EBUSY meanwhile):
+        `wait_s` > 0 tries again for that long, so a stopped rank leaves no empty cgroup behind."""
+        deadline = time.monotonic() + wait_s
+        left = list(self.paths)
+        while True:
+            busy = []
+            for controller, folder in left:
+                try:
+                    folder.rmdir()
+                except FileNotFoundError:
+                    pass
+                except OSError as err:
+                    if err.errno != errno.EBUSY:
+                        return False  # not ours to remove after all (permissions): leave it
+                    busy.append((controller, folder))
+            if not busy:
+                return True
+            if time.monotonic() >= deadline:
+                return False  # still holds a process that outlived the wait
+            left = busy
+            time.sleep(0.01)
 
 
 def _limit(mode: str, controller: str, folder: Path, memory: int | None, cpu: float | None) -> None:

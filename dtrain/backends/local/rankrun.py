@@ -173,24 +173,40 @@ def main(argv: list[str] | None = None) -> int:
               "wrapper": Ident.of(os.getpid()).to_record()}
     state = job_dir / "ranks" / f"rank-{rank}.json"
     log = open(job_dir / "logs" / f"rank-{rank}.log", "a", buffering=1, encoding="utf-8")
+    started: list[subprocess.Popen] = []
+    held: list[int] = []  # a stop that came before the command started: passed on once it has
+
+    def forward(sig, _frame):
+        if not started:
+            held.append(sig)  # not dying of it here: the cgroup made below would outlive us
+        elif started[0].poll() is None:
+            started[0].send_signal(sig)  # the command alone: a workload checkpoints, its loader workers keep going
+    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, forward)
     cgroup = _cgroup(env, rank)
-    if cgroup is not None:
+    if cgroup is not None:  # recorded before anything runs in it, so that a stop finds it
         record["cgroup"] = {"mode": cgroup.mode, "paths": [[c, str(p)] for c, p in cgroup.paths]}
+        _write_json(state, record)
+    if held:  # stopped before anything ran: nothing to start
+        if cgroup is not None:
+            cgroup.remove()
+        fields = exit_fields(-held[0])
+        _write_json(state, {**record, **fields, "status": "Failed", "finished": time.time()})
+        return fields["exit_code"]
     try:
         proc = _start(command, env, cgroup)
     except OSError as err:
         log.write(format_line(f"dtrain: cannot start {command[0]!r}: {err.strerror}", time.time()))
         _write_json(state, {**record, "status": "Failed", "exit_code": 127, "finished": time.time()})
+        if cgroup is not None:
+            cgroup.remove()
         return 127
+    started.append(proc)
     ident = Ident.of(proc.pid)
     record.update(ident.to_record() if ident else {"pid": proc.pid})
     _write_json(state, record)
-
-    def forward(sig, _frame):
-        if proc.poll() is None:
-            proc.send_signal(sig)  # the command alone: a workload checkpoints, its loader workers keep going
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        signal.signal(sig, forward)
+    if held:
+        forward(held[0], None)
     pump = threading.Thread(target=_pump, args=(proc, log, record, state), daemon=True)
     pump.start()
     fields = exit_fields(proc.wait())
@@ -199,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     if cgroup is not None:
         if cgroup.oom_kills():
             fields["oom"] = env["DTRAIN_MEMORY"]  # the limit it went over
-        cgroup.remove()
+        cgroup.remove(wait_s=LEFTOVER_GRACE_S)  # what _end_session killed may still be on its way out
     _write_json(state, {**record, **fields, "status": "Succeeded" if fields["exit_code"] == 0 else "Failed",
                         "finished": time.time()})
     if not pump.is_alive():  # else a process that left the session still writes; it goes with us

@@ -17,6 +17,7 @@ from dtrain.backends.local.cgroups import RankCgroup
 from dtrain.procs import Ident, signal_process, signal_session
 
 GRACE_S = 30.0  # SIGTERM -> SIGKILL: time for the workloads to finish a step and write a checkpoint
+KILLED_WAIT_S = 2.0  # how long a rank's cgroup may take to empty after SIGKILL before it is left
 
 
 def rank_records(job_dir: Path) -> list[dict]:
@@ -50,7 +51,8 @@ def kill_ranks(job_dir: Path, sig: int = signal.SIGKILL) -> None:
                     os.kill(pid, sig)
                 except ProcessLookupError:
                     pass
-            cgroup.remove()
+            # killed processes leave their cgroup only once the kernel has taken them down
+            cgroup.remove(wait_s=KILLED_WAIT_S if sig == signal.SIGKILL else 0.0)
 
 
 def rank_cgroup(rec: dict) -> RankCgroup | None:
