@@ -120,11 +120,10 @@ def main(argv=None) -> None:
     if args.side:
         side_main(args)
         return
-    for flag, value, lo, hi in (("--repeats", args.repeats, 1, 1000), ("--threads", args.threads, 1, 64),
-                                ("--files", args.files, 1, 10_000_000), ("--size-mb", args.size_mb, 1, 1 << 20),
-                                ("--checkpoints", args.checkpoints, 0, 1000)):
+    for flag, value, lo, hi in (("--repeats", args.repeats, 1, 1000), ("--threads", args.threads, 1, 64)):
         if not lo <= value <= hi:
             parser.error(f"{flag} {value} is out of range: give {lo} to {hi}")
+    snapshots.check_volume(parser, args.files, args.size_mb, args.checkpoints)
     volume = args.workdir / f"volume-{args.files}-{args.size_mb}-{args.checkpoints}"
     if not volume.is_dir():
         tmp = volume.with_name(volume.name + ".tmp")

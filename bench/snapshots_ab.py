@@ -66,6 +66,7 @@ def main(argv=None) -> None:
     parser.add_argument("--first", action="store_true",
                         help="empty the store before each snapshot: time first snapshots")
     args = ab.checked(parser, argv)
+    snapshots.check_volume(parser, args.files, args.size_mb, args.checkpoints)
     if args.first and args.cli == "restore":
         parser.error("--first times snapshots: it cannot go with --cli restore (nothing would be left to restore)")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # run from bytecode

@@ -160,3 +160,22 @@ def test_the_capture_floor_bench_times_the_plain_loop_beside_the_engine(tmp_path
         bad = subprocess.run([sys.executable, str(REPO / "bench/capture_floor.py"), "--workdir", str(tmp_path), *flag],
                              capture_output=True, text=True, env=env, check=False)
         assert bad.returncode == 2 and f"{flag[0]} {flag[1]} is out of range" in bad.stderr
+
+
+def test_the_snapshot_benches_bound_the_volume_they_generate(tmp_path):
+    """--files/--size-mb/--checkpoints/--repeats out of range: one line and exit 2, before anything is made."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    scripts = {"snapshots.py": ["--workdir", str(tmp_path)],
+               "snapshots_ab.py": ["--old", str(REPO), "--new", str(REPO), "--workdir", str(tmp_path)],
+               "capture_floor.py": ["--workdir", str(tmp_path)]}
+    cases = [(["--files", "0"], "--files 0 is out of range: give 2 to 10000000"),
+             (["--size-mb", "2000000"], "--size-mb 2000000 is out of range: give 1 to 1048576"),
+             (["--checkpoints", "1001"], "--checkpoints 1001 is out of range: give 0 to 1000"),
+             (["--files", "4", "--checkpoints", "3"], "--files 4 cannot hold 3 checkpoint(s) and a clip: give --files 5")]
+    for script, base in scripts.items():
+        for flags, message in cases + ([(["--repeats", "0"], "--repeats 0 is out of range: give 1 to 1000")]
+                                       if script == "snapshots.py" else []):
+            bad = subprocess.run([sys.executable, str(REPO / "bench" / script), *base, *flags],
+                                 capture_output=True, text=True, env=env, timeout=60, check=False)
+            assert bad.returncode == 2 and message in bad.stderr.splitlines()[-1], (script, flags, bad.stderr)
+    assert list(tmp_path.iterdir()) == []  # refused before making anything
