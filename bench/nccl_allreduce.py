@@ -1,6 +1,7 @@
 """All-reduce bus bandwidth between the GPUs of one machine (NCCL), as nccl-tests reports it.
 
     torchrun --nproc-per-node NGPU bench/nccl_allreduce.py --sizes-mb 1 64 256 1024
+    torchrun --nproc-per-node 2 bench/nccl_allreduce.py --backend gloo --sizes-mb 1.7   # CPU processes
 
 For each message size: median time of --iters all-reduces after 5 warm-up ones, algorithm
 bandwidth (bytes / time) and bus bandwidth (algbw x 2 (n-1) / n, the figure nccl-tests prints,
@@ -20,30 +21,38 @@ import torch.distributed as dist
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes-mb", type=int, nargs="+", default=[1, 64, 256, 1024])
-    parser.add_argument("--iters", type=int, default=20)
+    parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 64, 256, 1024],
+                        help="message sizes in MiB (0.001 to 16384)")
+    parser.add_argument("--iters", type=int, default=20, help="timed all-reduces per size (1 to 10000)")
+    parser.add_argument("--backend", choices=["nccl", "gloo"], default="nccl",
+                        help="nccl between GPUs, or gloo between CPU processes (what DDP uses without GPUs)")
     args = parser.parse_args()
+    if not 1 <= args.iters <= 10_000 or not all(0.001 <= mb <= 16384 for mb in args.sizes_mb):
+        parser.error("--iters is 1 to 10000 and every --sizes-mb 0.001 to 16384")
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world < 2:
         print(json.dumps({"note": f"{torch.cuda.device_count()} GPU(s), 1 process: no all-reduce link to measure"}))
         return
     rank = int(os.environ["RANK"])
-    torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-    dist.init_process_group("nccl")
+    gpu = args.backend == "nccl"
+    if gpu:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+    sync = torch.cuda.synchronize if gpu else (lambda: None)
+    dist.init_process_group(args.backend)
     for mb in args.sizes_mb:
-        x = torch.ones(mb * (1 << 20) // 4, device="cuda")
+        x = torch.ones(max(1, int(mb * (1 << 20)) // 4), device="cuda" if gpu else "cpu")
         times = []
         for i in range(args.iters + 5):
-            torch.cuda.synchronize()
+            sync()
             start = time.perf_counter()
             dist.all_reduce(x)
-            torch.cuda.synchronize()
+            sync()
             if i >= 5:
                 times.append(time.perf_counter() - start)
         t = statistics.median(times)
         algbw = x.numel() * 4 / t / 1e9
         if rank == 0:
-            print(json.dumps({"size_mb": mb, "gpus": world, "time_ms": round(t * 1e3, 3), "algbw_GBps": round(algbw, 1),
+            print(json.dumps({"size_mb": mb, "backend": args.backend, "processes": world, "time_ms": round(t * 1e3, 3), "algbw_GBps": round(algbw, 1),
                               "busbw_GBps": round(algbw * 2 * (world - 1) / world, 1)}), flush=True)
     dist.destroy_process_group()
 

@@ -29,6 +29,9 @@ def test_ceiling_runs_independent_jobs_at_once_on_their_own_cores(dt: Dtrain, da
     assert two["ceiling_images_per_s"] > 0 and two["vs_ceiling"] == pytest.approx(
         two["images_per_s"] / two["ceiling_images_per_s"])
     assert "| 2 |" in (out / "scaling.md").read_text().split("Ceiling:")[1]
+    assert all(r["step_s"] > 0 and r["step_sd_s"] >= 0 for r in results)
+    assert "lockstep_bound" not in one and 0 < two["lockstep_bound"] <= 1
+    assert f"| 2 | {two['step_s']:.3f} s |" in (out / "scaling.md").read_text().split("Per step")[1]
     jobs = {j["name"]: j for j in json.loads(dt("list", "--json").stdout)}
     pair = [j for name, j in jobs.items() if "-2x1-" in name]
     assert len(pair) == 2 and all(j["status"] == "Succeeded" for j in pair)
@@ -70,3 +73,46 @@ def test_numbers_out_of_range_are_refused_in_one_line(dt: Dtrain, tmp_path, flag
     proc = dt("bench", "scaling", "--workload", "cifar10", "--data-dir", str(tmp_path), flag, value, check=False)
     assert proc.returncode != 0 and f"{flag} {value} is out of range" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_expected_max_and_the_lockstep_bound_are_exact():
+    import itertools
+    import statistics
+
+    from dtrain.bench.scaling import expected_max, lockstep_bound
+
+    xs = [0.30, 0.34, 0.31, 0.52, 0.33]
+    for n in (1, 2, 3):
+        every = [max(draw) for draw in itertools.product(xs, repeat=n)]  # all len(xs)**n draws, equally likely
+        assert expected_max(xs, n) == pytest.approx(statistics.fmean(every), rel=1e-12)
+    assert lockstep_bound([0.4] * 20, 8) == pytest.approx(1.0)  # no variation: nothing lost waiting
+    assert lockstep_bound(xs, 2) == pytest.approx(statistics.fmean(xs) / expected_max(xs, 2))
+    assert lockstep_bound(xs, 3) < lockstep_bound(xs, 2) < 1  # more ranks wait for a slower slowest
+
+
+def test_step_walls_are_the_intervals_throughput_divides(tmp_path):
+    from dtrain.bench.scaling import step_walls, throughput
+
+    rows = [{"step": s, "time": 100 + t, "loss": 1.0} for s, t in [(1, 0.0), (2, 0.5), (3, 0.9), (4, 1.5), (5, 1.8)]]
+    path = tmp_path / "metrics.jsonl"
+    path.write_text("\n".join(json.dumps(r) for r in rows[:3] + [{"step": 3, "val_accuracy": 0.5}] + rows[3:]) + "\n")
+    assert step_walls(path, 1) == pytest.approx([0.4, 0.6, 0.3])  # from the end of step 2 on
+    assert throughput(path, 8, 1) == pytest.approx(3 * 8 / 1.3)
+
+
+def test_the_all_reduce_bench_also_times_cpu_processes_with_gloo():
+    import sys
+
+    from conftest import REPO
+
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(REPO / "bench/nccl_allreduce.py"), "--backend", "gloo", "--sizes-mb", "0.001", "1.7",
+                           "--iters", "5"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rows = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [(r["size_mb"], r["backend"], r["processes"]) for r in rows] == [(0.001, "gloo", 2), (1.7, "gloo", 2)]
+    assert all(r["time_ms"] > 0 for r in rows)
+    bad = subprocess.run([sys.executable, str(REPO / "bench/nccl_allreduce.py"), "--iters", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--iters is 1 to 10000" in bad.stderr

@@ -8,6 +8,12 @@ fixed number of steps, one device (a GPU, or here one CPU core) per process, as 
 the first steady step and the last), so it excludes start-up and the first (warm-up) steps.
 Writes a markdown table (`scaling.md`), the raw figures (`scaling.json`) and a plot (`scaling.png`).
 
+Each size's steps are also summarised (median and spread of the time from one step's end to the
+next), with a lockstep bound for N > 1: data parallelism makes every step wait for the slowest
+rank, so step-to-step variation alone costs efficiency even with free communication. The bound
+draws N steps from the 1-process run's own step times (independently: a slowdown of the whole
+machine that hits every rank at once costs less than that).
+
 With --ceiling, each size N > 1 also runs as N independent 1-process jobs at once (each pinned
 to its own cores, as the N ranks are): their summed throughput is what the machine gives N
 processes that never talk to each other, so `images/s / ceiling` is what DDP itself costs,
@@ -57,31 +63,63 @@ WORKLOADS = {
 }
 
 
-def throughput(metrics_path: Path, global_batch: int, warmup: int) -> float:
-    """Images/s between the end of step `warmup` and the end of the last step."""
+def _steps(metrics_path: Path, warmup: int) -> list[dict]:
+    """The training-step rows of rank 0's metrics, from the end of step `warmup` on."""
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     steps = [r for r in rows if "step" in r and "time" in r and "loss" in r]
     if len(steps) < warmup + 2:
         raise DtrainError(f"{metrics_path} has {len(steps)} steps; need more than {warmup + 1} (raise --steps)")
-    first, last = steps[warmup], steps[-1]
+    return steps[warmup:]
+
+
+def throughput(metrics_path: Path, global_batch: int, warmup: int) -> float:
+    """Images/s between the end of step `warmup` and the end of the last step."""
+    steps = _steps(metrics_path, warmup)
+    first, last = steps[0], steps[-1]
     return (last["step"] - first["step"]) * global_batch / (last["time"] - first["time"])
+
+
+def step_walls(metrics_path: Path, warmup: int) -> list[float]:
+    """Seconds from the end of each timed step to the end of the next (what throughput divides)."""
+    steps = _steps(metrics_path, warmup)
+    return [b["time"] - a["time"] for a, b in zip(steps, steps[1:]) if b["step"] == a["step"] + 1]
+
+
+def expected_max(xs: list[float], n: int) -> float:
+    """E[max of n independent draws, with replacement, from xs], exactly: the sorted i-th value
+    (1-based) is the largest of n draws with probability (i^n - (i-1)^n) / len^n."""
+    ordered, m = sorted(xs), len(xs)
+    return sum(x * ((i + 1) ** n - i ** n) for i, x in enumerate(ordered)) / m ** n
+
+
+def lockstep_bound(one_process_steps: list[float], n: int) -> float:
+    """The efficiency N ranks in lockstep reach at best when every step waits for the slowest of
+    N steps drawn from one process's own step times (no communication cost, ranks independent):
+    mean / E[max of N]. What step-to-step variation alone costs data parallelism."""
+    return statistics.fmean(one_process_steps) / expected_max(one_process_steps, n)
 
 
 def run(args) -> list[dict]:
     """Run every size `repeats` times, interleaved (1, 2, 1, 2, ...), and keep the median."""
     client = Client(home=args.home)
     samples: dict[int, list[float]] = {p: [] for p in args.sizes}
+    walls: dict[int, list[float]] = {p: [] for p in args.sizes}
     jobs: dict[int, list[str]] = {p: [] for p in args.sizes}
     ceiling: dict[int, list[float]] = {p: [] for p in args.sizes if p > 1}
     for r in range(args.repeats):
         for p in args.sizes:
-            name, ips = _run_one(args, client, p, r)
+            name, ips, steps = _run_one(args, client, p, r)
             samples[p].append(ips)
+            walls[p].extend(steps)
             jobs[p].append(name)
             if args.ceiling and p > 1:
                 ceiling[p].append(_run_independent(args, client, p, r))
     results = [{"processes": p, "jobs": jobs[p], "samples": samples[p],
-                "images_per_s": statistics.median(samples[p])} for p in args.sizes]
+                "images_per_s": statistics.median(samples[p]),
+                "step_s": statistics.median(walls[p]), "step_sd_s": statistics.pstdev(walls[p])} for p in args.sizes]
+    if results[0]["processes"] == 1:  # what waiting for the slowest rank costs, from the 1-process steps
+        for res in results[1:]:
+            res["lockstep_bound"] = lockstep_bound(walls[1], res["processes"])
     for res in results:
         if ceiling.get(res["processes"]):
             res["ceiling_samples"] = ceiling[res["processes"]]
@@ -95,12 +133,13 @@ def run(args) -> list[dict]:
     return results
 
 
-def _run_one(args, client: Client, p: int, repeat: int) -> tuple[str, float]:
+def _run_one(args, client: Client, p: int, repeat: int) -> tuple[str, float, list[float]]:
     started = []
     with _stopping(client, started):
         name, job_out = _submit(args, client, p, f"{p}p-{repeat}", f"{p}p", started)
         _wait(client, name)
-    return name, throughput(_metrics_file(job_out), p * args.batch, args.warmup)
+    metrics = _metrics_file(job_out)
+    return name, throughput(metrics, p * args.batch, args.warmup), step_walls(metrics, args.warmup)
 
 
 def _run_independent(args, client: Client, p: int, repeat: int) -> float:
@@ -177,6 +216,13 @@ def markdown(results: list[dict], args) -> str:
     for r in results:
         lines.append(f"| {r['processes']} | {r['images_per_s']:.2f} | {r['speedup']:.2f}x | "
                      f"{100 * r['efficiency']:.0f}% | {_minutes(r['epoch_minutes'])} |")
+    lines += ["", "Per step (rank 0, steady steps of every run pooled). Lockstep bound: the efficiency N ranks "
+              "would reach if each step waited for the slowest of N steps drawn from the 1-process run's own "
+              "step times, with no communication cost: what step-to-step variation alone costs.", "",
+              "| processes | step (median) | step sd | lockstep bound |", "|---|---|---|---|"]
+    for r in results:
+        bound = f"{100 * r['lockstep_bound']:.0f}%" if "lockstep_bound" in r else ""
+        lines.append(f"| {r['processes']} | {r['step_s']:.3f} s | {r['step_sd_s']:.3f} s | {bound} |")
     ceilings = [r for r in results if "ceiling_images_per_s" in r]
     if ceilings:
         lines += ["", "Ceiling: N independent 1-process runs at once (no communication), summed.", "",
