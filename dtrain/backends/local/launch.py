@@ -99,10 +99,12 @@ def launcher_argv(spec: JobSpec, *, job_dir: Path, master_port: int, python: str
     inner = rank_prefix(job_dir, python) + list(spec.command)
     if spec.launcher == "torchrun":
         # No torchrun restarts: the supervisor relaunches the whole gang, the same for every launcher,
-        # and records each attempt.
+        # and records each attempt. torchrun's own folder goes with the job: left to itself it makes
+        # a /tmp/torchelastic_* folder per run and never removes it.
         return [python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={spec.processes}",
                 "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{master_port}",
-                "--max-restarts=0", "--monitor-interval=0.5", "--no-python", *inner]
+                "--max-restarts=0", "--monitor-interval=0.5", f"--log-dir={job_dir / 'torchelastic'}",
+                "--no-python", *inner]
     if spec.launcher == "mpi":
         exported = ["MASTER_ADDR", "MASTER_PORT", "DTRAIN_RANK_DEVICES", "DTRAIN_RANK_CPUS", "DTRAIN_ATTEMPT",
                     "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "DTRAIN_JOB_NAME", "DTRAIN_MEMORY", "DTRAIN_CPU", *spec.env]

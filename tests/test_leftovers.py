@@ -1,5 +1,6 @@
-"""A stopped rank leaves no cgroup behind: kernel cgroups outlive the processes that made them,
-and every leftover folder stays until the machine restarts."""
+"""A job leaves nothing behind outside its own folder: a stopped rank no cgroup (kernel cgroups
+outlive the processes that made them, and a leftover folder stays until the machine restarts),
+and a torchrun job no folder in the temporary directory."""
 
 from __future__ import annotations
 
@@ -13,11 +14,12 @@ from pathlib import Path
 
 import pytest
 
+from conftest import Dtrain
 from dtrain.backends.local.cgroups import RankCgroup, support
 from dtrain.backends.local.ranks import kill_ranks
 from dtrain.procs import Ident
 
-pytestmark = pytest.mark.skipif(not support().enforced, reason="no cgroup delegation here: limits are advisory")
+cgroups = pytest.mark.skipif(not support().enforced, reason="no cgroup delegation here: limits are advisory")
 
 BUSY = "while True: pass"
 
@@ -28,6 +30,7 @@ def _cgroup(name: str) -> RankCgroup:
     return cg
 
 
+@cgroups
 def test_killing_a_jobs_ranks_removes_their_cgroups_once_the_processes_are_down(tmp_path):
     """SIGKILL is delivered, not done: a folder removed right after it is still busy (rmdir says
     EBUSY) and used to be left behind for good."""
@@ -60,6 +63,7 @@ def test_killing_a_jobs_ranks_removes_their_cgroups_once_the_processes_are_down(
             cg.remove(wait_s=2)
 
 
+@cgroups
 def test_remove_waits_only_as_long_as_it_is_told_for_a_process_that_stays(tmp_path):
     cg = _cgroup("stays")
     proc = subprocess.Popen([sys.executable, "-c", BUSY], preexec_fn=cg.join)
@@ -92,6 +96,7 @@ sys.exit(rankrun.main(sys.argv[1:]))
 """
 
 
+@cgroups
 def test_a_rank_stopped_before_its_command_starts_runs_nothing_and_removes_its_cgroup(tmp_path):
     job_dir, ran = tmp_path / "job", tmp_path / "ran"
     env = {**os.environ, "DTRAIN_CPU": "1.0", "DTRAIN_JOB_NAME": "gap", "RANK": "0", "WORLD_SIZE": "1"}
@@ -104,3 +109,16 @@ def test_a_rank_stopped_before_its_command_starts_runs_nothing_and_removes_its_c
     assert not ran.exists()  # the command never started
     record = json.loads((job_dir / "ranks" / "rank-0.json").read_text())
     assert (record["status"], record["exit_code"], record["signal"]) == ("Failed", 143, "SIGTERM")
+
+
+def test_a_torchrun_job_keeps_torchruns_folder_in_its_own(home, tmp_path):
+    """torchrun makes a torchelastic_* folder in the temporary directory for every run and never
+    removes it (2,413 of them had gathered in /tmp here); a job's goes in the job's folder."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    dt = Dtrain(home, env={"TMPDIR": str(tmp)})  # where torchrun would put its folder
+    dt("submit-dist", "two", "--processes", "2", "--launcher", "torchrun", "--", sys.executable, "-c", "print('ok')")
+    assert dt("wait", "two", "--timeout", "120").returncode == 0
+    assert sorted(dt("logs", "two").stdout.split()) == ["0]", "1]", "[rank", "[rank", "ok", "ok"]
+    assert not list(tmp.glob("torchelastic_*"))
+    assert [p.name for p in (home / "jobs" / "two" / "torchelastic").iterdir()]  # torchrun's run folder
