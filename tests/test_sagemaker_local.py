@@ -63,6 +63,8 @@ def test_cifar10_on_two_local_hosts_matches_torchrun(sm, reference, data_dir, tm
     hps = json.loads((job / "algo-1" / "input" / "config" / "hyperparameters.json").read_text())
     assert json.loads(hps["sagemaker_torch_distributed_enabled"]) is True and json.loads(hps["seed"]) == str(SEED)
     assert (job / "algo-1" / "model" / "model.pth").is_file()  # rank 0 saved into /opt/ml/model
+    for host in ("algo-1", "algo-2"):  # each host's temporary files stay with the job, as a container's /tmp
+        assert list((job.parent / "tmp" / host).glob("torchelastic_*")), host
     sm("artifacts", "cifar", "--to", str(tmp_path / "model"))
     got = _weights(tmp_path / "model")
     assert got.keys() == expected.keys()

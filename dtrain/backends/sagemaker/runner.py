@@ -114,9 +114,11 @@ class Runner:
                 log.write(f"{int(time.time() * 1000)}\t{host}: MPI worker host, ranks run from algo-1\n".encode())
                 log.close()
                 continue
+            tmp = self.dir / "tmp" / host  # a container's /tmp goes with it; here the job's folder does
+            tmp.mkdir(parents=True, exist_ok=True)
             env = {"PATH": job_path(), "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
                    "PYTHONUNBUFFERED": "1", "PYTHONPATH": contract.CODE_DIR, "OMP_NUM_THREADS": str(cpus),
-                   **contract.environment(self.req, host, num_cpus=cpus)}
+                   "TMPDIR": str(tmp), **contract.environment(self.req, host, num_cpus=cpus)}
             p = subprocess.Popen(self.sandbox(h) + launch.argv, env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, start_new_session=True)
             self.procs[host] = p
