@@ -86,6 +86,8 @@ def test_expected_max_and_the_lockstep_bound_are_exact():
         every = [max(draw) for draw in itertools.product(xs, repeat=n)]  # all len(xs)**n draws, equally likely
         assert expected_max(xs, n) == pytest.approx(statistics.fmean(every), rel=1e-12)
     assert lockstep_bound([0.4] * 20, 8) == pytest.approx(1.0)  # no variation: nothing lost waiting
+    many = [0.3 + 0.001 * (i % 97) for i in range(600)]
+    assert expected_max(many, 1024) == pytest.approx(max(many), rel=1e-3)  # the largest --processes: no overflow
     assert lockstep_bound(xs, 2) == pytest.approx(statistics.fmean(xs) / expected_max(xs, 2))
     assert lockstep_bound(xs, 3) < lockstep_bound(xs, 2) < 1  # more ranks wait for a slower slowest
 

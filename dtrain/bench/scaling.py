@@ -89,7 +89,7 @@ def expected_max(xs: list[float], n: int) -> float:
     """E[max of n independent draws, with replacement, from xs], exactly: the sorted i-th value
     (1-based) is the largest of n draws with probability (i^n - (i-1)^n) / len^n."""
     ordered, m = sorted(xs), len(xs)
-    return sum(x * ((i + 1) ** n - i ** n) for i, x in enumerate(ordered)) / m ** n
+    return sum(x * (((i + 1) / m) ** n - (i / m) ** n) for i, x in enumerate(ordered))  # floats: n may be 1024
 
 
 def lockstep_bound(one_process_steps: list[float], n: int) -> float:
