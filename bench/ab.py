@@ -1,4 +1,5 @@
-"""What the A/B scripts share: two checkouts, interleaved runs, one report."""
+"""What the A/B scripts share: two checkouts, interleaved runs, one report; and the bounds
+check every bench script gives its numbers."""
 
 from __future__ import annotations
 
@@ -14,10 +15,17 @@ def add_checkouts(parser: argparse.ArgumentParser, *, repeats: int, unit: str) -
     parser.add_argument("--repeats", type=int, default=repeats, help=f"{unit} per checkout (1-1000)")
 
 
+def bounded(parser: argparse.ArgumentParser, *checks: tuple[str, int, int, int]) -> None:
+    """(flag, value, lowest, highest) each: the first value out of range ends the script with
+    one line naming the flag and the range (argparse's exit 2)."""
+    for flag, value, lo, hi in checks:
+        if not lo <= value <= hi:
+            parser.error(f"{flag} {value} is out of range: give {lo} to {hi}")
+
+
 def checked(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
-    if not 1 <= args.repeats <= 1000:
-        parser.error(f"--repeats {args.repeats} is out of range: give 1 to 1000")
+    bounded(parser, ("--repeats", args.repeats, 1, 1000))
     return args
 
 

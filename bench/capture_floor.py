@@ -31,6 +31,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "bench"))
 
+import ab  # noqa: E402  (the bounds check)
 import snapshots  # noqa: E402  (the generator)
 
 
@@ -120,9 +121,7 @@ def main(argv=None) -> None:
     if args.side:
         side_main(args)
         return
-    for flag, value, lo, hi in (("--repeats", args.repeats, 1, 1000), ("--threads", args.threads, 1, 64)):
-        if not lo <= value <= hi:
-            parser.error(f"{flag} {value} is out of range: give {lo} to {hi}")
+    ab.bounded(parser, ("--repeats", args.repeats, 1, 1000), ("--threads", args.threads, 1, 64))
     snapshots.check_volume(parser, args.files, args.size_mb, args.checkpoints)
     volume = args.workdir / f"volume-{args.files}-{args.size_mb}-{args.checkpoints}"
     if not volume.is_dir():

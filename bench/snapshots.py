@@ -41,6 +41,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
+
 REPO = Path(__file__).resolve().parents[1]
 CHECKPOINT = 50 << 20
 
@@ -102,10 +104,8 @@ def generate(root: Path, files: int, size_mb: int, checkpoints: int, seed: int =
 
 def check_volume(parser: argparse.ArgumentParser, files: int, size_mb: int, checkpoints: int) -> None:
     """Bounds of the generated volume (shared by the scripts that make one): one line and exit 2."""
-    for flag, value, lo, hi in (("--files", files, 2, 10_000_000), ("--size-mb", size_mb, 1, 1 << 20),
-                                ("--checkpoints", checkpoints, 0, 1000)):
-        if not lo <= value <= hi:
-            parser.error(f"{flag} {value} is out of range: give {lo} to {hi}")
+    ab.bounded(parser, ("--files", files, 2, 10_000_000), ("--size-mb", size_mb, 1, 1 << 20),
+               ("--checkpoints", checkpoints, 0, 1000))
     if files < checkpoints + 2:  # the clips need two files (an image and its label) besides the checkpoints
         parser.error(f"--files {files} cannot hold {checkpoints} checkpoint(s) and a clip: "
                      f"give --files {checkpoints + 2} or more")
@@ -394,8 +394,7 @@ def main(argv=None) -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args(argv)
     check_volume(parser, args.files, args.size_mb, args.checkpoints)
-    if not 1 <= args.repeats <= 1000:
-        parser.error(f"--repeats {args.repeats} is out of range: give 1 to 1000")
+    ab.bounded(parser, ("--repeats", args.repeats, 1, 1000))
     tools = args.tools.split(",")
     if "dtrain" not in tools:
         parser.error("--tools must include dtrain: every ratio is against it")

@@ -23,6 +23,8 @@ import sys
 import time
 from pathlib import Path
 
+import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
+
 REPO = Path(__file__).resolve().parents[1]
 
 CASES = {
@@ -54,8 +56,7 @@ def main(argv=None) -> None:
     parser.add_argument("--repeats", type=int, default=20, help="timed runs of each case (1-1000)")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args(argv)
-    if not 1 <= args.repeats <= 1000:
-        parser.error(f"--repeats {args.repeats} is out of range: give 1 to 1000")
+    ab.bounded(parser, ("--repeats", args.repeats, 1, 1000))
     times = measure(args.repeats)
     for name, xs in times.items():
         print(f"{name:<45} median {statistics.median(xs) * 1e3:6.1f} ms   fastest {min(xs) * 1e3:6.1f} ms")
