@@ -144,6 +144,76 @@ def test_a_users_own_pipeline_module_compiles(home, capsys, tmp_path):
     assert code == 2 and "'nothing' is not a @dsl.pipeline function" in err
 
 
+def test_a_run_leaves_nothing_in_the_users_tmpdir(tmp_path):
+    """KFP's component command writes each step's source into `mktemp -d` and never removes it:
+    a run's steps get a $TMPDIR of the run's own, emptied of those when the run ends, failed or
+    not, and removed after a run that finished (a failed step may have left a job using it)."""
+    module = tmp_path / "two.py"
+    module.write_text(textwrap.dedent("""
+        from kfp import dsl
+        from dtrain.pipelines.components import check_condition
+
+        @dsl.component
+        def fail(value: str):
+            raise SystemExit("step failed on purpose: " + value)
+
+        @dsl.pipeline(name="two")
+        def two(training_runtime: str = "local"):
+            check_condition(training_runtime=training_runtime)
+            check_condition(training_runtime=training_runtime)
+
+        @dsl.pipeline(name="broken")
+        def broken(training_runtime: str = "local"):
+            fail(value=check_condition(training_runtime=training_runtime).output)
+    """))
+    users_tmp = tmp_path / "tmp"
+    users_tmp.mkdir()
+    dt = Dtrain(tmp_path / "home", env={"TMPDIR": str(users_tmp)})
+    proc = dt("pipeline", "run", "--module", f"{module}:two", timeout=120)
+    assert "check-condition-2" in proc.stdout  # both steps ran
+    assert list((dt.home / "pipelines" / ".tmp").iterdir()) == []
+    assert dt("pipeline", "run", "--module", f"{module}:broken", check=False, timeout=120).returncode == 1
+    (kept,) = (dt.home / "pipelines" / ".tmp").iterdir()
+    assert kept.name.startswith("run-") and list(kept.iterdir()) == []
+    assert list(users_tmp.iterdir()) == []
+
+
+def test_only_kfps_program_folders_are_removed(tmp_path):
+    from dtrain.pipelines import runner
+
+    root = tmp_path / "root"
+    root.mkdir()
+    outside = tmp_path / "outside"
+    (outside / "tmp.linked").mkdir(parents=True)
+    (outside / "tmp.linked" / "ephemeral_component.py").write_text("x")
+    with runner._step_tmpdir(root) as step_tmp:
+        tmp = step_tmp.path
+        step_tmp.finished = True
+        for name, files in (("tmp.kfp1", ["ephemeral_component.py"]), ("tmp.kfp2", ["ephemeral_component.py"]),
+                            ("tmp.mine", ["ephemeral_component.py", "notes.txt"]), ("job-scratch", [])):
+            (tmp / name).mkdir()
+            for f in files:
+                (tmp / name / f).write_text("x")
+        (tmp / "tmp.link").symlink_to(outside / "tmp.linked")
+        (tmp / "tmp.weird").mkdir()
+        (tmp / "tmp.weird" / "ephemeral_component.py").symlink_to(outside / "tmp.linked" / "ephemeral_component.py")
+    assert sorted(p.name for p in tmp.iterdir()) == ["job-scratch", "tmp.link", "tmp.mine", "tmp.weird"]
+    assert (outside / "tmp.linked" / "ephemeral_component.py").read_text() == "x"
+    assert sorted(p.name for p in (tmp / "tmp.mine").iterdir()) == ["ephemeral_component.py", "notes.txt"]
+    with runner._step_tmpdir(root) as failed:
+        pass
+    assert failed.path.is_dir() and list(failed.path.iterdir()) == []  # kept: a job may still use it
+    with runner._step_tmpdir(root) as empty:
+        empty.finished = True
+    assert not empty.path.exists()
+    (root / ".tmp").rename(tmp_path / "moved")
+    (root / ".tmp").symlink_to(outside)
+    with pytest.raises(SpecError, match=r"\.tmp is a symbolic link: remove it"):
+        with runner._step_tmpdir(root):
+            pass
+    assert sorted(p.name for p in outside.iterdir()) == ["tmp.linked"]
+
+
 @pytest.mark.parametrize("args, message", [
     (["run", "hybrid-cifar10", "--param", "training_runtime=cloud"], "invalid training_runtime 'cloud'"),
     (["run", "hybrid-cifar10", "--param", "processes=two"], "invalid --param processes='two'"),

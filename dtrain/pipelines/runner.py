@@ -3,7 +3,8 @@
 Compiling uses KFP's own compiler (the IR YAML a KFP 2 server takes). Running uses KFP's local
 runner, `kfp.local.SubprocessRunner(use_venv=False)`: every step is a real subprocess in this
 machine's Python environment, and the steps reach dtrain through $DTRAIN_HOME, which the run
-sets for them (they inherit the environment).
+sets for them (they inherit the environment). Their $TMPDIR is a folder of the run's own, emptied
+of what KFP's component command leaves behind when the run ends (see _step_tmpdir).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import importlib.util
 import json
 import os
 import re
+import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,13 +178,15 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
                workspace_root=str(root / ".workspace"))
     failed = None
-    with _environment(DTRAIN_HOME=str(home)), warnings.catch_warnings():
+    with _step_tmpdir(root) as tmp, _environment(DTRAIN_HOME=str(home), TMPDIR=str(tmp.path)), \
+            warnings.catch_warnings():
         # The component image names a container; the subprocess runner uses this Python on purpose.
         warnings.filterwarnings("ignore", message=".*base image.*", category=RuntimeWarning)
         # Display names are for the KFP UI; the local runner says it ignores them, once per step.
         warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
         try:
             pipeline.func(**params)
+            tmp.finished = True
         except RuntimeError as err:
             failed = _ANSI.sub("", str(err))
     new = sorted((p for p in set(root.iterdir()) - before if p.is_dir() and not p.name.startswith(".")),
@@ -205,6 +209,50 @@ def _tasks(run_dir: Path) -> Iterator[TaskResult]:
             for art in arts.get("artifacts") or []:
                 outputs[name] = art.get("metadata") or {}
         yield TaskResult(name=out.parent.name, outputs=outputs)
+
+
+# KFP's lightweight-component command: `program_path=$(mktemp -d)`, then the step's source is
+# written to "$program_path/ephemeral_component.py" and run. In a pod the folder goes with the
+# container; under the local runner it stayed in /tmp, one folder per step, for good.
+_KFP_PROGRAM = "ephemeral_component.py"
+
+
+@dataclass
+class _StepTmp:
+    path: Path
+    finished: bool = False  # every step ended well: no job a step started can still need the folder
+
+
+@contextlib.contextmanager
+def _step_tmpdir(root: Path) -> Iterator[_StepTmp]:
+    """A $TMPDIR for one run's steps, under ROOT/.tmp (a folder of this run only, so no other
+    run's steps can be in it). When the run ends, however, the folders KFP's command made there
+    (a `tmp.*` folder holding only its program file) are removed; the folder itself goes too if
+    that left it empty and the run finished: a failed or interrupted step may have left a job
+    running that inherited the variable. Anything else there stays, for the user to see."""
+    parent = root / ".tmp"
+    if parent.is_symlink():
+        raise SpecError(f"{parent} is a symbolic link: remove it (a run makes that folder itself)")
+    parent.mkdir(exist_ok=True)
+    tmp = _StepTmp(Path(tempfile.mkdtemp(prefix="run-", dir=parent)))
+    try:
+        yield tmp
+    finally:
+        _remove_step_programs(tmp.path, remove_folder=tmp.finished)
+
+
+def _remove_step_programs(tmp: Path, *, remove_folder: bool) -> None:
+    with os.scandir(tmp) as entries:
+        folders = [e for e in entries if e.name.startswith("tmp.") and e.is_dir(follow_symlinks=False)]
+    for folder in folders:
+        with os.scandir(folder.path) as inside:
+            names = [(e.name, e.is_file(follow_symlinks=False)) for e in inside]
+        if names == [(_KFP_PROGRAM, True)]:
+            os.unlink(os.path.join(folder.path, _KFP_PROGRAM))
+            os.rmdir(folder.path)
+    if remove_folder:
+        with contextlib.suppress(OSError):  # not empty: a step or a job left something of its own
+            tmp.rmdir()
 
 
 @contextlib.contextmanager
