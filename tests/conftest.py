@@ -69,6 +69,17 @@ def rank_record(home: Path, job: str, rank: int, timeout: float = 90) -> dict:
     raise AssertionError(f"rank {rank} of {job} never started")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _processes_temp_files(tmp_path_factory):
+    """What the processes the tests start write to $TMPDIR (plain torchrun leaves a
+    torchelastic_* folder per run there) goes under this run's pytest folder, which pytest
+    prunes, instead of gathering in the machine's /tmp. Tests about temporary files set their own."""
+    patch = pytest.MonkeyPatch()
+    patch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmpdir")))
+    yield
+    patch.undo()
+
+
 @pytest.fixture
 def home(tmp_path) -> Path:
     h = tmp_path / "dtrain-home"
