@@ -1,6 +1,7 @@
 """The content-addressed snapshot engine, on real files: exactness, point-in-time, dedup,
 incremental capture, sweeping, verification, full disks and copy-on-write clones."""
 
+import contextlib
 import errno
 import gc
 import os
@@ -553,10 +554,7 @@ def test_open_beneath_follows_no_link_and_never_leaves_the_root(tmp_path, beneat
         assert err.value.errno in (errno.ELOOP, errno.EXDEV, errno.ENOTDIR), (rel, err.value)
     with pytest.raises(FileNotFoundError):
         open_beneath(tmp_path / "root", "a/missing")
-    # engines of earlier tests sit in reference cycles (the pack store holds a bound method of
-    # its engine) until the cyclic collector closes their SQLite files, which it may do in the
-    # middle of the loop below: collect first, so that only this loop's descriptors are counted
-    gc.collect()
+    gc.collect()  # only this loop's descriptors are counted
     before = len(os.listdir("/proc/self/fd"))
     for _ in range(20):
         os.close(open_beneath(tmp_path / "root", "a/b", os.O_RDONLY | os.O_DIRECTORY))
@@ -667,3 +665,34 @@ def test_a_link_replaced_by_a_folder_after_the_walk_counts_as_gone(tmp_path, mon
     monkeypatch.setattr(engine_mod, "scan", scan_then_flip)
     _, manifest, _ = snapshot(make_engine(tmp_path), src)
     assert {e.path for e in manifest.entries} == {".", "kept.txt"}
+
+
+def test_a_dropped_unclosed_storage_or_job_store_closes_its_files_at_once(tmp_path):
+    """No reference cycle keeps a Storage, its engine's index or a job store alive: dropping the
+    last reference closes their SQLite files then, not whenever the cyclic collector runs."""
+    from dtrain.backends.local.store import JobStore
+    from dtrain.storage import Storage
+
+    def files() -> set[str]:
+        out = set()
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                out.add(os.readlink(f"/proc/self/fd/{fd}"))
+        return {f for f in out if f.startswith(str(tmp_path))}
+
+    gc.collect()
+    gc.disable()
+    try:
+        s = Storage(tmp_path / "home")
+        vol = Path(s.create_volume("v").path)
+        (vol / "a.bin").write_bytes(os.urandom(1 << 16))
+        s.create_snapshot("v", name="s1", progress=False)
+        assert {Path(f).name for f in files()} >= {"state.db", "index.db"}
+        del s
+        assert files() == set()
+        jobs = JobStore(tmp_path / "jobs.db")
+        assert files()
+        del jobs
+        assert files() == set()
+    finally:
+        gc.enable()

@@ -33,6 +33,7 @@ only while nobody holds a pin.
 from __future__ import annotations
 
 import contextlib
+import functools
 import errno
 import fcntl
 import itertools
@@ -83,11 +84,12 @@ class Engine:
             (self.root / sub).mkdir(parents=True, exist_ok=True)
         probed = fileio.probe(self.root)  # cached per file system: no test files on every start
         self.method = method or ("reflink" if probed.reflink else "cas")
-        self._tmpdir = os.fspath(self.root / "tmp")
         self._local = threading.local()
-        self._names = itertools.count()
-        self.packs = PackStore(self.root, io=self.io, durable=durable, pack_size=pack_size,
-                               anonymous=probed.tmpfile, tmp_name=self._tmp, parallel=self._parallel)
+        self._tmp = _tmp_names(os.fspath(self.root / "tmp"))
+        # functions that do not hold the engine: no reference cycle, so a dropped engine closes
+        # its index at once rather than whenever the cyclic collector runs
+        self.packs = PackStore(self.root, io=self.io, durable=durable, pack_size=pack_size, anonymous=probed.tmpfile,
+                               tmp_name=self._tmp, parallel=functools.partial(_parallel, self.workers))
         self.subvols = native.Subvolumes(self.root)  # native snapshots, where the store is on btrfs
         if (self.root / "objects").is_dir():  # a store of the first format: one file per object
             self.packs.import_objects(self.root / "objects")
@@ -99,9 +101,6 @@ class Engine:
 
     def manifest_path(self, manifest_id: str) -> Path:
         return self.root / "manifests" / f"{manifest_id}.json.gz"
-
-    def _tmp(self) -> str:
-        return f"{self._tmpdir}/{os.getpid()}-{threading.get_ident()}-{next(self._names)}"
 
     # --- pins and sweeping -------------------------------------------------------------
     @contextlib.contextmanager
@@ -462,16 +461,7 @@ class Engine:
         return out
 
     def _parallel(self, fn: Callable, items: list) -> list:
-        """fn over items on the worker threads, results in order; the first error cancels the rest."""
-        if len(items) < 2 or self.workers == 1:
-            return [fn(item) for item in items]
-        with _thread_pool(self.workers) as pool:
-            futures = [pool.submit(fn, item) for item in items]
-            try:
-                return [f.result() for f in futures]
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
+        return _parallel(self.workers, fn, items)
 
     def _buffer(self) -> memoryview:
         buf = getattr(self._local, "buf", None)
@@ -617,3 +607,22 @@ def _thread_pool(workers: int):
     and a snapshot on the native path or of an unchanged volume needs neither."""
     from concurrent.futures import ThreadPoolExecutor
     return ThreadPoolExecutor(workers)
+
+
+def _parallel(workers: int, fn: Callable, items: list) -> list:
+    """fn over items on `workers` threads, results in order; the first error cancels the rest."""
+    if len(items) < 2 or workers == 1:
+        return [fn(item) for item in items]
+    with _thread_pool(workers) as pool:
+        futures = [pool.submit(fn, item) for item in items]
+        try:
+            return [f.result() for f in futures]
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+
+
+def _tmp_names(folder: str) -> Callable[[], str]:
+    """Fresh paths in the store's tmp/ (swept after a crash): unique per process, thread and call."""
+    names = itertools.count()
+    return lambda: f"{folder}/{os.getpid()}-{threading.get_ident()}-{next(names)}"

@@ -56,7 +56,7 @@ class PackStore:
             fileio.spread_subfolders(Path(self.root))
             for i in range(256):
                 os.makedirs(f"{self.root}/{i:02x}", exist_ok=True)
-        self.conn = db.connect(Path(root) / "index.db")
+        self.conn = db.connect(Path(root) / "index.db", owner=self)
         self.conn.row_factory = None
         if not durable:
             self.conn.execute("PRAGMA synchronous=NORMAL")

@@ -60,7 +60,7 @@ class Storage:
         if not self.volumes_dir.is_dir():
             self.volumes_dir.mkdir(parents=True)
             fileio.spread_subfolders(self.volumes_dir)  # volumes in different ext4 block groups
-        self.conn = db.connect(self.home / "state.db")
+        self.conn = db.connect(self.home / "state.db", owner=self)
         self.conn.executescript(SCHEMA)
         if "root" not in {r[1] for r in self.conn.execute("PRAGMA table_info(volumes)")}:
             self.conn.execute("ALTER TABLE volumes ADD COLUMN root TEXT")  # NULL: <home>/volumes

@@ -85,7 +85,7 @@ class JobStore:
 
     def __init__(self, path: str | Path):
         self.path = Path(path)
-        self.conn = db.connect(self.path)
+        self.conn = db.connect(self.path, owner=self)
         self.conn.executescript(SCHEMA)
 
     def close(self) -> None:
