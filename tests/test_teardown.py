@@ -19,7 +19,7 @@ import pytest
 from dtrain.workloads.cifar10.data import write_synthetic
 
 REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+ENV = {"PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}  # on top of the environment at the call
 
 PROBE = """
 import os, gc
@@ -46,7 +46,7 @@ os.write(1, ("LEFT " + os.environ["RANK"] + " " + ",".join(t for t in threads() 
 def torchrun(*args: str, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
                            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:0", *args],
-                          env={**ENV, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+                          env={**os.environ, **ENV, **(env or {})}, capture_output=True, text=True, timeout=timeout)
 
 
 @pytest.mark.slow
