@@ -33,9 +33,9 @@ only while nobody holds a pin.
 from __future__ import annotations
 
 import contextlib
-import functools
 import errno
 import fcntl
+import functools
 import itertools
 import json
 import os
