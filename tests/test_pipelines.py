@@ -169,6 +169,7 @@ def test_a_run_leaves_nothing_in_the_users_tmpdir(tmp_path):
     users_tmp = tmp_path / "tmp"
     users_tmp.mkdir()
     dt = Dtrain(tmp_path / "home", env={"TMPDIR": str(users_tmp)})
+    dt.env.pop("PYTHONDONTWRITEBYTECODE", None)  # as on a user's machine: the steps' Python writes bytecode
     proc = dt("pipeline", "run", "--module", f"{module}:two", timeout=120)
     assert "check-condition-2" in proc.stdout  # both steps ran
     assert list((dt.home / "pipelines" / ".tmp").iterdir()) == []
@@ -194,10 +195,15 @@ def test_only_kfps_program_folders_are_removed(tmp_path):
             (tmp / name).mkdir()
             for f in files:
                 (tmp / name / f).write_text("x")
+        for name, cached in (("tmp.compiled", "ephemeral_component.cpython-311.pyc"), ("tmp.cached", "other.pyc")):
+            (tmp / name / "__pycache__").mkdir(parents=True)
+            (tmp / name / "ephemeral_component.py").write_text("x")
+            (tmp / name / "__pycache__" / cached).write_text("x")
         (tmp / "tmp.link").symlink_to(outside / "tmp.linked")
         (tmp / "tmp.weird").mkdir()
         (tmp / "tmp.weird" / "ephemeral_component.py").symlink_to(outside / "tmp.linked" / "ephemeral_component.py")
-    assert sorted(p.name for p in tmp.iterdir()) == ["job-scratch", "tmp.link", "tmp.mine", "tmp.weird"]
+    assert sorted(p.name for p in tmp.iterdir()) == ["job-scratch", "tmp.cached", "tmp.link", "tmp.mine", "tmp.weird"]
+    assert (tmp / "tmp.cached" / "__pycache__" / "other.pyc").is_file()
     assert (outside / "tmp.linked" / "ephemeral_component.py").read_text() == "x"
     assert sorted(p.name for p in (tmp / "tmp.mine").iterdir()) == ["ephemeral_component.py", "notes.txt"]
     with runner._step_tmpdir(root) as failed:

@@ -227,7 +227,7 @@ class _StepTmp:
 def _step_tmpdir(root: Path) -> Iterator[_StepTmp]:
     """A $TMPDIR for one run's steps, under ROOT/.tmp (a folder of this run only, so no other
     run's steps can be in it). When the run ends, however, the folders KFP's command made there
-    (a `tmp.*` folder holding only its program file) are removed; the folder itself goes too if
+    (a `tmp.*` folder holding only its program file and that file's bytecode) are removed; the folder itself goes too if
     that left it empty and the run finished: a failed or interrupted step may have left a job
     running that inherited the variable. Anything else there stays, for the user to see."""
     parent = root / ".tmp"
@@ -243,16 +243,39 @@ def _step_tmpdir(root: Path) -> Iterator[_StepTmp]:
 
 def _remove_step_programs(tmp: Path, *, remove_folder: bool) -> None:
     with os.scandir(tmp) as entries:
-        folders = [e for e in entries if e.name.startswith("tmp.") and e.is_dir(follow_symlinks=False)]
+        folders = [e.path for e in entries if e.name.startswith("tmp.") and e.is_dir(follow_symlinks=False)]
     for folder in folders:
-        with os.scandir(folder.path) as inside:
-            names = [(e.name, e.is_file(follow_symlinks=False)) for e in inside]
-        if names == [(_KFP_PROGRAM, True)]:
-            os.unlink(os.path.join(folder.path, _KFP_PROGRAM))
-            os.rmdir(folder.path)
+        files = _kfp_program_files(folder)
+        if files is not None:
+            for path in files:
+                os.unlink(path)
+            with contextlib.suppress(FileNotFoundError):
+                os.rmdir(f"{folder}/__pycache__")
+            os.rmdir(folder)
     if remove_folder:
         with contextlib.suppress(OSError):  # not empty: a step or a job left something of its own
             tmp.rmdir()
+
+
+def _kfp_program_files(folder: str) -> list[str] | None:
+    """The files of FOLDER if it is what KFP's command made: its program file and, where
+    Python wrote bytecode, `__pycache__/ephemeral_component.*.pyc`; else None (links included)."""
+    with os.scandir(folder) as inside:
+        found = {e.name: e for e in inside}
+    program, cache = found.pop(_KFP_PROGRAM, None), found.pop("__pycache__", None)
+    if found or program is None or not program.is_file(follow_symlinks=False):
+        return None
+    files = [program.path]
+    if cache is not None:
+        if not cache.is_dir(follow_symlinks=False):
+            return None
+        with os.scandir(cache.path) as inside:
+            compiled = list(inside)
+        if not all(e.name.startswith("ephemeral_component.") and e.name.endswith(".pyc")
+                   and e.is_file(follow_symlinks=False) for e in compiled):
+            return None
+        files += [e.path for e in compiled]
+    return files
 
 
 @contextlib.contextmanager
