@@ -226,10 +226,11 @@ class _StepTmp:
 @contextlib.contextmanager
 def _step_tmpdir(root: Path) -> Iterator[_StepTmp]:
     """A $TMPDIR for one run's steps, under ROOT/.tmp (a folder of this run only, so no other
-    run's steps can be in it). When the run ends, however, the folders KFP's command made there
-    (a `tmp.*` folder holding only its program file and that file's bytecode) are removed; the folder itself goes too if
-    that left it empty and the run finished: a failed or interrupted step may have left a job
-    running that inherited the variable. Anything else there stays, for the user to see."""
+    run's steps can be in it). However the run ends, the folders KFP's command made there (a
+    `tmp.*` folder holding only its program file and that file's bytecode) are removed; the
+    folder itself goes too if that left it empty and the run finished: a failed or interrupted
+    step may have left a job running that inherited the variable. Anything else there stays,
+    for the user to see."""
     parent = root / ".tmp"
     if parent.is_symlink():
         raise SpecError(f"{parent} is a symbolic link: remove it (a run makes that folder itself)")
@@ -245,8 +246,10 @@ def _remove_step_programs(tmp: Path, *, remove_folder: bool) -> None:
     with os.scandir(tmp) as entries:
         folders = [e.path for e in entries if e.name.startswith("tmp.") and e.is_dir(follow_symlinks=False)]
     for folder in folders:
-        files = _kfp_program_files(folder)
-        if files is not None:
+        with contextlib.suppress(OSError):  # changed meanwhile: left as it is; the run's result stands
+            files = _kfp_program_files(folder)
+            if files is None:
+                continue
             for path in files:
                 os.unlink(path)
             with contextlib.suppress(FileNotFoundError):
