@@ -85,11 +85,12 @@ class Engine:
         probed = fileio.probe(self.root)  # cached per file system: no test files on every start
         self.method = method or ("reflink" if probed.reflink else "cas")
         self._local = threading.local()
+        # functions that do not hold the engine, shared with its pack store: no reference cycle,
+        # so a dropped engine closes its index at once rather than whenever the cyclic collector runs
         self._tmp = _tmp_names(os.fspath(self.root / "tmp"))
-        # functions that do not hold the engine: no reference cycle, so a dropped engine closes
-        # its index at once rather than whenever the cyclic collector runs
+        self._parallel = functools.partial(_parallel, self.workers)  # fn over items on the worker threads
         self.packs = PackStore(self.root, io=self.io, durable=durable, pack_size=pack_size, anonymous=probed.tmpfile,
-                               tmp_name=self._tmp, parallel=functools.partial(_parallel, self.workers))
+                               tmp_name=self._tmp, parallel=self._parallel)
         self.subvols = native.Subvolumes(self.root)  # native snapshots, where the store is on btrfs
         if (self.root / "objects").is_dir():  # a store of the first format: one file per object
             self.packs.import_objects(self.root / "objects")
@@ -459,9 +460,6 @@ class Engine:
             if n < want:
                 break
         return out
-
-    def _parallel(self, fn: Callable, items: list) -> list:
-        return _parallel(self.workers, fn, items)
 
     def _buffer(self) -> memoryview:
         buf = getattr(self._local, "buf", None)
