@@ -118,3 +118,24 @@ def test_the_all_reduce_bench_also_times_cpu_processes_with_gloo():
     bad = subprocess.run([sys.executable, str(REPO / "bench/nccl_allreduce.py"), "--iters", "0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and "--iters is 1 to 10000" in bad.stderr
+
+
+def test_the_ddp_overhead_bench_times_every_variant_in_two_real_processes():
+    import sys
+
+    from conftest import REPO
+
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                           str(REPO / "bench/ddp_overhead.py"), "--recipe", "demo", "--batch", "1", "--rounds", "2",
+                           "--block", "1", "--warmup", "0"], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert (row["world_size"], row["rounds"], row["block"], row["batch"]) == (2, 2, 1, 1)
+    for name in ("alone", "alone_lockstep", "lockstep", "ddp", "train_step"):
+        assert row[f"{name}_step_s"] > 0
+    for key in ("lockstep_vs_alone", "ddp_vs_lockstep", "train_step_vs_ddp"):
+        assert row[key] > 0 and len(row[f"{key}_q"]) == 3
+    bad = subprocess.run([sys.executable, str(REPO / "bench/ddp_overhead.py"), "--rounds", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--rounds 0: give 1 to 1000" in bad.stderr

@@ -115,7 +115,8 @@ def ddp_worker(out: str) -> None:
     """One rank: DDP forward/backward on its half of the global batch, one SGD step; rank 0 saves."""
     info = setup_distributed("gloo")
     model, opt = _model_and_optimizer()
-    ddp = torch.nn.parallel.DistributedDataParallel(model)
+    ddp = train.data_parallel(model, tiny(), info)  # as the training builds it
+    assert isinstance(ddp, torch.nn.parallel.DistributedDataParallel)
     half = [t[2 * info.rank: 2 * info.rank + 2] for t in _global_batch()]
     train.forward_backward(ddp, half, tiny(), info.device)
     grads = {n: p.grad.clone() for n, p in model.named_parameters()}

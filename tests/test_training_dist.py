@@ -242,6 +242,56 @@ def test_two_real_processes_reduce_over_gloo():
         assert r["sum"] == pytest.approx(11.0)
 
 
+
+BUFFERS_WORKER = textwrap.dedent(
+    """
+    import json, torch
+    from torch.nn.parallel import DistributedDataParallel as DDP
+    from dtrain.training import setup_distributed, teardown, broadcast_buffers
+    info = setup_distributed(device="cpu", timeout_s=60)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Flatten(),
+                                torch.nn.Linear(64, 2))
+    ddp, opt = DDP(model), torch.optim.SGD(model.parameters(), lr=0.1)
+    for step in range(3):  # each rank its own batches
+        g = torch.Generator().manual_seed(100 * info.rank + step)
+        opt.zero_grad()
+        ddp(torch.randn(4, 3, 6, 6, generator=g) * (1 + info.rank)).square().mean().backward()
+        opt.step()
+    state = lambda: {k: v.tolist() for k, v in model.state_dict().items()}
+    before = state()
+    broadcast_buffers(model)
+    print(json.dumps({"rank": info.rank, "before": before, "after": state()}))
+    teardown()
+    """
+)
+
+
+def test_broadcast_buffers_gives_every_rank_rank_0s_running_statistics():
+    """After a DDP step each rank's BatchNorm statistics are its own (DDP broadcasts rank 0's
+    before the forward, which then updates them from the rank's batch); validation must predict
+    with the saved model's, rank 0's, on every rank."""
+    port = _free_port()
+    launch_vars = ("RANK", "WORLD_SIZE", "LOCAL_", "OMPI_", "PMI_", "SM_", "PET_", "MASTER_", "TORCHELASTIC")
+    base = {k: v for k, v in os.environ.items() if not k.startswith(launch_vars)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", BUFFERS_WORKER],
+            env={**base, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "RANK": str(r), "WORLD_SIZE": "2",
+                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        for r in range(2)
+    ]
+    outs = [p.communicate(timeout=120) for p in procs]
+    for p, (_, err) in zip(procs, outs, strict=True):
+        assert p.returncode == 0, err
+    r0, r1 = sorted((json.loads(out.strip().splitlines()[-1]) for out, _ in outs), key=lambda r: r["rank"])
+    params = [k for k in r0["before"] if not k.startswith("1.running_") and k != "1.num_batches_tracked"]
+    assert {k: r1["before"][k] for k in params} == {k: r0["before"][k] for k in params}  # DDP: same weights
+    assert r1["before"]["1.running_mean"] != r0["before"]["1.running_mean"]  # but each rank's own statistics
+    assert r1["after"] == r0["after"] == r0["before"]  # until the broadcast gives every rank rank 0's
+
 # ---------------------------------------------------------------- checkpoints
 
 

@@ -300,6 +300,17 @@ def barrier() -> None:
         dist.barrier()
 
 
+def broadcast_buffers(module: torch.nn.Module, src: int = 0) -> None:
+    """Give every rank rank `src`'s buffers of `module` (a collective); nothing for one process.
+
+    DDP broadcasts rank 0's buffers at the start of each forward, and then each rank's forward
+    updates its own from its own batch (BatchNorm's running statistics), so after a step only
+    rank 0 holds the buffers a checkpoint saves. Call this before every rank evaluates."""
+    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        for buf in module.buffers():
+            dist.broadcast(buf, src)
+
+
 def all_reduce_mean(t: torch.Tensor) -> torch.Tensor:
     """Average `t` across ranks in place and return it; the identity for one process."""
     if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:

@@ -38,6 +38,7 @@ from dtrain.training import (
     MetricsWriter,
     ResumableSampler,
     all_reduce_mean,
+    broadcast_buffers,
     checkpoint_dir,
     save_atomic,
     setup_distributed,
@@ -232,6 +233,7 @@ class Log:
 
 def validate(model: SCNN, cfg: TrainConfig, info: DistInfo, labels: list) -> dict:
     """TuSimple accuracy on the val split; each rank predicts a share, rank 0 scores all."""
+    broadcast_buffers(model)  # every rank predicts with rank 0's running statistics: the model saved
     mine = labels[info.rank::info.world_size]
     preds = predict_labels(model, cfg.data_dir, mine, batch_size=cfg.val_batch_size,
                            threshold=cfg.recipe.threshold, device=info.device)
@@ -282,6 +284,14 @@ def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: Sequen
     return all_reduce_mean(loss.clone()).item()
 
 
+def data_parallel(model: SCNN, recipe: Recipe, info: DistInfo) -> torch.nn.Module:
+    """The model as the training steps it: DDP for more than one process, else the model itself."""
+    if info.world_size == 1:
+        return model
+    return DistributedDataParallel(model, device_ids=[info.device] if info.device.type == "cuda" else None,
+                                   find_unused_parameters=recipe.model.message_passing == "none")
+
+
 def train(cfg: TrainConfig, info: DistInfo) -> dict:
     recipe, out, device = cfg.recipe, Path(cfg.out_dir), info.device
     if info.is_main:
@@ -296,9 +306,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
                         log=log)
     # Every rank loads the same file before DDP is built, so optimizer state matches on all of them.
     step = restore(ckpt, cfg, model, opt, max_steps, log, device)
-    ddp = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None,
-                                  find_unused_parameters=recipe.model.message_passing == "none") \
-        if info.world_size > 1 else model
+    ddp = data_parallel(model, recipe, info)
     val_labels = split_labels(cfg.data_dir, "val") if cfg.use_val else []
     log(f"recipe {recipe.name}: {info.world_size} process(es) x batch {recipe.batch_size}, {max_steps} steps, "
         f"{steps_per_epoch} steps/epoch, input {recipe.input_size}, width {recipe.model.width}, device {device}, "
