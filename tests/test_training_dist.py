@@ -218,13 +218,15 @@ WORKER = textwrap.dedent(
 )
 
 
-def test_two_real_processes_reduce_over_gloo():
+def _two_ranks(script: str) -> list[dict]:
+    """Run `script` as ranks 0 and 1 of a gloo group (torchrun's variables, set by hand); the
+    last stdout line of each, as JSON, in rank order."""
     port = _free_port()
     launch_vars = ("RANK", "WORLD_SIZE", "LOCAL_", "OMPI_", "PMI_", "SM_", "PET_", "MASTER_", "TORCHELASTIC")
     base = {k: v for k, v in os.environ.items() if not k.startswith(launch_vars)}
     procs = [
         subprocess.Popen(
-            [sys.executable, "-c", WORKER],
+            [sys.executable, "-c", script],
             env={**base, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "RANK": str(r), "WORLD_SIZE": "2",
                  "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -234,13 +236,16 @@ def test_two_real_processes_reduce_over_gloo():
     outs = [p.communicate(timeout=120) for p in procs]
     for p, (_, err) in zip(procs, outs, strict=True):
         assert p.returncode == 0, err
-    results = sorted((json.loads(out.strip().splitlines()[-1]) for out, _ in outs), key=lambda r: r["rank"])
+    return sorted((json.loads(out.strip().splitlines()[-1]) for out, _ in outs), key=lambda r: r["rank"])
+
+
+def test_two_real_processes_reduce_over_gloo():
+    results = _two_ranks(WORKER)
     assert [r["rank"] for r in results] == [0, 1]
     for r in results:
         assert (r["world"], r["backend"], r["runtime"], r["distributed"]) == (2, "gloo", "torchrun", True)
         assert r["mean"] == pytest.approx(1.5)
         assert r["sum"] == pytest.approx(11.0)
-
 
 
 BUFFERS_WORKER = textwrap.dedent(
@@ -271,26 +276,12 @@ def test_broadcast_buffers_gives_every_rank_rank_0s_running_statistics():
     """After a DDP step each rank's BatchNorm statistics are its own (DDP broadcasts rank 0's
     before the forward, which then updates them from the rank's batch); validation must predict
     with the saved model's, rank 0's, on every rank."""
-    port = _free_port()
-    launch_vars = ("RANK", "WORLD_SIZE", "LOCAL_", "OMPI_", "PMI_", "SM_", "PET_", "MASTER_", "TORCHELASTIC")
-    base = {k: v for k, v in os.environ.items() if not k.startswith(launch_vars)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", BUFFERS_WORKER],
-            env={**base, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1", "RANK": str(r), "WORLD_SIZE": "2",
-                 "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)},
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )
-        for r in range(2)
-    ]
-    outs = [p.communicate(timeout=120) for p in procs]
-    for p, (_, err) in zip(procs, outs, strict=True):
-        assert p.returncode == 0, err
-    r0, r1 = sorted((json.loads(out.strip().splitlines()[-1]) for out, _ in outs), key=lambda r: r["rank"])
+    r0, r1 = _two_ranks(BUFFERS_WORKER)
     params = [k for k in r0["before"] if not k.startswith("1.running_") and k != "1.num_batches_tracked"]
     assert {k: r1["before"][k] for k in params} == {k: r0["before"][k] for k in params}  # DDP: same weights
     assert r1["before"]["1.running_mean"] != r0["before"]["1.running_mean"]  # but each rank's own statistics
     assert r1["after"] == r0["after"] == r0["before"]  # until the broadcast gives every rank rank 0's
+
 
 # ---------------------------------------------------------------- checkpoints
 
