@@ -44,6 +44,8 @@ from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.model import SCNN
 from dtrain.workloads.lanes.train import build_optimizer, data_parallel, forward_backward, speed_up, train_step
 
+import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
+
 VARIANTS = ("alone", "lockstep", "ddp", "train_step")
 
 
@@ -56,10 +58,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps of each variant first")
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, help="override the recipe's bf16")
     args = parser.parse_args()
-    for name, value, low, high in (("--batch", args.batch, 1, 256), ("--rounds", args.rounds, 1, 1000),
-                                   ("--block", args.block, 1, 1000), ("--warmup", args.warmup, 0, 100)):
-        if not low <= value <= high:
-            parser.error(f"{name} {value}: give {low} to {high}")
+    ab.bounded(parser, ("--batch", args.batch, 1, 256), ("--rounds", args.rounds, 1, 1000),
+               ("--block", args.block, 1, 1000), ("--warmup", args.warmup, 0, 100))
 
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()

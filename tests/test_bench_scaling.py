@@ -138,4 +138,4 @@ def test_the_ddp_overhead_bench_times_every_variant_in_two_real_processes():
         assert row[key] > 0 and len(row[f"{key}_q"]) == 3
     bad = subprocess.run([sys.executable, str(REPO / "bench/ddp_overhead.py"), "--rounds", "0"],
                          capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "--rounds 0: give 1 to 1000" in bad.stderr
+    assert bad.returncode == 2 and "--rounds 0 is out of range: give 1 to 1000" in bad.stderr
