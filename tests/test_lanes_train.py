@@ -7,6 +7,7 @@ see `ddp_worker` at the bottom.
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -182,6 +183,26 @@ def test_stop_and_resume_continues_the_same_schedule(lanes_data, tmp_path):
 
 
 # ------------------------------------------------------------------ learning
+
+
+def test_the_first_calls_set_up_is_no_frames_run_time(lanes_data):
+    """The official metric scores a frame whose run_time is over 200 ms as wrong, so a one-time
+    set-up in the first forward (here 250 ms a frame) must not be timed as the first batch's."""
+    model = SCNN(SCNNConfig(width=0.125, input_size=(64, 48)))
+    forward, calls = model.forward, []
+
+    def slow_first_call(img):
+        calls.append(len(img))
+        if len(calls) == 1:
+            time.sleep(0.25 * len(img))
+        return forward(img)
+
+    model.forward = slow_first_call
+    gts = split_labels(lanes_data, "test")[:6]
+    preds = predict_labels(model, lanes_data, gts, batch_size=4)
+    assert all(0 < p.run_time < 200 for p in preds), [p.run_time for p in preds]
+    assert calls == [4, 4, 2]  # one untimed pass over the first batch, then each batch once
+    assert [p.raw_file for p in preds] == [g.raw_file for g in gts]
 
 
 def test_tiny_recipe_beats_predicting_no_lanes_on_held_out_frames(lanes_data, tmp_path):

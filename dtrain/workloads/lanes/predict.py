@@ -4,7 +4,7 @@
         --out pred.json [--overlays DIR --max-overlays 20]
 
 Each output line is {raw_file, h_samples, lanes, run_time}; run_time is the model plus decoding
-time per frame in milliseconds. Overlays show the frame with predicted lanes in colour and the
+time per frame in milliseconds, after one untimed pass (warm-up). Overlays show the frame with predicted lanes in colour and the
 ground truth, where the label has it, as thin black lines.
 """
 
@@ -59,11 +59,20 @@ def predict_labels(model: torch.nn.Module, root: str | os.PathLike, labels: Sequ
     size = model.cfg.input_size
     loader = torch.utils.data.DataLoader(FrameSet(root, labels, size), batch_size=batch_size, num_workers=num_workers)
     out: list[LaneLabel] = []
-    for img, idx in loader:
-        start = time.perf_counter()
+
+    def run(img: torch.Tensor):
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda"):
             prob, exist = probabilities(model, img.to(device))
-        prob, exist = prob.cpu().numpy(), exist.cpu().numpy()
+        return prob.cpu().numpy(), exist.cpu().numpy()
+
+    for n, (img, idx) in enumerate(loader):
+        if n == 0:
+            # One untimed pass first: the first call's one-time set-up (kernel choice, buffers,
+            # lazy initialisation) is no frame's run time. The official metric scores a frame
+            # over 200 ms as wrong, so without this a loaded machine failed the first batch.
+            run(img)
+        start = time.perf_counter()
+        prob, exist = run(img)
         lanes = [decode_lanes(prob[k], exist[k], labels[i].h_samples, threshold=threshold) for k, i in enumerate(idx.tolist())]
         ms = (time.perf_counter() - start) * 1000 / len(idx)
         for i, lane in zip(idx.tolist(), lanes):
