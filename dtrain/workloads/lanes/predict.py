@@ -4,8 +4,8 @@
         --out pred.json [--overlays DIR --max-overlays 20]
 
 Each output line is {raw_file, h_samples, lanes, run_time}; run_time is the model plus decoding
-time per frame in milliseconds, after one untimed pass (warm-up). Overlays show the frame with predicted lanes in colour and the
-ground truth, where the label has it, as thin black lines.
+time per frame in milliseconds, after one untimed pass (warm-up). Overlays show the frame with
+predicted lanes in colour and the ground truth, where the label has it, as thin black lines.
 """
 
 import argparse
