@@ -121,17 +121,17 @@ def main() -> None:
                "alone_step_s": round(statistics.median(alone) / args.block, 4)}
         pooled = {"alone_lockstep": [max(ranks) for ranks in times["alone"]]}
         pooled.update({name: [max(ranks) for ranks in times[name]] for name in VARIANTS[1:]})
+        def compare(key: str, blocks: list[float], base: list[float]) -> None:
+            """The median of per-round ratios as `key`, their quartiles as `key`_q."""
+            ratios = [b / a for b, a in zip(blocks, base)]
+            row[key] = round(statistics.median(ratios), 4)
+            row[f"{key}_q"] = [round(q, 4) for q in statistics.quantiles(ratios, n=4)] if len(ratios) > 1 else None
+
         for name, blocks in pooled.items():
-            ratios = [b / a for b, a in zip(blocks, alone)]
             row[f"{name}_step_s"] = round(statistics.median(blocks) / args.block, 4)
-            row[f"{name}_vs_alone"] = round(statistics.median(ratios), 4)
-            row[f"{name}_vs_alone_q"] = [round(q, 4) for q in statistics.quantiles(ratios, n=4)] \
-                if len(ratios) > 1 else None
+            compare(f"{name}_vs_alone", blocks, alone)
         for name, base in (("ddp", "lockstep"), ("train_step", "ddp")):
-            ratios = [b / a for b, a in zip(pooled[name], pooled[base])]
-            row[f"{name}_vs_{base}"] = round(statistics.median(ratios), 4)
-            row[f"{name}_vs_{base}_q"] = [round(q, 4) for q in statistics.quantiles(ratios, n=4)] \
-                if len(ratios) > 1 else None
+            compare(f"{name}_vs_{base}", pooled[name], pooled[base])
         print(json.dumps(row), flush=True)
     dist.destroy_process_group()
 

@@ -300,20 +300,26 @@ def barrier() -> None:
         dist.barrier()
 
 
+def multi_rank() -> bool:
+    """True inside an initialised process group of more than one rank: where a collective does
+    anything."""
+    return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
+
 def broadcast_buffers(module: torch.nn.Module, src: int = 0) -> None:
     """Give every rank rank `src`'s buffers of `module` (a collective); nothing for one process.
 
     DDP broadcasts rank 0's buffers at the start of each forward, and then each rank's forward
     updates its own from its own batch (BatchNorm's running statistics), so after a step only
     rank 0 holds the buffers a checkpoint saves. Call this before every rank evaluates."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if multi_rank():
         for buf in module.buffers():
             dist.broadcast(buf, src)
 
 
 def all_reduce_mean(t: torch.Tensor) -> torch.Tensor:
     """Average `t` across ranks in place and return it; the identity for one process."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if multi_rank():
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
         t /= dist.get_world_size()
     return t
@@ -321,6 +327,6 @@ def all_reduce_mean(t: torch.Tensor) -> torch.Tensor:
 
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     """Sum `t` across ranks in place and return it; the identity for one process."""
-    if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+    if multi_rank():
         dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t

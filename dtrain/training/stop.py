@@ -15,6 +15,8 @@ import signal
 import torch
 import torch.distributed as dist
 
+from dtrain.training.dist import multi_rank
+
 STOPPED_EXIT_CODE = 128 + signal.SIGTERM  # what a shell reports for SIGTERM: the platform may restart it
 
 
@@ -39,7 +41,7 @@ class GracefulStop:
 
     def should_stop(self) -> bool:
         """True on every rank as soon as any rank was asked to stop (a collective: call it on all ranks)."""
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if multi_rank():
             flag = torch.tensor([1.0 if self.requested else 0.0])
             if dist.get_backend() == "nccl":
                 flag = flag.cuda()
