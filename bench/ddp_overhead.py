@@ -45,6 +45,7 @@ from dtrain.workloads.lanes.model import SCNN
 from dtrain.workloads.lanes.train import build_optimizer, data_parallel, forward_backward, speed_up, train_step
 
 import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
+from lanes_train import random_batch  # noqa: E402  (the same folder)
 
 VARIANTS = ("alone", "lockstep", "ddp", "train_step")
 
@@ -72,10 +73,7 @@ def main() -> None:
     if args.bf16 is not None:
         recipe = recipe.with_bf16(args.bf16)
     device = torch.device("cpu")
-    w, h = recipe.input_size
-    g = torch.Generator().manual_seed(rank)
-    batch = (torch.randn(args.batch, 3, h, w, generator=g), torch.randint(0, 6, (args.batch, h, w), generator=g),
-             torch.randint(0, 2, (args.batch, 5), generator=g).float())
+    batch = random_batch(recipe, rank)  # each rank its own, as with a sampler
 
     info = types.SimpleNamespace(world_size=world, device=device)  # what data_parallel reads
 

@@ -20,6 +20,8 @@ import time
 
 import torch
 
+import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
+from dtrain.errors import SpecError
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.model import SCNN
 from dtrain.workloads.lanes.recipes import Recipe
@@ -54,12 +56,17 @@ class Runner:
         return time.perf_counter() - wall, time.process_time() - cpu, loss.item()
 
 
-def measure(recipe: Recipe, device: torch.device, repeats: int, warmup: int) -> dict:
+def random_batch(recipe: Recipe, seed: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One fixed batch of the recipe's size: images, lane-segmentation labels (0-5), lane-exists flags."""
     w, h = recipe.input_size
-    g = torch.Generator().manual_seed(0)
+    g = torch.Generator().manual_seed(seed)
     n = recipe.batch_size
-    batch = (torch.randn(n, 3, h, w, generator=g), torch.randint(0, 6, (n, h, w), generator=g),
-             torch.randint(0, 2, (n, 5), generator=g).float())
+    return (torch.randn(n, 3, h, w, generator=g), torch.randint(0, 6, (n, h, w), generator=g),
+            torch.randint(0, 2, (n, 5), generator=g).float())
+
+
+def measure(recipe: Recipe, device: torch.device, repeats: int, warmup: int) -> dict:
+    batch = random_batch(recipe, 0)
     runners = {name: Runner(r, batch, device) for name, r in variants(recipe).items()}
     for runner in runners.values():
         for _ in range(warmup):
@@ -68,7 +75,8 @@ def measure(recipe: Recipe, device: torch.device, repeats: int, warmup: int) -> 
     for i in range(repeats):
         for name in (("eager", "fast") if i % 2 == 0 else ("fast", "eager")):
             samples[name].append(runners[name].step())
-    row = {"recipe": recipe.name, "size": f"{w}x{h}", "batch": n, "device": str(device),
+    w, h = recipe.input_size
+    row = {"recipe": recipe.name, "size": f"{w}x{h}", "batch": recipe.batch_size, "device": str(device),
            "threads": torch.get_num_threads(), "load_avg_1m": round(os.getloadavg()[0], 1), "repeats": repeats,
            "knobs": {"channels_last": recipe.nhwc(device), "compile": recipe.compile,
                      "bf16": recipe.autocast(device)}}
@@ -92,12 +100,21 @@ def main() -> None:
         parser.add_argument(f"--{knob.replace('_', '-')}", action=argparse.BooleanOptionalAction,
                             help=f"override the recipe's {knob}")
     args = parser.parse_args()
-    size = tuple(int(v) for v in args.size.split("x"))
+    w, _, h = args.size.lower().partition("x")
+    if not (w.isdigit() and h.isdigit()):
+        parser.error(f"--size {args.size!r} is not WIDTHxHEIGHT: give e.g. 512x288")
+    size = (int(w), int(h))
+    ab.bounded(parser, ("--size width", size[0], 16, 4096), ("--size height", size[1], 16, 4096),
+               ("--batch", 1 if args.batch is None else args.batch, 1, 256), ("--repeats", args.repeats, 1, 1000),
+               ("--warmup", args.warmup, 0, 100))
     knobs = {k: getattr(args, k) for k in ("channels_last", "compile") if getattr(args, k) is not None}
     for name in args.recipe:
         recipe = recipes.get(name)
-        recipe = dataclasses.replace(recipe, model=dataclasses.replace(recipe.model, input_size=size, message_passing="fast"),
-                                     batch_size=args.batch or recipe.batch_size, **knobs)
+        try:
+            model = dataclasses.replace(recipe.model, input_size=size, message_passing="fast")
+        except SpecError as err:
+            parser.error(f"--size {args.size}: {err}")
+        recipe = dataclasses.replace(recipe, model=model, batch_size=args.batch or recipe.batch_size, **knobs)
         if args.bf16 is not None:  # --bf16 / --no-bf16: on whichever device runs
             recipe = recipe.with_bf16(args.bf16)
         print(json.dumps(measure(recipe, torch.device(args.device), args.repeats, args.warmup)), flush=True)

@@ -18,6 +18,8 @@ import time
 import torch
 import torch.distributed as dist
 
+import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -27,8 +29,7 @@ def main() -> None:
     parser.add_argument("--backend", choices=["nccl", "gloo"], default="nccl",
                         help="nccl between GPUs, or gloo between CPU processes (what DDP uses without GPUs)")
     args = parser.parse_args()
-    if not 1 <= args.iters <= 10_000 or not all(0.001 <= mb <= 16384 for mb in args.sizes_mb):
-        parser.error("--iters is 1 to 10000 and every --sizes-mb 0.001 to 16384")
+    ab.bounded(parser, ("--iters", args.iters, 1, 10_000), *(("--sizes-mb", mb, 0.001, 16384) for mb in args.sizes_mb))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world < 2:
         print(json.dumps({"note": f"{torch.cuda.device_count()} GPU(s), 1 process: no all-reduce link to measure"}))

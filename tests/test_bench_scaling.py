@@ -93,13 +93,15 @@ def test_expected_max_and_the_lockstep_bound_are_exact():
 
 
 def test_step_walls_are_the_intervals_throughput_divides(tmp_path):
-    from dtrain.bench.scaling import step_walls, throughput
+    from dtrain.bench.scaling import step_walls, throughput, timed_steps
 
     rows = [{"step": s, "time": 100 + t, "loss": 1.0} for s, t in [(1, 0.0), (2, 0.5), (3, 0.9), (4, 1.5), (5, 1.8)]]
     path = tmp_path / "metrics.jsonl"
     path.write_text("\n".join(json.dumps(r) for r in rows[:3] + [{"step": 3, "val_accuracy": 0.5}] + rows[3:]) + "\n")
-    assert step_walls(path, 1) == pytest.approx([0.4, 0.6, 0.3])  # from the end of step 2 on
-    assert throughput(path, 8, 1) == pytest.approx(3 * 8 / 1.3)
+    steps = timed_steps(path, 1)
+    assert [r["step"] for r in steps] == [2, 3, 4, 5]  # from the end of step 2 on; the validation row is no step
+    assert step_walls(steps) == pytest.approx([0.4, 0.6, 0.3])
+    assert throughput(steps, 8) == pytest.approx(3 * 8 / 1.3)
 
 
 def test_the_all_reduce_bench_also_times_cpu_processes_with_gloo():
@@ -117,7 +119,10 @@ def test_the_all_reduce_bench_also_times_cpu_processes_with_gloo():
     assert all(r["time_ms"] > 0 for r in rows)
     bad = subprocess.run([sys.executable, str(REPO / "bench/nccl_allreduce.py"), "--iters", "0"],
                          capture_output=True, text=True, timeout=60)
-    assert bad.returncode == 2 and "--iters is 1 to 10000" in bad.stderr
+    assert bad.returncode == 2 and "--iters 0 is out of range: give 1 to 10000" in bad.stderr
+    bad = subprocess.run([sys.executable, str(REPO / "bench/nccl_allreduce.py"), "--sizes-mb", "1", "20000"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--sizes-mb 20000.0 is out of range: give 0.001 to 16384" in bad.stderr
 
 
 def test_the_ddp_overhead_bench_times_every_variant_in_two_real_processes():

@@ -131,3 +131,32 @@ def test_scnn_init_matches_the_authors_code():
     assert recipes.paper().model.mp_init == "scnn"
     with pytest.raises(Exception, match="mp_init"):
         SCNNConfig(mp_init="xavier")
+
+
+def test_the_step_bench_times_eager_and_fast_side_by_side_and_refuses_bad_numbers():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    script = str(REPO / "bench/lanes_train.py")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, script, "--recipe", "tiny", "--size", "64x32", "--batch", "4",
+                           "--repeats", "2", "--warmup", "1", "--channels-last"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    row = json.loads(proc.stdout.splitlines()[-1])
+    assert (row["recipe"], row["size"], row["batch"], row["repeats"]) == ("tiny", "64x32", 4, 2)
+    assert row["knobs"]["channels_last"] is True
+    assert row["eager_step_s"] > 0 and row["fast_step_s"] > 0
+    assert row["speedup"] == pytest.approx(row["eager_step_s"] / row["fast_step_s"], abs=0.02)
+    for args, message in [(["--size", "64x"], "--size '64x' is not WIDTHxHEIGHT"),
+                          (["--size", "72x32"], "multiples of 16"),
+                          (["--size", "8192x32"], "--size width 8192 is out of range: give 16 to 4096"),
+                          (["--batch", "0"], "--batch 0 is out of range: give 1 to 256"),
+                          (["--repeats", "0"], "--repeats 0 is out of range: give 1 to 1000")]:
+        bad = subprocess.run([sys.executable, script, "--recipe", "tiny", *args],
+                             capture_output=True, text=True, timeout=60, env=env)
+        assert bad.returncode == 2 and message in bad.stderr.splitlines()[-1], (args, bad.stderr[-500:])

@@ -63,7 +63,7 @@ WORKLOADS = {
 }
 
 
-def _steps(metrics_path: Path, warmup: int) -> list[dict]:
+def timed_steps(metrics_path: Path, warmup: int) -> list[dict]:
     """The training-step rows of rank 0's metrics, from the end of step `warmup` on."""
     rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
     steps = [r for r in rows if "step" in r and "time" in r and "loss" in r]
@@ -72,16 +72,14 @@ def _steps(metrics_path: Path, warmup: int) -> list[dict]:
     return steps[warmup:]
 
 
-def throughput(metrics_path: Path, global_batch: int, warmup: int) -> float:
-    """Images/s between the end of step `warmup` and the end of the last step."""
-    steps = _steps(metrics_path, warmup)
+def throughput(steps: list[dict], global_batch: int) -> float:
+    """Images/s between the end of the first timed step and the end of the last (`timed_steps`)."""
     first, last = steps[0], steps[-1]
     return (last["step"] - first["step"]) * global_batch / (last["time"] - first["time"])
 
 
-def step_walls(metrics_path: Path, warmup: int) -> list[float]:
+def step_walls(steps: list[dict]) -> list[float]:
     """Seconds from the end of each timed step to the end of the next (what throughput divides)."""
-    steps = _steps(metrics_path, warmup)
     return [b["time"] - a["time"] for a, b in zip(steps, steps[1:]) if b["step"] == a["step"] + 1]
 
 
@@ -138,8 +136,8 @@ def _run_one(args, client: Client, p: int, repeat: int) -> tuple[str, float, lis
     with _stopping(client, started):
         name, job_out = _submit(args, client, p, f"{p}p-{repeat}", f"{p}p", started)
         _wait(client, name)
-    metrics = _metrics_file(job_out)
-    return name, throughput(metrics, p * args.batch, args.warmup), step_walls(metrics, args.warmup)
+    steps = timed_steps(_metrics_file(job_out), args.warmup)
+    return name, throughput(steps, p * args.batch), step_walls(steps)
 
 
 def _run_independent(args, client: Client, p: int, repeat: int) -> float:
@@ -149,7 +147,7 @@ def _run_independent(args, client: Client, p: int, repeat: int) -> float:
         outs = [_submit(args, client, 1, f"{p}x1-{repeat}-{i}", f"{p}x1/{i}", started)[1] for i in range(p)]
         for name in started:
             _wait(client, name)
-    return sum(throughput(_metrics_file(job_out), args.batch, args.warmup) for job_out in outs)
+    return sum(throughput(timed_steps(_metrics_file(job_out), args.warmup), args.batch) for job_out in outs)
 
 
 @contextlib.contextmanager
