@@ -23,6 +23,15 @@ def bounded(parser: argparse.ArgumentParser, *checks: tuple[str, int, int, int])
             parser.error(f"{flag} {value} is out of range: give {lo} to {hi}")
 
 
+def size(parser: argparse.ArgumentParser, text: str, *, lo: int = 16, hi: int = 4096) -> tuple[int, int]:
+    """--size WIDTHxHEIGHT as (width, height), each `lo` to `hi`, or one line naming the problem."""
+    w, _, h = text.lower().partition("x")
+    if not (w.isdigit() and h.isdigit()):
+        parser.error(f"--size {text!r} is not WIDTHxHEIGHT: give e.g. 512x288")
+    bounded(parser, ("--size width", int(w), lo, hi), ("--size height", int(h), lo, hi))
+    return int(w), int(h)
+
+
 def checked(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     bounded(parser, ("--repeats", args.repeats, 1, 1000))

@@ -30,6 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import ab  # noqa: E402  (the bounds check; bench/ is this script's folder, first on sys.path)
 from dtrain.workloads.cifar10.data import write_synthetic  # noqa: E402
 
 
@@ -43,7 +44,8 @@ def run(nproc: int, data: Path, work: Path, args: argparse.Namespace) -> dict[st
     if nproc > 1:
         launcher += ["-m", "torch.distributed.run", "--nproc-per-node", str(nproc), "--master-port", str(args.port)]
     threads = args.threads or max(1, (os.cpu_count() or 1) // nproc)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(threads)}
+    # TMPDIR: torchrun's own torchelastic_* folder goes with the run's temporary folder, not into /tmp
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": str(threads), "TMPDIR": str(work)}
     start = time.perf_counter()
     subprocess.run(launcher + train, cwd=REPO, env=env, check=True, stdout=subprocess.DEVNULL)
     wall = time.perf_counter() - start
@@ -75,6 +77,13 @@ def main() -> int:
     p.add_argument("--port", type=int, default=29531, help="torchrun master port (default 29531)")
     p.add_argument("--json", help="also write the results to this file")
     args = p.parse_args()
+    procs = [int(n) for n in args.procs.split(",") if n.strip().isdigit()]
+    if len(procs) != len(args.procs.split(",")):
+        p.error(f"--procs {args.procs!r} is not a list of process counts: give e.g. 1,2")
+    ab.bounded(p, ("--steps", args.steps, 2, 100_000), ("--warmup", args.warmup, 0, args.steps - 2),
+               ("--batch-size", args.batch_size, 1, 4096), *(("--procs", n, 1, 64) for n in procs),
+               ("--n-train", args.n_train, args.batch_size * max(procs), 1_000_000),
+               ("--threads", args.threads, 0, 1024), ("--port", args.port, 1024, 65535))
     with tempfile.TemporaryDirectory(prefix="cifar10-bench-") as tmp:
         work = Path(tmp)
         write_synthetic(work / "data", fmt="binary", n_train=args.n_train, n_test=1000, seed=0)

@@ -6,6 +6,8 @@
 #   4. inference frames/s at batch 1, paper recipe (the SCNN paper reports 7.5 FPS)
 #
 #   PYTHON=/path/to/python bash bench/gpu.sh [OUT_DIR]
+#   SMOKE=1 bash bench/gpu.sh [OUT_DIR]   # every step in miniature on this machine's CPU (~1 min):
+#                                         # checks the script before a GPU's time is spent on it
 #
 # Needs a Python with a CUDA build of torch and dtrain's dependencies (pip install -e '.[lanes]').
 # Every step has its own time limit, so one slow part cannot eat the others' time; all JSON lines
@@ -27,22 +29,34 @@ step() {  # step LIMIT_S NAME COMMAND...: run with a time limit, keep its JSON l
     echo "== $name: exit ${PIPESTATUS[0]}" | tee -a "$LOG"
 }
 
-"$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name(0))" \
-    | tee -a "$LOG" || { echo "no CUDA torch in $PY: set PYTHON" | tee -a "$LOG"; exit 2; }
-nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee -a "$LOG"
-NGPU=$("$PY" -c "import torch; print(torch.cuda.device_count())")
+if [ "${SMOKE:-0}" = 1 ]; then
+    # The same steps and flags; later flags win, so each step runs on the CPU at a toy size.
+    DEV=cpu NGPU=2 COMPILE=--no-compile
+    TRAIN_X=(--size 64x32 --batch 2 --repeats 1 --warmup 1)
+    NCCL_X=(--backend gloo --sizes-mb 0.01 --iters 2)
+    LOADER_X=(--frames 4 --rounds 1)
+    INFER_X=(--recipe tiny --frames 2)
+    export OMP_NUM_THREADS=1
+    echo "smoke run: CPU, toy sizes; no figure from it is a GPU figure" | tee -a "$LOG"
+else
+    "$PY" -c "import torch; assert torch.cuda.is_available(), 'no CUDA device'; print(torch.__version__, torch.cuda.get_device_name(0))" \
+        | tee -a "$LOG" || { echo "no CUDA torch in $PY: set PYTHON (or SMOKE=1 to check the script on a CPU)" | tee -a "$LOG"; exit 2; }
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv | tee -a "$LOG"
+    NGPU=$("$PY" -c "import torch; print(torch.cuda.device_count())")
+    DEV=cuda COMPILE=--compile TRAIN_X=() NCCL_X=() LOADER_X=() INFER_X=()
+fi
 
 # 1. training step: the fast path is the recipe's knobs (channels-last, bf16 autocast, fast message
 #    passing); --compile adds torch.compile of the backbone and neck (compilation is in the warm-up).
-step 150 train-paper "$PY" bench/lanes_train.py --recipe paper --batch 12 --repeats 10 --warmup 3 --device cuda
-step 150 train-paper-compile "$PY" bench/lanes_train.py --recipe paper --batch 12 --repeats 10 --warmup 3 --device cuda --compile
-step 90 train-demo "$PY" bench/lanes_train.py --recipe demo --size 256x144 --batch 8 --repeats 20 --warmup 3 --device cuda
+step 150 train-paper "$PY" bench/lanes_train.py --recipe paper --batch 12 --repeats 10 --warmup 3 --device $DEV "${TRAIN_X[@]}"
+step 150 train-paper-compile "$PY" bench/lanes_train.py --recipe paper --batch 12 --repeats 10 --warmup 3 --device $DEV $COMPILE "${TRAIN_X[@]}"
+step 90 train-demo "$PY" bench/lanes_train.py --recipe demo --size 256x144 --batch 8 --repeats 20 --warmup 3 --device $DEV "${TRAIN_X[@]}"
 # 2. all-reduce bus bandwidth
-step 90 nccl "$PY" -m torch.distributed.run --standalone --nproc-per-node "$NGPU" bench/nccl_allreduce.py
+step 90 nccl "$PY" -m torch.distributed.run --standalone --nproc-per-node "$NGPU" bench/nccl_allreduce.py "${NCCL_X[@]}"
 # 3. loader: items/s of one worker process (one thread), LaneDataset vs a naive loader
-step 90 loader "$PY" bench/lanes_loader.py --frames 200 --rounds 2
+step 90 loader "$PY" bench/lanes_loader.py --frames 200 --rounds 2 "${LOADER_X[@]}"
 # 4. inference at batch 1
-step 60 infer "$PY" bench/lanes_infer.py --recipe paper --frames 50 --device cuda
+step 60 infer "$PY" bench/lanes_infer.py --recipe paper --frames 50 --device $DEV "${INFER_X[@]}"
 
 # Workers needed to feed the GPU: the fast path's images/s over one worker's items/s.
 "$PY" - "$JSONL" <<'PYEOF' | tee -a "$LOG" >> "$JSONL"

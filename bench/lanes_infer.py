@@ -16,6 +16,7 @@ import time
 
 import torch
 
+import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.model import SCNN, probabilities
 
@@ -38,9 +39,10 @@ def fps(model: torch.nn.Module, img: torch.Tensor, frames: int, bf16: bool) -> f
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="paper", choices=sorted(recipes.RECIPES))
-    parser.add_argument("--frames", type=int, default=50)
+    parser.add_argument("--frames", type=int, default=50, help="timed frames of each (1 to 10000)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
+    ab.bounded(parser, ("--frames", args.frames, 1, 10_000))
     device = torch.device(args.device)
     torch.backends.cudnn.benchmark = True
     recipe = recipes.get(args.recipe)

@@ -26,6 +26,7 @@ from PIL import Image
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import ab  # noqa: E402  (the bounds check; bench/ is this script's folder, first on sys.path)
 from dtrain.workloads.lanes import prepare, synth  # noqa: E402
 from dtrain.workloads.lanes.data import IMAGENET_MEAN, IMAGENET_STD, LaneDataset  # noqa: E402
 from dtrain.workloads.lanes.masks import render_label  # noqa: E402
@@ -65,9 +66,10 @@ def rate(ds, n: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--frames", type=int, default=200)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--frames", type=int, default=200, help="synthetic frames (1 to 20000)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of both loaders (1 to 100)")
     args = parser.parse_args()
+    ab.bounded(parser, ("--frames", args.frames, 1, 20_000), ("--rounds", args.rounds, 1, 100))
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
         src, root = Path(tmp) / "synth", Path(tmp) / "prepared"

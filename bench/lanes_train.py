@@ -100,12 +100,8 @@ def main() -> None:
         parser.add_argument(f"--{knob.replace('_', '-')}", action=argparse.BooleanOptionalAction,
                             help=f"override the recipe's {knob}")
     args = parser.parse_args()
-    w, _, h = args.size.lower().partition("x")
-    if not (w.isdigit() and h.isdigit()):
-        parser.error(f"--size {args.size!r} is not WIDTHxHEIGHT: give e.g. 512x288")
-    size = (int(w), int(h))
-    ab.bounded(parser, ("--size width", size[0], 16, 4096), ("--size height", size[1], 16, 4096),
-               ("--batch", 1 if args.batch is None else args.batch, 1, 256), ("--repeats", args.repeats, 1, 1000),
+    size = ab.size(parser, args.size)
+    ab.bounded(parser, ("--batch", 1 if args.batch is None else args.batch, 1, 256), ("--repeats", args.repeats, 1, 1000),
                ("--warmup", args.warmup, 0, 100))
     knobs = {k: getattr(args, k) for k in ("channels_last", "compile") if getattr(args, k) is not None}
     for name in args.recipe:

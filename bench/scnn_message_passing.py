@@ -12,6 +12,8 @@ import time
 
 import torch
 
+import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
+from dtrain.errors import SpecError
 from dtrain.workloads.lanes.model import SCNN, MessagePassing, SCNNConfig
 
 
@@ -60,7 +62,13 @@ def main() -> None:
     parser.add_argument("--size", default="512x288", help="WxH")
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
-    size = tuple(int(v) for v in args.size.split("x"))
+    size = ab.size(parser, args.size)
+    ab.bounded(parser, ("--batch", args.batch, 1, 256), ("--repeats", args.repeats, 1, 1000))
+    for width in args.width:
+        try:
+            SCNNConfig(width=width, input_size=size)
+        except SpecError as err:
+            parser.error(f"--width {width} --size {args.size}: {err}")
     for width in args.width:
         for row in measure(width, args.batch, size, args.repeats):
             print(json.dumps(row), flush=True)

@@ -30,6 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+import ab  # noqa: E402  (the bounds check; bench/ is this script's folder, first on sys.path)
 import httpx  # noqa: E402
 
 from dtrain.backends.local.store import JobStore  # noqa: E402
@@ -89,9 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--running", type=int, default=5, help="real jobs printing lines for the followers")
     ap.add_argument("--requests", type=int, default=100, help="list requests per run")
     args = ap.parse_args(argv)
-    for flag in ("jobs", "followers", "running", "requests"):
-        if not 1 <= getattr(args, flag) <= 100_000:
-            ap.error(f"--{flag} must be between 1 and 100000")
+    ab.bounded(ap, *((f"--{flag}", getattr(args, flag), 1, 100_000) for flag in ("jobs", "followers", "running", "requests")))
     with tempfile.TemporaryDirectory(prefix="dtrain-bench-server-") as tmp:
         home, work = Path(tmp) / "home", Path(tmp) / "work"
         home.mkdir()

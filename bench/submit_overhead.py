@@ -19,19 +19,23 @@ import tempfile
 import time
 from pathlib import Path
 
+import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
+
 FIRST_LINE = "import time; print(repr(time.time()), flush=True)"
 FIRST_LINE_TO_FILE = ("import time, os; t = time.time(); "
                       "open(os.environ['STAMP_DIR'] + '/' + os.environ['RANK'], 'w').write(repr(t))")
 BIN = Path(sys.executable).parent
 
 
-def by_hand(processes: int) -> float:
-    stamps = Path(tempfile.mkdtemp())
+def by_hand(processes: int, work: Path) -> float:
+    """torchrun as typed; its own /tmp/torchelastic_* folder lands in `work` ($TMPDIR), not in /tmp."""
+    stamps = Path(tempfile.mkdtemp(dir=work))
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nnodes=1",
                     f"--nproc-per-node={processes}", "--rdzv-backend=c10d", "--rdzv-endpoint=127.0.0.1:0",
                     "--no-python", sys.executable, "-c", FIRST_LINE_TO_FILE],
-                   capture_output=True, text=True, check=True, env={**os.environ, "STAMP_DIR": str(stamps)})
+                   capture_output=True, text=True, check=True,
+                   env={**os.environ, "STAMP_DIR": str(stamps), "TMPDIR": str(work)})
     return min(float(p.read_text()) for p in stamps.iterdir()) - t0
 
 
@@ -54,16 +58,19 @@ def plain(_processes: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--runs", type=int, default=7)
+    ap.add_argument("--runs", type=int, default=7, help="runs of each, interleaved (1 to 1000)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
-    home = Path(tempfile.mkdtemp(prefix="dtrain-bench-"))
+    ab.bounded(ap, ("--runs", args.runs, 1, 1000))
     res = {"torchrun_by_hand_2p": [], "dtrain_submit_dist_2p": [], "python_by_hand_1p": [], "dtrain_submit_1p": []}
-    for i in range(args.runs):
-        res["torchrun_by_hand_2p"].append(by_hand(2))
-        res["dtrain_submit_dist_2p"].append(through_dtrain(home, f"bench-d{i}", 2))
-        res["python_by_hand_1p"].append(plain(1))
-        res["dtrain_submit_1p"].append(through_dtrain(home, f"bench-s{i}", 1))
+    with tempfile.TemporaryDirectory(prefix="dtrain-bench-") as tmp:  # the jobs' home and the stamps go with it
+        work = Path(tmp)
+        home = work / "home"
+        for i in range(args.runs):
+            res["torchrun_by_hand_2p"].append(by_hand(2, work))
+            res["dtrain_submit_dist_2p"].append(through_dtrain(home, f"bench-d{i}", 2))
+            res["python_by_hand_1p"].append(plain(1))
+            res["dtrain_submit_1p"].append(through_dtrain(home, f"bench-s{i}", 1))
     med = {k: statistics.median(v) for k, v in res.items()}
     if args.json:
         print(json.dumps({"median_s": med, "runs": res}, indent=2))

@@ -1,0 +1,118 @@
+"""The benchmark scripts behind docs/benchmarks.md run, and refuse numbers out of range in one
+line. bench/gpu.sh runs only where a GPU is lent, for a few minutes: its smoke mode runs every
+step here, in miniature on the CPU, so a broken step shows before a GPU's time is spent."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def _bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(REPO / "bench" / script), *args], capture_output=True, text=True,
+                          timeout=timeout, env=ENV, cwd=REPO)
+
+
+@pytest.mark.parametrize("script, args, message", [
+    ("lanes_infer.py", ["--frames", "0"], "--frames 0 is out of range: give 1 to 10000"),
+    ("lanes_loader.py", ["--rounds", "101"], "--rounds 101 is out of range: give 1 to 100"),
+    ("scnn_message_passing.py", ["--size", "512"], "--size '512' is not WIDTHxHEIGHT"),
+    ("scnn_message_passing.py", ["--width", "9"], "--width 9.0 --size 512x288: width 9.0: use a channel multiplier"),
+    ("scnn_message_passing.py", ["--batch", "-1"], "--batch -1 is out of range: give 1 to 256"),
+    ("submit_overhead.py", ["--runs", "0"], "--runs 0 is out of range: give 1 to 1000"),
+    ("cifar10_throughput.py", ["--procs", "1,x"], "--procs '1,x' is not a list of process counts"),
+    ("cifar10_throughput.py", ["--steps", "10", "--warmup", "9"], "--warmup 9 is out of range: give 0 to 8"),
+    ("cifar10_throughput.py", ["--n-train", "4"], "--n-train 4 is out of range: give 128 to 1000000"),
+    ("server.py", ["--followers", "0"], "--followers 0 is out of range: give 1 to 100000"),
+])
+def test_bench_scripts_refuse_numbers_out_of_range_in_one_line(script, args, message):
+    proc = _bench(script, *args, timeout=120)
+    assert proc.returncode == 2 and message in proc.stderr.splitlines()[-1], proc.stderr[-800:]
+
+
+def test_gpu_script_without_a_cuda_torch_says_how_to_go_on(tmp_path):
+    proc = subprocess.run(["bash", str(REPO / "bench/gpu.sh"), str(tmp_path / "out")], capture_output=True,
+                          text=True, timeout=120, env={**ENV, "PYTHON": sys.executable}, cwd=tmp_path)
+    assert proc.returncode == 2
+    assert proc.stdout.splitlines()[-1] == f"no CUDA torch in {sys.executable}: set PYTHON (or SMOKE=1 to check " \
+                                           "the script on a CPU)"
+
+
+@pytest.mark.slow
+def test_gpu_script_runs_every_step_in_miniature_on_the_cpu(tmp_path):
+    out = tmp_path / "gpu-out"
+    proc = subprocess.run(["bash", str(REPO / "bench/gpu.sh"), str(out)], capture_output=True, text=True,
+                          timeout=600, env={**ENV, "PYTHON": sys.executable, "SMOKE": "1"}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    log = (out / "gpu.log").read_text()
+    steps = ["train-paper", "train-paper-compile", "train-demo", "nccl", "loader", "infer"]
+    for step in steps:
+        assert f"== {step}: exit 0" in log, log[-3000:]
+    rows = {r["step"]: r for r in map(json.loads, (out / "gpu.jsonl").read_text().splitlines())}
+    assert list(rows) == [*steps, "loader-vs-gpu"]
+    for step in ("train-paper", "train-paper-compile", "train-demo"):  # the gpu.sh flags, then the toy size
+        assert (rows[step]["device"], rows[step]["size"], rows[step]["batch"]) == ("cpu", "64x32", 2)
+        assert rows[step]["eager_step_s"] > 0 and rows[step]["fast_step_s"] > 0
+    assert (rows["nccl"]["backend"], rows["nccl"]["processes"]) == ("gloo", 2)
+    assert rows["loader"]["frames"] == 4 and rows["loader"]["lanedataset"] > 0
+    assert rows["infer"]["recipe"] == "tiny" and rows["infer"]["fast_fps"] > 0
+    gpu = rows["train-paper"]["batch"] / rows["train-paper"]["fast_step_s"]
+    assert rows["loader-vs-gpu"]["gpu_images_per_s"] == pytest.approx(gpu, abs=0.1)
+
+
+def test_the_message_passing_bench_times_both_forms():
+    proc = _bench("scnn_message_passing.py", "--width", "0.125", "--batch", "1", "--size", "64x32", "--repeats", "1")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    naive, fast = map(json.loads, proc.stdout.splitlines())
+    assert (naive["impl"], fast["impl"], naive["size"]) == ("naive", "fast", "64x32")
+    assert 0 < naive["mp_s"] < naive["step_s"] and 0 < fast["mp_s"] < fast["step_s"]
+    assert fast["mp_speedup"] == pytest.approx(naive["mp_s"] / fast["mp_s"], rel=0.05)
+
+
+@pytest.mark.slow
+def test_the_submit_overhead_bench_times_both_paths_and_leaves_nothing_in_tmp(tmp_path):
+    proc = subprocess.run([sys.executable, str(REPO / "bench/submit_overhead.py"), "--runs", "1", "--json"],
+                          capture_output=True, text=True, timeout=300, env={**ENV, "TMPDIR": str(tmp_path)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout)
+    assert set(result["median_s"]) == {"torchrun_by_hand_2p", "dtrain_submit_dist_2p", "python_by_hand_1p",
+                                       "dtrain_submit_1p"}
+    assert all(0 < v < 120 for v in result["median_s"].values())
+    assert list(tmp_path.iterdir()) == []  # the jobs' home, the stamps, torchrun's own folder: all gone
+
+
+@pytest.mark.slow
+def test_the_cifar10_throughput_bench_reads_the_ranks_metrics(tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    out, scratch = tmp_path / "c10.json", tmp_path / "t"
+    scratch.mkdir()
+    proc = subprocess.run([sys.executable, str(REPO / "bench/cifar10_throughput.py"), "--steps", "5", "--warmup", "1",
+                           "--batch-size", "8", "--n-train", "64", "--procs", "1,2", "--port", str(port),
+                           "--json", str(out)], capture_output=True, text=True, timeout=300,
+                          env={**ENV, "TMPDIR": str(scratch)}, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    one, two = json.loads(out.read_text())
+    assert (one["nproc"], one["global_batch"], two["nproc"], two["global_batch"]) == (1, 8, 2, 16)
+    assert one["allreduce_ms"] == 0 and two["allreduce_ms"] > 0 and one["images_per_s"] > 0
+    assert list(scratch.iterdir()) == []  # the data, the metrics, torchrun's own folder: all gone
+
+
+@pytest.mark.slow
+def test_the_server_bench_lists_jobs_alone_and_while_logs_stream():
+    proc = _bench("server.py", "--jobs", "20", "--followers", "2", "--running", "1", "--requests", "5")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert (result["jobs_stored"], result["requests"], result["followers"]) == (20, 5, 2)
+    assert result["lines_received_by_followers"] > 0
+    assert 0 < result["list_median_s"] <= result["list_p99_s"]
