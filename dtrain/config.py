@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dtrain.errors import SpecError
+from dtrain.errors import SpecError, StorageError
 from dtrain.names import CLASS_RE
 from dtrain.spec import check_name, yaml_mapping
 
@@ -23,7 +23,14 @@ TTL_RE = re.compile(r"^(\d{1,6})(s|m|h|d)$")
 
 def home_dir(home: str | Path | None = None) -> Path:
     path = Path(home or os.environ.get("DTRAIN_HOME") or Path.home() / ".dtrain").expanduser()
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise SpecError(f"the dtrain home {path} is a file, not a folder: give --home (or $DTRAIN_HOME) "
+                        f"a folder, or move the file away") from None
+    except OSError as err:
+        raise StorageError(f"cannot make the dtrain home {path}: {err.strerror}; give --home (or $DTRAIN_HOME) "
+                           f"a folder you can write") from None
     return path.resolve()
 
 

@@ -231,3 +231,30 @@ def test_a_class_root_holding_other_files_is_refused(dt: Dtrain, tmp_path):
     proc = dt("volume", "create", "v", "--class", "busy", check=False)
     assert proc.returncode == 2 and "holds files dtrain did not put there" in proc.stderr
     assert os.listdir(tmp_path / "busy") == ["precious.txt"]
+
+
+def test_a_class_root_overlapping_the_home_or_another_class_is_refused(dt: Dtrain, tmp_path):
+    dt("volume", "create", "v1", "--size", "1Gi")
+    inside_volume = dt.home / "volumes" / "v1" / "data"  # where the finding put a class: v1's delete took its volumes
+    near = tmp_path / "near"
+    cases = [({"fast": inside_volume}, dt.home), ({"fast": tmp_path}, dt.home),
+             ({"near": near, "fast": near}, near), ({"near": near, "fast": near / "inner"}, near),
+             ({"near": near / "inner", "fast": near}, near / "inner")]
+    for classes, other in cases:
+        (dt.home / "config.yaml").write_text(yaml.safe_dump({"storage_classes": {k: str(v) for k, v in classes.items()}}))
+        proc = dt("volume", "create", "x", "--class", "fast", check=False)
+        assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+        assert f"storage class 'fast': its folder {classes['fast']} overlaps {other}, " in proc.stderr, proc.stderr
+    assert os.listdir(inside_volume) == []  # nothing made in the volume, so deleting it deletes no other volume
+    assert " x " not in dt("volume", "list").stdout
+    (dt.home / "config.yaml").write_text(yaml.safe_dump({"storage_classes": {"fast": str(inside_volume)}}))
+    proc = dt("volume", "update", "v1", "--class", "fast", check=False)
+    assert proc.returncode == 2 and "overlaps" in proc.stderr
+    assert inside_volume.is_dir()
+
+
+def test_volumes_of_one_class_share_its_root(dt: Dtrain, tmp_path):
+    (dt.home / "config.yaml").write_text(f"storage_classes: {{fast: {tmp_path / 'fast'}}}\n")
+    for name in ("a", "b"):
+        dt("volume", "create", name, "--class", "fast")
+    assert sorted(p.name for p in (tmp_path / "fast").iterdir() if not p.name.startswith(".")) == ["a", "b"]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import json
 import sys
@@ -227,6 +228,33 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except BrokenPipeError:
         return 0
+    except Exception as err:
+        refused = machine_refused(err)
+        if refused is None:
+            raise
+        print(f"dtrain: error: {refused}", file=sys.stderr)
+        return 2
+
+
+_ERRNO_HINTS = {
+    errno.ENOSPC: "free space on that disk and retry",
+    errno.EDQUOT: "free space within your disk quota and retry",
+    errno.EROFS: "that file system is read-only: use a writable folder",
+    errno.EACCES: "you may not write there: use a folder you own, or fix its permissions",
+}
+
+
+def machine_refused(err: BaseException) -> str | None:
+    """One line for what the machine refused a command (a full or read-only disk, a folder it may
+    not write), or None for anything else. The state database changes in transactions, so a
+    write SQLite could not finish left what was stored as it was."""
+    if type(err).__module__ == "sqlite3" and any(w in str(err) for w in ("full", "I/O error", "readonly")):
+        return (f"the state database could not be opened or written ({err}): the disk holding the dtrain home is "
+                f"probably full or read-only; free space there (df -h) and retry; nothing stored was changed")
+    if isinstance(err, OSError) and err.errno in _ERRNO_HINTS:
+        where = f" writing {err.filename}" if err.filename else ""
+        return f"{err.strerror}{where}: {_ERRNO_HINTS[err.errno]}"
+    return None
 
 
 if __name__ == "__main__":

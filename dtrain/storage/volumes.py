@@ -395,6 +395,7 @@ class Storage:
             raise NotFoundError(f"unknown storage class {storage_class!r}: use one of {known}, or name its root "
                             f"folder under 'storage_classes:' in {self.home / 'config.yaml'}")
         root = self.classes[storage_class]
+        self._check_apart(storage_class, root)
         root.mkdir(parents=True, exist_ok=True)
         if not (root / ROOT_MARK).exists():
             if any(os.scandir(root)):
@@ -402,6 +403,20 @@ class Storage:
                                 f"give the class an empty folder of its own")
             (root / ROOT_MARK).touch()
         return root
+
+    def _check_apart(self, storage_class: str, root: Path) -> None:
+        """A class root neither lies inside nor holds the dtrain home or another class's root (where
+        other volumes live): deleting a volume there would delete the volumes inside its folder."""
+        here = Path(os.path.realpath(root))
+        stored = [Path(r[0]) for r in self.conn.execute("SELECT DISTINCT root FROM volumes WHERE root IS NOT NULL")]
+        others = [(self.home, False), *((r, False) for n, r in self.classes.items() if n != storage_class),
+                  *((r, True) for r in stored)]  # a stored root equal to this one: this class's own volumes
+        for other, may_equal in others:
+            there = Path(os.path.realpath(other))
+            if (here.is_relative_to(there) or there.is_relative_to(here)) and not (may_equal and here == there):
+                raise SpecError(f"storage class {storage_class!r}: its folder {root} overlaps {other}, where "
+                                f"dtrain keeps other volumes or its state; give the class a folder of its own, "
+                                f"outside the dtrain home ({self.home}) and apart from the other classes' folders")
 
     def _volume(self, row) -> Volume:
         root = Path(row["root"]) if row["root"] else self.volumes_dir
