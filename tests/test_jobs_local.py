@@ -304,3 +304,19 @@ def test_concurrent_submits_never_share_a_device(dt_gpus: Dtrain, tmp_path):
         for b in spans:
             if a is not b and a[0] == b[0]:
                 assert a[2] <= b[1] or b[2] <= a[1], (a, b)
+
+
+def test_a_link_where_the_jobs_folder_goes_is_refused_and_nothing_is_written_through_it(dt: Dtrain, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (dt.home / "jobs").mkdir(parents=True, exist_ok=True)
+    (dt.home / "jobs" / "j1").symlink_to(elsewhere)
+    proc = dt("submit", "j1", "--", "echo", "hi", check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        f"dtrain: error: {dt.home / 'jobs' / 'j1'} is a symbolic link, which dtrain does not make there: remove it "
+        "and submit again (nothing was started)"]
+    assert list(elsewhere.iterdir()) == [] and "j1" not in dt("list", "-A").stdout
+    (dt.home / "jobs" / "j1").unlink()
+    dt("submit", "j1", "--", "echo", "hi")
+    dt("wait", "j1")
+    assert "hi" in dt("logs", "j1").stdout and list(elsewhere.iterdir()) == []

@@ -83,6 +83,10 @@ class LocalBackend(Backend):
         self._check_resources(spec)
         launch.check_tools(spec, cwd=cwd)
         self.store.check_free(spec.name)  # again in insert_job's transaction; here before volumes are made
+        job_dir = self.home / "jobs" / spec.name
+        if job_dir.is_symlink():  # the job's logs and records would be written wherever it points
+            raise ConflictError(f"{job_dir} is a symbolic link, which dtrain does not make there: remove it and "
+                                f"submit again (nothing was started)")
         created = self._prepare_volumes(spec) if spec.volumes else []
         try:
             self.store.insert_job(spec, cwd=cwd, node=socket.gethostname())
@@ -90,9 +94,17 @@ class LocalBackend(Backend):
             for name in created:
                 self.storage.delete_volume(name, force=True)
             raise
-        job_dir = self.home / "jobs" / spec.name
         shutil.rmtree(job_dir, ignore_errors=True)  # left by a deleted job of the same name
-        (job_dir / "logs").mkdir(parents=True)
+        job_dir.parent.mkdir(exist_ok=True)
+        try:
+            job_dir.mkdir()  # never through a link that appeared since the check: mkdir does not follow it
+        except FileExistsError:
+            self.store.purge(spec.name)
+            for name in created:
+                self.storage.delete_volume(name, force=True)
+            raise ConflictError(f"{job_dir} appeared while the job was submitted (a link or a file dtrain did not "
+                                f"make): remove it and submit again (nothing was started)") from None
+        (job_dir / "logs").mkdir()
         self._start_supervisor(spec.name, cwd, replacing=(None, None))
         return self._get(spec.name)
 
