@@ -26,10 +26,10 @@ def home_dir(home: str | Path | None = None) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
-        raise SpecError(f"the dtrain home {path} is a file, not a folder: give --home (or $DTRAIN_HOME) "
+        raise SpecError(f"the home folder {path} is a file, not a folder: give --home (or $DTRAIN_HOME) "
                         f"a folder, or move the file away") from None
     except OSError as err:
-        raise StorageError(f"cannot make the dtrain home {path}: {err.strerror}; give --home (or $DTRAIN_HOME) "
+        raise StorageError(f"cannot make the home folder {path}: {err.strerror}; give --home (or $DTRAIN_HOME) "
                            f"a folder you can write") from None
     return path.resolve()
 

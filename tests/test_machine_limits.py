@@ -55,11 +55,11 @@ def test_a_full_disk_is_one_line_for_every_command_and_loses_nothing(small_disk)
 
 
 @pytest.mark.parametrize("home, message", [
-    ("FILE", "the dtrain home FILE is a file, not a folder: give --home (or $DTRAIN_HOME) a folder, or move the "
+    ("FILE", "the home folder FILE is a file, not a folder: give --home (or $DTRAIN_HOME) a folder, or move the "
              "file away"),
-    ("/proc/no-such", "cannot make the dtrain home /proc/no-such: No such file or directory; give --home (or "
+    ("/proc/no-such", "cannot make the home folder /proc/no-such: No such file or directory; give --home (or "
                       "$DTRAIN_HOME) a folder you can write"),
-    ("FILE/x", "cannot make the dtrain home FILE/x: Not a directory; give --home (or $DTRAIN_HOME) a folder you "
+    ("FILE/x", "cannot make the home folder FILE/x: Not a directory; give --home (or $DTRAIN_HOME) a folder you "
                "can write"),
 ])
 def test_a_home_that_cannot_be_a_folder_is_one_line(tmp_path, home, message):

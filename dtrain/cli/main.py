@@ -249,7 +249,7 @@ def machine_refused(err: BaseException) -> str | None:
     not write), or None for anything else. The state database changes in transactions, so a
     write SQLite could not finish left what was stored as it was."""
     if type(err).__module__ == "sqlite3" and any(w in str(err) for w in ("full", "I/O error", "readonly")):
-        return (f"the state database could not be opened or written ({err}): the disk holding the dtrain home is "
+        return (f"the state database could not be opened or written ({err}): the disk holding the home folder ($DTRAIN_HOME) is "
                 f"probably full or read-only; free space there (df -h) and retry; nothing stored was changed")
     if isinstance(err, OSError) and err.errno in _ERRNO_HINTS:
         where = f" writing {err.filename}" if err.filename else ""

@@ -415,8 +415,8 @@ class Storage:
             there = Path(os.path.realpath(other))
             if (here.is_relative_to(there) or there.is_relative_to(here)) and not (may_equal and here == there):
                 raise SpecError(f"storage class {storage_class!r}: its folder {root} overlaps {other}, where "
-                                f"dtrain keeps other volumes or its state; give the class a folder of its own, "
-                                f"outside the dtrain home ({self.home}) and apart from the other classes' folders")
+                                f"other volumes or the state database live; give the class a folder of its own, "
+                                f"outside the home folder {self.home} and apart from the other classes' folders")
 
     def _volume(self, row) -> Volume:
         root = Path(row["root"]) if row["root"] else self.volumes_dir

@@ -85,8 +85,8 @@ class LocalBackend(Backend):
         self.store.check_free(spec.name)  # again in insert_job's transaction; here before volumes are made
         job_dir = self.home / "jobs" / spec.name
         if job_dir.is_symlink():  # the job's logs and records would be written wherever it points
-            raise ConflictError(f"{job_dir} is a symbolic link, which dtrain does not make there: remove it and "
-                                f"submit again (nothing was started)")
+            raise ConflictError(f"{job_dir} is a symbolic link, and a job's folder is never one: remove it "
+                                f"and submit again (nothing was started)")
         created = self._prepare_volumes(spec) if spec.volumes else []
         try:
             self.store.insert_job(spec, cwd=cwd, node=socket.gethostname())
@@ -102,8 +102,8 @@ class LocalBackend(Backend):
             self.store.purge(spec.name)
             for name in created:
                 self.storage.delete_volume(name, force=True)
-            raise ConflictError(f"{job_dir} appeared while the job was submitted (a link or a file dtrain did not "
-                                f"make): remove it and submit again (nothing was started)") from None
+            raise ConflictError(f"{job_dir} appeared while the job was submitted (a link or a file that submit did "
+                                f"not make): remove it and submit again (nothing was started)") from None
         (job_dir / "logs").mkdir()
         self._start_supervisor(spec.name, cwd, replacing=(None, None))
         return self._get(spec.name)
