@@ -187,13 +187,63 @@ def test_argument_errors(monkeypatch, tmp_path):
     _no_launcher_env(monkeypatch)
     with pytest.raises(SpecError, match="--data-dir"):
         parse_args([])
-    with pytest.raises(SpecError, match="--batch-size 0 must be >= 1"):
+    with pytest.raises(SpecError, match="--batch-size 0 is out of range: give 1 to 65536"):
         parse_args(["--data-dir", str(tmp_path), "--batch-size", "0"])
-    with pytest.raises(SpecError, match="--lr -1.0"):
+    with pytest.raises(SpecError, match="--lr -1 is out of range"):
         parse_args(["--data-dir", str(tmp_path), "--lr", "-1"])
     monkeypatch.setenv("SM_HPS", "{oops")
     with pytest.raises(SpecError, match="SM_HPS"):
         parse_args(["--data-dir", str(tmp_path)])
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--lr", "nan"], "--lr nan is out of range: give a number above 0 and at most 10, e.g. 0.001"),
+    (["--lr", "inf"], "--lr inf is out of range"),
+    (["--lr", "1e300"], r"--lr 1e\+300 is out of range"),
+    (["--momentum", "1"], "--momentum 1 is out of range: give 0 to 0.999"),
+    (["--momentum", "nan"], "--momentum nan is out of range"),
+    (["--batch-size", "65537"], "--batch-size 65537 is out of range: give 1 to 65536"),
+    (["--epochs", "10001"], "--epochs 10001 is out of range: give 1 to 10000"),
+    (["--max-steps", "99999999999999999999"], "--max-steps 99999999999999999999 is out of range: give 0 to 10000000"),
+    (["--num-workers", "100000"], "--num-workers 100000 is out of range: give 0 to 64"),
+    (["--log-interval", "-1"], "--log-interval -1 is out of range: give 0 to 10000000"),
+    (["--checkpoint-every", "10000001"], "--checkpoint-every 10000001 is out of range: give 0 to 10000000"),
+    (["--keep-checkpoints", "1001"], "--keep-checkpoints 1001 is out of range: give 1 to 1000"),
+    (["--seed", "-1"], "--seed -1 is out of range: give 0 to 4294967295"),
+])
+def test_every_number_is_bounded(monkeypatch, tmp_path, argv, message):
+    _no_launcher_env(monkeypatch)
+    with pytest.raises(SpecError, match=f"^{message}"):
+        parse_args(["--data-dir", str(tmp_path), *argv])
+
+
+def test_the_largest_numbers_in_range_are_accepted(monkeypatch, tmp_path):
+    _no_launcher_env(monkeypatch)
+    cfg = parse_args(["--data-dir", str(tmp_path), "--batch-size", "65536", "--epochs", "10000", "--lr", "10",
+                      "--max-steps", "10000000", "--num-workers", "64", "--keep-checkpoints", "1000",
+                      "--seed", str(2**32 - 1), "--momentum", "0"])
+    assert (cfg.batch_size, cfg.epochs, cfg.lr, cfg.max_steps, cfg.num_workers) == (65_536, 10_000, 10.0, 10**7, 64)
+
+
+@pytest.mark.parametrize("hps, message", [({"epochs": 2.5}, "--epochs 2.5 is not a whole number"),
+                                          ({"batch-size": True}, "--batch-size True is not a whole number"),
+                                          ({"lr": "nan"}, "--lr nan is out of range"),
+                                          ({"lr": [1]}, r"--lr \[1\] is not a number")])
+def test_sagemaker_hyperparameters_are_checked_like_flags(monkeypatch, tmp_path, hps, message):
+    _no_launcher_env(monkeypatch)
+    monkeypatch.setenv("SM_HPS", json.dumps(hps))
+    with pytest.raises(SpecError, match=f"^{message}"):
+        parse_args(["--data-dir", str(tmp_path)])
+
+
+def test_synth_bounds_its_numbers_and_out(tmp_path):
+    with pytest.raises(SpecError, match="^--n-train 99999999 is out of range: give 5 to 1000000$"):
+        cifar_main(["synth", "--out", str(tmp_path), "--n-train", "99999999"])
+    with pytest.raises(SpecError, match="^--seed -1 is out of range: give 0 to 4294967295$"):
+        cifar_main(["synth", "--out", str(tmp_path), "--seed", "-1"])
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(SpecError, match=f"^--out {tmp_path / 'afile'} is a file, not a folder"):
+        cifar_main(["synth", "--out", str(tmp_path / "afile"), "--n-train", "5", "--n-test", "1"])
 
 
 def test_module_entry_point_prints_one_line_errors(tmp_path):

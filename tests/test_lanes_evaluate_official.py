@@ -147,9 +147,19 @@ def test_other_h_samples_than_the_ground_truth_name_the_line(tmp_path):
 @pytest.mark.parametrize("bad, message", [
     ("{not json", "bad JSON"),
     ({"lanes": []}, "missing key 'raw_file'"),
-    ({"raw_file": "X", "lanes": [["a"]]}, r"lanes\[0\] holds 'a'"),
-    ({"raw_file": "X", "lanes": [[True]]}, r"lanes\[0\] holds True"),
+    ({"raw_file": "X", "lanes": [["a"]]}, r'lanes\[0\]\[0\] is "a": x coordinates are finite numbers'),
+    ({"raw_file": "X", "lanes": [[True]]}, r"lanes\[0\]\[0\] is true"),
     ({"raw_file": "X", "lanes": [], "run_time": "fast"}, "run_time must be a number"),
+    # null, NaN, Infinity and numbers beyond float range are no x coordinates (the official script
+    # crashes on null and scores the others silently)
+    ({"raw_file": "X", "lanes": [[-2, None, 311.2]]}, r"lanes\[0\]\[1\] is null: x coordinates are finite numbers"),
+    ({"raw_file": "X", "lanes": [[-2, float("nan")]]}, r"lanes\[0\]\[1\] is NaN"),
+    ({"raw_file": "X", "lanes": [[], [-2, float("-inf")]]}, r"lanes\[1\]\[1\] is -Infinity"),
+    ('{"raw_file": "X", "lanes": [[-2, 1e400, 311.2]]}', r"lanes\[0\]\[1\] is Infinity \(or a number too large"),
+    ('{"raw_file": "X", "lanes": [[-2, 1%s]]}' % ("0" * 400), r"lanes\[0\]\[1\] is 1000.*\.\.\.: x coordinates"),
+    ({"raw_file": "X", "lanes": [], "run_time": float("nan")}, "run_time must be a number of milliseconds >= 0, got NaN"),
+    ({"raw_file": "X", "lanes": [], "run_time": -3}, "run_time must be a number of milliseconds >= 0, got -3"),
+    ({"raw_file": "X", "lanes": [], "h_samples": [1e400]}, "h_samples, when given, must be a list of integer rows"),
     ({"raw_file": "X", "lanes": 5}, "lanes must be a list"),
 ])
 def test_malformed_prediction_line_names_the_line(tmp_path, bad, message):

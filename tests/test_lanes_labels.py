@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dtrain.errors import DataError, NotFoundError
+from dtrain.errors import DataError, NotFoundError, SpecError
 from dtrain.workloads.lanes.masks import (
     NUM_CLASSES,
     TRAIN_SIZE,
@@ -54,12 +54,16 @@ def test_real_test_labels_parse():
         (line(raw_file=""), "raw_file must be a non-empty string"),
         (line(lanes=[[1, 2]]), "lanes\\[0\\] has 2 points but h_samples has 56"),
         (line(lanes=[[-2] * 55 + [1.5]]), "lanes\\[0\\]\\[55\\] must be an integer, got 1.5"),
-        (line(lanes=[[-2] * 55 + [True]]), "lanes\\[0\\]\\[55\\] must be an integer, got True"),
+        (line(lanes=[[-2] * 55 + [True]]), "lanes\\[0\\]\\[55\\] must be an integer, got true"),
+        (line(lanes=[[-2] * 55 + [None]]), "lanes\\[0\\]\\[55\\] must be an integer, got null"),
+        (line(lanes=[[-2] * 55 + [10**400]]), "lanes\\[0\\]\\[55\\] is 1000.*, out of range: give -2147483647 to"),
         (line(lanes=[[-2] * 56] * 6), "6 lanes, at most 5 allowed"),
         (line(lanes="x"), "lanes must be a list"),
         (line(h_samples=list(ROWS[::-1])), "h_samples must be strictly increasing"),
         (line(h_samples=[160, "170"]), "h_samples\\[1\\] must be an integer"),
         (line(run_time="fast"), "run_time must be a number"),
+        ('{"lanes": [], "h_samples": [160], "raw_file": "a", "run_time": NaN}', "run_time must be a number .*, got NaN"),
+        (line(run_time=-1), "run_time must be a number of milliseconds >= 0, got -1"),
         ("[1, 2]", "expected a JSON object"),
     ],
 )
@@ -73,6 +77,13 @@ def test_malformed_line_names_file_and_line(tmp_path, text, message):
 def test_missing_file_is_not_found(tmp_path):
     with pytest.raises(NotFoundError, match="does not exist"):
         read_labels(tmp_path / "nope.json")
+
+
+def test_a_folder_or_device_is_no_label_file_and_says_so(tmp_path):
+    with pytest.raises(SpecError, match=f"label file {tmp_path} is a folder, not a file: give a TuSimple"):
+        read_labels(tmp_path)
+    with pytest.raises(SpecError, match="label file /dev/null is not a regular file: give a TuSimple"):
+        read_labels("/dev/null")
 
 
 def test_write_then_read_round_trips_and_keeps_run_time(tmp_path):

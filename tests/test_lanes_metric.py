@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from dtrain.errors import DataError
+from dtrain.errors import DataError, SpecError
 from dtrain.workloads.lanes import metric
 from dtrain.workloads.lanes.metric import bench_frame, evaluate, evaluate_files
 from dtrain.workloads.lanes.tusimple import LaneLabel, write_labels
@@ -142,6 +142,27 @@ def test_evaluate_rejects_missing_duplicate_and_unknown_frames():
         evaluate([frame("a.jpg", []), frame("a.jpg", []), frame("b.jpg", [])], gts)
     with pytest.raises(DataError, match="c.jpg has no ground-truth"):
         evaluate([frame("a.jpg", []), frame("b.jpg", []), frame("c.jpg", [])], gts)
+
+
+def test_evaluate_files_refuses_a_ground_truth_frame_given_twice(tmp_path):
+    """One prediction must not score as two frames: a duplicated GT line is named like a duplicated prediction."""
+    gt, pred = tmp_path / "gt.json", tmp_path / "pred.json"
+    write_labels(gt, [frame("a.jpg", [vertical(300)]), frame("b.jpg", []), frame("a.jpg", [vertical(300)])])
+    write_labels(pred, [frame("a.jpg", [vertical(300)]), frame("b.jpg", [])])
+    with pytest.raises(DataError, match=rf"^{gt}:3: ground-truth frame a.jpg appears twice \(first at {gt}:1\): "
+                                        "give one line per frame$"):
+        evaluate_files(pred, gt)
+    with pytest.raises(DataError, match="^ground-truth frame a.jpg appears twice: give one line per frame$"):
+        evaluate([frame("a.jpg", [])], [frame("a.jpg", []), frame("a.jpg", [])])
+
+
+def test_evaluate_files_names_a_folder_or_device_given_as_a_file(tmp_path):
+    write_labels(tmp_path / "gt.json", [frame("a.jpg", [])])
+    with pytest.raises(SpecError, match=f"^prediction file {tmp_path} is a folder, not a file: give a TuSimple"):
+        evaluate_files(tmp_path, tmp_path / "gt.json")
+    write_labels(tmp_path / "pred.json", [frame("a.jpg", [])])
+    with pytest.raises(SpecError, match="^label file /dev/null is not a regular file: give a TuSimple"):
+        evaluate_files(tmp_path / "pred.json", "/dev/null")
 
 
 def test_evaluate_names_the_frame_of_a_bad_lane():

@@ -62,6 +62,22 @@ def test_backbone_weights_load_from_a_torchvision_style_file(tmp_path):
         load_backbone_weights(model, tmp_path / "missing.pt")
 
 
+def test_backbone_weights_that_are_no_state_dict_give_one_line(tmp_path):
+    model = SCNN(SCNNConfig(width=0.125, input_size=(64, 32)))
+    fix = r"; give VGG16-BN features saved with torch.save\(vgg16_bn\(\).features.state_dict\(\), path\)$"
+    labels = tmp_path / "test_label.json"
+    labels.write_text('{"lanes": [], "h_samples": [160], "raw_file": "clips/a/1/20.jpg"}\n')
+    with pytest.raises(DataError, match=f"^backbone weights {labels}: not a file torch.save wrote{fix}"):
+        load_backbone_weights(model, labels)
+    torch.save(torch.zeros(3), tmp_path / "tensor.pt")
+    with pytest.raises(DataError, match=rf"^backbone weights {tmp_path / 'tensor.pt'}: not a state_dict \(names to tensors\){fix}"):
+        load_backbone_weights(model, tmp_path / "tensor.pt")
+    with pytest.raises(DataError, match=f"^backbone weights {tmp_path}: a folder, not a file{fix}"):
+        load_backbone_weights(model, tmp_path)
+    with pytest.raises(DataError, match=f"^backbone weights /dev/null: not a regular file{fix}"):
+        load_backbone_weights(model, "/dev/null")
+
+
 def _mp_pair(channels: int, kernel: int, dtype: torch.dtype) -> tuple[MessagePassing, MessagePassing]:
     torch.manual_seed(0)
     fast = MessagePassing(channels, kernel, "fast").to(dtype)

@@ -285,6 +285,64 @@ def test_cli(archives, tmp_path, capsys):
         prepare.main(["--url", "x", "--out", str(tmp_path), "--size", "big"])
 
 
+@pytest.mark.parametrize("size, message", [("30000x30000", "--size width 30000 is out of range: give 16 to 4096"),
+                                           ("512x0", "--size height 0 is out of range: give 16 to 4096"),
+                                           ("8x8", "--size width 8 is out of range: give 16 to 4096")])
+def test_mask_size_is_bounded(tmp_path, size, message):
+    with pytest.raises(SpecError, match=f"^{message}$"):
+        prepare.main(["--url", "x.json", "--out", str(tmp_path / "o"), "--size", size])
+    assert not (tmp_path / "o").exists()
+    with pytest.raises(SpecError, match="mask size side 5000 is out of range"):
+        prepare.prepare(["x.json"], tmp_path / "o", size=(5000, 288))
+
+
+@pytest.mark.parametrize("name", ["bad.tar.gz", "bad.zip", "bad.tar"])
+def test_garbage_named_like_an_archive_is_one_line(tmp_path, name):
+    (tmp_path / name).write_bytes(b"garbage")
+    with pytest.raises(DataError, match=f"^archive {name} is damaged or not a zip or tar archive: download it again$"):
+        prepare.prepare([str(tmp_path / name)], tmp_path / "out")
+
+
+def test_an_archive_damaged_in_the_middle_is_no_shorter_archive(archives, tmp_path):
+    """tarfile stops quietly at a bad header after the first: the rest of the archive must not go missing."""
+    data = bytearray(archives["/train_set.tar.gz"])
+    data[len(data) // 2 : len(data) // 2 + 400] = bytes(b ^ 0x55 for b in data[len(data) // 2 : len(data) // 2 + 400])
+    (tmp_path / "train_set.tar.gz").write_bytes(data)
+    with pytest.raises(DataError, match="^archive train_set.tar.gz is damaged .*: download it again$"):
+        prepare.extract(tmp_path / "train_set.tar.gz", tmp_path / "out")
+    raw = tmp_path / "train_set.tar"  # no gzip CRC to catch it: a bad header after good members
+    with tarfile.open(fileobj=io.BytesIO(archives["/train_set.tar.gz"])) as tf, tarfile.open(raw, "w") as out:
+        for m in tf.getmembers():
+            out.addfile(m, tf.extractfile(m) if m.isfile() else None)
+    with tarfile.open(raw) as tf:
+        second = tf.getmembers()[1].offset  # where the second member's header starts
+    plain = bytearray(raw.read_bytes())
+    plain[second : second + 100] = b"\xff" * 100
+    raw.write_bytes(plain)
+    with pytest.raises(DataError, match="^archive train_set.tar is damaged \\(a bad header after 1 members\\)"):
+        prepare.extract(raw, tmp_path / "out2")
+
+
+def test_a_file_that_is_no_archive_or_label_file_is_refused_before_it_is_fetched(server, tmp_path):
+    (tmp_path / "bad.rar").write_bytes(b"garbage")
+    with pytest.raises(SpecError, match=f"^--url {tmp_path / 'bad.rar'} is neither an archive nor a label file that prepare reads: "
+                                        "give .zip, .tar, .tar.gz, .tgz archives"):
+        prepare.prepare([str(tmp_path / "bad.rar")], tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(SpecError, match="is neither an archive nor a label file"):
+        prepare.prepare([server.url + "/train_set.rar"], tmp_path / "out")
+    assert server.requests == []
+
+
+def test_a_folder_or_device_url_and_a_file_out_say_what_they_are(archives, tmp_path):
+    (tmp_path / "x.json").mkdir()
+    with pytest.raises(SpecError, match=f"^input file {tmp_path / 'x.json'} is a folder, not a file: check --url$"):
+        prepare.prepare([str(tmp_path / "x.json")], tmp_path / "out")
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(SpecError, match=f"^--out {tmp_path / 'afile'} is a file, not a folder"):
+        prepare.prepare([str(tmp_path / "x.json")], tmp_path / "afile")
+
+
 def test_symlinks_under_out_are_replaced_never_written_through(server, archives, tmp_path):
     """C: links planted under --out (a folder, the manifest's temp file, a mask folder, a download)
     point outside; prepare replaces them and leaves their targets untouched."""

@@ -136,7 +136,30 @@ def test_cli_writes_dataset_and_summary(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["frames"] == 7 and summary["seed"] == 3
     assert sum(len(read_labels(tmp_path / n)) for n in synth.TRAIN_FILES) == 5
-    with pytest.raises(SpecError, match="--train and --test must be >= 0"):
+    with pytest.raises(SpecError, match="--train -1 is out of range: give 0 to 100000"):
         synth.main(["--out", str(tmp_path), "--train", "-1"])
     with pytest.raises(SpecError, match="unknown label file"):
         synth.generate(tmp_path, frames_per_file={"label_data_9999.json": 1}, seed=0, test_frames=0)
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--train", "99999999999999", "--test", "2"], "--train 99999999999999 is out of range: give 0 to 100000"),
+    (["--train", "2", "--test", "100001"], "--test 100001 is out of range: give 0 to 100000"),
+    (["--seed", "-1"], "--seed -1 is out of range: give 0 to 4294967295"),
+])
+def test_cli_bounds_every_number_before_writing(tmp_path, argv, message):
+    with pytest.raises(SpecError, match=f"^{message}$"):
+        synth.main(["--out", str(tmp_path / "s"), *argv])
+    assert not (tmp_path / "s").exists()
+    with pytest.raises(SpecError, match="test_frames 100001 is out of range"):
+        synth.generate(tmp_path / "s", frames_per_file=1, seed=0, test_frames=100_001)
+
+
+def test_an_out_that_cannot_be_a_folder_gives_one_line(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    cases = [(tmp_path / "afile", " is a file, not a folder: give a folder \\(it is created if missing\\)"),
+             (tmp_path / "afile" / "sub", ": a part of the path is a file, not a folder: give a folder path"),
+             (Path("/proc/x"), " cannot be created \\(No such file or directory\\): give a folder you can write to")]
+    for out, message in cases:
+        with pytest.raises(SpecError, match=f"^--out {out}{message}$"):
+            synth.main(["--out", str(out), "--train", "2", "--test", "2"])

@@ -4,6 +4,7 @@ The DDP test runs this file under `python -m torch.distributed.run --nproc-per-n
 see `ddp_worker` at the bottom.
 """
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -83,6 +84,47 @@ def test_flags_win_over_environment_and_environment_over_recipe():
 def test_bad_settings_raise_spec_errors(env, argv):
     with pytest.raises(SpecError):
         train.parse_config(argv, env)
+
+
+@pytest.mark.parametrize("env, argv, message", [
+    ({}, ["--num-workers", "100000", "--use-workers"], "--num-workers 100000 is out of range: give 0 to 64"),
+    ({"NUM_WORKERS": "100000", "USE_WORKERS": "true"}, [], "NUM_WORKERS=100000 is out of range: give 0 to 64"),
+    ({"BATCH_SIZE": "0"}, [], "BATCH_SIZE=0 is out of range: give 1 to 65536"),
+    ({"VAL_BATCH_SIZE": "65537"}, [], "VAL_BATCH_SIZE=65537 is out of range: give 1 to 65536"),
+    ({}, ["--max-steps", "99999999999999999999"], "--max-steps 99999999999999999999 is out of range: give 1 to 10000000"),
+    ({}, ["--max-steps", "0"], "--max-steps 0 is out of range: give 1 to 10000000"),
+    ({}, ["--batch-size", "65537"], "--batch-size 65537 is out of range: give 1 to 65536"),
+    ({}, ["--val-batch-size", "0"], "--val-batch-size 0 is out of range: give 1 to 65536"),
+    ({}, ["--epochs", "10001"], "--epochs 10001 is out of range: give 1 to 10000"),
+    ({}, ["--stop-after", "10000001"], "--stop-after 10000001 is out of range: give 1 to 10000000"),
+    ({}, ["--checkpoint-every", "0"], "--checkpoint-every 0 is out of range: give 1 to 10000000"),
+    ({}, ["--seed", "-1"], "--seed -1 is out of range: give 0 to 4294967295"),
+    ({}, ["--seed", str(2**32)], "--seed 4294967296 is out of range: give 0 to 4294967295"),
+    ({}, ["--lr", "1e300"], r"--lr 1e\+300 is out of range: give a number above 0 and at most 10, e.g. 0.05"),
+    ({}, ["--lr", "nan"], "--lr nan is out of range: give a number above 0 and at most 10"),
+    ({}, ["--lr", "inf"], "--lr inf is out of range"),
+    ({}, ["--lr", "0"], "--lr 0 is out of range"),
+])
+def test_every_number_is_bounded_and_named(env, argv, message):
+    with pytest.raises(SpecError, match=f"^{message}"):
+        train.parse_config(argv, env)
+
+
+def test_the_largest_numbers_in_range_are_accepted():
+    cfg = train.parse_config(["--recipe", "paper", "--max-steps", "10000000", "--batch-size", "65536", "--lr", "10",
+                              "--num-workers", "64", "--epochs", "10000", "--stop-after", "10000000",
+                              "--checkpoint-every", "10000000", "--val-batch-size", "65536", "--seed", str(2**32 - 1)],
+                             {})
+    assert (cfg.recipe.max_steps, cfg.recipe.batch_size, cfg.recipe.lr, cfg.num_workers) == (10_000_000, 65_536, 10.0, 64)
+    assert (cfg.epochs, cfg.stop_after, cfg.recipe.ckpt_every, cfg.val_batch_size, cfg.seed) == (
+        10_000, 10_000_000, 10_000_000, 65_536, 2**32 - 1)
+
+
+@pytest.mark.parametrize("field, value", [("keep_ckpts", 0), ("keep_ckpts", 1001), ("log_every", 10**8),
+                                          ("lr", float("nan")), ("lr", 11.0), ("num_workers", 65)])
+def test_recipe_bounds_every_number(field, value):
+    with pytest.raises(SpecError, match=f"^recipe tiny: {field}=.* is out of range: give"):
+        dataclasses.replace(tiny(), **{field: value})
 
 
 def test_poly_schedule_warms_up_then_decays_to_zero():

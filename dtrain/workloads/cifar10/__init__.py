@@ -3,7 +3,8 @@
     python -m dtrain.workloads.cifar10 synth --out DIR [--format python|binary] [--n-train N] ...
     python -m dtrain.workloads.cifar10 train --data-dir DIR --model-dir OUT [--batch-size B] ...
 
-Runs inside jobs, so it imports nothing from dtrain but dtrain.errors and dtrain.training.
+Runs inside jobs, so it imports nothing from dtrain but dtrain.errors, dtrain.training and
+dtrain.workloads.inputs (the checks of user input every workload shares).
 """
 
 from __future__ import annotations

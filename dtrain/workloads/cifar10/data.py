@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from dtrain.errors import DataError, SpecError
+from dtrain.workloads.inputs import MAX_SEED, Parser, in_range, out_folder
 
 PY_DIR = "cifar-10-batches-py"
 BIN_DIR = "cifar-10-batches-bin"
@@ -34,6 +35,7 @@ IMAGE_BYTES = 3 * 32 * 32
 RECORD_BYTES = 1 + IMAGE_BYTES
 NUM_CLASSES = 10
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
+MAX_IMAGES = 1_000_000  # synthetic images of one split (3 GB on disk, ~12 GB of float32 while drawn)
 NUM_TRAIN_BATCHES = 5
 
 # What a CIFAR pickle legitimately references: numpy array reconstruction, and
@@ -214,10 +216,10 @@ def write_synthetic(
     """
     if fmt not in ("python", "binary"):
         raise SpecError(f"format {fmt!r} is not 'python' or 'binary'")
-    if n_train < NUM_TRAIN_BATCHES or n_test < 1:
-        raise SpecError(f"n_train={n_train}, n_test={n_test}: need n_train >= {NUM_TRAIN_BATCHES} and n_test >= 1")
-    folder = Path(out_dir) / (PY_DIR if fmt == "python" else BIN_DIR)
-    folder.mkdir(parents=True, exist_ok=True)
+    in_range("--n-train", n_train, NUM_TRAIN_BATCHES, MAX_IMAGES)
+    in_range("--n-test", n_test, 1, MAX_IMAGES)
+    in_range("--seed", seed, 0, MAX_SEED)
+    folder = out_folder(out_folder(out_dir, "--out") / (PY_DIR if fmt == "python" else BIN_DIR), "--out")
     x_train, y_train = make_synthetic(n_train, seed=seed)
     x_test, y_test = make_synthetic(n_test, seed=seed + 1_000_003)
     splits = np.array_split(np.arange(n_train), NUM_TRAIN_BATCHES)
@@ -238,14 +240,12 @@ def write_synthetic(
 
 def synth_main(argv: list[str] | None = None) -> int:
     """`python -m dtrain.workloads.cifar10 synth --out DIR [--format binary] ...`."""
-    import argparse
-
-    p = argparse.ArgumentParser(prog="dtrain cifar10 synth", description=write_synthetic.__doc__)
+    p = Parser(prog="dtrain cifar10 synth", description=write_synthetic.__doc__)
     p.add_argument("--out", required=True, help="folder that receives cifar-10-batches-py/ or cifar-10-batches-bin/")
     p.add_argument("--format", dest="fmt", choices=("python", "binary"), default="python",
                    help="the python pickles or the binary .bin files (default python)")
-    p.add_argument("--n-train", type=int, default=5000, help="training images (default 5000)")
-    p.add_argument("--n-test", type=int, default=1000, help="test images (default 1000)")
+    p.add_argument("--n-train", type=int, default=5000, help=f"training images, 5 to {MAX_IMAGES} (default 5000)")
+    p.add_argument("--n-test", type=int, default=1000, help=f"test images, 1 to {MAX_IMAGES} (default 1000)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     a = p.parse_args(argv)
     folder = write_synthetic(a.out, fmt=a.fmt, n_train=a.n_train, n_test=a.n_test, seed=a.seed)

@@ -50,6 +50,28 @@ from dtrain.training import (
 )
 from dtrain.workloads.cifar10.data import load_split
 from dtrain.workloads.cifar10.model import Net
+from dtrain.workloads.inputs import (
+    MAX_BATCH,
+    MAX_EPOCHS,
+    MAX_SEED,
+    MAX_STEPS,
+    MAX_WORKERS,
+    Parser,
+    in_range,
+    learning_rate,
+)
+
+# Lowest and highest value of each whole-number setting.
+LIMITS: dict[str, tuple[int, int]] = {
+    "batch_size": (1, MAX_BATCH),
+    "epochs": (1, MAX_EPOCHS),
+    "seed": (0, MAX_SEED),
+    "max_steps": (0, MAX_STEPS),
+    "num_workers": (0, MAX_WORKERS),
+    "log_interval": (0, MAX_STEPS),
+    "checkpoint_every": (0, MAX_STEPS),
+    "keep_checkpoints": (1, 1000),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -94,8 +116,7 @@ def _sagemaker_defaults() -> dict[str, object]:
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    p = argparse.ArgumentParser(prog="dtrain cifar10 train", description=__doc__,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = Parser(prog="dtrain cifar10 train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     d = TrainConfig.__dataclass_fields__
 
     def add(name: str, kind: type, help: str) -> None:
@@ -129,23 +150,33 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     if not a["data_dir"]:
         raise SpecError("no CIFAR10 data: pass --data-dir DIR (or run under SageMaker with a 'training' channel)")
     a["model_dir"] = a["model_dir"] or "model"
-    for name in ("batch_size", "epochs"):
-        if int(a[name]) < 1:
-            raise SpecError(f"--{name.replace('_', '-')} {a[name]} must be >= 1")
-    if float(a["lr"]) <= 0 or not math.isfinite(float(a["lr"])):
-        raise SpecError(f"--lr {a['lr']} must be a positive number")
-    if int(a["keep_checkpoints"]) < 1:
-        raise SpecError(f"--keep-checkpoints {a['keep_checkpoints']} must be >= 1")
-    for name in ("max_steps", "num_workers", "log_interval", "checkpoint_every"):
-        if int(a[name]) < 0:
-            raise SpecError(f"--{name.replace('_', '-')} {a[name]} must be >= 0")
     types = {f.name: f.type for f in fields(TrainConfig)}
     # SM_HPS values arrive as JSON numbers or strings; coerce them like argparse does.
-    cast = {"int": int, "float": float, "bool": _as_bool}
-    return TrainConfig(**{k: cast.get(types[k], lambda v: v)(v) if v is not None else None for k, v in a.items()})
+    cast = {"int": _as_int, "float": _as_float, "bool": _as_bool}
+    a = {k: cast[types[k]](k, v) if v is not None and types[k] in cast else v for k, v in a.items()}
+    for name, (low, high) in LIMITS.items():
+        in_range(f"--{name.replace('_', '-')}", a[name], low, high)
+    learning_rate("--lr", a["lr"], 0.001)
+    in_range("--momentum", a["momentum"], 0.0, 0.999)
+    return TrainConfig(**a)
 
 
-def _as_bool(value: object) -> bool:
+def _as_int(name: str, value: object) -> int:
+    # argparse has converted flags and string hyperparameters; a JSON number stays as SageMaker sent it.
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    raise SpecError(f"--{name.replace('_', '-')} {value!r} is not a whole number: give e.g. 10")
+
+
+def _as_float(name: str, value: object) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    raise SpecError(f"--{name.replace('_', '-')} {value!r} is not a number: give e.g. 0.01")
+
+
+def _as_bool(name: str, value: object) -> bool:
     # A hyperparameter "false" is a string: bool("false") would be True.
     if isinstance(value, bool):
         return value
@@ -154,7 +185,7 @@ def _as_bool(value: object) -> bool:
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise SpecError(f"resume={value!r}: use true or false")
+    raise SpecError(f"{name}={value!r}: use true or false")
 
 
 class _AllreduceTimer:

@@ -23,29 +23,29 @@ A prediction file is read as the official ``bench_one_submit`` reads a submissio
 line it takes ``raw_file``, ``lanes`` and ``run_time``; the rows are the ground truth's
 ``h_samples``, and x coordinates may be integers or floats (many published methods write
 floats). Differences, all on inputs the official script would misjudge or crash on:
-``run_time`` may be left out (then it counts as 0 ms); a missing, duplicated or unknown
-frame, a lane whose length differs from the GT ``h_samples``, a prediction that does give
-``h_samples`` but other ones than the ground truth, and a malformed line raise
-``DataError`` naming the file and line.
+``run_time`` may be left out (then it counts as 0 ms); a missing, duplicated (in either
+file) or unknown frame, a lane whose length differs from the GT ``h_samples``, a prediction
+that does give ``h_samples`` but other ones than the ground truth, an x or run_time that is
+not a finite number (null, NaN, Infinity, 1e400; a negative run_time) and a malformed line
+raise ``DataError`` naming the file and line.
 
 CLI: ``dtrain lanes evaluate --pred P.json --gt G.json [--json]``.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from dtrain.errors import DataError, NotFoundError
-from dtrain.workloads.lanes.tusimple import LaneLabel, read_labels
+from dtrain.errors import DataError
+from dtrain.workloads.inputs import Parser, input_file
+from dtrain.workloads.lanes.tusimple import LaneLabel, is_number, read_labels
 
 PIXEL_THRESH = 20.0  # base tolerance in pixels for a near-vertical lane
 PT_THRESH = 0.85  # share of rows a predicted lane must hit to match a GT lane
@@ -122,8 +122,12 @@ class Prediction:
     where: str = ""  # "FILE:LINE" for error messages ("" when built in memory)
 
 
-def _is_number(v: object) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+def _shown(v: object) -> str:
+    """A value as it reads in JSON, cut short; JSON numbers beyond float range read as infinite."""
+    if isinstance(v, float) and math.isinf(v):
+        return f"{'-' if v < 0 else ''}Infinity (or a number too large, such as 1e400)"
+    text = json.dumps(v)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def parse_prediction(obj: object, where: str = "") -> Prediction:
@@ -138,14 +142,15 @@ def parse_prediction(obj: object, where: str = "") -> Prediction:
     if not isinstance(obj["lanes"], list) or not all(isinstance(lane, list) for lane in obj["lanes"]):
         raise ValueError("lanes must be a list of lists of x coordinates")
     for i, lane in enumerate(obj["lanes"]):
-        bad = next((x for x in lane if not _is_number(x)), None)
-        if bad is not None:
-            raise ValueError(f"lanes[{i}] holds {bad!r}: x coordinates are numbers (-2 where there is no point)")
+        for j, x in enumerate(lane):
+            if not is_number(x):
+                raise ValueError(f"lanes[{i}][{j}] is {_shown(x)}: x coordinates are finite numbers "
+                                 "(-2 where there is no point)")
     run_time = obj.get("run_time")
-    if run_time is not None and not _is_number(run_time):
-        raise ValueError(f"run_time must be a number of milliseconds, got {run_time!r}")
+    if run_time is not None and not (is_number(run_time) and run_time >= 0):
+        raise ValueError(f"run_time must be a number of milliseconds >= 0, got {_shown(run_time)}")
     h = obj.get("h_samples")
-    if h is not None and (not isinstance(h, list) or not all(_is_number(y) and float(y).is_integer() for y in h)):
+    if h is not None and (not isinstance(h, list) or not all(is_number(y) and float(y).is_integer() for y in h)):
         raise ValueError("h_samples, when given, must be a list of integer rows")
     return Prediction(raw_file=obj["raw_file"], lanes=tuple(tuple(lane) for lane in obj["lanes"]),
                       run_time=None if run_time is None else float(run_time),
@@ -154,9 +159,7 @@ def parse_prediction(obj: object, where: str = "") -> Prediction:
 
 def read_predictions(path: str | os.PathLike) -> list[Prediction]:
     """A submission file (JSON lines); blank lines are skipped, a bad line names its number."""
-    path = Path(path)
-    if not path.is_file():
-        raise NotFoundError(f"prediction file {path} does not exist: check the path or run `dtrain lanes predict`")
+    path = input_file(path, "prediction file", "give a TuSimple JSON-lines file (`dtrain lanes predict` writes one)")
     out = []
     with path.open("r", encoding="utf-8", errors="replace") as f:
         for lineno, line in enumerate(f, start=1):
@@ -173,12 +176,18 @@ def read_predictions(path: str | os.PathLike) -> list[Prediction]:
 
 def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel]) -> dict:
     """Mean TuSimple accuracy, FP and FN over the GT frames: {'accuracy', 'fp', 'fn', 'frames'}."""
-    by_file: dict[str, LaneLabel] = {}
-    gt_files = {g.raw_file for g in gts}
+    gt_by_file: dict[str, LaneLabel] = {}
+    for g in gts:
+        if g.raw_file in gt_by_file:
+            first = gt_by_file[g.raw_file].where
+            raise DataError(f"{_at(g)}ground-truth frame {g.raw_file} appears twice"
+                            f"{f' (first at {first})' if first else ''}: give one line per frame")
+        gt_by_file[g.raw_file] = g
+    by_file: dict[str, LaneLabel | Prediction] = {}
     for p in preds:
         if p.raw_file in by_file:
             raise DataError(f"{_at(p)}prediction for {p.raw_file} appears twice: give one line per frame")
-        if p.raw_file not in gt_files:
+        if p.raw_file not in gt_by_file:
             raise DataError(f"{_at(p)}prediction for {p.raw_file} has no ground-truth frame: check the raw_file paths")
         by_file[p.raw_file] = p
     acc = fp = fn = 0.0
@@ -205,8 +214,8 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel]) 
     return {"accuracy": acc / n, "fp": fp / n, "fn": fn / n, "frames": n}
 
 
-def _at(p) -> str:
-    return f"{p.where}: " if isinstance(p, Prediction) and p.where else ""
+def _at(p: LaneLabel | Prediction) -> str:
+    return f"{p.where}: " if p.where else ""
 
 
 def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike) -> dict:
@@ -216,7 +225,7 @@ def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike) -> 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``dtrain lanes evaluate --pred P.json --gt G.json [--json]``."""
-    parser = argparse.ArgumentParser(prog="dtrain lanes evaluate", description="TuSimple lane accuracy, FP and FN.")
+    parser = Parser(prog="dtrain lanes evaluate", description="TuSimple lane accuracy, FP and FN.")
     parser.add_argument("--pred", required=True, help="predictions, TuSimple JSON lines (+ optional run_time)")
     parser.add_argument("--gt", required=True, help="ground truth, e.g. test_label.json")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")

@@ -196,13 +196,18 @@ def probabilities(model: nn.Module, img: torch.Tensor) -> tuple[torch.Tensor, to
 def load_backbone_weights(model: SCNN, path: str | Path) -> None:
     """Load a local VGG16-BN features state_dict (torchvision layout, with or without 'features.')."""
     path = Path(path)
+    fix = "give VGG16-BN features saved with torch.save(vgg16_bn().features.state_dict(), path)"
     if not path.is_file():
-        raise DataError(f"backbone weights {path}: no such file; pass a state_dict saved with torch.save")
+        why = "no such file" if not path.exists() else "a folder, not a file" if path.is_dir() else "not a regular file"
+        raise DataError(f"backbone weights {path}: {why}; {fix}")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as err:
-        raise DataError(f"backbone weights {path}: not a torch state_dict ({err}); save one with torch.save(model.features.state_dict(), path)") from err
-    state = state.get("state_dict", state)
+    except Exception:  # torch's message runs to several lines and is about pickling, not this file
+        raise DataError(f"backbone weights {path}: not a file torch.save wrote; {fix}") from None
+    if isinstance(state, dict) and isinstance(state.get("state_dict"), dict):
+        state = state["state_dict"]
+    if not isinstance(state, dict) or not all(isinstance(k, str) and torch.is_tensor(v) for k, v in state.items()):
+        raise DataError(f"backbone weights {path}: not a state_dict (names to tensors); {fix}")
     state = {k.removeprefix("features."): v for k, v in state.items() if not k.startswith("classifier.")}
     own = model.backbone.state_dict()
     missing = sorted(set(own) - set(state))

@@ -8,7 +8,6 @@ time per frame in milliseconds, after one untimed pass (warm-up). Overlays show 
 predicted lanes in colour and the ground truth, where the label has it, as thin black lines.
 """
 
-import argparse
 import json
 import os
 import sys
@@ -21,6 +20,7 @@ from PIL import Image, ImageDraw
 
 from dtrain.errors import DataError
 from dtrain.training import load_checkpoint
+from dtrain.workloads.inputs import MAX_BATCH, Parser, in_range
 from dtrain.workloads.lanes.data import LaneDataset, load_image, normalize
 from dtrain.workloads.lanes.masks import decode_lanes
 from dtrain.workloads.lanes.metric import evaluate
@@ -126,7 +126,7 @@ def overlay_name(raw_file: str) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="dtrain lanes predict", description="Predict lanes of a split in TuSimple format.")
+    parser = Parser(prog="dtrain lanes predict", description="Predict lanes of a split in TuSimple format.")
     parser.add_argument("--checkpoint", required=True, help="model.pt or ckpt-<step>.pt written by training")
     parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR", "/mnt/tusimple"), help="prepared TuSimple folder")
     parser.add_argument("--split", default="test", choices=sorted(SPLIT_FILES), help="which split (default test)")
@@ -139,6 +139,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda")
     parser.add_argument("--json", action="store_true", help="print the metric as one JSON object")
     args = parser.parse_args(argv)
+    for flag, value, low, high in (("--max-overlays", args.max_overlays, 0, 100_000),
+                                   ("--batch-size", args.batch_size, 1, MAX_BATCH),
+                                   ("--threshold", args.threshold, 0.0, 1.0),
+                                   ("--limit", 1 if args.limit is None else args.limit, 1, 1_000_000)):
+        in_range(flag, value, low, high)
 
     model = load_model(args.checkpoint, args.device)
     labels = split_labels(args.data_dir, args.split)[: args.limit]

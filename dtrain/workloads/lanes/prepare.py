@@ -1,6 +1,7 @@
 """The TuSimple data job: download, verify, extract, precompute masks and lists.
 
 ``dtrain lanes prepare --url URL [--url URL ...] [--sha256 H ...] --out DIR [--size WxH] [--force]``
+(--size: each side 16 to 4096 pixels, default 512x288)
 
 1. Fetch each URL (http, https, file:// or a local path) into ``DIR/downloads/``. HTTP
    downloads go to ``NAME.part`` first and resume with a Range request after a dropped
@@ -12,7 +13,8 @@
    file is moved aside to ``NAME.bad`` so the next run fetches it again.
 3. Unpack .zip, .tar, .tar.gz and .tgz archives into DIR (members whose path would leave
    DIR, links and devices are refused; one top folder shared by every member, such as
-   ``train_set/``, is dropped). Other files (``test_label.json``) are copied into DIR.
+   ``train_set/``, is dropped). ``.json`` label files (``test_label.json``) are copied into DIR;
+   a URL naming any other kind of file is refused before it is fetched.
    Downloaded archives are deleted once unpacked; local files are left alone.
 4. Render every labelled frame's mask at the training size into
    ``DIR/seg_label/<W>x<H>/<folder>/<id>/20.png`` and write SCNN-style lists
@@ -28,10 +30,11 @@ size, the sha256 of every label file), so a rerun with the same arguments does n
 
 from __future__ import annotations
 
-import argparse
+import gzip
 import hashlib
 import http.client
 import json
+import lzma
 import os
 import shutil
 import stat
@@ -42,13 +45,15 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import zipfile
+import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path, PurePosixPath
 
 from PIL import Image
 from tqdm import tqdm
 
-from dtrain.errors import DataError, NotFoundError, SpecError
+from dtrain.errors import DataError, SpecError
+from dtrain.workloads.inputs import Parser, in_range, input_file, out_folder
 from dtrain.workloads.lanes.masks import TRAIN_SIZE, render_mask
 from dtrain.workloads.lanes.tusimple import LIST_DIR, SPLIT_FILES, mask_relpath, read_labels
 
@@ -58,6 +63,10 @@ CHUNK = 1 << 20  # bytes per read while downloading, hashing and copying
 RETRIES = 5  # download attempts, each resuming where the last one stopped
 RETRY_DELAY = 1.0  # seconds before the first retry, doubling after each
 TIMEOUT = 60.0  # seconds without data before a connection counts as dropped
+ARCHIVES = (".zip", ".tar", ".tar.gz", ".tgz")  # what extract() unpacks; other inputs must be .json label files
+MIN_SIDE, MAX_SIDE = 16, 4096  # --size limits of each side, in pixels
+# What a damaged archive raises while it is read (a bad CRC, a cut-off or corrupt compressed stream)
+DAMAGED = (tarfile.TarError, zipfile.BadZipFile, EOFError, zlib.error, gzip.BadGzipFile, lzma.LZMAError)
 
 
 class Progress:
@@ -184,9 +193,7 @@ def fetch(url: str, downloads: Path) -> tuple[Path, bool]:
         path = Path(url)
     else:
         raise SpecError(f"unsupported URL scheme {parsed.scheme!r} in {url}: use http(s)://, file:// or a path")
-    if not path.is_file():
-        raise NotFoundError(f"input file {path} does not exist: check --url")
-    return path, False
+    return input_file(path, "input file", "check --url"), False
 
 
 def verify(path: Path, expected: str | None, downloaded: bool) -> str:
@@ -253,42 +260,71 @@ def _copy_stream(src, dest: Path, out: Path) -> None:
 
 def extract(archive: Path, out: Path) -> int:
     """Unpack a zip or tar(.gz) archive into out (safely); returns the number of files written."""
-    n = 0
     try:
         if zipfile.is_zipfile(archive):
-            with zipfile.ZipFile(archive) as zf:
-                infos = {i.filename: i for i in zf.infolist()}
-                progress = Progress(f"unpack {archive.name}", len(infos), unit="file")
-                for name, rel in _safe_members(list(infos), archive):
-                    if stat.S_ISLNK(infos[name].external_attr >> 16):  # a Unix symlink entry (zip -y)
-                        raise DataError(f"archive {archive.name} holds a symlink {name!r}: refusing to unpack it")
-                    if not infos[name].is_dir():
-                        with zf.open(infos[name]) as src:
-                            _copy_stream(src, out / rel, out)
-                        n += 1
-                    progress.update(1)
-                progress.close()
-            return n
-        with tarfile.open(archive, "r:*") as tf:
-            members = {m.name: m for m in tf.getmembers()}
-            progress = Progress(f"unpack {archive.name}", len(members), unit="file")
-            for name, rel in _safe_members(list(members), archive):
-                m = members[name]
-                if m.isfile():
-                    with tf.extractfile(m) as src:
-                        _copy_stream(src, out / rel, out)
-                    n += 1
-                elif not m.isdir():
-                    raise DataError(f"archive {archive.name} holds a link or device {name!r}: refusing to unpack it")
-                progress.update(1)
-            progress.close()
-    except (tarfile.TarError, zipfile.BadZipFile, EOFError) as e:
-        raise DataError(f"archive {archive.name} is damaged ({e}): delete it and download again") from None
+            return _extract_zip(archive, out)
+        try:
+            tf = tarfile.open(archive, "r:*")
+        except tarfile.ReadError:
+            raise DataError(f"archive {archive.name} is damaged or not a zip or tar archive: "
+                            "download it again") from None
+        with tf:
+            return _extract_tar(tf, archive, out)
+    except DAMAGED as e:
+        why = " ".join(str(e).split())  # one line, whatever the library wrote
+        raise DataError(f"archive {archive.name} is damaged ({why}): download it again") from None
+
+
+def _extract_zip(archive: Path, out: Path) -> int:
+    n = 0
+    with zipfile.ZipFile(archive) as zf:
+        infos = {i.filename: i for i in zf.infolist()}
+        progress = Progress(f"unpack {archive.name}", len(infos), unit="file")
+        for name, rel in _safe_members(list(infos), archive):
+            if stat.S_ISLNK(infos[name].external_attr >> 16):  # a Unix symlink entry (zip -y)
+                raise DataError(f"archive {archive.name} holds a symlink {name!r}: refusing to unpack it")
+            if not infos[name].is_dir():
+                with zf.open(infos[name]) as src:
+                    _copy_stream(src, out / rel, out)
+                n += 1
+            progress.update(1)
+        progress.close()
+    return n
+
+
+def _extract_tar(tf: tarfile.TarFile, archive: Path, out: Path) -> int:
+    n = 0
+    members = {m.name: m for m in tf.getmembers()}
+    progress = Progress(f"unpack {archive.name}", len(members), unit="file")
+    for name, rel in _safe_members(list(members), archive):
+        m = members[name]
+        if m.isfile():
+            with tf.extractfile(m) as src:
+                _copy_stream(src, out / rel, out)
+            n += 1
+        elif not m.isdir():
+            raise DataError(f"archive {archive.name} holds a link or device {name!r}: refusing to unpack it")
+        progress.update(1)
+    progress.close()
+    # tarfile ends the member list quietly at a bad header after the first one: only zeros may
+    # follow the last member of a whole archive (read to the end, which also checks a gzip CRC)
+    tf.fileobj.seek(tf.offset)
+    while chunk := tf.fileobj.read(CHUNK):
+        if chunk.strip(b"\0"):
+            raise DataError(f"archive {archive.name} is damaged (a bad header after {len(members)} members): "
+                            "download it again")
     return n
 
 
 def is_archive(path: Path) -> bool:
-    return path.name.endswith((".zip", ".tar", ".tar.gz", ".tgz"))
+    return path.name.endswith(ARCHIVES)
+
+
+def check_input_name(url: str) -> None:
+    """SpecError unless url names an archive extract() unpacks or a .json label file."""
+    if not url_name(url).endswith((*ARCHIVES, ".json")):
+        raise SpecError(f"--url {url} is neither an archive nor a label file that prepare reads: give {', '.join(ARCHIVES)} "
+                        "archives (train_set.zip, test_set.zip) and .json label files (test_label.json)")
 
 
 def build_masks(out: Path, size: tuple[int, int]) -> dict[str, int]:
@@ -348,8 +384,11 @@ def prepare(urls: Sequence[str], out: str | os.PathLike, *, sha256: Sequence[str
     if sha256 and len(sha256) != len(urls):
         raise SpecError(f"{len(sha256)} --sha256 for {len(urls)} --url: give one per URL, '-' to skip one")
     expected = [None if not h or h == "-" else h for h in sha256] or [None] * len(urls)
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+    for url in urls:
+        check_input_name(url)
+    for side in size:
+        in_range("mask size side", side, MIN_SIDE, MAX_SIDE)
+    out = out_folder(out, "--out")
     manifest = {} if force else _load_manifest(out)
     if force:  # a clean redo: no half download from an earlier run is resumed
         for part in (out / "downloads").glob("*.part"):
@@ -390,20 +429,23 @@ def _copy_file(path: Path, out: Path) -> int:
 
 def _size(text: str) -> tuple[int, int]:
     w, _, h = text.lower().partition("x")
-    if not (w.isdigit() and h.isdigit() and int(w) > 0 and int(h) > 0):
+    if not (w.isdigit() and h.isdigit()):
         raise SpecError(f"--size {text!r} is not WIDTHxHEIGHT: use e.g. 512x288")
+    in_range("--size width", int(w), MIN_SIDE, MAX_SIDE)
+    in_range("--size height", int(h), MIN_SIDE, MAX_SIDE)
     return int(w), int(h)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``dtrain lanes prepare --url URL [--url ...] [--sha256 H ...] --out DIR [--size WxH] [--force]``."""
-    parser = argparse.ArgumentParser(prog="dtrain lanes prepare", description="Download and prepare TuSimple data.")
+    parser = Parser(prog="dtrain lanes prepare", description="Download and prepare TuSimple data.")
     parser.add_argument("--url", action="extend", nargs="+", required=True,
                         help="archive or label file: http(s)://, file:// or a path")
     parser.add_argument("--sha256", action="extend", nargs="+", default=[],
                         help="expected sha256 per --url, in order ('-' to skip one)")
     parser.add_argument("--out", required=True, help="dataset folder to fill")
-    parser.add_argument("--size", default=f"{TRAIN_SIZE[0]}x{TRAIN_SIZE[1]}", help="mask size WIDTHxHEIGHT")
+    parser.add_argument("--size", default=f"{TRAIN_SIZE[0]}x{TRAIN_SIZE[1]}",
+                        help=f"mask size WIDTHxHEIGHT, each side {MIN_SIDE} to {MAX_SIDE}")
     parser.add_argument("--force", action="store_true", help="redo every step, even those already done")
     args = parser.parse_args(argv)
     manifest = prepare(args.url, args.out, sha256=args.sha256, size=_size(args.size), force=args.force)

@@ -12,7 +12,21 @@ from dataclasses import dataclass
 import torch
 
 from dtrain.errors import SpecError
+from dtrain.workloads.inputs import MAX_BATCH, MAX_LR, MAX_STEPS, MAX_WORKERS
 from dtrain.workloads.lanes.model import SCNNConfig
+
+# Lowest and highest value of each whole-number setting (steps, batches, intervals, counts).
+LIMITS: dict[str, tuple[int, int]] = {
+    "batch_size": (1, MAX_BATCH),
+    "max_steps": (1, MAX_STEPS),
+    "warmup_steps": (0, MAX_STEPS),
+    "num_workers": (0, MAX_WORKERS),
+    "val_every": (0, MAX_STEPS),
+    "val_batch_size": (1, MAX_BATCH),
+    "log_every": (1, MAX_STEPS),
+    "ckpt_every": (1, MAX_STEPS),
+    "keep_ckpts": (1, 1000),
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -67,11 +81,13 @@ class Recipe:
         return torch.device(device).type == "cuda" or self.autocast(device)
 
     def __post_init__(self) -> None:
-        for field in ("batch_size", "max_steps", "log_every", "ckpt_every", "keep_ckpts", "val_batch_size"):
-            if getattr(self, field) < 1:
-                raise SpecError(f"recipe {self.name}: {field}={getattr(self, field)} must be >= 1")
-        if self.lr <= 0:
-            raise SpecError(f"recipe {self.name}: lr={self.lr} must be > 0, e.g. 0.01")
+        for field, (low, high) in LIMITS.items():
+            if not low <= getattr(self, field) <= high:
+                raise SpecError(f"recipe {self.name}: {field}={getattr(self, field)} is out of range: "
+                                f"give {low} to {high}")
+        if not 0 < self.lr <= MAX_LR:  # also refuses NaN and infinity
+            raise SpecError(f"recipe {self.name}: lr={self.lr} is out of range: give a number above 0 and at most "
+                            f"{MAX_LR:g}, e.g. 0.01")
 
     @property
     def input_size(self) -> tuple[int, int]:

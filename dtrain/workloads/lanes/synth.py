@@ -29,7 +29,6 @@ CLI: ``dtrain lanes synth --out DIR --train N --test M --seed S``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -44,6 +43,7 @@ import numpy as np
 from PIL import Image, ImageChops, ImageDraw
 
 from dtrain.errors import SpecError
+from dtrain.workloads.inputs import MAX_SEED, Parser, in_range, out_folder
 from dtrain.workloads.lanes.tusimple import IMAGE_HEIGHT, IMAGE_WIDTH, NO_POINT, LaneLabel, write_labels
 
 TRAIN_FILES = ("label_data_0313.json", "label_data_0531.json", "label_data_0601.json")
@@ -51,6 +51,7 @@ TEST_FILE = "test_label.json"
 TASKS_FILE = "test_tasks_0627.json"
 ROWS_0313 = tuple(range(240, 711, 10))  # 48 rows, as label_data_0313.json
 ROWS_OTHER = tuple(range(160, 711, 10))  # 56 rows, as the other files
+MAX_FRAMES = 100_000  # frames of one file or split (about 15 GB; the real set has 3,626 + 2,782)
 TRAIN_SHARE = {"label_data_0313.json": 2858, "label_data_0531.json": 358, "label_data_0601.json": 410}  # real counts
 # clip folders and id styles of each file (test frames use the real test folders)
 _FOLDERS = {
@@ -325,13 +326,12 @@ def _write_file(out: Path, name: str, count: int, seed: int, noise: Image.Image)
 
 def generate(out_dir: str | os.PathLike, *, frames_per_file: dict | int, seed: int, test_frames: int) -> dict:
     """Write a synthetic TuSimple dataset (layout in the module docstring); returns a summary."""
-    if seed < 0 or test_frames < 0:
-        raise SpecError(f"seed and test_frames must be >= 0, got seed={seed} test_frames={test_frames}")
+    in_range("seed", seed, 0, MAX_SEED)
+    in_range("test_frames", test_frames, 0, MAX_FRAMES)
     counts = _file_counts(frames_per_file)
-    if any(n < 0 for n in counts.values()):
-        raise SpecError(f"frame counts must be >= 0, got {counts}")
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
+    for name, n in counts.items():
+        in_range(f"frames of {name}", n, 0, MAX_FRAMES)
+    out = out_folder(out_dir, "output folder")
     start = time.monotonic()
     noise = make_noise(seed)
     lanes_hist: dict[int, int] = {}
@@ -390,15 +390,18 @@ def make_archive(src_dir: str | os.PathLike, archive_path: str | os.PathLike, *,
 
 def main(argv: Sequence[str] | None = None) -> int:
     """``dtrain lanes synth --out DIR --train N --test M --seed S [--archive]``."""
-    parser = argparse.ArgumentParser(prog="dtrain lanes synth", description="Write a synthetic TuSimple dataset.")
+    parser = Parser(prog="dtrain lanes synth", description="Write a synthetic TuSimple dataset.")
     parser.add_argument("--out", required=True, help="output folder")
-    parser.add_argument("--train", type=int, default=1000, help="training frames, split over the 3 label files")
-    parser.add_argument("--test", type=int, default=200, help="test frames (test_label.json)")
+    parser.add_argument("--train", type=int, default=1000,
+                        help=f"training frames, split over the 3 label files (0 to {MAX_FRAMES})")
+    parser.add_argument("--test", type=int, default=200, help=f"test frames (test_label.json; 0 to {MAX_FRAMES})")
     parser.add_argument("--seed", type=int, default=0, help="random seed: same seed, same data")
     parser.add_argument("--archive", action="store_true", help="also pack train_set.tar.gz and test_set.tar.gz")
     args = parser.parse_args(argv)
-    if args.train < 0 or args.test < 0:
-        raise SpecError(f"--train and --test must be >= 0, got {args.train} and {args.test}")
+    for flag, value, high in (("--train", args.train, MAX_FRAMES), ("--test", args.test, MAX_FRAMES),
+                              ("--seed", args.seed, MAX_SEED)):
+        in_range(flag, value, 0, high)
+    out_folder(args.out, "--out")
     summary = generate(args.out, frames_per_file=split_train(args.train), seed=args.seed, test_frames=args.test)
     if args.archive:
         make_archive(args.out, Path(args.out) / "train_set.tar.gz")

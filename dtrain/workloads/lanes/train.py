@@ -44,12 +44,13 @@ from dtrain.training import (
     setup_distributed,
     teardown,
 )
+from dtrain.workloads.inputs import MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, in_range, learning_rate
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.data import LaneDataset
 from dtrain.workloads.lanes.metric import evaluate
 from dtrain.workloads.lanes.model import SCNN, load_backbone_weights
 from dtrain.workloads.lanes.predict import predict_labels, split_labels
-from dtrain.workloads.lanes.recipes import Recipe
+from dtrain.workloads.lanes.recipes import LIMITS, Recipe
 
 _TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
 
@@ -84,19 +85,22 @@ def _env_bool(env: Mapping[str, str], name: str) -> bool | None:
     raise SpecError(f"{name}={value!r}: use true or false")
 
 
-def _env_int(env: Mapping[str, str], name: str) -> int | None:
+def _env_int(env: Mapping[str, str], name: str, limits: tuple[int, int]) -> int | None:
     value = env.get(name)
     if value is None or value.strip() == "":
         return None
     try:
-        return int(value)
+        number = int(value)
     except ValueError:
         raise SpecError(f"{name}={value!r}: use a whole number") from None
+    if not limits[0] <= number <= limits[1]:
+        raise SpecError(f"{name}={number} is out of range: give {limits[0]} to {limits[1]}")
+    return number
 
 
 def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     """Flags whose defaults come from the environment, so a flag on the command line wins."""
-    p = argparse.ArgumentParser(prog="dtrain lanes train", description="Train SCNN on TuSimple (data parallel).")
+    p = Parser(prog="dtrain lanes train", description="Train SCNN on TuSimple (data parallel).")
     p.add_argument("--recipe", default="tiny", choices=sorted(recipes.RECIPES), help="named configuration (default tiny)")
     p.add_argument("--data-dir", default=env.get("DATA_DIR", "/mnt/tusimple"), help="prepared TuSimple folder [DATA_DIR]")
     p.add_argument("--out-dir", default=env.get("OUTPUT_DIR", "/mnt/output"), help="checkpoints, model.pt, metrics [OUTPUT_DIR]")
@@ -112,13 +116,16 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default: the recipe's)")
     p.add_argument("--checkpoint-dir", help="checkpoint folder (default: $DTRAIN_CHECKPOINT_DIR, "
                    "/opt/ml/checkpoints on SageMaker, else --out-dir)")
-    p.add_argument("--batch-size", type=int, default=_env_int(env, "BATCH_SIZE"), help="per process [BATCH_SIZE]")
+    p.add_argument("--batch-size", type=int, default=_env_int(env, "BATCH_SIZE", LIMITS["batch_size"]),
+                   help="per process [BATCH_SIZE]")
     p.add_argument("--use-workers", action=argparse.BooleanOptionalAction, default=_env_bool(env, "USE_WORKERS"),
                    help="load data in worker processes [USE_WORKERS]")
-    p.add_argument("--num-workers", type=int, default=_env_int(env, "NUM_WORKERS"), help="[NUM_WORKERS]")
+    p.add_argument("--num-workers", type=int, default=_env_int(env, "NUM_WORKERS", LIMITS["num_workers"]),
+                   help="[NUM_WORKERS]")
     p.add_argument("--use-val", action=argparse.BooleanOptionalAction, default=_env_bool(env, "USE_VAL"),
                    help="validate on the val split [USE_VAL]")
-    p.add_argument("--val-batch-size", type=int, default=_env_int(env, "VAL_BATCH_SIZE"), help="[VAL_BATCH_SIZE]")
+    p.add_argument("--val-batch-size", type=int, default=_env_int(env, "VAL_BATCH_SIZE", LIMITS["val_batch_size"]),
+                   help="[VAL_BATCH_SIZE]")
     p.add_argument("--enable-snapshot", action=argparse.BooleanOptionalAction,
                    default=_env_bool(env, "ENABLE_SNAPSHOT"), help="recorded for the platform [ENABLE_SNAPSHOT]")
     p.add_argument("--pvc-name", default=env.get("PVC_NAME"), help="recorded for the platform [PVC_NAME]")
@@ -130,15 +137,23 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
 def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> TrainConfig:
     args = build_parser(env).parse_args(argv)
     recipe = recipes.get(args.recipe)
+    for flag, value, (low, high) in (
+        ("--batch-size", args.batch_size, LIMITS["batch_size"]), ("--max-steps", args.max_steps, LIMITS["max_steps"]),
+        ("--epochs", args.epochs, (1, MAX_EPOCHS)), ("--stop-after", args.stop_after, (1, MAX_STEPS)),
+        ("--checkpoint-every", args.checkpoint_every, LIMITS["ckpt_every"]), ("--seed", args.seed, (0, MAX_SEED)),
+        ("--val-batch-size", args.val_batch_size, LIMITS["val_batch_size"]),
+        ("--num-workers", args.num_workers, LIMITS["num_workers"]),
+    ):
+        if value is not None:
+            in_range(flag, value, low, high)
+    if args.lr is not None:
+        learning_rate("--lr", args.lr, recipe.lr)
     overrides = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr), ("max_steps", args.max_steps),
                                    ("val_batch_size", args.val_batch_size), ("ckpt_every", args.checkpoint_every))
                  if v is not None}
     recipe = dataclasses.replace(recipe, **overrides)  # Recipe re-validates the values
     if args.bf16 is not None:
         recipe = recipe.with_bf16(args.bf16)
-    for name, low in (("epochs", 1), ("stop_after", 1), ("num_workers", 0)):
-        if getattr(args, name) is not None and getattr(args, name) < low:
-            raise SpecError(f"--{name.replace('_', '-')} {getattr(args, name)} is out of range: use a number >= {low}")
     if args.use_workers is False:
         workers = 0
     elif args.num_workers is not None:

@@ -15,17 +15,20 @@ optional ``run_time`` (milliseconds per frame). Every malformed line raises
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from dtrain.errors import DataError, NotFoundError
+from dtrain.errors import DataError
+from dtrain.workloads.inputs import input_file
 
 IMAGE_WIDTH = 1280  # TuSimple frames are 1280x720
 IMAGE_HEIGHT = 720
 MAX_LANES = 5  # the most lanes a TuSimple ground-truth frame holds
 NO_POINT = -2  # x of a row where a lane has no point
+MAX_COORD = 2**31 - 1  # largest |x| or row a label may give (real ones lie within the 1280x720 frame)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -34,6 +37,7 @@ class LaneLabel:
     h_samples: tuple[int, ...]  # image rows (y) at which every lane gives an x
     lanes: tuple[tuple[int, ...], ...]  # one x per h_sample row per lane; -2 = no point
     run_time: float | None = None  # ms per frame, predictions only (None = not given)
+    where: str = field(default="", compare=False, repr=False)  # "FILE:LINE" it was read from, for messages
 
     def to_json(self) -> dict:
         """The JSON object of one line, keys in the order of the real files."""
@@ -52,16 +56,28 @@ def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def is_number(value: object) -> bool:
+    """A finite JSON number: not true/false, NaN, Infinity, nor an integer beyond float range."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:  # an integer such as 10**400
+        return False
+
+
 def _int_list(value: object, what: str) -> tuple[int, ...]:
     if not isinstance(value, list):
         raise ValueError(f"{what} must be a list, got {type(value).__name__}")
     for i, v in enumerate(value):
         if not _is_int(v):
-            raise ValueError(f"{what}[{i}] must be an integer, got {v!r}")
+            raise ValueError(f"{what}[{i}] must be an integer, got {json.dumps(v)}")
+        if abs(v) > MAX_COORD:
+            raise ValueError(f"{what}[{i}] is {v}, out of range: give -{MAX_COORD} to {MAX_COORD}")
     return tuple(value)
 
 
-def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES) -> LaneLabel:
+def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES, where: str = "") -> LaneLabel:
     """Check one decoded JSON object and build its LaneLabel (ValueError if malformed)."""
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
@@ -83,13 +99,14 @@ def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES) -> LaneLabel:
         if len(lane) != len(h_samples):
             raise ValueError(f"lanes[{i}] has {len(lane)} points but h_samples has {len(h_samples)}")
     run_time = obj.get("run_time")
-    if run_time is not None and (isinstance(run_time, bool) or not isinstance(run_time, (int, float))):
-        raise ValueError(f"run_time must be a number of milliseconds, got {run_time!r}")
+    if run_time is not None and not (is_number(run_time) and run_time >= 0):
+        raise ValueError(f"run_time must be a number of milliseconds >= 0, got {json.dumps(run_time)}")
     return LaneLabel(
         raw_file=raw_file,
         h_samples=h_samples,
         lanes=lanes,
         run_time=None if run_time is None else float(run_time),
+        where=where,
     )
 
 
@@ -98,9 +115,7 @@ def iter_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES) -
 
     ``max_lanes=None`` accepts any number of lanes (prediction files may hold more).
     """
-    path = Path(path)
-    if not path.is_file():
-        raise NotFoundError(f"label file {path} does not exist: check the path or run `dtrain lanes prepare`")
+    path = input_file(path, "label file", "give a TuSimple JSON-lines file (or run `dtrain lanes prepare`)")
     with path.open("r", encoding="utf-8") as f:
         for lineno, line in enumerate(f, start=1):
             if not line.strip():
@@ -110,7 +125,7 @@ def iter_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES) -
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}:{lineno}: bad JSON ({e.msg} at column {e.colno})") from None
             try:
-                yield parse_label(obj, max_lanes=max_lanes)
+                yield parse_label(obj, max_lanes=max_lanes, where=f"{path}:{lineno}")
             except ValueError as e:
                 raise DataError(f"{path}:{lineno}: {e}") from None
 

@@ -1,0 +1,77 @@
+"""Checks of what a user gives a workload command: numbers, input files, output folders.
+
+Each failure is one DtrainError line naming the value and what to give instead; the
+workloads' own argparse parsers report usage errors on one line too (`Parser`).
+Imports nothing from dtrain but dtrain.errors, so the workloads still run without the platform.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import os
+from pathlib import Path
+
+from dtrain.errors import NotFoundError, SpecError
+
+MAX_SEED = 2**32 - 1  # numpy's and most tools' seed range; torch takes it as is
+MAX_STEPS = 10_000_000  # optimizer steps of one run (the paper recipe plans 60 000)
+MAX_EPOCHS = 10_000  # passes over the training set of one run
+MAX_BATCH = 65_536  # images per process per step, as `dtrain bench scaling` and the pipelines allow
+MAX_WORKERS = 64  # data loader processes per training process
+MAX_LR = 10.0  # SGD learning rates in use are 0.001 to 0.1
+MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)  # a full, read-only or forbidden disk
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (exit 2) instead of the whole usage text."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+
+def _num(x: float) -> str:
+    return str(x) if isinstance(x, int) else f"{x:g}"
+
+
+def in_range(name: str, value: float, low: float, high: float) -> None:
+    """SpecError unless low <= value <= high (NaN is never in range)."""
+    if not low <= value <= high:
+        raise SpecError(f"{name} {_num(value)} is out of range: give {_num(low)} to {_num(high)}")
+
+
+def learning_rate(name: str, value: float, example: float) -> None:
+    """SpecError unless 0 < value <= MAX_LR (so never NaN or infinite)."""
+    if not 0 < value <= MAX_LR:
+        raise SpecError(f"{name} {_num(value)} is out of range: give a number above 0 and at most "
+                        f"{_num(MAX_LR)}, e.g. {_num(example)}")
+
+
+def input_file(path: str | os.PathLike, what: str, fix: str) -> Path:
+    """`path` if it is a readable regular file; else NotFoundError or SpecError: '<what> <path> ...: <fix>'."""
+    path = Path(path)
+    if not path.exists():
+        raise NotFoundError(f"{what} {path} does not exist: {fix}")
+    if path.is_dir():
+        raise SpecError(f"{what} {path} is a folder, not a file: {fix}")
+    if not path.is_file():
+        raise SpecError(f"{what} {path} is not a regular file: {fix}")
+    if not os.access(path, os.R_OK):
+        raise SpecError(f"{what} {path} cannot be read (permission denied): {fix}")
+    return path
+
+
+def out_folder(path: str | os.PathLike, flag: str) -> Path:
+    """Create the folder `path` (and its parents) if missing; SpecError when it cannot be a folder."""
+    path = Path(path)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except FileExistsError:
+        raise SpecError(f"{flag} {path} is a file, not a folder: give a folder (it is created if missing)") from None
+    except NotADirectoryError:
+        raise SpecError(f"{flag} {path}: a part of the path is a file, not a folder: give a folder path") from None
+    except OSError as e:
+        if e.errno in MACHINE_ERRNOS:
+            raise  # the dtrain command names these in one line of its own (dtrain.cli.main.machine_refused)
+        raise SpecError(f"{flag} {path} cannot be created ({e.strerror}): give a folder you can write to") from None
+    return path

@@ -1,0 +1,101 @@
+"""Bad input to the workload commands, through the real `dtrain` command: one line naming the
+problem and the fix, exit 2, no traceback, nothing started (no workers forked, no disk filled)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from conftest import Dtrain
+
+GT = {"lanes": [[-2, 300, 310, 320], [-2, 600, 590, 580]], "h_samples": [240, 250, 260, 270],
+      "raw_file": "clips/a/1/20.jpg"}
+
+
+@pytest.fixture
+def files(tmp_path: Path) -> Path:
+    """Scratch inputs in tmp_path, which is also the commands' working folder."""
+    (tmp_path / "gt.json").write_text(json.dumps(GT) + "\n")
+    (tmp_path / "gt_twice.json").write_text((json.dumps(GT) + "\n") * 2)
+    pred = {"raw_file": GT["raw_file"], "lanes": [[-2, 301.5, 311.2, 318.9]], "run_time": 12.5}
+    (tmp_path / "pred.json").write_text(json.dumps(pred) + "\n")
+    (tmp_path / "pred_null.json").write_text(json.dumps({**pred, "lanes": [[-2, None, 311.2, 318.9]]}) + "\n")
+    (tmp_path / "pred_big.json").write_text(json.dumps(pred).replace("301.5", "1e400") + "\n")
+    (tmp_path / "pred_slow.json").write_text(json.dumps({**pred, "run_time": float("nan")}) + "\n")
+    (tmp_path / "afile").write_text("x")
+    for name in ("bad.tar.gz", "bad.zip", "bad.rar"):
+        (tmp_path / name).write_bytes(b"garbage")
+    return tmp_path
+
+
+CASES = [
+    # 1. every number of `lanes train` and `cifar10 train` has a lower and an upper bound
+    (["lanes", "train", "--num-workers", "100000", "--use-workers"], {},
+     "--num-workers 100000 is out of range: give 0 to 64"),
+    (["lanes", "train", "--use-workers"], {"NUM_WORKERS": "100000"}, "NUM_WORKERS=100000 is out of range: give 0 to 64"),
+    (["lanes", "train", "--max-steps", "99999999999999999999"], {},
+     "--max-steps 99999999999999999999 is out of range: give 1 to 10000000"),
+    (["lanes", "train", "--lr", "1e300"], {}, "--lr 1e+300 is out of range: give a number above 0 and at most 10, e.g. 0.05"),
+    (["lanes", "train", "--lr", "nan"], {}, "--lr nan is out of range: give a number above 0 and at most 10, e.g. 0.05"),
+    (["cifar10", "train", "--data-dir", ".", "--lr", "nan"], {},
+     "--lr nan is out of range: give a number above 0 and at most 10, e.g. 0.001"),
+    (["cifar10", "train", "--data-dir", ".", "--num-workers", "100000"], {},
+     "--num-workers 100000 is out of range: give 0 to 64"),
+    # usage errors of the workloads' own parsers are one line too
+    (["lanes", "train", "--max-steps", "abc"], {},
+     "dtrain lanes train: error: argument --max-steps: invalid int value: 'abc' (see 'dtrain lanes train --help')"),
+    # 2. prediction values the official script crashes on or scores silently; a GT frame given twice
+    (["lanes", "evaluate", "--pred", "pred_null.json", "--gt", "gt.json"], {},
+     "pred_null.json:1: lanes[0][1] is null: x coordinates are finite numbers (-2 where there is no point)"),
+    (["lanes", "evaluate", "--pred", "pred_big.json", "--gt", "gt.json"], {},
+     "pred_big.json:1: lanes[0][1] is Infinity (or a number too large, such as 1e400): x coordinates are finite "
+     "numbers (-2 where there is no point)"),
+    (["lanes", "evaluate", "--pred", "pred_slow.json", "--gt", "gt.json"], {},
+     "pred_slow.json:1: run_time must be a number of milliseconds >= 0, got NaN"),
+    (["lanes", "evaluate", "--pred", "pred.json", "--gt", "gt_twice.json"], {},
+     "gt_twice.json:2: ground-truth frame clips/a/1/20.jpg appears twice (first at gt_twice.json:1): "
+     "give one line per frame"),
+    # 3. a folder or a device is no file
+    (["lanes", "evaluate", "--pred", "/tmp", "--gt", "gt.json"], {},
+     "prediction file /tmp is a folder, not a file: give a TuSimple JSON-lines file (`dtrain lanes predict` writes one)"),
+    (["lanes", "evaluate", "--pred", "pred.json", "--gt", "/dev/null"], {},
+     "label file /dev/null is not a regular file: give a TuSimple JSON-lines file (or run `dtrain lanes prepare`)"),
+    # 4. synth: frame counts bounded, an --out that cannot be a folder
+    (["lanes", "synth", "--out", "s", "--train", "99999999999999", "--test", "2"], {},
+     "--train 99999999999999 is out of range: give 0 to 100000"),
+    (["lanes", "synth", "--out", "afile", "--train", "2", "--test", "2"], {},
+     "--out afile is a file, not a folder: give a folder (it is created if missing)"),
+    (["lanes", "synth", "--out", "afile/sub", "--train", "2", "--test", "2"], {},
+     "--out afile/sub: a part of the path is a file, not a folder: give a folder path"),
+    (["lanes", "synth", "--out", "/proc/x", "--train", "2", "--test", "2"], {},
+     "--out /proc/x cannot be created (No such file or directory): give a folder you can write to"),
+    (["cifar10", "synth", "--out", "c", "--n-train", "99999999"], {},
+     "--n-train 99999999 is out of range: give 5 to 1000000"),
+    # 5. prepare: the mask size bounded, a damaged archive and an unknown file type in one line
+    (["lanes", "prepare", "--url", "gt.json", "--out", "o4", "--size", "30000x30000"], {},
+     "--size width 30000 is out of range: give 16 to 4096"),
+    (["lanes", "prepare", "--url", "bad.tar.gz", "--out", "o2"], {},
+     "archive bad.tar.gz is damaged or not a zip or tar archive: download it again"),
+    (["lanes", "prepare", "--url", "bad.zip", "--out", "o2"], {},
+     "archive bad.zip is damaged or not a zip or tar archive: download it again"),
+    (["lanes", "prepare", "--url", "bad.rar", "--out", "o3"], {},
+     "--url bad.rar is neither an archive nor a label file that prepare reads: give .zip, .tar, .tar.gz, .tgz archives "
+     "(train_set.zip, test_set.zip) and .json label files (test_label.json)"),
+    # 6. backbone weights that torch.load cannot read
+    (["lanes", "train", "--out-dir", "run", "--backbone-weights", "gt.json"], {},
+     "backbone weights gt.json: not a file torch.save wrote; give VGG16-BN features saved with "
+     "torch.save(vgg16_bn().features.state_dict(), path)"),
+]
+
+
+@pytest.mark.parametrize("args, env, message", CASES, ids=[" ".join(c[0][:3]) + f" {i}" for i, c in enumerate(CASES)])
+def test_bad_input_gives_one_line_and_exit_2(home, files, args, env, message):
+    proc = Dtrain(home, env)(*args, check=False, cwd=files)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert re.fullmatch(r"(dtrain: error: )?" + re.escape(message), proc.stderr.strip()), proc.stderr
+    assert not (files / "s").exists() and not (files / "o4").exists() and not (files / "c").exists()
