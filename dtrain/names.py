@@ -12,17 +12,45 @@ import re
 from dtrain.errors import SpecError
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
-SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]+)?)(Ki|Mi|Gi|Ti|Pi|K|M|G|T|P|k)?$")
+# A Kubernetes quantity: a number (12, 1.5, .5, 5.) and a binary suffix, a decimal exponent (1e3,
+# 1E-3) or a decimal suffix (group 1 the number, group 2 the suffix). 'K' is not Kubernetes' but
+# dtrain has always taken it for 'k'.
+SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][-+]?[0-9]+|[numkKMGTPE])?$")
 CLASS_RE = re.compile(r"^[a-z0-9][-a-z0-9.]*$")  # a StorageClass name (DNS-1123 subdomain)
-_UNITS = {None: 1, "k": 10**3, "K": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15,
-          "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50}
+_UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
+_EXPONENTS = {None: "0", "n": "-9", "u": "-6", "m": "-3", "k": "3", "K": "3", "M": "6", "G": "9", "T": "12",
+              "P": "15", "E": "18"}  # decimal suffixes, read by float() as exponents: 4194304000m is 4Mi exactly
+SHOWN = 80  # the most characters of a user's value an error message repeats
+
+
+def shown(value) -> str:
+    """`value` as an error message repeats it: its repr, at most SHOWN characters ('...' where cut).
+
+    Built piece by piece (reprlib), so a huge value (a list that YAML aliases multiply, a
+    10**5000) costs no more than its first few items: no message grows with its input."""
+    import reprlib  # only refusals need it
+
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"{'-' if value < 0 else ''}<a whole number of about {round(value.bit_length() * 0.30103)} digits>"
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother, short.maxlong = 3, SHOWN, SHOWN, 40
+    short.maxlist = short.maxtuple = short.maxdict = short.maxset = short.maxfrozenset = 6
+    text = short.repr(value)
+    return text if len(text) <= SHOWN else text[:SHOWN - 3] + "..."
+
+
+def cut(text: str, limit: int = 120) -> str:
+    """A message from elsewhere (YAML's, Python's: they may quote the input) on one line of at
+    most `limit` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def check_name(name: str, what: str = "job") -> str:
     """Names follow Kubernetes DNS-1123 labels so every backend accepts them unchanged."""
     if not isinstance(name, str) or not NAME_RE.match(name):
         raise SpecError(
-            f"invalid {what} name {name!r}: use 1-53 lower-case letters, digits or '-', "
+            f"invalid {what} name {shown(name)}: use 1-53 lower-case letters, digits or '-', "
             f"starting and ending with a letter or digit (e.g. 'train-lanes-1')")
     return name
 
@@ -30,23 +58,47 @@ def check_name(name: str, what: str = "job") -> str:
 def check_storage_class(name: str) -> str:
     """A storage class: 'local' on the local backend, a StorageClass name on Kubernetes."""
     if not isinstance(name, str) or not CLASS_RE.match(name):
-        raise SpecError(f"invalid storage class {name!r}: use lower-case letters, digits, "
+        raise SpecError(f"invalid storage class {shown(name)}: use lower-case letters, digits, "
                         f"'-' or '.', e.g. 'local'")
     return name
 
 
-MAX_SIZE = 2**60  # 1 EiB: above any disk or memory; keeps float parsing finite
+MAX_SIZE = 2**60  # 1Ei: above any disk or memory; keeps float parsing finite
+MAX_QUANTITY_TEXT = 64  # characters of a quantity: '1.5Gi' is five
 
 
 def parse_size(text: str, what: str = "size", *, minimum: int = 0) -> int:
-    """'100Gi' -> bytes. Kubernetes quantity suffixes (Ki, Mi, Gi, Ti; k, M, G, T); at most 1 EiB."""
-    m = SIZE_RE.match(str(text).strip()) if isinstance(text, (str, int)) and not isinstance(text, bool) else None
+    """'100Gi' -> bytes. A Kubernetes quantity (binary suffixes Ki..Ei, decimal ones n, u, m,
+    k..E, or an exponent: 1e3); from `minimum` bytes to 1Ei. Every refusal names the range."""
+    lowest = "1 byte" if minimum == 1 else _quantity(minimum)
+    bounds = f"from {lowest} to 1Ei" if minimum else "of at most 1Ei"
+    whole = isinstance(text, int) and not isinstance(text, bool) and text.bit_length() <= 256  # str(10**5000) fails
+    given = str(text).strip() if isinstance(text, str) or whole else None
+    m = SIZE_RE.match(given) if given is not None and len(given) <= MAX_QUANTITY_TEXT else None
+    if given is not None and given[:1] in ("-", "+") and SIZE_RE.match(given[1:]):
+        if given[0] == "-":
+            raise SpecError(f"invalid {what} {shown(text)}: it cannot be negative; use a quantity {bounds}, "
+                            f"e.g. 100Gi")
+        m = SIZE_RE.match(given[1:])
     if not m:
-        raise SpecError(f"invalid {what} {text!r}: use a Kubernetes quantity such as 512Mi, 100Gi or 2G")
-    value = float(m.group(1)) * _UNITS[m.group(2)]
+        raise SpecError(f"invalid {what} {shown(text)}: use a Kubernetes quantity {bounds} such as 512Mi, 100Gi "
+                        f"or 2G")
+    number, suffix = m.groups()
+    if suffix in _UNITS:
+        value = float(number) * _UNITS[suffix]
+    else:  # a decimal suffix or an exponent (1e3): float() reads it exactly, and without a huge 10**n
+        value = float(f"{number}e{_EXPONENTS.get(suffix) or suffix[1:]}")
     if not minimum <= value <= MAX_SIZE:
-        raise SpecError(f"invalid {what} {text!r}: use a quantity between {minimum} bytes and 1Ei, e.g. 100Gi")
+        raise SpecError(f"invalid {what} {shown(text)}: use a quantity {bounds}, e.g. 100Gi")
     return int(value)
+
+
+def _quantity(n: int) -> str:
+    """Bytes as the shortest exact binary quantity: 4194304 -> '4Mi'."""
+    for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+        if n and n % _UNITS[suffix] == 0:
+            return f"{n // _UNITS[suffix]}{suffix}"
+    return str(n)
 
 
 def parse_volume_size(text: str) -> int:

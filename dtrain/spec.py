@@ -7,8 +7,8 @@ value and the fix.
 
 from __future__ import annotations
 
+import contextvars
 import dataclasses
-import math
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from dtrain.errors import SpecError
 from dtrain.names import (NAME_RE, SIZE_RE, check_name, check_storage_class,  # noqa: F401 (re-exported)
-                          job_volume_name, parse_size, parse_volume_size)
+                          cut, job_volume_name, parse_size, parse_volume_size, shown)
 from dtrain.spec_sagemaker import SageMakerOptions
 
 LAUNCHERS = ("none", "torchrun", "mpi")
@@ -28,9 +28,12 @@ TRUE_WORDS = ("1", "true", "yes", "on")
 SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV = "ENABLE_SNAPSHOT", "PVC_NAME"
 # Bounds on what a user can ask for: above any real node or job, low enough that nothing
 # downstream (a rank table, a loop over processes, a restart loop) can be made to run away.
+# MAX_PROCESSES is the one bound on a job's processes: submit, submit-dist, the pipelines'
+# `processes` parameter and docs/reliability.md all say this number.
 MAX_PROCESSES = 4096
 MAX_GPU_PER_PROCESS = 16
-MAX_CPU = 1024
+MIN_CPU, MAX_CPU = 0.01, 1024  # 0.01: the smallest share a cgroup quota (1 ms per 100 ms) enforces
+MIN_MEMORY = 4 * 2**20  # 4Mi: less than a process (an interpreter, a shell) needs to start
 MAX_RESTARTS = 100
 MAX_TEXT = 65536  # one command word, env value or path
 
@@ -38,15 +41,16 @@ MAX_TEXT = 65536  # one command word, env value or path
 def _text(value, what: str, *, fix: str = "") -> str:
     """A string without NUL bytes (the kernel cuts argv, env and paths at the first NUL)."""
     if not isinstance(value, str):
-        raise SpecError(f"invalid {what} {value!r}: must be a string{fix}")
+        raise SpecError(f"invalid {what} {shown(value)}: must be a string{fix}")
     if "\0" in value or len(value) > MAX_TEXT:
-        raise SpecError(f"invalid {what} {value[:40]!r}...: must hold no NUL byte and at most {MAX_TEXT} characters")
+        raise SpecError(f"invalid {what} {shown(value)}: must hold no NUL byte and at most {MAX_TEXT} characters")
     return value
 
 
 def _bool(value, what: str) -> bool:
     if not isinstance(value, bool):
-        raise SpecError(f"invalid {what} {value!r}: must be true or false (unquoted in YAML), not a string or number")
+        raise SpecError(f"invalid {what} {shown(value)}: must be true or false (unquoted in YAML), "
+                        f"not a string or number")
     return value
 
 
@@ -94,7 +98,7 @@ def _check_mount_path(path: str) -> str:
     _text(path, "mount path", fix=", an absolute path such as /mnt")
     norm = posixpath.normpath(path) if path.startswith("/") else ""
     if norm in ("", "/", "//") or ".." in path.split("/"):
-        raise SpecError(f"invalid mount path {path!r}: use an absolute path other than '/', e.g. /mnt")
+        raise SpecError(f"invalid mount path {shown(path)}: use an absolute path other than '/', e.g. /mnt")
     return "/" + norm.lstrip("/")
 
 
@@ -111,8 +115,8 @@ def parse_pvc(text: str) -> Volume:
         if len(parts) == 3:
             return NewVolume(storage_class=parts[0], size=parts[1], mount_path=parts[2])
     except SpecError as err:
-        raise SpecError(f"invalid --pvc {text!r}: {err}; {hint}") from None
-    raise SpecError(f"invalid --pvc {text!r}: {hint}")
+        raise SpecError(f"invalid --pvc {shown(text)}: {err}; {hint}") from None
+    raise SpecError(f"invalid --pvc {shown(text)}: {hint}")
 
 
 def parse_env(items) -> dict[str, str]:
@@ -121,10 +125,31 @@ def parse_env(items) -> dict[str, str]:
     for item in items or ():
         key, sep, value = _text(item, "-e").partition("=")
         if not sep or not ENV_KEY_RE.match(key):
-            raise SpecError(f"invalid -e {item!r}: use KEY=VALUE with KEY made of letters, digits "
+            raise SpecError(f"invalid -e {shown(item)}: use KEY=VALUE with KEY made of letters, digits "
                             f"and '_' (e.g. -e BATCH_SIZE=33)")
         env[key] = value
     return env
+
+
+# Set while a spec is read back from where a backend kept it (JobSpec.from_stored): such a spec was
+# checked when it was submitted, and the rules made stricter since (the env-name rule, the lowest
+# --cpu and --memory, 2026-12-02) must not make a stored job unreadable, so it can still be listed,
+# described and deleted.
+_STORED = contextvars.ContextVar("dtrain_spec_stored", default=False)
+
+
+def _env(env) -> dict[str, str]:
+    """The spec's env: NAME -> value, each NAME as `-e` takes it (so `{"A=B": "x"}` is refused,
+    not set as A="B=x"), each value a string."""
+    if not isinstance(env, Mapping):
+        raise SpecError(f"invalid env {shown(env)}: must be a mapping of NAME: value, e.g. {{SEED: '1'}}")
+    out = {}
+    for key, value in dict(env).items():
+        if not isinstance(key, str) or not (ENV_KEY_RE.match(key) or _STORED.get() and key):
+            raise SpecError(f"invalid env name {shown(key)}: use letters, digits and '_', not starting with a "
+                            f"digit (e.g. BATCH_SIZE), as -e BATCH_SIZE=33 takes it")
+        out[key] = _text(value, f"env {_keys([key])}", fix=" (quote it in YAML)")
+    return out
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -160,34 +185,34 @@ class JobSpec:
             raise SpecError(f"job {self.name!r} has no command (a list of strings): put it after '--', "
                             f"e.g. dtrain submit {self.name} -- python train.py")
         set_("command", tuple(_text(c, "command word", fix=" (quote it in YAML)") for c in self.command))
-        if not isinstance(self.env, Mapping):
-            raise SpecError(f"invalid env {self.env!r}: must be a mapping of NAME: value, e.g. {{SEED: '1'}}")
-        set_("env", dict(parse_env(f"{_text(k, 'env name')}={_text(v, f'env {k}', fix=' (quote it in YAML)')}"
-                                   for k, v in dict(self.env).items())))
+        set_("env", _env(self.env))
         set_("volumes", _volumes(self.volumes))
         if isinstance(self.image_pull_secrets, str) or not isinstance(self.image_pull_secrets, (list, tuple)):
-            raise SpecError(f"invalid image_pull_secrets {self.image_pull_secrets!r}: must be a list of names")
+            raise SpecError(f"invalid image_pull_secrets {shown(self.image_pull_secrets)}: must be a list of names")
         set_("image_pull_secrets", tuple(check_name(x, "image pull secret") for x in self.image_pull_secrets))
         if isinstance(self.sagemaker, Mapping):
-            set_("sagemaker", SageMakerOptions.from_dict(self.sagemaker))
+            set_("sagemaker", SageMakerOptions.from_dict(check_sagemaker_mapping(self.sagemaker)))
         elif self.sagemaker is not None and not isinstance(self.sagemaker, SageMakerOptions):
-            raise SpecError(f"invalid sagemaker options {self.sagemaker!r}: use SageMakerOptions or a mapping")
+            raise SpecError(f"invalid sagemaker {shown(self.sagemaker)}: must be a mapping of SageMaker options "
+                            f"(or SageMakerOptions), e.g. sagemaker: {{instance_type: ml.m5.xlarge, spot: true}}")
         _check_int(self.processes, "--processes", 1, MAX_PROCESSES)
         _check_int(self.gpu, "--gpu", 0, MAX_GPU_PER_PROCESS)
         _check_int(self.max_restarts, "--max-restarts", 0, MAX_RESTARTS)
         _bool(self.large_shm, "large_shm")
         _bool(self.notebook, "notebook")
         if self.launcher not in LAUNCHERS:
-            raise SpecError(f"unknown launcher {self.launcher!r}: use torchrun or mpi")
+            raise SpecError(f"unknown launcher {shown(self.launcher)}: use torchrun or mpi")
         if self.processes > 1 and self.launcher == "none":
             raise SpecError(f"--processes {self.processes} needs a launcher: use dtrain submit-dist "
                             f"--launcher torchrun or dtrain submit-mpi")
         if self.cpu is not None and (isinstance(self.cpu, bool) or not isinstance(self.cpu, (int, float))
-                                     or not math.isfinite(self.cpu) or not 0 < self.cpu <= MAX_CPU):
-            raise SpecError(f"invalid --cpu {self.cpu!r}: use a number of threads above 0 and at most {MAX_CPU}, "
-                            f"e.g. --cpu 2")
+                                     or not (0 if _STORED.get() else MIN_CPU) <= self.cpu <= MAX_CPU
+                                     or self.cpu == 0):  # NaN compares false
+            raise SpecError(f"invalid --cpu {shown(self.cpu)}: use a number of CPU threads from {MIN_CPU} to "
+                            f"{MAX_CPU}, e.g. --cpu 2 or --cpu 0.5")
         if self.memory is not None:
-            parse_size(_text(self.memory, "--memory"), "--memory", minimum=1)
+            parse_size(_text(self.memory, "--memory", fix=" such as 512Mi"), "--memory",
+                       minimum=1 if _STORED.get() else MIN_MEMORY)
         self._check_texts()
         self._check_volumes()
 
@@ -195,12 +220,13 @@ class JobSpec:
         if self.working_dir is not None:
             _text(self.working_dir, "--working-dir")
             if not self.working_dir.startswith("/"):
-                raise SpecError(f"invalid --working-dir {self.working_dir!r}: use an absolute path")
-        _text(self.backend, "backend", fix=" such as local or kubernetes")
+                raise SpecError(f"invalid --working-dir {shown(self.working_dir)}: use an absolute path")
+        if not NAME_RE.match(_text(self.backend, "backend", fix=" such as local or kubernetes")):
+            raise SpecError(f"invalid backend {shown(self.backend)}: use local, kubernetes or sagemaker")
         if self.image is not None:
             _text(self.image, "--image")
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
-            raise SpecError(f"invalid --image-pull-policy {self.image_pull_policy!r}: "
+            raise SpecError(f"invalid --image-pull-policy {shown(self.image_pull_policy)}: "
                             f"use Always, IfNotPresent or Never")
         if self.notebook and (self.launcher != "none" or self.max_restarts or self.snapshot_volume):
             raise SpecError(f"notebook {self.name!r} is one interactive process: drop --processes, "
@@ -271,23 +297,14 @@ class JobSpec:
 
         Types are checked, never coerced: a string is not a boolean, a number is not a list.
         """
-        if not isinstance(data, Mapping):
-            raise SpecError("a job file must hold a mapping of fields, e.g. 'name: train' and 'command: [...]'")
-        known = {f.name for f in dataclasses.fields(cls)}
-        data = dict(data)
-        bad_key = next((k for k in data if not isinstance(k, str)), None)
-        if bad_key is not None:
-            raise SpecError(f"invalid job field name {bad_key!r}: field names are words such as name or command")
+        data = dict(cls.check_fields(data))
         vols = [*_list(data.pop("pvc", None), "pvc"), *_list(data.get("volumes"), "volumes")]
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise SpecError(f"unknown job field(s) {', '.join(unknown)}: known fields are {', '.join(sorted(known))}")
         for required in ("name", "command"):
             if data.get(required) in (None, "", [], ()):
                 raise SpecError(f"the job has no {required}: use dtrain submit NAME [options] -- COMMAND, "
                                 f"or set '{required}:' in the job file")
         if not isinstance(data["command"], (list, tuple)):
-            raise SpecError(f"invalid command {data['command']!r}: must be a list of strings, "
+            raise SpecError(f"invalid command {shown(data['command'])}: must be a list of strings, "
                             f"e.g. [python, train.py, --epochs, '2']")
         data["command"] = tuple(_word(c, "command") for c in data["command"])
         data["volumes"] = tuple(parse_pvc(v) if isinstance(v, str) else _volume_from_dict(v) for v in vols)
@@ -296,18 +313,69 @@ class JobSpec:
                 del data[key]
         if "env" in data:
             if not isinstance(data["env"], Mapping):
-                raise SpecError(f"invalid env {data['env']!r}: must be a mapping of NAME: value, e.g. env: {{SEED: '1'}}")
-            data["env"] = {k: _word(v, f"env {k}") for k, v in data["env"].items()}
+                raise SpecError(f"invalid env {shown(data['env'])}: must be a mapping of NAME: value, "
+                                f"e.g. env: {{SEED: '1'}}")
+            data["env"] = {k: _word(v, f"env {_keys([k])}") for k, v in data["env"].items()}
         if "image_pull_secrets" in data:
-            data["image_pull_secrets"] = tuple(_list(data["image_pull_secrets"], "image_pull_secrets"))
+            data["image_pull_secrets"] = tuple(_list(data["image_pull_secrets"], "image_pull_secrets",
+                                                     example="[regcred]"))
         return cls(**data)
 
+    @classmethod
+    def from_stored(cls, data: Mapping[str, Any]) -> "JobSpec":
+        """A spec read back from a backend's record (the job table, an annotation, S3): as
+        from_dict, except for the rules made stricter since it may have been stored (_STORED)."""
+        token = _STORED.set(True)
+        try:
+            return cls.from_dict(data)
+        finally:
+            _STORED.reset(token)
 
-def _list(value, what: str) -> list:
+    @classmethod
+    def check_fields(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
+        """`data` if it is a mapping whose keys are all job fields (``pvc`` too), else the SpecError
+        naming the first wrong one: what a job file gets wrong first, before any value is read."""
+        if not isinstance(data, Mapping):
+            raise SpecError("a job file must hold a mapping of fields, e.g. 'name: train' and 'command: [...]'")
+        known = {f.name for f in dataclasses.fields(cls)}
+        bad_key = next((k for k in data if not isinstance(k, str)), None)
+        if bad_key is not None:
+            raise SpecError(f"invalid job field name {shown(bad_key)}: field names are words such as name or command")
+        unknown = sorted(set(data) - known - {"pvc"})
+        if unknown:
+            raise SpecError(f"unknown job field(s) {_keys(unknown)}: known fields are "
+                            f"{', '.join(sorted(known | {'pvc'}))}")
+        return data
+
+
+def _keys(keys: list) -> str:
+    """Mapping keys for a message: short words as they are, anything else as shown(); five at most."""
+    words = [k if isinstance(k, str) and len(k) <= 40 and k.isprintable() else shown(k) for k in keys[:5]]
+    return ", ".join(words) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+
+
+def check_sagemaker_mapping(data: Mapping[str, Any]) -> Mapping[str, Any]:
+    """`sagemaker:` as YAML or JSON gives it: names as keys, `channels` a list and `hyperparameters`
+    a mapping (SageMakerOptions would stop on anything else with a TypeError)."""
+    bad_key = next((k for k in data if not isinstance(k, str)), None)
+    if bad_key is not None:
+        raise SpecError(f"invalid sagemaker field name {shown(bad_key)}: field names are words such as "
+                        f"instance_type or spot")
+    channels, hps = data.get("channels"), data.get("hyperparameters")
+    if channels is not None and (isinstance(channels, str) or not isinstance(channels, (list, tuple))):
+        raise SpecError(f"invalid sagemaker channels {shown(channels)}: must be a list of NAME=URI, "
+                        f"e.g. channels: [training=s3://bucket/cifar10]")
+    if hps is not None and not isinstance(hps, Mapping):
+        raise SpecError(f"invalid sagemaker hyperparameters {shown(hps)}: must be a mapping of name: value, "
+                        f"e.g. hyperparameters: {{epochs: '2'}}")
+    return {k: v for k, v in data.items() if not (k in ("channels", "hyperparameters") and v is None)}
+
+
+def _list(value, what: str, *, example: str = "[data:/mnt]") -> list:
     if value is None:
         return []
     if not isinstance(value, (list, tuple)):
-        raise SpecError(f"invalid {what} {value!r}: must be a list, e.g. {what}: [data:/mnt]")
+        raise SpecError(f"invalid {what} {shown(value)}: must be a list, e.g. {what}: {example}")
     return list(value)
 
 
@@ -315,7 +383,7 @@ def _word(value, what: str) -> str:
     """A YAML scalar meant as a string: numbers are written as given, booleans and nulls refused
     (YAML reads `yes` as true: quote it)."""
     if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
-        raise SpecError(f"invalid {what} value {value!r}: must be a string (quote it in YAML, e.g. 'yes')")
+        raise SpecError(f"invalid {what} value {shown(value)}: must be a string (quote it in YAML, e.g. 'yes')")
     return value if isinstance(value, str) else str(value)
 
 
@@ -328,12 +396,13 @@ def _volume_from_dict(d: Mapping[str, Any]) -> Volume:
     if isinstance(d, Mapping):
         kind = VolumeMount if "volume" in d else NewVolume if "storage_class" in d else None
     if kind is None:
-        raise SpecError(f"invalid volume entry {d!r}: use 'NAME:MOUNT[:ro]', 'CLASS:SIZE:MOUNT', "
+        raise SpecError(f"invalid volume entry {shown(d)}: use 'NAME:MOUNT[:ro]', 'CLASS:SIZE:MOUNT', "
                         f"{{volume, mount_path, read_only}} or {{storage_class, size, mount_path}}")
-    unknown = sorted(map(str, set(d) - _VOLUME_KEYS[kind]))
+    extra = set(d) - _VOLUME_KEYS[kind]
+    unknown = sorted(k for k in extra if isinstance(k, str)) + [k for k in extra if not isinstance(k, str)]
     missing = sorted(k for k in _VOLUME_KEYS[kind] - set(d) if k != "read_only")
     if unknown or missing:
-        raise SpecError(f"invalid volume entry {dict(d)!r}: " + (f"unknown key(s) {', '.join(unknown)}" if unknown
+        raise SpecError(f"invalid volume entry {shown(dict(d))}: " + (f"unknown key(s) {_keys(unknown)}" if unknown
                         else f"missing {', '.join(missing)}") + f"; its keys are {', '.join(sorted(_VOLUME_KEYS[kind]))}")
     return kind(**d)
 
@@ -341,24 +410,29 @@ def _volume_from_dict(d: Mapping[str, Any]) -> Volume:
 def _volumes(value) -> tuple[Volume, ...]:
     """The SDK's volumes: VolumeMount / NewVolume objects, or --pvc strings."""
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise SpecError(f"invalid volumes {value!r}: must be a list, e.g. volumes=['data:/mnt'] or "
+        raise SpecError(f"invalid volumes {shown(value)}: must be a list, e.g. volumes=['data:/mnt'] or "
                         f"[VolumeMount(volume='data', mount_path='/mnt')]")
     out = []
     for v in value:
         if isinstance(v, str):
             v = parse_pvc(v)
         if not isinstance(v, (VolumeMount, NewVolume)):
-            raise SpecError(f"invalid volume {v!r}: use VolumeMount, NewVolume or a --pvc string such as 'data:/mnt'")
+            raise SpecError(f"invalid volume {shown(v)}: use VolumeMount, NewVolume or a --pvc string "
+                            f"such as 'data:/mnt'")
         out.append(v)
     return tuple(out)
 
 
 def _check_int(value, flag: str, minimum: int, maximum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise SpecError(f"invalid {flag} {value!r}: use a whole number from {minimum} to {maximum}")
+        raise SpecError(f"invalid {flag} {shown(value)}: use a whole number from {minimum} to {maximum}")
 
 
 MAX_YAML_BYTES = 1 << 20  # a job file or config.yaml is a few hundred bytes; refuse a stray big file
+# What a YAML file may hold once its aliases (*name) are expanded, counted as the characters of
+# its strings plus one per other value: a file without aliases stays below its own size, while
+# nine aliases of nine aliases of ... (a "billion laughs") would hold gigabytes.
+MAX_YAML_EXPANDED = 2 * MAX_YAML_BYTES
 
 
 def yaml_mapping(data: bytes, source: str, example: str) -> dict:
@@ -366,7 +440,8 @@ def yaml_mapping(data: bytes, source: str, example: str) -> dict:
     import yaml  # only the YAML doors need it
 
     if len(data) > MAX_YAML_BYTES:
-        raise SpecError(f"{source} is {len(data)} bytes, not a YAML file of a few fields; check the path")
+        raise SpecError(f"{source} is larger than {MAX_YAML_BYTES} bytes, not a YAML file of a few fields; "
+                        f"check the path")
     try:
         text = data.decode("utf-8")
         if "\0" in text:
@@ -379,14 +454,56 @@ def yaml_mapping(data: bytes, source: str, example: str) -> dict:
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise SpecError(f"{source} is not valid YAML: {err.problem or err.context}{where}") from None
+        raise SpecError(f"{source} is not valid YAML: {cut(err.problem or err.context)}{where}") from None
     except yaml.YAMLError as err:
-        raise SpecError(f"{source} is not valid YAML: {str(err).splitlines()[0]}") from None
+        raise SpecError(f"{source} is not valid YAML: {cut(str(err).splitlines()[0])}") from None
+    except RecursionError:
+        raise SpecError(f"{source} nests its values too deeply to read: a job file is a few flat fields "
+                        f"such as '{example}'") from None
+    except (ValueError, TypeError, OverflowError) as err:  # YAML's own types refuse it: 2024-13-45, 5000 digits
+        raise SpecError(f"{source} holds a value YAML cannot read ({cut(str(err))}): quote it "
+                        f"to make it a string") from None
     if loaded is None:
         return {}
     if not isinstance(loaded, dict):
         raise SpecError(f"{source} must hold a mapping of fields such as '{example}', not a {type(loaded).__name__}")
+    sizes: dict[int, int] = {}
+    for key in loaded:  # field by field, to name the one that contains itself
+        if _expanded_size(loaded[key], sizes) is None:
+            raise SpecError(f"{source}: the value of {_keys([key])} contains itself (a YAML alias *name inside "
+                            f"its own &name): write the value out")
+    if _expanded_size(loaded, sizes) > MAX_YAML_EXPANDED:
+        raise SpecError(f"{source} holds more than {MAX_YAML_EXPANDED} characters of values once its aliases "
+                        f"(*name) are expanded: write the values out instead of repeating aliases")
     return loaded
+
+
+def _expanded_size(root, sizes: dict[int, int]) -> int | None:
+    """The size of what YAML loaded with its aliases expanded (strings: their length, any other
+    value: 1), or None when a list or mapping contains itself. A shared value (an alias) is sized
+    once (`sizes`: id of a sized list or mapping -> its size, kept across calls), so this takes
+    the time of the file, not of the expansion."""
+    if not isinstance(root, (dict, list, set)):
+        return _scalar_size(root)
+    open_: set[int] = set()  # the lists and mappings around the one being sized
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        items = [*node.keys(), *node.values()] if isinstance(node, dict) else node
+        if done:
+            open_.discard(id(node))
+            sizes[id(node)] = 1 + sum(sizes[id(x)] if id(x) in sizes else _scalar_size(x) for x in items)
+        elif id(node) in open_:
+            return None
+        elif id(node) not in sizes:
+            open_.add(id(node))
+            stack.append((node, True))
+            stack.extend((x, False) for x in items if isinstance(x, (dict, list, set)))
+    return sizes[id(root)]
+
+
+def _scalar_size(value) -> int:
+    return len(value) if isinstance(value, str) else 1
 
 
 NOTEBOOK_SERVER = ("jupyter-server", "--ServerApp.ip=127.0.0.1", "--ServerApp.open_browser=False",

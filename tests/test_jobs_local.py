@@ -220,6 +220,7 @@ command: [python, -c, "print(1)"]
                        cpu=1, memory="1Gi", env={"BATCH_SIZE": "33", "USE_VAL": "false"},
                        volumes=(dtrain.parse_pvc("local:1Gi:/data"),), large_shm=True, working_dir=str(tmp_path),
                        max_restarts=2, project="lanes")
+    dt("project", "create", "lanes")  # -p and project: name a project that exists
     dt("submit-dist", "from-flags", *flags, "--", "python", "-c", "print(1)")
     dt("submit", "-f", str(tmp_path / "job.yaml"))
     dtrain.Client(home=dt.home).submit(a)
@@ -313,10 +314,33 @@ def test_a_link_where_the_jobs_folder_goes_is_refused_and_nothing_is_written_thr
     (dt.home / "jobs" / "j1").symlink_to(elsewhere)
     proc = dt("submit", "j1", "--", "echo", "hi", check=False)
     assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
-        f"dtrain: error: {dt.home / 'jobs' / 'j1'} is a symbolic link, which dtrain does not make there: remove it "
+        f"dtrain: error: {dt.home / 'jobs' / 'j1'} is a symbolic link, and a job's folder is never one: remove it "
         "and submit again (nothing was started)"]
     assert list(elsewhere.iterdir()) == [] and "j1" not in dt("list", "-A").stdout
     (dt.home / "jobs" / "j1").unlink()
     dt("submit", "j1", "--", "echo", "hi")
     dt("wait", "j1")
     assert "hi" in dt("logs", "j1").stdout and list(elsewhere.iterdir()) == []
+
+
+def test_a_job_stored_under_looser_rules_can_still_be_listed_described_and_deleted(dt: Dtrain):
+    """The env-name rule and the lowest --cpu and --memory were made stricter on 2026-12-02; a job
+    submitted before, with values they now refuse, stays readable."""
+    from dtrain.errors import SpecError
+    from dtrain.spec import JobSpec
+
+    dt("submit", "old", "--", "echo", "hi")
+    dt("wait", "old")
+    conn = sqlite3.connect(dt.home / "state.db")
+    spec = json.loads(conn.execute("SELECT spec FROM jobs WHERE name = 'old'").fetchone()[0])
+    spec.update(env={"A=B": "x"}, cpu=1e-7, memory="1")
+    with pytest.raises(SpecError):
+        JobSpec.from_dict(spec)  # what a submit gets today
+    assert JobSpec.from_stored(spec).env == {"A=B": "x"}
+    with conn:
+        conn.execute("UPDATE jobs SET spec = ? WHERE name = 'old'", (json.dumps(spec),))
+    conn.close()
+    assert "old" in dt("list").stdout
+    assert "A=B" in dt("describe", "job", "old").stdout
+    dt("delete", "old")
+    assert "old" not in dt("list", "-A").stdout

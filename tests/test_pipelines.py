@@ -144,6 +144,45 @@ def test_a_users_own_pipeline_module_compiles(home, capsys, tmp_path):
     assert code == 2 and "'nothing' is not a @dsl.pipeline function" in err
 
 
+def test_compile_checks_where_it_writes_first(home, capsys, tmp_path):
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "folder.yaml").mkdir()
+    for out, message in (("/proc/x.yaml", "cannot write -o '/proc/x.yaml': No such file or directory"),
+                         (str(tmp_path / "folder.yaml"), "it is a folder; give a file path"),
+                         (str(tmp_path / "file" / "x.yaml"), "is a file, not a folder"),
+                         (str(tmp_path / "file" / "a" / "x.yaml"), "is a file, not a folder")):
+        code, _out, err = cli(home, capsys, "compile", "hybrid-cifar10", "-o", out)
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+    out = tmp_path / "new" / "deeper" / "p.yaml"  # missing folders are made, as before
+    assert cli(home, capsys, "compile", "hybrid-cifar10", "-o", str(out))[0] == 0 and out.is_file()
+
+
+@pytest.mark.parametrize("source, message", [
+    ("syntax error(\n", "mod.py is not valid Python at line 1, column 13: '(' was never closed"),
+    ("def f():\n  x = 1\n   y = 2\n", "mod.py is not valid Python at line 3, column 3: unexpected indent"),
+    ("x = 1\n\0\n", "mod.py is not valid Python: source code string cannot contain null bytes"),
+    ("import os\n\ndef g():\n    raise KeyError('k')\n\ng()\n", "importing mod.py failed at line 4 with KeyError: 'k'"),
+    ("import no_such_module_here\n", "importing mod.py failed at line 1 with ModuleNotFoundError: No module named"),
+])
+def test_a_users_module_that_fails_to_load_is_one_line(home, capsys, tmp_path, source, message):
+    module = tmp_path / "mod.py"
+    module.write_text(source)
+    for verb in (["run"], ["compile", "-o", str(tmp_path / "o.yaml")]):
+        code, _out, err = cli(home, capsys, *verb, "--module", f"{module}:f")
+        assert code == 2 and err.count("\n") == 1 and message in err, err
+        assert "Traceback" not in err
+
+
+def test_pipeline_processes_share_the_job_specs_bound(home, capsys):
+    from dtrain.spec import MAX_PROCESSES
+
+    assert steps.MAX_PROCESSES is MAX_PROCESSES
+    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", f"processes={MAX_PROCESSES + 1}")
+    assert code == 2 and f"invalid processes {MAX_PROCESSES + 1}: use a whole number from 1 to {MAX_PROCESSES}" in err
+    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "processes=" + "9" * 4000)
+    assert code == 2 and "<a whole number of about 4000 digits>" in err and len(err) < 300, err
+
+
 def test_a_run_leaves_nothing_in_the_users_tmpdir(tmp_path):
     """KFP's component command writes each step's source into `mktemp -d` and never removes it:
     a run's steps get a $TMPDIR of the run's own, emptied of those when the run ends, failed or

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
 import shlex
+import stat
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from dtrain.cli import format as fmt
 from dtrain.client import Client, TimeoutError_
 from dtrain.errors import NotFoundError, SpecError
-from dtrain.spec import JobSpec, parse_env, parse_pvc, yaml_mapping
+from dtrain.names import shown
+from dtrain.spec import MAX_YAML_BYTES, JobSpec, check_sagemaker_mapping, parse_env, parse_pvc, yaml_mapping
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
 
 # flag dest -> spec field, for flags that map one to one
@@ -19,7 +24,15 @@ _FIELDS = ("processes", "launcher", "gpu", "cpu", "memory", "large_shm", "workin
            "max_restarts", "snapshot_on_success", "image", "image_pull_policy")
 
 
+# argparse takes a word starting with '-' for an option unless it is a plain negative number, so
+# `--memory -5Gi` or `--cpu -1e3` stopped at "expected one argument"; here any word starting with
+# '-' and a digit is a value (no option of these verbs looks like that), and the spec says why it
+# is refused.
+_NEGATIVE_VALUE = re.compile(r"^-\.?[0-9]")
+
+
 def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False) -> None:
+    p._negative_number_matcher = _NEGATIVE_VALUE  # see _NEGATIVE_VALUE
     p.add_argument("name", nargs="?", help="job name (lower-case letters, digits, '-')")
     p.add_argument("-f", "--file", help="a YAML job spec; flags given too override its fields")
     if dist:
@@ -84,7 +97,7 @@ def _channel(text: str):
 
 def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:
     """SageMaker flags -> the spec's `sagemaker` mapping (flags win over the file's)."""
-    sm = dict(data.get("sagemaker") or {})
+    sm = dict(check_sagemaker_mapping(data.get("sagemaker") or {}))
     sm.update({k: getattr(args, k) for k in _SM_FLAGS if getattr(args, k, None) is not None})
     if args.source_dir:
         sm["source_dir"] = str(Path(args.source_dir).resolve())
@@ -99,15 +112,61 @@ def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:
         data["backend"] = "sagemaker"
 
 
+def read_job_file(path: str) -> bytes:
+    """A job file's bytes: a regular file of at most MAX_YAML_BYTES (one more is read, to say it is
+    too big). A fifo, a device or a folder is refused before anything is read from it (and before
+    it is opened, where it can be told then), so `-f /dev/zero` cannot fill memory and `-f FIFO`
+    cannot wait forever for a writer."""
+    where = f"job file {shown(path)}"
+    try:
+        _check_regular(os.stat(path).st_mode, where)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as err:
+        raise SpecError(f"cannot read {where}: {err.strerror}") from None
+    try:
+        _check_regular(os.fstat(fd).st_mode, where)  # what was opened, if the path changed meanwhile
+        chunks, left = [], MAX_YAML_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError as err:
+        raise SpecError(f"cannot read {where}: {err.strerror}") from None
+    finally:
+        os.close(fd)
+
+
+def _check_regular(mode: int, where: str) -> None:
+    if not stat.S_ISREG(mode):
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
+        raise SpecError(f"{where} is {kind}, not a file: give a YAML file such as job.yaml")
+
+
+# The job file's nested blocks and what each must be: the flags merge into them.
+_BLOCKS = {"env": (Mapping, "a mapping of NAME: value, e.g. env: {SEED: '1'}"),
+           "sagemaker": (Mapping, "a mapping of SageMaker options, e.g. sagemaker: {instance_type: ml.m5.xlarge}"),
+           "volumes": ((list, tuple), "a list, e.g. volumes: [data:/mnt]"),
+           "pvc": ((list, tuple), "a list, e.g. pvc: [data:/mnt]"),
+           "image_pull_secrets": ((list, tuple), "a list of names, e.g. image_pull_secrets: [regcred]")}
+
+
+def _check_blocks(data: Mapping) -> None:
+    for key, (kind, what) in _BLOCKS.items():
+        if data.get(key) is not None and not isinstance(data[key], kind):
+            raise SpecError(f"invalid {key} {shown(data[key])} in the job file: must be {what}")
+
+
 def spec_from_args(args: argparse.Namespace, command: list[str], client: Client, *, launcher: str | None) -> JobSpec:
     """Flags, a YAML file, or both -> the one JobSpec. Flags win over the file."""
     data: dict = {}
     if args.file:
-        try:
-            raw = Path(args.file).read_bytes()
-        except OSError as err:
-            raise SpecError(f"cannot read job file {args.file!r}: {err.strerror}") from None
-        data = dict(yaml_mapping(raw, f"job file {args.file!r}", "name: train"))
+        raw = read_job_file(args.file)
+        data = dict(JobSpec.check_fields(yaml_mapping(raw, f"job file {shown(args.file)}", "name: train")))
+        _check_blocks(data)
     if args.name:
         data["name"] = args.name
     if "name" not in data:
@@ -120,7 +179,7 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
         data["launcher"] = "mpi"
     elif launcher == "dist":
         data.setdefault("launcher", "torchrun")
-    if isinstance(data.get("cpu"), float) and data["cpu"].is_integer():
+    if isinstance(data.get("cpu"), float) and data["cpu"].is_integer() and abs(data["cpu"]) <= 2**53:
         data["cpu"] = int(data["cpu"])
     if args.environment:
         data["env"] = {**(data.get("env") or {}), **parse_env(args.environment)}
@@ -137,8 +196,22 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     return JobSpec.from_dict(data)
 
 
+def check_project(spec: JobSpec, client: Client) -> None:
+    """On the local backend a job goes to a project that exists: 'default', or one made with
+    `dtrain project create` (as `dtrain config project` requires). A mistyped -p would
+    otherwise make a project of its own, with no quota and out of `dtrain list`'s sight.
+    (Kubernetes makes or refuses the project's namespace itself.)"""
+    if spec.backend != "local" or spec.project == "default":
+        return
+    known = [p.name for p in client.backend(spec.backend, project=spec.project).list_projects()]
+    if spec.project not in known:
+        raise NotFoundError(f"no project named {spec.project!r}; create it first with "
+                            f"'dtrain project create {spec.project}' (projects: {', '.join(known) or 'none'})")
+
+
 def cmd_submit(args, command: list[str], client: Client, launcher: str | None = None) -> int:
     spec = spec_from_args(args, command, client, launcher=launcher)
+    check_project(spec, client)
     if args.dry_run:
         return _dry_run(spec, client)
     info = client.submit(spec)
@@ -242,7 +315,7 @@ def cmd_logs(args, client: Client) -> int:
 
 def _rank(text: str) -> int:
     if not text.isdigit():
-        raise SpecError(f"invalid --rank {text!r}: use a process rank such as 0, or 'all'")
+        raise SpecError(f"invalid --rank {shown(text)}: use a process rank such as 0, or 'all'")
     return int(text)
 
 
@@ -255,7 +328,7 @@ def cmd_delete(args, client: Client) -> int:
         except NotFoundError:
             missing.append(name)
     if missing:
-        raise NotFoundError(f"no job named {', '.join(map(repr, missing))}; nothing was deleted "
+        raise NotFoundError(f"no job named {', '.join(map(shown, missing[:5]))}; nothing was deleted "
                             f"(see 'dtrain list jobs --show-deleted')")
     for name in names:
         info = client.delete(name, purge=args.purge)

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from dtrain.errors import EnvironmentError_, JobFailedError, NotFoundError, SpecError
+from dtrain.names import cut, shown
 
 SHIPPED = {  # name -> "module:function"; each module also has check(params)
     "hybrid-cifar10": "dtrain.pipelines.hybrid:hybrid_cifar10",
@@ -90,7 +91,7 @@ def load(name: str | None = None, *, module: str | None = None) -> Pipeline:
         mod = importlib.import_module(mod_name)
         func, check = getattr(mod, attr), mod.check
     else:
-        raise NotFoundError(f"no pipeline {name!r}: use one of {', '.join(SHIPPED)} (see 'dtrain pipeline list'), "
+        raise NotFoundError(f"no pipeline {shown(name)}: use one of {', '.join(SHIPPED)} (see 'dtrain pipeline list'), "
                             f"or --module path.py:function for your own")
     return Pipeline(info=describe(func, name), func=func, check=check)
 
@@ -98,16 +99,35 @@ def load(name: str | None = None, *, module: str | None = None) -> Pipeline:
 def _from_file(ref: str):
     path, sep, attr = ref.rpartition(":")
     if not sep or not path.endswith(".py") or not attr.isidentifier():
-        raise SpecError(f"invalid --module {ref!r}: use path/to/file.py:function")
+        raise SpecError(f"invalid --module {shown(ref)}: use path/to/file.py:function")
     if not Path(path).is_file():
-        raise NotFoundError(f"--module {ref!r}: no file {path}")
+        raise NotFoundError(f"--module {shown(ref)}: no file {shown(path)}")
     spec = importlib.util.spec_from_file_location(f"dtrain_user_pipeline_{Path(path).stem}", path)
     mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # the user's own code, as `python path.py` would run it
+    try:
+        spec.loader.exec_module(mod)  # the user's own code, as `python path.py` would run it
+    except SyntaxError as err:  # IndentationError too: where, and what Python says
+        where = f" at line {err.lineno}" + (f", column {err.offset}" if err.offset else "") if err.lineno else ""
+        raise SpecError(f"--module {shown(ref)}: {Path(path).name} is not valid Python{where}: "
+                        f"{cut(err.msg)}") from None
+    except Exception as err:  # the user's module failed as it was imported: one line saying where
+        raise SpecError(f"--module {shown(ref)}: importing {Path(path).name} failed at {_user_line(err, path)} with "
+                        f"{type(err).__name__}: {cut(err)}") from None
     func = getattr(mod, attr, None)
     if func is None or not hasattr(func, "pipeline_spec"):
-        raise SpecError(f"--module {ref!r}: {attr!r} is not a @dsl.pipeline function in {path}")
+        raise SpecError(f"--module {shown(ref)}: {attr!r} is not a @dsl.pipeline function in {path}")
     return func
+
+
+def _user_line(err: BaseException, path: str) -> str:
+    """'line N' of the user's file where `err` passed last through it, or 'its import'."""
+    target, line = os.path.realpath(path), None
+    tb = err.__traceback__
+    while tb is not None:
+        if os.path.realpath(tb.tb_frame.f_code.co_filename) == target:
+            line = tb.tb_lineno
+        tb = tb.tb_next
+    return f"line {line}" if line else "its import"
 
 
 def describe(func, name: str | None = None) -> PipelineInfo:
@@ -127,9 +147,18 @@ def compile_to(pipeline: Pipeline, out: str | Path) -> Path:
 
     out = Path(out)
     if out.suffix not in (".yaml", ".yml", ".json"):
-        raise SpecError(f"invalid -o {str(out)!r}: KFP writes .yaml (or .json) files, e.g. -o pipeline.yaml")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(pipeline.func, str(out))
+        raise SpecError(f"invalid -o {shown(str(out))}: KFP writes .yaml (or .json) files, e.g. -o pipeline.yaml")
+    if out.is_dir():
+        raise SpecError(f"invalid -o {shown(str(out))}: it is a folder; give a file path, e.g. -o {out}/pipeline.yaml")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        compiler.Compiler().compile(pipeline.func, str(out))
+    except (FileExistsError, NotADirectoryError):
+        raise SpecError(f"cannot write -o {shown(str(out))}: a part of its folder {shown(str(out.parent))} is a "
+                        f"file, not a folder") from None
+    except OSError as err:  # /proc/x.yaml, a read-only place, a full disk: what the kernel said
+        raise SpecError(f"cannot write -o {shown(str(out))}: {cut(err.strerror or err)}; give a file in a folder "
+                        f"you can write to") from None
     return out
 
 
@@ -140,7 +169,7 @@ def parse_params(pipeline: Pipeline, items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or key not in params:
-            raise SpecError(f"invalid --param {item!r}: use KEY=VALUE with KEY one of {', '.join(params)}")
+            raise SpecError(f"invalid --param {shown(item)}: use KEY=VALUE with KEY one of {', '.join(params)}")
         if key in given:
             raise SpecError(f"--param {key} is given twice: give it once")
         given[key] = _convert(params[key], text)
@@ -159,12 +188,12 @@ def _convert(param: Param, text: str) -> Any:
         raise SpecError(f"--param {param.name}: a {param.type} parameter cannot be given on the command line")
     if kind is bool:
         if text.lower() not in ("true", "false"):
-            raise SpecError(f"invalid --param {param.name}={text!r}: use true or false")
+            raise SpecError(f"invalid --param {param.name}={shown(text)}: use true or false")
         return text.lower() == "true"
     try:
         return kind(text)
     except ValueError:
-        raise SpecError(f"invalid --param {param.name}={text!r}: use {_WORDS[param.type]}, "
+        raise SpecError(f"invalid --param {param.name}={shown(text)}: use {_WORDS[param.type]}, "
                         f"e.g. {param.name}={param.default if param.default is not None else 1}") from None
 
 

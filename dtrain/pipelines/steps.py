@@ -19,14 +19,13 @@ from typing import Callable
 from dtrain.backends.base import JobInfo, JobStatus
 from dtrain.client import Client
 from dtrain.errors import JobFailedError, SpecError
-from dtrain.spec import JobSpec, NewVolume, VolumeMount, check_name
+from dtrain.spec import MAX_PROCESSES, JobSpec, NewVolume, VolumeMount, check_name, shown
 from dtrain.spec_sagemaker import Channel, SageMakerOptions
 
 RUNTIMES = ("local", "kubernetes", "sagemaker")  # training_runtime values, one pipeline branch each
 DIST_BACKENDS = ("gloo", "nccl")  # torch.distributed process-group backends the reference offers
 LAST_LINES = 20  # log lines quoted when a job fails: enough for a traceback's tail
 DATA_MOUNT = "/mnt"  # where a pipeline's volume appears inside its jobs
-MAX_PROCESSES = 1024  # a bound on what a pipeline parameter may ask for
 SM_CHANNEL = "training"  # the SageMaker channel the data arrives on ($SM_CHANNEL_TRAINING)
 SM_DATA_DIR = f"/opt/ml/input/data/{SM_CHANNEL}"  # where SageMaker puts that channel's files
 Echo = Callable[[str], None]
@@ -47,13 +46,13 @@ class StepResult:
 def check_runtime(value: str) -> str:
     """The reference's first step: training_runtime must name one of the pipeline's branches."""
     if value not in RUNTIMES:
-        raise SpecError(f"invalid training_runtime {value!r}: use one of {', '.join(RUNTIMES)}")
+        raise SpecError(f"invalid training_runtime {shown(value)}: use one of {', '.join(RUNTIMES)}")
     return value
 
 
 def _check_count(value, name: str, minimum: int, maximum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise SpecError(f"invalid {name} {value!r}: use a whole number from {minimum} to {maximum}")
+        raise SpecError(f"invalid {name} {shown(value)}: use a whole number from {minimum} to {maximum}")
     return value
 
 
@@ -61,7 +60,7 @@ def _check_fraction(value, name: str, *, low_open: bool) -> float:
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if not ok or value > 1 or value < 0 or (low_open and value == 0):
         kind = "0 < value <= 1" if low_open else "0 <= value <= 1"
-        raise SpecError(f"invalid {name} {value!r}: use a number with {kind}")
+        raise SpecError(f"invalid {name} {shown(value)}: use a number with {kind}")
     return float(value)
 
 
@@ -103,7 +102,7 @@ def sagemaker_data_channel(data_uri: str) -> Channel:
     try:
         return Channel(name=SM_CHANNEL, uri=data_uri)
     except SpecError:
-        raise SpecError(f"invalid data_uri {data_uri!r}: use s3://BUCKET/PREFIX (or file:///PATH with "
+        raise SpecError(f"invalid data_uri {shown(data_uri)}: use s3://BUCKET/PREFIX (or file:///PATH with "
                         f"sagemaker --local)") from None
 
 
@@ -119,13 +118,13 @@ def cifar10_spec(*, runtime: str, job_name: str, processes: int, epochs: int, ba
     """
     check_runtime(runtime)
     if backend not in DIST_BACKENDS:
-        raise SpecError(f"invalid backend {backend!r}: use one of {', '.join(DIST_BACKENDS)} (gloo on CPU)")
+        raise SpecError(f"invalid backend {shown(backend)}: use one of {', '.join(DIST_BACKENDS)} (gloo on CPU)")
     _check_count(processes, "processes", 1, MAX_PROCESSES)
     _check_count(epochs, "epochs", 1, 10_000)
     _check_count(batch_size, "batch_size", 1, 65_536)
     _check_count(max_steps, "max_steps", 0, 10_000_000)
     if isinstance(lr, bool) or not isinstance(lr, (int, float)) or not math.isfinite(lr) or not 0 < lr <= 10:
-        raise SpecError(f"invalid lr {lr!r}: use a learning rate with 0 < lr <= 10, e.g. 0.001")
+        raise SpecError(f"invalid lr {shown(lr)}: use a learning rate with 0 < lr <= 10, e.g. 0.001")
     command = ["python", "-m", "dtrain.workloads.cifar10", "train", "--epochs", str(epochs), "--batch-size",
                str(batch_size), "--lr", repr(float(lr)), "--backend", backend, "--max-steps", str(max_steps),
                "--log-interval", "10"]
@@ -172,7 +171,7 @@ def lanes_train_spec(*, job_name: str, volume: str, recipe: str = "tiny", proces
     _check_count(max_steps, "max_steps", 0, 10_000_000)
     _check_count(batch_size, "batch_size", 0, 65_536)
     if recipe not in ("tiny", "demo", "paper"):
-        raise SpecError(f"invalid recipe {recipe!r}: use tiny, demo or paper")
+        raise SpecError(f"invalid recipe {shown(recipe)}: use tiny, demo or paper")
     command = ["python", "-m", "dtrain.workloads.lanes", "train", "--recipe", recipe, "--data-dir",
                f"{DATA_MOUNT}/tusimple", "--out-dir", f"{DATA_MOUNT}/runs/{job_name}"]
     command += ["--max-steps", str(max_steps)] if max_steps else []

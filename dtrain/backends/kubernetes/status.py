@@ -147,7 +147,7 @@ def spec_of(obj: dict) -> JobSpec:
     if not raw:
         raise BackendError(f"{obj.get('kind')} {meta.get('name')!r} has no {ANN_SPEC} annotation: "
                            f"it was not submitted by dtrain; manage it with kubectl")
-    return JobSpec.from_dict(json.loads(raw))
+    return JobSpec.from_stored(json.loads(raw))
 
 
 def procs_per_pod(obj: dict) -> int:

@@ -194,7 +194,7 @@ class LocalBackend(Backend):
             reason = f"its supervisor (pid {sup.pid}) is gone: killed, or the machine restarted"
         job_dir = self.home / "jobs" / row["name"]
         kill_ranks(job_dir)  # only processes whose recorded identity still matches
-        spec = JobSpec.from_dict(json.loads(row["spec"]))
+        spec = JobSpec.from_stored(json.loads(row["spec"]))
         if sup is not None and row["restarts"] < spec.max_restarts:
             restart = row["restarts"] + 1
             self._start_supervisor(row["name"], spec.working_dir or row["cwd"], restarts=restart,
@@ -210,7 +210,7 @@ class LocalBackend(Backend):
         from dtrain.backends.local.scheduler import split_devices
         from dtrain.backends.local.ranks import rank_records
 
-        spec = JobSpec.from_dict(json.loads(row["spec"]))
+        spec = JobSpec.from_stored(json.loads(row["spec"]))
         status = JobStatus(row["status"])
         records = {r["rank"]: r for r in rank_records(self.home / "jobs" / spec.name)}
         devices = self.store.job_devices(spec.name)
@@ -372,7 +372,7 @@ class LocalBackend(Backend):
         users = []
         for row in self.store.jobs():
             if row["status"] in ACTIVE:
-                spec = JobSpec.from_dict(json.loads(row["spec"]))
+                spec = JobSpec.from_stored(json.loads(row["spec"]))
                 if volume in {m.volume for m in spec.resolved_volumes()} | {spec.snapshot_volume}:
                     users.append(spec.name)
         return users
@@ -413,7 +413,7 @@ class LocalBackend(Backend):
         writers, readers = [], []
         for row in self.store.jobs():
             if row["status"] in ACTIVE:
-                spec = JobSpec.from_dict(json.loads(row["spec"]))
+                spec = JobSpec.from_stored(json.loads(row["spec"]))
                 mounts = [m for m in spec.resolved_volumes() if m.volume == volume]
                 if spec.snapshot_volume == volume or any(not m.read_only for m in mounts):
                     writers.append(spec.name)

@@ -71,7 +71,7 @@ class Supervisor:
         self.home, self.name = home, name
         self.store = JobStore(home / "state.db")
         row = self.store.job(name)
-        self.spec = JobSpec.from_dict(json.loads(row["spec"]))
+        self.spec = JobSpec.from_stored(json.loads(row["spec"]))
         self.cwd = self.spec.working_dir or row["cwd"]
         self.job_dir = home / "jobs" / name
         self._storage = None

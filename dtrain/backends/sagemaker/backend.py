@@ -131,7 +131,7 @@ class SageMakerBackend(Backend):
             key = key.rsplit("/", 2)[0] + "/" + render.SPEC_FILE
             try:
                 body = aws_call("S3 read of the job spec", clients.s3.get_object, Bucket=bucket, Key=key)["Body"]
-                return JobSpec.from_dict(json.loads(body.read()))
+                return JobSpec.from_stored(json.loads(body.read()))
             except (NotFoundError, BackendError, ValueError):
                 pass
         return status.spec_from_description(desc)
