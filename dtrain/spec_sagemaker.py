@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
+from dtrain.names import shown
 
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")  # SageMaker's ChannelName pattern
 HP_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-\.]{0,255}$")
@@ -29,18 +30,18 @@ class Channel:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not CHANNEL_RE.match(self.name):
-            raise SpecError(f"invalid channel name {self.name!r}: use 1-64 letters, digits, '.', '-' or '_', "
+            raise SpecError(f"invalid channel name {shown(self.name)}: use 1-64 letters, digits, '.', '-' or '_', "
                             f"e.g. --channel training=s3://bucket/cifar10")
         if not isinstance(self.uri, str) or not self.uri.startswith(URI_SCHEMES) or len(self.uri.split("://", 1)[1]) < 1:
-            raise SpecError(f"invalid channel {self.name}={self.uri!r}: use s3://BUCKET/PREFIX, efs://FS-ID/PATH, "
+            raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: use s3://BUCKET/PREFIX, efs://FS-ID/PATH, "
                             f"fsx://FS-ID/MOUNTNAME/PATH or (with --local) file:///PATH")
         if self.uri.startswith("s3://") and not self.uri[5:].split("/")[0]:
-            raise SpecError(f"invalid channel {self.name}={self.uri!r}: the S3 URI has no bucket")
+            raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: the S3 URI has no bucket")
         if self.uri.startswith(("efs://", "fsx://")) and not re.match(r"^fs-[0-9a-f]{8,18}$", self.uri[6:].split("/")[0]):
-            raise SpecError(f"invalid channel {self.name}={self.uri!r}: name the file system by its id, "
+            raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: name the file system by its id, "
                             f"e.g. efs://fs-0123456789abcdef0/data")
         if self.uri.startswith("file://") and not self.uri[7:].startswith("/"):
-            raise SpecError(f"invalid channel {self.name}={self.uri!r}: use an absolute path, file:///data/cifar")
+            raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: use an absolute path, file:///data/cifar")
 
     @property
     def kind(self) -> str:
@@ -54,7 +55,7 @@ class Channel:
 def parse_channel(text: str) -> Channel:
     name, sep, uri = str(text).partition("=")
     if not sep:
-        raise SpecError(f"invalid --channel {text!r}: use NAME=URI, e.g. --channel training=s3://bucket/cifar10")
+        raise SpecError(f"invalid --channel {shown(text)}: use NAME=URI, e.g. --channel training=s3://bucket/cifar10")
     return Channel(name=name, uri=uri)
 
 
@@ -64,7 +65,7 @@ def parse_hyperparameters(items) -> dict[str, str]:
     for item in items or ():
         key, sep, value = str(item).partition("=")
         if not sep or not HP_KEY_RE.match(key):
-            raise SpecError(f"invalid --hp {item!r}: use KEY=VALUE, e.g. --hp epochs=2")
+            raise SpecError(f"invalid --hp {shown(item)}: use KEY=VALUE, e.g. --hp epochs=2")
         out[key] = value
     return out
 
@@ -96,15 +97,18 @@ class SageMakerOptions:
         if len(set(names)) != len(names):
             raise SpecError(f"channel names repeat ({', '.join(names)}): give each --channel its own name")
         if self.instance_type is not None and not INSTANCE_RE.match(str(self.instance_type)):
-            raise SpecError(f"invalid --instance-type {self.instance_type!r}: SageMaker training types start "
+            raise SpecError(f"invalid --instance-type {shown(self.instance_type)}: SageMaker training types start "
                             f"with 'ml.', e.g. ml.m5.xlarge or ml.g5.12xlarge")
+        for flag in ("spot", "local", "network_isolation", "encrypt_inter_container"):
+            if not isinstance(getattr(self, flag), bool):  # 'no' is a string, and a true one
+                raise SpecError(f"invalid sagemaker {flag} {shown(getattr(self, flag))}: use true or false")
         _bounded(self.instance_count, "--instance-count", 1, 1000, optional=True)
         _bounded(self.max_runtime, "--max-runtime", 1, MAX_RUNTIME_S)
         _bounded(self.max_wait, "--max-wait", 1, MAX_RUNTIME_S, optional=True)
         _bounded(self.volume_size, "--volume-size", 1, MAX_VOLUME_GB)
         if self.checkpoint_uri is not None and not re.match(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?$",
                                                             str(self.checkpoint_uri)):
-            raise SpecError(f"invalid --checkpoint-s3-uri {self.checkpoint_uri!r}: use s3://BUCKET/PREFIX")
+            raise SpecError(f"invalid --checkpoint-s3-uri {shown(self.checkpoint_uri)}: use s3://BUCKET/PREFIX")
         if self.max_wait is not None and not self.spot:
             raise SpecError("--max-wait applies to spot training only: add --spot or drop --max-wait")
         if self.spot and self.max_wait is not None and self.max_wait < self.max_runtime:
@@ -128,7 +132,7 @@ class SageMakerOptions:
         if not isinstance(data, Mapping):
             raise SpecError("'sagemaker' must be a mapping, e.g. {instance_type: ml.m5.xlarge, spot: true}")
         known = set(cls.__dataclass_fields__)
-        unknown = sorted(set(data) - known)
+        unknown = sorted(map(shown, set(data) - known))
         if unknown:
             raise SpecError(f"unknown sagemaker field(s) {', '.join(unknown)}: known are {', '.join(sorted(known))}")
         return cls(**data)
@@ -139,11 +143,11 @@ def _channel(value: Any) -> Channel:
         return parse_channel(value)
     if isinstance(value, Mapping) and set(value) == {"name", "uri"}:
         return Channel(**value)
-    raise SpecError(f"invalid channel {value!r}: use 'NAME=URI' or {{name, uri}}")
+    raise SpecError(f"invalid channel {shown(value)}: use 'NAME=URI' or {{name, uri}}")
 
 
 def _bounded(value: Any, flag: str, low: int, high: int, *, optional: bool = False) -> None:
     if optional and value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise SpecError(f"invalid {flag} {value!r}: use a whole number from {low} to {high}")
+        raise SpecError(f"invalid {flag} {shown(value)}: use a whole number from {low} to {high}")

@@ -293,3 +293,21 @@ def test_one_bound_on_processes_everywhere(tmp_path):
     with pytest.raises(SpecError, match=f"from 1 to {MAX_PROCESSES}"):
         steps.lanes_train_spec(job_name="t", volume="v", processes=MAX_PROCESSES + 1)
     assert f"`--processes` is at most {MAX_PROCESSES} " in (REPO / "docs" / "reliability.md").read_text()
+
+
+@pytest.mark.parametrize("flag", ["spot", "local", "network_isolation", "encrypt_inter_container"])
+def test_sagemaker_switches_are_booleans_not_words(flag):
+    from dtrain.spec_sagemaker import SageMakerOptions
+
+    with pytest.raises(SpecError, match=f"^invalid sagemaker {flag} 'no': use true or false$"):
+        SageMakerOptions.from_dict({flag: "no"})  # a non-empty string is true: 'no' turned spot on
+    assert getattr(SageMakerOptions.from_dict({flag: True}), flag) is True
+
+
+def test_the_http_api_takes_the_spec_bounds():
+    from dtrain.server.wire import SpecIn
+    from dtrain.spec import MAX_PROCESSES, MIN_CPU
+
+    fields = SpecIn.model_fields
+    assert [m.le for m in fields["processes"].metadata if hasattr(m, "le")] == [MAX_PROCESSES]
+    assert [m.ge for m in fields["cpu"].metadata if hasattr(m, "ge")] == [MIN_CPU]

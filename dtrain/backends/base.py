@@ -14,7 +14,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterator
 
 from dtrain.errors import ConflictError, DtrainError, NotSupportedError, SpecError
-from dtrain.names import check_name, check_storage_class, parse_volume_size
+from dtrain.names import check_name, check_storage_class, parse_volume_size, shown
 from dtrain.spec import JobSpec
 
 if TYPE_CHECKING:  # the local store's own reports; only the local backend produces them
@@ -299,7 +299,7 @@ class Backend(abc.ABC):
         check_name(name, "project")
         if gpu_quota is not None and (isinstance(gpu_quota, bool) or not isinstance(gpu_quota, int)
                                       or not 0 <= gpu_quota <= 1_000_000):
-            raise SpecError(f"invalid --gpu-quota {gpu_quota!r}: use a whole number >= 0")
+            raise SpecError(f"invalid --gpu-quota {shown(gpu_quota)}: use a whole number from 0 to 1000000")
         self._create_project(name, gpu_quota=gpu_quota)
 
     def list_projects(self) -> list[ProjectInfo]:

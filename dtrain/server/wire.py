@@ -14,6 +14,7 @@ from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from dtrain.names import CLASS_RE, NAME_RE, SIZE_RE
+from dtrain.spec import MAX_CPU, MAX_PROCESSES, MIN_CPU
 
 STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted"]
 NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
@@ -37,10 +38,10 @@ class SpecIn(_In):
 
     name: str = Field(pattern=NAME, description="job name: lower-case letters, digits, '-'")
     command: list[str] = Field(min_length=1, max_length=4096, description="the command and its arguments")
-    processes: int = Field(1, ge=1, le=1024, description="data-parallel processes")
+    processes: int = Field(1, ge=1, le=MAX_PROCESSES, description="data-parallel processes")
     launcher: Literal["none", "torchrun", "mpi"] = "none"
     gpu: int = Field(0, ge=0, le=64, description="GPUs per process")
-    cpu: float | None = Field(None, gt=0, le=1024, description="CPU threads per process")
+    cpu: float | None = Field(None, ge=MIN_CPU, le=MAX_CPU, description="CPU threads per process")
     memory: str | None = Field(None, pattern=SIZE, max_length=32, description="memory per process, e.g. 8Gi")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables")
     volumes: list[str] = Field(default_factory=list, max_length=64,
