@@ -311,3 +311,22 @@ def test_the_http_api_takes_the_spec_bounds():
     fields = SpecIn.model_fields
     assert [m.le for m in fields["processes"].metadata if hasattr(m, "le")] == [MAX_PROCESSES]
     assert [m.ge for m in fields["cpu"].metadata if hasattr(m, "ge")] == [MIN_CPU]
+
+
+def test_every_volume_size_the_api_schema_allows_is_one_the_server_takes():
+    """schemathesis sends what the schema allows and requires it accepted: the schema's size
+    pattern is the part of the quantity grammar that lies from 1 byte to 1Ei."""
+    import re
+
+    from dtrain.names import MAX_SIZE, parse_volume_size
+    from dtrain.server.wire import _DIGITS, VOLUME_SIZE
+
+    allowed = re.compile(VOLUME_SIZE)
+    largest = [f"{'9' * (n + 1)}.99{s}" for s, n in _DIGITS.items()] + ["1Ei", "1E"]
+    for text in [*largest, "1", "1.5", "10Gi", "512Mi", "2k"]:
+        assert allowed.match(text), text
+        assert 1 <= parse_volume_size(text) <= MAX_SIZE, text
+    for text in [f"1{'0' * (n + 1)}{s}" for s, n in _DIGITS.items()]:  # one digit more than the room left
+        assert not allowed.match(text), text
+    for text in ["0", "0.5", ".761", "5m", "1e3", "01Gi", "2Ei", "1.5Ei", "-1Gi", "1Gb"]:
+        assert not allowed.match(text), text

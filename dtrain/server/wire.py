@@ -19,6 +19,12 @@ from dtrain.spec import MAX_CPU, MAX_PROCESSES, MIN_CPU
 STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted"]
 NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
 SIZE = SIZE_RE.pattern
+# A volume size as the API takes it: the part of the Kubernetes quantity grammar whose every value
+# lies from 1 byte to 1Ei (names.parse_volume_size's range), so the schema promises no size the
+# server then refuses: no leading zero, no milli or exponent forms, and no more digits than the
+# suffix leaves room for (99999999999999999.9 bytes, 999.9Pi: each under 2**60).
+_DIGITS = {"": 17, "k": 14, "K": 14, "Ki": 14, "M": 11, "Mi": 11, "G": 8, "Gi": 8, "T": 5, "Ti": 5, "P": 2, "Pi": 2}
+VOLUME_SIZE = "^(?:" + "|".join(f"[1-9][0-9]{{0,{n}}}(?:\\.[0-9]+)?{s}" for s, n in _DIGITS.items()) + "|1Ei|1E)$"
 CLASS = CLASS_RE.pattern
 
 JobName = Annotated[str, Path(pattern=NAME, description="a job name")]
@@ -178,7 +184,8 @@ def node_out(n) -> Node:
 # ---- volumes and snapshots ----------------------------------------------------------------------
 class VolumeIn(_In):
     name: str = Field(pattern=NAME)
-    size: str = Field("10Gi", pattern=SIZE, max_length=32, description="a Kubernetes quantity, e.g. 100Gi")
+    size: str = Field("10Gi", pattern=VOLUME_SIZE, max_length=32,
+                      description="a Kubernetes quantity from 1 byte to 1Ei, e.g. 100Gi")
     storage_class: str | None = Field(None, pattern=CLASS, max_length=253)
 
 
