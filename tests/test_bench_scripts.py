@@ -14,12 +14,16 @@ import pytest
 
 from conftest import REPO
 
-ENV = {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def env(**more: str) -> dict[str, str]:
+    """The environment at the call (conftest points $TMPDIR into pytest's folder after import)."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", **more}
 
 
 def _bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(REPO / "bench" / script), *args], capture_output=True, text=True,
-                          timeout=timeout, env=ENV, cwd=REPO)
+                          timeout=timeout, env=env(), cwd=REPO)
 
 
 @pytest.mark.parametrize("script, args, message", [
@@ -41,7 +45,7 @@ def test_bench_scripts_refuse_numbers_out_of_range_in_one_line(script, args, mes
 
 def test_gpu_script_without_a_cuda_torch_says_how_to_go_on(tmp_path):
     proc = subprocess.run(["bash", str(REPO / "bench/gpu.sh"), str(tmp_path / "out")], capture_output=True,
-                          text=True, timeout=120, env={**ENV, "PYTHON": sys.executable}, cwd=tmp_path)
+                          text=True, timeout=120, env=env(PYTHON=sys.executable), cwd=tmp_path)
     assert proc.returncode == 2
     assert proc.stdout.splitlines()[-1] == f"no CUDA torch in {sys.executable}: set PYTHON (or SMOKE=1 to check " \
                                            "the script on a CPU)"
@@ -51,7 +55,7 @@ def test_gpu_script_without_a_cuda_torch_says_how_to_go_on(tmp_path):
 def test_gpu_script_runs_every_step_in_miniature_on_the_cpu(tmp_path):
     out = tmp_path / "gpu-out"
     proc = subprocess.run(["bash", str(REPO / "bench/gpu.sh"), str(out)], capture_output=True, text=True,
-                          timeout=600, env={**ENV, "PYTHON": sys.executable, "SMOKE": "1"}, cwd=tmp_path)
+                          timeout=600, env=env(PYTHON=sys.executable, SMOKE="1"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
     log = (out / "gpu.log").read_text()
     steps = ["train-paper", "train-paper-compile", "train-demo", "nccl", "loader", "infer"]
@@ -81,7 +85,7 @@ def test_the_message_passing_bench_times_both_forms():
 @pytest.mark.slow
 def test_the_submit_overhead_bench_times_both_paths_and_leaves_nothing_in_tmp(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "bench/submit_overhead.py"), "--runs", "1", "--json"],
-                          capture_output=True, text=True, timeout=300, env={**ENV, "TMPDIR": str(tmp_path)})
+                          capture_output=True, text=True, timeout=300, env=env(TMPDIR=str(tmp_path)))
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads(proc.stdout)
     assert set(result["median_s"]) == {"torchrun_by_hand_2p", "dtrain_submit_dist_2p", "python_by_hand_1p",
@@ -100,7 +104,7 @@ def test_the_cifar10_throughput_bench_reads_the_ranks_metrics(tmp_path):
     proc = subprocess.run([sys.executable, str(REPO / "bench/cifar10_throughput.py"), "--steps", "5", "--warmup", "1",
                            "--batch-size", "8", "--n-train", "64", "--procs", "1,2", "--port", str(port),
                            "--json", str(out)], capture_output=True, text=True, timeout=300,
-                          env={**ENV, "TMPDIR": str(scratch)}, cwd=tmp_path)
+                          env=env(TMPDIR=str(scratch)), cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-2000:]
     one, two = json.loads(out.read_text())
     assert (one["nproc"], one["global_batch"], two["nproc"], two["global_batch"]) == (1, 8, 2, 16)
