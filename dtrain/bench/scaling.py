@@ -36,6 +36,7 @@ from pathlib import Path
 from dtrain.client import Client
 from dtrain.errors import DtrainError, SpecError
 from dtrain.spec import JobSpec
+from dtrain.workloads.inputs import in_range
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,15 +295,10 @@ def parse(argv) -> argparse.Namespace:
                                    ("--steps", args.steps, 2, 10_000_000), ("--warmup", args.warmup, 0, 1_000_000),
                                    ("--batch", args.batch, 1, 65_536), ("--gpu", args.gpu, 0, 64),
                                    ("--cpu-per-process", args.cpu_per_process, 0.01, 1024)):
-        if not low <= value <= high:
-            raise SpecError(f"{flag} {_num(value)} is out of range: give {_num(low)} to {_num(high)}")
+        in_range(flag, value, low, high)
     if not Path(args.data_dir).exists():
         raise SpecError(f"--data-dir {args.data_dir} does not exist; prepare the data first")
     return args
-
-
-def _num(x: float) -> str:
-    return str(int(x)) if float(x).is_integer() else f"{x:g}"
 
 
 def main(argv=None) -> int:

@@ -203,10 +203,14 @@ def check_project(spec: JobSpec, client: Client) -> None:
     (Kubernetes makes or refuses the project's namespace itself.)"""
     if spec.backend != "local" or spec.project == "default":
         return
-    known = [p.name for p in client.backend(spec.backend, project=spec.project).list_projects()]
-    if spec.project not in known:
-        raise NotFoundError(f"no project named {spec.project!r}; create it first with "
-                            f"'dtrain project create {spec.project}' (projects: {', '.join(known) or 'none'})")
+    require_project(spec.project, [p.name for p in client.backend(spec.backend, project=spec.project).list_projects()])
+
+
+def require_project(project: str, known: list[str]) -> None:
+    """'default', or one of the `known` projects; else what `dtrain config project` and submit say."""
+    if project != "default" and project not in known:
+        raise NotFoundError(f"no project named {project!r}; create it first with "
+                            f"'dtrain project create {project}' (projects: {', '.join(known) or 'none'})")
 
 
 def cmd_submit(args, command: list[str], client: Client, launcher: str | None = None) -> int:

@@ -13,7 +13,7 @@ from dtrain.cli import format as fmt
 from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.config import BACKENDS
-from dtrain.errors import DtrainError, NotFoundError, SpecError
+from dtrain.errors import DtrainError, SpecError
 
 # Workload commands: (group, verb) -> (module, function, help). The function is the module's
 # own `main(argv)`, so the same code runs under plain torchrun as `python -m dtrain.workloads.<w>`
@@ -45,10 +45,7 @@ def cmd_config(args, client: Client) -> int:
     if args.value is None:
         raise SpecError(f"'dtrain config {args.what}' needs a value, e.g. dtrain config {args.what} NAME")
     if args.what == "project":
-        known = [p.name for p in client.list_projects()]
-        if args.value != "default" and args.value not in known:
-            raise NotFoundError(f"no project named {args.value!r}; create it first with "
-                                f"'dtrain project create {args.value}' (projects: {', '.join(known) or 'none'})")
+        jobs.require_project(args.value, [p.name for p in client.list_projects()])
         client.set_default_project(args.value)
         print(f"Project '{args.value}' has been set as the default project")
     else:
