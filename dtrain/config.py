@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dtrain.errors import SpecError, StorageError
 from dtrain.names import CLASS_RE
-from dtrain.spec import check_name, yaml_mapping
+from dtrain.replace import replace_file
+from dtrain.spec import MAX_YAML_BYTES, check_name, yaml_mapping
 
 BACKENDS = ("local", "kubernetes", "sagemaker")
 KEYS = ("project", "backend", "project_backends", "kubernetes", "storage_classes", "sagemaker", "deleted_job_ttl")
@@ -34,6 +36,41 @@ def home_dir(home: str | Path | None = None) -> Path:
     return path.resolve()
 
 
+def read_small_file(path: str | Path, where: str, example: str, *, missing_ok: bool = False) -> bytes | None:
+    """A YAML file's bytes (a job file, config.yaml): a regular file of at most MAX_YAML_BYTES (one
+    more is read, to say it is too big). A fifo, a device or a folder is refused before anything is
+    read from it (and before it is opened, where it can be told then), so `-f /dev/zero` cannot fill
+    memory and a fifo cannot wait forever for a writer. None for a missing file with `missing_ok`."""
+    try:
+        _check_regular(os.stat(path).st_mode, where, example)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as err:
+        if missing_ok and isinstance(err, FileNotFoundError):
+            return None
+        raise SpecError(f"cannot read {where}: {err.strerror}; check the path and its permissions") from None
+    try:
+        _check_regular(os.fstat(fd).st_mode, where, example)  # what was opened, if the path changed meanwhile
+        chunks, left = [], MAX_YAML_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, left)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+    except OSError as err:
+        raise SpecError(f"cannot read {where}: {err.strerror}; check the path and its permissions") from None
+    finally:
+        os.close(fd)
+
+
+def _check_regular(mode: int, where: str, example: str) -> None:
+    if not stat.S_ISREG(mode):
+        kind = ("a folder" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
+                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
+        raise SpecError(f"{where} is {kind}, not a file: give a YAML file such as {example}")
+
+
 @dataclass(kw_only=True)
 class UserConfig:
     """The contents of `$DTRAIN_HOME/config.yaml`."""
@@ -49,12 +86,9 @@ class UserConfig:
     @classmethod
     def load(cls, home: Path) -> "UserConfig":
         path = home / "config.yaml"
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
+        raw = read_small_file(path, str(path), "config.yaml", missing_ok=True)
+        if raw is None:
             return cls()
-        except OSError as err:
-            raise SpecError(f"cannot read {path}: {err.strerror}; fix or remove the file") from None
         data = yaml_mapping(raw, str(path), "project: default")
         unknown = sorted(map(str, set(data) - set(KEYS)))
         if unknown:
@@ -98,15 +132,13 @@ class UserConfig:
     def save(self, home: Path) -> None:
         self.validate()
         path = home / "config.yaml"
-        tmp = path.with_suffix(".tmp")
         data = {"project": self.project, "backend": self.backend, "project_backends": self.project_backends,
                 "kubernetes": self.kubernetes, "storage_classes": self.storage_classes, "sagemaker": self.sagemaker}
         if self.deleted_job_ttl is not None:
             data["deleted_job_ttl"] = self.deleted_job_ttl
         import yaml  # here: ~25 ms that every other command would pay at start-up
 
-        tmp.write_text(yaml.safe_dump(data, sort_keys=False))
-        os.replace(tmp, path)
+        replace_file(path, yaml.safe_dump(data, sort_keys=False), durable=True)  # never through a planted link
 
     def class_roots(self) -> dict[str, Path]:
         return {name: Path(root) for name, root in self.storage_classes.items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from dtrain.errors import SpecError
+from dtrain.errors import NotFoundError, SpecError
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
 # A Kubernetes quantity: a number (12, 1.5, .5, 5.) and a binary suffix, a decimal exponent (1e3,
@@ -110,3 +110,12 @@ def job_volume_name(job: str, index: int) -> str:
     """Run:AI's naming: the i-th new volume (`--pvc CLASS:SIZE:MOUNT`) of job J is pvc-J-i."""
     return f"pvc-{job}-{index}"
 
+
+
+def require_project(project: str, known: list[str]) -> None:
+    """'default', or one of the `known` projects. A job goes only to a project that exists (made
+    with `dtrain project create`), as `dtrain config project` requires: a mistyped -p would
+    otherwise make a project of its own, with no quota and out of `dtrain list -p`'s sight."""
+    if project != "default" and project not in known:
+        raise NotFoundError(f"no project named {project!r}; create it first with "
+                            f"'dtrain project create {project}' (projects: {', '.join(known) or 'none'})")

@@ -113,6 +113,28 @@ def test_h_config_yaml_binary(tmp_path):
     assert_one_line_usage_error(cli(home, "list"), "config.yaml", "not a text file")
 
 
+def test_h_config_yaml_that_is_a_fifo_or_too_big_is_one_line_and_no_hang(tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    os.mkfifo(home / "config.yaml")  # nobody writes it: reading it would wait forever
+    assert_one_line_usage_error(cli(home, "list", timeout=30), "config.yaml", "is a named pipe, not a file")
+    (home / "config.yaml").unlink()
+    (home / "config.yaml").write_bytes(b"# " + b"x" * (2 << 20) + b"\n")
+    assert_one_line_usage_error(cli(home, "list", timeout=30), "config.yaml", "larger than")
+
+
+def test_h_config_is_never_written_through_a_link_at_a_temporary_name(tmp_path):
+    """`dtrain config` wrote config.tmp, then renamed it: a link planted at that name was followed."""
+    home, target = tmp_path / "home", tmp_path / "elsewhere"
+    home.mkdir()
+    target.write_text("untouched\n")
+    (home / "config.tmp").symlink_to(target)
+    assert cli(home, "config", "backend", "kubernetes").returncode == 0
+    assert target.read_text() == "untouched\n"
+    assert "backend: kubernetes" in (home / "config.yaml").read_text()
+    assert sorted(p.name for p in home.iterdir() if p.name.startswith(".")) == []  # no temporary file left
+
+
 def test_h_yaml_loader_is_pure_and_names_the_source():
     with pytest.raises(SpecError, match="^X is not valid YAML: .* at line 3"):
         yaml_mapping(b"a: 1\nb: [\nc: }\n", "X", "a: 1")
@@ -157,7 +179,7 @@ def test_i_large_shm_string_is_not_a_boolean(tmp_path):
 
 
 def test_i_volume_create_size_zero(tmp_path):
-    for size in ("0", "0Gi", "0.0", "9" * 400):
+    for size in ("0", "0Gi", "0.0", "9" * 400, "-5x10", "-1Gi", "-.5"):  # '-...': a value, never a flag
         assert_one_line_usage_error(cli(tmp_path / "home", "volume", "create", "v", "--size", size), "volume size")
     with pytest.raises(SpecError, match="volume size"):
         NewVolume(storage_class="local", size="0", mount_path="/mnt")
@@ -191,6 +213,7 @@ def test_i_logs_tail_negative_refused(tmp_path):
     assert cli(home, "submit", "j", "--", "echo", "hi").returncode == 0
     assert cli(home, "wait", "j", "--timeout", "60").returncode == 0
     assert_one_line_usage_error(cli(home, "logs", "j", "--tail", "-3"), "tail")
+    assert_one_line_usage_error(cli(home, "logs", "j", "--tail", str(10**23)), "tail", "from 0 to 1000000000")
     assert_one_line_usage_error(cli(home, "logs", "j", "--rank", "5"), "rank", "1 process")
     assert cli(home, "logs", "j", "--tail", "0").stdout == ""
     assert cli(home, "logs", "j", "--tail", "1").stdout == "hi\n"

@@ -41,6 +41,11 @@ def cli_error(server: ServerProcess, *args: str, cwd=None) -> str:
 
 def test_job_verbs_and_errors(server, tmp_path):
     http = server.http
+    unknown = http.post("/api/v1/jobs", json={"name": "hello", "command": ["true"], "project": "team-a"})
+    assert unknown.status_code == 404, unknown.text  # the local backend's rule, as the CLI meets it
+    assert unknown.json()["error"] == cli_error(server, "submit", "hello", "-p", "team-a", "--", "true")
+    assert http.get("/api/v1/jobs").json() == []
+    assert http.post("/api/v1/projects", json={"name": "team-a"}).status_code == 201
     job = submit(server, "hello", "echo one; echo two", tmp_path, project="team-a")
     assert job["name"] == "hello" and job["project"] == "team-a" and job["status"] in ("Pending", "Running")
     done = http.get("/api/v1/jobs/hello/wait", params={"timeout": 120}).json()

@@ -241,6 +241,23 @@ def test_a_project_nobody_created_is_refused_on_submit(tmp_path):
         assert run(home, "delete", "ok", "--purge")[0] == 0
 
 
+def test_a_project_nobody_created_is_refused_by_the_backend_for_every_door(tmp_path):
+    """The rule is the local backend's: the SDK and a dry run meet it too, not the CLI alone
+    (the HTTP API: tests/test_server_api.py)."""
+    from dtrain import Client
+    from dtrain.errors import NotFoundError
+
+    client = Client(home=tmp_path / "home")
+    spec = JobSpec(**BASE, project="team-aa")
+    for verb in (client.submit, client.render):
+        with pytest.raises(NotFoundError, match="no project named 'team-aa'; create it first"):
+            verb(spec)
+    assert client.list() == [] and not (tmp_path / "home" / "jobs" / "j").exists()
+    one_line(run(tmp_path / "home", "submit", "j", "-p", "team-aa", "--dry-run", "--", "true"), "no project named")
+    client.create_project("team-aa")
+    assert client.render(spec)[0]["project"] == "team-aa"
+
+
 # ---------------------------------------------------------------- 6: resources and quantities
 @pytest.mark.parametrize("args, needles", [
     (["--cpu", "0.0000001"], ["invalid --cpu 1e-07", "from 0.01 to 1024"]),

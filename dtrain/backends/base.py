@@ -17,6 +17,8 @@ from dtrain.errors import ConflictError, DtrainError, NotSupportedError, SpecErr
 from dtrain.names import check_name, check_storage_class, parse_volume_size, shown
 from dtrain.spec import JobSpec
 
+MAX_TAIL = 10**9  # lines of `logs --tail`: more than any log holds, and a number every backend can pass on
+
 if TYPE_CHECKING:  # the local store's own reports; only the local backend produces them
     from dtrain.storage.info import VerifyReport
     from dtrain.storage.manifest import Change
@@ -234,8 +236,8 @@ class Backend(abc.ABC):
         if rank is not None and (not _whole(rank) or not 0 <= rank < info.spec.processes):
             raise SpecError(f"invalid rank {rank!r}: job {name!r} has {info.spec.processes} process(es), "
                             f"ranks 0 to {info.spec.processes - 1}")
-        if tail is not None and (not _whole(tail) or tail < 0):
-            raise SpecError(f"invalid tail {tail!r}: use a number of lines >= 0, e.g. -t 10")
+        if tail is not None and (not _whole(tail) or not 0 <= tail <= MAX_TAIL):
+            raise SpecError(f"invalid tail {shown(tail)}: use a number of lines from 0 to {MAX_TAIL}, e.g. -t 10")
         return self._logs(name, rank=rank, tail=tail, since=since, follow=follow)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float = 0.5) -> JobInfo:

@@ -7,16 +7,16 @@ import json
 import os
 import re
 import shlex
-import stat
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 
 from dtrain.cli import format as fmt
 from dtrain.client import Client, TimeoutError_
+from dtrain.config import read_small_file
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.names import shown
-from dtrain.spec import MAX_YAML_BYTES, JobSpec, check_sagemaker_mapping, parse_env, parse_pvc, yaml_mapping
+from dtrain.spec import JobSpec, check_sagemaker_mapping, parse_env, parse_pvc, yaml_mapping
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
 
 # flag dest -> spec field, for flags that map one to one
@@ -25,14 +25,13 @@ _FIELDS = ("processes", "launcher", "gpu", "cpu", "memory", "large_shm", "workin
 
 
 # argparse takes a word starting with '-' for an option unless it is a plain negative number, so
-# `--memory -5Gi` or `--cpu -1e3` stopped at "expected one argument"; here any word starting with
-# '-' and a digit is a value (no option of these verbs looks like that), and the spec says why it
-# is refused.
-_NEGATIVE_VALUE = re.compile(r"^-\.?[0-9]")
+# `--memory -5Gi`, `--cpu -1e3` or `volume create --size -5x10` stopped at "expected one argument";
+# in dtrain's parser (cli.main.Parser) any word starting with '-' and a digit is a value (no option
+# of any verb looks like that), and the spec or the size parser says why it is refused.
+NEGATIVE_VALUE = re.compile(r"^-\.?[0-9]")
 
 
 def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False) -> None:
-    p._negative_number_matcher = _NEGATIVE_VALUE  # see _NEGATIVE_VALUE
     p.add_argument("name", nargs="?", help="job name (lower-case letters, digits, '-')")
     p.add_argument("-f", "--file", help="a YAML job spec; flags given too override its fields")
     if dist:
@@ -112,40 +111,6 @@ def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:
         data["backend"] = "sagemaker"
 
 
-def read_job_file(path: str) -> bytes:
-    """A job file's bytes: a regular file of at most MAX_YAML_BYTES (one more is read, to say it is
-    too big). A fifo, a device or a folder is refused before anything is read from it (and before
-    it is opened, where it can be told then), so `-f /dev/zero` cannot fill memory and `-f FIFO`
-    cannot wait forever for a writer."""
-    where = f"job file {shown(path)}"
-    try:
-        _check_regular(os.stat(path).st_mode, where)
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
-    except OSError as err:
-        raise SpecError(f"cannot read {where}: {err.strerror}") from None
-    try:
-        _check_regular(os.fstat(fd).st_mode, where)  # what was opened, if the path changed meanwhile
-        chunks, left = [], MAX_YAML_BYTES + 1
-        while left > 0:
-            chunk = os.read(fd, left)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
-    except OSError as err:
-        raise SpecError(f"cannot read {where}: {err.strerror}") from None
-    finally:
-        os.close(fd)
-
-
-def _check_regular(mode: int, where: str) -> None:
-    if not stat.S_ISREG(mode):
-        kind = ("a folder" if stat.S_ISDIR(mode) else "a named pipe" if stat.S_ISFIFO(mode)
-                else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode) else "a special file")
-        raise SpecError(f"{where} is {kind}, not a file: give a YAML file such as job.yaml")
-
-
 # The job file's nested blocks and what each must be: the flags merge into them.
 _BLOCKS = {"env": (Mapping, "a mapping of NAME: value, e.g. env: {SEED: '1'}"),
            "sagemaker": (Mapping, "a mapping of SageMaker options, e.g. sagemaker: {instance_type: ml.m5.xlarge}"),
@@ -164,7 +129,7 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     """Flags, a YAML file, or both -> the one JobSpec. Flags win over the file."""
     data: dict = {}
     if args.file:
-        raw = read_job_file(args.file)
+        raw = read_small_file(args.file, f"job file {shown(args.file)}", "job.yaml")
         data = dict(JobSpec.check_fields(yaml_mapping(raw, f"job file {shown(args.file)}", "name: train")))
         _check_blocks(data)
     if args.name:
@@ -196,26 +161,8 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     return JobSpec.from_dict(data)
 
 
-def check_project(spec: JobSpec, client: Client) -> None:
-    """On the local backend a job goes to a project that exists: 'default', or one made with
-    `dtrain project create` (as `dtrain config project` requires). A mistyped -p would
-    otherwise make a project of its own, with no quota and out of `dtrain list`'s sight.
-    (Kubernetes makes or refuses the project's namespace itself.)"""
-    if spec.backend != "local" or spec.project == "default":
-        return
-    require_project(spec.project, [p.name for p in client.backend(spec.backend, project=spec.project).list_projects()])
-
-
-def require_project(project: str, known: list[str]) -> None:
-    """'default', or one of the `known` projects; else what `dtrain config project` and submit say."""
-    if project != "default" and project not in known:
-        raise NotFoundError(f"no project named {project!r}; create it first with "
-                            f"'dtrain project create {project}' (projects: {', '.join(known) or 'none'})")
-
-
 def cmd_submit(args, command: list[str], client: Client, launcher: str | None = None) -> int:
     spec = spec_from_args(args, command, client, launcher=launcher)
-    check_project(spec, client)
     if args.dry_run:
         return _dry_run(spec, client)
     info = client.submit(spec)

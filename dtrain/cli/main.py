@@ -14,6 +14,7 @@ from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.config import BACKENDS
 from dtrain.errors import DtrainError, SpecError
+from dtrain.names import require_project
 
 # Workload commands: (group, verb) -> (module, function, help). The function is the module's
 # own `main(argv)`, so the same code runs under plain torchrun as `python -m dtrain.workloads.<w>`
@@ -45,7 +46,7 @@ def cmd_config(args, client: Client) -> int:
     if args.value is None:
         raise SpecError(f"'dtrain config {args.what}' needs a value, e.g. dtrain config {args.what} NAME")
     if args.what == "project":
-        jobs.require_project(args.value, [p.name for p in client.list_projects()])
+        require_project(args.value, [p.name for p in client.list_projects()])
         client.set_default_project(args.value)
         print(f"Project '{args.value}' has been set as the default project")
     else:
@@ -95,7 +96,12 @@ def cmd_nodes(args, client: Client) -> int:
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse, with usage errors on one line like every other dtrain error (exit 2)."""
+    """argparse, with usage errors on one line like every other dtrain error (exit 2), and a word
+    starting with '-' and a digit read as a value in every verb (see `jobs.NEGATIVE_VALUE`)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = jobs.NEGATIVE_VALUE  # sub-parsers are made of this class too
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")

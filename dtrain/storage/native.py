@@ -27,6 +27,7 @@ import stat
 from collections.abc import Sequence
 from pathlib import Path
 
+from dtrain.replace import replace_file
 from dtrain.storage import btrfs, hashing
 from dtrain.storage.info import CaptureStats
 from dtrain.storage.manifest import Entry, LazyEntries, Manifest, meta_entry, walk
@@ -126,9 +127,7 @@ def load_hashes(path: Path) -> dict[str, str] | None:
 
 
 def save_hashes(path: Path, hashes: dict[str, str]) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_bytes(gzip.compress(json.dumps(hashes, sort_keys=True).encode(), compresslevel=1))
-    os.replace(tmp, path)
+    replace_file(path, gzip.compress(json.dumps(hashes, sort_keys=True).encode(), compresslevel=1))
 
 
 def verify_tree(root: Path, entries: Sequence[Entry], hashes_file: Path, read_into, buf: memoryview,

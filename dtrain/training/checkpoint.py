@@ -2,21 +2,22 @@
 
 A job killed mid-save (preemption, OOM, a node lost) must never leave a file
 that `latest_checkpoint` would pick up and then fail to load. `save_atomic`
-writes to a hidden temp file in the target folder (same filesystem, so the
-rename is atomic), fsyncs it, renames it over the target and fsyncs the folder.
+writes to a new hidden temp file in the target folder (same filesystem, so the
+rename is atomic; `dtrain.replace`), fsyncs it, renames it over the target and
+fsyncs the folder.
 """
 
 from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from dtrain.errors import DataError, StorageError
+from dtrain.replace import replacing
 
 CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")  # complete checkpoints; temp files start with '.'
 
@@ -43,19 +44,11 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> None:
     """torch.save `obj` to `path` so that readers see the old file or the new one, never a part."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
+        with replacing(path, "wb", durable=True) as f:
             torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
     except OSError as e:
-        Path(tmp).unlink(missing_ok=True)
         raise StorageError(f"cannot write checkpoint {path}: {e.strerror or e}; check free space and permissions") from e
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
     _fsync_dir(path.parent)
 
 

@@ -27,6 +27,7 @@ from dtrain.backends.base import (Backend, Event, FreedInfo, JobInfo, JobStatus,
 from dtrain.backends.local.store import ACTIVE, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError
+from dtrain.names import require_project
 from dtrain.spec import JobSpec, NewVolume
 
 # The job machinery (the supervisor's helpers, launchers, cgroups, GPU inventory, notebooks) is
@@ -80,6 +81,7 @@ class LocalBackend(Backend):
 
         from dtrain.backends.local import launch
 
+        self._check_project(spec)
         self._check_resources(spec)
         launch.check_tools(spec, cwd=cwd)
         self.store.check_free(spec.name)  # again in insert_job's transaction; here before volumes are made
@@ -127,6 +129,11 @@ class LocalBackend(Backend):
             return True
         signal_process(ident, signal.SIGKILL)
         return False
+
+    def _check_project(self, spec: JobSpec) -> None:
+        """The CLI, the SDK, the HTTP API, notebooks and pipeline steps all submit through here."""
+        if spec.project != "default":
+            require_project(spec.project, [p["name"] for p in self.store.projects()])
 
     def _check_resources(self, spec: JobSpec) -> None:
         from dtrain.backends.local.devices import inventory
@@ -339,7 +346,8 @@ class LocalBackend(Backend):
                          gpus=tuple(replace(g, job=held.get(g.index)) for g in gpus))]
 
     def _render(self, spec: JobSpec) -> list[dict]:
-        """A local job is its spec: the dry run shows what would be stored."""
+        """A local job is its spec: the dry run shows what would be stored (and refuses what submit would)."""
+        self._check_project(spec)
         return [spec.to_dict()]
 
     def _notebook_url(self, info: JobInfo) -> str:

@@ -33,6 +33,7 @@ from pathlib import Path
 
 from dtrain.backends.local.cgroups import RankCgroup
 from dtrain.procs import Ident, signal_session
+from dtrain.replace import replace_file
 from dtrain.markers import resumed_step
 
 PR_SET_PDEATHSIG = 1
@@ -92,9 +93,7 @@ def parse_line(line: str) -> tuple[float | None, str]:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(f".tmp{os.getpid()}")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(data))
 
 
 def _start(command: list[str], env: dict[str, str], cgroup: RankCgroup | None) -> subprocess.Popen:

@@ -32,6 +32,7 @@ from pathlib import Path
 from dtrain.backends.local import launch, notebook, scheduler
 from dtrain.backends.local.devices import inventory
 from dtrain.procs import Ident, signal_session
+from dtrain.replace import replace_file
 from dtrain.backends.local.ranks import GRACE_S, kill_ranks, rank_records
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
@@ -252,9 +253,7 @@ def _die_with_parent() -> None:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(data))
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(data))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -23,6 +23,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from dtrain.procs import Ident, signal_process, spawn_detached
+from dtrain.replace import replace_file, replacing
 from dtrain.backends.sagemaker.clients import Clients
 
 ROOT = "sagemaker-local"
@@ -50,9 +51,7 @@ def _dt(t: float | None) -> datetime | None:
 
 
 def write_json(path: Path, data) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(json.dumps(data, indent=1))
-    os.replace(tmp, path)
+    replace_file(path, json.dumps(data, indent=1))
 
 
 @contextmanager
@@ -171,13 +170,11 @@ class LocalS3:
     def put_object(self, *, Bucket: str, Key: str, Body, **_kw) -> dict:  # noqa: N803
         path = self.path(Bucket, Key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "wb") as f:
+        with replacing(path, "wb") as f:
             if isinstance(Body, (bytes, bytearray)):
                 f.write(Body)
             else:
                 shutil.copyfileobj(Body, f)
-        os.replace(tmp, path)
         return {}
 
     def get_object(self, *, Bucket: str, Key: str) -> dict:  # noqa: N803

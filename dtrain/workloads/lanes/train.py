@@ -30,6 +30,7 @@ from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
 from dtrain.errors import SpecError
+from dtrain.replace import replace_file
 from dtrain.training import (
     STOPPED_EXIT_CODE,
     Checkpointer,
@@ -393,9 +394,7 @@ def _write_outputs(out: Path, model: SCNN, cfg: TrainConfig, info: DistInfo, sum
                      "recipe": cfg.recipe.name, "step": summary["step"]}, out / "model.pt")
     run = {"config": dataclasses.asdict(cfg), "recipe": cfg.recipe.name, "world_size": info.world_size,
            "runtime": info.runtime, "backend": info.backend, "device": str(info.device), **summary}
-    tmp = out / ".run.json.tmp"
-    tmp.write_text(json.dumps(run, indent=2, default=str) + "\n")
-    os.replace(tmp, out / "run.json")
+    replace_file(out / "run.json", json.dumps(run, indent=2, default=str) + "\n")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dtrain.errors import DataError
+from dtrain.replace import replacing
 from dtrain.workloads.inputs import input_file
 
 IMAGE_WIDTH = 1280  # TuSimple frames are 1280x720
@@ -139,13 +140,11 @@ def write_labels(path: str | os.PathLike, labels: Iterable[LaneLabel]) -> int:
     """Write labels as JSON lines (atomically: a reader never sees half a file); returns the count."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
     n = 0
-    with tmp.open("w", encoding="utf-8") as f:
+    with replacing(path) as f:
         for label in labels:
             f.write(json.dumps(label.to_json(), separators=(", ", ": ")) + "\n")
             n += 1
-    os.replace(tmp, path)
     return n
 
 
