@@ -89,6 +89,7 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
     wait = WebDriverWait(browser, 90, poll_frequency=0.2)
     try:
         http = server.http
+        assert http.post("/api/v1/projects", json={"name": "lane-detection"}).status_code == 201
         assert http.post("/api/v1/volumes", json={"name": "lanes-data", "size": "1Gi"}).status_code == 201
         assert http.post("/api/v1/snapshots", json={"volume": "lanes-data", "name": "data-v1"}).status_code == 201
         browser.get(server.url + "/#/jobs")
@@ -139,6 +140,13 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
         wait.until(lambda d: d.find_elements(By.ID, "submit-form"))
         browser.find_element(By.ID, "name").send_keys("from-form")
         browser.find_element(By.ID, "command").send_keys("sh -c 'echo from the form; sleep 60'")
+        browser.find_element(By.ID, "project").send_keys("lane-detetion")  # a typo: refused, in one line
+        browser.find_element(By.CSS_SELECTOR, "#submit-form button[type=submit]").click()
+        wait.until(lambda d: "no project named 'lane-detetion'" in text_of(d, "#submit-message"))
+        assert browser.current_url.endswith("#/submit") and http.get("/api/v1/jobs/from-form").status_code == 404
+        refused = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]  # reading the log empties it
+        assert all("/api/v1/jobs" in e["message"] and "404" in e["message"] for e in refused), refused
+        browser.find_element(By.ID, "project").clear()
         browser.find_element(By.ID, "project").send_keys("lane-detection")
         browser.find_element(By.CSS_SELECTOR, "#submit-form button[type=submit]").click()
         wait.until(lambda d: text_of(d, "#job-status") == "Running")
