@@ -37,6 +37,11 @@ def _bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedP
     ("cifar10_throughput.py", ["--steps", "10", "--warmup", "9"], "--warmup 9 is out of range: give 0 to 8"),
     ("cifar10_throughput.py", ["--n-train", "4"], "--n-train 4 is out of range: give 128 to 1000000"),
     ("server.py", ["--followers", "0"], "--followers 0 is out of range: give 1 to 100000"),
+    ("heap.py", ["--rounds", "0"], "--rounds 0 is out of range: give 1 to 100"),
+    ("platform_ab.py", ["--data-dir", ".", "--steps", "6"], "--steps 6 is out of range: give 7 to 100000"),
+    ("platform_ab.py", ["--data-dir", "/nonexistent"], "--data-dir /nonexistent is not a folder"),
+    ("heap.py", ["--core", "4096"], "--core 4096 is not a CPU this process may use"),
+    ("heap.py", ["--size", "128x72"], "--size 128x72: input_size (128, 72): width and height must be positive multiples of 16"),
 ])
 def test_bench_scripts_refuse_numbers_out_of_range_in_one_line(script, args, message):
     proc = _bench(script, *args, timeout=120)
@@ -80,6 +85,38 @@ def test_the_message_passing_bench_times_both_forms():
     assert (naive["impl"], fast["impl"], naive["size"]) == ("naive", "fast", "64x32")
     assert 0 < naive["mp_s"] < naive["step_s"] and 0 < fast["mp_s"] < fast["step_s"]
     assert fast["mp_speedup"] == pytest.approx(naive["mp_s"] / fast["mp_s"], rel=0.05)
+
+
+def test_the_heap_bench_runs_both_sides_in_processes_of_their_own():
+    proc = _bench("heap.py", "--recipe", "demo", "--size", "128x64", "--rounds", "1", "--steps", "4", "--warmup", "4")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    *rows, summary = map(json.loads, proc.stdout.splitlines())
+    assert [r["side"] for r in rows] == ["default", "kept"]
+    assert all(r["step_s"] > 0 and r["threads"] == 1 for r in rows)
+    # glibc's defaults fault a step's blocks in again every step; kept, the warm-up steps map them once
+    assert rows[1]["minor_faults_per_step"] < rows[0]["minor_faults_per_step"] / 2, rows
+    assert summary["default_over_kept"] == pytest.approx(rows[0]["step_s"] / rows[1]["step_s"], abs=0.002)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_the_platform_bench_runs_the_same_training_as_a_job_and_by_hand(tmp_path):
+    from dtrain.workloads.lanes import synth
+
+    data, scratch = tmp_path / "lanes", tmp_path / "t"
+    synth.generate(data, frames_per_file={"label_data_0313.json": 40}, seed=3, test_frames=0)
+    scratch.mkdir()
+    proc = subprocess.run([sys.executable, str(REPO / "bench/platform_ab.py"), "--data-dir", str(data), "--rounds", "2",
+                           "--steps", "6", "--warmup", "2", "--batch", "2", "--", "--recipe", "tiny"],
+                          capture_output=True, text=True, timeout=600, env=env(TMPDIR=str(scratch)), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *rounds, summary = map(json.loads, proc.stdout.splitlines())
+    assert [r["round"] for r in rounds] == [0, 1]
+    assert all(r["dtrain_images_per_s"] > 0 and r["by_hand_images_per_s"] > 0 for r in rounds)
+    ratios = sorted(r["dtrain_images_per_s"] / r["by_hand_images_per_s"] for r in rounds)
+    assert summary["dtrain_over_by_hand"] == pytest.approx(sum(ratios) / 2, abs=0.002)  # the median of two
+    assert summary["processes"] == 2
+    assert list(scratch.iterdir()) == []  # the jobs' home, their outputs, torchrun's own folders: all gone
 
 
 @pytest.mark.slow

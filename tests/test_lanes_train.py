@@ -17,6 +17,7 @@ from PIL import Image
 
 from dtrain.errors import SpecError
 from dtrain.training import read_metrics, setup_distributed
+from dtrain.training.heap import glibc
 from dtrain.workloads.lanes import __main__ as lanes_cli
 from dtrain.workloads.lanes import synth, train
 from dtrain.workloads.lanes.metric import evaluate
@@ -77,6 +78,7 @@ def test_flags_win_over_environment_and_environment_over_recipe():
     assert train.parse_config(["--use-workers"], {**env, "USE_WORKERS": "false"}).num_workers == 4
     bare = train.parse_config([], {})
     assert (bare.recipe, bare.num_workers, bare.use_val, bare.data_dir) == (tiny(), 0, False, "/mnt/tusimple")
+    assert bare.recipe.keep_heap and not train.parse_config(["--no-keep-heap"], {}).recipe.keep_heap
 
 
 @pytest.mark.parametrize("env, argv", [({"USE_VAL": "maybe"}, []), ({"BATCH_SIZE": "two"}, []),
@@ -219,9 +221,13 @@ def test_stop_and_resume_continues_the_same_schedule(lanes_data, tmp_path):
     assert [lr for _, lr, _ in split_log] == [lr for _, lr, _ in straight_log]
     assert [loss for *_, loss in split_log] == pytest.approx([loss for *_, loss in straight_log], rel=1e-4)
     assert "resumed from" in (split / "train.log").read_text()
+    kept = "on" if glibc() else "off: not glibc"
+    assert f"freed memory kept: {kept}" in (straight / "train.log").read_text()
 
-    fresh = run_training([*common, "--out-dir", str(split), "--no-resume", "--stop-after", "1"])
+    fresh = run_training([*common, "--out-dir", str(split), "--no-resume", "--stop-after", "1", "--no-keep-heap"])
     assert fresh["step"] == 1  # --no-resume ignores the checkpoints
+    recipe_lines = [line for line in (split / "train.log").read_text().splitlines() if " recipe tiny: " in line]
+    assert recipe_lines[-1].endswith("freed memory kept: off")
 
 
 # ------------------------------------------------------------------ learning

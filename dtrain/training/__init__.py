@@ -16,6 +16,7 @@ from dtrain.training.dist import (
     setup_distributed,
     teardown,
 )
+from dtrain.training.heap import keep_freed_memory
 from dtrain.training.metrics import MetricsWriter, read_metrics
 from dtrain.training.resume import Checkpointer, Resumed, checkpoint_dir
 from dtrain.training.sampler import ResumableSampler
@@ -37,6 +38,7 @@ __all__ = [
     "checkpoint_path",
     "detect_runtime",
     "exit_process",
+    "keep_freed_memory",
     "latest_checkpoint",
     "load_checkpoint",
     "read_metrics",

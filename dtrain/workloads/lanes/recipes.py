@@ -60,6 +60,10 @@ class Recipe:
     bf16: bool = True  # bfloat16 autocast on CUDA
     # bfloat16 autocast on a CPU; None: when the CPU has AMX-BF16 (without it bf16 is emulated, slower)
     cpu_bf16: bool | None = False
+    # Keep the memory a step frees mapped for the next step (glibc's mmap and trim thresholds,
+    # dtrain.training.heap): on a CPU the step otherwise faults its working set in again every
+    # time; 1.18x per demo step and 1.31x per paper step here (benchmarks.md, "Freed memory kept").
+    keep_heap: bool = True
 
     def autocast(self, device) -> bool:
         """Whether a step on `device` runs under bfloat16 autocast (weights and optimizer stay float32)."""

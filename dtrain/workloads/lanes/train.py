@@ -41,6 +41,7 @@ from dtrain.training import (
     all_reduce_mean,
     broadcast_buffers,
     checkpoint_dir,
+    keep_freed_memory,
     save_atomic,
     setup_distributed,
     teardown,
@@ -132,6 +133,8 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--pvc-name", default=env.get("PVC_NAME"), help="recorded for the platform [PVC_NAME]")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction,
                    help="bfloat16 autocast on this device (default: the recipe's; --no-bf16 runs float32)")
+    p.add_argument("--keep-heap", action=argparse.BooleanOptionalAction,
+                   help="keep freed memory mapped between steps (default: the recipe's, on; glibc only)")
     return p
 
 
@@ -155,6 +158,8 @@ def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> TrainCon
     recipe = dataclasses.replace(recipe, **overrides)  # Recipe re-validates the values
     if args.bf16 is not None:
         recipe = recipe.with_bf16(args.bf16)
+    if args.keep_heap is not None:
+        recipe = dataclasses.replace(recipe, keep_heap=args.keep_heap)
     if args.use_workers is False:
         workers = 0
     elif args.num_workers is not None:
@@ -310,6 +315,7 @@ def data_parallel(model: SCNN, recipe: Recipe, info: DistInfo) -> torch.nn.Modul
 
 def train(cfg: TrainConfig, info: DistInfo) -> dict:
     recipe, out, device = cfg.recipe, Path(cfg.out_dir), info.device
+    heap = keep_freed_memory() if recipe.keep_heap else "off"  # before the first tensor and any worker fork
     if info.is_main:
         out.mkdir(parents=True, exist_ok=True)
     log = Log(out / "train.log", info.is_main)
@@ -326,7 +332,8 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
     val_labels = split_labels(cfg.data_dir, "val") if cfg.use_val else []
     log(f"recipe {recipe.name}: {info.world_size} process(es) x batch {recipe.batch_size}, {max_steps} steps, "
         f"{steps_per_epoch} steps/epoch, input {recipe.input_size}, width {recipe.model.width}, device {device}, "
-        f"{'bf16 autocast' if recipe.autocast(device) else 'float32'}{', channels-last' if recipe.nhwc(device) else ''}")
+        f"{'bf16 autocast' if recipe.autocast(device) else 'float32'}{', channels-last' if recipe.nhwc(device) else ''}, "
+        f"freed memory kept: {heap}")
     log(f"data {cfg.data_dir} ({len(dataset)} frames), workers {cfg.num_workers}, validation {cfg.use_val}; "
         f"ENABLE_SNAPSHOT={cfg.enable_snapshot} PVC_NAME={cfg.pvc_name} (recorded; the platform takes snapshots)")
 

@@ -1,0 +1,102 @@
+"""What the platform costs a training: the same data-parallel lanes training as a dtrain job and by plain torchrun, taking turns.
+
+    .venv/bin/python bench/platform_ab.py --data-dir DIR --processes 2 --rounds 4 -- --recipe demo
+
+Each round runs the training twice, the order alternating: as a dtrain job (`submit-dist
+--processes N --cpu 1`: torchrun under dtrain's supervisor and rank wrappers, in cgroups, each rank
+pinned to its own core), and as a user would type it: `torchrun --standalone --nproc-per-node N`,
+each rank pinned to core LOCAL_RANK with `taskset`, OMP_NUM_THREADS=1. The command, batch and steps
+are those of `dtrain bench scaling`, and so is the figure: rank 0's images/s from the end of the
+warm-up steps to the last step (its metrics.jsonl). Prints one JSON line per round and a summary:
+each side's median and the median of the per-round ratios dtrain / by hand. The jobs' home and
+torchrun's own folders go in a temporary folder that is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
+from dtrain.bench.scaling import WORKLOADS, throughput, timed_steps
+from dtrain.client import Client
+from dtrain.spec import JobSpec
+
+SIDES = ("dtrain", "by_hand")
+
+
+def command(args, out: Path) -> list[str]:
+    return WORKLOADS["lanes"].command(str(args.data_dir), str(out), args.steps, args.batch, args.extra)
+
+
+def through_dtrain(args, client: Client, out: Path, name: str) -> None:
+    spec = JobSpec(name=name, command=tuple(command(args, out)), processes=args.processes, launcher="torchrun",
+                   cpu=1, project=client.default_project, env={"PYTHONUNBUFFERED": "1"})
+    client.submit(spec)
+    info = client.wait(name)
+    if info.status.value != "Succeeded":
+        sys.exit(f"bench/platform_ab.py: job {name} {info.status.value}: {info.message}")
+
+
+def by_hand(args, out: Path) -> None:
+    argv = command(args, out)
+    argv[0] = sys.executable  # `python` of the job's PATH: the same interpreter
+    pin = 'exec taskset -c "$LOCAL_RANK" "$0" "$@"'
+    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.processes}",
+                    "--no-python", "bash", "-c", pin, *argv], check=True, capture_output=True,
+                   env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, required=True, help="a prepared lanes data folder")
+    parser.add_argument("--processes", type=int, default=2, help="data-parallel processes (1 to the CPUs here)")
+    parser.add_argument("--rounds", type=int, default=4, help="runs of each side, taking turns (1-100)")
+    parser.add_argument("--batch", type=int, default=8, help="per-process batch (1-256)")
+    parser.add_argument("--steps", type=int, default=60, help="training steps per run (warm-up + 2 to 100000)")
+    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timing (0-1000)")
+    parser.add_argument("extra", nargs="*", help="after --: more arguments for the training")
+    args = parser.parse_args(argv)
+    cpus = len(os.sched_getaffinity(0))
+    ab.bounded(parser, ("--processes", args.processes, 1, cpus), ("--rounds", args.rounds, 1, 100),
+               ("--batch", args.batch, 1, 256), ("--warmup", args.warmup, 0, 1000),
+               ("--steps", args.steps, args.warmup + 2, 100_000))
+    if not args.data_dir.is_dir():
+        parser.error(f"--data-dir {args.data_dir} is not a folder: make one with 'dtrain lanes synth'")
+    args.data_dir = args.data_dir.resolve()
+    work = Path(tempfile.mkdtemp(prefix="platform-ab-"))
+    (work / "tmp").mkdir()
+    os.environ["TMPDIR"] = str(work / "tmp")  # both sides' temporary files (torchrun's, torch's caches) go too
+    try:
+        client = Client(home=work / "home")
+        rates: dict[str, list[float]] = {side: [] for side in SIDES}
+        for i in range(args.rounds):
+            row = {"round": i}
+            for side in (SIDES if i % 2 == 0 else SIDES[::-1]):
+                out = work / f"{side}-{i}"
+                if side == "dtrain":
+                    through_dtrain(args, client, out, f"platform-ab-{i}")
+                else:
+                    by_hand(args, out)
+                rate = throughput(timed_steps(out / "metrics.jsonl", args.warmup), args.processes * args.batch)
+                rates[side].append(rate)
+                row[f"{side}_images_per_s"] = round(rate, 2)
+            print(json.dumps(row), flush=True)
+        ratios = [d / h for d, h in zip(rates["dtrain"], rates["by_hand"])]
+        print(json.dumps({"processes": args.processes, "rounds": args.rounds,
+                          **{f"{s}_images_per_s": round(statistics.median(rates[s]), 2) for s in SIDES},
+                          "dtrain_over_by_hand": round(statistics.median(ratios), 3),
+                          "ratio_range": [round(min(ratios), 3), round(max(ratios), 3)]}), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
