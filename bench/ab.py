@@ -38,9 +38,9 @@ def checked(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     return args
 
 
-def order(i: int) -> tuple[str, str]:
-    """Which checkout goes first in round `i`: they take turns."""
-    return ("old", "new") if i % 2 == 0 else ("new", "old")
+def order(i: int, sides: tuple[str, str] = ("old", "new")) -> tuple[str, str]:
+    """Which side (by default: which checkout) goes first in round `i`: they take turns."""
+    return sides if i % 2 == 0 else sides[::-1]
 
 
 def report(wall: dict[str, list[float]], inside: dict[str, list[float]] | None = None) -> None:

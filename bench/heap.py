@@ -72,6 +72,7 @@ def main(argv=None) -> None:
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     args.size = ab.size(parser, args.size)
+    size_text = "{}x{}".format(*args.size)
     ab.bounded(parser, ("--batch", 1 if args.batch is None else args.batch, 1, 256), ("--rounds", args.rounds, 1, 100),
                ("--steps", args.steps, 1, 1000), ("--warmup", args.warmup, 0, 100), ("--threads", args.threads, 1, 256))
     if args.core is not None and args.core not in os.sched_getaffinity(0):
@@ -80,22 +81,23 @@ def main(argv=None) -> None:
     if args.child:
         return child(args)
     from dtrain.errors import SpecError
+    from dtrain.training.heap import user_settings
     from dtrain.workloads.lanes import recipes
 
     try:  # the model's own check of the size, in one line before any process starts
         dataclasses.replace(recipes.get(args.recipe).model, input_size=args.size)
     except SpecError as err:
-        parser.error(f"--size {'{}x{}'.format(*args.size)}: {err}")
+        parser.error(f"--size {size_text}: {err}")
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
-    for name in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_"):
-        env.pop(name, None)  # glibc's own defaults on the default side
-    base = [sys.executable, str(Path(__file__).resolve()), "--recipe", args.recipe, "--size", "{}x{}".format(*args.size),
+    for name in user_settings(env):
+        env.pop(name)  # glibc's own defaults on the default side (and nothing that stops the kept side)
+    base = [sys.executable, str(Path(__file__).resolve()), "--recipe", args.recipe, "--size", size_text,
             "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads", str(args.threads)]
     base += ["--batch", str(args.batch)] if args.batch else []
     base += ["--core", str(args.core)] if args.core is not None else []
     rows: dict[str, list[dict]] = {side: [] for side in SIDES}
     for i in range(args.rounds):
-        for side in (SIDES if i % 2 == 0 else SIDES[::-1]):
+        for side in ab.order(i, SIDES):
             out = subprocess.run(base + ["--child", side], env=env, check=True, capture_output=True, text=True).stdout
             row = json.loads(out.strip().splitlines()[-1])
             rows[side].append(row)
@@ -105,7 +107,7 @@ def main(argv=None) -> None:
                       "step_sd_s": round(statistics.median(r["step_sd_s"] for r in rows[side]), 4),
                       "minor_faults_per_step": int(statistics.median(r["minor_faults_per_step"] for r in rows[side])),
                       "max_rss_mib": max(r["max_rss_mib"] for r in rows[side])} for side in SIDES}
-    print(json.dumps({"recipe": args.recipe, "size": "{}x{}".format(*args.size), "rounds": args.rounds, **summary,
+    print(json.dumps({"recipe": args.recipe, "size": size_text, "rounds": args.rounds, **summary,
                       "default_over_kept": round(statistics.median(ratios), 3),
                       "ratio_range": [round(min(ratios), 3), round(max(ratios), 3)]}), flush=True)
 

@@ -79,7 +79,7 @@ def main(argv=None) -> None:
         rates: dict[str, list[float]] = {side: [] for side in SIDES}
         for i in range(args.rounds):
             row = {"round": i}
-            for side in (SIDES if i % 2 == 0 else SIDES[::-1]):
+            for side in ab.order(i, SIDES):
                 out = work / f"{side}-{i}"
                 if side == "dtrain":
                     through_dtrain(args, client, out, f"platform-ab-{i}")

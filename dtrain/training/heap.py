@@ -24,7 +24,7 @@ M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD = 1 << 30  # blocks up to 1 GiB come from the heap (the paper recipe's largest is ~75 MB a frame)
 OLD_GLIBC_MMAP_MAX = 32 << 20  # older glibc refuses a threshold above HEAP_MAX_SIZE / 2 (32 MiB)
 NEVER_TRIM = -1  # mallopt(3): -1 disables trimming
-_USER_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
+USER_VARIABLES = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_MAX_")
 
 
 def glibc() -> ctypes.CDLL | None:
@@ -37,13 +37,18 @@ def glibc() -> ctypes.CDLL | None:
     return ctypes.CDLL(None)
 
 
+def user_settings(env: Mapping[str, str]) -> list[str]:
+    """The variables of `env` through which the user set glibc's malloc thresholds themselves."""
+    chosen = [name for name in USER_VARIABLES if name in env]
+    if "glibc.malloc." in env.get("GLIBC_TUNABLES", ""):
+        chosen.append("GLIBC_TUNABLES")
+    return chosen
+
+
 def keep_freed_memory(env: Mapping[str, str] | None = None) -> str:
     """Raise glibc's mmap and trim thresholds for this process and its forked children (data
     loader workers). Returns what was done, for the training log: 'on', or why not."""
-    env = os.environ if env is None else env
-    chosen = [name for name in _USER_VARIABLES if name in env]
-    if "glibc.malloc." in env.get("GLIBC_TUNABLES", ""):
-        chosen.append("GLIBC_TUNABLES")
+    chosen = user_settings(os.environ if env is None else env)
     if chosen:
         return f"off: {', '.join(chosen)} set by the user"
     libc = glibc()
