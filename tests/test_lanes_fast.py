@@ -91,12 +91,22 @@ def test_cpu_bf16_knob_picks_the_precision_of_a_cpu_step(monkeypatch):
     assert _head_dtype(cpu_bf16=False) == torch.float32
     assert _head_dtype(bf16=True, cpu_bf16=False) == torch.float32  # `bf16` is CUDA's knob
     assert _head_dtype(cpu_bf16=True) == torch.bfloat16
-    for amx in (True, False):  # None: bf16 where the CPU runs it natively (AMX-BF16)
-        monkeypatch.setattr(recipes, "cpu_has_amx_bf16", lambda amx=amx: amx)
-        assert _head_dtype(cpu_bf16=None) == (torch.bfloat16 if amx else torch.float32)
-        assert recipes.paper().nhwc("cpu") is amx and recipes.demo().nhwc("cpu") is amx
+    for isa in ("AMX-BF16", "AVX512-BF16", None):  # None: bf16 where the CPU has bf16 instructions
+        monkeypatch.setattr(recipes, "cpu_bf16_isa", lambda isa=isa: isa)
+        native = isa is not None
+        assert _head_dtype(cpu_bf16=None) == (torch.bfloat16 if native else torch.float32)
+        assert recipes.paper().nhwc("cpu") is native and recipes.demo().nhwc("cpu") is native
         assert recipes.tiny().nhwc("cpu") is False and recipes.tiny().autocast("cpu") is False
         assert recipes.paper().nhwc("cuda") is True
+
+
+def test_bf16_isa_reads_the_cpuinfo_flags_of_amx_and_avx512_bf16():
+    zen4 = "fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni"  # AMD EPYC 9004 (Zen 4): no AMX
+    sapphire = "fpu avx512f avx512_bf16 amx_bf16 amx_tile amx_int8"
+    assert recipes.bf16_isa(zen4) == "AVX512-BF16"
+    assert recipes.bf16_isa(sapphire) == "AMX-BF16"  # the faster units win
+    assert recipes.bf16_isa("fpu sse2 avx2 avx512f avx512_vnni") is None  # Ice Lake: bf16 would be converted
+    assert recipes.bf16_isa("fpu avx512_bf16x") is None and recipes.bf16_isa("") is None  # whole words only
 
 
 def test_cpu_bf16_follows_the_eager_float32_curve():
@@ -160,3 +170,13 @@ def test_the_step_bench_times_eager_and_fast_side_by_side_and_refuses_bad_number
         bad = subprocess.run([sys.executable, script, "--recipe", "tiny", *args],
                              capture_output=True, text=True, timeout=60, env=env)
         assert bad.returncode == 2 and message in bad.stderr.splitlines()[-1], (args, bad.stderr[-500:])
+
+
+def test_training_log_names_the_precision_and_the_cpus_bf16_instructions(monkeypatch):
+    monkeypatch.setattr(recipes, "cpu_bf16_isa", lambda: "AVX512-BF16")
+    assert recipes.demo().precision("cpu") == "bf16 autocast (AVX512-BF16)"
+    assert recipes.demo().with_bf16(False).precision("cpu") == "float32"
+    assert recipes.paper().precision("cuda") == "bf16 autocast"
+    monkeypatch.setattr(recipes, "cpu_bf16_isa", lambda: None)
+    assert recipes.demo().precision("cpu") == "float32"
+    assert recipes.tiny().with_bf16(True).precision("cpu") == "bf16 autocast (no bf16 instructions: converted to float32)"

@@ -54,11 +54,13 @@ class Recipe:
     # tests/test_lanes_fast.py checks against eager float32); defaults follow bench/lanes_train.py.
     # On this CPU (paper step, batch 2, 512x288) in float32 neither channels-last nor compile
     # measured faster (9.02 and 9.27 s of CPU time per step against 9.25 for eager); bfloat16 on
-    # its AMX-BF16 units did, 4.4-5.3x with channels-last on top of it (benchmarks.md, "SCNN step").
+    # its AMX-BF16 units did, 4.4-5.3x with channels-last on top of it, and 2.0-2.2x on an AMD CPU's
+    # AVX512-BF16 instructions (benchmarks.md, "SCNN step").
     channels_last: bool | None = None  # NHWC convolutions; None: on CUDA, and wherever a step runs in bf16
     compile: bool = False  # torch.compile the backbone and neck (message passing stays eager)
     bf16: bool = True  # bfloat16 autocast on CUDA
-    # bfloat16 autocast on a CPU; None: when the CPU has AMX-BF16 (without it bf16 is emulated, slower)
+    # bfloat16 autocast on a CPU; None: when the CPU has bf16 instructions oneDNN uses (AMX-BF16 or
+    # AVX512-BF16, cpu_bf16_isa); on other CPUs the step stays float32 (bf16 there was not measured)
     cpu_bf16: bool | None = False
     # Keep the memory a step frees mapped for the next step (glibc's mmap and trim thresholds,
     # dtrain.training.heap): on a CPU the step otherwise faults its working set in again every
@@ -71,8 +73,17 @@ class Recipe:
         if kind == "cuda":
             return self.bf16
         if kind == "cpu":
-            return cpu_has_amx_bf16() if self.cpu_bf16 is None else self.cpu_bf16
+            return cpu_bf16_isa() is not None if self.cpu_bf16 is None else self.cpu_bf16
         return False
+
+    def precision(self, device) -> str:
+        """How a step on `device` computes, for the training log: 'float32', or 'bf16 autocast' and,
+        on a CPU, which bf16 instructions run it."""
+        if not self.autocast(device):
+            return "float32"
+        if torch.device(device).type != "cpu":
+            return "bf16 autocast"
+        return f"bf16 autocast ({cpu_bf16_isa() or 'no bf16 instructions: converted to float32'})"
 
     def with_bf16(self, on: bool) -> "Recipe":
         """The same recipe with bfloat16 autocast on (or off) on whichever device runs it."""
@@ -117,7 +128,7 @@ def demo() -> Recipe:
     return Recipe(
         name="demo",
         model=SCNNConfig(width=0.125, input_size=(256, 144), dropout=0.1),
-        cpu_bf16=None,  # bf16 where the CPU has AMX-BF16: 2.1x per step (benchmarks.md); --no-bf16 for float32
+        cpu_bf16=None,  # bf16 where the CPU has it: 2.1x per step on AMX, 2.0x on AVX512-BF16; --no-bf16: float32
         batch_size=8,
         max_steps=1500,
         lr=0.05,
@@ -137,7 +148,7 @@ def paper() -> Recipe:
     return Recipe(
         name="paper",
         model=SCNNConfig(width=1.0, input_size=(512, 288), dropout=0.1, mp_init="scnn"),
-        cpu_bf16=None,  # 4.4-5.3x per step on an AMX-BF16 CPU (benchmarks.md)
+        cpu_bf16=None,  # 4.4-5.3x per step on an AMX-BF16 CPU, 2.2x on AVX512-BF16 (benchmarks.md)
         batch_size=12,
         max_steps=60_000,
         lr=0.01,
@@ -148,14 +159,27 @@ def paper() -> Recipe:
     )
 
 
+# CPU flags (as /proc/cpuinfo spells them) of the bf16 instructions oneDNN runs convolutions on,
+# best first: AMX tiles (Intel Sapphire Rapids on), then AVX512-BF16's dot product (Intel Cooper
+# Lake, AMD Zen 4 on). Without either, oneDNN converts bf16 to float32 around float32 kernels.
+BF16_ISAS = (("amx_bf16", "AMX-BF16"), ("avx512_bf16", "AVX512-BF16"))
+
+
+def bf16_isa(flags: str) -> str | None:
+    """The bf16 instruction set a cpuinfo `flags` line names (e.g. 'AVX512-BF16'), or None."""
+    have = set(flags.split())
+    return next((name for flag, name in BF16_ISAS if flag in have), None)
+
+
 @functools.cache
-def cpu_has_amx_bf16() -> bool:
-    """Whether this CPU has AMX-BF16 tiles, where oneDNN runs bfloat16 convolutions natively."""
+def cpu_bf16_isa() -> str | None:
+    """The bf16 instruction set of this CPU that oneDNN runs bfloat16 convolutions on, or None."""
     try:
         with open("/proc/cpuinfo") as f:
-            return any(line.startswith("flags") and "amx_bf16" in line.split() for line in f)
+            line = next((line for line in f if line.startswith("flags")), "")
     except OSError:
-        return False
+        return None
+    return bf16_isa(line.partition(":")[2])
 
 
 RECIPES = {"tiny": tiny, "demo": demo, "paper": paper}

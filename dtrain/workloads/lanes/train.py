@@ -332,7 +332,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
     val_labels = split_labels(cfg.data_dir, "val") if cfg.use_val else []
     log(f"recipe {recipe.name}: {info.world_size} process(es) x batch {recipe.batch_size}, {max_steps} steps, "
         f"{steps_per_epoch} steps/epoch, input {recipe.input_size}, width {recipe.model.width}, device {device}, "
-        f"{'bf16 autocast' if recipe.autocast(device) else 'float32'}{', channels-last' if recipe.nhwc(device) else ''}, "
+        f"{recipe.precision(device)}{', channels-last' if recipe.nhwc(device) else ''}, "
         f"freed memory kept: {heap}")
     log(f"data {cfg.data_dir} ({len(dataset)} frames), workers {cfg.num_workers}, validation {cfg.use_val}; "
         f"ENABLE_SNAPSHOT={cfg.enable_snapshot} PVC_NAME={cfg.pvc_name} (recorded; the platform takes snapshots)")
