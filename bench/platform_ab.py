@@ -49,9 +49,14 @@ def by_hand(args, out: Path) -> None:
     argv = command(args, out)
     argv[0] = sys.executable  # `python` of the job's PATH: the same interpreter
     pin = 'exec taskset -c "$LOCAL_RANK" "$0" "$@"'
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={args.processes}",
-                    "--no-python", "bash", "-c", pin, *argv], check=True, capture_output=True,
-                   env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                           f"--nproc-per-node={args.processes}", "--no-python", "bash", "-c", pin, *argv],
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
+    if proc.returncode != 0:
+        # the ranks' own messages come before torchrun's report of their failure
+        lines = proc.stderr.splitlines()
+        why = next((line for line in lines if "error:" in line.lower()), lines[-1] if lines else "")
+        sys.exit(f"{Path(sys.argv[0]).name}: the training by torchrun exited {proc.returncode}: {why.strip()}")
 
 
 def main(argv=None) -> None:

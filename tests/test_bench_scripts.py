@@ -40,6 +40,10 @@ def _bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedP
     ("heap.py", ["--rounds", "0"], "--rounds 0 is out of range: give 1 to 100"),
     ("platform_ab.py", ["--data-dir", ".", "--steps", "6"], "--steps 6 is out of range: give 7 to 100000"),
     ("platform_ab.py", ["--data-dir", "/nonexistent"], "--data-dir /nonexistent is not a folder"),
+    ("flags_ab.py", ["--data-dir", ".", "--a=--bf16", "--b=--bf16"], "--a and --b give the same flags"),
+    ("flags_ab.py", ["--data-dir", ".", "--a='--bf16"], "--a \"'--bf16\" cannot be split into arguments"),
+    ("flags_ab.py", ["--data-dir", ".", "--b=x", "--rounds", "0"], "--rounds 0 is out of range: give 1 to 100"),
+    ("flags_ab.py", ["--data-dir", "/nonexistent", "--b=x"], "--data-dir /nonexistent is not a folder"),
     ("heap.py", ["--core", "4096"], "--core 4096 is not a CPU this process may use"),
     ("heap.py", ["--size", "128x72"], "--size 128x72: input_size (128, 72): width and height must be positive multiples of 16"),
 ])
@@ -117,6 +121,43 @@ def test_the_platform_bench_runs_the_same_training_as_a_job_and_by_hand(tmp_path
     assert summary["dtrain_over_by_hand"] == pytest.approx(sum(ratios) / 2, abs=0.002)  # the median of two
     assert summary["processes"] == 2
     assert list(scratch.iterdir()) == []  # the jobs' home, their outputs, torchrun's own folders: all gone
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_the_flags_bench_gives_each_side_its_own_flags_and_names_a_training_that_refused_them(tmp_path):
+    from dtrain.workloads.lanes import synth
+
+    data, scratch = tmp_path / "lanes", tmp_path / "t"
+    synth.generate(data, frames_per_file={"label_data_0313.json": 16}, seed=3, test_frames=0)
+    scratch.mkdir()
+    # round 0 runs side a (the recipe's defaults) to the end, then side b, whose flag the training refuses
+    proc = subprocess.run([sys.executable, str(REPO / "bench/flags_ab.py"), "--data-dir", str(data), "--b=--no-such-flag",
+                           "--rounds", "1", "--steps", "4", "--warmup", "1", "--batch", "2", "--", "--recipe", "tiny"],
+                          capture_output=True, text=True, timeout=600, env=env(TMPDIR=str(scratch)), cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-3000:]
+    assert proc.stderr.splitlines()[-1] == ("flags_ab.py: the training by torchrun exited 1: dtrain lanes train: error: "
+                                            "unrecognized arguments: --no-such-flag (see 'dtrain lanes train --help')")
+    assert list(scratch.iterdir()) == []  # side a's outputs and torchrun's folders: gone even so
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_the_flags_bench_times_both_sides_taking_turns(tmp_path):
+    from dtrain.workloads.lanes import synth
+
+    data = tmp_path / "lanes"
+    synth.generate(data, frames_per_file={"label_data_0313.json": 40}, seed=3, test_frames=0)
+    proc = subprocess.run([sys.executable, str(REPO / "bench/flags_ab.py"), "--data-dir", str(data), "--a=--bf16",
+                           "--b=--no-bf16 --no-keep-heap", "--rounds", "2", "--steps", "6", "--warmup", "2", "--batch", "2",
+                           "--", "--recipe", "tiny"], capture_output=True, text=True, timeout=600, env=env(), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *rounds, summary = map(json.loads, proc.stdout.splitlines())
+    assert [list(r) for r in rounds] == [["round", "a_images_per_s", "b_images_per_s"],
+                                         ["round", "b_images_per_s", "a_images_per_s"]]  # they take turns
+    assert all(r["a_images_per_s"] > 0 and r["b_images_per_s"] > 0 for r in rounds)
+    ratios = sorted(r["a_images_per_s"] / r["b_images_per_s"] for r in rounds)
+    assert summary["a_over_b"] == pytest.approx(sum(ratios) / 2, abs=0.002)  # the median of two
+    assert summary["a"] == ["--bf16"] and summary["b"] == ["--no-bf16", "--no-keep-heap"]
 
 
 @pytest.mark.slow

@@ -54,7 +54,7 @@ class Recipe:
     # tests/test_lanes_fast.py checks against eager float32); defaults follow bench/lanes_train.py.
     # On this CPU (paper step, batch 2, 512x288) in float32 neither channels-last nor compile
     # measured faster (9.02 and 9.27 s of CPU time per step against 9.25 for eager); bfloat16 on
-    # its AMX-BF16 units did, 4.4-5.3x with channels-last on top of it, and 2.0-2.2x on an AMD CPU's
+    # its AMX-BF16 units did, 4.4-5.3x with channels-last on top of it, and 2.1-2.3x on an AMD CPU's
     # AVX512-BF16 instructions (benchmarks.md, "SCNN step").
     channels_last: bool | None = None  # NHWC convolutions; None: on CUDA, and wherever a step runs in bf16
     compile: bool = False  # torch.compile the backbone and neck (message passing stays eager)
@@ -128,7 +128,7 @@ def demo() -> Recipe:
     return Recipe(
         name="demo",
         model=SCNNConfig(width=0.125, input_size=(256, 144), dropout=0.1),
-        cpu_bf16=None,  # bf16 where the CPU has it: 2.1x per step on AMX, 2.0x on AVX512-BF16; --no-bf16: float32
+        cpu_bf16=None,  # bf16 where the CPU has it: 2.1x per step on AMX, 1.9x on AVX512-BF16; --no-bf16: float32
         batch_size=8,
         max_steps=1500,
         lr=0.05,

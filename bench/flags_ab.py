@@ -1,0 +1,84 @@
+"""Two sets of training flags side by side: the same data-parallel lanes training by plain torchrun, taking turns.
+
+    .venv/bin/python bench/flags_ab.py --data-dir DIR --a=--bf16 --b=--no-bf16 --steps 300 --rounds 2 -- --recipe demo
+
+Each round runs the training twice, the order alternating (a, b, then b, a), the way
+bench/platform_ab.py runs its `by hand` side: `torchrun --standalone --nproc-per-node N`, each rank
+pinned to core LOCAL_RANK with `taskset`, OMP_NUM_THREADS=1. Both sides get the arguments after
+`--`; side a adds --a's, side b adds --b's (one string each, split as a shell would; empty: the
+recipe's own defaults). The figure is that of `dtrain bench scaling`: rank 0's images/s from the
+end of the warm-up steps to the last step (its metrics.jsonl). Prints one JSON line per round and a
+summary: each side's median and the median of the per-round ratios a / b. The runs' outputs go in
+a temporary folder that is removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import statistics
+import tempfile
+from pathlib import Path
+
+import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
+from dtrain.bench.scaling import throughput, timed_steps
+from platform_ab import by_hand
+
+SIDES = ("a", "b")
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--data-dir", type=Path, required=True, help="a prepared lanes data folder")
+    parser.add_argument("--a", default="", help="training flags of side a, e.g. --a=--bf16")
+    parser.add_argument("--b", default="", help="training flags of side b, e.g. --b=--no-bf16")
+    parser.add_argument("--processes", type=int, default=2, help="data-parallel processes (1 to the CPUs here)")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each side, taking turns (1-100)")
+    parser.add_argument("--batch", type=int, default=8, help="per-process batch (1-256)")
+    parser.add_argument("--steps", type=int, default=60, help="training steps per run (warm-up + 2 to 100000)")
+    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timing (0-1000)")
+    parser.add_argument("extra", nargs="*", help="after --: arguments for the training on both sides")
+    args = parser.parse_args(argv)
+    cpus = len(os.sched_getaffinity(0))
+    ab.bounded(parser, ("--processes", args.processes, 1, cpus), ("--rounds", args.rounds, 1, 100),
+               ("--batch", args.batch, 1, 256), ("--warmup", args.warmup, 0, 1000),
+               ("--steps", args.steps, args.warmup + 2, 100_000))
+    flags = {}
+    for side in SIDES:
+        try:
+            flags[side] = shlex.split(getattr(args, side))
+        except ValueError as e:
+            parser.error(f"--{side} {getattr(args, side)!r} cannot be split into arguments ({e}): quote it as a shell would")
+    if flags["a"] == flags["b"]:
+        parser.error("--a and --b give the same flags: give each side its own, e.g. --a=--bf16 --b=--no-bf16")
+    if not args.data_dir.is_dir():
+        parser.error(f"--data-dir {args.data_dir} is not a folder: make one with 'dtrain lanes synth'")
+    args.data_dir = args.data_dir.resolve()
+    work = Path(tempfile.mkdtemp(prefix="flags-ab-"))
+    (work / "tmp").mkdir()
+    os.environ["TMPDIR"] = str(work / "tmp")  # torchrun's and torch's temporary files go too
+    try:
+        rates: dict[str, list[float]] = {side: [] for side in SIDES}
+        for i in range(args.rounds):
+            row = {"round": i}
+            for side in ab.order(i, SIDES):
+                out = work / f"{side}-{i}"
+                by_hand(argparse.Namespace(**{**vars(args), "extra": [*args.extra, *flags[side]]}), out)
+                rate = throughput(timed_steps(out / "metrics.jsonl", args.warmup), args.processes * args.batch)
+                rates[side].append(rate)
+                row[f"{side}_images_per_s"] = round(rate, 2)
+            print(json.dumps(row), flush=True)
+        ratios = [a / b for a, b in zip(rates["a"], rates["b"])]
+        print(json.dumps({"processes": args.processes, "rounds": args.rounds, "a": flags["a"], "b": flags["b"],
+                          **{f"{s}_images_per_s": round(statistics.median(rates[s]), 2) for s in SIDES},
+                          "a_over_b": round(statistics.median(ratios), 3),
+                          "ratio_range": [round(min(ratios), 3), round(max(ratios), 3)]}), flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
