@@ -4,7 +4,8 @@
 
 Times `probabilities` (forward, softmax, sigmoid) on one 512x288 frame at a time, synchronising
 the device after each, for the plain eager float32 model (NCHW, slice-by-slice message passing)
-and the recipe's fast path (fast message passing, channels-last, bf16 autocast on CUDA).
+and the recipe's fast path (fast message passing, channels-last, bf16 autocast on CUDA and on a
+CPU with bf16 instructions, as `dtrain lanes predict` runs).
 Prints one JSON line with the median frames/s of each.
 """
 
@@ -28,7 +29,7 @@ def fps(model: torch.nn.Module, img: torch.Tensor, frames: int, bf16: bool) -> f
     for i in range(frames + 3):  # 3 warm-up frames: cuDNN autotuning, allocator
         sync()
         start = time.perf_counter()
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type == "cuda"):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and recipes.native_bf16(device)):
             probabilities(model, img)
         sync()
         if i >= 3:

@@ -180,3 +180,23 @@ def test_training_log_names_the_precision_and_the_cpus_bf16_instructions(monkeyp
     monkeypatch.setattr(recipes, "cpu_bf16_isa", lambda: None)
     assert recipes.demo().precision("cpu") == "float32"
     assert recipes.tiny().with_bf16(True).precision("cpu") == "bf16 autocast (no bf16 instructions: converted to float32)"
+
+
+def test_predict_runs_in_bf16_where_the_device_computes_it_natively(monkeypatch, tmp_path):
+    from dtrain.workloads.lanes import synth
+    from dtrain.workloads.lanes.predict import predict_labels, split_labels
+
+    synth.generate(tmp_path, frames_per_file={"label_data_0313.json": 2}, seed=1, test_frames=2)
+    labels = split_labels(tmp_path, "test")
+    torch.manual_seed(0)
+    model = SCNN(CFG)
+    seen, layouts = [], []
+    model.register_forward_pre_hook(lambda _m, i: layouts.append(not i[0].is_contiguous()))  # channels-last frames
+    model.seg_head.register_forward_hook(lambda _m, _i, out: seen.append((out.dtype, layouts[-1])))
+    for isa, bf16, want in (("AVX512-BF16", None, True), (None, None, False), (None, True, True),
+                            ("AMX-BF16", False, False)):
+        monkeypatch.setattr(recipes, "cpu_bf16_isa", lambda isa=isa: isa)
+        seen.clear()
+        predict_labels(model, tmp_path, labels, batch_size=2, bf16=bf16)
+        assert seen and all(s == ((torch.bfloat16, True) if want else (torch.float32, False)) for s in seen), (isa, bf16)
+    assert recipes.native_bf16("cuda") and not recipes.native_bf16("meta")

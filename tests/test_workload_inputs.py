@@ -84,7 +84,12 @@ CASES = [
     (["lanes", "prepare", "--url", "bad.rar", "--out", "o3"], {},
      "--url bad.rar is neither an archive nor a label file that prepare reads: give .zip, .tar, .tar.gz, .tgz archives "
      "(train_set.zip, test_set.zip) and .json label files (test_label.json)"),
-    # 6. backbone weights that torch.load cannot read
+    # 6. predict: a device torch does not know, or one predict does not run on
+    (["lanes", "predict", "--checkpoint", "gt.json", "--out", "p.json", "--device", "gpu"], {},
+     "dtrain lanes predict: error: --device 'gpu' is not a device: give cpu or cuda (see 'dtrain lanes predict --help')"),
+    (["lanes", "predict", "--checkpoint", "gt.json", "--out", "p.json", "--device", "meta"], {},
+     "dtrain lanes predict: error: --device meta: predict runs on cpu or cuda (see 'dtrain lanes predict --help')"),
+    # 7. backbone weights that torch.load cannot read
     (["lanes", "train", "--out-dir", "run", "--backbone-weights", "gt.json"], {},
      "backbone weights gt.json: not a file torch.save wrote; give VGG16-BN features saved with "
      "torch.save(vgg16_bn().features.state_dict(), path)"),

@@ -8,6 +8,7 @@ time per frame in milliseconds, after one untimed pass (warm-up). Overlays show 
 predicted lanes in colour and the ground truth, where the label has it, as thin black lines.
 """
 
+import argparse
 import json
 import os
 import sys
@@ -23,6 +24,7 @@ from dtrain.training import load_checkpoint
 from dtrain.workloads.inputs import MAX_BATCH, Parser, in_range
 from dtrain.workloads.lanes.data import LaneDataset, load_image, normalize
 from dtrain.workloads.lanes.masks import decode_lanes
+from dtrain.workloads.lanes.recipes import native_bf16, precision_name
 from dtrain.workloads.lanes.metric import evaluate
 from dtrain.workloads.lanes.model import SCNN, SCNNConfig, probabilities
 from dtrain.workloads.lanes.tusimple import SPLIT_FILES, LaneLabel, write_labels
@@ -52,8 +54,15 @@ def split_labels(root: str | os.PathLike, split: str) -> list[LaneLabel]:
 @torch.no_grad()
 def predict_labels(model: torch.nn.Module, root: str | os.PathLike, labels: Sequence[LaneLabel], *,
                    batch_size: int = 8, threshold: float = 0.3, device: torch.device | str = "cpu",
-                   num_workers: int = 0) -> list[LaneLabel]:
-    """Predicted lanes of every labelled frame, as TuSimple prediction labels in the same order."""
+                   num_workers: int = 0, bf16: bool | None = None) -> list[LaneLabel]:
+    """Predicted lanes of every labelled frame, as TuSimple prediction labels in the same order.
+
+    `bf16`: bfloat16 autocast, frames channels-last; None: where the device computes bf16 natively
+    (CUDA, a CPU with AMX-BF16 or AVX512-BF16).
+    """
+    device = torch.device(device)
+    bf16 = native_bf16(device) if bf16 is None else bf16
+    layout = torch.channels_last if bf16 else torch.contiguous_format
     was_training = model.training
     model.eval()
     size = model.cfg.input_size
@@ -61,8 +70,8 @@ def predict_labels(model: torch.nn.Module, root: str | os.PathLike, labels: Sequ
     out: list[LaneLabel] = []
 
     def run(img: torch.Tensor):
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=torch.device(device).type == "cuda"):
-            prob, exist = probabilities(model, img.to(device))
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and device.type in ("cuda", "cpu")):
+            prob, exist = probabilities(model, img.to(device, memory_format=layout))
         return prob.cpu().numpy(), exist.cpu().numpy()
 
     for n, (img, idx) in enumerate(loader):
@@ -137,6 +146,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=0.3, help="lane probability needed for a point")
     parser.add_argument("--limit", type=int, help="predict only the first N frames")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu", help="cpu or cuda")
+    parser.add_argument("--bf16", action=argparse.BooleanOptionalAction,
+                        help="bfloat16 autocast (default: where the device computes it natively; --no-bf16: float32)")
     parser.add_argument("--json", action="store_true", help="print the metric as one JSON object")
     args = parser.parse_args(argv)
     for flag, value, low, high in (("--max-overlays", args.max_overlays, 0, 100_000),
@@ -145,12 +156,22 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    ("--limit", 1 if args.limit is None else args.limit, 1, 1_000_000)):
         in_range(flag, value, low, high)
 
+    try:
+        device = torch.device(args.device)
+    except RuntimeError:
+        parser.error(f"--device {args.device!r} is not a device: give cpu or cuda")
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: no CUDA GPU is visible here: give --device cpu")
+    if device.type not in ("cpu", "cuda"):
+        parser.error(f"--device {args.device}: predict runs on cpu or cuda")
+    args.device = device
+    bf16 = native_bf16(device) if args.bf16 is None else args.bf16
     model = load_model(args.checkpoint, args.device)
     labels = split_labels(args.data_dir, args.split)[: args.limit]
     preds = predict_labels(model, args.data_dir, labels, batch_size=args.batch_size, threshold=args.threshold,
-                           device=args.device)
+                           device=args.device, bf16=bf16)
     write_labels(args.out, preds)
-    print(f"wrote {len(preds)} predictions to {args.out}", file=sys.stderr)
+    print(f"wrote {len(preds)} predictions to {args.out} ({precision_name(args.device, bf16)})", file=sys.stderr)
     if args.overlays:
         for pred, gt in list(zip(preds, labels))[: args.max_overlays]:
             draw_overlay(args.data_dir, pred, gt if gt.lanes else None, Path(args.overlays) / overlay_name(pred.raw_file))

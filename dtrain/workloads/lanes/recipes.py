@@ -72,18 +72,13 @@ class Recipe:
         kind = torch.device(device).type
         if kind == "cuda":
             return self.bf16
-        if kind == "cpu":
-            return cpu_bf16_isa() is not None if self.cpu_bf16 is None else self.cpu_bf16
-        return False
+        if kind == "cpu" and self.cpu_bf16 is not None:
+            return self.cpu_bf16
+        return native_bf16(device)
 
     def precision(self, device) -> str:
-        """How a step on `device` computes, for the training log: 'float32', or 'bf16 autocast' and,
-        on a CPU, which bf16 instructions run it."""
-        if not self.autocast(device):
-            return "float32"
-        if torch.device(device).type != "cpu":
-            return "bf16 autocast"
-        return f"bf16 autocast ({cpu_bf16_isa() or 'no bf16 instructions: converted to float32'})"
+        """How a step on `device` computes, for the training log (precision_name)."""
+        return precision_name(device, self.autocast(device))
 
     def with_bf16(self, on: bool) -> "Recipe":
         """The same recipe with bfloat16 autocast on (or off) on whichever device runs it."""
@@ -169,6 +164,21 @@ def bf16_isa(flags: str) -> str | None:
     """The bf16 instruction set a cpuinfo `flags` line names (e.g. 'AVX512-BF16'), or None."""
     have = set(flags.split())
     return next((name for flag, name in BF16_ISAS if flag in have), None)
+
+
+def native_bf16(device) -> bool:
+    """Whether `device` computes bfloat16 natively: CUDA, or a CPU with bf16 instructions."""
+    kind = torch.device(device).type
+    return kind == "cuda" or (kind == "cpu" and cpu_bf16_isa() is not None)
+
+
+def precision_name(device, bf16: bool) -> str:
+    """'float32', or 'bf16 autocast' and, on a CPU, which bf16 instructions run it (for logs)."""
+    if not bf16:
+        return "float32"
+    if torch.device(device).type != "cpu":
+        return "bf16 autocast"
+    return f"bf16 autocast ({cpu_bf16_isa() or 'no bf16 instructions: converted to float32'})"
 
 
 @functools.cache

@@ -257,7 +257,7 @@ def validate(model: SCNN, cfg: TrainConfig, info: DistInfo, labels: list) -> dic
     broadcast_buffers(model)  # every rank predicts with rank 0's running statistics: the model saved
     mine = labels[info.rank::info.world_size]
     preds = predict_labels(model, cfg.data_dir, mine, batch_size=cfg.val_batch_size,
-                           threshold=cfg.recipe.threshold, device=info.device)
+                           threshold=cfg.recipe.threshold, device=info.device, bf16=cfg.recipe.autocast(info.device))
     if info.world_size > 1:
         shares: list = [None] * info.world_size
         torch.distributed.all_gather_object(shares, preds)
