@@ -19,33 +19,21 @@ import json
 import os
 import shlex
 import shutil
-import statistics
 import tempfile
 from pathlib import Path
 
 import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
-from dtrain.bench.scaling import throughput, timed_steps
-from platform_ab import by_hand
+from platform_ab import add_training_args, by_hand, check_training_args, images_per_s, summary
 
 SIDES = ("a", "b")
 
 
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data-dir", type=Path, required=True, help="a prepared lanes data folder")
     parser.add_argument("--a", default="", help="training flags of side a, e.g. --a=--bf16")
     parser.add_argument("--b", default="", help="training flags of side b, e.g. --b=--no-bf16")
-    parser.add_argument("--processes", type=int, default=2, help="data-parallel processes (1 to the CPUs here)")
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each side, taking turns (1-100)")
-    parser.add_argument("--batch", type=int, default=8, help="per-process batch (1-256)")
-    parser.add_argument("--steps", type=int, default=60, help="training steps per run (warm-up + 2 to 100000)")
-    parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timing (0-1000)")
-    parser.add_argument("extra", nargs="*", help="after --: arguments for the training on both sides")
+    add_training_args(parser, rounds=2)
     args = parser.parse_args(argv)
-    cpus = len(os.sched_getaffinity(0))
-    ab.bounded(parser, ("--processes", args.processes, 1, cpus), ("--rounds", args.rounds, 1, 100),
-               ("--batch", args.batch, 1, 256), ("--warmup", args.warmup, 0, 1000),
-               ("--steps", args.steps, args.warmup + 2, 100_000))
     flags = {}
     for side in SIDES:
         try:
@@ -54,9 +42,7 @@ def main(argv=None) -> None:
             parser.error(f"--{side} {getattr(args, side)!r} cannot be split into arguments ({e}): quote it as a shell would")
     if flags["a"] == flags["b"]:
         parser.error("--a and --b give the same flags: give each side its own, e.g. --a=--bf16 --b=--no-bf16")
-    if not args.data_dir.is_dir():
-        parser.error(f"--data-dir {args.data_dir} is not a folder: make one with 'dtrain lanes synth'")
-    args.data_dir = args.data_dir.resolve()
+    check_training_args(parser, args)
     work = Path(tempfile.mkdtemp(prefix="flags-ab-"))
     (work / "tmp").mkdir()
     os.environ["TMPDIR"] = str(work / "tmp")  # torchrun's and torch's temporary files go too
@@ -67,15 +53,11 @@ def main(argv=None) -> None:
             for side in ab.order(i, SIDES):
                 out = work / f"{side}-{i}"
                 by_hand(argparse.Namespace(**{**vars(args), "extra": [*args.extra, *flags[side]]}), out)
-                rate = throughput(timed_steps(out / "metrics.jsonl", args.warmup), args.processes * args.batch)
+                rate = images_per_s(args, out)
                 rates[side].append(rate)
                 row[f"{side}_images_per_s"] = round(rate, 2)
             print(json.dumps(row), flush=True)
-        ratios = [a / b for a, b in zip(rates["a"], rates["b"])]
-        print(json.dumps({"processes": args.processes, "rounds": args.rounds, "a": flags["a"], "b": flags["b"],
-                          **{f"{s}_images_per_s": round(statistics.median(rates[s]), 2) for s in SIDES},
-                          "a_over_b": round(statistics.median(ratios), 3),
-                          "ratio_range": [round(min(ratios), 3), round(max(ratios), 3)]}), flush=True)
+        print(json.dumps({**summary(args, rates, "a_over_b"), "a": flags["a"], "b": flags["b"]}), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -59,23 +59,46 @@ def by_hand(args, out: Path) -> None:
         sys.exit(f"{Path(sys.argv[0]).name}: the training by torchrun exited {proc.returncode}: {why.strip()}")
 
 
-def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_training_args(parser: argparse.ArgumentParser, *, rounds: int) -> None:
+    """The flags both A/B trainings take: data, processes, rounds, batch, steps, warm-up, extra."""
     parser.add_argument("--data-dir", type=Path, required=True, help="a prepared lanes data folder")
     parser.add_argument("--processes", type=int, default=2, help="data-parallel processes (1 to the CPUs here)")
-    parser.add_argument("--rounds", type=int, default=4, help="runs of each side, taking turns (1-100)")
+    parser.add_argument("--rounds", type=int, default=rounds, help="runs of each side, taking turns (1-100)")
     parser.add_argument("--batch", type=int, default=8, help="per-process batch (1-256)")
     parser.add_argument("--steps", type=int, default=60, help="training steps per run (warm-up + 2 to 100000)")
     parser.add_argument("--warmup", type=int, default=5, help="steps left out of the timing (0-1000)")
     parser.add_argument("extra", nargs="*", help="after --: more arguments for the training")
-    args = parser.parse_args(argv)
-    cpus = len(os.sched_getaffinity(0))
-    ab.bounded(parser, ("--processes", args.processes, 1, cpus), ("--rounds", args.rounds, 1, 100),
-               ("--batch", args.batch, 1, 256), ("--warmup", args.warmup, 0, 1000),
+
+
+def check_training_args(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Every number in its range and a data folder that exists, or one line (argparse's exit 2)."""
+    ab.bounded(parser, ("--processes", args.processes, 1, len(os.sched_getaffinity(0))),
+               ("--rounds", args.rounds, 1, 100), ("--batch", args.batch, 1, 256), ("--warmup", args.warmup, 0, 1000),
                ("--steps", args.steps, args.warmup + 2, 100_000))
     if not args.data_dir.is_dir():
         parser.error(f"--data-dir {args.data_dir} is not a folder: make one with 'dtrain lanes synth'")
     args.data_dir = args.data_dir.resolve()
+
+
+def images_per_s(args: argparse.Namespace, out: Path) -> float:
+    """The figure of `dtrain bench scaling`: rank 0's images/s after the warm-up (its metrics.jsonl)."""
+    return throughput(timed_steps(out / "metrics.jsonl", args.warmup), args.processes * args.batch)
+
+
+def summary(args: argparse.Namespace, rates: dict[str, list[float]], ratio: str) -> dict:
+    """Each side's median images/s and the median and range of the per-round ratios first / second side."""
+    first, second = rates
+    ratios = [a / b for a, b in zip(rates[first], rates[second])]
+    return {"processes": args.processes, "rounds": args.rounds,
+            **{f"{side}_images_per_s": round(statistics.median(r), 2) for side, r in rates.items()},
+            ratio: round(statistics.median(ratios), 3), "ratio_range": [round(min(ratios), 3), round(max(ratios), 3)]}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_training_args(parser, rounds=4)
+    args = parser.parse_args(argv)
+    check_training_args(parser, args)
     work = Path(tempfile.mkdtemp(prefix="platform-ab-"))
     (work / "tmp").mkdir()
     os.environ["TMPDIR"] = str(work / "tmp")  # both sides' temporary files (torchrun's, torch's caches) go too
@@ -90,15 +113,11 @@ def main(argv=None) -> None:
                     through_dtrain(args, client, out, f"platform-ab-{i}")
                 else:
                     by_hand(args, out)
-                rate = throughput(timed_steps(out / "metrics.jsonl", args.warmup), args.processes * args.batch)
+                rate = images_per_s(args, out)
                 rates[side].append(rate)
                 row[f"{side}_images_per_s"] = round(rate, 2)
             print(json.dumps(row), flush=True)
-        ratios = [d / h for d, h in zip(rates["dtrain"], rates["by_hand"])]
-        print(json.dumps({"processes": args.processes, "rounds": args.rounds,
-                          **{f"{s}_images_per_s": round(statistics.median(rates[s]), 2) for s in SIDES},
-                          "dtrain_over_by_hand": round(statistics.median(ratios), 3),
-                          "ratio_range": [round(min(ratios), 3), round(max(ratios), 3)]}), flush=True)
+        print(json.dumps(summary(args, rates, "dtrain_over_by_hand")), flush=True)
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
