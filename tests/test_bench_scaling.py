@@ -44,9 +44,13 @@ def test_ceiling_runs_independent_jobs_at_once_on_their_own_cores(dt: Dtrain, da
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_a_stopped_benchmark_deletes_the_job_it_was_timing(dt: Dtrain, data_dir, tmp_path, sig):  # noqa: F811
     """Ctrl-C (or SIGTERM) on `dtrain bench scaling` leaves no training behind on the cores."""
+    # Ctrl-C as a terminal delivers it: SIGINT at its default, even where this test runs as a
+    # background job of a script (such a shell starts its jobs with SIGINT ignored, and a child
+    # inherits that, so Python would never raise KeyboardInterrupt)
     bench = subprocess.Popen([DTRAIN, "bench", "scaling", "--workload", "cifar10", "--processes", "1",
                               "--data-dir", str(data_dir), "--steps", "1000000", "--out", str(tmp_path / "out")],
-                             env=dt.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                             env=dt.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     try:
         deadline = time.monotonic() + 120
         while not (jobs := [j for j in json.loads(dt("list", "--json").stdout) if j["status"] == "Running"]):
