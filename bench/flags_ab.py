@@ -16,14 +16,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
-import shutil
-import tempfile
 from pathlib import Path
 
-import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
-from platform_ab import add_training_args, by_hand, check_training_args, images_per_s, summary
+from platform_ab import add_training_args, by_hand, check_training_args, scratch, summary, take_turns
 
 SIDES = ("a", "b")
 
@@ -43,23 +39,12 @@ def main(argv=None) -> None:
     if flags["a"] == flags["b"]:
         parser.error("--a and --b give the same flags: give each side its own, e.g. --a=--bf16 --b=--no-bf16")
     check_training_args(parser, args)
-    work = Path(tempfile.mkdtemp(prefix="flags-ab-"))
-    (work / "tmp").mkdir()
-    os.environ["TMPDIR"] = str(work / "tmp")  # torchrun's and torch's temporary files go too
-    try:
-        rates: dict[str, list[float]] = {side: [] for side in SIDES}
-        for i in range(args.rounds):
-            row = {"round": i}
-            for side in ab.order(i, SIDES):
-                out = work / f"{side}-{i}"
-                by_hand(argparse.Namespace(**{**vars(args), "extra": [*args.extra, *flags[side]]}), out)
-                rate = images_per_s(args, out)
-                rates[side].append(rate)
-                row[f"{side}_images_per_s"] = round(rate, 2)
-            print(json.dumps(row), flush=True)
+    with scratch("flags-ab-") as work:
+        def run(side: str, _round: int, out: Path) -> None:
+            by_hand(argparse.Namespace(**{**vars(args), "extra": [*args.extra, *flags[side]]}), out)
+
+        rates = take_turns(args, work, SIDES, run)
         print(json.dumps({**summary(args, rates, "a_over_b"), "a": flags["a"], "b": flags["b"]}), flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -25,11 +25,12 @@ from dtrain.workloads.lanes.model import SCNN, probabilities
 def fps(model: torch.nn.Module, img: torch.Tensor, frames: int, bf16: bool) -> float:
     device = img.device
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    bf16 = bf16 and recipes.native_bf16(device)  # decided once, outside the timed frames
     times = []
     for i in range(frames + 3):  # 3 warm-up frames: cuDNN autotuning, allocator
         sync()
         start = time.perf_counter()
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16 and recipes.native_bf16(device)):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
             probabilities(model, img)
         sync()
         if i >= 3:

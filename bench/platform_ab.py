@@ -15,6 +15,7 @@ torchrun's own folders go in a temporary folder that is removed at the end.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -22,6 +23,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
@@ -85,6 +87,35 @@ def images_per_s(args: argparse.Namespace, out: Path) -> float:
     return throughput(timed_steps(out / "metrics.jsonl", args.warmup), args.processes * args.batch)
 
 
+@contextlib.contextmanager
+def scratch(prefix: str):
+    """A temporary folder for the runs' outputs, also this process's and its children's TMPDIR
+    (torchrun's and torch's own files), removed at the end."""
+    work = Path(tempfile.mkdtemp(prefix=prefix))
+    (work / "tmp").mkdir()
+    os.environ["TMPDIR"] = str(work / "tmp")
+    try:
+        yield work
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def take_turns(args: argparse.Namespace, work: Path, sides: tuple[str, str],
+               run: Callable[[str, int, Path], None]) -> dict[str, list[float]]:
+    """--rounds rounds of `run(side, round, out)` for both sides, the order alternating; prints
+    each round's images/s as one JSON line and returns them by side."""
+    rates: dict[str, list[float]] = {side: [] for side in sides}
+    for i in range(args.rounds):
+        row = {"round": i}
+        for side in ab.order(i, sides):
+            out = work / f"{side}-{i}"
+            run(side, i, out)
+            rates[side].append(images_per_s(args, out))
+            row[f"{side}_images_per_s"] = round(rates[side][-1], 2)
+        print(json.dumps(row), flush=True)
+    return rates
+
+
 def summary(args: argparse.Namespace, rates: dict[str, list[float]], ratio: str) -> dict:
     """Each side's median images/s and the median and range of the per-round ratios first / second side."""
     first, second = rates
@@ -99,27 +130,17 @@ def main(argv=None) -> None:
     add_training_args(parser, rounds=4)
     args = parser.parse_args(argv)
     check_training_args(parser, args)
-    work = Path(tempfile.mkdtemp(prefix="platform-ab-"))
-    (work / "tmp").mkdir()
-    os.environ["TMPDIR"] = str(work / "tmp")  # both sides' temporary files (torchrun's, torch's caches) go too
-    try:
+    with scratch("platform-ab-") as work:
         client = Client(home=work / "home")
-        rates: dict[str, list[float]] = {side: [] for side in SIDES}
-        for i in range(args.rounds):
-            row = {"round": i}
-            for side in ab.order(i, SIDES):
-                out = work / f"{side}-{i}"
-                if side == "dtrain":
-                    through_dtrain(args, client, out, f"platform-ab-{i}")
-                else:
-                    by_hand(args, out)
-                rate = images_per_s(args, out)
-                rates[side].append(rate)
-                row[f"{side}_images_per_s"] = round(rate, 2)
-            print(json.dumps(row), flush=True)
+
+        def run(side: str, i: int, out: Path) -> None:
+            if side == "dtrain":
+                through_dtrain(args, client, out, f"platform-ab-{i}")
+            else:
+                by_hand(args, out)
+
+        rates = take_turns(args, work, SIDES, run)
         print(json.dumps(summary(args, rates, "dtrain_over_by_hand")), flush=True)
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

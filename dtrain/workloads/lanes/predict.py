@@ -164,14 +164,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--device {args.device}: no CUDA GPU is visible here: give --device cpu")
     if device.type not in ("cpu", "cuda"):
         parser.error(f"--device {args.device}: predict runs on cpu or cuda")
-    args.device = device
     bf16 = native_bf16(device) if args.bf16 is None else args.bf16
-    model = load_model(args.checkpoint, args.device)
+    model = load_model(args.checkpoint, device)
     labels = split_labels(args.data_dir, args.split)[: args.limit]
     preds = predict_labels(model, args.data_dir, labels, batch_size=args.batch_size, threshold=args.threshold,
-                           device=args.device, bf16=bf16)
+                           device=device, bf16=bf16)
     write_labels(args.out, preds)
-    print(f"wrote {len(preds)} predictions to {args.out} ({precision_name(args.device, bf16)})", file=sys.stderr)
+    print(f"wrote {len(preds)} predictions to {args.out} ({precision_name(device, bf16)})", file=sys.stderr)
     if args.overlays:
         for pred, gt in list(zip(preds, labels))[: args.max_overlays]:
             draw_overlay(args.data_dir, pred, gt if gt.lanes else None, Path(args.overlays) / overlay_name(pred.raw_file))
