@@ -20,7 +20,7 @@ from dtrain.spec import MAX_YAML_BYTES, check_name, yaml_mapping
 
 BACKENDS = ("local", "kubernetes", "sagemaker")
 KEYS = ("project", "backend", "project_backends", "kubernetes", "storage_classes", "sagemaker", "deleted_job_ttl")
-TTL_RE = re.compile(r"^(\d{1,6})(s|m|h|d)$")
+TTL_RE = re.compile(r"^(\d{1,6})(s|m|h|d)\Z")
 
 
 def home_dir(home: str | Path | None = None) -> Path:
@@ -115,7 +115,7 @@ class UserConfig:
         if not isinstance(self.storage_classes, dict):
             raise SpecError(f"{where}: storage_classes must map class names to folders, e.g. fast: /nvme/dtrain")
         for name, root in self.storage_classes.items():
-            if name == "local" or not CLASS_RE.match(str(name)) or not str(root).startswith("/"):
+            if name == "local" or not CLASS_RE.fullmatch(str(name)) or not str(root).startswith("/"):
                 raise SpecError(f"{where}: storage class {name!r}: {root!r}: use a lower-case name other than "
                                 f"'local' (the dtrain home's volumes/) and an absolute folder, e.g. fast: /nvme/dtrain")
 

@@ -48,7 +48,7 @@ def cut(text: str, limit: int = 120) -> str:
 
 def check_name(name: str, what: str = "job") -> str:
     """Names follow Kubernetes DNS-1123 labels so every backend accepts them unchanged."""
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise SpecError(
             f"invalid {what} name {shown(name)}: use 1-53 lower-case letters, digits or '-', "
             f"starting and ending with a letter or digit (e.g. 'train-lanes-1')")
@@ -57,7 +57,7 @@ def check_name(name: str, what: str = "job") -> str:
 
 def check_storage_class(name: str) -> str:
     """A storage class: 'local' on the local backend, a StorageClass name on Kubernetes."""
-    if not isinstance(name, str) or not CLASS_RE.match(name):
+    if not isinstance(name, str) or not CLASS_RE.fullmatch(name):
         raise SpecError(f"invalid storage class {shown(name)}: use lower-case letters, digits, "
                         f"'-' or '.', e.g. 'local'")
     return name
@@ -74,12 +74,12 @@ def parse_size(text: str, what: str = "size", *, minimum: int = 0) -> int:
     bounds = f"from {lowest} to 1Ei" if minimum else "of at most 1Ei"
     whole = isinstance(text, int) and not isinstance(text, bool) and text.bit_length() <= 256  # str(10**5000) fails
     given = str(text).strip() if isinstance(text, str) or whole else None
-    m = SIZE_RE.match(given) if given is not None and len(given) <= MAX_QUANTITY_TEXT else None
-    if given is not None and given[:1] in ("-", "+") and SIZE_RE.match(given[1:]):
+    m = SIZE_RE.fullmatch(given) if given is not None and len(given) <= MAX_QUANTITY_TEXT else None
+    if given is not None and given[:1] in ("-", "+") and SIZE_RE.fullmatch(given[1:]):
         if given[0] == "-":
             raise SpecError(f"invalid {what} {shown(text)}: it cannot be negative; use a quantity {bounds}, "
                             f"e.g. 100Gi")
-        m = SIZE_RE.match(given[1:])
+        m = SIZE_RE.fullmatch(given[1:])
     if not m:
         raise SpecError(f"invalid {what} {shown(text)}: use a Kubernetes quantity {bounds} such as 512Mi, 100Gi "
                         f"or 2G")

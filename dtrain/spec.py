@@ -20,7 +20,7 @@ from dtrain.names import (NAME_RE, SIZE_RE, check_name, check_storage_class,  # 
 from dtrain.spec_sagemaker import SageMakerOptions
 
 LAUNCHERS = ("none", "torchrun", "mpi")
-ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 TRUE_WORDS = ("1", "true", "yes", "on")
 # The Run:AI seed's `-e ENABLE_SNAPSHOT=true -e PVC_NAME=VOL` is owned here, by the platform: it is
 # the same request as --snapshot-on-success VOL, and `JobSpec.snapshot_volume` is the one place
@@ -221,7 +221,7 @@ class JobSpec:
             _text(self.working_dir, "--working-dir")
             if not self.working_dir.startswith("/"):
                 raise SpecError(f"invalid --working-dir {shown(self.working_dir)}: use an absolute path")
-        if not NAME_RE.match(_text(self.backend, "backend", fix=" such as local or kubernetes")):
+        if not NAME_RE.fullmatch(_text(self.backend, "backend", fix=" such as local or kubernetes")):
             raise SpecError(f"invalid backend {shown(self.backend)}: use local, kubernetes or sagemaker")
         if self.image is not None:
             _text(self.image, "--image")

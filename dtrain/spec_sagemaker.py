@@ -13,9 +13,9 @@ from typing import Any, Mapping
 from dtrain.errors import SpecError
 from dtrain.names import shown
 
-CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}$")  # SageMaker's ChannelName pattern
-HP_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-\.]{0,255}$")
-INSTANCE_RE = re.compile(r"^ml\.[a-z0-9\-]+\.[a-z0-9]+$")
+CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}\Z")  # SageMaker's ChannelName pattern
+HP_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-\.]{0,255}\Z")
+INSTANCE_RE = re.compile(r"^ml\.[a-z0-9\-]+\.[a-z0-9]+\Z")
 URI_SCHEMES = ("s3://", "efs://", "fsx://", "file://")
 MAX_RUNTIME_S = 28 * 24 * 3600  # SageMaker's upper bound on MaxRuntimeInSeconds
 MAX_VOLUME_GB = 16384  # the largest ML storage volume SageMaker attaches
@@ -37,7 +37,7 @@ class Channel:
                             f"fsx://FS-ID/MOUNTNAME/PATH or (with --local) file:///PATH")
         if self.uri.startswith("s3://") and not self.uri[5:].split("/")[0]:
             raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: the S3 URI has no bucket")
-        if self.uri.startswith(("efs://", "fsx://")) and not re.match(r"^fs-[0-9a-f]{8,18}$", self.uri[6:].split("/")[0]):
+        if self.uri.startswith(("efs://", "fsx://")) and not re.match(r"^fs-[0-9a-f]{8,18}\Z", self.uri[6:].split("/")[0]):
             raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: name the file system by its id, "
                             f"e.g. efs://fs-0123456789abcdef0/data")
         if self.uri.startswith("file://") and not self.uri[7:].startswith("/"):
@@ -106,7 +106,7 @@ class SageMakerOptions:
         _bounded(self.max_runtime, "--max-runtime", 1, MAX_RUNTIME_S)
         _bounded(self.max_wait, "--max-wait", 1, MAX_RUNTIME_S, optional=True)
         _bounded(self.volume_size, "--volume-size", 1, MAX_VOLUME_GB)
-        if self.checkpoint_uri is not None and not re.match(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?$",
+        if self.checkpoint_uri is not None and not re.match(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?\Z",
                                                             str(self.checkpoint_uri)):
             raise SpecError(f"invalid --checkpoint-s3-uri {shown(self.checkpoint_uri)}: use s3://BUCKET/PREFIX")
         if self.max_wait is not None and not self.spot:

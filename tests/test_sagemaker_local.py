@@ -244,3 +244,21 @@ def test_local_mpi_job_starts_every_rank_from_algo_1(home, tmp_path):
     for rank in range(4):
         assert f"rank {rank} of 4 on algo-1" in text
     assert [ln.text for ln in client.logs("mpi", rank=1)] == ["algo-2: MPI worker host, ranks run from algo-1"]
+
+
+def test_local_torchrun_job_starts_the_processes_per_host_it_asked_for(home, tmp_path):
+    """4 processes on 2 instances: the request says 2 per host, and torchrun on each host starts 2."""
+    import dtrain
+    from dtrain.spec_sagemaker import SageMakerOptions
+    (tmp_path / "train.py").write_text("import os, sys\nsys.stdout.write('rank %s of %s on %s\\n' % (os.environ["
+                                       "'RANK'], os.environ['WORLD_SIZE'], os.environ['SM_CURRENT_HOST']))\n")
+    client = dtrain.Client(home=home, backend="sagemaker")
+    client.submit(dtrain.JobSpec(name="tr", command=("python", "train.py"), processes=4, launcher="torchrun",
+                                 backend="sagemaker",
+                                 sagemaker=SageMakerOptions(local=True, instance_count=2, source_dir=str(tmp_path))))
+    info = client.wait("tr", timeout=120)
+    assert info.status.value == "Succeeded", info.message
+    assert [(p.rank, p.node) for p in info.processes] == [(0, "algo-1"), (1, "algo-1"), (2, "algo-2"), (3, "algo-2")]
+    text = "\n".join(ln.text for ln in client.logs("tr"))
+    for rank in range(4):
+        assert f"rank {rank} of 4 on algo-{rank // 2 + 1}" in text

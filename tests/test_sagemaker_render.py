@@ -96,6 +96,41 @@ def test_names_are_the_sdk_names_and_values_json():
     assert "sagemaker_torch_distributed_enabled" not in mpi["HyperParameters"]
 
 
+@pytest.mark.parametrize("fields, itype, count, per_host", [
+    (dict(processes=2, gpu=1), "ml.g5.12xlarge", 1, 2),  # 4 GPUs: both processes on one instance
+    (dict(processes=8, gpu=1), "ml.g6.12xlarge", 2, 4),
+    (dict(processes=4, gpu=2), "ml.p3.16xlarge", 1, 4),
+    (dict(processes=4, gpu=4), "ml.p3.16xlarge", 2, 2),
+    (dict(processes=3, gpu=1), "ml.g5.2xlarge", 3, 1),
+    (dict(processes=3, gpu=1), "ml.m5.xlarge", 3, 1),  # no GPUs: one process per instance
+    (dict(processes=3), "ml.m5.xlarge", 3, 1),
+])
+@pytest.mark.parametrize("launcher", ["torchrun", "mpi"])
+def test_processes_per_instance_are_sent_for_both_launchers(fields, itype, count, per_host, launcher):
+    """The toolkit starts sagemaker_mpi_num_of_processes_per_host processes on each host for torchrun
+    as for mpirun (else one per GPU of the type), so the request always names it: the job has
+    exactly --processes ranks, one per --gpu G GPUs, on whatever type."""
+    s = spec(**fields, launcher=launcher, sm=dict(instance_type=itype))
+    req = render.training_job_request(s, cfg())
+    check_request("sagemaker", "CreateTrainingJob", req)
+    assert req["ResourceConfig"]["InstanceCount"] == count
+    assert json.loads(req["HyperParameters"]["sagemaker_mpi_num_of_processes_per_host"]) == per_host
+
+
+def test_gpu_table_names_real_training_types():
+    import botocore.session
+
+    known = set(botocore.session.get_session().get_service_model("sagemaker").shape_for("TrainingInstanceType").enum)
+    assert set(render.GPUS_PER_INSTANCE) <= known
+
+
+def test_max_restarts_is_the_retry_strategy():
+    assert "RetryStrategy" not in render.training_job_request(spec(), cfg())
+    req = render.training_job_request(spec(max_restarts=3), cfg())
+    check_request("sagemaker", "CreateTrainingJob", req)
+    assert req["RetryStrategy"] == {"MaximumRetryAttempts": 3}
+
+
 def test_command_split():
     p = render.split_command(("python", "train.py", "--epochs", "2", "--lr=0.1"))
     assert (p.program, p.entry_argv, p.hyperparameters) == ("train.py", (), {"epochs": "2", "lr": "0.1"})
@@ -105,6 +140,11 @@ def test_command_split():
     # a bare flag cannot be a hyperparameter: the whole command stays in the entry file
     p = render.split_command(("python", "train.py", "--fast", "--epochs", "2"))
     assert p.entry_argv == ("python", "train.py", "--fast", "--epochs", "2") and p.hyperparameters == {}
+    # a repeated flag, or one named like the toolkit's own parameters, cannot be one either
+    for argv in (("python", "train.py", "--tag", "a", "--tag", "b", "--lr", "0.1"),
+                 ("python", "train.py", "--sagemaker_program", "x.py")):
+        p = render.split_command(argv)
+        assert (p.program, p.entry_argv, p.hyperparameters) == (render.ENTRY, argv, {})
     script = render.entry_script(p.entry_argv)
     compile(script, "dtrain_entry.py", "exec")
     assert "os.execvp" in script
@@ -135,8 +175,19 @@ def test_efs_needs_a_vpc():
     (lambda: render.training_job_request(spec(sm=dict(channels=("t=file:///data",))), cfg()), "only --local"),
     (lambda: render.training_job_request(spec(processes=3, launcher="mpi", sm=dict(instance_count=2)), cfg()),
      "split evenly"),
-    (lambda: render.training_job_request(spec(processes=4, launcher="torchrun", sm=dict(instance_count=2)), cfg()),
-     "one process per GPU"),
+    (lambda: render.training_job_request(spec(snapshot_on_success="data"), cfg()), "drop --snapshot-on-success"),
+    (lambda: render.training_job_request(spec(env={"ENABLE_SNAPSHOT": "true", "PVC_NAME": "data"}), cfg()),
+     "no volumes to snapshot"),
+    (lambda: render.training_job_request(spec(max_restarts=31), cfg()), "at most 30 times"),
+    (lambda: render.training_job_request(spec(processes=16, launcher="torchrun", gpu=1, sm=dict(
+        instance_type="ml.g5.12xlarge", instance_count=2)), cfg()), "exceed the 4 GPUs of ml.g5.12xlarge"),
+    (lambda: SageMakerConfig(prefix="/runs"), "--prefix"),
+    (lambda: SageMakerConfig(prefix="runs/"), "--prefix"),
+    (lambda: SageMakerConfig(prefix="a//b"), "--prefix"),
+    (lambda: SageMakerConfig(role=ROLE + "\n"), "--role"),
+    (lambda: SageMakerConfig(subnets=("subnet-0abc1234",), security_groups=tuple(f"sg-{i}" for i in range(6))),
+     "up to 5 ids"),
+    (lambda: SageMakerConfig(subnets=("subnet-" + "a" * 26,), security_groups=("sg-1",)), "at most 32 characters"),
     (lambda: render.training_job_request(JobSpec.from_dict(dict(name="x", command=["python", "t.py"], volumes=["data:/mnt"])),
                                          cfg()), "--channel"),
     (lambda: SageMakerConfig().require_aws(), "dtrain config sagemaker --role"),

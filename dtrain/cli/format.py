@@ -44,7 +44,7 @@ def size(n: int | None) -> str:
     return str(n)
 
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)$")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)\Z")
 
 
 def parse_since(text: str, now: float | None = None) -> float:

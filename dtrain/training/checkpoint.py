@@ -19,7 +19,7 @@ import torch
 from dtrain.errors import DataError, StorageError
 from dtrain.replace import replacing
 
-CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt$")  # complete checkpoints; temp files start with '.'
+CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt\Z")  # complete checkpoints; temp files start with '.'
 
 
 def checkpoint_path(folder: str | os.PathLike, step: int) -> Path:

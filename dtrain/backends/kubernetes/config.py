@@ -9,7 +9,7 @@ from dtrain.errors import SpecError
 from dtrain.spec import check_name, parse_size
 
 NAMESPACE_PREFIX = "dtrain-"  # project P lives in namespace dtrain-P (Run:AI: runai-P)
-_NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany", "ReadWriteOncePod")
 
 

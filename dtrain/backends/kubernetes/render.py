@@ -222,7 +222,7 @@ def render_mpi_master_service(spec: JobSpec, config: KubernetesConfig) -> dict:
                                 "targetPort": config.master_port}]}}
 
 
-_RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
 
 
 def _train_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: int) -> dict:
@@ -329,7 +329,7 @@ def cpu_quantity(cpus: float) -> str:
 
 def scale_quantity(quantity: str, factor: int) -> str:
     """'4Gi' * 2 -> '8Gi', keeping the unit the user wrote."""
-    m = SIZE_RE.match(quantity.strip())
+    m = SIZE_RE.fullmatch(quantity.strip())
     if not m:
         raise SpecError(f"invalid quantity {quantity!r}: use e.g. 512Mi or 4Gi")
     value = float(m.group(1)) * factor

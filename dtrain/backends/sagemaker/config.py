@@ -13,13 +13,16 @@ from typing import Any, Mapping
 from dtrain.errors import SpecError
 from dtrain.spec_sagemaker import INSTANCE_RE
 
-ROLE_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}$")
-BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]$")  # S3 bucket naming rules
-REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d$")
-PREFIX_RE = re.compile(r"^[A-Za-z0-9!_.*'()\-/]{0,200}$")
-SUBNET_RE = re.compile(r"^subnet-[0-9a-z]{1,32}$")
-SG_RE = re.compile(r"^sg-[0-9a-z]{1,32}$")
-IMAGE_RE = re.compile(r"^[\S]{1,255}$")
+ROLE_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}\Z")
+BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]\Z")  # S3 bucket naming rules
+REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d\Z")
+# No leading or trailing "/", no "//": the prefix is joined into s3://BUCKET/PREFIX/JOB/...
+PREFIX_RE = re.compile(r"^(?=.{0,200}\Z)(?:[A-Za-z0-9!_.*'()\-]+(?:/[A-Za-z0-9!_.*'()\-]+)*)?\Z")
+# botocore's VpcConfig: ids of at most 32 characters, 1-16 subnets, 1-5 security groups.
+SUBNET_RE = re.compile(r"^subnet-[0-9a-z]{1,25}\Z")
+SG_RE = re.compile(r"^sg-[0-9a-z]{1,29}\Z")
+VPC_LIMITS = {"subnets": 16, "security-groups": 5}
+IMAGE_RE = re.compile(r"^[\S]{1,255}\Z")
 # An AWS Deep Learning Container with PyTorch and the SageMaker training toolkit (CPU, us-east-1).
 DEFAULT_IMAGE = "763104351884.dkr.ecr.{region}.amazonaws.com/pytorch-training:2.3.0-cpu-py311"
 LOCAL_ROLE = "arn:aws:iam::000000000000:role/dtrain-local"  # what --local jobs name (nothing checks it)
@@ -55,9 +58,9 @@ class SageMakerConfig:
         for flag, values, pattern, example in (("subnets", self.subnets, SUBNET_RE, "subnet-0abc1234"),
                                                ("security-groups", self.security_groups, SG_RE, "sg-0abc1234")):
             bad = [v for v in values if not isinstance(v, str) or not pattern.match(v)]
-            if bad or len(values) > 16:
-                raise SpecError(f"invalid SageMaker --{flag} {', '.join(map(str, bad)) or values}: "
-                                f"use up to 16 ids like {example}")
+            if bad or len(values) > VPC_LIMITS[flag]:
+                raise SpecError(f"invalid SageMaker --{flag} {', '.join(map(str, bad)) or ' '.join(values)}: "
+                                f"use up to {VPC_LIMITS[flag]} ids of at most 32 characters like {example}")
         if bool(self.subnets) != bool(self.security_groups):
             raise SpecError("a VPC needs both --subnets and --security-groups; give both or neither")
         if isinstance(self.master_port, bool) or not isinstance(self.master_port, int) or not 1 <= self.master_port <= 65535:

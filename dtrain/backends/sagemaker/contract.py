@@ -105,15 +105,16 @@ def launch(req: dict, host: str, *, master_port: int, python: str = sys.executab
     program = sm.get("sagemaker_program", "train.py")
     run = [python, program] if program.endswith(".py") else [f"./{program}"]
     names, args = hosts(req), user_args(req)
+    # As the toolkit's runner: this parameter, else one process per GPU (none here: one).
+    per_host = int(sm.get("sagemaker_mpi_num_of_processes_per_host") or 1)
     if sm.get("sagemaker_torch_distributed_enabled"):
         script = [program] if program.endswith(".py") else ["--no-python", f"./{program}"]
         return HostLaunch(argv=[python, "-m", "torch.distributed.run", f"--nnodes={len(names)}",
-                                f"--node_rank={names.index(host)}", "--nproc_per_node=1",
+                                f"--node_rank={names.index(host)}", f"--nproc_per_node={per_host}",
                                 f"--master_addr={names[0]}", f"--master_port={master_port}", *script, *args])
     if sm.get("sagemaker_mpi_enabled"):
         if host != names[0]:
             return HostLaunch(argv=[])
-        per_host = int(sm.get("sagemaker_mpi_num_of_processes_per_host") or 1)
         return HostLaunch(argv=[mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
                                 "-np", str(per_host * len(names)), "-x", "MASTER_ADDR=" + names[0],
                                 "-x", f"MASTER_PORT={master_port}", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",

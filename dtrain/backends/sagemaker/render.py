@@ -24,10 +24,19 @@ SOURCE_ARCHIVE = "sourcedir.tar.gz"
 SPEC_FILE = "dtrain-spec.json"  # the job spec, stored beside the code so `describe` can show it
 CHECKPOINT_DIR = "/opt/ml/checkpoints"
 PYTHONS = ("python", "python3")
-# GPUs of the common GPU training types: a GPU job fills whole instances with one process per GPU.
-GPUS_PER_INSTANCE = {"ml.g4dn.xlarge": 1, "ml.g4dn.12xlarge": 4, "ml.g5.xlarge": 1, "ml.g5.2xlarge": 1,
-                     "ml.g5.12xlarge": 4, "ml.g5.48xlarge": 8, "ml.p3.2xlarge": 1, "ml.p3.8xlarge": 4,
-                     "ml.p3.16xlarge": 8, "ml.p4d.24xlarge": 8, "ml.p5.48xlarge": 8}
+MAX_RETRY_ATTEMPTS = 30  # RetryStrategy.MaximumRetryAttempts: 1-30
+# GPUs of the training instance types that have them: a GPU job fills whole instances, one process
+# per --gpu G GPUs; other types count as CPU types (one process per instance, unless
+# --instance-count says otherwise).
+GPUS_PER_INSTANCE = {
+    **{f"ml.{family}.{size}": 1 for family in ("g4dn", "g5", "g6", "g6e")
+       for size in ("xlarge", "2xlarge", "4xlarge", "8xlarge", "16xlarge")},
+    **{f"ml.{family}.12xlarge": 4 for family in ("g4dn", "g5", "g6", "g6e")},
+    **{f"ml.{family}.24xlarge": 4 for family in ("g5", "g6", "g6e")},
+    **{f"ml.{family}.48xlarge": 8 for family in ("g5", "g6", "g6e", "p5", "p5e", "p5en")},
+    "ml.p3.2xlarge": 1, "ml.p3.8xlarge": 4, "ml.p3.16xlarge": 8, "ml.p3dn.24xlarge": 8,
+    "ml.p4d.24xlarge": 8, "ml.p4de.24xlarge": 8, "ml.p5.4xlarge": 1,
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,6 +93,8 @@ def _flags(args: list[str]) -> tuple[list[str], dict[str, str]]:
             if i + 1 >= len(rest) or rest[i + 1].startswith("--"):
                 return args, {}  # a bare flag cannot travel as a hyperparameter
             value, i = rest[i + 1], i + 1
+        if key in hps or key.startswith("sagemaker_"):
+            return args, {}  # a repeated flag (hyperparameters hold one value a name) or a toolkit name
         hps[key] = value
         i += 1
     return fixed, hps
@@ -102,12 +113,14 @@ def entry_script(argv: tuple[str, ...]) -> str:
 
 
 def instances(spec: JobSpec, cfg: SageMakerConfig) -> tuple[int, int]:
-    """(InstanceCount, processes per instance) for the spec's --processes and --gpu."""
+    """(InstanceCount, processes per instance) for the spec's --processes and --gpu: on a GPU type,
+    as many processes per instance as its GPUs hold (--gpu each); elsewhere one per instance."""
     opts, itype = options(spec), options(spec).instance_type or cfg.instance_type
+    gpus = GPUS_PER_INSTANCE.get(itype)
     if opts.instance_count is not None:
         count = opts.instance_count
-    elif spec.gpu > 0 and spec.launcher == "torchrun":
-        count = -(-spec.processes // max(1, GPUS_PER_INSTANCE.get(itype, 1)))
+    elif spec.gpu > 0 and spec.launcher != "none" and gpus:
+        count = -(-spec.processes // max(1, gpus // spec.gpu))
     else:
         count = spec.processes
     if spec.processes % count:
@@ -116,10 +129,6 @@ def instances(spec: JobSpec, cfg: SageMakerConfig) -> tuple[int, int]:
     per_host = spec.processes // count
     if spec.launcher == "none" and count > 1:
         raise SpecError("a one-process job runs on one instance: drop --instance-count or use submit-dist")
-    if spec.launcher == "torchrun" and per_host > 1 and spec.gpu == 0:
-        raise SpecError(f"SageMaker's torchrun starts one process per GPU (one on CPU instances); {per_host} "
-                        f"processes per instance need --gpu 1 on a GPU type, or submit-mpi")
-    gpus = GPUS_PER_INSTANCE.get(itype)
     if spec.gpu > 0 and gpus is not None and per_host * spec.gpu > gpus:
         raise SpecError(f"{per_host} processes x --gpu {spec.gpu} exceed the {gpus} GPUs of {itype}: "
                         f"raise --instance-count or pick a larger type")
@@ -150,8 +159,12 @@ def hyperparameters(spec: JobSpec, cfg: SageMakerConfig) -> dict[str, str]:
                sagemaker_submit_directory=s3_uri(cfg, spec.name, "source", SOURCE_ARCHIVE),
                sagemaker_container_log_level=20, sagemaker_job_name=spec.name, sagemaker_region=cfg.region)
     if spec.launcher == "torchrun":
+        # The toolkit's torchrun runs sagemaker_mpi_num_of_processes_per_host processes on each host
+        # (its runner reads that parameter for every launcher), else one per GPU: sent always, so
+        # the job has --processes ranks whatever the type's GPU count.
         hps.update(sagemaker_torch_distributed_enabled=True,
-                   sagemaker_instance_type=opts.instance_type or cfg.instance_type)
+                   sagemaker_instance_type=opts.instance_type or cfg.instance_type,
+                   sagemaker_mpi_num_of_processes_per_host=per_host)
     elif spec.launcher == "mpi":
         hps.update(sagemaker_mpi_enabled=True, sagemaker_mpi_num_of_processes_per_host=per_host)
     return {k: json.dumps(v) for k, v in hps.items()}
@@ -181,6 +194,12 @@ def training_job_request(spec: JobSpec, cfg: SageMakerConfig) -> dict:
     if any(c.kind in ("efs", "fsx") for c in opts.channels) and cfg.vpc is None and not opts.local:
         raise SpecError("EFS and FSx channels are reached through a VPC, and none is configured: run "
                         "dtrain config sagemaker --subnets subnet-... --security-groups sg-...")
+    if spec.snapshot_volume:
+        raise SpecError(f"SageMaker jobs have no volumes to snapshot ({spec.snapshot_volume!r}): drop "
+                        f"--snapshot-on-success (or ENABLE_SNAPSHOT); the model folder is saved to S3")
+    if spec.max_restarts > MAX_RETRY_ATTEMPTS:
+        raise SpecError(f"--max-restarts {spec.max_restarts}: SageMaker retries a job at most "
+                        f"{MAX_RETRY_ATTEMPTS} times; use 0-{MAX_RETRY_ATTEMPTS}")
     count, _ = instances(spec, cfg)
     req = {
         "TrainingJobName": spec.name,
@@ -205,6 +224,8 @@ def training_job_request(spec: JobSpec, cfg: SageMakerConfig) -> dict:
         req["StoppingCondition"]["MaxWaitTimeInSeconds"] = opts.spot_max_wait
     if cfg.vpc is not None:
         req["VpcConfig"] = cfg.vpc
+    if spec.max_restarts:
+        req["RetryStrategy"] = {"MaximumRetryAttempts": spec.max_restarts}
     return req
 
 

@@ -126,7 +126,7 @@ def _batch_files(folder: Path, fmt: str, split: str) -> list[Path]:
     if split == "test":
         files = [folder / f"test_batch{suffix}"]
     else:
-        pattern = re.compile(rf"^data_batch_(\d+){re.escape(suffix)}$")
+        pattern = re.compile(rf"^data_batch_(\d+){re.escape(suffix)}\Z")
         numbered = sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := pattern.match(p.name)))
         files = [p for _, p in numbered]
     missing = [p for p in files if not p.is_file()]
