@@ -44,6 +44,11 @@ def _text(value, what: str, *, fix: str = "") -> str:
         raise SpecError(f"invalid {what} {shown(value)}: must be a string{fix}")
     if "\0" in value or len(value) > MAX_TEXT:
         raise SpecError(f"invalid {what} {shown(value)}: must hold no NUL byte and at most {MAX_TEXT} characters")
+    try:  # what is stored, shown and sent (the API, Kubernetes, SageMaker) is UTF-8
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise SpecError(f"invalid {what} {shown(value)}: it is not valid UTF-8 text (a raw byte or a lone "
+                        f"surrogate); write it in UTF-8") from None
     return value
 
 
@@ -93,13 +98,34 @@ class NewVolume:
 Volume = VolumeMount | NewVolume
 
 
+# Where a container runtime puts the kernel's own file systems: a volume there would hide them
+# (Kubernetes runtimes refuse /proc and /sys; bubblewrap fails inside them). /dev/shm is a volume's
+# usual place in /dev (--large-shm is one).
+RESERVED_MOUNTS = ("/proc", "/sys", "/dev")
+MAX_MOUNT_PATH = 4095  # PATH_MAX, less the terminating NUL
+MAX_PATH_PART = 255  # NAME_MAX: bytes of one folder name
+
+
 def _check_mount_path(path: str) -> str:
-    """The normalised mount path (/mnt/./x/ -> /mnt/x); '/' and '..' are refused."""
+    """The normalised mount path (/mnt/./x/ -> /mnt/x); '/', '..', the kernel's folders and names
+    longer than a file system takes are refused."""
     _text(path, "mount path", fix=", an absolute path such as /mnt")
     norm = posixpath.normpath(path) if path.startswith("/") else ""
-    if norm in ("", "/", "//") or ".." in path.split("/"):
+    if norm in ("", "/", "//"):
         raise SpecError(f"invalid mount path {shown(path)}: use an absolute path other than '/', e.g. /mnt")
-    return "/" + norm.lstrip("/")
+    if ".." in path.split("/"):
+        raise SpecError(f"invalid mount path {shown(path)}: '..' is not allowed in it; write the folder it "
+                        f"means, e.g. /mnt")
+    norm = "/" + norm.lstrip("/")
+    reserved = next((r for r in RESERVED_MOUNTS if norm == r or norm.startswith(r + "/")), None)
+    if reserved and not (norm == "/dev/shm" or norm.startswith("/dev/shm/")):
+        raise SpecError(f"invalid mount path {shown(path)}: {reserved} is the kernel's, and a volume there would "
+                        f"hide it; use another folder, e.g. /mnt")
+    encoded = norm.encode("utf-8", "surrogateescape")
+    if len(encoded) > MAX_MOUNT_PATH or any(len(p) > MAX_PATH_PART for p in encoded.split(b"/")):
+        raise SpecError(f"invalid mount path {shown(path)}: at most {MAX_PATH_PART} bytes a folder name and "
+                        f"{MAX_MOUNT_PATH} in all")
+    return norm
 
 
 def parse_pvc(text: str) -> Volume:
@@ -107,6 +133,9 @@ def parse_pvc(text: str) -> Volume:
     parts = str(text).split(":")
     hint = ("use --pvc VOLUME:MOUNT[:ro] for an existing volume (e.g. tusimple:/mnt:ro) "
             "or --pvc CLASS:SIZE:MOUNT for a new one (e.g. local:100Gi:/mnt)")
+    if len(parts) == 3 and parts[1].startswith("/") and parts[2] not in ("ro", "rw"):  # VOLUME:MOUNT:MODE
+        raise SpecError(f"invalid --pvc {shown(text)}: after the mount path comes ro or rw, not {shown(parts[2])}; "
+                        f"{hint}")
     try:
         if len(parts) == 2:
             return VolumeMount(volume=parts[0], mount_path=parts[1])
@@ -126,7 +155,7 @@ def parse_env(items) -> dict[str, str]:
         key, sep, value = _text(item, "-e").partition("=")
         if not sep or not ENV_KEY_RE.match(key):
             raise SpecError(f"invalid -e {shown(item)}: use KEY=VALUE with KEY made of letters, digits "
-                            f"and '_' (e.g. -e BATCH_SIZE=33)")
+                            f"and '_', not starting with a digit (e.g. -e BATCH_SIZE=33)")
         env[key] = value
     return env
 

@@ -258,3 +258,25 @@ def test_volumes_of_one_class_share_its_root(dt: Dtrain, tmp_path):
     for name in ("a", "b"):
         dt("volume", "create", name, "--class", "fast")
     assert sorted(p.name for p in (tmp_path / "fast").iterdir() if not p.name.startswith(".")) == ["a", "b"]
+
+
+def test_a_class_folder_spelled_another_way_keeps_the_volumes_in_it(dt: Dtrain, tmp_path):
+    """config.yaml may name the same folder through a link or with '..' (or change its spelling after
+    volumes were made there): the volumes already in it are the class's, never leftovers to remove."""
+    root = tmp_path / "fast"
+    os.symlink(root, tmp_path / "link")
+    spellings = [root, tmp_path / "link", tmp_path / "x" / ".." / "fast"]
+    (tmp_path / "x").mkdir()
+    for i, spelling in enumerate(spellings):
+        (dt.home / "config.yaml").write_text(yaml.safe_dump({"storage_classes": {"fast": str(spelling)}}))
+        dt("volume", "create", f"v{i}", "--class", "fast")
+        path = Path(dt.json("volume", "describe", f"v{i}")["extra"]["path"])
+        (path / "precious.txt").write_text(f"volume {i}\n")
+        for j in range(i + 1):  # every volume made so far, under any spelling, still has its data
+            path = Path(dt.json("volume", "describe", f"v{j}")["extra"]["path"])
+            assert (path / "precious.txt").read_text() == f"volume {j}\n"
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == ["v0", "v1", "v2"]
+    (dt.home / "config.yaml").write_text(yaml.safe_dump({"storage_classes": {"slow": str(tmp_path / "link")}}))
+    dt("volume", "create", "v3", "--class", "slow")  # the class renamed, its folder given through the link
+    assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == ["v0", "v1", "v2", "v3"]
+    assert (root / "v0" / "data" / "precious.txt").read_text() == "volume 0\n"

@@ -123,6 +123,17 @@ def test_snapshot_failure_fails_the_job_and_keeps_the_results(dt: Dtrain, tmp_pa
     (["snapshot", "create", "busy", "--name", "busy-v1"], "already exists"),
     (["snapshot", "delete", "ghost-snap"], "ghost-snap"),
     (["submit", "j", "--pvc", "nope:/mnt", "--", "true"], "nope"),
+    (["submit", "j", "--pvc", "busy:/proc", "--", "true"], "/proc is the kernel's"),
+    (["submit", "j", "--pvc", "busy:/dev", "--", "true"], "/dev is the kernel's"),
+    (["submit", "j", "--pvc", "busy:/sys/x", "--", "true"], "/sys is the kernel's"),
+    (["submit", "j", "--pvc", "busy:/" + "x" * 256, "--", "true"], "at most 255 bytes a folder name"),
+    (["submit", "j", "--pvc", "busy:/mnt:bogus", "--", "true"], "after the mount path comes ro or rw"),
+    (["submit", "j", "--pvc", "busy:/a/../a", "--", "true"], "'..' is not allowed"),
+    (["submit", "j", "--pvc", "busy:" + sys.prefix, "--", "true"], "would hide dtrain's Python environment"),
+    (["submit", "j", "--pvc", "busy:/mnt", "--", "/mnt/missing.sh"], "looked in the volume mounted at /mnt"),
+    (["submit", "j", "--pvc", "busy:/mnt", "--working-dir", "/mnt/nope", "--", "true"],
+     "is not a folder in the volume mounted at /mnt"),
+    (["submit", "j", "--pvc", "local:1Gi:/mnt", "--", "/mnt/run.sh"], "looked in the volume mounted at /mnt"),
 ])
 def test_storage_bad_input_is_clear_and_changes_nothing(dt: Dtrain, tmp_path, args, needle):
     dt("volume", "create", "busy")
@@ -140,6 +151,40 @@ def test_storage_bad_input_is_clear_and_changes_nothing(dt: Dtrain, tmp_path, ar
     assert needle in proc.stderr and proc.stderr.startswith("dtrain: error: "), proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert after == before
+
+
+def test_a_volume_over_the_home_is_refused(dt: Dtrain):
+    dt("volume", "create", "data")
+    for target in (dt.home, dt.home.parent):
+        proc = dt("submit", "hide", "--pvc", f"data:{target}", "--", "true", check=False)
+        assert proc.returncode == 2 and "would hide the dtrain home" in proc.stderr, proc.stderr
+    assert dt.json("list", "-A") == [] and tree(volume_path(dt, "data")) == {}
+
+
+def test_command_and_working_folder_inside_a_volume(dt: Dtrain):
+    """As with `kubectl` / `runai submit --pvc data:/mnt -- /mnt/train.sh`: the command and the
+    working folder are looked up where the job sees them, in its volumes."""
+    dt("volume", "create", "code")
+    (volume_path(dt, "code") / "sub").mkdir()
+    script = volume_path(dt, "code") / "sub" / "run.sh"
+    script.write_text("#!/bin/sh\necho ran in $(pwd)\n")
+    script.chmod(0o755)
+    dt("submit", "inside", "--pvc", "code:/data", "--working-dir", "/data/sub", "--", "/data/sub/run.sh")
+    assert dt.wait_for("inside", {"Succeeded", "Failed"})["status"] == "Succeeded"
+    assert dt("logs", "inside").stdout.strip() == "ran in /data/sub"
+    dt("submit", "relative", "--pvc", "code:/data", "--working-dir", "/data/sub", "--", "./run.sh")
+    assert dt.wait_for("relative", {"Succeeded", "Failed"})["status"] == "Succeeded"
+
+
+def test_nested_volumes_mount_parents_first_whatever_the_flag_order(dt: Dtrain):
+    for name in ("outer", "inner"):
+        dt("volume", "create", name)
+        (volume_path(dt, name) / f"{name}.txt").write_text(name + "\n")
+    for job, flags in (("inner-first", ["--pvc", "inner:/a/b", "--pvc", "outer:/a"]),
+                       ("outer-first", ["--pvc", "outer:/a", "--pvc", "inner:/a/b"])):
+        dt("submit", job, *flags, "--", "sh", "-c", "cat /a/outer.txt /a/b/inner.txt")
+        assert dt.wait_for(job, {"Succeeded", "Failed"})["status"] == "Succeeded", dt("logs", job).stdout
+        assert dt("logs", job).stdout.split() == ["outer", "inner"]
 
 
 def test_missing_bubblewrap_is_a_clear_error(home):

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import time
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
@@ -310,9 +311,19 @@ class Storage:
         with db.transaction(self.conn):
             rows = self.conn.execute("SELECT name, root FROM volumes").fetchall()
             moving = self.mover.moving()  # their folders are the mover's (or its recovery's) to tidy
-            roots = {self.volumes_dir, *self.classes.values(), *(Path(r[1]) for r in rows if r[1])}
-            for root in (r for r in roots if r.is_dir()):
-                known = {name for name, at in rows if Path(at or self.volumes_dir) == root}
+            # One folder may be spelled several ways (config.yaml names a class's folder through a
+            # link or with '..', or changed its spelling since a volume was made): what is known in a
+            # folder is decided by the folder itself, never by how its path is written.
+            known_in: dict[tuple[int, int], set[str]] = {}
+            for name, at in rows:
+                if (ident := _folder_identity(Path(at or self.volumes_dir))) is not None:
+                    known_in.setdefault(ident, set()).add(name)
+            roots: dict[tuple[int, int], Path] = {}
+            for root in (self.volumes_dir, *self.classes.values(), *(Path(r[1]) for r in rows if r[1])):
+                if (ident := _folder_identity(root)) is not None:
+                    roots.setdefault(ident, root)
+            for ident, root in roots.items():
+                known = known_in.get(ident, set())
                 for item in os.scandir(root):
                     if item.name.startswith("."):
                         if folders.owner_dead(item.name):
@@ -468,3 +479,13 @@ def _spec_json(job_spec) -> str | None:
         return json.dumps(dict(job_spec), sort_keys=True)
     except (TypeError, ValueError) as err:
         raise SpecError(f"job_spec cannot be stored as JSON ({err}): pass JobSpec.to_dict()") from None
+
+
+def _folder_identity(path: Path) -> tuple[int, int] | None:
+    """(device, inode) of the folder `path` names, through links (a class's folder may be given
+    through one); None when it is not a folder."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None

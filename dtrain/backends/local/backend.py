@@ -28,7 +28,7 @@ from dtrain.backends.local.store import ACTIVE, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError
 from dtrain.names import require_project
-from dtrain.spec import JobSpec, NewVolume
+from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
 # The job machinery (the supervisor's helpers, launchers, cgroups, GPU inventory, notebooks) is
 # imported by the methods that use it: a volume or snapshot command needs none of it, and it was
@@ -74,16 +74,22 @@ class LocalBackend(Backend):
 
     # ---- submit ---------------------------------------------------------------------------
     def _submit(self, spec: JobSpec) -> JobInfo:
-        cwd = spec.working_dir or os.getcwd()
-        if not os.path.isdir(cwd):  # the supervisor and the ranks start there, on this host
-            raise SpecError(f"--working-dir {cwd} is not a folder on this machine: give an existing folder")
         import socket
 
         from dtrain.backends.local import launch
 
         self._check_project(spec)
         self._check_resources(spec)
-        launch.check_tools(spec, cwd=cwd)
+        mounts = [launch.Mount(source=self.storage.get_volume(v.volume).path if isinstance(v, VolumeMount) else None,
+                               target=v.mount_path) for v in spec.volumes]
+        self._check_hidden(mounts)
+        cwd = spec.working_dir or os.getcwd()
+        mount, host_cwd = launch.behind(cwd, mounts)
+        if host_cwd is None or not os.path.isdir(host_cwd):  # the ranks start there
+            raise SpecError(f"--working-dir {cwd} is not a folder " +
+                            ("on this machine" if mount is None else f"in the volume mounted at {mount.target}") +
+                            ": give an existing folder")
+        launch.check_tools(spec, cwd=cwd, mounts=mounts)
         self.store.check_free(spec.name)  # again in insert_job's transaction; here before volumes are made
         job_dir = self.home / "jobs" / spec.name
         if job_dir.is_symlink():  # the job's logs and records would be written wherever it points
@@ -107,10 +113,10 @@ class LocalBackend(Backend):
             raise ConflictError(f"{job_dir} appeared while the job was submitted (a link or a file that submit did "
                                 f"not make): remove it and submit again (nothing was started)") from None
         (job_dir / "logs").mkdir()
-        self._start_supervisor(spec.name, cwd, replacing=(None, None))
+        self._start_supervisor(spec.name, replacing=(None, None))
         return self._get(spec.name)
 
-    def _start_supervisor(self, name: str, cwd: str, *, replacing: tuple, message: str = "",
+    def _start_supervisor(self, name: str, *, replacing: tuple, message: str = "",
                           restarts: int | None = None) -> bool:
         """Start a supervisor and record it, if the job's recorded (pid, start) is still `replacing`.
 
@@ -120,8 +126,11 @@ class LocalBackend(Backend):
         from dtrain.backends.local.ranks import supervisor_token
         from dtrain.procs import Ident, signal_process, spawn_detached
 
+        # Started in the job's folder: the job's working folder may exist only inside its volumes
+        # (the launch plan starts the job there, through the host folder behind it).
+        folder = self.home / "jobs" / name
         pid = spawn_detached([sys.executable, "-m", "dtrain.backends.local.supervisor", str(self.home), name],
-                              log=self.home / "jobs" / name / "supervisor.log", cwd=cwd)
+                              log=folder / "supervisor.log", cwd=str(folder))
         ident = Ident.of(pid)
         token = supervisor_token(ident) if ident else None
         if self.store.replace_supervisor(name, old=replacing, pid=pid, token=token, message=message,
@@ -156,6 +165,20 @@ class LocalBackend(Backend):
                 self.storage.get_volume(v.volume)  # NotFoundError names the volume
         if spec.snapshot_volume and spec.snapshot_volume not in {m.volume for m in spec.resolved_volumes()}:
             self.storage.get_volume(spec.snapshot_volume)
+
+    def _check_hidden(self, mounts) -> None:
+        """A volume mounted over the dtrain home or dtrain's own Python would hide, inside the job,
+        the files its processes write (logs, rank records) or run."""
+        import dtrain
+
+        needed = (("the dtrain home", self.home), ("dtrain's Python environment", Path(sys.prefix)),
+                  ("dtrain's code", Path(dtrain.__file__).parent))
+        for m in mounts:
+            for what, path in needed:
+                if any(p == m.target or p.startswith(m.target.rstrip("/") + "/")
+                       for p in {str(path), os.path.realpath(path)}):
+                    raise SpecError(f"a volume mounted at {m.target} would hide {what} ({path}) from the job, "
+                                    f"and with it the job's logs and records: mount it elsewhere, e.g. /mnt")
 
     def _prepare_volumes(self, spec: JobSpec) -> list[str]:
         """Create the job's new volumes (pvc-<job>-<i>); all or none."""
@@ -204,7 +227,7 @@ class LocalBackend(Backend):
         spec = JobSpec.from_stored(json.loads(row["spec"]))
         if sup is not None and row["restarts"] < spec.max_restarts:
             restart = row["restarts"] + 1
-            self._start_supervisor(row["name"], spec.working_dir or row["cwd"], restarts=restart,
+            self._start_supervisor(row["name"], restarts=restart,
                                    replacing=(row["supervisor_pid"], row["supervisor_start"]),
                                    message=f"lost: {reason}; relaunching every rank from the last "
                                            f"checkpoint (restart {restart} of {spec.max_restarts})")

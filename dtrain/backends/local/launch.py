@@ -27,9 +27,21 @@ from dtrain.spec import JobSpec
 class Mount:
     """A host folder bound into the job's mount namespace."""
 
-    source: Path  # host path of the volume's data
+    source: Path | None  # host path of the volume's data; None: a volume the job creates (empty)
     target: str  # path the job sees, e.g. /mnt
     read_only: bool = False
+
+
+def behind(path: str, mounts: Sequence[Mount]) -> tuple[Mount | None, str | None]:
+    """Where a path the job sees (absolute) is on the host: (the deepest mount that holds it, the
+    host path behind it), None for the host path inside a volume not made yet; (None, path) when
+    no mount holds it."""
+    path = os.path.normpath(path)
+    holders = [m for m in mounts if path == m.target or path.startswith(m.target.rstrip("/") + "/")]
+    if not holders:
+        return None, path
+    m = max(holders, key=lambda m: len(m.target))
+    return m, None if m.source is None else str(m.source) + path[len(m.target.rstrip("/")):]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,7 +94,8 @@ def sandbox_prefix(mounts: list[Mount], *, large_shm: bool, cwd: str, bwrap: str
                    shadows: list[str] = ()) -> list[str]:
     """bubblewrap arguments: the host's root as is, plus the job's volumes and /dev/shm."""
     argv = [bwrap, "--dev-bind", "/", "/", "--die-with-parent", *shadows]
-    for m in mounts:
+    # Parents first, whatever the flags' order: a volume at /a/b stays visible over one at /a.
+    for m in sorted(mounts, key=lambda m: m.target.rstrip("/").count("/")):
         argv += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
     if large_shm:
         argv += ["--size", str(shm_size()), "--tmpfs", "/dev/shm"]
@@ -187,16 +200,25 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
     if spec.notebook:
         env.update(notebook_env(job_dir, master_port, notebook_token or ""))
     env.setdefault("DTRAIN_MODEL_DIR", str(job_dir / "model"))  # what `dtrain artifacts` copies
-    return LaunchPlan(argv=argv, env=env, cwd=cwd)
+    # The supervisor starts the sandbox from the host folder behind the job's working folder (which
+    # may be inside a volume); bubblewrap's --chdir takes the job there.
+    host_cwd = behind(cwd, mounts)[1] if mounts else cwd
+    return LaunchPlan(argv=argv, env=env, cwd=host_cwd or cwd)
 
 
-def check_tools(spec: JobSpec, *, cwd: str, path: str | None = None) -> None:
-    """Fail at submit time, not inside the job, when a tool the job needs is missing."""
+def check_tools(spec: JobSpec, *, cwd: str, path: str | None = None, mounts: Sequence[Mount] = ()) -> None:
+    """Fail at submit time, not inside the job, when a tool the job needs is missing. `cwd` and a
+    command given by its path are as the job sees them: through its volumes (`mounts`)."""
     search = job_path(path)
     cmd = spec.command[0]
-    found = os.access(os.path.join(cwd, cmd), os.X_OK) if "/" in cmd else shutil.which(cmd, path=search)
+    if "/" in cmd:
+        mount, host = behind(os.path.join(cwd, cmd), mounts)
+        found = host is not None and os.access(host, os.X_OK)
+        where = "the working folder" if mount is None else f"the volume mounted at {mount.target}"
+    else:
+        found, where = shutil.which(cmd, path=search), "PATH"
     if not found:
-        raise EnvironmentError_(f"command {cmd!r} not found (looked in {'the working folder' if '/' in cmd else 'PATH'}); "
+        raise EnvironmentError_(f"command {cmd!r} not found (looked in {where}); "
                                 f"check the spelling after '--', or give its full path")
     if spec.launcher == "mpi" and not shutil.which("mpirun", path=search):
         raise EnvironmentError_("submit-mpi needs OpenMPI's mpirun, which is not installed: "
