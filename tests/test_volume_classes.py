@@ -280,3 +280,13 @@ def test_a_class_folder_spelled_another_way_keeps_the_volumes_in_it(dt: Dtrain, 
     dt("volume", "create", "v3", "--class", "slow")  # the class renamed, its folder given through the link
     assert sorted(p.name for p in root.iterdir() if not p.name.startswith(".")) == ["v0", "v1", "v2", "v3"]
     assert (root / "v0" / "data" / "precious.txt").read_text() == "volume 0\n"
+
+
+def test_a_dry_run_makes_no_class_folder(dt: Dtrain, tmp_path):
+    (dt.home / "config.yaml").write_text(f"storage_classes: {{fast: {tmp_path / 'new' / 'fast'}}}\n")
+    dt("volume", "create", "v")
+    plan = dt("volume", "update", "v", "--class", "fast", "--dry-run").stdout
+    assert f"to: {tmp_path / 'new' / 'fast' / 'v'}" in plan and "method: rename" in plan
+    dt("volume", "create", "w", "--class", "fast", "--dry-run")
+    assert not (tmp_path / "new").exists()
+    assert dt.json("volume", "describe", "v")["storage_class"] == "local"

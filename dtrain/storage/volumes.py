@@ -394,8 +394,9 @@ class Storage:
                           (name, os.urandom(16).hex(), _now(), size, storage_class, origin, origin,
                            json.dumps(labels, sort_keys=True), None if root == self.volumes_dir else str(root)))
 
-    def class_root(self, storage_class: str) -> Path:
-        """The root folder of a class, claimed for dtrain on first use (empty, or already marked)."""
+    def class_root(self, storage_class: str, *, claim: bool = True) -> Path:
+        """The root folder of a class, claimed for dtrain on first use (empty, or already marked);
+        `claim` False checks the same and changes nothing (a dry run)."""
         check_storage_class(storage_class)
         if storage_class == DEFAULT_CLASS:
             return self.volumes_dir
@@ -407,12 +408,14 @@ class Storage:
                             f"folder under 'storage_classes:' in {self.home / 'config.yaml'}")
         root = self.classes[storage_class]
         self._check_apart(storage_class, root)
-        root.mkdir(parents=True, exist_ok=True)
+        if claim:
+            root.mkdir(parents=True, exist_ok=True)
         if not (root / ROOT_MARK).exists():
-            if any(os.scandir(root)):
+            if root.is_dir() and any(os.scandir(root)):
                 raise SpecError(f"storage class {storage_class!r}: {root} holds files dtrain did not put there; "
                                 f"give the class an empty folder of its own")
-            (root / ROOT_MARK).touch()
+            if claim:
+                (root / ROOT_MARK).touch()
         return root
 
     def _check_apart(self, storage_class: str, root: Path) -> None:

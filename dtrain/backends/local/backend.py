@@ -434,8 +434,11 @@ class LocalBackend(Backend):
 
     def _render_volume_update(self, name: str, *, storage_class: str) -> dict:
         vol = self.storage.get_volume(name)
-        root = self.storage.class_root(storage_class)
-        same = os.stat(vol.path).st_dev == os.stat(root).st_dev
+        root = self.storage.class_root(storage_class, claim=False)
+        there = root
+        while not there.exists():  # a class folder not made yet: the file system it will be made on
+            there = there.parent
+        same = os.stat(vol.path).st_dev == os.stat(there).st_dev
         return {"volume": name, "from_class": vol.storage_class, "to_class": storage_class,
                 "from": str(vol.path.parent), "to": str(root / name),
                 "method": "rename" if same else "copy, verified by hashing both trees"}
