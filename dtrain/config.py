@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from dtrain.errors import SpecError, StorageError
-from dtrain.names import CLASS_RE
+from dtrain.names import CLASS_RE, MAX_CLASS
 from dtrain.replace import replace_file
 from dtrain.spec import MAX_YAML_BYTES, check_name, yaml_mapping
 
@@ -115,7 +115,8 @@ class UserConfig:
         if not isinstance(self.storage_classes, dict):
             raise SpecError(f"{where}: storage_classes must map class names to folders, e.g. fast: /nvme/dtrain")
         for name, root in self.storage_classes.items():
-            if name == "local" or not CLASS_RE.fullmatch(str(name)) or not str(root).startswith("/"):
+            if name == "local" or len(str(name)) > MAX_CLASS or not CLASS_RE.fullmatch(str(name)) \
+                    or not str(root).startswith("/"):
                 raise SpecError(f"{where}: storage class {name!r}: {root!r}: use a lower-case name other than "
                                 f"'local' (the dtrain home's volumes/) and an absolute folder, e.g. fast: /nvme/dtrain")
 

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 import time
 import weakref
 from pathlib import Path
+
+from dtrain.errors import StorageError
 
 BUSY_S = 30.0  # how long a connection waits for another one's lock
 
@@ -18,15 +21,45 @@ def connect(path: str | Path, *, owner: object | None = None) -> sqlite3.Connect
     freed. A sqlite3.Connection sits in a reference cycle of its own (its statement cache holds
     it, CPython 3.11), so without this a dropped, unclosed one keeps its three files open until
     the cyclic collector runs; an owner outside any cycle is freed, and closes them, at once."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    conn = sqlite3.connect(str(path), timeout=BUSY_S, isolation_level=None, check_same_thread=False)
-    conn.row_factory = sqlite3.Row
-    _use_wal(conn)
-    conn.execute(f"PRAGMA busy_timeout={int(BUSY_S * 1000)}")
-    conn.execute("PRAGMA foreign_keys=ON")
+    path = Path(path)
+    if path.is_symlink() and not path.exists():  # SQLite would make a database wherever it points
+        raise StorageError(f"{path} is a symbolic link to {os.readlink(path)}, which does not exist: "
+                           f"remove the link, or set DTRAIN_HOME to another folder")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = None
+    try:
+        conn = sqlite3.connect(str(path), timeout=BUSY_S, isolation_level=None, check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        _use_wal(conn)
+        conn.execute(f"PRAGMA busy_timeout={int(BUSY_S * 1000)}")
+        conn.execute("PRAGMA foreign_keys=ON")
+    except sqlite3.DatabaseError as err:
+        if conn is not None:
+            conn.close()
+        refused = unusable(path, err)
+        if refused is None:
+            raise
+        raise refused from None
     if owner is not None:
         weakref.finalize(owner, conn.close).atexit = False  # at exit: as before, the interpreter's teardown
     return conn
+
+
+def unusable(path: Path, err: sqlite3.DatabaseError) -> StorageError | None:
+    """One line for a database file SQLite cannot use at all (not a database, damaged, a folder, a
+    place it may not create one), naming the file; None for the rest (a lock held too long, a full
+    or read-only disk), which the CLI words itself. Nothing is written to such a file."""
+    why = getattr(err, "sqlite_errorname", "")
+    if why in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
+        what = "is not an SQLite database" if why == "SQLITE_NOTADB" else f"is a damaged database ({err})"
+        return StorageError(f"{path} {what}: move it away, or set DTRAIN_HOME to another folder")
+    if why != "SQLITE_CANTOPEN":
+        return None
+    if path.is_dir():
+        return StorageError(f"{path} is a folder, not a database file: move it away, or set DTRAIN_HOME "
+                            f"to another folder")
+    return StorageError(f"cannot open or create the database {path} ({err}): set DTRAIN_HOME to a folder "
+                        f"you can write")
 
 
 def _use_wal(conn: sqlite3.Connection) -> None:

@@ -8,15 +8,22 @@ the names dtrain gives to what it makes for a job (`pvc-<job>-<i>`).
 from __future__ import annotations
 
 import re
+from decimal import Decimal
+from fractions import Fraction
+from math import ceil
 
 from dtrain.errors import NotFoundError, SpecError
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
+MAX_NAME = 53  # NAME_RE's bound
 # A Kubernetes quantity: a number (12, 1.5, .5, 5.) and a binary suffix, a decimal exponent (1e3,
 # 1E-3) or a decimal suffix (group 1 the number, group 2 the suffix). 'K' is not Kubernetes' but
 # dtrain has always taken it for 'k'.
 SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][-+]?[0-9]+|[numkKMGTPE])?$")
-CLASS_RE = re.compile(r"^[a-z0-9][-a-z0-9.]*$")  # a StorageClass name (DNS-1123 subdomain)
+# A StorageClass name: a DNS-1123 subdomain, dot-separated labels that start and end with a letter or
+# digit. Its 253-character bound is check_storage_class's: Rust's regex (the HTTP schema) has no lookahead.
+CLASS_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+MAX_CLASS = 253
 _UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _EXPONENTS = {None: "0", "n": "-9", "u": "-6", "m": "-3", "k": "3", "K": "3", "M": "6", "G": "9", "T": "12",
               "P": "15", "E": "18"}  # decimal suffixes, read by float() as exponents: 4194304000m is 4Mi exactly
@@ -50,16 +57,17 @@ def check_name(name: str, what: str = "job") -> str:
     """Names follow Kubernetes DNS-1123 labels so every backend accepts them unchanged."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise SpecError(
-            f"invalid {what} name {shown(name)}: use 1-53 lower-case letters, digits or '-', "
+            f"invalid {what} name {shown(name)}: use 1-{MAX_NAME} lower-case letters, digits or '-', "
             f"starting and ending with a letter or digit (e.g. 'train-lanes-1')")
     return name
 
 
 def check_storage_class(name: str) -> str:
     """A storage class: 'local' on the local backend, a StorageClass name on Kubernetes."""
-    if not isinstance(name, str) or not CLASS_RE.fullmatch(name):
-        raise SpecError(f"invalid storage class {shown(name)}: use lower-case letters, digits, "
-                        f"'-' or '.', e.g. 'local'")
+    if not isinstance(name, str) or len(name) > MAX_CLASS or not CLASS_RE.fullmatch(name):
+        raise SpecError(f"invalid storage class {shown(name)}: use at most {MAX_CLASS} lower-case letters, digits, "
+                        f"'-' or '.', each '.'-separated part starting and ending with a letter or digit, "
+                        f"e.g. 'local' or 'fast.nvme'")
     return name
 
 
@@ -72,18 +80,7 @@ def parse_size(text: str, what: str = "size", *, minimum: int = 0) -> int:
     k..E, or an exponent: 1e3); from `minimum` bytes to 1Ei. Every refusal names the range."""
     lowest = "1 byte" if minimum == 1 else _quantity(minimum)
     bounds = f"from {lowest} to 1Ei" if minimum else "of at most 1Ei"
-    whole = isinstance(text, int) and not isinstance(text, bool) and text.bit_length() <= 256  # str(10**5000) fails
-    given = str(text).strip() if isinstance(text, str) or whole else None
-    m = SIZE_RE.fullmatch(given) if given is not None and len(given) <= MAX_QUANTITY_TEXT else None
-    if given is not None and given[:1] in ("-", "+") and SIZE_RE.fullmatch(given[1:]):
-        if given[0] == "-":
-            raise SpecError(f"invalid {what} {shown(text)}: it cannot be negative; use a quantity {bounds}, "
-                            f"e.g. 100Gi")
-        m = SIZE_RE.fullmatch(given[1:])
-    if not m:
-        raise SpecError(f"invalid {what} {shown(text)}: use a Kubernetes quantity {bounds} such as 512Mi, 100Gi "
-                        f"or 2G")
-    number, suffix = m.groups()
+    number, suffix = _size_groups(text, what, bounds)
     if suffix in _UNITS:
         value = float(number) * _UNITS[suffix]
     else:  # a decimal suffix or an exponent (1e3): float() reads it exactly, and without a huge 10**n
@@ -91,6 +88,20 @@ def parse_size(text: str, what: str = "size", *, minimum: int = 0) -> int:
     if not minimum <= value <= MAX_SIZE:
         raise SpecError(f"invalid {what} {shown(text)}: use a quantity {bounds}, e.g. 100Gi")
     return int(value)
+
+
+def _size_groups(text: str, what: str, bounds: str) -> tuple[str, str | None]:
+    """The number and suffix of a quantity as dtrain writes it: SIZE_RE, after an optional '+'."""
+    whole = isinstance(text, int) and not isinstance(text, bool) and text.bit_length() <= 256  # str(10**5000) fails
+    given = str(text).strip() if isinstance(text, str) or whole else None
+    if given is not None and given[:1] == "-" and SIZE_RE.fullmatch(given[1:]):
+        raise SpecError(f"invalid {what} {shown(text)}: it cannot be negative; use a quantity {bounds}, e.g. 100Gi")
+    unsigned = given[1:] if given is not None and given[:1] == "+" else given
+    m = SIZE_RE.fullmatch(unsigned) if unsigned is not None and len(given) <= MAX_QUANTITY_TEXT else None
+    if not m:
+        raise SpecError(f"invalid {what} {shown(text)}: use a Kubernetes quantity {bounds} such as 512Mi, 100Gi "
+                        f"or 2G")
+    return m.group(1), m.group(2)
 
 
 def _quantity(n: int) -> str:
@@ -101,14 +112,55 @@ def _quantity(n: int) -> str:
     return str(n)
 
 
+# The units of each family, largest first, with their size in bytes; below a byte, m, u and n (a
+# nano is Kubernetes' finest step: it rounds finer values up).
+_BELOW = [("", Fraction(1)), ("m", Fraction(1, 10**3)), ("u", Fraction(1, 10**6)), ("n", Fraction(1, 10**9))]
+_BINARY = [(s, Fraction(_UNITS[s])) for s in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki")] + _BELOW
+_DECIMAL = [(s, Fraction(10) ** int(_EXPONENTS[s])) for s in ("E", "P", "T", "G", "M", "k")] + _BELOW
+
+
+def kubernetes_quantity(text: str, factor: int = 1, what: str = "size") -> str:
+    """A quantity dtrain takes (parse_size's grammar), times `factor`, as Kubernetes takes it, exactly.
+
+    Kubernetes' ParseQuantity refuses what dtrain takes for convenience ('K', a leading '+') and an
+    exponent beside a suffix ('1.23457e+06Mi', which '%g' once made of 1234567.5Mi, rounded). So the
+    value keeps the user's unit when it is a whole number of it ('4Gi' * 2 -> '8Gi', '1e3' * 2 ->
+    '2e3', '5000K' -> '5000k'), and otherwise takes the largest smaller unit of the same family that
+    makes it whole ('1234567.5Mi' -> '1264197120Ki', '12345.67Mi' -> '12945373265920m'); an exponent
+    takes the digits instead ('1.5e3' -> '15e2'). The range is the caller's check (parse_size)."""
+    number, suffix = _size_groups(text, what, "of at most 1Ei")
+    value = Fraction(Decimal(number)) * factor  # the number has no exponent: Decimal reads it exactly
+    if suffix not in _UNITS and suffix not in _EXPONENTS:  # an exponent: never 10**exponent itself
+        exponent = int(suffix[1:])
+        while value.denominator != 1:  # ends: the denominator divides a power of 10
+            value, exponent = value * 10, exponent - 1
+        return f"{value}e{exponent}"
+    unit = {"K": "k", None: ""}.get(suffix, suffix)
+    ladder = _BINARY if unit.endswith("i") else _DECIMAL
+    names = [name for name, _ in ladder]
+    exact = value * ladder[names.index(unit)][1]
+    for name, size in ladder[names.index(unit):]:
+        if (exact / size).denominator == 1:
+            return f"{exact / size}{name}"
+    return f"{ceil(exact / ladder[-1][1])}n"
+
+
 def parse_volume_size(text: str) -> int:
     """A volume's size: a quantity of at least one byte (`--size 0` is refused)."""
     return parse_size(text, "volume size", minimum=1)
 
 
 def job_volume_name(job: str, index: int) -> str:
-    """Run:AI's naming: the i-th new volume (`--pvc CLASS:SIZE:MOUNT`) of job J is pvc-J-i."""
-    return f"pvc-{job}-{index}"
+    """Run:AI's naming: the i-th new volume (`--pvc CLASS:SIZE:MOUNT`) of job J is pvc-J-i.
+
+    A volume name obeys check_name, so a long job name leaves no room for it; the refusal names the
+    job name, which the user typed, not the volume name, which they did not."""
+    name = f"pvc-{job}-{index}"
+    if not NAME_RE.fullmatch(name):
+        most = MAX_NAME - len(name) + len(job)
+        raise SpecError(f"job name {shown(job)} is {len(job)} characters: a job whose --pvc CLASS:SIZE:MOUNT "
+                        f"creates volume pvc-<job>-{index} may have at most {most}; shorten the name")
+    return name
 
 
 
@@ -116,6 +168,9 @@ def require_project(project: str, known: list[str]) -> None:
     """'default', or one of the `known` projects. A job goes only to a project that exists (made
     with `dtrain project create`), as `dtrain config project` requires: a mistyped -p would
     otherwise make a project of its own, with no quota and out of `dtrain list -p`'s sight."""
+    if not project:  # else "create it first with 'dtrain project create '"
+        raise SpecError("the project name is empty: give one, e.g. 'dtrain config project default' "
+                        "(see 'dtrain project list')")
     if project != "default" and project not in known:
         raise NotFoundError(f"no project named {project!r}; create it first with "
                             f"'dtrain project create {project}' (projects: {', '.join(known) or 'none'})")

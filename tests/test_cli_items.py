@@ -351,3 +351,49 @@ def test_item05_snapshot_and_restore_render_what_create_sends_on_kubernetes():
     finally:
         client.close()
         server.close()
+
+
+# ---- the default project is a project: listed, and named in the hint of an unknown one ----------
+def test_the_default_project_is_always_listed(tmp_path):
+    home = tmp_path / "home"
+    listed = json.loads(run("project", "list", "--json", home=home).stdout)
+    assert [(p["name"], p["gpu_quota"], p["jobs"]) for p in listed] == [("default", None, 0)]
+    assert "default (default)" in run("project", "list", home=home).stdout
+    _usage_error(run("submit", "x", "-p", "nope", "--", "true", home=home),
+                 "no project named 'nope'", "(projects: default)")
+    assert run("submit", "one", "--", "true", home=home).returncode == 0
+    assert run("project", "create", "team", home=home).returncode == 0
+    assert "already exists" in run("project", "create", "default", home=home).stdout
+    listed = json.loads(run("project", "list", "--json", home=home).stdout)
+    assert [(p["name"], p["jobs"]) for p in listed] == [("default", 1), ("team", 0)]
+    assert run("project", "create", "default", "--gpu-quota", "0", home=home).returncode == 0
+    listed = json.loads(run("project", "list", "--json", home=home).stdout)
+    assert [(p["name"], p["gpu_quota"]) for p in listed] == [("default", 0), ("team", None)]  # once, with its quota
+    run("wait", "one", home=home)
+
+
+def test_config_project_with_an_empty_name_says_it_is_empty(tmp_path):
+    proc = run("config", "project", "", home=tmp_path / "home")
+    _usage_error(proc, "empty")
+    assert "project create '" not in proc.stderr and "project create  " not in proc.stderr
+
+
+# ---- notebook: a slip of an action is no notebook's name; job verbs point to dtrain's --------------
+@pytest.mark.parametrize("argv, needle", [
+    (["lst"], "did you mean `dtrain notebook list`?"), (["ls"], "did you mean `dtrain notebook list`?"),
+    (["opne", "nb"], "did you mean `dtrain notebook open`?"), (["strat", "nb"], "did you mean `dtrain notebook start`?"),
+    (["delete", "nb"], "`dtrain delete nb`"), (["stop", "nb"], "`dtrain delete nb`"),
+    (["logs", "nb"], "`dtrain logs nb`")])
+def test_notebook_slips_and_job_verbs_start_nothing(tmp_path, argv, needle):
+    home = tmp_path / "home"
+    proc = run("notebook", *argv, home=home)
+    _usage_error(proc, needle, f"to start a notebook named {argv[0]}, use `dtrain notebook start {argv[0]}")
+    assert json.loads(run("list", "-A", "--show-deleted", "--json", home=home).stdout) == []
+
+
+def test_notebook_names_that_only_share_letters_with_an_action_still_start(tmp_path):
+    for name in ("mnist", "opencv", "listen", "nb"):  # --help: the start action's, nothing started
+        proc = run("notebook", name, "--help", home=tmp_path / "home")
+        assert proc.returncode == 0 and "--pvc" in proc.stdout, proc.stderr
+    assert "new, empty folder" in " ".join(run("notebook", "--help").stdout.split())
+    assert "--show-deleted" in run("notebook", "list", "--help").stdout

@@ -135,11 +135,23 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
         ids = set(attrs_of(browser, "#lineage-graph g.node", "data-id"))
         assert {"volume:lanes-data", "snapshot:data-v1", "job:train-lanes"} <= ids
         shot(browser, tmp_path, "dashboard-storage.png")
+        # a deleted snapshot stays in the graph (the job started from it), drawn as a deleted volume is
+        assert http.delete("/api/v1/snapshots/data-v1").status_code == 200
+        gone = "#lineage-graph g.n-gone[data-id='snapshot:data-v1']"
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, gone))
+        kind = browser.execute_script("return document.querySelector(arguments[0] + ' text').textContent", gone)
+        assert kind == "snapshot \u00b7 gone"  # SVG text: no innerText
         # the submit form and the delete button: the same API underneath
         browser.get(server.url + "/#/submit")
         wait.until(lambda d: d.find_elements(By.ID, "submit-form"))
         browser.find_element(By.ID, "name").send_keys("from-form")
         browser.find_element(By.ID, "command").send_keys("sh -c 'echo from the form; sleep 60'")
+        browser.find_element(By.ID, "env").send_keys("GREETING=a=b\nBATCH_SIZE")  # a line without '='
+        browser.find_element(By.CSS_SELECTOR, "#submit-form button[type=submit]").click()
+        wait.until(lambda d: 'invalid environment line "BATCH_SIZE"' in text_of(d, "#submit-message"))
+        assert http.get("/api/v1/jobs/from-form").status_code == 404  # nothing sent, nothing stored
+        browser.find_element(By.ID, "env").clear()
+        browser.find_element(By.ID, "env").send_keys("GREETING=a=b\nBATCH_SIZE=33")
         browser.find_element(By.ID, "project").send_keys("lane-detetion")  # a typo: refused, in one line
         browser.find_element(By.CSS_SELECTOR, "#submit-form button[type=submit]").click()
         wait.until(lambda d: "no project named 'lane-detetion'" in text_of(d, "#submit-message"))
@@ -154,6 +166,7 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
         wait.until(lambda d: "from the form" in text_of(d, "#logs"))
         spec = http.get("/api/v1/jobs/from-form").json()["spec"]
         assert spec["command"] == ["sh", "-c", "echo from the form; sleep 60"] and spec["project"] == "lane-detection"
+        assert spec["env"] == {"GREETING": "a=b", "BATCH_SIZE": "33"}
         click(browser, "#job-head button.danger")
         wait.until(lambda d: d.switch_to.alert).accept()
         wait.until(lambda d: text_of(d, "#job-status") == "Deleted")

@@ -65,6 +65,14 @@ def test_item15_exec_local_two_ranks_reaches_the_asked_rank(tmp_path):
         _wait_running(home, "pair")
         out = _dt(home, "exec", "pair", "--rank", "1", "--", "sh", "-c", "echo $RANK $WORLD_SIZE")
         assert out.stdout.strip() == "1 2", out.stderr
+        # a command a signal ended exits 128 + N, as a shell and kubectl exec report it (not 256 - N)
+        assert _dt(home, "exec", "pair", "--", "sh", "-c", "kill -9 $$").returncode == 137
+        assert _dt(home, "exec", "pair", "--rank", "1", "--", "sh", "-c", "kill -15 $$").returncode == 143
+        for word in ("all", "x", "²"):
+            bad = _dt(home, "exec", "pair", "--rank", word, "--", "true")
+            assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
+            assert "exec runs in one process" in bad.stderr and "from 0 to 1" in bad.stderr, bad.stderr
+            assert "or 'all'" not in bad.stderr
     finally:
         _dt(home, "delete", "pair")
 

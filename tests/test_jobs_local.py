@@ -7,13 +7,14 @@ import os
 import shutil
 import signal
 import sqlite3
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import Dtrain, rank_record
+from conftest import DTRAIN, Dtrain, rank_record
 
 ALLREDUCE = str(Path(__file__).parent / "jobs" / "allreduce.py")
 PY = sys.executable
@@ -344,3 +345,44 @@ def test_a_job_stored_under_looser_rules_can_still_be_listed_described_and_delet
     assert "A=B" in dt("describe", "job", "old").stdout
     dt("delete", "old")
     assert "old" not in dt("list", "-A").stdout
+
+
+PROGRESS = ("import sys, time\n"
+            "print('start', flush=True)\n"
+            "for i in range(3): sys.stdout.write(f'step {i}/3\\r'); sys.stdout.flush(); time.sleep(0.1)\n"
+            "print('step 3/3 done', flush=True); print('end', flush=True)\n")
+
+
+def test_logs_keep_a_carriage_return_line_whole_in_order_and_timed(dt: Dtrain):
+    """tqdm-style progress ('\\r' without '\\n') is part of one line, as kubectl logs shows it: the
+    reader once split records on '\\r' too, so its pieces came first (no time), --since dropped them
+    and -t counted them."""
+    def logs(*args: str) -> str:  # as bytes: a text-mode pipe would read each '\r' as a line end
+        proc = subprocess.run([DTRAIN, "logs", "cr", *args], env=dt.env, capture_output=True, timeout=60)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout.decode()
+
+    dt("submit", "cr", "--", "python", "-c", PROGRESS)
+    assert dt("wait", "cr").returncode == 0
+    bar = "step 0/3\rstep 1/3\rstep 2/3\rstep 3/3 done"
+    assert logs() == f"start\n{bar}\nend\n"
+    assert logs("--since", "5m") == f"start\n{bar}\nend\n"
+    assert logs("-t", "2") == f"{bar}\nend\n"
+    got = [json.loads(line) for line in logs("--json").splitlines()]
+    assert [g["text"] for g in got] == ["start", bar, "end"]
+    times = [g["time"] for g in got]
+    assert None not in times and times == sorted(times)
+    # each record is one line of the file for any line reader (less, grep, universal newlines)
+    with open(dt.home / "jobs" / "cr" / "logs" / "rank-0.log", encoding="utf-8") as f:
+        assert len(f.read().splitlines()) == 3
+
+
+@pytest.mark.parametrize("text", ["plain", "", " leading space", "\ttab first", "a\rb", "end\r", "\rstart",
+                                  "v\x0bf\x0cfs\x1cgs\x1drs\x1e", "nel\x85ls\u2028ps\u2029", "ünïcode\r✓",
+                                  '"quoted"\r\\back', "2026-01-01T00:00:00.000000Z\tlooks like a record"])
+def test_a_log_record_reads_back_as_written(text):
+    from dtrain.backends.local.rankrun import format_line, parse_line
+
+    record = format_line(text, 1_700_000_000.25)
+    assert record.endswith("\n") and len(record.splitlines()) == 1
+    assert parse_line(record) == (1_700_000_000.25, text)

@@ -59,6 +59,11 @@ LABEL_KEY = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a
                        r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")  # a Service name, at most 63 characters
+# resource.ParseQuantity's grammar (the schemas say only int-or-string): no 'K', no '+' needed, and
+# no exponent beside a suffix ('1.2e+06Mi' is refused).
+QUANTITY = re.compile(r"^([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][-+]?[0-9]+)?$")
+MAX_ANNOTATIONS = 256 * 1024  # bytes of keys and values (apimachinery's TotalAnnotationSizeLimitB)
 
 # CEL rules (x-kubernetes-validations) on fields we set, as Python. Rules that compare with
 # oldSelf only run on updates. An unknown rule fails the test: add its check here.
@@ -141,6 +146,10 @@ def check_metadata(obj: dict) -> None:
     as_configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta}
     kubernetes_validate.validate(as_configmap, K8S_VERSIONS[0], strict=True)
     assert DNS_SUBDOMAIN.match(meta["name"]) and len(meta["name"]) <= 253, meta["name"]
+    if obj["kind"] == "Service":
+        assert DNS_1035.match(meta["name"]) and len(meta["name"]) <= 63, f"bad Service name {meta['name']!r}"
+    annotations = meta.get("annotations") or {}
+    assert sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items()) <= MAX_ANNOTATIONS
     for labels in _all_labels(obj):
         for key, value in labels.items():
             assert LABEL_KEY.match(key) and len(key.rpartition("/")[2]) <= 63, f"bad label key {key!r}"
@@ -166,9 +175,37 @@ def pod_templates(obj: dict) -> list[dict]:
     return [r["template"] for r in replicas.values()]
 
 
+def quantities(node):
+    """Every quantity in an object: resource limits and requests (a PVC's storage), quota, sizeLimit."""
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key in ("limits", "requests", "hard") and isinstance(value, dict):
+                yield from value.values()
+            elif key == "sizeLimit":
+                yield value
+            else:
+                yield from quantities(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from quantities(value)
+
+
+def check_pod(template: dict) -> None:
+    """What the API server's pod validation refuses and the OpenAPI schemas cannot say."""
+    pod = template["spec"]
+    names = [v["name"] for v in pod.get("volumes") or []]
+    assert len(set(names)) == len(names), f"volume names repeat: {names}"
+    for c in pod["containers"]:
+        paths = [m["mountPath"] for m in c.get("volumeMounts") or []]
+        assert len(set(paths)) == len(paths), f"mountPaths repeat: {paths}"
+        assert c["image"] == c["image"].strip() and c["image"], f"bad image {c['image']!r}"
+
+
 def validate(obj: dict) -> None:
     """The one check every rendered object passes."""
     check_metadata(obj)
+    for q in quantities(obj):
+        assert isinstance(q, str) and QUANTITY.match(q), f"Kubernetes refuses the quantity {q!r}"
     group, _, version = obj["apiVersion"].rpartition("/")
     if obj["kind"] in CRD_FILES:
         schema = crd_schema(obj["kind"], version)
@@ -181,6 +218,7 @@ def validate(obj: dict) -> None:
         for k8s in K8S_VERSIONS:
             kubernetes_validate.validate(obj, k8s, strict=True)
     for template in pod_templates(obj):
+        check_pod(template)
         as_core = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}, "template": template}
         for k8s in K8S_VERSIONS:
             kubernetes_validate.validate(as_core, k8s, strict=True)
@@ -272,6 +310,21 @@ def test_the_checks_reject_what_the_api_would_drop_or_refuse():
     trainjob["metadata"]["name"] = "9lives"  # passes ObjectMeta, fails the TrainJob's CEL name rule
     with pytest.raises(AssertionError, match="CEL rule"):
         validate(trainjob)
+    for quantity in ("1.23457e+06Mi", "100K", "+1Gi"):  # what the renderer once wrote
+        bad_quantity = json.loads(json.dumps(job))
+        bad_quantity["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["resources"] = \
+            {"limits": {"memory": quantity}}
+        with pytest.raises(AssertionError, match="refuses the quantity"):
+            validate(bad_quantity)
+    two_shm = json.loads(json.dumps(job))
+    mounts = two_shm["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    mounts[0]["mountPath"] = "/dev/shm"
+    with pytest.raises(AssertionError, match="mountPaths repeat"):
+        validate(two_shm)
+    service = render_job(*MATRIX["mpi-cpu"])[-1]
+    service["metadata"]["name"] = "1abc-mpi-master"
+    with pytest.raises(AssertionError, match="bad Service name"):
+        validate(service)
 
 
 def test_kubernetes_validate_needs_no_network(monkeypatch):
@@ -435,7 +488,7 @@ def test_trainjob_refers_to_the_runtime_and_patches_volumes():
 
 def test_trainjob_refusals():
     v2 = KubernetesConfig(trainer="v2")
-    with pytest.raises(SpecError, match="starts with a letter"):
+    with pytest.raises(SpecError, match="must start with a letter"):
         render_workload(_spec(name="1st", launcher="torchrun", processes=2), v2)
     with pytest.raises(SpecError, match="torchrun only"):
         render_workload(_spec(launcher="mpi", processes=2), v2)

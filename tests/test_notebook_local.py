@@ -107,3 +107,36 @@ def test_a_notebook_holds_its_gpus_against_the_quota_until_deleted(dt_gpus: Dtra
     assert dt.status("train") == "Pending"  # the notebook never ends: its GPU stays taken
     dt("delete", "nbq")
     assert dt.wait_for("train", {"Succeeded", "Failed"})["status"] == "Succeeded"
+
+
+def test_notebook_list_hides_deleted_notebooks_as_dtrain_list_hides_deleted_jobs(dt: Dtrain):
+    dt("notebook", "gone")
+    dt("notebook", "kept")
+    dt("delete", "gone")
+    assert [n["name"] for n in dt.json("notebook", "list")] == ["kept"]
+    assert "gone" not in dt("notebook", "list").stdout
+    shown = {n["name"]: n["status"] for n in dt.json("notebook", "list", "--show-deleted")}
+    assert shown["gone"] == "Deleted" and shown["kept"] in ("Pending", "Running")
+    assert [j["name"] for j in dt.json("list")] == ["kept"]  # the same rule as the job list
+    dt("delete", "kept")
+
+
+def test_a_notebook_without_a_volume_serves_an_empty_folder_of_its_own_not_the_callers(dt: Dtrain, tmp_path):
+    caller = tmp_path / "caller"
+    caller.mkdir()
+    (caller / "private.txt").write_text("not for jupyter\n")
+    dt("notebook", "bare", cwd=caller)
+    dt.wait_for("bare", {"Running"})
+    try:
+        deadline = time.monotonic() + 30
+        while (opened := dt("notebook", "open", "bare", check=False)).returncode != 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        url = urlsplit(opened.stdout.strip())
+        token, base = parse_qs(url.query)["token"][0], f"{url.scheme}://{url.netloc}"
+        _wait_serving(base, token, dt, "bare")
+        code, root = _request(f"{base}/api/contents/", token=token)
+        assert code == 200 and root["content"] == []  # a new, empty folder: nothing of the caller's
+        work = dt.home / "jobs" / "bare" / "work"
+        assert work.is_dir() and dt.json("describe", "job", "bare")["extra"]["cwd"] == str(work)
+    finally:
+        dt("delete", "bare")

@@ -91,7 +91,26 @@ def test_job_verbs_and_errors(server, tmp_path):
                                                                            "true")
     wrong_type = http.post("/api/v1/jobs", json={"name": "x", "command": "true", "surprise": 1})
     assert wrong_type.status_code == 422 and wrong_type.json()["error"].startswith("invalid request: ")
+    memory = http.post("/api/v1/jobs", json={"name": "mem", "command": ["true"], "memory": "8GB"})
+    assert memory.status_code == 422
+    assert memory.json()["error"] == cli_error(server, "submit", "mem", "--memory", "8GB", "--", "true")
+    for body, headers, says in bad_bodies():
+        refused = http.post("/api/v1/jobs", content=body, headers=headers)
+        assert refused.status_code == 422 and refused.json()["kind"] == "SpecError", refused.text
+        assert says in refused.json()["error"] and "\n" not in refused.json()["error"], refused.text
     assert names() == ["hello"] and names(status="Deleted") == ["sleeper"]  # nothing stored
+    assert names(project="", status="") == ["hello"]  # empty filters, as a form sends "any": no filter
+
+
+def bad_bodies() -> list[tuple[bytes, dict[str, str], str]]:
+    """Bodies that FastAPI alone answers with a bare 400 or a message that does not say what to send."""
+    job = json.dumps({"name": "x", "command": ["true"]}).encode()
+    as_json = {"content-type": "application/json"}
+    return [(job, {"content-type": "application/x-www-form-urlencoded"}, "'Content-Type: application/json'"),
+            (job, {"content-type": "text/plain"}, "'Content-Type: application/json'"),
+            (b'{"name": "\xff", "command": ["true"]}', as_json, "not UTF-8"),
+            (b"[" * 100_000 + b"]" * 100_000, as_json, "nested too deeply"),
+            (b'{"name": ', as_json, "not valid JSON")]
 
 
 def test_log_stream_receives_a_line_written_after_the_request(server, tmp_path):
@@ -220,10 +239,21 @@ def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
     assert missing.status_code == 404 and missing.json()["error"] == cli_error(server, "snapshot", "create", "nope")
     bad = http.post("/api/v1/volumes", json={"name": "UPPER"})
     assert bad.status_code == 422 and bad.json()["error"] == cli_error(server, "volume", "create", "UPPER")
+    for field, value, flag in (("size", "100GB", "--size"), ("size", "0", "--size"),
+                               ("storage_class", "Bad_", "--class")):  # the CLI's line, not the schema's pattern
+        bad = http.post("/api/v1/volumes", json={"name": "big", field: value})
+        assert bad.status_code == 422 and bad.json()["error"] == cli_error(server, "volume", "create", "big", flag,
+                                                                           value)
+    narrower = http.post("/api/v1/volumes", json={"name": "big", "size": "1e3"})  # the CLI takes it, the API not
+    assert narrower.status_code == 422 and "such as 512Mi" in narrower.json()["error"]
+    assert "(?:" not in narrower.text and "big" not in {v["name"] for v in http.get("/api/v1/volumes").json()}
 
     freed = http.delete("/api/v1/snapshots/data-v1")
     assert freed.status_code == 200 and freed.json()["snapshot"] == "data-v1" and freed.json()["bytes"] is not None
     assert http.get("/api/v1/snapshots/data-v1").status_code == 404
+    status = {n["id"]: n["status"] for n in http.get("/api/v1/lineage").json()["nodes"]}
+    assert status["snapshot:data-v1"] == "gone"  # still the job's source, shown as a deleted volume is
+    assert status[f"snapshot:{job['snapshot']}"] is None and status["volume:exp"] is None
     assert http.delete("/api/v1/volumes/restored").status_code == 204
     assert [v["name"] for v in http.get("/api/v1/volumes").json()] == ["exp"]
 
@@ -252,3 +282,43 @@ def test_the_submit_body_has_the_job_spec_fields():
     from dtrain.spec import JobSpec
 
     assert set(SpecIn.model_fields) == {f.name for f in dataclasses.fields(JobSpec)}
+
+
+def test_head_answers_wherever_get_does_and_405_lists_every_method(server, tmp_path):
+    http = server.http
+    for path in ("/", "/metrics", "/api/v1/jobs", "/api/v1/nodes", "/api/v1/openapi.json", "/static/app.js"):
+        get, head = http.get(path), http.head(path)
+        assert head.status_code == 200 and head.content == b"", (path, head.status_code, head.text)
+        assert head.headers["content-type"] == get.headers["content-type"], path
+    assert http.head("/api/v1/jobs/nope").status_code == 404
+    submit(server, "quiet", WAIT_FOR_GO, tmp_path)
+    stream = http.head("/api/v1/jobs/quiet/logs/stream", timeout=30)  # the headers, not the job's whole life
+    assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
+    for method, path, allowed in (("PUT", "/api/v1/jobs", "GET, HEAD, POST"),
+                                  ("PUT", "/api/v1/volumes/exp", "GET, HEAD, DELETE"),
+                                  ("POST", "/api/v1/nodes", "GET, HEAD"),
+                                  ("GET", "/api/v1/snapshots/s/restore", "POST"),
+                                  ("POST", "/static/app.js", "GET, HEAD")):
+        refused = http.request(method, path)
+        assert refused.status_code == 405 and refused.headers["allow"] == allowed, (method, path, refused.headers)
+        assert refused.json()["error"] == f"{method} is not allowed on {path}: use {allowed}"
+
+
+def test_only_the_delete_that_deleted_a_volume_answers_204(server):
+    """Six concurrent deletes of one volume: one 204 and five 404s, in every round."""
+    http = server.http
+    for _ in range(5):
+        assert http.post("/api/v1/volumes", json={"name": "cv", "size": "1Mi"}).status_code == 201
+        codes: list[int] = []
+        barrier = threading.Barrier(6)
+
+        def delete() -> None:
+            with httpx.Client(base_url=server.url, timeout=60) as own:
+                barrier.wait()
+                codes.append(own.delete("/api/v1/volumes/cv").status_code)
+        threads = [threading.Thread(target=delete) for _ in range(6)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert sorted(codes) == [204, 404, 404, 404, 404, 404]

@@ -347,3 +347,21 @@ def test_every_volume_size_the_api_schema_allows_is_one_the_server_takes():
         assert not allowed.match(text), text
     for text in ["0", "0.5", ".761", "5m", "1e3", "01Gi", "2Ei", "1.5Ei", "-1Gi", "1Gb"]:
         assert not allowed.match(text), text
+
+
+def test_a_pvc_flag_overrides_the_files_mount_at_the_same_path(tmp_path):
+    """As -e overrides the file's variable of the same name: --pvc replaces the file's volume at
+    its mount path (spelled either way), and adds the others."""
+    job = tmp_path / "job.yaml"
+    job.write_text('name: yp\ncommand: [ls, /mnt]\nvolumes: [{volume: v1, mount_path: /mnt}, "v3:/data:ro"]\n')
+    code, out, err, _ = run(tmp_path / "home", "submit", "-f", str(job), "--pvc", "v2:/mnt/", "--pvc", "v4:/extra",
+                            "--dry-run")
+    assert code == 0, err
+    volumes = out.split("volumes:\n", 1)[1].split("\nlarge_shm", 1)[0].split("\n")
+    assert volumes == ["- v3:/data:ro", "- v2:/mnt", "- v4:/extra"]
+
+
+def test_a_huge_word_argparse_does_not_take_is_not_repeated_whole(tmp_path):
+    code, _, err, _ = run(tmp_path / "home", "list", "--bogus", *["x" * 100_000] * 3)
+    assert code == 2 and err.startswith("dtrain list: error: ") and "xxxx" in err
+    assert len(err) < 500 and "\n" not in err.strip(), len(err)

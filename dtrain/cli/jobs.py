@@ -148,8 +148,13 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
         data["cpu"] = int(data["cpu"])
     if args.environment:
         data["env"] = {**(data.get("env") or {}), **parse_env(args.environment)}
-    if args.pvc:
-        data["volumes"] = [*(data.get("volumes") or []), *(v.to_flag() for v in map(parse_pvc, args.pvc))]
+    if args.pvc:  # as -e overrides the file's variable of the same name, --pvc its mount at the same path
+        given = [parse_pvc(v) for v in args.pvc]
+        taken = {v.mount_path for v in given}
+        kept = [v for v in (data.get("volumes") or [])
+                if not (isinstance(v, str) and _mount_of(v) in taken)
+                and not (isinstance(v, dict) and _mount_of(v.get("mount_path")) in taken)]
+        data["volumes"] = [*kept, *(v.to_flag() for v in given)]
     if args.image_pull_secret:
         data["image_pull_secrets"] = args.image_pull_secret
     _sagemaker_fields(args, data)
@@ -159,6 +164,17 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     if isinstance(data["project"], str):  # the configured backend of the project, as `list` uses
         data.setdefault("backend", client.config.backend_for(data["project"]))
     return JobSpec.from_dict(data)
+
+
+def _mount_of(entry) -> str | None:
+    """The normalised mount path of a file's volume entry ('VOL:/mnt[:ro]', 'CLASS:SIZE:/mnt', or a
+    mapping's mount_path); None for one that does not parse (the spec then names the problem)."""
+    try:
+        if isinstance(entry, str) and ":" in entry:
+            return parse_pvc(entry).mount_path
+        return parse_pvc(f"v:{entry}").mount_path if isinstance(entry, str) else None
+    except SpecError:
+        return None
 
 
 def cmd_submit(args, command: list[str], client: Client, launcher: str | None = None) -> int:
@@ -264,8 +280,12 @@ def cmd_logs(args, client: Client) -> int:
     return 0
 
 
+def _whole(text: str) -> bool:
+    return text.isascii() and text.isdigit()  # "²".isdigit() too, and int() refuses it
+
+
 def _rank(text: str) -> int:
-    if not text.isdigit():
+    if not _whole(text):
         raise SpecError(f"invalid --rank {shown(text)}: use a process rank such as 0, or 'all'")
     return int(text)
 
@@ -292,8 +312,12 @@ def cmd_artifacts(args, client: Client) -> int:
     print(f"The model of job '{args.name}' is in {out}")
     return 0
 def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
-    rank = 0 if args.rank is None else _rank(args.rank)
-    return client.exec(args.name, command, rank=rank)
+    if args.rank is not None and not _whole(args.rank):
+        last = client.get(args.name).spec.processes - 1
+        raise SpecError(f"invalid --rank {shown(args.rank)}: exec runs in one process; give a rank from 0 to "
+                        f"{last}, e.g. dtrain exec {args.name} --rank 0 -- COMMAND")
+    code = client.exec(args.name, command, rank=0 if args.rank is None else int(args.rank))
+    return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell and kubectl exec say
 
 
 EXIT_TIMEOUT = 124  # `wait --timeout` ran out: the job goes on (the code GNU timeout uses)

@@ -95,6 +95,9 @@ def cmd_nodes(args, client: Client) -> int:
     return 0
 
 
+MAX_USAGE_ERROR = 400  # characters of an argparse message shown
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, with usage errors on one line like every other dtrain error (exit 2), and a word
     starting with '-' and a digit read as a value in every verb (see `jobs.NEGATIVE_VALUE`)."""
@@ -104,6 +107,8 @@ class Parser(argparse.ArgumentParser):
         self._negative_number_matcher = jobs.NEGATIVE_VALUE  # sub-parsers are made of this class too
 
     def error(self, message: str):
+        if len(message) > MAX_USAGE_ERROR:  # argparse repeats what it did not take, whatever its size
+            message = message[:MAX_USAGE_ERROR] + "..."
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
@@ -251,6 +256,9 @@ def machine_refused(err: BaseException) -> str | None:
     """One line for what the machine refused a command (a full or read-only disk, a folder it may
     not write), or None for anything else. The state database changes in transactions, so a
     write SQLite could not finish left what was stored as it was."""
+    if getattr(err, "sqlite_errorname", None) in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):  # found past db.connect's checks
+        return (f"the state database (state.db in the home folder, $DTRAIN_HOME) is damaged ({err}): move it "
+                f"away, or set DTRAIN_HOME to another folder")
     if type(err).__module__ == "sqlite3" and any(w in str(err) for w in ("full", "I/O error", "readonly")):
         return (f"the state database could not be opened or written ({err}): the disk holding the home folder ($DTRAIN_HOME) is "
                 f"probably full or read-only; free space there (df -h) and retry; nothing stored was changed")

@@ -6,6 +6,7 @@ A notebook is a job (spec.notebook): `dtrain delete NAME` stops it, `dtrain list
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 
 from dtrain.cli import format as fmt
@@ -39,8 +40,38 @@ class _StartByDefault(argparse._SubParsersAction):
 
     def __call__(self, parser, namespace, values, option_string=None):
         if values and values[0] not in self._name_parser_map:
+            refused = _not_a_name(values, list(self._name_parser_map))
+            if refused:
+                parser.error(refused)
             values = ["start", *values]
         super().__call__(parser, namespace, values, option_string)
+
+
+# First words that name something to do, not a notebook: job verbs (a notebook is a job) and `ls`.
+_VERBS = {"delete": "delete", "stop": "delete", "rm": "delete", "logs": "logs", "describe": "describe job",
+          "ls": "notebook list"}
+
+
+def _not_a_name(words: list[str], actions: list[str]) -> str | None:
+    """Why `dtrain notebook WORD ...` does not start a notebook named WORD, or None when it does.
+
+    A job verb, or a slip of an action or a verb (difflib: a ratio of 0.75 or more, a length within
+    one: `lst`, `opne`, `delet`), is refused; a name only sharing letters with one (`mnist`,
+    `opencv`) is not. Any name still starts with `dtrain notebook start NAME`."""
+    word = words[0]
+    name = words[1] if len(words) > 1 and not words[1].startswith("-") else "NAME"
+    start = f"to start a notebook named {word}, use `dtrain notebook start {word} ...`"
+    if word in _VERBS:
+        fix = _VERBS[word]
+    else:
+        close = (difflib.get_close_matches(word, actions, n=1, cutoff=0.75)
+                 or difflib.get_close_matches(word, [v for v in _VERBS if len(v) > 2], n=1, cutoff=0.75))
+        if not close or abs(len(close[0]) - len(word)) > 1:
+            return None
+        fix = f"notebook {close[0]}" if close[0] in actions else _VERBS[close[0]]
+    if fix.startswith("notebook"):
+        return f"did you mean `dtrain {fix}`? ({start})"
+    return f"a notebook is a job: did you mean `dtrain {fix} {name}`? ({start})"
 
 
 def cmd_start(args, client: Client) -> int:
@@ -55,7 +86,8 @@ def cmd_start(args, client: Client) -> int:
 
 
 def cmd_list(args, client: Client) -> int:
-    books = client.list_notebooks(project=args.project)
+    books = [b for b in client.list_notebooks(project=args.project)
+             if args.show_deleted or b.status.value != "Deleted"]  # as `dtrain list` shows jobs
     if args.json:
         print(json.dumps([b.to_dict() for b in books], indent=2))
         return 0
@@ -71,14 +103,19 @@ def cmd_open(args, client: Client) -> int:
 
 
 def register(sub) -> None:
+    where = ("Jupyter's root folder is the first --pvc volume; without --pvc (local backend) it is a new, "
+             "empty folder of the job's own (jobs/NAME/work in the dtrain home), never the folder you start "
+             "it from. A notebook is a job: stop it with 'dtrain delete NAME', read its log with 'dtrain logs "
+             "NAME'. A notebook named like an action (list, open) is started with 'dtrain notebook start NAME'.")
     p = sub.add_parser("notebook", help="Jupyter on a volume, as an interactive job: start, list, open",
                        usage="dtrain notebook NAME --pvc VOLUME:/home/jovyan/work [--gpu N] [--cpu C] | "
-                             "dtrain notebook {list,open} ...")
+                             "dtrain notebook {list,open} ...", description=where)
     ns = p.add_subparsers(dest="action", required=True, metavar="{NAME,list,open}", action=_StartByDefault)
     c = ns.add_parser("start", help="start a notebook (the default: 'dtrain notebook NAME ...')")
     c.add_argument("name", help="notebook name (lower-case letters, digits, '-')")
     c.add_argument("--pvc", action="append", metavar="VOLUME:MOUNT[:ro]",
-                   help="volume to work on; the first one is Jupyter's root folder (repeat)")
+                   help="volume to work on; the first one is Jupyter's root folder (repeat); without it, "
+                        "a new empty folder of the job's own")
     c.add_argument("-g", "--gpu", type=int, help="GPUs (0 allowed)")
     c.add_argument("--cpu", type=float, help="CPU threads")
     c.add_argument("--memory", help="memory, e.g. 8Gi")
@@ -88,6 +125,7 @@ def register(sub) -> None:
     c.set_defaults(handler=cmd_start)
     c = ns.add_parser("list", help="list notebooks")
     c.add_argument("-p", "--project", help="this project's notebooks")
+    c.add_argument("--show-deleted", action="store_true", help="also list deleted notebooks")
     c.add_argument("--json", action="store_true", help="print a JSON list")
     c.set_defaults(handler=cmd_list)
     c = ns.add_parser("open", help="print the URL (with its token) to open in a browser")

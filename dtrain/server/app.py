@@ -10,6 +10,7 @@ thread gets its own Client (SQLite then locks between them as it does between CL
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Callable
 
@@ -18,18 +19,23 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
+from starlette.routing import Match, Mount
 
 from dtrain import errors
-from dtrain.names import check_name
+from dtrain.names import check_name, check_storage_class, parse_size, parse_volume_size, shown
 from dtrain.server import routes_cluster, routes_jobs, routes_storage, wire
 from dtrain.server.auth import Guard
 from dtrain.server.clients import Clients
 from dtrain.server.history import GpuHistory
 from dtrain.server.metrics import metrics_route
+from dtrain.server.middleware import HEAD, EmptyQuery, HeadAsGet
+from dtrain.spec import MIN_MEMORY
 
 STATIC = Path(__file__).parent / "static"
 API = "/api/v1"
 
+METHODS = ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE")  # in the order a 405's Allow lists them
+SEND_JSON = "send a JSON object with the header 'Content-Type: application/json'"
 # The one place where an error class becomes an HTTP status.
 STATUS = ((errors.NotFoundError, 404), (errors.ConflictError, 409), (errors.QuotaError, 409),
           (errors.SpecError, 422), (errors.DataError, 422), (TimeoutError, 408), (errors.NotSupportedError, 501),
@@ -58,12 +64,15 @@ def create_app(make_client: Callable[[], object], *, token: str | None = None, r
     app.state.history = history
     app.state.streams = routes_jobs.Streams(max_streams)
     app.state.read_only = read_only
+    app.state.stopping = asyncio.Event()  # set by serve.Server when shutdown begins: waits and streams end then
     for module in (routes_jobs, routes_cluster, routes_storage):
         app.include_router(module.router, prefix=API)
     app.add_api_route("/metrics", metrics_route(clients), include_in_schema=False)
     _errors(app)
     _pages(app)
-    app.add_middleware(Guard, token=token, read_only=read_only)
+    app.add_middleware(EmptyQuery)
+    app.add_middleware(HeadAsGet)
+    app.add_middleware(Guard, token=token, read_only=read_only)  # the outermost: it sees every request first
     return app
 
 
@@ -74,12 +83,45 @@ def _errors(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request, err: RequestValidationError):
-        return JSONResponse({"error": _one_line(request, err.errors()), "kind": "SpecError"}, status_code=422)
+        return _refused(_one_line(request, err.errors()))
 
     @app.exception_handler(HTTPException)
-    async def http_error(_request, err: HTTPException):
-        return JSONResponse({"error": str(err.detail), "kind": "HTTPError"}, status_code=err.status_code,
-                            headers=err.headers)
+    async def http_error(request, err: HTTPException):
+        if err.status_code == 400 and isinstance(err.__cause__, Exception):  # FastAPI could not read the body
+            return _refused(_unreadable(err.__cause__))
+        detail, headers = str(err.detail), err.headers
+        if err.status_code == 405:
+            detail, headers = _not_allowed(request, headers or {})
+        return JSONResponse({"error": detail, "kind": "HTTPError"}, status_code=err.status_code, headers=headers)
+
+
+def _refused(message: str) -> JSONResponse:
+    """A request of the wrong shape: 422 and one line, as dtrain's own SpecError."""
+    return JSONResponse({"error": message, "kind": "SpecError"}, status_code=422)
+
+
+def _unreadable(cause: Exception) -> str:
+    """A body FastAPI's JSON reading gave up on (it answers a bare 400 'error parsing the body')."""
+    if isinstance(cause, UnicodeDecodeError):
+        return "invalid request: the body is not UTF-8 text; send JSON encoded as UTF-8"
+    if isinstance(cause, RecursionError):
+        return "invalid request: the body's JSON is nested too deeply to read; send the object the schema describes"
+    return f"invalid request: the body could not be read as JSON ({type(cause).__name__}); {SEND_JSON}"
+
+
+def _not_allowed(request, headers: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """A 405's line and its Allow header, listing every method of the path: Starlette's names only
+    the methods of the first route that matched (GET for /api/v1/jobs, which POST also takes)."""
+    def takes(method: str) -> bool:
+        scope = {**request.scope, "method": method}
+        return any(not isinstance(r, Mount) and r.matches(scope)[0] == Match.FULL for r in request.app.routes)
+    found = [m for m in METHODS if m != "HEAD" and takes(m)]
+    if "GET" in found:
+        found.insert(1, "HEAD")  # middleware.HeadAsGet
+    kept = {k: v for k, v in headers.items() if k.lower() != "allow"}
+    allow = ", ".join(found) or next((v for k, v in headers.items() if k.lower() == "allow"), "")  # a Mount's own
+    method = "HEAD" if request.scope.get(HEAD) else request.method
+    return f"{method} is not allowed on {request.url.path}: use {allow}", {**kept, "allow": allow}
 
 
 def _pages(app: FastAPI) -> None:
@@ -92,16 +134,43 @@ def _pages(app: FastAPI) -> None:
 
 
 def _one_line(request, problems) -> str:
-    """Pydantic's findings as one line; a name refused by names.py's pattern gets names.py's message."""
+    """Pydantic's findings as one line: a value refused by a pattern gets names.py's message (the
+    CLI's), never the pattern; a body that was not read as JSON says which header to send."""
+    given = request.headers.get("content-type")
+    if given and not _is_json(given) and any(tuple(e.get("loc", ()))[:1] == ("body",) for e in problems):
+        return f"invalid request: the body was not read as JSON (Content-Type {shown(given)}); {SEND_JSON}"
     parts = []
     for e in problems[:5]:
         loc = [str(x) for x in e.get("loc", ()) if x != "body"]
-        if e.get("type") == "string_pattern_mismatch" and e.get("ctx", {}).get("pattern") == wire.NAME:
-            field = loc[-1] if loc else "name"
-            area = request.url.path.removeprefix(API + "/").split("/")[0]  # jobs, volumes, snapshots...
-            try:
-                check_name(e.get("input"), wire.NAMED.get(field, wire.NAMED.get(area, field)))
-            except errors.SpecError as refused:
-                return str(refused)
+        if e.get("type") == "string_pattern_mismatch":
+            return _pattern_refusal(request, e.get("ctx", {}).get("pattern"), e.get("input"), loc)
+        if e.get("type") == "json_invalid":
+            return (f"invalid request: the body is not valid JSON ({e.get('ctx', {}).get('error', 'unreadable')} "
+                    f"at character {loc[-1] if loc else 0}); {SEND_JSON}")
         parts.append(f"{'.'.join(loc) or 'body'}: {e.get('msg', 'invalid')}")
     return "invalid request: " + "; ".join(parts)
+
+
+def _is_json(content_type: str) -> bool:
+    """What FastAPI reads as JSON: application/json or application/*+json, with any parameters."""
+    kind = content_type.split(";")[0].strip().lower()
+    return kind == "application/json" or (kind.startswith("application/") and kind.endswith("+json"))
+
+
+def _pattern_refusal(request, pattern: str | None, value, loc: list[str]) -> str:
+    """The CLI's message for a value that a schema pattern refused: names.py's checks say why."""
+    field = loc[-1] if loc else "value"
+    area = request.url.path.removeprefix(API + "/").split("/")[0]  # jobs, volumes, snapshots...
+    checks = {wire.NAME: lambda v: check_name(v, wire.NAMED.get(field, wire.NAMED.get(area, field))),
+              wire.VOLUME_SIZE: parse_volume_size,
+              wire.SIZE: lambda v: parse_size(v, "--memory", minimum=MIN_MEMORY),
+              wire.CLASS: check_storage_class}
+    try:
+        checks.get(pattern, lambda v: None)(value)
+    except errors.SpecError as refused:
+        return str(refused)
+    # names.py takes it but the API's narrower pattern does not (an API volume size has no 1e3 or 1000m)
+    if pattern == wire.VOLUME_SIZE:
+        return (f"invalid volume size {shown(value)}: the API takes a quantity from 1 byte to 1Ei without an "
+                f"exponent, a milli suffix or leading zeros, such as 512Mi, 100Gi or 2G")
+    return f"invalid {'.'.join(loc) or 'value'} {shown(value)}: use the form the schema gives (/api/v1/openapi.json)"

@@ -22,13 +22,18 @@ def lineage(jobs, volumes, snapshots) -> wire.Lineage:
         return key
 
     live = {v.name for v in volumes}
+    kept = {s.name for s in snapshots}
+
+    def snapshot(name: str) -> str:  # a deleted one stays in the graph, marked as a deleted volume is
+        return node("snapshot", name, None if name in kept else "gone")
+
     for v in volumes:
         node("volume", v.name)
         if v.origin_snapshot:
-            edges.append(wire.LineageEdge(source=node("snapshot", v.origin_snapshot), target=f"volume:{v.name}",
+            edges.append(wire.LineageEdge(source=snapshot(v.origin_snapshot), target=f"volume:{v.name}",
                                           label="restored"))
     for s in snapshots:
-        target = node("snapshot", s.name)
+        target = snapshot(s.name)
         if s.volume:  # None where the storage system no longer says
             vol = node("volume", s.volume, None if s.volume in live else "gone")
             edges.append(wire.LineageEdge(source=vol, target=target, label="snapshot"))
@@ -41,7 +46,7 @@ def lineage(jobs, volumes, snapshots) -> wire.Lineage:
         key = node("job", j.name, j.status.value)
         edges += [wire.LineageEdge(source=f"volume:{m}", target=key, label="mounted") for m in sorted(mounts)]
         if source:
-            edges.append(wire.LineageEdge(source=node("snapshot", source), target=key, label="started"))
+            edges.append(wire.LineageEdge(source=snapshot(source), target=key, label="started"))
     for s in snapshots:
         if s.job:
             edges.append(wire.LineageEdge(source=node("job", s.job), target=f"snapshot:{s.name}", label="results"))

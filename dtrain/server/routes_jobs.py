@@ -6,9 +6,8 @@ import asyncio
 import contextlib
 import json
 import threading
-from typing import Annotated, Any
+from typing import Annotated, Any, Awaitable, Callable, TypeVar
 
-import anyio
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 
@@ -20,6 +19,7 @@ router = APIRouter(tags=["jobs"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422)}
 KEEPALIVE_S = 15.0  # an SSE comment this often keeps proxies from closing a quiet stream
 GONE_AFTER_S = 60.0  # a reader that takes no line for this long (1,000 queued) is dropped
+T = TypeVar("T")
 
 
 @router.get("/jobs", response_model=list[wire.Job], responses=ERRORS)
@@ -53,13 +53,17 @@ def delete_job(request: Request, name: wire.JobName):
     return wire.job_out(client(request).delete(name))
 
 
-@router.get("/jobs/{name}/wait", response_model=wire.Job, responses={**ERRORS, 408: {"model": wire.Error}})
+@router.get("/jobs/{name}/wait", response_model=wire.Job,
+            responses={**ERRORS, 408: {"model": wire.Error}, 503: {"model": wire.Error}})
 async def wait_job(request: Request, name: wire.JobName, timeout: Annotated[float, Query(ge=0, le=600)] = 60):
-    """Block until the job ends (408 when `timeout` seconds pass first)."""
-    streams = request.app.state.streams
-    with streams.slot():  # its own thread limit, so that waits never hold the threads lists need
-        info = await anyio.to_thread.run_sync(lambda: client(request).wait(name, timeout=timeout),
-                                              limiter=streams.limiter())
+    """Block until the job ends (408 when `timeout` seconds pass first, 503 when the server stops first)."""
+    clients = request.app.state.clients
+    waiting = _in_thread(request.app.state.streams, lambda: clients.get().wait(name, timeout=timeout), f"wait-{name}")
+    try:
+        info = await unless_stopping(waiting, request.app.state.stopping)
+    except Stopping:
+        raise HTTPException(503, f"the server is shutting down; wait for job {name!r} again once it is back "
+                                 f"(or with 'dtrain wait {name}')") from None
     return wire.job_out(info)
 
 
@@ -81,7 +85,7 @@ async def follow_logs(request: Request, name: wire.JobName, rank: Annotated[int 
 
     async def events():
         try:
-            async for item in pump.items():
+            async for item in pump.items(request.app.state.stopping):
                 yield item
         finally:
             pump.stop()
@@ -96,18 +100,16 @@ def job_metrics(request: Request, name: wire.JobName, last: Annotated[int, Query
 
 
 class Streams:
-    """Counts the long requests (log streams, waits) so that they cannot take every thread."""
+    """Counts the long requests (log streams, waits) so that they cannot take every thread.
+
+    Each runs in a daemon thread of its own, which holds its slot until it ends: not in anyio's
+    worker threads, which a process joins before it exits, so that a wait of up to 600 s (or a
+    stream of a quiet job) cannot hold a Ctrl-C'd server open."""
 
     def __init__(self, limit: int):
         self.limit = limit
         self.open = 0
         self._lock = threading.Lock()
-        self._limiter: anyio.CapacityLimiter | None = None
-
-    def limiter(self) -> anyio.CapacityLimiter:
-        if self._limiter is None:  # made inside the event loop, on first use
-            self._limiter = anyio.CapacityLimiter(self.limit)
-        return self._limiter
 
     def acquire(self) -> None:
         with self._lock:
@@ -120,13 +122,59 @@ class Streams:
         with self._lock:
             self.open -= 1
 
-    @contextlib.contextmanager
-    def slot(self):
-        self.acquire()
+
+class Stopping(Exception):
+    """The server began to shut down while a long request waited."""
+
+
+async def unless_stopping(work: Awaitable[T], stopping: asyncio.Event, timeout: float | None = None) -> T:
+    """`work`'s result; Stopping when the server begins to shut down first, TimeoutError after `timeout` s.
+
+    uvicorn waits for open requests before it stops, so a wait or a stream that did not watch for
+    this held Ctrl-C until it ended, and was then cancelled with a traceback and a 500."""
+    task, stop = asyncio.ensure_future(work), asyncio.ensure_future(stopping.wait())
+    try:
+        done, _ = await asyncio.wait((task, stop), timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        task.cancel()  # a finished one ignores it; an unfinished queue.get() gives up its place
+        stop.cancel()
+    if task in done:
+        return task.result()
+    if stop in done:
+        raise Stopping
+    raise TimeoutError
+
+
+def _in_thread(streams: Streams, call: Callable[[], T], name: str) -> asyncio.Future:
+    """`call()` in a daemon thread that holds one of `streams`' slots until it returns; its result as a future."""
+    loop = asyncio.get_running_loop()
+    future = loop.create_future()
+
+    def deliver(ok: bool, value) -> None:
+        if future.done():  # nobody waits any more: the request ended first
+            return
+        if ok:
+            future.set_result(value)
+        else:
+            future.set_exception(value)
+
+    def run() -> None:
         try:
-            yield
+            outcome = (True, call())
+        except Exception as err:  # noqa: BLE001  raised in the request: 404, 408 and friends
+            outcome = (False, err)
         finally:
-            self.release()
+            streams.release()
+        with contextlib.suppress(RuntimeError):  # the event loop has closed: the server is gone
+            loop.call_soon_threadsafe(deliver, *outcome)
+
+    streams.acquire()
+    try:
+        threading.Thread(target=run, name=name, daemon=True).start()
+    except BaseException:
+        streams.release()
+        raise
+    return future
 
 
 class _Pump:
@@ -198,13 +246,16 @@ class _Pump:
                 return
         self._put(("end", "event: end\ndata: {}\n\n"))
 
-    async def items(self):
+    async def items(self, stopping: asyncio.Event):
+        """The events to send; they end when the job does, or quietly when the server stops."""
         while True:
             try:
-                kind, text = await asyncio.wait_for(self.queue.get(), KEEPALIVE_S)
+                kind, text = await unless_stopping(self.queue.get(), stopping, KEEPALIVE_S)
             except TimeoutError:
                 yield ": keepalive\n\n"
                 continue
+            except Stopping:
+                return
             yield text
             if kind == "end":
                 return

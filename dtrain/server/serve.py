@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import errno
 import socket
 from pathlib import Path
 from typing import Callable
+
+import uvicorn
 
 from dtrain.errors import ConflictError, SpecError
 from dtrain.server.auth import TOKEN_FILE, is_loopback, load_or_create_token
@@ -25,27 +29,54 @@ def bind(host: str, port: int) -> socket.socket:
         sock.bind(address)
     except OSError as err:
         sock.close()
-        raise ConflictError(f"cannot listen on {host}:{port} ({err.strerror}); pick another --port") from None
+        raise ConflictError(f"cannot listen on {host}:{port} ({err.strerror}); {_bind_hint(err, host)}") from None
     sock.listen(128)
     sock.set_inheritable(False)  # jobs the server starts must not hold the port open
     return sock
 
 
-def run(make_client: Callable[[], object], home: Path, *, host: str, port: int, read_only: bool) -> int:
-    import uvicorn
+def _bind_hint(err: OSError, host: str) -> str:
+    """What to change: the port when it is taken, the address when it is not this machine's."""
+    if err.errno == errno.EADDRNOTAVAIL:
+        return f"{host} is not an address of this machine: pick another --host, e.g. 127.0.0.1 or 0.0.0.0"
+    if err.errno == errno.EACCES:
+        return "ports below 1024 need root: pick another --port, e.g. 8500"
+    return "pick another --port"
 
+
+class Server(uvicorn.Server):
+    """uvicorn's server, which sets `stopping` as soon as it begins to shut down.
+
+    uvicorn waits for open requests before it tells the app (the lifespan's shutdown comes last),
+    so waits and log streams watch this event to end at once rather than when they time out."""
+
+    def __init__(self, config: uvicorn.Config, stopping: asyncio.Event):
+        super().__init__(config)
+        self.stopping = stopping
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        self.stopping.set()
+        await super().shutdown(sockets)
+
+
+def run(make_client: Callable[[], object], home: Path, *, host: str, port: int, read_only: bool) -> int:
     from dtrain.server.app import create_app
 
-    token = created = None
-    if not is_loopback(host):
-        token, created = load_or_create_token(home)
+    # Bind first: a failed bind must not use up the token, which is printed only when it is made.
     sock = bind(host, port)
+    try:
+        token = created = None
+        if not is_loopback(host):
+            token, created = load_or_create_token(home)
+    except BaseException:
+        sock.close()
+        raise
     shown = f"[{host}]" if ":" in host else host
     print(banner(f"http://{shown}:{sock.getsockname()[1]}/", home / TOKEN_FILE, token=token, created=created,
                  read_only=read_only), flush=True)
     app = create_app(make_client, token=token, read_only=read_only)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, access_log=False)
-    uvicorn.Server(config).run(sockets=[sock])
+    Server(config, app.state.stopping).run(sockets=[sock])
     return 0
 
 

@@ -267,7 +267,7 @@ class LineageNode(BaseModel):
     id: str = Field(description="kind:name")
     kind: Literal["volume", "snapshot", "job"]
     name: str
-    status: str | None = Field(None, description="a job's status; 'gone' for a deleted volume")
+    status: str | None = Field(None, description="a job's status; 'gone' for a deleted volume or snapshot")
 
 
 class LineageEdge(BaseModel):

@@ -135,7 +135,10 @@ class Storage:
         folder = vol.path.parent
         trash = folder.parent / folders.staging_name("trash")
         with db.transaction(self.conn):
-            self.conn.execute("DELETE FROM volumes WHERE name = ?", (name,))
+            # This volume, if still there: a concurrent delete (or a delete and a new volume of the
+            # same name) leaves this caller nothing to delete, and it says so.
+            if self.conn.execute("DELETE FROM volumes WHERE name = ? AND uid = ?", (name, vol.uid)).rowcount == 0:
+                raise NotFoundError(f"no volume named {name!r}: list volumes with `{LIST_VOLUMES}`")
             if folder.exists():
                 os.rename(folder, trash)
         folders.rmtree(trash)

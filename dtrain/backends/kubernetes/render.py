@@ -24,7 +24,8 @@ import re
 from typing import Any
 
 from dtrain.errors import SpecError
-from dtrain.spec import SIZE_RE, JobSpec
+from dtrain.names import MAX_NAME, kubernetes_quantity, shown
+from dtrain.spec import JobSpec
 
 from . import render_storage
 from .config import KubernetesConfig
@@ -51,6 +52,8 @@ MPI_CONTAINER = "mpi"
 TRAIN_CONTAINER = "train"
 # torchrun prefixes each line of a packed pod with the global rank, so `logs --rank` can split it.
 TORCHRUN_PREFIX_ENV = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]:"}
+SHM_PATH = "/dev/shm"
+MAX_ANNOTATIONS = 256 * 1024  # bytes of an object's annotations, keys and values, that the API server takes
 
 
 def resource_for(spec: JobSpec, config: KubernetesConfig) -> Resource:
@@ -84,6 +87,9 @@ def image_of(spec: JobSpec, config: KubernetesConfig) -> str:
     if not image:
         raise SpecError(f"job {spec.name!r} needs a container image on Kubernetes: pass --image "
                         f"(e.g. --image pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime) or set a default image")
+    if any(c.isspace() for c in image):  # the API refuses spaces around it, the kubelet inside it
+        raise SpecError(f"invalid image {shown(image)}: remove the spaces (an image reference such as "
+                        f"registry.example.com/dtrain:0.1 has none)")
     return image
 
 
@@ -108,13 +114,52 @@ def render_job(spec: JobSpec, config: KubernetesConfig, *, with_namespace: bool 
 def render_workload(spec: JobSpec, config: KubernetesConfig) -> dict:
     """The one job object (Job, PyTorchJob, MPIJob or TrainJob) of a spec."""
     resource = resource_for(spec, config)
+    check_workload_name(spec, resource)
     replicas, per_pod = packing(spec, config)
     annotations = {ANN_SPEC: json.dumps(spec.to_dict(), sort_keys=True), ANN_PROCS_PER_POD: str(per_pod)}
+    _check_annotations(spec, annotations)
     meta = metadata(spec.name, config.namespace_of(spec.project), job_labels(spec, config), annotations)
     build = {BATCH_JOB.kind: _batch_job, PYTORCH_JOB.kind: _pytorch_job,
              MPI_JOB.kind: _mpi_job, TRAIN_JOB.kind: _train_job, NOTEBOOK.kind: _notebook}[resource.kind]
     body = build(spec, config, replicas, per_pod)
     return {"apiVersion": resource.api_version, "kind": resource.kind, "metadata": meta, **body}
+
+
+_DNS1035 = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")
+# Kinds whose name becomes a Service's, which must be a DNS-1035 label (a letter first): the
+# operator's per-replica Services of a PyTorchJob or MPIJob (and our <job>-mpi-master), the JobSet
+# Services of a TrainJob, the Service the notebook controller names after its Notebook.
+_SERVICE_NAMED = (PYTORCH_JOB.kind, MPI_JOB.kind, TRAIN_JOB.kind, NOTEBOOK.kind)
+
+
+def _max_name(kind: str) -> int:
+    """The longest name of a kind, so that what is named after it stays a 63-character label."""
+    if kind == MPI_JOB.kind:
+        return 63 - len(mpi_master_name(""))  # 52: the Service <job>-mpi-master
+    if kind == NOTEBOOK.kind:
+        return 52  # its StatefulSet's pods get the label controller-revision-hash=<name>-<10-char hash>
+    return MAX_NAME
+
+
+def check_workload_name(spec: JobSpec, resource: Resource) -> None:
+    """Names that names.check_name takes but some kinds do not: a leading digit, or one too long."""
+    what = "notebook" if spec.notebook else "job"
+    most = _max_name(resource.kind)
+    if resource.kind in _SERVICE_NAMED and not _DNS1035.match(spec.name):
+        example = "j" + (spec.name if len(spec.name) < most else spec.name[1:])
+        raise SpecError(f"invalid {what} name {spec.name!r}: on Kubernetes, {resource.kind} names must start "
+                        f"with a letter (a Service is named after them), e.g. {example!r}")
+    if len(spec.name) > most:
+        raise SpecError(f"invalid {what} name {spec.name!r}: on Kubernetes, {resource.kind} names may have at "
+                        f"most {most} characters (it has {len(spec.name)}); shorten it")
+
+
+def _check_annotations(spec: JobSpec, annotations: dict[str, str]) -> None:
+    size = sum(len(k.encode()) + len(v.encode()) for k, v in annotations.items())
+    if size > MAX_ANNOTATIONS:
+        raise SpecError(f"job {spec.name!r} is too large for Kubernetes: its spec, kept in annotation {ANN_SPEC}, "
+                        f"takes {size} bytes, over the API's {MAX_ANNOTATIONS // 1024} KiB limit on annotations; "
+                        f"move large -e values or arguments into a file on a volume (or a ConfigMap)")
 
 
 # ------------------------------------------------------------------------- job kinds
@@ -222,16 +267,24 @@ def render_mpi_master_service(spec: JobSpec, config: KubernetesConfig) -> dict:
                                 "targetPort": config.master_port}]}}
 
 
-_RFC1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?\Z")
-
-
-def _train_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: int) -> dict:
-    if not _RFC1035.match(spec.name):
-        raise SpecError(f"Trainer v2 needs a job name that starts with a letter, not {spec.name!r}: "
-                        f"e.g. t{spec.name}")
+def _check_train_job(spec: JobSpec, config: KubernetesConfig) -> None:
+    """What a TrainJob has no field for (its ClusterTrainingRuntime decides it) is refused, not dropped."""
     if spec.image_pull_policy:
         raise SpecError("--image-pull-policy cannot be set on a Trainer v2 TrainJob (its runtime sets it): "
                         "drop the flag or use the v1 Training Operator")
+    if spec.max_restarts:
+        raise SpecError(f"--max-restarts cannot be set on a Trainer v2 TrainJob (its TrainingRuntime owns "
+                        f"restarts): drop the flag, set them in ClusterTrainingRuntime {config.trainer_runtime!r}, "
+                        f"or use the v1 Training Operator")
+    for field in ("ttl_seconds_after_finished", "scheduler_name"):
+        if getattr(config, field) is not None:
+            raise SpecError(f"the Kubernetes config's {field} cannot apply to a Trainer v2 TrainJob (it has no "
+                            f"such field): set it in ClusterTrainingRuntime {config.trainer_runtime!r} and remove "
+                            f"it from the config, or use the v1 Training Operator (trainer: v1)")
+
+
+def _train_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: int) -> dict:
+    _check_train_job(spec, config)
     command = ["torchrun", "--tee=3", "--no-python", *_escape(list(spec.command))]
     if spec.working_dir:  # TrainJob has no workingDir field: change directory in a shell
         command = ["sh", "-c", 'cd "$0" && exec "$@"', spec.working_dir, *command]
@@ -328,13 +381,8 @@ def cpu_quantity(cpus: float) -> str:
 
 
 def scale_quantity(quantity: str, factor: int) -> str:
-    """'4Gi' * 2 -> '8Gi', keeping the unit the user wrote."""
-    m = SIZE_RE.fullmatch(quantity.strip())
-    if not m:
-        raise SpecError(f"invalid quantity {quantity!r}: use e.g. 512Mi or 4Gi")
-    value = float(m.group(1)) * factor
-    text = str(int(value)) if value == int(value) else f"{value:g}"
-    return text + (m.group(2) or "")
+    """The memory of a pod of `factor` processes: '4Gi' * 2 -> '8Gi', exactly (names.kubernetes_quantity)."""
+    return kubernetes_quantity(quantity, factor, "--memory")
 
 
 def _volumes(spec: JobSpec, config: KubernetesConfig) -> tuple[list[dict], list[dict]]:
@@ -348,11 +396,14 @@ def _volumes(spec: JobSpec, config: KubernetesConfig) -> tuple[list[dict], list[
         volumes.append({"name": f"vol-{i}", "persistentVolumeClaim": claim})
         mounts.append(mount)
     if spec.large_shm:
+        if any(m["mountPath"] == SHM_PATH for m in mounts):  # the API wants each mountPath once
+            raise SpecError(f"--large-shm mounts its in-memory volume at {SHM_PATH}, where a --pvc is mounted: "
+                            f"mount that volume elsewhere or drop --large-shm")
         shm: dict[str, Any] = {"medium": "Memory"}
         if config.shm_size:
-            shm["sizeLimit"] = config.shm_size
+            shm["sizeLimit"] = kubernetes_quantity(config.shm_size, what="shm_size")
         volumes.append({"name": "dshm", "emptyDir": shm})
-        mounts.append({"name": "dshm", "mountPath": "/dev/shm"})
+        mounts.append({"name": "dshm", "mountPath": SHM_PATH})
     return volumes, mounts
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from dtrain.names import kubernetes_quantity
 from dtrain.spec import JobSpec, NewVolume
 
 from .config import KubernetesConfig
@@ -57,7 +58,8 @@ def render_gpu_quota(project: str, gpu_quota: int, config: KubernetesConfig) -> 
 def render_pvc(name: str, namespace: str, *, size: str, storage_class: str | None, config: KubernetesConfig,
                labels: dict[str, str], data_source: dict | None = None) -> dict:
     """A PersistentVolumeClaim; storage_class None leaves the cluster's default class to choose."""
-    spec: dict[str, Any] = {"accessModes": list(config.access_modes), "resources": {"requests": {"storage": size}}}
+    storage = kubernetes_quantity(size, what="volume size")  # '100K' is not Kubernetes': '100k'
+    spec: dict[str, Any] = {"accessModes": list(config.access_modes), "resources": {"requests": {"storage": storage}}}
     if storage_class:
         spec["storageClassName"] = storage_class
     if data_source:

@@ -83,9 +83,12 @@ class LocalBackend(Backend):
         mounts = [launch.Mount(source=self.storage.get_volume(v.volume).path if isinstance(v, VolumeMount) else None,
                                target=v.mount_path) for v in spec.volumes]
         self._check_hidden(mounts)
-        cwd = spec.working_dir or os.getcwd()
+        # Jupyter serves its working folder: without a volume or --working-dir, a new one of the
+        # notebook's own, never the caller's (which may hold the dtrain home and its server token).
+        own_folder = spec.notebook and not spec.volumes and not spec.working_dir
+        cwd = str(self.home / "jobs" / spec.name / "work") if own_folder else (spec.working_dir or os.getcwd())
         mount, host_cwd = launch.behind(cwd, mounts)
-        if host_cwd is None or not os.path.isdir(host_cwd):  # the ranks start there
+        if not own_folder and (host_cwd is None or not os.path.isdir(host_cwd)):  # the ranks start there
             raise SpecError(f"--working-dir {cwd} is not a folder " +
                             ("on this machine" if mount is None else f"in the volume mounted at {mount.target}") +
                             ": give an existing folder")
@@ -113,6 +116,8 @@ class LocalBackend(Backend):
             raise ConflictError(f"{job_dir} appeared while the job was submitted (a link or a file that submit did "
                                 f"not make): remove it and submit again (nothing was started)") from None
         (job_dir / "logs").mkdir()
+        if own_folder:
+            (job_dir / "work").mkdir(mode=0o700)
         self._start_supervisor(spec.name, replacing=(None, None))
         return self._get(spec.name)
 
@@ -169,10 +174,8 @@ class LocalBackend(Backend):
     def _check_hidden(self, mounts) -> None:
         """A volume mounted over the dtrain home or dtrain's own Python would hide, inside the job,
         the files its processes write (logs, rank records) or run."""
-        import dtrain
-
         needed = (("the dtrain home", self.home), ("dtrain's Python environment", Path(sys.prefix)),
-                  ("dtrain's code", Path(dtrain.__file__).parent))
+                  ("dtrain's code", Path(__file__).resolve().parents[2]))
         for m in mounts:
             for what, path in needed:
                 if any(p == m.target or p.startswith(m.target.rstrip("/") + "/")
@@ -280,13 +283,15 @@ class LocalBackend(Backend):
                 r = int(path.stem.split("-")[1])
                 if rank is not None and r != rank:
                     continue
-                with open(path, encoding="utf-8", errors="replace") as f:
+                # Bytes, split at "\n" only: a record is one "\n"-ended line (a "\r" inside it is
+                # text), and the offset counts what was read, whatever bytes a line holds.
+                with open(path, "rb") as f:
                     f.seek(offsets.get(path, 0))
                     data = f.read()
-                    complete = data[:data.rfind("\n") + 1]  # keep a half-written line for later
-                    offsets[path] = offsets.get(path, 0) + len(complete.encode("utf-8"))
-                for line in complete.splitlines():
-                    when, text = parse_line(line)
+                complete = data[:data.rfind(b"\n") + 1]  # keep a half-written line for later
+                offsets[path] = offsets.get(path, 0) + len(complete)
+                for raw in complete.split(b"\n")[:-1]:
+                    when, text = parse_line(raw.decode("utf-8", errors="replace"))
                     if since is None or (when is not None and when >= since):
                         lines.append(LogLine(rank=r, time=when, text=text))
             lines.sort(key=lambda ln: (ln.time or 0.0, ln.rank))

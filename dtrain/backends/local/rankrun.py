@@ -23,6 +23,7 @@ from __future__ import annotations
 import ctypes
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -78,17 +79,39 @@ def rank_cpus(env: dict[str, str]) -> set[int] | None:
     return {int(c) for c in per_rank[local].split(",")} if local < len(per_rank) else None
 
 
+# Characters that end a line for str.splitlines and Python's text files (universal newlines),
+# besides "\n". A record holding one (tqdm's "\r" progress updates) would read back as several
+# lines, the later ones without a time: such a text is written JSON-quoted, after a tab.
+_BREAKS = re.compile("[\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
+_RECORD = re.compile(r"(\S+)([ \t])(.*)\Z", re.DOTALL)
+
+
 def format_line(text: str, when: float) -> str:
+    """One record, one line of the file for every line reader: `STAMP TEXT`, or `STAMP<tab>"TEXT"`
+    (JSON, ASCII only) when TEXT holds a line break such as "\r"; parse_line gives TEXT back as it was."""
     stamp = datetime.fromtimestamp(when, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    if _BREAKS.search(text):
+        return f"{stamp}\t{json.dumps(text)}\n"
     return f"{stamp} {text}\n"
 
 
 def parse_line(line: str) -> tuple[float | None, str]:
-    stamp, sep, text = line.rstrip("\n").partition(" ")
+    """(unix time, text) of a record format_line wrote; (None, the line) for anything else."""
+    line = line.rstrip("\n")
+    m = _RECORD.match(line)
+    if m is None:
+        return None, line
+    stamp, sep, text = m.groups()
     try:
         when = datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=timezone.utc).timestamp()
     except ValueError:
-        return None, line.rstrip("\n")
+        return None, line
+    if sep == "\t":
+        try:
+            quoted = json.loads(text)
+        except ValueError:
+            return when, text
+        return when, quoted if isinstance(quoted, str) else text
     return when, text
 
 

@@ -211,7 +211,12 @@ class JobStore:
             "ON CONFLICT(name) DO UPDATE SET gpu_quota=excluded.gpu_quota", (name, gpu_quota, time.time()))
 
     def projects(self) -> list[sqlite3.Row]:
-        return self.conn.execute("SELECT * FROM projects ORDER BY name").fetchall()
+        """Every project by name, `default` always among them: every job without -p runs there,
+        though it has a row only once `dtrain project create default` gives it a quota."""
+        return self.conn.execute(
+            "SELECT name, gpu_quota, created FROM projects UNION ALL "
+            "SELECT 'default', NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM projects WHERE name='default') "
+            "ORDER BY name").fetchall()
 
     def project_quota(self, name: str) -> int | None:
         row = self.conn.execute("SELECT gpu_quota FROM projects WHERE name=?", (name,)).fetchone()

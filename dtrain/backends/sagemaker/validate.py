@@ -7,10 +7,12 @@ regular-expression patterns of the model. Both read the model shipped with botoc
 
 from __future__ import annotations
 
+import difflib
 import re
 from functools import lru_cache
 
 from dtrain.errors import SpecError
+from dtrain.names import shown
 
 
 @lru_cache(maxsize=8)
@@ -25,36 +27,55 @@ def check_request(service: str, operation: str, params: dict) -> None:
     shape = service_model(service).operation_model(operation).input_shape
     report = ParamValidator().validate(params, shape)
     problems = [report.generate_report()] if report.has_errors() else []
-    problems += list(_walk(shape, params, operation))
+    problems += list(_walk(shape, params, operation, service))
     if problems:
         raise SpecError(f"{service} {operation} request is invalid: " + "; ".join(problems))
 
 
-def _walk(shape, value, path: str):
+def _walk(shape, value, path: str, service: str, owner: str = ""):
+    """`owner`: the structure whose member `shape` is (where the API reference lists an enum)."""
     kind = shape.type_name
     if kind == "structure" and isinstance(value, dict):
         for name, member in shape.members.items():
             if name in value:
-                yield from _walk(member, value[name], f"{path}.{name}")
+                yield from _walk(member, value[name], f"{path}.{name}", service, shape.name)
     elif kind == "list" and isinstance(value, list):
         yield from _bounds(shape.metadata, len(value), path, "items")
         for i, item in enumerate(value):
-            yield from _walk(shape.member, item, f"{path}[{i}]")
+            yield from _walk(shape.member, item, f"{path}[{i}]", service, owner)
     elif kind == "map" and isinstance(value, dict):
         yield from _bounds(shape.metadata, len(value), path, "entries")
         for k, v in value.items():
-            yield from _walk(shape.key, k, f"{path} key {k!r}")
-            yield from _walk(shape.value, v, f"{path}[{k!r}]")
+            yield from _walk(shape.key, k, f"{path} key {k!r}", service, owner)
+            yield from _walk(shape.value, v, f"{path}[{k!r}]", service, owner)
     elif kind == "string" and isinstance(value, str):
         yield from _bounds(shape.metadata, len(value), path, "characters")
         pattern = shape.metadata.get("pattern")
         if pattern and not _regex(pattern).fullmatch(value):
             yield f"{path}={value!r} does not match {pattern}"
         if shape.enum and value not in shape.enum:
-            yield f"{path}={value!r} is not one of {', '.join(shape.enum)}"
+            yield _not_one_of(path, value, shape.enum, _reference(service, owner))
     elif kind in ("integer", "long") and isinstance(value, int):
         if "max" in shape.metadata and value > shape.metadata["max"]:
             yield f"{path}={value} is above {shape.metadata['max']}"
+
+
+SHOWN_CHOICES = 8  # an enum this long is listed whole; SageMaker's 225 instance types made a 3.9 KB line
+
+
+def _not_one_of(path: str, value: str, choices: list[str], reference: str) -> str:
+    if len(choices) <= SHOWN_CHOICES:
+        return f"{path}={value!r} is not one of {', '.join(choices)}"
+    close = difflib.get_close_matches(value, choices, n=5)
+    guess = f"did you mean {', '.join(close)}? " if close else ""
+    return f"{path}={shown(value)} is not one of its {len(choices)} values: {guess}all are listed at {reference}"
+
+
+def _reference(service: str, owner: str) -> str:
+    """Where AWS documents a structure's members (SageMaker's pages list each enum's values)."""
+    if service == "sagemaker" and owner:
+        return f"https://docs.aws.amazon.com/sagemaker/latest/APIReference/API_{owner}.html"
+    return f"the {service} API reference ({owner or 'the request'})"
 
 
 def _bounds(meta: dict, n: int, path: str, what: str):

@@ -263,9 +263,15 @@ function submitPage(main) {
                   large_shm: document.getElementById("large_shm").checked};
     for (const k of ["memory", "project", "snapshot_on_success", "working_dir", "backend", "image"]) if (val(k)) body[k] = val(k);
     if (val("cpu")) body.cpu = +val("cpu");
-    const env = {};
-    val("env").split("\n").filter(Boolean).forEach(l => { const i = l.indexOf("="); env[l.slice(0, i)] = l.slice(i + 1); });
-    if (Object.keys(env).length) body.env = env;
+    const lines = val("env").split("\n").filter(l => l.trim());
+    const bad = lines.find(l => l.indexOf("=") < 1);  // no '=', or nothing before it: refused whole, as the CLI's -e
+    if (bad !== undefined) {
+      msg.className = "error";
+      msg.textContent = `invalid environment line ${JSON.stringify(bad)}: use KEY=VALUE, one per line (e.g. BATCH_SIZE=33)`;
+      return;
+    }
+    const env = Object.fromEntries(lines.map(l => [l.slice(0, l.indexOf("=")), l.slice(l.indexOf("=") + 1)]));
+    if (lines.length) body.env = env;
     const vols = val("volumes").split("\n").map(x => x.trim()).filter(Boolean);
     if (vols.length) body.volumes = vols;
     try {
