@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import socket
 import threading
+import time
 from pathlib import Path
 
 import httpx
@@ -256,6 +257,20 @@ def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
     assert status[f"snapshot:{job['snapshot']}"] is None and status["volume:exp"] is None
     assert http.delete("/api/v1/volumes/restored").status_code == 204
     assert [v["name"] for v in http.get("/api/v1/volumes").json()] == ["exp"]
+
+    # A new job under the deleted job's name: the snapshot still holds the earlier job's results
+    assert http.delete("/api/v1/jobs/train").status_code == 200
+    taken = http.get(f"/api/v1/snapshots/{job['snapshot']}").json()["created"]
+    while time.time() < int(taken) + 1:  # a snapshot's time has whole seconds: submit in a later one
+        time.sleep(0.05)
+    again = http.post("/api/v1/jobs", json={"name": "train", "command": ["true"], "working_dir": str(tmp_path)})
+    assert again.status_code == 201, again.text
+    graph = http.get("/api/v1/lineage").json()
+    earlier = f"job:train@{job['snapshot']}"
+    assert ({"id": earlier, "kind": "job", "name": "train", "status": "gone"} in graph["nodes"])
+    edges = {(e["source"], e["label"], e["target"]) for e in graph["edges"]}
+    assert (earlier, "results", f"snapshot:{job['snapshot']}") in edges
+    assert ("job:train", "results", f"snapshot:{job['snapshot']}") not in edges
 
 
 def test_server_command_refuses_bad_ports_in_one_line(home):

@@ -47,7 +47,17 @@ def lineage(jobs, volumes, snapshots) -> wire.Lineage:
         edges += [wire.LineageEdge(source=f"volume:{m}", target=key, label="mounted") for m in sorted(mounts)]
         if source:
             edges.append(wire.LineageEdge(source=snapshot(source), target=key, label="started"))
+    submitted = {j.name: j.created for j in jobs}
     for s in snapshots:
-        if s.job:
-            edges.append(wire.LineageEdge(source=node("job", s.job), target=f"snapshot:{s.name}", label="results"))
+        if not s.job:
+            continue
+        # A snapshot's time has whole seconds: a job submitted in the snapshot's second reads as its own.
+        if int(submitted.get(s.job, s.created)) > s.created:
+            # The job of that name now was submitted after this snapshot was taken: the snapshot holds
+            # the results of an earlier, deleted job of the same name, drawn apart and gone.
+            source = f"job:{s.job}@{s.name}"
+            nodes.setdefault(source, wire.LineageNode(id=source, kind="job", name=s.job, status="gone"))
+        else:
+            source = node("job", s.job)
+        edges.append(wire.LineageEdge(source=source, target=f"snapshot:{s.name}", label="results"))
     return wire.Lineage(nodes=list(nodes.values()), edges=edges)

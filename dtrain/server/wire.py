@@ -264,7 +264,7 @@ class Change(BaseModel):
 
 
 class LineageNode(BaseModel):
-    id: str = Field(description="kind:name")
+    id: str = Field(description="kind:name (kind:name@snapshot for an earlier, deleted job of a reused name)")
     kind: Literal["volume", "snapshot", "job"]
     name: str
     status: str | None = Field(None, description="a job's status; 'gone' for a deleted volume or snapshot")
