@@ -198,6 +198,9 @@ def test_i_two_mounts_of_the_same_path(tmp_path):
         JobSpec(**BASE, volumes=("a:/mnt", "local:1Gi://mnt/."))
     proc = cli(tmp_path / "home", "submit", "j", "--pvc", "a:/data", "--pvc", "b:/data/.", "--dry-run", "--", "echo")
     assert_one_line_usage_error(proc, "two volumes")
+    # a dry run refuses a job name that leaves no room for its new volume's name, as submit does
+    proc = cli(tmp_path / "home", "submit", "a" * 50, "--pvc", "local:10Mi:/mnt", "--dry-run", "--", "echo")
+    assert_one_line_usage_error(proc, "may have at most 47")
 
 
 def test_i_working_dir_nonexistent_refused_at_submit(tmp_path):

@@ -376,6 +376,7 @@ class LocalBackend(Backend):
     def _render(self, spec: JobSpec) -> list[dict]:
         """A local job is its spec: the dry run shows what would be stored (and refuses what submit would)."""
         self._check_project(spec)
+        spec.new_volumes()  # their names (pvc-JOB-i) must be volume names, as submit requires
         return [spec.to_dict()]
 
     def _notebook_url(self, info: JobInfo) -> str:
