@@ -107,3 +107,13 @@ def dt_gpus(home) -> Dtrain:
     d = Dtrain(home, env={"DTRAIN_GPUS": "2"})
     yield d
     _cleanup(d)
+
+
+def assert_usage_error(proc, *needles: str) -> None:
+    """A refused command: exit 2, one line on stderr holding every needle, no traceback."""
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]

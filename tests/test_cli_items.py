@@ -7,7 +7,7 @@ import subprocess
 
 import pytest
 
-from conftest import DTRAIN
+from conftest import DTRAIN, assert_usage_error
 
 
 def run(*args, home=None, check=False, timeout=120, cwd=None):
@@ -36,16 +36,9 @@ def test_item02_cifar10_synth_runs(tmp_path):
     assert (tmp_path / "cifar-10-batches-py" / "test_batch").is_file()
 
 
-def test_item02_unknown_workload_verb_is_a_usage_error():
+def test_item02_unknown_workload_verb_is_aassert_usage_error():
     proc = run("lanes", "nosuch")
     assert proc.returncode == 2 and "invalid choice: 'nosuch'" in proc.stderr and "Traceback" not in proc.stderr
-
-
-def _usage_error(proc, *needles):
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    for n in needles:
-        assert n in proc.stderr, proc.stderr
 
 
 # ---- 1: submit uses the configured default backend ----------------------------------------------
@@ -78,7 +71,7 @@ def test_item07_delete_checks_all_names_before_deleting_any(tmp_path):
     for name in ("a", "b"):
         assert run("submit", name, "--", "true", home=home).returncode == 0
     proc = run("delete", "a", "nosuch", "b", "other", home=home)
-    _usage_error(proc, "'nosuch'", "'other'", "nothing was deleted")
+    assert_usage_error(proc, "'nosuch'", "'other'", "nothing was deleted")
     statuses = {j["name"]: j["status"] for j in json.loads(run("list", "--json", home=home).stdout)}
     assert set(statuses) == {"a", "b"} and "Deleted" not in statuses.values()
 
@@ -92,7 +85,7 @@ def test_item08_nouns_as_runai_writes_them(tmp_path):
     assert json.loads(run("describe", "x", "--json", home=home).stdout)["name"] == "x"
     proc = run("delete", "job", "x", home=home)
     assert proc.returncode == 0 and "The job 'x' has been deleted" in proc.stdout
-    _usage_error(run("delete", "volume", "x", home=home), "dtrain volume delete NAME")
+    assert_usage_error(run("delete", "volume", "x", home=home), "dtrain volume delete NAME")
 
 
 # ---- 9: logs --rank / -t checked; wait --timeout has its own exit code --------------------------
@@ -100,11 +93,11 @@ def test_item09_logs_rank_out_of_range_and_negative_tail(tmp_path):
     home = tmp_path / "home"
     assert run("submit", "one", "--", "echo", "hi", home=home).returncode == 0
     assert run("wait", "one", home=home).returncode == 0
-    _usage_error(run("logs", "one", "--rank", "5", home=home), "ranks 0 to 0")
-    _usage_error(run("logs", "one", "-t", "-1", home=home), "tail")
+    assert_usage_error(run("logs", "one", "--rank", "5", home=home), "ranks 0 to 0")
+    assert_usage_error(run("logs", "one", "-t", "-1", home=home), "tail")
 
 
-def test_item09_wait_timeout_exit_code_is_not_a_usage_error(tmp_path):
+def test_item09_wait_timeout_exit_code_is_not_aassert_usage_error(tmp_path):
     home = tmp_path / "home"
     assert run("submit", "slow", "--", "sleep", "30", home=home).returncode == 0
     try:
@@ -119,7 +112,7 @@ def test_item09_wait_timeout_exit_code_is_not_a_usage_error(tmp_path):
 # ---- 11: projects must exist before they become the default -------------------------------------
 def test_item11_config_project_must_exist_and_create_twice_says_so(tmp_path):
     home = tmp_path / "home"
-    _usage_error(run("config", "project", "nosuch", home=home), "dtrain project create nosuch")
+    assert_usage_error(run("config", "project", "nosuch", home=home), "dtrain project create nosuch")
     assert run("project", "create", "p1", home=home).stdout.strip() == "project 'p1' created"
     again = run("project", "create", "p1", home=home)
     assert again.returncode == 0 and "already exists" in again.stdout and "created" not in again.stdout
@@ -212,7 +205,7 @@ def test_item14_deleted_job_ttl_in_config(tmp_path):
     assert "old" not in run("list", "--show-deleted", home=home).stdout
     assert run("describe", "job", "old", home=home).returncode == 2
     (home / "config.yaml").write_text("deleted_job_ttl: soon\n")
-    _usage_error(run("list", home=home), "deleted_job_ttl")
+    assert_usage_error(run("list", home=home), "deleted_job_ttl")
 
 
 # ---- 10: a Pending job says why it waits --------------------------------------------------------
@@ -263,7 +256,7 @@ def test_item10_pending_job_says_why(tmp_path):
 def test_item06_yaml_wrong_types_are_one_line(tmp_path, text, needle):
     job = tmp_path / "job.yaml"
     job.write_text(f"name: j\ncommand: [echo, hi]\n{text}\n")
-    _usage_error(run("submit", "-f", str(job), home=tmp_path / "home"), needle)
+    assert_usage_error(run("submit", "-f", str(job), home=tmp_path / "home"), needle)
 
 
 def test_item06_sdk_volume_as_a_string():
@@ -321,14 +314,14 @@ def test_item05_volume_create_dry_run_on_kubernetes_without_changing_the_default
     local = run("volume", "create", "data", "--size", "5Gi", "--dry-run", home=home)
     assert local.returncode == 0 and "backend: local" in local.stdout
     assert json.loads(run("volume", "list", "--json", home=home).stdout) == []  # nothing made
-    _usage_error(run("volume", "create", "data", "--size", "0", "--dry-run", home=home), "volume size")
+    assert_usage_error(run("volume", "create", "data", "--size", "0", "--dry-run", home=home), "volume size")
     assert run("volume", "create", "data", "--size", "1Mi", home=home).returncode == 0
     assert run("snapshot", "create", "data", "--name", "s1", "--dry-run", home=home).returncode == 0
     assert json.loads(run("snapshot", "list", "--json", home=home).stdout) == []
     assert run("volume", "delete", "data", "--dry-run", home=home).stdout.strip() == (
         "volume 'data' would be deleted (dry run)")
     assert len(json.loads(run("volume", "list", "--json", home=home).stdout)) == 1
-    _usage_error(run("snapshot", "restore", "nosuch", "--to", "x", "--dry-run", home=home), "nosuch")
+    assert_usage_error(run("snapshot", "restore", "nosuch", "--to", "x", "--dry-run", home=home), "nosuch")
 
 
 def test_item05_snapshot_and_restore_render_what_create_sends_on_kubernetes():
@@ -359,7 +352,7 @@ def test_the_default_project_is_always_listed(tmp_path):
     listed = json.loads(run("project", "list", "--json", home=home).stdout)
     assert [(p["name"], p["gpu_quota"], p["jobs"]) for p in listed] == [("default", None, 0)]
     assert "default (default)" in run("project", "list", home=home).stdout
-    _usage_error(run("submit", "x", "-p", "nope", "--", "true", home=home),
+    assert_usage_error(run("submit", "x", "-p", "nope", "--", "true", home=home),
                  "no project named 'nope'", "(projects: default)")
     assert run("submit", "one", "--", "true", home=home).returncode == 0
     assert run("project", "create", "team", home=home).returncode == 0
@@ -374,7 +367,7 @@ def test_the_default_project_is_always_listed(tmp_path):
 
 def test_config_project_with_an_empty_name_says_it_is_empty(tmp_path):
     proc = run("config", "project", "", home=tmp_path / "home")
-    _usage_error(proc, "empty")
+    assert_usage_error(proc, "empty")
     assert "project create '" not in proc.stderr and "project create  " not in proc.stderr
 
 
@@ -387,7 +380,7 @@ def test_config_project_with_an_empty_name_says_it_is_empty(tmp_path):
 def test_notebook_slips_and_job_verbs_start_nothing(tmp_path, argv, needle):
     home = tmp_path / "home"
     proc = run("notebook", *argv, home=home)
-    _usage_error(proc, needle, f"to start a notebook named {argv[0]}, use `dtrain notebook start {argv[0]}")
+    assert_usage_error(proc, needle, f"to start a notebook named {argv[0]}, use `dtrain notebook start {argv[0]}")
     assert json.loads(run("list", "-A", "--show-deleted", "--json", home=home).stdout) == []
 
 

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import DTRAIN
+from conftest import DTRAIN, assert_usage_error
 from dtrain import db
 from dtrain.errors import DtrainError
 
@@ -51,40 +51,33 @@ def _dtrain_list(home):
                           env={**os.environ, "DTRAIN_HOME": str(home)})
 
 
-def _one_line(proc, *needles):
-    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
-    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    for n in needles:
-        assert n in proc.stderr, proc.stderr
-
-
 def test_a_state_file_that_is_no_database_is_one_line_and_left_as_it_was(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "state.db").write_bytes(b"garbage\n")
-    _one_line(_dtrain_list(home), f"{home / 'state.db'} is not an SQLite database: move it away",
+    assert_usage_error(_dtrain_list(home), f"{home / 'state.db'} is not an SQLite database: move it away",
               "DTRAIN_HOME")
     assert (home / "state.db").read_bytes() == b"garbage\n"
     assert sorted(p.name for p in home.iterdir()) == ["state.db"]  # no -wal, no -shm beside it
 
 
-def test_a_folder_or_a_dangling_link_where_the_state_file_goes_is_one_line(tmp_path):
+def test_a_folder_or_a_dangling_link_where_the_state_file_goes_isassert_usage_error(tmp_path):
     folder = tmp_path / "a"
     (folder / "state.db").mkdir(parents=True)
-    _one_line(_dtrain_list(folder), "state.db is a folder, not a database file")
+    assert_usage_error(_dtrain_list(folder), "state.db is a folder, not a database file")
     assert list((folder / "state.db").iterdir()) == []
     linked = tmp_path / "b"
     linked.mkdir()
     (linked / "state.db").symlink_to(linked / "elsewhere.db")  # its folder exists: SQLite would make it
-    _one_line(_dtrain_list(linked), "is a symbolic link to", "which does not exist")
+    assert_usage_error(_dtrain_list(linked), "is a symbolic link to", "which does not exist")
     assert not (linked / "elsewhere.db").exists() and (linked / "state.db").is_symlink()
 
 
-def test_a_home_where_no_database_can_be_made_is_one_line():
-    _one_line(_dtrain_list("/proc/self"), "cannot open or create the database", "DTRAIN_HOME")
+def test_a_home_where_no_database_can_be_made_isassert_usage_error():
+    assert_usage_error(_dtrain_list("/proc/self"), "cannot open or create the database", "DTRAIN_HOME")
 
 
-def test_a_database_damaged_past_its_header_is_one_line(tmp_path):
+def test_a_database_damaged_past_its_header_isassert_usage_error(tmp_path):
     home = tmp_path / "home"
     assert _dtrain_list(home).returncode == 0
     conn = sqlite3.connect(home / "state.db")
@@ -93,7 +86,7 @@ def test_a_database_damaged_past_its_header_is_one_line(tmp_path):
     with open(home / "state.db", "r+b") as f:  # the header stays: opening works, reading the jobs does not
         f.seek(4096)
         f.write(b"\xff" * 8192)
-    _one_line(_dtrain_list(home), "is damaged", "database disk image is malformed")
+    assert_usage_error(_dtrain_list(home), "is damaged", "database disk image is malformed")
 
 
 def test_connect_names_the_file_in_a_dtrain_error(tmp_path):

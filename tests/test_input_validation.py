@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from conftest import DTRAIN
+from conftest import DTRAIN, assert_usage_error
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec, NewVolume, VolumeMount, parse_pvc, yaml_mapping
 
@@ -23,15 +23,6 @@ def cli(home, *args, cwd=None, timeout=60):
     return subprocess.run([DTRAIN, *args], capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
 
 
-def assert_one_line_usage_error(proc, *needles):
-    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    for needle in needles:
-        assert needle in lines[0], lines[0]
-
-
 def submit_file(tmp_path, text: str | bytes, *extra):
     path = tmp_path / "job.yaml"
     path.write_bytes(text if isinstance(text, bytes) else text.encode())
@@ -40,47 +31,47 @@ def submit_file(tmp_path, text: str | bytes, *extra):
 
 # ---- H: types in YAML job files and config.yaml -------------------------------------------------
 def test_h_yaml_command_not_a_list(tmp_path):
-    assert_one_line_usage_error(submit_file(tmp_path, "name: j\ncommand: 5\n"), "command", "5")
+    assert_usage_error(submit_file(tmp_path, "name: j\ncommand: 5\n"), "command", "5")
 
 
 def test_h_yaml_command_word_a_boolean(tmp_path):
-    assert_one_line_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo, yes]\n"), "command", "True")
+    assert_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo, yes]\n"), "command", "True")
 
 
 def test_h_yaml_env_a_list(tmp_path):
-    assert_one_line_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\nenv: [A, B]\n"), "env", "mapping")
-    assert_one_line_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\nenv: [A=1]\n"), "env")
+    assert_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\nenv: [A, B]\n"), "env", "mapping")
+    assert_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\nenv: [A=1]\n"), "env")
 
 
 def test_h_yaml_env_value_a_boolean(tmp_path):
-    assert_one_line_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\nenv: {DEBUG: no}\n"),
+    assert_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\nenv: {DEBUG: no}\n"),
                                 "env DEBUG", "quote")
 
 
 def test_h_yaml_pvc_a_number(tmp_path):
-    assert_one_line_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\npvc: 5\n"), "pvc", "list")
-    assert_one_line_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\nvolumes: 5\n"), "volumes", "list")
+    assert_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\npvc: 5\n"), "pvc", "list")
+    assert_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\nvolumes: 5\n"), "volumes", "list")
 
 
 def test_h_yaml_unknown_key_in_a_pvc_entry(tmp_path):
     text = "name: j\ncommand: [echo]\npvc:\n  - {volume: data, mount_path: /mnt, readonly: true}\n"
-    assert_one_line_usage_error(submit_file(tmp_path, text), "unknown key(s) readonly")
+    assert_usage_error(submit_file(tmp_path, text), "unknown key(s) readonly")
     text = "name: j\ncommand: [echo]\npvc:\n  - {volume: data}\n"
-    assert_one_line_usage_error(submit_file(tmp_path, text), "missing mount_path")
+    assert_usage_error(submit_file(tmp_path, text), "missing mount_path")
 
 
 def test_h_yaml_binary_file(tmp_path):
-    assert_one_line_usage_error(submit_file(tmp_path, bytes(range(256)) * 4), "not a text file")
-    assert_one_line_usage_error(submit_file(tmp_path, b"name: j\0\ncommand: [echo]\n"), "not a text file")
+    assert_usage_error(submit_file(tmp_path, bytes(range(256)) * 4), "not a text file")
+    assert_usage_error(submit_file(tmp_path, b"name: j\0\ncommand: [echo]\n"), "not a text file")
 
 
 def test_h_yaml_invalid_yaml_is_one_line_with_its_position(tmp_path):
     proc = submit_file(tmp_path, "name: j\ncommand: [echo\nenv: {\n")
-    assert_one_line_usage_error(proc, "not valid YAML", "line ")
+    assert_usage_error(proc, "not valid YAML", "line ")
 
 
 def test_h_yaml_not_a_mapping(tmp_path):
-    assert_one_line_usage_error(submit_file(tmp_path, "- a\n- b\n"), "mapping")
+    assert_usage_error(submit_file(tmp_path, "- a\n- b\n"), "mapping")
 
 
 def test_h_yaml_good_file_still_works(tmp_path):
@@ -103,24 +94,24 @@ def test_h_config_yaml_types(tmp_path, text, needle):
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.yaml").write_text(text)
-    assert_one_line_usage_error(cli(home, "list"), "config.yaml", needle)
+    assert_usage_error(cli(home, "list"), "config.yaml", needle)
 
 
 def test_h_config_yaml_binary(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     (home / "config.yaml").write_bytes(os.urandom(512) + b"\0")
-    assert_one_line_usage_error(cli(home, "list"), "config.yaml", "not a text file")
+    assert_usage_error(cli(home, "list"), "config.yaml", "not a text file")
 
 
 def test_h_config_yaml_that_is_a_fifo_or_too_big_is_one_line_and_no_hang(tmp_path):
     home = tmp_path / "home"
     home.mkdir()
     os.mkfifo(home / "config.yaml")  # nobody writes it: reading it would wait forever
-    assert_one_line_usage_error(cli(home, "list", timeout=30), "config.yaml", "is a named pipe, not a file")
+    assert_usage_error(cli(home, "list", timeout=30), "config.yaml", "is a named pipe, not a file")
     (home / "config.yaml").unlink()
     (home / "config.yaml").write_bytes(b"# " + b"x" * (2 << 20) + b"\n")
-    assert_one_line_usage_error(cli(home, "list", timeout=30), "config.yaml", "larger than")
+    assert_usage_error(cli(home, "list", timeout=30), "config.yaml", "larger than")
 
 
 def test_h_config_is_never_written_through_a_link_at_a_temporary_name(tmp_path):
@@ -145,7 +136,7 @@ def test_h_yaml_loader_is_pure_and_names_the_source():
 @pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1", "1e9"])
 def test_i_cpu_nan_inf_and_out_of_range(tmp_path, value):
     proc = cli(tmp_path / "home", "submit", "j", f"--cpu={value}", "--dry-run", "--", "echo")
-    assert_one_line_usage_error(proc, "--cpu")
+    assert_usage_error(proc, "--cpu")
     with pytest.raises(SpecError, match="--cpu"):
         JobSpec(**BASE, cpu=float(value))
 
@@ -162,25 +153,25 @@ def test_i_nul_byte_in_env_value_or_command():
 def test_i_nul_byte_from_the_cli(tmp_path):
     # argv cannot hold a NUL, but a YAML file can spell one
     proc = submit_file(tmp_path, 'name: j\ncommand: [echo]\nenv: {A: "x\\0y"}\n')
-    assert_one_line_usage_error(proc, "NUL")
+    assert_usage_error(proc, "NUL")
 
 
 def test_i_read_only_string_is_not_a_boolean(tmp_path):
     with pytest.raises(SpecError, match="read_only"):
         VolumeMount(volume="data", mount_path="/mnt", read_only="false")
     text = "name: j\ncommand: [echo]\npvc:\n  - {volume: data, mount_path: /mnt, read_only: 'false'}\n"
-    assert_one_line_usage_error(submit_file(tmp_path, text), "read_only", "'false'")
+    assert_usage_error(submit_file(tmp_path, text), "read_only", "'false'")
 
 
 def test_i_large_shm_string_is_not_a_boolean(tmp_path):
     with pytest.raises(SpecError, match="large_shm"):
         JobSpec(**BASE, large_shm="no")
-    assert_one_line_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\nlarge_shm: 'no'\n"), "large_shm")
+    assert_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\nlarge_shm: 'no'\n"), "large_shm")
 
 
 def test_i_volume_create_size_zero(tmp_path):
     for size in ("0", "0Gi", "0.0", "9" * 400, "-5x10", "-1Gi", "-.5"):  # '-...': a value, never a flag
-        assert_one_line_usage_error(cli(tmp_path / "home", "volume", "create", "v", "--size", size), "volume size")
+        assert_usage_error(cli(tmp_path / "home", "volume", "create", "v", "--size", size), "volume size")
     with pytest.raises(SpecError, match="volume size"):
         NewVolume(storage_class="local", size="0", mount_path="/mnt")
 
@@ -197,16 +188,16 @@ def test_i_two_mounts_of_the_same_path(tmp_path):
     with pytest.raises(SpecError, match="two volumes are mounted at /mnt"):
         JobSpec(**BASE, volumes=("a:/mnt", "local:1Gi://mnt/."))
     proc = cli(tmp_path / "home", "submit", "j", "--pvc", "a:/data", "--pvc", "b:/data/.", "--dry-run", "--", "echo")
-    assert_one_line_usage_error(proc, "two volumes")
+    assert_usage_error(proc, "two volumes")
     # a dry run refuses a job name that leaves no room for its new volume's name, as submit does
     proc = cli(tmp_path / "home", "submit", "a" * 50, "--pvc", "local:10Mi:/mnt", "--dry-run", "--", "echo")
-    assert_one_line_usage_error(proc, "may have at most 47")
+    assert_usage_error(proc, "may have at most 47")
 
 
 def test_i_working_dir_nonexistent_refused_at_submit(tmp_path):
     home = tmp_path / "home"
     proc = cli(home, "submit", "j", "--working-dir", str(tmp_path / "nonexistent"), "--", "true")
-    assert_one_line_usage_error(proc, "--working-dir", "nonexistent")
+    assert_usage_error(proc, "--working-dir", "nonexistent")
     listed = cli(home, "list", "-A")
     assert listed.returncode == 0 and " j " not in listed.stdout  # nothing stored
 
@@ -215,9 +206,9 @@ def test_i_logs_tail_negative_refused(tmp_path):
     home = tmp_path / "home"
     assert cli(home, "submit", "j", "--", "echo", "hi").returncode == 0
     assert cli(home, "wait", "j", "--timeout", "60").returncode == 0
-    assert_one_line_usage_error(cli(home, "logs", "j", "--tail", "-3"), "tail")
-    assert_one_line_usage_error(cli(home, "logs", "j", "--tail", str(10**23)), "tail", "from 0 to 1000000000")
-    assert_one_line_usage_error(cli(home, "logs", "j", "--rank", "5"), "rank", "1 process")
+    assert_usage_error(cli(home, "logs", "j", "--tail", "-3"), "tail")
+    assert_usage_error(cli(home, "logs", "j", "--tail", str(10**23)), "tail", "from 0 to 1000000000")
+    assert_usage_error(cli(home, "logs", "j", "--rank", "5"), "rank", "1 process")
     assert cli(home, "logs", "j", "--tail", "0").stdout == ""
     assert cli(home, "logs", "j", "--tail", "1").stdout == "hi\n"
 
@@ -235,8 +226,8 @@ def test_i_bounds_on_every_numeric_field(field, value):
 def test_i_wait_timeout_negative_refused(tmp_path):
     home = tmp_path / "home"
     assert cli(home, "submit", "j", "--", "true").returncode == 0
-    assert_one_line_usage_error(cli(home, "wait", "j", "--timeout", "-1"), "timeout")
-    assert_one_line_usage_error(cli(home, "wait", "j", "--timeout", "nan"), "timeout")
+    assert_usage_error(cli(home, "wait", "j", "--timeout", "-1"), "timeout")
+    assert_usage_error(cli(home, "wait", "j", "--timeout", "nan"), "timeout")
 
 
 def test_i_sdk_volume_given_as_a_string_is_parsed_and_a_bare_string_refused():

@@ -224,41 +224,31 @@ def test_local_backend_artifacts_copy_the_model_folder(dt: Dtrain, tmp_path):
     assert r.returncode == 2 and "pick a new --to folder" in r.stderr
 
 
-def test_local_mpi_job_starts_every_rank_from_algo_1(home, tmp_path):
+@pytest.mark.parametrize("launcher, hosts", [
+    ("mpi", ["algo-1"] * 4),  # mpirun starts every rank from algo-1; the other host waits
+    ("torchrun", ["algo-1", "algo-1", "algo-2", "algo-2"]),  # torchrun on each host, 2 processes per host
+])
+def test_local_distributed_job_starts_its_ranks_where_the_toolkit_would(home, tmp_path, launcher, hosts):
+    """4 processes on 2 instances: the request says 2 per host, and the toolkit's launch starts them so."""
     import shutil as sh
 
     import dtrain
     from dtrain.spec_sagemaker import SageMakerOptions
-    if not sh.which("mpirun"):
+    if launcher == "mpi" and not sh.which("mpirun"):
         pytest.skip("OpenMPI is not installed (make setup installs it)")
-    (tmp_path / "train.py").write_text("import os, sys\nsys.stdout.write('rank %s of %s on %s\\n' % (os.environ["
-                                       "'OMPI_COMM_WORLD_RANK'], os.environ['OMPI_COMM_WORLD_SIZE'], "
-                                       "os.environ['SM_CURRENT_HOST']))\n")
+    (tmp_path / "train.py").write_text(
+        "import os, sys\nrank = os.environ.get('RANK') or os.environ['OMPI_COMM_WORLD_RANK']\n"
+        "size = os.environ.get('WORLD_SIZE') or os.environ['OMPI_COMM_WORLD_SIZE']\n"
+        "sys.stdout.write('rank %s of %s on %s\\n' % (rank, size, os.environ['SM_CURRENT_HOST']))\n")
     client = dtrain.Client(home=home, backend="sagemaker")
-    client.submit(dtrain.JobSpec(name="mpi", command=("python", "train.py"), processes=4, launcher="mpi",
+    client.submit(dtrain.JobSpec(name=launcher, command=("python", "train.py"), processes=4, launcher=launcher,
                                  backend="sagemaker",
                                  sagemaker=SageMakerOptions(local=True, instance_count=2, source_dir=str(tmp_path))))
-    info = client.wait("mpi", timeout=120)
-    assert info.status.value == "Succeeded", info.message
-    text = "\n".join(ln.text for ln in client.logs("mpi"))
-    for rank in range(4):
-        assert f"rank {rank} of 4 on algo-1" in text
-    assert [ln.text for ln in client.logs("mpi", rank=1)] == ["algo-2: MPI worker host, ranks run from algo-1"]
-
-
-def test_local_torchrun_job_starts_the_processes_per_host_it_asked_for(home, tmp_path):
-    """4 processes on 2 instances: the request says 2 per host, and torchrun on each host starts 2."""
-    import dtrain
-    from dtrain.spec_sagemaker import SageMakerOptions
-    (tmp_path / "train.py").write_text("import os, sys\nsys.stdout.write('rank %s of %s on %s\\n' % (os.environ["
-                                       "'RANK'], os.environ['WORLD_SIZE'], os.environ['SM_CURRENT_HOST']))\n")
-    client = dtrain.Client(home=home, backend="sagemaker")
-    client.submit(dtrain.JobSpec(name="tr", command=("python", "train.py"), processes=4, launcher="torchrun",
-                                 backend="sagemaker",
-                                 sagemaker=SageMakerOptions(local=True, instance_count=2, source_dir=str(tmp_path))))
-    info = client.wait("tr", timeout=120)
+    info = client.wait(launcher, timeout=120)
     assert info.status.value == "Succeeded", info.message
     assert [(p.rank, p.node) for p in info.processes] == [(0, "algo-1"), (1, "algo-1"), (2, "algo-2"), (3, "algo-2")]
-    text = "\n".join(ln.text for ln in client.logs("tr"))
-    for rank in range(4):
-        assert f"rank {rank} of 4 on algo-{rank // 2 + 1}" in text
+    text = "\n".join(ln.text for ln in client.logs(launcher))
+    for rank, host in enumerate(hosts):
+        assert f"rank {rank} of 4 on {host}" in text
+    if launcher == "mpi":
+        assert [ln.text for ln in client.logs(launcher, rank=1)] == ["algo-2: MPI worker host, ranks run from algo-1"]
