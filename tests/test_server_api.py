@@ -337,3 +337,15 @@ def test_only_the_delete_that_deleted_a_volume_answers_204(server):
         for t in threads:
             t.join(60)
         assert sorted(codes) == [204, 404, 404, 404, 404, 404]
+
+
+def test_the_api_and_describe_json_give_a_job_the_same_record(server, tmp_path):
+    """One typed record out of every door: GET /jobs/NAME and `dtrain describe NAME --json`."""
+    r = server.http.post("/api/v1/jobs", json={"name": "jf", "command": ["true"], "working_dir": str(tmp_path)})
+    assert r.status_code == 201, r.text
+    api = server.http.get("/api/v1/jobs/jf/wait", params={"timeout": 120}).json()
+    proc = server.dtrain()("describe", "jf", "--json")
+    cli = json.loads(proc.stdout)
+    assert set(api) == set(cli)
+    assert api == cli
+    assert api["extra"]["cwd"] == str(tmp_path) and api["project"] == "default" and api["kind"] == "Train"

@@ -84,9 +84,12 @@ class JobInfo:
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific details
 
     def to_dict(self) -> dict[str, Any]:
+        """The record as `--json` prints it: the same fields as the HTTP API's Job (server/wire.py)."""
         d = asdict(self)
         d["spec"] = self.spec.to_dict()
         d["status"] = self.status.value
+        d.update(project=self.spec.project, kind=self.spec.kind, gpus_requested=self.spec.gpus_requested,
+                 source_snapshot=self.extra.get("source_snapshot"))
         return d
 
 

@@ -113,6 +113,8 @@ class Job(BaseModel):
     spec: dict[str, Any]
     processes: list[Process]
     events: list[Event]
+    extra: dict[str, Any] = Field(default_factory=dict, description="backend-specific details, as `describe --json` "
+                                                                    "shows them")
 
 
 class LogLine(BaseModel):
@@ -171,7 +173,8 @@ def job_out(info) -> Job:
                source_snapshot=info.extra.get("source_snapshot"), spec=spec.to_dict(),
                processes=[Process(rank=p.rank, status=p.status, exit_code=p.exit_code, devices=list(p.devices),
                                   node=p.node) for p in info.processes],
-               events=[Event(time=e.time, status=e.status, message=e.message) for e in info.events])
+               events=[Event(time=e.time, status=e.status, message=e.message) for e in info.events],
+               extra=info.extra)
 
 
 def node_out(n) -> Node:
