@@ -163,7 +163,6 @@ def job_volume_name(job: str, index: int) -> str:
     return name
 
 
-
 def require_project(project: str, known: list[str]) -> None:
     """'default', or one of the `known` projects. A job goes only to a project that exists (made
     with `dtrain project create`), as `dtrain config project` requires: a mistyped -p would
