@@ -349,3 +349,20 @@ def test_the_api_and_describe_json_give_a_job_the_same_record(server, tmp_path):
     assert set(api) == set(cli)
     assert api == cli
     assert api["extra"]["cwd"] == str(tmp_path) and api["project"] == "default" and api["kind"] == "Train"
+
+
+def test_a_volume_restored_from_a_snapshot_whose_name_was_reused_points_at_the_earlier_one(server):
+    http = server.http
+    assert http.post("/api/v1/volumes", json={"name": "v", "size": "1Mi"}).status_code == 201
+    assert http.post("/api/v1/snapshots", json={"volume": "v", "name": "s1"}).status_code == 201
+    assert http.post("/api/v1/snapshots/s1/restore", json={"to": "r1"}).status_code == 200
+    restored = http.get("/api/v1/volumes/r1").json()["created"]
+    assert http.delete("/api/v1/snapshots/s1").status_code == 200
+    while time.time() < int(restored) + 1:  # times have whole seconds: the new s1 in a later one
+        time.sleep(0.05)
+    assert http.post("/api/v1/snapshots", json={"volume": "v", "name": "s1"}).status_code == 201
+    graph = http.get("/api/v1/lineage").json()
+    edges = {(e["source"], e["label"], e["target"]) for e in graph["edges"]}
+    assert ("snapshot:s1@r1", "restored", "volume:r1") in edges and ("snapshot:s1", "restored", "volume:r1") not in edges
+    assert {"id": "snapshot:s1@r1", "kind": "snapshot", "name": "s1", "status": "gone"} in graph["nodes"]
+    assert ("volume:v", "snapshot", "snapshot:s1") in edges

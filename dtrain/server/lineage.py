@@ -27,11 +27,20 @@ def lineage(jobs, volumes, snapshots) -> wire.Lineage:
     def snapshot(name: str) -> str:  # a deleted one stays in the graph, marked as a deleted volume is
         return node("snapshot", name, None if name in kept else "gone")
 
+    taken = {s.name: s.created for s in snapshots}
     for v in volumes:
         node("volume", v.name)
-        if v.origin_snapshot:
-            edges.append(wire.LineageEdge(source=snapshot(v.origin_snapshot), target=f"volume:{v.name}",
-                                          label="restored"))
+        if not v.origin_snapshot:
+            continue
+        if taken.get(v.origin_snapshot, v.created) > v.created:
+            # The snapshot of that name now was taken after this volume was restored: the volume came
+            # from an earlier, deleted snapshot of the same name, drawn apart and gone.
+            source = f"snapshot:{v.origin_snapshot}@{v.name}"
+            nodes.setdefault(source, wire.LineageNode(id=source, kind="snapshot", name=v.origin_snapshot,
+                                                      status="gone"))
+        else:
+            source = snapshot(v.origin_snapshot)
+        edges.append(wire.LineageEdge(source=source, target=f"volume:{v.name}", label="restored"))
     for s in snapshots:
         target = snapshot(s.name)
         if s.volume:  # None where the storage system no longer says

@@ -267,7 +267,8 @@ class Change(BaseModel):
 
 
 class LineageNode(BaseModel):
-    id: str = Field(description="kind:name (kind:name@snapshot for an earlier, deleted job of a reused name)")
+    id: str = Field(description="kind:name; kind:name@OTHER for an earlier, deleted job or snapshot of a reused "
+                                "name (the snapshot or volume that points at it)")
     kind: Literal["volume", "snapshot", "job"]
     name: str
     status: str | None = Field(None, description="a job's status; 'gone' for a deleted volume or snapshot")
