@@ -151,9 +151,7 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     if args.pvc:  # as -e overrides the file's variable of the same name, --pvc its mount at the same path
         given = [parse_pvc(v) for v in args.pvc]
         taken = {v.mount_path for v in given}
-        kept = [v for v in (data.get("volumes") or [])
-                if not (isinstance(v, str) and _mount_of(v) in taken)
-                and not (isinstance(v, dict) and _mount_of(v.get("mount_path")) in taken)]
+        kept = [v for v in (data.get("volumes") or []) if _mount_of(v) not in taken]
         data["volumes"] = [*kept, *(v.to_flag() for v in given)]
     if args.image_pull_secret:
         data["image_pull_secrets"] = args.image_pull_secret
@@ -169,10 +167,13 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
 def _mount_of(entry) -> str | None:
     """The normalised mount path of a file's volume entry ('VOL:/mnt[:ro]', 'CLASS:SIZE:/mnt', or a
     mapping's mount_path); None for one that does not parse (the spec then names the problem)."""
+    if isinstance(entry, dict):
+        entry = entry.get("mount_path")
+        entry = f"v:{entry}" if isinstance(entry, str) else None
+    elif isinstance(entry, str) and ":" not in entry:  # a bare path
+        entry = f"v:{entry}"
     try:
-        if isinstance(entry, str) and ":" in entry:
-            return parse_pvc(entry).mount_path
-        return parse_pvc(f"v:{entry}").mount_path if isinstance(entry, str) else None
+        return parse_pvc(entry).mount_path if isinstance(entry, str) else None
     except SpecError:
         return None
 

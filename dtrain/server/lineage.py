@@ -22,25 +22,28 @@ def lineage(jobs, volumes, snapshots) -> wire.Lineage:
         return key
 
     live = {v.name for v in volumes}
-    kept = {s.name for s in snapshots}
+    taken = {s.name: s.created for s in snapshots}
+    submitted = {j.name: j.created for j in jobs}
 
     def snapshot(name: str) -> str:  # a deleted one stays in the graph, marked as a deleted volume is
-        return node("snapshot", name, None if name in kept else "gone")
+        return node("snapshot", name, None if name in taken else "gone")
 
-    taken = {s.name: s.created for s in snapshots}
+    def named(kind: str, name: str, born: dict[str, float], at: float, via: str) -> str:
+        """The node a record made at `at` points at by name. Names are reused after a delete: when the
+        one of that name now came into being after `at`, the record meant an earlier, deleted one,
+        drawn apart (KIND:NAME@VIA) and gone. Times have whole seconds (snapshots and volumes keep
+        no finer): one made in the record's own second reads as the record's."""
+        if int(born.get(name, at)) > at:
+            key = f"{kind}:{name}@{via}"
+            nodes.setdefault(key, wire.LineageNode(id=key, kind=kind, name=name, status="gone"))
+            return key
+        return snapshot(name) if kind == "snapshot" else node(kind, name)
+
     for v in volumes:
         node("volume", v.name)
-        if not v.origin_snapshot:
-            continue
-        if taken.get(v.origin_snapshot, v.created) > v.created:
-            # The snapshot of that name now was taken after this volume was restored: the volume came
-            # from an earlier, deleted snapshot of the same name, drawn apart and gone.
-            source = f"snapshot:{v.origin_snapshot}@{v.name}"
-            nodes.setdefault(source, wire.LineageNode(id=source, kind="snapshot", name=v.origin_snapshot,
-                                                      status="gone"))
-        else:
-            source = snapshot(v.origin_snapshot)
-        edges.append(wire.LineageEdge(source=source, target=f"volume:{v.name}", label="restored"))
+        if v.origin_snapshot:
+            edges.append(wire.LineageEdge(source=named("snapshot", v.origin_snapshot, taken, v.created, v.name),
+                                          target=f"volume:{v.name}", label="restored"))
     for s in snapshots:
         target = snapshot(s.name)
         if s.volume:  # None where the storage system no longer says
@@ -56,17 +59,8 @@ def lineage(jobs, volumes, snapshots) -> wire.Lineage:
         edges += [wire.LineageEdge(source=f"volume:{m}", target=key, label="mounted") for m in sorted(mounts)]
         if source:
             edges.append(wire.LineageEdge(source=snapshot(source), target=key, label="started"))
-    submitted = {j.name: j.created for j in jobs}
     for s in snapshots:
-        if not s.job:
-            continue
-        # A snapshot's time has whole seconds: a job submitted in the snapshot's second reads as its own.
-        if int(submitted.get(s.job, s.created)) > s.created:
-            # The job of that name now was submitted after this snapshot was taken: the snapshot holds
-            # the results of an earlier, deleted job of the same name, drawn apart and gone.
-            source = f"job:{s.job}@{s.name}"
-            nodes.setdefault(source, wire.LineageNode(id=source, kind="job", name=s.job, status="gone"))
-        else:
-            source = node("job", s.job)
-        edges.append(wire.LineageEdge(source=source, target=f"snapshot:{s.name}", label="results"))
+        if s.job:
+            edges.append(wire.LineageEdge(source=named("job", s.job, submitted, s.created, s.name),
+                                          target=f"snapshot:{s.name}", label="results"))
     return wire.Lineage(nodes=list(nodes.values()), edges=edges)

@@ -317,16 +317,19 @@ class Storage:
             # One folder may be spelled several ways (config.yaml names a class's folder through a
             # link or with '..', or changed its spelling since a volume was made): what is known in a
             # folder is decided by the folder itself, never by how its path is written.
+            where = {name: Path(at or self.volumes_dir) for name, at in rows}
+            ident = {root: _folder_identity(root) for root in {self.volumes_dir, *self.classes.values(),
+                                                                *where.values()}}
             known_in: dict[tuple[int, int], set[str]] = {}
-            for name, at in rows:
-                if (ident := _folder_identity(Path(at or self.volumes_dir))) is not None:
-                    known_in.setdefault(ident, set()).add(name)
+            for name, root in where.items():
+                if ident[root] is not None:
+                    known_in.setdefault(ident[root], set()).add(name)
             roots: dict[tuple[int, int], Path] = {}
-            for root in (self.volumes_dir, *self.classes.values(), *(Path(r[1]) for r in rows if r[1])):
-                if (ident := _folder_identity(root)) is not None:
-                    roots.setdefault(ident, root)
-            for ident, root in roots.items():
-                known = known_in.get(ident, set())
+            for root in (self.volumes_dir, *self.classes.values(), *where.values()):  # first spelling wins
+                if ident[root] is not None:
+                    roots.setdefault(ident[root], root)
+            for folder, root in roots.items():
+                known = known_in.get(folder, set())
                 for item in os.scandir(root):
                     if item.name.startswith("."):
                         if folders.owner_dead(item.name):

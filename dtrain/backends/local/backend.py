@@ -174,13 +174,15 @@ class LocalBackend(Backend):
     def _check_hidden(self, mounts) -> None:
         """A volume mounted over the dtrain home or dtrain's own Python would hide, inside the job,
         the files its processes write (logs, rank records) or run."""
+        from dtrain.backends.local.launch import behind
+
         needed = (("the dtrain home", self.home), ("dtrain's Python environment", Path(sys.prefix)),
                   ("dtrain's code", Path(__file__).resolve().parents[2]))
-        for m in mounts:
-            for what, path in needed:
-                if any(p == m.target or p.startswith(m.target.rstrip("/") + "/")
-                       for p in {str(path), os.path.realpath(path)}):
-                    raise SpecError(f"a volume mounted at {m.target} would hide {what} ({path}) from the job, "
+        for what, path in needed:
+            for spelled in {str(path), os.path.realpath(path)}:
+                mount, _ = behind(spelled, mounts)
+                if mount is not None:
+                    raise SpecError(f"a volume mounted at {mount.target} would hide {what} ({path}) from the job, "
                                     f"and with it the job's logs and records: mount it elsewhere, e.g. /mnt")
 
     def _prepare_volumes(self, spec: JobSpec) -> list[str]:
