@@ -336,8 +336,13 @@ def test_latest_checkpoint_orders_by_step_and_ignores_partial_files(tmp_path):
 def test_damaged_checkpoint_is_a_data_error(tmp_path):
     bad = tmp_path / "ckpt-1.pt"
     bad.write_bytes(b"\x00not a torch file")
-    with pytest.raises(DataError, match="ckpt-1.pt cannot be loaded"):
+    with pytest.raises(DataError, match="ckpt-1.pt cannot be loaded") as got:
         load_checkpoint(bad)
+    assert "\n" not in str(got.value) and str(got.value).endswith("use another checkpoint")
+    torch.save({"model": Path("x")}, tmp_path / "ckpt-3.pt")  # an object weights_only refuses: torch's long advice
+    with pytest.raises(DataError, match="ckpt-3.pt cannot be loaded") as got:
+        load_checkpoint(tmp_path / "ckpt-3.pt")
+    assert "\n" not in str(got.value)
     with pytest.raises(DataError, match="does not exist"):
         load_checkpoint(tmp_path / "ckpt-2.pt")
 
@@ -371,6 +376,20 @@ def test_metrics_writer_refuses_unserialisable_values_and_closed_use(tmp_path):
     m.close()
     with pytest.raises(SpecError, match="closed"):
         m.log(step=2)
+
+
+def test_metrics_writer_never_appends_through_a_link(tmp_path, monkeypatch):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("kept\n")
+    (tmp_path / "metrics.jsonl").symlink_to(victim)
+    with pytest.raises(SpecError, match="symbolic link; remove it"):
+        MetricsWriter(tmp_path / "metrics.jsonl")
+    mirror = tmp_path / "mirror.jsonl"
+    mirror.symlink_to(victim)  # the platform's copy, named by DTRAIN_METRICS_FILE
+    monkeypatch.setenv("DTRAIN_METRICS_FILE", str(mirror))
+    with pytest.raises(SpecError, match="mirror.jsonl is a symbolic link"):
+        MetricsWriter(tmp_path / "own.jsonl")
+    assert victim.read_text() == "kept\n"
 
 
 def test_read_metrics_skips_a_torn_last_line(tmp_path):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from dtrain.markers import resumed_step
-from dtrain.training import Checkpointer, GracefulStop, checkpoint_dir
+from dtrain.training import CheckpointMismatch, Checkpointer, GracefulStop, checkpoint_dir
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -53,6 +53,17 @@ def test_save_keeps_the_newest_k_and_resume_restores_everything(tmp_path, capsys
     assert fresh_opt.state_dict()["state"][0]["momentum_buffer"].equal(opt.state_dict()["state"][0]["momentum_buffer"])
     assert fresh_sched.state_dict() == sched.state_dict()
     assert (random.random(), np.random.rand()) == expected[:2] and torch.equal(torch.rand(1), expected[2])
+
+
+def test_another_models_checkpoint_is_one_named_error_and_is_kept(tmp_path):
+    model, opt = _model_opt()
+    Checkpointer(tmp_path, every=5).save(5, model=model, optimizer=opt)
+    other = torch.nn.Linear(4, 5)  # the same keys, other shapes
+    with pytest.raises(CheckpointMismatch) as got:
+        Checkpointer(tmp_path, every=5).resume(model=other, optimizer=torch.optim.SGD(other.parameters(), lr=0.1))
+    assert got.value.path == tmp_path / "ckpt-5.pt" and got.value.fault.startswith("size mismatch for weight")
+    assert "\n" not in str(got.value) and str(got.value).startswith(f"checkpoint {tmp_path / 'ckpt-5.pt'} does not fit")
+    assert (tmp_path / "ckpt-5.pt").is_file()
 
 
 def test_a_torn_newest_file_is_skipped(tmp_path, capsys):

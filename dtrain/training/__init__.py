@@ -18,11 +18,12 @@ from dtrain.training.dist import (
 )
 from dtrain.training.heap import keep_freed_memory
 from dtrain.training.metrics import MetricsWriter, read_metrics
-from dtrain.training.resume import Checkpointer, Resumed, checkpoint_dir
+from dtrain.training.resume import CheckpointMismatch, Checkpointer, Resumed, checkpoint_dir
 from dtrain.training.sampler import ResumableSampler
 from dtrain.training.stop import STOPPED_EXIT_CODE, GracefulStop
 
 __all__ = [
+    "CheckpointMismatch",
     "STOPPED_EXIT_CODE",
     "Checkpointer",
     "DistInfo",

@@ -79,6 +79,9 @@ def load_checkpoint(
     except FileNotFoundError:
         raise DataError(f"checkpoint {path} does not exist; list the folder or use latest_checkpoint()") from None
     except Exception as e:  # torch raises several unrelated types for a damaged file
+        # torch explains over many lines (how to allow-list globals, ...): the first says what it is
+        first = next((line.strip() for line in str(e).splitlines() if line.strip()), "")[:200]
         raise DataError(
-            f"checkpoint {path} cannot be loaded ({type(e).__name__}: {e}); delete it or resume from an older one"
+            f"checkpoint {path} cannot be loaded ({type(e).__name__}{': ' + first if first else ''}): it is damaged "
+            f"or not a file torch.save wrote; use another checkpoint"
         ) from e

@@ -12,6 +12,7 @@ platform cannot know where a workload puts its outputs); the dashboard and the s
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
@@ -33,6 +34,19 @@ def _plain(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
+def _append(path: Path):
+    """`path` opened to append text, never through a symbolic link left at its name (which could
+    point anywhere: the run would write into a file it never made)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SpecError(f"metrics file {path} is a symbolic link; remove it, or write the run to another "
+                            "folder") from None
+        raise
+    return open(fd, "a", encoding="utf-8")
+
+
 class MetricsWriter:
     def __init__(self, path: str | os.PathLike | None, *, enabled: bool = True) -> None:
         self.path = Path(path) if path is not None else None
@@ -41,10 +55,14 @@ class MetricsWriter:
         self._mirror = None
         if self.enabled:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._f = open(self.path, "a", encoding="utf-8")
+            self._f = _append(self.path)
             mirror = os.environ.get("DTRAIN_METRICS_FILE")
             if mirror and Path(mirror).resolve() != self.path.resolve():
-                self._mirror = open(mirror, "a", encoding="utf-8")
+                try:
+                    self._mirror = _append(Path(mirror))
+                except BaseException:
+                    self._f.close()
+                    raise
 
     def log(self, **fields: Any) -> None:
         """Append one line with `fields` plus 'time'; NaN and inf become null."""

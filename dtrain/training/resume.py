@@ -4,7 +4,8 @@ A `Checkpointer` owns one folder of `ckpt-<step>.pt` files. `save` writes model,
 scheduler, every random generator and the caller's extra state (the data position is the step
 itself: both workloads derive the epoch, the sampler offset and the per-step seeds from it)
 atomically, then keeps the newest `keep`. `resume` loads the newest file that loads, skipping a
-torn or foreign one with a note, and prints the line the platform records as "resumed from step".
+torn one or one another program wrote with a note (CheckpointMismatch for another model's or
+optimizer's), and prints the line the platform records as "resumed from step".
 
 Where the folder is: `--checkpoint-dir`, else $DTRAIN_CHECKPOINT_DIR, else /opt/ml/checkpoints on
 SageMaker (the LocalPath of a training job's CheckpointConfig, synced to S3 and restored on a
@@ -66,6 +67,21 @@ def _tuples(x: Any) -> Any:
     return tuple(_tuples(v) for v in x) if isinstance(x, (list, tuple)) else x
 
 
+class CheckpointMismatch(DataError):
+    """The newest checkpoint was written by another model (other keys or shapes) or optimizer."""
+
+    def __init__(self, path: Path, fault: str):
+        super().__init__(f"checkpoint {path} does not fit this model ({fault})")
+        self.path, self.fault = path, fault
+
+
+def first_fault(e: BaseException) -> str:
+    """The first concrete line of a load error ("size mismatch for w: ...", not the heading
+    "Error(s) in loading state_dict for Net:" that torch puts before it)."""
+    lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
+    return (lines[1] if len(lines) > 1 and lines[0].endswith(":") else lines[0])[:300]
+
+
 @dataclass(frozen=True, kw_only=True)
 class Resumed:
     step: int  # optimizer steps already taken; training continues with step + 1
@@ -123,11 +139,16 @@ class Checkpointer:
             except DataError as err:
                 self.log(f"skipping checkpoint {path.name}: {err}")
                 continue
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            if scheduler is not None and state["scheduler"] is not None:
-                scheduler.load_state_dict(state["scheduler"])
-            set_rng_state(state["rng"])
+            try:
+                model.load_state_dict(state["model"])
+                optimizer.load_state_dict(state["optimizer"])
+                if scheduler is not None and state["scheduler"] is not None:
+                    scheduler.load_state_dict(state["scheduler"])
+                set_rng_state(state["rng"])
+            except (RuntimeError, ValueError, KeyError, TypeError) as e:
+                # Another model's checkpoint: not skipped for an older one (it would be the same
+                # model's too), and not started afresh over it (the run's saves would prune it).
+                raise CheckpointMismatch(path, first_fault(e)) from None
             print(RESUMED.format(step=state["step"], path=path), flush=True)
             return Resumed(step=int(state["step"]), path=path, extra=state["extra"])
         return None
