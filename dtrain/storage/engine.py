@@ -135,8 +135,10 @@ class Engine:
             pending = self.root / "sweep-pending"
             if not (force or pending.exists() or os.listdir(self.root / "pins")):
                 return SweepStats(objects=0, bytes=0, leftovers=0)
+            requested = pending.exists()
+            pending.touch()  # a sweep killed midway (pins gone, objects forgotten) is finished by the next
             stats, complete = self._sweep_locked(set(live_ids()))
-            if complete:
+            if complete or not requested:  # stopped by an unreadable manifest: asked for as before
                 pending.unlink(missing_ok=True)
             return stats
         finally:
@@ -370,7 +372,8 @@ class Engine:
                         raise
                     run.fell_back = True
             if chunks is None:
-                hashed = self._hash_chunks(fd, run, packer, st.st_size)
+                # a file with fewer blocks than bytes has holes: chunks lying wholly in one are not read
+                hashed = self._hash_chunks(fd, run, packer, st.st_size, sparse=st.st_blocks * 512 < st.st_size)
                 chunks, size = [d for d, _ in hashed], sum(n for _, n in hashed)
         finally:
             os.close(fd)
@@ -433,19 +436,32 @@ class Engine:
         return chunks, size
 
     def _hash_chunks(self, fd: int, run: Run, packer: Packer | None = None,
-                     size: int | None = None) -> list[tuple[str, int]]:
+                     size: int | None = None, sparse: bool = False) -> list[tuple[str, int]]:
         """(digest, length) of each chunk of a file, read to its end; with `packer`, the
         chunks the store lacks are stored as they go by.
 
         `size`, the file's size when it was opened, ends the reading there: a file that grew
         since has a newer ctime and size, so the next capture reads it again (without it, a
-        small file took a second read to find its end)."""
+        small file took a second read to find its end).
+
+        `sparse`: a chunk inside a hole (SEEK_DATA finds no data in it) is named as zeros without
+        reading it: a 1 TiB file of holes costs one lseek per chunk, not a terabyte of reads."""
         out, offset, buf = [], 0, self._buffer()
         whole = len(buf)
         while True:
             want = whole if size is None else min(whole, size - offset)
             if want <= 0:
                 break
+            if sparse and want == whole and _in_hole(fd, offset, want):
+                digest = hashing.zeros(want, self.hash_algorithm)
+                if packer is not None and packer.wants(digest):
+                    packer.put(memoryview(bytes(want)), digest)
+                    run.add(done=want, added=want, objects=1)
+                else:
+                    run.add(done=want)
+                out.append((digest, want))
+                offset += want
+                continue
             n = self.io.read_into(fd, buf[:want], offset)
             if not n:
                 break
@@ -541,8 +557,15 @@ class Engine:
             except OSError as err:
                 raise self._wrap(err, "restoring a subvolume snapshot", needed=0) from err
             return "subvolume"
+        where = Path(dest).parent
+        while where.name.startswith(".") and where.parent != where:  # a staging folder, gone after a failure
+            where = where.parent
+
+        def wrap(err: OSError, doing: str, *, needed: int) -> StorageError:  # the disk that filled is dest's
+            return fileio.storage_error(err, doing, needed=needed, where=where)
+
         return Restore(self.packs, io=self.io, method=self.method, parallel=self._parallel,
-                       wrap=self._wrap).tree(manifest, dest, progress=progress)
+                       wrap=wrap).tree(manifest, dest, progress=progress)
 
     # --- verification ----------------------------------------------------------------------
     def verify(self, manifest_ids: Iterable[str], *, progress: Progress | None = None) -> VerifyStats:
@@ -568,6 +591,9 @@ class Engine:
             found = self._parallel(lambda d: self.packs.check(d, where[d], packs, self._buffer(), run), order)
         gone = {d for d, state in zip(order, found, strict=True) if state == "missing"}
         corrupt = frozenset(d for d, state in zip(order, found, strict=True) if state == "corrupt")
+        # not taken out of the index: a pack that cannot be read now (a permission, a failing disk)
+        # may read again later, and a sweep would delete what the index no longer names
+        unreadable = frozenset(d for d, state in zip(order, found, strict=True) if state == "unreadable")
         if computed := [(d, state) for d, state in zip(order, found, strict=True) if state.startswith("b3-")]:
             self.packs.record_hashes(computed)  # hashes deferred at capture, computed now
         if gone or corrupt:  # out of the index: the next capture holding their content stores it afresh
@@ -580,7 +606,7 @@ class Engine:
             files, hashed, corrupt = files + n, hashed + b, corrupt | bad
         return VerifyStats(objects=len(where) + files, bytes=run.done + hashed,
                            missing=frozenset(digests - where.keys() | gone), corrupt=corrupt,
-                           bad_manifests=tuple(bad_manifests))
+                           bad_manifests=tuple(bad_manifests), unreadable=unreadable)
 
     def _wrap(self, err: OSError, doing: str, *, needed: int) -> StorageError:
         return fileio.storage_error(err, doing, needed=needed, where=self.root)
@@ -598,6 +624,14 @@ class _Batch:
         self.items.append((rel, st))
         self.bytes += st.st_size
         return len(self.items) >= 64 or self.bytes >= 16 << 20
+
+
+def _in_hole(fd: int, offset: int, length: int) -> bool:
+    """True when no data lies in [offset, offset + length) of the file: a hole, reading as zeros."""
+    try:
+        return os.lseek(fd, offset, os.SEEK_DATA) >= offset + length
+    except OSError as err:
+        return err.errno == errno.ENXIO  # no data from here to the end of the file
 
 
 def _thread_pool(workers: int):

@@ -250,8 +250,16 @@ def storage_error(err: OSError, doing: str, *, needed: int, where: Path) -> Stor
         return err
     if not is_disk_full(err):
         return StorageError(f"{doing} failed: {err}")
-    import shutil
-    free = shutil.disk_usage(where).free
+    try:
+        fs = os.statvfs(where)
+    except OSError:
+        fs = None
+    if fs is not None and fs.f_files and fs.f_favail == 0:  # bytes left, but no inode for one more file
+        return StorageError(
+            f"no room for new files on the device while {doing}: every inode under {where} is in use "
+            f"({human_bytes(fs.f_bavail * fs.f_frsize)} free, but no file can be created); partial work was "
+            f"removed. Delete files there (or old snapshots: `dtrain snapshot delete NAME`) and retry")
+    free = 0 if fs is None else fs.f_bavail * fs.f_frsize
     return StorageError(
         f"no space left on the device while {doing}: needed up to {human_bytes(needed)}, "
         f"{human_bytes(free)} free under {where}; partial work was removed. Free space "

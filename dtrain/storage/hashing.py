@@ -25,6 +25,17 @@ def digest(data, algorithm: str = ALGORITHM) -> str:
     return PREFIX + _blake3()(data).hexdigest()
 
 
+_ZEROS: dict[tuple[str, int], str] = {}
+
+
+def zeros(length: int, algorithm: str = ALGORITHM) -> str:
+    """The name of `length` zero bytes (a hole of a sparse file), computed once per length."""
+    name = _ZEROS.get((algorithm, length))
+    if name is None:
+        name = _ZEROS[algorithm, length] = digest(bytes(length), algorithm)
+    return name
+
+
 def hasher_for(name: str):
     """An incremental hasher of the algorithm `name` was made with; `.hexdigest()` gives the bare hex."""
     if name.startswith(PREFIX):

@@ -86,7 +86,9 @@ class Damage(NamedTuple):
     """One damaged piece of the store and what it breaks."""
 
     object: str  # sha256 of a content chunk, or the id of a manifest
-    problem: str  # 'missing', 'corrupt' (moved aside) or 'manifest' (unreadable snapshot record)
+    # 'missing', 'corrupt' (moved aside), 'unreadable' (its pack fails to read: left as it is) or
+    # 'manifest' (unreadable snapshot record)
+    problem: str
     hits: tuple[tuple[str, str], ...]  # (snapshot, path) pairs that need it; '*' for a whole snapshot
 
     to_dict = _to_dict
@@ -139,6 +141,7 @@ class VerifyStats(NamedTuple):
     missing: frozenset[str]  # referenced but absent
     corrupt: frozenset[str]  # content no longer matches the name (taken out of the index)
     bad_manifests: tuple[str, ...]  # manifest ids missing or unreadable
+    unreadable: frozenset[str] = frozenset()  # in a pack that fails to read (kept in the index)
 
 
 def human_bytes(n: float) -> str:

@@ -15,13 +15,16 @@ import os
 import stat
 import struct
 import sys
+import re
 import threading
+import zlib
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
 VERSION = 1
 KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink"}
+_KIND_NAMES = set(KINDS.values())
 
 
 class Entry(NamedTuple):
@@ -50,6 +53,25 @@ class Entry(NamedTuple):
 
 
 FIELDS = Entry._fields
+# a path component that is empty, '.' or '..' (an absolute path starts with an empty one), in
+# paths joined by NUL (which no name holds)
+_BAD_PART = re.compile(r"(?:^|\0|/)\.{0,2}(?=/|\0|$)")
+
+
+def _check_entries(rows: list) -> None:
+    """TypeError unless every row can be restored as it says: relative paths with no '..' and
+    no empty part (a damaged manifest must never lead a restore out of its folder) and known
+    kinds. In bulk: a check per entry cost as much as loading it."""
+    listed = [r[0] for r in rows if r[0] != "."]
+    paths = "\0".join(listed)  # TypeError if one is not a string
+    if "" in listed:
+        raise TypeError("an empty path")
+    if paths and (bad := _BAD_PART.search(paths)):
+        start = paths.rfind("\0", 0, bad.start() + 1) + 1
+        end = paths.find("\0", bad.end())
+        raise TypeError(f"path {paths[start:end if end >= 0 else None][:80]!r} has an empty, '.' or '..' part")
+    if not {r[1] for r in rows} <= _KIND_NAMES:
+        raise TypeError(f"unknown kind among {sorted({str(r[1]) for r in rows} - _KIND_NAMES)[:3]}")
 
 
 class Manifest(NamedTuple):
@@ -77,14 +99,27 @@ class Manifest(NamedTuple):
 
     @classmethod
     def parse(cls, blob: bytes, manifest_id: str | None = None) -> Manifest:
-        body = json.loads(gzip.decompress(blob))
+        """The manifest `blob` holds; ValueError for anything else (cut short, bytes flipped,
+        not a manifest): callers treat a damaged manifest as one, never as a crash."""
+        try:
+            body = json.loads(gzip.decompress(blob))
+        except (EOFError, OSError, zlib.error, UnicodeDecodeError, ValueError) as err:
+            # EOFError: cut short; BadGzipFile (an OSError): not gzip; zlib.error: flipped bytes
+            raise ValueError(f"unreadable manifest ({type(err).__name__}: {err})") from None
+        if not isinstance(body, dict):
+            raise ValueError("malformed manifest: not a JSON object")
         if body.get("version") != VERSION or tuple(body.get("fields", ())) != FIELDS:
             raise ValueError(f"unsupported manifest version {body.get('version')!r}")
         try:
-            entries = tuple(map(Entry._make, body["entries"]))
-        except TypeError as err:
+            rows = body["entries"]
+            _check_entries(rows)
+            entries = tuple(map(Entry._make, rows))
+            started_ns, chunk_size = body["started_ns"], body["chunk_size"]
+        except (TypeError, KeyError) as err:
             raise ValueError(f"malformed manifest entry: {err}") from None
-        return cls(entries=entries, started_ns=body["started_ns"], chunk_size=body["chunk_size"], id=manifest_id,
+        if not (isinstance(started_ns, int) and isinstance(chunk_size, int) and chunk_size > 0):
+            raise ValueError("malformed manifest header")
+        return cls(entries=entries, started_ns=started_ns, chunk_size=chunk_size, id=manifest_id,
                    subvolume=body.get("subvolume"), hash=body.get("hash", "sha256"))
 
     def same_tree(self, entries: tuple[Entry, ...]) -> bool:
@@ -120,7 +155,8 @@ class LazyEntries(Sequence):
     __hash__ = None
 
 
-def open_beneath(root: str | os.PathLike, rel: str, flags: int = os.O_RDONLY, *, root_fd: int | None = None) -> int:
+def open_beneath(root: str | os.PathLike, rel: str, flags: int = os.O_RDONLY, *, root_fd: int | None = None,
+                 mode: int = 0o600) -> int:
     """Open `rel` under `root` without following a symbolic link on the way, nor leaving `root`:
     a folder swapped for a link mid-walk fails with ELOOP (or ENOTDIR) instead of leading out.
 
@@ -131,26 +167,27 @@ def open_beneath(root: str | os.PathLike, rel: str, flags: int = os.O_RDONLY, *,
     10,000 files four folders deep spent a fifth of its samples here).
 
     `root_fd`, a descriptor of `root` the caller holds open, spares opening `root` again for
-    each path (a capture opens 10,000 files beneath one root)."""
+    each path (a capture opens 10,000 files beneath one root). `mode`: of a file O_CREAT makes
+    (a restore creates every file this way, so that none is written through a link)."""
     parts = [p for p in rel.split("/") if p not in ("", ".")]
     if ".." in parts:
         raise OSError(errno.EXDEV, "a path beneath a folder has no '..'", rel)
     if root_fd is not None and parts:
-        opened = _openat2(root_fd, "/".join(parts), flags | os.O_NOFOLLOW)
+        opened = _openat2(root_fd, "/".join(parts), flags | os.O_NOFOLLOW, mode)
         if opened is not None:
             return opened
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     if not parts:
         return fd
     try:
-        opened = _openat2(fd, "/".join(parts), flags | os.O_NOFOLLOW)
+        opened = _openat2(fd, "/".join(parts), flags | os.O_NOFOLLOW, mode)
         if opened is not None:
             os.close(fd)
             return opened
         for i, part in enumerate(parts):
             last = i == len(parts) - 1
-            mode = (flags if last else os.O_RDONLY | os.O_DIRECTORY) | os.O_NOFOLLOW
-            nxt = os.open(part, mode, dir_fd=fd)
+            how = (flags if last else os.O_RDONLY | os.O_DIRECTORY) | os.O_NOFOLLOW
+            nxt = os.open(part, how, mode, dir_fd=fd)
             os.close(fd)
             fd = nxt
         return fd
@@ -165,7 +202,7 @@ _UNUSABLE = (errno.ENOSYS, errno.EPERM, errno.EINVAL, errno.E2BIG)  # old kernel
 _openat2_impl = None  # (syscall, open_how type, {flags: its struct}) once loaded; False where unusable
 
 
-def _openat2(dirfd: int, path: str, flags: int) -> int | None:
+def _openat2(dirfd: int, path: str, flags: int, mode: int = 0o600) -> int | None:
     """A descriptor of `path` beneath `dirfd` (no link followed, no way out); None where openat2
     cannot be used here, or when the kernel asks for a retry (EAGAIN: a rename raced the lookup)."""
     global _openat2_impl
@@ -174,11 +211,12 @@ def _openat2(dirfd: int, path: str, flags: int) -> int | None:
     if not _openat2_impl:
         return None
     call, open_how, hows = _openat2_impl
-    how = hows.get(flags)
+    mode = mode if flags & os.O_CREAT else 0  # the kernel refuses a mode otherwise
+    how = hows.get((flags, mode))
     if how is None:  # made once per set of flags and kept: the kernel only reads it
         import ctypes
-        made = open_how(flags | os.O_CLOEXEC, 0, _RESOLVE)
-        how = hows[flags] = (ctypes.byref(made), ctypes.sizeof(made))
+        made = open_how(flags | os.O_CLOEXEC, mode, _RESOLVE)
+        how = hows[flags, mode] = (ctypes.byref(made), ctypes.sizeof(made))
     fd = call(_OPENAT2, dirfd, os.fsencode(path), *how)
     if fd >= 0:
         return fd

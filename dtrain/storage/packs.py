@@ -143,8 +143,9 @@ class PackStore:
 
     # --- judging and freeing -------------------------------------------------------------------
     def check(self, digest: str, where: Where, files: PackFiles, buf: memoryview, run: Run) -> str:
-        """Re-hash one object: 'ok', 'corrupt' (other bytes) or 'missing' (pack gone or cut short);
-        for an object stored unhashed and never verified, its BLAKE3 name (for `record_hashes`)."""
+        """Re-hash one object: 'ok', 'corrupt' (other bytes), 'missing' (pack gone or cut short)
+        or 'unreadable' (the pack is there but reading it fails: EIO, EACCES...); for an object
+        stored unhashed and never verified, its BLAKE3 name (for `record_hashes`)."""
         pack, offset, length = where
         recorded = None
         if digest.startswith(UNHASHED):
@@ -161,12 +162,21 @@ class PackStore:
                     done += n
         except FileNotFoundError:
             pass
+        except OSError:  # a bad sector, a pack someone made unreadable: reported, never a crash
+            run.add(done=done)
+            return "unreadable"
         run.add(done=done)
         if done < length:
             return "missing"
         if recorded == "":
             return hashing.PREFIX + h.hexdigest()
         return "ok" if hashing.matches(recorded or digest, h) else "corrupt"
+
+    def recorded_hashes(self, ids: set[str]) -> dict[str, str]:
+        """{id: hash} of the objects stored unhashed whose hash verify has recorded."""
+        if not ids:
+            return {}
+        return {i: d for i, d in self.conn.execute("SELECT id, digest FROM hashes") if i in ids}
 
     def record_hashes(self, computed: list[tuple[str, str]]) -> None:
         """Remember the hashes of objects stored unhashed: later verifications compare with them."""
@@ -200,9 +210,16 @@ class PackStore:
             damaged = [d for (d,) in self.conn.execute("SELECT digest FROM damaged")]
             self.conn.executemany("DELETE FROM damaged WHERE digest = ?", [(d,) for d in damaged if d not in needed])
         dirty = {p for (p,) in self.conn.execute("SELECT pack FROM dirty")}
+        indexed = {r[1] for r in rows}
+        # A pack no row names is a killed capture's, unless the index lost rows (an index.db moved
+        # away or restored from an older copy): then live manifests need objects it does not know,
+        # and such a pack may hold them. Kept until every needed object is indexed again.
+        lost = not needed <= {r[0] for r in rows}
         leftovers = 0
         for fan in os.scandir(self.root):
             for item in os.scandir(fan.path):
+                if item.name not in indexed and lost:
+                    continue
                 if item.name not in kept:  # nothing live left, or never indexed (killed capture)
                     os.unlink(item.path)
                     leftovers += item.name not in dirty

@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import errno
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 from dtrain.errors import StorageError
-from dtrain.storage.fileio import UNSUPPORTED, FileIO
-from dtrain.storage.manifest import Entry, Manifest
-from dtrain.storage.packs import PackFiles, PackStore
+from dtrain.storage import hashing
+from dtrain.storage.fileio import UNSUPPORTED, FileIO, is_disk_full
+from dtrain.storage.manifest import Entry, Manifest, open_beneath
+from dtrain.storage.packs import UNHASHED, PackFiles, PackStore
 from dtrain.storage.progress import Progress, Run
 
 
@@ -29,55 +31,77 @@ class Restore:
         self.method = method
         self._parallel = parallel  # fn over items on the engine's worker threads, in order
         self._wrap = wrap  # an OSError -> StorageError naming the store and the space needed
+        self._local = threading.local()  # each thread's read buffer
+        self._expected: dict[str, str] = {}  # content id -> the hash its bytes must have
 
     def tree(self, manifest: Manifest, dest: Path, *, progress: Progress | None = None) -> str:
         """Recreate the tree at `dest`, which must not exist; returns the method used. On
         failure `dest` is left partial."""
         run = Run(sum(e.size for e in manifest.entries if e.kind == "file"), progress)
-        where = self.packs.locations(manifest.digests())
+        digests = manifest.digests()
+        where = self.packs.locations(digests)
+        # what each object's bytes must hash to: its name, or for one stored unhashed (a reflink
+        # clone) the hash verify recorded, if any (unrecorded ones are copied unchecked)
+        self._expected = {d: d for d in digests if not d.startswith(UNHASHED)}
+        self._expected |= self.packs.recorded_hashes({d for d in digests if d.startswith(UNHASHED)})
         as_root = os.geteuid() == 0
         root = os.fspath(dest)
+        # Every path below is reached from a descriptor of `dest` with no link followed on any
+        # component (open_beneath): a folder swapped for a link while the restore runs fails the
+        # restore (ELOOP) instead of leading a mkdir, a new file, a chown or a chmod outside.
+        root_fd = None
         try:
+            os.mkdir(root, 0o700)
+            root_fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             with self.packs.files() as packs:
-                os.mkdir(root, 0o700)
                 levels: dict[int, list[Entry]] = {}  # folders by depth: each level in parallel
                 for e in manifest.entries:
                     if e.kind == "dir" and e.path != ".":
                         levels.setdefault(e.path.count("/"), []).append(e)
                 for depth in sorted(levels):
-                    self._parallel(lambda e: os.mkdir(f"{root}/{e.path}", 0o700), levels[depth])
+                    self._parallel(lambda e: _in_parent(root, root_fd, e.path, _mkdir), levels[depth])
                 files = [e for e in manifest.entries if e.kind == "file"]
                 batches = [files[i:i + 32] for i in range(0, len(files), 32)]  # a task per file costs more than a small file
-                self._parallel(lambda batch: [self._restore_file(e, root, manifest.chunk_size, as_root, where, packs, run)
-                                              for e in batch], batches)
+                self._parallel(lambda batch: [self._restore_file(e, root, root_fd, manifest.chunk_size, as_root, where,
+                                                                 packs, run) for e in batch], batches)
             for e in manifest.entries:
                 if e.kind == "symlink":
-                    path = f"{root}/{e.path}"
-                    os.symlink(e.target, path)
-                    if as_root:
-                        os.lchown(path, e.uid, e.gid)
-                    os.utime(path, ns=(e.mtime_ns, e.mtime_ns), follow_symlinks=False)
+                    _in_parent(root, root_fd, e.path, lambda name, at, e=e: _symlink(name, at, e, as_root))
             for depth in sorted(levels, reverse=True):  # deepest first: a read-only folder is finished last
-                self._parallel(lambda e: _finish_dir(f"{root}/{e.path}", e, as_root), levels[depth])
+                self._parallel(lambda e: _finish_dir(root, root_fd, e, as_root), levels[depth])
             for e in manifest.entries:
                 if e.path == ".":  # not always first: '-x' sorts before '.'
-                    _finish_dir(root, e, as_root)
+                    _finish_dir(root, root_fd, e, as_root)
         except OSError as err:
             raise self._wrap(err, f"restoring into {dest}", needed=run.total - run.done) from err
+        finally:
+            if root_fd is not None:
+                os.close(root_fd)
         return "cas" if run.fell_back else self.method
 
-    def _restore_file(self, e: Entry, dest: str, chunk_size: int, as_root: bool, where: dict,
+    def _restore_file(self, e: Entry, dest: str, root_fd: int, chunk_size: int, as_root: bool, where: dict,
                       packs: PackFiles, run: Run) -> None:
-        fd = os.open(f"{dest}/{e.path}", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        fd = open_beneath(dest, e.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, root_fd=root_fd, mode=0o600)
         try:
+            holes = False
             for i, digest in enumerate(e.chunks):
                 pack, offset, length = where[digest]
+                if length == chunk_size and self._zeros(digest, length):
+                    holes = True  # a whole chunk of zeros stays a hole: a sparse file stays sparse
+                    run.add(done=length)
+                    continue
                 try:
                     with packs.open(pack) as src:
                         self._restore_chunk(digest, src, offset, length, fd, i * chunk_size, run)
                 except FileNotFoundError:
-                    raise StorageError(f"object {digest[:12]} is missing from the snapshot store (its pack "
-                                       f"is gone); run `dtrain snapshot verify`") from None
+                    raise StorageError(f"object {digest[:12]} of {e.path!r} is missing from the snapshot store "
+                                       f"(its pack is gone); run `dtrain snapshot verify`") from None
+                except _Damaged as bad:
+                    raise StorageError(f"object {digest[:12]} of {e.path!r} {bad}: the snapshot store is damaged "
+                                       f"and nothing was restored; run `dtrain snapshot verify` to see which "
+                                       f"snapshots it breaks") from None
+            if holes:
+                os.ftruncate(fd, e.size)  # a hole at the end too
             if as_root:
                 os.fchown(fd, e.uid, e.gid)  # before chmod: chown clears setuid bits
             os.fchmod(fd, e.mode)
@@ -97,15 +121,82 @@ class Restore:
                         raise
                     if err.errno != errno.EINVAL:  # EINVAL: this range is not block-aligned
                         run.fell_back = True
-            self.io.copy(src, fd, length, offset, at)
+            expected = self._expected.get(digest)
+            if expected is None:  # stored unhashed and never verified: nothing to check against
+                self.io.copy(src, fd, length, offset, at)
+                run.add(done=length)
+                return
+            # Copied through a buffer and hashed on the way: a restore never writes bytes that
+            # are not what the snapshot recorded (a flipped bit in a pack, a pack cut short).
+            buf = self._buffer(length)
+            try:
+                n = self.io.read_into(src, buf, offset)
+            except OSError as err:
+                if is_disk_full(err):
+                    raise
+                raise _Damaged(f"cannot be read ({err.strerror or err})") from None
+            if n < length:
+                raise EOFError
+            h = hashing.hasher_for(expected)
+            h.update(buf)
+            if not hashing.matches(expected, h):
+                raise _Damaged("is corrupt (its bytes no longer match their hash)")
+            self.io.write_at(fd, buf, at)
             run.add(done=length)
         except EOFError:
-            raise StorageError(f"object {digest[:12]} is shorter than recorded: the snapshot store is "
-                               f"damaged; run `dtrain snapshot verify`") from None
+            raise _Damaged("is shorter than recorded") from None
+
+    def _zeros(self, digest: str, length: int) -> bool:
+        """Whether the object `digest` names is `length` zero bytes (by its name, or for one
+        stored unhashed by the hash verify recorded)."""
+        expected = self._expected.get(digest)
+        return expected is not None and expected == hashing.zeros(length, hashing.algorithm_of(expected))
+
+    def _buffer(self, length: int) -> memoryview:
+        buf = getattr(self._local, "buf", None)
+        if buf is None or len(buf) < length:
+            buf = self._local.buf = memoryview(bytearray(length))
+        return buf[:length]
 
 
-def _finish_dir(path: str, e: Entry, as_root: bool) -> None:
+class _Damaged(Exception):
+    """An object that cannot be restored as recorded (the text says how)."""
+
+
+def _in_parent(root: str, root_fd: int, rel: str, fn: Callable[[str, int], None]) -> None:
+    """fn(name, parent folder's descriptor) for the path `rel` beneath `root`, its parent
+    reached with no link followed."""
+    parent, _, name = rel.rpartition("/")
+    if not parent:
+        fn(name, root_fd)
+        return
+    fd = open_beneath(root, parent, os.O_RDONLY | os.O_DIRECTORY, root_fd=root_fd)
+    try:
+        fn(name, fd)
+    finally:
+        os.close(fd)
+
+
+def _mkdir(name: str, at: int) -> None:
+    os.mkdir(name, 0o700, dir_fd=at)
+
+
+def _symlink(name: str, at: int, e: Entry, as_root: bool) -> None:
+    os.symlink(e.target, name, dir_fd=at)
     if as_root:
-        os.chown(path, e.uid, e.gid)
-    os.chmod(path, e.mode)
-    os.utime(path, ns=(e.mtime_ns, e.mtime_ns))
+        os.chown(name, e.uid, e.gid, dir_fd=at, follow_symlinks=False)
+    os.utime(name, ns=(e.mtime_ns, e.mtime_ns), dir_fd=at, follow_symlinks=False)
+
+
+def _finish_dir(root: str, root_fd: int, e: Entry, as_root: bool) -> None:
+    """A folder's owner, mode and time, set through a descriptor of the folder itself (a link
+    put in its place is never followed)."""
+    fd = root_fd if e.path == "." else open_beneath(root, e.path, os.O_RDONLY | os.O_DIRECTORY, root_fd=root_fd)
+    try:
+        if as_root:
+            os.fchown(fd, e.uid, e.gid)
+        os.fchmod(fd, e.mode)
+        os.utime(fd, ns=(e.mtime_ns, e.mtime_ns))
+    finally:
+        if fd != root_fd:
+            os.close(fd)

@@ -47,6 +47,7 @@ CREATE INDEX IF NOT EXISTS snapshots_by_volume ON snapshots (volume_uid, created
 """
 DEFAULT_CLASS = "local"  # the class whose root is <home>/volumes
 ROOT_MARK = ".dtrain-volumes"  # in a class root: dtrain may tidy this folder
+DELETING = ".deleting-"  # '.deleting-<pid>-<volume uid>': a volume folder renamed aside by a delete
 LIST_VOLUMES, LIST_SNAPSHOTS = "dtrain volume list", "dtrain snapshot list"
 
 
@@ -133,7 +134,9 @@ class Storage:
             raise ConflictError(f"volume {name!r} is in use by job(s) {', '.join(in_use_by)}: wait for "
                                 f"them to finish, stop them (dtrain delete JOB), or delete with --force")
         folder = vol.path.parent
-        trash = folder.parent / folders.staging_name("trash")
+        # named after the volume's uid: killed between this rename and the commit, the row still
+        # stands, and _collect puts the folder back instead of deleting a registered volume's data
+        trash = folder.parent / f"{DELETING}{os.getpid()}-{vol.uid}"
         with db.transaction(self.conn):
             # This volume, if still there: a concurrent delete (or a delete and a new volume of the
             # same name) leaves this caller nothing to delete, and it says so.
@@ -224,6 +227,7 @@ class Storage:
     def delete_snapshot(self, name: str) -> Freed:
         """Forget a snapshot and free the content no other snapshot shares."""
         snap = self.get_snapshot(name)
+        self.engine.request_sweep()  # first: killed after the row goes, the next command still frees its data
         with db.transaction(self.conn):
             self.conn.execute("DELETE FROM snapshots WHERE name = ?", (name,))
         self.engine.drop(snap.id)
@@ -238,7 +242,8 @@ class Storage:
         swept = self.engine.sweep(self._live_ids, force=True)
         with self.engine.pin(), reporter(progress, "verify") as cb:
             stats = self.engine.verify([s.id for s in rows], progress=cb)
-        bad = {d: "missing" for d in stats.missing} | {d: "corrupt" for d in stats.corrupt}
+        bad = ({d: "missing" for d in stats.missing} | {d: "corrupt" for d in stats.corrupt}
+               | {d: "unreadable" for d in stats.unreadable})
         hits = self._hits(set(bad)) if bad else {}
         damaged = [Damage(object=d, problem=p, hits=tuple(hits.get(d, ()))) for d, p in sorted(bad.items())]
         by_id = {s.id: s.name for s in rows}
@@ -293,7 +298,7 @@ class Storage:
             raise ConflictError(f"volume {vol.name!r} is in use by job(s) {', '.join(in_use_by)}: "
                                 f"wait for them to finish or stop them (dtrain delete JOB) before an in-place restore")
         self._collect()
-        staging = self.volumes_dir / vol.name / folders.staging_name("restore")
+        staging = vol.path.parent / folders.staging_name("restore")  # beside data/, in the volume's class root
         try:
             with self.engine.pin(), reporter(progress, f"restore {snap.name}") as cb:
                 self.engine.materialize(self._load(snap), staging, progress=cb)
@@ -312,12 +317,13 @@ class Storage:
         trash = []
         self.mover.recover()
         with db.transaction(self.conn):
-            rows = self.conn.execute("SELECT name, root FROM volumes").fetchall()
+            rows = self.conn.execute("SELECT name, root, uid FROM volumes").fetchall()
+            by_uid = {uid: name for name, _, uid in rows}
             moving = self.mover.moving()  # their folders are the mover's (or its recovery's) to tidy
             # One folder may be spelled several ways (config.yaml names a class's folder through a
             # link or with '..', or changed its spelling since a volume was made): what is known in a
             # folder is decided by the folder itself, never by how its path is written.
-            where = {name: Path(at or self.volumes_dir) for name, at in rows}
+            where = {name: Path(at or self.volumes_dir) for name, at, _ in rows}
             ident = {root: _folder_identity(root) for root in {self.volumes_dir, *self.classes.values(),
                                                                 *where.values()}}
             known_in: dict[tuple[int, int], set[str]] = {}
@@ -332,7 +338,12 @@ class Storage:
                 known = known_in.get(folder, set())
                 for item in os.scandir(root):
                     if item.name.startswith("."):
-                        if folders.owner_dead(item.name):
+                        if not folders.owner_dead(item.name):
+                            continue
+                        back = by_uid.get(item.name.split("-", 2)[-1]) if item.name.startswith(DELETING) else None
+                        if back is not None and ident[where[back]] == folder and not os.path.lexists(root / back):
+                            os.rename(item.path, root / back)  # a delete killed before its commit
+                        else:
                             trash.append(Path(item.path))
                     elif item.name in moving:
                         continue
