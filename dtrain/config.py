@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import re
 import stat
@@ -31,8 +32,9 @@ def home_dir(home: str | Path | None = None) -> Path:
         raise SpecError(f"the home folder {path} is a file, not a folder: give --home (or $DTRAIN_HOME) "
                         f"a folder, or move the file away") from None
     except OSError as err:
-        raise StorageError(f"cannot make the home folder {path}: {err.strerror}; give --home (or $DTRAIN_HOME) "
-                           f"a folder you can write") from None
+        fix = ("free space on that disk (df -h, df -i) or give --home (or $DTRAIN_HOME) a folder on another"
+               if err.errno in (errno.ENOSPC, errno.EDQUOT) else "give --home (or $DTRAIN_HOME) a folder you can write")
+        raise StorageError(f"cannot make the home folder {path}: {err.strerror}; {fix}") from None
     return path.resolve()
 
 

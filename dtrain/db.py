@@ -52,14 +52,38 @@ def unusable(path: Path, err: sqlite3.DatabaseError) -> StorageError | None:
     why = getattr(err, "sqlite_errorname", "")
     if why in ("SQLITE_NOTADB", "SQLITE_CORRUPT"):
         what = "is not an SQLite database" if why == "SQLITE_NOTADB" else f"is a damaged database ({err})"
+        if path.name == INDEX:  # the snapshot store's: its packs cannot be read without it
+            return StorageError(f"{path} {what}: it is the snapshot store's index, without which no snapshot can "
+                                f"be read; put back a copy of it if you keep one (moving it away loses nothing, "
+                                f"but every snapshot stays unreadable until it is back)")
         return StorageError(f"{path} {what}: move it away, or set DTRAIN_HOME to another folder")
     if why != "SQLITE_CANTOPEN":
         return None
     if path.is_dir():
         return StorageError(f"{path} is a folder, not a database file: move it away, or set DTRAIN_HOME "
                             f"to another folder")
+    full = _full(path.parent)
+    if full:
+        return StorageError(f"cannot open or create the database {path}: {full}; free some there (df -h, df -i) "
+                            f"and retry")
     return StorageError(f"cannot open or create the database {path} ({err}): set DTRAIN_HOME to a folder "
                         f"you can write")
+
+
+INDEX = "index.db"  # the snapshot store's index (dtrain.storage.packs)
+
+
+def _full(folder: Path) -> str | None:
+    """'its disk has no free space' / '... no free inodes' when that is why a file cannot be made there."""
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return None
+    if fs.f_files and fs.f_favail == 0:
+        return f"the disk holding {folder} has no free inodes (no new file can be made there)"
+    if fs.f_blocks and fs.f_bavail == 0:  # (a pseudo file system such as /proc has no blocks at all)
+        return f"the disk holding {folder} has no free space"
+    return None
 
 
 def _use_wal(conn: sqlite3.Connection) -> None:

@@ -130,28 +130,50 @@ def signal_session(leader: Ident | None, sig: int) -> int:
     return sent
 
 
-def spawn_detached(argv: list[str], *, log: Path, cwd: str) -> int:
-    """Double fork so the process is nobody's child: it outlives the CLI and never lingers as a zombie."""
+def spawn_detached(argv: list[str], *, log: Path, cwd: str, what: str = "the process") -> int:
+    """Double fork so the process is nobody's child: it outlives the CLI and never lingers as a zombie.
+
+    What stops it before it runs (its log cannot be opened, `cwd` is gone, `argv[0]` cannot be
+    executed) comes back as EnvironmentError_ through a pipe that its exec closes, instead of a
+    pid that was never the program."""
     read_fd, write_fd = os.pipe()
+    err_read, err_write = os.pipe()  # close-on-exec: EOF as soon as the program runs
     pid = os.fork()
     if pid == 0:  # intermediate child
         try:
             os.close(read_fd)
+            os.close(err_read)
             os.setsid()
             grandchild = os.fork()
             if grandchild == 0:
-                fd = os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-                os.dup2(fd, 1)
-                os.dup2(fd, 2)
-                os.closerange(3, 1024)
-                os.chdir(cwd)
-                os.execv(argv[0], argv)
+                try:
+                    fd = os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+                    null = os.open(os.devnull, os.O_RDONLY)
+                    os.dup2(null, 0)
+                    os.dup2(fd, 1)
+                    os.dup2(fd, 2)
+                    os.closerange(3, err_write)
+                    os.closerange(err_write + 1, 1024)
+                    os.chdir(cwd)
+                    os.execv(argv[0], argv)
+                except BaseException as e:  # noqa: BLE001 - told to the parent, whatever it was
+                    what = (f"{e.strerror} ({e.filename or argv[0]})" if isinstance(e, OSError) and e.strerror
+                            else str(e))
+                    os.write(err_write, what.encode("utf-8", "replace")[:2000])
+                finally:
+                    os._exit(127)
             os.write(write_fd, str(grandchild).encode())
         finally:
             os._exit(0)
     os.close(write_fd)
+    os.close(err_write)
     os.waitpid(pid, 0)
     with os.fdopen(read_fd) as f:
-        return int(f.read())
+        child = int(f.read())
+    with os.fdopen(err_read, "rb") as f:
+        failed = f.read().decode("utf-8", "replace")
+    if failed:
+        from dtrain.errors import EnvironmentError_
+
+        raise EnvironmentError_(f"{what} could not be started: {failed}")
+    return child

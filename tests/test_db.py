@@ -56,12 +56,12 @@ def test_a_state_file_that_is_no_database_is_one_line_and_left_as_it_was(tmp_pat
     home.mkdir()
     (home / "state.db").write_bytes(b"garbage\n")
     assert_usage_error(_dtrain_list(home), f"{home / 'state.db'} is not an SQLite database: move it away",
-              "DTRAIN_HOME")
+                       "DTRAIN_HOME")
     assert (home / "state.db").read_bytes() == b"garbage\n"
     assert sorted(p.name for p in home.iterdir()) == ["state.db"]  # no -wal, no -shm beside it
 
 
-def test_a_folder_or_a_dangling_link_where_the_state_file_goes_isassert_usage_error(tmp_path):
+def test_a_folder_or_a_dangling_link_where_the_state_file_goes_is_one_line_error(tmp_path):
     folder = tmp_path / "a"
     (folder / "state.db").mkdir(parents=True)
     assert_usage_error(_dtrain_list(folder), "state.db is a folder, not a database file")
@@ -73,11 +73,11 @@ def test_a_folder_or_a_dangling_link_where_the_state_file_goes_isassert_usage_er
     assert not (linked / "elsewhere.db").exists() and (linked / "state.db").is_symlink()
 
 
-def test_a_home_where_no_database_can_be_made_isassert_usage_error():
+def test_a_home_where_no_database_can_be_made_is_one_line_error():
     assert_usage_error(_dtrain_list("/proc/self"), "cannot open or create the database", "DTRAIN_HOME")
 
 
-def test_a_database_damaged_past_its_header_isassert_usage_error(tmp_path):
+def test_a_database_damaged_past_its_header_is_one_line_error(tmp_path):
     home = tmp_path / "home"
     assert _dtrain_list(home).returncode == 0
     conn = sqlite3.connect(home / "state.db")
@@ -93,3 +93,33 @@ def test_connect_names_the_file_in_a_dtrain_error(tmp_path):
     (tmp_path / "x.db").write_text("not sqlite at all, but long enough to have a header of sorts" * 4)
     with pytest.raises(DtrainError, match="x.db is not an SQLite database"):
         db.connect(tmp_path / "x.db")
+
+
+def test_a_damaged_snapshot_index_is_named_as_such_not_moved_away(tmp_path):
+    store = tmp_path / "store"
+    store.mkdir()
+    (store / "index.db").write_text("not sqlite at all, but long enough to have a header of sorts" * 4)
+    with pytest.raises(DtrainError, match="index.db is not an SQLite database: it is the snapshot store's index") as got:
+        db.connect(store / "index.db")
+    assert "put back a copy" in str(got.value) and "move it away, or" not in str(got.value)
+
+
+def test_a_home_on_a_disk_without_free_inodes_says_so(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,nr_inodes=8", "tmpfs", str(disk)],
+                                           capture_output=True).returncode != 0:
+        pytest.skip("needs root and tmpfs mounts")
+    try:
+        (disk / "home").mkdir()
+        n = 0
+        while True:  # use up every inode
+            try:
+                (disk / f"f{n}").touch()
+            except OSError:
+                break
+            n += 1
+        assert_usage_error(_dtrain_list(disk / "home"), "has no free inodes", "df -i")
+        assert_usage_error(_dtrain_list(disk / "home" / "deeper"), "No space left on device; free space on that disk")
+    finally:
+        subprocess.run(["umount", "-l", str(disk)], check=False)

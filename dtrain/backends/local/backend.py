@@ -134,8 +134,13 @@ class LocalBackend(Backend):
         # Started in the job's folder: the job's working folder may exist only inside its volumes
         # (the launch plan starts the job there, through the host folder behind it).
         folder = self.home / "jobs" / name
-        pid = spawn_detached([sys.executable, "-m", "dtrain.backends.local.supervisor", str(self.home), name],
-                              log=folder / "supervisor.log", cwd=str(folder))
+        try:
+            pid = spawn_detached([sys.executable, "-m", "dtrain.backends.local.supervisor", str(self.home), name],
+                                 log=folder / "supervisor.log", cwd=str(folder), what=f"job {name}'s supervisor")
+        except EnvironmentError_ as err:  # nothing ran: say why now rather than "never started" a minute later
+            if self.store.replace_supervisor(name, old=replacing, pid=None, token=None):  # still ours to end
+                self.store.set_status(name, "Failed", f"{err}; fix that and submit the job again")
+            raise
         ident = Ident.of(pid)
         token = supervisor_token(ident) if ident else None
         if self.store.replace_supervisor(name, old=replacing, pid=pid, token=token, message=message,
@@ -213,10 +218,16 @@ class LocalBackend(Backend):
         return [self._info(self._reconcile(row)) for row in self.store.jobs()]
 
     def _reconcile(self, row):
-        """A job whose supervisor died while nobody watched is relaunched (restarts left) or Failed, never Running."""
+        """A job whose supervisor died while nobody watched is relaunched (restarts left) or Failed, never Running.
+
+        The command that notices first claims the job (a compare-and-set recording itself as the
+        job's supervisor, see ranks.supervisor_token) before it stops anything: a command that read
+        the job before another one relaunched it would otherwise stop the new attempt's ranks as
+        leftovers of the lost one."""
         if row["status"] not in ACTIVE:
             return row
-        from dtrain.backends.local.ranks import kill_ranks, parse_ident
+        from dtrain.backends.local.ranks import kill_ranks, own_causes, parse_ident, supervisor_token
+        from dtrain.procs import Ident
 
         sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
         if sup is None:
@@ -227,19 +238,35 @@ class LocalBackend(Backend):
             return row
         else:
             reason = f"its supervisor (pid {sup.pid}) is gone: killed, or the machine restarted"
-        job_dir = self.home / "jobs" / row["name"]
-        kill_ranks(job_dir)  # only processes whose recorded identity still matches
-        spec = JobSpec.from_stored(json.loads(row["spec"]))
-        if sup is not None and row["restarts"] < spec.max_restarts:
-            restart = row["restarts"] + 1
-            self._start_supervisor(row["name"], restarts=restart,
-                                   replacing=(row["supervisor_pid"], row["supervisor_start"]),
-                                   message=f"lost: {reason}; relaunching every rank from the last "
-                                           f"checkpoint (restart {restart} of {spec.max_restarts})")
-            return self.store.job(row["name"])
-        self.store.set_status(row["name"], "Failed", f"lost: {reason}" + (
-            f"; no restarts left (--max-restarts {spec.max_restarts})" if sup is not None else ""))
-        return self.store.job(row["name"])
+        name = row["name"]
+        job_dir = self.home / "jobs" / name
+        reason += own_causes(job_dir)
+        old = (row["supervisor_pid"], row["supervisor_start"])
+        me = Ident.of(os.getpid())
+        claim = (me.pid, supervisor_token(me, claim=True))
+        if not self.store.replace_supervisor(name, old=old, pid=claim[0], token=claim[1]):
+            return self.store.job(name)  # another command got there first (or the job ended)
+        try:
+            kill_ranks(job_dir)  # only processes whose recorded identity still matches
+            spec = JobSpec.from_stored(json.loads(row["spec"]))
+            if not job_dir.is_dir():  # a supervisor started there would have nowhere to write
+                self.store.set_status(name, "Failed", f"lost: its folder {job_dir} was removed while it was "
+                                      f"{row['status'].lower()}; submit it again")
+            elif sup is not None and row["restarts"] < spec.max_restarts:
+                restart = row["restarts"] + 1
+                try:
+                    self._start_supervisor(name, restarts=restart, replacing=claim,
+                                           message=f"lost: {reason}; relaunching every rank from the last "
+                                                   f"checkpoint (restart {restart} of {spec.max_restarts})")
+                except EnvironmentError_:
+                    pass  # the job is Failed, saying why: what listed it goes on
+            else:
+                self.store.set_status(name, "Failed", f"lost: {reason}" + (
+                    f"; no restarts left (--max-restarts {spec.max_restarts})" if sup is not None else ""))
+        except BaseException:  # give the job back as it was: the next command tries again
+            self.store.replace_supervisor(name, old=claim, pid=old[0], token=old[1])
+            raise
+        return self.store.job(name)
 
     def _info(self, row) -> JobInfo:
         from dtrain.backends.local.scheduler import split_devices
@@ -310,13 +337,15 @@ class LocalBackend(Backend):
 
     # ---- delete and nodes -----------------------------------------------------------------
     def _delete(self, name: str) -> JobInfo:
-        from dtrain.backends.local.ranks import GRACE_S, kill_ranks, parse_ident
+        from dtrain.backends.local.ranks import GRACE_S, is_claim, kill_ranks, parse_ident
         from dtrain.procs import signal_process
 
         row = self.store.job(name)
         was_active = row["status"] in ACTIVE
         self.store.set_status(name, "Deleted", "deleted by the user")  # refused if already Deleted
         sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
+        if is_claim(row["supervisor_start"]):  # a command relaunching it, not a supervisor: its relaunch is refused
+            sup = None
         if was_active and signal_process(sup, signal.SIGTERM):
             # The supervisor forwards SIGTERM to the launcher; the workloads checkpoint and exit.
             deadline = time.monotonic() + GRACE_S + 5

@@ -20,7 +20,9 @@ It imports only the standard library (and dtrain's stdlib-only modules) so it st
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
+import errno
 import json
 import os
 import re
@@ -40,6 +42,7 @@ from dtrain.markers import resumed_step
 PR_SET_PDEATHSIG = 1
 LEFTOVER_GRACE_S = 1.0  # SIGTERM to what the command left in its session, then SIGKILL
 DRAIN_S = 2.0  # wait this long for output after the command exits (a child may have left the session)
+LINE_MAX = 1 << 20  # a longer output line is kept as several records: an endless line never fills memory
 
 
 def _pdeathsig(sig: int) -> None:
@@ -116,7 +119,23 @@ def parse_line(line: str) -> tuple[float | None, str]:
 
 
 def _write_json(path: Path, data: dict) -> None:
-    replace_file(path, json.dumps(data))
+    """Replace the record whole; on a full disk (no room for the new file), overwrite the old one in
+    place instead: a record is small and its old blocks are already the file's, and a rank whose
+    final record could not be written would be shown Running for good."""
+    text = json.dumps(data)
+    try:
+        replace_file(path, text)
+    except OSError as err:
+        if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # never through a link
+        try:
+            raw = text.encode()
+            if os.pwrite(fd, raw, 0) != len(raw):
+                raise err
+            os.ftruncate(fd, len(raw))
+        finally:
+            os.close(fd)
 
 
 def _start(command: list[str], env: dict[str, str], cgroup: RankCgroup | None) -> subprocess.Popen:
@@ -129,14 +148,27 @@ def _start(command: list[str], env: dict[str, str], cgroup: RankCgroup | None) -
 
 
 def _pump(proc: subprocess.Popen, log, record: dict, state: Path) -> None:
-    """Copy output lines to the log, recording at once the step the workload resumed from."""
-    for raw in iter(proc.stdout.readline, b""):
+    """Copy output lines to the log, recording at once the step the workload resumed from.
+
+    A log that cannot be written (its disk is full) stops the command (SIGTERM: a workload
+    checkpoints if it can) with the reason in the rank's record; its output is still read to the
+    end, so that the command never blocks on a full pipe and the job never hangs Running."""
+    for raw in iter(lambda: proc.stdout.readline(LINE_MAX), b""):
+        if "log_error" in record:
+            continue  # drained, not kept
         text = raw.decode("utf-8", "replace").rstrip("\r\n")
-        step = resumed_step(text)
-        if step is not None:
-            record["resumed_step"] = step
-            _write_json(state, record)
-        log.write(format_line(text, time.time()))
+        try:
+            step = resumed_step(text)
+            if step is not None:
+                record["resumed_step"] = step
+                _write_json(state, record)
+            log.write(format_line(text, time.time()))
+        except OSError as err:
+            record["log_error"] = f"{err.strerror or err} ({log.name})"
+            with contextlib.suppress(OSError):
+                _write_json(state, record)
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
 
 
 def _end_session(ident: Ident | None, cgroup: RankCgroup | None) -> None:
@@ -241,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     _write_json(state, {**record, **fields, "status": "Succeeded" if fields["exit_code"] == 0 else "Failed",
                         "finished": time.time()})
     if not pump.is_alive():  # else a process that left the session still writes; it goes with us
-        log.close()
+        with contextlib.suppress(OSError):  # a log that could not be written is in the record
+            log.close()
     return fields["exit_code"]
 
 

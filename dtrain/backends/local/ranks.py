@@ -30,6 +30,30 @@ def rank_records(job_dir: Path) -> list[dict]:
     return out
 
 
+def failing_rank(records: list[dict]) -> dict | None:
+    """The rank that failed first: the others usually fail because their launcher stopped them."""
+    failed = [r for r in records if r.get("exit_code") not in (None, 0)]
+    return min(failed, key=lambda r: (r.get("finished") or float("inf"), r["rank"])) if failed else None
+
+
+def describe_exit(rec: dict) -> str:
+    if rec.get("log_error"):
+        return (f"rank {rec['rank']} was stopped because its log could not be written: {rec['log_error']}; "
+                f"free space on that disk (df -h) and submit the job again (exit code {rec['exit_code']})")
+    if rec.get("oom"):
+        return f"rank {rec['rank']} ran out of memory (limit {rec['oom']}) and was killed (exit code {rec['exit_code']})"
+    how = f"was killed by {rec['signal']}" if rec.get("signal") else "exited"
+    return f"rank {rec['rank']} {how} (exit code {rec['exit_code']})"
+
+
+def own_causes(job_dir: Path) -> str:
+    """A clause `; before that, rank R ...` for each rank stopped for a cause of its own (a log its disk
+    had no room for, its memory limit): what ended an attempt whose supervisor could not record it
+    (a full disk refuses the database's writes too) still says why the job ended."""
+    return "".join(f"; before that, {describe_exit(r)}" for r in rank_records(job_dir)
+                   if r.get("log_error") or r.get("oom"))
+
+
 def launcher_ident(job_dir: Path) -> Ident | None:
     try:
         return Ident.from_record(json.loads((job_dir / "launcher.json").read_text()))
@@ -63,13 +87,25 @@ def rank_cgroup(rec: dict) -> RankCgroup | None:
     return RankCgroup(mode=cg.get("mode", "v1"), paths=paths) if paths else None
 
 
-def supervisor_token(ident: Ident) -> str:
-    """How a supervisor's start time and boot id are stored in the jobs table's supervisor_start."""
-    return f"{ident.start}@{ident.boot}"
+CLAIM = "claim:"  # a supervisor_start token naming a command that is replacing a lost supervisor
+
+
+def supervisor_token(ident: Ident, *, claim: bool = False) -> str:
+    """How a supervisor's start time and boot id are stored in the jobs table's supervisor_start.
+
+    `claim`: the token of a command that has taken over a job whose supervisor was lost, for as
+    long as it stops the lost attempt's leftovers and starts the next supervisor. Other commands
+    see a live process and leave the job alone (so none of them stops the new attempt's ranks as
+    the old one's); `delete` never signals it (it is a dtrain command, maybe the HTTP server)."""
+    return f"{CLAIM if claim else ''}{ident.start}@{ident.boot}"
+
+
+def is_claim(token: str | None) -> bool:
+    return bool(token) and str(token).startswith(CLAIM)
 
 
 def parse_ident(pid: int | None, token: str | None) -> Ident | None:
     if pid is None or not token:
         return None
-    start, _, boot = str(token).partition("@")
+    start, _, boot = str(token).removeprefix(CLAIM).partition("@")
     return Ident(pid=int(pid), start=start, boot=boot)

@@ -33,7 +33,7 @@ from dtrain.backends.local import launch, notebook, scheduler
 from dtrain.backends.local.devices import inventory
 from dtrain.procs import Ident, signal_session
 from dtrain.replace import replace_file
-from dtrain.backends.local.ranks import GRACE_S, kill_ranks, rank_records
+from dtrain.backends.local.ranks import GRACE_S, describe_exit, failing_rank, kill_ranks, own_causes, rank_records
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
 
@@ -54,19 +54,6 @@ def backoff(restart: int) -> float:
     return min(BACKOFF_S * 2 ** (restart - 1), BACKOFF_MAX_S)
 
 
-def failing_rank(records: list[dict]) -> dict | None:
-    """The rank that failed first: the others usually fail because their launcher stopped them."""
-    failed = [r for r in records if r.get("exit_code") not in (None, 0)]
-    return min(failed, key=lambda r: (r.get("finished") or float("inf"), r["rank"])) if failed else None
-
-
-def describe_exit(rec: dict) -> str:
-    if rec.get("oom"):
-        return f"rank {rec['rank']} ran out of memory (limit {rec['oom']}) and was killed (exit code {rec['exit_code']})"
-    how = f"was killed by {rec['signal']}" if rec.get("signal") else "exited"
-    return f"rank {rec['rank']} {how} (exit code {rec['exit_code']})"
-
-
 class Supervisor:
     def __init__(self, home: Path, name: str):
         self.home, self.name = home, name
@@ -78,6 +65,7 @@ class Supervisor:
         self._storage = None
         self.proc: subprocess.Popen | None = None
         self.stopping = False
+        self._stop_asked: subprocess.Popen | None = None  # the launcher already sent SIGTERM
         self.owner = False  # set once the job's row names this process as its supervisor
 
     @property
@@ -143,8 +131,12 @@ class Supervisor:
             got = scheduler.try_allocate(self.store, self.spec, ids)
             if got is not None:
                 return got
-            if self.stopping or not self.job_dir.exists() or self.store.job(self.name)["status"] != "Pending":
-                return None  # deleted, or its DTRAIN_HOME was removed: nobody is waiting any more
+            if not self.job_dir.is_dir():  # removed by hand (or its whole DTRAIN_HOME): nowhere to run
+                self.store.set_status(self.name, "Failed", f"its folder {self.job_dir} was removed while it waited "
+                                      f"for its turn; submit it again")
+                return None
+            if self.stopping or self.store.job(self.name)["status"] != "Pending":
+                return None  # deleted: nobody is waiting any more
             time.sleep(POLL_S)
 
     def _run_once(self, mounts, groups, attempt: int) -> int:
@@ -172,6 +164,8 @@ class Supervisor:
             ident = Ident.of(self.proc.pid)
             if ident is not None:
                 _write_json(self.job_dir / "launcher.json", ident.to_record())
+            if self.stopping:  # SIGTERM came while the launcher was being started: _on_term saw none
+                self._stop_launcher()
             code = self._watch(attempt)
         signal_session(ident, signal.SIGKILL)  # the attempt is over: nothing of it may linger
         return 128 - code if code < 0 else code
@@ -209,8 +203,10 @@ class Supervisor:
                                   exit_code=first["exit_code"] if first else code)
             return
         volume = self.spec.snapshot_volume
+        lost = [r for r in rank_records(self.job_dir) if r.get("log_error")]  # exited 0 before the stop came
         if volume is None:
-            self.store.set_status(self.name, "Succeeded", "all processes exited 0", exit_code=0)
+            self.store.set_status(self.name, "Succeeded", "all processes exited 0" + "".join(
+                f"; rank {r['rank']}'s log is incomplete: {r['log_error']}" for r in lost), exit_code=0)
             return
         self.store.add_event(self.name, "Running", f"taking a snapshot of volume {volume}")
         try:
@@ -234,10 +230,16 @@ class Supervisor:
         """Ask the launcher to stop; force it after a grace period. Never block in a handler."""
         self.stopping = True
         if self.proc is not None and self.proc.returncode is None:
-            self.proc.terminate()
-            timer = threading.Timer(GRACE_S, self._force_stop)
-            timer.daemon = True
-            timer.start()
+            self._stop_launcher()
+
+    def _stop_launcher(self) -> None:
+        if self._stop_asked is self.proc:
+            return
+        self._stop_asked = self.proc
+        self.proc.terminate()
+        timer = threading.Timer(GRACE_S, self._force_stop)
+        timer.daemon = True
+        timer.start()
 
     def _force_stop(self) -> None:
         if self.proc is not None and self.proc.returncode is None:
@@ -264,7 +266,7 @@ def main(argv: list[str] | None = None) -> int:
         return sup.run()
     except Exception as err:  # never leave a job Running without a supervisor
         if sup.owner:
-            sup.store.set_status(name, "Failed", f"supervisor error: {err}")
+            sup.store.set_status(name, "Failed", f"supervisor error: {err}{own_causes(sup.job_dir)}")
         raise
     finally:
         if sup.owner:

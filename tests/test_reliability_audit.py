@@ -1,0 +1,304 @@
+"""Faults found by auditing docs/reliability.md against the local backend: a relaunch race between
+two commands, a job log filling its disk, a job folder removed by hand, a stop that comes while a
+launcher is being started."""
+
+from __future__ import annotations
+
+import json
+import os
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import Dtrain, rank_record
+from dtrain.backends.local import ranks
+from dtrain.backends.local.backend import LocalBackend
+from dtrain.backends.local.store import JobStore
+from dtrain.procs import Ident, start_time
+from dtrain.spec import JobSpec
+
+
+def live_rank(home: Path, job: str, *, not_pid: int | None = None, timeout: float = 60) -> dict:
+    """Rank 0's record once a live command other than `not_pid` is recorded in it."""
+    path = home / "jobs" / job / "ranks" / "rank-0.json"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            rec = {}
+        ident = Ident.from_record(rec)
+        if ident is not None and ident.pid != not_pid and ident.alive():
+            return rec
+        time.sleep(0.05)
+    raise AssertionError(f"no live rank 0 of {job} (other than {not_pid})")
+
+
+def wait_gone(ident: Ident, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while ident.alive():
+        assert time.monotonic() < deadline, f"{ident.pid} still alive"
+        time.sleep(0.05)
+
+
+def exits_within(pid: int, seconds: float) -> bool:
+    """True if the process exits within `seconds` (a pidfd becomes readable when it does)."""
+    fd = os.pidfd_open(pid)
+    try:
+        return bool(select.select([fd], [], [], seconds)[0])
+    finally:
+        os.close(fd)
+
+
+def events(info: dict) -> str:
+    return "\n".join(e["message"] for e in info["events"])
+
+
+# ------------------------------------------------------------------ a relaunch race
+
+
+def test_a_command_that_read_the_job_before_another_relaunched_it_leaves_the_new_attempt_alone(home):
+    """Two commands find the same lost supervisor; one relaunches the job before the other acts on
+    what it read. The late one used to stop "the lost attempt's leftovers" from the job's folder,
+    which by then were the new attempt's rank: the relaunch it lost still killed the job's work
+    (and cost it a restart)."""
+    early, late = LocalBackend(home), LocalBackend(home)
+    early.submit(JobSpec(name="r", command=("sleep", "300"), max_restarts=2))
+    try:
+        first = live_rank(home, "r")
+        os.kill(early.store.job("r")["supervisor_pid"], signal.SIGKILL)
+        wait_gone(Ident.from_record(first))  # the rank dies with its supervisor
+        stale = late.store.job("r")  # read by the late command before the early one relaunches
+        early._reconcile(early.store.job("r"))
+        second = live_rank(home, "r", not_pid=first["pid"])
+        late._reconcile(stale)
+        assert not exits_within(second["pid"], 1.0), "the relaunched attempt's rank was stopped"
+        row = late.store.job("r")
+        assert (row["status"], row["restarts"]) == ("Running", 1)
+    finally:
+        early.delete("r")
+
+
+def test_a_command_relaunching_a_job_is_never_signalled_by_delete(dt: Dtrain):
+    """While a command relaunches a job it is recorded as the job's supervisor (a claim): a delete
+    at that moment must not send it the supervisor's SIGTERM (it may be the HTTP server)."""
+    dt("submit", "c", "--", "sleep", "300")
+    rec = rank_record(dt.home, "c", 0)
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        ident = Ident(pid=bystander.pid, start=start_time(bystander.pid), boot=Ident.of(os.getpid()).boot)
+        store = JobStore(dt.home / "state.db")
+        row = store.job("c")
+        assert store.replace_supervisor("c", old=(row["supervisor_pid"], row["supervisor_start"]),
+                                        pid=ident.pid, token=ranks.supervisor_token(ident, claim=True))
+        assert dt.status("c") == "Running"  # a live claim: nobody else takes the job over
+        os.kill(row["supervisor_pid"], signal.SIGKILL)
+        dt("delete", "c")
+        assert bystander.poll() is None and dt.status("c") == "Deleted"
+        wait_gone(Ident.from_record(rec))
+        store.close()
+    finally:
+        bystander.kill()
+        bystander.wait()
+
+
+# ------------------------------------------------------------------ a log that cannot be written
+
+
+def run_rank(job_dir: Path, code: str, timeout: float = 60) -> tuple[int, dict]:
+    proc = subprocess.Popen([sys.executable, "-m", "dtrain.backends.local.rankrun", "--job-dir", str(job_dir), "--",
+                             sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        ranks.kill_ranks(job_dir)
+        proc.kill()
+        proc.wait()
+        raise AssertionError("the rank never ended: its command blocked on a pipe nobody read") from None
+    return proc.returncode, {**json.loads((job_dir / "ranks" / "rank-0.json").read_text()), "out": out}
+
+
+def test_a_rank_whose_log_cannot_be_written_is_stopped_with_the_reason(tmp_path):
+    """The log on a full disk (/dev/full answers every write with ENOSPC). The copying thread used to
+    die at the first failed write; the command then blocked for good on its full output pipe and
+    the job stayed Running forever."""
+    job_dir = tmp_path / "job"
+    (job_dir / "logs").mkdir(parents=True)
+    (job_dir / "logs" / "rank-0.log").symlink_to("/dev/full")
+    code, rec = run_rank(job_dir, "import time\nfor i in range(10**6): print('x' * 100)\ntime.sleep(60)")
+    assert rec["status"] == "Failed" and code == rec["exit_code"] != 0, rec
+    assert "No space left on device" in rec["log_error"] and "rank-0.log" in rec["log_error"]
+    assert b"Traceback" not in rec["out"], rec["out"]
+    assert ranks.describe_exit(rec).startswith("rank 0 was stopped because its log could not be written: "
+                                               "No space left on device")
+
+
+def test_a_rank_that_ends_before_its_log_failure_stops_it_still_records_it(tmp_path):
+    job_dir = tmp_path / "job"
+    (job_dir / "logs").mkdir(parents=True)
+    (job_dir / "logs" / "rank-0.log").symlink_to("/dev/full")
+    code, rec = run_rank(job_dir, "print('one line')")
+    assert "No space left on device" in rec["log_error"] and rec["exit_code"] is not None
+    assert rec["status"] in ("Succeeded", "Failed") and code == rec["exit_code"]
+
+
+def test_an_endless_output_line_is_kept_in_bounded_records(tmp_path):
+    """A line with no end (a progress bar without newlines, binary output) used to be read whole
+    into the rank wrapper's memory before a byte of it was logged."""
+    from dtrain.backends.local.rankrun import LINE_MAX, parse_line
+
+    job_dir = tmp_path / "job"
+    size = 3 * LINE_MAX + 5
+    code, rec = run_rank(job_dir, f"import sys; sys.stdout.write('y' * {size})")
+    assert code == rec["exit_code"] == 0
+    records = [parse_line(line)[1] for line in (job_dir / "logs" / "rank-0.log").read_text().splitlines()]
+    assert len(records) > 1 and all(len(r) <= LINE_MAX for r in records)
+    assert "".join(records) == "y" * size
+
+
+def _mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir()
+    return os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                                                capture_output=True).returncode == 0
+
+
+def test_a_job_filling_the_disk_with_its_log_ends_and_says_why(tmp_path):
+    """DTRAIN_HOME on a 2 MiB tmpfs, a job printing far more: the job ends (it used to stay Running
+    for good), and once space is freed the job says what happened, whether its supervisor could
+    record it on the full disk or the next command found it lost."""
+    disk = tmp_path / "disk"
+    if not _mount_tmpfs(disk, "2m"):
+        pytest.skip("needs root and tmpfs mounts")
+    dt = Dtrain(disk / "home")
+    try:
+        dt("submit", "spam", "--", "python", "-c", "for i in range(10**6): print('x' * 100)")
+        job_dir = disk / "home" / "jobs" / "spam"
+        deadline = time.monotonic() + 60
+        rec: dict = {}
+        while rec.get("finished") is None:
+            assert time.monotonic() < deadline, f"the rank never ended: {rec}"
+            time.sleep(0.1)
+            try:
+                rec = json.loads((job_dir / "ranks" / "rank-0.json").read_text())
+            except (OSError, ValueError):
+                pass
+        assert "No space left on device" in rec["log_error"]
+        (job_dir / "logs" / "rank-0.log").unlink()  # the user frees space
+        info = dt.wait_for("spam", {"Failed", "Succeeded"}, timeout=60)
+        assert info["status"] == "Failed" and "its log could not be written: No space left on device" in \
+            info["message"], info["message"]
+    finally:
+        _cleanup_home(dt)
+        subprocess.run(["umount", "-l", str(disk)], check=False)
+
+
+def _cleanup_home(dt: Dtrain) -> None:
+    for job in json.loads(dt("list", "-A", "--json", check=False).stdout or "[]"):
+        if job["status"] in ("Pending", "Running"):
+            dt("delete", job["name"], check=False)
+    for path in (dt.home / "jobs").glob("*"):
+        ranks.kill_ranks(path)
+
+
+# ------------------------------------------------------------------ a job folder removed by hand
+
+
+def test_a_queued_job_whose_folder_was_removed_fails_saying_so(dt_gpus: Dtrain):
+    dt = dt_gpus
+    dt("submit", "holder", "--gpu", "2", "--", "sleep", "300")
+    dt("submit", "queued", "--gpu", "1", "--", "true")
+    assert dt.status("queued") == "Pending"
+    shutil.rmtree(dt.home / "jobs" / "queued")
+    info = dt.wait_for("queued", {"Failed", "Succeeded", "Running"}, timeout=60)
+    assert info["status"] == "Failed" and "was removed" in info["message"] and "submit it again" in \
+        info["message"], info["message"]
+    assert "killed, or the machine restarted" not in info["message"]
+
+
+def test_a_lost_job_whose_folder_was_removed_is_failed_not_relaunched(dt: Dtrain):
+    """A relaunch there starts a supervisor that cannot even open its log: it used to spend a
+    restart on one that never ran, then fail as "its supervisor never started"."""
+    dt("submit", "gone", "--max-restarts", "2", "--", "sleep", "300")
+    rec = rank_record(dt.home, "gone", 0)
+    store = JobStore(dt.home / "state.db")
+    os.kill(store.job("gone")["supervisor_pid"], signal.SIGKILL)
+    store.close()
+    wait_gone(Ident.from_record(rec))
+    shutil.rmtree(dt.home / "jobs" / "gone")
+    info = dt.json("describe", "job", "gone")
+    assert info["status"] == "Failed" and info["restarts"] == 0, (info["status"], info["message"])
+    assert "was removed" in info["message"] and "relaunching" not in events(info)
+
+
+# ------------------------------------------------------------------ a stop while a launcher starts
+
+
+def test_a_stop_that_came_while_the_launcher_was_started_stops_it(home):
+    """SIGTERM (dtrain delete) between the supervisor's check for a stop and its launcher's start
+    found no launcher to stop: the attempt then ran to its end, and delete waited its 35 s grace
+    before it killed everything."""
+    from dtrain.backends.local.supervisor import Supervisor
+
+    store = JobStore(home / "state.db")
+    store.insert_job(JobSpec(name="s", command=("sleep", "120")), cwd=str(home), node="here")
+    (home / "jobs" / "s" / "logs").mkdir(parents=True)
+    sup = Supervisor(home, "s")
+    sup.stopping = True  # the handler ran while no launcher was there
+    done: list[int] = []
+    runner = threading.Thread(target=lambda: done.append(sup._run_once([], [[]], 0)), daemon=True)
+    runner.start()
+    try:
+        runner.join(timeout=30)
+        assert done, "the attempt went on after the stop"
+    finally:
+        ranks.kill_ranks(home / "jobs" / "s")
+        runner.join(timeout=30)
+        store.close()
+
+
+# ------------------------------------------------------------------ a supervisor that cannot start
+
+
+def test_a_process_that_cannot_start_is_an_error_not_a_pid(tmp_path):
+    """spawn_detached returned a pid even when its child could not open its log or execute: the job
+    then failed a minute later as "its supervisor never started", without the reason."""
+    from dtrain.errors import EnvironmentError_
+    from dtrain.procs import spawn_detached
+
+    with pytest.raises(EnvironmentError_, match=r"^the runner could not be started: .*\(.*nowhere/x.log\)"):
+        spawn_detached([sys.executable, "-c", "pass"], log=tmp_path / "nowhere" / "x.log", cwd=str(tmp_path),
+                       what="the runner")
+    with pytest.raises(EnvironmentError_, match="could not be started: .*missing-python"):
+        spawn_detached([str(tmp_path / "missing-python")], log=tmp_path / "x.log", cwd=str(tmp_path))
+    marker = tmp_path / "ran"
+    pid = spawn_detached([sys.executable, "-c", f"open({str(marker)!r}, 'w')"], log=tmp_path / "x.log",
+                         cwd=str(tmp_path))
+    assert pid > 0
+    deadline = time.monotonic() + 30
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert marker.exists()
+
+
+def test_a_lost_job_whose_supervisor_cannot_start_fails_saying_why(dt: Dtrain):
+    dt("submit", "nolog", "--max-restarts", "2", "--", "sleep", "300")
+    rec = rank_record(dt.home, "nolog", 0)
+    store = JobStore(dt.home / "state.db")
+    os.kill(store.job("nolog")["supervisor_pid"], signal.SIGKILL)
+    store.close()
+    wait_gone(Ident.from_record(rec))
+    log = dt.home / "jobs" / "nolog" / "supervisor.log"
+    log.unlink()
+    log.mkdir()  # the next supervisor cannot open its log
+    listed = dt("list", "jobs")  # what noticed goes on
+    assert "nolog" in listed.stdout
+    info = dt.json("describe", "job", "nolog")
+    assert info["status"] == "Failed", (info["status"], info["message"])
+    assert "job nolog's supervisor could not be started: Is a directory" in info["message"], info["message"]
