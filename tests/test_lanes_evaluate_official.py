@@ -116,6 +116,31 @@ def test_official_submission_without_h_samples_and_float_x_gives_the_official_fi
     assert 0.0 < ours["accuracy"] < 1.0 and ours["frames"] == len(gts)
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+def test_a_submission_in_its_own_order_gives_the_official_figures_to_the_last_bit(tmp_path, seed):
+    """bench_one_submit sums the frames in the submission's order; float sums depend on the order."""
+    gt, gts = _ground_truth(tmp_path)
+    sub = _submission(gts, seed)
+    random.Random(seed).shuffle(sub)
+    pred = tmp_path / "pred.json"
+    pred.write_text("".join(json.dumps(s) + "\n" for s in sub))
+    ours, theirs = evaluate_files(pred, gt), official_figures(pred, gt)
+    assert [ours[k] for k in ("accuracy", "fp", "fn")] == [theirs[k] for k in ("accuracy", "fp", "fn")]
+
+
+def test_ground_truth_frames_with_more_than_five_lanes_are_scored_as_the_official_script_does(tmp_path):
+    """The official script takes any number of GT lanes (the lowest of more than 4 is dropped)."""
+    rows = list(range(160, 711, 10))
+    lanes = [[x0 + (y - 160) // 4 for y in rows] for x0 in (100, 300, 500, 700, 900, 1100)]
+    gt = tmp_path / "gt.json"
+    gt.write_text(json.dumps({"lanes": lanes, "h_samples": rows, "raw_file": "clips/x/1/20.jpg"}) + "\n")
+    pred = _write(tmp_path, [{"raw_file": "clips/x/1/20.jpg", "lanes": [[x + 3 for x in lane] for lane in lanes[:4]],
+                              "run_time": 5.0}])
+    ours, theirs = evaluate_files(pred, gt), official_figures(pred, gt)
+    assert [ours[k] for k in ("accuracy", "fp", "fn")] == [theirs[k] for k in ("accuracy", "fp", "fn")]
+    assert ours["fn"] > 0  # two of six GT lanes missed, one of them forgiven
+
+
 def test_cli_takes_an_official_submission(tmp_path):
     gt, gts = _ground_truth(tmp_path, n=20)
     pred = tmp_path / "pred.json"

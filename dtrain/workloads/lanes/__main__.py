@@ -8,6 +8,7 @@ import importlib
 import sys
 
 from dtrain.errors import DtrainError
+from dtrain.workloads.inputs import MACHINE_ERRNOS
 
 COMMANDS = {
     "train": "dtrain.workloads.lanes.train",  # SCNN data-parallel training
@@ -28,6 +29,13 @@ def main(argv: list[str] | None = None) -> int:
         return module.main(argv[1:]) or 0
     except DtrainError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if err.errno not in MACHINE_ERRNOS:
+            raise
+        # a full, read-only or forbidden disk: one line, as the dtrain command prints it
+        where = f" writing {err.filename}" if err.filename else ""
+        print(f"error: {err.strerror}{where}: use a folder you can write to, with free space", file=sys.stderr)
         return 2
 
 

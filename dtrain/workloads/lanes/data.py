@@ -25,16 +25,26 @@ from PIL import Image
 
 from dtrain.errors import DataError, NotFoundError, SpecError
 from dtrain.workloads.lanes.masks import NUM_SLOTS, TRAIN_SIZE, assign_slots, render_mask
-from dtrain.workloads.lanes.tusimple import IMAGE_WIDTH, SEG_DIR, SPLIT_FILES, LaneLabel, mask_relpath, read_labels
+from dtrain.workloads.lanes.tusimple import (
+    IMAGE_HEIGHT, IMAGE_WIDTH, SEG_DIR, SPLIT_FILES, LaneLabel, mask_relpath, read_labels,
+)
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
 def load_image(path: str | os.PathLike, size: tuple[int, int]) -> torch.Tensor:
-    """JPEG -> (3, H, W) uint8 tensor at size (width, height), decoded at reduced size when possible."""
+    """JPEG -> (3, H, W) uint8 tensor at size (width, height), decoded at reduced size when possible.
+
+    The frame must be a whole TuSimple frame (1280x720): labels give x in its pixels, so a frame of
+    another size would be trained on (or scored) against lanes that are not where its paint is.
+    """
     try:
         with Image.open(path) as im:
+            if im.size != (IMAGE_WIDTH, IMAGE_HEIGHT):
+                raise DataError(f"image {path} is {im.size[0]}x{im.size[1]}, but TuSimple frames are "
+                                f"{IMAGE_WIDTH}x{IMAGE_HEIGHT} (the labels' pixels): replace it with the dataset's "
+                                "frame (re-run `dtrain lanes prepare --force`)")
             im.draft("RGB", size)  # JPEG only: the decoder scales by 1/2, 1/4 or 1/8 to >= size
             if im.mode != "RGB":
                 im = im.convert("RGB")
@@ -42,7 +52,8 @@ def load_image(path: str | os.PathLike, size: tuple[int, int]) -> torch.Tensor:
     except FileNotFoundError:
         raise NotFoundError(f"image {path} does not exist: re-run `dtrain lanes prepare`") from None
     except OSError as e:
-        raise DataError(f"cannot decode image {path}: {e}") from None
+        raise DataError(f"cannot decode image {path} ({e}): replace it with the dataset's frame "
+                        "(re-run `dtrain lanes prepare --force`)") from None
     img = torch.from_numpy(arr).permute(2, 0, 1)  # (3, H, W) view in channels-last memory
     if img.shape[1:] != (size[1], size[0]):
         # torch's uint8 channels-last antialiased bilinear is ~4x faster than PIL's resize

@@ -45,7 +45,7 @@ import numpy as np
 
 from dtrain.errors import DataError
 from dtrain.workloads.inputs import Parser, input_file
-from dtrain.workloads.lanes.tusimple import LaneLabel, is_number, read_labels
+from dtrain.workloads.lanes.tusimple import LaneLabel, is_number, json_lines, read_labels
 
 PIXEL_THRESH = 20.0  # base tolerance in pixels for a near-vertical lane
 PT_THRESH = 0.85  # share of rows a predicted lane must hit to match a GT lane
@@ -79,7 +79,9 @@ def bench_frame(
     h_samples: Sequence[int],
     run_time: float | None = None,
 ) -> tuple[float, float, float]:
-    """(accuracy, fp, fn) of one frame; a lane of the wrong length raises DataError."""
+    """(accuracy, fp, fn) of one frame; a lane of the wrong length or no h_samples raise DataError."""
+    if not h_samples:
+        raise DataError("the ground-truth frame has no h_samples: give the rows (y) its lanes' x values are at")
     for i, lane in enumerate(pred):
         if len(lane) != len(h_samples):
             raise DataError(
@@ -161,16 +163,11 @@ def read_predictions(path: str | os.PathLike) -> list[Prediction]:
     """A submission file (JSON lines); blank lines are skipped, a bad line names its number."""
     path = input_file(path, "prediction file", "give a TuSimple JSON-lines file (`dtrain lanes predict` writes one)")
     out = []
-    with path.open("r", encoding="utf-8", errors="replace") as f:
-        for lineno, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            try:
-                out.append(parse_prediction(json.loads(line), f"{path}:{lineno}"))
-            except json.JSONDecodeError as e:
-                raise DataError(f"{path}:{lineno}: bad JSON ({e.msg} at column {e.colno})") from None
-            except ValueError as e:
-                raise DataError(f"{path}:{lineno}: {e}") from None
+    for lineno, obj in json_lines(path):
+        try:
+            out.append(parse_prediction(obj, f"{path}:{lineno}"))
+        except ValueError as e:
+            raise DataError(f"{path}:{lineno}: {e}") from None
     return out
 
 
@@ -190,7 +187,7 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel]) 
         if p.raw_file not in gt_by_file:
             raise DataError(f"{_at(p)}prediction for {p.raw_file} has no ground-truth frame: check the raw_file paths")
         by_file[p.raw_file] = p
-    acc = fp = fn = 0.0
+    scores: dict[str, tuple[float, float, float]] = {}
     for g in gts:
         p = by_file.get(g.raw_file)
         if p is None:
@@ -207,6 +204,10 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel]) 
             a, f_p, f_n = bench_frame(p.lanes, g.lanes, g.h_samples, p.run_time)
         except DataError as e:
             raise DataError(f"{_at(p)}{g.raw_file}: {e}") from None
+        scores[g.raw_file] = a, f_p, f_n
+    acc = fp = fn = 0.0
+    for p in preds:  # summed in the submission's order, as bench_one_submit sums: the same float sums
+        a, f_p, f_n = scores[p.raw_file]
         acc, fp, fn = acc + a, fp + f_p, fn + f_n
     n = len(gts)
     if n == 0:
@@ -219,8 +220,9 @@ def _at(p: LaneLabel | Prediction) -> str:
 
 
 def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike) -> dict:
-    """``evaluate`` on a submission file and a TuSimple ground-truth file."""
-    return evaluate(read_predictions(pred_path), read_labels(gt_path))
+    """``evaluate`` on a submission file and a TuSimple ground-truth file (any number of GT lanes a
+    frame, as the official script takes them; the lowest of more than 4 is dropped)."""
+    return evaluate(read_predictions(pred_path), read_labels(gt_path, max_lanes=None))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -19,9 +19,10 @@ from pathlib import Path
 import torch
 from PIL import Image, ImageDraw
 
-from dtrain.errors import DataError
+from dtrain.errors import DataError, SpecError
+from dtrain.replace import replacing
 from dtrain.training import load_checkpoint
-from dtrain.workloads.inputs import MAX_BATCH, Parser, in_range
+from dtrain.workloads.inputs import MAX_BATCH, Parser, in_range, input_file, out_folder
 from dtrain.workloads.lanes.data import LaneDataset, load_image, normalize
 from dtrain.workloads.lanes.masks import decode_lanes
 from dtrain.workloads.lanes.recipes import native_bf16, precision_name
@@ -93,15 +94,29 @@ def predict_labels(model: torch.nn.Module, root: str | os.PathLike, labels: Sequ
 
 def load_model(path: str | os.PathLike, device: torch.device | str = "cpu") -> SCNN:
     """An SCNN from a training checkpoint (ckpt-<step>.pt) or a final model.pt."""
-    state = load_checkpoint(path, map_location="cpu")
+    fix = "pass OUT_DIR/model.pt or a ckpt-<step>.pt that `dtrain lanes train` wrote"
+    input_file(path, "checkpoint", fix)
+    try:
+        state = load_checkpoint(path, map_location="cpu")
+    except DataError as e:  # torch explains over many lines; the kind of fault is enough here
+        why = type(e.__cause__).__name__ if e.__cause__ is not None else "unreadable"
+        raise DataError(f"{path} cannot be loaded as a checkpoint ({why}: not a file torch.save wrote, "
+                        f"or a damaged one): {fix}") from None
     if isinstance(state, dict) and isinstance(state.get("extra"), dict) and "model_config" in state["extra"]:
         state = {**state, "model_config": state["extra"]["model_config"]}  # a Checkpointer file
-    if not isinstance(state, dict) or "model" not in state or "model_config" not in state:
-        raise DataError(f"{path} is not an SCNN checkpoint (no 'model'/'model_config'): pass OUT_DIR/model.pt or a ckpt-<step>.pt")
-    cfg = dict(state["model_config"])
-    cfg["input_size"] = tuple(cfg["input_size"])
-    model = SCNN(SCNNConfig(**cfg))
-    model.load_state_dict(state["model"])
+    if not isinstance(state, dict) or "model" not in state or not isinstance(state.get("model_config"), dict):
+        raise DataError(f"{path} is not an SCNN checkpoint (no 'model'/'model_config'): {fix}")
+    try:
+        cfg = dict(state["model_config"])
+        cfg["input_size"] = tuple(cfg["input_size"])
+        model = SCNN(SCNNConfig(**cfg))
+        model.load_state_dict(state["model"])
+    except (TypeError, ValueError, KeyError, RuntimeError) as e:  # another model's keys or shapes
+        lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
+        why = lines[1] if len(lines) > 1 and lines[0].endswith(":") else lines[0]
+        if isinstance(e, KeyError):
+            why = f"its model_config has no {e.args[0]!r}"
+        raise DataError(f"{path} does not hold an SCNN this code builds ({why}): {fix}") from None
     return model.to(device).eval()
 
 
@@ -127,11 +142,27 @@ def draw_overlay(root: str | os.PathLike, pred: LaneLabel, gt: LaneLabel | None,
         for x, y in pts:
             draw.ellipse((x - 2.5, y - 2.5, x + 2.5, y + 2.5), fill=colour)
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    frame.save(path)
+    with replacing(path, "wb") as f:  # a link at `path` is replaced, never written through
+        frame.save(f, format="PNG")
 
 
 def overlay_name(raw_file: str) -> str:
     return raw_file.removeprefix("clips/").removesuffix(".jpg").replace("/", "_") + ".png"
+
+
+def check_out_file(path: str | os.PathLike, data_dir: str | os.PathLike) -> Path:
+    """--out as a file path predictions can replace whole; SpecError before any work when it cannot be."""
+    path = Path(path)
+    if path.is_dir():
+        raise SpecError(f"--out {path} is a folder: give a file path for the predictions, e.g. {path / 'pred.json'}")
+    labels = {(Path(data_dir) / name).resolve() for names in SPLIT_FILES.values() for name in names}
+    if path.resolve() in labels:
+        raise SpecError(f"--out {path} is a label file of {data_dir}: predictions would replace the ground "
+                        "truth; give another file, e.g. pred.json")
+    out_folder(path.parent, f"--out {path}: its folder")
+    if not os.access(path.parent, os.W_OK):
+        raise SpecError(f"--out {path}: its folder cannot be written (permission denied): give a folder you can write to")
+    return path
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -165,11 +196,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if device.type not in ("cpu", "cuda"):
         parser.error(f"--device {args.device}: predict runs on cpu or cuda")
     bf16 = native_bf16(device) if args.bf16 is None else args.bf16
+    out = check_out_file(args.out, args.data_dir)
+    if args.overlays:
+        out_folder(args.overlays, "--overlays")
     model = load_model(args.checkpoint, device)
     labels = split_labels(args.data_dir, args.split)[: args.limit]
+    if not labels:
+        raise DataError(f"split {args.split!r} of {args.data_dir} holds no frames "
+                        f"({', '.join(SPLIT_FILES[args.split])} is empty): give a split with frames")
     preds = predict_labels(model, args.data_dir, labels, batch_size=args.batch_size, threshold=args.threshold,
                            device=device, bf16=bf16)
-    write_labels(args.out, preds)
+    write_labels(out, preds)
     print(f"wrote {len(preds)} predictions to {args.out} ({precision_name(device, bf16)})", file=sys.stderr)
     if args.overlays:
         for pred, gt in list(zip(preds, labels))[: args.max_overlays]:

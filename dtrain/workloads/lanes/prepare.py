@@ -55,7 +55,7 @@ from tqdm import tqdm
 from dtrain.errors import DataError, SpecError
 from dtrain.workloads.inputs import Parser, in_range, input_file, out_folder
 from dtrain.workloads.lanes.masks import TRAIN_SIZE, render_mask
-from dtrain.workloads.lanes.tusimple import LIST_DIR, SPLIT_FILES, mask_relpath, read_labels
+from dtrain.workloads.lanes.tusimple import LIST_DIR, SPLIT_FILES, mask_relpath, read_labels, writable
 
 MANIFEST = "prepare.json"
 MANIFEST_VERSION = 1
@@ -230,23 +230,6 @@ def _safe_members(names: list[str], archive: Path) -> Iterator[tuple[str, PurePo
             yield name, PurePosixPath(*rel)
 
 
-def writable(out: Path, path: Path) -> Path:
-    """Make `path` (inside `out`) safe to write: remove every symlink at it or between `out` and it,
-    create the missing folders as real ones. A link under --out may point anywhere on the machine
-    (out/clips -> /etc): writing through it would write outside the dataset, so it is replaced."""
-    rel = path.relative_to(out)
-    out.mkdir(parents=True, exist_ok=True)  # --out itself is the user's choice, link or not
-    cur = out
-    for i, part in enumerate(rel.parts):
-        cur = cur / part
-        if cur.is_symlink():
-            print(f"prepare: replacing the symbolic link {cur} -> {os.readlink(cur)}", file=sys.stderr)
-            cur.unlink()
-        if i < len(rel.parts) - 1:
-            cur.mkdir(exist_ok=True)
-    return path
-
-
 def _open_new(path: Path, mode: str = "wb"):
     """Open for writing without following a link at the last component (a race after writable())."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | (os.O_TRUNC if "w" in mode else 0)
@@ -349,11 +332,15 @@ def build_masks(out: Path, size: tuple[int, int]) -> dict[str, int]:
             progress.update(1)
         progress.close()
         with _open_new(writable(out, out / LIST_DIR / f"{split}_gt.txt"), "w") as f:
-            f.write("\n".join(lines) + "\n")
+            f.write("".join(line + "\n" for line in lines))
         counts[split] = len(labels)
     if not counts:
         wanted = sorted(n for names in SPLIT_FILES.values() for n in names)
         raise DataError(f"no label files in {out} (want {wanted}): check --url")
+    if not any(counts.values()):
+        found = sorted(n for names in SPLIT_FILES.values() for n in names if (out / n).is_file())
+        raise DataError(f"the label files in {out} ({', '.join(found)}) hold no frames: check --url "
+                        "(a data set needs labelled frames)")
     return counts
 
 

@@ -43,8 +43,9 @@ import numpy as np
 from PIL import Image, ImageChops, ImageDraw
 
 from dtrain.errors import SpecError
+from dtrain.replace import replacing
 from dtrain.workloads.inputs import MAX_SEED, Parser, in_range, out_folder
-from dtrain.workloads.lanes.tusimple import IMAGE_HEIGHT, IMAGE_WIDTH, NO_POINT, LaneLabel, write_labels
+from dtrain.workloads.lanes.tusimple import IMAGE_HEIGHT, IMAGE_WIDTH, NO_POINT, LaneLabel, write_labels, writable
 
 TRAIN_FILES = ("label_data_0313.json", "label_data_0531.json", "label_data_0601.json")
 TEST_FILE = "test_label.json"
@@ -316,9 +317,9 @@ def _write_file(out: Path, name: str, count: int, seed: int, noise: Image.Image)
         rng = np.random.default_rng([seed, _FILE_IDS[name], i])
         scene = _sample_scene(rng)
         label = LaneLabel(raw_file=_raw_file(name, i), h_samples=rows, lanes=scene_lanes(scene, rows))
-        path = out / label.raw_file
-        path.parent.mkdir(parents=True, exist_ok=True)
-        render_scene(scene, rng, noise).save(path, quality=int(rng.integers(80, 95)))
+        # a link under --out (out/clips -> elsewhere) is replaced, never written through
+        with replacing(writable(out, out / label.raw_file, "synth"), "wb") as f:
+            render_scene(scene, rng, noise).save(f, format="JPEG", quality=int(rng.integers(80, 95)))
         labels.append(label)
     write_labels(out / name, labels)
     return labels
@@ -372,19 +373,20 @@ def make_archive(src_dir: str | os.PathLike, archive_path: str | os.PathLike, *,
         with (src / name).open() as f:
             members += [json.loads(line)["raw_file"] for line in f if line.strip()]
     members += list(TRAIN_FILES) if split == "train" else [TASKS_FILE]
-    archive.parent.mkdir(parents=True, exist_ok=True)
-    if archive.name.endswith(".zip"):
-        with zipfile.ZipFile(archive, "w", zipfile.ZIP_STORED) as zf:  # JPEGs do not compress
-            for m in members:
-                zf.write(src / m, m)
-    elif archive.name.endswith((".tar.gz", ".tgz", ".tar")):
-        # JPEGs barely compress: the fastest gzip level keeps packing quick
-        options = {"mode": "w"} if archive.name.endswith(".tar") else {"mode": "w:gz", "compresslevel": 1}
-        with tarfile.open(archive, **options) as tf:
-            for m in members:
-                tf.add(src / m, m)
-    else:
+    if not archive.name.endswith((".zip", ".tar.gz", ".tgz", ".tar")):
         raise SpecError(f"unknown archive type {archive.name}: use .tar.gz, .tgz, .tar or .zip")
+    archive.parent.mkdir(parents=True, exist_ok=True)
+    with replacing(archive, "wb") as f:  # written whole; a link at the archive's name is replaced
+        if archive.name.endswith(".zip"):
+            with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as zf:  # JPEGs do not compress
+                for m in members:
+                    zf.write(src / m, m)
+        else:
+            # JPEGs barely compress: the fastest gzip level keeps packing quick
+            options = {"mode": "w"} if archive.name.endswith(".tar") else {"mode": "w:gz", "compresslevel": 1}
+            with tarfile.open(str(archive), fileobj=f, **options) as tf:
+                for m in members:
+                    tf.add(src / m, m)
     return archive
 
 

@@ -17,6 +17,7 @@ them into --snapshot-on-success; docs/architecture.md); this script only records
 
 import argparse
 import dataclasses
+import errno
 import json
 import os
 import sys
@@ -29,9 +30,10 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from dtrain.errors import SpecError
+from dtrain.errors import DtrainError, SpecError
 from dtrain.replace import replace_file
 from dtrain.training import (
+    CheckpointMismatch,
     STOPPED_EXIT_CODE,
     Checkpointer,
     DistInfo,
@@ -42,6 +44,7 @@ from dtrain.training import (
     broadcast_buffers,
     checkpoint_dir,
     keep_freed_memory,
+    load_checkpoint,
     save_atomic,
     setup_distributed,
     teardown,
@@ -238,7 +241,7 @@ class Log:
     """Progress lines to stdout and <out-dir>/train.log, on rank 0 only."""
 
     def __init__(self, path: Path, enabled: bool) -> None:
-        self.file = open(path, "a", encoding="utf-8") if enabled else None
+        self.file = open_log(path) if enabled else None
 
     def __call__(self, msg: str) -> None:
         if self.file is not None:
@@ -250,6 +253,38 @@ class Log:
     def close(self) -> None:
         if self.file is not None:
             self.file.close()
+
+
+def open_log(path: Path):
+    """Append to `path`, never through a symbolic link someone left there (it could point anywhere)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise SpecError(f"{path} is a symbolic link: training writes its log only to a file of its own; "
+                            "remove the link or give another --out-dir") from None
+        raise
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
+def refuse_links(out: Path, names: Sequence[str]) -> None:
+    """SpecError when an output file that is appended to (not replaced) is a symbolic link."""
+    for name in names:
+        if (out / name).is_symlink():
+            raise SpecError(f"{out / name} is a symbolic link: training writes its outputs only to files of its "
+                            "own; remove the link or give another --out-dir")
+
+
+def next_batch(batches):
+    """The loader's next batch; a dataset error raised in a loader worker comes back as its one line."""
+    try:
+        return next(batches)
+    except DtrainError as e:
+        text = str(e)
+        if "\nOriginal Traceback" not in text:  # raised in this process: already one line
+            raise
+        last = text.strip().splitlines()[-1]  # "dtrain.errors.DataError: cannot decode ..."
+        raise type(e)(last.split(": ", 1)[1] if ": " in last else last) from None
 
 
 def validate(model: SCNN, cfg: TrainConfig, info: DistInfo, labels: list) -> dict:
@@ -284,14 +319,38 @@ def build_loader(cfg: TrainConfig, info: DistInfo) -> tuple[LaneDataset, Resumab
 def restore(ckpt: Checkpointer, cfg: TrainConfig, model: SCNN, opt: torch.optim.Optimizer, max_steps: int,
             log: "Log", device: torch.device) -> int:
     """Load the newest valid checkpoint, if resuming; returns the step to continue from."""
-    resumed = ckpt.resume(model=model, optimizer=opt, map_location=device) if cfg.resume else None
+    if not cfg.resume:
+        return 0
+    fix = ("resume it with the recipe that wrote it, or start afresh: --no-resume, or another --out-dir "
+           "(--checkpoint-dir)")
+    try:
+        resumed = ckpt.resume(model=model, optimizer=opt, map_location=device)
+    except CheckpointMismatch as e:  # another model's keys or shapes, another optimizer
+        raise SpecError(f"{_foreign(e.path)} does not fit recipe {cfg.recipe.name}'s model ({e.fault}): "
+                        f"{fix}") from None
     if resumed is None:
         return 0
+    written_by = resumed.extra.get("recipe")
+    config = json.loads(json.dumps(resumed.extra.get("model_config"), default=list))
+    if written_by != cfg.recipe.name or config != json.loads(json.dumps(dataclasses.asdict(model.cfg), default=list)):
+        raise SpecError(f"checkpoint {resumed.path} was written by recipe {written_by or 'unknown'}"
+                        f"{'' if written_by != cfg.recipe.name else ' with another model'}, this run trains "
+                        f"recipe {cfg.recipe.name}: {fix}")
     if resumed.extra.get("max_steps") != max_steps:
         log(f"note: checkpoint planned {resumed.extra.get('max_steps')} steps, this run plans {max_steps}: "
             f"the lr schedule changes")
     log(f"resumed from {resumed.path} at step {resumed.step}")
     return resumed.step
+
+
+def _foreign(path: Path) -> str:
+    """'checkpoint PATH (written by recipe R)' for a checkpoint that would not load."""
+    try:
+        extra = load_checkpoint(path).get("extra") or {}
+        recipe = extra.get("recipe") if isinstance(extra, dict) else None
+    except Exception:  # noqa: BLE001 - only to name it in the message
+        recipe = None
+    return f"checkpoint {path}" + (f" (written by recipe {recipe})" if recipe else "")
 
 
 def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: Sequence[torch.Tensor], lr: float,
@@ -316,8 +375,13 @@ def data_parallel(model: SCNN, recipe: Recipe, info: DistInfo) -> torch.nn.Modul
 def train(cfg: TrainConfig, info: DistInfo) -> dict:
     recipe, out, device = cfg.recipe, Path(cfg.out_dir), info.device
     heap = keep_freed_memory() if recipe.keep_heap else "off"  # before the first tensor and any worker fork
+    val_labels = split_labels(cfg.data_dir, "val") if cfg.use_val else []
+    if cfg.use_val and not val_labels:
+        raise SpecError(f"validation is on but the val split of {cfg.data_dir} holds no frames "
+                        "(label_data_0531.json is empty): add val frames or turn USE_VAL / --use-val off")
     if info.is_main:
         out.mkdir(parents=True, exist_ok=True)
+        refuse_links(out, ("train.log", "metrics.jsonl"))
     log = Log(out / "train.log", info.is_main)
     metrics = MetricsWriter(out / "metrics.jsonl", enabled=info.is_main)
     model = build_model(cfg, device)
@@ -329,7 +393,6 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
     # Every rank loads the same file before DDP is built, so optimizer state matches on all of them.
     step = restore(ckpt, cfg, model, opt, max_steps, log, device)
     ddp = data_parallel(model, recipe, info)
-    val_labels = split_labels(cfg.data_dir, "val") if cfg.use_val else []
     log(f"recipe {recipe.name}: {info.world_size} process(es) x batch {recipe.batch_size}, {max_steps} steps, "
         f"{steps_per_epoch} steps/epoch, input {recipe.input_size}, width {recipe.model.width}, device {device}, "
         f"{recipe.precision(device)}{', channels-last' if recipe.nhwc(device) else ''}, "
@@ -351,7 +414,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
             for _ in range(min(steps_per_epoch - position, stop - step)):
                 t0 = time.perf_counter()
                 torch.manual_seed(step_seed(cfg.seed, info.rank, step))  # augmentation and dropout of this step
-                batch = next(batches)
+                batch = next_batch(batches)
                 t1 = time.perf_counter()
                 lr = lr_at(recipe, step, max_steps)
                 loss = train_step(ddp, opt, batch, lr, cfg, device)

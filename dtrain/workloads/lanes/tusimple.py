@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import sys
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +90,8 @@ def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES, where: str = 
     if not isinstance(raw_file, str) or not raw_file:
         raise ValueError(f"raw_file must be a non-empty string, got {raw_file!r}")
     h_samples = _int_list(obj["h_samples"], "h_samples")
+    if not h_samples:
+        raise ValueError("h_samples is empty: give the image rows (y) the lanes' x values are at")
     if any(b <= a for a, b in zip(h_samples, h_samples[1:])):
         raise ValueError("h_samples must be strictly increasing")
     if not isinstance(obj["lanes"], list):
@@ -117,18 +120,33 @@ def iter_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES) -
     ``max_lanes=None`` accepts any number of lanes (prediction files may hold more).
     """
     path = input_file(path, "label file", "give a TuSimple JSON-lines file (or run `dtrain lanes prepare`)")
-    with path.open("r", encoding="utf-8") as f:
-        for lineno, line in enumerate(f, start=1):
+    for lineno, obj in json_lines(path):
+        try:
+            yield parse_label(obj, max_lanes=max_lanes, where=f"{path}:{lineno}")
+        except ValueError as e:
+            raise DataError(f"{path}:{lineno}: {e}") from None
+
+
+def json_lines(path: Path) -> Iterator[tuple[int, object]]:
+    """(1-based line number, decoded object) of each non-blank line of a JSON-lines file.
+
+    A line that is not UTF-8 or not JSON raises DataError naming the file and line (a byte-order
+    mark at the start of the file is allowed, as some editors write one).
+    """
+    with path.open("rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{path}:{lineno}: not UTF-8 text (byte {e.start + 1} of the line): "
+                                "give a TuSimple JSON-lines file") from None
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}:{lineno}: bad JSON ({e.msg} at column {e.colno})") from None
-            try:
-                yield parse_label(obj, max_lanes=max_lanes, where=f"{path}:{lineno}")
-            except ValueError as e:
-                raise DataError(f"{path}:{lineno}: {e}") from None
+            yield lineno, obj
 
 
 def read_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES) -> list[LaneLabel]:
@@ -164,3 +182,20 @@ def mask_relpath(raw_file: str, size: tuple[int, int]) -> str:
     rel = raw_file[len("clips/") :] if raw_file.startswith("clips/") else raw_file
     stem = rel[: -len(".jpg")] if rel.endswith(".jpg") else rel
     return f"{SEG_DIR}/{size[0]}x{size[1]}/{stem}.png"
+
+
+def writable(out: Path, path: Path, who: str = "prepare") -> Path:
+    """Make `path` (inside `out`) safe to write: remove every symlink at it or between `out` and it,
+    create the missing folders as real ones. A link under --out may point anywhere on the machine
+    (out/clips -> /etc): writing through it would write outside the dataset, so it is replaced."""
+    rel = path.relative_to(out)
+    out.mkdir(parents=True, exist_ok=True)  # --out itself is the user's choice, link or not
+    cur = out
+    for i, part in enumerate(rel.parts):
+        cur = cur / part
+        if cur.is_symlink():
+            print(f"{who}: replacing the symbolic link {cur} -> {os.readlink(cur)}", file=sys.stderr)
+            cur.unlink()
+        if i < len(rel.parts) - 1:
+            cur.mkdir(exist_ok=True)
+    return path
