@@ -248,10 +248,11 @@ def test_synth_bounds_its_numbers_and_out(tmp_path):
 
 def test_module_entry_point_prints_one_line_errors(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(tmp_path / "x")],
-                       cwd=REPO, env=_env(), capture_output=True, text=True, timeout=120)
+                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [f"error: CIFAR10 data folder {tmp_path / 'x'} does not exist; "
                                              "pass --data-dir or set SM_CHANNEL_TRAINING"]
+    assert list(tmp_path.iterdir()) == []  # not even the default ./model folder
 
 
 # ---------------------------------------------------------------- real training runs
@@ -339,6 +340,8 @@ def run_sagemaker(data_dir: Path, out: Path) -> str:
         env = _env(SM_HOSTS=json.dumps(hosts), SM_CURRENT_HOST=host, SM_NUM_GPUS="0",
                    SM_MODEL_DIR=str(out if host == "algo-1" else out.with_name(out.name + "-algo-2")),
                    SM_CHANNEL_TRAINING=str(data_dir), SM_HPS=json.dumps(hps),
+                   # /opt/ml/checkpoints is this machine's own folder here, not the job's
+                   DTRAIN_CHECKPOINT_DIR=str(out.with_name(out.name + "-checkpoints")),
                    MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # instead of resolving 'algo-1'
         args = [f"--{k}={v}" for k, v in hps.items()] + ["--momentum", "0.9", "--log-interval", "0"]
         procs.append(_popen(TRAIN + args, env))
@@ -409,3 +412,224 @@ def test_short_cpu_run_learns_well_above_chance(tmp_path):
     stdout = _check([_popen(cmd, _env())])
     accuracy = float(re.search(r"FINAL test_accuracy=([0-9.]+)", stdout).group(1))
     assert accuracy > 0.5, stdout
+
+
+# ---------------------------------------------------------------- official format details, bad input
+
+
+def _torchvision_style_load(path: Path) -> tuple[np.ndarray, list]:
+    """How torchvision's CIFAR10 reads a batch: encoding latin1, str keys, vstack + reshape."""
+    with open(path, "rb") as f:
+        entry = pickle.load(f, encoding="latin1")
+    return np.vstack([entry["data"]]).reshape(-1, 3, 32, 32), list(entry["labels"])
+
+
+def test_synthetic_batches_are_python2_pickles_every_loader_reads(tmp_path):
+    import pickletools
+
+    folder = write_synthetic(tmp_path, fmt="python", n_train=20, n_test=6, seed=2)
+    x_ref, y_ref = make_synthetic(6, seed=2 + 1_000_003)
+    x, y = _torchvision_style_load(folder / "test_batch")  # str keys under latin1, as in the official files
+    np.testing.assert_array_equal(x, x_ref)
+    assert y == list(y_ref)
+    with open(folder / "test_batch", "rb") as f:
+        assert set(pickle.load(f, encoding="bytes")) == {b"data", b"labels", b"batch_label", b"filenames"}
+    with open(folder / "batches.meta", "rb") as f:
+        assert pickle.load(f, encoding="latin1")["label_names"][0] == "airplane"
+    ops = list(pickletools.genops((folder / "data_batch_1").read_bytes()))
+    globals_ = {arg for op, arg, _ in ops if op.name == "GLOBAL"}
+    assert globals_ == {"numpy.core.multiarray _reconstruct", "numpy ndarray", "numpy dtype"}  # no _codecs.encode
+    assert ops[0][0].name == "PROTO" and ops[0][1] == 2
+
+
+def _save(path: Path, obj, protocol: int = 2) -> Path:
+    path.write_bytes(pickle.dumps(obj, protocol=protocol))
+    return path
+
+
+def test_reader_takes_what_torchvision_takes(tmp_path):
+    images = np.arange(2 * 3072, dtype=np.uint32).astype(np.uint8).reshape(2, 3072)
+    variants = {
+        "str keys (a batch pickled again by Python 3)": {"data": images, "labels": [3, 9]},
+        "labels as an array": {b"data": images, b"labels": np.array([3, 9], dtype=np.uint8)},
+        "data already (N, 3, 32, 32)": {b"data": images.reshape(2, 3, 32, 32), b"labels": [3, 9]},
+    }
+    for name, batch in variants.items():
+        x, y = read_python_batch(_save(tmp_path / "b", batch, protocol=4))
+        np.testing.assert_array_equal(x, images.reshape(2, 3, 32, 32), err_msg=name)
+        assert y.tolist() == [3, 9] and y.dtype == np.int64, name
+
+
+@pytest.mark.parametrize("batch, match", [
+    ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0, 2**70]}, r"not a list of integers 0\.\.9"),
+    ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [0.0, 1.7]}, r"not a list of integers 0\.\.9"),
+    ({b"data": np.zeros((2, 3072), np.uint8), b"labels": [[0], [1]]}, r"not a list of integers 0\.\.9"),
+    ({b"data": np.zeros((0, 3072), np.uint8), b"labels": []}, "holds no images"),
+    ({b"data": np.zeros((2, 32, 32, 3), np.uint8), b"labels": [0, 1]}, r"uint8\[2, 32, 32, 3\], expected uint8 \[N, 3072\]"),
+    ({b"data": [[0] * 3072], b"labels": [0]}, "b'data' is a list"),
+    ({b"data": np.zeros((2, 3072), np.uint8), b"fine_labels": [0, 1], b"coarse_labels": [0, 1]}, "CIFAR-100"),
+    ({1: 2, b"x": 3}, r"no b'data'/b'labels'"),
+])
+def test_more_malformed_python_batches_are_one_data_error(tmp_path, batch, match):
+    with pytest.raises(DataError, match=match):
+        read_python_batch(_save(tmp_path / "data_batch_1", batch, protocol=4))
+
+
+def test_damaged_pickles_never_escape_as_other_errors(tmp_path):
+    """A guard: every truncation of a real batch is one DataError (never EOFError, KeyError, ...)."""
+    folder = write_synthetic(tmp_path, fmt="python", n_train=5, n_test=3, seed=0)
+    good = (folder / "test_batch").read_bytes()
+    cases = [good[:n] for n in range(0, len(good), 97)]
+    cases += [b"\x80\x02h\x07.", b"\x80\x02cnumpy\ndtype\nU\x04u999K\x00K\x01\x87R."]  # a memo never put; a bad dtype
+    for i, raw in enumerate(cases):
+        path = tmp_path / f"case{i}"
+        path.write_bytes(raw)
+        try:
+            read_python_batch(path)
+        except DataError:
+            pass
+
+
+def test_a_gap_in_the_numbered_batches_is_named(tmp_path):
+    folder = write_synthetic(tmp_path, fmt="python", n_train=50, n_test=5, seed=0)
+    (folder / "data_batch_3").unlink()
+    with pytest.raises(DataError, match="data_batch_3 is missing"):
+        load_split(tmp_path, "train")
+    (folder / "data_batch_4").rename(folder / "data_batch_3")
+    (folder / "data_batch_5").rename(folder / "data_batch_4")
+    (folder / "data_batch_01").write_bytes((folder / "data_batch_1").read_bytes())  # not a batch name: ignored
+    assert len(load_split(tmp_path, "train")[1]) == 40  # data_batch_1..4, each read once
+
+
+def test_synth_never_writes_through_a_link_it_did_not_make(tmp_path):
+    victim = tmp_path / "victim"
+    victim.write_bytes(b"precious")
+    for fmt, name in (("python", "cifar-10-batches-py/data_batch_1"), ("binary", "cifar-10-batches-bin/test_batch.bin")):
+        link = tmp_path / "out" / name
+        link.parent.mkdir(parents=True)
+        link.symlink_to(victim)
+        write_synthetic(tmp_path / "out", fmt=fmt, n_train=10, n_test=2, seed=0)
+        assert victim.read_bytes() == b"precious"
+        assert not link.is_symlink() and link.is_file()
+    assert len(load_split(tmp_path / "out" / "cifar-10-batches-bin", "test")[1]) == 2
+
+
+def test_data_dir_that_is_a_file_is_named(tmp_path):
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(DataError, match="is a file, not a folder"):
+        load_split(tmp_path / "f", "train")
+
+
+def test_resume_takes_the_values_sagemaker_passes(monkeypatch, tmp_path):
+    _no_launcher_env(monkeypatch)
+    base = ["--data-dir", str(tmp_path)]
+    assert parse_args(base).resume is True
+    assert parse_args(base + ["--resume"]).resume is True
+    assert parse_args(base + ["--no-resume"]).resume is False
+    # the training toolkit passes every hyperparameter as `--key str(value)`: a boolean False is "False"
+    assert parse_args(base + ["--resume", "False", "--epochs", "1"]).resume is False
+    assert parse_args(base + ["--resume", "true"]).resume is True
+    with pytest.raises(SpecError, match="^--resume 'maybe' is not true or false"):
+        parse_args(base + ["--resume", "maybe"])
+    monkeypatch.setenv("SM_HPS", json.dumps({"resume": False}))
+    assert parse_args(base).resume is False
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--device", "gpu"], "--device 'gpu' is not a device: give cpu or cuda"),
+    (["--backend", "foo"], "--backend 'foo' is not a backend: give nccl (GPU) or gloo (CPU)"),
+])
+def test_device_and_backend_are_checked(monkeypatch, tmp_path, argv, message):
+    _no_launcher_env(monkeypatch)
+    with pytest.raises(SpecError, match=f"^{re.escape(message)}"):
+        parse_args(["--data-dir", str(tmp_path), *argv])
+    assert parse_args(["--data-dir", str(tmp_path), "--device", "", "--backend", ""]).device is None  # None from SageMaker
+
+
+def _train_proc(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedProcess:
+    return subprocess.run(TRAIN + args, cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=120)
+
+
+def test_output_paths_are_checked_before_any_work(tmp_path):
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=10, n_test=2, seed=0)
+    (tmp_path / "afile").write_text("x")
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "metrics.jsonl").symlink_to(victim)
+    cases = [
+        (["--model-dir", "afile"], "--model-dir afile is a file, not a folder"),
+        (["--model-dir", "afile/sub"], "--model-dir afile/sub: a part of the path is a file"),
+        (["--model-dir", "o", "--checkpoint-dir", "afile"], "--checkpoint-dir afile is a file, not a folder"),
+        (["--model-dir", "o", "--metrics-file", "data"], "--metrics-file data is not a regular file"),
+        (["--model-dir", "m"], "--metrics-file m/metrics.jsonl is a symbolic link"),
+    ]
+    for args, message in cases:
+        r = _train_proc(["--data-dir", "data", "--max-steps", "1", *args], tmp_path)
+        assert r.returncode == 2, (args, r.stderr)
+        assert r.stderr.strip().splitlines() == [r.stderr.strip()] and r.stderr.startswith(f"error: {message}"), r.stderr
+        assert "cifar10: runtime" not in r.stdout  # stopped before training
+    assert victim.read_text() == "precious\n"
+
+
+def test_a_checkpoint_of_another_network_is_one_line(tmp_path):
+    from dtrain.training import Checkpointer
+
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=10, n_test=2, seed=0)
+    other = torch.nn.Linear(3, 2)
+    Checkpointer(tmp_path / "m", every=1).save(5, model=other, optimizer=torch.optim.SGD(other.parameters(), lr=0.1))
+    r = _train_proc(["--data-dir", "data", "--model-dir", "m", "--max-steps", "1"], tmp_path)
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().splitlines() == [r.stderr.strip()]
+    assert "does not fit the CIFAR10 network" in r.stderr and "--no-resume" in r.stderr
+    assert not (tmp_path / "m" / "model.pth").exists()
+    r = _train_proc(["--data-dir", "data", "--model-dir", "m", "--max-steps", "1", "--no-resume"], tmp_path)
+    assert r.returncode == 0, r.stderr
+
+
+def test_ranks_that_resume_from_different_steps_stop_instead_of_hanging(tmp_path):
+    """A PyTorchJob whose pods each checkpoint to their own (node-local) folder: rank 0 finds a
+    checkpoint, rank 1 none. Each rank says so in one line and exits 2."""
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=40, n_test=4, seed=0)
+    base = ["--data-dir", "data", "--max-steps", "2", "--batch-size", "4", "--log-interval", "0"]
+    first = _train_proc(base + ["--model-dir", "m0"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    port, procs = _free_port(), []
+    for rank in (0, 1):
+        env = _env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank))
+        procs.append(subprocess.Popen(TRAIN + base + ["--model-dir", f"m{rank}", "--max-steps", "4"], cwd=tmp_path,
+                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    for rank, (p, (_out, err)) in enumerate(zip(procs, outs, strict=True)):
+        assert p.returncode == 2, (rank, err)
+        assert err.strip().splitlines() == [err.strip()], err
+        assert f"ranks resumed from different steps (0 to 2; rank {rank}: {2 if rank == 0 else 0})" in err
+
+
+def test_sagemaker_layout_without_the_toolkit(monkeypatch, tmp_path):
+    """A container SageMaker starts without the training toolkit has no SM_* variables and no
+    arguments: the script reads /opt/ml as the toolkit would (here a copy of it in tmp_path)."""
+    import dtrain.workloads.cifar10.train as train_mod
+
+    _no_launcher_env(monkeypatch)
+    opt_ml = tmp_path / "opt" / "ml"
+    (opt_ml / "input" / "config").mkdir(parents=True)
+    (opt_ml / "input" / "data" / "training").mkdir(parents=True)
+    (opt_ml / "model").mkdir()
+    hps = {"batch-size": "64", "lr": "0.05", "resume": "false", "sagemaker_program": '"train.py"', "seed": "7"}
+    (opt_ml / "input" / "config" / "hyperparameters.json").write_text(json.dumps(hps))  # values JSON strings
+    monkeypatch.setattr(train_mod, "HYPERPARAMETERS_FILE", opt_ml / "input" / "config" / "hyperparameters.json")
+    monkeypatch.setattr(train_mod, "OPT_ML_TRAINING", opt_ml / "input" / "data" / "training")
+    monkeypatch.setattr(train_mod, "OPT_ML_MODEL", opt_ml / "model")
+    cfg = parse_args([])
+    assert (cfg.batch_size, cfg.lr, cfg.resume, cfg.seed) == (64, 0.05, False, 7)
+    assert (cfg.data_dir, cfg.model_dir) == (str(opt_ml / "input" / "data" / "training"), str(opt_ml / "model"))
+    assert parse_args(["--batch-size", "8"]).batch_size == 8  # the command line still wins
+    (opt_ml / "input" / "config" / "hyperparameters.json").write_text("[1]")
+    with pytest.raises(SpecError, match="must hold a JSON object"):
+        parse_args([])

@@ -28,6 +28,8 @@ WORKLOADS = {
     ("lanes", "evaluate"): ("dtrain.workloads.lanes.metric", "main", "the official TuSimple metric of a submission"),
     ("cifar10", "train"): ("dtrain.workloads.cifar10.train", "main", "train the CIFAR10 reference CNN (DDP)"),
     ("cifar10", "synth"): ("dtrain.workloads.cifar10.data", "synth_main", "write a synthetic CIFAR10 dataset"),
+    ("cifar10", "download"): ("dtrain.workloads.cifar10.download", "download_main",
+                              "download, check and unpack the real CIFAR10 batches"),
     ("bench", "scaling"): ("dtrain.bench.scaling", "main", "the same training at 1..N processes, timed"),
 }
 GROUP_HELP = {"lanes": "SCNN lane detection on TuSimple", "cifar10": "the CIFAR10 DDP reference workload",

@@ -2,18 +2,20 @@
 
     python -m dtrain.workloads.cifar10 synth --out DIR [--format python|binary] [--n-train N] ...
     python -m dtrain.workloads.cifar10 train --data-dir DIR --model-dir OUT [--batch-size B] ...
+    python -m dtrain.workloads.cifar10 download --out DIR [--url URL] [--md5 HEX]
 
-Runs inside jobs, so it imports nothing from dtrain but dtrain.errors, dtrain.training and
-dtrain.workloads.inputs (the checks of user input every workload shares).
+Runs inside jobs, so it imports nothing from dtrain but dtrain.errors, dtrain.replace (files
+written whole), dtrain.training and dtrain.workloads.inputs (the checks of user input every
+workload shares).
 """
 
 from __future__ import annotations
 
-USAGE = "usage: python -m dtrain.workloads.cifar10 {train,synth} [options]  (add --help after a command)"
+USAGE = "usage: python -m dtrain.workloads.cifar10 {train,synth,download} [options]  (add --help after a command)"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Dispatch `train ...` or `synth ...`; the dtrain CLI can call this with its own argv."""
+    """Dispatch `train ...`, `synth ...` or `download ...`; the dtrain CLI can call this with its own argv."""
     import sys
 
     from dtrain.errors import SpecError
@@ -31,4 +33,8 @@ def main(argv: list[str] | None = None) -> int:
         from dtrain.workloads.cifar10.data import synth_main
 
         return synth_main(rest)
-    raise SpecError(f"unknown cifar10 command {command!r}; use 'train' or 'synth'")
+    if command == "download":
+        from dtrain.workloads.cifar10.download import download_main
+
+        return download_main(rest)
+    raise SpecError(f"unknown cifar10 command {command!r}; use 'train', 'synth' or 'download'")

@@ -12,6 +12,12 @@ Binary format, folder cifar-10-batches-bin/: data_batch_1..5.bin and test_batch.
 each a run of 3073-byte records: one label byte, then the 3072 pixel bytes in the
 same plane order; plus batches.meta.txt, one class name per line.
 
+The official python batches are Python 2 pickles: their byte strings (keys included) load
+as bytes with `encoding="bytes"` (the dataset page's recipe) and as str with
+`encoding="latin1"` (torchvision's). The reader takes either kind of key, b'data' as
+(N, 3072) or (N, 3, 32, 32), and labels as a list or an array; the synthetic writer
+writes Python 2 pickles too, so every CIFAR10 loader reads them.
+
 The reader accepts the folder that holds either subfolder (a data volume, a
 SageMaker channel) or the subfolder itself. It unpickles with an allow-list,
 because a pickle from a shared volume can otherwise run any code.
@@ -22,11 +28,13 @@ from __future__ import annotations
 import os
 import pickle
 import re
+import struct
 from pathlib import Path
 
 import numpy as np
 
 from dtrain.errors import DataError, SpecError
+from dtrain.replace import replacing
 from dtrain.workloads.inputs import MAX_SEED, Parser, in_range, out_folder
 
 PY_DIR = "cifar-10-batches-py"
@@ -62,6 +70,9 @@ class _CifarUnpickler(pickle.Unpickler):
 def find_root(data_dir: str | os.PathLike) -> tuple[Path, str]:
     """Locate the batch folder under `data_dir`; returns (folder, 'python' | 'binary')."""
     base = Path(data_dir)
+    if base.exists() and not base.is_dir():
+        raise DataError(f"CIFAR10 data folder {base} is a file, not a folder: give the folder holding {PY_DIR}/ "
+                        f"or {BIN_DIR}/ (unpack cifar-10-python.tar.gz first)")
     if not base.is_dir():
         raise DataError(f"CIFAR10 data folder {base} does not exist; pass --data-dir or set SM_CHANNEL_TRAINING")
     for folder in (base / PY_DIR, base):
@@ -80,10 +91,28 @@ def _check(path: Path, data: np.ndarray, labels: np.ndarray) -> None:
     if data.ndim != 2 or data.shape[1] != IMAGE_BYTES or data.dtype != np.uint8:
         raise DataError(f"{path}: b'data' is {data.dtype}{list(data.shape)}, expected uint8 [N, {IMAGE_BYTES}]")
     if labels.shape != (data.shape[0],):
-        raise DataError(f"{path}: {labels.shape[0]} labels for {data.shape[0]} images; the file is damaged")
-    if labels.size and (labels.min() < 0 or labels.max() >= NUM_CLASSES):
+        raise DataError(f"{path}: {labels.shape[0] if labels.ndim else 1} labels for {data.shape[0]} images; "
+                        "the file is damaged")
+    if not labels.size:
+        raise DataError(f"{path} holds no images; re-download or regenerate it")
+    if labels.min() < 0 or labels.max() >= NUM_CLASSES:
         bad = labels[(labels < 0) | (labels >= NUM_CLASSES)][0]
         raise DataError(f"{path}: label {bad} is outside 0..{NUM_CLASSES - 1}")
+
+
+def _labels(path: Path, raw: object) -> np.ndarray:
+    """A list (or 1-D array) of whole numbers -> int64; anything else is a damaged file."""
+    try:
+        labels = np.asarray(raw)
+    except (TypeError, ValueError):
+        labels = np.asarray([], dtype=object)
+    if labels.size == 0 and labels.ndim == 1:
+        return labels.astype(np.int64)  # an empty list is float64 to numpy; _check names it
+    if labels.dtype.kind not in "iu" or labels.ndim != 1:
+        raise DataError(f"{path}: b'labels' is not a list of integers 0..{NUM_CLASSES - 1}; the file is damaged")
+    if labels.dtype == np.uint64 and labels.max() > np.iinfo(np.int64).max:
+        raise DataError(f"{path}: label {labels.max()} is outside 0..{NUM_CLASSES - 1}")
+    return labels.astype(np.int64)
 
 
 def read_python_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
@@ -92,16 +121,23 @@ def read_python_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     try:
         with open(path, "rb") as f:
             batch = _CifarUnpickler(f, encoding="bytes").load()
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as e:
+    except OSError as e:
+        raise DataError(f"{path} cannot be read ({e.strerror or e}); check the file and its permissions") from None
+    except Exception as e:  # a damaged pickle raises many unrelated types (KeyError, OverflowError, ...)
         raise DataError(f"{path} is not a CIFAR10 python batch ({type(e).__name__}: {e}); re-download or regenerate it") from None
+    if isinstance(batch, dict):  # str keys: a batch pickled again by Python 3 (torchvision reads those too)
+        batch = {k.encode("latin1") if isinstance(k, str) else k: v for k, v in batch.items()}
     if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
-        keys = sorted(batch)[:6] if isinstance(batch, dict) else type(batch).__name__
-        raise DataError(f"{path} has no b'data'/b'labels' (found {keys}); it is not a CIFAR10 batch")
-    data = np.asarray(batch[b"data"])
-    try:
-        labels = np.asarray(batch[b"labels"], dtype=np.int64)
-    except (TypeError, ValueError):
-        raise DataError(f"{path}: b'labels' is not a list of integers") from None
+        keys = sorted(map(repr, batch))[:6] if isinstance(batch, dict) else type(batch).__name__
+        hint = " (b'fine_labels' is CIFAR-100's; this workload trains CIFAR-10)" if isinstance(batch, dict) and \
+            b"fine_labels" in batch else ""
+        raise DataError(f"{path} has no b'data'/b'labels' (found {keys}); it is not a CIFAR10 batch{hint}")
+    data = batch[b"data"]
+    if not isinstance(data, np.ndarray):
+        raise DataError(f"{path}: b'data' is a {type(data).__name__}, expected a uint8 array [N, {IMAGE_BYTES}]")
+    labels = _labels(path, batch[b"labels"])
+    if data.ndim == 4 and data.shape[1:] == (3, 32, 32):  # already image-shaped, planes first
+        data = data.reshape(len(data), IMAGE_BYTES)
     _check(path, data, labels)
     return data.reshape(-1, 3, 32, 32), labels
 
@@ -109,7 +145,10 @@ def read_python_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
 def read_binary_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     """One .bin batch of 3073-byte records -> (uint8 images (N, 3, 32, 32), int64 labels (N,))."""
     path = Path(path)
-    raw = np.fromfile(path, dtype=np.uint8)
+    try:
+        raw = np.fromfile(path, dtype=np.uint8)
+    except OSError as e:
+        raise DataError(f"{path} cannot be read ({e.strerror or e}); check the file and its permissions") from None
     if raw.size == 0 or raw.size % RECORD_BYTES:
         raise DataError(
             f"{path} is {raw.size} bytes, not a whole number of {RECORD_BYTES}-byte CIFAR10 records; the file is truncated"
@@ -126,12 +165,16 @@ def _batch_files(folder: Path, fmt: str, split: str) -> list[Path]:
     if split == "test":
         files = [folder / f"test_batch{suffix}"]
     else:
-        pattern = re.compile(rf"^data_batch_(\d+){re.escape(suffix)}\Z")
+        pattern = re.compile(rf"^data_batch_([1-9]\d*){re.escape(suffix)}\Z")
         numbered = sorted((int(m.group(1)), p) for p in folder.iterdir() if (m := pattern.match(p.name)))
         files = [p for _, p in numbered]
+        # data_batch_1..K without a gap: a hole means an unpack or a sync stopped half-way
+        files += [folder / f"data_batch_{i}{suffix}" for i in range(1, len(numbered) + 1)
+                  if i not in {n for n, _ in numbered}]
     missing = [p for p in files if not p.is_file()]
     if missing or not files:
-        raise DataError(f"CIFAR10 {split} batch {missing[0] if missing else folder / 'data_batch_1'} is missing")
+        raise DataError(f"CIFAR10 {split} batch {missing[0] if missing else folder / 'data_batch_1'} is missing; "
+                        "copy or unpack the whole dataset again")
     return files
 
 
@@ -189,22 +232,59 @@ def make_synthetic(n: int, *, seed: int) -> tuple[np.ndarray, np.ndarray]:
     return np.clip(images, 0, 255).astype(np.uint8), labels.astype(np.int64)
 
 
+_reconstruct = np.empty(0).__reduce__()[0]  # numpy's array rebuilder (its module moved in numpy 2)
+
+
+class _Py2Pickler(pickle._Pickler):
+    """Protocol 2 as Python 2's cPickle wrote the official batches: a bytes object is a Python 2
+    str (BINSTRING), numpy arrays name numpy.core.multiarray._reconstruct. Python 3's own pickler
+    writes bytes as _codecs.encode(...) calls, which load as bytes under any encoding, so a
+    reader using encoding="latin1" (torchvision) would find b'data' where it looks for 'data'."""
+
+    dispatch = pickle._Pickler.dispatch.copy()
+
+    def save_bytes(self, obj: bytes) -> None:
+        n = len(obj)
+        self.write((pickle.SHORT_BINSTRING + bytes([n]) if n < 256 else pickle.BINSTRING + struct.pack("<i", n)) + obj)
+        self.memoize(obj)
+
+    dispatch[bytes] = save_bytes
+
+    def reducer_override(self, obj):
+        if isinstance(obj, np.ndarray):  # what numpy under Python 2 reduced an array to
+            return _reconstruct, (np.ndarray, (0,), b"b"), (1, obj.shape, obj.dtype, False, obj.tobytes())
+        if isinstance(obj, np.dtype):
+            return np.dtype, (obj.str[1:].encode(), 0, 1), (3, obj.str[0].encode(), None, None, None, -1, -1, 0)
+        return NotImplemented
+
+    def save_global(self, obj, name=None) -> None:
+        if obj is _reconstruct:
+            self.write(pickle.GLOBAL + b"numpy.core.multiarray\n_reconstruct\n")
+            self.memoize(obj)
+        else:
+            super().save_global(obj, name)
+
+
+def _write_pickle(path: Path, obj: dict) -> None:
+    with replacing(path, "wb") as f:  # whole or not at all, and never through a link at `path`
+        _Py2Pickler(f, protocol=2).dump(obj)
+
+
 def _write_python(folder: Path, name: str, label: str, x: np.ndarray, y: np.ndarray) -> None:
-    batch = {
+    _write_pickle(folder / name, {
         b"batch_label": label.encode(),
         b"labels": [int(v) for v in y],
         b"data": x.reshape(len(x), IMAGE_BYTES),
         b"filenames": [f"synthetic_{name}_{i:05d}.png".encode() for i in range(len(x))],
-    }
-    with open(folder / name, "wb") as f:
-        pickle.dump(batch, f, protocol=2)  # the official files are protocol-2 pickles
+    })
 
 
 def _write_binary(folder: Path, name: str, x: np.ndarray, y: np.ndarray) -> None:
     records = np.empty((len(x), RECORD_BYTES), dtype=np.uint8)
     records[:, 0] = y
     records[:, 1:] = x.reshape(len(x), IMAGE_BYTES)
-    records.tofile(folder / f"{name}.bin")
+    with replacing(folder / f"{name}.bin", "wb") as f:
+        f.write(records.tobytes())
 
 
 def write_synthetic(
@@ -231,10 +311,11 @@ def write_synthetic(
     if fmt == "python":
         _write_python(folder, "test_batch", "testing batch 1 of 1", x_test, y_test)
         meta = {b"label_names": [c.encode() for c in CLASSES], b"num_cases_per_batch": len(splits[0]), b"num_vis": IMAGE_BYTES}
-        (folder / "batches.meta").write_bytes(pickle.dumps(meta, protocol=2))
+        _write_pickle(folder / "batches.meta", meta)
     else:
         _write_binary(folder, "test_batch", x_test, y_test)
-        (folder / "batches.meta.txt").write_text("\n".join(CLASSES) + "\n")
+        with replacing(folder / "batches.meta.txt", "w") as f:
+            f.write("\n".join(CLASSES) + "\n")
     return folder
 
 

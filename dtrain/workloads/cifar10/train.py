@@ -23,9 +23,11 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from dataclasses import MISSING, dataclass, fields
+from dataclasses import replace as _replace
 from pathlib import Path
 
 import torch
@@ -36,6 +38,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from dtrain.errors import SpecError
 from dtrain.training import (
+    CheckpointMismatch,
     STOPPED_EXIT_CODE,
     Checkpointer,
     DistInfo,
@@ -48,7 +51,7 @@ from dtrain.training import (
     setup_distributed,
     teardown,
 )
-from dtrain.workloads.cifar10.data import load_split
+from dtrain.workloads.cifar10.data import find_root, load_split
 from dtrain.workloads.cifar10.model import Net
 from dtrain.workloads.inputs import (
     MAX_BATCH,
@@ -59,6 +62,7 @@ from dtrain.workloads.inputs import (
     Parser,
     in_range,
     learning_rate,
+    out_folder,
 )
 
 # Lowest and highest value of each whole-number setting.
@@ -100,9 +104,14 @@ def _sagemaker_defaults() -> dict[str, object]:
     out: dict[str, object] = {}
     if os.environ.get("SM_CHANNEL_TRAINING"):
         out["data_dir"] = os.environ["SM_CHANNEL_TRAINING"]
+    elif OPT_ML_TRAINING.is_dir():  # SageMaker's layout, in a container without the training toolkit
+        out["data_dir"] = str(OPT_ML_TRAINING)
     if os.environ.get("SM_MODEL_DIR"):
         out["model_dir"] = os.environ["SM_MODEL_DIR"]
+    elif OPT_ML_MODEL.is_dir():
+        out["model_dir"] = str(OPT_ML_MODEL)
     raw = os.environ.get("SM_HPS", "").strip()
+    hps = None
     if raw:
         try:
             hps = json.loads(raw)
@@ -110,9 +119,34 @@ def _sagemaker_defaults() -> dict[str, object]:
             raise SpecError(f"SM_HPS={raw!r} is not JSON; SageMaker sets it to an object of hyperparameters") from None
         if not isinstance(hps, dict):
             raise SpecError(f"SM_HPS={raw!r} must be a JSON object")
+    elif HYPERPARAMETERS_FILE.is_file():  # a container without the training toolkit: only the file is there
+        hps = _hyperparameters_file(HYPERPARAMETERS_FILE)
+    if hps:
         known = {f.name for f in fields(TrainConfig)}
         out.update({k.replace("-", "_"): v for k, v in hps.items() if k.replace("-", "_") in known})
     return out
+
+
+HYPERPARAMETERS_FILE = Path("/opt/ml/input/config/hyperparameters.json")  # SageMaker's, values JSON-encoded strings
+OPT_ML_TRAINING, OPT_ML_MODEL = Path("/opt/ml/input/data/training"), Path("/opt/ml/model")
+
+
+def _hyperparameters_file(path: Path) -> dict[str, object]:
+    """SageMaker's hyperparameters.json read as the training toolkit reads it: each value is a string
+    holding JSON (the SDK encodes them), decoded when it parses, kept as the string otherwise."""
+    try:
+        hps = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SpecError(f"{path} cannot be read as JSON ({e}); SageMaker writes an object of strings there") from None
+    if not isinstance(hps, dict):
+        raise SpecError(f"{path} must hold a JSON object of hyperparameters")
+    out = {}
+    for key, value in hps.items():
+        try:
+            out[key] = json.loads(value) if isinstance(value, str) else value
+        except ValueError:
+            out[key] = value
+    return {k: v for k, v in out.items() if not k.startswith("sagemaker_")}
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
@@ -143,13 +177,19 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         "on SageMaker, else --model-dir)")
     add("checkpoint_every", int, "steps between checkpoints; 0: only at the end and on SIGTERM (default 1000)")
     add("keep_checkpoints", int, "newest checkpoints kept (default 3)")
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
-                   help="continue from the newest checkpoint (default: yes)")
+    # SageMaker passes a boolean hyperparameter as `--resume False` (the toolkit's str(value)), so the
+    # flag takes an optional true/false as well as the bare `--resume` / `--no-resume`.
+    p.add_argument("--resume", nargs="?", const=True, default=True, metavar="true|false",
+                   help="continue from the newest checkpoint (default: yes); --no-resume or --resume false starts over")
+    p.add_argument("--no-resume", dest="resume", action="store_false", help="start over, ignoring checkpoints")
     p.set_defaults(**_sagemaker_defaults())
     a = vars(p.parse_args(argv))
     if not a["data_dir"]:
         raise SpecError("no CIFAR10 data: pass --data-dir DIR (or run under SageMaker with a 'training' channel)")
     a["model_dir"] = a["model_dir"] or "model"
+    for name in ("backend", "device", "metrics_file", "checkpoint_dir"):  # SageMaker passes a None value as ''
+        if isinstance(a[name], str) and not a[name].strip():
+            a[name] = None
     types = {f.name: f.type for f in fields(TrainConfig)}
     # SM_HPS values arrive as JSON numbers or strings; coerce them like argparse does.
     cast = {"int": _as_int, "float": _as_float, "bool": _as_bool}
@@ -158,7 +198,36 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         in_range(f"--{name.replace('_', '-')}", a[name], low, high)
     learning_rate("--lr", a["lr"], 0.001)
     in_range("--momentum", a["momentum"], 0.0, 0.999)
+    if a["backend"] is not None and a["backend"] not in BACKENDS:
+        raise SpecError(f"--backend {a['backend']!r} is not a backend: give nccl (GPU) or gloo (CPU), "
+                        "or leave it out to pick one for the device")
+    if a["device"] is not None and not re.fullmatch(r"cpu|cuda(:\d{1,3})?", a["device"]):
+        raise SpecError(f"--device {a['device']!r} is not a device: give cpu or cuda (cuda:N for one GPU), "
+                        "or leave it out to use a GPU when there is one")
     return TrainConfig(**a)
+
+
+BACKENDS = ("nccl", "gloo")
+
+
+def check_outputs(cfg: TrainConfig) -> Path:
+    """Create the model and checkpoint folders and check the metrics file before any work starts
+    (every rank, so all of them stop alike); returns the checkpoint folder.
+
+    One SpecError line for a path that is a file, or a metrics file that is a folder or a
+    symbolic link (appending would write wherever the link points)."""
+    model_dir = out_folder(cfg.model_dir, "--model-dir")
+    folder = out_folder(cfg.checkpoint_dir or checkpoint_dir(model_dir), "--checkpoint-dir")
+    metrics = Path(cfg.metrics_file) if cfg.metrics_file else model_dir / "metrics.jsonl"
+    out_folder(metrics.parent, "--metrics-file's folder")
+    if metrics.is_symlink():
+        raise SpecError(f"--metrics-file {metrics} is a symbolic link: give a path that is not a link "
+                        "(metrics are appended to the file itself)")
+    if metrics.exists() and not metrics.is_file():
+        raise SpecError(f"--metrics-file {metrics} is not a regular file: give a file path (it is created if missing)")
+    if (model_dir / "model.pth").is_dir():
+        raise SpecError(f"--model-dir {model_dir} holds a folder named model.pth: move it or give another --model-dir")
+    return folder
 
 
 def _as_int(name: str, value: object) -> int:
@@ -185,7 +254,7 @@ def _as_bool(name: str, value: object) -> bool:
         return True
     if text in ("0", "false", "no", "off"):
         return False
-    raise SpecError(f"{name}={value!r}: use true or false")
+    raise SpecError(f"--{name.replace('_', '-')} {value!r} is not true or false: give true or false")
 
 
 class _AllreduceTimer:
@@ -237,6 +306,8 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, info: Dis
 
 def train(cfg: TrainConfig) -> dict[str, float]:
     """Run training and evaluation; returns the final metrics (on every rank)."""
+    find_root(cfg.data_dir)  # a wrong --data-dir is named before any folder is made
+    cfg = _replace(cfg, checkpoint_dir=str(check_outputs(cfg)))
     x_train, y_train = (torch.from_numpy(a) for a in load_split(cfg.data_dir, "train"))
     x_test, y_test = (torch.from_numpy(a) for a in load_split(cfg.data_dir, "test"))
     info = setup_distributed(cfg.backend, device=cfg.device)
@@ -253,7 +324,7 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
     ckpt = Checkpointer(cfg.checkpoint_dir or checkpoint_dir(cfg.model_dir), every=cfg.checkpoint_every,
                         keep=cfg.keep_checkpoints, enabled=info.is_main, log=lambda m: print(m, flush=True))
     # Every rank loads the same file before DDP is built, so optimizer state matches on all of them.
-    resumed = ckpt.resume(model=net, optimizer=opt, map_location=info.device) if cfg.resume else None
+    resumed = _resume(ckpt, net, opt, info) if cfg.resume else None
     model, timer = net, _AllreduceTimer()
     if info.distributed:
         model = DDP(net, device_ids=[info.device.index] if info.device.type == "cuda" else None)
@@ -292,6 +363,28 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
         print(f"FINAL test_accuracy={accuracy:.4f} test_loss={test_loss:.4f} steps={step} "
               f"world_size={info.world_size} global_batch={global_batch}", flush=True)
     return {"test_accuracy": accuracy, "test_loss": test_loss, "steps": step}
+
+
+def _resume(ckpt: Checkpointer, net: torch.nn.Module, opt: torch.optim.Optimizer, info: DistInfo):
+    """ckpt.resume, then check that every rank resumed from the same step.
+
+    A rank that saw no checkpoint (a node-local --checkpoint-dir, a sync that had not finished) would
+    otherwise run more steps than the others and wait for them in an all-reduce until the timeout."""
+    try:
+        resumed = ckpt.resume(model=net, optimizer=opt, map_location=info.device)
+    except CheckpointMismatch as e:  # another network's
+        raise SpecError(f"checkpoint {e.path} does not fit the CIFAR10 network ({e.fault}): "
+                        "give this run its own --checkpoint-dir, or --no-resume to start over") from None
+    if info.distributed:
+        step = resumed.step if resumed else 0
+        span = torch.tensor([step, -step], dtype=torch.int64, device=info.device)
+        dist.all_reduce(span, op=dist.ReduceOp.MAX)
+        high, low = int(span[0]), -int(span[1])
+        if high != low:
+            raise SpecError(f"ranks resumed from different steps ({low} to {high}; rank {info.rank}: {step}): "
+                            f"every rank must see the same --checkpoint-dir ({ckpt.folder}), on storage they share, "
+                            "or pass --no-resume")
+    return resumed
 
 
 @dataclass(kw_only=True)
