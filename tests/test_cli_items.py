@@ -36,7 +36,7 @@ def test_item02_cifar10_synth_runs(tmp_path):
     assert (tmp_path / "cifar-10-batches-py" / "test_batch").is_file()
 
 
-def test_item02_unknown_workload_verb_is_aassert_usage_error():
+def test_item02_unknown_workload_verb_is_a_one_line_error():
     proc = run("lanes", "nosuch")
     assert proc.returncode == 2 and "invalid choice: 'nosuch'" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -97,7 +97,7 @@ def test_item09_logs_rank_out_of_range_and_negative_tail(tmp_path):
     assert_usage_error(run("logs", "one", "-t", "-1", home=home), "tail")
 
 
-def test_item09_wait_timeout_exit_code_is_not_aassert_usage_error(tmp_path):
+def test_item09_wait_timeout_exit_code_is_not_a_one_line_error(tmp_path):
     home = tmp_path / "home"
     assert run("submit", "slow", "--", "sleep", "30", home=home).returncode == 0
     try:
@@ -353,7 +353,7 @@ def test_the_default_project_is_always_listed(tmp_path):
     assert [(p["name"], p["gpu_quota"], p["jobs"]) for p in listed] == [("default", None, 0)]
     assert "default (default)" in run("project", "list", home=home).stdout
     assert_usage_error(run("submit", "x", "-p", "nope", "--", "true", home=home),
-                 "no project named 'nope'", "(projects: default)")
+                       "no project named 'nope'", "(projects: default)")
     assert run("submit", "one", "--", "true", home=home).returncode == 0
     assert run("project", "create", "team", home=home).returncode == 0
     assert "already exists" in run("project", "create", "default", home=home).stdout

@@ -45,7 +45,7 @@ def test_h_yaml_env_a_list(tmp_path):
 
 def test_h_yaml_env_value_a_boolean(tmp_path):
     assert_usage_error(submit_file(tmp_path, "name: j\ncommand: [echo]\nenv: {DEBUG: no}\n"),
-                                "env DEBUG", "quote")
+                       "env DEBUG", "quote")
 
 
 def test_h_yaml_pvc_a_number(tmp_path):
