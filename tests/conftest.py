@@ -117,3 +117,14 @@ def assert_usage_error(proc, *needles: str) -> None:
     assert len(lines) == 1, proc.stderr
     for needle in needles:
         assert needle in lines[0], lines[0]
+
+
+@pytest.fixture
+def one_torch_thread():
+    """One intra-op thread: on a busy 2-core machine two threads wait on each other (4x slower)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

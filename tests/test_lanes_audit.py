@@ -50,12 +50,7 @@ def own_data(data, tmp_path) -> Path:
     return Path(shutil.copytree(data, tmp_path / "data"))
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def run_training(argv: list[str]) -> dict:

@@ -22,14 +22,9 @@ RTOL = 1e-3
 BF16_RTOL = 2e-2
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Small convolutions on 2 OpenMP threads crawl when other processes hold the cores (every
-    barrier waits for a descheduled thread: 260 s instead of 11 s here); the numerics are the same."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+# Small convolutions on 2 OpenMP threads crawl when other processes hold the cores (every barrier
+# waits for a descheduled thread: 260 s instead of 11 s here); the numerics are the same.
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _batches() -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:

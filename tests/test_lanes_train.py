@@ -44,13 +44,7 @@ def lanes_data(tmp_path_factory) -> Path:
     return root
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One intra-op thread: on a busy 2-core machine two threads wait on each other (4x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def run_training(argv: list[str], env: dict[str, str] | None = None) -> dict:

@@ -222,15 +222,20 @@ def test_a_queued_job_whose_folder_was_removed_fails_saying_so(dt_gpus: Dtrain):
     assert "killed, or the machine restarted" not in info["message"]
 
 
+def _lose_supervisor(dt: Dtrain, name: str) -> None:
+    """A job `name` (sleep 300, 2 restarts) whose supervisor is killed, its rank gone with it."""
+    dt("submit", name, "--max-restarts", "2", "--", "sleep", "300")
+    rec = rank_record(dt.home, name, 0)
+    store = JobStore(dt.home / "state.db")
+    os.kill(store.job(name)["supervisor_pid"], signal.SIGKILL)
+    store.close()
+    wait_gone(Ident.from_record(rec))
+
+
 def test_a_lost_job_whose_folder_was_removed_is_failed_not_relaunched(dt: Dtrain):
     """A relaunch there starts a supervisor that cannot even open its log: it used to spend a
     restart on one that never ran, then fail as "its supervisor never started"."""
-    dt("submit", "gone", "--max-restarts", "2", "--", "sleep", "300")
-    rec = rank_record(dt.home, "gone", 0)
-    store = JobStore(dt.home / "state.db")
-    os.kill(store.job("gone")["supervisor_pid"], signal.SIGKILL)
-    store.close()
-    wait_gone(Ident.from_record(rec))
+    _lose_supervisor(dt, "gone")
     shutil.rmtree(dt.home / "jobs" / "gone")
     info = dt.json("describe", "job", "gone")
     assert info["status"] == "Failed" and info["restarts"] == 0, (info["status"], info["message"])
@@ -288,12 +293,7 @@ def test_a_process_that_cannot_start_is_an_error_not_a_pid(tmp_path):
 
 
 def test_a_lost_job_whose_supervisor_cannot_start_fails_saying_why(dt: Dtrain):
-    dt("submit", "nolog", "--max-restarts", "2", "--", "sleep", "300")
-    rec = rank_record(dt.home, "nolog", 0)
-    store = JobStore(dt.home / "state.db")
-    os.kill(store.job("nolog")["supervisor_pid"], signal.SIGKILL)
-    store.close()
-    wait_gone(Ident.from_record(rec))
+    _lose_supervisor(dt, "nolog")
     log = dt.home / "jobs" / "nolog" / "supervisor.log"
     log.unlink()
     log.mkdir()  # the next supervisor cannot open its log

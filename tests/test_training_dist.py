@@ -382,7 +382,7 @@ def test_metrics_writer_never_appends_through_a_link(tmp_path, monkeypatch):
     victim = tmp_path / "victim.txt"
     victim.write_text("kept\n")
     (tmp_path / "metrics.jsonl").symlink_to(victim)
-    with pytest.raises(SpecError, match="symbolic link; remove it"):
+    with pytest.raises(SpecError, match="metrics.jsonl is a symbolic link: remove it"):
         MetricsWriter(tmp_path / "metrics.jsonl")
     mirror = tmp_path / "mirror.jsonl"
     mirror.symlink_to(victim)  # the platform's copy, named by DTRAIN_METRICS_FILE

@@ -34,17 +34,20 @@ def _plain(value: Any) -> Any:
     raise TypeError(type(value).__name__)
 
 
-def _append(path: Path):
-    """`path` opened to append text, never through a symbolic link left at its name (which could
-    point anywhere: the run would write into a file it never made)."""
+def open_append(path: Path, *, fix: str):
+    """`path` opened to append text, never through a symbolic link left at its name (it could point
+    anywhere: the run would write into a file it never made); SpecError `PATH is a symbolic link: FIX`."""
     try:
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
     except OSError as e:
         if e.errno == errno.ELOOP:
-            raise SpecError(f"metrics file {path} is a symbolic link; remove it, or write the run to another "
-                            "folder") from None
+            raise SpecError(f"{path} is a symbolic link: {fix}") from None
         raise
     return open(fd, "a", encoding="utf-8")
+
+
+def _append(path: Path):
+    return open_append(path, fix="remove it, or write the run to another folder (metrics go to a file of its own)")
 
 
 class MetricsWriter:

@@ -17,7 +17,6 @@ them into --snapshot-on-success; docs/architecture.md); this script only records
 
 import argparse
 import dataclasses
-import errno
 import json
 import os
 import sys
@@ -49,6 +48,7 @@ from dtrain.training import (
     setup_distributed,
     teardown,
 )
+from dtrain.training.metrics import open_append
 from dtrain.workloads.inputs import MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, in_range, learning_rate
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.data import LaneDataset
@@ -257,14 +257,8 @@ class Log:
 
 def open_log(path: Path):
     """Append to `path`, never through a symbolic link someone left there (it could point anywhere)."""
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            raise SpecError(f"{path} is a symbolic link: training writes its log only to a file of its own; "
-                            "remove the link or give another --out-dir") from None
-        raise
-    return os.fdopen(fd, "a", encoding="utf-8")
+    return open_append(path, fix="training writes its log only to a file of its own; remove the link or give "
+                                 "another --out-dir")
 
 
 def refuse_links(out: Path, names: Sequence[str]) -> None:
