@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -128,3 +129,17 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@contextlib.contextmanager
+def tmpfs(path: Path, options: str):
+    """A tmpfs mounted at the new folder `path` with `options` (`size=2m`, `nr_inodes=8`), unmounted
+    at the end; the test is skipped where it cannot be mounted (it needs root or CAP_SYS_ADMIN)."""
+    path.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {proc.stderr.strip()}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], check=False)

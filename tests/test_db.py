@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from conftest import DTRAIN, assert_usage_error
+from conftest import DTRAIN, assert_usage_error, tmpfs
 from dtrain import db
 from dtrain.errors import DtrainError
 
@@ -105,12 +105,7 @@ def test_a_damaged_snapshot_index_is_named_as_such_not_moved_away(tmp_path):
 
 
 def test_a_home_on_a_disk_without_free_inodes_says_so(tmp_path):
-    disk = tmp_path / "disk"
-    disk.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m,nr_inodes=8", "tmpfs", str(disk)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs root and tmpfs mounts")
-    try:
+    with tmpfs(tmp_path / "disk", "size=4m,nr_inodes=8") as disk:
         (disk / "home").mkdir()
         n = 0
         while True:  # use up every inode
@@ -121,5 +116,3 @@ def test_a_home_on_a_disk_without_free_inodes_says_so(tmp_path):
             n += 1
         assert_usage_error(_dtrain_list(disk / "home"), "has no free inodes", "df -i")
         assert_usage_error(_dtrain_list(disk / "home" / "deeper"), "No space left on device; free space on that disk")
-    finally:
-        subprocess.run(["umount", "-l", str(disk)], check=False)

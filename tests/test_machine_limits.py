@@ -4,23 +4,17 @@ of 2, and loses nothing stored."""
 from __future__ import annotations
 
 import os
-import subprocess
 
 import pytest
 
-from conftest import Dtrain
+from conftest import Dtrain, tmpfs
 
 
 @pytest.fixture
 def small_disk(tmp_path):
     """A 6 MiB tmpfs, to fill."""
-    mnt = tmp_path / "disk"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=6m", "tmpfs", str(mnt)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {proc.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with tmpfs(tmp_path / "disk", "size=6m") as mnt:
+        yield mnt
 
 
 def _fill(disk) -> None:

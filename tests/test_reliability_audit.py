@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Dtrain, rank_record
+from conftest import Dtrain, rank_record, tmpfs
 from dtrain.backends.local import ranks
 from dtrain.backends.local.backend import LocalBackend
 from dtrain.backends.local.store import JobStore
@@ -163,40 +163,31 @@ def test_an_endless_output_line_is_kept_in_bounded_records(tmp_path):
     assert "".join(records) == "y" * size
 
 
-def _mount_tmpfs(path: Path, size: str) -> bool:
-    path.mkdir()
-    return os.geteuid() == 0 and subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                                                capture_output=True).returncode == 0
-
-
 def test_a_job_filling_the_disk_with_its_log_ends_and_says_why(tmp_path):
     """DTRAIN_HOME on a 2 MiB tmpfs, a job printing far more: the job ends (it used to stay Running
     for good), and once space is freed the job says what happened, whether its supervisor could
     record it on the full disk or the next command found it lost."""
-    disk = tmp_path / "disk"
-    if not _mount_tmpfs(disk, "2m"):
-        pytest.skip("needs root and tmpfs mounts")
-    dt = Dtrain(disk / "home")
-    try:
-        dt("submit", "spam", "--", "python", "-c", "for i in range(10**6): print('x' * 100)")
-        job_dir = disk / "home" / "jobs" / "spam"
-        deadline = time.monotonic() + 60
-        rec: dict = {}
-        while rec.get("finished") is None:
-            assert time.monotonic() < deadline, f"the rank never ended: {rec}"
-            time.sleep(0.1)
-            try:
-                rec = json.loads((job_dir / "ranks" / "rank-0.json").read_text())
-            except (OSError, ValueError):
-                pass
-        assert "No space left on device" in rec["log_error"]
-        (job_dir / "logs" / "rank-0.log").unlink()  # the user frees space
-        info = dt.wait_for("spam", {"Failed", "Succeeded"}, timeout=60)
-        assert info["status"] == "Failed" and "its log could not be written: No space left on device" in \
-            info["message"], info["message"]
-    finally:
-        _cleanup_home(dt)
-        subprocess.run(["umount", "-l", str(disk)], check=False)
+    with tmpfs(tmp_path / "disk", "size=2m") as disk:
+        dt = Dtrain(disk / "home")
+        try:
+            dt("submit", "spam", "--", "python", "-c", "for i in range(10**6): print('x' * 100)")
+            job_dir = disk / "home" / "jobs" / "spam"
+            deadline = time.monotonic() + 60
+            rec: dict = {}
+            while rec.get("finished") is None:
+                assert time.monotonic() < deadline, f"the rank never ended: {rec}"
+                time.sleep(0.1)
+                try:
+                    rec = json.loads((job_dir / "ranks" / "rank-0.json").read_text())
+                except (OSError, ValueError):
+                    pass
+            assert "No space left on device" in rec["log_error"]
+            (job_dir / "logs" / "rank-0.log").unlink()  # the user frees space
+            info = dt.wait_for("spam", {"Failed", "Succeeded"}, timeout=60)
+            assert info["status"] == "Failed" and "its log could not be written: No space left on device" in \
+                info["message"], info["message"]
+        finally:
+            _cleanup_home(dt)
 
 
 def _cleanup_home(dt: Dtrain) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import tmpfs
 from dtrain.errors import StorageError
 from dtrain.storage import Storage
 from dtrain.storage.engine import Engine
@@ -251,13 +252,8 @@ def test_a_sweep_killed_midway_is_finished_by_the_next_command(storage, monkeypa
 @pytest.fixture
 def small_tmpfs(tmp_path):
     """A 2 MiB tmpfs (root only), unmounted afterwards."""
-    mnt = tmp_path / "small"
-    mnt.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mnt)],
-                                           capture_output=True).returncode != 0:
-        pytest.skip("needs root to mount a small tmpfs")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with tmpfs(tmp_path / "small", "size=2m") as mnt:
+        yield mnt
 
 
 def test_a_move_to_a_full_storage_class_says_so_and_keeps_the_volume(tmp_path, small_tmpfs):
