@@ -199,15 +199,22 @@ def _store_files(home: Path) -> list[str]:
                   {"manifests"} | {f"{i:02x}" for i in range(256)})
 
 
-def test_a_delete_killed_after_forgetting_the_snapshot_frees_its_space_at_the_next_command(storage, monkeypatch):
-    """The row went first and the manifest after; killed in between, nothing asked for a sweep,
-    so the manifest and every object only it needed stayed until someone ran verify."""
+def _keep_and_doomed(storage: Storage) -> list[str]:
+    """Volume 'data' with snapshots 'keep' (keep.bin) and 'doomed' (keep.bin, big.bin); returns
+    the store's files as they were with 'keep' alone."""
     vol = storage.create_volume("data")
     (vol.path / "keep.bin").write_bytes(os.urandom(50_000))
     storage.create_snapshot("data", name="keep")
     kept = _store_files(storage.home)
     (vol.path / "big.bin").write_bytes(os.urandom(400_000))
     storage.create_snapshot("data", name="doomed")
+    return kept
+
+
+def test_a_delete_killed_after_forgetting_the_snapshot_frees_its_space_at_the_next_command(storage, monkeypatch):
+    """The row went first and the manifest after; killed in between, nothing asked for a sweep,
+    so the manifest and every object only it needed stayed until someone ran verify."""
+    kept = _keep_and_doomed(storage)
 
     def killed(_id):
         raise SystemExit("killed")  # as SIGKILL right after the row's transaction
@@ -224,12 +231,7 @@ def test_a_delete_killed_after_forgetting_the_snapshot_frees_its_space_at_the_ne
 def test_a_sweep_killed_midway_is_finished_by_the_next_command(storage, monkeypatch):
     """A sweep started by a killed capture's pin forgot the dead objects, then died before
     deleting their packs: nothing asked for another sweep, so the packs stayed."""
-    vol = storage.create_volume("data")
-    (vol.path / "keep.bin").write_bytes(os.urandom(50_000))
-    storage.create_snapshot("data", name="keep")
-    kept = _store_files(storage.home)
-    (vol.path / "big.bin").write_bytes(os.urandom(400_000))
-    storage.create_snapshot("data", name="doomed")
+    kept = _keep_and_doomed(storage)
     with storage.conn:
         storage.conn.execute("DELETE FROM snapshots WHERE name = 'doomed'")  # as a delete killed at once
     (storage.engine.root / "pins" / "999999999-dead").touch()  # a killed capture's pin
