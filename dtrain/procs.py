@@ -13,6 +13,7 @@ Standard library only: rankrun imports this on every start.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import signal
 from pathlib import Path
@@ -130,6 +131,10 @@ def signal_session(leader: Ident | None, sig: int) -> int:
     return sent
 
 
+def _above_std(fd: int) -> int:
+    return fd if fd > 2 else fcntl.fcntl(fd, fcntl.F_DUPFD, 3)
+
+
 def spawn_detached(argv: list[str], *, log: Path, cwd: str, what: str = "the process") -> int:
     """Double fork so the process is nobody's child: it outlives the CLI and never lingers as a zombie.
 
@@ -138,6 +143,7 @@ def spawn_detached(argv: list[str], *, log: Path, cwd: str, what: str = "the pro
     pid that was never the program."""
     read_fd, write_fd = os.pipe()
     err_read, err_write = os.pipe()  # close-on-exec: EOF as soon as the program runs
+    # (made second, err_write is at least fd 3 even in a caller without 0-2: the dup2s keep it)
     pid = os.fork()
     if pid == 0:  # intermediate child
         try:
@@ -147,8 +153,9 @@ def spawn_detached(argv: list[str], *, log: Path, cwd: str, what: str = "the pro
             grandchild = os.fork()
             if grandchild == 0:
                 try:
-                    fd = os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                    null = os.open(os.devnull, os.O_RDONLY)
+                    # above 0-2 (free in a caller started without them), or the dup2s would close them
+                    fd = _above_std(os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
+                    null = _above_std(os.open(os.devnull, os.O_RDONLY))
                     os.dup2(null, 0)
                     os.dup2(fd, 1)
                     os.dup2(fd, 2)
@@ -157,9 +164,9 @@ def spawn_detached(argv: list[str], *, log: Path, cwd: str, what: str = "the pro
                     os.chdir(cwd)
                     os.execv(argv[0], argv)
                 except BaseException as e:  # noqa: BLE001 - told to the parent, whatever it was
-                    what = (f"{e.strerror} ({e.filename or argv[0]})" if isinstance(e, OSError) and e.strerror
-                            else str(e))
-                    os.write(err_write, what.encode("utf-8", "replace")[:2000])
+                    why = (f"{e.strerror} ({e.filename or argv[0]})" if isinstance(e, OSError) and e.strerror
+                           else str(e))
+                    os.write(err_write, why.encode("utf-8", "replace")[:2000])
                 finally:
                     os._exit(127)
             os.write(write_fd, str(grandchild).encode())

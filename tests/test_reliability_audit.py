@@ -293,3 +293,30 @@ def test_a_lost_job_whose_supervisor_cannot_start_fails_saying_why(dt: Dtrain):
     info = dt.json("describe", "job", "nolog")
     assert info["status"] == "Failed", (info["status"], info["message"])
     assert "job nolog's supervisor could not be started: Is a directory" in info["message"], info["message"]
+
+
+def test_a_caller_without_standard_streams_still_starts_its_process(tmp_path):
+    """With 0-2 closed (a daemon's caller), the pipes and the child's log take those numbers: the
+    child's dup2s onto 0-2 closed its log (its output went to /dev/null)."""
+    script = tmp_path / "caller.py"
+    script.write_text(
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from dtrain.procs import spawn_detached\n"
+        "tmp = Path(sys.argv[1])\n"
+        "for fd in (0, 1, 2):\n"
+        "    os.close(fd)\n"
+        "spawn_detached([sys.executable, '-c', 'print(\"to the log\"); open(\"ran\", \"w\")'], log=tmp / 'x.log',"
+        " cwd=str(tmp))\n"
+        "try:\n"
+        "    spawn_detached(['/nonexistent-program'], log=tmp / 'y.log', cwd='/')\n"
+        "except Exception as e:\n"
+        "    (tmp / 'error').write_text(str(e))\n")
+    subprocess.run([sys.executable, str(script), str(tmp_path)], timeout=60, check=True,
+                   env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "ran").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert (tmp_path / "ran").exists()
+    assert (tmp_path / "x.log").read_text() == "to the log\n"  # not lost to /dev/null
+    assert "could not be started: No such file or directory (/nonexistent-program)" in (tmp_path / "error").read_text()
