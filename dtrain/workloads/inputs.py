@@ -12,7 +12,7 @@ import errno
 import os
 from pathlib import Path
 
-from dtrain.errors import NotFoundError, SpecError
+from dtrain.errors import DtrainError, NotFoundError, SpecError
 
 MAX_SEED = 2**32 - 1  # numpy's and most tools' seed range; torch takes it as is
 MAX_STEPS = 10_000_000  # optimizer steps of one run (the paper recipe plans 60 000)
@@ -75,3 +75,20 @@ def out_folder(path: str | os.PathLike, flag: str) -> Path:
             raise  # the dtrain command names these in one line of its own (dtrain.cli.main.machine_refused)
         raise SpecError(f"{flag} {path} cannot be created ({e.strerror}): give a folder you can write to") from None
     return path
+
+
+def one_line_errors(main, *args) -> int:
+    """main(*args), with what a user can fix printed as one line and exit code 2: a DtrainError,
+    or a full, read-only or forbidden disk (as the dtrain command prints it); anything else raises."""
+    import sys
+
+    try:
+        return main(*args) or 0
+    except DtrainError as err:
+        print(f"error: {err}", file=sys.stderr)
+    except OSError as err:
+        if err.errno not in MACHINE_ERRNOS:
+            raise
+        where = f" writing {err.filename}" if err.filename else ""
+        print(f"error: {err.strerror}{where}: use a folder you can write to, with free space", file=sys.stderr)
+    return 2

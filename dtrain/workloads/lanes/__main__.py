@@ -7,8 +7,7 @@ torchrun loads no more than training needs.
 import importlib
 import sys
 
-from dtrain.errors import DtrainError
-from dtrain.workloads.inputs import MACHINE_ERRNOS
+from dtrain.workloads.inputs import one_line_errors
 
 COMMANDS = {
     "train": "dtrain.workloads.lanes.train",  # SCNN data-parallel training
@@ -25,18 +24,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m dtrain.workloads.lanes {{{','.join(COMMANDS)}}} ...", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[argv[0]])
-    try:
-        return module.main(argv[1:]) or 0
-    except DtrainError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except OSError as err:
-        if err.errno not in MACHINE_ERRNOS:
-            raise
-        # a full, read-only or forbidden disk: one line, as the dtrain command prints it
-        where = f" writing {err.filename}" if err.filename else ""
-        print(f"error: {err.strerror}{where}: use a folder you can write to, with free space", file=sys.stderr)
-        return 2
+    return one_line_errors(module.main, argv[1:])
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from PIL import Image, ImageDraw
 from dtrain.errors import DataError, SpecError
 from dtrain.replace import replacing
 from dtrain.training import load_checkpoint
+from dtrain.training.resume import first_fault
 from dtrain.workloads.inputs import MAX_BATCH, Parser, in_range, input_file, out_folder
 from dtrain.workloads.lanes.data import LaneDataset, load_image, normalize
 from dtrain.workloads.lanes.masks import decode_lanes
@@ -112,10 +113,7 @@ def load_model(path: str | os.PathLike, device: torch.device | str = "cpu") -> S
         model = SCNN(SCNNConfig(**cfg))
         model.load_state_dict(state["model"])
     except (TypeError, ValueError, KeyError, RuntimeError) as e:  # another model's keys or shapes
-        lines = [line.strip() for line in str(e).splitlines() if line.strip()] or [type(e).__name__]
-        why = lines[1] if len(lines) > 1 and lines[0].endswith(":") else lines[0]
-        if isinstance(e, KeyError):
-            why = f"its model_config has no {e.args[0]!r}"
+        why = f"its model_config has no {e.args[0]!r}" if isinstance(e, KeyError) else first_fault(e)
         raise DataError(f"{path} does not hold an SCNN this code builds ({why}): {fix}") from None
     return model.to(device).eval()
 
