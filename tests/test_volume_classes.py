@@ -124,6 +124,19 @@ def test_move_across_file_systems_keeps_every_byte_mode_and_link(dtc: Dtrain, fa
     assert tree_hash(dtc.home / "volumes" / "work" / "data")["code/train.py"] != before["code/train.py"]
 
 
+def test_a_move_and_a_restore_keep_hard_links_as_one_file(dtc: Dtrain, fast_root):
+    dtc("volume", "create", "work")
+    old = Path(describe(dtc, "work")["path"])
+    (old / "model.pt").write_bytes(os.urandom(1 << 20))
+    os.link(old / "model.pt", old / "best.pt")  # as a training script keeps its best checkpoint
+    dtc("snapshot", "create", "work", "--name", "linked")
+    dtc("volume", "update", "work", "--class", "fast")
+    dtc("snapshot", "restore", "linked", "--to", "copy")
+    for folder in (Path(describe(dtc, "work")["path"]), Path(describe(dtc, "copy")["path"])):
+        assert os.stat(folder / "model.pt").st_ino == os.stat(folder / "best.pt").st_ino
+        assert os.stat(folder / "best.pt").st_nlink == 2
+
+
 def test_update_refuses_while_a_job_mounts_the_volume(dtc: Dtrain):
     dtc("volume", "create", "work")
     gate = Path(describe(dtc, "work")["path"]) / "go"

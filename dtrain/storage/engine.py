@@ -209,6 +209,8 @@ class Engine:
         run = Run(0, progress)
         packer = None
         jobs, batch, skipped, same = [], _Batch(), [], 0
+        inodes: dict[tuple[int, int], str] = {}  # a file with hard links: the first of its paths read
+        twins: dict[str, str] = {}  # another path of an inode being read -> that first path
         pool = None  # started with the first file to read: an unchanged volume needs none
         try:
             for rel, st in walked:
@@ -217,6 +219,11 @@ class Engine:
                 elif unchanged(old.get(rel), st, cutoff, damaged):
                     same += 1
                 else:
+                    if st.st_nlink > 1:  # a hard link: one inode is read once, whatever its paths
+                        first = inodes.setdefault((st.st_dev, st.st_ino), rel)
+                        if first != rel:
+                            twins[rel] = first
+                            continue
                     if store and packer is None:
                         packer = self.packs.packer(run)
                     run.total += st.st_size
@@ -237,6 +244,10 @@ class Engine:
                     files=len(files), bytes=sum(e.size for e in files), read_bytes=0, added_bytes=0,
                     added_objects=0, skipped=(), method=self.method)
             reading = {rel: entry for job in jobs for rel, entry in job.result()}
+            if twins:
+                walked_st = dict(walked)
+                for rel, first in twins.items():
+                    reading[rel] = self._twin(src, rel, walked_st[rel], reading.get(first), packer, run)
             walked.sort()
             entries = [self._entry(src, rel, st, old, reading, skipped) for rel, st in walked]
             if packer is not None and packer.finish():
@@ -313,6 +324,16 @@ class Engine:
                 raise
         skipped.append(rel)
         return None
+
+    def _twin(self, src: Path, rel: str, st: os.stat_result, first: Entry | None, packer: Packer | None,
+              run: Run) -> Entry | None:
+        """A hard link to a file read under another path: that path's entry, when it recorded the
+        inode as the walk saw it here; otherwise (it changed or vanished in between) read anew."""
+        if first is not None and (first.ino, first.ctime_ns, first.size, first.mtime_ns) == (
+                st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns):
+            return first._replace(path=rel)
+        run.total += st.st_size
+        return self._ingest_many(src, [(rel, st)], packer, run)[0][1]
 
     def _ingest_many(self, src: Path, items: list[tuple[str, os.stat_result]], packer: Packer | None,
                      run: Run) -> list:

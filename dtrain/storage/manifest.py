@@ -398,6 +398,31 @@ def unchanged(prev: Entry | None, st: os.stat_result, cutoff_ns: int, damaged: s
             and not (damaged and damaged.intersection(prev.chunks)))
 
 
+def hard_links(entries: Sequence[Entry]) -> dict[str, str]:
+    """Paths that were one file (hard links to one inode) at capture: each later path -> the
+    first one, in path order. Two entries count as one file only when every field they share
+    agrees: inode, ctime, size, mtime, mode, owner and content. A file removed mid-capture whose
+    inode number a new file took has another ctime or content, and stays a file of its own; an
+    entry with ctime 0 (a file that changed while read) never joins one."""
+    seen: dict[int, int] = {}
+    for e in entries:
+        if e.kind == "file" and e.ino and e.ctime_ns:
+            seen[e.ino] = seen.get(e.ino, 0) + 1
+    if all(n == 1 for n in seen.values()):  # the usual volume: no inode under two paths
+        return {}
+    first: dict[tuple, str] = {}
+    links = {}
+    for e in entries:
+        if e.kind == "file" and seen.get(e.ino, 0) > 1 and e.ctime_ns:
+            data = tuple(e.data) if isinstance(e.data, list) else e.data
+            key = (e.ino, e.ctime_ns, e.size, e.mtime_ns, e.mode, e.uid, e.gid, data)
+            if key in first:
+                links[e.path] = first[key]
+            else:
+                first[key] = e.path
+    return links
+
+
 class Change(NamedTuple):
     """How one path differs between two points in time."""
 

@@ -185,6 +185,12 @@ class Mover:
             changed = [c.path for c in mf.diff(old, new)][:3]
             raise StorageError(f"the copy of volume {volume!r} differs from the original at {', '.join(changed)}"
                                f" (did something write to it during the move?); nothing was switched: retry")
+        links, copied = mf.hard_links(old.entries), mf.hard_links(new.entries)
+        if links != copied:
+            changed = sorted(links.keys() ^ copied.keys() or links)[:3]
+            raise StorageError(f"the copy of volume {volume!r} does not keep the hard links of the original at "
+                               f"{', '.join(changed)} (did something write to it during the move?); nothing was "
+                               f"switched: retry")
 
     # --- journal steps ---------------------------------------------------------------------
     def _row(self, volume: str) -> sqlite3.Row:
@@ -212,13 +218,14 @@ def _comparable(e: mf.Entry) -> tuple:
 
 
 def copy_tree(src: Path, dst: Path) -> None:
-    """Bytes, modes, owners (as root), times and symlinks; sockets, fifos and devices are refused.
+    """Bytes, modes, owners (as root), times, symlinks and hard links; sockets, fifos and devices are refused.
     Folders get their mode and times last, deepest first, so a read-only folder is filled first."""
     import shutil  # on first use: ~5 ms of every start otherwise
 
     as_root = os.geteuid() == 0
     os.mkdir(dst, 0o700)
     folders = [(src, dst)]
+    copied: dict[tuple[int, int], Path] = {}  # a file with hard links: its first copy, linked for the others
     for here, _dirs, _files in os.walk(src):
         rel = os.path.relpath(here, src)
         for entry in os.scandir(here):
@@ -228,6 +235,11 @@ def copy_tree(src: Path, dst: Path) -> None:
                 os.mkdir(d, 0o700)
                 folders.append((s, d))
                 continue
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                first = copied.setdefault((st.st_dev, st.st_ino), d)
+                if first != d:
+                    os.link(first, d, follow_symlinks=False)  # one inode, as in the original
+                    continue
             if stat.S_ISLNK(st.st_mode):
                 os.symlink(os.readlink(s), d)
             elif stat.S_ISREG(st.st_mode) and st.st_blocks * 512 < st.st_size:

@@ -16,7 +16,7 @@ from pathlib import Path
 from dtrain.errors import StorageError
 from dtrain.storage import hashing
 from dtrain.storage.fileio import UNSUPPORTED, FileIO, is_disk_full
-from dtrain.storage.manifest import Entry, Manifest, open_beneath
+from dtrain.storage.manifest import Entry, Manifest, hard_links, open_beneath
 from dtrain.storage.packs import UNHASHED, PackFiles, PackStore
 from dtrain.storage.progress import Progress, Run
 
@@ -61,11 +61,17 @@ class Restore:
                 for depth in sorted(levels):
                     self._parallel(lambda e: _in_parent(root, root_fd, e.path, _mkdir), levels[depth])
                 files = [e for e in manifest.entries if e.kind == "file"]
+                links = hard_links(files)  # later paths of one inode: linked to the first below
+                if links:
+                    files = [e for e in files if e.path not in links]
                 batches = [files[i:i + 32] for i in range(0, len(files), 32)]  # a task per file costs more than a small file
                 self._parallel(lambda batch: [self._restore_file(e, root, root_fd, manifest.chunk_size, as_root, where,
                                                                  packs, run) for e in batch], batches)
             for e in manifest.entries:
-                if e.kind == "symlink":
+                if e.path in links:
+                    _link(root, root_fd, links[e.path], e.path)
+                    run.add(done=e.size)
+                elif e.kind == "symlink":
                     _in_parent(root, root_fd, e.path, lambda name, at, e=e: _symlink(name, at, e, as_root))
             for depth in sorted(levels, reverse=True):  # deepest first: a read-only folder is finished last
                 self._parallel(lambda e: _finish_dir(root, root_fd, e, as_root), levels[depth])
@@ -175,6 +181,16 @@ def _in_parent(root: str, root_fd: int, rel: str, fn: Callable[[str, int], None]
         fn(name, fd)
     finally:
         os.close(fd)
+
+
+def _link(root: str, root_fd: int, first: str, rel: str) -> None:
+    """`rel` as another name of the file restored at `first` (both beneath `root`, their
+    folders reached with no link followed; the file itself is never a link, as it was made here)."""
+    def link(name: str, at: int) -> None:
+        _in_parent(root, root_fd, first, lambda first_name, first_at: os.link(
+            first_name, name, src_dir_fd=first_at, dst_dir_fd=at, follow_symlinks=False))
+
+    _in_parent(root, root_fd, rel, link)
 
 
 def _mkdir(name: str, at: int) -> None:
