@@ -79,6 +79,40 @@ def test_numbers_out_of_range_are_refused_in_one_line(dt: Dtrain, tmp_path, flag
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+def test_a_size_the_machine_cannot_run_is_refused_before_any_run(dt: Dtrain, tmp_path):
+    """--processes 1,N on a machine that runs fewer: one line before the 1-process run, not after it."""
+    from dtrain.backends.local.backend import max_local_processes
+
+    too_many = max_local_processes()[0] + 1
+    if too_many > 1024:
+        pytest.skip("this machine runs more processes than the benchmark's own bound")
+    proc = dt("bench", "scaling", "--workload", "cifar10", "--data-dir", str(tmp_path), "--processes", f"1,{too_many}",
+              "--out", str(tmp_path / "out"), check=False)
+    assert proc.returncode != 0 and f"asks for {too_many} processes" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and dt.json("list") == []
+
+
+def test_an_out_that_is_a_file_is_refused_before_any_run(dt: Dtrain, tmp_path):
+    (tmp_path / "out").write_text("kept\n")
+    proc = dt("bench", "scaling", "--workload", "cifar10", "--data-dir", str(tmp_path), "--out", str(tmp_path / "out"),
+              check=False)
+    assert proc.returncode != 0 and "--out" in proc.stderr and "is a file, not a folder" in proc.stderr, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and dt.json("list") == []
+    assert (tmp_path / "out").read_text() == "kept\n"
+
+
+def test_results_replace_a_link_at_their_name_and_never_write_through_it(tmp_path):
+    from dtrain.bench import scaling
+
+    outside = tmp_path / "outside.png"
+    outside.write_bytes(b"not ours")
+    (tmp_path / "scaling.png").symlink_to(outside)
+    results = [{"processes": 1, "speedup": 1.0, "efficiency": 1.0}, {"processes": 2, "speedup": 1.8, "efficiency": 0.9}]
+    scaling.plot(results, tmp_path / "scaling.png", "title")
+    assert outside.read_bytes() == b"not ours"
+    assert not (tmp_path / "scaling.png").is_symlink() and (tmp_path / "scaling.png").read_bytes()[:4] == b"\x89PNG"
+
+
 def test_expected_max_and_the_lockstep_bound_are_exact():
     import itertools
     import statistics

@@ -53,6 +53,16 @@ def test_item01_submit_uses_the_configured_backend(tmp_path):
     assert "backend: local" in local.stdout and "apiVersion" not in local.stdout
 
 
+def test_a_local_dry_run_refuses_what_submit_would(tmp_path):
+    """More processes than the machine runs: the dry run says so, as submit does."""
+    from dtrain.backends.local.backend import max_local_processes
+
+    home = tmp_path / "home"
+    too_many = str(max_local_processes()[0] + 1)
+    proc = run("submit-dist", "j", "--processes", too_many, "--dry-run", "--", "echo", "hi", home=home)
+    assert_usage_error(proc, f"asks for {too_many} processes")
+
+
 # ---- 3: error messages name verbs that exist (also checked for every message in test_docs) ------
 def test_item03_volume_in_use_names_dtrain_delete(tmp_path):
     home = tmp_path / "home"

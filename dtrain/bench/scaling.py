@@ -35,8 +35,9 @@ from pathlib import Path
 
 from dtrain.client import Client
 from dtrain.errors import DtrainError, SpecError
+from dtrain.replace import replacing
 from dtrain.spec import JobSpec
-from dtrain.workloads.inputs import in_range
+from dtrain.workloads.inputs import in_range, out_folder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -101,6 +102,8 @@ def lockstep_bound(one_process_steps: list[float], n: int) -> float:
 def run(args) -> list[dict]:
     """Run every size `repeats` times, interleaved (1, 2, 1, 2, ...), and keep the median."""
     client = Client(home=args.home)
+    for p in args.sizes:  # every size the backend refuses (too many processes, GPUs, a quota) before any run
+        client.render(_spec(args, client, p, f"scaling-{args.workload}-{p}p-check", Path(args.out) / f"{p}p"))
     samples: dict[int, list[float]] = {p: [] for p in args.sizes}
     walls: dict[int, list[float]] = {p: [] for p in args.sizes}
     jobs: dict[int, list[str]] = {p: [] for p in args.sizes}
@@ -168,21 +171,24 @@ def _stopping(client: Client, started: list[str]):
 
 
 def _submit(args, client: Client, p: int, tag: str, folder: str, started: list[str]) -> tuple[str, Path]:
-    wl = WORKLOADS[args.workload]
     name = f"scaling-{args.workload}-{tag}-{int(time.time())}"
-    job_out = Path(args.out).resolve() / folder
-    job_out.mkdir(parents=True, exist_ok=True)
+    job_out = out_folder(Path(args.out).resolve() / folder, "--out")
     for stale in job_out.glob("*"):
         if stale.is_file():
             stale.unlink()
-    command = wl.command(str(Path(args.data_dir).resolve()), str(job_out), args.steps, args.batch, args.extra)
-    spec = JobSpec(name=name, command=tuple(command), processes=p, launcher="torchrun" if p > 1 else "none",
-                   gpu=args.gpu, cpu=args.cpu_per_process, project=args.project or client.default_project,
-                   env={"PYTHONUNBUFFERED": "1"})
-    print(f"[{p} process{'es' if p > 1 else ''}] dtrain submit-dist {name}: {shlex.join(command)}", flush=True)
+    spec = _spec(args, client, p, name, job_out)
+    print(f"[{p} process{'es' if p > 1 else ''}] dtrain submit-dist {name}: {shlex.join(spec.command)}", flush=True)
     started.append(name)  # before submitting: an interrupt mid-submit still finds it
     client.submit(spec)
     return name, job_out
+
+
+def _spec(args, client: Client, p: int, name: str, job_out: Path) -> JobSpec:
+    command = WORKLOADS[args.workload].command(str(Path(args.data_dir).resolve()), str(job_out), args.steps,
+                                                args.batch, args.extra)
+    return JobSpec(name=name, command=tuple(command), processes=p, launcher="torchrun" if p > 1 else "none",
+                   gpu=args.gpu, cpu=args.cpu_per_process, project=args.project or client.default_project,
+                   env={"PYTHONUNBUFFERED": "1"})
 
 
 def _wait(client: Client, name: str) -> None:
@@ -258,7 +264,8 @@ def plot(results: list[dict], path: Path, title: str) -> None:
     b.set_ylabel("efficiency (%)")
     fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    with replacing(path, "wb") as f:  # a link at `path` is replaced, never written through
+        fig.savefig(f, format="png", dpi=110)
     plt.close(fig)
 
 
@@ -298,6 +305,7 @@ def parse(argv) -> argparse.Namespace:
         in_range(flag, value, low, high)
     if not Path(args.data_dir).exists():
         raise SpecError(f"--data-dir {args.data_dir} does not exist; prepare the data first")
+    out_folder(args.out, "--out")  # before any run: a file there would end the benchmark after its runs
     return args
 
 
@@ -310,8 +318,9 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGTERM, previous)
     out = Path(args.out)
     table = markdown(results, args)
-    (out / "scaling.md").write_text(table)
-    (out / "scaling.json").write_text(json.dumps(results, indent=2))
+    for name, text in (("scaling.md", table), ("scaling.json", json.dumps(results, indent=2))):
+        with replacing(out / name) as f:  # a link at its name is replaced, never written through
+            f.write(text)
     plot(results, out / "scaling.png", f"dtrain bench scaling: {args.workload}")
     print(json.dumps(results, indent=2) if args.json else table)
     print(f"wrote {out / 'scaling.md'}, {out / 'scaling.json'} and {out / 'scaling.png'}")

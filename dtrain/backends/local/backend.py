@@ -154,7 +154,7 @@ class LocalBackend(Backend):
         if spec.project != "default":
             require_project(spec.project, [p["name"] for p in self.store.projects()])
 
-    def _check_resources(self, spec: JobSpec) -> None:
+    def _check_resources(self, spec: JobSpec, *, volumes: bool = True) -> None:
         from dtrain.backends.local.devices import inventory
 
         most, why = max_local_processes()
@@ -170,6 +170,8 @@ class LocalBackend(Backend):
             raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs but project {spec.project!r} has a "
                              f"quota of {quota}; lower --gpu/--processes or raise it with "
                              f"'dtrain project create {spec.project} --gpu-quota N'")
+        if not volumes:
+            return
         for v in spec.volumes:
             if not isinstance(v, NewVolume):
                 self.storage.get_volume(v.volume)  # NotFoundError names the volume
@@ -405,8 +407,11 @@ class LocalBackend(Backend):
                          gpus=tuple(replace(g, job=held.get(g.index)) for g in gpus))]
 
     def _render(self, spec: JobSpec) -> list[dict]:
-        """A local job is its spec: the dry run shows what would be stored (and refuses what submit would)."""
+        """A local job is its spec: the dry run shows what would be stored, and refuses what this machine or
+        the project's quota cannot run (as submit does). Volumes are looked up at submit, as a
+        Kubernetes dry run does not look up the claims a pod names."""
         self._check_project(spec)
+        self._check_resources(spec, volumes=False)
         spec.new_volumes()  # their names (pvc-JOB-i) must be volume names, as submit requires
         return [spec.to_dict()]
 
