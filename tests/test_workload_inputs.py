@@ -23,8 +23,8 @@ def files(tmp_path: Path) -> Path:
     pred = {"raw_file": GT["raw_file"], "lanes": [[-2, 301.5, 311.2, 318.9]], "run_time": 12.5}
     (tmp_path / "pred.json").write_text(json.dumps(pred) + "\n")
     (tmp_path / "pred_null.json").write_text(json.dumps({**pred, "lanes": [[-2, None, 311.2, 318.9]]}) + "\n")
-    (tmp_path / "pred_big.json").write_text(json.dumps(pred).replace("301.5", "1e400") + "\n")
-    (tmp_path / "pred_slow.json").write_text(json.dumps({**pred, "run_time": float("nan")}) + "\n")
+    (tmp_path / "pred_big.json").write_text(json.dumps(pred).replace("301.5", "1" + "0" * 400) + "\n")
+    (tmp_path / "pred_slow.json").write_text(json.dumps({**pred, "run_time": "slow"}) + "\n")
     (tmp_path / "afile").write_text("x")
     for name in ("bad.tar.gz", "bad.zip", "bad.rar"):
         (tmp_path / name).write_bytes(b"garbage")
@@ -47,14 +47,14 @@ CASES = [
     # usage errors of the workloads' own parsers are one line too
     (["lanes", "train", "--max-steps", "abc"], {},
      "dtrain lanes train: error: argument --max-steps: invalid int value: 'abc' (see 'dtrain lanes train --help')"),
-    # 2. prediction values the official script crashes on or scores silently; a GT frame given twice
+    # 2. prediction values the official script crashes on; a GT frame given twice
     (["lanes", "evaluate", "--pred", "pred_null.json", "--gt", "gt.json"], {},
-     "pred_null.json:1: lanes[0][1] is null: x coordinates are finite numbers (-2 where there is no point)"),
+     "pred_null.json:1: lanes[0][1] is null: x coordinates are numbers (-2 where there is no point)"),
     (["lanes", "evaluate", "--pred", "pred_big.json", "--gt", "gt.json"], {},
-     "pred_big.json:1: lanes[0][1] is Infinity (or a number too large, such as 1e400): x coordinates are finite "
-     "numbers (-2 where there is no point)"),
+     "pred_big.json:1: lanes[0][1] is 1000000000000000000000000000000000000...: x coordinates are numbers "
+     "(-2 where there is no point)"),
     (["lanes", "evaluate", "--pred", "pred_slow.json", "--gt", "gt.json"], {},
-     "pred_slow.json:1: run_time must be a number of milliseconds >= 0, got NaN"),
+     'pred_slow.json:1: run_time must be a number of milliseconds, got "slow"'),
     (["lanes", "evaluate", "--pred", "pred.json", "--gt", "gt_twice.json"], {},
      "gt_twice.json:2: ground-truth frame clips/a/1/20.jpg appears twice (first at gt_twice.json:1): "
      "give one line per frame"),

@@ -22,12 +22,13 @@ Dataset figures are plain means over the GT frames.
 A prediction file is read as the official ``bench_one_submit`` reads a submission: from each
 line it takes ``raw_file``, ``lanes`` and ``run_time``; the rows are the ground truth's
 ``h_samples``, and x coordinates may be integers or floats (many published methods write
-floats). Differences, all on inputs the official script would misjudge or crash on:
-``run_time`` may be left out (then it counts as 0 ms); a missing, duplicated (in either
-file) or unknown frame, a lane whose length differs from the GT ``h_samples``, a prediction
-that does give ``h_samples`` but other ones than the ground truth, an x or run_time that is
-not a finite number (null, NaN, Infinity, 1e400; a negative run_time) and a malformed line
-raise ``DataError`` naming the file and line.
+floats). Everything the official script scores is scored the same way; what it scores but is
+likely a bug gets a warning (an x that is NaN or infinite, a negative or NaN run_time, a
+prediction that gives other ``h_samples`` than the ground truth: the official script reads none).
+What it crashes on, or cannot score, raises ``DataError`` naming the file and line: a missing,
+duplicated (in either file) or unknown frame, a lane whose length differs from the GT
+``h_samples``, an x or run_time that is null, true/false, a string or an integer beyond float
+range, and a malformed line. ``run_time`` may be left out (then it counts as 0 ms).
 
 CLI: ``dtrain lanes evaluate --pred P.json --gt G.json [--json]``.
 """
@@ -38,14 +39,14 @@ import json
 import math
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from dtrain.errors import DataError
 from dtrain.workloads.inputs import Parser, input_file
-from dtrain.workloads.lanes.tusimple import LaneLabel, is_number, json_lines, read_labels
+from dtrain.workloads.lanes.tusimple import LaneLabel, json_lines, read_labels
 
 PIXEL_THRESH = 20.0  # base tolerance in pixels for a near-vertical lane
 PT_THRESH = 0.85  # share of rows a predicted lane must hit to match a GT lane
@@ -120,7 +121,7 @@ class Prediction:
     raw_file: str  # frame path, as in the ground truth
     lanes: tuple[tuple[float, ...], ...]  # one x per GT h_sample row per lane; negative = no point
     run_time: float | None = None  # ms per frame (None = not given, counts as 0)
-    h_samples: tuple[int, ...] | None = None  # only checked against the GT when given
+    h_samples: tuple[int, ...] | None = None  # as given (the GT's rows are used); () when not a list of rows
     where: str = ""  # "FILE:LINE" for error messages ("" when built in memory)
 
 
@@ -130,6 +131,18 @@ def _shown(v: object) -> str:
         return f"{'-' if v < 0 else ''}Infinity (or a number too large, such as 1e400)"
     text = json.dumps(v)
     return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _computable(value: object) -> bool:
+    """A JSON number the official script computes with: NaN, Infinity and 1e400 (a float) too,
+    but not null, true/false, a string, nor an integer beyond float range (its arithmetic overflows)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        float(value)
+    except OverflowError:
+        return False
+    return True
 
 
 def parse_prediction(obj: object, where: str = "") -> Prediction:
@@ -145,18 +158,18 @@ def parse_prediction(obj: object, where: str = "") -> Prediction:
         raise ValueError("lanes must be a list of lists of x coordinates")
     for i, lane in enumerate(obj["lanes"]):
         for j, x in enumerate(lane):
-            if not is_number(x):
-                raise ValueError(f"lanes[{i}][{j}] is {_shown(x)}: x coordinates are finite numbers "
+            if not _computable(x):
+                raise ValueError(f"lanes[{i}][{j}] is {_shown(x)}: x coordinates are numbers "
                                  "(-2 where there is no point)")
     run_time = obj.get("run_time")
-    if run_time is not None and not (is_number(run_time) and run_time >= 0):
-        raise ValueError(f"run_time must be a number of milliseconds >= 0, got {_shown(run_time)}")
+    if run_time is not None and not _computable(run_time):
+        raise ValueError(f"run_time must be a number of milliseconds, got {_shown(run_time)}")
     h = obj.get("h_samples")
-    if h is not None and (not isinstance(h, list) or not all(is_number(y) and float(y).is_integer() for y in h)):
-        raise ValueError("h_samples, when given, must be a list of integer rows")
+    if h is not None:  # the official script reads none: other rows are warned about, never refused
+        rows = isinstance(h, list) and all(_computable(y) and math.isfinite(y) and float(y).is_integer() for y in h)
+        h = tuple(int(y) for y in h) if rows else ()
     return Prediction(raw_file=obj["raw_file"], lanes=tuple(tuple(lane) for lane in obj["lanes"]),
-                      run_time=None if run_time is None else float(run_time),
-                      h_samples=None if h is None else tuple(int(y) for y in h), where=where)
+                      run_time=None if run_time is None else float(run_time), h_samples=h, where=where)
 
 
 def read_predictions(path: str | os.PathLike) -> list[Prediction]:
@@ -171,8 +184,10 @@ def read_predictions(path: str | os.PathLike) -> list[Prediction]:
     return out
 
 
-def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel]) -> dict:
-    """Mean TuSimple accuracy, FP and FN over the GT frames: {'accuracy', 'fp', 'fn', 'frames'}."""
+def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel], *,
+             warn: Callable[[str], None] | None = None) -> dict:
+    """Mean TuSimple accuracy, FP and FN over the GT frames: {'accuracy', 'fp', 'fn', 'frames'}.
+    `warn` gets one line per kind of value the official script scores but that is likely a bug."""
     gt_by_file: dict[str, LaneLabel] = {}
     for g in gts:
         if g.raw_file in gt_by_file:
@@ -188,6 +203,7 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel]) 
             raise DataError(f"{_at(p)}prediction for {p.raw_file} has no ground-truth frame: check the raw_file paths")
         by_file[p.raw_file] = p
     scores: dict[str, tuple[float, float, float]] = {}
+    odd: dict[str, list[str]] = {"x": [], "run_time": [], "h_samples": []}  # where each kind was seen
     for g in gts:
         p = by_file.get(g.raw_file)
         if p is None:
@@ -195,11 +211,14 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel]) 
                 f"no prediction for ground-truth frame {g.raw_file} ({len(by_file)} of {len(gts)} frames "
                 "predicted): predict every frame of the GT file"
             )
-        if p.h_samples is not None and tuple(p.h_samples) != g.h_samples:
-            raise DataError(
-                f"{_at(p)}prediction for {g.raw_file} uses other h_samples than the ground truth: "
-                "give x at the GT rows (or leave h_samples out: the GT's rows are used)"
-            )
+        if isinstance(p, Prediction):
+            where = p.where or p.raw_file
+            if any(not math.isfinite(x) for lane in p.lanes for x in lane):
+                odd["x"].append(where)
+            if p.run_time is not None and not p.run_time >= 0:  # negative or NaN
+                odd["run_time"].append(where)
+            if p.h_samples is not None and p.h_samples != tuple(g.h_samples):
+                odd["h_samples"].append(where)
         try:
             a, f_p, f_n = bench_frame(p.lanes, g.lanes, g.h_samples, p.run_time)
         except DataError as e:
@@ -212,17 +231,32 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel]) 
     n = len(gts)
     if n == 0:
         raise DataError("the ground truth holds no frames: check the GT file")
+    if warn is not None:
+        for kind, seen in odd.items():
+            if seen:
+                warn(f"{len(seen)} prediction(s) (first: {seen[0]}) {_ODD[kind]}")
     return {"accuracy": acc / n, "fp": fp / n, "fn": fn / n, "frames": n}
+
+
+_ODD = {  # what the official script does with values it scores without a word
+    "x": "hold x values that are NaN or infinite: scored as the official script scores them (NaN and "
+         "-Infinity as no point, Infinity as a point that matches nothing)",
+    "run_time": "give a run_time that is negative or NaN: scored as the official script scores them "
+                "(as frames within 200 ms)",
+    "h_samples": "give other h_samples than the ground truth: their x values are scored at the ground "
+                 "truth's rows, as the official script scores them (it reads no h_samples from a submission)",
+}
 
 
 def _at(p: LaneLabel | Prediction) -> str:
     return f"{p.where}: " if p.where else ""
 
 
-def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike) -> dict:
+def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike, *,
+                   warn: Callable[[str], None] | None = None) -> dict:
     """``evaluate`` on a submission file and a TuSimple ground-truth file (any number of GT lanes a
     frame, as the official script takes them; the lowest of more than 4 is dropped)."""
-    return evaluate(read_predictions(pred_path), read_labels(gt_path, max_lanes=None))
+    return evaluate(read_predictions(pred_path), read_labels(gt_path, max_lanes=None), warn=warn)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -232,7 +266,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--gt", required=True, help="ground truth, e.g. test_label.json")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     args = parser.parse_args(argv)
-    result = evaluate_files(args.pred, args.gt)
+    result = evaluate_files(args.pred, args.gt,
+                            warn=lambda text: print(f"dtrain lanes evaluate: warning: {text}", file=sys.stderr))
     if args.json:
         print(json.dumps(result))
     else:
