@@ -132,55 +132,45 @@ def signal_session(leader: Ident | None, sig: int) -> int:
 
 
 def _above_std(fd: int) -> int:
-    return fd if fd > 2 else fcntl.fcntl(fd, fcntl.F_DUPFD, 3)
+    """`fd` moved above 0-2 (which a caller started without them hands out first)."""
+    if fd > 2:
+        return fd
+    try:
+        return fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+    finally:
+        os.close(fd)
 
 
 def spawn_detached(argv: list[str], *, log: Path, cwd: str, what: str = "the process") -> int:
-    """Double fork so the process is nobody's child: it outlives the CLI and never lingers as a zombie.
+    """Start `argv` in a session of its own (no terminal's signal reaches it), its output appended
+    to `log`, and return its pid.
+
+    subprocess forks and execs in C: no Python code runs in the child. A fork made from Python
+    runs the interpreter's after-fork code there (other threads' thread-locals are freed, their
+    finalizers run), which hangs for good on a lock another thread held at the fork, as SQLite's
+    did in the multi-threaded server. The process stays our child until it ends: a daemon thread
+    waits for it, so it never lingers as a zombie in a long-lived caller (a short-lived one's exit
+    hands it to init).
 
     What stops it before it runs (its log cannot be opened, `cwd` is gone, `argv[0]` cannot be
-    executed) comes back as EnvironmentError_ through a pipe that its exec closes, instead of a
-    pid that was never the program."""
-    read_fd, write_fd = os.pipe()
-    err_read, err_write = os.pipe()  # close-on-exec: EOF as soon as the program runs
-    # (made second, err_write is at least fd 3 even in a caller without 0-2: the dup2s keep it)
-    pid = os.fork()
-    if pid == 0:  # intermediate child
-        try:
-            os.close(read_fd)
-            os.close(err_read)
-            os.setsid()
-            grandchild = os.fork()
-            if grandchild == 0:
-                try:
-                    # above 0-2 (free in a caller started without them), or the dup2s would close them
-                    fd = _above_std(os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644))
-                    null = _above_std(os.open(os.devnull, os.O_RDONLY))
-                    os.dup2(null, 0)
-                    os.dup2(fd, 1)
-                    os.dup2(fd, 2)
-                    os.closerange(3, err_write)
-                    os.closerange(err_write + 1, 1024)
-                    os.chdir(cwd)
-                    os.execv(argv[0], argv)
-                except BaseException as e:  # noqa: BLE001 - told to the parent, whatever it was
-                    why = (f"{e.strerror} ({e.filename or argv[0]})" if isinstance(e, OSError) and e.strerror
-                           else str(e))
-                    os.write(err_write, why.encode("utf-8", "replace")[:2000])
-                finally:
-                    os._exit(127)
-            os.write(write_fd, str(grandchild).encode())
-        finally:
-            os._exit(0)
-    os.close(write_fd)
-    os.close(err_write)
-    os.waitpid(pid, 0)
-    with os.fdopen(read_fd) as f:
-        child = int(f.read())
-    with os.fdopen(err_read, "rb") as f:
-        failed = f.read().decode("utf-8", "replace")
-    if failed:
-        from dtrain.errors import EnvironmentError_
+    executed) is EnvironmentError_, never a pid that was never the program."""
+    import subprocess
+    import threading
 
-        raise EnvironmentError_(f"{what} could not be started: {failed}")
-    return child
+    from dtrain.errors import EnvironmentError_
+
+    try:
+        # above 0-2 (free in a caller started without them), where the child's own streams go
+        fd = _above_std(os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644))
+    except OSError as e:
+        raise EnvironmentError_(f"{what} could not be started: {e.strerror} ({e.filename or log})") from None
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, cwd=cwd,
+                                start_new_session=True, close_fds=True)
+    except OSError as e:
+        why = f"{e.strerror} ({e.filename or argv[0]})" if e.strerror else str(e)
+        raise EnvironmentError_(f"{what} could not be started: {why}") from None
+    finally:
+        os.close(fd)
+    threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()
+    return proc.pid

@@ -213,6 +213,29 @@ def test_a_queued_job_whose_folder_was_removed_fails_saying_so(dt_gpus: Dtrain):
     assert "killed, or the machine restarted" not in info["message"]
 
 
+def test_a_lost_job_holding_the_devices_does_not_block_the_queue_until_a_command_runs(dt_gpus: Dtrain):
+    """The supervisor of a job holding both GPUs is killed; nobody runs a dtrain command after
+    that. The job waiting for a GPU used to stay Pending until one did: its own supervisor now
+    finds the lost job (Failed, no restarts left), and the devices go to the job that waits."""
+    dt = dt_gpus
+    dt("submit", "holder", "--gpu", "2", "--max-restarts", "0", "--", "sleep", "300")
+    rec = rank_record(dt.home, "holder", 0)
+    dt("submit", "queued", "--gpu", "1", "--", "true")
+    store = JobStore(dt.home / "state.db")  # read directly: a dtrain command would reconcile by itself
+    try:
+        assert store.job("queued")["status"] == "Pending"
+        os.kill(store.job("holder")["supervisor_pid"], signal.SIGKILL)
+        wait_gone(Ident.from_record(rec))
+        deadline = time.monotonic() + 90
+        while store.job("queued")["status"] in ("Pending", "Running") and time.monotonic() < deadline:
+            time.sleep(0.2)
+        holder, queued = store.job("holder"), store.job("queued")
+    finally:
+        store.close()
+    assert queued["status"] == "Succeeded", (queued["status"], queued["message"])
+    assert holder["status"] == "Failed" and "lost: its supervisor" in holder["message"], holder["message"]
+
+
 def _lose_supervisor(dt: Dtrain, name: str) -> None:
     """A job `name` (sleep 300, 2 restarts) whose supervisor is killed, its rank gone with it."""
     dt("submit", name, "--max-restarts", "2", "--", "sleep", "300")
@@ -281,6 +304,30 @@ def test_a_process_that_cannot_start_is_an_error_not_a_pid(tmp_path):
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.exists()
+
+
+def test_no_python_code_runs_in_the_child_of_a_spawn_and_it_never_stays_a_zombie(tmp_path):
+    """A fork made from Python runs the interpreter's after-fork code in the child (at-fork hooks,
+    other threads' thread-locals freed and their finalizers run): in the multi-threaded server, a
+    finalizer waiting on a lock another thread held at the fork hung the child, and the submit
+    with it. An at-fork hook stands for that code here: it must never run."""
+    script = tmp_path / "caller.py"
+    script.write_text(
+        "import os, sys, time\n"
+        "from pathlib import Path\n"
+        "from dtrain.procs import spawn_detached\n"
+        "tmp = Path(sys.argv[1])\n"
+        "os.register_at_fork(after_in_child=lambda: (tmp / 'python-ran-in-child').touch())\n"
+        "pid = spawn_detached([sys.executable, '-c', 'pass'], log=tmp / 'x.log', cwd=str(tmp))\n"
+        "deadline = time.monotonic() + 30\n"
+        "while os.path.exists(f'/proc/{pid}') and time.monotonic() < deadline:\n"
+        "    time.sleep(0.05)\n"
+        "print('reaped' if not os.path.exists(f'/proc/{pid}') else 'zombie')\n")
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path)], timeout=60, capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert proc.returncode == 0, proc.stderr
+    assert not (tmp_path / "python-ran-in-child").exists()
+    assert proc.stdout.strip() == "reaped"  # its caller still runs: it waited for its child
 
 
 def test_a_lost_job_whose_supervisor_cannot_start_fails_saying_why(dt: Dtrain):

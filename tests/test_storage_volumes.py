@@ -340,3 +340,29 @@ def test_two_storages_share_the_database(storage):
         storage.conn.execute("INSERT INTO volumes (name, uid, created, size, storage_class, labels) "
                              "VALUES ('data','u','t','1Gi','local','{}')")
     other.close()
+
+
+def test_first_uses_of_a_fresh_home_at_once_all_succeed(tmp_path):
+    """Two commands (or server threads) opening a new home at the same moment: the second mkdir
+    of its folders found the first's and failed (FileExistsError, a 500 through the server)."""
+    import threading
+
+    for round_ in range(30):
+        home = tmp_path / f"home{round_}"
+        barrier, errors, opened = threading.Barrier(4), [], []
+
+        def first_use():
+            barrier.wait()
+            try:
+                opened.append(Storage(home))
+            except Exception as err:  # noqa: BLE001 - collected and shown below
+                errors.append(repr(err))
+
+        threads = [threading.Thread(target=first_use) for _ in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for s in opened:
+            s.close()
+        assert errors == [], errors

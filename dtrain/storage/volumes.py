@@ -60,14 +60,24 @@ class Storage:
         self.classes = {name: Path(root) for name, root in (classes or {}).items()}
         self.volumes_dir = self.home / "volumes"
         if not self.volumes_dir.is_dir():
-            self.volumes_dir.mkdir(parents=True)
-            fileio.spread_subfolders(self.volumes_dir)  # volumes in different ext4 block groups
+            try:
+                self.volumes_dir.mkdir(parents=True)
+            except FileExistsError:  # made meanwhile by another command or server thread (a file there still fails)
+                if not self.volumes_dir.is_dir():
+                    raise
+            else:
+                fileio.spread_subfolders(self.volumes_dir)  # volumes in different ext4 block groups
         self.conn = db.connect(self.home / "state.db", owner=self)
         self.conn.executescript(SCHEMA)
-        if "root" not in {r[1] for r in self.conn.execute("PRAGMA table_info(volumes)")}:
-            self.conn.execute("ALTER TABLE volumes ADD COLUMN root TEXT")  # NULL: <home>/volumes
+        if not self._has_root_column():
+            with db.transaction(self.conn):  # checked again as the one writer: another command may add it first
+                if not self._has_root_column():
+                    self.conn.execute("ALTER TABLE volumes ADD COLUMN root TEXT")  # NULL: <home>/volumes
         self.engine = engine or Engine(self.home / "store")
         self.mover = Mover(self.conn, self.engine)
+
+    def _has_root_column(self) -> bool:
+        return "root" in {r[1] for r in self.conn.execute("PRAGMA table_info(volumes)")}
 
     def close(self) -> None:
         self.conn.close()

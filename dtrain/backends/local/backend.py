@@ -270,6 +270,15 @@ class LocalBackend(Backend):
             raise
         return self.store.job(name)
 
+    def reconcile_others(self, name: str) -> None:
+        """What `list` does, for every active job but `name`: one whose supervisor died is relaunched
+        or Failed, releasing its devices. A supervisor waiting for its turn calls this now and then:
+        a lost job ahead of it in the queue, or holding the devices it waits for, would otherwise
+        block it until somebody ran a command."""
+        for row in self.store.jobs():
+            if row["name"] != name and row["status"] in ACTIVE:
+                self._reconcile(row)
+
     def _info(self, row) -> JobInfo:
         from dtrain.backends.local.scheduler import split_devices
         from dtrain.backends.local.ranks import rank_records

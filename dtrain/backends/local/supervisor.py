@@ -41,6 +41,7 @@ POLL_S = 0.25
 BACKOFF_S = 1.0  # first restart delay; doubles each restart
 BACKOFF_MAX_S = 60.0
 REGISTER_S = 30.0  # a new supervisor waits this long for its starter to record its pid, else leaves
+RECONCILE_S = 5.0  # a waiting supervisor looks this often for lost jobs that hold up its turn
 
 
 def free_port() -> int:
@@ -127,6 +128,7 @@ class Supervisor:
 
     def _wait_for_devices(self) -> list[str] | None:
         ids = [g.index for g in inventory()]
+        backend, next_check = None, time.monotonic() + RECONCILE_S
         while True:
             got = scheduler.try_allocate(self.store, self.spec, ids)
             if got is not None:
@@ -137,6 +139,16 @@ class Supervisor:
                 return None
             if self.stopping or self.store.job(self.name)["status"] != "Pending":
                 return None  # deleted: nobody is waiting any more
+            if time.monotonic() >= next_check:  # a lost job ahead or holding devices: relaunched or Failed, as `list` does
+                try:
+                    if backend is None:
+                        from dtrain.backends.local.backend import LocalBackend
+                        backend = LocalBackend(self.home)
+                    backend.reconcile_others(self.name)
+                except Exception as err:  # noqa: BLE001 - the next command does it instead; this job waits on
+                    print(f"dtrain supervisor: could not check the jobs ahead of {self.name}: {err}", file=sys.stderr,
+                          flush=True)
+                next_check = time.monotonic() + RECONCILE_S
             time.sleep(POLL_S)
 
     def _run_once(self, mounts, groups, attempt: int) -> int:
