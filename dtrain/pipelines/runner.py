@@ -18,11 +18,13 @@ import re
 import tempfile
 import warnings
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
 from dtrain.errors import EnvironmentError_, JobFailedError, NotFoundError, SpecError
 from dtrain.names import cut, shown
+from dtrain.replace import replace_file
 
 SHIPPED = {  # name -> "module:function"; each module also has check(params)
     "hybrid-cifar10": "dtrain.pipelines.hybrid:hybrid_cifar10",
@@ -31,6 +33,7 @@ SHIPPED = {  # name -> "module:function"; each module also has check(params)
 _KFP_TYPES = {"String": str, "Integer": int, "Float": float, "Boolean": bool}
 _WORDS = {"Integer": "a whole number", "Float": "a number"}
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_KFP_STAMP = "%Y-%m-%d-%H-%M-%S-%f"  # kfp.local's run folders: NAME-<datetime.now() in this form>
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -152,7 +155,13 @@ def compile_to(pipeline: Pipeline, out: str | Path) -> Path:
         raise SpecError(f"invalid -o {shown(str(out))}: it is a folder; give a file path, e.g. -o {out}/pipeline.yaml")
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
-        compiler.Compiler().compile(pipeline.func, str(out))
+        # KFP's compiler opens -o itself: through a symbolic link left at it (written wherever it
+        # points), and in place (a failed compile left half a file). It writes a scratch copy instead,
+        # which replaces -o whole (a link there is replaced, never followed).
+        with tempfile.TemporaryDirectory(prefix="dtrain-compile-") as scratch:
+            made = Path(scratch) / f"pipeline{out.suffix}"  # the suffix picks KFP's format
+            compiler.Compiler().compile(pipeline.func, str(made))
+            replace_file(out, made.read_bytes())
     except (FileExistsError, NotADirectoryError):
         raise SpecError(f"cannot write -o {shown(str(out))}: a part of its folder {shown(str(out.parent))} is a "
                         f"file, not a folder") from None
@@ -207,6 +216,7 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
     local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
                workspace_root=str(root / ".workspace"))
     failed = None
+    began = datetime.now()  # kfp.local names the run's folder NAME-<the time it began>
     with _step_tmpdir(root) as tmp, _environment(DTRAIN_HOME=str(home), TMPDIR=str(tmp.path)), \
             warnings.catch_warnings():
         # The component image names a container; the subprocess runner uses this Python on purpose.
@@ -218,9 +228,7 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
             tmp.finished = True
         except RuntimeError as err:
             failed = _ANSI.sub("", str(err))
-    new = sorted((p for p in set(root.iterdir()) - before if p.is_dir() and not p.name.startswith(".")),
-                 key=lambda p: p.stat().st_mtime)
-    run_dir = new[-1] if new else root
+    run_dir = _run_dir(root, set(root.iterdir()) - before, pipeline.func.pipeline_spec.pipeline_info.name, began)
     result = RunResult(pipeline=pipeline.info.name, run_dir=run_dir, tasks=tuple(_tasks(run_dir)))
     if failed is not None:
         task = re.search(r"Inner task failed: (.+?)\.?$", failed)
@@ -228,6 +236,22 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
         raise JobFailedError(f"pipeline {pipeline.info.name!r} failed{where}: the step's log above ends with why; "
                              f"its outputs: {run_dir}")
     return result
+
+
+def _run_dir(root: Path, new: set[Path], name: str, began: datetime) -> Path:
+    """The folder kfp.local made for this run: of the folders `NAME-<time>` made meanwhile, the first
+    to begin once this run began. Another run in the same root (a second `dtrain pipeline run`) makes
+    its folder meanwhile too: the newest folder, taken before, was that run's when it began last."""
+    ours = []
+    for path in new:
+        stamp = path.name.removeprefix(f"{name}-") if path.name.startswith(f"{name}-") else ""
+        try:
+            when = datetime.strptime(stamp, _KFP_STAMP)
+        except ValueError:
+            continue
+        if when >= began and path.is_dir():
+            ours.append((when, path))
+    return min(ours)[1] if ours else root
 
 
 def _tasks(run_dir: Path) -> Iterator[TaskResult]:

@@ -45,13 +45,22 @@ def is_loopback(host: str) -> bool:
 def load_or_create_token(home: Path) -> tuple[str, bool]:
     """The server token and whether it was just made. A file readable by others is refused."""
     path = home / TOKEN_FILE
+    if os.path.lexists(path):
+        return _read_token(path), False
+    # Written whole under a new name, then linked in (a link never replaces a file): a server
+    # started at the same moment reads the whole token or makes none. A file created at its
+    # name and written next was read empty in between ("too short; remove it").
+    token = secrets.token_urlsafe(32)
+    tmp = home / f".{TOKEN_FILE}.{secrets.token_hex(6)}"
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(token + "\n")
+        os.link(tmp, path)
     except FileExistsError:
         return _read_token(path), False
-    token = secrets.token_urlsafe(32)
-    with os.fdopen(fd, "w") as f:
-        f.write(token + "\n")
+    finally:
+        os.unlink(tmp)
     return token, True
 
 

@@ -10,16 +10,31 @@ from fastapi import Request
 
 
 class Clients:
-    """One Client per worker thread, made on first use."""
+    """One Client per worker thread, made on first use.
+
+    Kept in a plain dict keyed by thread, not in a `threading.local`: a child forked from Python
+    clears every other thread's `threading.local`. When a submit forked that way (before
+    procs.spawn_detached used subprocess), that freed their Clients in the child, whose finalizers
+    closed SQLite connections there; a close needs SQLite's global mutex, which another thread of
+    the server may have held at the fork, so under concurrent requests the child hung for ever and
+    the submit with it. A dict is left alone by a fork; the Clients of threads that have ended are
+    dropped here instead."""
 
     def __init__(self, make: Callable[[], object]):
         self._make = make
-        self._local = threading.local()
+        self._clients: dict[threading.Thread, object] = {}
+        self._lock = threading.Lock()
 
     def get(self):
-        client = self._local.__dict__.get("client")
+        me = threading.current_thread()
+        with self._lock:
+            client = self._clients.get(me)
         if client is None:
-            client = self._local.client = self._make()
+            client = self._make()
+            with self._lock:
+                ended = [self._clients.pop(t) for t in list(self._clients) if not t.is_alive()]
+                self._clients[me] = client
+            del ended  # their connections close here, outside the lock
         return client
 
 

@@ -7,14 +7,20 @@ their jobs show no curves.
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections import deque
+import os
+import stat
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 
 METRICS_FILE = "metrics.jsonl"
 TAIL_BYTES = 64 * 1024  # /metrics reads only the end of the file: the newest values
+CURVE_BYTES = 32 * 1024 * 1024  # a curve reads at most this much of the file's end (20,000 records take ~4 MiB)
+BLOCK = 256 * 1024
+MAX_LINE = 1024 * 1024  # a longer line is no training record: skipped, never held whole
+UNREADABLE = (ValueError, RecursionError)  # json.loads: not JSON; nested deeper than Python recurses
 
 
 def metrics_path(info) -> Path | None:
@@ -25,50 +31,90 @@ def metrics_path(info) -> Path | None:
     return path if path.is_file() and not path.is_symlink() else None
 
 
+def _open(info) -> BinaryIO | None:
+    """The job's metrics file, opened only when it is a regular file: never through a symbolic
+    link, and never a fifo put at its name (an open of one would wait for a writer for ever)."""
+    path = metrics_path(info)
+    if path is None:
+        return None
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")
+
+
+def _lines_backwards(f: BinaryIO, budget: int) -> Iterator[bytes]:
+    """The file's lines, newest first, read from its end in blocks until `budget` bytes are read.
+
+    The dashboard asks for a curve every few seconds: a job that logs every step for days
+    writes hundreds of MiB, which were read and parsed whole each time."""
+    pos = f.seek(0, os.SEEK_END)
+    stop = max(0, pos - budget)
+    partial = b""  # the later part of the line that the blocks read so far begin inside
+    skipping = False  # that line grew past MAX_LINE: its earlier part is skipped too
+    while pos > stop:
+        step = min(BLOCK, pos - stop)
+        pos -= step
+        f.seek(pos)
+        lines = (f.read(step) + partial).split(b"\n")
+        partial = lines[0]
+        for i, line in enumerate(reversed(lines[1:])):
+            if i == 0 and skipping:
+                skipping = False
+                continue
+            yield line
+        if len(partial) > MAX_LINE:
+            partial, skipping = b"", True
+    if pos == 0 and not skipping:
+        yield partial  # the file's first line (a line cut by the budget is not yielded)
+
+
+def _record(line: bytes) -> dict[str, Any] | None:
+    try:
+        record = json.loads(line.decode("utf-8", errors="replace"))
+    except UNREADABLE:
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def curve(info, *, last: int) -> list[dict[str, Any]]:
     """The last `last` records, oldest first. Lines that are not JSON objects (a torn last line
     of a killed job) are skipped: a chart shows what can be read. (Not dtrain.training's
     read_metrics: importing dtrain.training would load torch into the server.)"""
-    path = metrics_path(info)
-    if path is None:
+    f = _open(info)
+    if f is None:
         return []
-    out: deque[dict[str, Any]] = deque(maxlen=last)
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for line in f:
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
+    out: list[dict[str, Any]] = []
+    with f:
+        for line in _lines_backwards(f, CURVE_BYTES):
+            record = _record(line)
+            if record is not None:
                 out.append(record)
-    return list(out)
+                if len(out) == last:
+                    break
+    out.reverse()
+    return out
 
 
 def latest(info, keys: tuple[str, ...]) -> dict[str, float]:
     """The newest numeric value of each key, read from the end of the file (bounded work per scrape)."""
-    path = metrics_path(info)
-    if path is None:
+    f = _open(info)
+    if f is None:
         return {}
-    try:
-        with open(path, "rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(0, size - TAIL_BYTES))
-            lines = f.read().decode("utf-8", errors="replace").splitlines()
-    except OSError:
-        return {}
-    if size > TAIL_BYTES:
-        lines = lines[1:]  # the first line was cut by the seek
     found: dict[str, float] = {}
-    for line in reversed(lines):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
+    with f, contextlib.suppress(OSError):  # a read error: a scrape shows what was read, never fails
+        for line in _lines_backwards(f, TAIL_BYTES):
+            record = _record(line)
+            if record is None:
+                continue
             for k in keys:
                 v = record.get(k)
                 if k not in found and isinstance(v, (int, float)) and not isinstance(v, bool):
                     found[k] = float(v)
-        if len(found) == len(keys):
-            break
+            if len(found) == len(keys):
+                break
     return found
