@@ -31,7 +31,7 @@ from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundErro
 from dtrain.spec import JobSpec, VolumeMount, parse_size
 
 from .client import (NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT,
-                     Forbidden, KubeApi, Missing, client_from_config)
+                     Forbidden, KubeApi, Missing, Unanswered, client_from_config)
 from .config import KubernetesConfig
 from .logs import LogSource, keep, merge, parse_line
 from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE, MPI_JOB, ROLE_SNAPSHOTTER,
@@ -46,6 +46,9 @@ _BY_KIND = {r.kind: r for r in (NAMESPACE, PVC, RESOURCE_QUOTA, SERVICE, SERVICE
                                 VOLUME_SNAPSHOT, *JOB_ORDER)}
 _SHARED = ("ServiceAccount", "Role", "RoleBinding")  # one per namespace, kept across jobs
 _DONE = object()
+# Container waiting reasons that the kubelet retries for good, but only a change of the job cures.
+_STUCK = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
+          "CreateContainerError")
 
 
 class KubernetesBackend(VolumeVerbs, Backend):
@@ -65,7 +68,8 @@ class KubernetesBackend(VolumeVerbs, Backend):
     @property
     def api(self) -> KubeApi:
         if self._api is None:
-            self._api = KubeApi(self._api_client or client_from_config(self.config))
+            self._api = KubeApi(self._api_client or client_from_config(self.config),
+                                timeout=self.config.request_timeout)
         return self._api
 
     @property
@@ -98,6 +102,8 @@ class KubernetesBackend(VolumeVerbs, Backend):
                 if obj["kind"] == resource.kind and obj["metadata"]["name"] == spec.name:
                     job = made
         except DtrainError as err:
+            if isinstance(err, Unanswered) and obj["kind"] not in _SHARED:
+                created += self._made_anyway(obj, spec.name)
             failed = self._roll_back(created)
             if failed:
                 raise BackendError(f"{err}; cleaning up also failed for {', '.join(failed)}: "
@@ -129,11 +135,11 @@ class KubernetesBackend(VolumeVerbs, Backend):
         for resource, _ in self._jobs_named(namespace, spec.name)[0]:
             raise ConflictError(f"job {spec.name!r} already exists in namespace {namespace} ({resource.kind}): "
                                 f"delete it with 'dtrain delete {spec.name}' or choose another name")
-        for obj in objects:
+        for obj in objects:  # a new volume, the snapshot watcher, the MPI master Service: left by an old job
             name, kind = obj["metadata"]["name"], obj["kind"]
-            if kind in ("PersistentVolumeClaim", "Job") and self._try_read(_BY_KIND[kind], namespace, name):
+            if kind in ("PersistentVolumeClaim", "Job", "Service") and self._try_read(_BY_KIND[kind], namespace, name):
                 how = f"dtrain volume delete {name}" if kind == "PersistentVolumeClaim" else \
-                    f"kubectl delete job {name} -n {namespace}"
+                    f"kubectl delete {kind.lower()} {name} -n {namespace}"
                 raise ConflictError(f"{kind} {name!r} already exists in namespace {namespace}: delete it "
                                     f"({how}) or rename job {spec.name!r}")
         claims = {v.volume for v in spec.volumes if isinstance(v, VolumeMount)}
@@ -165,12 +171,26 @@ class KubernetesBackend(VolumeVerbs, Backend):
         except ConflictError:
             pass  # made for an earlier job in this namespace
 
+    def _made_anyway(self, obj: dict, job: str) -> list[tuple[Resource, dict]]:
+        """A create that got no clear answer (a dropped connection, a timeout, a 5xx) may have been
+        carried out all the same: the object, if it is there and this job's, is rolled back too."""
+        resource, meta = _BY_KIND[obj["kind"]], obj["metadata"]
+        try:
+            found = self._try_read(resource, meta["namespace"], meta["name"])
+        except DtrainError:
+            return [(resource, obj)]  # cannot tell: try to delete it, and say so if that fails too
+        if found is not None and (found["metadata"].get("labels") or {}).get(LABEL_JOB) == job:
+            return [(resource, found)]
+        return []
+
     def _roll_back(self, created: list[tuple[Resource, dict]]) -> list[str]:
         failed = []
         for resource, obj in reversed(created):
             meta = obj["metadata"]
             try:
                 self.api.delete(resource, meta.get("namespace"), meta["name"])
+            except Missing:
+                pass  # already gone
             except DtrainError:
                 failed.append(f"{resource.kind} {meta['name']}")
         return failed
@@ -358,7 +378,22 @@ class KubernetesBackend(VolumeVerbs, Backend):
             except BackendError as err:
                 if "waiting to start" not in str(err) or self._get(name).status.terminal:
                     raise
+            stuck = self._stuck(source.pod)
+            if stuck:  # the kubelet retries, but only a change of the job can help: do not wait for good
+                raise BackendError(f"pod {source.pod} of job {name!r} cannot start ({stuck}): fix the image, "
+                                   f"secret or config it names and submit the job again, or delete it "
+                                   f"('dtrain delete {name}')")
             time.sleep(self.poll_interval)
+
+    def _stuck(self, pod: str) -> str:
+        """Why a pod's container cannot start for a reason that needs the user (a wrong image, a
+        missing secret), or '' while it is only on its way."""
+        found = self._try_read(POD, self.namespace, pod) or {}
+        for cs in (found.get("status") or {}).get("containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") in _STUCK:
+                return ": ".join(x for x in (waiting["reason"], waiting.get("message")) if x)
+        return ""
 
     def _follow(self, name: str, kind: str, rank: int | None, sources: list[LogSource], query: dict,
                 since: float | None) -> Iterator[LogLine]:
@@ -385,7 +420,7 @@ class KubernetesBackend(VolumeVerbs, Backend):
             try:
                 for raw in self._stream(name, source, query):
                     lines.put(parse_line(raw, source))
-            except DtrainError as err:
+            except Exception as err:  # raised in the caller: a reader that died must not end the output quietly
                 lines.put(err)
             finally:
                 lines.put(_DONE)

@@ -8,7 +8,10 @@ backend whatever the kind, and every API error becomes a dtrain error here, in o
 from __future__ import annotations
 
 import json
+import logging
+import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
@@ -51,6 +54,10 @@ class Forbidden(BackendError):
     """A 401/403: credentials or RBAC refused the call."""
 
 
+class Unanswered(BackendError):
+    """No clear answer (a dropped connection, a timeout, a 5xx): the request may have taken effect."""
+
+
 def import_kubernetes():
     try:
         import kubernetes.client
@@ -63,9 +70,13 @@ def import_kubernetes():
 def client_from_config(config: KubernetesConfig):
     """An ApiClient from the kubeconfig (config.kubeconfig/context), else the in-cluster account."""
     k8s = import_kubernetes()
+    import yaml
+
+    plugin = _PluginErrors()
+    logging.getLogger().addHandler(plugin)  # the client logs a failed exec plugin and goes on without it
     try:
-        return k8s.config.new_client_from_config(config_file=config.kubeconfig, context=config.context)
-    except (k8s.config.ConfigException, OSError) as err:
+        client = k8s.config.new_client_from_config(config_file=config.kubeconfig, context=config.context)
+    except (k8s.config.ConfigException, OSError, yaml.YAMLError, TypeError, AttributeError, ValueError) as err:
         if config.kubeconfig is None and config.context is None:
             conf = k8s.client.Configuration()
             try:
@@ -73,12 +84,56 @@ def client_from_config(config: KubernetesConfig):
                 return k8s.client.ApiClient(conf)
             except k8s.config.ConfigException:
                 pass
-        raise BackendError(f"no usable Kubernetes configuration ({err}): point KUBECONFIG at a kubeconfig, "
-                           f"choose a context, or run dtrain inside the cluster") from None
+        raise BackendError(f"no usable Kubernetes configuration ({_config_problem(err, config)}): point KUBECONFIG "
+                           f"at a kubeconfig, choose a context, or run dtrain inside the cluster") from None
+    finally:
+        logging.getLogger().removeHandler(plugin)
+    if plugin.messages:
+        raise BackendError(f"the kubeconfig's credential plugin (users[].user.exec) failed: {plugin.messages[0]}; "
+                           f"install the command it runs or log in again, then retry")
+    return client
+
+
+class _PluginErrors(logging.Handler):
+    """Collects what the kubernetes client logs while it loads a kubeconfig: only a failed exec
+    credential plugin logs at ERROR there, and the client then carries on with no credentials."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(" ".join(record.getMessage().split()))
+
+
+def _config_problem(err: Exception, config: KubernetesConfig) -> str:
+    """One line for why the kubeconfig could not be loaded (YAML errors span several lines)."""
+    import yaml
+
+    where = config.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    text = " ".join(str(err).split())
+    if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
+        return f"{err.problem_mark.name} is not valid YAML: {err.problem} at line {err.problem_mark.line + 1}"
+    if isinstance(err, (yaml.YAMLError, TypeError, AttributeError)):
+        return f"{where} is not a kubeconfig: it must be a YAML mapping with clusters, users and contexts"
+    if isinstance(err, ValueError):
+        return f"{where}: {text}"
+    if "No configuration found" in text:
+        return f"no kubeconfig at {where}"
+    return text
+
+
+def _shown_body(data: bytes) -> str:
+    """The start of an answer that is not JSON (an HTML page of a proxy or a web server)."""
+    text = " ".join(data[:80].decode("utf-8", errors="replace").split())
+    return f"{text!r}" + ("..." if len(data) > 80 else "")
 
 
 def _snake(kind: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
+
+
+CONNECT_TIMEOUT = 30.0  # seconds to open a connection (client-go's dial timeout)
 
 
 @dataclass
@@ -86,6 +141,7 @@ class KubeApi:
     """The official API objects over one ApiClient, and the error mapping."""
 
     api_client: Any
+    timeout: float = 90.0  # seconds for one answer; a log stream that follows waits without bound
 
     def __post_init__(self):
         k8s = import_kubernetes()
@@ -148,27 +204,63 @@ class KubeApi:
             raise
 
     def send(self, what: str, method, *args: Any, **kwargs: Any) -> dict:
-        data = self.raw(what, method, *args, **kwargs).data
-        return json.loads(data) if data else {}
+        resp = self.raw(what, method, *args, **kwargs)
+        with self.answering(what):
+            data = resp.data
+        if not data:
+            return {}
+        try:
+            answer = json.loads(data)
+        except ValueError:
+            answer = None
+        if not isinstance(answer, dict):
+            raise BackendError(f"the server at {self.host} is not a Kubernetes API server: it answered the "
+                               f"request to {what} with {_shown_body(data)}; check the server address of "
+                               f"the kubeconfig context")
+        return answer
 
     def raw(self, what: str, method, *args: Any, **kwargs: Any):
         """The urllib3 response of one API call (a stream when the call asks to follow)."""
+        kwargs.setdefault("_request_timeout", (min(CONNECT_TIMEOUT, self.timeout), self.timeout))
+        with self.answering(what):
+            try:
+                return method(*args, _preload_content=False, **kwargs)
+            except self._api_exception as err:
+                raise self._error(what, err) from None
+
+    @contextmanager
+    def answering(self, what: str) -> Iterator[None]:
+        """Turns a request or a read of its answer that broke off (refused, reset, timed out) into
+        one BackendError line."""
         import urllib3
 
         try:
-            return method(*args, _preload_content=False, **kwargs)
-        except self._api_exception as err:
-            raise self._error(what, err) from None
+            yield
         except urllib3.exceptions.HTTPError as err:
-            raise BackendError(f"cannot reach the Kubernetes API at {self.host} to {what}: {err}; check the "
-                               f"kubeconfig context and that the cluster is up") from None
+            raise self.unreachable(what, err) from None
+
+    def unreachable(self, what: str, err: Exception) -> Unanswered:
+        """One line for a request that got no answer: refused, reset, timed out."""
+        import urllib3
+
+        reason = getattr(err, "reason", None) or err  # MaxRetryError wraps the cause
+        if isinstance(reason, urllib3.exceptions.ReadTimeoutError):
+            return Unanswered(f"the Kubernetes API at {self.host} did not answer within {self.timeout:g}s to "
+                                f"{what}: check that the cluster is up, or raise request_timeout in the "
+                                f"kubernetes settings")
+        # urllib3 names the pool first ("HTTPSConnectionPool(host=..., port=...): "): keep the cause
+        text = " ".join(str(reason).split()).rsplit("): ", 1)[-1]
+        return Unanswered(f"cannot reach the Kubernetes API at {self.host} to {what}: {text}; check the "
+                          f"kubeconfig context and that the cluster is up")
 
     def _error(self, what: str, err) -> Exception:
         try:
             status = json.loads(err.body or "{}")
         except ValueError:
             status = {}
-        message = status.get("message") or err.reason or "no message"
+        if not isinstance(status, dict):
+            status = {}
+        message = " ".join(str(status.get("message") or err.reason or "no message").split())
         details = status.get("details") or {}
         if err.status == 404:
             # An absent object names itself in details; an absent API type (no CRD) does not.
@@ -180,6 +272,10 @@ class KubeApi:
                              f"(kubectl auth can-i --list -n <namespace>)")
         if err.status in (400, 422):
             return BackendError(f"the cluster rejected the request to {what}: {message}")
+        if err.status == 429 or err.status >= 500:
+            kind = Unanswered if err.status >= 500 else BackendError  # a 429 was not carried out
+            return kind(f"cannot {what}: HTTP {err.status} {message}; the API server is overloaded or "
+                        f"failing: retry in a minute, and if it persists ask the cluster's admin")
         return BackendError(f"cannot {what}: HTTP {err.status} {message}")
 
     # ---------------------------------------------------------------- pods and nodes
@@ -200,27 +296,56 @@ class KubeApi:
 
         # stream() swaps the API object's transport for a websocket, so it gets its own CoreV1Api
         core = type(self.core)(self.api_client)
+        from websocket import WebSocketException
+
         try:
             resp = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=command, stdin=False,
                           stdout=True, stderr=True, tty=False, _preload_content=False)
         except self._api_exception as err:
-            raise self._error(f"exec into pod {pod}", err) from None
-        while resp.is_open():
-            resp.update(timeout=1)
-            if resp.peek_stdout():
-                sys.stdout.write(resp.read_stdout())
-            if resp.peek_stderr():
-                sys.stderr.write(resp.read_stderr())
-        resp.close()
+            raise self._exec_error(namespace, pod, err) from None
+        try:
+            while resp.is_open():
+                resp.update(timeout=1)
+                if resp.peek_stdout():
+                    sys.stdout.write(resp.read_stdout())
+                if resp.peek_stderr():
+                    sys.stderr.write(resp.read_stderr())
+        except (WebSocketException, OSError) as err:
+            cause = " ".join(str(err).split())
+            raise BackendError(f"the exec session in pod {pod} broke off ({cause}): the command may still run "
+                               f"there; check with 'kubectl -n {namespace} get pod {pod}'") from None
+        finally:
+            resp.close()
         return resp.returncode or 0
+
+    def _exec_error(self, namespace: str, pod: str, err) -> Exception:
+        """The websocket client reports a refused upgrade as status 0 and a reason holding the
+        status line, every header and the body: keep the status line, map 401/403 like any call."""
+        if err.status:
+            return self._error(f"exec into pod {pod}", err)
+        text = str(err.reason or "")
+        line = " ".join(text.split("-+-+-")[0].split())
+        code = re.search(r"Handshake status (\d{3})", line)
+        if code and code.group(1) in ("401", "403"):
+            return Forbidden(f"cannot exec into pod {pod}: the API server refused it ({line}); check your "
+                             f"credentials and RBAC (kubectl auth can-i create pods/exec -n {namespace})")
+        return BackendError(f"cannot exec into pod {pod} through the Kubernetes API at {self.host}: {line}; check "
+                            f"that the cluster is up and that a proxy between lets websockets through")
 
     def pod_log(self, namespace: str, pod: str, *, follow: bool = False, **query: Any) -> Iterator[str]:
         """Lines of one pod's log ('<RFC 3339 time> <text>' with timestamps=True)."""
-        resp = self.raw(f"read the log of pod {pod!r}", self.core.read_namespaced_pod_log, pod, namespace,
-                        follow=follow, **query)
+        what = f"read the log of pod {pod!r}"
+        # A stream that follows may stay silent for hours while the job computes: no read timeout.
+        timeout = (min(CONNECT_TIMEOUT, self.timeout), None if follow else self.timeout)
+        resp = self.raw(what, self.core.read_namespaced_pod_log, pod, namespace, follow=follow,
+                        _request_timeout=timeout, **query)
         if not follow:
-            yield from resp.data.decode("utf-8", errors="replace").splitlines()
+            with self.answering(what):
+                data = resp.data
+            yield from data.decode("utf-8", errors="replace").splitlines()
             return
+        import urllib3
+
         buffer = b""
         try:
             # The API server streams chunks as the container writes; split them into lines.
@@ -231,5 +356,9 @@ class KubeApi:
                     yield line.decode("utf-8", errors="replace")
             if buffer:
                 yield buffer.decode("utf-8", errors="replace")
+        except urllib3.exceptions.HTTPError as err:
+            cause = " ".join(str(getattr(err, "reason", None) or err).split())
+            raise BackendError(f"the log stream of pod {pod!r} from {self.host} broke off ({cause}): "
+                               f"follow the logs again to go on") from None
         finally:
             resp.release_conn()

@@ -11,6 +11,8 @@ from dtrain.spec import check_name, parse_size
 NAMESPACE_PREFIX = "dtrain-"  # project P lives in namespace dtrain-P (Run:AI: runai-P)
 _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
 _ACCESS_MODES = ("ReadWriteMany", "ReadWriteOnce", "ReadOnlyMany", "ReadWriteOncePod")
+INT32_MAX = 2**31 - 1  # the API server refuses a larger value in an int32 field (replicas, ttl)
+MAX_REQUEST_TIMEOUT = 3600.0
 
 
 def namespace_for(project: str) -> str:
@@ -54,6 +56,8 @@ class KubernetesConfig:
     # kubectl port-forward svc/istio-ingressgateway -n istio-system 8080:80).
     notebook_gateway: str = "http://localhost:8080"
     runai_labels: bool = True  # add Run:AI's 'project' and 'runai/queue' labels (inert elsewhere)
+    # Seconds to wait for one answer of the API server (it ends a request itself after 60 s).
+    request_timeout: float = 90.0
 
     def __post_init__(self):
         check_name(self.project, "project")
@@ -81,14 +85,19 @@ class KubernetesConfig:
             raise SpecError(f"invalid access_modes {self.access_modes!r}: use some of {', '.join(_ACCESS_MODES)}")
 
     def _check_numbers(self):
-        positive = {"gpus_per_node": self.gpus_per_node, "elastic_min_replicas": self.elastic_min_replicas,
-                    "elastic_max_replicas": self.elastic_max_replicas, "master_port": self.master_port}
-        for field, value in positive.items():
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise SpecError(f"invalid Kubernetes {field} {value!r}: use a whole number >= 1")
-        if self.ttl_seconds_after_finished is not None and (
-                not isinstance(self.ttl_seconds_after_finished, int) or self.ttl_seconds_after_finished < 0):
-            raise SpecError(f"invalid ttl_seconds_after_finished {self.ttl_seconds_after_finished!r}: use >= 0")
+        bounded = {"gpus_per_node": (self.gpus_per_node, 1, INT32_MAX),
+                   "elastic_min_replicas": (self.elastic_min_replicas, 1, INT32_MAX),
+                   "elastic_max_replicas": (self.elastic_max_replicas, 1, INT32_MAX),
+                   "master_port": (self.master_port, 1, 65535),
+                   "ttl_seconds_after_finished": (self.ttl_seconds_after_finished, 0, INT32_MAX)}
+        for field, (value, low, high) in bounded.items():
+            whole = isinstance(value, int) and not isinstance(value, bool)
+            if value is not None and not (whole and low <= value <= high):
+                raise SpecError(f"invalid Kubernetes {field} {value!r}: use a whole number from {low} to {high}")
+        timeout = self.request_timeout
+        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_REQUEST_TIMEOUT:
+            raise SpecError(f"invalid Kubernetes request_timeout {timeout!r}: use seconds above 0 and at most "
+                            f"{MAX_REQUEST_TIMEOUT:g}, e.g. 90")
         if self.elastic_max_replicas is not None and self.elastic_min_replicas is None:
             raise SpecError("elastic_max_replicas needs elastic_min_replicas: set both, e.g. 1 and 4")
         if (self.elastic_min_replicas and self.elastic_max_replicas

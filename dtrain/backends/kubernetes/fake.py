@@ -8,6 +8,8 @@ become ready) so a test can replay a job's life step by step. `FakeKubeServer` s
 
 Not a conformance fake: no admission, no schema validation (the render tests check schemas),
 no watches; PATCH takes a JSON Patch (a list: add, replace, remove) or a merge patch (a mapping).
+Faults are injected with `FakeCluster.fail`: an error status for matching requests, or a dropped
+connection.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from .objects import JOB_COMPLETION_INDEX, KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE
@@ -44,6 +46,20 @@ CRDS = {
 JOB_PLURALS = (("batch", "jobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "mpijobs"),
                ("trainer.kubeflow.org", "trainjobs"), ("kubeflow.org", "notebooks"))
 _KUBEFLOW_EXCLUSIVE = {"Running", "Restarting", "Succeeded", "Failed"}  # at most one is True
+DROP = 0  # a fault's status that closes the connection without an answer
+_REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "AlreadyExists",
+            410: "Expired", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
+            503: "ServiceUnavailable", 504: "Timeout"}
+
+
+class Fault(NamedTuple):
+    """How the fake answers matching requests instead of carrying them out (see FakeCluster.fail)."""
+
+    method: str  # 'GET', 'POST', ... or '*'
+    path: str  # a part of the request's path
+    status: int  # the HTTP status of the answer; DROP: no answer, the connection closes
+    message: str
+    carried_out: bool  # the request takes effect first: its answer is lost after the write
 
 
 def rfc3339(t: float, *, nanos: bool = False) -> str:
@@ -115,6 +131,7 @@ class FakeCluster:
         self.namespaced_only = False  # True: 403 for namespaced kinds read across all namespaces
         self.requests: list[tuple[str, str]] = []  # (method, path?query) in arrival order
         self.on_follow_idle: Callable[[str, str], None] | None = None  # a follow stream caught up
+        self.faults: list[Fault] = []  # see fail()
         self._rv = itertools.count(1)
         for ns in namespaces:
             self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
@@ -175,11 +192,29 @@ class FakeCluster:
                 if key in self.objects:
                     self._remove(key)
 
+    def fail(self, method: str, path: str, status: int, message: str = "", *, carried_out: bool = False) -> None:
+        """Answer every later `method` request ('*': any) whose path holds `path` with `status` and
+        a Status body, as the API server answers a refused request; DROP closes the connection instead.
+        carried_out: the request takes effect first, as when an answer is lost after the write."""
+        with self.lock:
+            self.faults.append(Fault(method, path, status, message or f"injected {_REASONS.get(status, status)}",
+                                     carried_out))
+
     # ---------------------------------------------------------------- REST
 
     def handle(self, method: str, url: str, body: bytes) -> tuple[int, bytes | Iterator[bytes]]:
         with self.lock:
             self.requests.append((method, url))
+            fault = next((f for f in self.faults if f.method in ("*", method) and f.path in url.split("?")[0]), None)
+        if fault is not None:
+            if fault.carried_out:
+                self._answer(method, url, body)
+            if fault.status == DROP:
+                return DROP, b""
+            return _status(fault.status, _REASONS.get(fault.status, "Failure"), fault.message)
+        return self._answer(method, url, body)
+
+    def _answer(self, method: str, url: str, body: bytes) -> tuple[int, bytes | Iterator[bytes]]:
         parts = urlsplit(url)
         query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
         segs = [unquote(s) for s in parts.path.strip("/").split("/")]
@@ -454,6 +489,9 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
         status, payload = self.server.cluster.handle(self.command, self.path, body)  # type: ignore[attr-defined]
+        if status == DROP:  # an API server that went away mid-request
+            self.close_connection = True
+            return
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         try:

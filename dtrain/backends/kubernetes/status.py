@@ -10,6 +10,9 @@
     TrainJob               Complete / Failed               Succeeded / Failed
     batch Job, TrainJob    otherwise: a pod Running        Running, else Pending
     Notebook               (never ends) its pod Running    Running, else Pending
+
+The message is the condition's reason and message; a Failed job's adds what a pod says of its
+end (OOMKilled, Evicted), a Running job's a replica that waits (ImagePullBackOff, CrashLoopBackOff).
 """
 
 from __future__ import annotations
@@ -79,17 +82,40 @@ def job_status(kind: str, obj: dict, pods: list[dict]) -> tuple[JobStatus, str]:
     for types, status in ((_SUCCESS, JobStatus.SUCCEEDED), (_FAILURE, JobStatus.FAILED)):
         hit = [true[t] for t in types if t in true]
         if hit:
-            return status, why(hit[0])
+            # The operator says that a replica failed; the pod says why (OOMKilled, Evicted).
+            return status, _joined(why(hit[0]), _failure_reason(pods) if status is JobStatus.FAILED else "")
     if "Suspended" in true:
         return JobStatus.PENDING, why(true["Suspended"])
     if kind in (PYTORCH_JOB.kind, MPI_JOB.kind):
         for t in ("Restarting", "Running"):
-            if t in true:
-                return JobStatus.RUNNING, why(true[t])
+            if t in true:  # running, but a pod may be stuck (a worker's image pull, a crash loop)
+                return JobStatus.RUNNING, _joined(why(true[t]), _pending_reason(pods))
         return JobStatus.PENDING, _pending_reason(pods)
     if _any_running(pods):
-        return JobStatus.RUNNING, ""
+        return JobStatus.RUNNING, _pending_reason(pods)
     return JobStatus.PENDING, _pending_reason(pods)
+
+
+def _joined(message: str, detail: str) -> str:
+    return "; ".join(x for x in (message, detail) if x)
+
+
+def _failure_reason(pods: list[dict]) -> str:
+    """Why a failed job's pod failed, when the pod says more than its exit code: the kubelet's
+    eviction (reason Evicted, with the resource that ran short), or a container's end that was
+    not its own (OOMKilled, ContainerCannotRun, StartError), now or before its last restart in
+    place (restartPolicy OnFailure keeps the pod and restarts the container)."""
+    for pod in sorted(pods, key=lambda p: (p.get("metadata") or {}).get("creationTimestamp") or "", reverse=True):
+        status = pod.get("status") or {}
+        name = (pod.get("metadata") or {}).get("name", "?")
+        if status.get("phase") == "Failed" and status.get("reason"):
+            return f"pod {name}: " + ": ".join(x for x in (status["reason"], status.get("message")) if x)
+        for cs in status.get("containerStatuses") or []:
+            for state in (cs.get("state"), cs.get("lastState")):
+                done = (state or {}).get("terminated") or {}
+                if done.get("reason") not in (None, "", "Error", "Completed"):
+                    return f"pod {name}: {done['reason']} (exit code {done.get('exitCode')})"
+    return ""
 
 
 def _pending_reason(pods: list[dict]) -> str:

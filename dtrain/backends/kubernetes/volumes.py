@@ -178,6 +178,12 @@ class VolumeVerbs:
             raise SpecError(f"in-place restore of {name!r} is not possible on Kubernetes (a PVC cannot be "
                             f"rolled back): restore into a new volume with --to NEW and mount that")
         snap = self._snapshot(name)
+        status = snap.get("status") or {}
+        error = (status.get("error") or {}).get("message")
+        if error and not status.get("readyToUse"):  # a PVC made from it would stay Pending for good
+            raise ConflictError(f"snapshot {name!r} is not ready and its snapshot controller reports an error "
+                                f"({' '.join(str(error).split())}): restore it once 'dtrain snapshot describe "
+                                f"{name}' says Ready, or delete it and take a new one")
         if self._exists(to):
             raise ConflictError(f"volume {to!r} already exists in namespace {self.namespace}: "
                                 f"restore into a new name or delete it first")

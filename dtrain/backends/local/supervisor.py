@@ -146,8 +146,8 @@ class Supervisor:
                         backend = LocalBackend(self.home)
                     backend.reconcile_others(self.name)
                 except Exception as err:  # noqa: BLE001 - the next command does it instead; this job waits on
-                    print(f"dtrain supervisor: could not check the jobs ahead of {self.name}: {err}", file=sys.stderr,
-                          flush=True)
+                    print(f"supervisor of job {self.name}: could not check the jobs ahead of it: {err}",
+                          file=sys.stderr, flush=True)
                 next_check = time.monotonic() + RECONCILE_S
             time.sleep(POLL_S)
 
