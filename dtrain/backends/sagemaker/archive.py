@@ -1,15 +1,17 @@
 """sourcedir.tar.gz out, model.tar.gz in: bounded, no links followed, nothing outside the target.
 
 Packing skips what never belongs in a job's code (.git, virtual environments, caches) and stores
-symlinks as links (never their targets). Unpacking uses tarfile's 'data' filter (no absolute
-paths, no '..', no links leading out, no devices) into a fresh folder that is renamed into place
-only when every member is out, so a refused archive leaves nothing behind.
+symlinks as links (never their targets), leaving out those that point outside the folder.
+Unpacking uses tarfile's 'data' filter (no absolute paths, no '..', no links leading out, no
+devices) into a fresh folder that is renamed into place only when every member is out, so a
+refused archive leaves nothing behind.
 """
 
 from __future__ import annotations
 
 import io
 import os
+import posixpath
 import shutil
 import tarfile
 import tempfile
@@ -30,11 +32,15 @@ def pack_source(folder: str | os.PathLike, extra: dict[str, str], out) -> int:
     total = 0
     with tarfile.open(fileobj=out, mode="w:gz") as tar:
         for dirpath, dirnames, filenames in os.walk(root):
-            dirnames[:] = sorted(d for d in dirnames if d not in SKIP and not d.endswith(".egg-info"))
-            for name in sorted(filenames):
+            kept = [d for d in dirnames if d not in SKIP and not d.endswith(".egg-info")]
+            links = [d for d in kept if os.path.islink(os.path.join(dirpath, d))]  # walked as files: links
+            dirnames[:] = sorted(d for d in kept if d not in links)
+            for name in sorted(filenames + links):
                 path = Path(dirpath) / name
                 if name.endswith((".pyc", ".pyo")) or name in extra:
                     continue
+                if path.is_symlink() and link_leaves(str(path.relative_to(root)), os.readlink(path)):
+                    continue  # the code could not use it in the job, and `--local` refuses to unpack it
                 total += path.lstat().st_size
                 if total > MAX_SOURCE_BYTES:
                     raise SpecError(f"{root} holds more than {MAX_SOURCE_BYTES >> 20} MiB of code: put data in a "
@@ -46,6 +52,14 @@ def pack_source(folder: str | os.PathLike, extra: dict[str, str], out) -> int:
             info.size, info.mode = len(data), 0o755
             tar.addfile(info, io.BytesIO(data))
     return total
+
+
+def link_leaves(name: str, target: str) -> bool:
+    """Whether a link stored as `name` (a path inside an archive) points outside the archive's
+    folder: an absolute target, or one that climbs past the top. tarfile's 'data' filter refuses
+    an archive holding such a link, and inside a job it would lead nowhere."""
+    landing = posixpath.normpath(posixpath.join(posixpath.dirname(name), target))
+    return posixpath.isabs(target) or landing == ".." or landing.startswith("../")
 
 
 def unpack(archive: str | os.PathLike, to: str | os.PathLike) -> Path:

@@ -11,6 +11,7 @@ clients that `local.py` provides (the SageMaker contract without Docker or AWS).
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import tempfile
@@ -23,13 +24,29 @@ from dtrain.backends.sagemaker import logs as cwlogs
 from dtrain.backends.sagemaker.clients import Clients, aws_call, aws_clients
 from dtrain.backends.sagemaker import render, status
 from dtrain.backends.sagemaker.archive import pack_source, unpack
-from dtrain.backends.sagemaker.config import SageMakerConfig
+from dtrain.backends.sagemaker.config import LOCAL_BUCKET, SageMakerConfig
 from dtrain.backends.sagemaker.contract import decode
 from dtrain.backends.sagemaker.validate import check_request
-from dtrain.errors import BackendError, ConflictError, NotFoundError, SpecError
+from dtrain.errors import BackendError, ConflictError, NotFoundError, NotSupportedError, SpecError
 from dtrain.spec import JobSpec
 
 MAX_LIST = 1000  # jobs `list` reads from SageMaker (newest first)
+
+
+def _as_if_on_aws(req: dict) -> dict:
+    """A --local request with each file:///PATH channel named as the s3:// URI it stands for."""
+    channels = []
+    for ch in req.get("InputDataConfig") or []:
+        s3 = ch["DataSource"].get("S3DataSource")
+        if s3 and s3["S3Uri"].startswith("file://"):
+            uri = f"s3://{LOCAL_BUCKET}/" + s3["S3Uri"][len("file://"):].lstrip("/")
+            ch = {**ch, "DataSource": {"S3DataSource": {**s3, "S3Uri": uri}}}
+        channels.append(ch)
+    return {**req, "InputDataConfig": channels} if channels else req
+
+
+class ForeignJobError(NotSupportedError):
+    """A training job another tool started, whose name or tags no dtrain job could have."""
 
 
 class SageMakerBackend(Backend):
@@ -82,12 +99,16 @@ class SageMakerBackend(Backend):
 
     # ---- dry run ------------------------------------------------------------------------
     def _plan(self, spec: JobSpec) -> tuple[dict, render.UploadPlan]:
-        """The CreateTrainingJob request (checked against botocore's model when bound for AWS) and uploads.
-        A --local request may name file:// channels, which the model's S3Uri pattern rightly refuses."""
+        """The CreateTrainingJob request, checked against botocore's model, and the uploads. A --local
+        request is checked too (what SageMaker would refuse, --local refuses: a 3000-character
+        hyperparameter, 101 variables), with its file:// channels read as s3:// ones, whose pattern
+        they rightly fail; without boto3, which --local does not need, it goes unchecked."""
         cfg = self._config_for(spec)
         req = render.training_job_request(spec, cfg)
         if not (spec.sagemaker and spec.sagemaker.local):
             check_request("sagemaker", "CreateTrainingJob", req)
+        elif importlib.util.find_spec("botocore") is not None:
+            check_request("sagemaker", "CreateTrainingJob", _as_if_on_aws(req))
         return req, render.upload_plan(spec, cfg, cwd=self.cwd or os.getcwd())
 
     def _render(self, spec: JobSpec) -> list[dict]:
@@ -108,8 +129,25 @@ class SageMakerBackend(Backend):
                      Body=archive, ContentType="application/gzip")
         aws_call("S3 upload of the job spec", clients.s3.put_object, Bucket=plan.bucket, Key=plan.spec_key,
                  Body=json.dumps(spec.to_dict()).encode(), ContentType="application/json")
-        aws_call("SageMaker CreateTrainingJob", clients.sagemaker.create_training_job, **req)
+        try:
+            aws_call("SageMaker CreateTrainingJob", clients.sagemaker.create_training_job, **req)
+        except BackendError:
+            desc = self._made_anyway(clients, req)
+            if desc is None:
+                raise
+            return self._info(clients, spec.name, desc)
         return self._info(clients, spec.name)
+
+    def _made_anyway(self, clients: Clients, req: dict) -> dict | None:
+        """The job a failed CreateTrainingJob made all the same: botocore retries a create whose answer
+        was lost (a timeout, a 5xx), and the retry finds the name taken (ResourceInUse) by that very
+        job. It is ours when it runs our request: the same role and hyperparameters, which name this
+        job's code in S3 (the name was free just before, see _check_free)."""
+        try:
+            desc = self._describe(clients, req["TrainingJobName"])
+        except (NotFoundError, BackendError):
+            return None
+        return desc if all(desc.get(k) == req[k] for k in ("RoleArn", "HyperParameters")) else None
 
     def _check_free(self, clients: Clients, name: str) -> None:
         try:
@@ -134,7 +172,12 @@ class SageMakerBackend(Backend):
                 return JobSpec.from_stored(json.loads(body.read()))
             except (NotFoundError, BackendError, ValueError):
                 pass
-        return status.spec_from_description(desc)
+        try:
+            return status.spec_from_description(desc)
+        except SpecError as err:  # SageMaker allows names (capitals, 63 characters) and tags dtrain's do not
+            raise ForeignJobError(f"SageMaker job {desc['TrainingJobName']!r} was started by another tool and "
+                                  f"its name or tags do not fit a job of ours ({err}); see it with aws sagemaker "
+                                  f"describe-training-job --training-job-name {desc['TrainingJobName']}") from None
 
     def _info(self, clients: Clients, name: str, desc: dict | None = None) -> JobInfo:
         desc = desc or self._describe(clients, name)
@@ -161,22 +204,30 @@ class SageMakerBackend(Backend):
                 if not page.get("NextToken"):
                     break
                 kw["NextToken"] = page["NextToken"]
-            out += [self._info(clients, n) for n in names]
+            for n in names:
+                try:
+                    out.append(self._info(clients, n))
+                except ForeignJobError:
+                    continue  # another tool's job in the account: not one `dtrain list` can show
         return out
 
     def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
               follow: bool) -> Iterator[LogLine]:
         clients = self._clients_for(name)
-        tokens: dict[int, str | None] = {}
+        tokens: dict[str, str | None] = {}  # per stream: a host has one per start of its container
         while True:
             found = cwlogs.streams(clients.logs, name)
             picked = {r: s for r, s in found.items() if rank is None or r == rank}
             if rank is not None and not picked and not follow and rank not in found:
                 hosts = ", ".join(str(r) for r in sorted(found)) or "none yet"
                 raise NotFoundError(f"job {name!r} has no host for --rank {rank} (ranks with logs: {hosts})")
-            batches = {}
-            for r, stream in picked.items():
-                batches[r], tokens[r] = cwlogs.read_stream(clients.logs, stream, since=since, token=tokens.get(r))
+            batches: dict[int, list[dict]] = {}
+            for r, names in picked.items():
+                batches[r] = []
+                for stream in names:
+                    events, tokens[stream] = cwlogs.read_stream(clients.logs, stream, since=since,
+                                                                token=tokens.get(stream))
+                    batches[r] += events
             yield from cwlogs.merged(batches, tail=tail)
             if not follow or self._info(clients, name).status.terminal and all(not b for b in batches.values()):
                 return
@@ -187,7 +238,13 @@ class SageMakerBackend(Backend):
         clients = self._clients_for(name)
         desc = self._describe(clients, name)
         if desc.get("TrainingJobStatus") == "InProgress":
-            aws_call("SageMaker StopTrainingJob", clients.sagemaker.stop_training_job, TrainingJobName=name)
+            try:
+                aws_call("SageMaker StopTrainingJob", clients.sagemaker.stop_training_job, TrainingJobName=name)
+            except BackendError:  # refused because the job ended since DescribeTrainingJob: nothing to stop
+                desc = self._describe(clients, name)
+                if desc.get("TrainingJobStatus") == "InProgress":
+                    raise
+                return self._info(clients, name, desc)
         return self._info(clients, name)
 
     def _nodes(self) -> list[NodeInfo]:
@@ -199,10 +256,17 @@ class SageMakerBackend(Backend):
         clients = self._clients_for(name)
         info = self._info(clients, name)
         uri = info.extra.get("model_artifacts")
+        status = info.status.value
+        if not uri and not info.status.terminal:
+            raise NotFoundError(f"job {name!r} has no model artifacts yet ({status}); wait for it to finish")
         if not uri:
-            raise NotFoundError(f"job {name!r} has no model artifacts yet ({info.status}); wait for it to finish")
+            raise NotFoundError(f"job {name!r} ended {status} without model artifacts; see dtrain describe job {name}")
         bucket, _, key = uri[5:].partition("/")
-        body = aws_call("S3 download of model.tar.gz", clients.s3.get_object, Bucket=bucket, Key=key)["Body"]
+        try:
+            body = aws_call("S3 download of model.tar.gz", clients.s3.get_object, Bucket=bucket, Key=key)["Body"]
+        except NotFoundError:  # SageMaker names the URI before it uploads there, and a job may end before
+            raise NotFoundError(f"job {name!r} is {status} and {uri} does not exist: SageMaker uploads "
+                                f"/opt/ml/model when the job ends; see dtrain describe job {name}") from None
         with tempfile.NamedTemporaryFile(suffix=".tar.gz") as tmp:
             for chunk in iter(lambda: body.read(1 << 20), b""):
                 tmp.write(chunk)

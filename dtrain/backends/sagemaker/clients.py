@@ -7,7 +7,13 @@ from typing import Any, Callable
 
 from dtrain.backends.sagemaker.config import SageMakerConfig
 from dtrain.errors import BackendError, EnvironmentError_, NotFoundError
+from dtrain.names import cut
 
+_EXPIRED = "your AWS credentials have expired: refresh them (aws sso login, or new temporary keys) and retry"
+_KEYS = "AWS does not know these keys: check AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
+_REGION = ("the bucket is in another region, and SageMaker jobs read and write buckets of their own region: "
+           "use a bucket there (dtrain config sagemaker --bucket) or the bucket's region (--region)")
+_AWS_SIDE = "AWS failed on its side (botocore already retried): retry in a few minutes"
 HINTS = {
     "AccessDenied": "check the role ARN and your credentials (aws sts get-caller-identity) and the bucket policy",
     "AccessDeniedException": "check your credentials (aws sts get-caller-identity) and that the role may be passed",
@@ -15,8 +21,17 @@ HINTS = {
     "ValidationException": "fix the value SageMaker names above",
     "ResourceInUse": "training job names are unique for good on SageMaker: submit under a new name",
     "ThrottlingException": "SageMaker is throttling calls: retry in a minute",
+    "SlowDown": "S3 is throttling calls: retry in a minute",
     "NoSuchBucket": "create the bucket (aws s3 mb s3://BUCKET) or set another with dtrain config sagemaker --bucket",
+    "PermanentRedirect": _REGION, "AuthorizationHeaderMalformed": _REGION,
+    "IllegalLocationConstraintException": _REGION,
+    "ExpiredToken": _EXPIRED, "ExpiredTokenException": _EXPIRED, "RequestExpired": _EXPIRED,
+    "InvalidAccessKeyId": _KEYS, "InvalidClientTokenId": _KEYS, "UnrecognizedClientException": _KEYS,
+    "SignatureDoesNotMatch": _KEYS,
+    "InternalFailure": _AWS_SIDE, "InternalError": _AWS_SIDE, "InternalServerError": _AWS_SIDE,
+    "ServiceUnavailable": _AWS_SIDE,
 }
+MAX_MESSAGE = 400  # characters of AWS's message repeated: a 5xx from a proxy can be a whole HTML page
 
 
 @dataclass(frozen=True)
@@ -33,8 +48,31 @@ def aws_clients(config: SageMakerConfig, session: Any = None) -> Clients:
         import boto3  # lazy: the optional 'sagemaker' extra
     except ImportError:
         raise EnvironmentError_("the SageMaker backend needs boto3: pip install 'dtrain[sagemaker]'") from None
-    session = session or boto3.session.Session(region_name=config.region)
-    return Clients(*(session.client(n, region_name=config.region) for n in ("sagemaker", "s3", "logs")))
+    try:  # a profile that does not exist, an unreadable ~/.aws/config: botocore raises here
+        session = session or boto3.session.Session(region_name=config.region)
+        return Clients(*(session.client(n, region_name=config.region) for n in ("sagemaker", "s3", "logs")))
+    except Exception as err:
+        line = _botocore_line("AWS setup", err)
+        if line is None:
+            raise
+        raise BackendError(line) from None
+
+
+def _botocore_line(what: str, err: Exception) -> str | None:
+    """One line for botocore's own errors (credentials, configuration, network); None for any other."""
+    try:
+        from botocore import exceptions as bx
+    except ImportError:  # the --local clients raise no botocore errors
+        return None
+    if isinstance(err, (bx.NoCredentialsError, bx.PartialCredentialsError)):
+        return (f"{what}: no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
+                f"(they are never stored by dtrain)")
+    if isinstance(err, (bx.ConnectionError, bx.HTTPClientError)):  # refused, timed out, closed midway
+        return f"{what}: cannot reach AWS ({cut(err, MAX_MESSAGE)}); check the network and --region"
+    if isinstance(err, bx.BotoCoreError):
+        return (f"{what}: {type(err).__name__}: {cut(err, MAX_MESSAGE)}; check your AWS configuration "
+                f"(aws configure list; aws sso login for an SSO profile)")
+    return None
 
 
 def aws_call(what: str, fn: Callable, **kw) -> Any:
@@ -42,16 +80,18 @@ def aws_call(what: str, fn: Callable, **kw) -> Any:
     try:
         return fn(**kw)
     except Exception as err:  # botocore's exceptions are only importable when boto3 is installed
-        code = getattr(err, "response", {}).get("Error", {}).get("Code") if hasattr(err, "response") else None
-        if code is None and type(err).__name__ in ("NoCredentialsError", "PartialCredentialsError"):
-            raise BackendError(f"{what}: no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID/"
-                               f"AWS_SECRET_ACCESS_KEY (they are never stored by dtrain)") from None
-        if code is None and type(err).__name__ in ("EndpointConnectionError", "ConnectTimeoutError"):
-            raise BackendError(f"{what}: cannot reach AWS ({err}); check the network and --region") from None
+        response = getattr(err, "response", None)  # botocore's network errors carry response=None
+        code = response.get("Error", {}).get("Code") if isinstance(response, dict) else None
         if code is None:
-            raise
-        message = err.response.get("Error", {}).get("Message", "")
-        if code in ("NoSuchKey", "404", "ResourceNotFound") or (
+            line = _botocore_line(what, err)
+            if line is None:
+                raise
+            raise BackendError(line) from None
+        message = cut(response["Error"].get("Message", ""), MAX_MESSAGE)
+        if code in ("NoSuchKey", "404", "ResourceNotFound", "ResourceNotFoundException") or (
                 code == "ValidationException" and ("not found" in message.lower() or "could not find" in message.lower())):
             raise NotFoundError(f"{what} not found ({code}: {message}); see the names with dtrain list") from None
-        raise BackendError(f"{what}: {code}: {message}; {HINTS.get(code, 'see the AWS message')}") from None
+        hint = HINTS.get(code) or (_AWS_SIDE if str(code).isdigit() and int(code) >= 500 else "see the AWS message")
+        if isinstance(kw.get("Bucket"), str):
+            hint = hint.replace("s3://BUCKET", f"s3://{kw['Bucket']}")
+        raise BackendError(f"{what}: {code}: {message}; {hint}") from None

@@ -52,8 +52,9 @@ class SageMakerConfig:
                   ("prefix", self.prefix, PREFIX_RE, "dtrain"),
                   ("image", self.image, IMAGE_RE, "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-cpu-py311"),
                   ("instance-type", self.instance_type, INSTANCE_RE, "ml.m5.xlarge")]
+        optional = ("role", "bucket", "image")  # the others have defaults: an empty `region:` in config.yaml is None
         for flag, value, pattern, example in checks:
-            if value is not None and (not isinstance(value, str) or not pattern.match(value)):
+            if (value is not None or flag not in optional) and (not isinstance(value, str) or not pattern.match(value)):
                 raise SpecError(f"invalid SageMaker --{flag} {value!r}: use a value like {example}")
         for flag, values, pattern, example in (("subnets", self.subnets, SUBNET_RE, "subnet-0abc1234"),
                                                ("security-groups", self.security_groups, SG_RE, "sg-0abc1234")):

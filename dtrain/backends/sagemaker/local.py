@@ -132,9 +132,10 @@ class LocalSageMaker:
         for key in ("FailureReason", "TrainingTimeInSeconds", "BillableTimeInSeconds"):
             if key in st:
                 out[key] = st[key]
-        if st["TrainingJobStatus"] == "Completed":
-            out["ModelArtifacts"] = {"S3ModelArtifacts": req["OutputDataConfig"]["S3OutputPath"].rstrip("/")
-                                     + f"/{TrainingJobName}/output/model.tar.gz"}
+        # Always named, as SageMaker does (a required member of the response): the object exists once
+        # the runner has uploaded it, after success, a stop or MaxRuntimeExceeded.
+        out["ModelArtifacts"] = {"S3ModelArtifacts": req["OutputDataConfig"]["S3OutputPath"].rstrip("/")
+                                 + f"/{TrainingJobName}/output/model.tar.gz"}
         return {k: v for k, v in out.items() if v is not None}
 
     def list_training_jobs(self, **kw) -> dict:

@@ -1,8 +1,9 @@
-"""CloudWatch Logs of a training job: group /aws/sagemaker/TrainingJobs, one stream per host.
+"""CloudWatch Logs of a training job: group /aws/sagemaker/TrainingJobs, streams per host.
 
-SageMaker names a host's stream `JOB/algo-N-<unix seconds>`; dtrain's `--rank R` picks host
-algo-(R+1), since a SageMaker host is the unit that writes one stream. Parsing is pure; the
-paging loop takes the logs client as an argument.
+SageMaker names a host's stream `JOB/algo-N-<unix seconds>`, a new one each time the host's
+container starts (after a spot interruption, on a retry); dtrain's `--rank R` picks host
+algo-(R+1), since a SageMaker host is the unit that writes streams, and reads all of them.
+Parsing is pure; the paging loop takes the logs client as an argument.
 
 The group appears with the first job that logs in an account and region, a stream once its host
 starts: until then CloudWatch answers ResourceNotFoundException, which here means "no lines yet".
@@ -14,6 +15,8 @@ import re
 from typing import Iterator
 
 from dtrain.backends.base import LogLine
+from dtrain.backends.sagemaker.clients import aws_call
+from dtrain.errors import NotFoundError
 
 GROUP = "/aws/sagemaker/TrainingJobs"
 _HOST = re.compile(r"/algo-(\d+)(?:-|$)")
@@ -31,31 +34,40 @@ def to_lines(events: list[dict], rank: int) -> list[LogLine]:
             for e in events]
 
 
-def _not_yet(err: Exception) -> bool:
-    """CloudWatch's answer for a log group or stream that does not exist (yet)."""
-    response = getattr(err, "response", None)
-    return isinstance(response, dict) and response.get("Error", {}).get("Code") == "ResourceNotFoundException"
+def _call(what: str, fn, **kw) -> dict | None:
+    """One CloudWatch Logs call; None for a log group or stream that does not exist (yet)
+    (ResourceNotFoundException). Any other refusal (AccessDeniedException: a policy without
+    logs:GetLogEvents, throttling) is a one-line BackendError, as every AWS call's."""
+    try:
+        return aws_call(what, fn, **kw)
+    except NotFoundError:
+        return None
 
 
-def streams(logs, job: str) -> dict[int, str]:
-    """rank -> stream name of each host of `job`; none while the group does not exist."""
-    out: dict[int, str] = {}
+def streams(logs, job: str) -> dict[int, list[str]]:
+    """rank -> the stream names of host algo-(rank+1), oldest first; none while the group does not exist.
+    A host writes a new stream each time its container starts (a spot interruption, a retry), and
+    each holds lines the others do not."""
+    out: dict[int, list[str]] = {}
     kw = {"logGroupName": GROUP, "logStreamNamePrefix": f"{job}/"}
     for _ in range(MAX_PAGES):
-        try:
-            page = logs.describe_log_streams(**kw)
-        except Exception as err:  # botocore's ClientError: importable only with the optional boto3
-            if _not_yet(err):
-                return out
-            raise
+        page = _call("CloudWatch Logs DescribeLogStreams", logs.describe_log_streams, **kw)
+        if page is None:
+            break
         for s in page.get("logStreams", []):
             idx = host_index(s["logStreamName"])
-            if idx is not None:
-                out[idx] = s["logStreamName"]
+            if idx is not None and s["logStreamName"] not in out.setdefault(idx, []):
+                out[idx].append(s["logStreamName"])
         if not page.get("nextToken"):
             break
         kw["nextToken"] = page["nextToken"]
-    return out
+    return {idx: sorted(names, key=_started) for idx, names in out.items()}
+
+
+def _started(stream: str) -> tuple[int, str]:
+    """'job/algo-1-1700000000' -> (1700000000, name): the container's start, in unix seconds."""
+    tail = stream.rsplit("-", 1)[-1]
+    return (int(tail) if tail.isdigit() else 0, stream)
 
 
 def read_stream(logs, stream: str, *, since: float | None, token: str | None = None) -> tuple[list[dict], str | None]:
@@ -67,12 +79,9 @@ def read_stream(logs, stream: str, *, since: float | None, token: str | None = N
     for _ in range(MAX_PAGES):
         if token:
             kw["nextToken"] = token
-        try:
-            page = logs.get_log_events(**kw)
-        except Exception as err:  # the group or stream went away between listing and reading
-            if _not_yet(err):
-                return out, token
-            raise
+        page = _call(f"CloudWatch Logs GetLogEvents of {stream}", logs.get_log_events, **kw)
+        if page is None:  # the group or stream went away between listing and reading
+            return out, token
         out += page.get("events", [])
         nxt = page.get("nextForwardToken")
         if not nxt or nxt == token:  # the same token back means the end of the stream

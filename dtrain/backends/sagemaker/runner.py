@@ -8,9 +8,12 @@
    channels read-only at /opt/ml/input/data/<name>, the job's checkpoint folder at
    /opt/ml/checkpoints, an /etc/hosts where algo-1..N are this machine; the launch is the
    toolkit's (contract.launch); each host's output goes to its log stream;
-3. Uploading: algo-1's /opt/ml/model -> model.tar.gz, /opt/ml/output/data -> output.tar.gz;
+3. Uploading: algo-1's /opt/ml/model -> model.tar.gz, /opt/ml/output/data -> output.tar.gz, after
+   success and, as SageMaker does, after a stop or MaxRuntimeExceeded (what the job saved in its
+   grace period after SIGTERM); links are never followed, and those leaving the folder stay out;
 4. Completed, Failed (FailureReason: the host, its exit code, /opt/ml/output/failure or the last
-   line it wrote), Stopped on SIGTERM (StopTrainingJob), MaxRuntimeExceeded past the limit.
+   line it wrote; where the job wrote no failure file, one in the toolkit's words), Stopped on
+   SIGTERM (StopTrainingJob), MaxRuntimeExceeded past the limit.
 """
 
 from __future__ import annotations
@@ -18,19 +21,22 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import sys
 import tarfile
 import threading
 import time
 from pathlib import Path
+from typing import Iterator
 
 from dtrain.backends.local.launch import job_path
 from dtrain.backends.sagemaker import contract
-from dtrain.backends.sagemaker.archive import unpack
+from dtrain.backends.sagemaker.archive import link_leaves, unpack
 from dtrain.backends.sagemaker.local import LocalS3, locked_state, transition, write_json
 
-GRACE_S = 10.0
+GRACE_S = 120.0  # SageMaker's window between SIGTERM and the end (StopTrainingJob, MaxRuntimeInSeconds)
+MAX_REASON = 1024  # SageMaker's FailureReason: the first 1024 characters of /opt/ml/output/failure
 
 
 def free_port() -> int:
@@ -47,6 +53,7 @@ class Runner:
         self.req = json.loads((self.dir / "request.json").read_text())
         self.s3 = LocalS3(root / "s3")
         self.procs: dict[str, subprocess.Popen] = {}
+        self.pumps: list[threading.Thread] = []
         self.stopping = False
 
     def status(self, secondary: str, message: str, *, primary: str = "InProgress", **fields) -> None:
@@ -94,15 +101,19 @@ class Runner:
     # ---- 2. Training --------------------------------------------------------------------
     def sandbox(self, host_dir: Path) -> list[str]:
         # A pid namespace per host, as a container has: killing the host's bwrap ends every process
-        # in it (torchrun's workers included), so a stopped job writes nothing afterwards.
-        argv = ["bwrap", "--dev-bind", "/", "/", "--die-with-parent", "--unshare-pid", "--proc", "/proc",
+        # in it (torchrun's workers included), so a stopped job writes nothing afterwards. So bwrap
+        # must outlive the SIGTERM of a stop, as a container does: it runs with SIGTERM ignored (its
+        # death would take the namespace down at once, leaving the job no time to save), and the
+        # command inside gets SIGTERM's default back; SIGKILL after GRACE_S ends them all.
+        argv = [*_with_sigterm(signal.SIG_IGN), "bwrap", "--dev-bind", "/", "/", "--die-with-parent",
+                "--unshare-pid", "--proc", "/proc",
                 *private_opt(),
                 "--bind", str(host_dir), contract.OPT_ML,
                 "--bind", str(self.checkpoints), contract.CHECKPOINTS,
                 "--ro-bind", str(self.dir / "etc-hosts"), "/etc/hosts"]
         for ch, path in self.channels.items():
             argv += ["--ro-bind", str(path), f"{contract.OPT_ML}/input/data/{ch}"]
-        return argv + ["--chdir", contract.CODE_DIR, "--"]
+        return argv + ["--chdir", contract.CODE_DIR, "--", *_with_sigterm(signal.SIG_DFL)]
 
     def start(self, hosts: dict[str, Path]) -> None:
         port = free_port()
@@ -122,7 +133,8 @@ class Runner:
             p = subprocess.Popen(self.sandbox(h) + launch.argv, env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, start_new_session=True)
             self.procs[host] = p
-            threading.Thread(target=_pump, args=(p.stdout, log), daemon=True).start()
+            self.pumps.append(threading.Thread(target=_pump, args=(p.stdout, log), daemon=True))
+            self.pumps[-1].start()
 
     def wait(self) -> tuple[str, int] | None:
         """None when every host exited 0; else (host, code) of the first failure (the rest are stopped)."""
@@ -151,18 +163,35 @@ class Runner:
 
     # ---- 3. Uploading -------------------------------------------------------------------
     def upload(self, hosts: dict[str, Path]) -> None:
-        first = hosts[contract.hosts(self.req)[0]]
+        names = contract.hosts(self.req)
+        first = hosts[names[0]]
         out = self.req["OutputDataConfig"]["S3OutputPath"].rstrip("/") + f"/{self.name}/output/"
         for folder, archive in ((first / "model", "model.tar.gz"), (first / "output" / "data", "output.tar.gz")):
             target = self.s3_path(out + archive)
             target.parent.mkdir(parents=True, exist_ok=True)
             with tarfile.open(target, "w:gz") as tar:
-                for item in sorted(folder.iterdir()):
-                    tar.add(item, arcname=item.name)
+                for path, arcname, why in archive_entries(folder):
+                    if why:
+                        self.note(names[0], f"{archive}: left out {why}")
+                    else:
+                        tar.add(path, arcname=arcname, recursive=False)
+
+    def note(self, host: str, text: str) -> None:
+        """A line of the platform's in the host's log stream (the job's own lines come through _pump)."""
+        with open(self.dir / "logs" / f"{host}.log", "ab") as log:
+            log.write(f"{int(time.time() * 1000)}\t{text}\n".encode())
 
     def failure(self, hosts: dict[str, Path], host: str, code: int) -> str:
-        note = hosts[host] / "output" / "failure"
-        why = note.read_text().strip()[:1000] if note.is_file() else _last_line(self.dir / "logs" / f"{host}.log")
+        """The FailureReason; like the toolkit, write the host's /opt/ml/output/failure where the job wrote none."""
+        output = hosts[host] / "output"
+        note = read_failure(output)
+        last = _last_line(self.dir / "logs" / f"{host}.log")
+        if note is None or not note.strip():
+            note = None
+            command = " ".join(contract.launch(self.req, host, master_port=0).argv)
+            write_failure(output, f'ExecuteUserScriptError:\nExitCode {code}\nErrorMessage "{last}"\n'
+                                  f'Command "{command}"')
+        why = note.strip() if note else last
         return f"AlgorithmError: host {host} exited with code {code}" + (f": {why}" if why else "")
 
     def run(self) -> int:
@@ -175,6 +204,8 @@ class Runner:
                         TrainingStartTime=start)
             self.start(hosts)
             result = self.wait()
+            for pump in self.pumps:  # every line the hosts wrote is in their logs before a failure quotes one
+                pump.join(timeout=10.0)
             seconds = int(round(time.time() - start))
             times = dict(TrainingTimeInSeconds=seconds, BillableTimeInSeconds=seconds, TrainingEndTime=time.time())
             if result is None:
@@ -182,8 +213,10 @@ class Runner:
                 self.upload(hosts)
                 self.status("Completed", "Training job completed", primary="Completed", **times)
             elif result[1] == -1:
+                self.upload(hosts)  # as SageMaker does: what the job saved after SIGTERM is its model
                 self.status("Stopped", "Training job stopped", primary="Stopped", **times)
             elif result[1] == -2:
+                self.upload(hosts)
                 self.status("MaxRuntimeExceeded", "Training job ran past MaxRuntimeInSeconds", primary="Stopped",
                             **times)
             else:
@@ -196,6 +229,14 @@ class Runner:
         return 0
 
 
+def _with_sigterm(disposition: signal.Handlers) -> list[str]:
+    """A prefix that execs the rest of the command with SIGTERM ignored or at its default: an ignored
+    signal stays ignored across exec, the one disposition a parent can hand down."""
+    name = "SIG_IGN" if disposition == signal.SIG_IGN else "SIG_DFL"
+    return [sys.executable, "-c", f"import os, signal, sys; signal.signal(signal.SIGTERM, signal.{name}); "
+                                  f"os.execvp(sys.argv[1], sys.argv[1:])"]
+
+
 def private_opt(opt: str = "/opt") -> list[str]:
     """Without /opt/ml on this machine, bubblewrap would create that mount point on the real disk.
     Instead the namespace gets a private /opt holding the real one's entries, bound back, and ml/."""
@@ -206,6 +247,63 @@ def private_opt(opt: str = "/opt") -> list[str]:
         path = os.path.join(opt, name)
         argv += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--bind", path, path]
     return argv + ["--dir", os.path.join(opt, "ml")]
+
+
+def archive_entries(folder: Path, prefix: str = "") -> Iterator[tuple[Path, str, str]]:
+    """(path, name in the archive, why it is left out or "") for everything under `folder`, links
+    as links: never followed, and left out when they point outside it (absolute, or up past its
+    top), since `dtrain artifacts` refuses an archive holding such a link. A job that replaced
+    the folder itself by a link gets an empty archive."""
+    if not prefix and (folder.is_symlink() or not folder.is_dir()):
+        if folder.is_symlink():
+            yield folder, "", f"{folder.name}/: it is a link ({os.readlink(folder)}), not a folder"
+        return
+    for item in sorted(folder.iterdir()):
+        name = prefix + item.name
+        if item.is_symlink():
+            target = os.readlink(item)
+            yield item, name, f"{name} -> {target}: the link leaves the folder" if link_leaves(name, target) else ""
+        elif item.is_dir():
+            yield item, name, ""
+            yield from archive_entries(item, name + "/")
+        else:
+            yield item, name, "" if item.is_file() else f"{name}: not a regular file"
+
+
+def read_failure(output: Path) -> str | None:
+    """The host's /opt/ml/output/failure (its first MAX_REASON characters, as SageMaker reads it);
+    None where there is none, or where the job put a link (at the file or at output/) or a fifo."""
+    try:
+        folder = os.open(output, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        fd = os.open("failure", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
+    except OSError:
+        return None
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            return None
+        return f.read(4 * MAX_REASON).decode(errors="replace")[:MAX_REASON]
+
+
+def write_failure(output: Path, text: str) -> None:
+    """Write the host's /opt/ml/output/failure unless something is there (the toolkit keeps the
+    job's own), never through a link the job left at the file or at output/."""
+    try:
+        folder = os.open(output, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return
+    try:
+        fd = os.open("failure", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
+    except OSError:
+        return
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def _pump(stream, log) -> None:

@@ -11,6 +11,7 @@
     Failed             Failed                                               Failed (FailureReason)
     Stopped            MaxRuntimeExceeded, MaxWaitTimeExceeded              Failed (raise the limit)
     Stopped            Stopped                                              Deleted
+    Deleting           any                                                  Deleted ("deleting")
 """
 
 from __future__ import annotations
@@ -20,8 +21,10 @@ from typing import Any
 
 from dtrain.backends.base import Event, JobInfo, JobStatus, ProcessInfo
 from dtrain.backends.sagemaker.contract import decode
+from dtrain.names import cut
 from dtrain.spec import JobSpec
 
+MAX_REASON = 1024  # SageMaker's FailureReason: the first 1024 characters of /opt/ml/output/failure
 WAITING = {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Interrupted"}
 LIMITS = {"MaxRuntimeExceeded": "it ran past --max-runtime; raise --max-runtime or checkpoint and resubmit",
           "MaxWaitTimeExceeded": "spot capacity did not come within --max-wait; raise --max-wait or drop --spot"}
@@ -38,19 +41,27 @@ def seconds(value: Any) -> float | None:
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
 
 
+def one_line(text: Any) -> str:
+    """A reason as the CLI shows it: the toolkit's FailureReason spans lines ('AlgorithmError:
+    ExecuteUserScriptError:\\nExitCode 1\\nErrorMessage ...'), and a table row or `wait` line cannot."""
+    return cut(text or "", MAX_REASON)
+
+
 def job_status(desc: dict) -> tuple[JobStatus, str]:
     primary, secondary = desc.get("TrainingJobStatus"), desc.get("SecondaryStatus", "")
-    last = (desc.get("SecondaryStatusTransitions") or [{}])[-1].get("StatusMessage", "")
+    last = one_line((desc.get("SecondaryStatusTransitions") or [{}])[-1].get("StatusMessage", ""))
     if primary == "Completed":
         return JobStatus.SUCCEEDED, last
     if primary == "Failed":
-        return JobStatus.FAILED, desc.get("FailureReason") or last or "failed"
+        return JobStatus.FAILED, one_line(desc.get("FailureReason")) or last or "failed"
     if primary == "Stopped":
         if secondary in LIMITS:
             return JobStatus.FAILED, f"{secondary}: {LIMITS[secondary]}"
         return JobStatus.DELETED, "stopped"
     if primary == "Stopping":
         return JobStatus.RUNNING, "stopping"
+    if primary == "Deleting":  # DeleteTrainingJob: the job and its records are going away
+        return JobStatus.DELETED, "deleting"
     if secondary in WAITING:
         return JobStatus.PENDING, f"{secondary}: {last}" if last else secondary
     return JobStatus.RUNNING, f"{secondary}: {last}" if last else secondary
@@ -60,7 +71,7 @@ def events(desc: dict) -> tuple[Event, ...]:
     out = [Event(time=seconds(desc.get("CreationTime")) or 0.0, status="Created", message="CreateTrainingJob")]
     for t in desc.get("SecondaryStatusTransitions") or []:
         out.append(Event(time=seconds(t.get("StartTime")) or 0.0, status=t.get("Status", ""),
-                         message=t.get("StatusMessage", "")))
+                         message=one_line(t.get("StatusMessage", ""))))
     return tuple(out)
 
 
