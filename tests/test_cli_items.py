@@ -332,6 +332,9 @@ def test_item05_volume_create_dry_run_on_kubernetes_without_changing_the_default
         "volume 'data' would be deleted (dry run)")
     assert len(json.loads(run("volume", "list", "--json", home=home).stdout)) == 1
     assert_usage_error(run("snapshot", "restore", "nosuch", "--to", "x", "--dry-run", home=home), "nosuch")
+    # the verb's own --backend reaches SageMaker's one-line refusal, as the global flag does
+    for verb in (("volume", "list"), ("snapshot", "list")):
+        assert_usage_error(run(*verb, "--backend", "sagemaker", home=home), "does not support volumes", "--channel")
 
 
 def test_item05_snapshot_and_restore_render_what_create_sends_on_kubernetes():

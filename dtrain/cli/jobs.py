@@ -56,7 +56,8 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
                    help="when the node pulls the image (Kubernetes)")
     p.add_argument("--image-pull-secret", action="append", help="image pull secret (repeat)")
     p.add_argument("--dry-run", action="store_true",
-                   help="print what would run (Kubernetes: the YAML; SageMaker: the requests as JSON) and stop")
+                   help="print what would run and stop (local: the spec as submit stores it, refused as submit "
+                        "would but for volumes; Kubernetes: the YAML; SageMaker: the requests as JSON)")
     add_sagemaker_options(p)
 
 

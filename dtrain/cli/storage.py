@@ -183,5 +183,6 @@ def _dry_run_flag(p) -> None:
 
 def _backend_flag(p) -> None:
     # main() builds the Client with this backend, so every storage verb goes there
-    p.add_argument("--backend", dest="storage_backend", choices=["local", "kubernetes"],
+    # sagemaker too: its refusal is the one line naming where its data lives (--channel), as with a global --backend
+    p.add_argument("--backend", dest="storage_backend", choices=["local", "kubernetes", "sagemaker"],
                    help="where the volumes and snapshots are (default from config)")
