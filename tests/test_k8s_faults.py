@@ -25,17 +25,11 @@ from dtrain.backends.kubernetes.fake import DROP, FakeCluster, FakeKubeServer  #
 from dtrain.errors import BackendError, ConflictError, SpecError  # noqa: E402
 from dtrain.spec import JobSpec, parse_pvc  # noqa: E402
 
-NS = "dtrain-lanes"
-IMAGE = "ghcr.io/example/lanes:1"
+from test_k8s_backend import IMAGE, NS, cluster  # noqa: E402,F401  (one fake cluster per test, as there)
 
 
 @pytest.fixture
-def cluster():
-    return FakeCluster()
-
-
-@pytest.fixture
-def backend(cluster):
+def backend(cluster):  # noqa: F811
     server = FakeKubeServer(cluster).start()
     client = server.api_client()
     yield KubernetesBackend(KubernetesConfig(project="lanes", image=IMAGE), api_client=client)

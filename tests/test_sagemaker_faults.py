@@ -21,7 +21,6 @@ import pytest
 boto3 = pytest.importorskip("boto3")
 from botocore.config import Config  # noqa: E402
 from botocore.stub import Stubber  # noqa: E402
-from moto.server import ThreadedMotoServer  # noqa: E402
 
 import dtrain  # noqa: E402
 from dtrain.backends.base import JobStatus  # noqa: E402
@@ -40,12 +39,6 @@ TOOLKIT_REASON = ('AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMes
                   'Command "/opt/conda/bin/python3.10 train.py --lr -1", exit code: 1')
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _session(**kw):
     return boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
                                  region_name="us-east-1", **kw)
@@ -57,13 +50,7 @@ def _one_line(err: BaseException) -> str:
     return text
 
 
-@pytest.fixture(scope="module")
-def moto_url():
-    port = _free_port()
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
-    server.start()
-    yield f"http://127.0.0.1:{port}"
-    server.stop()
+from test_sagemaker_backend import moto_url  # noqa: E402,F401  (a moto server for this module, as there)
 
 
 # ---------------------------------------------------------------- AWS refuses or fails
