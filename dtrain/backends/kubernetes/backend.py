@@ -38,7 +38,7 @@ from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LAB
                       VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
 from .render import render_job, resource_for
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace, render_success_snapshot
-from .status import job_info, newest_pod, pod_gpus, pod_index, procs_per_pod
+from .status import job_info, newest_pod, pod_gpus, pod_index, procs_per_pod, stuck_reason
 from .volumes import VolumeVerbs
 
 JOB_ORDER = tuple(JOB_RESOURCES.values())  # where `get NAME` looks, in this order
@@ -46,9 +46,6 @@ _BY_KIND = {r.kind: r for r in (NAMESPACE, PVC, RESOURCE_QUOTA, SERVICE, SERVICE
                                 VOLUME_SNAPSHOT, *JOB_ORDER)}
 _SHARED = ("ServiceAccount", "Role", "RoleBinding")  # one per namespace, kept across jobs
 _DONE = object()
-# Container waiting reasons that the kubelet retries for good, but only a change of the job cures.
-_STUCK = ("ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull", "CreateContainerConfigError",
-          "CreateContainerError")
 
 
 class KubernetesBackend(VolumeVerbs, Backend):
@@ -378,22 +375,12 @@ class KubernetesBackend(VolumeVerbs, Backend):
             except BackendError as err:
                 if "waiting to start" not in str(err) or self._get(name).status.terminal:
                     raise
-            stuck = self._stuck(source.pod)
+            stuck = stuck_reason(self._try_read(POD, self.namespace, source.pod) or {})
             if stuck:  # the kubelet retries, but only a change of the job can help: do not wait for good
                 raise BackendError(f"pod {source.pod} of job {name!r} cannot start ({stuck}): fix the image, "
                                    f"secret or config it names and submit the job again, or delete it "
                                    f"('dtrain delete {name}')")
             time.sleep(self.poll_interval)
-
-    def _stuck(self, pod: str) -> str:
-        """Why a pod's container cannot start for a reason that needs the user (a wrong image, a
-        missing secret), or '' while it is only on its way."""
-        found = self._try_read(POD, self.namespace, pod) or {}
-        for cs in (found.get("status") or {}).get("containerStatuses") or []:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") in _STUCK:
-                return ": ".join(x for x in (waiting["reason"], waiting.get("message")) if x)
-        return ""
 
     def _follow(self, name: str, kind: str, rank: int | None, sources: list[LogSource], query: dict,
                 since: float | None) -> Iterator[LogLine]:

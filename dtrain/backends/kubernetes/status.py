@@ -18,6 +18,7 @@ end (OOMKilled, Evicted), a Running job's a replica that waits (ImagePullBackOff
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
 
@@ -125,10 +126,29 @@ def _pending_reason(pods: list[dict]) -> str:
         for c in status.get("conditions") or []:
             if c.get("type") == "PodScheduled" and c.get("status") == "False" and c.get("message"):
                 return f"{c.get('reason', 'Unschedulable')}: {c['message']}"
-        for cs in status.get("containerStatuses") or []:
-            waiting = (cs.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") and waiting["reason"] != "ContainerCreating":
-                return ": ".join(x for x in (waiting["reason"], waiting.get("message")) if x)
+        why = _waiting(pod, lambda reason: reason != "ContainerCreating")
+        if why:
+            return why
+    return ""
+
+
+# Container waiting reasons that the kubelet retries for good, but only a change of the job cures.
+STUCK = frozenset({"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+                   "CreateContainerConfigError", "CreateContainerError"})
+
+
+def stuck_reason(pod: dict) -> str:
+    """Why a pod's container cannot start for a reason that needs the user (a wrong image, a
+    missing secret), or '' while it is only on its way."""
+    return _waiting(pod, STUCK.__contains__)
+
+
+def _waiting(pod: dict, counts: Callable[[str], bool]) -> str:
+    """'REASON: message' of the pod's first waiting container whose reason `counts`, or ''."""
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") and counts(waiting["reason"]):
+            return ": ".join(x for x in (waiting["reason"], waiting.get("message")) if x)
     return ""
 
 

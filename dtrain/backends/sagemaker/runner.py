@@ -273,16 +273,9 @@ def archive_entries(folder: Path, prefix: str = "") -> Iterator[tuple[Path, str,
 def read_failure(output: Path) -> str | None:
     """The host's /opt/ml/output/failure (its first MAX_REASON characters, as SageMaker reads it);
     None where there is none, or where the job put a link (at the file or at output/) or a fifo."""
-    try:
-        folder = os.open(output, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
+    fd = _open_failure(output, os.O_RDONLY | os.O_NONBLOCK)
+    if fd is None:
         return None
-    try:
-        fd = os.open("failure", os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=folder)
-    except OSError:
-        return None
-    finally:
-        os.close(folder)
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             return None
@@ -292,18 +285,24 @@ def read_failure(output: Path) -> str | None:
 def write_failure(output: Path, text: str) -> None:
     """Write the host's /opt/ml/output/failure unless something is there (the toolkit keeps the
     job's own), never through a link the job left at the file or at output/."""
+    fd = _open_failure(output, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    if fd is not None:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+
+
+def _open_failure(output: Path, flags: int) -> int | None:
+    """output/failure opened with `flags`, no link followed at either; None where that fails."""
     try:
         folder = os.open(output, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     except OSError:
-        return
+        return None
     try:
-        fd = os.open("failure", os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
+        return os.open("failure", flags | os.O_NOFOLLOW, 0o644, dir_fd=folder)
     except OSError:
-        return
+        return None
     finally:
         os.close(folder)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
 
 
 def _pump(stream, log) -> None:
