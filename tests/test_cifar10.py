@@ -255,6 +255,19 @@ def test_module_entry_point_prints_one_line_errors(tmp_path):
     assert list(tmp_path.iterdir()) == []  # not even the default ./model folder
 
 
+def test_epochs_times_steps_per_epoch_is_bounded(tmp_path):
+    """--epochs 10000 and --batch-size 1 are each in range; over 1500 images they plan 15 000 000 steps."""
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=1500, n_test=10, seed=1)
+    r = subprocess.run(TRAIN + ["--data-dir", str(tmp_path / "data"), "--model-dir", str(tmp_path / "m"),
+                                "--batch-size", "1", "--epochs", "10000"],
+                       cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert r.stderr.strip().splitlines() == [
+        "error: --epochs 10000 x 1500 steps per epoch plans 15000000 steps, more than the 10000000 one run may: "
+        "give --epochs 6666 or fewer, or a larger batch"]
+    assert not (tmp_path / "m" / "model.pth").exists()
+
+
 # ---------------------------------------------------------------- real training runs
 
 

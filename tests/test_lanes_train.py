@@ -116,6 +116,17 @@ def test_the_largest_numbers_in_range_are_accepted():
         10_000, 10_000_000, 10_000_000, 65_536, 2**32 - 1)
 
 
+def test_epochs_times_steps_per_epoch_is_bounded_before_any_step(lanes_data, tmp_path, monkeypatch):
+    """Each flag is in range, but 400 frames at batch 1 make --epochs 10000 plan 4 000 000 steps: over a
+    (lowered) limit, the run is refused in one line before a step runs."""
+    monkeypatch.setattr("dtrain.workloads.inputs.MAX_STEPS", 1_000_000)
+    with pytest.raises(SpecError, match=r"^--epochs 10000 x 400 steps per epoch plans 4000000 steps, more than the "
+                                        r"1000000 one run may: give --epochs 2500 or fewer, or a larger batch$"):
+        run_training(["--recipe", "tiny", "--data-dir", str(lanes_data), "--out-dir", str(tmp_path / "out"),
+                      "--batch-size", "1", "--epochs", "10000"])
+    assert not (tmp_path / "out" / "metrics.jsonl").read_text()  # not one step's row
+
+
 @pytest.mark.parametrize("field, value", [("keep_ckpts", 0), ("keep_ckpts", 1001), ("log_every", 10**8),
                                           ("lr", float("nan")), ("lr", 11.0), ("num_workers", 65)])
 def test_recipe_bounds_every_number(field, value):

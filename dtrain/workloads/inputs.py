@@ -40,6 +40,17 @@ def in_range(name: str, value: float, low: float, high: float) -> None:
         raise SpecError(f"{name} {_num(value)} is out of range: give {_num(low)} to {_num(high)}")
 
 
+def schedule_steps(epochs: int, steps_per_epoch: int, flag: str = "--epochs") -> int:
+    """epochs x steps per epoch, the steps a run plans; SpecError when that is over MAX_STEPS (each
+    factor alone is in range, but a large data set and a small batch multiply them)."""
+    steps = epochs * steps_per_epoch
+    if steps > MAX_STEPS:
+        raise SpecError(f"{flag} {epochs} x {steps_per_epoch} steps per epoch plans {steps} steps, more than "
+                        f"the {MAX_STEPS} one run may: give {flag} {max(1, MAX_STEPS // steps_per_epoch)} or "
+                        f"fewer, or a larger batch")
+    return steps
+
+
 def learning_rate(name: str, value: float, example: float) -> None:
     """SpecError unless 0 < value <= MAX_LR (so never NaN or infinite)."""
     if not 0 < value <= MAX_LR:

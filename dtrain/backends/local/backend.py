@@ -16,6 +16,7 @@ import os
 import resource
 import shutil
 import signal
+import sqlite3
 import sys
 import time
 from dataclasses import replace
@@ -26,7 +27,7 @@ from dtrain.backends.base import (Backend, Event, FreedInfo, JobInfo, JobStatus,
                                   ProjectInfo, SnapshotInfo, VolumeInfo)
 from dtrain.backends.local.store import ACTIVE, JobStore
 from dtrain.config import UserConfig, home_dir
-from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError
+from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError, StorageError
 from dtrain.names import require_project
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
@@ -353,7 +354,16 @@ class LocalBackend(Backend):
 
         row = self.store.job(name)
         was_active = row["status"] in ACTIVE
-        self.store.set_status(name, "Deleted", "deleted by the user")  # refused if already Deleted
+        try:
+            self.store.set_status(name, "Deleted", "deleted by the user")  # refused if already Deleted
+        except sqlite3.OperationalError as err:
+            # A full or read-only disk must not keep a runaway job (one filling that disk) running:
+            # its processes are stopped all the same, and the record waits for a retry.
+            if not was_active or not any(w in str(err) for w in ("full", "I/O error", "readonly")):
+                raise
+            unrecorded = err
+        else:
+            unrecorded = None
         sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
         if is_claim(row["supervisor_start"]):  # a command relaunching it, not a supervisor: its relaunch is refused
             sup = None
@@ -364,6 +374,11 @@ class LocalBackend(Backend):
                 time.sleep(0.1)
             signal_process(sup, signal.SIGKILL)
         kill_ranks(self.home / "jobs" / name)
+        if unrecorded is not None:
+            raise StorageError(f"job {name!r} was stopped, but its deletion could not be recorded: the state "
+                               f"database could not be written ({unrecorded}): the disk holding $DTRAIN_HOME is "
+                               f"probably full or read-only; free space there (df -h) and run 'dtrain delete "
+                               f"{name}' again")
         return self._get(name)
 
     def _artifacts(self, name: str, *, to: Path) -> Path:

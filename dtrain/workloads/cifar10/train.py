@@ -63,6 +63,7 @@ from dtrain.workloads.inputs import (
     in_range,
     learning_rate,
     out_folder,
+    schedule_steps,
 )
 
 # Lowest and highest value of each whole-number setting.
@@ -341,7 +342,7 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
         print(f"cifar10: runtime={info.runtime} world_size={info.world_size} backend={info.backend} "
               f"device={info.device} global_batch={global_batch} train_images={len(dataset)}", flush=True)
     step = resumed.step if resumed else 0
-    last = min(cfg.epochs * steps_per_epoch, cfg.max_steps or cfg.epochs * steps_per_epoch)
+    last = min(cfg.epochs * steps_per_epoch, cfg.max_steps) if cfg.max_steps else schedule_steps(cfg.epochs, steps_per_epoch)
     metrics_path = cfg.metrics_file or str(Path(cfg.model_dir) / "metrics.jsonl")
     loop = _Loop(cfg=cfg, info=info, model=model, opt=opt, timer=timer, ckpt=ckpt, net=net, last=last)
     with MetricsWriter(metrics_path, enabled=info.is_main) as metrics, GracefulStop() as stop:

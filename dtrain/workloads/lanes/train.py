@@ -49,7 +49,8 @@ from dtrain.training import (
     teardown,
 )
 from dtrain.training.metrics import open_append
-from dtrain.workloads.inputs import MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, in_range, learning_rate
+from dtrain.workloads.inputs import (MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, in_range, learning_rate,
+                                     schedule_steps)
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.data import LaneDataset
 from dtrain.workloads.lanes.metric import evaluate
@@ -381,7 +382,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
     model = build_model(cfg, device)
     opt = build_optimizer(model, recipe)
     dataset, sampler, loader, steps_per_epoch = build_loader(cfg, info)
-    max_steps = cfg.epochs * steps_per_epoch if cfg.epochs else recipe.max_steps
+    max_steps = schedule_steps(cfg.epochs, steps_per_epoch) if cfg.epochs else recipe.max_steps
     ckpt = Checkpointer(cfg.checkpoint_dir, every=recipe.ckpt_every, keep=recipe.keep_ckpts, enabled=info.is_main,
                         log=log)
     # Every rank loads the same file before DDP is built, so optimizer state matches on all of them.
