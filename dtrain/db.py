@@ -36,12 +36,59 @@ def connect(path: str | Path, *, owner: object | None = None) -> sqlite3.Connect
     except sqlite3.DatabaseError as err:
         if conn is not None:
             conn.close()
-        refused = unusable(path, err)
-        if refused is None:
-            raise
-        raise refused from None
+        conn = _read_only_on_a_full_disk(path, err) if _reads_only else None
+        if conn is None:
+            refused = unusable(path, err)
+            if refused is None:
+                raise
+            raise refused from None
     if owner is not None:
         weakref.finalize(owner, conn.close).atexit = False  # at exit: as before, the interpreter's teardown
+    return conn
+
+
+_reads_only = False  # set by `reads_only()`: this process only reads, and only for a moment
+
+
+@contextlib.contextmanager
+def reads_only():
+    """Within: a database whose disk is full may be opened read-only (`_read_only_on_a_full_disk`).
+    Only for a command that reads once and ends (`list`, `describe`): such a connection never sees
+    later changes, so nothing that waits or follows, and no long-lived process, may use it."""
+    global _reads_only
+    before, _reads_only = _reads_only, True
+    try:
+        yield
+    finally:
+        _reads_only = before
+
+
+def _read_only_on_a_full_disk(path: Path, err: sqlite3.DatabaseError) -> sqlite3.Connection | None:
+    """A read-only connection to a database that WAL mode cannot open because its disk is full, or None.
+
+    Opening a WAL database makes its -wal and -shm files, which a full disk refuses; then not even
+    `dtrain list` could show which job filled the disk. When every change is already in the main
+    file (no -wal file, or an empty one: the last connection checkpointed), SQLite can read that
+    file alone (`immutable`). Any write through this connection is refused ("readonly"), and the
+    CLI says the disk is full."""
+    if not isinstance(err, sqlite3.OperationalError) or not ("disk I/O error" in str(err) or "full" in str(err)):
+        return None
+    wal = path.with_name(path.name + "-wal")
+    try:
+        if not path.is_file() or path.is_symlink() or (wal.exists() and wal.stat().st_size > 0) or not _full(path.parent):
+            return None
+    except OSError:
+        return None
+    from urllib.parse import quote
+
+    try:
+        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?immutable=1", uri=True, isolation_level=None,
+                               check_same_thread=False)
+        conn.row_factory = sqlite3.Row
+        conn.execute("PRAGMA foreign_keys=ON")
+        conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
+    except sqlite3.DatabaseError:
+        return None
     return conn
 
 

@@ -38,3 +38,29 @@ def test_delete_stops_a_running_job_even_when_the_home_disk_is_full(tmp_path):
             dt("delete", "runaway", check=False)
         assert dt.status("runaway") == "Deleted"  # recorded by the retry the line asked for
         assert not rank.alive()
+
+
+def test_a_full_home_disk_still_lets_the_user_read_what_is_stored(tmp_path):
+    """Opening a WAL database makes its -wal and -shm files, which a full disk refuses; `list`,
+    `describe`, `logs` and the storage listings read the main file alone instead. Writes stay refused."""
+    with tmpfs(tmp_path / "disk", "size=8m") as disk:
+        dt = Dtrain(disk / "home")
+        dt("volume", "create", "data", "--size", "1Mi")
+        dt("snapshot", "create", "data", "--name", "first")
+        dt("submit", "done", "--", "echo", "a line of output")
+        dt.wait_for("done", {"Succeeded"})
+        state = (dt.home / "state.db").read_bytes()
+        _fill(disk)
+        try:
+            assert "done" in dt("list", "jobs").stdout
+            assert dt.json("describe", "job", "done")["status"] == "Succeeded"
+            assert dt("logs", "done").stdout == "a line of output\n"
+            assert "first" in dt("snapshot", "list").stdout and "data" in dt("volume", "list").stdout
+            assert_usage_error(dt("submit", "more", "--", "true", check=False), "state database",
+                               "free space there (df -h) and retry")
+            assert_usage_error(dt("logs", "done", "-f", check=False), "free space there")  # it would watch for good
+            assert (dt.home / "state.db").read_bytes() == state
+        finally:
+            (disk / "fill").unlink()
+        dt("submit", "more", "--", "true")  # space freed: the database is writable again
+        assert {j["name"] for j in dt.json("list", "jobs")} == {"done", "more"}

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import importlib
 import json
 import sys
 
-from dtrain import __version__
+from dtrain import __version__, db
 from dtrain.cli import format as fmt
 from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
@@ -216,6 +217,14 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     return argv, []
 
 
+def _reads_once(args) -> bool:
+    """A command that only reads the state, once, and ends: it may read a database on a full disk
+    (so `dtrain list` still shows which job filled it). Not `logs -f` or `wait`: they watch for changes."""
+    if args.verb in ("volume", "snapshot"):
+        return getattr(args, "action", None) in ("list", "describe")
+    return args.verb in ("list", "describe", "nodes", "top") or (args.verb == "logs" and not args.follow)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
@@ -225,12 +234,13 @@ def main(argv: list[str] | None = None) -> int:
             module, func = args.workload
             rest = args.workload_argv + (["--", *command] if "--" in argv else [])
             return getattr(importlib.import_module(module), func)(rest) or 0
-        client = Client(home=args.home, backend=getattr(args, "storage_backend", None) or args.default_backend)
-        if getattr(args, "takes_command", False):
-            return args.handler(args, command, client, args.launcher_for)
-        if command:
-            raise SpecError(f"'dtrain {args.verb}' takes no command after '--'")
-        return args.handler(args, client)
+        with db.reads_only() if _reads_once(args) else contextlib.nullcontext():
+            client = Client(home=args.home, backend=getattr(args, "storage_backend", None) or args.default_backend)
+            if getattr(args, "takes_command", False):
+                return args.handler(args, command, client, args.launcher_for)
+            if command:
+                raise SpecError(f"'dtrain {args.verb}' takes no command after '--'")
+            return args.handler(args, client)
     except DtrainError as err:
         print(f"dtrain: error: {err}", file=sys.stderr)
         return 2
