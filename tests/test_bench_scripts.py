@@ -214,3 +214,17 @@ def test_the_sparse_bench_snapshots_and_restores_a_file_of_holes(tmp_path):
     assert row["gib"] == 1 and row["snapshot_s"] > 0 and row["restore_s"] >= 0
     assert row["restored_mib_on_disk"] < 64  # restored with its holes, not 1 GiB of zeros
     assert not (tmp_path / "w").exists()
+
+
+@pytest.mark.slow
+def test_the_sagemaker_calls_bench_counts_each_checkouts_calls():
+    proc = subprocess.run([sys.executable, str(REPO / "bench/sagemaker_calls.py"), "--old", str(REPO), "--new",
+                           str(REPO), "--jobs", "3", "--repeats", "1"], capture_output=True, text=True, timeout=300,
+                          env=env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    # the same checkout twice: a cold list describes and reads the spec of every job, a warm one only lists
+    assert "cold new: 3 jobs listed" in lines[1] and lines[1].endswith(
+        "calls: DescribeTrainingJob 3, GetObject 3, ListTrainingJobs 1"), lines
+    assert "warm new: 3 jobs listed" in lines[4] and lines[4].endswith("calls: ListTrainingJobs 1"), lines
+    assert lines[2].startswith("cold old / new (median): ") and lines[5].startswith("warm old / new (median): ")

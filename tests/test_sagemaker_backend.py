@@ -137,23 +137,26 @@ def test_logs_before_the_log_group_exists_are_no_lines_yet(moto_url):
 
 
 def test_following_waits_for_the_group_then_prints_its_lines(clients, stubbed):
+    from dtrain.backends.sagemaker.logs import Pace
     stubbed_sm, sm = stubbed
     logs = session().client("logs")
     with Stubber(logs) as cw:
-        be = SageMakerBackend(CFG, clients=Clients(stubbed_sm.aws.sagemaker, clients.s3, logs))
+        be = SageMakerBackend(CFG, clients=Clients(stubbed_sm.aws.sagemaker, clients.s3, logs),
+                              pace=Pace(first=1, most=1, status=2), sleep=lambda seconds: None)
         sm.add_response("describe_training_job", _desc("early", "InProgress", "Starting"), {"TrainingJobName": "early"})
         cw.add_client_error("describe_log_streams", service_error_code="ResourceNotFoundException",
                             service_message="The specified log group does not exist.")
         sm.add_response("describe_training_job", _desc("early", "InProgress", "Starting"), {"TrainingJobName": "early"})
         stream = {"logStreams": [{"logStreamName": "early/algo-1-1767225600"}]}
-        cw.add_response("describe_log_streams", stream)
+        cw.add_response("describe_log_streams", stream)  # 1 s waited
         cw.add_response("get_log_events", {"events": [{"timestamp": 1767225600000, "message": "hello\n"}],
                                            "nextForwardToken": "f/1"})
         cw.add_response("get_log_events", {"events": [], "nextForwardToken": "f/1"})
-        sm.add_response("describe_training_job", _desc("early", "Completed", "Completed"), {"TrainingJobName": "early"})
-        cw.add_response("describe_log_streams", stream)
+        cw.add_response("describe_log_streams", stream)  # 2 s waited: the status is asked again
         cw.add_response("get_log_events", {"events": [], "nextForwardToken": "f/1"})
         sm.add_response("describe_training_job", _desc("early", "Completed", "Completed"), {"TrainingJobName": "early"})
+        cw.add_response("describe_log_streams", stream)  # one read after the end
+        cw.add_response("get_log_events", {"events": [], "nextForwardToken": "f/1"})
         assert [(ln.rank, ln.text) for ln in be.logs("early", follow=True)] == [(0, "hello")]
         cw.assert_no_pending_responses()
 

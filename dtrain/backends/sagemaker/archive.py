@@ -29,6 +29,7 @@ def pack_source(folder: str | os.PathLike, extra: dict[str, str], out) -> int:
     root = Path(folder)
     if not root.is_dir():
         raise SpecError(f"source folder {root} does not exist: run from your code's folder or pass --source-dir")
+    check_generated(root, extra)
     total = 0
     with tarfile.open(fileobj=out, mode="w:gz") as tar:
         for dirpath, dirnames, filenames in os.walk(root):
@@ -37,7 +38,7 @@ def pack_source(folder: str | os.PathLike, extra: dict[str, str], out) -> int:
             dirnames[:] = sorted(d for d in kept if d not in links)
             for name in sorted(filenames + links):
                 path = Path(dirpath) / name
-                if name.endswith((".pyc", ".pyo")) or name in extra:
+                if name.endswith((".pyc", ".pyo")):
                     continue
                 if path.is_symlink() and link_leaves(str(path.relative_to(root)), os.readlink(path)):
                     continue  # the code could not use it in the job, and `--local` refuses to unpack it
@@ -54,6 +55,14 @@ def pack_source(folder: str | os.PathLike, extra: dict[str, str], out) -> int:
     return total
 
 
+def check_generated(folder: str | os.PathLike, extra: dict[str, str]) -> None:
+    """Refuse a source folder whose top level holds a file the archive gets from dtrain instead."""
+    for name in extra:
+        if os.path.lexists(os.path.join(folder, name)):
+            raise SpecError(f"{os.path.join(folder, name)} clashes with the {name} generated into the "
+                            f"uploaded code to run a command that is not `python FILE.py ...`: rename your file")
+
+
 def link_leaves(name: str, target: str) -> bool:
     """Whether a link stored as `name` (a path inside an archive) points outside the archive's
     folder: an absolute target, or one that climbs past the top. tarfile's 'data' filter refuses
@@ -62,12 +71,18 @@ def link_leaves(name: str, target: str) -> bool:
     return posixpath.isabs(target) or landing == ".." or landing.startswith("../")
 
 
-def unpack(archive: str | os.PathLike, to: str | os.PathLike) -> Path:
-    """Unpack a tar(.gz) into the new folder `to`, refusing anything that would land outside it."""
+def new_folder(to: str | os.PathLike) -> Path:
+    """`to` as a target to unpack into: a folder not there yet, or an empty one; its parent made."""
     dest = Path(to)
     if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
         raise ConflictError(f"{dest} exists and is not an empty folder: pick a new --to folder")
     dest.parent.mkdir(parents=True, exist_ok=True)
+    return dest
+
+
+def unpack(archive: str | os.PathLike, to: str | os.PathLike) -> Path:
+    """Unpack a tar(.gz) into the new folder `to`, refusing anything that would land outside it."""
+    dest = new_folder(to)
     staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
     try:
         with tarfile.open(archive) as tar:

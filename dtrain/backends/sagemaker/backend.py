@@ -6,7 +6,9 @@ EFS/FSx file system); the job's model folder is /opt/ml/model -> model.tar.gz in
 StopTrainingJob; logs are CloudWatch streams, one per host. The clients (sagemaker, s3, logs) are
 injected through the constructor; without them boto3 (imported lazily) makes them from its
 standard credential chain. Jobs with `--local` run on this machine through the same code, on
-clients that `local.py` provides (the SageMaker contract without Docker or AWS).
+clients that `local.py` provides (the SageMaker contract without Docker or AWS). What stays true
+of a job (the spec stored at submit, an ended job's description) is kept under the dtrain home
+(facts.py), so `list` describes only jobs that changed and reads each spec once.
 """
 
 from __future__ import annotations
@@ -17,17 +19,19 @@ import os
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from dtrain.backends.base import Backend, JobInfo, LogLine, NodeInfo
 from dtrain.backends.sagemaker import logs as cwlogs
 from dtrain.backends.sagemaker.clients import Clients, aws_call, aws_clients
 from dtrain.backends.sagemaker import render, status
-from dtrain.backends.sagemaker.archive import pack_source, unpack
+from dtrain.backends.sagemaker.archive import check_generated, new_folder, pack_source, unpack
 from dtrain.backends.sagemaker.config import LOCAL_BUCKET, SageMakerConfig
 from dtrain.backends.sagemaker.contract import decode
+from dtrain.backends.sagemaker.facts import ENDED, JobFacts, plain, settled
 from dtrain.backends.sagemaker.validate import check_request
 from dtrain.errors import BackendError, ConflictError, NotFoundError, NotSupportedError, SpecError
+from dtrain.names import check_name
 from dtrain.spec import JobSpec
 
 MAX_LIST = 1000  # jobs `list` reads from SageMaker (newest first)
@@ -53,11 +57,14 @@ class SageMakerBackend(Backend):
     name = "sagemaker"
 
     def __init__(self, config: SageMakerConfig, *, clients: Clients | None = None, local: Clients | None = None,
-                 session: Any = None, home: str | os.PathLike | None = None, cwd: str | None = None):
+                 session: Any = None, home: str | os.PathLike | None = None, cwd: str | None = None,
+                 pace: cwlogs.Pace = cwlogs.Pace(), sleep: Callable[[float], None] = time.sleep):
         self.config = config
         self._aws, self._local, self._session = clients, local, session
         self.home = Path(home) if home else None
         self.cwd = cwd
+        self.pace, self._sleep = pace, sleep  # how `logs -f` polls; injected by tests
+        self.facts = JobFacts(self.home)
 
     # ---- which clients serve a job ------------------------------------------------------
     @property
@@ -109,7 +116,9 @@ class SageMakerBackend(Backend):
             check_request("sagemaker", "CreateTrainingJob", req)
         elif importlib.util.find_spec("botocore") is not None:
             check_request("sagemaker", "CreateTrainingJob", _as_if_on_aws(req))
-        return req, render.upload_plan(spec, cfg, cwd=self.cwd or os.getcwd())
+        plan = render.upload_plan(spec, cfg, cwd=self.cwd or os.getcwd())
+        check_generated(plan.source_dir, {render.ENTRY: plan.entry} if plan.entry else {})
+        return req, plan
 
     def _render(self, spec: JobSpec) -> list[dict]:
         """What submit would send: the PutObject requests (without bodies) and CreateTrainingJob."""
@@ -160,61 +169,120 @@ class SageMakerBackend(Backend):
     def _describe(self, clients: Clients, name: str) -> dict:
         return aws_call(f"SageMaker job {name!r}", clients.sagemaker.describe_training_job, TrainingJobName=name)
 
-    def _stored_spec(self, clients: Clients, desc: dict) -> JobSpec:
-        """The spec dtrain stored beside the code; a stand-in for jobs started elsewhere."""
-        hps = desc.get("HyperParameters") or {}
-        source = decode(hps.get("sagemaker_submit_directory", '""'))
-        if isinstance(source, str) and source.startswith("s3://") and source.endswith(render.SOURCE_ARCHIVE):
-            bucket, _, key = source[5:].partition("/")
-            key = key.rsplit("/", 2)[0] + "/" + render.SPEC_FILE
-            try:
-                body = aws_call("S3 read of the job spec", clients.s3.get_object, Bucket=bucket, Key=key)["Body"]
-                return JobSpec.from_stored(json.loads(body.read()))
-            except (NotFoundError, BackendError, ValueError):
-                pass
-        try:
-            return status.spec_from_description(desc)
-        except SpecError as err:  # SageMaker allows names (capitals, 63 characters) and tags dtrain's do not
-            raise ForeignJobError(f"SageMaker job {desc['TrainingJobName']!r} was started by another tool and "
-                                  f"its name or tags do not fit a job of ours ({err}); see it with aws sagemaker "
-                                  f"describe-training-job --training-job-name {desc['TrainingJobName']}") from None
-
     def _info(self, clients: Clients, name: str, desc: dict | None = None) -> JobInfo:
         desc = desc or self._describe(clients, name)
-        spec = self._stored_spec(clients, desc)
+        arn, created = desc.get("TrainingJobArn"), desc.get("CreationTime")
+        known = self.facts.get(arn, created)
+        spec, stored = self._stored_spec(clients, desc, known.get("spec", ...))
+        learned = {"spec": stored} if stored is not ... and stored != known.get("spec", ...) else {}
+        kept = plain(desc) if desc.get("TrainingJobStatus") in ENDED else None
+        if kept is not None and kept != known.get("desc"):
+            learned["desc"] = kept  # what `list` shows of the job until it changes again
+        if learned:
+            self.facts.put(arn, created, **learned)
         hps = desc.get("HyperParameters") or {}
         per_host = int(decode(hps.get("sagemaker_mpi_num_of_processes_per_host", "0")) or 0) or \
             max(1, spec.processes // int((desc.get("ResourceConfig") or {}).get("InstanceCount") or 1))
         return status.job_info(desc, spec, per_host=per_host)
 
+    def _stored_spec(self, clients: Clients, desc: dict, stored: Any) -> tuple[JobSpec, Any]:
+        """The spec dtrain stored beside the code, read from S3 unless `stored` (what was remembered;
+        ... for nothing) holds it; a stand-in for jobs started elsewhere. And the stored JSON to
+        remember: None for a job without one, ... when S3 refused (asked again next time)."""
+        spec = self._spec_of(desc, stored)
+        if spec is None and stored is not None:  # not remembered, or remembered damaged: read it
+            stored = self._read_spec(clients, desc)
+            spec = self._spec_of(desc, stored)
+        if spec is not None:
+            return spec, stored
+        try:
+            return status.spec_from_description(desc), stored
+        except SpecError as err:  # SageMaker allows names (capitals, 63 characters) and tags dtrain's do not
+            raise ForeignJobError(f"SageMaker job {desc['TrainingJobName']!r} was started by another tool and "
+                                  f"its name or tags do not fit a job of ours ({err}); see it with aws sagemaker "
+                                  f"describe-training-job --training-job-name {desc['TrainingJobName']}") from None
+
+    @staticmethod
+    def _spec_of(desc: dict, stored: Any) -> JobSpec | None:
+        """The stored spec of this very job, or None."""
+        try:
+            spec = JobSpec.from_stored(stored) if isinstance(stored, dict) else None
+        except ValueError:
+            return None
+        return spec if spec is not None and spec.name == desc.get("TrainingJobName") else None
+
+    @staticmethod
+    def _read_spec(clients: Clients, desc: dict) -> Any:
+        """The stored spec's JSON from S3; None for a job without one (dtrain writes it before it
+        creates the job, so it never comes later); ... when S3 refused (a bucket this role may not
+        read, throttling) or the object does not parse."""
+        hps = desc.get("HyperParameters") or {}
+        source = decode(hps.get("sagemaker_submit_directory", '""'))
+        if not (isinstance(source, str) and source.startswith("s3://") and source.endswith(render.SOURCE_ARCHIVE)):
+            return None
+        bucket, _, key = source[5:].partition("/")
+        key = key.rsplit("/", 2)[0] + "/" + render.SPEC_FILE
+        try:
+            body = aws_call("S3 read of the job spec", clients.s3.get_object, Bucket=bucket, Key=key)["Body"]
+            return json.loads(body.read())
+        except NotFoundError:
+            return None
+        except (BackendError, ValueError):
+            return ...
+
     def _get(self, name: str) -> JobInfo:
         return self._info(self._clients_for(name), name)
 
     def _list(self) -> list[JobInfo]:
+        """Newest first, from ListTrainingJobs pages: a job is described only when it may be ours (a name
+        dtrain could give) and what is remembered of it (an ended job's description) is not current."""
         out = []
         sources = ([self.local] if self.home is not None or self._local is not None else [])
         if self._aws_configured():
             sources.append(self.aws)
         for clients in sources:
-            kw: dict = {"MaxResults": 100, "SortBy": "CreationTime", "SortOrder": "Descending"}
-            names: list[str] = []
-            while len(names) < MAX_LIST:
-                page = aws_call("SageMaker ListTrainingJobs", clients.sagemaker.list_training_jobs, **kw)
-                names += [s["TrainingJobName"] for s in page.get("TrainingJobSummaries", [])]
-                if not page.get("NextToken"):
-                    break
-                kw["NextToken"] = page["NextToken"]
-            for n in names:
+            summaries = self._summaries(clients)
+            for summary in summaries:
                 try:
-                    out.append(self._info(clients, n))
-                except ForeignJobError:
+                    check_name(summary["TrainingJobName"])  # what a stand-in spec would refuse, known undescribed
+                    out.append(self._listed(clients, summary))
+                except (SpecError, ForeignJobError):
                     continue  # another tool's job in the account: not one `dtrain list` can show
+                except NotFoundError:
+                    continue  # deleted (DeleteTrainingJob) since ListTrainingJobs named it
+            self.facts.keep_only(s.get("TrainingJobArn") for s in summaries)
         return out
+
+    def _summaries(self, clients: Clients) -> list[dict]:
+        kw: dict = {"MaxResults": 100, "SortBy": "CreationTime", "SortOrder": "Descending"}
+        out: list[dict] = []
+        while len(out) < MAX_LIST:
+            page = aws_call("SageMaker ListTrainingJobs", clients.sagemaker.list_training_jobs, **kw)
+            out += page.get("TrainingJobSummaries", [])
+            if not page.get("NextToken"):
+                break
+            kw["NextToken"] = page["NextToken"]
+        return out[:MAX_LIST]
+
+    def _listed(self, clients: Clients, summary: dict) -> JobInfo:
+        name = summary["TrainingJobName"]
+        known = self.facts.get(summary.get("TrainingJobArn"), summary.get("CreationTime"))
+        desc = known.get("desc")
+        if not (isinstance(desc, dict) and settled(desc, summary)):
+            desc = self._describe(clients, name)
+        return self._info(clients, name, desc)
 
     def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
               follow: bool) -> Iterator[LogLine]:
+        """Lines as they come. Following reads CloudWatch every pace.first seconds while lines arrive,
+        waiting up to twice as long after each read that found none (to pace.most), and asks for the
+        job's status (DescribeTrainingJob, throttled by AWS) every pace.status seconds of waiting. Once
+        the job has ended, reads continue until one finds nothing new (CloudWatch takes lines late)."""
         clients = self._clients_for(name)
+        pace = self.pace if clients is not self._local else cwlogs.Pace(  # --local: files read, no AWS quota
+            first=self.pace.first, most=self.pace.first, status=0.0)
         tokens: dict[str, str | None] = {}  # per stream: a host has one per start of its container
+        wait, waited, ended = pace.first, pace.status, False  # waited: seconds since the status was asked
         while True:
             found = cwlogs.streams(clients.logs, name)
             picked = {r: s for r, s in found.items() if rank is None or r == rank}
@@ -229,10 +297,17 @@ class SageMakerBackend(Backend):
                                                                 token=tokens.get(stream))
                     batches[r] += events
             yield from cwlogs.merged(batches, tail=tail)
-            if not follow or self._info(clients, name).status.terminal and all(not b for b in batches.values()):
+            new = any(batches.values())
+            if not follow or ended and not new:
                 return
             tail = None
-            time.sleep(1.0)
+            if not ended and waited >= pace.status:
+                ended, waited = status.job_status(self._describe(clients, name))[0].terminal, 0.0
+                if ended:
+                    continue  # read once more: lines the job wrote before it ended
+            wait = pace.first if new else min(pace.most, wait * 2)
+            self._sleep(wait)
+            waited += wait
 
     def _delete(self, name: str) -> JobInfo:
         clients = self._clients_for(name)
@@ -262,12 +337,14 @@ class SageMakerBackend(Backend):
         if not uri:
             raise NotFoundError(f"job {name!r} ended {status} without model artifacts; see dtrain describe job {name}")
         bucket, _, key = uri[5:].partition("/")
+        to = new_folder(to)  # before the download, which may be gigabytes
         try:
             body = aws_call("S3 download of model.tar.gz", clients.s3.get_object, Bucket=bucket, Key=key)["Body"]
         except NotFoundError:  # SageMaker names the URI before it uploads there, and a job may end before
             raise NotFoundError(f"job {name!r} is {status} and {uri} does not exist: SageMaker uploads "
                                 f"/opt/ml/model when the job ends; see dtrain describe job {name}") from None
-        with tempfile.NamedTemporaryFile(suffix=".tar.gz") as tmp:
+        # Beside the target, on its file system: $TMPDIR is often a RAM-backed tmpfs, smaller than a model
+        with tempfile.NamedTemporaryFile(prefix=f".{to.name}.", suffix=".tar.gz", dir=to.parent) as tmp:
             for chunk in iter(lambda: body.read(1 << 20), b""):
                 tmp.write(chunk)
             tmp.flush()

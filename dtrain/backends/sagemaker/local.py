@@ -69,7 +69,7 @@ def transition(state: dict, secondary: str, message: str, *, primary: str = "InP
     if state["transitions"] and state["transitions"][-1].get("EndTime") is None:
         state["transitions"][-1]["EndTime"] = now
     state["transitions"].append({"Status": secondary, "StartTime": now, "StatusMessage": message})
-    state.update(TrainingJobStatus=primary, SecondaryStatus=secondary)
+    state.update(TrainingJobStatus=primary, SecondaryStatus=secondary, LastModifiedTime=now)
     if primary != "InProgress" and primary != "Stopping":
         state["transitions"][-1]["EndTime"] = now
 
@@ -125,7 +125,9 @@ class LocalSageMaker:
         req = json.loads((self.job_dir(TrainingJobName) / "request.json").read_text())
         out = {k: v for k, v in req.items() if k != "Tags"}
         out.update({k: st[k] for k in ("TrainingJobStatus", "SecondaryStatus") if k in st})
+        modified = st.get("LastModifiedTime") or st["transitions"][-1]["StartTime"]  # a job older than the field
         out.update(TrainingJobArn=self._arn(TrainingJobName), CreationTime=_dt(st["CreationTime"]),
+                   LastModifiedTime=_dt(modified),
                    TrainingStartTime=_dt(st.get("TrainingStartTime")), TrainingEndTime=_dt(st.get("TrainingEndTime")),
                    SecondaryStatusTransitions=[{**t, "StartTime": _dt(t["StartTime"]), "EndTime": _dt(t.get("EndTime"))}
                                                for t in st["transitions"]])
@@ -142,8 +144,9 @@ class LocalSageMaker:
         names = [p.name for p in self.jobs.iterdir() if (p / "state.json").is_file()] if self.jobs.is_dir() else []
         rows = [self.describe_training_job(TrainingJobName=n) for n in names]
         rows.sort(key=lambda r: r["CreationTime"], reverse=kw.get("SortOrder") != "Ascending")
-        return {"TrainingJobSummaries": [{k: r[k] for k in ("TrainingJobName", "TrainingJobArn", "CreationTime",
-                                                                "TrainingJobStatus")} for r in rows]}
+        keys = ("TrainingJobName", "TrainingJobArn", "CreationTime", "TrainingEndTime", "LastModifiedTime",
+                "TrainingJobStatus", "SecondaryStatus")  # botocore's TrainingJobSummary
+        return {"TrainingJobSummaries": [{k: r[k] for k in keys if k in r} for r in rows]}
 
     def stop_training_job(self, TrainingJobName: str) -> dict:  # noqa: N803
         d = self.job_dir(TrainingJobName)

@@ -12,6 +12,7 @@ starts: until then CloudWatch answers ResourceNotFoundException, which here mean
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Iterator
 
 from dtrain.backends.base import LogLine
@@ -21,6 +22,15 @@ from dtrain.errors import NotFoundError
 GROUP = "/aws/sagemaker/TrainingJobs"
 _HOST = re.compile(r"/algo-(\d+)(?:-|$)")
 MAX_PAGES = 10_000  # a bound on one read; a month-long job's stream is well under it
+
+
+@dataclass(frozen=True, kw_only=True)
+class Pace:
+    """How `logs -f` polls AWS (seconds)."""
+
+    first: float = 1.0  # between CloudWatch reads while new lines arrive
+    most: float = 5.0  # the longest wait between reads of quiet streams (doubling from `first`)
+    status: float = 20.0  # of waiting between DescribeTrainingJob calls: a status lasts tens of seconds
 
 
 def host_index(stream: str) -> int | None:
