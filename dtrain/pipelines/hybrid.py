@@ -44,3 +44,10 @@ def check(params: dict) -> None:
                        processes=params["processes"], epochs=params["epochs"], batch_size=params["batch_size"],
                        lr=params["lr"], backend=params["backend"], data_volume=params["data_volume"],
                        max_steps=params["max_steps"], image=params["job_image"], data_uri=params["data_uri"])
+
+
+def plan(params: dict) -> steps.Plan:
+    """The job the chosen branch submits, and the volume it mounts (SageMaker reads data_uri instead)."""
+    runtime = params["training_runtime"]
+    mounts = () if runtime == "sagemaker" else (steps.Named("volume", params["data_volume"], "data_volume"),)
+    return steps.Plan(backend=runtime, makes=(steps.Named("job", params["job_name"], "job_name"),), mounts=mounts)

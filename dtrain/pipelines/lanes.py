@@ -36,6 +36,7 @@ def lane_detection(urls: str, sha256: str = "", backend: str = "local", job_pref
 def check(params: dict) -> None:
     """Refuse bad parameters before anything runs (the same rules the steps apply)."""
     prefix, image = params["job_prefix"], params["job_image"]
+    steps.check_volume_backend(params["backend"])
     _spec, volume = steps.lanes_prepare_spec(job_name=f"{prefix}-data", urls=params["urls"], sha256=params["sha256"],
                                              storage_class=params["storage_class"], size=params["size"], image=image)
     steps.lanes_train_spec(job_name=f"{prefix}-train", volume=volume, recipe=params["recipe"],
@@ -45,3 +46,14 @@ def check(params: dict) -> None:
     steps.check_threshold(params["threshold"])
     steps.check_name(params["candidate_volume"], "volume")
     steps.check_name(f"{prefix}-prepared", "snapshot")
+
+
+def plan(params: dict) -> steps.Plan:
+    """The three jobs, the data job's new volume, the named snapshot and the candidate volume."""
+    prefix = params["job_prefix"]
+    _spec, volume = steps.lanes_prepare_spec(job_name=f"{prefix}-data", urls=params["urls"], sha256=params["sha256"],
+                                             storage_class=params["storage_class"], size=params["size"])
+    jobs = tuple(steps.Named("job", f"{prefix}-{step}", "job_prefix") for step in ("data", "train", "eval"))
+    return steps.Plan(backend=params["backend"], makes=(
+        *jobs, steps.Named("volume", volume, "job_prefix"), steps.Named("snapshot", f"{prefix}-prepared", "job_prefix"),
+        steps.Named("volume", params["candidate_volume"], "candidate_volume")))

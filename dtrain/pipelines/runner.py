@@ -4,7 +4,9 @@ Compiling uses KFP's own compiler (the IR YAML a KFP 2 server takes). Running us
 runner, `kfp.local.SubprocessRunner(use_venv=False)`: every step is a real subprocess in this
 machine's Python environment, and the steps reach dtrain through $DTRAIN_HOME, which the run
 sets for them (they inherit the environment). Their $TMPDIR is a folder of the run's own, emptied
-of what KFP's component command leaves behind when the run ends (see _step_tmpdir).
+of what KFP's component command leaves behind when the run ends (see _step_tmpdir); the jobs they
+start get the user's $TMPDIR back. A shipped pipeline's names (jobs, volumes, snapshots) are
+checked on its backend before the first step (steps.check_plan).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dtrain.errors import EnvironmentError_, JobFailedError, NotFoundError, Spec
 from dtrain.names import cut, shown
 from dtrain.replace import replace_file
 
-SHIPPED = {  # name -> "module:function"; each module also has check(params)
+SHIPPED = {  # name -> "module:function"; each module also has check(params) and plan(params)
     "hybrid-cifar10": "dtrain.pipelines.hybrid:hybrid_cifar10",
     "lane-detection": "dtrain.pipelines.lanes:lane_detection",
 }
@@ -56,6 +58,7 @@ class Pipeline:
     info: PipelineInfo
     func: Any  # the kfp GraphComponent
     check: Callable[[dict], None] | None = None  # parameter rules of a shipped pipeline
+    plan: Callable[[dict], Any] | None = None  # a shipped pipeline's steps.Plan: the names a run takes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -88,15 +91,15 @@ def load(name: str | None = None, *, module: str | None = None) -> Pipeline:
         raise SpecError("name one pipeline: a shipped one (see 'dtrain pipeline list') or --module path.py:function")
     import_kfp()
     if module:
-        func, check = _from_file(module), None
+        func, check, plan = _from_file(module), None, None
     elif name in SHIPPED:
         mod_name, attr = SHIPPED[name].split(":")
         mod = importlib.import_module(mod_name)
-        func, check = getattr(mod, attr), mod.check
+        func, check, plan = getattr(mod, attr), mod.check, mod.plan
     else:
         raise NotFoundError(f"no pipeline {shown(name)}: use one of {', '.join(SHIPPED)} (see 'dtrain pipeline list'), "
                             f"or --module path.py:function for your own")
-    return Pipeline(info=describe(func, name), func=func, check=check)
+    return Pipeline(info=describe(func, name), func=func, check=check, plan=plan)
 
 
 def _from_file(ref: str):
@@ -207,18 +210,29 @@ def _convert(param: Param, text: str) -> Any:
 
 
 def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -> RunResult:
-    """Run on this machine with kfp.local; a failed step raises JobFailedError naming it."""
+    """Run on this machine with kfp.local; a failed step raises JobFailedError naming it. A shipped
+    pipeline whose job, volume or snapshot names are taken on its backend (a run before it left
+    them) is refused first, before any step runs."""
     from kfp import local
 
-    root = Path(root).resolve()
-    root.mkdir(parents=True, exist_ok=True)
+    from dtrain.client import Client
+    from dtrain.pipelines import steps
+
+    if pipeline.plan is not None:
+        plan = pipeline.plan(params)
+        steps.check_plan(pipeline.info.name, plan, client=Client(home=home, backend=plan.backend))
+    root = _make_root(Path(root))
     before = set(root.iterdir())
-    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
-               workspace_root=str(root / ".workspace"))
     failed = None
     began = datetime.now()  # kfp.local names the run's folder NAME-<the time it began>
-    with _step_tmpdir(root) as tmp, _environment(DTRAIN_HOME=str(home), TMPDIR=str(tmp.path)), \
+    user_tmp = os.environ.get("TMPDIR", "")  # the jobs the steps start get it back (steps.restore_tmpdir)
+    with _step_tmpdir(root) as tmp, _environment(DTRAIN_HOME=str(home), TMPDIR=str(tmp.path),
+                                                 **{steps.USER_TMPDIR: user_tmp}), \
             warnings.catch_warnings():
+        # KFP removes the workspace folder (shutil.rmtree) when a run ends, whatever is in it: a
+        # folder of this run's own, never one of ROOT that a user or another run may have.
+        local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
+                   workspace_root=str(tmp.path / "workspace"))
         # The component image names a container; the subprocess runner uses this Python on purpose.
         warnings.filterwarnings("ignore", message=".*base image.*", category=RuntimeWarning)
         # Display names are for the KFP UI; the local runner says it ignores them, once per step.
@@ -226,22 +240,38 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
         try:
             pipeline.func(**params)
             tmp.finished = True
-        except RuntimeError as err:
-            failed = _ANSI.sub("", str(err))
+        except Exception as err:  # KFP's: a failed task, or a pipeline its local runner cannot run
+            failed = _ANSI.sub("", str(err)) or type(err).__name__
     run_dir = _run_dir(root, set(root.iterdir()) - before, pipeline.func.pipeline_spec.pipeline_info.name, began)
-    result = RunResult(pipeline=pipeline.info.name, run_dir=run_dir, tasks=tuple(_tasks(run_dir)))
+    result = RunResult(pipeline=pipeline.info.name, run_dir=run_dir or root,
+                       tasks=tuple(_tasks(run_dir)) if run_dir else ())
     if failed is not None:
         task = re.search(r"Inner task failed: (.+?)\.?$", failed)
-        where = f" at step {task.group(1)}" if task else ""
-        raise JobFailedError(f"pipeline {pipeline.info.name!r} failed{where}: the step's log above ends with why; "
-                             f"its outputs: {run_dir}")
+        why = f" at step {task.group(1)}: the step's log above ends with why" if task else f": {cut(failed, 400)}"
+        where = f"its outputs: {run_dir}" if run_dir else "no step left outputs"
+        raise JobFailedError(f"pipeline {pipeline.info.name!r} failed{why}; {where}")
     return result
 
 
-def _run_dir(root: Path, new: set[Path], name: str, began: datetime) -> Path:
-    """The folder kfp.local made for this run: of the folders `NAME-<time>` made meanwhile, the first
-    to begin once this run began. Another run in the same root (a second `dtrain pipeline run`) makes
-    its folder meanwhile too: the newest folder, taken before, was that run's when it began last."""
+def _make_root(root: Path) -> Path:
+    """--root, made if missing: one line when it cannot be (a file there, a read-only place)."""
+    try:
+        root = root.resolve()
+        root.mkdir(parents=True, exist_ok=True)
+    except (FileExistsError, NotADirectoryError):
+        raise SpecError(f"invalid --root {shown(str(root))}: it or a folder above it is a file; give a folder "
+                        f"for the run's outputs") from None
+    except OSError as err:
+        raise SpecError(f"cannot use --root {shown(str(root))}: {cut(err.strerror or err)}; give a folder you can "
+                        f"write to") from None
+    return root
+
+
+def _run_dir(root: Path, new: set[Path], name: str, began: datetime) -> Path | None:
+    """The folder kfp.local made for this run (None if it made none): of the folders `NAME-<time>`
+    made meanwhile, the first to begin once this run began. Another run in the same root (a second
+    `dtrain pipeline run`) makes its folder meanwhile too: the newest folder, taken before, was that
+    run's when it began last."""
     ours = []
     for path in new:
         stamp = path.name.removeprefix(f"{name}-") if path.name.startswith(f"{name}-") else ""
@@ -251,17 +281,18 @@ def _run_dir(root: Path, new: set[Path], name: str, began: datetime) -> Path:
             continue
         if when >= began and path.is_dir():
             ours.append((when, path))
-    return min(ours)[1] if ours else root
+    return min(ours)[1] if ours else None
 
 
 def _tasks(run_dir: Path) -> Iterator[TaskResult]:
-    for out in sorted(run_dir.glob("*/executor_output.json"), key=lambda p: p.stat().st_mtime):
+    """Every task's outputs; a task inside a loop is a folder deeper (`for-loop-2-iteration-0/show`)."""
+    for out in sorted(run_dir.rglob("executor_output.json"), key=lambda p: p.stat().st_mtime):
         data = json.loads(out.read_text())
         outputs = dict(data.get("parameterValues") or {})
         for name, arts in (data.get("artifacts") or {}).items():
             for art in arts.get("artifacts") or []:
                 outputs[name] = art.get("metadata") or {}
-        yield TaskResult(name=out.parent.name, outputs=outputs)
+        yield TaskResult(name=out.parent.relative_to(run_dir).as_posix(), outputs=outputs)
 
 
 # KFP's lightweight-component command: `program_path=$(mktemp -d)`, then the step's source is
@@ -281,14 +312,19 @@ def _step_tmpdir(root: Path) -> Iterator[_StepTmp]:
     """A $TMPDIR for one run's steps, under ROOT/.tmp (a folder of this run only, so no other
     run's steps can be in it). However the run ends, the folders KFP's command made there (a
     `tmp.*` folder holding only its program file and that file's bytecode) are removed; the
-    folder itself goes too if that left it empty and the run finished: a failed or interrupted
-    step may have left a job running that inherited the variable. Anything else there stays,
-    for the user to see."""
+    folder itself goes too if that left it empty and the run finished: after a failed or
+    interrupted run a step's process may not have ended yet. Anything else there stays, for the
+    user to see. The jobs the steps start do not get it: steps.restore_tmpdir gives them the
+    user's $TMPDIR (what they write there, torch's torchinductor_<user> cache among it, is theirs)."""
     parent = root / ".tmp"
     if parent.is_symlink():
         raise SpecError(f"{parent} is a symbolic link: remove it (a run makes that folder itself)")
-    parent.mkdir(exist_ok=True)
-    tmp = _StepTmp(Path(tempfile.mkdtemp(prefix="run-", dir=parent)))
+    try:
+        parent.mkdir(exist_ok=True)
+        tmp = _StepTmp(Path(tempfile.mkdtemp(prefix="run-", dir=parent)))
+    except OSError as err:  # a --root this user may not write to, a read-only file system
+        raise SpecError(f"cannot use --root {shown(str(root))}: making {parent} failed ({cut(err.strerror or err)}); "
+                        f"give a folder you can write to") from None
     try:
         yield tmp
     finally:

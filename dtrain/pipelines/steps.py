@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, NoReturn
 
 from dtrain.backends.base import JobInfo, JobStatus
 from dtrain.client import Client
-from dtrain.errors import JobFailedError, SpecError
+from dtrain.errors import ConflictError, DtrainError, JobFailedError, NotFoundError, SpecError
+from dtrain.names import cut
 from dtrain.spec import MAX_PROCESSES, JobSpec, NewVolume, VolumeMount, check_name, shown
 from dtrain.spec_sagemaker import Channel, SageMakerOptions
 
@@ -47,6 +49,17 @@ def check_runtime(value: str) -> str:
     """The reference's first step: training_runtime must name one of the pipeline's branches."""
     if value not in RUNTIMES:
         raise SpecError(f"invalid training_runtime {shown(value)}: use one of {', '.join(RUNTIMES)}")
+    return value
+
+
+VOLUME_RUNTIMES = ("local", "kubernetes")  # the backends with volumes and snapshots (not SageMaker)
+
+
+def check_volume_backend(value: str) -> str:
+    """A pipeline whose steps make volumes and snapshots runs where there are some."""
+    if value not in VOLUME_RUNTIMES:
+        extra = " (its steps make volumes and snapshots, which SageMaker does not have)" if value == "sagemaker" else ""
+        raise SpecError(f"invalid backend {shown(value)}: use {' or '.join(VOLUME_RUNTIMES)}{extra}")
     return value
 
 
@@ -194,28 +207,131 @@ def check_threshold(value) -> float:
     return _check_fraction(value, "threshold", low_open=False)
 
 
+# ---------------------------------------------------------------- names a run takes (checked first)
+
+
+@dataclass(frozen=True)
+class Named:
+    """A job, volume or snapshot a pipeline run makes or mounts, under a name one parameter sets."""
+
+    kind: str  # job, volume or snapshot
+    name: str
+    param: str  # the pipeline parameter that changes the name
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """What a run will make on its dtrain backend (every name must be free) and the volumes its
+    jobs mount (each must exist). `dtrain pipeline run` checks it before the first step starts; a
+    compiled pipeline on a KFP server has no such moment, and there each step's own submit or
+    create refuses a taken name, as it does here for a name taken while the run goes on."""
+
+    backend: str
+    makes: tuple[Named, ...]
+    mounts: tuple[Named, ...] = ()
+
+
+def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
+    """One line naming what is taken (or missing) and the fix, before anything runs."""
+    dtrain = "dtrain " if plan.backend == client.config.backend_for(client.default_project) else \
+        f"dtrain --backend {plan.backend} "
+    taken = [(thing, status) for thing in plan.makes if (status := _taken(client, plan.backend, thing)) is not None]
+    if taken:
+        _refuse_taken(pipeline, plan.backend, taken, dtrain)
+    for need in plan.mounts:
+        try:
+            client.get_volume(need.name)
+        except NotFoundError:
+            raise NotFoundError(f"pipeline {pipeline!r} mounts volume {need.name!r} ({need.param}), which the "
+                                f"{plan.backend} backend does not have: create it ('{dtrain}volume create "
+                                f"{need.name}') or pass --param {need.param}=NAME") from None
+
+
+def _refuse_taken(pipeline: str, backend: str, taken: list[tuple[Named, str]], dtrain: str) -> NoReturn:
+    shown_ = ", ".join(f"{t.kind} {t.name!r}" + (f" ({status})" if status else "") for t, status in taken)
+    params = " or ".join(f"--param {p}=NEW" for p in dict.fromkeys(t.param for t, _ in taken))
+    if backend == "sagemaker":  # its job names are never reused, deleted or not
+        raise ConflictError(f"pipeline {pipeline!r} would submit {shown_}, a name SageMaker never reuses: "
+                            f"pass {params}")
+    jobs = " ".join(t.name for t, _ in taken if t.kind == "job")
+    removals = ([f"{dtrain}delete {jobs}"] if jobs else []) + \
+        [f"{dtrain}{t.kind} delete {t.name}" for t, _ in taken if t.kind != "job"]
+    raise ConflictError(f"pipeline {pipeline!r} would make {shown_}, which the {backend} backend already "
+                        f"has: remove {'it' if len(taken) == 1 else 'them'} ({'; '.join(removals)}) or pass {params}")
+
+
+def _taken(client: Client, backend: str, thing: Named) -> str | None:
+    """None when `thing`'s name is free; else what is there ('' or the job's status)."""
+    try:
+        if thing.kind == "job":
+            status = client.get(thing.name).status
+            # a Deleted local job is replaced by a new one of its name; elsewhere it is still there
+            # (a Kubernetes object being deleted, a stopped SageMaker job) and the name is taken
+            return None if status is JobStatus.DELETED and backend == "local" else str(status)
+        (client.get_volume if thing.kind == "volume" else client.get_snapshot)(thing.name)
+        return ""
+    except NotFoundError:
+        return None
+
+
 # ---------------------------------------------------------------- steps (talk to a backend)
 
 
 def run_job(spec: dict, *, backend: str, client: Client | None = None, timeout: float | None = None,
             echo: Echo = print) -> JobInfo:
     """Submit, follow the logs into this step's log, wait; a job that does not succeed raises
-    JobFailedError quoting its last log lines, so the pipeline step fails with the job's reason."""
+    JobFailedError quoting its last log lines, so the pipeline step fails with the job's reason.
+    A log that cannot be read (a Kubernetes job's pods gone, and its log with them) is said in a
+    line; the job's status still decides how the step ends."""
     client = client or Client(backend=backend)
     job = JobSpec.from_dict({"project": client.default_project, **_unwire(spec), "backend": backend})
+    restore_tmpdir()  # the job inherits this process's environment
     info = client.submit(job)
     echo(f"submitted job {job.name!r} to the {backend} backend ({info.status})")
-    for line in client.logs(job.name, follow=True):
-        echo(f"[{job.name} rank {line.rank}] {line.text}")
+    try:
+        for line in client.logs(job.name, follow=True):
+            echo(f"[{job.name} rank {line.rank}] {line.text}")
+    except DtrainError as err:  # the log is the job's story, its status the verdict: wait for that
+        echo(f"[{job.name}] its log is not available: {_one_line(err)}")
     info = client.wait(job.name, timeout=timeout)
     if info.status is not JobStatus.SUCCEEDED:
-        tail = [f"  [rank {ln.rank}] {ln.text}" for ln in client.logs(job.name, tail=LAST_LINES)]
         raise JobFailedError(f"job {job.name!r} ended {info.status}" + (f" ({info.message})" if info.message else "")
-                             + f" on the {backend} backend; its last log lines:\n" + "\n".join(tail or ["  (none)"])
+                             + f" on the {backend} backend; " + _last_lines(client, job.name)
                              + f"\nthe whole log: dtrain logs {job.name}"
                              + ("" if backend == "local" else f" (after 'dtrain config backend {backend}')"))
     echo(f"job {job.name!r} {info.status}")
     return info
+
+
+def _last_lines(client: Client, name: str) -> str:
+    """The failed job's last log lines, or why there are none to quote (its pods are gone, say)."""
+    try:
+        tail = [f"  [rank {ln.rank}] {ln.text}" for ln in client.logs(name, tail=LAST_LINES)]
+    except DtrainError as err:
+        return f"(its log is not available: {_one_line(err)})"
+    return "its last log lines:\n" + "\n".join(tail or ["  (none)"])
+
+
+def _one_line(err: Exception) -> str:
+    return cut(err, 1000)  # a backend's reason is one sentence; a foreign one may hold newlines
+
+
+# `dtrain pipeline run` points the steps' $TMPDIR at a folder of the run's (runner._step_tmpdir) for
+# KFP's own `mktemp -d`; it gives the user's value (empty: none was set) in this variable, so that
+# the jobs a step starts see the user's $TMPDIR, not a folder of the run they would leave things in.
+USER_TMPDIR = "DTRAIN_USER_TMPDIR"
+
+
+def restore_tmpdir() -> None:
+    """Give this step (and the jobs it starts) the user's $TMPDIR back; outside `pipeline run`
+    (a KFP pod, a plain call) the variable is absent and nothing changes."""
+    user = os.environ.pop(USER_TMPDIR, None)
+    if user is None:
+        return
+    if user:
+        os.environ["TMPDIR"] = user
+    else:
+        os.environ.pop("TMPDIR", None)
 
 
 def model_location(info: JobInfo, fallback: str) -> str:
@@ -256,7 +372,12 @@ def evaluate(spec: dict, *, backend: str, client: Client | None = None, timeout:
     """Run the prediction job and read its metric (the last JSON line of its log)."""
     client = client or Client(backend=backend)
     info = run_job(spec, backend=backend, client=client, timeout=timeout, echo=echo)
-    for line in reversed(list(client.logs(info.name))):
+    try:
+        lines = list(client.logs(info.name))
+    except DtrainError as err:
+        raise JobFailedError(f"job {info.name!r} {info.status} but its metric line (JSON with accuracy, fp, fn) "
+                             f"could not be read: {_one_line(err)}") from None
+    for line in reversed(lines):
         try:
             result = json.loads(line.text)
         except ValueError:
