@@ -279,3 +279,33 @@ def test_artifacts_refuse_a_used_target_before_downloading_and_download_beside_i
     out = be.artifacts("art-beside", to=tmp_path / "models" / "m")
     assert (out / "model.pth").read_bytes() == b"weights"
     assert os.listdir(tmp_path / "models") == ["m"]  # nothing left beside it
+
+
+def test_wait_asks_aws_for_the_status_every_few_seconds_and_never_past_its_timeout(clients, monkeypatch):
+    """DescribeTrainingJob is throttled: `dtrain wait` asks every 5 s (the old loop: every 0.5 s), and
+    the last pause ends at the timeout instead of a whole poll after it."""
+    now, pauses = [1000.0], []
+
+    def sleep(seconds: float) -> None:
+        pauses.append(seconds)
+        now[0] += seconds
+
+    monkeypatch.setattr(time, "sleep", sleep)
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    sm = session().client("sagemaker")
+    be = SageMakerBackend(CFG, clients=Clients(sm, clients.s3, clients.logs))
+    with Stubber(sm) as stub:
+        for status in ("InProgress", "InProgress", "Completed"):
+            stub.add_response("describe_training_job", _desc("slow", status, "Training"), {"TrainingJobName": "slow"})
+        assert be.wait("slow").status.terminal
+        stub.assert_no_pending_responses()
+    assert pauses == [5.0, 5.0]
+    pauses.clear()
+    with Stubber(sm) as stub:
+        for _ in range(4):
+            stub.add_response("describe_training_job", _desc("slow", "InProgress", "Training"),
+                              {"TrainingJobName": "slow"})
+        with pytest.raises(Exception, match="is still Running after 12s"):
+            be.wait("slow", timeout=12)
+        stub.assert_no_pending_responses()
+    assert pauses == [5.0, 5.0, 2.0]  # then the status at the deadline

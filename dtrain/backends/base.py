@@ -243,8 +243,9 @@ class Backend(abc.ABC):
             raise SpecError(f"invalid tail {shown(tail)}: use a number of lines from 0 to {MAX_TAIL}, e.g. -t 10")
         return self._logs(name, rank=rank, tail=tail, since=since, follow=follow)
 
-    def wait(self, name: str, *, timeout: float | None = None, poll: float = 0.5) -> JobInfo:
-        """Block until the job is terminal; the only wait loop in dtrain."""
+    def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None) -> JobInfo:
+        """Block until the job is terminal; the only wait loop in dtrain. `poll`: seconds between
+        statuses (default: the backend's `_wait_poll`), never past the timeout."""
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not 0 <= timeout < float("inf")):
             raise SpecError(f"invalid timeout {timeout!r}: use a number of seconds >= 0, e.g. --timeout 600")
@@ -256,7 +257,13 @@ class Backend(abc.ABC):
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError_(f"job {name!r} is still {info.status} after {timeout:g}s; "
                                     f"wait longer (--timeout) or check 'dtrain logs {name}'")
-            time.sleep(poll)
+            pause = self._wait_poll(name) if poll is None else poll
+            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+
+    def _wait_poll(self, name: str) -> float:
+        """Seconds between the statuses `wait` reads: a backend whose status is a throttled API call
+        (SageMaker's DescribeTrainingJob) asks less often."""
+        return 0.5
 
     def delete(self, name: str, *, purge: bool = False) -> JobInfo:
         """Stop the job (it reads Deleted); `purge` also forgets it, so `get` then finds nothing."""

@@ -35,6 +35,7 @@ from dtrain.names import check_name
 from dtrain.spec import JobSpec
 
 MAX_LIST = 1000  # jobs `list` reads from SageMaker (newest first)
+AWS_WAIT_POLL = 5.0  # seconds between DescribeTrainingJob calls of `dtrain wait`
 
 
 def _as_if_on_aws(req: dict) -> dict:
@@ -89,6 +90,11 @@ class SageMakerBackend(Backend):
 
     def _aws_configured(self) -> bool:
         return self._aws is not None or bool(self.config.role and self.config.bucket)
+
+    def _wait_poll(self, name: str) -> float:
+        """`dtrain wait` asks AWS for the status every AWS_WAIT_POLL seconds (DescribeTrainingJob is
+        throttled, and a status lasts tens of seconds); a --local job's status is a file read."""
+        return Backend._wait_poll(self, name) if self._has_local(name) else AWS_WAIT_POLL
 
     def _clients_for(self, name: str) -> Clients:
         if self._has_local(name):
