@@ -23,6 +23,7 @@ import math
 import queue
 import threading
 import time
+from contextlib import closing
 from dataclasses import replace
 from typing import Any, Iterator
 
@@ -33,8 +34,8 @@ from dtrain.spec import JobSpec, VolumeMount, parse_size
 from .client import (NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT,
                      Forbidden, KubeApi, Missing, Unanswered, client_from_config)
 from .config import KubernetesConfig
-from .logs import LogSource, keep, merge, parse_line
-from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE, MPI_JOB, ROLE_SNAPSHOTTER,
+from .logs import LogSource, check_pods_left, keep, log_sources, merge, parse_line
+from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE, ROLE_SNAPSHOTTER,
                       VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
 from .render import render_job, resource_for
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace, render_success_snapshot
@@ -221,7 +222,10 @@ class KubernetesBackend(VolumeVerbs, Backend):
                 return resource, obj
         if refused:  # it may be of a kind we may not read: say so rather than 'not found'
             raise refused[0]
-        raise NotFoundError(f"job {name!r} not found in namespace {self.namespace}: see 'dtrain list'")
+        ttl = self.config.ttl_seconds_after_finished
+        gone = "" if ttl is None else (f"; the cluster deletes a job {ttl}s after it ends (kubernetes setting "
+                                       f"ttl_seconds_after_finished), and its pods and logs with it")
+        raise NotFoundError(f"job {name!r} not found in namespace {self.namespace}: see 'dtrain list'{gone}")
 
     def _exec(self, name: str, command: list[str], *, rank: int) -> int:
         """`kubectl exec` into the pod that runs `rank` (a replica pod; packed ranks share one)."""
@@ -316,17 +320,23 @@ class KubernetesBackend(VolumeVerbs, Backend):
         if info.status is not JobStatus.SUCCEEDED or not volume:
             return info
         name, namespace = success_snapshot_name(info.name), info.extra["namespace"]
+        # What goes wrong here is said in the job's message: `describe`, `list` and `wait` read a
+        # job that did succeed, whatever this account may do with snapshots.
         try:
             self.api.read(VOLUME_SNAPSHOT, namespace, name)
         except Missing as err:
             if err.api_missing:
                 return replace(info, message=f"snapshot-on-success not taken: {err.no_api()}")
-            if self._try_read(PVC, namespace, volume) is None:
-                return replace(info, message=f"snapshot-on-success not taken: volume {volume!r} is gone")
             try:
+                if self._try_read(PVC, namespace, volume) is None:
+                    return replace(info, message=f"snapshot-on-success not taken: volume {volume!r} is gone")
                 self.api.create(render_success_snapshot(info.spec, self.config), VOLUME_SNAPSHOT)
             except ConflictError:
                 pass  # the in-cluster watcher took it first
+            except DtrainError as failed:  # no RBAC to create snapshots, no answer: the next look retries
+                return replace(info, message=f"snapshot-on-success not taken yet: {failed}")
+        except DtrainError as err:
+            return replace(info, message=f"snapshot-on-success not checked: {err}")
         return replace(info, snapshot=name)
 
     def _notebook_url(self, info: JobInfo) -> str:
@@ -347,7 +357,10 @@ class KubernetesBackend(VolumeVerbs, Backend):
     def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
               follow: bool) -> Iterator[LogLine]:
         resource, obj = self._find(name)
-        sources = _log_sources(resource.kind, obj, self._pods(name), rank)
+        pods = self._pods(name)
+        sources = log_sources(resource.kind, obj, pods, rank)
+        if not sources:
+            check_pods_left(name, resource.kind, obj, pods, rank)
         query: dict[str, Any] = {"timestamps": True}
         if tail is not None and (rank is None or all(s.tags is None for s in sources)):
             query["tail_lines"] = tail  # exact only when the server's lines are the ones we keep
@@ -355,17 +368,26 @@ class KubernetesBackend(VolumeVerbs, Backend):
             query["since_seconds"] = max(1, math.ceil(time.time() - since))
         if follow:
             return self._follow(name, resource.kind, rank, sources, query, since)
-        streams = [[x for x in (parse_line(r, s) for r in self._read_log(s, query)) if keep(x, rank, since)]
+        streams = [[x for x in (parse_line(r, s) for r in self._read_log(name, s, query)) if keep(x, rank, since)]
                    for s in sources]
         return iter(merge(streams, tail))
 
-    def _read_log(self, source: LogSource, query: dict) -> list[str]:
+    def _read_log(self, name: str, source: LogSource, query: dict) -> list[str]:
         try:
             return list(self.api.pod_log(self.namespace, source.pod, **query))
         except BackendError as err:
-            if "waiting to start" in str(err):
-                return []  # a pod that has not started has written nothing
-            raise
+            if "waiting to start" not in str(err):
+                raise
+        self._check_startable(name, source.pod)
+        return []  # a pod that is on its way has written nothing yet
+
+    def _check_startable(self, name: str, pod: str) -> None:
+        """Raise when a pod's container cannot start without a change of the job (a wrong image, a
+        missing secret): the kubelet retries for good, so neither waiting nor an empty log helps."""
+        stuck = stuck_reason(self._try_read(POD, self.namespace, pod) or {})
+        if stuck:
+            raise BackendError(f"pod {pod} of job {name!r} cannot start ({stuck}): fix the image, secret or "
+                               f"config it names and submit the job again, or delete it ('dtrain delete {name}')")
 
     def _stream(self, name: str, source: LogSource, query: dict) -> Iterator[str]:
         while True:
@@ -375,21 +397,18 @@ class KubernetesBackend(VolumeVerbs, Backend):
             except BackendError as err:
                 if "waiting to start" not in str(err) or self._get(name).status.terminal:
                     raise
-            stuck = stuck_reason(self._try_read(POD, self.namespace, source.pod) or {})
-            if stuck:  # the kubelet retries, but only a change of the job can help: do not wait for good
-                raise BackendError(f"pod {source.pod} of job {name!r} cannot start ({stuck}): fix the image, "
-                                   f"secret or config it names and submit the job again, or delete it "
-                                   f"('dtrain delete {name}')")
+            self._check_startable(name, source.pod)
             time.sleep(self.poll_interval)
 
     def _follow(self, name: str, kind: str, rank: int | None, sources: list[LogSource], query: dict,
                 since: float | None) -> Iterator[LogLine]:
         while not sources:  # no pod yet: wait for the operator, or for the job to end
-            if self._get(name).status.terminal:
-                return
             time.sleep(self.poll_interval)
             resource, obj = self._find(name)
-            sources = _log_sources(kind, obj, self._pods(name), rank)
+            pods = self._pods(name)
+            sources = log_sources(kind, obj, pods, rank)
+            if not sources:
+                check_pods_left(name, kind, obj, pods, rank)
         if len(sources) == 1:
             for raw in self._stream(name, sources[0], query):
                 line = parse_line(raw, sources[0])
@@ -400,13 +419,20 @@ class KubernetesBackend(VolumeVerbs, Backend):
 
     def _follow_many(self, name: str, rank: int | None, sources: list[LogSource], query: dict,
                      since: float | None) -> Iterator[LogLine]:
-        """Several pods at once: one reader thread per pod, lines yielded as they arrive."""
+        """Several pods at once: one reader thread per pod, lines yielded as they arrive. When the
+        caller stops reading (closes this generator, or drops it), the readers end at their pod's
+        next line: a dashboard that stopped showing a job's logs must not leave them streaming
+        into an unread queue for the rest of the job."""
         lines: queue.Queue = queue.Queue()
+        gone = threading.Event()
 
         def pump(source: LogSource) -> None:
             try:
-                for raw in self._stream(name, source, query):
-                    lines.put(parse_line(raw, source))
+                with closing(self._stream(name, source, query)) as stream:
+                    for raw in stream:
+                        if gone.is_set():
+                            return
+                        lines.put(parse_line(raw, source))
             except Exception as err:  # raised in the caller: a reader that died must not end the output quietly
                 lines.put(err)
             finally:
@@ -415,14 +441,17 @@ class KubernetesBackend(VolumeVerbs, Backend):
         for source in sources:
             threading.Thread(target=pump, args=(source,), name=f"logs-{source.pod}", daemon=True).start()
         done = 0
-        while done < len(sources):
-            item = lines.get()
-            if item is _DONE:
-                done += 1
-            elif isinstance(item, Exception):
-                raise item
-            elif keep(item, rank, since):
-                yield item
+        try:
+            while done < len(sources):
+                item = lines.get()
+                if item is _DONE:
+                    done += 1
+                elif isinstance(item, Exception):
+                    raise item
+                elif keep(item, rank, since):
+                    yield item
+        finally:
+            gone.set()
 
     # ---------------------------------------------------------------- nodes
 
@@ -452,26 +481,6 @@ def _owned_by(obj: dict, owner: dict) -> dict:
     ref = {"apiVersion": owner["apiVersion"], "kind": owner["kind"], "name": meta["name"], "uid": meta["uid"],
            "blockOwnerDeletion": True}
     return {**obj, "metadata": {**obj["metadata"], "ownerReferences": [ref]}}
-
-
-def _log_sources(kind: str, obj: dict, pods: list[dict], rank: int | None) -> list[LogSource]:
-    """Which pods hold the wanted ranks' lines, and how their lines are tagged."""
-    if kind == MPI_JOB.kind:  # mpirun on the launcher collects every rank's output
-        launcher = [p for p in pods if pod_index(kind, obj, p) is None]
-        return [LogSource(newest_pod(launcher)["metadata"]["name"], 0, "mpi")] if launcher else []
-    per_pod = procs_per_pod(obj)
-    by_index: dict[int, list[dict]] = {}
-    for pod in pods:
-        by_index.setdefault(pod_index(kind, obj, pod), []).append(pod)
-    wanted = sorted(i for i in by_index if i is not None) if rank is None else [rank // per_pod]
-    sources = []
-    for index in wanted:
-        if index in by_index:
-            pod = newest_pod(by_index[index])
-            command = pod["spec"]["containers"][0].get("command") or []
-            tags = "torchrun" if "--tee=3" in command else None
-            sources.append(LogSource(pod["metadata"]["name"], index * per_pod, tags))
-    return sources
 
 
 def _cpus(value: str | None) -> int | None:

@@ -75,7 +75,10 @@ def client_from_config(config: KubernetesConfig):
     plugin = _PluginErrors()
     logging.getLogger().addHandler(plugin)  # the client logs a failed exec plugin and goes on without it
     try:
-        client = k8s.config.new_client_from_config(config_file=config.kubeconfig, context=config.context)
+        # persist_config=False: a refreshed token (an auth-provider's gcp cmd-path, oidc, azure) stays in
+        # memory; the client would otherwise re-dump the user's kubeconfig, comments gone, through a link.
+        client = k8s.config.new_client_from_config(config_file=config.kubeconfig, context=config.context,
+                                                   persist_config=False)
     except (k8s.config.ConfigException, OSError, yaml.YAMLError, TypeError, AttributeError, ValueError) as err:
         if config.kubeconfig is None and config.context is None:
             conf = k8s.client.Configuration()
@@ -129,10 +132,34 @@ def _shown_body(data: bytes) -> str:
     return f"{text!r}" + ("..." if len(data) > 80 else "")
 
 
+def _exit_code(status_text: bytes | str, namespace: str, pod: str, command: list[str]) -> int:
+    """A command's exit code from the metav1.Status that ends an exec session: Success is 0,
+    NonZeroExitCode carries an ExitCode cause. Anything else is one line: the command could not
+    be started (an InternalError: executable not found), or the session ended without a status."""
+    try:
+        status = json.loads(status_text) if status_text.strip() else None
+    except ValueError:
+        status = None
+    if not isinstance(status, dict):
+        raise BackendError(f"the exec session in pod {pod} ended without the command's exit status: the command "
+                           f"may still run there; check with 'kubectl -n {namespace} get pod {pod}'")
+    if status.get("status") == "Success":
+        return 0
+    causes = (status.get("details") or {}).get("causes") or []
+    codes = [str(c.get("message")) for c in causes if isinstance(c, dict) and c.get("reason") == "ExitCode"]
+    if status.get("reason") == "NonZeroExitCode" and codes and codes[0].isdigit():
+        return int(codes[0])
+    message = " ".join(str(status.get("message") or status.get("reason") or "no reason given").split())
+    raise BackendError(f"cannot run {command[0]!r} in pod {pod}: {message}")
+
+
 def _snake(kind: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", kind).lower()
 
 
+# Our verbs as the API's authorization verbs (what `kubectl auth can-i` takes).
+_CAN_I = {"create": "create", "read": "get", "list": "list", "replace": "update", "patch": "patch",
+          "delete": "delete"}
 CONNECT_TIMEOUT = 30.0  # seconds to open a connection (client-go's dial timeout)
 
 
@@ -197,14 +224,16 @@ class KubeApi:
             args += (body,)
         where = f" in namespace {namespace}" if namespace else ""
         what = f"{verb} {resource.kind}{' ' + repr(name) if name else 's'}{where}"
+        scope = f"-n {namespace}" if namespace else "-A" if resource.namespaced else ""
+        access = " ".join(x for x in (_CAN_I[verb], resource.full_name, scope) if x)
         try:
-            return self.send(what, getattr(api, method), *args, **query)
+            return self.send(what, getattr(api, method), *args, access=access, **query)
         except Missing as err:
             err.resource = resource
             raise
 
-    def send(self, what: str, method, *args: Any, **kwargs: Any) -> dict:
-        resp = self.raw(what, method, *args, **kwargs)
+    def send(self, what: str, method, *args: Any, access: str, **kwargs: Any) -> dict:
+        resp = self.raw(what, method, *args, access=access, **kwargs)
         with self.answering(what):
             data = resp.data
         if not data:
@@ -219,14 +248,15 @@ class KubeApi:
                                f"the kubeconfig context")
         return answer
 
-    def raw(self, what: str, method, *args: Any, **kwargs: Any):
-        """The urllib3 response of one API call (a stream when the call asks to follow)."""
+    def raw(self, what: str, method, *args: Any, access: str, **kwargs: Any):
+        """The urllib3 response of one API call (a stream when the call asks to follow); `access`:
+        the `kubectl auth can-i` arguments that check this call's permission."""
         kwargs.setdefault("_request_timeout", (min(CONNECT_TIMEOUT, self.timeout), self.timeout))
         with self.answering(what):
             try:
                 return method(*args, _preload_content=False, **kwargs)
             except self._api_exception as err:
-                raise self._error(what, err) from None
+                raise self._error(what, err, access) from None
 
     @contextmanager
     def answering(self, what: str) -> Iterator[None]:
@@ -253,7 +283,7 @@ class KubeApi:
         return Unanswered(f"cannot reach the Kubernetes API at {self.host} to {what}: {text}; check the "
                           f"kubeconfig context and that the cluster is up")
 
-    def _error(self, what: str, err) -> Exception:
+    def _error(self, what: str, err, access: str) -> Exception:
         try:
             status = json.loads(err.body or "{}")
         except ValueError:
@@ -267,9 +297,12 @@ class KubeApi:
             return Missing(f"cannot {what}: {message}", api_missing=not details.get("name"))
         if err.status == 409:
             return ConflictError(f"cannot {what}: {message}")
-        if err.status in (401, 403):
+        if err.status == 401:
+            return Forbidden(f"cannot {what}: {message}; the cluster did not accept the credentials of the "
+                             f"kubeconfig context (expired or wrong): log in again, then retry")
+        if err.status == 403:
             return Forbidden(f"cannot {what}: {message}; check your credentials and RBAC "
-                             f"(kubectl auth can-i --list -n <namespace>)")
+                             f"(kubectl auth can-i {access})")
         if err.status in (400, 422):
             return BackendError(f"the cluster rejected the request to {what}: {message}")
         if err.status == 429 or err.status >= 500:
@@ -298,31 +331,35 @@ class KubeApi:
         core = type(self.core)(self.api_client)
         from websocket import WebSocketException
 
+        # binary: the output's bytes as the command wrote them (the text mode decodes each frame on
+        # its own, so a file copied out with `cat` came back with U+FFFD where its bytes were not UTF-8)
         try:
             resp = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=command, stdin=False,
-                          stdout=True, stderr=True, tty=False, _preload_content=False)
+                          stdout=True, stderr=True, tty=False, _preload_content=False, binary=True)
         except self._api_exception as err:
             raise self._exec_error(namespace, pod, err) from None
+        sys.stdout.flush()
+        sys.stderr.flush()
         try:
             while resp.is_open():
                 resp.update(timeout=1)
-                if resp.peek_stdout():
-                    sys.stdout.write(resp.read_stdout())
-                if resp.peek_stderr():
-                    sys.stderr.write(resp.read_stderr())
+                for data, out in ((resp.read_stdout(timeout=0), sys.stdout), (resp.read_stderr(timeout=0), sys.stderr)):
+                    if data:
+                        out.buffer.write(data)
+                        out.buffer.flush()
         except (WebSocketException, OSError) as err:
             cause = " ".join(str(err).split())
             raise BackendError(f"the exec session in pod {pod} broke off ({cause}): the command may still run "
                                f"there; check with 'kubectl -n {namespace} get pod {pod}'") from None
         finally:
             resp.close()
-        return resp.returncode or 0
+        return _exit_code(resp.read_channel(3), namespace, pod, command)  # channel 3: the session's end
 
     def _exec_error(self, namespace: str, pod: str, err) -> Exception:
         """The websocket client reports a refused upgrade as status 0 and a reason holding the
         status line, every header and the body: keep the status line, map 401/403 like any call."""
         if err.status:
-            return self._error(f"exec into pod {pod}", err)
+            return self._error(f"exec into pod {pod}", err, f"create pods/exec -n {namespace}")
         text = str(err.reason or "")
         line = " ".join(text.split("-+-+-")[0].split())
         code = re.search(r"Handshake status (\d{3})", line)
@@ -338,7 +375,7 @@ class KubeApi:
         # A stream that follows may stay silent for hours while the job computes: no read timeout.
         timeout = (min(CONNECT_TIMEOUT, self.timeout), None if follow else self.timeout)
         resp = self.raw(what, self.core.read_namespaced_pod_log, pod, namespace, follow=follow,
-                        _request_timeout=timeout, **query)
+                        _request_timeout=timeout, access=f"get pods/log -n {namespace}", **query)
         if not follow:
             with self.answering(what):
                 data = resp.data

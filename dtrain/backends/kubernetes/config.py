@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from dtrain.errors import SpecError
 from dtrain.spec import check_name, parse_size
@@ -60,6 +60,7 @@ class KubernetesConfig:
     request_timeout: float = 90.0
 
     def __post_init__(self):
+        self._check_types()
         check_name(self.project, "project")
         if self.namespace is not None and not _NAMESPACE_RE.match(self.namespace):
             raise SpecError(f"invalid namespace {self.namespace!r}: use 1-63 lower-case letters, digits or '-'")
@@ -68,6 +69,21 @@ class KubernetesConfig:
         object.__setattr__(self, "mpirun_args", tuple(self.mpirun_args))
         self._check_choices()
         self._check_numbers()
+
+    def _check_types(self):
+        """config.yaml may hold any YAML type: a word where a list goes would be split into letters
+        (image_pull_secrets: regcred became secrets r, e, g, c, d), and a quoted "false" is true."""
+        for field in fields(self):
+            value, kind = getattr(self, field.name), str(field.type)
+            if kind == "bool" and not isinstance(value, bool):
+                raise SpecError(f"invalid Kubernetes {field.name} {value!r}: use true or false")
+            if kind in ("str", "str | None") and not (isinstance(value, str) or (value is None and "None" in kind)):
+                raise SpecError(f"invalid Kubernetes {field.name} {value!r}: use a string")
+            if kind == "tuple[str, ...]" and not (isinstance(value, (list, tuple))
+                                                   and all(isinstance(v, str) for v in value)):
+                example = ", ".join(value.split()) if isinstance(value, str) else "..."
+                raise SpecError(f"invalid Kubernetes {field.name} {value!r}: use a list of strings, "
+                                f"e.g. {field.name}: [{example}]")
 
     def _check_choices(self):
         choices = {

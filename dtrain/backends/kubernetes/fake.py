@@ -9,13 +9,17 @@ become ready) so a test can replay a job's life step by step. `FakeKubeServer` s
 Not a conformance fake: no admission, no schema validation (the render tests check schemas),
 no watches; PATCH takes a JSON Patch (a list: add, replace, remove) or a merge patch (a mapping).
 Faults are injected with `FakeCluster.fail`: an error status for matching requests, or a dropped
-connection.
+connection. `exec` speaks the API server's websocket channel protocol once `FakeCluster.on_exec`
+says what a command writes (without it, the upgrade is answered as a proxy that drops it would).
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import itertools
 import json
+import struct
 import threading
 import time
 import uuid
@@ -47,6 +51,8 @@ JOB_PLURALS = (("batch", "jobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.or
                ("trainer.kubeflow.org", "trainjobs"), ("kubeflow.org", "notebooks"))
 _KUBEFLOW_EXCLUSIVE = {"Running", "Restarting", "Succeeded", "Failed"}  # at most one is True
 DROP = 0  # a fault's status that closes the connection without an answer
+UPGRADE = 101  # an exec session: the answer is the (channel, bytes) writes of the command
+_WEBSOCKET_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455's key suffix
 _REASONS = {400: "BadRequest", 401: "Unauthorized", 403: "Forbidden", 404: "NotFound", 409: "AlreadyExists",
             410: "Expired", 422: "Invalid", 429: "TooManyRequests", 500: "InternalError",
             503: "ServiceUnavailable", 504: "Timeout"}
@@ -73,6 +79,18 @@ def _status(code: int, reason: str, message: str, details: dict | None = None) -
     body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure", "message": message,
             "reason": reason, "details": details or {}, "code": code}
     return code, json.dumps(body).encode()
+
+
+def exec_writes(stdout: str = "", stderr: str = "", *, exit_code: int = 0) -> list[tuple[int, bytes]]:
+    """What the kubelet relays of a command that ran (channel 1 stdout, 2 stderr), then its end on
+    channel 3: a metav1.Status, Success, or NonZeroExitCode with an ExitCode cause."""
+    writes = [(channel, text.encode()) for channel, text in ((1, stdout), (2, stderr)) if text]
+    status: dict[str, Any] = {"metadata": {}, "status": "Success"}
+    if exit_code:
+        status = {"metadata": {}, "status": "Failure", "reason": "NonZeroExitCode",
+                  "message": f"command terminated with non-zero exit code: exit status {exit_code}",
+                  "details": {"causes": [{"reason": "ExitCode", "message": str(exit_code)}]}}
+    return writes + [(3, json.dumps(status).encode())]
 
 
 def _not_found(group: str, plural: str, name: str) -> tuple[int, bytes]:
@@ -131,6 +149,8 @@ class FakeCluster:
         self.namespaced_only = False  # True: 403 for namespaced kinds read across all namespaces
         self.requests: list[tuple[str, str]] = []  # (method, path?query) in arrival order
         self.on_follow_idle: Callable[[str, str], None] | None = None  # a follow stream caught up
+        # exec (namespace, pod, command) -> the (channel, bytes) writes of the session (exec_writes)
+        self.on_exec: Callable[[str, str, list[str]], list[tuple[int, bytes]]] | None = None
         self.faults: list[Fault] = []  # see fail()
         self._rv = itertools.count(1)
         for ns in namespaces:
@@ -234,6 +254,12 @@ class FakeCluster:
         if (group, plural) in self.forbidden or (self.namespaced_only and across):
             return _status(403, "Forbidden", f'{plural}.{group} is forbidden: User "test" cannot {method.lower()} '
                                              f'resource "{plural}" in API group "{group}"')
+        if len(rest) > 2 and rest[2] == "exec" and method == "GET" and self.on_exec is not None:
+            with self.lock:
+                if ("", "pods", namespace, name) not in self.objects:
+                    return _not_found(group, plural, name)
+            writes = self.on_exec(namespace, name, parse_qs(parts.query).get("command", []))
+            return UPGRADE, writes  # type: ignore[return-value]  # the handler frames them
         with self.lock:
             if len(rest) > 2 and rest[2] == "log" and method == "GET":
                 return self._log(namespace, name, query)
@@ -481,6 +507,18 @@ def _trainjob_replicas(obj: dict) -> Iterator[tuple[str, dict[str, str], dict]]:
         yield f"{name}-{node}-0-{i}-{uuid.uuid4().hex[:5]}", labels, template
 
 
+def _frame(opcode: int, payload: bytes) -> bytes:
+    """One final, unmasked websocket frame (RFC 6455 5.2), as a server sends it."""
+    size = len(payload)
+    if size < 126:
+        head = struct.pack("!BB", 0x80 | opcode, size)
+    elif size < 1 << 16:
+        head = struct.pack("!BBH", 0x80 | opcode, 126, size)
+    else:
+        head = struct.pack("!BBQ", 0x80 | opcode, 127, size)
+    return head + payload
+
+
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # chunked streams for `logs -f`
     disable_nagle_algorithm = True  # headers and body go out at once, not 40 ms apart
@@ -491,6 +529,9 @@ class _Handler(BaseHTTPRequestHandler):
         status, payload = self.server.cluster.handle(self.command, self.path, body)  # type: ignore[attr-defined]
         if status == DROP:  # an API server that went away mid-request
             self.close_connection = True
+            return
+        if status == UPGRADE:
+            self._exec_session(payload)  # type: ignore[arg-type]
             return
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
@@ -508,6 +549,28 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):  # the client stopped reading a stream
             self.close_connection = True
+
+    def _exec_session(self, writes: list[tuple[int, bytes]]) -> None:
+        """The websocket handshake, one binary frame per write (its first byte the channel), a close
+        frame, and the client's close frame read before the connection ends."""
+        key = self.headers.get("Sec-WebSocket-Key", "").encode()
+        accept = base64.b64encode(hashlib.sha1(key + _WEBSOCKET_GUID).digest()).decode()
+        self.send_response(101, "Switching Protocols")
+        self.send_header("Upgrade", "websocket")
+        self.send_header("Connection", "Upgrade")
+        self.send_header("Sec-WebSocket-Accept", accept)
+        self.send_header("Sec-WebSocket-Protocol", "v4.channel.k8s.io")
+        self.end_headers()
+        for channel, data in writes:
+            self.wfile.write(_frame(0x2, bytes([channel]) + data))
+        self.wfile.write(_frame(0x8, struct.pack("!H", 1000)))
+        self.wfile.flush()
+        self.connection.settimeout(10.0)  # a client that went away must not hold this thread
+        try:
+            self.rfile.read(2)  # the start of the client's answering close frame
+        except OSError:
+            pass
+        self.close_connection = True
 
     do_GET = do_POST = do_DELETE = do_PUT = do_PATCH = _serve
 

@@ -1,4 +1,5 @@
-"""Pure parsing of pod log lines into dtrain LogLines (which rank wrote what, and when).
+"""Pure parsing of pod log lines into dtrain LogLines (which rank wrote what, and when), and which
+pods hold a job's lines (none left of an ended job is an error: the cluster kept them with the pods).
 
 A pod's log has one line per write, prefixed by the API with its RFC 3339 time (timestamps=True).
 Three shapes of pod:
@@ -13,9 +14,11 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from dtrain.backends.base import LogLine
+from dtrain.backends.base import JobStatus, LogLine
+from dtrain.errors import NotFoundError
 
-from .status import parse_time
+from .objects import MPI_JOB
+from .status import job_status, newest_pod, parse_time, pod_index, procs_per_pod
 
 _MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<(?:stdout|stderr)>: ?(.*)$")
 _TORCHRUN_TAG = re.compile(r"^\[(\d+)\]:(.*)$")
@@ -63,3 +66,43 @@ def merge(streams: list[list[LogLine]], tail: int | None) -> list[LogLine]:
     if tail is not None:
         lines = lines[-tail:] if tail > 0 else []
     return lines
+
+
+def check_pods_left(name: str, kind: str, obj: dict, pods: list[dict], rank: int | None) -> None:
+    """A job without a pod to read: one that has not started has written nothing yet; one that has
+    ended lost its logs with its pods (the cluster keeps a container's log only while its pod
+    exists), which is an error that names what removed them."""
+    status, _ = job_status(kind, obj, pods)
+    if not status.terminal:
+        return
+    which = "its pods are" if rank is None else f"the pod of rank {rank} is"
+    policy = ((obj.get("spec") or {}).get("runPolicy") or {}).get("cleanPodPolicy")
+    collector = "read them from the cluster's log collector if it has one"
+    if status is JobStatus.DELETED:
+        raise NotFoundError(f"job {name!r} is being deleted and {which} gone, with the logs: {collector}")
+    if policy in ("All", "Running"):
+        raise NotFoundError(f"job {name!r} ended ({status}) and its cleanPodPolicy {policy} deleted its pods, "
+                            f"with their logs: {collector}, and set 'clean_pod_policy: None' in the kubernetes "
+                            f"settings so that later jobs keep theirs")
+    raise NotFoundError(f"job {name!r} ended ({status}) and {which} gone, with the logs (a cluster keeps a "
+                        f"pod's log only while the pod exists): {collector}")
+
+
+def log_sources(kind: str, obj: dict, pods: list[dict], rank: int | None) -> list[LogSource]:
+    """Which pods hold the wanted ranks' lines, and how their lines are tagged."""
+    if kind == MPI_JOB.kind:  # mpirun on the launcher collects every rank's output
+        launcher = [p for p in pods if pod_index(kind, obj, p) is None]
+        return [LogSource(newest_pod(launcher)["metadata"]["name"], 0, "mpi")] if launcher else []
+    per_pod = procs_per_pod(obj)
+    by_index: dict[int, list[dict]] = {}
+    for pod in pods:
+        by_index.setdefault(pod_index(kind, obj, pod), []).append(pod)
+    wanted = sorted(i for i in by_index if i is not None) if rank is None else [rank // per_pod]
+    sources = []
+    for index in wanted:
+        if index in by_index:
+            pod = newest_pod(by_index[index])
+            command = pod["spec"]["containers"][0].get("command") or []
+            tags = "torchrun" if "--tee=3" in command else None
+            sources.append(LogSource(pod["metadata"]["name"], index * per_pod, tags))
+    return sources

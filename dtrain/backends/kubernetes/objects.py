@@ -20,6 +20,9 @@ ANN_SPEC = "dtrain.io/spec"  # the JobSpec as JSON: `get` rebuilds the spec from
 ANN_PROCS_PER_POD = "dtrain.io/procs-per-pod"  # processes (ranks) each replica pod runs
 ANN_SOURCE_SIZE = "dtrain.io/source-size"  # on a snapshot: size of the source PVC, for restores
 ANN_SOURCE_CLASS = "dtrain.io/source-storage-class"
+# On a volume or snapshot: a random token of the create request that made it, so that a create
+# whose answer was lost can tell its own object from one of the same name made by someone else.
+ANN_REQUEST = "dtrain.io/create-request"
 ROLE_WORKER = "worker"
 ROLE_SNAPSHOTTER = "snapshotter"
 GPU_RESOURCE = "nvidia.com/gpu"

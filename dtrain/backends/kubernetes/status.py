@@ -144,11 +144,16 @@ def stuck_reason(pod: dict) -> str:
 
 
 def _waiting(pod: dict, counts: Callable[[str], bool]) -> str:
-    """'REASON: message' of the pod's first waiting container whose reason `counts`, or ''."""
-    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-        waiting = (cs.get("state") or {}).get("waiting") or {}
-        if waiting.get("reason") and counts(waiting["reason"]):
-            return ": ".join(x for x in (waiting["reason"], waiting.get("message")) if x)
+    """'REASON: message' of the pod's first waiting container whose reason `counts`, or ''. Init
+    containers come first and are named: one stuck there (the Training Operator's init-pytorch
+    on a cluster that cannot pull its image) holds the pod's own containers at PodInitializing."""
+    status = pod.get("status") or {}
+    for init in (True, False):
+        for cs in status.get("initContainerStatuses" if init else "containerStatuses") or []:
+            waiting = (cs.get("state") or {}).get("waiting") or {}
+            if waiting.get("reason") and counts(waiting["reason"]):
+                text = ": ".join(x for x in (waiting["reason"], waiting.get("message")) if x)
+                return f"init container {cs.get('name')}: {text}" if init else text
     return ""
 
 

@@ -10,14 +10,16 @@ the storage system, on its own time: FreedInfo.bytes is None.
 from __future__ import annotations
 
 import time
+import uuid
 from typing import TYPE_CHECKING
 
 from dtrain.backends.base import FreedInfo, Progress, SnapshotInfo, VolumeInfo
-from dtrain.errors import BackendError, ConflictError, NotFoundError, SpecError
+from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
 from dtrain.names import parse_size
 
-from .client import POD, PVC, Missing
-from .objects import ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB, LABEL_SOURCE_SNAPSHOT, VOLUME_SNAPSHOT
+from .client import POD, PVC, Missing, Unanswered
+from .objects import (ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB, LABEL_SOURCE_SNAPSHOT,
+                      VOLUME_SNAPSHOT, Resource)
 from .render_storage import render_restore, render_snapshot, render_volume, render_volume_class_patch
 from .status import parse_time
 
@@ -81,10 +83,33 @@ class VolumeVerbs:
         [pvc] = self._render_volume(name, size=size, storage_class=storage_class)
         self._ensure_namespace(self.namespace, self.config.project)
         try:
-            return volume_info(self.api.create(pvc, PVC))
+            return volume_info(self._create_new(pvc, PVC, "volume"))
         except ConflictError:
             raise ConflictError(f"volume {name!r} already exists in namespace {self.namespace}: "
                                 f"pick another name or delete it first") from None
+
+    def _create_new(self, obj: dict, resource: Resource, noun: str) -> dict:
+        """Create a PVC or VolumeSnapshot. A create that got no clear answer (a dropped connection,
+        a timeout, a 5xx) may have been carried out all the same: the object is read back and
+        returned if this request made it (its ANN_REQUEST token); if it is not there (yet), the
+        error says that it may appear and where to look before a retry."""
+        meta = obj["metadata"]
+        token = uuid.uuid4().hex
+        annotations = {**(meta.get("annotations") or {}), ANN_REQUEST: token}
+        try:
+            return self.api.create({**obj, "metadata": {**meta, "annotations": annotations}}, resource)
+        except Unanswered as err:
+            try:
+                found: dict | None = self.api.read(resource, meta.get("namespace"), meta["name"])
+            except DtrainError:  # not there (the create may still be on its way), or still no answer
+                found = None
+            if found is None:
+                raise Unanswered(f"{err}; the {noun} {meta['name']!r} may have been created all the same: "
+                                 f"see 'dtrain {noun} list' before you retry") from None
+            if (found["metadata"].get("annotations") or {}).get(ANN_REQUEST) != token:
+                raise ConflictError(f"cannot create {resource.kind} {meta['name']!r}: it exists, "
+                                    f"made by another request") from None
+            return found
 
     def _list_volumes(self) -> list[VolumeInfo]:
         return [volume_info(p) for p in self.api.list(PVC, self.namespace)]
@@ -141,7 +166,7 @@ class VolumeVerbs:
         [snap] = self._render_snapshot(volume, name=name, job=job)
         name = snap["metadata"]["name"]
         try:
-            made = snapshot_info(self.api.create(snap, VOLUME_SNAPSHOT))
+            made = snapshot_info(self._create_new(snap, VOLUME_SNAPSHOT, "snapshot"))
         except Missing as err:
             raise (err.no_api() if err.api_missing else err) from None
         except ConflictError:
@@ -185,8 +210,7 @@ class VolumeVerbs:
                                 f"({' '.join(str(error).split())}): restore it once 'dtrain snapshot describe "
                                 f"{name}' says Ready, or delete it and take a new one")
         if self._exists(to):
-            raise ConflictError(f"volume {to!r} already exists in namespace {self.namespace}: "
-                                f"restore into a new name or delete it first")
+            raise self._taken(to)
         size, storage_class = self._restore_size(snap)
         return [render_restore(name, to, project=self.config.project, size=size, storage_class=storage_class,
                                config=self.config)]
@@ -194,10 +218,17 @@ class VolumeVerbs:
     def _restore_snapshot(self, name: str, *, to: str | None, in_place: bool,
                           progress: Progress | None) -> VolumeInfo:
         [pvc] = self._render_restore(name, to=to, in_place=in_place)
-        made = volume_info(self.api.create(pvc, PVC))
+        try:
+            made = volume_info(self._create_new(pvc, PVC, "volume"))
+        except ConflictError:  # made meanwhile, since _render_restore looked
+            raise self._taken(to) from None
         if progress:
             progress(1, 1)  # the provisioner fills the new PVC; it reads Bound when done
         return made
+
+    def _taken(self, to: str | None) -> ConflictError:
+        return ConflictError(f"volume {to!r} already exists in namespace {self.namespace}: "
+                             f"restore into a new name or delete it first")
 
     def _exists(self, volume: str) -> bool:
         try:
