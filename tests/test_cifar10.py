@@ -176,8 +176,11 @@ def test_sagemaker_defaults_and_hyperparameters(monkeypatch):
     monkeypatch.setenv("SM_CHANNEL_TRAINING", "/opt/ml/input/data/training")
     monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")
     monkeypatch.setenv("SM_HPS", json.dumps({"batch-size": 64, "lr": "0.05", "epochs": 3, "other": 1}))
+    monkeypatch.setenv("SM_OUTPUT_DATA_DIR", "/opt/ml/output/data")
     cfg = parse_args([])
     assert (cfg.data_dir, cfg.model_dir) == ("/opt/ml/input/data/training", "/opt/ml/model")
+    assert cfg.metrics_file == "/opt/ml/output/data/metrics.jsonl"  # output.tar.gz, not model.tar.gz
+    assert parse_args(["--metrics-file", "/tmp/m.jsonl"]).metrics_file == "/tmp/m.jsonl"
     assert (cfg.batch_size, cfg.lr, cfg.epochs) == (64, 0.05, 3)
     cfg = parse_args(["--batch_size", "8", "--epochs", "1"])  # as SageMaker passes them on the command line
     assert (cfg.batch_size, cfg.epochs, cfg.lr) == (8, 1, 0.05)

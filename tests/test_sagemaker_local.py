@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+import tarfile
 import time
 from pathlib import Path
 
@@ -18,7 +19,7 @@ import pytest
 import torch
 
 from conftest import DTRAIN, Dtrain
-from test_cifar10 import PER_RANK_BATCH, SEED, TRAIN_ARGS, _check, _env, _free_port, _popen, _weights, data_dir, reference  # noqa: F401,E501
+from test_cifar10 import PER_RANK_BATCH, SEED, STEPS, TRAIN_ARGS, _check, _env, _free_port, _popen, _weights, data_dir, reference  # noqa: F401,E501
 
 from dtrain.backends.base import Backend
 
@@ -68,6 +69,12 @@ def test_cifar10_on_two_local_hosts_matches_torchrun(sm, reference, data_dir, tm
     sm("artifacts", "cifar", "--to", str(tmp_path / "model"))
     got = _weights(tmp_path / "model")
     assert got.keys() == expected.keys()
+    # the per-step metrics are output data ($SM_OUTPUT_DATA_DIR -> output.tar.gz), not part of the model
+    assert not (tmp_path / "model" / "metrics.jsonl").exists()
+    [output] = (sm.home / "sagemaker-local" / "s3").rglob("cifar/output/output.tar.gz")
+    with tarfile.open(output) as tar:
+        rows = [json.loads(line) for line in tar.extractfile("metrics.jsonl").read().splitlines()]
+    assert [r["step"] for r in rows[:-1]] == list(range(1, STEPS + 1)) and "test_accuracy" in rows[-1]
     for k in expected:
         assert torch.equal(got[k], expected[k]), k
 

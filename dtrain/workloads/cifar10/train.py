@@ -91,7 +91,7 @@ class TrainConfig:
     device: str | None = None  # 'cpu', 'cuda'; None picks cuda when available
     seed: int = 0  # seeds weights and the sampler's shuffle: same seed, same run
     max_steps: int = 0  # stop after this many optimizer steps (0: run all epochs)
-    metrics_file: str | None = None  # JSONL of per-step metrics; None: <model_dir>/metrics.jsonl
+    metrics_file: str | None = None  # JSONL of per-step metrics; None: <model_dir>/metrics.jsonl (SageMaker: output data)
     num_workers: int = 0  # DataLoader workers; the data is in memory, so 0 is usually fastest
     log_interval: int = 100  # print a progress line every this many steps (0: never)
     checkpoint_dir: str | None = None  # None: $DTRAIN_CHECKPOINT_DIR, /opt/ml/checkpoints on SageMaker, model_dir
@@ -111,6 +111,12 @@ def _sagemaker_defaults() -> dict[str, object]:
         out["model_dir"] = os.environ["SM_MODEL_DIR"]
     elif OPT_ML_MODEL.is_dir():
         out["model_dir"] = str(OPT_ML_MODEL)
+    # Metrics are output data, not the model: SageMaker uploads $SM_OUTPUT_DATA_DIR as output.tar.gz
+    # beside model.tar.gz, so a deployment of the model does not carry them.
+    if os.environ.get("SM_OUTPUT_DATA_DIR"):
+        out["metrics_file"] = str(Path(os.environ["SM_OUTPUT_DATA_DIR"]) / "metrics.jsonl")
+    elif OPT_ML_OUTPUT_DATA.is_dir():
+        out["metrics_file"] = str(OPT_ML_OUTPUT_DATA / "metrics.jsonl")
     raw = os.environ.get("SM_HPS", "").strip()
     hps = None
     if raw:
@@ -130,6 +136,7 @@ def _sagemaker_defaults() -> dict[str, object]:
 
 HYPERPARAMETERS_FILE = Path("/opt/ml/input/config/hyperparameters.json")  # SageMaker's, values JSON-encoded strings
 OPT_ML_TRAINING, OPT_ML_MODEL = Path("/opt/ml/input/data/training"), Path("/opt/ml/model")
+OPT_ML_OUTPUT_DATA = Path("/opt/ml/output/data")
 
 
 def _hyperparameters_file(path: Path) -> dict[str, object]:
@@ -171,7 +178,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     add("model_dir", str, "where rank 0 saves model.pth (default: $SM_MODEL_DIR, else ./model)")
     add("seed", int, "random seed (default 0)")
     add("max_steps", int, "stop after this many steps; 0 runs all epochs (default 0)")
-    add("metrics_file", str, "per-step JSONL metrics (default: <model-dir>/metrics.jsonl)")
+    add("metrics_file", str, "per-step JSONL metrics (default: $SM_OUTPUT_DATA_DIR/metrics.jsonl on SageMaker, "
+        "else <model-dir>/metrics.jsonl)")
     add("num_workers", int, "DataLoader worker processes (default 0)")
     add("log_interval", int, "print progress every N steps; 0 never (default 100)")
     add("checkpoint_dir", str, "checkpoint folder (default: $DTRAIN_CHECKPOINT_DIR, /opt/ml/checkpoints "
