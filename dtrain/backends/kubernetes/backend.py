@@ -256,12 +256,38 @@ class KubernetesBackend(VolumeVerbs, Backend):
             if scope is not None:
                 raise
             scope, objects = self.namespace, self._job_objects(self.namespace)
+        found, refused = self._job_pods(scope, {_key(obj)[0] for _, obj in objects})
         pods: dict[tuple[str, str], list[dict]] = {}
-        for pod in self.api.pods(scope, job_selector()):
+        for pod in found:
             meta = pod["metadata"]
             pods.setdefault((meta["namespace"], meta["labels"][LABEL_JOB]), []).append(pod)
-        infos = [self._snapshot_on_success(job_info(r.kind, obj, pods.get(_key(obj), []))) for r, obj in objects]
+        infos = []
+        for resource, obj in objects:
+            namespace = _key(obj)[0]
+            if namespace in refused:  # what pods tell (processes, GPUs, node, a stuck pull) is unknown
+                info = job_info(resource.kind, obj, None)
+                info = replace(info, message="; ".join(x for x in (info.message, refused[namespace]) if x))
+            else:
+                info = job_info(resource.kind, obj, pods.get(_key(obj), []))
+            infos.append(self._snapshot_on_success(info))
         return sorted(infos, key=lambda i: (i.created, i.name))
+
+    def _job_pods(self, scope: str | None, namespaces: set[str]) -> tuple[list[dict], dict[str, str]]:
+        """dtrain's pods in `scope` (None: every namespace), and why the pods of some namespaces are
+        unknown. An account may list jobs across the cluster but pods only in some namespaces (RBAC
+        grants each resource apart): it gets them namespace by namespace."""
+        try:
+            return self.api.pods(scope, job_selector()), {}
+        except Forbidden as err:
+            if scope is not None:
+                return [], {scope: _pods_unknown(err)}
+        found, refused = [], {}
+        for namespace in sorted(namespaces):
+            try:
+                found += self.api.pods(namespace, job_selector())
+            except Forbidden as err:
+                refused[namespace] = _pods_unknown(err)
+        return found, refused
 
     def _job_objects(self, namespace: str | None) -> list[tuple[Resource, dict]]:
         """Every dtrain job object in a namespace (None: all), of every kind this cluster serves."""
@@ -361,16 +387,18 @@ class KubernetesBackend(VolumeVerbs, Backend):
         sources = log_sources(resource.kind, obj, pods, rank)
         if not sources:
             check_pods_left(name, resource.kind, obj, pods, rank)
-        query: dict[str, Any] = {"timestamps": True}
-        if tail is not None and (rank is None or all(s.tags is None for s in sources)):
-            query["tail_lines"] = tail  # exact only when the server's lines are the ones we keep
-        if since is not None:
-            query["since_seconds"] = max(1, math.ceil(time.time() - since))
         if follow:
-            return self._follow(name, resource.kind, rank, sources, query, since)
-        streams = [[x for x in (parse_line(r, s) for r in self._read_log(name, s, query)) if keep(x, rank, since)]
-                   for s in sources]
-        return iter(merge(streams, tail))
+            return self._follow(name, resource.kind, rank, sources, tail, since)
+        query = _log_query(sources, rank, tail, since)
+        streams, stuck = [], []
+        for source in sources:
+            try:
+                raw = self._read_log(name, source, query)
+            except PodStuck as err:
+                stuck.append(err)
+                continue
+            streams.append([x for x in (parse_line(r, source) for r in raw) if keep(x, rank, since)])
+        return _then_raise(merge(streams, tail), stuck[0] if stuck else None)
 
     def _read_log(self, name: str, source: LogSource, query: dict) -> list[str]:
         try:
@@ -386,8 +414,8 @@ class KubernetesBackend(VolumeVerbs, Backend):
         missing secret): the kubelet retries for good, so neither waiting nor an empty log helps."""
         stuck = stuck_reason(self._try_read(POD, self.namespace, pod) or {})
         if stuck:
-            raise BackendError(f"pod {pod} of job {name!r} cannot start ({stuck}): fix the image, secret or "
-                               f"config it names and submit the job again, or delete it ('dtrain delete {name}')")
+            raise PodStuck(f"pod {pod} of job {name!r} cannot start ({stuck}): fix the image, secret or "
+                           f"config it names and submit the job again, or delete it ('dtrain delete {name}')")
 
     def _stream(self, name: str, source: LogSource, query: dict) -> Iterator[str]:
         while True:
@@ -400,7 +428,7 @@ class KubernetesBackend(VolumeVerbs, Backend):
             self._check_startable(name, source.pod)
             time.sleep(self.poll_interval)
 
-    def _follow(self, name: str, kind: str, rank: int | None, sources: list[LogSource], query: dict,
+    def _follow(self, name: str, kind: str, rank: int | None, sources: list[LogSource], tail: int | None,
                 since: float | None) -> Iterator[LogLine]:
         while not sources:  # no pod yet: wait for the operator, or for the job to end
             time.sleep(self.poll_interval)
@@ -409,13 +437,26 @@ class KubernetesBackend(VolumeVerbs, Backend):
             sources = log_sources(kind, obj, pods, rank)
             if not sources:
                 check_pods_left(name, kind, obj, pods, rank)
-        if len(sources) == 1:
-            for raw in self._stream(name, sources[0], query):
-                line = parse_line(raw, sources[0])
-                if keep(line, rank, since):
-                    yield line
+        # Only now are the pods known, and with them whether the server's tail is ours (a packed pod's
+        # log holds the lines of several ranks).
+        query = _log_query(sources, rank, tail, since)
+        if len(sources) > 1:
+            yield from self._follow_many(name, rank, sources, query, since)
             return
-        yield from self._follow_many(name, rank, sources, query, since)
+        source, skip = sources[0], 0
+        if tail is not None and "tail_lines" not in query:
+            # One rank of a packed pod: count its lines so far and pass over all but the last `tail` of
+            # them as the stream replays the log from its start (a log only grows, so they come first).
+            kept = [keep(parse_line(r, source), rank, since) for r in self._read_log(name, source, query)]
+            skip = max(0, sum(kept) - tail)
+        for raw in self._stream(name, source, query):
+            line = parse_line(raw, source)
+            if not keep(line, rank, since):
+                continue
+            if skip:
+                skip -= 1
+                continue
+            yield line
 
     def _follow_many(self, name: str, rank: int | None, sources: list[LogSource], query: dict,
                      since: float | None) -> Iterator[LogLine]:
@@ -470,6 +511,32 @@ class KubernetesBackend(VolumeVerbs, Backend):
                                 memory=parse_size(alloc["memory"]) if alloc.get("memory") else None,
                                 gpus=_gpus(meta, int(alloc.get(GPU_RESOURCE, 0)))))
         return sorted(out, key=lambda n: n.name)
+
+
+class PodStuck(BackendError):
+    """A pod's container cannot start until the job changes (a wrong image, a missing secret)."""
+
+
+def _pods_unknown(err: Forbidden) -> str:
+    return f"pods not shown (processes, GPUs and node unknown): {err}"
+
+
+def _log_query(sources: list[LogSource], rank: int | None, tail: int | None, since: float | None) -> dict[str, Any]:
+    """The pod log request's query for these pods."""
+    query: dict[str, Any] = {"timestamps": True}
+    if tail is not None and (rank is None or all(s.tags is None for s in sources)):
+        query["tail_lines"] = tail  # exact only when the server's lines are the ones we keep
+    if since is not None:
+        query["since_seconds"] = max(1, math.ceil(time.time() - since))
+    return query
+
+
+def _then_raise(lines: list[LogLine], error: Exception | None) -> Iterator[LogLine]:
+    """The lines, then the error: a pod that cannot start (one worker's image pull) is named after
+    what the other pods wrote, instead of hiding it."""
+    yield from lines
+    if error is not None:
+        raise error
 
 
 def _key(obj: dict) -> tuple[str, str]:

@@ -161,6 +161,8 @@ def _snake(kind: str) -> str:
 _CAN_I = {"create": "create", "read": "get", "list": "list", "replace": "update", "patch": "patch",
           "delete": "delete"}
 CONNECT_TIMEOUT = 30.0  # seconds to open a connection (client-go's dial timeout)
+STDOUT, STDERR, ERROR = 1, 2, 3  # exec's channels (v4.channel.k8s.io): the first byte of each frame
+MAX_STATUS = 1 << 16  # bytes of the session's closing metav1.Status kept; a real one is a few hundred
 
 
 @dataclass
@@ -322,38 +324,47 @@ class KubeApi:
 
     def exec(self, namespace: str, pod: str, command: list[str]) -> int:
         """Run a command in a pod's first container through the websocket exec API, copying its
-        output to ours; the command's exit code."""
+        output to ours as it arrives; the command's exit code."""
         import sys
 
         from kubernetes.stream import stream
+        from websocket import ABNF, WebSocketException
 
         # stream() swaps the API object's transport for a websocket, so it gets its own CoreV1Api
         core = type(self.core)(self.api_client)
-        from websocket import WebSocketException
-
         # binary: the output's bytes as the command wrote them (the text mode decodes each frame on
         # its own, so a file copied out with `cat` came back with U+FFFD where its bytes were not UTF-8)
         try:
-            resp = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=command, stdin=False,
-                          stdout=True, stderr=True, tty=False, _preload_content=False, binary=True)
+            session = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=command, stdin=False,
+                             stdout=True, stderr=True, tty=False, _preload_content=False, binary=True)
         except self._api_exception as err:
             raise self._exec_error(namespace, pod, err) from None
         sys.stdout.flush()
         sys.stderr.flush()
+        outs = {STDOUT: sys.stdout.buffer, STDERR: sys.stderr.buffer}
+        status = b""
+        # Frames are read off the session's socket here, one at a time, never through the client's
+        # update(): that also appends every byte of stdout and stderr to a buffer kept for read_all()
+        # until the session ends (capture_all, which stream() cannot turn off), so a long
+        # `dtrain exec JOB -- tail -f log` grew without bound.
         try:
-            while resp.is_open():
-                resp.update(timeout=1)
-                for data, out in ((resp.read_stdout(timeout=0), sys.stdout), (resp.read_stderr(timeout=0), sys.stderr)):
-                    if data:
-                        out.buffer.write(data)
-                        out.buffer.flush()
+            while True:
+                opcode, frame = session.sock.recv_data_frame()
+                if opcode == ABNF.OPCODE_CLOSE:
+                    break
+                channel, data = (frame.data[0], frame.data[1:]) if frame.data else (None, b"")
+                if channel in outs and data:
+                    outs[channel].write(data)
+                    outs[channel].flush()
+                elif channel == ERROR and len(status) < MAX_STATUS:
+                    status += data
         except (WebSocketException, OSError) as err:
             cause = " ".join(str(err).split())
             raise BackendError(f"the exec session in pod {pod} broke off ({cause}): the command may still run "
                                f"there; check with 'kubectl -n {namespace} get pod {pod}'") from None
         finally:
-            resp.close()
-        return _exit_code(resp.read_channel(3), namespace, pod, command)  # channel 3: the session's end
+            session.close()
+        return _exit_code(status, namespace, pod, command)
 
     def _exec_error(self, namespace: str, pod: str, err) -> Exception:
         """The websocket client reports a refused upgrade as status 0 and a reason holding the

@@ -23,7 +23,7 @@ import struct
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, NamedTuple
@@ -149,8 +149,9 @@ class FakeCluster:
         self.namespaced_only = False  # True: 403 for namespaced kinds read across all namespaces
         self.requests: list[tuple[str, str]] = []  # (method, path?query) in arrival order
         self.on_follow_idle: Callable[[str, str], None] | None = None  # a follow stream caught up
-        # exec (namespace, pod, command) -> the (channel, bytes) writes of the session (exec_writes)
-        self.on_exec: Callable[[str, str, list[str]], list[tuple[int, bytes]]] | None = None
+        # exec (namespace, pod, command) -> the (channel, bytes) writes of the session (exec_writes); an
+        # iterator is framed write by write, as it yields, so a session may carry more than memory holds
+        self.on_exec: Callable[[str, str, list[str]], Iterable[tuple[int, bytes]]] | None = None
         self.faults: list[Fault] = []  # see fail()
         self._rv = itertools.count(1)
         for ns in namespaces:
@@ -550,7 +551,7 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):  # the client stopped reading a stream
             self.close_connection = True
 
-    def _exec_session(self, writes: list[tuple[int, bytes]]) -> None:
+    def _exec_session(self, writes: Iterable[tuple[int, bytes]]) -> None:
         """The websocket handshake, one binary frame per write (its first byte the channel), a close
         frame, and the client's close frame read before the connection ends."""
         key = self.headers.get("Sec-WebSocket-Key", "").encode()

@@ -9,6 +9,7 @@
                            Failed (FailureTarget)          Failed
     TrainJob               Complete / Failed               Succeeded / Failed
     batch Job, TrainJob    otherwise: a pod Running        Running, else Pending
+    batch Job              (its pods unread) status.ready  Running
     Notebook               (never ends) its pod Running    Running, else Pending
 
 The message is the condition's reason and message; a Failed job's adds what a pod says of its
@@ -74,8 +75,10 @@ def _any_running(pods: list[dict]) -> bool:
     return any((p.get("status") or {}).get("phase") == "Running" for p in pods)
 
 
-def job_status(kind: str, obj: dict, pods: list[dict]) -> tuple[JobStatus, str]:
-    """The one status of a job object and its pods, with the reason the cluster gives."""
+def job_status(kind: str, obj: dict, pods: list[dict] | None) -> tuple[JobStatus, str]:
+    """The one status of a job object and its pods (None: they could not be read), with the reason
+    the cluster gives."""
+    unread, pods = pods is None, pods or []
     if (obj.get("metadata") or {}).get("deletionTimestamp"):
         return JobStatus.DELETED, "being deleted"
     true = _true(obj)
@@ -92,7 +95,8 @@ def job_status(kind: str, obj: dict, pods: list[dict]) -> tuple[JobStatus, str]:
             if t in true:  # running, but a pod may be stuck (a worker's image pull, a crash loop)
                 return JobStatus.RUNNING, _joined(why(true[t]), _pending_reason(pods))
         return JobStatus.PENDING, _pending_reason(pods)
-    if _any_running(pods):
+    # A batch Job counts its ready pods itself: the one sign of a running pod when pods cannot be read.
+    if _any_running(pods) or (unread and kind == BATCH_JOB.kind and (obj.get("status") or {}).get("ready")):
         return JobStatus.RUNNING, _pending_reason(pods)
     return JobStatus.PENDING, _pending_reason(pods)
 
@@ -275,9 +279,11 @@ def restarts(pods: list[dict], kind: str, obj: dict) -> int:
     return count + sum(n - 1 for n in seen.values())
 
 
-def job_info(kind: str, obj: dict, pods: list[dict], *, backend: str = "kubernetes") -> JobInfo:
+def job_info(kind: str, obj: dict, pods: list[dict] | None, *, backend: str = "kubernetes") -> JobInfo:
+    """None for pods: they could not be read, and the status comes from the job object alone."""
     spec = spec_of(obj)
     status, message = job_status(kind, obj, pods)
+    pods = pods or []
     meta, state = obj.get("metadata") or {}, obj.get("status") or {}
     procs = processes(kind, obj, spec, pods)
     finished = parse_time(state.get("completionTime"))
