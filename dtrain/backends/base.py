@@ -503,7 +503,10 @@ def _check_new_snapshot(name: str | None, job: str | None) -> None:
 
 
 def _check_restore(name: str, to: str | None, in_place: bool) -> None:
-    if (to is None) == (not in_place):
+    if to is not None and in_place:
+        raise SpecError(f"restore snapshot {name!r} into a new volume (--to NEW_VOLUME) or in place "
+                        f"(--in-place), not both")
+    if to is None and not in_place:
         raise SpecError(f"say where to restore snapshot {name!r}: --to NEW_VOLUME (a clone) or "
                         f"--in-place (roll the volume back)")
     if to is not None:

@@ -141,6 +141,8 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
         value = getattr(args, key, None)
         if value is not None:
             data[key] = value
+    if args.backend is None and getattr(args, "default_backend", None):  # `dtrain --backend B submit ...`
+        data["backend"] = args.default_backend
     if launcher == "mpi":
         data["launcher"] = "mpi"
     elif launcher == "dist":
@@ -203,8 +205,18 @@ def _dry_run(spec: JobSpec, client: Client) -> int:
 
 
 def cmd_list(args, client: Client) -> int:
-    jobs = client.list(project=None if args.all_projects else (args.project or client.default_project),
-                       show_deleted=args.show_deleted)
+    if args.what in ("notebook", "notebooks"):
+        raise SpecError("'dtrain list' is for jobs: use 'dtrain notebook list' (or 'dtrain list', where "
+                        "notebooks are jobs of type Notebook)")
+    if args.what in _OTHER_KINDS:
+        raise SpecError(_elsewhere(args.what, "list"))
+    if args.what not in ("job", "jobs"):
+        raise SpecError(f"'dtrain list' lists jobs, not {shown(args.what)}: use 'dtrain list' or 'dtrain list jobs' "
+                        f"(volumes: 'dtrain volume list', snapshots: 'dtrain snapshot list')")
+    project = None if args.all_projects else (args.project or client.default_project)
+    jobs = client.list(project=project, show_deleted=args.show_deleted)
+    if not jobs and project is not None:
+        _check_project(client, project)
     if args.json:
         print(json.dumps([j.to_dict() for j in jobs], indent=2))
         return 0
@@ -216,12 +228,45 @@ def cmd_list(args, client: Client) -> int:
     return 0
 
 
+# Other kinds a Run:AI or kubectl user names to a job verb (`describe volume X`, `list nodes`):
+# the kind, in the words of the verb that handles it.
+_OTHER_KINDS = {"volume": "volume", "volumes": "volume", "snapshot": "snapshot", "snapshots": "snapshot",
+                "project": "project", "projects": "project", "node": "nodes", "nodes": "nodes"}
+
+
+def _elsewhere(kind: str, verb: str) -> str:
+    """The one line sending `dtrain VERB KIND ...` to where that kind is handled."""
+    kind = _OTHER_KINDS[kind]
+    if kind in ("volume", "snapshot"):
+        fix = f"use 'dtrain {kind} {verb}" + ("'" if verb == "list" else " NAME'")
+    elif kind == "project":
+        fix = "projects are not deleted (see 'dtrain project list')" if verb == "delete" else "use 'dtrain project list'"
+    else:
+        fix = "use 'dtrain nodes'"
+    return f"'dtrain {verb}' is for jobs: {fix}"
+
+
+def _check_project(client: Client, project: str) -> None:
+    """An empty list for a project the local backend does not know is a typo in -p (or in
+    config.yaml), not a project without jobs: say so. (A Kubernetes project is a namespace that
+    may lack dtrain's label, and SageMaker has none: an empty list there is just empty.)"""
+    backend = client.backend(project=project)
+    if backend.name != "local" or project == "default":
+        return
+    known = [p.name for p in backend.list_projects()]
+    if project not in known:
+        some = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "")
+        raise NotFoundError(f"no project named {project!r} (projects: {some}); see 'dtrain project "
+                            f"list', or 'dtrain list -A' for the jobs of every project")
+
+
 def _job_names(words: list[str], verb: str) -> list[str]:
-    """Run:AI writes the noun (`delete job X`); kubectl-style bare names work too."""
-    if len(words) > 1 and words[0] in ("job", "jobs"):
+    """Run:AI writes the noun (`delete job X`); kubectl-style bare names work too. A notebook
+    is a job, so `delete notebook X` is `delete job X`."""
+    if len(words) > 1 and words[0] in ("job", "jobs", "notebook", "notebooks"):
         return words[1:]
-    if words and words[0] in ("volume", "snapshot", "project"):
-        raise SpecError(f"'dtrain {verb}' is for jobs: use 'dtrain {words[0]} {verb} NAME'")
+    if words and words[0] in _OTHER_KINDS:
+        raise SpecError(_elsewhere(words[0], verb))
     return words
 
 
@@ -274,11 +319,11 @@ def cmd_logs(args, client: Client) -> int:
     for line in client.logs(args.name, rank=rank, tail=args.tail, since=since, follow=args.follow):
         if args.json:
             sys.stdout.write(json.dumps({"rank": line.rank, "time": line.time, "text": line.text}) + "\n")
+        else:
+            prefix = (fmt.when(line.time) + " " if args.timestamps else "") + (f"[rank {line.rank}] " if many else "")
+            sys.stdout.write(prefix + line.text + "\n")
+        if args.follow:  # a line shows when it is written; otherwise a flush a line cost a write(2) a line
             sys.stdout.flush()
-            continue
-        prefix = (fmt.when(line.time) + " " if args.timestamps else "") + (f"[rank {line.rank}] " if many else "")
-        sys.stdout.write(prefix + line.text + "\n")
-        sys.stdout.flush()
     return 0
 
 
@@ -348,7 +393,8 @@ def register(sub) -> None:
         p.set_defaults(handler=cmd_submit, takes_command=True,
                        launcher_for="mpi" if mpi else ("dist" if dist else None))
     p = sub.add_parser("list", help="list jobs")
-    p.add_argument("what", nargs="?", default="jobs", choices=["jobs"], help="what to list (jobs)")
+    p.add_argument("what", nargs="?", default="jobs", metavar="jobs",
+                   help="what to list: jobs (volumes: 'dtrain volume list', snapshots: 'dtrain snapshot list')")
     p.add_argument("-p", "--project", help="this project's jobs (default: the configured project)")
     p.add_argument("-A", "--all-projects", action="store_true", help="jobs of every project")
     p.add_argument("--show-deleted", action="store_true", help="also list deleted jobs")

@@ -210,6 +210,34 @@ SECTIONS = (
 )
 
 
+# Where a verb's command goes, for the words argparse did not take.
+_COMMAND_FORMS = {"submit": "dtrain submit NAME [options] -- COMMAND",
+                  "submit-dist": "dtrain submit-dist NAME --processes N [options] -- COMMAND",
+                  "submit-mpi": "dtrain submit-mpi NAME --processes N [options] -- COMMAND",
+                  "exec": "dtrain exec NAME [--rank R] -- COMMAND"}
+
+
+_JOB_VERBS = ("logs", "wait", "artifacts", *_COMMAND_FORMS)  # verbs taking one job's name
+
+
+def unrecognized(args, extra: list[str]) -> str:
+    """The one line for words no option of the verb takes, naming the verb's own help; a word
+    that is not an option on a verb that runs a command is most likely that command, given
+    without '--' (`dtrain submit train python train.py`)."""
+    prog = " ".join(["dtrain", args.verb, *([args.action] if isinstance(getattr(args, "action", None), str) else [])])
+    words = " ".join(extra)
+    if len(words) > MAX_USAGE_ERROR:
+        words = words[:MAX_USAGE_ERROR] + "..."
+    hint = ""
+    if args.verb in _JOB_VERBS and getattr(args, "name", None) in ("job", "jobs") and not extra[0].startswith("-"):
+        hint = f"; '{prog}' takes the job's name alone: {prog} {extra[0][:60]}"  # Run:AI's `describe job X`
+    elif args.verb == "submit" and {"--processes", "--launcher"} & {w.split("=", 1)[0] for w in extra}:
+        hint = f"; a job of several processes is submitted with {_COMMAND_FORMS['submit-dist']}"
+    elif args.verb in _COMMAND_FORMS and any(not w.startswith("-") for w in extra):
+        hint = f"; the command goes after '--': {_COMMAND_FORMS[args.verb]}"
+    return f"{prog}: error: unrecognized arguments: {words}{hint} (see '{prog} --help')"
+
+
 def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
     if "--" in argv:
         i = argv.index("--")
@@ -229,7 +257,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         head, command = split_command(argv)
-        args = build_parser(verb_of(head)).parse_args(head)
+        args, extra = build_parser(verb_of(head)).parse_known_args(head)
+        if extra:  # argparse would name the top parser's help and say nothing of '--'
+            print(unrecognized(args, extra), file=sys.stderr)
+            return 2
         if getattr(args, "workload", None):
             module, func = args.workload
             rest = args.workload_argv + (["--", *command] if "--" in argv else [])

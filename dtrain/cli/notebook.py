@@ -77,6 +77,9 @@ def _not_a_name(words: list[str], actions: list[str]) -> str | None:
 def cmd_start(args, client: Client) -> int:
     fields = {k: getattr(args, k) for k in ("gpu", "cpu", "memory", "image", "project", "backend")
               if getattr(args, k) is not None}
+    if "backend" not in fields:  # `dtrain --backend B notebook`, else the configured one, as `dtrain submit` does
+        project = fields.get("project", client.default_project)
+        fields["backend"] = getattr(args, "default_backend", None) or client.config.backend_for(project)
     if isinstance(fields.get("cpu"), float) and fields["cpu"].is_integer():
         fields["cpu"] = int(fields["cpu"])
     info = client.notebook(args.name, volumes=[parse_pvc(v) for v in args.pvc or ()], **fields)

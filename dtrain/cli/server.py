@@ -11,8 +11,9 @@ def cmd_server(args, client: Client) -> int:
         from dtrain.server.serve import run
     except ImportError as err:
         raise EnvironmentError_(f"'dtrain server' needs {err.name}: pip install 'dtrain[server]'") from None
-    home = client.home
-    return run(lambda: Client(home=home), home, host=args.host, port=args.port, read_only=args.read_only)
+    home, backend = client.home, args.default_backend  # `dtrain --backend B server`: every request goes to B
+    return run(lambda: Client(home=home, backend=backend), home, host=args.host, port=args.port,
+               read_only=args.read_only)
 
 
 def register(sub) -> None:

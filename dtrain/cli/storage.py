@@ -42,7 +42,7 @@ def cmd_volume(args, client: Client) -> int:
         print(f"volume '{args.name}' would be deleted (dry run)")
     elif args.action == "create":
         v = client.create_volume(args.name, size=args.size, storage_class=args.storage_class)
-        print(f"volume '{v.name}' created ({v.size}, class {v.storage_class or 'default'})")
+        _print(v, f"volume '{v.name}' created ({v.size}, class {v.storage_class or 'default'})", args.json)
     elif args.action == "list":
         vols = client.list_volumes()
         rows = [[v.name, v.storage_class or "-", v.size, fmt.size(v.used_bytes), v.status, v.origin_snapshot or "-",
@@ -57,7 +57,8 @@ def cmd_volume(args, client: Client) -> int:
         v = client.update_volume(args.name, storage_class=args.storage_class)
         where = v.extra.get("path") or v.extra.get("volume_attributes_class") and \
             "VolumeAttributesClass: the storage system changes the tier in place"
-        print(f"volume '{v.name}' is now in storage class '{args.storage_class}'" + (f" ({where})" if where else ""))
+        _print(v, f"volume '{v.name}' is now in storage class '{args.storage_class}'" + (f" ({where})" if where else ""),
+               args.json)
     elif args.action == "delete":
         client.delete_volume(args.name, force=args.force)
         print(f"volume '{args.name}' deleted")
@@ -72,9 +73,9 @@ def cmd_snapshot(args, client: Client) -> int:
         print(fmt.plain_yaml(*client.render_restore(args.name, to=args.to, in_place=args.in_place)), end="")
     elif a == "create":
         s = client.create_snapshot(args.volume, name=args.name, job=args.job, progress=_progress())
-        print(f"snapshot '{s.name}' of volume '{s.volume}' created"
-              + (f", linked to job '{s.job}'" if s.job else "")
-              + ("" if s.ready else " (the storage system is still taking it)"))
+        _print(s, f"snapshot '{s.name}' of volume '{s.volume}' created"
+               + (f", linked to job '{s.job}'" if s.job else "")
+               + ("" if s.ready else " (the storage system is still taking it)"), args.json)
     elif a == "list":
         snaps = client.list_snapshots(volume=args.volume, job=args.job)
         rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), s.volume or "-", s.job or "-",
@@ -86,10 +87,11 @@ def cmd_snapshot(args, client: Client) -> int:
         _print(s, fmt.mapping(s.to_dict() | {"created": fmt.when(s.created)}), args.json)
     elif a == "restore":
         v = client.restore_snapshot(args.name, to=args.to, in_place=args.in_place, progress=_progress())
-        print(f"snapshot '{args.name}' restored " + ("in place" if args.in_place else f"into new volume '{v.name}'"))
+        _print(v, f"snapshot '{args.name}' restored " + ("in place" if args.in_place else f"into new volume '{v.name}'"),
+               args.json)
     elif a == "delete":
         freed = client.delete_snapshot(args.name)
-        print(f"snapshot '{args.name}' deleted" + _freed(freed))
+        _print(freed, f"snapshot '{args.name}' deleted" + _freed(freed), args.json)
     elif a == "verify":
         report = client.verify_snapshot(args.name)
         _print(report, fmt.mapping(report.to_dict()), args.json)
@@ -124,11 +126,13 @@ def register(sub) -> None:
     c.add_argument("name", help="volume name (lower-case letters, digits, '-')")
     c.add_argument("--size", default="10Gi", help="a quantity such as 100Gi (default 10Gi)")
     c.add_argument("--class", dest="storage_class", help="storage class (local: 'local'; Kubernetes: a StorageClass)")
+    c.add_argument("--json", action="store_true", help="print the new volume as one JSON object")
     c = vs.add_parser("update", help="change a volume's storage class (performance tier) in place")
     c.add_argument("name", help="the volume")
     c.add_argument("--class", dest="storage_class", required=True,
                    help="local: a class of config.yaml's storage_classes; Kubernetes: a VolumeAttributesClass")
     c.add_argument("--dry-run", action="store_true", help="print the PVC patch (Kubernetes) or the planned move")
+    c.add_argument("--json", action="store_true", help="print the moved volume as one JSON object")
     for verb, text in (("list", "volumes, sizes, space used"), ("describe", "one volume"),
                        ("delete", "delete a volume and its data")):
         c = vs.add_parser(verb, help=text)
@@ -150,6 +154,7 @@ def register(sub) -> None:
     c.add_argument("volume", help="the volume")
     c.add_argument("--name", help="snapshot name (default: VOLUME-<time>)")
     c.add_argument("--job", help="link the snapshot to this job")
+    c.add_argument("--json", action="store_true", help="print the new snapshot as one JSON object (its name: .name)")
     c = ss.add_parser("list", help="snapshots, newest last")
     c.add_argument("--volume", help="only this volume's snapshots")
     c.add_argument("--job", help="only snapshots linked to this job")
@@ -159,10 +164,13 @@ def register(sub) -> None:
     c.add_argument("--json", action="store_true", help="print one JSON object")
     c = ss.add_parser("restore", help="into a new volume (--to) or in place (--in-place)")
     c.add_argument("name", help="the snapshot")
-    c.add_argument("--to", metavar="NEW_VOLUME", help="create this volume from the snapshot (a clone)")
-    c.add_argument("--in-place", action="store_true", help="roll the snapshot's volume back to it")
+    where = c.add_mutually_exclusive_group()  # one of them: argparse names both when both are given
+    where.add_argument("--to", metavar="NEW_VOLUME", help="create this volume from the snapshot (a clone)")
+    where.add_argument("--in-place", action="store_true", help="roll the snapshot's volume back to it")
+    c.add_argument("--json", action="store_true", help="print the restored volume as one JSON object")
     c = ss.add_parser("delete", help="delete a snapshot; data no other snapshot holds is freed")
     c.add_argument("name", help="the snapshot")
+    c.add_argument("--json", action="store_true", help="print what was freed as one JSON object")
     c = ss.add_parser("verify", help="re-hash stored data against the snapshot manifests")
     c.add_argument("name", nargs="?", help="one snapshot (default: the whole store)")
     c.add_argument("--json", action="store_true", help="print one JSON object")

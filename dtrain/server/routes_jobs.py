@@ -37,8 +37,8 @@ def submit(request: Request, body: wire.SpecIn):
     c = client(request)
     data = body.model_dump(exclude_unset=True)
     data["project"] = data.get("project") or c.default_project
-    if data.get("backend") is None:
-        data.pop("backend", None)
+    if data.get("backend") is None:  # the configured one (of the project), as `dtrain submit` and the job list use
+        data["backend"] = c.backend(project=data["project"]).name
     return wire.job_out(c.submit(JobSpec.from_dict(data)))
 
 

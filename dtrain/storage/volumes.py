@@ -296,12 +296,23 @@ class Storage:
             folders.rmtree(staging)
         return self.get_volume(to)
 
-    def _restore_in_place(self, snap: Snapshot, in_use_by: Sequence[str], progress) -> Volume:
-        vol = self.get_volume(snap.volume)
-        self.settled(vol.name)
+    def in_place_target(self, snap: Snapshot) -> Volume:
+        """The volume an in-place restore of `snap` writes over: the one it was taken of, still
+        there (not deleted, nor deleted and made again under its name); else the one line naming
+        the restore that works, into a new volume."""
+        try:
+            vol = self.get_volume(snap.volume)
+        except NotFoundError:
+            raise NotFoundError(f"volume {snap.volume!r} of snapshot {snap.name!r} was deleted, so there is nothing "
+                                f"to restore in place: restore it to a new volume with --to NAME") from None
         if vol.uid != snap.volume_uid:
             raise ConflictError(f"volume {vol.name!r} was deleted and created again since snapshot "
                                 f"{snap.name!r}: restore it to a new volume with --to NAME")
+        return vol
+
+    def _restore_in_place(self, snap: Snapshot, in_use_by: Sequence[str], progress) -> Volume:
+        vol = self.in_place_target(snap)
+        self.settled(vol.name)
         if isinstance(in_use_by, str):
             in_use_by = [in_use_by]
         if in_use_by:

@@ -17,6 +17,7 @@ import resource
 import shutil
 import signal
 import sqlite3
+import stat
 import sys
 import time
 from dataclasses import replace
@@ -175,9 +176,33 @@ class LocalBackend(Backend):
             return
         for v in spec.volumes:
             if not isinstance(v, NewVolume):
-                self.storage.get_volume(v.volume)  # NotFoundError names the volume
+                self._check_existing(v)
         if spec.snapshot_volume and spec.snapshot_volume not in {m.volume for m in spec.resolved_volumes()}:
             self.storage.get_volume(spec.snapshot_volume)
+
+    def _check_existing(self, v: VolumeMount) -> None:
+        try:
+            vol = self.storage.get_volume(v.volume)  # NotFoundError names the volume
+        except NotFoundError as err:
+            if v.volume != "local" and v.volume not in self.storage.classes:
+                raise
+            # `--pvc local:/mnt`: a new volume of the class was meant, and its size left out
+            raise NotFoundError(f"{err}; '{v.volume}' is a storage class: a new volume of it is --pvc "
+                                f"{v.volume}:SIZE:{v.mount_path}, e.g. {v.volume}:10Gi:{v.mount_path}") from None
+        if self._lost(vol):  # else the job fails at its start, the reason in launcher.log
+            raise ConflictError(f"volume {vol.name!r} has lost its folder {vol.path} (removed by hand, or the disk of "
+                                f"storage class {vol.storage_class!r} is not mounted): put it back, or restore a "
+                                f"snapshot of it into a new volume (see 'dtrain snapshot list --volume {vol.name}')")
+
+    def _lost(self, vol: Volume) -> bool:
+        """A volume whose data folder is gone: Kubernetes' Lost (a PVC whose volume is gone). A
+        volume being moved to another class is not: its folder changes place during the move."""
+        try:
+            if stat.S_ISDIR(os.lstat(vol.path).st_mode):
+                return False
+        except OSError:
+            pass
+        return self.storage.mover.live(vol.name) is None
 
     def _check_hidden(self, mounts) -> None:
         """A volume mounted over the dtrain home or dtrain's own Python would hide, inside the job,
@@ -312,37 +337,16 @@ class LocalBackend(Backend):
                               "source_snapshot": row["source_snapshot"], "exit_code": row["exit_code"]})
 
     def _logs(self, name, *, rank, tail, since, follow) -> Iterator[LogLine]:
-        from dtrain.backends.local.rankrun import parse_line
+        from collections import deque
 
-        logs_dir = self.home / "jobs" / name / "logs"
-        offsets: dict[Path, int] = {}
+        from dtrain.backends.local.logfiles import LogFiles
 
-        def read_new() -> list[LogLine]:
-            lines = []
-            files = sorted(logs_dir.glob("rank-*.log")) if logs_dir.exists() else []
-            for path in files:
-                r = int(path.stem.split("-")[1])
-                if rank is not None and r != rank:
-                    continue
-                # Bytes, split at "\n" only: a record is one "\n"-ended line (a "\r" inside it is
-                # text), and the offset counts what was read, whatever bytes a line holds.
-                with open(path, "rb") as f:
-                    f.seek(offsets.get(path, 0))
-                    data = f.read()
-                complete = data[:data.rfind(b"\n") + 1]  # keep a half-written line for later
-                offsets[path] = offsets.get(path, 0) + len(complete)
-                for raw in complete.split(b"\n")[:-1]:
-                    when, text = parse_line(raw.decode("utf-8", errors="replace"))
-                    if since is None or (when is not None and when >= since):
-                        lines.append(LogLine(rank=r, time=when, text=text))
-            lines.sort(key=lambda ln: (ln.time or 0.0, ln.rank))
-            return lines
-
-        first = read_new()
-        yield from (first[-tail:] if tail is not None else first) if tail != 0 else []
+        files = LogFiles(self.home / "jobs" / name / "logs", rank=rank, since=since)
+        # the last `tail` lines of the job are among the last `tail` of each rank
+        yield from files.read() if tail is None else deque(files.read(last=tail), maxlen=tail)
         while follow:
             done = self._get(name).status.terminal
-            yield from read_new()
+            yield from files.read()
             if done:
                 return
             time.sleep(0.2)
@@ -486,6 +490,8 @@ class LocalBackend(Backend):
 
     def _render_restore(self, name, *, to, in_place):
         snap = self.storage.get_snapshot(name)
+        if in_place:  # refused as the restore would be
+            self.storage.in_place_target(snap)
         return [{"backend": self.name, "restore": name, "into": snap.volume if in_place else to,
                  "in_place": in_place}]
 
@@ -576,6 +582,7 @@ class LocalBackend(Backend):
         subvolume took 0.8 s; list and get measure."""
         return VolumeInfo(name=v.name, backend=self.name, size=v.size, size_bytes=v.size_bytes,
                           storage_class=v.storage_class, created=v.created, origin_snapshot=v.origin_snapshot,
+                          status="Lost" if self._lost(v) else "Bound",
                           used_bytes=_disk_usage(v.path) if measure else None, labels=dict(v.labels),
                           extra={"path": str(v.path), "uid": v.uid, "head_snapshot": v.head_snapshot,
                                  "snapshots": v.snapshots})
