@@ -228,3 +228,14 @@ def test_the_sagemaker_calls_bench_counts_each_checkouts_calls():
         "calls: DescribeTrainingJob 3, GetObject 3, ListTrainingJobs 1"), lines
     assert "warm new: 3 jobs listed" in lines[4] and lines[4].endswith("calls: ListTrainingJobs 1"), lines
     assert lines[2].startswith("cold old / new (median): ") and lines[5].startswith("warm old / new (median): ")
+
+
+@pytest.mark.slow
+def test_the_logs_tail_bench_reads_one_job_with_both_checkouts():
+    proc = subprocess.run([sys.executable, str(REPO / "bench/logs_tail.py"), "--old", str(REPO), "--new", str(REPO),
+                           "--lines", "500", "--repeats", "1"], capture_output=True, text=True, timeout=300, env=env())
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("job: 500 lines,") and len(lines) == 7, lines
+    assert lines[1].startswith("tail -t 3 old: median ") and lines[3].startswith("tail -t 3 old / new (median): ")
+    assert lines[4].startswith("whole log old: median ") and lines[6].startswith("whole log old / new (median): ")
