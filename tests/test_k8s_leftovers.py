@@ -17,8 +17,6 @@ import pytest
 
 pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
 
-import yaml  # noqa: E402
-
 from conftest import Dtrain, assert_usage_error  # noqa: E402
 from dtrain.backends.base import JobStatus  # noqa: E402
 from dtrain.backends.kubernetes import KubernetesConfig  # noqa: E402
@@ -390,11 +388,7 @@ def test_an_exec_session_that_ends_without_a_status_is_one_line(backend, cluster
 
 def _cli(home, tmp_path, server: FakeKubeServer, **settings) -> Dtrain:
     kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-        "clusters": [{"name": "fake", "cluster": {"server": server.url}}],
-        "users": [{"name": "fake", "user": {}}],
-        "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+    server.write_kubeconfig(kubeconfig)
     (home / "config.yaml").write_text(json.dumps({"backend": "kubernetes", "project": "lanes", "kubernetes": {
         "kubeconfig": str(kubeconfig), "image": IMAGE, **settings}}))
     return Dtrain(home)

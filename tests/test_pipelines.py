@@ -424,11 +424,7 @@ def test_hybrid_kubernetes_creates_a_valid_pytorchjob_and_follows_it(dt, tmp_pat
     done = threading.Event()
     with FakeKubeServer(cluster) as server:
         kubeconfig = tmp_path / "kubeconfig"
-        kubeconfig.write_text(yaml.safe_dump({
-            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
-            "clusters": [{"name": "fake", "cluster": {"server": server.url}}],
-            "users": [{"name": "fake", "user": {}}],
-            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
+        server.write_kubeconfig(kubeconfig)
         (dt.home / "config.yaml").write_text(yaml.safe_dump({"kubernetes": {"kubeconfig": str(kubeconfig),
                                                                              "image": IMAGE}}))
         operator = threading.Thread(target=_operator, args=(cluster, seen, done), daemon=True)

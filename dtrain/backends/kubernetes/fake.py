@@ -19,6 +19,7 @@ import base64
 import hashlib
 import itertools
 import json
+import os
 import struct
 import threading
 import time
@@ -26,6 +27,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from datetime import datetime, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, unquote, urlsplit
 
@@ -612,6 +614,17 @@ class FakeKubeServer:
         config.no_proxy = "*"
         config.retries = 0
         return client.ApiClient(config)
+
+    def write_kubeconfig(self, path: os.PathLike[str] | str) -> None:
+        """A kubeconfig whose current context ('fake') reaches this server with no credentials, as
+        the real `dtrain` command (a process of its own) reads one."""
+        import yaml
+
+        Path(path).write_text(yaml.safe_dump({
+            "apiVersion": "v1", "kind": "Config", "current-context": "fake",
+            "clusters": [{"name": "fake", "cluster": {"server": self.url}}],
+            "users": [{"name": "fake", "user": {}}],
+            "contexts": [{"name": "fake", "context": {"cluster": "fake", "user": "fake"}}]}))
 
     def __enter__(self) -> "FakeKubeServer":
         return self.start()
