@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -79,6 +80,22 @@ def _processes_temp_files(tmp_path_factory):
     patch.setenv("TMPDIR", str(tmp_path_factory.mktemp("tmpdir")))
     yield
     patch.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _server_threads_log_through_pytest():
+    """moto's server (Flask on werkzeug) answers in threads of its own. werkzeug and Flask each add a
+    stderr handler to their logger the first time they log, unless some handler already takes the
+    records; one made while a test's captured stderr was in place then wrote, tests later, to that
+    closed stream ("--- Logging error --- ... I/O operation on closed file" in the run's output, as
+    moto logs the StopTrainingJob it lacks). With these, their records go to the root logger, which
+    pytest captures per test."""
+    null = logging.NullHandler()
+    for name in ("werkzeug", "moto"):
+        logging.getLogger(name).addHandler(null)
+    yield
+    for name in ("werkzeug", "moto"):
+        logging.getLogger(name).removeHandler(null)
 
 
 @pytest.fixture
