@@ -117,6 +117,12 @@ def unusable(path: Path, err: sqlite3.DatabaseError) -> StorageError | None:
                         f"you can write")
 
 
+def disk_refused(err: BaseException) -> bool:
+    """Whether an SQLite error says the disk refused the write (full, failing or read-only): a
+    write SQLite could not finish leaves what was stored as it was."""
+    return type(err).__module__ == "sqlite3" and any(w in str(err) for w in ("full", "I/O error", "readonly"))
+
+
 INDEX = "index.db"  # the snapshot store's index (dtrain.storage.packs)
 
 

@@ -6,6 +6,9 @@ write, such as a shared volume, is a trap: a symbolic link left there is followe
 the bytes land wherever it points. So the temporary file is always a new one (O_CREAT | O_EXCL,
 with a random name), and O_NOFOLLOW refuses a link even at that name.
 
+Reading has its twin of that trap: a link, or a fifo (whose `open` waits for a writer for ever),
+put at the name of a file we read. `open_regular` opens a regular file only.
+
 Standard library only: the training code (which runs without the platform), the rank wrapper
 (which starts in a few milliseconds) and the platform all use it.
 """
@@ -14,7 +17,8 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import IO, Iterator
+import stat
+from typing import IO, BinaryIO, Iterator
 
 _FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
@@ -53,3 +57,16 @@ def replace_file(path: str | os.PathLike, data: str | bytes, *, durable: bool = 
     """`path` now holds `data`, written whole (see `replacing`)."""
     with replacing(path, "wb" if isinstance(data, bytes) else "w", durable=durable) as f:
         f.write(data)
+
+
+def open_regular(path: str | os.PathLike) -> BinaryIO | None:
+    """`path` opened for reading in binary when it is a regular file; None when it is missing, a
+    link (never followed), a fifo (never waited on), a folder or a device."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        return None
+    return os.fdopen(fd, "rb")

@@ -302,7 +302,7 @@ def machine_refused(err: BaseException) -> str | None:
     if getattr(err, "sqlite_errorname", None) in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):  # found past db.connect's checks
         return (f"the state database (state.db in the home folder, $DTRAIN_HOME) is damaged ({err}): move it "
                 f"away, or set DTRAIN_HOME to another folder")
-    if type(err).__module__ == "sqlite3" and any(w in str(err) for w in ("full", "I/O error", "readonly")):
+    if db.disk_refused(err):
         return (f"the state database could not be opened or written ({err}): the disk holding the home folder ($DTRAIN_HOME) is "
                 f"probably full or read-only; free space there (df -h) and retry; nothing stored was changed")
     if isinstance(err, OSError) and err.errno in _ERRNO_HINTS:

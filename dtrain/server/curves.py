@@ -10,10 +10,10 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
 
+from dtrain.replace import open_regular
 
 METRICS_FILE = "metrics.jsonl"
 TAIL_BYTES = 64 * 1024  # /metrics reads only the end of the file: the newest values
@@ -35,16 +35,7 @@ def _open(info) -> BinaryIO | None:
     """The job's metrics file, opened only when it is a regular file: never through a symbolic
     link, and never a fifo put at its name (an open of one would wait for a writer for ever)."""
     path = metrics_path(info)
-    if path is None:
-        return None
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
-        return None
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        return None
-    return os.fdopen(fd, "rb")
+    return None if path is None else open_regular(path)
 
 
 def _lines_backwards(f: BinaryIO, budget: int) -> Iterator[bytes]:

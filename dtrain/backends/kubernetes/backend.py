@@ -383,10 +383,7 @@ class KubernetesBackend(VolumeVerbs, Backend):
     def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
               follow: bool) -> Iterator[LogLine]:
         resource, obj = self._find(name)
-        pods = self._pods(name)
-        sources = log_sources(resource.kind, obj, pods, rank)
-        if not sources:
-            check_pods_left(name, resource.kind, obj, pods, rank)
+        sources = self._sources(name, resource.kind, obj, rank)
         if follow:
             return self._follow(name, resource.kind, rank, sources, tail, since)
         query = _log_query(sources, rank, tail, since)
@@ -399,6 +396,14 @@ class KubernetesBackend(VolumeVerbs, Backend):
                 continue
             streams.append([x for x in (parse_line(r, source) for r in raw) if keep(x, rank, since)])
         return _then_raise(merge(streams, tail), stuck[0] if stuck else None)
+
+    def _sources(self, name: str, kind: str, obj: dict, rank: int | None) -> list[LogSource]:
+        """The pods that hold the wanted ranks' lines; none left of an ended job is an error."""
+        pods = self._pods(name)
+        sources = log_sources(kind, obj, pods, rank)
+        if not sources:
+            check_pods_left(name, kind, obj, pods, rank)
+        return sources
 
     def _read_log(self, name: str, source: LogSource, query: dict) -> list[str]:
         try:
@@ -433,10 +438,7 @@ class KubernetesBackend(VolumeVerbs, Backend):
         while not sources:  # no pod yet: wait for the operator, or for the job to end
             time.sleep(self.poll_interval)
             resource, obj = self._find(name)
-            pods = self._pods(name)
-            sources = log_sources(kind, obj, pods, rank)
-            if not sources:
-                check_pods_left(name, kind, obj, pods, rank)
+            sources = self._sources(name, kind, obj, rank)
         # Only now are the pods known, and with them whether the server's tail is ours (a packed pod's
         # log holds the lines of several ranks).
         query = _log_query(sources, rank, tail, since)

@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
+from dtrain import db
 from dtrain.backends.base import (Backend, Event, FreedInfo, JobInfo, JobStatus, LogLine, NodeInfo, ProcessInfo,
                                   ProjectInfo, SnapshotInfo, VolumeInfo)
 from dtrain.backends.local.store import ACTIVE, JobStore
@@ -363,7 +364,7 @@ class LocalBackend(Backend):
         except sqlite3.OperationalError as err:
             # A full or read-only disk must not keep a runaway job (one filling that disk) running:
             # its processes are stopped all the same, and the record waits for a retry.
-            if not was_active or not any(w in str(err) for w in ("full", "I/O error", "readonly")):
+            if not was_active or not db.disk_refused(err):
                 raise
             unrecorded = err
         else:

@@ -94,7 +94,7 @@ class SageMakerBackend(Backend):
     def _wait_poll(self, name: str) -> float:
         """`dtrain wait` asks AWS for the status every AWS_WAIT_POLL seconds (DescribeTrainingJob is
         throttled, and a status lasts tens of seconds); a --local job's status is a file read."""
-        return Backend._wait_poll(self, name) if self._has_local(name) else AWS_WAIT_POLL
+        return super()._wait_poll(name) if self._has_local(name) else AWS_WAIT_POLL
 
     def _clients_for(self, name: str) -> Clients:
         if self._has_local(name):

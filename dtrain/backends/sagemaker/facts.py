@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Iterable
 
-from dtrain.replace import replace_file
+from dtrain.replace import open_regular, replace_file
 
 ROOT = "sagemaker-facts"
 MAX_ENTRY = 4 * 2**20  # bytes: a description holds at most 100 hyperparameters of 2500 characters
@@ -131,17 +131,13 @@ def _own_folder(folder: Path, *, make: bool = True) -> bool:
 
 def _read(path: Path) -> Any:
     """A file's JSON: a regular file (no link, no fifo) of at most MAX_ENTRY bytes; None otherwise."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    except OSError:
+    f = open_regular(path)
+    if f is None:
         return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ENTRY:
-            return None
-        with os.fdopen(os.dup(fd), "rb") as f:
+    with f:
+        try:
+            if os.fstat(f.fileno()).st_size > MAX_ENTRY:
+                return None
             return json.loads(f.read(MAX_ENTRY + 1))
-    except (OSError, ValueError):
-        return None
-    finally:
-        os.close(fd)
+        except (OSError, ValueError):
+            return None
