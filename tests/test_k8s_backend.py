@@ -500,7 +500,7 @@ def test_nodes_report_allocatable_and_allocated_gpus(backend, cluster):
                         {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]},
                     "status": {"phase": "Running"}})
     cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "waiting", "namespace": "other"},
-                    "spec": {"nodeName": "gpu-1", "containers": [
+                    "spec": {"containers": [  # not scheduled yet: it holds no node's GPUs
                         {"name": "c", "resources": {"limits": {"nvidia.com/gpu": "4"}}}]},
                     "status": {"phase": "Pending"}})
     nodes = {n.name: n for n in backend.nodes()}  # the pod of another namespace counts too

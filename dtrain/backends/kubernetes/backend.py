@@ -9,7 +9,7 @@
     volume                  PersistentVolumeClaim (ReadWriteMany)
     snapshot                snapshot.storage.k8s.io/v1 VolumeSnapshot of a PVC
     restore --to NEW        a new PVC whose dataSource is the VolumeSnapshot
-    node GPUs               Node allocatable nvidia.com/gpu; allocated = running pods' requests
+    node GPUs               Node allocatable nvidia.com/gpu; allocated = requests of its pods not ended
 
 Translation is pure (render.py, render_storage.py, status.py, logs.py); this module only moves
 dicts through client.KubeApi and keeps the rules: volumes before the job, a name clash is a
@@ -19,8 +19,8 @@ its pods go. `wait` is the base class's.
 
 from __future__ import annotations
 
+import logging
 import math
-import queue
 import threading
 import time
 from contextlib import closing
@@ -32,9 +32,9 @@ from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundErro
 from dtrain.spec import JobSpec, VolumeMount, parse_size
 
 from .client import (NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT,
-                     Forbidden, KubeApi, Missing, Unanswered, client_from_config)
+                     Forbidden, Hangup, KubeApi, Missing, Unanswered, client_from_config)
 from .config import KubernetesConfig
-from .logs import LogSource, check_pods_left, keep, log_sources, merge, parse_line
+from .logs import LogSource, ReadAhead, SeenLines, check_pods_left, keep, log_sources, merge, parse_line
 from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE, ROLE_SNAPSHOTTER,
                       VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
 from .render import render_job, resource_for
@@ -47,6 +47,11 @@ _BY_KIND = {r.kind: r for r in (NAMESPACE, PVC, RESOURCE_QUOTA, SERVICE, SERVICE
                                 VOLUME_SNAPSHOT, *JOB_ORDER)}
 _SHARED = ("ServiceAccount", "Role", "RoleBinding")  # one per namespace, kept across jobs
 _DONE = object()
+# Pods that hold their node's GPUs: bound to a node and not ended (a Pending pod pulling its image
+# holds them already; the scheduler counts it).
+HOLDING_GPUS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+_log = logging.getLogger(__name__)
+_warned: set[str] = set()
 
 
 class KubernetesBackend(VolumeVerbs, Backend):
@@ -54,6 +59,7 @@ class KubernetesBackend(VolumeVerbs, Backend):
 
     name = "kubernetes"
     poll_interval = 1.0  # seconds between looks while `logs -f` waits for a pod to start
+    read_ahead = 1000  # lines `logs -f` of several pods reads ahead of its caller at most (memory: a few MB)
 
     def __init__(self, config: KubernetesConfig | None = None, *, api_client: Any = None, exec_stream: Any = None):
         """`api_client`: a kubernetes.client.ApiClient; None builds one from the kubeconfig on first use.
@@ -323,22 +329,43 @@ class KubernetesBackend(VolumeVerbs, Backend):
             self.api.replace(quota, RESOURCE_QUOTA)
 
     def _list_projects(self) -> list[ProjectInfo]:
-        """Projects with their GPU quota, GPUs held by running pods and job count."""
+        """Projects with their GPU quota, GPUs held by their pods and job count. An account that may
+        read the jobs but not pods or quotas still gets its projects: GPUs counted from the running
+        jobs' requests, the quota unknown, and `extra['unknown']` saying so (also one warning line)."""
+        out = []
+        for project, namespace in self._project_namespaces():
+            objects, unknown = self._job_objects(namespace), []
+            try:
+                quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) or {}
+            except Forbidden as err:
+                quota = {}
+                unknown.append(f"GPU quota unknown: {err}")
+            hard = (quota.get("spec") or {}).get("hard", {}).get(f"requests.{GPU_RESOURCE}")
+            try:
+                gpus = sum(pod_gpus(p) for p in self.api.list(POD, namespace, field_selector=HOLDING_GPUS))
+            except Forbidden as err:
+                infos = [job_info(resource.kind, obj, None) for resource, obj in objects]
+                gpus = sum(i.spec.gpus_requested for i in infos if i.status is JobStatus.RUNNING)
+                unknown.append(f"GPUs allocated counted from the running jobs' requests: {err}")
+            extra: dict[str, Any] = {"namespace": namespace}
+            if unknown:
+                extra["unknown"] = "; ".join(unknown)
+                _warn_once(f"project {project}: {extra['unknown']}")
+            out.append(ProjectInfo(name=project, backend=self.name, gpu_quota=int(hard) if hard is not None else None,
+                                   gpus_allocated=gpus, jobs=len(objects), extra=extra))
+        return out
+
+    def _project_namespaces(self) -> list[tuple[str, str]]:
+        """(project, namespace) of every project this account may see."""
         try:
             namespaces = self.api.list(NAMESPACE, None, label_selector=LABEL_PROJECT)
         except Forbidden:  # a namespace-scoped account sees its own project only
-            namespaces = [n for n in [self._try_read(NAMESPACE, None, self.namespace)] if n]
-        out = []
-        for ns in namespaces:
-            namespace = ns["metadata"]["name"]
-            quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) or {}
-            hard = (quota.get("spec") or {}).get("hard", {}).get(f"requests.{GPU_RESOURCE}")
-            running = self.api.list(POD, namespace, field_selector="status.phase=Running")
-            out.append(ProjectInfo(name=(ns["metadata"].get("labels") or {}).get(LABEL_PROJECT, namespace),
-                                   backend=self.name, gpu_quota=int(hard) if hard is not None else None,
-                                   gpus_allocated=sum(pod_gpus(p) for p in running),
-                                   jobs=len(self._job_objects(namespace)), extra={"namespace": namespace}))
-        return out
+            try:
+                namespaces = [n for n in [self._try_read(NAMESPACE, None, self.namespace)] if n]
+            except Forbidden:  # nor may it read its namespace: the one it is set up for
+                return [(self.config.project, self.namespace)]
+        return [((ns["metadata"].get("labels") or {}).get(LABEL_PROJECT, ns["metadata"]["name"]),
+                 ns["metadata"]["name"]) for ns in namespaces]
 
     def _snapshot_on_success(self, info: JobInfo) -> JobInfo:
         """Mechanism 1 of --snapshot-on-success (render_storage.py): snapshot once seen Succeeded."""
@@ -422,16 +449,40 @@ class KubernetesBackend(VolumeVerbs, Backend):
             raise PodStuck(f"pod {pod} of job {name!r} cannot start ({stuck}): fix the image, secret or "
                            f"config it names and submit the job again, or delete it ('dtrain delete {name}')")
 
-    def _stream(self, name: str, source: LogSource, query: dict) -> Iterator[str]:
+    def _stream(self, name: str, source: LogSource, query: dict, hangup: Hangup | None = None) -> Iterator[str]:
+        """A pod's log as it grows, to the pod's end. The kubelet ends a stream when the container
+        exits, also when it restarts in place (restartPolicy OnFailure, --max-restarts) and the job
+        runs on, and when it was idle for its streaming timeout (4 h by default): while the pod
+        runs, the stream is opened again, for the lines after the last one seen."""
+        seen = SeenLines()
         while True:
             try:
-                yield from self.api.pod_log(self.namespace, source.pod, follow=True, **query)
-                return
+                for raw in self.api.pod_log(self.namespace, source.pod, follow=True, hangup=hangup, **query):
+                    if seen.new(raw):
+                        yield raw
             except BackendError as err:
                 if "waiting to start" not in str(err) or self._get(name).status.terminal:
                     raise
-            self._check_startable(name, source.pod)
-            time.sleep(self.poll_interval)
+                self._check_startable(name, source.pod)
+            else:
+                if not self._runs_on(name, source.pod):
+                    return
+                query = seen.query(query)
+            if hangup is None:
+                time.sleep(self.poll_interval)
+            elif hangup.wait(self.poll_interval):
+                return
+
+    def _runs_on(self, name: str, pod: str) -> bool:
+        """Whether a pod whose log stream ended may write more: it is there, has not ended, and
+        its job has not ended."""
+        try:
+            if self._get(name).status.terminal:
+                return False
+        except NotFoundError:
+            return False
+        phase = ((self._try_read(POD, self.namespace, pod) or {}).get("status") or {}).get("phase")
+        return phase in ("Pending", "Running")
 
     def _follow(self, name: str, kind: str, rank: int | None, sources: list[LogSource], tail: int | None,
                 since: float | None) -> Iterator[LogLine]:
@@ -462,50 +513,55 @@ class KubernetesBackend(VolumeVerbs, Backend):
 
     def _follow_many(self, name: str, rank: int | None, sources: list[LogSource], query: dict,
                      since: float | None) -> Iterator[LogLine]:
-        """Several pods at once: one reader thread per pod, lines yielded as they arrive. When the
-        caller stops reading (closes this generator, or drops it), the readers end at their pod's
-        next line: a dashboard that stopped showing a job's logs must not leave them streaming
-        into an unread queue for the rest of the job."""
-        lines: queue.Queue = queue.Queue()
-        gone = threading.Event()
+        """Several pods at once: one reader thread per pod, lines yielded as they arrive, at most
+        `read_ahead` of them read ahead of the caller (a reader that finds no room stops reading
+        its stream: logs/ReadAhead). When the caller stops reading (closes this generator, or drops
+        it), the readers' connections are shut down and the readers end, even on a silent pod: a
+        dashboard that stopped showing a job's logs must not leave them streaming."""
+        backlog, hangup = self._read_ahead(), Hangup()
 
         def pump(source: LogSource) -> None:
             try:
-                with closing(self._stream(name, source, query)) as stream:
+                with closing(self._stream(name, source, query, hangup)) as stream:
                     for raw in stream:
-                        if gone.is_set():
-                            return
-                        lines.put(parse_line(raw, source))
+                        line = parse_line(raw, source)
+                        if keep(line, rank, since) and not backlog.put(line):
+                            return  # the caller is gone
             except Exception as err:  # raised in the caller: a reader that died must not end the output quietly
-                lines.put(err)
+                backlog.put(err)
             finally:
-                lines.put(_DONE)
+                backlog.put(_DONE)
 
         for source in sources:
             threading.Thread(target=pump, args=(source,), name=f"logs-{source.pod}", daemon=True).start()
         done = 0
         try:
             while done < len(sources):
-                item = lines.get()
+                item = backlog.get()
                 if item is _DONE:
                     done += 1
                 elif isinstance(item, Exception):
                     raise item
-                elif keep(item, rank, since):
+                else:
                     yield item
         finally:
-            gone.set()
+            backlog.close()
+            hangup.hang_up()
+
+    def _read_ahead(self) -> ReadAhead:
+        return ReadAhead(self.read_ahead)
 
     # ---------------------------------------------------------------- nodes
 
     def _nodes(self) -> list[NodeInfo]:
+        nodes = self.api.list(NODE, None)
         used: dict[str, int] = {}
-        for pod in self.api.running_pods_everywhere():
+        for pod in self._pods_holding_gpus():
             node = (pod.get("spec") or {}).get("nodeName")
             if node:
                 used[node] = used.get(node, 0) + pod_gpus(pod)
         out = []
-        for node in self.api.list(NODE, None):
+        for node in nodes:
             meta, alloc = node["metadata"], (node.get("status") or {}).get("allocatable") or {}
             name = meta["name"]
             out.append(NodeInfo(name=name, gpus_allocatable=int(alloc.get(GPU_RESOURCE, 0)),
@@ -514,9 +570,37 @@ class KubernetesBackend(VolumeVerbs, Backend):
                                 gpus=_gpus(meta, int(alloc.get(GPU_RESOURCE, 0)))))
         return sorted(out, key=lambda n: n.name)
 
+    def _pods_holding_gpus(self) -> list[dict]:
+        """The pods that hold a node's resources, cluster-wide; for an account that may not list
+        pods across the cluster, those of the project namespaces it may read (one warning line)."""
+        try:
+            return self.api.list(POD, None, field_selector=HOLDING_GPUS)
+        except Forbidden as err:
+            refused = err
+        found, readable = [], []
+        for _, namespace in self._project_namespaces():
+            try:
+                found += self.api.list(POD, namespace, field_selector=HOLDING_GPUS)
+                readable.append(namespace)
+            except Forbidden:
+                continue
+        if readable:
+            _warn_once(f"GPUs allocated count only the pods of namespace {', '.join(readable)}: {refused}")
+        else:
+            _warn_once(f"GPUs allocated unknown (shown as 0): {refused}")
+        return found
+
 
 class PodStuck(BackendError):
     """A pod's container cannot start until the job changes (a wrong image, a missing secret)."""
+
+
+def _warn_once(message: str) -> None:
+    """One line on stderr (the logging module's last resort, unless the caller configured logging),
+    once per process: a dashboard that asks for nodes every few seconds must not repeat it."""
+    if message not in _warned:
+        _warned.add(message)
+        _log.warning("dtrain: warning: %s", message)
 
 
 def _pods_unknown(err: Forbidden) -> str:

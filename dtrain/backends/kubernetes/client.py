@@ -11,6 +11,8 @@ import json
 import logging
 import os
 import re
+import socket
+import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -56,6 +58,55 @@ class Forbidden(BackendError):
 
 class Unanswered(BackendError):
     """No clear answer (a dropped connection, a timeout, a 5xx): the request may have taken effect."""
+
+
+class Hangup:
+    """Ends follow streams from another thread. The caller that stopped reading hangs up, and every
+    stream opened with this is shut down at once: a reader blocked on a silent pod's socket wakes,
+    and the API server sees its stream's connection end. A stream that opens after the hang-up is
+    closed as it opens; a reader between tries sleeps in wait(), which the hang-up ends."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._open: set[Any] = set()
+        self._done = threading.Event()
+
+    @property
+    def done(self) -> bool:
+        return self._done.is_set()
+
+    def wait(self, seconds: float) -> bool:
+        """Sleep `seconds` unless hung up meanwhile; True once hung up."""
+        return self._done.wait(seconds)
+
+    def opened(self, resp: Any) -> bool:
+        """Track a stream's response; False (and not tracked) once hung up."""
+        with self._lock:
+            if self.done:
+                return False
+            self._open.add(resp)
+            return True
+
+    def closed(self, resp: Any) -> None:
+        with self._lock:
+            self._open.discard(resp)
+
+    def hang_up(self) -> None:
+        with self._lock:
+            self._done.set()
+            responses = list(self._open)
+        for resp in responses:
+            # The socket, not the response: close() from this thread would race the reader's own
+            # read of it. shutdown() wakes that read (end of stream) and sends the server a FIN;
+            # the reader then closes the response itself. The plain socket's shutdown, also under
+            # TLS: SSLSocket.shutdown drops the TLS state that the reader's read is using.
+            conn = resp.connection
+            sock = conn.sock if conn is not None else None
+            if sock is not None:
+                try:
+                    socket.socket.shutdown(sock, socket.SHUT_RDWR)
+                except OSError:
+                    pass  # closed by its reader meanwhile
 
 
 def import_kubernetes():
@@ -319,9 +370,6 @@ class KubeApi:
         """Pods matching a label selector in one namespace (None: every namespace)."""
         return self.list(POD, namespace, label_selector=selector)
 
-    def running_pods_everywhere(self) -> list[dict]:
-        return self.list(POD, None, field_selector="status.phase=Running")
-
     def exec(self, namespace: str, pod: str, command: list[str]) -> int:
         """Run a command in a pod's first container through the websocket exec API, copying its
         output to ours as it arrives; the command's exit code."""
@@ -380,8 +428,10 @@ class KubeApi:
         return BackendError(f"cannot exec into pod {pod} through the Kubernetes API at {self.host}: {line}; check "
                             f"that the cluster is up and that a proxy between lets websockets through")
 
-    def pod_log(self, namespace: str, pod: str, *, follow: bool = False, **query: Any) -> Iterator[str]:
-        """Lines of one pod's log ('<RFC 3339 time> <text>' with timestamps=True)."""
+    def pod_log(self, namespace: str, pod: str, *, follow: bool = False, hangup: Hangup | None = None,
+                **query: Any) -> Iterator[str]:
+        """Lines of one pod's log ('<RFC 3339 time> <text>' with timestamps=True). A stream that
+        follows ends quietly once `hangup` hangs up; one left unfinished closes its connection."""
         what = f"read the log of pod {pod!r}"
         # A stream that follows may stay silent for hours while the job computes: no read timeout.
         timeout = (min(CONNECT_TIMEOUT, self.timeout), None if follow else self.timeout)
@@ -394,7 +444,10 @@ class KubeApi:
             return
         import urllib3
 
-        buffer = b""
+        if hangup is not None and not hangup.opened(resp):
+            resp.close()
+            return
+        buffer, ended = b"", False
         try:
             # The API server streams chunks as the container writes; split them into lines.
             for chunk in resp.stream(amt=None, decode_content=False):
@@ -402,11 +455,21 @@ class KubeApi:
                 *lines, buffer = buffer.split(b"\n")
                 for line in lines:
                     yield line.decode("utf-8", errors="replace")
+            if hangup is not None and hangup.done:
+                return  # the shut-down socket read as the stream's end: a cut line is not the pod's
             if buffer:
                 yield buffer.decode("utf-8", errors="replace")
+            ended = True
         except urllib3.exceptions.HTTPError as err:
+            if hangup is not None and hangup.done:
+                return  # the shut-down socket broke the read off
             cause = " ".join(str(getattr(err, "reason", None) or err).split())
             raise BackendError(f"the log stream of pod {pod!r} from {self.host} broke off ({cause}): "
                                f"follow the logs again to go on") from None
         finally:
-            resp.release_conn()
+            if hangup is not None:
+                hangup.closed(resp)
+            if ended:
+                resp.release_conn()
+            else:  # left mid-stream (the caller closed us, a hang-up, an error): the connection goes too,
+                resp.close()  # else the server streams on into it until its next use finds it unread

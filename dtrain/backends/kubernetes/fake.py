@@ -7,7 +7,9 @@ play the controllers (operators create replica pods, conditions change, PVCs bin
 become ready) so a test can replay a job's life step by step. `FakeKubeServer` serves it.
 
 Not a conformance fake: no admission, no schema validation (the render tests check schemas),
-no watches; PATCH takes a JSON Patch (a list: add, replace, remove) or a merge patch (a mapping).
+no watches; a followed log ends when its pod ends, or when its client has gone while it is idle
+(`FakeCluster.streams` counts those being sent); PATCH takes a JSON Patch (a list: add, replace,
+remove) or a merge patch (a mapping).
 Faults are injected with `FakeCluster.fail`: an error status for matching requests, or a dropped
 connection. `exec` speaks the API server's websocket channel protocol once `FakeCluster.on_exec`
 says what a command writes (without it, the upgrade is answered as a proxy that drops it would).
@@ -20,6 +22,8 @@ import hashlib
 import itertools
 import json
 import os
+import select
+import socket
 import struct
 import threading
 import time
@@ -155,6 +159,8 @@ class FakeCluster:
         # iterator is framed write by write, as it yields, so a session may carry more than memory holds
         self.on_exec: Callable[[str, str, list[str]], Iterable[tuple[int, bytes]]] | None = None
         self.faults: list[Fault] = []  # see fail()
+        self.streams = 0  # chunked answers (followed logs) being sent now; see wait_streams()
+        self._streams_changed = threading.Condition(self.lock)
         self._rv = itertools.count(1)
         for ns in namespaces:
             self.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
@@ -222,6 +228,17 @@ class FakeCluster:
         with self.lock:
             self.faults.append(Fault(method, path, status, message or f"injected {_REASONS.get(status, status)}",
                                      carried_out))
+
+    def wait_streams(self, predicate: Callable[[int], bool], timeout: float) -> bool:
+        """Block until predicate(streams being sent) holds, e.g. until every follow has ended;
+        False if it still does not after `timeout` seconds."""
+        with self._streams_changed:
+            return self._streams_changed.wait_for(lambda: predicate(self.streams), timeout)
+
+    def count_stream(self, change: int) -> None:
+        with self._streams_changed:
+            self.streams += change
+            self._streams_changed.notify_all()
 
     # ---------------------------------------------------------------- REST
 
@@ -367,18 +384,22 @@ class FakeCluster:
         render = lambda t, text: ((rfc3339(t, nanos=True) + " " if stamps else "") + text + "\n").encode()  # noqa
         if not _go_bool(query.get("follow")):
             return 200, b"".join(render(t, text) for t, text in lines)
-        return 200, self._follow(namespace, name, list(lines), render)
+        # what is there now, taken under the lock: the stream's body runs later, as it is sent
+        done, restarts = len(self.logs.get((namespace, name), [])), _restarts(pod)
+        return 200, self._follow(namespace, name, list(lines), render, done, restarts)
 
-    def _follow(self, namespace, name, first, render) -> Iterator[bytes]:
+    def _follow(self, namespace, name, first, render, done: int, restarts: int) -> Iterator[bytes]:
+        """As the kubelet streams: until the container exits, which a restart in place (a
+        restartCount that grows) is too; then the client opens a new stream."""
         for t, text in first:
             yield render(t, text)
-        done = len(self.logs.get((namespace, name), []))
         for _ in range(10_000):  # bounded: a test whose hook never ends the pod cannot hang
             with self.lock:
                 pod = self.objects.get(("", "pods", namespace, name))
                 lines = self.logs.get((namespace, name), [])
                 fresh, done = lines[done:], len(lines)
-                finished = pod is None or pod["status"].get("phase") in ("Succeeded", "Failed")
+                finished = pod is None or pod["status"].get("phase") in ("Succeeded", "Failed") \
+                    or _restarts(pod) != restarts
             for t, text in fresh:
                 yield render(t, text)
             if finished and not fresh:
@@ -386,6 +407,7 @@ class FakeCluster:
             if not fresh:
                 if self.on_follow_idle is None:
                     return
+                yield b""  # idle: the server looks whether its client is still there
                 self.on_follow_idle(namespace, name)  # unlocked: the hook may wait for the client
 
     # ---------------------------------------------------------------- controllers
@@ -510,6 +532,22 @@ def _trainjob_replicas(obj: dict) -> Iterator[tuple[str, dict[str, str], dict]]:
         yield f"{name}-{node}-0-{i}-{uuid.uuid4().hex[:5]}", labels, template
 
 
+def _restarts(pod: dict | None) -> int:
+    statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or []
+    return sum(cs.get("restartCount", 0) for cs in statuses)
+
+
+def _client_gone(sock: socket.socket) -> bool:
+    """The client closed (or shut down) its side: its socket reads as ended without waiting."""
+    readable, _, _ = select.select([sock], [], [], 0)
+    if not readable:
+        return False
+    try:
+        return sock.recv(1, socket.MSG_PEEK) == b""
+    except OSError:
+        return True
+
+
 def _frame(opcode: int, payload: bytes) -> bytes:
     """One final, unmasked websocket frame (RFC 6455 5.2), as a server sends it."""
     size = len(payload)
@@ -546,12 +584,27 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             self.send_header("Transfer-Encoding", "chunked")
             self.end_headers()
-            for chunk in payload:
+            self._send_chunks(payload)
+        except (BrokenPipeError, ConnectionResetError):  # the client stopped reading a stream
+            self.close_connection = True
+
+    def _send_chunks(self, chunks: Iterator[bytes]) -> None:
+        """A stream, chunk by chunk; an empty chunk marks an idle stream, which ends, as the API
+        server's does, once the client has closed its connection."""
+        cluster: FakeCluster = self.server.cluster  # type: ignore[attr-defined]
+        cluster.count_stream(+1)
+        try:
+            for chunk in chunks:
+                if not chunk:
+                    if _client_gone(self.connection):
+                        self.close_connection = True
+                        return
+                    continue
                 self.wfile.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
-        except (BrokenPipeError, ConnectionResetError):  # the client stopped reading a stream
-            self.close_connection = True
+        finally:
+            cluster.count_stream(-1)
 
     def _exec_session(self, writes: Iterable[tuple[int, bytes]]) -> None:
         """The websocket handshake, one binary frame per write (its first byte the channel), a close

@@ -7,12 +7,20 @@ Three shapes of pod:
     torchrun packing k ranks (--tee)  '[<global rank>]:text' (TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)
     MPI launcher (mpirun --tag-output) '[<jobid>,<rank>]<stdout>:text'
 Lines without a prefix (the launcher's own messages) go to the pod's first rank.
+
+The stateful parts of `logs -f`: ReadAhead, what the reader threads of several pods hold for their
+caller, bounded; SeenLines, where a pod's stream that ended and is opened again goes on.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import threading
+import time
+from collections import deque
 from dataclasses import dataclass
+from typing import Any
 
 from dtrain.backends.base import JobStatus, LogLine
 from dtrain.errors import NotFoundError
@@ -31,6 +39,95 @@ class LogSource:
     pod: str
     first_rank: int  # rank of untagged lines
     tags: str | None = None  # None, 'torchrun' or 'mpi'
+
+
+class ReadAhead:
+    """Items that reader threads hand to one consumer, at most `limit` held at once. A reader waits
+    for room, so it stops reading its pod's stream and TCP holds the rest back at the API server:
+    a caller that stalls (a CLI writing to a slow pipe, a dashboard's stream) costs `limit` lines of
+    memory, not the whole log. close() (the caller is gone) drops what is held and lets every
+    waiting reader go: put() then answers False and takes nothing."""
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"a read-ahead of {limit} items holds nothing: use 1 or more")
+        self.limit = limit
+        self.waiting = 0  # readers waiting for room now (it was full when they came)
+        self._items: deque[Any] = deque()
+        self._changed = threading.Condition()
+        self._closed = False
+
+    @property
+    def held(self) -> int:
+        with self._changed:
+            return len(self._items)
+
+    def put(self, item: Any) -> bool:
+        with self._changed:
+            if not self._closed and len(self._items) >= self.limit:
+                self.waiting += 1
+                self._changed.notify_all()  # for wait_for's watchers
+                try:
+                    self._changed.wait_for(lambda: self._closed or len(self._items) < self.limit)
+                finally:
+                    self.waiting -= 1
+            if self._closed:
+                return False
+            self._items.append(item)
+            self._changed.notify_all()
+            return True
+
+    def get(self) -> Any:
+        with self._changed:
+            self._changed.wait_for(lambda: self._items)
+            item = self._items.popleft()
+            self._changed.notify_all()
+            return item
+
+    def close(self) -> None:
+        with self._changed:
+            self._closed = True
+            self._items.clear()
+            self._changed.notify_all()
+
+    def wait_for(self, predicate, timeout: float | None = None) -> bool:
+        """Block until predicate(self) holds (e.g. every reader waits for room); False on timeout."""
+        with self._changed:
+            return self._changed.wait_for(lambda: predicate(self), timeout)
+
+
+class SeenLines:
+    """The time of the last line a pod's stream gave, and how many lines had that time, so that
+    a stream opened again gives only what comes after (its API takes whole seconds: sinceSeconds)."""
+
+    def __init__(self) -> None:
+        self.last: float | None = None
+        self.at_last = 0  # lines seen with time `last`
+        self._skip = 0  # lines with time `last` still to pass over in a stream opened again
+
+    def new(self, raw: str) -> bool:
+        when, _ = split_timestamp(raw)
+        if when is None or self.last is None or when > self.last:
+            if when is not None:
+                self.last, self.at_last, self._skip = when, 1, 0
+            return True
+        if when < self.last:
+            return False
+        if self._skip:
+            self._skip -= 1
+            return False
+        self.at_last += 1
+        return True
+
+    def query(self, query: dict) -> dict:
+        """The query of the stream opened again: from a second before the last line seen (none
+        seen: the same query, which gave nothing yet)."""
+        if self.last is None:
+            return query
+        self._skip = self.at_last
+        again = {k: v for k, v in query.items() if k not in ("tail_lines", "since_seconds")}
+        again["since_seconds"] = max(1, math.ceil(time.time() - self.last) + 1)
+        return again
 
 
 def split_timestamp(raw: str) -> tuple[float | None, str]:
