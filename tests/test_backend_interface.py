@@ -116,6 +116,17 @@ def test_shared_checks_run_before_any_hook(local):
     assert local.list_volumes() == []
 
 
+@pytest.mark.parametrize("since", [float("nan"), float("inf"), -float("inf"), "10m", True])
+def test_a_since_that_is_no_time_is_one_line_on_every_backend(local, kube, since):
+    """The SDK's `logs(since=...)`: Kubernetes turned NaN or infinity into sinceSeconds (a traceback)."""
+    backend, _cluster = kube
+    for be, project in ((local, "default"), (backend, "lanes")):
+        be.submit(JobSpec(name="j", command=("true",), project=project))
+        with pytest.raises(SpecError, match=r"^invalid since .*: use a unix time in seconds"):
+            list(be.logs("j", since=since))
+        be.delete("j")
+
+
 def test_no_backend_overrides_a_public_verb():
     public = {n for n in vars(Backend) if not n.startswith("_")} - {"name"}
     assert {"create_volume", "delete_snapshot", "render", "list_projects", "verify_snapshot"} <= public

@@ -164,6 +164,12 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
         wait.until(lambda d: text_of(d, "#job-status") == "Running")
         assert browser.current_url.endswith("#/job/from-form")
         wait.until(lambda d: "from the form" in text_of(d, "#logs"))
+        # the stream's `event: error` (tests/test_server_logs.py makes the server send it: a stuck pod)
+        # ends it with its line, instead of a reconnect every 3 s that repeats the last 500 lines
+        browser.execute_script("stream.dispatchEvent(new MessageEvent('error', {data: JSON.stringify("
+                               "{error: 'pod x-worker-0 cannot start (ImagePullBackOff)', kind: 'PodStuck'})}))")
+        assert text_of(browser, "#logs-error") == "-- pod x-worker-0 cannot start (ImagePullBackOff) --"
+        assert browser.execute_script("return stream.readyState") == 2  # EventSource.CLOSED
         spec = http.get("/api/v1/jobs/from-form").json()["spec"]
         assert spec["command"] == ["sh", "-c", "echo from the form; sleep 60"] and spec["project"] == "lane-detection"
         assert spec["env"] == {"GREETING": "a=b", "BATCH_SIZE": "33"}

@@ -6,6 +6,7 @@ Read `Backend`'s docstring first: it is the contract a new backend implements.
 from __future__ import annotations
 
 import abc
+import math
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -241,6 +242,9 @@ class Backend(abc.ABC):
                             f"ranks 0 to {info.spec.processes - 1}")
         if tail is not None and (not _whole(tail) or not 0 <= tail <= MAX_TAIL):
             raise SpecError(f"invalid tail {shown(tail)}: use a number of lines from 0 to {MAX_TAIL}, e.g. -t 10")
+        if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))
+                                  or not math.isfinite(since)):  # NaN or infinity broke Kubernetes' sinceSeconds
+            raise SpecError(f"invalid since {shown(since)}: use a unix time in seconds, e.g. --since 10m")
         return self._logs(name, rank=rank, tail=tail, since=since, follow=follow)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None) -> JobInfo:

@@ -5,20 +5,25 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import threading
 from typing import Annotated, Any, Awaitable, Callable, TypeVar
 
 from fastapi import APIRouter, HTTPException, Query, Request
 from fastapi.responses import StreamingResponse
 
+from dtrain.errors import DtrainError
 from dtrain.server import curves, wire
 from dtrain.server.clients import client
 from dtrain.spec import JobSpec
 
 router = APIRouter(tags=["jobs"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422)}
+LONG = {**ERRORS, 503: {"model": wire.Error}}  # a request that holds a thread (Streams): refused when too many do
 KEEPALIVE_S = 15.0  # an SSE comment this often keeps proxies from closing a quiet stream
 GONE_AFTER_S = 60.0  # a reader that takes no line for this long (1,000 queued) is dropped
+BATCH = 1000  # lines of a log read handed over at a time: one hop between threads costs ~50 us a put
+LOG = logging.getLogger("dtrain.server")
 T = TypeVar("T")
 
 
@@ -54,7 +59,7 @@ def delete_job(request: Request, name: wire.JobName):
 
 
 @router.get("/jobs/{name}/wait", response_model=wire.Job,
-            responses={**ERRORS, 408: {"model": wire.Error}, 503: {"model": wire.Error}})
+            responses={**LONG, 408: {"model": wire.Error}})
 async def wait_job(request: Request, name: wire.JobName, timeout: Annotated[float, Query(ge=0, le=600)] = 60):
     """Block until the job ends (408 when `timeout` seconds pass first, 503 when the server stops first)."""
     clients = request.app.state.clients
@@ -67,30 +72,92 @@ async def wait_job(request: Request, name: wire.JobName, timeout: Annotated[floa
     return wire.job_out(info)
 
 
-@router.get("/jobs/{name}/logs", response_model=list[wire.LogLine], responses=ERRORS)
-def logs(request: Request, name: wire.JobName, rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
-         tail: Annotated[int | None, Query(ge=0, le=100_000)] = None, since: float | None = None):
-    """The lines written so far (of one rank with `rank`), oldest first."""
-    lines = client(request).logs(name, rank=rank, tail=tail, since=since)
-    return [wire.LogLine(rank=ln.rank, time=ln.time, text=ln.text) for ln in lines]
+RANK = Annotated[int | None, Query(ge=0, le=100_000, description="one rank's lines (default: every rank's)")]
+TAIL = Annotated[int | None, Query(ge=0, le=100_000, description="only the last lines")]
+SINCE = Annotated[float | None, Query(ge=0, le=wire.MAX_TIME, description="only lines written at or after this "
+                                                                           "unix time (seconds)")]
 
 
-@router.get("/jobs/{name}/logs/stream", responses={**ERRORS, 200: {"content": {"text/event-stream": {}}}},
+@router.get("/jobs/{name}/logs", response_model=list[wire.LOG_ITEM], responses=LONG)
+async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TAIL = None, since: SINCE = None):
+    """The lines written so far (of one rank with `rank`), oldest first.
+
+    The list is sent as it is read, so a long log costs the server a few blocks, never the whole log.
+    A read that fails after some lines were read (a pod that cannot start, beside pods that wrote
+    lines) keeps them: the last item is then `{error, kind}`, as `dtrain logs` prints the lines and
+    then the error. A failure before any line (an unknown job: 404) is the answer's status."""
+    pump = _Pump(request.app.state, name, rank, tail, since, follow=False)
+    first = await pump.start()
+
+    async def items():
+        try:
+            yield "[" + ",".join(map(_line_json, first))
+            sep = "," if first else ""
+            async for kind, value in pump.items():
+                if kind == "lines":
+                    yield sep + ",".join(map(_line_json, value))
+                    sep = ","
+                elif kind == "failed":
+                    yield sep + json.dumps(_failure(value))
+                elif kind in ("stopped", "dropped"):  # the lines sent are not all: say so, as a failed read does
+                    yield sep + json.dumps(_cut_off(name, kind))
+            yield "]"
+        finally:
+            pump.stop()
+    return StreamingResponse(items(), media_type="application/json", headers={"cache-control": "no-store"})
+
+
+@router.get("/jobs/{name}/logs/stream", responses={**LONG, 200: {"content": {"text/event-stream": {}}}},
             response_class=StreamingResponse)
-async def follow_logs(request: Request, name: wire.JobName, rank: Annotated[int | None, Query(ge=0, le=100_000)] = None,
-                      tail: Annotated[int | None, Query(ge=0, le=100_000)] = None):
-    """Server-sent events: one `data: {rank, time, text}` per line, then `event: end` when the job ends."""
-    pump = _Pump(request.app.state.clients, request.app.state.streams, name, rank, tail)
+async def follow_logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TAIL = None,
+                      since: SINCE = None):
+    """Server-sent events: one `data: {rank, time, text}` per line, then `event: end` when the job ends,
+    or `event: error` with `data: {error, kind}` when reading fails on the way (a pod that cannot start)."""
+    pump = _Pump(request.app.state, name, rank, tail, since, follow=True)
     await pump.start()  # 404 and friends are raised here, before any event is sent
 
     async def events():
         try:
-            async for item in pump.items(request.app.state.stopping):
-                yield item
+            async for kind, value in pump.items(keepalive=KEEPALIVE_S):
+                if kind == "lines":
+                    yield "".join(f"data: {_line_json(line)}\n\n" for line in value)
+                elif kind == "keepalive":
+                    yield ": keepalive\n\n"
+                elif kind == "failed":
+                    yield f"event: error\ndata: {json.dumps(_failure(value))}\n\n"
+                elif kind == "dropped":
+                    yield f"event: error\ndata: {json.dumps(_cut_off(name, kind))}\n\n"
+                elif kind == "end":
+                    yield "event: end\ndata: {}\n\n"
+                # "stopped": the stream ends quietly, and an EventSource reconnects to the server once it is back
         finally:
             pump.stop()
     return StreamingResponse(events(), media_type="text/event-stream",
                              headers={"cache-control": "no-store", "x-accel-buffering": "no"})
+
+
+def _stopping(name: str, when: str) -> str:
+    return (f"the server is shutting down {when}; read job {name!r}'s logs again once it is back "
+            f"(or with 'dtrain logs {name}')")
+
+
+def _cut_off(name: str, why: str) -> dict[str, str]:
+    """Why the lines sent end before the log does: the server stopped, or the reader took none for too long."""
+    if why == "stopped":
+        return {"error": _stopping(name, "before all its lines were sent"), "kind": "HTTPError"}
+    return {"error": f"the lines of job {name!r} were not read for {GONE_AFTER_S:g}s, so the server stopped "
+                     f"sending them; read them again (with tail or since for fewer)", "kind": "HTTPError"}
+
+
+def _line_json(line) -> str:
+    return json.dumps({"rank": line.rank, "time": line.time, "text": line.text})
+
+
+def _failure(err: Exception) -> dict[str, str]:
+    """A read that failed after the answer began, as every refusal reads: the error's line and class."""
+    if not isinstance(err, DtrainError):  # a defect, not a user's mistake: its traceback goes to the server's log
+        LOG.error("reading logs failed", exc_info=err)
+    return {"error": " ".join(str(err).split()) or type(err).__name__, "kind": type(err).__name__.rstrip("_")}
 
 
 @router.get("/jobs/{name}/metrics", response_model=list[dict[str, Any]], responses=ERRORS)
@@ -100,7 +167,7 @@ def job_metrics(request: Request, name: wire.JobName, last: Annotated[int, Query
 
 
 class Streams:
-    """Counts the long requests (log streams, waits) so that they cannot take every thread.
+    """Counts the long requests (log reads and streams, waits) so that they cannot take every thread.
 
     Each runs in a daemon thread of its own, which holds its slot until it ends: not in anyio's
     worker threads, which a process joins before it exits, so that a wait of up to 600 s (or a
@@ -178,21 +245,29 @@ def _in_thread(streams: Streams, call: Callable[[], T], name: str) -> asyncio.Fu
 
 
 class _Pump:
-    """Reads `client.logs(follow=True)` in its own thread (it blocks) and hands lines to the event loop.
+    """Reads `client.logs()` in its own thread (it blocks) and hands lines to the event loop.
 
-    The thread has its own Client. After a disconnect it stops at the next line or when the
-    job ends, whichever comes first: a blocked read cannot be interrupted. So the stream's slot
-    (`Streams`) is held by the thread, not by the response, and is given back when the thread
-    ends: lingering threads count against the limit too.
+    The thread has its own Client, used by it alone for the whole read. After a disconnect it
+    stops at the next line or when the job ends, whichever comes first: a blocked read cannot be
+    interrupted. So the slot (`Streams`) is held by the thread, not by the response, and is given
+    back when the thread ends: lingering threads count against the limit too.
+
+    A follower gets each line as it comes; a read of the lines so far gets them BATCH at a time
+    from a short queue, so that the server holds a few batches of a long log, never all of it.
     """
 
-    def __init__(self, clients, streams: Streams, name: str, rank: int | None, tail: int | None):
-        self.clients, self.streams, self.name, self.rank, self.tail = clients, streams, name, rank, tail
-        self.queue: asyncio.Queue = asyncio.Queue(maxsize=1000)
+    def __init__(self, state, name: str, rank: int | None, tail: int | None, since: float | None, *, follow: bool):
+        """`state`: the app's (its clients, streams and stopping event)."""
+        self.clients, self.streams, self.stopping, self.name = state.clients, state.streams, state.stopping, name
+        self.query = {"rank": rank, "tail": tail, "since": since, "follow": follow}
+        self.batch = 1 if follow else BATCH
+        self.queue: asyncio.Queue = asyncio.Queue(maxsize=1000 if follow else 4)
         self.loop = asyncio.get_running_loop()
         self._stop = threading.Event()
 
-    async def start(self) -> None:
+    async def start(self) -> list:
+        """The first lines read (none when following); raises what the read raised before any line,
+        or 503 when the server begins to shut down first (a read blocked on a pod's log, say)."""
         self.streams.acquire()
         try:
             threading.Thread(target=self._run, name=f"logs-{self.name}", daemon=True).start()
@@ -200,12 +275,16 @@ class _Pump:
             self.streams.release()
             raise
         try:
-            kind, value = await self.queue.get()
+            kind, value = await unless_stopping(self.queue.get(), self.stopping)
+        except Stopping:
+            self.stop()
+            raise HTTPException(503, _stopping(self.name, "before the first lines were read")) from None
         except BaseException:  # the client left before the first answer
             self.stop()
             raise
         if kind == "error":
             raise value
+        return value
 
     def stop(self) -> None:
         self._stop.set()
@@ -228,34 +307,59 @@ class _Pump:
 
     def _run(self) -> None:
         try:
-            self._follow()
+            self._read()
         finally:
             self.streams.release()
 
-    def _follow(self) -> None:
+    def _read(self) -> None:
         try:
-            lines = self.clients.get().logs(self.name, rank=self.rank, tail=self.tail, follow=True)
+            lines = iter(self.clients.get().logs(self.name, **self.query))
+            first, failed = ([], None) if self.query["follow"] else self._next(lines)
         except Exception as err:  # noqa: BLE001  raised in the request: 404 and friends
             self._put(("error", err))
             return
-        if not self._put(("ok", None)):
+        if failed is not None and not first:  # nothing read, so nothing lost: the answer's status says it
+            self._put(("error", failed))
             return
-        for line in lines:
-            data = json.dumps({"rank": line.rank, "time": line.time, "text": line.text})
-            if self._stop.is_set() or not self._put(("line", f"data: {data}\n\n")):
+        if not self._put(("ok", first)):
+            return
+        while failed is None:
+            batch, failed = self._next(lines)
+            if not batch and failed is None:
+                self._put(("end", None))
                 return
-        self._put(("end", "event: end\ndata: {}\n\n"))
+            if batch and (self._stop.is_set() or not self._put(("lines", batch))):
+                return
+        self._put(("failed", failed))
 
-    async def items(self, stopping: asyncio.Event):
-        """The events to send; they end when the job does, or quietly when the server stops."""
+    def _next(self, lines) -> tuple[list, Exception | None]:
+        """Up to `batch` lines, and what the read raised after them (a pod that cannot start)."""
+        batch: list = []
+        try:
+            for line in lines:
+                batch.append(line)
+                if len(batch) >= self.batch:
+                    break
+        except Exception as err:  # noqa: BLE001  reported after the lines read before it
+            return batch, err
+        return batch, None
+
+    async def items(self, keepalive: float | None = None):
+        """(kind, value) to send: "lines", "keepalive" every `keepalive` s without a line, and last
+        "end", "failed" (the error), "stopped" (the server began to shut down) or "dropped" (the
+        thread gave up on a reader that took nothing for GONE_AFTER_S: it put nothing more)."""
         while True:
+            if self.queue.empty() and self._stop.is_set():
+                yield "dropped", None
+                return
             try:
-                kind, text = await unless_stopping(self.queue.get(), stopping, KEEPALIVE_S)
+                kind, value = await unless_stopping(self.queue.get(), self.stopping, keepalive)
             except TimeoutError:
-                yield ": keepalive\n\n"
+                yield "keepalive", None
                 continue
             except Stopping:
+                yield "stopped", None
                 return
-            yield text
-            if kind == "end":
+            yield kind, value
+            if kind in ("end", "failed"):
                 return

@@ -123,6 +123,20 @@ class LogLine(BaseModel):
     text: str
 
 
+class LogFailure(BaseModel):
+    """The last item of a log read that failed part-way, after the lines that could be read (a pod
+    that cannot start, after the other pods' lines): what `dtrain logs` prints after the lines."""
+
+    error: str = Field(description="one line: what failed and how to fix it")
+    kind: str = Field(description="the error class, as in every refusal")
+
+
+LOG_ITEM = LogLine | LogFailure
+# The last unix time an RFC 3339 stamp can name (9999-12-31T23:59:59Z): `since` beyond it means
+# nothing, and NaN or infinity broke a backend's arithmetic (the Kubernetes sinceSeconds).
+MAX_TIME = 253_402_300_799.0
+
+
 class Gpu(BaseModel):
     index: str
     name: str

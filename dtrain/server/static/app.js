@@ -177,6 +177,13 @@ function follow(name, rank) {
     logs.scrollTop = logs.scrollHeight;
   };
   stream.addEventListener("end", () => { stream.close(); logs.appendChild(h("span", {class: "muted", id: "logs-end"}, "-- the job has ended --\n")); });
+  // The server's `event: error` (a pod that cannot start, a reader that stalled) carries {error, kind};
+  // a dropped connection is an error event without data, and EventSource reconnects by itself.
+  stream.addEventListener("error", ev => {
+    if (!ev.data) return;
+    stream.close();
+    logs.appendChild(h("span", {class: "muted", id: "logs-error"}, `-- ${JSON.parse(ev.data).error} --\n`));
+  });
 }
 
 // ---- nodes ---------------------------------------------------------------------------------
