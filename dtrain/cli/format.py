@@ -7,6 +7,7 @@ import time
 from datetime import datetime, timezone
 
 from dtrain.errors import SpecError
+from dtrain.names import shown
 
 
 def table(headers: list[str], rows: list[list[object]]) -> str:
@@ -48,15 +49,22 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)\Z")
 
 
 def parse_since(text: str, now: float | None = None) -> float:
-    """--since 10m / 2h / 30s, or an RFC 3339 time -> unix seconds."""
+    """--since 10m / 2h / 30s, or an RFC 3339 time (UTC unless it names a zone) -> unix seconds."""
     m = _DURATION.match(text.strip())
     if m:
         return (now or time.time()) - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    return parse_time(text, "--since", "a duration such as 30s, 10m, 2h, or ")
+
+
+def parse_time(text: str, flag: str = "--since-time", also: str = "") -> float:
+    """An RFC 3339 time (Run:AI's and kubectl's --since-time) -> unix seconds. A time without a
+    zone is UTC, as every time dtrain prints (`--timestamps`, describe): one copied from them
+    without its Z means the same moment whatever the machine's TZ."""
     try:
-        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
+        moment = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
-        raise SpecError(f"invalid --since {text!r}: use a duration such as 30s, 10m, 2h, "
-                        f"or a time such as 2026-11-30T12:00:00Z") from None
+        raise SpecError(f"invalid {flag} {shown(text)}: use {also}a time such as 2026-11-30T12:00:00Z") from None
+    return (moment if moment.tzinfo else moment.replace(tzinfo=timezone.utc)).timestamp()
 
 
 def mapping(data: dict, indent: int = 0) -> str:
@@ -80,6 +88,17 @@ def mapping(data: dict, indent: int = 0) -> str:
         else:
             lines.append(f"{pad}{key}: {'-' if value is None else value}")
     return "\n".join(lines)
+
+
+def described(head: dict, sections: dict[str, dict | None]) -> str:
+    """`describe`'s one layout for jobs, volumes and snapshots: the head's capitalised labels
+    (`Name: x`, as kubectl and Run:AI describe), then each non-empty section's own keys, indented
+    under its title (a job's spec, a backend's details), as the YAML a user writes them in."""
+    parts = [mapping(head)]
+    for title, data in sections.items():
+        if data:
+            parts += [f"{title}:", mapping(data, 2)]
+    return "\n".join(parts)
 
 
 def plain_yaml(*docs) -> str:

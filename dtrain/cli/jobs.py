@@ -15,7 +15,7 @@ from dtrain.cli import format as fmt
 from dtrain.client import Client, TimeoutError_
 from dtrain.config import read_small_file
 from dtrain.errors import NotFoundError, SpecError
-from dtrain.names import shown
+from dtrain.names import check_name, shown
 from dtrain.spec import JobSpec, check_sagemaker_mapping, parse_env, parse_pvc, yaml_mapping
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
 
@@ -213,6 +213,8 @@ def cmd_list(args, client: Client) -> int:
     if args.what not in ("job", "jobs"):
         raise SpecError(f"'dtrain list' lists jobs, not {shown(args.what)}: use 'dtrain list' or 'dtrain list jobs' "
                         f"(volumes: 'dtrain volume list', snapshots: 'dtrain snapshot list')")
+    if args.project is not None:  # `-p "$PROJECT"` with the variable unset is a mistake, not the default project
+        check_name(args.project, "project")
     project = None if args.all_projects else (args.project or client.default_project)
     jobs = client.list(project=project, show_deleted=args.show_deleted)
     if not jobs and project is not None:
@@ -270,11 +272,29 @@ def _job_names(words: list[str], verb: str) -> list[str]:
     return words
 
 
+def _in_project(args, client: Client) -> None:
+    """Run:AI's -p on a job verb (`runai logs train -p team`): this command looks at that project,
+    its backend and (Kubernetes) its namespace, as if it were the configured one; config.yaml is
+    not written."""
+    if args.project is not None:
+        client.config.project = check_name(args.project, "project")
+
+
+def _get(args, client: Client, name: str):
+    """The job `name`; with -p, only if it is that project's."""
+    info = client.get(name)
+    if args.project is not None and info.spec.project != args.project:
+        raise NotFoundError(f"no job named {name!r} in project {args.project!r}: it is in project "
+                            f"{info.spec.project!r} (give -p {info.spec.project}, or no -p)")
+    return info
+
+
 def cmd_describe(args, client: Client) -> int:
     names = _job_names(args.names, "describe")
     if len(names) != 1:
         raise SpecError("describe one job: dtrain describe job NAME")
-    info = client.get(names[0])
+    _in_project(args, client)
+    info = _get(args, client, names[0])
     if args.json:
         print(json.dumps(info.to_dict(), indent=2))
         return 0
@@ -294,9 +314,7 @@ def cmd_describe(args, client: Client) -> int:
         head["Billable / training seconds"] = f"{info.extra.get('billable_seconds')} / {info.extra['training_seconds']}"
     if info.extra.get("spot_saving_percent") is not None:
         head["Spot saving"] = f"{info.extra['spot_saving_percent']:.1f}%"
-    print(fmt.mapping(head))
-    print("Spec:")
-    print(fmt.mapping({**info.spec.to_dict(), "command": shlex.join(info.spec.command)}, 2))
+    print(fmt.described(head, {"Spec": {**info.spec.to_dict(), "command": shlex.join(info.spec.command)}}))
     print("Processes:")
     print(_indent(fmt.table(["RANK", "STATUS", "EXIT CODE", "DEVICES", "NODE"],
                             [[p.rank, p.status, "-" if p.exit_code is None else p.exit_code,
@@ -313,10 +331,14 @@ def _indent(text: str) -> str:
 
 def cmd_logs(args, client: Client) -> int:
     rank = None if args.rank in (None, "all") else _rank(args.rank)
-    since = fmt.parse_since(args.since) if args.since else None
-    info = client.get(args.name)
+    since = (fmt.parse_since(args.since) if args.since is not None else
+             fmt.parse_time(args.since_time) if args.since_time is not None else None)
+    _in_project(args, client)
+    info = _get(args, client, args.name)
     many = rank is None and info.spec.processes > 1
+    printed = False
     for line in client.logs(args.name, rank=rank, tail=args.tail, since=since, follow=args.follow):
+        printed = True
         if args.json:
             sys.stdout.write(json.dumps({"rank": line.rank, "time": line.time, "text": line.text}) + "\n")
         else:
@@ -324,6 +346,9 @@ def cmd_logs(args, client: Client) -> int:
             sys.stdout.write(prefix + line.text + "\n")
         if args.follow:  # a line shows when it is written; otherwise a flush a line cost a write(2) a line
             sys.stdout.flush()
+    if not printed and not args.follow and info.status.value == "Pending":  # as kubectl: why nothing came
+        print(f"dtrain: job '{info.name}' is Pending ({info.message or 'not started'}): no process has "
+              f"started, so there are no logs yet; 'dtrain logs {info.name} -f' waits for them", file=sys.stderr)
     return 0
 
 
@@ -339,11 +364,14 @@ def _rank(text: str) -> int:
 
 def cmd_delete(args, client: Client) -> int:
     names = list(dict.fromkeys(_job_names(args.names, "delete")))
+    _in_project(args, client)
     missing = []
     for name in names:  # every name is checked before anything is deleted
         try:
-            client.get(name)
-        except NotFoundError:
+            _get(args, client, name)
+        except NotFoundError as err:
+            if args.project is not None and len(names) == 1:
+                raise NotFoundError(f"{err}; nothing was deleted") from None
             missing.append(name)
     if missing:
         raise NotFoundError(f"no job named {', '.join(map(shown, missing[:5]))}; nothing was deleted "
@@ -371,6 +399,8 @@ EXIT_TIMEOUT = 124  # `wait --timeout` ran out: the job goes on (the code GNU ti
 
 
 def cmd_wait(args, client: Client) -> int:
+    _in_project(args, client)
+    _get(args, client, args.name)
     try:
         info = client.wait(args.name, timeout=args.timeout)
     except TimeoutError_ as err:
@@ -404,19 +434,24 @@ def register(sub) -> None:
                        usage="dtrain describe [job] NAME [--json]")
     p.add_argument("names", nargs="+", metavar="[job] NAME", help="the job (the word 'job' is optional)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
+    _project_flag(p)
     p.set_defaults(handler=cmd_describe)
     p = sub.add_parser("logs", help="print a job's logs")
     p.add_argument("name", help="the job")
     p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the job ends")
     p.add_argument("-t", "--tail", type=int, metavar="N", help="only the last N lines")
     p.add_argument("--rank", help="a process rank, or 'all' (default: all)")
-    p.add_argument("--since", help="only lines newer than a duration (10m) or a time")
+    when = p.add_mutually_exclusive_group()  # as Run:AI's: one or the other
+    when.add_argument("--since", help="only lines newer than a duration (10m) or a time")
+    when.add_argument("--since-time", metavar="TIME", help="only lines newer than a time, e.g. 2026-11-30T12:00:00Z")
     p.add_argument("--timestamps", action="store_true", help="prefix each line with its time")
     p.add_argument("--json", action="store_true", help="one JSON object per line: rank, time, text")
+    _project_flag(p)
     p.set_defaults(handler=cmd_logs)
     p = sub.add_parser("delete", help="stop and delete jobs", usage="dtrain delete [job] NAME [NAME...] [--purge]")
     p.add_argument("names", nargs="+", metavar="[job] NAME", help="the jobs (the word 'job' is optional)")
     p.add_argument("--purge", action="store_true", help="also forget the job: its record, events and logs")
+    _project_flag(p)
     p.set_defaults(handler=cmd_delete)
     p = sub.add_parser("artifacts", help="copy a job's model folder (SageMaker: model.tar.gz, unpacked) to a folder")
     p.add_argument("name", help="the job")
@@ -432,4 +467,10 @@ def register(sub) -> None:
     p.add_argument("name", help="the job")
     p.add_argument("--timeout", type=float, help="give up after this many seconds (exit code 124)")
     p.add_argument("--json", action="store_true", help="print the finished job as one JSON object")
+    _project_flag(p)
     p.set_defaults(handler=cmd_wait)
+
+
+def _project_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-p", "--project", help="the job's project, as Run:AI's -p (default: the configured "
+                                           "project); a job of another project is not found")

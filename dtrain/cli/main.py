@@ -38,27 +38,53 @@ GROUP_HELP = {"lanes": "SCNN lane detection on TuSimple", "cifar10": "the CIFAR1
 
 
 def cmd_config(args, client: Client) -> int:
+    given = [f"--{k.replace('_', '-')}" for k in _SAGEMAKER_KEYS if getattr(args, k) is not None]
+    if given and args.what != "sagemaker":  # else silently dropped: the user believes them saved
+        raise SpecError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for 'dtrain config sagemaker', "
+                        f"not 'dtrain config {args.what}'; nothing was changed")
+    if args.project is not None and args.what != "backend":
+        raise SpecError(f"-p/--project is for 'dtrain config backend' (a project's own backend), not 'dtrain config "
+                        f"{args.what}'; nothing was changed")
     if args.what == "sagemaker":
         if args.value is not None:
             raise SpecError("'dtrain config sagemaker' takes flags only, e.g. --role ARN --bucket NAME --region R")
+        if not given:  # as `config project`: what is set, and config.yaml left as it was
+            settings = client.config.sagemaker
+            print("SageMaker settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()) if settings else
+                  "SageMaker is not configured: dtrain config sagemaker --role ARN --bucket NAME [--region R]")
+            return 0
         settings = client.configure_sagemaker(role=args.role, bucket=args.bucket, region=args.region,
                                               prefix=args.prefix, image=args.image, instance_type=args.instance_type,
                                               subnets=args.subnets, security_groups=args.security_groups)
         print("SageMaker settings saved: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
         return 0
-    if args.value is None:
-        raise SpecError(f"'dtrain config {args.what}' needs a value, e.g. dtrain config {args.what} NAME")
+    if args.value is None:  # as `git config KEY` and `gcloud config get project`: the current value, alone
+        if args.what == "project":
+            print(client.default_project)
+        else:
+            print(client.config.backend_for(args.project) if args.project else client.config.backend)
+        return 0
     if args.what == "project":
-        require_project(args.value, [p.name for p in client.list_projects()])
-        client.set_default_project(args.value)
-        print(f"Project '{args.value}' has been set as the default project")
+        _set_default_project(client, args.value)
     else:
         client.set_default_backend(args.value, project=args.project)
         print(f"Backend '{args.value}' is now the default" + (f" for project '{args.project}'" if args.project else ""))
     return 0
 
 
+_SAGEMAKER_KEYS = ("role", "bucket", "region", "prefix", "image", "instance_type", "subnets", "security_groups")
+
+
+def _set_default_project(client: Client, name: str) -> None:
+    require_project(name, [p.name for p in client.list_projects()])
+    client.set_default_project(name)
+    print(f"Project '{name}' has been set as the default project")
+
+
 def cmd_project(args, client: Client) -> int:
+    if args.action == "set":  # Run:AI's newer spelling of `config project`
+        _set_default_project(client, args.name)
+        return 0
     if args.action == "create":
         existed = args.name in {p.name for p in client.list_projects()}
         if existed and args.gpu_quota is None:
@@ -146,10 +172,11 @@ def verb_of(head: list[str]) -> str | None:
 
 
 def _add_config(sub) -> None:
-    p = sub.add_parser("config", help="set the default project or backend; SageMaker settings")
-    p.add_argument("what", choices=["project", "backend", "sagemaker"], help="what to set")
+    p = sub.add_parser("config", help="show or set the default project or backend; SageMaker settings")
+    p.add_argument("what", choices=["project", "backend", "sagemaker"], help="what to show or set")
     p.add_argument("value", nargs="?",
-                   help="a project that exists ('dtrain project list'), or local / kubernetes / sagemaker")
+                   help="a project that exists ('dtrain project list'), or local / kubernetes / sagemaker; "
+                        "without it, the current one is printed")
     p.add_argument("-p", "--project", help="with 'backend': only for this project")
     g = p.add_argument_group("with 'sagemaker' (credentials come from boto3's chain and are never stored)")
     g.add_argument("--role", help="IAM role ARN SageMaker assumes")
@@ -164,11 +191,13 @@ def _add_config(sub) -> None:
 
 
 def _add_project(sub) -> None:
-    p = sub.add_parser("project", help="create and list projects (GPU quotas)")
+    p = sub.add_parser("project", help="create, list and set projects (GPU quotas, the default one)")
     ps = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = ps.add_parser("create", help="create a project, or change its GPU quota")
     c.add_argument("name", help="project name (lower-case letters, digits, '-')")
     c.add_argument("--gpu-quota", type=int, help="GPUs the project's running jobs may hold together")
+    c = ps.add_parser("set", help="make a project the default (as 'dtrain config project NAME')")
+    c.add_argument("name", help="a project that exists")
     c = ps.add_parser("list", help="projects, quotas, GPUs in use, jobs")
     c.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(handler=cmd_project)

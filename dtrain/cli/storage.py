@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 
 from dtrain.cli import format as fmt
@@ -50,7 +51,7 @@ def cmd_volume(args, client: Client) -> int:
         _print(vols, fmt.table(["NAME", "CLASS", "SIZE", "USED", "STATUS", "FROM SNAPSHOT", "AGE"], rows), args.json)
     elif args.action == "describe":
         v = client.get_volume(args.name)
-        _print(v, fmt.mapping(v.to_dict() | {"created": fmt.when(v.created)}), args.json)
+        _print(v, _volume_text(v), args.json)
     elif args.action == "update" and args.dry_run:
         print(fmt.plain_yaml(client.render_volume_update(args.name, storage_class=args.storage_class)), end="")
     elif args.action == "update":
@@ -84,7 +85,7 @@ def cmd_snapshot(args, client: Client) -> int:
         _print(snaps, fmt.table(["NAME", "VOLUME", "JOB", "FROM SNAPSHOT", "FILES", "SIZE", "AGE"], rows), args.json)
     elif a == "describe":
         s = client.get_snapshot(args.name)
-        _print(s, fmt.mapping(s.to_dict() | {"created": fmt.when(s.created)}), args.json)
+        _print(s, _snapshot_text(s), args.json)
     elif a == "restore":
         v = client.restore_snapshot(args.name, to=args.to, in_place=args.in_place, progress=_progress())
         _print(v, f"snapshot '{args.name}' restored " + ("in place" if args.in_place else f"into new volume '{v.name}'"),
@@ -105,6 +106,29 @@ def cmd_snapshot(args, client: Client) -> int:
                 print(f"{c.kind[:1].upper()} {c.path}" + (f"  ({', '.join(c.fields)})" if c.fields else ""))
             print(f"{len(changes)} change(s)")
     return 0
+
+
+def _volume_text(v) -> str:
+    """`volume describe`, laid out as `describe job`: labels a person reads (sizes in units, times
+    in UTC), then the backend's own details under their keys (--json has every field raw)."""
+    head = {"Name": v.name, "Status": v.status, "Backend": v.backend, "Storage class": v.storage_class or "default",
+            "Size": v.size, "Used": fmt.size(v.used_bytes), "Job": v.job or "-",
+            "From snapshot": v.origin_snapshot or "-", "Created": fmt.when(v.created),
+            "Labels": ", ".join(f"{k}={val}" for k, val in v.labels.items()) or "-"}
+    return fmt.described(head, {"Details": v.extra})
+
+
+def _snapshot_text(s) -> str:
+    """`snapshot describe`, laid out as `describe job`; the spec of the job it holds as that job's Spec."""
+    head = {"Name": s.name, "Status": _state(s), "Backend": s.backend, "Volume": s.volume or "-",
+            "Job": s.job or "-", "From snapshot": s.source_snapshot or "-",
+            "Files": "-" if s.files is None else s.files, "Size": fmt.size(s.bytes),
+            "Volume size": s.volume_size or "-", "Storage class": s.storage_class or "-",
+            "Created": fmt.when(s.created)}
+    spec = dict(s.job_spec or {})
+    if isinstance(spec.get("command"), list):
+        spec["command"] = shlex.join(map(str, spec["command"]))
+    return fmt.described(head, {"Details": s.extra, "Job spec": spec})
 
 
 def _state(s) -> str:

@@ -315,20 +315,23 @@ class LocalBackend(Backend):
         records = {r["rank"]: r for r in rank_records(self.home / "jobs" / spec.name)}
         devices = self.store.job_devices(spec.name)
         groups = split_devices(devices, spec.processes, spec.gpu) if devices else []
+        node = row["node"] if row["started"] is not None else None  # a job never placed ran on no node
         procs = []
         for rank in range(spec.processes):
             rec = records.get(rank, {})
             pstatus = rec.get("status", "Pending")
             if status.terminal and pstatus in ("Pending", "Running"):
                 pstatus = "Stopped" if status == JobStatus.DELETED else ("Failed" if pstatus == "Running" else pstatus)
+            elif status == JobStatus.DELETED and _ended_by(rec, row["finished"]):
+                pstatus = "Stopped"  # its exit (143: SIGTERM) was `dtrain delete`'s doing, not a failure
             procs.append(ProcessInfo(rank=rank, status=pstatus, exit_code=rec.get("exit_code"),
-                                     devices=tuple(groups[rank]) if groups else (), node=row["node"]))
+                                     devices=tuple(groups[rank]) if groups else (), node=node))
         running = sum(p.status == "Running" for p in procs) if status == JobStatus.RUNNING else 0
         pending = sum(p.status == "Pending" for p in procs) if status.value in ACTIVE else 0
         events = tuple(Event(time=e["time"], status=e["status"], message=e["message"])
                        for e in self.store.events(spec.name))
         return JobInfo(name=spec.name, spec=spec, status=status, backend=self.name, created=row["created"],
-                       started=row["started"], finished=row["finished"], node=row["node"],
+                       started=row["started"], finished=row["finished"], node=node,
                        gpus_allocated=len(devices), processes_running=running, processes_pending=pending,
                        processes=tuple(procs), events=events, restarts=max([row["restarts"]] + [
                            r.get("restart", 0) for r in records.values()]),
@@ -463,8 +466,8 @@ class LocalBackend(Backend):
         jobs = self.store.jobs()
         held = self.store.allocations()
         out = []
-        for p in self.store.projects():
-            names = {j["name"] for j in jobs if j["project"] == p["name"]}
+        for p in self.store.projects():  # a deleted job is no longer the project's (`list` hides it too)
+            names = {j["name"] for j in jobs if j["project"] == p["name"] and j["status"] != "Deleted"}
             out.append(ProjectInfo(name=p["name"], backend=self.name, gpu_quota=p["gpu_quota"],
                                    gpus_allocated=sum(job in names for job in held.values()), jobs=len(names)))
         return out
@@ -613,6 +616,15 @@ def _limits_note(spec: JobSpec) -> str | None:
     if found.enforced:
         return f"{asked} per process, enforced ({found.detail})"
     return f"{asked} per process, {found.detail}"
+
+
+def _ended_by(rec: dict, deleted: float | None) -> bool:
+    """Whether a rank's record says it ended once its job was deleted (`finished` is then the
+    deletion's time, recorded before any process is signalled): stopped, not failed or done."""
+    ended = rec.get("finished")
+    return isinstance(ended, (int, float)) and deleted is not None and ended >= deleted
+
+
 def _disk_usage(root: Path) -> int:
     """Bytes the files under `root` take on disk, as `du` counts them (allocated blocks; a file
     with several hard links once). It walks the folder, so `volume list` costs what `du` costs."""

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import heapq
 import os
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from dtrain.backends.base import LogLine
 from dtrain.backends.local.rankrun import parse_line
+from dtrain.replace import open_regular
 
+RANK_LOG = re.compile(r"rank-(0|[1-9][0-9]{0,8})\.log")  # as rankrun names them
 BLOCK = 1 << 20  # bytes read at a time, forwards or backwards
 MAX_RECORD = 8 * BLOCK  # rankrun cuts output lines at 1 MiB; a longer "line" (not its writing) is cut here
 
@@ -34,18 +37,23 @@ class LogFiles:
         """The complete lines written since the previous read (with `last`: only each rank's
         last `last` of them), oldest first across ranks. A half-written line waits for the next read."""
         files = sorted(self.logs_dir.glob("rank-*.log")) if self.logs_dir.exists() else []
-        ranks = [(int(p.stem.split("-")[1]), p) for p in files]
+        ranks = [(int(m.group(1)), p) for p in files if (m := RANK_LOG.fullmatch(p.name))]  # not rank-0-old.log
         return heapq.merge(*(self._records(r, p, last) for r, p in ranks if self.rank in (None, r)),
                            key=lambda ln: (ln.time or 0.0, ln.rank))
 
     def _records(self, rank: int, path: Path, last: int | None) -> Iterator[LogLine]:
         # Bytes, split at "\n" only: a record is one "\n"-ended line (a "\r" inside it is text),
         # and the offset counts what was read, whatever bytes a line holds.
-        with open(path, "rb") as f:
+        f = open_regular(path)  # a link or a fifo put there is no rank's log: never followed or waited on
+        if f is None:
+            return
+        with f:
             start = self.offsets.get(path, 0)
             end = complete_end(f, start)
             if last is not None:
                 start = max(start, start_of_last(f, end, last))
+            if self.since is not None:
+                start = first_since(f, start, end, self.since)
             self.offsets[path] = end
             for raw in lines_between(f, start, end):
                 when, text = parse_line(raw.decode("utf-8", errors="replace"))
@@ -83,6 +91,49 @@ def start_of_last(f: BinaryIO, end: int, n: int) -> int:
                 return low + i + 1
         pos = low
     return 0
+
+
+CLOCK_SLACK_S = 300.0  # a line this much older than --since still bounds the search (a clock set back)
+
+
+def first_since(f: BinaryIO, start: int, end: int, since: float) -> int:
+    """A line start at or after `start` before which no line between `start` and `end` is newer
+    than `since`: found by bisecting on the times the lines begin with (rankrun writes them in
+    order), so `logs --since 10m` of a long log reads a few blocks, not the whole file. A line
+    counts as older only when it is CLOCK_SLACK_S older, so a clock set back a little loses no
+    line; a line without a time stops the search where it is (the caller's filter still applies)."""
+    lo, hi = start, end
+    while hi - lo > BLOCK:
+        mid = line_start_after(f, (lo + hi) // 2, hi)
+        if mid >= hi:
+            break
+        f.seek(mid)
+        when, _ = parse_line(f.read(STAMP_READ).split(b"\n", 1)[0].decode("utf-8", errors="replace"))
+        if when is None:
+            break
+        if when < since - CLOCK_SLACK_S:
+            lo = mid
+        else:
+            hi = mid
+    return lo
+
+
+STAMP_READ = 64  # bytes enough for a line's time and the character after it
+PROBE = 4096  # bytes first read to find where the next line starts
+
+
+def line_start_after(f: BinaryIO, pos: int, end: int) -> int:
+    """The offset just past the first "\\n" at or after `pos - 1` and before `end` (`end` if none)."""
+    pos, size = max(pos - 1, 0), PROBE
+    while pos < end:
+        f.seek(pos)
+        block = f.read(min(size, end - pos))
+        i = block.find(b"\n")
+        if i >= 0:
+            return pos + i + 1
+        pos += len(block) or end
+        size = min(size * 2, BLOCK)  # a log line is short; a long one costs a few more reads
+    return end
 
 
 def lines_between(f: BinaryIO, start: int, end: int) -> Iterator[bytes]:

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dtrain.errors import ConflictError
+from dtrain.replace import open_regular
 
 ACCESS_FILE = "notebook.json"
+MAX_ACCESS_BYTES = 4096  # a port and a token
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -42,11 +44,19 @@ def write_access(job_dir: Path, access: NotebookAccess) -> None:
 
 
 def read_access(job_dir: Path, name: str) -> NotebookAccess:
+    path = job_dir / ACCESS_FILE
+    f = open_regular(path)  # a link is never followed, a fifo never waited on
+    if f is None:
+        if not os.path.lexists(path):
+            raise ConflictError(f"notebook {name!r} has not started yet: see 'dtrain describe job {name}' "
+                                f"and try again when it is Running")
+        raise ConflictError(f"{path} is not a file the notebook's supervisor wrote (a link or a special "
+                            f"file): remove it and restart the notebook (dtrain delete {name}, then dtrain "
+                            f"notebook start {name})")
     try:
-        fd = os.open(job_dir / ACCESS_FILE, os.O_RDONLY | os.O_NOFOLLOW)
-    except FileNotFoundError:
-        raise ConflictError(f"notebook {name!r} has not started yet: see 'dtrain describe job {name}' "
-                            f"and try again when it is Running") from None
-    with os.fdopen(fd) as f:
-        data = json.load(f)
-    return NotebookAccess(port=int(data["port"]), token=str(data["token"]))
+        with f:
+            data = json.loads(f.read(MAX_ACCESS_BYTES))
+        return NotebookAccess(port=int(data["port"]), token=str(data["token"]))
+    except (OSError, ValueError, TypeError, KeyError) as err:
+        raise ConflictError(f"{path} cannot be read ({type(err).__name__}: {err}): remove it and restart the "
+                            f"notebook (dtrain delete {name}, then dtrain notebook start {name})") from None

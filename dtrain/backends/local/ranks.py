@@ -10,24 +10,38 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 from pathlib import Path
 
 from dtrain.backends.local.cgroups import RankCgroup
 from dtrain.procs import Ident, signal_process, signal_session
+from dtrain.replace import open_regular
 
 GRACE_S = 30.0  # SIGTERM -> SIGKILL: time for the workloads to finish a step and write a checkpoint
 KILLED_WAIT_S = 2.0  # how long a rank's cgroup may take to empty after SIGKILL before it is left
+RANK_RECORD = re.compile(r"rank-(0|[1-9][0-9]{0,8})\.json")  # as rankrun names them
+MAX_RECORD_BYTES = 1 << 20  # a record is a few hundred bytes
 
 
 def rank_records(job_dir: Path) -> list[dict]:
+    """The rank records rankrun wrote, by rank. Anything else in the folder (a copy such as
+    rank-0-old.json, a fifo, a link, a record naming another rank) is skipped: every `dtrain list`
+    reads these, and one stray file must not stop them (a traceback) or hang them (a fifo)."""
     out = []
-    for path in sorted((job_dir / "ranks").glob("rank-*.json"), key=lambda p: int(p.stem.split("-")[1])):
+    for path in (job_dir / "ranks").glob("rank-*.json"):
+        m = RANK_RECORD.fullmatch(path.name)
+        f = open_regular(path) if m else None
+        if f is None:
+            continue
         try:
-            out.append(json.loads(path.read_text()))
+            with f:
+                rec = json.loads(f.read(MAX_RECORD_BYTES))
         except (OSError, ValueError):
             continue
-    return out
+        if isinstance(rec, dict) and rec.get("rank") == int(m.group(1)):
+            out.append(rec)
+    return sorted(out, key=lambda r: r["rank"])
 
 
 def failing_rank(records: list[dict]) -> dict | None:

@@ -36,7 +36,7 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
             reasons.append(f"{_ordinal(older + 1)} in project {spec.project!r}'s queue")
         need = spec.gpus_requested
         quota = conn.execute("SELECT gpu_quota FROM projects WHERE name=?", (spec.project,)).fetchone()
-        if quota is not None and quota["gpu_quota"] is not None:
+        if need and quota is not None and quota["gpu_quota"] is not None:  # a CPU job takes none of it
             used = conn.execute("SELECT COUNT(*) AS n FROM allocations a JOIN jobs j ON a.job=j.name "
                                 "WHERE j.project=?", (spec.project,)).fetchone()["n"]
             if used + need > quota["gpu_quota"]:

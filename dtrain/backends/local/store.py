@@ -63,6 +63,9 @@ CREATE TABLE IF NOT EXISTS projects (
 """
 
 ACTIVE = ("Pending", "Running")
+# A new job's message until its supervisor first asks the scheduler (then "waiting: <why>" or
+# "started on ..."): `describe` right after `submit` says what is happening, not "-".
+QUEUED = "queued: waiting for the scheduler to place it"
 FINAL = ("Succeeded", "Failed", "Deleted")  # `finished` is set and the devices are released
 
 # The allowed status changes, written once. A finished job only becomes Deleted (by `dtrain
@@ -100,9 +103,9 @@ class JobStore:
                 self.conn.execute("DELETE FROM jobs WHERE name=?", (spec.name,))
                 self.conn.execute("DELETE FROM job_events WHERE job=?", (spec.name,))
             self.conn.execute(
-                "INSERT INTO jobs (name, project, spec, status, created, cwd, node) "
-                "VALUES (?, ?, ?, 'Pending', ?, ?, ?)",
-                (spec.name, spec.project, json.dumps(spec.to_dict()), now, cwd, node))
+                "INSERT INTO jobs (name, project, spec, status, created, cwd, node, message) "
+                "VALUES (?, ?, ?, 'Pending', ?, ?, ?, ?)",
+                (spec.name, spec.project, json.dumps(spec.to_dict()), now, cwd, node, QUEUED))
             self._event(spec.name, "Pending", "queued", now)
 
     def check_free(self, name: str) -> bool:
