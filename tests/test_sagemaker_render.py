@@ -141,8 +141,11 @@ def test_command_split():
     p = render.split_command(("python", "train.py", "--fast", "--epochs", "2"))
     assert p.entry_argv == ("python", "train.py", "--fast", "--epochs", "2") and p.hyperparameters == {}
     # a repeated flag, or one named like the toolkit's own parameters, cannot be one either
+    # and a one-letter flag comes back from the training toolkit as `-k 1`, which a script that
+    # defines only `--k` refuses (sagemaker-training-toolkit's mapping.to_cmd_args)
     for argv in (("python", "train.py", "--tag", "a", "--tag", "b", "--lr", "0.1"),
-                 ("python", "train.py", "--sagemaker_program", "x.py")):
+                 ("python", "train.py", "--sagemaker_program", "x.py"),
+                 ("python", "train.py", "--lr", "0.1", "--k", "1"), ("python", "train.py", "--k=1")):
         p = render.split_command(argv)
         assert (p.program, p.entry_argv, p.hyperparameters) == (render.ENTRY, argv, {})
     script = render.entry_script(p.entry_argv)

@@ -3,18 +3,21 @@
 Packing skips what never belongs in a job's code (.git, virtual environments, caches) and stores
 symlinks as links (never their targets), leaving out those that point outside the folder.
 Unpacking uses tarfile's 'data' filter (no absolute paths, no '..', no links leading out, no
-devices) into a fresh folder that is renamed into place only when every member is out, so a
-refused archive leaves nothing behind.
+devices) into a fresh folder that is renamed into place only when every member is out and the
+compressed stream checks out to its end (gzip's CRC), so a refused or damaged archive leaves
+nothing behind.
 """
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import posixpath
 import shutil
 import tarfile
 import tempfile
+import zlib
 from pathlib import Path
 
 from dtrain.errors import ConflictError, DataError, SpecError
@@ -90,7 +93,11 @@ def unpack(archive: str | os.PathLike, to: str | os.PathLike) -> Path:
             if size > MAX_MODEL_BYTES:
                 raise DataError(f"{archive} unpacks to {size} bytes, more than {MAX_MODEL_BYTES}: unpack it by hand")
             tar.extractall(staging, filter="data")
-    except (tarfile.FilterError, tarfile.ReadError, EOFError) as err:
+            # gzip checks its CRC only at the end of the stream, which tarfile stops short of: read
+            # to the end, or a damaged archive unpacks to wrong bytes without a word.
+            while tar.fileobj.read(1 << 20):
+                pass
+    except (tarfile.FilterError, tarfile.ReadError, EOFError, gzip.BadGzipFile, zlib.error) as err:
         shutil.rmtree(staging, ignore_errors=True)
         raise DataError(f"refusing {archive}: {err}; the archive is damaged or holds paths or links that leave "
                         f"the target folder") from None

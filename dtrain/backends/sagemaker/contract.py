@@ -61,11 +61,27 @@ def input_data_config(req: dict) -> dict:
 
 
 def user_args(req: dict) -> list[str]:
-    """Hyperparameters as the toolkit passes them: --key value, in the request's order."""
+    """Hyperparameters as the toolkit passes them (its mapping.to_cmd_args): sorted by name, `--name`
+    (`-n` for a one-letter name), the value as Python's str (True -> 'True', None -> ''), an object as
+    'k=v,k2=v2'. A script parsing them sees here what it sees on SageMaker."""
     out: list[str] = []
-    for key, value in user_hyperparameters(req).items():
-        out += [f"--{key}", value if isinstance(value, str) else json.dumps(value)]
+    hps = user_hyperparameters(req)
+    for key in sorted(hps):
+        value = hps[key]
+        text = ",".join(f"{k}={v}" for k, v in sorted(value.items())) if isinstance(value, dict) else _text(value)
+        out += [f"--{key}" if len(key) > 1 else f"-{key}", text]
     return out
+
+
+def _text(value: Any) -> str:
+    return "" if value is None else str(value)
+
+
+def env_value(value: Any) -> str:
+    """A hyperparameter as the toolkit puts it in SM_HP_<NAME> (its mapping.to_env_vars)."""
+    if value is None or isinstance(value, str):
+        return _text(value)
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def environment(req: dict, host: str, *, num_cpus: int) -> dict[str, str]:
@@ -77,7 +93,7 @@ def environment(req: dict, host: str, *, num_cpus: int) -> dict[str, str]:
         "SM_CURRENT_INSTANCE_TYPE": req["ResourceConfig"]["InstanceType"], "SM_NETWORK_INTERFACE_NAME": "lo",
         "SM_MODEL_DIR": MODEL_DIR, "SM_OUTPUT_DIR": f"{OPT_ML}/output", "SM_OUTPUT_DATA_DIR": f"{OPT_ML}/output/data",
         "SM_INPUT_DIR": f"{OPT_ML}/input", "SM_INPUT_CONFIG_DIR": f"{OPT_ML}/input/config",
-        "SM_CHANNELS": json.dumps(channels), "SM_HPS": json.dumps(hps), "SM_USER_ARGS": json.dumps(user_args(req)),
+        "SM_CHANNELS": json.dumps(channels), "SM_HPS": env_value(hps), "SM_USER_ARGS": env_value(user_args(req)),
         "SM_USER_ENTRY_POINT": decode(sm_hps.get("sagemaker_program", '""')),
         "SM_MODULE_DIR": decode(sm_hps.get("sagemaker_submit_directory", '""')),
         "SM_LOG_LEVEL": str(decode(sm_hps.get("sagemaker_container_log_level", "20"))),
@@ -86,8 +102,7 @@ def environment(req: dict, host: str, *, num_cpus: int) -> dict[str, str]:
     }
     env["SM_MODULE_NAME"] = posixpath.splitext(env["SM_USER_ENTRY_POINT"])[0]
     env.update({f"SM_CHANNEL_{c.upper()}": f"{OPT_ML}/input/data/{c}" for c in channels})
-    env.update({f"SM_HP_{k.upper().replace('-', '_')}": v if isinstance(v, str) else json.dumps(v)
-                for k, v in hps.items()})
+    env.update({f"SM_HP_{k.upper()}": env_value(v) for k, v in hps.items()})
     env["SM_TRAINING_ENV"] = json.dumps({"hosts": hosts(req), "current_host": host, "hyperparameters": hps,
                                          "channel_input_dirs": {c: env[f"SM_CHANNEL_{c.upper()}"] for c in channels},
                                          "model_dir": MODEL_DIR, "user_entry_point": env["SM_USER_ENTRY_POINT"]})

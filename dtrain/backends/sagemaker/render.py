@@ -95,6 +95,8 @@ def _flags(args: list[str]) -> tuple[list[str], dict[str, str]]:
             value, i = rest[i + 1], i + 1
         if key in hps or key.startswith("sagemaker_"):
             return args, {}  # a repeated flag (hyperparameters hold one value a name) or a toolkit name
+        if len(key) == 1:  # the training toolkit passes a one-letter hyperparameter back as `-k`, not `--k`
+            return args, {}
         hps[key] = value
         i += 1
     return fixed, hps

@@ -35,7 +35,8 @@ import numpy as np
 
 from dtrain.errors import DataError, SpecError
 from dtrain.replace import replacing
-from dtrain.workloads.inputs import MAX_SEED, Parser, in_range, out_folder
+from dtrain.workloads.cifar10.failure import CommandParser, reports_failure
+from dtrain.workloads.inputs import MAX_SEED, in_range, out_folder
 
 PY_DIR = "cifar-10-batches-py"
 BIN_DIR = "cifar-10-batches-bin"
@@ -319,9 +320,10 @@ def write_synthetic(
     return folder
 
 
+@reports_failure
 def synth_main(argv: list[str] | None = None) -> int:
     """`python -m dtrain.workloads.cifar10 synth --out DIR [--format binary] ...`."""
-    p = Parser(prog="dtrain cifar10 synth", description=write_synthetic.__doc__)
+    p = CommandParser(prog="dtrain cifar10 synth", description=write_synthetic.__doc__)
     p.add_argument("--out", required=True, help="folder that receives cifar-10-batches-py/ or cifar-10-batches-bin/")
     p.add_argument("--format", dest="fmt", choices=("python", "binary"), default="python",
                    help="the python pickles or the binary .bin files (default python)")

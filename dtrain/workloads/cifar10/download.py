@@ -28,7 +28,8 @@ from pathlib import Path, PurePosixPath
 
 from dtrain.errors import DataError, SpecError
 from dtrain.workloads.cifar10.data import PY_DIR, load_split
-from dtrain.workloads.inputs import Parser, out_folder
+from dtrain.workloads.cifar10.failure import CommandParser, reports_failure
+from dtrain.workloads.inputs import out_folder
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 MD5 = "c58f30108f718f92721af3b95e74349a"  # the dataset page's md5sum of cifar-10-python.tar.gz
@@ -178,9 +179,10 @@ def fetch_cifar10(out: str | os.PathLike, *, url: str = URL, md5: str = MD5) -> 
     return extract(archive, out)
 
 
+@reports_failure
 def download_main(argv: list[str] | None = None) -> int:
     """`python -m dtrain.workloads.cifar10 download --out DIR [--url URL] [--md5 HEX]`."""
-    p = Parser(prog="dtrain cifar10 download", description=__doc__.split("\n\n")[0])
+    p = CommandParser(prog="dtrain cifar10 download", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help=f"folder that receives {PY_DIR}/ (and the archive)")
     p.add_argument("--url", default=URL, help=f"the archive (default {URL})")
     p.add_argument("--md5", default=MD5, help=f"its md5 (default the official {MD5})")

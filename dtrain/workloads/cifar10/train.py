@@ -9,7 +9,11 @@ the data each process sees is its DistributedSampler shard. With the same seed
 and global batch, every launcher gives the same weights.
 
 Rank 0 writes <model-dir>/model.pth (the state_dict), one JSON line of metrics
-per step, and a last line `FINAL test_accuracy=... test_loss=... steps=...`.
+per step, and a last line `FINAL test_accuracy=... test_loss=... steps=...`. Without
+--model-dir that is the platform's model folder: $SM_MODEL_DIR on SageMaker, $DTRAIN_MODEL_DIR
+in a job of this platform's (the folder `dtrain artifacts` copies), else ./model; so one command runs unchanged
+under plain torchrun, dtrain and SageMaker. A hyperparameter SageMaker passes as '' (None) is
+the default; on SageMaker an error is also the job's FailureReason (output/failure).
 
 Resume by default: rank 0 checkpoints every --checkpoint-every steps (model, optimizer, RNG; the
 step fixes the epoch and the sampler position) into --checkpoint-dir (default: $DTRAIN_CHECKPOINT_DIR,
@@ -26,6 +30,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import MISSING, dataclass, fields
 from dataclasses import replace as _replace
 from pathlib import Path
@@ -47,11 +52,14 @@ from dtrain.training import (
     ResumableSampler,
     all_reduce_sum,
     checkpoint_dir,
+    detect_runtime,
     save_atomic,
     setup_distributed,
     teardown,
 )
+from dtrain.training.resume import CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR
 from dtrain.workloads.cifar10.data import find_root, load_split
+from dtrain.workloads.cifar10.failure import RESOURCE_CONFIG_FILE, CommandParser, reports_failure
 from dtrain.workloads.cifar10.model import Net
 from dtrain.workloads.inputs import (
     MAX_BATCH,
@@ -59,7 +67,6 @@ from dtrain.workloads.inputs import (
     MAX_SEED,
     MAX_STEPS,
     MAX_WORKERS,
-    Parser,
     in_range,
     learning_rate,
     out_folder,
@@ -82,7 +89,7 @@ LIMITS: dict[str, tuple[int, int]] = {
 @dataclass(frozen=True, kw_only=True)
 class TrainConfig:
     data_dir: str  # folder holding cifar-10-batches-py/ or cifar-10-batches-bin/
-    model_dir: str  # rank 0 writes model.pth here
+    model_dir: str  # rank 0 writes model.pth here (default: the platform's model folder, else ./model)
     batch_size: int = 4  # images per step PER PROCESS; the global batch is world_size x this
     epochs: int = 2  # passes over the training set
     lr: float = 0.001  # SGD learning rate
@@ -100,24 +107,44 @@ class TrainConfig:
     resume: bool = True  # continue from the newest valid checkpoint
 
 
-def _sagemaker_defaults() -> dict[str, object]:
-    """Argument defaults from SageMaker's environment: channels, model dir and SM_HPS."""
-    out: dict[str, object] = {}
-    if os.environ.get("SM_CHANNEL_TRAINING"):
-        out["data_dir"] = os.environ["SM_CHANNEL_TRAINING"]
+def _platform_paths(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Folder and file defaults from where the script runs, so one command serves every platform.
+
+    The model folder is SageMaker's ($SM_MODEL_DIR), else dtrain's ($DTRAIN_MODEL_DIR: the folder
+    `dtrain artifacts` copies), else /opt/ml/model in a SageMaker container without the training
+    toolkit, else ./model (plain torchrun: parse_args)."""
+    env = os.environ if env is None else env
+    out: dict[str, str] = {}
+    if env.get("SM_CHANNEL_TRAINING", "").strip():
+        out["data_dir"] = env["SM_CHANNEL_TRAINING"]
     elif OPT_ML_TRAINING.is_dir():  # SageMaker's layout, in a container without the training toolkit
         out["data_dir"] = str(OPT_ML_TRAINING)
-    if os.environ.get("SM_MODEL_DIR"):
-        out["model_dir"] = os.environ["SM_MODEL_DIR"]
+    if env.get("SM_MODEL_DIR", "").strip():
+        out["model_dir"] = env["SM_MODEL_DIR"]
+    elif env.get("DTRAIN_MODEL_DIR", "").strip():
+        out["model_dir"] = env["DTRAIN_MODEL_DIR"]
     elif OPT_ML_MODEL.is_dir():
         out["model_dir"] = str(OPT_ML_MODEL)
     # Metrics are output data, not the model: SageMaker uploads $SM_OUTPUT_DATA_DIR as output.tar.gz
     # beside model.tar.gz, so a deployment of the model does not carry them.
-    if os.environ.get("SM_OUTPUT_DATA_DIR"):
-        out["metrics_file"] = str(Path(os.environ["SM_OUTPUT_DATA_DIR"]) / "metrics.jsonl")
+    if env.get("SM_OUTPUT_DATA_DIR", "").strip():
+        out["metrics_file"] = str(Path(env["SM_OUTPUT_DATA_DIR"]) / "metrics.jsonl")
     elif OPT_ML_OUTPUT_DATA.is_dir():
         out["metrics_file"] = str(OPT_ML_OUTPUT_DATA / "metrics.jsonl")
-    raw = os.environ.get("SM_HPS", "").strip()
+    # SageMaker restores CheckpointConfig's S3 prefix into /opt/ml/checkpoints (a spot restart resumes
+    # from there): the toolkit's variables make dtrain.training.checkpoint_dir pick it, and so does the
+    # folder in a container without them. Only in a container SageMaker started (its resource config
+    # is there): a stray /opt/ml/checkpoints on a workstation would make unrelated runs resume each other.
+    if not env.get(CHECKPOINT_DIR_ENV, "").strip() and RESOURCE_CONFIG_FILE.is_file() and OPT_ML_CHECKPOINTS.is_dir():
+        out["checkpoint_dir"] = str(OPT_ML_CHECKPOINTS)
+    return out
+
+
+def _hyperparameter_defaults(env: Mapping[str, str] | None = None) -> dict[str, object]:
+    """This workload's settings among SageMaker's hyperparameters (SM_HPS, else hyperparameters.json).
+    A null one is left out: a hyperparameter set to None means the default."""
+    env = os.environ if env is None else env
+    raw = env.get("SM_HPS", "").strip()
     hps = None
     if raw:
         try:
@@ -128,15 +155,39 @@ def _sagemaker_defaults() -> dict[str, object]:
             raise SpecError(f"SM_HPS={raw!r} must be a JSON object")
     elif HYPERPARAMETERS_FILE.is_file():  # a container without the training toolkit: only the file is there
         hps = _hyperparameters_file(HYPERPARAMETERS_FILE)
-    if hps:
-        known = {f.name for f in fields(TrainConfig)}
-        out.update({k.replace("-", "_"): v for k, v in hps.items() if k.replace("-", "_") in known})
-    return out
+    known = {f.name for f in fields(TrainConfig)}
+    return {k.replace("-", "_"): v for k, v in (hps or {}).items()
+            if k.replace("-", "_") in known and v is not None and not (isinstance(v, str) and not v.strip())}
 
 
 HYPERPARAMETERS_FILE = Path("/opt/ml/input/config/hyperparameters.json")  # SageMaker's, values JSON-encoded strings
 OPT_ML_TRAINING, OPT_ML_MODEL = Path("/opt/ml/input/data/training"), Path("/opt/ml/model")
 OPT_ML_OUTPUT_DATA = Path("/opt/ml/output/data")
+OPT_ML_CHECKPOINTS = Path(SAGEMAKER_CHECKPOINT_DIR)
+
+
+def _launch_env() -> dict[str, str] | None:
+    """The environment setup_distributed reads. SageMaker without the training toolkit starts the
+    script once on every host and sets no variable: its resource config names the hosts, so they
+    train as one job (rank: the host's place in the list) instead of each alone, racing to write
+    the same checkpoints. None (the process's own environment) everywhere else."""
+    env = dict(os.environ)
+    if not RESOURCE_CONFIG_FILE.is_file() or detect_runtime(env)["runtime"] != "single":
+        return None
+    path = RESOURCE_CONFIG_FILE
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise SpecError(f"{path} cannot be read as JSON ({e}); SageMaker writes the job's hosts there") from None
+    hosts = config.get("hosts") if isinstance(config, dict) else None
+    current = config.get("current_host") if isinstance(config, dict) else None
+    if not isinstance(hosts, list) or not hosts or not all(isinstance(h, str) and h for h in hosts) \
+            or len(set(hosts)) != len(hosts) or current not in hosts:
+        raise SpecError(f"{path} must name the job's hosts (\"hosts\": a list of distinct names) and this one "
+                        f"(\"current_host\", one of them), as SageMaker writes it")
+    if len(hosts) == 1:
+        return None
+    return {**env, "SM_HOSTS": json.dumps(hosts), "SM_CURRENT_HOST": current}
 
 
 def _hyperparameters_file(path: Path) -> dict[str, object]:
@@ -158,7 +209,8 @@ def _hyperparameters_file(path: Path) -> dict[str, object]:
 
 
 def parse_args(argv: list[str] | None = None) -> TrainConfig:
-    p = Parser(prog="dtrain cifar10 train", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = CommandParser(prog="dtrain cifar10 train", description=__doc__,
+                      formatter_class=argparse.RawDescriptionHelpFormatter)
     d = TrainConfig.__dataclass_fields__
 
     def add(name: str, kind: type, help: str) -> None:
@@ -166,7 +218,8 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         # SageMaker passes hyperparameters with the spelling the user gave them, so accept both.
         names = [f"--{flag}"] + ([f"--{name}"] if flag != name else [])
         default = d[name].default
-        p.add_argument(*names, dest=name, type=kind, default=None if default is MISSING else default, help=help)
+        p.add_argument(*names, dest=name, type=_blank_is_none(kind), default=None if default is MISSING else default,
+                       help=help)
 
     add("batch_size", int, "images per step PER PROCESS (global batch = world size x this; default 4)")
     add("epochs", int, "passes over the training set (default 2)")
@@ -174,8 +227,9 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     add("momentum", float, "SGD momentum (default 0.9)")
     add("backend", str, "nccl | gloo (default: nccl on GPU, gloo on CPU)")
     add("device", str, "cpu | cuda (default: cuda when available)")
-    add("data_dir", str, "CIFAR10 folder (default: $SM_CHANNEL_TRAINING)")
-    add("model_dir", str, "where rank 0 saves model.pth (default: $SM_MODEL_DIR, else ./model)")
+    add("data_dir", str, "CIFAR10 folder (default: $SM_CHANNEL_TRAINING on SageMaker)")
+    add("model_dir", str, "where rank 0 saves model.pth (default: $SM_MODEL_DIR on SageMaker, else "
+        "$DTRAIN_MODEL_DIR (a job of this platform's), else ./model)")
     add("seed", int, "random seed (default 0)")
     add("max_steps", int, "stop after this many steps; 0 runs all epochs (default 0)")
     add("metrics_file", str, "per-step JSONL metrics (default: $SM_OUTPUT_DATA_DIR/metrics.jsonl on SageMaker, "
@@ -191,14 +245,17 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     p.add_argument("--resume", nargs="?", const=True, default=True, metavar="true|false",
                    help="continue from the newest checkpoint (default: yes); --no-resume or --resume false starts over")
     p.add_argument("--no-resume", dest="resume", action="store_false", help="start over, ignoring checkpoints")
-    p.set_defaults(**_sagemaker_defaults())
+    paths = _platform_paths()
+    p.set_defaults(**paths, **_hyperparameter_defaults())
     a = vars(p.parse_args(argv))
+    # The toolkit passes a hyperparameter set to None as `--name ''`: that means the default.
+    for name, value in a.items():
+        if value is None or (isinstance(value, str) and not value.strip()):
+            default = d[name].default
+            a[name] = paths.get(name, None if default is MISSING else default)
     if not a["data_dir"]:
         raise SpecError("no CIFAR10 data: pass --data-dir DIR (or run under SageMaker with a 'training' channel)")
     a["model_dir"] = a["model_dir"] or "model"
-    for name in ("backend", "device", "metrics_file", "checkpoint_dir"):  # SageMaker passes a None value as ''
-        if isinstance(a[name], str) and not a[name].strip():
-            a[name] = None
     types = {f.name: f.type for f in fields(TrainConfig)}
     # SM_HPS values arrive as JSON numbers or strings; coerce them like argparse does.
     cast = {"int": _as_int, "float": _as_float, "bool": _as_bool}
@@ -217,6 +274,15 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
 
 
 BACKENDS = ("nccl", "gloo")
+
+
+def _blank_is_none(kind: type):
+    """argparse's `type`: a blank value is None (the default), anything else `kind`'s."""
+    def convert(text: str):
+        return None if not text.strip() else kind(text)
+
+    convert.__name__ = kind.__name__  # argparse names it in "invalid int value"
+    return convert
 
 
 def check_outputs(cfg: TrainConfig) -> Path:
@@ -316,10 +382,11 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, info: Dis
 def train(cfg: TrainConfig) -> dict[str, float]:
     """Run training and evaluation; returns the final metrics (on every rank)."""
     find_root(cfg.data_dir)  # a wrong --data-dir is named before any folder is made
+    launch_env = _launch_env()
     cfg = _replace(cfg, checkpoint_dir=str(check_outputs(cfg)))
     x_train, y_train = (torch.from_numpy(a) for a in load_split(cfg.data_dir, "train"))
     x_test, y_test = (torch.from_numpy(a) for a in load_split(cfg.data_dir, "test"))
-    info = setup_distributed(cfg.backend, device=cfg.device)
+    info = setup_distributed(cfg.backend, device=cfg.device, env=launch_env)
     try:
         return _train(cfg, info, (x_train, y_train), (x_test, y_test))
     finally:
@@ -439,6 +506,7 @@ class _Loop:
         return step
 
 
+@reports_failure
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     result = train(cfg)

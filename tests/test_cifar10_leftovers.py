@@ -1,0 +1,279 @@
+"""The CIFAR10 workload on each platform's own terms: where the model goes under dtrain, SageMaker's
+hyperparameters as its training toolkit passes them (None is ''), its failure file, a container
+started without the toolkit (/opt/ml/checkpoints restored on a spot restart, several hosts named
+only in resourceconfig.json), and the local SageMaker contract's arguments."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import DTRAIN, Dtrain
+from test_cifar10 import LAUNCH_PREFIXES, REPO, TRAIN, _env, _free_port
+
+from dtrain.backends.sagemaker import contract
+from dtrain.errors import SpecError
+from dtrain.workloads.cifar10.data import write_synthetic
+from dtrain.workloads.cifar10.model import Net
+from dtrain.workloads.cifar10.train import parse_args, train
+
+SMALL = ["--max-steps", "2", "--batch-size", "4", "--log-interval", "0"]
+
+
+def _clean_env(monkeypatch) -> None:
+    """No launcher, SageMaker or dtrain job variables of the test runner reach the parser."""
+    for k in list(os.environ):
+        if k.startswith((*LAUNCH_PREFIXES, "DTRAIN_MODEL_DIR", "DTRAIN_CHECKPOINT_DIR", "DTRAIN_METRICS_FILE")):
+            monkeypatch.delenv(k)
+
+
+# ---------------------------------------------------------------- the model folder under dtrain
+
+
+def test_a_dtrain_job_without_model_dir_saves_where_artifacts_looks(dt: Dtrain, tmp_path):
+    """The same command as under plain torchrun, without --model-dir: `dtrain artifacts` finds the model."""
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
+    dt("submit", "cifar", "--cpu", "1", "--", "python", "-m", "dtrain.workloads.cifar10", "train",
+       "--data-dir", "data", *SMALL, cwd=str(tmp_path))
+    info = dt.wait_for("cifar", {"Succeeded", "Failed"}, timeout=180)
+    assert info["status"] == "Succeeded", dt("logs", "cifar").stdout
+    dt("artifacts", "cifar", "--to", str(tmp_path / "got"))
+    Net().load_state_dict(torch.load(tmp_path / "got" / "model.pth", weights_only=True))
+    assert not (tmp_path / "model").exists()  # not the plain-torchrun fallback in the working folder
+
+
+def test_model_dir_defaults_follow_the_platform(monkeypatch, tmp_path):
+    _clean_env(monkeypatch)
+    base = ["--data-dir", str(tmp_path)]
+    assert parse_args(base).model_dir == "model"  # plain torchrun
+    monkeypatch.setenv("DTRAIN_MODEL_DIR", "/jobs/x/model")  # a dtrain job (local backend)
+    assert parse_args(base).model_dir == "/jobs/x/model"
+    assert parse_args(base + ["--model-dir", "mine"]).model_dir == "mine"  # the command line wins
+    assert parse_args(base + ["--model-dir", ""]).model_dir == "/jobs/x/model"  # '' is the default
+    monkeypatch.setenv("SM_MODEL_DIR", "/opt/ml/model")  # SageMaker
+    assert parse_args(base).model_dir == "/opt/ml/model"
+
+
+# ---------------------------------------------------------------- SageMaker's hyperparameters
+
+
+def test_null_or_blank_hyperparameters_mean_the_default(monkeypatch, tmp_path):
+    """The SDK sends a hyperparameter set to None as JSON null; the toolkit passes it as `--name ''`."""
+    _clean_env(monkeypatch)
+    base = ["--data-dir", str(tmp_path)]
+    monkeypatch.setenv("SM_HPS", json.dumps({"epochs": None, "resume": None, "max-steps": None, "device": ""}))
+    cfg = parse_args(base)
+    assert (cfg.epochs, cfg.resume, cfg.max_steps, cfg.device) == (2, True, 0, None)  # resume stays on
+    cfg = parse_args(base + ["--epochs", "", "--max-steps", "", "--resume", "", "--lr", " "])
+    assert (cfg.epochs, cfg.max_steps, cfg.resume, cfg.lr) == (2, 0, True, 0.001)
+    monkeypatch.setenv("SM_OUTPUT_DATA_DIR", "/opt/ml/output/data")
+    assert parse_args(base + ["--metrics-file", ""]).metrics_file == "/opt/ml/output/data/metrics.jsonl"
+
+
+def test_null_values_in_hyperparameters_json_mean_the_default(monkeypatch, tmp_path):
+    import dtrain.workloads.cifar10.train as train_mod
+
+    _clean_env(monkeypatch)
+    path = tmp_path / "hyperparameters.json"
+    monkeypatch.setattr(train_mod, "HYPERPARAMETERS_FILE", path)
+    path.write_text(json.dumps({"epochs": "null", "resume": "null", "batch-size": '"8"', "max_steps": ""}))
+    cfg = parse_args(["--data-dir", str(tmp_path)])
+    assert (cfg.epochs, cfg.resume, cfg.batch_size, cfg.max_steps) == (2, True, 8, 0)
+
+
+def test_the_local_contract_passes_hyperparameters_as_the_toolkit_does():
+    """sagemaker-training's mapping.to_cmd_args and to_env_vars: names sorted, -k for one letter,
+    str() of the value (None -> '', False -> 'False'), an object as k=v pairs; SM_HP_<NAME> as named."""
+    hps = {"lr": "0.05", "k": "1", "resume": "false", "max-steps": "null", "obj": '{"b": 2, "a": 1}',
+           "name": '"abc"', "sagemaker_program": '"train.py"'}
+    req = {"HyperParameters": hps, "ResourceConfig": {"InstanceCount": 2, "InstanceType": "ml.m5.xlarge"}}
+    assert contract.user_args(req) == ["-k", "1", "--lr", "0.05", "--max-steps", "", "--name", "abc",
+                                       "--obj", "a=1,b=2", "--resume", "False"]
+    env = contract.environment(req, "algo-2", num_cpus=1)
+    assert (env["SM_HP_MAX-STEPS"], env["SM_HP_RESUME"], env["SM_HP_OBJ"]) == ("", "false", '{"a":1,"b":2}')
+    assert json.loads(env["SM_USER_ARGS"]) == contract.user_args(req)
+    assert json.loads(env["SM_HPS"])["max-steps"] is None
+
+
+# ---------------------------------------------------------------- the failure file
+
+
+def test_an_error_on_sagemaker_is_written_to_the_failure_file(tmp_path):
+    out = tmp_path / "output"
+    out.mkdir()
+    env = _env(SM_OUTPUT_DIR=str(out))
+    for command in (TRAIN, [DTRAIN, "cifar10", "train"]):  # python -m, and the dtrain CLI's own verb
+        r = subprocess.run(command + ["--data-dir", str(tmp_path), "--epochs", "0"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and r.stderr.endswith("error: --epochs 0 is out of range: give 1 to 10000\n")
+        assert (out / "failure").read_text() == "--epochs 0 is out of range: give 1 to 10000\n"
+        (out / "failure").unlink()
+    r = subprocess.run(TRAIN + ["--epochs", "x"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2
+    assert (out / "failure").read_text() == ("dtrain cifar10 train: error: argument --epochs: invalid int value: "
+                                             "'x'\n")
+    # a failure already there (another rank's, the first) stays; a link is never written through
+    r = subprocess.run(TRAIN + ["--epochs", "0"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert (out / "failure").read_text().endswith("invalid int value: 'x'\n")
+    (out / "failure").unlink()
+    victim = tmp_path / "victim"
+    victim.write_text("precious\n")
+    (out / "failure").symlink_to(victim)
+    r = subprocess.run(TRAIN + ["--epochs", "0"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and victim.read_text() == "precious\n"
+
+
+def test_no_failure_file_is_written_off_sagemaker(tmp_path):
+    r = subprocess.run(TRAIN + ["--data-dir", str(tmp_path), "--epochs", "0"], cwd=tmp_path, env=_env(),
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_local_sagemaker_job_fails_with_the_workloads_own_line(home, tmp_path):
+    """Under torchrun the last line a host logs is torchrun's row of '='; the FailureReason must be
+    the workload's own error, as the failure file gives it to SageMaker."""
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
+    d = Dtrain(home, env=_env())
+    d("config", "backend", "sagemaker")
+    d("submit-dist", "bad", "--local", "--processes", "2", "--channel", f"training=file://{tmp_path / 'data'}",
+      "-e", "OMP_NUM_THREADS=1", "--", "python", "-m", "dtrain.workloads.cifar10", "train", "--epochs", "0",
+      cwd=str(REPO))
+    info = d.wait_for("bad", {"Succeeded", "Failed"}, timeout=120)
+    assert info["status"] == "Failed"
+    # either host may fail first: both run the same command
+    assert re.fullmatch(r"AlgorithmError: host algo-[12] exited with code 1: "
+                        r"--epochs 0 is out of range: give 1 to 10000", info["message"]), info["message"]
+
+
+# ---------------------------------------------------------------- SageMaker without the training toolkit
+
+
+def _opt_ml(monkeypatch, tmp_path: Path, *, hosts: list[str] | None = None, current: str = "algo-1") -> Path:
+    """A copy of /opt/ml as SageMaker lays it out, with the workload pointed at it."""
+    import dtrain.workloads.cifar10.train as train_mod
+
+    opt_ml = tmp_path / "opt" / "ml"
+    for sub in ("input/config", "input/data/training", "model", "checkpoints"):
+        (opt_ml / sub).mkdir(parents=True, exist_ok=True)
+    if hosts is not None:
+        config = {"current_host": current, "hosts": hosts, "network_interface_name": "eth0"}
+        (opt_ml / "input/config/resourceconfig.json").write_text(json.dumps(config))
+    for name, sub in (("HYPERPARAMETERS_FILE", "input/config/hyperparameters.json"),
+                      ("RESOURCE_CONFIG_FILE", "input/config/resourceconfig.json"),
+                      ("OPT_ML_TRAINING", "input/data/training"), ("OPT_ML_MODEL", "model"),
+                      ("OPT_ML_OUTPUT_DATA", "output/data"), ("OPT_ML_CHECKPOINTS", "checkpoints")):
+        monkeypatch.setattr(train_mod, name, opt_ml / sub, raising=False)  # the old code lacks some
+    return opt_ml
+
+
+def test_a_spot_restart_without_the_toolkit_resumes_from_opt_ml_checkpoints(monkeypatch, tmp_path, capsys):
+    """SageMaker restores CheckpointConfig's S3 prefix into /opt/ml/checkpoints; /opt/ml/model starts empty."""
+    import shutil
+
+    _clean_env(monkeypatch)
+    opt_ml = _opt_ml(monkeypatch, tmp_path, hosts=["algo-1"])
+    write_synthetic(opt_ml / "input/data/training", fmt="binary", n_train=40, n_test=4, seed=0)
+    cfg = parse_args(["--max-steps", "2", "--batch-size", "4", "--log-interval", "0", "--checkpoint-every", "1"])
+    assert cfg.checkpoint_dir == str(opt_ml / "checkpoints")
+    train(cfg)
+    assert (opt_ml / "checkpoints" / "ckpt-2.pt").is_file()
+    assert not list((opt_ml / "model").glob("ckpt-*"))  # model.tar.gz holds the model, not checkpoints
+    shutil.rmtree(opt_ml / "model")  # the spot restart: a new instance, the checkpoints restored
+    (opt_ml / "model").mkdir()
+    capsys.readouterr()
+    train(parse_args(["--max-steps", "4", "--batch-size", "4", "--log-interval", "0"]))
+    assert "resumed from step 2" in capsys.readouterr().out
+    assert (opt_ml / "model" / "model.pth").is_file()
+
+
+def test_a_stray_opt_ml_checkpoints_outside_sagemaker_is_not_used(monkeypatch, tmp_path):
+    _clean_env(monkeypatch)
+    _opt_ml(monkeypatch, tmp_path)  # no resourceconfig.json: not a SageMaker container
+    assert parse_args(["--data-dir", str(tmp_path)]).checkpoint_dir is None
+    monkeypatch.setenv("DTRAIN_CHECKPOINT_DIR", str(tmp_path / "mine"))
+    _opt_ml(monkeypatch, tmp_path / "b", hosts=["algo-1"])
+    assert parse_args(["--data-dir", str(tmp_path)]).checkpoint_dir is None  # the variable decides, later
+
+
+_HOST = """
+import sys
+from pathlib import Path
+import dtrain.workloads.cifar10.train as t
+t.RESOURCE_CONFIG_FILE = Path(sys.argv[1])
+from dtrain.training import exit_process
+from dtrain.workloads.inputs import one_line_errors
+exit_process(one_line_errors(t.main, sys.argv[2:]))
+"""
+
+
+def test_hosts_named_only_in_the_resource_config_train_as_one_job(tmp_path):
+    """Without the toolkit SageMaker starts the script once per host and sets no variable: the
+    hosts must still form one process group, not each train alone."""
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=40, n_test=4, seed=0)
+    port, procs = _free_port(), []
+    for host in ("algo-1", "algo-2"):
+        config = tmp_path / f"{host}.json"
+        config.write_text(json.dumps({"current_host": host, "hosts": ["algo-1", "algo-2"]}))
+        env = _env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # instead of resolving algo-1
+        args = ["--data-dir", "data", "--model-dir", f"m-{host}", *SMALL]
+        procs.append(subprocess.Popen([sys.executable, "-c", _HOST, str(config), *args], cwd=tmp_path, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        outs = [p.communicate(timeout=180) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "runtime=sagemaker world_size=2" in outs[0][0] and "FINAL" in outs[0][0]
+    assert "FINAL" not in outs[1][0] and not (tmp_path / "m-algo-2" / "model.pth").exists()  # rank 0 alone saves
+
+
+@pytest.mark.parametrize("text", ["{oops", json.dumps({"hosts": ["algo-1", "algo-2"], "current_host": "algo-9"}),
+                                  json.dumps({"hosts": "algo-1", "current_host": "algo-1"})])
+def test_a_malformed_resource_config_is_one_line(monkeypatch, tmp_path, text):
+    from dtrain.workloads.cifar10.train import _launch_env
+
+    _clean_env(monkeypatch)
+    opt_ml = _opt_ml(monkeypatch, tmp_path, hosts=[])
+    (opt_ml / "input/config/resourceconfig.json").write_text(text)
+    with pytest.raises(SpecError, match=r"resourceconfig\.json (cannot be read as JSON|must name the job's hosts)"):
+        _launch_env()
+
+
+# ---------------------------------------------------------------- model.tar.gz
+
+
+@pytest.mark.parametrize("where", ["middle", "crc"])
+def test_a_damaged_model_archive_is_refused_not_unpacked_wrong(tmp_path, where):
+    """gzip's CRC sits at the end of the stream, past what tarfile reads: a model.tar.gz damaged in
+    its data (or its CRC) used to unpack to wrong weights without a word."""
+    import io
+    import tarfile
+
+    from dtrain.backends.sagemaker.archive import unpack
+    from dtrain.errors import DataError
+
+    data = os.urandom(300_000)  # stored, not deflated: damage to it breaks nothing but the CRC
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w:gz") as tar:
+        info = tarfile.TarInfo("model.pth")
+        info.size = len(data)
+        tar.addfile(info, io.BytesIO(data))
+    good = buf.getvalue()
+    (tmp_path / "good.tar.gz").write_bytes(good)
+    assert (unpack(tmp_path / "good.tar.gz", tmp_path / "ok") / "model.pth").read_bytes() == data
+    bad = bytearray(good)
+    for i in (range(len(bad) // 2, len(bad) // 2 + 64) if where == "middle" else [len(bad) - 6]):
+        bad[i] ^= 0xFF
+    (tmp_path / "bad.tar.gz").write_bytes(bytes(bad))
+    with pytest.raises(DataError, match=r"^refusing .*bad\.tar\.gz: CRC check failed .*the archive is damaged"):
+        unpack(tmp_path / "bad.tar.gz", tmp_path / "to")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tar.gz", "good.tar.gz", "ok"]  # nothing left behind
