@@ -52,6 +52,33 @@ def _text(value, what: str, *, fix: str = "") -> str:
     return value
 
 
+# An image reference as the kubelet and container runtimes parse it (the distribution/reference
+# grammar): [HOST[:PORT]/]PATH[:TAG][@DIGEST], PATH lower-case, the name (HOST and PATH) at most 255
+# characters. Kubernetes stores any string without outer spaces and its kubelet then refuses the
+# pod (InvalidImageName: the job waits for good); SageMaker takes any 255 characters and fails the
+# job minutes later; the local backend never reads it.
+_IMAGE_HOST = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*" \
+              r"|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_IMAGE_PATH = r"[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*"
+IMAGE_RE = re.compile(rf"(?P<name>(?:{_IMAGE_HOST}/)?{_IMAGE_PATH}(?:/{_IMAGE_PATH})*)(?::\w[\w.-]{{0,127}})?"
+                      rf"(?:@[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{{32,}})?", re.ASCII)
+MAX_IMAGE_NAME = 255
+
+
+def check_image(value, param: str, *, required: bool = False) -> str:
+    """An image reference ('' too where not `required`: the backend's configured image stands in),
+    refused up front rather than by a pod or a job that never starts."""
+    if value == "" and not required:
+        return value
+    match = IMAGE_RE.fullmatch(value) if isinstance(value, str) else None
+    if match is None or len(match["name"]) > MAX_IMAGE_NAME:
+        empty = "" if required else ", or '' for the backend's configured image"
+        raise SpecError(f"invalid {param} {shown(value)}: use an image reference such as "
+                        f"registry.example.com/team/image:1.0 ([HOST/]PATH[:TAG][@sha256:DIGEST], PATH lower-case, "
+                        f"HOST/PATH at most {MAX_IMAGE_NAME} characters){empty}")
+    return value
+
+
 def _bool(value, what: str) -> bool:
     if not isinstance(value, bool):
         raise SpecError(f"invalid {what} {shown(value)}: must be true or false (unquoted in YAML), "
@@ -88,6 +115,7 @@ class NewVolume:
         check_storage_class(self.storage_class)
         _text(self.size, "volume size", fix=" such as 100Gi")
         parse_volume_size(self.size)
+        object.__setattr__(self, "size", self.size.strip())  # parse_volume_size strips: store what it read
         object.__setattr__(self, "mount_path", _check_mount_path(self.mount_path))
 
     def to_flag(self) -> str:
@@ -253,7 +281,7 @@ class JobSpec:
         if not NAME_RE.fullmatch(_text(self.backend, "backend", fix=" such as local or kubernetes")):
             raise SpecError(f"invalid backend {shown(self.backend)}: use local, kubernetes or sagemaker")
         if self.image is not None:
-            _text(self.image, "--image")
+            check_image(_text(self.image, "--image"), "--image", required=True)
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
             raise SpecError(f"invalid --image-pull-policy {shown(self.image_pull_policy)}: "
                             f"use Always, IfNotPresent or Never")

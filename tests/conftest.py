@@ -89,7 +89,8 @@ def _server_threads_log_through_pytest():
     records; one made while a test's captured stderr was in place then wrote, tests later, to that
     closed stream ("--- Logging error --- ... I/O operation on closed file" in the run's output, as
     moto logs the StopTrainingJob it lacks). With these, their records go to the root logger, which
-    pytest captures per test."""
+    pytest captures per test. (The root logger itself once kept such a stream too, left there by a
+    pipeline run's parallel tasks: see runner._print_and_logging_kept.)"""
     null = logging.NullHandler()
     for name in ("werkzeug", "moto"):
         logging.getLogger(name).addHandler(null)

@@ -229,10 +229,15 @@ def test_trainer_v2_refuses_what_a_trainjob_cannot_hold():
 
 @pytest.mark.parametrize("image", [" img:1", "img:1 ", "img:1\n", "img :1"])
 def test_an_image_with_spaces_is_refused(image):
-    with pytest.raises(SpecError, match="invalid image .* remove the spaces"):
-        render_job(_spec(image=image), KubernetesConfig())
-    with pytest.raises(SpecError, match="remove the spaces"):
+    with pytest.raises(SpecError, match="invalid --image .* use an image reference"):  # the job spec's own check
+        _spec(image=image)
+    with pytest.raises(SpecError, match="invalid image .* remove the spaces"):  # the configured default image
         render_job(_spec(image=None), KubernetesConfig(image=image))
+
+
+def test_a_configured_image_no_registry_takes_is_refused():
+    with pytest.raises(SpecError, match="invalid image 'Reg/X:1': use an image reference"):
+        render_job(_spec(image=None), KubernetesConfig(image="Reg/X:1"))
 
 
 # ------------------------------------------------------------------------- 10: the docs' example

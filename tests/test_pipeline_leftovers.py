@@ -22,6 +22,13 @@ kfp = pytest.importorskip("kfp", reason="pipelines need the KFP SDK: pip install
 FAIL = ["python", "-c", "raise SystemExit(3)"]
 
 
+def hybrid_params(**given) -> dict:
+    """The hybrid pipeline's parameters as `pipeline run` passes them: its defaults, then `given`."""
+    from dtrain.pipelines import runner
+
+    return {**runner.parse_params(runner.load("hybrid-cifar10"), []), **given}
+
+
 def failed_job(dt: Dtrain, name: str) -> None:
     dt("submit", name, "--", *FAIL)
     assert dt("wait", name, check=False).returncode != 0 and dt.status(name) == "Failed"
@@ -72,7 +79,7 @@ def test_on_kubernetes_a_job_being_deleted_still_takes_its_name(home, backend): 
 
     backend.submit(JobSpec(name="cifar10-hybrid", command=("python", "train.py"), project="lanes"))
     client = Client(home=home, backend="kubernetes", backends={"kubernetes": backend})
-    params = {"training_runtime": "kubernetes", "job_name": "cifar10-hybrid", "data_volume": "cifar10"}
+    params = hybrid_params(training_runtime="kubernetes", job_name="cifar10-hybrid", data_volume="cifar10")
     plan = hybrid.plan(params)
     with pytest.raises(ConflictError) as err:
         steps.check_plan("hybrid-cifar10", plan, client=client)
@@ -98,7 +105,7 @@ def test_on_sagemaker_a_taken_name_can_only_be_changed(home, clients, code):  # 
     be = SageMakerBackend(CFG, clients=clients, cwd=str(code))
     be.submit(JobSpec(name="sm-taken", command=("python", "train.py"), backend="sagemaker"))
     client = Client(home=home, backend="sagemaker", backends={"sagemaker": be})
-    params = {"training_runtime": "sagemaker", "job_name": "sm-taken", "data_volume": "unused"}
+    params = hybrid_params(training_runtime="sagemaker", job_name="sm-taken", data_uri="s3://bkt/cifar10")
     with pytest.raises(ConflictError) as err:
         steps.check_plan("hybrid-cifar10", hybrid.plan(params), client=client)
     assert str(err.value) == (f"pipeline 'hybrid-cifar10' would submit job 'sm-taken' ({be.get('sm-taken').status}), "

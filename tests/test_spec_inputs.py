@@ -365,3 +365,24 @@ def test_a_huge_word_argparse_does_not_take_is_not_repeated_whole(tmp_path):
     code, _, err, _ = run(tmp_path / "home", "list", "--bogus", *["x" * 100_000] * 3)
     assert code == 2 and err.startswith("dtrain list: error: ") and "xxxx" in err
     assert len(err) < 500 and "\n" not in err.strip(), len(err)
+
+
+@pytest.mark.parametrize("image", ["Reg/X:1", " reg/x:1", "reg/x:", "pytorch training:2.0", "a" * 256])
+def test_an_image_no_registry_takes_is_refused_by_the_spec(image):
+    """The kubelet refuses such a reference (InvalidImageName, the pod never starts) and SageMaker
+    fails the job minutes later: every way in (flags, YAML, SDK, HTTP) gets the one line first."""
+    with pytest.raises(SpecError) as err:
+        JobSpec(**BASE, image=image)
+    assert str(err.value).startswith("invalid --image ") and "image reference" in str(err.value)
+    assert len(str(err.value)) < SHORT and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("image", ["python:3.11", "localhost:5000/team/train", "registry.example.com/a/b:1.0-gpu",
+                                   "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-cpu-py311",
+                                   "ghcr.io/x/y@sha256:" + "ab" * 32, "[::1]:5000/x"])
+def test_the_references_registries_take_pass(image):
+    assert JobSpec(**BASE, image=image).image == image
+
+
+def test_a_volume_size_is_stored_as_read():
+    assert NewVolume(storage_class="local", size=" 1Gi\n", mount_path="/mnt").size == "1Gi"

@@ -48,6 +48,9 @@ def cmd_run(args, client: Client) -> int:
     except JobFailedError as err:
         print(f"dtrain: error: {err}", file=sys.stderr)
         return 1
+    except runner.RunInterrupted as err:  # Ctrl-C or SIGTERM: the jobs the steps submitted go on
+        print(f"dtrain: {err}", file=sys.stderr)
+        return 130
     print(f"\npipeline '{result.pipeline}' succeeded; outputs in {result.run_dir}")
     print(fmt.table(["STEP", "OUTPUTS"], [[t.name, json.dumps(t.outputs, sort_keys=True)] for t in result.tasks]))
     return 0

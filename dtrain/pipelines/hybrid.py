@@ -39,15 +39,25 @@ def hybrid_cifar10(training_runtime: str = "local", processes: int = 2, epochs: 
 
 
 def check(params: dict) -> None:
-    """Refuse bad parameters before anything runs (the same rules the steps apply)."""
-    steps.cifar10_spec(runtime=params["training_runtime"], job_name=params["job_name"],
-                       processes=params["processes"], epochs=params["epochs"], batch_size=params["batch_size"],
-                       lr=params["lr"], backend=params["backend"], data_volume=params["data_volume"],
-                       max_steps=params["max_steps"], image=params["job_image"], data_uri=params["data_uri"])
+    """Refuse bad parameters before anything runs (the same rules the steps apply; the component
+    image only here: on a KFP server no step runs before it is pulled)."""
+    steps.check_image(params["image"], "image", required=True)
+    _job(params)
 
 
 def plan(params: dict) -> steps.Plan:
     """The job the chosen branch submits, and the volume it mounts (SageMaker reads data_uri instead)."""
     runtime = params["training_runtime"]
     mounts = () if runtime == "sagemaker" else (steps.Named("volume", params["data_volume"], "data_volume"),)
-    return steps.Plan(backend=runtime, makes=(steps.Named("job", params["job_name"], "job_name"),), mounts=mounts)
+    return steps.Plan(backend=runtime, makes=(steps.Named("job", params["job_name"], "job_name"),), mounts=mounts,
+                      jobs=(_job(params),))
+
+
+def _job(params: dict) -> dict:
+    """The JobSpec dict the cifar10-job step makes of these parameters."""
+    spec, _model = steps.cifar10_spec(
+        runtime=params["training_runtime"], job_name=params["job_name"], processes=params["processes"],
+        epochs=params["epochs"], batch_size=params["batch_size"], lr=params["lr"], backend=params["backend"],
+        data_volume=params["data_volume"], max_steps=params["max_steps"], image=params["job_image"],
+        data_uri=params["data_uri"])
+    return spec

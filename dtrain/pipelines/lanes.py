@@ -34,26 +34,34 @@ def lane_detection(urls: str, sha256: str = "", backend: str = "local", job_pref
 
 
 def check(params: dict) -> None:
-    """Refuse bad parameters before anything runs (the same rules the steps apply)."""
-    prefix, image = params["job_prefix"], params["job_image"]
+    """Refuse bad parameters before anything runs (the same rules the steps apply; the component
+    image only here: on a KFP server no step runs before it is pulled)."""
+    steps.check_image(params["image"], "image", required=True)
     steps.check_volume_backend(params["backend"])
-    _spec, volume = steps.lanes_prepare_spec(job_name=f"{prefix}-data", urls=params["urls"], sha256=params["sha256"],
-                                             storage_class=params["storage_class"], size=params["size"], image=image)
-    steps.lanes_train_spec(job_name=f"{prefix}-train", volume=volume, recipe=params["recipe"],
-                           processes=params["processes"], max_steps=params["max_steps"],
-                           batch_size=params["batch_size"], image=image)
-    steps.lanes_evaluate_spec(job_name=f"{prefix}-eval", volume=volume, train_job=f"{prefix}-train", image=image)
+    _jobs(params)
     steps.check_threshold(params["threshold"])
     steps.check_name(params["candidate_volume"], "volume")
-    steps.check_name(f"{prefix}-prepared", "snapshot")
+    steps.check_name(f"{params['job_prefix']}-prepared", "snapshot")
 
 
 def plan(params: dict) -> steps.Plan:
     """The three jobs, the data job's new volume, the named snapshot and the candidate volume."""
     prefix = params["job_prefix"]
-    _spec, volume = steps.lanes_prepare_spec(job_name=f"{prefix}-data", urls=params["urls"], sha256=params["sha256"],
-                                             storage_class=params["storage_class"], size=params["size"])
-    jobs = tuple(steps.Named("job", f"{prefix}-{step}", "job_prefix") for step in ("data", "train", "eval"))
+    jobs, volume = _jobs(params)
+    names = tuple(steps.Named("job", f"{prefix}-{step}", "job_prefix") for step in ("data", "train", "eval"))
     return steps.Plan(backend=params["backend"], makes=(
-        *jobs, steps.Named("volume", volume, "job_prefix"), steps.Named("snapshot", f"{prefix}-prepared", "job_prefix"),
-        steps.Named("volume", params["candidate_volume"], "candidate_volume")))
+        *names, steps.Named("volume", volume, "job_prefix"), steps.Named("snapshot", f"{prefix}-prepared", "job_prefix"),
+        steps.Named("volume", params["candidate_volume"], "candidate_volume")), jobs=jobs)
+
+
+def _jobs(params: dict) -> tuple[tuple[dict, ...], str]:
+    """The JobSpec dicts the prepare, lanes-job and evaluate steps make, and the data job's new volume."""
+    prefix, image = params["job_prefix"], params["job_image"]
+    data, volume = steps.lanes_prepare_spec(job_name=f"{prefix}-data", urls=params["urls"], sha256=params["sha256"],
+                                            storage_class=params["storage_class"], size=params["size"], image=image)
+    train = steps.lanes_train_spec(job_name=f"{prefix}-train", volume=volume, recipe=params["recipe"],
+                                   processes=params["processes"], max_steps=params["max_steps"],
+                                   batch_size=params["batch_size"], image=image)
+    evaluate = steps.lanes_evaluate_spec(job_name=f"{prefix}-eval", volume=volume, train_job=f"{prefix}-train",
+                                         image=image)
+    return (data, train, evaluate), volume

@@ -11,13 +11,18 @@ checked on its backend before the first step (steps.check_plan).
 
 from __future__ import annotations
 
+import builtins
 import contextlib
 import importlib
 import importlib.util
 import json
+import logging
+import math
 import os
 import re
+import signal
 import tempfile
+import threading
 import warnings
 from dataclasses import dataclass
 from datetime import datetime
@@ -32,8 +37,16 @@ SHIPPED = {  # name -> "module:function"; each module also has check(params) and
     "hybrid-cifar10": "dtrain.pipelines.hybrid:hybrid_cifar10",
     "lane-detection": "dtrain.pipelines.lanes:lane_detection",
 }
-_KFP_TYPES = {"String": str, "Integer": int, "Float": float, "Boolean": bool}
-_WORDS = {"Integer": "a whole number", "Float": "a number"}
+_KFP_TYPES = {"String": str, "Integer": int, "Float": float, "Boolean": bool, "List": list, "Dict": dict}
+_WORDS = {"Integer": "a whole number", "Float": "a number", "List": "a JSON list", "Dict": "a JSON object"}
+_EXAMPLES = {"List": '["a", 1]', "Dict": '{"a": 1}'}
+# KFP carries every number as a double (protobuf Value, in the IR and the local runner's executor
+# input): a larger whole number arrives changed (10**23 as 99999999999999991611392), and nan or
+# inf are refused by KFP itself once the run has started.
+MAX_EXACT_INT = 2**53
+# A List or Dict parameter travels as a protobuf Struct, which protobuf parses to 100 nested messages
+# at most: each JSON level is two, inside KFP's executor input (49 levels ran, 50 failed the run).
+MAX_JSON_DEPTH = 32
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _KFP_STAMP = "%Y-%m-%d-%H-%M-%S-%f"  # kfp.local's run folders: NAME-<datetime.now() in this form>
 
@@ -75,6 +88,10 @@ class RunResult:
 
     def task(self, name: str) -> TaskResult | None:
         return next((t for t in self.tasks if t.name == name), None)
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM stopped `run` once its steps began; the message names the jobs that go on."""
 
 
 def import_kfp():
@@ -190,7 +207,9 @@ def parse_params(pipeline: Pipeline, items: list[str]) -> dict[str, Any]:
         raise SpecError(f"pipeline {pipeline.info.name!r} needs --param {missing[0]}=VALUE")
     values = {**{p.name: p.default for p in params.values() if not p.required}, **given}
     if pipeline.check is not None:
-        pipeline.check(values)
+        pipeline.check(values)  # first: a shipped pipeline's own bounds say more
+    for key, value in given.items():
+        _check_number(params[key], value)
     return values
 
 
@@ -202,6 +221,8 @@ def _convert(param: Param, text: str) -> Any:
         if text.lower() not in ("true", "false"):
             raise SpecError(f"invalid --param {param.name}={shown(text)}: use true or false")
         return text.lower() == "true"
+    if kind in (list, dict):
+        return _from_json(param, text, kind)
     try:
         return kind(text)
     except ValueError:
@@ -209,26 +230,72 @@ def _convert(param: Param, text: str) -> Any:
                         f"e.g. {param.name}={param.default if param.default is not None else 1}") from None
 
 
+def _check_number(param: Param, value: Any) -> None:
+    if param.type == "Float" and not math.isfinite(value):
+        raise SpecError(f"invalid --param {param.name}={shown(value)}: use a finite number (KFP carries no nan or inf)")
+    if param.type == "Integer" and abs(value) > MAX_EXACT_INT:
+        raise SpecError(f"invalid --param {param.name}={shown(value)}: use a whole number from -{MAX_EXACT_INT} to "
+                        f"{MAX_EXACT_INT} (KFP carries numbers as doubles, which hold no larger one exactly)")
+
+
+def _from_json(param: Param, text: str, kind: type) -> Any:
+    """A List or Dict parameter as JSON, its numbers held to what KFP carries unchanged."""
+    def exact_int(digits: str) -> int:
+        value = int(digits)
+        if abs(value) > MAX_EXACT_INT:
+            raise ValueError(digits)
+        return value
+
+    def finite_float(digits: str) -> float:
+        value = float(digits)
+        if not math.isfinite(value):
+            raise ValueError(digits)
+        return value
+
+    def no_constant(name: str):
+        raise ValueError(name)
+
+    try:
+        value = json.loads(text, parse_int=exact_int, parse_float=finite_float, parse_constant=no_constant)
+    except (ValueError, RecursionError):  # RecursionError: thousands of nested brackets
+        value = None
+    if not isinstance(value, kind) or _depth(value) > MAX_JSON_DEPTH:
+        raise SpecError(f"invalid --param {param.name}={shown(text)}: use {_WORDS[param.type]} (at most "
+                        f"{MAX_JSON_DEPTH} levels deep, its numbers finite, whole ones from -{MAX_EXACT_INT} to "
+                        f"{MAX_EXACT_INT}), e.g. {param.name}={_EXAMPLES[param.type]}")
+    return value
+
+
+def _depth(value: list | dict) -> int:
+    """How many lists and objects deep `value` is, level by level (no recursion)."""
+    depth, level = 0, [value]
+    while level:
+        depth += 1
+        level = [v for x in level for v in (x.values() if isinstance(x, dict) else x) if isinstance(v, (list, dict))]
+    return depth
+
+
 def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -> RunResult:
-    """Run on this machine with kfp.local; a failed step raises JobFailedError naming it. A shipped
-    pipeline whose job, volume or snapshot names are taken on its backend (a run before it left
-    them) is refused first, before any step runs."""
+    """Run on this machine with kfp.local; a failed step raises JobFailedError naming it, Ctrl-C or
+    SIGTERM RunInterrupted naming the jobs that go on. A shipped pipeline whose job, volume or
+    snapshot names are taken on its backend (a run before it left them), or whose jobs its backend
+    would refuse (steps.check_plan's dry run), is refused first, before any step runs."""
     from kfp import local
 
     from dtrain.client import Client
     from dtrain.pipelines import steps
 
-    if pipeline.plan is not None:
-        plan = pipeline.plan(params)
+    plan = pipeline.plan(params) if pipeline.plan is not None else None
+    if plan is not None:
         steps.check_plan(pipeline.info.name, plan, client=Client(home=home, backend=plan.backend))
     root = _make_root(Path(root))
     before = set(root.iterdir())
     failed = None
     began = datetime.now()  # kfp.local names the run's folder NAME-<the time it began>
     user_tmp = os.environ.get("TMPDIR", "")  # the jobs the steps start get it back (steps.restore_tmpdir)
-    with _step_tmpdir(root) as tmp, _environment(DTRAIN_HOME=str(home), TMPDIR=str(tmp.path),
-                                                 **{steps.USER_TMPDIR: user_tmp}), \
-            warnings.catch_warnings():
+    with _interruption_said(pipeline.info.name, plan, home), _step_tmpdir(root) as tmp, \
+            _environment(DTRAIN_HOME=str(home), TMPDIR=str(tmp.path), **{steps.USER_TMPDIR: user_tmp}), \
+            warnings.catch_warnings(), _print_and_logging_kept(), _terminate_as_interrupt():
         # KFP removes the workspace folder (shutil.rmtree) when a run ends, whatever is in it: a
         # folder of this run's own, never one of ROOT that a user or another run may have.
         local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
@@ -368,6 +435,65 @@ def _kfp_program_files(folder: str) -> list[str] | None:
             return None
         files += [e.path for e in compiled]
     return files
+
+
+@contextlib.contextmanager
+def _print_and_logging_kept() -> Iterator[None]:
+    """Give this process's `print` and root logger back as they were. For each task, kfp.local
+    swaps both (`builtins.print` for one that indents, the root logger's handlers for one writing
+    to the `sys.stdout` of that moment) and swaps them back when the task ends. The tasks of a
+    `dsl.ParallelFor` run in threads at once, so a task that ended last put back what another had
+    swapped in: an indenting `print` for good, and a handler holding a stream that may be closed
+    since ("--- Logging error --- I/O operation on closed file" when a library logs later)."""
+    root = logging.getLogger()
+    print_, handlers, level = builtins.print, root.handlers[:], root.level
+    try:
+        yield
+    finally:
+        builtins.print = print_
+        root.handlers[:] = handlers
+        root.setLevel(level)
+
+
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (a CI job's timeout, `kill`) ends a run as Ctrl-C does, so the folders of its steps
+    are cleaned and its jobs named; it used to end the process where it stood. Left alone where
+    SIGTERM is not ours to take: handled or ignored already, or `run` called off the main thread."""
+    if threading.current_thread() is not threading.main_thread() or \
+            signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+
+    def interrupt(_signum, _frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _interruption_said(name: str, plan, home: Path) -> Iterator[None]:
+    """An interrupted run raises RunInterrupted saying which of its jobs go on (they run apart from
+    the steps); a user's own pipeline has no plan, and `dtrain list` shows what its steps started."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        if plan is None:
+            raise RunInterrupted(f"pipeline {name!r} interrupted; any job its steps submitted goes on: see "
+                                 f"'dtrain list'") from None
+        from dtrain.client import Client
+        from dtrain.errors import DtrainError
+        from dtrain.pipelines import steps
+
+        try:
+            said = steps.going_on(name, plan, client=Client(home=home, backend=plan.backend))
+        except DtrainError as err:  # the backend cannot be asked now: say so, in its words
+            said = f"pipeline {name!r} interrupted; its jobs could not be listed ({cut(err, 300)}): see 'dtrain list'"
+        raise RunInterrupted(said) from None
 
 
 @contextlib.contextmanager

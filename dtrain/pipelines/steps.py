@@ -21,7 +21,7 @@ from dtrain.backends.base import JobInfo, JobStatus
 from dtrain.client import Client
 from dtrain.errors import ConflictError, DtrainError, JobFailedError, NotFoundError, SpecError
 from dtrain.names import cut
-from dtrain.spec import MAX_PROCESSES, JobSpec, NewVolume, VolumeMount, check_name, shown
+from dtrain.spec import MAX_PROCESSES, JobSpec, NewVolume, VolumeMount, check_image, check_name, shown
 from dtrain.spec_sagemaker import Channel, SageMakerOptions
 
 RUNTIMES = ("local", "kubernetes", "sagemaker")  # training_runtime values, one pipeline branch each
@@ -130,6 +130,8 @@ def cifar10_spec(*, runtime: str, job_name: str, processes: int, epochs: int, ba
     reads by itself; SageMaker uploads it as model.tar.gz).
     """
     check_runtime(runtime)
+    check_name(job_name, "job")  # JobSpec's own word for an empty one is `dtrain submit NAME`, no pipeline's
+    check_image(image, "job_image")
     if backend not in DIST_BACKENDS:
         raise SpecError(f"invalid backend {shown(backend)}: use one of {', '.join(DIST_BACKENDS)} (gloo on CPU)")
     _check_count(processes, "processes", 1, MAX_PROCESSES)
@@ -162,6 +164,7 @@ def cifar10_spec(*, runtime: str, job_name: str, processes: int, epochs: int, ba
 def lanes_prepare_spec(*, job_name: str, urls: str, sha256: str = "", storage_class: str = "local",
                        size: str = "10Gi", image: str = "") -> tuple[dict, str]:
     """The TuSimple data job on a new volume: (JobSpec dict, the volume's name)."""
+    check_image(image, "job_image")
     url_list = [u for u in (x.strip() for x in urls.split(",")) if u]
     sums = [s.strip() or "-" for s in sha256.split(",")] if sha256.strip() else []
     if not url_list:
@@ -180,6 +183,7 @@ def lanes_prepare_spec(*, job_name: str, urls: str, sha256: str = "", storage_cl
 def lanes_train_spec(*, job_name: str, volume: str, recipe: str = "tiny", processes: int = 2, max_steps: int = 0,
                      batch_size: int = 0, image: str = "") -> dict:
     """SCNN training on the prepared volume, snapshotting it (data + model) when the job succeeds."""
+    check_image(image, "job_image")
     _check_count(processes, "processes", 1, MAX_PROCESSES)
     _check_count(max_steps, "max_steps", 0, 10_000_000)
     _check_count(batch_size, "batch_size", 0, 65_536)
@@ -196,6 +200,7 @@ def lanes_train_spec(*, job_name: str, volume: str, recipe: str = "tiny", proces
 
 def lanes_evaluate_spec(*, job_name: str, volume: str, train_job: str, image: str = "") -> dict:
     """Predict the test split with the trained model; the job's last line is the metric as JSON."""
+    check_image(image, "job_image")
     command = ["python", "-m", "dtrain.workloads.lanes", "predict", "--checkpoint",
                f"{DATA_MOUNT}/runs/{train_job}/model.pt", "--data-dir", f"{DATA_MOUNT}/tusimple", "--split", "test",
                "--out", f"{DATA_MOUNT}/eval/{job_name}/pred.json", "--json"]
@@ -221,20 +226,21 @@ class Named:
 
 @dataclass(frozen=True, kw_only=True)
 class Plan:
-    """What a run will make on its dtrain backend (every name must be free) and the volumes its
-    jobs mount (each must exist). `dtrain pipeline run` checks it before the first step starts; a
-    compiled pipeline on a KFP server has no such moment, and there each step's own submit or
-    create refuses a taken name, as it does here for a name taken while the run goes on."""
+    """What a run will make on its dtrain backend (every name must be free), the volumes its
+    jobs mount (each must exist) and the jobs it submits (each must pass the backend's dry run:
+    its configuration, its image, its request). `dtrain pipeline run` checks it before the first
+    step starts; a compiled pipeline on a KFP server has no such moment, and there each step's own
+    submit or create refuses, as it does here for a name taken while the run goes on."""
 
     backend: str
     makes: tuple[Named, ...]
     mounts: tuple[Named, ...] = ()
+    jobs: tuple[dict, ...] = ()  # JobSpec dicts, as the steps pass them to `train`
 
 
 def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
     """One line naming what is taken (or missing) and the fix, before anything runs."""
-    dtrain = "dtrain " if plan.backend == client.config.backend_for(client.default_project) else \
-        f"dtrain --backend {plan.backend} "
+    dtrain = _dtrain(plan.backend, client)
     taken = [(thing, status) for thing in plan.makes if (status := _taken(client, plan.backend, thing)) is not None]
     if taken:
         _refuse_taken(pipeline, plan.backend, taken, dtrain)
@@ -245,6 +251,43 @@ def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
             raise NotFoundError(f"pipeline {pipeline!r} mounts volume {need.name!r} ({need.param}), which the "
                                 f"{plan.backend} backend does not have: create it ('{dtrain}volume create "
                                 f"{need.name}') or pass --param {need.param}=NAME") from None
+    for spec in plan.jobs:
+        job = job_spec(spec, backend=plan.backend, client=client)
+        try:
+            client.render(job)
+        except DtrainError as err:  # the step's submit would refuse it the same way, steps later
+            raise type(err)(f"pipeline {pipeline!r} cannot submit job {job.name!r} to the {plan.backend} backend"
+                            f"{_IMAGE_FIX if '--image' in str(err) else ''}: {err}") from None
+
+
+_IMAGE_FIX = " (a pipeline's --image for its jobs is --param job_image)"
+
+
+def going_on(pipeline: str, plan: Plan, *, client: Client) -> str:
+    """What an interrupted run says: its jobs that go on (a job runs apart from the step that
+    submitted it, as a PyTorchJob outlives a KFP run's pod) and how to stop them."""
+    going = []
+    for thing in plan.makes:
+        if thing.kind == "job":
+            try:
+                info = client.get(thing.name)
+            except NotFoundError:
+                continue
+            if not info.status.terminal:
+                going.append(info)
+    if not going:
+        return f"pipeline {pipeline!r} interrupted; none of its jobs is left running"
+    names = " ".join(info.name for info in going)
+    shown_ = ", ".join(f"{info.name!r} ({info.status})" for info in going)
+    one = len(going) == 1
+    return (f"pipeline {pipeline!r} interrupted; its job{'' if one else 's'} {shown_} "
+            f"{'goes' if one else 'go'} on on the {plan.backend} backend: stop {'it' if one else 'them'} with "
+            f"'{_dtrain(plan.backend, client)}delete {names}' before running the pipeline again")
+
+
+def _dtrain(backend: str, client: Client) -> str:
+    """The command a message tells the user to run: with --backend where it is not their default."""
+    return "dtrain " if backend == client.config.backend_for(client.default_project) else f"dtrain --backend {backend} "
 
 
 def _refuse_taken(pipeline: str, backend: str, taken: list[tuple[Named, str]], dtrain: str) -> NoReturn:
@@ -284,7 +327,7 @@ def run_job(spec: dict, *, backend: str, client: Client | None = None, timeout: 
     A log that cannot be read (a Kubernetes job's pods gone, and its log with them) is said in a
     line; the job's status still decides how the step ends."""
     client = client or Client(backend=backend)
-    job = JobSpec.from_dict({"project": client.default_project, **_unwire(spec), "backend": backend})
+    job = job_spec(spec, backend=backend, client=client)
     restore_tmpdir()  # the job inherits this process's environment
     info = client.submit(job)
     echo(f"submitted job {job.name!r} to the {backend} backend ({info.status})")
@@ -301,6 +344,11 @@ def run_job(spec: dict, *, backend: str, client: Client | None = None, timeout: 
                              + ("" if backend == "local" else f" (after 'dtrain config backend {backend}')"))
     echo(f"job {job.name!r} {info.status}")
     return info
+
+
+def job_spec(spec: dict, *, backend: str, client: Client) -> JobSpec:
+    """A step's JobSpec dict as the job submitted to `backend`, in the client's default project."""
+    return JobSpec.from_dict({"project": client.default_project, **_unwire(spec), "backend": backend})
 
 
 def _last_lines(client: Client, name: str) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 
 from dtrain.errors import SpecError
 from dtrain.names import MAX_NAME, kubernetes_quantity, shown
-from dtrain.spec import JobSpec
+from dtrain.spec import JobSpec, check_image
 
 from . import render_storage
 from .config import KubernetesConfig
@@ -90,7 +90,7 @@ def image_of(spec: JobSpec, config: KubernetesConfig) -> str:
     if any(c.isspace() for c in image):  # the API refuses spaces around it, the kubelet inside it
         raise SpecError(f"invalid image {shown(image)}: remove the spaces (an image reference such as "
                         f"registry.example.com/dtrain:0.1 has none)")
-    return image
+    return check_image(image, "image", required=True)  # a job's --image was checked by its spec; a default here
 
 
 def render_job(spec: JobSpec, config: KubernetesConfig, *, with_namespace: bool = False) -> list[dict]:
