@@ -21,10 +21,17 @@ STOPPED_EXIT_CODE = 128 + signal.SIGTERM  # what a shell reports for SIGTERM: th
 
 
 class GracefulStop:
-    """Turns SIGTERM (and SIGINT) into a flag the training loop polls; a context manager."""
+    """Turns SIGTERM (and SIGINT) into a flag the training loop polls; a context manager.
+
+    Two flags: `signalled`, this rank's own, which only the handler sets (and never clears), and
+    `requested`, what the ranks agreed at the last `should_stop`, which the loop reads. The handler
+    runs between two bytecodes, so it may run right after an all-reduce returns and before its
+    result is stored: when it set the flag that result overwrote, that rank's signal was lost and
+    it trained on until SIGKILL. And a rank that read its own flag at a loop's head left the loop
+    while the others went on to the next collective."""
 
     def __init__(self, signals: tuple[int, ...] = (signal.SIGTERM, signal.SIGINT)) -> None:
-        self.signals, self.requested, self._old = signals, False, {}
+        self.signals, self.signalled, self.requested, self._old = signals, False, False, {}
 
     def __enter__(self) -> "GracefulStop":
         for sig in self.signals:
@@ -37,14 +44,17 @@ class GracefulStop:
         self._old.clear()
 
     def _on_signal(self, _sig, _frame) -> None:
-        self.requested = True
+        self.signalled = True
 
     def should_stop(self) -> bool:
-        """True on every rank as soon as any rank was asked to stop (a collective: call it on all ranks)."""
+        """True on every rank once any rank was asked to stop (a collective: call it on all ranks);
+        a signal that comes during the all-reduce counts at the next call, on every rank."""
         if multi_rank():
-            flag = torch.tensor([1.0 if self.requested else 0.0])
+            flag = torch.tensor([1.0 if self.signalled else 0.0])
             if dist.get_backend() == "nccl":
                 flag = flag.cuda()
             dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            self.requested = bool(flag.item())
+            self.requested = self.requested or bool(flag.item())
+        else:
+            self.requested = self.signalled
         return self.requested
