@@ -11,16 +11,15 @@ from __future__ import annotations
 
 import heapq
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
 from dtrain.backends.base import LogLine
 from dtrain.backends.local.rankrun import parse_line
+from dtrain.backends.local.ranks import rank_of
 from dtrain.replace import open_regular
 
-RANK_LOG = re.compile(r"rank-(0|[1-9][0-9]{0,8})\.log")  # as rankrun names them
 BLOCK = 1 << 20  # bytes read at a time, forwards or backwards
 MAX_RECORD = 8 * BLOCK  # rankrun cuts output lines at 1 MiB; a longer "line" (not its writing) is cut here
 
@@ -37,7 +36,7 @@ class LogFiles:
         """The complete lines written since the previous read (with `last`: only each rank's
         last `last` of them), oldest first across ranks. A half-written line waits for the next read."""
         files = sorted(self.logs_dir.glob("rank-*.log")) if self.logs_dir.exists() else []
-        ranks = [(int(m.group(1)), p) for p in files if (m := RANK_LOG.fullmatch(p.name))]  # not rank-0-old.log
+        ranks = [(r, p) for p in files if (r := rank_of(p.name, "log")) is not None]  # not rank-0-old.log
         return heapq.merge(*(self._records(r, p, last) for r, p in ranks if self.rank in (None, r)),
                            key=lambda ln: (ln.time or 0.0, ln.rank))
 

@@ -20,8 +20,15 @@ from dtrain.replace import open_regular
 
 GRACE_S = 30.0  # SIGTERM -> SIGKILL: time for the workloads to finish a step and write a checkpoint
 KILLED_WAIT_S = 2.0  # how long a rank's cgroup may take to empty after SIGKILL before it is left
-RANK_RECORD = re.compile(r"rank-(0|[1-9][0-9]{0,8})\.json")  # as rankrun names them
 MAX_RECORD_BYTES = 1 << 20  # a record is a few hundred bytes
+_RANK_FILE = re.compile(r"rank-(0|[1-9][0-9]{0,8})\.(log|json)")  # the names rankrun gives its files
+
+
+def rank_of(name: str, suffix: str) -> int | None:
+    """The rank a file of a job's logs/ (`rank-N.log`) or ranks/ (`rank-N.json`) folder belongs to;
+    None for any other name (a copy such as rank-0-old.log is no rank's)."""
+    m = _RANK_FILE.fullmatch(name)
+    return int(m.group(1)) if m and m.group(2) == suffix else None
 
 
 def rank_records(job_dir: Path) -> list[dict]:
@@ -30,8 +37,8 @@ def rank_records(job_dir: Path) -> list[dict]:
     reads these, and one stray file must not stop them (a traceback) or hang them (a fifo)."""
     out = []
     for path in (job_dir / "ranks").glob("rank-*.json"):
-        m = RANK_RECORD.fullmatch(path.name)
-        f = open_regular(path) if m else None
+        rank = rank_of(path.name, "json")
+        f = open_regular(path) if rank is not None else None
         if f is None:
             continue
         try:
@@ -39,7 +46,7 @@ def rank_records(job_dir: Path) -> list[dict]:
                 rec = json.loads(f.read(MAX_RECORD_BYTES))
         except (OSError, ValueError):
             continue
-        if isinstance(rec, dict) and rec.get("rank") == int(m.group(1)):
+        if isinstance(rec, dict) and rec.get("rank") == rank:
             out.append(rec)
     return sorted(out, key=lambda r: r["rank"])
 
