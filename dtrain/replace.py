@@ -70,3 +70,18 @@ def open_regular(path: str | os.PathLike) -> BinaryIO | None:
         os.close(fd)
         return None
     return os.fdopen(fd, "rb")
+
+
+def open_in(folder: str | os.PathLike, name: str, flags: int, mode: int = 0o644) -> int | None:
+    """`folder`/`name` opened with `flags`, a link followed at neither (a job may have put one at
+    the file or at its folder); None where that fails."""
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        return os.open(name, flags | os.O_NOFOLLOW, mode, dir_fd=dir_fd)
+    except OSError:
+        return None
+    finally:
+        os.close(dir_fd)

@@ -34,6 +34,7 @@ from dtrain.backends.local.launch import job_path
 from dtrain.backends.sagemaker import contract
 from dtrain.backends.sagemaker.archive import link_leaves, unpack
 from dtrain.backends.sagemaker.local import LocalS3, locked_state, transition, write_json
+from dtrain.replace import open_in
 
 GRACE_S = 120.0  # SageMaker's window between SIGTERM and the end (StopTrainingJob, MaxRuntimeInSeconds)
 MAX_REASON = 1024  # SageMaker's FailureReason: the first 1024 characters of /opt/ml/output/failure
@@ -293,16 +294,7 @@ def write_failure(output: Path, text: str) -> None:
 
 def _open_failure(output: Path, flags: int) -> int | None:
     """output/failure opened with `flags`, no link followed at either; None where that fails."""
-    try:
-        folder = os.open(output, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return None
-    try:
-        return os.open("failure", flags | os.O_NOFOLLOW, 0o644, dir_fd=folder)
-    except OSError:
-        return None
-    finally:
-        os.close(folder)
+    return open_in(output, "failure", flags)
 
 
 def _pump(stream, log) -> None:

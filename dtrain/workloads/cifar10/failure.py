@@ -13,6 +13,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dtrain.errors import DtrainError
+from dtrain.replace import open_in
 from dtrain.workloads.inputs import Parser
 
 RESOURCE_CONFIG_FILE = Path("/opt/ml/input/config/resourceconfig.json")  # in every SageMaker training container
@@ -56,17 +57,11 @@ def write_failure(text: str) -> None:
     failure) or the file or its folder is a link (never followed). Never raises: the error itself
     is what the caller reports."""
     path = failure_file()
-    if path is None:
+    fd = None if path is None else open_in(path.parent, path.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+    if fd is None:
         return
     try:
-        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    except OSError:
-        return
-    try:
-        fd = os.open(path.name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(" ".join(text.split())[:MAX_FAILURE] + "\n")
     except OSError:
         pass
-    finally:
-        os.close(folder)
