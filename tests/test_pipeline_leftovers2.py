@@ -172,6 +172,26 @@ def test_the_jobs_a_plan_renders_are_the_jobs_the_steps_submit():
     assert job["image"] == "reg.example.com/c:1" and job["name"] == "cifar10-hybrid"
 
 
+@pytest.mark.parametrize("prefix", ["BAD_", "a" * 43, "-a", ""])
+def test_a_bad_job_prefix_is_named_as_the_parameter_given(home, capsys, prefix):
+    """'BAD_' or 43 characters were refused as "invalid job name 'BAD_-data'", a name the user never typed."""
+    code, _out, err = cli(home, capsys, "run", "lane-detection", "--param", "urls=a.tgz", "--param", f"job_prefix={prefix}")
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"dtrain: error: invalid --param job_prefix={prefix!r}: use 1-42 lower-case letters, "), err
+    assert not (home / "pipelines").exists()
+
+
+def test_the_longest_job_prefix_makes_only_valid_names():
+    from dtrain.names import check_name
+    from dtrain.pipelines import lanes, runner
+
+    params = runner.parse_params(runner.load("lane-detection"), ["urls=a.tgz", "job_prefix=" + "a" * 42])
+    made = lanes.plan(params).makes
+    assert ("volume", "pvc-" + "a" * 42 + "-data-0") in {(m.kind, m.name) for m in made}
+    for m in made:
+        check_name(m.name, m.kind)
+
+
 # ---------------------------------------------------------------- an interrupted run
 
 
@@ -278,3 +298,57 @@ def test_what_kfp_would_change_or_refuse_mid_run_is_refused_first(home, capsys, 
     assert code == 2 and err.count("\n") == 1 and err.startswith("dtrain: error: invalid --param "), err
     assert message in err
     assert not (home / "pipelines").exists()  # nothing ran
+
+
+# ---------------------------------------------------------------- what ended runs left in ROOT/.tmp
+
+
+def test_a_run_tidies_what_killed_and_failed_runs_left_but_not_what_is_in_use(tmp_path):
+    """A run killed with SIGKILL left its steps' program folders in ROOT/.tmp for good, and every
+    failed run its empty folder. The next run tidies them, except a folder another run holds or
+    a still-running step has as its $TMPDIR, and anything a user or a job put there."""
+    import fcntl
+    import os
+    import subprocess
+
+    from dtrain.pipelines import runner
+
+    root = tmp_path / "root"
+    parent = root / ".tmp"
+    parent.mkdir(parents=True)
+
+    def run_folder(name: str, *programs: str) -> Path:
+        folder = parent / name
+        folder.mkdir()
+        for program in programs:
+            (folder / program).mkdir()
+            (folder / program / "ephemeral_component.py").write_text("print(1)\n")
+        return folder
+
+    killed = run_folder("run-killed", "tmp.a1", "tmp.b2")
+    failed = run_folder("run-failed")
+    kept = run_folder("run-kept", "tmp.c3")
+    (kept / "notes.txt").write_text("a user's")
+    going = run_folder("run-going", "tmp.d4")
+    stepping = run_folder("run-stepping", "tmp.e5")
+    (parent / "run-link").symlink_to(run_folder("elsewhere-tmp.f6", "tmp.f6"))
+    held = os.open(going, os.O_RDONLY | os.O_DIRECTORY)
+    fcntl.flock(held, fcntl.LOCK_EX)  # another run, still going
+    step = subprocess.Popen(["sleep", "60"], env={**os.environ, "TMPDIR": str(stepping)})
+    try:
+        with runner._step_tmpdir(root) as mine:
+            during = sorted(p.name for p in parent.iterdir())
+            mine.finished = True
+    finally:
+        step.kill()
+        step.wait()
+        os.close(held)
+    assert during == sorted(["elsewhere-tmp.f6", "run-going", "run-kept", "run-link", "run-stepping", mine.path.name])
+    assert sorted(p.name for p in kept.iterdir()) == ["notes.txt"]  # KFP's program folder went; the user's file stays
+    assert sorted(p.name for p in going.iterdir()) == ["tmp.d4"]
+    assert sorted(p.name for p in stepping.iterdir()) == ["tmp.e5"]
+    assert (parent / "elsewhere-tmp.f6" / "tmp.f6" / "ephemeral_component.py").is_file()  # never through a link
+    assert not killed.exists() and not failed.exists() and not mine.path.exists()
+    with runner._step_tmpdir(root) as later:  # their owners gone, the next run tidies them
+        later.finished = True
+    assert sorted(p.name for p in parent.iterdir()) == ["elsewhere-tmp.f6", "run-kept", "run-link"]

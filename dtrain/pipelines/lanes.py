@@ -7,6 +7,8 @@
 
 from kfp import dsl
 
+from dtrain.errors import SpecError
+from dtrain.names import MAX_NAME, NAME_RE, shown
 from dtrain.pipelines import steps
 from dtrain.pipelines.components import DEFAULT_IMAGE, evaluate, lanes_job, prepare, restore, snapshot, train
 from dtrain.pipelines.hybrid import _step
@@ -38,10 +40,24 @@ def check(params: dict) -> None:
     image only here: on a KFP server no step runs before it is pulled)."""
     steps.check_image(params["image"], "image", required=True)
     steps.check_volume_backend(params["backend"])
+    _check_prefix(params["job_prefix"])
     _jobs(params)
     steps.check_threshold(params["threshold"])
     steps.check_name(params["candidate_volume"], "volume")
-    steps.check_name(f"{params['job_prefix']}-prepared", "snapshot")
+
+
+# What the pipeline names after job_prefix P: its three jobs, the data job's volume, the snapshot.
+_MADE = ("{p}-data", "{p}-train", "{p}-eval", "pvc-{p}-data-0", "{p}-prepared")
+
+
+def _check_prefix(prefix: str) -> None:
+    """job_prefix itself, with the room the names made from it leave: a refusal that names the
+    parameter the user gave, not a job or volume name they never typed."""
+    most = MAX_NAME - max(len(made.format(p="")) for made in _MADE)
+    if not isinstance(prefix, str) or len(prefix) > most or not NAME_RE.fullmatch(prefix):
+        raise SpecError(f"invalid --param job_prefix={shown(prefix)}: use 1-{most} lower-case letters, digits or '-', "
+                        f"starting and ending with a letter or digit (the pipeline names "
+                        f"{', '.join(made.format(p='<prefix>') for made in _MADE)} after it)")
 
 
 def plan(params: dict) -> steps.Plan:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import fcntl
 import importlib
 import importlib.util
 import json
@@ -230,33 +231,36 @@ def _convert(param: Param, text: str) -> Any:
                         f"e.g. {param.name}={param.default if param.default is not None else 1}") from None
 
 
+def _kfp_carries(value: int | float) -> bool:
+    """Whether KFP carries VALUE unchanged: it holds numbers as doubles, so a finite float, or a
+    whole number no larger than 2**53 either way."""
+    return math.isfinite(value) if isinstance(value, float) else abs(value) <= MAX_EXACT_INT
+
+
 def _check_number(param: Param, value: Any) -> None:
-    if param.type == "Float" and not math.isfinite(value):
+    if param.type not in ("Float", "Integer") or _kfp_carries(value):
+        return
+    if param.type == "Float":
         raise SpecError(f"invalid --param {param.name}={shown(value)}: use a finite number (KFP carries no nan or inf)")
-    if param.type == "Integer" and abs(value) > MAX_EXACT_INT:
-        raise SpecError(f"invalid --param {param.name}={shown(value)}: use a whole number from -{MAX_EXACT_INT} to "
+    raise SpecError(f"invalid --param {param.name}={shown(value)}: use a whole number from -{MAX_EXACT_INT} to "
                         f"{MAX_EXACT_INT} (KFP carries numbers as doubles, which hold no larger one exactly)")
 
 
 def _from_json(param: Param, text: str, kind: type) -> Any:
     """A List or Dict parameter as JSON, its numbers held to what KFP carries unchanged."""
-    def exact_int(digits: str) -> int:
-        value = int(digits)
-        if abs(value) > MAX_EXACT_INT:
-            raise ValueError(digits)
-        return value
-
-    def finite_float(digits: str) -> float:
-        value = float(digits)
-        if not math.isfinite(value):
-            raise ValueError(digits)
-        return value
+    def carried(read: Callable[[str], int | float]) -> Callable[[str], int | float]:
+        def number(digits: str) -> int | float:
+            value = read(digits)
+            if not _kfp_carries(value):
+                raise ValueError(digits)
+            return value
+        return number
 
     def no_constant(name: str):
         raise ValueError(name)
 
     try:
-        value = json.loads(text, parse_int=exact_int, parse_float=finite_float, parse_constant=no_constant)
+        value = json.loads(text, parse_int=carried(int), parse_float=carried(float), parse_constant=no_constant)
     except (ValueError, RecursionError):  # RecursionError: thousands of nested brackets
         value = None
     if not isinstance(value, kind) or _depth(value) > MAX_JSON_DEPTH:
@@ -382,20 +386,96 @@ def _step_tmpdir(root: Path) -> Iterator[_StepTmp]:
     folder itself goes too if that left it empty and the run finished: after a failed or
     interrupted run a step's process may not have ended yet. Anything else there stays, for the
     user to see. The jobs the steps start do not get it: steps.restore_tmpdir gives them the
-    user's $TMPDIR (what they write there, torch's torchinductor_<user> cache among it, is theirs)."""
+    user's $TMPDIR (what they write there, torch's torchinductor_<user> cache among it, is theirs).
+    What earlier runs left there is tidied first (_make_run_folder)."""
     parent = root / ".tmp"
     if parent.is_symlink():
         raise SpecError(f"{parent} is a symbolic link: remove it (a run makes that folder itself)")
-    try:
-        parent.mkdir(exist_ok=True)
-        tmp = _StepTmp(Path(tempfile.mkdtemp(prefix="run-", dir=parent)))
-    except OSError as err:  # a --root this user may not write to, a read-only file system
-        raise SpecError(f"cannot use --root {shown(str(root))}: making {parent} failed ({cut(err.strerror or err)}); "
-                        f"give a folder you can write to") from None
+    tmp, held = _make_run_folder(root, parent)
     try:
         yield tmp
     finally:
-        _remove_step_programs(tmp.path, remove_folder=tmp.finished)
+        try:
+            _remove_step_programs(tmp.path, remove_folder=tmp.finished)
+        finally:
+            os.close(held)
+
+
+def _make_run_folder(root: Path, parent: Path) -> tuple[_StepTmp, int]:
+    """A new folder for this run in PARENT and its lock (an open descriptor), then what ended runs
+    left there tidied: all under a lock on PARENT, so that no other run's sweep sees this folder
+    between its making and its lock."""
+    def refused(err: OSError) -> SpecError:  # a --root this user may not write to, a read-only file system
+        return SpecError(f"cannot use --root {shown(str(root))}: making {parent} failed ({cut(err.strerror or err)}); "
+                         f"give a folder you can write to")
+
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        parent.mkdir(exist_ok=True)
+        guard = os.open(parent, flags)
+    except OSError as err:
+        raise refused(err) from None
+    try:
+        fcntl.flock(guard, fcntl.LOCK_EX)
+        try:
+            tmp = _StepTmp(Path(tempfile.mkdtemp(prefix="run-", dir=parent)))
+            held = os.open(tmp.path, flags)
+        except OSError as err:
+            raise refused(err) from None
+        fcntl.flock(held, fcntl.LOCK_EX)  # this run's while it lasts: _sweep_ended_runs leaves it
+        _sweep_ended_runs(parent, tmp.path)
+        return tmp, held
+    finally:
+        os.close(guard)
+
+
+def _sweep_ended_runs(parent: Path, own: Path) -> None:
+    """Tidy what earlier runs left in PARENT: the folder of a run killed before its own clean-up
+    (SIGKILL, a lost machine) or of a failed one (kept while its steps might still run). A folder
+    is another run's while that run holds its lock, and a step's while any process of this user
+    has it as $TMPDIR (a step outlives a runner killed alone); those are left as they are. Of the
+    rest, the same rule as at a run's end: KFP's program folders go, then the folder if empty."""
+    candidates = []
+    with os.scandir(parent) as entries:
+        for e in entries:
+            if e.name.startswith("run-") and e.name != own.name and e.is_dir(follow_symlinks=False):
+                candidates.append(os.path.abspath(e.path))
+    if not candidates:
+        return
+    in_use = _tmpdirs_in_use()
+    for path in candidates:
+        if path in in_use:
+            continue
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:  # gone meanwhile, or replaced by a link: not ours to tidy
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # a run still going
+                continue
+            with contextlib.suppress(OSError):  # changed meanwhile: left as it is
+                _remove_step_programs(Path(path), remove_folder=True)
+        finally:
+            os.close(fd)
+
+
+def _tmpdirs_in_use() -> set[str]:
+    """The $TMPDIR of every process whose start-up environment can be read (this user's)."""
+    found = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:  # another user's, or ended meanwhile
+            continue
+        for item in environ.split(b"\0"):
+            if item.startswith(b"TMPDIR="):
+                found.add(os.path.abspath(os.fsdecode(item[len(b"TMPDIR="):])))
+    return found
 
 
 def _remove_step_programs(tmp: Path, *, remove_folder: bool) -> None:

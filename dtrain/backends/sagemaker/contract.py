@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 
 OPT_ML = "/opt/ml"
+MAX_REASON = 1024  # SageMaker's FailureReason: the first 1024 characters of /opt/ml/output/failure
 MODEL_DIR, CODE_DIR, CHECKPOINTS = f"{OPT_ML}/model", f"{OPT_ML}/code", f"{OPT_ML}/checkpoints"
 
 

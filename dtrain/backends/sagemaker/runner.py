@@ -37,7 +37,6 @@ from dtrain.backends.sagemaker.local import LocalS3, locked_state, transition, w
 from dtrain.replace import open_in
 
 GRACE_S = 120.0  # SageMaker's window between SIGTERM and the end (StopTrainingJob, MaxRuntimeInSeconds)
-MAX_REASON = 1024  # SageMaker's FailureReason: the first 1024 characters of /opt/ml/output/failure
 
 
 def free_port() -> int:
@@ -280,7 +279,7 @@ def read_failure(output: Path) -> str | None:
     with os.fdopen(fd, "rb") as f:
         if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
             return None
-        return f.read(4 * MAX_REASON).decode(errors="replace")[:MAX_REASON]
+        return f.read(4 * contract.MAX_REASON).decode(errors="replace")[:contract.MAX_REASON]
 
 
 def write_failure(output: Path, text: str) -> None:

@@ -20,11 +20,10 @@ from datetime import datetime
 from typing import Any
 
 from dtrain.backends.base import Event, JobInfo, JobStatus, ProcessInfo
-from dtrain.backends.sagemaker.contract import decode
+from dtrain.backends.sagemaker.contract import MAX_REASON, decode
 from dtrain.names import cut
 from dtrain.spec import JobSpec
 
-MAX_REASON = 1024  # SageMaker's FailureReason: the first 1024 characters of /opt/ml/output/failure
 WAITING = {"Starting", "Pending", "LaunchingMLInstances", "PreparingTrainingStack", "Interrupted"}
 LIMITS = {"MaxRuntimeExceeded": "it ran past --max-runtime; raise --max-runtime or checkpoint and resubmit",
           "MaxWaitTimeExceeded": "spot capacity did not come within --max-wait; raise --max-wait or drop --spot"}
