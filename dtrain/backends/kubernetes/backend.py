@@ -14,39 +14,36 @@
 Translation is pure (render.py, render_storage.py, status.py, logs.py); this module only moves
 dicts through client.KubeApi and keeps the rules: volumes before the job, a name clash is a
 ConflictError, a missing CRD names the operator to install, a deleted job reads Deleted while
-its pods go. `wait` is the base class's.
+its pods go. `wait` is the base class's. The verbs that reach into pods (logs, exec) are
+pod_verbs.py's, those of volumes and snapshots volumes.py's: mixins of KubernetesBackend.
 """
 
 from __future__ import annotations
 
 import logging
-import math
-import threading
 import time
-from contextlib import closing
 from dataclasses import replace
-from typing import Any, Iterator
+from typing import Any
 
-from dtrain.backends.base import Backend, GpuInfo, JobInfo, JobStatus, LogLine, NodeInfo, ProjectInfo
+from dtrain.backends.base import Backend, GpuInfo, JobInfo, JobStatus, NodeInfo, ProjectInfo
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError
 from dtrain.spec import JobSpec, VolumeMount, parse_size
 
 from .client import (NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT,
-                     Forbidden, Hangup, KubeApi, Missing, Unanswered, client_from_config)
+                     Forbidden, KubeApi, Missing, Unanswered, client_from_config)
 from .config import KubernetesConfig
-from .logs import LogSource, ReadAhead, SeenLines, check_pods_left, keep, log_sources, merge, parse_line
 from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE, ROLE_SNAPSHOTTER,
                       VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
+from .pod_verbs import PodVerbs
 from .render import render_job, resource_for
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace, render_success_snapshot
-from .status import job_info, newest_pod, pod_gpus, pod_index, procs_per_pod, stuck_reason
+from .status import job_info, pod_gpus
 from .volumes import VolumeVerbs
 
 JOB_ORDER = tuple(JOB_RESOURCES.values())  # where `get NAME` looks, in this order
 _BY_KIND = {r.kind: r for r in (NAMESPACE, PVC, RESOURCE_QUOTA, SERVICE, SERVICE_ACCOUNT, ROLE, ROLE_BINDING,
                                 VOLUME_SNAPSHOT, *JOB_ORDER)}
 _SHARED = ("ServiceAccount", "Role", "RoleBinding")  # one per namespace, kept across jobs
-_DONE = object()
 # Pods that hold their node's GPUs: bound to a node and not ended (a Pending pod pulling its image
 # holds them already; the scheduler counts it).
 HOLDING_GPUS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
@@ -54,12 +51,10 @@ _log = logging.getLogger(__name__)
 _warned: set[str] = set()
 
 
-class KubernetesBackend(VolumeVerbs, Backend):
+class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
     """dtrain's backend for a Kubernetes cluster with the Kubeflow Training Operator."""
 
     name = "kubernetes"
-    poll_interval = 1.0  # seconds between looks while `logs -f` waits for a pod to start
-    read_ahead = 1000  # lines `logs -f` of several pods reads ahead of its caller at most (memory: a few MB)
 
     def __init__(self, config: KubernetesConfig | None = None, *, api_client: Any = None, exec_stream: Any = None):
         """`api_client`: a kubernetes.client.ApiClient; None builds one from the kubeconfig on first use.
@@ -233,19 +228,6 @@ class KubernetesBackend(VolumeVerbs, Backend):
                                        f"ttl_seconds_after_finished), and its pods and logs with it")
         raise NotFoundError(f"job {name!r} not found in namespace {self.namespace}: see 'dtrain list'{gone}")
 
-    def _exec(self, name: str, command: list[str], *, rank: int) -> int:
-        """`kubectl exec` into the pod that runs `rank` (a replica pod; packed ranks share one)."""
-        resource, obj = self._find(name)
-        index = rank // procs_per_pod(obj)
-        pods = [p for p in self._pods(name) if pod_index(resource.kind, obj, p) == index
-                and (p.get("status") or {}).get("phase") == "Running"]
-        if not pods:
-            raise ConflictError(f"no running pod holds rank {rank} of job {name!r}; see 'dtrain describe job {name}'")
-        pod = newest_pod(pods)["metadata"]["name"]
-        if self._exec_stream is not None:
-            return self._exec_stream(self.namespace, pod, command)
-        return self.api.exec(self.namespace, pod, command)
-
     def _pods(self, name: str) -> list[dict]:
         return self.api.pods(self.namespace, job_selector(name))
 
@@ -405,152 +387,6 @@ class KubernetesBackend(VolumeVerbs, Backend):
         return replace(info, status=JobStatus.DELETED, finished=info.finished or time.time(),
                        message=f"deleted {resource.kind} {name} from namespace {self.namespace}")
 
-    # ---------------------------------------------------------------- logs
-
-    def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
-              follow: bool) -> Iterator[LogLine]:
-        resource, obj = self._find(name)
-        sources = self._sources(name, resource.kind, obj, rank)
-        if follow:
-            return self._follow(name, resource.kind, rank, sources, tail, since)
-        query = _log_query(sources, rank, tail, since)
-        streams, stuck = [], []
-        for source in sources:
-            try:
-                raw = self._read_log(name, source, query)
-            except PodStuck as err:
-                stuck.append(err)
-                continue
-            streams.append([x for x in (parse_line(r, source) for r in raw) if keep(x, rank, since)])
-        return _then_raise(merge(streams, tail), stuck[0] if stuck else None)
-
-    def _sources(self, name: str, kind: str, obj: dict, rank: int | None) -> list[LogSource]:
-        """The pods that hold the wanted ranks' lines; none left of an ended job is an error."""
-        pods = self._pods(name)
-        sources = log_sources(kind, obj, pods, rank)
-        if not sources:
-            check_pods_left(name, kind, obj, pods, rank)
-        return sources
-
-    def _read_log(self, name: str, source: LogSource, query: dict) -> list[str]:
-        try:
-            return list(self.api.pod_log(self.namespace, source.pod, **query))
-        except BackendError as err:
-            if "waiting to start" not in str(err):
-                raise
-        self._check_startable(name, source.pod)
-        return []  # a pod that is on its way has written nothing yet
-
-    def _check_startable(self, name: str, pod: str) -> None:
-        """Raise when a pod's container cannot start without a change of the job (a wrong image, a
-        missing secret): the kubelet retries for good, so neither waiting nor an empty log helps."""
-        stuck = stuck_reason(self._try_read(POD, self.namespace, pod) or {})
-        if stuck:
-            raise PodStuck(f"pod {pod} of job {name!r} cannot start ({stuck}): fix the image, secret or "
-                           f"config it names and submit the job again, or delete it ('dtrain delete {name}')")
-
-    def _stream(self, name: str, source: LogSource, query: dict, hangup: Hangup | None = None) -> Iterator[str]:
-        """A pod's log as it grows, to the pod's end. The kubelet ends a stream when the container
-        exits, also when it restarts in place (restartPolicy OnFailure, --max-restarts) and the job
-        runs on, and when it was idle for its streaming timeout (4 h by default): while the pod
-        runs, the stream is opened again, for the lines after the last one seen."""
-        seen = SeenLines()
-        while True:
-            try:
-                for raw in self.api.pod_log(self.namespace, source.pod, follow=True, hangup=hangup, **query):
-                    if seen.new(raw):
-                        yield raw
-            except BackendError as err:
-                if "waiting to start" not in str(err) or self._get(name).status.terminal:
-                    raise
-                self._check_startable(name, source.pod)
-            else:
-                if not self._runs_on(name, source.pod):
-                    return
-                query = seen.query(query)
-            if hangup is None:
-                time.sleep(self.poll_interval)
-            elif hangup.wait(self.poll_interval):
-                return
-
-    def _runs_on(self, name: str, pod: str) -> bool:
-        """Whether a pod whose log stream ended may write more: it is there, has not ended, and
-        its job has not ended."""
-        try:
-            if self._get(name).status.terminal:
-                return False
-        except NotFoundError:
-            return False
-        phase = ((self._try_read(POD, self.namespace, pod) or {}).get("status") or {}).get("phase")
-        return phase in ("Pending", "Running")
-
-    def _follow(self, name: str, kind: str, rank: int | None, sources: list[LogSource], tail: int | None,
-                since: float | None) -> Iterator[LogLine]:
-        while not sources:  # no pod yet: wait for the operator, or for the job to end
-            time.sleep(self.poll_interval)
-            resource, obj = self._find(name)
-            sources = self._sources(name, kind, obj, rank)
-        # Only now are the pods known, and with them whether the server's tail is ours (a packed pod's
-        # log holds the lines of several ranks).
-        query = _log_query(sources, rank, tail, since)
-        if len(sources) > 1:
-            yield from self._follow_many(name, rank, sources, query, since)
-            return
-        source, skip = sources[0], 0
-        if tail is not None and "tail_lines" not in query:
-            # One rank of a packed pod: count its lines so far and pass over all but the last `tail` of
-            # them as the stream replays the log from its start (a log only grows, so they come first).
-            kept = [keep(parse_line(r, source), rank, since) for r in self._read_log(name, source, query)]
-            skip = max(0, sum(kept) - tail)
-        for raw in self._stream(name, source, query):
-            line = parse_line(raw, source)
-            if not keep(line, rank, since):
-                continue
-            if skip:
-                skip -= 1
-                continue
-            yield line
-
-    def _follow_many(self, name: str, rank: int | None, sources: list[LogSource], query: dict,
-                     since: float | None) -> Iterator[LogLine]:
-        """Several pods at once: one reader thread per pod, lines yielded as they arrive, at most
-        `read_ahead` of them read ahead of the caller (a reader that finds no room stops reading
-        its stream: logs/ReadAhead). When the caller stops reading (closes this generator, or drops
-        it), the readers' connections are shut down and the readers end, even on a silent pod: a
-        dashboard that stopped showing a job's logs must not leave them streaming."""
-        backlog, hangup = self._read_ahead(), Hangup()
-
-        def pump(source: LogSource) -> None:
-            try:
-                with closing(self._stream(name, source, query, hangup)) as stream:
-                    for raw in stream:
-                        line = parse_line(raw, source)
-                        if keep(line, rank, since) and not backlog.put(line):
-                            return  # the caller is gone
-            except Exception as err:  # raised in the caller: a reader that died must not end the output quietly
-                backlog.put(err)
-            finally:
-                backlog.put(_DONE)
-
-        for source in sources:
-            threading.Thread(target=pump, args=(source,), name=f"logs-{source.pod}", daemon=True).start()
-        done = 0
-        try:
-            while done < len(sources):
-                item = backlog.get()
-                if item is _DONE:
-                    done += 1
-                elif isinstance(item, Exception):
-                    raise item
-                else:
-                    yield item
-        finally:
-            backlog.close()
-            hangup.hang_up()
-
-    def _read_ahead(self) -> ReadAhead:
-        return ReadAhead(self.read_ahead)
-
     # ---------------------------------------------------------------- nodes
 
     def _nodes(self) -> list[NodeInfo]:
@@ -591,10 +427,6 @@ class KubernetesBackend(VolumeVerbs, Backend):
         return found
 
 
-class PodStuck(BackendError):
-    """A pod's container cannot start until the job changes (a wrong image, a missing secret)."""
-
-
 def _warn_once(message: str) -> None:
     """One line on stderr (the logging module's last resort, unless the caller configured logging),
     once per process: a dashboard that asks for nodes every few seconds must not repeat it."""
@@ -605,24 +437,6 @@ def _warn_once(message: str) -> None:
 
 def _pods_unknown(err: Forbidden) -> str:
     return f"pods not shown (processes, GPUs and node unknown): {err}"
-
-
-def _log_query(sources: list[LogSource], rank: int | None, tail: int | None, since: float | None) -> dict[str, Any]:
-    """The pod log request's query for these pods."""
-    query: dict[str, Any] = {"timestamps": True}
-    if tail is not None and (rank is None or all(s.tags is None for s in sources)):
-        query["tail_lines"] = tail  # exact only when the server's lines are the ones we keep
-    if since is not None:
-        query["since_seconds"] = max(1, math.ceil(time.time() - since))
-    return query
-
-
-def _then_raise(lines: list[LogLine], error: Exception | None) -> Iterator[LogLine]:
-    """The lines, then the error: a pod that cannot start (one worker's image pull) is named after
-    what the other pods wrote, instead of hiding it."""
-    yield from lines
-    if error is not None:
-        raise error
 
 
 def _key(obj: dict) -> tuple[str, str]:
@@ -646,3 +460,4 @@ def _gpus(meta: dict, count: int) -> tuple[GpuInfo, ...]:
     # NVIDIA GPU feature discovery labels the product; there is no per-device view from the API.
     product = (meta.get("labels") or {}).get("nvidia.com/gpu.product", "")
     return tuple(GpuInfo(index=str(i), name=product) for i in range(count))
+

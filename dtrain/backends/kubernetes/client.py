@@ -20,6 +20,7 @@ from typing import Any, Iterator
 from dtrain.errors import BackendError, ConflictError, EnvironmentError_, NotFoundError
 
 from .config import KubernetesConfig
+from .logs import LogLines
 from .objects import Resource
 
 NAMESPACE = Resource("", "v1", "namespaces", "Namespace", "", namespaced=False)
@@ -430,35 +431,36 @@ class KubeApi:
 
     def pod_log(self, namespace: str, pod: str, *, follow: bool = False, hangup: Hangup | None = None,
                 **query: Any) -> Iterator[str]:
-        """Lines of one pod's log ('<RFC 3339 time> <text>' with timestamps=True). A stream that
-        follows ends quietly once `hangup` hangs up; one left unfinished closes its connection."""
+        """Lines of one pod's log ('<RFC 3339 time> <text>' with timestamps=True), a line longer than
+        MAX_LINE bytes in pieces (LogLines). A stream that follows ends quietly once `hangup` hangs
+        up; one left unfinished closes its connection."""
         what = f"read the log of pod {pod!r}"
         # A stream that follows may stay silent for hours while the job computes: no read timeout.
         timeout = (min(CONNECT_TIMEOUT, self.timeout), None if follow else self.timeout)
         resp = self.raw(what, self.core.read_namespaced_pod_log, pod, namespace, follow=follow,
                         _request_timeout=timeout, access=f"get pods/log -n {namespace}", **query)
+        lines = LogLines(stamped=bool(query.get("timestamps")))
         if not follow:
             with self.answering(what):
                 data = resp.data
-            yield from data.decode("utf-8", errors="replace").splitlines()
+            for line in (*lines.feed(data), *lines.end()):
+                yield line.decode("utf-8", errors="replace")
             return
         import urllib3
 
         if hangup is not None and not hangup.opened(resp):
             resp.close()
             return
-        buffer, ended = b"", False
+        ended = False
         try:
             # The API server streams chunks as the container writes; split them into lines.
             for chunk in resp.stream(amt=None, decode_content=False):
-                buffer += chunk
-                *lines, buffer = buffer.split(b"\n")
-                for line in lines:
+                for line in lines.feed(chunk):
                     yield line.decode("utf-8", errors="replace")
             if hangup is not None and hangup.done:
                 return  # the shut-down socket read as the stream's end: a cut line is not the pod's
-            if buffer:
-                yield buffer.decode("utf-8", errors="replace")
+            for line in lines.end():
+                yield line.decode("utf-8", errors="replace")
             ended = True
         except urllib3.exceptions.HTTPError as err:
             if hangup is not None and hangup.done:

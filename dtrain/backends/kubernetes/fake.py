@@ -150,7 +150,8 @@ class FakeCluster:
         self.lock = threading.RLock()
         self.served = {**CORE, **(CRDS if crds is None else crds)}
         self.objects: dict[tuple[str, str, str, str], dict] = {}
-        self.logs: dict[tuple[str, str], list[tuple[float, str]]] = {}
+        # (time, text, end, starts a line) per write of a pod's container
+        self.logs: dict[tuple[str, str], list[tuple[float, str, str, bool]]] = {}
         self.forbidden: set[tuple[str, str]] = set()  # (group, plural) answered with 403
         self.namespaced_only = False  # True: 403 for namespaced kinds read across all namespaces
         self.requests: list[tuple[str, str]] = []  # (method, path?query) in arrival order
@@ -381,27 +382,31 @@ class FakeCluster:
             lines = [x for x in lines if x[0] >= cutoff]
         if "tailLines" in query:
             lines = lines[-int(query["tailLines"]):] if int(query["tailLines"]) else []
-        render = lambda t, text: ((rfc3339(t, nanos=True) + " " if stamps else "") + text + "\n").encode()  # noqa
+
+        def render(t: float, text: str, end: str, starts: bool) -> bytes:
+            return ((rfc3339(t, nanos=True) + " " if stamps and starts else "") + text + end).encode()
+
         if not _go_bool(query.get("follow")):
-            return 200, b"".join(render(t, text) for t, text in lines)
+            return 200, b"".join(render(*x) for x in lines)
         # what is there now, taken under the lock: the stream's body runs later, as it is sent
         done, restarts = len(self.logs.get((namespace, name), [])), _restarts(pod)
-        return 200, self._follow(namespace, name, list(lines), render, done, restarts)
+        return 200, self._follow(namespace, name, list(lines), render, done, restarts, pod["metadata"]["uid"])
 
-    def _follow(self, namespace, name, first, render, done: int, restarts: int) -> Iterator[bytes]:
+    def _follow(self, namespace, name, first, render, done: int, restarts: int, uid: str) -> Iterator[bytes]:
         """As the kubelet streams: until the container exits, which a restart in place (a
-        restartCount that grows) is too; then the client opens a new stream."""
-        for t, text in first:
-            yield render(t, text)
+        restartCount that grows) is too, and so is its pod's deletion (another pod made under
+        its name has a stream of its own); then the client opens a new stream."""
+        for x in first:
+            yield render(*x)
         for _ in range(10_000):  # bounded: a test whose hook never ends the pod cannot hang
             with self.lock:
                 pod = self.objects.get(("", "pods", namespace, name))
-                lines = self.logs.get((namespace, name), [])
+                gone = pod is None or pod["metadata"]["uid"] != uid  # (its log went with it)
+                lines = [] if gone else self.logs.get((namespace, name), [])
                 fresh, done = lines[done:], len(lines)
-                finished = pod is None or pod["status"].get("phase") in ("Succeeded", "Failed") \
-                    or _restarts(pod) != restarts
-            for t, text in fresh:
-                yield render(t, text)
+                finished = gone or pod["status"].get("phase") in ("Succeeded", "Failed") or _restarts(pod) != restarts
+            for x in fresh:
+                yield render(*x)
             if finished and not fresh:
                 return
             if not fresh:
@@ -472,9 +477,13 @@ class FakeCluster:
             if ctype in ("Succeeded", "Complete", "Failed"):
                 status["completionTime"] = when
 
-    def append_log(self, namespace: str, pod: str, text: str, *, at: float | None = None) -> None:
+    def append_log(self, namespace: str, pod: str, text: str, *, at: float | None = None, end: str = "\n") -> None:
+        """A write of the pod's container: `text`, then `end` (end='' writes part of a line, as a
+        progress bar does; the kubelet gives a stamp to the writes that start a line only)."""
         with self.lock:
-            self.logs.setdefault((namespace, pod), []).append((time.time() if at is None else at, text))
+            lines = self.logs.setdefault((namespace, pod), [])
+            starts = not lines or lines[-1][2].endswith("\n")
+            lines.append((time.time() if at is None else at, text, end, starts))
 
     def bind_volumes(self) -> None:
         """The provisioner: every Pending PVC becomes Bound at its requested size."""

@@ -1,4 +1,4 @@
-"""Pure parsing of pod log lines into dtrain LogLines (which rank wrote what, and when), and which
+"""Pure parsing of pod log lines into dtrain LogLine records (which rank wrote what, and when), and which
 pods hold a job's lines (none left of an ended job is an error: the cluster kept them with the pods).
 
 A pod's log has one line per write, prefixed by the API with its RFC 3339 time (timestamps=True).
@@ -8,8 +8,9 @@ Three shapes of pod:
     MPI launcher (mpirun --tag-output) '[<jobid>,<rank>]<stdout>:text'
 Lines without a prefix (the launcher's own messages) go to the pod's first rank.
 
-The stateful parts of `logs -f`: ReadAhead, what the reader threads of several pods hold for their
-caller, bounded; SeenLines, where a pod's stream that ended and is opened again goes on.
+The stateful parts of reading logs: LogLines, a log's bytes cut into lines of bounded length;
+ReadAhead, what the reader threads of `logs -f` of several pods hold for their caller, bounded;
+SeenLines, where a pod's stream that ended and is opened again goes on.
 """
 
 from __future__ import annotations
@@ -19,17 +20,78 @@ import re
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from dtrain.backends.base import JobStatus, LogLine
 from dtrain.errors import NotFoundError
 
 from .objects import MPI_JOB
-from .status import job_status, newest_pod, parse_time, pod_index, procs_per_pod
+from .status import job_status, newest_pod, parse_time, pod_age, pod_index, procs_per_pod
 
 _MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<(?:stdout|stderr)>: ?(.*)$")
 _TORCHRUN_TAG = re.compile(r"^\[(\d+)\]:(.*)$")
+
+
+# Bytes of a log line given at most; a longer one comes in pieces of this size. A progress bar (tqdm)
+# writes '\r' and no '\n' for a whole run, one line of many MB; `logs -f` of several pods holds up to
+# its read-ahead (1000) of lines, so this bounds that to 64 MB.
+MAX_LINE = 1 << 16
+
+
+class LogLines:
+    """A pod log's bytes, as they arrive, cut into its lines (a newline ends one; a carriage return
+    does not: the kubelet splits only at newlines). A line longer than `limit` bytes comes in pieces, so what is held
+    stays under `limit` plus a chunk: each piece ends after the last carriage return in it (a progress bar's
+    update stays whole) or else at a UTF-8 character's start (no byte is lost to decoding). With
+    `stamped` (timestamps=True), each later piece repeats its line's time prefix, so it keeps its
+    place when lines are sorted by time and a stream opened again cuts and skips it the same way."""
+
+    def __init__(self, *, stamped: bool, limit: int = MAX_LINE) -> None:
+        self.stamped = stamped
+        self.limit = limit
+        self._buffer = b""
+        self._cutting = False  # the line now read was cut: what is left of it is a later piece
+        self._prefix = b""  # the time prefix of the line being cut (stamped), which its later pieces repeat
+
+    def feed(self, chunk: bytes) -> list[bytes]:
+        buffer, start, out = self._buffer + chunk, 0, []
+        while True:
+            end = buffer.find(b"\n", start, start + self.limit + 1)
+            if end >= 0:
+                if end > start or not self._cutting:  # (not the empty rest of a line cut at its end)
+                    out.append(self._prefix + buffer[start:end])
+                start, self._cutting, self._prefix = end + 1, False, b""
+            elif len(buffer) - start > self.limit:
+                cut = _cut(buffer, start, start + self.limit)
+                piece = buffer[start:cut]
+                out.append(self._prefix + piece)
+                if self.stamped and not self._cutting:
+                    stamp, space, _ = piece.partition(b" ")
+                    self._prefix = stamp + space if space and stamp[:1].isdigit() else b""
+                start, self._cutting = cut, True
+            else:
+                break
+        self._buffer = buffer[start:]
+        return out
+
+    def end(self) -> list[bytes]:
+        """The last line, which the stream ended without a newline."""
+        rest, prefix = self._buffer, self._prefix
+        self._buffer, self._cutting, self._prefix = b"", False, b""
+        return [prefix + rest] if rest else []
+
+
+def _cut(buffer: bytes, start: int, stop: int) -> int:
+    """Where a piece of buffer[start:stop] ends: after its last carriage return, else at the start
+    of a UTF-8 character."""
+    ret = buffer.rfind(b"\r", start, stop)
+    if ret > start:
+        return ret + 1
+    cut = stop
+    while cut > stop - 3 and buffer[cut] & 0xC0 == 0x80:  # a UTF-8 continuation byte: back to its lead
+        cut -= 1
+    return cut if cut > start else stop
 
 
 @dataclass(frozen=True)
@@ -39,6 +101,7 @@ class LogSource:
     pod: str
     first_rank: int  # rank of untagged lines
     tags: str | None = None  # None, 'torchrun' or 'mpi'
+    uid: str = ""  # the pod's uid: a pod made again under the same name is another one
 
 
 class ReadAhead:
@@ -189,7 +252,7 @@ def log_sources(kind: str, obj: dict, pods: list[dict], rank: int | None) -> lis
     """Which pods hold the wanted ranks' lines, and how their lines are tagged."""
     if kind == MPI_JOB.kind:  # mpirun on the launcher collects every rank's output
         launcher = [p for p in pods if pod_index(kind, obj, p) is None]
-        return [LogSource(newest_pod(launcher)["metadata"]["name"], 0, "mpi")] if launcher else []
+        return [_source(newest_pod(launcher), 0, "mpi")] if launcher else []
     per_pod = procs_per_pod(obj)
     by_index: dict[int, list[dict]] = {}
     for pod in pods:
@@ -201,5 +264,24 @@ def log_sources(kind: str, obj: dict, pods: list[dict], rank: int | None) -> lis
             pod = newest_pod(by_index[index])
             command = pod["spec"]["containers"][0].get("command") or []
             tags = "torchrun" if "--tee=3" in command else None
-            sources.append(LogSource(pod["metadata"]["name"], index * per_pod, tags))
+            sources.append(_source(pod, index * per_pod, tags))
     return sources
+
+
+def _source(pod: dict, first_rank: int, tags: str | None) -> LogSource:
+    meta = pod["metadata"]
+    return LogSource(meta["name"], first_rank, tags, uid=str(meta.get("uid") or ""))
+
+
+def next_attempt(kind: str, obj: dict, pods: list[dict], source: LogSource, known: set[str]) -> LogSource | None:
+    """The pod that took over `source`'s ranks since the pods of uids `known` were seen, the oldest
+    first: a batch Job's next try after a failed pod (restartPolicy Never, up to backoffLimit) is a
+    new pod with a new name, and so is a JobSet's; the Training Operator makes an evicted replica
+    again under its name. None while there is none."""
+    index = None if source.tags == "mpi" else source.first_rank // procs_per_pod(obj)
+    fresh = [p for p in pods if str(p["metadata"].get("uid") or "") not in known
+             and pod_index(kind, obj, p) == index]
+    if not fresh:
+        return None
+    meta = min(fresh, key=pod_age)["metadata"]
+    return replace(source, pod=meta["name"], uid=str(meta.get("uid") or ""))

@@ -210,14 +210,17 @@ def procs_per_pod(obj: dict) -> int:
 
 
 def newest_pod(pods: list[dict]) -> dict:
-    """The replacement among pods of one replica; creation times have whole seconds, so a pod
-    still alive wins a tie, then the later resourceVersion."""
-    def age(p: dict) -> tuple:
-        meta = p.get("metadata") or {}
-        version = str(meta.get("resourceVersion", ""))
-        return (parse_time(meta.get("creationTimestamp")) or 0.0, _phase(p) in ("Pending", "Running"),
-                int(version) if version.isdigit() else 0)
-    return max(pods, key=age)
+    """The replacement among pods of one replica."""
+    return max(pods, key=pod_age)
+
+
+def pod_age(pod: dict) -> tuple:
+    """A key that orders pods of one replica oldest first: creation times have whole seconds, so a
+    pod still alive is the later of a tie, then the later resourceVersion."""
+    meta = pod.get("metadata") or {}
+    version = str(meta.get("resourceVersion", ""))
+    return (parse_time(meta.get("creationTimestamp")) or 0.0, _phase(pod) in ("Pending", "Running"),
+            int(version) if version.isdigit() else 0)
 
 
 def _exit_code(pod: dict) -> int | None:
