@@ -131,6 +131,26 @@ def signal_session(leader: Ident | None, sig: int) -> int:
     return sent
 
 
+def _open_log(log: Path) -> int:
+    """LOG opened to append, above 0-2 (free in a caller started without them, where the child's own
+    streams go): never through a link, nor into a fifo or device, that a job's processes left there."""
+    import errno
+    import stat
+
+    try:
+        fd = os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK,
+                     0o644)
+    except OSError as e:
+        if e.errno in (errno.ELOOP, errno.ENXIO):  # a link; a fifo nobody reads
+            raise OSError(e.errno, "not a regular file (a link or fifo left there?): remove it", str(log)) from None
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file (a fifo or device left there?): remove it", str(log))
+    os.set_blocking(fd, True)
+    return _above_std(fd)
+
+
 def _above_std(fd: int) -> int:
     """`fd` moved above 0-2 (which a caller started without them hands out first)."""
     if fd > 2:
@@ -160,8 +180,7 @@ def spawn_detached(argv: list[str], *, log: Path, cwd: str, what: str = "the pro
     from dtrain.errors import EnvironmentError_
 
     try:
-        # above 0-2 (free in a caller started without them), where the child's own streams go
-        fd = _above_std(os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644))
+        fd = _open_log(log)
     except OSError as e:
         raise EnvironmentError_(f"{what} could not be started: {e.strerror} ({e.filename or log})") from None
     try:

@@ -4,6 +4,7 @@ launcher is being started."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -125,14 +126,26 @@ def run_rank(job_dir: Path, code: str, timeout: float = 60) -> tuple[int, dict]:
     return proc.returncode, {**json.loads((job_dir / "ranks" / "rank-0.json").read_text()), "out": out}
 
 
+@contextlib.contextmanager
+def full_logs(job_dir: Path):
+    """The job's logs folder on a tmpfs with no free block left (rankrun opens no log through a link,
+    so a link to /dev/full no longer stands for a full disk)."""
+    job_dir.mkdir()
+    with tmpfs(job_dir / "logs", "size=64k") as logs:
+        (logs / "rank-0.log").touch()
+        with open(logs / "fill", "wb", buffering=0) as f:
+            with contextlib.suppress(OSError):
+                while True:
+                    f.write(b"\0" * 4096)
+        yield
+
+
 def test_a_rank_whose_log_cannot_be_written_is_stopped_with_the_reason(tmp_path):
-    """The log on a full disk (/dev/full answers every write with ENOSPC). The copying thread used to
-    die at the first failed write; the command then blocked for good on its full output pipe and
-    the job stayed Running forever."""
+    """The log on a full disk. The copying thread used to die at the first failed write; the
+    command then blocked for good on its full output pipe and the job stayed Running forever."""
     job_dir = tmp_path / "job"
-    (job_dir / "logs").mkdir(parents=True)
-    (job_dir / "logs" / "rank-0.log").symlink_to("/dev/full")
-    code, rec = run_rank(job_dir, "import time\nfor i in range(10**6): print('x' * 100)\ntime.sleep(60)")
+    with full_logs(job_dir):
+        code, rec = run_rank(job_dir, "import time\nfor i in range(10**6): print('x' * 100)\ntime.sleep(60)")
     assert rec["status"] == "Failed" and code == rec["exit_code"] != 0, rec
     assert "No space left on device" in rec["log_error"] and "rank-0.log" in rec["log_error"]
     assert b"Traceback" not in rec["out"], rec["out"]
@@ -142,9 +155,8 @@ def test_a_rank_whose_log_cannot_be_written_is_stopped_with_the_reason(tmp_path)
 
 def test_a_rank_that_ends_before_its_log_failure_stops_it_still_records_it(tmp_path):
     job_dir = tmp_path / "job"
-    (job_dir / "logs").mkdir(parents=True)
-    (job_dir / "logs" / "rank-0.log").symlink_to("/dev/full")
-    code, rec = run_rank(job_dir, "print('one line')")
+    with full_logs(job_dir):
+        code, rec = run_rank(job_dir, "print('one line')")
     assert "No space left on device" in rec["log_error"] and rec["exit_code"] is not None
     assert rec["status"] in ("Succeeded", "Failed") and code == rec["exit_code"]
 
@@ -304,6 +316,24 @@ def test_a_process_that_cannot_start_is_an_error_not_a_pid(tmp_path):
     while not marker.exists() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert marker.exists()
+
+
+def test_a_spawns_log_is_never_opened_through_a_link_or_into_a_fifo(tmp_path):
+    """supervisor.log is opened again when a lost job is relaunched: a link a job left there was
+    followed (its output appended to the file it named), and a fifo hung the caller for good."""
+    from dtrain.errors import EnvironmentError_
+    from dtrain.procs import spawn_detached
+
+    victim = tmp_path / "victim"
+    victim.write_text("the user's\n")
+    (tmp_path / "linked.log").symlink_to(victim)
+    os.mkfifo(tmp_path / "fifo.log")
+    for name in ("linked.log", "fifo.log"):
+        with pytest.raises(EnvironmentError_, match=rf"^the runner could not be started: not a regular file "
+                                                    rf"\(a link or fifo left there\?\): remove it \(.*/{name}\)$"):
+            spawn_detached([sys.executable, "-c", "print('out')"], log=tmp_path / name, cwd=str(tmp_path),
+                           what="the runner")
+    assert victim.read_text() == "the user's\n"
 
 
 def test_no_python_code_runs_in_the_child_of_a_spawn_and_it_never_stays_a_zombie(tmp_path):

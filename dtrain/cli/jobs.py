@@ -365,17 +365,25 @@ def _rank(text: str) -> int:
 def cmd_delete(args, client: Client) -> int:
     names = list(dict.fromkeys(_job_names(args.names, "delete")))
     _in_project(args, client)
-    missing = []
+    missing, gone = [], []
     for name in names:  # every name is checked before anything is deleted
         try:
-            _get(args, client, name)
+            info = _get(args, client, name)
         except NotFoundError as err:
             if args.project is not None and len(names) == 1:
                 raise NotFoundError(f"{err}; nothing was deleted") from None
             missing.append(name)
+            continue
+        if info.status.value == "Deleted" and not args.purge:  # as kubectl: not found, not "deleted" twice
+            gone.append(name)
     if missing:
         raise NotFoundError(f"no job named {', '.join(map(shown, missing[:5]))}; nothing was deleted "
                             f"(see 'dtrain list jobs --show-deleted')")
+    if gone:
+        raise NotFoundError(f"job {', '.join(map(shown, gone[:5]))} "
+                            f"{'was' if len(gone) == 1 else 'were'} already deleted; nothing was deleted "
+                            f"('dtrain delete {' '.join(gone[:5])} --purge' also forgets "
+                            f"{'it' if len(gone) == 1 else 'them'})")
     for name in names:
         info = client.delete(name, purge=args.purge)
         print(f"The job '{name}' has been " + ("purged" if args.purge else f"deleted ({info.status.value})"))

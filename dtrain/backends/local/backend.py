@@ -41,6 +41,11 @@ if TYPE_CHECKING:
     from dtrain.storage.info import Snapshot, Volume
 
 LOST_AFTER_S = 60.0  # a Pending job whose supervisor never registered is lost after this
+# A queued job whose supervisor was lost (killed, the machine restarted) gets a new one without
+# spending a restart: it had not started. Bounded, as a supervisor that dies at every start
+# would otherwise be started again by every command (and every waiting supervisor) for good.
+QUEUED_RELAUNCHES = 5
+REQUEUED = "nothing had started: a new supervisor keeps its place in the queue"
 RANK_MEMORY = 256 * 2**20  # a rank is a Python interpreter with torch loaded: ~250 MiB resident, measured
 
 
@@ -281,6 +286,12 @@ class LocalBackend(Backend):
             if not job_dir.is_dir():  # a supervisor started there would have nowhere to write
                 self.store.set_status(name, "Failed", f"lost: its folder {job_dir} was removed while it was "
                                       f"{row['status'].lower()}; submit it again")
+            elif sup is not None and row["status"] == "Pending" and self._queued_relaunches(name) < QUEUED_RELAUNCHES:
+                # Nothing of it ran: a new supervisor takes its place in the queue, and no restart is spent
+                try:
+                    self._start_supervisor(name, replacing=claim, message=f"lost: {reason}; {REQUEUED}")
+                except EnvironmentError_:
+                    pass  # the job is Failed, saying why: what listed it goes on
             elif sup is not None and row["restarts"] < spec.max_restarts:
                 restart = row["restarts"] + 1
                 try:
@@ -296,6 +307,9 @@ class LocalBackend(Backend):
             self.store.replace_supervisor(name, old=claim, pid=old[0], token=old[1])
             raise
         return self.store.job(name)
+
+    def _queued_relaunches(self, name: str) -> int:
+        return sum(e["status"] == "Pending" and e["message"].endswith(REQUEUED) for e in self.store.events(name))
 
     def reconcile_others(self, name: str) -> None:
         """What `list` does, for every active job but `name`: one whose supervisor died is relaunched

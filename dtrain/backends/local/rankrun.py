@@ -35,6 +35,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from dtrain.backends.local.cgroups import RankCgroup
+from dtrain.backends.local.ranks import LogRefused, open_log
 from dtrain.procs import Ident, signal_session
 from dtrain.replace import replace_file
 from dtrain.markers import resumed_step
@@ -150,7 +151,7 @@ def _start(command: list[str], env: dict[str, str], cgroup: RankCgroup | None) -
                             stderr=subprocess.STDOUT, start_new_session=True, preexec_fn=child)
 
 
-def _pump(proc: subprocess.Popen, log, record: dict, state: Path) -> None:
+def _pump(proc: subprocess.Popen, log, log_name: str, record: dict, state: Path) -> None:
     """Copy output lines to the log, recording at once the step the workload resumed from.
 
     A log that cannot be written (its disk is full) stops the command (SIGTERM: a workload
@@ -167,7 +168,7 @@ def _pump(proc: subprocess.Popen, log, record: dict, state: Path) -> None:
                 _write_json(state, record)
             log.write(format_line(text, time.time()))
         except OSError as err:
-            record["log_error"] = f"{err.strerror or err} ({log.name})"
+            record["log_error"] = f"{err.strerror or err} ({log_name})"
             with contextlib.suppress(OSError):
                 _write_json(state, record)
             if proc.poll() is None:
@@ -223,13 +224,21 @@ def main(argv: list[str] | None = None) -> int:
     cores = rank_cpus(env)
     if cores:
         os.sched_setaffinity(0, cores)
-    (job_dir / "logs").mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(OSError):  # a file in its place: open_log below says so in one line
+        (job_dir / "logs").mkdir(parents=True, exist_ok=True)
     (job_dir / "ranks").mkdir(parents=True, exist_ok=True)
     record = {"rank": rank, "status": "Running", "started": time.time(), "exit_code": None, "signal": None,
               "restart": int(env.get("DTRAIN_ATTEMPT", env.get("TORCHELASTIC_RESTART_COUNT", "0"))),
               "wrapper": Ident.of(os.getpid()).to_record()}
     state = job_dir / "ranks" / f"rank-{rank}.json"
-    log = open(job_dir / "logs" / f"rank-{rank}.log", "a", buffering=1, encoding="utf-8")
+    try:  # never through a link or into a fifo someone left at its name (the job's processes can write there)
+        log = os.fdopen(open_log(job_dir / "logs", f"rank-{rank}.log"), "a", buffering=1, encoding="utf-8")
+    except LogRefused as err:
+        print(f"dtrain: rank {rank} was not started: {err}", file=sys.stderr, flush=True)
+        _write_json(state, {**record, "status": "Failed", "exit_code": 1, "log_refused": str(err),
+                            "finished": time.time()})
+        return 1
+    log_name = str(job_dir / "logs" / f"rank-{rank}.log")
     started: list[subprocess.Popen] = []
     held: list[int] = []  # a stop that came before the command started: passed on once it has
 
@@ -264,7 +273,7 @@ def main(argv: list[str] | None = None) -> int:
     _write_json(state, record)
     if held:
         forward(held[0], None)
-    pump = threading.Thread(target=_pump, args=(proc, log, record, state), daemon=True)
+    pump = threading.Thread(target=_pump, args=(proc, log, log_name, record, state), daemon=True)
     pump.start()
     fields = exit_fields(proc.wait())
     _end_session(ident, cgroup)

@@ -12,11 +12,12 @@ import json
 import os
 import re
 import signal
+import stat
 from pathlib import Path
 
 from dtrain.backends.local.cgroups import RankCgroup
 from dtrain.procs import Ident, signal_process, signal_session
-from dtrain.replace import open_regular
+from dtrain.replace import open_in, open_regular
 
 GRACE_S = 30.0  # SIGTERM -> SIGKILL: time for the workloads to finish a step and write a checkpoint
 KILLED_WAIT_S = 2.0  # how long a rank's cgroup may take to empty after SIGKILL before it is left
@@ -29,6 +30,44 @@ def rank_of(name: str, suffix: str) -> int | None:
     None for any other name (a copy such as rank-0-old.log is no rank's)."""
     m = _RANK_FILE.fullmatch(name)
     return int(m.group(1)) if m and m.group(2) == suffix else None
+
+
+class LogRefused(Exception):
+    """A log file that must not be written: a link, a fifo or a folder at its name, or its folder a link."""
+
+
+def open_log(folder: Path, name: str) -> int:
+    """`folder`/`name` opened to append (created if missing), as a file descriptor: never through a
+    link at the file or at its folder, and only when it is a regular file (a fifo is neither waited
+    on nor written). A job's processes can write its folder, and a log appended through a link they
+    left there would land in any file of the user's. LogRefused says, in one line, what is there."""
+    fd = open_in(folder, name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC)
+    if fd is not None:
+        if stat.S_ISREG(os.fstat(fd).st_mode):
+            os.set_blocking(fd, True)
+            return fd
+        os.close(fd)
+    raise LogRefused(_refused(folder, name))
+
+
+def _refused(folder: Path, name: str) -> str:
+    fix = "remove it and submit the job again"
+    for path in (folder, folder / name):
+        try:
+            mode = os.lstat(path).st_mode
+        except FileNotFoundError:
+            if path == folder:
+                return f"{folder} was removed (by hand?) while the job ran: submit the job again"
+            continue
+        except OSError:
+            continue
+        if stat.S_ISLNK(mode):
+            return f"{path} is a symbolic link, and a log is never written through one: {fix}"
+        if path == folder and not stat.S_ISDIR(mode):
+            return f"{path} is not a folder: {fix}"
+        if path != folder and not stat.S_ISREG(mode):
+            return f"{path} is not a regular file (a fifo, a socket, a folder or a device): {fix}"
+    return f"{folder / name} cannot be opened for writing: check that folder's permissions and free space (df -h)"
 
 
 def rank_records(job_dir: Path) -> list[dict]:
@@ -58,6 +97,8 @@ def failing_rank(records: list[dict]) -> dict | None:
 
 
 def describe_exit(rec: dict) -> str:
+    if rec.get("log_refused"):
+        return f"rank {rec['rank']} was not started: {rec['log_refused']}"
     if rec.get("log_error"):
         return (f"rank {rec['rank']} was stopped because its log could not be written: {rec['log_error']}; "
                 f"free space on that disk (df -h) and submit the job again (exit code {rec['exit_code']})")
@@ -76,10 +117,17 @@ def own_causes(job_dir: Path) -> str:
 
 
 def launcher_ident(job_dir: Path) -> Ident | None:
+    """The recorded launcher; None when its record is missing, unreadable, or not a regular file: a
+    fifo the job's processes left at its name would otherwise hang `dtrain delete` for good."""
+    f = open_regular(job_dir / "launcher.json")
+    if f is None:
+        return None
     try:
-        return Ident.from_record(json.loads((job_dir / "launcher.json").read_text()))
+        with f:
+            rec = json.loads(f.read(MAX_RECORD_BYTES))
     except (OSError, ValueError):
         return None
+    return Ident.from_record(rec) if isinstance(rec, dict) else None
 
 
 def kill_ranks(job_dir: Path, sig: int = signal.SIGKILL) -> None:

@@ -39,11 +39,18 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
         if need and quota is not None and quota["gpu_quota"] is not None:  # a CPU job takes none of it
             used = conn.execute("SELECT COUNT(*) AS n FROM allocations a JOIN jobs j ON a.job=j.name "
                                 "WHERE j.project=?", (spec.project,)).fetchone()["n"]
-            if used + need > quota["gpu_quota"]:
+            if need > quota["gpu_quota"]:  # lowered since it was submitted: no wait ends this one
+                reasons.append(f"it needs more than project {spec.project}'s quota of {quota['gpu_quota']} GPUs, "
+                               f"and starts only once that is raised ('dtrain project create {spec.project} "
+                               f"--gpu-quota {need}')")
+            elif used + need > quota["gpu_quota"]:
                 reasons.append(f"project quota {quota['gpu_quota']} GPUs, {used} in use")
         taken = {r["device"] for r in conn.execute("SELECT device FROM allocations")}
         free = [d for d in devices if d not in taken]
-        if len(free) < need:
+        if need > len(devices):  # the machine has fewer GPUs than when it was submitted
+            reasons.insert(0, f"needs {need} GPUs but this machine now has {len(devices)}: it never starts here; "
+                              f"delete it and submit it with fewer")
+        elif len(free) < need:
             reasons.insert(0, f"needs {need} GPUs, {len(free)} free")
         if reasons:  # say why it waits (describe, list); written only when the reason changes
             message = "waiting: " + "; ".join(reasons)

@@ -33,7 +33,8 @@ from dtrain.backends.local import launch, notebook, scheduler
 from dtrain.backends.local.devices import inventory
 from dtrain.procs import Ident, signal_session
 from dtrain.replace import replace_file
-from dtrain.backends.local.ranks import GRACE_S, describe_exit, failing_rank, kill_ranks, own_causes, rank_records
+from dtrain.backends.local.ranks import (GRACE_S, LogRefused, describe_exit, failing_rank, kill_ranks, open_log,
+                                         own_causes, rank_records, supervisor_token)
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
 
@@ -68,6 +69,7 @@ class Supervisor:
         self.stopping = False
         self._stop_asked: subprocess.Popen | None = None  # the launcher already sent SIGTERM
         self.owner = False  # set once the job's row names this process as its supervisor
+        self.refused: str | None = None  # why the launcher was not started: no restart can help
 
     @property
     def storage(self):
@@ -96,7 +98,7 @@ class Supervisor:
         code = 1
         while not self.stopping:
             code = self._run_once(mounts, groups, attempt)
-            if code == 0 or self.stopping or attempt >= self.spec.max_restarts:
+            if code == 0 or self.stopping or attempt >= self.spec.max_restarts or self._hopeless():
                 break
             attempt += 1
             delay = backoff(attempt)
@@ -108,12 +110,21 @@ class Supervisor:
         self._finish(code, source)
         return 0
 
+    def _hopeless(self) -> bool:
+        """A log the attempt refused to write through (a link at its name) is refused again by every
+        restart: the job fails now, saying so, instead of after its restarts and their backoff."""
+        return self.refused is not None or any(r.get("log_refused") for r in rank_records(self.job_dir))
+
     def _registered(self) -> bool:
-        """Wait until the command that started us has recorded our pid; a loser of a relaunch race leaves."""
+        """Wait until the command that started us has recorded our pid and start time; a loser of a
+        relaunch race leaves. The start time too: a lost supervisor's record names a dead process,
+        whose pid a new supervisor (one whose starter then loses the race) may have been given."""
+        me = Ident.of(os.getpid())
+        token = supervisor_token(me) if me is not None else None
         deadline = time.monotonic() + REGISTER_S
         while time.monotonic() < deadline and not self.stopping:
             row = self.store.job(self.name)
-            if row["supervisor_pid"] == os.getpid():
+            if row["supervisor_pid"] == os.getpid() and row["supervisor_start"] == token:
                 self.owner = True
                 return True
             if row["status"] not in ("Pending", "Running"):
@@ -161,8 +172,13 @@ class Supervisor:
         plan = launch.plan(self.spec, job_dir=self.job_dir, cwd=self.cwd, mounts=mounts, devices=groups,
                            master_port=port, attempt=attempt, notebook_token=token,
                            cores=self.store.job_cores(self.name))
-        shutil.rmtree(self.job_dir / "ranks", ignore_errors=True)  # this attempt's records only
-        with open(self.job_dir / "launcher.log", "a") as out:
+        _clear(self.job_dir / "ranks")  # this attempt's records only
+        try:  # never through a link or into a fifo that the job's processes left at its name
+            fd = open_log(self.job_dir, "launcher.log")
+        except LogRefused as err:
+            self.refused = f"the launcher was not started: {err}"
+            return 127
+        with os.fdopen(fd, "a") as out:
             out.write(f"--- attempt {attempt}: {' '.join(plan.argv)}\n")
             out.flush()
             try:
@@ -209,6 +225,9 @@ class Supervisor:
     def _finish(self, code: int, source: str | None) -> None:
         if self.stopping:
             return  # dtrain delete already recorded Deleted
+        if self.refused is not None:
+            self.store.set_status(self.name, "Failed", self.refused, exit_code=code)
+            return
         if code != 0:
             first = failing_rank(rank_records(self.job_dir))
             self.store.set_status(self.name, "Failed", self._failure_message(code),
@@ -234,6 +253,8 @@ class Supervisor:
 
     def _failure_message(self, code: int) -> str:
         first = failing_rank(rank_records(self.job_dir))
+        if first is not None and first.get("log_refused"):  # it has no log to see
+            return describe_exit(first)
         if first is not None:
             return f"{describe_exit(first)}; see 'dtrain logs {self.name} --rank {first['rank']}'"
         return f"the launcher exited with code {code}; see {self.job_dir / 'launcher.log'}"
@@ -264,6 +285,15 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
     except OSError:
         pass
+
+
+def _clear(folder: Path) -> None:
+    """Remove `folder` and what it holds; a link at its name is removed itself, never followed (rmtree
+    refuses a link, and the next attempt's rank records would be written wherever it points)."""
+    if folder.is_symlink() or (folder.exists() and not folder.is_dir()):
+        folder.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _write_json(path: Path, data: dict) -> None:
