@@ -156,15 +156,17 @@ def test_file_changed_right_before_a_capture_is_read_again_once(tmp_path, by_id)
     assert io.bytes_read == 1000  # settled: not read a third time
 
 
-def test_sockets_and_fifos_are_skipped(tmp_path):
+def test_fifos_are_kept_never_opened(tmp_path):
+    """Recorded and made again (as `cp -a` does), never opened: opening a fifo waits for a writer."""
     src = tmp_path / "vol"
     src.mkdir()
     (src / "kept.txt").write_text("data")
-    os.mkfifo(src / "pipe")
+    os.mkfifo(src / "pipe", 0o640)
     engine = make_engine(tmp_path)
     manifest_id, _, stats = snapshot(engine, src)
-    assert stats.skipped == ("pipe",) and stats.files == 1
-    assert sorted(os.listdir(restore(engine, manifest_id, tmp_path / "r"))) == ["kept.txt"]
+    assert stats.skipped == () and stats.files == 1
+    assert sorted(os.listdir(restore(engine, manifest_id, tmp_path / "r"))) == ["kept.txt", "pipe"]
+    assert tree_state(tmp_path / "r") == tree_state(src)
 
 
 def test_content_is_stored_once_and_appends_store_only_new_chunks(tmp_path):

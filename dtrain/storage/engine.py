@@ -57,6 +57,7 @@ from dtrain.storage.restore import Restore
 
 CHUNK_SIZE = 4 << 20
 PACK_SIZE = 64 << 20  # a pack is closed (and flushed) once it holds this much
+READS_OF_A_CHANGING_FILE = 3  # reads of a file written to meanwhile before it is recorded as torn
 
 
 class Engine:
@@ -249,7 +250,7 @@ class Engine:
                 for rel, first in twins.items():
                     reading[rel] = self._twin(src, rel, walked_st[rel], reading.get(first), packer, run)
             walked.sort()
-            entries = [self._entry(src, rel, st, old, reading, skipped) for rel, st in walked]
+            entries = [self._entry(src, rel, st, old, reading, skipped, run.xattrs) for rel, st in walked]
             if packer is not None and packer.finish():
                 self.request_sweep()  # another process stored some of the same objects first
         except BaseException as err:
@@ -267,17 +268,25 @@ class Engine:
         if skipped:
             import logging  # here, not at start-up: a CLI snapshot is short
 
-            logging.getLogger(__name__).warning("snapshot of %s skips %d socket(s), fifo(s) or device(s), e.g. %s",
-                        src, len(skipped), skipped[0])
+            logging.getLogger(__name__).warning("snapshot of %s skips %d file(s) of an unknown type, e.g. %s",
+                                                src, len(skipped), skipped[0])
+        if run.changing:
+            import logging
+
+            logging.getLogger(__name__).warning(
+                "snapshot of %s: %d file(s) kept changing while read (%d times each), e.g. %s: their content in "
+                "this snapshot may mix old and new bytes; snapshot again once nothing writes to them",
+                src, len(run.changing), READS_OF_A_CHANGING_FILE, run.changing[0])
         done = tuple(e for e in entries if e is not None)
         files = [e for e in done if e.kind == "file"]
         stats = CaptureStats(files=len(files), bytes=sum(e.size for e in files), read_bytes=run.read,
                              added_bytes=run.added, added_objects=run.objects, skipped=tuple(skipped),
+                             changing=tuple(sorted(run.changing)),
                              method="cas" if run.fell_back else self.method)
         if base is not None and not reading and base.same_tree(done):
             return base._replace(key=key), stats  # commit links the stored manifest: an unchanged volume adds no bytes
-        return Manifest(entries=done, started_ns=started, chunk_size=self.chunk_size,
-                        hash=self.hash_algorithm, key=key), stats
+        return Manifest(entries=done, started_ns=started, chunk_size=self.chunk_size, hash=self.hash_algorithm,
+                        xattrs=_xattrs(done, old, base, run.xattrs), key=key), stats
 
     @staticmethod
     def _check_folder(src: Path) -> None:
@@ -304,7 +313,9 @@ class Engine:
                                       added_objects=0, skipped=(), method=self.method)
 
     def _entry(self, src: Path, rel: str, st: os.stat_result, old: dict, reading: dict,
-               skipped: list) -> Entry | None:
+               skipped: list, xattrs: dict) -> Entry | None:
+        """`rel`'s entry: read by a worker, kept from the base, or made from `st` (a folder's
+        extended attributes go into `xattrs`); None when it is gone."""
         if rel in reading:
             return reading[rel]
         if stat.S_ISREG(st.st_mode):
@@ -312,6 +323,16 @@ class Engine:
         if same_meta(old.get(rel), st):
             return old[rel]  # a symlink's target cannot change without a new ctime
         if stat.S_ISDIR(st.st_mode):
+            try:
+                fd = mf.open_beneath(src, rel, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError as err:
+                if err.errno in mf.GONE:
+                    return None
+                raise
+            try:
+                xattrs[rel] = mf.read_xattrs(fd)
+            finally:
+                os.close(fd)
             return meta_entry(rel, st)
         if stat.S_ISLNK(st.st_mode):
             try:
@@ -322,7 +343,9 @@ class Engine:
                 if err.errno in mf.GONE or err.errno == errno.EINVAL:
                     return None
                 raise
-        skipped.append(rel)
+        if stat.S_IFMT(st.st_mode) in mf.SPECIALS:  # a fifo, socket or device node: recorded, never opened
+            return meta_entry(rel, st)
+        skipped.append(rel)  # a type Linux does not make (a Solaris door): nothing to record it as
         return None
 
     def _twin(self, src: Path, rel: str, st: os.stat_result, first: Entry | None, packer: Packer | None,
@@ -331,6 +354,7 @@ class Engine:
         inode as the walk saw it here; otherwise (it changed or vanished in between) read anew."""
         if first is not None and (first.ino, first.ctime_ns, first.size, first.mtime_ns) == (
                 st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns):
+            run.xattrs[rel] = run.xattrs.get(first.path)  # one inode: the same attributes
             return first._replace(path=rel)
         run.total += st.st_size
         return self._ingest_many(src, [(rel, st)], packer, run)[0][1]
@@ -384,24 +408,44 @@ class Engine:
         try:
             if not stat.S_ISREG(st.st_mode):  # replaced by a fifo, device or folder since the walk: gone
                 return None
-            chunks = None
-            if packer is not None and self.method == "reflink" and not run.fell_back and st.st_size:
-                try:
-                    chunks, size = self._clone_file(fd, st, packer, run)
-                except OSError as err:
-                    if err.errno not in UNSUPPORTED:
-                        raise
-                    run.fell_back = True
-            if chunks is None:
-                # a file with fewer blocks than bytes has holes: chunks lying wholly in one are not read
-                hashed = self._hash_chunks(fd, run, packer, st.st_size, sparse=st.st_blocks * 512 < st.st_size)
-                chunks, size = [d for d, _ in hashed], sum(n for _, n in hashed)
+            # A file written to while it is read yields chunks of two versions: a checkpoint saved
+            # in place during a snapshot was restored as a file that never existed. Read again
+            # while its lstat fields move; one that never settles is recorded as read, flagged to
+            # be read again next time (ctime 0), and reported.
+            for attempt in range(READS_OF_A_CHANGING_FILE):
+                chunks, size = self._read_file(fd, st, packer, run)
+                now = os.fstat(fd)
+                settled = (now.st_size, now.st_mtime_ns, now.st_ctime_ns) == (st.st_size, st.st_mtime_ns,
+                                                                                st.st_ctime_ns)
+                if settled or attempt == READS_OF_A_CHANGING_FILE - 1:
+                    break
+                st = now
+                run.total += now.st_size
+            if not settled:
+                run.changing.append(rel)
+            if attempt:
+                self.request_sweep()  # chunks of the torn reads that no manifest names
+            run.xattrs[rel] = mf.read_xattrs(fd)
         finally:
             os.close(fd)
-        # a file that changed size while being read is recorded as read, and re-read next time
-        ctime = st.st_ctime_ns if size == st.st_size else 0
+        # a file that changed size or content while being read is recorded as read, and re-read next time
+        ctime = st.st_ctime_ns if size == st.st_size and settled else 0
         return Entry(rel, "file", stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns, size,
                      chunks, st.st_ino, ctime)
+
+    def _read_file(self, fd: int, st: os.stat_result, packer: Packer | None, run: Run) -> tuple[list[str], int]:
+        """(chunk digests, bytes) of one read of an open file: cloned where the store reflinks,
+        hashed (and stored when `packer` is given) chunk by chunk elsewhere."""
+        if packer is not None and self.method == "reflink" and not run.fell_back and st.st_size:
+            try:
+                return self._clone_file(fd, st, packer, run)
+            except OSError as err:
+                if err.errno not in UNSUPPORTED:
+                    raise
+                run.fell_back = True
+        # a file with fewer blocks than bytes has holes: chunks lying wholly in one are not read
+        hashed = self._hash_chunks(fd, run, packer, st.st_size, sparse=st.st_blocks * 512 < st.st_size)
+        return [d for d, _ in hashed], sum(n for _, n in hashed)
 
     def _clone_file(self, fd: int, st: os.stat_result, packer: Packer, run: Run) -> tuple[list[str], int]:
         """Clone the whole file into a pack of its own; chunks the store already holds are
@@ -645,6 +689,19 @@ class _Batch:
         self.items.append((rel, st))
         self.bytes += st.st_size
         return len(self.items) >= 64 or self.bytes >= 16 << 20
+
+
+def _xattrs(entries: tuple[Entry, ...], old: dict[str, Entry], base: Manifest | None,
+            read: dict[str, dict | None]) -> dict[str, dict] | None:
+    """Each path's extended attributes: as read now, or the base's for an entry kept from it
+    (setting one changes the ctime, so a kept entry's are unchanged)."""
+    before = (base.xattrs if base is not None else None) or {}
+    found = {}
+    for e in entries:
+        x = before.get(e.path) if e is old.get(e.path) else read.get(e.path)
+        if x:
+            found[e.path] = x
+    return found or None
 
 
 def _in_hole(fd: int, offset: int, length: int) -> bool:

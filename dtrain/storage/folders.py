@@ -12,6 +12,11 @@ from pathlib import Path
 
 from dtrain.storage import btrfs, fileio
 
+# In a volume's folder from its making until its row commits (volumes.py): a folder of a volume
+# root that no row names is a kill's leftover to remove only when it holds this (or nothing); any
+# other is not dtrain's to delete (a folder made by hand, a volume of a state.db lost or restored
+# from a backup).
+PENDING = ".dtrain-pending"
 
 def swap(staging: Path, data: Path) -> None:
     """Put `staging` at `data` and the old data at `staging`, atomically where the kernel can."""
@@ -24,8 +29,12 @@ def swap(staging: Path, data: Path) -> None:
 
 
 def collect_volume(folder: Path) -> list[Path]:
-    """Staging folders of killed in-place restores inside one volume folder."""
-    leftovers = [Path(i.path) for i in os.scandir(folder) if i.name.startswith(".") and owner_dead(i.name)]
+    """Staging folders of killed in-place restores inside one volume folder (and the marker of
+    its making, left by a kill just after its row committed: see PENDING)."""
+    items = list(os.scandir(folder))
+    if any(i.name == PENDING for i in items):
+        os.unlink(folder / PENDING)
+    leftovers = [Path(i.path) for i in items if i.name.startswith(".") and owner_dead(i.name)]
     if not (folder / "data").exists():
         for old in (p for p in leftovers if p.name.startswith(".old-")):
             os.rename(old, folder / "data")
@@ -38,6 +47,17 @@ def staging_name(kind: str) -> str:
     """A private name for a staging, trash or swap entry: '.<kind>-<pid>-<hex>'. It carries its
     creator's pid, so that owner_dead can tell a crash's leftover from work in progress."""
     return f".{kind}-{os.getpid()}-{os.urandom(4).hex()}"
+
+
+def uncommitted(folder: Path) -> bool:
+    """A folder a create or restore made (it holds PENDING, or nothing: killed before writing it)
+    whose row never committed; never a file, a link or a folder made by anyone else."""
+    if os.path.islink(folder) or not os.path.isdir(folder):
+        return False
+    if os.path.lexists(folder / PENDING):
+        return True
+    with os.scandir(folder) as items:
+        return next(items, None) is None
 
 
 def owner_dead(name: str) -> bool:
@@ -60,7 +80,7 @@ def owner_dead(name: str) -> bool:
 def make_data_folder(path: Path) -> None:
     """A volume's data folder: a btrfs subvolume where the volume root is on btrfs (snapshots
     then take constant time), a plain folder elsewhere or where subvolumes are not allowed."""
-    path.parent.mkdir(parents=True)
+    path.parent.mkdir(parents=True, exist_ok=True)  # made by the caller, holding its PENDING marker
     if btrfs.is_btrfs(path.parent):
         with contextlib.suppress(OSError):
             btrfs.create(path)

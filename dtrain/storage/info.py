@@ -121,8 +121,9 @@ class CaptureStats(NamedTuple):
     read_bytes: int  # bytes read because a file was new or changed
     added_bytes: int  # bytes of new objects written to the store
     added_objects: int  # number of new objects
-    skipped: tuple[str, ...]  # sockets, fifos and devices, which are not captured
+    skipped: tuple[str, ...]  # files of a type no manifest records (none on Linux: special files are kept)
     method: str  # 'reflink' or 'cas': how data got into the store
+    changing: tuple[str, ...] = ()  # files written to during every read: recorded as read, read again next time
 
 
 class SweepStats(NamedTuple):

@@ -18,13 +18,20 @@ import sys
 import re
 import threading
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-VERSION = 1
-KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink"}
+VERSION = 1  # what a manifest without special files is written as (every dtrain reads it)
+VERSION_SPECIALS = 2  # one that holds fifos, sockets, device nodes or xattrs: older dtrain refuses it whole
+# Special files are kept as `cp -a`, `rsync -a`, tar and restic keep them: a fifo a job made
+# for its workers was dropped with a warning only the CLI printed, and missing after a restore.
+SPECIALS = {stat.S_IFIFO: "fifo", stat.S_IFSOCK: "socket", stat.S_IFCHR: "chardev", stat.S_IFBLK: "blockdev"}
+DEVICES = {"chardev": stat.S_IFCHR, "blockdev": stat.S_IFBLK}
+KINDS = {stat.S_IFREG: "file", stat.S_IFDIR: "dir", stat.S_IFLNK: "symlink", **SPECIALS}
 _KIND_NAMES = set(KINDS.values())
+_SPECIAL_NAMES = set(SPECIALS.values())
+_DEVICE_NUMBER = re.compile(r"[0-9]{1,10}:[0-9]{1,10}")
 
 
 class Entry(NamedTuple):
@@ -32,13 +39,15 @@ class Entry(NamedTuple):
     and comparing ten thousand of them must cost milliseconds (incremental snapshots)."""
 
     path: str  # relative to the volume root, '/'-separated; '.' is the root itself
-    kind: str  # 'file', 'dir' or 'symlink'
+    kind: str  # 'file', 'dir', 'symlink', or a special file: 'fifo', 'socket', 'chardev', 'blockdev'
     mode: int  # permission bits, setuid/setgid/sticky included
     uid: int  # owner, restored when running as root
     gid: int  # group, restored when running as root
     mtime_ns: int  # modification time, restored exactly
     size: int = 0  # bytes of a file
-    data: list[str] | str = ""  # a file's chunk digests (in order; see hashing.py) or unhashed id; a symlink's target
+    # a file's chunk digests (in order; see hashing.py) or unhashed id; a symlink's target; a
+    # device node's 'major:minor'
+    data: list[str] | str = ""
     ino: int = 0  # inode at capture: with ctime_ns, tells an unchanged file without reading it
     ctime_ns: int = 0  # 0 forces the next snapshot to read the file again
 
@@ -50,6 +59,14 @@ class Entry(NamedTuple):
     def target(self) -> str:
         """What a symlink points to (never followed)."""
         return self.data if self.kind == "symlink" else ""
+
+    @property
+    def device(self) -> int:
+        """A device node's number (st_rdev); 0 for anything else."""
+        if self.kind not in DEVICES:
+            return 0
+        major, minor = self.data.split(":")
+        return os.makedev(int(major), int(minor))
 
 
 FIELDS = Entry._fields
@@ -70,8 +87,13 @@ def _check_entries(rows: list) -> None:
         start = paths.rfind("\0", 0, bad.start() + 1) + 1
         end = paths.find("\0", bad.end())
         raise TypeError(f"path {paths[start:end if end >= 0 else None][:80]!r} has an empty, '.' or '..' part")
-    if not {r[1] for r in rows} <= _KIND_NAMES:
+    kinds = {r[1] for r in rows}
+    if not kinds <= _KIND_NAMES:
         raise TypeError(f"unknown kind among {sorted({str(r[1]) for r in rows} - _KIND_NAMES)[:3]}")
+    if kinds & DEVICES.keys():
+        for r in rows:
+            if r[1] in DEVICES and not (len(r) > 7 and isinstance(r[7], str) and _DEVICE_NUMBER.fullmatch(r[7])):
+                raise TypeError(f"device {str(r[0])[:80]!r} has no 'major:minor' number")
 
 
 class Manifest(NamedTuple):
@@ -83,6 +105,9 @@ class Manifest(NamedTuple):
     id: str | None = None  # the stored manifest it was loaded from, if any
     subvolume: str | None = None  # a native snapshot: its read-only subvolume (native.py), entries read from it
     hash: str = "blake3"  # what new content was hashed with; each digest also names its algorithm
+    # extended attributes (user.*, ACLs, capabilities) of files and folders: path -> {name: value
+    # in base64}; only the paths that have some, so a volume without them costs nothing
+    xattrs: Mapping[str, Mapping[str, str]] | None = None
     key: TreeKey | None = None  # the walk it was captured from (commit keeps it beside; not in the file)
 
     def digests(self) -> set[str]:
@@ -90,11 +115,14 @@ class Manifest(NamedTuple):
         return set() if self.subvolume else {d for e in self.entries for d in e.chunks}
 
     def dump(self) -> bytes:
-        body = {"version": VERSION, "hash": self.hash, "chunk_size": self.chunk_size,
+        specials = not self.subvolume and (bool(self.xattrs) or any(e.kind in _SPECIAL_NAMES for e in self.entries))
+        body = {"version": VERSION_SPECIALS if specials else VERSION, "hash": self.hash, "chunk_size": self.chunk_size,
                 "started_ns": self.started_ns, "fields": FIELDS,
                 "entries": () if self.subvolume else tuple(self.entries)}
         if self.subvolume:
             body["subvolume"] = self.subvolume
+        if self.xattrs and not self.subvolume:
+            body["xattrs"] = self.xattrs
         return gzip.compress(json.dumps(body, separators=(",", ":")).encode(), compresslevel=1)
 
     @classmethod
@@ -108,23 +136,59 @@ class Manifest(NamedTuple):
             raise ValueError(f"unreadable manifest ({type(err).__name__}: {err})") from None
         if not isinstance(body, dict):
             raise ValueError("malformed manifest: not a JSON object")
-        if body.get("version") != VERSION or tuple(body.get("fields", ())) != FIELDS:
+        if body.get("version") not in (VERSION, VERSION_SPECIALS) or tuple(body.get("fields", ())) != FIELDS:
             raise ValueError(f"unsupported manifest version {body.get('version')!r}")
         try:
             rows = body["entries"]
             _check_entries(rows)
             entries = tuple(map(Entry._make, rows))
             started_ns, chunk_size = body["started_ns"], body["chunk_size"]
+            xattrs = _checked_xattrs(body.get("xattrs"))
         except (TypeError, KeyError) as err:
             raise ValueError(f"malformed manifest entry: {err}") from None
         if not (isinstance(started_ns, int) and isinstance(chunk_size, int) and chunk_size > 0):
             raise ValueError("malformed manifest header")
         return cls(entries=entries, started_ns=started_ns, chunk_size=chunk_size, id=manifest_id,
-                   subvolume=body.get("subvolume"), hash=body.get("hash", "sha256"))
+                   subvolume=body.get("subvolume"), hash=body.get("hash", "sha256"), xattrs=xattrs)
 
     def same_tree(self, entries: tuple[Entry, ...]) -> bool:
         """True when `entries` describe exactly this tree (inodes and ctimes included)."""
         return entries == self.entries
+
+
+def _checked_xattrs(xattrs) -> dict[str, dict[str, str]] | None:
+    """TypeError unless `xattrs` maps paths to {name: base64 value} (a damaged manifest must never
+    crash a restore)."""
+    if xattrs is None:
+        return None
+    if not (isinstance(xattrs, dict) and all(isinstance(v, dict) and all(isinstance(n, str) and isinstance(x, str)
+                                                                        for n, x in v.items())
+                                             for v in xattrs.values())):
+        raise TypeError("xattrs are not a map of paths to names and values")
+    return xattrs
+
+
+def read_xattrs(fd: int) -> dict[str, str] | None:
+    """The extended attributes of an open file or folder, {name: value in base64}; None when it
+    has none (or the file system keeps none)."""
+    try:
+        names = os.listxattr(fd)
+    except OSError as err:
+        if err.errno in (errno.ENOTSUP, errno.EOPNOTSUPP, errno.EPERM, errno.EACCES):
+            return None
+        raise
+    if not names:
+        return None
+    import base64
+
+    found = {}
+    for name in sorted(names):
+        try:
+            found[name] = base64.b64encode(os.getxattr(fd, name)).decode()
+        except OSError as err:
+            if err.errno not in (errno.ENODATA, errno.EPERM, errno.EACCES):  # removed since listed; not ours to read
+                raise
+    return found or None
 
 
 class LazyEntries(Sequence):
@@ -204,7 +268,8 @@ _openat2_impl = None  # (syscall, open_how type, {flags: its struct}) once loade
 
 def _openat2(dirfd: int, path: str, flags: int, mode: int = 0o600) -> int | None:
     """A descriptor of `path` beneath `dirfd` (no link followed, no way out); None where openat2
-    cannot be used here, or when the kernel asks for a retry (EAGAIN: a rename raced the lookup)."""
+    cannot be used here, when the kernel asks for a retry (EAGAIN: a rename raced the lookup), or
+    when the path is longer than the kernel takes in one call (a deep volume's files)."""
     global _openat2_impl
     if _openat2_impl is None:
         _openat2_impl = _load_openat2()
@@ -225,8 +290,8 @@ def _openat2(dirfd: int, path: str, flags: int, mode: int = 0o600) -> int | None
     if err in _UNUSABLE:
         _openat2_impl = False  # the component walk from now on (it reports a genuine error itself)
         return None
-    if err == errno.EAGAIN:
-        return None
+    if err in (errno.EAGAIN, errno.ENAMETOOLONG):  # a rename raced it; a path over PATH_MAX (4096 bytes)
+        return None  # the component walk opens each name on its own, however deep the path
     raise OSError(err, os.strerror(err), path)
 
 
@@ -345,7 +410,7 @@ def tree_key(items: list[tuple[str, os.stat_result]]) -> TreeKey | None:
     order only costs the full comparison). Two walks with the same key saw the same tree, so a
     capture whose walk matches the key recorded with its base manifest needs neither to load
     that manifest nor to compare it entry by entry (15,000 paths: ~0.1 s). None when the tree
-    holds sockets, fifos or devices: captures skip those with a warning, which the full path gives."""
+    holds a file of a type no manifest records."""
     import hashlib  # here: ~5 ms of start-up that a snapshot on btrfs never needs
 
     fields, files, size, newest = [], 0, 0, 0
@@ -373,14 +438,18 @@ class TreeKey(NamedTuple):
 
 
 def meta_entry(rel: str, st: os.stat_result, data: str = "") -> Entry:
-    """A folder's or symlink's entry (`data`: the symlink's target)."""
-    return Entry(rel, KINDS[stat.S_IFMT(st.st_mode)], stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid,
-                 st.st_mtime_ns, 0, data, st.st_ino, st.st_ctime_ns)
+    """A folder's, symlink's or special file's entry (`data`: the symlink's target; a device's
+    number is taken from `st`)."""
+    kind = KINDS[stat.S_IFMT(st.st_mode)]
+    if kind in DEVICES:
+        data = f"{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}"
+    return Entry(rel, kind, stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns, 0, data,
+                 st.st_ino, st.st_ctime_ns)
 
 
 def same_meta(prev: Entry | None, st: os.stat_result) -> bool:
-    """A folder or symlink recorded exactly as `st` says (a symlink's target is fixed at
-    creation: replacing it makes a new inode and ctime)."""
+    """A folder, symlink or special file recorded exactly as `st` says (a symlink's target and a
+    device's number are fixed at creation: replacing them makes a new inode and ctime)."""
     return (prev is not None and prev.kind == KINDS.get(stat.S_IFMT(st.st_mode)) and prev.kind != "file"
             and prev.mtime_ns == st.st_mtime_ns and prev.ino == st.st_ino and prev.ctime_ns == st.st_ctime_ns
             and prev.mode == stat.S_IMODE(st.st_mode) and prev.uid == st.st_uid and prev.gid == st.st_gid)
@@ -428,7 +497,7 @@ class Change(NamedTuple):
 
     path: str  # relative path, '.' for the root
     kind: str  # 'added', 'removed' or 'modified'
-    fields: tuple[str, ...] = ()  # for 'modified': among 'type', 'content', 'mode', 'owner', 'mtime'
+    fields: tuple[str, ...] = ()  # for 'modified': among 'type', 'content', 'mode', 'owner', 'mtime', 'xattrs'
 
     def to_dict(self) -> dict:
         return {"path": self.path, "kind": self.kind, "fields": list(self.fields)}
@@ -438,6 +507,7 @@ def diff(a: Manifest, b: Manifest) -> list[Change]:
     """Changes from `a` to `b`, sorted by path."""
     old = {e.path: e for e in a.entries}
     new = {e.path: e for e in b.entries}
+    old_x, new_x = a.xattrs or {}, b.xattrs or {}
     changes = []
     for path in sorted(old.keys() | new.keys()):
         x, y = old.get(path), new.get(path)
@@ -445,7 +515,7 @@ def diff(a: Manifest, b: Manifest) -> list[Change]:
             changes.append(Change(path=path, kind="added"))
         elif y is None:
             changes.append(Change(path=path, kind="removed"))
-        elif fields := _changed_fields(x, y):
+        elif fields := _changed_fields(x, y) + (("xattrs",) if old_x.get(path) != new_x.get(path) else ()):
             changes.append(Change(path=path, kind="modified", fields=fields))
     return changes
 
@@ -453,7 +523,7 @@ def diff(a: Manifest, b: Manifest) -> list[Change]:
 def _changed_fields(x: Entry, y: Entry) -> tuple[str, ...]:
     if x.kind != y.kind:
         return ("type",)
-    checks = (("content", (x.chunks, x.target, x.size) != (y.chunks, y.target, y.size)),
+    checks = (("content", (x.data, x.size) != (y.data, y.size)),  # chunks, a link's target, a device number
               ("mode", x.mode != y.mode), ("owner", (x.uid, x.gid) != (y.uid, y.gid)),
               ("mtime", x.mtime_ns != y.mtime_ns))
     return tuple(name for name, differs in checks if differs)

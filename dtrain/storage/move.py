@@ -181,7 +181,7 @@ class Mover:
         with self.engine.pin():
             old, _ = self.engine.capture(a, store=False)
             new, _ = self.engine.capture(b, store=False)
-        if [_comparable(e) for e in old.entries] != [_comparable(e) for e in new.entries]:
+        if [_comparable(e) for e in old.entries] != [_comparable(e) for e in new.entries] or old.xattrs != new.xattrs:
             changed = [c.path for c in mf.diff(old, new)][:3]
             raise StorageError(f"the copy of volume {volume!r} differs from the original at {', '.join(changed)}"
                                f" (did something write to it during the move?); nothing was switched: retry")
@@ -218,8 +218,9 @@ def _comparable(e: mf.Entry) -> tuple:
 
 
 def copy_tree(src: Path, dst: Path) -> None:
-    """Bytes, modes, owners (as root), times, symlinks and hard links; sockets, fifos and devices are refused.
-    Folders get their mode and times last, deepest first, so a read-only folder is filled first."""
+    """Bytes, modes, owners (as root), times, symlinks, hard links and special files (fifos,
+    sockets; device nodes as root, refused otherwise: the copy must be exact). Folders get their
+    mode and times last, deepest first, so a read-only folder is filled first."""
     import shutil  # on first use: ~5 ms of every start otherwise
 
     as_root = os.geteuid() == 0
@@ -246,10 +247,14 @@ def copy_tree(src: Path, dst: Path) -> None:
                 _copy_sparse(s, d)  # holes stay holes: a sparse image copied dense could fill the class
             elif stat.S_ISREG(st.st_mode):
                 shutil.copyfile(s, d, follow_symlinks=False)  # copy_file_range/sendfile underneath
+            elif stat.S_IFMT(st.st_mode) in mf.SPECIALS:
+                _make_node(s, d, st, as_root)
             else:
-                raise StorageError(f"cannot move {s}: sockets, fifos and devices are not volume data; remove it")
+                raise StorageError(f"cannot move {s}: a file of an unknown type; remove it")
             if as_root:
                 os.lchown(d, st.st_uid, st.st_gid)
+            if stat.S_ISREG(st.st_mode):
+                _copy_xattrs(s, d)  # after chown, which clears capabilities; before a read-only mode
             if not stat.S_ISLNK(st.st_mode):
                 os.chmod(d, stat.S_IMODE(st.st_mode))  # after chown, which clears setuid and setgid
             os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns), follow_symlinks=False)
@@ -257,8 +262,33 @@ def copy_tree(src: Path, dst: Path) -> None:
         st = os.lstat(s)
         if as_root:
             os.chown(d, st.st_uid, st.st_gid)
+        _copy_xattrs(s, d)
         os.chmod(d, stat.S_IMODE(st.st_mode))
         os.utime(d, ns=(st.st_atime_ns, st.st_mtime_ns))
+
+
+def _copy_xattrs(src: Path, dst: Path) -> None:
+    """Extended attributes of a file or folder (user.*, ACLs, capabilities); the verify that
+    follows finds any the target could not take."""
+    try:
+        names = os.listxattr(src, follow_symlinks=False)
+    except OSError as err:
+        if err.errno in (errno.ENOTSUP, errno.EOPNOTSUPP):
+            return
+        raise
+    for name in names:
+        os.setxattr(dst, name, os.getxattr(src, name, follow_symlinks=False), follow_symlinks=False)
+
+
+def _make_node(src: Path, dst: Path, st: os.stat_result, as_root: bool) -> None:
+    """A fifo, socket or device node like `st` at `dst` (made, never opened)."""
+    try:
+        os.mknod(dst, 0o600 | stat.S_IFMT(st.st_mode), st.st_rdev)
+    except PermissionError:
+        if not (stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)) or as_root:
+            raise
+        raise StorageError(f"cannot move {src}: it is a device node and only root can make one; "
+                           f"move the volume as root, or remove it") from None
 
 
 def _copy_sparse(src: Path, dst: Path) -> None:

@@ -30,7 +30,7 @@ from pathlib import Path
 from dtrain.replace import replace_file
 from dtrain.storage import btrfs, hashing
 from dtrain.storage.info import CaptureStats
-from dtrain.storage.manifest import Entry, LazyEntries, Manifest, meta_entry, walk
+from dtrain.storage.manifest import SPECIALS, Entry, LazyEntries, Manifest, meta_entry, walk
 
 UNHASHED = "u-"  # prefix of a content id that is not a hash (see the module docstring)
 
@@ -48,7 +48,7 @@ def tree_entries(root: Path) -> tuple[Entry, ...]:
                              st.st_size, [unhashed_id(st)], st.st_ino, st.st_ctime_ns))
         elif stat.S_ISLNK(st.st_mode):
             out.append(meta_entry(rel, st, os.readlink(root if rel == "." else root / rel)))
-        elif stat.S_ISDIR(st.st_mode):
+        elif stat.S_ISDIR(st.st_mode) or stat.S_IFMT(st.st_mode) in SPECIALS:
             out.append(meta_entry(rel, st))
     return tuple(out)
 

@@ -42,6 +42,8 @@ class Run:
         self.total, self.progress = total, progress
         self.done = self.read = self.added = self.objects = 0
         self.fell_back = False
+        self.changing: list[str] = []  # files written to during every read of a capture (torn)
+        self.xattrs: dict[str, dict | None] = {}  # a capture's paths read: their extended attributes
         self._claimed: dict[str, object] = {}
         self._lock = threading.Lock()
 

@@ -70,7 +70,8 @@ class SlowIO(FileIO):
 
 def tree_state(root: Path) -> dict[str, tuple]:
     """Everything a restore must reproduce, per relative path: type, mode, owner, mtime (ns),
-    and a file's sha256 or a symlink's target."""
+    and a file's sha256, a symlink's target or a device node's number; extended attributes where
+    there are some."""
     state = {}
     for folder, dirs, files in os.walk(root):
         for name in [".", *dirs, *files] if folder == os.fspath(root) else [*dirs, *files]:
@@ -80,9 +81,13 @@ def tree_state(root: Path) -> dict[str, tuple]:
                 what = os.readlink(path)
             elif stat.S_ISREG(st.st_mode):
                 what = hashlib.sha256(Path(path).read_bytes()).hexdigest()
+            elif stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode):
+                what = st.st_rdev
             else:
                 what = None
             rel = os.path.relpath(path, root)
             state[rel] = (stat.S_IFMT(st.st_mode), stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid,
                           st.st_mtime_ns, what)
+            if not stat.S_ISLNK(st.st_mode) and (names := os.listxattr(path, follow_symlinks=False)):
+                state[rel] += (sorted((n, os.getxattr(path, n, follow_symlinks=False)) for n in names),)
     return state

@@ -47,6 +47,7 @@ CREATE INDEX IF NOT EXISTS snapshots_by_volume ON snapshots (volume_uid, created
 """
 DEFAULT_CLASS = "local"  # the class whose root is <home>/volumes
 ROOT_MARK = ".dtrain-volumes"  # in a class root: dtrain may tidy this folder
+PENDING = folders.PENDING  # in a volume's folder until its row commits (see folders.py)
 DELETING = ".deleting-"  # '.deleting-<pid>-<volume uid>': a volume folder renamed aside by a delete
 LIST_VOLUMES, LIST_SNAPSHOTS = "dtrain volume list", "dtrain snapshot list"
 
@@ -101,8 +102,12 @@ class Storage:
         self._collect()
         with db.transaction(self.conn):
             self._ensure_free(name)
+            self._ensure_no_folder(name, root)
+            (root / name).mkdir()
+            (root / name / PENDING).touch()
             folders.make_data_folder(root / name / "data")
             self._insert_volume(name, size or "10Gi", storage_class, None, labels, root)
+        (root / name / PENDING).unlink(missing_ok=True)
         return self.get_volume(name)
 
     def update_volume(self, name: str, *, storage_class: str, check_users=lambda: None) -> Volume:
@@ -283,17 +288,21 @@ class Storage:
         root = self.class_root(storage_class)
         self._ensure_free(to)
         self._collect()
+        self._ensure_no_folder(to, root)
         staging = root / folders.staging_name("tmp")
         try:
             staging.mkdir()
+            (staging / PENDING).touch()
             with self.engine.pin(), reporter(progress, f"restore {snap.name}") as cb:
                 self.engine.materialize(self._load(snap), staging / "data", progress=cb)
             with db.transaction(self.conn):
                 self._ensure_free(to)
+                self._ensure_no_folder(to, root)  # rename(2) would replace an empty one silently
                 os.rename(staging, root / to)
                 self._insert_volume(to, size or snap.volume_size, storage_class, snap.name, labels, root)
         finally:
             folders.rmtree(staging)
+        (root / to / PENDING).unlink(missing_ok=True)
         return self.get_volume(to)
 
     def in_place_target(self, snap: Snapshot) -> Volume:
@@ -368,9 +377,10 @@ class Storage:
                             trash.append(Path(item.path))
                     elif item.name in moving:
                         continue
-                    elif item.name not in known:  # renamed into place, then killed before the commit
-                        trash.append(root / folders.staging_name("trash"))
-                        os.rename(item.path, trash[-1])
+                    elif item.name not in known:
+                        if folders.uncommitted(Path(item.path)):  # made or renamed into place, killed before the commit
+                            trash.append(root / folders.staging_name("trash"))
+                            os.rename(item.path, trash[-1])
                     else:
                         trash += folders.collect_volume(Path(item.path))
         for path in trash:
@@ -420,6 +430,13 @@ class Storage:
         if self.conn.execute("SELECT 1 FROM volumes WHERE name = ?", (name,)).fetchone():
             raise ConflictError(f"volume {name!r} already exists: choose another name or delete it "
                                 f"first (dtrain volume delete {name})")
+
+    @staticmethod
+    def _ensure_no_folder(name: str, root: Path) -> None:
+        """No file or folder at the new volume's place (housekeeping removed those a kill left)."""
+        if os.path.lexists(root / name):
+            raise ConflictError(f"volume {name!r} cannot be made: {root / name} is in the way (a folder not made by "
+                                f"dtrain, or a volume of an older state database); move it elsewhere and retry")
 
     def _ensure_no_snapshot(self, name: str) -> None:
         if self.conn.execute("SELECT 1 FROM snapshots WHERE name = ?", (name,)).fetchone():
