@@ -57,3 +57,41 @@ def test_a_signal_during_the_all_reduce_stops_every_rank_at_the_next_step(tmp_pa
     # the first call's all-reduce was already done when the signal came; the next one carries it
     assert got[0]["answers"] == got[1]["answers"] == [False, True, True]
     assert got[0]["signalled"] and not got[1]["signalled"]
+
+
+WORKER = textwrap.dedent('''
+    import multiprocessing, os, signal, subprocess, sys, time
+    from dtrain.training import leave_stop_to_parent
+
+    def work(ready):
+        leave_stop_to_parent()
+        ready.set()
+        time.sleep(120)
+
+    if __name__ == "__main__":
+        multiprocessing.set_start_method("fork")
+        ready = multiprocessing.Event()
+        worker = multiprocessing.Process(target=work, args=(ready,), daemon=True)
+        worker.start()
+        ready.wait(60)
+        for sig in ("TERM", "INT"):  # as torchrun, the local backend or a terminal sends them to all
+            subprocess.run(["kill", f"-{sig}", str(worker.pid)], check=True)
+        worker.join(1.0)
+        alive = worker.is_alive()
+        worker.terminate()  # the loader's own stop (and multiprocessing's at exit)
+        worker.join(60)
+        print(alive, worker.exitcode, flush=True)
+''')
+
+
+def test_a_loader_worker_ignores_stop_signals_of_others_but_not_its_training_process(tmp_path):
+    """torchrun signals a rank's whole process group: a worker that died of it made the rank fail
+    mid-step without a checkpoint. Yet the loader's own terminate() must still end a worker, else
+    every interpreter exit (multiprocessing joins its daemonic children) hangs."""
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["True", "0"]

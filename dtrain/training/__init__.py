@@ -20,7 +20,7 @@ from dtrain.training.heap import keep_freed_memory
 from dtrain.training.metrics import MetricsWriter, read_metrics
 from dtrain.training.resume import CheckpointMismatch, Checkpointer, Resumed, checkpoint_dir
 from dtrain.training.sampler import ResumableSampler
-from dtrain.training.stop import STOPPED_EXIT_CODE, GracefulStop
+from dtrain.training.stop import STOPPED_EXIT_CODE, GracefulStop, leave_stop_to_parent
 
 __all__ = [
     "CheckpointMismatch",
@@ -40,6 +40,7 @@ __all__ = [
     "detect_runtime",
     "exit_process",
     "keep_freed_memory",
+    "leave_stop_to_parent",
     "latest_checkpoint",
     "load_checkpoint",
     "read_metrics",

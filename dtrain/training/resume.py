@@ -129,8 +129,12 @@ class Checkpointer:
         return [p for _s, p in sorted(found, reverse=True)]
 
     def resume(self, *, model: torch.nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any = None,
-               map_location: str | torch.device = "cpu") -> Resumed | None:
-        """Load the newest checkpoint that loads into model/optimizer/scheduler/RNG; None when there is none."""
+               map_location: str | torch.device = "cpu",
+               accept: Callable[[Resumed], None] | None = None) -> Resumed | None:
+        """Load the newest checkpoint that loads into model/optimizer/scheduler/RNG; None when there is none.
+
+        `accept` sees it before the "resumed from step" line the platform records and may refuse it
+        by raising (a checkpoint of another run the workload cannot continue)."""
         for path in self.candidates():
             try:
                 state = load_checkpoint(path, map_location=map_location)
@@ -149,6 +153,9 @@ class Checkpointer:
                 # Another model's checkpoint: not skipped for an older one (it would be the same
                 # model's too), and not started afresh over it (the run's saves would prune it).
                 raise CheckpointMismatch(path, first_fault(e)) from None
-            print(RESUMED.format(step=state["step"], path=path), flush=True)
-            return Resumed(step=int(state["step"]), path=path, extra=state["extra"])
+            resumed = Resumed(step=int(state["step"]), path=path, extra=state["extra"])
+            if accept is not None:
+                accept(resumed)
+            print(RESUMED.format(step=resumed.step, path=path), flush=True)
+            return resumed
         return None

@@ -6,11 +6,23 @@ terminationGracePeriodSeconds, 30 s by default; SageMaker: 120 s). The handler o
 the training loop asks `should_stop()` after each optimizer step, and all ranks agree (a MAX
 all-reduce of the flags), so every rank stops after the same step and the checkpoint rank 0
 writes is the state every rank had. A stop costs at most one step plus one checkpoint write.
+
+Data loader workers got the same SIGTERM: torchrun signals each rank's whole process group, the
+local backend every process of a rank's session, and a terminal's Ctrl-C the foreground group;
+torch's handler in a worker dies of a SIGTERM its own training process did not send. The training
+process then raised "DataLoader worker (pid N) is killed by signal: Terminated" (from torch's
+SIGCHLD handler, mid-step) and left without a checkpoint. `worker_init_fn=leave_stop_to_parent`
+makes a worker ignore SIGINT and every SIGTERM but its training process's (`terminate()`, which
+ends it as before): the rank finishes its step, checkpoints and ends its workers itself, and
+SIGKILL still ends them all. Ignoring SIGTERM outright hung every normal interpreter exit instead,
+as multiprocessing terminates its daemonic children and then waits for them.
 """
 
 from __future__ import annotations
 
+import os
 import signal
+import threading
 
 import torch
 import torch.distributed as dist
@@ -58,3 +70,22 @@ class GracefulStop:
         else:
             self.requested = self.signalled
         return self.requested
+
+
+def leave_stop_to_parent(_worker_id: int = 0) -> None:
+    """A DataLoader worker_init_fn: only the worker's own training process stops it (see the module doc).
+
+    SIGTERM is blocked in the worker and taken by a thread with sigwaitinfo, which says who sent
+    it: the parent (the loader's `terminate()`), or anyone once the parent is gone, ends the worker
+    as torch's handler does (exit 0); a signal to the whole group or session is dropped."""
+    parent = os.getppid()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})  # threads started later inherit the mask
+
+    def take_sigterm() -> None:
+        while True:
+            sender = signal.sigwaitinfo({signal.SIGTERM}).si_pid
+            if sender == parent or os.getppid() != parent:
+                os._exit(0)
+
+    threading.Thread(target=take_sigterm, name="sigterm", daemon=True).start()

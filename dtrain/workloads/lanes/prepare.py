@@ -30,6 +30,7 @@ size, the sha256 of every label file), so a rerun with the same arguments does n
 
 from __future__ import annotations
 
+import fcntl
 import gzip
 import hashlib
 import http.client
@@ -52,12 +53,13 @@ from pathlib import Path, PurePosixPath
 from PIL import Image
 from tqdm import tqdm
 
-from dtrain.errors import DataError, SpecError
+from dtrain.errors import ConflictError, DataError, SpecError
 from dtrain.workloads.inputs import Parser, in_range, input_file, out_folder
 from dtrain.workloads.lanes.masks import TRAIN_SIZE, render_mask
 from dtrain.workloads.lanes.tusimple import LIST_DIR, SPLIT_FILES, mask_relpath, read_labels, writable
 
 MANIFEST = "prepare.json"
+LOCK = ".prepare.lock"  # held by the one prepare writing a folder
 MANIFEST_VERSION = 1
 CHUNK = 1 << 20  # bytes per read while downloading, hashing and copying
 RETRIES = 5  # download attempts, each resuming where the last one stopped
@@ -182,18 +184,47 @@ def download(url: str, dest: Path, *, retries: int | None = None, retry_delay: f
     raise AssertionError("unreachable")
 
 
-def fetch(url: str, downloads: Path) -> tuple[Path, bool]:
-    """Local file for url: (path, True if it was downloaded and may be deleted or moved)."""
+def local_path(url: str) -> Path | None:
+    """The file a file:// URL or a path names; None for http(s)."""
     parsed = urllib.parse.urlparse(url)
     if parsed.scheme in ("http", "https"):
-        return download(url, downloads / url_name(url)), True
+        return None
     if parsed.scheme == "file":
-        path = Path(urllib.request.url2pathname(parsed.path))
-    elif parsed.scheme == "" or len(parsed.scheme) == 1:  # a path (or a Windows drive letter)
-        path = Path(url)
-    else:
-        raise SpecError(f"unsupported URL scheme {parsed.scheme!r} in {url}: use http(s)://, file:// or a path")
+        return Path(urllib.request.url2pathname(parsed.path))
+    if parsed.scheme == "" or len(parsed.scheme) == 1:  # a path (or a Windows drive letter)
+        return Path(url)
+    raise SpecError(f"unsupported URL scheme {parsed.scheme!r} in {url}: use http(s)://, file:// or a path")
+
+
+def fetch(url: str, downloads: Path) -> tuple[Path, bool]:
+    """Local file for url: (path, True if it was downloaded and may be deleted or moved)."""
+    path = local_path(url)
+    if path is None:
+        return download(url, downloads / url_name(url)), True
     return input_file(path, "input file", "check --url"), False
+
+
+def _stamp(path: Path) -> list[int]:
+    """Size and modification time of a local input: what tells a rerun that the file changed."""
+    st = path.stat()
+    return [st.st_size, st.st_mtime_ns]
+
+
+def _still_done(entry: dict, url: str) -> bool:
+    """Whether an input an earlier run unpacked needs nothing now. A download is not asked again
+    (a rerun makes no request); a local file is unpacked again when it holds other bytes (a user
+    who rebuilt `synth --archive` at the same path got the old frames before 2026-12-04), or kept
+    when it is gone (archives deleted after the first run)."""
+    path = local_path(url)
+    if path is None or not path.is_file():
+        return True
+    stamp = _stamp(path)
+    if entry.get("stamp") == stamp:
+        return True
+    if sha256_file(path) != entry.get("sha256"):
+        return False
+    entry["stamp"] = stamp  # touched, or recorded before stamps were: the same bytes
+    return True
 
 
 def verify(path: Path, expected: str | None, downloaded: bool) -> str:
@@ -376,6 +407,29 @@ def prepare(urls: Sequence[str], out: str | os.PathLike, *, sha256: Sequence[str
     for side in size:
         in_range("mask size side", side, MIN_SIDE, MAX_SIDE)
     out = out_folder(out, "--out")
+    lock = _lock(out)
+    try:
+        return _prepare(urls, out, expected, size, force)
+    finally:
+        os.close(lock)  # the lock goes with the descriptor
+
+
+def _lock(out: Path) -> int:
+    """An exclusive lock on DIR/.prepare.lock, held until its descriptor closes; ConflictError when
+    another prepare holds it. Two runs at once on one volume (a retried pipeline step, the data
+    job started twice) appended to the same NAME.part and replaced each other's prepare.json.tmp."""
+    fd = os.open(writable(out, out / LOCK), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConflictError(f"another `dtrain lanes prepare` is writing {out}: wait for it to end (a rerun with the "
+                            "same arguments then does nothing)") from None
+    return fd
+
+
+def _prepare(urls: Sequence[str], out: Path, expected: Sequence[str | None], size: tuple[int, int],
+             force: bool) -> dict:
     manifest = {} if force else _load_manifest(out)
     if force:  # a clean redo: no half download from an earlier run is resumed
         for part in (out / "downloads").glob("*.part"):
@@ -384,18 +438,20 @@ def prepare(urls: Sequence[str], out: str | os.PathLike, *, sha256: Sequence[str
     inputs = []
     for url, exp in zip(urls, expected):
         key = (url, exp.lower() if exp else None)
-        if key in done:
+        if key in done and _still_done(done[key], url):
             inputs.append(done[key])
             continue
         downloads = out / "downloads"
         for name in (url_name(url), url_name(url) + ".part"):
             writable(out, downloads / name)
         path, downloaded = fetch(url, downloads)
+        stamp = None if downloaded else _stamp(path)  # before hashing: a change meanwhile redoes it next time
         digest = verify(path, exp, downloaded)
         files = extract(path, out) if is_archive(path) else _copy_file(path, out)
         if downloaded:
             path.unlink()
-        inputs.append({"url": url, "expected": key[1], "sha256": digest, "files": files})
+        inputs.append({"url": url, "expected": key[1], "sha256": digest, "files": files,
+                       **({"stamp": stamp} if stamp else {})})
         manifest = {**manifest, "version": MANIFEST_VERSION, "inputs": inputs}
         _save_manifest(out, manifest)  # a crash later does not redo this input
     masks = manifest.get("masks", {})

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from dtrain.errors import DtrainError, SpecError
+from dtrain.errors import DtrainError, QuotaError, SpecError
 from dtrain.replace import replace_file
 from dtrain.training import (
     CheckpointMismatch,
@@ -39,10 +39,12 @@ from dtrain.training import (
     GracefulStop,
     MetricsWriter,
     ResumableSampler,
+    Resumed,
     all_reduce_mean,
     broadcast_buffers,
     checkpoint_dir,
     keep_freed_memory,
+    leave_stop_to_parent,
     load_checkpoint,
     save_atomic,
     setup_distributed,
@@ -282,6 +284,19 @@ def next_batch(batches):
         raise type(e)(last.split(": ", 1)[1] if ": " in last else last) from None
 
 
+def worker_died(e: RuntimeError) -> QuotaError | None:
+    """The one line for a loader worker that died (the kernel's OOM killer, a full /dev/shm), else None.
+
+    torch raises it from its SIGCHLD handler, wherever the training process is (mostly mid-step,
+    while the worker prepared a later batch), or from the loader when a batch never comes."""
+    if not str(e).startswith("DataLoader worker ("):  # torch's words for a worker that is gone
+        return None
+    why = " ".join(str(e.__cause__ or e).split()).rstrip(".")  # "... is killed by signal: Killed"
+    return QuotaError(f"a data loader worker died ({why}), most often for want of memory or shared memory "
+                      "(/dev/shm): lower NUM_WORKERS or BATCH_SIZE, or turn USE_WORKERS off, and rerun (it resumes "
+                      "from the last checkpoint)")
+
+
 def validate(model: SCNN, cfg: TrainConfig, info: DistInfo, labels: list) -> dict:
     """TuSimple accuracy on the val split; each rank predicts a share, rank 0 scores all."""
     broadcast_buffers(model)  # every rank predicts with rank 0's running statistics: the model saved
@@ -303,7 +318,7 @@ def build_loader(cfg: TrainConfig, info: DistInfo) -> tuple[LaneDataset, Resumab
                                seed=cfg.seed, drop_last=True)
     loader = DataLoader(dataset, batch_size=recipe.batch_size, sampler=sampler, drop_last=True,
                         num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0,
-                        pin_memory=info.device.type == "cuda")
+                        pin_memory=info.device.type == "cuda", worker_init_fn=leave_stop_to_parent)
     steps_per_epoch = sampler.num_samples // recipe.batch_size
     if steps_per_epoch == 0:
         raise SpecError(f"{len(dataset)} training frames cannot fill one batch of {recipe.batch_size} on each of "
@@ -311,31 +326,57 @@ def build_loader(cfg: TrainConfig, info: DistInfo) -> tuple[LaneDataset, Resumab
     return dataset, sampler, loader, steps_per_epoch
 
 
-def restore(ckpt: Checkpointer, cfg: TrainConfig, model: SCNN, opt: torch.optim.Optimizer, max_steps: int,
+def restore(ckpt: Checkpointer, cfg: TrainConfig, model: SCNN, opt: torch.optim.Optimizer, plan: Mapping,
             log: "Log", device: torch.device) -> int:
-    """Load the newest valid checkpoint, if resuming; returns the step to continue from."""
+    """Load the newest valid checkpoint, if resuming; returns the step to continue from.
+
+    `plan` is what this run would save as the checkpoint's extra (max_steps, seed, batch_size,
+    world_size, train_frames)."""
     if not cfg.resume:
         return 0
     fix = ("resume it with the recipe that wrote it, or start afresh: --no-resume, or another --out-dir "
            "(--checkpoint-dir)")
+
+    def refuse_another_run(resumed: Resumed) -> None:  # before the "resumed from step" line the platform records
+        written_by = resumed.extra.get("recipe")
+        config = json.loads(json.dumps(resumed.extra.get("model_config"), default=list))
+        own = json.loads(json.dumps(dataclasses.asdict(model.cfg), default=list))
+        if written_by != cfg.recipe.name or config != own:
+            raise SpecError(f"checkpoint {resumed.path} was written by recipe {written_by or 'unknown'}"
+                            f"{'' if written_by != cfg.recipe.name else ' with another model'}, this run trains "
+                            f"recipe {cfg.recipe.name}: {fix}")
+        if moved := data_position_changes(resumed.extra, plan):
+            raise SpecError(f"checkpoint {resumed.path} was written by a run with {', '.join(moved)}: step "
+                            f"{resumed.step} would start elsewhere in the data (frames seen twice or skipped); "
+                            f"resume with the same processes, BATCH_SIZE, --seed and data, or start afresh: "
+                            f"--no-resume, or another --out-dir (--checkpoint-dir)")
+
     try:
-        resumed = ckpt.resume(model=model, optimizer=opt, map_location=device)
+        resumed = ckpt.resume(model=model, optimizer=opt, map_location=device, accept=refuse_another_run)
     except CheckpointMismatch as e:  # another model's keys or shapes, another optimizer
         raise SpecError(f"{_foreign(e.path)} does not fit recipe {cfg.recipe.name}'s model ({e.fault}): "
                         f"{fix}") from None
     if resumed is None:
         return 0
-    written_by = resumed.extra.get("recipe")
-    config = json.loads(json.dumps(resumed.extra.get("model_config"), default=list))
-    if written_by != cfg.recipe.name or config != json.loads(json.dumps(dataclasses.asdict(model.cfg), default=list)):
-        raise SpecError(f"checkpoint {resumed.path} was written by recipe {written_by or 'unknown'}"
-                        f"{'' if written_by != cfg.recipe.name else ' with another model'}, this run trains "
-                        f"recipe {cfg.recipe.name}: {fix}")
+    max_steps = plan["max_steps"]
     if resumed.extra.get("max_steps") != max_steps:
         log(f"note: checkpoint planned {resumed.extra.get('max_steps')} steps, this run plans {max_steps}: "
             f"the lr schedule changes")
     log(f"resumed from {resumed.path} at step {resumed.step}")
     return resumed.step
+
+
+# What maps a step to its place in the data: the sampler's epoch order (seed, frames, processes)
+# and the samples a step takes (batch per process x processes). Checkpoints written before
+# 2026-12-04 hold no world_size nor train_frames: those are not compared.
+DATA_POSITION = (("world_size", "{} process(es)"), ("batch_size", "batch {} per process"), ("seed", "seed {}"),
+                 ("train_frames", "{} training frames"))
+
+
+def data_position_changes(saved: Mapping, plan: Mapping) -> list[str]:
+    """'2 process(es) (this run: 1)' for each setting the checkpoint's run had otherwise than this one."""
+    return [f"{form.format(saved[key])} (this run: {plan[key]})"
+            for key, form in DATA_POSITION if key in saved and saved[key] != plan[key]]
 
 
 def _foreign(path: Path) -> str:
@@ -385,8 +426,11 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
     max_steps = schedule_steps(cfg.epochs, steps_per_epoch) if cfg.epochs else recipe.max_steps
     ckpt = Checkpointer(cfg.checkpoint_dir, every=recipe.ckpt_every, keep=recipe.keep_ckpts, enabled=info.is_main,
                         log=log)
+    extra = {"max_steps": max_steps, "model_config": dataclasses.asdict(model.cfg), "recipe": recipe.name,
+             "seed": cfg.seed, "batch_size": recipe.batch_size, "world_size": info.world_size,
+             "train_frames": len(dataset)}
     # Every rank loads the same file before DDP is built, so optimizer state matches on all of them.
-    step = restore(ckpt, cfg, model, opt, max_steps, log, device)
+    step = restore(ckpt, cfg, model, opt, extra, log, device)
     ddp = data_parallel(model, recipe, info)
     log(f"recipe {recipe.name}: {info.world_size} process(es) x batch {recipe.batch_size}, {max_steps} steps, "
         f"{steps_per_epoch} steps/epoch, input {recipe.input_size}, width {recipe.model.width}, device {device}, "
@@ -397,8 +441,6 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
 
     start, images, last, result = time.time(), 0, {}, {}
     stop = min(max_steps, cfg.stop_after) if cfg.stop_after else max_steps
-    extra = {"max_steps": max_steps, "model_config": dataclasses.asdict(model.cfg), "recipe": recipe.name,
-             "seed": cfg.seed, "batch_size": recipe.batch_size}
     ddp.train()
     with GracefulStop() as signalled:
         while step < stop and not signalled.requested:
@@ -467,6 +509,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     info = setup_distributed(cfg.backend)
     try:
         summary = train(cfg, info)
+    except RuntimeError as e:
+        if (died := worker_died(e)) is None:
+            raise
+        raise died from None
     finally:
         teardown()
     return STOPPED_EXIT_CODE if summary["signalled"] and not summary["finished"] else 0

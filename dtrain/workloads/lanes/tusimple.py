@@ -131,10 +131,13 @@ def json_lines(path: Path) -> Iterator[tuple[int, object]]:
     """(1-based line number, decoded object) of each non-blank line of a JSON-lines file.
 
     A line that is not UTF-8 or not JSON raises DataError naming the file and line (a byte-order
-    mark at the start of the file is allowed, as some editors write one).
+    mark at the start of the file is allowed, as some editors write one). Lines end at LF, CRLF or
+    a lone CR, as in the official LaneEval, which reads `open(file).readlines()` in text mode.
     """
+    lineno = 0
     with path.open("rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+        for raw in (line for chunk in f for line in chunk.splitlines()):  # bytes split at \n, \r\n, \r only
+            lineno += 1
             try:
                 line = raw.decode("utf-8-sig" if lineno == 1 else "utf-8")
             except UnicodeDecodeError as e:
