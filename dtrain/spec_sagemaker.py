@@ -16,6 +16,8 @@ from dtrain.names import shown
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}\Z")  # SageMaker's ChannelName pattern
 HP_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-\.]{0,255}\Z")
 INSTANCE_RE = re.compile(r"^ml\.[a-z0-9\-]+\.[a-z0-9]+\Z")
+TOOLKIT_PREFIX = "sagemaker_"  # hyperparameters the training toolkit keeps for itself
+FSX_MOUNT_RE = re.compile(r"^[A-Za-z0-9_\-]{1,8}\Z")  # an FSx for Lustre file system's MountName
 URI_SCHEMES = ("s3://", "efs://", "fsx://", "file://")
 MAX_RUNTIME_S = 28 * 24 * 3600  # SageMaker's upper bound on MaxRuntimeInSeconds
 MAX_VOLUME_GB = 16384  # the largest ML storage volume SageMaker attaches
@@ -40,6 +42,12 @@ class Channel:
         if self.uri.startswith(("efs://", "fsx://")) and not re.match(r"^fs-[0-9a-f]{8,18}\Z", self.uri[6:].split("/")[0]):
             raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: name the file system by its id, "
                             f"e.g. efs://fs-0123456789abcdef0/data")
+        if self.uri.startswith("fsx://") and not FSX_MOUNT_RE.match(self.uri[6:].partition("/")[2].split("/")[0]):
+            # SageMaker's DirectoryPath on FSx for Lustre is /MOUNTNAME/PATH (aws fsx describe-file-systems
+            # names it, LustreConfiguration.MountName); "/" alone is refused.
+            raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: an FSx for Lustre path starts "
+                            f"with the file system's mount name (aws fsx describe-file-systems: MountName), "
+                            f"e.g. fsx://fs-0123456789abcdef0/abcdefgh/cifar10")
         if self.uri.startswith("file://") and not self.uri[7:].startswith("/"):
             raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: use an absolute path, file:///data/cifar")
 
@@ -66,6 +74,11 @@ def parse_hyperparameters(items) -> dict[str, str]:
         key, sep, value = str(item).partition("=")
         if not sep or not HP_KEY_RE.match(key):
             raise SpecError(f"invalid --hp {shown(item)}: use KEY=VALUE, e.g. --hp epochs=2")
+        if key.startswith(TOOLKIT_PREFIX):
+            # The toolkit reads these names itself (one turns on torchrun, another names the program)
+            # and never passes them to the script.
+            raise SpecError(f"invalid --hp {shown(key)}: names starting with {TOOLKIT_PREFIX} belong to the "
+                            f"SageMaker training toolkit, which never passes them to the script; rename it")
         out[key] = value
     return out
 

@@ -134,3 +134,36 @@ def test_cifar10_sigterm_checkpoints_the_step_it_stopped_at_and_resumes_exactly(
     subprocess.run([*args, "--model-dir", str(split)], env=env, check=True, timeout=300)
     a, b = torch.load(tmp_path / "straight" / "model.pth"), torch.load(split / "model.pth")
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_cifar10_sigterm_to_the_process_group_checkpoints_with_loader_workers(tmp_path):
+    """torchrun (and the local backend, and Ctrl-C) signal a rank's whole group, its loader workers
+    too: a worker killed by that SIGTERM made the training raise 'DataLoader worker (pid N) is killed
+    by signal: Terminated' mid-step, with no checkpoint, so the rerun began again at step 0."""
+    import contextlib
+
+    from dtrain.training import read_metrics
+    from dtrain.workloads.cifar10.data import write_synthetic
+
+    data = tmp_path / "data"
+    write_synthetic(data, fmt="python", n_train=600, n_test=20, seed=3)
+    out = tmp_path / "run"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(data),
+                             "--epochs", "50", "--batch-size", "2", "--num-workers", "2", "--checkpoint-every", "1000",
+                             "--log-interval", "0", "--model-dir", str(out)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # a group of its own, as torchrun starts each rank
+    try:
+        metrics = out / "metrics.jsonl"
+        while proc.poll() is None and not (metrics.exists() and len(metrics.read_text().splitlines()) >= 5):
+            time.sleep(0.02)
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        _out, err = proc.communicate(timeout=120)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)  # a worker left behind
+    assert proc.returncode == 143 and "Traceback" not in err, err
+    stopped = max(m["step"] for m in read_metrics(metrics))
+    assert [p.name for p in out.glob("ckpt-*.pt")] == [f"ckpt-{stopped}.pt"]

@@ -14,27 +14,30 @@ of a job (the spec stored at submit, an ended job's description) is kept under t
 from __future__ import annotations
 
 import importlib.util
+import io
 import json
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dtrain.backends.base import Backend, JobInfo, LogLine, NodeInfo
+from dtrain.backends.base import Backend, JobInfo, JobStatus, LogLine, NodeInfo
 from dtrain.backends.sagemaker import logs as cwlogs
-from dtrain.backends.sagemaker.clients import Clients, aws_call, aws_clients
+from dtrain.backends.sagemaker.clients import Clients, aws_call, aws_clients, read_body
 from dtrain.backends.sagemaker import render, status
 from dtrain.backends.sagemaker.archive import check_generated, new_folder, pack_source, unpack
 from dtrain.backends.sagemaker.config import LOCAL_BUCKET, SageMakerConfig
 from dtrain.backends.sagemaker.contract import decode
 from dtrain.backends.sagemaker.facts import ENDED, JobFacts, plain, settled
 from dtrain.backends.sagemaker.validate import check_request
-from dtrain.errors import BackendError, ConflictError, NotFoundError, NotSupportedError, SpecError
+from dtrain.errors import BackendError, ConflictError, NotFoundError, NotSupportedError, QuotaError, SpecError
 from dtrain.names import check_name
 from dtrain.spec import JobSpec
 
 MAX_LIST = 1000  # jobs `list` reads from SageMaker (newest first)
+MAX_SPEC_BYTES = 1 << 20  # a stored job spec is a few KiB (a job file is at most 1 MiB)
 AWS_WAIT_POLL = 5.0  # seconds between DescribeTrainingJob calls of `dtrain wait`
 
 
@@ -124,6 +127,12 @@ class SageMakerBackend(Backend):
             check_request("sagemaker", "CreateTrainingJob", _as_if_on_aws(req))
         plan = render.upload_plan(spec, cfg, cwd=self.cwd or os.getcwd())
         check_generated(plan.source_dir, {render.ENTRY: plan.entry} if plan.entry else {})
+        if spec.launcher == "torchrun" and os.path.lexists(os.path.join(plan.source_dir, "setup.py")):
+            # The toolkit runs a code folder holding setup.py as a Python package, and its torchrun launch
+            # refuses one ("Python packages are not supported for torch_distributed"): the job would fail.
+            raise SpecError(f"{os.path.join(plan.source_dir, 'setup.py')}: SageMaker's training toolkit runs a code "
+                            f"folder holding setup.py as a Python package, which its torchrun launch refuses; "
+                            f"point --source-dir at a folder without setup.py")
         return req, plan
 
     def _render(self, spec: JobSpec) -> list[dict]:
@@ -228,9 +237,14 @@ class SageMakerBackend(Backend):
             return None
         bucket, _, key = source[5:].partition("/")
         key = key.rsplit("/", 2)[0] + "/" + render.SPEC_FILE
+        text = io.BytesIO()
         try:
-            body = aws_call("S3 read of the job spec", clients.s3.get_object, Bucket=bucket, Key=key)["Body"]
-            return json.loads(body.read())
+            got = aws_call("S3 read of the job spec", clients.s3.get_object, Bucket=bucket, Key=key)
+            with got["Body"] as body:
+                if not isinstance(got.get("ContentLength"), int) or got["ContentLength"] > MAX_SPEC_BYTES:
+                    return None  # not a spec dtrain wrote: read whole, it could fill the memory
+                read_body("S3 read of the job spec", body, text)  # a body cut short is one line, as a refusal
+            return json.loads(text.getvalue())
         except NotFoundError:
             return None
         except (BackendError, ValueError):
@@ -289,9 +303,13 @@ class SageMakerBackend(Backend):
             first=self.pace.first, most=self.pace.first, status=0.0)
         tokens: dict[str, str | None] = {}  # per stream: a host has one per start of its container
         wait, waited, ended = pace.first, pace.status, False  # waited: seconds since the status was asked
+        logged = False  # whether any host has a stream yet
         while True:
             found = cwlogs.streams(clients.logs, name)
             picked = {r: s for r, s in found.items() if rank is None or r == rank}
+            logged = logged or bool(found)
+            if not found and not follow:
+                self._no_lines(clients, name)
             if rank is not None and not picked and not follow and rank not in found:
                 hosts = ", ".join(str(r) for r in sorted(found)) or "none yet"
                 raise NotFoundError(f"job {name!r} has no host for --rank {rank} (ranks with logs: {hosts})")
@@ -305,6 +323,8 @@ class SageMakerBackend(Backend):
             yield from cwlogs.merged(batches, tail=tail)
             new = any(batches.values())
             if not follow or ended and not new:
+                if follow and not logged:
+                    self._no_lines(clients, name)
                 return
             tail = None
             if not ended and waited >= pace.status:
@@ -314,6 +334,14 @@ class SageMakerBackend(Backend):
             wait = pace.first if new else min(pace.most, wait * 2)
             self._sleep(wait)
             waited += wait
+
+    def _no_lines(self, clients: Clients, name: str) -> None:
+        """A job that failed or stopped before any host logged (an image or data that could not be fetched,
+        a stop while instances launched) has no streams, and an empty answer would hide why: say it."""
+        state, message = status.job_status(self._describe(clients, name))
+        if state.terminal and state != JobStatus.SUCCEEDED:
+            raise NotFoundError(f"job {name!r} ended {state.value} before any host logged a line"
+                                f"{': ' + message if message else ''}; see dtrain describe job {name}")
 
     def _delete(self, name: str) -> JobInfo:
         clients = self._clients_for(name)
@@ -345,14 +373,19 @@ class SageMakerBackend(Backend):
         bucket, _, key = uri[5:].partition("/")
         to = new_folder(to)  # before the download, which may be gigabytes
         try:
-            body = aws_call("S3 download of model.tar.gz", clients.s3.get_object, Bucket=bucket, Key=key)["Body"]
+            got = aws_call("S3 download of model.tar.gz", clients.s3.get_object, Bucket=bucket, Key=key)
         except NotFoundError:  # SageMaker names the URI before it uploads there, and a job may end before
             raise NotFoundError(f"job {name!r} is {status} and {uri} does not exist: SageMaker uploads "
                                 f"/opt/ml/model when the job ends; see dtrain describe job {name}") from None
+        body, size = got["Body"], got.get("ContentLength")
+        size = size if isinstance(size, int) else None
         # Beside the target, on its file system: $TMPDIR is often a RAM-backed tmpfs, smaller than a model
-        with tempfile.NamedTemporaryFile(prefix=f".{to.name}.", suffix=".tar.gz", dir=to.parent) as tmp:
-            for chunk in iter(lambda: body.read(1 << 20), b""):
-                tmp.write(chunk)
+        with body, tempfile.NamedTemporaryFile(prefix=f".{to.name}.", suffix=".tar.gz", dir=to.parent) as tmp:
+            free = shutil.disk_usage(to.parent).free
+            if size is not None and size > free:  # said before a download that would fill the disk
+                raise QuotaError(f"{uri} is {size} bytes and {to.parent} has {free} bytes free: free space there "
+                                 f"or pick a --to folder on a larger disk")
+            read_body(f"S3 download of {uri}", body, tmp, total=size)
             tmp.flush()
             return unpack(tmp.name, to)
 

@@ -95,3 +95,23 @@ def aws_call(what: str, fn: Callable, **kw) -> Any:
         if isinstance(kw.get("Bucket"), str):
             hint = hint.replace("s3://BUCKET", f"s3://{kw['Bucket']}")
         raise BackendError(f"{what}: {code}: {message}; {hint}") from None
+
+
+def read_body(what: str, body: Any, out: Any, *, total: int | None = None, chunk: int = 1 << 20) -> int:
+    """Copy an S3 object's streaming body into the binary file `out`; bytes copied. botocore raises
+    a connection that breaks or stalls midway from `read` (IncompleteReadError, ResponseStreamingError,
+    ReadTimeoutError), long after get_object returned: one line here, as every AWS refusal."""
+    done = 0
+    while True:
+        try:
+            block = body.read(chunk)
+        except Exception as err:
+            if _botocore_line(what, err) is None:
+                raise
+            of = f" of {total}" if total is not None else ""
+            raise BackendError(f"{what} broke off after {done}{of} bytes ({type(err).__name__}: "
+                               f"{cut(err, MAX_MESSAGE)}); nothing was kept: run the command again") from None
+        if not block:
+            return done
+        out.write(block)
+        done += len(block)

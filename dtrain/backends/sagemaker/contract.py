@@ -10,7 +10,8 @@ What a training container sees on host `algo-i` (the SageMaker training toolkit'
     /opt/ml/model/  /opt/ml/output/  /opt/ml/checkpoints/
     SM_HOSTS SM_CURRENT_HOST SM_NUM_GPUS SM_NUM_CPUS SM_CHANNELS SM_CHANNEL_<NAME> SM_MODEL_DIR
     SM_OUTPUT_DIR SM_OUTPUT_DATA_DIR SM_HPS SM_HP_<NAME> SM_USER_ARGS SM_USER_ENTRY_POINT
-    SM_RESOURCE_CONFIG SM_INPUT_DATA_CONFIG SM_TRAINING_ENV ... and the request's Environment
+    SM_RESOURCE_CONFIG SM_INPUT_DATA_CONFIG SM_TRAINING_ENV ... (every SM_* the toolkit exports),
+    SageMaker's TRAINING_JOB_NAME and TRAINING_JOB_ARN, and the request's Environment
 
 The launch follows the toolkit: torch_distributed -> torchrun on every host (nnodes = hosts,
 node rank = host index, rendezvous at algo-1); mpi -> mpirun from algo-1; otherwise the program.
@@ -85,30 +86,75 @@ def env_value(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
-def environment(req: dict, host: str, *, num_cpus: int) -> dict[str, str]:
-    hps = user_hyperparameters(req)
-    channels = sorted(input_data_config(req))
-    sm_hps = req.get("HyperParameters") or {}
-    env = {
-        "SM_HOSTS": json.dumps(hosts(req)), "SM_CURRENT_HOST": host, "SM_NUM_GPUS": "0", "SM_NUM_CPUS": str(num_cpus),
-        "SM_CURRENT_INSTANCE_TYPE": req["ResourceConfig"]["InstanceType"], "SM_NETWORK_INTERFACE_NAME": "lo",
-        "SM_MODEL_DIR": MODEL_DIR, "SM_OUTPUT_DIR": f"{OPT_ML}/output", "SM_OUTPUT_DATA_DIR": f"{OPT_ML}/output/data",
-        "SM_INPUT_DIR": f"{OPT_ML}/input", "SM_INPUT_CONFIG_DIR": f"{OPT_ML}/input/config",
-        "SM_CHANNELS": json.dumps(channels), "SM_HPS": env_value(hps), "SM_USER_ARGS": env_value(user_args(req)),
-        "SM_USER_ENTRY_POINT": decode(sm_hps.get("sagemaker_program", '""')),
-        "SM_MODULE_DIR": decode(sm_hps.get("sagemaker_submit_directory", '""')),
-        "SM_LOG_LEVEL": str(decode(sm_hps.get("sagemaker_container_log_level", "20"))),
-        "SM_RESOURCE_CONFIG": json.dumps(resource_config(req, host)),
-        "SM_INPUT_DATA_CONFIG": json.dumps(input_data_config(req)),
+# The sagemaker_* hyperparameters the toolkit keeps to itself; the others are its framework parameters.
+TOOLKIT_OWN = ("sagemaker_program", "sagemaker_submit_directory", "sagemaker_enable_cloudwatch_metrics",
+               "sagemaker_region", "sagemaker_container_log_level", "sagemaker_job_name", "sagemaker_module_name",
+               "sagemaker_tuning_objective_metric", "sagemaker_s3_output")
+DISTRIBUTED = ("sagemaker_mpi_enabled", "sagemaker_torch_distributed_enabled")  # of those dtrain sends
+
+
+LOCAL_ACCOUNT = "000000000000"
+
+
+def job_arn(name: str) -> str:
+    """The ARN a --local job is known by (SageMaker's shape, a local region and account)."""
+    return f"arn:aws:sagemaker:local:{LOCAL_ACCOUNT}:training-job/{name}"
+
+
+def training_env(req: dict, host: str, *, num_cpus: int) -> dict[str, Any]:
+    """The toolkit's Environment as a mapping (SM_TRAINING_ENV; SM_<KEY> each): every property it has,
+    for a homogeneous cluster without GPUs, Neuron cores or SageMaker's data-parallel libraries."""
+    sm = {k: decode(v) for k, v in (req.get("HyperParameters") or {}).items() if k.startswith("sagemaker_")}
+    framework = {k: v for k, v in sm.items() if k not in TOOLKIT_OWN}
+    names, channels = hosts(req), sorted(input_data_config(req))
+    resources = resource_config(req, host)
+    group = resources["current_group_name"]
+    distributed = [group] if any(framework.get(k) for k in DISTRIBUTED) else []
+    program = str(sm.get("sagemaker_program"))
+    return {
+        "additional_framework_parameters": framework,
+        "channel_input_dirs": {c: f"{OPT_ML}/input/data/{c}" for c in channels},
+        "current_host": host, "current_instance_group": group, "current_instance_group_hosts": names,
+        "current_instance_type": resources["current_instance_type"],
+        "distribution_hosts": names if distributed else [], "distribution_instance_groups": distributed,
+        "framework_module": None, "hosts": names, "hyperparameters": user_hyperparameters(req),
+        "input_config_dir": f"{OPT_ML}/input/config", "input_data_config": input_data_config(req),
+        "input_dir": f"{OPT_ML}/input", "instance_groups": [group],
+        "instance_groups_dict": {group: resources["instance_groups"][0]}, "is_hetero": False,
+        "is_master": host == names[0], "is_modelparallel_enabled": None, "is_smddpmprun_installed": False,
+        "is_smddprun_installed": False, "job_name": req.get("TrainingJobName", ""),
+        "log_level": sm.get("sagemaker_container_log_level", 20), "master_hostname": names[0], "model_dir": MODEL_DIR,
+        "module_dir": str(sm.get("sagemaker_submit_directory", CODE_DIR)),
+        "module_name": program[:-3] if program.endswith(".py") else program, "network_interface_name": "lo",
+        "num_cpus": num_cpus, "num_gpus": 0, "num_neurons": 0, "output_data_dir": f"{OPT_ML}/output/data",
+        "output_dir": f"{OPT_ML}/output", "output_intermediate_dir": f"{OPT_ML}/output/intermediate",
+        "resource_config": resources, "topology": [], "user_entry_point": sm.get("sagemaker_program"),
     }
-    env["SM_MODULE_NAME"] = posixpath.splitext(env["SM_USER_ENTRY_POINT"])[0]
-    env.update({f"SM_CHANNEL_{c.upper()}": f"{OPT_ML}/input/data/{c}" for c in channels})
-    env.update({f"SM_HP_{k.upper()}": env_value(v) for k, v in hps.items()})
-    env["SM_TRAINING_ENV"] = json.dumps({"hosts": hosts(req), "current_host": host, "hyperparameters": hps,
-                                         "channel_input_dirs": {c: env[f"SM_CHANNEL_{c.upper()}"] for c in channels},
-                                         "model_dir": MODEL_DIR, "user_entry_point": env["SM_USER_ENTRY_POINT"]})
-    env.update(req.get("Environment") or {})
-    return env
+
+
+# The Environment properties the toolkit exports as SM_<NAME> (its to_env_vars), besides those below.
+EXPORTED = ("hosts", "network_interface_name", "user_entry_point", "resource_config", "input_data_config",
+            "output_data_dir", "current_host", "current_instance_type", "current_instance_group",
+            "current_instance_group_hosts", "instance_groups", "instance_groups_dict", "distribution_instance_groups",
+            "is_hetero", "module_name", "log_level", "framework_module", "input_dir", "input_config_dir",
+            "output_dir", "num_cpus", "num_gpus", "num_neurons", "model_dir", "module_dir", "output_intermediate_dir")
+
+
+def environment(req: dict, host: str, *, num_cpus: int) -> dict[str, str]:
+    """What the job's processes find in their environment: SageMaker's own variables (TRAINING_JOB_NAME,
+    TRAINING_JOB_ARN), those the toolkit sets for itself (CURRENT_HOST, SAGEMAKER_JOB_NAME,
+    SAGEMAKER_REGION), its SM_* variables (Environment.to_env_vars) and the request's Environment."""
+    env = training_env(req, host, num_cpus=num_cpus)
+    hps, dirs = env["hyperparameters"], env["channel_input_dirs"]
+    exported = {**{k: env[k] for k in EXPORTED}, "hps": hps, "channels": sorted(dirs), "training_env": env,
+                "framework_params": env["additional_framework_parameters"], "user_args": user_args(req),
+                **{f"channel_{c}": d for c, d in dirs.items()}, **{f"hp_{k}": v for k, v in hps.items()}}
+    sm = {k: decode(v) for k, v in (req.get("HyperParameters") or {}).items() if k.startswith("sagemaker_")}
+    name = req.get("TrainingJobName", "")
+    return {"TRAINING_JOB_NAME": name, "TRAINING_JOB_ARN": job_arn(name), "CURRENT_HOST": host,
+            "SAGEMAKER_JOB_NAME": str(sm.get("sagemaker_job_name", "")),
+            "SAGEMAKER_REGION": str(sm.get("sagemaker_region", "")),
+            **{f"SM_{k.upper()}": env_value(v) for k, v in exported.items()}, **(req.get("Environment") or {})}
 
 
 @dataclass(frozen=True, kw_only=True)

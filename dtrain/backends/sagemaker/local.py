@@ -25,10 +25,10 @@ from pathlib import Path
 from dtrain.procs import Ident, signal_process, spawn_detached
 from dtrain.replace import replace_file, replacing
 from dtrain.backends.sagemaker.clients import Clients
+from dtrain.backends.sagemaker.contract import job_arn
 
 ROOT = "sagemaker-local"
 MAX_LOCAL_HOSTS = 16  # each host is a process tree with its own copy of the code on this one machine
-ACCOUNT = "000000000000"
 
 
 class LocalAWSError(Exception):
@@ -106,7 +106,7 @@ class LocalSageMaker:
         return {"TrainingJobArn": self._arn(name)}
 
     def _arn(self, name: str) -> str:
-        return f"arn:aws:sagemaker:local:{ACCOUNT}:training-job/{name}"
+        return job_arn(name)
 
     def _reconcile(self, name: str) -> dict:
         d = self.job_dir(name)
@@ -165,11 +165,21 @@ class LocalS3:
     def __init__(self, root: Path):
         self.root = root
 
-    def path(self, bucket: str, key: str) -> Path:
+    def path(self, bucket: str, key: str, *, prefix: bool = False) -> Path:
+        """The file of s3://BUCKET/KEY (`prefix`: the folder of a prefix, the bucket's for an empty one).
+        A job's /opt/ml/checkpoints is a folder of this store (its checkpoint URI may be any prefix, its
+        own output's or another job's): a link one leaves on the way is refused, never followed."""
         parts = [p for p in key.split("/") if p]
-        if not bucket or "/" in bucket or bucket.startswith(".") or any(p in (".", "..") for p in parts) or not parts:
+        if not bucket or "/" in bucket or bucket.startswith(".") or any(p in (".", "..") for p in parts) or \
+                not (parts or prefix):
             raise LocalAWSError("InvalidArgument", f"refusing the key s3://{bucket}/{key}")
-        return self.root.joinpath(bucket, *parts)
+        path = self.root
+        for part in (bucket, *parts):
+            path = path / part
+            if path.is_symlink():
+                raise LocalAWSError("InvalidArgument", f"refusing s3://{bucket}/{key}: {path} is a link (a job's, left "
+                                                       f"in its checkpoint folder), which the local S3 never follows")
+        return path
 
     def put_object(self, *, Bucket: str, Key: str, Body, **_kw) -> dict:  # noqa: N803
         path = self.path(Bucket, Key)
@@ -185,7 +195,8 @@ class LocalS3:
         path = self.path(Bucket, Key)
         if not path.is_file():
             raise LocalAWSError("NoSuchKey", f"s3://{Bucket}/{Key} does not exist")
-        return {"Body": open(path, "rb")}
+        body = open(path, "rb")
+        return {"Body": body, "ContentLength": os.fstat(body.fileno()).st_size}
 
 
 class LocalLogs:

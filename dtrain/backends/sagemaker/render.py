@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from dtrain.backends.sagemaker.config import SageMakerConfig
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec
-from dtrain.spec_sagemaker import Channel, SageMakerOptions
+from dtrain.spec_sagemaker import TOOLKIT_PREFIX, Channel, SageMakerOptions
 
 ENTRY = "dtrain_entry.py"  # written into the source archive when the command is not `python X.py`
 SOURCE_ARCHIVE = "sourcedir.tar.gz"
@@ -93,7 +93,7 @@ def _flags(args: list[str]) -> tuple[list[str], dict[str, str]]:
             if i + 1 >= len(rest) or rest[i + 1].startswith("--"):
                 return args, {}  # a bare flag cannot travel as a hyperparameter
             value, i = rest[i + 1], i + 1
-        if key in hps or key.startswith("sagemaker_"):
+        if key in hps or key.startswith(TOOLKIT_PREFIX):
             return args, {}  # a repeated flag (hyperparameters hold one value a name) or a toolkit name
         if len(key) == 1:  # the training toolkit passes a one-letter hyperparameter back as `-k`, not `--k`
             return args, {}

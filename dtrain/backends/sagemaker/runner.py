@@ -25,6 +25,7 @@ import stat
 import subprocess
 import sys
 import tarfile
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -65,6 +66,10 @@ class Runner:
 
     # ---- 1. Downloading -----------------------------------------------------------------
     def s3_path(self, uri: str) -> Path:
+        """Where a file:// or s3:// URI's data is on this machine; no link a job left is followed in the S3 folder."""
+        if uri.startswith("s3://"):
+            bucket, _, key = uri[len("s3://"):].partition("/")
+            return self.s3.path(bucket, key, prefix=True)
         return Path(contract.local_path(uri, str(self.s3.root)))
 
     def prepare(self) -> dict[str, Path]:
@@ -87,6 +92,10 @@ class Runner:
             for ch in channels:
                 (h / "input" / "data" / ch).mkdir(exist_ok=True)  # mount points
             unpack(archive, h / "code")
+            if (h / "code" / "requirements.txt").is_file():
+                self.note(host, "requirements.txt: on SageMaker the training toolkit runs pip install -r "
+                                "requirements.txt before the script (with --network-isolation PyPI is out of reach); "
+                                "--local installs nothing: the job runs with this machine's Python")
             cfg = h / "input" / "config"
             write_json(cfg / "hyperparameters.json", self.req.get("HyperParameters") or {})
             write_json(cfg / "resourceconfig.json", contract.resource_config(self.req, host))
@@ -166,15 +175,17 @@ class Runner:
         names = contract.hosts(self.req)
         first = hosts[names[0]]
         out = self.req["OutputDataConfig"]["S3OutputPath"].rstrip("/") + f"/{self.name}/output/"
+        bucket, _, key = out[len("s3://"):].partition("/")
         for folder, archive in ((first / "model", "model.tar.gz"), (first / "output" / "data", "output.tar.gz")):
-            target = self.s3_path(out + archive)
-            target.parent.mkdir(parents=True, exist_ok=True)
-            with tarfile.open(target, "w:gz") as tar:
-                for path, arcname, why in archive_entries(folder):
-                    if why:
-                        self.note(names[0], f"{archive}: left out {why}")
-                    else:
-                        tar.add(path, arcname=arcname, recursive=False)
+            with tempfile.TemporaryFile(dir=self.dir) as packed:  # put whole, as S3 does, never through a link
+                with tarfile.open(fileobj=packed, mode="w:gz") as tar:
+                    for path, arcname, why in archive_entries(folder):
+                        if why:
+                            self.note(names[0], f"{archive}: left out {why}")
+                        else:
+                            tar.add(path, arcname=arcname, recursive=False)
+                packed.seek(0)
+                self.s3.put_object(Bucket=bucket, Key=key + archive, Body=packed)
 
     def note(self, host: str, text: str) -> None:
         """A line of the platform's in the host's log stream (the job's own lines come through _pump)."""

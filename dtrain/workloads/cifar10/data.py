@@ -68,22 +68,32 @@ class _CifarUnpickler(pickle.Unpickler):
 # ---------------------------------------------------------------- reading
 
 
-def find_root(data_dir: str | os.PathLike) -> tuple[Path, str]:
-    """Locate the batch folder under `data_dir`; returns (folder, 'python' | 'binary')."""
+def find_root(data_dir: str | os.PathLike, split: str = "train") -> tuple[Path, str]:
+    """Locate the batch folder under `data_dir`; returns (folder, 'python' | 'binary'). For the test
+    split a folder holding only test_batch is one too (a SageMaker 'test' channel); else the train
+    batches' folder, where _batch_files names a missing test_batch."""
     base = Path(data_dir)
     if base.exists() and not base.is_dir():
         raise DataError(f"CIFAR10 data folder {base} is a file, not a folder: give the folder holding {PY_DIR}/ "
                         f"or {BIN_DIR}/ (unpack cifar-10-python.tar.gz first)")
     if not base.is_dir():
-        raise DataError(f"CIFAR10 data folder {base} does not exist; pass --data-dir or set SM_CHANNEL_TRAINING")
+        where = "--test-dir (a SageMaker 'test' channel)" if split == "test" else \
+            "--data-dir or set SM_CHANNEL_TRAINING"
+        raise DataError(f"CIFAR10 data folder {base} does not exist; pass {where}")
+    if split == "test":
+        for folder, fmt, name in ((base / PY_DIR, "python", "test_batch"), (base, "python", "test_batch"),
+                                  (base / BIN_DIR, "binary", "test_batch.bin"), (base, "binary", "test_batch.bin")):
+            if (folder / name).is_file():
+                return folder, fmt
     for folder in (base / PY_DIR, base):
         if (folder / "data_batch_1").is_file():
             return folder, "python"
     for folder in (base / BIN_DIR, base):
         if (folder / "data_batch_1.bin").is_file():
             return folder, "binary"
+    first = "test_batch" if split == "test" else "data_batch_1"
     raise DataError(
-        f"no CIFAR10 batches in {base}: expected {PY_DIR}/data_batch_1 or {BIN_DIR}/data_batch_1.bin "
+        f"no CIFAR10 batches in {base}: expected {PY_DIR}/{first} or {BIN_DIR}/{first}.bin "
         f"(create synthetic ones with: python -m dtrain.workloads.cifar10 synth --out {base})"
     )
 
@@ -183,7 +193,7 @@ def load_split(data_dir: str | os.PathLike, split: str) -> tuple[np.ndarray, np.
     """All batches of `split` ('train' or 'test'): (uint8 (N, 3, 32, 32), int64 (N,))."""
     if split not in ("train", "test"):
         raise SpecError(f"split {split!r} is not 'train' or 'test'")
-    folder, fmt = find_root(data_dir)
+    folder, fmt = find_root(data_dir, split)
     read = read_binary_batch if fmt == "binary" else read_python_batch
     parts = [read(p) for p in _batch_files(folder, fmt, split)]
     return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])

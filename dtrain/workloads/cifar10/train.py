@@ -53,6 +53,7 @@ from dtrain.training import (
     all_reduce_sum,
     checkpoint_dir,
     detect_runtime,
+    leave_stop_to_parent,
     save_atomic,
     setup_distributed,
     teardown,
@@ -90,6 +91,7 @@ LIMITS: dict[str, tuple[int, int]] = {
 class TrainConfig:
     data_dir: str  # folder holding cifar-10-batches-py/ or cifar-10-batches-bin/
     model_dir: str  # rank 0 writes model.pth here (default: the platform's model folder, else ./model)
+    test_dir: str | None = None  # folder holding the test batch; None: data_dir (SageMaker: a 'test' channel)
     batch_size: int = 4  # images per step PER PROCESS; the global batch is world_size x this
     epochs: int = 2  # passes over the training set
     lr: float = 0.001  # SGD learning rate
@@ -119,6 +121,11 @@ def _platform_paths(env: Mapping[str, str] | None = None) -> dict[str, str]:
         out["data_dir"] = env["SM_CHANNEL_TRAINING"]
     elif OPT_ML_TRAINING.is_dir():  # SageMaker's layout, in a container without the training toolkit
         out["data_dir"] = str(OPT_ML_TRAINING)
+    # SageMaker examples often give the test set its own channel ({"train": ..., "test": ...}).
+    if env.get("SM_CHANNEL_TEST", "").strip():
+        out["test_dir"] = env["SM_CHANNEL_TEST"]
+    elif OPT_ML_TEST.is_dir():
+        out["test_dir"] = str(OPT_ML_TEST)
     if env.get("SM_MODEL_DIR", "").strip():
         out["model_dir"] = env["SM_MODEL_DIR"]
     elif env.get("DTRAIN_MODEL_DIR", "").strip():
@@ -161,9 +168,25 @@ def _hyperparameter_defaults(env: Mapping[str, str] | None = None) -> dict[str, 
 
 
 HYPERPARAMETERS_FILE = Path("/opt/ml/input/config/hyperparameters.json")  # SageMaker's, values JSON-encoded strings
-OPT_ML_TRAINING, OPT_ML_MODEL = Path("/opt/ml/input/data/training"), Path("/opt/ml/model")
+OPT_ML_DATA = Path("/opt/ml/input/data")  # a folder per channel
+OPT_ML_TRAINING, OPT_ML_TEST, OPT_ML_MODEL = OPT_ML_DATA / "training", OPT_ML_DATA / "test", Path("/opt/ml/model")
 OPT_ML_OUTPUT_DATA = Path("/opt/ml/output/data")
 OPT_ML_CHECKPOINTS = Path(SAGEMAKER_CHECKPOINT_DIR)
+READ_CHANNELS = ("training", "test")  # the SageMaker channels this workload reads
+
+
+def sagemaker_channels(env: Mapping[str, str] | None = None) -> list[str]:
+    """The job's SageMaker channel names: $SM_CHANNELS (the toolkit's), else the folders of
+    /opt/ml/input/data (a container without it); [] elsewhere."""
+    env = os.environ if env is None else env
+    raw = env.get("SM_CHANNELS", "").strip()
+    if raw:
+        try:
+            names = json.loads(raw)
+        except json.JSONDecodeError:
+            return []
+        return sorted(str(n) for n in names) if isinstance(names, list) else []
+    return sorted(p.name for p in OPT_ML_DATA.iterdir() if p.is_dir()) if OPT_ML_DATA.is_dir() else []
 
 
 def _launch_env() -> dict[str, str] | None:
@@ -228,6 +251,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     add("backend", str, "nccl | gloo (default: nccl on GPU, gloo on CPU)")
     add("device", str, "cpu | cuda (default: cuda when available)")
     add("data_dir", str, "CIFAR10 folder (default: $SM_CHANNEL_TRAINING on SageMaker)")
+    add("test_dir", str, "folder holding the test batch (default: $SM_CHANNEL_TEST on SageMaker, else --data-dir)")
     add("model_dir", str, "where rank 0 saves model.pth (default: $SM_MODEL_DIR on SageMaker, else "
         "$DTRAIN_MODEL_DIR (a job of this platform's), else ./model)")
     add("seed", int, "random seed (default 0)")
@@ -254,6 +278,11 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
             default = d[name].default
             a[name] = paths.get(name, None if default is MISSING else default)
     if not a["data_dir"]:
+        given = sagemaker_channels()
+        if given:
+            raise SpecError(f"no 'training' channel among this job's SageMaker channels ({', '.join(given)}): the "
+                            f"CIFAR10 data must come as the channel named training (the test batch may come as "
+                            f"'test'), e.g. --channel training=s3://BUCKET/cifar10; or pass --data-dir")
         raise SpecError("no CIFAR10 data: pass --data-dir DIR (or run under SageMaker with a 'training' channel)")
     a["model_dir"] = a["model_dir"] or "model"
     types = {f.name: f.type for f in fields(TrainConfig)}
@@ -381,11 +410,13 @@ def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, info: Dis
 
 def train(cfg: TrainConfig) -> dict[str, float]:
     """Run training and evaluation; returns the final metrics (on every rank)."""
-    find_root(cfg.data_dir)  # a wrong --data-dir is named before any folder is made
+    find_root(cfg.data_dir)  # a wrong --data-dir (or --test-dir) is named before any folder is made
+    if cfg.test_dir:
+        find_root(cfg.test_dir, "test")
     launch_env = _launch_env()
     cfg = _replace(cfg, checkpoint_dir=str(check_outputs(cfg)))
     x_train, y_train = (torch.from_numpy(a) for a in load_split(cfg.data_dir, "train"))
-    x_test, y_test = (torch.from_numpy(a) for a in load_split(cfg.data_dir, "test"))
+    x_test, y_test = (torch.from_numpy(a) for a in load_split(cfg.test_dir or cfg.data_dir, "test"))
     info = setup_distributed(cfg.backend, device=cfg.device, env=launch_env)
     try:
         return _train(cfg, info, (x_train, y_train), (x_test, y_test))
@@ -410,12 +441,17 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
     dataset = TensorDataset(*train_set)
     sampler = ResumableSampler(dataset, num_replicas=info.world_size, rank=info.rank, shuffle=True, seed=cfg.seed)
     loader = DataLoader(dataset, batch_size=cfg.batch_size, sampler=sampler,
-                        num_workers=cfg.num_workers, pin_memory=info.device.type == "cuda")
+                        num_workers=cfg.num_workers, pin_memory=info.device.type == "cuda",
+                        worker_init_fn=leave_stop_to_parent)  # a group's SIGTERM stops the rank, not its workers
     steps_per_epoch = math.ceil(sampler.num_samples / cfg.batch_size)
     global_batch = cfg.batch_size * info.world_size
     if info.is_main:
         print(f"cifar10: runtime={info.runtime} world_size={info.world_size} backend={info.backend} "
               f"device={info.device} global_batch={global_batch} train_images={len(dataset)}", flush=True)
+        unread = [c for c in sagemaker_channels() if c not in READ_CHANNELS]
+        if unread:
+            print(f"cifar10: SageMaker channel(s) {', '.join(unread)} not read: this workload reads "
+                  f"{' and '.join(READ_CHANNELS)}", flush=True)
     step = resumed.step if resumed else 0
     last = min(cfg.epochs * steps_per_epoch, cfg.max_steps) if cfg.max_steps else schedule_steps(cfg.epochs, steps_per_epoch)
     metrics_path = cfg.metrics_file or str(Path(cfg.model_dir) / "metrics.jsonl")
