@@ -40,6 +40,7 @@ import torch
 import torch.distributed as dist
 
 from dtrain.training import GracefulStop
+from dtrain.training.heap import keep_freed_memory
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.model import SCNN
 from dtrain.workloads.lanes.train import build_optimizer, data_parallel, forward_backward, speed_up, train_step
@@ -58,6 +59,8 @@ def main() -> None:
     parser.add_argument("--block", type=int, default=4, help="optimizer steps in a block")
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps of each variant first")
     parser.add_argument("--bf16", action=argparse.BooleanOptionalAction, help="override the recipe's bf16")
+    parser.add_argument("--keep-heap", action=argparse.BooleanOptionalAction,
+                        help="override the recipe's keep_heap (freed memory kept mapped, as training does)")
     args = parser.parse_args()
     ab.bounded(parser, ("--batch", args.batch, 1, 256), ("--rounds", args.rounds, 1, 1000),
                ("--block", args.block, 1, 1000), ("--warmup", args.warmup, 0, 100))
@@ -72,6 +75,9 @@ def main() -> None:
     recipe = dataclasses.replace(recipes.get(args.recipe), batch_size=args.batch)
     if args.bf16 is not None:
         recipe = recipe.with_bf16(args.bf16)
+    if args.keep_heap is not None:
+        recipe = dataclasses.replace(recipe, keep_heap=args.keep_heap)
+    heap = keep_freed_memory() if recipe.keep_heap else "off"  # as train.py: before the models' first tensor
     device = torch.device("cpu")
     batch = random_batch(recipe, rank)  # each rank its own, as with a sampler
 
@@ -115,7 +121,7 @@ def main() -> None:
     if rank == 0:
         alone = [statistics.mean(ranks) for ranks in times["alone"]]
         row = {"recipe": recipe.name, "batch": args.batch, "world_size": world, "rounds": args.rounds,
-               "block": args.block, "bf16": recipe.autocast(device), "load_avg_1m": round(os.getloadavg()[0], 1),
+               "block": args.block, "bf16": recipe.autocast(device), "keep_heap": heap, "load_avg_1m": round(os.getloadavg()[0], 1),
                "alone_step_s": round(statistics.median(alone) / args.block, 4)}
         pooled = {"alone_lockstep": [max(ranks) for ranks in times["alone"]]}
         pooled.update({name: [max(ranks) for ranks in times[name]] for name in VARIANTS[1:]})

@@ -174,7 +174,7 @@ def test_the_ddp_overhead_bench_times_every_variant_in_two_real_processes():
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     (row,) = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert (row["world_size"], row["rounds"], row["block"], row["batch"]) == (2, 2, 1, 1)
+    assert (row["world_size"], row["rounds"], row["block"], row["batch"], row["keep_heap"]) == (2, 2, 1, 1, "on")
     for name in ("alone", "alone_lockstep", "lockstep", "ddp", "train_step"):
         assert row[f"{name}_step_s"] > 0
     for key in ("lockstep_vs_alone", "ddp_vs_lockstep", "train_step_vs_ddp"):
