@@ -152,8 +152,9 @@ class Client:
             self.config.backend = name
         self.config.save(self.home)
 
-    def create_project(self, name: str, *, gpu_quota: int | None = None) -> None:
-        self.backend(project=name).create_project(name, gpu_quota=gpu_quota)
+    def create_project(self, name: str, *, gpu_quota: int | None = None, no_gpu_quota: bool = False) -> None:
+        """Create project NAME, or change its GPU quota (`no_gpu_quota` removes it)."""
+        self.backend(project=name).create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)
 
     def list_projects(self) -> list[ProjectInfo]:
         return self.backend().list_projects()

@@ -525,3 +525,17 @@ def test_projects_are_namespaces_with_a_gpu_quota(backend, cluster):
                                             extra={"namespace": NS})
     assert projects["vision"].extra["namespace"] == "dtrain-vision" and projects["vision"].gpu_quota is None
     assert "default" not in projects  # namespaces dtrain did not make are not projects
+
+
+def test_a_projects_gpu_quota_can_be_removed_and_a_bare_create_keeps_it(backend, cluster):
+    """A quota, once set, could not be removed (the ResourceQuota stayed for good)."""
+    backend.create_project("lanes", gpu_quota=4)
+    backend.create_project("lanes")  # neither given: the quota stays
+    assert cluster.get("", "resourcequotas", NS, "dtrain-quota")["spec"]["hard"] == {"requests.nvidia.com/gpu": "4"}
+    backend.create_project("lanes", no_gpu_quota=True)
+    with pytest.raises(KeyError):
+        cluster.get("", "resourcequotas", NS, "dtrain-quota")
+    backend.create_project("lanes", no_gpu_quota=True)  # none to remove: still fine
+    assert {p.name: p.gpu_quota for p in backend.list_projects()}["lanes"] is None
+    with pytest.raises(SpecError, match="^--gpu-quota and --no-gpu-quota contradict each other: give one of them$"):
+        backend.create_project("lanes", gpu_quota=1, no_gpu_quota=True)

@@ -228,3 +228,28 @@ def test_a_queued_job_larger_than_the_machine_it_came_back_to_says_it_never_star
         time.sleep(0.2)
         info = smaller.json("describe", "job", "big")
     assert info["status"] == "Pending" and info["message"] == needle, info["message"]
+
+
+def test_a_projects_gpu_quota_can_be_removed_and_a_waiting_job_then_starts(dt_gpus: Dtrain):
+    """A quota, once set, could not be removed; and the SDK's create_project(name) with no quota
+    removed it on this backend while the Kubernetes one kept it."""
+    from dtrain.client import Client
+
+    dt = dt_gpus
+    dt("project", "create", "team", "--gpu-quota", "1")
+    dt("submit", "holder", "-p", "team", "-g", "1", "--", "sleep", "300")
+    dt.wait_for("holder", {"Running"})
+    dt("submit", "waits", "-p", "team", "-g", "1", "--", "echo", "ran")  # a GPU is free; the quota holds it
+    dt.wait_for("waits", {"Pending"})
+    client = Client(home=dt.home)
+    client.create_project("team")  # neither given: the quota stays
+    assert {p.name: p.gpu_quota for p in client.list_projects()}["team"] == 1
+    both = dt("project", "create", "team", "--gpu-quota", "1", "--no-gpu-quota", check=False)
+    assert both.returncode == 2 and both.stderr.count("\n") == 1 and "not allowed with" in both.stderr, both.stderr
+    out = dt("project", "create", "team", "--no-gpu-quota").stdout
+    assert out == "project 'team' already exists; it has no GPU quota now\n"
+    assert {p["name"]: p["gpu_quota"] for p in dt.json("project", "list")}["team"] is None
+    assert dt("wait", "waits", "--timeout", "120").returncode == 0  # while the holder still runs
+    assert dt.status("holder") == "Running"
+    dt("delete", "holder")
+    assert dt("project", "create", "fresh", "--no-gpu-quota").stdout == "project 'fresh' created\n"

@@ -310,13 +310,16 @@ class Backend(abc.ABC):
         return self._artifacts(name, to=Path(to))
 
     # ---- projects -----------------------------------------------------------------------
-    def create_project(self, name: str, *, gpu_quota: int | None = None) -> None:
-        """Create a project, or set the GPU quota of an existing one."""
+    def create_project(self, name: str, *, gpu_quota: int | None = None, no_gpu_quota: bool = False) -> None:
+        """Create a project, or change an existing one's GPU quota: `gpu_quota` sets it,
+        `no_gpu_quota` removes it, neither leaves it as it is."""
         check_name(name, "project")
         if gpu_quota is not None and (isinstance(gpu_quota, bool) or not isinstance(gpu_quota, int)
                                       or not 0 <= gpu_quota <= 1_000_000):
             raise SpecError(f"invalid --gpu-quota {shown(gpu_quota)}: use a whole number from 0 to 1000000")
-        self._create_project(name, gpu_quota=gpu_quota)
+        if no_gpu_quota and gpu_quota is not None:
+            raise SpecError("--gpu-quota and --no-gpu-quota contradict each other: give one of them")
+        self._create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)
 
     def list_projects(self) -> list[ProjectInfo]:
         return sorted(self._list_projects(), key=lambda p: p.name)
@@ -466,7 +469,7 @@ class Backend(abc.ABC):
     def _render_restore(self, name: str, *, to: str | None, in_place: bool) -> list[dict[str, Any]]:
         raise self._not_supported("a dry run of 'snapshot restore'")
 
-    def _create_project(self, name: str, *, gpu_quota: int | None) -> None:
+    def _create_project(self, name: str, *, gpu_quota: int | None, no_gpu_quota: bool) -> None:
         raise self._not_supported("projects")
 
     def _list_projects(self) -> list[ProjectInfo]:

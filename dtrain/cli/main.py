@@ -87,13 +87,13 @@ def cmd_project(args, client: Client) -> int:
         return 0
     if args.action == "create":
         existed = args.name in {p.name for p in client.list_projects()}
-        if existed and args.gpu_quota is None:
+        if existed and args.gpu_quota is None and not args.no_gpu_quota:
             print(f"project '{args.name}' already exists (unchanged)")
             return 0
-        client.create_project(args.name, gpu_quota=args.gpu_quota)
+        client.create_project(args.name, gpu_quota=args.gpu_quota, no_gpu_quota=args.no_gpu_quota)
         quota = f" with a GPU quota of {args.gpu_quota}" if args.gpu_quota is not None else ""
-        print(f"project '{args.name}' " + (f"already exists; its GPU quota is now {args.gpu_quota}" if existed
-                                           else f"created{quota}"))
+        now = "no GPU quota now" if args.no_gpu_quota else f"a GPU quota of {args.gpu_quota} now"
+        print(f"project '{args.name}' " + (f"already exists; it has {now}" if existed else f"created{quota}"))
         return 0
     projects = client.list_projects()
     if args.json:
@@ -195,7 +195,9 @@ def _add_project(sub) -> None:
     ps = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = ps.add_parser("create", help="create a project, or change its GPU quota")
     c.add_argument("name", help="project name (lower-case letters, digits, '-')")
-    c.add_argument("--gpu-quota", type=int, help="GPUs the project's running jobs may hold together")
+    quota = c.add_mutually_exclusive_group()
+    quota.add_argument("--gpu-quota", type=int, help="GPUs the project's running jobs may hold together")
+    quota.add_argument("--no-gpu-quota", action="store_true", help="remove the project's GPU quota")
     c = ps.add_parser("set", help="make a project the default (as 'dtrain config project NAME')")
     c.add_argument("name", help="a project that exists")
     c = ps.add_parser("list", help="projects, quotas, GPUs in use, jobs")

@@ -20,6 +20,7 @@ pod_verbs.py's, those of volumes and snapshots volumes.py's: mixins of Kubernete
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from dataclasses import replace
@@ -295,13 +296,18 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
 
     # ---------------------------------------------------------------- projects
 
-    def _create_project(self, name: str, *, gpu_quota: int | None) -> None:
-        """A project is a namespace (dtrain-NAME); its GPU quota a ResourceQuota on GPU requests."""
+    def _create_project(self, name: str, *, gpu_quota: int | None, no_gpu_quota: bool) -> None:
+        """A project is a namespace (dtrain-NAME); its GPU quota a ResourceQuota on GPU requests
+        (removed with `no_gpu_quota`)."""
         namespace = self.config.namespace_of(name)
         try:
             self.api.create(render_namespace(namespace, name, self.config), NAMESPACE)
         except ConflictError:
             pass  # an existing project: only its quota changes
+        if no_gpu_quota:
+            with contextlib.suppress(NotFoundError):  # none to remove
+                self.api.delete(RESOURCE_QUOTA, namespace, QUOTA_NAME)
+            return
         if gpu_quota is None:
             return
         quota = render_gpu_quota(name, gpu_quota, self.config)

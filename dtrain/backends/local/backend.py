@@ -467,14 +467,14 @@ class LocalBackend(Backend):
         return read_access(self.home / "jobs" / info.name, info.name).url
 
     # ---- projects -------------------------------------------------------------------------
-    def _create_project(self, name: str, *, gpu_quota: int | None) -> None:
+    def _create_project(self, name: str, *, gpu_quota: int | None, no_gpu_quota: bool) -> None:
         from dtrain.backends.local.devices import inventory
 
         gpus = len(inventory())
         if gpu_quota is not None and gpu_quota > gpus:
             raise QuotaError(f"a GPU quota of {gpu_quota} is larger than this machine's {gpus} GPUs; "
                              f"use --gpu-quota {gpus} or less")
-        self.store.upsert_project(name, gpu_quota)
+        self.store.upsert_project(name, gpu_quota, keep_quota=gpu_quota is None and not no_gpu_quota)
 
     def _list_projects(self) -> list[ProjectInfo]:
         jobs = self.store.jobs()

@@ -208,10 +208,12 @@ class JobStore:
     def job_cores(self, name: str) -> list[int]:
         return [r["core"] for r in self.conn.execute("SELECT core FROM core_pins WHERE job=? ORDER BY core", (name,))]
 
-    def upsert_project(self, name: str, gpu_quota: int | None) -> None:
+    def upsert_project(self, name: str, gpu_quota: int | None, *, keep_quota: bool = False) -> None:
+        """Make project NAME with GPU_QUOTA (None: no quota); an existing one gets GPU_QUOTA unless
+        `keep_quota`."""
         self.conn.execute(
-            "INSERT INTO projects (name, gpu_quota, created) VALUES (?, ?, ?) "
-            "ON CONFLICT(name) DO UPDATE SET gpu_quota=excluded.gpu_quota", (name, gpu_quota, time.time()))
+            "INSERT INTO projects (name, gpu_quota, created) VALUES (?, ?, ?) ON CONFLICT(name) DO "
+            + ("NOTHING" if keep_quota else "UPDATE SET gpu_quota=excluded.gpu_quota"), (name, gpu_quota, time.time()))
 
     def projects(self) -> list[sqlite3.Row]:
         """Every project by name, `default` always among them: every job without -p runs there,
