@@ -160,6 +160,10 @@ def test_nodes_projects_and_gpu_allocation(server, tmp_path):
     too_big = http.post("/api/v1/projects", json={"name": "huge", "gpu_quota": 5})
     assert too_big.status_code == 409 and too_big.json()["kind"] == "QuotaError"
     assert http.post("/api/v1/projects", json={"name": "neg", "gpu_quota": -1}).status_code == 422
+    assert http.post("/api/v1/projects", json={"name": "lanes"}).json()["gpu_quota"] == 1  # left as it is
+    assert http.post("/api/v1/projects", json={"name": "lanes", "no_gpu_quota": True}).json()["gpu_quota"] is None
+    both = http.post("/api/v1/projects", json={"name": "lanes", "gpu_quota": 1, "no_gpu_quota": True})
+    assert both.status_code == 422 and "contradict each other" in both.json()["error"], both.text
 
 
 def test_openapi_is_served_and_versioned(server):

@@ -161,7 +161,10 @@ def _pattern_refusal(request, pattern: str | None, value, loc: list[str]) -> str
     """The CLI's message for a value that a schema pattern refused: names.py's checks say why."""
     field = loc[-1] if loc else "value"
     area = request.url.path.removeprefix(API + "/").split("/")[0]  # jobs, volumes, snapshots...
-    checks = {wire.NAME: lambda v: check_name(v, wire.NAMED.get(field, wire.NAMED.get(area, field))),
+    named = wire.NAMED.get(field, wire.NAMED.get(area, field))
+    if loc == ["query", "to"]:  # a diff's ?to= names a snapshot (a restore body's "to" is the new volume)
+        named = "snapshot"
+    checks = {wire.NAME: lambda v: check_name(v, named),
               wire.VOLUME_SIZE: parse_volume_size,
               wire.SIZE: lambda v: parse_size(v, "--memory", minimum=MIN_MEMORY),
               wire.CLASS: check_storage_class}

@@ -17,13 +17,14 @@ written through a symlink) and printed once.
 from __future__ import annotations
 
 import hmac
+import html
 import ipaddress
 import json
 import os
 import secrets
 import stat
 from pathlib import Path
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 from dtrain.errors import ConflictError
 
@@ -100,7 +101,7 @@ class Guard:
                 return await _refuse(send, 421, f"unexpected Host header {host!r}: this server is bound "
                                                 f"to loopback; open it as http://127.0.0.1:PORT/")
         elif "token" in query and scope["method"] in ("GET", "HEAD"):
-            return await self._exchange(scope, send, query)
+            return await self._exchange(scope, send, query, cross_site=headers.get("sec-fetch-site") == "cross-site")
         elif not self._authorised(headers):
             return await _refuse(send, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN' "
                                             "(the token is in $DTRAIN_HOME/server-token), or open the URL "
@@ -122,17 +123,33 @@ class Guard:
                     given = value
         return bool(given) and hmac.compare_digest(given.encode(), self.token.encode())
 
-    async def _exchange(self, scope, send, query: dict[str, str]):
-        """`?token=` once: check it, set the cookie, and send the browser on without it in the URL."""
+    async def _exchange(self, scope, send, query: dict[str, str], *, cross_site: bool):
+        """`?token=` once: check it, set the cookie, and send the browser on without it in the URL.
+
+        A link on another site (a chat, a wiki) begins a cross-site navigation, and a browser sends no
+        SameSite=Strict cookie anywhere along it, redirects included: a 303 to the page came back 401,
+        reload or not. So that link gets a page of ours that moves on by itself, a navigation this
+        site begins, which carries the cookie."""
         if not hmac.compare_digest(query.pop("token").encode(), self.token.encode()):
             return await _refuse(send, 401, "wrong token in the URL: use the URL that 'dtrain server' printed")
-        # one leading slash: '//host/...' would send the browser to another site
-        location = "/" + scope["path"].lstrip("/") + (("?" + urlencode(query)) if query else "")
-        cookie = f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/"
-        await send({"type": "http.response.start", "status": 303,
-                    "headers": [(b"location", location.encode()), (b"set-cookie", cookie.encode()),
-                                (b"content-length", b"0")]})
-        await send({"type": "http.response.body", "body": b""})
+        # one leading slash: '//host/...' would send the browser to another site; the path escaped again, as
+        # it came: a decoded %0d%0a is no header text (h11 refused it, and the answer was a dropped connection)
+        location = quote("/" + scope["path"].lstrip("/")) + (("?" + urlencode(query)) if query else "")
+        cookie = (b"set-cookie", f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/".encode())
+        if not cross_site:
+            await send({"type": "http.response.start", "status": 303,
+                        "headers": [(b"location", location.encode()), cookie, (b"content-length", b"0")]})
+            await send({"type": "http.response.body", "body": b""})
+            return
+        url = html.escape(location)  # quoted above: no quote, '<' or '>' is left in it to end the script
+        body = (f'<!doctype html><script>location.replace("{location}" + location.hash)</script>'
+                f'<noscript><meta http-equiv="refresh" content="0; url={url}"></noscript>'
+                f'<p>Signed in: <a href="{url}">continue</a></p>\n').encode()
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [cookie, (b"content-type", b"text/html; charset=utf-8"),
+                                (b"cache-control", b"no-store"), (b"referrer-policy", b"no-referrer"),
+                                (b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
 
 
 def _host_name(host: str) -> str:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Query, Request
 
 from dtrain.server import wire
 from dtrain.server.clients import client
@@ -20,7 +20,9 @@ def nodes(request: Request):
 
 
 @router.get("/nodes/history", response_model=list[wire.GpuSample], responses=ERRORS)
-def gpu_history(request: Request, since: float = 0.0):
+def gpu_history(request: Request,
+                since: Annotated[float, Query(ge=0, le=wire.MAX_TIME, description="only samples taken after "
+                                                                                  "this unix time (seconds)")] = 0.0):
     """GPU samples of the last ten minutes (taken by the server every few seconds)."""
     return request.app.state.history.samples(since)
 
@@ -32,7 +34,7 @@ def projects(request: Request):
 
 @router.post("/projects", response_model=wire.Project, status_code=201, responses=ERRORS)
 def create_project(request: Request, body: wire.ProjectIn):
-    """Create a project, or change its GPU quota."""
+    """Create a project, or change its GPU quota (`no_gpu_quota` removes it)."""
     c = client(request)
-    c.create_project(body.name, gpu_quota=body.gpu_quota)
+    c.create_project(body.name, gpu_quota=body.gpu_quota, no_gpu_quota=body.no_gpu_quota)
     return next(wire.Project.model_validate(p) for p in c.list_projects() if p.name == body.name)

@@ -68,7 +68,8 @@ class SpecIn(_In):
 
 class ProjectIn(_In):
     name: str = Field(pattern=NAME)
-    gpu_quota: int | None = Field(None, ge=0, le=100_000)
+    gpu_quota: int | None = Field(None, ge=0, le=100_000, description="set the GPU quota (null: leave it as it is)")
+    no_gpu_quota: bool = Field(False, description="remove the GPU quota (with gpu_quota null)")
 
 
 class Error(BaseModel):

@@ -4,8 +4,14 @@
 
 const API = "/api/v1";
 const REFRESH_MS = 2000;
-let timers = [];
+const BACKOFF_MAX_MS = 30000;  // a failing poll waits twice as long each time, up to this
+const ANSWER_MS = 30000;  // a read the server has not answered in this long is given up (and retried)
+const LOG_LINES = 5000;  // the log pane keeps the newest lines only: a chatty job must not fill the tab's memory
+let view = 0;  // bumped by route(): a poll of an earlier page draws nothing and schedules nothing
+let timers = [];  // {id} of this page's pending setTimeouts: route() clears them
+let reads = new Set();  // the AbortControllers of this page's reads: route() cancels them
 let stream = null;
+let follows = 0;  // bumped by follow(): a reopen scheduled for another rank's stream does nothing
 
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
@@ -21,7 +27,24 @@ function h(tag, attrs, ...children) {
 }
 
 async function api(path, opts) {
-  const resp = await fetch(API + path, Object.assign({credentials: "same-origin"}, opts || {}));
+  // A read (GET) is cancelled when the page changes, and given up after ANSWER_MS: a server that
+  // accepted the connection and never answers would otherwise hold the page's polling for ever.
+  const read = !opts || !opts.method || opts.method === "GET";
+  const ctl = new AbortController();
+  let late = false;
+  const timer = read ? setTimeout(() => { late = true; ctl.abort(); }, ANSWER_MS) : null;
+  if (read) reads.add(ctl);
+  let resp;
+  try {
+    resp = await fetch(API + path, Object.assign({credentials: "same-origin", signal: ctl.signal}, opts || {}));
+  } catch (e) {
+    if (late) throw new Error(`the server did not answer ${path.split("?")[0]} in ${ANSWER_MS / 1000}s; retrying`);
+    if (e.name === "AbortError") throw e;
+    throw new Error(`cannot reach the server (${e.message}); retrying`);
+  } finally {
+    clearTimeout(timer);
+    reads.delete(ctl);
+  }
   if (resp.status === 204) return null;
   const body = await resp.json().catch(() => ({error: resp.statusText}));
   if (!resp.ok) {
@@ -55,13 +78,43 @@ function size(n) {
 const statusCell = s => h("td", {class: `status s-${s}`}, s);
 const jobLink = name => h("a", {href: "#/job/" + encodeURIComponent(name)}, name);
 
+// Poll fn: the next run is scheduled when this one has ended, never beside it (a slow server got a new
+// round of requests every `ms` while the last ones still waited), `ms` after a success and twice the
+// last wait after a failure (up to BACKOFF_MAX_MS). A run that ends after the page changed stops there.
 function every(fn, ms) {
+  const mine = view, timer = {id: null};
+  let wait = ms;
+  timers.push(timer);
   const run = async () => {
-    try { await fn(); showBanner(""); document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString(); }
-    catch (e) { showBanner(e.message); }
+    try {
+      await fn();
+      if (mine !== view) return;
+      showBanner("");
+      document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+      wait = ms;
+    } catch (e) {
+      if (mine !== view) return;
+      showBanner(e.message);
+      wait = Math.min(wait * 2, BACKOFF_MAX_MS);
+    }
+    timer.id = setTimeout(run, wait);
   };
   run();
-  timers.push(setInterval(run, ms));
+}
+
+// The server's GPU samples of the last minutes, as a page keeps them: each poll asks only for those taken
+// after the newest one it holds (the whole history, every GPU of every node for ten minutes, was fetched
+// again every few seconds), and drops those older than the server keeps.
+const HISTORY_S = 600;
+function gpuHistory() {
+  let samples = [];
+  return async () => {
+    const newest = samples.length ? samples[samples.length - 1].time : null;
+    const fresh = await api("/nodes/history" + (newest === null ? "" : "?since=" + newest));
+    const keep = (fresh.length ? fresh[fresh.length - 1].time : newest) - HISTORY_S;
+    samples = samples.filter(x => x.time >= keep).concat(fresh);
+    return samples;
+  };
 }
 
 function table(headers, rows, attrs) {
@@ -117,6 +170,7 @@ function jobPage(main, name) {
               h("div", {class: "row"}, h("div", {class: "card"}, h("h2", {}, "Snapshots"), snaps),
               h("div", {class: "card"}, h("h2", {}, "Spec"), spec)));
   let ranksShown = 0;
+  const history = gpuHistory();
   every(async () => {
     const j = await api("/jobs/" + encodeURIComponent(name));
     head.replaceChildren(h("div", {class: "kv"},
@@ -139,13 +193,13 @@ function jobPage(main, name) {
     snaps.replaceChildren(s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {},
       h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
       : h("p", {class: "muted"}, "none"));
-    await drawCurves(curves, name);
+    await drawCurves(curves, name, history);
   }, REFRESH_MS * 2);
   follow(name, "");
 }
 
-async function drawCurves(holder, name) {
-  const [metrics, hist] = await Promise.all([api(`/jobs/${encodeURIComponent(name)}/metrics`), api("/nodes/history")]);
+async function drawCurves(holder, name, history) {
+  const [metrics, hist] = await Promise.all([api(`/jobs/${encodeURIComponent(name)}/metrics`), history()]);
   const recs = metrics.filter(r => typeof r.step === "number");
   const keys = [["loss", "loss"], ["images_per_s", "images/s"]];
   const cards = keys.map(([k, title]) => {
@@ -163,35 +217,86 @@ async function drawCurves(holder, name) {
   holder.replaceChildren(...cards);
 }
 
+// The log pane. Lines are drawn once a frame, not one by one: each line's append and scroll laid the pane
+// out again, so a job printing thousands of lines a second froze the tab. It keeps the newest LOG_LINES,
+// and so do the lines waiting for a frame (a hidden tab draws none). `live()`: false once the pane is
+// another stream's (another rank, another page), whose lines it must not draw.
+function logPane(logs, live) {
+  let shown = 0, waiting = [], frame = null;
+  const draw = () => {
+    frame = null;
+    if (!live() || !waiting.length) return;
+    const bottom = logs.scrollHeight - logs.scrollTop - logs.clientHeight < 40;  // else the reader scrolled up
+    const batch = document.createDocumentFragment();
+    for (const text of waiting) batch.appendChild(document.createTextNode(text));
+    logs.appendChild(batch);
+    for (shown += waiting.length; shown > LOG_LINES; shown--) logs.removeChild(logs.firstChild);
+    waiting = [];
+    if (bottom) logs.scrollTop = logs.scrollHeight;
+  };
+  return {
+    clear() { logs.textContent = ""; shown = 0; waiting = []; },
+    add(text) {
+      waiting.push(text);
+      if (waiting.length > LOG_LINES) waiting.splice(0, waiting.length - LOG_LINES);
+      if (frame === null) frame = requestAnimationFrame(draw);
+    },
+    close(id, text) { draw(); logs.appendChild(h("span", {class: "muted", id}, text)); },
+  };
+}
+
 function follow(name, rank) {
   if (stream) stream.close();
-  const logs = document.getElementById("logs");
-  logs.textContent = "";
-  const q = new URLSearchParams({tail: "500"});
-  if (rank !== "") q.set("rank", rank);
-  stream = new EventSource(`${API}/jobs/${encodeURIComponent(name)}/logs/stream?${q}`);
-  stream.onmessage = ev => {
-    const line = JSON.parse(ev.data);
-    const many = document.getElementById("rank").options.length > 2 && rank === "";
-    logs.appendChild(document.createTextNode((many ? `[rank ${line.rank}] ` : "") + line.text + "\n"));
-    logs.scrollTop = logs.scrollHeight;
+  const mine = view, me = ++follows, timer = {id: null}, live = () => mine === view && me === follows;
+  const pane = logPane(document.getElementById("logs"), live);
+  pane.clear();
+  timers.push(timer);
+  // The newest time shown and the lines shown at that time. A dropped connection (the server restarted)
+  // is reopened here from that time on: EventSource's own reconnect repeats its URL, so the last 500 lines
+  // came again below the ones shown. Without a time (a backend that gives none) the tail is read again,
+  // in place of the lines shown.
+  let last = null, atLast = new Set(), from = null, retry = 1000;
+  const open = () => {
+    if (!live()) return;
+    const q = new URLSearchParams(last === null ? {tail: "500"} : {since: String(last)});
+    if (rank !== "") q.set("rank", rank);
+    if (last === null) pane.clear();
+    from = last;
+    const es = stream = new EventSource(`${API}/jobs/${encodeURIComponent(name)}/logs/stream?${q}`);
+    es.onopen = () => { retry = 1000; };
+    es.onmessage = ev => {
+      const line = JSON.parse(ev.data);
+      const key = line.rank + "\u0000" + line.text;
+      if (typeof line.time === "number") {
+        if (from !== null && line.time < from) return;  // before the time asked for: shown already
+        if (line.time === last && atLast.has(key)) return;  // the line the stream was reopened at
+        if (last === null || line.time > last) { last = line.time; atLast = new Set(); }
+        if (line.time === last) atLast.add(key);
+      }
+      const many = document.getElementById("rank").options.length > 2 && rank === "";
+      pane.add((many ? `[rank ${line.rank}] ` : "") + line.text + "\n");
+    };
+    es.addEventListener("end", () => { es.close(); pane.close("logs-end", "-- the job has ended --\n"); });
+    // The server's `event: error` (a pod that cannot start, a reader that stalled) carries {error, kind}
+    // and ends the stream; an error event without data is a dropped connection, reopened after a pause.
+    es.addEventListener("error", ev => {
+      es.close();
+      if (!live()) return;
+      if (ev.data) return pane.close("logs-error", `-- ${JSON.parse(ev.data).error} --\n`);
+      timer.id = setTimeout(open, retry);
+      retry = Math.min(retry * 2, BACKOFF_MAX_MS);
+    });
   };
-  stream.addEventListener("end", () => { stream.close(); logs.appendChild(h("span", {class: "muted", id: "logs-end"}, "-- the job has ended --\n")); });
-  // The server's `event: error` (a pod that cannot start, a reader that stalled) carries {error, kind};
-  // a dropped connection is an error event without data, and EventSource reconnects by itself.
-  stream.addEventListener("error", ev => {
-    if (!ev.data) return;
-    stream.close();
-    logs.appendChild(h("span", {class: "muted", id: "logs-error"}, `-- ${JSON.parse(ev.data).error} --\n`));
-  });
+  open();
 }
 
 // ---- nodes ---------------------------------------------------------------------------------
 function nodesPage(main) {
   const holder = h("div", {});
   main.append(h("h1", {}, "Nodes"), holder);
+  const history = gpuHistory();
   every(async () => {
-    const [nodes, hist] = await Promise.all([api("/nodes"), api("/nodes/history")]);
+    const [nodes, hist] = await Promise.all([api("/nodes"), history()]);
     holder.replaceChildren(...nodes.map(n => {
       const gpus = table(["GPU", "Name", "Job", "Utilization", "Memory used / total"], n.gpus.map(g => h("tr", {"data-gpu": g.index},
         h("td", {}, g.index), h("td", {}, g.name || "-"), h("td", {class: "job"}, g.job ? jobLink(g.job) : "free"),
@@ -296,8 +401,11 @@ function go(page, params) {
 }
 
 function route() {
-  timers.forEach(clearInterval);
+  view++;
+  timers.forEach(t => clearTimeout(t.id));
   timers = [];
+  reads.forEach(ctl => ctl.abort());
+  reads = new Set();
   if (stream) { stream.close(); stream = null; }
   const [path] = location.hash.replace(/^#\/?/, "").split("?");
   const [page, ...rest] = path.split("/");
