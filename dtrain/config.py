@@ -17,7 +17,7 @@ from typing import Any
 from dtrain.errors import SpecError, StorageError
 from dtrain.names import CLASS_RE, MAX_CLASS
 from dtrain.replace import replace_file
-from dtrain.spec import MAX_YAML_BYTES, check_name, yaml_mapping
+from dtrain.spec import MAX_YAML_BYTES, check_name, plain_numbers, yaml_mapping
 
 BACKENDS = ("local", "kubernetes", "sagemaker")
 KEYS = ("project", "backend", "project_backends", "kubernetes", "storage_classes", "sagemaker", "deleted_job_ttl")
@@ -91,7 +91,7 @@ class UserConfig:
         raw = read_small_file(path, str(path), "config.yaml", missing_ok=True)
         if raw is None:
             return cls()
-        data = yaml_mapping(raw, str(path), "project: default")
+        data = plain_numbers(yaml_mapping(raw, str(path), "project: default"))  # save() dumps plain numbers
         unknown = sorted(map(str, set(data) - set(KEYS)))
         if unknown:
             raise SpecError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
+import functools
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -195,6 +196,18 @@ def parse_env(items) -> dict[str, str]:
 _STORED = contextvars.ContextVar("dtrain_spec_stored", default=False)
 
 
+# Variables dtrain sets in every process from the job's own fields: what it was granted (the local
+# runtime enforces --memory and pins --cpu and --gpu from them: `-e DTRAIN_MEMORY=1Ei` lifted a 64Mi
+# limit, `-e DTRAIN_RANK_DEVICES=0,1` handed a job without --gpu two GPUs the scheduler gave others),
+# who it is, and the rank contract the launchers (torchrun, mpirun, the Kubeflow operators) set. A
+# user's value would win on one backend and lose on another, so none is taken from env.
+OWNED_ENV = {"DTRAIN_MEMORY": "--memory", "DTRAIN_CPU": "--cpu", "DTRAIN_RANK_CPUS": "--cpu",
+             "DTRAIN_RANK_DEVICES": "--gpu", "DTRAIN_ATTEMPT": "the restart count", "DTRAIN_JOB_NAME": "the job name",
+             "DTRAIN_PROJECT": "the project (-p)", **dict.fromkeys(
+                 ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"),
+                 "the launcher and --processes")}
+
+
 def _env(env) -> dict[str, str]:
     """The spec's env: NAME -> value, each NAME as `-e` takes it (so `{"A=B": "x"}` is refused,
     not set as A="B=x"), each value a string."""
@@ -205,6 +218,9 @@ def _env(env) -> dict[str, str]:
         if not isinstance(key, str) or not (ENV_KEY_RE.match(key) or _STORED.get() and key):
             raise SpecError(f"invalid env name {shown(key)}: use letters, digits and '_', not starting with a "
                             f"digit (e.g. BATCH_SIZE), as -e BATCH_SIZE=33 takes it")
+        if key in OWNED_ENV and not _STORED.get():
+            raise SpecError(f"invalid env name {key}: every process gets it from {OWNED_ENV[key]}; "
+                            f"drop it from -e / env:")
         out[key] = _text(value, f"env {_keys([key])}", fix=" (quote it in YAML)")
     return out
 
@@ -376,7 +392,9 @@ class JobSpec:
         if "image_pull_secrets" in data:
             data["image_pull_secrets"] = tuple(_list(data["image_pull_secrets"], "image_pull_secrets",
                                                      example="[regcred]"))
-        return cls(**data)
+        if isinstance(data.get("sagemaker"), Mapping):  # its hyperparameters keep their text, as env does
+            data["sagemaker"] = check_sagemaker_mapping(data["sagemaker"])
+        return cls(**{k: plain_numbers(v) for k, v in data.items()})
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> "JobSpec":
@@ -391,9 +409,14 @@ class JobSpec:
     @classmethod
     def check_fields(cls, data: Mapping[str, Any]) -> Mapping[str, Any]:
         """`data` if it is a mapping whose keys are all job fields (``pvc`` too), else the SpecError
-        naming the first wrong one: what a job file gets wrong first, before any value is read."""
+        naming the first wrong one: what a job file gets wrong first, before any value is read.
+        A job record as `dtrain describe job NAME --json` prints it (JobInfo.to_dict: the spec under
+        'spec', beside its status) gives its spec, so that it can be submitted again, as
+        `kubectl get -o yaml` output can be applied again."""
         if not isinstance(data, Mapping):
             raise SpecError("a job file must hold a mapping of fields, e.g. 'name: train' and 'command: [...]'")
+        if isinstance(data.get("spec"), Mapping) and "status" in data and "command" not in data:
+            data = data["spec"]
         known = {f.name for f in dataclasses.fields(cls)}
         bad_key = next((k for k in data if not isinstance(k, str)), None)
         if bad_key is not None:
@@ -425,7 +448,12 @@ def check_sagemaker_mapping(data: Mapping[str, Any]) -> Mapping[str, Any]:
     if hps is not None and not isinstance(hps, Mapping):
         raise SpecError(f"invalid sagemaker hyperparameters {shown(hps)}: must be a mapping of name: value, "
                         f"e.g. hyperparameters: {{epochs: '2'}}")
-    return {k: v for k, v in data.items() if not (k in ("channels", "hyperparameters") and v is None)}
+    out = {k: plain_numbers(v) for k, v in data.items()
+           if not (k in ("channels", "hyperparameters") and v is None)}
+    if hps is not None:  # `lr: 0.10` is '0.10' and `flag: yes` refused, as in env (not '0.1' and 'True')
+        out["hyperparameters"] = {plain_numbers(k): _word(v, f"sagemaker hyperparameters {_keys([k])}")
+                                  for k, v in hps.items()}
+    return out
 
 
 def _list(value, what: str, *, example: str = "[data:/mnt]") -> list:
@@ -437,11 +465,27 @@ def _list(value, what: str, *, example: str = "[data:/mnt]") -> list:
 
 
 def _word(value, what: str) -> str:
-    """A YAML scalar meant as a string: numbers are written as given, booleans and nulls refused
-    (YAML reads `yes` as true: quote it)."""
+    """A YAML scalar meant as a string: numbers are written as given (a job file's `0.10` stays
+    '0.10', not '0.1'), booleans and nulls refused (YAML reads `yes` as true: quote it)."""
     if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
         raise SpecError(f"invalid {what} value {shown(value)}: must be a string (quote it in YAML, e.g. 'yes')")
+    if isinstance(value, (_WrittenInt, _WrittenFloat)):
+        return value.text
     return value if isinstance(value, str) else str(value)
+
+
+def plain_numbers(value):
+    """`value` with every number a job file wrote in its own way (_WrittenInt, _WrittenFloat) made
+    a plain int or float: what a field that takes a number keeps, stores and dumps."""
+    if isinstance(value, _WrittenInt):
+        return int(value)
+    if isinstance(value, _WrittenFloat):
+        return float(value)
+    if isinstance(value, dict):
+        return {plain_numbers(k): plain_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [plain_numbers(v) for v in value]
+    return value
 
 
 _VOLUME_KEYS = {VolumeMount: {"volume", "mount_path", "read_only"},
@@ -492,8 +536,73 @@ MAX_YAML_BYTES = 1 << 20  # a job file or config.yaml is a few hundred bytes; re
 MAX_YAML_EXPANDED = 2 * MAX_YAML_BYTES
 
 
+class _WrittenInt(int):
+    """A YAML whole number that Python writes back otherwise (017 is 15, 0x1F is 31, 1_000, 12:30 is
+    750, +2): a number where a field takes one, its `text` where a field takes a string (_word)."""
+
+    text: str
+
+    def __new__(cls, value: int, text: str) -> "_WrittenInt":
+        number = super().__new__(cls, value)
+        number.text = text
+        return number
+
+
+class _WrittenFloat(float):
+    """A YAML float that Python writes back otherwise (0.10 is 0.1, .5, 1.0e+3): as _WrittenInt."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> "_WrittenFloat":
+        number = super().__new__(cls, value)
+        number.text = text
+        return number
+
+
+@functools.lru_cache(maxsize=1)
+def _loader():
+    """PyYAML's safe loader, except that a mapping may not give a key twice (PyYAML keeps the last
+    silently: a second `gpu:` would win unseen; YAML 1.2 requires unique keys) and that a number
+    keeps the text it was written as where Python would write it back otherwise."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen: dict = {}
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base` then own keys: a merge overrides
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    try:
+                        first = seen.setdefault(key, key_node)
+                    except TypeError:  # unhashable: the base class names it
+                        continue
+                    if first is not key_node:
+                        raise yaml.constructor.ConstructorError(
+                            None, None, f"the key {cut(shown(key), 60)} is given twice (keep one): at line "
+                            f"{first.start_mark.line + 1} and", key_node.start_mark)
+            return super().construct_mapping(node, deep=deep)
+
+        def construct_yaml_int(self, node):
+            value = super().construct_yaml_int(node)
+            # str() refuses past 4300 digits, which a hex number reaches in a few kilobytes
+            plain = value.bit_length() <= 4096 and str(value) == node.value
+            return value if plain else _WrittenInt(value, node.value)
+
+        def construct_yaml_float(self, node):
+            value = super().construct_yaml_float(node)
+            return value if str(value) == node.value else _WrittenFloat(value, node.value)
+
+    Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
+    Loader.add_constructor("tag:yaml.org,2002:float", Loader.construct_yaml_float)
+    return Loader
+
+
 def yaml_mapping(data: bytes, source: str, example: str) -> dict:
-    """The top-level mapping of a YAML file's bytes; any problem is one SpecError line naming `source`."""
+    """The top-level mapping of a YAML file's bytes; any problem is one SpecError line naming `source`.
+    A number written otherwise than Python writes it (0.10, 017) is a _WrittenInt or _WrittenFloat:
+    JobSpec.from_dict keeps its text where a field takes a string."""
     import yaml  # only the YAML doors need it
 
     if len(data) > MAX_YAML_BYTES:
@@ -507,7 +616,7 @@ def yaml_mapping(data: bytes, source: str, example: str) -> dict:
         raise SpecError(f"{source} is not a text file (byte {err.start} is not UTF-8 text): give a YAML "
                         f"file such as '{example}'") from None
     try:
-        loaded = yaml.safe_load(text)
+        loaded = yaml.load(text, Loader=_loader())  # noqa: S506 (a SafeLoader)
     except yaml.MarkedYAMLError as err:
         mark = err.problem_mark or err.context_mark
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
@@ -564,7 +673,9 @@ def _scalar_size(value) -> int:
 
 
 NOTEBOOK_SERVER = ("jupyter-server", "--ServerApp.ip=127.0.0.1", "--ServerApp.open_browser=False",
-                   "--ServerApp.allow_root=True")  # port and token come from the launcher, per run
+                   "--ServerApp.allow_root=True",  # port and token come from the launcher, per run
+                   # saves replace files, never write through a link (dtrain/backends/local/notebook.py)
+                   "--ServerApp.contents_manager_class=dtrain.backends.local.notebook.VolumeContentsManager")
 
 
 def notebook_spec(name: str, *, volumes=(), **fields: Any) -> JobSpec:
@@ -572,4 +683,6 @@ def notebook_spec(name: str, *, volumes=(), **fields: Any) -> JobSpec:
     rooted at the first volume's mount path (the Kubeflow notebook images' /home/jovyan)."""
     volumes = tuple(parse_pvc(v) if isinstance(v, str) else v for v in volumes)
     root = (f"--ServerApp.root_dir={volumes[0].mount_path}",) if volumes else ()
+    if volumes:  # the server and its terminals work in the workspace volume, as a Kubeflow notebook's
+        fields.setdefault("working_dir", volumes[0].mount_path)
     return JobSpec(name=name, command=NOTEBOOK_SERVER + root, volumes=volumes, notebook=True, **fields)

@@ -10,7 +10,9 @@ import difflib
 import json
 
 from dtrain.cli import format as fmt
+from dtrain.cli.jobs import _check_project as check_project
 from dtrain.client import Client
+from dtrain.names import check_name
 from dtrain.spec import parse_pvc
 
 
@@ -74,6 +76,19 @@ def _not_a_name(words: list[str], actions: list[str]) -> str | None:
     return f"a notebook is a job: did you mean `dtrain {fix} {name}`? ({start})"
 
 
+_START_FLAGS = (("--pvc",), ("-g", "--gpu"), ("--cpu",), ("--memory",), ("-i", "--image"), ("-p", "--project"),
+                ("--backend",))
+
+
+class _AfterTheName(argparse.Action):
+    """`dtrain notebook --pvc V:/M NAME`: argparse gave the flag to no action, then called the name
+    an unrecognized argument; the flag goes after the name (or the action)."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"put {option_string} after the notebook's name (or the action): "
+                     f"dtrain notebook NAME {option_string} ...")
+
+
 def cmd_start(args, client: Client) -> int:
     fields = {k: getattr(args, k) for k in ("gpu", "cpu", "memory", "image", "project", "backend")
               if getattr(args, k) is not None}
@@ -82,15 +97,22 @@ def cmd_start(args, client: Client) -> int:
         fields["backend"] = getattr(args, "default_backend", None) or client.config.backend_for(project)
     if isinstance(fields.get("cpu"), float) and fields["cpu"].is_integer():
         fields["cpu"] = int(fields["cpu"])
-    info = client.notebook(args.name, volumes=[parse_pvc(v) for v in args.pvc or ()], **fields)
+    volumes = [parse_pvc(v) for v in args.pvc or ()]  # the first is where Jupyter works (notebook_spec)
+    info = client.notebook(args.name, volumes=volumes, **fields)
     print(f"notebook '{info.name}' started (backend {info.backend}); "
           f"open it with `dtrain notebook open {info.name}`, stop it with `dtrain delete {info.name}`")
     return 0
 
 
 def cmd_list(args, client: Client) -> int:
-    books = [b for b in client.list_notebooks(project=args.project)
-             if args.show_deleted or b.status.value != "Deleted"]  # as `dtrain list` shows jobs
+    """The notebooks `dtrain list` shows (the configured project's; -p one; -A all), Deleted ones hidden."""
+    if args.project is not None:  # `-p "$PROJECT"` with the variable unset is a mistake, not the default
+        check_name(args.project, "project")
+    project = None if args.all_projects else (args.project or client.default_project)
+    books = [b for b in client.list_notebooks(project=project)
+             if args.show_deleted or b.status.value != "Deleted"]
+    if not books and project is not None:
+        check_project(client, project)  # a typo in -p is an error, not an empty list
     if args.json:
         print(json.dumps([b.to_dict() for b in books], indent=2))
         return 0
@@ -106,15 +128,19 @@ def cmd_open(args, client: Client) -> int:
 
 
 def register(sub) -> None:
-    where = ("Jupyter's root folder is the first --pvc volume; without --pvc (local backend) it is a new, "
-             "empty folder of the job's own (jobs/NAME/work in the dtrain home), never the folder you start "
-             "it from. A notebook is a job: stop it with 'dtrain delete NAME', read its log with 'dtrain logs "
-             "NAME'. A notebook named like an action (list, open) is started with 'dtrain notebook start NAME'.")
+    where = ("Jupyter's root folder, and its working folder (where its terminals start), is the first --pvc "
+             "volume; without --pvc (local backend) it is a new, empty folder of the job's own (jobs/NAME/work "
+             "in the dtrain home); never the folder you start it from. A notebook is a job: stop it with "
+             "'dtrain delete NAME', read its log with 'dtrain logs NAME'. A notebook named like an action (list, "
+             "open) is started with 'dtrain notebook start NAME'.")
     p = sub.add_parser("notebook", help="Jupyter on a volume, as an interactive job: start, list, open",
                        usage="dtrain notebook NAME --pvc VOLUME:/home/jovyan/work [--gpu N] [--cpu C] | "
                              "dtrain notebook {list,open} ...", description=where)
+    for flags in _START_FLAGS:  # given before the name, they reached no action: say where they go
+        p.add_argument(*flags, nargs="?", action=_AfterTheName, help=argparse.SUPPRESS)
     ns = p.add_subparsers(dest="action", required=True, metavar="{NAME,list,open}", action=_StartByDefault)
-    c = ns.add_parser("start", help="start a notebook (the default: 'dtrain notebook NAME ...')")
+    c = ns.add_parser("start", prog="dtrain notebook start",
+                      help="start a notebook (the default: 'dtrain notebook NAME ...')")
     c.add_argument("name", help="notebook name (lower-case letters, digits, '-')")
     c.add_argument("--pvc", action="append", metavar="VOLUME:MOUNT[:ro]",
                    help="volume to work on; the first one is Jupyter's root folder (repeat); without it, "
@@ -126,11 +152,13 @@ def register(sub) -> None:
     c.add_argument("-p", "--project", help="project (default: 'dtrain config project')")
     c.add_argument("--backend", choices=["local", "kubernetes"], help="where to run (default from config)")
     c.set_defaults(handler=cmd_start)
-    c = ns.add_parser("list", help="list notebooks")
-    c.add_argument("-p", "--project", help="this project's notebooks")
+    c = ns.add_parser("list", prog="dtrain notebook list", help="list notebooks")
+    c.add_argument("-p", "--project", help="this project's notebooks (default: the configured project)")
+    c.add_argument("-A", "--all-projects", action="store_true", help="notebooks of every project")
     c.add_argument("--show-deleted", action="store_true", help="also list deleted notebooks")
     c.add_argument("--json", action="store_true", help="print a JSON list")
     c.set_defaults(handler=cmd_list)
-    c = ns.add_parser("open", help="print the URL (with its token) to open in a browser")
+    c = ns.add_parser("open", prog="dtrain notebook open",
+                      help="print the URL (with its token) to open in a browser")
     c.add_argument("name", help="the notebook")
     c.set_defaults(handler=cmd_open)
