@@ -7,6 +7,7 @@ Screenshots of the pages land in the test's folder, and also in $DTRAIN_SCREENSH
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from pathlib import Path
@@ -38,8 +39,9 @@ JOB = ("import json, os, time\n"
        "time.sleep(1)\n")
 
 
-@pytest.fixture
-def browser():
+@contextlib.contextmanager
+def chrome():
+    """Headless chromium through the system chromedriver, quit at the end."""
     options = webdriver.ChromeOptions()
     options.binary_location = CHROMIUM
     for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
@@ -47,8 +49,16 @@ def browser():
         options.add_argument(arg)
     driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def browser():
+    with chrome() as driver:
+        yield driver
 
 
 def shot(driver, tmp_path: Path, name: str) -> None:

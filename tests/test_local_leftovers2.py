@@ -127,6 +127,19 @@ def test_deleting_a_deleted_job_says_it_was_already_deleted(dt: Dtrain):
     assert_usage_error(dt("delete", "once", check=False), "no job named 'once'")
 
 
+def _kill_supervisor(dt: Dtrain, name: str) -> None:
+    """SIGKILL the supervisor of job NAME (as a crash or a reboot would) and wait until it is gone."""
+    store = JobStore(dt.home / "state.db")
+    try:
+        row = store.job(name)
+        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
+    finally:
+        store.close()
+    assert signal_process(sup, signal.SIGKILL)
+    while sup.alive():
+        time.sleep(0.05)
+
+
 def test_a_queued_job_whose_supervisor_was_killed_keeps_its_place_and_runs(dt_gpus: Dtrain):
     """Nothing of a queued job has run when its supervisor is lost (killed, the machine restarted):
     it used to be Failed, 'no restarts left (--max-restarts 0)', as if it had run and crashed."""
@@ -135,15 +148,7 @@ def test_a_queued_job_whose_supervisor_was_killed_keeps_its_place_and_runs(dt_gp
     dt.wait_for("holder", {"Running"})
     dt("submit", "queued", "-g", "1", "--", "echo", "ran")
     dt.wait_for("queued", {"Pending"})
-    store = JobStore(dt.home / "state.db")
-    try:
-        row = store.job("queued")
-        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
-    finally:
-        store.close()
-    assert signal_process(sup, signal.SIGKILL)
-    while sup.alive():
-        time.sleep(0.05)
+    _kill_supervisor(dt, "queued")
     info = dt.json("describe", "job", "queued")
     assert info["status"] == "Pending" and info["restarts"] == 0, info["message"]
     assert info["events"][-1]["message"].endswith("nothing had started: a new supervisor keeps its place in the queue")
@@ -208,15 +213,7 @@ def test_a_queued_job_larger_than_the_machine_it_came_back_to_says_it_never_star
     dt_gpus.wait_for("holder", {"Running"})
     dt_gpus("submit", "big", "-g", "2", "--", "true")
     dt_gpus.wait_for("big", {"Pending"})
-    store = JobStore(dt_gpus.home / "state.db")
-    try:
-        row = store.job("big")
-        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
-    finally:
-        store.close()
-    assert signal_process(sup, signal.SIGKILL)
-    while sup.alive():
-        time.sleep(0.05)
+    _kill_supervisor(dt_gpus, "big")
     dt_gpus("delete", "holder")
     smaller = Dtrain(dt_gpus.home, env={"DTRAIN_GPUS": "1"})
     smaller("list")  # finds the lost supervisor and starts a new one, which sees one GPU

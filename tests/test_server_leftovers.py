@@ -75,16 +75,11 @@ def browser():
     from test_dashboard_browser import CHROMEDRIVER, CHROMIUM
     if not (CHROMIUM and CHROMEDRIVER):
         pytest.skip("chromium and chromedriver are not installed (scripts/setup.sh installs them)")
-    webdriver = pytest.importorskip("selenium.webdriver", reason="the 'dev' extra (selenium) is not installed")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-                "--window-size=1360,1000", "--disable-extensions", "--no-first-run"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=webdriver.ChromeService(executable_path=CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    yield driver
-    driver.quit()
+    pytest.importorskip("selenium.webdriver", reason="the 'dev' extra (selenium) is not installed")
+    from test_dashboard_browser import chrome
+
+    with chrome() as driver:
+        yield driver
 
 
 def text_of(driver, css: str) -> str:
