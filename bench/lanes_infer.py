@@ -5,7 +5,9 @@
 Times `probabilities` (forward, softmax, sigmoid) on one 512x288 frame at a time, synchronising
 the device after each, for the plain eager float32 model (NCHW, slice-by-slice message passing)
 and the recipe's fast path (fast message passing, channels-last, bf16 autocast on CUDA and on a
-CPU with bf16 instructions, as `dtrain lanes predict` runs).
+CPU with bf16 instructions, as `dtrain lanes predict` runs). On CUDA also the fast path in
+float32, and the fast path captured once as a CUDA graph and replayed per frame (float32 and bf16):
+at batch 1 a GPU mostly waits for kernel launches.
 Prints one JSON line with the median frames/s of each.
 """
 
@@ -22,20 +24,48 @@ from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.model import SCNN, probabilities
 
 
-def fps(model: torch.nn.Module, img: torch.Tensor, frames: int, bf16: bool) -> float:
-    device = img.device
-    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
-    bf16 = bf16 and recipes.native_bf16(device)  # decided once, outside the timed frames
+def fps(run, img: torch.Tensor, frames: int) -> float:
+    """Median frames/s of `run(img)` (one frame), the device synchronised around each."""
+    sync = torch.cuda.synchronize if img.device.type == "cuda" else (lambda: None)
     times = []
     for i in range(frames + 3):  # 3 warm-up frames: cuDNN autotuning, allocator
         sync()
         start = time.perf_counter()
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
-            probabilities(model, img)
+        run(img)
         sync()
         if i >= 3:
             times.append(time.perf_counter() - start)
     return 1 / statistics.median(times)
+
+
+def eager_run(model: torch.nn.Module, bf16: bool):
+    """`probabilities` as `dtrain lanes predict` calls it, under bf16 autocast where asked and native."""
+    def run(img):
+        with torch.autocast(img.device.type, dtype=torch.bfloat16, enabled=bf16 and recipes.native_bf16(img.device)):
+            return probabilities(model, img)
+    return run
+
+
+def graph_run(model: torch.nn.Module, img: torch.Tensor, bf16: bool):
+    """The same, captured once as a CUDA graph and replayed per frame (the frame copied in first)."""
+    static = img.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up outside the capture: cuDNN picks its algorithms here
+        for _ in range(3):
+            with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False):
+                probabilities(model, static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16, cache_enabled=False):
+            out = probabilities(model, static)
+
+    def run(frame):
+        static.copy_(frame)
+        graph.replay()
+        return out
+    return run
 
 
 def main() -> None:
@@ -55,11 +85,16 @@ def main() -> None:
     fast = SCNN(dataclasses.replace(recipe.model, message_passing="fast")).to(device).eval()
     fast.load_state_dict(eager.state_dict())
     fast = fast.to(memory_format=torch.channels_last)
+    nhwc = img.contiguous(memory_format=torch.channels_last)
     row = {"recipe": recipe.name, "size": f"{w}x{h}", "device": str(device),
            "name": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-           "eager_fp32_fps": round(fps(eager, img, args.frames, bf16=False), 1),
-           "fast_fps": round(fps(fast, img.contiguous(memory_format=torch.channels_last), args.frames, bf16=True), 1),
-           "paper_fps": 7.5}
+           "eager_fp32_fps": round(fps(eager_run(eager, bf16=False), img, args.frames), 1),
+           "fast_fps": round(fps(eager_run(fast, bf16=True), nhwc, args.frames), 1)}
+    if device.type == "cuda":  # which part of the fast path pays at batch 1, and what launches cost
+        row["fast_fp32_fps"] = round(fps(eager_run(fast, bf16=False), nhwc, args.frames), 1)
+        row["graph_fp32_fps"] = round(fps(graph_run(fast, nhwc, bf16=False), nhwc, args.frames), 1)
+        row["graph_bf16_fps"] = round(fps(graph_run(fast, nhwc, bf16=True), nhwc, args.frames), 1)
+    row["paper_fps"] = 7.5
     print(json.dumps(row), flush=True)
 
 

@@ -4,7 +4,7 @@
 
 Builds two copies of the model from the same seed: `eager` is what public SCNN code runs (NCHW,
 float32, eager, slice-by-slice message passing), `fast` is the recipe's path (fast message
-passing plus the recipe's speed knobs, or those given with --channels-last/--compile/--bf16).
+passing plus the recipe's speed knobs, or those given with --channels-last/--compile/--cuda-graphs/--bf16).
 Times full optimizer steps (forward, loss, backward, SGD) on one random batch, alternating the
 two (eager, fast, fast, eager, ...) so that load from other processes falls on both alike, and
 prints one JSON line: median step of each, their ratio, and the process CPU time per step.
@@ -25,13 +25,14 @@ from dtrain.errors import SpecError
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.model import SCNN
 from dtrain.workloads.lanes.recipes import Recipe
-from dtrain.workloads.lanes.train import build_optimizer, forward_backward, speed_up
+from dtrain.workloads.lanes.train import build_optimizer, capture_graphs, forward_backward, speed_up
 
 
 def variants(recipe: Recipe) -> dict[str, Recipe]:
     """The plain eager float32 reference and the fast path of the same recipe."""
     eager_model = dataclasses.replace(recipe.model, message_passing="naive")
-    eager = dataclasses.replace(recipe, model=eager_model, channels_last=False, compile=False).with_bf16(False)
+    eager = dataclasses.replace(recipe, model=eager_model, channels_last=False, compile=False,
+                                cuda_graphs=False).with_bf16(False)
     return {"eager": eager, "fast": recipe}
 
 
@@ -41,7 +42,7 @@ class Runner:
     def __init__(self, recipe: Recipe, batch: tuple, device: torch.device) -> None:
         torch.manual_seed(0)  # both copies start from the same weights
         self.recipe, self.device, self.batch = recipe, device, batch
-        self.model = speed_up(SCNN(recipe.model).to(device), recipe, device)
+        self.model = capture_graphs(speed_up(SCNN(recipe.model).to(device), recipe, device), recipe, device)
         self.opt = build_optimizer(self.model, recipe)
 
     def step(self) -> tuple[float, float, float]:
@@ -79,7 +80,7 @@ def measure(recipe: Recipe, device: torch.device, repeats: int, warmup: int) -> 
     row = {"recipe": recipe.name, "size": f"{w}x{h}", "batch": recipe.batch_size, "device": str(device),
            "threads": torch.get_num_threads(), "load_avg_1m": round(os.getloadavg()[0], 1), "repeats": repeats,
            "knobs": {"channels_last": recipe.nhwc(device), "compile": recipe.compile,
-                     "bf16": recipe.autocast(device)}}
+                     "cuda_graphs": recipe.graphs(device), "bf16": recipe.autocast(device)}}
     for name, s in samples.items():
         row[f"{name}_step_s"] = round(statistics.median(x[0] for x in s), 3)
         row[f"{name}_cpu_s"] = round(statistics.median(x[1] for x in s), 3)
@@ -96,14 +97,14 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed steps of each, alternating")
     parser.add_argument("--warmup", type=int, default=2, help="untimed steps of each first")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    for knob in ("channels_last", "compile", "bf16"):
+    for knob in ("channels_last", "compile", "cuda_graphs", "bf16"):
         parser.add_argument(f"--{knob.replace('_', '-')}", action=argparse.BooleanOptionalAction,
                             help=f"override the recipe's {knob}")
     args = parser.parse_args()
     size = ab.size(parser, args.size)
     ab.bounded(parser, ("--batch", 1 if args.batch is None else args.batch, 1, 256), ("--repeats", args.repeats, 1, 1000),
                ("--warmup", args.warmup, 0, 100))
-    knobs = {k: getattr(args, k) for k in ("channels_last", "compile") if getattr(args, k) is not None}
+    knobs = {k: getattr(args, k) for k in ("channels_last", "compile", "cuda_graphs") if getattr(args, k) is not None}
     for name in args.recipe:
         recipe = recipes.get(name)
         try:

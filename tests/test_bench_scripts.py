@@ -28,6 +28,8 @@ def _bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedP
 
 @pytest.mark.parametrize("script, args, message", [
     ("lanes_infer.py", ["--frames", "0"], "--frames 0 is out of range: give 1 to 10000"),
+    ("lanes_graphs_loss.py", ["--steps", "4"], "--steps 4 is out of range: give 5 to 5000"),
+    ("lanes_graphs_loss.py", ["--train", "5001"], "--train 5001 is out of range: give 20 to 5000"),
     ("sparse.py", ["--workdir", "/nonexistent-dtrain-bench", "--gib", "0"], "--gib 0 is out of range: give 1 to 1024"),
     ("lanes_loader.py", ["--rounds", "101"], "--rounds 101 is out of range: give 1 to 100"),
     ("scnn_message_passing.py", ["--size", "512"], "--size '512' is not WIDTHxHEIGHT"),
@@ -68,19 +70,35 @@ def test_gpu_script_runs_every_step_in_miniature_on_the_cpu(tmp_path):
                           timeout=600, env=env(PYTHON=sys.executable, SMOKE="1"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
     log = (out / "gpu.log").read_text()
-    steps = ["train-paper", "train-paper-compile", "train-demo", "nccl", "loader", "infer"]
+    trains = ["train-paper", "train-paper-no-graphs", "train-paper-compile", "train-demo", "train-demo-no-graphs",
+              "train-demo-fp32"]
+    steps = [*trains, "nccl", "loader", "infer", "graphs-loss"]
     for step in steps:
         assert f"== {step}: exit 0" in log, log[-3000:]
     rows = {r["step"]: r for r in map(json.loads, (out / "gpu.jsonl").read_text().splitlines())}
     assert list(rows) == [*steps, "loader-vs-gpu"]
-    for step in ("train-paper", "train-paper-compile", "train-demo"):  # the gpu.sh flags, then the toy size
+    for step in trains:  # the gpu.sh flags, then the toy size
         assert (rows[step]["device"], rows[step]["size"], rows[step]["batch"]) == ("cpu", "64x32", 2)
         assert rows[step]["eager_step_s"] > 0 and rows[step]["fast_step_s"] > 0
+        assert rows[step]["knobs"]["cuda_graphs"] is False  # graphs are for CUDA only
+    assert rows["train-demo-fp32"]["knobs"]["bf16"] is False
     assert (rows["nccl"]["backend"], rows["nccl"]["processes"]) == ("gloo", 2)
     assert rows["loader"]["frames"] == 4 and rows["loader"]["lanedataset"] > 0
     assert rows["infer"]["recipe"] == "tiny" and rows["infer"]["fast_fps"] > 0
+    # on a CPU --cuda-graphs changes nothing: the two trainings are the same run
+    loss = rows["graphs-loss"]
+    assert (loss["device"], loss["steps"], loss["loss_rel_diff"], loss["bn_stats_apart"]) == ("cpu", 6, 0.0, 0.0)
+    assert loss["agree"] is True and loss["loss_last20_graphs"] == loss["loss_last20_eager"] > 0
     gpu = rows["train-paper"]["batch"] / rows["train-paper"]["fast_step_s"]
     assert rows["loader-vs-gpu"]["gpu_images_per_s"] == pytest.approx(gpu, abs=0.1)
+
+
+def test_gpu_script_runs_only_the_steps_named(tmp_path):
+    out = tmp_path / "gpu-out"
+    proc = subprocess.run(["bash", str(REPO / "bench/gpu.sh"), str(out)], capture_output=True, text=True,
+                          timeout=300, env=env(PYTHON=sys.executable, SMOKE="1", STEPS="infer nccl"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert [json.loads(line)["step"] for line in (out / "gpu.jsonl").read_text().splitlines()] == ["nccl", "infer"]
 
 
 def test_the_message_passing_bench_times_both_forms():

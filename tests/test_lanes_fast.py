@@ -123,6 +123,30 @@ def test_train_flag_overrides_the_recipes_precision():
     assert parse_config(["--recipe", "tiny"], {}).recipe.autocast("cpu") is False
 
 
+def test_cuda_graphs_knob_is_on_for_one_cuda_process_and_asked_for_under_ddp():
+    from dtrain.workloads.lanes.train import for_world, parse_config
+    demo = recipes.demo()
+    assert demo.graphs("cuda") and not demo.graphs("cpu")  # the recipe's default (None): on, on CUDA only
+    assert not dataclasses.replace(demo, cuda_graphs=False).graphs("cuda")
+    ablation = dataclasses.replace(demo, model=dataclasses.replace(demo.model, message_passing="none"))
+    assert not ablation.graphs("cuda")  # nothing launch-bound left to capture
+    assert parse_config(["--recipe", "demo", "--no-cuda-graphs"], {}).recipe.cuda_graphs is False
+    cfg = parse_config(["--recipe", "paper"], {})
+    assert cfg.recipe.cuda_graphs is None
+    assert for_world(cfg, 1).recipe.graphs("cuda")
+    assert not for_world(cfg, 2).recipe.graphs("cuda")  # DDP: not measured on more than one GPU
+    asked = parse_config(["--recipe", "paper", "--cuda-graphs"], {})
+    assert for_world(asked, 4).recipe.graphs("cuda")
+
+
+def test_capture_graphs_leaves_a_cpu_model_as_it_is():
+    from dtrain.workloads.lanes.train import capture_graphs
+    model = SCNN(CFG)
+    forward = model.forward
+    assert capture_graphs(model, recipes.tiny(), torch.device("cpu")) is model
+    assert model.forward == forward and "forward" not in vars(model)  # make_graphed_callables not called
+
+
 def test_scnn_init_matches_the_authors_code():
     torch.manual_seed(0)
     official = MessagePassing(128, 9, init="scnn")

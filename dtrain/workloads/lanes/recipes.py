@@ -58,6 +58,13 @@ class Recipe:
     # AVX512-BF16 instructions (benchmarks.md, "SCNN step").
     channels_last: bool | None = None  # NHWC convolutions; None: on CUDA, and wherever a step runs in bf16
     compile: bool = False  # torch.compile the backbone and neck (message passing stays eager)
+    # On CUDA: capture the model's training forward and backward once as CUDA graphs
+    # (torch.cuda.make_graphed_callables) and replay them every step. The message passing's ~200
+    # dependent row convolutions cost one kernel launch each (and Python around it) when eager:
+    # on an H200 the paper step ran 2.25x eager float32 with graphs against 1.65x without, the
+    # demo step 3.7x against 0.85x (benchmarks.md, "GPU figures"). None: on for one process; under
+    # DDP only when asked (--cuda-graphs), as no run with more than one GPU has measured it yet.
+    cuda_graphs: bool | None = None
     bf16: bool = True  # bfloat16 autocast on CUDA
     # bfloat16 autocast on a CPU; None: when the CPU has bf16 instructions oneDNN uses (AMX-BF16 or
     # AVX512-BF16, cpu_bf16_isa); on other CPUs the step stays float32 (bf16 there was not measured)
@@ -83,6 +90,11 @@ class Recipe:
     def with_bf16(self, on: bool) -> "Recipe":
         """The same recipe with bfloat16 autocast on (or off) on whichever device runs it."""
         return dataclasses.replace(self, bf16=on, cpu_bf16=on)
+
+    def graphs(self, device) -> bool:
+        """Whether a step on `device` replays CUDA graphs (not for message_passing "none": nothing to gain)."""
+        return (self.cuda_graphs is not False and torch.device(device).type == "cuda"
+                and self.model.message_passing != "none")
 
     def nhwc(self, device) -> bool:
         """Whether a step on `device` runs channels-last."""

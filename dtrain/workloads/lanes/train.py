@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from dtrain.errors import DtrainError, QuotaError, SpecError
+from dtrain.errors import DtrainError, EnvironmentError_, QuotaError, SpecError
 from dtrain.replace import replace_file
 from dtrain.training import (
     CheckpointMismatch,
@@ -139,6 +139,8 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
     p.add_argument("--pvc-name", default=env.get("PVC_NAME"), help="recorded for the platform [PVC_NAME]")
     p.add_argument("--bf16", action=argparse.BooleanOptionalAction,
                    help="bfloat16 autocast on this device (default: the recipe's; --no-bf16 runs float32)")
+    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction,
+                   help="replay the model's forward and backward as CUDA graphs (default: the recipe's; CUDA only)")
     p.add_argument("--keep-heap", action=argparse.BooleanOptionalAction,
                    help="keep freed memory mapped between steps (default: the recipe's, on; glibc only)")
     return p
@@ -166,6 +168,8 @@ def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> TrainCon
         recipe = recipe.with_bf16(args.bf16)
     if args.keep_heap is not None:
         recipe = dataclasses.replace(recipe, keep_heap=args.keep_heap)
+    if args.cuda_graphs is not None:
+        recipe = dataclasses.replace(recipe, cuda_graphs=args.cuda_graphs)
     if args.use_workers is False:
         workers = 0
     elif args.num_workers is not None:
@@ -204,7 +208,9 @@ def forward_backward(model: torch.nn.Module, batch: Sequence[torch.Tensor], reci
     img, seg, exist = (t.to(device, non_blocking=True) for t in batch)
     if recipe.nhwc(device):
         img = img.contiguous(memory_format=torch.channels_last)
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=recipe.autocast(device)):
+    # A graphed model was captured with autocast's weight-cast cache off (make_graphed_callables needs it).
+    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=recipe.autocast(device),
+                        cache_enabled=not recipe.graphs(device)):
         seg_logits, exist_logits = model(img)
     loss = scnn_loss(seg_logits, exist_logits, seg, exist, recipe)
     (loss * scale).backward()
@@ -228,6 +234,38 @@ def speed_up(model: SCNN, recipe: Recipe, device: torch.device) -> SCNN:
         # passing stays eager: its ~200 dependent row convolutions would unroll into the graph.
         model.backbone.compile()
         model.neck.compile()
+    return model
+
+
+def capture_graphs(model: SCNN, recipe: Recipe, device: torch.device) -> SCNN:
+    """On CUDA with the recipe's cuda_graphs: the model's training-mode forward and backward become
+    CUDA graph replays (torch.cuda.make_graphed_callables), in place, so the state_dict keys, the
+    parameters and DDP (built after this) are as before. Every training batch has the recipe's
+    shape (the loader drops the last partial batch); eval mode (validation) runs the eager forward.
+    The capture's warm-up passes would move the batch-norm statistics and the random state: both
+    are put back."""
+    if not recipe.graphs(device):
+        return model
+    w, h = recipe.input_size
+    sample = torch.randn(recipe.batch_size, 3, h, w, device=device)
+    if recipe.nhwc(device):
+        sample = sample.contiguous(memory_format=torch.channels_last)
+    buffers = [(b, b.clone()) for b in model.buffers()]
+    rng = torch.cuda.get_rng_state(device)
+    was_training = model.training
+    model.train()
+    try:
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=recipe.autocast(device), cache_enabled=False):
+            torch.cuda.make_graphed_callables(model, (sample,), allow_unused_input=True)
+    except RuntimeError as e:
+        why = " ".join(str(e).split())[:300]
+        raise EnvironmentError_(f"capturing the training step as CUDA graphs failed ({why}): "
+                                "run with --no-cuda-graphs") from None
+    with torch.no_grad():
+        for live, saved in buffers:
+            live.copy_(saved)
+    torch.cuda.set_rng_state(rng, device)
+    model.train(was_training)
     return model
 
 
@@ -408,7 +446,16 @@ def data_parallel(model: SCNN, recipe: Recipe, info: DistInfo) -> torch.nn.Modul
                                    find_unused_parameters=recipe.model.message_passing == "none")
 
 
+def for_world(cfg: TrainConfig, world_size: int) -> TrainConfig:
+    """The recipe's defaults that depend on the number of processes: CUDA graphs (cuda_graphs None)
+    for one process; under DDP only when asked."""
+    if cfg.recipe.cuda_graphs is None and world_size > 1:
+        return dataclasses.replace(cfg, recipe=dataclasses.replace(cfg.recipe, cuda_graphs=False))
+    return cfg
+
+
 def train(cfg: TrainConfig, info: DistInfo) -> dict:
+    cfg = for_world(cfg, info.world_size)
     recipe, out, device = cfg.recipe, Path(cfg.out_dir), info.device
     heap = keep_freed_memory() if recipe.keep_heap else "off"  # before the first tensor and any worker fork
     val_labels = split_labels(cfg.data_dir, "val") if cfg.use_val else []
@@ -431,11 +478,12 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
              "train_frames": len(dataset)}
     # Every rank loads the same file before DDP is built, so optimizer state matches on all of them.
     step = restore(ckpt, cfg, model, opt, extra, log, device)
+    model = capture_graphs(model, recipe, device)  # after the checkpoint's weights are in, before DDP
     ddp = data_parallel(model, recipe, info)
     log(f"recipe {recipe.name}: {info.world_size} process(es) x batch {recipe.batch_size}, {max_steps} steps, "
         f"{steps_per_epoch} steps/epoch, input {recipe.input_size}, width {recipe.model.width}, device {device}, "
-        f"{recipe.precision(device)}{', channels-last' if recipe.nhwc(device) else ''}, "
-        f"freed memory kept: {heap}")
+        f"{recipe.precision(device)}{', channels-last' if recipe.nhwc(device) else ''}"
+        f"{', CUDA graphs' if recipe.graphs(device) else ''}, freed memory kept: {heap}")
     log(f"data {cfg.data_dir} ({len(dataset)} frames), workers {cfg.num_workers}, validation {cfg.use_val}; "
         f"ENABLE_SNAPSHOT={cfg.enable_snapshot} PVC_NAME={cfg.pvc_name} (recorded; the platform takes snapshots)")
 
