@@ -9,7 +9,7 @@ import time
 import pytest
 
 from conftest import Dtrain
-from dtrain.backends.local.launch import job_env, physical_cores, rank_cores
+from dtrain.backends.local.launch import job_env, physical_cores, pick_cores, rank_cores
 from dtrain.backends.local.rankrun import rank_cpus
 from dtrain.spec import JobSpec
 
@@ -71,7 +71,7 @@ PRINT_AFFINITY = "import os; print('cores', sorted(os.sched_getaffinity(0)), 'th
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin two ranks apart")
 def test_two_ranks_with_cpu_run_on_their_own_cores(dt: Dtrain):
     cores = sorted(os.sched_getaffinity(0))
-    expected = rank_cores(cores, 2, 1, physical_cores(cores))  # spread out: cores 0 and 1 on a 2-core machine
+    expected = pick_cores(cores, 2, 1)  # spread out: cores 0 and 1 on a 2-core machine
     dt("submit-dist", "pinned", "--processes", "2", "--launcher", "torchrun", "--cpu", "1", "--",
        sys.executable, "-c", PRINT_AFFINITY)
     dt("submit-dist", "free", "--processes", "2", "--launcher", "torchrun", "--", sys.executable, "-c", PRINT_AFFINITY)

@@ -170,6 +170,13 @@ def rank_cores(available: Sequence[int], processes: int, per_rank: float,
     return groups
 
 
+def pick_cores(free: Sequence[int], processes: int, per_rank: float) -> list[list[int]] | None:
+    """`rank_cores` of the free cores with this machine's hyperthread siblings (the scheduler's
+    choice and the launcher's, which picks again from the scheduler's)."""
+    free = sorted(free)
+    return rank_cores(free, processes, per_rank, physical_cores(free))
+
+
 def physical_cores(cores: Sequence[int], sysfs: str = "/sys/devices/system/cpu") -> dict[int, int]:
     """Logical core -> the lowest-numbered thread of its physical core (Linux's thread_siblings_list);
     a core whose topology cannot be read stands for itself."""
@@ -204,11 +211,8 @@ def job_env(spec: JobSpec, *, devices: list[list[str]], master_port: int, attemp
         env["DTRAIN_CPU"] = repr(float(spec.cpu))
     if spec.launcher == "none":
         env.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", LOCAL_WORLD_SIZE="1")
-    if spec.cpu is not None:
-        free = sorted(os.sched_getaffinity(0) if available is None else available)
-        cores = rank_cores(free, spec.processes, spec.cpu, physical_cores(free))
-    else:
-        cores = None
+    cores = pick_cores(os.sched_getaffinity(0) if available is None else available, spec.processes, spec.cpu) \
+        if spec.cpu is not None else None
     if cores:
         env["DTRAIN_RANK_CPUS"] = ";".join(",".join(map(str, c)) for c in cores)
     env["PATH"] = job_path()

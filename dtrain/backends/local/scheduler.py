@@ -73,10 +73,9 @@ def pin_cores(conn, spec: JobSpec, cores: list[int]) -> None:
     round, the job runs unpinned and the kernel shares all cores, rather than stacking two
     jobs' ranks on core 0 while another core idles."""
     taken = {r["core"] for r in conn.execute("SELECT core FROM core_pins")}
-    from dtrain.backends.local.launch import physical_cores, rank_cores  # here: `dtrain list` needs only split_devices
+    from dtrain.backends.local.launch import pick_cores  # here: `dtrain list` needs only split_devices
 
-    free = [c for c in cores if c not in taken]
-    groups = rank_cores(free, spec.processes, spec.cpu, physical_cores(free))
+    groups = pick_cores([c for c in cores if c not in taken], spec.processes, spec.cpu)
     if groups:
         conn.executemany("INSERT INTO core_pins (core, job) VALUES (?, ?)",
                          [(c, spec.name) for group in groups for c in group])
