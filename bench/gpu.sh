@@ -18,6 +18,12 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 OUT_DIR=${1:-${OUT:-gpu-out}}
+ALL_STEPS="train-paper train-paper-no-graphs train-paper-compile train-demo train-demo-no-graphs train-demo-fp32 nccl loader infer graphs-loss"
+for name in ${STEPS:-}; do  # a misspelt name would otherwise run nothing, silently
+    if [[ " $ALL_STEPS " != *" $name "* ]]; then
+        echo "STEPS names no step '$name': choose from $ALL_STEPS" >&2; exit 2
+    fi
+done
 mkdir -p "$OUT_DIR"
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 LOG=$OUT_DIR/gpu.log

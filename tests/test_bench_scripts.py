@@ -73,6 +73,8 @@ def test_gpu_script_runs_every_step_in_miniature_on_the_cpu(tmp_path):
     trains = ["train-paper", "train-paper-no-graphs", "train-paper-compile", "train-demo", "train-demo-no-graphs",
               "train-demo-fp32"]
     steps = [*trains, "nccl", "loader", "infer", "graphs-loss"]
+    listed = next(line for line in (REPO / "bench/gpu.sh").read_text().splitlines() if line.startswith("ALL_STEPS="))
+    assert listed.split("=", 1)[1].strip('"').split() == steps  # what STEPS= may name is every step
     for step in steps:
         assert f"== {step}: exit 0" in log, log[-3000:]
     rows = {r["step"]: r for r in map(json.loads, (out / "gpu.jsonl").read_text().splitlines())}
@@ -99,6 +101,11 @@ def test_gpu_script_runs_only_the_steps_named(tmp_path):
                           timeout=300, env=env(PYTHON=sys.executable, SMOKE="1", STEPS="infer nccl"), cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:]
     assert [json.loads(line)["step"] for line in (out / "gpu.jsonl").read_text().splitlines()] == ["nccl", "infer"]
+    typo = subprocess.run(["bash", str(REPO / "bench/gpu.sh"), str(tmp_path / "typo")], capture_output=True, text=True,
+                          timeout=60, env=env(PYTHON=sys.executable, SMOKE="1", STEPS="infer trian-demo"), cwd=tmp_path)
+    assert typo.returncode == 2 and typo.stderr.splitlines()[-1].startswith(
+        "STEPS names no step 'trian-demo': choose from train-paper "), typo.stderr
+    assert not (tmp_path / "typo").exists()  # refused before anything ran
 
 
 def test_the_message_passing_bench_times_both_forms():
