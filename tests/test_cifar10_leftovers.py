@@ -142,9 +142,10 @@ def test_local_sagemaker_job_fails_with_the_workloads_own_line(home, tmp_path):
     write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
     d = Dtrain(home, env=_env())
     d("config", "backend", "sagemaker")
+    (tmp_path / "code").mkdir()  # the workload comes from dtrain's environment; the checkout may hold demo-out/
     d("submit-dist", "bad", "--local", "--processes", "2", "--channel", f"training=file://{tmp_path / 'data'}",
-      "-e", "OMP_NUM_THREADS=1", "--", "python", "-m", "dtrain.workloads.cifar10", "train", "--epochs", "0",
-      cwd=str(REPO))
+      "--source-dir", str(tmp_path / "code"), "-e", "OMP_NUM_THREADS=1", "--", "python", "-m",
+      "dtrain.workloads.cifar10", "train", "--epochs", "0", cwd=str(REPO))
     info = d.wait_for("bad", {"Succeeded", "Failed"}, timeout=120)
     assert info["status"] == "Failed"
     # either host may fail first: both run the same command

@@ -37,9 +37,17 @@ def sm(home) -> Dtrain:
             d("delete", job["name"], check=False)
 
 
-def submit(d: Dtrain, name: str, data: Path, args: list[str], *extra: str) -> None:
+@pytest.fixture(scope="module")
+def code_dir(tmp_path_factory) -> Path:
+    """The uploaded code: an empty folder, as the workload comes from dtrain's own environment.
+    Not the checkout: after `make demo` it also holds demo-out/ (gigabytes), which is no code."""
+    return tmp_path_factory.mktemp("code")
+
+
+def submit(d: Dtrain, name: str, data: Path, code: Path, args: list[str], *extra: str) -> None:
     d("submit-dist", name, "--backend", "sagemaker", "--local", "--processes", "2", "--channel",
-      f"training=file://{data}", "-e", "OMP_NUM_THREADS=1", *extra, "--", *CIFAR, *args, cwd=str(REPO))
+      f"training=file://{data}", "--source-dir", str(code), "-e", "OMP_NUM_THREADS=1", *extra, "--", *CIFAR, *args,
+      cwd=str(REPO))
 
 
 def test_wait_and_logs_hooks_are_the_base_ones():
@@ -49,9 +57,9 @@ def test_wait_and_logs_hooks_are_the_base_ones():
 
 
 @pytest.mark.slow
-def test_cifar10_on_two_local_hosts_matches_torchrun(sm, reference, data_dir, tmp_path):  # noqa: F811
+def test_cifar10_on_two_local_hosts_matches_torchrun(sm, reference, data_dir, code_dir, tmp_path):  # noqa: F811
     expected, _, _ = reference
-    submit(sm, "cifar", data_dir, TRAIN_ARGS)
+    submit(sm, "cifar", data_dir, code_dir, TRAIN_ARGS)
     assert sm("wait", "cifar", "--timeout", "300", check=False).returncode == 0, sm("logs", "cifar").stdout
     info = sm.json("describe", "job", "cifar")
     assert info["extra"]["instance_count"] == 2 and [p["node"] for p in info["processes"]] == ["algo-1", "algo-2"]
@@ -89,11 +97,11 @@ def _torchrun(data: Path, out: Path, steps: int) -> dict:
 
 
 @pytest.mark.slow
-def test_job_stopped_midway_resumes_from_checkpoints(sm, data_dir, tmp_path):  # noqa: F811
+def test_job_stopped_midway_resumes_from_checkpoints(sm, data_dir, code_dir, tmp_path):  # noqa: F811
     ckpt_uri = "s3://dtrain-local/shared/cifar-ckpt"
     ckpts = sm.home / "sagemaker-local" / "s3" / "dtrain-local" / "shared" / "cifar-ckpt"
     long_run = [a if a != "12" else "100000" for a in TRAIN_ARGS] + ["--epochs", "1000", "--checkpoint-every", "4"]
-    submit(sm, "first", data_dir, long_run, "--checkpoint-s3-uri", ckpt_uri)
+    submit(sm, "first", data_dir, code_dir, long_run, "--checkpoint-s3-uri", ckpt_uri)
     deadline = time.monotonic() + 240
     while not list(ckpts.glob("ckpt-*.pt")) and time.monotonic() < deadline:
         time.sleep(0.1)
@@ -104,7 +112,7 @@ def test_job_stopped_midway_resumes_from_checkpoints(sm, data_dir, tmp_path):  #
     assert max(int(p.stem[5:]) for p in ckpts.glob("ckpt-*.pt")) == done  # no process of the job lives on
     steps = done + 4  # stopped after step `done`; the rerun trains 4 more
     args = [a if a != "12" else str(steps) for a in TRAIN_ARGS] + ["--checkpoint-every", "4"]
-    submit(sm, "second", data_dir, args, "--checkpoint-s3-uri", ckpt_uri)
+    submit(sm, "second", data_dir, code_dir, args, "--checkpoint-s3-uri", ckpt_uri)
     assert sm("wait", "second", "--timeout", "300", check=False).returncode == 0, sm("logs", "second").stdout
     logs = sm("logs", "second", "--rank", "0").stdout
     assert re.search(rf"resumed from step {done} \(/opt/ml/checkpoints/ckpt-{done}\.pt\)", logs), logs
