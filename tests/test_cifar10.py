@@ -611,9 +611,9 @@ def test_ranks_that_resume_from_different_steps_stop_instead_of_hanging(tmp_path
     first = _train_proc(base + ["--model-dir", "m0"], tmp_path)
     assert first.returncode == 0, first.stderr
     port, procs = _free_port(), []
-    for rank in (0, 1):
+    for rank in (0, 1):  # 2 x batch 2: the first run's global batch
         env = _env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank))
-        procs.append(subprocess.Popen(TRAIN + base + ["--model-dir", f"m{rank}", "--max-steps", "4"], cwd=tmp_path,
+        procs.append(subprocess.Popen(TRAIN + base + ["--model-dir", f"m{rank}", "--max-steps", "4", "--batch-size", "2"], cwd=tmp_path,
                                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     try:
         outs = [p.communicate(timeout=120) for p in procs]
@@ -625,6 +625,60 @@ def test_ranks_that_resume_from_different_steps_stop_instead_of_hanging(tmp_path
         assert p.returncode == 2, (rank, err)
         assert err.strip().splitlines() == [err.strip()], err
         assert f"ranks resumed from different steps (0 to 2; rank {rank}: {2 if rank == 0 else 0})" in err
+
+
+def _ranks(args: list[str], cwd: Path, folders: list[str]) -> list[tuple[int, str, str]]:
+    """Run one training rank per folder (--model-dir) in one gloo group; (returncode, out, err) each."""
+    port, procs = _free_port(), []
+    for rank, folder in enumerate(folders):
+        env = _env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(len(folders)), RANK=str(rank))
+        procs.append(subprocess.Popen(TRAIN + args + ["--model-dir", folder], cwd=cwd, env=env,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+    return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs, strict=True)]
+
+
+def test_a_resume_that_would_move_in_the_data_is_refused_and_the_same_global_batch_is_not(tmp_path):
+    """A step is a place in the data through the global batch, the seed and the images: a resume
+    with any of them changed is one line; one on 2 processes x 4 of a 1 x 8 run continues."""
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=40, n_test=4, seed=0)
+    base = ["--data-dir", "data", "--log-interval", "0", "--checkpoint-every", "1"]
+    first = _train_proc(base + ["--model-dir", "m", "--batch-size", "8", "--max-steps", "2"], tmp_path)
+    assert first.returncode == 0, first.stderr
+    for args, message in [(["--batch-size", "4"], "global batch 8 (this run: 4)"),
+                          (["--batch-size", "8", "--seed", "3"], "seed 0 (this run: 3)")]:
+        r = _train_proc(base + ["--model-dir", "m", "--max-steps", "4", *args], tmp_path)
+        assert r.returncode == 2, r.stderr
+        assert r.stderr.strip().splitlines() == [r.stderr.strip()], r.stderr
+        assert message in r.stderr and "ckpt-2.pt" in r.stderr and "--no-resume" in r.stderr
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=48, n_test=4, seed=0)
+    r = _train_proc(base + ["--model-dir", "m", "--batch-size", "8", "--max-steps", "4"], tmp_path)
+    assert r.returncode == 2 and "40 training images (this run: 48)" in r.stderr, r.stderr
+    assert sorted(p.name for p in (tmp_path / "m").glob("ckpt-*")) == ["ckpt-1.pt", "ckpt-2.pt"]  # nothing lost
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=40, n_test=4, seed=0)
+    results = _ranks(base + ["--batch-size", "4", "--max-steps", "4"], tmp_path, ["m", "m"])
+    for code, out, err in results:
+        assert code == 0, err
+    assert "resumed from step 2" in results[0][1] or "resumed from step 2" in results[0][2]
+    assert "steps=4" in results[0][1]
+
+
+def test_when_one_rank_refuses_its_checkpoint_every_rank_stops(tmp_path):
+    """Rank 0 finds a checkpoint of another global batch, rank 1 (its own folder) none: rank 0
+    names the checkpoint, rank 1 says another rank refused; neither waits for the other."""
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=40, n_test=4, seed=0)
+    base = ["--data-dir", "data", "--log-interval", "0"]
+    assert _train_proc(base + ["--model-dir", "m0", "--batch-size", "4", "--max-steps", "2"], tmp_path).returncode == 0
+    (code0, _o0, err0), (code1, _o1, err1) = _ranks(base + ["--batch-size", "4", "--max-steps", "4"], tmp_path,
+                                                    ["m0", "m1"])
+    assert (code0, code1) == (2, 2), (err0, err1)
+    assert "global batch 4 (this run: 8)" in err0 and err0.strip().splitlines() == [err0.strip()]
+    assert "another rank refused its checkpoint" in err1 and err1.strip().splitlines() == [err1.strip()]
 
 
 def test_sagemaker_layout_without_the_toolkit(monkeypatch, tmp_path):

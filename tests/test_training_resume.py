@@ -79,6 +79,38 @@ def test_a_torn_newest_file_is_skipped(tmp_path, capsys):
     assert got.step == 5
     out = capsys.readouterr().out
     assert out.count("skipping checkpoint") == 3 and "ckpt-20.pt" in out and "ckpt-10.pt" in out
+    # Set aside, not deleted: they no longer count among the kept, and a restart does not retry them.
+    assert out.count("set aside as") == 3 and "set aside as ckpt-10.pt.damaged" in out
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        ".ckpt-25.pt.x.tmp", "ckpt-10.pt.damaged", "ckpt-15.pt.damaged", "ckpt-20.pt.damaged", "ckpt-5.pt"]
+    assert (tmp_path / "ckpt-10.pt.damaged").read_bytes() == good[: len(good) // 2]
+
+
+def test_a_damaged_checkpoint_does_not_push_good_ones_out(tmp_path, capsys):
+    model, opt = _model_opt()
+    ckpt = Checkpointer(tmp_path, every=5, keep=2)
+    for step in (5, 10, 15):
+        ckpt.save(step, model=model, optimizer=opt)
+    (tmp_path / "ckpt-15.pt").write_bytes(b"torn")  # the newest is damaged: the run goes on from 10
+    resumed = Checkpointer(tmp_path, every=5, keep=2).resume(model=model, optimizer=opt)
+    assert resumed.step == 10
+    ckpt.save(15, model=model, optimizer=opt)  # a new ckpt-15; the old damaged one is still there
+    ckpt.save(20, model=model, optimizer=opt)
+    assert sorted(p.name for p in tmp_path.glob("ckpt-*.pt")) == ["ckpt-15.pt", "ckpt-20.pt"]
+    assert (tmp_path / "ckpt-15.pt.damaged").read_bytes() == b"torn"
+    (tmp_path / "ckpt-20.pt").write_bytes(b"torn again")  # a second damaged file of a step set aside before
+    (tmp_path / "ckpt-15.pt").write_bytes(b"torn again")
+    assert Checkpointer(tmp_path, every=5).resume(model=model, optimizer=opt) is None
+    assert (tmp_path / "ckpt-15.pt.damaged").read_bytes() == b"torn"  # nothing overwritten
+    assert (tmp_path / "ckpt-15.pt.damaged.1").read_bytes() == b"torn again"
+
+
+def test_a_rank_that_does_not_save_leaves_damaged_files_alone(tmp_path, capsys):
+    (tmp_path / "ckpt-5.pt").write_bytes(b"torn")
+    model, opt = _model_opt()
+    assert Checkpointer(tmp_path, every=5, enabled=False).resume(model=model, optimizer=opt) is None
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt-5.pt"]
+    assert "set aside" not in capsys.readouterr().out
 
 
 def test_nothing_to_resume_from(tmp_path):

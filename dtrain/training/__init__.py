@@ -18,7 +18,7 @@ from dtrain.training.dist import (
 )
 from dtrain.training.heap import keep_freed_memory
 from dtrain.training.metrics import MetricsWriter, read_metrics
-from dtrain.training.resume import CheckpointMismatch, Checkpointer, Resumed, checkpoint_dir
+from dtrain.training.resume import CheckpointMismatch, Checkpointer, Resumed, checkpoint_dir, data_position_changes
 from dtrain.training.sampler import ResumableSampler
 from dtrain.training.stop import STOPPED_EXIT_CODE, GracefulStop, leave_stop_to_parent
 
@@ -31,6 +31,7 @@ __all__ = [
     "ResumableSampler",
     "Resumed",
     "checkpoint_dir",
+    "data_position_changes",
     "MetricsWriter",
     "all_reduce_mean",
     "all_reduce_sum",

@@ -4,8 +4,9 @@ A `Checkpointer` owns one folder of `ckpt-<step>.pt` files. `save` writes model,
 scheduler, every random generator and the caller's extra state (the data position is the step
 itself: both workloads derive the epoch, the sampler offset and the per-step seeds from it)
 atomically, then keeps the newest `keep`. `resume` loads the newest file that loads, skipping a
-torn one or one another program wrote with a note (CheckpointMismatch for another model's or
-optimizer's), and prints the line the platform records as "resumed from step".
+torn one or one another program wrote with a note and renaming it to `<name>.damaged` (so it no
+longer counts among the kept; CheckpointMismatch for another model's or optimizer's), and prints
+the line the platform records as "resumed from step".
 
 Where the folder is: `--checkpoint-dir`, else $DTRAIN_CHECKPOINT_DIR, else /opt/ml/checkpoints on
 SageMaker (the LocalPath of a training job's CheckpointConfig, synced to S3 and restored on a
@@ -23,10 +24,12 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
-from dtrain.errors import DataError
+from dtrain.errors import DataError, DtrainError, SpecError
 from dtrain.markers import RESUMED
 from dtrain.training.checkpoint import CKPT_RE, checkpoint_path, load_checkpoint, save_atomic
+from dtrain.training.dist import DistInfo
 
 CHECKPOINT_DIR_ENV = "DTRAIN_CHECKPOINT_DIR"
 SAGEMAKER_CHECKPOINT_DIR = "/opt/ml/checkpoints"
@@ -89,6 +92,17 @@ class Resumed:
     extra: dict[str, Any]  # what the workload passed to save(extra=...)
 
 
+def data_position_changes(saved: Mapping[str, Any], plan: Mapping[str, Any],
+                          forms: tuple[tuple[str, str], ...]) -> list[str]:
+    """'2 process(es) (this run: 1)' for each of `forms`' keys the checkpoint's run had otherwise.
+
+    A step maps to a place in the data through what `forms` names (processes, batch, seed, the
+    data's size): a resume with any of them changed would see samples twice or skip some. A key
+    the checkpoint does not hold (one written before it was recorded) is not compared."""
+    return [f"{form.format(saved[key])} (this run: {plan[key]})"
+            for key, form in forms if key in saved and key in plan and saved[key] != plan[key]]
+
+
 class Checkpointer:
     """Save every `every` steps (0: only when asked), keep the newest `keep`, resume from the newest valid."""
 
@@ -121,6 +135,24 @@ class Checkpointer:
         for tmp in self.folder.glob(".ckpt-*.tmp"):  # left by a save that was killed; only this rank writes here
             tmp.unlink(missing_ok=True)
 
+    def _set_aside(self, path: Path) -> str:
+        """Rename a checkpoint that does not load to <name>.damaged(.N), on the rank that saves.
+
+        Left in place it would count among the `keep` newest (pruning good ones in its stead) and
+        be tried again by every restart. Renamed, nothing is lost; returns the note for the log."""
+        if not self.enabled:
+            return ""
+        for n in range(100):
+            aside = path.with_name(f"{path.name}.damaged" + (f".{n}" if n else ""))
+            if aside.exists() or aside.is_symlink():
+                continue
+            try:
+                path.rename(aside)
+            except OSError as e:
+                return f" (not set aside: {e.strerror or e})"
+            return f"; set aside as {aside.name}"
+        return " (not set aside: 100 set-aside copies exist already)"
+
     def candidates(self) -> list[Path]:
         """Complete checkpoint files, newest first."""
         if not self.folder.is_dir():
@@ -141,7 +173,7 @@ class Checkpointer:
                 if not isinstance(state, dict) or state.get("format") != FORMAT or "model" not in state:
                     raise DataError(f"checkpoint {path} was not written by dtrain.training.Checkpointer")
             except DataError as err:
-                self.log(f"skipping checkpoint {path.name}: {err}")
+                self.log(f"skipping checkpoint {path.name}: {err}{self._set_aside(path)}")
                 continue
             try:
                 model.load_state_dict(state["model"])
@@ -159,3 +191,33 @@ class Checkpointer:
             print(RESUMED.format(step=resumed.step, path=path), flush=True)
             return resumed
         return None
+
+
+def resume_on_every_rank(attempt: Callable[[], Resumed | None], info: DistInfo, folder: Path) -> Resumed | None:
+    """Run `attempt` (a Checkpointer.resume) on every rank, then make sure all ranks go on from the
+    same step, or all stop.
+
+    A rank that saw no checkpoint (a node-local checkpoint folder, a sync that had not finished)
+    would otherwise run more steps than the others, and one that refused its checkpoint would leave
+    the others waiting in their first all-reduce until the timeout. Each rank raises its own
+    one-line error (DtrainError)."""
+    resumed, error = None, None
+    try:
+        resumed = attempt()
+    except DtrainError as e:
+        error = e
+    if info.distributed and dist.is_initialized():  # every rank takes part, refused or not
+        step = resumed.step if resumed else 0
+        span = torch.tensor([step, -step, int(error is not None)], dtype=torch.int64, device=info.device)
+        dist.all_reduce(span, op=dist.ReduceOp.MAX)
+        high, low = int(span[0]), -int(span[1])
+        if error is None and int(span[2]):
+            error = SpecError(f"another rank refused its checkpoint (its log says why), so rank {info.rank} stops "
+                              f"too: fix that, or start over (--no-resume)")
+        elif error is None and high != low:
+            error = SpecError(f"ranks resumed from different steps ({low} to {high}; rank {info.rank}: {step}): "
+                              f"every rank must see the same checkpoint folder ({folder}), on storage they "
+                              "share, or start over (--no-resume)")
+    if error is not None:
+        raise error
+    return resumed

@@ -50,15 +50,17 @@ from dtrain.training import (
     GracefulStop,
     MetricsWriter,
     ResumableSampler,
+    Resumed,
     all_reduce_sum,
     checkpoint_dir,
+    data_position_changes,
     detect_runtime,
     leave_stop_to_parent,
     save_atomic,
     setup_distributed,
     teardown,
 )
-from dtrain.training.resume import CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR
+from dtrain.training.resume import CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR, resume_on_every_rank
 from dtrain.workloads.cifar10.data import find_root, load_split
 from dtrain.workloads.cifar10.failure import RESOURCE_CONFIG_FILE, CommandParser, reports_failure
 from dtrain.workloads.cifar10.model import Net
@@ -430,8 +432,10 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
     opt = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum)
     ckpt = Checkpointer(cfg.checkpoint_dir or checkpoint_dir(cfg.model_dir), every=cfg.checkpoint_every,
                         keep=cfg.keep_checkpoints, enabled=info.is_main, log=lambda m: print(m, flush=True))
+    # What maps a step to its images (see DATA_POSITION); saved with every checkpoint.
+    plan = {"global_batch": cfg.batch_size * info.world_size, "seed": cfg.seed, "train_images": len(train_set[0])}
     # Every rank loads the same file before DDP is built, so optimizer state matches on all of them.
-    resumed = _resume(ckpt, net, opt, info) if cfg.resume else None
+    resumed = _resume(ckpt, net, opt, info, plan) if cfg.resume else None
     model, timer = net, _AllreduceTimer()
     if info.distributed:
         model = DDP(net, device_ids=[info.device.index] if info.device.type == "cuda" else None)
@@ -455,7 +459,7 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
     step = resumed.step if resumed else 0
     last = min(cfg.epochs * steps_per_epoch, cfg.max_steps) if cfg.max_steps else schedule_steps(cfg.epochs, steps_per_epoch)
     metrics_path = cfg.metrics_file or str(Path(cfg.model_dir) / "metrics.jsonl")
-    loop = _Loop(cfg=cfg, info=info, model=model, opt=opt, timer=timer, ckpt=ckpt, net=net, last=last)
+    loop = _Loop(cfg=cfg, info=info, model=model, opt=opt, timer=timer, ckpt=ckpt, net=net, last=last, plan=plan)
     with MetricsWriter(metrics_path, enabled=info.is_main) as metrics, GracefulStop() as stop:
         epoch = step // steps_per_epoch
         while step < last and not stop.requested:
@@ -467,7 +471,7 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
                 print(f"stopped at step {step} by a signal; checkpoint in {ckpt.folder}", flush=True)
             return {"steps": step, "stopped": True}
         if not resumed or resumed.step < step:
-            ckpt.save(step, model=net, optimizer=opt)
+            ckpt.save(step, model=net, optimizer=opt, extra=plan)
         accuracy, test_loss = evaluate(net, *test_set, info)
         metrics.log(step=step, epoch=epoch, test_accuracy=accuracy, test_loss=test_loss)
     if info.is_main:
@@ -477,25 +481,32 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
     return {"test_accuracy": accuracy, "test_loss": test_loss, "steps": step}
 
 
-def _resume(ckpt: Checkpointer, net: torch.nn.Module, opt: torch.optim.Optimizer, info: DistInfo):
-    """ckpt.resume, then check that every rank resumed from the same step.
+# What maps a step to its images: the shuffle (seed, number of images) and the images a step takes
+# (the global batch: N processes x batch b see what one process with batch N*b sees, so a resume
+# on another number of processes with the same global batch continues exactly). Checkpoints
+# written before 2026-12-04 hold none of these: they are not compared.
+DATA_POSITION = (("global_batch", "global batch {}"), ("seed", "seed {}"), ("train_images", "{} training images"))
 
-    A rank that saw no checkpoint (a node-local --checkpoint-dir, a sync that had not finished) would
-    otherwise run more steps than the others and wait for them in an all-reduce until the timeout."""
-    try:
-        resumed = ckpt.resume(model=net, optimizer=opt, map_location=info.device)
-    except CheckpointMismatch as e:  # another network's
-        raise SpecError(f"checkpoint {e.path} does not fit the CIFAR10 network ({e.fault}): "
-                        "give this run its own --checkpoint-dir, or --no-resume to start over") from None
-    if info.distributed:
-        step = resumed.step if resumed else 0
-        span = torch.tensor([step, -step], dtype=torch.int64, device=info.device)
-        dist.all_reduce(span, op=dist.ReduceOp.MAX)
-        high, low = int(span[0]), -int(span[1])
-        if high != low:
-            raise SpecError(f"ranks resumed from different steps ({low} to {high}; rank {info.rank}: {step}): "
-                            f"every rank must see the same --checkpoint-dir ({ckpt.folder}), on storage they share, "
-                            "or pass --no-resume")
+
+def _resume(ckpt: Checkpointer, net: torch.nn.Module, opt: torch.optim.Optimizer, info: DistInfo,
+            plan: dict[str, int]):
+    """ckpt.resume on every rank, refusing a checkpoint whose step means other images; all ranks go
+    on from the same step or all stop (resume_on_every_rank)."""
+    def same_data_position(resumed: Resumed) -> None:
+        if moved := data_position_changes(resumed.extra, plan, DATA_POSITION):
+            raise SpecError(f"checkpoint {resumed.path} was written by a run with {', '.join(moved)}: step "
+                            f"{resumed.step} would start elsewhere in the data (images seen twice or skipped); "
+                            f"resume with the same global batch (processes x --batch-size), --seed and data, "
+                            f"or start over: --no-resume, or another --checkpoint-dir")
+
+    def attempt() -> Resumed | None:
+        try:
+            return ckpt.resume(model=net, optimizer=opt, map_location=info.device, accept=same_data_position)
+        except CheckpointMismatch as e:  # another network's
+            raise SpecError(f"checkpoint {e.path} does not fit the CIFAR10 network ({e.fault}): "
+                            "give this run its own --checkpoint-dir, or --no-resume to start over") from None
+
+    resumed = resume_on_every_rank(attempt, info, ckpt.folder)
     return resumed
 
 
@@ -511,6 +522,7 @@ class _Loop:
     timer: _AllreduceTimer
     ckpt: Checkpointer
     last: int  # the step training ends after
+    plan: dict[str, int]  # the checkpoints' extra: what maps a step to its images
 
     def epoch(self, loader: DataLoader, metrics: MetricsWriter, stop: GracefulStop, epoch: int, step: int) -> int:
         cfg, info, opt = self.cfg, self.info, self.opt
@@ -535,7 +547,7 @@ class _Loop:
                 print(f"epoch {epoch} step {step} loss {loss_value:.4f}", flush=True)
             stopping = stop.should_stop()
             if (self.ckpt.due(step) or stopping) and step < self.last:
-                self.ckpt.save(step, model=self.net, optimizer=opt)
+                self.ckpt.save(step, model=self.net, optimizer=opt, extra=self.plan)
             if stopping or step >= self.last:
                 break
             t_data = time.perf_counter()

@@ -43,6 +43,7 @@ from dtrain.training import (
     all_reduce_mean,
     broadcast_buffers,
     checkpoint_dir,
+    data_position_changes,
     keep_freed_memory,
     leave_stop_to_parent,
     load_checkpoint,
@@ -51,6 +52,7 @@ from dtrain.training import (
     teardown,
 )
 from dtrain.training.metrics import open_append
+from dtrain.training.resume import resume_on_every_rank
 from dtrain.workloads.inputs import (MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, in_range, learning_rate,
                                      schedule_steps)
 from dtrain.workloads.lanes import recipes
@@ -365,8 +367,9 @@ def build_loader(cfg: TrainConfig, info: DistInfo) -> tuple[LaneDataset, Resumab
 
 
 def restore(ckpt: Checkpointer, cfg: TrainConfig, model: SCNN, opt: torch.optim.Optimizer, plan: Mapping,
-            log: "Log", device: torch.device) -> int:
-    """Load the newest valid checkpoint, if resuming; returns the step to continue from.
+            log: "Log", info: DistInfo) -> int:
+    """Load the newest valid checkpoint, if resuming, on every rank (all go on from the same step or
+    all stop: resume_on_every_rank); returns the step to continue from.
 
     `plan` is what this run would save as the checkpoint's extra (max_steps, seed, batch_size,
     world_size, train_frames)."""
@@ -383,17 +386,20 @@ def restore(ckpt: Checkpointer, cfg: TrainConfig, model: SCNN, opt: torch.optim.
             raise SpecError(f"checkpoint {resumed.path} was written by recipe {written_by or 'unknown'}"
                             f"{'' if written_by != cfg.recipe.name else ' with another model'}, this run trains "
                             f"recipe {cfg.recipe.name}: {fix}")
-        if moved := data_position_changes(resumed.extra, plan):
+        if moved := data_position_changes(resumed.extra, plan, DATA_POSITION):
             raise SpecError(f"checkpoint {resumed.path} was written by a run with {', '.join(moved)}: step "
                             f"{resumed.step} would start elsewhere in the data (frames seen twice or skipped); "
                             f"resume with the same processes, BATCH_SIZE, --seed and data, or start afresh: "
                             f"--no-resume, or another --out-dir (--checkpoint-dir)")
 
-    try:
-        resumed = ckpt.resume(model=model, optimizer=opt, map_location=device, accept=refuse_another_run)
-    except CheckpointMismatch as e:  # another model's keys or shapes, another optimizer
-        raise SpecError(f"{_foreign(e.path)} does not fit recipe {cfg.recipe.name}'s model ({e.fault}): "
-                        f"{fix}") from None
+    def attempt() -> Resumed | None:
+        try:
+            return ckpt.resume(model=model, optimizer=opt, map_location=info.device, accept=refuse_another_run)
+        except CheckpointMismatch as e:  # another model's keys or shapes, another optimizer
+            raise SpecError(f"{_foreign(e.path)} does not fit recipe {cfg.recipe.name}'s model ({e.fault}): "
+                            f"{fix}") from None
+
+    resumed = resume_on_every_rank(attempt, info, ckpt.folder)
     if resumed is None:
         return 0
     max_steps = plan["max_steps"]
@@ -409,12 +415,6 @@ def restore(ckpt: Checkpointer, cfg: TrainConfig, model: SCNN, opt: torch.optim.
 # 2026-12-04 hold no world_size nor train_frames: those are not compared.
 DATA_POSITION = (("world_size", "{} process(es)"), ("batch_size", "batch {} per process"), ("seed", "seed {}"),
                  ("train_frames", "{} training frames"))
-
-
-def data_position_changes(saved: Mapping, plan: Mapping) -> list[str]:
-    """'2 process(es) (this run: 1)' for each setting the checkpoint's run had otherwise than this one."""
-    return [f"{form.format(saved[key])} (this run: {plan[key]})"
-            for key, form in DATA_POSITION if key in saved and saved[key] != plan[key]]
 
 
 def _foreign(path: Path) -> str:
@@ -477,7 +477,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
              "seed": cfg.seed, "batch_size": recipe.batch_size, "world_size": info.world_size,
              "train_frames": len(dataset)}
     # Every rank loads the same file before DDP is built, so optimizer state matches on all of them.
-    step = restore(ckpt, cfg, model, opt, extra, log, device)
+    step = restore(ckpt, cfg, model, opt, extra, log, info)
     model = capture_graphs(model, recipe, device)  # after the checkpoint's weights are in, before DDP
     ddp = data_parallel(model, recipe, info)
     log(f"recipe {recipe.name}: {info.world_size} process(es) x batch {recipe.batch_size}, {max_steps} steps, "
