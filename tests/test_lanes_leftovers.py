@@ -74,6 +74,17 @@ def test_resume_where_a_step_maps_to_other_frames_is_refused_in_one_line(small_d
     assert again["finished"] and again["step"] == 4
 
 
+def test_cuda_graphs_asked_for_on_a_cpu_is_said_in_the_log_not_refused(small_data, tmp_path):
+    """The same command runs on a workstation and on a GPU node: on a CPU --cuda-graphs changes
+    nothing, and the log says so instead of keeping quiet."""
+    asked, plain = tmp_path / "asked", tmp_path / "plain"
+    assert run([*common(small_data, asked), "--batch-size", "2", "--max-steps", "1", "--cuda-graphs"])["finished"]
+    assert run([*common(small_data, plain), "--batch-size", "2", "--max-steps", "1"])["finished"]
+    note = [line for line in (asked / "train.log").read_text().splitlines() if "--cuda-graphs" in line]
+    assert len(note) == 1 and "no effect here (device cpu)" in note[0]
+    assert "--cuda-graphs" not in (plain / "train.log").read_text()
+
+
 def test_checkpoint_records_what_places_a_step_in_the_data(small_data, tmp_path):
     out = tmp_path / "run"
     run([*common(small_data, out), "--batch-size", "2", "--stop-after", "1"])

@@ -484,6 +484,10 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
         f"{steps_per_epoch} steps/epoch, input {recipe.input_size}, width {recipe.model.width}, device {device}, "
         f"{recipe.precision(device)}{', channels-last' if recipe.nhwc(device) else ''}"
         f"{', CUDA graphs' if recipe.graphs(device) else ''}, freed memory kept: {heap}")
+    if recipe.cuda_graphs and not recipe.graphs(device):  # asked for, nothing to capture: said, not refused
+        why = f"device {device.type}" if device.type != "cuda" else "message passing 'none'"
+        log(f"note: --cuda-graphs has no effect here ({why}): CUDA graphs replay the message passing on a CUDA "
+            "device only; the same command uses them on a GPU")
     log(f"data {cfg.data_dir} ({len(dataset)} frames), workers {cfg.num_workers}, validation {cfg.use_val}; "
         f"ENABLE_SNAPSHOT={cfg.enable_snapshot} PVC_NAME={cfg.pvc_name} (recorded; the platform takes snapshots)")
 
