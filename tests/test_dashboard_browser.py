@@ -10,11 +10,12 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
-from server_util import ServerProcess
+from server_util import ServerProcess, wait_until
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
@@ -190,3 +191,56 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
         assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         server.stop()
+
+
+def test_the_jobs_table_shows_fifty_jobs_a_page(browser, home, tmp_path):
+    """55 jobs: the first page holds the newest 50, Next the other 5; the page stays in the hash."""
+    server = ServerProcess(home, cwd=tmp_path)
+    wait = WebDriverWait(browser, 90, poll_frequency=0.2)
+    try:
+        http = server.http
+        names = [f"job-{i:02d}" for i in range(55)]
+        for name in names:  # real jobs that end at once: cheap to run 55 of
+            assert http.post("/api/v1/jobs", json={"name": name, "command": ["true"]}).status_code == 201
+        newest_first = names[::-1]
+        browser.get(server.url + "/#/jobs")
+        wait.until(lambda d: text_of(d, "#jobs-range") == "1-50 of 55")
+        assert attrs_of(browser, "#jobs-table tbody tr", "data-job") == newest_first[:50]
+        assert buttons_disabled(browser) == [True, False]
+        created = http.get("/api/v1/jobs/job-54").json()["created"]
+        utc = datetime.fromtimestamp(created, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        [title] = attrs_of(browser, "tr[data-job='job-54'] td.age", "title")
+        assert title.startswith(f"created {utc} (") and title.endswith(")"), title  # UTC, then local with its zone
+        assert "updated " in text_of(browser, "#updated")
+
+        click(browser, "#jobs-next")
+        wait.until(lambda d: text_of(d, "#jobs-range") == "51-55 of 55")
+        assert attrs_of(browser, "#jobs-table tbody tr", "data-job") == newest_first[50:]
+        assert browser.current_url.endswith("#/jobs?page=2")
+        browser.refresh()  # the page is in the hash: a reload shows the same one
+        wait.until(lambda d: text_of(d, "#jobs-range") == "51-55 of 55")
+        assert buttons_disabled(browser) == [False, True]
+        click(browser, "#jobs-prev")
+        wait.until(lambda d: text_of(d, "#jobs-range") == "1-50 of 55")
+        assert browser.current_url.endswith("#/jobs")
+
+        # a filter starts again at page 1, and pages what it matched
+        wait_until(lambda: http.get("/api/v1/jobs", params={"status": "Succeeded", "limit": 1})
+                   .headers["x-total-count"] == "55", timeout=120, what="55 jobs Succeeded")
+        browser.get(server.url + "/#/jobs?page=2")
+        wait.until(lambda d: text_of(d, "#jobs-range") == "51-55 of 55")
+        browser.execute_script("const s = document.getElementById('status-filter'); s.value = 'Succeeded';"
+                               "s.dispatchEvent(new Event('change'))")
+        wait.until(lambda d: text_of(d, "#jobs-range") == "1-50 of 55")
+        assert browser.current_url.endswith("#/jobs?status=Succeeded")
+        browser.get(server.url + "/#/jobs?page=9")  # past the end (jobs deleted since): says so, Prev leads back
+        wait.until(lambda d: text_of(d, "#jobs-range") == "none on page 9 (55 in all)")
+        assert "No jobs on this page" in text_of(browser, "main") and buttons_disabled(browser) == [False, True]
+        assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        server.stop()
+
+
+def buttons_disabled(driver) -> list[bool]:
+    """[Prev, Next] of the jobs table: disabled or not."""
+    return driver.execute_script("return ['jobs-prev', 'jobs-next'].map(id => document.getElementById(id).disabled)")

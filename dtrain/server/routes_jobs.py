@@ -9,7 +9,7 @@ import logging
 import threading
 from typing import Annotated, Any, Awaitable, Callable, TypeVar
 
-from fastapi import APIRouter, HTTPException, Query, Request
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
 from dtrain.errors import DtrainError
@@ -27,13 +27,29 @@ LOG = logging.getLogger("dtrain.server")
 T = TypeVar("T")
 
 
-@router.get("/jobs", response_model=list[wire.Job], responses=ERRORS)
-def list_jobs(request: Request, project: Annotated[str | None, Query(pattern=wire.NAME)] = None,
-              status: wire.STATUSES | None = None):
+LIMIT = Annotated[int | None, Query(ge=1, le=wire.MAX_PAGE, description="a page of at most this many jobs, "
+                                                                      "newest first")]
+OFFSET = Annotated[int | None, Query(ge=0, le=wire.MAX_OFFSET, description="skip this many jobs of the newest-first "
+                                                                          "list (a page's start)")]
+
+
+@router.get("/jobs", response_model=list[wire.Job], responses={**ERRORS, 200: {"headers": wire.TOTAL_COUNT}})
+def list_jobs(request: Request, response: Response, project: Annotated[str | None, Query(pattern=wire.NAME)] = None,
+              status: wire.STATUSES | None = None, limit: LIMIT = None, offset: OFFSET = None):
     """Every job (of one project with `project`), oldest first; `status` filters. Deleted jobs are
-    listed only when asked for (`status=Deleted`), as `dtrain list jobs` needs --show-deleted."""
+    listed only when asked for (`status=Deleted`), as `dtrain list jobs` needs --show-deleted.
+
+    `limit` and `offset` ask for a page instead, of the filtered jobs newest first (by creation
+    time, then name, so that pages never overlap while nothing is submitted), the order the
+    dashboard shows. Either one alone pages too (no `limit`: every job from `offset` on). The
+    `X-Total-Count` header counts the filtered jobs before paging, with or without a page."""
     jobs = client(request).list(project=project, show_deleted=status == "Deleted")
-    return [wire.job_out(j) for j in jobs if status is None or j.status.value == status]
+    jobs = [j for j in jobs if status is None or j.status.value == status]
+    response.headers["x-total-count"] = str(len(jobs))
+    if limit is not None or offset is not None:
+        jobs = sorted(jobs, key=lambda j: (j.created, j.name), reverse=True)[offset or 0:]
+        jobs = jobs[:limit]  # only the page's jobs are turned into their wire form
+    return [wire.job_out(j) for j in jobs]
 
 
 @router.post("/jobs", response_model=wire.Job, status_code=201, responses=ERRORS)

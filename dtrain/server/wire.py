@@ -118,6 +118,13 @@ class Job(BaseModel):
                                                                     "shows them")
 
 
+# The job list's paging (GET /jobs?limit=&offset=)
+MAX_PAGE = 1000  # jobs in one page of the list (`limit`)
+MAX_OFFSET = 10_000_000  # bounded as every number the API takes is, and far beyond any job table
+TOTAL_COUNT = {"X-Total-Count": {"description": "the jobs that matched the filters, before `limit` and `offset`",
+                                 "required": True, "schema": {"type": "integer", "minimum": 0}}}
+
+
 class LogLine(BaseModel):
     rank: int
     time: float | None

@@ -7,6 +7,8 @@ const REFRESH_MS = 2000;
 const BACKOFF_MAX_MS = 30000;  // a failing poll waits twice as long each time, up to this
 const ANSWER_MS = 30000;  // a read the server has not answered in this long is given up (and retried)
 const LOG_LINES = 5000;  // the log pane keeps the newest lines only: a chatty job must not fill the tab's memory
+const PAGE_SIZE = 50;  // jobs a page of the Jobs table asks for: the server answers thousands in one list slowly
+const LAST_PAGE = 200000;  // the API takes offsets up to 10,000,000 (wire.MAX_OFFSET)
 let view = 0;  // bumped by route(): a poll of an earlier page draws nothing and schedules nothing
 let timers = [];  // {id} of this page's pending setTimeouts: route() clears them
 let reads = new Set();  // the AbortControllers of this page's reads: route() cancels them
@@ -27,8 +29,12 @@ function h(tag, attrs, ...children) {
 }
 
 async function api(path, opts) {
-  // A read (GET) is cancelled when the page changes, and given up after ANSWER_MS: a server that
-  // accepted the connection and never answers would otherwise hold the page's polling for ever.
+  return (await request(path, opts)).body;
+}
+
+async function request(path, opts) {
+  // {body, headers} of one call. A read (GET) is cancelled when the page changes, and given up after ANSWER_MS:
+  // a server that accepted the connection and never answers would otherwise hold the page's polling for ever.
   const read = !opts || !opts.method || opts.method === "GET";
   const ctl = new AbortController();
   let late = false;
@@ -45,13 +51,13 @@ async function api(path, opts) {
     clearTimeout(timer);
     reads.delete(ctl);
   }
-  if (resp.status === 204) return null;
+  if (resp.status === 204) return {body: null, headers: resp.headers};
   const body = await resp.json().catch(() => ({error: resp.statusText}));
   if (!resp.ok) {
     if (resp.status === 401) showBanner("Not signed in: open the URL that 'dtrain server' printed (with ?token=) once.");
     throw new Error(body.error || resp.statusText);
   }
-  return body;
+  return {body, headers: resp.headers};
 }
 
 function showBanner(text) {
@@ -67,6 +73,11 @@ function age(ts) {
   return s + "s";
 }
 const when = ts => ts ? new Date(ts * 1000).toISOString().replace(/\.\d+Z$/, "Z") : "-";
+// The browser's local time always with its zone's name ("5/3/2026, 2:03:22 PM GMT+2"), never a bare clock time
+const ZONED = {timeZoneName: "short"};
+const local = ts => new Date(ts * 1000).toLocaleString(undefined, ZONED);
+// An Age cell: the age, and the time it counts from in UTC and local time as its tooltip
+const ageCell = (ts, what) => h("td", {class: "age", title: ts ? `${what} ${when(ts)} (${local(ts)})` : null}, age(ts));
 const created = x => typeof x === "number" ? when(x) : String(x ?? "-");  // unix seconds (or an ISO text)
 function size(n) {
   if (n === null || n === undefined) return "-";
@@ -90,7 +101,7 @@ function every(fn, ms) {
       await fn();
       if (mine !== view) return;
       showBanner("");
-      document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString();
+      document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString(undefined, ZONED);
       wait = ms;
     } catch (e) {
       if (mine !== view) return;
@@ -122,30 +133,45 @@ function table(headers, rows, attrs) {
 }
 
 // ---- jobs ---------------------------------------------------------------------------------
+// One page of PAGE_SIZE jobs, newest first (the API's order when it pages); the page number is in the
+// hash beside the filters (#/jobs?status=Running&page=3), so a reload or a shared link shows the same page.
 function jobsPage(main) {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
-  const status = h("select", {id: "status-filter", onchange: () => go("jobs", {status: status.value, project: project.value})},
+  const page = Math.min(Math.max(1, Math.floor(Number(params.get("page"))) || 1), LAST_PAGE);
+  const to = n => go("jobs", {status: status.value, project: project.value, page: n > 1 ? n : null});
+  const status = h("select", {id: "status-filter", onchange: () => to(1)},
                    ["", "Pending", "Running", "Succeeded", "Failed", "Deleted"].map(s => h("option", {value: s}, s || "any status but Deleted")));
-  const project = h("input", {id: "project-filter", placeholder: "all projects", size: 14,
-                              onchange: () => go("jobs", {status: status.value, project: project.value})});
+  const project = h("input", {id: "project-filter", placeholder: "all projects", size: 14, onchange: () => to(1)});
   status.value = params.get("status") || "";
   project.value = params.get("project") || "";
+  const prev = h("button", {id: "jobs-prev", disabled: true, onclick: () => to(page - 1)}, "Prev");
+  const next = h("button", {id: "jobs-next", disabled: true, onclick: () => to(page + 1)}, "Next");
+  const range = h("span", {id: "jobs-range", class: "muted"});
   const holder = h("div", {class: "card"});
-  main.append(h("h1", {}, "Jobs"), h("p", {}, status, " ", project), holder);
+  main.append(h("h1", {}, "Jobs"), h("div", {class: "toolbar"}, status, project,
+              h("span", {class: "pager"}, prev, range, next)), holder);
   every(async () => {
-    const q = new URLSearchParams();
+    const first = (page - 1) * PAGE_SIZE;
+    const q = new URLSearchParams({limit: String(PAGE_SIZE), offset: String(first)});
     if (status.value) q.set("status", status.value);
     if (project.value) q.set("project", project.value);
-    const jobs = await api("/jobs?" + q);
-    jobs.sort((a, b) => b.created - a.created);
+    const {body: jobs, headers} = await request("/jobs?" + q);
+    const total = Number(headers.get("x-total-count"));
+    range.textContent = jobs.length ? `${first + 1}-${first + jobs.length} of ${total}`
+                                    : `none on page ${page} (${total} in all)`;
+    prev.disabled = page <= 1;
+    next.disabled = first + jobs.length >= total;
     const rows = jobs.map(j => h("tr", {"data-job": j.name},
-      h("td", {}, jobLink(j.name)), statusCell(j.status), h("td", {}, age(j.created)), h("td", {}, j.project),
+      h("td", {}, jobLink(j.name)), statusCell(j.status), ageCell(j.created, "created"), h("td", {}, j.project),
       h("td", {}, j.node || "-"), h("td", {}, j.kind), h("td", {class: "gpus"}, `${j.gpus_allocated} (${j.gpus_requested})`),
       h("td", {class: "procs"}, `${j.processes_running} (${j.processes_pending})`),
       h("td", {}, j.status === "Pending" || j.status === "Running" ? h("button", {class: "danger", onclick: () => deleteJob(j.name)}, "Delete") : "")));
+    const none = total ? "No jobs on this page: go back with Prev."
+      : status.value || project.value ? "No jobs match these filters."
+      : "No jobs yet: submit one from the Submit tab or with 'dtrain submit'.";
     holder.replaceChildren(jobs.length ? table(["Name", "Status", "Age", "Project", "Node", "Type",
       "GPUs allocated (requested)", "Processes running (pending)", ""], rows, {id: "jobs-table"})
-      : h("p", {class: "muted"}, "No jobs yet: submit one from the Submit tab or with 'dtrain submit'."));
+      : h("p", {class: "muted"}, none));
   }, REFRESH_MS);
 }
 
