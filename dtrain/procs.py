@@ -135,19 +135,15 @@ def _open_log(log: Path) -> int:
     """LOG opened to append, above 0-2 (free in a caller started without them, where the child's own
     streams go): never through a link, nor into a fifo or device, that a job's processes left there."""
     import errno
-    import stat
+
+    from dtrain.replace import open_for_append
 
     try:
-        fd = os.open(str(log), os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | os.O_NONBLOCK,
-                     0o644)
+        fd = open_for_append(log.parent, log.name)
     except OSError as e:
-        if e.errno in (errno.ELOOP, errno.ENXIO):  # a link; a fifo nobody reads
+        if e.errno in (errno.ELOOP, errno.ENOTDIR, errno.ENXIO, errno.EINVAL):  # a link; a fifo; a device
             raise OSError(e.errno, "not a regular file (a link or fifo left there?): remove it", str(log)) from None
         raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(errno.EINVAL, "not a regular file (a fifo or device left there?): remove it", str(log))
-    os.set_blocking(fd, True)
     return _above_std(fd)
 
 

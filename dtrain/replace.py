@@ -16,6 +16,7 @@ Standard library only: the training code (which runs without the platform), the 
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import stat
 from typing import IO, BinaryIO, Iterator
@@ -57,6 +58,30 @@ def replace_file(path: str | os.PathLike, data: str | bytes, *, durable: bool = 
     """`path` now holds `data`, written whole (see `replacing`)."""
     with replacing(path, "wb" if isinstance(data, bytes) else "w", durable=durable) as f:
         f.write(data)
+
+
+def open_for_append(folder: str | os.PathLike, name: str) -> int:
+    """`folder`/`name` opened to append (made 0644 when missing), as a blocking file descriptor:
+    never through a link at the file or at its folder, and only when it is a regular file (a fifo
+    is neither waited on nor written). A job's processes can write where its logs are, and a log
+    appended through a link they left there would land in any file of the user's. OSError with the
+    file's path otherwise: ELOOP or ENOTDIR (a link), ENXIO (a fifo nobody reads), EINVAL (another
+    kind of file), or what opening it met (ENOENT, EACCES, EISDIR, ...)."""
+    path = os.path.join(os.fspath(folder), name)
+    try:
+        dir_fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        try:
+            fd = os.open(name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOFOLLOW,
+                         0o644, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as e:
+        raise OSError(e.errno, e.strerror, path) from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, "not a regular file", path)
+    os.set_blocking(fd, True)
+    return fd
 
 
 def open_regular(path: str | os.PathLike) -> BinaryIO | None:

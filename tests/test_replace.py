@@ -49,3 +49,32 @@ def test_links_are_replaced_never_followed(tmp_path):
     assert victim.read_text() == "keep"
     assert not (folder / "run.json").is_symlink() and (folder / "run.json").read_text() == "new"
     assert len(os.listdir(folder)) == 4  # the planted links stay as they were, nothing else is left
+
+
+def test_open_for_append_writes_only_a_regular_file_of_a_real_folder(tmp_path):
+    import errno
+
+    from dtrain.replace import open_for_append
+
+    fd = open_for_append(tmp_path, "a.log")
+    os.write(fd, b"one\n")
+    os.close(fd)
+    fd = open_for_append(tmp_path, "a.log")
+    os.write(fd, b"two\n")
+    os.close(fd)
+    assert (tmp_path / "a.log").read_bytes() == b"one\ntwo\n"
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (tmp_path / "linked-folder").symlink_to(victim)
+    (tmp_path / "linked.log").symlink_to(victim / "x.log")
+    os.mkfifo(tmp_path / "fifo.log")
+    (tmp_path / "dir.log").mkdir()
+    for folder, name, codes in [(tmp_path / "linked-folder", "a.log", (errno.ELOOP, errno.ENOTDIR)),
+                                (tmp_path, "linked.log", (errno.ELOOP,)),
+                                (tmp_path, "fifo.log", (errno.ENXIO,)),
+                                (tmp_path, "dir.log", (errno.EISDIR,)),
+                                (tmp_path / "missing", "a.log", (errno.ENOENT,))]:
+        with pytest.raises(OSError) as err:
+            open_for_append(folder, name)
+        assert err.value.errno in codes and err.value.filename == str(folder / name), (name, err.value)
+    assert list(victim.iterdir()) == []  # nothing made through either link

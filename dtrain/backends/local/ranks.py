@@ -17,7 +17,7 @@ from pathlib import Path
 
 from dtrain.backends.local.cgroups import RankCgroup
 from dtrain.procs import Ident, signal_process, signal_session
-from dtrain.replace import open_in, open_regular
+from dtrain.replace import open_for_append, open_regular
 
 GRACE_S = 30.0  # SIGTERM -> SIGKILL: time for the workloads to finish a step and write a checkpoint
 KILLED_WAIT_S = 2.0  # how long a rank's cgroup may take to empty after SIGKILL before it is left
@@ -41,13 +41,10 @@ def open_log(folder: Path, name: str) -> int:
     link at the file or at its folder, and only when it is a regular file (a fifo is neither waited
     on nor written). A job's processes can write its folder, and a log appended through a link they
     left there would land in any file of the user's. LogRefused says, in one line, what is there."""
-    fd = open_in(folder, name, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC)
-    if fd is not None:
-        if stat.S_ISREG(os.fstat(fd).st_mode):
-            os.set_blocking(fd, True)
-            return fd
-        os.close(fd)
-    raise LogRefused(_refused(folder, name))
+    try:
+        return open_for_append(folder, name)
+    except OSError:
+        raise LogRefused(_refused(folder, name)) from None
 
 
 def _refused(folder: Path, name: str) -> str:
