@@ -235,6 +235,43 @@ def test_stop_and_resume_continues_the_same_schedule(lanes_data, tmp_path):
     assert recipe_lines[-1].endswith("freed memory kept: off")
 
 
+def test_loader_workers_and_a_resume_change_no_frame_s_augmentation(lanes_data, tmp_path):
+    """A frame's augmentation is drawn from (seed, epoch, frame) alone: 2 loader workers train the
+    same weights as none, and a run resumed with workers the same as one that was not (workers
+    used to draw from their own generators, seeded when they start, which a resume moves)."""
+    common = ["--recipe", "tiny", "--data-dir", str(lanes_data), "--max-steps", "6", "--batch-size", "2"]
+    runs = {}
+    for name, extra in [("none", ["--num-workers", "0"]), ("workers", ["--num-workers", "2"])]:
+        runs[name] = tmp_path / name
+        run_training([*common, *extra, "--out-dir", str(runs[name])])
+    split = tmp_path / "split"
+    assert not run_training([*common, "--num-workers", "2", "--out-dir", str(split), "--stop-after", "3"])["finished"]
+    assert run_training([*common, "--num-workers", "2", "--out-dir", str(split)])["step"] == 6
+    weights = {name: torch.load(path / "model.pt", weights_only=True)["model"]
+               for name, path in [*runs.items(), ("split", split)]}
+    assert tiny().augment
+    for name in weights["none"]:
+        assert torch.equal(weights["workers"][name], weights["none"][name]), name
+        assert torch.equal(weights["split"][name], weights["none"][name]), name
+
+
+def test_item_seeds_depend_on_seed_epoch_and_frame_only():
+    from dtrain.training.sampler import ResumableSampler, item_seed
+
+    data = list(range(10))
+    sampler = ResumableSampler(data, num_replicas=2, rank=1, shuffle=True, seed=3, item_seeds=True)
+    plain = ResumableSampler(data, num_replicas=2, rank=1, shuffle=True, seed=3)
+    sampler.set_epoch(4)
+    plain.set_epoch(4)
+    pairs = list(sampler)
+    assert [i for i, _ in pairs] == list(plain)  # the same order, each frame with its seed
+    assert all(s == item_seed(3, 4, i) and 0 <= s < 2**63 for i, s in pairs)
+    sampler.set_epoch(4, start=2)
+    assert list(sampler) == pairs[2:]  # a resume part-way gets the same seeds for the same frames
+    assert len({item_seed(3, e, i) for e in range(20) for i in range(500)}) == 20 * 500
+    assert item_seed(3, 4, 1) != item_seed(4, 4, 1)
+
+
 # ------------------------------------------------------------------ learning
 
 

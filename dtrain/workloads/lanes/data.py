@@ -125,18 +125,22 @@ class LaneDataset(torch.utils.data.Dataset):
             )
         return seg, exist
 
-    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def __getitem__(self, item: int | tuple[int, int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Frame `item`, or (frame, seed): the augmentation is then drawn from that seed alone
+        (ResumableSampler(item_seeds=True)), else from torch's global generator."""
+        i, seed = item if isinstance(item, tuple) else (item, None)
         label = self.labels[i]
         img = load_image(self.root / label.raw_file, self.size)
         gain = bias = None
         flipped = False
         if self.augment:
-            flipped = bool(torch.rand(()) < 0.5)
+            g = None if seed is None else torch.Generator().manual_seed(seed)
+            flipped = bool(torch.rand((), generator=g) < 0.5)
             if flipped:
                 img = img.flip(-1)
                 label = flip_label(label)
-            contrast = torch.empty(()).uniform_(0.7, 1.3)
-            gain = contrast * torch.empty(3).uniform_(0.9, 1.1)  # contrast with a slight colour cast
-            bias = torch.empty(()).uniform_(-0.15, 0.15).expand(3)  # brightness
+            contrast = torch.empty(()).uniform_(0.7, 1.3, generator=g)
+            gain = contrast * torch.empty(3).uniform_(0.9, 1.1, generator=g)  # contrast with a slight colour cast
+            bias = torch.empty(()).uniform_(-0.15, 0.15, generator=g).expand(3)  # brightness
         seg, exist = self._mask(label, flipped)
         return normalize(img, gain, bias), torch.from_numpy(seg.astype(np.int64)), torch.from_numpy(exist)

@@ -276,7 +276,7 @@ def build_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.SGD:
 
 
 def step_seed(seed: int, rank: int, step: int) -> int:
-    """Seed of one step on one rank: dropout and augmentation replay identically after a resume."""
+    """Seed of one step on one rank: dropout replays identically after a resume (augmentation: item_seed)."""
     return (seed * 1_000_003 + rank * 7_919 + step * 104_729) % (2**63 - 1)
 
 
@@ -354,8 +354,10 @@ def build_loader(cfg: TrainConfig, info: DistInfo) -> tuple[LaneDataset, Resumab
     """Training data sharded over the ranks; also the number of optimizer steps per epoch."""
     recipe = cfg.recipe
     dataset = LaneDataset(cfg.data_dir, "train", size=recipe.input_size, augment=recipe.augment)
+    # Each frame's augmentation comes from (seed, epoch, frame): the same with or without loader
+    # workers, and after a resume.
     sampler = ResumableSampler(dataset, num_replicas=info.world_size, rank=info.rank, shuffle=True,
-                               seed=cfg.seed, drop_last=True)
+                               seed=cfg.seed, drop_last=True, item_seeds=True)
     loader = DataLoader(dataset, batch_size=recipe.batch_size, sampler=sampler, drop_last=True,
                         num_workers=cfg.num_workers, persistent_workers=cfg.num_workers > 0,
                         pin_memory=info.device.type == "cuda", worker_init_fn=leave_stop_to_parent)
@@ -502,7 +504,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
             batches = iter(loader)
             for _ in range(min(steps_per_epoch - position, stop - step)):
                 t0 = time.perf_counter()
-                torch.manual_seed(step_seed(cfg.seed, info.rank, step))  # augmentation and dropout of this step
+                torch.manual_seed(step_seed(cfg.seed, info.rank, step))  # dropout of this step
                 batch = next_batch(batches)
                 t1 = time.perf_counter()
                 lr = lr_at(recipe, step, max_steps)
