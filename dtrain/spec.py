@@ -672,7 +672,9 @@ def _scalar_size(value) -> int:
     return len(value) if isinstance(value, str) else 1
 
 
-NOTEBOOK_SERVER = ("jupyter-server", "--ServerApp.ip=127.0.0.1", "--ServerApp.open_browser=False",
+# JupyterLab (its server, jupyter-server, with the Lab front end; Python kernels from ipykernel), as
+# Kubeflow's jupyter notebook images run it: `pip install 'dtrain[notebook]'`.
+NOTEBOOK_SERVER = ("jupyter-lab", "--ServerApp.ip=127.0.0.1", "--ServerApp.open_browser=False",
                    "--ServerApp.allow_root=True",  # port and token come from the launcher, per run
                    # saves replace files, never write through a link (dtrain/backends/local/notebook.py)
                    "--ServerApp.contents_manager_class=dtrain.backends.local.notebook.VolumeContentsManager")

@@ -44,6 +44,40 @@ def _wait_serving(base: str, token: str, dt: Dtrain, name: str, timeout: float =
     raise AssertionError(f"notebook {name} never answered at {base}:\n{dt('logs', name, check=False).stdout}")
 
 
+def torch_version() -> str:
+    import torch
+    return torch.__version__.split("+")[0]
+
+
+def _start_time(pid: int) -> int | None:
+    """The process's start time (clock ticks since boot), None when there is no such process: a pid
+    alone could name a later process."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _run_in_kernel(connection_file: Path, code: str) -> tuple[int, str]:
+    """Run `code` in a running kernel through its connection file; (kernel pid, the rest of stdout)."""
+    from jupyter_client import BlockingKernelClient
+
+    client = BlockingKernelClient(connection_file=str(connection_file))
+    client.load_connection_file()
+    client.start_channels()
+    out: list[str] = []
+    try:
+        client.wait_for_ready(timeout=90)
+        reply = client.execute_interactive(
+            code, timeout=90,
+            output_hook=lambda msg: out.append(msg["content"]["text"]) if msg["msg_type"] == "stream" else None)
+    finally:
+        client.stop_channels()
+    assert reply["content"]["status"] == "ok", reply["content"]
+    pid, rest = "".join(out).split(" ", 1)
+    return int(pid), rest
+
+
 @pytest.mark.slow
 def test_notebook_writes_to_the_volume_a_job_then_reads(dt: Dtrain):
     dt("volume", "create", "work")
@@ -80,10 +114,28 @@ def test_notebook_writes_to_the_volume_a_job_then_reads(dt: Dtrain):
     assert dt.wait_for("reader", {"Succeeded", "Failed"})["status"] == "Succeeded"
     assert dt("logs", "reader").stdout == "written in jupyter\n"
 
+    # JupyterLab's page, and a Python kernel (ipykernel, this machine's Python with torch) that
+    # runs where Jupyter does: in the volume's folder, inside the job's mount namespace.
+    with urllib.request.urlopen(urllib.request.Request(f"{base}/lab", headers={"Authorization": f"token {token}"}),
+                                timeout=30) as page:
+        assert page.status == 200 and b"JupyterLab" in page.read()
+    code, kernel = _request(f"{base}/api/kernels", method="POST", token=token, body={"name": "python3"})
+    assert code == 201, kernel
+    pid, seen = _run_in_kernel(dt.home / "jobs" / "nb" / "jupyter" / f"kernel-{kernel['id']}.json",
+                               "import os, torch; print(os.getpid(), torch.__version__.split('+')[0], "
+                               "open('notes.txt').read(), end='')")
+    assert seen == f"{torch_version()} written in jupyter\n"
+    kernel_start = _start_time(pid)
+    assert kernel_start is not None
+
     dt("delete", "nb")
     assert dt.status("nb") == "Deleted"
     with pytest.raises(OSError):
         _request(f"{base}/api/status", token=token)
+    deadline = time.monotonic() + 30  # the kernel goes with its notebook
+    while _start_time(pid) == kernel_start and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _start_time(pid) != kernel_start, f"kernel {pid} outlived its notebook"
     refused = dt("notebook", "open", "nb", check=False)
     assert refused.returncode == 2 and "Deleted" in refused.stderr
 
@@ -140,3 +192,15 @@ def test_a_notebook_without_a_volume_serves_an_empty_folder_of_its_own_not_the_c
         assert work.is_dir() and dt.json("describe", "job", "bare")["extra"]["cwd"] == str(work)
     finally:
         dt("delete", "bare")
+
+
+def test_a_notebook_without_jupyterlab_installed_names_the_extra():
+    from dtrain.backends.local.launch import check_tools
+    from dtrain.errors import EnvironmentError_
+    from dtrain.spec import JobSpec, notebook_spec
+
+    assert notebook_spec("nb").command[0] == "jupyter-lab"
+    missing = JobSpec(name="nb", command=("jupyter-lab-not-installed",), notebook=True)
+    with pytest.raises(EnvironmentError_, match=r"^notebooks run JupyterLab \(jupyter-lab-not-installed\), which is "
+                                                r"not installed here: pip install 'dtrain\[notebook\]'"):
+        check_tools(missing, cwd="/", path="/nonexistent")

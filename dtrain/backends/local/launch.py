@@ -259,6 +259,9 @@ def check_tools(spec: JobSpec, *, cwd: str, path: str | None = None, mounts: Seq
         where = "the working folder" if mount is None else f"the volume mounted at {mount.target}"
     else:
         found, where = shutil.which(cmd, path=search), "PATH"
+    if not found and spec.notebook:
+        raise EnvironmentError_(f"notebooks run JupyterLab ({cmd}), which is not installed here: "
+                                "pip install 'dtrain[notebook]' (jupyterlab and ipykernel)")
     if not found:
         raise EnvironmentError_(f"command {cmd!r} not found (looked in {where}); "
                                 f"check the spelling after '--', or give its full path")
