@@ -293,19 +293,3 @@ def test_a_link_a_job_left_in_the_local_s3_is_never_written_through(home, tmp_pa
     info = client.wait("linky", timeout=60)
     assert (victim / "model.tar.gz").read_text() == "precious\n" and sorted(victim.iterdir()) == [victim / "model.tar.gz"]
     assert info.status.value == "Failed" and "is a link" in _one_line(info.message), info.message
-
-
-def test_a_local_job_says_that_it_installs_no_requirements(home, tmp_path):
-    """The toolkit pip-installs a top-level requirements.txt before the script (entry_point.install);
-    --local ran without a word, so a job that worked here could fail on SageMaker, or the reverse."""
-    import dtrain
-    (tmp_path / "code").mkdir()
-    (tmp_path / "code" / "train.py").write_text("print('trained')\n")
-    (tmp_path / "code" / "requirements.txt").write_text("no-such-package-anywhere==1.0\n")
-    client = dtrain.Client(home=home, backend="sagemaker")
-    client.submit(JobSpec(name="reqs", command=("python", "train.py"), backend="sagemaker",
-                          sagemaker=SageMakerOptions(local=True, source_dir=str(tmp_path / "code"))))
-    assert client.wait("reqs", timeout=60).status.value == "Succeeded"
-    text = [ln.text for ln in client.logs("reqs")]
-    assert text[0].startswith("requirements.txt: on SageMaker the training toolkit runs pip install -r "
-                              "requirements.txt before the script") and text[-1] == "trained", text

@@ -7,7 +7,8 @@
 2. Training: each host runs in its own mount namespace (bubblewrap): its folder at /opt/ml,
    channels read-only at /opt/ml/input/data/<name>, the job's checkpoint folder at
    /opt/ml/checkpoints, an /etc/hosts where algo-1..N are this machine; the launch is the
-   toolkit's (contract.launch); each host's output goes to its log stream;
+   toolkit's (contract.launch); each host's output goes to its log stream; a requirements.txt in
+   the code is pip-installed first, as the toolkit does, into a Python environment of the job's;
 3. Uploading: algo-1's /opt/ml/model -> model.tar.gz, /opt/ml/output/data -> output.tar.gz, after
    success and, as SageMaker does, after a stop or MaxRuntimeExceeded (what the job saved in its
    grace period after SIGTERM); links are never followed, and those leaving the folder stay out;
@@ -18,12 +19,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
+import site
 import stat
 import subprocess
 import sys
+import sysconfig
 import tarfile
 import tempfile
 import threading
@@ -38,6 +42,7 @@ from dtrain.backends.sagemaker.local import LocalS3, locked_state, transition, w
 from dtrain.replace import open_in
 
 GRACE_S = 120.0  # SageMaker's window between SIGTERM and the end (StopTrainingJob, MaxRuntimeInSeconds)
+PIP = ("-m", "pip", "install", "-r", "requirements.txt")  # the toolkit's command, run in /opt/ml/code
 
 
 def free_port() -> int:
@@ -56,6 +61,8 @@ class Runner:
         self.procs: dict[str, subprocess.Popen] = {}
         self.pumps: list[threading.Thread] = []
         self.stopping = False
+        self.python = sys.executable  # the job's interpreter: the job's own environment once requirements are in
+        self.deadline = float("inf")  # MaxRuntimeInSeconds, counted from the start of training
 
     def status(self, secondary: str, message: str, *, primary: str = "InProgress", **fields) -> None:
         with locked_state(self.dir) as st:
@@ -92,10 +99,6 @@ class Runner:
             for ch in channels:
                 (h / "input" / "data" / ch).mkdir(exist_ok=True)  # mount points
             unpack(archive, h / "code")
-            if (h / "code" / "requirements.txt").is_file():
-                self.note(host, "requirements.txt: on SageMaker the training toolkit runs pip install -r "
-                                "requirements.txt before the script (with --network-isolation PyPI is out of reach); "
-                                "--local installs nothing: the job runs with this machine's Python")
             cfg = h / "input" / "config"
             write_json(cfg / "hyperparameters.json", self.req.get("HyperParameters") or {})
             write_json(cfg / "resourceconfig.json", contract.resource_config(self.req, host))
@@ -108,14 +111,14 @@ class Runner:
         return hosts
 
     # ---- 2. Training --------------------------------------------------------------------
-    def sandbox(self, host_dir: Path) -> list[str]:
+    def sandbox(self, host_dir: Path, *, offline: bool = False) -> list[str]:
         # A pid namespace per host, as a container has: killing the host's bwrap ends every process
         # in it (torchrun's workers included), so a stopped job writes nothing afterwards. So bwrap
         # must outlive the SIGTERM of a stop, as a container does: it runs with SIGTERM ignored (its
         # death would take the namespace down at once, leaving the job no time to save), and the
         # command inside gets SIGTERM's default back; SIGKILL after GRACE_S ends them all.
         argv = [*_with_sigterm(signal.SIG_IGN), "bwrap", "--dev-bind", "/", "/", "--die-with-parent",
-                "--unshare-pid", "--proc", "/proc",
+                "--unshare-pid", "--proc", "/proc", *(["--unshare-net"] if offline else []),
                 *private_opt(),
                 "--bind", str(host_dir), contract.OPT_ML,
                 "--bind", str(self.checkpoints), contract.CHECKPOINTS,
@@ -124,34 +127,66 @@ class Runner:
             argv += ["--ro-bind", str(path), f"{contract.OPT_ML}/input/data/{ch}"]
         return argv + ["--chdir", contract.CODE_DIR, "--", *_with_sigterm(signal.SIG_DFL)]
 
+    def install(self, hosts: dict[str, Path]) -> tuple[str, int] | None:
+        """The toolkit's step before the script when /opt/ml/code has requirements.txt: pip install -r
+        requirements.txt there. Here into a Python environment of the job's (jobs/NAME/venv), made once
+        and run by every host: the hosts unpack the same code on one machine with one Python, so one
+        install serves them all, where one per host would build identical environments at N times
+        pip's cost. pip runs in algo-1's namespace (cwd /opt/ml/code, channels mounted) and, with
+        EnableNetworkIsolation, without a network, as on SageMaker. None: nothing to install, or
+        installed; else wait()'s answer (pip failed, a stop, MaxRuntimeInSeconds)."""
+        names = contract.hosts(self.req)
+        if not (hosts[names[0]] / "code" / "requirements.txt").is_file():
+            return None
+        offline = bool(self.req.get("EnableNetworkIsolation"))
+        self.python = python_env(self.dir / "venv")
+        self.note(names[0], f"requirements.txt: {' '.join(['python', *PIP])} into the job's Python environment "
+                            f"{self.dir / 'venv'}" + (" (EnableNetworkIsolation: no network)" if offline else ""))
+        for host in names[1:]:
+            self.note(host, f"requirements.txt: pip installs it on {names[0]} into the job's Python environment, "
+                            "which every host runs")
+        self.spawn(names[0], self.sandbox(hosts[names[0]], offline=offline) + [self.python, *PIP])
+        result = self.wait()
+        self.drain()
+        self.procs, self.pumps = {}, []
+        return result
+
     def start(self, hosts: dict[str, Path]) -> None:
         port = free_port()
-        cpus = max(1, (os.cpu_count() or 1) // len(hosts))
         for host, h in hosts.items():
-            launch = contract.launch(self.req, host, master_port=port)
-            log = open(self.dir / "logs" / f"{host}.log", "ab")
+            launch = contract.launch(self.req, host, master_port=port, python=self.python)
             if not launch.argv:
-                log.write(f"{int(time.time() * 1000)}\t{host}: MPI worker host, ranks run from algo-1\n".encode())
-                log.close()
+                self.note(host, f"{host}: MPI worker host, ranks run from algo-1")
                 continue
-            tmp = self.dir / "tmp" / host  # a container's /tmp goes with it; here the job's folder does
-            tmp.mkdir(parents=True, exist_ok=True)
-            env = {"PATH": job_path(), "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
-                   "PYTHONUNBUFFERED": "1", "PYTHONPATH": contract.CODE_DIR, "OMP_NUM_THREADS": str(cpus),
-                   "TMPDIR": str(tmp), **contract.environment(self.req, host, num_cpus=cpus)}
-            p = subprocess.Popen(self.sandbox(h) + launch.argv, env=env, stdout=subprocess.PIPE,
-                                 stderr=subprocess.STDOUT, start_new_session=True)
-            self.procs[host] = p
-            self.pumps.append(threading.Thread(target=_pump, args=(p.stdout, log), daemon=True))
-            self.pumps[-1].start()
+            self.spawn(host, self.sandbox(h) + launch.argv)
+
+    def spawn(self, host: str, argv: list[str]) -> None:
+        """Start `argv` as `host`'s process, in its environment, its output going to the host's log."""
+        cpus = max(1, (os.cpu_count() or 1) // len(contract.hosts(self.req)))
+        tmp = self.dir / "tmp" / host  # a container's /tmp goes with it; here the job's folder does
+        tmp.mkdir(parents=True, exist_ok=True)
+        own = os.path.dirname(self.python)  # the job's environment first: `python` in a subshell is the job's
+        path = job_path() if self.python == sys.executable else os.pathsep.join([own, job_path()])
+        env = {"PATH": path, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
+               "PYTHONUNBUFFERED": "1", "PYTHONPATH": contract.CODE_DIR, "OMP_NUM_THREADS": str(cpus),
+               "TMPDIR": str(tmp), **contract.environment(self.req, host, num_cpus=cpus)}
+        log = open(self.dir / "logs" / f"{host}.log", "ab")
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[host] = p
+        self.pumps.append(threading.Thread(target=_pump, args=(p.stdout, log), daemon=True))
+        self.pumps[-1].start()
+
+    def drain(self) -> None:
+        """Wait until every line the processes wrote is in their logs (before a failure quotes one)."""
+        for pump in self.pumps:
+            pump.join(timeout=10.0)
 
     def wait(self) -> tuple[str, int] | None:
         """None when every host exited 0; else (host, code) of the first failure (the rest are stopped)."""
-        limit = time.monotonic() + int(self.req["StoppingCondition"]["MaxRuntimeInSeconds"])
         while True:
             codes = {h: p.poll() for h, p in self.procs.items()}
             bad = [(h, c) for h, c in codes.items() if c not in (None, 0)]
-            if bad or self.stopping or time.monotonic() > limit:
+            if bad or self.stopping or time.monotonic() > self.deadline:
                 self.kill()
                 return bad[0] if bad else ("", -1 if self.stopping else -2)
             if all(c == 0 for c in codes.values()):
@@ -199,11 +234,20 @@ class Runner:
         last = _last_line(self.dir / "logs" / f"{host}.log")
         if note is None or not note.strip():
             note = None
-            command = " ".join(contract.launch(self.req, host, master_port=0).argv)
-            write_failure(output, f'ExecuteUserScriptError:\nExitCode {code}\nErrorMessage "{last}"\n'
-                                  f'Command "{command}"')
+            command = contract.launch(self.req, host, master_port=0, python=self.python).argv
+            write_failure(output, toolkit_error("ExecuteUserScriptError", code, last, command))
         why = note.strip() if note else last
         return f"AlgorithmError: host {host} exited with code {code}" + (f": {why}" if why else "")
+
+    def install_failure(self, hosts: dict[str, Path], host: str, code: int) -> str:
+        """The FailureReason, on one line, of a pip that failed; the host's failure file gets the toolkit's
+        InstallRequirementsError, as the toolkit writes it."""
+        log = self.dir / "logs" / f"{host}.log"
+        last = _last_line(log, "ERROR:") or _last_line(log)  # pip may add a notice after its error
+        command = [self.python, *PIP]
+        write_failure(hosts[host] / "output", toolkit_error("InstallRequirementsError", code, last, command))
+        return (f"AlgorithmError: InstallRequirementsError on host {host}: pip install -r requirements.txt "
+                f"exited with code {code}" + (f": {last}" if last else ""))
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
@@ -213,10 +257,12 @@ class Runner:
             start = time.time()
             self.status("Training", "Training image download completed. Training in progress.",
                         TrainingStartTime=start)
-            self.start(hosts)
-            result = self.wait()
-            for pump in self.pumps:  # every line the hosts wrote is in their logs before a failure quotes one
-                pump.join(timeout=10.0)
+            self.deadline = time.monotonic() + int(self.req["StoppingCondition"]["MaxRuntimeInSeconds"])
+            result, why = self.install(hosts), self.install_failure  # pip's time counts, as in the container
+            if result is None:
+                self.start(hosts)
+                result, why = self.wait(), self.failure
+                self.drain()
             seconds = int(round(time.time() - start))
             times = dict(TrainingTimeInSeconds=seconds, BillableTimeInSeconds=seconds, TrainingEndTime=time.time())
             if result is None:
@@ -231,13 +277,33 @@ class Runner:
                 self.status("MaxRuntimeExceeded", "Training job ran past MaxRuntimeInSeconds", primary="Stopped",
                             **times)
             else:
-                reason = self.failure(hosts, *result)
+                reason = why(hosts, *result)
                 self.status("Failed", reason, primary="Failed", FailureReason=reason, **times)
         except Exception as err:  # anything before training: report it as SageMaker would, then exit
             self.kill()
             reason = f"ClientError: {err}"
             self.status("Failed", reason, primary="Failed", FailureReason=reason, TrainingEndTime=time.time())
         return 0
+
+
+def python_env(path: Path) -> str:
+    """A venv at `path` whose python also imports every package of this interpreter's (torch, dtrain),
+    after its own: a --system-site-packages venv made from a venv's python would see the base
+    interpreter's packages instead. pip then finds them installed and installs only what is missing,
+    into `path`. Where this interpreter has no pip, the venv gets its own. Returns its python."""
+    import venv
+    path = path.absolute()  # the hosts run it from /opt/ml/code
+    venv.create(path, symlinks=True, with_pip=importlib.util.find_spec("pip") is None)
+    own = sysconfig.get_path("purelib", "venv", vars={"base": str(path), "platbase": str(path)})
+    # site.addsitedir rather than plain path lines: it also reads those folders' .pth files (editable installs)
+    adds = "; ".join(f"site.addsitedir({d!r})" for d in site.getsitepackages())
+    Path(own, "dtrain-job-python.pth").write_text(f"import site; {adds}\n")
+    return str(path / "bin" / "python")
+
+
+def toolkit_error(error: str, code: int, message: str, command: list[str]) -> str:
+    """The toolkit's failure file for a command that failed (its _CalledProcessError)."""
+    return f'{error}:\nExitCode {code}\nErrorMessage "{message}"\nCommand "{" ".join(command)}"'
 
 
 def _with_sigterm(disposition: signal.Handlers) -> list[str]:
@@ -314,12 +380,14 @@ def _pump(stream, log) -> None:
             log.flush()
 
 
-def _last_line(path: Path) -> str:
+def _last_line(path: Path, prefix: str = "") -> str:
+    """The text of a log's last line (one starting with `prefix`), without its time stamp."""
     try:
-        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+        lines = [ln.partition("\t")[2] for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
     except OSError:
         return ""
-    return lines[-1].partition("\t")[2][:500] if lines else ""
+    lines = [ln for ln in lines if ln.startswith(prefix)]
+    return lines[-1][:500] if lines else ""
 
 
 def main(argv: list[str] | None = None) -> int:

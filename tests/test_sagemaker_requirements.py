@@ -1,0 +1,119 @@
+"""`--local` installs a requirements.txt as the SageMaker training toolkit does before the script.
+
+`python -m pip install -r requirements.txt` runs in /opt/ml/code, into a Python environment of the
+job's that still sees this interpreter's packages (torch, dtrain), and the hosts run with it; a pip
+that fails fails the job with InstallRequirementsError. No network: the requirement is a wheel
+built here by hand, referenced by its path relative to the code folder, as a user would.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import importlib.util
+import sysconfig
+import zipfile
+from pathlib import Path
+
+import pytest
+
+import dtrain
+from dtrain.backends.base import JobInfo
+from dtrain.spec_sagemaker import SageMakerOptions
+
+WHEEL = "wheels/hello_req-1.0-py3-none-any.whl"
+SCRIPT = """import os, sys
+import torch
+import hello_req
+print(hello_req.GREETING, "torch", torch.__version__, "on", os.environ["SM_CURRENT_HOST"], flush=True)
+print("python", sys.executable, flush=True)
+"""
+
+
+def build_wheel(path: Path) -> None:
+    """A wheel is a zip: the package, and dist-info with METADATA, WHEEL and a RECORD of hashes."""
+    files = {"hello_req/__init__.py": "GREETING = 'hello from the wheel'\n",
+             "hello_req-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: hello-req\nVersion: 1.0\n",
+             "hello_req-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\n"
+                                              "Tag: py3-none-any\n"}
+    digest = {n: base64.urlsafe_b64encode(hashlib.sha256(t.encode()).digest()).rstrip(b"=").decode()
+              for n, t in files.items()}
+    record = "".join(f"{n},sha256={digest[n]},{len(t.encode())}\n" for n, t in files.items())
+    files["hello_req-1.0.dist-info/RECORD"] = record + "hello_req-1.0.dist-info/RECORD,,\n"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with zipfile.ZipFile(path, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+
+
+@pytest.fixture
+def code(tmp_path) -> Path:
+    """The uploaded code: the script, the wheel, and a requirements.txt naming the wheel by a relative path."""
+    d = tmp_path / "code"
+    build_wheel(d / WHEEL)
+    (d / "train.py").write_text(SCRIPT)
+    (d / "requirements.txt").write_text(f"{WHEEL}\n")
+    return d
+
+
+def submit(home: Path, name: str, code: Path, *, network_isolation: bool = False, **spec) -> JobInfo:
+    client = dtrain.Client(home=home, backend="sagemaker")
+    client.submit(dtrain.JobSpec(name=name, command=("python", "train.py"), backend="sagemaker", **spec,
+                                 sagemaker=SageMakerOptions(local=True, source_dir=str(code),
+                                                            network_isolation=network_isolation)))
+    return client.wait(name, timeout=120)
+
+
+def logs(home: Path, name: str, rank: int = 0) -> list[str]:
+    return [ln.text for ln in dtrain.Client(home=home, backend="sagemaker").logs(name, rank=rank)]
+
+
+def test_every_host_runs_with_the_installed_requirements(home, code):
+    """torchrun on two hosts: pip ran once, on algo-1, and both hosts' workers import the wheel and torch."""
+    info = submit(home, "dist", code, processes=2, launcher="torchrun")
+    assert info.status.value == "Succeeded", (info.message, logs(home, "dist"))
+    first, second = logs(home, "dist"), logs(home, "dist", rank=1)
+    assert first[0].startswith("requirements.txt: python -m pip install -r requirements.txt"), first
+    assert "Successfully installed hello-req-1.0" in first, first
+    assert second[0].startswith("requirements.txt: pip installs it on algo-1"), second
+    for host, lines in (("algo-1", first), ("algo-2", second)):
+        assert any(ln.startswith("hello from the wheel torch ") and ln.endswith(f" on {host}") for ln in lines), lines
+    env = home / "sagemaker-local" / "jobs" / "dist" / "venv"
+    assert f"python {env / 'bin' / 'python'}" in first  # torchrun's workers run the job's environment
+    site = Path(sysconfig.get_path("purelib", "venv", vars={"base": str(env), "platbase": str(env)}))
+    assert (site / "hello_req").is_dir() and not (site / "torch").exists()  # torch came from dtrain's Python
+    # nothing went into dtrain's own environment
+    assert importlib.util.find_spec("hello_req") is None
+    assert not list(Path(sysconfig.get_path("purelib")).glob("hello_req*"))
+
+
+def test_pip_runs_without_network_under_network_isolation(home, code):
+    """EnableNetworkIsolation: on SageMaker no package index is reachable; here pip runs without a
+    network too, so a local wheel installs and anything needing an index fails as it would there."""
+    info = submit(home, "offline", code, network_isolation=True)
+    assert info.status.value == "Succeeded", (info.message, logs(home, "offline"))
+    lines = logs(home, "offline")
+    assert lines[0].endswith("(EnableNetworkIsolation: no network)"), lines
+    assert any(ln.startswith("hello from the wheel torch ") for ln in lines), lines
+
+
+def test_a_requirement_that_does_not_install_fails_the_job(home, code):
+    """pip's exit code fails the job as the toolkit's InstallRequirementsError does; the script never runs."""
+    (code / "requirements.txt").write_text("wheels/nope-1.0-py3-none-any.whl\n")
+    info = submit(home, "broken", code)
+    assert info.status.value == "Failed"
+    assert "\n" not in info.message and info.message.startswith(
+        "AlgorithmError: InstallRequirementsError on host algo-1: pip install -r requirements.txt "
+        "exited with code 1: ERROR: "), info.message
+    assert not any(ln.startswith("hello from the wheel") for ln in logs(home, "broken"))
+    failure = home / "sagemaker-local" / "jobs" / "broken" / "hosts" / "algo-1" / "output" / "failure"
+    assert failure.read_text().startswith("InstallRequirementsError:\nExitCode 1\nErrorMessage ")
+
+
+def test_without_requirements_no_environment_is_made(home, code):
+    (code / "requirements.txt").unlink()
+    (code / "train.py").write_text("import sys\nprint('python', sys.executable)\n")
+    info = submit(home, "plain", code)
+    assert info.status.value == "Succeeded", info.message
+    assert not (home / "sagemaker-local" / "jobs" / "plain" / "venv").exists()
+    assert not any(ln.startswith("requirements.txt") for ln in logs(home, "plain"))
