@@ -36,6 +36,9 @@ MAX_GPU_PER_PROCESS = 16
 MIN_CPU, MAX_CPU = 0.01, 1024  # 0.01: the smallest share a cgroup quota (1 ms per 100 ms) enforces
 MIN_MEMORY = 4 * 2**20  # 4Mi: less than a process (an interpreter, a shell) needs to start
 MAX_RESTARTS = 100
+# A notebook's --idle-timeout, in seconds: Jupyter looks for activity once a minute, and a month is
+# beyond any session that is still someone's.
+MIN_IDLE_TIMEOUT, MAX_IDLE_TIMEOUT = 60, 30 * 86400
 MAX_TEXT = 65536  # one command word, env value or path
 
 
@@ -248,6 +251,9 @@ class JobSpec:
     image_pull_policy: str | None = None  # Always, IfNotPresent or Never (Kubernetes)
     image_pull_secrets: tuple[str, ...] = ()  # secret names (Kubernetes)
     notebook: bool = False  # an interactive Jupyter server (dtrain notebook): runs until deleted
+    # notebook only: seconds without a running kernel, a terminal or a request after which Jupyter
+    # shuts down and the notebook ends (Succeeded), freeing its GPUs; None: never
+    idle_timeout: int | None = None
     sagemaker: SageMakerOptions | None = None  # instances, channels, spot, limits (SageMaker)
 
     def __post_init__(self):
@@ -304,6 +310,11 @@ class JobSpec:
         if self.notebook and (self.launcher != "none" or self.max_restarts or self.snapshot_volume):
             raise SpecError(f"notebook {self.name!r} is one interactive process: drop --processes, "
                             f"--launcher, --max-restarts and --snapshot-on-success")
+        if self.idle_timeout is not None:
+            _check_int(self.idle_timeout, "--idle-timeout (seconds)", MIN_IDLE_TIMEOUT, MAX_IDLE_TIMEOUT)
+            if not self.notebook:
+                raise SpecError(f"job {self.name!r}: --idle-timeout stops an idle notebook; a training job ends "
+                                "by itself: drop it (or start a notebook: dtrain notebook NAME --idle-timeout 1h)")
 
     def _check_volumes(self):
         mounts = [v.mount_path for v in self.volumes]  # normalised by VolumeMount / NewVolume

@@ -204,3 +204,86 @@ def test_a_notebook_without_jupyterlab_installed_names_the_extra():
     with pytest.raises(EnvironmentError_, match=r"^notebooks run JupyterLab \(jupyter-lab-not-installed\), which is "
                                                 r"not installed here: pip install 'dtrain\[notebook\]'"):
         check_tools(missing, cwd="/", path="/nonexistent")
+
+
+# ------------------------------------------------------------------ --idle-timeout
+
+
+def test_idle_is_judged_by_kernels_and_terminals_not_requests():
+    from dtrain.backends.local.notebook import idle_check_interval, last_activity
+
+    started = 1_000.0
+    assert last_activity([], [], started) == started  # nothing ran yet: idle since the start
+    kernels = [{"execution_state": "idle", "last_activity": "2026-12-04T10:00:00.5Z"},
+               {"execution_state": "idle", "last_activity": "2026-12-04T09:00:00Z"}]
+    terminals = [{"name": "1", "last_activity": "2026-12-04T10:30:00+00:00"}]
+    assert last_activity(kernels, [], started) == 1_796_378_400.5
+    assert last_activity(kernels, terminals, started) == 1_796_380_200.0
+    assert last_activity([*kernels, {"execution_state": "busy", "last_activity": "2026-12-04T08:00:00Z"}],
+                         terminals, started) is None  # a long cell is activity
+    assert last_activity([{"execution_state": "starting"}], [], started) is None
+    assert last_activity(["junk", {"last_activity": "not a time"}, {"last_activity": 5}], [], started) == started
+    assert idle_check_interval(60) == 15 and idle_check_interval(86400) == 60
+
+
+def test_idle_timeout_flag_spec_and_api_bounds(dt: Dtrain):
+    from dtrain.cli.format import parse_duration
+    from dtrain.errors import SpecError
+    from dtrain.spec import JobSpec, notebook_spec
+
+    assert [parse_duration(x, "--idle-timeout") for x in ("90s", "30m", "1.5h", "2d", "3600")] == [
+        90, 1800, 5400, 172800, 3600]
+    for bad in ("", "1w", "-5m", "1e9", "5 m"):
+        with pytest.raises(SpecError, match="^invalid --idle-timeout"):
+            parse_duration(bad, "--idle-timeout")
+    assert notebook_spec("nb", idle_timeout=3600).idle_timeout == 3600
+    for bad in (59, 30 * 86400 + 1, True, 60.5):
+        with pytest.raises(SpecError, match=r"^invalid --idle-timeout \(seconds\)"):
+            notebook_spec("nb", idle_timeout=bad)
+    with pytest.raises(SpecError, match="--idle-timeout stops an idle notebook"):
+        JobSpec(name="train", command=("true",), idle_timeout=600)
+    refused = dt("notebook", "nb", "--idle-timeout", "10s", check=False)
+    assert refused.returncode == 2 and "from 60 to 2592000" in refused.stderr, refused.stderr
+    assert dt.json("notebook", "list") == []
+
+
+def test_kubernetes_refuses_a_per_notebook_idle_timeout():
+    from dtrain.backends.kubernetes.config import KubernetesConfig
+    from dtrain.backends.kubernetes.render import resource_for
+    from dtrain.errors import SpecError
+    from dtrain.spec import notebook_spec
+
+    with pytest.raises(SpecError, match="Kubeflow's notebook controller stops idle notebooks for the whole cluster"):
+        resource_for(notebook_spec("nb", idle_timeout=3600), KubernetesConfig())
+
+
+@pytest.mark.slow
+def test_an_idle_notebook_stops_by_itself_and_frees_its_gpu(dt_gpus: Dtrain):
+    """--idle-timeout 1m: a kernel runs a cell, then nothing runs; the notebook ends Succeeded with
+    the reason, its kernel goes, and a job waiting for its GPU starts."""
+    dt = dt_gpus
+    dt("project", "create", "team", "--gpu-quota", "1")
+    dt("notebook", "idle", "-p", "team", "--gpu", "1", "--idle-timeout", "1m")
+    dt.wait_for("idle", {"Running"})
+    deadline = time.monotonic() + 30
+    while (opened := dt("notebook", "open", "idle", check=False)).returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    url = urlsplit(opened.stdout.strip())
+    token, base = parse_qs(url.query)["token"][0], f"{url.scheme}://{url.netloc}"
+    _wait_serving(base, token, dt, "idle")
+    code, kernel = _request(f"{base}/api/kernels", method="POST", token=token, body={"name": "python3"})
+    assert code == 201, kernel
+    pid, _ = _run_in_kernel(dt.home / "jobs" / "idle" / "jupyter" / f"kernel-{kernel['id']}.json",
+                            "import os; print(os.getpid(), 'ran', end='')")
+    kernel_start = _start_time(pid)
+    ran = time.time()
+    dt("submit", "waiting", "-p", "team", "--gpu", "1", "--", "true")
+    for _ in range(4):  # requests alone (as an open JupyterLab tab makes) are not activity
+        time.sleep(5)
+        assert _request(f"{base}/api/kernels", token=token)[0] == 200
+    info = dt.wait_for("idle", {"Succeeded", "Failed"}, timeout=180)
+    assert info["status"] == "Succeeded", info
+    assert "no kernel or terminal ran for 60 s (--idle-timeout)" in info["message"], info["message"]
+    assert time.time() - ran >= 60
+    assert _start_time(pid) != kernel_start  # the kernel went with it
+    assert dt.wait_for("waiting", {"Succeeded", "Failed"})["status"] == "Succeeded"  # the GPU was freed

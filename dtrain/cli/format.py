@@ -56,6 +56,15 @@ def parse_since(text: str, now: float | None = None) -> float:
     return parse_time(text, "--since", "a duration such as 30s, 10m, 2h, or ")
 
 
+def parse_duration(text: str, flag: str) -> int:
+    """'90s', '30m', '1.5h', '2d' or plain seconds ('3600') -> whole seconds (the spec bounds it)."""
+    text = text.strip()
+    m = _DURATION.match(text) or re.match(r"^(\d+)()\Z", text)
+    if not m or len(text) > 20:
+        raise SpecError(f"invalid {flag} {shown(text)}: use a duration such as 30m, 2h or 1d, or seconds")
+    return int(round(float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]))
+
+
 def parse_time(text: str, flag: str = "--since-time", also: str = "") -> float:
     """An RFC 3339 time (Run:AI's and kubectl's --since-time) -> unix seconds. A time without a
     zone is UTC, as every time dtrain prints (`--timestamps`, describe): one copied from them

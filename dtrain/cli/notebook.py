@@ -77,7 +77,7 @@ def _not_a_name(words: list[str], actions: list[str]) -> str | None:
 
 
 _START_FLAGS = (("--pvc",), ("-g", "--gpu"), ("--cpu",), ("--memory",), ("-i", "--image"), ("-p", "--project"),
-                ("--backend",))
+                ("--backend",), ("--idle-timeout",))
 
 
 class _AfterTheName(argparse.Action):
@@ -92,6 +92,8 @@ class _AfterTheName(argparse.Action):
 def cmd_start(args, client: Client) -> int:
     fields = {k: getattr(args, k) for k in ("gpu", "cpu", "memory", "image", "project", "backend")
               if getattr(args, k) is not None}
+    if args.idle_timeout is not None:
+        fields["idle_timeout"] = fmt.parse_duration(args.idle_timeout, "--idle-timeout")
     if "backend" not in fields:  # `dtrain --backend B notebook`, else the configured one, as `dtrain submit` does
         project = fields.get("project", client.default_project)
         fields["backend"] = getattr(args, "default_backend", None) or client.config.backend_for(project)
@@ -149,6 +151,9 @@ def register(sub) -> None:
     c.add_argument("--cpu", type=float, help="CPU threads")
     c.add_argument("--memory", help="memory, e.g. 8Gi")
     c.add_argument("-i", "--image", help="notebook image (Kubernetes), e.g. a Kubeflow notebook-servers image")
+    c.add_argument("--idle-timeout", metavar="DURATION",
+                   help="stop the notebook (freeing its GPUs) when no kernel or terminal ran this long, "
+                        "e.g. 1h (1m to 30d; default: never; local backend)")
     c.add_argument("-p", "--project", help="project (default: 'dtrain config project')")
     c.add_argument("--backend", choices=["local", "kubernetes"], help="where to run (default from config)")
     c.set_defaults(handler=cmd_start)

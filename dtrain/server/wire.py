@@ -14,7 +14,7 @@ from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
 from dtrain.names import CLASS_RE, NAME_RE, SIZE_RE
-from dtrain.spec import MAX_CPU, MAX_PROCESSES, MIN_CPU
+from dtrain.spec import MAX_CPU, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MIN_CPU, MIN_IDLE_TIMEOUT
 
 STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted"]
 NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
@@ -62,6 +62,9 @@ class SpecIn(_In):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     image_pull_secrets: list[str] = Field(default_factory=list, max_length=64)
     notebook: bool = Field(False, description="an interactive Jupyter server (dtrain notebook): runs until deleted")
+    idle_timeout: int | None = Field(None, ge=MIN_IDLE_TIMEOUT, le=MAX_IDLE_TIMEOUT,
+                                     description="notebook: seconds without kernels, terminals or requests "
+                                                 "before it shuts down (null: never)")
     sagemaker: dict[str, Any] | None = Field(None, description="SageMaker options (docs/sagemaker.md): instance_type, "
                                              "channels, spot, ...; checked by dtrain.spec_sagemaker.SageMakerOptions")
 

@@ -59,6 +59,10 @@ MAX_ANNOTATIONS = 256 * 1024  # bytes of an object's annotations, keys and value
 def resource_for(spec: JobSpec, config: KubernetesConfig) -> Resource:
     """Which API object runs this spec."""
     if spec.notebook:
+        if spec.idle_timeout is not None:
+            raise SpecError(f"notebook {spec.name!r}: on Kubernetes, Kubeflow's notebook controller stops idle "
+                            f"notebooks for the whole cluster (its culler: ENABLE_CULLING, CULL_IDLE_TIME), not "
+                            f"one by one: drop --idle-timeout, or ask the cluster's admin to turn culling on")
         return NOTEBOOK
     if spec.launcher == "none":
         return BATCH_JOB

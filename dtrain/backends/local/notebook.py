@@ -19,9 +19,12 @@ import secrets
 import shutil
 import stat
 import sys
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import IO
@@ -109,6 +112,57 @@ def listening(port: int, table: str = "/proc/net/tcp") -> list[str]:
     except OSError:
         return []
     return [r[9] for r in rows if len(r) > 9 and r[1] == local and r[3] == "0A"]  # 0A: LISTEN
+
+
+# ---- an idle notebook (--idle-timeout) ---------------------------------------------------------
+# As Kubeflow's notebook culler judges it: by the kernels (and terminals), not by requests. An open
+# JupyterLab tab polls the server's API every few seconds, so Jupyter's own shutdown_no_activity
+# never fires while one is open, and a forgotten tab would hold the notebook's GPUs for good. The
+# supervisor asks Jupyter for its kernels and terminals (with no_track_activity, so the asking is
+# not activity) and stops the notebook once nothing ran for --idle-timeout seconds.
+
+
+def idle_check_interval(timeout: int) -> float:
+    """How often the supervisor asks: a quarter of the timeout, at most a minute."""
+    return min(60.0, timeout / 4)
+
+
+def last_activity(kernels: list, terminals: list, started: float) -> float | None:
+    """When the notebook last did something (unix seconds): the latest kernel or terminal activity,
+    or its start; None while a kernel is busy or starting (a long cell is activity)."""
+    latest = started
+    for item in [*kernels, *terminals]:
+        if not isinstance(item, dict):
+            continue
+        if item.get("execution_state") in ("busy", "starting"):
+            return None
+        when = item.get("last_activity")
+        if isinstance(when, str):
+            try:
+                latest = max(latest, datetime.fromisoformat(when.replace("Z", "+00:00")).timestamp())
+            except ValueError:
+                continue
+    return latest
+
+
+def ask_activity(access: NotebookAccess, started: float, timeout: float = 10.0) -> float | None:
+    """last_activity as the notebook's Jupyter reports it; None when Jupyter does not answer (starting,
+    or gone: not idle either way)."""
+    lists = []
+    for path in ("/api/kernels", "/api/terminals"):
+        req = urllib.request.Request(f"http://127.0.0.1:{access.port}{path}?no_track_activity=1",
+                                     headers={"Authorization": f"token {access.token}"})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                lists.append(json.loads(resp.read(1 << 20)))
+        except urllib.error.HTTPError as err:
+            if err.code != 404:  # 404: no terminals extension
+                return None
+            lists.append([])
+        except (OSError, ValueError):
+            return None
+    kernels, terminals = (x if isinstance(x, list) else [] for x in lists)
+    return last_activity(kernels, terminals, started)
 
 
 # ---- what Jupyter writes on a shared volume ----------------------------------------------------

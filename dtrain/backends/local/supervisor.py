@@ -70,6 +70,7 @@ class Supervisor:
         self._stop_asked: subprocess.Popen | None = None  # the launcher already sent SIGTERM
         self.owner = False  # set once the job's row names this process as its supervisor
         self.refused: str | None = None  # why the launcher was not started: no restart can help
+        self.idle: str | None = None  # why an idle notebook was stopped (--idle-timeout)
 
     @property
     def storage(self):
@@ -164,7 +165,7 @@ class Supervisor:
 
     def _run_once(self, mounts, groups, attempt: int) -> int:
         port = free_port()
-        token = None
+        token, access = None, None
         if self.spec.notebook:  # recorded (0600) before it starts, for `dtrain notebook open`
             access = notebook.NotebookAccess.new(port)
             notebook.write_access(self.job_dir, access)
@@ -194,21 +195,33 @@ class Supervisor:
                 _write_json(self.job_dir / "launcher.json", ident.to_record())
             if self.stopping:  # SIGTERM came while the launcher was being started: _on_term saw none
                 self._stop_launcher()
-            code = self._watch(attempt)
+            code = self._watch(attempt, access)
         signal_session(ident, signal.SIGKILL)  # the attempt is over: nothing of it may linger
         return 128 - code if code < 0 else code
 
-    def _watch(self, attempt: int) -> int:
-        """Wait for the launcher, recording once the step the workload resumed from."""
-        noted = False
-        while not noted:
+    def _watch(self, attempt: int, access: "notebook.NotebookAccess | None" = None) -> int:
+        """Wait for the launcher, recording once the step the workload resumed from; a notebook with
+        an --idle-timeout is stopped once Jupyter reports nothing ran for that long."""
+        noted, timeout = False, self.spec.idle_timeout if access is not None else None
+        started, next_ask = time.time(), time.monotonic()
+        while not noted or timeout:
             code = self.proc.poll()
-            steps = [r["resumed_step"] for r in rank_records(self.job_dir) if r.get("resumed_step") is not None]
-            if steps:
-                self.store.add_event(self.name, "Running", f"attempt {attempt}: resumed from step {max(steps)}")
-                noted = True
+            if not noted:
+                steps = [r["resumed_step"] for r in rank_records(self.job_dir) if r.get("resumed_step") is not None]
+                if steps:
+                    self.store.add_event(self.name, "Running", f"attempt {attempt}: resumed from step {max(steps)}")
+                    noted = True
             if code is not None:
                 return code
+            if timeout and self.idle is None and time.monotonic() >= next_ask:
+                last = notebook.ask_activity(access, started)
+                if last is not None and time.time() - last >= timeout:
+                    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(last))
+                    self.idle = (f"stopped: no kernel or terminal ran for {timeout} s (--idle-timeout), the last "
+                                 f"activity at {since}; its GPUs are free, its files stay on its volume")
+                    self.store.add_event(self.name, "Running", self.idle)
+                    self._stop_launcher()
+                next_ask = time.monotonic() + notebook.idle_check_interval(timeout)
             time.sleep(POLL_S)
         return self.proc.wait()
 
@@ -227,6 +240,9 @@ class Supervisor:
             return  # dtrain delete already recorded Deleted
         if self.refused is not None:
             self.store.set_status(self.name, "Failed", self.refused, exit_code=code)
+            return
+        if self.idle is not None:  # Jupyter's exit code after our SIGTERM says nothing of the notebook
+            self.store.set_status(self.name, "Succeeded", self.idle, exit_code=code)
             return
         if code != 0:
             first = failing_rank(rank_records(self.job_dir))
