@@ -610,19 +610,10 @@ def test_ranks_that_resume_from_different_steps_stop_instead_of_hanging(tmp_path
     base = ["--data-dir", "data", "--max-steps", "2", "--batch-size", "4", "--log-interval", "0"]
     first = _train_proc(base + ["--model-dir", "m0"], tmp_path)
     assert first.returncode == 0, first.stderr
-    port, procs = _free_port(), []
-    for rank in (0, 1):  # 2 x batch 2: the first run's global batch
-        env = _env(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE="2", RANK=str(rank))
-        procs.append(subprocess.Popen(TRAIN + base + ["--model-dir", f"m{rank}", "--max-steps", "4", "--batch-size", "2"], cwd=tmp_path,
-                                      env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    try:
-        outs = [p.communicate(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-    for rank, (p, (_out, err)) in enumerate(zip(procs, outs, strict=True)):
-        assert p.returncode == 2, (rank, err)
+    # 2 x batch 2: the first run's global batch
+    results = _ranks(base + ["--max-steps", "4", "--batch-size", "2"], tmp_path, ["m0", "m1"])
+    for rank, (code, _out, err) in enumerate(results):
+        assert code == 2, (rank, err)
         assert err.strip().splitlines() == [err.strip()], err
         assert f"ranks resumed from different steps (0 to 2; rank {rank}: {2 if rank == 0 else 0})" in err
 

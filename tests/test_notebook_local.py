@@ -44,6 +44,15 @@ def _wait_serving(base: str, token: str, dt: Dtrain, name: str, timeout: float =
     raise AssertionError(f"notebook {name} never answered at {base}:\n{dt('logs', name, check=False).stdout}")
 
 
+def _opened(dt: Dtrain, name: str) -> tuple[str, str]:
+    """(base URL, token) that `dtrain notebook open NAME` prints once the notebook serves."""
+    deadline = time.monotonic() + 30
+    while (opened := dt("notebook", "open", name, check=False)).returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    url = urlsplit(opened.stdout.strip())
+    return f"{url.scheme}://{url.netloc}", parse_qs(url.query)["token"][0]
+
+
 def torch_version() -> str:
     import torch
     return torch.__version__.split("+")[0]
@@ -84,13 +93,8 @@ def test_notebook_writes_to_the_volume_a_job_then_reads(dt: Dtrain):
     out = dt("notebook", "nb", "--pvc", "work:/home/jovyan/work", "--cpu", "1").stdout
     assert "dtrain notebook open nb" in out
     dt.wait_for("nb", {"Running"})
-    deadline = time.monotonic() + 30
-    while (opened := dt("notebook", "open", "nb", check=False)).returncode != 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    url = urlsplit(opened.stdout.strip())
-    token = parse_qs(url.query)["token"][0]
-    base = f"{url.scheme}://{url.netloc}"
-    assert url.hostname == "127.0.0.1" and len(token) >= 32
+    base, token = _opened(dt, "nb")
+    assert urlsplit(base).hostname == "127.0.0.1" and len(token) >= 32
 
     access = dt.home / "jobs" / "nb" / "notebook.json"
     assert stat.S_IMODE(os.lstat(access).st_mode) == 0o600  # only the user reads the token
@@ -180,11 +184,7 @@ def test_a_notebook_without_a_volume_serves_an_empty_folder_of_its_own_not_the_c
     dt("notebook", "bare", cwd=caller)
     dt.wait_for("bare", {"Running"})
     try:
-        deadline = time.monotonic() + 30
-        while (opened := dt("notebook", "open", "bare", check=False)).returncode != 0 and time.monotonic() < deadline:
-            time.sleep(0.2)
-        url = urlsplit(opened.stdout.strip())
-        token, base = parse_qs(url.query)["token"][0], f"{url.scheme}://{url.netloc}"
+        base, token = _opened(dt, "bare")
         _wait_serving(base, token, dt, "bare")
         code, root = _request(f"{base}/api/contents/", token=token)
         assert code == 200 and root["content"] == []  # a new, empty folder: nothing of the caller's
@@ -265,11 +265,7 @@ def test_an_idle_notebook_stops_by_itself_and_frees_its_gpu(dt_gpus: Dtrain):
     dt("project", "create", "team", "--gpu-quota", "1")
     dt("notebook", "idle", "-p", "team", "--gpu", "1", "--idle-timeout", "1m")
     dt.wait_for("idle", {"Running"})
-    deadline = time.monotonic() + 30
-    while (opened := dt("notebook", "open", "idle", check=False)).returncode != 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    url = urlsplit(opened.stdout.strip())
-    token, base = parse_qs(url.query)["token"][0], f"{url.scheme}://{url.netloc}"
+    base, token = _opened(dt, "idle")
     _wait_serving(base, token, dt, "idle")
     code, kernel = _request(f"{base}/api/kernels", method="POST", token=token, body={"name": "python3"})
     assert code == 201, kernel

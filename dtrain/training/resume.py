@@ -92,6 +92,14 @@ class Resumed:
     extra: dict[str, Any]  # what the workload passed to save(extra=...)
 
 
+def refuse_another_data_position(resumed: Resumed, plan: Mapping[str, Any], forms: tuple[tuple[str, str], ...],
+                                 *, samples: str, fix: str) -> None:
+    """SpecError when the checkpoint's run placed its steps in the data otherwise (data_position_changes)."""
+    if moved := data_position_changes(resumed.extra, plan, forms):
+        raise SpecError(f"checkpoint {resumed.path} was written by a run with {', '.join(moved)}: step "
+                        f"{resumed.step} would start elsewhere in the data ({samples} seen twice or skipped); {fix}")
+
+
 def data_position_changes(saved: Mapping[str, Any], plan: Mapping[str, Any],
                           forms: tuple[tuple[str, str], ...]) -> list[str]:
     """'2 process(es) (this run: 1)' for each of `forms`' keys the checkpoint's run had otherwise.
@@ -193,9 +201,11 @@ class Checkpointer:
         return None
 
 
-def resume_on_every_rank(attempt: Callable[[], Resumed | None], info: DistInfo, folder: Path) -> Resumed | None:
-    """Run `attempt` (a Checkpointer.resume) on every rank, then make sure all ranks go on from the
-    same step, or all stop.
+def resume_on_every_rank(ckpt: Checkpointer, info: DistInfo, *, model: torch.nn.Module,
+                         optimizer: torch.optim.Optimizer, accept: Callable[[Resumed], None] | None = None,
+                         mismatch: Callable[[CheckpointMismatch], str]) -> Resumed | None:
+    """`ckpt.resume` on every rank (`mismatch` words a CheckpointMismatch for the workload), then make
+    sure all ranks go on from the same step, or all stop.
 
     A rank that saw no checkpoint (a node-local checkpoint folder, a sync that had not finished)
     would otherwise run more steps than the others, and one that refused its checkpoint would leave
@@ -203,7 +213,9 @@ def resume_on_every_rank(attempt: Callable[[], Resumed | None], info: DistInfo, 
     one-line error (DtrainError)."""
     resumed, error = None, None
     try:
-        resumed = attempt()
+        resumed = ckpt.resume(model=model, optimizer=optimizer, map_location=info.device, accept=accept)
+    except CheckpointMismatch as e:  # another model's keys or shapes, another optimizer
+        error = SpecError(mismatch(e))
     except DtrainError as e:
         error = e
     if info.distributed and dist.is_initialized():  # every rank takes part, refused or not
@@ -216,7 +228,7 @@ def resume_on_every_rank(attempt: Callable[[], Resumed | None], info: DistInfo, 
                               f"too: fix that, or start over (--no-resume)")
         elif error is None and high != low:
             error = SpecError(f"ranks resumed from different steps ({low} to {high}; rank {info.rank}: {step}): "
-                              f"every rank must see the same checkpoint folder ({folder}), on storage they "
+                              f"every rank must see the same checkpoint folder ({ckpt.folder}), on storage they "
                               "share, or start over (--no-resume)")
     if error is not None:
         raise error

@@ -43,7 +43,6 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from dtrain.errors import SpecError
 from dtrain.training import (
-    CheckpointMismatch,
     STOPPED_EXIT_CODE,
     Checkpointer,
     DistInfo,
@@ -53,14 +52,14 @@ from dtrain.training import (
     Resumed,
     all_reduce_sum,
     checkpoint_dir,
-    data_position_changes,
     detect_runtime,
     leave_stop_to_parent,
     save_atomic,
     setup_distributed,
     teardown,
 )
-from dtrain.training.resume import CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR, resume_on_every_rank
+from dtrain.training.resume import (CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR, refuse_another_data_position,
+                                   resume_on_every_rank)
 from dtrain.workloads.cifar10.data import find_root, load_split
 from dtrain.workloads.cifar10.failure import RESOURCE_CONFIG_FILE, CommandParser, reports_failure
 from dtrain.workloads.cifar10.model import Net
@@ -493,20 +492,14 @@ def _resume(ckpt: Checkpointer, net: torch.nn.Module, opt: torch.optim.Optimizer
     """ckpt.resume on every rank, refusing a checkpoint whose step means other images; all ranks go
     on from the same step or all stop (resume_on_every_rank)."""
     def same_data_position(resumed: Resumed) -> None:
-        if moved := data_position_changes(resumed.extra, plan, DATA_POSITION):
-            raise SpecError(f"checkpoint {resumed.path} was written by a run with {', '.join(moved)}: step "
-                            f"{resumed.step} would start elsewhere in the data (images seen twice or skipped); "
-                            f"resume with the same global batch (processes x --batch-size), --seed and data, "
-                            f"or start over: --no-resume, or another --checkpoint-dir")
+        refuse_another_data_position(resumed, plan, DATA_POSITION, samples="images",
+                                     fix="resume with the same global batch (processes x --batch-size), --seed "
+                                         "and data, or start over: --no-resume, or another --checkpoint-dir")
 
-    def attempt() -> Resumed | None:
-        try:
-            return ckpt.resume(model=net, optimizer=opt, map_location=info.device, accept=same_data_position)
-        except CheckpointMismatch as e:  # another network's
-            raise SpecError(f"checkpoint {e.path} does not fit the CIFAR10 network ({e.fault}): "
-                            "give this run its own --checkpoint-dir, or --no-resume to start over") from None
-
-    resumed = resume_on_every_rank(attempt, info, ckpt.folder)
+    resumed = resume_on_every_rank(
+        ckpt, info, model=net, optimizer=opt, accept=same_data_position,
+        mismatch=lambda e: f"checkpoint {e.path} does not fit the CIFAR10 network ({e.fault}): give this run its "
+                           "own --checkpoint-dir, or --no-resume to start over")
     return resumed
 
 

@@ -32,7 +32,6 @@ from torch.utils.data import DataLoader
 from dtrain.errors import DtrainError, EnvironmentError_, QuotaError, SpecError
 from dtrain.replace import replace_file
 from dtrain.training import (
-    CheckpointMismatch,
     STOPPED_EXIT_CODE,
     Checkpointer,
     DistInfo,
@@ -43,7 +42,6 @@ from dtrain.training import (
     all_reduce_mean,
     broadcast_buffers,
     checkpoint_dir,
-    data_position_changes,
     keep_freed_memory,
     leave_stop_to_parent,
     load_checkpoint,
@@ -52,7 +50,7 @@ from dtrain.training import (
     teardown,
 )
 from dtrain.training.metrics import open_append
-from dtrain.training.resume import resume_on_every_rank
+from dtrain.training.resume import refuse_another_data_position, resume_on_every_rank
 from dtrain.workloads.inputs import (MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, in_range, learning_rate,
                                      schedule_steps)
 from dtrain.workloads.lanes import recipes
@@ -388,20 +386,13 @@ def restore(ckpt: Checkpointer, cfg: TrainConfig, model: SCNN, opt: torch.optim.
             raise SpecError(f"checkpoint {resumed.path} was written by recipe {written_by or 'unknown'}"
                             f"{'' if written_by != cfg.recipe.name else ' with another model'}, this run trains "
                             f"recipe {cfg.recipe.name}: {fix}")
-        if moved := data_position_changes(resumed.extra, plan, DATA_POSITION):
-            raise SpecError(f"checkpoint {resumed.path} was written by a run with {', '.join(moved)}: step "
-                            f"{resumed.step} would start elsewhere in the data (frames seen twice or skipped); "
-                            f"resume with the same processes, BATCH_SIZE, --seed and data, or start afresh: "
-                            f"--no-resume, or another --out-dir (--checkpoint-dir)")
+        refuse_another_data_position(resumed, plan, DATA_POSITION, samples="frames",
+                                     fix="resume with the same processes, BATCH_SIZE, --seed and data, or start "
+                                         "afresh: --no-resume, or another --out-dir (--checkpoint-dir)")
 
-    def attempt() -> Resumed | None:
-        try:
-            return ckpt.resume(model=model, optimizer=opt, map_location=info.device, accept=refuse_another_run)
-        except CheckpointMismatch as e:  # another model's keys or shapes, another optimizer
-            raise SpecError(f"{_foreign(e.path)} does not fit recipe {cfg.recipe.name}'s model ({e.fault}): "
-                            f"{fix}") from None
-
-    resumed = resume_on_every_rank(attempt, info, ckpt.folder)
+    resumed = resume_on_every_rank(
+        ckpt, info, model=model, optimizer=opt, accept=refuse_another_run,
+        mismatch=lambda e: f"{_foreign(e.path)} does not fit recipe {cfg.recipe.name}'s model ({e.fault}): {fix}")
     if resumed is None:
         return 0
     max_steps = plan["max_steps"]
