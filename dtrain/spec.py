@@ -311,7 +311,10 @@ class JobSpec:
             raise SpecError(f"notebook {self.name!r} is one interactive process: drop --processes, "
                             f"--launcher, --max-restarts and --snapshot-on-success")
         if self.idle_timeout is not None:
-            _check_int(self.idle_timeout, "--idle-timeout (seconds)", MIN_IDLE_TIMEOUT, MAX_IDLE_TIMEOUT)
+            if (isinstance(self.idle_timeout, bool) or not isinstance(self.idle_timeout, int)
+                    or not MIN_IDLE_TIMEOUT <= self.idle_timeout <= MAX_IDLE_TIMEOUT):
+                raise SpecError(f"invalid --idle-timeout {shown(self.idle_timeout)} (seconds): give 1m to 30d, "
+                                f"i.e. a whole number of seconds from {MIN_IDLE_TIMEOUT} to {MAX_IDLE_TIMEOUT}")
             if not self.notebook:
                 raise SpecError(f"job {self.name!r}: --idle-timeout stops an idle notebook; a training job ends "
                                 "by itself: drop it (or start a notebook: dtrain notebook NAME --idle-timeout 1h)")
