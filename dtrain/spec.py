@@ -251,8 +251,8 @@ class JobSpec:
     image_pull_policy: str | None = None  # Always, IfNotPresent or Never (Kubernetes)
     image_pull_secrets: tuple[str, ...] = ()  # secret names (Kubernetes)
     notebook: bool = False  # an interactive Jupyter server (dtrain notebook): runs until deleted
-    # notebook only: seconds without a running kernel, a terminal or a request after which Jupyter
-    # shuts down and the notebook ends (Succeeded), freeing its GPUs; None: never
+    # notebook only: seconds without kernel or terminal activity (requests do not count) after which
+    # the supervisor stops the notebook; it ends Succeeded, freeing its GPUs; None: never
     idle_timeout: int | None = None
     sagemaker: SageMakerOptions | None = None  # instances, channels, spot, limits (SageMaker)
 

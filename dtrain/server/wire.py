@@ -63,8 +63,8 @@ class SpecIn(_In):
     image_pull_secrets: list[str] = Field(default_factory=list, max_length=64)
     notebook: bool = Field(False, description="an interactive Jupyter server (dtrain notebook): runs until deleted")
     idle_timeout: int | None = Field(None, ge=MIN_IDLE_TIMEOUT, le=MAX_IDLE_TIMEOUT,
-                                     description="notebook: seconds without kernels, terminals or requests "
-                                                 "before it shuts down (null: never)")
+                                     description="notebook: seconds without kernel or terminal activity "
+                                                 "(requests do not count) before it is stopped (null: never)")
     sagemaker: dict[str, Any] | None = Field(None, description="SageMaker options (docs/sagemaker.md): instance_type, "
                                              "channels, spot, ...; checked by dtrain.spec_sagemaker.SageMakerOptions")
 

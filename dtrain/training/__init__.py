@@ -18,7 +18,8 @@ from dtrain.training.dist import (
 )
 from dtrain.training.heap import keep_freed_memory
 from dtrain.training.metrics import MetricsWriter, read_metrics
-from dtrain.training.resume import CheckpointMismatch, Checkpointer, Resumed, checkpoint_dir, data_position_changes
+from dtrain.training.resume import (CheckpointMismatch, Checkpointer, Resumed, checkpoint_dir,
+                                    refuse_another_data_position, resume_on_every_rank)
 from dtrain.training.sampler import ResumableSampler
 from dtrain.training.stop import STOPPED_EXIT_CODE, GracefulStop, leave_stop_to_parent
 
@@ -31,7 +32,8 @@ __all__ = [
     "ResumableSampler",
     "Resumed",
     "checkpoint_dir",
-    "data_position_changes",
+    "refuse_another_data_position",
+    "resume_on_every_rank",
     "MetricsWriter",
     "all_reduce_mean",
     "all_reduce_sum",

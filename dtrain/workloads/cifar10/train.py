@@ -54,12 +54,13 @@ from dtrain.training import (
     checkpoint_dir,
     detect_runtime,
     leave_stop_to_parent,
+    refuse_another_data_position,
+    resume_on_every_rank,
     save_atomic,
     setup_distributed,
     teardown,
 )
-from dtrain.training.resume import (CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR, refuse_another_data_position,
-                                   resume_on_every_rank)
+from dtrain.training.resume import CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR
 from dtrain.workloads.cifar10.data import find_root, load_split
 from dtrain.workloads.cifar10.failure import RESOURCE_CONFIG_FILE, CommandParser, reports_failure
 from dtrain.workloads.cifar10.model import Net

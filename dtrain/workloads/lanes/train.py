@@ -45,12 +45,13 @@ from dtrain.training import (
     keep_freed_memory,
     leave_stop_to_parent,
     load_checkpoint,
+    refuse_another_data_position,
+    resume_on_every_rank,
     save_atomic,
     setup_distributed,
     teardown,
 )
 from dtrain.training.metrics import open_append
-from dtrain.training.resume import refuse_another_data_position, resume_on_every_rank
 from dtrain.workloads.inputs import (MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, in_range, learning_rate,
                                      schedule_steps)
 from dtrain.workloads.lanes import recipes
@@ -491,7 +492,8 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
         while step < stop and not signalled.requested:
             epoch, position = divmod(step, steps_per_epoch)
             sampler.set_epoch(epoch, start=position * recipe.batch_size)
-            torch.manual_seed(step_seed(cfg.seed, info.rank, step))  # worker seeds of this epoch's iterator
+            # worker seeds of this epoch's iterator (augmentation draws from item seeds, not from these)
+            torch.manual_seed(step_seed(cfg.seed, info.rank, step))
             batches = iter(loader)
             for _ in range(min(steps_per_epoch - position, stop - step)):
                 t0 = time.perf_counter()
