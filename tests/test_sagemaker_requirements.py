@@ -117,3 +117,70 @@ def test_without_requirements_no_environment_is_made(home, code):
     assert info.status.value == "Succeeded", info.message
     assert not (home / "sagemaker-local" / "jobs" / "plain" / "venv").exists()
     assert not any(ln.startswith("requirements.txt") for ln in logs(home, "plain"))
+
+
+PACKAGE_SCRIPT = """import importlib.metadata, sys
+import greet, hello_req
+print("entry", __spec__.name if __spec__ else None, "greet", importlib.metadata.version("greet"),
+      "from", greet.__file__, flush=True)
+print(hello_req.GREETING, flush=True)
+"""
+# pip's build isolation would fetch setuptools from an index; here the job's own setuptools builds it
+NO_ISOLATION = {"PIP_NO_BUILD_ISOLATION": "0"}
+
+
+@pytest.fixture
+def package(code) -> Path:
+    """Code with a setup.py: to the toolkit a Python package. Its module lives under src/, so that only
+    an installed copy can be imported (/opt/ml/code itself is on the path)."""
+    (code / "setup.py").write_text("from setuptools import setup\n"
+                                   "setup(name='greet', version='2.5', packages=['greet'], package_dir={'': 'src'})\n")
+    (code / "src" / "greet").mkdir(parents=True)
+    (code / "src" / "greet" / "__init__.py").write_text("")
+    (code / "train.py").write_text(PACKAGE_SCRIPT)
+    return code
+
+
+def test_code_with_a_setup_py_is_installed_and_run_as_a_module(home, package):
+    """As the toolkit: `pip install . -r requirements.txt` in /opt/ml/code, then `python -m train`."""
+    info = submit(home, "pkg", package, env=NO_ISOLATION)
+    assert info.status.value == "Succeeded", (info.message, logs(home, "pkg"))
+    lines = logs(home, "pkg")
+    assert lines[0].startswith("setup.py: python -m pip install . -r requirements.txt into the job's"), lines
+    env = home / "sagemaker-local" / "jobs" / "pkg" / "venv"
+    site = Path(sysconfig.get_path("purelib", "venv", vars={"base": str(env), "platbase": str(env)}))
+    assert f"entry train greet 2.5 from {site / 'greet' / '__init__.py'}" in lines, lines
+    assert "hello from the wheel" in lines, lines
+    assert importlib.util.find_spec("greet") is None  # not in dtrain's own environment
+
+
+def test_a_package_that_does_not_install_fails_the_job_with_install_module_error(home, package):
+    (package / "setup.py").write_text("raise SystemExit('this setup.py is broken')\n")
+    info = submit(home, "badpkg", package, env=NO_ISOLATION)
+    assert info.status.value == "Failed"
+    assert "\n" not in info.message and info.message.startswith(
+        "AlgorithmError: InstallModuleError on host algo-1: pip install . -r requirements.txt exited with code 1"), \
+        info.message
+    assert not any(ln.startswith("entry ") for ln in logs(home, "badpkg"))
+    failure = home / "sagemaker-local" / "jobs" / "badpkg" / "hosts" / "algo-1" / "output" / "failure"
+    assert failure.read_text().startswith("InstallModuleError:\nExitCode 1\nErrorMessage ")
+
+
+def test_the_launch_of_a_package_is_the_toolkits():
+    """contract.launch, pure: a package's entry point runs as a module, under MPI too; under
+    torch_distributed the toolkit refuses a package (dtrain refuses such a submit before: test_sagemaker_leftovers2)."""
+    from dtrain.backends.sagemaker import contract
+    req = {"HyperParameters": {"sagemaker_program": '"train.py"'},
+           "ResourceConfig": {"InstanceCount": 1, "InstanceType": "ml.m5.xlarge"}}
+    assert contract.launch(req, "algo-1", master_port=1, python="py", package=True).argv == ["py", "-m", "train"]
+    assert contract.launch(req, "algo-1", master_port=1, python="py").argv == ["py", "train.py"]
+    mpi = {**req, "HyperParameters": {**req["HyperParameters"], "sagemaker_mpi_enabled": "true"}}
+    assert contract.launch(mpi, "algo-1", master_port=1, python="py", package=True).argv[-3:] == ["py", "-m", "train"]
+    dist = {**req, "HyperParameters": {**req["HyperParameters"], "sagemaker_torch_distributed_enabled": "true"}}
+    with pytest.raises(contract.ClientError, match="^Python packages are not supported for torch_distributed. "
+                                                   "Please use a python script as the entry-point$"):
+        contract.launch(dist, "algo-1", master_port=1, python="py", package=True)
+    assert contract.install_command(["train.py", "setup.py"]) == ("InstallModuleError", ["-m", "pip", "install", "."])
+    assert contract.install_command(["train.py", "requirements.txt"]) == (
+        "InstallRequirementsError", ["-m", "pip", "install", "-r", "requirements.txt"])
+    assert contract.install_command(["train.py"]) is None

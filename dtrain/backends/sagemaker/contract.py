@@ -15,6 +15,8 @@ What a training container sees on host `algo-i` (the SageMaker training toolkit'
 
 The launch follows the toolkit: torch_distributed -> torchrun on every host (nnodes = hosts,
 node rank = host index, rendezvous at algo-1); mpi -> mpirun from algo-1; otherwise the program.
+Code with a setup.py is a Python package to the toolkit: it is pip-installed (with requirements.txt)
+and its entry point runs as a module, `python -m train` for train.py.
 """
 
 from __future__ import annotations
@@ -157,19 +159,49 @@ def environment(req: dict, host: str, *, num_cpus: int) -> dict[str, str]:
             **{f"SM_{k.upper()}": env_value(v) for k, v in exported.items()}, **(req.get("Environment") or {})}
 
 
+class ClientError(ValueError):
+    """A request the toolkit refuses once the container runs (its ClientError): the job fails with it."""
+
+
+def is_package(code_files: list[str]) -> bool:
+    """The toolkit's test for a Python package entry point: a setup.py at the top of the code."""
+    return "setup.py" in code_files
+
+
+def install_command(code_files: list[str]) -> tuple[str, list[str]] | None:
+    """What the toolkit runs in /opt/ml/code before the entry point, and the error it raises when that
+    fails: a package is installed with its requirements (`pip install . -r requirements.txt`); a
+    script's requirements.txt alone; nothing for a command, or without either file."""
+    if is_package(code_files):
+        reqs = ["-r", "requirements.txt"] if "requirements.txt" in code_files else []
+        return "InstallModuleError", ["-m", "pip", "install", ".", *reqs]
+    if "requirements.txt" in code_files:
+        return "InstallRequirementsError", ["-m", "pip", "install", "-r", "requirements.txt"]
+    return None
+
+
 @dataclass(frozen=True, kw_only=True)
 class HostLaunch:
     argv: list[str]  # the command run in /opt/ml/code (empty: this host waits, as MPI workers do)
 
 
-def launch(req: dict, host: str, *, master_port: int, python: str = sys.executable, mpirun: str = "mpirun") -> HostLaunch:
+def launch(req: dict, host: str, *, master_port: int, python: str = sys.executable, mpirun: str = "mpirun",
+           package: bool = False) -> HostLaunch:
+    """Host `host`'s command; `package`: the code has a setup.py (is_package). ClientError where the
+    toolkit refuses the combination (a package under torch_distributed)."""
     sm = {k: decode(v) for k, v in (req.get("HyperParameters") or {}).items() if k.startswith("sagemaker_")}
     program = sm.get("sagemaker_program", "train.py")
-    run = [python, program] if program.endswith(".py") else [f"./{program}"]
+    if package:  # the toolkit's runner: the entry point's name without ".py" as a module
+        run = [python, "-m", program.replace(".py", "")]
+    else:
+        run = [python, program] if program.endswith(".py") else [f"./{program}"]
     names, args = hosts(req), user_args(req)
     # As the toolkit's runner: this parameter, else one process per GPU (none here: one).
     per_host = int(sm.get("sagemaker_mpi_num_of_processes_per_host") or 1)
     if sm.get("sagemaker_torch_distributed_enabled"):
+        if package:  # the toolkit's words
+            raise ClientError("Python packages are not supported for torch_distributed. "
+                              "Please use a python script as the entry-point")
         script = [program] if program.endswith(".py") else ["--no-python", f"./{program}"]
         return HostLaunch(argv=[python, "-m", "torch.distributed.run", f"--nnodes={len(names)}",
                                 f"--node_rank={names.index(host)}", f"--nproc_per_node={per_host}",

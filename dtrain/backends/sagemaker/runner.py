@@ -8,7 +8,8 @@
    channels read-only at /opt/ml/input/data/<name>, the job's checkpoint folder at
    /opt/ml/checkpoints, an /etc/hosts where algo-1..N are this machine; the launch is the
    toolkit's (contract.launch); each host's output goes to its log stream; a requirements.txt in
-   the code is pip-installed first, as the toolkit does, into a Python environment of the job's;
+   the code, or the code itself where it has a setup.py, is pip-installed first, as the toolkit
+   does, into a Python environment of the job's;
 3. Uploading: algo-1's /opt/ml/model -> model.tar.gz, /opt/ml/output/data -> output.tar.gz, after
    success and, as SageMaker does, after a stop or MaxRuntimeExceeded (what the job saved in its
    grace period after SIGTERM); links are never followed, and those leaving the folder stay out;
@@ -42,7 +43,6 @@ from dtrain.backends.sagemaker.local import LocalS3, locked_state, transition, w
 from dtrain.replace import open_in
 
 GRACE_S = 120.0  # SageMaker's window between SIGTERM and the end (StopTrainingJob, MaxRuntimeInSeconds)
-PIP = ("-m", "pip", "install", "-r", "requirements.txt")  # the toolkit's command, run in /opt/ml/code
 
 
 def free_port() -> int:
@@ -63,6 +63,8 @@ class Runner:
         self.stopping = False
         self.python = sys.executable  # the job's interpreter: the job's own environment once requirements are in
         self.deadline = float("inf")  # MaxRuntimeInSeconds, counted from the start of training
+        self.package = False  # the code has a setup.py: installed with pip and run as a module
+        self.pip: tuple[str, list[str]] | None = None  # the install step: its error's name and pip's arguments
 
     def status(self, secondary: str, message: str, *, primary: str = "InProgress", **fields) -> None:
         with locked_state(self.dir) as st:
@@ -128,24 +130,29 @@ class Runner:
         return argv + ["--chdir", contract.CODE_DIR, "--", *_with_sigterm(signal.SIG_DFL)]
 
     def install(self, hosts: dict[str, Path]) -> tuple[str, int] | None:
-        """The toolkit's step before the script when /opt/ml/code has requirements.txt: pip install -r
-        requirements.txt there. Here into a Python environment of the job's (jobs/NAME/venv), made once
+        """The toolkit's step before the entry point (contract.install_command): code with a setup.py is
+        a package, `pip install . [-r requirements.txt]`; a script's requirements.txt, `pip install -r
+        requirements.txt`. Here into a Python environment of the job's (jobs/NAME/venv), made once
         and run by every host: the hosts unpack the same code on one machine with one Python, so one
         install serves them all, where one per host would build identical environments at N times
         pip's cost. pip runs in algo-1's namespace (cwd /opt/ml/code, channels mounted) and, with
         EnableNetworkIsolation, without a network, as on SageMaker. None: nothing to install, or
         installed; else wait()'s answer (pip failed, a stop, MaxRuntimeInSeconds)."""
         names = contract.hosts(self.req)
-        if not (hosts[names[0]] / "code" / "requirements.txt").is_file():
+        files = os.listdir(hosts[names[0]] / "code")
+        self.package = contract.is_package(files)
+        self.pip = contract.install_command(files)
+        if self.pip is None:
             return None
         offline = bool(self.req.get("EnableNetworkIsolation"))
+        what = "setup.py" if self.package else "requirements.txt"
         self.python = python_env(self.dir / "venv")
-        self.note(names[0], f"requirements.txt: {' '.join(['python', *PIP])} into the job's Python environment "
+        self.note(names[0], f"{what}: {' '.join(['python', *self.pip[1]])} into the job's Python environment "
                             f"{self.dir / 'venv'}" + (" (EnableNetworkIsolation: no network)" if offline else ""))
         for host in names[1:]:
-            self.note(host, f"requirements.txt: pip installs it on {names[0]} into the job's Python environment, "
+            self.note(host, f"{what}: pip installs it on {names[0]} into the job's Python environment, "
                             "which every host runs")
-        self.spawn(names[0], self.sandbox(hosts[names[0]], offline=offline) + [self.python, *PIP])
+        self.spawn(names[0], self.sandbox(hosts[names[0]], offline=offline) + [self.python, *self.pip[1]])
         result = self.wait()
         self.drain()
         self.procs, self.pumps = {}, []
@@ -154,7 +161,7 @@ class Runner:
     def start(self, hosts: dict[str, Path]) -> None:
         port = free_port()
         for host, h in hosts.items():
-            launch = contract.launch(self.req, host, master_port=port, python=self.python)
+            launch = contract.launch(self.req, host, master_port=port, python=self.python, package=self.package)
             if not launch.argv:
                 self.note(host, f"{host}: MPI worker host, ranks run from algo-1")
                 continue
@@ -234,20 +241,20 @@ class Runner:
         last = _last_line(self.dir / "logs" / f"{host}.log")
         if note is None or not note.strip():
             note = None
-            command = contract.launch(self.req, host, master_port=0, python=self.python).argv
+            command = contract.launch(self.req, host, master_port=0, python=self.python, package=self.package).argv
             write_failure(output, toolkit_error("ExecuteUserScriptError", code, last, command))
         why = note.strip() if note else last
         return f"AlgorithmError: host {host} exited with code {code}" + (f": {why}" if why else "")
 
     def install_failure(self, hosts: dict[str, Path], host: str, code: int) -> str:
         """The FailureReason, on one line, of a pip that failed; the host's failure file gets the toolkit's
-        InstallRequirementsError, as the toolkit writes it."""
+        InstallModuleError or InstallRequirementsError, as the toolkit writes it."""
+        error, args = self.pip
         log = self.dir / "logs" / f"{host}.log"
         last = _last_line(log, "ERROR:") or _last_line(log)  # pip may add a notice after its error
-        command = [self.python, *PIP]
-        write_failure(hosts[host] / "output", toolkit_error("InstallRequirementsError", code, last, command))
-        return (f"AlgorithmError: InstallRequirementsError on host {host}: pip install -r requirements.txt "
-                f"exited with code {code}" + (f": {last}" if last else ""))
+        write_failure(hosts[host] / "output", toolkit_error(error, code, last, [self.python, *args]))
+        return (f"AlgorithmError: {error} on host {host}: {' '.join(args[1:])} exited with code {code}"
+                + (f": {last}" if last else ""))
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
