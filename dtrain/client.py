@@ -101,6 +101,14 @@ class Client:
         """Stop the job; with `purge` also forget it (record, events, logs)."""
         return self.backend().delete(name, purge=purge)
 
+    def suspend(self, name: str) -> JobInfo:
+        """Stop a Pending or Running job until `resume`: it checkpoints, frees its devices, reads Suspended."""
+        return self.backend().suspend(name)
+
+    def resume(self, name: str) -> JobInfo:
+        """Queue a Suspended job again; it goes on from its last checkpoint."""
+        return self.backend().resume(name)
+
     def render(self, spec: JobSpec) -> list[dict]:
         """What `submit` would send to the job's backend (a dry run)."""
         return self.backend(spec.backend, project=spec.project).render(spec)

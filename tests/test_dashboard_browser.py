@@ -184,6 +184,12 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
         spec = http.get("/api/v1/jobs/from-form").json()["spec"]
         assert spec["command"] == ["sh", "-c", "echo from the form; sleep 60"] and spec["project"] == "lane-detection"
         assert spec["env"] == {"GREETING": "a=b", "BATCH_SIZE": "33"}
+        click(browser, "#job-head button.suspend")  # Run:AI's suspend and resume, from the job's page
+        wait.until(lambda d: text_of(d, "#job-status") == "Suspended")
+        assert not browser.find_elements(By.CSS_SELECTOR, "#job-head button.suspend")
+        click(browser, "#job-head button.resume")
+        wait.until(lambda d: text_of(d, "#job-status") == "Running")
+        wait.until(lambda d: text_of(d, "#logs").count("from the form") == 2)  # the second run's line too
         click(browser, "#job-head button.danger")
         wait.until(lambda d: d.switch_to.alert).accept()
         wait.until(lambda d: text_of(d, "#job-status") == "Deleted")

@@ -13,10 +13,10 @@ from dtrain.backends.local import scheduler
 from dtrain.backends.local.store import TRANSITIONS, JobStore
 from dtrain.spec import JobSpec
 
-STATUSES = ("Pending", "Running", "Succeeded", "Failed", "Deleted")
+STATUSES = ("Pending", "Running", "Succeeded", "Failed", "Deleted", "Suspended")
 # The path that brings a new (Pending) job to each status through allowed changes only.
 ROUTE = {"Pending": (), "Running": ("Running",), "Succeeded": ("Running", "Succeeded"),
-         "Failed": ("Failed",), "Deleted": ("Deleted",)}
+         "Failed": ("Failed",), "Deleted": ("Deleted",), "Suspended": ("Running", "Suspended")}
 
 
 @pytest.fixture
@@ -37,8 +37,9 @@ def job_in(store: JobStore, name: str, status: str) -> JobSpec:
 
 def test_the_table_pins_the_lifecycle():
     assert set(TRANSITIONS) == set(STATUSES)
-    assert TRANSITIONS["Pending"] == {"Pending", "Running", "Failed", "Deleted"}  # Pending: a relaunch
-    assert TRANSITIONS["Running"] == {"Running", "Succeeded", "Failed", "Deleted"}  # Running: a restart
+    assert TRANSITIONS["Pending"] == {"Pending", "Running", "Failed", "Deleted", "Suspended"}  # Pending: a relaunch
+    assert TRANSITIONS["Running"] == {"Running", "Succeeded", "Failed", "Deleted", "Suspended"}  # Running: a restart
+    assert TRANSITIONS["Suspended"] == {"Pending", "Deleted"}  # resumed (queued again); deleted
     assert TRANSITIONS["Succeeded"] == TRANSITIONS["Failed"] == {"Deleted"}
     assert TRANSITIONS["Deleted"] == set()
 
@@ -54,6 +55,8 @@ def test_every_change_follows_the_table(store, old, new):
     assert len(store.events("j")) == events + allowed  # a refused change leaves no trace
     if allowed and new in ("Succeeded", "Failed", "Deleted"):
         assert row["finished"] is not None
+    if allowed and new == "Suspended":
+        assert row["finished"] is None and store.job_devices("j") == []  # not ended, and holds nothing
 
 
 def test_allocation_and_running_are_one_transaction(store):
@@ -63,6 +66,15 @@ def test_allocation_and_running_are_one_transaction(store):
     assert (row["status"], row["started"] is not None, store.job_devices("a")) == ("Running", True, ["0"])
     assert [e["status"] for e in store.events("a")] == ["Pending", "Running"]
     assert store.set_status("a", "Succeeded", "done") and store.job_devices("a") == []  # released with it
+
+
+def test_a_suspended_job_gives_its_devices_back_and_is_allocated_again_once_resumed(store):
+    spec = job_in(store, "a", "Pending")
+    assert scheduler.try_allocate(store, spec, ["0"]) == ["0"]
+    assert store.set_status("a", "Suspended", "suspended") and store.job_devices("a") == []
+    assert scheduler.try_allocate(store, spec, ["0"]) is None  # not while Suspended
+    store.resume("a", "resumed")
+    assert scheduler.try_allocate(store, spec, ["0"]) == ["0"] and store.status("a") == "Running"
 
 
 def test_a_deleted_job_is_never_allocated(store):

@@ -260,8 +260,8 @@ def test_kubernetes_refuses_a_per_notebook_idle_timeout():
 
 @pytest.mark.slow
 def test_an_idle_notebook_stops_by_itself_and_frees_its_gpu(dt_gpus: Dtrain):
-    """--idle-timeout 1m: a kernel runs a cell, then nothing runs; the notebook ends Succeeded with
-    the reason, its kernel goes, and a job waiting for its GPU starts."""
+    """--idle-timeout 1m: a kernel runs a cell, then nothing runs; the notebook is Suspended with
+    the reason, its kernel goes, and a job waiting for its GPU starts; `dtrain resume` serves it again."""
     dt = dt_gpus
     dt("project", "create", "team", "--gpu-quota", "1")
     dt("notebook", "idle", "-p", "team", "--gpu", "1", "--idle-timeout", "1m")
@@ -278,9 +278,15 @@ def test_an_idle_notebook_stops_by_itself_and_frees_its_gpu(dt_gpus: Dtrain):
     for _ in range(4):  # requests alone (as an open JupyterLab tab makes) are not activity
         time.sleep(5)
         assert _request(f"{base}/api/kernels", token=token)[0] == 200
-    info = dt.wait_for("idle", {"Succeeded", "Failed"}, timeout=180)
-    assert info["status"] == "Succeeded", info
+    info = dt.wait_for("idle", {"Suspended", "Succeeded", "Failed"}, timeout=180)
+    assert info["status"] == "Suspended", info  # as Kubeflow's culler stops a notebook: it can start again
     assert "no kernel or terminal ran for 60 s (--idle-timeout)" in info["message"], info["message"]
+    assert info["message"].endswith("'dtrain resume idle' starts it again"), info["message"]
     assert time.time() - ran >= 60
     assert _start_time(pid) != kernel_start  # the kernel went with it
     assert dt.wait_for("waiting", {"Succeeded", "Failed"})["status"] == "Succeeded"  # the GPU was freed
+    dt("resume", "idle")
+    dt.wait_for("idle", {"Running"})
+    base, token = _opened(dt, "idle")
+    _wait_serving(base, token, dt, "idle")  # Jupyter again, on the same folder
+    dt("delete", "idle")

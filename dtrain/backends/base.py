@@ -33,10 +33,16 @@ class JobStatus(str, Enum):
     SUCCEEDED = "Succeeded"  # every process exited 0
     FAILED = "Failed"  # a process failed and no restart is left, or the job was lost
     DELETED = "Deleted"  # stopped by the user
+    SUSPENDED = "Suspended"  # stopped by the user (or an idle notebook's timeout) until resumed; holds no devices
 
     @property
     def terminal(self) -> bool:
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DELETED)
+
+    @property
+    def stopped(self) -> bool:
+        """Nothing of the job runs, for now (Suspended) or for good (terminal): `logs -f` ends."""
+        return self.terminal or self is JobStatus.SUSPENDED
 
     def __str__(self) -> str:
         return self.value
@@ -202,7 +208,7 @@ class Backend(abc.ABC):
       `_nodes`; the storage half, `_create_volume`, `_list_volumes`, `_get_volume`,
       `_delete_volume`, `_create_snapshot`, `_list_snapshots`, `_get_snapshot`,
       `_restore_snapshot`, `_delete_snapshot`.
-    * Optional hooks: `_render` (dry run), `_create_project`, `_list_projects`,
+    * Optional hooks: `_render` (dry run), `_suspend`/`_resume`, `_create_project`, `_list_projects`,
       `_verify_snapshot`, `_diff_snapshots`, `_exec`, `_render_volume`, `_render_snapshot`,
       `_render_restore`. The default raises :class:`NotSupportedError`, which
       the CLI prints as one line naming the backend and the verb; callers never probe a backend
@@ -276,6 +282,23 @@ class Backend(abc.ABC):
             self._purge(name)
         return info
 
+    def suspend(self, name: str) -> JobInfo:
+        """Stop a Pending or Running job for now, as Run:AI's `runai suspend` and Kubeflow's
+        runPolicy.suspend do: its processes get SIGTERM (the workloads checkpoint), its devices are
+        freed, and it reads Suspended until `resume`."""
+        info = self._get(name)
+        if info.status not in (JobStatus.PENDING, JobStatus.RUNNING):
+            raise ConflictError(f"job {name!r} is {info.status}: only a Pending or Running job can be suspended")
+        return self._suspend(name)
+
+    def resume(self, name: str) -> JobInfo:
+        """Queue a Suspended job again: it waits for its devices, then starts anew and its workload
+        goes on from its last checkpoint."""
+        info = self._get(name)
+        if info.status != JobStatus.SUSPENDED:
+            raise ConflictError(f"job {name!r} is {info.status}: only a Suspended job can be resumed")
+        return self._resume(name)
+
     def nodes(self) -> list[NodeInfo]:
         return self._nodes()
 
@@ -303,6 +326,8 @@ class Backend(abc.ABC):
                             f"'dtrain notebook NAME --pvc VOLUME:/home/jovyan/work'")
         if info.status.terminal:
             raise ConflictError(f"notebook {name!r} is {info.status}: start it again with 'dtrain notebook {name} ...'")
+        if info.status == JobStatus.SUSPENDED:
+            raise ConflictError(f"notebook {name!r} is Suspended: start it again with 'dtrain resume {name}'")
         return self._notebook_url(info)
 
     def artifacts(self, name: str, *, to: str | Path) -> Path:
@@ -451,6 +476,12 @@ class Backend(abc.ABC):
     # ---- optional hooks: a backend without the feature keeps these ----------------------
     def _exec(self, name: str, command: list[str], *, rank: int) -> int:
         raise self._not_supported("'dtrain exec'")
+
+    def _suspend(self, name: str) -> JobInfo:
+        raise self._not_supported("suspending a job")
+
+    def _resume(self, name: str) -> JobInfo:
+        raise self._not_supported("resuming a job")
 
     def _purge(self, name: str) -> None:
         """Forget a deleted job. Backends whose delete already removes the object keep this no-op."""

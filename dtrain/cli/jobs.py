@@ -1,4 +1,5 @@
-"""Job verbs, Run:AI style: submit, submit-dist, submit-mpi, list, describe, logs, delete, wait."""
+"""Job verbs, Run:AI style: submit, submit-dist, submit-mpi, list, describe, logs, delete, suspend,
+resume, wait."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from dtrain.cli import format as fmt
 from dtrain.client import Client, TimeoutError_
 from dtrain.config import read_small_file
-from dtrain.errors import NotFoundError, SpecError
+from dtrain.errors import ConflictError, NotFoundError, SpecError
 from dtrain.names import check_name, shown
 from dtrain.spec import JobSpec, check_sagemaker_mapping, parse_env, parse_pvc, yaml_mapping
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
@@ -390,6 +391,31 @@ def cmd_delete(args, client: Client) -> int:
     return 0
 
 
+# `dtrain suspend` / `dtrain resume` (Run:AI's verbs): from which statuses, to what, and the word said.
+_PAUSES = {"suspend": (("Pending", "Running"), "a Pending or Running job", "suspended"),
+           "resume": (("Suspended",), "a Suspended job", "resumed")}
+
+
+def cmd_suspend_resume(args, client: Client) -> int:
+    """Every name is checked first: one that is missing or in another state stops them all."""
+    verb = args.verb
+    states, which, done = _PAUSES[verb]
+    names = list(dict.fromkeys(_job_names(args.names, verb)))
+    _in_project(args, client)
+    for name in names:
+        try:
+            info = _get(args, client, name)
+        except NotFoundError as err:
+            raise NotFoundError(f"{err}; nothing was {done}") from None
+        if info.status.value not in states:
+            raise ConflictError(f"job {name!r} is {info.status.value}: 'dtrain {verb}' takes {which}; nothing "
+                                f"was {done} (see 'dtrain list')")
+    for name in names:
+        info = getattr(client, verb)(name)
+        print(f"The job '{name}' has been {done} ({info.status.value})")
+    return 0
+
+
 def cmd_artifacts(args, client: Client) -> int:
     out = client.artifacts(args.name, to=args.to)
     print(f"The model of job '{args.name}' is in {out}")
@@ -461,6 +487,12 @@ def register(sub) -> None:
     p.add_argument("--purge", action="store_true", help="also forget the job: its record, events and logs")
     _project_flag(p)
     p.set_defaults(handler=cmd_delete)
+    for verb, what in (("suspend", "stop jobs for now: they checkpoint and free their GPUs until resumed"),
+                       ("resume", "queue suspended jobs again; they go on from their last checkpoint")):
+        p = sub.add_parser(verb, help=what, usage=f"dtrain {verb} [job] NAME [NAME...]")
+        p.add_argument("names", nargs="+", metavar="[job] NAME", help="the jobs (the word 'job' is optional)")
+        _project_flag(p)
+        p.set_defaults(handler=cmd_suspend_resume)
     p = sub.add_parser("artifacts", help="copy a job's model folder (SageMaker: model.tar.gz, unpacked) to a folder")
     p.add_argument("name", help="the job")
     p.add_argument("--to", required=True, metavar="DIR", help="a new (or empty) folder")

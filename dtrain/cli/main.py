@@ -228,7 +228,8 @@ def _add_workloads(sub) -> None:
 
 # The parser's sections in `dtrain --help` order: (the verbs it adds, the function adding them).
 SECTIONS = (
-    (("submit", "submit-dist", "submit-mpi", "list", "describe", "logs", "delete", "artifacts", "exec", "wait"),
+    (("submit", "submit-dist", "submit-mpi", "list", "describe", "logs", "delete", "suspend", "resume", "artifacts",
+      "exec", "wait"),
      jobs.register),
     (("volume", "snapshot"), storage.register),
     (("pipeline",), pipeline.register),

@@ -18,13 +18,16 @@ thousands of series; finished jobs are counted in dtrain_jobs.
 
 from __future__ import annotations
 
+from typing import get_args
+
 from fastapi import Response
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
+from dtrain.server import wire
 from dtrain.server.curves import latest
 
-STATUSES = ("Pending", "Running", "Succeeded", "Failed", "Deleted")
+STATUSES = get_args(wire.STATUSES)  # every one counted, 0 where no job has it
 TRAINING = (("step", "dtrain_job_step", "the last step the job logged"),
             ("loss", "dtrain_job_loss", "the job's last logged training loss"),
             ("images_per_s", "dtrain_job_images_per_second", "the job's last logged throughput"))

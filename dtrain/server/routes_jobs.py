@@ -74,6 +74,20 @@ def delete_job(request: Request, name: wire.JobName):
     return wire.job_out(client(request).delete(name))
 
 
+@router.post("/jobs/{name}/suspend", response_model=wire.Job, responses=ERRORS)
+def suspend_job(request: Request, name: wire.JobName):
+    """Stop a Pending or Running job for now (`dtrain suspend`): it checkpoints, frees its GPUs and
+    reads Suspended until resumed. 409 for a job in another state."""
+    return wire.job_out(client(request).suspend(name))
+
+
+@router.post("/jobs/{name}/resume", response_model=wire.Job, responses=ERRORS)
+def resume_job(request: Request, name: wire.JobName):
+    """Queue a Suspended job again (`dtrain resume`); it goes on from its last checkpoint. 409 for a
+    job in another state."""
+    return wire.job_out(client(request).resume(name))
+
+
 @router.get("/jobs/{name}/wait", response_model=wire.Job,
             responses={**LONG, 408: {"model": wire.Error}})
 async def wait_job(request: Request, name: wire.JobName, timeout: Annotated[float, Query(ge=0, le=600)] = 60):

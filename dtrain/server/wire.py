@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from dtrain.names import CLASS_RE, NAME_RE, SIZE_RE
 from dtrain.spec import MAX_CPU, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MIN_CPU, MIN_IDLE_TIMEOUT
 
-STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted"]
+STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted", "Suspended"]
 NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
 SIZE = SIZE_RE.pattern
 # A volume size as the API takes it: the part of the Kubernetes quantity grammar whose every value

@@ -5,6 +5,8 @@
     job                     batch/v1 Job, kubeflow.org/v1 PyTorchJob or MPIJob, or a Trainer v2 TrainJob
     process (rank)          a replica pod, or one of the k ranks a packed pod runs
     status                  job conditions + pods -> Pending/Running/Succeeded/Failed/Deleted
+    suspend / resume        runPolicy.suspend (spec.suspend: Job, TrainJob) + dtrain.io/suspended;
+                            a Notebook's kubeflow-resource-stopped annotation
     logs                    the pods' logs (timestamps=True; follow streams)
     volume                  PersistentVolumeClaim (ReadWriteMany)
     snapshot                snapshot.storage.k8s.io/v1 VolumeSnapshot of a PVC
@@ -24,6 +26,7 @@ import contextlib
 import logging
 import time
 from dataclasses import replace
+from datetime import datetime, timezone
 from typing import Any
 
 from dtrain.backends.base import Backend, GpuInfo, JobInfo, JobStatus, NodeInfo, ProjectInfo
@@ -36,7 +39,7 @@ from .config import KubernetesConfig
 from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE, ROLE_SNAPSHOTTER,
                       VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
 from .pod_verbs import PodVerbs
-from .render import render_job, resource_for
+from .render import render_job, render_resume, render_suspend, resource_for
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace, render_success_snapshot
 from .status import job_info, pod_gpus
 from .volumes import VolumeVerbs
@@ -392,6 +395,21 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         self.api.delete(resource, self.namespace, name, propagation="Foreground")
         return replace(info, status=JobStatus.DELETED, finished=info.finished or time.time(),
                        message=f"deleted {resource.kind} {name} from namespace {self.namespace}")
+
+    def _suspend(self, name: str) -> JobInfo:
+        """The kind's suspend flag (its controller deletes the pods, which get SIGTERM and the pod's
+        grace period to checkpoint) with dtrain's annotation; a Notebook, Kubeflow's stop annotation."""
+        resource, _ = self._find(name)
+        at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        obj = self.api.patch(resource, self.namespace, name, render_suspend(resource.kind, at=at))
+        return job_info(resource.kind, obj, self._pods(name))
+
+    def _resume(self, name: str) -> JobInfo:
+        """The suspend flag off, the stop's annotations gone: the controller creates the pods again."""
+        resource, obj = self._find(name)
+        annotations = (obj.get("metadata") or {}).get("annotations") or {}
+        obj = self.api.patch(resource, self.namespace, name, render_resume(resource.kind, annotations))
+        return job_info(resource.kind, obj, self._pods(name))
 
     # ---------------------------------------------------------------- nodes
 

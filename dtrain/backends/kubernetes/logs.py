@@ -233,11 +233,14 @@ def check_pods_left(name: str, kind: str, obj: dict, pods: list[dict], rank: int
     ended lost its logs with its pods (the cluster keeps a container's log only while its pod
     exists), which is an error that names what removed them."""
     status, _ = job_status(kind, obj, pods)
-    if not status.terminal:
+    if not status.stopped:
         return
     which = "its pods are" if rank is None else f"the pod of rank {rank} is"
     policy = ((obj.get("spec") or {}).get("runPolicy") or {}).get("cleanPodPolicy")
     collector = "read them from the cluster's log collector if it has one"
+    if status is JobStatus.SUSPENDED:
+        raise NotFoundError(f"job {name!r} is suspended and {which} gone (a suspension deletes them), with the "
+                            f"logs: {collector}; 'dtrain resume {name}' starts new ones")
     if status is JobStatus.DELETED:
         raise NotFoundError(f"job {name!r} is being deleted and {which} gone, with the logs: {collector}")
     if policy in ("All", "Running"):

@@ -18,6 +18,8 @@ LABEL_SOURCE_SNAPSHOT = "dtrain.io/source-snapshot"  # on a restored PVC
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 ANN_SPEC = "dtrain.io/spec"  # the JobSpec as JSON: `get` rebuilds the spec from it
 ANN_PROCS_PER_POD = "dtrain.io/procs-per-pod"  # processes (ranks) each replica pod runs
+ANN_SUSPENDED = "dtrain.io/suspended"  # the time of `dtrain suspend`: set with the job's suspend flag
+ANN_NOTEBOOK_STOPPED = "kubeflow-resource-stopped"  # Kubeflow's stop of a Notebook (its UI, its culler)
 ANN_SOURCE_SIZE = "dtrain.io/source-size"  # on a snapshot: size of the source PVC, for restores
 ANN_SOURCE_CLASS = "dtrain.io/source-storage-class"
 # On a volume or snapshot: a random token of the create request that made it, so that a create

@@ -120,7 +120,7 @@ class PodVerbs:
                     if seen.new(raw):
                         yield raw
             except BackendError as err:
-                if "waiting to start" not in str(err) or self._get(name).status.terminal:
+                if "waiting to start" not in str(err) or self._get(name).status.stopped:
                     raise
                 self._check_startable(name, source.pod)
             else:
@@ -164,7 +164,7 @@ class PodVerbs:
             later = next_attempt(resource.kind, obj, pods, source, known)
             if later is not None:
                 return later
-            if job_status(resource.kind, obj, pods)[0].terminal:
+            if job_status(resource.kind, obj, pods)[0].stopped:
                 return None
             if hangup is None:
                 time.sleep(self.poll_interval)
@@ -177,7 +177,7 @@ class PodVerbs:
         under its name: _attempts follows that one from its start), has not ended, and its job has
         not ended."""
         try:
-            if self._get(name).status.terminal:
+            if self._get(name).status.stopped:
                 return False
         except NotFoundError:
             return False

@@ -30,8 +30,10 @@ from dtrain.spec import JobSpec, check_image
 from . import render_storage
 from .config import KubernetesConfig
 from .objects import (
+    ANN_NOTEBOOK_STOPPED,
     ANN_PROCS_PER_POD,
     ANN_SPEC,
+    ANN_SUSPENDED,
     BATCH_JOB,
     GPU_RESOURCE,
     KF_JOB_NAME,
@@ -314,6 +316,38 @@ def _train_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: 
     return {"spec": {
         "runtimeRef": {"apiGroup": TRAIN_JOB.group, "kind": "ClusterTrainingRuntime", "name": config.trainer_runtime},
         "trainer": trainer, "runtimePatches": [patch]}}
+
+
+# ------------------------------------------------------------------------- suspend, resume
+
+# Where each kind keeps its suspend flag: the Training Operator's runPolicy.suspend, batch/v1 and
+# Trainer v2's spec.suspend. A Notebook has none: Kubeflow stops it with an annotation.
+SUSPEND_FLAG = {PYTORCH_JOB.kind: "/spec/runPolicy/suspend", MPI_JOB.kind: "/spec/runPolicy/suspend",
+                BATCH_JOB.kind: "/spec/suspend", TRAIN_JOB.kind: "/spec/suspend"}
+
+
+def _pointer(key: str) -> str:
+    """An annotation key as a JSON Pointer token (RFC 6901: '~' -> '~0', '/' -> '~1')."""
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def render_suspend(kind: str, *, at: str) -> list[dict]:
+    """The JSON Patch of `dtrain suspend` at RFC 3339 time `at`: the kind's suspend flag, which makes
+    its controller delete the pods, and dtrain's annotation, which tells a user's suspension from a
+    queue's (Kueue suspends jobs until it admits them). A Notebook: Kubeflow's stop annotation."""
+    annotations = "/metadata/annotations/"
+    if kind == NOTEBOOK.kind:
+        return [{"op": "add", "path": annotations + ANN_NOTEBOOK_STOPPED, "value": at}]
+    return [{"op": "add", "path": SUSPEND_FLAG[kind], "value": True},
+            {"op": "add", "path": annotations + _pointer(ANN_SUSPENDED), "value": at}]
+
+
+def render_resume(kind: str, annotations: dict[str, str]) -> list[dict]:
+    """The JSON Patch of `dtrain resume`: the suspend flag off and the annotations of the stop removed
+    (those the object has: `annotations`), so that the controller creates the pods again."""
+    ops = [] if kind == NOTEBOOK.kind else [{"op": "add", "path": SUSPEND_FLAG[kind], "value": False}]
+    return ops + [{"op": "remove", "path": "/metadata/annotations/" + _pointer(key)}
+                  for key in (ANN_SUSPENDED, ANN_NOTEBOOK_STOPPED) if key in annotations]
 
 
 # ------------------------------------------------------------------------- pods

@@ -3,8 +3,10 @@
     object                 condition (status True)         dtrain status
     any                    metadata.deletionTimestamp set  Deleted
     PyTorchJob, MPIJob     Succeeded / Failed              Succeeded / Failed
-                           Running, Restarting             Running
-                           Created, Suspended, none        Pending
+    any job                annotation dtrain.io/suspended  Suspended (`dtrain suspend`)
+    Notebook               annotation kubeflow-resource-stopped  Suspended
+    PyTorchJob, MPIJob     Running, Restarting             Running
+                           Created, Suspended, none        Pending (Suspended alone: a queue's hold)
     batch Job              Complete (SuccessCriteriaMet)   Succeeded
                            Failed (FailureTarget)          Failed
     TrainJob               Complete / Failed               Succeeded / Failed
@@ -28,8 +30,10 @@ from dtrain.errors import BackendError
 from dtrain.spec import JobSpec
 
 from .objects import (
+    ANN_NOTEBOOK_STOPPED,
     ANN_PROCS_PER_POD,
     ANN_SPEC,
+    ANN_SUSPENDED,
     BATCH_JOB,
     GPU_RESOURCE,
     JOB_COMPLETION_INDEX,
@@ -88,7 +92,13 @@ def job_status(kind: str, obj: dict, pods: list[dict] | None) -> tuple[JobStatus
         if hit:
             # The operator says that a replica failed; the pod says why (OOMKilled, Evicted).
             return status, _joined(why(hit[0]), _failure_reason(pods) if status is JobStatus.FAILED else "")
-    if "Suspended" in true:
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    if kind == NOTEBOOK.kind and ANN_NOTEBOOK_STOPPED in annotations:
+        return JobStatus.SUSPENDED, f"stopped at {annotations[ANN_NOTEBOOK_STOPPED]} ({ANN_NOTEBOOK_STOPPED})"
+    if ANN_SUSPENDED in annotations:
+        return JobStatus.SUSPENDED, _joined(f"suspended at {annotations[ANN_SUSPENDED]}",
+                                            why(true["Suspended"]) if "Suspended" in true else "")
+    if "Suspended" in true:  # not by dtrain: a queue (Kueue) holds it until admitted
         return JobStatus.PENDING, why(true["Suspended"])
     if kind in (PYTORCH_JOB.kind, MPI_JOB.kind):
         for t in ("Restarting", "Running"):

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Iterator
 from dtrain import db
 from dtrain.backends.base import (Backend, Event, FreedInfo, JobInfo, JobStatus, LogLine, NodeInfo, ProcessInfo,
                                   ProjectInfo, SnapshotInfo, VolumeInfo)
-from dtrain.backends.local.store import ACTIVE, JobStore
+from dtrain.backends.local.store import ACTIVE, QUEUED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError, StorageError
 from dtrain.names import require_project
@@ -327,23 +327,27 @@ class LocalBackend(Backend):
         spec = JobSpec.from_stored(json.loads(row["spec"]))
         status = JobStatus(row["status"])
         records = {r["rank"]: r for r in rank_records(self.home / "jobs" / spec.name)}
+        events = self.store.events(spec.name)
+        suspended = max((e["time"] for e in events if e["status"] == "Suspended"), default=None)
         devices = self.store.job_devices(spec.name)
         groups = split_devices(devices, spec.processes, spec.gpu) if devices else []
         node = row["node"] if row["started"] is not None else None  # a job never placed ran on no node
         procs = []
         for rank in range(spec.processes):
-            rec = records.get(rank, {})
+            # A Pending job runs nothing: what a resumed job's ranks recorded is of the run it stopped
+            rec = records.get(rank, {}) if status != JobStatus.PENDING else {}
             pstatus = rec.get("status", "Pending")
             if status.terminal and pstatus in ("Pending", "Running"):
                 pstatus = "Stopped" if status == JobStatus.DELETED else ("Failed" if pstatus == "Running" else pstatus)
             elif status == JobStatus.DELETED and _ended_by(rec, row["finished"]):
                 pstatus = "Stopped"  # its exit (143: SIGTERM) was `dtrain delete`'s doing, not a failure
+            elif status == JobStatus.SUSPENDED and (pstatus in ("Pending", "Running") or _ended_by(rec, suspended)):
+                pstatus = "Stopped"  # as for a deletion: the suspension ended it
             procs.append(ProcessInfo(rank=rank, status=pstatus, exit_code=rec.get("exit_code"),
                                      devices=tuple(groups[rank]) if groups else (), node=node))
         running = sum(p.status == "Running" for p in procs) if status == JobStatus.RUNNING else 0
         pending = sum(p.status == "Pending" for p in procs) if status.value in ACTIVE else 0
-        events = tuple(Event(time=e["time"], status=e["status"], message=e["message"])
-                       for e in self.store.events(spec.name))
+        events = tuple(Event(time=e["time"], status=e["status"], message=e["message"]) for e in events)
         return JobInfo(name=spec.name, spec=spec, status=status, backend=self.name, created=row["created"],
                        started=row["started"], finished=row["finished"], node=node,
                        gpus_allocated=len(devices), processes_running=running, processes_pending=pending,
@@ -363,7 +367,7 @@ class LocalBackend(Backend):
         # the last `tail` lines of the job are among the last `tail` of each rank
         yield from files.read() if tail is None else deque(files.read(last=tail), maxlen=tail)
         while follow:
-            done = self._get(name).status.terminal
+            done = self._get(name).status.stopped
             yield from files.read()
             if done:
                 return
@@ -371,8 +375,7 @@ class LocalBackend(Backend):
 
     # ---- delete and nodes -----------------------------------------------------------------
     def _delete(self, name: str) -> JobInfo:
-        from dtrain.backends.local.ranks import GRACE_S, is_claim, kill_ranks, parse_ident
-        from dtrain.procs import signal_process
+        from dtrain.backends.local.ranks import kill_ranks
 
         row = self.store.job(name)
         was_active = row["status"] in ACTIVE
@@ -386,22 +389,63 @@ class LocalBackend(Backend):
             unrecorded = err
         else:
             unrecorded = None
-        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
-        if is_claim(row["supervisor_start"]):  # a command relaunching it, not a supervisor: its relaunch is refused
-            sup = None
-        if was_active and signal_process(sup, signal.SIGTERM):
-            # The supervisor forwards SIGTERM to the launcher; the workloads checkpoint and exit.
-            deadline = time.monotonic() + GRACE_S + 5
-            while sup.alive() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            signal_process(sup, signal.SIGKILL)
-        kill_ranks(self.home / "jobs" / name)
+        if was_active:
+            self._stop(name, row)
+        else:  # a suspended (or ended) job's leftovers, if any
+            kill_ranks(self.home / "jobs" / name)
         if unrecorded is not None:
             raise StorageError(f"job {name!r} was stopped, but its deletion could not be recorded: the state "
                                f"database could not be written ({unrecorded}): the disk holding $DTRAIN_HOME is "
                                f"probably full or read-only; free space there (df -h) and run 'dtrain delete "
                                f"{name}' again")
         return self._get(name)
+
+    def _suspend(self, name: str) -> JobInfo:
+        """As `_delete`, but the job reads Suspended and `dtrain resume` queues it again: the status
+        is recorded first (the supervisor, finding it, records nothing after the stop), then its
+        supervisor gets SIGTERM and passes it on; its devices are free once it is recorded."""
+        row = self.store.job(name)
+        if not self.store.set_status(name, "Suspended", f"suspended by the user; 'dtrain resume {name}' starts it "
+                                                        f"again from its last checkpoint"):
+            raise ConflictError(f"job {name!r} is {self.store.status(name)}: only a Pending or Running job can "
+                                f"be suspended")
+        self._stop(name, row)
+        return self._get(name)
+
+    def _resume(self, name: str) -> JobInfo:
+        """Suspended -> Pending with a new supervisor, which waits for devices as a new job's does;
+        the restarts spent so far stay spent. Refused while the last supervisor is still stopping."""
+        from dtrain.backends.local.ranks import parse_ident
+
+        row = self.store.job(name)
+        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
+        if sup is not None and sup.alive():
+            raise ConflictError(f"job {name!r} is still stopping (its supervisor, pid {sup.pid}, has not exited): "
+                                f"run 'dtrain resume {name}' again in a minute")
+        spec = JobSpec.from_stored(json.loads(row["spec"]))
+        self._check_resources(spec, volumes=False)  # a quota may have been lowered since
+        for mount in spec.resolved_volumes():  # and a volume deleted (--force) or lost: say so now
+            self._check_existing(mount)
+        self.store.resume(name, "resumed by the user; " + QUEUED)
+        self._start_supervisor(name, replacing=(row["supervisor_pid"], row["supervisor_start"]))
+        return self._get(name)
+
+    def _stop(self, name: str, row) -> None:
+        """Stop what runs of a job whose new status (Deleted, Suspended) is recorded: SIGTERM to its
+        supervisor, which passes it on (the workloads checkpoint and exit), SIGKILL after the grace
+        period, then whatever rank is left. `row` is the job as it was before."""
+        from dtrain.backends.local.ranks import GRACE_S, is_claim, kill_ranks, parse_ident
+        from dtrain.procs import signal_process
+
+        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
+        if is_claim(row["supervisor_start"]):  # a command relaunching it, not a supervisor: its relaunch is refused
+            sup = None
+        if signal_process(sup, signal.SIGTERM):
+            deadline = time.monotonic() + GRACE_S + 5
+            while sup.alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+            signal_process(sup, signal.SIGKILL)
+        kill_ranks(self.home / "jobs" / name)
 
     def _artifacts(self, name: str, *, to: Path) -> Path:
         """Copy the job's model folder ($DTRAIN_MODEL_DIR in the job: jobs/<name>/model) to `to`."""
@@ -487,10 +531,12 @@ class LocalBackend(Backend):
         return out
 
     # ---- volumes and snapshots --------------------------------------------------------------
-    def volume_users(self, volume: str) -> list[str]:
-        users = []
+    def volume_users(self, volume: str, *, suspended: bool = True) -> list[str]:
+        """Jobs that mount `volume` or snapshot it: the active ones and, with `suspended`, those a
+        `dtrain resume` would start on it again."""
+        users, states = [], ACTIVE + (("Suspended",) if suspended else ())
         for row in self.store.jobs():
-            if row["status"] in ACTIVE:
+            if row["status"] in states:
                 spec = JobSpec.from_stored(json.loads(row["spec"]))
                 if volume in {m.volume for m in spec.resolved_volumes()} | {spec.snapshot_volume}:
                     users.append(spec.name)
@@ -575,7 +621,7 @@ class LocalBackend(Backend):
 
     def _restore_snapshot(self, name, *, to, in_place, progress):
         if in_place:
-            users = self.volume_users(self.storage.get_snapshot(name).volume)
+            users = self.volume_users(self.storage.get_snapshot(name).volume, suspended=False)  # not running
             if users:
                 raise ConflictError(f"cannot restore {name!r} in place while job(s) {', '.join(users)} use the "
                                     f"volume; wait for them or delete them first")

@@ -74,13 +74,18 @@ FINAL = ("Succeeded", "Failed", "Deleted")  # `finished` is set and the devices 
 # A job moves to its own status on a relaunch: Running -> Running when the supervisor restarts the
 # gang or a later command replaces a lost supervisor (restarts + 1), Pending -> Pending when a lost
 # supervisor of a queued job is replaced.
+# Suspended (`dtrain suspend`, an idle notebook) holds no devices and waits for `dtrain resume`,
+# which queues it again (Pending); nothing but that or `dtrain delete` moves it, so a supervisor
+# that finishes after the suspension loses the race as it does after a deletion.
 TRANSITIONS: dict[str, frozenset[str]] = {
-    "Pending": frozenset({"Pending", "Running", "Failed", "Deleted"}),  # relaunch; allocated; lost; deleted
-    "Running": frozenset({"Running", "Succeeded", "Failed", "Deleted"}),  # relaunch; ...
+    "Pending": frozenset({"Pending", "Running", "Failed", "Deleted", "Suspended"}),  # relaunch; allocated; lost; ...
+    "Running": frozenset({"Running", "Succeeded", "Failed", "Deleted", "Suspended"}),  # relaunch; ...
+    "Suspended": frozenset({"Pending", "Deleted"}),  # resumed; deleted
     "Succeeded": frozenset({"Deleted"}),
     "Failed": frozenset({"Deleted"}),
     "Deleted": frozenset(),
 }
+HOLDS_NOTHING = (*FINAL, "Suspended")  # moving here releases the job's devices and pinned cores
 
 
 class JobStore:
@@ -147,21 +152,31 @@ class JobStore:
     def move(self, name: str, status: str, message: str = "", **fields) -> bool:
         """Move a job to `status` inside the caller's transaction, recording an event; a final
         status releases the job's devices. False (nothing written) if TRANSITIONS forbids it."""
-        row = self.conn.execute("SELECT status FROM jobs WHERE name=?", (name,)).fetchone()
+        row = self.conn.execute("SELECT status, started FROM jobs WHERE name=?", (name,)).fetchone()
         if row is None or status not in TRANSITIONS[row["status"]]:
             return False
         now = time.time()
         extra = dict(fields)
         if status in FINAL:
             extra.setdefault("finished", now)
+        if status in HOLDS_NOTHING:
             self.conn.execute("DELETE FROM allocations WHERE job=?", (name,))
             self.conn.execute("DELETE FROM core_pins WHERE job=?", (name,))
-        if status == "Running" and row["status"] != "Running":  # a relaunch keeps the first start
+        if status == "Running" and row["started"] is None:  # a relaunch or a resumed job keeps the first start
             extra.setdefault("started", now)
         cols = ", ".join(["status=?", "message=?"] + [f"{k}=?" for k in extra])
         self.conn.execute(f"UPDATE jobs SET {cols} WHERE name=?", (status, message, *extra.values(), name))
         self._event(name, status, message, now)
         return True
+
+    def resume(self, name: str, message: str) -> None:
+        """Suspended -> Pending, only from Suspended (Pending -> Pending is a relaunch, which two
+        `dtrain resume` at once must not both do): ConflictError otherwise."""
+        with db.transaction(self.conn):
+            status = self.status(name)
+            if status != "Suspended":
+                raise ConflictError(f"job {name!r} is {status}: only a Suspended job can be resumed")
+            self.move(name, "Pending", message)
 
     def replace_supervisor(self, name: str, *, old: tuple, pid: int, token: str | None, message: str = "",
                            restarts: int | None = None) -> bool:

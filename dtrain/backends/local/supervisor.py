@@ -8,8 +8,9 @@ HOME NAME` in a new session, then exits; the job outlives it. The supervisor
    times with exponential backoff; the workloads resume from their newest checkpoint. Each
    attempt's event names the failing rank, its exit code or signal, and the step resumed from;
 4. on success, snapshots the requested volume and links the snapshot to the job;
-5. records the final status, releasing the devices. SIGTERM (dtrain delete) stops the job:
-   the launcher gets SIGTERM, the workloads checkpoint, and after GRACE_S everything is killed.
+5. records the final status, releasing the devices. SIGTERM (dtrain delete, dtrain suspend) stops
+   the job: the launcher gets SIGTERM, the workloads checkpoint, and after GRACE_S everything is
+   killed; the command recorded the job's status (Deleted, Suspended) before it sent the signal.
 
 A supervisor started by a later `dtrain` command after the first one was lost (killed, machine
 rebooted) finds the job Running with its devices still held, and continues with the next attempt.
@@ -70,7 +71,7 @@ class Supervisor:
         self._stop_asked: subprocess.Popen | None = None  # the launcher already sent SIGTERM
         self.owner = False  # set once the job's row names this process as its supervisor
         self.refused: str | None = None  # why the launcher was not started: no restart can help
-        self.idle: str | None = None  # why an idle notebook was stopped (--idle-timeout)
+        self.idle: str | None = None  # why an idle notebook was suspended (--idle-timeout)
 
     @property
     def storage(self):
@@ -217,9 +218,11 @@ class Supervisor:
                 last = notebook.ask_activity(access, started)
                 if last is not None and time.time() - last >= timeout:
                     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(last))
-                    self.idle = (f"stopped: no kernel or terminal ran for {timeout} s (--idle-timeout), the last "
-                                 f"activity at {since}; its GPUs are free, its files stay on its volume")
-                    self.store.add_event(self.name, "Running", self.idle)
+                    self.idle = (f"suspended: no kernel or terminal ran for {timeout} s (--idle-timeout), the last "
+                                 f"activity at {since}; its GPUs are free, its files stay on its volume; "
+                                 f"'dtrain resume {self.name}' starts it again")
+                    # As `dtrain suspend`: recorded first (the devices are free from here), then stopped
+                    self.stopping = self.store.set_status(self.name, "Suspended", self.idle) or self.stopping
                     self._stop_launcher()
                 next_ask = time.monotonic() + notebook.idle_check_interval(timeout)
             time.sleep(POLL_S)
@@ -240,9 +243,6 @@ class Supervisor:
             return  # dtrain delete already recorded Deleted
         if self.refused is not None:
             self.store.set_status(self.name, "Failed", self.refused, exit_code=code)
-            return
-        if self.idle is not None:  # Jupyter's exit code after our SIGTERM says nothing of the notebook
-            self.store.set_status(self.name, "Succeeded", self.idle, exit_code=code)
             return
         if code != 0:
             first = failing_rank(rank_records(self.job_dir))

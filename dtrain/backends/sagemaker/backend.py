@@ -343,6 +343,14 @@ class SageMakerBackend(Backend):
             raise NotFoundError(f"job {name!r} ended {state.value} before any host logged a line"
                                 f"{': ' + message if message else ''}; see dtrain describe job {name}")
 
+    def _suspend(self, name: str) -> JobInfo:
+        raise self._not_supported("suspending a job", f"SageMaker has no such call: 'dtrain delete {name}' stops "
+                                  f"it (StopTrainingJob; its checkpoints stay at its checkpoint S3 URI), and a new "
+                                  f"job with the same --checkpoint-s3-uri goes on from them")
+
+    def _resume(self, name: str) -> JobInfo:
+        raise self._not_supported("resuming a job", "SageMaker jobs are never suspended")
+
     def _delete(self, name: str) -> JobInfo:
         clients = self._clients_for(name)
         desc = self._describe(clients, name)

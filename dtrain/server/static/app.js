@@ -140,7 +140,7 @@ function jobsPage(main) {
   const page = Math.min(Math.max(1, Math.floor(Number(params.get("page"))) || 1), LAST_PAGE);
   const to = n => go("jobs", {status: status.value, project: project.value, page: n > 1 ? n : null});
   const status = h("select", {id: "status-filter", onchange: () => to(1)},
-                   ["", "Pending", "Running", "Succeeded", "Failed", "Deleted"].map(s => h("option", {value: s}, s || "any status but Deleted")));
+                   ["", "Pending", "Running", "Suspended", "Succeeded", "Failed", "Deleted"].map(s => h("option", {value: s}, s || "any status but Deleted")));
   const project = h("input", {id: "project-filter", placeholder: "all projects", size: 14, onchange: () => to(1)});
   status.value = params.get("status") || "";
   project.value = params.get("project") || "";
@@ -165,7 +165,7 @@ function jobsPage(main) {
       h("td", {}, jobLink(j.name)), statusCell(j.status), ageCell(j.created, "created"), h("td", {}, j.project),
       h("td", {}, j.node || "-"), h("td", {}, j.kind), h("td", {class: "gpus"}, `${j.gpus_allocated} (${j.gpus_requested})`),
       h("td", {class: "procs"}, `${j.processes_running} (${j.processes_pending})`),
-      h("td", {}, j.status === "Pending" || j.status === "Running" ? h("button", {class: "danger", onclick: () => deleteJob(j.name)}, "Delete") : "")));
+      h("td", {class: "actions"}, ...jobButtons(j, ""))));
     const none = total ? "No jobs on this page: go back with Prev."
       : status.value || project.value ? "No jobs match these filters."
       : "No jobs yet: submit one from the Submit tab or with 'dtrain submit'.";
@@ -178,6 +178,19 @@ function jobsPage(main) {
 async function deleteJob(name) {
   if (!confirm(`Delete job ${name}? Its processes are stopped.`)) return;
   try { await api("/jobs/" + encodeURIComponent(name), {method: "DELETE"}); } catch (e) { showBanner(e.message); }
+}
+
+async function pauseJob(name, verb) {  // "suspend" or "resume"
+  try { await api(`/jobs/${encodeURIComponent(name)}/${verb}`, {method: "POST"}); } catch (e) { showBanner(e.message); }
+}
+
+// A job's buttons: Suspend while it may run, Resume while suspended, Delete until it ends.
+function jobButtons(j, noun) {
+  const running = j.status === "Pending" || j.status === "Running";
+  return [
+    ...(running ? [h("button", {class: "suspend", onclick: () => pauseJob(j.name, "suspend")}, "Suspend" + noun)] : []),
+    ...(j.status === "Suspended" ? [h("button", {class: "resume", onclick: () => pauseJob(j.name, "resume")}, "Resume" + noun)] : []),
+    ...(running || j.status === "Suspended" ? [h("button", {class: "danger", onclick: () => deleteJob(j.name)}, "Delete" + noun)] : [])];
 }
 
 // ---- one job -------------------------------------------------------------------------------
@@ -195,10 +208,13 @@ function jobPage(main, name) {
               h("div", {class: "card"}, h("h2", {}, "Status events"), events)),
               h("div", {class: "row"}, h("div", {class: "card"}, h("h2", {}, "Snapshots"), snaps),
               h("div", {class: "card"}, h("h2", {}, "Spec"), spec)));
-  let ranksShown = 0;
+  let ranksShown = 0, wasSuspended = false;
   const history = gpuHistory();
   every(async () => {
     const j = await api("/jobs/" + encodeURIComponent(name));
+    // A resumed job runs again: its log stream ended at the suspension, so read it anew.
+    if (wasSuspended && j.status !== "Suspended") follow(name, rank.value);
+    wasSuspended = j.status === "Suspended";
     head.replaceChildren(h("div", {class: "kv"},
       h("div", {}, "Status"), h("div", {class: `status s-${j.status}`, id: "job-status"}, j.status),
       h("div", {}, "Message"), h("div", {}, j.message || "-"),
@@ -208,7 +224,7 @@ function jobPage(main, name) {
       h("div", {}, "Created / started / finished"), h("div", {}, `${when(j.created)} / ${when(j.started)} / ${when(j.finished)}`),
       h("div", {}, "Restarts"), h("div", {}, j.restarts),
       h("div", {}, "Snapshot taken / started from"), h("div", {}, `${j.snapshot || "-"} / ${j.source_snapshot || "-"}`)),
-      ...(j.status === "Pending" || j.status === "Running" ? [h("p", {}, h("button", {class: "danger", onclick: () => deleteJob(name)}, "Delete job"))] : []));
+      h("p", {class: "actions"}, ...jobButtons(j, " job")));
     procs.replaceChildren(table(["Rank", "Status", "Exit code", "Devices", "Node"], j.processes.map(p => h("tr", {},
       h("td", {}, p.rank), statusCell(p.status), h("td", {}, p.exit_code ?? "-"), h("td", {}, p.devices.join(",") || "-"), h("td", {}, p.node || "-")))));
     events.replaceChildren(table(["Time", "Status", "Message"], j.events.map(e => h("tr", {},
@@ -302,7 +318,7 @@ function follow(name, rank) {
       const many = document.getElementById("rank").options.length > 2 && rank === "";
       pane.add((many ? `[rank ${line.rank}] ` : "") + line.text + "\n");
     };
-    es.addEventListener("end", () => { es.close(); pane.close("logs-end", "-- the job has ended --\n"); });
+    es.addEventListener("end", () => { es.close(); pane.close("logs-end", "-- the job has stopped --\n"); });
     // The server's `event: error` (a pod that cannot start, a reader that stalled) carries {error, kind}
     // and ends the stream; an error event without data is a dropped connection, reopened after a pause.
     es.addEventListener("error", ev => {

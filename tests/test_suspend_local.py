@@ -1,0 +1,166 @@
+"""`dtrain suspend` / `dtrain resume` on the local backend (Run:AI's verbs): a suspended job's
+processes get SIGTERM and checkpoint, its GPUs go to the next job, it reads Suspended until
+resumed, and a resumed job waits for its GPUs again and goes on from its checkpoint."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+
+import pytest
+
+from conftest import Dtrain, assert_usage_error
+
+# Counts to 100 in tenths of a second; on SIGTERM it writes where it was and exits 143.
+COUNTER = """import pathlib, signal, sys, time
+ck = pathlib.Path("count.txt")
+start = int(ck.read_text()) if ck.exists() else 0
+print("start at", start, flush=True)
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+for i in range(start, 100):
+    if stop:
+        ck.write_text(str(i)); print("checkpoint at", i, flush=True); sys.exit(143)
+    time.sleep(0.1)
+ck.write_text("100"); print("done", flush=True)
+"""
+
+
+def _started(dt: Dtrain, name: str, n: int = 1) -> None:
+    """Wait until the job has printed its n-th 'start at' line (its process runs)."""
+    import time
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        lines = dt("logs", name).stdout
+        if lines.count("start at") >= n:
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"job {name} never started run {n}: {dt('describe', name).stdout}")
+
+
+def test_suspend_frees_the_gpu_and_resume_goes_on_from_the_checkpoint(dt_gpus: Dtrain, tmp_path):
+    dt = dt_gpus
+    (tmp_path / "count.py").write_text(COUNTER)
+    dt("project", "create", "team", "--gpu-quota", "1")
+    dt("submit", "a", "-p", "team", "--gpu", "1", "--working-dir", str(tmp_path), "--", "python", "count.py")
+    dt.wait_for("a", {"Running"})
+    _started(dt, "a")
+    dt("submit", "b", "-p", "team", "--gpu", "1", "--", "sleep", "8")
+    assert dt.status("b") == "Pending"  # the quota holds it back
+
+    out = dt("suspend", "a", "-p", "team").stdout
+    assert out == "The job 'a' has been suspended (Suspended)\n"
+    info = dt.json("describe", "job", "a", "-p", "team")
+    assert info["status"] == "Suspended" and info["gpus_allocated"] == 0 and info["finished"] is None
+    assert info["message"] == "suspended by the user; 'dtrain resume a' starts it again from its last checkpoint"
+    assert [p["status"] for p in info["processes"]] == ["Stopped"]
+    stopped_at = int((tmp_path / "count.txt").read_text())
+    assert "checkpoint at" in dt("logs", "a").stdout
+    dt.wait_for("b", {"Running"})  # a's GPU went to b
+
+    assert dt("resume", "a").stdout == "The job 'a' has been resumed (Pending)\n"
+    info = dt.json("describe", "job", "a")  # queued behind b: nothing of the stopped run shows as its ranks
+    assert info["status"] == "Pending", info
+    assert [(p["status"], p["exit_code"]) for p in info["processes"]] == [("Pending", None)], info
+    assert info["processes_pending"] == 1 and info["gpus_allocated"] == 0
+    assert dt.wait_for("b", {"Succeeded", "Failed"})["status"] == "Succeeded"
+    assert dt.wait_for("a", {"Succeeded", "Failed"}, timeout=120)["status"] == "Succeeded"
+    lines = dt("logs", "a").stdout.splitlines()
+    assert lines.count("start at 0") == 1 and f"start at {stopped_at}" in lines and lines[-1] == "done", lines
+    info = dt.json("describe", "job", "a")
+    events = [(e["status"], e["message"].split(";")[0]) for e in info["events"]]
+    assert ("Suspended", "suspended by the user") in events and ("Pending", "resumed by the user") in events
+    assert info["restarts"] == 0  # a suspension spends no restart
+    first_start = [e["time"] for e in info["events"] if e["status"] == "Running"][0]
+    assert abs(info["started"] - first_start) < 1  # the first start is kept through the resume
+
+
+def test_refusals_are_one_line_and_change_nothing(dt: Dtrain, tmp_path):
+    dt("submit", "done", "--", "true")
+    assert dt.wait_for("done", {"Succeeded", "Failed"})["status"] == "Succeeded"
+    assert_usage_error(dt("suspend", "done", check=False),
+                       "job 'done' is Succeeded: 'dtrain suspend' takes a Pending or Running job; nothing was suspended")
+    assert_usage_error(dt("resume", "done", check=False),
+                       "job 'done' is Succeeded: 'dtrain resume' takes a Suspended job; nothing was resumed")
+    dt("submit", "run", "--", "sleep", "60")
+    # every name is checked before anything is done: 'run' keeps running
+    assert_usage_error(dt("suspend", "run", "nope", check=False), "no job named 'nope'", "nothing was suspended")
+    assert_usage_error(dt("suspend", "run", "done", check=False), "job 'done' is Succeeded")
+    assert dt.status("run") in ("Pending", "Running")
+    assert_usage_error(dt("suspend", "volume", "x", check=False), "'dtrain suspend' is for jobs")
+    assert dt("suspend", "job", "run").returncode == 0  # Run:AI's noun is taken
+    assert_usage_error(dt("suspend", "run", check=False), "job 'run' is Suspended")
+    dt("delete", "run")  # a suspended job is deleted as any other
+    assert dt.status("run") == "Deleted"
+    assert_usage_error(dt("resume", "run", check=False), "job 'run' is Deleted")
+
+
+def test_a_suspended_jobs_volume_is_kept_for_its_resume(dt: Dtrain, tmp_path):
+    dt("volume", "create", "data", "--size", "1Gi")
+    dt("submit", "v", "--pvc", "data:/mnt/data", "--", "sleep", "60")
+    dt.wait_for("v", {"Running"})
+    dt("suspend", "v")
+    assert_usage_error(dt("volume", "delete", "data", check=False), "volume 'data' is in use by job(s) v")
+    dt("volume", "delete", "data", "--force")
+    # its resume names the missing volume at once, instead of a job that fails at its start
+    assert_usage_error(dt("resume", "v", check=False), "'data'")
+    assert dt.status("v") == "Suspended"
+
+
+def test_resume_waits_for_a_supervisor_still_stopping(dt: Dtrain, tmp_path):
+    """A resume while the last supervisor still runs (a suspension cut short) would start a second
+    one beside it: refused, saying so. White box: the record names a live process (this test)."""
+    from dtrain.backends.local.ranks import supervisor_token
+    from dtrain.procs import Ident
+
+    dt("submit", "s", "--", "sleep", "60")
+    dt.wait_for("s", {"Running"})
+    dt("suspend", "s")
+    me = Ident.of(os.getpid())
+    with sqlite3.connect(dt.home / "state.db") as db:
+        db.execute("UPDATE jobs SET supervisor_pid=?, supervisor_start=? WHERE name='s'",
+                   (me.pid, supervisor_token(me)))
+    assert_usage_error(dt("resume", "s", check=False), "job 's' is still stopping",
+                       "run 'dtrain resume s' again in a minute")
+    assert dt.status("s") == "Suspended"
+
+
+def test_two_resumes_at_once_queue_it_once(home):
+    """The store moves Suspended -> Pending only from Suspended: the second of two resumes is refused
+    (Pending -> Pending would be a relaunch, starting a second supervisor)."""
+    from dtrain.backends.local.store import JobStore
+    from dtrain.errors import ConflictError
+    from dtrain.spec import JobSpec
+
+    store = JobStore(home / "state.db")
+    store.insert_job(JobSpec(name="j", command=("true",)), cwd=str(home), node="n")
+    assert store.set_status("j", "Suspended", "suspended by the user")
+    store.resume("j", "resumed")
+    with pytest.raises(ConflictError, match="job 'j' is Pending: only a Suspended job can be resumed"):
+        store.resume("j", "resumed")
+    assert [e["status"] for e in store.events("j")] == ["Pending", "Suspended", "Pending"]
+    assert store.set_status("j", "Suspended", "x")  # Pending -> Suspended is allowed
+    assert not store.set_status("j", "Running", "x")  # Suspended -> Running is not: a late supervisor loses
+    assert not store.set_status("j", "Failed", "x")
+
+
+def test_the_http_api_suspends_and_resumes(home, tmp_path):
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    from server_util import ServerProcess
+
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        http = server.http
+        assert http.post("/api/v1/jobs", json={"name": "h", "command": ["sleep", "60"]}).status_code == 201
+        r = http.post("/api/v1/jobs/h/suspend")
+        assert r.status_code == 200 and r.json()["status"] == "Suspended", r.text
+        r = http.post("/api/v1/jobs/h/suspend")
+        assert r.status_code == 409 and "only a Pending or Running job can be suspended" in r.text, r.text
+        assert [j["name"] for j in http.get("/api/v1/jobs", params={"status": "Suspended"}).json()] == ["h"]
+        r = http.post("/api/v1/jobs/h/resume")
+        assert r.status_code == 200 and r.json()["status"] == "Pending", r.text
+        assert http.post("/api/v1/jobs/nope/resume").status_code == 404
+        assert http.delete("/api/v1/jobs/h").json()["status"] == "Deleted"
+    finally:
+        server.stop()
