@@ -283,6 +283,9 @@ def test_an_idle_notebook_stops_by_itself_and_frees_its_gpu(dt_gpus: Dtrain):
     assert "no kernel or terminal ran for 60 s (--idle-timeout)" in info["message"], info["message"]
     assert info["message"].endswith("'dtrain resume idle' starts it again"), info["message"]
     assert time.time() - ran >= 60
+    deadline = time.monotonic() + 60  # recorded first, then stopped (as `dtrain suspend` does)
+    while _start_time(pid) == kernel_start and time.monotonic() < deadline:
+        time.sleep(0.2)
     assert _start_time(pid) != kernel_start  # the kernel went with it
     assert dt.wait_for("waiting", {"Succeeded", "Failed"})["status"] == "Succeeded"  # the GPU was freed
     dt("resume", "idle")

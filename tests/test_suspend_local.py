@@ -109,21 +109,30 @@ def test_a_suspended_jobs_volume_is_kept_for_its_resume(dt: Dtrain, tmp_path):
 
 
 def test_resume_waits_for_a_supervisor_still_stopping(dt: Dtrain, tmp_path):
-    """A resume while the last supervisor still runs (a suspension cut short) would start a second
-    one beside it: refused, saying so. White box: the record names a live process (this test)."""
+    """A resume while the last supervisor still runs (an idle notebook suspends itself, then stops
+    Jupyter) waits for it to exit rather than start a second one beside it. White box: the record
+    names a process that exits 3 s later."""
+    import subprocess
+    import threading
+    import time
+
     from dtrain.backends.local.ranks import supervisor_token
     from dtrain.procs import Ident
 
     dt("submit", "s", "--", "sleep", "60")
     dt.wait_for("s", {"Running"})
     dt("suspend", "s")
-    me = Ident.of(os.getpid())
+    stopping = subprocess.Popen(["sleep", "3"])
+    threading.Thread(target=stopping.wait, daemon=True).start()  # reaped at its exit: no zombie stays "alive"
+    ident = Ident.of(stopping.pid)
     with sqlite3.connect(dt.home / "state.db") as db:
         db.execute("UPDATE jobs SET supervisor_pid=?, supervisor_start=? WHERE name='s'",
-                   (me.pid, supervisor_token(me)))
-    assert_usage_error(dt("resume", "s", check=False), "job 's' is still stopping",
-                       "run 'dtrain resume s' again in a minute")
-    assert dt.status("s") == "Suspended"
+                   (ident.pid, supervisor_token(ident)))
+    began = time.monotonic()
+    assert dt("resume", "s").stdout == "The job 's' has been resumed (Pending)\n"
+    assert stopping.poll() is not None and time.monotonic() - began >= 2  # it waited for that process
+    dt.wait_for("s", {"Running"})
+    dt("delete", "s")
 
 
 def test_two_resumes_at_once_queue_it_once(home):

@@ -414,11 +414,15 @@ class LocalBackend(Backend):
 
     def _resume(self, name: str) -> JobInfo:
         """Suspended -> Pending with a new supervisor, which waits for devices as a new job's does;
-        the restarts spent so far stay spent. Refused while the last supervisor is still stopping."""
-        from dtrain.backends.local.ranks import parse_ident
+        the restarts spent so far stay spent. The last supervisor may still be stopping its ranks (an
+        idle notebook's suspends itself): waited for as `delete` waits, then refused."""
+        from dtrain.backends.local.ranks import GRACE_S, parse_ident
 
         row = self.store.job(name)
         sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
+        deadline = time.monotonic() + GRACE_S + 5
+        while sup is not None and sup.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)
         if sup is not None and sup.alive():
             raise ConflictError(f"job {name!r} is still stopping (its supervisor, pid {sup.pid}, has not exited): "
                                 f"run 'dtrain resume {name}' again in a minute")
