@@ -173,3 +173,44 @@ def test_the_http_api_suspends_and_resumes(home, tmp_path):
         assert http.delete("/api/v1/jobs/h").json()["status"] == "Deleted"
     finally:
         server.stop()
+
+
+def test_a_pipeline_step_follows_its_job_across_a_suspension(home, tmp_path, monkeypatch):
+    """A KFP step that submitted a job echoes its log; a suspension ends that log's stream: the
+    step says so, waits for the resume, and echoes the resumed run's lines, none twice."""
+    import threading
+    import time
+
+    import dtrain
+    from dtrain.pipelines import steps
+
+    monkeypatch.setattr(steps, "RESUME_POLL_S", 0.2)
+    (tmp_path / "count.py").write_text(COUNTER)
+    client = dtrain.Client(home=home)
+    echoed: list[str] = []
+    result: dict = {}
+    step = threading.Thread(target=lambda: result.update(info=steps.run_job(
+        {"name": "p", "command": ["python", "count.py"], "working_dir": str(tmp_path)}, backend="local",
+        client=dtrain.Client(home=home), echo=echoed.append)))
+    step.start()
+    try:
+        deadline = time.monotonic() + 60
+        while "[p rank 0] start at 0" not in echoed and time.monotonic() < deadline:
+            time.sleep(0.1)
+        client.suspend("p")
+        while not any("this step waits for 'dtrain resume p'" in e for e in echoed) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        client.resume("p")
+        step.join(timeout=120)
+    finally:
+        if step.is_alive():
+            client.delete("p")
+    assert result["info"].status.value == "Succeeded"
+    lines = [e for e in echoed if e.startswith("[p rank 0] ")]
+    assert len(lines) == len(set(lines)), echoed  # nothing echoed twice
+    checkpoint = next(e for e in lines if "checkpoint at" in e).rsplit(" ", 1)[1]
+    assert lines[0] == "[p rank 0] start at 0" and f"[p rank 0] start at {checkpoint}" in lines, echoed
+    assert lines[-1] == "[p rank 0] done", echoed
+    notes = [e for e in echoed if e.startswith("[p] ")]
+    assert notes[0].startswith("[p] suspended (suspended by the user"), echoed
+    assert notes[1] in ("[p] resumed (Pending)", "[p] resumed (Running)"), echoed

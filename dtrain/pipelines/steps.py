@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from dataclasses import dataclass
 from typing import Callable, NoReturn
 
@@ -331,11 +332,7 @@ def run_job(spec: dict, *, backend: str, client: Client | None = None, timeout: 
     restore_tmpdir()  # the job inherits this process's environment
     info = client.submit(job)
     echo(f"submitted job {job.name!r} to the {backend} backend ({info.status})")
-    try:
-        for line in client.logs(job.name, follow=True):
-            echo(f"[{job.name} rank {line.rank}] {line.text}")
-    except DtrainError as err:  # the log is the job's story, its status the verdict: wait for that
-        echo(f"[{job.name}] its log is not available: {_one_line(err)}")
+    _follow(client, job.name, echo)
     info = client.wait(job.name, timeout=timeout)
     if info.status is not JobStatus.SUCCEEDED:
         raise JobFailedError(f"job {job.name!r} ended {info.status}" + (f" ({info.message})" if info.message else "")
@@ -344,6 +341,37 @@ def run_job(spec: dict, *, backend: str, client: Client | None = None, timeout: 
                              + ("" if backend == "local" else f" (after 'dtrain config backend {backend}')"))
     echo(f"job {job.name!r} {info.status}")
     return info
+
+
+RESUME_POLL_S = 2.0  # how often a step whose job is suspended asks whether it was resumed
+
+
+def _follow(client: Client, name: str, echo: Echo) -> None:
+    """Echo the job's log as it is written. A suspended job's log stream ends (its processes are
+    gone); the step says so, waits for `dtrain resume`, and follows the resumed run from the last
+    line's time on (skipping the lines at that time it has shown)."""
+    since, shown_at = None, set()
+    while True:
+        try:
+            for line in client.logs(name, follow=True, since=since):
+                key = (line.rank, line.text)
+                if since is not None and line.time == since and key in shown_at:
+                    continue
+                if line.time is not None and (since is None or line.time > since):
+                    since, shown_at = line.time, set()
+                shown_at.add(key)
+                echo(f"[{name} rank {line.rank}] {line.text}")
+        except DtrainError as err:  # the log is the job's story, its status the verdict: wait for that
+            echo(f"[{name}] its log is not available: {_one_line(err)}")
+            return
+        info = client.get(name)
+        if info.status is not JobStatus.SUSPENDED:
+            return
+        echo(f"[{name}] suspended ({info.message}): this step waits for 'dtrain resume {name}'")
+        while info.status is JobStatus.SUSPENDED:
+            time.sleep(RESUME_POLL_S)
+            info = client.get(name)
+        echo(f"[{name}] resumed ({info.status})")
 
 
 def job_spec(spec: dict, *, backend: str, client: Client) -> JobSpec:
