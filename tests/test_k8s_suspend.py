@@ -59,7 +59,9 @@ def test_suspend_and_resume_patch_the_kinds_flag(make_backend, cluster, how, kin
     for pod in cluster.items("", "pods", NS):  # the controller deletes the pods of a suspended job
         cluster._remove(("", "pods", NS, pod["metadata"]["name"]))
     cluster.transition(NS, "train", "Suspended", reason="JobSuspended")
-    assert backend.get("train").status is JobStatus.SUSPENDED
+    info = backend.get("train")
+    assert info.status is JobStatus.SUSPENDED
+    assert [e.status for e in info.events if e.message.startswith("Suspended")] == ["Suspended"]
     with pytest.raises(NotFoundError, match="is suspended and its pods are gone .*'dtrain resume train' starts new"):
         list(backend.logs("train"))
 

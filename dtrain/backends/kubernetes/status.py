@@ -181,11 +181,13 @@ def events(obj: dict) -> tuple[Event, ...]:
     started = parse_time(status.get("startTime"))
     if started is not None:
         out.append(Event(time=started, status=JobStatus.RUNNING.value, message="started"))
+    by_user = ANN_SUSPENDED in (meta.get("annotations") or {})  # a Suspended condition of dtrain's suspend
     for ctype, c in _true(obj).items():
         when = parse_time(c.get("lastTransitionTime") or c.get("lastUpdateTime"))
         if ctype in _EVENT_STATUS and when is not None:
             message = ": ".join(dict.fromkeys(x for x in (ctype, c.get("reason"), c.get("message")) if x))
-            out.append(Event(time=when, status=_EVENT_STATUS[ctype].value, message=message))
+            event = JobStatus.SUSPENDED if ctype == "Suspended" and by_user else _EVENT_STATUS[ctype]
+            out.append(Event(time=when, status=event.value, message=message))
     return tuple(sorted(out, key=lambda e: e.time))
 
 
