@@ -295,6 +295,7 @@ def test_the_first_calls_set_up_is_no_frames_run_time(lanes_data):
     assert [p.raw_file for p in preds] == [g.raw_file for g in gts]
 
 
+@pytest.mark.slow  # ~50 s of training on two cores: an end-to-end run, in the slow set CI runs
 def test_tiny_recipe_beats_predicting_no_lanes_on_held_out_frames(lanes_data, tmp_path):
     out = tmp_path / "tiny"
     summary = run_training(["--recipe", "tiny", "--data-dir", str(lanes_data), "--out-dir", str(out), "--use-val"])
