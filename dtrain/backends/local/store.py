@@ -151,7 +151,8 @@ class JobStore:
 
     def move(self, name: str, status: str, message: str = "", **fields) -> bool:
         """Move a job to `status` inside the caller's transaction, recording an event; a final
-        status releases the job's devices. False (nothing written) if TRANSITIONS forbids it."""
+        status, or Suspended, releases the job's devices. False (nothing written) if TRANSITIONS
+        forbids it."""
         row = self.conn.execute("SELECT status, started FROM jobs WHERE name=?", (name,)).fetchone()
         if row is None or status not in TRANSITIONS[row["status"]]:
             return False
