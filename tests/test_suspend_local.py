@@ -91,6 +91,8 @@ def test_refusals_are_one_line_and_change_nothing(dt: Dtrain, tmp_path):
     assert_usage_error(dt("suspend", "volume", "x", check=False), "'dtrain suspend' is for jobs")
     assert dt("suspend", "job", "run").returncode == 0  # Run:AI's noun is taken
     assert_usage_error(dt("suspend", "run", check=False), "job 'run' is Suspended")
+    assert_usage_error(dt("submit", "run", "--", "true", check=False),
+                       "a job named 'run' already exists (Suspended)", "(or go on with it: 'dtrain resume run')")
     dt("delete", "run")  # a suspended job is deleted as any other
     assert dt.status("run") == "Deleted"
     assert_usage_error(dt("resume", "run", check=False), "job 'run' is Deleted")

@@ -118,7 +118,8 @@ class JobStore:
         status = self.status(name)
         if status not in (None, "Deleted"):
             raise ConflictError(f"a job named {name!r} already exists ({status}); pick another name "
-                                f"or remove it first with 'dtrain delete {name}'")
+                                f"or remove it first with 'dtrain delete {name}'"
+                                + (f" (or go on with it: 'dtrain resume {name}')" if status == "Suspended" else ""))
         return status == "Deleted"
 
     def job(self, name: str) -> sqlite3.Row:
