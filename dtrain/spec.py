@@ -252,7 +252,7 @@ class JobSpec:
     image_pull_secrets: tuple[str, ...] = ()  # secret names (Kubernetes)
     notebook: bool = False  # an interactive Jupyter server (dtrain notebook): runs until deleted
     # notebook only: seconds without kernel or terminal activity (requests do not count) after which
-    # the supervisor stops the notebook; it ends Succeeded, freeing its GPUs; None: never
+    # the supervisor suspends the notebook, freeing its GPUs (`dtrain resume` starts it again); None: never
     idle_timeout: int | None = None
     sagemaker: SageMakerOptions | None = None  # instances, channels, spot, limits (SageMaker)
 

@@ -40,6 +40,11 @@ class JobStatus(str, Enum):
         return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DELETED)
 
     @property
+    def suspendable(self) -> bool:
+        """What `suspend` takes: a job that may run (queued or running)."""
+        return self in (JobStatus.PENDING, JobStatus.RUNNING)
+
+    @property
     def stopped(self) -> bool:
         """Nothing of the job runs, for now (Suspended) or for good (terminal): `logs -f` ends."""
         return self.terminal or self is JobStatus.SUSPENDED
@@ -287,7 +292,7 @@ class Backend(abc.ABC):
         runPolicy.suspend do: its processes get SIGTERM (the workloads checkpoint), its devices are
         freed, and it reads Suspended until `resume`."""
         info = self._get(name)
-        if info.status not in (JobStatus.PENDING, JobStatus.RUNNING):
+        if not info.status.suspendable:
             raise ConflictError(f"job {name!r} is {info.status}: only a Pending or Running job can be suspended")
         return self._suspend(name)
 

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from dtrain import JobStatus
 from dtrain.cli import format as fmt
 from dtrain.client import Client, TimeoutError_
 from dtrain.config import read_small_file
@@ -391,15 +392,14 @@ def cmd_delete(args, client: Client) -> int:
     return 0
 
 
-# `dtrain suspend` / `dtrain resume` (Run:AI's verbs): from which statuses, to what, and the word said.
-_PAUSES = {"suspend": (("Pending", "Running"), "a Pending or Running job", "suspended"),
-           "resume": (("Suspended",), "a Suspended job", "resumed")}
+# `dtrain suspend` / `dtrain resume` (Run:AI's verbs): the jobs each takes, and the word said.
+_PAUSES = {"suspend": ("a Pending or Running job", "suspended"), "resume": ("a Suspended job", "resumed")}
 
 
 def cmd_suspend_resume(args, client: Client) -> int:
     """Every name is checked first: one that is missing or in another state stops them all."""
     verb = args.verb
-    states, which, done = _PAUSES[verb]
+    which, done = _PAUSES[verb]
     names = list(dict.fromkeys(_job_names(args.names, verb)))
     _in_project(args, client)
     for name in names:
@@ -407,11 +407,11 @@ def cmd_suspend_resume(args, client: Client) -> int:
             info = _get(args, client, name)
         except NotFoundError as err:
             raise NotFoundError(f"{err}; nothing was {done}") from None
-        if info.status.value not in states:
+        if not (info.status.suspendable if verb == "suspend" else info.status is JobStatus.SUSPENDED):
             raise ConflictError(f"job {name!r} is {info.status.value}: 'dtrain {verb}' takes {which}; nothing "
                                 f"was {done} (see 'dtrain list')")
     for name in names:
-        info = getattr(client, verb)(name)
+        info = client.suspend(name) if verb == "suspend" else client.resume(name)
         print(f"The job '{name}' has been {done} ({info.status.value})")
     return 0
 

@@ -416,14 +416,11 @@ class LocalBackend(Backend):
         """Suspended -> Pending with a new supervisor, which waits for devices as a new job's does;
         the restarts spent so far stay spent. The last supervisor may still be stopping its ranks (an
         idle notebook's suspends itself): waited for as `delete` waits, then refused."""
-        from dtrain.backends.local.ranks import GRACE_S, parse_ident
+        from dtrain.backends.local.ranks import parse_ident
 
         row = self.store.job(name)
         sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
-        deadline = time.monotonic() + GRACE_S + 5
-        while sup is not None and sup.alive() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        if sup is not None and sup.alive():
+        if sup is not None and not _exited(sup):
             raise ConflictError(f"job {name!r} is still stopping (its supervisor, pid {sup.pid}, has not exited): "
                                 f"run 'dtrain resume {name}' again in a minute")
         spec = JobSpec.from_stored(json.loads(row["spec"]))
@@ -438,16 +435,13 @@ class LocalBackend(Backend):
         """Stop what runs of a job whose new status (Deleted, Suspended) is recorded: SIGTERM to its
         supervisor, which passes it on (the workloads checkpoint and exit), SIGKILL after the grace
         period, then whatever rank is left. `row` is the job as it was before."""
-        from dtrain.backends.local.ranks import GRACE_S, is_claim, kill_ranks, parse_ident
+        from dtrain.backends.local.ranks import is_claim, kill_ranks, parse_ident
         from dtrain.procs import signal_process
 
         sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
         if is_claim(row["supervisor_start"]):  # a command relaunching it, not a supervisor: its relaunch is refused
             sup = None
-        if signal_process(sup, signal.SIGTERM):
-            deadline = time.monotonic() + GRACE_S + 5
-            while sup.alive() and time.monotonic() < deadline:
-                time.sleep(0.1)
+        if signal_process(sup, signal.SIGTERM) and not _exited(sup):
             signal_process(sup, signal.SIGKILL)
         kill_ranks(self.home / "jobs" / name)
 
@@ -680,6 +674,17 @@ def _limits_note(spec: JobSpec) -> str | None:
     if found.enforced:
         return f"{asked} per process, enforced ({found.detail})"
     return f"{asked} per process, {found.detail}"
+
+
+def _exited(sup) -> bool:
+    """Wait for a supervisor (an Ident) to exit, as long as it may take to stop its ranks (the grace
+    period, and a little); whether it did."""
+    from dtrain.backends.local.ranks import GRACE_S
+
+    deadline = time.monotonic() + GRACE_S + 5
+    while sup.alive() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return not sup.alive()
 
 
 def _ended_by(rec: dict, deleted: float | None) -> bool:
