@@ -216,3 +216,38 @@ def test_a_pipeline_step_follows_its_job_across_a_suspension(home, tmp_path, mon
     notes = [e for e in echoed if e.startswith("[p] ")]
     assert notes[0].startswith("[p] suspended (suspended by the user"), echoed
     assert notes[1] in ("[p] resumed (Pending)", "[p] resumed (Running)"), echoed
+
+
+def test_logs_follow_keeps_the_lines_a_suspended_job_writes_while_it_stops(dt: Dtrain, tmp_path):
+    """`logs -f` ends once the job is Suspended and its processes have exited, not when the status
+    is recorded: the status comes first, and the workload's checkpoint lines come after it."""
+    import subprocess
+
+    from conftest import DTRAIN
+
+    (tmp_path / "slow_stop.py").write_text(
+        "import signal, sys, time\n"
+        "def stop(*_):\n"
+        "    time.sleep(1.5); print('checkpoint saved', flush=True); sys.exit(143)\n"
+        "signal.signal(signal.SIGTERM, stop)\n"
+        "print('started', flush=True)\n"
+        "time.sleep(60)\n")
+    dt("submit", "s", "--working-dir", str(tmp_path), "--", "python", "slow_stop.py")
+    dt.wait_for("s", {"Running"})
+    _started_line(dt, "s", "started")
+    follower = subprocess.Popen([DTRAIN, "logs", "s", "-f"], env=dt.env, stdout=subprocess.PIPE, text=True)
+    try:
+        dt("suspend", "s")
+        out, _ = follower.communicate(timeout=60)
+    finally:
+        follower.kill()
+    assert follower.returncode == 0
+    assert out.splitlines() == ["started", "checkpoint saved"], out
+
+
+def _started_line(dt: Dtrain, name: str, line: str) -> None:
+    import time
+    deadline = time.monotonic() + 60
+    while line not in dt("logs", name).stdout:
+        assert time.monotonic() < deadline, dt("describe", name).stdout
+        time.sleep(0.2)

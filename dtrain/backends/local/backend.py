@@ -367,11 +367,20 @@ class LocalBackend(Backend):
         # the last `tail` lines of the job are among the last `tail` of each rank
         yield from files.read() if tail is None else deque(files.read(last=tail), maxlen=tail)
         while follow:
-            done = self._get(name).status.stopped
+            done = self._get(name).status.stopped and not self._stopping(name)
             yield from files.read()
             if done:
                 return
             time.sleep(0.2)
+
+    def _stopping(self, name: str) -> bool:
+        """Whether the job's supervisor still runs: a suspended job's is recorded Suspended before it
+        is signalled, and its ranks write their checkpoint lines after that."""
+        from dtrain.backends.local.ranks import is_claim, parse_ident
+
+        row = self.store.job(name)
+        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
+        return sup is not None and not is_claim(row["supervisor_start"]) and sup.alive()
 
     # ---- delete and nodes -----------------------------------------------------------------
     def _delete(self, name: str) -> JobInfo:
