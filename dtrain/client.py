@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobStatus, LogLine, NodeInfo, Progress, ProjectInfo,
+from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, JobStatus, LogLine, NodeInfo, Progress, ProjectInfo,
                                   SnapshotInfo, TimeoutError_, VolumeInfo)
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import SpecError
@@ -81,14 +81,35 @@ class Client:
         (what `dtrain list jobs` and the HTTP list show unless asked)."""
         backend = self.backend(project=project)
         jobs = backend.list(project=project)
+        expired = self._forget_expired(backend, jobs)
+        return [j for j in jobs if j.name not in expired and (show_deleted or j.status != JobStatus.DELETED)]
+
+    def page(self, *, project: str | None = None, status: JobStatus | str | None = None, limit: int | None = None,
+             offset: int = 0) -> JobPage:
+        """A page of the jobs of `project` (None: every project) in `status` (None: all but
+        Deleted), newest first: `offset` skipped, at most `limit` (1 to 1000; None: the rest),
+        with `total`, how many matched (the dashboard's Jobs table)."""
+        if isinstance(status, str) and not isinstance(status, JobStatus):
+            try:
+                status = JobStatus(status)
+            except ValueError:
+                raise SpecError(f"invalid status {status!r}: use one of "
+                                f"{', '.join(s.value for s in JobStatus)}") from None
+        backend = self.backend(project=project)
+        if self.config.deleted_job_ttl_seconds() is not None:
+            self._forget_expired(backend, backend.page(project=project, status=JobStatus.DELETED).jobs)
+        return backend.page(project=project, status=status, limit=limit, offset=offset)
+
+    def _forget_expired(self, backend: Backend, jobs) -> set[str]:
+        """Config `deleted_job_ttl`: deleted jobs are forgotten after a while; the names forgotten."""
         ttl = self.config.deleted_job_ttl_seconds()
-        if ttl is not None:
-            now = time.time()
-            expired = {j.name for j in jobs if j.status == JobStatus.DELETED and now - (j.finished or j.created) > ttl}
-            for name in expired:  # config `deleted_job_ttl`: deleted jobs are forgotten after a while
-                backend.delete(name, purge=True)
-            jobs = [j for j in jobs if j.name not in expired]
-        return jobs if show_deleted else [j for j in jobs if j.status != JobStatus.DELETED]
+        if ttl is None:
+            return set()
+        now = time.time()
+        expired = {j.name for j in jobs if j.status == JobStatus.DELETED and now - (j.finished or j.created) > ttl}
+        for name in expired:
+            backend.delete(name, purge=True)
+        return expired
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None, since: float | None = None,
              follow: bool = False) -> Iterator[LogLine]:

@@ -28,6 +28,8 @@ _UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei":
 _EXPONENTS = {None: "0", "n": "-9", "u": "-6", "m": "-3", "k": "3", "K": "3", "M": "6", "G": "9", "T": "12",
               "P": "15", "E": "18"}  # decimal suffixes, read by float() as exponents: 4194304000m is 4Mi exactly
 SHOWN = 80  # the most characters of a user's value an error message repeats
+MAX_PAGE = 1000  # jobs in one page of the job list (`Client.page`, the HTTP list's `limit`)
+MAX_OFFSET = 10_000_000  # jobs skipped before a page: bounded, and far beyond any job table
 
 
 def shown(value) -> str:

@@ -41,6 +41,7 @@ def _bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedP
     ("cifar10_throughput.py", ["--n-train", "4"], "--n-train 4 is out of range: give 128 to 1000000"),
     ("server.py", ["--followers", "0"], "--followers 0 is out of range: give 1 to 100000"),
     ("heap.py", ["--rounds", "0"], "--rounds 0 is out of range: give 1 to 100"),
+    ("page_ab.py", ["--old", ".", "--new", ".", "--jobs", "0"], "--jobs 0 is out of range: give 1 to 100000"),
     ("platform_ab.py", ["--data-dir", ".", "--steps", "6"], "--steps 6 is out of range: give 7 to 100000"),
     ("platform_ab.py", ["--data-dir", "/nonexistent"], "--data-dir /nonexistent is not a folder"),
     ("flags_ab.py", ["--data-dir", ".", "--a=--bf16", "--b=--bf16"], "--a and --b give the same flags"),
@@ -230,6 +231,17 @@ def test_the_server_bench_lists_jobs_alone_and_while_logs_stream():
     assert (result["jobs_stored"], result["requests"], result["followers"]) == (20, 5, 2)
     assert result["lines_received_by_followers"] > 0
     assert 0 < result["list_median_s"] <= result["list_p99_s"]
+
+
+def test_the_page_bench_times_each_request_on_both_checkouts_taking_turns():
+    proc = _bench("page_ab.py", "--old", str(REPO), "--new", str(REPO), "--jobs", "30", "--repeats", "2")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert [line for line in lines if line.startswith("GET ")] == [
+        "GET /api/v1/jobs?limit=25&offset=0 (30 jobs stored):",
+        "GET /api/v1/jobs?limit=25&offset=0&status=Succeeded (30 jobs stored):",
+        "GET /api/v1/jobs/stored-00000 (30 jobs stored):"], lines
+    assert sum(line.startswith("old / new (median wall): ") for line in lines) == 3, lines
 
 
 def test_the_sparse_bench_snapshots_and_restores_a_file_of_holes(tmp_path):

@@ -88,7 +88,8 @@ def text_of(driver, css: str) -> str:
 
 
 class Calls:
-    """A Client whose job list is the seam: counted, and held or refused as the test says."""
+    """A Client whose page of the job list (what the Jobs table asks for) is the seam: counted, and
+    held or refused as the test says."""
 
     def __init__(self):
         self.started = 0
@@ -102,7 +103,7 @@ class Calls:
         calls = self
 
         class Counted(Client):
-            def list(self, **kw):
+            def page(self, **kw):
                 with calls._lock:
                     calls.started += 1
                     calls.running += 1
@@ -111,7 +112,7 @@ class Calls:
                     calls.release.wait(120)
                     if calls.fail:
                         raise EnvironmentError_("the job store is unavailable (a test's failure)")
-                    return super().list(**kw)
+                    return super().page(**kw)
                 finally:
                     with calls._lock:
                         calls.running -= 1

@@ -15,7 +15,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterator
 
 from dtrain.errors import ConflictError, DtrainError, NotSupportedError, SpecError
-from dtrain.names import check_name, check_storage_class, parse_volume_size, shown
+from dtrain.names import MAX_OFFSET, MAX_PAGE, check_name, check_storage_class, parse_volume_size, shown
 from dtrain.spec import JobSpec
 
 MAX_TAIL = 10**9  # lines of `logs --tail`: more than any log holds, and a number every backend can pass on
@@ -103,6 +103,14 @@ class JobInfo:
         d.update(project=self.spec.project, kind=self.spec.kind, gpus_requested=self.spec.gpus_requested,
                  source_snapshot=self.extra.get("source_snapshot"))
         return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobPage:
+    """One page of the job list, newest first: what the dashboard's Jobs table shows."""
+
+    total: int  # the jobs that matched the filters, before paging
+    jobs: tuple[JobInfo, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -217,10 +225,11 @@ class Backend(abc.ABC):
       `_verify_snapshot`, `_diff_snapshots`, `_exec`, `_render_volume`, `_render_snapshot`,
       `_render_restore`. The default raises :class:`NotSupportedError`, which
       the CLI prints as one line naming the backend and the verb; callers never probe a backend
-      with `getattr`/`hasattr`. `_purge` (forget a deleted job) defaults to doing nothing.
+      with `getattr`/`hasattr`. `_purge` (forget a deleted job) defaults to
+      doing nothing, and `_page` (a page of the job list) to filtering `_list`.
     * Every hook returns the typed, frozen records of this module, never a dict: :class:`JobInfo`,
-      :class:`LogLine`, :class:`NodeInfo`, :class:`ProjectInfo`, :class:`VolumeInfo`,
-      :class:`SnapshotInfo`, :class:`FreedInfo`. Times are unix seconds (float) everywhere;
+      :class:`JobPage`, :class:`LogLine`, :class:`NodeInfo`, :class:`ProjectInfo`,
+      :class:`VolumeInfo`, :class:`SnapshotInfo`, :class:`FreedInfo`. Times are unix seconds (float) everywhere;
       sizes are bytes (int) next to the Kubernetes quantity the user typed. What only one backend
       knows goes in `extra` (a dict of plain values), printed by `describe` and `--json` as is.
     * Errors are :mod:`dtrain.errors` classes: NotFoundError for an unknown name, ConflictError
@@ -243,6 +252,27 @@ class Backend(abc.ABC):
     def list(self, *, project: str | None = None) -> list[JobInfo]:
         jobs = self._list()
         return [j for j in jobs if project is None or j.spec.project == project]
+
+    def page(self, *, project: str | None = None, status: JobStatus | None = None, limit: int | None = None,
+             offset: int = 0) -> JobPage:
+        """The jobs of `project` (None: every project) in `status` (None: every status but Deleted),
+        newest first (by creation time, then name, so that pages never overlap while nothing is
+        submitted), `offset` of them skipped and at most `limit` kept (None: the rest); `total`
+        counts them all. The default filters `_list`; a backend that can page at its source (the
+        local one's SQL) implements `_page` and builds only the page's records."""
+        if status is not None and not isinstance(status, JobStatus):
+            raise SpecError(f"invalid status {shown(status)}: use one of {', '.join(s.value for s in JobStatus)}")
+        if limit is not None and (not _whole(limit) or not 1 <= limit <= MAX_PAGE):
+            raise SpecError(f"invalid limit {shown(limit)}: use a number of jobs from 1 to {MAX_PAGE}, e.g. 20")
+        if not _whole(offset) or not 0 <= offset <= MAX_OFFSET:
+            raise SpecError(f"invalid offset {shown(offset)}: use a number of jobs from 0 to {MAX_OFFSET}")
+        return self._page(project=project, status=status, limit=limit, offset=offset)
+
+    def _page(self, *, project: str | None, status: JobStatus | None, limit: int | None, offset: int) -> JobPage:
+        jobs = [j for j in self.list(project=project)
+                if (j.status != JobStatus.DELETED if status is None else j.status == status)]
+        jobs.sort(key=lambda j: (j.created, j.name), reverse=True)
+        return JobPage(total=len(jobs), jobs=tuple(jobs[offset:] if limit is None else jobs[offset:offset + limit]))
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None,
              since: float | None = None, follow: bool = False) -> Iterator[LogLine]:

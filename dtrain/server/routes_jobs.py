@@ -43,12 +43,13 @@ def list_jobs(request: Request, response: Response, project: Annotated[str | Non
     time, then name, so that pages never overlap while nothing is submitted), the order the
     dashboard shows. Either one alone pages too (no `limit`: every job from `offset` on). The
     `X-Total-Count` header counts the filtered jobs before paging, with or without a page."""
+    if limit is not None or offset is not None:  # paged by the backend: only the page's jobs are read
+        page = client(request).page(project=project, status=status, limit=limit, offset=offset or 0)
+        response.headers["x-total-count"] = str(page.total)
+        return [wire.job_out(j) for j in page.jobs]
     jobs = client(request).list(project=project, show_deleted=status == "Deleted")
     jobs = [j for j in jobs if status is None or j.status.value == status]
     response.headers["x-total-count"] = str(len(jobs))
-    if limit is not None or offset is not None:
-        jobs = sorted(jobs, key=lambda j: (j.created, j.name), reverse=True)[offset or 0:]
-        jobs = jobs[:limit]  # only the page's jobs are turned into their wire form
     return [wire.job_out(j) for j in jobs]
 
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Path
 from pydantic import BaseModel, ConfigDict, Field
 
-from dtrain.names import CLASS_RE, NAME_RE, SIZE_RE
+from dtrain.names import CLASS_RE, MAX_OFFSET, MAX_PAGE, NAME_RE, SIZE_RE
 from dtrain.spec import MAX_CPU, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MIN_CPU, MIN_IDLE_TIMEOUT
 
 STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted", "Suspended"]
@@ -122,8 +122,6 @@ class Job(BaseModel):
 
 
 # The job list's paging (GET /jobs?limit=&offset=)
-MAX_PAGE = 1000  # jobs in one page of the list (`limit`)
-MAX_OFFSET = 10_000_000  # bounded as every number the API takes is, and far beyond any job table
 TOTAL_COUNT = {"X-Total-Count": {"description": "the jobs that matched the filters, before `limit` and `offset`",
                                  "required": True, "schema": {"type": "integer", "minimum": 0}}}
 

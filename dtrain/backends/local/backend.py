@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from dtrain import db
-from dtrain.backends.base import (Backend, Event, FreedInfo, JobInfo, JobStatus, LogLine, NodeInfo, ProcessInfo,
-                                  ProjectInfo, SnapshotInfo, VolumeInfo)
+from dtrain.backends.base import (Backend, Event, FreedInfo, JobInfo, JobPage, JobStatus, LogLine, NodeInfo,
+                                  ProcessInfo, ProjectInfo, SnapshotInfo, VolumeInfo)
 from dtrain.backends.local.store import ACTIVE, QUEUED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError, StorageError
@@ -250,6 +250,15 @@ class LocalBackend(Backend):
 
     def _list(self) -> list[JobInfo]:
         return [self._info(self._reconcile(row)) for row in self.store.jobs()]
+
+    def _page(self, *, project, status, limit, offset) -> JobPage:
+        """Paged in SQL: only the page's jobs are read in full. The jobs that may run are reconciled
+        first, so that one whose supervisor died is counted as what it is now (Failed, relaunched)."""
+        for row in self.store.active_jobs():
+            self._reconcile(row)
+        total, rows = self.store.page(project=project, status=None if status is None else status.value,
+                                      limit=limit, offset=offset)
+        return JobPage(total=total, jobs=tuple(self._info(self._reconcile(row)) for row in rows))
 
     def _reconcile(self, row):
         """A job whose supervisor died while nobody watched is relaunched (restarts left) or Failed, never Running.

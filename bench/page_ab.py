@@ -1,0 +1,89 @@
+"""The dashboard's Jobs page request, old code against new, on one home with many stored jobs.
+
+    git worktree add /tmp/old <commit before>
+    .venv/bin/python bench/page_ab.py --old /tmp/old --new . --jobs 1000 --repeats 40
+
+Stores --jobs finished jobs (as bench/server.py does: into the local job table directly), starts
+one real `dtrain server` from each checkout over that same home, and times, taking turns between
+the two, the request the dashboard's Jobs table makes every 2 s (`GET /api/v1/jobs?limit=25&offset=0`),
+the same page filtered by a status, and one job's record. Reports each side's median and the
+ratio; the two sides must answer the same.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ab  # noqa: E402
+import httpx  # noqa: E402
+from server import store_jobs  # noqa: E402
+
+QUERIES = {  # what is timed: (path, query)
+    "a page": ("/api/v1/jobs", {"limit": 25, "offset": 0}),
+    "a page, status=Succeeded": ("/api/v1/jobs", {"limit": 25, "offset": 0, "status": "Succeeded"}),
+    "one job": ("/api/v1/jobs/stored-00000", {}),
+}
+
+
+def start(tree: Path, home: Path, work: Path) -> tuple[subprocess.Popen, str]:
+    env = {**os.environ, "DTRAIN_HOME": str(home), "PYTHONPATH": str(tree.resolve())}
+    proc = subprocess.Popen([sys.executable, "-m", "dtrain.cli.main", "server", "--port", "0"], env=env, cwd=work,
+                            stdout=subprocess.PIPE, text=True)
+    line = proc.stdout.readline()
+    if not line.startswith("dtrain server: http://"):
+        proc.kill()
+        raise SystemExit(f"the server from {tree} did not start: {line!r}")
+    return proc, line.split()[2].rstrip("/")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ab.add_checkouts(ap, repeats=40, unit="requests of each kind")
+    ap.add_argument("--jobs", type=int, default=1000, help="finished jobs stored (1-100000, default 1000)")
+    args = ab.checked(ap, argv)
+    ab.bounded(ap, ("--jobs", args.jobs, 1, 100_000))
+    with tempfile.TemporaryDirectory(prefix="dtrain-bench-page-") as tmp:
+        home, work = Path(tmp) / "home", Path(tmp) / "work"
+        home.mkdir()
+        work.mkdir()
+        store_jobs(home, args.jobs)
+        servers = {side: start(getattr(args, side), home, work) for side in ("old", "new")}
+        try:
+            http = {side: httpx.Client(base_url=url, timeout=120) for side, (_, url) in servers.items()}
+            for side in http:  # a server's first request builds FastAPI's route models: untimed
+                assert http[side].get(QUERIES["a page"][0], params=QUERIES["a page"][1]).status_code == 200
+            for what, (path, query) in QUERIES.items():
+                wall: dict[str, list[float]] = {"old": [], "new": []}
+                bodies = {}
+                for i in range(args.repeats):
+                    for side in ab.order(i):
+                        t0 = time.perf_counter()
+                        r = http[side].get(path, params=query)
+                        wall[side].append(time.perf_counter() - t0)
+                        assert r.status_code == 200, r.text
+                        bodies[side] = (r.json(), r.headers.get("x-total-count"))
+                assert bodies["old"] == bodies["new"], "the two sides answered differently"
+                shown = f"{path}?{urlencode(query)}" if query else path
+                print(f"GET {shown} ({args.jobs} jobs stored):")
+                ab.report(wall)
+                print(f"  medians: old {statistics.median(wall['old']) * 1000:.1f} ms, "
+                      f"new {statistics.median(wall['new']) * 1000:.1f} ms")
+        finally:
+            for proc, _ in servers.values():
+                proc.terminate()
+                proc.wait(timeout=30)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
