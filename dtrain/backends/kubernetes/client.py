@@ -213,6 +213,7 @@ def _snake(kind: str) -> str:
 _CAN_I = {"create": "create", "read": "get", "list": "list", "replace": "update", "patch": "patch",
           "delete": "delete"}
 CONNECT_TIMEOUT = 30.0  # seconds to open a connection (client-go's dial timeout)
+LOG_CHUNK = 1 << 16  # bytes of a pod log read at a time (`logs` without -f)
 STDOUT, STDERR, ERROR = 1, 2, 3  # exec's channels (v4.channel.k8s.io): the first byte of each frame
 MAX_STATUS = 1 << 16  # bytes of the session's closing metav1.Status kept; a real one is a few hundred
 
@@ -440,11 +441,24 @@ class KubeApi:
         resp = self.raw(what, self.core.read_namespaced_pod_log, pod, namespace, follow=follow,
                         _request_timeout=timeout, access=f"get pods/log -n {namespace}", **query)
         lines = LogLines(stamped=bool(query.get("timestamps")))
-        if not follow:
-            with self.answering(what):
-                data = resp.data
-            for line in (*lines.feed(data), *lines.end()):
-                yield line.decode("utf-8", errors="replace")
+        if not follow:  # read as it comes, a chunk at a time: a long training's log never whole in memory
+            chunks, ended = resp.stream(LOG_CHUNK), False
+            try:
+                while True:
+                    with self.answering(what):
+                        chunk = next(chunks, None)
+                    if chunk is None:
+                        break
+                    for line in lines.feed(chunk):
+                        yield line.decode("utf-8", errors="replace")
+                for line in lines.end():
+                    yield line.decode("utf-8", errors="replace")
+                ended = True
+            finally:
+                if ended:
+                    resp.release_conn()
+                else:  # left part-read: the connection goes, its unread rest with it
+                    resp.close()
             return
         import urllib3
 

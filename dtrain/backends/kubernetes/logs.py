@@ -15,16 +15,18 @@ SeenLines, where a pod's stream that ended and is opened again goes on.
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
+import tempfile
 import threading
 import time
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Iterable, Iterator
 
 from dtrain.backends.base import JobStatus, LogLine
-from dtrain.errors import NotFoundError
+from dtrain.errors import NotFoundError, StorageError
 
 from .objects import MPI_JOB
 from .status import job_status, newest_pod, parse_time, pod_age, pod_index, procs_per_pod
@@ -37,6 +39,7 @@ _TORCHRUN_TAG = re.compile(r"^\[(\d+)\]:(.*)$")
 # writes '\r' and no '\n' for a whole run, one line of many MB; `logs -f` of several pods holds up to
 # its read-ahead (1000) of lines, so this bounds that to 64 MB.
 MAX_LINE = 1 << 16
+SPOOL = 8 << 20  # bytes of a pod's log `logs` sets aside in memory (several pods', to merge them); more go to a file
 
 
 class LogLines:
@@ -220,12 +223,34 @@ def keep(line: LogLine, rank: int | None, since: float | None) -> bool:
     return since is None or line.time is None or line.time >= since
 
 
-def merge(streams: list[list[LogLine]], tail: int | None) -> list[LogLine]:
-    """Lines of several pods, oldest first (stable for equal times), then the last `tail` of them."""
-    lines = sorted((x for s in streams for x in s), key=lambda x: x.time if x.time is not None else 0.0)
-    if tail is not None:
-        lines = lines[-tail:] if tail > 0 else []
-    return lines
+def merge(streams: list[Iterable[LogLine]], tail: int | None) -> Iterator[LogLine]:
+    """Lines of several pods, oldest first (each pod's in its own order; for equal times the
+    earlier pod's first), then the last `tail` of them; what is held is `tail` lines at most."""
+    lines = heapq.merge(*streams, key=lambda x: x.time if x.time is not None else 0.0)
+    return lines if tail is None else iter(deque(lines, maxlen=tail))
+
+
+def set_aside(lines: Iterable[str]) -> Iterator[str]:
+    """Read `lines` to their end now, into memory up to SPOOL bytes and a temporary file past that,
+    and give them back from there: the logs of several pods are merged by time, and reading them
+    side by side would hold a connection to the API server open per pod for as long as the
+    caller takes to print them."""
+    spool = tempfile.SpooledTemporaryFile(max_size=SPOOL)
+    try:
+        for line in lines:
+            spool.write(line.encode() + b"\n")
+        spool.seek(0)
+    except OSError as err:
+        spool.close()
+        raise StorageError(f"cannot set a pod's log aside in {tempfile.gettempdir()} ({err.strerror or err}): free "
+                           f"space there, set TMPDIR to another folder, or read fewer lines (--tail, --rank)") from None
+    return _given_back(spool)
+
+
+def _given_back(spool) -> Iterator[str]:
+    with spool:
+        for raw in spool:
+            yield raw[:-1].decode()
 
 
 def check_pods_left(name: str, kind: str, obj: dict, pods: list[dict], rank: int | None) -> None:

@@ -1,6 +1,7 @@
 """Logs and exec: the verbs of the Kubernetes backend that reach into a job's pods.
 
-`logs` reads the pods' logs (timestamps=True), merged by time; `logs -f` streams them as they
+`logs` reads the pods' logs (timestamps=True) in bounded memory, merged by time (several pods'
+set aside one after the other, then merged); `logs -f` streams them as they
 grow: one pod in the caller's thread, several through reader threads and a bounded read-ahead
 (logs.ReadAhead). A stream goes on across what ends it while the job runs on: the kubelet ending
 it (a restart in place, its idle timeout) opens it again after the last line seen
@@ -10,18 +11,19 @@ on in the new pod. `exec` runs a command in the pod that holds a rank. The parsi
 
 from __future__ import annotations
 
+import itertools
 import math
 import threading
 import time
 from contextlib import closing
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from dtrain.backends.base import JobInfo, LogLine
 from dtrain.errors import BackendError, ConflictError, NotFoundError
 
 from .client import POD, Hangup
 from .logs import (LogSource, ReadAhead, SeenLines, check_pods_left, keep, log_sources, merge, next_attempt,
-                   parse_line)
+                   parse_line, set_aside)
 from .status import job_status, newest_pod, pod_index, procs_per_pod, stuck_reason
 
 if TYPE_CHECKING:
@@ -76,10 +78,12 @@ class PodVerbs:
         for source in sources:
             try:
                 raw = self._read_log(name, source, query)
+                if len(sources) > 1:  # read through now, one connection at a time, and merged from there
+                    raw = set_aside(raw)
             except PodStuck as err:
                 stuck.append(err)
                 continue
-            streams.append([x for x in (parse_line(r, source) for r in raw) if keep(x, rank, since)])
+            streams.append(_parsed(raw, source, rank, since))
         return _then_raise(merge(streams, tail), stuck[0] if stuck else None)
 
     def _sources(self, name: str, kind: str, obj: dict, rank: int | None) -> tuple[list[LogSource], list[dict]]:
@@ -91,14 +95,18 @@ class PodVerbs:
             check_pods_left(name, kind, obj, pods, rank)
         return sources, pods
 
-    def _read_log(self, name: str, source: LogSource, query: dict) -> list[str]:
+    def _read_log(self, name: str, source: LogSource, query: dict) -> Iterator[str]:
+        """A pod's log lines as they are read; the request is made (and refused) here, not at the
+        first line taken."""
+        lines = self.api.pod_log(self.namespace, source.pod, **query)
         try:
-            return list(self.api.pod_log(self.namespace, source.pod, **query))
+            first = next(lines, None)
         except BackendError as err:
             if "waiting to start" not in str(err):
                 raise
-        self._check_startable(name, source.pod)
-        return []  # a pod that is on its way has written nothing yet
+            self._check_startable(name, source.pod)
+            return iter(())  # a pod that is on its way has written nothing yet
+        return iter(()) if first is None else itertools.chain((first,), lines)
 
     def _check_startable(self, name: str, pod: str) -> None:
         """Raise when a pod's container cannot start without a change of the job (a wrong image, a
@@ -203,8 +211,8 @@ class PodVerbs:
         if tail is not None and "tail_lines" not in query:
             # One rank of a packed pod: count its lines so far and pass over all but the last `tail` of
             # them as the stream replays the log from its start (a log only grows, so they come first).
-            kept = [keep(parse_line(r, source), rank, since) for r in self._read_log(name, source, query)]
-            skip = max(0, sum(kept) - tail)
+            kept = sum(keep(parse_line(r, source), rank, since) for r in self._read_log(name, source, query))
+            skip = max(0, kept - tail)
         for raw in self._attempts(name, source, query, known):
             line = parse_line(raw, source)
             if not keep(line, rank, since):
@@ -269,7 +277,15 @@ def _log_query(sources: list[LogSource], rank: int | None, tail: int | None, sin
     return query
 
 
-def _then_raise(lines: list[LogLine], error: Exception | None) -> Iterator[LogLine]:
+def _parsed(raw: Iterable[str], source: LogSource, rank: int | None, since: float | None) -> Iterator[LogLine]:
+    """A pod's lines as records, those asked for (a function, so that each pod's keeps its source)."""
+    for r in raw:
+        line = parse_line(r, source)
+        if keep(line, rank, since):
+            yield line
+
+
+def _then_raise(lines: Iterable[LogLine], error: Exception | None) -> Iterator[LogLine]:
     """The lines, then the error: a pod that cannot start (one worker's image pull) is named after
     what the other pods wrote, instead of hiding it."""
     yield from lines
