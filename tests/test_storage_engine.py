@@ -395,8 +395,14 @@ def test_two_stores_racing_on_the_same_content_keep_one_copy(tmp_path):
 
     def capture(engine, src):
         with engine.pin():
-            packer_known = engine.packs.known  # both load the (empty) index before either stores
-            engine.packs.known = lambda: (gate.wait(), packer_known())[1]
+            packer_known = engine.packs.known
+
+            def known_then_wait():  # each loads the (empty) index, then waits until the other has too:
+                held = packer_known()  # loading after the wait let one capture store everything
+                gate.wait()  # before the other thread got to read the index (under load)
+                return held
+
+            engine.packs.known = known_then_wait
             manifest, stats = engine.capture(src)
             manifest_id = uuid.uuid4().hex
             engine.commit(manifest_id, manifest)
