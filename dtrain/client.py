@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, JobStatus, LogLine, NodeInfo, Progress, ProjectInfo,
-                                  SnapshotInfo, TimeoutError_, VolumeInfo)
+from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, JobStatus, LogLine, NodeInfo, Progress,
+                                  ProjectInfo, SnapshotInfo, TimeoutError_, VolumeInfo)
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec, check_name, notebook_spec

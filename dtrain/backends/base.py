@@ -229,9 +229,10 @@ class Backend(abc.ABC):
       doing nothing, and `_page` (a page of the job list) to filtering `_list`.
     * Every hook returns the typed, frozen records of this module, never a dict: :class:`JobInfo`,
       :class:`JobPage`, :class:`LogLine`, :class:`NodeInfo`, :class:`ProjectInfo`,
-      :class:`VolumeInfo`, :class:`SnapshotInfo`, :class:`FreedInfo`. Times are unix seconds (float) everywhere;
-      sizes are bytes (int) next to the Kubernetes quantity the user typed. What only one backend
-      knows goes in `extra` (a dict of plain values), printed by `describe` and `--json` as is.
+      :class:`VolumeInfo`, :class:`SnapshotInfo`, :class:`FreedInfo`. Times are unix seconds
+      (float) everywhere; sizes are bytes (int) next to the Kubernetes quantity the user typed.
+      What only one backend knows goes in `extra` (a dict of plain values), printed by
+      `describe` and `--json` as is.
     * Errors are :mod:`dtrain.errors` classes: NotFoundError for an unknown name, ConflictError
       for a clash, SpecError for a bad argument, BackendError for a refusing remote API. Each
       message names the bad value and how to fix it.

@@ -39,7 +39,7 @@ _TORCHRUN_TAG = re.compile(r"^\[(\d+)\]:(.*)$")
 # writes '\r' and no '\n' for a whole run, one line of many MB; `logs -f` of several pods holds up to
 # its read-ahead (1000) of lines, so this bounds that to 64 MB.
 MAX_LINE = 1 << 16
-SPOOL = 8 << 20  # bytes of a pod's log `logs` sets aside in memory (several pods', to merge them); more go to a file
+SPOOL = 8 << 20  # bytes of a pod's log that `logs` of several pods holds in memory to merge them; the rest: a file
 
 
 class LogLines:
