@@ -290,3 +290,52 @@ def test_bad_input_fails_before_any_call(stubbed, tmp_path):
         be.submit(spec("x", sm=dict(channels=("d=efs://fs-0123456789abcdef0/x",))))
     with pytest.raises(DtrainError, match="sagemaker backend does not support volumes and snapshots"):
         be.list_volumes()
+
+
+class CountingLogs:
+    """The CloudWatch Logs client, with its GetLogEvents calls counted (a seam: the backend takes
+    its clients through the constructor)."""
+
+    def __init__(self, logs):
+        self._logs = logs
+        self.gets = 0
+
+    def get_log_events(self, **kw):
+        self.gets += 1
+        return self._logs.get_log_events(**kw)
+
+    def __getattr__(self, name):
+        return getattr(self._logs, name)
+
+
+def test_logs_are_read_a_page_at_a_time_as_they_are_printed(clients):
+    """`dtrain logs` read every page of every host's stream (10,000 events a page) before the first
+    line, holding a long job's whole log; now each host is read a page ahead of the merge."""
+    name, per_host = "moto-pages", 25_000
+    be_spec = spec(name, processes=2, launcher="torchrun")
+    clients.sagemaker.create_training_job(**__import__("dtrain.backends.sagemaker.render", fromlist=["x"])
+                                         .training_job_request(be_spec, CFG))
+    group = "/aws/sagemaker/TrainingJobs"
+    try:
+        clients.logs.create_log_group(logGroupName=group)
+    except clients.logs.exceptions.ResourceAlreadyExistsException:
+        pass
+    t = int(time.time() * 1000) - 3_600_000
+    for host in (1, 2):
+        stream = f"{name}/algo-{host}-1767225600"
+        clients.logs.create_log_stream(logGroupName=group, logStreamName=stream)
+        for start in range(0, per_host, 10_000):
+            clients.logs.put_log_events(logGroupName=group, logStreamName=stream, logEvents=[
+                {"timestamp": t + 2 * i + host, "message": f"host {host} line {i}"}
+                for i in range(start, min(per_host, start + 10_000))])
+    counting = CountingLogs(clients.logs)
+    be = SageMakerBackend(CFG, clients=Clients(clients.sagemaker, clients.s3, counting))
+    lines = be.logs(name)
+    assert next(lines).text == "host 1 line 0"
+    assert counting.gets == 2  # a page of each host, not all five of them
+    rest = [(ln.rank, ln.text) for ln in lines]
+    assert len(rest) == 2 * per_host - 1
+    assert rest[:3] == [(1, "host 2 line 0"), (0, "host 1 line 1"), (1, "host 2 line 1")]
+    assert rest[-1] == (1, f"host 2 line {per_host - 1}")
+    assert [ln.text for ln in be.logs(name, tail=2)] == [f"host 1 line {per_host - 1}", f"host 2 line {per_host - 1}"]
+    assert list(be.logs(name, tail=0)) == []

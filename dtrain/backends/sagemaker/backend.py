@@ -313,15 +313,11 @@ class SageMakerBackend(Backend):
             if rank is not None and not picked and not follow and rank not in found:
                 hosts = ", ".join(str(r) for r in sorted(found)) or "none yet"
                 raise NotFoundError(f"job {name!r} has no host for --rank {rank} (ranks with logs: {hosts})")
-            batches: dict[int, list[dict]] = {}
-            for r, names in picked.items():
-                batches[r] = []
-                for stream in names:
-                    events, tokens[stream] = cwlogs.read_stream(clients.logs, stream, since=since,
-                                                                token=tokens.get(stream))
-                    batches[r] += events
-            yield from cwlogs.merged(batches, tail=tail)
-            new = any(batches.values())
+            read: list[int] = []  # a mark per line read (before any --tail cut): was there anything new
+            hosts = [_marked(cwlogs.host_lines(clients.logs, r, names, since=since, tokens=tokens), read)
+                     for r, names in sorted(picked.items())]
+            yield from cwlogs.merged(hosts, tail=tail)
+            new = bool(read)
             if not follow or ended and not new:
                 if follow and not logged:
                     self._no_lines(clients, name)
@@ -404,3 +400,10 @@ class SageMakerBackend(Backend):
 
     _create_volume = _list_volumes = _get_volume = _delete_volume = _no_storage
     _create_snapshot = _list_snapshots = _get_snapshot = _restore_snapshot = _delete_snapshot = _no_storage
+
+
+def _marked(lines: Iterator[LogLine], read: list[int]) -> Iterator[LogLine]:
+    for line in lines:
+        if not read:
+            read.append(1)
+        yield line

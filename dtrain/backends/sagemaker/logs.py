@@ -11,7 +11,9 @@ starts: until then CloudWatch answers ResourceNotFoundException, which here mean
 
 from __future__ import annotations
 
+import heapq
 import re
+from collections import deque
 from dataclasses import dataclass
 from typing import Iterator
 
@@ -37,11 +39,6 @@ def host_index(stream: str) -> int | None:
     """'cifar/algo-2-1700000000' -> 1 (the rank dtrain shows)."""
     m = _HOST.search(stream)
     return int(m.group(1)) - 1 if m else None
-
-
-def to_lines(events: list[dict], rank: int) -> list[LogLine]:
-    return [LogLine(rank=rank, time=e["timestamp"] / 1000.0, text=e.get("message", "").rstrip("\n"))
-            for e in events]
 
 
 def _call(what: str, fn, **kw) -> dict | None:
@@ -80,28 +77,36 @@ def _started(stream: str) -> tuple[int, str]:
     return (int(tail) if tail.isdigit() else 0, stream)
 
 
-def read_stream(logs, stream: str, *, since: float | None, token: str | None = None) -> tuple[list[dict], str | None]:
-    """Every event after `token` (oldest first) and the token to continue from."""
-    out: list[dict] = []
+def read_stream(logs, stream: str, *, since: float | None, tokens: dict[str, str | None]) -> Iterator[dict]:
+    """The events after `tokens[stream]` (oldest first), a page at a time as they are taken;
+    `tokens[stream]` moves on with each page read, to where the next read goes on."""
     kw: dict = {"logGroupName": GROUP, "logStreamName": stream, "startFromHead": True}
     if since is not None:
         kw["startTime"] = int(since * 1000)
     for _ in range(MAX_PAGES):
+        token = tokens.get(stream)
         if token:
             kw["nextToken"] = token
         page = _call(f"CloudWatch Logs GetLogEvents of {stream}", logs.get_log_events, **kw)
         if page is None:  # the group or stream went away between listing and reading
-            return out, token
-        out += page.get("events", [])
+            return
         nxt = page.get("nextForwardToken")
+        tokens[stream] = nxt or token
+        yield from page.get("events", [])
         if not nxt or nxt == token:  # the same token back means the end of the stream
-            return out, nxt or token
-        token = nxt
-    return out, token
+            return
 
 
-def merged(batches: dict[int, list[dict]], *, tail: int | None) -> Iterator[LogLine]:
-    """Lines of several hosts in time order; the last `tail` of them when asked."""
-    lines = sorted((ln for rank, evs in batches.items() for ln in to_lines(evs, rank)),
-                   key=lambda ln: (ln.time, ln.rank))
-    return iter(lines[-tail:] if tail else lines)
+def host_lines(logs, rank: int, names: list[str], *, since: float | None,
+               tokens: dict[str, str | None]) -> Iterator[LogLine]:
+    """One host's lines, its streams one after the other (a container's start after the last's)."""
+    for stream in names:
+        for e in read_stream(logs, stream, since=since, tokens=tokens):
+            yield LogLine(rank=rank, time=e["timestamp"] / 1000.0, text=e.get("message", "").rstrip("\n"))
+
+
+def merged(hosts: list[Iterator[LogLine]], *, tail: int | None) -> Iterator[LogLine]:
+    """Lines of several hosts in time order, read a page at a time from each as the merge needs
+    them; the last `tail` of them when asked (only those held)."""
+    lines = heapq.merge(*hosts, key=lambda ln: (ln.time, ln.rank))
+    return lines if tail is None else iter(deque(lines, maxlen=tail))
