@@ -13,9 +13,7 @@ ratio; the two sides must answer the same.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -26,24 +24,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import ab  # noqa: E402
 import httpx  # noqa: E402
-from server import store_jobs  # noqa: E402
+from server import start_server, store_jobs  # noqa: E402
 
 QUERIES = {  # what is timed: (path, query)
     "a page": ("/api/v1/jobs", {"limit": 25, "offset": 0}),
     "a page, status=Succeeded": ("/api/v1/jobs", {"limit": 25, "offset": 0, "status": "Succeeded"}),
     "one job": ("/api/v1/jobs/stored-00000", {}),
 }
-
-
-def start(tree: Path, home: Path, work: Path) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "DTRAIN_HOME": str(home), "PYTHONPATH": str(tree.resolve())}
-    proc = subprocess.Popen([sys.executable, "-m", "dtrain.cli.main", "server", "--port", "0"], env=env, cwd=work,
-                            stdout=subprocess.PIPE, text=True)
-    line = proc.stdout.readline()
-    if not line.startswith("dtrain server: http://"):
-        proc.kill()
-        raise SystemExit(f"the server from {tree} did not start: {line!r}")
-    return proc, line.split()[2].rstrip("/")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         home.mkdir()
         work.mkdir()
         store_jobs(home, args.jobs)
-        servers = {side: start(getattr(args, side), home, work) for side in ("old", "new")}
+        servers = {side: start_server(home, work, getattr(args, side)) for side in ("old", "new")}
         try:
             http = {side: httpx.Client(base_url=url, timeout=120) for side, (_, url) in servers.items()}
             for side in http:  # a server's first request builds FastAPI's route models: untimed

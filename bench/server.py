@@ -37,14 +37,15 @@ from dtrain.backends.local.store import JobStore  # noqa: E402
 from dtrain.spec import JobSpec  # noqa: E402
 
 
-def start_server(home: Path, work: Path) -> tuple[subprocess.Popen, str]:
-    env = {**os.environ, "DTRAIN_HOME": str(home), "PYTHONPATH": str(REPO)}
+def start_server(home: Path, work: Path, tree: Path = REPO) -> tuple[subprocess.Popen, str]:
+    """A `dtrain server` on a free port, run from the checkout `tree`; its process and URL."""
+    env = {**os.environ, "DTRAIN_HOME": str(home), "PYTHONPATH": str(tree.resolve())}
     proc = subprocess.Popen([sys.executable, "-m", "dtrain.cli.main", "server", "--port", "0"], env=env, cwd=work,
                             stdout=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
     if not line.startswith("dtrain server: http://"):
         proc.kill()
-        raise SystemExit(f"the server did not start: {line!r}")
+        raise SystemExit(f"the server from {tree} did not start: {line!r}")
     return proc, line.split()[2].rstrip("/")
 
 

@@ -97,16 +97,23 @@ def test_submit_uploads_code_and_creates_the_job(clients, code):
     assert clients.s3.get_object(Bucket=CFG.bucket, Key="dtrain/moto-submit/dtrain-spec.json")["Body"].read() == before
 
 
-def test_logs_one_stream_per_host(clients):
-    be = SageMakerBackend(CFG, clients=clients)
-    be_spec = spec("moto-logs", processes=3, launcher="torchrun")  # three hosts; two of them have logged
-    clients.sagemaker.create_training_job(**__import__("dtrain.backends.sagemaker.render", fromlist=["x"])
-                                         .training_job_request(be_spec, CFG))
+def _job_with_a_log_group(clients, name: str, hosts: int) -> str:
+    """A training job of `hosts` hosts created on moto, and SageMaker's log group; the group's name."""
+    from dtrain.backends.sagemaker.render import training_job_request
+
+    clients.sagemaker.create_training_job(**training_job_request(spec(name, processes=hosts, launcher="torchrun"),
+                                                                 CFG))
     group = "/aws/sagemaker/TrainingJobs"
     try:
         clients.logs.create_log_group(logGroupName=group)
     except clients.logs.exceptions.ResourceAlreadyExistsException:
         pass
+    return group
+
+
+def test_logs_one_stream_per_host(clients):
+    be = SageMakerBackend(CFG, clients=clients)
+    group = _job_with_a_log_group(clients, "moto-logs", 3)  # three hosts; two of them have logged
     t = int(time.time() * 1000) - 60_000  # CloudWatch (and moto) drop events older than 14 days
     for host, lines in ((1, ["a1", "a2"]), (2, ["b1"])):
         stream = f"moto-logs/algo-{host}-1767225600"
@@ -312,14 +319,7 @@ def test_logs_are_read_a_page_at_a_time_as_they_are_printed(clients):
     """`dtrain logs` read every page of every host's stream (10,000 events a page) before the first
     line, holding a long job's whole log; now each host is read a page ahead of the merge."""
     name, per_host = "moto-pages", 25_000
-    be_spec = spec(name, processes=2, launcher="torchrun")
-    clients.sagemaker.create_training_job(**__import__("dtrain.backends.sagemaker.render", fromlist=["x"])
-                                         .training_job_request(be_spec, CFG))
-    group = "/aws/sagemaker/TrainingJobs"
-    try:
-        clients.logs.create_log_group(logGroupName=group)
-    except clients.logs.exceptions.ResourceAlreadyExistsException:
-        pass
+    group = _job_with_a_log_group(clients, name, 2)
     t = int(time.time() * 1000) - 3_600_000
     for host in (1, 2):
         stream = f"{name}/algo-{host}-1767225600"
