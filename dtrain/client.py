@@ -89,12 +89,6 @@ class Client:
         """A page of the jobs of `project` (None: every project) in `status` (None: all but
         Deleted), newest first: `offset` skipped, at most `limit` (1 to 1000; None: the rest),
         with `total`, how many matched (the dashboard's Jobs table)."""
-        if isinstance(status, str) and not isinstance(status, JobStatus):
-            try:
-                status = JobStatus(status)
-            except ValueError:
-                raise SpecError(f"invalid status {status!r}: use one of "
-                                f"{', '.join(s.value for s in JobStatus)}") from None
         backend = self.backend(project=project)
         if self.config.deleted_job_ttl_seconds() is not None:
             self._forget_expired(backend, backend.page(project=project, status=JobStatus.DELETED).jobs)

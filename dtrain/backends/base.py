@@ -254,15 +254,19 @@ class Backend(abc.ABC):
         jobs = self._list()
         return [j for j in jobs if project is None or j.spec.project == project]
 
-    def page(self, *, project: str | None = None, status: JobStatus | None = None, limit: int | None = None,
-             offset: int = 0) -> JobPage:
+    def page(self, *, project: str | None = None, status: JobStatus | str | None = None,
+             limit: int | None = None, offset: int = 0) -> JobPage:
         """The jobs of `project` (None: every project) in `status` (None: every status but Deleted),
         newest first (by creation time, then name, so that pages never overlap while nothing is
         submitted), `offset` of them skipped and at most `limit` kept (None: the rest); `total`
         counts them all. The default filters `_list`; a backend that can page at its source (the
         local one's SQL) implements `_page` and builds only the page's records."""
         if status is not None and not isinstance(status, JobStatus):
-            raise SpecError(f"invalid status {shown(status)}: use one of {', '.join(s.value for s in JobStatus)}")
+            try:
+                status = JobStatus(status)  # the word, as the HTTP API gives it
+            except ValueError:
+                raise SpecError(f"invalid status {shown(status)}: use one of "
+                                f"{', '.join(s.value for s in JobStatus)}") from None
         if limit is not None and (not _whole(limit) or not 1 <= limit <= MAX_PAGE):
             raise SpecError(f"invalid limit {shown(limit)}: use a number of jobs from 1 to {MAX_PAGE}, e.g. 20")
         if not _whole(offset) or not 0 <= offset <= MAX_OFFSET:

@@ -440,35 +440,18 @@ class KubeApi:
         timeout = (min(CONNECT_TIMEOUT, self.timeout), None if follow else self.timeout)
         resp = self.raw(what, self.core.read_namespaced_pod_log, pod, namespace, follow=follow,
                         _request_timeout=timeout, access=f"get pods/log -n {namespace}", **query)
-        lines = LogLines(stamped=bool(query.get("timestamps")))
-        if not follow:  # read as it comes, a chunk at a time: a long training's log never whole in memory
-            chunks, ended = resp.stream(LOG_CHUNK), False
-            try:
-                while True:
-                    with self.answering(what):
-                        chunk = next(chunks, None)
-                    if chunk is None:
-                        break
-                    for line in lines.feed(chunk):
-                        yield line.decode("utf-8", errors="replace")
-                for line in lines.end():
-                    yield line.decode("utf-8", errors="replace")
-                ended = True
-            finally:
-                if ended:
-                    resp.release_conn()
-                else:  # left part-read: the connection goes, its unread rest with it
-                    resp.close()
-            return
         import urllib3
 
+        lines = LogLines(stamped=bool(query.get("timestamps")))
         if hangup is not None and not hangup.opened(resp):
             resp.close()
             return
+        # Followed, the API server streams chunks as the container writes; else the log is read 64 KiB
+        # at a time, never whole in memory. Either way the chunks are split into lines.
+        chunks = resp.stream(amt=None, decode_content=False) if follow else resp.stream(LOG_CHUNK)
         ended = False
         try:
-            # The API server streams chunks as the container writes; split them into lines.
-            for chunk in resp.stream(amt=None, decode_content=False):
+            for chunk in chunks:
                 for line in lines.feed(chunk):
                     yield line.decode("utf-8", errors="replace")
             if hangup is not None and hangup.done:
@@ -479,6 +462,8 @@ class KubeApi:
         except urllib3.exceptions.HTTPError as err:
             if hangup is not None and hangup.done:
                 return  # the shut-down socket broke the read off
+            if not follow:
+                raise self.unreachable(what, err) from None
             cause = " ".join(str(getattr(err, "reason", None) or err).split())
             raise BackendError(f"the log stream of pod {pod!r} from {self.host} broke off ({cause}): "
                                f"follow the logs again to go on") from None

@@ -258,7 +258,7 @@ class LocalBackend(Backend):
             self._reconcile(row)
         total, rows = self.store.page(project=project, status=None if status is None else status.value,
                                       limit=limit, offset=offset)
-        return JobPage(total=total, jobs=tuple(self._info(self._reconcile(row)) for row in rows))
+        return JobPage(total=total, jobs=tuple(self._info(row) for row in rows))  # read after the reconciling
 
     def _reconcile(self, row):
         """A job whose supervisor died while nobody watched is relaunched (restarts left) or Failed, never Running.
@@ -376,20 +376,15 @@ class LocalBackend(Backend):
         # the last `tail` lines of the job are among the last `tail` of each rank
         yield from files.read() if tail is None else deque(files.read(last=tail), maxlen=tail)
         while follow:
-            done = self._get(name).status.stopped and not self._stopping(name)
+            # Ended once nothing runs and its supervisor has exited: a suspended job is recorded
+            # Suspended before its supervisor is signalled, and its ranks' checkpoint lines come after.
+            row = self._reconcile(self.store.job(name))
+            sup = _supervisor(row)
+            done = JobStatus(row["status"]).stopped and (sup is None or not sup.alive())
             yield from files.read()
             if done:
                 return
             time.sleep(0.2)
-
-    def _stopping(self, name: str) -> bool:
-        """Whether the job's supervisor still runs: a suspended job's is recorded Suspended before it
-        is signalled, and its ranks write their checkpoint lines after that."""
-        from dtrain.backends.local.ranks import is_claim, parse_ident
-
-        row = self.store.job(name)
-        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
-        return sup is not None and not is_claim(row["supervisor_start"]) and sup.alive()
 
     # ---- delete and nodes -----------------------------------------------------------------
     def _delete(self, name: str) -> JobInfo:
@@ -453,12 +448,10 @@ class LocalBackend(Backend):
         """Stop what runs of a job whose new status (Deleted, Suspended) is recorded: SIGTERM to its
         supervisor, which passes it on (the workloads checkpoint and exit), SIGKILL after the grace
         period, then whatever rank is left. `row` is the job as it was before."""
-        from dtrain.backends.local.ranks import is_claim, kill_ranks, parse_ident
+        from dtrain.backends.local.ranks import kill_ranks
         from dtrain.procs import signal_process
 
-        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
-        if is_claim(row["supervisor_start"]):  # a command relaunching it, not a supervisor: its relaunch is refused
-            sup = None
+        sup = _supervisor(row)
         if signal_process(sup, signal.SIGTERM) and not _exited(sup):
             signal_process(sup, signal.SIGKILL)
         kill_ranks(self.home / "jobs" / name)
@@ -692,6 +685,16 @@ def _limits_note(spec: JobSpec) -> str | None:
     if found.enforced:
         return f"{asked} per process, enforced ({found.detail})"
     return f"{asked} per process, {found.detail}"
+
+
+def _supervisor(row):
+    """The Ident of the supervisor a job's row records, or None: none recorded, or a claim (a
+    command relaunching the job, whose relaunch is refused once the job has moved on)."""
+    from dtrain.backends.local.ranks import is_claim, parse_ident
+
+    if is_claim(row["supervisor_start"]):
+        return None
+    return parse_ident(row["supervisor_pid"], row["supervisor_start"])
 
 
 def _exited(sup) -> bool:

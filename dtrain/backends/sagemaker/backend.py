@@ -403,6 +403,7 @@ class SageMakerBackend(Backend):
 
 
 def _marked(lines: Iterator[LogLine], read: list[int]) -> Iterator[LogLine]:
+    """`lines`, marking `read` once the first is taken (a --tail cut may drop it from the output)."""
     for line in lines:
         if not read:
             read.append(1)
