@@ -147,12 +147,15 @@ def test_a_reader_that_stops_following_several_pods_stops_their_streams(backend,
             cluster.append_log(namespace, pod, "another step")
 
     cluster.on_follow_idle = training
+    before = set(threading.enumerate())  # an earlier test's readers of pods of these names may still run
     lines = backend.logs("train", follow=True)
     assert next(lines).text.startswith("first line of")
+    # Both readers are running now: each waits in its stream for the pod's next line, which comes only
+    # after `left`. (Looked for after `left` is set, a reader may already have ended, as it should.)
+    readers = [t for t in threading.enumerate() if t.name in {f"logs-{pod}" for pod in pods} and t not in before]
+    assert len(readers) == 2
     lines.close()
     left.set()
-    readers = [t for t in threading.enumerate() if t.name in {f"logs-{pod}" for pod in pods}]
-    assert len(readers) == 2
     try:
         for reader in readers:
             reader.join(20)
