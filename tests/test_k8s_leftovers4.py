@@ -213,3 +213,44 @@ def test_following_a_replica_made_again_under_its_name_shows_each_line_once(make
     cluster.on_follow_idle = training
     got = [x.text for x in backend.logs("train", follow=True)]
     assert sorted(got) == ["master try 1", "worker try 1", "worker try 2"] and len(set(uids)) == 2
+
+
+# ------------------------------------------------------------------------- a long line of a packed pod
+
+
+def test_log_lines_repeat_a_packed_lines_rank_tag_in_every_piece():
+    """The pieces after the first of a long line lost the line's rank tag, so they were given to
+    the pod's first rank. Each repeats the tag (MPI's with the space parse_line takes off: a piece
+    that starts with a space keeps it); a pod that is not packed has nothing repeated."""
+    for tags, tag, repeated in (("torchrun", b"[3]:", b"[3]:"), ("mpi", b"[1,2]<stderr>:", b"[1,2]<stderr>: "),
+                                ("mpi", b"[1,2]<stdout>: ", b"[1,2]<stdout>: ")):
+        body = b"x" * (MAX_LINE - len(STAMP) - len(tag)) + b" y" + b"z" * MAX_LINE  # the 2nd piece: " y..."
+        source = logs.LogSource(pod="p", first_rank=0, tags=tags)
+        pieces = logs.LogLines(stamped=True, tags=tags).feed(STAMP + tag + body + b"\n" + STAMP + b"after\n")
+        assert len(pieces) > 3 and all(p.startswith(STAMP + repeated) for p in pieces[1:-1]), tags
+        lines = [logs.parse_line(p.decode(), source) for p in pieces]
+        assert {x.rank for x in lines[:-1]} == {2 if tags == "mpi" else 3} and lines[-1].rank == 0
+        assert pieces[1] == STAMP + repeated + b" y" + b"z" * (MAX_LINE - 2)
+        assert "".join(x.text for x in lines[:-1]) == body.decode()
+    plain = logs.LogLines(stamped=True).feed(STAMP + b"[3]:" + body + b"\n")
+    assert all(p.startswith(STAMP) and not p[len(STAMP):].startswith(b"[3]:") for p in plain[1:])
+
+
+def test_a_packed_ranks_long_line_stays_with_its_rank(make_backend, cluster):
+    """`dtrain logs --rank 1` of a pod running ranks 0 and 1: rank 1's 200 kB line came back as its
+    first 64 KiB; the rest went to rank 0."""
+    from test_k8s_backend import IMAGE
+
+    from dtrain.backends.kubernetes.config import KubernetesConfig
+
+    backend = make_backend(KubernetesConfig(project="lanes", image=IMAGE, gpus_per_node=2))
+    backend.submit(spec(launcher="torchrun", processes=2, gpu=1))  # one pod runs ranks 0 and 1
+    [pod] = [p["metadata"]["name"] for p in cluster.run_pods(NS, "train")]
+    long = "é" * 100_000
+    cluster.append_log(NS, pod, "[0]:rank 0 starts")
+    cluster.append_log(NS, pod, f"[1]:{long}")
+    cluster.append_log(NS, pod, "[0]:rank 0 ends")
+    cluster.set_pod_phase(NS, pod, "Succeeded", exit_code=0)
+    for follow in (False, True):
+        assert "".join(x.text for x in backend.logs("train", rank=1, follow=follow)) == long
+        assert [x.text for x in backend.logs("train", rank=0, follow=follow)] == ["rank 0 starts", "rank 0 ends"]

@@ -431,9 +431,10 @@ class KubeApi:
                             f"that the cluster is up and that a proxy between lets websockets through")
 
     def pod_log(self, namespace: str, pod: str, *, follow: bool = False, hangup: Hangup | None = None,
-                **query: Any) -> Iterator[str]:
+                tags: str | None = None, **query: Any) -> Iterator[str]:
         """Lines of one pod's log ('<RFC 3339 time> <text>' with timestamps=True), a line longer than
-        MAX_LINE bytes in pieces (LogLines). A stream that follows ends quietly once `hangup` hangs
+        MAX_LINE bytes in pieces (LogLines; `tags`: the rank tags of a packed pod's lines, which each
+        piece repeats). A stream that follows ends quietly once `hangup` hangs
         up; one left unfinished closes its connection."""
         what = f"read the log of pod {pod!r}"
         # A stream that follows may stay silent for hours while the job computes: no read timeout.
@@ -442,7 +443,7 @@ class KubeApi:
                         _request_timeout=timeout, access=f"get pods/log -n {namespace}", **query)
         import urllib3
 
-        lines = LogLines(stamped=bool(query.get("timestamps")))
+        lines = LogLines(stamped=bool(query.get("timestamps")), tags=tags)
         if hangup is not None and not hangup.opened(resp):
             resp.close()
             return

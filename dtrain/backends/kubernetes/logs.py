@@ -42,16 +42,26 @@ MAX_LINE = 1 << 16
 SPOOL = 8 << 20  # bytes of a pod's log that `logs` of several pods holds in memory to merge them; the rest: a file
 
 
+# The rank tag of a packed pod's line (LogSource.tags) as it starts the line's bytes, and what a later
+# piece of a cut line repeats of it: MPI's with the one space that parse_line takes off after it, so
+# that a piece that starts with a space keeps it.
+_PIECE_TAGS = {"torchrun": (re.compile(rb"\[\d+\]:"), b""),
+               "mpi": (re.compile(rb"\[\d+,\d+\]<(?:stdout|stderr)>:"), b" ")}
+
+
 class LogLines:
     """A pod log's bytes, as they arrive, cut into its lines (a newline ends one; a carriage return
     does not: the kubelet splits only at newlines). A line longer than `limit` bytes comes in pieces, so what is held
     stays under `limit` plus a chunk: each piece ends after the last carriage return in it (a progress bar's
     update stays whole) or else at a UTF-8 character's start (no byte is lost to decoding). With
     `stamped` (timestamps=True), each later piece repeats its line's time prefix, so it keeps its
-    place when lines are sorted by time and a stream opened again cuts and skips it the same way."""
+    place when lines are sorted by time and a stream opened again cuts and skips it the same way;
+    with `tags` (a packed pod's, LogSource.tags), it repeats the line's rank tag too, so that it is
+    given to the rank that wrote it, not to the pod's first."""
 
-    def __init__(self, *, stamped: bool, limit: int = MAX_LINE) -> None:
+    def __init__(self, *, stamped: bool, tags: str | None = None, limit: int = MAX_LINE) -> None:
         self.stamped = stamped
+        self.tag = _PIECE_TAGS[tags] if tags is not None else None
         self.limit = limit
         self._buffer = b""
         self._cutting = False  # the line now read was cut: what is left of it is a later piece
@@ -69,14 +79,27 @@ class LogLines:
                 cut = _cut(buffer, start, start + self.limit)
                 piece = buffer[start:cut]
                 out.append(self._prefix + piece)
-                if self.stamped and not self._cutting:
-                    stamp, space, _ = piece.partition(b" ")
-                    self._prefix = stamp + space if space and stamp[:1].isdigit() else b""
+                if not self._cutting:
+                    self._prefix = self._repeated(piece)
                 start, self._cutting = cut, True
             else:
                 break
         self._buffer = buffer[start:]
         return out
+
+    def _repeated(self, first: bytes) -> bytes:
+        """What each later piece of the line whose first piece this is starts with."""
+        prefix, rest = b"", first
+        if self.stamped:
+            stamp, space, after = first.partition(b" ")
+            if space and stamp[:1].isdigit():
+                prefix, rest = stamp + space, after
+        if self.tag is not None:
+            pattern, then = self.tag
+            m = pattern.match(rest)
+            if m:
+                prefix += m.group(0) + then
+        return prefix
 
     def end(self) -> list[bytes]:
         """The last line, which the stream ended without a newline."""

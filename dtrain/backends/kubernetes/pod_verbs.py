@@ -98,7 +98,7 @@ class PodVerbs:
     def _read_log(self, name: str, source: LogSource, query: dict) -> Iterator[str]:
         """A pod's log lines as they are read; the request is made (and refused) here, not at the
         first line taken."""
-        lines = self.api.pod_log(self.namespace, source.pod, **query)
+        lines = self.api.pod_log(self.namespace, source.pod, tags=source.tags, **query)
         try:
             first = next(lines, None)
         except BackendError as err:
@@ -124,7 +124,8 @@ class PodVerbs:
         seen = SeenLines()
         while True:
             try:
-                for raw in self.api.pod_log(self.namespace, source.pod, follow=True, hangup=hangup, **query):
+                for raw in self.api.pod_log(self.namespace, source.pod, follow=True, hangup=hangup, tags=source.tags,
+                                            **query):
                     if seen.new(raw):
                         yield raw
             except BackendError as err:
