@@ -1,4 +1,4 @@
-"""The dashboard's Jobs page request, old code against new, on one home with many stored jobs.
+"""The dashboard's Jobs page request and others, old code against new, on one home of many jobs.
 
     git worktree add /tmp/old <commit before>
     .venv/bin/python bench/page_ab.py --old /tmp/old --new . --jobs 1000 --repeats 40
@@ -6,8 +6,8 @@
 Stores --jobs finished jobs (as bench/server.py does: into the local job table directly), starts
 one real `dtrain server` from each checkout over that same home, and times, taking turns between
 the two, the request the dashboard's Jobs table makes every 2 s (`GET /api/v1/jobs?limit=25&offset=0`),
-the same page filtered by a status, and one job's record. Reports each side's median and the
-ratio; the two sides must answer the same.
+the same page filtered by a status, one job's record and a Prometheus scrape (`/metrics`). Reports
+each side's median and the ratio; the two sides must answer the same.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ QUERIES = {  # what is timed: (path, query)
     "a page": ("/api/v1/jobs", {"limit": 25, "offset": 0}),
     "a page, status=Succeeded": ("/api/v1/jobs", {"limit": 25, "offset": 0, "status": "Succeeded"}),
     "one job": ("/api/v1/jobs/stored-00000", {}),
+    "a Prometheus scrape": ("/metrics", {}),
 }
 
 
@@ -58,7 +59,8 @@ def main(argv: list[str] | None = None) -> int:
                         r = http[side].get(path, params=query)
                         wall[side].append(time.perf_counter() - t0)
                         assert r.status_code == 200, r.text
-                        bodies[side] = (r.json(), r.headers.get("x-total-count"))
+                        body = r.json() if r.headers["content-type"].startswith("application/json") else r.text
+                        bodies[side] = (body, r.headers.get("x-total-count"))
                 assert bodies["old"] == bodies["new"], "the two sides answered differently"
                 shown = f"{path}?{urlencode(query)}" if query else path
                 print(f"GET {shown} ({args.jobs} jobs stored):")

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, JobStatus, LogLine, NodeInfo, Progress,
-                                  ProjectInfo, SnapshotInfo, TimeoutError_, VolumeInfo)
+from dtrain.backends.base import (Backend, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, LogLine, NodeInfo,
+                                  Progress, ProjectInfo, SnapshotInfo, TimeoutError_, VolumeInfo)
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec, check_name, notebook_spec
@@ -89,10 +89,21 @@ class Client:
         """A page of the jobs of `project` (None: every project) in `status` (None: all but
         Deleted), newest first: `offset` skipped, at most `limit` (1 to 1000; None: the rest),
         with `total`, how many matched (the dashboard's Jobs table)."""
+        backend = self._expired_forgotten(project)
+        return backend.page(project=project, status=status, limit=limit, offset=offset)
+
+    def count(self, *, project: str | None = None) -> list[JobCount]:
+        """How many jobs of `project` (None: every project) are in each status, by project then
+        status (Prometheus' dtrain_jobs): counted where the jobs are kept, none of them read whole."""
+        return self._expired_forgotten(project).count(project=project)
+
+    def _expired_forgotten(self, project: str | None) -> Backend:
+        """The backend, once the Deleted jobs past `deleted_job_ttl` are forgotten (read through a
+        page of the Deleted ones: the others are not read)."""
         backend = self.backend(project=project)
         if self.config.deleted_job_ttl_seconds() is not None:
             self._forget_expired(backend, backend.page(project=project, status=JobStatus.DELETED).jobs)
-        return backend.page(project=project, status=status, limit=limit, offset=offset)
+        return backend
 
     def _forget_expired(self, backend: Backend, jobs) -> set[str]:
         """Config `deleted_job_ttl`: deleted jobs are forgotten after a while; the names forgotten."""

@@ -120,3 +120,50 @@ def test_expired_deleted_jobs_are_forgotten_before_a_page_is_counted(client, hom
     page = Client(home=home).page(status="Deleted", limit=2)
     assert page.total == 4 and [j.name for j in page.jobs] == ["j27", "j21"]
     assert "j03" not in [j.name for j in Client(home=home).list()]
+
+
+# ------------------------------------------------------------------------- count (Prometheus' dtrain_jobs)
+
+
+def test_the_local_sql_counts_are_those_of_the_list(client):
+    backend = client.backend()
+    for project in (None, "default", "team-a", "nobody"):
+        sql = backend.count(project=project)
+        plain = sorted(Backend._count(backend, project=project), key=lambda c: (c.project, c.status.value))
+        assert sql == plain, project
+    every = {(c.project, c.status): c.jobs for c in client.count()}
+    assert every == {("default", JobStatus.SUCCEEDED): 5, ("default", JobStatus.DELETED): 5,  # Deleted too
+                     ("team-a", JobStatus.FAILED): 5, ("team-a", JobStatus.PENDING): 5,
+                     ("team-b", JobStatus.RUNNING): 5, ("team-b", JobStatus.SUSPENDED): 5}
+    assert [(c.project, c.status.value, c.jobs) for c in client.count(project="team-b")] == [
+        ("team-b", "Running", 5), ("team-b", "Suspended", 5)]  # by project, then status
+    assert client.count(project="nobody") == []
+
+
+def test_counting_reads_no_job_in_full_and_counts_a_lost_one_as_failed(client, home, monkeypatch):
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone = Ident.of(os.getpid())._replace(pid=dead.pid)
+    store = JobStore(home / "state.db")
+    try:
+        store.update("j02", supervisor_pid=gone.pid, supervisor_start=supervisor_token(gone))  # team-b, Running
+    finally:
+        store.close()
+    backend = client.backend()
+    built = []
+    info = type(backend)._info
+    monkeypatch.setattr(type(backend), "_info", lambda self, row: built.append(row["name"]) or info(self, row))
+    counts = {(c.project, c.status): c.jobs for c in client.count()}
+    assert built == []
+    assert counts[("team-b", JobStatus.RUNNING)] == 4 and counts[("team-b", JobStatus.FAILED)] == 1
+
+
+def test_expired_deleted_jobs_are_forgotten_before_they_are_counted(client, home):
+    (home / "config.yaml").write_text("project: default\nbackend: local\ndeleted_job_ttl: 1h\n")
+    store = JobStore(home / "state.db")
+    try:
+        store.update("j03", finished=time.time() - 7200)  # default's
+    finally:
+        store.close()
+    counts = {(c.project, c.status): c.jobs for c in Client(home=home).count()}
+    assert counts[("default", JobStatus.DELETED)] == 4 and counts[("default", JobStatus.SUCCEEDED)] == 5

@@ -89,3 +89,29 @@ def test_metrics_writer_mirrors_into_the_platform_file(tmp_path, monkeypatch):
     own, mirror = read_metrics(tmp_path / "out" / "metrics.jsonl"), read_metrics(tmp_path / "job" / "metrics.jsonl")
     assert own == mirror and [(r["step"], r["loss"]) for r in own] == [(1, 0.5)]
     assert not (tmp_path / "rank1.jsonl").exists()
+
+
+def test_a_scrape_reads_only_the_unfinished_jobs_records(home, monkeypatch):
+    """/metrics read every stored job at each scrape (a long history: seconds); it counts them where
+    they are kept and builds the records of the unfinished ones only, which it gives series."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from test_job_page import _stored
+
+    from dtrain import Client
+    from dtrain.server.metrics import DtrainCollector
+
+    _stored(home, [(f"done{i}", "default", "Succeeded", 1_700_000_000.0 + i) for i in range(40)]
+            + [("queued", "default", "Pending", 1_700_000_100.0), ("held", "default", "Suspended", 1_700_000_101.0)])
+    client = Client(home=home)
+    built = []
+    info = type(client.backend())._info
+    monkeypatch.setattr(type(client.backend()), "_info", lambda self, row: built.append(row["name"]) or info(self, row))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DtrainCollector(type("Clients", (), {"get": staticmethod(lambda: client)})))
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for family in text_string_to_metric_families(generate_latest(registry).decode()) for s in family.samples}
+    assert sorted(built) == ["held", "queued"]
+    assert value(samples, "dtrain_jobs", project="default", status="Succeeded") == 40
+    assert value(samples, "dtrain_jobs", project="default", status="Running") == 0
+    assert value(samples, "dtrain_job_processes", job="queued", project="default", state="pending") == 1
+    assert value(samples, "dtrain_job_gpus_allocated", job="held", project="default") == 0

@@ -114,6 +114,15 @@ class JobPage:
 
 
 @dataclass(frozen=True, kw_only=True)
+class JobCount:
+    """How many of a project's jobs are in one status (Prometheus' dtrain_jobs)."""
+
+    project: str
+    status: JobStatus
+    jobs: int  # at least 1: a status no job is in is not listed
+
+
+@dataclass(frozen=True, kw_only=True)
 class LogLine:
     rank: int  # which process wrote it
     time: float | None  # unix seconds when the line was captured
@@ -278,6 +287,17 @@ class Backend(abc.ABC):
                 if (j.status != JobStatus.DELETED if status is None else j.status == status)]
         jobs.sort(key=lambda j: (j.created, j.name), reverse=True)
         return JobPage(total=len(jobs), jobs=tuple(jobs[offset:] if limit is None else jobs[offset:offset + limit]))
+
+    def count(self, *, project: str | None = None) -> list[JobCount]:
+        """How many jobs of `project` (None: every project) are in each status, Deleted too, by
+        project then status. The default counts `_list`; the local backend counts in SQL."""
+        return sorted(self._count(project=project), key=lambda c: (c.project, c.status.value))
+
+    def _count(self, *, project: str | None) -> list[JobCount]:
+        counts: dict[tuple[str, JobStatus], int] = {}
+        for j in self.list(project=project):
+            counts[(j.spec.project, j.status)] = counts.get((j.spec.project, j.status), 0) + 1
+        return [JobCount(project=p, status=s, jobs=n) for (p, s), n in counts.items()]
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None,
              since: float | None = None, follow: bool = False) -> Iterator[LogLine]:

@@ -25,8 +25,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from dtrain import db
-from dtrain.backends.base import (Backend, Event, FreedInfo, JobInfo, JobPage, JobStatus, LogLine, NodeInfo,
-                                  ProcessInfo, ProjectInfo, SnapshotInfo, VolumeInfo)
+from dtrain.backends.base import (Backend, Event, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, LogLine,
+                                  NodeInfo, ProcessInfo, ProjectInfo, SnapshotInfo, VolumeInfo)
 from dtrain.backends.local.store import ACTIVE, QUEUED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError, StorageError
@@ -259,6 +259,12 @@ class LocalBackend(Backend):
         total, rows = self.store.page(project=project, status=None if status is None else status.value,
                                       limit=limit, offset=offset)
         return JobPage(total=total, jobs=tuple(self._info(row) for row in rows))  # read after the reconciling
+
+    def _count(self, *, project) -> list[JobCount]:
+        """Counted in SQL, after reconciling the jobs that may run (as `_page` does)."""
+        for row in self.store.active_jobs():
+            self._reconcile(row)
+        return [JobCount(project=p, status=JobStatus(s), jobs=n) for p, s, n in self.store.count(project=project)]
 
     def _reconcile(self, row):
         """A job whose supervisor died while nobody watched is relaunched (restarts left) or Failed, never Running.

@@ -161,6 +161,12 @@ class JobStore:
             self.conn.execute("COMMIT")
         return total, rows
 
+    def count(self, *, project: str | None) -> list[tuple[str, str, int]]:
+        """(project, status, jobs) for every status some job of `project` (None: all) is in."""
+        where, args = ("WHERE project=?", [project]) if project is not None else ("", [])
+        return [tuple(r) for r in self.conn.execute(
+            f"SELECT project, status, count(*) FROM jobs {where} GROUP BY project, status", args)]
+
     def events(self, name: str) -> list[sqlite3.Row]:
         return self.conn.execute("SELECT * FROM job_events WHERE job=? ORDER BY id", (name,)).fetchall()
 
