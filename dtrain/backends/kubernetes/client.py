@@ -434,8 +434,8 @@ class KubeApi:
                 tags: str | None = None, **query: Any) -> Iterator[str]:
         """Lines of one pod's log ('<RFC 3339 time> <text>' with timestamps=True), a line longer than
         MAX_LINE bytes in pieces (LogLines; `tags`: the rank tags of a packed pod's lines, which each
-        piece repeats). A stream that follows ends quietly once `hangup` hangs
-        up; one left unfinished closes its connection."""
+        piece repeats). A stream that follows ends quietly once `hangup` hangs up; one left
+        unfinished closes its connection."""
         what = f"read the log of pod {pod!r}"
         # A stream that follows may stay silent for hours while the job computes: no read timeout.
         timeout = (min(CONNECT_TIMEOUT, self.timeout), None if follow else self.timeout)
