@@ -167,3 +167,15 @@ def test_expired_deleted_jobs_are_forgotten_before_they_are_counted(client, home
         store.close()
     counts = {(c.project, c.status): c.jobs for c in Client(home=home).count()}
     assert counts[("default", JobStatus.DELETED)] == 4 and counts[("default", JobStatus.SUCCEEDED)] == 5
+
+
+def test_projects_and_the_checks_that_run_often_read_no_finished_job(client, monkeypatch):
+    """`project list`, the check a waiting supervisor runs every few seconds for lost jobs ahead of it
+    and a volume's users read every job ever stored (the specs of a long history) to find the few
+    that may run: they read those, and the counts."""
+    backend = client.backend()
+    monkeypatch.setattr(JobStore, "jobs", lambda self: pytest.fail("read every stored job"))
+    assert [(p.name, p.jobs, p.gpus_allocated) for p in client.list_projects()] == [
+        ("default", 5, 0), ("team-a", 10, 0), ("team-b", 10, 0)]  # default: 5 Succeeded (its 5 Deleted are not)
+    backend.reconcile_others("j02")
+    assert backend.volume_users("data") == [] and backend.volume_users("data", suspended=False) == []

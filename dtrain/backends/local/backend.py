@@ -331,8 +331,8 @@ class LocalBackend(Backend):
         or Failed, releasing its devices. A supervisor waiting for its turn calls this now and then:
         a lost job ahead of it in the queue, or holding the devices it waits for, would otherwise
         block it until somebody ran a command."""
-        for row in self.store.jobs():
-            if row["name"] != name and row["status"] in ACTIVE:
+        for row in self.store.active_jobs():
+            if row["name"] != name:
                 self._reconcile(row)
 
     def _info(self, row) -> JobInfo:
@@ -536,25 +536,25 @@ class LocalBackend(Backend):
         self.store.upsert_project(name, gpu_quota, keep_quota=gpu_quota is None and not no_gpu_quota)
 
     def _list_projects(self) -> list[ProjectInfo]:
-        jobs = self.store.jobs()
-        held = self.store.allocations()
-        out = []
-        for p in self.store.projects():  # a deleted job is no longer the project's (`list` hides it too)
-            names = {j["name"] for j in jobs if j["project"] == p["name"] and j["status"] != "Deleted"}
-            out.append(ProjectInfo(name=p["name"], backend=self.name, gpu_quota=p["gpu_quota"],
-                                   gpus_allocated=sum(job in names for job in held.values()), jobs=len(names)))
-        return out
+        jobs: dict[str, int] = {}
+        for project, status, n in self.store.count(project=None):  # a deleted job is no longer the
+            if status != "Deleted":  # project's (`list` hides it too)
+                jobs[project] = jobs.get(project, 0) + n
+        held = self.store.allocations()  # devices are held by jobs that may run only
+        project_of = {row["name"]: row["project"] for row in self.store.active_jobs()}
+        return [ProjectInfo(name=p["name"], backend=self.name, gpu_quota=p["gpu_quota"], jobs=jobs.get(p["name"], 0),
+                            gpus_allocated=sum(project_of.get(job) == p["name"] for job in held.values()))
+                for p in self.store.projects()]
 
     # ---- volumes and snapshots --------------------------------------------------------------
     def volume_users(self, volume: str, *, suspended: bool = True) -> list[str]:
         """Jobs that mount `volume` or snapshot it: the active ones and, with `suspended`, those a
         `dtrain resume` would start on it again."""
-        users, states = [], ACTIVE + (("Suspended",) if suspended else ())
-        for row in self.store.jobs():
-            if row["status"] in states:
-                spec = JobSpec.from_stored(json.loads(row["spec"]))
-                if volume in {m.volume for m in spec.resolved_volumes()} | {spec.snapshot_volume}:
-                    users.append(spec.name)
+        users = []
+        for row in self.store.jobs_in(ACTIVE + (("Suspended",) if suspended else ())):
+            spec = JobSpec.from_stored(json.loads(row["spec"]))
+            if volume in {m.volume for m in spec.resolved_volumes()} | {spec.snapshot_volume}:
+                users.append(spec.name)
         return users
 
     # A local dry run has no manifest to print: it says what would be made, after the same checks.
@@ -596,14 +596,13 @@ class LocalBackend(Backend):
 
     def _refuse_users(self, volume: str) -> None:
         writers, readers = [], []
-        for row in self.store.jobs():
-            if row["status"] in ACTIVE:
-                spec = JobSpec.from_stored(json.loads(row["spec"]))
-                mounts = [m for m in spec.resolved_volumes() if m.volume == volume]
-                if spec.snapshot_volume == volume or any(not m.read_only for m in mounts):
-                    writers.append(spec.name)
-                elif mounts:
-                    readers.append(spec.name)
+        for row in self.store.active_jobs():
+            spec = JobSpec.from_stored(json.loads(row["spec"]))
+            mounts = [m for m in spec.resolved_volumes() if m.volume == volume]
+            if spec.snapshot_volume == volume or any(not m.read_only for m in mounts):
+                writers.append(spec.name)
+            elif mounts:
+                readers.append(spec.name)
         if writers:
             raise ConflictError(f"volume {volume!r} is mounted read-write by job(s) {', '.join(writers)}: a "
                                 f"move would lose their writes; wait for them or 'dtrain delete' them first")

@@ -137,8 +137,12 @@ class JobStore:
         return self.conn.execute("SELECT * FROM jobs ORDER BY seq").fetchall()
 
     def active_jobs(self) -> list[sqlite3.Row]:
-        return self.conn.execute(f"SELECT * FROM jobs WHERE status IN ({', '.join('?' * len(ACTIVE))})",
-                                 ACTIVE).fetchall()
+        return self.jobs_in(ACTIVE)
+
+    def jobs_in(self, statuses: tuple[str, ...]) -> list[sqlite3.Row]:
+        """The jobs in these statuses, in submission order: the few that may run, not the history."""
+        return self.conn.execute(f"SELECT * FROM jobs WHERE status IN ({', '.join('?' * len(statuses))}) ORDER BY seq",
+                                 statuses).fetchall()
 
     def page(self, *, project: str | None, status: str | None, limit: int | None,
              offset: int) -> tuple[int, list[sqlite3.Row]]:
