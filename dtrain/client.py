@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
-from dtrain.backends.base import (Backend, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, LogLine, NodeInfo,
+from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, JobStatus, JobSummary, LogLine, NodeInfo,
                                   Progress, ProjectInfo, SnapshotInfo, TimeoutError_, VolumeInfo)
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import SpecError
@@ -92,10 +92,11 @@ class Client:
         backend = self._expired_forgotten(project)
         return backend.page(project=project, status=status, limit=limit, offset=offset)
 
-    def count(self, *, project: str | None = None) -> list[JobCount]:
-        """How many jobs of `project` (None: every project) are in each status, by project then
-        status (Prometheus' dtrain_jobs): counted where the jobs are kept, none of them read whole."""
-        return self._expired_forgotten(project).count(project=project)
+    def summary(self, *, project: str | None = None) -> JobSummary:
+        """The jobs of `project` (None: every project) counted by project and status, and the
+        records of those not finished (Prometheus' /metrics): the history is counted where it is
+        kept, not read."""
+        return self._expired_forgotten(project).summary(project=project)
 
     def _expired_forgotten(self, project: str | None) -> Backend:
         """The backend, once the Deleted jobs past `deleted_job_ttl` are forgotten (read through a

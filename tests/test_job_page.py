@@ -11,7 +11,7 @@ import time
 import pytest
 
 from dtrain import Client, JobSpec, JobStatus
-from dtrain.backends.base import Backend
+from dtrain.backends.base import Backend, JobSummary
 from dtrain.backends.local.ranks import supervisor_token
 from dtrain.backends.local.store import JobStore
 from dtrain.errors import SpecError
@@ -122,25 +122,28 @@ def test_expired_deleted_jobs_are_forgotten_before_a_page_is_counted(client, hom
     assert "j03" not in [j.name for j in Client(home=home).list()]
 
 
-# ------------------------------------------------------------------------- count (Prometheus' dtrain_jobs)
+# ------------------------------------------------------------------------- summary (Prometheus' /metrics)
 
 
-def test_the_local_sql_counts_are_those_of_the_list(client):
+def test_the_local_sql_summary_is_that_of_the_list(client):
     backend = client.backend()
     for project in (None, "default", "team-a", "nobody"):
-        sql = backend.count(project=project)
-        plain = sorted(Backend._count(backend, project=project), key=lambda c: (c.project, c.status.value))
-        assert sql == plain, project
-    every = {(c.project, c.status): c.jobs for c in client.count()}
-    assert every == {("default", JobStatus.SUCCEEDED): 5, ("default", JobStatus.DELETED): 5,  # Deleted too
-                     ("team-a", JobStatus.FAILED): 5, ("team-a", JobStatus.PENDING): 5,
-                     ("team-b", JobStatus.RUNNING): 5, ("team-b", JobStatus.SUSPENDED): 5}
-    assert [(c.project, c.status.value, c.jobs) for c in client.count(project="team-b")] == [
+        sql = backend.summary(project=project)
+        counts, unfinished = Backend._summary(backend, project=project)
+        assert sql.counts == tuple(sorted(counts, key=lambda c: (c.project, c.status.value))), project
+        assert sql.unfinished == tuple(unfinished), project  # the same records, field for field
+    summary = client.summary()
+    assert {(c.project, c.status): c.jobs for c in summary.counts} == {
+        ("default", JobStatus.SUCCEEDED): 5, ("default", JobStatus.DELETED): 5,  # Deleted too
+        ("team-a", JobStatus.FAILED): 5, ("team-a", JobStatus.PENDING): 5,
+        ("team-b", JobStatus.RUNNING): 5, ("team-b", JobStatus.SUSPENDED): 5}
+    assert [j.name for j in summary.unfinished] == [f"j{i:02d}" for i in range(30) if i % 6 in (2, 4, 5)]
+    assert [(c.project, c.status.value, c.jobs) for c in client.summary(project="team-b").counts] == [
         ("team-b", "Running", 5), ("team-b", "Suspended", 5)]  # by project, then status
-    assert client.count(project="nobody") == []
+    assert client.summary(project="nobody") == JobSummary(counts=(), unfinished=())
 
 
-def test_counting_reads_no_job_in_full_and_counts_a_lost_one_as_failed(client, home, monkeypatch):
+def test_a_summary_builds_only_the_unfinished_jobs_and_counts_a_lost_one_as_failed(client, home, monkeypatch):
     dead = subprocess.Popen(["true"])
     dead.wait()
     gone = Ident.of(os.getpid())._replace(pid=dead.pid)
@@ -153,9 +156,11 @@ def test_counting_reads_no_job_in_full_and_counts_a_lost_one_as_failed(client, h
     built = []
     info = type(backend)._info
     monkeypatch.setattr(type(backend), "_info", lambda self, row: built.append(row["name"]) or info(self, row))
-    counts = {(c.project, c.status): c.jobs for c in client.count()}
-    assert built == []
+    summary = client.summary()
+    counts = {(c.project, c.status): c.jobs for c in summary.counts}
     assert counts[("team-b", JobStatus.RUNNING)] == 4 and counts[("team-b", JobStatus.FAILED)] == 1
+    assert sorted(built) == sorted(j.name for j in summary.unfinished) and len(built) == 14  # 15 less the lost one
+    assert "j02" not in built
 
 
 def test_expired_deleted_jobs_are_forgotten_before_they_are_counted(client, home):
@@ -165,7 +170,7 @@ def test_expired_deleted_jobs_are_forgotten_before_they_are_counted(client, home
         store.update("j03", finished=time.time() - 7200)  # default's
     finally:
         store.close()
-    counts = {(c.project, c.status): c.jobs for c in Client(home=home).count()}
+    counts = {(c.project, c.status): c.jobs for c in Client(home=home).summary().counts}
     assert counts[("default", JobStatus.DELETED)] == 4 and counts[("default", JobStatus.SUCCEEDED)] == 5
 
 

@@ -254,3 +254,18 @@ def test_a_packed_ranks_long_line_stays_with_its_rank(make_backend, cluster):
     for follow in (False, True):
         assert "".join(x.text for x in backend.logs("train", rank=1, follow=follow)) == long
         assert [x.text for x in backend.logs("train", rank=0, follow=follow)] == ["rank 0 starts", "rank 0 ends"]
+
+
+def test_a_summary_costs_the_api_server_one_list(backend, cluster):
+    """Prometheus scrapes every 15-60 s: the summary it reads (counts and the unfinished jobs) makes
+    the requests of one `list`, not one per status."""
+    backend.submit(spec())
+    backend.submit(spec(name="other"))
+    cluster.run_pods(NS, "train")
+    before = len(cluster.requests)
+    listed = backend.list()
+    one_list = len(cluster.requests) - before
+    summary = backend.summary()
+    assert len(cluster.requests) - before - one_list == one_list
+    assert sorted(j.name for j in summary.unfinished) == sorted(j.name for j in listed) == ["other", "train"]
+    assert sum(c.jobs for c in summary.counts) == 2

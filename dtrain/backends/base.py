@@ -123,6 +123,15 @@ class JobCount:
 
 
 @dataclass(frozen=True, kw_only=True)
+class JobSummary:
+    """What a Prometheus scrape shows: how many jobs are in each status, and the records of the
+    jobs that have not finished (Pending, Running, Suspended), not those of the whole history."""
+
+    counts: tuple[JobCount, ...]  # by project, then status; Deleted too
+    unfinished: tuple[JobInfo, ...]  # in the order they were submitted
+
+
+@dataclass(frozen=True, kw_only=True)
 class LogLine:
     rank: int  # which process wrote it
     time: float | None  # unix seconds when the line was captured
@@ -288,16 +297,21 @@ class Backend(abc.ABC):
         jobs.sort(key=lambda j: (j.created, j.name), reverse=True)
         return JobPage(total=len(jobs), jobs=tuple(jobs[offset:] if limit is None else jobs[offset:offset + limit]))
 
-    def count(self, *, project: str | None = None) -> list[JobCount]:
-        """How many jobs of `project` (None: every project) are in each status, Deleted too, by
-        project then status. The default counts `_list`; the local backend counts in SQL."""
-        return sorted(self._count(project=project), key=lambda c: (c.project, c.status.value))
+    def summary(self, *, project: str | None = None) -> JobSummary:
+        """The jobs of `project` (None: every project) counted by project and status, and the
+        records of those not finished. The default reads `_list` once; the local backend counts in
+        SQL and builds the unfinished jobs' records only."""
+        counts, unfinished = self._summary(project=project)
+        return JobSummary(counts=tuple(sorted(counts, key=lambda c: (c.project, c.status.value))),
+                          unfinished=tuple(unfinished))
 
-    def _count(self, *, project: str | None) -> list[JobCount]:
+    def _summary(self, *, project: str | None) -> tuple[list[JobCount], list[JobInfo]]:
+        jobs = self.list(project=project)
         counts: dict[tuple[str, JobStatus], int] = {}
-        for j in self.list(project=project):
+        for j in jobs:
             counts[(j.spec.project, j.status)] = counts.get((j.spec.project, j.status), 0) + 1
-        return [JobCount(project=p, status=s, jobs=n) for (p, s), n in counts.items()]
+        return ([JobCount(project=p, status=s, jobs=n) for (p, s), n in counts.items()],
+                [j for j in jobs if not j.status.terminal])
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None,
              since: float | None = None, follow: bool = False) -> Iterator[LogLine]:

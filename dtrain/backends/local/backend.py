@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Iterator
 from dtrain import db
 from dtrain.backends.base import (Backend, Event, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, LogLine,
                                   NodeInfo, ProcessInfo, ProjectInfo, SnapshotInfo, VolumeInfo)
-from dtrain.backends.local.store import ACTIVE, QUEUED, JobStore
+from dtrain.backends.local.store import ACTIVE, QUEUED, UNFINISHED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError, StorageError
 from dtrain.names import require_project
@@ -260,11 +260,15 @@ class LocalBackend(Backend):
                                       limit=limit, offset=offset)
         return JobPage(total=total, jobs=tuple(self._info(row) for row in rows))  # read after the reconciling
 
-    def _count(self, *, project) -> list[JobCount]:
-        """Counted in SQL, after reconciling the jobs that may run (as `_page` does)."""
+    def _summary(self, *, project) -> tuple[list[JobCount], list[JobInfo]]:
+        """Counted in SQL, after reconciling the jobs that may run (as `_page` does); only the
+        unfinished jobs' records are built."""
         for row in self.store.active_jobs():
             self._reconcile(row)
-        return [JobCount(project=p, status=JobStatus(s), jobs=n) for p, s, n in self.store.count(project=project)]
+        counts = [JobCount(project=p, status=JobStatus(s), jobs=n) for p, s, n in self.store.count(project=project)]
+        unfinished = [self._info(row) for row in self.store.jobs_in(UNFINISHED)
+                      if project is None or row["project"] == project]
+        return counts, unfinished
 
     def _reconcile(self, row):
         """A job whose supervisor died while nobody watched is relaunched (restarts left) or Failed, never Running.

@@ -85,6 +85,7 @@ TRANSITIONS: dict[str, frozenset[str]] = {
     "Failed": frozenset({"Deleted"}),
     "Deleted": frozenset(),
 }
+UNFINISHED = (*ACTIVE, "Suspended")  # may run again: Prometheus gives each its series
 HOLDS_NOTHING = (*FINAL, "Suspended")  # moving here releases the job's devices and pinned cores
 
 
