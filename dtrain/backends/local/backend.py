@@ -555,7 +555,7 @@ class LocalBackend(Backend):
         """Jobs that mount `volume` or snapshot it: the active ones and, with `suspended`, those a
         `dtrain resume` would start on it again."""
         users = []
-        for row in self.store.jobs_in(ACTIVE + (("Suspended",) if suspended else ())):
+        for row in self.store.jobs_in(UNFINISHED if suspended else ACTIVE):
             spec = JobSpec.from_stored(json.loads(row["spec"]))
             if volume in {m.volume for m in spec.resolved_volumes()} | {spec.snapshot_volume}:
                 users.append(spec.name)
