@@ -8,6 +8,7 @@ from __future__ import annotations
 import abc
 import math
 import time
+from collections import Counter
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -307,9 +308,7 @@ class Backend(abc.ABC):
 
     def _summary(self, *, project: str | None) -> tuple[list[JobCount], list[JobInfo]]:
         jobs = self.list(project=project)
-        counts: dict[tuple[str, JobStatus], int] = {}
-        for j in jobs:
-            counts[(j.spec.project, j.status)] = counts.get((j.spec.project, j.status), 0) + 1
+        counts = Counter((j.spec.project, j.status) for j in jobs)
         return ([JobCount(project=p, status=s, jobs=n) for (p, s), n in counts.items()],
                 [j for j in jobs if not j.status.terminal])
 

@@ -254,8 +254,7 @@ class LocalBackend(Backend):
     def _page(self, *, project, status, limit, offset) -> JobPage:
         """Paged in SQL: only the page's jobs are read in full. The jobs that may run are reconciled
         first, so that one whose supervisor died is counted as what it is now (Failed, relaunched)."""
-        for row in self.store.active_jobs():
-            self._reconcile(row)
+        self.reconcile_others(None)
         total, rows = self.store.page(project=project, status=None if status is None else status.value,
                                       limit=limit, offset=offset)
         return JobPage(total=total, jobs=tuple(self._info(row) for row in rows))  # read after the reconciling
@@ -263,8 +262,7 @@ class LocalBackend(Backend):
     def _summary(self, *, project) -> tuple[list[JobCount], list[JobInfo]]:
         """Counted in SQL, after reconciling the jobs that may run (as `_page` does); only the
         unfinished jobs' records are built."""
-        for row in self.store.active_jobs():
-            self._reconcile(row)
+        self.reconcile_others(None)
         counts = [JobCount(project=p, status=JobStatus(s), jobs=n) for p, s, n in self.store.count(project=project)]
         unfinished = [self._info(row) for row in self.store.jobs_in(UNFINISHED)
                       if project is None or row["project"] == project]
@@ -330,9 +328,10 @@ class LocalBackend(Backend):
     def _queued_relaunches(self, name: str) -> int:
         return sum(e["status"] == "Pending" and e["message"].endswith(REQUEUED) for e in self.store.events(name))
 
-    def reconcile_others(self, name: str) -> None:
-        """What `list` does, for every active job but `name`: one whose supervisor died is relaunched
-        or Failed, releasing its devices. A supervisor waiting for its turn calls this now and then:
+    def reconcile_others(self, name: str | None) -> None:
+        """What `list` does, for every active job but `name` (None: every one): one whose supervisor
+        died is relaunched or Failed, releasing its devices. A page and a summary call it before
+        they count; a supervisor waiting for its turn calls it now and then:
         a lost job ahead of it in the queue, or holding the devices it waits for, would otherwise
         block it until somebody ran a command."""
         for row in self.store.active_jobs():
