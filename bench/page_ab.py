@@ -3,16 +3,22 @@
     git worktree add /tmp/old <commit before>
     .venv/bin/python bench/page_ab.py --old /tmp/old --new . --jobs 1000 --repeats 40
 
-Stores --jobs finished jobs (as bench/server.py does: into the local job table directly), starts
-one real `dtrain server` from each checkout over that same home, and times, taking turns between
-the two, the request the dashboard's Jobs table makes every 2 s (`GET /api/v1/jobs?limit=25&offset=0`),
-the same page filtered by a status, one job's record and a Prometheus scrape (`/metrics`). Reports
-each side's median and the ratio; the two sides must answer the same.
+Stores --jobs finished jobs, each mounting one volume (as bench/server.py does: into the local job
+table directly), starts one real `dtrain server` from each checkout, each over its own copy of that
+home (a side may change its database: new indexes), and times, taking turns between the two, the
+request the dashboard's Jobs table makes every 2 s (`GET /api/v1/jobs?limit=25&offset=0`), the same
+page filtered by a status, one job's record, a Prometheus scrape (`/metrics`) and the lineage the
+Volumes and snapshots page draws every 6 s (`/api/v1/lineage`). Reports each side's median and the
+ratio; the two sides must answer the same (but for where their homes are), and for the lineage
+only without --lineage-differs (a checkout before 2026-12-05 drew every job: the numbers of nodes
+are reported instead).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import shutil
 import statistics
 import sys
 import tempfile
@@ -26,11 +32,14 @@ import ab  # noqa: E402
 import httpx  # noqa: E402
 from server import start_server, store_jobs  # noqa: E402
 
+from dtrain import Client  # noqa: E402
+
 QUERIES = {  # what is timed: (path, query)
     "a page": ("/api/v1/jobs", {"limit": 25, "offset": 0}),
     "a page, status=Succeeded": ("/api/v1/jobs", {"limit": 25, "offset": 0, "status": "Succeeded"}),
     "one job": ("/api/v1/jobs/stored-00000", {}),
     "a Prometheus scrape": ("/metrics", {}),
+    "the lineage": ("/api/v1/lineage", {}),
 }
 
 
@@ -38,14 +47,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ab.add_checkouts(ap, repeats=40, unit="requests of each kind")
     ap.add_argument("--jobs", type=int, default=1000, help="finished jobs stored (1-100000, default 1000)")
+    ap.add_argument("--lineage-differs", action="store_true",
+                    help="the two sides draw different lineage graphs: report their sizes, not a mismatch")
     args = ab.checked(ap, argv)
     ab.bounded(ap, ("--jobs", args.jobs, 1, 100_000))
     with tempfile.TemporaryDirectory(prefix="dtrain-bench-page-") as tmp:
         home, work = Path(tmp) / "home", Path(tmp) / "work"
         home.mkdir()
         work.mkdir()
-        store_jobs(home, args.jobs)
-        servers = {side: start_server(home, work, getattr(args, side)) for side in ("old", "new")}
+        Client(home=home).create_volume("data", size="1Gi")
+        store_jobs(home, args.jobs, volume="data")
+        # each side its own copy of that home: a side may change its database (new indexes)
+        homes = {"old": Path(shutil.copytree(home, Path(tmp) / "home-old", symlinks=True)), "new": home}
+        servers = {side: start_server(homes[side], work, getattr(args, side)) for side in ("old", "new")}
         try:
             http = {side: httpx.Client(base_url=url, timeout=120) for side, (_, url) in servers.items()}
             for side in http:  # a server's first request builds FastAPI's route models: untimed
@@ -59,14 +73,18 @@ def main(argv: list[str] | None = None) -> int:
                         r = http[side].get(path, params=query)
                         wall[side].append(time.perf_counter() - t0)
                         assert r.status_code == 200, r.text
-                        body = r.json() if r.headers["content-type"].startswith("application/json") else r.text
+                        text = r.text.replace(str(homes[side]), "$DTRAIN_HOME")  # the same, but for where
+                        body = json.loads(text) if r.headers["content-type"].startswith("application/json") else text
                         bodies[side] = (body, r.headers.get("x-total-count"))
-                assert bodies["old"] == bodies["new"], "the two sides answered differently"
+                differs = args.lineage_differs and path == "/api/v1/lineage"
+                assert differs or bodies["old"] == bodies["new"], "the two sides answered differently"
                 shown = f"{path}?{urlencode(query)}" if query else path
                 print(f"GET {shown} ({args.jobs} jobs stored):")
                 ab.report(wall)
                 print(f"  medians: old {statistics.median(wall['old']) * 1000:.1f} ms, "
                       f"new {statistics.median(wall['new']) * 1000:.1f} ms")
+                if differs:
+                    print("  nodes drawn: " + ", ".join(f"{side} {len(bodies[side][0]['nodes'])}" for side in bodies))
         finally:
             for proc, _ in servers.values():
                 proc.terminate()

@@ -34,7 +34,7 @@ import ab  # noqa: E402  (the bounds check; bench/ is this script's folder, firs
 import httpx  # noqa: E402
 
 from dtrain.backends.local.store import JobStore  # noqa: E402
-from dtrain.spec import JobSpec  # noqa: E402
+from dtrain.spec import JobSpec, VolumeMount  # noqa: E402
 
 
 def start_server(home: Path, work: Path, tree: Path = REPO) -> tuple[subprocess.Popen, str]:
@@ -49,11 +49,14 @@ def start_server(home: Path, work: Path, tree: Path = REPO) -> tuple[subprocess.
     return proc, line.split()[2].rstrip("/")
 
 
-def store_jobs(home: Path, n: int) -> None:
+def store_jobs(home: Path, n: int, volume: str | None = None) -> None:
+    """`n` finished jobs in five projects, each mounting `volume` (an existing one) when given."""
     store = JobStore(home / "state.db")
+    mounts = () if volume is None else (VolumeMount(volume=volume, mount_path="/data"),)
     for i in range(n):
         name = f"stored-{i:05d}"
-        spec = JobSpec(name=name, command=("python", "train.py", "--epochs", "2"), project=f"team-{i % 5}")
+        spec = JobSpec(name=name, command=("python", "train.py", "--epochs", "2"), project=f"team-{i % 5}",
+                       volumes=mounts)
         store.insert_job(spec, cwd="/tmp", node="bench")
         store.set_status(name, "Running", "started")
         store.set_status(name, "Succeeded", "all processes exited 0")

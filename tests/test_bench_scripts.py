@@ -241,8 +241,9 @@ def test_the_page_bench_times_each_request_on_both_checkouts_taking_turns():
         "GET /api/v1/jobs?limit=25&offset=0 (30 jobs stored):",
         "GET /api/v1/jobs?limit=25&offset=0&status=Succeeded (30 jobs stored):",
         "GET /api/v1/jobs/stored-00000 (30 jobs stored):",
-        "GET /metrics (30 jobs stored):"], lines
-    assert sum(line.startswith("old / new (median wall): ") for line in lines) == 4, lines
+        "GET /metrics (30 jobs stored):",
+        "GET /api/v1/lineage (30 jobs stored):"], lines
+    assert sum(line.startswith("old / new (median wall): ") for line in lines) == 5, lines
 
 
 def test_the_sparse_bench_snapshots_and_restores_a_file_of_holes(tmp_path):

@@ -3,15 +3,26 @@ which volume was restored from it and which jobs mounted what (pure: records in,
 
     volume ──snapshot──> snapshot ──restored──> volume ──mounted──> job ──results──> snapshot
                          snapshot ──started────> job  (the job's data came from that snapshot)
+    volume ──mounted──> jobs  (K older jobs that did nothing else: folded into one node)
+
+The graph stays small however many jobs there are: it is drawn from the newest jobs (a page, not
+the history), and of the jobs that only mounted a volume, each volume keeps its newest
+`per_volume`; the older ones are counted in one node per volume.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+
 from dtrain.server import wire
 
+PER_VOLUME = 8  # jobs drawn per volume among those that only mounted it (the GET's default)
 
-def lineage(jobs, volumes, snapshots) -> wire.Lineage:
-    """JobInfo, VolumeInfo and SnapshotInfo records -> nodes and edges."""
+
+def lineage(jobs, volumes, snapshots, *, per_volume: int = PER_VOLUME, unread: int = 0) -> wire.Lineage:
+    """JobInfo (newest first), VolumeInfo and SnapshotInfo records -> nodes and edges. `unread`:
+    how many older jobs were not read (told, not drawn); a snapshot's job among them is drawn
+    without its status."""
     nodes: dict[str, wire.LineageNode] = {}
     edges: list[wire.LineageEdge] = []
 
@@ -50,17 +61,26 @@ def lineage(jobs, volumes, snapshots) -> wire.Lineage:
             vol = node("volume", s.volume, None if s.volume in live else "gone")
             edges.append(wire.LineageEdge(source=vol, target=target, label="snapshot"))
     linked = {s.job for s in snapshots if s.job}
+    drawn: Counter[str] = Counter()  # per volume: jobs drawn that only mounted it
+    folded: Counter[str] = Counter()
     for j in jobs:
         mounts = {m.volume for m in j.spec.resolved_volumes()} & live
         source = j.extra.get("source_snapshot")
-        if not (mounts or source or j.name in linked):
-            continue
+        if not (source or j.name in linked):
+            if not any(drawn[m] < per_volume for m in mounts):
+                folded.update(mounts)
+                continue
+            drawn.update(mounts)
         key = node("job", j.name, j.status.value)
         edges += [wire.LineageEdge(source=f"volume:{m}", target=key, label="mounted") for m in sorted(mounts)]
         if source:
             edges.append(wire.LineageEdge(source=snapshot(source), target=key, label="started"))
+    for m, k in sorted(folded.items()):
+        key = f"jobs:{m}"
+        nodes[key] = wire.LineageNode(id=key, kind="jobs", name=f"{k} older job{'s' * (k != 1)}", count=k)
+        edges.append(wire.LineageEdge(source=f"volume:{m}", target=key, label="mounted"))
     for s in snapshots:
         if s.job:
             edges.append(wire.LineageEdge(source=named("job", s.job, submitted, s.created, s.name),
                                           target=f"snapshot:{s.name}", label="results"))
-    return wire.Lineage(nodes=list(nodes.values()), edges=edges)
+    return wire.Lineage(nodes=list(nodes.values()), edges=edges, jobs_unread=unread)

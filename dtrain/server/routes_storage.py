@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query, Request
 
 from dtrain.server import wire
 from dtrain.server.clients import client
-from dtrain.server.lineage import lineage
+from dtrain.server.lineage import PER_VOLUME, lineage
 
 router = APIRouter(tags=["storage"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422, 501)}
@@ -74,7 +74,14 @@ def diff_snapshots(request: Request, name: wire.SnapshotName, to: Annotated[str,
 
 
 @router.get("/lineage", response_model=wire.Lineage, responses=ERRORS)
-def get_lineage(request: Request):
-    """Volumes, snapshots and the jobs between them, as nodes and edges."""
+def get_lineage(request: Request,
+                jobs: Annotated[int, Query(ge=1, le=wire.MAX_PAGE, description="the newest jobs read")] = 100,
+                per_volume: Annotated[int, Query(ge=0, le=wire.MAX_PAGE, description=(
+                    "jobs drawn per volume of those that only mounted it"))] = PER_VOLUME):
+    """Volumes, snapshots and the jobs between them, as nodes and edges: of the `jobs` newest jobs
+    (not the Deleted ones), those that only mounted a volume are drawn `per_volume` per volume,
+    the older ones folded into one node per volume."""
     c = client(request)
-    return lineage(c.list(), c.list_volumes(), c.list_snapshots())
+    page = c.page(limit=jobs)
+    return lineage(page.jobs, c.list_volumes(), c.list_snapshots(), per_volume=per_volume,
+                   unread=page.total - len(page.jobs))

@@ -292,9 +292,12 @@ class Change(BaseModel):
 class LineageNode(BaseModel):
     id: str = Field(description="kind:name; kind:name@OTHER for an earlier, deleted job or snapshot of a reused "
                                 "name (the snapshot or volume that points at it)")
-    kind: Literal["volume", "snapshot", "job"]
+    kind: Literal["volume", "snapshot", "job", "jobs"] = Field(
+        description="'jobs': the older jobs that only mounted a volume, folded into one node (jobs:VOLUME)")
     name: str
-    status: str | None = Field(None, description="a job's status; 'gone' for a deleted volume or snapshot")
+    status: str | None = Field(None, description="a job's status (none where the job was not read); 'gone' for a "
+                                                 "deleted volume or snapshot")
+    count: int | None = Field(None, description="for kind 'jobs': how many jobs it stands for")
 
 
 class LineageEdge(BaseModel):
@@ -306,3 +309,5 @@ class LineageEdge(BaseModel):
 class Lineage(BaseModel):
     nodes: list[LineageNode]
     edges: list[LineageEdge]
+    jobs_unread: int = Field(0, description="older jobs than the `jobs` newest read (not drawn, but a snapshot's "
+                                            "job, without its status)")

@@ -120,7 +120,8 @@ function lineageGraph(graph) {
     const g = svgEl("g", {class: `node n-${n.kind}` + (n.status === "gone" ? " n-gone" : ""),
                           transform: `translate(${p.x},${p.y})`, "data-id": n.id});
     g.appendChild(svgEl("rect", {width: NW, height: NH}));
-    g.appendChild(svgEl("text", {x: 8, y: 15}, n.kind + (n.status ? " \u00B7 " + n.status : "")));
+    const head = n.kind === "jobs" ? "jobs \u00B7 only mounted" : n.kind + (n.status ? " \u00B7 " + n.status : "");
+    g.appendChild(svgEl("text", {x: 8, y: 15}, head));
     const label = n.name.length > 22 ? n.name.slice(0, 21) + "\u2026" : n.name;
     const t = svgEl("text", {x: 8, y: 31, "font-weight": "600"}, label);
     t.appendChild(svgEl("title", {}, n.name));
