@@ -5,7 +5,7 @@
 
 Stores --jobs finished jobs, each mounting one volume (as bench/server.py does: into the local job
 table directly), starts one real `dtrain server` from each checkout, each over its own copy of that
-home (a side may change its database: new indexes), and times, taking turns between the two, the
+home with the job table's indexes its code makes, and times, taking turns between the two, the
 request the dashboard's Jobs table makes every 2 s (`GET /api/v1/jobs?limit=25&offset=0`), the same
 page filtered by a status, one job's record, a Prometheus scrape (`/metrics`) and the lineage the
 Volumes and snapshots page draws every 6 s (`/api/v1/lineage`). Reports each side's median and the
@@ -17,8 +17,12 @@ are reported instead).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
+import sqlite3
+import subprocess
 import statistics
 import sys
 import tempfile
@@ -43,6 +47,29 @@ QUERIES = {  # what is timed: (path, query)
 }
 
 
+OWN = """import os, sys, tempfile
+from dtrain.backends.local.store import JobStore
+store = JobStore(os.path.join(tempfile.mkdtemp(), "state.db"))
+for kind, name in store.conn.execute("SELECT type, name FROM sqlite_master WHERE sql IS NOT NULL"):
+    print(kind, name)
+"""
+
+
+def own_indexes(tree: Path, db: Path) -> None:
+    """Drop from `db` the indexes on the job tables that the checkout `tree` does not make (the
+    newer side's store made them): its server then reads the database its own code would have."""
+    tree = Path(tree).resolve()  # run there: `python -c` puts its working folder first on sys.path
+    made = subprocess.run([sys.executable, "-c", OWN], env={**os.environ, "PYTHONPATH": str(tree)}, cwd=tree,
+                          capture_output=True, text=True, check=True).stdout.split("\n")
+    tables = {line.split()[1] for line in made if line.startswith("table ")}
+    indexes = {line.split()[1] for line in made if line.startswith("index ")}
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        for name, table in conn.execute("SELECT name, tbl_name FROM sqlite_master WHERE type='index' "
+                                        "AND sql IS NOT NULL").fetchall():
+            if table in tables and name not in indexes:
+                conn.execute(f'DROP INDEX "{name}"')
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ab.add_checkouts(ap, repeats=40, unit="requests of each kind")
@@ -57,8 +84,10 @@ def main(argv: list[str] | None = None) -> int:
         work.mkdir()
         Client(home=home).create_volume("data", size="1Gi")
         store_jobs(home, args.jobs, volume="data")
-        # each side its own copy of that home: a side may change its database (new indexes)
+        # each side its own copy of that home, with the job table's indexes its own code makes
         homes = {"old": Path(shutil.copytree(home, Path(tmp) / "home-old", symlinks=True)), "new": home}
+        for side in homes:
+            own_indexes(getattr(args, side), homes[side] / "state.db")
         servers = {side: start_server(homes[side], work, getattr(args, side)) for side in ("old", "new")}
         try:
             http = {side: httpx.Client(base_url=url, timeout=120) for side, (_, url) in servers.items()}

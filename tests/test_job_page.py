@@ -13,7 +13,7 @@ import pytest
 from dtrain import Client, JobSpec, JobStatus
 from dtrain.backends.base import Backend, JobSummary
 from dtrain.backends.local.ranks import supervisor_token
-from dtrain.backends.local.store import JobStore
+from dtrain.backends.local.store import UNFINISHED, JobStore
 from dtrain.errors import SpecError
 from dtrain.procs import Ident
 
@@ -184,3 +184,42 @@ def test_projects_and_the_checks_that_run_often_read_no_finished_job(client, mon
         ("default", 5, 0), ("team-a", 10, 0), ("team-b", 10, 0)]  # default: 5 Succeeded (its 5 Deleted are not)
     backend.reconcile_others("j02")
     assert backend.volume_users("data") == [] and backend.volume_users("data", suspended=False) == []
+
+
+def test_the_reads_that_run_often_do_not_walk_the_history(home):
+    """The jobs that may run (read at every check a queued supervisor makes) and the jobs in one
+    status are found through an index: the SQLite instructions they take do not grow with the
+    finished jobs stored, but for a deeper tree (without the indexes: ten times the history, ten
+    times the work)."""
+    store = JobStore(home / "state.db")
+
+    def work(read) -> int:  # SQLite virtual-machine instructions, in tens: deterministic
+        ticks = []
+        store.conn.set_progress_handler(lambda: ticks.append(1) and 0, 10)
+        try:
+            read()
+        finally:
+            store.conn.set_progress_handler(None, 10)
+        return len(ticks)
+
+    reads = {"may run": lambda: store.jobs_in(UNFINISHED),
+             "Deleted": lambda: store.page(project=None, status="Deleted", limit=None, offset=0),
+             "newest Running": lambda: store.page(project=None, status="Running", limit=25, offset=0)}
+    stored = 0
+    try:
+        for name in ("queued", "running"):
+            store.insert_job(JobSpec(name=name, command=("true",)), cwd="/", node="here")
+        store.set_status("running", "Running")
+        costs = []
+        for history in (200, 2000):
+            while stored < history:
+                name = f"done{stored:05d}"
+                store.insert_job(JobSpec(name=name, command=("true",)), cwd="/", node="here")
+                assert store.set_status(name, "Running") and store.set_status(name, "Succeeded")
+                stored += 1
+            assert [r["name"] for r in store.jobs_in(UNFINISHED)] == ["queued", "running"]
+            costs.append({what: work(read) for what, read in reads.items()})
+        small, big = costs
+        assert all(big[what] < 2 * small[what] for what in reads), costs  # a deeper B-tree: a few more
+    finally:
+        store.close()

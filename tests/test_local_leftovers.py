@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from conftest import Dtrain, assert_usage_error, rank_record, tmpfs
@@ -64,3 +65,59 @@ def test_a_full_home_disk_still_lets_the_user_read_what_is_stored(tmp_path):
             (disk / "fill").unlink()
         dt("submit", "more", "--", "true")  # space freed: the database is writable again
         assert {j["name"] for j in dt.json("list", "jobs")} == {"done", "more"}
+
+
+def test_a_database_without_the_job_indexes_is_read_on_a_full_disk_and_indexed_once_there_is_room(tmp_path):
+    """The job table's indexes are made at the first open of a database made before them; a full
+    disk refuses that write, which must not refuse the reads (they work without the indexes)."""
+    import sqlite3
+
+    def indexes(full: bool = False) -> set[str]:  # on a full disk, the main file alone (as dtrain reads it)
+        where = f"file:{dt.home / 'state.db'}" + ("?mode=ro&immutable=1" if full else "")
+        with contextlib.closing(sqlite3.connect(where, uri=True)) as conn:
+            return {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type='index' "
+                                               "AND tbl_name='jobs' AND name LIKE 'jobs_by_%'")}
+
+    with tmpfs(tmp_path / "disk", "size=8m") as disk:
+        dt = Dtrain(disk / "home")
+        dt("submit", "done", "--", "echo", "a line of output")
+        dt.wait_for("done", {"Succeeded"})
+        assert indexes() == {"jobs_by_created", "jobs_by_status", "jobs_by_project"}
+        with contextlib.closing(sqlite3.connect(dt.home / "state.db")) as conn:  # as a dtrain before them left it
+            for name in indexes():
+                conn.execute(f"DROP INDEX {name}")
+        _fill(disk)
+        try:
+            assert "done" in dt("list", "jobs").stdout
+            assert dt.json("describe", "job", "done")["status"] == "Succeeded"
+            assert dt("logs", "done").stdout == "a line of output\n"
+            assert indexes(full=True) == set()
+        finally:
+            (disk / "fill").unlink()
+        assert "done" in dt("list", "jobs").stdout
+        assert indexes() == {"jobs_by_created", "jobs_by_status", "jobs_by_project"}
+
+
+def test_artifacts_that_cannot_be_written_leave_nothing_and_say_why_in_one_line(dt, tmp_path):
+    """`dtrain artifacts --to` where a part of the path is a file, or on a disk the model does not
+    fit: one line, exit 2, and no folder left (a model file cut short looks like a model)."""
+    code = ("import os, pathlib; d = pathlib.Path(os.environ['DTRAIN_MODEL_DIR']); d.mkdir(); "
+            "(d / 'w.bin').write_bytes(os.urandom(600_000)); (d / 'sub').mkdir(); (d / 'sub' / 'a.txt').write_text('a'); "
+            "os.symlink('w.bin', d / 'latest')")
+    dt("submit", "m", "--", "python", "-c", code)
+    assert dt.wait_for("m", {"Succeeded", "Failed"})["status"] == "Succeeded"
+    (tmp_path / "afile").write_text("x")
+    assert_usage_error(dt("artifacts", "m", "--to", str(tmp_path / "afile" / "model"), check=False),
+                       f"cannot write {tmp_path / 'afile' / 'model'}", "is a file, not a folder", "nothing was left")
+    (tmp_path / "link").symlink_to(tmp_path / "elsewhere")  # dangling: never written through
+    assert_usage_error(dt("artifacts", "m", "--to", str(tmp_path / "link"), check=False), "pick a new --to folder")
+    assert not (tmp_path / "elsewhere").exists()
+    with tmpfs(tmp_path / "small", "size=256k") as disk:
+        assert_usage_error(dt("artifacts", "m", "--to", str(disk / "model"), check=False),
+                           f"cannot write {disk / 'model'}: No space left on device", "df -h", "nothing was left")
+        assert os.listdir(disk) == []
+    dt("artifacts", "m", "--to", str(tmp_path / "model"))
+    got = tmp_path / "model"
+    assert (got / "w.bin").stat().st_size == 600_000 and (got / "sub" / "a.txt").read_text() == "a"
+    assert os.readlink(got / "latest") == "w.bin"
+    assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # no staging folder left
