@@ -148,6 +148,36 @@ def test_delete_snapshot_frees_what_only_it_held(storage):
     assert freed.bytes == 500_000 and store_bytes() == 0
 
 
+def test_of_two_deletes_of_one_snapshot_one_frees_it_and_the_other_is_not_found(storage):
+    """Two commands delete the same snapshot at once: the one whose delete lands second read the
+    snapshot before the first removed it. It must not answer as if it had deleted it, nor remove a
+    new snapshot that took the name meanwhile."""
+    vol = storage.create_volume("data")
+    fill(vol.path, n=2, size=100_000)
+    first = storage.create_snapshot("data", name="s")
+    other = Storage(storage.home)  # another command
+    read = storage.get_snapshot
+    won = []
+
+    def read_then_lose_the_race(name):
+        snap = read(name)
+        won.append(other.delete_snapshot(name))  # lands between this command's read and its delete
+        other.create_snapshot("data", name=name)  # and the name is taken again
+        return snap
+
+    storage.get_snapshot = read_then_lose_the_race
+    try:
+        with pytest.raises(NotFoundError, match="no snapshot named 's': another command deleted it just now"):
+            storage.delete_snapshot("s")
+    finally:
+        del storage.get_snapshot
+        other.close()
+    assert won[0].bytes == 200_000 and not won[0].pending
+    again = storage.get_snapshot("s")  # the new one, whole
+    assert again.id != first.id and (again.files, again.bytes) == (first.files, first.bytes)
+    assert storage.verify("s").damaged == ()
+
+
 def test_same_content_in_two_volumes_is_stored_once(storage):
     a, b = storage.create_volume("a"), storage.create_volume("b")
     fill(a.path)

@@ -243,8 +243,11 @@ class Storage:
         """Forget a snapshot and free the content no other snapshot shares."""
         snap = self.get_snapshot(name)
         self.engine.request_sweep()  # first: killed after the row goes, the next command still frees its data
-        with db.transaction(self.conn):
-            self.conn.execute("DELETE FROM snapshots WHERE name = ?", (name,))
+        with db.transaction(self.conn):  # the one read, by its uid: a new snapshot of that name is another
+            gone = self.conn.execute("DELETE FROM snapshots WHERE uid = ?", (snap.id,)).rowcount
+        if not gone:  # another command deleted it between the read and here: that one freed it
+            raise NotFoundError(f"no snapshot named {name!r}: another command deleted it just now; list snapshots "
+                                f"with `{LIST_SNAPSHOTS}`")
         self.engine.drop(snap.id)
         swept = self._sweep()
         return Freed(snapshot=name, bytes=swept.bytes if swept else 0,
