@@ -73,7 +73,7 @@ def check_storage_class(name: str) -> str:
     return name
 
 
-MAX_SIZE = 2**60  # 1Ei: above any disk or memory; keeps float parsing finite
+MAX_SIZE = 2**60  # 1Ei: above any disk or memory; keeps the numbers parse_size works with small
 MAX_QUANTITY_TEXT = 64  # characters of a quantity: '1.5Gi' is five
 
 
@@ -83,13 +83,16 @@ def parse_size(text: str, what: str = "size", *, minimum: int = 0) -> int:
     lowest = "1 byte" if minimum == 1 else _quantity(minimum)
     bounds = f"from {lowest} to 1Ei" if minimum else "of at most 1Ei"
     number, suffix = _size_groups(text, what, bounds)
-    if suffix in _UNITS:
-        value = float(number) * _UNITS[suffix]
-    else:  # a decimal suffix or an exponent (1e3): float() reads it exactly, and without a huge 10**n
-        value = float(f"{number}e{_EXPONENTS.get(suffix) or suffix[1:]}")
-    if not minimum <= value <= MAX_SIZE:
+    exponent = 0 if suffix in _UNITS else int(_EXPONENTS.get(suffix) or suffix[1:])
+    # First roughly, in floating point: an exponent far out of range (1e999999999) never becomes a
+    # 10**n. Rounding keeps order, so whatever is in range passes; then exactly, and as Kubernetes'
+    # Quantity.Value() does, a fraction of a byte rounds up.
+    rough = float(number) * _UNITS[suffix] if suffix in _UNITS else float(f"{number}e{exponent}")
+    exact = Fraction(Decimal(number)) * (_UNITS[suffix] if suffix in _UNITS else Fraction(10) ** exponent) \
+        if minimum <= rough <= MAX_SIZE else None
+    if exact is None or not minimum <= exact <= MAX_SIZE:
         raise SpecError(f"invalid {what} {shown(text)}: use a quantity {bounds}, e.g. 100Gi")
-    return int(value)
+    return ceil(exact)
 
 
 def _size_groups(text: str, what: str, bounds: str) -> tuple[str, str | None]:

@@ -282,7 +282,13 @@ def test_every_kubernetes_quantity_in_range_is_accepted(memory):
 
 def test_quantities_follow_the_kubernetes_grammar():
     assert parse_size("1e3") == 1000 and parse_size("1E3") == 1000 and parse_size("1E") == 10**18
-    assert parse_size("1Ei") == 2**60 and parse_size(".5Ki") == 512 and parse_size("1500m") == 1
+    assert parse_size("1Ei") == 2**60 and parse_size(".5Ki") == 512
+    # a fraction of a byte rounds up, as Kubernetes' Quantity.Value(); every digit counts (no float)
+    assert parse_size("1500m") == 2 and parse_size("1.0001") == 2 and parse_size("2000m") == 2
+    assert parse_size("123456789012345678") == 123456789012345678 and parse_size("999999999999999999") == 10**18 - 1
+    assert parse_size("1152921504606846975") == 2**60 - 1 and parse_size("0.1Ki") == 103
+    with pytest.raises(SpecError, match="at most 1Ei"):
+        parse_size("1152921504606846977")  # 2**60 + 1: a float would read it as 2**60
     assert parse_size("+2k") == 2000
     for bad in ("1e", "Gi", "1.2.3", "1 Gi", "1iB", "0x10", "1e99999999999999", "-1"):
         started = time.monotonic()
