@@ -6,6 +6,7 @@ import hashlib
 import http.server
 import io
 import json
+import os
 import tarfile
 import threading
 import zipfile
@@ -173,6 +174,21 @@ def test_checksum_mismatch_quarantines_the_file(server, archives, tmp_path):
     assert (tmp_path / "downloads" / "test_label.json.bad").is_file()
     assert not (tmp_path / "downloads" / "test_label.json").exists()
     assert not (tmp_path / "test_label.json").exists()  # nothing unpacked from a bad file
+    # the digest was the typo: the file is kept, and what the message says to do uses it, unfetched
+    bad, kept = tmp_path / "downloads" / "test_label.json.bad", tmp_path / "downloads" / "test_label.json"
+    server.files.pop("/test_label.json")
+    os.replace(bad, kept)
+    images = tmp_path.parent / f"{tmp_path.name}-test_set.zip"  # its frames, for the masks step
+    images.write_bytes(archives["/test_set.zip"])
+    prepare.prepare([str(images), str(kept)], tmp_path, sha256=["-", actual])
+    assert (tmp_path / "test_label.json").read_bytes() == archives["/test_label.json"]
+
+
+@pytest.mark.parametrize("digest", ["abc", "0" * 63, "g" * 64, "0" * 65])
+def test_a_malformed_digest_is_refused_before_anything_is_fetched(tmp_path, digest):
+    with pytest.raises(SpecError, match=r"invalid --sha256 .*: give the 64 hexadecimal digits sha256sum prints"):
+        prepare.prepare(["http://127.0.0.1:1/test_set.zip"], tmp_path / "out", sha256=[digest])
+    assert not (tmp_path / "out").exists()
 
 
 def test_http_error_is_a_data_error(server, tmp_path):

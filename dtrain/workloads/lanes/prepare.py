@@ -37,6 +37,7 @@ import http.client
 import json
 import lzma
 import os
+import re
 import shutil
 import stat
 import sys
@@ -235,7 +236,8 @@ def verify(path: Path, expected: str | None, downloaded: bool) -> str:
         if downloaded:
             bad = path.with_name(path.name + ".bad")
             os.replace(path, bad)
-            where = f"; moved to {bad}, rerun to download again"
+            where = (f"; moved to {bad}: rerun to download it again, or, if the expected digest was the "
+                     f"wrong one, mv {bad} {path} and give --url {path} with the right --sha256")
         raise DataError(f"sha256 of {path.name} is {actual}, expected {expected.lower()}{where}")
     return actual
 
@@ -402,6 +404,10 @@ def prepare(urls: Sequence[str], out: str | os.PathLike, *, sha256: Sequence[str
     if sha256 and len(sha256) != len(urls):
         raise SpecError(f"{len(sha256)} --sha256 for {len(urls)} --url: give one per URL, '-' to skip one")
     expected = [None if not h or h == "-" else h for h in sha256] or [None] * len(urls)
+    for digest in expected:  # before any download: a typo would only show after gigabytes
+        if digest is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", digest):
+            raise SpecError(f"invalid --sha256 {digest[:80]!r}: give the 64 hexadecimal digits sha256sum prints, "
+                            f"or '-' to skip that URL's check")
     for url in urls:
         check_input_name(url)
     for side in size:
