@@ -161,6 +161,43 @@ def test_a_volume_over_the_home_is_refused(dt: Dtrain):
     assert dt.json("list", "-A") == [] and tree(volume_path(dt, "data")) == {}
 
 
+def test_a_mount_the_job_could_not_start_with_is_refused_at_submit(dt: Dtrain, tmp_path):
+    """A place bubblewrap cannot mount over (a symbolic link, a file, anything below either), or
+    one that would hide the Python the job runs on or the system's programs: one line at submit,
+    no job and no volume made, rather than a job that fails at start ("launcher exited with code
+    1") leaving its new volume behind."""
+    (tmp_path / "real").mkdir()
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    (tmp_path / "afile").write_text("x")
+    python_home = Path(sys.base_prefix)
+    for target, says in [
+        (tmp_path / "link", f"{tmp_path / 'link'} is a symbolic link (to {tmp_path / 'real'})"),
+        (tmp_path / "link" / "deeper", f"{tmp_path / 'link'} is a symbolic link"),
+        (tmp_path / "afile", f"{tmp_path / 'afile'} is a file, not a folder"),
+        (tmp_path / "afile" / "sub", f"{tmp_path / 'afile'} is a file, not a folder"),
+        (python_home.parent, f"would hide the Python installation under dtrain's environment ({python_home})"),
+        ("/usr", "would hide the system's programs and libraries (/usr)"),
+    ]:
+        for pvc in (f"local:1Gi:{target}", f"data:{target}"):
+            if pvc.startswith("data:") and not (dt.home / "volumes").exists():
+                dt("volume", "create", "data")
+            proc = dt("submit", "j", "--pvc", pvc, "--", "true", check=False)
+            assert proc.returncode == 2 and says in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    assert dt.json("list", "-A") == [] and [v["name"] for v in dt.json("volume", "list")] == ["data"]
+    # inside another of the job's volumes, the place is that volume's, not this machine's
+    (volume_path(dt, "data") / "sub").mkdir()
+    dt("submit", "nested", "--pvc", "data:/mnt", "--pvc", "local:1Gi:/mnt/sub", "--", "true")
+    assert dt.wait_for("nested", {"Succeeded"})
+
+
+def test_a_new_volumes_mount_point_is_a_working_folder(dt: Dtrain):
+    dt("submit", "w", "--pvc", "local:1Gi:/code", "--working-dir", "/code", "--", "pwd")
+    assert dt.wait_for("w", {"Succeeded"}) and dt("logs", "w").stdout == "/code\n"
+    proc = dt("submit", "deeper", "--pvc", "local:1Gi:/code2", "--working-dir", "/code2/src", "--", "pwd",
+              check=False)  # a new volume is empty: nothing below its mount point yet
+    assert proc.returncode == 2 and "is not a folder in the volume mounted at /code2" in proc.stderr
+
+
 def test_command_and_working_folder_inside_a_volume(dt: Dtrain):
     """As with `kubectl` / `runai submit --pvc data:/mnt -- /mnt/train.sh`: the command and the
     working folder are looked up where the job sees them, in its volumes."""

@@ -96,7 +96,9 @@ class LocalBackend(Backend):
         own_folder = spec.notebook and not spec.volumes and not spec.working_dir
         cwd = str(self.home / "jobs" / spec.name / "work") if own_folder else (spec.working_dir or os.getcwd())
         mount, host_cwd = launch.behind(cwd, mounts)
-        if not own_folder and (host_cwd is None or not os.path.isdir(host_cwd)):  # the ranks start there
+        # a new volume is empty, but its mount point is a folder: the job may start there
+        new_root = mount is not None and mount.source is None and os.path.normpath(cwd) == mount.target
+        if not own_folder and not new_root and (host_cwd is None or not os.path.isdir(host_cwd)):  # the ranks start there
             raise SpecError(f"--working-dir {cwd} is not a folder " +
                             ("on this machine" if mount is None else f"in the volume mounted at {mount.target}") +
                             ": give an existing folder")
@@ -211,18 +213,26 @@ class LocalBackend(Backend):
         return self.storage.mover.live(vol.name) is None
 
     def _check_hidden(self, mounts) -> None:
-        """A volume mounted over the dtrain home or dtrain's own Python would hide, inside the job,
-        the files its processes write (logs, rank records) or run."""
+        """A volume mounted over the dtrain home, dtrain's own Python (its environment, and the
+        installation that environment links to) or the system's programs would hide, inside the
+        job, the files its processes write (logs, rank records) or run. And the place of each
+        mount must be one the sandbox can mount over: a folder, or nothing yet, reached through no
+        symbolic link (a link, or a file, there fails the job's start)."""
         from dtrain.backends.local.launch import behind
 
         needed = (("the dtrain home", self.home), ("dtrain's Python environment", Path(sys.prefix)),
-                  ("dtrain's code", Path(__file__).resolve().parents[2]))
+                  ("the Python installation under dtrain's environment", Path(sys.base_prefix)),
+                  ("the Python interpreter", Path(sys.executable).resolve().parent),
+                  ("dtrain's code", Path(__file__).resolve().parents[2]),
+                  *(("the system's programs and libraries", Path(p)) for p in ("/usr", "/bin", "/lib", "/lib64")))
         for what, path in needed:
             for spelled in {str(path), os.path.realpath(path)}:
                 mount, _ = behind(spelled, mounts)
                 if mount is not None:
                     raise SpecError(f"a volume mounted at {mount.target} would hide {what} ({path}) from the job, "
-                                    f"and with it the job's logs and records: mount it elsewhere, e.g. /mnt")
+                                    f"which needs it to run and to record its logs: mount it elsewhere, e.g. /mnt")
+        for m in mounts:
+            _check_mount_point(m.target, [o for o in mounts if o is not m])
 
     def _prepare_volumes(self, spec: JobSpec) -> list[str]:
         """Create the job's new volumes (pvc-<job>-<i>); all or none."""
@@ -467,14 +477,14 @@ class LocalBackend(Backend):
 
     def _artifacts(self, name: str, *, to: Path) -> Path:
         """Copy the job's model folder ($DTRAIN_MODEL_DIR in the job: jobs/<name>/model) to `to`."""
+        from dtrain.backends import targets
+
         self._get(name)
         source = self.home / "jobs" / name / "model"
         if not source.is_dir():
             raise NotFoundError(f"job {name!r} wrote no model folder: save into $DTRAIN_MODEL_DIR in the job")
-        if to.exists():
-            raise ConflictError(f"{to} exists: pick a new --to folder")
-        shutil.copytree(source, to, symlinks=True)  # links are copied as links, never followed
-        return to
+        return targets.filled(to, lambda staging: targets.copy_tree(source, staging))
+
     def _exec(self, name: str, command: list[str], *, rank: int) -> int:
         """nsenter into the rank's mount namespace (bubblewrap's, when the job has volumes), in
         its working folder, with its environment read from /proc."""
@@ -745,3 +755,35 @@ def _environ(pid: int) -> dict[str, str] | None:
     except OSError:
         return None
     return dict(item.split("=", 1) for item in raw.decode("utf-8", "replace").split("\0") if "=" in item)
+
+
+def _check_mount_point(target: str, others) -> None:
+    """Each folder on the way to a mount point, as the job will find it (on this machine, or in
+    another of its volumes mounted above): a symbolic link or a file there is refused, as
+    bubblewrap would fail to mount over it when the job starts."""
+    from dtrain.backends.local.launch import behind
+
+    above, host = behind(target, others)
+    if above is None:
+        start, rest = "/", target
+    elif host is None:  # inside a new volume, empty: made when the job starts
+        return
+    else:
+        start, rest = str(above.source), target[len(above.target.rstrip("/")):]
+    at = start
+    for part in rest.strip("/").split("/"):
+        at = os.path.join(at, part)
+        try:
+            st = os.lstat(at)
+        except FileNotFoundError:
+            return  # made when the job starts
+        except OSError as err:
+            raise SpecError(f"cannot mount a volume at {target}: {at} cannot be read here ({err.strerror}); "
+                            f"mount it elsewhere, e.g. /mnt") from None
+        if stat.S_ISLNK(st.st_mode):
+            real = os.path.realpath(at)
+            raise SpecError(f"cannot mount a volume at {target}: {at} is a symbolic link (to {real}), which a "
+                            f"volume cannot be mounted through; give the real path or another place, e.g. /mnt")
+        if not stat.S_ISDIR(st.st_mode):
+            raise SpecError(f"cannot mount a volume at {target}: {at} is a file, not a folder; mount it elsewhere, "
+                            f"e.g. /mnt")

@@ -14,13 +14,12 @@ import gzip
 import io
 import os
 import posixpath
-import shutil
 import tarfile
-import tempfile
 import zlib
 from pathlib import Path
 
-from dtrain.errors import ConflictError, DataError, SpecError
+from dtrain.backends.targets import filled
+from dtrain.errors import DataError, SpecError
 
 SKIP = {".git", ".venv", "venv", "__pycache__", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 MAX_SOURCE_BYTES = 512 * 2**20  # code, not data: data goes in channels
@@ -74,37 +73,22 @@ def link_leaves(name: str, target: str) -> bool:
     return posixpath.isabs(target) or landing == ".." or landing.startswith("../")
 
 
-def new_folder(to: str | os.PathLike) -> Path:
-    """`to` as a target to unpack into: a folder not there yet, or an empty one; its parent made."""
-    dest = Path(to)
-    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
-        raise ConflictError(f"{dest} exists and is not an empty folder: pick a new --to folder")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    return dest
-
-
 def unpack(archive: str | os.PathLike, to: str | os.PathLike) -> Path:
-    """Unpack a tar(.gz) into the new folder `to`, refusing anything that would land outside it."""
-    dest = new_folder(to)
-    staging = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", dir=dest.parent))
-    try:
-        with tarfile.open(archive) as tar:
-            size = sum(m.size for m in tar.getmembers())
-            if size > MAX_MODEL_BYTES:
-                raise DataError(f"{archive} unpacks to {size} bytes, more than {MAX_MODEL_BYTES}: unpack it by hand")
-            tar.extractall(staging, filter="data")
-            # gzip checks its CRC only at the end of the stream, which tarfile stops short of: read
-            # to the end, or a damaged archive unpacks to wrong bytes without a word.
-            while tar.fileobj.read(1 << 20):
-                pass
-    except (tarfile.FilterError, tarfile.ReadError, EOFError, gzip.BadGzipFile, zlib.error) as err:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise DataError(f"refusing {archive}: {err}; the archive is damaged or holds paths or links that leave "
-                        f"the target folder") from None
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    if dest.exists():
-        dest.rmdir()
-    os.replace(staging, dest)
-    return dest
+    """Unpack a tar(.gz) into the new folder `to`, refusing anything that would land outside it;
+    there whole or not at all (dtrain.backends.targets)."""
+    def fill(staging: Path) -> None:
+        try:
+            with tarfile.open(archive) as tar:
+                size = sum(m.size for m in tar.getmembers())
+                if size > MAX_MODEL_BYTES:
+                    raise DataError(f"{archive} unpacks to {size} bytes, more than {MAX_MODEL_BYTES}: unpack it by hand")
+                tar.extractall(staging, filter="data")
+                # gzip checks its CRC only at the end of the stream, which tarfile stops short of: read
+                # to the end, or a damaged archive unpacks to wrong bytes without a word.
+                while tar.fileobj.read(1 << 20):
+                    pass
+        except (tarfile.FilterError, tarfile.ReadError, EOFError, gzip.BadGzipFile, zlib.error) as err:
+            raise DataError(f"refusing {archive}: {err}; the archive is damaged or holds paths or links that leave "
+                            f"the target folder") from None
+
+    return filled(to, fill)

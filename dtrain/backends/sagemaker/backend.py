@@ -27,11 +27,12 @@ from dtrain.backends.base import Backend, JobInfo, JobStatus, LogLine, NodeInfo
 from dtrain.backends.sagemaker import logs as cwlogs
 from dtrain.backends.sagemaker.clients import Clients, aws_call, aws_clients, read_body
 from dtrain.backends.sagemaker import render, status
-from dtrain.backends.sagemaker.archive import check_generated, new_folder, pack_source, unpack
+from dtrain.backends.sagemaker.archive import check_generated, pack_source, unpack
 from dtrain.backends.sagemaker.config import LOCAL_BUCKET, SageMakerConfig
 from dtrain.backends.sagemaker.contract import decode
 from dtrain.backends.sagemaker.facts import ENDED, JobFacts, plain, settled
 from dtrain.backends.sagemaker.validate import check_request
+from dtrain.backends.targets import new_folder
 from dtrain.errors import BackendError, ConflictError, NotFoundError, NotSupportedError, QuotaError, SpecError
 from dtrain.names import check_name
 from dtrain.spec import JobSpec
