@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Iterator
 from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, JobStatus, JobSummary, LogLine, NodeInfo,
                                   Progress, ProjectInfo, SnapshotInfo, TimeoutError_, VolumeInfo)
 from dtrain.config import BACKENDS, UserConfig, home_dir
-from dtrain.errors import SpecError
+from dtrain.errors import NotFoundError, SpecError
 from dtrain.spec import JobSpec, check_name, notebook_spec
 
 __all__ = ["Client", "TimeoutError_"]  # the CLI catches wait's timeout from here
@@ -193,6 +193,20 @@ class Client:
 
     def list_projects(self) -> list[ProjectInfo]:
         return self.backend().list_projects()
+
+    def check_project(self, project: str) -> None:
+        """NotFoundError for a project the local backend does not know: an empty list of its jobs
+        would read as a project without jobs where it is a typo (in -p, ?project=, config.yaml).
+        A Kubernetes project is a namespace that may lack dtrain's label, and SageMaker has none:
+        an empty list there is just empty."""
+        backend = self.backend(project=project)
+        if backend.name != "local" or project == "default":
+            return
+        known = [p.name for p in backend.list_projects()]
+        if project not in known:
+            some = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "")
+            raise NotFoundError(f"no project named {project!r} (projects: {some}); see 'dtrain project "
+                                f"list', or 'dtrain list -A' for the jobs of every project")
 
     # ---- volumes and snapshots ------------------------------------------------------------
     def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> VolumeInfo:

@@ -40,6 +40,10 @@ MAX_RESTARTS = 100
 # beyond any session that is still someone's.
 MIN_IDLE_TIMEOUT, MAX_IDLE_TIMEOUT = 60, 30 * 86400
 MAX_TEXT = 65536  # one command word, env value or path
+# The command's words and the environment together: the kernel refuses to start a program whose
+# arguments and environment pass ARG_MAX (2 MiB with the usual 8 MiB stack), and the launcher and
+# the host add their own; a Kubernetes object must fit etcd's 1.5 MiB.
+MAX_ARGS_ENV = 1 << 20
 
 
 def _text(value, what: str, *, fix: str = "") -> str:
@@ -211,6 +215,10 @@ OWNED_ENV = {"DTRAIN_MEMORY": "--memory", "DTRAIN_CPU": "--cpu", "DTRAIN_RANK_CP
                  "the launcher and --processes")}
 
 
+def _bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def _env(env) -> dict[str, str]:
     """The spec's env: NAME -> value, each NAME as `-e` takes it (so `{"A=B": "x"}` is refused,
     not set as A="B=x"), each value a string."""
@@ -226,6 +234,23 @@ def _env(env) -> dict[str, str]:
                             f"drop it from -e / env:")
         out[key] = _text(value, f"env {_keys([key])}", fix=" (quote it in YAML)")
     return out
+
+
+def sagemaker_backend(data: dict) -> None:
+    """SageMaker options say where a job runs: a job mapping (flags, a job file, an HTTP body) that
+    has them and names no backend gets backend sagemaker; one that names another is refused."""
+    if data.get("sagemaker") is None:
+        return
+    if data.get("backend") is not None and data["backend"] != "sagemaker":
+        options = data["sagemaker"]
+        raise SpecError(_elsewhere(data["backend"], options if isinstance(options, Mapping) else {}))
+    data["backend"] = "sagemaker"
+
+
+def _elsewhere(backend, options: Mapping) -> str:
+    given = ", ".join(sorted(k for k, v in options.items() if v not in (None, False, (), [], {})))
+    return (f"SageMaker options{f' ({given})' if given else ''} need backend sagemaker, not {shown(backend)}: "
+            f"use --backend sagemaker (backend: sagemaker), or leave them out")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -265,6 +290,11 @@ class JobSpec:
                             f"e.g. dtrain submit {self.name} -- python train.py")
         set_("command", tuple(_text(c, "command word", fix=" (quote it in YAML)") for c in self.command))
         set_("env", _env(self.env))
+        used = sum(_bytes(w) + 1 for w in self.command) + sum(_bytes(k) + _bytes(v) + 2 for k, v in self.env.items())
+        if used > MAX_ARGS_ENV and not _STORED.get():
+            raise SpecError(f"the command and environment of job {self.name!r} take {used} bytes, more than the 1 MiB "
+                            f"a job may pass to its processes (the system refuses to start one past about 2 MiB): "
+                            f"put large values in a file, on a volume, and pass its path")
         set_("volumes", _volumes(self.volumes))
         if isinstance(self.image_pull_secrets, str) or not isinstance(self.image_pull_secrets, (list, tuple)):
             raise SpecError(f"invalid image_pull_secrets {shown(self.image_pull_secrets)}: must be a list of names")
@@ -302,6 +332,8 @@ class JobSpec:
                 raise SpecError(f"invalid --working-dir {shown(self.working_dir)}: use an absolute path")
         if not NAME_RE.fullmatch(_text(self.backend, "backend", fix=" such as local or kubernetes")):
             raise SpecError(f"invalid backend {shown(self.backend)}: use local, kubernetes or sagemaker")
+        if self.sagemaker is not None and self.backend != "sagemaker" and not _STORED.get():
+            raise SpecError(_elsewhere(self.backend, self.sagemaker.to_dict()))
         if self.image is not None:
             check_image(_text(self.image, "--image"), "--image", required=True)
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):

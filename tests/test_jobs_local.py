@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DTRAIN, Dtrain, rank_record
+from conftest import DTRAIN, Dtrain, assert_usage_error, rank_record
 
 ALLREDUCE = str(Path(__file__).parent / "jobs" / "allreduce.py")
 PY = sys.executable
@@ -259,6 +259,32 @@ def test_bad_input_is_one_clear_line_and_changes_nothing(dt: Dtrain, args, needl
     assert needle in proc.stderr and proc.stderr.startswith("dtrain: error: ")
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     assert dump_state(dt.home) == before
+
+
+def test_a_program_given_by_its_path_must_be_one_the_job_can_run(dt: Dtrain, tmp_path):
+    """Refused at submit, in one line that says what to do, rather than a job that fails at start
+    with "exited with code 126/127" (or, for a script without its x bit, "not found")."""
+    (tmp_path / "plain.sh").write_text("echo hi\n")
+    (tmp_path / "folder").mkdir()
+    (tmp_path / "crlf.sh").write_bytes(b"#!/bin/sh\r\necho hi\r\n")
+    (tmp_path / "lost.py").write_text("#!/no/such/python3 -u\nprint('hi')\n")
+    (tmp_path / "good.sh").write_text("#!/bin/sh\necho hi from the script\n")
+    for name in ("crlf.sh", "lost.py", "good.sh"):
+        (tmp_path / name).chmod(0o755)
+    before = dump_state(dt.home)
+    for command, needles in [
+        ("./plain.sh", ["is not executable: chmod +x ./plain.sh, or run it through its interpreter"]),
+        ("./folder", ["'./folder' is a folder, not a program"]),
+        ("./crlf.sh", ["Windows line endings", "dos2unix ./crlf.sh"]),
+        ("./lost.py", ["names the interpreter '/no/such/python3' in its #! line"]),
+        ("./gone.sh", ["'./gone.sh' not found (looked in the working folder)"]),
+        (str(tmp_path / "plain.sh"), ["is not executable"]),
+    ]:
+        assert_usage_error(dt("submit", "j", "--", command, check=False, cwd=tmp_path), *needles)
+    assert dump_state(dt.home) == before
+    dt("submit", "ok", "--", "./good.sh", cwd=tmp_path)
+    assert dt.wait_for("ok", {"Succeeded"})
+    assert dt("logs", "ok").stdout == "hi from the script\n"
 
 
 def test_new_process_sees_jobs_of_earlier_processes(dt: Dtrain):

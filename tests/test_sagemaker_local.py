@@ -139,7 +139,7 @@ def _state(home: Path) -> tuple:
     (["submit", "x", "--local", "--spot", "--max-runtime", "3600", "--max-wait", "60", "--", "python", "t.py"],
      "--max-wait 60 is below --max-runtime 3600"),
     (["submit", "x", "--local", "--max-runtime", "99999999999", "--", "python", "t.py"], "--max-runtime"),
-    (["submit", "x", "--backend", "local", "--spot", "--", "python", "t.py"], "need --backend sagemaker"),
+    (["submit", "x", "--backend", "local", "--spot", "--", "python", "t.py"], "need backend sagemaker, not 'local': use --backend sagemaker"),
     (["config", "sagemaker", "--role", "admin"], "--role 'admin'"),
     (["config", "sagemaker", "--subnets", "subnet-0abc1234"], "both --subnets and --security-groups"),
     (["artifacts", "nope", "--to", "/tmp/x"], "not found"),

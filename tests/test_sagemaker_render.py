@@ -24,7 +24,7 @@ def cfg(**kw) -> SageMakerConfig:
 
 def spec(**kw) -> JobSpec:
     sm = kw.pop("sm", {})
-    return JobSpec(**{"name": "cifar", "command": CIFAR, **kw}, sagemaker=SageMakerOptions(**sm))
+    return JobSpec(**{"name": "cifar", "command": CIFAR, "backend": "sagemaker", **kw}, sagemaker=SageMakerOptions(**sm))
 
 
 MATRIX = [

@@ -62,7 +62,7 @@ def test_job_verbs_and_errors(server, tmp_path):
     names = lambda **q: [j["name"] for j in http.get("/api/v1/jobs", params=q).json()]  # noqa: E731
     assert names() == ["hello", "sleeper"]
     assert names(project="team-a") == ["hello"] and names(status="Running") == ["sleeper"]
-    assert names(project="nobody") == []
+    assert http.get("/api/v1/jobs", params={"project": "nobody"}).status_code == 404  # a typo, as `list -p`
     timed_out = http.get("/api/v1/jobs/sleeper/wait", params={"timeout": 0.5})
     assert timed_out.status_code == 408 and "still Running" in timed_out.json()["error"]
 

@@ -52,7 +52,8 @@ def test_pages_are_newest_first_after_the_filters(server):
     assert page(server, limit=2, offset=2, project="team-a") == (["a0"], 3)
     assert page(server, limit=5, status="Succeeded", project="default") == (["d2", "d1", "d0"], 3)
     assert page(server, limit=5, status="Deleted") == (["a3"], 1)
-    assert page(server, limit=5, project="nobody") == ([], 0)
+    assert server.http.get("/api/v1/jobs", params={"limit": 5, "project": "nobody"}).status_code == 404  # a typo
+    assert page(server, limit=5, status="Running", project="team-a") == ([], 0)  # a project with none of them
     everything = [name for start in range(0, 6, 2) for name in page(server, limit=2, offset=start)[0]]
     assert everything == list(reversed(page(server)[0]))  # the pages together: every job once
     full = server.http.get("/api/v1/jobs").json()

@@ -18,7 +18,7 @@ from dtrain.client import Client, TimeoutError_
 from dtrain.config import read_small_file
 from dtrain.errors import ConflictError, NotFoundError, SpecError
 from dtrain.names import check_name, shown
-from dtrain.spec import JobSpec, check_sagemaker_mapping, parse_env, parse_pvc, yaml_mapping
+from dtrain.spec import JobSpec, check_sagemaker_mapping, parse_env, parse_pvc, sagemaker_backend, yaml_mapping
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
 
 # flag dest -> spec field, for flags that map one to one
@@ -109,9 +109,7 @@ def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:
         sm["hyperparameters"] = {**(sm.get("hyperparameters") or {}), **parse_hyperparameters(args.hp)}
     if sm:
         data["sagemaker"] = sm
-        if data.get("backend", "sagemaker") != "sagemaker":
-            raise SpecError(f"SageMaker flags ({', '.join(sorted(sm))}) need --backend sagemaker")
-        data["backend"] = "sagemaker"
+    sagemaker_backend(data)
 
 
 # The job file's nested blocks and what each must be: the flags merge into them.
@@ -220,7 +218,7 @@ def cmd_list(args, client: Client) -> int:
     project = None if args.all_projects else (args.project or client.default_project)
     jobs = client.list(project=project, show_deleted=args.show_deleted)
     if not jobs and project is not None:
-        _check_project(client, project)
+        client.check_project(project)
     if args.json:
         print(json.dumps([j.to_dict() for j in jobs], indent=2))
         return 0
@@ -248,20 +246,6 @@ def _elsewhere(kind: str, verb: str) -> str:
     else:
         fix = "use 'dtrain nodes'"
     return f"'dtrain {verb}' is for jobs: {fix}"
-
-
-def _check_project(client: Client, project: str) -> None:
-    """An empty list for a project the local backend does not know is a typo in -p (or in
-    config.yaml), not a project without jobs: say so. (A Kubernetes project is a namespace that
-    may lack dtrain's label, and SageMaker has none: an empty list there is just empty.)"""
-    backend = client.backend(project=project)
-    if backend.name != "local" or project == "default":
-        return
-    known = [p.name for p in backend.list_projects()]
-    if project not in known:
-        some = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "")
-        raise NotFoundError(f"no project named {project!r} (projects: {some}); see 'dtrain project "
-                            f"list', or 'dtrain list -A' for the jobs of every project")
 
 
 def _job_names(words: list[str], verb: str) -> list[str]:

@@ -10,7 +10,6 @@ import difflib
 import json
 
 from dtrain.cli import format as fmt
-from dtrain.cli.jobs import _check_project as check_project
 from dtrain.client import Client
 from dtrain.names import check_name
 from dtrain.spec import parse_pvc
@@ -114,7 +113,7 @@ def cmd_list(args, client: Client) -> int:
     books = [b for b in client.list_notebooks(project=project)
              if args.show_deleted or b.status.value != "Deleted"]
     if not books and project is not None:
-        check_project(client, project)  # a typo in -p is an error, not an empty list
+        client.check_project(project)  # a typo in -p is an error, not an empty list
     if args.json:
         print(json.dumps([b.to_dict() for b in books], indent=2))
         return 0

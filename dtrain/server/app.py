@@ -28,7 +28,7 @@ from dtrain.server.auth import Guard
 from dtrain.server.clients import Clients
 from dtrain.server.history import GpuHistory
 from dtrain.server.metrics import metrics_route
-from dtrain.server.middleware import HEAD, EmptyQuery, HeadAsGet
+from dtrain.server.middleware import HEAD, MAX_BODY, BodyLimit, BodyTooLarge, EmptyQuery, HeadAsGet, too_large
 from dtrain.spec import MIN_MEMORY
 
 STATIC = Path(__file__).parent / "static"
@@ -72,6 +72,7 @@ def create_app(make_client: Callable[[], object], *, token: str | None = None, r
     _pages(app)
     app.add_middleware(EmptyQuery)
     app.add_middleware(HeadAsGet)
+    app.add_middleware(BodyLimit)  # inside Guard: a request without the token is refused unread
     app.add_middleware(Guard, token=token, read_only=read_only)  # the outermost: it sees every request first
     return app
 
@@ -87,6 +88,9 @@ def _errors(app: FastAPI) -> None:
 
     @app.exception_handler(HTTPException)
     async def http_error(request, err: HTTPException):
+        if isinstance(err.__cause__, BodyTooLarge):  # middleware.BodyLimit stopped the reading
+            status, answer = too_large(MAX_BODY)
+            return JSONResponse(answer, status_code=status, headers={"connection": "close"})
         if err.status_code == 400 and isinstance(err.__cause__, Exception):  # FastAPI could not read the body
             return _refused(_unreadable(err.__cause__))
         detail, headers = str(err.detail), err.headers

@@ -1,13 +1,19 @@
-"""Two ASGI wrappers that make the API answer as the docs say, whatever FastAPI's defaults.
+"""ASGI wrappers that make the API answer as the docs say, whatever FastAPI's defaults.
 
 - `HeadAsGet`: HEAD wherever GET (the docs call HEAD a read method; FastAPI's routes answer
   only the methods they name, and naming HEAD on each would put HEAD operations, with bodies
   they never send, into the schema).
 - `EmptyQuery`: `?project=&status=` (what an HTML form sends for "any") means no filter, as an
   absent parameter does, rather than a 422 for an empty name.
+- `BodyLimit`: a request body past MAX_BODY is refused (413) before it is read whole; FastAPI
+  reads any body into memory, a 245 MB one too.
 """
 
 from __future__ import annotations
+
+import json
+
+from dtrain.spec import MAX_ARGS_ENV
 
 HEAD = "dtrain.head"  # in the scope of a HEAD request served as GET, for the 405's message
 
@@ -49,3 +55,65 @@ class EmptyQuery:
             if kept != query:
                 scope = {**scope, "query_string": kept}
         return await self.app(scope, receive, send)
+
+
+# The largest body any route takes: a job whose command and environment hold MAX_ARGS_ENV bytes,
+# JSON-escaped (a control character takes six), with room for the rest of its fields.
+MAX_BODY = 8 * MAX_ARGS_ENV
+
+
+class BodyTooLarge(Exception):
+    """Raised in the reading of a body past the limit (FastAPI reads it for the route, and keeps
+    this as the cause of the 400 it makes of any failed read: app.py answers 413 for it)."""
+
+
+def too_large(limit: int, length: int | None = None) -> tuple[int, dict]:
+    size = f"{length} bytes" if length is not None else f"more than {limit // 2**20} MiB"
+    return 413, {"error": f"the request body is {size}: the API takes at most {limit // 2**20} MiB (a job's "
+                          f"command and environment at most 1 MiB; put large data in a file on a volume)",
+                 "kind": "SpecError"}
+
+
+class BodyLimit:
+    """413 and one line for a body over `limit` bytes: at once by its Content-Length, else (a
+    chunked body) as soon as the bytes received pass it, which stops reading it."""
+
+    def __init__(self, app, limit: int = MAX_BODY):
+        self.app, self.limit = app, limit
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        length = dict(scope["headers"]).get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.limit:
+            return await self._refuse(send, int(length))
+        seen, started = 0, False
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise BodyTooLarge
+            return message
+
+        async def sending(message):
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self.app(scope, counted, sending)
+        except BodyTooLarge:
+            if started:  # a route that answered before reading its whole body: nothing more to say
+                raise
+            await self._refuse(send, None)
+
+    async def _refuse(self, send, length: int | None) -> None:
+        status, answer = too_large(self.limit, length)
+        body = json.dumps(answer).encode()
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                                (b"connection", b"close")]})
+        await send({"type": "http.response.body", "body": body})

@@ -12,10 +12,11 @@ from typing import Annotated, Any, Awaitable, Callable, TypeVar
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import StreamingResponse
 
-from dtrain.errors import DtrainError
+from dtrain import JobStatus
+from dtrain.errors import DtrainError, NotFoundError
 from dtrain.server import curves, wire
 from dtrain.server.clients import client
-from dtrain.spec import JobSpec
+from dtrain.spec import JobSpec, sagemaker_backend
 
 router = APIRouter(tags=["jobs"])
 ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422)}
@@ -43,6 +44,8 @@ def list_jobs(request: Request, response: Response, project: Annotated[str | Non
     time, then name, so that pages never overlap while nothing is submitted), the order the
     dashboard shows. Either one alone pages too (no `limit`: every job from `offset` on). The
     `X-Total-Count` header counts the filtered jobs before paging, with or without a page."""
+    if project is not None:
+        client(request).check_project(project)  # a typo is a 404, not an empty list (as `dtrain list -p`)
     if limit is not None or offset is not None:  # paged by the backend: only the page's jobs are read
         page = client(request).page(project=project, status=status, limit=limit, offset=offset or 0)
         response.headers["x-total-count"] = str(page.total)
@@ -59,6 +62,7 @@ def submit(request: Request, body: wire.SpecIn):
     c = client(request)
     data = body.model_dump(exclude_unset=True)
     data["project"] = data.get("project") or c.default_project
+    sagemaker_backend(data)  # SageMaker options: that backend, as with `dtrain submit --instance-type`
     if data.get("backend") is None:  # the configured one (of the project), as `dtrain submit` and the job list use
         data["backend"] = c.backend(project=data["project"]).name
     return wire.job_out(c.submit(JobSpec.from_dict(data)))
@@ -70,9 +74,14 @@ def get_job(request: Request, name: wire.JobName):
 
 
 @router.delete("/jobs/{name}", response_model=wire.Job, responses=ERRORS)
-def delete_job(request: Request, name: wire.JobName):
-    """Stop the job's processes and mark it Deleted."""
-    return wire.job_out(client(request).delete(name))
+def delete_job(request: Request, name: wire.JobName, purge: bool = False):
+    """Stop the job's processes and mark it Deleted (`dtrain delete`); with `purge` also forget it
+    (record, events, logs). A job already Deleted is not found, as with kubectl, unless purged."""
+    c = client(request)
+    if not purge and c.get(name).status == JobStatus.DELETED:
+        raise NotFoundError(f"job {name!r} was already deleted; nothing was deleted (DELETE "
+                            f"/api/v1/jobs/{name}?purge=true also forgets it)")
+    return wire.job_out(c.delete(name, purge=purge))
 
 
 @router.post("/jobs/{name}/suspend", response_model=wire.Job, responses=ERRORS)

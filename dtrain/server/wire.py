@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import Path
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from dtrain.names import CLASS_RE, MAX_OFFSET, MAX_PAGE, NAME_RE, SIZE_RE
-from dtrain.spec import MAX_CPU, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MIN_CPU, MIN_IDLE_TIMEOUT
+from dtrain.spec import (MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MAX_RESTARTS, MIN_CPU,
+                         MIN_IDLE_TIMEOUT)
 
 STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted", "Suspended"]
 NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
@@ -35,8 +36,19 @@ NAMED = {"project": "project", "volume": "volume", "job": "job", "to": "volume",
          "jobs": "job", "volumes": "volume", "snapshots": "snapshot", "projects": "project"}
 
 
+def _whole(value):
+    """JSON has one kind of number: 2.0 is the integer 2 (as JSON Schema's "integer" says), 2.5 is not."""
+    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53 else value
+
+
+Count = Annotated[int, BeforeValidator(_whole)]  # a count in a request body
+
+
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """A request body: no unknown field, and no value converted from another type ("yes" is not a
+    boolean, 1 not one either, "2" not a number), as a job file is read (dtrain.spec)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)  # but a Count takes 2.0 for 2
 
 
 class SpecIn(_In):
@@ -44,9 +56,9 @@ class SpecIn(_In):
 
     name: str = Field(pattern=NAME, description="job name: lower-case letters, digits, '-'")
     command: list[str] = Field(min_length=1, max_length=4096, description="the command and its arguments")
-    processes: int = Field(1, ge=1, le=MAX_PROCESSES, description="data-parallel processes")
+    processes: Count = Field(1, ge=1, le=MAX_PROCESSES, description="data-parallel processes")
     launcher: Literal["none", "torchrun", "mpi"] = "none"
-    gpu: int = Field(0, ge=0, le=64, description="GPUs per process")
+    gpu: Count = Field(0, ge=0, le=MAX_GPU_PER_PROCESS, description="GPUs per process")
     cpu: float | None = Field(None, ge=MIN_CPU, le=MAX_CPU, description="CPU threads per process")
     memory: str | None = Field(None, pattern=SIZE, max_length=32, description="memory per process, e.g. 8Gi")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables")
@@ -56,13 +68,13 @@ class SpecIn(_In):
     working_dir: str | None = Field(None, max_length=4096)
     project: str | None = Field(None, pattern=NAME, description="default: the configured project")
     backend: Literal["local", "kubernetes", "sagemaker"] | None = None
-    max_restarts: int = Field(0, ge=0, le=1000)
+    max_restarts: Count = Field(0, ge=0, le=MAX_RESTARTS)
     snapshot_on_success: str | None = Field(None, pattern=NAME)
     image: str | None = Field(None, max_length=1024)
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     image_pull_secrets: list[str] = Field(default_factory=list, max_length=64)
     notebook: bool = Field(False, description="an interactive Jupyter server (dtrain notebook): runs until deleted")
-    idle_timeout: int | None = Field(None, ge=MIN_IDLE_TIMEOUT, le=MAX_IDLE_TIMEOUT,
+    idle_timeout: Count | None = Field(None, ge=MIN_IDLE_TIMEOUT, le=MAX_IDLE_TIMEOUT,
                                      description="notebook: seconds without kernel or terminal activity "
                                                  "(requests do not count) before it is stopped (null: never)")
     sagemaker: dict[str, Any] | None = Field(None, description="SageMaker options (docs/sagemaker.md): instance_type, "
@@ -71,7 +83,7 @@ class SpecIn(_In):
 
 class ProjectIn(_In):
     name: str = Field(pattern=NAME)
-    gpu_quota: int | None = Field(None, ge=0, le=100_000, description="set the GPU quota (null: leave it as it is)")
+    gpu_quota: Count | None = Field(None, ge=0, le=100_000, description="set the GPU quota (null: leave it as it is)")
     no_gpu_quota: bool = Field(False, description="remove the GPU quota (with gpu_quota null)")
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -19,7 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dtrain.errors import EnvironmentError_
+from dtrain.errors import EnvironmentError_, SpecError
+from dtrain.names import shown
 from dtrain.spec import JobSpec
 
 
@@ -255,21 +257,49 @@ def check_tools(spec: JobSpec, *, cwd: str, path: str | None = None, mounts: Seq
     cmd = spec.command[0]
     if "/" in cmd:
         mount, host = behind(os.path.join(cwd, cmd), mounts)
-        found = host is not None and os.access(host, os.X_OK)
         where = "the working folder" if mount is None else f"the volume mounted at {mount.target}"
+        found = host is not None and os.path.exists(host)
     else:
-        found, where = shutil.which(cmd, path=search), "PATH"
+        found, where, host = shutil.which(cmd, path=search), "PATH", None
     if not found and spec.notebook:
         raise EnvironmentError_(f"notebooks run JupyterLab ({cmd}), which is not installed here: "
                                 "pip install 'dtrain[notebook]' (jupyterlab and ipykernel)")
-    if not found:
-        raise EnvironmentError_(f"command {cmd!r} not found (looked in {where}); "
-                                f"check the spelling after '--', or give its full path")
+    if not found:  # the user's mistakes (SpecError): what the machine lacks is an EnvironmentError_
+        raise SpecError(f"command {shown(cmd)} not found (looked in {where}); "
+                        f"check the spelling after '--', or give its full path")
+    if host is not None:
+        _check_program(cmd, host, mounts)
     if spec.launcher == "mpi" and not shutil.which("mpirun", path=search):
         raise EnvironmentError_("submit-mpi needs OpenMPI's mpirun, which is not installed: "
                                 "apt-get install openmpi-bin (or use --launcher torchrun)")
     if spec.volumes or spec.large_shm:
         check_namespaces()
+
+
+def _check_program(cmd: str, host: str, mounts: Sequence[Mount]) -> None:
+    """A command given by its path must be a file the job can run: not a folder, executable, and
+    a script's interpreter (its #! line) must exist, as the job sees it."""
+    if os.path.isdir(host):
+        raise SpecError(f"command {shown(cmd)} is a folder, not a program: name the script or program in it")
+    if not os.access(host, os.X_OK):
+        raise SpecError(f"command {shown(cmd)} is not executable: chmod +x {shlex.quote(cmd)}, or run it through "
+                        f"its interpreter (e.g. -- sh {shlex.quote(cmd)}, or -- python {shlex.quote(cmd)})")
+    try:
+        with open(host, "rb") as f:
+            head = f.read(256).split(b"\n", 1)[0]
+    except OSError:
+        return  # executable but not readable: the kernel may still run it
+    if not head.startswith(b"#!") or not head[2:].split():
+        return
+    if head.endswith(b"\r"):
+        raise SpecError(f"command {shown(cmd)} has Windows line endings (its #! line ends in a carriage return, "
+                        f"which the system takes as part of the interpreter's name): convert it with dos2unix "
+                        f"{shlex.quote(cmd)}, or sed -i 's/\\r$//' {shlex.quote(cmd)}")
+    named = os.fsdecode(head[2:].split()[0])
+    at = behind(named, mounts)[1] if named.startswith("/") else None
+    if not named.startswith("/") or at is None or not os.path.exists(at):
+        raise SpecError(f"command {shown(cmd)} names the interpreter {shown(named)} in its #! line, which does not "
+                        f"exist here: fix that line (e.g. #!/usr/bin/env python3)")
 
 
 def check_namespaces(bwrap: str = "bwrap") -> None:

@@ -1,0 +1,142 @@
+"""A job submitted over HTTP is read as `dtrain submit` reads it: no value converted from another
+type, the same bounds as the spec, SageMaker options that send the job to SageMaker, a mistyped
+command that is the user's mistake (422, not a 503 "try later"), a mistyped project that is a 404
+rather than an empty list. Nothing is stored for a refused request."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from server_util import ThreadServer
+
+pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+from dtrain import Client, JobSpec  # noqa: E402
+from dtrain.errors import SpecError  # noqa: E402
+from dtrain.server.app import create_app  # noqa: E402
+
+
+@pytest.fixture
+def http(home, tmp_path):
+    server = ThreadServer(create_app(lambda: Client(home=home), sample_every=3600))
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as client:
+            yield client
+    finally:
+        server.stop()
+
+
+def refused(http, body: dict, status: int = 422) -> str:
+    r = http.post("/api/v1/jobs", json={"name": "j", "command": ["true"], **body})
+    assert r.status_code == status, r.text
+    assert http.get("/api/v1/jobs", params={"status": "Deleted"}).json() == []
+    assert http.get("/api/v1/jobs").json() == []  # nothing stored
+    return r.json()["error"]
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("large_shm", "yes", "large_shm: Input should be a valid boolean"),
+    ("large_shm", 1, "large_shm: Input should be a valid boolean"),
+    ("notebook", "off", "notebook: Input should be a valid boolean"),
+    ("processes", True, "processes: Input should be a valid integer"),
+    ("processes", "2", "processes: Input should be a valid integer"),
+    ("max_restarts", False, "max_restarts: Input should be a valid integer"),
+    ("gpu", 0.5, "gpu: Input should be a valid integer"),
+    ("cpu", "2", "cpu: Input should be a valid number"),
+    ("gpu", 17, "gpu: Input should be less than or equal to 16"),
+    ("max_restarts", 101, "max_restarts: Input should be less than or equal to 100"),
+])
+def test_a_value_of_another_type_or_past_the_spec_bounds_is_refused_not_converted(http, field, value, says):
+    assert says in refused(http, {field: value})
+
+
+def test_the_schema_states_the_spec_bounds(http):
+    fields = http.get("/api/v1/openapi.json").json()["components"]["schemas"]["SpecIn"]["properties"]
+    assert (fields["gpu"]["maximum"], fields["max_restarts"]["maximum"]) == (16, 100)
+
+
+def test_json_numbers_are_read_as_json_schema_reads_them(http, tmp_path):
+    """One kind of number: a whole number of CPUs is a number, 2.0 processes are 2 (JSON Schema's
+    "integer"), which the job's spec then holds as the count 2."""
+    r = http.post("/api/v1/jobs", json={"name": "two", "command": ["true"], "cpu": 2, "processes": 2.0,
+                                        "launcher": "torchrun", "max_restarts": 1.0, "working_dir": str(tmp_path)})
+    assert r.status_code == 201, r.text
+    spec = r.json()["spec"]
+    assert (spec["cpu"], spec["processes"], spec["max_restarts"]) == (2, 2, 1)
+    assert type(spec["processes"]) is int and type(spec["max_restarts"]) is int
+
+
+def test_sagemaker_options_send_the_job_to_sagemaker_or_are_refused_with_another_backend(http):
+    # no backend named: SageMaker's, which is not configured here (what `dtrain submit --spot` says)
+    says = refused(http, {"sagemaker": {"instance_type": "ml.p3.2xlarge"}})
+    assert says.startswith("SageMaker is not configured")
+    says = refused(http, {"backend": "local", "sagemaker": {"spot": True, "instance_type": "ml.m5.xlarge"}})
+    assert says == ("SageMaker options (instance_type, spot) need backend sagemaker, not 'local': use --backend "
+                    "sagemaker (backend: sagemaker), or leave them out")
+    with pytest.raises(SpecError, match="need backend sagemaker, not 'local'"):  # the SDK's spec alike
+        JobSpec(name="j", command=("true",), sagemaker={"spot": True})
+
+
+def test_a_mistyped_command_is_the_users_mistake(http):
+    r = http.post("/api/v1/jobs", json={"name": "j", "command": ["nosuchcmd-" + "x" * 5000]})
+    assert r.status_code == 422 and r.json()["kind"] == "SpecError", r.text
+    assert "not found (looked in PATH); check the spelling after '--'" in r.json()["error"]
+    assert len(r.json()["error"]) < 300  # the word shortened, not repeated whole
+
+
+def test_a_mistyped_project_is_not_found_rather_than_without_jobs(http):
+    for query in ({"project": "nope"}, {"project": "nope", "limit": 10}):
+        r = http.get("/api/v1/jobs", params=query)
+        assert r.status_code == 404 and r.json()["error"].startswith("no project named 'nope' (projects: "), r.text
+    assert http.post("/api/v1/projects", json={"name": "team"}).status_code == 201
+    r = http.get("/api/v1/jobs", params={"project": "team"})
+    assert r.status_code == 200 and r.json() == []
+
+
+def test_a_deleted_job_is_not_deleted_twice_and_purge_forgets_it(http, tmp_path):
+    """As `dtrain delete`: a second DELETE is a 404 saying so (kubectl's not found), and ?purge=true
+    forgets the job (`dtrain delete --purge`)."""
+    r = http.post("/api/v1/jobs", json={"name": "d1", "command": ["sleep", "30"], "working_dir": str(tmp_path)})
+    assert r.status_code == 201, r.text
+    assert http.delete("/api/v1/jobs/d1").json()["status"] == "Deleted"
+    again = http.delete("/api/v1/jobs/d1")
+    assert again.status_code == 404 and again.json()["error"] == (
+        "job 'd1' was already deleted; nothing was deleted (DELETE /api/v1/jobs/d1?purge=true also forgets it)")
+    assert http.get("/api/v1/jobs/d1").json()["status"] == "Deleted"
+    purged = http.delete("/api/v1/jobs/d1", params={"purge": "true"})
+    assert purged.status_code == 200 and purged.json()["name"] == "d1"
+    assert http.get("/api/v1/jobs/d1").status_code == 404
+    assert http.get("/api/v1/jobs", params={"status": "Deleted"}).json() == []
+    assert http.delete("/api/v1/jobs/d1", params={"purge": "yes please"}).status_code == 422
+
+
+def test_a_command_and_environment_too_big_to_start_are_refused_at_submit(http):
+    """Each value under its own bound (64 KiB), together past what the system starts a program
+    with: refused at submit, not a job that fails with "Argument list too long"."""
+    env = {f"K{i}": "v" * 60_000 for i in range(40)}
+    says = refused(http, {"env": env})
+    assert says.startswith("the command and environment of job 'j' take 2400195 bytes, more than the 1 MiB")
+    assert "put large values in a file, on a volume" in says
+    with pytest.raises(SpecError, match="more than the 1 MiB"):
+        JobSpec(name="j", command=("echo", *["w" * 60_000] * 18))
+    assert JobSpec(name="j", command=("echo", *["w" * 60_000] * 17)).command[1] == "w" * 60_000
+    stored = {"name": "j", "command": ["true"], "env": env}
+    assert JobSpec.from_stored(stored).env == env  # one stored before the bound is still read
+
+
+def test_a_body_past_the_limit_is_refused_before_it_is_read_whole(http):
+    big = b'{"name": "big", "command": ["' + b"x" * (9 * 2**20) + b'"]}'
+    r = http.post("/api/v1/jobs", content=big, headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json() == {
+        "error": f"the request body is {len(big)} bytes: the API takes at most 8 MiB (a job's command and "
+                 f"environment at most 1 MiB; put large data in a file on a volume)", "kind": "SpecError"}
+
+    def chunks():  # no Content-Length: counted as it arrives
+        yield b'{"name": "big", "command": ["'
+        for _ in range(20):
+            yield b"x" * 2**19
+        yield b'"]}'
+
+    r = http.post("/api/v1/jobs", content=chunks(), headers={"content-type": "application/json"})
+    assert r.status_code == 413 and r.json()["error"].startswith("the request body is more than 8 MiB")
+    assert http.get("/api/v1/jobs").json() == []
