@@ -81,7 +81,7 @@ def p99(values: list[float]) -> float:
 def follow(url: str, job: str, counts: dict, stop: threading.Event) -> None:
     with httpx.Client(base_url=url, timeout=None) as http, http.stream("GET", f"/api/v1/jobs/{job}/logs/stream") as r:
         for line in r.iter_lines():
-            if line.startswith("data: {"):
+            if line.startswith("data: {\"rank"):
                 counts[threading.get_ident()] = counts.get(threading.get_ident(), 0) + 1
             if stop.is_set():
                 return

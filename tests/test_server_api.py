@@ -134,10 +134,21 @@ def test_log_stream_receives_a_line_written_after_the_request(server, tmp_path):
     (tmp_path / "GO").touch()  # only now does the job write its second line
     reader.join(90)
     assert not reader.is_alive(), "the stream did not end when the job did"
-    data = [json.loads(e[len("data: "):]) for e in events if e.startswith("data: {\"")]
+    data = [json.loads(e[len("data: "):]) for e in events if e.startswith("data: {\"rank")]
     assert [d["text"] for d in data] == ["before", "after"] and {d["rank"] for d in data} == {0}
-    assert "event: end" in events
+    assert events[events.index("event: end") + 1] == 'data: {"status": "Succeeded"}'
     assert server.http.get("/api/v1/jobs/nope/logs/stream").status_code == 404
+
+    # a suspension stops the stream too, and says so: the lines of a resumed job come on a new one
+    submit(server, "paused", "echo started; while true; do sleep 0.1; done", tmp_path)
+    wait_until(lambda: server.http.get("/api/v1/jobs/paused").json()["status"] == "Running", what="running")
+    with server.http.stream("GET", "/api/v1/jobs/paused/logs/stream") as resp:
+        lines = resp.iter_lines()
+        assert next(line for line in lines if line.startswith("data: ")).endswith('"text": "started"}')
+        assert server.http.post("/api/v1/jobs/paused/suspend").status_code == 200
+        rest = list(lines)
+    assert rest[rest.index("event: end") + 1] == 'data: {"status": "Suspended"}'
+    assert server.http.delete("/api/v1/jobs/paused").status_code == 200
 
 
 def test_nodes_projects_and_gpu_allocation(server, tmp_path):

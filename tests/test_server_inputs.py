@@ -140,3 +140,25 @@ def test_a_body_past_the_limit_is_refused_before_it_is_read_whole(http):
     r = http.post("/api/v1/jobs", content=chunks(), headers={"content-type": "application/json"})
     assert r.status_code == 413 and r.json()["error"].startswith("the request body is more than 8 MiB")
     assert http.get("/api/v1/jobs").json() == []
+
+
+def test_refusals_of_odd_bodies_and_paths_name_the_problem(http):
+    def post(path: str, content: bytes):
+        return http.post(path, content=content, headers={"content-type": "application/json"})
+
+    r = post("/api/v1/jobs", b'{"name": "a", "command": ["true"], "processes": ' + b"9" * 5000 + b"}")
+    assert r.status_code == 422 and "a number of more than 4300 digits" in r.json()["error"], r.text
+    r = post("/api/v1/jobs", b'{"name": "a", "command": ["true"], "cpu": NaN}')
+    assert r.status_code == 422 and r.json()["error"] == "invalid request: cpu: Input should be a finite number"
+    r = http.get("/api/v1/nope")
+    assert r.status_code == 404 and r.json()["error"] == (
+        "no such path /api/v1/nope: the API is under /api/v1/ (its paths: /api/v1/openapi.json)")
+    assert http.post("/api/v1/volumes", json={"name": "v"}).status_code == 201
+    assert http.post("/api/v1/snapshots", json={"volume": "v", "name": "s"}).status_code == 201
+    for body in ({"in_place": False}, {}, {"to": "w", "in_place": True}):
+        says = ('invalid request: send {"to": "NEW_VOLUME"} to restore into a new volume, or {"in_place": true} '
+                "to roll the snapshot's volume back (one of the two)")
+        r = http.post("/api/v1/snapshots/s/restore", json=body)
+        assert r.status_code == 422 and r.json()["error"] == says, (body, r.text)
+    assert [v["name"] for v in http.get("/api/v1/volumes").json()] == ["v"]
+    assert http.post("/api/v1/snapshots/s/restore", json={"to": "w"}).json()["origin_snapshot"] == "s"

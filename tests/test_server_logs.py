@@ -103,9 +103,9 @@ def test_a_log_stream_with_a_stuck_pod_ends_with_an_error_event(k8s_api):
         cluster.set_pod_phase(NS, "train-master-0", "Succeeded")  # a healthy pod that ended: its lines, then the end
         *lines, end = _events(http, "/api/v1/jobs/train/logs/stream", rank=0)
         assert [json.loads(d)["text"] for _, d in lines] == ["train-master-0 step 1", "train-master-0 step 2"]
-        assert end == ("end", "{}")
+        assert end[0] == "end" and set(json.loads(end[1])) == {"status"}  # the job's, as the stream ends
         *lines, end = _events(http, "/api/v1/jobs/train/logs/stream", rank=0, since=1005)  # as `dtrain logs -f --since`
-        assert [json.loads(d)["text"] for _, d in lines] == ["train-master-0 step 2"] and end == ("end", "{}")
+        assert [json.loads(d)["text"] for _, d in lines] == ["train-master-0 step 2"] and end[0] == "end"
         streams = server.server.config.app.state.streams
         wait_until(lambda: streams.open == 0, what="every reader thread gone")  # it ends just after its last event
 

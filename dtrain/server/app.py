@@ -94,6 +94,8 @@ def _errors(app: FastAPI) -> None:
         if err.status_code == 400 and isinstance(err.__cause__, Exception):  # FastAPI could not read the body
             return _refused(_unreadable(err.__cause__))
         detail, headers = str(err.detail), err.headers
+        if err.status_code == 404 and detail == "Not Found":  # no route: Starlette's bare words
+            detail = f"no such path {request.url.path}: the API is under {API}/ (its paths: {API}/openapi.json)"
         if err.status_code == 405:
             detail, headers = _not_allowed(request, headers or {})
         return JSONResponse({"error": detail, "kind": "HTTPError"}, status_code=err.status_code, headers=headers)
@@ -108,6 +110,9 @@ def _unreadable(cause: Exception) -> str:
     """A body FastAPI's JSON reading gave up on (it answers a bare 400 'error parsing the body')."""
     if isinstance(cause, UnicodeDecodeError):
         return "invalid request: the body is not UTF-8 text; send JSON encoded as UTF-8"
+    if isinstance(cause, ValueError) and "digits" in str(cause):  # int('9' * 5000): Python's bound
+        return ("invalid request: the body holds a number of more than 4300 digits, which no field takes; "
+                "send the object the schema describes")
     if isinstance(cause, RecursionError):
         return "invalid request: the body's JSON is nested too deeply to read; send the object the schema describes"
     return f"invalid request: the body could not be read as JSON ({type(cause).__name__}); {SEND_JSON}"
@@ -144,6 +149,9 @@ def _one_line(request, problems) -> str:
     if given and not _is_json(given) and any(tuple(e.get("loc", ()))[:1] == ("body",) for e in problems):
         return f"invalid request: the body was not read as JSON (Content-Type {shown(given)}); {SEND_JSON}"
     parts = []
+    if any("RestoreInPlace" in e.get("loc", ()) for e in problems) and not any(
+            e.get("type") == "string_pattern_mismatch" for e in problems):  # neither member of the union fits
+        return f"invalid request: {wire.RESTORE_BODY}"
     for e in problems[:5]:
         loc = [str(x) for x in e.get("loc", ()) if x != "body"]
         if e.get("type") == "string_pattern_mismatch":

@@ -1,6 +1,6 @@
 """Prometheus `/metrics`: read from the Client at each scrape, nothing cached in between.
 
-    dtrain_jobs{project,status}                 jobs in each status (every status listed, zeros too)
+    dtrain_jobs{project,status}                 jobs in each status (every status of each project with jobs, zeros too)
     dtrain_node_gpus_allocatable{node}          GPUs on the node
     dtrain_node_gpus_allocated{node}            GPUs held by jobs
     dtrain_gpu_utilization_percent{node,gpu}    NVML utilisation (absent when unknown)

@@ -151,8 +151,10 @@ async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TA
             response_class=StreamingResponse)
 async def follow_logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TAIL = None,
                       since: SINCE = None):
-    """Server-sent events: one `data: {rank, time, text}` per line, then `event: end` when the job ends,
-    or `event: error` with `data: {error, kind}` when reading fails on the way (a pod that cannot start)."""
+    """Server-sent events: one `data: {rank, time, text}` per line, then `event: end` with `data:
+    {status}` when the job stops (it ended, or was suspended: `Suspended`; a resumed job's lines are
+    read by a new stream), or `event: error` with `data: {error, kind}` when reading fails on the way
+    (a pod that cannot start)."""
     pump = _Pump(request.app.state, name, rank, tail, since, follow=True)
     await pump.start()  # 404 and friends are raised here, before any event is sent
 
@@ -167,8 +169,8 @@ async def follow_logs(request: Request, name: wire.JobName, rank: RANK = None, t
                     yield f"event: error\ndata: {json.dumps(_failure(value))}\n\n"
                 elif kind == "dropped":
                     yield f"event: error\ndata: {json.dumps(_cut_off(name, kind))}\n\n"
-                elif kind == "end":
-                    yield "event: end\ndata: {}\n\n"
+                elif kind == "end":  # what stopped it: an end, or a suspension (a resume starts anew)
+                    yield f"event: end\ndata: {json.dumps({'status': value})}\n\n"
                 # "stopped": the stream ends quietly, and an EventSource reconnects to the server once it is back
         finally:
             pump.stop()
@@ -366,11 +368,18 @@ class _Pump:
         while failed is None:
             batch, failed = self._next(lines)
             if not batch and failed is None:
-                self._put(("end", None))
+                self._put(("end", self._status()))
                 return
             if batch and (self._stop.is_set() or not self._put(("lines", batch))):
                 return
         self._put(("failed", failed))
+
+    def _status(self) -> str | None:
+        """The job's status once its lines have ended (None where it cannot be read: purged)."""
+        try:
+            return self.clients.get().get(self.name).status.value
+        except DtrainError:
+            return None
 
     def _next(self, lines) -> tuple[list, Exception | None]:
         """Up to `batch` lines, and what the read raised after them (a pod that cannot start)."""

@@ -42,6 +42,7 @@ def _whole(value):
 
 
 Count = Annotated[int, BeforeValidator(_whole)]  # a count in a request body
+MaybeCount = Annotated[int | None, BeforeValidator(_whole)]  # (its bounds reach the schema only so)
 
 
 class _In(BaseModel):
@@ -59,7 +60,8 @@ class SpecIn(_In):
     processes: Count = Field(1, ge=1, le=MAX_PROCESSES, description="data-parallel processes")
     launcher: Literal["none", "torchrun", "mpi"] = "none"
     gpu: Count = Field(0, ge=0, le=MAX_GPU_PER_PROCESS, description="GPUs per process")
-    cpu: float | None = Field(None, ge=MIN_CPU, le=MAX_CPU, description="CPU threads per process")
+    cpu: float | None = Field(None, ge=MIN_CPU, le=MAX_CPU, allow_inf_nan=False,
+                              description="CPU threads per process")
     memory: str | None = Field(None, pattern=SIZE, max_length=32, description="memory per process, e.g. 8Gi")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables")
     volumes: list[str] = Field(default_factory=list, max_length=64,
@@ -74,16 +76,17 @@ class SpecIn(_In):
     image_pull_policy: Literal["Always", "IfNotPresent", "Never"] | None = None
     image_pull_secrets: list[str] = Field(default_factory=list, max_length=64)
     notebook: bool = Field(False, description="an interactive Jupyter server (dtrain notebook): runs until deleted")
-    idle_timeout: Count | None = Field(None, ge=MIN_IDLE_TIMEOUT, le=MAX_IDLE_TIMEOUT,
-                                     description="notebook: seconds without kernel or terminal activity "
-                                                 "(requests do not count) before it is stopped (null: never)")
+    idle_timeout: MaybeCount = Field(
+        None, ge=MIN_IDLE_TIMEOUT, le=MAX_IDLE_TIMEOUT, description="notebook: seconds without kernel or terminal activity (requests do not count) before "
+                          "it is stopped (null: never)")
     sagemaker: dict[str, Any] | None = Field(None, description="SageMaker options (docs/sagemaker.md): instance_type, "
                                              "channels, spot, ...; checked by dtrain.spec_sagemaker.SageMakerOptions")
 
 
 class ProjectIn(_In):
     name: str = Field(pattern=NAME)
-    gpu_quota: Count | None = Field(None, ge=0, le=100_000, description="set the GPU quota (null: leave it as it is)")
+    gpu_quota: MaybeCount = Field(
+        None, ge=0, le=100_000, description="set the GPU quota (null: leave it as it is)")
     no_gpu_quota: bool = Field(False, description="remove the GPU quota (with gpu_quota null)")
 
 
@@ -244,6 +247,10 @@ class RestoreInPlace(_In):
     """Roll the snapshot's own volume back (refused while a job uses it)."""
 
     in_place: Literal[True]
+
+
+RESTORE_BODY = ('send {"to": "NEW_VOLUME"} to restore into a new volume, or {"in_place": true} to roll the '
+                "snapshot's volume back (one of the two)")
 
 
 class _Out(BaseModel):

@@ -318,7 +318,11 @@ function follow(name, rank) {
       const many = document.getElementById("rank").options.length > 2 && rank === "";
       pane.add((many ? `[rank ${line.rank}] ` : "") + line.text + "\n");
     };
-    es.addEventListener("end", () => { es.close(); pane.close("logs-end", "-- the job has stopped --\n"); });
+    es.addEventListener("end", ev => {
+      const status = (JSON.parse(ev.data || "{}") || {}).status;
+      es.close();
+      pane.close("logs-end", status === "Suspended" ? "-- the job was suspended: resume it, then reload --\n" : "-- the job has stopped --\n");
+    });
     // The server's `event: error` (a pod that cannot start, a reader that stalled) carries {error, kind}
     // and ends the stream; an error event without data is a dropped connection, reopened after a pause.
     es.addEventListener("error", ev => {
