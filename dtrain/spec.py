@@ -146,6 +146,9 @@ def _check_mount_path(path: str) -> str:
     """The normalised mount path (/mnt/./x/ -> /mnt/x); '/', '..', the kernel's folders and names
     longer than a file system takes are refused."""
     _text(path, "mount path", fix=", an absolute path such as /mnt")
+    if any(c < " " or c == "\x7f" for c in path) and not _STORED.get():
+        raise SpecError(f"invalid mount path {shown(path)}: it holds a control character (a newline, a tab, ...); "
+                        f"use a plain path, e.g. /mnt")
     norm = posixpath.normpath(path) if path.startswith("/") else ""
     if norm in ("", "/", "//"):
         raise SpecError(f"invalid mount path {shown(path)}: use an absolute path other than '/', e.g. /mnt")
@@ -172,6 +175,10 @@ def parse_pvc(text: str) -> Volume:
     if len(parts) == 3 and parts[1].startswith("/") and parts[2] not in ("ro", "rw"):  # VOLUME:MOUNT:MODE
         raise SpecError(f"invalid --pvc {shown(text)}: after the mount path comes ro or rw, not {shown(parts[2])}; "
                         f"{hint}")
+    if len(parts) == 4 and parts[2].startswith("/") and parts[3] in ("ro", "rw"):  # CLASS:SIZE:MOUNT:MODE
+        raise SpecError(f"invalid --pvc {shown(text)}: a new volume (CLASS:SIZE:MOUNT) starts empty and is mounted "
+                        f"read-write; drop ':{parts[3]}', or create the volume first (dtrain volume create) and "
+                        f"mount it with VOLUME:MOUNT:ro")
     try:
         if len(parts) == 2:
             return VolumeMount(volume=parts[0], mount_path=parts[1])

@@ -237,6 +237,8 @@ command: [python, -c, "print(1)"]
     (["submit", "j", "--pvc", "nocolon", "--", "true"], "invalid --pvc 'nocolon'"),
     (["submit", "j", "--pvc", "missing-vol:/mnt", "--", "true"], "missing-vol"),
     (["submit", "j", "-e", "NOEQUALS", "--", "true"], "invalid -e 'NOEQUALS'"),
+    (["submit", "j", "--pvc", "local:1Gi:/mnt:ro", "--", "true"], "a new volume (CLASS:SIZE:MOUNT) starts empty"),
+    (["submit", "j", "--pvc", "local:1Gi:/mnt\nx", "--", "true"], "it holds a control character"),
     (["submit", "j", "--", "no-such-command-xyz"], "'no-such-command-xyz' not found"),
     (["submit", "j"], "no command"),
     (["submit", "Bad_Name", "--", "true"], "invalid job name"),

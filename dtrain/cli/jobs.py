@@ -496,5 +496,6 @@ def register(sub) -> None:
 
 
 def _project_flag(p: argparse.ArgumentParser) -> None:
-    p.add_argument("-p", "--project", help="the job's project, as Run:AI's -p (default: the configured "
-                                           "project); a job of another project is not found")
+    p.add_argument("-p", "--project", help="the job's project, as Run:AI's -p: given, a job of another project "
+                                           "is not found (without it, any project's: job names are unique "
+                                           "across projects)")
