@@ -69,20 +69,29 @@ def _read_only_on_a_full_disk(path: Path, err: sqlite3.DatabaseError) -> sqlite3
     Opening a WAL database makes its -wal and -shm files, which a full disk refuses; then not even
     `dtrain list` could show which job filled the disk. When every change is already in the main
     file (no -wal file, or an empty one: the last connection checkpointed), SQLite can read that
-    file alone (`immutable`). Any write through this connection is refused ("readonly"), and the
-    CLI says the disk is full."""
+    file alone (`immutable`); when some are still in the -wal file, a read-only connection reads
+    them through the -wal and -shm files already there (it makes neither). Any write through this
+    connection is refused ("readonly"), and the CLI says the disk is full."""
     if not isinstance(err, sqlite3.OperationalError) or not ("disk I/O error" in str(err) or "full" in str(err)):
         return None
-    wal = path.with_name(path.name + "-wal")
+    wal, shm = path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")
     try:
-        if not path.is_file() or path.is_symlink() or (wal.exists() and wal.stat().st_size > 0) or not _full(path.parent):
+        # SQLite's "full" is the disk's word (its -shm file alone takes 32 KiB, more than a nearly
+        # full disk may have left); an I/O error counts only on a disk that has no room at all
+        if not path.is_file() or path.is_symlink() or ("full" not in str(err) and not _full(path.parent)):
+            return None
+        # changes still in the -wal file (a writer lives, or died without a checkpoint): read with
+        # it, through the -shm index that is there too; else the main file alone
+        pending = wal.exists() and wal.stat().st_size > 0
+        if pending and not (shm.is_file() and not shm.is_symlink() and not wal.is_symlink()):
             return None
     except OSError:
         return None
     from urllib.parse import quote
 
     try:
-        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?immutable=1", uri=True, isolation_level=None,
+        how = "mode=ro" if pending else "immutable=1"
+        conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?{how}", uri=True, isolation_level=None,
                                check_same_thread=False)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys=ON")
@@ -171,5 +180,9 @@ def transaction(conn: sqlite3.Connection):
     except BaseException:
         conn.execute("ROLLBACK")
         raise
-    else:
+    try:
         conn.execute("COMMIT")
+    except BaseException:  # a full disk: SQLite keeps the transaction open, and its lock, until told
+        if conn.in_transaction:
+            conn.execute("ROLLBACK")
+        raise

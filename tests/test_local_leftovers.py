@@ -121,3 +121,29 @@ def test_artifacts_that_cannot_be_written_leave_nothing_and_say_why_in_one_line(
     assert (got / "w.bin").stat().st_size == 600_000 and (got / "sub" / "a.txt").read_text() == "a"
     assert os.readlink(got / "latest") == "w.bin"
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # no staging folder left
+
+
+def test_a_job_that_filled_the_home_disk_and_lost_its_supervisor_is_still_shown(tmp_path):
+    """The job's log fills the home's disk, its rank is stopped and its supervisor ends without
+    recording it: `list`, `describe` and `logs` read the state as it is (its last changes still in
+    the -wal file, or the main file alone) and show the job lost, saying the record waits for room;
+    the first command once there is room records it."""
+    import subprocess
+
+    with tmpfs(tmp_path / "disk", "size=300k") as disk:
+        dt = Dtrain(disk / "home")
+        dt("submit", "filler", "--", "sh", "-c", "yes hello | head -c 400000")
+        dt.wait_for("filler", {"Failed"})  # its supervisor gone: read, not recorded
+        listed = dt("list", "jobs")
+        assert "filler" in listed.stdout and "Failed" in listed.stdout
+        info = dt.json("describe", "job", "filler")
+        assert info["status"] == "Failed" and info["message"].startswith("lost: its supervisor")
+        assert "could not be written: No space left on device" in info["message"]
+        assert info["message"].endswith("(not recorded yet: the disk holding the dtrain home is full or read-only; "
+                                        "free space there)")
+        assert dt("logs", "filler").stdout.startswith("hello\n")
+        assert_usage_error(dt("submit", "more", "--", "true", check=False), "free space there (df -h) and retry")
+        subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)  # room again
+        info = dt.json("describe", "job", "filler")
+        assert info["status"] == "Failed" and "not recorded yet" not in info["message"]
+        assert info["message"].endswith("no restarts left (--max-restarts 0)")

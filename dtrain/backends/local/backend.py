@@ -305,7 +305,18 @@ class LocalBackend(Backend):
         old = (row["supervisor_pid"], row["supervisor_start"])
         me = Ident.of(os.getpid())
         claim = (me.pid, supervisor_token(me, claim=True))
-        if not self.store.replace_supervisor(name, old=old, pid=claim[0], token=claim[1]):
+        # A full (or read-only) disk, as when the job filled it, refuses the record: the job is shown
+        # for what it is, and recorded by the first command that can write (`list` must still show it).
+        unrecorded = {**dict(row), "status": "Failed", "finished": time.time(),
+                      "message": f"lost: {reason} (not recorded yet: the disk holding the dtrain home is full or "
+                                 f"read-only; free space there)"}
+        try:
+            claimed = self.store.replace_supervisor(name, old=old, pid=claim[0], token=claim[1])
+        except sqlite3.OperationalError as err:
+            if not db.disk_refused(err):
+                raise
+            return unrecorded
+        if not claimed:
             return self.store.job(name)  # another command got there first (or the job ended)
         try:
             kill_ranks(job_dir)  # only processes whose recorded identity still matches
@@ -330,8 +341,15 @@ class LocalBackend(Backend):
             else:
                 self.store.set_status(name, "Failed", f"lost: {reason}" + (
                     f"; no restarts left (--max-restarts {spec.max_restarts})" if sup is not None else ""))
-        except BaseException:  # give the job back as it was: the next command tries again
-            self.store.replace_supervisor(name, old=claim, pid=old[0], token=old[1])
+        except BaseException as err:  # give the job back as it was: the next command tries again
+            refused = isinstance(err, sqlite3.OperationalError) and db.disk_refused(err)
+            try:
+                self.store.replace_supervisor(name, old=claim, pid=old[0], token=old[1])
+            except sqlite3.OperationalError as again:
+                if not (refused and db.disk_refused(again)):
+                    raise
+            if refused:
+                return unrecorded
             raise
         return self.store.job(name)
 
