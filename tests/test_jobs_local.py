@@ -287,6 +287,10 @@ def test_a_program_given_by_its_path_must_be_one_the_job_can_run(dt: Dtrain, tmp
     dt("submit", "ok", "--", "./good.sh", cwd=tmp_path)
     assert dt.wait_for("ok", {"Succeeded"})
     assert dt("logs", "ok").stdout == "hi from the script\n"
+    os.mkfifo(tmp_path / "pipe")  # never opened to read its #! line: that open waits for a writer
+    (tmp_path / "pipe").chmod(0o755)
+    dt("submit", "piped", "--", "./pipe", cwd=tmp_path, timeout=30)
+    assert dt.wait_for("piped", {"Failed"})
 
 
 def test_new_process_sees_jobs_of_earlier_processes(dt: Dtrain):

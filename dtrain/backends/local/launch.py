@@ -284,6 +284,8 @@ def _check_program(cmd: str, host: str, mounts: Sequence[Mount]) -> None:
     if not os.access(host, os.X_OK):
         raise SpecError(f"command {shown(cmd)} is not executable: chmod +x {shlex.quote(cmd)}, or run it through "
                         f"its interpreter (e.g. -- sh {shlex.quote(cmd)}, or -- python {shlex.quote(cmd)})")
+    if not os.path.isfile(host):  # a fifo's open would wait for a writer: the kernel says the rest at start
+        return
     try:
         with open(host, "rb") as f:
             head = f.read(256).split(b"\n", 1)[0]
