@@ -139,7 +139,7 @@ def test_a_job_that_filled_the_home_disk_and_lost_its_supervisor_is_still_shown(
         info = dt.json("describe", "job", "filler")
         assert info["status"] == "Failed" and info["message"].startswith("lost: its supervisor")
         assert "could not be written: No space left on device" in info["message"]
-        assert info["message"].endswith("(not recorded yet: the disk holding the dtrain home is full or read-only; "
+        assert info["message"].endswith("(not recorded yet: the disk holding $DTRAIN_HOME is full or read-only; "
                                         "free space there)")
         assert dt("logs", "filler").stdout.startswith("hello\n")
         assert_usage_error(dt("submit", "more", "--", "true", check=False), "free space there (df -h) and retry")

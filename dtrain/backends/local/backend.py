@@ -308,7 +308,7 @@ class LocalBackend(Backend):
         # A full (or read-only) disk, as when the job filled it, refuses the record: the job is shown
         # for what it is, and recorded by the first command that can write (`list` must still show it).
         unrecorded = {**dict(row), "status": "Failed", "finished": time.time(),
-                      "message": f"lost: {reason} (not recorded yet: the disk holding the dtrain home is full or "
+                      "message": f"lost: {reason} (not recorded yet: the disk holding $DTRAIN_HOME is full or "
                                  f"read-only; free space there)"}
         try:
             claimed = self.store.replace_supervisor(name, old=old, pid=claim[0], token=claim[1])
