@@ -120,6 +120,8 @@ def test_artifacts_that_cannot_be_written_leave_nothing_and_say_why_in_one_line(
     got = tmp_path / "model"
     assert (got / "w.bin").stat().st_size == 600_000 and (got / "sub" / "a.txt").read_text() == "a"
     assert os.readlink(got / "latest") == "w.bin"
+    made = dt.home / "jobs" / "m" / "model"
+    assert [(got / p).stat().st_mtime_ns for p in ("", "sub")] == [(made / p).stat().st_mtime_ns for p in ("", "sub")]
     assert not [n for n in os.listdir(tmp_path) if n.startswith(".")]  # no staging folder left
 
 

@@ -71,8 +71,10 @@ def filled(to: str | os.PathLike, fill: Callable[[Path], None]) -> Path:
 
 def copy_tree(source: Path, into: Path) -> None:
     """`source`'s files and folders into the existing folder `into`; links are copied as links,
-    never followed. Stops at the first error (shutil.copytree goes on past each, on a full disk
-    through every file)."""
+    never followed; folders keep their times, set once their contents are in (as shutil.copytree
+    does). Stops at the first error (shutil.copytree goes on past each, on a full disk through
+    every file)."""
+    made = []
     for root, dirs, files in os.walk(source):
         here = into / os.path.relpath(root, source)
         for name in dirs + files:
@@ -81,6 +83,8 @@ def copy_tree(source: Path, into: Path) -> None:
                 os.symlink(os.readlink(src), dst)
             elif os.path.isdir(src):
                 os.mkdir(dst)
-                shutil.copystat(src, dst)
+                made.append((src, dst))
             else:
                 shutil.copy2(src, dst, follow_symlinks=False)
+    for src, dst in [*reversed(made), (source, into)]:  # a folder after the ones inside it
+        shutil.copystat(src, dst)
