@@ -83,16 +83,21 @@ def parse_size(text: str, what: str = "size", *, minimum: int = 0) -> int:
     lowest = "1 byte" if minimum == 1 else _quantity(minimum)
     bounds = f"from {lowest} to 1Ei" if minimum else "of at most 1Ei"
     number, suffix = _size_groups(text, what, bounds)
-    exponent = 0 if suffix in _UNITS else int(_EXPONENTS.get(suffix) or suffix[1:])
     # First roughly, in floating point: an exponent far out of range (1e999999999) never becomes a
     # 10**n. Rounding keeps order, so whatever is in range passes; then exactly, and as Kubernetes'
     # Quantity.Value() does, a fraction of a byte rounds up.
-    rough = float(number) * _UNITS[suffix] if suffix in _UNITS else float(f"{number}e{exponent}")
-    exact = Fraction(Decimal(number)) * (_UNITS[suffix] if suffix in _UNITS else Fraction(10) ** exponent) \
-        if minimum <= rough <= MAX_SIZE else None
-    if exact is None or not minimum <= exact <= MAX_SIZE:
-        raise SpecError(f"invalid {what} {shown(text)}: use a quantity {bounds}, e.g. 100Gi")
-    return ceil(exact)
+    if suffix in _UNITS:
+        scale = Fraction(_UNITS[suffix])
+        rough = float(number) * _UNITS[suffix]
+    else:
+        exponent = int(_EXPONENTS.get(suffix) or suffix[1:])
+        scale = None  # 10**exponent, once the value is known to be in range
+        rough = float(f"{number}e{exponent}")
+    if minimum <= rough <= MAX_SIZE:
+        exact = Fraction(Decimal(number)) * (scale if scale is not None else Fraction(10) ** exponent)
+        if minimum <= exact <= MAX_SIZE:
+            return ceil(exact)
+    raise SpecError(f"invalid {what} {shown(text)}: use a quantity {bounds}, e.g. 100Gi")
 
 
 def _size_groups(text: str, what: str, bounds: str) -> tuple[str, str | None]:
