@@ -87,7 +87,7 @@ class BodyLimit:
         length = dict(scope["headers"]).get(b"content-length", b"")
         if length.isdigit() and int(length) > self.limit:
             return await self._refuse(send, int(length))
-        seen, started = 0, False
+        seen = 0
 
         async def counted():
             nonlocal seen
@@ -98,16 +98,11 @@ class BodyLimit:
                     raise BodyTooLarge
             return message
 
-        async def sending(message):
-            nonlocal started
-            started = True
-            await send(message)
-
+        # FastAPI reads a route's body itself and turns the raise into a 400 caused by it, which
+        # app.py answers with this same 413; only a read outside FastAPI's comes back here.
         try:
-            await self.app(scope, counted, sending)
+            await self.app(scope, counted, send)
         except BodyTooLarge:
-            if started:  # a route that answered before reading its whole body: nothing more to say
-                raise
             await self._refuse(send, None)
 
     async def _refuse(self, send, length: int | None) -> None:

@@ -44,13 +44,14 @@ def list_jobs(request: Request, response: Response, project: Annotated[str | Non
     time, then name, so that pages never overlap while nothing is submitted), the order the
     dashboard shows. Either one alone pages too (no `limit`: every job from `offset` on). The
     `X-Total-Count` header counts the filtered jobs before paging, with or without a page."""
+    c = client(request)
     if project is not None:
-        client(request).check_project(project)  # a typo is a 404, not an empty list (as `dtrain list -p`)
+        c.check_project(project)  # a typo is a 404, not an empty list (as `dtrain list -p`)
     if limit is not None or offset is not None:  # paged by the backend: only the page's jobs are read
-        page = client(request).page(project=project, status=status, limit=limit, offset=offset or 0)
+        page = c.page(project=project, status=status, limit=limit, offset=offset or 0)
         response.headers["x-total-count"] = str(page.total)
         return [wire.job_out(j) for j in page.jobs]
-    jobs = client(request).list(project=project, show_deleted=status == "Deleted")
+    jobs = c.list(project=project, show_deleted=status == "Deleted")
     jobs = [j for j in jobs if status is None or j.status.value == status]
     response.headers["x-total-count"] = str(len(jobs))
     return [wire.job_out(j) for j in jobs]
