@@ -171,7 +171,8 @@ def test_nodes_projects_and_gpu_allocation(server, tmp_path):
     too_big = http.post("/api/v1/projects", json={"name": "huge", "gpu_quota": 5})
     assert too_big.status_code == 409 and too_big.json()["kind"] == "QuotaError"
     assert http.post("/api/v1/projects", json={"name": "neg", "gpu_quota": -1}).status_code == 422
-    assert http.post("/api/v1/projects", json={"name": "lanes"}).json()["gpu_quota"] == 1  # left as it is
+    again = http.post("/api/v1/projects", json={"name": "lanes"})
+    assert again.status_code == 200 and again.json()["gpu_quota"] == 1  # there already; its quota left as it is
     assert http.post("/api/v1/projects", json={"name": "lanes", "no_gpu_quota": True}).json()["gpu_quota"] is None
     both = http.post("/api/v1/projects", json={"name": "lanes", "gpu_quota": 1, "no_gpu_quota": True})
     assert both.status_code == 422 and "contradict each other" in both.json()["error"], both.text
@@ -227,7 +228,7 @@ def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
     assert {(c["path"], c["kind"]) for c in diff} >= {("model.pt", "added")}
 
     restored = http.post(f"/api/v1/snapshots/{job['snapshot']}/restore", json={"to": "restored"})
-    assert restored.status_code == 200 and restored.json()["origin_snapshot"] == job["snapshot"]
+    assert restored.status_code == 201 and restored.json()["origin_snapshot"] == job["snapshot"]
     assert (Path(restored.json()["extra"]["path"]) / "model.pt").read_text() == "weights"
     # the restore's record is not measured (a walk of every file); a get measures, as du would
     assert restored.json()["used_bytes"] is None and made.json()["used_bytes"] is None
@@ -370,7 +371,7 @@ def test_a_volume_restored_from_a_snapshot_whose_name_was_reused_points_at_the_e
     http = server.http
     assert http.post("/api/v1/volumes", json={"name": "v", "size": "1Mi"}).status_code == 201
     assert http.post("/api/v1/snapshots", json={"volume": "v", "name": "s1"}).status_code == 201
-    assert http.post("/api/v1/snapshots/s1/restore", json={"to": "r1"}).status_code == 200
+    assert http.post("/api/v1/snapshots/s1/restore", json={"to": "r1"}).status_code == 201
     restored = http.get("/api/v1/volumes/r1").json()["created"]
     assert http.delete("/api/v1/snapshots/s1").status_code == 200
     while time.time() < int(restored) + 1:  # times have whole seconds: the new s1 in a later one

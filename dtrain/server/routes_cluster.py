@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 
 from dtrain.server import wire
 from dtrain.server.clients import client
@@ -32,9 +32,13 @@ def projects(request: Request):
     return [wire.Project.model_validate(p) for p in client(request).list_projects()]
 
 
-@router.post("/projects", response_model=wire.Project, status_code=201, responses=ERRORS)
-def create_project(request: Request, body: wire.ProjectIn):
-    """Create a project, or change its GPU quota (`no_gpu_quota` removes it)."""
+@router.post("/projects", response_model=wire.Project, status_code=201,
+             responses={**ERRORS, 200: {"model": wire.Project, "description": "An existing project, its quota set"}})
+def create_project(request: Request, response: Response, body: wire.ProjectIn):
+    """Create a project (201), or change an existing one's GPU quota (200; `no_gpu_quota` removes it)."""
     c = client(request)
+    existed = any(p.name == body.name for p in c.list_projects())
     c.create_project(body.name, gpu_quota=body.gpu_quota, no_gpu_quota=body.no_gpu_quota)
+    if existed:
+        response.status_code = 200
     return next(wire.Project.model_validate(p) for p in c.list_projects() if p.name == body.name)

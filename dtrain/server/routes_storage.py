@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Query, Request, Response
 
 from dtrain.server import wire
 from dtrain.server.clients import client
@@ -59,10 +59,15 @@ def delete_snapshot(request: Request, name: wire.SnapshotName):
     return wire.Freed.model_validate(client(request).delete_snapshot(name))
 
 
-@router.post("/snapshots/{name}/restore", response_model=wire.Volume, responses=ERRORS)
-def restore_snapshot(request: Request, name: wire.SnapshotName, body: wire.RestoreTo | wire.RestoreInPlace):
-    """Into a new volume (`{"to": NAME}`) or over the snapshot's own volume (`{"in_place": true}`)."""
+@router.post("/snapshots/{name}/restore", response_model=wire.Volume,
+             responses={**ERRORS, 201: {"model": wire.Volume, "description": "The new volume (`to`)"}})
+def restore_snapshot(request: Request, response: Response, name: wire.SnapshotName,
+                     body: wire.RestoreTo | wire.RestoreInPlace):
+    """Into a new volume (`{"to": NAME}`: 201) or over the snapshot's own volume (`{"in_place": true}`:
+    200)."""
     to = body.to if isinstance(body, wire.RestoreTo) else None
+    if to is not None:
+        response.status_code = 201
     return wire.Volume.model_validate(client(request).restore_snapshot(name, to=to, in_place=to is None))
 
 
