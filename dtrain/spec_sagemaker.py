@@ -21,6 +21,7 @@ FSX_MOUNT_RE = re.compile(r"^[A-Za-z0-9_\-]{1,8}\Z")  # an FSx for Lustre file s
 URI_SCHEMES = ("s3://", "efs://", "fsx://", "file://")
 MAX_RUNTIME_S = 28 * 24 * 3600  # SageMaker's upper bound on MaxRuntimeInSeconds
 MAX_VOLUME_GB = 16384  # the largest ML storage volume SageMaker attaches
+MAX_INSTANCES = 1000  # instances of one job: dtrain's bound (an account's quota is usually far lower)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -115,7 +116,7 @@ class SageMakerOptions:
         for flag in ("spot", "local", "network_isolation", "encrypt_inter_container"):
             if not isinstance(getattr(self, flag), bool):  # 'no' is a string, and a true one
                 raise SpecError(f"invalid sagemaker {flag} {shown(getattr(self, flag))}: use true or false")
-        _bounded(self.instance_count, "--instance-count", 1, 1000, optional=True)
+        _bounded(self.instance_count, "--instance-count", 1, MAX_INSTANCES, optional=True)
         _bounded(self.max_runtime, "--max-runtime", 1, MAX_RUNTIME_S)
         _bounded(self.max_wait, "--max-wait", 1, MAX_RUNTIME_S, optional=True)
         _bounded(self.volume_size, "--volume-size", 1, MAX_VOLUME_GB)

@@ -65,6 +65,9 @@ def code(tmp_path):
     src = tmp_path / "code"
     (src / ".git").mkdir(parents=True)
     (src / ".git" / "HEAD").write_text("ref")
+    for secret in (".env", ".aws/credentials", ".ssh/id_rsa", "conf/.netrc"):  # where keys live
+        (src / secret).parent.mkdir(parents=True, exist_ok=True)
+        (src / secret).write_text("secret")
     (src / "train.py").write_text("print('hi')\n")
     return src
 
@@ -82,7 +85,7 @@ def test_submit_uploads_code_and_creates_the_job(clients, code):
     assert info.name == "moto-submit" and info.spec == s  # the spec comes back from S3
     body = clients.s3.get_object(Bucket=CFG.bucket, Key="dtrain/moto-submit/source/sourcedir.tar.gz")["Body"].read()
     with tarfile.open(fileobj=io.BytesIO(body)) as tar:
-        assert tar.getnames() == ["train.py"]  # .git is never shipped
+        assert tar.getnames() == ["train.py"]  # hidden files (.git, .env, .aws, .ssh) are never shipped
     desc = clients.sagemaker.describe_training_job(TrainingJobName="moto-submit")
     assert json.loads(desc["HyperParameters"]["epochs"]) == "2"
     assert desc["ResourceConfig"]["InstanceCount"] == 2 and desc["EnableManagedSpotTraining"] is True

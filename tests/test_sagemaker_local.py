@@ -254,7 +254,10 @@ def test_local_distributed_job_starts_its_ranks_where_the_toolkit_would(home, tm
     (tmp_path / "train.py").write_text(
         "import os, sys\nrank = os.environ.get('RANK') or os.environ['OMPI_COMM_WORLD_RANK']\n"
         "size = os.environ.get('WORLD_SIZE') or os.environ['OMPI_COMM_WORLD_SIZE']\n"
-        "sys.stdout.write('rank %s of %s on %s\\n' % (rank, size, os.environ['SM_CURRENT_HOST']))\n")
+        "sys.stdout.write('rank %s of %s on %s\\n' % (rank, size, os.environ['SM_CURRENT_HOST']))\n"
+        # the toolkit's mpirun exports no MASTER_ADDR: dtrain's training code takes the first host
+        "from dtrain.training.dist import detect_runtime\n"
+        "sys.stdout.write('rank %s meets at %s\\n' % (rank, detect_runtime()['master_addr']))\n")
     client = dtrain.Client(home=home, backend="sagemaker")
     client.submit(dtrain.JobSpec(name=launcher, command=("python", "train.py"), processes=4, launcher=launcher,
                                  backend="sagemaker",
@@ -264,6 +267,6 @@ def test_local_distributed_job_starts_its_ranks_where_the_toolkit_would(home, tm
     assert [(p.rank, p.node) for p in info.processes] == [(0, "algo-1"), (1, "algo-1"), (2, "algo-2"), (3, "algo-2")]
     text = "\n".join(ln.text for ln in client.logs(launcher))
     for rank, host in enumerate(hosts):
-        assert f"rank {rank} of 4 on {host}" in text
+        assert f"rank {rank} of 4 on {host}" in text and f"rank {rank} meets at algo-1" in text
     if launcher == "mpi":
         assert [ln.text for ln in client.logs(launcher, rank=1)] == ["algo-2: MPI worker host, ranks run from algo-1"]

@@ -102,8 +102,9 @@ def test_names_are_the_sdk_names_and_values_json():
     (dict(processes=4, gpu=2), "ml.p3.16xlarge", 1, 4),
     (dict(processes=4, gpu=4), "ml.p3.16xlarge", 2, 2),
     (dict(processes=3, gpu=1), "ml.g5.2xlarge", 3, 1),
-    (dict(processes=3, gpu=1), "ml.m5.xlarge", 3, 1),  # no GPUs: one process per instance
-    (dict(processes=3), "ml.m5.xlarge", 3, 1),
+    (dict(processes=3), "ml.m5.xlarge", 3, 1),  # no GPUs: one process per instance
+    (dict(processes=16, gpu=1), "ml.p2.16xlarge", 1, 16),
+    (dict(processes=16, gpu=1), "ml.p6-b200.48xlarge", 2, 8),
 ])
 @pytest.mark.parametrize("launcher", ["torchrun", "mpi"])
 def test_processes_per_instance_are_sent_for_both_launchers(fields, itype, count, per_host, launcher):
@@ -115,6 +116,64 @@ def test_processes_per_instance_are_sent_for_both_launchers(fields, itype, count
     check_request("sagemaker", "CreateTrainingJob", req)
     assert req["ResourceConfig"]["InstanceCount"] == count
     assert json.loads(req["HyperParameters"]["sagemaker_mpi_num_of_processes_per_host"]) == per_host
+
+
+@pytest.mark.parametrize("itype, processor", [("ml.m5.xlarge", "cpu"), ("ml.c7i.large", "cpu"),
+                                              ("ml.g5.12xlarge", "gpu"), ("ml.p4d.24xlarge", "gpu"),
+                                              ("ml.g7e.2xlarge", "gpu")])
+def test_the_default_image_is_the_one_for_the_types_processor(itype, processor):
+    """A GPU type gets the GPU image (the CPU one would train on the CPU of a GPU instance)."""
+    req = render.training_job_request(spec(sm=dict(instance_type=itype)), cfg(region="us-east-1"))
+    assert req["AlgorithmSpecification"]["TrainingImage"] == \
+        f"763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-{processor}-py311"
+    mine = render.training_job_request(spec(image="my/image:1", sm=dict(instance_type=itype)), cfg())
+    assert mine["AlgorithmSpecification"]["TrainingImage"] == "my/image:1"
+
+
+@pytest.mark.parametrize("region, registry", [
+    ("eu-west-1", "763104351884.dkr.ecr.eu-west-1.amazonaws.com"),
+    ("af-south-1", "626614931356.dkr.ecr.af-south-1.amazonaws.com"),
+    ("cn-north-1", "727897471807.dkr.ecr.cn-north-1.amazonaws.com.cn"),
+    ("us-gov-west-1", "442386744353.dkr.ecr.us-gov-west-1.amazonaws.com"),
+])
+def test_the_default_image_comes_from_the_regions_registry(region, registry):
+    req = render.training_job_request(spec(), cfg(region=region))
+    assert req["AlgorithmSpecification"]["TrainingImage"].startswith(registry + "/pytorch-training:")
+
+
+@pytest.mark.parametrize("fields, itype, says", [
+    (dict(processes=3, gpu=1), "ml.m5.xlarge", "ml.m5.xlarge has no GPUs, and the job asks for --gpu 1: pick a GPU type"),
+    (dict(processes=2, gpu=1), "ml.trn1.2xlarge", "ml.trn1.2xlarge has no GPUs"),
+    (dict(processes=4, gpu=1), "ml.g7.12xlarge", "dtrain does not know how many GPUs an ml.g7.12xlarge has: set "
+                                                 "--instance-count"),
+    (dict(processes=1), "ml.trn1.2xlarge", "ml.trn1.2xlarge runs AWS Neuron (Trainium), not CUDA or a CPU: give a "
+                                           "Neuron training image with --image"),
+])
+def test_types_that_cannot_run_the_job_as_asked_are_refused(fields, itype, says):
+    launcher = "torchrun" if fields["processes"] > 1 else "none"
+    with pytest.raises(SpecError) as err:
+        render.training_job_request(spec(**fields, launcher=launcher, sm=dict(instance_type=itype)), cfg())
+    assert says in str(err.value) and "\n" not in str(err.value)
+    with pytest.raises(SpecError, match="knows no AWS PyTorch training image for region xx-fake-9: give one with --image"):
+        render.training_job_request(spec(), cfg(region="xx-fake-9"))
+    # with an image or a count of instances, the same types are taken
+    s = spec(processes=4, gpu=1, launcher="torchrun", sm=dict(instance_type="ml.g7.12xlarge", instance_count=2))
+    assert render.training_job_request(s, cfg())["ResourceConfig"]["InstanceCount"] == 2
+
+
+def test_a_hyperparameter_given_twice_is_refused():
+    s = spec(command=("python", "train.py", "--lr", "0.3"), sm=dict(hyperparameters={"lr": "0.2"}))
+    with pytest.raises(SpecError, match=r"hyperparameter lr is given twice, as --lr 0.3 in the command and as "
+                                        r"--hp lr=0.2: give it once"):
+        render.training_job_request(s, cfg())
+    same = spec(command=("python", "train.py", "--lr", "0.3"), sm=dict(hyperparameters={"lr": "0.3"}))
+    assert json.loads(render.training_job_request(same, cfg())["HyperParameters"]["lr"]) == "0.3"
+
+
+def test_more_instances_than_the_bound_are_refused():
+    s = spec(processes=1001, launcher="torchrun")
+    with pytest.raises(SpecError, match="would take 1001 instances, more than 1000"):
+        render.training_job_request(s, cfg())
 
 
 def test_gpu_table_names_real_training_types():

@@ -96,6 +96,19 @@ def test_mpi_without_master_address_says_how_to_export_it():
         detect_runtime(env)
 
 
+def test_mpi_on_sagemaker_takes_the_first_host_and_the_toolkits_port():
+    """SageMaker's toolkit exports the SM_* variables to every rank of its mpirun, but not
+    MASTER_ADDR/MASTER_PORT (set where it runs, on the first host, as algo-1 and 7777)."""
+    env = {"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "SM_HOSTS": '["algo-1","algo-2"]',
+           "SM_CURRENT_HOST": "algo-2"}
+    info = detect_runtime(env)
+    assert (info["runtime"], info["rank"], info["master_addr"], info["master_port"]) == ("mpi", 3, "algo-1", 7777)
+    mine = detect_runtime({**env, "MASTER_ADDR": "10.0.0.9", "MASTER_PORT": "29400"})  # what is exported wins
+    assert (mine["master_addr"], mine["master_port"]) == ("10.0.0.9", 29400)
+    with pytest.raises(SpecError, match="MASTER_ADDR/MASTER_PORT are not both set"):
+        detect_runtime({**env, "SM_HOSTS": "not json"})
+
+
 def test_single_rank_mpi_needs_no_master():
     info = detect_runtime({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"})
     assert (info["runtime"], info["world_size"]) == ("mpi", 1)

@@ -9,7 +9,9 @@ launcher tells a process who it is through environment variables:
                               PET_NODE_RANK, PET_NPROC_PER_NODE for a
                               torchrun started inside the pod
     Open MPI (mpirun)         OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,      MASTER_ADDR MASTER_PORT, exported
-                              LOCAL_SIZE}                                 by the caller (mpirun -x ...)
+                              LOCAL_SIZE}                                 by the caller (mpirun -x ...); on
+                                                                          SageMaker, whose toolkit exports
+                                                                          neither, SM_HOSTS' first host, 7777
     MPICH / Intel MPI (PMI)   PMI_RANK PMI_SIZE (MPI_LOCALRANKID)         same as Open MPI
     SageMaker                 SM_HOSTS SM_CURRENT_HOST: one process       first host, port 29500; MASTER_ADDR
                               per host, rank = index of the host          and MASTER_PORT override both
@@ -35,6 +37,7 @@ import torch.distributed as dist
 from dtrain.errors import SpecError
 
 DEFAULT_MASTER_PORT = 29500  # torchrun's default; used for SageMaker when MASTER_PORT is unset
+SAGEMAKER_MPI_PORT = 7777  # the port SageMaker's PyTorch toolkit gives MASTER_PORT
 RUNTIMES = ("single", "torchrun", "pytorchjob", "mpi", "pmi", "sagemaker")
 
 
@@ -137,11 +140,31 @@ def _torchrun(env: Mapping[str, str]) -> dict[str, Any]:
 def _mpi(env: Mapping[str, str]) -> dict[str, Any]:
     _require(env, ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"), "mpi")
     size = _int(env, "OMPI_COMM_WORLD_SIZE", minimum=1)
+    if "SM_HOSTS" in env:
+        env = _sagemaker_master(env)
     addr, port = _master(env, "mpi", size)
     return {"runtime": "mpi", "rank": _int(env, "OMPI_COMM_WORLD_RANK"), "world_size": size,
             "local_rank": _opt_int(env, "OMPI_COMM_WORLD_LOCAL_RANK"),
             "local_world_size": _opt_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", minimum=1),
             "master_addr": addr, "master_port": port}
+
+
+def _sagemaker_master(env: Mapping[str, str]) -> Mapping[str, str]:
+    """`env` with MASTER_ADDR and MASTER_PORT where a SageMaker MPI job lacks them: the training
+    toolkit's mpirun exports the SM_* variables to every host but not those two (set only where the
+    toolkit itself runs, on the first host), so a rank on another host takes what the toolkit set
+    there: the first of SM_HOSTS, port 7777."""
+    try:
+        hosts = json.loads(env["SM_HOSTS"])
+    except json.JSONDecodeError:
+        return env  # _master then names what is missing
+    if not isinstance(hosts, list) or not hosts or not isinstance(hosts[0], str) or not hosts[0]:
+        return env
+    filled = dict(env)
+    if not filled.get("MASTER_ADDR", "").strip():
+        filled["MASTER_ADDR"] = hosts[0]
+    filled.setdefault("MASTER_PORT", str(SAGEMAKER_MPI_PORT))
+    return filled
 
 
 def _pmi(env: Mapping[str, str]) -> dict[str, Any]:

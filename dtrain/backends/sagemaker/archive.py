@@ -1,7 +1,10 @@
 """sourcedir.tar.gz out, model.tar.gz in: bounded, no links followed, nothing outside the target.
 
-Packing skips what never belongs in a job's code (.git, virtual environments, caches) and stores
-symlinks as links (never their targets), leaving out those that point outside the folder.
+Packing skips what never belongs in a job's code: hidden files and folders (a name starting with
+'.': .git, and where credentials live, .env, .aws, .ssh, .netrc), virtual environments and caches;
+the folder is the working folder unless --source-dir says otherwise, and its archive lands in S3
+where whoever reads the bucket reads it. Symlinks are stored as links (never their targets),
+leaving out those that point outside the folder.
 Unpacking uses tarfile's 'data' filter (no absolute paths, no '..', no links leading out, no
 devices) into a fresh folder that is renamed into place only when every member is out and the
 compressed stream checks out to its end (gzip's CRC), so a refused or damaged archive leaves
@@ -21,7 +24,7 @@ from pathlib import Path
 from dtrain.backends.targets import filled
 from dtrain.errors import DataError, SpecError
 
-SKIP = {".git", ".venv", "venv", "__pycache__", "node_modules", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+SKIP = {"venv", "__pycache__", "node_modules"}  # and every hidden name (.git, .venv, .env, .aws): hidden()
 MAX_SOURCE_BYTES = 512 * 2**20  # code, not data: data goes in channels
 MAX_MODEL_BYTES = 64 * 2**30  # unpacked size of a model.tar.gz
 
@@ -35,12 +38,12 @@ def pack_source(folder: str | os.PathLike, extra: dict[str, str], out) -> int:
     total = 0
     with tarfile.open(fileobj=out, mode="w:gz") as tar:
         for dirpath, dirnames, filenames in os.walk(root):
-            kept = [d for d in dirnames if d not in SKIP and not d.endswith(".egg-info")]
+            kept = [d for d in dirnames if d not in SKIP and not hidden(d) and not d.endswith(".egg-info")]
             links = [d for d in kept if os.path.islink(os.path.join(dirpath, d))]  # walked as files: links
             dirnames[:] = sorted(d for d in kept if d not in links)
             for name in sorted(filenames + links):
                 path = Path(dirpath) / name
-                if name.endswith((".pyc", ".pyo")):
+                if name.endswith((".pyc", ".pyo")) or hidden(name):
                     continue
                 if path.is_symlink() and link_leaves(str(path.relative_to(root)), os.readlink(path)):
                     continue  # the code could not use it in the job, and `--local` refuses to unpack it
@@ -55,6 +58,12 @@ def pack_source(folder: str | os.PathLike, extra: dict[str, str], out) -> int:
             info.size, info.mode = len(data), 0o755
             tar.addfile(info, io.BytesIO(data))
     return total
+
+
+def hidden(name: str) -> bool:
+    """A hidden file or folder: never packed (a .env, .aws/credentials or .ssh/id_rsa in the working
+    folder would otherwise be uploaded with the code)."""
+    return name.startswith(".")
 
 
 def check_generated(folder: str | os.PathLike, extra: dict[str, str]) -> None:

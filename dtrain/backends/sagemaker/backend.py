@@ -127,6 +127,13 @@ class SageMakerBackend(Backend):
         elif importlib.util.find_spec("botocore") is not None:
             check_request("sagemaker", "CreateTrainingJob", _as_if_on_aws(req))
         plan = render.upload_plan(spec, cfg, cwd=self.cwd or os.getcwd())
+        if not os.path.isdir(plan.source_dir):
+            raise SpecError(f"source folder {plan.source_dir} does not exist: run from your code's folder or pass "
+                            f"--source-dir")
+        script = render.script_of(spec.command)
+        if script is not None and not os.path.isfile(os.path.join(plan.source_dir, script)):
+            raise SpecError(f"{script} is not in the code folder {plan.source_dir} (the job runs it from there, as "
+                            f"/opt/ml/code/{script}): run from the folder that holds it, or pass --source-dir")
         check_generated(plan.source_dir, {render.ENTRY: plan.entry} if plan.entry else {})
         if spec.launcher == "torchrun" and os.path.lexists(os.path.join(plan.source_dir, "setup.py")):
             # The toolkit runs a code folder holding setup.py as a Python package, and its torchrun launch

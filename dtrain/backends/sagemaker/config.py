@@ -23,8 +23,26 @@ SUBNET_RE = re.compile(r"^subnet-[0-9a-z]{1,25}\Z")
 SG_RE = re.compile(r"^sg-[0-9a-z]{1,29}\Z")
 VPC_LIMITS = {"subnets": 16, "security-groups": 5}
 IMAGE_RE = re.compile(r"^[\S]{1,255}\Z")
-# An AWS Deep Learning Container with PyTorch and the SageMaker training toolkit (CPU, us-east-1).
-DEFAULT_IMAGE = "763104351884.dkr.ecr.{region}.amazonaws.com/pytorch-training:2.3.0-cpu-py311"
+# The AWS Deep Learning Container with PyTorch and the SageMaker training toolkit: the image the
+# SageMaker SDK picks for PyTorch 2.3.0 (py311), in the region's registry, for the instance type's
+# processor (a g or p type: gpu; cpu otherwise).
+DEFAULT_IMAGE = "{account}.dkr.ecr.{region}.{domain}/pytorch-training:2.3.0-{processor}-py311"
+DLC_ACCOUNT = "763104351884"
+# Regions whose images live in another account (the SDK's image_uri_config/pytorch.json for
+# pytorch-training 2.3.0); a region in neither list has no known image: --image says which.
+DLC_ACCOUNTS = {
+    "af-south-1": "626614931356", "ap-east-1": "871362719292", "ap-east-2": "975050140332",
+    "ap-northeast-3": "364406365360", "ap-south-2": "772153158452", "ap-southeast-3": "907027046896",
+    "ap-southeast-4": "457447274322", "ap-southeast-5": "550225433462", "ap-southeast-6": "633930458069",
+    "ap-southeast-7": "590183813437", "ca-west-1": "204538143572", "cn-north-1": "727897471807",
+    "cn-northwest-1": "727897471807", "eu-central-2": "380420809688", "eu-south-1": "692866216735",
+    "eu-south-2": "503227376785", "il-central-1": "780543022126", "me-central-1": "914824155844",
+    "me-south-1": "217643126080", "mx-central-1": "637423239942", "us-gov-east-1": "446045086412",
+    "us-gov-west-1": "442386744353",
+}
+DLC_REGIONS = {*DLC_ACCOUNTS, "ap-northeast-1", "ap-northeast-2", "ap-south-1", "ap-southeast-1", "ap-southeast-2",
+               "ca-central-1", "eu-central-1", "eu-north-1", "eu-west-1", "eu-west-2", "eu-west-3", "sa-east-1",
+               "us-east-1", "us-east-2", "us-west-1", "us-west-2"}
 LOCAL_ROLE = "arn:aws:iam::000000000000:role/dtrain-local"  # what --local jobs name (nothing checks it)
 LOCAL_BUCKET = "dtrain-local"  # the bucket a --local job's "S3" folder stands for
 
@@ -73,9 +91,20 @@ class SageMakerConfig:
             return None
         return {"SecurityGroupIds": list(self.security_groups), "Subnets": list(self.subnets)}
 
-    @property
-    def image_uri(self) -> str:
-        return self.image or DEFAULT_IMAGE.format(region=self.region)
+    def image_uri(self, instance_type: str) -> str:
+        """`image`, or the AWS PyTorch training image of the region for the instance type."""
+        if self.image:
+            return self.image
+        family = instance_type.split(".")[1] if instance_type.count(".") == 2 else ""
+        if family.startswith(("trn", "inf")):
+            raise SpecError(f"{instance_type} runs AWS Neuron (Trainium), not CUDA or a CPU: give a Neuron "
+                            f"training image with --image, or pick a GPU (ml.g5.xlarge) or CPU (ml.m5.xlarge) type")
+        if self.region not in DLC_REGIONS:
+            raise SpecError(f"dtrain knows no AWS PyTorch training image for region {self.region}: give one with "
+                            f"--image (or dtrain config sagemaker --image URI)")
+        return DEFAULT_IMAGE.format(account=DLC_ACCOUNTS.get(self.region, DLC_ACCOUNT), region=self.region,
+                                    domain="amazonaws.com.cn" if self.region.startswith("cn-") else "amazonaws.com",
+                                    processor="gpu" if family[:1] in ("g", "p") else "cpu")
 
     def require_aws(self) -> None:
         """A job bound for AWS needs a role and a bucket; say how to set them."""

@@ -210,8 +210,10 @@ def launch(req: dict, host: str, *, master_port: int, python: str = sys.executab
         if host != names[0]:
             return HostLaunch(argv=[])
         return HostLaunch(argv=[mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none",
-                                "-np", str(per_host * len(names)), "-x", "MASTER_ADDR=" + names[0],
-                                "-x", f"MASTER_PORT={master_port}", "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
+                                # As the toolkit's mpirun: no MASTER_ADDR (the ranks take the first of
+                                # SM_HOSTS); the port is this machine's free one, not the toolkit's 7777
+                                "-np", str(per_host * len(names)), "-x", f"MASTER_PORT={master_port}",
+                                "-x", "PYTHONPATH", "-x", "OMP_NUM_THREADS",
                                 *run, *args])
     return HostLaunch(argv=[*run, *args])
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from dtrain.backends.sagemaker.config import SageMakerConfig
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec
-from dtrain.spec_sagemaker import TOOLKIT_PREFIX, Channel, SageMakerOptions
+from dtrain.spec_sagemaker import MAX_INSTANCES, TOOLKIT_PREFIX, Channel, SageMakerOptions
 
 ENTRY = "dtrain_entry.py"  # written into the source archive when the command is not `python X.py`
 SOURCE_ARCHIVE = "sourcedir.tar.gz"
@@ -26,8 +26,9 @@ CHECKPOINT_DIR = "/opt/ml/checkpoints"
 PYTHONS = ("python", "python3")
 MAX_RETRY_ATTEMPTS = 30  # RetryStrategy.MaximumRetryAttempts: 1-30
 # GPUs of the training instance types that have them: a GPU job fills whole instances, one process
-# per --gpu G GPUs; other types count as CPU types (one process per instance, unless
-# --instance-count says otherwise).
+# per --gpu G GPUs. The g and p families are GPU types (as the SageMaker SDK reads them); a newer
+# one missing here needs --instance-count for a --gpu job. The others are CPU (or Trainium) types:
+# one process per instance, unless --instance-count says otherwise, and no --gpu.
 GPUS_PER_INSTANCE = {
     **{f"ml.{family}.{size}": 1 for family in ("g4dn", "g5", "g6", "g6e")
        for size in ("xlarge", "2xlarge", "4xlarge", "8xlarge", "16xlarge")},
@@ -36,7 +37,18 @@ GPUS_PER_INSTANCE = {
     **{f"ml.{family}.48xlarge": 8 for family in ("g5", "g6", "g6e", "p5", "p5e", "p5en")},
     "ml.p3.2xlarge": 1, "ml.p3.8xlarge": 4, "ml.p3.16xlarge": 8, "ml.p3dn.24xlarge": 8,
     "ml.p4d.24xlarge": 8, "ml.p4de.24xlarge": 8, "ml.p5.4xlarge": 1,
+    "ml.p2.xlarge": 1, "ml.p2.8xlarge": 8, "ml.p2.16xlarge": 16,
+    "ml.p6-b200.48xlarge": 8, "ml.p6-b300.48xlarge": 8, "ml.p6e-gb200.36xlarge": 4,
 }
+
+
+def instance_gpus(itype: str) -> int | None:
+    """The GPUs of an instance type: 0 for a CPU or Trainium type, None for a GPU type whose
+    count dtrain does not know."""
+    if itype in GPUS_PER_INSTANCE:
+        return GPUS_PER_INSTANCE[itype]
+    family = itype.split(".")[1] if itype.count(".") == 2 else ""
+    return None if family[:1] in ("g", "p") else 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +92,19 @@ def split_command(command: tuple[str, ...]) -> Program:
     return Program(program=ENTRY, entry_argv=tuple(fixed), hyperparameters=hps)
 
 
+def script_of(command: tuple[str, ...]) -> str | None:
+    """The Python file a `python [FLAGS] FILE.py ...` command runs, as a path inside the code
+    folder; None for any other command (a module, a program, an absolute path)."""
+    if len(command) < 2 or posixpath.basename(command[0]) not in PYTHONS:
+        return None
+    args = list(command[1:])
+    while args and args[0].startswith("-") and args[0] not in ("-m", "-c", "-"):
+        args.pop(0)  # python's own flags: -u, -O, -X dev would take a value, and is rare
+    if not args or not args[0].endswith(".py") or posixpath.isabs(args[0]):
+        return None
+    return posixpath.normpath(args[0])
+
+
 def _flags(args: list[str]) -> tuple[list[str], dict[str, str]]:
     """Split trailing `--key value` / `--key=value` pairs off the arguments; keep the rest fixed."""
     start = next((i for i, a in enumerate(args) if a.startswith("--")), len(args))
@@ -118,13 +143,22 @@ def instances(spec: JobSpec, cfg: SageMakerConfig) -> tuple[int, int]:
     """(InstanceCount, processes per instance) for the spec's --processes and --gpu: on a GPU type,
     as many processes per instance as its GPUs hold (--gpu each); elsewhere one per instance."""
     opts, itype = options(spec), options(spec).instance_type or cfg.instance_type
-    gpus = GPUS_PER_INSTANCE.get(itype)
+    gpus = instance_gpus(itype)
+    if spec.gpu > 0 and gpus == 0:
+        raise SpecError(f"{itype} has no GPUs, and the job asks for --gpu {spec.gpu}: pick a GPU type "
+                        f"(--instance-type ml.g5.xlarge, ml.p4d.24xlarge) or drop --gpu")
+    if spec.gpu > 0 and gpus is None and opts.instance_count is None and spec.launcher != "none":
+        raise SpecError(f"dtrain does not know how many GPUs an {itype} has: set --instance-count (the "
+                        f"--processes split evenly over the instances)")
     if opts.instance_count is not None:
         count = opts.instance_count
     elif spec.gpu > 0 and spec.launcher != "none" and gpus:
         count = -(-spec.processes // max(1, gpus // spec.gpu))
     else:
         count = spec.processes
+    if count > MAX_INSTANCES:
+        raise SpecError(f"--processes {spec.processes} would take {count} instances, more than {MAX_INSTANCES}: "
+                        f"pick a type with more GPUs, or fewer processes")
     if spec.processes % count:
         raise SpecError(f"--processes {spec.processes} does not split evenly over {count} instances: "
                         f"use a multiple of {count} or set --instance-count")
@@ -156,6 +190,12 @@ def upload_plan(spec: JobSpec, cfg: SageMakerConfig, *, cwd: str) -> UploadPlan:
 def hyperparameters(spec: JobSpec, cfg: SageMakerConfig) -> dict[str, str]:
     prog, opts = split_command(spec.command), options(spec)
     _, per_host = instances(spec, cfg)
+    twice = sorted(k for k in set(prog.hyperparameters) & set(opts.hyperparameters)
+                   if prog.hyperparameters[k] != opts.hyperparameters[k])
+    if twice:
+        k = twice[0]
+        raise SpecError(f"hyperparameter {k} is given twice, as --{k} {prog.hyperparameters[k]} in the command and "
+                        f"as --hp {k}={opts.hyperparameters[k]}: give it once")
     hps: dict[str, object] = {**prog.hyperparameters, **opts.hyperparameters}
     hps.update(sagemaker_program=prog.program,
                sagemaker_submit_directory=s3_uri(cfg, spec.name, "source", SOURCE_ARCHIVE),
@@ -206,7 +246,7 @@ def training_job_request(spec: JobSpec, cfg: SageMakerConfig) -> dict:
     req = {
         "TrainingJobName": spec.name,
         "HyperParameters": hyperparameters(spec, cfg),
-        "AlgorithmSpecification": {"TrainingImage": spec.image or cfg.image_uri, "TrainingInputMode": "File"},
+        "AlgorithmSpecification": {"TrainingImage": spec.image or cfg.image_uri(opts.instance_type or cfg.instance_type), "TrainingInputMode": "File"},
         "RoleArn": cfg.role,
         "OutputDataConfig": {"S3OutputPath": "s3://" + posixpath.join(cfg.bucket, cfg.prefix)},
         "ResourceConfig": {"InstanceType": opts.instance_type or cfg.instance_type, "InstanceCount": count,

@@ -17,8 +17,16 @@ from dtrain.names import shown
 
 @lru_cache(maxsize=8)
 def service_model(service: str):
-    import botocore.session  # lazy: boto3/botocore is the optional 'sagemaker' extra
-    return botocore.session.get_session().get_service_model(service)
+    """The model as botocore ships it (and AWS_DATA_PATH adds), read without a session: a profile
+    that does not exist or a config file that does not parse is no reason to refuse a dry run or
+    a `--local` job (the AWS clients report those, in one line, when they are made)."""
+    import os
+
+    import botocore.loaders  # lazy: boto3/botocore is the optional 'sagemaker' extra
+    import botocore.model
+
+    data = botocore.loaders.create_loader(os.environ.get("AWS_DATA_PATH")).load_service_model(service, "service-2")
+    return botocore.model.ServiceModel(data, service_name=service)
 
 
 def check_request(service: str, operation: str, params: dict) -> None:
