@@ -168,6 +168,10 @@ class Client:
         from dtrain.backends.sagemaker.config import SageMakerConfig
         merged = {**self.config.sagemaker, **{k: v for k, v in settings.items() if v is not None}}
         merged = SageMakerConfig.from_dict(merged).to_dict()  # raises SpecError before anything is written
+        if settings.get("instance_type") is not None:  # a typo would refuse every later submit
+            from dtrain.backends.sagemaker.validate import check_enum
+            check_enum("sagemaker", "TrainingInstanceType", "ResourceConfig", settings["instance_type"],
+                       "--instance-type")
         self.config.sagemaker = merged
         self.config.save(self.home)
         self._backends.pop("sagemaker", None)

@@ -19,6 +19,7 @@ INSTANCE_RE = re.compile(r"^ml\.[a-z0-9\-]+\.[a-z0-9]+\Z")
 TOOLKIT_PREFIX = "sagemaker_"  # hyperparameters the training toolkit keeps for itself
 FSX_MOUNT_RE = re.compile(r"^[A-Za-z0-9_\-]{1,8}\Z")  # an FSx for Lustre file system's MountName
 URI_SCHEMES = ("s3://", "efs://", "fsx://", "file://")
+S3_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]\Z")  # S3's bucket naming rules
 MAX_RUNTIME_S = 28 * 24 * 3600  # SageMaker's upper bound on MaxRuntimeInSeconds
 MAX_VOLUME_GB = 16384  # the largest ML storage volume SageMaker attaches
 MAX_INSTANCES = 1000  # instances of one job: dtrain's bound (an account's quota is usually far lower)
@@ -38,8 +39,9 @@ class Channel:
         if not isinstance(self.uri, str) or not self.uri.startswith(URI_SCHEMES) or len(self.uri.split("://", 1)[1]) < 1:
             raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: use s3://BUCKET/PREFIX, efs://FS-ID/PATH, "
                             f"fsx://FS-ID/MOUNTNAME/PATH or (with --local) file:///PATH")
-        if self.uri.startswith("s3://") and not self.uri[5:].split("/")[0]:
-            raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: the S3 URI has no bucket")
+        if self.uri.startswith("s3://") and not S3_BUCKET_RE.match(self.uri[5:].split("/")[0]):
+            raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: the S3 URI's bucket name must be "
+                            f"3-63 lower-case letters, digits, '.' or '-', e.g. s3://my-bucket/cifar10")
         if self.uri.startswith(("efs://", "fsx://")) and not re.match(r"^fs-[0-9a-f]{8,18}\Z", self.uri[6:].split("/")[0]):
             raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: name the file system by its id, "
                             f"e.g. efs://fs-0123456789abcdef0/data")

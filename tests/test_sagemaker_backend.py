@@ -342,3 +342,17 @@ def test_logs_are_read_a_page_at_a_time_as_they_are_printed(clients):
     assert rest[-1] == (1, f"host 2 line {per_host - 1}")
     assert [ln.text for ln in be.logs(name, tail=2)] == [f"host 1 line {per_host - 1}", f"host 2 line {per_host - 1}"]
     assert list(be.logs(name, tail=0)) == []
+
+
+def test_an_aws_job_may_not_take_the_name_of_a_local_one(clients, code, tmp_path):
+    """describe, logs and delete reach a --local job first: an AWS job of its name could not be
+    reached by name (nor stopped), so it is refused before anything is uploaded."""
+    be = SageMakerBackend(CFG, clients=clients, home=tmp_path / "home", cwd=str(code))
+    done = be.submit(spec("twin", sm=dict(local=True)))
+    assert be.wait("twin", timeout=120).status == JobStatus.SUCCEEDED, done.message
+    with pytest.raises(ConflictError) as err:
+        be.submit(spec("twin"))
+    assert str(err.value) == ("a --local SageMaker job named 'twin' exists, and describe, logs and delete would reach "
+                              "it rather than this one: submit under a new name")
+    assert clients.s3.list_objects_v2(Bucket=CFG.bucket, Prefix="dtrain/twin/").get("KeyCount") == 0
+    assert "twin" not in [j["TrainingJobName"] for j in clients.sagemaker.list_training_jobs()["TrainingJobSummaries"]]

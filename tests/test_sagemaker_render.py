@@ -230,7 +230,9 @@ def test_efs_needs_a_vpc():
     (lambda: parse_channel("training"), "NAME=URI"),
     (lambda: parse_channel("training=http://x"), "s3://BUCKET"),
     (lambda: parse_channel("t=efs://nope/x"), "file system by its id"),
-    (lambda: SageMakerOptions(channels=("a=s3://b/x", "a=s3://b/y")), "repeat"),
+    (lambda: parse_channel("t=s3://My_Bucket/x"), "the S3 URI's bucket name must be 3-63 lower-case letters"),
+    (lambda: parse_channel("t=s3://b/x"), "the S3 URI's bucket name must be 3-63"),
+    (lambda: SageMakerOptions(channels=("a=s3://bkt/x", "a=s3://bkt/y")), "repeat"),
     (lambda: parse_hyperparameters(["epochs"]), "KEY=VALUE"),
     (lambda: SageMakerConfig(role="not-an-arn"), "--role"),
     (lambda: SageMakerConfig(subnets=("subnet-0abc1234",)), "both"),
@@ -260,6 +262,18 @@ def test_bad_input_names_the_fix(make, match):
 
 
 def test_spec_round_trips_with_sagemaker_options():
-    s = spec(sm=dict(spot=True, channels=("training=s3://b/x",), hyperparameters={"epochs": 2}))
+    s = spec(sm=dict(spot=True, channels=("training=s3://bkt/x",), hyperparameters={"epochs": 2}))
     assert JobSpec.from_dict(json.loads(json.dumps(s.to_dict()))) == s
     assert JobSpec.from_dict({**spec().to_dict(), "sagemaker": None}).sagemaker is None
+
+
+def test_a_mistyped_instance_type_is_not_saved(tmp_path):
+    """`dtrain config sagemaker --instance-type` is checked as the requests that will use it are."""
+    import dtrain
+
+    client = dtrain.Client(home=tmp_path)
+    with pytest.raises(SpecError, match=r"--instance-type='ml.m5.xlarg' is not one of its \d+ values: did you mean "
+                                        r"ml.m5.xlarge"):
+        client.configure_sagemaker(instance_type="ml.m5.xlarg")
+    assert not (tmp_path / "config.yaml").exists()
+    assert client.configure_sagemaker(instance_type="ml.g5.xlarge")["instance_type"] == "ml.g5.xlarge"

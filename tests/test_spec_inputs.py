@@ -193,7 +193,7 @@ def test_a_big_job_file_is_read_no_further_than_the_bound(tmp_path):
 @pytest.mark.parametrize("block, flags, needle", [
     ("sagemaker: 5", [], "invalid sagemaker 5 in the job file: must be a mapping"),
     ("sagemaker: [1, 2]", ["--spot"], "invalid sagemaker [1, 2] in the job file: must be a mapping"),
-    ("sagemaker: {channels: 5}", ["--channel", "a=s3://b/c"], "invalid sagemaker channels 5: must be a list"),
+    ("sagemaker: {channels: 5}", ["--channel", "a=s3://bkt/c"], "invalid sagemaker channels 5: must be a list"),
     ("sagemaker: {hyperparameters: [1]}", ["--hp", "a=1"], "invalid sagemaker hyperparameters [1]: must be a mapping"),
     ("sagemaker: {1: a, b: c}", [], "invalid sagemaker field name 1"),
     ("env: [A]", ["-e", "B=1"], "invalid env ['A'] in the job file: must be a mapping"),

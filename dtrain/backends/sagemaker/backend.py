@@ -151,7 +151,11 @@ class SageMakerBackend(Backend):
     # ---- hooks --------------------------------------------------------------------------
     def _submit(self, spec: JobSpec) -> JobInfo:
         req, plan = self._plan(spec)
-        clients = self.local if spec.sagemaker and spec.sagemaker.local else self.aws
+        local = bool(spec.sagemaker and spec.sagemaker.local)
+        clients = self.local if local else self.aws
+        if not local and self._has_local(spec.name):
+            raise ConflictError(f"a --local SageMaker job named {spec.name!r} exists, and describe, logs and delete "
+                                f"would reach it rather than this one: submit under a new name")
         self._check_free(clients, spec.name)  # before the upload, which would overwrite that job's code
         with tempfile.TemporaryFile() as archive:
             extra = {render.ENTRY: plan.entry} if plan.entry else {}

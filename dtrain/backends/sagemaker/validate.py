@@ -29,6 +29,17 @@ def service_model(service: str):
     return botocore.model.ServiceModel(data, service_name=service)
 
 
+def check_enum(service: str, shape: str, owner: str, value: str, flag: str) -> None:
+    """SpecError unless `value` is one of the model's values for `shape` (a setting saved for later
+    jobs is checked as their requests will be); nothing to check without botocore."""
+    import importlib.util
+    if importlib.util.find_spec("botocore") is None:
+        return
+    choices = service_model(service).shape_for(shape).enum
+    if choices and value not in choices:
+        raise SpecError(_not_one_of(flag, value, choices, _reference(service, owner)))
+
+
 def check_request(service: str, operation: str, params: dict) -> None:
     """Raise SpecError naming every way `params` breaks the operation's input shape."""
     from botocore.validate import ParamValidator
