@@ -144,7 +144,7 @@ def test_the_default_image_comes_from_the_regions_registry(region, registry):
 @pytest.mark.parametrize("fields, itype, says", [
     (dict(processes=3, gpu=1), "ml.m5.xlarge", "ml.m5.xlarge has no GPUs, and the job asks for --gpu 1: pick a GPU type"),
     (dict(processes=2, gpu=1), "ml.trn1.2xlarge", "ml.trn1.2xlarge has no GPUs"),
-    (dict(processes=4, gpu=1), "ml.g7.12xlarge", "dtrain does not know how many GPUs an ml.g7.12xlarge has: set "
+    (dict(processes=4, gpu=1), "ml.g7.12xlarge", "the number of GPUs of an ml.g7.12xlarge is not known here: set "
                                                  "--instance-count"),
     (dict(processes=1), "ml.trn1.2xlarge", "ml.trn1.2xlarge runs AWS Neuron (Trainium), not CUDA or a CPU: give a "
                                            "Neuron training image with --image"),
@@ -154,7 +154,7 @@ def test_types_that_cannot_run_the_job_as_asked_are_refused(fields, itype, says)
     with pytest.raises(SpecError) as err:
         render.training_job_request(spec(**fields, launcher=launcher, sm=dict(instance_type=itype)), cfg())
     assert says in str(err.value) and "\n" not in str(err.value)
-    with pytest.raises(SpecError, match="knows no AWS PyTorch training image for region xx-fake-9: give one with --image"):
+    with pytest.raises(SpecError, match="no AWS PyTorch training image is known for region xx-fake-9: give one with --image"):
         render.training_job_request(spec(), cfg(region="xx-fake-9"))
     # with an image or a count of instances, the same types are taken
     s = spec(processes=4, gpu=1, launcher="torchrun", sm=dict(instance_type="ml.g7.12xlarge", instance_count=2))

@@ -100,7 +100,7 @@ class SageMakerConfig:
             raise SpecError(f"{instance_type} runs AWS Neuron (Trainium), not CUDA or a CPU: give a Neuron "
                             f"training image with --image, or pick a GPU (ml.g5.xlarge) or CPU (ml.m5.xlarge) type")
         if self.region not in DLC_REGIONS:
-            raise SpecError(f"dtrain knows no AWS PyTorch training image for region {self.region}: give one with "
+            raise SpecError(f"no AWS PyTorch training image is known for region {self.region}: give one with "
                             f"--image (or dtrain config sagemaker --image URI)")
         return DEFAULT_IMAGE.format(account=DLC_ACCOUNTS.get(self.region, DLC_ACCOUNT), region=self.region,
                                     domain="amazonaws.com.cn" if self.region.startswith("cn-") else "amazonaws.com",

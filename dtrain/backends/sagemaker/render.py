@@ -148,7 +148,7 @@ def instances(spec: JobSpec, cfg: SageMakerConfig) -> tuple[int, int]:
         raise SpecError(f"{itype} has no GPUs, and the job asks for --gpu {spec.gpu}: pick a GPU type "
                         f"(--instance-type ml.g5.xlarge, ml.p4d.24xlarge) or drop --gpu")
     if spec.gpu > 0 and gpus is None and opts.instance_count is None and spec.launcher != "none":
-        raise SpecError(f"dtrain does not know how many GPUs an {itype} has: set --instance-count (the "
+        raise SpecError(f"the number of GPUs of an {itype} is not known here: set --instance-count (the "
                         f"--processes split evenly over the instances)")
     if opts.instance_count is not None:
         count = opts.instance_count
