@@ -112,7 +112,9 @@ def unusable(path: Path, err: sqlite3.DatabaseError) -> StorageError | None:
             return StorageError(f"{path} {what}: it is the snapshot store's index, without which no snapshot can "
                                 f"be read; put back a copy of it if you keep one (moving it away loses nothing, "
                                 f"but every snapshot stays unreadable until it is back)")
-        return StorageError(f"{path} {what}: move it away, or set DTRAIN_HOME to another folder")
+        return StorageError(f"{path} {what}: put back a copy of it if you keep one, or move it away (the jobs, "
+                            f"volumes and snapshot names it records are then forgotten; the snapshots' stored "
+                            f"content is kept), or set DTRAIN_HOME to another folder")
     if why != "SQLITE_CANTOPEN":
         return None
     if path.is_dir():

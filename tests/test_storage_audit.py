@@ -232,6 +232,7 @@ def test_a_sweep_killed_midway_is_finished_by_the_next_command(storage, monkeypa
     """A sweep started by a killed capture's pin forgot the dead objects, then died before
     deleting their packs: nothing asked for another sweep, so the packs stayed."""
     kept = _keep_and_doomed(storage)
+    storage.engine.mark_sweepable(storage.get_snapshot("doomed").id)  # as delete_snapshot does first
     with storage.conn:
         storage.conn.execute("DELETE FROM snapshots WHERE name = 'doomed'")  # as a delete killed at once
     (storage.engine.root / "pins" / "999999999-dead").touch()  # a killed capture's pin
@@ -248,6 +249,45 @@ def test_a_sweep_killed_midway_is_finished_by_the_next_command(storage, monkeypa
     monkeypatch.undo()
     storage.create_volume("third")
     assert _store_files(storage.home) == kept
+
+
+@pytest.mark.parametrize("how", ["moved away", "an older copy put back"])
+def test_a_state_db_that_lists_fewer_snapshots_never_sweeps_theirs(tmp_path, how):
+    """`state.db` moved away (as a damaged one's message says), or put back from a copy older than
+    some snapshots: the store holds manifests that database does not list. A sweep keeps them and
+    every object they need (verify counts them), and the newer database sees them all again."""
+    home = tmp_path / "home"
+    first = Storage(home)
+    vol = first.create_volume("data")
+    (vol.path / "a.bin").write_bytes(os.urandom(300_000))
+    first.create_snapshot("data", name="s1")
+    (vol.path / "b.bin").write_bytes(os.urandom(300_000))
+    older = tmp_path / "older.db"
+    first.conn.execute("VACUUM INTO ?", (str(older),))  # the copy a backup made after s1
+    first.create_snapshot("data", name="s2")
+    store = _store_files(home)
+    first.close()
+    for part in ("state.db", "state.db-wal", "state.db-shm"):
+        if (home / part).exists():
+            shutil.move(home / part, tmp_path / f"newer-{part}")
+    if how == "an older copy put back":
+        shutil.copy(older, home / "state.db")
+    other = Storage(home)
+    report = other.verify()
+    assert report.ok and report.unlisted_manifests == (2 if how == "moved away" else 1), report
+    other.create_volume("x")
+    other.delete_volume("x")  # a command that sweeps, as any later one may
+    other.close()
+    assert _store_files(home) == store
+    for part in ("state.db", "state.db-wal", "state.db-shm"):
+        (home / part).unlink(missing_ok=True)
+        if (tmp_path / f"newer-{part}").exists():
+            shutil.move(tmp_path / f"newer-{part}", home / part)
+    back = Storage(home)
+    assert back.verify().ok and back.verify().unlisted_manifests == 0
+    restored = back.restore_snapshot("s2", to="again")
+    assert (restored.path / "b.bin").read_bytes() == (vol.path / "b.bin").read_bytes()
+    back.close()
 
 
 # --- full disks ----------------------------------------------------------------------------------

@@ -8,6 +8,8 @@ Layout under the store root::
     manifests/<id>.json.gz   what one snapshot holds (see manifest.py); written last
     manifests/<id>.key.json  the tree key of the walk it came from: the next snapshot of an
                          unchanged volume matches it without loading the manifest (a cache)
+    manifests/<id>.sweepable  the manifest is being registered or deleted: a sweep may delete
+                         it when the caller's database does not list it (see `sweep`)
     tmp/                 manifests (and, without O_TMPFILE, packs) being written
     pins/                one marker per running capture or restore (crash detection)
     lock                 flock: shared while capturing or restoring, exclusive while sweeping
@@ -27,7 +29,10 @@ Crash safety: a pack only appears under its name once complete (O_TMPFILE, then 
 objects enter the index in one transaction after that, and a snapshot exists only once the
 caller registers its manifest. Everything a killed process left (temp files, unindexed packs,
 objects no registered manifest needs, unregistered manifests) is removed by `sweep`, which runs
-only while nobody holds a pin.
+only while nobody holds a pin. A manifest the caller's database does not list is deleted only
+when marked sweepable (written and not yet registered, or being deleted): a database moved away,
+replaced or put back from an older copy lists fewer snapshots than the store holds, and their
+content is kept, not swept.
 """
 
 from __future__ import annotations
@@ -57,6 +62,7 @@ from dtrain.storage.restore import Restore
 
 CHUNK_SIZE = 4 << 20
 PACK_SIZE = 64 << 20  # a pack is closed (and flushed) once it holds this much
+SWEEPABLE = ".sweepable"  # manifests/<id>.sweepable: see `sweep`
 READS_OF_A_CHANGING_FILE = 3  # reads of a file written to meanwhile before it is recorded as torn
 
 
@@ -151,13 +157,22 @@ class Engine:
             for item in os.scandir(self.root / sub):
                 os.unlink(item.path)
                 leftovers += 1
-        for item in os.scandir(self.root / "manifests"):
-            if item.name.split(".")[0] not in live:  # written, then killed before registering (or dropped)
-                os.unlink(item.path)
-                leftovers += 1
+        names = [item.name for item in os.scandir(self.root / "manifests")]
+        sweepable = {n.split(".")[0] for n in names if n.endswith(SWEEPABLE)}
+        unlisted = set()
+        for name in names:
+            manifest_id = name.split(".")[0]
+            if manifest_id in live:
+                if name.endswith(SWEEPABLE):  # registered (its marker left by a killed process), or not deleted
+                    os.unlink(self.root / "manifests" / name)
+            elif manifest_id in sweepable:  # written, then killed before registering; or deleted
+                os.unlink(self.root / "manifests" / name)
+                leftovers += name.endswith(".json.gz")
+            elif name.endswith(".json.gz"):
+                unlisted.add(manifest_id)  # the database lost it (moved away, an older copy): kept
         needed: set[str] = set()
         subvols: set[str | None] = set()
-        for manifest_id in live:
+        for manifest_id in live | unlisted:
             try:
                 m = Manifest.parse(self.manifest_path(manifest_id).read_bytes(), manifest_id)
             except (OSError, ValueError):  # never delete what an unreadable manifest may need
@@ -170,7 +185,8 @@ class Engine:
         for name in gone_subvols:
             self.subvols.delete(name)
         objects, freed, unindexed = self.packs.free(needed)
-        return SweepStats(objects=objects + len(gone_subvols), bytes=freed, leftovers=leftovers + unindexed), True
+        return SweepStats(objects=objects + len(gone_subvols), bytes=freed, leftovers=leftovers + unindexed,
+                          unlisted=len(unlisted)), True
 
     # --- capture -----------------------------------------------------------------------
     def capture(self, src: Path, *, base: Manifest | None = None, base_id: str | None = None,
@@ -551,9 +567,11 @@ class Engine:
     # --- manifests -----------------------------------------------------------------------
     def commit(self, manifest_id: str, manifest: Manifest) -> None:
         """Write the manifest under its final name (call inside `pin` and the caller's
-        registration transaction, so that a crash leaves either both or a sweepable file)."""
+        registration transaction, so that a crash leaves either both or a sweepable file), marked
+        sweepable until `registered`."""
         tmp = self._tmp()
         try:
+            self.mark_sweepable(manifest_id)
             try:  # manifests are immutable: an unchanged tree shares its base's file
                 if manifest.id is None:
                     raise FileNotFoundError
@@ -572,6 +590,19 @@ class Engine:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
             raise self._wrap(err, "writing a snapshot manifest", needed=0) from err
+
+    def mark_sweepable(self, manifest_id: str) -> None:
+        """Let a sweep delete this manifest once the caller's database no longer lists it (call
+        before registering it, and before deleting it from that database)."""
+        path = self.root / "manifests" / f"{manifest_id}{SWEEPABLE}"
+        path.touch()
+        if self.durable:
+            fileio.fsync_path(path.parent, directory=True)
+
+    def registered(self, manifest_id: str) -> None:
+        """The caller's database lists the manifest now (call after that commit, inside `pin`):
+        no sweep deletes it unless `mark_sweepable` says so again."""
+        (self.root / "manifests" / f"{manifest_id}{SWEEPABLE}").unlink(missing_ok=True)
 
     def key_path(self, manifest_id: str) -> Path:
         return self.root / "manifests" / f"{manifest_id}.key.json"
@@ -604,9 +635,11 @@ class Engine:
         return m._replace(entries=self.subvols.entries(m.subvolume))
 
     def drop(self, manifest_id: str) -> None:
-        """Forget a manifest; its objects go at the next sweep."""
+        """Forget a manifest the caller's database no longer lists (marked sweepable before it
+        was deleted there); its objects go at the next sweep."""
         self.manifest_path(manifest_id).unlink(missing_ok=True)
         self.key_path(manifest_id).unlink(missing_ok=True)
+        (self.root / "manifests" / f"{manifest_id}{SWEEPABLE}").unlink(missing_ok=True)
         self.request_sweep()
 
     # --- restore -----------------------------------------------------------------------

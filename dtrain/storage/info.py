@@ -103,6 +103,7 @@ class VerifyReport(NamedTuple):
     damaged: tuple[Damage, ...]  # everything found wrong
     garbage_objects: int  # leftovers of interrupted snapshots removed first
     garbage_bytes: int  # their size
+    unlisted_manifests: int = 0  # snapshots in the store the database does not list: kept (see engine)
 
     @property
     def ok(self) -> bool:
@@ -132,6 +133,7 @@ class SweepStats(NamedTuple):
     objects: int  # unreferenced objects deleted
     bytes: int  # their size
     leftovers: int  # temp files, unregistered manifests and stale pins deleted
+    unlisted: int = 0  # manifests the database does not list and that were not marked sweepable: kept
 
 
 class VerifyStats(NamedTuple):

@@ -206,6 +206,7 @@ class Storage:
                          vol.storage_class, job, spec_text, source_snapshot, stats.files, stats.bytes,
                          stats.added_bytes, stats.method))
                     self.conn.execute("UPDATE volumes SET head_snapshot = ? WHERE uid = ?", (name, vol.uid))
+                self.engine.registered(snap_id)
         except BaseException:
             self.engine.request_sweep()  # objects written for a snapshot that never registered
             raise
@@ -243,6 +244,7 @@ class Storage:
         """Forget a snapshot and free the content no other snapshot shares."""
         snap = self.get_snapshot(name)
         self.engine.request_sweep()  # first: killed after the row goes, the next command still frees its data
+        self.engine.mark_sweepable(snap.id)
         with db.transaction(self.conn):  # the one read, by its uid: a new snapshot of that name is another
             gone = self.conn.execute("DELETE FROM snapshots WHERE uid = ?", (snap.id,)).rowcount
         if not gone:  # another command deleted it between the read and here: that one freed it
@@ -268,7 +270,8 @@ class Storage:
         damaged += [Damage(object=m, problem="manifest", hits=((by_id[m], "*"),)) for m in stats.bad_manifests]
         return VerifyReport(snapshots=tuple(s.name for s in rows), objects=stats.objects, bytes=stats.bytes,
                             damaged=tuple(damaged), garbage_objects=swept.objects if swept else 0,
-                            garbage_bytes=swept.bytes if swept else 0)
+                            garbage_bytes=swept.bytes if swept else 0,
+                            unlisted_manifests=swept.unlisted if swept else 0)
 
     def diff(self, a: str, b: str | None = None) -> list[mf.Change]:
         """Changes from snapshot `a` to snapshot `b`, or to the live volume `a` was taken of."""
