@@ -55,7 +55,7 @@ def test_a_state_file_that_is_no_database_is_one_line_and_left_as_it_was(tmp_pat
     home = tmp_path / "home"
     home.mkdir()
     (home / "state.db").write_bytes(b"garbage\n")
-    assert_usage_error(_dtrain_list(home), f"{home / 'state.db'} is not an SQLite database: move it away",
+    assert_usage_error(_dtrain_list(home), f"{home / 'state.db'} is not an SQLite database: put back a copy of it if you keep one, or move it away",
                        "DTRAIN_HOME")
     assert (home / "state.db").read_bytes() == b"garbage\n"
     assert sorted(p.name for p in home.iterdir()) == ["state.db"]  # no -wal, no -shm beside it
