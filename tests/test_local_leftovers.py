@@ -149,3 +149,37 @@ def test_a_job_that_filled_the_home_disk_and_lost_its_supervisor_is_still_shown(
         info = dt.json("describe", "job", "filler")
         assert info["status"] == "Failed" and "not recorded yet" not in info["message"]
         assert info["message"].endswith("no restarts left (--max-restarts 0)")
+
+
+def test_a_supervisor_that_could_not_be_recorded_is_stopped(tmp_path, monkeypatch):
+    """On a full home disk the compare-and-set recording a relaunched job's new supervisor fails:
+    that supervisor, already started, must not live on unrecorded (every `dtrain list` made one)."""
+    import sqlite3
+    import subprocess
+    import time
+
+    import pytest
+
+    import dtrain.procs
+    from dtrain.backends.local.backend import LocalBackend
+
+    backend = LocalBackend(home=tmp_path / "home")
+    (tmp_path / "home" / "jobs" / "lost").mkdir(parents=True)
+    started = []
+
+    def spawn(argv, *, log, cwd, what=""):
+        p = subprocess.Popen(["sleep", "60"], start_new_session=True)
+        started.append(p)
+        return p.pid
+
+    def refused(*_a, **_kw):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(dtrain.procs, "spawn_detached", spawn)
+    monkeypatch.setattr(backend.store, "replace_supervisor", refused)
+    with pytest.raises(sqlite3.OperationalError):
+        backend._start_supervisor("lost", replacing=(None, None))
+    deadline = time.time() + 10
+    while started[0].poll() is None and time.time() < deadline:
+        time.sleep(0.05)
+    assert started[0].returncode == -9

@@ -2,6 +2,7 @@
 storage classes give back one inode under all its paths, and only real links are joined."""
 
 import os
+import stat
 import uuid
 from pathlib import Path
 
@@ -90,3 +91,43 @@ def test_a_copy_between_file_systems_keeps_hard_links(tmp_path):
     size = linked_tree(src)
     copy_tree(src, tmp_path / "copy")
     assert_linked(tmp_path / "copy", size)
+
+
+def test_a_leftover_that_is_a_link_is_unlinked_not_followed_and_its_folder_keeps_its_mode(tmp_path):
+    """A staging folder swapped out of a volume whose data folder was a link is that link: the
+    clean-up removes the link, leaves its target alone and changes no folder's permissions."""
+    from dtrain.storage import folders
+
+    target = tmp_path / "outside"
+    target.mkdir()
+    (target / "keep").write_text("mine")
+    parent = tmp_path / "vol"
+    parent.mkdir(mode=0o755)
+    link = parent / ".restore-999999-x"
+    link.symlink_to(target)
+    folders.rmtree(link)
+    assert not os.path.lexists(link) and (target / "keep").read_text() == "mine"
+    assert stat.S_IMODE(parent.stat().st_mode) == 0o755
+
+
+def test_two_commands_removing_one_leftover_do_not_fail_each_other(tmp_path, monkeypatch):
+    """Both found the same dead pid's staging folder; the other one removed part of it first."""
+    from dtrain.storage import folders
+
+    tree = tmp_path / ".tmp-999999-x"
+    (tree / "data").mkdir(parents=True)
+    for i in range(50):
+        (tree / "data" / f"f{i}").write_text("x")
+    unlink = os.unlink
+
+    def raced(path, *args, **kw):  # the other command got to f7 first
+        if os.fspath(path).endswith("f7"):
+            unlink(path, *args, **kw)
+            raise FileNotFoundError(2, "No such file or directory", path)
+        return unlink(path, *args, **kw)
+
+    monkeypatch.setattr(os, "unlink", raced)
+    folders.rmtree(tree)
+    monkeypatch.undo()
+    assert not tree.exists()
+    folders.rmtree(tree)  # already gone: nothing to do

@@ -90,15 +90,27 @@ def make_data_folder(path: Path) -> None:
 
 def rmtree(path: Path) -> None:
     """Remove a tree even where restored folders are read-only; subvolumes (the tree itself or
-    a volume's data folder in it) are deleted whole by the kernel."""
-    def retry(func, target, _exc):
-        os.chmod(os.path.dirname(target), 0o700)
-        func(target)
+    a volume's data folder in it) are deleted whole by the kernel. A link (or a file) at `path` is
+    unlinked, never followed; what another command removed meanwhile (two commands collecting the
+    same leftover) is not an error."""
+    def retry(func, target, exc_info):
+        if isinstance(exc_info[1], FileNotFoundError):
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.chmod(os.path.dirname(target), 0o700)  # a read-only folder, as restored
+            func(target)
 
     if not os.path.lexists(path):
         return
-    for sub in (path, *(Path(i.path) for i in os.scandir(path) if i.is_dir(follow_symlinks=False))) \
-            if os.path.isdir(path) and not os.path.islink(path) else ():
+    if os.path.islink(path) or not os.path.isdir(path):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+        return
+    try:
+        subs = [path, *(Path(i.path) for i in os.scandir(path) if i.is_dir(follow_symlinks=False))]
+    except FileNotFoundError:
+        return
+    for sub in subs:
         if btrfs.is_subvolume(sub):
             with contextlib.suppress(OSError):
                 btrfs.delete(sub)

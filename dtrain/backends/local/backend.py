@@ -153,9 +153,13 @@ class LocalBackend(Backend):
             raise
         ident = Ident.of(pid)
         token = supervisor_token(ident) if ident else None
-        if self.store.replace_supervisor(name, old=replacing, pid=pid, token=token, message=message,
-                                         restarts=restarts):
-            return True
+        try:
+            if self.store.replace_supervisor(name, old=replacing, pid=pid, token=token, message=message,
+                                             restarts=restarts):
+                return True
+        except BaseException:  # not recorded (a full disk refused it, Ctrl-C): it must not run unrecorded
+            signal_process(ident, signal.SIGKILL)
+            raise
         signal_process(ident, signal.SIGKILL)
         return False
 
