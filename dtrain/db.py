@@ -36,7 +36,7 @@ def connect(path: str | Path, *, owner: object | None = None) -> sqlite3.Connect
     except sqlite3.DatabaseError as err:
         if conn is not None:
             conn.close()
-        conn = _read_only_on_a_full_disk(path, err) if _reads_only else None
+        conn = _read_only_where_writes_fail(path, err) if _reads_only else None
         if conn is None:
             refused = unusable(path, err)
             if refused is None:
@@ -52,7 +52,8 @@ _reads_only = False  # set by `reads_only()`: this process only reads, and only 
 
 @contextlib.contextmanager
 def reads_only():
-    """Within: a database whose disk is full may be opened read-only (`_read_only_on_a_full_disk`).
+    """Within: a database whose disk is full or read-only may be opened read-only
+    (`_read_only_where_writes_fail`).
     Only for a command that reads once and ends (`list`, `describe`): such a connection never sees
     later changes, so nothing that waits or follows, and no long-lived process, may use it."""
     global _reads_only
@@ -63,22 +64,26 @@ def reads_only():
         _reads_only = before
 
 
-def _read_only_on_a_full_disk(path: Path, err: sqlite3.DatabaseError) -> sqlite3.Connection | None:
-    """A read-only connection to a database that WAL mode cannot open because its disk is full, or None.
+def _read_only_where_writes_fail(path: Path, err: sqlite3.DatabaseError) -> sqlite3.Connection | None:
+    """A read-only connection to a database that WAL mode cannot open because its disk is full or
+    read-only (a mount, a folder the user may not write), or None.
 
-    Opening a WAL database makes its -wal and -shm files, which a full disk refuses; then not even
-    `dtrain list` could show which job filled the disk. When every change is already in the main
+    Opening a WAL database makes its -wal and -shm files, which a full or read-only disk refuses;
+    then not even `dtrain list` could show what is stored. When every change is already in the main
     file (no -wal file, or an empty one: the last connection checkpointed), SQLite can read that
     file alone (`immutable`); when some are still in the -wal file, a read-only connection reads
     them through the -wal and -shm files already there (it makes neither). Any write through this
     connection is refused ("readonly"), and the CLI says the disk is full."""
-    if not isinstance(err, sqlite3.OperationalError) or not ("disk I/O error" in str(err) or "full" in str(err)):
+    if not isinstance(err, sqlite3.OperationalError):
         return None
     wal, shm = path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")
     try:
+        if not path.is_file() or path.is_symlink():
+            return None
         # SQLite's "full" is the disk's word (its -shm file alone takes 32 KiB, more than a nearly
         # full disk may have left); an I/O error counts only on a disk that has no room at all
-        if not path.is_file() or path.is_symlink() or ("full" not in str(err) and not _full(path.parent)):
+        full = "full" in str(err) or ("disk I/O error" in str(err) and _full(path.parent))
+        if not full and not _read_only(path.parent):
             return None
         # changes still in the -wal file (a writer lives, or died without a checkpoint): read with
         # it, through the -shm index that is there too; else the main file alone
@@ -135,6 +140,14 @@ def disk_refused(err: BaseException) -> bool:
 
 
 INDEX = "index.db"  # the snapshot store's index (dtrain.storage.packs)
+
+
+def _read_only(folder: Path) -> bool:
+    """Whether no file can be made in `folder`: a read-only mount, or a folder this user may not write."""
+    try:
+        return bool(os.statvfs(folder).f_flag & os.ST_RDONLY) or not os.access(folder, os.W_OK)
+    except OSError:
+        return False
 
 
 def _full(folder: Path) -> str | None:

@@ -183,3 +183,26 @@ def test_a_supervisor_that_could_not_be_recorded_is_stopped(tmp_path, monkeypatc
     while started[0].poll() is None and time.time() < deadline:
         time.sleep(0.05)
     assert started[0].returncode == -9
+
+
+def test_a_read_only_home_still_lets_the_user_read_what_is_stored(tmp_path):
+    """A home on a file system mounted read-only (a snapshot of a disk, a backup): reading what is
+    stored works as on a full disk; a write is refused in one line."""
+    import subprocess
+
+    with tmpfs(tmp_path / "disk", "size=8m") as disk:
+        dt = Dtrain(disk / "home")
+        dt("volume", "create", "data", "--size", "1Mi")
+        dt("submit", "done", "--", "echo", "a line of output")
+        dt.wait_for("done", {"Succeeded"})
+        assert not (dt.home / "state.db-wal").exists()  # the last connection checkpointed: no -wal left
+        subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
+        try:
+            assert "done" in dt("list", "jobs").stdout
+            assert dt.json("describe", "job", "done")["status"] == "Succeeded"
+            assert dt("logs", "done").stdout == "a line of output\n"
+            assert "data" in dt("volume", "list").stdout
+            assert_usage_error(dt("submit", "more", "--", "true", check=False), "state.db",
+                               "set DTRAIN_HOME to a folder you can write")
+        finally:
+            subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)

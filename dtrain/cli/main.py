@@ -332,8 +332,9 @@ def machine_refused(err: BaseException) -> str | None:
     not write), or None for anything else. The state database changes in transactions, so a
     write SQLite could not finish left what was stored as it was."""
     if getattr(err, "sqlite_errorname", None) in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):  # found past db.connect's checks
-        return (f"the state database (state.db in the home folder, $DTRAIN_HOME) is damaged ({err}): move it "
-                f"away, or set DTRAIN_HOME to another folder")
+        return (f"the state database (state.db in the home folder, $DTRAIN_HOME) is damaged ({err}): put back a "
+                f"copy of it if you keep one, or move it away (the snapshots' stored content is kept), or set "
+                f"DTRAIN_HOME to another folder")
     if db.disk_refused(err):
         return (f"the state database could not be opened or written ({err}): the disk holding the home folder ($DTRAIN_HOME) is "
                 f"probably full or read-only; free space there (df -h) and retry; nothing stored was changed")
