@@ -5,6 +5,8 @@ from __future__ import annotations
 import contextlib
 import os
 
+import pytest
+
 from conftest import Dtrain, assert_usage_error, rank_record, tmpfs
 from dtrain.procs import Ident
 
@@ -158,8 +160,6 @@ def test_a_supervisor_that_could_not_be_recorded_is_stopped(tmp_path, monkeypatc
     import subprocess
     import time
 
-    import pytest
-
     import dtrain.procs
     from dtrain.backends.local.backend import LocalBackend
 
@@ -206,3 +206,47 @@ def test_a_read_only_home_still_lets_the_user_read_what_is_stored(tmp_path):
                                "set DTRAIN_HOME to a folder you can write")
         finally:
             subprocess.run(["mount", "-o", "remount,rw", str(disk)], check=True)
+
+
+def _lose_the_supervisor_while_snapshotting(dt, name: str, *, registered: bool) -> None:
+    """Job `name` (running `sleep`) as its supervisor leaves it when killed while taking the
+    --snapshot-on-success snapshot: every rank exited 0, the event said, the snapshot registered
+    or not yet."""
+    import signal
+    import time
+
+    from dtrain.backends.local.store import SNAPSHOTTING, JobStore
+    from dtrain.storage import Storage
+
+    rank_record(dt.home, name, 0)
+    store = JobStore(dt.home / "state.db")
+    row = store.job(name)
+    os.kill(row["supervisor_pid"], signal.SIGKILL)
+    store.add_event(name, "Running", SNAPSHOTTING + "data")
+    if registered:
+        time.sleep(0.01)
+        storage = Storage(dt.home)
+        storage.create_snapshot("data", name="taken", job=name)
+        storage.close()
+    store.close()
+
+
+@pytest.mark.parametrize("registered", [False, True])
+def test_a_supervisor_lost_while_snapshotting_never_runs_the_trained_job_again(tmp_path, registered):
+    """Killed after every rank exited 0, during --snapshot-on-success: the next command must not
+    relaunch the job (it would train again) nor fail it without saying the training succeeded."""
+    dt = Dtrain(tmp_path / "home")
+    dt("volume", "create", "data")
+    dt("submit", "snap", "--snapshot-on-success", "data", "--max-restarts", "2", "--pvc", "data:/mnt/data", "--",
+       "bash", "-c", "echo run >> /mnt/data/runs.txt; sleep 600")
+    _lose_the_supervisor_while_snapshotting(dt, "snap", registered=registered)
+    job = dt.wait_for("snap", {"Succeeded", "Failed"}, timeout=60)
+    if registered:
+        assert (job["status"], job["snapshot"]) == ("Succeeded", "taken"), job
+    else:
+        assert job["status"] == "Failed" and job["restarts"] == 0, job
+        assert job["message"].startswith("lost: its supervisor (pid ")
+        assert job["message"].endswith(", after every process exited 0, while taking the snapshot of volume data: "
+                                       "the results are on the volume; take it with 'dtrain snapshot create data "
+                                       "--job snap'")
+    assert (dt.home / "volumes" / "data" / "data" / "runs.txt").read_text() == "run\n"  # ran once

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Iterator
 from dtrain import db
 from dtrain.backends.base import (Backend, Event, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, LogLine,
                                   NodeInfo, ProcessInfo, ProjectInfo, SnapshotInfo, VolumeInfo)
-from dtrain.backends.local.store import ACTIVE, QUEUED, UNFINISHED, JobStore
+from dtrain.backends.local.store import ACTIVE, QUEUED, SNAPSHOTTING, UNFINISHED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError, StorageError
 from dtrain.names import require_project
@@ -325,9 +325,13 @@ class LocalBackend(Backend):
         try:
             kill_ranks(job_dir)  # only processes whose recorded identity still matches
             spec = JobSpec.from_stored(json.loads(row["spec"]))
+            last = self.store.events(name)[-1:]
             if not job_dir.is_dir():  # a supervisor started there would have nowhere to write
                 self.store.set_status(name, "Failed", f"lost: its folder {job_dir} was removed while it was "
                                       f"{row['status'].lower()}; submit it again")
+            elif last and last[0]["message"].startswith(SNAPSHOTTING):  # trained: never run it again
+                self._snapshot_lost(name, last[0]["message"][len(SNAPSHOTTING):], since=last[0]["time"],
+                                    reason=reason)
             elif sup is not None and row["status"] == "Pending" and self._queued_relaunches(name) < QUEUED_RELAUNCHES:
                 # Nothing of it ran: a new supervisor takes its place in the queue, and no restart is spent
                 try:
@@ -356,6 +360,19 @@ class LocalBackend(Backend):
                 return unrecorded
             raise
         return self.store.job(name)
+
+    def _snapshot_lost(self, name: str, volume: str, *, since: float, reason: str) -> None:
+        """The supervisor died after every rank exited 0, while snapshotting for --snapshot-on-success:
+        the job is Succeeded if that snapshot was registered, else Failed saying how to take it."""
+        snaps = [s for s in self.storage.list_snapshots(volume=volume, job=name)
+                 if s.created >= int(since)]  # a snapshot's time is kept to the second
+        if snaps:
+            self.store.set_status(name, "Succeeded", f"all processes exited 0; snapshot {snaps[-1].name} (its "
+                                  f"supervisor was lost after taking it)", exit_code=0, snapshot=snaps[-1].name)
+            return
+        self.store.set_status(name, "Failed", f"lost: {reason}, after every process exited 0, while taking the "
+                              f"snapshot of volume {volume}: the results are on the volume; take it with "
+                              f"'dtrain snapshot create {volume} --job {name}'", exit_code=0)
 
     def _queued_relaunches(self, name: str) -> int:
         return sum(e["status"] == "Pending" and e["message"].endswith(REQUEUED) for e in self.store.events(name))

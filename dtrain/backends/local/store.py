@@ -76,6 +76,7 @@ ACTIVE = ("Pending", "Running")
 # A new job's message until its supervisor first asks the scheduler (then "waiting: <why>" or
 # "started on ..."): `describe` right after `submit` says what is happening, not "-".
 QUEUED = "queued: waiting for the scheduler to place it"
+SNAPSHOTTING = "taking a snapshot of volume "  # the event before --snapshot-on-success's snapshot: + volume
 FINAL = ("Succeeded", "Failed", "Deleted")  # `finished` is set and the devices are released
 
 # The allowed status changes, written once. A finished job only becomes Deleted (by `dtrain

@@ -36,7 +36,7 @@ from dtrain.procs import Ident, signal_session
 from dtrain.replace import replace_file
 from dtrain.backends.local.ranks import (GRACE_S, LogRefused, describe_exit, failing_rank, kill_ranks, open_log,
                                          own_causes, rank_records, supervisor_token)
-from dtrain.backends.local.store import JobStore
+from dtrain.backends.local.store import SNAPSHOTTING, JobStore
 from dtrain.spec import JobSpec
 
 POLL_S = 0.25
@@ -255,7 +255,7 @@ class Supervisor:
             self.store.set_status(self.name, "Succeeded", "all processes exited 0" + "".join(
                 f"; rank {r['rank']}'s log is incomplete: {r['log_error']}" for r in lost), exit_code=0)
             return
-        self.store.add_event(self.name, "Running", f"taking a snapshot of volume {volume}")
+        self.store.add_event(self.name, "Running", SNAPSHOTTING + volume)  # the lost supervisor's last word
         try:
             snap = self.storage.create_snapshot(volume, job=self.name, job_spec=self.spec.to_dict(),
                                                 source_snapshot=source)
