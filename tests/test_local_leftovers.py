@@ -250,3 +250,21 @@ def test_a_supervisor_lost_while_snapshotting_never_runs_the_trained_job_again(t
                                        "the results are on the volume; take it with 'dtrain snapshot create data "
                                        "--job snap'")
     assert (dt.home / "volumes" / "data" / "data" / "runs.txt").read_text() == "run\n"  # ran once
+
+
+def test_a_killed_launcher_is_named_as_what_ended_the_job_not_a_rank(tmp_path):
+    """torchrun killed (the OOM killer, kill -9): its ranks got SIGTERM because it died."""
+    import signal
+
+    from dtrain.backends.local.ranks import launcher_ident
+
+    dt = Dtrain(tmp_path / "home")
+    dt("submit-dist", "d", "--processes", "2", "--", "python", "-c", "import time; time.sleep(600)")
+    for rank in (0, 1):
+        rank_record(dt.home, "d", rank)
+    ident = launcher_ident(dt.home / "jobs" / "d")
+    assert ident is not None
+    os.kill(ident.pid, signal.SIGKILL)
+    job = dt.wait_for("d", {"Failed"}, timeout=90)
+    assert job["message"] == (f"the launcher (torchrun) was killed by SIGKILL, and its ranks were stopped with it; "
+                              f"see {dt.home / 'jobs' / 'd' / 'launcher.log'}"), job["message"]

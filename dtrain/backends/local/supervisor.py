@@ -269,6 +269,13 @@ class Supervisor:
 
     def _failure_message(self, code: int) -> str:
         first = failing_rank(rank_records(self.job_dir))
+        if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and self.spec.launcher != "none" and \
+                (first is None or first.get("signal") == "SIGTERM"):
+            # torchrun or mpirun killed (the OOM killer, kill -9; bwrap says 137): its ranks got
+            # SIGTERM because it died, so the launcher, not a rank, is what to look at
+            launcher = "torchrun" if self.spec.launcher == "torchrun" else "mpirun"
+            return (f"the launcher ({launcher}) was killed by SIGKILL, and its ranks were stopped with it; see "
+                    f"{self.job_dir / 'launcher.log'}")
         if first is not None and first.get("log_refused"):  # it has no log to see
             return describe_exit(first)
         if first is not None:
