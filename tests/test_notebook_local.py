@@ -194,6 +194,30 @@ def test_a_notebook_without_a_volume_serves_an_empty_folder_of_its_own_not_the_c
         dt("delete", "bare")
 
 
+def test_a_notebook_started_again_with_a_deleted_ones_name_keeps_its_files(dt: Dtrain):
+    """`dtrain delete NAME` then `dtrain notebook NAME` again: the earlier notebook's own folder is kept
+    and served again (Kubeflow keeps a deleted notebook's workspace volume); --purge removes it."""
+    dt("notebook", "again")
+    work = dt.home / "jobs" / "again" / "work"
+    dt.wait_for("again", {"Running"})
+    (work / "analysis.ipynb").write_text("{}\n")
+    dt("delete", "again")
+    dt("notebook", "again")
+    dt.wait_for("again", {"Running"})
+    try:
+        assert (work / "analysis.ipynb").read_text() == "{}\n"
+        base, token = _opened(dt, "again")
+        _wait_serving(base, token, dt, "again")
+        code, root = _request(f"{base}/api/contents/", token=token)
+        assert code == 200 and [f["name"] for f in root["content"]] == ["analysis.ipynb"]
+        assert not any(p.name.startswith(".again") for p in (dt.home / "jobs").iterdir())  # nothing left aside
+    finally:
+        dt("delete", "again")
+    assert work.is_dir()
+    dt("delete", "again", "--purge")
+    assert not work.exists()
+
+
 def test_a_notebook_without_jupyterlab_installed_names_the_extra():
     from dtrain.backends.local.launch import check_tools
     from dtrain.errors import EnvironmentError_

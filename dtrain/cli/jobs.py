@@ -468,7 +468,8 @@ def register(sub) -> None:
     p.set_defaults(handler=cmd_logs)
     p = sub.add_parser("delete", help="stop and delete jobs", usage="dtrain delete [job] NAME [NAME...] [--purge]")
     p.add_argument("names", nargs="+", metavar="[job] NAME", help="the jobs (the word 'job' is optional)")
-    p.add_argument("--purge", action="store_true", help="also forget the job: its record, events and logs")
+    p.add_argument("--purge", action="store_true",
+                   help="also forget the job: its record, events and logs (and a local notebook's own work folder)")
     _project_flag(p)
     p.set_defaults(handler=cmd_delete)
     for verb, what in (("suspend", "stop jobs for now: they checkpoint and free their GPUs until resumed"),

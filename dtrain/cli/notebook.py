@@ -130,8 +130,8 @@ def cmd_open(args, client: Client) -> int:
 
 def register(sub) -> None:
     where = ("Jupyter's root folder, and its working folder (where its terminals start), is the first --pvc "
-             "volume; without --pvc (local backend) it is a new, empty folder of the job's own (jobs/NAME/work "
-             "in the dtrain home); never the folder you start it from. A notebook is a job: stop it with "
+             "volume; without --pvc (local backend) it is a folder of the job's own (jobs/NAME/work "
+             "in the dtrain home, kept by 'dtrain delete NAME' for the next notebook of that name); never the folder you start it from. A notebook is a job: stop it with "
              "'dtrain delete NAME', read its log with 'dtrain logs NAME'. A notebook named like an action (list, "
              "open) is started with 'dtrain notebook start NAME'.")
     p = sub.add_parser("notebook", help="Jupyter on a volume, as an interactive job: start, list, open",

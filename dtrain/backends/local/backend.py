@@ -108,6 +108,10 @@ class LocalBackend(Backend):
         if job_dir.is_symlink():  # the job's logs and records would be written wherever it points
             raise ConflictError(f"{job_dir} is a symbolic link, and a job's folder is never one: remove it "
                                 f"and submit again (nothing was started)")
+        if (job_dir / "work").exists() and (job_dir.parent / f".{spec.name}.work").exists():
+            raise ConflictError(f"{job_dir.parent / ('.' + spec.name + '.work')} holds an earlier notebook's files "
+                                f"set aside by a submit that did not finish: move them away and submit again "
+                                f"(nothing was started)")
         created = self._prepare_volumes(spec) if spec.volumes else []
         try:
             self.store.insert_job(spec, cwd=cwd, node=socket.gethostname())
@@ -115,7 +119,14 @@ class LocalBackend(Backend):
             for name in created:
                 self.storage.delete_volume(name, force=True)
             raise
-        shutil.rmtree(job_dir, ignore_errors=True)  # left by a deleted job of the same name
+        # A deleted job of the same name left its folder: its logs and records go, but a notebook's
+        # work folder is the user's files (Kubeflow keeps a notebook's workspace volume), so it is
+        # set aside and kept as the new job's (a crash meanwhile leaves it in jobs/.NAME.work).
+        kept = job_dir.parent / f".{spec.name}.work"
+        old_work = job_dir / "work"
+        if old_work.is_dir() and not old_work.is_symlink() and not job_dir.is_symlink() and not kept.exists():
+            old_work.rename(kept)
+        shutil.rmtree(job_dir, ignore_errors=True)
         job_dir.parent.mkdir(exist_ok=True)
         try:
             job_dir.mkdir()  # never through a link that appeared since the check: mkdir does not follow it
@@ -126,7 +137,9 @@ class LocalBackend(Backend):
             raise ConflictError(f"{job_dir} appeared while the job was submitted (a link or a file that submit did "
                                 f"not make): remove it and submit again (nothing was started)") from None
         (job_dir / "logs").mkdir()
-        if own_folder:
+        if kept.is_dir() and not kept.is_symlink():
+            kept.rename(job_dir / "work")
+        elif own_folder:
             (job_dir / "work").mkdir(mode=0o700)
         self._start_supervisor(spec.name, replacing=(None, None))
         return self._get(spec.name)
