@@ -44,7 +44,8 @@ def test_a_rerun_after_a_failed_run_is_refused_before_any_step(dt, home, capsys)
     code, _out, err = cli(home, capsys, "run", "hybrid-cifar10")
     assert code == 2 and err.count("\n") == 1, err
     assert err == ("dtrain: error: pipeline 'hybrid-cifar10' would make job 'cifar10-hybrid' (Failed), which the "
-                   "local backend already has: remove it (dtrain delete cifar10-hybrid) or pass --param job_name=NEW\n")
+                   "local backend already has: pass --param job_name=NEW, or remove it (dtrain delete cifar10-hybrid) and "
+                   "the checkpoints in cifar10:/models/cifar10-hybrid, which a new job of that name would resume\n")
     assert not (home / "pipelines").exists()  # no step ran: KFP made no run folder
     # a Deleted local job is replaced by a new one of its name: no refusal for it, but a data
     # volume this run would mount and that is missing is refused the same way
@@ -54,6 +55,30 @@ def test_a_rerun_after_a_failed_run_is_refused_before_any_step(dt, home, capsys)
                                  "which the local backend does not have: create it ('dtrain volume create nosuch') "
                                  "or pass --param data_volume=NAME\n")
     assert not (home / "pipelines").exists()
+
+
+def test_a_rerun_after_deleting_the_job_never_resumes_the_earlier_runs_checkpoints(dt, home, capsys):
+    """After `dtrain delete cifar10-hybrid` a rerun resumed the old run's checkpoints in
+    /mnt/models/cifar10-hybrid: it trained nothing, its new lr ignored. It is refused before any step."""
+    dt("volume", "create", "cifar10", "--size", "1Gi")
+    models = Path(dt.json("volume", "describe", "cifar10")["extra"]["path"]) / "models"
+    (models / "cifar10-hybrid").mkdir(parents=True)
+    (models / "other").mkdir()
+    for step in (9, 10):
+        (models / "cifar10-hybrid" / f"ckpt-{step}.pt").write_bytes(b"x")
+    (models / "other" / ".ckpt-3.pt.tmp").write_bytes(b"x")  # no complete checkpoint: nothing to resume
+    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "lr=0.01")
+    assert code == 2 and err == (
+        "dtrain: error: pipeline 'hybrid-cifar10' would resume its job from the checkpoints an earlier run left in "
+        "cifar10:/models/cifar10-hybrid (2, the newest ckpt-10.pt) and ignore this run's parameters: pass "
+        f"--param job_name=NEW, or remove {models / 'cifar10-hybrid'} to use that name again\n"), err
+    assert not (home / "pipelines").exists()  # no step ran
+    assert sorted(p.name for p in (models / "cifar10-hybrid").iterdir()) == ["ckpt-10.pt", "ckpt-9.pt"]  # kept
+    from dtrain.pipelines import hybrid
+
+    client = Client(home=home, backend="local")
+    steps.check_plan("hybrid-cifar10", hybrid.plan(hybrid_params(job_name="other")), client=client)
+    steps.check_plan("hybrid-cifar10", hybrid.plan(hybrid_params(job_name="new")), client=client)
 
 
 def test_the_lane_pipeline_names_everything_a_run_before_left(dt, home, capsys):
@@ -84,8 +109,9 @@ def test_on_kubernetes_a_job_being_deleted_still_takes_its_name(home, backend): 
     with pytest.raises(ConflictError) as err:
         steps.check_plan("hybrid-cifar10", plan, client=client)
     assert str(err.value) == ("pipeline 'hybrid-cifar10' would make job 'cifar10-hybrid' (Pending), which the "
-                              "kubernetes backend already has: remove it (dtrain --backend kubernetes delete "
-                              "cifar10-hybrid) or pass --param job_name=NEW")
+                              "kubernetes backend already has: pass --param job_name=NEW, or remove it (dtrain "
+                              "--backend kubernetes delete cifar10-hybrid) and the checkpoints in "
+                              "cifar10:/models/cifar10-hybrid, which a new job of that name would resume")
     backend.delete("cifar10-hybrid")
     with pytest.raises(ConflictError, match=r"job 'cifar10-hybrid' \(Deleted\), which the kubernetes backend"):
         steps.check_plan("hybrid-cifar10", plan, client=client)

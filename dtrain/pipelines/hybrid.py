@@ -49,8 +49,11 @@ def plan(params: dict) -> steps.Plan:
     """The job the chosen branch submits, and the volume it mounts (SageMaker reads data_uri instead)."""
     runtime = params["training_runtime"]
     mounts = () if runtime == "sagemaker" else (steps.Named("volume", params["data_volume"], "data_volume"),)
+    # the job checkpoints into /mnt/models/<job_name>, and a new run must not resume an old one's
+    fresh = () if runtime == "sagemaker" else (
+        steps.Fresh(params["data_volume"], f"models/{params['job_name']}", "job_name"),)
     return steps.Plan(backend=runtime, makes=(steps.Named("job", params["job_name"], "job_name"),), mounts=mounts,
-                      jobs=(_job(params),))
+                      jobs=(_job(params),), fresh=fresh)
 
 
 def _job(params: dict) -> dict:

@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, NoReturn
 
 from dtrain.backends.base import JobInfo, JobStatus
@@ -32,6 +34,7 @@ DATA_MOUNT = "/mnt"  # where a pipeline's volume appears inside its jobs
 SM_CHANNEL = "training"  # the SageMaker channel the data arrives on ($SM_CHANNEL_TRAINING)
 SM_DATA_DIR = f"/opt/ml/input/data/{SM_CHANNEL}"  # where SageMaker puts that channel's files
 Echo = Callable[[str], None]
+_CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt\Z")  # dtrain.training.checkpoint's, without importing torch here
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,6 +228,16 @@ class Named:
     param: str  # the pipeline parameter that changes the name
 
 
+@dataclass(frozen=True)
+class Fresh:
+    """A folder in a volume where a run's job checkpoints: checkpoints an earlier run of that job
+    name left there would be resumed, and the new run's parameters (lr, epochs) silently ignored."""
+
+    volume: str
+    path: str  # inside the volume, e.g. models/cifar10-hybrid
+    param: str  # the pipeline parameter that changes the folder
+
+
 @dataclass(frozen=True, kw_only=True)
 class Plan:
     """What a run will make on its dtrain backend (every name must be free), the volumes its
@@ -237,6 +250,7 @@ class Plan:
     makes: tuple[Named, ...]
     mounts: tuple[Named, ...] = ()
     jobs: tuple[dict, ...] = ()  # JobSpec dicts, as the steps pass them to `train`
+    fresh: tuple[Fresh, ...] = ()  # folders that must hold no checkpoints (checked where readable: locally)
 
 
 def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
@@ -244,7 +258,7 @@ def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
     dtrain = _dtrain(plan.backend, client)
     taken = [(thing, status) for thing in plan.makes if (status := _taken(client, plan.backend, thing)) is not None]
     if taken:
-        _refuse_taken(pipeline, plan.backend, taken, dtrain)
+        _refuse_taken(pipeline, plan.backend, taken, dtrain, plan.fresh)
     for need in plan.mounts:
         try:
             client.get_volume(need.name)
@@ -252,6 +266,8 @@ def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
             raise NotFoundError(f"pipeline {pipeline!r} mounts volume {need.name!r} ({need.param}), which the "
                                 f"{plan.backend} backend does not have: create it ('{dtrain}volume create "
                                 f"{need.name}') or pass --param {need.param}=NAME") from None
+    for folder in plan.fresh:
+        _refuse_checkpoints(pipeline, folder, client)
     for spec in plan.jobs:
         job = job_spec(spec, backend=plan.backend, client=client)
         try:
@@ -291,7 +307,8 @@ def _dtrain(backend: str, client: Client) -> str:
     return "dtrain " if backend == client.config.backend_for(client.default_project) else f"dtrain --backend {backend} "
 
 
-def _refuse_taken(pipeline: str, backend: str, taken: list[tuple[Named, str]], dtrain: str) -> NoReturn:
+def _refuse_taken(pipeline: str, backend: str, taken: list[tuple[Named, str]], dtrain: str,
+                  fresh: tuple[Fresh, ...] = ()) -> NoReturn:
     shown_ = ", ".join(f"{t.kind} {t.name!r}" + (f" ({status})" if status else "") for t, status in taken)
     params = " or ".join(f"--param {p}=NEW" for p in dict.fromkeys(t.param for t, _ in taken))
     if backend == "sagemaker":  # its job names are never reused, deleted or not
@@ -300,8 +317,32 @@ def _refuse_taken(pipeline: str, backend: str, taken: list[tuple[Named, str]], d
     jobs = " ".join(t.name for t, _ in taken if t.kind == "job")
     removals = ([f"{dtrain}delete {jobs}"] if jobs else []) + \
         [f"{dtrain}{t.kind} delete {t.name}" for t, _ in taken if t.kind != "job"]
+    # Deleting the job leaves its checkpoints, which a new job of that name resumes: a new name is the fix.
+    kept = [f for f in fresh if any(t.kind == "job" and t.param == f.param for t, _ in taken)]
+    if kept:
+        where = ", ".join(f"{f.volume}:/{f.path}" for f in kept)
+        raise ConflictError(f"pipeline {pipeline!r} would make {shown_}, which the {backend} backend already "
+                            f"has: pass {params}, or remove {'it' if len(taken) == 1 else 'them'} "
+                            f"({'; '.join(removals)}) and the checkpoints in {where}, which a new job of that "
+                            f"name would resume")
     raise ConflictError(f"pipeline {pipeline!r} would make {shown_}, which the {backend} backend already "
                         f"has: remove {'it' if len(taken) == 1 else 'them'} ({'; '.join(removals)}) or pass {params}")
+
+
+def _refuse_checkpoints(pipeline: str, folder: Fresh, client: Client) -> None:
+    """Refuse a run whose job would resume an earlier run's checkpoints. Only a volume with a
+    folder on this machine (the local backend) can be read here; a PVC is not read."""
+    root = client.get_volume(folder.volume).extra.get("path")
+    if not root:
+        return
+    held = Path(root) / folder.path
+    found = [p.name for p in held.iterdir() if _CKPT_RE.match(p.name)] if held.is_dir() else []
+    found.sort(key=lambda n: int(n[5:-3]))
+    if found:
+        raise ConflictError(f"pipeline {pipeline!r} would resume its job from the checkpoints an earlier run left in "
+                            f"{folder.volume}:/{folder.path} ({len(found)}, the newest {found[-1]}) and ignore this "
+                            f"run's parameters: pass --param {folder.param}=NEW, or remove {held} to use that "
+                            f"name again")
 
 
 def _taken(client: Client, backend: str, thing: Named) -> str | None:
