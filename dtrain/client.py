@@ -157,7 +157,14 @@ class Client:
         return [j for j in self.list(project=project) if j.spec.notebook]
 
     def notebook_url(self, name: str) -> str:
-        return self.backend().notebook_url(name)
+        backend = self.backend()
+        return backend.notebook_url(name, dtrain=self.dtrain_for(backend.name, self.default_project))
+
+    def dtrain_for(self, backend: str, project: str | None = None) -> str:
+        """The command a printed hint names: with --backend where `backend` is not the configured
+        default, so the command works as printed."""
+        default = self.config.backend_for(project or self.default_project)
+        return "dtrain " if backend == default else f"dtrain --backend {backend} "
 
     def artifacts(self, name: str, *, to: str | Path) -> Path:
         """The job's model folder, copied (SageMaker: model.tar.gz downloaded and unpacked) into `to`."""

@@ -388,7 +388,7 @@ def test_config_project_with_an_empty_name_says_it_is_empty(tmp_path):
 @pytest.mark.parametrize("argv, needle", [
     (["lst"], "did you mean `dtrain notebook list`?"), (["ls"], "did you mean `dtrain notebook list`?"),
     (["opne", "nb"], "did you mean `dtrain notebook open`?"), (["strat", "nb"], "did you mean `dtrain notebook start`?"),
-    (["delete", "nb"], "`dtrain delete nb`"), (["stop", "nb"], "`dtrain delete nb`"),
+    (["delete", "nb"], "`dtrain delete nb`"), (["stop", "nb"], "`dtrain suspend nb`"),
     (["logs", "nb"], "`dtrain logs nb`")])
 def test_notebook_slips_and_job_verbs_start_nothing(tmp_path, argv, needle):
     home = tmp_path / "home"
@@ -401,5 +401,6 @@ def test_notebook_names_that_only_share_letters_with_an_action_still_start(tmp_p
     for name in ("mnist", "opencv", "listen", "nb"):  # --help: the start action's, nothing started
         proc = run("notebook", name, "--help", home=tmp_path / "home")
         assert proc.returncode == 0 and "--pvc" in proc.stdout, proc.stderr
-    assert "new, empty folder" in " ".join(run("notebook", "--help").stdout.split())
+    kept = "a folder of the job's own (jobs/NAME/work in the dtrain home, kept by 'dtrain delete NAME'"
+    assert kept in " ".join(run("notebook", "--help").stdout.split())
     assert "--show-deleted" in run("notebook", "list", "--help").stdout

@@ -3,13 +3,15 @@ official client against the shipped fake API server (schemas: tests/test_k8s_ren
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from dtrain.backends.base import JobStatus
 from dtrain.backends.kubernetes import KubernetesConfig
 from dtrain.backends.kubernetes.fake import CRDS, FakeCluster
 from dtrain.client import Client
-from dtrain.errors import BackendError, NotFoundError, SpecError
+from dtrain.errors import BackendError, ConflictError, NotFoundError, SpecError
 from dtrain.spec import notebook_spec
 from test_k8s_backend import IMAGE, NS, backend, cluster, make_backend, posts  # noqa: F401 (fixtures)
 
@@ -57,3 +59,26 @@ def test_notebook_refusals(make_backend, cluster):
         bare.submit(notebook_spec("nb", project="lanes"))
     with pytest.raises(SpecError, match="one interactive process"):
         notebook_spec("nb", max_restarts=2)
+
+
+def test_the_hints_name_the_backend_where_it_is_not_the_default(backend, cluster, tmp_path, capsys):
+    """The start line and `notebook open`'s refusals said `dtrain notebook open nb`, `dtrain delete nb`,
+    which the default (local) backend then answered 'not found'."""
+    from dtrain.cli.notebook import cmd_start
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    _claim(cluster, "work")
+    client = Client(home=tmp_path, backend="kubernetes", backends={"kubernetes": backend})
+    args = argparse.Namespace(name="nb", pvc=["work:/home/jovyan/work"], gpu=None, cpu=None, memory=None, image=None,
+                              project="lanes", backend="kubernetes", idle_timeout=None)
+    assert cmd_start(args, client) == 0
+    assert capsys.readouterr().out == (
+        "notebook 'nb' started (backend kubernetes); open it with `dtrain --backend kubernetes notebook open nb`, "
+        "stop it with `dtrain --backend kubernetes suspend nb`, delete it with `dtrain --backend kubernetes delete nb`\n")
+    client.suspend("nb")
+    with pytest.raises(ConflictError) as err:
+        client.notebook_url("nb")
+    assert str(err.value) == "notebook 'nb' is Suspended: start it again with 'dtrain --backend kubernetes resume nb'"
+    client.config.backend = "kubernetes"  # where it is the default, the plain command works
+    with pytest.raises(ConflictError, match="^notebook 'nb' is Suspended: start it again with 'dtrain resume nb'$"):
+        client.notebook_url("nb")

@@ -218,6 +218,30 @@ def test_a_notebook_started_again_with_a_deleted_ones_name_keeps_its_files(dt: D
     assert not work.exists()
 
 
+def test_a_notebook_whose_jupyter_died_names_a_way_back_that_works(dt: Dtrain):
+    """It said 'start it again with dtrain notebook nb ...', which then refused the taken name."""
+    import signal
+
+    from conftest import rank_record
+
+    dt("notebook", "died")
+    dt.wait_for("died", {"Running"})
+    (dt.home / "jobs" / "died" / "work" / "notes.txt").write_text("kept\n")
+    os.kill(rank_record(dt.home, "died", 0)["pid"], signal.SIGKILL)
+    dt.wait_for("died", {"Failed"})
+    opened = dt("notebook", "open", "died", check=False)
+    assert opened.returncode != 0 and opened.stderr == (
+        "dtrain: error: notebook 'died' is Failed: delete it ('dtrain delete died', which keeps its files on its "
+        "volume or in its own work folder), then start it again ('dtrain notebook died ...')\n"), opened.stderr
+    dt("delete", "died")
+    dt("notebook", "died")  # as the line says
+    try:
+        dt.wait_for("died", {"Running"})
+        assert (dt.home / "jobs" / "died" / "work" / "notes.txt").read_text() == "kept\n"
+    finally:
+        dt("delete", "died")
+
+
 def test_a_notebook_without_jupyterlab_installed_names_the_extra():
     from dtrain.backends.local.launch import check_tools
     from dtrain.errors import EnvironmentError_

@@ -391,16 +391,21 @@ class Backend(abc.ABC):
         """What `submit` would send, without sending it (`dtrain submit --dry-run`)."""
         return self._render(spec)
 
-    def notebook_url(self, name: str) -> str:
-        """Where to open notebook `name` (a job with spec.notebook), with its token where it has one."""
+    def notebook_url(self, name: str, *, dtrain: str = "dtrain ") -> str:
+        """Where to open notebook `name` (a job with spec.notebook), with its token where it has one.
+        `dtrain` starts the commands the refusals name (with --backend where this is not the default)."""
         info = self._get(name)
         if not info.spec.notebook:
             raise SpecError(f"job {name!r} is not a notebook: start one with "
-                            f"'dtrain notebook NAME --pvc VOLUME:/home/jovyan/work'")
-        if info.status.terminal:
-            raise ConflictError(f"notebook {name!r} is {info.status}: start it again with 'dtrain notebook {name} ...'")
+                            f"'{dtrain}notebook NAME --pvc VOLUME:/home/jovyan/work'")
+        if info.status == JobStatus.DELETED:
+            raise ConflictError(f"notebook {name!r} is Deleted: start it again with '{dtrain}notebook {name} ...'")
+        if info.status.terminal:  # its name is still taken: delete first (its files are kept)
+            raise ConflictError(f"notebook {name!r} is {info.status}: delete it ('{dtrain}delete {name}', which "
+                                f"keeps its files on its volume or in its own work folder), then start it again "
+                                f"('{dtrain}notebook {name} ...')")
         if info.status == JobStatus.SUSPENDED:
-            raise ConflictError(f"notebook {name!r} is Suspended: start it again with 'dtrain resume {name}'")
+            raise ConflictError(f"notebook {name!r} is Suspended: start it again with '{dtrain}resume {name}'")
         return self._notebook_url(info)
 
     def artifacts(self, name: str, *, to: str | Path) -> Path:

@@ -1,6 +1,7 @@
 """Notebook verbs: dtrain notebook NAME --pvc VOLUME:/home/jovyan/work, notebook list, notebook open NAME.
 
-A notebook is a job (spec.notebook): `dtrain delete NAME` stops it, `dtrain list` shows it.
+A notebook is a job (spec.notebook): `dtrain suspend NAME` stops it (Kubeflow's Stop), `dtrain delete NAME`
+removes it, `dtrain list` shows it.
 """
 
 from __future__ import annotations
@@ -48,8 +49,9 @@ class _StartByDefault(argparse._SubParsersAction):
         super().__call__(parser, namespace, values, option_string)
 
 
-# First words that name something to do, not a notebook: job verbs (a notebook is a job) and `ls`.
-_VERBS = {"delete": "delete", "stop": "delete", "rm": "delete", "logs": "logs", "describe": "describe job",
+# First words that name something to do, not a notebook: job verbs (a notebook is a job) and `ls`;
+# `stop` is Kubeflow's Stop, which keeps the notebook: `dtrain suspend`.
+_VERBS = {"delete": "delete", "stop": "suspend", "rm": "delete", "logs": "logs", "describe": "describe job",
           "ls": "notebook list"}
 
 
@@ -100,8 +102,9 @@ def cmd_start(args, client: Client) -> int:
         fields["cpu"] = int(fields["cpu"])
     volumes = [parse_pvc(v) for v in args.pvc or ()]  # the first is where Jupyter works (notebook_spec)
     info = client.notebook(args.name, volumes=volumes, **fields)
-    print(f"notebook '{info.name}' started (backend {info.backend}); "
-          f"open it with `dtrain notebook open {info.name}`, stop it with `dtrain delete {info.name}`")
+    dtrain = client.dtrain_for(info.backend, info.spec.project)
+    print(f"notebook '{info.name}' started (backend {info.backend}); open it with `{dtrain}notebook open "
+          f"{info.name}`, stop it with `{dtrain}suspend {info.name}`, delete it with `{dtrain}delete {info.name}`")
     return 0
 
 
@@ -132,6 +135,7 @@ def register(sub) -> None:
     where = ("Jupyter's root folder, and its working folder (where its terminals start), is the first --pvc "
              "volume; without --pvc (local backend) it is a folder of the job's own (jobs/NAME/work "
              "in the dtrain home, kept by 'dtrain delete NAME' for the next notebook of that name); never the folder you start it from. A notebook is a job: stop it with "
+             "'dtrain suspend NAME' (Kubeflow's Stop; 'dtrain resume NAME' starts it again), remove it with "
              "'dtrain delete NAME', read its log with 'dtrain logs NAME'. A notebook named like an action (list, "
              "open) is started with 'dtrain notebook start NAME'.")
     p = sub.add_parser("notebook", help="Jupyter on a volume, as an interactive job: start, list, open",
@@ -165,4 +169,6 @@ def register(sub) -> None:
     c = ns.add_parser("open", prog="dtrain notebook open",
                       help="print the URL (with its token) to open in a browser")
     c.add_argument("name", help="the notebook")
+    c.add_argument("--backend", dest="storage_backend", choices=["local", "kubernetes"],
+                   help="the backend the notebook runs on (default from config)")
     c.set_defaults(handler=cmd_open)
