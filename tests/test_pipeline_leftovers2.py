@@ -104,6 +104,20 @@ def test_an_empty_job_name_is_refused_in_the_pipelines_words(home, capsys):
     assert err.count("\n") == 1 and "submit" not in err
 
 
+@pytest.mark.parametrize("runtime", ["local", "kubernetes"])
+def test_nccl_without_gpus_is_refused_before_any_step(home, capsys, runtime):
+    """The job asks for no GPUs (the pipeline has no GPU parameter): with nccl it always failed after starting."""
+    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", f"training_runtime={runtime}",
+                          "--param", "backend=nccl")
+    assert code == 2 and err == (f"dtrain: error: invalid backend 'nccl' with training_runtime={runtime}: the "
+                                 "pipeline's job gets no GPUs there (it has no GPU parameter), and nccl needs one per "
+                                 "process: use --param backend=gloo\n"), err
+    assert not (home / "pipelines").exists()
+    spec, _model = steps.cifar10_spec(runtime="sagemaker", job_name="sm", processes=1, epochs=1, batch_size=8, lr=0.1,
+                                      backend="nccl", data_volume="", data_uri="s3://bkt/cifar10")
+    assert "nccl" in spec["command"]  # a SageMaker GPU instance type gives the ranks their GPUs
+
+
 # ---------------------------------------------------------------- jobs the backend would refuse
 
 

@@ -138,6 +138,9 @@ def cifar10_spec(*, runtime: str, job_name: str, processes: int, epochs: int, ba
     check_image(image, "job_image")
     if backend not in DIST_BACKENDS:
         raise SpecError(f"invalid backend {shown(backend)}: use one of {', '.join(DIST_BACKENDS)} (gloo on CPU)")
+    if backend == "nccl" and runtime != "sagemaker":  # nccl needs a GPU per rank; this job asks for none
+        raise SpecError(f"invalid backend 'nccl' with training_runtime={runtime}: the pipeline's job gets no GPUs "
+                        f"there (it has no GPU parameter), and nccl needs one per process: use --param backend=gloo")
     _check_count(processes, "processes", 1, MAX_PROCESSES)
     _check_count(epochs, "epochs", 1, 10_000)
     _check_count(batch_size, "batch_size", 1, 65_536)
