@@ -366,3 +366,68 @@ def test_a_run_tidies_what_killed_and_failed_runs_left_but_not_what_is_in_use(tm
     with runner._step_tmpdir(root) as later:  # their owners gone, the next run tidies them
         later.finished = True
     assert sorted(p.name for p in parent.iterdir()) == ["elsewhere-tmp.f6", "run-kept", "run-link"]
+
+
+# ---------------------------------------------------------------- small words
+
+
+def test_compile_says_the_form_it_wrote(home, capsys, tmp_path):
+    """`-o h.json` wrote JSON (KFP picks the form by the suffix) and said 'KFP IR YAML'."""
+    import json
+
+    code, out, err = cli(home, capsys, "compile", "hybrid-cifar10", "-o", str(tmp_path / "h.json"))
+    assert code == 0 and out == f"compiled pipeline 'hybrid-cifar10' to {tmp_path / 'h.json'} (KFP IR JSON; " \
+                                "submit it with kfp.Client)\n", err
+    assert json.loads((tmp_path / "h.json").read_text())["pipelineInfo"]["name"] == "hybrid-cifar10"
+    code, out, _err = cli(home, capsys, "compile", "hybrid-cifar10", "-o", str(tmp_path / "h.yaml"))
+    assert code == 0 and "(KFP IR YAML; " in out
+
+
+def test_a_float_too_small_to_hold_is_named_as_typed(home, capsys):
+    """It said 'invalid lr 0.0', a value nobody typed."""
+    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "lr=1e-400")
+    assert code == 2 and err == ("dtrain: error: invalid --param lr='1e-400': it is too small for a float (it reads "
+                                 "as 0.0): use a larger number, e.g. lr=0.001\n"), err
+    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "lr=0e-5")
+    assert code == 2 and err.startswith("dtrain: error: invalid lr 0.0: use a learning rate with 0 < lr <= 10"), err
+
+
+def test_too_many_processes_are_named_as_the_pipelines_parameter(dt, home, capsys, monkeypatch):
+    """The backend's 'lower --processes' named a flag `pipeline run` does not take."""
+    from dtrain.backends.local import backend as local
+
+    dt("volume", "create", "cifar10", "--size", "1Gi")
+    monkeypatch.setattr(local, "max_local_processes", lambda: (2, "its CPUs"))
+    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "processes=3")
+    assert code == 2 and err == ("dtrain: error: pipeline 'hybrid-cifar10' cannot submit job 'cifar10-hybrid' to the "
+                                 "local backend: job 'cifar10-hybrid' asks for 3 processes but this machine can run at "
+                                 "most 2 (limited by its CPUs); lower --param processes\n"), err
+    assert not (home / "pipelines").exists()
+
+
+TYPED = '''
+from typing import Dict, List
+
+from kfp import dsl
+
+@dsl.component(base_image="python:3.11")
+def show(xs: List[int], cfg: Dict[str, float], ys: list[str]) -> str:
+    return f"{xs} {cfg} {ys}"
+
+@dsl.pipeline(name="typed")
+def typed(xs: List[int] = [1], cfg: Dict[str, float] = {"a": 1.0}, ys: list[str] = ["b"]):
+    show(xs=xs, cfg=cfg, ys=ys)
+'''
+
+
+def test_typing_list_and_dict_parameters_are_given_as_json(tmp_path):
+    """typing.List[int] / Dict[str, float] parameters: 'a typing.List[int] parameter cannot be given'."""
+    from dtrain.pipelines import runner
+
+    (tmp_path / "typed.py").write_text(TYPED)
+    pipeline = runner.load(module=f"{tmp_path / 'typed.py'}:typed")
+    assert [(p.name, p.type) for p in pipeline.info.params] == [("xs", "List"), ("cfg", "Dict"), ("ys", "List")]
+    values = runner.parse_params(pipeline, ["xs=[2, 3]", 'cfg={"b": 0.5}', 'ys=["c"]'])
+    assert values == {"xs": [2, 3], "cfg": {"b": 0.5}, "ys": ["c"]}
+    with pytest.raises(SpecError, match="use a JSON object"):
+        runner.parse_params(pipeline, ["cfg=[1]"])

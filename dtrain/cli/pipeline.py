@@ -33,7 +33,8 @@ def cmd_compile(args, client: Client) -> int:
 
     pipeline = runner.load(args.name, module=args.module)
     out = runner.compile_to(pipeline, args.output)
-    print(f"compiled pipeline '{pipeline.info.name}' to {out} (KFP IR YAML; submit it with kfp.Client)")
+    form = "JSON" if out.suffix.lower() == ".json" else "YAML"  # KFP's compiler picks it by the suffix
+    print(f"compiled pipeline '{pipeline.info.name}' to {out} (KFP IR {form}; submit it with kfp.Client)")
     return 0
 
 
@@ -70,7 +71,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         c.set_defaults(handler=handler)
         if verb == "compile":
             c.add_argument("-o", "--output", required=True, metavar="FILE.yaml",
-                           help="where to write the compiled pipeline (KFP IR YAML)")
+                           help="where to write the compiled pipeline (KFP IR YAML; JSON for a .json file)")
         else:
             c.add_argument("--param", action="append", metavar="KEY=VALUE", help="a pipeline parameter (repeat)")
             c.add_argument("--root", help="where step outputs go (default $DTRAIN_HOME/pipelines)")

@@ -154,9 +154,17 @@ def _user_line(err: BaseException, path: str) -> str:
     return f"line {line}" if line else "its import"
 
 
+def _type_name(kind) -> str:
+    """KFP's type name; a parameter annotated typing.List[int] or dict[str, float] keeps the
+    annotation as its type, and is the List or Dict that KFP compiles it to."""
+    name = str(kind)
+    base = name.split("[", 1)[0].removeprefix("typing.")
+    return {"list": "List", "List": "List", "dict": "Dict", "Dict": "Dict"}.get(base, name)
+
+
 def describe(func, name: str | None = None) -> PipelineInfo:
     spec = func.component_spec
-    params = tuple(Param(name=k, type=str(v.type), default=v.default, required=not v.optional)
+    params = tuple(Param(name=k, type=_type_name(v.type), default=v.default, required=not v.optional)
                    for k, v in (spec.inputs or {}).items())
     return PipelineInfo(name=name or spec.name, description=spec.description or "", params=params)
 
@@ -225,10 +233,15 @@ def _convert(param: Param, text: str) -> Any:
     if kind in (list, dict):
         return _from_json(param, text, kind)
     try:
-        return kind(text)
+        value = kind(text)
     except ValueError:
         raise SpecError(f"invalid --param {param.name}={shown(text)}: use {_WORDS[param.type]}, "
                         f"e.g. {param.name}={param.default if param.default is not None else 1}") from None
+    if kind is float and value == 0 and re.search(r"[1-9]", text.lower().partition("e")[0]):
+        # 1e-400 reads as 0.0, and a later check would name the 0.0, not what was typed
+        raise SpecError(f"invalid --param {param.name}={shown(text)}: it is too small for a float (it reads as "
+                        f"0.0): use a larger number, e.g. {param.name}={param.default if param.default else 1}")
+    return value
 
 
 def _kfp_carries(value: int | float) -> bool:

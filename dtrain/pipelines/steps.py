@@ -276,8 +276,9 @@ def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
         try:
             client.render(job)
         except DtrainError as err:  # the step's submit would refuse it the same way, steps later
+            said = re.sub(r"--processes\b", "--param processes", str(err))  # the pipeline's word for it
             raise type(err)(f"pipeline {pipeline!r} cannot submit job {job.name!r} to the {plan.backend} backend"
-                            f"{_IMAGE_FIX if '--image' in str(err) else ''}: {err}") from None
+                            f"{_IMAGE_FIX if '--image' in said else ''}: {said}") from None
 
 
 _IMAGE_FIX = " (a pipeline's --image for its jobs is --param job_image)"
