@@ -340,7 +340,10 @@ def _refuse_checkpoints(pipeline: str, folder: Fresh, client: Client) -> None:
     if not root:
         return
     held = Path(root) / folder.path
-    found = [p.name for p in held.iterdir() if _CKPT_RE.match(p.name)] if held.is_dir() else []
+    try:
+        found = [p.name for p in held.iterdir() if _CKPT_RE.match(p.name)] if held.is_dir() else []
+    except OSError:  # unreadable here: the job itself will say what it finds
+        return
     found.sort(key=lambda n: int(n[5:-3]))
     if found:
         raise ConflictError(f"pipeline {pipeline!r} would resume its job from the checkpoints an earlier run left in "
