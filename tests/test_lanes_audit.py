@@ -138,11 +138,29 @@ def test_predict_checks_out_before_any_work_and_never_replaces_the_ground_truth(
     missing = str(tmp_path / "no-such-model.pt")  # a check after loading the model would name this instead
     common = ["predict", "--checkpoint", missing, "--data-dir", str(data)]
     assert "is a folder: give a file path" in one_line_error(capsys, [*common, "--out", str(tmp_path)])
-    assert "is a label file of" in one_line_error(capsys, [*common, "--out", str(gt)])
+    assert "lies inside --data-dir" in one_line_error(capsys, [*common, "--out", str(gt)])
     assert gt.read_bytes() == before
     (tmp_path / "afile").write_text("x")
     line = one_line_error(capsys, [*common, "--out", str(tmp_path / "afile/p.json")])
     assert f"its folder {tmp_path / 'afile'} is a file, not a folder" in line
+
+
+def test_predict_never_writes_onto_its_checkpoint_nor_into_the_dataset(own_data, tmp_path, capsys):
+    (tmp_path / "run").mkdir()
+    model = _save_model(tmp_path / "run" / "model.pt", SCNNConfig(width=0.125, input_size=(64, 48)))
+    (tmp_path / "link.pt").symlink_to(model)
+    (own_data / "prepare.json").write_text("{}\n")
+    (own_data / "list").mkdir()
+    (own_data / "list" / "test_gt.txt").write_text("keep\n")
+    kept = {p: p.read_bytes() for p in [model, *own_data.rglob("*")] if p.is_file()}
+    common = ["predict", "--checkpoint", str(model), "--data-dir", str(own_data)]
+    for out in (model, tmp_path / "link.pt"):
+        assert "is the --checkpoint it predicts with" in one_line_error(capsys, [*common, "--out", str(out)])
+    for name in ("test_tasks_0627.json", "prepare.json", "list/test_gt.txt", "seg_label/new.json", "new.json"):
+        line = one_line_error(capsys, [*common, "--out", str(own_data / name)])
+        assert f"--out {own_data / name} lies inside --data-dir {own_data}" in line and "e.g. pred.json" in line
+    assert {p: p.read_bytes() for p in kept} == kept
+    assert not (own_data / "new.json").exists() and not (own_data / "seg_label" / "new.json").exists()
 
 
 def _save_model(path: Path, cfg: SCNNConfig) -> Path:

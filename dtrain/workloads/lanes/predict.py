@@ -148,15 +148,22 @@ def overlay_name(raw_file: str) -> str:
     return raw_file.removeprefix("clips/").removesuffix(".jpg").replace("/", "_") + ".png"
 
 
-def check_out_file(path: str | os.PathLike, data_dir: str | os.PathLike) -> Path:
-    """--out as a file path predictions can replace whole; SpecError before any work when it cannot be."""
+def check_out_file(path: str | os.PathLike, data_dir: str | os.PathLike,
+                   checkpoint: str | os.PathLike | None = None) -> Path:
+    """--out as a file path predictions can replace whole; SpecError before any work when it cannot be.
+
+    Predictions never go into the dataset folder (its labels, lists, masks and prepare.json are
+    what the next run reads) nor onto the checkpoint they come from: either would be lost."""
     path = Path(path)
     if path.is_dir():
         raise SpecError(f"--out {path} is a folder: give a file path for the predictions, e.g. {path / 'pred.json'}")
-    labels = {(Path(data_dir) / name).resolve() for names in SPLIT_FILES.values() for name in names}
-    if path.resolve() in labels:
-        raise SpecError(f"--out {path} is a label file of {data_dir}: predictions would replace the ground "
-                        "truth; give another file, e.g. pred.json")
+    target, data = path.resolve(), Path(data_dir).resolve()
+    if target.is_relative_to(data):
+        raise SpecError(f"--out {path} lies inside --data-dir {data_dir}: predictions would replace or mix with "
+                        "the dataset's files; give a file outside it, e.g. pred.json")
+    if checkpoint is not None and path.exists() and Path(checkpoint).exists() and os.path.samefile(path, checkpoint):
+        raise SpecError(f"--out {path} is the --checkpoint it predicts with: predictions would replace the "
+                        "model; give another file, e.g. pred.json")
     out_folder(path.parent, f"--out {path}: its folder")
     if not os.access(path.parent, os.W_OK):
         raise SpecError(f"--out {path}: its folder cannot be written (permission denied): give a folder you can write to")
@@ -196,7 +203,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if device.type not in ("cpu", "cuda"):
         parser.error(f"--device {args.device}: predict runs on cpu or cuda")
     bf16 = native_bf16(device) if args.bf16 is None else args.bf16
-    out = check_out_file(args.out, args.data_dir)
+    out = check_out_file(args.out, args.data_dir, args.checkpoint)
     if args.overlays:
         out_folder(args.overlays, "--overlays")
     # Every batch allocates and frees the same activations, as a training step does: with glibc's
