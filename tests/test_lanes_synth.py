@@ -163,3 +163,12 @@ def test_an_out_that_cannot_be_a_folder_gives_one_line(tmp_path):
     for out, message in cases:
         with pytest.raises(SpecError, match=f"^--out {out}{message}$"):
             synth.main(["--out", str(out), "--train", "2", "--test", "2"])
+
+
+@pytest.mark.parametrize("held", ["prepare.json", "label_data_0313.json", "test_label.json", "test_tasks_0627.json"])
+def test_an_out_holding_a_dataset_is_refused_and_kept(tmp_path, held):
+    (tmp_path / held).write_text("keep\n")
+    with pytest.raises(SpecError, match=f"^--out {tmp_path} already holds a TuSimple dataset \\({held}\\): synth "
+                                        "would overwrite its labels and frames; give a new --out folder$"):
+        synth.main(["--out", str(tmp_path), "--train", "2", "--test", "1"])
+    assert [p.name for p in tmp_path.iterdir()] == [held] and (tmp_path / held).read_text() == "keep\n"

@@ -45,6 +45,7 @@ from PIL import Image, ImageChops, ImageDraw
 from dtrain.errors import SpecError
 from dtrain.replace import replacing
 from dtrain.workloads.inputs import MAX_SEED, Parser, in_range, out_folder
+from dtrain.workloads.lanes.prepare import MANIFEST
 from dtrain.workloads.lanes.tusimple import IMAGE_HEIGHT, IMAGE_WIDTH, NO_POINT, LaneLabel, write_labels, writable
 
 TRAIN_FILES = ("label_data_0313.json", "label_data_0531.json", "label_data_0601.json")
@@ -390,6 +391,17 @@ def make_archive(src_dir: str | os.PathLike, archive_path: str | os.PathLike, *,
     return archive
 
 
+def refuse_dataset(out: Path) -> None:
+    """SpecError when `out` already holds a TuSimple dataset (real, prepared or synthetic): synth
+    would replace its labels and frames, and a real download's cannot be made again."""
+    if not out.is_dir():
+        return
+    held = [name for name in (MANIFEST, *TRAIN_FILES, TEST_FILE, TASKS_FILE) if (out / name).exists()]
+    if held:
+        raise SpecError(f"--out {out} already holds a TuSimple dataset ({held[0]}): synth would overwrite its "
+                        f"labels and frames; give a new --out folder")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """``dtrain lanes synth --out DIR --train N --test M --seed S [--archive]``."""
     parser = Parser(prog="dtrain lanes synth", description="Write a synthetic TuSimple dataset.")
@@ -403,6 +415,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag, value, high in (("--train", args.train, MAX_FRAMES), ("--test", args.test, MAX_FRAMES),
                               ("--seed", args.seed, MAX_SEED)):
         in_range(flag, value, 0, high)
+    refuse_dataset(Path(args.out))
     out_folder(args.out, "--out")
     summary = generate(args.out, frames_per_file=split_train(args.train), seed=args.seed, test_frames=args.test)
     if args.archive:
