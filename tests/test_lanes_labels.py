@@ -48,6 +48,9 @@ def test_real_test_labels_parse():
     ("text", "message"),
     [
         ("{not json", "bad JSON"),
+        ("[" * 100_000 + "]" * 100_000, "bad JSON \\(nested too deep\\): give a TuSimple JSON-lines file$"),
+        (line(lanes=[[-2] * 55 + [0]]).replace("0]]", "9" * 5000 + "]]"),
+         "bad JSON \\(a number of more than 4300 digits\\): give a TuSimple JSON-lines file$"),
         (line(lanes=None), "missing key 'lanes'"),
         (line(h_samples=None), "missing key 'h_samples'"),
         (line(raw_file=None), "missing key 'raw_file'"),

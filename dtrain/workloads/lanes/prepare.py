@@ -384,9 +384,9 @@ def _label_digests(out: Path) -> dict[str, str]:
 def _load_manifest(out: Path) -> dict:
     try:
         manifest = json.loads((out / MANIFEST).read_text())
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return {}
-    return manifest if manifest.get("version") == MANIFEST_VERSION else {}
+    return manifest if isinstance(manifest, dict) and manifest.get("version") == MANIFEST_VERSION else {}
 
 
 def _save_manifest(out: Path, manifest: dict) -> None:

@@ -149,6 +149,12 @@ def json_lines(path: Path) -> Iterator[tuple[int, object]]:
                 obj = json.loads(line)
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}:{lineno}: bad JSON ({e.msg} at column {e.colno})") from None
+            except RecursionError:  # brackets nested deeper than Python's stack
+                raise DataError(f"{path}:{lineno}: bad JSON (nested too deep): "
+                                "give a TuSimple JSON-lines file") from None
+            except ValueError:  # an integer of more digits than int() converts
+                raise DataError(f"{path}:{lineno}: bad JSON (a number of more than {sys.get_int_max_str_digits()} "
+                                "digits): give a TuSimple JSON-lines file") from None
             yield lineno, obj
 
 
