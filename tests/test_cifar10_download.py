@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dtrain.errors import DataError, SpecError
+from dtrain.errors import DataError, DtrainError, SpecError
 from dtrain.workloads.cifar10 import main as cifar_main
 from dtrain.workloads.cifar10.data import load_split, write_synthetic
 from dtrain.workloads.cifar10.download import MD5, fetch_cifar10
@@ -196,6 +196,31 @@ def test_command_line_errors_are_one_line(tmp_path):
     assert r.returncode == 2
     assert r.stderr.strip().splitlines() == [f"error: download of {srv.url}/missing.tar.gz failed: HTTP 404 Not Found; "
                                              "check the URL"]
+
+
+@pytest.mark.parametrize("url, message", [
+    ("example.com/x.tar.gz", "^--url example.com/x.tar.gz does not exist: give the CIFAR10 python archive"),
+    ("http://[::1/x.tar.gz", "^--url http://\\[::1/x.tar.gz is not a URL \\(Invalid IPv6 URL\\): give http\\(s\\)://"),
+    ("ftp://host/x.tar.gz", "^unsupported URL scheme 'ftp' in ftp://host/x.tar.gz: use http\\(s\\)://, file:// or a path$"),
+])
+def test_a_url_that_names_nothing_fetchable_is_one_line(tmp_path, monkeypatch, url, message):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(DtrainError, match=message):
+        fetch_cifar10(tmp_path / "out", url=url)
+    assert list((tmp_path / "out").iterdir()) == []
+
+
+@pytest.mark.parametrize("as_url", [False, True])
+def test_a_local_archive_is_unpacked_in_place_and_kept(tmp_path, archive, as_url):
+    path = tmp_path / "cifar-10-python.tar.gz"
+    path.write_bytes(archive)
+    url = path.as_uri() if as_url else str(path)
+    with pytest.raises(DataError, match=f"^md5 of {path} is {_md5(archive)}, expected {MD5}: another file"):
+        fetch_cifar10(tmp_path / "out", url=url)
+    assert path.read_bytes() == archive  # a wrong md5 never removes the user's file
+    folder = fetch_cifar10(tmp_path / "out", url=url, md5=_md5(archive))
+    assert len(load_split(folder, "train")[1]) == 50 and path.read_bytes() == archive
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["cifar-10-batches-py"]
 
 
 def test_the_dtrain_verb_downloads_as_the_module_does(tmp_path, archive):

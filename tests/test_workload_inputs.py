@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 
 import pytest
+import torch
 
 from conftest import Dtrain
 
@@ -89,14 +90,33 @@ CASES = [
      "dtrain lanes predict: error: --device 'gpu' is not a device: give cpu or cuda (see 'dtrain lanes predict --help')"),
     (["lanes", "predict", "--checkpoint", "gt.json", "--out", "p.json", "--device", "meta"], {},
      "dtrain lanes predict: error: --device meta: predict runs on cpu or cuda (see 'dtrain lanes predict --help')"),
-    # 7. backbone weights that torch.load cannot read
+    # 7. train: output folders that cannot be folders, a backend this torch lacks
+    (["lanes", "train", "--out-dir", "afile"], {},
+     "--out-dir afile is a file, not a folder: give a folder (it is created if missing)"),
+    (["lanes", "train", "--out-dir", "afile/sub"], {},
+     "--out-dir afile/sub: a part of the path is a file, not a folder: give a folder path"),
+    (["lanes", "train", "--out-dir", "run", "--checkpoint-dir", "afile"], {},
+     "--checkpoint-dir afile is a file, not a folder: give a folder (it is created if missing)"),
+    pytest.param(["lanes", "train", "--out-dir", "run", "--backend", "mpi"], {},
+                 "--backend mpi: this torch is built without MPI: give gloo (CPU) or nccl (GPU), or leave it out to "
+                 "pick one for the device",
+                 marks=pytest.mark.skipif(torch.distributed.is_mpi_available(), reason="this torch has MPI")),
+    # 8. a --url that is no URL, or names no file here
+    (["lanes", "prepare", "--url", "http://[::1/x.tar.gz", "--out", "o2"], {},
+     "--url http://[::1/x.tar.gz is not a URL (Invalid IPv6 URL): give http(s)://HOST/FILE, file:///PATH or a path"),
+    (["cifar10", "download", "--out", "o2", "--url", "http://[::1/x.tar.gz"], {},
+     "--url http://[::1/x.tar.gz is not a URL (Invalid IPv6 URL): give http(s)://HOST/FILE, file:///PATH or a path"),
+    (["cifar10", "download", "--out", "o2", "--url", "example.com/x.tar.gz"], {},
+     "--url example.com/x.tar.gz does not exist: give the CIFAR10 python archive (cifar-10-python.tar.gz) or its URL"),
+    # 9. backbone weights that torch.load cannot read
     (["lanes", "train", "--out-dir", "run", "--backbone-weights", "gt.json"], {},
      "backbone weights gt.json: not a file torch.save wrote; give VGG16-BN features saved with "
      "torch.save(vgg16_bn().features.state_dict(), path)"),
 ]
 
 
-@pytest.mark.parametrize("args, env, message", CASES, ids=[" ".join(c[0][:3]) + f" {i}" for i, c in enumerate(CASES)])
+@pytest.mark.parametrize("args, env, message", CASES,
+                         ids=[" ".join(getattr(c, "values", c)[0][:3]) + f" {i}" for i, c in enumerate(CASES)])
 def test_bad_input_gives_one_line_and_exit_2(home, files, args, env, message):
     proc = Dtrain(home, env)(*args, check=False, cwd=files)
     assert proc.returncode == 2, proc.stdout + proc.stderr

@@ -10,6 +10,8 @@ from __future__ import annotations
 import argparse
 import errno
 import os
+import urllib.parse
+import urllib.request
 from pathlib import Path
 
 from dtrain.errors import DtrainError, NotFoundError, SpecError
@@ -70,6 +72,27 @@ def input_file(path: str | os.PathLike, what: str, fix: str) -> Path:
     if not os.access(path, os.R_OK):
         raise SpecError(f"{what} {path} cannot be read (permission denied): {fix}")
     return path
+
+
+def split_url(url: str, flag: str = "--url") -> urllib.parse.ParseResult:
+    """urlparse(url); SpecError instead of its ValueError (an unclosed '[' of an IPv6 host)."""
+    try:
+        return urllib.parse.urlparse(url)
+    except ValueError as e:
+        raise SpecError(f"{flag} {url} is not a URL ({e}): give http(s)://HOST/FILE, file:///PATH or a path") from None
+
+
+def local_path(url: str, flag: str = "--url") -> Path | None:
+    """The file a file:// URL or a path names; None for http(s). The download commands take both,
+    so a file already on the machine (or a mounted volume) needs no server."""
+    parsed = split_url(url, flag)
+    if parsed.scheme in ("http", "https"):
+        return None
+    if parsed.scheme == "file":
+        return Path(urllib.request.url2pathname(parsed.path))
+    if parsed.scheme == "" or len(parsed.scheme) == 1:  # a path (or a Windows drive letter)
+        return Path(url)
+    raise SpecError(f"unsupported URL scheme {parsed.scheme!r} in {url}: use http(s)://, file:// or a path")
 
 
 def out_folder(path: str | os.PathLike, flag: str) -> Path:

@@ -11,7 +11,9 @@
    written then. The batches are written into a new hidden folder, checked with the reader
    and only then renamed to DIR/cifar-10-batches-py, so a half-unpacked folder never appears.
 
-A DIR that already holds readable batches is left as it is.
+A DIR that already holds readable batches is left as it is. `--url` may also name a file on this
+machine (a path or file://), as `lanes prepare --url` takes: its md5 is checked and it is unpacked
+in place, never moved or removed.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from pathlib import Path, PurePosixPath
 from dtrain.errors import DataError, SpecError
 from dtrain.workloads.cifar10.data import PY_DIR, load_split
 from dtrain.workloads.cifar10.failure import CommandParser, reports_failure
-from dtrain.workloads.inputs import out_folder
+from dtrain.workloads.inputs import input_file, local_path, out_folder, split_url
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 MD5 = "c58f30108f718f92721af3b95e74349a"  # the dataset page's md5sum of cifar-10-python.tar.gz
@@ -165,7 +167,15 @@ def fetch_cifar10(out: str | os.PathLike, *, url: str = URL, md5: str = MD5) -> 
             raise DataError(f"{ready} exists but is not a complete CIFAR10 folder ({e}); move it away and run "
                             "again") from None
         return ready
-    name = PurePosixPath(urllib.parse.urlparse(url).path).name or "cifar-10-python.tar.gz"
+    path = local_path(url)
+    if path is not None:  # a file on this machine, as `lanes prepare --url` takes: used in place, never removed
+        archive = input_file(path, "--url", "give the CIFAR10 python archive (cifar-10-python.tar.gz) or its URL")
+        actual = md5_file(archive)
+        if actual != md5:
+            raise DataError(f"md5 of {archive} is {actual}, expected {md5}: another file or a damaged copy; "
+                            "give the official archive (or --md5 for another one)")
+        return extract(archive, out)
+    name = PurePosixPath(split_url(url).path).name or "cifar-10-python.tar.gz"
     archive = out / name
     if archive.is_symlink() or (archive.exists() and not archive.is_file()):
         raise SpecError(f"{archive} is not a regular file: move it away (the download is saved there)")

@@ -55,7 +55,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from dtrain.errors import ConflictError, DataError, SpecError
-from dtrain.workloads.inputs import Parser, in_range, input_file, out_folder
+from dtrain.workloads.inputs import Parser, in_range, input_file, local_path, out_folder, split_url
 from dtrain.workloads.lanes.masks import TRAIN_SIZE, render_mask
 from dtrain.workloads.lanes.tusimple import LIST_DIR, SPLIT_FILES, mask_relpath, read_labels, writable
 
@@ -105,7 +105,7 @@ def sha256_file(path: Path) -> str:
 
 def url_name(url: str) -> str:
     """File name a URL or path downloads to."""
-    name = PurePosixPath(urllib.parse.unquote(urllib.parse.urlparse(url).path)).name
+    name = PurePosixPath(urllib.parse.unquote(split_url(url).path)).name
     if not name or name in (".", ".."):
         raise SpecError(f"cannot tell the file name of {url!r}: give a URL ending in the file name")
     return name
@@ -183,18 +183,6 @@ def download(url: str, dest: Path, *, retries: int | None = None, retry_delay: f
             print(f"download {dest.name}: {e}; retrying", file=sys.stderr)
             time.sleep(retry_delay * 2**attempt)
     raise AssertionError("unreachable")
-
-
-def local_path(url: str) -> Path | None:
-    """The file a file:// URL or a path names; None for http(s)."""
-    parsed = urllib.parse.urlparse(url)
-    if parsed.scheme in ("http", "https"):
-        return None
-    if parsed.scheme == "file":
-        return Path(urllib.request.url2pathname(parsed.path))
-    if parsed.scheme == "" or len(parsed.scheme) == 1:  # a path (or a Windows drive letter)
-        return Path(url)
-    raise SpecError(f"unsupported URL scheme {parsed.scheme!r} in {url}: use http(s)://, file:// or a path")
 
 
 def fetch(url: str, downloads: Path) -> tuple[Path, bool]:

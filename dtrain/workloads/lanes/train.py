@@ -52,7 +52,7 @@ from dtrain.training import (
     teardown,
 )
 from dtrain.training.metrics import open_append
-from dtrain.workloads.inputs import (MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, in_range, learning_rate,
+from dtrain.workloads.inputs import (MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, in_range, learning_rate, out_folder,
                                      schedule_steps)
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.data import LaneDataset
@@ -149,6 +149,9 @@ def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
 
 def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> TrainConfig:
     args = build_parser(env).parse_args(argv)
+    if args.backend == "mpi" and not torch.distributed.is_mpi_available():
+        raise SpecError("--backend mpi: this torch is built without MPI: give gloo (CPU) or nccl (GPU), "
+                        "or leave it out to pick one for the device")
     recipe = recipes.get(args.recipe)
     for flag, value, (low, high) in (
         ("--batch-size", args.batch_size, LIMITS["batch_size"]), ("--max-steps", args.max_steps, LIMITS["max_steps"]),
@@ -450,14 +453,16 @@ def for_world(cfg: TrainConfig, world_size: int) -> TrainConfig:
 
 def train(cfg: TrainConfig, info: DistInfo) -> dict:
     cfg = for_world(cfg, info.world_size)
-    recipe, out, device = cfg.recipe, Path(cfg.out_dir), info.device
+    recipe, device = cfg.recipe, info.device
+    # Checked on every rank before any work, as cifar10 train does, so all of them stop alike.
+    out = out_folder(cfg.out_dir, "--out-dir")
+    out_folder(cfg.checkpoint_dir, "--checkpoint-dir")
     heap = keep_freed_memory() if recipe.keep_heap else "off"  # before the first tensor and any worker fork
     val_labels = split_labels(cfg.data_dir, "val") if cfg.use_val else []
     if cfg.use_val and not val_labels:
         raise SpecError(f"validation is on but the val split of {cfg.data_dir} holds no frames "
                         "(label_data_0531.json is empty): add val frames or turn USE_VAL / --use-val off")
     if info.is_main:
-        out.mkdir(parents=True, exist_ok=True)
         refuse_links(out, ("train.log", "metrics.jsonl"))
     log = Log(out / "train.log", info.is_main)
     metrics = MetricsWriter(out / "metrics.jsonl", enabled=info.is_main)
