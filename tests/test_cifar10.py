@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import pickletools
 import re
 import shutil
 import socket
@@ -139,6 +140,49 @@ def test_pickle_with_foreign_code_is_refused_not_run(tmp_path):
     with pytest.raises(DataError, match=r"mkdir is not allowed"):
         read_python_batch(tmp_path / "data_batch_1")
     assert not target.exists()
+
+
+def _numpy1_spelling(blob: bytes) -> bytes:
+    """The same pickle as numpy 1 writes it (numpy.core.* where numpy 2 writes numpy._core.*).
+    Protocol 4+ strings carry their length and sit in length-prefixed frames: each opcode is copied,
+    module names re-encoded, frames left out (they are optional)."""
+    ops = list(pickletools.genops(blob))
+    out = bytearray()
+    for (op, arg, pos), (_, _, end) in zip(ops, [*ops[1:], (None, None, len(blob))]):
+        if op.name == "FRAME":
+            continue
+        if op.name == "SHORT_BINUNICODE" and arg.startswith("numpy._core"):
+            name = arg.replace("numpy._core", "numpy.core").encode()
+            out += op.code.encode("latin-1") + bytes([len(name)]) + name
+        else:
+            out += blob[pos:end]
+    return bytes(out).replace(b"numpy._core", b"numpy.core")  # protocol 2: GLOBAL's text lines
+
+
+@pytest.mark.parametrize("protocol", [2, 4, 5])
+@pytest.mark.parametrize("spelling", [lambda blob: blob, _numpy1_spelling], ids=["numpy2", "numpy1"])
+def test_batches_resaved_with_any_protocol_or_numpy_scalar_labels_read(tmp_path, protocol, spelling):
+    rng = np.random.default_rng(0)
+    data = rng.integers(0, 256, (6, 3072), dtype=np.uint8)
+    labels = [np.int64(k) for k in (0, 9, 3, 3, 1, 7)]  # numpy scalars, as labels.tolist() would not give
+    blob = pickle.dumps({b"data": data, b"labels": labels, b"batch_label": b"x"}, protocol=protocol)
+    globals_ = {b"_frombuffer"} if protocol == 5 else {b"_reconstruct"}
+    assert all(g in blob for g in globals_ | {b"scalar"})  # the globals this test is about are in the file
+    path = tmp_path / "data_batch_1"
+    path.write_bytes(spelling(blob))
+    assert (b"numpy.core." in path.read_bytes()) == (spelling is _numpy1_spelling)
+    images, got = read_python_batch(path)
+    assert got.tolist() == [0, 9, 3, 3, 1, 7] and np.array_equal(images.reshape(6, 3072), data)
+    assert pickle.loads(path.read_bytes())[b"labels"] == labels  # what torchvision's pickle.load reads
+
+
+def test_only_numpys_array_and_scalar_globals_are_let_through(tmp_path):
+    path = tmp_path / "data_batch_1"
+    for module, name in (("numpy._core.numeric", "fromstring"), ("numpy.core.multiarray", "frombuffer"),
+                         ("numpy", "load"), ("builtins", "eval")):
+        path.write_bytes(b"\x80\x02c" + f"{module}\n{name}\n".encode() + b"N\x85R.")
+        with pytest.raises(DataError, match=f"global {module}.{name} is not allowed"):
+            read_python_batch(path)
 
 
 def test_missing_data_is_explained(tmp_path):

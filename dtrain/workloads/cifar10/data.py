@@ -47,11 +47,13 @@ CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "hors
 MAX_IMAGES = 1_000_000  # synthetic images of one split (3 GB on disk, ~12 GB of float32 while drawn)
 NUM_TRAIN_BATCHES = 5
 
-# What a CIFAR pickle legitimately references: numpy array reconstruction, and
-# _codecs.encode, which Python 3 uses for bytes in protocol-2 pickles.
+# What a CIFAR pickle legitimately references: numpy array reconstruction (_reconstruct up to
+# protocol 4, _frombuffer for protocol 5's buffers), numpy scalars (labels saved as np.int64),
+# and _codecs.encode, which Python 3 uses for bytes in protocol-2 pickles. torchvision's plain
+# pickle.load reads all of these; numpy 1 spells the modules numpy.core, numpy 2 numpy._core.
 _PICKLE_ALLOWED = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
+    *((f"numpy.{core}.{module}", name) for core in ("core", "_core")
+      for module, name in (("multiarray", "_reconstruct"), ("numeric", "_frombuffer"), ("multiarray", "scalar"))),
     ("numpy", "ndarray"),
     ("numpy", "dtype"),
     ("_codecs", "encode"),
