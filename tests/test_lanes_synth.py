@@ -14,6 +14,7 @@ from PIL import Image
 
 from dtrain.errors import SpecError
 from dtrain.workloads.lanes import synth
+from dtrain.workloads.lanes.data import LaneDataset
 from dtrain.workloads.lanes.masks import decode_seg, render_label
 from dtrain.workloads.lanes.metric import evaluate
 from dtrain.workloads.lanes.tusimple import LaneLabel, read_labels
@@ -129,6 +130,16 @@ def test_split_train_keeps_the_real_proportions():
     assert sum(counts.values()) == 1000
     assert counts["label_data_0313.json"] > counts["label_data_0601.json"] > counts["label_data_0531.json"] > 0
     assert sum(synth.split_train(7).values()) == 7
+    assert synth.split_train(0) == dict.fromkeys(synth.TRAIN_FILES, 0)
+    for total in range(1, 30):  # every small count puts a frame in the train split (0313 + 0601)
+        counts = synth.split_train(total)
+        assert sum(counts.values()) == total and counts["label_data_0313.json"] + counts["label_data_0601.json"] > 0
+    assert synth.split_train(1) == {"label_data_0313.json": 1, "label_data_0531.json": 0, "label_data_0601.json": 0}
+
+
+def test_train_1_writes_a_training_frame(tmp_path):
+    assert synth.main(["--out", str(tmp_path), "--train", "1", "--test", "0"]) == 0
+    assert len(LaneDataset(tmp_path, "train").labels) == 1
 
 
 def test_cli_writes_dataset_and_summary(tmp_path, capsys):

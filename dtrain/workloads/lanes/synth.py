@@ -46,7 +46,8 @@ from dtrain.errors import SpecError
 from dtrain.replace import replacing
 from dtrain.workloads.inputs import MAX_SEED, Parser, in_range, out_folder
 from dtrain.workloads.lanes.prepare import MANIFEST
-from dtrain.workloads.lanes.tusimple import IMAGE_HEIGHT, IMAGE_WIDTH, NO_POINT, LaneLabel, write_labels, writable
+from dtrain.workloads.lanes.tusimple import (IMAGE_HEIGHT, IMAGE_WIDTH, NO_POINT, SPLIT_FILES, LaneLabel, write_labels,
+                                             writable)
 
 TRAIN_FILES = ("label_data_0313.json", "label_data_0531.json", "label_data_0601.json")
 TEST_FILE = "test_label.json"
@@ -292,13 +293,17 @@ def _file_counts(frames_per_file: dict | int) -> dict[str, int]:
 
 
 def split_train(total: int) -> dict[str, int]:
-    """Split a number of training frames over the three label files in the real proportions."""
+    """Split a number of training frames over the three label files in the real proportions; any
+    frames at all put one in the train split (0313 + 0601), so `--train 1` has something to train on."""
     real = sum(TRAIN_SHARE.values())
     counts = {name: int(total * n / real) for name, n in TRAIN_SHARE.items()}
     for name in sorted(TRAIN_SHARE, key=TRAIN_SHARE.get):  # hand out the remainder to the small files
         if sum(counts.values()) >= total:
             break
         counts[name] += 1
+    if total and not any(counts[name] for name in SPLIT_FILES["train"]):
+        # --train 1 gave its frame to the val file (label_data_0531.json): training then had no frame
+        counts = {name: int(name == max(TRAIN_SHARE, key=TRAIN_SHARE.get)) for name in TRAIN_SHARE}
     return counts
 
 
