@@ -454,14 +454,14 @@ def for_world(cfg: TrainConfig, world_size: int) -> TrainConfig:
 def train(cfg: TrainConfig, info: DistInfo) -> dict:
     cfg = for_world(cfg, info.world_size)
     recipe, device = cfg.recipe, info.device
-    # Checked on every rank before any work, as cifar10 train does, so all of them stop alike.
-    out = out_folder(cfg.out_dir, "--out-dir")
-    out_folder(cfg.checkpoint_dir, "--checkpoint-dir")
     heap = keep_freed_memory() if recipe.keep_heap else "off"  # before the first tensor and any worker fork
     val_labels = split_labels(cfg.data_dir, "val") if cfg.use_val else []
     if cfg.use_val and not val_labels:
         raise SpecError(f"validation is on but the val split of {cfg.data_dir} holds no frames "
                         "(label_data_0531.json is empty): add val frames or turn USE_VAL / --use-val off")
+    # Checked on every rank before any work, as cifar10 train does, so all of them stop alike.
+    out = out_folder(cfg.out_dir, "--out-dir")
+    out_folder(cfg.checkpoint_dir, "--checkpoint-dir")
     if info.is_main:
         refuse_links(out, ("train.log", "metrics.jsonl"))
     log = Log(out / "train.log", info.is_main)
