@@ -100,10 +100,15 @@ def test_a_byte_order_mark_before_the_first_line_is_read(tmp_path):
 def test_a_frame_without_h_samples_is_refused_by_name_not_divided_by_zero(tmp_path):
     gt = _write_lines(tmp_path / "gt.json", [{"lanes": [[]], "h_samples": [], "raw_file": "a.jpg"}])
     pred = _write_lines(tmp_path / "pred.json", [{"raw_file": "a.jpg", "lanes": [[]], "run_time": 1}])
-    with pytest.raises(DataError, match=rf"^{gt}:1: h_samples is empty: give the image rows"):
+    with pytest.raises(DataError, match=rf"^{pred}:1: a.jpg: the ground-truth frame has no h_samples, so a lane's "
+                                        "accuracy is 0 rows of 0 .*: give the rows"):
         evaluate_files(pred, gt)
     with pytest.raises(DataError, match="no h_samples"):
         metric.bench_frame([[]], [[]], [])
+    assert metric.bench_frame([], [[]], []) == (0.0, 0.0, 1.0)  # nothing compared: a missed lane, as officially
+    assert metric.bench_frame([], [], []) == (0.0, 0.0, 0.0)
+    with pytest.raises(DataError, match=rf"^{tmp_path / 'train.json'}:1: h_samples is empty"):  # training's reader
+        read_labels(_write_lines(tmp_path / "train.json", [{"lanes": [], "h_samples": [], "raw_file": "a.jpg"}]))
 
 
 # ------------------------------------------------------------------ frames

@@ -19,6 +19,7 @@ from sklearn.linear_model import LinearRegression
 from conftest import DTRAIN, shared_dir
 from dtrain.errors import DataError
 from dtrain.workloads.lanes.metric import PIXEL_THRESH, bench_frame, evaluate_files, lane_angle
+from dtrain.workloads.lanes.tusimple import read_labels
 
 
 _LR = LinearRegression()  # the official LaneEval.lr
@@ -159,8 +160,8 @@ def test_cli_takes_an_official_submission(tmp_path):
     assert got["accuracy"] == pytest.approx(official_figures(pred, gt)["accuracy"], abs=1e-12)
 
 
-def _write(tmp_path, lines):
-    p = tmp_path / "pred.json"
+def _write(tmp_path, lines, name="pred.json"):
+    p = tmp_path / name
     p.write_text("".join((line if isinstance(line, str) else json.dumps(line)) + "\n" for line in lines))
     return p
 
@@ -255,3 +256,42 @@ def test_a_real_frame_an_ulp_decided_is_scored_as_the_official_script_scores_it(
     theirs = _official_bench(pred, g["lanes"], g["h_samples"], 0.0)
     assert bench_frame(pred, g["lanes"], g["h_samples"], 0.0) == theirs
     assert theirs[0] < 1.0  # the case that flipped: 1.0 with the closed form
+
+
+def test_ground_truth_the_official_script_scores_is_scored_alike_where_training_refuses_it(tmp_path):
+    """Float x (300.0), rows out of order or repeated, x beyond 2**31, frames without lanes or rows."""
+    rows = [240, 250, 260, 270]
+    gts = [{"lanes": [[-2, 300.0, 310.5, 320.0], [-2, 600, 590, 580]], "h_samples": rows, "raw_file": "a"},
+           {"lanes": [[-2, 300, 310, 320]], "h_samples": [270, 250, 260, 240], "raw_file": "b"},
+           {"lanes": [[300, 310, 320, 330]], "h_samples": [250, 250, 250, 250], "raw_file": "c"},
+           {"lanes": [[-2, 10**10, 1e30, 580], [-2, 600, 590, 580]], "h_samples": rows, "raw_file": "d"},
+           {"lanes": [], "h_samples": rows, "raw_file": "e"},
+           {"lanes": [], "h_samples": [], "raw_file": "f"},
+           {"lanes": [[]], "h_samples": [], "raw_file": "g"}]
+    preds = [{"raw_file": "a", "lanes": [[-2, 301, 311, 318], [-2, 630, 620, 610]], "run_time": 1},
+             {"raw_file": "b", "lanes": [[-2, 305, 300, 330]], "run_time": 1},
+             {"raw_file": "c", "lanes": [[310, 315, 325, 335]], "run_time": 1},
+             {"raw_file": "d", "lanes": [[-2, 600, 590, 580]], "run_time": 1},
+             {"raw_file": "e", "lanes": [[1, 2, 3, 4]], "run_time": 1},
+             {"raw_file": "f", "lanes": [], "run_time": 1},
+             {"raw_file": "g", "lanes": [], "run_time": 1}]
+    gt, pred = _write(tmp_path, gts, "gt.json"), _write(tmp_path, preds)
+    with pytest.raises(DataError):  # what training reads stays strict
+        read_labels(gt, max_lanes=None)
+    ours, theirs = evaluate_files(pred, gt), official_figures(pred, gt)
+    assert [ours[k] for k in ("accuracy", "fp", "fn")] == [theirs[k] for k in ("accuracy", "fp", "fn")]
+    assert 0.0 < ours["accuracy"] < 1.0 and ours["frames"] == 7
+
+
+@pytest.mark.parametrize("line, message", [
+    ({"lanes": [[-2, float("nan")]], "h_samples": [1, 2]}, "lanes\\[0\\]\\[1\\] is NaN: give finite numbers"),
+    ({"lanes": [[-2, 3]], "h_samples": [1, "2"]}, 'h_samples\\[1\\] is "2": give finite numbers'),
+    ({"lanes": [[-2, 3, 4]], "h_samples": [1, 2]}, "lanes\\[0\\] has 3 points but h_samples has 2"),
+    ({"lanes": [[-2, 10**400]], "h_samples": [1, 2]}, "lanes\\[0\\]\\[1\\] is 1000"),
+])
+def test_ground_truth_the_official_script_cannot_fit_is_one_line(tmp_path, line, message):
+    gt = tmp_path / "gt.json"
+    gt.write_text(json.dumps({**line, "raw_file": "a"}) + "\n")
+    pred = _write(tmp_path, [{"raw_file": "a", "lanes": [], "run_time": 1}])
+    with pytest.raises(DataError, match=f"^{gt}:1: {message}"):
+        evaluate_files(pred, gt)

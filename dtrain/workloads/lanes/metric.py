@@ -29,7 +29,9 @@ prediction that gives other ``h_samples`` than the ground truth: the official sc
 What it crashes on, or cannot score, raises ``DataError`` naming the file and line: a missing,
 duplicated (in either file) or unknown frame, a lane whose length differs from the GT
 ``h_samples``, an x or run_time that is null, true/false, a string or an integer beyond float
-range, and a malformed line. ``run_time`` may be left out (then it counts as 0 ms).
+range, and a malformed line. ``run_time`` may be left out (then it counts as 0 ms). The ground
+truth is read as the official script reads it too (``parse_truth``), not with training's stricter
+``read_labels``.
 
 CLI: ``dtrain lanes evaluate --pred P.json --gt G.json [--json]``.
 """
@@ -47,7 +49,7 @@ import numpy as np
 
 from dtrain.errors import DataError
 from dtrain.workloads.inputs import Parser, input_file
-from dtrain.workloads.lanes.tusimple import LaneLabel, json_lines, read_labels
+from dtrain.workloads.lanes.tusimple import LaneLabel, json_lines
 
 PIXEL_THRESH = 20.0  # base tolerance in pixels for a near-vertical lane
 PT_THRESH = 0.85  # share of rows a predicted lane must hit to match a GT lane
@@ -84,8 +86,6 @@ def bench_frame(
     run_time: float | None = None,
 ) -> tuple[float, float, float]:
     """(accuracy, fp, fn) of one frame; a lane of the wrong length or no h_samples raise DataError."""
-    if not h_samples:
-        raise DataError("the ground-truth frame has no h_samples: give the rows (y) its lanes' x values are at")
     for i, lane in enumerate(pred):
         if len(lane) != len(h_samples):
             raise DataError(
@@ -94,6 +94,9 @@ def bench_frame(
             )
     if (run_time or 0.0) > MAX_RUN_TIME_MS or len(pred) > len(gt) + 2:
         return 0.0, 0.0, 1.0
+    if not h_samples and pred and gt:
+        raise DataError("the ground-truth frame has no h_samples, so a lane's accuracy is 0 rows of 0 (the official "
+                        "script's figures turn NaN): give the rows (y) its lanes' x values are at")
     ys = np.asarray(h_samples)
     preds = [np.asarray(p) for p in pred]
     line_accs: list[float] = []
@@ -175,6 +178,60 @@ def parse_prediction(obj: object, where: str = "") -> Prediction:
                       run_time=None if run_time is None else float(run_time), h_samples=h, where=where)
 
 
+@dataclass(frozen=True, kw_only=True)
+class Truth:
+    """One ground-truth frame as the official script scores it: x and rows any finite numbers."""
+
+    raw_file: str
+    h_samples: tuple[float, ...]  # rows (y), in any order, possibly none
+    lanes: tuple[tuple[float, ...], ...]  # one x per row per lane; negative = no point
+    where: str = ""  # "FILE:LINE" for error messages
+
+
+def parse_truth(obj: object, where: str = "") -> Truth:
+    """One decoded ground-truth line -> Truth (ValueError naming the bad field). Laxer than training's
+    parse_label: the official script scores float x (300.0), rows in any order, any x a float holds,
+    frames without lanes or rows; it cannot fit a lane through NaN or infinite values, nor score a lane
+    of another length than the rows, so those are refused."""
+    if not isinstance(obj, dict):
+        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
+    for key in ("raw_file", "h_samples", "lanes"):
+        if key not in obj:
+            raise ValueError(f"missing key {key!r}: a ground-truth line holds raw_file, h_samples and lanes")
+    if not isinstance(obj["raw_file"], str) or not obj["raw_file"]:
+        raise ValueError(f"raw_file must be a non-empty string, got {obj['raw_file']!r}")
+
+    def numbers(value: object, what: str) -> tuple[float, ...]:
+        if not isinstance(value, list):
+            raise ValueError(f"{what} must be a list of numbers, got {_shown(value)}")
+        for i, v in enumerate(value):
+            if not (_computable(v) and math.isfinite(v)):
+                raise ValueError(f"{what}[{i}] is {_shown(v)}: give finite numbers (x: -2 where there is no point)")
+        return tuple(value)
+
+    h_samples = numbers(obj["h_samples"], "h_samples")
+    if not isinstance(obj["lanes"], list):
+        raise ValueError(f"lanes must be a list of lanes, got {_shown(obj['lanes'])}")
+    lanes = tuple(numbers(lane, f"lanes[{i}]") for i, lane in enumerate(obj["lanes"]))
+    for i, lane in enumerate(lanes):
+        if len(lane) != len(h_samples):
+            raise ValueError(f"lanes[{i}] has {len(lane)} points but h_samples has {len(h_samples)}: "
+                             "give one x per row (-2 where there is no point)")
+    return Truth(raw_file=obj["raw_file"], h_samples=h_samples, lanes=lanes, where=where)
+
+
+def read_truth(path: str | os.PathLike) -> list[Truth]:
+    """A ground-truth file (JSON lines) read as the official script reads it; a bad line names its number."""
+    path = input_file(path, "label file", "give a TuSimple JSON-lines file (or run `dtrain lanes prepare`)")
+    out = []
+    for lineno, obj in json_lines(path):
+        try:
+            out.append(parse_truth(obj, f"{path}:{lineno}"))
+        except ValueError as e:
+            raise DataError(f"{path}:{lineno}: {e}") from None
+    return out
+
+
 def read_predictions(path: str | os.PathLike) -> list[Prediction]:
     """A submission file (JSON lines); blank lines are skipped, a bad line names its number."""
     path = input_file(path, "prediction file", "give a TuSimple JSON-lines file (`dtrain lanes predict` writes one)")
@@ -187,11 +244,11 @@ def read_predictions(path: str | os.PathLike) -> list[Prediction]:
     return out
 
 
-def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel], *,
+def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | Truth], *,
              warn: Callable[[str], None] | None = None) -> dict:
     """Mean TuSimple accuracy, FP and FN over the GT frames: {'accuracy', 'fp', 'fn', 'frames'}.
     `warn` gets one line per kind of value the official script scores but that is likely a bug."""
-    gt_by_file: dict[str, LaneLabel] = {}
+    gt_by_file: dict[str, LaneLabel | Truth] = {}
     for g in gts:
         if g.raw_file in gt_by_file:
             first = gt_by_file[g.raw_file].where
@@ -251,15 +308,15 @@ _ODD = {  # what the official script does with values it scores without a word
 }
 
 
-def _at(p: LaneLabel | Prediction) -> str:
+def _at(p: LaneLabel | Prediction | Truth) -> str:
     return f"{p.where}: " if p.where else ""
 
 
 def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike, *,
                    warn: Callable[[str], None] | None = None) -> dict:
-    """``evaluate`` on a submission file and a TuSimple ground-truth file (any number of GT lanes a
-    frame, as the official script takes them; the lowest of more than 4 is dropped)."""
-    return evaluate(read_predictions(pred_path), read_labels(gt_path, max_lanes=None), warn=warn)
+    """``evaluate`` on a submission file and a TuSimple ground-truth file, read as the official script
+    reads it (any number of GT lanes a frame, the lowest of more than 4 dropped; see ``parse_truth``)."""
+    return evaluate(read_predictions(pred_path), read_truth(gt_path), warn=warn)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
