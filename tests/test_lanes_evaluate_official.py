@@ -295,3 +295,11 @@ def test_ground_truth_the_official_script_cannot_fit_is_one_line(tmp_path, line,
     pred = _write(tmp_path, [{"raw_file": "a", "lanes": [], "run_time": 1}])
     with pytest.raises(DataError, match=f"^{gt}:1: {message}"):
         evaluate_files(pred, gt)
+
+
+def test_a_lane_too_large_to_fit_is_one_line_as_sklearn_refuses_it():
+    with pytest.raises(ValueError):  # the official script's fit
+        _official_angle(np.array([1e308, 1.7e308, 1.7e308]), np.array([1, 2, 3]))
+    with pytest.raises(DataError, match="^a ground-truth lane's x or rows are too large to fit a line through"):
+        bench_frame([[1, 2, 3]], [[1e308, 1.7e308, 1.7e308]], [1, 2, 3])
+    assert bench_frame([[1e10, 2e10, 3e10]], [[1e10, 2e10, 3e10]], [1, 2, 3])[0] == 1.0  # large, yet it fits

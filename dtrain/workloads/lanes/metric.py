@@ -67,8 +67,12 @@ def lane_angle(xs: np.ndarray, ys: np.ndarray) -> float:
     if valid.sum() < 2:
         return 0.0
     x, y = xs[valid].astype(np.float64), ys[valid].astype(np.float64)
-    y_c = (y - y.mean())[:, None]
-    slope = np.linalg.lstsq(y_c, x - x.mean(), rcond=len(y) * np.finfo(np.float64).eps)[0][0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        y_c, x_c = (y - y.mean())[:, None], x - x.mean()
+    if not (np.isfinite(y_c).all() and np.isfinite(x_c).all()):  # sklearn's solver refuses these
+        raise DataError("a ground-truth lane's x or rows are too large to fit a line through (their mean overflows; "
+                        "the official script fails on them too): give coordinates of the frame")
+    slope = np.linalg.lstsq(y_c, x_c, rcond=len(y) * np.finfo(np.float64).eps)[0][0]
     return float(np.arctan(slope))
 
 
