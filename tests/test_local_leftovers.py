@@ -268,3 +268,24 @@ def test_a_killed_launcher_is_named_as_what_ended_the_job_not_a_rank(tmp_path):
     job = dt.wait_for("d", {"Failed"}, timeout=90)
     assert job["message"] == (f"the launcher (torchrun) was killed by SIGKILL, and its ranks were stopped with it; "
                               f"see {dt.home / 'jobs' / 'd' / 'launcher.log'}"), job["message"]
+
+
+def test_a_submit_killed_before_recording_its_supervisor_does_not_block_the_queue(tmp_path, monkeypatch):
+    """The job's row was written and its supervisor started, then the submit died before recording
+    that supervisor: the supervisor records itself, and the job runs (it waited a minute, holding up
+    every job behind it, then read 'never started')."""
+    from dtrain.backends.local.backend import LocalBackend
+    from dtrain.spec import JobSpec
+
+    home = tmp_path / "home"
+    backend = LocalBackend(home=home)
+
+    def killed(*_a, **_kw):
+        raise KeyboardInterrupt  # as the submit's end, before the write
+
+    monkeypatch.setattr(backend.store, "replace_supervisor", killed)
+    with pytest.raises(KeyboardInterrupt):
+        backend.submit(JobSpec(name="orphan", command=("true",)))
+    monkeypatch.undo()
+    job = Dtrain(home).wait_for("orphan", {"Succeeded", "Failed"}, timeout=45)
+    assert job["status"] == "Succeeded", job["message"]

@@ -170,7 +170,7 @@ class LocalBackend(Backend):
             if self.store.replace_supervisor(name, old=replacing, pid=pid, token=token, message=message,
                                              restarts=restarts):
                 return True
-        except BaseException:  # not recorded (a full disk refused it, Ctrl-C): it must not run unrecorded
+        except sqlite3.OperationalError:  # not recorded (a full disk refused it): it must not run unrecorded
             signal_process(ident, signal.SIGKILL)
             raise
         signal_process(ident, signal.SIGKILL)

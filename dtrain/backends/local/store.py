@@ -241,7 +241,10 @@ class JobStore:
         with db.transaction(self.conn):
             row = self.conn.execute("SELECT status, supervisor_pid, supervisor_start FROM jobs WHERE name=?",
                                     (name,)).fetchone()
-            if row is None or row["status"] not in ACTIVE or (row["supervisor_pid"], row["supervisor_start"]) != old:
+            recorded = (row["supervisor_pid"], row["supervisor_start"]) if row is not None else None
+            if recorded == (pid, token) and not message:  # it recorded itself (its starter was slow): ours
+                return True
+            if row is None or row["status"] not in ACTIVE or recorded != old:
                 return False
             self.conn.execute("UPDATE jobs SET supervisor_pid=?, supervisor_start=? WHERE name=?", (pid, token, name))
             if message:

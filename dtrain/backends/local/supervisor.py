@@ -43,6 +43,7 @@ POLL_S = 0.25
 BACKOFF_S = 1.0  # first restart delay; doubles each restart
 BACKOFF_MAX_S = 60.0
 REGISTER_S = 30.0  # a new supervisor waits this long for its starter to record its pid, else leaves
+ADOPT_S = 2.0  # a new job's supervisor records itself when its submit has not done so by then (killed)
 RECONCILE_S = 5.0  # a waiting supervisor looks this often for lost jobs that hold up its turn
 
 
@@ -123,7 +124,8 @@ class Supervisor:
         whose pid a new supervisor (one whose starter then loses the race) may have been given."""
         me = Ident.of(os.getpid())
         token = supervisor_token(me) if me is not None else None
-        deadline = time.monotonic() + REGISTER_S
+        started = time.monotonic()
+        deadline = started + REGISTER_S
         while time.monotonic() < deadline and not self.stopping:
             row = self.store.job(self.name)
             if row["supervisor_pid"] == os.getpid() and row["supervisor_start"] == token:
@@ -131,6 +133,12 @@ class Supervisor:
                 return True
             if row["status"] not in ("Pending", "Running"):
                 return False
+            # A new job nobody recorded a supervisor for: its submit was killed between the two
+            # writes. Recording ourselves (from none: a starter still alive then finds us there)
+            # spares the queue a job that would wait LOST_AFTER_S to be called "never started".
+            if row["supervisor_pid"] is None and token is not None and time.monotonic() - started > ADOPT_S:
+                self.store.replace_supervisor(self.name, old=(None, None), pid=os.getpid(), token=token)
+                continue
             time.sleep(0.05)
         return False
 
