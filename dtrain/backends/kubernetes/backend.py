@@ -33,11 +33,11 @@ from dtrain.backends.base import Backend, GpuInfo, JobInfo, JobStatus, NodeInfo,
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError
 from dtrain.spec import JobSpec, VolumeMount, parse_size
 
-from .client import (NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT,
+from .client import (CRD, NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT,
                      Forbidden, KubeApi, Missing, Unanswered, client_from_config)
 from .config import KubernetesConfig
 from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE, ROLE_SNAPSHOTTER,
-                      VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
+                      TRAIN_JOB, VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
 from .pod_verbs import PodVerbs
 from .render import render_job, render_resume, render_suspend, resource_for
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace, render_success_snapshot
@@ -89,6 +89,8 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         resource = resource_for(spec, self.config)
         objects = render_job(spec, self.config)
         namespace = self.config.namespace_of(spec.project)
+        if resource is TRAIN_JOB:
+            self._check_trainer_version()
         self._ensure_namespace(namespace, spec.project)
         self._check_free(spec, namespace, objects)
         created: list[tuple[Resource, dict]] = []
@@ -114,6 +116,25 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
             raise
         assert job is not None
         return job_info(resource.kind, job, [])
+
+    def _check_trainer_version(self) -> None:
+        """Trainer before v2.2.0 has no spec.runtimePatches: its API server would drop the field, and
+        the job run without its volumes, pull secrets and pod label. Checked where the served CRD
+        is readable (many accounts may not read CRDs: then nothing is said)."""
+        try:
+            crd = self.api.read(CRD, None, TRAIN_JOB.full_name)
+        except DtrainError:
+            return
+        for version in (crd.get("spec") or {}).get("versions") or []:
+            if version.get("name") != TRAIN_JOB.version:
+                continue
+            spec = ((version.get("schema") or {}).get("openAPIV3Schema") or {}).get("properties", {}).get("spec")
+            fields = (spec or {}).get("properties")
+            if isinstance(fields, dict) and "runtimePatches" not in fields:
+                raise BackendError("the cluster's TrainJob CRD has no spec.runtimePatches (Kubeflow Trainer "
+                                   "before v2.2.0), so the job would lose its volumes, pull secrets and labels: "
+                                   "upgrade Trainer to v2.2.0 or later (see docs/kubernetes.md) or set "
+                                   "trainer: v1")
 
     def _ensure_namespace(self, namespace: str, project: str) -> None:
         if not self.config.create_namespace:

@@ -32,6 +32,8 @@ SERVICE = Resource("", "v1", "services", "Service", "")
 SERVICE_ACCOUNT = Resource("", "v1", "serviceaccounts", "ServiceAccount", "")
 ROLE = Resource("rbac.authorization.k8s.io", "v1", "roles", "Role", "")
 ROLE_BINDING = Resource("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", "")
+CRD = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", "",
+               namespaced=False)
 _TYPED_APIS = {"": "core", "batch": "batch", "rbac.authorization.k8s.io": "rbac"}
 
 

@@ -62,8 +62,8 @@ TRAINING_OPERATOR_HINT = (
     "(see docs/kubernetes.md)")
 TRAINER_V2_HINT = (
     "install Kubeflow Trainer v2 and its runtimes: kubectl apply --server-side -k "
-    "'github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=v2.1.0', then "
-    "'.../manifests/overlays/runtimes?ref=v2.1.0' (or use the v1 Training Operator: trainer='v1')")
+    "'github.com/kubeflow/trainer.git/manifests/overlays/manager?ref=v2.2.0', then "
+    "'.../manifests/overlays/runtimes?ref=v2.2.0' (or use the v1 Training Operator: trainer='v1')")
 SNAPSHOT_HINT = (
     "install the CSI snapshot CRDs and controller from kubernetes-csi/external-snapshotter "
     "(client/config/crd and deploy/kubernetes/snapshot-controller) and a CSI driver with snapshot "

@@ -1,0 +1,79 @@
+"""Fixes of the fifth Kubernetes audit: each test fails on the code before its fix."""
+
+from __future__ import annotations
+
+import pytest
+
+from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
+from dtrain.backends.kubernetes.fake import CRDS, FakeCluster, FakeKubeServer
+from dtrain.errors import BackendError
+from dtrain.spec import JobSpec
+
+NS = "dtrain-lanes"
+IMAGE = "ghcr.io/example/lanes:1"
+CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
+
+
+@pytest.fixture
+def cluster():
+    return FakeCluster()
+
+
+@pytest.fixture
+def make_backend(cluster):
+    servers = []
+
+    def make(config: KubernetesConfig | None = None, fake: FakeCluster | None = None) -> KubernetesBackend:
+        server = FakeKubeServer(fake or cluster).start()
+        servers.append(server)
+        return KubernetesBackend(config or KubernetesConfig(project="lanes", image=IMAGE),
+                                 api_client=server.api_client())
+
+    yield make
+    for server in servers:
+        server.close()
+
+
+def spec(**kw) -> JobSpec:
+    return JobSpec(**{"name": "train", "command": ("python", "train.py"), "project": "lanes", **kw})
+
+
+def trainjob_crd(spec_fields: list[str]) -> dict:
+    schema = {"type": "object", "properties": {"spec": {"type": "object",
+                                                        "properties": {f: {"type": "object"} for f in spec_fields}}}}
+    return {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "trainjobs.trainer.kubeflow.org"},
+            "spec": {"group": "trainer.kubeflow.org", "versions": [
+                {"name": "v1alpha1", "served": True, "storage": True, "schema": {"openAPIV3Schema": schema}}]}}
+
+
+# ------------------------------------------------------------------------- 1: Trainer v2 version
+
+
+def test_trainjob_refused_on_a_trainer_without_runtime_patches(make_backend):
+    fake = FakeCluster(crds={**CRDS, CRD_KEY: ("CustomResourceDefinition", False)})
+    fake.create(trainjob_crd(["runtimeRef", "trainer", "podTemplateOverrides"]))  # v2.1.0's
+    backend = make_backend(KubernetesConfig(project="lanes", image=IMAGE, trainer="v2"), fake)
+    with pytest.raises(BackendError, match=r"no spec.runtimePatches .*v2\.2\.0 or later"):
+        backend.submit(spec(launcher="torchrun", processes=2))
+    assert fake.items("trainer.kubeflow.org", "trainjobs") == []
+
+
+def test_trainjob_submitted_on_a_trainer_with_runtime_patches_or_an_unreadable_crd(make_backend, cluster):
+    fake = FakeCluster(crds={**CRDS, CRD_KEY: ("CustomResourceDefinition", False)})
+    fake.create(trainjob_crd(["runtimeRef", "trainer", "runtimePatches"]))
+    config = KubernetesConfig(project="lanes", image=IMAGE, trainer="v2")
+    make_backend(config, fake).submit(spec(launcher="torchrun", processes=2))
+    assert [j["metadata"]["name"] for j in fake.items("trainer.kubeflow.org", "trainjobs")] == ["train"]
+    make_backend(config).submit(spec(launcher="torchrun", processes=2))  # the CRD not served: no check
+    assert [j["metadata"]["name"] for j in cluster.items("trainer.kubeflow.org", "trainjobs")] == ["train"]
+
+
+def test_docs_install_the_trainer_whose_crd_has_runtime_patches():
+    from pathlib import Path
+
+    from dtrain.backends.kubernetes.objects import TRAINER_V2_HINT
+
+    text = (Path(__file__).parent.parent / "docs" / "kubernetes.md").read_text()
+    assert "ref=v2.1.0" not in text and "ref=v2.2.0" in text
+    assert "ref=v2.2.0" in TRAINER_V2_HINT
