@@ -34,6 +34,11 @@ def make_backend(cluster):
         server.close()
 
 
+@pytest.fixture
+def backend(make_backend):
+    return make_backend()
+
+
 def spec(**kw) -> JobSpec:
     return JobSpec(**{"name": "train", "command": ("python", "train.py"), "project": "lanes", **kw})
 
@@ -77,3 +82,33 @@ def test_docs_install_the_trainer_whose_crd_has_runtime_patches():
     text = (Path(__file__).parent.parent / "docs" / "kubernetes.md").read_text()
     assert "ref=v2.1.0" not in text and "ref=v2.2.0" in text
     assert "ref=v2.2.0" in TRAINER_V2_HINT
+
+
+# ------------------------------------------------------------------------- 2: volume delete, queued job
+
+
+def test_volume_delete_refused_while_a_queued_or_suspended_job_mounts_it(backend, cluster):
+    from dtrain.errors import ConflictError
+    from dtrain.spec import parse_pvc
+
+    backend.create_volume("tusimple", size="20Gi", storage_class="fast")
+    backend.create_volume("other", size="1Gi", storage_class="fast")
+    backend.submit(spec(volumes=(parse_pvc("tusimple:/data:ro"),)))  # no pod yet: queued
+    with pytest.raises(ConflictError, match=r"volume 'tusimple' is mounted by job 'train', which is pending"):
+        backend.delete_volume("tusimple")
+    backend.suspend("train")
+    with pytest.raises(ConflictError, match=r"job 'train', which is suspended .*--force"):
+        backend.delete_volume("tusimple")
+    backend.delete_volume("other")  # not mounted by any job
+    cluster.transition(NS, "train", "Failed", reason="BackoffLimitExceeded")
+    backend.delete_volume("tusimple")  # the job ended: its volume may go
+    assert [p["metadata"]["name"] for p in cluster.items("", "persistentvolumeclaims", NS)] == []
+
+
+def test_volume_delete_force_ignores_a_queued_job(backend, cluster):
+    from dtrain.spec import parse_pvc
+
+    backend.create_volume("tusimple", size="20Gi", storage_class="fast")
+    backend.submit(spec(volumes=(parse_pvc("tusimple:/data:ro"),)))
+    backend.delete_volume("tusimple", force=True)
+    assert cluster.items("", "persistentvolumeclaims", NS) == []

@@ -21,7 +21,7 @@ from .client import POD, PVC, Missing, Unanswered
 from .objects import (ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB, LABEL_SOURCE_SNAPSHOT,
                       VOLUME_SNAPSHOT, Resource)
 from .render_storage import render_restore, render_snapshot, render_volume, render_volume_class_patch
-from .status import parse_time
+from .status import job_status, parse_time, spec_of
 
 if TYPE_CHECKING:
     from .client import KubeApi
@@ -72,6 +72,8 @@ class VolumeVerbs:
     namespace: str
 
     def _ensure_namespace(self, namespace: str, project: str) -> None: ...
+
+    def _job_objects(self, namespace: str | None) -> list[tuple[Resource, dict]]: ...
 
     # ---------------------------------------------------------------- volumes
 
@@ -145,8 +147,27 @@ class VolumeVerbs:
             job = (pod.get("labels") or {}).get(LABEL_JOB, "?")
             raise ConflictError(f"volume {name!r} is in use by job {job!r} (pod {pod['name']}): wait for it, "
                                 f"delete the job, or pass --force")
+        job = None if force else self._job_mounting(name)
+        if job is not None:
+            raise ConflictError(f"volume {name!r} is mounted by job {job[0]!r}, which is {job[1]} and would "
+                                f"start without it: wait for it to end, delete the job, or pass --force")
         # With --force the claim is marked deleted now; Kubernetes frees it when its last pod stops.
         self.api.delete(PVC, self.namespace, name)
+
+    def _job_mounting(self, volume: str) -> tuple[str, str] | None:
+        """(name, status) of a job not ended that mounts `volume`: a queued or suspended job has no
+        pod yet, but its spec (the dtrain.io/spec annotation) names the volumes its pods will mount."""
+        for resource, obj in self._job_objects(self.namespace):
+            status, _ = job_status(resource.kind, obj, None)
+            if status.terminal:
+                continue
+            try:
+                mounts = spec_of(obj).resolved_volumes()
+            except (DtrainError, ValueError, TypeError, KeyError):
+                continue  # not dtrain's spec: its pods are what the check above sees
+            if any(m.volume == volume for m in mounts):
+                return obj["metadata"]["name"], status.value.lower()
+        return None
 
     # ---------------------------------------------------------------- snapshots
 
