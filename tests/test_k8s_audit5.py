@@ -112,3 +112,24 @@ def test_volume_delete_force_ignores_a_queued_job(backend, cluster):
     backend.submit(spec(volumes=(parse_pvc("tusimple:/data:ro"),)))
     backend.delete_volume("tusimple", force=True)
     assert cluster.items("", "persistentvolumeclaims", NS) == []
+
+
+# ------------------------------------------------------------------------- 3: quota in a fixed namespace
+
+
+def test_a_second_projects_quota_in_a_fixed_namespace_is_refused(make_backend, cluster):
+    from dtrain.errors import ConflictError
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "runai-team"}})
+    backend = make_backend(KubernetesConfig(project="lanes", image=IMAGE, namespace="runai-team"))
+    backend.create_project("a", gpu_quota=4)
+    backend.create_project("a", gpu_quota=6)  # its own quota may change
+    with pytest.raises(ConflictError, match=r"namespace runai-team .* GPU quota of project 'a', shared by every "
+                                            r"project there: change it with 'dtrain project create a --gpu-quota N'"):
+        backend.create_project("b", gpu_quota=2)
+    with pytest.raises(ConflictError, match="GPU quota of project 'a'"):
+        backend.create_project("b", no_gpu_quota=True)
+    backend.create_project("b")  # no quota asked: fine
+    [quota] = cluster.items("", "resourcequotas", "runai-team")
+    assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "6"}
+    assert quota["metadata"]["labels"]["dtrain.io/project"] == "a"

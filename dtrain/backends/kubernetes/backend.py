@@ -324,6 +324,15 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         """A project is a namespace (dtrain-NAME); its GPU quota a ResourceQuota on GPU requests
         (removed with `no_gpu_quota`)."""
         namespace = self.config.namespace_of(name)
+        existing = None
+        if gpu_quota is not None or no_gpu_quota:
+            existing = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME)
+            owner = ((existing or {}).get("metadata", {}).get("labels") or {}).get(LABEL_PROJECT)
+            if self.config.namespace and owner not in (None, name):
+                raise ConflictError(f"namespace {namespace} (kubernetes setting namespace) holds the GPU quota of "
+                                    f"project {owner!r}, shared by every project there: change it with 'dtrain "
+                                    f"project create {owner} --gpu-quota N', or give each project its own "
+                                    f"namespace (unset namespace)")
         try:
             self.api.create(render_namespace(namespace, name, self.config), NAMESPACE)
         except ConflictError:
@@ -335,7 +344,7 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         if gpu_quota is None:
             return
         quota = render_gpu_quota(name, gpu_quota, self.config)
-        if self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) is None:
+        if existing is None:
             self.api.create(quota, RESOURCE_QUOTA)
         else:
             self.api.replace(quota, RESOURCE_QUOTA)
