@@ -133,3 +133,37 @@ def test_a_second_projects_quota_in_a_fixed_namespace_is_refused(make_backend, c
     [quota] = cluster.items("", "resourcequotas", "runai-team")
     assert quota["spec"]["hard"] == {"requests.nvidia.com/gpu": "6"}
     assert quota["metadata"]["labels"]["dtrain.io/project"] == "a"
+
+
+# ------------------------------------------------------------------------- 4: VolumeAttributesClass dropped
+
+
+class GateOff(FakeCluster):
+    """An API server whose VolumeAttributesClass feature gate is off: it drops the field, answers 200."""
+
+    def _patch(self, group, plural, namespace, name, patch):
+        patch = [op for op in patch if op.get("path") != "/spec/volumeAttributesClassName"]
+        return super()._patch(group, plural, namespace, name, patch)
+
+
+def test_volume_update_says_when_the_cluster_dropped_the_volume_attributes_class(make_backend):
+    fake = GateOff()
+    backend = make_backend(fake=fake)
+    backend.create_volume("work", size="5Gi", storage_class="ontap-nas")
+    with pytest.raises(BackendError, match=r"the cluster ignored the VolumeAttributesClass of volume 'work'.*"
+                                           r"feature gate VolumeAttributesClass"):
+        backend.update_volume("work", storage_class="premium")
+
+
+def test_volume_update_message_names_the_volume_attributes_class(backend, tmp_path, capsys):
+    from argparse import Namespace
+
+    from dtrain.cli.storage import cmd_volume
+    from dtrain.client import Client
+
+    backend.create_volume("work", size="5Gi", storage_class="ontap-nas")
+    client = Client(home=tmp_path, backend="kubernetes", backends={"kubernetes": backend})
+    cmd_volume(Namespace(action="update", name="work", storage_class="premium", dry_run=False, json=False), client)
+    out = capsys.readouterr().out
+    assert out.startswith("volume 'work' now has VolumeAttributesClass 'premium' (its storage class stays")
+    assert "is now in storage class" not in out

@@ -56,10 +56,13 @@ def cmd_volume(args, client: Client) -> int:
         print(fmt.plain_yaml(client.render_volume_update(args.name, storage_class=args.storage_class)), end="")
     elif args.action == "update":
         v = client.update_volume(args.name, storage_class=args.storage_class)
-        where = v.extra.get("path") or v.extra.get("volume_attributes_class") and \
-            "VolumeAttributesClass: the storage system changes the tier in place"
-        _print(v, f"volume '{v.name}' is now in storage class '{args.storage_class}'" + (f" ({where})" if where else ""),
-               args.json)
+        if v.extra.get("volume_attributes_class"):  # Kubernetes: the StorageClass stays, the tier changes
+            said = (f"volume '{v.name}' now has VolumeAttributesClass '{args.storage_class}' (its storage class "
+                    f"stays; the storage system changes the tier in place)")
+        else:
+            where = v.extra.get("path")
+            said = f"volume '{v.name}' is now in storage class '{args.storage_class}'" + (f" ({where})" if where else "")
+        _print(v, said, args.json)
     elif args.action == "delete":
         client.delete_volume(args.name, force=args.force)
         print(f"volume '{args.name}' deleted")

@@ -131,7 +131,14 @@ class VolumeVerbs:
         driver changes the tier without moving data; status.currentVolumeAttributesClassName
         follows when it is done."""
         self._pvc(name)
-        return volume_info(self.api.patch(PVC, self.namespace, name, render_volume_class_patch(storage_class)))
+        pvc = self.api.patch(PVC, self.namespace, name, render_volume_class_patch(storage_class))
+        if (pvc.get("spec") or {}).get("volumeAttributesClassName") != storage_class:
+            # An API server with the feature gate off (the default before 1.34 on most clusters)
+            # drops the field and answers 200: the tier did not change.
+            raise BackendError(f"the cluster ignored the VolumeAttributesClass of volume {name!r}: its API server "
+                               f"dropped spec.volumeAttributesClassName (feature gate VolumeAttributesClass off; "
+                               f"on by default from Kubernetes 1.34): ask the cluster's admin to enable it")
+        return volume_info(pvc)
 
     def _render_volume_update(self, name: str, *, storage_class: str) -> list[dict]:
         return render_volume_class_patch(storage_class)
