@@ -167,3 +167,30 @@ def test_volume_update_message_names_the_volume_attributes_class(backend, tmp_pa
     out = capsys.readouterr().out
     assert out.startswith("volume 'work' now has VolumeAttributesClass 'premium' (its storage class stays")
     assert "is now in storage class" not in out
+
+
+# ------------------------------------------------------------------------- 5: config names
+
+
+@pytest.mark.parametrize("field,value,said", [
+    ("scheduler_name", "Bad Scheduler", "invalid Kubernetes scheduler_name 'Bad Scheduler': .*DNS-1123 subdomain"),
+    ("snapshot_class", "snap_class", "invalid Kubernetes snapshot_class 'snap_class'"),
+    ("storage_class", "Fast NVMe", r"invalid storage class 'Fast NVMe'.*\(Kubernetes setting storage_class\)"),
+    ("watcher_image", "bitnami/kubectl latest", "invalid Kubernetes watcher_image 'bitnami/kubectl latest'"),
+    ("image_pull_secrets", ["regcred", "Reg Cred"], "invalid Kubernetes image_pull_secrets secret name 'Reg Cred'"),
+    ("snapshot_driver", "csi driver", "invalid Kubernetes snapshot_driver 'csi driver'"),
+    ("snapshot_driver", "a" * 64, "snapshot_driver .*at most 63"),
+])
+def test_config_names_sent_into_manifests_are_checked_at_load(field, value, said):
+    from dtrain.errors import SpecError
+
+    with pytest.raises(SpecError, match=said) as err:
+        KubernetesConfig(**{field: value})
+    assert "\n" not in str(err.value)
+
+
+def test_config_names_kubernetes_accepts_load():
+    config = KubernetesConfig(scheduler_name="runai-scheduler", snapshot_class="trident.snapshots",
+                              storage_class="ontap-nas", watcher_image="registry.example.com:5000/kubectl:1.30",
+                              image_pull_secrets=("regcred",), snapshot_driver="EBS.csi.aws.com")
+    assert config.scheduler_name == "runai-scheduler"

@@ -6,7 +6,8 @@ import re
 from dataclasses import dataclass, fields
 
 from dtrain.errors import SpecError
-from dtrain.spec import check_name, parse_size
+from dtrain.names import CLASS_RE, MAX_CLASS, check_storage_class, shown
+from dtrain.spec import check_image, check_name, parse_size
 
 NAMESPACE_PREFIX = "dtrain-"  # project P lives in namespace dtrain-P (Run:AI: runai-P)
 _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
@@ -69,6 +70,31 @@ class KubernetesConfig:
         object.__setattr__(self, "mpirun_args", tuple(self.mpirun_args))
         self._check_choices()
         self._check_numbers()
+        self._check_names()
+
+    def _check_names(self):
+        """Names that go verbatim into manifests, checked by the rule Kubernetes applies to each
+        field: an API server (or the kubelet) refuses the job otherwise, or it waits for good."""
+        for field, value, example in (("scheduler_name", self.scheduler_name, "runai-scheduler"),
+                                      ("snapshot_class", self.snapshot_class, "dtrain-snapshots")):
+            if value is not None and (len(value) > MAX_CLASS or not CLASS_RE.fullmatch(value)):
+                raise SpecError(f"invalid Kubernetes {field} {shown(value)}: use at most {MAX_CLASS} lower-case "
+                                f"letters, digits, '-' or '.', each '.'-separated part starting and ending with "
+                                f"a letter or digit (a DNS-1123 subdomain), e.g. {example}")
+        # The CSI rule: at most 63 characters; Kubernetes checks it as a subdomain, any case.
+        driver = self.snapshot_driver
+        if len(driver) > 63 or not CLASS_RE.fullmatch(driver.lower()):
+            raise SpecError(f"invalid Kubernetes snapshot_driver {shown(driver)}: use a CSI driver name of at most "
+                            f"63 letters, digits, '-' or '.', each '.'-separated part starting and ending with a "
+                            f"letter or digit, e.g. csi.trident.netapp.io")
+        if self.storage_class is not None:
+            try:
+                check_storage_class(self.storage_class)
+            except SpecError as err:
+                raise SpecError(f"{err} (Kubernetes setting storage_class)") from None
+        for secret in self.image_pull_secrets:
+            check_name(secret, "Kubernetes image_pull_secrets secret")
+        check_image(self.watcher_image, "Kubernetes watcher_image", required=True)
 
     def _check_types(self):
         """config.yaml may hold any YAML type: a word where a list goes would be split into letters
