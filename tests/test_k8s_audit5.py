@@ -194,3 +194,26 @@ def test_config_names_kubernetes_accepts_load():
                               storage_class="ontap-nas", watcher_image="registry.example.com:5000/kubectl:1.30",
                               image_pull_secrets=("regcred",), snapshot_driver="EBS.csi.aws.com")
     assert config.scheduler_name == "runai-scheduler"
+
+
+# ------------------------------------------------------------------------- 6: success snapshot of a PVC
+
+
+def test_snapshot_on_success_of_an_existing_volume_records_its_size_and_class(backend, cluster):
+    import json
+
+    from dtrain.spec import parse_pvc
+
+    backend.create_volume("data", size="7Gi", storage_class="fast")
+    backend.submit(spec(snapshot_on_success="data", volumes=(parse_pvc("data:/mnt"),)))
+    watcher = cluster.get("batch", "jobs", NS, "train-snap")
+    script = watcher["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+    manifest = json.loads("{" + script.split("\n{", 1)[1].split("\nEOF", 1)[0])
+    assert manifest["metadata"]["annotations"] == {"dtrain.io/source-size": "7Gi",
+                                                   "dtrain.io/source-storage-class": "fast"}
+    cluster.transition(NS, "train", "Complete")
+    assert backend.get("train").snapshot == "train-success"
+    [snap] = cluster.items("snapshot.storage.k8s.io", "volumesnapshots", NS)
+    assert snap["metadata"]["annotations"]["dtrain.io/source-size"] == "7Gi"
+    info = backend.get_snapshot("train-success")
+    assert (info.volume_size, info.storage_class) == ("7Gi", "fast")

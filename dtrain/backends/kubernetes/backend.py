@@ -87,8 +87,11 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
 
     def _submit(self, spec: JobSpec) -> JobInfo:
         resource = resource_for(spec, self.config)
-        objects = render_job(spec, self.config)
         namespace = self.config.namespace_of(spec.project)
+        source = None  # an existing volume that --snapshot-on-success names: its size and class are recorded
+        if spec.snapshot_volume and spec.snapshot_volume not in {name for name, _ in spec.new_volumes()}:
+            source = self._try_read(PVC, namespace, spec.snapshot_volume)
+        objects = render_job(spec, self.config, snapshot_source=source)
         if resource is TRAIN_JOB:
             self._check_trainer_version()
         self._ensure_namespace(namespace, spec.project)
@@ -402,9 +405,10 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
             if err.api_missing:
                 return replace(info, message=f"snapshot-on-success not taken: {err.no_api()}")
             try:
-                if self._try_read(PVC, namespace, volume) is None:
+                pvc = self._try_read(PVC, namespace, volume)
+                if pvc is None:
                     return replace(info, message=f"snapshot-on-success not taken: volume {volume!r} is gone")
-                self.api.create(render_success_snapshot(info.spec, self.config), VOLUME_SNAPSHOT)
+                self.api.create(render_success_snapshot(info.spec, self.config, pvc), VOLUME_SNAPSHOT)
             except ConflictError:
                 pass  # the in-cluster watcher took it first
             except DtrainError as failed:  # no RBAC to create snapshots, no answer: the next look retries

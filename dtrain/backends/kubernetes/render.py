@@ -99,8 +99,11 @@ def image_of(spec: JobSpec, config: KubernetesConfig) -> str:
     return check_image(image, "image", required=True)  # a job's --image was checked by its spec; a default here
 
 
-def render_job(spec: JobSpec, config: KubernetesConfig, *, with_namespace: bool = False) -> list[dict]:
-    """Every object `submit` creates, in creation order (what `--dry-run` prints)."""
+def render_job(spec: JobSpec, config: KubernetesConfig, *, with_namespace: bool = False,
+               snapshot_source: dict | None = None) -> list[dict]:
+    """Every object `submit` creates, in creation order (what `--dry-run` prints). `snapshot_source`:
+    the existing PVC that --snapshot-on-success names, read by the caller, whose size and class the
+    snapshot records."""
     namespace = config.namespace_of(spec.project)
     objects: list[dict] = []
     if with_namespace:
@@ -113,7 +116,8 @@ def render_job(spec: JobSpec, config: KubernetesConfig, *, with_namespace: bool 
     if workload["kind"] == MPI_JOB.kind and spec.processes > 1:
         objects.append(render_mpi_master_service(spec, config))
     if spec.snapshot_volume and config.snapshot_watcher:
-        objects.append(render_storage.render_snapshot_watcher(spec, config, resource_for(spec, config)))
+        objects.append(render_storage.render_snapshot_watcher(spec, config, resource_for(spec, config),
+                                                              snapshot_source))
     return objects
 
 

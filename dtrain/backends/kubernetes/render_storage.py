@@ -124,10 +124,16 @@ def render_restore(snapshot: str, to: str, *, project: str, size: str, storage_c
                       labels=labels, data_source=source)
 
 
-def render_success_snapshot(spec: JobSpec, config: KubernetesConfig) -> dict:
-    """The snapshot `--snapshot-on-success` takes of spec.snapshot_volume."""
+def render_success_snapshot(spec: JobSpec, config: KubernetesConfig, source: dict | None = None) -> dict:
+    """The snapshot `--snapshot-on-success` takes of spec.snapshot_volume. Its source's size and
+    class are recorded (as `snapshot create` does) so that a restore knows them before the snapshot
+    is ready: from the job's own new volume, else from `source`, the existing PVC as read."""
     volume = spec.snapshot_volume
     size = storage_class = None
+    if source is not None:
+        pvc = source.get("spec") or {}
+        size = ((pvc.get("resources") or {}).get("requests") or {}).get("storage")
+        storage_class = pvc.get("storageClassName")
     for name, v in spec.new_volumes():
         if name == volume:
             size, storage_class = v.size, v.storage_class
@@ -173,14 +179,15 @@ EOF
 """
 
 
-def render_snapshot_watcher(spec: JobSpec, config: KubernetesConfig, resource: Resource) -> dict:
+def render_snapshot_watcher(spec: JobSpec, config: KubernetesConfig, resource: Resource,
+                            source: dict | None = None) -> dict:
     """A small Job that snapshots spec.snapshot_volume once the training job succeeds.
 
     The backend adds an ownerReference to the training job after creating it, so deleting the
     job deletes its watcher (a dry-run rendering has none).
     """
     namespace = config.namespace_of(spec.project)
-    snapshot = render_success_snapshot(spec, config)
+    snapshot = render_success_snapshot(spec, config, source)
     words = {"@KIND@": resource.full_name, "@JOB@": spec.name, "@NS@": namespace, "@OK@": resource.success,
              "@PATH@": '{range .status.conditions[?(@.status=="True")]}{.type}{" "}{end}',
              "@POLL@": str(WATCH_POLL_SECONDS), "@SNAP@": snapshot["metadata"]["name"],
