@@ -217,3 +217,39 @@ def test_snapshot_on_success_of_an_existing_volume_records_its_size_and_class(ba
     assert snap["metadata"]["annotations"]["dtrain.io/source-size"] == "7Gi"
     info = backend.get_snapshot("train-success")
     assert (info.volume_size, info.storage_class) == ("7Gi", "fast")
+
+
+# ------------------------------------------------------------------------- 7: a plain web server
+
+
+def test_a_plain_web_server_answering_404_and_501_is_named_not_kubernetes():
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    from kubernetes import client
+
+    class Quiet(SimpleHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Quiet)  # python -m http.server: 404 for GET, 501 for POST
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    config = client.Configuration(host=f"http://127.0.0.1:{server.server_address[1]}")
+    config.proxy, config.no_proxy, config.retries = None, "*", 0
+    api_client = client.ApiClient(config)
+    try:
+        backend = KubernetesBackend(KubernetesConfig(project="lanes", image=IMAGE), api_client=api_client)
+        verbs = {"get": lambda: backend.get("train"), "list": backend.list,
+                 "snapshot list": backend.list_snapshots, "volume create": lambda: backend.create_volume("d", size="1Gi"),
+                 "submit": lambda: backend.submit(spec())}
+        for name, verb in verbs.items():
+            with pytest.raises(BackendError, match=r"does not look like a Kubernetes API server: .*HTTP (404|501)") \
+                    as err:
+                verb()
+            text = str(err.value)
+            assert "\n" not in text, name
+            assert not any(w in text for w in ("CSI snapshot", "not found in namespace", "overloaded")), (name, text)
+    finally:
+        api_client.close()
+        server.shutdown()
+        server.server_close()

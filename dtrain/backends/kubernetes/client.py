@@ -180,8 +180,9 @@ def _config_problem(err: Exception, config: KubernetesConfig) -> str:
     return text
 
 
-def _shown_body(data: bytes) -> str:
+def _shown_body(data: bytes | str) -> str:
     """The start of an answer that is not JSON (an HTML page of a proxy or a web server)."""
+    data = data.encode() if isinstance(data, str) else data
     text = " ".join(data[:80].decode("utf-8", errors="replace").split())
     return f"{text!r}" + ("..." if len(data) > 80 else "")
 
@@ -347,6 +348,13 @@ class KubeApi:
             status = {}
         if not isinstance(status, dict):
             status = {}
+        if status.get("kind") != "Status" and err.status not in (401, 403, 502, 503, 504):
+            # Every answer of an API server is a metav1.Status; a web server's 404 or 501 (no such
+            # path, no POST) is not, and advice about CRDs, jobs or load would mislead. Credentials
+            # refused and a gateway's 502-504 mean the same whoever says them: mapped below.
+            return BackendError(f"the server at {self.host} does not look like a Kubernetes API server: it answered "
+                                f"the request to {what} with HTTP {err.status} {_shown_body(err.body or b'')}; check "
+                                f"the server address of the kubeconfig context")
         message = " ".join(str(status.get("message") or err.reason or "no message").split())
         details = status.get("details") or {}
         if err.status == 404:
