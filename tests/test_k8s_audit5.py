@@ -253,3 +253,45 @@ def test_a_plain_web_server_answering_404_and_501_is_named_not_kubernetes():
         api_client.close()
         server.shutdown()
         server.server_close()
+
+
+# ------------------------------------------------------------------------- 8: label values, pod names
+
+
+def test_a_snapshot_of_a_volume_with_a_long_name_carries_no_over_long_label(backend, cluster):
+    long = "imported-" + "x" * 60  # 69 characters: a PVC made outside dtrain
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": long, "namespace": NS},
+                    "spec": {"resources": {"requests": {"storage": "5Gi"}}, "accessModes": ["ReadWriteMany"]}})
+    info = backend.create_snapshot(long, name="imported-v1", job=None)
+    assert info.volume == long
+    [snap] = cluster.items("snapshot.storage.k8s.io", "volumesnapshots", NS)
+    labels = snap["metadata"]["labels"]
+    assert "dtrain.io/volume" not in labels and all(len(v) <= 63 for v in labels.values())
+    assert snap["spec"]["source"]["persistentVolumeClaimName"] == long
+
+
+def test_restore_of_a_snapshot_with_a_long_name_carries_no_over_long_label():
+    from dtrain.backends.kubernetes.render_storage import render_restore
+
+    long = "s" * 70
+    pvc = render_restore(long, "back", project="lanes", size="1Gi", storage_class=None, config=KubernetesConfig())
+    assert "dtrain.io/source-snapshot" not in pvc["metadata"]["labels"]
+    assert pvc["spec"]["dataSource"]["name"] == long
+    short = render_restore("snap-1", "back", project="lanes", size="1Gi", storage_class=None,
+                           config=KubernetesConfig())
+    assert short["metadata"]["labels"]["dtrain.io/source-snapshot"] == "snap-1"
+
+
+def test_a_pytorchjob_whose_last_worker_name_is_over_63_is_refused_at_render():
+    from dtrain.backends.kubernetes.render import render_job
+    from dtrain.errors import SpecError
+
+    name = "n" * 53
+    config = KubernetesConfig(image=IMAGE)
+    render_job(spec(name=name, launcher="torchrun", processes=101), config)  # a master, workers 0..99: 63 fits
+    with pytest.raises(SpecError, match=rf"job name '{name}' is 53 characters: with 101 workers its last pod "
+                                        rf"'{name}-worker-100' is 64, over Kubernetes' 63; shorten the name to "
+                                        rf"at most 52 characters or run fewer pods") as err:
+        render_job(spec(name=name, launcher="torchrun", processes=102), config)
+    assert "\n" not in str(err.value)

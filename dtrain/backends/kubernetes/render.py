@@ -203,6 +203,20 @@ def _torchrun(replicas: int, per_pod: int, elastic: bool) -> list[str]:
             "--master-addr=$(MASTER_ADDR)", "--master-port=$(MASTER_PORT)", "--tee=3", "--no-python"]
 
 
+MAX_POD_NAME = 63  # a DNS-1123 label: the operator names a Service (and the pod's hostname) after each pod
+
+
+def _check_pod_name(job: str, suffix: str, pods: int) -> None:
+    """The Training Operator names pod i of a replica type `<job>-worker-<i>` and a Service after it;
+    a name over 63 characters makes the API server refuse that Service, and the job never runs."""
+    name = f"{job}-{suffix}"
+    if len(name) > MAX_POD_NAME:
+        most = MAX_POD_NAME - len(name) + len(job)
+        raise SpecError(f"job name {job!r} is {len(job)} characters: with {pods} workers its last pod "
+                        f"{name!r} is {len(name)}, over Kubernetes' {MAX_POD_NAME}; shorten the name to at most "
+                        f"{most} characters or run fewer pods")
+
+
 def _pytorch_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: int) -> dict:
     elastic = config.elastic_min_replicas is not None
     command = list(spec.command)
@@ -218,6 +232,8 @@ def _pytorch_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod
         replica_specs["Master"] = {"replicas": 1, "restartPolicy": policy, "template": template}
     workers = replicas if elastic else replicas - 1
     if workers:
+        most = max(workers, config.elastic_max_replicas or 0) if elastic else workers
+        _check_pod_name(spec.name, f"worker-{most - 1}", most)
         replica_specs["Worker"] = {"replicas": workers, "restartPolicy": policy, "template": template}
     body: dict[str, Any] = {"runPolicy": _run_policy(spec, config), "nprocPerNode": str(per_pod),
                             "pytorchReplicaSpecs": replica_specs}

@@ -91,10 +91,20 @@ def render_volume_class_patch(volume_attributes_class: str) -> list[dict]:
     return [{"op": "add", "path": "/spec/volumeAttributesClassName", "value": volume_attributes_class}]
 
 
+MAX_LABEL_VALUE = 63
+
+
+def _origin_label(key: str, name: str) -> dict[str, str]:
+    """A label naming where an object came from, left off when the name (of an object dtrain did not
+    make: a name may have 253 characters) is too long for a label value, which the API server would
+    refuse; the spec (source.persistentVolumeClaimName, dataSource.name) names it all the same."""
+    return {key: name} if len(name) <= MAX_LABEL_VALUE else {}
+
+
 def render_snapshot(name: str, volume: str, *, project: str, config: KubernetesConfig, job: str | None = None,
                     source_size: str | None = None, source_class: str | None = None) -> dict:
     """A VolumeSnapshot of PVC `volume`; labels and annotations say where it came from."""
-    labels = {LABEL_VOLUME: volume, **project_labels(project, config)}
+    labels = {**_origin_label(LABEL_VOLUME, volume), **project_labels(project, config)}
     if job:
         labels[LABEL_JOB] = job
     annotations = {}
@@ -118,7 +128,7 @@ def render_snapshot_class(config: KubernetesConfig) -> dict:
 def render_restore(snapshot: str, to: str, *, project: str, size: str, storage_class: str | None,
                    config: KubernetesConfig) -> dict:
     """A new PVC `to` provisioned from VolumeSnapshot `snapshot` (dataSource)."""
-    labels = {LABEL_SOURCE_SNAPSHOT: snapshot, **project_labels(project, config)}
+    labels = {**_origin_label(LABEL_SOURCE_SNAPSHOT, snapshot), **project_labels(project, config)}
     source = {"apiGroup": VOLUME_SNAPSHOT.group, "kind": VOLUME_SNAPSHOT.kind, "name": snapshot}
     return render_pvc(to, config.namespace_of(project), size=size, storage_class=storage_class, config=config,
                       labels=labels, data_source=source)
