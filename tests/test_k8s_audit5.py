@@ -295,3 +295,17 @@ def test_a_pytorchjob_whose_last_worker_name_is_over_63_is_refused_at_render():
                                         rf"at most 52 characters or run fewer pods") as err:
         render_job(spec(name=name, launcher="torchrun", processes=102), config)
     assert "\n" not in str(err.value)
+
+
+def test_volume_delete_by_an_account_that_may_not_read_jobs_says_to_force(backend, cluster):
+    from dtrain.backends.kubernetes.client import Forbidden
+
+    backend.create_volume("tusimple", size="20Gi", storage_class="fast")
+    cluster.forbidden |= {("batch", "jobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "mpijobs"),
+                          ("trainer.kubeflow.org", "trainjobs"), ("kubeflow.org", "notebooks")}
+    with pytest.raises(Forbidden, match=r"cannot tell whether a queued one will mount volume 'tusimple': pass "
+                                        r"--force") as err:
+        backend.delete_volume("tusimple")
+    assert "\n" not in str(err.value)
+    backend.delete_volume("tusimple", force=True)
+    assert cluster.items("", "persistentvolumeclaims", NS) == []

@@ -17,7 +17,7 @@ from dtrain.backends.base import FreedInfo, Progress, SnapshotInfo, VolumeInfo
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
 from dtrain.names import parse_size
 
-from .client import POD, PVC, Missing, Unanswered
+from .client import POD, PVC, Forbidden, Missing, Unanswered
 from .objects import (ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB, LABEL_SOURCE_SNAPSHOT,
                       VOLUME_SNAPSHOT, Resource)
 from .render_storage import render_restore, render_snapshot, render_volume, render_volume_class_patch
@@ -164,7 +164,12 @@ class VolumeVerbs:
     def _job_mounting(self, volume: str) -> tuple[str, str] | None:
         """(name, status) of a job not ended that mounts `volume`: a queued or suspended job has no
         pod yet, but its spec (the dtrain.io/spec annotation) names the volumes its pods will mount."""
-        for resource, obj in self._job_objects(self.namespace):
+        try:
+            objects = self._job_objects(self.namespace)
+        except Forbidden as err:
+            raise Forbidden(f"{err}; without reading the jobs dtrain cannot tell whether a queued one will mount "
+                            f"volume {volume!r}: pass --force to delete it anyway") from None
+        for resource, obj in objects:
             status, _ = job_status(resource.kind, obj, None)
             if status.terminal:
                 continue
