@@ -240,7 +240,8 @@ def test_a_plain_web_server_answering_404_and_501_is_named_not_kubernetes():
     try:
         backend = KubernetesBackend(KubernetesConfig(project="lanes", image=IMAGE), api_client=api_client)
         verbs = {"get": lambda: backend.get("train"), "list": backend.list,
-                 "snapshot list": backend.list_snapshots, "volume create": lambda: backend.create_volume("d", size="1Gi"),
+                 "snapshot list": backend.list_snapshots,
+                 "volume create": lambda: backend.create_volume("d", size="1Gi"),
                  "submit": lambda: backend.submit(spec())}
         for name, verb in verbs.items():
             with pytest.raises(BackendError, match=r"does not look like a Kubernetes API server: .*HTTP (404|501)") \

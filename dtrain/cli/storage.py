@@ -61,7 +61,8 @@ def cmd_volume(args, client: Client) -> int:
                     f"stays; the storage system changes the tier in place)")
         else:
             where = v.extra.get("path")
-            said = f"volume '{v.name}' is now in storage class '{args.storage_class}'" + (f" ({where})" if where else "")
+            said = f"volume '{v.name}' is now in storage class '{args.storage_class}'"
+            said += f" ({where})" if where else ""
         _print(v, said, args.json)
     elif args.action == "delete":
         client.delete_volume(args.name, force=args.force)
