@@ -167,7 +167,7 @@ class VolumeVerbs:
         try:
             objects = self._job_objects(self.namespace)
         except Forbidden as err:
-            raise Forbidden(f"{err}; without reading the jobs dtrain cannot tell whether a queued one will mount "
+            raise Forbidden(f"{err}; without reading the jobs there is no telling whether a queued one will mount "
                             f"volume {volume!r}: pass --force to delete it anyway") from None
         for resource, obj in objects:
             status, _ = job_status(resource.kind, obj, None)
