@@ -226,23 +226,21 @@ def parse_truth(obj: object, where: str = "") -> Truth:
 
 def read_truth(path: str | os.PathLike) -> list[Truth]:
     """A ground-truth file (JSON lines) read as the official script reads it; a bad line names its number."""
-    path = input_file(path, "label file", "give a TuSimple JSON-lines file (or run `dtrain lanes prepare`)")
-    out = []
-    for lineno, obj in json_lines(path):
-        try:
-            out.append(parse_truth(obj, f"{path}:{lineno}"))
-        except ValueError as e:
-            raise DataError(f"{path}:{lineno}: {e}") from None
-    return out
+    return _read_lines(input_file(path, "label file", "give a TuSimple JSON-lines file (or run `dtrain lanes "
+                                  "prepare`)"), parse_truth)
 
 
 def read_predictions(path: str | os.PathLike) -> list[Prediction]:
     """A submission file (JSON lines); blank lines are skipped, a bad line names its number."""
-    path = input_file(path, "prediction file", "give a TuSimple JSON-lines file (`dtrain lanes predict` writes one)")
+    return _read_lines(input_file(path, "prediction file", "give a TuSimple JSON-lines file (`dtrain lanes "
+                                  "predict` writes one)"), parse_prediction)
+
+
+def _read_lines(path, parse: Callable) -> list:
     out = []
     for lineno, obj in json_lines(path):
         try:
-            out.append(parse_prediction(obj, f"{path}:{lineno}"))
+            out.append(parse(obj, f"{path}:{lineno}"))
         except ValueError as e:
             raise DataError(f"{path}:{lineno}: {e}") from None
     return out
