@@ -191,14 +191,19 @@ def test_a_read_only_home_still_lets_the_user_read_what_is_stored(tmp_path):
     import subprocess
     import time
 
+    from dtrain.backends.local.store import JobStore
+
     with tmpfs(tmp_path / "disk", "size=8m") as disk:
         dt = Dtrain(disk / "home")
         dt("volume", "create", "data", "--size", "1Mi")
         dt("submit", "done", "--", "echo", "a line of output")
         dt.wait_for("done", {"Succeeded"})
+        store = JobStore(dt.home / "state.db")
+        supervisor = Ident.of(store.job("done")["supervisor_pid"])
+        store.close()
         deadline = time.monotonic() + 60
-        while (dt.home / "state.db-wal").exists() and time.monotonic() < deadline:
-            time.sleep(0.1)  # the supervisor records Succeeded, then exits; its close removes the -wal
+        while supervisor is not None and supervisor.alive() and time.monotonic() < deadline:
+            time.sleep(0.1)  # it records Succeeded, then exits: until then its files are open for writing
         assert not (dt.home / "state.db-wal").exists()  # the last connection checkpointed: no -wal left
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
         try:
