@@ -217,6 +217,26 @@ def test_overlays_replace_a_link_never_write_through_it(data, tmp_path):
     assert not link.is_symlink() and Image.open(link).size == predict.OVERLAY_SIZE
 
 
+def test_predict_says_how_many_frames_the_200_ms_rule_scored_as_misses(data, tmp_path, capsys, monkeypatch):
+    """Under load a frame takes over 200 ms, and the official rule scores it a miss: the accuracy
+    printed then reads as a worse model unless that is said."""
+    import dataclasses
+
+    model = _save_model(tmp_path / "model.pt", SCNNConfig(width=0.125, input_size=(64, 48)))
+    real = predict.predict_labels
+
+    def slow_second(*args, **kw):
+        preds = real(*args, **kw)
+        return [dataclasses.replace(p, run_time=250.0) if i == 1 else p for i, p in enumerate(preds)]
+
+    monkeypatch.setattr(predict, "predict_labels", slow_second)
+    assert predict.main(["--checkpoint", str(model), "--data-dir", str(data), "--out", str(tmp_path / "p.json"),
+                         "--limit", "3"]) == 0
+    err = capsys.readouterr().err
+    assert ("dtrain lanes predict: warning: 1 of 3 frames took over 200 ms and are scored as misses (the "
+            "official rule)") in err, err
+
+
 # ------------------------------------------------------------------ train
 
 

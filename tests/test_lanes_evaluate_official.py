@@ -167,8 +167,9 @@ def _write(tmp_path, lines, name="pred.json"):
 
 
 def test_values_the_official_script_scores_silently_are_scored_alike_with_one_warning_each(tmp_path):
-    """NaN and infinite x, a negative or NaN run_time, other h_samples than the ground truth (which
-    the official script never reads): accepted and scored as the official script scores them, and
+    """NaN and infinite x, a negative or NaN run_time, a frame over 200 ms, other h_samples than the
+    ground truth (which the official script never reads): accepted and scored as the official
+    script scores them, and
     each kind named once on stderr, with its count and first line."""
     gt, gts = _ground_truth(tmp_path, n=12)
     sub = _submission(gts, 4)
@@ -177,6 +178,7 @@ def test_values_the_official_script_scores_silently_are_scored_alike_with_one_wa
     sub[1]["h_samples"] = [y + 1 for y in gts[1]["h_samples"]]
     sub[2]["h_samples"] = "not rows"
     sub[3]["run_time"], sub[4]["run_time"] = -3, float("nan")
+    sub[10]["run_time"] = 200.5  # slower than the official limit: a miss
     for s, value in zip(sub[5:9], (float("nan"), float("inf"), float("-inf"), float("nan"))):  # a frame each
         lane = next(lane for lane in s["lanes"] if any(x >= 0 for x in lane))
         lane[next(i for i, x in enumerate(lane) if x >= 0)] = value
@@ -184,15 +186,18 @@ def test_values_the_official_script_scores_silently_are_scored_alike_with_one_wa
     warned = []
     ours, theirs = evaluate_files(pred, gt, warn=warned.append), official_figures(pred, gt)
     assert [ours[k] for k in ("accuracy", "fp", "fn")] == [theirs[k] for k in ("accuracy", "fp", "fn")]
-    assert len(warned) == 3, warned
+    assert len(warned) == 4, warned
     assert warned[0].startswith(f"4 prediction(s) (first: {pred}:6) hold x values that are NaN or infinite")
     assert warned[1].startswith(f"2 prediction(s) (first: {pred}:4) give a run_time that is negative or NaN")
-    assert warned[2].startswith(f"2 prediction(s) (first: {pred}:2) give other h_samples than the ground truth")
+    assert warned[2].startswith(f"1 prediction(s) (first: {pred}:11) took over 200 ms (run_time): scored as misses")
+    assert warned[3].startswith(f"2 prediction(s) (first: {pred}:2) give other h_samples than the ground truth")
     proc = subprocess.run([DTRAIN, "lanes", "evaluate", "--pred", str(pred), "--gt", str(gt), "--json"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and json.loads(proc.stdout)["accuracy"] == theirs["accuracy"], proc.stderr
     assert proc.stderr.splitlines() == [f"dtrain lanes evaluate: warning: {w}" for w in warned]
-    sub = _submission(gts, 4)  # a plain submission: no warning
+    sub = _submission(gts, 4)  # a plain submission, every frame within 200 ms: no warning
+    for s in sub:
+        s["run_time"] = min(s["run_time"], 150.0)
     warned.clear()
     evaluate_files(_write(tmp_path, sub), gt, warn=warned.append)
     assert warned == []

@@ -265,7 +265,7 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | 
             raise DataError(f"{_at(p)}prediction for {p.raw_file} has no ground-truth frame: check the raw_file paths")
         by_file[p.raw_file] = p
     scores: dict[str, tuple[float, float, float]] = {}
-    odd: dict[str, list[str]] = {"x": [], "run_time": [], "h_samples": []}  # where each kind was seen
+    odd: dict[str, list[str]] = {"x": [], "run_time": [], "slow": [], "h_samples": []}  # where each was seen
     for g in gts:
         p = by_file.get(g.raw_file)
         if p is None:
@@ -279,6 +279,8 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | 
                 odd["x"].append(where)
             if p.run_time is not None and not p.run_time >= 0:  # negative or NaN
                 odd["run_time"].append(where)
+            elif p.run_time is not None and p.run_time > MAX_RUN_TIME_MS:
+                odd["slow"].append(where)
             if p.h_samples is not None and p.h_samples != tuple(g.h_samples):
                 odd["h_samples"].append(where)
         try:
@@ -305,6 +307,8 @@ _ODD = {  # what the official script does with values it scores without a word
          "-Infinity as no point, Infinity as a point that matches nothing)",
     "run_time": "give a run_time that is negative or NaN: scored as the official script scores them "
                 "(as frames within 200 ms)",
+    "slow": "took over 200 ms (run_time): scored as misses (accuracy 0, every lane missed), as the official "
+            "script scores them, however right their lanes; a loaded machine slows prediction",
     "h_samples": "give other h_samples than the ground truth: their x values are scored at the ground "
                  "truth's rows, as the official script scores them (it reads no h_samples from a submission)",
 }
