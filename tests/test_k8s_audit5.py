@@ -5,42 +5,11 @@ from __future__ import annotations
 import pytest
 
 from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
-from dtrain.backends.kubernetes.fake import CRDS, FakeCluster, FakeKubeServer
+from dtrain.backends.kubernetes.fake import CRDS, FakeCluster
 from dtrain.errors import BackendError
-from dtrain.spec import JobSpec
+from test_k8s_backend import IMAGE, NS, backend, cluster, make_backend, spec  # noqa: F401  (their fixtures)
 
-NS = "dtrain-lanes"
-IMAGE = "ghcr.io/example/lanes:1"
 CRD_KEY = ("apiextensions.k8s.io", "customresourcedefinitions")
-
-
-@pytest.fixture
-def cluster():
-    return FakeCluster()
-
-
-@pytest.fixture
-def make_backend(cluster):
-    servers = []
-
-    def make(config: KubernetesConfig | None = None, fake: FakeCluster | None = None) -> KubernetesBackend:
-        server = FakeKubeServer(fake or cluster).start()
-        servers.append(server)
-        return KubernetesBackend(config or KubernetesConfig(project="lanes", image=IMAGE),
-                                 api_client=server.api_client())
-
-    yield make
-    for server in servers:
-        server.close()
-
-
-@pytest.fixture
-def backend(make_backend):
-    return make_backend()
-
-
-def spec(**kw) -> JobSpec:
-    return JobSpec(**{"name": "train", "command": ("python", "train.py"), "project": "lanes", **kw})
 
 
 def trainjob_crd(spec_fields: list[str]) -> dict:
