@@ -258,7 +258,7 @@ class Plan:
 
 def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
     """One line naming what is taken (or missing) and the fix, before anything runs."""
-    dtrain = _dtrain(plan.backend, client)
+    dtrain = client.dtrain_for(plan.backend)
     taken = [(thing, status) for thing in plan.makes if (status := _taken(client, plan.backend, thing)) is not None]
     if taken:
         _refuse_taken(pipeline, plan.backend, taken, dtrain, plan.fresh)
@@ -303,12 +303,7 @@ def going_on(pipeline: str, plan: Plan, *, client: Client) -> str:
     one = len(going) == 1
     return (f"pipeline {pipeline!r} interrupted; its job{'' if one else 's'} {shown_} "
             f"{'goes' if one else 'go'} on on the {plan.backend} backend: stop {'it' if one else 'them'} with "
-            f"'{_dtrain(plan.backend, client)}delete {names}' before running the pipeline again")
-
-
-def _dtrain(backend: str, client: Client) -> str:
-    """The command a message tells the user to run: with --backend where it is not their default."""
-    return "dtrain " if backend == client.config.backend_for(client.default_project) else f"dtrain --backend {backend} "
+            f"'{client.dtrain_for(plan.backend)}delete {names}' before running the pipeline again")
 
 
 def _refuse_taken(pipeline: str, backend: str, taken: list[tuple[Named, str]], dtrain: str,
