@@ -63,6 +63,18 @@ class Channel:
         return f"{self.name}={self.uri}"
 
 
+def gpu_type(instance_type: str) -> bool:
+    """Whether an instance type has NVIDIA GPUs: the g and p families, as the SageMaker SDK reads
+    them (ml.g5.xlarge, ml.p4d.24xlarge); the others are CPU, Trainium or Inferentia types."""
+    return instance_family(instance_type)[:1] in ("g", "p")
+
+
+def instance_family(instance_type: str) -> str:
+    """'ml.p4d.24xlarge' -> 'p4d' ('' for what is not ml.FAMILY.SIZE)."""
+    parts = instance_type.split(".")
+    return parts[1] if len(parts) == 3 else ""
+
+
 def parse_channel(text: str) -> Channel:
     name, sep, uri = str(text).partition("=")
     if not sep:

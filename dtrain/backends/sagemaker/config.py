@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
-from dtrain.spec_sagemaker import INSTANCE_RE
+from dtrain.spec_sagemaker import INSTANCE_RE, gpu_type, instance_family
 
 ROLE_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}\Z")
 BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]\Z")  # S3 bucket naming rules
@@ -95,8 +95,7 @@ class SageMakerConfig:
         """`image`, or the AWS PyTorch training image of the region for the instance type."""
         if self.image:
             return self.image
-        family = instance_type.split(".")[1] if instance_type.count(".") == 2 else ""
-        if family.startswith(("trn", "inf")):
+        if instance_family(instance_type).startswith(("trn", "inf")):
             raise SpecError(f"{instance_type} runs AWS Neuron (Trainium), not CUDA or a CPU: give a Neuron "
                             f"training image with --image, or pick a GPU (ml.g5.xlarge) or CPU (ml.m5.xlarge) type")
         if self.region not in DLC_REGIONS:
@@ -104,7 +103,7 @@ class SageMakerConfig:
                             f"--image (or dtrain config sagemaker --image URI)")
         return DEFAULT_IMAGE.format(account=DLC_ACCOUNTS.get(self.region, DLC_ACCOUNT), region=self.region,
                                     domain="amazonaws.com.cn" if self.region.startswith("cn-") else "amazonaws.com",
-                                    processor="gpu" if family[:1] in ("g", "p") else "cpu")
+                                    processor="gpu" if gpu_type(instance_type) else "cpu")
 
     def require_aws(self) -> None:
         """A job bound for AWS needs a role and a bucket; say how to set them."""

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from dtrain.backends.sagemaker.config import SageMakerConfig
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec
-from dtrain.spec_sagemaker import MAX_INSTANCES, TOOLKIT_PREFIX, Channel, SageMakerOptions
+from dtrain.spec_sagemaker import MAX_INSTANCES, TOOLKIT_PREFIX, Channel, SageMakerOptions, gpu_type
 
 ENTRY = "dtrain_entry.py"  # written into the source archive when the command is not `python X.py`
 SOURCE_ARCHIVE = "sourcedir.tar.gz"
@@ -47,8 +47,7 @@ def instance_gpus(itype: str) -> int | None:
     count dtrain does not know."""
     if itype in GPUS_PER_INSTANCE:
         return GPUS_PER_INSTANCE[itype]
-    family = itype.split(".")[1] if itype.count(".") == 2 else ""
-    return None if family[:1] in ("g", "p") else 0
+    return None if gpu_type(itype) else 0
 
 
 @dataclass(frozen=True, kw_only=True)
