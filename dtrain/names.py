@@ -66,10 +66,16 @@ def check_name(name: str, what: str = "job") -> str:
 
 def check_storage_class(name: str) -> str:
     """A storage class: 'local' on the local backend, a StorageClass name on Kubernetes."""
+    return check_subdomain(name, "storage class", "'local' or 'fast.nvme'")
+
+
+def check_subdomain(name: str, what: str, example: str, *, term: str = "") -> str:
+    """A name Kubernetes checks as a DNS-1123 subdomain (a StorageClass, a scheduler, a
+    VolumeSnapshotClass); `term` follows the rule in the message, e.g. ' (a DNS-1123 subdomain)'."""
     if not isinstance(name, str) or len(name) > MAX_CLASS or not CLASS_RE.fullmatch(name):
-        raise SpecError(f"invalid storage class {shown(name)}: use at most {MAX_CLASS} lower-case letters, digits, "
-                        f"'-' or '.', each '.'-separated part starting and ending with a letter or digit, "
-                        f"e.g. 'local' or 'fast.nvme'")
+        raise SpecError(f"invalid {what} {shown(name)}: use at most {MAX_CLASS} lower-case letters, digits, "
+                        f"'-' or '.', each '.'-separated part starting and ending with a letter or digit{term}, "
+                        f"e.g. {example}")
     return name
 
 

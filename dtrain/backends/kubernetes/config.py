@@ -6,7 +6,7 @@ import re
 from dataclasses import dataclass, fields
 
 from dtrain.errors import SpecError
-from dtrain.names import CLASS_RE, MAX_CLASS, check_storage_class, shown
+from dtrain.names import CLASS_RE, check_storage_class, check_subdomain, shown
 from dtrain.spec import check_image, check_name, parse_size
 
 NAMESPACE_PREFIX = "dtrain-"  # project P lives in namespace dtrain-P (Run:AI: runai-P)
@@ -77,10 +77,8 @@ class KubernetesConfig:
         field: an API server (or the kubelet) refuses the job otherwise, or it waits for good."""
         for field, value, example in (("scheduler_name", self.scheduler_name, "runai-scheduler"),
                                       ("snapshot_class", self.snapshot_class, "dtrain-snapshots")):
-            if value is not None and (len(value) > MAX_CLASS or not CLASS_RE.fullmatch(value)):
-                raise SpecError(f"invalid Kubernetes {field} {shown(value)}: use at most {MAX_CLASS} lower-case "
-                                f"letters, digits, '-' or '.', each '.'-separated part starting and ending with "
-                                f"a letter or digit (a DNS-1123 subdomain), e.g. {example}")
+            if value is not None:
+                check_subdomain(value, f"Kubernetes {field}", example, term=" (a DNS-1123 subdomain)")
         # The CSI rule: at most 63 characters; Kubernetes checks it as a subdomain, any case.
         driver = self.snapshot_driver
         if len(driver) > 63 or not CLASS_RE.fullmatch(driver.lower()):
