@@ -88,8 +88,9 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
     def _submit(self, spec: JobSpec) -> JobInfo:
         resource = resource_for(spec, self.config)
         namespace = self.config.namespace_of(spec.project)
-        source = None  # an existing volume that --snapshot-on-success names: its size and class are recorded
-        if spec.snapshot_volume and spec.snapshot_volume not in {name for name, _ in spec.new_volumes()}:
+        source = None  # an existing volume that --snapshot-on-success names: the watcher records its size and class
+        if spec.snapshot_volume and self.config.snapshot_watcher and \
+                spec.snapshot_volume not in {name for name, _ in spec.new_volumes()}:
             source = self._try_read(PVC, namespace, spec.snapshot_volume)
         objects = render_job(spec, self.config, snapshot_source=source)
         if resource is TRAIN_JOB:
