@@ -155,15 +155,21 @@ def _computable(value: object) -> bool:
     return True
 
 
-def parse_prediction(obj: object, where: str = "") -> Prediction:
-    """One decoded submission line -> Prediction (ValueError naming the bad field)."""
+def _frame_line(obj: object, keys: tuple[str, ...], holds: str) -> dict:
+    """A decoded line that is an object with `keys` and a raw_file (ValueError naming what is not)."""
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-    for key in ("raw_file", "lanes"):
+    for key in keys:
         if key not in obj:
-            raise ValueError(f"missing key {key!r}: a prediction line holds raw_file, lanes and run_time")
+            raise ValueError(f"missing key {key!r}: {holds}")
     if not isinstance(obj["raw_file"], str) or not obj["raw_file"]:
         raise ValueError(f"raw_file must be a non-empty string, got {obj['raw_file']!r}")
+    return obj
+
+
+def parse_prediction(obj: object, where: str = "") -> Prediction:
+    """One decoded submission line -> Prediction (ValueError naming the bad field)."""
+    obj = _frame_line(obj, ("raw_file", "lanes"), "a prediction line holds raw_file, lanes and run_time")
     if not isinstance(obj["lanes"], list) or not all(isinstance(lane, list) for lane in obj["lanes"]):
         raise ValueError("lanes must be a list of lists of x coordinates")
     for i, lane in enumerate(obj["lanes"]):
@@ -197,13 +203,8 @@ def parse_truth(obj: object, where: str = "") -> Truth:
     parse_label: the official script scores float x (300.0), rows in any order, any x a float holds,
     frames without lanes or rows; it cannot fit a lane through NaN or infinite values, nor score a lane
     of another length than the rows, so those are refused."""
-    if not isinstance(obj, dict):
-        raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
-    for key in ("raw_file", "h_samples", "lanes"):
-        if key not in obj:
-            raise ValueError(f"missing key {key!r}: a ground-truth line holds raw_file, h_samples and lanes")
-    if not isinstance(obj["raw_file"], str) or not obj["raw_file"]:
-        raise ValueError(f"raw_file must be a non-empty string, got {obj['raw_file']!r}")
+    obj = _frame_line(obj, ("raw_file", "h_samples", "lanes"), "a ground-truth line holds raw_file, h_samples "
+                                                               "and lanes")
 
     def numbers(value: object, what: str) -> tuple[float, ...]:
         if not isinstance(value, list):
