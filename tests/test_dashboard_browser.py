@@ -250,3 +250,55 @@ def test_the_jobs_table_shows_fifty_jobs_a_page(browser, home, tmp_path):
 def buttons_disabled(driver) -> list[bool]:
     """[Prev, Next] of the jobs table: disabled or not."""
     return driver.execute_script("return ['jobs-prev', 'jobs-next'].map(id => document.getElementById(id).disabled)")
+
+
+# The lineage of the storage page's screenshot, whose snapshot edge skips a column (volume data ->
+# snapshot s1, past the jobs' column) while another volume and job sit below its source.
+LINEAGE = {"nodes": [{"id": f"{k}:{n}", "kind": k, "name": n, "status": None, "count": None}
+                     for k, n in (("volume", "data"), ("volume", "scratch"), ("job", "train"), ("job", "other"),
+                                  ("snapshot", "s1"), ("volume", "restored"))],
+           "edges": [{"source": s, "target": t, "label": label} for s, t, label in (
+               ("volume:data", "job:train", "mounted"), ("volume:scratch", "job:other", "mounted"),
+               ("job:train", "snapshot:s1", "results"), ("volume:data", "snapshot:s1", "snapshot"),
+               ("snapshot:s1", "volume:restored", "restored"))]}
+
+
+def test_the_lineage_graph_draws_no_edge_or_label_under_a_node(browser, home, tmp_path):
+    """An edge that skips a column ran from its source's bottom under the nodes below it and the ones
+    it skipped: hidden behind them, it seemed to come out of another node (job 'other' -> s1), and its
+    label was covered. Every edge and label now keeps off every node's box."""
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        browser.get(server.url + "/#/storage")
+        WebDriverWait(browser, 60, poll_frequency=0.2).until(lambda d: d.execute_script(
+            "return typeof lineageGraph === 'function'"))
+        crossings = browser.execute_script("""
+            const svg = lineageGraph(arguments[0]);
+            document.getElementById('main').replaceChildren(svg);  // laid out, so that lengths and boxes are known
+            const boxes = [...svg.querySelectorAll('g.node')].map(g => {
+              const m = g.transform.baseVal.consolidate().matrix, r = g.querySelector('rect');
+              return {id: g.dataset.id, x: m.e, y: m.f, w: r.width.baseVal.value, h: r.height.baseVal.value};
+            });
+            const inside = (x, y, b) => x > b.x + 1 && x < b.x + b.w - 1 && y > b.y + 1 && y < b.y + b.h - 1;
+            const found = [];
+            svg.querySelectorAll('path.edge').forEach((path, i) => {
+              const length = path.getTotalLength();
+              for (let s = 0; s <= length; s += 2) {
+                const p = path.getPointAtLength(s), hit = boxes.find(b => inside(p.x, p.y, b));
+                if (hit) { found.push(`edge ${i} crosses ${hit.id} at ${p.x.toFixed(0)},${p.y.toFixed(0)}`); break; }
+              }
+            });
+            svg.querySelectorAll('text.elabel').forEach(t => {
+              const r = t.getBBox(), hit = boxes.find(b => r.x < b.x + b.w && r.x + r.width > b.x
+                                                           && r.y < b.y + b.h && r.y + r.height > b.y);
+              if (hit) found.push(`label ${t.textContent} under ${hit.id}`);
+            });
+            const height = svg.height.baseVal.value;
+            svg.querySelectorAll('path.edge').forEach((path, i) => {
+              const r = path.getBBox();
+              if (r.y + r.height > height) found.push(`edge ${i} runs below the drawing (${height}px high)`);
+            });
+            return found;""", LINEAGE)
+        assert crossings == []
+    finally:
+        server.stop()

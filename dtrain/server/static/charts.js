@@ -83,13 +83,17 @@ function lineageGraph(graph) {
   }
   const cols = {};
   graph.nodes.forEach(n => { (cols[depth[n.id]] = cols[depth[n.id]] || []).push(n); });
-  const NW = 150, NH = 40, GX = 70, GY = 22, pos = {};
+  const NW = 150, NH = 40, GX = 70, GY = 22, LANE = 18, pos = {};
   let maxRows = 0;
   Object.keys(cols).forEach(c => {
     cols[c].forEach((n, r) => { pos[n.id] = {x: 10 + c * (NW + GX), y: 10 + r * (NH + GY)}; });
     maxRows = Math.max(maxRows, cols[c].length);
   });
   const ncols = Object.keys(cols).length;
+  // the lowest node's bottom in the columns strictly between two columns: an edge that skips them runs below it
+  const below = (c0, c1) => Math.max(0, ...Object.keys(cols).filter(c => c > c0 && c < c1)
+    .map(c => 10 + cols[c].length * (NH + GY) - GY));
+  let lanes = 0, bottom = 0;
   const W = Math.max(300, 20 + ncols * (NW + GX)), H = Math.max(80, 20 + maxRows * (NH + GY) + 26 * ncols);
   const svg = svgEl("svg", {width: W, height: H, class: "graph", id: "lineage-graph"});
   const defs = svgEl("defs");
@@ -103,7 +107,16 @@ function lineageGraph(graph) {
     if (!a || !b) return;
     const span = Math.round((b.x - a.x) / (NW + GX));
     let d, lx, ly;
-    if (span > 1 || span < 0) {  // skips columns: bow under the nodes instead of crossing them
+    if (span > 1) {
+      // skips columns: out of the source's side into the gap, down to a lane of its own below every node of the
+      // columns skipped, along it, and up in the gap before the target (a bow from the source's bottom ran
+      // under the nodes beneath it, hidden, and seemed to come out of them; its label was hidden too)
+      const lane = below(depth[e.source], depth[e.target]) + LANE * (1 + lanes++);
+      const x1 = a.x + NW, y1 = a.y + NH / 2, x2 = b.x, y2 = b.y + NH / 2, g1 = x1 + GX / 2, g2 = x2 - GX / 2;
+      d = `M${x1},${y1}C${g1},${y1} ${g1},${lane} ${x1 + GX},${lane}L${x2 - GX},${lane}C${g2},${lane} ${g2},${y2} ${x2},${y2}`;
+      [lx, ly] = [(x1 + x2) / 2, lane - 4];
+      bottom = Math.max(bottom, lane);
+    } else if (span < 0) {  // back to an earlier column (a cycle): bow under the nodes
       const x1 = a.x + NW / 2, y1 = a.y + NH, x2 = b.x + NW / 2, y2 = b.y + NH, dip = Math.max(y1, y2) + 26 * Math.abs(span);
       d = `M${x1},${y1}C${x1},${dip} ${x2},${dip} ${x2},${y2}`;
       [lx, ly] = [(x1 + x2) / 2, dip - 8 * Math.abs(span) + 2];
@@ -128,5 +141,6 @@ function lineageGraph(graph) {
     g.appendChild(t);
     svg.appendChild(g);
   });
+  if (bottom + 10 > H) svg.setAttribute("height", bottom + 10);
   return svg;
 }
