@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import shutil
 from datetime import datetime, timezone
 from pathlib import Path
@@ -300,5 +301,30 @@ def test_the_lineage_graph_draws_no_edge_or_label_under_a_node(browser, home, tm
             });
             return found;""", LINEAGE)
         assert crossings == []
+    finally:
+        server.stop()
+
+
+COMMAND_LINES = ["python train.py --epochs 2", "python train.py --name=\"my run\" --tag='a b'",
+                 "sh -c 'echo \"hi there\"; exit 3'", "echo it\\'s a\\ b", "echo \"a \\\"q\\\" \\\\ \\$HOME \\x\"",
+                 "printf '' x''y \"\"", "  python   -c \"print('a  b')\"  "]
+
+
+def test_the_submit_form_splits_a_command_as_a_shell_does(browser, home, tmp_path):
+    """The form's command line becomes the words a POSIX shell makes of it (shlex is the reference):
+    quotes inside a word (--name="my run") kept the quotes and split the word in two. A quote left
+    open is refused in the page, naming it, and nothing is sent."""
+    server = ServerProcess(home, cwd=tmp_path)
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    try:
+        browser.get(server.url + "/#/submit")
+        wait.until(lambda d: d.find_elements(By.ID, "submit-form"))
+        for line in COMMAND_LINES:
+            assert browser.execute_script("return splitCommand(arguments[0])", line) == shlex.split(line), line
+        browser.find_element(By.ID, "name").send_keys("from-form")
+        browser.find_element(By.ID, "command").send_keys("python -c 'print(1)")
+        browser.find_element(By.CSS_SELECTOR, "#submit-form button[type=submit]").click()
+        wait.until(lambda d: "invalid command: the ' at character 11 is not closed" in text_of(d, "#submit-message"))
+        assert server.http.get("/api/v1/jobs/from-form").status_code == 404  # nothing sent, nothing stored
     finally:
         server.stop()

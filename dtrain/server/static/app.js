@@ -385,11 +385,38 @@ function storagePage(main) {
 
 // ---- submit --------------------------------------------------------------------------------
 function splitCommand(text) {
-  // Shell-like words: whitespace separates, '...' and "..." group (no expansions).
+  // The words a shell makes of the line, without expanding anything, as Python's shlex.split (the CLI shows a
+  // command with shlex.join): whitespace separates; '...' keeps what it holds; "..." too, but for \" and \\; a
+  // backslash outside quotes keeps the next character; quotes join the text beside them into one word
+  // (--name="my run" is one word: it was two, quotes kept). A quote left open is refused (Error), naming it.
   const out = [];
-  const re = /"([^"]*)"|'([^']*)'|(\S+)/g;
-  let m;
-  while ((m = re.exec(text))) out.push(m[1] ?? m[2] ?? m[3]);
+  let word = null, i = 0;
+  while (i < text.length) {
+    const c = text[i];
+    if (/\s/.test(c)) {
+      if (word !== null) out.push(word);
+      word = null;
+      i++;
+      continue;
+    }
+    word = word ?? "";
+    if (c === "'" || c === '"') {
+      let j = i + 1;
+      for (; j < text.length && text[j] !== c; j++) {
+        if (c === '"' && text[j] === "\\" && '"\\'.includes(text[j + 1])) j++;
+        word += text[j];
+      }
+      if (j >= text.length) throw new Error(`invalid command: the ${c} at character ${i + 1} is not closed; close it, or put a \\ before it`);
+      i = j + 1;
+    } else if (c === "\\" && i + 1 < text.length) {
+      word += text[i + 1];
+      i += 2;
+    } else {
+      word += c;
+      i++;
+    }
+  }
+  if (word !== null) out.push(word);
   return out;
 }
 
@@ -418,7 +445,9 @@ function submitPage(main) {
   form.onsubmit = async ev => {
     ev.preventDefault();
     const val = id => document.getElementById(id).value.trim();
-    const body = {name: val("name"), command: splitCommand(val("command")), processes: +val("processes") || 1,
+    let command;
+    try { command = splitCommand(val("command")); } catch (e) { msg.className = "error"; msg.textContent = e.message; return; }
+    const body = {name: val("name"), command, processes: +val("processes") || 1,
                   launcher: launcher.value, gpu: +val("gpu") || 0, max_restarts: +val("max_restarts") || 0,
                   large_shm: document.getElementById("large_shm").checked};
     for (const k of ["memory", "project", "snapshot_on_success", "working_dir", "backend", "image"]) if (val(k)) body[k] = val(k);
