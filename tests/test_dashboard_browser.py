@@ -328,3 +328,20 @@ def test_the_submit_form_splits_a_command_as_a_shell_does(browser, home, tmp_pat
         assert server.http.get("/api/v1/jobs/from-form").status_code == 404  # nothing sent, nothing stored
     finally:
         server.stop()
+
+
+def test_chart_axes_show_whole_numbers_without_decimals(browser, home, tmp_path):
+    """A curve's first step and the nodes page's "held" chart (0 or 1) were labelled "1.00"."""
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        browser.get(server.url + "/#/nodes")
+        WebDriverWait(browser, 60, poll_frequency=0.2).until(lambda d: d.execute_script(
+            "return typeof fmtNum === 'function'"))
+        shown = browser.execute_script("return arguments[0].map(fmtNum)", [1, 7, -3, 0, 49, 2.5, 0.0204, 1234])
+        assert shown == ["1", "7", "-3", "0", "49", "2.50", "0.0204", "1.2k"]
+        labels = browser.execute_script(
+            "return [...lineChart([{name: 'loss', points: [[1, 1], [49, 0.02]]}], {}).querySelectorAll('text')]"
+            ".map(t => t.textContent)")
+        assert labels == ["1", "0.0200", "1", "49"]  # y top, y bottom, x start, x end
+    finally:
+        server.stop()

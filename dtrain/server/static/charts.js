@@ -17,7 +17,7 @@ function fmtNum(v) {
   if (a >= 1e9) return (v / 1e9).toFixed(1) + "G";
   if (a >= 1e6) return (v / 1e6).toFixed(1) + "M";
   if (a >= 1e3) return (v / 1e3).toFixed(1) + "k";
-  if (a >= 10 || a === 0) return v.toFixed(0);
+  if (a >= 10 || Number.isInteger(v)) return v.toFixed(0);  // step 1 and a GPU held (1) are "1", not "1.00"
   return v.toPrecision(3);
 }
 
