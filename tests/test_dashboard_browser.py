@@ -345,3 +345,27 @@ def test_chart_axes_show_whole_numbers_without_decimals(browser, home, tmp_path)
         assert labels == ["1", "0.0200", "1", "49"]  # y top, y bottom, x start, x end
     finally:
         server.stop()
+
+
+def test_a_suspended_jobs_page_says_its_lines_go_on_once_resumed_and_they_do(browser, home, tmp_path):
+    """The log pane told a user to resume the job and then reload the page, which is to follow the
+    resumed job's lines by itself (docs/dashboard.md). It did only when a poll (every 4 s) had seen
+    the job Suspended: one suspended and resumed between two polls, as here, was not followed again.
+    The stream's own end (Suspended) counts now, and the pane says the lines go on."""
+    server = ServerProcess(home, cwd=tmp_path)
+    wait = WebDriverWait(browser, 90, poll_frequency=0.2)
+    try:
+        http = server.http
+        r = http.post("/api/v1/jobs", json={"name": "pausable", "command": ["sh", "-c", "echo run started; sleep 60"],
+                                            "working_dir": str(tmp_path)})
+        assert r.status_code == 201, r.text
+        browser.get(server.url + "/#/job/pausable")
+        wait.until(lambda d: "run started" in text_of(d, "#logs"))
+        assert http.post("/api/v1/jobs/pausable/suspend").status_code == 200
+        wait.until(lambda d: text_of(d, "#logs-end"))
+        assert text_of(browser, "#logs-end") == "-- the job was suspended: its lines go on here once it is resumed --"
+        assert http.post("/api/v1/jobs/pausable/resume").status_code == 200
+        wait.until(lambda d: text_of(d, "#logs").count("run started") == 2)  # no reload
+        assert not browser.find_elements(By.ID, "logs-end")
+    finally:
+        server.stop()

@@ -13,6 +13,7 @@ let view = 0;  // bumped by route(): a poll of an earlier page draws nothing and
 let timers = [];  // {id} of this page's pending setTimeouts: route() clears them
 let reads = new Set();  // the AbortControllers of this page's reads: route() cancels them
 let stream = null;
+let streamSuspended = false;  // the log stream ended at a suspension: the job page follows the job again once it runs
 let follows = 0;  // bumped by follow(): a reopen scheduled for another rank's stream does nothing
 
 function h(tag, attrs, ...children) {
@@ -212,8 +213,9 @@ function jobPage(main, name) {
   const history = gpuHistory();
   every(async () => {
     const j = await api("/jobs/" + encodeURIComponent(name));
-    // A resumed job runs again: its log stream ended at the suspension, so read it anew.
-    if (wasSuspended && j.status !== "Suspended") follow(name, rank.value);
+    // A resumed job runs again: its log stream ended at the suspension, so read it anew. The stream's end says
+    // so too: a job suspended and resumed between two polls was never seen Suspended here, and was not followed.
+    if ((wasSuspended || streamSuspended) && j.status !== "Suspended") follow(name, rank.value);
     wasSuspended = j.status === "Suspended";
     head.replaceChildren(h("div", {class: "kv"},
       h("div", {}, "Status"), h("div", {class: `status s-${j.status}`, id: "job-status"}, j.status),
@@ -289,6 +291,7 @@ function logPane(logs, live) {
 
 function follow(name, rank) {
   if (stream) stream.close();
+  streamSuspended = false;
   const mine = view, me = ++follows, timer = {id: null}, live = () => mine === view && me === follows;
   const pane = logPane(document.getElementById("logs"), live);
   pane.clear();
@@ -321,7 +324,8 @@ function follow(name, rank) {
     es.addEventListener("end", ev => {
       const status = (JSON.parse(ev.data || "{}") || {}).status;
       es.close();
-      pane.close("logs-end", status === "Suspended" ? "-- the job was suspended: resume it, then reload --\n" : "-- the job has stopped --\n");
+      if (live()) streamSuspended = status === "Suspended";
+      pane.close("logs-end", status === "Suspended" ? "-- the job was suspended: its lines go on here once it is resumed --\n" : "-- the job has stopped --\n");
     });
     // The server's `event: error` (a pod that cannot start, a reader that stalled) carries {error, kind}
     // and ends the stream; an error event without data is a dropped connection, reopened after a pause.
