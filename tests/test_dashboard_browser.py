@@ -369,3 +369,16 @@ def test_a_suspended_jobs_page_says_its_lines_go_on_once_resumed_and_they_do(bro
         assert not browser.find_elements(By.ID, "logs-end")
     finally:
         server.stop()
+
+
+def test_a_job_address_that_is_not_url_encoded_shows_the_servers_refusal(browser, home, tmp_path):
+    """#/job/50% (a '%' that starts no escape) threw in the page's routing: a blank page, no message."""
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        browser.get(server.url + "/#/job/50%")
+        WebDriverWait(browser, 60, poll_frequency=0.2).until(lambda d: text_of(d, "#banner"))
+        assert text_of(browser, "#job-name") == "50%"
+        assert text_of(browser, "#banner").startswith("invalid job name '50%': use 1-53 lower-case letters")
+        assert not [e for e in browser.get_log("browser") if "URIError" in e["message"]]
+    finally:
+        server.stop()

@@ -481,6 +481,12 @@ function go(page, params) {
   location.hash = "#/" + page + (q.toString() ? "?" + q : "");
 }
 
+// A name from the address as typed: a '%' that starts no escape (#/job/50%) is itself, where decodeURIComponent
+// threw and left the page blank; the server then says what is wrong with the name.
+function decoded(text) {
+  try { return decodeURIComponent(text); } catch (e) { return text; }
+}
+
 function route() {
   view++;
   timers.forEach(t => clearTimeout(t.id));
@@ -493,7 +499,7 @@ function route() {
   document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === (page === "job" ? "jobs" : page || "jobs")));
   const main = document.getElementById("main");
   main.replaceChildren();
-  if (page === "job" && rest.length) jobPage(main, decodeURIComponent(rest.join("/")));
+  if (page === "job" && rest.length) jobPage(main, decoded(rest.join("/")));
   else if (page === "nodes") nodesPage(main);
   else if (page === "storage") storagePage(main);
   else if (page === "submit") submitPage(main);
