@@ -382,3 +382,22 @@ def test_a_job_address_that_is_not_url_encoded_shows_the_servers_refusal(browser
         assert not [e for e in browser.get_log("browser") if "URIError" in e["message"]]
     finally:
         server.stop()
+
+
+def test_the_volumes_table_shows_the_space_used_and_status_as_volume_list_does(browser, home, tmp_path):
+    """`dtrain volume list` shows each volume's space used and status; the page showed neither."""
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        made = server.http.post("/api/v1/volumes", json={"name": "lanes-data", "size": "1Gi"}).json()
+        (Path(made["extra"]["path"]) / "images.bin").write_bytes(b"x" * 100_000)
+        [volume] = server.http.get("/api/v1/volumes").json()
+        assert volume["used_bytes"] >= 100_000
+        browser.get(server.url + "/#/storage")
+        row = "#volumes-table tr[data-volume='lanes-data']"
+        WebDriverWait(browser, 60, poll_frequency=0.2).until(lambda d: text_of(d, row))
+        headers = browser.execute_script("return [...document.querySelectorAll('#volumes-table th')].map(e => e.textContent)")
+        cells = dict(zip(headers, browser.execute_script(
+            "return [...document.querySelectorAll(arguments[0] + ' td')].map(e => e.textContent)", row)))
+        assert cells["Used"] == f"{volume['used_bytes'] / 1024:.1f} KiB" and cells["Status"] == "Bound", cells
+    finally:
+        server.stop()

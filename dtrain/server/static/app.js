@@ -375,8 +375,10 @@ function storagePage(main) {
   main.append(h("h1", {}, "Volumes and snapshots"), h("h2", {}, "Lineage"), graph, h("h2", {}, "Volumes"), vols, h("h2", {}, "Snapshots"), snaps);
   every(async () => {
     const [v, s, g] = await Promise.all([api("/volumes"), api("/snapshots"), api("/lineage")]);
-    vols.replaceChildren(table(["Name", "Class", "Size", "From snapshot", "Head snapshot", "Created"], v.map(x => h("tr", {},
-      h("td", {}, x.name), h("td", {}, x.storage_class || "-"), h("td", {}, x.size || "-"), h("td", {}, x.origin_snapshot || "-"),
+    // the columns of `dtrain volume list`, space used and status included
+    vols.replaceChildren(table(["Name", "Class", "Size", "Used", "Status", "From snapshot", "Head snapshot", "Created"], v.map(x => h("tr", {"data-volume": x.name},
+      h("td", {}, x.name), h("td", {}, x.storage_class || "-"), h("td", {}, x.size || "-"), h("td", {class: "used"}, size(x.used_bytes)),
+      h("td", {}, x.status || "-"), h("td", {}, x.origin_snapshot || "-"),
       h("td", {}, x.extra.head_snapshot || "-"), h("td", {}, created(x.created)))), {id: "volumes-table"}));
     snaps.replaceChildren(table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {},
       h("td", {}, x.name), h("td", {}, x.volume || "-"), h("td", {}, x.job ? jobLink(x.job) : "-"), h("td", {}, x.source_snapshot || "-"),
