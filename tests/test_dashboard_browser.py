@@ -401,3 +401,29 @@ def test_the_volumes_table_shows_the_space_used_and_status_as_volume_list_does(b
         assert cells["Used"] == f"{volume['used_bytes'] / 1024:.1f} KiB" and cells["Status"] == "Bound", cells
     finally:
         server.stop()
+
+
+def test_a_jobs_lines_of_every_rank_are_marked_with_their_rank_however_slow_the_job_answers(browser, home, tmp_path):
+    """The log stream opened with the page, before the job's answer told how many ranks it has: the
+    lines that came first lacked their "[rank N]". Here the job's answer is held back 1.5 s."""
+    server = ServerProcess(home, cwd=tmp_path)
+    wait = WebDriverWait(browser, 90, poll_frequency=0.2)
+    try:
+        r = server.http.post("/api/v1/jobs", json={"name": "two-ranks", "processes": 2, "launcher": "torchrun",
+                                                   "command": ["sh", "-c", "echo hello from $RANK"],
+                                                   "working_dir": str(tmp_path)})
+        assert r.status_code == 201, r.text
+        wait_until(lambda: server.http.get("/api/v1/jobs/two-ranks").json()["status"] == "Succeeded", timeout=60,
+                   what="two-ranks to succeed")
+        browser.get(server.url + "/#/jobs")
+        wait.until(lambda d: text_of(d, "#jobs-table"))
+        browser.execute_script("""
+            const fetched = window.fetch;
+            window.fetch = (url, opts) => String(url).endsWith('/jobs/two-ranks')
+              ? new Promise(ok => setTimeout(ok, 1500)).then(() => fetched(url, opts)) : fetched(url, opts);
+            location.hash = '#/job/two-ranks';""")
+        wait.until(lambda d: "-- the job has stopped --" in text_of(d, "#logs"))
+        lines = text_of(browser, "#logs").splitlines()[:-1]
+        assert sorted(lines) == ["[rank 0] hello from 0", "[rank 1] hello from 1"], lines
+    finally:
+        server.stop()

@@ -209,7 +209,7 @@ function jobPage(main, name) {
               h("div", {class: "card"}, h("h2", {}, "Status events"), events)),
               h("div", {class: "row"}, h("div", {class: "card"}, h("h2", {}, "Snapshots"), snaps),
               h("div", {class: "card"}, h("h2", {}, "Spec"), spec)));
-  let ranksShown = 0, wasSuspended = false;
+  let ranksShown = 0, wasSuspended = false, following = false;
   const history = gpuHistory();
   every(async () => {
     const j = await api("/jobs/" + encodeURIComponent(name));
@@ -233,13 +233,14 @@ function jobPage(main, name) {
       h("td", {}, when(e.time)), statusCell(e.status), h("td", {}, e.message)))));
     spec.textContent = JSON.stringify(j.spec, null, 2);
     for (; ranksShown < j.spec.processes; ranksShown++) rank.appendChild(h("option", {value: ranksShown}, "rank " + ranksShown));
+    // The logs are followed once the ranks are known: lines that came before marked no rank ("[rank 1] ...").
+    if (!following) { following = true; follow(name, ""); }
     const s = await api("/snapshots?job=" + encodeURIComponent(name));
     snaps.replaceChildren(s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {},
       h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
       : h("p", {class: "muted"}, "none"));
     await drawCurves(curves, name, history);
   }, REFRESH_MS * 2);
-  follow(name, "");
 }
 
 async function drawCurves(holder, name, history) {
@@ -496,6 +497,7 @@ function route() {
   reads.forEach(ctl => ctl.abort());
   reads = new Set();
   if (stream) { stream.close(); stream = null; }
+  streamSuspended = false;
   const [path] = location.hash.replace(/^#\/?/, "").split("?");
   const [page, ...rest] = path.split("/");
   document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === (page === "job" ? "jobs" : page || "jobs")));
