@@ -427,3 +427,25 @@ def test_a_jobs_lines_of_every_rank_are_marked_with_their_rank_however_slow_the_
         assert sorted(lines) == ["[rank 0] hello from 0", "[rank 1] hello from 1"], lines
     finally:
         server.stop()
+
+
+def test_the_jobs_table_keeps_its_buttons_in_the_window_beside_a_long_name(browser, home, tmp_path):
+    """A job name of the 53 characters allowed pushed the table past a 1360 px window: the page
+    scrolled sideways and a running job's Delete button lay outside the window."""
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        for name, command in ((("a-very-long-job-name-that-fills-all-fifty-three-chars", ["true"]),
+                               ("runs", ["sleep", "60"]))):
+            r = server.http.post("/api/v1/jobs", json={"name": name, "command": command, "working_dir": str(tmp_path)})
+            assert r.status_code == 201, r.text
+        browser.set_window_size(1360, 1000)
+        browser.get(server.url + "/#/jobs")
+        WebDriverWait(browser, 60, poll_frequency=0.2).until(
+            lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-job='runs'] button.danger"))
+        fits = browser.execute_script("""
+            const width = document.documentElement.clientWidth;
+            return {width, page: document.documentElement.scrollWidth,
+                    buttons: [...document.querySelectorAll('#jobs-table button')].map(b => b.getBoundingClientRect().right)};""")
+        assert fits["page"] <= fits["width"] and all(right <= fits["width"] for right in fits["buttons"]), fits
+    finally:
+        server.stop()

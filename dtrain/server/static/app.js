@@ -148,7 +148,7 @@ function jobsPage(main) {
   const prev = h("button", {id: "jobs-prev", disabled: true, onclick: () => to(page - 1)}, "Prev");
   const next = h("button", {id: "jobs-next", disabled: true, onclick: () => to(page + 1)}, "Next");
   const range = h("span", {id: "jobs-range", class: "muted"});
-  const holder = h("div", {class: "card"});
+  const holder = h("div", {class: "card wide"});
   main.append(h("h1", {}, "Jobs"), h("div", {class: "toolbar"}, status, project,
               h("span", {class: "pager"}, prev, range, next)), holder);
   every(async () => {
