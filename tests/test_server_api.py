@@ -382,3 +382,15 @@ def test_a_volume_restored_from_a_snapshot_whose_name_was_reused_points_at_the_e
     assert ("snapshot:s1@r1", "restored", "volume:r1") in edges and ("snapshot:s1", "restored", "volume:r1") not in edges
     assert {"id": "snapshot:s1@r1", "kind": "snapshot", "name": "s1", "status": "gone", "count": None} in graph["nodes"]
     assert ("volume:v", "snapshot", "snapshot:s1") in edges
+
+
+def test_the_dashboards_files_are_checked_again_at_every_load(server):
+    """Served without a Cache-Control, the page's scripts were kept by browsers for a share of their
+    age without asking: after an upgrade, the new index.html ran the old app.js. Now each load asks,
+    and an unchanged file costs a 304."""
+    for path in ("/static/app.js", "/static/charts.js", "/static/style.css"):
+        r = server.http.get(path)
+        assert r.status_code == 200 and r.headers["cache-control"] == "no-cache", (path, r.headers)
+        again = server.http.get(path, headers={"if-none-match": r.headers["etag"]})
+        assert again.status_code == 304 and again.headers["cache-control"] == "no-cache", again.headers
+    assert server.http.get("/").headers["cache-control"] == "no-store"

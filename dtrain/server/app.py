@@ -133,9 +133,20 @@ def _not_allowed(request, headers: dict[str, str]) -> tuple[str, dict[str, str]]
     return f"{method} is not allowed on {request.url.path}: use {allow}", {**kept, "allow": allow}
 
 
+class _Revalidated(StaticFiles):
+    """The dashboard's files, checked again at every load (`no-cache`: a 304 while unchanged). Without a
+    Cache-Control a browser keeps a file for a share of its age unasked, so a page loaded after an upgrade
+    ran the old JavaScript (index.html is never stored) against the new API."""
+
+    async def get_response(self, path: str, scope):
+        response = await super().get_response(path, scope)
+        response.headers["cache-control"] = "no-cache"
+        return response
+
+
 def _pages(app: FastAPI) -> None:
     """The dashboard: static files, no build step; the page's JavaScript calls /api/v1."""
-    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+    app.mount("/static", _Revalidated(directory=STATIC), name="static")
 
     @app.get("/", include_in_schema=False)
     def index():
