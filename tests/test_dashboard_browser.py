@@ -449,3 +449,24 @@ def test_the_jobs_table_keeps_its_buttons_in_the_window_beside_a_long_name(brows
         assert fits["page"] <= fits["width"] and all(right <= fits["width"] for right in fits["buttons"]), fits
     finally:
         server.stop()
+
+
+def test_a_buttons_refusal_stays_on_screen_past_the_next_refresh(browser, home, tmp_path):
+    """Suspend on a read-only server is refused (403): the banner said so, and the table's next
+    refresh, 2 s later, cleared it. It now stays until the next button or page."""
+    server = ServerProcess(home, args=("--read-only",), cwd=tmp_path)
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    try:
+        server.dtrain()("submit", "runs", "--", "sleep", "60", cwd=tmp_path)
+        browser.get(server.url + "/#/jobs")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-job='runs'] button.suspend"))
+        click(browser, "tr[data-job='runs'] button.suspend")
+        wait.until(lambda d: "this server is read-only (POST refused)" in text_of(d, "#banner"))
+        refreshed = text_of(browser, "#updated")
+        wait.until(lambda d: text_of(d, "#updated") not in ("", refreshed))  # the table was read again since
+        assert "this server is read-only (POST refused)" in text_of(browser, "#banner")
+        browser.get(server.url + "/#/nodes")  # another page: the refusal was the last one's
+        wait.until(lambda d: d.find_elements(By.ID, "gpus-table") or "no GPUs" in text_of(d, "main"))
+        wait.until(lambda d: text_of(d, "#banner") == "")
+    finally:
+        server.stop()

@@ -61,10 +61,18 @@ async function request(path, opts) {
   return {body, headers: resp.headers};
 }
 
+// The refusal of the last button pressed (a 409, a read-only server): shown until the next button or page, not
+// only until the next poll, whose success cleared the banner within 2 s.
+let refusal = "";
 function showBanner(text) {
   const b = document.getElementById("banner");
-  b.textContent = text;
-  b.hidden = !text;
+  b.textContent = text || refusal;
+  b.hidden = !(text || refusal);
+}
+
+async function act(path, opts) {  // a button's call: its refusal stays on screen
+  try { await api(path, opts); refusal = ""; } catch (e) { refusal = e.message; }
+  showBanner("");
 }
 
 function age(ts) {
@@ -178,11 +186,11 @@ function jobsPage(main) {
 
 async function deleteJob(name) {
   if (!confirm(`Delete job ${name}? Its processes are stopped.`)) return;
-  try { await api("/jobs/" + encodeURIComponent(name), {method: "DELETE"}); } catch (e) { showBanner(e.message); }
+  await act("/jobs/" + encodeURIComponent(name), {method: "DELETE"});
 }
 
 async function pauseJob(name, verb) {  // "suspend" or "resume"
-  try { await api(`/jobs/${encodeURIComponent(name)}/${verb}`, {method: "POST"}); } catch (e) { showBanner(e.message); }
+  await act(`/jobs/${encodeURIComponent(name)}/${verb}`, {method: "POST"});
 }
 
 // A job's buttons: Suspend while it may run, Resume while suspended, Delete until it ends.
@@ -498,6 +506,7 @@ function route() {
   reads = new Set();
   if (stream) { stream.close(); stream = null; }
   streamSuspended = false;
+  refusal = "";
   const [path] = location.hash.replace(/^#\/?/, "").split("?");
   const [page, ...rest] = path.split("/");
   document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === (page === "job" ? "jobs" : page || "jobs")));
