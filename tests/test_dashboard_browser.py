@@ -470,3 +470,28 @@ def test_a_buttons_refusal_stays_on_screen_past_the_next_refresh(browser, home, 
         wait.until(lambda d: text_of(d, "#banner") == "")
     finally:
         server.stop()
+
+
+def test_a_finished_job_has_a_delete_button_that_takes_it_off_the_list(browser, home, tmp_path):
+    """Run:AI's grid deletes a completed job too; the dashboard offered Delete only until a job
+    ended, so finished jobs could be cleared with the CLI only."""
+    server = ServerProcess(home, cwd=tmp_path)
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    try:
+        dtrain = server.dtrain()
+        dtrain("submit", "done", "--", "true", cwd=tmp_path)
+        dtrain("wait", "done", cwd=tmp_path)
+        browser.get(server.url + "/#/jobs")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-job='done'] button.danger"))
+        assert not browser.find_elements(By.CSS_SELECTOR, "tr[data-job='done'] button.suspend")
+        click(browser, "tr[data-job='done'] button.danger")
+        alert = wait.until(lambda d: d.switch_to.alert)
+        assert "leaves the list" in alert.text and "processes are stopped" not in alert.text
+        alert.accept()
+        wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "tr[data-job='done']"))
+        assert server.http.get("/api/v1/jobs/done").json()["status"] == "Deleted"
+        browser.get(server.url + "/#/job/done")  # a Deleted job's page offers nothing more to delete
+        wait.until(lambda d: text_of(d, "#job-status") == "Deleted")
+        assert not browser.find_elements(By.CSS_SELECTOR, "#job-head button")
+    finally:
+        server.stop()

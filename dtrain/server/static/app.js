@@ -184,8 +184,9 @@ function jobsPage(main) {
   }, REFRESH_MS);
 }
 
-async function deleteJob(name) {
-  if (!confirm(`Delete job ${name}? Its processes are stopped.`)) return;
+async function deleteJob(name, active) {
+  const what = active ? "Its processes are stopped." : "It leaves the list; the status filter's Deleted still shows it.";
+  if (!confirm(`Delete job ${name}? ${what}`)) return;
   await act("/jobs/" + encodeURIComponent(name), {method: "DELETE"});
 }
 
@@ -193,13 +194,15 @@ async function pauseJob(name, verb) {  // "suspend" or "resume"
   await act(`/jobs/${encodeURIComponent(name)}/${verb}`, {method: "POST"});
 }
 
-// A job's buttons: Suspend while it may run, Resume while suspended, Delete until it ends.
+// A job's buttons: Suspend while it may run, Resume while suspended, Delete until deleted (a
+// finished job leaves the list, as Run:AI's delete of a completed job does).
 function jobButtons(j, noun) {
   const running = j.status === "Pending" || j.status === "Running";
+  const active = running || j.status === "Suspended";
   return [
     ...(running ? [h("button", {class: "suspend", onclick: () => pauseJob(j.name, "suspend")}, "Suspend" + noun)] : []),
     ...(j.status === "Suspended" ? [h("button", {class: "resume", onclick: () => pauseJob(j.name, "resume")}, "Resume" + noun)] : []),
-    ...(running || j.status === "Suspended" ? [h("button", {class: "danger", onclick: () => deleteJob(j.name)}, "Delete" + noun)] : [])];
+    ...(j.status !== "Deleted" ? [h("button", {class: "danger", onclick: () => deleteJob(j.name, active)}, "Delete" + noun)] : [])];
 }
 
 // ---- one job -------------------------------------------------------------------------------
