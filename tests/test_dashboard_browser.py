@@ -453,12 +453,17 @@ def test_the_jobs_table_keeps_its_buttons_in_the_window_beside_a_long_name(brows
 
 def test_a_buttons_refusal_stays_on_screen_past_the_next_refresh(browser, home, tmp_path):
     """Suspend on a read-only server is refused (403): the banner said so, and the table's next
-    refresh, 2 s later, cleared it. It now stays until the next button or page."""
+    refresh, 2 s later, cleared it. It now stays until the next button or page. (A read-only
+    server's page shows no buttons: this one is a page loaded before the server was restarted
+    read-only, its mark taken off.)"""
     server = ServerProcess(home, args=("--read-only",), cwd=tmp_path)
     wait = WebDriverWait(browser, 60, poll_frequency=0.2)
     try:
         server.dtrain()("submit", "runs", "--", "sleep", "60", cwd=tmp_path)
         browser.get(server.url + "/#/jobs")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-job='runs']"))
+        assert not browser.find_elements(By.CSS_SELECTOR, "tr[data-job='runs'] button")
+        browser.execute_script("document.body.removeAttribute('data-read-only')")
         wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-job='runs'] button.suspend"))
         click(browser, "tr[data-job='runs'] button.suspend")
         wait.until(lambda d: "this server is read-only (POST refused)" in text_of(d, "#banner"))
@@ -495,3 +500,36 @@ def test_a_finished_job_has_a_delete_button_that_takes_it_off_the_list(browser, 
         assert not browser.find_elements(By.CSS_SELECTOR, "#job-head button")
     finally:
         server.stop()
+
+
+def test_a_read_only_servers_page_offers_no_button_it_would_refuse(browser, home, tmp_path):
+    """A --read-only server refuses every change (403); its page still offered Suspend, Delete and
+    the Submit form, each answered by a refusal."""
+    server = ServerProcess(home, args=("--read-only",), cwd=tmp_path)
+    wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+    try:
+        dtrain = server.dtrain()
+        dtrain("submit", "runs", "--", "sleep", "60", cwd=tmp_path)
+        dtrain("submit", "done", "--", "true", cwd=tmp_path)
+        dtrain("wait", "done", cwd=tmp_path)
+        browser.get(server.url + "/#/jobs")
+        wait.until(lambda d: len(d.find_elements(By.CSS_SELECTOR, "tr[data-job]")) == 2)
+        assert not browser.find_elements(By.CSS_SELECTOR, "#jobs-table button")
+        assert not browser.find_element(By.CSS_SELECTOR, "nav a[data-page=submit]").is_displayed()
+        browser.get(server.url + "/#/job/runs")
+        wait.until(lambda d: text_of(d, "#job-status") == "Running")
+        assert not browser.find_elements(By.CSS_SELECTOR, "#job-head button")
+        browser.get(server.url + "/#/submit")  # typed by hand: a line saying why, no form
+        wait.until(lambda d: "read-only" in text_of(d, "#submit-message"))
+        assert not browser.find_elements(By.ID, "submit-form")
+        assert server.http.get("/").headers["cache-control"] == "no-store"
+        dtrain("delete", "runs", cwd=tmp_path)
+    finally:
+        server.stop()
+    plain = ServerProcess(home, cwd=tmp_path)  # the same page from a server that takes changes
+    try:
+        browser.get(plain.url + "/#/jobs")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-job='done'] button.danger"))
+        assert browser.find_element(By.CSS_SELECTOR, "nav a[data-page=submit]").is_displayed()
+    finally:
+        plain.stop()

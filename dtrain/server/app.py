@@ -16,7 +16,7 @@ from typing import Callable
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
@@ -150,7 +150,11 @@ def _pages(app: FastAPI) -> None:
 
     @app.get("/", include_in_schema=False)
     def index():
-        return FileResponse(STATIC / "index.html", headers={"cache-control": "no-store"})
+        if not app.state.read_only:
+            return FileResponse(STATIC / "index.html", headers={"cache-control": "no-store"})
+        # a read-only server's page offers no button it would refuse (app.js reads the mark)
+        page = (STATIC / "index.html").read_text(encoding="utf-8").replace("<body>", "<body data-read-only>", 1)
+        return HTMLResponse(page, headers={"cache-control": "no-store"})
 
 
 def _one_line(request, problems) -> str:

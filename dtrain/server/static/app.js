@@ -177,6 +177,7 @@ function jobsPage(main) {
       h("td", {class: "actions"}, ...jobButtons(j, ""))));
     const none = total ? "No jobs on this page: go back with Prev."
       : status.value || project.value ? "No jobs match these filters."
+      : readOnly() ? "No jobs yet: this server is read-only; submit one with 'dtrain submit'."
       : "No jobs yet: submit one from the Submit tab or with 'dtrain submit'.";
     holder.replaceChildren(jobs.length ? table(["Name", "Status", "Age", "Project", "Node", "Type",
       "GPUs allocated (requested)", "Processes running (pending)", ""], rows, {id: "jobs-table"})
@@ -194,9 +195,15 @@ async function pauseJob(name, verb) {  // "suspend" or "resume"
   await act(`/jobs/${encodeURIComponent(name)}/${verb}`, {method: "POST"});
 }
 
+// A read-only server (dtrain server --read-only) marks its page: no button it would refuse is shown.
+function readOnly() {
+  return document.body.hasAttribute("data-read-only");
+}
+
 // A job's buttons: Suspend while it may run, Resume while suspended, Delete until deleted (a
 // finished job leaves the list, as Run:AI's delete of a completed job does).
 function jobButtons(j, noun) {
+  if (readOnly()) return [];
   const running = j.status === "Pending" || j.status === "Running";
   const active = running || j.status === "Suspended";
   return [
@@ -439,6 +446,11 @@ function splitCommand(text) {
 }
 
 function submitPage(main) {
+  if (readOnly()) {
+    main.append(h("h1", {}, "Submit a job"), h("div", {class: "card"}, h("p", {id: "submit-message"},
+      "This server is read-only (it was started with --read-only): submit with 'dtrain submit', or from a server started without it.")));
+    return;
+  }
   const f = (label, input) => [h("label", {for: input.id}, label), input];
   const inp = (id, attrs) => h("input", Object.assign({id, name: id}, attrs || {}));
   const launcher = h("select", {id: "launcher"}, ["none", "torchrun", "mpi"].map(x => h("option", {value: x}, x)));
@@ -512,6 +524,7 @@ function route() {
   refusal = "";
   const [path] = location.hash.replace(/^#\/?/, "").split("?");
   const [page, ...rest] = path.split("/");
+  document.querySelector("nav a[data-page=submit]").hidden = readOnly();
   document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === (page === "job" ? "jobs" : page || "jobs")));
   const main = document.getElementById("main");
   main.replaceChildren();
