@@ -465,7 +465,7 @@ function submitPage(main) {
     f("Environment (KEY=VALUE per line)", h("textarea", {id: "env"})),
     f("Volumes (--pvc per line)", h("textarea", {id: "volumes", placeholder: "local:10Gi:/mnt"})),
     f("Project", inp("project", {placeholder: "default"})),
-    f("Backend", h("select", {id: "backend"}, ["", "local", "kubernetes", "sagemaker"].map(x => h("option", {value: x}, x || "(the job spec's default)")))),
+    f("Backend", h("select", {id: "backend"}, ["", "local", "kubernetes", "sagemaker"].map(x => h("option", {value: x}, x || "(the server's configured default)")))),
     f("Image (Kubernetes)", inp("image", {placeholder: "ghcr.io/org/train:1"})),
     f("Max restarts", inp("max_restarts", {type: "number", min: 0, value: 0})),
     f("Snapshot on success (volume)", inp("snapshot_on_success")),
