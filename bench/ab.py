@@ -8,10 +8,21 @@ import statistics
 from pathlib import Path
 
 
+def checkout(text: str) -> Path:
+    """An argparse type: a folder holding the dtrain package. The scripts put it first on
+    PYTHONPATH, and where it holds none Python would quietly import the installed dtrain, so an
+    A/B against a mistyped path would time one checkout against itself."""
+    path = Path(text)
+    if not (path / "dtrain" / "__init__.py").is_file():
+        raise argparse.ArgumentTypeError(f"{text} is not a dtrain checkout (it holds no dtrain/__init__.py): "
+                                         "give a clone or a `git worktree add` folder")
+    return path
+
+
 def add_checkouts(parser: argparse.ArgumentParser, *, repeats: int, unit: str) -> None:
     """--old, --new and --repeats (1-1000 `unit` per checkout)."""
-    parser.add_argument("--old", type=Path, required=True, help="a checkout of the code before")
-    parser.add_argument("--new", type=Path, required=True, help="a checkout of the code after")
+    parser.add_argument("--old", type=checkout, required=True, help="a checkout of the code before")
+    parser.add_argument("--new", type=checkout, required=True, help="a checkout of the code after")
     parser.add_argument("--repeats", type=int, default=repeats, help=f"{unit} per checkout (1-1000)")
 
 

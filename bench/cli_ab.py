@@ -30,6 +30,8 @@ def main(argv=None) -> None:
     parser.add_argument("--home", type=Path, required=True, help="the dtrain home both read")
     parser.add_argument("command", nargs="+", help="after --: the dtrain command, e.g. list")
     args = ab.checked(parser, argv)
+    if not (args.home / "state.db").is_file():  # a new home would be made and an empty one timed
+        parser.error(f"--home {args.home} holds no dtrain state (state.db): give the home the command should read")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}  # from bytecode, as installed
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
     wall = {k: [] for k in trees}

@@ -17,10 +17,13 @@ import sys
 import time
 from pathlib import Path
 
+import ab  # the checkout check (bench/ is this script's folder, first on sys.path)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tree", type=Path, default=Path(__file__).resolve().parents[1])
+    parser.add_argument("--tree", type=ab.checkout, default=Path(__file__).resolve().parents[1],
+                        help="the dtrain checkout whose storage code runs (default: this one)")
     parser.add_argument("--workdir", type=Path, required=True, help="scratch folder (on the file system to test)")
     parser.add_argument("--gib", type=int, default=1, help="size of the file of holes, GiB (1-1024)")
     args = parser.parse_args()

@@ -50,6 +50,15 @@ def _bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedP
     ("flags_ab.py", ["--data-dir", "/nonexistent", "--b=x"], "--data-dir /nonexistent is not a folder"),
     ("heap.py", ["--core", "4096"], "--core 4096 is not a CPU this process may use"),
     ("heap.py", ["--size", "128x72"], "--size 128x72: input_size (128, 72): width and height must be positive multiples of 16"),
+    # a path that holds no dtrain: PYTHONPATH would fall through to the installed dtrain, timing it against itself
+    ("logs_tail.py", ["--old", "/nonexistent-dtrain-old", "--new", "."],
+     "argument --old: /nonexistent-dtrain-old is not a dtrain checkout (it holds no dtrain/__init__.py)"),
+    ("snapshots_ab.py", ["--old", ".", "--new", "/tmp", "--workdir", "/nonexistent-dtrain-bench"],
+     "argument --new: /tmp is not a dtrain checkout (it holds no dtrain/__init__.py)"),
+    ("sparse.py", ["--tree", "/nonexistent-dtrain-old", "--workdir", "/nonexistent-dtrain-bench"],
+     "argument --tree: /nonexistent-dtrain-old is not a dtrain checkout (it holds no dtrain/__init__.py)"),
+    ("cli_ab.py", ["--old", ".", "--new", ".", "--home", "/nonexistent-dtrain-home", "--", "list"],
+     "--home /nonexistent-dtrain-home holds no dtrain state (state.db)"),
 ])
 def test_bench_scripts_refuse_numbers_out_of_range_in_one_line(script, args, message):
     proc = _bench(script, *args, timeout=120)
