@@ -43,6 +43,25 @@ def size(parser: argparse.ArgumentParser, text: str, *, lo: int = 16, hi: int = 
     return int(w), int(h)
 
 
+def device(parser: argparse.ArgumentParser, text: str):
+    """--device as a torch.device this machine has, or one line naming the problem: a CUDA device
+    asked for where there is none would otherwise end in a traceback, or a run labelled cuda
+    that ran on the CPU."""
+    import torch
+
+    try:
+        dev = torch.device(text)
+    except (RuntimeError, ValueError):
+        dev = None
+    if dev is None or dev.type not in ("cpu", "cuda"):
+        parser.error(f"--device {text!r} is not a device: give cpu, cuda or cuda:N")
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {text}: this torch ({torch.__version__}) sees no CUDA device: give --device cpu")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        parser.error(f"--device {text}: there are {torch.cuda.device_count()} CUDA device(s) here")
+    return dev
+
+
 def checked(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     bounded(parser, ("--repeats", args.repeats, 1, 1000))

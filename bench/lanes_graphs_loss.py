@@ -56,6 +56,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     args = parser.parse_args()
     ab.bounded(parser, ("--train", args.train, 20, 5000), ("--steps", args.steps, 5, 5000))
+    ab.device(parser, args.device)  # cuda where there is none would train on the CPU, reported as cuda
     with tempfile.TemporaryDirectory() as tmp:
         data = Path(tmp) / "data"
         subprocess.run([sys.executable, "-m", "dtrain.cli.main", "lanes", "synth", "--out", str(data), "--train",

@@ -75,7 +75,7 @@ def main() -> None:
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = parser.parse_args()
     ab.bounded(parser, ("--frames", args.frames, 1, 10_000))
-    device = torch.device(args.device)
+    device = ab.device(parser, args.device)
     torch.backends.cudnn.benchmark = True
     recipe = recipes.get(args.recipe)
     w, h = recipe.input_size

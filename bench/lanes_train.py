@@ -102,6 +102,7 @@ def main() -> None:
                             help=f"override the recipe's {knob}")
     args = parser.parse_args()
     size = ab.size(parser, args.size)
+    device = ab.device(parser, args.device)
     ab.bounded(parser, ("--batch", 1 if args.batch is None else args.batch, 1, 256), ("--repeats", args.repeats, 1, 1000),
                ("--warmup", args.warmup, 0, 100))
     knobs = {k: getattr(args, k) for k in ("channels_last", "compile", "cuda_graphs") if getattr(args, k) is not None}
@@ -114,7 +115,7 @@ def main() -> None:
         recipe = dataclasses.replace(recipe, model=model, batch_size=args.batch or recipe.batch_size, **knobs)
         if args.bf16 is not None:  # --bf16 / --no-bf16: on whichever device runs
             recipe = recipe.with_bf16(args.bf16)
-        print(json.dumps(measure(recipe, torch.device(args.device), args.repeats, args.warmup)), flush=True)
+        print(json.dumps(measure(recipe, device, args.repeats, args.warmup)), flush=True)
 
 
 if __name__ == "__main__":

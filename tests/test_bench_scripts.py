@@ -11,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import REPO
 
@@ -59,6 +60,10 @@ def _bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedP
      "argument --tree: /nonexistent-dtrain-old is not a dtrain checkout (it holds no dtrain/__init__.py)"),
     ("cli_ab.py", ["--old", ".", "--new", ".", "--home", "/nonexistent-dtrain-home", "--", "list"],
      "--home /nonexistent-dtrain-home holds no dtrain state (state.db)"),
+    ("lanes_infer.py", ["--device", "foo"], "--device 'foo' is not a device: give cpu, cuda or cuda:N"),
+    ("lanes_train.py", ["--device", "meta"], "--device 'meta' is not a device: give cpu, cuda or cuda:N"),
+    pytest.param("lanes_graphs_loss.py", [], "--device cuda: this torch (", id="graphs-loss-without-cuda",
+                 marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")),
 ])
 def test_bench_scripts_refuse_numbers_out_of_range_in_one_line(script, args, message):
     proc = _bench(script, *args, timeout=120)
