@@ -45,6 +45,8 @@ import ab  # the bounds check (bench/ is this script's folder, first on sys.path
 
 REPO = Path(__file__).resolve().parents[1]
 CHECKPOINT = 50 << 20
+TOOLS = ("dtrain", "nosync", "api", "cli", "restic", "dvc", "cpsync", "disk")
+PROGRAMS = {"restic": "restic", "dvc": str(REPO / ".venv/bin/dvc"), "api": "curl"}  # what a tool runs
 
 DTRAIN = """
 import sys, time
@@ -396,8 +398,17 @@ def main(argv=None) -> None:
     check_volume(parser, args.files, args.size_mb, args.checkpoints)
     ab.bounded(parser, ("--repeats", args.repeats, 1, 1000))
     tools = args.tools.split(",")
+    unknown = [t for t in tools if t not in TOOLS]  # a misspelt tool would otherwise be left out, silently
+    if unknown:
+        parser.error(f"--tools names no tool {unknown[0]!r}: choose from {', '.join(TOOLS)}")
     if "dtrain" not in tools:
         parser.error("--tools must include dtrain: every ratio is against it")
+    for tool, program in PROGRAMS.items():  # found missing before a volume is written, not mid-round
+        if tool in tools and not (Path(program).is_file() if "/" in program else shutil.which(program)):
+            how = "run `make bench-setup` (restic and DVC)" if tool in ("restic", "dvc") else f"install {program}"
+            parser.error(f"--tools {tool} needs {program}, which is not installed: {how}, or leave {tool} out")
+    if args.workdir is not None:
+        args.workdir.mkdir(parents=True, exist_ok=True)
     rounds = []
     for k in range(args.repeats):
         work = Path(tempfile.mkdtemp(prefix="dtrain-bench-", dir=args.workdir))

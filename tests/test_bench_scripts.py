@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -64,6 +65,10 @@ def _bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedP
     ("lanes_train.py", ["--device", "meta"], "--device 'meta' is not a device: give cpu, cuda or cuda:N"),
     pytest.param("lanes_graphs_loss.py", [], "--device cuda: this torch (", id="graphs-loss-without-cuda",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")),
+    ("snapshots.py", ["--tools", "dtrain,resitc"], "--tools names no tool 'resitc': choose from dtrain, nosync, "),
+    pytest.param("snapshots.py", ["--tools", "dtrain,restic"], "--tools restic needs restic, which is not installed: "
+                 "run `make bench-setup`", id="snapshots-without-restic",
+                 marks=pytest.mark.skipif(shutil.which("restic") is not None, reason="restic is installed")),
 ])
 def test_bench_scripts_refuse_numbers_out_of_range_in_one_line(script, args, message):
     proc = _bench(script, *args, timeout=120)
@@ -258,6 +263,15 @@ def test_the_page_bench_times_each_request_on_both_checkouts_taking_turns():
         "GET /metrics (30 jobs stored):",
         "GET /api/v1/lineage (30 jobs stored):"], lines
     assert sum(line.startswith("old / new (median wall): ") for line in lines) == 5, lines
+
+
+def test_the_snapshot_bench_makes_its_workdir_and_runs_the_tools_asked_for(tmp_path):
+    work = tmp_path / "not" / "there"  # as the docs give it: a folder on the file system to test
+    proc = _bench("snapshots.py", "--files", "20", "--size-mb", "2", "--checkpoints", "0", "--repeats", "1",
+                  "--tools", "dtrain,nosync", "--workdir", str(work))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "median of 1 round(s):" in proc.stdout and "nosync:" in proc.stdout
+    assert list(work.iterdir()) == []  # the round's folder removed
 
 
 def test_the_sparse_bench_snapshots_and_restores_a_file_of_holes(tmp_path):
