@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import argparse
 import ast
 import os
 import re
@@ -231,4 +232,93 @@ def test_every_command_named_in_messages_and_help_exists():
     assert len(found) > 20  # the collector does see the messages
     problems = [f"{where}: {p}   ({text})" for where, text in found if text not in PROSE
                 for p in check_command(words_of(text))]
+    assert problems == []
+
+
+# ---- every benchmark command a doc shows names a script and its options ----------------------------
+class _Parser(Exception):
+    def __init__(self, parser):
+        self.parser = parser
+
+
+def bench_options(script: Path) -> set[str]:
+    """The option strings of a bench script's argparse parser, captured when its main() builds it."""
+    import runpy
+    from unittest import mock
+
+    def capture(parser, *args, **kwargs):
+        raise _Parser(parser)
+
+    sys.path.insert(0, str(script.parent))  # the scripts import their neighbour ab.py
+    try:
+        with mock.patch.object(argparse.ArgumentParser, "parse_args", capture), \
+                mock.patch.object(sys, "argv", [str(script)]):
+            runpy.run_path(str(script), run_name="__main__")
+    except _Parser as got:
+        return {s for a in got.parser._actions for s in a.option_strings}
+    finally:
+        sys.path.remove(str(script.parent))
+    raise AssertionError(f"{script.name} built no argparse parser")
+
+
+def shown_bench_commands(path: Path) -> list[tuple[int, str, str]]:
+    """(line, script, its arguments) of every `bench/NAME.py ...` or `bench/NAME.sh` a doc names
+    (continuation lines joined; the arguments end at a pipe, a backtick, `;`, `&&` or ` -- `)."""
+    found = []
+    for n, line in enumerate(re.sub(r"\\\n\s*", " ", path.read_text()).splitlines()):
+        if re.match(r"\s+bench/\w+\.py\s{2,}", line):  # a row of a listing of the dtrain/ package tree
+            continue
+        for m in re.finditer(r"(?<![\w/.])bench/(\w+\.(?:py|sh))([^`|;&\n]*)", line):
+            found.append((n + 1, m.group(1), " ".join(m.group(2).split(" -- ")[0].split())))
+    return found
+
+
+@pytest.mark.parametrize("doc", docs(), ids=lambda p: p.name)
+def test_every_bench_command_a_doc_shows_names_a_script_and_its_options(doc):
+    problems, options = [], {}
+    for line, script, args in shown_bench_commands(doc):
+        path = REPO / "bench" / script
+        if not path.is_file():
+            problems.append(f"{doc.name}:{line}: no bench/{script}")
+            continue
+        if script.endswith(".py"):
+            if script not in options:
+                options[script] = bench_options(path)
+            flags = [w.split("=", 1)[0] for w in args.split() if w.startswith("--")]  # --a=--bf16: --a
+            problems += [f"{doc.name}:{line}: bench/{script} has no option {flag}"
+                         for flag in flags if flag not in options[script]]
+    assert problems == []
+
+
+def test_the_bench_command_collector_reads_flags_up_to_the_training_arguments(tmp_path):
+    doc = tmp_path / "x.md"
+    doc.write_text("run `bench/heap.py --rounds 2` and\n```\n.venv/bin/python bench/platform_ab.py --data-dir D \\\n"
+                   "    --rounds 4 -- --recipe demo\n```\n(`dtrain/bench/scaling.py` is not one)\n")
+    assert shown_bench_commands(doc) == [(1, "heap.py", "--rounds 2"), (3, "platform_ab.py", "--data-dir D --rounds 4")]
+    assert {"--rounds", "--core"} <= bench_options(REPO / "bench" / "heap.py")
+
+
+# ---- every relative link between the docs leads somewhere ----------------------------------------
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings (outside fenced blocks)."""
+    lines, fenced = path.read_text().splitlines(), set()
+    for start, info, body in _fences(lines):
+        fenced |= set(range(start, start + len(body) + 2))
+    return {re.sub(r"[^\w\- ]", "", line.lstrip("#").strip().lower()).replace(" ", "-")
+            for n, line in enumerate(lines) if n not in fenced and re.match(r"#{1,6} ", line)}
+
+
+@pytest.mark.parametrize("doc", docs(), ids=lambda p: p.name)
+def test_every_relative_link_and_anchor_a_doc_gives_exists(doc):
+    problems = []
+    for n, line in enumerate(doc.read_text().splitlines(), 1):
+        for target in re.findall(r"\]\(([^)\s]+)\)", line):
+            if re.match(r"[a-z]+:", target):
+                continue
+            file, _, anchor = target.partition("#")
+            path = (doc.parent / file).resolve() if file else doc
+            if not path.exists():
+                problems.append(f"{doc.name}:{n}: {target}: no {file}")
+            elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
+                problems.append(f"{doc.name}:{n}: {target}: {path.name} has no heading #{anchor}")
     assert problems == []
