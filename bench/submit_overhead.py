@@ -4,7 +4,8 @@ running `torchrun` by hand, side by side in one run (interleaved, median of N).
     .venv/bin/python bench/submit_overhead.py --runs 7
 
 The user's command prints time.time() as its first statement, so both figures are
-"process start of the submitting command -> user code running", for 2 processes.
+"process start of the submitting command -> user code running", for 2 processes; then the same
+for one process: `dtrain submit` against `python -c` by hand.
 """
 
 from __future__ import annotations
@@ -57,9 +58,9 @@ def plain(_processes: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=7, help="runs of each, interleaved (1 to 1000)")
-    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object instead of the table")
     args = ap.parse_args()
     ab.bounded(ap, ("--runs", args.runs, 1, 1000))
     res = {"torchrun_by_hand_2p": [], "dtrain_submit_dist_2p": [], "python_by_hand_1p": [], "dtrain_submit_1p": []}

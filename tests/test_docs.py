@@ -242,7 +242,12 @@ class _Parser(Exception):
 
 
 def bench_options(script: Path) -> set[str]:
-    """The option strings of a bench script's argparse parser, captured when its main() builds it."""
+    """The option strings of a bench script's argparse parser."""
+    return {s for a in bench_parser(script)._actions for s in a.option_strings}
+
+
+def bench_parser(script: Path) -> argparse.ArgumentParser:
+    """A bench script's argparse parser, captured when its main() builds it (nothing runs)."""
     import runpy
     from unittest import mock
 
@@ -255,7 +260,7 @@ def bench_options(script: Path) -> set[str]:
                 mock.patch.object(sys, "argv", [str(script)]):
             runpy.run_path(str(script), run_name="__main__")
     except _Parser as got:
-        return {s for a in got.parser._actions for s in a.option_strings}
+        return got.parser
     finally:
         sys.path.remove(str(script.parent))
     raise AssertionError(f"{script.name} built no argparse parser")
@@ -296,6 +301,14 @@ def test_the_bench_command_collector_reads_flags_up_to_the_training_arguments(tm
                    "    --rounds 4 -- --recipe demo\n```\n(`dtrain/bench/scaling.py` is not one)\n")
     assert shown_bench_commands(doc) == [(1, "heap.py", "--rounds 2"), (3, "platform_ab.py", "--data-dir D --rounds 4")]
     assert {"--rounds", "--core"} <= bench_options(REPO / "bench" / "heap.py")
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (REPO / "bench").glob("*.py") if p.name != "ab.py"))
+def test_every_bench_scripts_help_says_what_it_measures_in_whole_sentences(script):
+    """`--help` opens with the script's docstring (its first paragraph at least), never a line of
+    it cut mid-sentence."""
+    about = (bench_parser(REPO / "bench" / script).description or "").split("\n\n")[0].strip()
+    assert about and about[-1] in ".:", f"bench/{script} --help opens with {about!r}"
 
 
 # ---- every relative link between the docs leads somewhere ----------------------------------------
