@@ -81,6 +81,8 @@ def _check(parser, words: list[str], path: str, problems: list[str]) -> None:
             alts = re.split(r"[/|]", w)
             if len(alts) > 1 and all(alt in subs[0].choices for alt in alts):
                 w = alts[0]  # prose or a synopsis: `snapshot create/list/delete`, `lanes train|predict`
+            if re.fullmatch(r"[A-Z][A-Z_]*", w):  # a synopsis' placeholder for any verb: `dtrain VERB --help`
+                return
             if w not in subs[0].choices:
                 problems.append(f"{path}: no command {w!r} (has {', '.join(subs[0].choices)})")
                 return

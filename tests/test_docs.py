@@ -116,12 +116,11 @@ def shown_dtrain_commands(path: Path) -> list[tuple[int, str]]:
             line = line[2:] if line.startswith("$ ") else line
             if re.match(r"\s*(\S+=\S+\s+)*(dtrain |python3? -m dtrain\.workloads\.)", line):
                 found.append((start + 2 + n, line.strip()))
-    for n, line in enumerate(lines):
-        if n in fenced:
-            continue
-        for span in re.findall(r"`([^`]+)`", line):
-            if re.match(r"(dtrain |python3? -m dtrain\.workloads\.)", span):
-                found.append((n + 1, span))
+    prose = "\n".join("" if n in fenced else line for n, line in enumerate(lines))
+    for m in re.finditer(r"`((?:[^`\n]|\n(?!\n))+)`", prose):  # a span may wrap, within its paragraph
+        span = " ".join(m.group(1).split())
+        if re.match(r"(dtrain |python3? -m dtrain\.workloads\.)", span):
+            found.append((prose.count("\n", 0, m.start()) + 1, span))
     return found
 
 
@@ -194,6 +193,8 @@ def test_collector_reads_continuations_heredocs_and_markers(tmp_path):
     assert cmds[1].text == "cat > f <<'EOF'\na: 1\nEOF"
     assert check_command(words_of("dtrain submit a --storage-class x -- echo")) == [
         "dtrain submit: no option --storage-class"]
+    doc.write_text("A span may wrap: `dtrain project create team-a\n--no-such-flag` and `dtrain nodes`.\n")
+    assert shown_dtrain_commands(doc) == [(1, "dtrain project create team-a --no-such-flag"), (2, "dtrain nodes")]
 
 
 # ---- every command a message or help text names exists ------------------------------------------
