@@ -15,9 +15,9 @@
 # Every step has its own time limit, so one slow part cannot eat the others' time; all JSON lines
 # land in OUT_DIR/gpu.jsonl (default $OUT or ./gpu-out), the log in OUT_DIR/gpu.log.
 set -uo pipefail
+OUT_DIR=$(realpath -m -- "${1:-${OUT:-gpu-out}}")  # relative to where it is run from, before the cd
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-OUT_DIR=${1:-${OUT:-gpu-out}}
 ALL_STEPS="train-paper train-paper-no-graphs train-paper-compile train-demo train-demo-no-graphs train-demo-fp32 nccl loader infer graphs-loss"
 for name in ${STEPS:-}; do  # a misspelt name would otherwise run nothing, silently
     if [[ " $ALL_STEPS " != *" $name "* ]]; then

@@ -126,6 +126,12 @@ def test_gpu_script_runs_only_the_steps_named(tmp_path):
     assert typo.returncode == 2 and typo.stderr.splitlines()[-1].startswith(
         "STEPS names no step 'trian-demo': choose from train-paper "), typo.stderr
     assert not (tmp_path / "typo").exists()  # refused before anything ran
+    # a relative OUT_DIR is the caller's, not the repository's (the script runs from the repository root)
+    rel = subprocess.run(["bash", str(REPO / "bench/gpu.sh"), "rel-out"], capture_output=True, text=True, timeout=300,
+                         env=env(PYTHON=sys.executable, SMOKE="1", STEPS="nccl"), cwd=tmp_path)
+    assert rel.returncode == 0, rel.stdout[-3000:]
+    assert (tmp_path / "rel-out" / "gpu.jsonl").read_text().count('"step": "nccl"') == 1
+    assert not (REPO / "rel-out").exists()
 
 
 def test_the_message_passing_bench_times_both_forms():
