@@ -106,8 +106,11 @@ def main(argv: list[str] | None = None) -> int:
                         body = json.loads(text) if r.headers["content-type"].startswith("application/json") else text
                         bodies[side] = (body, r.headers.get("x-total-count"))
                 differs = args.lineage_differs and path == "/api/v1/lineage"
-                assert differs or bodies["old"] == bodies["new"], "the two sides answered differently"
                 shown = f"{path}?{urlencode(query)}" if query else path
+                if not differs and bodies["old"] != bodies["new"]:
+                    hint = (": a checkout before 2026-12-05 draws every job, pass --lineage-differs"
+                            if path == "/api/v1/lineage" else "")
+                    raise SystemExit(f"page_ab.py: GET {shown}: the two sides answered differently{hint}")
                 print(f"GET {shown} ({args.jobs} jobs stored):")
                 ab.report(wall)
                 print(f"  medians: old {statistics.median(wall['old']) * 1000:.1f} ms, "
