@@ -50,7 +50,9 @@ def main(argv=None) -> None:
     trees = {"old": args.old.resolve(), "new": args.new.resolve()}
     with tempfile.TemporaryDirectory() as work:
         home = Path(work) / "home"
-        env = dict(os.environ, PYTHONPATH=str(trees["new"]), DTRAIN_HOME=str(home))
+        # the job is stored by the old checkout: the new code reads an older record, while the old code
+        # refuses one with fields it does not know (a job spec only grows)
+        env = dict(os.environ, PYTHONPATH=str(trees["old"]), DTRAIN_HOME=str(home))
         dtrain = [sys.executable, "-m", "dtrain.cli.main"]
         program = f"import sys\nfor i in range({args.lines}): sys.stdout.write(f'step {{i}} loss 0.{{i % 997:03d}}\\n')"
         subprocess.run([*dtrain, "submit", "big", "--", sys.executable, "-c", program], env=env, check=True,
