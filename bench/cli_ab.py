@@ -6,7 +6,9 @@
 Each checkout runs `python -m dtrain.cli.main --home HOME <command>` with PYTHONPATH set to it,
 from a neutral folder (so the current folder cannot shadow it), alternating which goes first.
 The command must leave the home as it found it (list, describe, logs, snapshot list...): both
-checkouts read the same home. Prints each one's median and fastest wall time and the ratio.
+checkouts read the same home. Store its jobs with the old checkout: the newer code reads older
+records, the older code refuses a job record with fields it does not know. Prints each one's
+median and fastest wall time and the ratio.
 """
 
 from __future__ import annotations
@@ -27,7 +29,8 @@ import ab  # noqa: E402
 def main(argv=None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ab.add_checkouts(parser, repeats=20, unit="runs")
-    parser.add_argument("--home", type=Path, required=True, help="the dtrain home both read")
+    parser.add_argument("--home", type=Path, required=True, help="the dtrain home both read (its jobs stored by the old checkout: newer records have "
+                        "fields older code refuses)")
     parser.add_argument("command", nargs="+", help="after --: the dtrain command, e.g. list")
     args = ab.checked(parser, argv)
     if not (args.home / "state.db").is_file():  # a new home would be made and an empty one timed
