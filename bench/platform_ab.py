@@ -44,7 +44,11 @@ def through_dtrain(args, client: Client, out: Path, name: str) -> None:
     client.submit(spec)
     info = client.wait(name)
     if info.status.value != "Succeeded":
-        sys.exit(f"bench/platform_ab.py: job {name} {info.status.value}: {info.message}")
+        # the job's home goes with the scratch folder: name the ranks' own error, not a log to read later
+        lines = [line.text for line in client.logs(name, tail=40)]
+        why = next((line for line in lines if "error:" in line.lower()), lines[-1] if lines else "")
+        sys.exit(f"{Path(sys.argv[0]).name}: job {name} {info.status.value}: {info.message.split('; see ')[0]}"
+                 + (f": {why.strip()}" if why.strip() else ""))
 
 
 def by_hand(args, out: Path) -> None:

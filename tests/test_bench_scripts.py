@@ -198,6 +198,19 @@ def test_the_flags_bench_gives_each_side_its_own_flags_and_names_a_training_that
     assert list(scratch.iterdir()) == []  # side a's outputs and torchrun's folders: gone even so
 
 
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_the_platform_bench_names_the_error_of_a_job_that_failed(tmp_path):
+    # the job's home goes with the bench's scratch folder, so 'see dtrain logs ...' would lead nowhere
+    (tmp_path / "empty").mkdir()
+    proc = subprocess.run([sys.executable, str(REPO / "bench/platform_ab.py"), "--data-dir", str(tmp_path / "empty"),
+                           "--rounds", "1", "--steps", "7"], capture_output=True, text=True, timeout=300, env=env(),
+                          cwd=tmp_path)
+    assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-3000:]
+    last = proc.stderr.splitlines()[-1]
+    assert last.startswith("platform_ab.py: job platform-ab-0 Failed: rank ") and "dtrain logs" not in last, last
+    assert last.endswith("(want label_data_0313.json, label_data_0601.json): run `dtrain lanes prepare`"), last
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_the_flags_bench_times_both_sides_taking_turns(tmp_path):
