@@ -62,6 +62,18 @@ def device(parser: argparse.ArgumentParser, text: str):
     return dev
 
 
+def output_file(parser: argparse.ArgumentParser, path, flag: str = "--json") -> None:
+    """A file the script writes when it has finished: refused now, in one line, where it cannot
+    be written then, instead of a traceback that loses the figures of a long run."""
+    if path is None:
+        return
+    path = Path(path)
+    if path.is_dir():
+        parser.error(f"{flag} {path} is a folder: give a file name")
+    if not path.parent.is_dir():
+        parser.error(f"{flag} {path}: there is no folder {path.parent}: make it first")
+
+
 def checked(parser: argparse.ArgumentParser, argv=None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     bounded(parser, ("--repeats", args.repeats, 1, 1000))

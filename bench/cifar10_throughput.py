@@ -84,6 +84,7 @@ def main() -> int:
                ("--batch-size", args.batch_size, 1, 4096), *(("--procs", n, 1, 64) for n in procs),
                ("--n-train", args.n_train, args.batch_size * max(procs), 1_000_000),
                ("--threads", args.threads, 0, 1024), ("--port", args.port, 1024, 65535))
+    ab.output_file(p, args.json)
     with tempfile.TemporaryDirectory(prefix="cifar10-bench-") as tmp:
         work = Path(tmp)
         write_synthetic(work / "data", fmt="binary", n_train=args.n_train, n_test=1000, seed=0)

@@ -397,6 +397,7 @@ def main(argv=None) -> None:
     args = parser.parse_args(argv)
     check_volume(parser, args.files, args.size_mb, args.checkpoints)
     ab.bounded(parser, ("--repeats", args.repeats, 1, 1000))
+    ab.output_file(parser, args.json)
     tools = args.tools.split(",")
     unknown = [t for t in tools if t not in TOOLS]  # a misspelt tool would otherwise be left out, silently
     if unknown:

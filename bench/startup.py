@@ -57,6 +57,7 @@ def main(argv=None) -> None:
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args(argv)
     ab.bounded(parser, ("--repeats", args.repeats, 1, 1000))
+    ab.output_file(parser, args.json)
     times = measure(args.repeats)
     for name, xs in times.items():
         print(f"{name:<45} median {statistics.median(xs) * 1e3:6.1f} ms   fastest {min(xs) * 1e3:6.1f} ms")

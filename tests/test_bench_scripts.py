@@ -65,6 +65,11 @@ def _bench(script: str, *args: str, timeout: int = 300) -> subprocess.CompletedP
     ("lanes_train.py", ["--device", "meta"], "--device 'meta' is not a device: give cpu, cuda or cuda:N"),
     pytest.param("lanes_graphs_loss.py", [], "--device cuda: this torch (", id="graphs-loss-without-cuda",
                  marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA device is here")),
+    # a --json file that cannot be written: refused at the start, not after the run (its figures lost)
+    ("snapshots.py", ["--json", "/nonexistent-dtrain-bench/x.json"],
+     "--json /nonexistent-dtrain-bench/x.json: there is no folder /nonexistent-dtrain-bench: make it first"),
+    ("startup.py", ["--json", "/nonexistent-dtrain-bench/x.json"], "there is no folder /nonexistent-dtrain-bench"),
+    ("cifar10_throughput.py", ["--json", "/"], "--json / is a folder: give a file name"),
     ("snapshots.py", ["--tools", "dtrain,resitc"], "--tools names no tool 'resitc': choose from dtrain, nosync, "),
     pytest.param("snapshots.py", ["--tools", "dtrain,restic"], "--tools restic needs restic, which is not installed: "
                  "run `make bench-setup`", id="snapshots-without-restic",
