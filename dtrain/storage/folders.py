@@ -92,14 +92,8 @@ def rmtree(path: Path) -> None:
     """Remove a tree even where restored folders are read-only; subvolumes (the tree itself or
     a volume's data folder in it) are deleted whole by the kernel. A link (or a file) at `path` is
     unlinked, never followed; what another command removed meanwhile (two commands collecting the
-    same leftover) is not an error."""
-    def retry(func, target, exc_info):
-        if isinstance(exc_info[1], FileNotFoundError):
-            return
-        with contextlib.suppress(FileNotFoundError):
-            os.chmod(os.path.dirname(target), 0o700)  # a read-only folder, as restored
-            func(target)
-
+    same leftover) is not an error. A tree of any depth: a job may leave 1,000 nested folders in
+    its volume (shutil.rmtree recursed once per level, past Python's limit)."""
     if not os.path.lexists(path):
         return
     if os.path.islink(path) or not os.path.isdir(path):
@@ -114,6 +108,81 @@ def rmtree(path: Path) -> None:
         if btrfs.is_subvolume(sub):
             with contextlib.suppress(OSError):
                 btrfs.delete(sub)
-    if os.path.lexists(path):
-        import shutil  # on first use: ~5 ms of every start otherwise
-        shutil.rmtree(path, onerror=retry)
+    with contextlib.suppress(FileNotFoundError):
+        _remove_contents(path)
+        os.rmdir(path)
+
+
+DEEPEST_OPEN = 64  # folders held open at once by _remove_contents; deeper ones are moved up first
+
+
+def _remove_contents(path: Path) -> None:
+    """Empty the folder `path` without recursion and without following a link: each folder is
+    opened relative to its parent (O_NOFOLLOW); one more than DEEPEST_OPEN levels down is renamed
+    to the top and emptied later, so no tree runs out of stack or descriptors."""
+    top = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        while _empty_levels(top):  # True while folders moved up are left to empty
+            pass
+    finally:
+        os.close(top)
+
+
+def _empty_levels(top: int) -> bool:
+    moved = False
+    levels = [("", top, os.scandir(top))]  # (name in its parent, descriptor, its listing)
+    try:
+        while levels:
+            _, fd, items = levels[-1]
+            for item in items:
+                try:
+                    if not item.is_dir(follow_symlinks=False):
+                        _retry_writable(fd, lambda: os.unlink(item.name, dir_fd=fd))
+                        continue
+                    if len(levels) > DEEPEST_OPEN:
+                        os.rename(item.name, staging_name("deep"), src_dir_fd=fd, dst_dir_fd=top)
+                        moved = True
+                        continue
+                    child = _open_folder(fd, item.name)
+                except FileNotFoundError:  # removed meanwhile by another command
+                    continue
+                levels.append((item.name, child, os.scandir(child)))
+                break
+            else:
+                name, fd, items = levels.pop()
+                items.close()
+                if levels:
+                    os.close(fd)
+                    parent = levels[-1][1]
+                    with contextlib.suppress(FileNotFoundError):
+                        _retry_writable(parent, lambda: os.rmdir(name, dir_fd=parent))
+        return moved
+    finally:
+        for _, fd, items in levels:
+            items.close()
+            if fd != top:
+                os.close(fd)
+
+
+def _open_folder(parent: int, name: str) -> int:
+    """A subfolder's descriptor, never through a link; one without read permission is given it."""
+    flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+    try:
+        return os.open(name, flags, dir_fd=parent)
+    except PermissionError:
+        at = os.open(name, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=parent)
+        try:
+            os.chmod(f"/proc/self/fd/{at}", 0o700)  # the folder itself: a link was refused above
+        finally:
+            os.close(at)
+        return os.open(name, flags, dir_fd=parent)
+
+
+def _retry_writable(folder: int, call):
+    """`call`, again after making `folder` (a descriptor) writable and searchable when it was
+    refused: a restored read-only folder."""
+    try:
+        return call()
+    except PermissionError:
+        os.fchmod(folder, 0o700)
+        return call()

@@ -227,7 +227,9 @@ def copy_tree(src: Path, dst: Path) -> None:
     os.mkdir(dst, 0o700)
     folders = [(src, dst)]
     copied: dict[tuple[int, int], Path] = {}  # a file with hard links: its first copy, linked for the others
-    for here, _dirs, _files in os.walk(src):
+    waiting = [src]  # not os.walk: it recursed once per level, and a job may nest 1,000 folders
+    while waiting:
+        here = waiting.pop()
         rel = os.path.relpath(here, src)
         for entry in os.scandir(here):
             s, d = Path(entry.path), dst / rel / entry.name
@@ -235,6 +237,7 @@ def copy_tree(src: Path, dst: Path) -> None:
             if stat.S_ISDIR(st.st_mode):
                 os.mkdir(d, 0o700)
                 folders.append((s, d))
+                waiting.append(s)
                 continue
             if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
                 first = copied.setdefault((st.st_dev, st.st_ino), d)
@@ -322,11 +325,4 @@ def _remove(path: Path) -> None:
         return
     trash = path.parent / folders.staging_name("trash")
     os.rename(path, trash)
-
-    def writable(func, target, _exc):
-        os.chmod(os.path.dirname(target), 0o700)
-        func(target)
-
-    import shutil  # on first use: ~5 ms of every start otherwise
-
-    shutil.rmtree(trash, onerror=writable)
+    folders.rmtree(trash)

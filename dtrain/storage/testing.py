@@ -73,7 +73,7 @@ def tree_state(root: Path) -> dict[str, tuple]:
     and a file's sha256, a symlink's target or a device node's number; extended attributes where
     there are some."""
     state = {}
-    for folder, dirs, files in os.walk(root):
+    for folder, dirs, files in _walk(root):
         for name in [".", *dirs, *files] if folder == os.fspath(root) else [*dirs, *files]:
             path = os.path.normpath(os.path.join(folder, name))
             st = os.lstat(path)
@@ -91,3 +91,15 @@ def tree_state(root: Path) -> dict[str, tuple]:
             if not stat.S_ISLNK(st.st_mode) and (names := os.listxattr(path, follow_symlinks=False)):
                 state[rel] += (sorted((n, os.getxattr(path, n, follow_symlinks=False)) for n in names),)
     return state
+
+
+def _walk(root: Path):
+    """os.walk without its recursion (one frame per level): a tree of any depth."""
+    waiting = [os.fspath(root)]
+    while waiting:
+        folder = waiting.pop()
+        dirs, files = [], []
+        for item in os.scandir(folder):
+            (dirs if item.is_dir(follow_symlinks=False) else files).append(item.name)
+        yield folder, dirs, files
+        waiting += [os.path.join(folder, name) for name in dirs]

@@ -788,16 +788,22 @@ def _ended_by(rec: dict, deleted: float | None) -> bool:
 def _disk_usage(root: Path) -> int:
     """Bytes the files under `root` take on disk, as `du` counts them (allocated blocks; a file
     with several hard links once). It walks the folder, so `volume list` costs what `du` costs."""
-    seen, total = set(), 0
-    for folder, dirs, files in os.walk(root):
-        for name in dirs + files:
-            try:
-                st = os.lstat(os.path.join(folder, name))
-            except OSError:
-                continue  # removed while we walked
-            if (st.st_dev, st.st_ino) not in seen:
-                seen.add((st.st_dev, st.st_ino))
-                total += st.st_blocks * 512
+    seen, total, folders = set(), 0, [os.fspath(root)]
+    while folders:  # not os.walk: it recursed once per level, and a job may nest 1,000 folders
+        try:
+            with os.scandir(folders.pop()) as items:
+                for item in items:
+                    try:
+                        st = item.stat(follow_symlinks=False)
+                    except OSError:
+                        continue  # removed while we walked
+                    if stat.S_ISDIR(st.st_mode):
+                        folders.append(item.path)
+                    if (st.st_dev, st.st_ino) not in seen:
+                        seen.add((st.st_dev, st.st_ino))
+                        total += st.st_blocks * 512
+        except OSError:
+            continue  # removed, or unreadable, as os.walk passed over it
     return total
 
 
