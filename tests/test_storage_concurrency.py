@@ -3,6 +3,7 @@ leave in its volume (1,000 nested folders), and a volume deleted or moved while 
 is taken. Each test failed on the code before its fix."""
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,165 @@ def test_rmtree_never_follows_a_link_and_empties_read_only_folders(tmp_path):
     os.chmod(tree / "ro", 0o500)
     folders.rmtree(tree)
     assert not tree.exists() and os.listdir(outside) == ["keep"]
+
+
+# --- a volume's folder replaced, moved or removed while a snapshot reads it -----------------------
+@pytest.fixture
+def two(tmp_path):
+    """Two Storage objects on one home: two commands at once."""
+    classes = {"other": tmp_path / "other"}
+    a, b = Storage(tmp_path / "home", classes=classes), Storage(tmp_path / "home", classes=classes)
+    yield a, b
+    a.close()
+    b.close()
+
+
+def _filled(storage: Storage, name: str, tag: bytes) -> Path:
+    vol = storage.create_volume(name)
+    for i in range(20):
+        (vol.path / f"f{i:02d}").write_bytes(tag * 1000)
+    return vol.path
+
+
+def _during_capture(storage: Storage, monkeypatch, act) -> list:
+    """Run `act()` once the capture has walked the volume, before it reads a file; what it raised."""
+    raised, capture = [], storage.engine.capture
+
+    def capture_with(src, **kw):
+        from dtrain.storage import engine as eng
+        scan = eng.scan
+
+        def scan_then_act(root):
+            items = list(scan(root))
+            try:
+                act()
+            except Exception as err:  # noqa: BLE001 - the test looks at it
+                raised.append(err)
+            return iter(items)
+        monkeypatch.setattr(eng, "scan", scan_then_act)
+        try:
+            return capture(src, **kw)
+        finally:
+            monkeypatch.setattr(eng, "scan", scan)
+    monkeypatch.setattr(storage.engine, "capture", capture_with)
+    return raised
+
+
+def _blocked(fn) -> threading.Thread:
+    """`fn` on a thread of its own, found still waiting 2 s later (it returns within milliseconds
+    when nothing holds it)."""
+    thread = threading.Thread(target=fn)
+    thread.start()
+    thread.join(2)
+    return thread
+
+
+def test_an_in_place_restore_while_a_snapshot_is_taken_waits_and_the_snapshot_is_whole(two, monkeypatch):
+    """The restore swapped the volume's folder under the capture: the snapshot recorded some old
+    files, some restored ones and some as gone (88 of 100 files, 4 of them the restored content),
+    and both commands said they had succeeded."""
+    a, b = two
+    path = _filled(a, "data", b"A")
+    a.create_snapshot("data", name="old")
+    old = tree_state(path)
+    for i in range(20):
+        (path / f"f{i:02d}").write_bytes(b"B" * 1000)
+    now = tree_state(path)
+    waiting = []
+    raised = _during_capture(a, monkeypatch, lambda: waiting.append(
+        _blocked(lambda: b.restore_snapshot("old", in_place=True))))
+    a.create_snapshot("data", name="new")
+    assert raised == [] and waiting[0].is_alive()  # the swap waited for the capture
+    waiting[0].join(30)
+    assert tree_state(path) == old  # then restored
+    a.restore_snapshot("new", to="copy")
+    assert tree_state(a.get_volume("copy").path) == now
+
+
+def test_a_volume_deleted_while_a_snapshot_is_taken_waits_for_it(two, monkeypatch):
+    """A delete during the capture: the snapshot was recorded with the files not read yet missing,
+    as if the volume had held fewer (or failed with 'No such file or directory')."""
+    a, b = two
+    path = _filled(a, "data", b"A")
+    now = tree_state(path)
+    waiting = []
+    raised = _during_capture(a, monkeypatch, lambda: waiting.append(_blocked(lambda: b.delete_volume("data"))))
+    snap = a.create_snapshot("data", name="s")
+    assert raised == [] and waiting[0].is_alive()
+    waiting[0].join(30)
+    assert snap.files == 20 and a.list_volumes() == []
+    a.restore_snapshot("s", to="copy")
+    assert tree_state(a.get_volume("copy").path) == now
+
+
+def test_a_move_while_a_snapshot_is_taken_is_refused(two, monkeypatch):
+    """A move to another class during the capture: the folder went away under it."""
+    a, b = two
+    path = _filled(a, "data", b"A")
+    now = tree_state(path)
+    raised = _during_capture(a, monkeypatch, lambda: b.update_volume("data", storage_class="other"))
+    snap = a.create_snapshot("data", name="s")
+    assert [type(e) for e in raised] == [ConflictError] and "is busy" in str(raised[0])
+    assert snap.files == 20 and tree_state(a.get_volume("data").path) == now
+
+
+def test_a_volume_deleted_between_a_snapshots_read_and_its_capture_is_not_snapshotted(two, monkeypatch):
+    a, b = two
+    _filled(a, "data", b"A")
+    settled = a.settled
+
+    def deleted_meanwhile(name):
+        settled(name)
+        b.delete_volume(name)
+    monkeypatch.setattr(a, "settled", deleted_meanwhile)
+    with pytest.raises(Exception, match="no volume named 'data'"):
+        a.create_snapshot("data", name="s")
+    assert a.list_snapshots() == [] and a.engine.manifest_path("x").parent.exists()
+
+
+HOLD = r"""
+import sys, time
+from pathlib import Path
+from dtrain.storage import Storage
+s = Storage(Path(sys.argv[1]))
+with s.hold(s.get_volume("data"), exclusive=sys.argv[2] == "x"):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("mode", ["x", "s"])
+def test_a_killed_command_never_leaves_the_volume_busy(two, mode):
+    import signal
+    import subprocess
+    import sys
+    a, _ = two
+    _filled(a, "data", b"A")
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, str(a.home), mode], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline() == "held\n"
+        with pytest.raises(ConflictError, match="is busy"):  # a snapshot meanwhile; a move
+            a.update_volume("data", storage_class="other") if mode == "s" else a.create_snapshot("data")
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.kill()
+        proc.wait()
+    a.create_snapshot("data", name="s")
+    a.delete_volume("data")
+    assert a.list_volumes() == []
+
+
+def test_a_volume_is_deleted_on_a_disk_without_a_free_inode(tmp_path):
+    """Deleting a volume is how a full disk is freed: the lock a delete takes makes no file."""
+    import errno
+    with tmpfs(tmp_path / "home", "size=20m,nr_inodes=400") as home:
+        storage = Storage(home)
+        vol = storage.create_volume("data")
+        storage.create_snapshot("data", name="s")
+        with pytest.raises(OSError) as full:
+            for i in range(1000):
+                (vol.path / f"f{i}").touch()
+        assert full.value.errno == errno.ENOSPC
+        storage.delete_volume("data")
+        assert storage.list_volumes() == []
+        storage.close()

@@ -16,6 +16,7 @@ storage class (config.yaml ``storage_classes:``, a root folder each) lives in
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import stat
@@ -118,8 +119,9 @@ class Storage:
         if vol.storage_class == storage_class and vol.path.parent.parent == root:
             return vol
         self._collect(sweep=False)
-        self.mover.move(volume=name, uid=vol.uid, src_class=vol.storage_class, dst_class=storage_class,
-                        src=vol.path.parent, dst_root=root, check_users=check_users)
+        with self.hold(vol, exclusive=True):
+            self.mover.move(volume=name, uid=vol.uid, src_class=vol.storage_class, dst_class=storage_class,
+                            src=vol.path.parent, dst_root=root, check_users=check_users)
         return self.get_volume(name)
 
     def settled(self, name: str) -> None:
@@ -128,6 +130,38 @@ class Storage:
         if row is not None:
             raise ConflictError(f"volume {name!r} is moving to storage class {row['dst_class']!r} (pid "
                                 f"{row['pid']}): retry when that 'dtrain volume update' has finished")
+
+    @contextlib.contextmanager
+    def hold(self, vol: Volume, *, exclusive: bool, wait: bool = False):
+        """A lock on one volume: shared while a snapshot reads its folder, exclusive while a
+        command replaces, moves or removes that folder (an in-place restore's swap, a move, a
+        delete). Without it a snapshot taken meanwhile recorded a mix of the old and the new files,
+        or the files not yet read as gone, and called it a snapshot. Refused at once when held,
+        unless `wait` (the swap and the delete are short; they wait for a snapshot to finish). A
+        flock on the volume's folder (<root>/<name>, which holds data/): nothing to create, so it
+        works on a full disk, and a killed process drops it with its descriptors. Yields the volume
+        as it is now, refused when another command deleted or moved it since `vol` was read."""
+        try:
+            fd = os.open(vol.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except FileNotFoundError:  # deleted meanwhile (get_volume says so), or Lost: nothing to hold
+            yield self._same(vol)
+            return
+        try:
+            try:
+                fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                raise ConflictError(f"volume {vol.name!r} is busy: another command is snapshotting, restoring, "
+                                    f"moving or deleting it; retry when that has finished") from None
+            yield self._same(vol)
+        finally:
+            os.close(fd)
+
+    def _same(self, vol: Volume) -> Volume:
+        """The volume `vol` as it is now; refused when another command deleted or moved it."""
+        now = self.get_volume(vol.name)
+        if (now.uid, now.path) != (vol.uid, vol.path):
+            raise ConflictError(f"volume {vol.name!r} was moved or deleted by another command just now; retry")
+        return now
 
     def get_volume(self, name: str) -> Volume:
         self.mover.recover()
@@ -152,13 +186,14 @@ class Storage:
         # named after the volume's uid: killed between this rename and the commit, the row still
         # stands, and _collect puts the folder back instead of deleting a registered volume's data
         trash = folder.parent / f"{DELETING}{os.getpid()}-{vol.uid}"
-        with db.transaction(self.conn):
-            # This volume, if still there: a concurrent delete (or a delete and a new volume of the
-            # same name) leaves this caller nothing to delete, and it says so.
-            if self.conn.execute("DELETE FROM volumes WHERE name = ? AND uid = ?", (name, vol.uid)).rowcount == 0:
-                raise NotFoundError(f"no volume named {name!r}: list volumes with `{LIST_VOLUMES}`")
-            if folder.exists():
-                os.rename(folder, trash)
+        with self.hold(vol, exclusive=True, wait=True):
+            with db.transaction(self.conn):
+                # This volume, if still there: a concurrent delete (or a delete and a new volume of the
+                # same name) leaves this caller nothing to delete, and it says so.
+                if self.conn.execute("DELETE FROM volumes WHERE name = ? AND uid = ?", (name, vol.uid)).rowcount == 0:
+                    raise NotFoundError(f"no volume named {name!r}: list volumes with `{LIST_VOLUMES}`")
+                if folder.exists():
+                    os.rename(folder, trash)
         folders.rmtree(trash)
 
     def volume_path(self, name: str) -> Path:
@@ -190,7 +225,7 @@ class Storage:
         spec_text = _spec_json(job_spec)
         self._collect()
         try:
-            with self.engine.pin():
+            with self.hold(vol, exclusive=False), self.engine.pin():
                 base_id = self._latest_id(vol.uid)  # under the pin: its objects cannot be swept
                 with reporter(progress, f"snapshot {volume}") as cb:
                     manifest, stats = self.engine.capture(vol.path, base_id=base_id, progress=cb)
@@ -338,8 +373,7 @@ class Storage:
         try:
             with self.engine.pin(), reporter(progress, f"restore {snap.name}") as cb:
                 self.engine.materialize(self._load(snap), staging, progress=cb)
-            with db.transaction(self.conn):
-                self.get_volume(vol.name)
+            with self.hold(vol, exclusive=True, wait=True), db.transaction(self.conn):
                 folders.swap(staging, vol.path)
                 self.conn.execute("UPDATE volumes SET head_snapshot = ? WHERE name = ?", (snap.name, vol.name))
         finally:
