@@ -231,3 +231,23 @@ def test_a_volume_is_deleted_on_a_disk_without_a_free_inode(tmp_path):
         storage.delete_volume("data")
         assert storage.list_volumes() == []
         storage.close()
+
+
+# --- file names a job chose, printed ---------------------------------------------------------------
+def test_snapshot_diff_prints_a_name_with_a_newline_or_an_escape_as_one_quoted_line(dt):
+    """`snapshot diff` printed names raw: a file named 'x\\nA secret.txt' showed as two changes, and
+    one holding an escape sequence recolored (or retitled) the terminal of whoever read the diff."""
+    dt("volume", "create", "work")
+    data = dt.home / "volumes" / "work" / "data"
+    (data / "plain é").write_text("1")
+    dt("snapshot", "create", "work", "--name", "one")
+    for name in (b"x\nA secret.txt", b"esc\x1b[31mRED", b"bad\xff"):
+        with open(os.path.join(os.fsencode(data), name), "wb") as f:
+            f.write(b"2")
+    dt("snapshot", "create", "work", "--name", "two")
+    out = dt("snapshot", "diff", "one", "two").stdout
+    assert [line for line in out.splitlines() if line.startswith("A ")] == [
+        "A 'bad\\xff'", "A 'esc\\x1b[31mRED'", "A 'x\\nA secret.txt'"]
+    assert "\x1b" not in out
+    assert [c["path"] for c in dt.json("snapshot", "diff", "one", "two") if c["kind"] == "added"] == [
+        "bad\udcff", "esc\x1b[31mRED", "x\nA secret.txt"]

@@ -107,9 +107,26 @@ def cmd_snapshot(args, client: Client) -> int:
             print(json.dumps([c.to_dict() for c in changes], indent=2, default=str))
         else:
             for c in changes:
-                print(f"{c.kind[:1].upper()} {c.path}" + (f"  ({', '.join(c.fields)})" if c.fields else ""))
+                print(f"{c.kind[:1].upper()} {_path(c.path)}" + (f"  ({', '.join(c.fields)})" if c.fields else ""))
             print(f"{len(changes)} change(s)")
     return 0
+
+
+def _path(path: str) -> str:
+    """A volume's file name as one line of text: one holding a newline, a terminal escape or bytes
+    that are not UTF-8 (a job names its files as it likes) is quoted, those characters escaped
+    ('\\n', '\\x1b', '\\xff'), so that it can neither pass for two changes nor recolor the terminal."""
+    if path.isprintable():
+        return path
+    out = []
+    for c in path:
+        if 0xDC80 <= ord(c) <= 0xDCFF:  # a byte that is not UTF-8, kept by surrogateescape
+            out.append(f"\\x{ord(c) - 0xDC00:02x}")
+        elif c in "\\'" or not c.isprintable():
+            out.append(c.encode("unicode_escape").decode("ascii") if c != "'" else "\\'")
+        else:
+            out.append(c)
+    return "'" + "".join(out) + "'"
 
 
 def _volume_text(v) -> str:
