@@ -10,7 +10,7 @@ import pytest
 
 from conftest import tmpfs
 from dtrain.backends.local.backend import _disk_usage
-from dtrain.errors import ConflictError
+from dtrain.errors import ConflictError, NotFoundError
 from dtrain.storage import Storage, folders
 from dtrain.storage.testing import tree_state
 
@@ -251,3 +251,24 @@ def test_snapshot_diff_prints_a_name_with_a_newline_or_an_escape_as_one_quoted_l
     assert "\x1b" not in out
     assert [c["path"] for c in dt.json("snapshot", "diff", "one", "two") if c["kind"] == "added"] == [
         "bad\udcff", "esc\x1b[31mRED", "x\nA secret.txt"]
+
+
+def test_a_snapshot_deleted_while_verify_runs_is_not_reported_damaged(two, monkeypatch):
+    """verify listed the snapshots, another command deleted one, and verify found its manifest
+    gone: it reported that snapshot's manifest as damaged (ok False, exit 1), a false alarm."""
+    a, b = two
+    _filled(a, "data", b"A")
+    a.create_snapshot("data", name="one")
+    a.create_snapshot("data", name="two")
+    sweep = a.engine.sweep
+
+    def sweep_then_delete(*args, **kwargs):  # verify has its list of snapshots by now
+        done = sweep(*args, **kwargs)
+        b.delete_snapshot("one")
+        return done
+    monkeypatch.setattr(a.engine, "sweep", sweep_then_delete)
+    report = a.verify()
+    assert report.ok and report.damaged == () and report.snapshots == ("two",)
+    b.create_snapshot("data", name="one")
+    with pytest.raises(NotFoundError, match="another command deleted it just now"):
+        a.verify("one")

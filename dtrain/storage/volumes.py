@@ -302,8 +302,16 @@ class Storage:
         hits = self._hits(set(bad)) if bad else {}
         damaged = [Damage(object=d, problem=p, hits=tuple(hits.get(d, ()))) for d, p in sorted(bad.items())]
         by_id = {s.id: s.name for s in rows}
-        damaged += [Damage(object=m, problem="manifest", hits=((by_id[m], "*"),)) for m in stats.bad_manifests]
-        return VerifyReport(snapshots=tuple(s.name for s in rows), objects=stats.objects, bytes=stats.bytes,
+        # a manifest that could not be read because another command deleted its snapshot meanwhile
+        # is no damage: that snapshot is simply gone (the report said 'manifest' damage, exit 1)
+        deleted = {m for m in stats.bad_manifests
+                   if self.conn.execute("SELECT 1 FROM snapshots WHERE uid = ?", (m,)).fetchone() is None}
+        if name is not None and deleted:
+            raise NotFoundError(f"no snapshot named {name!r}: another command deleted it just now; list snapshots "
+                                f"with `{LIST_SNAPSHOTS}`")
+        damaged += [Damage(object=m, problem="manifest", hits=((by_id[m], "*"),))
+                    for m in stats.bad_manifests if m not in deleted]
+        return VerifyReport(snapshots=tuple(s.name for s in rows if s.id not in deleted), objects=stats.objects, bytes=stats.bytes,
                             damaged=tuple(damaged), garbage_objects=swept.objects if swept else 0,
                             garbage_bytes=swept.bytes if swept else 0,
                             unlisted_manifests=swept.unlisted if swept else 0)
