@@ -272,3 +272,30 @@ def test_a_snapshot_deleted_while_verify_runs_is_not_reported_damaged(two, monke
     b.create_snapshot("data", name="one")
     with pytest.raises(NotFoundError, match="another command deleted it just now"):
         a.verify("one")
+
+
+def test_the_http_diff_of_a_volume_holding_a_name_that_is_not_utf8(tmp_path):
+    """GET /snapshots/NAME/diff answered 500 Internal Server Error (pydantic could not encode the
+    lone surrogate Python keeps for the byte 0xff) as soon as a job wrote such a file name."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    import httpx
+    from server_util import ThreadServer
+
+    from dtrain.client import Client
+    from dtrain.server.app import create_app
+
+    storage = Storage(tmp_path / "home")
+    vol = storage.create_volume("data")
+    storage.create_snapshot("data", name="one")
+    for name in (b"bad\xff", "café".encode(), b"nl\nname"):
+        with open(os.path.join(os.fsencode(vol.path), name), "wb") as f:
+            f.write(b"x")
+    storage.create_snapshot("data", name="two")
+    storage.close()
+    server = ThreadServer(create_app(lambda: Client(home=tmp_path / "home"), sample_every=3600))
+    try:
+        r = httpx.get(f"{server.url}/api/v1/snapshots/one/diff", params={"to": "two"})
+        assert r.status_code == 200, r.text
+        assert {c["path"] for c in r.json() if c["kind"] == "added"} == {"bad\\xff", "café", "nl\nname"}
+    finally:
+        server.stop()

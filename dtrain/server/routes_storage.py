@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Query, Request, Response
@@ -75,7 +76,18 @@ def restore_snapshot(request: Request, response: Response, name: wire.SnapshotNa
 def diff_snapshots(request: Request, name: wire.SnapshotName, to: Annotated[str, Query(pattern=wire.NAME)]):
     """Paths added, removed or modified from snapshot `name` to snapshot `to`."""
     changes = client(request).diff_snapshots(name, to)
-    return [wire.Change(path=c.path, kind=c.kind, fields=list(c.fields)) for c in changes]
+    return [wire.Change(path=_utf8(c.path), kind=c.kind, fields=list(c.fields)) for c in changes]
+
+
+def _utf8(path: str) -> str:
+    """A file name as JSON can carry it: bytes that are not UTF-8 (a job names its files as it
+    likes; Python keeps them as lone surrogates, which no JSON encoder takes) written '\\xff'.
+    Such a name made the whole diff an Internal Server Error."""
+    try:
+        path.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(path).decode("utf-8", "backslashreplace")
+    return path
 
 
 @router.get("/lineage", response_model=wire.Lineage, responses=ERRORS)

@@ -303,7 +303,7 @@ class Freed(_Out):
 
 
 class Change(BaseModel):
-    path: str
+    path: str = Field(description="relative to the volume; bytes of a name that are not UTF-8 written as \\xNN")
     kind: Literal["added", "removed", "modified"]
     fields: list[str] = []
 
