@@ -299,3 +299,49 @@ def test_the_http_diff_of_a_volume_holding_a_name_that_is_not_utf8(tmp_path):
         assert {c["path"] for c in r.json() if c["kind"] == "added"} == {"bad\\xff", "café", "nl\nname"}
     finally:
         server.stop()
+
+
+def test_a_job_started_while_an_in_place_restore_writes_keeps_its_volume_and_files(dt, monkeypatch):
+    """Jobs using the volume were looked for before the restore wrote its files, only: a job started
+    meanwhile mounted data/, which the swap then moved aside and removed, and the job's output was
+    gone though it Succeeded. The restore now asks again, under the volume's lock, before the swap."""
+    from dtrain import Client
+
+    dt("volume", "create", "data")
+    folder = Path(dt.json("volume", "describe", "data")["extra"]["path"])
+    (folder / "v.txt").write_text("one")
+    dt("snapshot", "create", "data", "--name", "one")
+    (folder / "v.txt").write_text("two")
+    backend = Client(home=dt.home).backend()
+    materialize = backend.storage.engine.materialize
+
+    def materialize_then_a_job_starts(*args, **kw):
+        materialize(*args, **kw)
+        dt("submit", "writer", "--pvc", "data:/mnt", "--", "sh", "-c", "cat /mnt/v.txt > /mnt/seen; echo out > /mnt/out")
+        dt.wait_for("writer", {"Running", "Succeeded", "Failed"})
+
+    monkeypatch.setattr(backend.storage.engine, "materialize", materialize_then_a_job_starts)
+    with pytest.raises(ConflictError, match=r"job\(s\) writer started on volume 'data' while snapshot 'one'"):
+        backend.restore_snapshot("one", in_place=True)
+    assert dt.wait_for("writer", {"Succeeded", "Failed"})["status"] == "Succeeded"
+    assert (folder / "v.txt").read_text() == "two" and (folder / "seen").read_text() == "two"
+    assert (folder / "out").read_text() == "out\n"
+    assert sorted(os.listdir(folder.parent)) == ["data"]  # the restored files written aside are gone
+    backend.storage.close()
+
+
+def test_a_job_mounts_a_volume_only_once_an_in_place_restores_swap_is_over(tmp_path):
+    """A job whose record came after the restore's last look waits for the swap, then mounts the
+    restored folder (not the one the swap moves aside)."""
+    storage = Storage(tmp_path / "home")
+    vol = storage.create_volume("data")
+    got = []
+    with storage.hold(vol, exclusive=True):  # the swap under way
+        t = threading.Thread(target=lambda: got.append(Storage(tmp_path / "home").volume_path("data")))
+        t.start()
+        t.join(1.0)
+        assert t.is_alive() and not got  # waits
+    t.join(30)
+    assert got == [vol.path]
+    assert Storage(tmp_path / "home").volume_path("data") == vol.path  # nothing held: at once
+    storage.close()

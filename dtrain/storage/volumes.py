@@ -21,7 +21,7 @@ import json
 import os
 import stat
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -197,10 +197,27 @@ class Storage:
         folders.rmtree(trash)
 
     def volume_path(self, name: str) -> Path:
-        """The folder a job mounts (at /mnt in the reference setup), once no move is under way."""
-        while self.mover.live(name) is not None:  # see move.py: jobs wait for a running move
-            time.sleep(0.2)
-        return self.get_volume(name).path
+        """The folder a job mounts (at /mnt in the reference setup), once no move is under way and
+        no in-place restore is swapping it. The job's record is active before this is asked, so an
+        in-place restore that takes the volume's lock later sees the job and is refused; one that
+        holds it now is waited for here (a shared lock, taken and dropped), and the job mounts the
+        restored folder, not the one the swap moves aside and removes."""
+        while True:
+            while self.mover.live(name) is not None:  # see move.py: jobs wait for a running move
+                time.sleep(0.2)
+            vol = self.get_volume(name)
+            try:
+                fd = os.open(vol.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError:  # Lost (the job's start says so), or moved just now (asked again)
+                if self.mover.live(name) is None:
+                    return vol.path
+                continue
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH)
+            finally:
+                os.close(fd)
+            if self.mover.live(name) is None and self.get_volume(name).path == vol.path:
+                return vol.path
 
 
     def usage(self, name: str) -> int:
@@ -264,9 +281,11 @@ class Storage:
         return [self._snapshot(r) for r in self.conn.execute(sql + " ORDER BY created_ns, name", args)]
 
     def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
-                         in_use_by: Sequence[str] = (), progress: Progress | bool | None = None) -> Volume:
+                         in_use_by: Sequence[str] | Callable[[], Sequence[str]] = (),
+                         progress: Progress | bool | None = None) -> Volume:
         """Into a new volume `to` (which records origin_snapshot=name), or over the snapshot's
-        own volume when `in_place` (refused while jobs in `in_use_by` use it)."""
+        own volume when `in_place` (refused while jobs in `in_use_by` use it: a callable is asked
+        again under the volume's lock, just before the swap)."""
         if (to is None) == (not in_place):
             raise SpecError(f"restore of snapshot {name!r}: give exactly one of a new volume name "
                             f"(--to NAME) or in-place restore (--in-place)")
@@ -371,19 +390,25 @@ class Storage:
     def _restore_in_place(self, snap: Snapshot, in_use_by: Sequence[str], progress) -> Volume:
         vol = self.in_place_target(snap)
         self.settled(vol.name)
-        if isinstance(in_use_by, str):
-            in_use_by = [in_use_by]
-        if in_use_by:
-            raise ConflictError(f"volume {vol.name!r} is in use by job(s) {', '.join(in_use_by)}: "
+        users = in_use_by if callable(in_use_by) else (lambda: [in_use_by] if isinstance(in_use_by, str) else in_use_by)
+        if jobs := users():
+            raise ConflictError(f"volume {vol.name!r} is in use by job(s) {', '.join(jobs)}: "
                                 f"wait for them to finish or stop them (dtrain delete JOB) before an in-place restore")
         self._collect()
         staging = vol.path.parent / folders.staging_name("restore")  # beside data/, in the volume's class root
         try:
             with self.engine.pin(), reporter(progress, f"restore {snap.name}") as cb:
                 self.engine.materialize(self._load(snap), staging, progress=cb)
-            with self.hold(vol, exclusive=True, wait=True), db.transaction(self.conn):
-                folders.swap(staging, vol.path)
-                self.conn.execute("UPDATE volumes SET head_snapshot = ? WHERE name = ?", (snap.name, vol.name))
+            with self.hold(vol, exclusive=True, wait=True):
+                # Asked again: a job started while the files were written mounts the folder the swap
+                # would move aside and remove (a job starting from now waits in volume_path).
+                if jobs := users():
+                    raise ConflictError(f"job(s) {', '.join(jobs)} started on volume {vol.name!r} while snapshot "
+                                        f"{snap.name!r} was being restored; the volume is unchanged: restore again "
+                                        f"once they finish or are stopped (dtrain delete JOB)")
+                with db.transaction(self.conn):
+                    folders.swap(staging, vol.path)
+                    self.conn.execute("UPDATE volumes SET head_snapshot = ? WHERE name = ?", (snap.name, vol.name))
         finally:
             folders.rmtree(staging)  # the old data after a swap, a partial restore otherwise
         return self.get_volume(vol.name)

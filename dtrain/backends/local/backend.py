@@ -699,13 +699,15 @@ class LocalBackend(Backend):
         return self._snapshot(self.storage.get_snapshot(name))
 
     def _restore_snapshot(self, name, *, to, in_place, progress):
+        users = ()
         if in_place:
-            users = self.volume_users(self.storage.get_snapshot(name).volume, suspended=False)  # not running
-            if users:
-                raise ConflictError(f"cannot restore {name!r} in place while job(s) {', '.join(users)} use the "
+            volume = self.storage.get_snapshot(name).volume
+            if jobs := self.volume_users(volume, suspended=False):  # not running
+                raise ConflictError(f"cannot restore {name!r} in place while job(s) {', '.join(jobs)} use the "
                                     f"volume; wait for them or delete them first")
-        return self._volume(self.storage.restore_snapshot(name, to=to, in_place=in_place, progress=progress),
-                            measure=False)
+            users = functools.partial(self.volume_users, volume, suspended=False)  # asked again before the swap
+        return self._volume(self.storage.restore_snapshot(name, to=to, in_place=in_place, in_use_by=users,
+                                                          progress=progress), measure=False)
 
     def _delete_snapshot(self, name):
         freed = self.storage.delete_snapshot(name)
