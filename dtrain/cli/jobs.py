@@ -401,12 +401,16 @@ def cmd_suspend_resume(args, client: Client) -> int:
 
 
 def cmd_artifacts(args, client: Client) -> int:
+    _in_project(args, client)
+    _get(args, client, args.name)
     out = client.artifacts(args.name, to=args.to)
     print(f"The model of job '{args.name}' is in {out}")
     return 0
 def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
+    _in_project(args, client)
+    info = _get(args, client, args.name)
     if args.rank is not None and not _whole(args.rank):
-        last = client.get(args.name).spec.processes - 1
+        last = info.spec.processes - 1
         raise SpecError(f"invalid --rank {shown(args.rank)}: exec runs in one process; give a rank from 0 to "
                         f"{last}, e.g. dtrain exec {args.name} --rank 0 -- COMMAND")
     code = client.exec(args.name, command, rank=0 if args.rank is None else int(args.rank))
@@ -481,11 +485,13 @@ def register(sub) -> None:
     p = sub.add_parser("artifacts", help="copy a job's model folder (SageMaker: model.tar.gz, unpacked) to a folder")
     p.add_argument("name", help="the job")
     p.add_argument("--to", required=True, metavar="DIR", help="a new (or empty) folder")
+    _project_flag(p)
     p.set_defaults(handler=cmd_artifacts)
     p = sub.add_parser("exec", help="run a command beside a running job's process (its volumes, environment)",
-                       usage="dtrain exec NAME [--rank R] -- COMMAND [ARGS...]")
+                       usage="dtrain exec NAME [--rank R] [-p PROJECT] -- COMMAND [ARGS...]")
     p.add_argument("name", help="the job (it must be Running)")
     p.add_argument("--rank", help="which process (default 0)")
+    _project_flag(p)
     p.set_defaults(handler=cmd_exec, takes_command=True, launcher_for=None)
     p = sub.add_parser("wait", help=f"wait until a job ends; exit 0 if it succeeded, 1 if not, "
                                     f"{EXIT_TIMEOUT} if --timeout ran out")
