@@ -36,3 +36,11 @@ def test_exec_and_artifacts_take_the_jobs_project_as_runai_exec_does(dt: Dtrain,
         assert got.stdout == "team\n", got.stderr
     finally:
         dt("delete", "held")
+
+
+def test_list_refuses_all_projects_with_one_project(dt: Dtrain):
+    # -A used to win silently: `-A -p nope` listed every project's jobs, naming no mistake
+    for verb in (("list",), ("notebook", "list")):
+        assert_usage_error(dt(*verb, "-A", "-p", "nope", check=False), "-A/--all-projects", "-p/--project")
+        assert_usage_error(dt(*verb, "-p", "default", "--all-projects", check=False), "not allowed with")
+    assert dt.json("list", "-A") == [] and dt.json("list", "-p", "default") == []

@@ -447,8 +447,9 @@ def register(sub) -> None:
     p = sub.add_parser("list", help="list jobs")
     p.add_argument("what", nargs="?", default="jobs", metavar="jobs",
                    help="what to list: jobs (volumes: 'dtrain volume list', snapshots: 'dtrain snapshot list')")
-    p.add_argument("-p", "--project", help="this project's jobs (default: the configured project)")
-    p.add_argument("-A", "--all-projects", action="store_true", help="jobs of every project")
+    which = p.add_mutually_exclusive_group()  # -A with -p named a project it then did not look at
+    which.add_argument("-p", "--project", help="this project's jobs (default: the configured project)")
+    which.add_argument("-A", "--all-projects", action="store_true", help="jobs of every project")
     p.add_argument("--show-deleted", action="store_true", help="also list deleted jobs")
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(handler=cmd_list)

@@ -161,8 +161,9 @@ def register(sub) -> None:
     c.add_argument("--backend", choices=["local", "kubernetes"], help="where to run (default from config)")
     c.set_defaults(handler=cmd_start)
     c = ns.add_parser("list", prog="dtrain notebook list", help="list notebooks")
-    c.add_argument("-p", "--project", help="this project's notebooks (default: the configured project)")
-    c.add_argument("-A", "--all-projects", action="store_true", help="notebooks of every project")
+    which = c.add_mutually_exclusive_group()  # as `dtrain list`: -A or -p, not both
+    which.add_argument("-p", "--project", help="this project's notebooks (default: the configured project)")
+    which.add_argument("-A", "--all-projects", action="store_true", help="notebooks of every project")
     c.add_argument("--show-deleted", action="store_true", help="also list deleted notebooks")
     c.add_argument("--json", action="store_true", help="print a JSON list")
     c.set_defaults(handler=cmd_list)
