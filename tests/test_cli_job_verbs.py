@@ -44,3 +44,11 @@ def test_list_refuses_all_projects_with_one_project(dt: Dtrain):
         assert_usage_error(dt(*verb, "-A", "-p", "nope", check=False), "-A/--all-projects", "-p/--project")
         assert_usage_error(dt(*verb, "-p", "default", "--all-projects", check=False), "not allowed with")
     assert dt.json("list", "-A") == [] and dt.json("list", "-p", "default") == []
+
+
+def test_an_empty_job_file_path_is_named(dt: Dtrain):
+    # `-f ""` was taken as no file at all: "a job needs a name", with the empty path never named
+    for verb in ("submit", "submit-dist", "submit-mpi"):
+        assert_usage_error(dt(verb, "-f", "", check=False), "job file ''", "check the path")
+        assert_usage_error(dt(verb, "named", "-f", "", "--", "true", check=False), "job file ''")
+    assert dt.json("list", "-A") == []

@@ -129,7 +129,7 @@ def _check_blocks(data: Mapping) -> None:
 def spec_from_args(args: argparse.Namespace, command: list[str], client: Client, *, launcher: str | None) -> JobSpec:
     """Flags, a YAML file, or both -> the one JobSpec. Flags win over the file."""
     data: dict = {}
-    if args.file:
+    if args.file is not None:  # `-f "$SPEC"` with SPEC unset names the file, not a missing job name
         raw = read_small_file(args.file, f"job file {shown(args.file)}", "job.yaml")
         data = dict(JobSpec.check_fields(yaml_mapping(raw, f"job file {shown(args.file)}", "name: train")))
         _check_blocks(data)
