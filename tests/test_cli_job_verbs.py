@@ -52,3 +52,13 @@ def test_an_empty_job_file_path_is_named(dt: Dtrain):
         assert_usage_error(dt(verb, "-f", "", check=False), "job file ''", "check the path")
         assert_usage_error(dt(verb, "named", "-f", "", "--", "true", check=False), "job file ''")
     assert dt.json("list", "-A") == []
+
+
+def test_logs_since_is_bounded_and_named_as_typed(dt: Dtrain):
+    dt("submit", "said", "--", "echo", "hello")
+    dt("wait", "said")
+    assert dt("logs", "said", "--since", "36500d").stdout == "hello\n"
+    for typed in ("36501d", "99999999999h", "9" * 400 + "s"):  # the last was infinite: "invalid since -inf"
+        bad = dt("logs", "said", "--since", typed, check=False)
+        assert_usage_error(bad, f"invalid --since '{typed[:20]}", "at most 36500d")
+        assert "-inf" not in bad.stderr and "unix time" not in bad.stderr

@@ -46,13 +46,20 @@ def size(n: int | None) -> str:
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)\Z")
+# --since as a duration: at most a century (older than any log; a longer one is a slip, and a
+# 400-digit one was infinite, refused as "invalid since -inf: use a unix time", not as typed).
+MAX_SINCE_DAYS = 36500
 
 
 def parse_since(text: str, now: float | None = None) -> float:
     """--since 10m / 2h / 30s, or an RFC 3339 time (UTC unless it names a zone) -> unix seconds."""
     m = _DURATION.match(text.strip())
     if m:
-        return (now or time.time()) - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+        seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+        if not seconds <= MAX_SINCE_DAYS * 86400:
+            raise SpecError(f"invalid --since {shown(text)}: use a duration of at most {MAX_SINCE_DAYS}d, such as "
+                            f"30s, 10m or 2h, or a time such as 2026-11-30T12:00:00Z")
+        return (now or time.time()) - seconds
     return parse_time(text, "--since", "a duration such as 30s, 10m, 2h, or ")
 
 
