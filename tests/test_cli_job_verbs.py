@@ -62,3 +62,18 @@ def test_logs_since_is_bounded_and_named_as_typed(dt: Dtrain):
         bad = dt("logs", "said", "--since", typed, check=False)
         assert_usage_error(bad, f"invalid --since '{typed[:20]}", "at most 36500d")
         assert "-inf" not in bad.stderr and "unix time" not in bad.stderr
+
+
+def test_large_shm_is_never_smaller_than_the_hosts_dev_shm(dt: Dtrain):
+    from dtrain.backends.local.launch import shm_size
+
+    gib = 2**30
+    assert shm_size(total_memory=24 * gib, host_shm=4 * gib) == 12 * gib  # half of memory, as before
+    assert shm_size(total_memory=24 * gib, host_shm=24 * gib) == 24 * gib  # was 12Gi: less than without the flag
+    assert shm_size(total_memory=24 * gib, host_shm=0) == 12 * gib
+    probe = "import os; s = os.statvfs('/dev/shm'); print(s.f_blocks * s.f_frsize)"
+    dt("submit", "plain", "--", "python", "-c", probe)
+    dt("submit", "large", "--large-shm", "--", "python", "-c", probe)
+    dt("wait", "plain")
+    dt("wait", "large")
+    assert int(dt("logs", "large").stdout) >= int(dt("logs", "plain").stdout)

@@ -53,11 +53,19 @@ class LaunchPlan:
     cwd: str = "/"  # where it runs
 
 
-def shm_size(total_memory: int | None = None) -> int:
-    """--large-shm: half of the machine's memory, as a Kubernetes Memory emptyDir defaults to."""
+def shm_size(total_memory: int | None = None, host_shm: int | None = None) -> int:
+    """--large-shm: half of the machine's memory, as a Kubernetes Memory emptyDir defaults to, and
+    never less than the host's /dev/shm, which a job without the flag sees (a host may size it at
+    all of memory: the flag then gave a job half the /dev/shm it had without it)."""
     if total_memory is None:
         total_memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    return total_memory // 2
+    if host_shm is None:
+        try:
+            st = os.statvfs("/dev/shm")
+            host_shm = st.f_blocks * st.f_frsize
+        except OSError:  # no /dev/shm on the host: the job's own is the only one
+            host_shm = 0
+    return max(total_memory // 2, host_shm)
 
 
 def shadow_args(mounts: list[Mount], *, lexists=os.path.lexists, listdir=os.listdir,
