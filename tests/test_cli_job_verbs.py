@@ -77,3 +77,14 @@ def test_large_shm_is_never_smaller_than_the_hosts_dev_shm(dt: Dtrain):
     dt("wait", "plain")
     dt("wait", "large")
     assert int(dt("logs", "large").stdout) >= int(dt("logs", "plain").stdout)
+
+
+def test_gpu_on_a_machine_without_gpus_says_how_to_run_on_cpu(tmp_path):
+    # the reference's `submit-mpi --gpu 1` on a CPU workstation was told to "lower --processes or --gpu"
+    dt = Dtrain(tmp_path / "home", env={"DTRAIN_GPUS": "0"})
+    assert_usage_error(dt("submit-mpi", "ref", "--processes", "2", "--gpu", "1", "--", "true", check=False),
+                       "has no GPU", "drop --gpu", "DTRAIN_GPUS")
+    assert dt.json("list", "-A") == []
+    with_two = Dtrain(tmp_path / "home", env={"DTRAIN_GPUS": "2"})
+    assert_usage_error(with_two("submit-mpi", "ref", "--processes", "3", "--gpu", "1", "--", "true", check=False),
+                       "needs 3 GPUs", "has 2")

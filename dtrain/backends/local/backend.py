@@ -189,6 +189,10 @@ class LocalBackend(Backend):
             raise QuotaError(f"job {spec.name!r} asks for {spec.processes} processes but this machine can run at "
                              f"most {most} (limited by {why}); lower --processes")
         gpus = len(inventory())
+        if spec.gpus_requested > gpus and not gpus:  # the reference's `--gpu 1` on a CPU workstation
+            raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs ({spec.processes} processes x "
+                             f"{spec.gpu}) but this machine has no GPU: drop --gpu (or give --gpu 0) to run on its "
+                             f"CPUs; DTRAIN_GPUS=N stands in N GPUs to try the scheduler and quotas without them")
         if spec.gpus_requested > gpus:
             raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs ({spec.processes} processes x "
                              f"{spec.gpu}) but this machine has {gpus}; lower --processes or --gpu")
