@@ -88,3 +88,13 @@ def test_gpu_on_a_machine_without_gpus_says_how_to_run_on_cpu(tmp_path):
     with_two = Dtrain(tmp_path / "home", env={"DTRAIN_GPUS": "2"})
     assert_usage_error(with_two("submit-mpi", "ref", "--processes", "3", "--gpu", "1", "--", "true", check=False),
                        "needs 3 GPUs", "has 2")
+
+
+def test_a_rank_of_thousands_of_digits_is_one_line(dt: Dtrain):
+    dt("submit-dist", "two", "--processes", "2", "--", "true")
+    dt("wait", "two")
+    huge = "9" * 5000  # int() refuses past 4300 digits: a ValueError traceback
+    assert_usage_error(dt("logs", "two", "--rank", huge, check=False), "invalid --rank '999", "or 'all'")
+    assert_usage_error(dt("exec", "two", "--rank", huge, "--", "true", check=False), "invalid --rank '999",
+                       "from 0 to 1")
+    assert_usage_error(dt("logs", "two", "--rank", "9" * 18, check=False), "ranks 0 to 1")

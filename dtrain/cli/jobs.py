@@ -339,7 +339,9 @@ def cmd_logs(args, client: Client) -> int:
 
 
 def _whole(text: str) -> bool:
-    return text.isascii() and text.isdigit()  # "²".isdigit() too, and int() refuses it
+    """A rank as typed: ASCII digits ("²".isdigit() too, and int() refuses it), few enough for int()
+    (past 4300 digits it raised a traceback; no rank reaches 19 digits: MAX_PROCESSES bounds them)."""
+    return text.isascii() and text.isdigit() and len(text) <= 18
 
 
 def _rank(text: str) -> int:
