@@ -98,3 +98,13 @@ def test_a_rank_of_thousands_of_digits_is_one_line(dt: Dtrain):
     assert_usage_error(dt("exec", "two", "--rank", huge, "--", "true", check=False), "invalid --rank '999",
                        "from 0 to 1")
     assert_usage_error(dt("logs", "two", "--rank", "9" * 18, check=False), "ranks 0 to 1")
+
+
+def test_an_unknown_job_name_is_repeated_cut_short(dt: Dtrain):
+    # every verb repeated the whole name: 100 kB of 'aaa...' on one line
+    name = "a" * 100_000
+    for argv in (("describe", name), ("logs", name), ("wait", name), ("suspend", name), ("resume", name),
+                 ("exec", name, "--", "true"), ("artifacts", name, "--to", "out")):
+        bad = dt(*argv, check=False)
+        assert_usage_error(bad, "no job named 'aaa")
+        assert len(bad.stderr) < 400, (argv[0], len(bad.stderr))

@@ -270,7 +270,7 @@ def _get(args, client: Client, name: str):
     """The job `name`; with -p, only if it is that project's."""
     info = client.get(name)
     if args.project is not None and info.spec.project != args.project:
-        raise NotFoundError(f"no job named {name!r} in project {args.project!r}: it is in project "
+        raise NotFoundError(f"no job named {shown(name)} in project {args.project!r}: it is in project "
                             f"{info.spec.project!r} (give -p {info.spec.project}, or no -p)")
     return info
 

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError
+from dtrain.names import shown
 from dtrain.spec import JobSpec
 
 SCHEMA = """
@@ -142,7 +143,7 @@ class JobStore:
     def job(self, name: str) -> sqlite3.Row:
         row = self.conn.execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()
         if row is None:
-            raise NotFoundError(f"no job named {name!r}; see 'dtrain list jobs' for the jobs there are")
+            raise NotFoundError(f"no job named {shown(name)}; see 'dtrain list jobs' for the jobs there are")
         return row
 
     def status(self, name: str) -> str | None:
