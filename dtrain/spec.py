@@ -23,6 +23,7 @@ from dtrain.spec_sagemaker import SageMakerOptions
 LAUNCHERS = ("none", "torchrun", "mpi")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off", "")  # as the workloads read them: empty is false
 # The Run:AI seed's `-e ENABLE_SNAPSHOT=true -e PVC_NAME=VOL` is owned here, by the platform: it is
 # the same request as --snapshot-on-success VOL, and `JobSpec.snapshot_volume` is the one place
 # that reads it; backends act on snapshot_volume alone. Workloads may only record the variables.
@@ -297,6 +298,8 @@ class JobSpec:
                             f"e.g. dtrain submit {self.name} -- python train.py")
         set_("command", tuple(_text(c, "command word", fix=" (quote it in YAML)") for c in self.command))
         set_("env", _env(self.env))
+        if not _STORED.get():
+            self._check_snapshot_env()
         used = sum(_bytes(w) + 1 for w in self.command) + sum(_bytes(k) + _bytes(v) + 2 for k, v in self.env.items())
         if used > MAX_ARGS_ENV and not _STORED.get():
             raise SpecError(f"the command and environment of job {self.name!r} take {used} bytes, more than the 1 MiB "
@@ -358,6 +361,20 @@ class JobSpec:
                 raise SpecError(f"job {self.name!r}: --idle-timeout stops an idle notebook; a training job ends "
                                 "by itself: drop it (or start a notebook: dtrain notebook NAME --idle-timeout 1h)")
 
+    def _check_snapshot_env(self):
+        """The seed's ENABLE_SNAPSHOT is a request to the platform: one it cannot read, or one naming
+        no volume, took no snapshot and said nothing (the lanes workload then failed on a typo)."""
+        value = self.env.get(SNAPSHOT_ENV)
+        if value is None:
+            return
+        if value.strip().lower() not in TRUE_WORDS + FALSE_WORDS:
+            raise SpecError(f"invalid -e {SNAPSHOT_ENV}={shown(value)}: use true or false (with -e "
+                            f"{SNAPSHOT_VOLUME_ENV}=VOLUME, the volume snapshotted when the job succeeds)")
+        if (value.strip().lower() in TRUE_WORDS and not self.env.get(SNAPSHOT_VOLUME_ENV)
+                and not self.snapshot_on_success):
+            raise SpecError(f"-e {SNAPSHOT_ENV}={value} names no volume to snapshot: add -e "
+                            f"{SNAPSHOT_VOLUME_ENV}=VOLUME (or give --snapshot-on-success VOLUME)")
+
     def _check_volumes(self):
         mounts = [v.mount_path for v in self.volumes]  # normalised by VolumeMount / NewVolume
         for v in self.volumes:
@@ -387,7 +404,7 @@ class JobSpec:
         """The volume to snapshot on success: the flag, or the seed's ENABLE_SNAPSHOT + PVC_NAME."""
         if self.snapshot_on_success:
             return self.snapshot_on_success
-        if str(self.env.get(SNAPSHOT_ENV, "")).lower() in TRUE_WORDS and self.env.get(SNAPSHOT_VOLUME_ENV):
+        if str(self.env.get(SNAPSHOT_ENV, "")).strip().lower() in TRUE_WORDS and self.env.get(SNAPSHOT_VOLUME_ENV):
             return self.env[SNAPSHOT_VOLUME_ENV]
         return None
 

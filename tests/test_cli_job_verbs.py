@@ -108,3 +108,17 @@ def test_an_unknown_job_name_is_repeated_cut_short(dt: Dtrain):
         bad = dt(*argv, check=False)
         assert_usage_error(bad, "no job named 'aaa")
         assert len(bad.stderr) < 400, (argv[0], len(bad.stderr))
+
+
+def test_enable_snapshot_it_cannot_act_on_is_refused_at_submit(dt: Dtrain):
+    # both were taken, and the job then succeeded without the snapshot it asked for, saying nothing
+    assert_usage_error(dt("submit", "seed", "-e", "ENABLE_SNAPSHOT=true", "--", "true", check=False),
+                       "names no volume", "-e PVC_NAME=VOLUME")
+    assert_usage_error(dt("submit", "seed", "-e", "ENABLE_SNAPSHOT=treu", "-e", "PVC_NAME=data", "--", "true",
+                          check=False), "invalid -e ENABLE_SNAPSHOT='treu'", "true or false")
+    assert dt.json("list", "-A") == []
+    for off in ("false", "0", ""):  # asking for none is fine, with or without a volume
+        dt("submit", f"off{len(off)}", "-e", f"ENABLE_SNAPSHOT={off}", "--", "true")
+    dt("volume", "create", "data")
+    dt("submit", "seed", "-e", "ENABLE_SNAPSHOT=True", "-e", "PVC_NAME=data", "--", "true")
+    assert dt("wait", "seed").returncode == 0 and dt.json("describe", "job", "seed")["snapshot"]
