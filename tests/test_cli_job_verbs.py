@@ -122,3 +122,13 @@ def test_enable_snapshot_it_cannot_act_on_is_refused_at_submit(dt: Dtrain):
     dt("volume", "create", "data")
     dt("submit", "seed", "-e", "ENABLE_SNAPSHOT=True", "-e", "PVC_NAME=data", "--", "true")
     assert dt("wait", "seed").returncode == 0 and dt.json("describe", "job", "seed")["snapshot"]
+
+
+def test_help_states_the_defaults_and_the_project_flag(dt: Dtrain):
+    submit = " ".join(dt("submit", "--help").stdout.split())
+    for said in ("whole GPUs per process (default 0", "restarts of the job after a failure (default 0)",
+                 "the folder submit is run in", "by default the machine's CPUs shared out"):
+        assert said in submit, said
+    assert "until the job ends or is suspended" in " ".join(dt("logs", "--help").stdout.split())
+    for verb in ("describe", "delete", "suspend", "resume", "exec", "artifacts"):
+        assert "-p PROJECT" in dt(verb, "--help").stdout.splitlines()[0], verb  # the usage line shows it

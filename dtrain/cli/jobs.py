@@ -40,18 +40,21 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
         p.add_argument("--processes", type=int, help="number of data-parallel processes")
         if not mpi:
             p.add_argument("--launcher", choices=["torchrun", "mpi"], help="default: torchrun")
-    p.add_argument("-g", "--gpu", type=int, help="GPUs per process (0 allowed)")
-    p.add_argument("--cpu", type=float, help="CPU threads per process (sets OMP_NUM_THREADS; each local process is pinned to its own cores when they go round)")
+    p.add_argument("-g", "--gpu", type=int, help="whole GPUs per process (default 0: CPU only; no fractions)")
+    p.add_argument("--cpu", type=float, help="CPU threads per process (sets OMP_NUM_THREADS, by default the machine's "
+                                             "CPUs shared out among the processes; each local process is pinned to its "
+                                             "own cores when they go round)")
     p.add_argument("--memory", help="memory per process, e.g. 8Gi")
     p.add_argument("-e", "--environment", action="append", metavar="KEY=VALUE", help="environment variable (repeat)")
     p.add_argument("--pvc", action="append", metavar="SPEC",
                    help="VOLUME:MOUNT[:ro] for an existing volume, CLASS:SIZE:MOUNT for a new one (repeat)")
     p.add_argument("--large-shm", action="store_const", const=True, help="a large in-memory /dev/shm")
     p.add_argument("--json", action="store_true", help="print the submitted job as one JSON object")
-    p.add_argument("--working-dir", help="working directory of the command")
+    p.add_argument("--working-dir", help="working directory of the command (default: local, the folder submit "
+                                         "is run in; Kubernetes, the image's)")
     p.add_argument("-p", "--project", help="project (default: 'dtrain config project')")
     p.add_argument("--backend", choices=["local", "kubernetes", "sagemaker"], help="where to run (default from config)")
-    p.add_argument("--max-restarts", type=int, help="restarts of the job after a failure")
+    p.add_argument("--max-restarts", type=int, help="restarts of the job after a failure (default 0)")
     p.add_argument("--snapshot-on-success", metavar="VOLUME", help="snapshot VOLUME when the job succeeds")
     p.add_argument("-i", "--image", help="container image (Kubernetes)")
     p.add_argument("--image-pull-policy", choices=["Always", "IfNotPresent", "Never"],
@@ -456,14 +459,15 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(handler=cmd_list)
     p = sub.add_parser("describe", help="describe a job: spec, status history, processes",
-                       usage="dtrain describe [job] NAME [--json]")
+                       usage="dtrain describe [job] NAME [-p PROJECT] [--json]")
     p.add_argument("names", nargs="+", metavar="[job] NAME", help="the job (the word 'job' is optional)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _project_flag(p)
     p.set_defaults(handler=cmd_describe)
     p = sub.add_parser("logs", help="print a job's logs")
     p.add_argument("name", help="the job")
-    p.add_argument("-f", "--follow", action="store_true", help="keep printing new lines until the job ends")
+    p.add_argument("-f", "--follow", action="store_true",
+                   help="keep printing new lines until the job ends or is suspended")
     p.add_argument("-t", "--tail", type=int, metavar="N", help="only the last N lines")
     p.add_argument("--rank", help="a process rank, or 'all' (default: all)")
     when = p.add_mutually_exclusive_group()  # as Run:AI's: one or the other
@@ -473,7 +477,8 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="one JSON object per line: rank, time, text")
     _project_flag(p)
     p.set_defaults(handler=cmd_logs)
-    p = sub.add_parser("delete", help="stop and delete jobs", usage="dtrain delete [job] NAME [NAME...] [--purge]")
+    p = sub.add_parser("delete", help="stop and delete jobs",
+                       usage="dtrain delete [job] NAME [NAME...] [-p PROJECT] [--purge]")
     p.add_argument("names", nargs="+", metavar="[job] NAME", help="the jobs (the word 'job' is optional)")
     p.add_argument("--purge", action="store_true",
                    help="also forget the job: its record, events and logs (and a local notebook's own work folder)")
@@ -481,7 +486,7 @@ def register(sub) -> None:
     p.set_defaults(handler=cmd_delete)
     for verb, what in (("suspend", "stop jobs for now: they checkpoint and free their GPUs until resumed"),
                        ("resume", "queue suspended jobs again; they go on from their last checkpoint")):
-        p = sub.add_parser(verb, help=what, usage=f"dtrain {verb} [job] NAME [NAME...]")
+        p = sub.add_parser(verb, help=what, usage=f"dtrain {verb} [job] NAME [NAME...] [-p PROJECT]")
         p.add_argument("names", nargs="+", metavar="[job] NAME", help="the jobs (the word 'job' is optional)")
         _project_flag(p)
         p.set_defaults(handler=cmd_suspend_resume)
