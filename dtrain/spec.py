@@ -664,8 +664,21 @@ def _loader():
             value = super().construct_yaml_float(node)
             return value if str(value) == node.value else _WrittenFloat(value, node.value)
 
+        def construct_yaml_str(self, node):
+            # JSON writes a character past U+FFFF as two escapes ("\ud83c\udf89", as `describe --json`
+            # prints an emoji); YAML, a superset of JSON, means the one character, but PyYAML keeps
+            # two lone surrogates, which the spec then refused as "not valid UTF-8 text".
+            value = super().construct_yaml_str(node)
+            if any("\ud800" <= c <= "\udfff" for c in value):
+                try:
+                    value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
+                except UnicodeDecodeError:  # a lone one stays, and is refused where the value is read
+                    pass
+            return value
+
     Loader.add_constructor("tag:yaml.org,2002:int", Loader.construct_yaml_int)
     Loader.add_constructor("tag:yaml.org,2002:float", Loader.construct_yaml_float)
+    Loader.add_constructor("tag:yaml.org,2002:str", Loader.construct_yaml_str)
     return Loader
 
 

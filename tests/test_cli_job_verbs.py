@@ -132,3 +132,18 @@ def test_help_states_the_defaults_and_the_project_flag(dt: Dtrain):
     assert "until the job ends or is suspended" in " ".join(dt("logs", "--help").stdout.split())
     for verb in ("describe", "delete", "suspend", "resume", "exec", "artifacts"):
         assert "-p PROJECT" in dt(verb, "--help").stdout.splitlines()[0], verb  # the usage line shows it
+
+
+def test_describe_json_of_a_job_with_an_emoji_submits_again(dt: Dtrain, tmp_path):
+    # json.dumps writes U+1F389 as "\ud83c\udf89"; the YAML reader kept two lone surrogates and refused them
+    dt("submit", "party", "-e", "GREETING=héllo 🎉", "--", "echo", "🎉")
+    dt("wait", "party")
+    record = tmp_path / "party.json"
+    record.write_text(dt("describe", "job", "party", "--json").stdout)
+    assert "\\ud83c\\udf89" in record.read_text()
+    dt("submit", "party-again", "-f", str(record))
+    spec = dt.json("describe", "job", "party-again")["spec"]
+    assert spec["env"] == {"GREETING": "héllo 🎉"} and spec["command"] == ["echo", "🎉"]
+    lone = tmp_path / "lone.yaml"  # half a pair is still refused, in one line
+    lone.write_text('name: lone\ncommand: ["echo", "\\ud83c"]\n')
+    assert_usage_error(dt("submit", "-f", str(lone), check=False), "not valid UTF-8")
