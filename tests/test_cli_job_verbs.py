@@ -147,3 +147,11 @@ def test_describe_json_of_a_job_with_an_emoji_submits_again(dt: Dtrain, tmp_path
     lone = tmp_path / "lone.yaml"  # half a pair is still refused, in one line
     lone.write_text('name: lone\ncommand: ["echo", "\\ud83c"]\n')
     assert_usage_error(dt("submit", "-f", str(lone), check=False), "not valid UTF-8")
+
+
+def test_wait_timeout_is_bounded(dt: Dtrain):
+    dt("submit", "quick", "--", "true")
+    assert dt("wait", "quick", "--timeout", str(366 * 86400)).returncode == 0
+    for typed, said in (("1e300", "1e+300"), ("1e400", "inf"), ("-1", "-1"), ("nan", "nan")):
+        assert_usage_error(dt("wait", "quick", "--timeout", typed, check=False), f"invalid --timeout {said}:",
+                           "from 0 to 31622400")  # 1e300 waited ~forever; 1e400 read as "invalid timeout inf"

@@ -423,9 +423,13 @@ def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
 
 
 EXIT_TIMEOUT = 124  # `wait --timeout` ran out: the job goes on (the code GNU timeout uses)
+MAX_WAIT_TIMEOUT = 366 * 86400  # a year and a day: past any training run, and every number is bounded
 
 
 def cmd_wait(args, client: Client) -> int:
+    if args.timeout is not None and not 0 <= args.timeout <= MAX_WAIT_TIMEOUT:  # NaN compares false
+        raise SpecError(f"invalid --timeout {args.timeout:g}: use a number of seconds from 0 to {MAX_WAIT_TIMEOUT} "
+                        f"(366 days), e.g. --timeout 600")
     _in_project(args, client)
     _get(args, client, args.name)
     try:
@@ -504,7 +508,7 @@ def register(sub) -> None:
     p = sub.add_parser("wait", help=f"wait until a job ends; exit 0 if it succeeded, 1 if not, "
                                     f"{EXIT_TIMEOUT} if --timeout ran out")
     p.add_argument("name", help="the job")
-    p.add_argument("--timeout", type=float, help="give up after this many seconds (exit code 124)")
+    p.add_argument("--timeout", type=float, help="give up after this many seconds (exit code 124; default: never)")
     p.add_argument("--json", action="store_true", help="print the finished job as one JSON object")
     _project_flag(p)
     p.set_defaults(handler=cmd_wait)
