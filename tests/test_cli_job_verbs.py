@@ -155,3 +155,17 @@ def test_wait_timeout_is_bounded(dt: Dtrain):
     for typed, said in (("1e300", "1e+300"), ("1e400", "inf"), ("-1", "-1"), ("nan", "nan")):
         assert_usage_error(dt("wait", "quick", "--timeout", typed, check=False), f"invalid --timeout {said}:",
                            "from 0 to 31622400")  # 1e300 waited ~forever; 1e400 read as "invalid timeout inf"
+
+
+def test_the_command_is_looked_up_in_the_jobs_own_path(dt: Dtrain, tmp_path):
+    # -e PATH replaces the job's PATH, but submit searched the submitter's: a command the job
+    # could not start was taken (it failed with 127), and one only the job's PATH holds was refused
+    tools = tmp_path / "tools"
+    tools.mkdir()
+    (tools / "mytool").write_text("#!/bin/sh\necho from mytool\n")
+    (tools / "mytool").chmod(0o755)
+    assert_usage_error(dt("submit", "nopy", "-e", f"PATH={tmp_path / 'empty'}", "--", "python", "-c", "1",
+                          check=False), "command 'python' not found", "-e PATH")
+    dt("submit", "mine", "-e", f"PATH={tools}:/usr/bin:/bin", "--", "mytool")
+    assert dt("wait", "mine").returncode == 0
+    assert dt("logs", "mine").stdout == "from mytool\n"

@@ -260,15 +260,17 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
 
 def check_tools(spec: JobSpec, *, cwd: str, path: str | None = None, mounts: Sequence[Mount] = ()) -> None:
     """Fail at submit time, not inside the job, when a tool the job needs is missing. `cwd` and a
-    command given by its path are as the job sees them: through its volumes (`mounts`)."""
-    search = job_path(path)
+    command given by its path are as the job sees them: through its volumes (`mounts`), and a
+    command by name in the job's PATH: `-e PATH=...` replaces it (job_env), so it is searched."""
+    search = spec.env["PATH"] if "PATH" in spec.env else job_path(path)
     cmd = spec.command[0]
     if "/" in cmd:
         mount, host = behind(os.path.join(cwd, cmd), mounts)
         where = "the working folder" if mount is None else f"the volume mounted at {mount.target}"
         found = host is not None and os.path.exists(host)
     else:
-        found, where, host = shutil.which(cmd, path=search), "PATH", None
+        where = "the PATH given with -e PATH" if "PATH" in spec.env else "PATH"
+        found, host = shutil.which(cmd, path=search), None
     if not found and spec.notebook:
         raise EnvironmentError_(f"notebooks run JupyterLab ({cmd}), which is not installed here: "
                                 "pip install 'dtrain[notebook]' (jupyterlab and ipykernel)")
