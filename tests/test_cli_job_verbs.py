@@ -90,6 +90,19 @@ def test_gpu_on_a_machine_without_gpus_says_how_to_run_on_cpu(tmp_path):
                        "needs 3 GPUs", "has 2")
 
 
+def test_a_fraction_of_a_gpu_is_named_as_such(dt: Dtrain):
+    # Run:AI's `--gpu 0.5` (a shared GPU): argparse said only "invalid int value: '0.5'"
+    for verb in (("submit", "half"), ("submit-mpi", "half"), ("notebook", "half")):
+        assert_usage_error(dt(*verb, "--gpu", "0.5", "--", "true", check=False), "'0.5' is a fraction of a GPU",
+                           "--gpu 1", "leave --gpu out")
+    assert_usage_error(dt("submit", "half", "--gpu", "one", "--", "true", check=False), "invalid value 'one'",
+                       "whole GPUs per process")
+    assert_usage_error(dt("submit", "half", "--gpu", "nan", "--", "true", check=False), "invalid value 'nan'")
+    assert dt.json("list", "-A") == []
+    dt("submit", "whole", "--gpu", "0.0", "--", "true")  # 0.0 is whole
+    assert dt.json("describe", "job", "whole")["spec"]["gpu"] == 0
+
+
 def test_a_rank_of_thousands_of_digits_is_one_line(dt: Dtrain):
     dt("submit-dist", "two", "--processes", "2", "--", "true")
     dt("wait", "two")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shlex
@@ -33,6 +34,26 @@ _FIELDS = ("processes", "launcher", "gpu", "cpu", "memory", "large_shm", "workin
 NEGATIVE_VALUE = re.compile(r"^-\.?[0-9]")
 
 
+def gpu_count(text: str) -> int:
+    """--gpu: whole GPUs per process. Run:AI also takes a fraction of one (--gpu 0.5), which is not
+    shared out here: that is named, where int() said only "invalid int value"."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if math.isfinite(value) and value.is_integer():
+        return int(value)  # 2.0, 1e1
+    if math.isfinite(value) and value > 0:
+        raise argparse.ArgumentTypeError(f"{shown(text)} is a fraction of a GPU, and GPUs are not shared between "
+                                         f"jobs here: give whole GPUs per process (--gpu 1), or leave --gpu out to "
+                                         f"run on CPUs")
+    raise argparse.ArgumentTypeError(f"invalid value {shown(text)}: give whole GPUs per process, e.g. --gpu 1")
+
+
 def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False) -> None:
     p.add_argument("name", nargs="?", help="job name (lower-case letters, digits, '-')")
     p.add_argument("-f", "--file", help="a YAML job spec; flags given too override its fields")
@@ -40,7 +61,7 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
         p.add_argument("--processes", type=int, help="number of data-parallel processes")
         if not mpi:
             p.add_argument("--launcher", choices=["torchrun", "mpi"], help="default: torchrun")
-    p.add_argument("-g", "--gpu", type=int, help="whole GPUs per process (default 0: CPU only; no fractions)")
+    p.add_argument("-g", "--gpu", type=gpu_count, help="whole GPUs per process (default 0: CPU only; no fractions)")
     p.add_argument("--cpu", type=float, help="CPU threads per process (sets OMP_NUM_THREADS, by default the machine's "
                                              "CPUs shared out among the processes; each local process is pinned to its "
                                              "own cores when they go round)")

@@ -11,6 +11,7 @@ import difflib
 import json
 
 from dtrain.cli import format as fmt
+from dtrain.cli.jobs import gpu_count
 from dtrain.client import Client
 from dtrain.names import check_name
 from dtrain.spec import parse_pvc
@@ -150,7 +151,7 @@ def register(sub) -> None:
     c.add_argument("--pvc", action="append", metavar="VOLUME:MOUNT[:ro]",
                    help="volume to work on; the first one is Jupyter's root folder (repeat); without it, "
                         "a new empty folder of the job's own")
-    c.add_argument("-g", "--gpu", type=int, help="GPUs (0 allowed)")
+    c.add_argument("-g", "--gpu", type=gpu_count, help="whole GPUs (default 0)")
     c.add_argument("--cpu", type=float, help="CPU threads")
     c.add_argument("--memory", help="memory, e.g. 8Gi")
     c.add_argument("-i", "--image", help="notebook image (Kubernetes), e.g. a Kubeflow notebook-servers image")
