@@ -251,3 +251,93 @@ def _started_line(dt: Dtrain, name: str, line: str) -> None:
     while line not in dt("logs", name).stdout:
         assert time.monotonic() < deadline, dt("describe", name).stdout
         time.sleep(0.2)
+
+
+# On SIGTERM it says so (a file), then waits for the test's word (another file) before it exits:
+# a checkpoint written from the GPU, as long as the test wants it to take.
+SLOW_STOP = """import os, pathlib, signal, time
+here = pathlib.Path(os.environ["HERE"])
+def stop(*_):
+    (here / "stopping").write_text(os.environ["CUDA_VISIBLE_DEVICES"])
+    while not (here / "go").exists():
+        time.sleep(0.05)
+    raise SystemExit(143)
+signal.signal(signal.SIGTERM, stop)
+print("start at 0", flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("verb", ["suspend", "delete"])
+def test_a_stopping_jobs_gpus_go_to_no_other_job_until_its_processes_are_gone(dt_gpus: Dtrain, tmp_path, verb):
+    """The devices were released when Suspended or Deleted was recorded, before the processes had
+    even been signalled: the next job started on the GPU the stopping one still wrote its
+    checkpoint from (on a real GPU, its memory still held). Kubernetes counts a terminating pod's
+    GPUs until it has exited."""
+    import subprocess
+    import time
+
+    from dtrain.backends.local import scheduler
+    from dtrain.backends.local.store import JobStore
+    from dtrain.spec import JobSpec
+
+    dt = dt_gpus
+    (tmp_path / "slow.py").write_text(SLOW_STOP)
+    dt("submit", "holder", "-g", "2", "-e", f"HERE={tmp_path}", "--working-dir", str(tmp_path), "--",
+       "python", "slow.py")
+    dt.wait_for("holder", {"Running"})
+    _started(dt, "holder")
+    dt("submit", "next", "-g", "1", "--", "sh", "-c", "echo got GPU $CUDA_VISIBLE_DEVICES")
+    stop = subprocess.Popen(["dtrain", verb, "holder"], env=dt.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while not (tmp_path / "stopping").exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (tmp_path / "stopping").read_text() == "0,1"  # its process runs on both GPUs still
+        store = JobStore(dt.home / "state.db")
+        try:
+            spec = JobSpec.from_stored(json.loads(store.job("next")["spec"]))
+            assert store.status("next") == "Pending"
+            assert scheduler.try_allocate(store, spec, ["0", "1"]) is None  # as its supervisor finds it
+            assert store.allocations() == {"0": "holder", "1": "holder"}
+        finally:
+            store.close()
+        nodes = dt.json("nodes")
+        assert nodes[0]["gpus_allocated"] == 2 and {g["job"] for g in nodes[0]["gpus"]} == {"holder"}
+    finally:
+        (tmp_path / "go").write_text("")
+        out, err = stop.communicate(timeout=120)
+    assert stop.returncode == 0, err
+    assert dt.json("describe", "job", "holder")["gpus_allocated"] == 0  # released once it had stopped
+    assert dt.wait_for("next", {"Succeeded", "Failed"})["status"] == "Succeeded"
+    assert dt("logs", "next").stdout in ("got GPU 0\n", "got GPU 1\n")
+
+
+def test_devices_a_cut_short_stop_left_held_are_released_once_its_supervisor_is_gone(home):
+    """A `dtrain suspend` killed (Ctrl-C) while its job stopped, the supervisor killed too: the
+    next reconcile (any `list`, a waiting supervisor) lets the devices go; `resume` does as well."""
+    from dtrain.backends.local.backend import LocalBackend
+    from dtrain.backends.local import scheduler
+    from dtrain.backends.local.ranks import supervisor_token
+    from dtrain.procs import Ident
+    from dtrain.spec import JobSpec
+
+    backend = LocalBackend(home)
+    store = backend.store
+    me = Ident.of(os.getpid())
+    gone = supervisor_token(me._replace(start=str(int(me.start) - 1)))  # this pid, as a process before us
+    for name in ("stopping", "cut-short", "resumed"):
+        spec = JobSpec(name=name, command=("true",), gpu=1)
+        store.insert_job(spec, cwd=str(home), node="n")
+        assert scheduler.try_allocate(store, spec, ["0", "1", "2"]) is not None
+        assert store.set_status(name, "Suspended", "suspended by the user", hold=True)
+        store.update(name, supervisor_pid=me.pid, supervisor_start=supervisor_token(me) if name == "stopping"
+                     else gone)
+    assert store.allocations() == {"0": "stopping", "1": "cut-short", "2": "resumed"}
+    store.resume("resumed", "resumed by the user")  # its last supervisor has exited: what it held goes
+    assert store.allocations() == {"0": "stopping", "1": "cut-short"}
+    backend.reconcile_others(None)
+    assert store.allocations() == {"0": "stopping"}  # its supervisor still runs: its processes may too
+    store.release("stopping")
+    assert store.allocations() == {}

@@ -403,6 +403,23 @@ class LocalBackend(Backend):
         for row in self.store.active_jobs():
             if row["name"] != name:
                 self._reconcile(row)
+        self._release_stopped()
+
+    def _release_stopped(self) -> None:
+        """A deleted or suspended job holds its devices until its processes are gone: its stop (the
+        `delete` or `suspend` command, or its supervisor) releases them. One whose stop was cut
+        short (both killed) is released here, once its supervisor is gone, after its leftovers."""
+        from dtrain.backends.local.ranks import kill_ranks
+
+        for row in self.store.held_by_stopped():
+            sup = _supervisor(row)
+            if sup is None or not sup.alive():
+                kill_ranks(self.home / "jobs" / row["name"])
+                try:
+                    self.store.release(row["name"])
+                except sqlite3.OperationalError as err:  # a full or read-only disk: a later command does it
+                    if not db.disk_refused(err):
+                        raise
 
     def _info(self, row) -> JobInfo:
         from dtrain.backends.local.scheduler import split_devices
@@ -467,8 +484,8 @@ class LocalBackend(Backend):
 
         row = self.store.job(name)
         was_active = row["status"] in ACTIVE
-        try:
-            self.store.set_status(name, "Deleted", "deleted by the user")  # refused if already Deleted
+        try:  # refused if already Deleted; its devices are held until its processes are gone
+            self.store.set_status(name, "Deleted", "deleted by the user", hold=True)
         except sqlite3.OperationalError as err:
             # A full or read-only disk must not keep a runaway job (one filling that disk) running:
             # its processes are stopped all the same, and the record waits for a retry.
@@ -481,6 +498,8 @@ class LocalBackend(Backend):
             self._stop(name, row)
         else:  # a suspended (or ended) job's leftovers, if any
             kill_ranks(self.home / "jobs" / name)
+        if unrecorded is None:  # else it is still recorded as it was, and holds its devices
+            self.store.release(name)
         if unrecorded is not None:
             raise StorageError(f"job {name!r} was stopped, but its deletion could not be recorded: the state "
                                f"database could not be written ({unrecorded}): the disk holding $DTRAIN_HOME is "
@@ -491,13 +510,15 @@ class LocalBackend(Backend):
     def _suspend(self, name: str) -> JobInfo:
         """As `_delete`, but the job reads Suspended and `dtrain resume` queues it again: the status
         is recorded first (the supervisor, finding it, records nothing after the stop), then its
-        supervisor gets SIGTERM and passes it on; its devices are free once it is recorded."""
+        supervisor gets SIGTERM and passes it on; its devices are free once its processes are gone
+        (they may still use them while they write their checkpoint)."""
         row = self.store.job(name)
         if not self.store.set_status(name, "Suspended", f"suspended by the user; 'dtrain resume {name}' starts it "
-                                                        f"again from its last checkpoint"):
+                                                        f"again from its last checkpoint", hold=True):
             raise ConflictError(f"job {name!r} is {self.store.status(name)}: only a Pending or Running job can "
                                 f"be suspended")
         self._stop(name, row)
+        self.store.release(name)
         return self._get(name)
 
     def _resume(self, name: str) -> JobInfo:
@@ -610,7 +631,7 @@ class LocalBackend(Backend):
             if status != "Deleted":  # project's (`list` hides it too)
                 jobs[project] = jobs.get(project, 0) + n
         held = self.store.allocations()  # devices are held by jobs that may run only
-        project_of = {row["name"]: row["project"] for row in self.store.active_jobs()}
+        project_of = {row["name"]: row["project"] for row in (*self.store.active_jobs(), *self.store.held_by_stopped())}
         return [ProjectInfo(name=p["name"], backend=self.name, gpu_quota=p["gpu_quota"], jobs=jobs.get(p["name"], 0),
                             gpus_allocated=sum(project_of.get(job) == p["name"] for job in held.values()))
                 for p in self.store.projects()]

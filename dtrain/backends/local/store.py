@@ -123,6 +123,7 @@ class JobStore:
         now = time.time()
         with db.transaction(self.conn):
             if self.check_free(spec.name):
+                self._release(spec.name)  # a deleted job's, never the new one's
                 self.conn.execute("DELETE FROM jobs WHERE name=?", (spec.name,))
                 self.conn.execute("DELETE FROM job_events WHERE job=?", (spec.name,))
             self.conn.execute(
@@ -198,15 +199,17 @@ class JobStore:
         cols = ", ".join(f"{k}=?" for k in fields)
         self.conn.execute(f"UPDATE jobs SET {cols} WHERE name=?", (*fields.values(), name))
 
-    def set_status(self, name: str, status: str, message: str = "", **fields) -> bool:
+    def set_status(self, name: str, status: str, message: str = "", *, hold: bool = False, **fields) -> bool:
         """Move a job to `status` in its own transaction; False if TRANSITIONS forbids it."""
         with db.transaction(self.conn):
-            return self.move(name, status, message, **fields)
+            return self.move(name, status, message, hold=hold, **fields)
 
-    def move(self, name: str, status: str, message: str = "", **fields) -> bool:
+    def move(self, name: str, status: str, message: str = "", *, hold: bool = False, **fields) -> bool:
         """Move a job to `status` inside the caller's transaction, recording an event; a final
-        status, or Suspended, releases the job's devices. False (nothing written) if TRANSITIONS
-        forbids it."""
+        status, or Suspended, releases the job's devices, unless `hold`: a job stopped while its
+        processes still run (delete, suspend) keeps them until `release`, once those processes
+        are gone, so that no other job is started on a GPU they still use. False (nothing
+        written) if TRANSITIONS forbids it."""
         row = self.conn.execute("SELECT status, started FROM jobs WHERE name=?", (name,)).fetchone()
         if row is None or status not in TRANSITIONS[row["status"]]:
             return False
@@ -214,9 +217,8 @@ class JobStore:
         extra = dict(fields)
         if status in FINAL:
             extra.setdefault("finished", now)
-        if status in HOLDS_NOTHING:
-            self.conn.execute("DELETE FROM allocations WHERE job=?", (name,))
-            self.conn.execute("DELETE FROM core_pins WHERE job=?", (name,))
+        if status in HOLDS_NOTHING and not hold:
+            self._release(name)
         if status == "Running" and row["started"] is None:  # a relaunch or a resumed job keeps the first start
             extra.setdefault("started", now)
         cols = ", ".join(["status=?", "message=?"] + [f"{k}=?" for k in extra])
@@ -226,12 +228,32 @@ class JobStore:
 
     def resume(self, name: str, message: str) -> None:
         """Suspended -> Pending, only from Suspended (Pending -> Pending is a relaunch, which two
-        `dtrain resume` at once must not both do): ConflictError otherwise."""
+        `dtrain resume` at once must not both do): ConflictError otherwise. The caller has seen
+        the last supervisor exit: devices it still held (its stop was cut short) are let go."""
         with db.transaction(self.conn):
             status = self.status(name)
             if status != "Suspended":
                 raise ConflictError(f"job {name!r} is {status}: only a Suspended job can be resumed")
+            self._release(name)
             self.move(name, "Pending", message)
+
+    def release(self, name: str) -> None:
+        """Let go of the devices and cores a stopped job held while its processes stopped (`hold`);
+        never those of a job that may run (resumed meanwhile: they are its new ones)."""
+        with db.transaction(self.conn):
+            if self.status(name) not in ACTIVE:
+                self._release(name)
+
+    def _release(self, name: str) -> None:
+        self.conn.execute("DELETE FROM allocations WHERE job=?", (name,))
+        self.conn.execute("DELETE FROM core_pins WHERE job=?", (name,))
+
+    def held_by_stopped(self) -> list[sqlite3.Row]:
+        """Jobs that no longer run but still hold devices or cores: stopping (delete, suspend), or
+        left so by a stop that was cut short (its command and supervisor killed)."""
+        return self.conn.execute(
+            "SELECT * FROM jobs WHERE status NOT IN ('Pending', 'Running') AND name IN "
+            "(SELECT job FROM allocations UNION SELECT job FROM core_pins) ORDER BY seq").fetchall()
 
     def replace_supervisor(self, name: str, *, old: tuple, pid: int, token: str | None, message: str = "",
                            restarts: int | None = None) -> bool:
@@ -255,6 +277,8 @@ class JobStore:
     def purge(self, name: str) -> None:
         """Forget a job that is no longer active (its row and events)."""
         with db.transaction(self.conn):
+            if self.status(name) not in (None, *ACTIVE):
+                self._release(name)
             self.conn.execute("DELETE FROM jobs WHERE name=? AND status NOT IN ('Pending', 'Running')", (name,))
             self.conn.execute("DELETE FROM job_events WHERE job=? AND NOT EXISTS "
                               "(SELECT 1 FROM jobs WHERE name=?)", (name, name))

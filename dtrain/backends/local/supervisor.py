@@ -230,7 +230,7 @@ class Supervisor:
                                  f"activity at {since}; its GPUs are free, its files stay on its volume; "
                                  f"'dtrain resume {self.name}' starts it again")
                     # As `dtrain suspend`: recorded first (the devices are free from here), then stopped
-                    self.stopping = self.store.set_status(self.name, "Suspended", self.idle) or self.stopping
+                    self.stopping = self.store.set_status(self.name, "Suspended", self.idle, hold=True) or self.stopping
                     self._stop_launcher()
                 next_ask = time.monotonic() + notebook.idle_check_interval(timeout)
             time.sleep(POLL_S)
@@ -344,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if sup.owner:
             kill_ranks(sup.job_dir)
+            try:  # held while a deleted or suspended job's processes stopped
+                sup.store.release(name)
+            except Exception as err:  # noqa: BLE001 - the next reconcile releases them, once we are gone
+                print(f"supervisor of job {name}: could not release its devices: {err}", file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":
