@@ -418,3 +418,18 @@ def test_a_log_record_reads_back_as_written(text):
     record = format_line(text, 1_700_000_000.25)
     assert record.endswith("\n") and len(record.splitlines()) == 1
     assert parse_line(record) == (1_700_000_000.25, text)
+
+
+def test_a_ranks_gpus_are_numbered_as_nvml_numbers_them(dt_gpus: Dtrain):
+    """CUDA_VISIBLE_DEVICES holds NVML's ids (PCI bus order); CUDA read them in its own order, fastest
+    first (the default, or a CUDA_DEVICE_ORDER from the submitter's shell or -e), so on a machine of
+    mixed GPUs a rank ran on another job's GPU."""
+    from dtrain.backends.local.rankrun import contract_env
+
+    env = contract_env({"DTRAIN_RANK_DEVICES": "0;1", "RANK": "1", "CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
+    assert (env["CUDA_VISIBLE_DEVICES"], env["CUDA_DEVICE_ORDER"]) == ("1", "PCI_BUS_ID")
+    dt = Dtrain(dt_gpus.home, env={**dt_gpus.env, "CUDA_DEVICE_ORDER": "FASTEST_FIRST"})
+    dt("submit-dist", "ordered", "--processes", "2", "--gpu", "1", "-e", "CUDA_DEVICE_ORDER=FASTEST_FIRST", "--",
+       "python", "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['CUDA_DEVICE_ORDER'])")
+    assert dt.wait_for("ordered", {"Succeeded", "Failed"})["status"] == "Succeeded"
+    assert sorted(dt("logs", "ordered").stdout.splitlines()) == ["[rank 0] 0 PCI_BUS_ID", "[rank 1] 1 PCI_BUS_ID"]

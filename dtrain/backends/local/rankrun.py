@@ -5,7 +5,8 @@ torchrun, mpirun or the supervisor starts `python -m dtrain.backends.local.rankr
 - maps the launcher's variables to the Kubeflow PyTorchJob contract: RANK, WORLD_SIZE,
   LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (OpenMPI's OMPI_COMM_WORLD_* included);
 - gives the rank its own GPUs: CUDA_VISIBLE_DEVICES from DTRAIN_RANK_DEVICES ("0,1;2,3": rank 0
-  gets 0,1 and rank 1 gets 2,3; empty hides every GPU);
+  gets 0,1 and rank 1 gets 2,3; empty hides every GPU), numbered as NVML numbers them
+  (CUDA_DEVICE_ORDER=PCI_BUS_ID);
 - pins the rank to its own cores when the job set --cpu: DTRAIN_RANK_CPUS ("0;1": local rank 0
   on core 0, local rank 1 on core 1), applied to itself before starting the command, which inherits it;
 - writes every output line, time-stamped, to D/logs/rank-R.log and to D/ranks/rank-R.json the
@@ -70,6 +71,10 @@ def contract_env(env: dict[str, str]) -> dict[str, str]:
         per_rank = groups.split(";")
         rank = int(out["RANK"])
         out["CUDA_VISIBLE_DEVICES"] = per_rank[rank] if rank < len(per_rank) else ""
+        # The ids are NVML's (nvidia-smi's), which number GPUs by PCI bus; CUDA numbers them fastest
+        # first unless told otherwise, so on a machine of mixed GPUs the rank would run on another
+        # job's GPU, and `dtrain nodes` would show its use under the wrong job.
+        out["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
     return out
 
 
