@@ -250,3 +250,16 @@ def test_a_projects_gpu_quota_can_be_removed_and_a_waiting_job_then_starts(dt_gp
     assert dt.status("holder") == "Running"
     dt("delete", "holder")
     assert dt("project", "create", "fresh", "--no-gpu-quota").stdout == "project 'fresh' created\n"
+
+
+def test_nodes_and_projects_do_not_count_the_gpus_of_a_job_whose_supervisor_was_lost(dt_gpus: Dtrain):
+    """`dtrain nodes` and `project list` read the allocations as they were: after a supervisor was
+    killed they showed its GPUs held by a job that the next `list` called Failed (lost)."""
+    dt = dt_gpus
+    dt("submit", "lost", "-g", "2", "--", "sleep", "300")
+    dt.wait_for("lost", {"Running"})
+    _kill_supervisor(dt, "lost")
+    node = dt.json("nodes")[0]
+    assert node["gpus_allocated"] == 0 and [g["job"] for g in node["gpus"]] == [None, None], node
+    assert {p["name"]: p["gpus_allocated"] for p in dt.json("project", "list")}["default"] == 0
+    assert dt.status("lost") == "Failed"

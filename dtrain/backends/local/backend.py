@@ -595,6 +595,7 @@ class LocalBackend(Backend):
         from dtrain.backends.local.devices import inventory
 
         gpus = inventory()
+        self.reconcile_others(None)  # a lost job's GPUs are not shown held by a job `list` calls Failed
         held = self.store.allocations()
         return [NodeInfo(name=socket.gethostname(), gpus_allocatable=len(gpus), gpus_allocated=len(held),
                          cpus=os.cpu_count(),
@@ -626,6 +627,7 @@ class LocalBackend(Backend):
         self.store.upsert_project(name, gpu_quota, keep_quota=gpu_quota is None and not no_gpu_quota)
 
     def _list_projects(self) -> list[ProjectInfo]:
+        self.reconcile_others(None)  # as `list` does, so that a lost job's GPUs are not counted
         jobs: dict[str, int] = {}
         for project, status, n in self.store.count(project=None):  # a deleted job is no longer the
             if status != "Deleted":  # project's (`list` hides it too)
