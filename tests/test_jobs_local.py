@@ -433,3 +433,15 @@ def test_a_ranks_gpus_are_numbered_as_nvml_numbers_them(dt_gpus: Dtrain):
        "python", "-c", "import os; print(os.environ['CUDA_VISIBLE_DEVICES'], os.environ['CUDA_DEVICE_ORDER'])")
     assert dt.wait_for("ordered", {"Succeeded", "Failed"})["status"] == "Succeeded"
     assert sorted(dt("logs", "ordered").stdout.splitlines()) == ["[rank 0] 0 PCI_BUS_ID", "[rank 1] 1 PCI_BUS_ID"]
+
+
+def test_torchrun_passes_dollar_signs_in_the_command_as_given(dt: Dtrain):
+    """torchrun substitutes its arguments as string.Template: `sh -c 'kill $$'` ran `kill $` (the
+    shell: 'Illegal number: $') and ${local_rank} became 0 or 1, unlike mpirun or a PyTorchJob pod."""
+    script = "import sys; print(sys.argv[1])"
+    dt("submit-dist", "dollars", "--processes", "2", "--", "python", "-c", script, "a$$b${local_rank}$c")
+    assert dt.wait_for("dollars", {"Succeeded", "Failed"})["status"] == "Succeeded"
+    assert dt("logs", "dollars").stdout.splitlines() in (["[rank 0] a$$b${local_rank}$c",
+                                                          "[rank 1] a$$b${local_rank}$c"],
+                                                         ["[rank 1] a$$b${local_rank}$c",
+                                                          "[rank 0] a$$b${local_rank}$c"])

@@ -127,7 +127,9 @@ def launcher_argv(spec: JobSpec, *, job_dir: Path, master_port: int, python: str
         return [python, "-m", "torch.distributed.run", "--nnodes=1", f"--nproc-per-node={spec.processes}",
                 "--rdzv-backend=c10d", f"--rdzv-endpoint=127.0.0.1:{master_port}",
                 "--max-restarts=0", "--monitor-interval=0.5", f"--log-dir={job_dir / 'torchelastic'}",
-                "--no-python", *inner]
+                # torchrun reads each argument as a string.Template (${local_rank}, and $$ for $): escaped,
+                # the command gets its arguments as given, as under mpirun or in a PyTorchJob's pod
+                "--no-python", *(arg.replace("$", "$$") for arg in inner)]
     if spec.launcher == "mpi":
         exported = ["MASTER_ADDR", "MASTER_PORT", "DTRAIN_RANK_DEVICES", "DTRAIN_RANK_CPUS", "DTRAIN_ATTEMPT",
                     "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "DTRAIN_JOB_NAME", "DTRAIN_MEMORY", "DTRAIN_CPU", *spec.env]
