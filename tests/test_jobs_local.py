@@ -113,20 +113,23 @@ def test_fifo_within_project_and_quota(dt_gpus: Dtrain, tmp_path):
     dt("submit", "a", "-p", "team", "--gpu", "1", "--", "python", "-c", hold)
     dt.wait_for("a", {"Running"})
     dt("submit", "b", "-p", "team", "--gpu", "1", "--", "true")   # over quota: waits
-    dt("submit", "c", "-p", "team", "--", "true")                 # CPU job, but FIFO: behind b
+    dt("submit", "c", "-p", "team", "--", "true")                 # CPU job: queues behind no GPU job
     dt("submit", "d", "--gpu", "1", "--", "true")                 # other project: a GPU is free
+    dt("submit", "f", "-p", "team", "--gpu", "1", "--", "true")   # GPU job: behind b (2nd in the queue)
     dt.wait_for("d", {"Succeeded"})
+    c = dt.wait_for("c", {"Succeeded"})
     time.sleep(1.0)
-    assert dt.status("b") == "Pending" and dt.status("c") == "Pending"
-    assert {j["name"] for j in dt.json("list", "-p", "team")} == {"a", "b", "c"}
+    assert dt.status("b") == "Pending" and dt.status("f") == "Pending"
+    assert "2nd in project 'team''s queue" in dt.json("describe", "job", "f")["message"]
+    assert {j["name"] for j in dt.json("list", "-p", "team")} == {"a", "b", "c", "f"}
     assert {j["name"] for j in dt.json("list")} == {"d"}  # the default project's jobs, as runai list
-    assert {j["name"] for j in dt.json("list", "-A")} == {"a", "b", "c", "d"}
+    assert {j["name"] for j in dt.json("list", "-A")} == {"a", "b", "c", "d", "f"}
     projects = {p["name"]: p for p in dt.json("project", "list")}
     assert projects["team"]["gpu_quota"] == 1 and projects["team"]["gpus_allocated"] == 1
     gate.write_text("x")
     b = dt.wait_for("b", {"Succeeded"})
-    c = dt.wait_for("c", {"Succeeded"})
-    assert c["started"] >= b["started"]
+    f = dt.wait_for("f", {"Succeeded"})
+    assert c["started"] < b["started"] <= f["started"]
     over = dt("submit", "e", "-p", "team", "--gpu", "2", "--", "true", check=False)
     assert over.returncode != 0 and "quota of 1" in over.stderr
 

@@ -2,7 +2,8 @@
 
 Rules, checked in one SQLite write transaction so concurrent supervisors never race:
 - a job starts only when every GPU it needs (processes x gpu) is free;
-- FIFO within a project: a job waits while an older job of its project is still Pending;
+- FIFO within a project: a job asking for GPUs waits while an older one of its project is still
+  Pending; a job that asks for none takes nothing they wait for, and never queues behind them;
 - a project never holds more GPUs than its quota;
 - a device is never given to two jobs (the allocations table's primary key is the device);
 - a --cpu job's ranks are pinned to cores no other running job is pinned to, when enough are
@@ -30,11 +31,14 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
         if row is None or row["status"] != "Pending":
             return None
         reasons = []
-        older = conn.execute("SELECT COUNT(*) AS n FROM jobs WHERE project=? AND status='Pending' AND seq<?",
-                             (spec.project, row["seq"])).fetchone()["n"]
+        need = spec.gpus_requested
+        # Only GPU jobs queue (a CPU job behind one waited as long as the GPUs stayed busy, hours
+        # maybe, for nothing that job needed); Run:AI does not hold a CPU-only job back either.
+        older = conn.execute("SELECT COUNT(*) AS n FROM jobs WHERE project=? AND status='Pending' AND seq<? AND "
+                             "COALESCE(json_extract(spec, '$.gpu'), 0) > 0",
+                             (spec.project, row["seq"])).fetchone()["n"] if need else 0
         if older:
             reasons.append(f"{_ordinal(older + 1)} in project {spec.project!r}'s queue")
-        need = spec.gpus_requested
         quota = conn.execute("SELECT gpu_quota FROM projects WHERE name=?", (spec.project,)).fetchone()
         if need and quota is not None and quota["gpu_quota"] is not None:  # a CPU job takes none of it
             used = conn.execute("SELECT COUNT(*) AS n FROM allocations a JOIN jobs j ON a.job=j.name "
