@@ -115,7 +115,7 @@ def test_cifar10_rank_killed_at_a_random_step_resumes_within_one_interval(dt: Dt
     print(f"cifar10: SIGKILL rank {victim} near step {target}; resumed from step {resumed}, "
           f"lost {lost} steps (interval {CKPT_EVERY})")
     assert 0 <= lost <= CKPT_EVERY and resumed >= target - CKPT_EVERY
-    assert f"attempt 1 failed: rank {victim} was killed by SIGKILL (exit code 137)" in events(info)
+    assert f"attempt 0 failed: rank {victim} was killed by SIGKILL (exit code 137)" in events(info)
     assert info["restarts"] == 1
     assert (out / "model.pth").exists()
 

@@ -157,6 +157,11 @@ def test_killed_process_is_restarted_with_max_restarts(dt: Dtrain, tmp_path):
     info = dt.wait_for("phoenix", {"Succeeded", "Failed"})
     assert info["status"] == "Succeeded" and info["restarts"] == 1
     assert dt("logs", "phoenix").stdout.split("\n")[:2] == ["attempt 0", "attempt 1"]
+    # the events number the attempt that failed as its DTRAIN_ATTEMPT did (it said "attempt 1 failed")
+    said = [e["message"] for e in info["events"]]
+    assert any(m.startswith("attempt 0 failed: rank 0 was killed by SIGKILL") and m.endswith("(restart 1 of 1)")
+               for m in said), said
+    assert not any(m.startswith("attempt 1 failed") for m in said), said
 
 
 def test_torchrun_restarts_the_worker_group(dt: Dtrain, tmp_path):

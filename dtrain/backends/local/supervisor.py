@@ -103,9 +103,9 @@ class Supervisor:
             code = self._run_once(mounts, groups, attempt)
             if code == 0 or self.stopping or attempt >= self.spec.max_restarts or self._hopeless():
                 break
-            attempt += 1
+            attempt += 1  # the one that failed is attempt - 1 (its DTRAIN_ATTEMPT, its launcher.log line)
             delay = backoff(attempt)
-            if not self.store.set_status(self.name, "Running", f"attempt {attempt} failed: "
+            if not self.store.set_status(self.name, "Running", f"attempt {attempt - 1} failed: "
                                          f"{self._failure_message(code)}; restarting every rank in {delay:g} s "
                                          f"(restart {attempt} of {self.spec.max_restarts})", restarts=attempt):
                 break  # deleted meanwhile
