@@ -139,7 +139,11 @@ function lineageGraph(graph) {
     const t = svgEl("text", {x: 8, y: 31, "font-weight": "600"}, label);
     t.appendChild(svgEl("title", {}, n.name));
     g.appendChild(t);
-    svg.appendChild(g);
+    if (n.kind === "job" && n.status !== "gone") {  // a job's node opens its page, as its name does in the tables
+      const a = svgEl("a", {href: "#/job/" + encodeURIComponent(n.name), class: "node-link"});
+      a.appendChild(g);
+      svg.appendChild(a);
+    } else svg.appendChild(g);
   });
   if (bottom + 10 > H) svg.setAttribute("height", bottom + 10);
   return svg;
