@@ -35,6 +35,7 @@ import os
 import random
 import statistics
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -232,7 +233,11 @@ class Bench:
             if btrfs.is_subvolume(folder):  # on btrfs the new volume is a subvolume: unlink would not do
                 btrfs.delete(folder)
         shutil.rmtree(home / "volumes/bench", ignore_errors=True)
-        (home / "volumes/bench").symlink_to(self.home / "volumes/bench")
+        # Its volume's root is the first home's volumes folder (as a storage class's root would be):
+        # a link at the volume's own folder is refused, as dtrain never follows one it did not make.
+        with sqlite3.connect(home / "state.db") as conn:
+            conn.execute("UPDATE volumes SET root = ? WHERE name = 'bench'", (str(self.home / "volumes"),))
+        conn.close()
         return home
 
     def start_api(self) -> None:

@@ -345,3 +345,21 @@ def test_a_job_mounts_a_volume_only_once_an_in_place_restores_swap_is_over(tmp_p
     assert got == [vol.path]
     assert Storage(tmp_path / "home").volume_path("data") == vol.path  # nothing held: at once
     storage.close()
+
+
+def test_a_link_put_at_a_volumes_folder_is_one_line_and_never_followed(tmp_path):
+    """The lock opens the volume's folder without following a link: a link put there by hand was an
+    OSError traceback (ELOOP) from every snapshot, restore and delete of the volume."""
+    from dtrain.errors import StorageError
+
+    storage = Storage(tmp_path / "home")
+    vol = storage.create_volume("data")
+    (vol.path / "f").write_text("x")
+    elsewhere = tmp_path / "elsewhere"
+    os.rename(vol.path.parent, elsewhere)
+    os.symlink(elsewhere, vol.path.parent)
+    for act in (lambda: storage.create_snapshot("data", name="s"), lambda: storage.delete_volume("data")):
+        with pytest.raises(StorageError, match=r"is not the folder dtrain made .*a link there is never followed"):
+            act()
+    assert (elsewhere / "data" / "f").read_text() == "x" and storage.list_snapshots() == []
+    storage.close()

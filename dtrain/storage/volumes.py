@@ -146,6 +146,10 @@ class Storage:
         except FileNotFoundError:  # deleted meanwhile (get_volume says so), or Lost: nothing to hold
             yield self._same(vol)
             return
+        except OSError as err:  # ELOOP, ENOTDIR: a link or a file put at the volume's folder by hand
+            raise StorageError(f"volume {vol.name!r}: {vol.path.parent} is not the folder dtrain made "
+                               f"({err.strerror}); a link there is never followed: put the volume's folder "
+                               f"back in its place") from None
         try:
             try:
                 fcntl.flock(fd, (fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH) | (0 if wait else fcntl.LOCK_NB))
