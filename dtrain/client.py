@@ -20,6 +20,7 @@ from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, JobStatu
                                   Progress, ProjectInfo, SnapshotInfo, TimeoutError_, VolumeInfo)
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import NotFoundError, SpecError
+from dtrain.names import shown
 from dtrain.spec import JobSpec, check_name, notebook_spec
 
 __all__ = ["Client", "TimeoutError_"]  # the CLI catches wait's timeout from here
@@ -71,6 +72,9 @@ class Client:
 
     # ---- jobs -----------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> JobInfo:
+        """Start the job `spec` describes; its record (Pending or Running). SpecError for a spec the
+        backend refuses, NotFoundError for a missing project or volume, ConflictError for a name in use."""
+        _check_spec(spec, "submit")
         return self.backend(spec.backend, project=spec.project).submit(spec)
 
     def get(self, name: str) -> JobInfo:
@@ -138,6 +142,7 @@ class Client:
 
     def render(self, spec: JobSpec) -> list[dict]:
         """What `submit` would send to the job's backend (a dry run)."""
+        _check_spec(spec, "render")
         return self.backend(spec.backend, project=spec.project).render(spec)
 
     def exec(self, name: str, command: list[str], *, rank: int = 0) -> int:
@@ -272,3 +277,11 @@ class Client:
 
     def diff_snapshots(self, a: str, b: str) -> list[Change]:
         return self.backend().diff_snapshots(a, b)
+
+
+def _check_spec(spec, verb: str) -> None:
+    """A JobSpec, not the mapping a job file holds (that failed deep inside, an AttributeError)."""
+    if not isinstance(spec, JobSpec):
+        raise SpecError(f"{verb} takes a JobSpec, not {shown(spec)} ({type(spec).__name__}): build one with "
+                        f"dtrain.JobSpec(name=..., command=[...]), or dtrain.JobSpec.from_dict(mapping) "
+                        f"from a job file's fields")

@@ -1,0 +1,22 @@
+"""The Python SDK as a notebook or a script uses it: `import dtrain`, `dtrain.Client`, `dtrain.JobSpec`.
+A mistake is a dtrain.errors class naming the fix, never an AttributeError or TypeError from inside."""
+
+from __future__ import annotations
+
+import pytest
+
+import dtrain
+from dtrain.errors import SpecError
+
+
+@pytest.fixture
+def client(home) -> dtrain.Client:
+    return dtrain.Client(home=home)
+
+
+@pytest.mark.parametrize("spec", [{"name": "train", "command": ["true"]}, None, "train"])
+@pytest.mark.parametrize("verb", ["submit", "render"])
+def test_submit_refuses_what_is_not_a_job_spec(client, verb, spec):
+    with pytest.raises(SpecError, match=r"takes a JobSpec.*JobSpec\.from_dict"):
+        getattr(client, verb)(spec)
+    assert client.list() == []
