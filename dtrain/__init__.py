@@ -22,4 +22,9 @@ def __getattr__(name):
     if name == "JobStatus":
         from dtrain.backends.base import JobStatus
         return JobStatus
-    raise AttributeError(name)
+    raise AttributeError(f"module 'dtrain' has no attribute {name!r}")
+
+
+def __dir__():
+    # The lazy names too: a notebook's completion (dtrain.<Tab>) and help() list what dir() gives.
+    return sorted({*globals(), *__all__})

@@ -20,3 +20,10 @@ def test_submit_refuses_what_is_not_a_job_spec(client, verb, spec):
     with pytest.raises(SpecError, match=r"takes a JobSpec.*JobSpec\.from_dict"):
         getattr(client, verb)(spec)
     assert client.list() == []
+
+
+def test_dir_lists_the_lazy_exports():
+    """A notebook completes `dtrain.<Tab>` from dir(): the SDK's names must be there, though lazy."""
+    assert set(dtrain.__all__) <= set(dir(dtrain))
+    with pytest.raises(AttributeError, match="no attribute 'Clinet'"):
+        dtrain.Clinet  # noqa: B018
