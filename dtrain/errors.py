@@ -10,7 +10,8 @@
     ├── StorageError            a full disk or a damaged snapshot store
     ├── BackendError            a cluster or cloud API refused a request
     ├── NotSupportedError       the chosen backend has no such verb (e.g. in-place restore, dry run)
-    └── JobFailedError          a job a caller waited on (a pipeline step) ended Failed or Deleted
+    ├── JobFailedError          a job a caller waited on (a pipeline step) ended Failed or Deleted
+    └── TimeoutError_           `wait` ran out of time (also a built-in TimeoutError); the job goes on
 
 Every message names the bad value and says how to fix it.
 """
@@ -58,3 +59,7 @@ class JobFailedError(DtrainError, RuntimeError):
 
 class NotSupportedError(DtrainError):
     """The chosen backend does not offer this verb; the message names another way or backend."""
+
+
+class TimeoutError_(DtrainError, TimeoutError):
+    """`wait` ran out of time; the job goes on."""

@@ -27,3 +27,16 @@ def test_dir_lists_the_lazy_exports():
     assert set(dtrain.__all__) <= set(dir(dtrain))
     with pytest.raises(AttributeError, match="no attribute 'Clinet'"):
         dtrain.Clinet  # noqa: B018
+
+
+def test_wait_timeout_is_in_dtrain_errors(client):
+    """The error tree is dtrain.errors: wait's timeout is caught from there like every other error."""
+    from dtrain.errors import DtrainError, TimeoutError_
+
+    client.submit(dtrain.JobSpec(name="slow", command=["sleep", "30"]))
+    try:
+        with pytest.raises(TimeoutError_, match="still") as caught:
+            client.wait("slow", timeout=0)
+        assert isinstance(caught.value, DtrainError) and isinstance(caught.value, TimeoutError)
+    finally:
+        client.delete("slow")

@@ -15,7 +15,7 @@ from pathlib import Path
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterator
 
-from dtrain.errors import ConflictError, DtrainError, NotSupportedError, SpecError
+from dtrain.errors import ConflictError, NotSupportedError, SpecError, TimeoutError_  # noqa: F401 (re-exported)
 from dtrain.names import MAX_OFFSET, MAX_PAGE, check_name, check_storage_class, parse_volume_size, shown
 from dtrain.spec import JobSpec
 
@@ -631,7 +631,3 @@ def _check_restore(name: str, to: str | None, in_place: bool) -> None:
 
 def _whole(n) -> bool:
     return isinstance(n, int) and not isinstance(n, bool)
-
-
-class TimeoutError_(DtrainError, TimeoutError):
-    """`wait` ran out of time; the job goes on."""
