@@ -293,6 +293,9 @@ class JobSpec:
         check_name(self.name, "job")
         check_name(self.project, "project")
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  normalise containers
+        if isinstance(self.command, (str, bytes)) and self.command:  # a shell line: which words are which?
+            raise SpecError(f"invalid command {shown(self.command)} of job {self.name!r}: must be a list of "
+                            f"strings, one per word, e.g. command=['python', 'train.py', '--epochs', '2']")
         if isinstance(self.command, (str, bytes)) or not isinstance(self.command, (list, tuple)) or not self.command:
             raise SpecError(f"job {self.name!r} has no command (a list of strings): put it after '--', "
                             f"e.g. dtrain submit {self.name} -- python train.py")

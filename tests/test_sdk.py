@@ -40,3 +40,14 @@ def test_wait_timeout_is_in_dtrain_errors(client):
         assert isinstance(caught.value, DtrainError) and isinstance(caught.value, TimeoutError)
     finally:
         client.delete("slow")
+
+
+@pytest.mark.parametrize("command", ["python train.py", b"python train.py"])
+def test_a_command_given_as_one_string_is_named_as_such(command):
+    """command='python train.py' was refused as 'has no command ... put it after --', a CLI hint."""
+    with pytest.raises(SpecError, match=r"invalid command .*python train.py.*must be a list of strings.*"
+                                        r"command=\['python', 'train.py'"):
+        dtrain.JobSpec(name="train", command=command)
+    with pytest.raises(SpecError, match="has no command"):
+        dtrain.JobSpec(name="train", command="")
+
