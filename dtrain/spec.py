@@ -195,6 +195,8 @@ def parse_pvc(text: str) -> Volume:
 def parse_env(items) -> dict[str, str]:
     """Parse repeated ``-e KEY=VALUE`` into a dict; the last value of a key wins."""
     env: dict[str, str] = {}
+    if isinstance(items, (str, bytes)):  # its characters would each be read as one -e
+        raise SpecError(f"invalid -e list {shown(items)}: give a list of KEY=VALUE strings, e.g. ['BATCH_SIZE=33']")
     for item in items or ():
         key, sep, value = _text(item, "-e").partition("=")
         if not sep or not ENV_KEY_RE.match(key):

@@ -51,3 +51,9 @@ def test_a_command_given_as_one_string_is_named_as_such(command):
     with pytest.raises(SpecError, match="has no command"):
         dtrain.JobSpec(name="train", command="")
 
+
+def test_parse_env_refuses_one_string():
+    """parse_env('A=1') read each character as one -e and named the first: "invalid -e 'A'"."""
+    with pytest.raises(SpecError, match=r"invalid -e list 'A=1': give a list of KEY=VALUE strings"):
+        dtrain.parse_env("A=1")
+    assert dtrain.parse_env(["A=1", "B=x=y"]) == {"A": "1", "B": "x=y"}
