@@ -74,8 +74,19 @@ class Client:
     def submit(self, spec: JobSpec) -> JobInfo:
         """Start the job `spec` describes; its record (Pending or Running). SpecError for a spec the
         backend refuses, NotFoundError for a missing project or volume, ConflictError for a name in use."""
-        _check_spec(spec, "submit")
+        spec = self._configured(spec, "submit")
         return self.backend(spec.backend, project=spec.project).submit(spec)
+
+    def _configured(self, spec: JobSpec, verb: str) -> JobSpec:
+        """`spec` with the project and backend it left unset filled in as `dtrain submit` fills them:
+        the configured default project, then this client's backend or that project's configured one."""
+        _check_spec(spec, verb)
+        changes = {}
+        if "project" in spec._unset:
+            changes["project"] = self.default_project
+        if "backend" in spec._unset:
+            changes["backend"] = self._backend_name or self.config.backend_for(changes.get("project", spec.project))
+        return spec.replace(**changes) if changes else spec
 
     def get(self, name: str) -> JobInfo:
         return self.backend().get(name)
@@ -142,7 +153,7 @@ class Client:
 
     def render(self, spec: JobSpec) -> list[dict]:
         """What `submit` would send to the job's backend (a dry run)."""
-        _check_spec(spec, "render")
+        spec = self._configured(spec, "render")
         return self.backend(spec.backend, project=spec.project).render(spec)
 
     def exec(self, name: str, command: list[str], *, rank: int = 0) -> int:

@@ -278,8 +278,12 @@ class JobSpec:
     volumes: tuple[Volume, ...] = ()  # --pvc mounts, in flag order
     large_shm: bool = False  # a large in-memory /dev/shm
     working_dir: str | None = None  # working directory of the command
-    project: str = "default"  # project: quota and FIFO queue (namespace on Kubernetes)
-    backend: str = "local"  # 'local' or 'kubernetes'
+    # project: quota and FIFO queue (namespace on Kubernetes); None (unset): the configured default
+    # project where a Client submits it (`dtrain config project`), 'default' elsewhere
+    project: str = None  # type: ignore[assignment]  # a str once built
+    # 'local', 'kubernetes' or 'sagemaker'; None (unset): the Client's backend (Client(backend=...)) or
+    # the project's configured one where a Client submits it, 'local' elsewhere
+    backend: str = None  # type: ignore[assignment]  # a str once built
     max_restarts: int = 0  # restarts of the whole job after a failure
     snapshot_on_success: str | None = None  # volume to snapshot when the job succeeds
     image: str | None = None  # container image (Kubernetes)
@@ -292,9 +296,16 @@ class JobSpec:
     sagemaker: SageMakerOptions | None = None  # instances, channels, spot, limits (SageMaker)
 
     def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  normalise containers
+        # Which of project and backend were left unset: a Client fills them in from its config, as
+        # `dtrain submit` and the HTTP API do (Client.submit), and `replace` keeps them unset.
+        set_("_unset", frozenset(k for k in ("project", "backend") if getattr(self, k) is None))
+        if self.project is None:
+            set_("project", "default")
+        if self.backend is None:
+            set_("backend", "local")
         check_name(self.name, "job")
         check_name(self.project, "project")
-        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  normalise containers
         if isinstance(self.command, (str, bytes)) and self.command:  # a shell line: which words are which?
             raise SpecError(f"invalid command {shown(self.command)} of job {self.name!r}: must be a list of "
                             f"strings, one per word, e.g. command=['python', 'train.py', '--epochs', '2']")
@@ -426,7 +437,8 @@ class JobSpec:
         return sorted(out, key=lambda m: order[m.mount_path])
 
     def replace(self, **changes) -> "JobSpec":
-        return dataclasses.replace(self, **changes)
+        """A copy with `changes`; project and backend left unset stay unset unless changed."""
+        return dataclasses.replace(self, **{**dict.fromkeys(self._unset - set(changes)), **changes})
 
     # ---- wire form ----
     def to_dict(self) -> dict[str, Any]:
@@ -446,6 +458,9 @@ class JobSpec:
         Types are checked, never coerced: a string is not a boolean, a number is not a list.
         """
         data = dict(cls.check_fields(data))
+        for key in ("project", "backend"):  # None builds a spec that leaves them unset: a file names one
+            if key in data and data[key] is None:
+                raise SpecError(f"invalid {key} None: give a {key} name, or leave '{key}:' out")
         vols = [*_list(data.pop("pvc", None), "pvc"), *_list(data.get("volumes"), "volumes")]
         for required in ("name", "command"):
             if data.get(required) in (None, "", [], ()):

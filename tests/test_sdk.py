@@ -57,3 +57,41 @@ def test_parse_env_refuses_one_string():
     with pytest.raises(SpecError, match=r"invalid -e list 'A=1': give a list of KEY=VALUE strings"):
         dtrain.parse_env("A=1")
     assert dtrain.parse_env(["A=1", "B=x=y"]) == {"A": "1", "B": "x=y"}
+
+
+def test_submit_uses_the_configured_project_and_backend_as_the_cli_does(home):
+    """A spec that names no project or backend goes where `dtrain submit` would send it: the configured
+    default project, and this Client's backend or that project's configured one. It went to project
+    'default' on the local backend, where `Client(backend='sagemaker').get(name)` then found nothing."""
+    from dtrain.backends.local.backend import LocalBackend
+
+    client = dtrain.Client(home=home)
+    client.create_project("team-a")
+    client.set_default_project("team-a")
+    client = dtrain.Client(home=home)
+    info = client.submit(dtrain.JobSpec(name="one", command=["true"]))
+    assert (info.spec.project, info.backend) == ("team-a", "local")
+    explicit = client.submit(dtrain.JobSpec(name="two", command=["true"], project="default"))
+    assert explicit.spec.project == "default"  # one given is kept, 'default' too
+
+    class Other(LocalBackend):  # the local backend under another name: where Client(backend=...) sends jobs
+        name = "other"
+
+    other = dtrain.Client(home=home, backend="other", backends={"other": Other(home)})
+    spec = dtrain.JobSpec(name="three", command=["true"]).replace(gpu=0)  # replace keeps them unset
+    assert other.render(spec)[0]["backend"] == "other"
+    assert other.submit(spec).spec.backend == "other"
+    assert other.get("three").spec.project == "team-a"
+    kept = other.submit(dtrain.JobSpec(name="four", command=["true"], backend="local"))
+    assert kept.spec.backend == "local"  # a backend the spec names wins, as --backend on the verb does
+    for name in ("one", "two", "three", "four"):
+        client.wait(name, timeout=60)
+
+
+def test_a_spec_outside_a_client_reads_project_default_and_backend_local():
+    spec = dtrain.JobSpec(name="train", command=["true"])
+    assert (spec.project, spec.backend) == ("default", "local")
+    assert dtrain.JobSpec.from_dict(spec.to_dict()) == spec
+    for key in ("project", "backend"):
+        with pytest.raises(SpecError, match=f"invalid {key} None"):
+            dtrain.JobSpec.from_dict({"name": "train", "command": ["true"], key: None})
