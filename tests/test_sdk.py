@@ -95,3 +95,12 @@ def test_a_spec_outside_a_client_reads_project_default_and_backend_local():
     for key in ("project", "backend"):
         with pytest.raises(SpecError, match=f"invalid {key} None"):
             dtrain.JobSpec.from_dict({"name": "train", "command": ["true"], key: None})
+
+
+@pytest.mark.parametrize("verb", ["create_volume", "render_volume"])
+def test_a_volume_size_is_a_quantity_string(client, verb):
+    """create_volume('data', size=10) made a volume of 10 bytes (NewVolume refuses a number alike)."""
+    with pytest.raises(SpecError, match=r"invalid volume size 10: must be a string such as '100Gi'"):
+        getattr(client, verb)("data", size=10)
+    assert client.list_volumes() == []
+    assert client.create_volume("data", size="10").size_bytes == 10  # the quantity, as kubectl reads it
