@@ -189,30 +189,32 @@ class Client:
     def configure_sagemaker(self, **settings) -> dict:
         """Merge settings (role, bucket, region, subnets, ...) into config.yaml; all checked before saving."""
         from dtrain.backends.sagemaker.config import SageMakerConfig
-        merged = {**self.config.sagemaker, **{k: v for k, v in settings.items() if v is not None}}
-        merged = SageMakerConfig.from_dict(merged).to_dict()  # raises SpecError before anything is written
+        given = {k: v for k, v in settings.items() if v is not None}
+        where = str(self.home / "config.yaml")
+        SageMakerConfig.from_dict({**self.config.sagemaker, **given}, where=where)  # a SpecError writes nothing
         if settings.get("instance_type") is not None:  # a typo would refuse every later submit
             from dtrain.backends.sagemaker.validate import check_enum
             check_enum("sagemaker", "TrainingInstanceType", "ResourceConfig", settings["instance_type"],
                        "--instance-type")
-        self.config.sagemaker = merged
-        self.config.save(self.home)
+        self.config = UserConfig.update(self.home, lambda cfg: setattr(
+            cfg, "sagemaker", SageMakerConfig.from_dict({**cfg.sagemaker, **given}, where=where).to_dict()))
+        merged = self.config.sagemaker
         self._backends.pop("sagemaker", None)
         return merged
 
     # ---- projects -------------------------------------------------------------------------
     def set_default_project(self, name: str) -> None:
-        self.config.project = check_name(name, "project")
-        self.config.save(self.home)
+        check_name(name, "project")
+        self.config = UserConfig.update(self.home, lambda cfg: setattr(cfg, "project", name))
 
     def set_default_backend(self, name: str, *, project: str | None = None) -> None:
         if name not in BACKENDS:
             raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
         if project:
-            self.config.project_backends[check_name(project, "project")] = name
+            check_name(project, "project")
+            self.config = UserConfig.update(self.home, lambda cfg: cfg.project_backends.__setitem__(project, name))
         else:
-            self.config.backend = name
-        self.config.save(self.home)
+            self.config = UserConfig.update(self.home, lambda cfg: setattr(cfg, "backend", name))
 
     def create_project(self, name: str, *, gpu_quota: int | None = None, no_gpu_quota: bool = False) -> None:
         """Create project NAME, or change its GPU quota (`no_gpu_quota` removes it)."""

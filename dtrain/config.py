@@ -7,12 +7,13 @@
 from __future__ import annotations
 
 import errno
+import fcntl
 import os
 import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from dtrain.errors import SpecError, StorageError
 from dtrain.names import CLASS_RE, MAX_CLASS
@@ -142,6 +143,21 @@ class UserConfig:
         import yaml  # here: ~25 ms that every other command would pay at start-up
 
         replace_file(path, yaml.safe_dump(data, sort_keys=False), durable=True)  # never through a planted link
+
+    @classmethod
+    def update(cls, home: Path, change: Callable[["UserConfig"], None]) -> "UserConfig":
+        """config.yaml read afresh, changed by `change` and saved, under an exclusive lock on the home
+        folder: two `dtrain config` commands at once each keep the other's change (each saved the
+        file it had read at start, so the later one undid the earlier one's)."""
+        fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            cfg = cls.load(home)
+            change(cfg)
+            cfg.save(home)
+            return cfg
+        finally:
+            os.close(fd)
 
     def class_roots(self) -> dict[str, Path]:
         return {name: Path(root) for name, root in self.storage_classes.items()}

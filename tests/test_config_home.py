@@ -1,0 +1,22 @@
+"""config.yaml and the home folder as a new user sets them up: `dtrain config` keeps every change,
+and a mistake in the home or the file is one line naming it and the fix."""
+
+from __future__ import annotations
+
+from dtrain.client import Client
+from dtrain.config import UserConfig
+
+
+def test_two_config_changes_made_at_once_both_stay(home):
+    """Two commands that loaded config.yaml before either saved (two `dtrain config` run at once):
+    each keeps the other's change; the later one used to write back the file it had read at start."""
+    first, second, third = Client(home=home), Client(home=home), Client(home=home)
+    first.set_default_backend("kubernetes", project="team-a")
+    second.set_default_backend("sagemaker")
+    third.configure_sagemaker(bucket="my-bucket")
+    first.set_default_project("default")
+    cfg = UserConfig.load(home)
+    assert cfg.project_backends == {"team-a": "kubernetes"}
+    assert cfg.backend == "sagemaker"
+    assert cfg.sagemaker["bucket"] == "my-bucket"
+    assert third.config.backend == "sagemaker"  # a client sees what it saved together with the others'
