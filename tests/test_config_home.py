@@ -3,6 +3,8 @@ and a mistake in the home or the file is one line naming it and the fix."""
 
 from __future__ import annotations
 
+from conftest import assert_usage_error
+
 from dtrain.client import Client
 from dtrain.config import UserConfig
 
@@ -20,3 +22,19 @@ def test_two_config_changes_made_at_once_both_stay(home):
     assert cfg.backend == "sagemaker"
     assert cfg.sagemaker["bucket"] == "my-bucket"
     assert third.config.backend == "sagemaker"  # a client sees what it saved together with the others'
+
+
+def test_a_storage_class_whose_root_is_a_file_is_one_line(dt, home, tmp_path):
+    """A class root in config.yaml that is a file, or lies under one: one line naming the class,
+    the folder and config.yaml (it was a FileExistsError / NotADirectoryError traceback)."""
+    plain = tmp_path / "a-file"
+    plain.write_text("not a folder\n")
+    dt("volume", "create", "old")
+    for root in (plain, plain / "sub"):
+        (home / "config.yaml").write_text(f"storage_classes: {{fast: {root}}}\n")
+        for args in (("create", "work", "--class", "fast"), ("update", "old", "--class", "fast", "--dry-run"),
+                     ("update", "old", "--class", "fast")):
+            proc = dt("volume", *args, check=False)
+            assert_usage_error(proc, "storage class 'fast'", str(root), str(home / "config.yaml"))
+    assert plain.read_text() == "not a folder\n"
+    assert [(v["name"], v["storage_class"]) for v in dt.json("volume", "list")] == [("old", "local")]

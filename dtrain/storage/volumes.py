@@ -540,8 +540,19 @@ class Storage:
                             f"folder under 'storage_classes:' in {self.home / 'config.yaml'}")
         root = self.classes[storage_class]
         self._check_apart(storage_class, root)
+        fix = f"name a folder you can write under 'storage_classes:' in {self.home / 'config.yaml'}"
+        there = root  # the folder, or the nearest of its parents that exists: a file there is no place for it
+        while not os.path.exists(there) and there != there.parent:
+            there = there.parent
+        if not there.is_dir():
+            what = "is a file" if there == root else f"lies under {there}, a file"
+            raise SpecError(f"storage class {storage_class!r}: its folder {root} {what}, not a folder: {fix}")
         if claim:
-            root.mkdir(parents=True, exist_ok=True)
+            try:
+                root.mkdir(parents=True, exist_ok=True)
+            except OSError as err:
+                raise SpecError(f"storage class {storage_class!r}: cannot make its folder {root} "
+                                f"({err.strerror}): {fix}") from None
         if not (root / ROOT_MARK).exists():
             if root.is_dir() and any(os.scandir(root)):
                 raise SpecError(f"storage class {storage_class!r}: {root} holds files dtrain did not put there; "
