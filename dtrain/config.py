@@ -30,6 +30,9 @@ def home_dir(home: str | Path | None = None) -> Path:
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:
+        if path.is_symlink() and not path.exists():  # not made through the link: dtrain did not make it
+            raise SpecError(f"the home folder {path} is a symbolic link to {os.readlink(path)}, which does not "
+                            f"exist: make that folder, or give --home (or $DTRAIN_HOME) another") from None
         raise SpecError(f"the home folder {path} is a file, not a folder: give --home (or $DTRAIN_HOME) "
                         f"a folder, or move the file away") from None
     except OSError as err:

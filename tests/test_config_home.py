@@ -38,3 +38,18 @@ def test_a_storage_class_whose_root_is_a_file_is_one_line(dt, home, tmp_path):
             assert_usage_error(proc, "storage class 'fast'", str(root), str(home / "config.yaml"))
     assert plain.read_text() == "not a folder\n"
     assert [(v["name"], v["storage_class"]) for v in dt.json("volume", "list")] == [("old", "local")]
+
+
+def test_a_home_that_is_a_dangling_link_is_named_as_one(dt, tmp_path):
+    """$DTRAIN_HOME a symbolic link to a folder that does not exist: one line saying so (it said
+    the home 'is a file'), and nothing is made where the link points."""
+    link, target = tmp_path / "home-link", tmp_path / "gone"
+    link.symlink_to(target)
+    dt.env["DTRAIN_HOME"] = str(link)
+    proc = dt("list", check=False)
+    assert_usage_error(proc, f"the home folder {link} is a symbolic link to {target}, which does not exist",
+                       "make that folder")
+    assert not target.exists()
+    target.mkdir()  # once it exists, the link is a home like any other
+    dt("config", "backend", "kubernetes")
+    assert (target / "config.yaml").is_file() and link.is_symlink()
