@@ -53,18 +53,32 @@ class Client:
             return LocalBackend(self.home)
         if name == "kubernetes":
             from dtrain.backends.kubernetes.backend import KubernetesBackend
-            from dtrain.backends.kubernetes.config import KubernetesConfig
-            try:
-                cfg = KubernetesConfig(**{"project": self.config.project, **self.config.kubernetes})
-            except TypeError as err:
-                raise SpecError(f"{self.home / 'config.yaml'}: bad 'kubernetes' settings ({err})") from None
-            return KubernetesBackend(cfg)
+            return KubernetesBackend(self._kubernetes_config())
         if name == "sagemaker":
             from dtrain.backends.sagemaker.backend import SageMakerBackend
             from dtrain.backends.sagemaker.config import SageMakerConfig
             cfg = SageMakerConfig.from_dict(self.config.sagemaker, where=str(self.home / "config.yaml"))
             return SageMakerBackend(cfg, home=self.home)
         raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
+
+    def _kubernetes_config(self):
+        """The `kubernetes:` settings of config.yaml as a KubernetesConfig; a key it does not know (a
+        typo) or a bad value is one line naming config.yaml and the key."""
+        import difflib
+        from dataclasses import fields
+
+        from dtrain.backends.kubernetes.config import KubernetesConfig
+        where = self.home / "config.yaml"
+        known = [f.name for f in fields(KubernetesConfig)]
+        for key in sorted(map(str, self.config.kubernetes)):
+            if key not in known:
+                near = difflib.get_close_matches(key, known, n=1)
+                hint = f"did you mean '{near[0]}'?" if near else "dtrain/backends/kubernetes/config.py lists them"
+                raise SpecError(f"{where}: unknown kubernetes setting {key!r} ({hint}); fix or remove it")
+        try:
+            return KubernetesConfig(**{"project": self.config.project, **self.config.kubernetes})
+        except (SpecError, TypeError) as err:
+            raise SpecError(f"{where}: {err}") from None
 
     @property
     def default_project(self) -> str:
@@ -210,6 +224,8 @@ class Client:
     def set_default_backend(self, name: str, *, project: str | None = None) -> None:
         if name not in BACKENDS:
             raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
+        if name == "kubernetes":  # its settings checked now, not by the first command that uses it
+            self._kubernetes_config()
         if project:
             check_name(project, "project")
             self.config = UserConfig.update(self.home, lambda cfg: cfg.project_backends.__setitem__(project, name))

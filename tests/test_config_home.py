@@ -53,3 +53,20 @@ def test_a_home_that_is_a_dangling_link_is_named_as_one(dt, tmp_path):
     target.mkdir()  # once it exists, the link is a home like any other
     dt("config", "backend", "kubernetes")
     assert (target / "config.yaml").is_file() and link.is_symlink()
+
+
+def test_a_typo_in_the_kubernetes_settings_is_named_before_the_backend_is_chosen(dt, home):
+    """A key KubernetesConfig does not know: one line naming config.yaml, the key and the likely one
+    (it was Python's 'KubernetesConfig.__init__() got an unexpected keyword argument'), already at
+    `dtrain config backend kubernetes`, which then changes nothing; a bad value names config.yaml too."""
+    text = "backend: local\nkubernetes: {imag: 'registry.example.com/dtrain:0.1'}\n"
+    (home / "config.yaml").write_text(text)
+    for args in (("config", "backend", "kubernetes"), ("config", "backend", "kubernetes", "-p", "default"),
+                 ("--backend", "kubernetes", "list")):
+        assert_usage_error(dt(*args, check=False), f"{home / 'config.yaml'}: unknown kubernetes setting 'imag'",
+                           "did you mean 'image'?")
+    assert (home / "config.yaml").read_text() == text
+    (home / "config.yaml").write_text("kubernetes: {image: 5}\n")
+    assert_usage_error(dt("config", "backend", "kubernetes", check=False),
+                       f"{home / 'config.yaml'}: invalid Kubernetes image 5: use a string")
+    dt("config", "backend", "sagemaker")  # another backend's choice does not read these settings
