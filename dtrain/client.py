@@ -56,9 +56,7 @@ class Client:
             return KubernetesBackend(self._kubernetes_config())
         if name == "sagemaker":
             from dtrain.backends.sagemaker.backend import SageMakerBackend
-            from dtrain.backends.sagemaker.config import SageMakerConfig
-            cfg = SageMakerConfig.from_dict(self.config.sagemaker, where=str(self.home / "config.yaml"))
-            return SageMakerBackend(cfg, home=self.home)
+            return SageMakerBackend(self.sagemaker_config(), home=self.home)
         raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
 
     def _kubernetes_config(self):
@@ -79,6 +77,16 @@ class Client:
             return KubernetesConfig(**{"project": self.config.project, **self.config.kubernetes})
         except (SpecError, TypeError) as err:
             raise SpecError(f"{where}: {err}") from None
+
+    def sagemaker_config(self):
+        """The `sagemaker:` settings of config.yaml as a SageMakerConfig; an unknown key or a bad value
+        is one line naming config.yaml."""
+        from dtrain.backends.sagemaker.config import SageMakerConfig
+        where = str(self.home / "config.yaml")
+        try:
+            return SageMakerConfig.from_dict(self.config.sagemaker, where=where)
+        except SpecError as err:
+            raise SpecError(str(err) if str(err).startswith(where) else f"{where}: {err}") from None
 
     @property
     def default_project(self) -> str:
@@ -226,6 +234,8 @@ class Client:
             raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
         if name == "kubernetes":  # its settings checked now, not by the first command that uses it
             self._kubernetes_config()
+        elif name == "sagemaker":
+            self.sagemaker_config()
         if project:
             check_name(project, "project")
             self.config = UserConfig.update(self.home, lambda cfg: cfg.project_backends.__setitem__(project, name))

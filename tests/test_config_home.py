@@ -70,3 +70,16 @@ def test_a_typo_in_the_kubernetes_settings_is_named_before_the_backend_is_chosen
     assert_usage_error(dt("config", "backend", "kubernetes", check=False),
                        f"{home / 'config.yaml'}: invalid Kubernetes image 5: use a string")
     dt("config", "backend", "sagemaker")  # another backend's choice does not read these settings
+
+
+def test_a_bad_sagemaker_setting_is_named_when_shown_or_chosen(dt, home):
+    """`dtrain config sagemaker` showed a typo'd key (rol=...) as if it were a setting, and `config
+    backend sagemaker` saved on top of a bad one; both now name config.yaml and the setting."""
+    for text, needle in (("sagemaker: {rol: 'arn:aws:iam::123456789012:role/R'}\n", "unknown sagemaker setting(s) rol"),
+                         ("sagemaker: {region: 'us east'}\n", "invalid SageMaker --region 'us east'")):
+        (home / "config.yaml").write_text(text)
+        for args in (("config", "sagemaker"), ("config", "backend", "sagemaker")):
+            assert_usage_error(dt(*args, check=False), f"{home / 'config.yaml'}: {needle}")
+        assert (home / "config.yaml").read_text() == text
+    (home / "config.yaml").write_text("sagemaker: {bucket: my-bucket}\n")
+    assert dt("config", "sagemaker").stdout == "SageMaker settings: bucket=my-bucket\n"

@@ -49,6 +49,7 @@ def cmd_config(args, client: Client) -> int:
         if args.value is not None:
             raise SpecError("'dtrain config sagemaker' takes flags only, e.g. --role ARN --bucket NAME --region R")
         if not given:  # as `config project`: what is set, and config.yaml left as it was
+            client.sagemaker_config()  # a typo'd or bad setting is named, not shown as if it were in use
             settings = client.config.sagemaker
             print("SageMaker settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()) if settings else
                   "SageMaker is not configured: dtrain config sagemaker --role ARN --bucket NAME [--region R]")
