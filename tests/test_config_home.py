@@ -3,10 +3,14 @@ and a mistake in the home or the file is one line naming it and the fix."""
 
 from __future__ import annotations
 
+import re
+
+import pytest
 from conftest import assert_usage_error
 
 from dtrain.client import Client
 from dtrain.config import UserConfig
+from dtrain.errors import BackendError
 
 
 def test_two_config_changes_made_at_once_both_stay(home):
@@ -83,3 +87,21 @@ def test_a_bad_sagemaker_setting_is_named_when_shown_or_chosen(dt, home):
         assert (home / "config.yaml").read_text() == text
     (home / "config.yaml").write_text("sagemaker: {bucket: my-bucket}\n")
     assert dt("config", "sagemaker").stdout == "SageMaker settings: bucket=my-bucket\n"
+
+
+@pytest.mark.parametrize("var, value", [("AWS_MAX_ATTEMPTS", "abc"), ("AWS_METADATA_SERVICE_TIMEOUT", "x"),
+                                        ("AWS_ENDPOINT_URL", "notaurl")])
+def test_a_malformed_aws_setting_in_the_environment_is_one_line(monkeypatch, tmp_path, var, value):
+    """botocore reads these when the clients are made and raises a plain ValueError for a value it
+    cannot convert; every SageMaker command printed that traceback."""
+    pytest.importorskip("boto3")
+    from dtrain.backends.sagemaker.clients import aws_clients
+    from dtrain.backends.sagemaker.config import SageMakerConfig
+
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "AKIAEXAMPLE")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "secret")
+    monkeypatch.setenv(var, value)
+    with pytest.raises(BackendError, match=r"^AWS setup: a setting botocore reads from the environment \(AWS_\*\) "
+                                           r"or the AWS config file is not valid \(.*" + re.escape(value)):
+        aws_clients(SageMakerConfig())

@@ -53,6 +53,9 @@ def aws_clients(config: SageMakerConfig, session: Any = None) -> Clients:
         return Clients(*(session.client(n, region_name=config.region) for n in ("sagemaker", "s3", "logs")))
     except Exception as err:
         line = _botocore_line("AWS setup", err)
+        if line is None and isinstance(err, ValueError):  # AWS_MAX_ATTEMPTS=abc: botocore's int() of it
+            line = (f"AWS setup: a setting botocore reads from the environment (AWS_*) or the AWS config file is "
+                    f"not valid ({cut(err, MAX_MESSAGE)}); check your AWS configuration (aws configure list)")
         if line is None:
             raise
         raise BackendError(line) from None
