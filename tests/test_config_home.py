@@ -3,10 +3,13 @@ and a mistake in the home or the file is one line naming it and the fix."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
+import subprocess
 
 import pytest
-from conftest import assert_usage_error
+from conftest import Dtrain, assert_usage_error
 
 from dtrain.client import Client
 from dtrain.config import UserConfig
@@ -105,3 +108,20 @@ def test_a_malformed_aws_setting_in_the_environment_is_one_line(monkeypatch, tmp
     with pytest.raises(BackendError, match=r"^AWS setup: a setting botocore reads from the environment \(AWS_\*\) "
                                            r"or the AWS config file is not valid \(.*" + re.escape(value)):
         aws_clients(SageMakerConfig())
+
+
+def test_a_home_the_user_may_not_write_says_so(home, tmp_path):
+    """A home folder of another user (here: root without the right to override permissions): a
+    command that writes said only 'the disk ... is probably full or read-only; free space there',
+    sending the user to free space on a disk that had plenty."""
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv, to give the home to another user and drop the right to override")
+    from conftest import DTRAIN
+    Dtrain(home)("list")  # state.db made
+    os.chown(home, 1000, 1000)
+    for path in home.iterdir():
+        os.chown(path, 1000, 1000)
+    env = {**os.environ, "DTRAIN_HOME": str(home)}
+    proc = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner,-chown", DTRAIN,
+                           "project", "create", "team-a"], env=env, capture_output=True, text=True, timeout=120)
+    assert_usage_error(proc, "is not yours to write", "set DTRAIN_HOME to a folder you can write")
