@@ -231,7 +231,7 @@ class Client:
 
     def set_default_backend(self, name: str, *, project: str | None = None) -> None:
         if name not in BACKENDS:
-            raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
+            raise SpecError(f"unknown backend {shown(name)}; use one of {', '.join(BACKENDS)}")
         if name == "kubernetes":  # its settings checked now, not by the first command that uses it
             self._kubernetes_config()
         elif name == "sagemaker":

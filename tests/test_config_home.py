@@ -125,3 +125,18 @@ def test_a_home_the_user_may_not_write_says_so(home, tmp_path):
     proc = subprocess.run(["setpriv", "--bounding-set=-dac_override,-dac_read_search,-fowner,-chown", DTRAIN,
                            "project", "create", "team-a"], env=env, capture_output=True, text=True, timeout=120)
     assert_usage_error(proc, "is not yours to write", "set DTRAIN_HOME to a folder you can write")
+
+
+def test_a_huge_or_impossible_config_value_is_one_short_line(dt, home):
+    """`dtrain config` repeated the whole value it refused (200 KB for a 100 KB project name), and
+    offered 'dtrain project create Foo_Bar' for a name no project can have."""
+    huge = "a" * 100_000
+    for args in (("config", "project", huge), ("config", "backend", huge), ("config", "sagemaker", "--role", huge),
+                 ("config", "sagemaker", "--subnets", huge)):
+        proc = dt(*args, check=False)
+        assert_usage_error(proc)
+        assert len(proc.stderr) < 400, len(proc.stderr)
+    proc = dt("config", "project", "Foo_Bar", check=False)
+    assert_usage_error(proc, "invalid project name 'Foo_Bar'")
+    assert "project create" not in proc.stderr
+    assert not (home / "config.yaml").exists()

@@ -16,6 +16,7 @@ from dtrain.client import Client
 from dtrain.config import BACKENDS
 from dtrain.errors import DtrainError, SpecError
 from dtrain.names import require_project
+from dtrain.spec import check_name
 
 # Workload commands: (group, verb) -> (module, function, help). The function is the module's
 # own `main(argv)`, so the same code runs under plain torchrun as `python -m dtrain.workloads.<w>`
@@ -77,6 +78,8 @@ _SAGEMAKER_KEYS = ("role", "bucket", "region", "prefix", "image", "instance_type
 
 
 def _set_default_project(client: Client, name: str) -> None:
+    if name:  # a name no project can have: its rule (with the value cut short), not "create it first"
+        check_name(name, "project")
     require_project(name, [p.name for p in client.list_projects()])
     client.set_default_project(name)
     print(f"Project '{name}' has been set as the default project")

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
+from dtrain.names import SHOWN, cut, shown
 from dtrain.spec_sagemaker import INSTANCE_RE, gpu_type, instance_family
 
 ROLE_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}\Z")
@@ -73,12 +74,12 @@ class SageMakerConfig:
         optional = ("role", "bucket", "image")  # the others have defaults: an empty `region:` in config.yaml is None
         for flag, value, pattern, example in checks:
             if (value is not None or flag not in optional) and (not isinstance(value, str) or not pattern.match(value)):
-                raise SpecError(f"invalid SageMaker --{flag} {value!r}: use a value like {example}")
+                raise SpecError(f"invalid SageMaker --{flag} {shown(value)}: use a value like {example}")
         for flag, values, pattern, example in (("subnets", self.subnets, SUBNET_RE, "subnet-0abc1234"),
                                                ("security-groups", self.security_groups, SG_RE, "sg-0abc1234")):
             bad = [v for v in values if not isinstance(v, str) or not pattern.match(v)]
             if bad or len(values) > VPC_LIMITS[flag]:
-                raise SpecError(f"invalid SageMaker --{flag} {', '.join(map(str, bad)) or ' '.join(values)}: "
+                raise SpecError(f"invalid SageMaker --{flag} {cut(', '.join(map(str, bad)) or ' '.join(values), SHOWN)}: "
                                 f"use up to {VPC_LIMITS[flag]} ids of at most 32 characters like {example}")
         if bool(self.subnets) != bool(self.security_groups):
             raise SpecError("a VPC needs both --subnets and --security-groups; give both or neither")
