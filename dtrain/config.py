@@ -145,6 +145,9 @@ class UserConfig:
             data["deleted_job_ttl"] = self.deleted_job_ttl
         import yaml  # here: ~25 ms that every other command would pay at start-up
 
+        if path.is_symlink():  # replacing it would cut the user's link (a dotfiles copy) without a word
+            raise SpecError(f"{path} is a symbolic link (to {os.readlink(path)[:200]}), and links are never written "
+                            f"through: make the change in that file by hand, or put a copy of it in the link's place")
         replace_file(path, yaml.safe_dump(data, sort_keys=False), durable=True)  # never through a planted link
 
     @classmethod

@@ -140,3 +140,19 @@ def test_a_huge_or_impossible_config_value_is_one_short_line(dt, home):
     assert_usage_error(proc, "invalid project name 'Foo_Bar'")
     assert "project create" not in proc.stderr
     assert not (home / "config.yaml").exists()
+
+
+def test_a_config_file_that_is_a_link_is_never_replaced(tmp_path):
+    """config.yaml linked to a dotfiles copy: `dtrain config` replaced the link with a file of its
+    own, so the dotfiles copy went stale without a word. It is refused, and both stay as they were."""
+    home = tmp_path / "home"
+    home.mkdir()
+    dotfiles = tmp_path / "dotfiles.yaml"
+    dotfiles.write_text("# mine\nbackend: local\n")
+    (home / "config.yaml").symlink_to(dotfiles)
+    dt = Dtrain(home)
+    assert dt("list").returncode == 0  # read through it, as before
+    proc = dt("config", "backend", "kubernetes", check=False)
+    assert proc.returncode == 2 and "is a symbolic link" in proc.stderr and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert (home / "config.yaml").is_symlink() and dotfiles.read_text() == "# mine\nbackend: local\n"
