@@ -92,7 +92,8 @@ def image_of(spec: JobSpec, config: KubernetesConfig) -> str:
     image = spec.image or config.image
     if not image:
         raise SpecError(f"job {spec.name!r} needs a container image on Kubernetes: pass --image "
-                        f"(e.g. --image pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime) or set a default image")
+                        f"(e.g. --image pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime) or set a default image in "
+                        f"config.yaml (kubernetes: {{image: ...}})")
     if any(c.isspace() for c in image):  # the API refuses spaces around it, the kubelet inside it
         raise SpecError(f"invalid image {shown(image)}: remove the spaces (an image reference such as "
                         f"registry.example.com/dtrain:0.1 has none)")
