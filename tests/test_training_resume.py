@@ -199,3 +199,26 @@ def test_cifar10_sigterm_to_the_process_group_checkpoints_with_loader_workers(tm
     assert proc.returncode == 143 and "Traceback" not in err, err
     stopped = max(m["step"] for m in read_metrics(metrics))
     assert [p.name for p in out.glob("ckpt-*.pt")] == [f"ckpt-{stopped}.pt"]
+
+
+def test_a_save_the_disk_refuses_half_way_is_one_line_and_keeps_the_old_checkpoint(tmp_path):
+    """torch.save turns the OSError of a failed write into a RuntimeError ("unexpected pos ..."):
+    a full disk made a checkpoint save end with a torch traceback. A file-size limit refuses the
+    write as a full disk does (EFBIG instead of ENOSPC)."""
+    script = (
+        "import resource, sys, torch\n"
+        "from dtrain.errors import StorageError\n"
+        "from dtrain.training import save_atomic\n"
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (20000, 20000))\n"  # Python ignores SIGXFSZ: write gets EFBIG
+        "try:\n"
+        "    save_atomic({'w': torch.zeros(100000)}, sys.argv[1])\n"
+        "except StorageError as e:\n"
+        "    print(e)\n"
+    )
+    target = tmp_path / "ckpt-5.pt"
+    target.write_bytes(b"the old checkpoint")
+    r = subprocess.run([sys.executable, "-c", script, str(target)], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
+    assert r.stdout.startswith(f"cannot write checkpoint {target}: File too large; check free space"), r.stdout
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt-5.pt"] and target.read_bytes() == b"the old checkpoint"

@@ -40,14 +40,47 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+class _Writes:
+    """A file object for torch.save that keeps the OSError of a failed write: torch's writer turns
+    it into a RuntimeError ("[enforce fail at inline_container.cc] unexpected pos ..."), which says
+    nothing of a full disk."""
+
+    def __init__(self, f: Any) -> None:
+        self.f, self.error = f, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as e:
+            self.error = e
+            raise
+
+    def flush(self) -> None:
+        try:
+            self.f.flush()
+        except OSError as e:
+            self.error = e
+            raise
+
+
 def save_atomic(obj: Any, path: str | os.PathLike) -> None:
-    """torch.save `obj` to `path` so that readers see the old file or the new one, never a part."""
+    """torch.save `obj` to `path` so that readers see the old file or the new one, never a part.
+
+    StorageError (one line) when the disk refuses the write (full, read-only, forbidden): the old
+    file is kept and the part written is removed."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    writes = None
     try:
+        path.parent.mkdir(parents=True, exist_ok=True)
         with replacing(path, "wb", durable=True) as f:
-            torch.save(obj, f)
+            writes = _Writes(f)
+            torch.save(obj, writes)
     except OSError as e:
+        raise StorageError(f"cannot write checkpoint {path}: {e.strerror or e}; check free space and permissions") from e
+    except RuntimeError as e:
+        if writes is None or writes.error is None:
+            raise
+        e = writes.error
         raise StorageError(f"cannot write checkpoint {path}: {e.strerror or e}; check free space and permissions") from e
     _fsync_dir(path.parent)
 
