@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import torch
 
+from dtrain.errors import DataError
 from dtrain.markers import resumed_step
 from dtrain.training import CheckpointMismatch, Checkpointer, GracefulStop, checkpoint_dir
 
@@ -222,3 +223,20 @@ def test_a_save_the_disk_refuses_half_way_is_one_line_and_keeps_the_old_checkpoi
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.stderr
     assert r.stdout.startswith(f"cannot write checkpoint {target}: File too large; check free space"), r.stdout
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt-5.pt"] and target.read_bytes() == b"the old checkpoint"
+
+
+def test_a_checkpoint_of_a_newer_format_is_refused_in_one_line_and_kept(tmp_path, capsys):
+    """A later version's checkpoint was called "not written by dtrain.training.Checkpointer", renamed
+    .damaged, and the run went on from an older checkpoint (or from step 0) over its progress."""
+    model, opt = _model_opt()
+    ckpt = Checkpointer(tmp_path, every=5)
+    ckpt.save(5, model=model, optimizer=opt)
+    state = torch.load(tmp_path / "ckpt-5.pt", weights_only=True)
+    torch.save({**state, "format": 99, "step": 10}, tmp_path / "ckpt-10.pt")
+    with pytest.raises(DataError) as got:
+        Checkpointer(tmp_path, every=5).resume(model=model, optimizer=opt)
+    message = str(got.value)
+    assert "\n" not in message and message.startswith(f"checkpoint {tmp_path / 'ckpt-10.pt'} is of format 99, newer")
+    assert "--no-resume" in message
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-10.pt", "ckpt-5.pt"]  # nothing set aside
+    assert "skipping" not in capsys.readouterr().out

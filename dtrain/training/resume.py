@@ -5,7 +5,8 @@ scheduler, every random generator and the caller's extra state (the data positio
 itself: both workloads derive the epoch, the sampler offset and the per-step seeds from it)
 atomically, then keeps the newest `keep`. `resume` loads the newest file that loads, skipping a
 torn one or one another program wrote with a note and renaming it to `<name>.damaged` (so it no
-longer counts among the kept; CheckpointMismatch for another model's or optimizer's), and prints
+longer counts among the kept; CheckpointMismatch for another model's or optimizer's; DataError for
+one of a newer FORMAT, left in place), and prints
 the line the platform records as "resumed from step".
 
 Where the folder is: `--checkpoint-dir`, else $DTRAIN_CHECKPOINT_DIR, else /opt/ml/checkpoints on
@@ -76,6 +77,12 @@ class CheckpointMismatch(DataError):
     def __init__(self, path: Path, fault: str):
         super().__init__(f"checkpoint {path} does not fit this model ({fault})")
         self.path, self.fault = path, fault
+
+
+def _newer_format(state: Any) -> int | None:
+    """The format of a checkpoint a later Checkpointer wrote (a dict with a model and a higher format)."""
+    fmt = state.get("format") if isinstance(state, dict) and "model" in state else None
+    return fmt if isinstance(fmt, int) and not isinstance(fmt, bool) and fmt > FORMAT else None
 
 
 def first_fault(e: BaseException) -> str:
@@ -178,6 +185,14 @@ class Checkpointer:
         for path in self.candidates():
             try:
                 state = load_checkpoint(path, map_location=map_location)
+                if (newer := _newer_format(state)) is not None:
+                    # A later version's checkpoint: skipping it (and setting it aside) would quietly
+                    # train from an older one, or from scratch, over that version's progress.
+                    newer_error = DataError(
+                        f"checkpoint {path} is of format {newer}, newer than this version of the training code "
+                        f"reads ({FORMAT}): resume it with the version that wrote it, or start over: --no-resume, "
+                        "or another --checkpoint-dir")
+                    break
                 if not isinstance(state, dict) or state.get("format") != FORMAT or "model" not in state:
                     raise DataError(f"checkpoint {path} was not written by dtrain.training.Checkpointer")
             except DataError as err:
@@ -198,7 +213,9 @@ class Checkpointer:
                 accept(resumed)
             print(RESUMED.format(step=resumed.step, path=path), flush=True)
             return resumed
-        return None
+        else:
+            return None
+        raise newer_error
 
 
 def resume_on_every_rank(ckpt: Checkpointer, info: DistInfo, *, model: torch.nn.Module,
