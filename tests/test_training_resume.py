@@ -240,3 +240,32 @@ def test_a_checkpoint_of_a_newer_format_is_refused_in_one_line_and_kept(tmp_path
     assert "--no-resume" in message
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ckpt-10.pt", "ckpt-5.pt"]  # nothing set aside
     assert "skipping" not in capsys.readouterr().out
+
+
+def test_cifar10_a_stop_during_the_last_step_still_checkpoints_it(tmp_path, monkeypatch):
+    """A SIGTERM that came during the last step stopped the run (exit 143) without a checkpoint of
+    that step: the in-loop save skipped the last step (the end-of-run save would write it) and the
+    end-of-run save was skipped for the stop, so the restart went back to the last interval's."""
+    from dtrain.workloads.cifar10 import train as cifar_train
+    from dtrain.workloads.cifar10.data import write_synthetic
+
+    class StopAtTheLastStep(GracefulStop):
+        calls = 0
+
+        def should_stop(self) -> bool:  # as if SIGTERM came during step 3 of 3
+            StopAtTheLastStep.calls += 1
+            self.signalled = StopAtTheLastStep.calls == 3
+            return super().should_stop()
+
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=40, n_test=4, seed=0)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    argv = ["--data-dir", str(tmp_path / "data"), "--model-dir", str(tmp_path / "m"), "--max-steps", "3",
+            "--batch-size", "4", "--log-interval", "0", "--device", "cpu"]
+    monkeypatch.setattr(cifar_train, "GracefulStop", StopAtTheLastStep)
+    assert cifar_train.train(cifar_train.parse_args(argv)) == {"steps": 3, "stopped": True}
+    assert [p.name for p in (tmp_path / "m").glob("ckpt-*.pt")] == ["ckpt-3.pt"]
+    monkeypatch.setattr(cifar_train, "GracefulStop", GracefulStop)
+    assert cifar_train.train(cifar_train.parse_args(argv))["steps"] == 3  # the rerun only evaluates and saves
+    assert (tmp_path / "m" / "model.pth").is_file()

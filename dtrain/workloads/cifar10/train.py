@@ -540,7 +540,8 @@ class _Loop:
             if info.is_main and cfg.log_interval and step % cfg.log_interval == 0:
                 print(f"epoch {epoch} step {step} loss {loss_value:.4f}", flush=True)
             stopping = stop.should_stop()
-            if (self.ckpt.due(step) or stopping) and step < self.last:
+            # The last step's checkpoint is the end of run's (_train), which a stop skips: save it here then.
+            if (self.ckpt.due(step) and step < self.last) or stopping:
                 self.ckpt.save(step, model=self.net, optimizer=opt, extra=self.plan)
             if stopping or step >= self.last:
                 break
