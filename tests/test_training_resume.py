@@ -269,3 +269,23 @@ def test_cifar10_a_stop_during_the_last_step_still_checkpoints_it(tmp_path, monk
     monkeypatch.setattr(cifar_train, "GracefulStop", GracefulStop)
     assert cifar_train.train(cifar_train.parse_args(argv))["steps"] == 3  # the rerun only evaluates and saves
     assert (tmp_path / "m" / "model.pth").is_file()
+
+
+def test_cifar10_a_resume_trains_with_this_runs_lr_and_momentum(tmp_path, monkeypatch):
+    """The optimizer's saved state brought back the learning rate and momentum of the checkpoint's
+    run: --lr and --momentum of the resumed run were ignored without a word."""
+    from dtrain.training import read_metrics
+    from dtrain.workloads.cifar10 import train as cifar_train
+    from dtrain.workloads.cifar10.data import write_synthetic
+
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=40, n_test=4, seed=0)
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
+        monkeypatch.delenv(name, raising=False)
+    base = ["--data-dir", str(tmp_path / "data"), "--model-dir", str(tmp_path / "m"), "--batch-size", "4",
+            "--log-interval", "0", "--device", "cpu"]
+    cifar_train.train(cifar_train.parse_args([*base, "--max-steps", "2", "--lr", "0.001"]))
+    cifar_train.train(cifar_train.parse_args([*base, "--max-steps", "4", "--lr", "0.05", "--momentum", "0.5"]))
+    assert [(m["step"], m["lr"]) for m in read_metrics(tmp_path / "m" / "metrics.jsonl") if "lr" in m] == [
+        (1, 0.001), (2, 0.001), (3, 0.05), (4, 0.05)]
+    saved = torch.load(tmp_path / "m" / "ckpt-4.pt", weights_only=True)["optimizer"]["param_groups"][0]
+    assert (saved["lr"], saved["momentum"]) == (0.05, 0.5)

@@ -436,6 +436,8 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
     plan = {"global_batch": cfg.batch_size * info.world_size, "seed": cfg.seed, "train_images": len(train_set[0])}
     # Every rank loads the same file before DDP is built, so optimizer state matches on all of them.
     resumed = _resume(ckpt, net, opt, info, plan) if cfg.resume else None
+    if resumed:
+        _this_runs_settings(opt, cfg, info)
     model, timer = net, _AllreduceTimer()
     if info.distributed:
         model = DDP(net, device_ids=[info.device.index] if info.device.type == "cuda" else None)
@@ -502,6 +504,20 @@ def _resume(ckpt: Checkpointer, net: torch.nn.Module, opt: torch.optim.Optimizer
         mismatch=lambda e: f"checkpoint {e.path} does not fit the CIFAR10 network ({e.fault}): give this run its "
                            "own --checkpoint-dir, or --no-resume to start over")
     return resumed
+
+
+def _this_runs_settings(opt: torch.optim.Optimizer, cfg: TrainConfig, info: DistInfo) -> None:
+    """--lr and --momentum of this run, not the checkpoint's: loading the optimizer's state brings back
+    the learning rate and momentum it was saved with, so a resume ignored the flags without a word."""
+    changed = []
+    for name, value in (("lr", cfg.lr), ("momentum", cfg.momentum)):
+        saved = opt.param_groups[0][name]
+        if saved != value:
+            changed.append(f"--{name} {value} (the checkpoint's run: {saved})")
+        for group in opt.param_groups:
+            group[name] = value
+    if changed and info.is_main:
+        print(f"cifar10: resumed with {', '.join(changed)}", flush=True)
 
 
 @dataclass(kw_only=True)
