@@ -289,3 +289,21 @@ def test_cifar10_a_resume_trains_with_this_runs_lr_and_momentum(tmp_path, monkey
         (1, 0.001), (2, 0.001), (3, 0.05), (4, 0.05)]
     saved = torch.load(tmp_path / "m" / "ckpt-4.pt", weights_only=True)["optimizer"]["param_groups"][0]
     assert (saved["lr"], saved["momentum"]) == (0.05, 0.5)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_a_resume_onto_a_cuda_device_restores_the_random_generators(tmp_path):
+    """resume_on_every_rank loads onto the rank's device: the saved generator states came back as
+    CUDA tensors, which torch.set_rng_state refuses ("RNG state must be a torch.ByteTensor"), so
+    every resume on a GPU stopped as "does not fit this model"."""
+    model, opt = _model_opt()
+    torch.manual_seed(1)
+    Checkpointer(tmp_path, every=5).save(5, model=model, optimizer=opt)
+    expected = torch.rand(3)  # the first draw after the checkpoint
+    torch.manual_seed(7)
+    gpu = torch.nn.Linear(4, 3).cuda()
+    got = Checkpointer(tmp_path, every=5).resume(model=gpu, optimizer=torch.optim.SGD(gpu.parameters(), lr=0.1,
+                                                                                     momentum=0.9),
+                                                  map_location=torch.device("cuda", 0))
+    assert got.step == 5 and torch.equal(gpu.weight.cpu(), model.weight)
+    assert torch.equal(torch.rand(3), expected)  # the generator is the checkpoint's again

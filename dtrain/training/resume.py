@@ -58,12 +58,15 @@ def rng_state() -> dict[str, Any]:
 
 
 def set_rng_state(state: Mapping[str, Any]) -> None:
-    torch.set_rng_state(state["torch"])
+    """Put back what rng_state() saved. The states are CPU byte tensors wherever torch.load put them:
+    resume loads onto the training device (map_location), and torch refuses a CUDA tensor as a
+    generator's state ("RNG state must be a torch.ByteTensor"), as numpy does for its keys."""
+    torch.set_rng_state(state["torch"].cpu())
     random.setstate(_tuples(state["python"]))
     kind, keys, pos, has_gauss, gauss = state["numpy"]
-    np.random.set_state((kind, keys.numpy().astype(np.uint32), pos, has_gauss, gauss))
+    np.random.set_state((kind, keys.cpu().numpy().astype(np.uint32), pos, has_gauss, gauss))
     if "cuda" in state and torch.cuda.is_available():
-        torch.cuda.set_rng_state_all(state["cuda"])
+        torch.cuda.set_rng_state_all([s.cpu() for s in state["cuda"]])
 
 
 def _tuples(x: Any) -> Any:
