@@ -315,14 +315,18 @@ def test_a_job_started_while_an_in_place_restore_writes_keeps_its_volume_and_fil
     backend = Client(home=dt.home).backend()
     materialize = backend.storage.engine.materialize
 
+    gate = folder.parent.parent.parent / "go"  # outside the volume: the job runs until the restore has answered
+    job = f"cat /mnt/v.txt > /mnt/seen; while [ ! -e {gate} ]; do sleep 0.05; done; echo out > /mnt/out"
+
     def materialize_then_a_job_starts(*args, **kw):
         materialize(*args, **kw)
-        dt("submit", "writer", "--pvc", "data:/mnt", "--", "sh", "-c", "cat /mnt/v.txt > /mnt/seen; echo out > /mnt/out")
+        dt("submit", "writer", "--pvc", "data:/mnt", "--", "sh", "-c", job)
         dt.wait_for("writer", {"Running", "Succeeded", "Failed"})
 
     monkeypatch.setattr(backend.storage.engine, "materialize", materialize_then_a_job_starts)
     with pytest.raises(ConflictError, match=r"job\(s\) writer started on volume 'data' while snapshot 'one'"):
         backend.restore_snapshot("one", in_place=True)
+    gate.write_text("")
     assert dt.wait_for("writer", {"Succeeded", "Failed"})["status"] == "Succeeded"
     assert (folder / "v.txt").read_text() == "two" and (folder / "seen").read_text() == "two"
     assert (folder / "out").read_text() == "out\n"

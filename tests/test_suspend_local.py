@@ -10,7 +10,7 @@ import sqlite3
 
 import pytest
 
-from conftest import Dtrain, assert_usage_error
+from conftest import DTRAIN, Dtrain, assert_usage_error
 
 # Counts to 100 in tenths of a second; on SIGTERM it writes where it was and exits 143.
 COUNTER = """import pathlib, signal, sys, time
@@ -223,8 +223,6 @@ def test_logs_follow_keeps_the_lines_a_suspended_job_writes_while_it_stops(dt: D
     is recorded: the status comes first, and the workload's checkpoint lines come after it."""
     import subprocess
 
-    from conftest import DTRAIN
-
     (tmp_path / "slow_stop.py").write_text(
         "import signal, sys, time\n"
         "def stop(*_):\n"
@@ -288,7 +286,7 @@ def test_a_stopping_jobs_gpus_go_to_no_other_job_until_its_processes_are_gone(dt
     dt.wait_for("holder", {"Running"})
     _started(dt, "holder")
     dt("submit", "next", "-g", "1", "--", "sh", "-c", "echo got GPU $CUDA_VISIBLE_DEVICES")
-    stop = subprocess.Popen(["dtrain", verb, "holder"], env=dt.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    stop = subprocess.Popen([DTRAIN, verb, "holder"], env=dt.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:
         deadline = time.monotonic() + 60
