@@ -363,7 +363,7 @@ def test_a_link_put_at_a_volumes_folder_is_one_line_and_never_followed(tmp_path)
     os.rename(vol.path.parent, elsewhere)
     os.symlink(elsewhere, vol.path.parent)
     for act in (lambda: storage.create_snapshot("data", name="s"), lambda: storage.delete_volume("data")):
-        with pytest.raises(StorageError, match=r"is not the folder dtrain made .*a link there is never followed"):
+        with pytest.raises(StorageError, match=r"is not the folder made for it .*a link there is never followed"):
             act()
     assert (elsewhere / "data" / "f").read_text() == "x" and storage.list_snapshots() == []
     storage.close()

@@ -147,7 +147,7 @@ class Storage:
             yield self._same(vol)
             return
         except OSError as err:  # ELOOP, ENOTDIR: a link or a file put at the volume's folder by hand
-            raise StorageError(f"volume {vol.name!r}: {vol.path.parent} is not the folder dtrain made "
+            raise StorageError(f"volume {vol.name!r}: {vol.path.parent} is not the folder made for it "
                                f"({err.strerror}); a link there is never followed: put the volume's folder "
                                f"back in its place") from None
         try:
