@@ -182,6 +182,16 @@ class Journal:
             self.lines += [LogLine(rank=0, time=time.time(), text=t) for t in texts]
             self.cond.notify_all()
 
+    @staticmethod
+    def running(home: Path) -> None:
+        """A real job named 'train', running, in `home`: a job page follows the logs once the job's
+        record has given its ranks (the log lines themselves come from the journal)."""
+        from dtrain.spec import JobSpec
+
+        client = Client(home=home)
+        client.submit(JobSpec(name="train", command=["sleep", "600"]))
+        wait_until(lambda: client.get("train").status.value == "Running", what="job train running")
+
     def read(self, *, rank=None, tail=None, since=None, follow=False):
         with self.cond:
             got = [x for x in self.lines if since is None or x.time >= since]
@@ -245,6 +255,7 @@ def test_a_log_stream_picks_up_where_it_was_after_the_server_restarts(browser, h
     same URL (`tail=500`), so the last 500 lines came again below the ones shown."""
     journal = Journal()
     journal.add("epoch 1", "epoch 2", "epoch 3")
+    Journal.running(home)
     server = Restartable(lambda: create_app(lambda: journal.client(home), sample_every=3600))
     try:
         browser.get(server.url + "/#/job/train")
@@ -257,6 +268,7 @@ def test_a_log_stream_picks_up_where_it_was_after_the_server_restarts(browser, h
         assert [x for x in log_lines(browser) if x] == ["epoch 1", "epoch 2", "epoch 3", "epoch 4", "epoch 5"]
     finally:
         server.stop()
+        Client(home=home).delete("train")
 
 
 @browser_tests
@@ -264,6 +276,7 @@ def test_the_log_pane_keeps_the_newest_lines_of_a_chatty_job(browser, home):
     """Every line a followed job printed stayed in the page: a job that logs every step for hours
     grew the tab's memory (and each line's layout) without bound."""
     journal = Journal()
+    Journal.running(home)
     server = Restartable(lambda: create_app(lambda: journal.client(home), sample_every=3600))
     try:
         browser.get(server.url + "/#/job/train")
@@ -275,6 +288,7 @@ def test_the_log_pane_keeps_the_newest_lines_of_a_chatty_job(browser, home):
         assert len(shown) == 5000 and shown[0] == "step 7000" and shown[-1] == "step 11999"
     finally:
         server.stop()
+        Client(home=home).delete("train")
 
 
 def gpu_nodes(home: Path, count: int) -> Client:
