@@ -142,7 +142,7 @@ class Storage:
         works on a full disk, and a killed process drops it with its descriptors. Yields the volume
         as it is now, refused when another command deleted or moved it since `vol` was read."""
         try:
-            fd = os.open(vol.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            fd = _lock_fd(vol)
         except FileNotFoundError:  # deleted meanwhile (get_volume says so), or Lost: nothing to hold
             yield self._same(vol)
             return
@@ -211,7 +211,7 @@ class Storage:
                 time.sleep(0.2)
             vol = self.get_volume(name)
             try:
-                fd = os.open(vol.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+                fd = _lock_fd(vol)
             except OSError:  # Lost (the job's start says so), or moved just now (asked again)
                 if self.mover.live(name) is None:
                     return vol.path
@@ -635,3 +635,9 @@ def _folder_identity(path: Path) -> tuple[int, int] | None:
     except OSError:
         return None
     return (st.st_dev, st.st_ino) if stat.S_ISDIR(st.st_mode) else None
+
+
+def _lock_fd(vol: Volume) -> int:
+    """A descriptor of the volume's folder (<root>/<name>), the one Storage.hold and volume_path
+    lock: opened without following a link at its name."""
+    return os.open(vol.path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
