@@ -337,3 +337,13 @@ def test_config_sagemaker_without_flags_shows_and_writes_nothing(dt: Dtrain):
     saved = (dt.home / "config.yaml").read_bytes()
     assert "region=eu-west-1" in dt("config", "sagemaker").stdout
     assert (dt.home / "config.yaml").read_bytes() == saved
+
+
+def test_describe_keeps_each_env_value_on_its_own_line_and_exact(dt: Dtrain):
+    # An -e value with a newline printed raw put its second line where the next key belongs; an
+    # empty value read like an unset one. Such values are shown as YAML double-quoted strings.
+    dt("submit", "envs", "-e", "A=line1\nline2", "-e", "E=", "-e", "S= x", "-e", "B=plain", "--", "true")
+    lines = dt("describe", "job", "envs").stdout.splitlines()
+    env = lines[lines.index("  env:") + 1:lines.index("  volumes: []")]
+    assert env == ['    A: "line1\\nline2"', '    E: ""', '    S: " x"', "    B: plain"]
+    assert dt.json("describe", "job", "envs")["spec"]["env"]["A"] == "line1\nline2"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from datetime import datetime, timezone
@@ -102,8 +103,18 @@ def mapping(data: dict, indent: int = 0) -> str:
             else:
                 lines.append(f"{pad}{key}: {' '.join(str(v) for v in value) if value else '[]'}")
         else:
-            lines.append(f"{pad}{key}: {'-' if value is None else value}")
+            lines.append(f"{pad}{key}: {'-' if value is None else _scalar(value)}")
     return "\n".join(lines)
+
+
+def _scalar(value) -> str:
+    """A value as one line: a string that is empty, has a control character (a newline in an
+    -e value) or spaces at its ends is shown as a YAML double-quoted string, so each key stays
+    on its own line and what it holds is exact."""
+    if isinstance(value, str) and (not value or value != value.strip()
+                                   or any(ord(c) < 32 or ord(c) == 127 for c in value)):
+        return json.dumps(value)
+    return str(value)
 
 
 def described(head: dict, sections: dict[str, dict | None]) -> str:
