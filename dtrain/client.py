@@ -115,9 +115,12 @@ class Client:
 
     def list(self, *, project: str | None = None, show_deleted: bool = True) -> list[JobInfo]:
         """Jobs of `project` (None: every project); without `show_deleted`, not the Deleted ones
-        (what `dtrain list jobs` and the HTTP list show unless asked)."""
+        (what `dtrain list jobs` and the HTTP list show unless asked). A project the local backend
+        does not know is a NotFoundError, not an empty list (`check_project`)."""
         backend = self.backend(project=project)
         jobs = backend.list(project=project)
+        if not jobs and project is not None:
+            self.check_project(project)
         expired = self._forget_expired(backend, jobs)
         return [j for j in jobs if j.name not in expired and (show_deleted or j.status != JobStatus.DELETED)]
 
@@ -127,7 +130,10 @@ class Client:
         Deleted), newest first: `offset` skipped, at most `limit` (1 to 1000; None: the rest),
         with `total`, how many matched (the dashboard's Jobs table)."""
         backend = self._expired_forgotten(project)
-        return backend.page(project=project, status=status, limit=limit, offset=offset)
+        page = backend.page(project=project, status=status, limit=limit, offset=offset)
+        if not page.total and project is not None:
+            self.check_project(project)
+        return page
 
     def summary(self, *, project: str | None = None) -> JobSummary:
         """The jobs of `project` (None: every project) counted by project and status, and the

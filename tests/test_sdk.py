@@ -104,3 +104,13 @@ def test_a_volume_size_is_a_quantity_string(client, verb):
         getattr(client, verb)("data", size=10)
     assert client.list_volumes() == []
     assert client.create_volume("data", size="10").size_bytes == 10  # the quantity, as kubectl reads it
+
+
+def test_list_and_page_of_a_project_that_does_not_exist_are_refused_as_the_cli_does(client):
+    """client.list(project='nope') was [], read as a project without jobs where it is a typo."""
+    from dtrain.errors import NotFoundError
+
+    for verb in (client.list, client.page, client.list_notebooks):
+        with pytest.raises(NotFoundError, match=r"no project named 'nope' \(projects: default\)"):
+            verb(project="nope")
+    assert client.list(project="default") == [] and client.page(project="default").total == 0

@@ -240,9 +240,7 @@ def cmd_list(args, client: Client) -> int:
     if args.project is not None:  # `-p "$PROJECT"` with the variable unset is a mistake, not the default project
         check_name(args.project, "project")
     project = None if args.all_projects else (args.project or client.default_project)
-    jobs = client.list(project=project, show_deleted=args.show_deleted)
-    if not jobs and project is not None:
-        client.check_project(project)
+    jobs = client.list(project=project, show_deleted=args.show_deleted)  # a typo in -p: NotFoundError
     if args.json:
         print(json.dumps([j.to_dict() for j in jobs], indent=2))
         return 0

@@ -114,10 +114,8 @@ def cmd_list(args, client: Client) -> int:
     if args.project is not None:  # `-p "$PROJECT"` with the variable unset is a mistake, not the default
         check_name(args.project, "project")
     project = None if args.all_projects else (args.project or client.default_project)
-    books = [b for b in client.list_notebooks(project=project)
+    books = [b for b in client.list_notebooks(project=project)  # a typo in -p: NotFoundError
              if args.show_deleted or b.status.value != "Deleted"]
-    if not books and project is not None:
-        client.check_project(project)  # a typo in -p is an error, not an empty list
     if args.json:
         print(json.dumps([b.to_dict() for b in books], indent=2))
         return 0

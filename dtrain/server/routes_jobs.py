@@ -44,9 +44,7 @@ def list_jobs(request: Request, response: Response, project: Annotated[str | Non
     time, then name, so that pages never overlap while nothing is submitted), the order the
     dashboard shows. Either one alone pages too (no `limit`: every job from `offset` on). The
     `X-Total-Count` header counts the filtered jobs before paging, with or without a page."""
-    c = client(request)
-    if project is not None:
-        c.check_project(project)  # a typo is a 404, not an empty list (as `dtrain list -p`)
+    c = client(request)  # a project that is a typo: c.list / c.page raise NotFoundError, a 404
     if limit is not None or offset is not None:  # paged by the backend: only the page's jobs are read
         page = c.page(project=project, status=status, limit=limit, offset=offset or 0)
         response.headers["x-total-count"] = str(page.total)
