@@ -168,8 +168,13 @@ class Client:
         return self.backend().wait(name, timeout=timeout)
 
     def delete(self, name: str, *, purge: bool = False) -> JobInfo:
-        """Stop the job; with `purge` also forget it (record, events, logs)."""
-        return self.backend().delete(name, purge=purge)
+        """Stop the job; with `purge` also forget it (record, events, logs). A job already Deleted
+        is a NotFoundError unless purged, as `dtrain delete`, the HTTP DELETE and kubectl have it."""
+        backend = self.backend()
+        if not purge and backend.get(name).status == JobStatus.DELETED:
+            raise NotFoundError(f"job {name!r} was already deleted; nothing was deleted "
+                                f"(delete({name!r}, purge=True) also forgets it)")
+        return backend.delete(name, purge=purge)
 
     def suspend(self, name: str) -> JobInfo:
         """Stop a Pending or Running job until `resume`: it checkpoints, frees its devices, reads Suspended."""

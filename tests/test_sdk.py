@@ -114,3 +114,16 @@ def test_list_and_page_of_a_project_that_does_not_exist_are_refused_as_the_cli_d
         with pytest.raises(NotFoundError, match=r"no project named 'nope' \(projects: default\)"):
             verb(project="nope")
     assert client.list(project="default") == [] and client.page(project="default").total == 0
+
+
+def test_deleting_a_deleted_job_is_not_found_unless_purged(client):
+    """A second client.delete() returned the record quietly where `dtrain delete` and the HTTP
+    DELETE say the job was already deleted."""
+    from dtrain.errors import NotFoundError
+
+    client.submit(dtrain.JobSpec(name="once", command=["true"]))
+    assert client.delete("once").status == dtrain.JobStatus.DELETED
+    with pytest.raises(NotFoundError, match=r"job 'once' was already deleted; .*purge=True"):
+        client.delete("once")
+    client.delete("once", purge=True)
+    assert client.list() == []
