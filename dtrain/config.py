@@ -26,6 +26,9 @@ TTL_RE = re.compile(r"^(\d{1,6})(s|m|h|d)\Z")
 
 
 def home_dir(home: str | Path | None = None) -> Path:
+    if home is not None and not isinstance(home, (str, os.PathLike)):  # Client(home=3)
+        raise SpecError(f"invalid home {home!r}: give a folder's path as a string or a Path, e.g. "
+                        f"Client(home='~/.dtrain')")
     path = Path(home or os.environ.get("DTRAIN_HOME") or Path.home() / ".dtrain").expanduser()
     try:
         path.mkdir(parents=True, exist_ok=True)

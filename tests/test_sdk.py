@@ -127,3 +127,9 @@ def test_deleting_a_deleted_job_is_not_found_unless_purged(client):
         client.delete("once")
     client.delete("once", purge=True)
     assert client.list() == []
+
+
+@pytest.mark.parametrize("home", [3, ["/tmp"], b"/tmp"])
+def test_a_home_that_is_no_path_is_named(home):
+    with pytest.raises(SpecError, match=r"invalid home .*: give a folder's path as a string or a Path"):
+        dtrain.Client(home=home)
