@@ -307,3 +307,22 @@ def test_a_resume_onto_a_cuda_device_restores_the_random_generators(tmp_path):
                                                   map_location=torch.device("cuda", 0))
     assert got.step == 5 and torch.equal(gpu.weight.cpu(), model.weight)
     assert torch.equal(torch.rand(3), expected)  # the generator is the checkpoint's again
+
+
+@pytest.mark.parametrize("change", [{"drop": "step"}, {"drop": "extra"}, {"step": "ten"}, {"step": -1}])
+def test_a_checkpoint_of_our_format_cut_down_by_hand_is_skipped_not_a_key_error(tmp_path, capsys, change):
+    """A format-1 file without 'step' (or with a step that is no count) was a KeyError/ValueError
+    traceback at resume; it is set aside like any damaged file and the run goes on from the older one."""
+    model, opt = _model_opt()
+    ckpt = Checkpointer(tmp_path, every=5)
+    ckpt.save(5, model=model, optimizer=opt)
+    state = torch.load(tmp_path / "ckpt-5.pt", weights_only=True)
+    state["step"] = 10
+    if "drop" in change:
+        del state[change["drop"]]
+    else:
+        state.update(change)
+    torch.save(state, tmp_path / "ckpt-10.pt")
+    assert Checkpointer(tmp_path, every=5).resume(model=model, optimizer=opt).step == 5
+    assert "skipping checkpoint ckpt-10.pt" in capsys.readouterr().out
+    assert (tmp_path / "ckpt-10.pt.damaged").exists()

@@ -82,6 +82,9 @@ class CheckpointMismatch(DataError):
         self.path, self.fault = path, fault
 
 
+_KEYS = ("step", "model", "optimizer", "scheduler", "rng", "extra")  # what a FORMAT checkpoint holds
+
+
 def _newer_format(state: Any) -> int | None:
     """The format of a checkpoint a later Checkpointer wrote (a dict with a model and a higher format)."""
     fmt = state.get("format") if isinstance(state, dict) and "model" in state else None
@@ -198,6 +201,10 @@ class Checkpointer:
                     break
                 if not isinstance(state, dict) or state.get("format") != FORMAT or "model" not in state:
                     raise DataError(f"checkpoint {path} was not written by dtrain.training.Checkpointer")
+                if missing := [key for key in _KEYS if key not in state]:  # our format, cut down by hand
+                    raise DataError(f"checkpoint {path} lacks {', '.join(missing)}")
+                if isinstance(state["step"], bool) or not isinstance(state["step"], int) or state["step"] < 0:
+                    raise DataError(f"checkpoint {path} has step {state['step']!r}, not a count of steps")
             except DataError as err:
                 self.log(f"skipping checkpoint {path.name}: {err}{self._set_aside(path)}")
                 continue
