@@ -164,3 +164,16 @@ def test_a_long_hex_number_in_env_is_its_text_not_a_traceback():
     assert spec_of(HEAD + f"env: {{KEY: {text}}}\n").env == {"KEY": text}
     with pytest.raises(SpecError, match=r"invalid --processes <a whole number of about 6021 digits>"):
         spec_of(HEAD + f"processes: {text}\n")
+
+
+@pytest.mark.parametrize("written, verb, launcher", [
+    ("none", "submit-dist", "torchrun"), ("none", "submit-mpi", "mpi"), ("mpi", "submit-dist", "mpi"),
+    ("torchrun", "submit", "torchrun")])
+def test_the_verb_of_a_distributed_submit_wins_over_a_files_launcher_none(dt, tmp_path: Path, written, verb, launcher):
+    """`submit-dist -f job.yaml` with launcher: none was refused with 'use dtrain submit-dist', the
+    very verb given, where submit-mpi took the same file as an MPI job."""
+    job = tmp_path / "job.yaml"
+    job.write_text(HEAD + f"launcher: {written}\nprocesses: 2\n")
+    got = dt(verb, "-f", str(job), "--dry-run")
+    assert got.returncode == 0, got.stderr
+    assert yaml.safe_load(got.stdout)["launcher"] == launcher
