@@ -215,7 +215,10 @@ def cmd_submit(args, command: list[str], client: Client, launcher: str | None = 
         return 0
     print(f"The job '{info.name}' has been submitted successfully ({info.spec.kind}, "
           f"{info.spec.processes} process{'es' if info.spec.processes > 1 else ''}, backend {info.backend})")
-    print(f"You can run `dtrain describe job {info.name}` to check the job status")
+    # `describe` asks the default project's backend: a job sent elsewhere (--backend) is named with it there
+    other = info.backend != client.config.backend_for(client.config.project)
+    print(f"You can run `dtrain {f'--backend {info.backend} ' if other else ''}describe job {info.name}` "
+          f"to check the job status")
     return 0
 
 
