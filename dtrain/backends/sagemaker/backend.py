@@ -372,6 +372,21 @@ class SageMakerBackend(Backend):
                 return self._info(clients, name, desc)
         return self._info(clients, name)
 
+    def _purge(self, name: str) -> None:
+        """Forget an ended job: DeleteTrainingJob, which SageMaker allows for a Completed, Failed or Stopped
+        job only (its name may then be used again); what it left in S3 (code, checkpoints, model.tar.gz)
+        stays. A job that is still stopping is named, not reported forgotten while `list` shows it."""
+        clients = self._clients_for(name)
+        state = self._describe(clients, name).get("TrainingJobStatus")
+        if state == "Deleting":
+            return
+        if state in ("InProgress", "Stopping"):
+            raise ConflictError(f"job {name!r} is {'stopping' if state == 'Stopping' else 'running'}, and SageMaker "
+                                f"deletes only an ended job: run 'dtrain delete {name} --purge' again once "
+                                f"'dtrain wait {name}' returns")
+        aws_call(f"SageMaker DeleteTrainingJob of {name!r}", clients.sagemaker.delete_training_job,
+                 TrainingJobName=name)
+
     def _nodes(self) -> list[NodeInfo]:
         return []  # SageMaker has no standing nodes: instances exist while a job runs
 

@@ -160,6 +160,19 @@ class LocalSageMaker:
         signal_process(runner, signal.SIGTERM)  # the runner stops its hosts and records Stopped
         return {}
 
+    def delete_training_job(self, TrainingJobName: str) -> dict:  # noqa: N803
+        """As SageMaker: an ended job only; its folder goes (its "S3" objects stay, as in S3)."""
+        d = self.job_dir(TrainingJobName)
+        if not self.has_job(TrainingJobName):
+            raise LocalAWSError("ValidationException", f"Requested resource not found: {TrainingJobName}")
+        st = self._reconcile(TrainingJobName)
+        if st["TrainingJobStatus"] in ("InProgress", "Stopping"):
+            raise LocalAWSError("ValidationException", f"The job is {st['TrainingJobStatus']}: only a Completed, "
+                                                       f"Failed or Stopped job can be deleted")
+        os.unlink(d / "state.json")  # the job is gone from here on (has_job), whatever rmtree meets
+        shutil.rmtree(d, ignore_errors=True)  # links in it are removed, never followed
+        return {}
+
 
 class LocalS3:
     def __init__(self, root: Path):
