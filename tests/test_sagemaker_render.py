@@ -170,6 +170,20 @@ def test_a_hyperparameter_given_twice_is_refused():
     assert json.loads(render.training_job_request(same, cfg())["HyperParameters"]["lr"]) == "0.3"
 
 
+@pytest.mark.parametrize("launcher, toolkit", [("none", 5), ("torchrun", 8), ("mpi", 7)])
+def test_too_many_hyperparameters_count_the_toolkits_own(launcher, toolkit):
+    """101 --hp read 'HyperParameters has 106 entries, more than 100': five the user never gave."""
+    processes = 1 if launcher == "none" else 2
+    fits = {f"h{i}": "1" for i in range(100 - toolkit - 2)}  # CIFAR's command gives --batch-size and --lr
+    request = render.training_job_request(spec(processes=processes, launcher=launcher, sm=dict(hyperparameters=fits)), cfg())
+    check_request("sagemaker", "CreateTrainingJob", request)
+    over = spec(processes=processes, launcher=launcher, sm=dict(hyperparameters={**fits, "one_more": "1"}))
+    with pytest.raises(SpecError, match=rf"^{101 - toolkit} hyperparameters .* and the {toolkit} sagemaker_\* ones the "
+                                        rf"training toolkit needs make 101, more than SageMaker's 100: pass at most "
+                                        rf"{100 - toolkit} "):
+        render.training_job_request(over, cfg())
+
+
 def test_more_instances_than_the_bound_are_refused():
     s = spec(processes=1001, launcher="torchrun")
     with pytest.raises(SpecError, match="would take 1001 instances, more than 1000"):

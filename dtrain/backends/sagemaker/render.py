@@ -186,6 +186,9 @@ def upload_plan(spec: JobSpec, cfg: SageMakerConfig, *, cwd: str) -> UploadPlan:
                       entry=entry_script(prog.entry_argv) if prog.entry_argv else None)
 
 
+MAX_HYPERPARAMETERS = 100  # CreateTrainingJob's HyperParameters map (botocore's model says the same)
+
+
 def hyperparameters(spec: JobSpec, cfg: SageMakerConfig) -> dict[str, str]:
     prog, opts = split_command(spec.command), options(spec)
     _, per_host = instances(spec, cfg)
@@ -208,6 +211,12 @@ def hyperparameters(spec: JobSpec, cfg: SageMakerConfig) -> dict[str, str]:
                    sagemaker_mpi_num_of_processes_per_host=per_host)
     elif spec.launcher == "mpi":
         hps.update(sagemaker_mpi_enabled=True, sagemaker_mpi_num_of_processes_per_host=per_host)
+    if len(hps) > MAX_HYPERPARAMETERS:  # SageMaker's limit counts the toolkit's own entries too
+        given = {**prog.hyperparameters, **opts.hyperparameters}
+        raise SpecError(f"{len(given)} hyperparameters (the command's --name value pairs and --hp) and the "
+                        f"{len(hps) - len(given)} sagemaker_* ones the training toolkit needs make {len(hps)}, "
+                        f"more than SageMaker's {MAX_HYPERPARAMETERS}: pass at most "
+                        f"{MAX_HYPERPARAMETERS - len(hps) + len(given)} (put the rest in a config file with the code)")
     return {k: json.dumps(v) for k, v in hps.items()}
 
 
