@@ -219,18 +219,25 @@ class Client:
         """The job's model folder, copied (SageMaker: model.tar.gz downloaded and unpacked) into `to`."""
         return self.backend().artifacts(name, to=to)
 
-    def configure_sagemaker(self, **settings) -> dict:
-        """Merge settings (role, bucket, region, subnets, ...) into config.yaml; all checked before saving."""
+    def configure_sagemaker(self, *, unset: tuple[str, ...] | list[str] = (), **settings) -> dict:
+        """Merge settings (role, bucket, region, subnets, ...) into config.yaml, after removing the
+        keys in `unset` (a VPC or an image no longer wanted); all checked before saving."""
         from dtrain.backends.sagemaker.config import SageMakerConfig
         given = {k: v for k, v in settings.items() if v is not None}
+        if both := sorted(set(given) & set(unset)):
+            raise SpecError(f"{both[0]} is both set and unset: give one of them; nothing was changed")
         where = str(self.home / "config.yaml")
-        SageMakerConfig.from_dict({**self.config.sagemaker, **given}, where=where)  # a SpecError writes nothing
+
+        def merged(current: dict) -> dict:
+            return {**{k: v for k, v in current.items() if k not in unset}, **given}
+
+        SageMakerConfig.from_dict(merged(self.config.sagemaker), where=where)  # a SpecError writes nothing
         if settings.get("instance_type") is not None:  # a typo would refuse every later submit
             from dtrain.backends.sagemaker.validate import check_enum
             check_enum("sagemaker", "TrainingInstanceType", "ResourceConfig", settings["instance_type"],
                        "--instance-type")
         self.config = UserConfig.update(self.home, lambda cfg: setattr(
-            cfg, "sagemaker", SageMakerConfig.from_dict({**cfg.sagemaker, **given}, where=where).to_dict()))
+            cfg, "sagemaker", SageMakerConfig.from_dict(merged(cfg.sagemaker), where=where).to_dict()))
         merged = self.config.sagemaker
         self._backends.pop("sagemaker", None)
         return merged

@@ -347,3 +347,25 @@ def test_describe_keeps_each_env_value_on_its_own_line_and_exact(dt: Dtrain):
     env = lines[lines.index("  env:") + 1:lines.index("  volumes: []")]
     assert env == ['    A: "line1\\nline2"', '    E: ""', '    S: " x"', "    B: plain"]
     assert dt.json("describe", "job", "envs")["spec"]["env"]["A"] == "line1\nline2"
+
+
+def test_config_sagemaker_unset_removes_a_saved_vpc_and_image(dt: Dtrain):
+    """A saved VPC or image could only be taken back by editing config.yaml: --subnets "" was refused."""
+    import yaml
+
+    dt("config", "sagemaker", "--role", "arn:aws:iam::123456789012:role/R", "--bucket", "my-bucket",
+       "--subnets", "subnet-0abc1234", "--security-groups", "sg-0abc1234",
+       "--image", "123456789012.dkr.ecr.us-east-1.amazonaws.com/train:1")
+    saved = (dt.home / "config.yaml").read_bytes()
+    half = dt("config", "sagemaker", "--unset", "subnets", check=False)
+    assert half.returncode == 2 and "--unset subnets security-groups removes a saved VPC" in half.stderr
+    both = dt("config", "sagemaker", "--unset", "role", "--role", "arn:aws:iam::123456789012:role/S", check=False)
+    assert both.returncode == 2 and "role is both set and unset" in both.stderr
+    assert (dt.home / "config.yaml").read_bytes() == saved  # a refusal writes nothing
+    assert dt("config", "sagemaker", "--unset", "subnets", "security-groups", "image").returncode == 0
+    settings = yaml.safe_load((dt.home / "config.yaml").read_text())["sagemaker"]
+    assert {"subnets", "security_groups", "image"}.isdisjoint(settings)
+    assert settings["role"] == "arn:aws:iam::123456789012:role/R" and settings["bucket"] == "my-bucket"
+    assert_usage_error(dt("config", "sagemaker", "--unset", "nosuch", check=False), "--unset")
+    assert_usage_error(dt("config", "project", "--unset", "image", check=False),
+                       "--unset is for 'dtrain config sagemaker'")

@@ -39,7 +39,7 @@ GROUP_HELP = {"lanes": "SCNN lane detection on TuSimple", "cifar10": "the CIFAR1
 
 
 def cmd_config(args, client: Client) -> int:
-    given = [f"--{k.replace('_', '-')}" for k in _SAGEMAKER_KEYS if getattr(args, k) is not None]
+    given = [f"--{k.replace('_', '-')}" for k in (*_SAGEMAKER_KEYS, "unset") if getattr(args, k) is not None]
     if given and args.what != "sagemaker":  # else silently dropped: the user believes them saved
         raise SpecError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for 'dtrain config sagemaker', "
                         f"not 'dtrain config {args.what}'; nothing was changed")
@@ -57,7 +57,8 @@ def cmd_config(args, client: Client) -> int:
             return 0
         settings = client.configure_sagemaker(role=args.role, bucket=args.bucket, region=args.region,
                                               prefix=args.prefix, image=args.image, instance_type=args.instance_type,
-                                              subnets=args.subnets, security_groups=args.security_groups)
+                                              subnets=args.subnets, security_groups=args.security_groups,
+                                              unset=[k.replace("-", "_") for k in args.unset or ()])
         print("SageMaker settings saved: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
         return 0
     if args.value is None:  # as `git config KEY` and `gcloud config get project`: the current value, alone
@@ -191,6 +192,8 @@ def _add_config(sub) -> None:
     g.add_argument("--instance-type", help="default instance type, e.g. ml.m5.xlarge")
     g.add_argument("--subnets", nargs="+", metavar="SUBNET", help="VPC subnets (EFS/FSx channels need a VPC)")
     g.add_argument("--security-groups", nargs="+", metavar="SG", help="VPC security groups")
+    g.add_argument("--unset", nargs="+", metavar="SETTING", choices=[k.replace("_", "-") for k in _SAGEMAKER_KEYS],
+                   help="remove saved settings, e.g. --unset subnets security-groups (no VPC) or --unset image")
     p.set_defaults(handler=cmd_config)
 
 

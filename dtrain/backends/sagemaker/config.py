@@ -82,7 +82,8 @@ class SageMakerConfig:
                 raise SpecError(f"invalid SageMaker --{flag} {cut(', '.join(map(str, bad)) or ' '.join(values), SHOWN)}: "
                                 f"use up to {VPC_LIMITS[flag]} ids of at most 32 characters like {example}")
         if bool(self.subnets) != bool(self.security_groups):
-            raise SpecError("a VPC needs both --subnets and --security-groups; give both or neither")
+            raise SpecError("a VPC needs both --subnets and --security-groups; give both or neither (dtrain config "
+                            "sagemaker --unset subnets security-groups removes a saved VPC)")
         if isinstance(self.master_port, bool) or not isinstance(self.master_port, int) or not 1 <= self.master_port <= 65535:
             raise SpecError(f"invalid SageMaker master_port {self.master_port!r}: use 1..65535")
 
