@@ -196,6 +196,14 @@ def _run_policy(spec: JobSpec, config: KubernetesConfig) -> dict:
     return policy
 
 
+def _torchrun_command(command: list[str]) -> list[str]:
+    """The user's command as torchrun's arguments in a pod: torchrun reads each one as a
+    string.Template (${local_rank}, and $$ for $), so every $ is doubled for it, then the result is
+    escaped for Kubernetes' $(VAR) expansion. The command gets its arguments as given, as in an
+    unpacked pod, under mpirun, or on the local backend."""
+    return _escape([arg.replace("$", "$$") for arg in command])
+
+
 def _torchrun(replicas: int, per_pod: int, elastic: bool) -> list[str]:
     """torchrun inside a pod; the operator's RANK/MASTER_* (or PET_* when elastic) place it."""
     if elastic:
@@ -223,7 +231,7 @@ def _pytorch_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod
     command = list(spec.command)
     env: dict[str, str] = {}
     if per_pod > 1 or elastic:
-        command = _torchrun(replicas, per_pod, elastic) + _escape(command)
+        command = _torchrun(replicas, per_pod, elastic) + _torchrun_command(command)
         env = dict(TORCHRUN_PREFIX_ENV)
     template = pod_template(spec, config, command, name=PYTORCH_CONTAINER, per_pod=per_pod, extra_env=env,
                             escaped=per_pod > 1 or elastic)
@@ -312,7 +320,7 @@ def _check_train_job(spec: JobSpec, config: KubernetesConfig) -> None:
 
 def _train_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: int) -> dict:
     _check_train_job(spec, config)
-    command = ["torchrun", "--tee=3", "--no-python", *_escape(list(spec.command))]
+    command = ["torchrun", "--tee=3", "--no-python", *_torchrun_command(list(spec.command))]
     if spec.working_dir:  # TrainJob has no workingDir field: change directory in a shell
         command = ["sh", "-c", 'cd "$0" && exec "$@"', spec.working_dir, *command]
     trainer: dict[str, Any] = {

@@ -1,0 +1,85 @@
+"""Audit 6 of the Kubernetes backend: what the rendered objects mean once the API server, the
+kubelet and the operators have read them, compared with the local backend."""
+
+from __future__ import annotations
+
+from string import Template
+
+import pytest
+
+from dtrain.backends.kubernetes import KubernetesConfig
+from dtrain.backends.kubernetes.render import render_workload
+from dtrain.spec import JobSpec
+
+
+def kubelet_expand(text: str, env: dict[str, str]) -> str:
+    """Kubernetes' $(VAR) expansion of a command argument or env value (third_party/forked/golang/
+    expansion): $$ is $, $(VAR) is VAR's value where VAR is defined (else kept), any other $ stays."""
+    out, i = [], 0
+    while i < len(text):
+        if text[i] == "$" and i + 1 < len(text):
+            nxt = text[i + 1]
+            if nxt == "$":
+                out.append("$")
+                i += 2
+                continue
+            if nxt == "(":
+                end = text.find(")", i + 2)
+                if end != -1:
+                    name = text[i + 2:end]
+                    out.append(env.get(name, f"$({name})"))
+                    i = end + 1
+                    continue
+            out.append("$" + nxt)
+            i += 2
+            continue
+        out.append(text[i])
+        i += 1
+    return "".join(out)
+
+
+def torchrun_substitute(args: list[str], local_rank: str) -> list[str]:
+    """What torchrun's agent does to the arguments of the command it starts (its own Macros where
+    torch is installed, else the string.Template call it makes)."""
+    try:
+        from torch.distributed.elastic.utils.api import macros
+    except ImportError:
+        return [Template(a).safe_substitute(local_rank=local_rank) for a in args]
+    return macros.substitute(list(args), local_rank)
+
+
+OPERATOR_ENV = {"RANK": "1", "MASTER_ADDR": "train-master-0", "MASTER_PORT": "23456", "HOME": "/root"}
+USER_ARGS = ("sh", "-c", "kill -0 $$; echo ${local_rank} $(hostname) $HOME $$(x) a$", "$$$")
+
+
+def _after_torchrun(command: list[str]) -> list[str]:
+    """The argv the user's program gets in a pod that runs torchrun --no-python <command>."""
+    expanded = [kubelet_expand(a, OPERATOR_ENV) for a in command]
+    start = expanded.index("--no-python") + 1
+    return torchrun_substitute(expanded[start:], "0")
+
+
+@pytest.mark.parametrize("config", [KubernetesConfig(gpus_per_node=2),  # packed PyTorchJob
+                                    KubernetesConfig(elastic_min_replicas=1, elastic_max_replicas=4),
+                                    KubernetesConfig(trainer="v2", gpus_per_node=2)],
+                         ids=["packed", "elastic", "trainjob"])
+def test_a_command_under_torchrun_gets_its_dollars_as_given(config):
+    """torchrun reads its command's arguments as string.Template: `kill $$` became `kill $` and
+    ${local_rank} a number in a packed, elastic or Trainer v2 pod, unlike an unpacked pod, mpirun,
+    or the local backend (which escapes $ for torchrun)."""
+    spec = JobSpec(name="train", command=USER_ARGS, launcher="torchrun", processes=4, gpu=1,
+                   image="r/x:1", project="p")
+    job = render_workload(spec, config)
+    if job["kind"] == "TrainJob":
+        command = job["spec"]["trainer"]["command"]
+    else:
+        replicas = job["spec"]["pytorchReplicaSpecs"]
+        command = next(iter(replicas.values()))["template"]["spec"]["containers"][0]["command"]
+    assert _after_torchrun(command) == list(USER_ARGS)
+
+
+def test_an_unpacked_pod_gets_its_dollars_as_given():
+    spec = JobSpec(name="train", command=USER_ARGS, launcher="torchrun", processes=2, image="r/x:1", project="p")
+    job = render_workload(spec, KubernetesConfig())
+    command = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
+    assert [kubelet_expand(a, OPERATOR_ENV) for a in command] == list(USER_ARGS)
