@@ -83,3 +83,18 @@ def test_an_unpacked_pod_gets_its_dollars_as_given():
     job = render_workload(spec, KubernetesConfig())
     command = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]["containers"][0]["command"]
     assert [kubelet_expand(a, OPERATOR_ENV) for a in command] == list(USER_ARGS)
+
+
+@pytest.mark.parametrize("launcher,config", [("mpi", KubernetesConfig()),
+                                             ("torchrun", KubernetesConfig(trainer="v2"))])
+def test_a_working_dir_put_in_a_command_stays_literal(launcher, config):
+    """A pod's workingDir is not expanded by the kubelet; where dtrain passes --working-dir in the
+    command instead (mpirun -wdir, a TrainJob's sh -c cd), $(VAR) in it was expanded."""
+    spec = JobSpec(name="train", command=("python", "x.py"), launcher=launcher, processes=2,
+                   working_dir="/data/$(HOME)/run", image="r/x:1", project="p")
+    job = render_workload(spec, config)
+    if job["kind"] == "TrainJob":
+        command = job["spec"]["trainer"]["command"]
+    else:
+        command = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
+    assert "/data/$(HOME)/run" in [kubelet_expand(a, OPERATOR_ENV) for a in command]

@@ -278,7 +278,7 @@ def _mpi_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: in
     mpirun = ["mpirun", "-np", str(spec.processes), *config.mpirun_args,
               "-x", "MASTER_ADDR", "-x", "MASTER_PORT"]
     if spec.working_dir:
-        mpirun += ["-wdir", spec.working_dir]
+        mpirun += ["-wdir", *_escape([spec.working_dir])]  # kept literal, as a pod's workingDir is
     master = {"MASTER_ADDR": mpi_master_name(spec.name), "MASTER_PORT": str(config.master_port)}
     launcher = pod_template(spec, config, mpirun + _escape(list(spec.command)), name=MPI_CONTAINER,
                             per_pod=per_pod, extra_env=master, launcher=True, escaped=True)
@@ -322,7 +322,7 @@ def _train_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: 
     _check_train_job(spec, config)
     command = ["torchrun", "--tee=3", "--no-python", *_torchrun_command(list(spec.command))]
     if spec.working_dir:  # TrainJob has no workingDir field: change directory in a shell
-        command = ["sh", "-c", 'cd "$0" && exec "$@"', spec.working_dir, *command]
+        command = ["sh", "-c", 'cd "$0" && exec "$@"', *_escape([spec.working_dir]), *command]
     trainer: dict[str, Any] = {
         "image": image_of(spec, config), "command": command, "numNodes": replicas, "numProcPerNode": per_pod}
     env = _env(spec, TORCHRUN_PREFIX_ENV)
