@@ -98,3 +98,28 @@ def test_a_working_dir_put_in_a_command_stays_literal(launcher, config):
     else:
         command = job["spec"]["mpiReplicaSpecs"]["Launcher"]["template"]["spec"]["containers"][0]["command"]
     assert "/data/$(HOME)/run" in [kubelet_expand(a, OPERATOR_ENV) for a in command]
+
+
+JOBSET_POD = __import__("re").compile(r"[a-z]([-a-z0-9]*[a-z0-9])?\Z")  # IsDNS1035Label, at most 63
+
+
+@pytest.mark.parametrize("processes", [1, 4, 16])
+def test_a_trainjob_name_leaves_room_for_its_jobset_pods(processes):
+    """Trainer v2's JobSet webhook checks `<job>-node-0-<last>-abcde` against a 63-character label:
+    a 53-character name (which dtrain took) made a TrainJob whose JobSet was refused, so it never ran."""
+    config = KubernetesConfig(trainer="v2")
+    refused = []
+    for length in range(40, 54):
+        spec = JobSpec(name="t" * length, command=("python", "x.py"), launcher="torchrun", processes=processes,
+                       image="r/x:1", project="p")
+        try:
+            job = render_workload(spec, config)
+        except Exception as err:  # noqa: BLE001 - the message is what is checked
+            refused.append(length)
+            assert "shorten the name to at most" in str(err) and "\n" not in str(err)
+            continue
+        nodes = job["spec"]["trainer"]["numNodes"]
+        longest = f"{spec.name}-{config.trainer_node}-0-{nodes - 1}-abcde"
+        assert len(longest) <= 63 and JOBSET_POD.match(longest), longest
+    assert refused, "a name too long for the JobSet's pods was accepted"
+    assert refused == list(range(refused[0], 54))  # every name up to the bound is taken

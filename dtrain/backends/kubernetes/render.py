@@ -318,8 +318,22 @@ def _check_train_job(spec: JobSpec, config: KubernetesConfig) -> None:
                             f"it from the config, or use the v1 Training Operator (trainer: v1)")
 
 
+def _check_jobset_pod_name(spec: JobSpec, config: KubernetesConfig, replicas: int) -> None:
+    """Trainer v2 runs a TrainJob as a JobSet of the same name, whose webhook refuses one whose last
+    pod, `<job>-<node>-0-<replicas - 1>-<5 random>`, would exceed a 63-character DNS label: the
+    TrainJob is accepted, but its JobSet is never made and the job never runs."""
+    pod = f"{spec.name}-{config.trainer_node}-0-{replicas - 1}-xxxxx"
+    if len(pod) > MAX_POD_NAME:
+        most = MAX_POD_NAME - len(pod) + len(spec.name)
+        raise SpecError(f"job name {spec.name!r} is {len(spec.name)} characters: Trainer v2 names the last of its "
+                        f"{replicas} pods {spec.name}-{config.trainer_node}-0-{replicas - 1}-<5 letters>, "
+                        f"{len(pod)} characters, over Kubernetes' {MAX_POD_NAME}, and its JobSet would be refused; "
+                        f"shorten the name to at most {max(most, 1)} characters")
+
+
 def _train_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: int) -> dict:
     _check_train_job(spec, config)
+    _check_jobset_pod_name(spec, config, replicas)
     command = ["torchrun", "--tee=3", "--no-python", *_torchrun_command(list(spec.command))]
     if spec.working_dir:  # TrainJob has no workingDir field: change directory in a shell
         command = ["sh", "-c", 'cd "$0" && exec "$@"', *_escape([spec.working_dir]), *command]
