@@ -123,3 +123,37 @@ def test_a_trainjob_name_leaves_room_for_its_jobset_pods(processes):
         assert len(longest) <= 63 and JOBSET_POD.match(longest), longest
     assert refused, "a name too long for the JobSet's pods was accepted"
     assert refused == list(range(refused[0], 54))  # every name up to the bound is taken
+
+
+def _containers(job: dict) -> list[tuple[dict, dict]]:
+    """(container, its pod's GPU limit or {}) for every pod template of a job object."""
+    spec = job["spec"]
+    if job["kind"] == "TrainJob":
+        trainer = spec["trainer"]
+        return [(trainer, (trainer.get("resourcesPerNode") or {}).get("limits") or {})]
+    if job["kind"] in ("Job", "Notebook"):
+        templates = [spec["template"]]
+    else:
+        templates = [r["template"] for r in (spec.get("pytorchReplicaSpecs") or spec["mpiReplicaSpecs"]).values()]
+    return [(c, (c.get("resources") or {}).get("limits") or {}) for t in templates for c in t["spec"]["containers"]]
+
+
+@pytest.mark.parametrize("launcher,config", [("none", KubernetesConfig()), ("torchrun", KubernetesConfig()),
+                                             ("mpi", KubernetesConfig()), ("torchrun", KubernetesConfig(trainer="v2"))])
+@pytest.mark.parametrize("gpu", [0, 1])
+def test_a_container_without_gpus_is_shown_none(launcher, config, gpu):
+    """A pod that requests no nvidia.com/gpu on a node whose default runtime is NVIDIA's sees every
+    GPU when its image sets NVIDIA_VISIBLE_DEVICES=all (NVIDIA/k8s-device-plugin#61, #87): a CPU job
+    would use GPUs given to other jobs, where the local backend hides them from it."""
+    spec = JobSpec(name="train", command=("python", "x.py"), launcher=launcher, processes=1 if launcher == "none" else 2,
+                   gpu=gpu, image="r/x:1", project="p")
+    for container, limits in _containers(render_workload(spec, config)):
+        env = {e["name"]: e["value"] for e in container.get("env") or []}
+        if "nvidia.com/gpu" in limits:
+            assert "NVIDIA_VISIBLE_DEVICES" not in env  # the device plugin sets it
+        else:
+            assert env["NVIDIA_VISIBLE_DEVICES"] == "void"
+    user = JobSpec(name="train", command=("python", "x.py"), env={"NVIDIA_VISIBLE_DEVICES": "all"}, image="r/x:1",
+                   project="p")
+    container, _ = _containers(render_workload(user, KubernetesConfig()))[0]
+    assert {e["name"]: e["value"] for e in container["env"]}["NVIDIA_VISIBLE_DEVICES"] == "all"  # -e wins

@@ -55,6 +55,7 @@ TRAIN_CONTAINER = "train"
 # torchrun prefixes each line of a packed pod with the global rank, so `logs --rank` can split it.
 TORCHRUN_PREFIX_ENV = {"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE": "[${rank}]:"}
 SHM_PATH = "/dev/shm"
+NO_GPU_ENV = "NVIDIA_VISIBLE_DEVICES"  # 'void' in a container that requests no GPU (see _env)
 MAX_ANNOTATIONS = 256 * 1024  # bytes of an object's annotations, keys and values, that the API server takes
 
 
@@ -339,7 +340,7 @@ def _train_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: 
         command = ["sh", "-c", 'cd "$0" && exec "$@"', *_escape([spec.working_dir]), *command]
     trainer: dict[str, Any] = {
         "image": image_of(spec, config), "command": command, "numNodes": replicas, "numProcPerNode": per_pod}
-    env = _env(spec, TORCHRUN_PREFIX_ENV)
+    env = _env(spec, TORCHRUN_PREFIX_ENV, gpus=spec.gpu > 0)
     if env:
         trainer["env"] = env
     res = resources(spec, per_pod)
@@ -408,7 +409,7 @@ def pod_template(spec: JobSpec, config: KubernetesConfig, command: list[str] | N
         container["imagePullPolicy"] = policy
     if spec.working_dir and not launcher:
         container["workingDir"] = spec.working_dir
-    env = _env(spec, extra_env or {})
+    env = _env(spec, extra_env or {}, gpus=spec.gpu > 0 and not launcher)
     if env:
         container["env"] = env
     pod: dict[str, Any] = {"containers": [container]}
@@ -428,8 +429,15 @@ def pod_template(spec: JobSpec, config: KubernetesConfig, command: list[str] | N
     return {"metadata": {"labels": job_labels(spec, config)}, "spec": pod}
 
 
-def _env(spec: JobSpec, extra: dict[str, str]) -> list[dict[str, str]]:
+def _env(spec: JobSpec, extra: dict[str, str], *, gpus: bool) -> list[dict[str, str]]:
+    """A container's variables; `gpus`: whether its pod requests GPUs."""
     env = {"PYTHONUNBUFFERED": "1"}  # lines reach `dtrain logs` as they are printed
+    if not gpus:
+        # A container that requests no GPU still gets every GPU of its node where the NVIDIA runtime is
+        # the default (the GPU Operator's setting) and the image sets NVIDIA_VISIBLE_DEVICES=all (CUDA
+        # and PyTorch images do): it would run on GPUs other jobs were given. 'void' hides them, as
+        # the local backend hides GPUs from a job without --gpu (-e NVIDIA_VISIBLE_DEVICES=... overrides).
+        env[NO_GPU_ENV] = "void"
     if spec.cpu is not None:
         env["OMP_NUM_THREADS"] = str(max(1, int(spec.cpu)))  # as the local backend sets it
     env.update(extra)
