@@ -147,9 +147,13 @@ def test_a_container_without_gpus_is_shown_none(launcher, config, gpu):
     would use GPUs given to other jobs, where the local backend hides them from it."""
     spec = JobSpec(name="train", command=("python", "x.py"), launcher=launcher, processes=1 if launcher == "none" else 2,
                    gpu=gpu, image="r/x:1", project="p")
-    for container, limits in _containers(render_workload(spec, config)):
+    job = render_workload(spec, config)
+    launcher = ((job["spec"].get("mpiReplicaSpecs") or {}).get("Launcher") or {}).get("template")
+    for container, limits in _containers(job):
         env = {e["name"]: e["value"] for e in container.get("env") or []}
-        if "nvidia.com/gpu" in limits:
+        if launcher and container is launcher["spec"]["containers"][0]:
+            assert "NVIDIA_VISIBLE_DEVICES" not in env  # the MPI operator sets it to '' on a launcher
+        elif "nvidia.com/gpu" in limits:
             assert "NVIDIA_VISIBLE_DEVICES" not in env  # the device plugin sets it
         else:
             assert env["NVIDIA_VISIBLE_DEVICES"] == "void"

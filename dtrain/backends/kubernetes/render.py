@@ -409,7 +409,8 @@ def pod_template(spec: JobSpec, config: KubernetesConfig, command: list[str] | N
         container["imagePullPolicy"] = policy
     if spec.working_dir and not launcher:
         container["workingDir"] = spec.working_dir
-    env = _env(spec, extra_env or {}, gpus=spec.gpu > 0 and not launcher)
+    # The MPI operator hides GPUs from a launcher itself (NVIDIA_VISIBLE_DEVICES=''), after our env.
+    env = _env(spec, extra_env or {}, gpus=spec.gpu > 0 or launcher)
     if env:
         container["env"] = env
     pod: dict[str, Any] = {"containers": [container]}
