@@ -349,6 +349,17 @@ class LocalBackend(Backend):
             elif last and last[0]["message"].startswith(SNAPSHOTTING):  # trained: never run it again
                 self._snapshot_lost(name, last[0]["message"][len(SNAPSHOTTING):], since=last[0]["time"],
                                     reason=reason)
+            elif sup is not None and row["status"] == "Running" and (done := _all_exited_0(job_dir, spec)):
+                # lost after its ranks ended well, before it recorded so (killed; a full or locked
+                # database refused the write): the job is done, never trained again nor Failed
+                if spec.snapshot_volume:
+                    self._snapshot_lost(name, spec.snapshot_volume, since=min(r["finished"] for r in done),
+                                        reason=reason)
+                else:
+                    self.store.set_status(name, "Succeeded", "all processes exited 0" + "".join(
+                        f"; rank {r['rank']}'s log is incomplete: {r['log_error']}" for r in done
+                        if r.get("log_error")) + f"; its supervisor (pid {sup.pid}) was lost before it recorded this "
+                        f"(killed, the machine restarted, or the database could not be written then)", exit_code=0)
             elif sup is not None and row["status"] == "Pending" and self._queued_relaunches(name) < QUEUED_RELAUNCHES:
                 # Nothing of it ran: a new supervisor takes its place in the queue, and no restart is spent
                 try:
@@ -794,6 +805,19 @@ def _supervisor(row):
     if is_claim(row["supervisor_start"]):
         return None
     return parse_ident(row["supervisor_pid"], row["supervisor_start"])
+
+
+def _all_exited_0(job_dir: Path, spec: JobSpec) -> list[dict]:
+    """The rank records of the job's last attempt when every one of its processes exited 0 (none
+    missing), else []: what a supervisor lost before recording the job's success left behind."""
+    from dtrain.backends.local.ranks import rank_records
+
+    records = rank_records(job_dir)
+    if len(records) != spec.processes or any(r.get("exit_code") != 0 for r in records):
+        return []
+    if any(not isinstance(r.get("finished"), (int, float)) for r in records):
+        return []
+    return records
 
 
 def _exited(sup) -> bool:

@@ -1,0 +1,63 @@
+"""Local backend faults (audit 6): a supervisor lost at the wrong moment, a database held locked,
+a state database removed under a running job."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import Dtrain, rank_record
+from dtrain.backends.local.store import JobStore
+
+
+def _lose_the_supervisor_after_its_ranks_exited_0(dt: Dtrain, name: str) -> int:
+    """Freeze job `name`'s supervisor while its only rank runs, let the rank exit 0, then kill the
+    supervisor: what a kill -9 (or a database write refused) between the exit and its record leaves."""
+    rank_record(dt.home, name, 0)
+    store = JobStore(dt.home / "state.db")
+    pid = store.job(name)["supervisor_pid"]
+    store.close()
+    os.kill(pid, signal.SIGSTOP)
+    path = dt.home / "jobs" / name / "ranks" / "rank-0.json"
+    deadline = time.monotonic() + 60
+    while json.loads(path.read_text()).get("exit_code") is None:
+        assert time.monotonic() < deadline, "the rank never ended"
+        time.sleep(0.05)
+    os.kill(pid, signal.SIGKILL)
+    return pid
+
+
+def test_a_supervisor_lost_after_every_rank_exited_0_leaves_the_job_succeeded_not_trained_again(tmp_path):
+    """Before: the next command relaunched the job (restarts left: it trained again) or read it
+    Failed, 'lost ... no restarts left', though every process had exited 0."""
+    dt = Dtrain(tmp_path / "home")
+    runs = tmp_path / "runs.txt"
+    dt("submit", "once", "--max-restarts", "2", "--", "bash", "-c", f"sleep 1; echo run >> {runs}")
+    dt("submit", "last", "--", "bash", "-c", "sleep 1")
+    pids = [_lose_the_supervisor_after_its_ranks_exited_0(dt, name) for name in ("once", "last")]
+    for name, pid in zip(("once", "last"), pids):
+        job = dt.wait_for(name, {"Succeeded", "Failed"}, timeout=60)
+        assert (job["status"], job["restarts"]) == ("Succeeded", 0), job
+        assert job["message"].startswith("all processes exited 0; its supervisor (pid "
+                                         f"{pid}) was lost before it recorded this"), job["message"]
+    time.sleep(1.5)  # a relaunched attempt would have run again by now
+    assert runs.read_text() == "run\n"
+    assert dt.status("once") == "Succeeded"
+
+
+def test_a_supervisor_lost_after_every_rank_exited_0_before_its_snapshot_says_how_to_take_it(tmp_path):
+    dt = Dtrain(tmp_path / "home")
+    dt("volume", "create", "data")
+    dt("submit", "snap", "--snapshot-on-success", "data", "--max-restarts", "2", "--pvc", "data:/mnt/data", "--",
+       "bash", "-c", "sleep 1; echo run >> /mnt/data/runs.txt")
+    _lose_the_supervisor_after_its_ranks_exited_0(dt, "snap")
+    job = dt.wait_for("snap", {"Succeeded", "Failed"}, timeout=60)
+    assert (job["status"], job["restarts"]) == ("Failed", 0), job
+    assert job["message"].endswith("after every process exited 0, while taking the snapshot of volume data: the "
+                                   "results are on the volume; take it with 'dtrain snapshot create data --job "
+                                   "snap'"), job["message"]
+    assert (dt.home / "volumes" / "data" / "data" / "runs.txt").read_text() == "run\n"
