@@ -42,9 +42,67 @@ def connect(path: str | Path, *, owner: object | None = None) -> sqlite3.Connect
             if refused is None:
                 raise
             raise refused from None
+    _opened.add(path)
     if owner is not None:
         weakref.finalize(owner, conn.close).atexit = False  # at exit: as before, the interpreter's teardown
     return conn
+
+
+_opened: set[Path] = set()  # the databases this process opened: the one a "locked" error is about is among them
+
+
+def lock_refused(err: BaseException) -> str | None:
+    """One line for a write that waited BUSY_S for another process's lock on a database and gave up
+    ("database is locked"), naming the database and the processes holding a write lock on it
+    (/proc/locks), or None for any other error. The write was not made: nothing stored changed."""
+    if type(err).__module__ != "sqlite3" or "locked" not in str(err):
+        return None
+    found = [(path, pids) for path in sorted(_opened) if (pids := lock_holders(path))]
+    if found:
+        path, pids = found[0]
+        held = f"{path} is held locked by {', '.join(f'pid {p} ({_command(p)})' for p in pids[:3])}"
+    else:
+        held = (" or ".join(str(p) for p in sorted(_opened)) or "a database of the home folder ($DTRAIN_HOME)") + \
+            " was held locked by another process"
+    return (f"{held} for more than {BUSY_S:g} s, so this command could not write it: wait for that process to "
+            f"finish, or stop it, and retry; nothing stored was changed")
+
+
+def lock_holders(path: Path) -> list[int]:
+    """Pids of other processes holding a write lock on the database `path`, its -wal or its -shm file
+    (SQLite's locks are POSIX record locks, listed in /proc/locks); [] if none is seen."""
+    files = set()
+    for f in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        try:
+            st = os.stat(f)
+        except OSError:
+            continue
+        files.add(f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}")
+    pids = []
+    try:
+        lines = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 8 or fields[1] == "->" or fields[3] != "WRITE" or fields[5] not in files:
+            continue
+        try:
+            pid = int(fields[4])
+        except ValueError:
+            continue
+        if pid > 0 and pid != os.getpid() and pid not in pids:
+            pids.append(pid)
+    return pids
+
+
+def _command(pid: int) -> str:
+    try:
+        words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return "gone"
+    text = " ".join(" ".join(w.decode("utf-8", "replace") for w in words).split())  # one line
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 _reads_only = False  # set by `reads_only()`: this process only reads, and only for a moment

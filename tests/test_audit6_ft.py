@@ -61,3 +61,32 @@ def test_a_supervisor_lost_after_every_rank_exited_0_before_its_snapshot_says_ho
                                    "results are on the volume; take it with 'dtrain snapshot create data --job "
                                    "snap'"), job["message"]
     assert (dt.home / "volumes" / "data" / "data" / "runs.txt").read_text() == "run\n"
+
+
+def test_a_database_locked_past_the_busy_timeout_is_one_line_naming_the_holder(tmp_path, monkeypatch, capsys):
+    """Before: a traceback ending in sqlite3.OperationalError: database is locked, after 30 s."""
+    import subprocess
+    import sys
+
+    from dtrain import db
+    from dtrain.cli.main import main
+
+    home = tmp_path / "home"
+    Dtrain(home)("list")  # the database exists
+    holder = subprocess.Popen([sys.executable, "-c", f"import sqlite3, time; c = sqlite3.connect({str(home / 'state.db')!r}, "
+                               f"isolation_level=None); c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); "
+                               f"time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        monkeypatch.setenv("DTRAIN_HOME", str(home))
+        monkeypatch.setattr(db, "BUSY_S", 0.5)
+        assert main(["project", "create", "team"]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and "Traceback" not in err, err
+        assert err.startswith(f"dtrain: error: {home / 'state.db'} is held locked by pid {holder.pid} (")
+        assert err.rstrip().endswith("for more than 0.5 s, so this command could not write it: wait for that "
+                                     "process to finish, or stop it, and retry; nothing stored was changed")
+    finally:
+        holder.kill()
+        holder.wait()
+    assert "team" not in Dtrain(home)("project", "list").stdout

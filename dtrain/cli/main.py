@@ -342,6 +342,8 @@ def machine_refused(err: BaseException) -> str | None:
         return (f"the state database (state.db in the home folder, $DTRAIN_HOME) is damaged ({err}): put back a "
                 f"copy of it if you keep one, or move it away (the snapshots' stored content is kept), or set "
                 f"DTRAIN_HOME to another folder")
+    if (locked := db.lock_refused(err)) is not None:
+        return locked
     if db.disk_refused(err) and "readonly" in str(err):  # read through a read-only connection (db.connect)
         return (f"the state database could not be written ({err}): the home folder ($DTRAIN_HOME) is on a full or "
                 f"read-only disk, or is not yours to write; free space there (df -h), or set DTRAIN_HOME to a "
