@@ -90,3 +90,25 @@ def test_a_database_locked_past_the_busy_timeout_is_one_line_naming_the_holder(t
         holder.kill()
         holder.wait()
     assert "team" not in Dtrain(home)("project", "list").stdout
+
+
+def test_a_job_whose_state_database_was_removed_is_stopped_not_left_running_unseen(tmp_path):
+    """Before: the job ran on, seen by no command (`list` empty, `delete` 'no job named'), and a job
+    submitted again under its name ran beside it in the same folder."""
+    from dtrain.procs import Ident
+
+    dt = Dtrain(tmp_path / "home")
+    dt("submit", "gone", "--", "sleep", "300")
+    rank = Ident.from_record(rank_record(dt.home, "gone", 0))
+    store = JobStore(dt.home / "state.db")
+    sup = store.job("gone")["supervisor_pid"]
+    store.close()
+    for f in dt.home.glob("state.db*"):
+        f.unlink()
+    deadline = time.monotonic() + 30
+    while rank.alive() or os.path.exists(f"/proc/{sup}"):
+        assert time.monotonic() < deadline, "the forgotten job still runs"
+        time.sleep(0.1)
+    log = (dt.home / "jobs" / "gone" / "supervisor.log").read_text()
+    assert "the state database" in log and "was removed or replaced while the job ran" in log, log
+    assert dt.json("list", "-A") == []

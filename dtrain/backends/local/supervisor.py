@@ -62,6 +62,7 @@ class Supervisor:
     def __init__(self, home: Path, name: str):
         self.home, self.name = home, name
         self.store = JobStore(home / "state.db")
+        self.db_file = _file_id(home / "state.db")  # the file it opened: the job's record is there
         row = self.store.job(name)
         self.spec = JobSpec.from_stored(json.loads(row["spec"]))
         self.cwd = self.spec.working_dir or row["cwd"]
@@ -160,6 +161,8 @@ class Supervisor:
                 return None
             if self.stopping or self.store.job(self.name)["status"] != "Pending":
                 return None  # deleted: nobody is waiting any more
+            if self._forgotten():
+                return None
             if time.monotonic() >= next_check:  # a lost job ahead or holding devices: relaunched or Failed, as `list` does
                 try:
                     if backend is None:
@@ -213,7 +216,8 @@ class Supervisor:
         an --idle-timeout is stopped once Jupyter reports nothing ran for that long."""
         noted, timeout = False, self.spec.idle_timeout if access is not None else None
         started, next_ask = time.time(), time.monotonic()
-        while not noted or timeout:
+        next_look = next_ask + 1.0
+        while True:  # also after the resumed step is noted: its database is looked at every second
             code = self.proc.poll()
             if not noted:
                 steps = [r["resumed_step"] for r in rank_records(self.job_dir) if r.get("resumed_step") is not None]
@@ -222,6 +226,11 @@ class Supervisor:
                     noted = True
             if code is not None:
                 return code
+            if not self.stopping and time.monotonic() >= next_look:
+                next_look = time.monotonic() + 1.0
+                if self._forgotten():
+                    self.stopping = True
+                    self._stop_launcher()
             if timeout and self.idle is None and time.monotonic() >= next_ask:
                 last = notebook.ask_activity(access, started)
                 if last is not None and time.time() - last >= timeout:
@@ -234,7 +243,17 @@ class Supervisor:
                     self._stop_launcher()
                 next_ask = time.monotonic() + notebook.idle_check_interval(timeout)
             time.sleep(POLL_S)
-        return self.proc.wait()
+
+    def _forgotten(self) -> bool:
+        """Whether the state database this supervisor records into is no longer the home's (removed, or
+        moved away and replaced): no command can see or stop the job any more, and a job submitted
+        again under its name would share its folder. Said in supervisor.log; the caller stops."""
+        now = _file_id(self.home / "state.db")
+        if now == self.db_file or self.db_file is None:
+            return False
+        print(f"supervisor of job {self.name}: the state database {self.home / 'state.db'} was removed or replaced "
+              f"while the job ran, so nothing can see or stop it any more: stopping it", file=sys.stderr, flush=True)
+        return True
 
     def _source_snapshot(self) -> str | None:
         """The snapshot the job's data started from: the volume's head (latest taken or restored)."""
@@ -309,6 +328,14 @@ class Supervisor:
         if self.proc is not None and self.proc.returncode is None:
             self.proc.kill()
         kill_ranks(self.job_dir)
+
+
+def _file_id(path: Path) -> tuple[int, int] | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _die_with_parent() -> None:
