@@ -24,6 +24,7 @@ import re
 import signal
 import tempfile
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from datetime import datetime
@@ -310,7 +311,7 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
     failed = None
     began = datetime.now()  # kfp.local names the run's folder NAME-<the time it began>
     user_tmp = os.environ.get("TMPDIR", "")  # the jobs the steps start get it back (steps.restore_tmpdir)
-    with _interruption_said(pipeline.info.name, plan, home), _step_tmpdir(root) as tmp, \
+    with _interruption_said(pipeline.info.name, plan, home), _step_tmpdir(root) as tmp, _steps_ended(tmp.path), \
             _environment(DTRAIN_HOME=str(home), TMPDIR=str(tmp.path), **{steps.USER_TMPDIR: user_tmp}), \
             warnings.catch_warnings(), _print_and_logging_kept(), _terminate_as_interrupt():
         # KFP removes the workspace folder (shutil.rmtree) when a run ends, whatever is in it: a
@@ -476,19 +477,68 @@ def _sweep_ended_runs(parent: Path, own: Path) -> None:
 
 def _tmpdirs_in_use() -> set[str]:
     """The $TMPDIR of every process whose start-up environment can be read (this user's)."""
-    found = set()
+    return set(_process_tmpdirs().values())
+
+
+def _process_tmpdirs() -> dict[int, str]:
+    """pid -> the $TMPDIR it started with, for every process whose environment can be read."""
+    found = {}
     for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            with open(f"/proc/{pid}/environ", "rb") as f:
-                environ = f.read()
-        except OSError:  # another user's, or ended meanwhile
-            continue
-        for item in environ.split(b"\0"):
-            if item.startswith(b"TMPDIR="):
-                found.add(os.path.abspath(os.fsdecode(item[len(b"TMPDIR="):])))
+        if pid.isdigit() and (tmpdir := _tmpdir_of(int(pid))) is not None:
+            found[int(pid)] = tmpdir
     return found
+
+
+def _tmpdir_of(pid: int) -> str | None:
+    """The $TMPDIR PID started with; None without one, or when its environment cannot be read
+    (another user's process, one ended meanwhile, a zombie's reads empty)."""
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            environ = f.read()
+    except OSError:
+        return None
+    for item in environ.split(b"\0"):
+        if item.startswith(b"TMPDIR="):
+            return os.path.abspath(os.fsdecode(item[len(b"TMPDIR="):]))
+    return None
+
+
+STEP_STOP_S = 5.0  # how long an interrupted run's steps get to end on SIGTERM before SIGKILL
+
+
+@contextlib.contextmanager
+def _steps_ended(tmp: Path) -> Iterator[None]:
+    """End the steps still running when a run is interrupted. kfp.local gives a step's process a
+    quarter of a second after Ctrl-C and leaves it running: killed from a terminal, the step got
+    SIGINT with its process group, but after SIGTERM to `dtrain pipeline run` alone (a CI timeout,
+    `kill`) a step went on by itself, following its job or waiting on it, with no one reading it.
+    A step is a process that started with this run's own $TMPDIR (the jobs the steps start get
+    the user's back, so they go on, as the run's message says)."""
+    try:
+        yield
+    except BaseException:
+        _end_processes_with_tmpdir(tmp)
+        raise
+
+
+def _end_processes_with_tmpdir(tmp: Path) -> None:
+    own, me = os.path.abspath(tmp), os.getpid()
+    pids = [pid for pid, where in _process_tmpdirs().items() if where == own and pid != me]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STEP_STOP_S
+    while pids:
+        for pid in pids:  # reap the ones that are this process's children (KFP's `sh -ec`)
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        pids = [pid for pid in pids if _tmpdir_of(pid) == own]
+        if not pids or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 def _remove_step_programs(tmp: Path, *, remove_folder: bool) -> None:
