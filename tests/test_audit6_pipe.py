@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import DTRAIN
+from dtrain.errors import SpecError
+from dtrain.pipelines import steps
 
 QUIET = '''
 from kfp import dsl
@@ -74,3 +76,28 @@ def test_sigterm_ends_the_steps_of_the_run(home, tmp_path):
             os.kill(pid, signal.SIGKILL)
         proc.kill()
         proc.wait()
+
+
+@pytest.mark.parametrize("uri, why", [
+    ("s3://My_Bucket/cifar10", "the S3 URI's bucket name must be 3-63 lower-case letters"),
+    ("efs://data/cifar10", "name the file system by its id"),
+    ("file://data", "use an absolute path"),
+    ("http://x/y", "use s3://BUCKET/PREFIX"),
+])
+def test_a_bad_data_uri_says_what_is_wrong_with_it(uri, why):
+    """A data_uri of the right form whose bucket name S3 refuses was answered 'use
+    s3://BUCKET/PREFIX', which is what the user had given: the channel's reason was dropped."""
+    with pytest.raises(SpecError) as err:
+        steps.cifar10_spec(runtime="sagemaker", job_name="j", processes=1, epochs=1, batch_size=1, lr=0.1,
+                           backend="gloo", data_volume="", data_uri=uri)
+    assert str(err.value).startswith(f"invalid data_uri '{uri}': ") and why in str(err.value)
+    assert "channel" not in str(err.value)  # the pipeline's parameter, not the channel it becomes
+
+
+def test_the_run_refuses_a_bad_data_uri_in_one_line(dt):
+    proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", "--param",
+              "data_uri=s3://My_Bucket/cifar10", check=False)
+    assert proc.returncode == 2
+    assert proc.stderr.splitlines() == ["dtrain: error: invalid data_uri 's3://My_Bucket/cifar10': the S3 URI's "
+                                        "bucket name must be 3-63 lower-case letters, digits, '.' or '-', e.g. "
+                                        "s3://my-bucket/cifar10"]

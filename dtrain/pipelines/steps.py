@@ -25,7 +25,7 @@ from dtrain.client import Client
 from dtrain.errors import ConflictError, DtrainError, JobFailedError, NotFoundError, SpecError
 from dtrain.names import cut
 from dtrain.spec import MAX_PROCESSES, JobSpec, NewVolume, VolumeMount, check_image, check_name, shown
-from dtrain.spec_sagemaker import Channel, SageMakerOptions
+from dtrain.spec_sagemaker import URI_SCHEMES, Channel, SageMakerOptions
 
 RUNTIMES = ("local", "kubernetes", "sagemaker")  # training_runtime values, one pipeline branch each
 DIST_BACKENDS = ("gloo", "nccl")  # torch.distributed process-group backends the reference offers
@@ -118,9 +118,11 @@ def sagemaker_data_channel(data_uri: str) -> Channel:
                         "--param data_uri=s3://BUCKET/PREFIX (the CIFAR10 batches or the folder holding them)")
     try:
         return Channel(name=SM_CHANNEL, uri=data_uri)
-    except SpecError:
-        raise SpecError(f"invalid data_uri {shown(data_uri)}: use s3://BUCKET/PREFIX (or file:///PATH with "
-                        f"sagemaker --local)") from None
+    except SpecError as err:  # the channel's reason (a bucket name S3 refuses, say), in the pipeline's words
+        why = str(err).partition(f"={shown(data_uri)}: ")[2]
+        if not why or not data_uri.startswith(URI_SCHEMES):  # no scheme SageMaker reads: the ones this pipeline takes
+            why = "use s3://BUCKET/PREFIX (or file:///PATH with sagemaker --local)"
+        raise SpecError(f"invalid data_uri {shown(data_uri)}: {why}") from None
 
 
 def cifar10_spec(*, runtime: str, job_name: str, processes: int, epochs: int, batch_size: int, lr: float,
