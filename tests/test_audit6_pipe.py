@@ -101,3 +101,37 @@ def test_the_run_refuses_a_bad_data_uri_in_one_line(dt):
     assert proc.stderr.splitlines() == ["dtrain: error: invalid data_uri 's3://My_Bucket/cifar10': the S3 URI's "
                                         "bucket name must be 3-63 lower-case letters, digits, '.' or '-', e.g. "
                                         "s3://my-bucket/cifar10"]
+
+
+FAILING = '''
+from kfp import dsl
+
+
+@dsl.component(install_kfp_package=False)
+def check(n: int) -> int:
+    print("checking", n)
+    if n > 3:
+        raise ValueError(f"n={n} is too large: use at most 3")
+    return n
+
+
+@dsl.pipeline(name="failing")
+def failing(n: int = 1):
+    check(n=check(n=n).output)
+'''
+
+
+def test_a_failed_run_names_what_its_step_raised(home, capsys, tmp_path):
+    """A failed step failed the run with 'the step's log above ends with why': the run's one line
+    (the last one a CI log shows) said nothing of the reason, which sat in the step's traceback."""
+    from test_pipelines import cli
+
+    module = tmp_path / "failing.py"
+    module.write_text(FAILING)
+    code, _out, err = cli(home, capsys, "run", "--module", f"{module}:failing", "--param", "n=7")
+    last = err.strip().splitlines()[-1]
+    assert code == 1
+    assert last.startswith("dtrain: error: pipeline 'failing' failed at step 'check': ValueError: n=7 is too "
+                           "large: use at most 3; "), err
+    code, out, err = cli(home, capsys, "run", "--module", f"{module}:failing", "--param", "n=2")
+    assert code == 0, err

@@ -313,7 +313,8 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
     user_tmp = os.environ.get("TMPDIR", "")  # the jobs the steps start get it back (steps.restore_tmpdir)
     with _interruption_said(pipeline.info.name, plan, home), _step_tmpdir(root) as tmp, _steps_ended(tmp.path), \
             _environment(DTRAIN_HOME=str(home), TMPDIR=str(tmp.path), **{steps.USER_TMPDIR: user_tmp}), \
-            warnings.catch_warnings(), _print_and_logging_kept(), _terminate_as_interrupt():
+            warnings.catch_warnings(), _print_and_logging_kept(), _terminate_as_interrupt(), \
+            _step_lines() as printed:
         # KFP removes the workspace folder (shutil.rmtree) when a run ends, whatever is in it: a
         # folder of this run's own, never one of ROOT that a user or another run may have.
         local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(root),
@@ -332,7 +333,7 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
                        tasks=tuple(_tasks(run_dir)) if run_dir else ())
     if failed is not None:
         task = re.search(r"Inner task failed: (.+?)\.?$", failed)
-        why = f" at step {task.group(1)}: the step's log above ends with why" if task else f": {cut(failed, 400)}"
+        why = f" at step {task.group(1)}: {_step_error(printed)}" if task else f": {cut(failed, 400)}"
         where = f"its outputs: {run_dir}" if run_dir else "no step left outputs"
         raise JobFailedError(f"pipeline {pipeline.info.name!r} failed{why}; {where}")
     return result
@@ -578,6 +579,42 @@ def _kfp_program_files(folder: str) -> list[str] | None:
             return None
         files += [e.path for e in compiled]
     return files
+
+
+_PY_ERROR = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Interrupt|Exit)): (.+)$")  # a traceback's last line
+
+
+@contextlib.contextmanager
+def _step_lines() -> Iterator[list[str]]:
+    """The last lines the steps' logs showed: kfp.local prints each line of a step's output through
+    `print` (its indenting one wraps the `print` of the moment the task began, this recorder)."""
+    lines: list[str] = []
+    shown_print = builtins.print
+
+    def recorder(*args, **kwargs):
+        if kwargs.get("file") is None and len(args) == 1 and isinstance(args[0], str):
+            lines.extend(args[0].splitlines())
+            del lines[:-200]
+        return shown_print(*args, **kwargs)
+
+    builtins.print = recorder
+    try:
+        yield lines
+    finally:
+        builtins.print = shown_print
+
+
+def _step_error(lines: list[str]) -> str:
+    """What a failed step raised (its traceback's last line: the exception and the first line of its
+    message), for the run's one line; the whole story stays in the step's log above."""
+    for line in reversed(lines):
+        found = _PY_ERROR.match(line.strip())
+        if found:
+            said = found.group(2).strip()
+            if said.endswith(":"):  # its message goes on over lines (a failed job's last log lines)
+                said += " (in the step's log above)"
+            return f"{found.group(1).rsplit('.', 1)[-1]}: {cut(said, 600)}"
+    return "the step's log above ends with why"
 
 
 @contextlib.contextmanager
