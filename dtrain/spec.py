@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import functools
+import math
 import posixpath
 import re
 from dataclasses import dataclass, field
@@ -331,7 +332,7 @@ class JobSpec:
             raise SpecError(f"invalid sagemaker {shown(self.sagemaker)}: must be a mapping of SageMaker options "
                             f"(or SageMakerOptions), e.g. sagemaker: {{instance_type: ml.m5.xlarge, spot: true}}")
         _check_int(self.processes, "--processes", 1, MAX_PROCESSES)
-        _check_int(self.gpu, "--gpu", 0, MAX_GPU_PER_PROCESS)
+        _check_gpu(self.gpu)
         _check_int(self.max_restarts, "--max-restarts", 0, MAX_RESTARTS)
         _bool(self.large_shm, "large_shm")
         _bool(self.notebook, "notebook")
@@ -612,6 +613,15 @@ def _volumes(value) -> tuple[Volume, ...]:
                             f"such as 'data:/mnt'")
         out.append(v)
     return tuple(out)
+
+
+def _check_gpu(value) -> None:
+    """--gpu: whole GPUs per process. Run:AI also takes a fraction of one (--gpu 0.5), which is not
+    shared out here: named as such wherever it comes from (a flag, a job file, the SDK, the HTTP API)."""
+    if isinstance(value, float) and math.isfinite(value) and 0 < value < MAX_GPU_PER_PROCESS and not value.is_integer():
+        raise SpecError(f"--gpu {shown(value)} is a fraction of a GPU, and GPUs are not shared between jobs here: "
+                        f"give whole GPUs per process (--gpu 1), or leave --gpu out to run on CPUs")
+    _check_int(value, "--gpu", 0, MAX_GPU_PER_PROCESS)
 
 
 def _check_int(value, flag: str, minimum: int, maximum: int) -> None:

@@ -92,9 +92,9 @@ def test_gpu_on_a_machine_without_gpus_says_how_to_run_on_cpu(tmp_path):
 
 def test_a_fraction_of_a_gpu_is_named_as_such(dt: Dtrain):
     # Run:AI's `--gpu 0.5` (a shared GPU): argparse said only "invalid int value: '0.5'"
-    for verb in (("submit", "half"), ("submit-mpi", "half"), ("notebook", "half")):
-        assert_usage_error(dt(*verb, "--gpu", "0.5", "--", "true", check=False), "'0.5' is a fraction of a GPU",
-                           "--gpu 1", "leave --gpu out")
+    for words in (("submit", "half", "--gpu", "0.5", "--", "true"), ("submit-mpi", "half", "--gpu", "0.5", "--", "true"),
+                  ("notebook", "half", "--gpu", "0.5")):
+        assert_usage_error(dt(*words, check=False), "--gpu 0.5 is a fraction of a GPU", "--gpu 1", "leave --gpu out")
     assert_usage_error(dt("submit", "half", "--gpu", "one", "--", "true", check=False), "invalid value 'one'",
                        "whole GPUs per process")
     assert_usage_error(dt("submit", "half", "--gpu", "nan", "--", "true", check=False), "invalid value 'nan'")

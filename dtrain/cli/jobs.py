@@ -34,9 +34,10 @@ _FIELDS = ("processes", "launcher", "gpu", "cpu", "memory", "large_shm", "workin
 NEGATIVE_VALUE = re.compile(r"^-\.?[0-9]")
 
 
-def gpu_count(text: str) -> int:
+def gpu_count(text: str) -> int | float:
     """--gpu: whole GPUs per process. Run:AI also takes a fraction of one (--gpu 0.5), which is not
-    shared out here: that is named, where int() said only "invalid int value"."""
+    shared out here: a fraction goes to the spec, which names it as such (as for a job file or the
+    HTTP API), where int() said only "invalid int value"."""
     try:
         return int(text)
     except ValueError:
@@ -48,9 +49,7 @@ def gpu_count(text: str) -> int:
     if math.isfinite(value) and value.is_integer():
         return int(value)  # 2.0, 1e1
     if math.isfinite(value) and value > 0:
-        raise argparse.ArgumentTypeError(f"{shown(text)} is a fraction of a GPU, and GPUs are not shared between "
-                                         f"jobs here: give whole GPUs per process (--gpu 1), or leave --gpu out to "
-                                         f"run on CPUs")
+        return value  # the spec's one message for a fraction
     raise argparse.ArgumentTypeError(f"invalid value {shown(text)}: give whole GPUs per process, e.g. --gpu 1")
 
 
