@@ -30,6 +30,7 @@ _EXPONENTS = {None: "0", "n": "-9", "u": "-6", "m": "-3", "k": "3", "K": "3", "M
 SHOWN = 80  # the most characters of a user's value an error message repeats
 MAX_PAGE = 1000  # jobs in one page of the job list (`Client.page`, the HTTP list's `limit`)
 MAX_OFFSET = 10_000_000  # jobs skipped before a page: bounded, and far beyond any job table
+MAX_GPU_QUOTA = 1_000_000  # a project's GPU quota (`dtrain project create --gpu-quota`, the HTTP API's gpu_quota)
 
 
 def shown(value) -> str:
@@ -81,6 +82,13 @@ def check_subdomain(name: str, what: str, example: str, *, term: str = "") -> st
 
 MAX_SIZE = 2**60  # 1Ei: above any disk or memory; keeps the numbers parse_size works with small
 MAX_QUANTITY_TEXT = 64  # characters of a quantity: '1.5Gi' is five
+
+
+def check_gpu_quota(value) -> int:
+    """A project's GPU quota: a whole number from 0 to MAX_GPU_QUOTA."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPU_QUOTA:
+        raise SpecError(f"invalid --gpu-quota {shown(value)}: use a whole number from 0 to {MAX_GPU_QUOTA}")
+    return value
 
 
 def parse_size(text: str, what: str = "size", *, minimum: int = 0) -> int:

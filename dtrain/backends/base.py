@@ -16,7 +16,8 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterator
 
 from dtrain.errors import ConflictError, NotSupportedError, SpecError, TimeoutError_  # noqa: F401 (re-exported)
-from dtrain.names import MAX_OFFSET, MAX_PAGE, check_name, check_storage_class, parse_volume_size, shown
+from dtrain.names import (MAX_OFFSET, MAX_PAGE, check_gpu_quota, check_name, check_storage_class, parse_volume_size,
+                          shown)
 from dtrain.spec import JobSpec
 
 MAX_TAIL = 10**9  # lines of `logs --tail`: more than any log holds, and a number every backend can pass on
@@ -417,9 +418,8 @@ class Backend(abc.ABC):
         """Create a project, or change an existing one's GPU quota: `gpu_quota` sets it,
         `no_gpu_quota` removes it, neither leaves it as it is."""
         check_name(name, "project")
-        if gpu_quota is not None and (isinstance(gpu_quota, bool) or not isinstance(gpu_quota, int)
-                                      or not 0 <= gpu_quota <= 1_000_000):
-            raise SpecError(f"invalid --gpu-quota {shown(gpu_quota)}: use a whole number from 0 to 1000000")
+        if gpu_quota is not None:
+            check_gpu_quota(gpu_quota)
         if no_gpu_quota and gpu_quota is not None:
             raise SpecError("--gpu-quota and --no-gpu-quota contradict each other: give one of them")
         self._create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 from fastapi import Path
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
-from dtrain.names import CLASS_RE, MAX_OFFSET, MAX_PAGE, NAME_RE, SIZE_RE
+from dtrain.names import CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, NAME_RE, SIZE_RE
 from dtrain.spec import (MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MAX_RESTARTS, MIN_CPU,
                          MIN_IDLE_TIMEOUT)
 
@@ -86,7 +86,7 @@ class SpecIn(_In):
 class ProjectIn(_In):
     name: str = Field(pattern=NAME)
     gpu_quota: MaybeCount = Field(
-        None, ge=0, le=100_000, description="set the GPU quota (null: leave it as it is)")
+        None, ge=0, le=MAX_GPU_QUOTA, description="set the GPU quota (null: leave it as it is)")
     no_gpu_quota: bool = Field(False, description="remove the GPU quota (with gpu_quota null)")
 
 
