@@ -38,13 +38,14 @@ def refused(http, body: dict, status: int = 422) -> str:
     ("large_shm", "yes", "large_shm: Input should be a valid boolean"),
     ("large_shm", 1, "large_shm: Input should be a valid boolean"),
     ("notebook", "off", "notebook: Input should be a valid boolean"),
-    ("processes", True, "processes: Input should be a valid integer"),
-    ("processes", "2", "processes: Input should be a valid integer"),
-    ("max_restarts", False, "max_restarts: Input should be a valid integer"),
-    ("gpu", 0.5, "gpu: Input should be a valid integer"),
-    ("cpu", "2", "cpu: Input should be a valid number"),
-    ("gpu", 17, "gpu: Input should be less than or equal to 16"),
-    ("max_restarts", 101, "max_restarts: Input should be less than or equal to 100"),
+    # a number field's refusal is the spec's own line, as `dtrain submit` gives it
+    ("processes", True, "invalid --processes True: use a whole number from 1 to 4096"),
+    ("processes", "2", "invalid --processes '2': use a whole number from 1 to 4096"),
+    ("max_restarts", False, "invalid --max-restarts False: use a whole number from 0 to 100"),
+    ("gpu", 0.5, "--gpu 0.5 is a fraction of a GPU"),
+    ("cpu", "2", "invalid --cpu '2': use a number of CPU threads"),
+    ("gpu", 17, "invalid --gpu 17: use a whole number from 0 to 16"),
+    ("max_restarts", 101, "invalid --max-restarts 101: use a whole number from 0 to 100"),
 ])
 def test_a_value_of_another_type_or_past_the_spec_bounds_is_refused_not_converted(http, field, value, says):
     assert says in refused(http, {field: value})
@@ -149,7 +150,8 @@ def test_refusals_of_odd_bodies_and_paths_name_the_problem(http):
     r = post("/api/v1/jobs", b'{"name": "a", "command": ["true"], "processes": ' + b"9" * 5000 + b"}")
     assert r.status_code == 422 and "a number of more than 4300 digits" in r.json()["error"], r.text
     r = post("/api/v1/jobs", b'{"name": "a", "command": ["true"], "cpu": NaN}')
-    assert r.status_code == 422 and r.json()["error"] == "invalid request: cpu: Input should be a finite number"
+    assert r.status_code == 422 and r.json()["error"] == (  # what `dtrain submit --cpu nan` says
+        "invalid --cpu nan: use a number of CPU threads from 0.01 to 1024, e.g. --cpu 2 or --cpu 0.5")
     r = http.get("/api/v1/nope")
     assert r.status_code == 404 and r.json()["error"] == (
         "no such path /api/v1/nope: the API is under /api/v1/ (its paths: /api/v1/openapi.json)")

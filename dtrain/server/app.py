@@ -22,14 +22,14 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
 from dtrain import errors
-from dtrain.names import check_name, check_storage_class, parse_size, parse_volume_size, shown
+from dtrain.names import check_gpu_quota, check_name, check_storage_class, parse_size, parse_volume_size, shown
 from dtrain.server import routes_cluster, routes_jobs, routes_storage, wire
 from dtrain.server.auth import Guard
 from dtrain.server.clients import Clients
 from dtrain.server.history import GpuHistory
 from dtrain.server.metrics import metrics_route
 from dtrain.server.middleware import HEAD, MAX_BODY, BodyLimit, BodyTooLarge, EmptyQuery, HeadAsGet, too_large
-from dtrain.spec import MIN_MEMORY
+from dtrain.spec import MIN_MEMORY, JobSpec
 
 STATIC = Path(__file__).parent / "static"
 API = "/api/v1"
@@ -169,6 +169,8 @@ def _one_line(request, problems) -> str:
         return f"invalid request: {wire.RESTORE_BODY}"
     for e in problems[:5]:
         loc = [str(x) for x in e.get("loc", ()) if x != "body"]
+        if said := _number_refusal(request, e):
+            return said
         if e.get("type") == "string_pattern_mismatch":
             return _pattern_refusal(request, e.get("ctx", {}).get("pattern"), e.get("input"), loc)
         if e.get("type") == "json_invalid":
@@ -176,6 +178,32 @@ def _one_line(request, problems) -> str:
                     f"at character {loc[-1] if loc else 0}); {SEND_JSON}")
         parts.append(f"{'.'.join(loc) or 'body'}: {e.get('msg', 'invalid')}")
     return "invalid request: " + "; ".join(parts)
+
+
+# Body fields holding a number, and what says why one is refused: the spec's (and the CLI's) own check,
+# so that `"gpu": -1` reads as `--gpu -1` does, not as pydantic's "Input should be greater than or equal to 0".
+_NUMBERS = {("jobs", "processes"), ("jobs", "gpu"), ("jobs", "cpu"), ("jobs", "max_restarts"),
+            ("jobs", "idle_timeout"), ("projects", "gpu_quota")}
+
+
+def _number_refusal(request, problem) -> str | None:
+    """The CLI's line for a number field of a body that pydantic refused (out of range, a fraction,
+    another type); None for anything else, or where dtrain's check would take the value."""
+    loc = tuple(problem.get("loc", ()))
+    if len(loc) != 2 or loc[0] != "body" or problem.get("type") in ("missing", "extra_forbidden"):
+        return None
+    area = request.url.path.removeprefix(API + "/").split("/")[0]
+    if request.method != "POST" or (area, loc[1]) not in _NUMBERS:
+        return None
+    value = problem.get("input")
+    try:
+        if area == "projects":
+            check_gpu_quota(value)
+        else:  # a spec holding only that field: its check is the one that speaks
+            JobSpec(name="probe", command=("probe",), **{loc[1]: value})
+    except errors.SpecError as refused:
+        return str(refused)
+    return None
 
 
 def _is_json(content_type: str) -> bool:

@@ -1,0 +1,119 @@
+"""The HTTP API against the CLI: the same refusals (the right 4xx, never a 500, and the CLI's own
+line), the same records for the same verbs, and a schema that lists the statuses the server sends."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import Dtrain
+from server_util import ServerProcess
+
+pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+
+BAD = {"name": "j", "command": ["true"]}
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    home = tmp_path_factory.mktemp("api-home")
+    srv = ServerProcess(home, env={"DTRAIN_GPUS": "2"}, cwd=tmp_path_factory.mktemp("api-work"))
+    dt = srv.dtrain()
+    dt("project", "create", "team", "--gpu-quota", "1")
+    dt("volume", "create", "data", "--size", "1Mi")
+    dt("snapshot", "create", "data", "--name", "data-s1")
+    dt("submit", "taken", "--", "true")
+    dt("wait", "taken")
+    dt("submit", "gone", "--", "true")
+    dt("wait", "gone")
+    dt("delete", "gone")
+    yield srv
+    srv.stop()
+
+
+def _cli_line(proc) -> str:
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0].removeprefix("dtrain: error: ")
+
+
+JOB = "/api/v1/jobs"
+# (CLI words, method, path, body, the API's status): the CLI refuses with exit 2 and one line, the API
+# with that status and the same line, and nothing is stored by either
+CASES = [
+    (["submit", "Bad_Name", "--", "true"], "POST", JOB, {**BAD, "name": "Bad_Name"}, 422),
+    (["submit", "j", "--gpu", "-1", "--", "true"], "POST", JOB, {**BAD, "gpu": -1}, 422),
+    (["submit", "j", "--gpu", "17", "--", "true"], "POST", JOB, {**BAD, "gpu": 17}, 422),
+    (["submit", "j", "--gpu", "0.5", "--", "true"], "POST", JOB, {**BAD, "gpu": 0.5}, 422),
+    (["submit", "j", "--gpu", "3", "--", "true"], "POST", JOB, {**BAD, "gpu": 3}, 409),
+    (["submit-dist", "j", "--processes", "0", "--", "true"], "POST", JOB,
+     {**BAD, "processes": 0, "launcher": "torchrun"}, 422),
+    (["submit-dist", "j", "--processes", "5000", "--", "true"], "POST", JOB,
+     {**BAD, "processes": 5000, "launcher": "torchrun"}, 422),
+    (["submit", "j", "--cpu", "0", "--", "true"], "POST", JOB, {**BAD, "cpu": 0}, 422),
+    (["submit", "j", "--cpu", "2000", "--", "true"], "POST", JOB, {**BAD, "cpu": 2000}, 422),
+    (["submit", "j", "--max-restarts", "-1", "--", "true"], "POST", JOB, {**BAD, "max_restarts": -1}, 422),
+    (["submit", "j", "--max-restarts", "101", "--", "true"], "POST", JOB, {**BAD, "max_restarts": 101}, 422),
+    (["submit", "j", "--memory", "8GB", "--", "true"], "POST", JOB, {**BAD, "memory": "8GB"}, 422),
+    (["submit", "j", "--memory", "1", "--", "true"], "POST", JOB, {**BAD, "memory": "1"}, 422),
+    (["submit", "j", "--pvc", "nope:/mnt", "--", "true"], "POST", JOB, {**BAD, "volumes": ["nope:/mnt"]}, 404),
+    (["submit", "j", "--pvc", "nope", "--", "true"], "POST", JOB, {**BAD, "volumes": ["nope"]}, 422),
+    (["submit", "j", "-e", "ENABLE_SNAPSHOT=1", "--", "true"], "POST", JOB,
+     {**BAD, "env": {"ENABLE_SNAPSHOT": "1"}}, 422),
+    (["submit", "j", "-e", "ENABLE_SNAPSHOT=maybe", "--", "true"], "POST", JOB,
+     {**BAD, "env": {"ENABLE_SNAPSHOT": "maybe"}}, 422),
+    (["submit", "j", "--snapshot-on-success", "nope", "--", "true"], "POST", JOB,
+     {**BAD, "snapshot_on_success": "nope"}, 404),
+    (["submit", "j", "-p", "nope", "--", "true"], "POST", JOB, {**BAD, "project": "nope"}, 404),
+    (["submit", "j", "-p", "team", "--gpu", "2", "--", "true"], "POST", JOB, {**BAD, "project": "team", "gpu": 2},
+     409),
+    (["submit", "j", "--", "no-such-command-x"], "POST", JOB, {**BAD, "command": ["no-such-command-x"]}, 422),
+    (["submit", "j", "--working-dir", "rel", "--", "true"], "POST", JOB, {**BAD, "working_dir": "rel"}, 422),
+    (["submit", "taken", "--", "true"], "POST", JOB, {**BAD, "name": "taken"}, 409),
+    (["describe", "job", "nope"], "GET", f"{JOB}/nope", None, 404),
+    (["project", "create", "p", "--gpu-quota", "-1"], "POST", "/api/v1/projects", {"name": "p", "gpu_quota": -1}, 422),
+    (["project", "create", "p", "--gpu-quota", "3"], "POST", "/api/v1/projects", {"name": "p", "gpu_quota": 3}, 409),
+    (["project", "create", "P_Q"], "POST", "/api/v1/projects", {"name": "P_Q"}, 422),
+    (["volume", "create", "v", "--size", "10GB"], "POST", "/api/v1/volumes", {"name": "v", "size": "10GB"}, 422),
+    (["volume", "create", "v", "--size", "0"], "POST", "/api/v1/volumes", {"name": "v", "size": "0"}, 422),
+    (["volume", "create", "data"], "POST", "/api/v1/volumes", {"name": "data"}, 409),
+    (["volume", "describe", "nope"], "GET", "/api/v1/volumes/nope", None, 404),
+    (["volume", "delete", "nope"], "DELETE", "/api/v1/volumes/nope", None, 404),
+    (["snapshot", "create", "nope"], "POST", "/api/v1/snapshots", {"volume": "nope"}, 404),
+    (["snapshot", "create", "data", "--name", "data-s1"], "POST", "/api/v1/snapshots",
+     {"volume": "data", "name": "data-s1"}, 409),
+    (["snapshot", "describe", "nope"], "GET", "/api/v1/snapshots/nope", None, 404),
+    (["snapshot", "restore", "nope", "--to", "x"], "POST", "/api/v1/snapshots/nope/restore", {"to": "x"}, 404),
+    (["snapshot", "restore", "data-s1", "--to", "data"], "POST", "/api/v1/snapshots/data-s1/restore",
+     {"to": "data"}, 409),
+]
+
+
+def _stored(http) -> tuple:
+    return tuple(http.get(p).json() for p in (JOB, f"{JOB}?status=Deleted", "/api/v1/volumes", "/api/v1/snapshots",
+                                              "/api/v1/projects"))
+
+
+@pytest.mark.slow  # a CLI run per case: about 40 s in all
+@pytest.mark.parametrize("words, method, path, body, status", CASES, ids=[" ".join(c[0][:4]) for c in CASES])
+def test_the_api_refuses_as_the_cli_does(server, words, method, path, body, status):
+    before = _stored(server.http)
+    said = _cli_line(server.dtrain()(*words, check=False))
+    r = server.http.request(method, path, json=body)
+    assert r.status_code == status, r.text
+    assert r.json()["error"] == said
+    assert _stored(server.http) == before  # neither door stored anything
+
+
+def test_the_api_answers_the_cli_records(server):
+    dt = server.dtrain()
+    http = server.http
+    for words, path in ((["describe", "job", "taken"], f"{JOB}/taken"), (["list", "-A"], JOB),
+                        (["volume", "describe", "data"], "/api/v1/volumes/data"), (["volume", "list"], "/api/v1/volumes"),
+                        (["snapshot", "describe", "data-s1"], "/api/v1/snapshots/data-s1"),
+                        (["snapshot", "list"], "/api/v1/snapshots"), (["project", "list"], "/api/v1/projects"),
+                        (["nodes"], "/api/v1/nodes")):
+        assert http.get(path).json() == dt.json(*words), words
