@@ -117,3 +117,18 @@ def test_the_api_answers_the_cli_records(server):
                         (["snapshot", "list"], "/api/v1/snapshots"), (["project", "list"], "/api/v1/projects"),
                         (["nodes"], "/api/v1/nodes")):
         assert http.get(path).json() == dt.json(*words), words
+
+
+def test_a_deleted_snapshot_is_no_longer_the_volumes_head(server):
+    """The volume's head_snapshot (what a job's data starts from, its lineage) named a deleted
+    snapshot, and after a new snapshot of another volume took the name, that one."""
+    http = server.http
+    assert http.post("/api/v1/volumes", json={"name": "headed", "size": "1Mi"}).status_code == 201
+    for name in ("headed-1", "headed-2"):
+        assert http.post("/api/v1/snapshots", json={"volume": "headed", "name": name}).status_code == 201
+    head = lambda: http.get("/api/v1/volumes/headed").json()["extra"]["head_snapshot"]  # noqa: E731
+    assert head() == "headed-2"
+    assert http.delete("/api/v1/snapshots/headed-1").status_code == 200  # not the head: it stays
+    assert head() == "headed-2"
+    assert http.delete("/api/v1/snapshots/headed-2").status_code == 200
+    assert head() is None

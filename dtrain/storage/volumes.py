@@ -305,6 +305,10 @@ class Storage:
         self.engine.mark_sweepable(snap.id)
         with db.transaction(self.conn):  # the one read, by its uid: a new snapshot of that name is another
             gone = self.conn.execute("DELETE FROM snapshots WHERE uid = ?", (snap.id,)).rowcount
+            # the volume's head no longer names it: a job started on the volume later would say its data
+            # came from a snapshot that is gone (or from a new one that took the name, of another volume)
+            self.conn.execute("UPDATE volumes SET head_snapshot = NULL WHERE uid = ? AND head_snapshot = ?",
+                              (snap.volume_uid, snap.name))
         if not gone:  # another command deleted it between the read and here: that one freed it
             raise NotFoundError(f"no snapshot named {name!r}: another command deleted it just now; list snapshots "
                                 f"with `{LIST_SNAPSHOTS}`")
