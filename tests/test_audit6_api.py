@@ -18,6 +18,7 @@ BAD = {"name": "j", "command": ["true"]}
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     home = tmp_path_factory.mktemp("api-home")
+    (home / "config.yaml").write_text(f"storage_classes: {{fast: {tmp_path_factory.mktemp('fast-disk')}}}\n")
     srv = ServerProcess(home, env={"DTRAIN_GPUS": "2"}, cwd=tmp_path_factory.mktemp("api-work"))
     dt = srv.dtrain()
     dt("project", "create", "team", "--gpu-quota", "1")
@@ -132,3 +133,34 @@ def test_a_deleted_snapshot_is_no_longer_the_volumes_head(server):
     assert head() == "headed-2"
     assert http.delete("/api/v1/snapshots/headed-2").status_code == 200
     assert head() is None
+
+
+def test_a_volume_moves_to_another_class_over_the_api_as_with_volume_update(server):
+    http, dt = server.http, server.dtrain()
+    dt("volume", "create", "moved", "--size", "1Mi")
+    r = http.patch("/api/v1/volumes/moved", json={"storage_class": "fast"})
+    assert r.status_code == 200, r.text
+    assert r.json()["storage_class"] == "fast"
+    assert http.get("/api/v1/volumes/moved").json() == dt.json("volume", "describe", "moved")
+    for words, body, status in ((["volume", "update", "moved", "--class", "nope"], {"storage_class": "nope"}, 404),
+                                (["volume", "update", "moved", "--class", "Bad_Class"], {"storage_class": "Bad_Class"},
+                                 422)):
+        said = _cli_line(dt(*words, check=False))
+        r = http.patch("/api/v1/volumes/moved", json=body)
+        assert (r.status_code, r.json()["error"]) == (status, said)
+    said = _cli_line(dt("volume", "update", "nope", "--class", "fast", check=False))
+    r = http.patch("/api/v1/volumes/nope", json={"storage_class": "fast"})
+    assert (r.status_code, r.json()["error"]) == (404, said)
+
+
+def test_the_store_is_verified_over_the_api_as_with_snapshot_verify(server):
+    http, dt = server.http, server.dtrain()
+    one = http.post("/api/v1/snapshots/data-s1/verify")
+    assert one.status_code == 200, one.text
+    assert one.json() == dt.json("snapshot", "verify", "data-s1")
+    assert one.json()["ok"] and one.json()["snapshots"] == ["data-s1"]
+    every = http.post("/api/v1/verify").json()
+    assert every["ok"] and "data-s1" in every["snapshots"]
+    said = _cli_line(dt("snapshot", "verify", "nope", check=False))
+    r = http.post("/api/v1/snapshots/nope/verify")
+    assert (r.status_code, r.json()["error"]) == (404, said)

@@ -326,7 +326,7 @@ def test_head_answers_wherever_get_does_and_405_lists_every_method(server, tmp_p
     stream = http.head("/api/v1/jobs/quiet/logs/stream", timeout=30)  # the headers, not the job's whole life
     assert stream.status_code == 200 and stream.headers["content-type"].startswith("text/event-stream")
     for method, path, allowed in (("PUT", "/api/v1/jobs", "GET, HEAD, POST"),
-                                  ("PUT", "/api/v1/volumes/exp", "GET, HEAD, DELETE"),
+                                  ("PUT", "/api/v1/volumes/exp", "GET, HEAD, PATCH, DELETE"),
                                   ("POST", "/api/v1/nodes", "GET, HEAD"),
                                   ("GET", "/api/v1/snapshots/s/restore", "POST"),
                                   ("POST", "/static/app.js", "GET, HEAD")):

@@ -37,6 +37,13 @@ def delete_volume(request: Request, name: wire.VolumeName, force: bool = False):
     client(request).delete_volume(name, force=force)
 
 
+@router.patch("/volumes/{name}", response_model=wire.Volume, responses=ERRORS)
+def update_volume(request: Request, name: wire.VolumeName, body: wire.VolumeUpdate):
+    """Move a volume to another storage class in place (`dtrain volume update NAME --class C`): its
+    name, snapshots and lineage stay; 409 while a job uses it."""
+    return wire.Volume.model_validate(client(request).update_volume(name, storage_class=body.storage_class))
+
+
 @router.get("/snapshots", response_model=list[wire.Snapshot], responses=ERRORS)
 def list_snapshots(request: Request, volume: Annotated[str | None, Query(pattern=wire.NAME)] = None,
                    job: Annotated[str | None, Query(pattern=wire.NAME)] = None):
@@ -70,6 +77,20 @@ def restore_snapshot(request: Request, response: Response, name: wire.SnapshotNa
     if to is not None:
         response.status_code = 201
     return wire.Volume.model_validate(client(request).restore_snapshot(name, to=to, in_place=to is None))
+
+
+@router.post("/snapshots/{name}/verify", response_model=wire.VerifyReport, responses=ERRORS)
+def verify_snapshot(request: Request, name: wire.SnapshotName):
+    """Re-hash one snapshot's stored data (`dtrain snapshot verify NAME`): 200 with `ok` false when
+    something is damaged (what the CLI's exit status 1 says). A POST: it first removes the leftovers
+    of interrupted snapshots."""
+    return wire.VerifyReport.model_validate(client(request).verify_snapshot(name).to_dict())
+
+
+@router.post("/verify", response_model=wire.VerifyReport, responses=ERRORS)
+def verify_store(request: Request):
+    """Re-hash every snapshot's stored data (`dtrain snapshot verify`), as for one snapshot."""
+    return wire.VerifyReport.model_validate(client(request).verify_snapshot(None).to_dict())
 
 
 @router.get("/snapshots/{name}/diff", response_model=list[wire.Change], responses=ERRORS)

@@ -230,6 +230,13 @@ class VolumeIn(_In):
     storage_class: str | None = Field(None, pattern=CLASS, max_length=253)
 
 
+class VolumeUpdate(_In):
+    """`dtrain volume update NAME --class C`: a volume moved to another storage class in place."""
+
+    storage_class: str = Field(pattern=CLASS, max_length=253, description="local: a class of config.yaml's "
+                               "storage_classes; Kubernetes: a VolumeAttributesClass")
+
+
 class SnapshotIn(_In):
     volume: str = Field(pattern=NAME, description="the volume to snapshot")
     name: str | None = Field(None, pattern=NAME, description="default: <volume>-<time>")
@@ -300,6 +307,25 @@ class Freed(_Out):
     bytes: int | None
     pending: bool
     extra: dict[str, Any]
+
+
+class Damage(BaseModel):
+    object: str = Field(description="a content chunk's hash, or a snapshot's manifest id")
+    problem: Literal["missing", "corrupt", "unreadable", "manifest"]
+    hits: list[tuple[str, str]] = Field(description="(snapshot, path) pairs that need it; path '*': the whole snapshot")
+
+
+class VerifyReport(BaseModel):
+    """`dtrain snapshot verify [NAME] --json`: the store re-hashed; `ok` false when anything is damaged."""
+
+    snapshots: list[str]
+    objects: int
+    bytes: int
+    damaged: list[Damage]
+    garbage_objects: int = Field(description="leftovers of interrupted snapshots, removed first")
+    garbage_bytes: int
+    unlisted_manifests: int
+    ok: bool
 
 
 class Change(BaseModel):
