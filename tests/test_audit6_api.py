@@ -164,3 +164,15 @@ def test_the_store_is_verified_over_the_api_as_with_snapshot_verify(server):
     said = _cli_line(dt("snapshot", "verify", "nope", check=False))
     r = http.post("/api/v1/snapshots/nope/verify")
     assert (r.status_code, r.json()["error"]) == (404, said)
+
+
+def test_the_schema_lists_every_status_a_route_answers(server):
+    """A client generated from the schema met undocumented statuses: a notebook without JupyterLab
+    (503), a failing store (507) or backend (502), a read-only server's 403."""
+    paths = server.http.get("/api/v1/openapi.json").json()["paths"]
+    for path, methods in paths.items():
+        for method, op in methods.items():
+            codes = set(op["responses"])
+            assert {"401", "404", "422", "501", "502", "503", "507"} <= codes, (method, path, codes)
+            if method != "get":
+                assert {"403", "413"} <= codes, (method, path, codes)

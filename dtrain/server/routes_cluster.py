@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -10,7 +10,7 @@ from dtrain.server import wire
 from dtrain.server.clients import client
 
 router = APIRouter(tags=["cluster"])
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422)}
+ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
 
 
 @router.get("/nodes", response_model=list[wire.Node], responses=ERRORS)
@@ -33,7 +33,7 @@ def projects(request: Request):
 
 
 @router.post("/projects", response_model=wire.Project, status_code=201,
-             responses={**ERRORS, 200: {"model": wire.Project, "description": "An existing project, its quota set"}})
+             responses={**CHANGES, 200: {"model": wire.Project, "description": "An existing project, its quota set"}})
 def create_project(request: Request, response: Response, body: wire.ProjectIn):
     """Create a project (201), or change an existing one's GPU quota (200; `no_gpu_quota` removes it)."""
     c = client(request)

@@ -19,8 +19,8 @@ from dtrain.server.clients import client
 from dtrain.spec import JobSpec, sagemaker_backend
 
 router = APIRouter(tags=["jobs"])
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422)}
-LONG = {**ERRORS, 503: {"model": wire.Error}}  # a request that holds a thread (Streams): refused when too many do
+ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
+LONG = ERRORS  # a request that holds a thread (Streams): refused (503, in ERRORS) when too many do
 KEEPALIVE_S = 15.0  # an SSE comment this often keeps proxies from closing a quiet stream
 GONE_AFTER_S = 60.0  # a reader that takes no line for this long (1,000 queued) is dropped
 BATCH = 1000  # lines of a log read handed over at a time: one hop between threads costs ~50 us a put
@@ -55,7 +55,7 @@ def list_jobs(request: Request, response: Response, project: Annotated[str | Non
     return [wire.job_out(j) for j in jobs]
 
 
-@router.post("/jobs", response_model=wire.Job, status_code=201, responses=ERRORS)
+@router.post("/jobs", response_model=wire.Job, status_code=201, responses=CHANGES)
 def submit(request: Request, body: wire.SpecIn):
     """Submit a job: the body holds the fields of `dtrain submit` (and of a -f YAML file)."""
     c = client(request)
@@ -72,7 +72,7 @@ def get_job(request: Request, name: wire.JobName):
     return wire.job_out(client(request).get(name))
 
 
-@router.delete("/jobs/{name}", response_model=wire.Job, responses=ERRORS)
+@router.delete("/jobs/{name}", response_model=wire.Job, responses=CHANGES)
 def delete_job(request: Request, name: wire.JobName, purge: bool = False):
     """Stop the job's processes and mark it Deleted (`dtrain delete`); with `purge` also forget it
     (record, events, logs). A job already Deleted is not found, as with kubectl, unless purged."""
@@ -83,14 +83,14 @@ def delete_job(request: Request, name: wire.JobName, purge: bool = False):
     return wire.job_out(c.delete(name, purge=purge))
 
 
-@router.post("/jobs/{name}/suspend", response_model=wire.Job, responses=ERRORS)
+@router.post("/jobs/{name}/suspend", response_model=wire.Job, responses=CHANGES)
 def suspend_job(request: Request, name: wire.JobName):
     """Stop a Pending or Running job for now (`dtrain suspend`): it checkpoints, frees its GPUs and
     reads Suspended until resumed. 409 for a job in another state."""
     return wire.job_out(client(request).suspend(name))
 
 
-@router.post("/jobs/{name}/resume", response_model=wire.Job, responses=ERRORS)
+@router.post("/jobs/{name}/resume", response_model=wire.Job, responses=CHANGES)
 def resume_job(request: Request, name: wire.JobName):
     """Queue a Suspended job again (`dtrain resume`); it goes on from its last checkpoint. 409 for a
     job in another state."""

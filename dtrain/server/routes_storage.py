@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
@@ -12,7 +12,7 @@ from dtrain.server.clients import client
 from dtrain.server.lineage import PER_VOLUME, lineage
 
 router = APIRouter(tags=["storage"])
-ERRORS: dict[int | str, dict[str, Any]] = {code: {"model": wire.Error} for code in (401, 404, 409, 422, 501)}
+ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
 
 
 @router.get("/volumes", response_model=list[wire.Volume], responses=ERRORS)
@@ -20,7 +20,7 @@ def list_volumes(request: Request):
     return [wire.Volume.model_validate(v) for v in client(request).list_volumes()]
 
 
-@router.post("/volumes", response_model=wire.Volume, status_code=201, responses=ERRORS)
+@router.post("/volumes", response_model=wire.Volume, status_code=201, responses=CHANGES)
 def create_volume(request: Request, body: wire.VolumeIn):
     made = client(request).create_volume(body.name, size=body.size, storage_class=body.storage_class)
     return wire.Volume.model_validate(made)
@@ -31,13 +31,13 @@ def get_volume(request: Request, name: wire.VolumeName):
     return wire.Volume.model_validate(client(request).get_volume(name))
 
 
-@router.delete("/volumes/{name}", status_code=204, responses=ERRORS)
+@router.delete("/volumes/{name}", status_code=204, responses=CHANGES)
 def delete_volume(request: Request, name: wire.VolumeName, force: bool = False):
     """Delete a volume (409 while a job uses it, unless `force`)."""
     client(request).delete_volume(name, force=force)
 
 
-@router.patch("/volumes/{name}", response_model=wire.Volume, responses=ERRORS)
+@router.patch("/volumes/{name}", response_model=wire.Volume, responses=CHANGES)
 def update_volume(request: Request, name: wire.VolumeName, body: wire.VolumeUpdate):
     """Move a volume to another storage class in place (`dtrain volume update NAME --class C`): its
     name, snapshots and lineage stay; 409 while a job uses it."""
@@ -50,7 +50,7 @@ def list_snapshots(request: Request, volume: Annotated[str | None, Query(pattern
     return [wire.Snapshot.model_validate(s) for s in client(request).list_snapshots(volume=volume, job=job)]
 
 
-@router.post("/snapshots", response_model=wire.Snapshot, status_code=201, responses=ERRORS)
+@router.post("/snapshots", response_model=wire.Snapshot, status_code=201, responses=CHANGES)
 def create_snapshot(request: Request, body: wire.SnapshotIn):
     """Take a point-in-time snapshot of a volume, linked to a job when `job` is given."""
     return wire.Snapshot.model_validate(client(request).create_snapshot(body.volume, name=body.name, job=body.job))
@@ -61,14 +61,14 @@ def get_snapshot(request: Request, name: wire.SnapshotName):
     return wire.Snapshot.model_validate(client(request).get_snapshot(name))
 
 
-@router.delete("/snapshots/{name}", response_model=wire.Freed, responses=ERRORS)
+@router.delete("/snapshots/{name}", response_model=wire.Freed, responses=CHANGES)
 def delete_snapshot(request: Request, name: wire.SnapshotName):
     """Delete a snapshot and free the content no other snapshot shares."""
     return wire.Freed.model_validate(client(request).delete_snapshot(name))
 
 
 @router.post("/snapshots/{name}/restore", response_model=wire.Volume,
-             responses={**ERRORS, 201: {"model": wire.Volume, "description": "The new volume (`to`)"}})
+             responses={**CHANGES, 201: {"model": wire.Volume, "description": "The new volume (`to`)"}})
 def restore_snapshot(request: Request, response: Response, name: wire.SnapshotName,
                      body: wire.RestoreTo | wire.RestoreInPlace):
     """Into a new volume (`{"to": NAME}`: 201) or over the snapshot's own volume (`{"in_place": true}`:
@@ -79,7 +79,7 @@ def restore_snapshot(request: Request, response: Response, name: wire.SnapshotNa
     return wire.Volume.model_validate(client(request).restore_snapshot(name, to=to, in_place=to is None))
 
 
-@router.post("/snapshots/{name}/verify", response_model=wire.VerifyReport, responses=ERRORS)
+@router.post("/snapshots/{name}/verify", response_model=wire.VerifyReport, responses=CHANGES)
 def verify_snapshot(request: Request, name: wire.SnapshotName):
     """Re-hash one snapshot's stored data (`dtrain snapshot verify NAME`): 200 with `ok` false when
     something is damaged (what the CLI's exit status 1 says). A POST: it first removes the leftovers
@@ -87,7 +87,7 @@ def verify_snapshot(request: Request, name: wire.SnapshotName):
     return wire.VerifyReport.model_validate(client(request).verify_snapshot(name).to_dict())
 
 
-@router.post("/verify", response_model=wire.VerifyReport, responses=ERRORS)
+@router.post("/verify", response_model=wire.VerifyReport, responses=CHANGES)
 def verify_store(request: Request):
     """Re-hash every snapshot's stored data (`dtrain snapshot verify`), as for one snapshot."""
     return wire.VerifyReport.model_validate(client(request).verify_snapshot(None).to_dict())

@@ -97,6 +97,21 @@ class Error(BaseModel):
     kind: str
 
 
+# The statuses any route may answer (app.STATUS and auth.Guard), in every route's schema: a client
+# generated from the schema knows them all (a missing tool is a 503, a broken store a 507).
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": Error, "description": "no token, or a wrong one (a server bound off loopback)"},
+    404: {"model": Error}, 409: {"model": Error}, 422: {"model": Error},
+    501: {"model": Error, "description": "the backend has no such verb"},
+    502: {"model": Error, "description": "the backend (a cluster, AWS) failed"},
+    503: {"model": Error, "description": "a tool missing here, or too many open waits and streams"},
+    507: {"model": Error, "description": "the volume store failed"}}
+# ... and those of a route that changes something
+CHANGES: dict[int | str, dict[str, Any]] = {
+    **ERRORS, 403: {"model": Error, "description": "a --read-only server"},
+    413: {"model": Error, "description": "a body over 8 MiB"}}
+
+
 class Process(BaseModel):
     rank: int
     status: str
