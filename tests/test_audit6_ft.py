@@ -112,3 +112,34 @@ def test_a_job_whose_state_database_was_removed_is_stopped_not_left_running_unse
     log = (dt.home / "jobs" / "gone" / "supervisor.log").read_text()
     assert "the state database" in log and "was removed or replaced while the job ran" in log, log
     assert dt.json("list", "-A") == []
+
+
+def test_the_http_api_answers_a_locked_database_with_the_clis_line_not_a_500(tmp_path, monkeypatch):
+    """The dashboard and API answered 500 (an sqlite3.OperationalError) where the CLI gives one line."""
+    import subprocess
+    import sys
+
+    import httpx
+    from server_util import ThreadServer
+
+    from dtrain import db
+    from dtrain.client import Client
+    from dtrain.server.app import create_app
+
+    home = tmp_path / "home"
+    Dtrain(home)("list")
+    monkeypatch.setattr(db, "BUSY_S", 0.5)
+    server = ThreadServer(create_app(lambda: Client(home=home), sample_every=3600))
+    holder = subprocess.Popen([sys.executable, "-c", f"import sqlite3, time; c = sqlite3.connect({str(home / 'state.db')!r}, "
+                               f"isolation_level=None); c.execute('BEGIN IMMEDIATE'); print('locked', flush=True); "
+                               f"time.sleep(60)"], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        answer = httpx.post(f"{server.url}/api/v1/projects", json={"name": "team"}, timeout=60)
+        assert answer.status_code == 503, answer.text
+        assert answer.json()["error"].startswith(f"{home / 'state.db'} is held locked by pid {holder.pid} (")
+    finally:
+        holder.kill()
+        holder.wait()
+        server.stop()
+    assert "team" not in Dtrain(home)("project", "list").stdout

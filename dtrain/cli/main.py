@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
 import importlib
 import json
 import sys
@@ -319,42 +318,11 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except Exception as err:
-        refused = machine_refused(err)
+        refused = db.machine_refused(err)
         if refused is None:
             raise
         print(f"dtrain: error: {refused}", file=sys.stderr)
         return 2
-
-
-_ERRNO_HINTS = {
-    errno.ENOSPC: "free space on that disk and retry",
-    errno.EDQUOT: "free space within your disk quota and retry",
-    errno.EROFS: "that file system is read-only: use a writable folder",
-    errno.EACCES: "you may not write there: use a folder you own, or fix its permissions",
-}
-
-
-def machine_refused(err: BaseException) -> str | None:
-    """One line for what the machine refused a command (a full or read-only disk, a folder it may
-    not write), or None for anything else. The state database changes in transactions, so a
-    write SQLite could not finish left what was stored as it was."""
-    if getattr(err, "sqlite_errorname", None) in ("SQLITE_CORRUPT", "SQLITE_NOTADB"):  # found past db.connect's checks
-        return (f"the state database (state.db in the home folder, $DTRAIN_HOME) is damaged ({err}): put back a "
-                f"copy of it if you keep one, or move it away (the snapshots' stored content is kept), or set "
-                f"DTRAIN_HOME to another folder")
-    if (locked := db.lock_refused(err)) is not None:
-        return locked
-    if db.disk_refused(err) and "readonly" in str(err):  # read through a read-only connection (db.connect)
-        return (f"the state database could not be written ({err}): the home folder ($DTRAIN_HOME) is on a full or "
-                f"read-only disk, or is not yours to write; free space there (df -h), or set DTRAIN_HOME to a "
-                f"folder you can write, and retry; nothing stored was changed")
-    if db.disk_refused(err):
-        return (f"the state database could not be opened or written ({err}): the disk holding the home folder ($DTRAIN_HOME) is "
-                f"probably full or read-only; free space there (df -h) and retry; nothing stored was changed")
-    if isinstance(err, OSError) and err.errno in _ERRNO_HINTS:
-        where = f" writing {err.filename}" if err.filename else ""
-        return f"{err.strerror}{where}: {_ERRNO_HINTS[err.errno]}"
-    return None
 
 
 if __name__ == "__main__":

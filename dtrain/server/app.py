@@ -11,6 +11,7 @@ thread gets its own Client (SQLite then locks between them as it does between CL
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from pathlib import Path
 from typing import Callable
 
@@ -21,7 +22,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
-from dtrain import errors
+from dtrain import db, errors
 from dtrain.names import check_gpu_quota, check_name, check_storage_class, parse_size, parse_volume_size, shown
 from dtrain.server import routes_cluster, routes_jobs, routes_storage, wire
 from dtrain.server.auth import Guard
@@ -81,6 +82,17 @@ def _errors(app: FastAPI) -> None:
     @app.exception_handler(errors.DtrainError)
     async def dtrain_error(_request, err: errors.DtrainError):
         return JSONResponse({"error": str(err), "kind": type(err).__name__.rstrip("_")}, status_code=http_status(err))
+
+    @app.exception_handler(sqlite3.Error)
+    @app.exception_handler(OSError)
+    async def machine_error(_request, err: Exception):
+        """What the machine refused (the state database locked past its busy timeout, a full or
+        read-only disk): the CLI's one line, as a 503 (locked: retry) or a 507; anything else a 500."""
+        refused = db.machine_refused(err)
+        if refused is None:
+            raise err
+        locked = db.lock_refused(err) is not None
+        return JSONResponse({"error": refused, "kind": "StorageError"}, status_code=503 if locked else 507)
 
     @app.exception_handler(RequestValidationError)
     async def bad_request(request, err: RequestValidationError):

@@ -104,8 +104,9 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     404: {"model": Error}, 409: {"model": Error}, 422: {"model": Error},
     501: {"model": Error, "description": "the backend has no such verb"},
     502: {"model": Error, "description": "the backend (a cluster, AWS) failed"},
-    503: {"model": Error, "description": "a tool missing here, or too many open waits and streams"},
-    507: {"model": Error, "description": "the volume store failed"}}
+    503: {"model": Error, "description": "a tool missing here, too many open waits and streams, or the state "
+                                         "database locked by another process for longer than its busy timeout"},
+    507: {"model": Error, "description": "the volume store failed, or the disk refused a write (full, read-only)"}}
 # ... and those of a route that changes something
 CHANGES: dict[int | str, dict[str, Any]] = {
     **ERRORS, 403: {"model": Error, "description": "a --read-only server"},

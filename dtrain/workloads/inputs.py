@@ -106,7 +106,7 @@ def out_folder(path: str | os.PathLike, flag: str) -> Path:
         raise SpecError(f"{flag} {path}: a part of the path is a file, not a folder: give a folder path") from None
     except OSError as e:
         if e.errno in MACHINE_ERRNOS:
-            raise  # the dtrain command names these in one line of its own (dtrain.cli.main.machine_refused)
+            raise  # the dtrain command names these in one line of its own (dtrain.db.machine_refused)
         raise SpecError(f"{flag} {path} cannot be created ({e.strerror}): give a folder you can write to") from None
     return path
 
