@@ -33,6 +33,22 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+def rgb_frame(im: Image.Image, path: str | os.PathLike) -> Image.Image:
+    """The frame as 8-bit RGB. PIL's convert("RGB") clips a 16-bit or 32-bit grey image ("I;16",
+    "I") at 255, so a 16-bit PNG came out all white and was predicted and trained on without a word:
+    such frames are scaled from their 16-bit range instead; a float image has no range to scale
+    from and is refused (DataError)."""
+    if im.mode == "RGB":
+        return im
+    if im.mode.startswith("I;16") or im.mode == "I":
+        grey = np.clip(np.asarray(im, dtype=np.int64), 0, 65535) >> 8  # 0..65535 -> 0..255
+        return Image.fromarray(grey.astype(np.uint8), "L").convert("RGB")
+    if im.mode == "F":
+        raise DataError(f"image {path} holds floating-point pixels (mode F), which have no 8-bit range to "
+                        "scale from: give 8- or 16-bit frames, e.g. the dataset's JPEGs")
+    return im.convert("RGB")
+
+
 def load_image(path: str | os.PathLike, size: tuple[int, int]) -> torch.Tensor:
     """JPEG -> (3, H, W) uint8 tensor at size (width, height), decoded at reduced size when possible.
 
@@ -46,9 +62,7 @@ def load_image(path: str | os.PathLike, size: tuple[int, int]) -> torch.Tensor:
                                 f"{IMAGE_WIDTH}x{IMAGE_HEIGHT} (the labels' pixels): replace it with the dataset's "
                                 "frame (re-run `dtrain lanes prepare --force`)")
             im.draft("RGB", size)  # JPEG only: the decoder scales by 1/2, 1/4 or 1/8 to >= size
-            if im.mode != "RGB":
-                im = im.convert("RGB")
-            arr = np.array(im)  # (H, W, 3), a writable copy torch can own
+            arr = np.array(rgb_frame(im, path))  # (H, W, 3), a writable copy torch can own
     except FileNotFoundError:
         raise NotFoundError(f"image {path} does not exist: re-run `dtrain lanes prepare`") from None
     except OSError as e:

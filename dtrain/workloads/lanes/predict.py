@@ -24,7 +24,7 @@ from dtrain.replace import replacing
 from dtrain.training import keep_freed_memory, load_checkpoint
 from dtrain.training.resume import first_fault
 from dtrain.workloads.inputs import MAX_BATCH, Parser, in_range, input_file, out_folder
-from dtrain.workloads.lanes.data import LaneDataset, load_image, normalize
+from dtrain.workloads.lanes.data import LaneDataset, load_image, normalize, rgb_frame
 from dtrain.workloads.lanes.masks import decode_lanes
 from dtrain.workloads.lanes.recipes import native_bf16, precision_name
 from dtrain.workloads.lanes.metric import MAX_RUN_TIME_MS, evaluate
@@ -121,7 +121,7 @@ def load_model(path: str | os.PathLike, device: torch.device | str = "cpu") -> S
 def draw_overlay(root: str | os.PathLike, pred: LaneLabel, gt: LaneLabel | None, path: str | os.PathLike) -> None:
     """The frame with predicted lanes in colour (dots at the h_samples) and GT lanes as thin black lines."""
     with Image.open(Path(root) / pred.raw_file) as im:
-        frame = im.convert("RGB")
+        frame = rgb_frame(im, Path(root) / pred.raw_file).copy()  # a copy outlives the file
     sx, sy = OVERLAY_SIZE[0] / frame.width, OVERLAY_SIZE[1] / frame.height
     frame = frame.resize(OVERLAY_SIZE, Image.BILINEAR)
     draw = ImageDraw.Draw(frame)
