@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import numpy as np
 import pytest
+import torch
 from PIL import Image
 
 from dtrain.errors import DataError
+from dtrain.workloads.lanes import __main__ as lanes_cli
+from dtrain.workloads.lanes import synth
 from dtrain.workloads.lanes.data import load_image
+from dtrain.workloads.lanes.model import SCNN, SCNNConfig
+from dtrain.workloads.lanes.tusimple import read_labels
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _grey_frame() -> np.ndarray:
@@ -40,3 +50,24 @@ def test_a_float_frame_is_one_data_error(tmp_path):
     Image.fromarray(_grey_frame().astype(np.float32), "F").save(tmp_path / "f.tif")
     with pytest.raises(DataError, match="floating-point"):
         load_image(tmp_path / "f.tif", (256, 144))
+
+
+def test_predict_without_test_label_json_predicts_the_test_tasks_as_a_submission(tmp_path, capsys):
+    """The benchmark's test_set.zip holds test_tasks_0627.json; test_label.json is a separate download.
+    Without it, `predict --split test` stopped with 'run dtrain lanes prepare' (which had run)."""
+    root = tmp_path / "tusimple"
+    synth.generate(root, frames_per_file={"label_data_0313.json": 1, "label_data_0531.json": 0,
+                                          "label_data_0601.json": 0}, seed=3, test_frames=3)
+    (root / "test_label.json").unlink()
+    torch.manual_seed(0)
+    cfg = SCNNConfig(width=0.125, input_size=(64, 48))
+    torch.save({"model": SCNN(cfg).state_dict(), "model_config": {**cfg.__dict__}}, tmp_path / "model.pt")
+    out = tmp_path / "pred.json"
+    assert lanes_cli.main(["predict", "--checkpoint", str(tmp_path / "model.pt"), "--data-dir", str(root),
+                           "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert "test_tasks_0627.json" in err and "no metric" in err
+    tasks = read_labels(root / "test_tasks_0627.json")
+    lines = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [p["raw_file"] for p in lines] == [t.raw_file for t in tasks]
+    assert all({"raw_file", "lanes", "run_time"} <= set(p) for p in lines)  # what bench_one_submit reads

@@ -29,7 +29,7 @@ from dtrain.workloads.lanes.masks import decode_lanes
 from dtrain.workloads.lanes.recipes import native_bf16, precision_name
 from dtrain.workloads.lanes.metric import MAX_RUN_TIME_MS, evaluate
 from dtrain.workloads.lanes.model import SCNN, SCNNConfig, probabilities
-from dtrain.workloads.lanes.tusimple import SPLIT_FILES, LaneLabel, write_labels
+from dtrain.workloads.lanes.tusimple import SPLIT_FILES, TASKS_FILE, LaneLabel, read_labels, write_labels
 
 LANE_COLOURS = ((255, 64, 64), (64, 220, 64), (64, 128, 255), (255, 200, 0), (230, 64, 230))
 OVERLAY_SIZE = (640, 360)  # (W, H) of overlay images: small files, lanes still plain to see
@@ -51,6 +51,17 @@ class FrameSet(torch.utils.data.Dataset):
 def split_labels(root: str | os.PathLike, split: str) -> list[LaneLabel]:
     """The labels of a split, in file order (NotFoundError when its label file is missing)."""
     return LaneDataset(root, split).labels
+
+
+def frames_to_predict(root: str | os.PathLike, split: str) -> tuple[list[LaneLabel], str | None]:
+    """The frames `predict` predicts, and the task file they come from when it is not the split's.
+
+    The test split without test_label.json (a separate download) but with test_set.zip's
+    test_tasks_0627.json is the benchmark's submission case: its frames are predicted, unscored."""
+    tasks = Path(root) / TASKS_FILE
+    if split == "test" and not any((Path(root) / name).is_file() for name in SPLIT_FILES["test"]) and tasks.is_file():
+        return read_labels(tasks, max_lanes=None), TASKS_FILE
+    return split_labels(root, split), None
 
 
 @torch.no_grad()
@@ -212,10 +223,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     # faults; one thread, the 3rd to 5th batch). Set before the model is built, so its tensors follow it.
     heap = keep_freed_memory() if args.keep_heap else "off"
     model = load_model(args.checkpoint, device)
-    labels = split_labels(args.data_dir, args.split)[: args.limit]
+    labels, tasks = frames_to_predict(args.data_dir, args.split)
+    labels = labels[: args.limit]
     if not labels:
         raise DataError(f"split {args.split!r} of {args.data_dir} holds no frames "
-                        f"({', '.join(SPLIT_FILES[args.split])} is empty): give a split with frames")
+                        f"({tasks or ', '.join(SPLIT_FILES[args.split])} is empty): give a split with frames")
+    if tasks:
+        print(f"no {', '.join(SPLIT_FILES['test'])} in {args.data_dir}: predicting the {len(labels)} frames of "
+              f"{tasks} (a submission; no metric without the labels)", file=sys.stderr)
     preds = predict_labels(model, args.data_dir, labels, batch_size=args.batch_size, threshold=args.threshold,
                            device=device, bf16=bf16)
     write_labels(out, preds)

@@ -46,12 +46,11 @@ from dtrain.errors import SpecError
 from dtrain.replace import replacing
 from dtrain.workloads.inputs import MAX_SEED, Parser, in_range, out_folder
 from dtrain.workloads.lanes.prepare import MANIFEST
-from dtrain.workloads.lanes.tusimple import (IMAGE_HEIGHT, IMAGE_WIDTH, NO_POINT, SPLIT_FILES, LaneLabel, write_labels,
-                                             writable)
+from dtrain.workloads.lanes.tusimple import (IMAGE_HEIGHT, IMAGE_WIDTH, NO_POINT, SPLIT_FILES, TASKS_FILE, LaneLabel,
+                                             write_labels, writable)
 
 TRAIN_FILES = ("label_data_0313.json", "label_data_0531.json", "label_data_0601.json")
 TEST_FILE = "test_label.json"
-TASKS_FILE = "test_tasks_0627.json"
 ROWS_0313 = tuple(range(240, 711, 10))  # 48 rows, as label_data_0313.json
 ROWS_OTHER = tuple(range(160, 711, 10))  # 56 rows, as the other files
 MAX_FRAMES = 100_000  # frames of one file or split (about 15 GB; the real set has 3,626 + 2,782)

@@ -182,6 +182,7 @@ SPLIT_FILES: dict[str, tuple[str, ...]] = {
     "val": ("label_data_0531.json",),
     "test": ("test_label.json",),
 }
+TASKS_FILE = "test_tasks_0627.json"  # the test frames without lanes (test_set.zip): what a submission predicts
 SEG_DIR = "seg_label"  # precomputed masks: seg_label/<W>x<H>/<folder>/<id>/20.png
 LIST_DIR = "list"  # SCNN-style lists: list/train_gt.txt, list/val_gt.txt, list/test_gt.txt
 
