@@ -71,3 +71,25 @@ def test_predict_without_test_label_json_predicts_the_test_tasks_as_a_submission
     lines = [json.loads(line) for line in out.read_text().splitlines()]
     assert [p["raw_file"] for p in lines] == [t.raw_file for t in tasks]
     assert all({"raw_file", "lanes", "run_time"} <= set(p) for p in lines)  # what bench_one_submit reads
+
+
+def test_evaluate_against_ground_truth_without_lanes_warns(tmp_path, capsys):
+    """--gt test_tasks_0627.json (no lanes) scored every frame accuracy 0, FN 0 without a word."""
+    rows = [240, 250, 260, 270]
+    tasks = tmp_path / "test_tasks_0627.json"
+    tasks.write_text("".join(json.dumps({"lanes": [], "h_samples": rows, "raw_file": f"clips/a/{i}/20.jpg"}) + "\n"
+                             for i in range(3)))
+    pred = tmp_path / "pred.json"
+    pred.write_text("".join(json.dumps({"raw_file": f"clips/a/{i}/20.jpg", "lanes": [[-2, 300, 310, 320]],
+                                        "run_time": 10}) + "\n" for i in range(3)))
+    assert lanes_cli.main(["evaluate", "--pred", str(pred), "--gt", str(tasks), "--json"]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["accuracy"] == 0.0  # scored as the official script scores it
+    warning = [line for line in captured.err.splitlines() if "hold no lanes" in line]
+    assert len(warning) == 1 and "3 ground-truth frame(s)" in warning[0] and "test_label.json" in warning[0]
+    # a ground truth with lanes everywhere stays silent
+    gt = tmp_path / "gt.json"
+    gt.write_text("".join(json.dumps({"lanes": [[-2, 300, 310, 320]], "h_samples": rows,
+                                      "raw_file": f"clips/a/{i}/20.jpg"}) + "\n" for i in range(3)))
+    assert lanes_cli.main(["evaluate", "--pred", str(pred), "--gt", str(gt), "--json"]) == 0
+    assert "hold no lanes" not in capsys.readouterr().err

@@ -266,8 +266,10 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | 
             raise DataError(f"{_at(p)}prediction for {p.raw_file} has no ground-truth frame: check the raw_file paths")
         by_file[p.raw_file] = p
     scores: dict[str, tuple[float, float, float]] = {}
-    odd: dict[str, list[str]] = {"x": [], "run_time": [], "slow": [], "h_samples": []}  # where each was seen
+    odd: dict[str, list[str]] = {"x": [], "run_time": [], "slow": [], "h_samples": [], "no_gt": []}  # where seen
     for g in gts:
+        if not g.lanes:
+            odd["no_gt"].append(g.where or g.raw_file)
         p = by_file.get(g.raw_file)
         if p is None:
             raise DataError(
@@ -299,7 +301,8 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | 
     if warn is not None:
         for kind, seen in odd.items():
             if seen:
-                warn(f"{len(seen)} prediction(s) (first: {seen[0]}) {_ODD[kind]}")
+                what = "ground-truth frame(s)" if kind == "no_gt" else "prediction(s)"
+                warn(f"{len(seen)} {what} (first: {seen[0]}) {_ODD[kind]}")
     return {"accuracy": acc / n, "fp": fp / n, "fn": fn / n, "frames": n}
 
 
@@ -312,6 +315,8 @@ _ODD = {  # what the official script does with values it scores without a word
             "script scores them, however right their lanes; a loaded machine slows prediction",
     "h_samples": "give other h_samples than the ground truth: their x values are scored at the ground "
                  "truth's rows, as the official script scores them (it reads no h_samples from a submission)",
+    "no_gt": "hold no lanes: each scores accuracy 0 whatever is predicted, as the official script scores "
+             "them (test_tasks_0627.json holds none: score against test_label.json)",
 }
 
 
