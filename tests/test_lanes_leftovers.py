@@ -74,6 +74,20 @@ def test_resume_where_a_step_maps_to_other_frames_is_refused_in_one_line(small_d
     assert again["finished"] and again["step"] == 4
 
 
+def test_resume_from_a_checkpoint_past_this_runs_max_steps_is_refused_in_one_line(small_data, tmp_path, capsys):
+    """ckpt-4 resumed with --max-steps 2 logged '2 steps', then 'finished at step 4', and run.json
+    recorded max_steps 2 for a model trained 4 steps."""
+    out = tmp_path / "run"
+    assert run([*common(small_data, out), "--batch-size", "2"])["step"] == 4
+    capsys.readouterr()
+    with pytest.raises(SpecError) as err:
+        run([*common(small_data, out), "--batch-size", "2", "--max-steps", "2"])
+    message = str(err.value)
+    assert "\n" not in message and "is at step 4, past this run's 2 steps: give --max-steps 4 or more" in message
+    assert "dtrain: resumed from step" not in capsys.readouterr().out
+    assert run([*common(small_data, out), "--batch-size", "2", "--max-steps", "6"])["step"] == 6
+
+
 def test_cuda_graphs_asked_for_on_a_cpu_is_said_in_the_log_not_refused(small_data, tmp_path):
     """The same command runs on a workstation and on a GPU node: on a CPU --cuda-graphs changes
     nothing, and the log says so instead of keeping quiet."""

@@ -393,6 +393,10 @@ def restore(ckpt: Checkpointer, cfg: TrainConfig, model: SCNN, opt: torch.optim.
         refuse_another_data_position(resumed, plan, DATA_POSITION, samples="frames",
                                      fix="resume with the same processes, BATCH_SIZE, --seed and data, or start "
                                          "afresh: --no-resume, or another --out-dir (--checkpoint-dir)")
+        if resumed.step > plan["max_steps"]:  # it would report "finished at step N" past the plan it records
+            raise SpecError(f"checkpoint {resumed.path} is at step {resumed.step}, past this run's {plan['max_steps']} "
+                            f"steps: give --max-steps {resumed.step} or more (or --epochs) to go on, or start afresh: "
+                            f"--no-resume, or another --out-dir (--checkpoint-dir)")
 
     resumed = resume_on_every_rank(
         ckpt, info, model=model, optimizer=opt, accept=refuse_another_run,
