@@ -102,6 +102,21 @@ def serving(job_dir: Path, port: int) -> bool:
     return any(f"socket:[{inode}]" in sockets for inode in listening(port))
 
 
+def taken_by_another(job_dir: Path, port: int) -> bool:
+    """Whether something outside the job holds 127.0.0.1:`port` (so its Jupyter could not bind it):
+    a bind there fails (SO_REUSEADDR, as Jupyter binds: a closed connection's TIME_WAIT is no hold)
+    and no process of the job listens on it."""
+    import socket
+
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError as err:
+            return err.errno == errno.EADDRINUSE and not serving(job_dir, port)
+    return False
+
+
 def listening(port: int, table: str = "/proc/net/tcp") -> list[str]:
     """The inodes of the sockets listening on 127.0.0.1:`port` (IPv4, the address Jupyter binds)."""
     address = int.from_bytes(bytes([127, 0, 0, 1]), sys.byteorder)  # /proc/net/tcp prints it in host order

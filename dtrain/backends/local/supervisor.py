@@ -45,6 +45,7 @@ BACKOFF_MAX_S = 60.0
 REGISTER_S = 30.0  # a new supervisor waits this long for its starter to record its pid, else leaves
 ADOPT_S = 2.0  # a new job's supervisor records itself when its submit has not done so by then (killed)
 RECONCILE_S = 5.0  # a waiting supervisor looks this often for lost jobs that hold up its turn
+PORT_TRIES = 3  # a notebook whose port another program took before Jupyter bound it: Jupyter again, on a new port
 
 
 def free_port() -> int:
@@ -74,6 +75,7 @@ class Supervisor:
         self.owner = False  # set once the job's row names this process as its supervisor
         self.refused: str | None = None  # why the launcher was not started: no restart can help
         self.idle: str | None = None  # why an idle notebook was suspended (--idle-timeout)
+        self.port_taken: int | None = None  # the port another program took before the notebook's Jupyter bound it
 
     @property
     def storage(self):
@@ -99,9 +101,15 @@ class Supervisor:
         mounts = [launch.Mount(source=self.storage.volume_path(v.volume), target=v.mount_path,
                                read_only=v.read_only) for v in self.spec.resolved_volumes()]
         source = self._source_snapshot()
-        code = 1
+        code, port_tries = 1, 1
         while not self.stopping:
             code = self._run_once(mounts, groups, attempt)
+            if code != 0 and not self.stopping and self.port_taken is not None and port_tries < PORT_TRIES:
+                # Not the notebook's failure (Kubeflow's controller would start its pod again): no restart spent
+                port_tries += 1
+                self.store.add_event(self.name, "Running", f"another program took port {self.port_taken} before "
+                                     f"Jupyter listened on it; starting Jupyter again on a new port")
+                continue
             if code == 0 or self.stopping or attempt >= self.spec.max_restarts or self._hopeless():
                 break
             attempt += 1  # the one that failed is attempt - 1 (its DTRAIN_ATTEMPT, its launcher.log line)
@@ -209,6 +217,8 @@ class Supervisor:
                 self._stop_launcher()
             code = self._watch(attempt, access)
         signal_session(ident, signal.SIGKILL)  # the attempt is over: nothing of it may linger
+        self.port_taken = port if (access is not None and code != 0 and not self.stopping
+                                   and notebook.taken_by_another(self.job_dir, port)) else None
         return 128 - code if code < 0 else code
 
     def _watch(self, attempt: int, access: "notebook.NotebookAccess | None" = None) -> int:
@@ -295,6 +305,9 @@ class Supervisor:
                               exit_code=0, snapshot=snap.name, source_snapshot=source)
 
     def _failure_message(self, code: int) -> str:
+        if self.port_taken is not None:
+            return (f"Jupyter could not listen on 127.0.0.1:{self.port_taken}: another program took that port "
+                    f"({PORT_TRIES} ports tried); see 'dtrain logs {self.name}'")
         first = failing_rank(rank_records(self.job_dir))
         if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and self.spec.launcher != "none" and \
                 (first is None or first.get("signal") == "SIGTERM"):
