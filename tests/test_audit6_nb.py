@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 
+from conftest import Dtrain
 from dtrain.backends.local.notebook import taken_by_another
 
 
@@ -16,3 +17,16 @@ def test_a_port_is_taken_by_another_only_while_something_outside_the_job_holds_i
         port = squatter.getsockname()[1]
         assert taken_by_another(job_dir, port)  # the job has no process: the listener is another program's
     assert not taken_by_another(job_dir, port)  # closed: free again
+
+
+def test_notebook_list_names_the_volume_a_notebook_created_as_training_jobs_mount_it(dt: Dtrain):
+    """It showed `local:1Gi:/home/jovyan/work`, the flag, not the volume (pvc-NAME-0) to mount elsewhere."""
+    dt("volume", "create", "data")
+    dt("notebook", "made", "--pvc", "local:1Gi:/home/jovyan/work", "--pvc", "data:/data:ro")
+    try:
+        created = [v["name"] for v in dt.json("volume", "list")]
+        (row,) = [line for line in dt("notebook", "list").stdout.splitlines() if line.startswith("made ")]
+        new = next(name for name in created if name != "data")
+        assert f"{new}:/home/jovyan/work, data:/data:ro" in row, row
+    finally:
+        dt("delete", "made")

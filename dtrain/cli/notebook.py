@@ -119,8 +119,9 @@ def cmd_list(args, client: Client) -> int:
     if args.json:
         print(json.dumps([b.to_dict() for b in books], indent=2))
         return 0
+    # A volume the notebook created (--pvc CLASS:SIZE:MOUNT) by its name, the one a training job mounts
     rows = [[b.name, b.status.value, fmt.age(b.created), b.spec.project,
-             ", ".join(v.to_flag() for v in b.spec.volumes) or "-", b.spec.gpu] for b in books]
+             ", ".join(v.to_flag() for v in b.spec.resolved_volumes()) or "-", b.spec.gpu] for b in books]
     print(fmt.table(["NAME", "STATUS", "AGE", "PROJECT", "VOLUMES", "GPUs"], rows))
     return 0
 
