@@ -30,3 +30,15 @@ def test_notebook_list_names_the_volume_a_notebook_created_as_training_jobs_moun
         assert f"{new}:/home/jovyan/work, data:/data:ro" in row, row
     finally:
         dt("delete", "made")
+
+
+def test_a_suspended_notebook_says_what_resume_brings_back_not_a_checkpoint(dt: Dtrain):
+    """It said "'dtrain resume nb' starts it again from its last checkpoint": a notebook has none."""
+    dt("notebook", "paused")
+    try:
+        dt("suspend", "paused")
+        info = dt.json("describe", "job", "paused")
+        assert info["status"] == "Suspended" and "checkpoint" not in info["message"], info["message"]
+        assert "'dtrain resume paused' starts it again" in info["message"] and "files are kept" in info["message"]
+    finally:
+        dt("delete", "paused")

@@ -524,8 +524,10 @@ class LocalBackend(Backend):
         supervisor gets SIGTERM and passes it on; its devices are free once its processes are gone
         (they may still use them while they write their checkpoint)."""
         row = self.store.job(name)
+        again = ("(its kernels ended; its files are kept)" if json.loads(row["spec"]).get("notebook")
+                 else "from its last checkpoint")  # a notebook has no checkpoint to go on from
         if not self.store.set_status(name, "Suspended", f"suspended by the user; 'dtrain resume {name}' starts it "
-                                                        f"again from its last checkpoint", hold=True):
+                                                        f"again {again}", hold=True):
             raise ConflictError(f"job {name!r} is {self.store.status(name)}: only a Pending or Running job can "
                                 f"be suspended")
         self._stop(name, row)
