@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import socket
+import time
 
 from conftest import Dtrain
 from dtrain.backends.local.notebook import taken_by_another
@@ -42,3 +43,26 @@ def test_a_suspended_notebook_says_what_resume_brings_back_not_a_checkpoint(dt: 
         assert "'dtrain resume paused' starts it again" in info["message"] and "files are kept" in info["message"]
     finally:
         dt("delete", "paused")
+
+
+def test_open_of_a_resumed_notebook_waiting_for_gpus_says_it_waits(dt_gpus: Dtrain):
+    """It read the last start's port and said "not serving on port N yet (Jupyter is starting, or another
+    program holds the port): see 'dtrain logs q'", whose log was the last start's too."""
+    dt = dt_gpus
+    dt("notebook", "q", "--gpu", "1")
+    try:
+        dt.wait_for("q", {"Running"})
+        deadline = time.monotonic() + 60
+        while not (dt.home / "jobs" / "q" / "notebook.json").exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        dt("suspend", "q")
+        dt("notebook", "big", "--gpu", "2")
+        dt.wait_for("big", {"Running"})
+        dt("resume", "q")
+        assert dt.status("q") == "Pending"
+        opened = dt("notebook", "open", "q", check=False)
+        assert opened.returncode == 2 and opened.stdout == "", opened
+        assert opened.stderr.startswith("dtrain: error: notebook 'q' is Pending (") and "port" not in opened.stderr
+        assert "once it is Running" in opened.stderr and len(opened.stderr.splitlines()) == 1
+    finally:
+        dt("delete", "q", "big", check=False)

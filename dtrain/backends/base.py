@@ -407,6 +407,9 @@ class Backend(abc.ABC):
                                 f"('{dtrain}notebook {name} ...')")
         if info.status == JobStatus.SUSPENDED:
             raise ConflictError(f"notebook {name!r} is Suspended: start it again with '{dtrain}resume {name}'")
+        if info.status == JobStatus.PENDING:  # queued (for GPUs, a quota): a URL of an earlier start, or none
+            raise ConflictError(f"notebook {name!r} is Pending ({info.message or 'queued'}): open it once it is "
+                                f"Running (see '{dtrain}describe job {name}')")
         return self._notebook_url(info)
 
     def artifacts(self, name: str, *, to: str | Path) -> Path:
