@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
 import time
+from pathlib import Path
+
+import pytest
 
 from conftest import Dtrain
 from dtrain.backends.local.notebook import taken_by_another
@@ -66,3 +70,53 @@ def test_open_of_a_resumed_notebook_waiting_for_gpus_says_it_waits(dt_gpus: Dtra
         assert "once it is Running" in opened.stderr and len(opened.stderr.splitlines()) == 1
     finally:
         dt("delete", "q", "big", check=False)
+
+
+@pytest.mark.slow  # JupyterLab and a browser: about 20-40 s
+@pytest.mark.skipif(not (shutil.which("chromium") and shutil.which("chromedriver")),
+                    reason="chromium and chromedriver are not installed (scripts/setup.sh installs them)")
+def test_a_file_made_in_jupyterlab_in_a_browser_is_what_a_training_job_and_a_snapshot_read(dt: Dtrain, tmp_path):
+    """The Kubeflow notebooks flow, in a real browser: the URL `notebook open` prints opens JupyterLab;
+    a file the page saves (as its editor does: a contents API PUT with the page's _xsrf cookie) lands
+    on the volume, shows in the page's file browser, a snapshot taken while the notebook runs holds
+    it, and a training job mounting the same volume reads it."""
+    pytest.importorskip("jupyter_server", reason="notebooks need jupyter-server: pip install 'dtrain[notebook]'")
+    from test_dashboard_browser import chrome
+
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    dt("volume", "create", "shared")
+    dt("notebook", "lab", "--pvc", "shared:/home/jovyan/work")
+    try:
+        deadline = time.monotonic() + 90
+        while (opened := dt("notebook", "open", "lab", check=False)).returncode != 0:
+            assert time.monotonic() < deadline and dt.status("lab") in ("Pending", "Running"), opened.stderr
+            time.sleep(0.3)
+        url = opened.stdout.strip()
+        assert url.startswith("http://127.0.0.1:") and "token=" in url
+        with chrome() as driver:
+            driver.get(url)
+            WebDriverWait(driver, 60).until(lambda d: d.execute_script(
+                "return !!document.querySelector('.jp-DirListing-content')"))
+            assert "/lab" in driver.current_url and "JupyterLab" in driver.title
+            saved = driver.execute_async_script(
+                "const done = arguments[arguments.length - 1];"
+                "const xsrf = decodeURIComponent((document.cookie.match(/_xsrf=([^;]+)/) || [, ''])[1]);"
+                "fetch('/api/contents/notes.txt', {method: 'PUT', headers: {'Content-Type': 'application/json',"
+                " 'X-XSRFToken': xsrf}, body: JSON.stringify({type: 'file', format: 'text',"
+                " content: 'written in the browser\\n'})}).then(r => done(r.status), e => done(String(e)));")
+            assert saved == 201, saved
+            driver.refresh()  # the file browser lists the volume's folder
+            WebDriverWait(driver, 60).until(lambda d: "notes.txt" in d.execute_script(
+                "return Array.from(document.querySelectorAll('.jp-DirListing-itemName'))"
+                ".map(e => e.innerText.trim())"))
+        snap = dt.json("snapshot", "create", "shared", "--name", "while-open")
+        assert snap["name"] == "while-open" and dt.status("lab") == "Running"
+        dt("submit", "reader", "--pvc", "shared:/data:ro", "--", "cat", "/data/notes.txt")
+        assert dt.wait_for("reader", {"Succeeded", "Failed"})["status"] == "Succeeded"
+        assert "written in the browser" in dt("logs", "reader").stdout
+        dt("snapshot", "restore", "while-open", "--to", "copy")
+        restored = dt.json("volume", "describe", "copy")
+        assert (Path(restored["extra"]["path"]) / "notes.txt").read_text() == "written in the browser\n"
+    finally:
+        dt("delete", "lab", check=False)
