@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import socket
 import time
@@ -120,3 +121,27 @@ def test_a_file_made_in_jupyterlab_in_a_browser_is_what_a_training_job_and_a_sna
         assert (Path(restored["extra"]["path"]) / "notes.txt").read_text() == "written in the browser\n"
     finally:
         dt("delete", "lab", check=False)
+
+
+def test_a_notebook_whose_supervisor_was_killed_names_a_way_back_it_takes(dt: Dtrain):
+    """It said "no restarts left (--max-restarts 0)": `dtrain notebook` takes no --max-restarts."""
+    import signal
+
+    from test_fault_tolerance import supervisor_pid
+
+    dt("notebook", "crashed")
+    try:
+        dt.wait_for("crashed", {"Running"})
+        os.kill(supervisor_pid(dt.home, "crashed"), signal.SIGKILL)  # Jupyter dies with it (bwrap --die-with-parent)
+        deadline = time.monotonic() + 30
+        while "Failed" not in dt("notebook", "list").stdout:  # `notebook list` finds it lost, as `list` does
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        message = dt.json("describe", "job", "crashed")["message"]
+        assert message.startswith("lost: ") and "--max-restarts" not in message, message
+        assert "'dtrain delete crashed'" in message and "'dtrain notebook crashed ...'" in message
+        dt("delete", "crashed")
+        dt("notebook", "crashed")  # as the message says
+        dt.wait_for("crashed", {"Running"})
+    finally:
+        dt("delete", "crashed", check=False)

@@ -374,6 +374,9 @@ class LocalBackend(Backend):
                                                    f"checkpoint (restart {restart} of {spec.max_restarts})")
                 except EnvironmentError_:
                     pass  # the job is Failed, saying why: what listed it goes on
+            elif spec.notebook:  # `dtrain notebook` takes no --max-restarts: say what starts it again
+                self.store.set_status(name, "Failed", f"lost: {reason}; start it again: 'dtrain delete {name}' "
+                                      f"(its files are kept), then 'dtrain notebook {name} ...'")
             else:
                 self.store.set_status(name, "Failed", f"lost: {reason}" + (
                     f"; no restarts left (--max-restarts {spec.max_restarts})" if sup is not None else ""))
