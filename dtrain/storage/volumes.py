@@ -200,6 +200,12 @@ class Storage:
                     os.rename(folder, trash)
         folders.rmtree(trash)
 
+    def volume_roots(self) -> list[Path]:
+        """Every folder volumes live in: <home>/volumes, each configured class's root, and each root
+        a volume is recorded in (a class since taken out of config.yaml)."""
+        stored = [Path(r[0]) for r in self.conn.execute("SELECT DISTINCT root FROM volumes WHERE root IS NOT NULL")]
+        return list(dict.fromkeys([self.volumes_dir, *self.classes.values(), *stored]))
+
     def volume_path(self, name: str) -> Path:
         """The folder a job mounts (at /mnt in the reference setup), once no move is under way and
         no in-place restore is swapping it. The job's record is active before this is asked, so an

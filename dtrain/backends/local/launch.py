@@ -101,15 +101,34 @@ def shadow_args(mounts: list[Mount], *, lexists=os.path.lexists, listdir=os.list
 
 
 def sandbox_prefix(mounts: list[Mount], *, large_shm: bool, cwd: str, bwrap: str = "bwrap",
-                   shadows: list[str] = ()) -> list[str]:
-    """bubblewrap arguments: the host's root as is, plus the job's volumes and /dev/shm."""
+                   shadows: list[str] = (), hidden: Sequence[str] = ()) -> list[str]:
+    """bubblewrap arguments: the host's root as is, with the volume roots (`hidden`) covered by an
+    empty tmpfs, plus the job's volumes and /dev/shm. bubblewrap binds each volume from the host's
+    root as it was, so a volume inside a hidden root is still mounted where the job asked."""
     argv = [bwrap, "--dev-bind", "/", "/", "--die-with-parent", *shadows]
+    for root in hidden:  # after the shadows: a shadowed folder's entries bound back are covered too
+        argv += ["--tmpfs", root]
     # Parents first, whatever the flags' order: a volume at /a/b stays visible over one at /a.
     for m in sorted(mounts, key=lambda m: m.target.rstrip("/").count("/")):
         argv += ["--ro-bind" if m.read_only else "--bind", str(m.source), m.target]
     if large_shm:
         argv += ["--size", str(shm_size()), "--tmpfs", "/dev/shm"]
     return argv + ["--chdir", cwd, "--"]
+
+
+def hidden_roots(roots: Sequence[str | os.PathLike], *, cwd: str, mounts: Sequence[Mount],
+                 exists=os.path.isdir, realpath=os.path.realpath) -> list[str]:
+    """The volume roots (every storage class's folder) a job with volumes must not see: through them
+    it would reach every other volume, and the host folder of a volume it mounts read-only (which
+    it could then write). A root the job's working folder or dtrain's own Python lies in stays (the
+    job could not start), as does one that is not a folder (bubblewrap would make it on the host)."""
+    own = [cwd if behind(cwd, mounts)[0] is None else None, sys.prefix]
+    out = []
+    for root in dict.fromkeys(realpath(os.fspath(r)) for r in roots):
+        inside = [p for p in own if p and (p == root or p.startswith(root.rstrip("/") + "/"))]
+        if exists(root) and not inside:
+            out.append(root)
+    return out
 
 
 def rank_prefix(job_dir: Path, python: str = sys.executable) -> list[str]:
@@ -242,12 +261,14 @@ def job_path(path: str | None = None) -> str:
 
 def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices: list[list[str]],
          master_port: int, attempt: int = 0, notebook_token: str | None = None,
-         cores: Sequence[int] | None = None) -> LaunchPlan:
+         cores: Sequence[int] | None = None, hidden: Sequence[str] = ()) -> LaunchPlan:
     """A notebook (spec.notebook) serves on `master_port` with `notebook_token`: one process, no
-    rendezvous. `cores`: the cores the scheduler pinned this job to (none: its ranks are not pinned)."""
+    rendezvous. `cores`: the cores the scheduler pinned this job to (none: its ranks are not pinned).
+    `hidden`: folders the sandbox covers (hidden_roots)."""
     argv = launcher_argv(spec, job_dir=job_dir, master_port=master_port)
     if mounts or spec.large_shm:
-        argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd, shadows=shadow_args(mounts)) + argv
+        argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd, shadows=shadow_args(mounts),
+                              hidden=hidden) + argv
     env = job_env(spec, devices=devices, master_port=master_port, attempt=attempt, available=cores or [])
     # Where dtrain.training.MetricsWriter also writes, so the dashboard and /metrics find the curves.
     env.setdefault("DTRAIN_METRICS_FILE", str(job_dir / "metrics.jsonl"))

@@ -190,9 +190,11 @@ class Supervisor:
             access = notebook.NotebookAccess.new(port)
             notebook.write_access(self.job_dir, access)
             token = access.token
+        # A job with volumes sees only those: not the other volumes, nor the host folder of one it mounts :ro.
+        hidden = launch.hidden_roots(self.storage.volume_roots(), cwd=self.cwd, mounts=mounts) if mounts else []
         plan = launch.plan(self.spec, job_dir=self.job_dir, cwd=self.cwd, mounts=mounts, devices=groups,
                            master_port=port, attempt=attempt, notebook_token=token,
-                           cores=self.store.job_cores(self.name))
+                           cores=self.store.job_cores(self.name), hidden=hidden)
         _clear(self.job_dir / "ranks")  # this attempt's records only
         try:  # never through a link or into a fifo that the job's processes left at its name
             fd = open_log(self.job_dir, "launcher.log")
