@@ -37,3 +37,20 @@ def test_a_job_sees_only_its_volumes_and_cannot_write_one_mounted_read_only(dt: 
     assert (ro / "f").read_text() == "kept\n"  # neither through /data nor through its host folder
     assert "other's" not in logs and "kept" in logs  # the job reads its :ro volume, not others'
     assert (dt.home / "volumes" / "other" / "data" / "new").exists()  # its read-write volume works
+
+
+def test_artifacts_never_follows_a_linked_model_folder_nor_waits_on_a_fifo(dt: Dtrain, tmp_path):
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "private.txt").write_text("not the model's\n")
+    dt("submit", "linked", "--", "sh", "-c", f'ln -s {outside} "$DTRAIN_MODEL_DIR"')
+    dt("submit", "odd", "--", "sh", "-c", 'mkdir "$DTRAIN_MODEL_DIR"; echo w > "$DTRAIN_MODEL_DIR/w.pt"; '
+                                          'mkfifo "$DTRAIN_MODEL_DIR/pipe"; ln -s w.pt "$DTRAIN_MODEL_DIR/last.pt"')
+    for job in ("linked", "odd"):
+        assert dt.wait_for(job, {"Succeeded", "Failed"})["status"] == "Succeeded"
+    proc = dt("artifacts", "linked", "--to", str(tmp_path / "a"), check=False, timeout=30)
+    assert proc.returncode != 0 and "symbolic link" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    assert not (tmp_path / "a").exists()
+    proc = dt("artifacts", "odd", "--to", str(tmp_path / "b"), timeout=30)  # a fifo: left out, said, not waited on
+    assert (tmp_path / "b" / "w.pt").read_text() == "w\n" and os.readlink(tmp_path / "b" / "last.pt") == "w.pt"
+    assert not os.path.lexists(tmp_path / "b" / "pipe") and "pipe" in proc.stderr

@@ -9,8 +9,10 @@ refusal is one line naming the problem and the fix.
 from __future__ import annotations
 
 import errno
+import logging
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -74,17 +76,23 @@ def copy_tree(source: Path, into: Path) -> None:
     never followed; folders keep their times, set once their contents are in (as shutil.copytree
     does). Stops at the first error (shutil.copytree goes on past each, on a full disk through
     every file)."""
-    made = []
+    made, skipped = [], []
     for root, dirs, files in os.walk(source):
         here = into / os.path.relpath(root, source)
         for name in dirs + files:
             src, dst = os.path.join(root, name), here / name
-            if os.path.islink(src):
+            mode = os.lstat(src).st_mode
+            if stat.S_ISLNK(mode):
                 os.symlink(os.readlink(src), dst)
-            elif os.path.isdir(src):
+            elif stat.S_ISDIR(mode):
                 os.mkdir(dst)
                 made.append((src, dst))
-            else:
+            elif stat.S_ISREG(mode):
                 shutil.copy2(src, dst, follow_symlinks=False)
+            else:  # a fifo's open waits for a writer for ever, a device (/dev/zero) reads without end
+                skipped.append(os.path.relpath(src, source))
     for src, dst in [*reversed(made), (source, into)]:  # a folder after the ones inside it
         shutil.copystat(src, dst)
+    if skipped:
+        logging.getLogger(__name__).warning("dtrain: warning: %d fifo(s), socket(s) or device node(s) not copied "
+                                            "(not files a model is made of), e.g. %s", len(skipped), skipped[0])

@@ -574,6 +574,10 @@ class LocalBackend(Backend):
 
         self._get(name)
         source = self.home / "jobs" / name / "model"
+        if source.is_symlink():  # the job's processes can write its folder: a link there is never followed
+            raise ConflictError(f"the model folder of job {name!r} ({source}) is a symbolic link (to {os.readlink(source)}), "
+                                f"and artifacts copies only what the job wrote into it: copy that folder yourself "
+                                f"if you trust it; nothing was copied")
         if not source.is_dir():
             raise NotFoundError(f"job {name!r} wrote no model folder: save into $DTRAIN_MODEL_DIR in the job")
         return targets.filled(to, lambda staging: targets.copy_tree(source, staging))
