@@ -113,6 +113,9 @@ def test_notebook_writes_to_the_volume_a_job_then_reads(dt: Dtrain):
     listed = dt.json("notebook", "list")
     assert [(n["name"], n["status"], n["spec"]["notebook"]) for n in listed] == [("nb", "Running", True)]
     assert token not in dt("logs", "nb").stdout  # the token stays out of the world-readable logs
+    # The user's workspace, as their shell: its terminal sees the volumes where dtrain keeps them (a
+    # `dtrain snapshot create` run there reads them), where a training job sees only its own.
+    assert "work" in dt("exec", "nb", "--", "ls", str(dt.home / "volumes")).stdout.split()
 
     dt("submit", "reader", "--pvc", "work:/mnt:ro", "--", "python", "-c", "print(open('/mnt/notes.txt').read(), end='')")
     assert dt.wait_for("reader", {"Succeeded", "Failed"})["status"] == "Succeeded"
