@@ -26,12 +26,13 @@ import tarfile
 import urllib.error
 import urllib.parse
 import urllib.request
+import zlib
 from pathlib import Path, PurePosixPath
 
-from dtrain.errors import DataError, SpecError
+from dtrain.errors import DataError, SpecError, StorageError
 from dtrain.workloads.cifar10.data import PY_DIR, load_split
 from dtrain.workloads.cifar10.failure import CommandParser, reports_failure
-from dtrain.workloads.inputs import input_file, local_path, out_folder, split_url
+from dtrain.workloads.inputs import MACHINE_ERRNOS, input_file, local_path, out_folder, split_url
 
 URL = "https://www.cs.toronto.edu/~kriz/cifar-10-python.tar.gz"
 MD5 = "c58f30108f718f92721af3b95e74349a"  # the dataset page's md5sum of cifar-10-python.tar.gz
@@ -124,6 +125,13 @@ def _members(tf: tarfile.TarFile, archive: Path) -> list[tarfile.TarInfo]:
     return members
 
 
+def _read_to_end(tf: tarfile.TarFile) -> None:
+    """Read the rest of the archive's stream: tarfile ends its member list quietly at a cut or
+    corrupt block, so only the compressed stream's own end (its length and CRC) shows the damage."""
+    while tf.fileobj.read(CHUNK):
+        pass
+
+
 def extract(archive: Path, out: Path) -> Path:
     """Unpack the python batches of `archive` into out/cifar-10-batches-py (see the module doc)."""
     tmp = out / f".{PY_DIR}.{os.urandom(6).hex()}.tmp"
@@ -142,10 +150,18 @@ def extract(archive: Path, out: Path) -> Path:
                 fd = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
                 with src, os.fdopen(fd, "wb") as dst:
                     shutil.copyfileobj(src, dst, CHUNK)
-        for split in ("train", "test"):
-            load_split(tmp, split)  # DataError names a missing or damaged batch
+            _read_to_end(tf)
+        try:
+            for split in ("train", "test"):
+                load_split(tmp, split)  # DataError names a missing or damaged batch
+        except DataError as e:  # named as in the archive, not in the hidden folder removed below
+            raise DataError(f"archive {archive.name} is incomplete or damaged ({str(e).replace(str(tmp), PY_DIR)}); "
+                            "delete it and download again") from None
         os.rename(tmp, out / PY_DIR)
-    except (tarfile.TarError, EOFError, OSError) as e:
+    except (tarfile.TarError, EOFError, zlib.error, OSError) as e:
+        if isinstance(e, OSError) and e.errno in MACHINE_ERRNOS:  # the folder, not the archive
+            raise StorageError(f"cannot unpack {archive.name} into {out}: {e.strerror}; free some space or give "
+                               f"--out a folder you can write to ({archive} is kept)") from None
         raise DataError(f"archive {archive.name} is damaged ({e}); delete it and download again") from None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
