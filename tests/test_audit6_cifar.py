@@ -5,6 +5,8 @@ from __future__ import annotations
 import errno
 import hashlib
 import io
+import subprocess
+import sys
 import tarfile
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import pytest
 
 from dtrain.errors import DataError, StorageError
 from dtrain.workloads.cifar10 import download as dl
-from dtrain.workloads.cifar10.data import write_synthetic
+from dtrain.workloads.cifar10.data import load_split, write_synthetic
 from dtrain.workloads.cifar10.download import fetch_cifar10
 
 
@@ -77,3 +79,39 @@ def test_a_full_or_read_only_folder_is_not_blamed_on_the_archive(tmp_path, archi
                                            f"--out a folder you can write to \\({path} is kept\\)$"):
         fetch_cifar10(out, url=str(path), md5=md5)
     assert path.read_bytes() == archive and list(out.iterdir()) == []
+
+
+def test_the_python_archive_as_downloaded_is_data(tmp_path, archive):
+    # A SageMaker channel of the one file (fit({"training": "s3://.../cifar-10-python.tar.gz"})) or a
+    # folder holding the download: "no CIFAR10 batches ... create synthetic ones" before.
+    unpacked = tmp_path / "unpacked"
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tf:
+        tf.extractall(unpacked, filter="data")
+    (tmp_path / "channel").mkdir()
+    path, _ = _local(tmp_path / "channel", archive)
+    for given in (path.parent, path):
+        for split in ("train", "test"):
+            x, y = load_split(given, split)
+            ex, ey = load_split(unpacked, split)
+            assert (x == ex).all() and (y == ey).all() and len(y)
+    r = subprocess.run([sys.executable, "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(path.parent),
+                        "--model-dir", str(tmp_path / "out"), "--max-steps", "1", "--log-interval", "0"],
+                       capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "FINAL test_accuracy=" in r.stdout and "train_images=50" in r.stdout
+
+
+def test_a_damaged_or_foreign_archive_as_data_is_one_line(tmp_path, archive):
+    data = bytearray(archive)
+    for i in range(len(data) * 3 // 5, len(data) * 3 // 5 + 64):
+        data[i] ^= 0x55
+    path, _ = _local(tmp_path, bytes(data))
+    with pytest.raises(DataError, match=f"^{path}:cifar-10-batches-py/|^archive {path} cannot be read"):
+        load_split(tmp_path, "train")
+    other = tmp_path / "other" / "cifar-10-python.tar.gz"
+    other.parent.mkdir()
+    with tarfile.open(other, "w:gz") as tf:
+        info = tarfile.TarInfo("readme.txt")
+        tf.addfile(info, io.BytesIO(b""))
+    with pytest.raises(DataError, match=f"^archive {other} holds no cifar-10-batches-py/data_batch_1: it is not"):
+        load_split(other.parent, "train")

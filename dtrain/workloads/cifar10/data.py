@@ -29,6 +29,7 @@ import os
 import pickle
 import re
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -46,6 +47,8 @@ NUM_CLASSES = 10
 CLASSES = ("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck")
 MAX_IMAGES = 1_000_000  # synthetic images of one split (3 GB on disk, ~12 GB of float32 while drawn)
 NUM_TRAIN_BATCHES = 5
+ARCHIVE = "cifar-10-python.tar.gz"  # the dataset page's python archive, read as it is when not unpacked
+ARCHIVE_SUFFIXES = (".tar.gz", ".tgz", ".tar")
 
 # What a CIFAR pickle legitimately references: numpy array reconstruction (_reconstruct up to
 # protocol 4, _frombuffer for protocol 5's buffers), numpy scalars (labels saved as np.int64),
@@ -73,8 +76,12 @@ class _CifarUnpickler(pickle.Unpickler):
 def find_root(data_dir: str | os.PathLike, split: str = "train") -> tuple[Path, str]:
     """Locate the batch folder under `data_dir`; returns (folder, 'python' | 'binary'). For the test
     split a folder holding only test_batch is one too (a SageMaker 'test' channel); else the train
-    batches' folder, where _batch_files names a missing test_batch."""
+    batches' folder, where _batch_files names a missing test_batch. Without a batch folder, the
+    python archive itself (`data_dir` or `data_dir`/cifar-10-python.tar.gz) is (archive, 'archive'):
+    torchvision unpacks it where it lies, this reader reads its members in memory."""
     base = Path(data_dir)
+    if base.is_file() and base.name.endswith(ARCHIVE_SUFFIXES):
+        return base, "archive"  # the archive as downloaded (a SageMaker channel of one file)
     if base.exists() and not base.is_dir():
         raise DataError(f"CIFAR10 data folder {base} is a file, not a folder: give the folder holding {PY_DIR}/ "
                         f"or {BIN_DIR}/ (unpack cifar-10-python.tar.gz first)")
@@ -93,6 +100,8 @@ def find_root(data_dir: str | os.PathLike, split: str = "train") -> tuple[Path, 
     for folder in (base / BIN_DIR, base):
         if (folder / "data_batch_1.bin").is_file():
             return folder, "binary"
+    if (base / ARCHIVE).is_file():
+        return base / ARCHIVE, "archive"
     first = "test_batch" if split == "test" else "data_batch_1"
     raise DataError(
         f"no CIFAR10 batches in {base}: expected {PY_DIR}/{first} or {BIN_DIR}/{first}.bin "
@@ -133,9 +142,15 @@ def read_python_batch(path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
     path = Path(path)
     try:
         with open(path, "rb") as f:
-            batch = _CifarUnpickler(f, encoding="bytes").load()
+            return _read_python(f, path)
     except OSError as e:
         raise DataError(f"{path} cannot be read ({e.strerror or e}); check the file and its permissions") from None
+
+
+def _read_python(f, path: str | os.PathLike) -> tuple[np.ndarray, np.ndarray]:
+    """read_python_batch of an open binary stream; `path` names it in errors."""
+    try:
+        batch = _CifarUnpickler(f, encoding="bytes").load()
     except Exception as e:  # a damaged pickle raises many unrelated types (KeyError, OverflowError, ...)
         raise DataError(f"{path} is not a CIFAR10 python batch ({type(e).__name__}: {e}); re-download or regenerate it") from None
     if isinstance(batch, dict):  # str keys: a batch pickled again by Python 3 (torchvision reads those too)
@@ -196,9 +211,37 @@ def load_split(data_dir: str | os.PathLike, split: str) -> tuple[np.ndarray, np.
     if split not in ("train", "test"):
         raise SpecError(f"split {split!r} is not 'train' or 'test'")
     folder, fmt = find_root(data_dir, split)
+    if fmt == "archive":
+        return _load_archive(folder, split)
     read = read_binary_batch if fmt == "binary" else read_python_batch
     parts = [read(p) for p in _batch_files(folder, fmt, split)]
     return np.concatenate([x for x, _ in parts]), np.concatenate([y for _, y in parts])
+
+
+def _load_archive(archive: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
+    """The batches of `split` read from the python archive's members (cifar-10-batches-py/...)."""
+    import tarfile
+
+    name = re.compile(rf"^{PY_DIR}/(test_batch)\Z" if split == "test" else rf"^{PY_DIR}/data_batch_([1-9]\d*)\Z")
+    parts: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+    try:
+        with tarfile.open(archive, "r:*") as tf:
+            for m in tf:
+                if (found := name.match(m.name.removeprefix("./"))) and m.isfile():
+                    parts[found.group(1)] = _read_python(tf.extractfile(m), f"{archive}:{m.name}")
+            while tf.fileobj.read(1 << 20):  # to the stream's end: a cut or corrupt one raises here
+                pass
+    except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
+        raise DataError(f"archive {archive} cannot be read ({e}); download it again or unpack it with: "
+                        f"python -m dtrain.workloads.cifar10 download --out {archive.parent} --url {archive}") from None
+    wanted = ["test_batch"] if split == "test" else [str(i) for i in range(1, max(map(int, parts), default=1) + 1)]
+    missing = [w for w in wanted if w not in parts]
+    if missing:
+        batch = "test_batch" if split == "test" else f"data_batch_{missing[0]}"
+        raise DataError(f"archive {archive} holds no {PY_DIR}/{batch}: it is not the CIFAR10 python archive, or "
+                        "a damaged copy; download it again")
+    chosen = [parts[w] for w in wanted]
+    return np.concatenate([x for x, _ in chosen]), np.concatenate([y for _, y in chosen])
 
 
 # ---------------------------------------------------------------- synthetic data
