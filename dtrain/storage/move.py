@@ -97,11 +97,14 @@ class Mover:
             else:
                 self._forget(row)
             return
-        if row["state"] == "committed":
-            _remove(src)
-        else:
-            _remove(staging)
-            _remove(dst)  # a copy renamed into place before the commit; the name was free then
+        try:
+            if row["state"] == "committed":
+                _remove(src)
+            else:
+                _remove(staging)
+                _remove(dst)  # a copy renamed into place before the commit; the name was free then
+        except OSError as err:  # a disk gone read-only: the volume is whole where its row says; say what stays
+            _left_behind(row, err, committed=row["state"] == "committed")
         self._forget(row)
 
     # --- the move --------------------------------------------------------------------------
@@ -172,7 +175,10 @@ class Mover:
             raise
         self._switch(row, final=False)  # the commit point
         _checkpoint("committed")
-        _remove(src)
+        try:
+            _remove(src)
+        except OSError as err:  # the move is done; an old folder that cannot go (a read-only disk) is named
+            _left_behind(row, err, committed=True)
         _checkpoint("removed")
         self._forget(row)
 
@@ -210,6 +216,19 @@ class Mover:
         if row is not None:
             with db.transaction(self.conn):
                 self.conn.execute("DELETE FROM volume_moves WHERE volume = ?", (row["volume"],))
+
+
+def _left_behind(row: sqlite3.Row, err: OSError, *, committed: bool) -> None:
+    """Warn about the folder a finished or undone move could not remove. Raising instead failed the
+    move that had committed, and every later command (`volume list` included) in recovery, until
+    the disk was writable again: moving a volume off a disk that went read-only is when it matters."""
+    import logging
+
+    where = row["dst"] if committed else row["src"]
+    left = row["src"] if committed else f"{row['staging']} (or {row['dst']})"
+    logging.getLogger(__name__).warning(
+        "volume %r is in storage class %r (%s), whole; %s could not be removed (%s): remove it by hand",
+        row["volume"], row["dst_class"] if committed else row["src_class"], where, left, err.strerror or err)
 
 
 def _comparable(e: mf.Entry) -> tuple:

@@ -1,0 +1,83 @@
+"""Audit 6, storage classes: moving a volume off a disk gone read-only, unwritable class folders,
+and an update to the class the volume is already in."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import Dtrain
+from test_volume_classes import describe, entries, fill, tree_hash
+
+
+@pytest.fixture
+def fast_mount(tmp_path):
+    """A tmpfs (another file system than the home's) that the test can remount read-only."""
+    mnt = tmp_path / "tmpfs"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {proc.stderr.strip()}")
+    yield mnt
+    subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def remount(mnt: Path, mode: str) -> None:
+    subprocess.run(["mount", "-o", f"remount,{mode}", str(mnt)], check=True)
+
+
+@pytest.fixture
+def dtc(dt: Dtrain, fast_mount) -> Dtrain:
+    (dt.home / "config.yaml").write_text(yaml.safe_dump({"storage_classes": {"fast": str(fast_mount / "fast")}}))
+    return dt
+
+
+def test_moving_a_volume_off_a_disk_gone_read_only_succeeds_and_names_the_old_folder(dtc: Dtrain, fast_mount):
+    dtc("volume", "create", "work", "--class", "fast")
+    old = Path(describe(dtc, "work")["path"])
+    fill(old)
+    before = tree_hash(old)
+    remount(fast_mount, "ro")  # a failing disk remounted read-only: the moment to move its volumes off
+    try:
+        moved = dtc("volume", "update", "work", "--class", "local", check=False)
+        # The move committed: it says so (exit 0), and names the old folder it could not remove.
+        assert moved.returncode == 0, moved.stderr
+        assert "now in storage class 'local'" in moved.stdout
+        assert str(old.parent) in moved.stderr and "remove it by hand" in moved.stderr
+        assert "Traceback" not in moved.stderr
+        vol = describe(dtc, "work")
+        assert vol["storage_class"] == "local" and tree_hash(Path(vol["path"])) == before
+        # Later commands are not stuck retrying the removal on a read-only disk.
+        listed = dtc("volume", "list", check=False)
+        assert listed.returncode == 0 and "work" in listed.stdout and listed.stderr == ""
+        dtc("volume", "create", "other")
+    finally:
+        remount(fast_mount, "rw")
+    dtc("snapshot", "create", "work", "--name", "after")
+
+
+def test_a_move_killed_after_its_commit_on_a_read_only_disk_does_not_block_every_command(dtc: Dtrain, fast_mount):
+    dtc("volume", "create", "work", "--class", "fast")
+    fill(Path(describe(dtc, "work")["path"]))
+    before = tree_hash(Path(describe(dtc, "work")["path"]))
+    killed = Dtrain(dtc.home, {"DTRAIN_MOVE_KILL_AT": "committed"})("volume", "update", "work", "--class", "local",
+                                                                     check=False)
+    assert killed.returncode == -9, killed.stderr
+    remount(fast_mount, "ro")
+    try:
+        listed = dtc("volume", "list", check=False)  # recovery cannot remove the old folder: it says so once
+        assert listed.returncode == 0, listed.stderr
+        assert "remove it by hand" in listed.stderr and str(fast_mount / "fast" / "work") in listed.stderr
+        again = dtc("volume", "list", check=False)
+        assert again.returncode == 0 and again.stderr == ""
+        vol = describe(dtc, "work")
+        assert vol["storage_class"] == "local" and tree_hash(Path(vol["path"])) == before
+    finally:
+        remount(fast_mount, "rw")
+    assert entries(fast_mount / "fast") == {".dtrain-volumes", "work"}  # left, as the warning said
+
