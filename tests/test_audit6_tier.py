@@ -81,3 +81,19 @@ def test_a_move_killed_after_its_commit_on_a_read_only_disk_does_not_block_every
         remount(fast_mount, "rw")
     assert entries(fast_mount / "fast") == {".dtrain-volumes", "work"}  # left, as the warning said
 
+
+def test_a_class_folder_that_cannot_be_written_is_one_line(dt: Dtrain, fast_mount):
+    root = fast_mount / "fast"
+    root.mkdir()
+    (dt.home / "config.yaml").write_text(yaml.safe_dump({"storage_classes": {"fast": str(root)}}))
+    dt("volume", "create", "work")
+    remount(fast_mount, "ro")  # an existing, empty folder dtrain may not mark as its own
+    try:
+        for args in (("volume", "create", "v", "--class", "fast"), ("volume", "update", "work", "--class", "fast")):
+            proc = dt(*args, check=False)
+            assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+            assert "storage class 'fast'" in proc.stderr and str(root) in proc.stderr
+            assert len(proc.stderr.strip().splitlines()) == 1
+    finally:
+        remount(fast_mount, "rw")
+    assert describe(dt, "work")["storage_class"] == "local"

@@ -568,7 +568,11 @@ class Storage:
                 raise SpecError(f"storage class {storage_class!r}: {root} holds files dtrain did not put there; "
                                 f"give the class an empty folder of its own")
             if claim:
-                (root / ROOT_MARK).touch()
+                try:
+                    (root / ROOT_MARK).touch()
+                except OSError as err:  # a read-only disk or folder: one line, not a traceback
+                    raise SpecError(f"storage class {storage_class!r}: cannot write in its folder {root} "
+                                    f"({err.strerror}): {fix}") from None
         return root
 
     def _check_apart(self, storage_class: str, root: Path) -> None:
