@@ -97,3 +97,17 @@ def test_a_class_folder_that_cannot_be_written_is_one_line(dt: Dtrain, fast_moun
     finally:
         remount(fast_mount, "rw")
     assert describe(dt, "work")["storage_class"] == "local"
+
+
+def test_an_update_to_the_class_the_volume_is_in_says_nothing_moved(dtc: Dtrain):
+    dtc("volume", "create", "work")
+    path = describe(dtc, "work")["path"]
+    plan = yaml.safe_load(dtc("volume", "update", "work", "--class", "local", "--dry-run").stdout)
+    assert plan["method"].startswith("none")  # it planned a 'rename' of the folder onto itself
+    same = dtc("volume", "update", "work", "--class", "local")
+    assert "already in storage class 'local'" in same.stdout and "nothing moved" in same.stdout
+    assert dtc.json("volume", "update", "work", "--class", "local")["extra"]["moved"] is False
+    assert describe(dtc, "work")["path"] == path
+    moved = dtc.json("volume", "update", "work", "--class", "fast")
+    assert moved["extra"]["moved"] is True and moved["storage_class"] == "fast"
+    assert "is now in storage class 'local'" in dtc("volume", "update", "work", "--class", "local").stdout

@@ -62,6 +62,8 @@ def cmd_volume(args, client: Client) -> int:
         else:
             where = v.extra.get("path")
             said = f"volume '{v.name}' is now in storage class '{args.storage_class}'"
+            if v.extra.get("moved") is False:
+                said = f"volume '{v.name}' is already in storage class '{args.storage_class}': nothing moved"
             said += f" ({where})" if where else ""
         _print(v, said, args.json)
     elif args.action == "delete":

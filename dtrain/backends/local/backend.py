@@ -692,8 +692,11 @@ class LocalBackend(Backend):
 
     def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Move the volume to another class's root folder (storage/move.py), refused while jobs use it."""
-        return self._volume(self.storage.update_volume(name, storage_class=storage_class,
+        before = self.storage.get_volume(name).path
+        info = self._volume(self.storage.update_volume(name, storage_class=storage_class,
                                                        check_users=lambda: self._refuse_users(name)), measure=False)
+        info.extra["moved"] = info.extra["path"] != str(before)  # False: already there, as kubectl's "(no change)"
+        return info
 
     def _render_volume_update(self, name: str, *, storage_class: str) -> dict:
         vol = self.storage.get_volume(name)
@@ -702,9 +705,11 @@ class LocalBackend(Backend):
         while not there.exists():  # a class folder not made yet: the file system it will be made on
             there = there.parent
         same = os.stat(vol.path).st_dev == os.stat(there).st_dev
+        here = vol.storage_class == storage_class and vol.path.parent.parent == root  # Storage.update_volume's test
         return {"volume": name, "from_class": vol.storage_class, "to_class": storage_class,
                 "from": str(vol.path.parent), "to": str(root / name),
-                "method": "rename" if same else "copy, verified by hashing both trees"}
+                "method": "none (the volume is already in this class)" if here
+                else "rename" if same else "copy, verified by hashing both trees"}
 
     def _refuse_users(self, volume: str) -> None:
         writers, readers = [], []
