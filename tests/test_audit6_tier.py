@@ -111,3 +111,31 @@ def test_an_update_to_the_class_the_volume_is_in_says_nothing_moved(dtc: Dtrain)
     moved = dtc.json("volume", "update", "work", "--class", "fast")
     assert moved["extra"]["moved"] is True and moved["storage_class"] == "fast"
     assert "is now in storage class 'local'" in dtc("volume", "update", "work", "--class", "local").stdout
+
+
+def test_a_class_whose_disk_is_not_mounted_is_refused_not_claimed_again(dtc: Dtrain, fast_mount):
+    """The empty mount point of an unmounted class disk looked like a new class folder: a move or a
+    create there went to the disk beneath, hidden (Lost) once the class's disk was mounted again."""
+    dtc("volume", "create", "kept", "--class", "fast")
+    dtc("volume", "create", "work")
+    dtc("volume", "update", "work", "--class", "fast")
+    dtc("volume", "update", "work", "--class", "local")
+    subprocess.run(["umount", "-l", str(fast_mount)], check=True)
+    try:
+        (fast_mount / "fast").mkdir()  # the mount point's folder, empty on the disk beneath
+        assert describe(dtc, "kept")["status"] == "Lost"
+        for args in (("volume", "update", "work", "--class", "fast"), ("volume", "create", "new", "--class", "fast"),
+                     ("volume", "update", "work", "--class", "fast", "--dry-run")):
+            proc = dtc(*args, check=False)
+            assert proc.returncode != 0 and "is its disk mounted?" in proc.stderr and "kept" in proc.stderr, args
+            assert len(proc.stderr.strip().splitlines()) == 1
+        assert describe(dtc, "work")["storage_class"] == "local"
+        assert entries(fast_mount / "fast") == set()
+
+        dtc("volume", "delete", "kept")  # no volume there now: the class's earlier use still counts
+        proc = dtc("volume", "create", "new", "--class", "fast", check=False)
+        assert proc.returncode != 0 and "is its disk mounted?" in proc.stderr
+        (fast_mount / "fast" / ".dtrain-volumes").touch()  # the fix the message gives, for a folder emptied on purpose
+        dtc("volume", "update", "work", "--class", "fast")
+    finally:
+        subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(fast_mount)], check=True)

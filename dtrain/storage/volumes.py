@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS snapshots (
     storage_class TEXT NOT NULL, job TEXT, job_spec TEXT, source_snapshot TEXT,
     files INTEGER NOT NULL, bytes INTEGER NOT NULL, added_bytes INTEGER NOT NULL, method TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS snapshots_by_volume ON snapshots (volume_uid, created_ns);
+CREATE TABLE IF NOT EXISTS class_roots (root TEXT PRIMARY KEY);
 """
 DEFAULT_CLASS = "local"  # the class whose root is <home>/volumes
 ROOT_MARK = ".dtrain-volumes"  # in a class root: dtrain may tidy this folder
@@ -563,7 +564,9 @@ class Storage:
             except OSError as err:
                 raise SpecError(f"storage class {storage_class!r}: cannot make its folder {root} "
                                 f"({err.strerror}): {fix}") from None
+        real = os.path.realpath(root)
         if not (root / ROOT_MARK).exists():
+            self._check_not_unmounted(storage_class, root, real)
             if root.is_dir() and any(os.scandir(root)):
                 raise SpecError(f"storage class {storage_class!r}: {root} holds files dtrain did not put there; "
                                 f"give the class an empty folder of its own")
@@ -573,7 +576,23 @@ class Storage:
                 except OSError as err:  # a read-only disk or folder: one line, not a traceback
                     raise SpecError(f"storage class {storage_class!r}: cannot write in its folder {root} "
                                     f"({err.strerror}): {fix}") from None
+        if claim and self.conn.execute("SELECT 1 FROM class_roots WHERE root = ?", (real,)).fetchone() is None:
+            with db.transaction(self.conn):
+                self.conn.execute("INSERT OR IGNORE INTO class_roots VALUES (?)", (real,))
         return root
+
+    def _check_not_unmounted(self, storage_class: str, root: Path, real: str) -> None:
+        """A class folder dtrain used before that has lost its mark is most likely the empty mount
+        point of a disk not mounted now: claiming it put volumes on the disk beneath, hidden (and
+        Lost) once the class's disk was mounted over them again."""
+        there = sorted(r["name"] for r in self.conn.execute("SELECT name, root FROM volumes WHERE root IS NOT NULL")
+                       if os.path.realpath(r["root"]) == real)
+        used = self.conn.execute("SELECT 1 FROM class_roots WHERE root = ?", (real,)).fetchone() is not None
+        if there or used:
+            held = f" and volume(s) {', '.join(there[:5])} live there (listed Lost)" if there else ""
+            raise StorageError(f"storage class {storage_class!r}: its folder {root} lacks the file {ROOT_MARK} that "
+                               f"dtrain put there{held}: is its disk mounted? Mount it and retry; if you emptied "
+                               f"the folder on purpose, create {root / ROOT_MARK} (an empty file) to use it again")
 
     def _check_apart(self, storage_class: str, root: Path) -> None:
         """A class root neither lies inside nor holds the dtrain home or another class's root (where
