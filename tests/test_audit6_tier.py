@@ -139,3 +139,8 @@ def test_a_class_whose_disk_is_not_mounted_is_refused_not_claimed_again(dtc: Dtr
         dtc("volume", "update", "work", "--class", "fast")
     finally:
         subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(fast_mount)], check=True)
+
+
+def test_volume_create_help_says_a_local_size_is_not_enforced(dt: Dtrain):
+    out = " ".join(dt("volume", "create", "--help").stdout.split())
+    assert "not a quota" in out and "PVC's request" in out

@@ -171,7 +171,9 @@ def register(sub) -> None:
     vs = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = vs.add_parser("create", help="an empty volume")
     c.add_argument("name", help="volume name (lower-case letters, digits, '-')")
-    c.add_argument("--size", default="10Gi", help="a quantity such as 100Gi (default 10Gi)")
+    c.add_argument("--size", default="10Gi",
+                   help="a quantity such as 100Gi (default 10Gi); Kubernetes: the PVC's request; local: "
+                        "recorded only, not a quota (a volume may outgrow it; `volume list` shows USED)")
     c.add_argument("--class", dest="storage_class", help="storage class (local: 'local'; Kubernetes: a StorageClass)")
     c.add_argument("--json", action="store_true", help="print the new volume as one JSON object")
     c = vs.add_parser("update", help="change a volume's storage class (performance tier) in place")
