@@ -591,7 +591,7 @@ class Storage:
         if there or used:
             held = f" and volume(s) {', '.join(there[:5])} live there (listed Lost)" if there else ""
             raise StorageError(f"storage class {storage_class!r}: its folder {root} lacks the file {ROOT_MARK} that "
-                               f"dtrain put there{held}: is its disk mounted? Mount it and retry; if you emptied "
+                               f"marked it as used{held}: is its disk mounted? Mount it and retry; if you emptied "
                                f"the folder on purpose, create {root / ROOT_MARK} (an empty file) to use it again")
 
     def _check_apart(self, storage_class: str, root: Path) -> None:
