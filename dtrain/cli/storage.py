@@ -58,7 +58,8 @@ def cmd_volume(args, client: Client) -> int:
         v = client.update_volume(args.name, storage_class=args.storage_class)
         if v.extra.get("volume_attributes_class"):  # Kubernetes: the StorageClass stays, the tier changes
             said = (f"volume '{v.name}' now has VolumeAttributesClass '{args.storage_class}' (its storage class "
-                    f"stays; the storage system changes the tier in place)")
+                    f"stays; the storage system changes the tier in place, when it can: `{client.dtrain_for(v.backend)}"
+                    f"volume describe {v.name}` shows the class in effect)")
         else:
             where = v.extra.get("path")
             said = f"volume '{v.name}' is now in storage class '{args.storage_class}'"
