@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +39,45 @@ def _own_paths() -> dict[str, str]:
         for c in controllers.split(",") if controllers else [""]:
             out[c] = path
     return out
+
+
+# The name RankCgroup.create is given (rankrun's _cgroup): dtrain-<job>-a<attempt>-r<rank>-<wrapper pid>
+RANK_CGROUP = re.compile(r"dtrain-[a-z0-9-]+-a[0-9]+-r[0-9]+-[0-9]+")
+
+
+def outside_rank(path: str) -> str | None:
+    """Pure: the cgroup path above the first rank cgroup in `path`; None when `path` is in none."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if RANK_CGROUP.fullmatch(part):
+            return "/".join(parts[:i]) or "/"
+    return None
+
+
+def leave_rank_cgroups() -> None:
+    """Move this process out of a job's rank cgroup it was started in, to the cgroup above it.
+
+    A job submitted from inside another job (a notebook's terminal, a job that submits jobs) would
+    have its supervisor, and so all its ranks, inside that job's rank cgroup: under that job's
+    --memory and --cpu, and killed with whatever the rank left behind when it ends (rankrun stops
+    every process of its cgroup). Each job is its own, as a job submitted from a Kubeflow notebook
+    runs in pods of its own. Best effort: where the move is refused, the process stays."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return
+    for line in lines:
+        _id, controllers, path = line.split(":", 2)
+        above = outside_rank(path)
+        if above is None:
+            continue
+        mount = _v2_root() if not controllers else ROOT / controllers
+        if mount is None:
+            continue
+        try:
+            (mount / above.lstrip("/") / "cgroup.procs").write_text(str(os.getpid()))
+        except OSError:
+            pass
 
 
 def _v2_root() -> Path | None:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dtrain.errors import EnvironmentError_, SpecError
 from dtrain.names import shown
-from dtrain.spec import JobSpec
+from dtrain.spec import OWNED_ENV, JobSpec
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,6 +249,24 @@ def job_env(spec: JobSpec, *, devices: list[list[str]], master_port: int, attemp
     env["PATH"] = job_path()
     env.update(spec.env)
     return env
+
+
+# What a launcher sets for each of its processes: an OpenMPI rank's OMPI_* and PMIX_* (its MCA
+# settings too, which a user passes on with -e), a torchrun worker's TORCHELASTIC_*, GROUP_* and ROLE_*.
+_LAUNCHED_BY = (("OMPI_COMM_WORLD_SIZE", ("OMPI_", "PMIX_")),
+                ("TORCHELASTIC_RUN_ID", ("TORCHELASTIC_", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_")))
+
+
+def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """Pure: the submitter's environment less what dtrain or a launcher set for the job it runs in.
+
+    A job submitted from inside another (a notebook's terminal, a job that submits jobs) started with
+    that job's variables: its DTRAIN_MEMORY and DTRAIN_CPU limits and DTRAIN_RANK_CPUS cores (a job
+    without --memory was held to the notebook's), its Jupyter token, and an OpenMPI rank's variables,
+    with which mpirun refuses to start ("mpirun does not support recursive calls")."""
+    drop = {*OWNED_ENV, *notebook_env(Path("/"), 0, "")}
+    prefixes = tuple(p for marker, group in _LAUNCHED_BY if marker in environ for p in group)
+    return {k: v for k, v in environ.items() if k not in drop and not k.startswith(prefixes)}
 
 
 def job_path(path: str | None = None) -> str:

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 
 from dtrain.backends.local import launch, notebook, scheduler
+from dtrain.backends.local.cgroups import leave_rank_cgroups
 from dtrain.backends.local.devices import inventory
 from dtrain.procs import Ident, signal_session
 from dtrain.replace import replace_file
@@ -209,7 +210,7 @@ class Supervisor:
             out.flush()
             try:
                 # Its own session, so a lost launcher's tree can be found; it dies with us (PDEATHSIG).
-                self.proc = subprocess.Popen(plan.argv, env={**os.environ, **plan.env}, cwd=plan.cwd,
+                self.proc = subprocess.Popen(plan.argv, env={**launch.inherited_env(os.environ), **plan.env}, cwd=plan.cwd,
                                              stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
                                              start_new_session=True, preexec_fn=_die_with_parent)
             except OSError as err:
@@ -379,6 +380,7 @@ def _write_json(path: Path, data: dict) -> None:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     home, name = Path(argv[0]), argv[1]
+    leave_rank_cgroups()  # submitted from inside a job: this job is not that job's (its limits, its end)
     sup = Supervisor(home, name)
     try:
         return sup.run()
