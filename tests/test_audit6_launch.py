@@ -1,9 +1,10 @@
 """Audit 6, the local launchers (submit-dist, submit-mpi): what a job submitted from inside another
-job inherits."""
+job inherits, and what mpirun is told to pass on."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from dtrain.backends.local import launch
 from dtrain.backends.local.cgroups import outside_rank
@@ -28,6 +29,15 @@ def test_the_cgroup_above_a_rank_cgroup():
     assert outside_rank("/") is None
 
 
+def test_mpirun_passes_on_only_the_variables_the_job_has(tmp_path):
+    spec = JobSpec(name="m", command=("true",), processes=2, launcher="mpi", env={"BATCH_SIZE": "33"})
+    env = launch.job_env(spec, devices=[[], []], master_port=1234, attempt=0, available=[])
+    argv = launch.launcher_argv(spec, job_dir=tmp_path, master_port=1234, env=env)
+    exported = {argv[i + 1] for i, a in enumerate(argv) if a == "-x"}
+    assert {"BATCH_SIZE", "MASTER_ADDR", "MASTER_PORT", "DTRAIN_ATTEMPT"} <= exported
+    assert not exported & {"DTRAIN_MEMORY", "DTRAIN_CPU", "DTRAIN_RANK_CPUS"} - set(env)
+
+
 def test_an_mpi_job_submitted_from_an_mpi_rank_with_limits_runs_on_its_own(dt, home):
     """From inside a rank of an MPI job with --memory (as from a notebook's terminal): the new job's
     ranks saw the outer rank's DTRAIN_MEMORY (held to its limit), mpirun refused to start ("does not
@@ -41,3 +51,4 @@ def test_an_mpi_job_submitted_from_an_mpi_rank_with_limits_runs_on_its_own(dt, h
     assert info["status"] == "Succeeded", (info["message"], (home / "jobs/inner/launcher.log").read_text())
     lines = [json.loads(x)["text"] for x in dt("logs", "inner", "--json").stdout.splitlines()]
     assert sorted(lines) == ["mem=[] cpu=[] 0/2", "mem=[] cpu=[] 1/2"]
+    assert "could not find environment variable" not in Path(home / "jobs/inner/launcher.log").read_text()

@@ -136,8 +136,9 @@ def rank_prefix(job_dir: Path, python: str = sys.executable) -> list[str]:
 
 
 def launcher_argv(spec: JobSpec, *, job_dir: Path, master_port: int, python: str = sys.executable,
-                  mpirun: str = "mpirun") -> list[str]:
-    """The launcher command for the spec, wrapping every process in rankrun."""
+                  mpirun: str = "mpirun", env: Mapping[str, str] | None = None) -> list[str]:
+    """The launcher command for the spec, wrapping every process in rankrun. `env`: the job's
+    variables (job_env's), of which mpirun passes on those set (-x of an unset one: a warning)."""
     inner = rank_prefix(job_dir, python) + list(spec.command)
     if spec.launcher == "torchrun":
         # No torchrun restarts: the supervisor relaunches the whole gang, the same for every launcher,
@@ -152,7 +153,7 @@ def launcher_argv(spec: JobSpec, *, job_dir: Path, master_port: int, python: str
     if spec.launcher == "mpi":
         exported = ["MASTER_ADDR", "MASTER_PORT", "DTRAIN_RANK_DEVICES", "DTRAIN_RANK_CPUS", "DTRAIN_ATTEMPT",
                     "OMP_NUM_THREADS", "PYTHONUNBUFFERED", "DTRAIN_JOB_NAME", "DTRAIN_MEMORY", "DTRAIN_CPU", *spec.env]
-        flags = [x for k in dict.fromkeys(exported) for x in ("-x", k)]
+        flags = [x for k in dict.fromkeys(exported) if env is None or k in env for x in ("-x", k)]
         return [mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np",
                 str(spec.processes), *flags, *inner]
     return inner
@@ -283,11 +284,11 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
     """A notebook (spec.notebook) serves on `master_port` with `notebook_token`: one process, no
     rendezvous. `cores`: the cores the scheduler pinned this job to (none: its ranks are not pinned).
     `hidden`: folders the sandbox covers (hidden_roots)."""
-    argv = launcher_argv(spec, job_dir=job_dir, master_port=master_port)
+    env = job_env(spec, devices=devices, master_port=master_port, attempt=attempt, available=cores or [])
+    argv = launcher_argv(spec, job_dir=job_dir, master_port=master_port, env=env)
     if mounts or spec.large_shm:
         argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd, shadows=shadow_args(mounts),
                               hidden=hidden) + argv
-    env = job_env(spec, devices=devices, master_port=master_port, attempt=attempt, available=cores or [])
     # Where dtrain.training.MetricsWriter also writes, so the dashboard and /metrics find the curves.
     env.setdefault("DTRAIN_METRICS_FILE", str(job_dir / "metrics.jsonl"))
     if spec.notebook:
