@@ -216,11 +216,13 @@ _STORED = contextvars.ContextVar("dtrain_spec_stored", default=False)
 
 # Variables dtrain sets in every process from the job's own fields: what it was granted (the local
 # runtime enforces --memory and pins --cpu and --gpu from them: `-e DTRAIN_MEMORY=1Ei` lifted a 64Mi
-# limit, `-e DTRAIN_RANK_DEVICES=0,1` handed a job without --gpu two GPUs the scheduler gave others),
+# limit, `-e DTRAIN_RANK_DEVICES=0,1` handed a job without --gpu two GPUs the scheduler gave others;
+# `-e CUDA_VISIBLE_DEVICES=1` was replaced by the rank's own GPUs locally, and kept in a pod),
 # who it is, and the rank contract the launchers (torchrun, mpirun, the Kubeflow operators) set. A
 # user's value would win on one backend and lose on another, so none is taken from env.
 OWNED_ENV = {"DTRAIN_MEMORY": "--memory", "DTRAIN_CPU": "--cpu", "DTRAIN_RANK_CPUS": "--cpu",
-             "DTRAIN_RANK_DEVICES": "--gpu", "DTRAIN_ATTEMPT": "the restart count", "DTRAIN_JOB_NAME": "the job name",
+             "DTRAIN_RANK_DEVICES": "--gpu", "CUDA_VISIBLE_DEVICES": "--gpu (each process sees its own GPUs)",
+             "DTRAIN_ATTEMPT": "the restart count", "DTRAIN_JOB_NAME": "the job name",
              "DTRAIN_PROJECT": "the project (-p)", **dict.fromkeys(
                  ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"),
                  "the launcher and --processes")}

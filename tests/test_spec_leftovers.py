@@ -140,7 +140,8 @@ def test_describe_json_is_a_job_file_that_submits_the_same_job_again(dt, tmp_pat
 
 @pytest.mark.parametrize("name, flag", [("DTRAIN_MEMORY", "--memory"), ("DTRAIN_RANK_DEVICES", "--gpu"),
                                         ("DTRAIN_CPU", "--cpu"), ("DTRAIN_RANK_CPUS", "--cpu"),
-                                        ("RANK", "--processes"), ("MASTER_PORT", "--processes")])
+                                        ("RANK", "--processes"), ("MASTER_PORT", "--processes"),
+                                        ("CUDA_VISIBLE_DEVICES", "--gpu")])
 def test_env_names_dtrain_sets_from_the_job_are_refused(name, flag):
     # `-e DTRAIN_MEMORY=1Ei --memory 64Mi` ran under a 1Ei cgroup limit; `-e DTRAIN_RANK_DEVICES=0,1`
     # gave a job without --gpu both GPUs; `-e RANK=3` made a one-process job wait for ranks 0-2.
