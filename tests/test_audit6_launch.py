@@ -4,6 +4,7 @@ job inherits, and what mpirun is told to pass on."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 from dtrain.backends.local import launch
@@ -52,3 +53,20 @@ def test_an_mpi_job_submitted_from_an_mpi_rank_with_limits_runs_on_its_own(dt, h
     lines = [json.loads(x)["text"] for x in dt("logs", "inner", "--json").stdout.splitlines()]
     assert sorted(lines) == ["mem=[] cpu=[] 0/2", "mem=[] cpu=[] 1/2"]
     assert "could not find environment variable" not in Path(home / "jobs/inner/launcher.log").read_text()
+
+
+def test_a_job_with_its_own_path_still_gets_its_large_shm(dt):
+    """-e PATH without bubblewrap's folder: the launch ran `bwrap` through the job's PATH and the job
+    failed 'the launcher exited with code 127' (cannot start the launcher: No such file 'bwrap')."""
+    own = str(Path(sys.executable).parent)
+    dt("submit-dist", "shm", "--processes", "2", "--large-shm", "-e", f"PATH={own}", "--",
+       "python", "-c", "import os; print(os.statvfs('/dev/shm').f_blocks > 0)")
+    info = dt.wait_for("shm", {"Succeeded", "Failed"}, timeout=90)
+    assert info["status"] == "Succeeded", info["message"]
+
+
+def test_submit_mpi_names_the_path_given_with_e_when_mpirun_is_not_in_it(dt):
+    own = str(Path(sys.executable).parent)
+    proc = dt("submit-mpi", "m", "--processes", "2", "-e", f"PATH={own}", "--", "python", "-c", "1", check=False)
+    assert proc.returncode == 2 and "not in the PATH given with -e PATH" in proc.stderr
+    assert "not installed" not in proc.stderr and "--launcher" not in proc.stderr

@@ -287,8 +287,9 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
     env = job_env(spec, devices=devices, master_port=master_port, attempt=attempt, available=cores or [])
     argv = launcher_argv(spec, job_dir=job_dir, master_port=master_port, env=env)
     if mounts or spec.large_shm:
+        # bubblewrap is dtrain's, found where check_namespaces found it: not in the job's PATH (-e PATH)
         argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd, shadows=shadow_args(mounts),
-                              hidden=hidden) + argv
+                              bwrap=shutil.which("bwrap") or "bwrap", hidden=hidden) + argv
     # Where dtrain.training.MetricsWriter also writes, so the dashboard and /metrics find the curves.
     env.setdefault("DTRAIN_METRICS_FILE", str(job_dir / "metrics.jsonl"))
     if spec.notebook:
@@ -322,8 +323,12 @@ def check_tools(spec: JobSpec, *, cwd: str, path: str | None = None, mounts: Seq
     if host is not None:
         _check_program(cmd, host, mounts)
     if spec.launcher == "mpi" and not shutil.which("mpirun", path=search):
+        host = shutil.which("mpirun", path=job_path(path))
+        if "PATH" in spec.env and host:  # the job runs mpirun from its own PATH
+            raise SpecError(f"submit-mpi runs OpenMPI's mpirun, which is not in the PATH given with -e PATH: "
+                            f"add its folder ({os.path.dirname(host)}) to that PATH")
         raise EnvironmentError_("submit-mpi needs OpenMPI's mpirun, which is not installed: "
-                                "apt-get install openmpi-bin (or use --launcher torchrun)")
+                                "apt-get install openmpi-bin (or submit the job with submit-dist, which runs torchrun)")
     if spec.volumes or spec.large_shm:
         check_namespaces()
 
