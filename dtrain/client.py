@@ -292,8 +292,9 @@ class Client:
     def render_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None) -> list[dict]:
         return self.backend().render_snapshot(volume, name=name, job=job)
 
-    def render_restore(self, name: str, *, to: str | None = None, in_place: bool = False) -> list[dict]:
-        return self.backend().render_restore(name, to=to, in_place=in_place)
+    def render_restore(self, name: str, *, to: str | None = None, in_place: bool = False,
+                       storage_class: str | None = None) -> list[dict]:
+        return self.backend().render_restore(name, to=to, in_place=in_place, storage_class=storage_class)
 
     def list_volumes(self) -> list[VolumeInfo]:
         return self.backend().list_volumes()
@@ -323,8 +324,11 @@ class Client:
         return self.backend().get_snapshot(name)
 
     def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
-                         progress: Progress | None = None) -> VolumeInfo:
-        return self.backend().restore_snapshot(name, to=to, in_place=in_place, progress=progress)
+                         storage_class: str | None = None, progress: Progress | None = None) -> VolumeInfo:
+        """Into a new volume `to` in `storage_class` (None: the class the snapshot's volume was in;
+        `snapshot restore --class`), or over the snapshot's own volume with `in_place`."""
+        return self.backend().restore_snapshot(name, to=to, in_place=in_place, storage_class=storage_class,
+                                               progress=progress)
 
     def delete_snapshot(self, name: str) -> FreedInfo:
         return self.backend().delete_snapshot(name)

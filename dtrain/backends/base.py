@@ -484,15 +484,18 @@ class Backend(abc.ABC):
         return self._get_snapshot(name)
 
     def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
-                         progress: Progress | None = None) -> VolumeInfo:
-        """Into a new volume `to`, or over the snapshot's own volume with `in_place`."""
-        _check_restore(name, to, in_place)
-        return self._restore_snapshot(name, to=to, in_place=in_place, progress=progress)
+                         storage_class: str | None = None, progress: Progress | None = None) -> VolumeInfo:
+        """Into a new volume `to` (in `storage_class`; None: the class the snapshot's volume was
+        in), or over the snapshot's own volume with `in_place` (which keeps its class)."""
+        _check_restore(name, to, in_place, storage_class)
+        return self._restore_snapshot(name, to=to, in_place=in_place, storage_class=storage_class,
+                                      progress=progress)
 
-    def render_restore(self, name: str, *, to: str | None = None, in_place: bool = False) -> list[dict[str, Any]]:
+    def render_restore(self, name: str, *, to: str | None = None, in_place: bool = False,
+                       storage_class: str | None = None) -> list[dict[str, Any]]:
         """What `restore_snapshot` would send (`dtrain snapshot restore --dry-run`)."""
-        _check_restore(name, to, in_place)
-        return self._render_restore(name, to=to, in_place=in_place)
+        _check_restore(name, to, in_place, storage_class)
+        return self._render_restore(name, to=to, in_place=in_place, storage_class=storage_class)
 
     def delete_snapshot(self, name: str) -> FreedInfo:
         return self._delete_snapshot(name)
@@ -548,7 +551,7 @@ class Backend(abc.ABC):
     def _get_snapshot(self, name: str) -> SnapshotInfo: ...
 
     @abc.abstractmethod
-    def _restore_snapshot(self, name: str, *, to: str | None, in_place: bool,
+    def _restore_snapshot(self, name: str, *, to: str | None, in_place: bool, storage_class: str | None,
                           progress: Progress | None) -> VolumeInfo: ...
 
     @abc.abstractmethod
@@ -578,7 +581,8 @@ class Backend(abc.ABC):
     def _render_snapshot(self, volume: str, *, name: str | None, job: str | None) -> list[dict[str, Any]]:
         raise self._not_supported("a dry run of 'snapshot create'")
 
-    def _render_restore(self, name: str, *, to: str | None, in_place: bool) -> list[dict[str, Any]]:
+    def _render_restore(self, name: str, *, to: str | None, in_place: bool,
+                        storage_class: str | None) -> list[dict[str, Any]]:
         raise self._not_supported("a dry run of 'snapshot restore'")
 
     def _create_project(self, name: str, *, gpu_quota: int | None, no_gpu_quota: bool) -> None:
@@ -624,7 +628,7 @@ def _check_new_snapshot(name: str | None, job: str | None) -> None:
         check_name(job, "job")
 
 
-def _check_restore(name: str, to: str | None, in_place: bool) -> None:
+def _check_restore(name: str, to: str | None, in_place: bool, storage_class: str | None = None) -> None:
     if to is not None and in_place:
         raise SpecError(f"restore snapshot {name!r} into a new volume (--to NEW_VOLUME) or in place "
                         f"(--in-place), not both")
@@ -633,6 +637,13 @@ def _check_restore(name: str, to: str | None, in_place: bool) -> None:
                         f"--in-place (roll the volume back)")
     if to is not None:
         check_name(to, "volume")
+    if storage_class is not None:
+        if in_place:
+            raise SpecError(f"--class does not go with --in-place: an in-place restore of snapshot {name!r} keeps "
+                            f"its volume's storage class; change that with `dtrain volume update VOLUME --class "
+                            f"{storage_class}`, or restore into a new volume with --to NEW_VOLUME --class "
+                            f"{storage_class}")
+        check_storage_class(storage_class)
 
 
 def _whole(n) -> bool:

@@ -78,7 +78,8 @@ def cmd_snapshot(args, client: Client) -> int:
     if a == "create" and args.dry_run:
         print(fmt.plain_yaml(*client.render_snapshot(args.volume, name=args.name, job=args.job)), end="")
     elif a == "restore" and args.dry_run:
-        print(fmt.plain_yaml(*client.render_restore(args.name, to=args.to, in_place=args.in_place)), end="")
+        print(fmt.plain_yaml(*client.render_restore(args.name, to=args.to, in_place=args.in_place,
+                                                    storage_class=args.storage_class)), end="")
     elif a == "create":
         s = client.create_snapshot(args.volume, name=args.name, job=args.job, progress=_progress())
         _print(s, f"snapshot '{s.name}' of volume '{s.volume}' created"
@@ -94,9 +95,10 @@ def cmd_snapshot(args, client: Client) -> int:
         s = client.get_snapshot(args.name)
         _print(s, _snapshot_text(s), args.json)
     elif a == "restore":
-        v = client.restore_snapshot(args.name, to=args.to, in_place=args.in_place, progress=_progress())
-        _print(v, f"snapshot '{args.name}' restored " + ("in place" if args.in_place else f"into new volume '{v.name}'"),
-               args.json)
+        v = client.restore_snapshot(args.name, to=args.to, in_place=args.in_place, storage_class=args.storage_class,
+                                    progress=_progress())
+        _print(v, f"snapshot '{args.name}' restored " + ("in place" if args.in_place else f"into new volume '{v.name}'")
+               + (f" (class {v.storage_class})" if args.storage_class else ""), args.json)
     elif a == "delete":
         freed = client.delete_snapshot(args.name)
         _print(freed, f"snapshot '{args.name}' deleted" + _freed(freed), args.json)
@@ -217,6 +219,10 @@ def register(sub) -> None:
     where = c.add_mutually_exclusive_group()  # one of them: argparse names both when both are given
     where.add_argument("--to", metavar="NEW_VOLUME", help="create this volume from the snapshot (a clone)")
     where.add_argument("--in-place", action="store_true", help="roll the snapshot's volume back to it")
+    c.add_argument("--class", dest="storage_class",
+                   help="with --to: the new volume's storage class (default: the class of the snapshot's volume; "
+                        "local: a class of config.yaml's storage_classes; Kubernetes: the PVC's StorageClass); "
+                        "an in-place restore keeps the volume's class (change it with `volume update --class`)")
     c.add_argument("--json", action="store_true", help="print the restored volume as one JSON object")
     c = ss.add_parser("delete", help="delete a snapshot; data no other snapshot holds is freed")
     c.add_argument("name", help="the snapshot")

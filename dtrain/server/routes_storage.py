@@ -71,12 +71,13 @@ def delete_snapshot(request: Request, name: wire.SnapshotName):
              responses={**CHANGES, 201: {"model": wire.Volume, "description": "The new volume (`to`)"}})
 def restore_snapshot(request: Request, response: Response, name: wire.SnapshotName,
                      body: wire.RestoreTo | wire.RestoreInPlace):
-    """Into a new volume (`{"to": NAME}`: 201) or over the snapshot's own volume (`{"in_place": true}`:
-    200)."""
+    """Into a new volume (`{"to": NAME}`: 201; `"storage_class"` puts it in another class than the
+    snapshot's volume was in) or over the snapshot's own volume (`{"in_place": true}`: 200)."""
     to = body.to if isinstance(body, wire.RestoreTo) else None
     if to is not None:
         response.status_code = 201
-    return wire.Volume.model_validate(client(request).restore_snapshot(name, to=to, in_place=to is None))
+    return wire.Volume.model_validate(client(request).restore_snapshot(name, to=to, in_place=to is None,
+                                                                       storage_class=body.storage_class))
 
 
 @router.post("/snapshots/{name}/verify", response_model=wire.VerifyReport, responses=CHANGES)

@@ -264,12 +264,16 @@ class RestoreTo(_In):
 
     to: str = Field(pattern=NAME, description="the new volume to fill from the snapshot")
     in_place: Literal[False] = False
+    storage_class: str | None = Field(None, pattern=CLASS, max_length=253, description="the new volume's storage "
+                                      "class (`--class`); default: the class of the snapshot's volume")
 
 
 class RestoreInPlace(_In):
     """Roll the snapshot's own volume back (refused while a job uses it)."""
 
     in_place: Literal[True]
+    storage_class: str | None = Field(None, description="refused (422): an in-place restore keeps the volume's "
+                                      "class; change it with PATCH /volumes/{name}")
 
 
 RESTORE_BODY = ('send {"to": "NEW_VOLUME"} to restore into a new volume, or {"in_place": true} to roll the '

@@ -292,17 +292,22 @@ class Storage:
         return [self._snapshot(r) for r in self.conn.execute(sql + " ORDER BY created_ns, name", args)]
 
     def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
+                         storage_class: str | None = None,
                          in_use_by: Sequence[str] | Callable[[], Sequence[str]] = (),
                          progress: Progress | bool | None = None) -> Volume:
-        """Into a new volume `to` (which records origin_snapshot=name), or over the snapshot's
-        own volume when `in_place` (refused while jobs in `in_use_by` use it: a callable is asked
-        again under the volume's lock, just before the swap)."""
+        """Into a new volume `to` (which records origin_snapshot=name) in `storage_class` (None:
+        the snapshot's class), or over the snapshot's own volume when `in_place`, which keeps its
+        class (refused while jobs in `in_use_by` use it: a callable is asked again under the
+        volume's lock, just before the swap)."""
         if (to is None) == (not in_place):
             raise SpecError(f"restore of snapshot {name!r}: give exactly one of a new volume name "
                             f"(--to NAME) or in-place restore (--in-place)")
+        if in_place and storage_class is not None:
+            raise SpecError(f"restore of snapshot {name!r}: an in-place restore keeps the volume's storage class; "
+                            f"move it with `dtrain volume update VOLUME --class {storage_class}`")
         snap = self.get_snapshot(name)
         if to is not None:
-            return self._clone(snap, to, size=None, storage_class=None, labels={}, progress=progress)
+            return self._clone(snap, to, size=None, storage_class=storage_class, labels={}, progress=progress)
         return self._restore_in_place(snap, in_use_by, progress)
 
     def delete_snapshot(self, name: str) -> Freed:
@@ -365,9 +370,8 @@ class Storage:
     def _clone(self, snap: Snapshot, to: str, *, size: str | None, storage_class: str | None,
                labels: dict, progress) -> Volume:
         check_name(to, "volume")
-        if storage_class is None:  # the snapshot's class, where this machine still has it
-            known = snap.storage_class == DEFAULT_CLASS or snap.storage_class in self.classes
-            storage_class = snap.storage_class if known else DEFAULT_CLASS
+        if storage_class is None:
+            storage_class = self.snapshot_class(snap)
         root = self.class_root(storage_class)
         self._ensure_free(to)
         self._collect()
@@ -387,6 +391,12 @@ class Storage:
             folders.rmtree(staging)
         (root / to / PENDING).unlink(missing_ok=True)
         return self.get_volume(to)
+
+    def snapshot_class(self, snap: Snapshot) -> str:
+        """The class a restore of `snap` into a new volume goes to without --class: the class its
+        volume was in, where this machine still has it, else the default."""
+        known = snap.storage_class == DEFAULT_CLASS or snap.storage_class in self.classes
+        return snap.storage_class if known else DEFAULT_CLASS
 
     def in_place_target(self, snap: Snapshot) -> Volume:
         """The volume an in-place restore of `snap` writes over: the one it was taken of, still

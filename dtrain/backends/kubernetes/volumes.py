@@ -230,8 +230,9 @@ class VolumeVerbs:
     def _get_snapshot(self, name: str) -> SnapshotInfo:
         return snapshot_info(self._snapshot(name))
 
-    def _render_restore(self, name: str, *, to: str | None, in_place: bool) -> list[dict]:
-        """A new PVC `to` provisioned from the snapshot; Kubernetes cannot roll a PVC back in place."""
+    def _render_restore(self, name: str, *, to: str | None, in_place: bool, storage_class: str | None) -> list[dict]:
+        """A new PVC `to` provisioned from the snapshot, its storageClassName `storage_class` (None:
+        the source volume's); Kubernetes cannot roll a PVC back in place."""
         if in_place:
             raise SpecError(f"in-place restore of {name!r} is not possible on Kubernetes (a PVC cannot be "
                             f"rolled back): restore into a new volume with --to NEW and mount that")
@@ -244,13 +245,14 @@ class VolumeVerbs:
                                 f"{name}' says Ready, or delete it and take a new one")
         if self._exists(to):
             raise self._taken(to)
-        size, storage_class = self._restore_size(snap)
+        size, source_class = self._restore_size(snap)
+        storage_class = storage_class or source_class
         return [render_restore(name, to, project=self.config.project, size=size, storage_class=storage_class,
                                config=self.config)]
 
-    def _restore_snapshot(self, name: str, *, to: str | None, in_place: bool,
+    def _restore_snapshot(self, name: str, *, to: str | None, in_place: bool, storage_class: str | None,
                           progress: Progress | None) -> VolumeInfo:
-        [pvc] = self._render_restore(name, to=to, in_place=in_place)
+        [pvc] = self._render_restore(name, to=to, in_place=in_place, storage_class=storage_class)
         try:
             made = volume_info(self._create_new(pvc, PVC, "volume"))
         except ConflictError:  # made meanwhile, since _render_restore looked

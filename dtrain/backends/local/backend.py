@@ -679,12 +679,17 @@ class LocalBackend(Backend):
         return [{"backend": self.name, "create": "snapshot", "volume": volume,
                  "name": name or f"{volume}-<UTC time>", "job": job}]
 
-    def _render_restore(self, name, *, to, in_place):
+    def _render_restore(self, name, *, to, in_place, storage_class):
         snap = self.storage.get_snapshot(name)
         if in_place:  # refused as the restore would be
-            self.storage.in_place_target(snap)
-        return [{"backend": self.name, "restore": name, "into": snap.volume if in_place else to,
-                 "in_place": in_place}]
+            target = self.storage.in_place_target(snap)
+            return [{"backend": self.name, "restore": name, "into": target.name, "in_place": True,
+                     "storage_class": target.storage_class}]
+        if storage_class is None:  # as Storage._clone picks it: the snapshot's, where this machine has it
+            storage_class = self.storage.snapshot_class(snap)
+        root = self.storage.class_root(storage_class, claim=False)  # an unknown class: the restore's one line
+        return [{"backend": self.name, "restore": name, "into": to, "in_place": False,
+                 "storage_class": storage_class, "path": str(root / to)}]
 
     def _create_volume(self, name, *, size, storage_class):
         return self._volume(self.storage.create_volume(name, size=size, storage_class=storage_class or "local"),
@@ -750,7 +755,7 @@ class LocalBackend(Backend):
     def _get_snapshot(self, name):
         return self._snapshot(self.storage.get_snapshot(name))
 
-    def _restore_snapshot(self, name, *, to, in_place, progress):
+    def _restore_snapshot(self, name, *, to, in_place, storage_class, progress):
         users = ()
         if in_place:
             volume = self.storage.get_snapshot(name).volume
@@ -758,8 +763,8 @@ class LocalBackend(Backend):
                 raise ConflictError(f"cannot restore {name!r} in place while job(s) {', '.join(jobs)} use the "
                                     f"volume; wait for them or delete them first")
             users = functools.partial(self.volume_users, volume, suspended=False)  # asked again before the swap
-        return self._volume(self.storage.restore_snapshot(name, to=to, in_place=in_place, in_use_by=users,
-                                                          progress=progress), measure=False)
+        return self._volume(self.storage.restore_snapshot(name, to=to, in_place=in_place, storage_class=storage_class,
+                                                          in_use_by=users, progress=progress), measure=False)
 
     def _delete_snapshot(self, name):
         freed = self.storage.delete_snapshot(name)
