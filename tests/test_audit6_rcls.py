@@ -168,3 +168,11 @@ def test_sagemaker_keeps_its_refusal():
         be.restore_snapshot("s", to="v", storage_class="fast")
     with pytest.raises(DtrainError, match="sagemaker backend does not support a dry run"):
         be.render_restore("s", to="v", storage_class="fast")
+
+
+def test_volume_create_dry_run_refuses_an_unknown_class_as_the_create_does(dtc):
+    create = dtc("volume", "create", "x", "--class", "nope", check=False)
+    dry = dtc("volume", "create", "x", "--class", "nope", "--dry-run", check=False)
+    assert (dry.returncode, dry.stderr) == (create.returncode, create.stderr) and dry.returncode == 2
+    plan = yaml.safe_load(dtc("volume", "create", "x", "--class", "fast", "--dry-run").stdout)
+    assert plan["storage_class"] == "fast" and "fast" in plan["path"]

@@ -671,8 +671,9 @@ class LocalBackend(Backend):
 
     # A local dry run has no manifest to print: it says what would be made, after the same checks.
     def _render_volume(self, name, *, size, storage_class):
+        root = self.storage.class_root(storage_class or "local", claim=False)  # an unknown class: create's line
         return [{"backend": self.name, "create": "volume", "name": name, "size": size,
-                 "storage_class": storage_class or "local"}]
+                 "storage_class": storage_class or "local", "path": str(root / name)}]
 
     def _render_snapshot(self, volume, *, name, job):
         self.storage.get_volume(volume)
