@@ -90,6 +90,9 @@ def test_cli_refusals_are_one_line_and_change_nothing(dtc):
         r = dtc("snapshot", "restore", "s1", "--in-place", "--class", "fast", *extra, check=False)
         assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and IN_PLACE in r.stderr
         assert "volume update" in r.stderr and "Traceback" not in r.stderr
+    for extra in ((), ("--dry-run",)):  # a name taken: the dry run printed a plan the restore then refused
+        taken = dtc("snapshot", "restore", "s1", "--to", "work", *extra, check=False)
+        assert taken.returncode == 2 and "volume 'work' already exists" in taken.stderr, extra
     assert [v["name"] for v in json.loads(dtc("volume", "list", "--json").stdout)] == ["work"]
     help_text = " ".join(dtc("snapshot", "restore", "--help").stdout.split())
     assert "--class" in help_text and "default: the class of the snapshot's volume" in help_text

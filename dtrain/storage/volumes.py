@@ -100,10 +100,10 @@ class Storage:
         if origin_snapshot is not None:
             return self._clone(self.get_snapshot(origin_snapshot), name, size=size,
                                storage_class=storage_class, labels=labels, progress=progress)
-        self._ensure_free(name)
+        self.ensure_free(name)
         self._collect()
         with db.transaction(self.conn):
-            self._ensure_free(name)
+            self.ensure_free(name)
             self._ensure_no_folder(name, root)
             (root / name).mkdir()
             (root / name / PENDING).touch()
@@ -373,7 +373,7 @@ class Storage:
         if storage_class is None:
             storage_class = self.snapshot_class(snap)
         root = self.class_root(storage_class)
-        self._ensure_free(to)
+        self.ensure_free(to)
         self._collect()
         self._ensure_no_folder(to, root)
         staging = root / folders.staging_name("tmp")
@@ -383,7 +383,7 @@ class Storage:
             with self.engine.pin(), reporter(progress, f"restore {snap.name}") as cb:
                 self.engine.materialize(self._load(snap), staging / "data", progress=cb)
             with db.transaction(self.conn):
-                self._ensure_free(to)
+                self.ensure_free(to)
                 self._ensure_no_folder(to, root)  # rename(2) would replace an empty one silently
                 os.rename(staging, root / to)
                 self._insert_volume(to, size or snap.volume_size, storage_class, snap.name, labels, root)
@@ -524,7 +524,7 @@ class Storage:
             name = f"{stem}-{n}"
         return name
 
-    def _ensure_free(self, name: str) -> None:
+    def ensure_free(self, name: str) -> None:
         if self.conn.execute("SELECT 1 FROM volumes WHERE name = ?", (name,)).fetchone():
             raise ConflictError(f"volume {name!r} already exists: choose another name or delete it "
                                 f"first (dtrain volume delete {name})")

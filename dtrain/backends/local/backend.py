@@ -30,7 +30,7 @@ from dtrain.backends.base import (Backend, Event, FreedInfo, JobCount, JobInfo, 
 from dtrain.backends.local.store import ACTIVE, QUEUED, SNAPSHOTTING, UNFINISHED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError, StorageError
-from dtrain.names import require_project
+from dtrain.names import check_name, require_project
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
 # The job machinery (the supervisor's helpers, launchers, cgroups, GPU inventory, notebooks) is
@@ -689,6 +689,8 @@ class LocalBackend(Backend):
         if storage_class is None:  # as Storage._clone picks it: the snapshot's, where this machine has it
             storage_class = self.storage.snapshot_class(snap)
         root = self.storage.class_root(storage_class, claim=False)  # an unknown class: the restore's one line
+        check_name(to, "volume")
+        self.storage.ensure_free(to)  # a name taken: the restore's one line, not a plan that cannot run
         return [{"backend": self.name, "restore": name, "into": to, "in_place": False,
                  "storage_class": storage_class, "path": str(root / to)}]
 
