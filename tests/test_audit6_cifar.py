@@ -14,18 +14,11 @@ import pytest
 
 from dtrain.errors import DataError, StorageError
 from dtrain.workloads.cifar10 import download as dl
-from dtrain.workloads.cifar10.data import load_split, write_synthetic
+from dtrain.workloads.cifar10.data import load_split
 from dtrain.workloads.cifar10.download import fetch_cifar10
+from test_cifar10_download import archive  # noqa: F401  (the fixture: a small dataset packed as the official archive is)
 
 
-@pytest.fixture(scope="module")
-def archive(tmp_path_factory) -> bytes:
-    root = tmp_path_factory.mktemp("src")
-    write_synthetic(root, fmt="python", n_train=50, n_test=10, seed=4)
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w:gz") as tf:
-        tf.add(root / "cifar-10-batches-py", arcname="cifar-10-batches-py")
-    return buf.getvalue()
 
 
 def _local(tmp_path: Path, data: bytes) -> tuple[Path, str]:

@@ -3,28 +3,21 @@ and an update to the class the volume is already in."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
-from conftest import Dtrain
+from conftest import Dtrain, tmpfs
 from test_volume_classes import describe, entries, fill, tree_hash
 
 
 @pytest.fixture
 def fast_mount(tmp_path):
     """A tmpfs (another file system than the home's) that the test can remount read-only."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mnt)], capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {proc.stderr.strip()}")
-    yield mnt
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with tmpfs(tmp_path / "tmpfs", "size=64m") as mnt:
+        yield mnt
 
 
 def remount(mnt: Path, mode: str) -> None:

@@ -18,20 +18,14 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import DTRAIN, Dtrain
+from conftest import DTRAIN, Dtrain, tmpfs
 
 
 @pytest.fixture
 def fast_root(tmp_path):
     """A tmpfs: a different file system from the dtrain home's."""
-    mnt = tmp_path / "tmpfs"
-    mnt.mkdir()
-    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256m", "tmpfs", str(mnt)], capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN): {proc.stderr.strip()}")
-    yield mnt / "fast"
-    subprocess.run(["umount", "-l", str(mnt)], check=False)
+    with tmpfs(tmp_path / "tmpfs", "size=256m") as mnt:
+        yield mnt / "fast"
 
 
 @pytest.fixture
