@@ -38,7 +38,8 @@ def test_killing_a_jobs_ranks_removes_their_cgroups_once_the_processes_are_down(
     (job_dir / "ranks").mkdir(parents=True)
     cgroups, procs = [], []
     for rank in range(3):
-        cg = _cgroup(f"cleanup-r{rank}")
+        cg = RankCgroup.create(f"dtrain-job-a{time.monotonic_ns()}-r{rank}-{os.getpid()}", memory=64 << 20, cpu=1.0)
+        assert cg is not None  # named as rankrun names a rank cgroup of job 'job' (kill_ranks takes no other)
         proc = subprocess.Popen([sys.executable, "-c", BUSY], preexec_fn=cg.join)
         cgroups.append(cg)
         procs.append(proc)
@@ -61,6 +62,24 @@ def test_killing_a_jobs_ranks_removes_their_cgroups_once_the_processes_are_down(
             proc.kill()
             proc.wait()
             cg.remove(wait_s=2)
+
+
+def test_a_rank_record_names_only_its_own_rank_cgroup():
+    """A job can rewrite its rank records: one naming another cgroup (another job's, a folder outside
+    /sys/fs/cgroup holding a cgroup.procs of its choosing) would have steered delete's SIGKILL."""
+    from dtrain.backends.local.ranks import rank_cgroup
+
+    def record(path: str, rank: int = 1) -> dict:
+        return {"rank": rank, "cgroup": {"mode": "v1", "paths": [["memory", path]]}}
+
+    own = "/sys/fs/cgroup/memory/dtrain-train-a0-r1-123"
+    assert rank_cgroup(record(own), "train").paths == (("memory", Path(own)),)
+    for path in ("/tmp/dtrain-train-a0-r1-123", "/sys/fs/cgroup/memory/dtrain-other-a0-r1-123",
+                 "/sys/fs/cgroup/memory/dtrain-train-a0-r2-123", "/sys/fs/cgroup/memory/../../../tmp/dtrain-train-a0-r1-1",
+                 "/sys/fs/cgroup/memory/user.slice", "sys/fs/cgroup/memory/dtrain-train-a0-r1-123"):
+        assert rank_cgroup(record(path), "train") is None, path
+    assert rank_cgroup({"rank": 1, "cgroup": {"paths": "x"}}, "train") is None
+    assert rank_cgroup({"rank": 1, "cgroup": {"paths": [3, [1, 2]]}}, "train") is None
 
 
 @cgroups

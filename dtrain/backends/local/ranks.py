@@ -15,6 +15,7 @@ import signal
 import stat
 from pathlib import Path
 
+from dtrain.backends.local.cgroups import ROOT as CGROUPS_ROOT
 from dtrain.backends.local.cgroups import RankCgroup
 from dtrain.procs import Ident, signal_process, signal_session
 from dtrain.replace import open_for_append, open_regular
@@ -134,7 +135,7 @@ def kill_ranks(job_dir: Path, sig: int = signal.SIGKILL) -> None:
     for rec in rank_records(job_dir):
         signal_process(Ident.from_record(rec.get("wrapper") or {}), sig)
         signal_session(Ident.from_record(rec), sig)
-        cgroup = rank_cgroup(rec)
+        cgroup = rank_cgroup(rec, job_dir.name)
         if cgroup is not None:  # a cgroup named after this job's rank holds only its processes
             for pid in cgroup.pids():
                 try:
@@ -145,12 +146,22 @@ def kill_ranks(job_dir: Path, sig: int = signal.SIGKILL) -> None:
             cgroup.remove(wait_s=KILLED_WAIT_S if sig == signal.SIGKILL else 0.0)
 
 
-def rank_cgroup(rec: dict) -> RankCgroup | None:
+def rank_cgroup(rec: dict, job: str) -> RankCgroup | None:
+    """The rank's cgroup as its record names it: only a folder under /sys/fs/cgroup named as rankrun
+    names this job's rank cgroups (dtrain-<job>-a<attempt>-r<rank>-<wrapper pid>), so a record a job
+    rewrote cannot point `delete` at the processes of another cgroup."""
     cg = rec.get("cgroup")
-    if not isinstance(cg, dict):
+    if not isinstance(cg, dict) or not isinstance(cg.get("paths"), list):
         return None
-    paths = tuple((c, Path(p)) for c, p in cg.get("paths", []) if Path(p).name.startswith("dtrain-"))
+    name = re.compile(rf"dtrain-{re.escape(job)}-a[0-9]+-r{rec.get('rank')!s}-[0-9]+")
+    paths = tuple((c, Path(p)) for c, p in (e for e in cg["paths"] if isinstance(e, list | tuple) and len(e) == 2)
+                  if isinstance(c, str) and isinstance(p, str) and _under_cgroups(p) and name.fullmatch(Path(p).name))
     return RankCgroup(mode=cg.get("mode", "v1"), paths=paths) if paths else None
+
+
+def _under_cgroups(path: str) -> bool:
+    parts = Path(path).parts
+    return os.path.isabs(path) and ".." not in parts and Path(path).is_relative_to(CGROUPS_ROOT)
 
 
 CLAIM = "claim:"  # a supervisor_start token naming a command that is replacing a lost supervisor
