@@ -143,3 +143,37 @@ def test_the_http_api_answers_a_locked_database_with_the_clis_line_not_a_500(tmp
         holder.wait()
         server.stop()
     assert "team" not in Dtrain(home)("project", "list").stdout
+
+
+def test_the_last_status_is_written_again_while_the_database_stays_locked(monkeypatch, capsys):
+    """A database held locked past the busy timeout when a job ended made the supervisor's last write
+    fail: it exited with a traceback and the job read 'lost' without its exit code."""
+    import sqlite3
+
+    from dtrain import db
+    from dtrain.backends.local import supervisor
+
+    monkeypatch.setattr(db, "_opened", set())
+    monkeypatch.setattr(supervisor.time, "sleep", lambda s: None)
+    tries = []
+
+    def write():
+        tries.append(1)
+        if len(tries) < 3:
+            raise sqlite3.OperationalError("database is locked")
+        return "written"
+
+    assert supervisor.written_when_unlocked(write, what="job j's end", give_up_s=60) == "written"
+    assert len(tries) == 3
+    said = capsys.readouterr().err.splitlines()
+    assert len(said) == 2 and said[0].startswith("could not record job j's end yet: ") and "trying again" in said[0]
+
+    def failing(message: str):
+        def write():
+            raise sqlite3.OperationalError(message)
+        return write
+
+    with pytest.raises(sqlite3.OperationalError, match="disk I/O"):  # not a lock: not retried
+        supervisor.written_when_unlocked(failing("disk I/O error"), what="x", give_up_s=60)
+    with pytest.raises(sqlite3.OperationalError, match="locked"):  # given up at the deadline
+        supervisor.written_when_unlocked(failing("database is locked"), what="x", give_up_s=0)

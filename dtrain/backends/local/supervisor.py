@@ -30,6 +30,7 @@ import threading
 import time
 from pathlib import Path
 
+from dtrain import db
 from dtrain.backends.local import launch, notebook, scheduler
 from dtrain.backends.local.cgroups import leave_rank_cgroups
 from dtrain.backends.local.devices import inventory
@@ -46,6 +47,7 @@ BACKOFF_MAX_S = 60.0
 REGISTER_S = 30.0  # a new supervisor waits this long for its starter to record its pid, else leaves
 ADOPT_S = 2.0  # a new job's supervisor records itself when its submit has not done so by then (killed)
 RECONCILE_S = 5.0  # a waiting supervisor looks this often for lost jobs that hold up its turn
+FINAL_WRITE_S = 600.0  # how long the job's last status is retried while another process holds the database
 PORT_TRIES = 3  # a notebook whose port another program took before Jupyter bound it: Jupyter again, on a new port
 
 
@@ -282,33 +284,41 @@ class Supervisor:
             return None
 
     def _finish(self, code: int, source: str | None) -> None:
+        """Record how the job ended (taking its snapshot first where asked). The record is retried
+        while another process holds the database past its busy timeout: given up, the job would
+        read "lost" at the next command, without its exit code or snapshot."""
+        def set_status(*args, **kw):
+            return written_when_unlocked(lambda: self.store.set_status(*args, **kw), what=f"job {self.name}'s end",
+                                         give_up_s=FINAL_WRITE_S, stopping=lambda: self.stopping)
         if self.stopping:
             return  # dtrain delete already recorded Deleted
         if self.refused is not None:
-            self.store.set_status(self.name, "Failed", self.refused, exit_code=code)
+            set_status(self.name, "Failed", self.refused, exit_code=code)
             return
         if code != 0:
             first = failing_rank(rank_records(self.job_dir))
-            self.store.set_status(self.name, "Failed", self._failure_message(code),
-                                  exit_code=first["exit_code"] if first else code)
+            set_status(self.name, "Failed", self._failure_message(code),
+                       exit_code=first["exit_code"] if first else code)
             return
         volume = self.spec.snapshot_volume
         lost = [r for r in rank_records(self.job_dir) if r.get("log_error")]  # exited 0 before the stop came
         if volume is None:
-            self.store.set_status(self.name, "Succeeded", "all processes exited 0" + "".join(
+            set_status(self.name, "Succeeded", "all processes exited 0" + "".join(
                 f"; rank {r['rank']}'s log is incomplete: {r['log_error']}" for r in lost), exit_code=0)
             return
-        self.store.add_event(self.name, "Running", SNAPSHOTTING + volume)  # the lost supervisor's last word
+        written_when_unlocked(lambda: self.store.add_event(self.name, "Running", SNAPSHOTTING + volume),
+                              what=f"job {self.name}'s snapshot", give_up_s=FINAL_WRITE_S,
+                              stopping=lambda: self.stopping)  # the lost supervisor's last word
         try:
             snap = self.storage.create_snapshot(volume, job=self.name, job_spec=self.spec.to_dict(),
                                                 source_snapshot=source)
         except Exception as err:  # the training result stays on the volume; say how to snapshot it
-            self.store.set_status(self.name, "Failed", f"training succeeded but the snapshot of volume {volume} "
-                                  f"failed: {err}; take it with 'dtrain snapshot create {volume} --job {self.name}'",
-                                  exit_code=0)
+            set_status(self.name, "Failed", f"training succeeded but the snapshot of volume {volume} "
+                       f"failed: {err}; take it with 'dtrain snapshot create {volume} --job {self.name}'",
+                       exit_code=0)
             return
-        self.store.set_status(self.name, "Succeeded", f"all processes exited 0; snapshot {snap.name}",
-                              exit_code=0, snapshot=snap.name, source_snapshot=source)
+        set_status(self.name, "Succeeded", f"all processes exited 0; snapshot {snap.name}",
+                   exit_code=0, snapshot=snap.name, source_snapshot=source)
 
     def _failure_message(self, code: int) -> str:
         if self.port_taken is not None:
@@ -375,6 +385,21 @@ def _clear(folder: Path) -> None:
 
 def _write_json(path: Path, data: dict) -> None:
     replace_file(path, json.dumps(data))
+
+
+def written_when_unlocked(write, *, what: str, give_up_s: float, stopping=lambda: False, wait_s: float = 5.0):
+    """`write()`, again every `wait_s` while it fails because another process holds the database
+    locked past the busy timeout (said on stderr: supervisor.log), for at most `give_up_s`."""
+    deadline = time.monotonic() + give_up_s
+    while True:
+        try:
+            return write()
+        except Exception as err:
+            locked = db.lock_refused(err)
+            if locked is None or stopping() or time.monotonic() + wait_s > deadline:
+                raise
+            print(f"could not record {what} yet: {locked}; trying again in {wait_s:g} s", file=sys.stderr, flush=True)
+            time.sleep(wait_s)
 
 
 def main(argv: list[str] | None = None) -> int:
