@@ -798,6 +798,7 @@ NOTEBOOK_SERVER = ("jupyter-lab", "--ServerApp.ip=127.0.0.1", "--ServerApp.open_
 def notebook_spec(name: str, *, volumes=(), **fields: Any) -> JobSpec:
     """`dtrain notebook NAME --pvc VOLUME:/home/jovyan/work`: a one-process job running Jupyter,
     rooted at the first volume's mount path (the Kubeflow notebook images' /home/jovyan)."""
+    check_name(name, "notebook")  # its own word in the message; the job's rule
     volumes = tuple(parse_pvc(v) if isinstance(v, str) else v for v in volumes)
     root = (f"--ServerApp.root_dir={volumes[0].mount_path}",) if volumes else ()
     if volumes:  # the server and its terminals work in the workspace volume, as a Kubeflow notebook's

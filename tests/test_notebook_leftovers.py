@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Dtrain
+from conftest import Dtrain, assert_usage_error
 
 pytest.importorskip("jupyter_server", reason="notebooks need jupyter-server: pip install 'dtrain[notebook]'")
 
@@ -225,3 +225,8 @@ def test_a_flag_before_the_name_says_where_it_goes(dt: Dtrain):
                                                                f"notebook's name (or the action): dtrain notebook NAME")
         assert len(proc.stderr.splitlines()) == 1
     assert dt.json("list", "-A") == []
+
+
+def test_a_notebook_name_that_breaks_the_rule_is_called_a_notebook_name(dt: Dtrain):
+    refused = dt("notebook", "Bad_Name", check=False)
+    assert_usage_error(refused, "invalid notebook name 'Bad_Name': use 1-53 lower-case letters")
