@@ -161,8 +161,9 @@ class Client:
         return expired
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None, since: float | None = None,
-             follow: bool = False) -> Iterator[LogLine]:
-        return self.backend().logs(name, rank=rank, tail=tail, since=since, follow=follow)
+             follow: bool = False, previous: bool = False) -> Iterator[LogLine]:
+        """The current attempt's lines (kubectl's current container's); `previous`: the attempt before's."""
+        return self.backend().logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous)
 
     def wait(self, name: str, *, timeout: float | None = None) -> JobInfo:
         return self.backend().wait(name, timeout=timeout)

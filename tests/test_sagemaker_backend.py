@@ -356,3 +356,20 @@ def test_an_aws_job_may_not_take_the_name_of_a_local_one(clients, code, tmp_path
                               "it rather than this one: submit under a new name")
     assert clients.s3.list_objects_v2(Bucket=CFG.bucket, Prefix="dtrain/twin/").get("KeyCount") == 0
     assert "twin" not in [j["TrainingJobName"] for j in clients.sagemaker.list_training_jobs()["TrainingJobSummaries"]]
+
+
+def test_logs_previous_is_a_hosts_stream_before_its_newest(clients):
+    """A retry (RetryStrategy, --max-restarts) starts the container again: a new stream per host;
+    `logs --previous` reads the one before each host's newest, as kubectl's --previous."""
+    be = SageMakerBackend(CFG, clients=clients)
+    group = _job_with_a_log_group(clients, "moto-retry", 1)
+    t = int(time.time() * 1000) - 60_000
+    with pytest.raises(NotFoundError, match="no previous attempt"):
+        clients.logs.create_log_stream(logGroupName=group, logStreamName="moto-retry/algo-1-1767225600")
+        clients.logs.put_log_events(logGroupName=group, logStreamName="moto-retry/algo-1-1767225600",
+                                    logEvents=[{"timestamp": t, "message": "try 0"}])
+        list(be.logs("moto-retry", previous=True))
+    clients.logs.create_log_stream(logGroupName=group, logStreamName="moto-retry/algo-1-1767225700")
+    clients.logs.put_log_events(logGroupName=group, logStreamName="moto-retry/algo-1-1767225700",
+                                logEvents=[{"timestamp": t + 10, "message": "try 1"}])
+    assert [ln.text for ln in be.logs("moto-retry", previous=True)] == ["try 0"]

@@ -314,8 +314,15 @@ class Backend(abc.ABC):
                 [j for j in jobs if not j.status.terminal])
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None,
-             since: float | None = None, follow: bool = False) -> Iterator[LogLine]:
-        """Lines of one rank (or all), oldest first; `since` is unix seconds; `follow` streams."""
+             since: float | None = None, follow: bool = False, previous: bool = False) -> Iterator[LogLine]:
+        """Lines of one rank (or all), oldest first, of the job's current (latest) attempt, as
+        kubectl shows the current container's; `previous`: of the attempt before it (kubectl logs
+        --previous), an error when there was none; `since` is unix seconds; `follow` streams."""
+        if not isinstance(previous, bool) or not isinstance(follow, bool):
+            raise SpecError(f"invalid previous {previous!r} or follow {follow!r}: use true or false")
+        if previous and follow:
+            raise SpecError("--previous cannot be followed: the previous attempt has ended; drop -f to print its "
+                            "lines, or drop --previous to follow the current attempt")
         info = self._get(name)  # unknown job -> NotFoundError before any output
         if rank is not None and (not _whole(rank) or not 0 <= rank < info.spec.processes):
             raise SpecError(f"invalid rank {rank!r}: job {name!r} has {info.spec.processes} process(es), "
@@ -325,7 +332,7 @@ class Backend(abc.ABC):
         if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))
                                   or not math.isfinite(since)):  # NaN or infinity broke Kubernetes' sinceSeconds
             raise SpecError(f"invalid since {shown(since)}: use a unix time in seconds, e.g. --since 10m")
-        return self._logs(name, rank=rank, tail=tail, since=since, follow=follow)
+        return self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None) -> JobInfo:
         """Block until the job is terminal; the only wait loop in dtrain. `poll`: seconds between
@@ -520,7 +527,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
-              follow: bool) -> Iterator[LogLine]: ...
+              follow: bool, previous: bool) -> Iterator[LogLine]: ...
 
     @abc.abstractmethod
     def _delete(self, name: str) -> JobInfo: ...

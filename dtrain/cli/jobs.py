@@ -347,7 +347,8 @@ def cmd_logs(args, client: Client) -> int:
     info = _get(args, client, args.name)
     many = rank is None and info.spec.processes > 1
     printed = False
-    for line in client.logs(args.name, rank=rank, tail=args.tail, since=since, follow=args.follow):
+    for line in client.logs(args.name, rank=rank, tail=args.tail, since=since, follow=args.follow,
+                            previous=args.previous):
         printed = True
         if args.json:
             sys.stdout.write(json.dumps({"rank": line.rank, "time": line.time, "text": line.text}) + "\n")
@@ -493,6 +494,9 @@ def register(sub) -> None:
     p.add_argument("name", help="the job")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing new lines until the job ends or is suspended")
+    p.add_argument("--previous", action="store_true",
+                   help="the lines of the attempt before the current one, after a restart (--max-restarts); "
+                        "without it, the current attempt's")
     p.add_argument("-t", "--tail", type=int, metavar="N", help="only the last N lines")
     p.add_argument("--rank", help="a process rank, or 'all' (default: all)")
     when = p.add_mutually_exclusive_group()  # as Run:AI's: one or the other

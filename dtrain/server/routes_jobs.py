@@ -115,17 +115,21 @@ RANK = Annotated[int | None, Query(ge=0, le=100_000, description="one rank's lin
 TAIL = Annotated[int | None, Query(ge=0, le=100_000, description="only the last lines")]
 SINCE = Annotated[float | None, Query(ge=0, le=wire.MAX_TIME, description="only lines written at or after this "
                                                                            "unix time (seconds)")]
+PREVIOUS = Annotated[bool, Query(description="the lines of the attempt before the current one (kubectl logs "
+                                             "--previous): after a restart (--max-restarts)")]
 
 
 @router.get("/jobs/{name}/logs", response_model=list[wire.LOG_ITEM], responses=LONG)
-async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TAIL = None, since: SINCE = None):
-    """The lines written so far (of one rank with `rank`), oldest first.
+async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TAIL = None, since: SINCE = None,
+               previous: PREVIOUS = False):
+    """The lines written so far (of one rank with `rank`), oldest first: of the job's current
+    (latest) attempt, or with `previous` of the attempt before it (404 when it never restarted).
 
     The list is sent as it is read, so a long log costs the server a few blocks, never the whole log.
     A read that fails after some lines were read (a pod that cannot start, beside pods that wrote
     lines) keeps them: the last item is then `{error, kind}`, as `dtrain logs` prints the lines and
     then the error. A failure before any line (an unknown job: 404) is the answer's status."""
-    pump = _Pump(request.app.state, name, rank, tail, since, follow=False)
+    pump = _Pump(request.app.state, name, rank, tail, since, follow=False, previous=previous)
     first = await pump.start()
 
     async def items():
@@ -297,10 +301,11 @@ class _Pump:
     from a short queue, so that the server holds a few batches of a long log, never all of it.
     """
 
-    def __init__(self, state, name: str, rank: int | None, tail: int | None, since: float | None, *, follow: bool):
+    def __init__(self, state, name: str, rank: int | None, tail: int | None, since: float | None, *, follow: bool,
+                 previous: bool = False):
         """`state`: the app's (its clients, streams and stopping event)."""
         self.clients, self.streams, self.stopping, self.name = state.clients, state.streams, state.stopping, name
-        self.query = {"rank": rank, "tail": tail, "since": since, "follow": follow}
+        self.query = {"rank": rank, "tail": tail, "since": since, "follow": follow, "previous": previous}
         self.batch = 1 if follow else BATCH
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=1000 if follow else 4)
         self.loop = asyncio.get_running_loop()

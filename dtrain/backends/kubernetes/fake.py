@@ -377,13 +377,20 @@ class FakeCluster:
                                               f'ContainerCreating')
         stamps = _go_bool(query.get("timestamps"))
         lines = self.logs.get((namespace, name), [])
+        if _go_bool(query.get("previous")):  # the kubelet keeps the container's instance before this one
+            instance = _restarts(pod) - 1
+            if instance < 0 or _go_bool(query.get("follow")):
+                container = pod["spec"]["containers"][0]["name"]
+                return _status(400, "BadRequest", f'previous terminated container "{container}" in pod "{name}" '
+                                                  f'not found')
+            lines = [x for x in lines if x[4] == instance]
         if "sinceSeconds" in query:
             cutoff = time.time() - int(query["sinceSeconds"])
             lines = [x for x in lines if x[0] >= cutoff]
         if "tailLines" in query:
             lines = lines[-int(query["tailLines"]):] if int(query["tailLines"]) else []
 
-        def render(t: float, text: str, end: str, starts: bool) -> bytes:
+        def render(t: float, text: str, end: str, starts: bool, _instance: int = 0) -> bytes:
             return ((rfc3339(t, nanos=True) + " " if stamps and starts else "") + text + end).encode()
 
         if not _go_bool(query.get("follow")):
@@ -483,7 +490,9 @@ class FakeCluster:
         with self.lock:
             lines = self.logs.setdefault((namespace, pod), [])
             starts = not lines or lines[-1][2].endswith("\n")
-            lines.append((time.time() if at is None else at, text, end, starts))
+            pod_obj = self.objects.get(("", "pods", namespace, pod))
+            # which instance of the container wrote it (its restart count then): `previous=true` reads the one before
+            lines.append((time.time() if at is None else at, text, end, starts, _restarts(pod_obj)))
 
     def bind_volumes(self) -> None:
         """The provisioner: every Pending PVC becomes Bound at its requested size."""

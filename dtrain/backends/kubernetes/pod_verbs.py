@@ -68,12 +68,14 @@ class PodVerbs:
     # ---------------------------------------------------------------- logs
 
     def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
-              follow: bool) -> Iterator[LogLine]:
+              follow: bool, previous: bool = False) -> Iterator[LogLine]:
         resource, obj = self._find(name)
         sources, pods = self._sources(name, resource.kind, obj, rank)
         if follow:
             return self._follow(name, resource.kind, rank, sources, pods, tail, since)
         query = _log_query(sources, rank, tail, since)
+        if previous:  # the container's instance before the current one (a restart in place), as kubectl's --previous
+            query["previous"] = True
         streams, stuck = [], []
         for source in sources:
             try:
@@ -83,7 +85,15 @@ class PodVerbs:
             except PodStuck as err:
                 stuck.append(err)
                 continue
+            except BackendError as err:
+                if not previous or "previous terminated container" not in str(err):
+                    raise
+                continue  # a pod that did not restart has no previous lines; the others' are shown
             streams.append(_parsed(raw, source, rank, since))
+        if previous and not streams and not stuck:
+            raise NotFoundError(f"job {name!r} has no previous attempt (previous terminated container not found): "
+                                f"none of its pods{'' if rank is None else f' holding rank {rank}'} restarted; "
+                                f"'dtrain logs {name}' shows the current attempt")
         return _then_raise(merge(streams, tail), stuck[0] if stuck else None)
 
     def _sources(self, name: str, kind: str, obj: dict, rank: int | None) -> tuple[list[LogSource], list[dict]]:

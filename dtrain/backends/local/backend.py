@@ -473,12 +473,26 @@ class LocalBackend(Backend):
                               "job_dir": str(self.home / "jobs" / spec.name),
                               "source_snapshot": row["source_snapshot"], "exit_code": row["exit_code"]})
 
-    def _logs(self, name, *, rank, tail, since, follow) -> Iterator[LogLine]:
+    def _logs(self, name, *, rank, tail, since, follow, previous=False) -> Iterator[LogLine]:
         from collections import deque
 
         from dtrain.backends.local.logfiles import LogFiles
+        from dtrain.backends.local.ranks import log_launches
 
-        files = LogFiles(self.home / "jobs" / name / "logs", rank=rank, since=since)
+        job_dir = self.home / "jobs" / name
+        # Every attempt appends to the same rank-N.log; the supervisor records where each launch began
+        launches = log_launches(job_dir)
+        if previous:
+            row = self.store.job(name)
+            if len(launches) < 2:
+                raise NotFoundError(_no_previous(name, row["restarts"], launches))
+            low, high = launches[-2]["starts"], launches[-1]["starts"]
+            # a rank whose log was not there when the latest attempt began wrote nothing before it
+            window = {r: (low.get(r, 0), high.get(r, 0))
+                      for r in range(JobSpec.from_stored(json.loads(row["spec"])).processes)}
+        else:
+            window = {r: (o, None) for r, o in launches[-1]["starts"].items()} if launches else {}
+        files = LogFiles(job_dir / "logs", rank=rank, since=since, window=window)
         # the last `tail` lines of the job are among the last `tail` of each rank
         yield from files.read() if tail is None else deque(files.read(last=tail), maxlen=tail)
         while follow:
@@ -920,3 +934,12 @@ def _check_mount_point(target: str, others) -> None:
         if not stat.S_ISDIR(st.st_mode):
             raise SpecError(f"cannot mount a volume at {target}: {at} is a file, not a folder; mount it elsewhere, "
                             f"e.g. /mnt")
+
+
+def _no_previous(name: str, restarts: int, launches: list[dict]) -> str:
+    """Why `logs --previous` has nothing to show, as kubectl's "previous terminated container not found"."""
+    if restarts and not launches:  # restarted before dtrain recorded where attempts begin
+        return (f"job {name!r} restarted {restarts} time(s), but where its attempts' lines begin was not "
+                f"recorded (it ran under an older dtrain): 'dtrain logs {name}' shows every attempt's lines")
+    return (f"job {name!r} has no previous attempt (previous terminated container not found): it has not "
+            f"restarted; 'dtrain logs {name}' shows its current attempt")

@@ -28,8 +28,11 @@ class LogFiles:
     """The log files of one job (one rank's with `rank`), each read on from where the previous
     read of it stopped, so that `logs -f` prints every line once."""
 
-    def __init__(self, logs_dir: Path, *, rank: int | None, since: float | None):
-        self.logs_dir, self.rank, self.since = logs_dir, rank, since
+    def __init__(self, logs_dir: Path, *, rank: int | None, since: float | None,
+                 window: dict[int, tuple[int, int | None]] | None = None):
+        """`window`: per rank, the part of its file to read, (first offset, offset past the last line
+        or None: to the end): one attempt's lines (ranks.log_launches); a rank not named, all of it."""
+        self.logs_dir, self.rank, self.since, self.window = logs_dir, rank, since, window or {}
         self.offsets: dict[Path, int] = {}
 
     def read(self, last: int | None = None) -> Iterator[LogLine]:
@@ -47,8 +50,13 @@ class LogFiles:
         if f is None:
             return
         with f:
-            start = self.offsets.get(path, 0)
+            low, high = self.window.get(rank, (0, None))
+            if high is None and low > f.seek(0, os.SEEK_END):
+                low = 0  # cut short (by hand) since the attempt began: what it holds now is the attempt's
+            start = max(self.offsets.get(path, 0), low)
             end = complete_end(f, start)
+            if high is not None:
+                end = max(start, min(end, high))
             if last is not None:
                 start = max(start, start_of_last(f, end, last))
             if self.since is not None:

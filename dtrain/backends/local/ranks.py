@@ -13,12 +13,13 @@ import os
 import re
 import signal
 import stat
+import time
 from pathlib import Path
 
 from dtrain.backends.local.cgroups import ROOT as CGROUPS_ROOT
 from dtrain.backends.local.cgroups import RankCgroup
 from dtrain.procs import Ident, signal_process, signal_session
-from dtrain.replace import open_for_append, open_regular
+from dtrain.replace import open_for_append, open_regular, replace_file
 
 GRACE_S = 30.0  # SIGTERM -> SIGKILL: time for the workloads to finish a step and write a checkpoint
 KILLED_WAIT_S = 2.0  # how long a rank's cgroup may take to empty after SIGKILL before it is left
@@ -86,6 +87,53 @@ def rank_records(job_dir: Path) -> list[dict]:
         if isinstance(rec, dict) and rec.get("rank") == rank:
             out.append(rec)
     return sorted(out, key=lambda r: r["rank"])
+
+
+ATTEMPTS_FILE = "attempts.json"  # where each of the job's last two launches began its ranks' logs
+KEPT_LAUNCHES = 2  # the latest launch's lines are `logs`, the one before's `logs --previous`
+
+
+def record_log_starts(job_dir: Path, attempt: int, processes: int) -> None:
+    """Before a launch's ranks start (the previous launch's have all exited): where each rank's log
+    ends now, so where this launch's lines begin. A rank's log holds every attempt's lines, one
+    after the other; `logs` reads from the latest launch's offsets, `logs --previous` between the
+    two last launches', a few blocks from the end as ever, never the whole file. Only the last two
+    launches are kept (kubectl too keeps a container's previous instance only)."""
+    starts = {}
+    for rank in range(processes):
+        f = open_regular(job_dir / "logs" / f"rank-{rank}.log")
+        if f is not None:  # none yet: this launch's lines begin at 0
+            with f:
+                starts[str(rank)] = os.fstat(f.fileno()).st_size
+    launches = log_launches(job_dir)[-(KEPT_LAUNCHES - 1):]
+    launches.append({"attempt": attempt, "time": time.time(), "starts": starts})
+    replace_file(job_dir / ATTEMPTS_FILE, json.dumps({"launches": launches}))
+
+
+def log_launches(job_dir: Path) -> list[dict]:
+    """The launches record_log_starts recorded, oldest first: {attempt, time, starts: {rank: offset}}.
+    A record missing (a job from before it was written, or never launched), unreadable or rewritten
+    by the job into something else reads as none."""
+    f = open_regular(job_dir / ATTEMPTS_FILE)
+    if f is None:
+        return []
+    try:
+        with f:
+            rec = json.loads(f.read(MAX_RECORD_BYTES))
+    except (OSError, ValueError):
+        return []
+    launches = rec.get("launches") if isinstance(rec, dict) else None
+    if not isinstance(launches, list):
+        return []
+    out = []
+    for run in launches[-KEPT_LAUNCHES:]:
+        starts = run.get("starts") if isinstance(run, dict) else None
+        if not isinstance(starts, dict) or not isinstance(run.get("attempt"), int):
+            return []
+        out.append({"attempt": run["attempt"], "time": run.get("time"),
+                    "starts": {int(r): o for r, o in starts.items()
+                               if isinstance(r, str) and r.isdigit() and isinstance(o, int) and o >= 0}})
+    return out
 
 
 def failing_rank(records: list[dict]) -> dict | None:

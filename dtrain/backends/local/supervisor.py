@@ -37,7 +37,7 @@ from dtrain.backends.local.devices import inventory
 from dtrain.procs import Ident, signal_session
 from dtrain.replace import replace_file
 from dtrain.backends.local.ranks import (GRACE_S, LogRefused, describe_exit, failing_rank, kill_ranks, open_log,
-                                         own_causes, rank_records, supervisor_token)
+                                         own_causes, rank_records, record_log_starts, supervisor_token)
 from dtrain.backends.local.store import SNAPSHOTTING, JobStore
 from dtrain.spec import JobSpec
 
@@ -202,6 +202,11 @@ class Supervisor:
                            master_port=port, attempt=attempt, notebook_token=token,
                            cores=self.store.job_cores(self.name), hidden=hidden)
         _clear(self.job_dir / "ranks")  # this attempt's records only
+        try:  # where this attempt's lines begin in each rank's log: `logs` shows them, `logs --previous` those before
+            record_log_starts(self.job_dir, attempt, self.spec.processes)
+        except OSError as err:  # a full disk: `logs` then shows the attempt before's lines too; the job runs on
+            print(f"supervisor of job {self.name}: could not record where attempt {attempt}'s logs begin: {err}",
+                  file=sys.stderr, flush=True)
         try:  # never through a link or into a fifo that the job's processes left at its name
             fd = open_log(self.job_dir, "launcher.log")
         except LogRefused as err:

@@ -305,7 +305,7 @@ class SageMakerBackend(Backend):
         return self._info(clients, name, desc)
 
     def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
-              follow: bool) -> Iterator[LogLine]:
+              follow: bool, previous: bool = False) -> Iterator[LogLine]:
         """Lines as they come. Following reads CloudWatch every pace.first seconds while lines arrive,
         waiting up to twice as long after each read that found none (to pace.most), and asks for the
         job's status (DescribeTrainingJob, throttled by AWS) every pace.status seconds of waiting. Once
@@ -319,6 +319,12 @@ class SageMakerBackend(Backend):
         while True:
             found = cwlogs.streams(clients.logs, name)
             picked = {r: s for r, s in found.items() if rank is None or r == rank}
+            if previous:  # a host's stream before its newest: its container's previous start (a retry, a spot stop)
+                picked = {r: s[-2:-1] for r, s in picked.items() if len(s) > 1}
+                if not picked:
+                    raise NotFoundError(f"job {name!r} has no previous attempt (previous terminated container not "
+                                        f"found): no host{'' if rank is None else f' of rank {rank}'} started its "
+                                        f"container more than once; 'dtrain logs {name}' shows its lines")
             logged = logged or bool(found)
             if not found and not follow:
                 self._no_lines(clients, name)
