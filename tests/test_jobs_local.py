@@ -156,7 +156,9 @@ def test_killed_process_is_restarted_with_max_restarts(dt: Dtrain, tmp_path):
     os.kill(rank_record(dt.home, "phoenix", 0)["pid"], signal.SIGKILL)
     info = dt.wait_for("phoenix", {"Succeeded", "Failed"})
     assert info["status"] == "Succeeded" and info["restarts"] == 1
-    assert dt("logs", "phoenix").stdout.split("\n")[:2] == ["attempt 0", "attempt 1"]
+    # as kubectl: the current attempt's lines, and with --previous the attempt before's
+    assert dt("logs", "phoenix").stdout.splitlines() == ["attempt 1"]
+    assert dt("logs", "phoenix", "--previous").stdout.splitlines() == ["attempt 0"]
     # the events number the attempt that failed as its DTRAIN_ATTEMPT did (it said "attempt 1 failed")
     said = [e["message"] for e in info["events"]]
     assert any(m.startswith("attempt 0 failed: rank 0 was killed by SIGKILL") and m.endswith("(restart 1 of 1)")
