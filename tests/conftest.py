@@ -161,3 +161,14 @@ def tmpfs(path: Path, options: str):
         yield path
     finally:
         subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def fill(folder: Path) -> None:
+    """Use up every free block of the file system holding `folder` (a file `fill` there)."""
+    with open(folder / "fill", "wb", buffering=0) as f:  # unbuffered: a block the disk took in part leaves
+        block = b"\0" * 65536                             # nothing for close() to write (and fail on) again
+        try:
+            while True:
+                f.write(block)
+        except OSError:
+            pass

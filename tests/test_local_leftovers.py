@@ -7,20 +7,12 @@ import os
 
 import pytest
 
-from conftest import Dtrain, assert_usage_error, rank_record, tmpfs
+from conftest import Dtrain, assert_usage_error, fill, rank_record, tmpfs
 from dtrain.procs import Ident
 
 
 def _fill(folder) -> None:
-    """Use up every free block of the file system holding `folder`."""
-    with open(folder / "fill", "wb") as f:
-        block = b"\0" * 65536
-        try:
-            while True:
-                f.write(block)
-                f.flush()
-        except OSError:
-            pass
+    fill(folder)
     assert os.statvfs(folder).f_bavail == 0
 
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from conftest import Dtrain, tmpfs
+from conftest import Dtrain, fill, tmpfs
 
 
 @pytest.fixture
@@ -18,13 +18,7 @@ def small_disk(tmp_path):
 
 
 def _fill(disk) -> None:
-    with open(disk / "fill", "wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * (1 << 16))
-                f.flush()
-        except OSError:
-            pass
+    fill(disk)
 
 
 def test_a_full_disk_is_one_line_for_every_command_and_loses_nothing(small_disk):

@@ -66,8 +66,12 @@ def test_suspend_frees_the_gpu_and_resume_goes_on_from_the_checkpoint(dt_gpus: D
     assert info["processes_pending"] == 1 and info["gpus_allocated"] == 0
     assert dt.wait_for("b", {"Succeeded", "Failed"})["status"] == "Succeeded"
     assert dt.wait_for("a", {"Succeeded", "Failed"}, timeout=120)["status"] == "Succeeded"
+    # The resumed run is a new launch, as a resumed PyTorchJob's pods are new: `logs` shows its lines,
+    # `logs --previous` those of the run the suspension stopped.
     lines = dt("logs", "a").stdout.splitlines()
-    assert lines.count("start at 0") == 1 and f"start at {stopped_at}" in lines and lines[-1] == "done", lines
+    assert lines[0] == f"start at {stopped_at}" and lines[-1] == "done" and "start at 0" not in lines, lines
+    before = dt("logs", "a", "--previous").stdout.splitlines()
+    assert before[0] == "start at 0" and any(line.startswith("checkpoint at") for line in before), before
     info = dt.json("describe", "job", "a")
     events = [(e["status"], e["message"].split(";")[0]) for e in info["events"]]
     assert ("Suspended", "suspended by the user") in events and ("Pending", "resumed by the user") in events
