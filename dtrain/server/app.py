@@ -176,6 +176,9 @@ def _one_line(request, problems) -> str:
     if given and not _is_json(given) and any(tuple(e.get("loc", ()))[:1] == ("body",) for e in problems):
         return f"invalid request: the body was not read as JSON (Content-Type {shown(given)}); {SEND_JSON}"
     parts = []
+    in_place = [tuple(e.get("loc", ()))[-2:] for e in problems if "RestoreInPlace" in e.get("loc", ())]
+    if ("RestoreInPlace", "storage_class") in in_place and ("RestoreInPlace", "in_place") not in in_place:
+        return wire.IN_PLACE_CLASS  # {"in_place": true} with a class: as `restore --in-place --class C` is refused
     if any("RestoreInPlace" in e.get("loc", ()) for e in problems) and not any(
             e.get("type") == "string_pattern_mismatch" for e in problems):  # neither member of the union fits
         return f"invalid request: {wire.RESTORE_BODY}"

@@ -272,10 +272,13 @@ class RestoreInPlace(_In):
     """Roll the snapshot's own volume back (refused while a job uses it)."""
 
     in_place: Literal[True]
-    storage_class: str | None = Field(None, description="refused (422): an in-place restore keeps the volume's "
-                                      "class; change it with PATCH /volumes/{name}")
+    storage_class: None = Field(None, description="null or absent: an in-place restore keeps the volume's class "
+                                "(change it with PATCH /volumes/{name}, or restore into a new volume)")
 
 
+IN_PLACE_CLASS = ("invalid request: storage_class does not go with in_place: an in-place restore keeps the volume's "
+                  "storage class; change it with PATCH /api/v1/volumes/NAME {\"storage_class\": CLASS}, or restore "
+                  "into a new volume with {\"to\": NEW_VOLUME, \"storage_class\": CLASS}")
 RESTORE_BODY = ('send {"to": "NEW_VOLUME"} to restore into a new volume, or {"in_place": true} to roll the '
                 "snapshot's volume back (one of the two)")
 
