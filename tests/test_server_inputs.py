@@ -164,3 +164,11 @@ def test_refusals_of_odd_bodies_and_paths_name_the_problem(http):
         assert r.status_code == 422 and r.json()["error"] == says, (body, r.text)
     assert [v["name"] for v in http.get("/api/v1/volumes").json()] == ["v"]
     assert http.post("/api/v1/snapshots/s/restore", json={"to": "w"}).json()["origin_snapshot"] == "s"
+
+
+def test_an_unknown_field_whose_name_holds_a_newline_is_still_one_line(http):
+    """The fuzz test found a refusal of two lines: the made-up field's name was printed as sent."""
+    r = http.patch("/api/v1/volumes/x", json={"storage_class": "fast", "a\nb": 1})
+    assert r.status_code == 422, r.text
+    error = r.json()["error"]
+    assert "\n" not in error and "'a\\nb': Extra inputs are not permitted" in error, error

@@ -191,7 +191,8 @@ def _one_line(request, problems) -> str:
         if e.get("type") == "json_invalid":
             return (f"invalid request: the body is not valid JSON ({e.get('ctx', {}).get('error', 'unreadable')} "
                     f"at character {loc[-1] if loc else 0}); {SEND_JSON}")
-        parts.append(f"{'.'.join(loc) or 'body'}: {e.get('msg', 'invalid')}")
+        parts.append(f"{'.'.join(x if x.isprintable() else ascii(x) for x in loc) or 'body'}: "
+                     f"{e.get('msg', 'invalid')}")  # a field name a client made up may hold a newline
     return "invalid request: " + "; ".join(parts)
 
 
