@@ -195,7 +195,10 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
         assert not browser.find_elements(By.CSS_SELECTOR, "#job-head button.suspend")
         click(browser, "#job-head button.resume")
         wait.until(lambda d: text_of(d, "#job-status") == "Running")
-        wait.until(lambda d: text_of(d, "#logs").count("from the form") == 2)  # the second run's line too
+        # followed again (the pane, which ended with the error above, anew): the resumed run's lines, a
+        # new launch, as `dtrain logs` and kubectl show them
+        wait.until(lambda d: not d.find_elements(By.ID, "logs-error") and "from the form" in text_of(d, "#logs"))
+        assert text_of(browser, "#logs").count("from the form") == 1
         click(browser, "#job-head button.danger")
         wait.until(lambda d: d.switch_to.alert).accept()
         wait.until(lambda d: text_of(d, "#job-status") == "Deleted")
@@ -370,8 +373,9 @@ def test_a_suspended_jobs_page_says_its_lines_go_on_once_resumed_and_they_do(bro
         wait.until(lambda d: text_of(d, "#logs-end"))
         assert text_of(browser, "#logs-end") == "-- the job was suspended: its lines go on here once it is resumed --"
         assert http.post("/api/v1/jobs/pausable/resume").status_code == 200
-        wait.until(lambda d: text_of(d, "#logs").count("run started") == 2)  # no reload
-        assert not browser.find_elements(By.ID, "logs-end")
+        # no reload: the resumed run's lines (a new launch, as `dtrain logs` shows them) replace the pane's
+        wait.until(lambda d: not d.find_elements(By.ID, "logs-end") and "run started" in text_of(d, "#logs"))
+        assert text_of(browser, "#logs").count("run started") == 1
     finally:
         server.stop()
 
