@@ -56,6 +56,24 @@ class Dtrain:
         raise AssertionError(f"job {name} never reached {statuses}; last: {info['status']} {info['message']}")
 
 
+def wait_supervisor_gone(home: Path, job: str, timeout: float = 60) -> None:
+    """Wait until the finished job's supervisor has exited. It records the job's end, then exits,
+    and closing its database connection checkpoints the -wal file into state.db: a test that
+    compares state.db's bytes must start after that."""
+    import sqlite3
+
+    from dtrain.backends.local.ranks import parse_ident
+
+    with contextlib.closing(sqlite3.connect(home / "state.db")) as conn:
+        pid, token = conn.execute("SELECT supervisor_pid, supervisor_start FROM jobs WHERE name=?", (job,)).fetchone()
+    supervisor = parse_ident(pid, token)
+    deadline = time.monotonic() + timeout
+    while supervisor is not None and supervisor.alive():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the supervisor of job {job} never exited")
+        time.sleep(0.05)
+
+
 def rank_record(home: Path, job: str, rank: int, timeout: float = 90) -> dict:
     """A local job's rank record, once the rank has started (its pid is recorded)."""
     path = home / "jobs" / job / "ranks" / f"rank-{rank}.json"

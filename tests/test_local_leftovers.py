@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from conftest import Dtrain, assert_usage_error, fill, rank_record, tmpfs
+from conftest import Dtrain, assert_usage_error, fill, rank_record, tmpfs, wait_supervisor_gone
 from dtrain.procs import Ident
 
 
@@ -44,6 +44,8 @@ def test_a_full_home_disk_still_lets_the_user_read_what_is_stored(tmp_path):
         dt("snapshot", "create", "data", "--name", "first")
         dt("submit", "done", "--", "echo", "a line of output")
         dt.wait_for("done", {"Succeeded"})
+        wait_supervisor_gone(dt.home, "done")  # its connection's close checkpoints the -wal into state.db
+        assert not (dt.home / "state.db-wal").exists()  # else a later command's close would do it
         state = (dt.home / "state.db").read_bytes()
         _fill(disk)
         try:
@@ -181,21 +183,13 @@ def test_a_read_only_home_still_lets_the_user_read_what_is_stored(tmp_path):
     """A home on a file system mounted read-only (a snapshot of a disk, a backup): reading what is
     stored works as on a full disk; a write is refused in one line."""
     import subprocess
-    import time
-
-    from dtrain.backends.local.store import JobStore
 
     with tmpfs(tmp_path / "disk", "size=8m") as disk:
         dt = Dtrain(disk / "home")
         dt("volume", "create", "data", "--size", "1Mi")
         dt("submit", "done", "--", "echo", "a line of output")
         dt.wait_for("done", {"Succeeded"})
-        store = JobStore(dt.home / "state.db")
-        supervisor = Ident.of(store.job("done")["supervisor_pid"])
-        store.close()
-        deadline = time.monotonic() + 60
-        while supervisor is not None and supervisor.alive() and time.monotonic() < deadline:
-            time.sleep(0.1)  # it records Succeeded, then exits: until then its files are open for writing
+        wait_supervisor_gone(dt.home, "done")  # it records Succeeded, then exits: until then its files are open
         assert not (dt.home / "state.db-wal").exists()  # the last connection checkpointed: no -wal left
         subprocess.run(["mount", "-o", "remount,ro", str(disk)], check=True)
         try:
