@@ -262,6 +262,7 @@ class Backend(abc.ABC):
     """
 
     name: str = "base"
+    unlisted: str | None = None  # set by list(): a source of jobs it could not read, in one line (others were)
 
     # ---- jobs ---------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> JobInfo:

@@ -243,6 +243,9 @@ def cmd_list(args, client: Client) -> int:
         check_name(args.project, "project")
     project = None if args.all_projects else (args.project or client.default_project)
     jobs = client.list(project=project, show_deleted=args.show_deleted)  # a typo in -p: NotFoundError
+    unlisted = client.backend(project=project).unlisted  # SageMaker: AWS failed, the --local jobs are shown
+    if unlisted:
+        print(f"dtrain: warning: {unlisted}", file=sys.stderr)
     if args.json:
         print(json.dumps([j.to_dict() for j in jobs], indent=2))
         return 0

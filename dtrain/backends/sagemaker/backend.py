@@ -33,7 +33,8 @@ from dtrain.backends.sagemaker.contract import decode
 from dtrain.backends.sagemaker.facts import ENDED, JobFacts, plain, settled
 from dtrain.backends.sagemaker.validate import check_request
 from dtrain.backends.targets import new_folder
-from dtrain.errors import BackendError, ConflictError, NotFoundError, NotSupportedError, QuotaError, SpecError
+from dtrain.errors import (BackendError, ConflictError, EnvironmentError_, NotFoundError, NotSupportedError, QuotaError,
+                           SpecError)
 from dtrain.names import check_name
 from dtrain.spec import JobSpec
 
@@ -70,6 +71,7 @@ class SageMakerBackend(Backend):
         self.cwd = cwd
         self.pace, self._sleep = pace, sleep  # how `logs -f` polls; injected by tests
         self.facts = JobFacts(self.home)
+        self.unlisted: str | None = None  # set by list(): why AWS's jobs are missing beside the --local ones
 
     # ---- which clients serve a job ------------------------------------------------------
     @property
@@ -267,13 +269,26 @@ class SageMakerBackend(Backend):
 
     def _list(self) -> list[JobInfo]:
         """Newest first, from ListTrainingJobs pages: a job is described only when it may be ours (a name
-        dtrain could give) and what is remembered of it (an ended job's description) is not current."""
-        out = []
-        sources = ([self.local] if self.home is not None or self._local is not None else [])
+        dtrain could give) and what is remembered of it (an ended job's description) is not current.
+        AWS failing (no credentials, no network, an expired session) does not hide the --local jobs: they
+        are listed and `unlisted` says why AWS's are not; with no --local job to show, the AWS error is
+        the answer (an empty list would read as "no jobs")."""
+        out: list[JobInfo] = []
+        self.unlisted = None
+        local = self.home is not None or self._local is not None
+        sources = [self.local] if local else []
         if self._aws_configured():
-            sources.append(self.aws)
+            sources.append(None)  # AWS: its clients are made here, where a failure can be caught
         for clients in sources:
-            summaries = self._summaries(clients)
+            try:
+                clients = clients or self.aws
+                summaries = self._summaries(clients)
+            except (BackendError, EnvironmentError_) as err:  # AWS's only: the local listing raises neither
+                if not out:
+                    raise
+                self.unlisted = (f"SageMaker jobs on AWS ({self.config.region}) not listed, only --local ones: "
+                                 f"{err}")
+                break
             for summary in summaries:
                 try:
                     check_name(summary["TrainingJobName"])  # what a stand-in spec would refuse, known undescribed
