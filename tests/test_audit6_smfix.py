@@ -60,3 +60,42 @@ def test_list_without_aws_credentials_shows_the_local_jobs_and_says_why_aws_is_m
     js = _dtrain(env, "--backend", "sagemaker", "list", "--json")
     assert js.returncode == 0 and [j["name"] for j in json.loads(js.stdout)] == ["here"]
     assert "not listed" in js.stderr
+
+
+def _local_failure(home: Path, tmp_path: Path, name: str, script: str):
+    import dtrain
+    from dtrain.spec import JobSpec
+    from dtrain.spec_sagemaker import SageMakerOptions
+    code = tmp_path / f"code-{name}"
+    code.mkdir()
+    (code / "train.py").write_text(script)
+    client = dtrain.Client(home=home, backend="sagemaker")
+    client.submit(JobSpec(name=name, command=("python", "train.py"), backend="sagemaker",
+                          sagemaker=SageMakerOptions(local=True, source_dir=str(code))))
+    info = client.wait(name, timeout=90)
+    assert info.status.value == "Failed", info.message
+    return info
+
+
+def test_failure_reason_comes_from_stderr_not_from_the_last_line_on_stdout(home, tmp_path):
+    """The toolkit's ErrorMessage is stderr's from the error on; a progress line or an exit handler's
+    print on stdout, written last, said nothing of why the job failed and was its FailureReason."""
+    script = ("import atexit\natexit.register(lambda: print('saved 3 checkpoints', flush=True))\n"
+              "print('step 1 loss 2.3', flush=True)\nraise ValueError('learning rate must be positive, got -1')\n")
+    info = _local_failure(home, tmp_path, "stdout-last", script)
+    reason = info.extra["failure_reason"]
+    assert reason.startswith("AlgorithmError: ExecuteUserScriptError:\nExitCode 1\nErrorMessage \"ValueError: "
+                             "learning rate must be positive, got -1\"\nCommand \"") and reason.endswith(", exit code: 1")
+    assert "saved 3 checkpoints" not in reason and "step 1" not in reason
+    assert "learning rate must be positive" in info.message and "\n" not in info.message
+
+
+def test_a_long_failure_stays_within_sagemakers_1024_characters(home, tmp_path):
+    script = "import sys\nprint('x' * 5000, file=sys.stderr)\nraise RuntimeError('y' * 3000)\n"
+    info = _local_failure(home, tmp_path, "long", script)
+    reason = info.extra["failure_reason"]
+    assert len(reason) <= 1024 and reason.endswith(", exit code: 1") and "RuntimeError: yyy" in reason
+    own = "import sys\nopen('/opt/ml/output/failure', 'w').write('z' * 4000)\nsys.exit(7)\n"
+    info = _local_failure(home, tmp_path, "own-long", own)
+    reason = info.extra["failure_reason"]
+    assert len(reason) <= 1024 and reason.startswith("AlgorithmError: zzz") and reason.endswith(", exit code: 7")

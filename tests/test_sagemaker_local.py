@@ -226,7 +226,9 @@ def test_failed_local_job_says_which_host_and_why(home, tmp_path):
                                  sagemaker=SageMakerOptions(local=True, source_dir=str(tmp_path))))
     info = client.wait("boom", timeout=60)
     assert info.status.value == "Failed"
-    assert info.message == "AlgorithmError: host algo-1 exited with code 3: bad input file"
+    assert info.message.startswith('AlgorithmError: ExecuteUserScriptError: ExitCode 3 ErrorMessage "bad input file"')
+    assert info.message.endswith(", exit code: 3")  # SageMaker's words
+    assert info.events[-1].message == "Training job failed: host algo-1 exited with code 3"
 
 
 def test_local_backend_artifacts_copy_the_model_folder(dt: Dtrain, tmp_path):

@@ -13,9 +13,10 @@
 3. Uploading: algo-1's /opt/ml/model -> model.tar.gz, /opt/ml/output/data -> output.tar.gz, after
    success and, as SageMaker does, after a stop or MaxRuntimeExceeded (what the job saved in its
    grace period after SIGTERM); links are never followed, and those leaving the folder stay out;
-4. Completed, Failed (FailureReason: the host, its exit code, /opt/ml/output/failure or the last
-   line it wrote; where the job wrote no failure file, one in the toolkit's words), Stopped on
-   SIGTERM (StopTrainingJob), MaxRuntimeExceeded past the limit.
+4. Completed, Failed (FailureReason, as SageMaker's: `AlgorithmError: <the failed host's
+   /opt/ml/output/failure>, exit code: N`, at most 1024 characters; where the job wrote no failure
+   file, the toolkit's, whose ErrorMessage is the host's stderr from the first line naming an error
+   on), Stopped on SIGTERM (StopTrainingJob), MaxRuntimeExceeded past the limit.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 import signal
 import site
 import stat
@@ -33,6 +35,7 @@ import tarfile
 import tempfile
 import threading
 import time
+from collections import deque
 from pathlib import Path
 from typing import Iterator
 
@@ -43,6 +46,11 @@ from dtrain.backends.sagemaker.local import LocalS3, locked_state, transition, w
 from dtrain.replace import open_in
 
 GRACE_S = 120.0  # SageMaker's window between SIGTERM and the end (StopTrainingJob, MaxRuntimeInSeconds)
+# A line that starts with an exception's name ("ValueError: bad lr", "torch...ChildFailedError:", an MPI
+# rank's "[1,0]<stderr>:KeyError: 'x'"): where the toolkit's ErrorMessage starts (it watches stderr for the
+# names of Python's errors; a traceback's source line, `raise ValueError(...)`, is not the error yet)
+ERROR_LINE = re.compile(r"^(?:\[[\d,]+\]<std\w+>:)?\s*[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b(?::|$)")
+TAIL_LINES = 10  # of stderr, the ErrorMessage of a process that named no error
 
 
 def free_port() -> int:
@@ -60,6 +68,7 @@ class Runner:
         self.s3 = LocalS3(root / "s3")
         self.procs: dict[str, subprocess.Popen] = {}
         self.pumps: list[threading.Thread] = []
+        self.stderr: dict[str, ErrorLines] = {}  # per host, what the toolkit keeps of its stderr
         self.stopping = False
         self.python = sys.executable  # the job's interpreter: the job's own environment once requirements are in
         self.deadline = float("inf")  # MaxRuntimeInSeconds, counted from the start of training
@@ -177,11 +186,14 @@ class Runner:
         env = {"PATH": path, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
                "PYTHONUNBUFFERED": "1", "PYTHONPATH": contract.CODE_DIR, "OMP_NUM_THREADS": str(cpus),
                "TMPDIR": str(tmp), **contract.environment(self.req, host, num_cpus=cpus)}
-        log = open(self.dir / "logs" / f"{host}.log", "ab")
-        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        log = open(self.dir / "logs" / f"{host}.log", "ab")  # both streams, a line at a time, as CloudWatch's
+        p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         self.procs[host] = p
-        self.pumps.append(threading.Thread(target=_pump, args=(p.stdout, log), daemon=True))
-        self.pumps[-1].start()
+        errors = self.stderr[host] = ErrorLines()
+        lock, left = threading.Lock(), [2]
+        for stream, watch in ((p.stdout, None), (p.stderr, errors)):
+            self.pumps.append(threading.Thread(target=_pump, args=(stream, log, lock, left, watch), daemon=True))
+            self.pumps[-1].start()
 
     def drain(self) -> None:
         """Wait until every line the processes wrote is in their logs (before a failure quotes one)."""
@@ -235,16 +247,17 @@ class Runner:
             log.write(f"{int(time.time() * 1000)}\t{text}\n".encode())
 
     def failure(self, hosts: dict[str, Path], host: str, code: int) -> str:
-        """The FailureReason; like the toolkit, write the host's /opt/ml/output/failure where the job wrote none."""
+        """The FailureReason, SageMaker's: `AlgorithmError: <the host's /opt/ml/output/failure>, exit code: N`.
+        Like the toolkit, write that file where the job wrote none, its ErrorMessage from the host's stderr
+        (never stdout: a last progress line or an exit handler's print says nothing of the failure)."""
         output = hosts[host] / "output"
         note = read_failure(output)
-        last = _last_line(self.dir / "logs" / f"{host}.log")
         if note is None or not note.strip():
-            note = None
             command = contract.launch(self.req, host, master_port=0, python=self.python, package=self.package).argv
-            write_failure(output, toolkit_error("ExecuteUserScriptError", code, last, command))
-        why = note.strip() if note else last
-        return f"AlgorithmError: host {host} exited with code {code}" + (f": {why}" if why else "")
+            errors = self.stderr.get(host) or ErrorLines()
+            note = toolkit_error("ExecuteUserScriptError", code, errors.message(), command)
+            write_failure(output, note)  # a link the job left there is neither followed nor replaced
+        return algorithm_error(note, code)
 
     def install_failure(self, hosts: dict[str, Path], host: str, code: int) -> str:
         """The FailureReason, on one line, of a pip that failed; the host's failure file gets the toolkit's
@@ -284,8 +297,9 @@ class Runner:
                 self.status("MaxRuntimeExceeded", "Training job ran past MaxRuntimeInSeconds", primary="Stopped",
                             **times)
             else:
-                reason = why(hosts, *result)
-                self.status("Failed", reason, primary="Failed", FailureReason=reason, **times)
+                reason = why(hosts, *result)  # SageMaker's names no host: the event does
+                self.status("Failed", f"Training job failed: host {result[0]} exited with code {result[1]}",
+                            primary="Failed", FailureReason=reason, **times)
         except Exception as err:  # anything before training: report it as SageMaker would, then exit
             self.kill()
             reason = f"ClientError: {err}"
@@ -306,6 +320,37 @@ def python_env(path: Path) -> str:
     adds = "; ".join(f"site.addsitedir({d!r})" for d in site.getsitepackages())
     Path(own, "dtrain-job-python.pth").write_text(f"import site; {adds}\n")
     return str(path / "bin" / "python")
+
+
+class ErrorLines:
+    """What the toolkit keeps of a process's stderr for its failure file's ErrorMessage: from the first
+    line naming an error on (each line once, as far as SageMaker's 1024 characters reach); a process
+    that named none, its last TAIL_LINES lines."""
+
+    def __init__(self) -> None:
+        self.found: list[str] = []
+        self.size = 0
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+
+    def add(self, line: str) -> None:
+        line = line.strip()[:contract.MAX_REASON]
+        if not line:
+            return
+        self.tail.append(line)
+        if (self.found or ERROR_LINE.search(line)) and self.size < contract.MAX_REASON and line not in self.found:
+            self.found.append(line)
+            self.size += len(line) + 1
+
+    def message(self) -> str:
+        return "\n".join(self.found or self.tail)
+
+
+def algorithm_error(failure: str, code: int) -> str:
+    """SageMaker's FailureReason of a host that exited non-zero: the failure file's text (the job's own or
+    the toolkit's) and the exit code, in at most MAX_REASON characters (the file's text is cut to fit)."""
+    head, tail = "AlgorithmError: ", f", exit code: {code}"
+    text, room = failure.strip(), contract.MAX_REASON - len(head) - len(tail)
+    return head + (text if len(text) <= room else text[:room - 3] + "...") + tail
 
 
 def toolkit_error(error: str, code: int, message: str, command: list[str]) -> str:
@@ -380,11 +425,21 @@ def _open_failure(output: Path, flags: int) -> int | None:
     return open_in(output, "failure", flags)
 
 
-def _pump(stream, log) -> None:
-    with log:
-        for raw in iter(stream.readline, b""):
-            log.write(f"{int(time.time() * 1000)}\t".encode() + raw.rstrip(b"\n") + b"\n")
+def _pump(stream, log, lock: threading.Lock, left: list[int], watch: ErrorLines | None = None) -> None:
+    """Copy a process's stream into its host's log, a stamped line at a time (the host's other stream
+    writes the same file under `lock`; `left` counts the streams still open, the last closes the log);
+    `watch` also sees each line (stderr's)."""
+    for raw in iter(stream.readline, b""):
+        line = raw.rstrip(b"\n")
+        with lock:
+            log.write(f"{int(time.time() * 1000)}\t".encode() + line + b"\n")
             log.flush()
+        if watch is not None:
+            watch.add(line.decode(errors="replace"))
+    with lock:
+        left[0] -= 1
+        if not left[0]:  # the host's other stream has ended too
+            log.close()
 
 
 def _last_line(path: Path, prefix: str = "") -> str:
