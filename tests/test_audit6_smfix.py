@@ -99,3 +99,48 @@ def test_a_long_failure_stays_within_sagemakers_1024_characters(home, tmp_path):
     info = _local_failure(home, tmp_path, "own-long", own)
     reason = info.extra["failure_reason"]
     assert len(reason) <= 1024 and reason.startswith("AlgorithmError: zzz") and reason.endswith(", exit code: 7")
+
+
+def test_logs_show_each_hosts_current_container_start_and_follow_goes_on_into_a_new_one(moto_url):
+    """A retry or a spot interruption starts every host's container again, each start a CloudWatch
+    stream `JOB/algo-N-<start>`: `logs` read every start's lines run together, where local and
+    Kubernetes show the current attempt (--previous the one before)."""
+    boto3 = pytest.importorskip("boto3")
+    from test_sagemaker_backend import CFG, Clients, SageMakerBackend, _job_with_a_log_group
+    from dtrain.backends.sagemaker.logs import Pace
+    s = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1")
+    clients = Clients(*(s.client(n, endpoint_url=moto_url) for n in ("sagemaker", "s3", "logs")))
+    clients.s3.create_bucket(Bucket=CFG.bucket)
+    name, t = "moto-attempts", int(time.time() * 1000) - 60_000
+    group = _job_with_a_log_group(clients, name, 2)
+
+    def stream(host: int, start: int, *texts: str) -> None:
+        clients.logs.create_log_stream(logGroupName=group, logStreamName=f"{name}/algo-{host}-{start}")
+        clients.logs.put_log_events(logGroupName=group, logStreamName=f"{name}/algo-{host}-{start}", logEvents=[
+            {"timestamp": t + start - 1767225000 + i, "message": x} for i, x in enumerate(texts)])
+
+    for host in (1, 2):
+        stream(host, 1767225100, f"host {host} try 0")
+        stream(host, 1767225200, f"host {host} try 1")
+    be = SageMakerBackend(CFG, clients=clients, pace=Pace(first=0.0, most=0.0, status=1e9))
+    assert [ln.text for ln in be.logs(name)] == ["host 1 try 1", "host 2 try 1"]
+    assert [ln.text for ln in be.logs(name, rank=1)] == ["host 2 try 1"]
+    assert [ln.text for ln in be.logs(name, previous=True)] == ["host 1 try 0", "host 2 try 0"]
+    # -f: a start that comes while following (the next spot interruption) is followed into
+    class Restarting:  # CloudWatch Logs where host 1 starts again after the first listing of streams
+        listed = 0
+
+        def describe_log_streams(self, **kw):
+            self.listed += 1
+            if self.listed == 2:
+                stream(1, 1767225300, "host 1 try 2")
+            return clients.logs.describe_log_streams(**kw)
+
+        def __getattr__(self, attr):
+            return getattr(clients.logs, attr)
+
+    be = SageMakerBackend(CFG, clients=Clients(clients.sagemaker, clients.s3, Restarting()),
+                          pace=Pace(first=0.0, most=0.0, status=0.0), sleep=lambda _s: None)
+    assert [ln.text for ln in be.logs(name, rank=0, follow=True)] == ["host 1 try 1", "host 1 try 2"]
+
+from test_sagemaker_backend import moto_url  # noqa: E402,F401  (a moto server for this module)

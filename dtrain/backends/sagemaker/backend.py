@@ -331,11 +331,15 @@ class SageMakerBackend(Backend):
         tokens: dict[str, str | None] = {}  # per stream: a host has one per start of its container
         wait, waited, ended = pace.first, pace.status, False  # waited: seconds since the status was asked
         logged = False  # whether any host has a stream yet
+        current: dict[int, str] = {}  # per host, its newest stream when first seen: the current attempt's
         while True:
             found = cwlogs.streams(clients.logs, name)
             picked = {r: s for r, s in found.items() if rank is None or r == rank}
+            for r, names in picked.items():  # as kubectl: the current container's lines, not every start's
+                first = current.setdefault(r, names[-1])  # -f goes on into starts that come while it follows
+                picked[r] = [s for s in names if cwlogs.started(s) >= cwlogs.started(first)]
             if previous:  # a host's stream before its newest: its container's previous start (a retry, a spot stop)
-                picked = {r: s[-2:-1] for r, s in picked.items() if len(s) > 1}
+                picked = {r: s[-2:-1] for r, s in found.items() if (rank is None or r == rank) and len(s) > 1}
                 if not picked:
                     raise NotFoundError(f"job {name!r} has no previous attempt (previous terminated container not "
                                         f"found): no host{'' if rank is None else f' of rank {rank}'} started its "

@@ -1,8 +1,10 @@
 """CloudWatch Logs of a training job: group /aws/sagemaker/TrainingJobs, streams per host.
 
 SageMaker names a host's stream `JOB/algo-N-<unix seconds>`, a new one each time the host's
-container starts (after a spot interruption, on a retry); dtrain's `--rank R` picks host
-algo-(R+1), since a SageMaker host is the unit that writes streams, and reads all of them.
+container starts (after a spot interruption, on a retry), the start in its name: dtrain's `--rank R`
+picks host algo-(R+1), since a SageMaker host is the unit that writes streams, and reads its newest
+stream, the current attempt's (`--previous`: the one before it), as kubectl shows the current
+container's lines; `-f` goes on into a stream the host starts while it follows.
 Parsing is pure; the paging loop takes the logs client as an argument.
 
 The group appears with the first job that logs in an account and region, a stream once its host
@@ -68,10 +70,10 @@ def streams(logs, job: str) -> dict[int, list[str]]:
         if not page.get("nextToken"):
             break
         kw["nextToken"] = page["nextToken"]
-    return {idx: sorted(names, key=_started) for idx, names in out.items()}
+    return {idx: sorted(names, key=started) for idx, names in out.items()}
 
 
-def _started(stream: str) -> tuple[int, str]:
+def started(stream: str) -> tuple[int, str]:
     """'job/algo-1-1700000000' -> (1700000000, name): the container's start, in unix seconds."""
     tail = stream.rsplit("-", 1)[-1]
     return (int(tail) if tail.isdigit() else 0, stream)
