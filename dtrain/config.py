@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import itertools
 import os
 import re
 import stat
@@ -128,6 +129,13 @@ class UserConfig:
                     or not str(root).startswith("/"):
                 raise SpecError(f"{where}: storage class {name!r}: {root!r}: use a lower-case name other than "
                                 f"'local' (the dtrain home's volumes/) and an absolute folder, e.g. fast: /nvme/dtrain")
+        folders = {name: os.path.normpath(root) for name, root in self.storage_classes.items()}
+        for a, b in itertools.combinations(folders, 2):
+            if Path(folders[a]).is_relative_to(folders[b]) or Path(folders[b]).is_relative_to(folders[a]):
+                how = (f"share the folder {folders[a]}" if folders[a] == folders[b] else
+                       f"nest their folders ({self.storage_classes[a]}, {self.storage_classes[b]})")
+                raise SpecError(f"{where}: storage classes {a!r} and {b!r} {how}: give each class a folder of its own, apart from the "
+                                f"other's (a volume's folder in one would be inside the other's), or remove one")
 
         if self.deleted_job_ttl is not None and not TTL_RE.match(str(self.deleted_job_ttl)):
             raise SpecError(f"{where}: invalid deleted_job_ttl {self.deleted_job_ttl!r}; use a duration "

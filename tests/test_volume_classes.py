@@ -245,16 +245,19 @@ def test_a_class_root_overlapping_the_home_or_another_class_is_refused(dt: Dtrai
     inside_volume = dt.home / "volumes" / "v1" / "data"  # where the finding put a class: v1's delete took its volumes
     near = tmp_path / "near"
     cases = [({"fast": inside_volume}, dt.home), ({"fast": tmp_path}, dt.home),
-             ({"near": near, "fast": near}, near), ({"near": near, "fast": near / "inner"}, near),
-             ({"near": near / "inner", "fast": near}, near / "inner")]
+             # two classes on one folder, or one inside the other: config.yaml is refused, naming both (safe_dump sorts)
+             ({"near": near, "fast": near}, "storage classes 'fast' and 'near' share the folder"),
+             ({"near": near, "fast": near / "inner"}, "storage classes 'fast' and 'near' nest their folders"),
+             ({"near": near / "inner", "fast": near}, "storage classes 'fast' and 'near' nest their folders")]
     for classes, other in cases:
         (dt.home / "config.yaml").write_text(yaml.safe_dump({"storage_classes": {k: str(v) for k, v in classes.items()}}))
         proc = dt("volume", "create", "x", "--class", "fast", check=False)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-        assert f"storage class 'fast': its folder {classes['fast']} overlaps {other}, " in proc.stderr, proc.stderr
+        said = other if isinstance(other, str) else f"storage class 'fast': its folder {classes['fast']} overlaps {other}, "
+        assert said in proc.stderr, proc.stderr
     assert os.listdir(inside_volume) == []  # nothing made in the volume, so deleting it deletes no other volume
-    assert " x " not in dt("volume", "list").stdout
     (dt.home / "config.yaml").write_text(yaml.safe_dump({"storage_classes": {"fast": str(inside_volume)}}))
+    assert " x " not in dt("volume", "list").stdout
     proc = dt("volume", "update", "v1", "--class", "fast", check=False)
     assert proc.returncode == 2 and "overlaps" in proc.stderr
     assert inside_volume.is_dir()
