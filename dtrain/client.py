@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, JobStatus, JobSummary, LogLine, NodeInfo,
-                                  Progress, ProjectInfo, SnapshotInfo, TimeoutError_, VolumeInfo)
+                                  Progress, ProjectInfo, SnapshotInfo, StorageClassInfo, TimeoutError_, VolumeInfo)
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.names import shown
@@ -302,6 +302,10 @@ class Client:
 
     def get_volume(self, name: str) -> VolumeInfo:
         return self.backend().get_volume(name)
+
+    def list_storage_classes(self) -> list[StorageClassInfo]:
+        """The storage classes (performance tiers) volumes can use, the default first (`kubectl get storageclass`)."""
+        return self.backend().list_storage_classes()
 
     def update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Change a volume's storage class: a move between roots locally, a VolumeAttributesClass on Kubernetes."""

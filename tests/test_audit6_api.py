@@ -120,6 +120,21 @@ def test_the_api_answers_the_cli_records(server):
         assert http.get(path).json() == dt.json(*words), words
 
 
+def test_the_api_lists_the_storage_classes_as_volume_classes_does(server):
+    """GET /api/v1/storage-classes is `dtrain volume classes --json` (free space aside: other
+    programs write to the disk between the two reads)."""
+    def steady(classes):
+        return [{k: v for k, v in c.items() if k != "free_bytes"} for c in classes]
+
+    r = server.http.get("/api/v1/storage-classes")
+    assert r.status_code == 200, r.text
+    assert steady(r.json()) == steady(server.dtrain().json("volume", "classes"))
+    assert [(c["name"], c["default"]) for c in r.json()][:2] == [("local", True), ("fast", False)]
+    schema = server.http.get("/api/v1/openapi.json").json()
+    [answer] = schema["paths"]["/api/v1/storage-classes"]["get"]["responses"]["200"]["content"].values()
+    assert answer["schema"]["items"]["$ref"].endswith("/StorageClass")  # typed, not a free-form object
+
+
 def test_a_deleted_snapshot_is_no_longer_the_volumes_head(server):
     """The volume's head_snapshot (what a job's data starts from, its lineage) named a deleted
     snapshot, and after a new snapshot of another volume took the name, that one."""

@@ -221,6 +221,25 @@ class SnapshotInfo(_Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class StorageClassInfo(_Record):
+    """A storage class (a performance tier) volumes can be made in or moved to: a root folder
+    locally; a StorageClass or a VolumeAttributesClass on Kubernetes (`kubectl get storageclass`)."""
+
+    name: str
+    backend: str
+    kind: str = "StorageClass"  # Kubernetes: or VolumeAttributesClass (the tier `volume update --class` sets)
+    default: bool = False  # the class `volume create` without --class uses
+    root: str | None = None  # the folder its volumes live in (local)
+    provisioner: str | None = None  # Kubernetes: the StorageClass's provisioner, a VolumeAttributesClass's driverName
+    status: str | None = None  # Ready, NotMounted, Unusable, NotConfigured; None where the backend cannot tell
+    message: str = ""  # why it is not Ready, or what first use does
+    free_bytes: int | None = None  # free space on its disk, where the backend can tell
+    total_bytes: int | None = None  # that disk's size
+    volumes: int = 0  # volumes in it (Kubernetes: the project's PVCs)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. a StorageClass's parameters and reclaim policy
+
+
+@dataclass(frozen=True, kw_only=True)
 class FreedInfo(_Record):
     """What deleting a snapshot gave back."""
 
@@ -243,13 +262,13 @@ class Backend(abc.ABC):
       `_restore_snapshot`, `_delete_snapshot`.
     * Optional hooks: `_render` (dry run), `_suspend`/`_resume`, `_create_project`, `_list_projects`,
       `_verify_snapshot`, `_diff_snapshots`, `_exec`, `_render_volume`, `_render_snapshot`,
-      `_render_restore`. The default raises :class:`NotSupportedError`, which
+      `_render_restore`, `_list_storage_classes`. The default raises :class:`NotSupportedError`, which
       the CLI prints as one line naming the backend and the verb; callers never probe a backend
       with `getattr`/`hasattr`. `_purge` (forget a deleted job) defaults to
       doing nothing, and `_page` (a page of the job list) to filtering `_list`.
     * Every hook returns the typed, frozen records of this module, never a dict: :class:`JobInfo`,
       :class:`JobPage`, :class:`LogLine`, :class:`NodeInfo`, :class:`ProjectInfo`,
-      :class:`VolumeInfo`, :class:`SnapshotInfo`, :class:`FreedInfo`. Times are unix seconds
+      :class:`VolumeInfo`, :class:`SnapshotInfo`, :class:`FreedInfo`, :class:`StorageClassInfo`. Times are unix seconds
       (float) everywhere; sizes are bytes (int) next to the Kubernetes quantity the user typed.
       What only one backend knows goes in `extra` (a dict of plain values), printed by
       `describe` and `--json` as is.
@@ -461,6 +480,10 @@ class Backend(abc.ABC):
         """Delete a volume (its snapshots stay); refused while a job uses it unless `force`."""
         self._delete_volume(name, force=force)
 
+    def list_storage_classes(self) -> list[StorageClassInfo]:
+        """The storage classes (performance tiers) volumes can use: the default first, then by kind and name."""
+        return sorted(self._list_storage_classes(), key=lambda c: (not c.default, c.kind, c.name))
+
     def update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Change a volume's storage class (its performance tier), keeping its data and snapshots."""
         check_storage_class(storage_class)
@@ -601,6 +624,9 @@ class Backend(abc.ABC):
 
     def _notebook_url(self, info: JobInfo) -> str:
         raise self._not_supported("notebooks")
+
+    def _list_storage_classes(self) -> list[StorageClassInfo]:
+        raise self._not_supported("storage classes")
 
     def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         raise self._not_supported("changing a volume's storage class")

@@ -49,6 +49,15 @@ def cmd_volume(args, client: Client) -> int:
         rows = [[v.name, v.storage_class or "-", v.size, fmt.size(v.used_bytes), v.status, v.origin_snapshot or "-",
                  fmt.age(v.created)] for v in vols]
         _print(vols, fmt.table(["NAME", "CLASS", "SIZE", "USED", "STATUS", "FROM SNAPSHOT", "AGE"], rows), args.json)
+    elif args.action == "classes":
+        classes = client.list_storage_classes()
+        kinds = len({c.kind for c in classes}) > 1  # Kubernetes: StorageClasses and VolumeAttributesClasses
+        rows = [[c.name + (" (default)" if c.default else ""), *([c.kind] if kinds else []),
+                 c.root or c.provisioner or "-", c.status or "-", _free(c), c.volumes] for c in classes]
+        text = fmt.table(["NAME", *(["KIND"] if kinds else []), "FOLDER" if classes and classes[0].root else
+                          "PROVISIONER", "STATUS", "FREE", "VOLUMES"], rows)
+        why = [f"{c.name}: {c.message}" for c in classes if c.message]
+        _print(classes, "\n".join([text, *why]), args.json)
     elif args.action == "describe":
         v = client.get_volume(args.name)
         _print(v, _volume_text(v), args.json)
@@ -134,6 +143,13 @@ def _path(path: str) -> str:
     return "'" + "".join(out) + "'"
 
 
+def _free(c) -> str:
+    """A class's free space, 'free / size' where known."""
+    if c.free_bytes is None:
+        return "-"
+    return f"{fmt.size(c.free_bytes)} / {fmt.size(c.total_bytes)}" if c.total_bytes else fmt.size(c.free_bytes)
+
+
 def _volume_text(v) -> str:
     """`volume describe`, laid out as `describe job`: labels a person reads (sizes in units, times
     in UTC), then the backend's own details under their keys (--json has every field raw)."""
@@ -186,9 +202,11 @@ def register(sub) -> None:
     c.add_argument("--dry-run", action="store_true", help="print the PVC patch (Kubernetes) or the planned move")
     c.add_argument("--json", action="store_true", help="print the moved volume as one JSON object")
     for verb, text in (("list", "volumes, sizes, space used"), ("describe", "one volume"),
-                       ("delete", "delete a volume and its data")):
+                       ("delete", "delete a volume and its data"),
+                       ("classes", "storage classes (performance tiers): folder or provisioner, free space, "
+                                   "volumes, the default (kubectl get storageclass)")):
         c = vs.add_parser(verb, help=text)
-        if verb != "list":
+        if verb not in ("list", "classes"):
             c.add_argument("name", help="the volume")
         if verb == "delete":
             c.add_argument("--force", action="store_true", help="delete even while a job uses it")

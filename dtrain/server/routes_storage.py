@@ -44,6 +44,12 @@ def update_volume(request: Request, name: wire.VolumeName, body: wire.VolumeUpda
     return wire.Volume.model_validate(client(request).update_volume(name, storage_class=body.storage_class))
 
 
+@router.get("/storage-classes", response_model=list[wire.StorageClass], responses=ERRORS)
+def list_storage_classes(request: Request):
+    """The storage classes (performance tiers) volumes can use, the default first (`dtrain volume classes`)."""
+    return [wire.StorageClass.model_validate(c) for c in client(request).list_storage_classes()]
+
+
 @router.get("/snapshots", response_model=list[wire.Snapshot], responses=ERRORS)
 def list_snapshots(request: Request, volume: Annotated[str | None, Query(pattern=wire.NAME)] = None,
                    job: Annotated[str | None, Query(pattern=wire.NAME)] = None):

@@ -305,6 +305,29 @@ class Volume(_Out):
     extra: dict[str, Any]
 
 
+class StorageClass(_Out):
+    """`dtrain.StorageClassInfo`: a performance tier volumes can use (`dtrain volume classes`)."""
+
+    name: str
+    backend: str
+    kind: Literal["StorageClass", "VolumeAttributesClass"] = Field(
+        description="Kubernetes: a VolumeAttributesClass is the tier `volume update --class` sets; local classes "
+                    "are StorageClasses, for create and update alike")
+    default: bool = Field(description="the class `volume create` without a class uses")
+    root: str | None = Field(description="the folder its volumes live in (local)")
+    provisioner: str | None = Field(description="Kubernetes: a StorageClass's provisioner, a "
+                                                "VolumeAttributesClass's driverName")
+    status: Literal["Ready", "NotMounted", "Unusable", "NotConfigured"] | None = Field(
+        description="whether volumes can go there now (local: NotMounted, a folder used before that lost its mark; "
+                    "Unusable, a folder that is a file, overlaps another or holds other files; NotConfigured, a "
+                    "class volumes record that config.yaml no longer names); null where the backend cannot tell")
+    message: str
+    free_bytes: int | None
+    total_bytes: int | None
+    volumes: int = Field(description="volumes in it (Kubernetes: the project's PVCs)")
+    extra: dict[str, Any]
+
+
 class Snapshot(_Out):
     """`dtrain.SnapshotInfo`; `extra` locally: id, volume_uid, added_bytes, method."""
 

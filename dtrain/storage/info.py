@@ -156,3 +156,16 @@ def human_bytes(n: float) -> str:
         if abs(n) < 1024 or unit == "TiB":
             break
     return f"{n:.1f} {unit}"
+
+
+class StorageClass(NamedTuple):
+    """A storage class as this machine sees it: its root folder, whether volumes can go there now."""
+
+    name: str
+    root: Path  # where its volumes live
+    status: str  # Ready, NotMounted (used before, its folder unmarked or gone), Unusable, NotConfigured
+    message: str  # why it is not Ready, or what its first use does
+    free_bytes: int | None  # free space on the file system of its folder (or of the nearest parent that exists)
+    total_bytes: int | None
+    volumes: int  # volumes recorded in it
+    to_dict = _to_dict

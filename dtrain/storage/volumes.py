@@ -31,7 +31,7 @@ from dtrain.names import check_name, check_storage_class, parse_size, parse_volu
 from dtrain.storage import fileio, folders
 from dtrain.storage import manifest as mf
 from dtrain.storage.engine import Engine
-from dtrain.storage.info import Damage, Freed, Snapshot, VerifyReport, Volume
+from dtrain.storage.info import Damage, Freed, Snapshot, StorageClass, VerifyReport, Volume
 from dtrain.storage.move import Mover
 from dtrain.storage.progress import Progress, reporter
 
@@ -547,6 +547,37 @@ class Storage:
                           (name, os.urandom(16).hex(), _now(), size, storage_class, origin, origin,
                            json.dumps(labels, sort_keys=True), None if root == self.volumes_dir else str(root)))
 
+    def storage_classes(self) -> list[StorageClass]:
+        """Every class: 'local', each of config.yaml, and each that volumes still record but config.yaml
+        no longer names. Read only: a class is checked as its first use would check it (class_root
+        with claim=False), so a disk not mounted or a folder holding other files shows here first."""
+        counts: dict[str, int] = {}
+        roots: dict[str, Path] = {}
+        for row in self.conn.execute("SELECT storage_class, root, COUNT(*) FROM volumes GROUP BY storage_class, root"):
+            counts[row[0]] = counts.get(row[0], 0) + row[2]
+            roots.setdefault(row[0], Path(row[1]) if row[1] else self.volumes_dir)
+        out = []
+        for name in dict.fromkeys([DEFAULT_CLASS, *self.classes, *sorted(counts)]):
+            if name != DEFAULT_CLASS and name not in self.classes:
+                root, status = roots[name], "NotConfigured"
+                message = (f"volumes live in {root}, but {self.home / 'config.yaml'} names no class {name!r}: "
+                           f"name its folder under 'storage_classes:' again (dtrain config storage-class {name} "
+                           f"{root}) to use or move them")
+            else:
+                root, status, message = self.classes.get(name, self.volumes_dir), "Ready", ""
+                try:
+                    self.class_root(name, claim=False)
+                except StorageError as err:  # used before, its mark gone: a disk not mounted
+                    status, message = "NotMounted", str(err).removeprefix(f"storage class {name!r}: ")
+                except (SpecError, NotFoundError) as err:
+                    status, message = "Unusable", str(err).removeprefix(f"storage class {name!r}: ")
+                else:
+                    if name != DEFAULT_CLASS and not (root / ROOT_MARK).exists():
+                        message = f"not used yet: the first volume in it makes and marks {root}"
+            out.append(StorageClass(name=name, root=root, status=status, message=message,
+                                    volumes=counts.get(name, 0), **_space(root)))
+        return out
+
     def class_root(self, storage_class: str, *, claim: bool = True) -> Path:
         """The root folder of a class, claimed for dtrain on first use (empty, or already marked);
         `claim` False checks the same and changes nothing (a dry run)."""
@@ -609,12 +640,13 @@ class Storage:
         other volumes live): deleting a volume there would delete the volumes inside its folder."""
         here = Path(os.path.realpath(root))
         stored = [Path(r[0]) for r in self.conn.execute("SELECT DISTINCT root FROM volumes WHERE root IS NOT NULL")]
-        others = [(self.home, False), *((r, False) for n, r in self.classes.items() if n != storage_class),
-                  *((r, True) for r in stored)]  # a stored root equal to this one: this class's own volumes
-        for other, may_equal in others:
+        others = [(self.home, False, ""),
+                  *((r, False, f" (storage class {n!r}'s folder)") for n, r in self.classes.items() if n != storage_class),
+                  *((r, True, "") for r in stored)]  # a stored root equal to this one: this class's own volumes
+        for other, may_equal, whose in others:
             there = Path(os.path.realpath(other))
             if (here.is_relative_to(there) or there.is_relative_to(here)) and not (may_equal and here == there):
-                raise SpecError(f"storage class {storage_class!r}: its folder {root} overlaps {other}, where "
+                raise SpecError(f"storage class {storage_class!r}: its folder {root} overlaps {other}{whose}, where "
                                 f"other volumes or the state database live; give the class a folder of its own, "
                                 f"outside the home folder {self.home} and apart from the other classes' folders")
 
@@ -638,6 +670,18 @@ class Storage:
                             job_spec=json.loads(row["job_spec"]) if row["job_spec"] else None,
                             source_snapshot=row["source_snapshot"], files=row["files"], bytes=row["bytes"],
                             added_bytes=row["added_bytes"], method=row["method"])
+
+
+def _space(root: Path) -> dict[str, int | None]:
+    """Free and total bytes of the file system holding `root` (or its nearest parent that exists)."""
+    there = root
+    while not there.exists() and there != there.parent:
+        there = there.parent
+    try:
+        st = os.statvfs(there)
+    except OSError:
+        return {"free_bytes": None, "total_bytes": None}
+    return {"free_bytes": st.f_bavail * st.f_frsize, "total_bytes": st.f_blocks * st.f_frsize}
 
 
 def _now() -> str:

@@ -45,6 +45,9 @@ CORE = {  # (group, plural) -> (kind, namespaced)
     ("batch", "jobs"): ("Job", True),
     ("rbac.authorization.k8s.io", "roles"): ("Role", True),
     ("rbac.authorization.k8s.io", "rolebindings"): ("RoleBinding", True),
+    # storage.k8s.io/v1 (VolumeAttributesClass is v1 from Kubernetes 1.34; the fake answers any version's path)
+    ("storage.k8s.io", "storageclasses"): ("StorageClass", False),
+    ("storage.k8s.io", "volumeattributesclasses"): ("VolumeAttributesClass", False),
 }
 CRDS = {
     ("kubeflow.org", "pytorchjobs"): ("PyTorchJob", True), ("kubeflow.org", "mpijobs"): ("MPIJob", True),
@@ -185,6 +188,13 @@ class FakeCluster:
                         resourceVersion=str(next(self._rv)), generation=1)
             if obj["kind"] == "PersistentVolumeClaim":
                 obj["status"] = {"phase": "Pending"}
+                spec = obj.setdefault("spec", {})
+                if spec.get("storageClassName") is None:  # the DefaultStorageClass admission plugin
+                    default = [c["metadata"]["name"] for c in self.items("storage.k8s.io", "storageclasses")
+                               if (c["metadata"].get("annotations") or {}).get(
+                                   "storageclass.kubernetes.io/is-default-class") == "true"]
+                    if default:
+                        spec["storageClassName"] = default[-1]
             self.objects[key] = obj
             return obj
 

@@ -80,6 +80,11 @@ TRAIN_JOB = Resource("trainer.kubeflow.org", "v1alpha1", "trainjobs", "TrainJob"
 VOLUME_SNAPSHOT = Resource("snapshot.storage.k8s.io", "v1", "volumesnapshots", "VolumeSnapshot", "", SNAPSHOT_HINT)
 VOLUME_SNAPSHOT_CLASS = Resource("snapshot.storage.k8s.io", "v1", "volumesnapshotclasses",
                                  "VolumeSnapshotClass", "", SNAPSHOT_HINT, namespaced=False)
+STORAGE_CLASS = Resource("storage.k8s.io", "v1", "storageclasses", "StorageClass", "", namespaced=False)
+# VolumeAttributesClass: v1alpha1 in 1.29-1.30 (feature gate), v1beta1 from 1.31, v1 from 1.34; asked newest first
+VOLUME_ATTRIBUTES_CLASSES = tuple(Resource("storage.k8s.io", v, "volumeattributesclasses", "VolumeAttributesClass",
+                                           "", namespaced=False) for v in ("v1", "v1beta1", "v1alpha1"))
+ANN_DEFAULT_CLASS = ("storageclass.kubernetes.io/is-default-class", "storageclass.beta.kubernetes.io/is-default-class")
 NOTEBOOK = Resource("kubeflow.org", "v1", "notebooks", "Notebook", "", NOTEBOOK_HINT)  # never succeeds: runs until deleted
 JOB_RESOURCES = {r.kind: r for r in (BATCH_JOB, PYTORCH_JOB, MPI_JOB, TRAIN_JOB, NOTEBOOK)}
 

@@ -13,13 +13,13 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from dtrain.backends.base import FreedInfo, Progress, SnapshotInfo, VolumeInfo
+from dtrain.backends.base import FreedInfo, Progress, SnapshotInfo, StorageClassInfo, VolumeInfo
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
 from dtrain.names import parse_size
 
 from .client import POD, PVC, Forbidden, Missing, Unanswered
-from .objects import (ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB, LABEL_SOURCE_SNAPSHOT,
-                      VOLUME_SNAPSHOT, Resource)
+from .objects import (ANN_DEFAULT_CLASS, ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB,
+                      LABEL_SOURCE_SNAPSHOT, STORAGE_CLASS, VOLUME_ATTRIBUTES_CLASSES, VOLUME_SNAPSHOT, Resource)
 from .render_storage import render_restore, render_snapshot, render_volume, render_volume_class_patch
 from .status import job_status, parse_time, spec_of
 
@@ -125,6 +125,46 @@ class VolumeVerbs:
 
     def _get_volume(self, name: str) -> VolumeInfo:
         return volume_info(self._pvc(name))
+
+    def _list_storage_classes(self) -> list[StorageClassInfo]:
+        """The cluster's StorageClasses (what `volume create --class` and `--pvc CLASS:...` name) and
+        VolumeAttributesClasses (what `volume update --class` names; none where the API server does not
+        serve them), with how many of the project's PVCs use each. The default: the kubernetes settings'
+        storage_class, else the StorageClass annotated as the cluster's default."""
+        pvcs = [p.get("spec") or {} for p in self.api.list(PVC, self.namespace)]
+        classes = self.api.list(STORAGE_CLASS, None)
+        annotated = [c["metadata"]["name"] for c in classes
+                     if any((c["metadata"].get("annotations") or {}).get(a) == "true" for a in ANN_DEFAULT_CLASS)]
+        default = self.config.storage_class or (annotated[0] if annotated else None)
+        out = []
+        for c in classes:
+            name = c["metadata"]["name"]
+            out.append(StorageClassInfo(
+                name=name, backend="kubernetes", default=name == default, provisioner=c.get("provisioner"),
+                volumes=sum(p.get("storageClassName") == name for p in pvcs),
+                extra={"parameters": dict(c.get("parameters") or {}), "reclaim_policy": c.get("reclaimPolicy", "Delete"),
+                       "volume_binding_mode": c.get("volumeBindingMode", "Immediate"),
+                       "allow_volume_expansion": bool(c.get("allowVolumeExpansion")),
+                       "cluster_default": name in annotated, "namespace": self.namespace}))
+        for c in self._volume_attributes_classes():
+            name = c["metadata"]["name"]
+            out.append(StorageClassInfo(
+                name=name, backend="kubernetes", kind="VolumeAttributesClass", provisioner=c.get("driverName"),
+                volumes=sum(p.get("volumeAttributesClassName") == name for p in pvcs),
+                extra={"parameters": dict(c.get("parameters") or {}), "api_version": c.get("apiVersion"),
+                       "namespace": self.namespace}))
+        return out
+
+    def _volume_attributes_classes(self) -> list[dict]:
+        """The VolumeAttributesClasses at the newest version the API server serves; [] where it serves none
+        (the VolumeAttributesClass feature gate off, the default before Kubernetes 1.34)."""
+        for resource in VOLUME_ATTRIBUTES_CLASSES:
+            try:
+                return [{**c, "apiVersion": resource.api_version} for c in self.api.list(resource, None)]
+            except Missing as err:
+                if not err.api_missing:
+                    raise
+        return []
 
     def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Patch the PVC's volumeAttributesClassName (VolumeAttributesClass `storage_class`): the

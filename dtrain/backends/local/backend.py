@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from dtrain import db
 from dtrain.backends.base import (Backend, Event, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, LogLine,
-                                  NodeInfo, ProcessInfo, ProjectInfo, SnapshotInfo, VolumeInfo)
+                                  NodeInfo, ProcessInfo, ProjectInfo, SnapshotInfo, StorageClassInfo, VolumeInfo)
 from dtrain.backends.local.store import ACTIVE, QUEUED, SNAPSHOTTING, UNFINISHED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError, StorageError
@@ -711,6 +711,13 @@ class LocalBackend(Backend):
     def _create_volume(self, name, *, size, storage_class):
         return self._volume(self.storage.create_volume(name, size=size, storage_class=storage_class or "local"),
                             measure=False)
+
+    def _list_storage_classes(self) -> list[StorageClassInfo]:
+        """'local' (<home>/volumes, the default) and config.yaml's classes, as their first use would find them."""
+        return [StorageClassInfo(name=c.name, backend=self.name, default=c.name == "local", root=str(c.root),
+                                 status=c.status, message=c.message,
+                                 free_bytes=c.free_bytes, total_bytes=c.total_bytes, volumes=c.volumes)
+                for c in self.storage.storage_classes()]
 
     def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Move the volume to another class's root folder (storage/move.py), refused while jobs use it."""

@@ -450,7 +450,7 @@ class SageMakerBackend(Backend):
         raise self._not_supported("volumes and snapshots", "data lives in S3 or EFS: submit with "
                                   "--channel NAME=s3://BUCKET/PREFIX")
 
-    _create_volume = _list_volumes = _get_volume = _delete_volume = _no_storage
+    _create_volume = _list_volumes = _get_volume = _delete_volume = _list_storage_classes = _no_storage
     _create_snapshot = _list_snapshots = _get_snapshot = _restore_snapshot = _delete_snapshot = _no_storage
 
 
