@@ -12,6 +12,7 @@ injected: `Client(backends={"kubernetes": KubernetesBackend(cfg, api_client=fake
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -242,6 +243,39 @@ class Client:
         merged = self.config.sagemaker
         self._backends.pop("sagemaker", None)
         return merged
+
+    # ---- storage classes (config.yaml's storage_classes) -----------------------------------
+    def set_storage_class(self, name: str, folder: str | Path) -> str:
+        """Define (or re-point) local storage class `name` as `folder` (made absolute), checked as
+        loading config.yaml checks it; every other setting stays. Returns the folder saved."""
+        if not isinstance(folder, (str, Path)) or not str(folder):
+            raise SpecError(f"storage class {name!r}: give its folder, e.g. /nvme/dtrain")
+        root = str(Path(os.path.abspath(os.path.expanduser(folder))))
+        where = self.home / "config.yaml"
+
+        def change(cfg: UserConfig) -> None:
+            cfg.storage_classes = {**cfg.storage_classes, name: root}
+            cfg.validate(where)  # a SpecError writes nothing
+
+        self.config = UserConfig.update(self.home, change)
+        self._backends.pop("local", None)  # its store knows the classes it was opened with
+        return root
+
+    def unset_storage_classes(self, names: list[str] | tuple[str, ...]) -> dict[str, int]:
+        """Remove local storage classes from config.yaml (their volumes stay where they are, listed
+        NotConfigured by `volume classes`). Returns how many volumes each still held."""
+        def change(cfg: UserConfig) -> None:
+            missing = [n for n in names if n not in cfg.storage_classes]
+            if missing:
+                known = ", ".join(cfg.storage_classes) or "none"
+                raise NotFoundError(f"no storage class {missing[0]!r} in {self.home / 'config.yaml'} (its classes: "
+                                    f"{known}); nothing was changed")
+            cfg.storage_classes = {n: r for n, r in cfg.storage_classes.items() if n not in names}
+
+        held = {c.name: c.volumes for c in self.backend("local").list_storage_classes() if c.name in names}
+        self.config = UserConfig.update(self.home, change)
+        self._backends.pop("local", None)
+        return held
 
     # ---- projects -------------------------------------------------------------------------
     def set_default_project(self, name: str) -> None:

@@ -154,3 +154,29 @@ def test_the_cli_lists_kubernetes_classes(k8s, home, tmp_path):
     text = dt("volume", "classes").stdout
     assert "standard (default)" in text and "VolumeAttributesClass" in text and "PROVISIONER" in text
     assert [c["name"] for c in dt.json("volume", "classes")] == ["standard", "premium", "ultra"]
+
+
+# ------------------------------------------------------------------------ config storage-class
+
+def test_config_storage_class_defines_and_removes_a_class_keeping_every_other_key(dt: Dtrain, tmp_path):
+    from conftest import assert_usage_error
+
+    (dt.home / "config.yaml").write_text(yaml.safe_dump({"deleted_job_ttl": "7d", "kubernetes": {"image": "i:1"}}))
+    dt("config", "storage-class", "fast", str(tmp_path / "fast"))
+    saved = yaml.safe_load((dt.home / "config.yaml").read_text())
+    assert saved["storage_classes"] == {"fast": str(tmp_path / "fast")}
+    assert saved["deleted_job_ttl"] == "7d" and saved["kubernetes"] == {"image": "i:1"}
+    assert dt("config", "storage-class", "fast").stdout.strip() == str(tmp_path / "fast")
+    dt("volume", "create", "v", "--class", "fast", "--size", "1Mi")
+    before = (dt.home / "config.yaml").read_bytes()
+    for words, needle in ((["quick", str(tmp_path / "fast")], "storage classes 'fast' and 'quick' share the folder"),
+                          (["local", "/x"], "other than 'local'"), (["Bad_Name", "/x"], "lower-case name"),
+                          (["--unset", "nope"], "no storage class 'nope'"), (["fast", "/x", "--role", "r"], "--role")):
+        assert_usage_error(dt("config", "storage-class", *words, check=False), needle)
+    assert (dt.home / "config.yaml").read_bytes() == before  # a refusal writes nothing
+    assert "1 volume(s) stay" in dt("config", "storage-class", "--unset", "fast").stdout
+    assert _classes(dt)["fast"]["status"] == "NotConfigured"
+    assert yaml.safe_load((dt.home / "config.yaml").read_text())["deleted_job_ttl"] == "7d"
+    rel = dt("config", "storage-class", "slow", "disk", cwd=tmp_path).stdout  # a relative folder: made absolute
+    assert str(tmp_path / "disk") in rel
+    assert_usage_error(dt("config", "project", "a", "b", check=False), "takes one value")

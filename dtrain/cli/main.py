@@ -13,7 +13,7 @@ from dtrain.cli import format as fmt
 from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.config import BACKENDS
-from dtrain.errors import DtrainError, SpecError
+from dtrain.errors import DtrainError, NotFoundError, SpecError
 from dtrain.names import require_project
 from dtrain.spec import check_name
 
@@ -39,9 +39,16 @@ GROUP_HELP = {"lanes": "SCNN lane detection on TuSimple", "cifar10": "the CIFAR1
 
 def cmd_config(args, client: Client) -> int:
     given = [f"--{k.replace('_', '-')}" for k in (*_SAGEMAKER_KEYS, "unset") if getattr(args, k) is not None]
+    if args.what == "storage-class":
+        return _config_storage_class(args, client, [g for g in given if g != "--unset"])
+    if args.folder is not None:
+        raise SpecError(f"'dtrain config {args.what}' takes one value, not {args.value!r} and {args.folder!r}; "
+                        f"nothing was changed")
     if given and args.what != "sagemaker":  # else silently dropped: the user believes them saved
         raise SpecError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for 'dtrain config sagemaker', "
                         f"not 'dtrain config {args.what}'; nothing was changed")
+    if args.unset is not None and (bad := [k for k in args.unset if k not in _UNSETTABLE]):
+        raise SpecError(f"--unset {bad[0]!r}: not a SageMaker setting; use one of {', '.join(_UNSETTABLE)}")
     if args.project is not None and args.what != "backend":
         raise SpecError(f"-p/--project is for 'dtrain config backend' (a project's own backend), not 'dtrain config "
                         f"{args.what}'; nothing was changed")
@@ -75,6 +82,41 @@ def cmd_config(args, client: Client) -> int:
 
 
 _SAGEMAKER_KEYS = ("role", "bucket", "region", "prefix", "image", "instance_type", "subnets", "security_groups")
+_UNSETTABLE = tuple(k.replace("_", "-") for k in _SAGEMAKER_KEYS)
+
+
+def _config_storage_class(args, client: Client, flags: list[str]) -> int:
+    """`config storage-class [NAME [FOLDER]]`, `--unset NAME...`: config.yaml's storage_classes, as
+    `config project` shows and sets the default project."""
+    if flags or args.project is not None:
+        flags += ["-p/--project"] if args.project is not None else []
+        raise SpecError(f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} not for 'dtrain config "
+                        f"storage-class'; nothing was changed")
+    if args.unset is not None:
+        if args.value is not None or not args.unset:
+            raise SpecError("'dtrain config storage-class --unset' takes class names only, e.g. --unset fast; "
+                            "nothing was changed")
+        held = client.unset_storage_classes(args.unset)
+        for name in args.unset:
+            there = f"; its {held[name]} volume(s) stay where they are (dtrain volume classes shows them)" \
+                if held.get(name) else ""
+            print(f"storage class '{name}' removed{there}")
+        return 0
+    classes = client.config.storage_classes
+    if args.value is None:
+        print("\n".join(f"{n}: {r}" for n, r in classes.items()) if classes else
+              "no storage classes besides 'local': dtrain config storage-class NAME FOLDER")
+        return 0
+    if args.folder is None:  # as `config project`: the value alone
+        if args.value not in classes:
+            raise NotFoundError(f"no storage class {args.value!r} in {client.home / 'config.yaml'}"
+                                + (f" (it has {', '.join(classes)})" if classes else "")
+                                + f": dtrain config storage-class {args.value} FOLDER")
+        print(classes[args.value])
+        return 0
+    root = client.set_storage_class(args.value, args.folder)
+    print(f"storage class '{args.value}' is {root} (dtrain volume classes shows whether volumes can go there)")
+    return 0
 
 
 def _set_default_project(client: Client, name: str) -> None:
@@ -177,10 +219,12 @@ def verb_of(head: list[str]) -> str | None:
 
 def _add_config(sub) -> None:
     p = sub.add_parser("config", help="show or set the default project or backend; SageMaker settings")
-    p.add_argument("what", choices=["project", "backend", "sagemaker"], help="what to show or set")
+    p.add_argument("what", choices=["project", "backend", "sagemaker", "storage-class"], help="what to show or set")
     p.add_argument("value", nargs="?",
-                   help="a project that exists ('dtrain project list'), or local / kubernetes / sagemaker; "
-                        "without it, the current one is printed")
+                   help="a project that exists ('dtrain project list'), or local / kubernetes / sagemaker, or a "
+                        "storage class's name; without it, the current one is printed")
+    p.add_argument("folder", nargs="?",
+                   help="with 'storage-class NAME': the class's root folder (made absolute), e.g. /nvme/dtrain")
     p.add_argument("-p", "--project", help="with 'backend': only for this project")
     g = p.add_argument_group("with 'sagemaker' (credentials come from boto3's chain and are never stored)")
     g.add_argument("--role", help="IAM role ARN SageMaker assumes")
@@ -191,8 +235,9 @@ def _add_config(sub) -> None:
     g.add_argument("--instance-type", help="default instance type, e.g. ml.m5.xlarge")
     g.add_argument("--subnets", nargs="+", metavar="SUBNET", help="VPC subnets (EFS/FSx channels need a VPC)")
     g.add_argument("--security-groups", nargs="+", metavar="SG", help="VPC security groups")
-    g.add_argument("--unset", nargs="+", metavar="SETTING", choices=[k.replace("_", "-") for k in _SAGEMAKER_KEYS],
-                   help="remove saved settings, e.g. --unset subnets security-groups (no VPC) or --unset image")
+    g.add_argument("--unset", nargs="+", metavar="SETTING",
+                   help="remove saved settings, e.g. --unset subnets security-groups (no VPC) or --unset image; "
+                        "with 'storage-class': remove classes, e.g. --unset fast")
     p.set_defaults(handler=cmd_config)
 
 
