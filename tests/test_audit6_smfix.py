@@ -37,7 +37,9 @@ def _wait(env: dict[str, str], name: str, timeout: float = 90) -> dict:
     raise AssertionError(f"{name} did not end: {info}")
 
 
-def test_list_without_aws_credentials_shows_the_local_jobs_and_says_why_aws_is_missing(tmp_path):
+def test_list_without_aws_credentials_shows_the_local_jobs_and_says_why_aws_is_missing(tmp_path, monkeypatch):
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)  # the server below takes this environment, with _no_aws_env's on top
     home, code = tmp_path / "home", tmp_path / "code"
     code.mkdir()
     (code / "train.py").write_text("print('hi')\n")
@@ -60,6 +62,18 @@ def test_list_without_aws_credentials_shows_the_local_jobs_and_says_why_aws_is_m
     js = _dtrain(env, "--backend", "sagemaker", "list", "--json")
     assert js.returncode == 0 and [j["name"] for j in json.loads(js.stdout)] == ["here"]
     assert "not listed" in js.stderr
+    # The HTTP list (and the dashboard's Jobs page, which shows it) says the same in a Warning header
+    from server_util import ServerProcess
+    server = ServerProcess(home, env=env, cwd=code)
+    try:
+        for query in ("", "?limit=20"):
+            got = server.http.get("/api/v1/jobs" + query)
+            assert got.status_code == 200 and [j["name"] for j in got.json()] == ["here"]
+            warning = got.headers["warning"]
+            assert warning.startswith('299 dtrain "SageMaker jobs on AWS') and warning.endswith('"')
+            assert "not listed" in warning and "credentials" in warning and "\n" not in warning
+    finally:
+        server.stop()
 
 
 def _local_failure(home: Path, tmp_path: Path, name: str, script: str):
@@ -144,3 +158,32 @@ def test_logs_show_each_hosts_current_container_start_and_follow_goes_on_into_a_
     assert [ln.text for ln in be.logs(name, rank=0, follow=True)] == ["host 1 try 1", "host 1 try 2"]
 
 from test_sagemaker_backend import moto_url  # noqa: E402,F401  (a moto server for this module)
+
+
+@pytest.mark.slow  # a browser and a --local job: about 15 s
+def test_the_dashboards_jobs_page_says_why_the_aws_jobs_are_missing(tmp_path, monkeypatch):
+    from test_dashboard_browser import CHROMEDRIVER, CHROMIUM, By, WebDriverWait, chrome, text_of
+    if not (CHROMIUM and CHROMEDRIVER):
+        pytest.skip("chromium and chromedriver are not installed (scripts/setup.sh installs them)")
+    from server_util import ServerProcess
+    for key in [k for k in os.environ if k.startswith("AWS_")]:
+        monkeypatch.delenv(key)
+    home, code = tmp_path / "home", tmp_path / "code"
+    code.mkdir()
+    (code / "train.py").write_text("print('hi')\n")
+    env = _no_aws_env(home, tmp_path)
+    _dtrain(env, "config", "backend", "sagemaker")
+    _dtrain(env, "config", "sagemaker", "--role", "arn:aws:iam::123456789012:role/R", "--bucket", "my-training-bucket")
+    assert _dtrain(env, "submit", "here", "--backend", "sagemaker", "--local", "--", "python", "train.py",
+                   cwd=code).returncode == 0
+    _wait(env, "here")
+    server = ServerProcess(home, env=env, cwd=code)
+    try:
+        with chrome() as browser:
+            browser.get(server.url + "/#/jobs")
+            WebDriverWait(browser, 60, poll_frequency=0.2).until(lambda d: text_of(d, "#jobs-table tr[data-job='here']"))
+            warning = browser.find_element(By.ID, "jobs-warning").text
+            assert warning.startswith("SageMaker jobs on AWS") and "not listed" in warning and "credentials" in warning
+            assert '299 dtrain' not in warning and '\\"' not in warning  # the header's words, unwrapped
+    finally:
+        server.stop()

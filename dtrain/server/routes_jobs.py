@@ -34,7 +34,8 @@ OFFSET = Annotated[int | None, Query(ge=0, le=wire.MAX_OFFSET, description="skip
                                                                           "list (a page's start)")]
 
 
-@router.get("/jobs", response_model=list[wire.Job], responses={**ERRORS, 200: {"headers": wire.TOTAL_COUNT}})
+@router.get("/jobs", response_model=list[wire.Job],
+            responses={**ERRORS, 200: {"headers": {**wire.TOTAL_COUNT, **wire.JOBS_WARNING}}})
 def list_jobs(request: Request, response: Response, project: Annotated[str | None, Query(pattern=wire.NAME)] = None,
               status: wire.STATUSES | None = None, limit: LIMIT = None, offset: OFFSET = None):
     """Every job (of one project with `project`), oldest first; `status` filters. Deleted jobs are
@@ -43,15 +44,21 @@ def list_jobs(request: Request, response: Response, project: Annotated[str | Non
     `limit` and `offset` ask for a page instead, of the filtered jobs newest first (by creation
     time, then name, so that pages never overlap while nothing is submitted), the order the
     dashboard shows. Either one alone pages too (no `limit`: every job from `offset` on). The
-    `X-Total-Count` header counts the filtered jobs before paging, with or without a page."""
+    `X-Total-Count` header counts the filtered jobs before paging, with or without a page. A
+    `Warning` header says when a source of jobs could not be read (SageMaker without AWS
+    credentials: the --local jobs only), as `dtrain list` warns."""
     c = client(request)  # a project that is a typo: c.list / c.page raise NotFoundError, a 404
     if limit is not None or offset is not None:  # paged by the backend: only the page's jobs are read
         page = c.page(project=project, status=status, limit=limit, offset=offset or 0)
-        response.headers["x-total-count"] = str(page.total)
-        return [wire.job_out(j) for j in page.jobs]
-    jobs = c.list(project=project, show_deleted=status == "Deleted")
-    jobs = [j for j in jobs if status is None or j.status.value == status]
-    response.headers["x-total-count"] = str(len(jobs))
+        jobs, total = list(page.jobs), page.total
+    else:
+        jobs = c.list(project=project, show_deleted=status == "Deleted")
+        jobs = [j for j in jobs if status is None or j.status.value == status]
+        total = len(jobs)
+    response.headers["x-total-count"] = str(total)
+    unlisted = c.backend(project=project).unlisted
+    if unlisted:
+        response.headers["warning"] = wire.warning_header(unlisted)
     return [wire.job_out(j) for j in jobs]
 
 

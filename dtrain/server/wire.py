@@ -155,6 +155,17 @@ class Job(BaseModel):
 # The job list's paging (GET /jobs?limit=&offset=)
 TOTAL_COUNT = {"X-Total-Count": {"description": "the jobs that matched the filters, before `limit` and `offset`",
                                  "required": True, "schema": {"type": "integer", "minimum": 0}}}
+JOBS_WARNING = {"Warning": {"description": "present when a source of jobs could not be read and the list holds the "
+                                        "others only (SageMaker: AWS refused, the --local jobs are listed): "
+                                        "`299 dtrain \"<why, and the fix>\"` (RFC 7234)",
+                         "schema": {"type": "string"}}}
+
+
+def warning_header(text: str) -> str:
+    """An RFC 7234 Warning header value (code 299, persistent) carrying `text` on one line, in the
+    ASCII a header can hold (the same words `dtrain list` prints as its warning)."""
+    line = " ".join(text.split()).replace("\\", "\\\\").replace('"', '\\"')
+    return '299 dtrain "' + line.encode("ascii", "replace").decode() + '"'
 
 
 class LogLine(BaseModel):

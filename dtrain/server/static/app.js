@@ -179,7 +179,10 @@ function jobsPage(main) {
       : status.value || project.value ? "No jobs match these filters."
       : readOnly() ? "No jobs yet: this server is read-only; submit one with 'dtrain submit'."
       : "No jobs yet: submit one from the Submit tab or with 'dtrain submit'.";
-    holder.replaceChildren(jobs.length ? table(["Name", "Status", "Age", "Project", "Node", "Type",
+    // Some jobs could not be listed (SageMaker without AWS credentials: the --local ones only), as `dtrain list` warns
+    const warned = /^299 dtrain "(.*)"$/.exec(headers.get("warning") || "");
+    holder.replaceChildren(...(warned ? [h("p", {id: "jobs-warning", class: "error"}, warned[1].replace(/\\(.)/g, "$1"))] : []),
+      jobs.length ? table(["Name", "Status", "Age", "Project", "Node", "Type",
       "GPUs allocated (requested)", "Processes running (pending)", ""], rows, {id: "jobs-table"})
       : h("p", {class: "muted"}, none));
   }, REFRESH_MS);
