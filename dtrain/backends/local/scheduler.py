@@ -5,6 +5,15 @@ Rules, checked in one SQLite write transaction so concurrent supervisors never r
 - FIFO within a project: a job asking for GPUs waits while an older one of its project is still
   Pending; a job that asks for none takes nothing they wait for, and never queues behind them;
 - a project never holds more GPUs than its quota;
+- across projects, in-quota before over-quota, FIFO within: a job of a project with a GPU quota
+  is within it whenever it may start (the quota is a limit here, never exceeded), and it goes
+  before any job of a project without one (Run:AI's over-quota jobs, which take idle GPUs only);
+  among the latter the older goes first. The first job of another project's queue that ranks
+  before this one and waits only for free GPUs keeps them: this job starts only on what is left
+  over (so a stream of small jobs never starves an older or in-quota large one, and a small one
+  still starts beside it when enough GPUs are free for both). Jobs of projects with a quota do
+  not hold one another back: each has its own share (quotas that add up to more GPUs than the
+  machine has are the admin's promise broken, and there the GPUs go to whoever asks first);
 - a device is never given to two jobs (the allocations table's primary key is the device);
 - a --cpu job's ranks are pinned to cores no other running job is pinned to, when enough are
   free (core_pins; cores are shared, never waited for).
@@ -56,6 +65,15 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
                               f"delete it and submit it with fewer")
         elif len(free) < need:
             reasons.insert(0, f"needs {need} GPUs, {len(free)} free")
+        elif need and not reasons and (quota is None or quota["gpu_quota"] is None):
+            # over-quota (its project has no quota): it takes only what jobs ranked before it leave
+            ahead = _ranked_ahead(conn, spec.project, row["seq"], len(devices))
+            kept = sum(n for _job, _project, n, _why in ahead)
+            if len(free) - kept < need:
+                reasons.insert(0, f"needs {need} GPUs, {len(free)} free, {min(kept, len(free))} of them kept for "
+                                  + ", ".join(f"job {job} of project {project!r} ({why})"
+                                              for job, project, _n, why in ahead)
+                                  + ", which go first")
         if reasons:  # say why it waits (describe, list); written only when the reason changes
             message = "waiting: " + "; ".join(reasons)
             if row["message"] != message:
@@ -69,6 +87,30 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
         # sees devices held by a Pending job, or a Running job without its devices.
         store.move(spec.name, "Running", "started on " + (", ".join(f"GPU {d}" for d in chosen) or "CPU"))
     return chosen
+
+
+def _ranked_ahead(conn, project: str, seq: int, gpus: int) -> list[tuple[str, str, int, str]]:
+    """(job, project, GPUs, why) of the jobs of other projects that go before an over-quota job
+    (`seq`, of `project`, which has no quota) and wait only for free GPUs: the first GPU job of
+    each other project's queue, when its project's quota leaves room for it and the machine has
+    the GPUs, if that project has a quota (in-quota jobs go first) or it was queued earlier."""
+    heads = conn.execute(
+        "SELECT j.name, j.project, j.seq, p.gpu_quota, "
+        "COALESCE(json_extract(j.spec, '$.gpu'), 0) * COALESCE(json_extract(j.spec, '$.processes'), 1) AS need, "
+        "(SELECT COUNT(*) FROM allocations a JOIN jobs u ON a.job=u.name WHERE u.project=j.project) AS used "
+        "FROM jobs j LEFT JOIN projects p ON p.name=j.project "
+        "WHERE j.status='Pending' AND j.project<>? AND COALESCE(json_extract(j.spec, '$.gpu'), 0) > 0 "
+        "AND j.seq=(SELECT MIN(k.seq) FROM jobs k WHERE k.project=j.project AND k.status='Pending' "
+        "AND COALESCE(json_extract(k.spec, '$.gpu'), 0) > 0) ORDER BY j.seq", (project,)).fetchall()
+    ahead = []
+    for h in heads:
+        if h["need"] > gpus or (h["gpu_quota"] is not None and h["used"] + h["need"] > h["gpu_quota"]):
+            continue  # it waits for more than free GPUs: it keeps none
+        if h["gpu_quota"] is not None:
+            ahead.append((h["name"], h["project"], h["need"], f"{h['need']} GPUs within its quota"))
+        elif h["seq"] < seq:
+            ahead.append((h["name"], h["project"], h["need"], f"{h['need']} GPUs, queued earlier"))
+    return ahead
 
 
 def pin_cores(conn, spec: JobSpec, cores: list[int]) -> None:
