@@ -143,3 +143,25 @@ def test_cli_in_quota_job_runs_before_younger_default_jobs(dt_gpus: Dtrain, tmp_
     a1 = dt.wait_for("a1", {"Succeeded"})
     d2 = dt.wait_for("d2", {"Succeeded"})
     assert a1["started"] <= d2["started"]
+
+
+def test_lowering_a_quota_below_what_runs_says_what_happens(dt_gpus: Dtrain, tmp_path):
+    """`project create P --gpu-quota N` below the GPUs its running jobs hold said only "a GPU quota
+    of N now": nothing said the running jobs keep theirs, nor that a queued job needing more than
+    N would now never start."""
+    dt = dt_gpus
+    dt("project", "create", "q", "--gpu-quota", "1")
+    gate = tmp_path / "go"
+    hold = f"import os,time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
+    dt("submit", "r1", "-p", "q", "--gpu", "1", "--", "python", "-c", hold)
+    dt.wait_for("r1", {"Running"})
+    dt("submit", "w", "-p", "q", "--gpu", "1", "--", "true")
+    out = dt("project", "create", "q", "--gpu-quota", "0").stdout
+    assert len(out.strip().splitlines()) == 1, out
+    assert "a GPU quota of 0 now" in out and "hold 1 GPUs" in out and "nothing is stopped" in out, out
+    assert "queued job(s) w need more than 0 GPUs" in out, out
+    assert dt.status("r1") == "Running"
+    out = dt("project", "create", "q", "--gpu-quota", "1").stdout
+    assert out.strip() == "project 'q' already exists; it has a GPU quota of 1 now", out
+    gate.write_text("x")
+    dt.wait_for("w", {"Succeeded"})

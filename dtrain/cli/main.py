@@ -9,6 +9,7 @@ import json
 import sys
 
 from dtrain import __version__, db
+from dtrain.backends.base import JobStatus
 from dtrain.cli import format as fmt
 from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
@@ -139,7 +140,8 @@ def cmd_project(args, client: Client) -> int:
         client.create_project(args.name, gpu_quota=args.gpu_quota, no_gpu_quota=args.no_gpu_quota)
         quota = f" with a GPU quota of {args.gpu_quota}" if args.gpu_quota is not None else ""
         now = "no GPU quota now" if args.no_gpu_quota else f"a GPU quota of {args.gpu_quota} now"
-        print(f"project '{args.name}' " + (f"already exists; it has {now}" if existed else f"created{quota}"))
+        print(f"project '{args.name}' " + (f"already exists; it has {now}" if existed else f"created{quota}")
+              + (_over_new_quota(client, args.name, args.gpu_quota) if existed and args.gpu_quota is not None else ""))
         return 0
     projects = client.list_projects()
     if args.json:
@@ -239,6 +241,21 @@ def _add_config(sub) -> None:
                    help="remove saved settings, e.g. --unset subnets security-groups (no VPC) or --unset image; "
                         "with 'storage-class': remove classes, e.g. --unset fast")
     p.set_defaults(handler=cmd_config)
+
+
+def _over_new_quota(client: Client, name: str, quota: int) -> str:
+    """What a quota lowered below the project's use means, said when it is set (else the user
+    learns it from a job that never starts): nothing running is stopped, and a queued job that
+    needs more than the new quota waits until it is raised."""
+    held = next((p.gpus_allocated for p in client.list_projects() if p.name == name), 0)
+    note = (f"; its running jobs hold {held} GPUs, more than that: they keep them until they end "
+            f"(nothing is stopped), and its queued jobs wait until fewer are in use") if held > quota else ""
+    never = [j.name for j in client.list(project=name, show_deleted=False)
+             if j.status == JobStatus.PENDING and j.spec.gpus_requested > quota]
+    if never:
+        note += (f"; queued job(s) {', '.join(never)} need more than {quota} GPUs and start only once it "
+                 f"is raised, or once deleted and submitted with fewer")
+    return note
 
 
 def _add_project(sub) -> None:
