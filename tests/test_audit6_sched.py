@@ -9,7 +9,7 @@ import pytest
 from dtrain.backends.local import scheduler
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
-from tests.conftest import Dtrain
+from conftest import Dtrain
 
 
 @pytest.fixture
@@ -165,3 +165,18 @@ def test_lowering_a_quota_below_what_runs_says_what_happens(dt_gpus: Dtrain, tmp
     assert out.strip() == "project 'q' already exists; it has a GPU quota of 1 now", out
     gate.write_text("x")
     dt.wait_for("w", {"Succeeded"})
+
+
+def test_quotas_adding_up_past_the_machines_gpus_are_named_when_set(dt_gpus: Dtrain):
+    """Quotas are each bounded by the GPUs here, but their sum was not looked at: two projects with
+    a quota of 2 on a 2-GPU machine were each promised GPUs the other may hold, and nothing said so."""
+    dt = dt_gpus  # 2 GPUs
+    first = dt("project", "create", "a", "--gpu-quota", "2").stdout
+    assert first.strip() == "project 'a' created with a GPU quota of 2"  # within the machine: nothing to say
+    second = dt("project", "create", "b", "--gpu-quota", "1").stdout
+    assert len(second.strip().splitlines()) == 1, second
+    assert "quotas now add up to 3, more than this machine's 2 GPUs" in second and "--gpu-quota N" in second
+    assert dt.json("project", "list")  # set all the same: a warning, not a refusal
+    assert {p["name"]: p["gpu_quota"] for p in dt.json("project", "list")}["b"] == 1
+    back = dt("project", "create", "b", "--gpu-quota", "0").stdout  # back within the machine
+    assert "add up" not in back

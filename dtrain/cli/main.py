@@ -141,7 +141,8 @@ def cmd_project(args, client: Client) -> int:
         quota = f" with a GPU quota of {args.gpu_quota}" if args.gpu_quota is not None else ""
         now = "no GPU quota now" if args.no_gpu_quota else f"a GPU quota of {args.gpu_quota} now"
         print(f"project '{args.name}' " + (f"already exists; it has {now}" if existed else f"created{quota}")
-              + (_over_new_quota(client, args.name, args.gpu_quota) if existed and args.gpu_quota is not None else ""))
+              + (_over_new_quota(client, args.name, args.gpu_quota) if existed and args.gpu_quota is not None else "")
+              + (_quotas_past_the_gpus(client) if args.gpu_quota else ""))
         return 0
     projects = client.list_projects()
     if args.json:
@@ -256,6 +257,21 @@ def _over_new_quota(client: Client, name: str, quota: int) -> str:
         note += (f"; queued job(s) {', '.join(never)} need more than {quota} GPUs and start only once it "
                  f"is raised, or once deleted and submitted with fewer")
     return note
+
+
+def _quotas_past_the_gpus(client: Client) -> str:
+    """Quotas that add up to more GPUs than this machine has promise what it cannot keep: each
+    project may wait for GPUs within its quota while another's jobs hold them (the scheduler orders
+    in-quota jobs before over-quota ones, not one quota project before another). Said when a quota
+    is set, as Run:AI asks before over-subscribing; the local backend only (a cluster's quotas
+    count its nodes, which it may add)."""
+    if client.backend().name != "local":
+        return ""
+    total = sum(p.gpu_quota or 0 for p in client.list_projects())
+    gpus = sum(n.gpus_allocatable for n in client.nodes())
+    return (f"; the projects' GPU quotas now add up to {total}, more than this machine's {gpus} GPUs: a project "
+            f"may wait for GPUs within its quota while another's jobs hold them (lower a quota with "
+            f"'dtrain project create NAME --gpu-quota N')") if total > gpus else ""
 
 
 def _add_project(sub) -> None:
