@@ -44,16 +44,29 @@ def _nvml() -> list[GpuInfo]:
         pynvml.nvmlInit()
     except Exception:  # no library or no driver: not an NVIDIA machine
         return []
+
+    def ask(query, handle):
+        """One value, None when NVML cannot give it: a MIG-enabled GPU has no utilisation
+        (NVMLError_NotSupported, nvidia-smi's "N/A"), a GPU fallen off the bus answers nothing.
+        The GPU is still listed, as nvidia-smi lists it: one value it lacks made every command that
+        reads the inventory (submit, nodes, the dashboard) end in a traceback."""
+        try:
+            return query(handle)
+        except pynvml.NVMLError:
+            return None
+
     try:
+        count = ask(lambda _: pynvml.nvmlDeviceGetCount(), None) or 0  # unanswered: nvidia-smi is asked next
         out = []
-        for i in range(pynvml.nvmlDeviceGetCount()):
-            h = pynvml.nvmlDeviceGetHandleByIndex(i)
-            mem = pynvml.nvmlDeviceGetMemoryInfo(h)
-            util = pynvml.nvmlDeviceGetUtilizationRates(h)
-            name = pynvml.nvmlDeviceGetName(h)
-            out.append(GpuInfo(index=str(i), name=name.decode() if isinstance(name, bytes) else name,
-                               memory_total=int(mem.total), memory_used=int(mem.used),
-                               utilization=float(util.gpu)))
+        for i in range(count):
+            h = ask(pynvml.nvmlDeviceGetHandleByIndex, i)
+            mem = None if h is None else ask(pynvml.nvmlDeviceGetMemoryInfo, h)
+            util = None if h is None else ask(pynvml.nvmlDeviceGetUtilizationRates, h)
+            name = None if h is None else ask(pynvml.nvmlDeviceGetName, h)
+            out.append(GpuInfo(index=str(i), name=(name.decode() if isinstance(name, bytes) else name) or "",
+                               memory_total=None if mem is None else int(mem.total),
+                               memory_used=None if mem is None else int(mem.used),
+                               utilization=None if util is None else float(util.gpu)))
         return out
     finally:
         pynvml.nvmlShutdown()
