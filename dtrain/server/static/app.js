@@ -251,7 +251,7 @@ function jobPage(main, name) {
     procs.replaceChildren(table(["Rank", "Status", "Exit code", "Devices", "Node"], j.processes.map(p => h("tr", {},
       h("td", {}, p.rank), statusCell(p.status), h("td", {}, p.exit_code ?? "-"), h("td", {}, p.devices.join(",") || "-"), h("td", {}, p.node || "-")))));
     events.replaceChildren(table(["Time", "Status", "Message"], j.events.map(e => h("tr", {},
-      h("td", {}, when(e.time)), statusCell(e.status), h("td", {}, e.message)))));
+      h("td", {}, when(e.time)), statusCell(e.status), h("td", {class: "message"}, e.message)))));
     spec.textContent = JSON.stringify(j.spec, null, 2);
     for (; ranksShown < j.spec.processes; ranksShown++) rank.appendChild(h("option", {value: ranksShown}, "rank " + ranksShown));
     // The logs are followed once the ranks are known: lines that came before marked no rank ("[rank 1] ...").
@@ -386,7 +386,7 @@ function nodesPage(main) {
         n.gpus.length ? h("div", {class: "row"},
           h("div", {class: "card"}, h("h2", {}, "Held by a job (1) or free (0), last minutes"), lineChart(held, {xfmt: t, ymin: 0, ymax: 1, empty: "the first sample comes a few seconds after the server starts"}), legend(held)),
           h("div", {class: "card"}, h("h2", {}, "Utilization % (last minutes)"), lineChart(byGpu("utilization"), {xfmt: t, ymin: 0, ymax: 100, empty: "no utilization reported (NVML absent: injected GPUs)"}), legend(byGpu("utilization"))),
-          h("div", {class: "card"}, h("h2", {}, "Memory used (last minutes)"), lineChart(byGpu("memory_used"), {xfmt: t, ymin: 0, empty: "no memory reported (NVML absent: injected GPUs)"}), legend(byGpu("memory_used")))) : null);
+          h("div", {class: "card"}, h("h2", {}, "Memory used (last minutes)"), lineChart(byGpu("memory_used"), {xfmt: t, yfmt: size, ymin: 0, empty: "no memory reported (NVML absent: injected GPUs)"}), legend(byGpu("memory_used")))) : null);
     }));
   }, REFRESH_MS * 2);
 }

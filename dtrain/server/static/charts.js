@@ -21,9 +21,9 @@ function fmtNum(v) {
   return v.toPrecision(3);
 }
 
-// series: [{name, points: [[x, y], ...]}]; xfmt formats the x axis ends (step or time).
+// series: [{name, points: [[x, y], ...]}]; xfmt formats the x axis ends (step or time), yfmt the y axis ends.
 function lineChart(series, opts) {
-  const W = opts.width || 460, H = opts.height || 180, L = 48, R = 10, T = 10, B = 24;
+  const W = opts.width || 460, H = opts.height || 180, R = 10, T = 10, B = 24;
   const svg = svgEl("svg", {width: W, height: H, class: "chart", viewBox: `0 0 ${W} ${H}`});
   const pts = series.flatMap(s => s.points).filter(p => p[1] !== null && isFinite(p[1]));
   if (!pts.length) {
@@ -36,12 +36,15 @@ function lineChart(series, opts) {
   if (opts.ymax !== undefined) y1 = Math.max(y1, opts.ymax);
   if (x1 === x0) x1 = x0 + 1;
   if (y1 === y0) y1 = y0 + 1;
+  const yfmt = opts.yfmt || fmtNum;  // bytes in the units the tables beside them use (GiB, not G)
+  const [top, low] = [yfmt(y1), yfmt(y0)];
+  const L = Math.max(48, 10 + 6.5 * Math.max(top.length, low.length));  // room for the longer label ("80.0 GiB")
   const sx = x => L + (x - x0) / (x1 - x0) * (W - L - R);
   const sy = y => H - B - (y - y0) / (y1 - y0) * (H - T - B);
   svg.appendChild(svgEl("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, class: "axis"}));
   svg.appendChild(svgEl("line", {x1: L, y1: T, x2: L, y2: H - B, class: "axis"}));
-  svg.appendChild(svgEl("text", {x: L - 4, y: T + 8, "text-anchor": "end"}, fmtNum(y1)));
-  svg.appendChild(svgEl("text", {x: L - 4, y: H - B, "text-anchor": "end"}, fmtNum(y0)));
+  svg.appendChild(svgEl("text", {x: L - 4, y: T + 8, "text-anchor": "end"}, top));
+  svg.appendChild(svgEl("text", {x: L - 4, y: H - B, "text-anchor": "end"}, low));
   const xfmt = opts.xfmt || fmtNum;
   svg.appendChild(svgEl("text", {x: L, y: H - 6}, xfmt(x0)));
   svg.appendChild(svgEl("text", {x: W - R, y: H - 6, "text-anchor": "end"}, xfmt(x1)));
