@@ -119,3 +119,28 @@ def test_pages_show_nvml_gpus_in_the_tables_units_and_long_messages_wrap(home, t
             assert not severe, severe
     finally:
         server.stop()
+
+
+def test_metrics_count_the_gpus_a_queued_job_waits_for(home, tmp_path):
+    """The dashboard shows a job's GPUs "allocated (requested)"; /metrics had only the allocated ones, so a
+    job queued for GPUs (Run:AI's runai_job_requested_gpus) could not be seen or alerted on."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from server_util import ServerProcess
+
+    server = ServerProcess(home, env={"DTRAIN_GPUS": "2"}, cwd=tmp_path)
+    try:
+        dt = server.dtrain()
+        dt("submit", "holder", "-g", "1", "--", "sleep", "300")
+        dt("submit", "waiter", "-g", "2", "--", "true")
+        dt.wait_for("holder", {"Running"})
+        assert dt.status("waiter") == "Pending"
+        jobs = {j["name"]: j for j in dt.json("list")}
+        families = {f.name: f for f in text_string_to_metric_families(server.http.get("/metrics").text)}
+        for metric, field in (("dtrain_job_gpus_requested", "gpus_requested"),
+                              ("dtrain_job_gpus_allocated", "gpus_allocated")):
+            got = {s.labels["job"]: s.value for s in families[metric].samples}
+            assert got == {name: j[field] for name, j in jobs.items()}, metric
+        assert families["dtrain_job_gpus_requested"].type == "gauge"
+    finally:
+        server.stop()

@@ -8,6 +8,7 @@
     dtrain_gpu_allocated{node,gpu,job}          1 for each GPU a job holds
     dtrain_job_processes{job,project,state}     running / pending processes of active jobs
     dtrain_job_gpus_allocated{job,project}      GPUs of active jobs
+    dtrain_job_gpus_requested{job,project}      GPUs active jobs ask for (a queued job's wait)
     dtrain_job_restarts_total{job,project}      restarts of active jobs
     dtrain_job_step / _loss / _images_per_second{job,project}
                                                 the newest values in a running job's metrics file
@@ -48,6 +49,10 @@ class DtrainCollector:
         procs = GaugeMetricFamily("dtrain_job_processes", "processes of an active job",
                                   labels=["job", "project", "state"])
         gpus = GaugeMetricFamily("dtrain_job_gpus_allocated", "GPUs an active job holds", labels=["job", "project"])
+        # what a job asks for, as Run:AI's runai_job_requested_gpus: a queued job holds none, and its demand was
+        # nowhere in the scrape (the dashboard shows "allocated (requested)")
+        requested = GaugeMetricFamily("dtrain_job_gpus_requested", "GPUs an active job asks for",
+                                      labels=["job", "project"])
         restarts = CounterMetricFamily("dtrain_job_restarts", "restarts of an active job", labels=["job", "project"])
         training = {key: GaugeMetricFamily(name, doc, labels=["job", "project"]) for key, name, doc in TRAINING}
         for j in summary.unfinished:
@@ -55,10 +60,11 @@ class DtrainCollector:
             procs.add_metric(labels + ["running"], j.processes_running)
             procs.add_metric(labels + ["pending"], j.processes_pending)
             gpus.add_metric(labels, j.gpus_allocated)
+            requested.add_metric(labels, j.spec.gpus_requested)
             restarts.add_metric(labels, j.restarts)
             for key, value in latest(j, tuple(training)).items():
                 training[key].add_metric(labels, value)
-        yield from (procs, gpus, restarts, *training.values())
+        yield from (procs, gpus, requested, restarts, *training.values())
 
 
 def _job_counts(counted):
