@@ -111,8 +111,9 @@ class Client:
             changes["backend"] = self._backend_name or self.config.backend_for(changes.get("project", spec.project))
         return spec.replace(**changes) if changes else spec
 
-    def get(self, name: str) -> JobInfo:
-        return self.backend().get(name)
+    def get(self, name: str, *, backend: str | None = None) -> JobInfo:
+        """Job `name`'s record, from `backend` (default: this client's, else the configured one)."""
+        return self.backend(backend).get(name)
 
     def list(self, *, project: str | None = None, show_deleted: bool = True) -> list[JobInfo]:
         """Jobs of `project` (None: every project); without `show_deleted`, not the Deleted ones

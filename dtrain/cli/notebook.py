@@ -9,9 +9,11 @@ from __future__ import annotations
 import argparse
 import difflib
 import json
+import time
 
 from dtrain.cli import format as fmt
 from dtrain.cli.jobs import gpu_count
+from dtrain import JobStatus
 from dtrain.client import Client
 from dtrain.names import check_name
 from dtrain.spec import parse_pvc
@@ -102,11 +104,34 @@ def cmd_start(args, client: Client) -> int:
     if isinstance(fields.get("cpu"), float) and fields["cpu"].is_integer():
         fields["cpu"] = int(fields["cpu"])
     volumes = [parse_pvc(v) for v in args.pvc or ()]  # the first is where Jupyter works (notebook_spec)
-    info = client.notebook(args.name, volumes=volumes, **fields)
+    info = _judged(client, client.notebook(args.name, volumes=volumes, **fields))
     dtrain = client.dtrain_for(info.backend, info.spec.project)
-    print(f"notebook '{info.name}' started (backend {info.backend}); open it with `{dtrain}notebook open "
-          f"{info.name}`, stop it with `{dtrain}suspend {info.name}`, delete it with `{dtrain}delete {info.name}`")
+    name, after = info.name, f"stop it with `{dtrain}suspend {info.name}`, delete it with `{dtrain}delete {info.name}`"
+    if info.status == JobStatus.RUNNING:
+        print(f"notebook '{name}' started (backend {info.backend}); open it with `{dtrain}notebook open {name}`, "
+              f"{after}")
+    else:  # queued (GPUs busy, a quota, older jobs first): it starts once they free, as `dtrain describe` says
+        state = "queued, not started yet (Pending" if info.status == JobStatus.PENDING else f"{info.status.value} ("
+        print(f"notebook '{name}' is {state}: {info.message or 'no reason given'}; backend {info.backend}); follow "
+              f"it with `{dtrain}describe job {name}` or `{dtrain}notebook list`, open it once Running with "
+              f"`{dtrain}notebook open {name}`; {after}")
     return 0
+
+
+VERDICT_S = 5.0  # how long `notebook start` waits for the local scheduler's first word on the new notebook
+
+
+def _judged(client: Client, info):
+    """The local notebook's record once its scheduler has placed it (Running) or said why it waits:
+    the supervisor the submit started does that within a moment, after submit returned Pending
+    ("queued: waiting for the scheduler"); after VERDICT_S the record as it is then. Elsewhere (a
+    cluster's scheduler) the record submit returned."""
+    first, deadline = info.message, time.monotonic() + VERDICT_S
+    while (info.backend == "local" and info.status == JobStatus.PENDING and info.message == first
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
+        info = client.get(info.name, backend=info.backend)
+    return info
 
 
 def cmd_list(args, client: Client) -> int:
