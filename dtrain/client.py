@@ -205,8 +205,9 @@ class Client:
         fields.setdefault("project", self.default_project)
         return self.submit(notebook_spec(name, volumes=volumes, **fields))
 
-    def list_notebooks(self, *, project: str | None = None) -> list[JobInfo]:
-        return [j for j in self.list(project=project) if j.spec.notebook]
+    def list_notebooks(self, *, project: str | None = None, show_deleted: bool = True) -> list[JobInfo]:
+        """The notebooks among `list`'s jobs (of `project`; None: every project's)."""
+        return [j for j in self.list(project=project, show_deleted=show_deleted) if j.spec.notebook]
 
     def notebook_url(self, name: str) -> str:
         backend = self.backend()

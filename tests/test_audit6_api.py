@@ -42,6 +42,7 @@ def _cli_line(proc) -> str:
 
 
 JOB = "/api/v1/jobs"
+NB = "/api/v1/notebooks"
 # (CLI words, method, path, body, the API's status): the CLI refuses with exit 2 and one line, the API
 # with that status and the same line, and nothing is stored by either
 CASES = [
@@ -90,6 +91,22 @@ CASES = [
     (["snapshot", "restore", "nope", "--to", "x"], "POST", "/api/v1/snapshots/nope/restore", {"to": "x"}, 404),
     (["snapshot", "restore", "data-s1", "--to", "data"], "POST", "/api/v1/snapshots/data-s1/restore",
      {"to": "data"}, 409),
+    # notebooks: `dtrain notebook start|list|open` and POST /notebooks, GET /notebooks, GET /notebooks/{name}/url
+    (["notebook", "Bad_Name"], "POST", NB, {"name": "Bad_Name"}, 422),
+    (["notebook", "nb", "--gpu", "-1"], "POST", NB, {"name": "nb", "gpu": -1}, 422),
+    (["notebook", "nb", "--gpu", "3"], "POST", NB, {"name": "nb", "gpu": 3}, 409),
+    (["notebook", "nb", "--cpu", "0"], "POST", NB, {"name": "nb", "cpu": 0}, 422),
+    (["notebook", "nb", "--memory", "8GB"], "POST", NB, {"name": "nb", "memory": "8GB"}, 422),
+    (["notebook", "nb", "--idle-timeout", "10"], "POST", NB, {"name": "nb", "idle_timeout": 10}, 422),
+    (["notebook", "nb", "--pvc", "nope:/home/jovyan/work"], "POST", NB,
+     {"name": "nb", "volumes": ["nope:/home/jovyan/work"]}, 404),
+    (["notebook", "nb", "--pvc", "nope"], "POST", NB, {"name": "nb", "volumes": ["nope"]}, 422),
+    (["notebook", "nb", "-p", "nope"], "POST", NB, {"name": "nb", "project": "nope"}, 404),
+    (["notebook", "nb", "-p", "team", "--gpu", "2"], "POST", NB, {"name": "nb", "project": "team", "gpu": 2}, 409),
+    (["notebook", "start", "taken"], "POST", NB, {"name": "taken"}, 409),
+    (["notebook", "list", "-p", "nope"], "GET", f"{NB}?project=nope", None, 404),
+    (["notebook", "open", "nope"], "GET", f"{NB}/nope/url", None, 404),
+    (["notebook", "open", "taken"], "GET", f"{NB}/taken/url", None, 422),
 ]
 
 

@@ -5,8 +5,8 @@ every run, so a failure is never "now and then"). Every answer must be below 500
 the schema, and every refused request (4xx) must leave everything stored as it was: the
 SQLite tables and the names under DTRAIN_HOME are compared before and after each refusal.
 
-Submitting jobs is fuzzed with schema-violating bodies only: a valid random spec would start a
-real process running a random command on this machine.
+Submitting jobs and starting notebooks is fuzzed with schema-violating bodies only: a valid random
+spec would start a real process (a random command, a JupyterLab that runs until deleted) on this machine.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from schemathesis import GenerationMode  # noqa: E402
 
 pytestmark = pytest.mark.slow
 EXAMPLES = 10  # per operation and generation mode
-POSITIVE_ONLY_UNSAFE = {("POST", "/api/v1/jobs")}
+POSITIVE_ONLY_UNSAFE = {("POST", "/api/v1/jobs"), ("POST", "/api/v1/notebooks")}  # a valid one starts a process
 
 
 def stored_state(home: Path) -> tuple:

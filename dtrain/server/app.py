@@ -24,7 +24,7 @@ from starlette.routing import Match, Mount
 
 from dtrain import db, errors
 from dtrain.names import check_gpu_quota, check_name, check_storage_class, parse_size, parse_volume_size, shown
-from dtrain.server import routes_cluster, routes_jobs, routes_storage, wire
+from dtrain.server import routes_cluster, routes_jobs, routes_notebooks, routes_storage, wire
 from dtrain.server.auth import Guard
 from dtrain.server.clients import Clients
 from dtrain.server.history import GpuHistory
@@ -60,13 +60,14 @@ def create_app(make_client: Callable[[], object], *, token: str | None = None, r
 
     app = FastAPI(title="dtrain", version="1", lifespan=lifespan, openapi_url=f"{API}/openapi.json",
                   docs_url=None, redoc_url=None,
-                  description="Jobs, logs, nodes, projects, volumes and snapshots: the dtrain Client over HTTP.")
+                  description="Jobs, logs, notebooks, nodes, projects, volumes and snapshots: the dtrain Client "
+                              "over HTTP.")
     app.state.clients = clients
     app.state.history = history
     app.state.streams = routes_jobs.Streams(max_streams)
     app.state.read_only = read_only
     app.state.stopping = asyncio.Event()  # set by serve.Server when shutdown begins: waits and streams end then
-    for module in (routes_jobs, routes_cluster, routes_storage):
+    for module in (routes_jobs, routes_notebooks, routes_cluster, routes_storage):
         app.include_router(module.router, prefix=API)
     app.add_api_route("/metrics", metrics_route(clients), include_in_schema=False)
     _errors(app)
@@ -199,7 +200,8 @@ def _one_line(request, problems) -> str:
 # Body fields holding a number, and what says why one is refused: the spec's (and the CLI's) own check,
 # so that `"gpu": -1` reads as `--gpu -1` does, not as pydantic's "Input should be greater than or equal to 0".
 _NUMBERS = {("jobs", "processes"), ("jobs", "gpu"), ("jobs", "cpu"), ("jobs", "max_restarts"),
-            ("jobs", "idle_timeout"), ("projects", "gpu_quota")}
+            ("jobs", "idle_timeout"), ("notebooks", "gpu"), ("notebooks", "cpu"), ("notebooks", "idle_timeout"),
+            ("projects", "gpu_quota")}
 
 
 def _number_refusal(request, problem) -> str | None:
@@ -215,8 +217,8 @@ def _number_refusal(request, problem) -> str | None:
     try:
         if area == "projects":
             check_gpu_quota(value)
-        else:  # a spec holding only that field: its check is the one that speaks
-            JobSpec(name="probe", command=("probe",), **{loc[1]: value})
+        else:  # a spec holding only that field (a notebook's for a notebook): its check is the one that speaks
+            JobSpec(name="probe", command=("probe",), notebook=area == "notebooks", **{loc[1]: value})
     except errors.SpecError as refused:
         return str(refused)
     return None

@@ -11,7 +11,8 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import Path
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from pydantic.fields import FieldInfo
 
 from dtrain.names import CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, NAME_RE, SIZE_RE
 from dtrain.spec import (MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MAX_RESTARTS, MIN_CPU,
@@ -29,11 +30,12 @@ VOLUME_SIZE = "^(?:" + "|".join(f"[1-9][0-9]{{0,{n}}}(?:\\.[0-9]+)?{s}" for s, n
 CLASS = CLASS_RE.pattern
 
 JobName = Annotated[str, Path(pattern=NAME, description="a job name")]
+NotebookName = Annotated[str, Path(pattern=NAME, description="a notebook name")]
 VolumeName = Annotated[str, Path(pattern=NAME, description="a volume name")]
 SnapshotName = Annotated[str, Path(pattern=NAME, description="a snapshot name")]
 # what a name field names, for check_name's message when the pattern refuses it
 NAMED = {"project": "project", "volume": "volume", "job": "job", "to": "volume", "snapshot_on_success": "volume",
-         "jobs": "job", "volumes": "volume", "snapshots": "snapshot", "projects": "project"}
+         "jobs": "job", "notebooks": "notebook", "volumes": "volume", "snapshots": "snapshot", "projects": "project"}
 
 
 def _whole(value):
@@ -81,6 +83,36 @@ class SpecIn(_In):
                           "it is stopped (null: never)")
     sagemaker: dict[str, Any] | None = Field(None, description="SageMaker options (docs/sagemaker.md): instance_type, "
                                              "channels, spot, ...; checked by dtrain.spec_sagemaker.SageMakerOptions")
+
+
+def _as_for_jobs(field: str, description: str | None = None) -> tuple[Any, FieldInfo]:
+    """SpecIn's `field` (its type, bounds and default): a notebook takes it as a job does."""
+    info = SpecIn.model_fields[field]
+    return info.annotation, FieldInfo.merge_field_infos(info, description=description) if description else info
+
+
+# `dtrain notebook NAME`: the fields its flags set, each checked as a job's (the route builds the spec
+# with dtrain.spec.notebook_spec, as the CLI and Client.notebook do: one spec, its defaults there)
+NotebookIn = create_model(
+    "NotebookIn", __base__=_In,
+    __doc__="A notebook, as `dtrain notebook start` takes it: JupyterLab as a job on the first volume.",
+    name=_as_for_jobs("name", "notebook name: lower-case letters, digits, '-'"),
+    volumes=_as_for_jobs("volumes", "--pvc values: VOLUME:MOUNT[:ro] or CLASS:SIZE:MOUNT; the first is Jupyter's "
+                                    "root folder (e.g. data:/home/jovyan/work); none: a folder of the notebook's "
+                                    "own (local backend)"),
+    gpu=_as_for_jobs("gpu", "whole GPUs"), cpu=_as_for_jobs("cpu", "CPU threads"),
+    memory=_as_for_jobs("memory", "memory, e.g. 8Gi"),
+    image=_as_for_jobs("image", "notebook image (Kubernetes), e.g. a Kubeflow notebook-servers image"),
+    idle_timeout=_as_for_jobs("idle_timeout", "seconds without kernel or terminal activity (requests do not "
+                                              "count) before the notebook is suspended, its GPUs freed (null: "
+                                              "never; local backend)"),
+    project=_as_for_jobs("project"),
+    backend=(Literal["local", "kubernetes"] | None, Field(None, description="default: the project's configured one")))
+
+
+class NotebookUrl(BaseModel):
+    name: str
+    url: str = Field(description="where to open it, with its token where it has one (`dtrain notebook open`)")
 
 
 class ProjectIn(_In):

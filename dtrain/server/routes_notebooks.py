@@ -1,0 +1,54 @@
+"""Notebooks (`dtrain notebook start|list|open`): JupyterLab as an interactive job on a volume.
+
+A notebook is a job: GET/DELETE /jobs/{name}, its suspend and resume, and its logs serve it too.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query, Request, Response
+
+from dtrain.server import wire
+from dtrain.server.clients import client
+
+router = APIRouter(tags=["notebooks"])
+ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
+
+
+@router.post("/notebooks", response_model=wire.Job, status_code=201, responses=CHANGES)
+def start_notebook(request: Request, body: wire.NotebookIn):
+    """Start a notebook (`dtrain notebook start`): JupyterLab as a job rooted at the first volume,
+    queued like any job (Pending until the scheduler gives it its GPUs: the record's `message` says
+    why it waits). Open it with GET /notebooks/{name}/url once it is Running."""
+    fields = body.model_dump(exclude_none=True)  # null: the default, as an absent field
+    name, volumes = fields.pop("name"), fields.pop("volumes", ())
+    if isinstance(fields.get("cpu"), float) and fields["cpu"].is_integer():  # 2, as `--cpu 2` is stored
+        fields["cpu"] = int(fields["cpu"])
+    return wire.job_out(client(request).notebook(name, volumes=volumes, **fields))
+
+
+@router.get("/notebooks", response_model=list[wire.Job], responses=ERRORS)
+def list_notebooks(request: Request, project: Annotated[str | None, Query(pattern=wire.NAME)] = None,
+                   status: wire.STATUSES | None = None):
+    """The notebooks (of one project with `project`; every project's without, as GET /jobs), oldest
+    first; `status` filters, and Deleted ones are listed only when asked for (`status=Deleted`)."""
+    books = client(request).list_notebooks(project=project, show_deleted=status == "Deleted")
+    return [wire.job_out(b) for b in books if status is None or b.status.value == status]
+
+
+@router.get("/notebooks/{name}/url", response_model=wire.NotebookUrl,
+            responses={**ERRORS, 403: {"model": wire.Error, "description": "a --read-only server: the URL's "
+                                                                           "token runs code"}})
+def notebook_url(request: Request, response: Response, name: wire.NotebookName):
+    """Where to open a Running notebook (`dtrain notebook open`), with its Jupyter token: locally
+    `http://127.0.0.1:PORT/?token=...`, an address of the server's machine (reach it there, or
+    through an SSH tunnel to that port); on Kubernetes the Kubeflow gateway's path (no token).
+    409 while it is not Running (the line says what to do); a read-only server refuses it (403),
+    since the token lets its holder run code as the notebook's user."""
+    if request.app.state.read_only:
+        raise HTTPException(403, f"this server is read-only, and a notebook's URL carries a token that runs "
+                                 f"code: open it with 'dtrain notebook open {name}' on the server's machine, "
+                                 f"or restart 'dtrain server' without --read-only")
+    response.headers["cache-control"] = "no-store"  # a credential: kept by no cache
+    return wire.NotebookUrl(name=name, url=client(request).notebook_url(name))
