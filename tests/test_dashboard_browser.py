@@ -542,3 +542,31 @@ def test_a_read_only_servers_page_offers_no_button_it_would_refuse(browser, home
         assert browser.find_element(By.CSS_SELECTOR, "nav a[data-page=submit]").is_displayed()
     finally:
         plain.stop()
+
+
+def test_a_running_notebook_has_an_open_button_that_opens_its_jupyter(browser, home, tmp_path):
+    """A notebook's URL (with its token) came from `dtrain notebook open` only: the dashboard listed the
+    notebook among the jobs with no way to open it."""
+    pytest.importorskip("jupyter_server", reason="notebooks need jupyter-server: pip install 'dtrain[notebook]'")
+    server = ServerProcess(home, cwd=tmp_path)
+    wait = WebDriverWait(browser, 90, poll_frequency=0.2)
+    try:
+        dtrain = server.dtrain()
+        dtrain("notebook", "nb", cwd=tmp_path)
+        dtrain("submit", "train", "--", "sleep", "60", cwd=tmp_path)
+        url = wait_until(lambda: (r := server.http.get("/api/v1/notebooks/nb/url")).status_code == 200 and r.json(),
+                         timeout=90, what="the notebook serving")["url"]
+        browser.get(server.url + "/#/jobs")
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "tr[data-job='nb'] button.open-notebook"))
+        assert not browser.find_elements(By.CSS_SELECTOR, "tr[data-job='train'] button.open-notebook")
+        click(browser, "tr[data-job='nb'] button.open-notebook")
+        wait.until(lambda d: len(d.window_handles) == 2)
+        browser.switch_to.window(browser.window_handles[1])
+        wait.until(lambda d: d.current_url.startswith(url.split("?")[0]) and "JupyterLab" in d.title)
+        browser.switch_to.window(browser.window_handles[0])
+        browser.get(server.url + "/#/job/nb")  # the notebook's page has it too
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "#job-head button.open-notebook"))
+        dtrain("delete", "nb", cwd=tmp_path)
+        dtrain("delete", "train", cwd=tmp_path)
+    finally:
+        server.stop()

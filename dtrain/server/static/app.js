@@ -203,13 +203,26 @@ function readOnly() {
   return document.body.hasAttribute("data-read-only");
 }
 
-// A job's buttons: Suspend while it may run, Resume while suspended, Delete until deleted (a
-// finished job leaves the list, as Run:AI's delete of a completed job does).
+// A Running notebook's Open: its URL (with Jupyter's token) asked for now, opened in a new tab, as `dtrain
+// notebook open` prints it; a refusal (Jupyter still starting: 409) stays on screen as a button's does.
+async function openNotebook(name) {
+  try {
+    const {url} = await api(`/notebooks/${encodeURIComponent(name)}/url`);
+    refusal = "";
+    window.open(url, "_blank", "noopener");
+  } catch (e) { refusal = e.message; }
+  showBanner("");
+}
+
+// A job's buttons: Open for a Running notebook, Suspend while it may run, Resume while suspended, Delete until
+// deleted (a finished job leaves the list, as Run:AI's delete of a completed job does). A read-only server has
+// none: it refuses changes, and a notebook's URL (its token runs code).
 function jobButtons(j, noun) {
   if (readOnly()) return [];
   const running = j.status === "Pending" || j.status === "Running";
   const active = running || j.status === "Suspended";
   return [
+    ...(j.spec.notebook && j.status === "Running" ? [h("button", {class: "open-notebook", onclick: () => openNotebook(j.name)}, "Open")] : []),
     ...(running ? [h("button", {class: "suspend", onclick: () => pauseJob(j.name, "suspend")}, "Suspend" + noun)] : []),
     ...(j.status === "Suspended" ? [h("button", {class: "resume", onclick: () => pauseJob(j.name, "resume")}, "Resume" + noun)] : []),
     ...(j.status !== "Deleted" ? [h("button", {class: "danger", onclick: () => deleteJob(j.name, active)}, "Delete" + noun)] : [])];
