@@ -72,9 +72,11 @@ def test_the_hints_name_the_backend_where_it_is_not_the_default(backend, cluster
     args = argparse.Namespace(name="nb", pvc=["work:/home/jovyan/work"], gpu=None, cpu=None, memory=None, image=None,
                               project="lanes", backend="kubernetes", idle_timeout=None)
     assert cmd_start(args, client) == 0
-    assert capsys.readouterr().out == (
-        "notebook 'nb' started (backend kubernetes); open it with `dtrain --backend kubernetes notebook open nb`, "
-        "stop it with `dtrain --backend kubernetes suspend nb`, delete it with `dtrain --backend kubernetes delete nb`\n")
+    assert capsys.readouterr().out == (  # a new Notebook is Pending until its pod runs: not said to be started
+        "notebook 'nb' is queued, not started yet (Pending: waiting to be scheduled; backend kubernetes); follow it "
+        "with `dtrain --backend kubernetes describe job nb` or `dtrain --backend kubernetes notebook list`, open it "
+        "once Running with `dtrain --backend kubernetes notebook open nb`; stop it with `dtrain --backend kubernetes "
+        "suspend nb`, delete it with `dtrain --backend kubernetes delete nb`\n")
     client.suspend("nb")
     with pytest.raises(ConflictError) as err:
         client.notebook_url("nb")

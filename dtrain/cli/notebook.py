@@ -112,7 +112,7 @@ def cmd_start(args, client: Client) -> int:
               f"{after}")
     else:  # queued (GPUs busy, a quota, older jobs first): it starts once they free, as `dtrain describe` says
         state = "queued, not started yet (Pending" if info.status == JobStatus.PENDING else f"{info.status.value} ("
-        print(f"notebook '{name}' is {state}: {info.message or 'no reason given'}; backend {info.backend}); follow "
+        print(f"notebook '{name}' is {state}: {info.message or 'waiting to be scheduled'}; backend {info.backend}); follow "
               f"it with `{dtrain}describe job {name}` or `{dtrain}notebook list`, open it once Running with "
               f"`{dtrain}notebook open {name}`; {after}")
     return 0
