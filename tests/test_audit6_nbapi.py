@@ -117,3 +117,24 @@ def test_the_schema_types_the_notebook_routes(server):
     assert {"name", "volumes", "gpu", "cpu", "memory", "image", "idle_timeout", "project", "backend"} == \
         set(model["properties"])
     assert "403" in paths["paths"]["/api/v1/notebooks/{name}/url"]["get"]["responses"]
+
+
+def test_a_whole_cpu_count_is_stored_as_the_cli_stores_it_through_every_door(server, tmp_path):
+    """JSON's `"cpu": 2` reached the spec as 2.0 (the body's number type), so a job posted to the API
+    read `cpu: 2.0` in describe where `--cpu 2` reads `cpu: 2`; the SDK's float did the same."""
+    import dtrain
+    from dtrain.spec import JobSpec
+
+    dt, http = server.dtrain(), server.http
+    dt("submit", "by-cli", "--cpu", "2", "--", "true")
+    made = http.post("/api/v1/jobs", json={"name": "by-api", "command": ["true"], "cpu": 2})
+    assert made.status_code == 201, made.text
+    sdk = dtrain.Client(home=server.home).submit(JobSpec(name="by-sdk", command=("true",), cpu=2.0))
+    for name in ("by-cli", "by-api", "by-sdk"):
+        assert "cpu: 2\n" in dt("describe", "job", name).stdout
+        assert dt.json("describe", "job", name)["spec"]["cpu"] == 2
+        assert "cpu: 2.0" not in dt("describe", "job", name).stdout
+    assert sdk.spec.cpu == 2 and isinstance(sdk.spec.cpu, int)
+    assert http.post("/api/v1/jobs", json={"name": "half", "command": ["true"], "cpu": 0.5}).json()["spec"]["cpu"] == 0.5
+    for name in ("by-cli", "by-api", "by-sdk", "half"):
+        dt("delete", name, check=False)

@@ -23,8 +23,6 @@ def start_notebook(request: Request, body: wire.NotebookIn):
     why it waits). Open it with GET /notebooks/{name}/url once it is Running."""
     fields = body.model_dump(exclude_none=True)  # null: the default, as an absent field
     name, volumes = fields.pop("name"), fields.pop("volumes", ())
-    if isinstance(fields.get("cpu"), float) and fields["cpu"].is_integer():  # 2, as `--cpu 2` is stored
-        fields["cpu"] = int(fields["cpu"])
     return wire.job_out(client(request).notebook(name, volumes=volumes, **fields))
 
 
