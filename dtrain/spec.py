@@ -249,6 +249,37 @@ def _env(env) -> dict[str, str]:
     return out
 
 
+# Kubernetes label rules (SageMaker's tag rules take them too): a name of 63 characters at most,
+# alphanumeric at both ends, '-', '_' and '.' between, with an optional DNS-subdomain prefix and '/';
+# a value of 63 at most, the same characters, or empty.
+_LABEL_PART = r"[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?"
+LABEL_KEY_RE = re.compile(rf"^([a-z0-9]([-a-z0-9.]{{0,251}}[a-z0-9])?/)?{_LABEL_PART}\Z")
+LABEL_VALUE_RE = re.compile(rf"^({_LABEL_PART})?\Z")
+MAX_LABELS = 40  # SageMaker takes 50 tags a job, two of them dtrain's
+OWNED_LABEL_PREFIXES = ("dtrain.io/", "app.kubernetes.io/", "aws:", "dtrain:")  # dtrain's own, and AWS's
+
+
+def _labels(labels) -> dict[str, str]:
+    """The spec's labels: KEY -> value as Kubernetes takes them on an object (and SageMaker as tags)."""
+    if not isinstance(labels, Mapping):
+        raise SpecError(f"invalid labels {shown(labels)}: must be a mapping of KEY: value, e.g. {{team: vision}}")
+    if len(labels) > MAX_LABELS:
+        raise SpecError(f"{len(labels)} labels: a job takes {MAX_LABELS} at most (SageMaker's tag limit)")
+    out = {}
+    for key, value in dict(labels).items():
+        if not isinstance(key, str) or len(key) > 253 + 1 + 63 or not LABEL_KEY_RE.match(key):
+            raise SpecError(f"invalid label key {shown(key)}: use a name of 63 letters, digits, '-', '_' or '.' at "
+                            f"most, alphanumeric at both ends, with an optional prefix and '/' (e.g. team, "
+                            f"example.com/team)")
+        if key.startswith(OWNED_LABEL_PREFIXES) and not _STORED.get():
+            raise SpecError(f"invalid label key {key}: the prefix is dtrain's or the platform's own; use another")
+        if not isinstance(value, str) or not LABEL_VALUE_RE.match(value):
+            raise SpecError(f"invalid value {shown(value)} of label {_keys([key])}: use 63 letters, digits, '-', '_' "
+                            f"or '.' at most, alphanumeric at both ends (quote it in YAML)")
+        out[key] = value
+    return out
+
+
 def sagemaker_backend(data: dict) -> None:
     """SageMaker options say where a job runs: a job mapping (flags, a job file, an HTTP body) that
     has them and names no backend gets backend sagemaker; one that names another is refused."""
@@ -278,6 +309,8 @@ class JobSpec:
     cpu: float | None = None  # CPU threads per process; sets OMP_NUM_THREADS
     memory: str | None = None  # memory per process, a Kubernetes quantity
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment variables
+    # labels on the job's objects (Kubernetes labels, SageMaker tags), e.g. the pipeline run that made it
+    labels: Mapping[str, str] = field(default_factory=dict)
     volumes: tuple[Volume, ...] = ()  # --pvc mounts, in flag order
     large_shm: bool = False  # a large in-memory /dev/shm
     working_dir: str | None = None  # working directory of the command
@@ -317,6 +350,7 @@ class JobSpec:
                             f"e.g. dtrain submit {self.name} -- python train.py")
         set_("command", tuple(_text(c, "command word", fix=" (quote it in YAML)") for c in self.command))
         set_("env", _env(self.env))
+        set_("labels", _labels(self.labels))
         if not _STORED.get():
             self._check_snapshot_env()
         used = sum(_bytes(w) + 1 for w in self.command) + sum(_bytes(k) + _bytes(v) + 2 for k, v in self.env.items())
@@ -451,6 +485,7 @@ class JobSpec:
         d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         d["command"] = list(self.command)
         d["env"] = dict(self.env)
+        d["labels"] = dict(self.labels)
         d["volumes"] = [v.to_flag() for v in self.volumes]
         d["image_pull_secrets"] = list(self.image_pull_secrets)
         d["sagemaker"] = None if self.sagemaker is None else self.sagemaker.to_dict()
@@ -476,7 +511,7 @@ class JobSpec:
                             f"e.g. [python, train.py, --epochs, '2']")
         data["command"] = tuple(_word(c, "command") for c in data["command"])
         data["volumes"] = tuple(parse_pvc(v) if isinstance(v, str) else _volume_from_dict(v) for v in vols)
-        for key in ("env", "image_pull_secrets"):  # `env:` left empty in YAML means none
+        for key in ("env", "labels", "image_pull_secrets"):  # `env:` left empty in YAML means none
             if key in data and data[key] is None:
                 del data[key]
         if "env" in data:

@@ -386,6 +386,9 @@ def test_hybrid_local_runs_a_real_two_process_job(dt, cifar_volume, tmp_path):
     (job,) = dt.json("list")
     assert (job["name"], job["status"], job["spec"]["processes"], job["spec"]["launcher"]) == (
         "cifar10-hybrid", "Succeeded", 2, "torchrun")
+    (run,) = (dt.home / "pipelines").glob("hybrid-cifar10-*")  # the job names the run that submitted it
+    assert job["spec"]["labels"][steps.RUN_NAME_LABEL] == run.name and job["spec"]["labels"][steps.RUN_ID_LABEL]
+    assert f"{steps.RUN_NAME_LABEL}: {run.name}" in dt("describe", "job", "cifar10-hybrid").stdout
 
 
 def _operator(cluster: FakeCluster, seen: list[dict], done: threading.Event) -> None:
@@ -440,6 +443,10 @@ def test_hybrid_kubernetes_creates_a_valid_pytorchjob_and_follows_it(dt, tmp_pat
     posted["metadata"] = {k: job["metadata"][k] for k in ("name", "namespace", "labels", "annotations")
                           if k in job["metadata"]}
     validate(posted)  # the CRD's schema, strictly, plus pod templates against the core API
+    (run,) = (dt.home / "pipelines").glob("hybrid-cifar10-*")  # the PyTorchJob and its pods name the run
+    for labels in (job["metadata"]["labels"], job["spec"]["pytorchReplicaSpecs"]["Worker"]["template"]["metadata"]
+                   ["labels"]):
+        assert labels[steps.RUN_NAME_LABEL] == run.name and labels[steps.RUN_ID_LABEL]
     replicas = job["spec"]["pytorchReplicaSpecs"]
     assert replicas["Master"]["replicas"] == 1 and replicas["Worker"]["replicas"] == 1
     container = replicas["Master"]["template"]["spec"]["containers"][0]
@@ -520,6 +527,7 @@ def test_hybrid_sagemaker_creates_a_training_job_on_a_moto_server(dt, tmp_path):
         proc = sm("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", *SHORT,
                   "--param", "data_uri=s3://dtrain-test/cifar10", timeout=300, cwd=tmp_path)
         desc = make("sagemaker").describe_training_job(TrainingJobName="cifar10-hybrid")
+        tags = {t["Key"]: t["Value"] for t in make("sagemaker").list_tags(ResourceArn=desc["TrainingJobArn"])["Tags"]}
     finally:
         server.stop()
     ir = compiled(dt.home, tmp_path, "hybrid-cifar10")
@@ -533,5 +541,7 @@ def test_hybrid_sagemaker_creates_a_training_job_on_a_moto_server(dt, tmp_path):
     assert channel["ChannelName"] == "training"
     assert channel["DataSource"]["S3DataSource"]["S3Uri"] == "s3://dtrain-test/cifar10"
     assert json.loads(desc["HyperParameters"]["data-dir"]) == "/opt/ml/input/data/training"
+    (run,) = (dt.home / "pipelines").glob("hybrid-cifar10-*")  # the training job is tagged with the run
+    assert tags[steps.RUN_NAME_LABEL] == run.name and tags[steps.RUN_ID_LABEL]
     assert "ResourceNotFoundException" not in proc.stdout + proc.stderr  # no log group yet: no lines, no error
     assert dt.json("list") == []  # nothing ran on the local backend

@@ -137,6 +137,7 @@ def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:
 
 # The job file's nested blocks and what each must be: the flags merge into them.
 _BLOCKS = {"env": (Mapping, "a mapping of NAME: value, e.g. env: {SEED: '1'}"),
+           "labels": (Mapping, "a mapping of KEY: value, e.g. labels: {team: vision}"),
            "sagemaker": (Mapping, "a mapping of SageMaker options, e.g. sagemaker: {instance_type: ml.m5.xlarge}"),
            "volumes": ((list, tuple), "a list, e.g. volumes: [data:/mnt]"),
            "pvc": ((list, tuple), "a list, e.g. pvc: [data:/mnt]"),

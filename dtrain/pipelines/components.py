@@ -16,6 +16,8 @@ from kfp.dsl import Metrics, Output
 
 DEFAULT_IMAGE = "ghcr.io/dtrain/dtrain:0.1.0"  # an image with `pip install dtrain[pipelines]`; a parameter
 _OPTS = {"base_image": DEFAULT_IMAGE, "install_kfp_package": False}
+# The run a job-submitting step is part of, as KFP fills it in (a server or the local runner): its jobs carry it
+RUN = {"run_name": dsl.PIPELINE_JOB_NAME_PLACEHOLDER, "run_id": dsl.PIPELINE_JOB_ID_PLACEHOLDER}
 
 
 @dsl.component(**_OPTS)
@@ -39,24 +41,26 @@ def cifar10_job(training_runtime: str, job_name: str, processes: int, epochs: in
 
 
 @dsl.component(**_OPTS)
-def train(backend: str, spec: dict,
-          model: str = "") -> NamedTuple("TrainOutputs", [("job", str), ("status", str), ("model", str)]):
-    """Submit `spec` to the dtrain backend `backend`, stream its logs here, wait; fail if the job fails."""
+def train(backend: str, spec: dict, model: str = "", run_name: str = "",
+          run_id: str = "") -> NamedTuple("TrainOutputs", [("job", str), ("status", str), ("model", str)]):
+    """Submit `spec` to the dtrain backend `backend`, stream its logs here, wait; fail if the job fails.
+    `run_name` and `run_id` (dsl.PIPELINE_JOB_NAME_PLACEHOLDER, dsl.PIPELINE_JOB_ID_PLACEHOLDER) label the job."""
     from dtrain.pipelines import steps
 
-    result = steps.train(spec, backend=backend, model=model)
+    result = steps.train(spec, backend=backend, model=model, labels=steps.run_labels(run_name, run_id))
     return result.job, result.status, result.model
 
 
 @dsl.component(**_OPTS)
 def prepare(backend: str, job_prefix: str, urls: str, sha256: str, storage_class: str, size: str,
-            job_image: str) -> NamedTuple("PrepareOutputs", [("job", str), ("status", str), ("volume", str)]):
+            job_image: str, run_name: str = "",
+            run_id: str = "") -> NamedTuple("PrepareOutputs", [("job", str), ("status", str), ("volume", str)]):
     """The TuSimple data job: download, verify, extract, masks, lists, on a new volume."""
     from dtrain.pipelines import steps
 
     spec, volume = steps.lanes_prepare_spec(job_name=f"{job_prefix}-data", urls=urls, sha256=sha256,
                                             storage_class=storage_class, size=size, image=job_image)
-    result = steps.train(spec, backend=backend, model=volume)
+    result = steps.train(spec, backend=backend, model=volume, labels=steps.run_labels(run_name, run_id))
     return result.job, result.status, volume
 
 
@@ -80,7 +84,7 @@ def lanes_job(job_prefix: str, volume: str, recipe: str, processes: int, max_ste
 
 @dsl.component(**_OPTS)
 def evaluate(backend: str, job_prefix: str, volume: str, train_job: str, job_image: str,
-             metrics: Output[Metrics]) -> float:
+             metrics: Output[Metrics], run_name: str = "", run_id: str = "") -> float:
     """Predict the test split, score it with the TuSimple metric; returns the accuracy."""
     import json
 
@@ -88,7 +92,7 @@ def evaluate(backend: str, job_prefix: str, volume: str, train_job: str, job_ima
 
     spec = steps.lanes_evaluate_spec(job_name=f"{job_prefix}-eval", volume=volume, train_job=train_job,
                                      image=job_image)
-    result = steps.evaluate(spec, backend=backend)
+    result = steps.evaluate(spec, backend=backend, labels=steps.run_labels(run_name, run_id))
     for key in ("accuracy", "fp", "fn", "frames"):
         metrics.log_metric(key, result[key])
     with open(metrics.path, "w") as f:  # the artifact's content too, for readers without KFP's metadata

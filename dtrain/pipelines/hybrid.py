@@ -12,7 +12,7 @@ the local and Kubernetes branches; `data_uri` (s3://...) is the SageMaker branch
 from kfp import dsl
 
 from dtrain.pipelines import steps
-from dtrain.pipelines.components import DEFAULT_IMAGE, check_condition, cifar10_job, train
+from dtrain.pipelines.components import DEFAULT_IMAGE, RUN, check_condition, cifar10_job, train
 
 NAME = "hybrid-cifar10"
 
@@ -34,7 +34,7 @@ def hybrid_cifar10(training_runtime: str = "local", processes: int = 2, epochs: 
                             max_steps=max_steps, job_image=job_image, data_uri=data_uri), image)
     for condition, name in ((dsl.If, "local"), (dsl.Elif, "kubernetes"), (dsl.Elif, "sagemaker")):
         with condition(runtime.output == name, name=f"runtime-{name}"):
-            _step(train(backend=name, spec=job.outputs["spec"], model=job.outputs["model"]), image) \
+            _step(train(backend=name, spec=job.outputs["spec"], model=job.outputs["model"], **RUN), image) \
                 .set_display_name(f"train-{name}")
 
 

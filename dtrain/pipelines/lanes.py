@@ -10,7 +10,7 @@ from kfp import dsl
 from dtrain.errors import SpecError
 from dtrain.names import MAX_NAME, NAME_RE, shown
 from dtrain.pipelines import steps
-from dtrain.pipelines.components import DEFAULT_IMAGE, evaluate, lanes_job, prepare, restore, snapshot, train
+from dtrain.pipelines.components import DEFAULT_IMAGE, RUN, evaluate, lanes_job, prepare, restore, snapshot, train
 from dtrain.pipelines.hybrid import _step
 
 NAME = "lane-detection"
@@ -23,14 +23,14 @@ def lane_detection(urls: str, sha256: str = "", backend: str = "local", job_pref
                    threshold: float = 0.5, candidate_volume: str = "lanes-candidate", storage_class: str = "local",
                    size: str = "10Gi", job_image: str = "", image: str = DEFAULT_IMAGE):
     data = _step(prepare(backend=backend, job_prefix=job_prefix, urls=urls, sha256=sha256,
-                         storage_class=storage_class, size=size, job_image=job_image), image)
+                         storage_class=storage_class, size=size, job_image=job_image, **RUN), image)
     frozen = _step(snapshot(backend=backend, volume=data.outputs["volume"], name=f"{job_prefix}-prepared",
                             job=data.outputs["job"]), image)
     spec = _step(lanes_job(job_prefix=job_prefix, volume=data.outputs["volume"], recipe=recipe, processes=processes,
                            max_steps=max_steps, batch_size=batch_size, job_image=job_image), image).after(frozen)
-    trained = _step(train(backend=backend, spec=spec.output), image)
+    trained = _step(train(backend=backend, spec=spec.output, **RUN), image)
     scored = _step(evaluate(backend=backend, job_prefix=job_prefix, volume=data.outputs["volume"],
-                            train_job=trained.outputs["job"], job_image=job_image), image)
+                            train_job=trained.outputs["job"], job_image=job_image, **RUN), image)
     with dsl.If(scored.outputs["Output"] >= threshold, name="accurate-enough"):
         _step(restore(backend=backend, snapshot=trained.outputs["model"], to=candidate_volume), image)
 

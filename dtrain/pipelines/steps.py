@@ -18,7 +18,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Callable, Mapping, NoReturn
 
 from dtrain.backends.base import JobInfo, JobStatus
 from dtrain.client import Client
@@ -366,14 +366,40 @@ def _taken(client: Client, backend: str, thing: Named) -> str | None:
 # ---------------------------------------------------------------- steps (talk to a backend)
 
 
+RUN_ID_LABEL = "pipeline/runid"  # KFP's own label on the pods of a run: the run's id
+RUN_NAME_LABEL = "pipeline/run-name"  # the run's name (under `dtrain pipeline run`, its outputs folder's name)
+
+
+def run_labels(run_name: str = "", run_id: str = "") -> dict[str, str]:
+    """The labels that tie a job to the pipeline run whose step submitted it (pure): KFP's
+    PIPELINE_JOB_ID / PIPELINE_JOB_NAME placeholders as the step got them. A name that is no label
+    value (a KFP server's run may be named in any words) is made one; an empty or unresolved
+    placeholder (a component called outside a run) gives no label."""
+    out = {}
+    for key, value in ((RUN_ID_LABEL, run_id), (RUN_NAME_LABEL, run_name)):
+        if not isinstance(value, str) or "{{$" in value:
+            continue
+        value = re.sub(r"[^-A-Za-z0-9_.]+", "-", value)[:63].strip("-_.")
+        if value:
+            out[key] = value
+    return out
+
+
+def with_labels(spec: dict, labels: Mapping[str, str] | None) -> dict:
+    """SPEC (a JobSpec dict) with LABELS added to its own (pure)."""
+    if not labels:
+        return spec
+    return {**spec, "labels": {**(spec.get("labels") or {}), **labels}}
+
+
 def run_job(spec: dict, *, backend: str, client: Client | None = None, timeout: float | None = None,
-            echo: Echo = print) -> JobInfo:
+            echo: Echo = print, labels: Mapping[str, str] | None = None) -> JobInfo:
     """Submit, follow the logs into this step's log, wait; a job that does not succeed raises
     JobFailedError quoting its last log lines, so the pipeline step fails with the job's reason.
     A log that cannot be read (a Kubernetes job's pods gone, and its log with them) is said in a
     line; the job's status still decides how the step ends."""
     client = client or Client(backend=backend)
-    job = job_spec(spec, backend=backend, client=client)
+    job = job_spec(with_labels(spec, labels), backend=backend, client=client)
     restore_tmpdir()  # the job inherits this process's environment
     info = client.submit(job)
     echo(f"submitted job {job.name!r} to the {backend} backend ({info.status})")
@@ -464,9 +490,9 @@ def model_location(info: JobInfo, fallback: str) -> str:
 
 
 def train(spec: dict, *, backend: str, model: str = "", client: Client | None = None,
-          timeout: float | None = None, echo: Echo = print) -> StepResult:
-    """The `train` component: any JobSpec on any backend, to the end."""
-    info = run_job(spec, backend=backend, client=client, timeout=timeout, echo=echo)
+          timeout: float | None = None, echo: Echo = print, labels: Mapping[str, str] | None = None) -> StepResult:
+    """The `train` component: any JobSpec on any backend, to the end; LABELS (run_labels) added to the job's."""
+    info = run_job(spec, backend=backend, client=client, timeout=timeout, echo=echo, labels=labels)
     return StepResult(job=info.name, status=str(info.status), model=model_location(info, model))
 
 
@@ -489,10 +515,10 @@ def restore(snapshot_name: str, *, to: str, backend: str = "local", client: Clie
 
 
 def evaluate(spec: dict, *, backend: str, client: Client | None = None, timeout: float | None = None,
-             echo: Echo = print) -> dict:
+             echo: Echo = print, labels: Mapping[str, str] | None = None) -> dict:
     """Run the prediction job and read its metric (the last JSON line of its log)."""
     client = client or Client(backend=backend)
-    info = run_job(spec, backend=backend, client=client, timeout=timeout, echo=echo)
+    info = run_job(spec, backend=backend, client=client, timeout=timeout, echo=echo, labels=labels)
     try:
         lines = list(client.logs(info.name))
     except DtrainError as err:

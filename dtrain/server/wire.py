@@ -66,6 +66,8 @@ class SpecIn(_In):
                               description="CPU threads per process")
     memory: str | None = Field(None, pattern=SIZE, max_length=32, description="memory per process, e.g. 8Gi")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables")
+    labels: dict[str, str] = Field(default_factory=dict, description="labels on the job's objects (Kubernetes labels, "
+                                   "SageMaker tags), e.g. the pipeline run that submitted it")
     volumes: list[str] = Field(default_factory=list, max_length=64,
                                description="--pvc values: VOLUME:MOUNT[:ro] or CLASS:SIZE:MOUNT")
     large_shm: bool = False

@@ -98,7 +98,8 @@ def project_labels(project: str, config: KubernetesConfig) -> dict[str, str]:
 
 
 def job_labels(spec: JobSpec, config: KubernetesConfig, role: str = ROLE_WORKER) -> dict[str, str]:
-    return {LABEL_JOB: spec.name, LABEL_ROLE: role, **project_labels(spec.project, config)}
+    """dtrain's labels, after the spec's own (which may not use dtrain's prefixes: JobSpec refuses them)."""
+    return {**spec.labels, LABEL_JOB: spec.name, LABEL_ROLE: role, **project_labels(spec.project, config)}
 
 
 def metadata(name: str, namespace: str | None, labels: dict[str, str],

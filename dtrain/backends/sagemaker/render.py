@@ -266,7 +266,8 @@ def training_job_request(spec: JobSpec, cfg: SageMakerConfig) -> dict:
         "EnableManagedSpotTraining": opts.spot,
         "CheckpointConfig": {"S3Uri": opts.checkpoint_uri or s3_uri(cfg, spec.name, "checkpoints"),
                              "LocalPath": CHECKPOINT_DIR},
-        "Tags": [{"Key": "dtrain:project", "Value": spec.project}, {"Key": "dtrain:kind", "Value": spec.kind}],
+        "Tags": [{"Key": "dtrain:project", "Value": spec.project}, {"Key": "dtrain:kind", "Value": spec.kind},
+                 *({"Key": k, "Value": v} for k, v in spec.labels.items())],
     }
     if opts.channels:
         req["InputDataConfig"] = [channel(c, local=opts.local) for c in opts.channels]

@@ -1,0 +1,70 @@
+"""Pipelines, audit 6: the jobs a run's steps submit carry the run (labels, SageMaker tags)."""
+
+import pytest
+
+from dtrain.backends.kubernetes import KubernetesConfig, render_job
+from dtrain.backends.sagemaker import render as sm_render
+from dtrain.backends.sagemaker.config import SageMakerConfig
+from dtrain.backends.sagemaker.validate import check_request
+from dtrain.errors import SpecError
+from dtrain.spec import JobSpec
+
+kfp = pytest.importorskip("kfp", reason="pipelines need the KFP SDK: pip install 'dtrain[pipelines]'")
+
+from dtrain.pipelines import steps  # noqa: E402
+
+RUN = {steps.RUN_ID_LABEL: "8f0c2a8e-4d5e-4b7a-9f1e-0123456789ab",
+       steps.RUN_NAME_LABEL: "hybrid-cifar10-2026-12-05-14-13-03-890188"}
+
+
+def test_run_labels_are_label_values_and_skip_what_kfp_did_not_fill_in():
+    assert steps.run_labels("hybrid-cifar10-2026-12-05-14-13-03-890188", "11243772") == {
+        steps.RUN_ID_LABEL: "11243772", steps.RUN_NAME_LABEL: "hybrid-cifar10-2026-12-05-14-13-03-890188"}
+    named = steps.run_labels("My run: nightly / CIFAR " + "x" * 80, "")
+    assert list(named) == [steps.RUN_NAME_LABEL]
+    JobSpec(name="a", command=["x"], labels=named)  # a valid label value, however the run was named
+    assert steps.run_labels("{{$.pipeline_job_name}}", "{{$.pipeline_job_uuid}}") == {}
+    assert steps.with_labels({"name": "a", "labels": {"team": "v"}}, {"k": "1"})["labels"] == {"team": "v", "k": "1"}
+
+
+@pytest.mark.parametrize("labels, message", [
+    ({"a b": "x"}, "invalid label key 'a b'"),
+    ({"dtrain.io/job": "x"}, "invalid label key dtrain.io/job: the prefix is dtrain's"),
+    ({"team": 1}, "invalid value 1 of label team"),
+    ({"team": "-x"}, "invalid value '-x' of label team"),
+    ("team=x", "invalid labels 'team=x': must be a mapping"),
+])
+def test_bad_labels_are_one_line(labels, message):
+    with pytest.raises(SpecError, match=message.replace("(", r"\(")):
+        JobSpec(name="a", command=["x"], labels=labels)
+
+
+def test_labels_round_trip_through_the_spec_dict():
+    spec = JobSpec(name="a", command=["x"], labels=RUN)
+    assert JobSpec.from_dict(spec.to_dict()) == spec and spec.to_dict()["labels"] == RUN
+    assert JobSpec.from_dict({"name": "a", "command": ["x"], "labels": None}).labels == {}
+
+
+def test_kubernetes_objects_and_pods_carry_the_labels():
+    from test_k8s_render import pod_templates, validate
+
+    spec = JobSpec(name="train", command=["python", "t.py"], launcher="torchrun", processes=2, labels=RUN,
+                   image="ghcr.io/example/cifar10:1")
+    objects = render_job(spec, KubernetesConfig(), with_namespace=True)
+    workload = next(o for o in objects if o["kind"] == "PyTorchJob")
+    for obj in objects:
+        validate(obj)
+    assert RUN.items() <= workload["metadata"]["labels"].items()
+    assert workload["metadata"]["labels"]["dtrain.io/job"] == "train"
+    for template in pod_templates(workload):
+        assert RUN.items() <= template["metadata"]["labels"].items()
+
+
+def test_sagemaker_request_tags_the_job_with_the_labels():
+    cfg = SageMakerConfig(role="arn:aws:iam::123456789012:role/SageMakerRole", bucket="my-bucket", region="eu-west-1")
+    spec = JobSpec(name="cifar", command=["python", "t.py"], backend="sagemaker", labels=RUN)
+    req = sm_render.training_job_request(spec, cfg)
+    check_request("sagemaker", "CreateTrainingJob", req)
+    tags = {t["Key"]: t["Value"] for t in req["Tags"]}
+    assert RUN.items() <= tags.items() and tags["dtrain:project"] == "default"
+
