@@ -1,4 +1,5 @@
-"""Pipelines, audit 6: the jobs a run's steps submit carry the run (labels, SageMaker tags)."""
+"""Pipelines, audit 6: the jobs a run's steps submit carry the run (labels, SageMaker tags), and a
+failed run's line names the step and branch in the pipeline's own words, not KFP's made-up ones."""
 
 import pytest
 
@@ -12,6 +13,7 @@ from dtrain.spec import JobSpec
 kfp = pytest.importorskip("kfp", reason="pipelines need the KFP SDK: pip install 'dtrain[pipelines]'")
 
 from dtrain.pipelines import steps  # noqa: E402
+from dtrain.pipelines.runner import _task_words  # noqa: E402
 
 RUN = {steps.RUN_ID_LABEL: "8f0c2a8e-4d5e-4b7a-9f1e-0123456789ab",
        steps.RUN_NAME_LABEL: "hybrid-cifar10-2026-12-05-14-13-03-890188"}
@@ -68,3 +70,26 @@ def test_sagemaker_request_tags_the_job_with_the_labels():
     tags = {t["Key"]: t["Value"] for t in req["Tags"]}
     assert RUN.items() <= tags.items() and tags["dtrain:project"] == "default"
 
+
+def test_a_failed_steps_place_is_said_in_the_pipelines_words():
+    from kfp import dsl
+
+    from dtrain.pipelines.components import check_condition
+    from dtrain.pipelines.hybrid import hybrid_cifar10
+    from dtrain.pipelines.lanes import lane_detection
+
+    said = _task_words(hybrid_cifar10.pipeline_spec, "'train' inside 'condition-2' inside 'condition-branches-1'")
+    assert said == "'train' (train-local) in branch 'runtime-local'"
+    assert _task_words(lane_detection.pipeline_spec, "'restore' inside 'condition-1'") == \
+        "'restore' in branch 'accurate-enough'"
+    assert _task_words(hybrid_cifar10.pipeline_spec, "'cifar10-job'") == "'cifar10-job'"
+
+    @dsl.pipeline(name="mine")
+    def mine(runtime: str = "local"):
+        first = check_condition(training_runtime=runtime)
+        with dsl.If(first.output == "local"):
+            check_condition(training_runtime=runtime)
+
+    said = _task_words(mine.pipeline_spec, "'check-condition-2' inside 'condition-1'")
+    assert said == "'check-condition-2' in the branch where check-condition-Output == 'local'"
+    assert "condition-1" not in said

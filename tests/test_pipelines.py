@@ -361,7 +361,9 @@ def test_a_failed_training_job_fails_its_pipeline_step(dt, tmp_path):
     proc = decoy("--home", str(dt.home), "pipeline", "run", "hybrid-cifar10", "--param", "processes=1", *SHORT,
                  check=False, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "failed at step 'train'" in proc.stderr.strip().splitlines()[-1]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "failed at step 'train' (train-local) in branch 'runtime-local':" in last
+    assert "condition-" not in last  # KFP's own names for the If/Elif groups mean nothing to the user
     step_log = proc.stdout
     assert "JobFailedError: job 'cifar10-hybrid' ended Failed" in step_log
     assert "its last log lines:" in step_log and "no CIFAR10 batches in /mnt" in step_log

@@ -333,10 +333,46 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
                        tasks=tuple(_tasks(run_dir)) if run_dir else ())
     if failed is not None:
         task = re.search(r"Inner task failed: (.+?)\.?$", failed)
-        why = f" at step {task.group(1)}: {_step_error(printed)}" if task else f": {cut(failed, 400)}"
+        where_ = _task_words(pipeline.func.pipeline_spec, task.group(1)) if task else ""
+        why = f" at step {where_}: {_step_error(printed)}" if task else f": {cut(failed, 400)}"
         where = f"its outputs: {run_dir}" if run_dir else "no step left outputs"
         raise JobFailedError(f"pipeline {pipeline.info.name!r} failed{why}; {where}")
     return result
+
+
+_KFP_GROUP = re.compile(r"^(condition-branches|condition|for-loop|exit-handler)-\d+\Z")  # names KFP makes up
+_CHANNEL = re.compile(r"inputs\.parameter_values\['pipelinechannel--([^']+)'\]")
+
+
+def _task_words(spec, chain: str) -> str:
+    """KFP's chain of a failed task (`'train' inside 'condition-2' inside 'condition-branches-1'`) in
+    the pipeline's own words, read from its IR: the step, with its display name where it has one,
+    then each group it is in by the name the pipeline gave it (`dsl.If(..., name=...)`), an unnamed
+    branch by its condition; KFP's wrapper of an If/Elif/Else chain says nothing and is left out."""
+    names = re.findall(r"'([^']*)'", chain)
+    if not names:
+        return chain
+    path, dag, found = list(reversed(names)), spec.root.dag, []
+    for key in path:  # outermost first: each task is looked up in the DAG of the group around it
+        task = dag.tasks.get(key) if dag is not None else None
+        found.append(task)
+        component = spec.components.get(task.component_ref.name) if task is not None else None
+        dag = component.dag if component is not None and component.HasField("dag") else None
+    words = []
+    for key, task in zip(reversed(path), reversed(found)):  # innermost first, as KFP says them
+        shown_as = task.task_info.name if task is not None and task.task_info.name else key
+        if not words:
+            words.append(f"'{key}'" + (f" ({shown_as})" if shown_as != key else ""))
+        elif _KFP_GROUP.match(shown_as) and key.startswith("condition-branches-"):
+            continue
+        elif _KFP_GROUP.match(shown_as) and key.startswith("condition-") and task is not None:
+            when = _CHANNEL.sub(r"\1", task.trigger_policy.condition)
+            words.append(f"in the branch where {cut(when, 200)}" if when else f"inside '{key}'")
+        elif shown_as != key and key.startswith("condition-"):
+            words.append(f"in branch '{shown_as}'")
+        else:
+            words.append(f"inside '{shown_as}'")
+    return " ".join(words)
 
 
 def _make_root(root: Path) -> Path:
