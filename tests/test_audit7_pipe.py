@@ -93,3 +93,27 @@ def test_a_failed_steps_place_is_said_in_the_pipelines_words():
     said = _task_words(mine.pipeline_spec, "'check-condition-2' inside 'condition-1'")
     assert said == "'check-condition-2' in the branch where check-condition-Output == 'local'"
     assert "condition-1" not in said
+
+
+def test_each_steps_output_is_kept_in_its_folder_and_the_run_says_where(home, capsys, tmp_path):
+    """kfp.local only printed a step's output: once the terminal scrolled, it was gone."""
+    from test_audit6_pipe import FAILING
+    from test_pipelines import cli
+
+    from dtrain.pipelines.runner import STEP_LOG
+
+    module = tmp_path / "failing.py"
+    module.write_text(FAILING)
+    code, out, err = cli(home, capsys, "run", "--module", f"{module}:failing", "--param", "n=2")
+    assert code == 0, err
+    (run,) = (home / "pipelines").glob("failing-*")
+    for step in ("check", "check-2"):
+        kept = (run / step / STEP_LOG).read_text()
+        assert "checking 2" in kept and "checking 2" in out  # kept, and still shown
+    assert out.strip().splitlines()[-1] == f"each step's log: {run}/STEP/{STEP_LOG}"
+    code, out, err = cli(home, capsys, "run", "--module", f"{module}:failing", "--param", "n=7")
+    assert code == 1
+    (failed,) = set((home / "pipelines").glob("failing-*")) - {run}
+    log = failed / "check" / STEP_LOG
+    assert "ValueError: n=7 is too large" in log.read_text()
+    assert err.strip().splitlines()[-1].endswith(f"; the step's log: {log}")

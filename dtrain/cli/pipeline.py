@@ -54,6 +54,7 @@ def cmd_run(args, client: Client) -> int:
         return 130
     print(f"\npipeline '{result.pipeline}' succeeded; outputs in {result.run_dir}")
     print(fmt.table(["STEP", "OUTPUTS"], [[t.name, json.dumps(t.outputs, sort_keys=True)] for t in result.tasks]))
+    print(f"each step's log: {result.run_dir}/STEP/{runner.STEP_LOG}")
     return 0
 
 

@@ -22,6 +22,7 @@ import math
 import os
 import re
 import signal
+import subprocess
 import tempfile
 import threading
 import time
@@ -313,7 +314,7 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
     user_tmp = os.environ.get("TMPDIR", "")  # the jobs the steps start get it back (steps.restore_tmpdir)
     with _interruption_said(pipeline.info.name, plan, home), _step_tmpdir(root) as tmp, _steps_ended(tmp.path), \
             _environment(DTRAIN_HOME=str(home), TMPDIR=str(tmp.path), **{steps.USER_TMPDIR: user_tmp}), \
-            warnings.catch_warnings(), _print_and_logging_kept(), _terminate_as_interrupt(), \
+            warnings.catch_warnings(), _print_and_logging_kept(), _terminate_as_interrupt(), _step_logs(), \
             _step_lines() as printed:
         # KFP removes the workspace folder (shutil.rmtree) when a run ends, whatever is in it: a
         # folder of this run's own, never one of ROOT that a user or another run may have.
@@ -335,9 +336,62 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
         task = re.search(r"Inner task failed: (.+?)\.?$", failed)
         where_ = _task_words(pipeline.func.pipeline_spec, task.group(1)) if task else ""
         why = f" at step {where_}: {_step_error(printed)}" if task else f": {cut(failed, 400)}"
-        where = f"its outputs: {run_dir}" if run_dir else "no step left outputs"
+        step = re.findall(r"'([^']+)'", task.group(1))[:1] if task else []
+        log = next(run_dir.rglob(f"{step[0]}/{STEP_LOG}"), None) if run_dir and step else None
+        where = (f"the step's log: {log}" if log else f"its outputs: {run_dir}") if run_dir else "no step left outputs"
         raise JobFailedError(f"pipeline {pipeline.info.name!r} failed{why}; {where}")
     return result
+
+
+STEP_LOG = "step.log"  # each step's output (what the terminal showed), in the step's outputs folder
+
+
+@contextlib.contextmanager
+def _step_logs() -> Iterator[None]:
+    """Keep each step's output after the run, as a KFP server keeps a step pod's log: kfp.local
+    only prints it. Its function that runs a step's process (prints each line the process writes)
+    is swapped, for the run, for one that prints them and writes them to STEP_LOG in the step's
+    outputs folder (its executor output file's folder); a step that failed has one too. A KFP
+    without that function runs as it is, leaving no logs."""
+    from kfp.local import subprocess_task_handler as handler
+
+    original = getattr(handler, "run_local_subprocess", None)
+    if original is None:
+        yield
+        return
+
+    def run_and_keep(full_command, env_vars=None):
+        path = _step_log_path(full_command)
+        if path is None:
+            return original(full_command=full_command, env_vars=env_vars)
+        env = {**os.environ, **env_vars} if env_vars else None
+        with open(path, "a", encoding="utf-8", errors="replace") as log, \
+                subprocess.Popen(full_command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                 bufsize=1, env=env, errors="replace") as process:
+            for line in iter(process.stdout.readline, ""):
+                log.write(line)
+                log.flush()
+                print(line, end="")
+            print("\n")
+            return process.wait()
+
+    handler.run_local_subprocess = run_and_keep
+    try:
+        yield
+    finally:
+        handler.run_local_subprocess = original
+
+
+def _step_log_path(full_command: list[str]) -> Path | None:
+    """STEP_LOG in the folder of the step's executor output file (named in its --executor_input),
+    made if missing; None if the command names none (a KFP that calls it otherwise)."""
+    try:
+        given = json.loads(full_command[full_command.index("--executor_input") + 1])
+        folder = Path(given["outputs"]["outputFile"]).parent
+        folder.mkdir(parents=True, exist_ok=True)
+    except (ValueError, IndexError, KeyError, TypeError, OSError):
+        return None
+    return folder / STEP_LOG
 
 
 _KFP_GROUP = re.compile(r"^(condition-branches|condition|for-loop|exit-handler)-\d+\Z")  # names KFP makes up
