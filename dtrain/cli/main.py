@@ -8,8 +8,7 @@ import importlib
 import json
 import sys
 
-from dtrain import __version__, db
-from dtrain.backends.base import JobStatus
+from dtrain import JobStatus, __version__, db
 from dtrain.cli import format as fmt
 from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
