@@ -22,7 +22,7 @@ from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, JobStatu
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.names import shown
-from dtrain.spec import JobSpec, check_name, notebook_spec
+from dtrain.spec import JobSpec, check_name, notebook_spec, parse_selector, selects
 
 __all__ = ["Client", "TimeoutError_"]  # the CLI catches wait's timeout from here
 
@@ -115,16 +115,19 @@ class Client:
         """Job `name`'s record, from `backend` (default: this client's, else the configured one)."""
         return self.backend(backend).get(name)
 
-    def list(self, *, project: str | None = None, show_deleted: bool = True) -> list[JobInfo]:
+    def list(self, *, project: str | None = None, show_deleted: bool = True, selector: str | None = None) -> list[JobInfo]:
         """Jobs of `project` (None: every project); without `show_deleted`, not the Deleted ones
-        (what `dtrain list jobs` and the HTTP list show unless asked). A project the local backend
-        does not know is a NotFoundError, not an empty list (`check_project`)."""
+        (what `dtrain list jobs` and the HTTP list show unless asked); with `selector`, those whose
+        labels match it (kubectl's `-l`: `KEY=VALUE,KEY!=VALUE,KEY,!KEY`). A project the local
+        backend does not know is a NotFoundError, not an empty list (`check_project`)."""
+        terms = None if selector is None else parse_selector(selector)  # a bad one: refused before any read
         backend = self.backend(project=project)
         jobs = backend.list(project=project)
         if not jobs and project is not None:
             self.check_project(project)
         expired = self._forget_expired(backend, jobs)
-        return [j for j in jobs if j.name not in expired and (show_deleted or j.status != JobStatus.DELETED)]
+        return [j for j in jobs if j.name not in expired and (show_deleted or j.status != JobStatus.DELETED)
+                and (terms is None or selects(terms, j.spec.labels))]
 
     def page(self, *, project: str | None = None, status: JobStatus | str | None = None, limit: int | None = None,
              offset: int = 0) -> JobPage:

@@ -280,6 +280,63 @@ def _labels(labels) -> dict[str, str]:
     return out
 
 
+def parse_labels(items) -> dict[str, str]:
+    """Repeated ``--label KEY=VALUE`` (Run:AI's flag) as a mapping; the last value of a key wins.
+    The rules are the spec's (`labels`), checked when the spec is made."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = _text(item, "--label").partition("=")
+        if not sep:
+            raise SpecError(f"invalid --label {shown(item)}: use KEY=VALUE, e.g. --label team=vision")
+        out[key] = value
+    return out
+
+
+MAX_SELECTOR = 1024  # characters of a label selector
+
+
+def parse_selector(text: str) -> tuple[tuple[str, str, str], ...]:
+    """A label selector as kubectl's `-l` takes it, equality-based: comma-separated `KEY=VALUE` (or
+    `==`), `KEY!=VALUE`, `KEY` (has the label) and `!KEY` (has not); all must hold. Each term is
+    (key, op, value), op one of '=', '!=', 'exists', '!exists'."""
+    if not isinstance(text, str) or not text.strip() or len(text) > MAX_SELECTOR:
+        raise SpecError(f"invalid label selector {shown(text)}: use KEY=VALUE, KEY!=VALUE, KEY or !KEY, "
+                        f"comma-separated, at most {MAX_SELECTOR} characters (e.g. -l pipeline/run-name=nightly)")
+    terms = []
+    for raw in text.split(","):
+        term = raw.strip()
+        if "!=" in term:
+            key, _, value = term.partition("!=")
+            op = "!="
+        elif "=" in term:
+            key, _, value = term.partition("==") if "==" in term else term.partition("=")
+            op = "="
+        elif term.startswith("!"):
+            key, op, value = term[1:], "!exists", ""
+        else:
+            key, op, value = term, "exists", ""
+        key, value = key.strip(), value.strip()
+        if not LABEL_KEY_RE.match(key) or not LABEL_VALUE_RE.match(value) or "=" in value:
+            raise SpecError(f"invalid label selector term {shown(term)}: use KEY=VALUE, KEY!=VALUE, KEY or !KEY "
+                            f"with label keys and values (e.g. -l team=vision,pipeline/runid)")
+        terms.append((key, op, value))
+    return tuple(terms)
+
+
+def selects(terms: tuple[tuple[str, str, str], ...], labels: Mapping[str, str]) -> bool:
+    """Whether `labels` satisfy every term of a parsed selector (`parse_selector`)."""
+    for key, op, value in terms:
+        if op == "=" and labels.get(key) != value:
+            return False
+        if op == "!=" and labels.get(key) == value:  # kubectl: a job without the label matches KEY!=VALUE
+            return False
+        if op == "exists" and key not in labels:
+            return False
+        if op == "!exists" and key in labels:
+            return False
+    return True
+
+
 def sagemaker_backend(data: dict) -> None:
     """SageMaker options say where a job runs: a job mapping (flags, a job file, an HTTP body) that
     has them and names no backend gets backend sagemaker; one that names another is refused."""

@@ -19,7 +19,8 @@ from dtrain.client import Client, TimeoutError_
 from dtrain.config import read_small_file
 from dtrain.errors import ConflictError, NotFoundError, SpecError
 from dtrain.names import check_name, shown
-from dtrain.spec import JobSpec, check_sagemaker_mapping, parse_env, parse_pvc, sagemaker_backend, yaml_mapping
+from dtrain.spec import (JobSpec, check_sagemaker_mapping, parse_env, parse_labels, parse_pvc, sagemaker_backend,
+                         yaml_mapping)
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
 
 # flag dest -> spec field, for flags that map one to one
@@ -66,6 +67,8 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
                                              "own cores when they go round)")
     p.add_argument("--memory", help="memory per process, e.g. 8Gi")
     p.add_argument("-e", "--environment", action="append", metavar="KEY=VALUE", help="environment variable (repeat)")
+    p.add_argument("--label", action="append", metavar="KEY=VALUE",
+                   help="a label on the job (Kubernetes label, SageMaker tag; repeat); 'dtrain list -l' selects by it")
     p.add_argument("--pvc", action="append", metavar="SPEC",
                    help="VOLUME:MOUNT[:ro] for an existing volume, CLASS:SIZE:MOUNT for a new one (repeat)")
     p.add_argument("--large-shm", action="store_const", const=True, help="a large in-memory /dev/shm")
@@ -175,6 +178,8 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
         data["cpu"] = int(data["cpu"])
     if args.environment:
         data["env"] = {**(data.get("env") or {}), **parse_env(args.environment)}
+    if args.label:
+        data["labels"] = {**(data.get("labels") or {}), **parse_labels(args.label)}
     if args.pvc:  # as -e overrides the file's variable of the same name, --pvc its mount at the same path
         given = [parse_pvc(v) for v in args.pvc]
         taken = {v.mount_path for v in given}
@@ -243,7 +248,8 @@ def cmd_list(args, client: Client) -> int:
     if args.project is not None:  # `-p "$PROJECT"` with the variable unset is a mistake, not the default project
         check_name(args.project, "project")
     project = None if args.all_projects else (args.project or client.default_project)
-    jobs = client.list(project=project, show_deleted=args.show_deleted)  # a typo in -p: NotFoundError
+    jobs = client.list(project=project, show_deleted=args.show_deleted,  # a typo in -p: NotFoundError
+                       selector=args.selector)
     unlisted = client.backend(project=project).unlisted  # SageMaker: AWS failed, the --local jobs are shown
     if unlisted:
         print(f"dtrain: warning: {unlisted}", file=sys.stderr)
@@ -486,6 +492,8 @@ def register(sub) -> None:
     which.add_argument("-p", "--project", help="this project's jobs (default: the configured project)")
     which.add_argument("-A", "--all-projects", action="store_true", help="jobs of every project")
     p.add_argument("--show-deleted", action="store_true", help="also list deleted jobs")
+    p.add_argument("-l", "--selector", metavar="SELECTOR",
+                   help="only jobs whose labels match, as kubectl's -l: KEY=VALUE, KEY!=VALUE, KEY, !KEY, comma-separated")
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(handler=cmd_list)
     p = sub.add_parser("describe", help="describe a job: spec, status history, processes",

@@ -16,7 +16,7 @@ from dtrain import JobStatus
 from dtrain.errors import DtrainError, NotFoundError
 from dtrain.server import curves, wire
 from dtrain.server.clients import client
-from dtrain.spec import JobSpec, sagemaker_backend
+from dtrain.spec import MAX_SELECTOR, JobSpec, sagemaker_backend
 
 router = APIRouter(tags=["jobs"])
 ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
@@ -37,7 +37,10 @@ OFFSET = Annotated[int | None, Query(ge=0, le=wire.MAX_OFFSET, description="skip
 @router.get("/jobs", response_model=list[wire.Job],
             responses={**ERRORS, 200: {"headers": {**wire.TOTAL_COUNT, **wire.JOBS_WARNING}}})
 def list_jobs(request: Request, response: Response, project: Annotated[str | None, Query(pattern=wire.NAME)] = None,
-              status: wire.STATUSES | None = None, limit: LIMIT = None, offset: OFFSET = None):
+              status: wire.STATUSES | None = None, limit: LIMIT = None, offset: OFFSET = None,
+              label_selector: Annotated[str | None, Query(max_length=MAX_SELECTOR, description=(
+                  "only jobs whose labels match, as `dtrain list -l` (kubectl's -l): KEY=VALUE, KEY!=VALUE, KEY, "
+                  "!KEY, comma-separated"))] = None):
     """Every job (of one project with `project`), oldest first; `status` filters. Deleted jobs are
     listed only when asked for (`status=Deleted`), as `dtrain list jobs` needs --show-deleted.
 
@@ -46,9 +49,17 @@ def list_jobs(request: Request, response: Response, project: Annotated[str | Non
     dashboard shows. Either one alone pages too (no `limit`: every job from `offset` on). The
     `X-Total-Count` header counts the filtered jobs before paging, with or without a page. A
     `Warning` header says when a source of jobs could not be read (SageMaker without AWS
-    credentials: the --local jobs only), as `dtrain list` warns."""
+    credentials: the --local jobs only), as `dtrain list` warns. `label_selector` keeps the jobs
+    whose labels match it (`dtrain list -l`), before `status`, the count and the page."""
     c = client(request)  # a project that is a typo: c.list / c.page raise NotFoundError, a 404
-    if limit is not None or offset is not None:  # paged by the backend: only the page's jobs are read
+    if label_selector is not None:  # labels are matched on the records: the list, filtered, then paged
+        jobs = c.list(project=project, show_deleted=status == "Deleted", selector=label_selector)
+        jobs = [j for j in jobs if (j.status.value == status if status else j.status != JobStatus.DELETED)]
+        total = len(jobs)
+        if limit is not None or offset is not None:  # the page's order: newest first
+            jobs.sort(key=lambda j: (j.created, j.name), reverse=True)
+            jobs = jobs[offset or 0:] if limit is None else jobs[offset or 0:(offset or 0) + limit]
+    elif limit is not None or offset is not None:  # paged by the backend: only the page's jobs are read
         page = c.page(project=project, status=status, limit=limit, offset=offset or 0)
         jobs, total = list(page.jobs), page.total
     else:
