@@ -767,11 +767,32 @@ class LocalBackend(Backend):
 
     def _create_snapshot(self, volume, *, name, job, progress):
         spec = source = None
+        unfinished = None
         if job is not None:
             row = self.store.job(job)
             spec, source = json.loads(row["spec"]), row["source_snapshot"]
-        return self._snapshot(self.storage.create_snapshot(volume, name=name, job=job, job_spec=spec,
+            unfinished = row["status"] if row["status"] in ACTIVE else None  # its results are not all written
+        writers = self._writers(volume)
+        snap = self._snapshot(self.storage.create_snapshot(volume, name=name, job=job, job_spec=spec,
                                                            source_snapshot=source, progress=progress))
+        if writers := [*writers, *(w for w in self._writers(volume) if w not in writers)]:  # when it began or ended
+            _log().warning("warning: volume %r was mounted read-write by running job(s) %s while snapshot %r read "
+                           "it: its files were read one by one while they may have changed, so it is not a point "
+                           "in time; take it after the job ends (--snapshot-on-success does) or suspend the job "
+                           "first (dtrain suspend %s)", volume, ", ".join(writers), snap.name, writers[0])
+        if unfinished:
+            _log().warning("warning: job %r was still %s: snapshot %r holds the results it had written so far, "
+                           "not its final ones", job, unfinished, snap.name)
+        return snap
+
+    def _writers(self, volume: str) -> list[str]:
+        """Running jobs that mount `volume` read-write: a snapshot taken now reads files they change."""
+        writers = []
+        for row in self.store.jobs_in(("Running",)):
+            spec = JobSpec.from_stored(json.loads(row["spec"]))
+            if any(m.volume == volume and not m.read_only for m in spec.resolved_volumes()):
+                writers.append(spec.name)
+        return writers
 
     def _list_snapshots(self):
         return [self._snapshot(s) for s in self.storage.list_snapshots()]
@@ -819,6 +840,12 @@ class LocalBackend(Backend):
                             volume_size=s.volume_size, storage_class=s.storage_class,
                             extra={"id": s.id, "volume_uid": s.volume_uid, "added_bytes": s.added_bytes,
                                    "method": s.method})
+
+
+def _log():
+    import logging  # only a snapshot taken under running jobs warns; plain commands start without it
+
+    return logging.getLogger(__name__)
 
 
 @functools.cache
