@@ -41,3 +41,27 @@ def test_a_snapshot_of_a_volume_nobody_writes_warns_of_nothing(dt: Dtrain):
     _running(dt, "elsewhere", "--pvc", "local:1Gi:/mnt")  # another volume's writer
     proc = dt("snapshot", "create", "quiet", "--job", "done")
     assert proc.stderr == "", proc.stderr
+
+
+def test_the_lineage_draws_a_deleted_snapshots_job_as_deleted_and_a_purged_one_as_gone(dt: Dtrain, tmp_path):
+    """The lineage reads a page of jobs without the Deleted ones: a snapshot's deleted job was drawn
+    with no status, as a job that was simply not read; now it is read by name (Deleted), and a
+    purged one, whose record is gone, reads "gone" as a deleted snapshot or volume does."""
+    from server_util import ServerProcess
+
+    dt("volume", "create", "v", "--size", "1Mi")
+    for job in ("kept", "deleted", "purged"):
+        dt("submit", job, "--pvc", "v:/mnt", "--", "true")
+        dt("wait", job)
+        dt("snapshot", "create", "v", "--name", f"of-{job}", "--job", job)
+    dt("delete", "deleted")
+    dt("delete", "purged", "--purge")
+    server = ServerProcess(dt.home, cwd=tmp_path)
+    try:
+        body = server.http.get("/api/v1/lineage").json()
+    finally:
+        server.stop()
+    nodes = {n["id"]: n["status"] for n in body["nodes"]}
+    edges = {(e["source"], e["label"], e["target"]) for e in body["edges"]}
+    assert nodes["job:kept"] == "Succeeded" and nodes["job:deleted"] == "Deleted" and nodes["job:purged"] == "gone"
+    assert {("job:deleted", "results", "snapshot:of-deleted"), ("job:purged", "results", "snapshot:of-purged")} <= edges

@@ -87,12 +87,12 @@ def test_jobs_that_only_mounted_a_volume_are_folded_past_the_newest_few(http):
     assert next(n for n in body["nodes"] if n["id"] == "jobs:other")["count"] == 1
 
 
-def test_only_the_newest_jobs_are_read_and_a_snapshots_older_job_is_drawn_without_a_status(http):
+def test_only_the_newest_jobs_are_read_and_a_snapshots_older_job_is_read_by_name(http):
     body, edges = graph(http, jobs=4)  # plain, both, sweep-19, sweep-18
     nodes = {n["id"]: n for n in body["nodes"]}
     assert body["jobs_unread"] == 20
     assert {n for n in nodes if n.startswith("job")} == {"job:both", "job:sweep-19", "job:sweep-18", "job:prepare"}
-    assert nodes["job:prepare"]["status"] is None  # not read: its results are still drawn
+    assert nodes["job:prepare"]["status"] == "Succeeded"  # outside the page, read by name: its results are drawn
     assert ("job:prepare", "results", "snapshot:data-v1") in edges
     assert not any(e[2] == "job:retrain" for e in edges)
 

@@ -19,10 +19,12 @@ from dtrain.server import wire
 PER_VOLUME = 8  # jobs drawn per volume among those that only mounted it (the GET's default)
 
 
-def lineage(jobs, volumes, snapshots, *, per_volume: int = PER_VOLUME, unread: int = 0) -> wire.Lineage:
+def lineage(jobs, volumes, snapshots, *, per_volume: int = PER_VOLUME, unread: int = 0, linked=(),
+            forgotten=frozenset()) -> wire.Lineage:
     """JobInfo (newest first), VolumeInfo and SnapshotInfo records -> nodes and edges. `unread`:
     how many older jobs were not read (told, not drawn); a snapshot's job among them is drawn
-    without its status."""
+    without its status, unless it is in `linked` (the records of snapshots' jobs read apart: a
+    Deleted one, an older one), or in `forgotten` (names no job has now: purged), drawn "gone"."""
     nodes: dict[str, wire.LineageNode] = {}
     edges: list[wire.LineageEdge] = []
 
@@ -34,7 +36,8 @@ def lineage(jobs, volumes, snapshots, *, per_volume: int = PER_VOLUME, unread: i
 
     live = {v.name for v in volumes}
     taken = {s.name: s.created for s in snapshots}
-    submitted = {j.name: j.created for j in jobs}
+    submitted = {j.name: j.created for j in (*linked, *jobs)}
+    status_of = {**{j.name: j.status.value for j in linked}, **{name: "gone" for name in forgotten}}
 
     def snapshot(name: str) -> str:  # a deleted one stays in the graph, marked as a deleted volume is
         return node("snapshot", name, None if name in taken else "gone")
@@ -48,7 +51,7 @@ def lineage(jobs, volumes, snapshots, *, per_volume: int = PER_VOLUME, unread: i
             key = f"{kind}:{name}@{via}"
             nodes.setdefault(key, wire.LineageNode(id=key, kind=kind, name=name, status="gone"))
             return key
-        return snapshot(name) if kind == "snapshot" else node(kind, name)
+        return snapshot(name) if kind == "snapshot" else node(kind, name, status_of.get(name) if kind == "job" else None)
 
     for v in volumes:
         node("volume", v.name)

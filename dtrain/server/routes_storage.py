@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 
+from dtrain.errors import NotFoundError
 from dtrain.server import wire
 from dtrain.server.clients import client
 from dtrain.server.lineage import PER_VOLUME, lineage
@@ -118,6 +119,9 @@ def _utf8(path: str) -> str:
     return path
 
 
+LINKED_READ = 100  # snapshots' jobs outside the page of jobs, read by name for the lineage
+
+
 @router.get("/lineage", response_model=wire.Lineage, responses=ERRORS)
 def get_lineage(request: Request,
                 jobs: Annotated[int, Query(ge=1, le=wire.MAX_PAGE, description="the newest jobs read")] = 100,
@@ -128,5 +132,16 @@ def get_lineage(request: Request,
     the older ones folded into one node per volume."""
     c = client(request)
     page = c.page(limit=jobs)
-    return lineage(page.jobs, c.list_volumes(), c.list_snapshots(), per_volume=per_volume,
-                   unread=page.total - len(page.jobs))
+    snapshots = c.list_snapshots()
+    # a snapshot's job the page left out (Deleted, or older): read by name, so it is drawn with its
+    # status (a deleted job read as unknown as an unread one); at most LINKED_READ of them (a
+    # cluster's backend asks its API once for each)
+    apart = sorted({s.job for s in snapshots if s.job} - {j.name for j in page.jobs})[:LINKED_READ]
+    linked, forgotten = [], set()
+    for name in apart:
+        try:
+            linked.append(c.get(name))
+        except NotFoundError:
+            forgotten.add(name)  # purged: no record of it is left
+    return lineage(page.jobs, c.list_volumes(), snapshots, per_volume=per_volume,
+                   unread=page.total - len(page.jobs), linked=linked, forgotten=forgotten)

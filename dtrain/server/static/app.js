@@ -420,7 +420,7 @@ function storagePage(main) {
       h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.extra.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"}));
     graph.replaceChildren(g.nodes.length ? lineageGraph(g) : h("p", {class: "muted"}, "no volumes or snapshots yet"),
       ...(g.jobs_unread ? [h("p", {class: "muted", id: "lineage-unread"}, `drawn from the newest jobs: ${g.jobs_unread} `
-        + `older job${g.jobs_unread === 1 ? "" : "s"} not read (a snapshot's job among them is drawn without its status)`)] : []));
+        + `older job${g.jobs_unread === 1 ? "" : "s"} not read`)] : []));
   }, REFRESH_MS * 3);
 }
 
