@@ -393,7 +393,7 @@ def cmd_delete(args, client: Client) -> int:
         try:
             info = _get(args, client, name)
         except NotFoundError as err:
-            if args.project is not None and len(names) == 1:
+            if len(names) == 1:  # the backend's own line: its project, a near name
                 raise NotFoundError(f"{err}; nothing was deleted") from None
             missing.append(name)
             continue
