@@ -22,3 +22,26 @@ def test_a_missing_job_names_the_near_one(done):
         assert "no job named 'train1'" in proc.stderr and "did you mean 'train-1'?" in proc.stderr, proc.stderr
     far = dt("describe", "job", "zzzzzz", check=False)
     assert far.returncode == 2 and "did you mean" not in far.stderr
+
+
+def test_since_takes_go_durations_as_kubectl_does(done):
+    """kubectl and Run:AI read --since as a Go duration: 1h30m was refused as 'invalid --since'."""
+    dt = done
+    for since in ("1h30m", "2h0m0s", "1.5h", "90m", "5400000ms"):
+        proc = dt("logs", "train-1", "--since", since, check=False)
+        assert proc.returncode == 0 and proc.stdout == "hello\n", (since, proc.stderr)
+    for bad in ("1h-30m", "-5m", "h", "1x", "99999999h"):
+        proc = dt("logs", "train-1", f"--since={bad}", check=False)
+        assert proc.returncode == 2 and "invalid --since" in proc.stderr and len(proc.stderr.splitlines()) == 1
+
+
+def test_wait_timeout_takes_a_duration_as_kubectl_wait_does(dt):
+    """`kubectl wait --timeout=10m`: '10m' was 'invalid float value'; a bad value is named as typed."""
+    dt("submit", "long", "--", "sleep", "60")
+    proc = dt("wait", "long", "--timeout=500ms", check=False)
+    assert proc.returncode == 124, proc.stderr
+    for bad in ("-5", "1e400", "nan", "367d", "5 minutes"):
+        proc = dt("wait", "long", "--timeout", bad, check=False)
+        assert proc.returncode == 2 and f"'{bad}'" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
+    dt("delete", "long")
+    assert dt("wait", "long", "--timeout", "1m", check=False).returncode == 1

@@ -47,16 +47,29 @@ def size(n: int | None) -> str:
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)\Z")
+# Go's time.ParseDuration, as kubectl and Run:AI read --since and --timeout: terms such as 1h30m or
+# 1m30.5s, units ns/us/ms/s/m/h (and d, as dtrain's own durations have it).
+_GO_TERM = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|ms|s|m|h|d)")
+_GO_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def go_duration(text: str) -> float | None:
+    """'1h30m', '90s', '1.5h', '500ms' -> seconds; None when `text` is not such a duration."""
+    text = text.strip()
+    if not text or _GO_TERM.sub("", text):
+        return None
+    return sum(float(m.group(1)) * _GO_UNITS[m.group(2)] for m in _GO_TERM.finditer(text))
+
+
 # --since as a duration: at most a century (older than any log; a longer one is a slip, and a
 # 400-digit one was infinite, refused as "invalid since -inf: use a unix time", not as typed).
 MAX_SINCE_DAYS = 36500
 
 
 def parse_since(text: str, now: float | None = None) -> float:
-    """--since 10m / 2h / 30s, or an RFC 3339 time (UTC unless it names a zone) -> unix seconds."""
-    m = _DURATION.match(text.strip())
-    if m:
-        seconds = float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    """--since 10m / 2h / 30s / 1h30m, or an RFC 3339 time (UTC unless it names a zone) -> unix seconds."""
+    seconds = go_duration(text)
+    if seconds is not None:
         if not seconds <= MAX_SINCE_DAYS * 86400:
             raise SpecError(f"invalid --since {shown(text)}: use a duration of at most {MAX_SINCE_DAYS}d, such as "
                             f"30s, 10m or 2h, or a time such as 2026-11-30T12:00:00Z")

@@ -458,14 +458,27 @@ EXIT_TIMEOUT = 124  # `wait --timeout` ran out: the job goes on (the code GNU ti
 MAX_WAIT_TIMEOUT = 366 * 86400  # a year and a day: past any training run, and every number is bounded
 
 
+def wait_timeout(text: str) -> float:
+    """--timeout in seconds (600, 1.5) or as kubectl wait's Go duration (10m, 1h30m), bounded; a
+    refused value is named as typed (1e400 was 'invalid --timeout inf', 5m 'invalid float value')."""
+    seconds = fmt.go_duration(text)
+    if seconds is None:
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+    if not 0 <= seconds <= MAX_WAIT_TIMEOUT:  # NaN compares false
+        raise SpecError(f"invalid --timeout {shown(text)}: use seconds from 0 to {MAX_WAIT_TIMEOUT} (366 days) or "
+                        f"a duration, e.g. --timeout 600 or --timeout 10m")
+    return seconds
+
+
 def cmd_wait(args, client: Client) -> int:
-    if args.timeout is not None and not 0 <= args.timeout <= MAX_WAIT_TIMEOUT:  # NaN compares false
-        raise SpecError(f"invalid --timeout {args.timeout:g}: use a number of seconds from 0 to {MAX_WAIT_TIMEOUT} "
-                        f"(366 days), e.g. --timeout 600")
+    timeout = None if args.timeout is None else wait_timeout(args.timeout)
     _in_project(args, client)
     _get(args, client, args.name)
     try:
-        info = client.wait(args.name, timeout=args.timeout)
+        info = client.wait(args.name, timeout=timeout)
     except TimeoutError_ as err:
         print(f"dtrain: {err}", file=sys.stderr)
         return EXIT_TIMEOUT
@@ -545,7 +558,8 @@ def register(sub) -> None:
     p = sub.add_parser("wait", help=f"wait until a job ends; exit 0 if it succeeded, 1 if not, "
                                     f"{EXIT_TIMEOUT} if --timeout ran out")
     p.add_argument("name", help="the job")
-    p.add_argument("--timeout", type=float, help="give up after this many seconds (exit code 124; default: never)")
+    p.add_argument("--timeout",
+                   help="give up after this many seconds, or a duration such as 10m (exit code 124; default: never)")
     p.add_argument("--json", action="store_true", help="print the finished job as one JSON object")
     _project_flag(p)
     p.set_defaults(handler=cmd_wait)
