@@ -45,3 +45,22 @@ def test_wait_timeout_takes_a_duration_as_kubectl_wait_does(dt):
         assert proc.returncode == 2 and f"'{bad}'" in proc.stderr and len(proc.stderr.splitlines()) == 1, proc.stderr
     dt("delete", "long")
     assert dt("wait", "long", "--timeout", "1m", check=False).returncode == 1
+
+
+def test_delete_all_deletes_every_job_of_the_project_as_runai_does(dt):
+    """`runai delete job --all` / `-A`: was 'the following arguments are required' / 'unrecognized -A'."""
+    dt("project", "create", "team")
+    dt("submit", "mine-1", "--", "sleep", "60")
+    dt("submit", "mine-2", "--", "true")
+    dt("submit", "theirs", "-p", "team", "--", "sleep", "60")
+    for wrong in (["delete"], ["delete", "mine-1", "--all"]):
+        proc = dt(*wrong, check=False)
+        assert proc.returncode == 2 and "--all" in proc.stderr and "nothing was deleted" in proc.stderr, proc.stderr
+    assert dt.status("mine-1") == "Running"
+    out = dt("delete", "job", "--all").stdout
+    assert sorted(out.splitlines()) == ["The job 'mine-1' has been deleted (Deleted)",
+                                        "The job 'mine-2' has been deleted (Deleted)"]
+    assert dt.status("theirs") == "Running"  # another project's job is left alone
+    assert dt("delete", "-A").stdout.startswith("No jobs to delete in project 'default'")
+    dt("delete", "--all", "-p", "team", "--purge")
+    assert [j["name"] for j in dt.json("list", "-A", "--show-deleted")] == ["mine-1", "mine-2"]

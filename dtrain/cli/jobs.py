@@ -386,8 +386,19 @@ def _rank(text: str) -> int:
 
 
 def cmd_delete(args, client: Client) -> int:
-    names = list(dict.fromkeys(_job_names(args.names, "delete")))
+    words = [] if args.all and args.names in (["job"], ["jobs"]) else args.names  # `runai delete job --all`
+    names = list(dict.fromkeys(_job_names(words, "delete")))
+    if args.all == bool(names):  # `runai delete job --all`: every job of the project, or the names given
+        raise SpecError(("'dtrain delete' takes job names or --all, not both" if names else
+                         "'dtrain delete' needs job names, or --all for every job of the project")
+                        + ": dtrain delete NAME [NAME...] or dtrain delete --all [-p PROJECT]; nothing was deleted")
     _in_project(args, client)
+    if args.all:
+        project = client.default_project  # -p's, as _in_project set it
+        names = [j.name for j in client.list(project=project, show_deleted=args.purge)]
+        if not names:
+            print(f"No jobs to delete in project '{project}'")
+            return 0
     missing, gone = [], []
     for name in names:  # every name is checked before anything is deleted
         try:
@@ -532,8 +543,12 @@ def register(sub) -> None:
     _project_flag(p)
     p.set_defaults(handler=cmd_logs)
     p = sub.add_parser("delete", help="stop and delete jobs",
-                       usage="dtrain delete [job] NAME [NAME...] [-p PROJECT] [--purge]")
-    p.add_argument("names", nargs="+", metavar="[job] NAME", help="the jobs (the word 'job' is optional)")
+                       usage="dtrain delete [job] NAME [NAME...] [-p PROJECT] [--purge]\n"
+                             "       dtrain delete [job] --all [-p PROJECT] [--purge]")
+    p.add_argument("names", nargs="*", metavar="[job] NAME", help="the jobs (the word 'job' is optional)")
+    p.add_argument("-A", "--all", action="store_true",
+                   help="every job of the project (-p, default: the configured one), as Run:AI's --all; with "
+                        "--purge, the deleted ones too")
     p.add_argument("--purge", action="store_true",
                    help="also forget the job: its record, events and logs (and a local notebook's own work folder)")
     _project_flag(p)
