@@ -64,3 +64,11 @@ def test_delete_all_deletes_every_job_of_the_project_as_runai_does(dt):
     assert dt("delete", "-A").stdout.startswith("No jobs to delete in project 'default'")
     dt("delete", "--all", "-p", "team", "--purge")
     assert [j["name"] for j in dt.json("list", "-A", "--show-deleted")] == ["mine-1", "mine-2"]
+
+
+def test_exec_it_names_what_to_type(done):
+    """`kubectl exec -it POD -- bash` / `runai exec JOB -it -- bash`: was only 'unrecognized arguments: -it'."""
+    for flags in (["-it"], ["-i", "-t"], ["--tty"]):
+        proc = done("exec", "train-1", *flags, "--", "bash", check=False)
+        assert proc.returncode == 2 and "drop them: dtrain exec NAME -- bash" in proc.stderr, proc.stderr
+        assert len(proc.stderr.splitlines()) == 1

@@ -348,6 +348,9 @@ def unrecognized(args, extra: list[str]) -> str:
         hint = f"; '{prog}' takes the job's name alone: {prog} {extra[0][:60]}"  # Run:AI's `describe job X`
     elif args.verb == "submit" and {"--processes", "--launcher"} & {w.split("=", 1)[0] for w in extra}:
         hint = f"; a job of several processes is submitted with {_COMMAND_FORMS['submit-dist']}"
+    elif args.verb == "exec" and {"-i", "-t", "-it", "-ti", "--stdin", "--tty"} & set(extra):
+        hint = ("; 'dtrain exec' takes no -i/-t (kubectl's, Run:AI's): locally the command always reads this terminal, "
+                "so drop them: dtrain exec NAME -- bash")
     elif args.verb in _COMMAND_FORMS and any(not w.startswith("-") for w in extra):
         hint = f"; the command goes after '--': {_COMMAND_FORMS[args.verb]}"
     return f"{prog}: error: unrecognized arguments: {words}{hint} (see '{prog} --help')"
