@@ -72,3 +72,16 @@ def test_exec_it_names_what_to_type(done):
         proc = done("exec", "train-1", *flags, "--", "bash", check=False)
         assert proc.returncode == 2 and "drop them: dtrain exec NAME -- bash" in proc.stderr, proc.stderr
         assert len(proc.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("verb, names", [
+    ("bash", "dtrain exec JOB -- bash"), ("attach", "dtrain logs JOB -f"), ("get", "dtrain list"),
+    ("stop", "dtrain suspend JOB"), ("kill", "dtrain delete JOB"), ("cp", "dtrain artifacts JOB --to DIR"),
+    ("version", "dtrain --version"), ("apply", "dtrain submit -f FILE"),
+])
+def test_a_run_ai_or_kubectl_verb_names_the_dtrain_spelling(dt: Dtrain, verb, names):
+    """`dtrain bash JOB` (Run:AI), `dtrain get jobs` (kubectl) answered argparse's list of 24 verbs."""
+    proc = dt(verb, "x", check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    [line] = proc.stderr.strip().splitlines()
+    assert f"no verb '{verb}'" in line and names in line and "invalid choice" not in line

@@ -371,10 +371,33 @@ def _reads_once(args) -> bool:
     return args.verb in ("list", "describe", "nodes", "top") or (args.verb == "logs" and not args.follow)
 
 
+# Verbs of Run:AI's and kubectl's CLIs that dtrain spells otherwise: named in one line, not argparse's list
+OTHER_VERBS = {
+    "bash": "open a shell in a job with 'dtrain exec JOB -- bash'",
+    "attach": "follow a job's output with 'dtrain logs JOB -f', or open a shell with 'dtrain exec JOB -- bash'",
+    "get": "list with 'dtrain list' (jobs), 'dtrain volume list' or 'dtrain snapshot list'",
+    "status": "see a job's status with 'dtrain describe job JOB' or 'dtrain list'",
+    "stop": "stop a job for now with 'dtrain suspend JOB' (it goes on with 'dtrain resume JOB'), or for good with "
+            "'dtrain delete JOB'",
+    "kill": "stop a job with 'dtrain delete JOB'",
+    "rm": "delete a job with 'dtrain delete JOB'",
+    "run": "submit a job with 'dtrain submit JOB -- COMMAND'",
+    "apply": "submit a job file with 'dtrain submit -f FILE'",
+    "create": "submit a job with 'dtrain submit', make a volume with 'dtrain volume create' or a project with "
+              "'dtrain project create'",
+    "cp": "copy a job's model folder with 'dtrain artifacts JOB --to DIR'",
+    "version": "print the version with 'dtrain --version'",
+}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         head, command = split_command(argv)
+        if verb_of(head) in OTHER_VERBS:
+            print(f"dtrain: error: no verb '{verb_of(head)}' here: {OTHER_VERBS[verb_of(head)]} "
+                  f"(see 'dtrain --help')", file=sys.stderr)
+            return 2
         args, extra = build_parser(verb_of(head)).parse_known_args(head)
         if extra:  # argparse would name the top parser's help and say nothing of '--'
             print(unrecognized(args, extra), file=sys.stderr)
