@@ -8,11 +8,16 @@
 
 Backends are picked per job (`spec.backend`), per project (config) or by default, and can be
 injected: `Client(backends={"kubernetes": KubernetesBackend(cfg, api_client=fake)})`.
+
+A Client may be shared by threads (a notebook's ThreadPoolExecutor submitting and waiting on
+several jobs): each thread gets its own backends (the local one holds SQLite connections, which
+threads must not share mid-transaction); backends given in `backends=` are shared as given.
 """
 
 from __future__ import annotations
 
 import os
+import threading
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
@@ -37,16 +42,36 @@ class Client:
         self.home = home_dir(home)
         self.config = UserConfig.load(self.home)
         self._backend_name = backend
-        self._backends: dict[str, Backend] = dict(backends or {})
+        self._backends: dict[str, Backend] = dict(backends or {})  # injected: shared by every thread
+        # made here: one set per thread, keyed by the thread (not a threading.local, which a fork
+        # clears in the child, closing connections there: see dtrain/server/clients.py)
+        self._made: dict[threading.Thread, dict[str, Backend]] = {}
+        self._made_lock = threading.Lock()
         if backend is not None and backend not in BACKENDS and backend not in self._backends:
             raise SpecError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
 
     # ---- backends -------------------------------------------------------------------------
     def backend(self, name: str | None = None, *, project: str | None = None) -> Backend:
         name = name or self._backend_name or self.config.backend_for(project or self.config.project)
-        if name not in self._backends:
-            self._backends[name] = self._make_backend(name)
-        return self._backends[name]
+        if name in self._backends:
+            return self._backends[name]
+        me = threading.current_thread()
+        with self._made_lock:
+            mine = self._made.get(me)
+        if mine is None or name not in mine:
+            made = self._make_backend(name)
+            with self._made_lock:
+                ended = [self._made.pop(t) for t in list(self._made) if not t.is_alive()]
+                mine = self._made.setdefault(me, {})
+                mine.setdefault(name, made)
+            del ended  # their connections close here, outside the lock
+        return mine[name]
+
+    def _forget_made(self, name: str) -> None:
+        """Drop every thread's `name` backend: the next use opens one with the settings just saved."""
+        with self._made_lock:
+            dropped = [made.pop(name, None) for made in self._made.values()]
+        del dropped
 
     def _make_backend(self, name: str) -> Backend:
         if name == "local":
@@ -246,7 +271,7 @@ class Client:
         self.config = UserConfig.update(self.home, lambda cfg: setattr(
             cfg, "sagemaker", SageMakerConfig.from_dict(merged(cfg.sagemaker), where=where).to_dict()))
         merged = self.config.sagemaker
-        self._backends.pop("sagemaker", None)
+        self._forget_made("sagemaker")
         return merged
 
     # ---- storage classes (config.yaml's storage_classes) -----------------------------------
@@ -263,7 +288,7 @@ class Client:
             cfg.validate(where)  # a SpecError writes nothing
 
         self.config = UserConfig.update(self.home, change)
-        self._backends.pop("local", None)  # its store knows the classes it was opened with
+        self._forget_made("local")  # its store knows the classes it was opened with
         return root
 
     def unset_storage_classes(self, names: list[str] | tuple[str, ...]) -> dict[str, int]:
@@ -279,7 +304,7 @@ class Client:
 
         held = {c.name: c.volumes for c in self.backend("local").list_storage_classes() if c.name in names}
         self.config = UserConfig.update(self.home, change)
-        self._backends.pop("local", None)
+        self._forget_made("local")
         return held
 
     # ---- projects -------------------------------------------------------------------------

@@ -1,0 +1,44 @@
+"""The Python SDK as a notebook uses it: one Client shared by threads, field names a Kubeflow or
+SageMaker user writes, specs that round-trip through to_dict, and wrong argument types refused as
+dtrain.errors, never a TypeError or a sqlite3 error from inside."""
+
+from __future__ import annotations
+
+import json
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+import dtrain
+from dtrain.errors import NotFoundError, SpecError
+
+
+@pytest.fixture
+def client(home) -> dtrain.Client:
+    return dtrain.Client(home=home)
+
+
+def test_one_client_is_shared_by_threads(client):
+    """Threads submitting and waiting through one Client shared its SQLite connection: one of them
+    failed with sqlite3.OperationalError 'cannot start a transaction within a transaction'."""
+    def run(i: int):
+        client.submit(dtrain.JobSpec(name=f"t{i}", command=["sh", "-c", f"echo {i}"]))
+        info = client.wait(f"t{i}", timeout=120)
+        return info.status, [line.text for line in client.logs(f"t{i}")]
+
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(run, range(4)))
+    assert results == [(dtrain.JobStatus.SUCCEEDED, [str(i)]) for i in range(4)]
+    assert sorted(j.name for j in client.list()) == [f"t{i}" for i in range(4)]
+
+
+def test_a_client_made_backend_is_its_threads_own_and_an_injected_one_is_shared(home):
+    from dtrain.backends.local.backend import LocalBackend
+
+    injected = LocalBackend(home)
+    client = dtrain.Client(home=home, backends={"other": injected})
+    mine = client.backend("local")
+    with ThreadPoolExecutor(1) as pool:
+        theirs, shared = pool.submit(lambda: (client.backend("local"), client.backend("other"))).result()
+    assert theirs is not mine and client.backend("local") is mine
+    assert shared is injected
