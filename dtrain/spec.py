@@ -610,9 +610,57 @@ class JobSpec:
             raise SpecError(f"invalid job field name {shown(bad_key)}: field names are words such as name or command")
         unknown = sorted(set(data) - known - {"pvc"})
         if unknown:
-            raise SpecError(f"unknown job field(s) {_keys(unknown)}: known fields are "
-                            f"{', '.join(sorted(known | {'pvc'}))}")
+            raise SpecError(f"unknown job field(s) {_keys(unknown)}{_did_you_mean(unknown[0], known)}: known "
+                            f"fields are {', '.join(sorted(known | {'pvc'}))}")
         return data
+
+
+# What a Kubeflow, Run:AI or SageMaker user writes for a job field (a PyTorchJob's replicas, a
+# SageMaker estimator's instance_count, a pod's args and workingDir): the field it is here.
+FIELD_ALIASES = {"gpus": "gpu", "replicas": "processes", "workers": "processes", "nproc": "processes",
+                 "nproc_per_node": "processes", "instance_count": "processes (or sagemaker.instance_count)",
+                 "args": "command", "cmd": "command", "entrypoint": "command", "environment": "env",
+                 "envs": "env", "pvcs": "volumes", "namespace": "project", "workdir": "working_dir",
+                 "workingdir": "working_dir", "cpus": "cpu", "mem": "memory", "backoff_limit": "max_restarts",
+                 "backofflimit": "max_restarts", "instance_type": "sagemaker.instance_type"}
+
+
+def _did_you_mean(key, known) -> str:
+    """' (did you mean 'gpu'?)' for a field name a user wrote for one of `known`, or ''."""
+    import difflib
+
+    if not isinstance(key, str):
+        return ""
+    folded = key.lower().replace("-", "_")
+    near = FIELD_ALIASES.get(folded.replace("_", "")) or FIELD_ALIASES.get(folded)
+    if near is None:
+        near = next(iter(difflib.get_close_matches(folded, sorted(known), n=1)), None)
+    return f" (did you mean '{near}'?)" if near else ""
+
+
+def _checked_init(init):
+    """JobSpec's __init__ behind a check of its arguments: a field it lacks (`gpus=2`), a value given
+    by position or a missing name or command is the SpecError every other bad value is, naming the
+    field meant, not a TypeError from the generated __init__."""
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        if args:
+            raise SpecError(f"JobSpec takes its fields by name, not {len(args)} value(s) by position: "
+                            f"JobSpec(name='train', command=['python', 'train.py'], ...)")
+        known = {f.name for f in dataclasses.fields(JobSpec)}
+        unknown = sorted(set(kwargs) - known)
+        if unknown:
+            raise SpecError(f"JobSpec got unknown field(s) {_keys(unknown)}{_did_you_mean(unknown[0], known)}: "
+                            f"its fields are {', '.join(sorted(known))}")
+        for required in ("name", "command"):
+            if required not in kwargs:
+                raise SpecError(f"JobSpec needs {required}=...: JobSpec(name='train', command=['python', "
+                                f"'train.py'], ...)")
+        init(self, **kwargs)
+    return __init__
+
+
+JobSpec.__init__ = _checked_init(JobSpec.__init__)  # type: ignore[method-assign]
 
 
 def _keys(keys: list) -> str:

@@ -42,3 +42,33 @@ def test_a_client_made_backend_is_its_threads_own_and_an_injected_one_is_shared(
         theirs, shared = pool.submit(lambda: (client.backend("local"), client.backend("other"))).result()
     assert theirs is not mine and client.backend("local") is mine
     assert shared is injected
+
+
+@pytest.mark.parametrize(("field", "meant"), [("gpus", "gpu"), ("replicas", "processes"), ("workingDir", "working_dir"),
+                                              ("args", "command"), ("large-shm", "large_shm"), ("Image", "image")])
+def test_an_unknown_job_file_field_names_the_field_meant(dt, tmp_path, field, meant):
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: a\ncommand: [echo, hi]\n{field}: 1\n")
+    proc = dt("submit", "-f", str(job), check=False)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert f"unknown job field(s) {field} (did you mean '{meant}'?)" in proc.stderr
+    with pytest.raises(SpecError, match=rf"unknown job field\(s\) {field} \(did you mean '{meant}'\?\)"):
+        dtrain.JobSpec.from_dict({"name": "a", "command": ["x"], field: 1})
+
+
+def test_an_unrelated_unknown_field_suggests_nothing():
+    with pytest.raises(SpecError, match=r"unknown job field\(s\) colour: known fields are") as caught:
+        dtrain.JobSpec.from_dict({"name": "a", "command": ["x"], "colour": 1})
+    assert "did you mean" not in str(caught.value)
+
+
+@pytest.mark.parametrize(("kwargs", "args", "match"), [
+    ({"name": "a", "command": ["x"], "gpus": 2}, (), r"unknown field\(s\) gpus \(did you mean 'gpu'\?\)"),
+    ({"name": "a"}, (), r"JobSpec needs command="),
+    ({"command": ["x"]}, (), r"JobSpec needs name="),
+    ({}, ("a", ["x"]), r"takes its fields by name, not 2 value\(s\) by position"),
+])
+def test_job_spec_arguments_it_lacks_are_spec_errors(kwargs, args, match):
+    """JobSpec(gpus=2) was a TypeError from the dataclass's __init__, unlike every other bad value."""
+    with pytest.raises(SpecError, match=match):
+        dtrain.JobSpec(*args, **kwargs)
