@@ -538,8 +538,10 @@ class JobSpec:
 
     # ---- wire form ----
     def to_dict(self) -> dict[str, Any]:
-        """A JSON/YAML-ready dict; ``JobSpec.from_dict(spec.to_dict()) == spec``."""
-        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        """A JSON/YAML-ready dict; ``JobSpec.from_dict(spec.to_dict()) == spec``. A project or
+        backend left unset is left out, so that the spec read back leaves it unset too, and a Client
+        (or `dtrain submit -f`) fills in the configured one, as it would have for `spec`."""
+        d = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name not in self._unset}
         d["command"] = list(self.command)
         d["env"] = dict(self.env)
         d["labels"] = dict(self.labels)

@@ -72,3 +72,19 @@ def test_job_spec_arguments_it_lacks_are_spec_errors(kwargs, args, match):
     """JobSpec(gpus=2) was a TypeError from the dataclass's __init__, unlike every other bad value."""
     with pytest.raises(SpecError, match=match):
         dtrain.JobSpec(*args, **kwargs)
+
+
+def test_an_unset_project_and_backend_stay_unset_through_to_dict(home):
+    """to_dict wrote project: default and backend: local for a spec that named neither, so the spec
+    read back (a job file saved from a notebook) went to project 'default' where the original went
+    to the configured project."""
+    client = dtrain.Client(home=home)
+    client.create_project("team-a")
+    client.set_default_project("team-a")
+    spec = dtrain.JobSpec(name="one", command=["true"], env={"A": "1"}, volumes=["data:/mnt:ro"])
+    back = dtrain.JobSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert back == spec and "project" not in spec.to_dict() and "backend" not in spec.to_dict()
+    assert client.render(back)[0]["project"] == "team-a"
+    pinned = spec.replace(project="default")
+    assert dtrain.JobSpec.from_dict(pinned.to_dict()).project == "default"
+    assert client.render(dtrain.JobSpec.from_dict(pinned.to_dict()))[0]["project"] == "default"
