@@ -32,6 +32,7 @@ from dtrain.spec import JobSpec, check_name, notebook_spec, parse_selector, sele
 __all__ = ["Client", "TimeoutError_"]  # the CLI catches wait's timeout from here
 
 if TYPE_CHECKING:
+    from dtrain.backends.sagemaker.config import SageMakerConfig
     from dtrain.storage.info import VerifyReport
     from dtrain.storage.manifest import Change
 
@@ -104,7 +105,7 @@ class Client:
         except (SpecError, TypeError) as err:
             raise SpecError(f"{where}: {err}") from None
 
-    def sagemaker_config(self):
+    def sagemaker_config(self) -> SageMakerConfig:
         """The `sagemaker:` settings of config.yaml as a SageMakerConfig; an unknown key or a bad value
         is one line naming config.yaml."""
         from dtrain.backends.sagemaker.config import SageMakerConfig
@@ -375,8 +376,9 @@ class Client:
         """Change a volume's storage class: a move between roots locally, a VolumeAttributesClass on Kubernetes."""
         return self.backend().update_volume(name, storage_class=storage_class)
 
-    def render_volume_update(self, name: str, *, storage_class: str):
-        """`volume update --dry-run`: the PVC patch on Kubernetes, the planned move locally."""
+    def render_volume_update(self, name: str, *, storage_class: str) -> dict | list[dict]:
+        """`volume update --dry-run`: the PVC patch on Kubernetes (a list of requests), the planned
+        move locally (one mapping)."""
         return self.backend().render_volume_update(name, storage_class=storage_class)
 
     def delete_volume(self, name: str, *, force: bool = False) -> None:

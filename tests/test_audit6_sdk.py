@@ -88,3 +88,11 @@ def test_an_unset_project_and_backend_stay_unset_through_to_dict(home):
     pinned = spec.replace(project="default")
     assert dtrain.JobSpec.from_dict(pinned.to_dict()).project == "default"
     assert client.render(dtrain.JobSpec.from_dict(pinned.to_dict()))[0]["project"] == "default"
+
+
+def test_log_lines_have_to_dict_and_logs_json_prints_it(client, dt):
+    client.submit(dtrain.JobSpec(name="talk", command=["sh", "-c", "echo one; echo two"]))
+    client.wait("talk", timeout=120)
+    lines = [json.loads(x) for x in dt("logs", "talk", "--json").stdout.splitlines()]
+    assert lines == [line.to_dict() for line in client.logs("talk")]
+    assert [x["text"] for x in lines] == ["one", "two"]

@@ -133,8 +133,13 @@ class JobSummary:
     unfinished: tuple[JobInfo, ...]  # in the order they were submitted
 
 
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True, kw_only=True)
-class LogLine:
+class LogLine(_Record):
     rank: int  # which process wrote it
     time: float | None  # unix seconds when the line was captured
     text: str  # without the trailing newline
@@ -161,11 +166,6 @@ class NodeInfo:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-class _Record:
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True, kw_only=True)

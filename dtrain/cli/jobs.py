@@ -361,7 +361,7 @@ def cmd_logs(args, client: Client) -> int:
                             previous=args.previous):
         printed = True
         if args.json:
-            sys.stdout.write(json.dumps({"rank": line.rank, "time": line.time, "text": line.text}) + "\n")
+            sys.stdout.write(json.dumps(line.to_dict()) + "\n")
         else:
             prefix = (fmt.when(line.time) + " " if args.timestamps else "") + (f"[rank {line.rank}] " if many else "")
             sys.stdout.write(prefix + line.text + "\n")
