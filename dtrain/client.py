@@ -20,6 +20,7 @@ import os
 import threading
 import time
 from pathlib import Path
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Iterator
 
 from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, JobStatus, JobSummary, LogLine, NodeInfo,
@@ -43,6 +44,9 @@ class Client:
         self.home = home_dir(home)
         self.config = UserConfig.load(self.home)
         self._backend_name = backend
+        if backends is not None and not isinstance(backends, Mapping):
+            raise SpecError(f"invalid backends {shown(backends)}: give a mapping of backend name to Backend, "
+                            f"e.g. backends={{'kubernetes': KubernetesBackend(config)}}")
         self._backends: dict[str, Backend] = dict(backends or {})  # injected: shared by every thread
         # made here: one set per thread, keyed by the thread (not a threading.local, which a fork
         # clears in the child, closing connections there: see dtrain/server/clients.py)
@@ -146,6 +150,8 @@ class Client:
         (what `dtrain list jobs` and the HTTP list show unless asked); with `selector`, those whose
         labels match it (kubectl's `-l`: `KEY=VALUE,KEY!=VALUE,KEY,!KEY`). A project the local
         backend does not know is a NotFoundError, not an empty list (`check_project`)."""
+        if not isinstance(show_deleted, bool):
+            raise SpecError(f"invalid show_deleted {shown(show_deleted)}: use True or False")
         terms = None if selector is None else parse_selector(selector)  # a bad one: refused before any read
         backend = self.backend(project=project)
         jobs = backend.list(project=project)
@@ -256,6 +262,8 @@ class Client:
         """Merge settings (role, bucket, region, subnets, ...) into config.yaml, after removing the
         keys in `unset` (a VPC or an image no longer wanted); all checked before saving."""
         from dtrain.backends.sagemaker.config import SageMakerConfig
+        if isinstance(unset, str):  # 'vpc' read a character at a time, and nothing was unset
+            unset = (unset,)
         given = {k: v for k, v in settings.items() if v is not None}
         if both := sorted(set(given) & set(unset)):
             raise SpecError(f"{both[0]} is both set and unset: give one of them; nothing was changed")
@@ -295,6 +303,8 @@ class Client:
     def unset_storage_classes(self, names: list[str] | tuple[str, ...]) -> dict[str, int]:
         """Remove local storage classes from config.yaml (their volumes stay where they are, listed
         NotConfigured by `volume classes`). Returns how many volumes each still held."""
+        if isinstance(names, str):  # one name, not its characters
+            names = [names]
         def change(cfg: UserConfig) -> None:
             missing = [n for n in names if n not in cfg.storage_classes]
             if missing:

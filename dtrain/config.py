@@ -125,7 +125,7 @@ class UserConfig:
         if not isinstance(self.storage_classes, dict):
             raise SpecError(f"{where}: storage_classes must map class names to folders, e.g. fast: /nvme/dtrain")
         for name, root in self.storage_classes.items():
-            if name == "local" or len(str(name)) > MAX_CLASS or not CLASS_RE.fullmatch(str(name)) \
+            if not isinstance(name, str) or name == "local" or len(name) > MAX_CLASS or not CLASS_RE.fullmatch(str(name)) \
                     or not str(root).startswith("/"):
                 raise SpecError(f"{where}: storage class {name!r}: {root!r}: use a lower-case name other than "
                                 f"'local' (the dtrain home's volumes/) and an absolute folder, e.g. fast: /nvme/dtrain")

@@ -943,7 +943,7 @@ def notebook_spec(name: str, *, volumes=(), **fields: Any) -> JobSpec:
     """`dtrain notebook NAME --pvc VOLUME:/home/jovyan/work`: a one-process job running Jupyter,
     rooted at the first volume's mount path (the Kubeflow notebook images' /home/jovyan)."""
     check_name(name, "notebook")  # its own word in the message; the job's rule
-    volumes = tuple(parse_pvc(v) if isinstance(v, str) else v for v in volumes)
+    volumes = _volumes(volumes)  # a list; 'data:/mnt' alone would be read a character at a time
     root = (f"--ServerApp.root_dir={volumes[0].mount_path}",) if volumes else ()
     if volumes:  # the server and its terminals work in the workspace volume, as a Kubeflow notebook's
         fields.setdefault("working_dir", volumes[0].mount_path)

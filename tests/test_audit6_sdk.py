@@ -96,3 +96,86 @@ def test_log_lines_have_to_dict_and_logs_json_prints_it(client, dt):
     lines = [json.loads(x) for x in dt("logs", "talk", "--json").stdout.splitlines()]
     assert lines == [line.to_dict() for line in client.logs("talk")]
     assert [x["text"] for x in lines] == ["one", "two"]
+
+
+@pytest.mark.parametrize("verb", ["get", "wait", "delete", "suspend", "resume", "logs", "notebook_url"])
+def test_a_job_name_that_is_no_string_is_a_spec_error(client, verb):
+    """client.resume(['a']) reached the store's query: sqlite3.ProgrammingError."""
+    with pytest.raises(SpecError, match=r"invalid (job|notebook) name \['a'\]: give the .* name as a string"):
+        getattr(client, verb)(["a"])
+
+
+@pytest.mark.parametrize("call", [
+    lambda c: c.get_volume(["data"]), lambda c: c.delete_volume(["data"]), lambda c: c.create_snapshot(["data"]),
+    lambda c: c.get_snapshot(["s"]), lambda c: c.delete_snapshot(["s"]), lambda c: c.diff_snapshots(["s"], "s"),
+    lambda c: c.restore_snapshot(["s"], to="copy"), lambda c: c.list_snapshots(volume=["data"]),
+    lambda c: c.update_volume(["data"], storage_class="local"),
+])
+def test_a_volume_or_snapshot_name_that_is_no_string_is_a_spec_error(client, call):
+    with pytest.raises(SpecError, match=r"invalid (volume|snapshot) name \[.*\]: give the"):
+        call(client)
+
+
+def test_yes_no_arguments_take_only_booleans(client):
+    """restore_snapshot(in_place='no') rolled the volume back, delete(purge='no') forgot the job."""
+    client.create_volume("data", size="1Mi")
+    client.create_snapshot("data", name="data-s1")
+    client.submit(dtrain.JobSpec(name="kept", command=["true"]))
+    client.wait("kept", timeout=120)
+    with pytest.raises(SpecError, match=r"invalid in_place 'no': use True or False"):
+        client.restore_snapshot("data-s1", in_place="no")
+    with pytest.raises(SpecError, match=r"invalid purge 'no': use True or False"):
+        client.delete("kept", purge="no")
+    with pytest.raises(SpecError, match=r"invalid force 'no'"):
+        client.delete_volume("data", force="no")
+    with pytest.raises(SpecError, match=r"invalid show_deleted 'no'"):
+        client.list(show_deleted="no")
+    with pytest.raises(SpecError, match=r"invalid no_gpu_quota 'no'"):
+        client.create_project("team", no_gpu_quota="no")
+    assert client.get("kept").status == dtrain.JobStatus.SUCCEEDED
+    assert client.get_volume("data").name == "data"
+    assert [p.name for p in client.list_projects()] == ["default"]
+
+
+def test_a_storage_class_name_that_is_no_string_is_refused_before_saving(client, home, tmp_path):
+    """set_storage_class(5, ...) saved `5: /folder` in config.yaml; `volume classes` then failed with
+    a TypeError comparing 5 with 'local'. A hand-written `5:` is refused alike."""
+    with pytest.raises(SpecError, match=r"storage class 5: .*use a lower-case name"):
+        client.set_storage_class(5, tmp_path / "disk")
+    assert client.list_storage_classes()[0].name == "local"
+    (home / "config.yaml").write_text(f"storage_classes: {{5: {tmp_path / 'disk'}}}\n")
+    with pytest.raises(SpecError, match=r"config.yaml: storage class 5: "):
+        dtrain.Client(home=home)
+
+
+def test_one_storage_class_name_is_not_read_a_character_at_a_time(client, tmp_path):
+    client.set_storage_class("fast", tmp_path / "fast")
+    assert client.unset_storage_classes("fast") == {"fast": 0}
+    with pytest.raises(NotFoundError, match=r"no storage class 'slow'"):
+        client.unset_storage_classes("slow")
+
+
+@pytest.mark.parametrize("volumes", [5, "data:/home/jovyan/work"])
+def test_notebook_volumes_must_be_a_list(client, volumes):
+    with pytest.raises(SpecError, match=r"invalid volumes .*: must be a list, e.g. volumes=\['data:/mnt'\]"):
+        client.notebook("lab", volumes=volumes)
+
+
+@pytest.mark.parametrize("to", [None, 5, ""])
+def test_artifacts_needs_a_folder(client, to):
+    client.submit(dtrain.JobSpec(name="done", command=["true"]))
+    client.wait("done", timeout=120)
+    with pytest.raises(SpecError, match=r"invalid to .*: give the new folder"):
+        client.artifacts("done", to=to)
+
+
+def test_backends_must_be_a_mapping(home):
+    with pytest.raises(SpecError, match=r"invalid backends \['local'\]: give a mapping"):
+        dtrain.Client(home=home, backends=["local"])
+
+
+def test_logs_since_names_the_unit_the_sdk_takes(client):
+    client.submit(dtrain.JobSpec(name="quiet", command=["true"]))
+    with pytest.raises(SpecError, match=r"invalid since '10m': use a unix time in seconds, e.g. time.time\(\) - 600"):
+        client.logs("quiet", since="10m")
+    client.wait("quiet", timeout=120)

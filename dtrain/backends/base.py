@@ -288,7 +288,7 @@ class Backend(abc.ABC):
         return self._submit(spec)
 
     def get(self, name: str) -> JobInfo:
-        return self._get(name)
+        return self._get(_existing(name, "job"))
 
     def list(self, *, project: str | None = None) -> list[JobInfo]:
         jobs = self._list()
@@ -343,7 +343,7 @@ class Backend(abc.ABC):
         if previous and follow:
             raise SpecError("--previous cannot be followed: the previous attempt has ended; drop -f to print its "
                             "lines, or drop --previous to follow the current attempt")
-        info = self._get(name)  # unknown job -> NotFoundError before any output
+        info = self._get(_existing(name, "job"))  # unknown job -> NotFoundError before any output
         if rank is not None and (not _whole(rank) or not 0 <= rank < info.spec.processes):
             raise SpecError(f"invalid rank {rank!r}: job {name!r} has {info.spec.processes} process(es), "
                             f"ranks 0 to {info.spec.processes - 1}")
@@ -351,7 +351,8 @@ class Backend(abc.ABC):
             raise SpecError(f"invalid tail {shown(tail)}: use a number of lines from 0 to {MAX_TAIL}, e.g. -t 10")
         if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))
                                   or not math.isfinite(since)):  # NaN or infinity broke Kubernetes' sinceSeconds
-            raise SpecError(f"invalid since {shown(since)}: use a unix time in seconds, e.g. --since 10m")
+            raise SpecError(f"invalid since {shown(since)}: use a unix time in seconds, e.g. time.time() - 600 "
+                            f"(the CLI's --since 10m)")
         return self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None) -> JobInfo:
@@ -360,6 +361,7 @@ class Backend(abc.ABC):
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not 0 <= timeout < float("inf")):
             raise SpecError(f"invalid timeout {timeout!r}: use a number of seconds >= 0, e.g. --timeout 600")
+        _existing(name, "job")
         deadline = None if timeout is None else time.monotonic() + timeout
         while True:
             info = self._get(name)
@@ -378,7 +380,8 @@ class Backend(abc.ABC):
 
     def delete(self, name: str, *, purge: bool = False) -> JobInfo:
         """Stop the job (it reads Deleted); `purge` also forgets it, so `get` then finds nothing."""
-        info = self._delete(name)
+        _flag(purge, "purge")
+        info = self._delete(_existing(name, "job"))
         if purge:
             self._purge(name)
         return info
@@ -387,7 +390,7 @@ class Backend(abc.ABC):
         """Stop a Pending or Running job for now, as Run:AI's `runai suspend` and Kubeflow's
         runPolicy.suspend do: its processes get SIGTERM (the workloads checkpoint), its devices are
         freed, and it reads Suspended until `resume`."""
-        info = self._get(name)
+        info = self._get(_existing(name, "job"))
         if not info.status.suspendable:
             raise ConflictError(f"job {name!r} is {info.status}: only a Pending or Running job can be suspended")
         return self._suspend(name)
@@ -395,7 +398,7 @@ class Backend(abc.ABC):
     def resume(self, name: str) -> JobInfo:
         """Queue a Suspended job again: it waits for its devices, then starts anew and its workload
         goes on from its last checkpoint."""
-        info = self._get(name)
+        info = self._get(_existing(name, "job"))
         if info.status != JobStatus.SUSPENDED:
             raise ConflictError(f"job {name!r} is {info.status}: only a Suspended job can be resumed")
         return self._resume(name)
@@ -406,7 +409,7 @@ class Backend(abc.ABC):
     def exec(self, name: str, command: list[str] | tuple[str, ...], *, rank: int = 0) -> int:
         """Run `command` beside a Running job's rank (its mount namespace / pod and environment),
         with this process's stdin, stdout and stderr; returns the command's exit code."""
-        info = self._get(name)
+        info = self._get(_existing(name, "job"))
         if info.status != JobStatus.RUNNING:
             raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job (see 'dtrain list')")
         if not _whole(rank) or not 0 <= rank < info.spec.processes:
@@ -422,7 +425,7 @@ class Backend(abc.ABC):
     def notebook_url(self, name: str, *, dtrain: str = "dtrain ") -> str:
         """Where to open notebook `name` (a job with spec.notebook), with its token where it has one.
         `dtrain` starts the commands the refusals name (with --backend where this is not the default)."""
-        info = self._get(name)
+        info = self._get(_existing(name, "notebook"))
         if not info.spec.notebook:
             raise SpecError(f"job {name!r} is not a notebook: start one with "
                             f"'{dtrain}notebook NAME --pvc VOLUME:/home/jovyan/work'")
@@ -441,13 +444,16 @@ class Backend(abc.ABC):
 
     def artifacts(self, name: str, *, to: str | Path) -> Path:
         """Put the job's model folder (SageMaker: its model.tar.gz, unpacked) into the new folder `to`."""
-        return self._artifacts(name, to=Path(to))
+        if not isinstance(to, (str, Path)) or not str(to):
+            raise SpecError(f"invalid to {shown(to)}: give the new folder to copy the model into, e.g. to='out/model'")
+        return self._artifacts(_existing(name, "job"), to=Path(to))
 
     # ---- projects -----------------------------------------------------------------------
     def create_project(self, name: str, *, gpu_quota: int | None = None, no_gpu_quota: bool = False) -> None:
         """Create a project, or change an existing one's GPU quota: `gpu_quota` sets it,
         `no_gpu_quota` removes it, neither leaves it as it is."""
         check_name(name, "project")
+        _flag(no_gpu_quota, "no_gpu_quota")
         if gpu_quota is not None:
             check_gpu_quota(gpu_quota)
         if no_gpu_quota and gpu_quota is not None:
@@ -474,11 +480,12 @@ class Backend(abc.ABC):
         return sorted(self._list_volumes(), key=lambda v: v.name)
 
     def get_volume(self, name: str) -> VolumeInfo:
-        return self._get_volume(name)
+        return self._get_volume(_existing(name, "volume"))
 
     def delete_volume(self, name: str, *, force: bool = False) -> None:
         """Delete a volume (its snapshots stay); refused while a job uses it unless `force`."""
-        self._delete_volume(name, force=force)
+        _flag(force, "force")
+        self._delete_volume(_existing(name, "volume"), force=force)
 
     def list_storage_classes(self) -> list[StorageClassInfo]:
         """The storage classes (performance tiers) volumes can use: the default first, then by kind and name."""
@@ -487,32 +494,35 @@ class Backend(abc.ABC):
     def update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Change a volume's storage class (its performance tier), keeping its data and snapshots."""
         check_storage_class(storage_class)
-        return self._update_volume(name, storage_class=storage_class)
+        return self._update_volume(_existing(name, "volume"), storage_class=storage_class)
 
     def render_volume_update(self, name: str, *, storage_class: str) -> Any:
         """What update_volume would do, changing nothing (`volume update --dry-run`)."""
         check_storage_class(storage_class)
-        return self._render_volume_update(name, storage_class=storage_class)
+        return self._render_volume_update(_existing(name, "volume"), storage_class=storage_class)
 
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         progress: Progress | None = None) -> SnapshotInfo:
         """Snapshot `volume` now, linked to `job` if given. Default name: <volume>-<UTC time>."""
         _check_new_snapshot(name, job)
-        return self._create_snapshot(volume, name=name, job=job, progress=progress)
+        return self._create_snapshot(_existing(volume, "volume"), name=name, job=job, progress=progress)
 
     def render_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None) -> list[dict[str, Any]]:
         """What `create_snapshot` would send (`dtrain snapshot create --dry-run`)."""
         _check_new_snapshot(name, job)
-        return self._render_snapshot(volume, name=name, job=job)
+        return self._render_snapshot(_existing(volume, "volume"), name=name, job=job)
 
     def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[SnapshotInfo]:
         """Oldest first, filtered by volume and job."""
+        for value, what in ((volume, "volume"), (job, "job")):
+            if value is not None:
+                _existing(value, what)
         snaps = [s for s in self._list_snapshots()
                  if (volume is None or s.volume == volume) and (job is None or s.job == job)]
         return sorted(snaps, key=lambda s: (s.created, s.name))
 
     def get_snapshot(self, name: str) -> SnapshotInfo:
-        return self._get_snapshot(name)
+        return self._get_snapshot(_existing(name, "snapshot"))
 
     def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
                          storage_class: str | None = None, progress: Progress | None = None) -> VolumeInfo:
@@ -529,15 +539,15 @@ class Backend(abc.ABC):
         return self._render_restore(name, to=to, in_place=in_place, storage_class=storage_class)
 
     def delete_snapshot(self, name: str) -> FreedInfo:
-        return self._delete_snapshot(name)
+        return self._delete_snapshot(_existing(name, "snapshot"))
 
     def verify_snapshot(self, name: str | None = None) -> VerifyReport:
         """Re-hash one snapshot's content, or the whole store's."""
-        return self._verify_snapshot(name)
+        return self._verify_snapshot(None if name is None else _existing(name, "snapshot"))
 
     def diff_snapshots(self, a: str, b: str) -> list[Change]:
         """What changed from snapshot `a` to snapshot `b`."""
-        return self._diff_snapshots(a, b)
+        return self._diff_snapshots(_existing(a, "snapshot"), _existing(b, "snapshot"))
 
     # ---- required hooks -----------------------------------------------------------------
     @abc.abstractmethod
@@ -663,6 +673,8 @@ def _check_new_snapshot(name: str | None, job: str | None) -> None:
 
 
 def _check_restore(name: str, to: str | None, in_place: bool, storage_class: str | None = None) -> None:
+    _existing(name, "snapshot")
+    _flag(in_place, "in_place")  # in_place='no' rolled the volume back
     if to is not None and in_place:
         raise SpecError(f"restore snapshot {name!r} into a new volume (--to NEW_VOLUME) or in place "
                         f"(--in-place), not both")
@@ -678,6 +690,22 @@ def _check_restore(name: str, to: str | None, in_place: bool, storage_class: str
                             f"{storage_class}`, or restore into a new volume with --to NEW_VOLUME --class "
                             f"{storage_class}")
         check_storage_class(storage_class)
+
+
+def _existing(name, what: str) -> str:
+    """The name of an existing job, volume or snapshot as a verb takes it: a string. (A list reached
+    the local store's query as a bare sqlite3 error.) Whether it names one is the backend's to say."""
+    if not isinstance(name, str):
+        example = {"volume": "data", "snapshot": "data-s1", "notebook": "lab"}.get(what, "train")
+        raise SpecError(f"invalid {what} name {shown(name)}: give the {what}'s name as a string, e.g. '{example}'")
+    return name
+
+
+def _flag(value, what: str) -> bool:
+    """A yes/no argument of a verb: True or False, never a truthy string ('no' purged, restored in place)."""
+    if not isinstance(value, bool):
+        raise SpecError(f"invalid {what} {shown(value)}: use True or False")
+    return value
 
 
 def _whole(n) -> bool:
