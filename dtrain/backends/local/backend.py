@@ -772,6 +772,8 @@ class LocalBackend(Backend):
             row = self.store.job(job)
             spec, source = json.loads(row["spec"]), row["source_snapshot"]
             unfinished = row["status"] if row["status"] in ACTIVE else None  # its results are not all written
+            if unfinished is None:  # its logs too, as --snapshot-on-success's snapshot holds them
+                self._copy_logs(volume, job)
         writers = self._writers(volume)
         snap = self._snapshot(self.storage.create_snapshot(volume, name=name, job=job, job_spec=spec,
                                                            source_snapshot=source, progress=progress))
@@ -784,6 +786,16 @@ class LocalBackend(Backend):
             _log().warning("warning: job %r was still %s: snapshot %r holds the results it had written so far, "
                            "not its final ones", job, unfinished, snap.name)
         return snap
+
+    def _copy_logs(self, volume: str, job: str) -> None:
+        """An ended job's logs copied into `volume` before `snapshot create VOL --job J` takes it
+        (see joblogs.py); a warning says why not, and the snapshot is taken all the same."""
+        from dtrain.backends.local.joblogs import LogsNotCopied, copy_job_logs, logs_path
+        try:
+            copy_job_logs(self.home / "jobs" / job, self.storage.get_volume(volume).path, job)
+        except LogsNotCopied as err:
+            _log().warning("warning: job %r's logs were not copied into volume %r (%s): %s; the snapshot is "
+                           "taken without them", job, volume, logs_path(job), err)
 
     def _writers(self, volume: str) -> list[str]:
         """Running jobs that mount `volume` read-write: a snapshot taken now reads files they change."""

@@ -311,6 +311,10 @@ class Supervisor:
             set_status(self.name, "Succeeded", "all processes exited 0" + "".join(
                 f"; rank {r['rank']}'s log is incomplete: {r['log_error']}" for r in lost), exit_code=0)
             return
+        if (why := self._copy_logs(volume)) is not None:  # before SNAPSHOTTING: that event must stay the last
+            written_when_unlocked(lambda: self.store.add_event(self.name, "Running", why),
+                                  what=f"job {self.name}'s events", give_up_s=FINAL_WRITE_S,
+                                  stopping=lambda: self.stopping)
         written_when_unlocked(lambda: self.store.add_event(self.name, "Running", SNAPSHOTTING + volume),
                               what=f"job {self.name}'s snapshot", give_up_s=FINAL_WRITE_S,
                               stopping=lambda: self.stopping)  # the lost supervisor's last word
@@ -324,6 +328,22 @@ class Supervisor:
             return
         set_status(self.name, "Succeeded", f"all processes exited 0; snapshot {snap.name}",
                    exit_code=0, snapshot=snap.name, source_snapshot=source)
+
+    def _copy_logs(self, volume: str) -> str | None:
+        """The job's logs copied into `volume` (.dtrain/logs/<job>/), so that its snapshot holds data,
+        model and logs together; else one line saying why not. Nothing here fails the job or stops
+        the snapshot: a full disk, a link in the way, any error is said and the snapshot taken."""
+        from dtrain.backends.local.joblogs import LogsNotCopied, copy_job_logs, logs_path
+        try:
+            copy_job_logs(self.job_dir, self.storage.get_volume(volume).path, self.name)
+        except LogsNotCopied as err:
+            reason = str(err)
+        except Exception as err:  # noqa: BLE001 - the logs are a bonus; the snapshot is what was asked
+            reason = f"{type(err).__name__}: {err}"
+        else:
+            return None
+        return (f"the job's logs were not copied into volume {volume} ({logs_path(self.name)}): {reason}; "
+                f"the snapshot is taken without them")
 
     def _failure_message(self, code: int) -> str:
         if self.port_taken is not None:
