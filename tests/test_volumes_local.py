@@ -78,7 +78,12 @@ def test_snapshot_on_success_links_job_and_lineage(dt: Dtrain):
     # restore the first result into a new volume, change it, and nothing else moves
     dt("snapshot", "restore", info["snapshot"], "--to", "restored")
     restored = volume_path(dt, "restored")
-    assert tree(restored) == {"dataset.txt": b"frames", "model.pt": b"weights"}
+    files = tree(restored)  # data + model + the job's logs (.dtrain/logs/<job>/), versioned together
+    assert b"trained" in files.pop(".dtrain/logs/train/rank-0.log")
+    assert {p for p in files if p.startswith(".dtrain/")} == {".dtrain/logs/train/launcher.log",
+                                                                ".dtrain/logs/train/attempts.json"}
+    assert {p: b for p, b in files.items() if not p.startswith(".dtrain/")} == {"dataset.txt": b"frames",
+                                                                                 "model.pt": b"weights"}
     assert dt.json("volume", "describe", "restored")["origin_snapshot"] == info["snapshot"]
     dt("submit", "retrain", "--pvc", "restored:/mnt", "--", "python", "-c",
        "open('/mnt/model.pt', 'a').write(' + more')")
@@ -88,7 +93,7 @@ def test_snapshot_on_success_links_job_and_lineage(dt: Dtrain):
     verify = dt("snapshot", "verify", "--json")
     assert verify.returncode == 0
     diff = dt.json("snapshot", "diff", info["snapshot"], info2["snapshot"])
-    assert [c["path"] for c in diff] == ["model.pt"]
+    assert [c["path"] for c in diff if not c["path"].startswith(".dtrain/")] == ["model.pt"]  # + train2's logs
 
 
 def test_snapshot_failure_fails_the_job_and_keeps_the_results(dt: Dtrain, tmp_path):
