@@ -344,7 +344,8 @@ def test_describe_keeps_each_env_value_on_its_own_line_and_exact(dt: Dtrain):
     # empty value read like an unset one. Such values are shown as YAML double-quoted strings.
     dt("submit", "envs", "-e", "A=line1\nline2", "-e", "E=", "-e", "S= x", "-e", "B=plain", "--", "true")
     lines = dt("describe", "job", "envs").stdout.splitlines()
-    env = lines[lines.index("  env:") + 1:lines.index("  volumes: []")]
+    after = lines[lines.index("  env:") + 1:]
+    env = after[:next(i for i, line in enumerate(after) if not line.startswith("    "))]  # to the next field
     assert env == ['    A: "line1\\nline2"', '    E: ""', '    S: " x"', "    B: plain"]
     assert dt.json("describe", "job", "envs")["spec"]["env"]["A"] == "line1\nline2"
 
