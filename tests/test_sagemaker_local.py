@@ -87,8 +87,8 @@ def test_cifar10_on_two_local_hosts_matches_torchrun(sm, reference, data_dir, co
         assert torch.equal(got[k], expected[k]), k
 
 
-def _torchrun(data: Path, out: Path, steps: int) -> dict:
-    args = [a if a != "12" else str(steps) for a in TRAIN_ARGS]
+def _torchrun(data: Path, out: Path, steps: int, extra: tuple[str, ...] = ()) -> dict:
+    args = [a if a != "12" else str(steps) for a in TRAIN_ARGS] + list(extra)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
            "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(data), "--model-dir", str(out),
            "--batch-size", str(PER_RANK_BATCH), *args]
@@ -111,14 +111,17 @@ def test_job_stopped_midway_resumes_from_checkpoints(sm, data_dir, code_dir, tmp
     time.sleep(2)
     assert max(int(p.stem[5:]) for p in ckpts.glob("ckpt-*.pt")) == done  # no process of the job lives on
     steps = done + 4  # stopped after step `done`; the rerun trains 4 more
-    args = [a if a != "12" else str(steps) for a in TRAIN_ARGS] + ["--checkpoint-every", "4"]
+    # as many epochs as the first run had: a loaded machine may see the first checkpoint only past the
+    # default 2 epochs' steps (the rerun then ended where it resumed: CI saw "steps=79" for 83)
+    epochs = ("--epochs", "1000")
+    args = [a if a != "12" else str(steps) for a in TRAIN_ARGS] + ["--checkpoint-every", "4", *epochs]
     submit(sm, "second", data_dir, code_dir, args, "--checkpoint-s3-uri", ckpt_uri)
     assert sm("wait", "second", "--timeout", "300", check=False).returncode == 0, sm("logs", "second").stdout
     logs = sm("logs", "second", "--rank", "0").stdout
     assert re.search(rf"resumed from step {done} \(/opt/ml/checkpoints/ckpt-{done}\.pt\)", logs), logs
     assert f"steps={steps} " in logs
     sm("artifacts", "second", "--to", str(tmp_path / "resumed"))
-    expected = _torchrun(data_dir, tmp_path / "straight", steps)
+    expected = _torchrun(data_dir, tmp_path / "straight", steps, epochs)
     got = _weights(tmp_path / "resumed")
     for k in expected:
         assert torch.equal(got[k], expected[k]), k
