@@ -7,7 +7,9 @@ the names dtrain gives to what it makes for a job (`pvc-<job>-<i>`).
 
 from __future__ import annotations
 
+import difflib
 import re
+from collections.abc import Iterable
 from decimal import Decimal
 from fractions import Fraction
 from math import ceil
@@ -197,3 +199,26 @@ def require_project(project: str, known: list[str]) -> None:
     if project != "default" and project not in known:
         raise NotFoundError(f"no project named {project!r}; create it first with "
                             f"'dtrain project create {project}' (projects: {', '.join(known) or 'none'})")
+
+
+def near_name(name: str, *groups: Iterable[str]) -> str | None:
+    """The name one slip away from `name` (a typo, a missing suffix), as `git` names its near
+    command: the closest in the first of `groups` that holds one close enough; None when none is."""
+    if not isinstance(name, str) or not 0 < len(name) <= MAX_CLASS:
+        return None
+    for group in groups:
+        near = difflib.get_close_matches(name, [n for n in group if n != name], n=1, cutoff=0.6)
+        if near:
+            return near[0]
+    return None
+
+
+def with_near(message: str, name: str, near: str) -> str:
+    """`message` with ' (did you mean NEAR?)' right after the first place it quotes `name`
+    ("no job named 's' (did you mean 's1'?); see ..."); unchanged when it does not quote it."""
+    quoted = repr(name)
+    at = message.find(quoted)
+    if at < 0:
+        return message
+    at += len(quoted)
+    return f"{message[:at]} (did you mean {near!r}?){message[at:]}"

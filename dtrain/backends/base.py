@@ -6,6 +6,7 @@ Read `Backend`'s docstring first: it is the contract a new backend implements.
 from __future__ import annotations
 
 import abc
+import contextlib
 import math
 import time
 from collections import Counter
@@ -13,11 +14,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from dtrain.errors import ConflictError, NotSupportedError, SpecError, TimeoutError_  # noqa: F401 (re-exported)
-from dtrain.names import (MAX_OFFSET, MAX_PAGE, check_gpu_quota, check_name, check_storage_class, parse_volume_size,
-                          shown)
+from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotSupportedError, SpecError,  # noqa: F401
+                           TimeoutError_)  # (re-exported)
+from dtrain.names import (MAX_OFFSET, MAX_PAGE, check_gpu_quota, check_name, check_storage_class, near_name,
+                          parse_volume_size, shown, with_near)
 from dtrain.spec import JobSpec
 
 MAX_TAIL = 10**9  # lines of `logs --tail`: more than any log holds, and a number every backend can pass on
@@ -265,7 +267,8 @@ class Backend(abc.ABC):
       `_render_restore`, `_list_storage_classes`. The default raises :class:`NotSupportedError`, which
       the CLI prints as one line naming the backend and the verb; callers never probe a backend
       with `getattr`/`hasattr`. `_purge` (forget a deleted job) defaults to
-      doing nothing, and `_page` (a page of the job list) to filtering `_list`.
+      doing nothing, `_page` (a page of the job list) to filtering `_list`, and `_names` (what a
+      name that does not exist is matched against) to the names the listing hooks return.
     * Every hook returns the typed, frozen records of this module, never a dict: :class:`JobInfo`,
       :class:`JobPage`, :class:`LogLine`, :class:`NodeInfo`, :class:`ProjectInfo`,
       :class:`VolumeInfo`, :class:`SnapshotInfo`, :class:`FreedInfo`, :class:`StorageClassInfo`. Times are unix seconds
@@ -274,7 +277,8 @@ class Backend(abc.ABC):
       `describe` and `--json` as is.
     * Errors are :mod:`dtrain.errors` classes: NotFoundError for an unknown name, ConflictError
       for a clash, SpecError for a bad argument, BackendError for a refusing remote API. Each
-      message names the bad value and how to fix it.
+      message names the bad value and how to fix it. A NotFoundError for a job, volume or snapshot
+      that does not exist gets the near name (did you mean 'train-1'?) here, from `_names`.
     * `wait` exists once, here; `logs` checks the job exists before streaming.
     * The CLI, the SDK (`dtrain.Client`) and the HTTP API format these records once each; the
       backend's docstring maps our words (job, process, volume, snapshot, project) to its words.
@@ -288,7 +292,8 @@ class Backend(abc.ABC):
         return self._submit(spec)
 
     def get(self, name: str) -> JobInfo:
-        return self._get(_existing(name, "job"))
+        with self._named("job", name):
+            return self._get(_existing(name, "job"))
 
     def list(self, *, project: str | None = None) -> list[JobInfo]:
         jobs = self._list()
@@ -343,7 +348,8 @@ class Backend(abc.ABC):
         if previous and follow:
             raise SpecError("--previous cannot be followed: the previous attempt has ended; drop -f to print its "
                             "lines, or drop --previous to follow the current attempt")
-        info = self._get(_existing(name, "job"))  # unknown job -> NotFoundError before any output
+        with self._named("job", name):  # unknown job -> NotFoundError before any output
+            info = self._get(_existing(name, "job"))
         if rank is not None and (not _whole(rank) or not 0 <= rank < info.spec.processes):
             raise SpecError(f"invalid rank {rank!r}: job {name!r} has {info.spec.processes} process(es), "
                             f"ranks 0 to {info.spec.processes - 1}")
@@ -361,10 +367,10 @@ class Backend(abc.ABC):
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
                                     or not 0 <= timeout < float("inf")):
             raise SpecError(f"invalid timeout {timeout!r}: use a number of seconds >= 0, e.g. --timeout 600")
-        _existing(name, "job")
         deadline = None if timeout is None else time.monotonic() + timeout
+        with self._named("job", name):
+            info = self._get(_existing(name, "job"))
         while True:
-            info = self._get(name)
             if info.status.terminal:
                 return info
             if deadline is not None and time.monotonic() >= deadline:
@@ -372,6 +378,7 @@ class Backend(abc.ABC):
                                     f"wait longer (--timeout) or check 'dtrain logs {name}'")
             pause = self._wait_poll(name) if poll is None else poll
             time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+            info = self._get(name)
 
     def _wait_poll(self, name: str) -> float:
         """Seconds between the statuses `wait` reads: a backend whose status is a throttled API call
@@ -381,7 +388,8 @@ class Backend(abc.ABC):
     def delete(self, name: str, *, purge: bool = False) -> JobInfo:
         """Stop the job (it reads Deleted); `purge` also forgets it, so `get` then finds nothing."""
         _flag(purge, "purge")
-        info = self._delete(_existing(name, "job"))
+        with self._named("job", name):
+            info = self._delete(_existing(name, "job"))
         if purge:
             self._purge(name)
         return info
@@ -390,7 +398,8 @@ class Backend(abc.ABC):
         """Stop a Pending or Running job for now, as Run:AI's `runai suspend` and Kubeflow's
         runPolicy.suspend do: its processes get SIGTERM (the workloads checkpoint), its devices are
         freed, and it reads Suspended until `resume`."""
-        info = self._get(_existing(name, "job"))
+        with self._named("job", name):
+            info = self._get(_existing(name, "job"))
         if not info.status.suspendable:
             raise ConflictError(f"job {name!r} is {info.status}: only a Pending or Running job can be suspended")
         return self._suspend(name)
@@ -398,7 +407,8 @@ class Backend(abc.ABC):
     def resume(self, name: str) -> JobInfo:
         """Queue a Suspended job again: it waits for its devices, then starts anew and its workload
         goes on from its last checkpoint."""
-        info = self._get(_existing(name, "job"))
+        with self._named("job", name):
+            info = self._get(_existing(name, "job"))
         if info.status != JobStatus.SUSPENDED:
             raise ConflictError(f"job {name!r} is {info.status}: only a Suspended job can be resumed")
         return self._resume(name)
@@ -409,7 +419,8 @@ class Backend(abc.ABC):
     def exec(self, name: str, command: list[str] | tuple[str, ...], *, rank: int = 0) -> int:
         """Run `command` beside a Running job's rank (its mount namespace / pod and environment),
         with this process's stdin, stdout and stderr; returns the command's exit code."""
-        info = self._get(_existing(name, "job"))
+        with self._named("job", name):
+            info = self._get(_existing(name, "job"))
         if info.status != JobStatus.RUNNING:
             raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job (see 'dtrain list')")
         if not _whole(rank) or not 0 <= rank < info.spec.processes:
@@ -425,7 +436,8 @@ class Backend(abc.ABC):
     def notebook_url(self, name: str, *, dtrain: str = "dtrain ") -> str:
         """Where to open notebook `name` (a job with spec.notebook), with its token where it has one.
         `dtrain` starts the commands the refusals name (with --backend where this is not the default)."""
-        info = self._get(_existing(name, "notebook"))
+        with self._named("job", name):
+            info = self._get(_existing(name, "notebook"))
         if not info.spec.notebook:
             raise SpecError(f"job {name!r} is not a notebook: start one with "
                             f"'{dtrain}notebook NAME --pvc VOLUME:/home/jovyan/work'")
@@ -446,7 +458,8 @@ class Backend(abc.ABC):
         """Put the job's model folder (SageMaker: its model.tar.gz, unpacked) into the new folder `to`."""
         if not isinstance(to, (str, Path)) or not str(to):
             raise SpecError(f"invalid to {shown(to)}: give the new folder to copy the model into, e.g. to='out/model'")
-        return self._artifacts(_existing(name, "job"), to=Path(to))
+        with self._named("job", name):
+            return self._artifacts(_existing(name, "job"), to=Path(to))
 
     # ---- projects -----------------------------------------------------------------------
     def create_project(self, name: str, *, gpu_quota: int | None = None, no_gpu_quota: bool = False) -> None:
@@ -480,12 +493,14 @@ class Backend(abc.ABC):
         return sorted(self._list_volumes(), key=lambda v: v.name)
 
     def get_volume(self, name: str) -> VolumeInfo:
-        return self._get_volume(_existing(name, "volume"))
+        with self._named("volume", name):
+            return self._get_volume(_existing(name, "volume"))
 
     def delete_volume(self, name: str, *, force: bool = False) -> None:
         """Delete a volume (its snapshots stay); refused while a job uses it unless `force`."""
         _flag(force, "force")
-        self._delete_volume(_existing(name, "volume"), force=force)
+        with self._named("volume", name):
+            self._delete_volume(_existing(name, "volume"), force=force)
 
     def list_storage_classes(self) -> list[StorageClassInfo]:
         """The storage classes (performance tiers) volumes can use: the default first, then by kind and name."""
@@ -494,23 +509,27 @@ class Backend(abc.ABC):
     def update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Change a volume's storage class (its performance tier), keeping its data and snapshots."""
         check_storage_class(storage_class)
-        return self._update_volume(_existing(name, "volume"), storage_class=storage_class)
+        with self._named("volume", name):
+            return self._update_volume(_existing(name, "volume"), storage_class=storage_class)
 
     def render_volume_update(self, name: str, *, storage_class: str) -> Any:
         """What update_volume would do, changing nothing (`volume update --dry-run`)."""
         check_storage_class(storage_class)
-        return self._render_volume_update(_existing(name, "volume"), storage_class=storage_class)
+        with self._named("volume", name):
+            return self._render_volume_update(_existing(name, "volume"), storage_class=storage_class)
 
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         progress: Progress | None = None) -> SnapshotInfo:
         """Snapshot `volume` now, linked to `job` if given. Default name: <volume>-<UTC time>."""
         _check_new_snapshot(name, job)
-        return self._create_snapshot(_existing(volume, "volume"), name=name, job=job, progress=progress)
+        with self._named("volume", volume):
+            return self._create_snapshot(_existing(volume, "volume"), name=name, job=job, progress=progress)
 
     def render_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None) -> list[dict[str, Any]]:
         """What `create_snapshot` would send (`dtrain snapshot create --dry-run`)."""
         _check_new_snapshot(name, job)
-        return self._render_snapshot(_existing(volume, "volume"), name=name, job=job)
+        with self._named("volume", volume):
+            return self._render_snapshot(_existing(volume, "volume"), name=name, job=job)
 
     def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[SnapshotInfo]:
         """Oldest first, filtered by volume and job."""
@@ -522,32 +541,65 @@ class Backend(abc.ABC):
         return sorted(snaps, key=lambda s: (s.created, s.name))
 
     def get_snapshot(self, name: str) -> SnapshotInfo:
-        return self._get_snapshot(_existing(name, "snapshot"))
+        with self._named("snapshot", name):
+            return self._get_snapshot(_existing(name, "snapshot"))
 
     def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
                          storage_class: str | None = None, progress: Progress | None = None) -> VolumeInfo:
         """Into a new volume `to` (in `storage_class`; None: the class the snapshot's volume was
         in), or over the snapshot's own volume with `in_place` (which keeps its class)."""
         _check_restore(name, to, in_place, storage_class)
-        return self._restore_snapshot(name, to=to, in_place=in_place, storage_class=storage_class,
-                                      progress=progress)
+        with self._named("snapshot", name):
+            return self._restore_snapshot(name, to=to, in_place=in_place, storage_class=storage_class,
+                                          progress=progress)
 
     def render_restore(self, name: str, *, to: str | None = None, in_place: bool = False,
                        storage_class: str | None = None) -> list[dict[str, Any]]:
         """What `restore_snapshot` would send (`dtrain snapshot restore --dry-run`)."""
         _check_restore(name, to, in_place, storage_class)
-        return self._render_restore(name, to=to, in_place=in_place, storage_class=storage_class)
+        with self._named("snapshot", name):
+            return self._render_restore(name, to=to, in_place=in_place, storage_class=storage_class)
 
     def delete_snapshot(self, name: str) -> FreedInfo:
-        return self._delete_snapshot(_existing(name, "snapshot"))
+        with self._named("snapshot", name):
+            return self._delete_snapshot(_existing(name, "snapshot"))
 
     def verify_snapshot(self, name: str | None = None) -> VerifyReport:
         """Re-hash one snapshot's content, or the whole store's."""
-        return self._verify_snapshot(None if name is None else _existing(name, "snapshot"))
+        if name is None:
+            return self._verify_snapshot(None)
+        with self._named("snapshot", name):
+            return self._verify_snapshot(_existing(name, "snapshot"))
 
     def diff_snapshots(self, a: str, b: str) -> list[Change]:
         """What changed from snapshot `a` to snapshot `b`."""
-        return self._diff_snapshots(_existing(a, "snapshot"), _existing(b, "snapshot"))
+        with self._named("snapshot", a), self._named("snapshot", b):
+            return self._diff_snapshots(_existing(a, "snapshot"), _existing(b, "snapshot"))
+
+    # ---- a name that does not exist: the near one ---------------------------------------
+    @contextlib.contextmanager
+    def _named(self, what: str, name: str) -> Iterator[None]:
+        """Around a hook given an existing job, volume or snapshot: a NotFoundError that quotes
+        `name`, when the backend knows no such one, gets the near name it knows (did you mean
+        'train-1'?), on one line as before and of the same class."""
+        try:
+            yield
+        except NotFoundError as err:
+            if len(err.args) == 1 and isinstance(err.args[0], str) and isinstance(name, str):
+                err.args = (self._with_near(err.args[0], what, name),)
+            raise
+
+    def _with_near(self, message: str, what: str, name: str) -> str:
+        if repr(name) not in message:
+            return message
+        try:
+            current, others = (list(group) for group in self._names(what))
+        except (DtrainError, OSError):  # the names cannot be read (no access, no answer): the error stands as is
+            return message
+        if name in current or name in others:  # it exists: the error is about something else
+            return message
+        near = near_name(name, current, others)
+        return message if near is None else with_near(message, name, near)
 
     # ---- required hooks -----------------------------------------------------------------
     @abc.abstractmethod
@@ -607,6 +659,17 @@ class Backend(abc.ABC):
 
     def _resume(self, name: str) -> JobInfo:
         raise self._not_supported("resuming a job")
+
+    def _names(self, what: str) -> tuple[Iterable[str], Iterable[str]]:
+        """The names of the backend's jobs (`what` 'job'), volumes or snapshots that a name which
+        does not exist is matched against: those in use, then the others (Deleted jobs, which
+        `describe` still reads). The default reads the listing hooks; a backend whose listing costs
+        more than its names (pods, a du of each volume, one AWS call per job) reads names only."""
+        if what == "job":
+            jobs = self._list()
+            return ([j.name for j in jobs if j.status != JobStatus.DELETED],
+                    [j.name for j in jobs if j.status == JobStatus.DELETED])
+        return [r.name for r in (self._list_volumes() if what == "volume" else self._list_snapshots())], []
 
     def _purge(self, name: str) -> None:
         """Forget a deleted job. Backends whose delete already removes the object keep this no-op."""

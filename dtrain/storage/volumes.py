@@ -179,6 +179,11 @@ class Storage:
         self.mover.recover()
         return [self._volume(r) for r in self.conn.execute("SELECT * FROM volumes ORDER BY name")]
 
+    def names(self, what: str) -> list[str]:
+        """The names of the volumes (`what` 'volume') or of the snapshots, read from the table alone."""
+        table = "volumes" if what == "volume" else "snapshots"
+        return [r[0] for r in self.conn.execute(f"SELECT name FROM {table}")]
+
     def delete_volume(self, name: str, *, in_use_by: Sequence[str] = (), force: bool = False) -> None:
         """Delete a volume's data; its snapshots stay. Refused while jobs use it, unless forced."""
         vol = self.get_volume(name)

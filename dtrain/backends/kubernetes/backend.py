@@ -289,6 +289,12 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
             infos.append(self._snapshot_on_success(info))
         return sorted(infos, key=lambda i: (i.created, i.name))
 
+    def _names(self, what: str) -> tuple[list[str], list[str]]:
+        """The project's jobs by their objects alone (`_list` also reads every pod and each namespace)."""
+        if what != "job":
+            return super()._names(what)  # one list of PVCs or VolumeSnapshots
+        return [obj["metadata"]["name"] for _, obj in self._job_objects(self.namespace)], []
+
     def _job_pods(self, scope: str | None, namespaces: set[str]) -> tuple[list[dict], dict[str, str]]:
         """dtrain's pods in `scope` (None: every namespace), and why the pods of some namespaces are
         unknown. An account may list jobs across the cluster but pods only in some namespaces (RBAC

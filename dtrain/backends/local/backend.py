@@ -756,6 +756,10 @@ class LocalBackend(Backend):
             raise ConflictError(f"volume {volume!r} is mounted read-only by job(s) {', '.join(readers)}: a move "
                                 f"removes the old folder under them; wait for them or 'dtrain delete' them first")
 
+    def _names(self, what):
+        """Names read from the tables alone: the listing hooks build every job's record and du every volume."""
+        return self.store.names() if what == "job" else (self.storage.names(what), [])
+
     def _list_volumes(self):
         return [self._volume(v) for v in self.storage.list_volumes()]
 

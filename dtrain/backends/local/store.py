@@ -10,7 +10,6 @@ transaction, the supervisor and the backend call `set_status`; nobody else write
 
 from __future__ import annotations
 
-import difflib
 import json
 import sqlite3
 import time
@@ -145,22 +144,14 @@ class JobStore:
     def job(self, name: str) -> sqlite3.Row:
         row = self.conn.execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()
         if row is None:
-            raise NotFoundError(f"no job named {shown(name)}{self._near(name)}; see 'dtrain list jobs' for the "
-                                f"jobs there are")
+            raise NotFoundError(f"no job named {shown(name)}; see 'dtrain list jobs' for the jobs there are")
         return row
 
-    def _near(self, name: str) -> str:
-        """', did you mean 'train-1'?' for a job name one slip away from `name` (a typo, a missing
-        suffix, as `git` names its near command); '' when none is close. A deleted job is named
-        only when no live one is (`logs` and `describe` still read it)."""
-        if not isinstance(name, str) or not 0 < len(name) <= 253:
-            return ""
+    def names(self) -> tuple[list[str], list[str]]:
+        """The names of the jobs not Deleted, and of the Deleted ones (`logs`, `describe` still read them)."""
         rows = self.conn.execute("SELECT name, status FROM jobs").fetchall()
-        for names in ([r["name"] for r in rows if r["status"] != "Deleted"], [r["name"] for r in rows]):
-            near = difflib.get_close_matches(name, names, n=1, cutoff=0.6)
-            if near:
-                return f" (did you mean {near[0]!r}?)"
-        return ""
+        return ([r["name"] for r in rows if r["status"] != "Deleted"],
+                [r["name"] for r in rows if r["status"] == "Deleted"])
 
     def status(self, name: str) -> str | None:
         """The job's status, or None when there is no such job."""

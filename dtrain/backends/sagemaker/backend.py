@@ -300,6 +300,14 @@ class SageMakerBackend(Backend):
             self.facts.keep_only(s.get("TrainingJobArn") for s in summaries)
         return out
 
+    def _names(self, what: str) -> tuple[list[str], list[str]]:
+        """The jobs known without asking AWS (ListTrainingJobs, then a DescribeTrainingJob for each job
+        not remembered, all throttled): the --local ones and the AWS ones the facts keep."""
+        if what != "job":
+            return [], []  # no volumes or snapshots: those verbs are refused before any name is read
+        local = self.local.sagemaker.names() if self._local is not None or self.home is not None else []
+        return sorted({*local, *self.facts.names(self.config.region)}), []
+
     def _summaries(self, clients: Clients) -> list[dict]:
         kw: dict = {"MaxResults": 100, "SortBy": "CreationTime", "SortOrder": "Descending"}
         out: list[dict] = []

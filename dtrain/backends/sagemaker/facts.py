@@ -98,6 +98,20 @@ class JobFacts:
             except (OSError, TypeError, ValueError):
                 pass  # a full disk, a read-only home, a value JSON cannot hold: read from AWS next time
 
+    def names(self, region: str) -> set[str]:
+        """The names of the jobs in `region` that an entry is kept for (those `list` or `describe`
+        read), in memory or on disk: what AWS has, as last seen, without asking it."""
+        found = {m.group(3) for m in map(_ARN.match, self._mem) if m and m.group(1) == region}
+        if self.root is None:
+            return found
+        try:
+            folders = [f for f in os.listdir(self.root) if re.fullmatch(rf"{re.escape(region)}-\d{{12}}", f)]
+            for folder in folders:
+                found.update(n[:-5] for n in os.listdir(self.root / folder) if n.endswith(".json"))
+        except OSError:  # no facts kept yet, or a folder not ours to read
+            pass
+        return found
+
     def keep_only(self, arns: Iterable[str]) -> None:
         """Forget the files of jobs a listing no longer shows, in the folders of the jobs it showed."""
         keep = {p for p in map(self._path, arns) if p is not None}

@@ -85,6 +85,10 @@ class LocalSageMaker:
     def has_job(self, name: str) -> bool:
         return (self.job_dir(name) / "state.json").is_file()
 
+    def names(self) -> list[str]:
+        """The jobs' names, from their folders alone (list_training_jobs describes each)."""
+        return [p.name for p in self.jobs.iterdir() if (p / "state.json").is_file()] if self.jobs.is_dir() else []
+
     def create_training_job(self, **req) -> dict:
         name = req["TrainingJobName"]
         d = self.job_dir(name)
@@ -141,8 +145,7 @@ class LocalSageMaker:
         return {k: v for k, v in out.items() if v is not None}
 
     def list_training_jobs(self, **kw) -> dict:
-        names = [p.name for p in self.jobs.iterdir() if (p / "state.json").is_file()] if self.jobs.is_dir() else []
-        rows = [self.describe_training_job(TrainingJobName=n) for n in names]
+        rows = [self.describe_training_job(TrainingJobName=n) for n in self.names()]
         rows.sort(key=lambda r: r["CreationTime"], reverse=kw.get("SortOrder") != "Ascending")
         keys = ("TrainingJobName", "TrainingJobArn", "CreationTime", "TrainingEndTime", "LastModifiedTime",
                 "TrainingJobStatus", "SecondaryStatus")  # botocore's TrainingJobSummary
