@@ -293,6 +293,10 @@ def parse_labels(items) -> dict[str, str]:
 
 
 MAX_SELECTOR = 1024  # characters of a label selector
+# What parse_selector takes, as one regular expression (the HTTP schema's pattern: no lookahead)
+_SEL_KEY = r"([a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?/)?" + _LABEL_PART
+_SEL_TERM = rf" *(! *{_SEL_KEY}|{_SEL_KEY}( *(==|!=|=) *({_LABEL_PART})?)?) *"
+SELECTOR_PATTERN = rf"^{_SEL_TERM}(,{_SEL_TERM})*$"
 
 
 def parse_selector(text: str) -> tuple[tuple[str, str, str], ...]:

@@ -16,7 +16,7 @@ from dtrain import JobStatus
 from dtrain.errors import DtrainError, NotFoundError
 from dtrain.server import curves, wire
 from dtrain.server.clients import client
-from dtrain.spec import MAX_SELECTOR, JobSpec, sagemaker_backend
+from dtrain.spec import MAX_SELECTOR, SELECTOR_PATTERN, JobSpec, sagemaker_backend
 
 router = APIRouter(tags=["jobs"])
 ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
@@ -38,7 +38,7 @@ OFFSET = Annotated[int | None, Query(ge=0, le=wire.MAX_OFFSET, description="skip
             responses={**ERRORS, 200: {"headers": {**wire.TOTAL_COUNT, **wire.JOBS_WARNING}}})
 def list_jobs(request: Request, response: Response, project: Annotated[str | None, Query(pattern=wire.NAME)] = None,
               status: wire.STATUSES | None = None, limit: LIMIT = None, offset: OFFSET = None,
-              label_selector: Annotated[str | None, Query(max_length=MAX_SELECTOR, description=(
+              label_selector: Annotated[str | None, Query(max_length=MAX_SELECTOR, pattern=SELECTOR_PATTERN, description=(
                   "only jobs whose labels match, as `dtrain list -l` (kubectl's -l): KEY=VALUE, KEY!=VALUE, KEY, "
                   "!KEY, comma-separated"))] = None):
     """Every job (of one project with `project`), oldest first; `status` filters. Deleted jobs are
