@@ -10,10 +10,12 @@ import os
 import re
 import shlex
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 
 from dtrain import JobStatus
+from dtrain.backends.base import MAX_TAIL
 from dtrain.cli import format as fmt
 from dtrain.client import Client, TimeoutError_
 from dtrain.config import read_small_file
@@ -357,7 +359,11 @@ def cmd_logs(args, client: Client) -> int:
     info = _get(args, client, args.name)
     many = rank is None and info.spec.processes > 1
     printed = False
-    for line in client.logs(args.name, rank=rank, tail=args.tail, since=since, follow=args.follow,
+    tail = None if args.tail == -1 else args.tail  # kubectl's --tail=-1 (its default): every line
+    if tail is not None and tail < 0:
+        raise SpecError(f"invalid tail {tail}: use a number of lines from 0 to {MAX_TAIL}, or -1 for all of them "
+                        f"(the default), e.g. -t 10")
+    for line in client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
                             previous=args.previous):
         printed = True
         if args.json:
@@ -533,7 +539,8 @@ def register(sub) -> None:
     p.add_argument("--previous", action="store_true",
                    help="the lines of the attempt before the current one, after a restart (--max-restarts); "
                         "without it, the current attempt's")
-    p.add_argument("-t", "--tail", type=int, metavar="N", help="only the last N lines")
+    p.add_argument("-t", "--tail", type=int, metavar="N",
+                   help="only the last N lines; -1 (as kubectl's): all of them, the default")
     p.add_argument("--rank", help="a process rank, or 'all' (default: all)")
     when = p.add_mutually_exclusive_group()  # as Run:AI's: one or the other
     when.add_argument("--since", help="only lines newer than a duration (10m) or a time")
