@@ -28,3 +28,21 @@ def test_logs_tail_minus_one_is_every_line_as_kubectl(done):
         assert proc.returncode == 2 and len(proc.stderr.splitlines()) == 1, proc.stderr
         assert f"invalid tail {bad}" in proc.stderr and "-1 for all" in proc.stderr
     assert "-1" in dt("logs", "--help").stdout
+
+
+def test_wait_takes_the_word_job_and_several_jobs(done):
+    """`dtrain wait job X` was refused though `describe job X` takes it; kubectl wait takes several."""
+    dt = done
+    proc = dt("wait", "job", "three", check=False)
+    assert proc.returncode == 0 and proc.stdout.startswith("three: Succeeded"), proc.stderr
+    dt("submit", "bad", "--", "false")
+    proc = dt("wait", "three", "bad", check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert [line.split(":")[0] for line in proc.stdout.splitlines()] == ["three", "bad"]
+    assert dt("wait", "job", "three", "three").returncode == 0
+    dt("submit", "long", "--", "sleep", "60")
+    proc = dt("wait", "three", "long", "--timeout", "1", check=False)
+    assert proc.returncode == 124 and "'long'" in proc.stderr and len(proc.stderr.splitlines()) == 1
+    proc = dt("wait", "three", "nosuch", check=False)  # an unknown name before any waiting
+    assert proc.returncode == 2 and "no job named 'nosuch'" in proc.stderr and proc.stdout == ""
+    assert "exit 0 if all succeeded, 1 if any did not" in " ".join(dt("wait", "--help").stdout.split())

@@ -491,19 +491,33 @@ def wait_timeout(text: str) -> float:
 
 
 def cmd_wait(args, client: Client) -> int:
+    """As kubectl wait: one job or several, in turn, under one --timeout; exit 0 if every one
+    Succeeded, 1 if any did not, EXIT_TIMEOUT if the time ran out first."""
+    names = _job_names(args.names, "wait")
+    if not names:
+        raise SpecError("name the job to wait for: dtrain wait NAME")
     timeout = None if args.timeout is None else wait_timeout(args.timeout)
     _in_project(args, client)
-    _get(args, client, args.name)
-    try:
-        info = client.wait(args.name, timeout=timeout)
-    except TimeoutError_ as err:
-        print(f"dtrain: {err}", file=sys.stderr)
-        return EXIT_TIMEOUT
-    if args.json:
-        print(json.dumps(info.to_dict()))
-    else:
-        print(f"{info.name}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
-    return 0 if info.status.value == "Succeeded" else 1
+    names = list(dict.fromkeys(names))
+    for name in names:  # an unknown name is an error before any waiting
+        _get(args, client, name)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    failed = False
+    for name in names:
+        try:
+            info = client.wait(name, timeout=timeout if deadline is None or len(names) == 1
+                               else max(0.0, deadline - time.monotonic()))
+        except TimeoutError_ as err:
+            print(f"dtrain: {err}" if len(names) == 1 else
+                  f"dtrain: --timeout {args.timeout} ran out waiting for job {name!r} ({names.index(name)} of "
+                  f"{len(names)} jobs ended); wait longer (--timeout) or check 'dtrain logs {name}'", file=sys.stderr)
+            return EXIT_TIMEOUT
+        if args.json:
+            print(json.dumps(info.to_dict()))
+        else:
+            print(f"{info.name}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
+        failed |= info.status.value != "Succeeded"
+    return 1 if failed else 0
 
 
 def register(sub) -> None:
@@ -577,12 +591,17 @@ def register(sub) -> None:
     p.add_argument("--rank", help="which process (default 0)")
     _project_flag(p)
     p.set_defaults(handler=cmd_exec, takes_command=True, launcher_for=None)
-    p = sub.add_parser("wait", help=f"wait until a job ends; exit 0 if it succeeded, 1 if not, "
-                                    f"{EXIT_TIMEOUT} if --timeout ran out")
-    p.add_argument("name", help="the job")
+    p = sub.add_parser("wait", help=f"wait until jobs end; exit 0 if all succeeded, 1 if any did not, "
+                                    f"{EXIT_TIMEOUT} if --timeout ran out",
+                       usage="dtrain wait [job] NAME [NAME...] [--timeout T] [-p PROJECT] [--json]",
+                       description=f"Wait until the jobs end, one after another, as kubectl wait: exit 0 if all "
+                                   f"succeeded, 1 if any did not, {EXIT_TIMEOUT} if --timeout ran out first.")
+    p.add_argument("names", nargs="+", metavar="[job] NAME",
+                   help="the jobs, waited for in turn (the word 'job' is optional)")
     p.add_argument("--timeout",
-                   help="give up after this many seconds, or a duration such as 10m (exit code 124; default: never)")
-    p.add_argument("--json", action="store_true", help="print the finished job as one JSON object")
+                   help="give up after this many seconds, or a duration such as 10m, for all the jobs together "
+                        "(exit code 124; default: never)")
+    p.add_argument("--json", action="store_true", help="print each finished job as one JSON object (a line each)")
     _project_flag(p)
     p.set_defaults(handler=cmd_wait)
 

@@ -332,7 +332,7 @@ _COMMAND_FORMS = {"submit": "dtrain submit NAME [options] -- COMMAND",
                   "exec": "dtrain exec NAME [--rank R] -- COMMAND"}
 
 
-_JOB_VERBS = ("logs", "wait", "artifacts", *_COMMAND_FORMS)  # verbs taking one job's name
+_JOB_VERBS = ("logs", "artifacts", *_COMMAND_FORMS)  # verbs taking one job's name
 
 
 def unrecognized(args, extra: list[str]) -> str:
