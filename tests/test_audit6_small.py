@@ -4,7 +4,12 @@ volume or job, a NaN `since`."""
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
+
+from dtrain.storage import Storage
 
 
 @pytest.fixture
@@ -46,3 +51,33 @@ def test_wait_takes_the_word_job_and_several_jobs(done):
     proc = dt("wait", "three", "nosuch", check=False)  # an unknown name before any waiting
     assert proc.returncode == 2 and "no job named 'nosuch'" in proc.stderr and proc.stdout == ""
     assert "exit 0 if all succeeded, 1 if any did not" in " ".join(dt("wait", "--help").stdout.split())
+
+
+def _corrupt_first_file(home, snapshot: str) -> None:
+    """Flip bytes of the first file's first object of `snapshot` in its pack."""
+    storage = Storage(home)
+    entries = storage.engine.load(storage.get_snapshot(snapshot).id).entries
+    path, offset, _ = storage.engine.packs.locate(next(e.chunks[0] for e in entries if e.kind == "file"))
+    os.chmod(path, 0o644)
+    with open(path, "r+b") as f:
+        f.seek(offset + 10)
+        f.write(b"flipped bits")
+    storage.close()
+
+
+def test_snapshot_verify_names_hits_in_words_and_a_second_verify_still_says_corrupt(dt):
+    """hits printed as a Python tuple ('s1', 'f.bin'); a second verify said 'missing' for the
+    object the first found corrupt (and took out of the store)."""
+    dt("volume", "create", "vd")
+    (dt.home / "volumes/vd/data/f.bin").write_bytes(os.urandom(100_000))
+    dt("snapshot", "create", "vd", "--name", "s1")
+    _corrupt_first_file(dt.home, "s1")
+    first = dt("snapshot", "verify", "s1", check=False)
+    assert first.returncode == 1 and "problem: corrupt\n" in first.stdout
+    assert "hits: f.bin in s1\n" in first.stdout and "('" not in first.stdout, first.stdout
+    second = dt("snapshot", "verify", "s1", check=False)
+    assert second.returncode == 1, second.stderr  # still damaged
+    assert "problem: corrupt, found by an earlier verify and set aside" in second.stdout, second.stdout
+    assert "missing" not in second.stdout
+    (damage,) = json.loads(dt("snapshot", "verify", "s1", "--json", check=False).stdout)["damaged"]
+    assert damage["problem"] == "corrupt" and damage["earlier"] is True

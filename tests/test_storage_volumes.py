@@ -207,7 +207,8 @@ def test_verify_reports_damage_with_snapshots_and_paths(storage):
     (damage,) = report.damaged
     assert damage.problem == "corrupt" and damage.object == digest
     assert set(damage.hits) == {("one", "clips/0601/2.jpg"), ("two", "clips/0601/2.jpg")}
-    assert storage.verify("one").damaged[0].problem == "missing"  # out of the index after the first report
+    again = storage.verify("one").damaged[0]  # out of the index after the first report, which found it corrupt
+    assert (again.problem, again.earlier) == ("corrupt", True) and not damage.earlier
     os.unlink(storage.engine.manifest_path(storage.get_snapshot("two").id))
     assert any(d.problem == "manifest" and d.hits == (("two", "*"),) for d in storage.verify().damaged)
 

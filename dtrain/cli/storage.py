@@ -113,7 +113,7 @@ def cmd_snapshot(args, client: Client) -> int:
         _print(freed, f"snapshot '{args.name}' deleted" + _freed(freed), args.json)
     elif a == "verify":
         report = client.verify_snapshot(args.name)
-        _print(report, fmt.mapping(report.to_dict()), args.json)
+        _print(report, _verify_text(report), args.json)
         return 0 if report.ok else 1
     elif a == "diff":
         changes = client.diff_snapshots(args.a, args.b)
@@ -124,6 +124,20 @@ def cmd_snapshot(args, client: Client) -> int:
                 print(f"{c.kind[:1].upper()} {_path(c.path)}" + (f"  ({', '.join(c.fields)})" if c.fields else ""))
             print(f"{len(changes)} change(s)")
     return 0
+
+
+def _verify_text(report) -> str:
+    """The report as `describe` shows things, each damaged object's hits as words (they were
+    Python tuples: ('s1', 'f.bin')) and one found by an earlier verify said so (it read 'missing')."""
+    data = report.to_dict()
+    data["damaged"] = [{"object": d.object,
+                        "problem": d.problem + (", found by an earlier verify and set aside (the next snapshot of a "
+                                               "volume that still holds this content stores it again)"
+                                               if d.earlier else ""),
+                        "hits": ", ".join(f"all of snapshot {snap}" if path == "*" else f"{_path(path)} in {snap}"
+                                          for snap, path in d.hits) or "-"}
+                       for d in report.damaged]
+    return fmt.mapping(data)
 
 
 def _path(path: str) -> str:

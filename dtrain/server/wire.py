@@ -404,6 +404,8 @@ class Damage(BaseModel):
     object: str = Field(description="a content chunk's hash, or a snapshot's manifest id")
     problem: Literal["missing", "corrupt", "unreadable", "manifest"]
     hits: list[tuple[str, str]] = Field(description="(snapshot, path) pairs that need it; path '*': the whole snapshot")
+    earlier: bool = Field(False, description="found so by an earlier verify, which took it out of the store; "
+                                             "a snapshot of a volume still holding its content stores it again")
 
 
 class VerifyReport(BaseModel):

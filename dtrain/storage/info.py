@@ -90,6 +90,9 @@ class Damage(NamedTuple):
     # 'manifest' (unreadable snapshot record)
     problem: str
     hits: tuple[tuple[str, str], ...]  # (snapshot, path) pairs that need it; '*' for a whole snapshot
+    # found so by an earlier verify, which took it out of the store: what it found is `problem`
+    # (this verify finds it absent); the next snapshot of a volume still holding its content stores it again
+    earlier: bool = False
 
     to_dict = _to_dict
 

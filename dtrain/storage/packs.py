@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sqlite3
 import threading
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -32,7 +33,7 @@ INDEX = """
 CREATE TABLE IF NOT EXISTS objects (digest TEXT PRIMARY KEY, pack TEXT NOT NULL,
     offset INTEGER NOT NULL, length INTEGER NOT NULL) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS objects_by_pack ON objects (pack);
-CREATE TABLE IF NOT EXISTS damaged (digest TEXT PRIMARY KEY) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS damaged (digest TEXT PRIMARY KEY, problem TEXT) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS dirty (pack TEXT PRIMARY KEY) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS hashes (id TEXT PRIMARY KEY, digest TEXT NOT NULL) WITHOUT ROWID;
 """
@@ -61,6 +62,9 @@ class PackStore:
         if not durable:
             self.conn.execute("PRAGMA synchronous=NORMAL")
         self.conn.executescript(INDEX)
+        if "problem" not in {r[1] for r in self.conn.execute("PRAGMA table_info(damaged)")}:  # a store of before
+            with contextlib.suppress(sqlite3.OperationalError):  # another process added it just now
+                self.conn.execute("ALTER TABLE damaged ADD COLUMN problem TEXT")
 
     def close(self) -> None:
         self.conn.close()
@@ -118,6 +122,11 @@ class PackStore:
 
     def damaged(self) -> set[str]:
         return {d for (d,) in self.conn.execute("SELECT digest FROM damaged")}
+
+    def damaged_problems(self) -> dict[str, str]:
+        """What a verify found wrong with each object it took out of the index: 'missing' or
+        'corrupt' ('missing' for one recorded before the store kept the word)."""
+        return {d: p or "missing" for d, p in self.conn.execute("SELECT digest, problem FROM damaged")}
 
     def locate(self, digest: str) -> Where | None:
         """(pack file path, offset, length) of a stored object, None when the store lacks it."""
@@ -186,10 +195,12 @@ class PackStore:
     def mark_damaged(self, gone: set[str], corrupt: Iterable[str], where: dict[str, Where]) -> None:
         """Objects found missing or corrupt leave the index (the next capture that meets their
         content stores it afresh); packs holding corrupt bytes get those bytes freed."""
-        bad = set(gone) | set(corrupt)
+        corrupt = set(corrupt)
+        bad = set(gone) | corrupt
         with db.transaction(self.conn):
             self.conn.executemany("DELETE FROM objects WHERE digest = ?", [(d,) for d in bad])
-            self.conn.executemany("INSERT OR IGNORE INTO damaged VALUES (?)", [(d,) for d in bad])
+            self.conn.executemany("INSERT OR IGNORE INTO damaged VALUES (?, ?)",
+                                  [(d, "corrupt" if d in corrupt else "missing") for d in bad])
             self.conn.executemany("INSERT OR IGNORE INTO dirty VALUES (?)", {(where[d][0],) for d in corrupt})
 
     def free(self, needed: set[str]) -> tuple[int, int, int]:

@@ -344,7 +344,10 @@ class Storage:
         bad = ({d: "missing" for d in stats.missing} | {d: "corrupt" for d in stats.corrupt}
                | {d: "unreadable" for d in stats.unreadable})
         hits = self._hits(set(bad)) if bad else {}
-        damaged = [Damage(object=d, problem=p, hits=tuple(hits.get(d, ()))) for d, p in sorted(bad.items())]
+        # absent now because an earlier verify took it out: that verify's finding, not 'missing'
+        earlier = self.engine.packs.damaged_problems() if stats.missing else {}
+        damaged = [Damage(object=d, problem=earlier.get(d, p) if p == "missing" else p, hits=tuple(hits.get(d, ())),
+                          earlier=p == "missing" and d in earlier) for d, p in sorted(bad.items())]
         by_id = {s.id: s.name for s in rows}
         # a manifest that could not be read because another command deleted its snapshot meanwhile
         # is no damage: that snapshot is simply gone (the report said 'manifest' damage, exit 1)
