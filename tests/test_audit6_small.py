@@ -81,3 +81,18 @@ def test_snapshot_verify_names_hits_in_words_and_a_second_verify_still_says_corr
     assert "missing" not in second.stdout
     (damage,) = json.loads(dt("snapshot", "verify", "s1", "--json", check=False).stdout)["damaged"]
     assert damage["problem"] == "corrupt" and damage["earlier"] is True
+
+
+def test_snapshot_list_of_a_volume_or_job_that_never_was_is_an_error(done):
+    """--volume NOSUCH / --job NOSUCH printed an empty table and exited 0."""
+    dt = done
+    for flag, kind, fix in (("--volume", "volume", "dtrain volume list"), ("--job", "job", "dtrain list jobs")):
+        proc = dt("snapshot", "list", flag, "nosuch", check=False)
+        assert proc.returncode == 2 and proc.stdout == "" and len(proc.stderr.splitlines()) == 1, proc.stderr
+        assert f"no {kind} named 'nosuch'" in proc.stderr and fix in proc.stderr
+    assert dt.json("snapshot", "list", "--job", "three") == []  # a job that is there, without snapshots
+    dt("volume", "create", "gone")
+    assert dt.json("snapshot", "list", "--volume", "gone") == []
+    dt("snapshot", "create", "gone", "--name", "kept")
+    dt("volume", "delete", "gone")  # its snapshot remains, and is listed by the volume's name
+    assert [s["name"] for s in dt.json("snapshot", "list", "--volume", "gone")] == ["kept"]
