@@ -96,3 +96,21 @@ def test_snapshot_list_of_a_volume_or_job_that_never_was_is_an_error(done):
     dt("snapshot", "create", "gone", "--name", "kept")
     dt("volume", "delete", "gone")  # its snapshot remains, and is listed by the volume's name
     assert [s["name"] for s in dt.json("snapshot", "list", "--volume", "gone")] == ["kept"]
+
+
+def test_a_since_or_timeout_that_is_no_finite_number_is_named_so(done):
+    """`?since=nan` answered 'Input should be less than or equal to 253402300799'."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    from fastapi.testclient import TestClient
+
+    from dtrain.client import Client
+    from dtrain.server.app import create_app
+    http = TestClient(create_app(lambda: Client(home=done.home)), base_url="http://127.0.0.1:8000")
+    for path, field in (("/api/v1/jobs/three/logs", "since"), ("/api/v1/jobs/three/logs/stream", "since"),
+                        ("/api/v1/nodes/history", "since"), ("/api/v1/jobs/three/wait", "timeout")):
+        for value in ("nan", "inf", "-inf", "NaN"):
+            r = http.get(f"{path}?{field}={value}")
+            assert r.status_code == 422, (path, value, r.text)
+            assert r.json()["error"] == f"invalid request: query.{field}: Input should be a finite number", r.text
+    assert http.get("/api/v1/jobs/three/logs?since=-1").status_code == 422  # the bounds stay
+    assert [line["text"] for line in http.get("/api/v1/jobs/three/logs?since=0").json()] == ["a", "b", "c"]
