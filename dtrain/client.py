@@ -23,14 +23,15 @@ from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Iterator
 
-from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, JobStatus, JobSummary, LogLine, NodeInfo,
-                                  Progress, ProjectInfo, SnapshotInfo, StorageClassInfo, TimeoutError_, VolumeInfo)
+from dtrain.backends.base import (MAX_TAIL, Backend, FreedInfo, JobInfo, JobPage, JobStatus, JobSummary, LogLine,
+                                  NodeInfo, Progress, ProjectInfo, SnapshotInfo, StorageClassInfo, TimeoutError_,
+                                  VolumeInfo)
 from dtrain.config import BACKENDS, UserConfig, home_dir
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.names import shown
 from dtrain.spec import JobSpec, check_name, notebook_spec, parse_selector, selects
 
-__all__ = ["Client", "TimeoutError_"]  # the CLI catches wait's timeout from here
+__all__ = ["Client", "TimeoutError_", "MAX_TAIL"]  # the CLI catches wait's timeout, and bounds logs --tail, from here
 
 if TYPE_CHECKING:
     from dtrain.backends.sagemaker.config import SageMakerConfig

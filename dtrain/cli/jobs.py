@@ -15,9 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from dtrain import JobStatus
-from dtrain.backends.base import MAX_TAIL
 from dtrain.cli import format as fmt
-from dtrain.client import Client, TimeoutError_
+from dtrain.client import MAX_TAIL, Client, TimeoutError_
 from dtrain.config import read_small_file
 from dtrain.errors import ConflictError, NotFoundError, SpecError
 from dtrain.names import check_name, shown

@@ -19,10 +19,12 @@ def nodes(request: Request):
     return [wire.node_out(n) for n in client(request).nodes()]
 
 
+SINCE = Annotated[float, Query(ge=0, le=wire.MAX_TIME, allow_inf_nan=False,
+                               description="only samples taken after this unix time (seconds)")]
+
+
 @router.get("/nodes/history", response_model=list[wire.GpuSample], responses=ERRORS)
-def gpu_history(request: Request,
-                since: Annotated[float, Query(ge=0, le=wire.MAX_TIME, allow_inf_nan=False, description="only samples taken after "
-                                                                                  "this unix time (seconds)")] = 0.0):
+def gpu_history(request: Request, since: SINCE = 0.0):
     """GPU samples of the last ten minutes (taken by the server every few seconds)."""
     return request.app.state.history.samples(since)
 

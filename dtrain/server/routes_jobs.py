@@ -117,7 +117,8 @@ def resume_job(request: Request, name: wire.JobName):
 
 @router.get("/jobs/{name}/wait", response_model=wire.Job,
             responses={**LONG, 408: {"model": wire.Error}})
-async def wait_job(request: Request, name: wire.JobName, timeout: Annotated[float, Query(ge=0, le=600, allow_inf_nan=False)] = 60):
+async def wait_job(request: Request, name: wire.JobName,
+                   timeout: Annotated[float, Query(ge=0, le=600, allow_inf_nan=False)] = 60):
     """Block until the job ends (408 when `timeout` seconds pass first, 503 when the server stops first)."""
     clients = request.app.state.clients
     waiting = _in_thread(request.app.state.streams, lambda: clients.get().wait(name, timeout=timeout), f"wait-{name}")
@@ -131,8 +132,8 @@ async def wait_job(request: Request, name: wire.JobName, timeout: Annotated[floa
 
 RANK = Annotated[int | None, Query(ge=0, le=100_000, description="one rank's lines (default: every rank's)")]
 TAIL = Annotated[int | None, Query(ge=0, le=100_000, description="only the last lines")]
-SINCE = Annotated[float | None, Query(ge=0, le=wire.MAX_TIME, allow_inf_nan=False, description="only lines written at or after this "
-                                                                           "unix time (seconds)")]
+SINCE = Annotated[float | None, Query(ge=0, le=wire.MAX_TIME, allow_inf_nan=False,
+                                      description="only lines written at or after this unix time (seconds)")]
 PREVIOUS = Annotated[bool, Query(description="the lines of the attempt before the current one (kubectl logs "
                                              "--previous): after a restart (--max-restarts)")]
 
