@@ -135,9 +135,10 @@ def _create(clients: Clients, name: str, **kw) -> None:
         JobSpec(name=name, command=("python", "train.py"), backend="sagemaker", **kw), CFG))
 
 
-def test_logs_read_every_stream_of_a_restarted_host(moto_clients):
+def test_logs_read_a_restarted_hosts_current_stream_and_previous_the_one_before(moto_clients):
     """A spot interruption or a retry starts the host's container again, under a new stream name:
-    the lines before the restart are in the older stream, and `logs` must not lose them."""
+    the lines before the restart are in the older stream. `logs` shows the current container start
+    (as local and Kubernetes show the current attempt), `previous` the one before: none is lost."""
     _create(moto_clients, "restarted", processes=2, launcher="torchrun")
     group, t = "/aws/sagemaker/TrainingJobs", int(time.time() * 1000) - 60_000
     for stream, lines, at in (("restarted/algo-1-1767225600", ["step 1", "step 2"], t),
@@ -147,7 +148,8 @@ def test_logs_read_every_stream_of_a_restarted_host(moto_clients):
         moto_clients.logs.put_log_events(logGroupName=group, logStreamName=stream,
                                          logEvents=[{"timestamp": at + i, "message": m} for i, m in enumerate(lines)])
     be = SageMakerBackend(CFG, clients=moto_clients)
-    assert [ln.text for ln in be.logs("restarted", rank=0)] == ["step 1", "step 2", "resumed from step 2", "step 3"]
+    assert [ln.text for ln in be.logs("restarted", rank=0)] == ["resumed from step 2", "step 3"]
+    assert [ln.text for ln in be.logs("restarted", rank=0, previous=True)] == ["step 1", "step 2"]
     assert [(ln.rank, ln.text) for ln in be.logs("restarted", tail=3)] == [
         (1, "worker up"), (0, "resumed from step 2"), (0, "step 3")]
 

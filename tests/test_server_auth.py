@@ -17,7 +17,7 @@ from starlette.routing import Route  # noqa: E402
 
 from dtrain.client import Client  # noqa: E402
 from dtrain.errors import ConflictError  # noqa: E402
-from dtrain.server import routes_cluster, routes_jobs, routes_storage  # noqa: E402
+from dtrain.server import routes_cluster, routes_jobs, routes_notebooks, routes_storage  # noqa: E402
 from dtrain.server.app import API, create_app  # noqa: E402
 from dtrain.server.auth import COOKIE, is_loopback, load_or_create_token  # noqa: E402
 from dtrain.server.serve import banner  # noqa: E402
@@ -37,7 +37,7 @@ def every_request(app) -> list[tuple[str, str]]:
     """(method, path) for every route the app serves, path parameters filled in."""
     out = [("GET", "/static/app.js"), ("GET", "/static/style.css")]
     routes = [r for r in app.routes if isinstance(r, Route)]  # the app's own: /, /metrics, the schema
-    routes += [r for module in (routes_jobs, routes_cluster, routes_storage) for r in module.router.routes]
+    routes += [r for module in (routes_jobs, routes_cluster, routes_storage, routes_notebooks) for r in module.router.routes]
     for route in routes:
         path = route.path.replace("{name}", "some-name")
         path = path if path.startswith(("/api/", "/metrics")) or path == "/" else API + path
