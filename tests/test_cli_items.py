@@ -104,7 +104,8 @@ def test_item09_logs_rank_out_of_range_and_negative_tail(tmp_path):
     assert run("submit", "one", "--", "echo", "hi", home=home).returncode == 0
     assert run("wait", "one", home=home).returncode == 0
     assert_usage_error(run("logs", "one", "--rank", "5", home=home), "ranks 0 to 0")
-    assert_usage_error(run("logs", "one", "-t", "-1", home=home), "tail")
+    assert run("logs", "one", "-t", "-1", home=home).stdout == "hi\n"  # kubectl's -1: every line
+    assert_usage_error(run("logs", "one", "-t", "-2", home=home), "tail")
 
 
 def test_item09_wait_timeout_exit_code_is_not_a_one_line_error(tmp_path):
@@ -177,7 +178,8 @@ def test_item13_dry_run_yaml_is_plain(tmp_path):
     from dtrain.backends.kubernetes.config import KubernetesConfig
     from dtrain.spec import JobSpec
     spec = JobSpec(name="k1", command=("echo", "hi"), processes=2, launcher="torchrun", image="x",
-                   volumes=("local:1Gi:/mnt",), large_shm=True, backend="kubernetes")
+                   volumes=("local:1Gi:/mnt",), large_shm=True, backend="kubernetes",
+                   project="default")  # as the CLI fills it in (an unset project is left out of the spec's record)
     docs = KubernetesBackend(KubernetesConfig()).render(spec)
     assert "&id" in yaml.safe_dump_all(docs, sort_keys=False)  # the renderer does share objects
     proc = run("submit-dist", "k1", "--backend", "kubernetes", "--processes", "2", "--image", "x", "--large-shm",
