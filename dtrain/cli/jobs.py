@@ -175,8 +175,6 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
         data["launcher"] = "mpi"
     elif launcher == "dist" and data.get("launcher") in (None, "none"):  # the verb says distributed,
         data["launcher"] = "torchrun"  # as submit-mpi's does (a file's launcher: mpi is kept)
-    if isinstance(data.get("cpu"), float) and data["cpu"].is_integer() and abs(data["cpu"]) <= 2**53:
-        data["cpu"] = int(data["cpu"])
     if args.environment:
         data["env"] = {**(data.get("env") or {}), **parse_env(args.environment)}
     if args.label:

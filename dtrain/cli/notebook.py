@@ -101,8 +101,6 @@ def cmd_start(args, client: Client) -> int:
     if "backend" not in fields:  # `dtrain --backend B notebook`, else the configured one, as `dtrain submit` does
         project = fields.get("project", client.default_project)
         fields["backend"] = getattr(args, "default_backend", None) or client.config.backend_for(project)
-    if isinstance(fields.get("cpu"), float) and fields["cpu"].is_integer():
-        fields["cpu"] = int(fields["cpu"])
     volumes = [parse_pvc(v) for v in args.pvc or ()]  # the first is where Jupyter works (notebook_spec)
     info = _judged(client, client.notebook(args.name, volumes=volumes, **fields))
     dtrain = client.dtrain_for(info.backend, info.spec.project)
