@@ -140,8 +140,7 @@ def cmd_project(args, client: Client) -> int:
         quota = f" with a GPU quota of {args.gpu_quota}" if args.gpu_quota is not None else ""
         now = "no GPU quota now" if args.no_gpu_quota else f"a GPU quota of {args.gpu_quota} now"
         print(f"project '{args.name}' " + (f"already exists; it has {now}" if existed else f"created{quota}")
-              + (_over_new_quota(client, args.name, args.gpu_quota) if existed and args.gpu_quota is not None else "")
-              + (_quotas_past_the_gpus(client) if args.gpu_quota else ""))
+              + _quota_notes(client, args.name, args.gpu_quota, existed))
         return 0
     projects = client.list_projects()
     if args.json:
@@ -243,11 +242,20 @@ def _add_config(sub) -> None:
     p.set_defaults(handler=cmd_config)
 
 
-def _over_new_quota(client: Client, name: str, quota: int) -> str:
+def _quota_notes(client: Client, name: str, quota: int | None, existed: bool) -> str:
+    """What a quota just set means, from one read of the projects after it."""
+    if not quota and not (existed and quota is not None):
+        return ""
+    projects = client.list_projects()
+    return ((_over_new_quota(client, projects, name, quota) if existed else "")
+            + (_quotas_past_the_gpus(client, projects) if quota else ""))
+
+
+def _over_new_quota(client: Client, projects, name: str, quota: int) -> str:
     """What a quota lowered below the project's use means, said when it is set (else the user
     learns it from a job that never starts): nothing running is stopped, and a queued job that
     needs more than the new quota waits until it is raised."""
-    held = next((p.gpus_allocated for p in client.list_projects() if p.name == name), 0)
+    held = next((p.gpus_allocated for p in projects if p.name == name), 0)
     note = (f"; its running jobs hold {held} GPUs, more than that: they keep them until they end "
             f"(nothing is stopped), and its queued jobs wait until fewer are in use") if held > quota else ""
     never = [j.name for j in client.list(project=name, show_deleted=False)
@@ -258,7 +266,7 @@ def _over_new_quota(client: Client, name: str, quota: int) -> str:
     return note
 
 
-def _quotas_past_the_gpus(client: Client) -> str:
+def _quotas_past_the_gpus(client: Client, projects) -> str:
     """Quotas that add up to more GPUs than this machine has promise what it cannot keep: each
     project may wait for GPUs within its quota while another's jobs hold them (the scheduler orders
     in-quota jobs before over-quota ones, not one quota project before another). Said when a quota
@@ -266,7 +274,7 @@ def _quotas_past_the_gpus(client: Client) -> str:
     count its nodes, which it may add)."""
     if client.backend().name != "local":
         return ""
-    total = sum(p.gpu_quota or 0 for p in client.list_projects())
+    total = sum(p.gpu_quota or 0 for p in projects)
     gpus = sum(n.gpus_allocatable for n in client.nodes())
     return (f"; the projects' GPU quotas now add up to {total}, more than this machine's {gpus} GPUs: a project "
             f"may wait for GPUs within its quota while another's jobs hold them (lower a quota with "
