@@ -438,13 +438,13 @@ class JobSpec:
         if self.processes > 1 and self.launcher == "none":
             raise SpecError(f"--processes {self.processes} needs a launcher: use dtrain submit-dist "
                             f"--launcher torchrun or dtrain submit-mpi")
+        if isinstance(self.cpu, float) and self.cpu.is_integer() and abs(self.cpu) <= 2 ** 53:
+            set_("cpu", int(self.cpu))  # 2, however it came (JSON's 2.0, the SDK's float, argparse's 2.0): as typed
         if self.cpu is not None and (isinstance(self.cpu, bool) or not isinstance(self.cpu, (int, float))
                                      or not (0 if _STORED.get() else MIN_CPU) <= self.cpu <= MAX_CPU
                                      or self.cpu == 0):  # NaN compares false
             raise SpecError(f"invalid --cpu {shown(self.cpu)}: use a number of CPU threads from {MIN_CPU} to "
                             f"{MAX_CPU}, e.g. --cpu 2 or --cpu 0.5")
-        if isinstance(self.cpu, float) and self.cpu.is_integer():
-            set_("cpu", int(self.cpu))  # 2, however it came (JSON's 2.0, the SDK's float): as `--cpu 2` stores it
         if self.memory is not None:
             parse_size(_text(self.memory, "--memory", fix=" such as 512Mi"), "--memory",
                        minimum=1 if _STORED.get() else MIN_MEMORY)
