@@ -102,12 +102,15 @@ def test_a_requirement_that_does_not_install_fails_the_job(home, code):
     (code / "requirements.txt").write_text("wheels/nope-1.0-py3-none-any.whl\n")
     info = submit(home, "broken", code)
     assert info.status.value == "Failed"
+    # SageMaker's FailureReason: the toolkit's failure file (InstallRequirementsError, pip's stderr from its
+    # first ERROR: line), then the exit code; `describe` shows it on one line, --json keeps its lines
     assert "\n" not in info.message and info.message.startswith(
-        "AlgorithmError: InstallRequirementsError on host algo-1: pip install -r requirements.txt "
-        "exited with code 1: ERROR: "), info.message
+        'AlgorithmError: InstallRequirementsError: ExitCode 1 ErrorMessage "ERROR: '), info.message
+    assert info.message.endswith(' -m pip install -r requirements.txt", exit code: 1'), info.message
     assert not any(ln.startswith("hello from the wheel") for ln in logs(home, "broken"))
     failure = home / "sagemaker-local" / "jobs" / "broken" / "hosts" / "algo-1" / "output" / "failure"
-    assert failure.read_text().startswith("InstallRequirementsError:\nExitCode 1\nErrorMessage ")
+    assert failure.read_text().startswith('InstallRequirementsError:\nExitCode 1\nErrorMessage "ERROR: ')
+    assert info.extra["failure_reason"] == f"AlgorithmError: {failure.read_text()}, exit code: 1"
 
 
 def test_without_requirements_no_environment_is_made(home, code):
@@ -159,8 +162,8 @@ def test_a_package_that_does_not_install_fails_the_job_with_install_module_error
     info = submit(home, "badpkg", package, env=NO_ISOLATION)
     assert info.status.value == "Failed"
     assert "\n" not in info.message and info.message.startswith(
-        "AlgorithmError: InstallModuleError on host algo-1: pip install . -r requirements.txt exited with code 1"), \
-        info.message
+        "AlgorithmError: InstallModuleError: ExitCode 1 ErrorMessage "), info.message
+    assert info.message.endswith(' -m pip install . -r requirements.txt", exit code: 1'), info.message
     assert not any(ln.startswith("entry ") for ln in logs(home, "badpkg"))
     failure = home / "sagemaker-local" / "jobs" / "badpkg" / "hosts" / "algo-1" / "output" / "failure"
     assert failure.read_text().startswith("InstallModuleError:\nExitCode 1\nErrorMessage ")

@@ -51,6 +51,9 @@ GRACE_S = 120.0  # SageMaker's window between SIGTERM and the end (StopTrainingJ
 # names of Python's errors; a traceback's source line, `raise ValueError(...)`, is not the error yet)
 ERROR_LINE = re.compile(r"^(?:\[[\d,]+\]<std\w+>:)?\s*[A-Za-z_][\w.]*(?:Error|Exception|Interrupt)\b(?::|$)")
 TAIL_LINES = 10  # of stderr, the ErrorMessage of a process that named no error
+PIP_ERROR_LINE = re.compile(r"^ERROR: ")  # where pip's own error starts (its warnings and retries come before)
+# The toolkit's ExtraInfo for a process that exited 137 (SIGKILL: the kernel's OOM killer, as a rule)
+OOM_INFO = "OutOfMemory: Process killed by SIGKILL (signal 9)"
 
 
 def free_port() -> int:
@@ -74,6 +77,7 @@ class Runner:
         self.deadline = float("inf")  # MaxRuntimeInSeconds, counted from the start of training
         self.package = False  # the code has a setup.py: installed with pip and run as a module
         self.pip: tuple[str, list[str]] | None = None  # the install step: its error's name and pip's arguments
+        self.installing = False  # spawn() is starting the install step (pip), not the entry point
 
     def status(self, secondary: str, message: str, *, primary: str = "InProgress", **fields) -> None:
         with locked_state(self.dir) as st:
@@ -161,7 +165,9 @@ class Runner:
         for host in names[1:]:
             self.note(host, f"{what}: pip installs it on {names[0]} into the job's Python environment, "
                             "which every host runs")
+        self.installing = True  # pip's stderr names its error its own way
         self.spawn(names[0], self.sandbox(hosts[names[0]], offline=offline) + [self.python, *self.pip[1]])
+        self.installing = False
         result = self.wait()
         self.drain()
         self.procs, self.pumps = {}, []
@@ -189,7 +195,7 @@ class Runner:
         log = open(self.dir / "logs" / f"{host}.log", "ab")  # both streams, a line at a time, as CloudWatch's
         p = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         self.procs[host] = p
-        errors = self.stderr[host] = ErrorLines()
+        errors = self.stderr[host] = ErrorLines(PIP_ERROR_LINE if self.installing else ERROR_LINE)
         lock, left = threading.Lock(), [2]
         for stream, watch in ((p.stdout, None), (p.stderr, errors)):
             self.pumps.append(threading.Thread(target=_pump, args=(stream, log, lock, left, watch), daemon=True))
@@ -203,7 +209,7 @@ class Runner:
     def wait(self) -> tuple[str, int] | None:
         """None when every host exited 0; else (host, code) of the first failure (the rest are stopped)."""
         while True:
-            codes = {h: p.poll() for h, p in self.procs.items()}
+            codes = {h: exit_code(p.poll()) for h, p in self.procs.items()}
             bad = [(h, c) for h, c in codes.items() if c not in (None, 0)]
             if bad or self.stopping or time.monotonic() > self.deadline:
                 self.kill()
@@ -260,14 +266,17 @@ class Runner:
         return algorithm_error(note, code)
 
     def install_failure(self, hosts: dict[str, Path], host: str, code: int) -> str:
-        """The FailureReason, on one line, of a pip that failed; the host's failure file gets the toolkit's
-        InstallModuleError or InstallRequirementsError, as the toolkit writes it."""
+        """The FailureReason of a pip that failed, SageMaker's as for a script: `AlgorithmError: <the host's
+        /opt/ml/output/failure>, exit code: N`, that file being the toolkit's InstallModuleError or
+        InstallRequirementsError, its ErrorMessage pip's stderr from its first `ERROR:` line on."""
         error, args = self.pip
-        log = self.dir / "logs" / f"{host}.log"
-        last = _last_line(log, "ERROR:") or _last_line(log)  # pip may add a notice after its error
-        write_failure(hosts[host] / "output", toolkit_error(error, code, last, [self.python, *args]))
-        return (f"AlgorithmError: {error} on host {host}: {' '.join(args[1:])} exited with code {code}"
-                + (f": {last}" if last else ""))
+        output = hosts[host] / "output"
+        note = read_failure(output)
+        if note is None or not note.strip():
+            errors = self.stderr.get(host) or ErrorLines(PIP_ERROR_LINE)
+            note = toolkit_error(error, code, errors.message(), [self.python, *args])
+            write_failure(output, note)
+        return algorithm_error(note, code)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
@@ -324,10 +333,11 @@ def python_env(path: Path) -> str:
 
 class ErrorLines:
     """What the toolkit keeps of a process's stderr for its failure file's ErrorMessage: from the first
-    line naming an error on (each line once, as far as SageMaker's 1024 characters reach); a process
-    that named none, its last TAIL_LINES lines."""
+    line naming an error (`start`: an exception's name; pip's `ERROR:`) on (each line once, as far as
+    SageMaker's 1024 characters reach); a process that named none, its last TAIL_LINES lines."""
 
-    def __init__(self) -> None:
+    def __init__(self, start: re.Pattern[str] = ERROR_LINE) -> None:
+        self.start = start
         self.found: list[str] = []
         self.size = 0
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
@@ -337,7 +347,7 @@ class ErrorLines:
         if not line:
             return
         self.tail.append(line)
-        if (self.found or ERROR_LINE.search(line)) and self.size < contract.MAX_REASON and line not in self.found:
+        if (self.found or self.start.search(line)) and self.size < contract.MAX_REASON and line not in self.found:
             self.found.append(line)
             self.size += len(line) + 1
 
@@ -354,8 +364,16 @@ def algorithm_error(failure: str, code: int) -> str:
 
 
 def toolkit_error(error: str, code: int, message: str, command: list[str]) -> str:
-    """The toolkit's failure file for a command that failed (its _CalledProcessError)."""
-    return f'{error}:\nExitCode {code}\nErrorMessage "{message}"\nCommand "{" ".join(command)}"'
+    """The toolkit's failure file for a command that failed (its _CalledProcessError), with its
+    ExtraInfo line for a process killed by SIGKILL (137)."""
+    extra = f'\nExtraInfo "{OOM_INFO}"' if code == 128 + signal.SIGKILL else ""
+    return f'{error}:\nExitCode {code}\nErrorMessage "{message}"{extra}\nCommand "{" ".join(command)}"'
+
+
+def exit_code(code: int | None) -> int | None:
+    """A process's exit status as a shell and the toolkit report it: 128 + N for one killed by signal N
+    (137 for SIGKILL), where Popen says -N."""
+    return 128 - code if code is not None and code < 0 else code
 
 
 def _with_sigterm(disposition: signal.Handlers) -> list[str]:
@@ -440,16 +458,6 @@ def _pump(stream, log, lock: threading.Lock, left: list[int], watch: ErrorLines 
         left[0] -= 1
         if not left[0]:  # the host's other stream has ended too
             log.close()
-
-
-def _last_line(path: Path, prefix: str = "") -> str:
-    """The text of a log's last line (one starting with `prefix`), without its time stamp."""
-    try:
-        lines = [ln.partition("\t")[2] for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return ""
-    lines = [ln for ln in lines if ln.startswith(prefix)]
-    return lines[-1][:500] if lines else ""
 
 
 def main(argv: list[str] | None = None) -> int:
