@@ -286,6 +286,7 @@ class Backend(abc.ABC):
 
     name: str = "base"
     unlisted: str | None = None  # set by list(): a source of jobs it could not read, in one line (others were)
+    logs_note: str | None = None  # set by logs(): why lines may be missing (a restarted host not started yet)
 
     # ---- jobs ---------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> JobInfo:
@@ -359,6 +360,7 @@ class Backend(abc.ABC):
                                   or not math.isfinite(since)):  # NaN or infinity broke Kubernetes' sinceSeconds
             raise SpecError(f"invalid since {shown(since)}: use a unix time in seconds, e.g. time.time() - 600 "
                             f"(the CLI's --since 10m)")
+        self.logs_note = None
         return self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None) -> JobInfo:

@@ -370,7 +370,8 @@ def cmd_logs(args, client: Client) -> int:
             sys.stdout.write(prefix + line.text + "\n")
         if args.follow:  # a line shows when it is written; otherwise a flush a line cost a write(2) a line
             sys.stdout.flush()
-    if not printed and not args.follow and info.status.value == "Pending":  # as kubectl: why nothing came
+    # as kubectl: why nothing came (unless the backend said it: a restarted SageMaker host not started again)
+    if not printed and not args.follow and info.status.value == "Pending" and not client.backend().logs_note:
         print(f"dtrain: job '{info.name}' is Pending ({info.message or 'not started'}): no process has "
               f"started, so there are no logs yet; 'dtrain logs {info.name} -f' waits for them", file=sys.stderr)
     return 0

@@ -16,10 +16,12 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import logging
 import os
 import shutil
 import tempfile
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -339,15 +341,25 @@ class SageMakerBackend(Backend):
         tokens: dict[str, str | None] = {}  # per stream: a host has one per start of its container
         wait, waited, ended = pace.first, pace.status, False  # waited: seconds since the status was asked
         logged = False  # whether any host has a stream yet
-        current: dict[int, str] = {}  # per host, its newest stream when first seen: the current attempt's
+        current: dict[int, int] = {}  # per host, when its current attempt's container started (or will)
+        attempt: float | None = None  # when the job's current attempt began (after a spot interruption, a retry)
+        asked = False
         while True:
             found = cwlogs.streams(clients.logs, name)
-            picked = {r: s for r, s in found.items() if rank is None or r == rank}
-            for r, names in picked.items():  # as kubectl: the current container's lines, not every start's
-                first = current.setdefault(r, names[-1])  # -f goes on into starts that come while it follows
-                picked[r] = [s for s in names if cwlogs.started(s) >= cwlogs.started(first)]
-            if previous:  # a host's stream before its newest: its container's previous start (a retry, a spot stop)
-                picked = {r: s[-2:-1] for r, s in found.items() if (rank is None or r == rank) and len(s) > 1}
+            if found and not asked:  # streams older than the attempt are an earlier container's
+                attempt, asked = status.attempt_start(self._describe(clients, name)), True
+            for r, names in found.items():  # -f goes on into starts that come while it follows
+                current.setdefault(r, cwlogs.current_start(names, attempt))
+            picked = {r: [s for s in names if cwlogs.started(s)[0] >= current[r]]  # as kubectl: the current
+                      for r, names in found.items() if rank is None or r == rank}  # container's lines only
+            waiting = sorted(r for r, names in picked.items() if not names)
+            if waiting and self.logs_note is None and not previous:  # said at once: -f may wait long
+                self.logs_note = self._not_started(name, waiting, attempt)
+                logging.getLogger(__name__).warning("dtrain: warning: %s", self.logs_note)
+            if previous:  # a host's stream before its current start: its container's previous one (a retry, a spot stop)
+                picked = {r: [s for s in names if cwlogs.started(s)[0] < current[r]][-1:]
+                          for r, names in found.items() if rank is None or r == rank}
+                picked = {r: names for r, names in picked.items() if names}
                 if not picked:
                     raise NotFoundError(f"job {name!r} has no previous attempt (previous terminated container not "
                                         f"found): no host{'' if rank is None else f' of rank {rank}'} started its "
@@ -375,6 +387,16 @@ class SageMakerBackend(Backend):
             wait = pace.first if new else min(pace.most, wait * 2)
             self._sleep(wait)
             waited += wait
+
+    @staticmethod
+    def _not_started(name: str, ranks: list[int], attempt: float | None) -> str:
+        """The one line `logs` adds for hosts whose container has not started again since the job's last
+        interruption or retry: they have no lines of the current attempt yet."""
+        hosts = ", ".join(f"algo-{r + 1} (rank {r})" for r in ranks)
+        when = datetime.fromtimestamp(attempt or 0, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        return (f"job {name!r} was interrupted or restarted at {when} and the container of {hosts} has not "
+                f"started again yet: no lines of the current attempt; 'dtrain logs {name} --previous' shows "
+                f"the last attempt's, 'dtrain logs {name} -f' waits for the current one's")
 
     def _no_lines(self, clients: Clients, name: str) -> None:
         """A job that failed or stopped before any host logged (an image or data that could not be fetched,

@@ -4,7 +4,9 @@ SageMaker names a host's stream `JOB/algo-N-<unix seconds>`, a new one each time
 container starts (after a spot interruption, on a retry), the start in its name: dtrain's `--rank R`
 picks host algo-(R+1), since a SageMaker host is the unit that writes streams, and reads its newest
 stream, the current attempt's (`--previous`: the one before it), as kubectl shows the current
-container's lines; `-f` goes on into a stream the host starts while it follows.
+container's lines; `-f` goes on into a stream the host starts while it follows. After a spot
+interruption or a retry, until a host's container starts again its newest stream is the last
+attempt's: the current attempt has no lines yet (and `--previous` reads that stream).
 Parsing is pure; the paging loop takes the logs client as an argument.
 
 The group appears with the first job that logs in an account and region, a stream once its host
@@ -77,6 +79,14 @@ def started(stream: str) -> tuple[int, str]:
     """'job/algo-1-1700000000' -> (1700000000, name): the container's start, in unix seconds."""
     tail = stream.rsplit("-", 1)[-1]
     return (int(tail) if tail.isdigit() else 0, stream)
+
+
+def current_start(names: list[str], attempt: float | None) -> int:
+    """The earliest container start (unix seconds) of a host's current attempt, given its streams (oldest
+    first) and when the job's current attempt began (status.attempt_start): its newest stream's start,
+    unless that stream is older than the attempt, whose container has then not started yet."""
+    newest = started(names[-1])[0] if names else 0
+    return max(newest, int(attempt) if attempt is not None else 0)
 
 
 def read_stream(logs, stream: str, *, since: float | None, tokens: dict[str, str | None]) -> Iterator[dict]:

@@ -66,6 +66,18 @@ def job_status(desc: dict) -> tuple[JobStatus, str]:
     return JobStatus.RUNNING, f"{secondary}: {last}" if last else secondary
 
 
+RESTARTS = {"Interrupted", "Restarting"}  # a host's container starts again after these (spot, a retry)
+
+
+def attempt_start(desc: dict) -> float | None:
+    """When the job's current attempt began: the start of its last Interrupted (a spot interruption) or
+    Restarting (a retry) transition, after which every host's container starts again, under a new
+    CloudWatch stream; None for a job in its first attempt."""
+    times = [seconds(t.get("StartTime")) for t in desc.get("SecondaryStatusTransitions") or []
+             if t.get("Status") in RESTARTS]
+    return max((t for t in times if t is not None), default=None)
+
+
 def events(desc: dict) -> tuple[Event, ...]:
     out = [Event(time=seconds(desc.get("CreationTime")) or 0.0, status="Created", message="CreateTrainingJob")]
     for t in desc.get("SecondaryStatusTransitions") or []:
