@@ -129,11 +129,19 @@ class UserConfig:
                     or not str(root).startswith("/"):
                 raise SpecError(f"{where}: storage class {name!r}: {root!r}: use a lower-case name other than "
                                 f"'local' (the dtrain home's volumes/) and an absolute folder, e.g. fast: /nvme/dtrain")
-        folders = {name: os.path.normpath(root) for name, root in self.storage_classes.items()}
+        # resolved (read only: realpath follows links, writes nothing): two spellings of one folder, or a
+        # link into another class's folder, are found here, not only at the first use of either class
+        folders = {name: Path(os.path.realpath(root)) for name, root in self.storage_classes.items()}
         for a, b in itertools.combinations(folders, 2):
-            if Path(folders[a]).is_relative_to(folders[b]) or Path(folders[b]).is_relative_to(folders[a]):
-                how = (f"share the folder {folders[a]}" if folders[a] == folders[b] else
-                       f"nest their folders ({self.storage_classes[a]}, {self.storage_classes[b]})")
+            if folders[a].is_relative_to(folders[b]) or folders[b].is_relative_to(folders[a]):
+                given = (os.path.normpath(self.storage_classes[a]), os.path.normpath(self.storage_classes[b]))
+                linked = given != (str(folders[a]), str(folders[b]))
+                if folders[a] == folders[b]:
+                    how = f"share the folder {folders[a]}" + (
+                        f" ({given[0]} and {given[1]} are one folder through a symbolic link)" if linked else "")
+                else:
+                    how = (f"nest their folders ({given[0]}, {given[1]}"
+                           + (f"; through a symbolic link they are {folders[a]}, {folders[b]})" if linked else ")"))
                 raise SpecError(f"{where}: storage classes {a!r} and {b!r} {how}: give each class a folder of its own, apart from the "
                                 f"other's (a volume's folder in one would be inside the other's), or remove one")
 
