@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Iterator
 from dtrain.backends.base import (MAX_TAIL, Backend, FreedInfo, JobInfo, JobPage, JobStatus, JobSummary, LogLine,
                                   NodeInfo, Progress, ProjectInfo, SnapshotInfo, StorageClassInfo, TimeoutError_,
                                   VolumeInfo)
-from dtrain.config import BACKENDS, UserConfig, home_dir
+from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.names import shown
 from dtrain.spec import JobSpec, check_name, notebook_spec, parse_selector, selects
@@ -43,7 +43,12 @@ class Client:
     def __init__(self, *, home: str | Path | None = None, backend: str | None = None,
                  backends: dict[str, Backend] | None = None):
         self.home = home_dir(home)
-        self.config = UserConfig.load(self.home)
+        try:
+            self.config = UserConfig.load(self.home)
+            self.config_problem: ClassesOverlapError | None = None
+        except ClassesOverlapError as err:  # loaded still, for the verbs that repair it; every other use refuses
+            self.config = UserConfig.load(self.home, apart=False)
+            self.config_problem = err
         self._backend_name = backend
         if backends is not None and not isinstance(backends, Mapping):
             raise SpecError(f"invalid backends {shown(backends)}: give a mapping of backend name to Backend, "
@@ -58,6 +63,8 @@ class Client:
 
     # ---- backends -------------------------------------------------------------------------
     def backend(self, name: str | None = None, *, project: str | None = None) -> Backend:
+        if self.config_problem is not None:
+            raise self.config_problem.with_traceback(None)
         name = name or self._backend_name or self.config.backend_for(project or self.config.project)
         if name in self._backends:
             return self._backends[name]
@@ -295,9 +302,15 @@ class Client:
 
         def change(cfg: UserConfig) -> None:
             cfg.storage_classes = {**cfg.storage_classes, name: root}
-            cfg.validate(where)  # a SpecError writes nothing
+            try:
+                cfg.validate(where)  # a SpecError writes nothing
+            except ClassesOverlapError as err:
+                if name not in err.classes:  # two other classes overlap still: how to repair them
+                    raise
+                raise SpecError(f"{err.problem}; nothing was changed") from None
 
-        self.config = UserConfig.update(self.home, change)
+        self.config = UserConfig.update(self.home, change, repair=True)  # a file this change repairs is read too
+        self.config_problem = None
         self._forget_made("local")  # its store knows the classes it was opened with
         return root
 
@@ -314,10 +327,12 @@ class Client:
                                     f"{known}); nothing was changed")
             cfg.storage_classes = {n: r for n, r in cfg.storage_classes.items() if n not in names}
 
-        held = {c.name: c.volumes for c in self.backend("local").list_storage_classes() if c.name in names}
-        self.config = UserConfig.update(self.home, change)
+        self.config = UserConfig.update(self.home, change, repair=True)  # a file this change repairs is read too
+        self.config_problem = None
         self._forget_made("local")
-        return held
+        # counted after: the volumes table, not config.yaml, says which volumes a class holds
+        held = {c.name: c.volumes for c in self.backend("local").list_storage_classes()}
+        return {name: held.get(name, 0) for name in names}
 
     # ---- projects -------------------------------------------------------------------------
     def set_default_project(self, name: str) -> None:

@@ -26,6 +26,16 @@ KEYS = ("project", "backend", "project_backends", "kubernetes", "storage_classes
 TTL_RE = re.compile(r"^(\d{1,6})(s|m|h|d)\Z")
 
 
+class ClassesOverlapError(SpecError):
+    """Two storage classes of config.yaml on one folder, or one inside the other. The config verbs that
+    repair that (`config storage-class NAME FOLDER`, `--unset NAME`) still load such a file."""
+
+    def __init__(self, problem: str, classes: tuple[str, str]):
+        fix = f"dtrain config storage-class {classes[1]} FOLDER, or remove one: dtrain config storage-class --unset {classes[1]}"
+        super().__init__(f"{problem}: {fix}")
+        self.problem, self.classes = problem, classes
+
+
 def home_dir(home: str | Path | None = None) -> Path:
     if home is not None and not isinstance(home, (str, os.PathLike)):  # Client(home=3)
         raise SpecError(f"invalid home {home!r}: give a folder's path as a string or a Path, e.g. "
@@ -94,7 +104,9 @@ class UserConfig:
     sagemaker: dict[str, Any] = field(default_factory=dict)  # SageMakerConfig fields
 
     @classmethod
-    def load(cls, home: Path) -> "UserConfig":
+    def load(cls, home: Path, *, apart: bool = True) -> "UserConfig":
+        """`apart` False: storage classes that overlap are let through (ClassesOverlapError otherwise),
+        for the verbs that repair that; anything else wrong is still refused."""
         path = home / "config.yaml"
         raw = read_small_file(path, str(path), "config.yaml", missing_ok=True)
         if raw is None:
@@ -109,10 +121,10 @@ class UserConfig:
             elif not isinstance(data[key], dict):
                 raise SpecError(f"{path}: '{key}' must be a mapping, not {data[key]!r}; fix or remove the file")
         cfg = cls(**data)
-        cfg.validate(path)
+        cfg.validate(path, apart=apart)
         return cfg
 
-    def validate(self, where: Any = "config") -> None:
+    def validate(self, where: Any = "config", *, apart: bool = True) -> None:
         try:
             check_name(self.project, "project")
             for project in self.project_backends:
@@ -131,7 +143,7 @@ class UserConfig:
                                 f"'local' (the dtrain home's volumes/) and an absolute folder, e.g. fast: /nvme/dtrain")
         # resolved (read only: realpath follows links, writes nothing): two spellings of one folder, or a
         # link into another class's folder, are found here, not only at the first use of either class
-        folders = {name: Path(os.path.realpath(root)) for name, root in self.storage_classes.items()}
+        folders = {name: Path(os.path.realpath(root)) for name, root in self.storage_classes.items()} if apart else {}
         for a, b in itertools.combinations(folders, 2):
             if folders[a].is_relative_to(folders[b]) or folders[b].is_relative_to(folders[a]):
                 given = (os.path.normpath(self.storage_classes[a]), os.path.normpath(self.storage_classes[b]))
@@ -142,8 +154,9 @@ class UserConfig:
                 else:
                     how = (f"nest their folders ({given[0]}, {given[1]}"
                            + (f"; through a symbolic link they are {folders[a]}, {folders[b]})" if linked else ")"))
-                raise SpecError(f"{where}: storage classes {a!r} and {b!r} {how}: give each class a folder of its own, apart from the "
-                                f"other's (a volume's folder in one would be inside the other's), or remove one")
+                raise ClassesOverlapError(
+                    f"{where}: storage classes {a!r} and {b!r} {how}: give each class a folder of its own, apart from the "
+                    f"other's (a volume's folder in one would be inside the other's)", (a, b))
 
         if self.deleted_job_ttl is not None and not TTL_RE.match(str(self.deleted_job_ttl)):
             raise SpecError(f"{where}: invalid deleted_job_ttl {self.deleted_job_ttl!r}; use a duration "
@@ -170,14 +183,15 @@ class UserConfig:
         replace_file(path, yaml.safe_dump(data, sort_keys=False), durable=True)  # never through a planted link
 
     @classmethod
-    def update(cls, home: Path, change: Callable[["UserConfig"], None]) -> "UserConfig":
+    def update(cls, home: Path, change: Callable[["UserConfig"], None], *, repair: bool = False) -> "UserConfig":
         """config.yaml read afresh, changed by `change` and saved, under an exclusive lock on the home
         folder: two `dtrain config` commands at once each keep the other's change (each saved the
-        file it had read at start, so the later one undid the earlier one's)."""
+        file it had read at start, so the later one undid the earlier one's). `repair`: a file whose
+        storage classes overlap is read too (the change must leave them apart: save checks it)."""
         fd = os.open(home, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            cfg = cls.load(home)
+            cfg = cls.load(home, apart=not repair)
             change(cfg)
             cfg.save(home)
             return cfg

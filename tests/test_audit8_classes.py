@@ -19,6 +19,55 @@ def _classes(dt: Dtrain) -> dict:
     return yaml.safe_load((dt.home / "config.yaml").read_text())["storage_classes"]
 
 
+def test_overlapping_classes_refuse_every_command_but_the_config_verbs_that_repair_them(dt: Dtrain, tmp_path):
+    """Two classes on one folder (or nested) stopped every command, the `--unset` that fixes the
+    file included; the error only said to edit it."""
+    disk = tmp_path / "disk"
+    for classes in ({"fast": disk, "slow": disk}, {"fast": disk, "slow": disk / "inner"}):
+        _write_classes(dt, classes)
+        refused = dt("volume", "list", check=False)
+        assert_usage_error(refused, "'fast' and 'slow'", "dtrain config storage-class --unset slow",
+                           "dtrain config storage-class slow FOLDER")
+        shown = dt("config", "storage-class")  # what is configured, to repair it
+        assert f"slow: {classes['slow']}" in shown.stdout and "'fast' and 'slow'" in shown.stderr
+        assert dt("config", "storage-class", "slow").stdout.strip() == str(classes["slow"])
+        # a change that leaves them overlapping is refused and writes nothing
+        before = (dt.home / "config.yaml").read_bytes()
+        assert_usage_error(dt("config", "storage-class", "slow", str(disk / "deeper"), check=False),
+                           "'fast' and 'slow'", "nothing was changed")
+        assert (dt.home / "config.yaml").read_bytes() == before
+        dt("config", "storage-class", "--unset", "slow")
+        assert _classes(dt) == {"fast": str(disk)}
+        assert yaml.safe_load((dt.home / "config.yaml").read_text())["deleted_job_ttl"] == "7d"
+        dt("volume", "list")
+    _write_classes(dt, {"fast": disk, "slow": disk})
+    dt("config", "storage-class", "slow", str(tmp_path / "other"))  # re-pointing one repairs it too
+    assert _classes(dt) == {"fast": str(disk), "slow": str(tmp_path / "other")}
+    dt("volume", "create", "v", "--class", "slow", "--size", "1Mi")
+
+
+def test_a_config_that_is_not_yaml_keeps_its_one_line_error_for_the_config_verbs(dt: Dtrain):
+    (dt.home / "config.yaml").write_text("storage_classes: [unclosed\n")
+    for words in (["config", "storage-class"], ["config", "storage-class", "--unset", "fast"], ["volume", "list"]):
+        assert_usage_error(dt(*words, check=False), "config.yaml")
+
+
+def test_the_sdk_repairs_overlapping_classes_too(home, tmp_path):
+    from dtrain.client import Client
+    from dtrain.errors import SpecError
+
+    (home / "config.yaml").write_text(yaml.safe_dump({"storage_classes": {"a": str(tmp_path / "d"), "b": str(tmp_path / "d")}}))
+    client = Client(home=home)
+    try:
+        client.list_volumes()
+    except SpecError as err:
+        assert "storage classes 'a' and 'b'" in str(err)
+    else:
+        raise AssertionError("overlapping classes were used")
+    assert client.unset_storage_classes(["b"]) == {"b": 0}
+    assert client.list_volumes() == []
+
+
 def test_class_folders_reaching_one_folder_through_a_link_are_refused_at_load(dt: Dtrain, tmp_path):
     """A link to another class's folder (or into it) passed the load check and was refused only at use,
     so `volume classes` showed both Unusable and config storage-class accepted it."""
@@ -29,7 +78,8 @@ def test_class_folders_reaching_one_folder_through_a_link_are_refused_at_load(dt
     for link, words in ((tmp_path / "same", "share the folder"), (tmp_path / "into", "nest their folders")):
         _write_classes(dt, {"fast": disk, "slow": link})
         assert_usage_error(dt("volume", "classes", check=False), "'fast' and 'slow'", words, "symbolic link")
-        _write_classes(dt, {"fast": disk})
-        assert_usage_error(dt("config", "storage-class", "slow", str(link), check=False), words)
+        dt("config", "storage-class", "--unset", "slow")
+        assert_usage_error(dt("config", "storage-class", "slow", str(link), check=False), words, "nothing was changed")
         assert _classes(dt) == {"fast": str(disk)}
     assert os.listdir(disk) == ["inner"] and os.listdir(disk / "inner") == []  # nothing written through a link
+

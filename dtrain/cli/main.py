@@ -103,6 +103,8 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
             print(f"storage class '{name}' removed{there}")
         return 0
     classes = client.config.storage_classes
+    if client.config_problem is not None and args.folder is None:  # shown as it is, to repair: what is wrong, how
+        print(f"dtrain: warning: {client.config_problem}", file=sys.stderr)
     if args.value is None:
         print("\n".join(f"{n}: {r}" for n, r in classes.items()) if classes else
               "no storage classes besides 'local': dtrain config storage-class NAME FOLDER")
