@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import importlib
 import json
+import os
 import sys
 
 from dtrain import JobStatus, __version__, db
@@ -96,11 +97,16 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
         if args.value is not None or not args.unset:
             raise SpecError("'dtrain config storage-class --unset' takes class names only, e.g. --unset fast; "
                             "nothing was changed")
+        folders = dict(client.config.storage_classes)
         held = client.unset_storage_classes(args.unset)
-        for name in args.unset:
-            there = f"; its {held[name]} volume(s) stay where they are (dtrain volume classes shows them)" \
-                if held.get(name) else ""
-            print(f"storage class '{name}' removed{there}")
+        for name in dict.fromkeys(args.unset):
+            print(f"storage class '{name}' removed")
+            if held.get(name):  # as kubectl warns: what the removal leaves behind, and how to undo it
+                print(f"dtrain: warning: storage class '{name}' still holds {held[name]} volume(s): they stay in "
+                      f"{folders[name]} and keep working (jobs mount them; snapshots and in-place restores work; "
+                      f"'dtrain volume update VOLUME --class local' moves one out), but no new volume can go there "
+                      f"until the class is named again: dtrain config storage-class {name} {folders[name]}",
+                      file=sys.stderr)
         return 0
     classes = client.config.storage_classes
     if client.config_problem is not None and args.folder is None:  # shown as it is, to repair: what is wrong, how
@@ -116,8 +122,15 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
                                 + f": dtrain config storage-class {args.value} FOLDER")
         print(classes[args.value])
         return 0
+    old = classes.get(args.value)
+    held = 0 if old is None or client.config_problem is not None else \
+        next((c.volumes for c in client.backend("local").list_storage_classes() if c.name == args.value), 0)
     root = client.set_storage_class(args.value, args.folder)
     print(f"storage class '{args.value}' is {root} (dtrain volume classes shows whether volumes can go there)")
+    if held and os.path.realpath(old) != os.path.realpath(root):  # the same folder spelled anew moves nothing
+        print(f"dtrain: warning: the {held} volume(s) of storage class '{args.value}' stay in {old} and keep working; "
+              f"new ones go to {root}, and 'dtrain volume update VOLUME --class {args.value}' moves one there",
+              file=sys.stderr)
     return 0
 
 
