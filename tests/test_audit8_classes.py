@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 
+import pytest
 import yaml
 from conftest import Dtrain, assert_usage_error
 
@@ -104,3 +105,82 @@ def test_removing_or_repointing_a_class_that_holds_volumes_says_what_becomes_of_
     assert str(disk) in warning[0] and f"dtrain config storage-class fast {disk}" in warning[0]
     dt("snapshot", "create", "a", "--name", "a1")  # they keep working, as said
     assert sorted(os.listdir(disk)) == [".dtrain-volumes", "a", "b"]
+
+
+# ------------------------------------------------------------------------------- Kubernetes
+
+def _k8s_cluster():
+    from dtrain.backends.kubernetes.fake import FakeCluster
+
+    cluster = FakeCluster()
+    cluster.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "provisioner": "csi.trident.netapp.io",
+                    "metadata": {"name": "standard",
+                                 "annotations": {"storageclass.kubernetes.io/is-default-class": "true"}}})
+    cluster.create({"apiVersion": "storage.k8s.io/v1", "kind": "VolumeAttributesClass", "metadata": {"name": "ultra"},
+                    "driverName": "csi.trident.netapp.io", "parameters": {"serviceLevel": "Ultra"}})
+    return cluster
+
+
+def test_kubernetes_lists_storage_classes_when_volume_attributes_classes_are_forbidden(home, tmp_path):
+    """A 403 on VolumeAttributesClasses (cluster-scoped, granted apart) failed the whole listing; the
+    StorageClasses the user may read are listed now, with one warning line naming what is missing."""
+    pytest.importorskip("kubernetes")
+    from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
+    from dtrain.backends.kubernetes.fake import FakeKubeServer
+
+    cluster = _k8s_cluster()
+    with FakeKubeServer(cluster) as server:
+        api = server.api_client()
+        backend = KubernetesBackend(KubernetesConfig(project="lanes", image="i:1"), api_client=api)
+        assert [c.name for c in backend.list_storage_classes()] == ["standard", "ultra"]
+        assert backend.classes_unlisted is None
+        cluster.forbidden.add(("storage.k8s.io", "volumeattributesclasses"))
+        assert [c.name for c in backend.list_storage_classes()] == ["standard"]
+        assert "VolumeAttributesClasses" in backend.classes_unlisted
+        assert "kubectl auth can-i list volumeattributesclasses.storage.k8s.io" in backend.classes_unlisted
+        api.close()
+
+
+def test_the_cli_and_the_api_warn_of_forbidden_volume_attributes_classes(home, tmp_path):
+    import json
+
+    import httpx
+
+    pytest.importorskip("kubernetes")
+    pytest.importorskip("fastapi")
+    from server_util import ThreadServer
+
+    from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
+    from dtrain.backends.kubernetes.fake import FakeKubeServer
+    from dtrain.client import Client
+    from dtrain.server.app import create_app
+
+    cluster = _k8s_cluster()
+    cluster.forbidden.add(("storage.k8s.io", "volumeattributesclasses"))
+    with FakeKubeServer(cluster) as server:
+        api = server.api_client()
+        backend = KubernetesBackend(KubernetesConfig(project="lanes", image="i:1"), api_client=api)
+        kubeconfig = tmp_path / "kubeconfig"
+        server.write_kubeconfig(kubeconfig)
+        (home / "config.yaml").write_text(json.dumps({"backend": "kubernetes", "project": "lanes", "kubernetes": {
+            "kubeconfig": str(kubeconfig), "image": "i:1"}}))
+        dt = Dtrain(home)
+        proc = dt("volume", "classes")
+        assert "standard (default)" in proc.stdout and "ultra" not in proc.stdout
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("dtrain: warning: VolumeAttributesClasses"), proc.stderr
+        assert [c["name"] for c in json.loads(dt("volume", "classes", "--json").stdout)] == ["standard"]
+
+        http_server = ThreadServer(create_app(lambda: Client(
+            home=home, backend="kubernetes", backends={"kubernetes": backend}), sample_every=3600))
+        try:
+            with httpx.Client(base_url=http_server.url, timeout=60) as http:
+                r = http.get("/api/v1/storage-classes")
+                assert r.status_code == 200 and [c["name"] for c in r.json()] == ["standard"]
+                assert "VolumeAttributesClasses" in r.headers["warning"]
+                cluster.forbidden.clear()
+                r = http.get("/api/v1/storage-classes")
+                assert [c["name"] for c in r.json()] == ["standard", "ultra"] and "warning" not in r.headers
+        finally:
+            http_server.stop()
+        api.close()

@@ -287,6 +287,7 @@ class Backend(abc.ABC):
     name: str = "base"
     unlisted: str | None = None  # set by list(): a source of jobs it could not read, in one line (others were)
     logs_note: str | None = None  # set by logs(): why lines may be missing (a restarted host not started yet)
+    classes_unlisted: str | None = None  # set by list_storage_classes(): a kind of class it could not read (others were)
 
     # ---- jobs ---------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> JobInfo:
@@ -505,7 +506,9 @@ class Backend(abc.ABC):
             self._delete_volume(_existing(name, "volume"), force=force)
 
     def list_storage_classes(self) -> list[StorageClassInfo]:
-        """The storage classes (performance tiers) volumes can use: the default first, then by kind and name."""
+        """The storage classes (performance tiers) volumes can use: the default first, then by kind and name.
+        `classes_unlisted` then says, in one line, which kind of class could not be read (None: all were)."""
+        self.classes_unlisted = None
         return sorted(self._list_storage_classes(), key=lambda c: (not c.default, c.kind, c.name))
 
     def update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:

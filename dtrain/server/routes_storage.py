@@ -46,9 +46,14 @@ def update_volume(request: Request, name: wire.VolumeName, body: wire.VolumeUpda
 
 
 @router.get("/storage-classes", response_model=list[wire.StorageClass], responses=ERRORS)
-def list_storage_classes(request: Request):
-    """The storage classes (performance tiers) volumes can use, the default first (`dtrain volume classes`)."""
-    return [wire.StorageClass.model_validate(c) for c in client(request).list_storage_classes()]
+def list_storage_classes(request: Request, response: Response):
+    """The storage classes (performance tiers) volumes can use, the default first (`dtrain volume classes`); a
+    kind of class the account may not read (Kubernetes: VolumeAttributesClasses) is named in a Warning header."""
+    c = client(request)
+    classes = c.list_storage_classes()
+    if c.backend().classes_unlisted:
+        response.headers["warning"] = wire.warning_header(c.backend().classes_unlisted)
+    return [wire.StorageClass.model_validate(s) for s in classes]
 
 
 @router.get("/snapshots", response_model=list[wire.Snapshot], responses=ERRORS)

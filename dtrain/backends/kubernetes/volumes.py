@@ -157,13 +157,19 @@ class VolumeVerbs:
 
     def _volume_attributes_classes(self) -> list[dict]:
         """The VolumeAttributesClasses at the newest version the API server serves; [] where it serves none
-        (the VolumeAttributesClass feature gate off, the default before Kubernetes 1.34)."""
+        (the VolumeAttributesClass feature gate off, the default before Kubernetes 1.34). An account that may
+        read StorageClasses but not these (a cluster-scoped resource, granted apart) gets [] and
+        `classes_unlisted` saying so: the StorageClasses are listed all the same."""
         for resource in VOLUME_ATTRIBUTES_CLASSES:
             try:
                 return [{**c, "apiVersion": resource.api_version} for c in self.api.list(resource, None)]
             except Missing as err:
                 if not err.api_missing:
                     raise
+            except Forbidden as err:
+                self.classes_unlisted = (f"VolumeAttributesClasses (what 'dtrain volume update --class' names) not "
+                                         f"listed, only StorageClasses: {err}")
+                return []
         return []
 
     def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
