@@ -184,3 +184,13 @@ def test_the_cli_and_the_api_warn_of_forbidden_volume_attributes_classes(home, t
         finally:
             http_server.stop()
         api.close()
+
+
+def test_storage_class_is_spelled_as_kubectl_and_run_ai_spell_it_too(dt: Dtrain, tmp_path):
+    """`--storage-class` (a PVC's storageClassName, Run:AI's storage class) was an unrecognized argument."""
+    dt("config", "storage-class", "fast", str(tmp_path / "fast"))
+    dt("volume", "create", "v", "--storage-class", "fast", "--size", "1Mi")
+    dt("volume", "update", "v", "--storage-class", "local")
+    dt("snapshot", "create", "v", "--name", "s")
+    dt("snapshot", "restore", "s", "--to", "w", "--storage-class", "fast")
+    assert {v["name"]: v["storage_class"] for v in dt.json("volume", "list")} == {"v": "local", "w": "fast"}

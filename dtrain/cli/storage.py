@@ -215,11 +215,11 @@ def register(sub) -> None:
     c.add_argument("--size", default="10Gi",
                    help="a quantity such as 100Gi (default 10Gi); Kubernetes: the PVC's request; local: "
                         "recorded only, not a quota (a volume may outgrow it; `volume list` shows USED)")
-    c.add_argument("--class", dest="storage_class", help="storage class (local: 'local'; Kubernetes: a StorageClass)")
+    c.add_argument("--class", "--storage-class", dest="storage_class", help="storage class (local: 'local'; Kubernetes: a StorageClass)")
     c.add_argument("--json", action="store_true", help="print the new volume as one JSON object")
     c = vs.add_parser("update", help="change a volume's storage class (performance tier) in place")
     c.add_argument("name", help="the volume")
-    c.add_argument("--class", dest="storage_class", required=True,
+    c.add_argument("--class", "--storage-class", dest="storage_class", required=True,
                    help="local: a class of config.yaml's storage_classes; Kubernetes: a VolumeAttributesClass")
     c.add_argument("--dry-run", action="store_true", help="print the PVC patch (Kubernetes) or the planned move")
     c.add_argument("--json", action="store_true", help="print the moved volume as one JSON object")
@@ -259,7 +259,7 @@ def register(sub) -> None:
     where = c.add_mutually_exclusive_group()  # one of them: argparse names both when both are given
     where.add_argument("--to", metavar="NEW_VOLUME", help="create this volume from the snapshot (a clone)")
     where.add_argument("--in-place", action="store_true", help="roll the snapshot's volume back to it")
-    c.add_argument("--class", dest="storage_class",
+    c.add_argument("--class", "--storage-class", dest="storage_class",
                    help="with --to: the new volume's storage class (default: the class of the snapshot's volume; "
                         "local: a class of config.yaml's storage_classes; Kubernetes: the PVC's StorageClass); "
                         "an in-place restore keeps the volume's class (change it with `volume update --class`)")
