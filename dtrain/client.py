@@ -56,51 +56,60 @@ class Client:
         self._backends: dict[str, Backend] = dict(backends or {})  # injected: shared by every thread
         # made here: one set per thread, keyed by the thread (not a threading.local, which a fork
         # clears in the child, closing connections there: see dtrain/server/clients.py)
-        self._made: dict[threading.Thread, dict[str, Backend]] = {}
+        # keyed by backend name, and for Kubernetes by project too: its namespace is the project's
+        self._made: dict[threading.Thread, dict[tuple[str, str | None], Backend]] = {}
         self._made_lock = threading.Lock()
+        # job name -> (backend, project) of the jobs this client submitted: verbs on a name reach them there
+        self._submitted: dict[str, tuple[str, str]] = {}
         if backend is not None and backend not in BACKENDS and backend not in self._backends:
             raise SpecError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
 
     # ---- backends -------------------------------------------------------------------------
     def backend(self, name: str | None = None, *, project: str | None = None) -> Backend:
+        """The backend `name` (None: this client's, else `project`'s configured one, else the
+        default's). One made here for Kubernetes looks in `project`'s namespace (None: the
+        configured project's); an injected one is used as given."""
         if self.config_problem is not None:
             raise self.config_problem.with_traceback(None)
-        name = name or self._backend_name or self.config.backend_for(project or self.config.project)
+        given, project = project, project or self.config.project
+        name = name or self._backend_name or self.config.backend_for(project)
         if name in self._backends:
             return self._backends[name]
+        key = (name, project if name == "kubernetes" else None)
         me = threading.current_thread()
         with self._made_lock:
             mine = self._made.get(me)
-        if mine is None or name not in mine:
-            made = self._make_backend(name)
+        if mine is None or key not in mine:
+            made = self._make_backend(name, given)
             with self._made_lock:
                 ended = [self._made.pop(t) for t in list(self._made) if not t.is_alive()]
                 mine = self._made.setdefault(me, {})
-                mine.setdefault(name, made)
+                mine.setdefault(key, made)
             del ended  # their connections close here, outside the lock
-        return mine[name]
+        return mine[key]
 
     def _forget_made(self, name: str) -> None:
-        """Drop every thread's `name` backend: the next use opens one with the settings just saved."""
+        """Drop every thread's `name` backends: the next use opens one with the settings just saved."""
         with self._made_lock:
-            dropped = [made.pop(name, None) for made in self._made.values()]
+            dropped = [made.pop(key) for made in self._made.values() for key in list(made) if key[0] == name]
         del dropped
 
-    def _make_backend(self, name: str) -> Backend:
+    def _make_backend(self, name: str, project: str | None = None) -> Backend:
         if name == "local":
             from dtrain.backends.local.backend import LocalBackend
             return LocalBackend(self.home)
         if name == "kubernetes":
             from dtrain.backends.kubernetes.backend import KubernetesBackend
-            return KubernetesBackend(self._kubernetes_config())
+            return KubernetesBackend(self._kubernetes_config(project))
         if name == "sagemaker":
             from dtrain.backends.sagemaker.backend import SageMakerBackend
             return SageMakerBackend(self.sagemaker_config(), home=self.home)
         raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
 
-    def _kubernetes_config(self):
-        """The `kubernetes:` settings of config.yaml as a KubernetesConfig; a key it does not know (a
-        typo) or a bad value is one line naming config.yaml and the key."""
+    def _kubernetes_config(self, project: str | None = None):
+        """The `kubernetes:` settings of config.yaml as a KubernetesConfig for `project` (None: the
+        configured one); a key it does not know (a typo) or a bad value is one line naming
+        config.yaml and the key."""
         import difflib
         from dataclasses import fields
 
@@ -113,7 +122,8 @@ class Client:
                 hint = f"did you mean '{near[0]}'?" if near else "dtrain/backends/kubernetes/config.py lists them"
                 raise SpecError(f"{where}: unknown kubernetes setting {key!r} ({hint}); fix or remove it")
         try:
-            return KubernetesConfig(**{"project": self.config.project, **self.config.kubernetes})
+            return KubernetesConfig(**{"project": self.config.project, **self.config.kubernetes,
+                                       **({"project": project} if project else {})})
         except (SpecError, TypeError) as err:
             raise SpecError(f"{where}: {err}") from None
 
@@ -136,7 +146,9 @@ class Client:
         """Start the job `spec` describes; its record (Pending or Running). SpecError for a spec the
         backend refuses, NotFoundError for a missing project or volume, ConflictError for a name in use."""
         spec = self._configured(spec, "submit")
-        return self.backend(spec.backend, project=spec.project).submit(spec)
+        info = self.backend(spec.backend, project=spec.project).submit(spec)
+        self._submitted[info.name] = (info.backend, info.spec.project)
+        return info
 
     def _configured(self, spec: JobSpec, verb: str) -> JobSpec:
         """`spec` with the project and backend it left unset filled in as `dtrain submit` fills them:
@@ -149,9 +161,29 @@ class Client:
             changes["backend"] = self._backend_name or self.config.backend_for(changes.get("project", spec.project))
         return spec.replace(**changes) if changes else spec
 
-    def get(self, name: str, *, backend: str | None = None) -> JobInfo:
-        """Job `name`'s record, from `backend` (default: this client's, else the configured one)."""
-        return self.backend(backend).get(name)
+    def _job_backend(self, name: str, project: str | None, backend: str | None = None) -> Backend:
+        """The backend that holds job `name`: `backend` when given; else `project`'s (the CLI's -p:
+        its configured backend, its namespace on Kubernetes); else the one this client submitted
+        the job to; else this client's, or the configured project's."""
+        if project is not None:
+            check_name(project, "project")
+        elif isinstance(name, str) and backend in (None, self._submitted.get(name, ("",))[0]):
+            backend, project = self._submitted.get(name, (backend, None))
+        return self.backend(backend, project=project)
+
+    def _job(self, name: str, project: str | None) -> Backend:
+        """`_job_backend`, once the job is found there and, with `project`, found to be of that project."""
+        backend = self._job_backend(name, project)
+        if project is not None:
+            _of_project(backend.get(name), project)
+        return backend
+
+    def get(self, name: str, *, project: str | None = None, backend: str | None = None) -> JobInfo:
+        """Job `name`'s record, from `backend` (default: `project`'s, else where this client
+        submitted it, else this client's or the configured one). With `project`, a job of
+        another project is not found, as with the CLI's -p."""
+        info = self._job_backend(name, project, backend).get(name)
+        return info if project is None else _of_project(info, project)
 
     def list(self, *, project: str | None = None, show_deleted: bool = True, selector: str | None = None) -> list[JobInfo]:
         """Jobs of `project` (None: every project); without `show_deleted`, not the Deleted ones
@@ -206,38 +238,46 @@ class Client:
         return expired
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None, since: float | None = None,
-             follow: bool = False, previous: bool = False) -> Iterator[LogLine]:
+             follow: bool = False, previous: bool = False, project: str | None = None) -> Iterator[LogLine]:
         """The current attempt's lines (kubectl's current container's); `previous`: the attempt before's."""
-        return self.backend().logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous)
+        return self._job(name, project).logs(name, rank=rank, tail=tail, since=since, follow=follow,
+                                             previous=previous)
 
-    def wait(self, name: str, *, timeout: float | None = None) -> JobInfo:
-        return self.backend().wait(name, timeout=timeout)
+    def wait(self, name: str, *, timeout: float | None = None, project: str | None = None) -> JobInfo:
+        """Block until the job is Succeeded, Failed or Deleted; its record (TimeoutError_ after `timeout` s)."""
+        return self._job(name, project).wait(name, timeout=timeout)
 
-    def delete(self, name: str, *, purge: bool = False) -> JobInfo:
+    def delete(self, name: str, *, purge: bool = False, project: str | None = None) -> JobInfo:
         """Stop the job; with `purge` also forget it (record, events, logs). A job already Deleted
         is a NotFoundError unless purged, as `dtrain delete`, the HTTP DELETE and kubectl have it."""
-        backend = self.backend()
-        if not purge and backend.get(name).status == JobStatus.DELETED:
+        backend = self._job_backend(name, project)
+        info = backend.get(name)
+        if project is not None:
+            _of_project(info, project)
+        if not purge and info.status == JobStatus.DELETED:
             raise NotFoundError(f"job {name!r} was already deleted; nothing was deleted "
                                 f"(delete({name!r}, purge=True) also forgets it)")
-        return backend.delete(name, purge=purge)
+        info = backend.delete(name, purge=purge)
+        if purge:
+            self._submitted.pop(name, None)
+        return info
 
-    def suspend(self, name: str) -> JobInfo:
+    def suspend(self, name: str, *, project: str | None = None) -> JobInfo:
         """Stop a Pending or Running job until `resume`: it checkpoints, frees its devices, reads Suspended."""
-        return self.backend().suspend(name)
+        return self._job(name, project).suspend(name)
 
-    def resume(self, name: str) -> JobInfo:
+    def resume(self, name: str, *, project: str | None = None) -> JobInfo:
         """Queue a Suspended job again; it goes on from its last checkpoint."""
-        return self.backend().resume(name)
+        return self._job(name, project).resume(name)
 
     def render(self, spec: JobSpec) -> list[dict]:
         """What `submit` would send to the job's backend (a dry run)."""
         spec = self._configured(spec, "render")
         return self.backend(spec.backend, project=spec.project).render(spec)
 
-    def exec(self, name: str, command: list[str], *, rank: int = 0) -> int:
+    def exec(self, name: str, command: list[str], *, rank: int = 0, project: str | None = None) -> int:
         """Run a command beside a Running job's rank; its exit code."""
-        return self.backend().exec(name, command, rank=rank)
+        return self._job(name, project).exec(name, command, rank=rank)
 
     def nodes(self) -> list[NodeInfo]:
         return self.backend().nodes()
@@ -252,9 +292,11 @@ class Client:
         """The notebooks among `list`'s jobs (of `project`; None: every project's)."""
         return [j for j in self.list(project=project, show_deleted=show_deleted) if j.spec.notebook]
 
-    def notebook_url(self, name: str) -> str:
-        backend = self.backend()
-        return backend.notebook_url(name, dtrain=self.dtrain_for(backend.name, self.default_project))
+    def notebook_url(self, name: str, *, project: str | None = None) -> str:
+        backend = self._job(name, project)
+        if project is None and isinstance(name, str):
+            project = self._submitted.get(name, (None, None))[1]
+        return backend.notebook_url(name, dtrain=self.dtrain_for(backend.name, project or self.default_project))
 
     def dtrain_for(self, backend: str, project: str | None = None) -> str:
         """The command a printed hint names: with --backend where `backend` is not the configured
@@ -262,9 +304,9 @@ class Client:
         default = self.config.backend_for(project or self.default_project)
         return "dtrain " if backend == default else f"dtrain --backend {backend} "
 
-    def artifacts(self, name: str, *, to: str | Path) -> Path:
+    def artifacts(self, name: str, *, to: str | Path, project: str | None = None) -> Path:
         """The job's model folder, copied (SageMaker: model.tar.gz downloaded and unpacked) into `to`."""
-        return self.backend().artifacts(name, to=to)
+        return self._job(name, project).artifacts(name, to=to)
 
     def configure_sagemaker(self, *, unset: tuple[str, ...] | list[str] = (), **settings) -> dict:
         """Merge settings (role, bucket, region, subnets, ...) into config.yaml, after removing the
@@ -435,6 +477,14 @@ class Client:
 
     def diff_snapshots(self, a: str, b: str) -> list[Change]:
         return self.backend().diff_snapshots(a, b)
+
+
+def _of_project(info: JobInfo, project: str) -> JobInfo:
+    """`info`, when its job is of `project` (a job verb's `project=`, the CLI's -p)."""
+    if info.spec.project != project:
+        raise NotFoundError(f"no job named {info.name!r} in project {project!r}: it is in project "
+                            f"{info.spec.project!r} (give project={info.spec.project!r}, or no project)")
+    return info
 
 
 def _check_spec(spec, verb: str) -> None:

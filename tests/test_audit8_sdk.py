@@ -1,0 +1,54 @@
+"""The SDK as a new user meets it (audit 8): job verbs reach a job on its project's backend,
+SDK refusals name SDK arguments, records print as JSON-ready values."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+import dtrain
+from dtrain.errors import NotFoundError
+
+
+@pytest.fixture
+def team_b_on_kubernetes(home, tmp_path):
+    """config.yaml maps project team-b to Kubernetes (an in-memory API server) and leaves the rest local."""
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+
+    server = FakeKubeServer(FakeCluster()).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    server.write_kubeconfig(kubeconfig)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(yaml.safe_dump({
+        "project": "default", "backend": "local", "project_backends": {"team-b": "kubernetes"},
+        "kubernetes": {"kubeconfig": str(kubeconfig), "image": "img:1"}}))
+    yield home
+    server.close()
+
+
+def test_verbs_on_a_job_reach_it_on_the_backend_of_its_project(team_b_on_kubernetes):
+    """The job went to Kubernetes (namespace dtrain-team-b), but get/logs/delete asked the local
+    backend, and get(backend='kubernetes') the configured project's namespace."""
+    client = dtrain.Client(home=team_b_on_kubernetes)
+    info = client.submit(dtrain.JobSpec(name="kjob", project="team-b", command=["python", "t.py"]))
+    assert info.backend == "kubernetes"
+    assert client.get("kjob").extra["namespace"] == "dtrain-team-b"
+    assert client.get("kjob", backend="kubernetes").backend == "kubernetes"
+    assert list(client.logs("kjob")) == []
+    other = dtrain.Client(home=team_b_on_kubernetes)  # did not submit it: project= says where, as -p does
+    with pytest.raises(NotFoundError):
+        other.get("kjob")
+    assert other.get("kjob", project="team-b").spec.project == "team-b"
+    assert client.delete("kjob").status == dtrain.JobStatus.DELETED
+
+
+def test_a_project_given_to_a_job_verb_finds_only_that_projects_job(home):
+    client = dtrain.Client(home=home)
+    client.create_project("team-x")
+    client.submit(dtrain.JobSpec(name="mine", command=["true"]))
+    assert client.wait("mine", timeout=120, project="default").status == dtrain.JobStatus.SUCCEEDED
+    with pytest.raises(NotFoundError, match=r"in project 'team-x': it is in project 'default' \(give project='default'"):
+        client.delete("mine", project="team-x")
+    assert client.get("mine").status == dtrain.JobStatus.SUCCEEDED  # nothing was deleted
