@@ -86,10 +86,11 @@ MAX_SIZE = 2**60  # 1Ei: above any disk or memory; keeps the numbers parse_size 
 MAX_QUANTITY_TEXT = 64  # characters of a quantity: '1.5Gi' is five
 
 
-def check_gpu_quota(value) -> int:
-    """A project's GPU quota: a whole number from 0 to MAX_GPU_QUOTA."""
+def check_gpu_quota(value, what: str = "--gpu-quota") -> int:
+    """A project's GPU quota: a whole number from 0 to MAX_GPU_QUOTA. `what` names it where it was
+    given: the CLI's flag (and the HTTP API's, which answers as the CLI), or the SDK's argument."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPU_QUOTA:
-        raise SpecError(f"invalid --gpu-quota {shown(value)}: use a whole number from 0 to {MAX_GPU_QUOTA}")
+        raise SpecError(f"invalid {what} {shown(value)}: use a whole number from 0 to {MAX_GPU_QUOTA}")
     return value
 
 

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import dtrain
-from dtrain.errors import NotFoundError
+from dtrain.errors import NotFoundError, SpecError
 
 
 @pytest.fixture
@@ -52,3 +52,27 @@ def test_a_project_given_to_a_job_verb_finds_only_that_projects_job(home):
     with pytest.raises(NotFoundError, match=r"in project 'team-x': it is in project 'default' \(give project='default'"):
         client.delete("mine", project="team-x")
     assert client.get("mine").status == dtrain.JobStatus.SUCCEEDED  # nothing was deleted
+
+
+@pytest.mark.parametrize(("given", "said"), [
+    ({"gpu_quota": -1}, r"^invalid gpu_quota -1: use a whole number"),
+    ({"gpu_quota": "2"}, r"^invalid gpu_quota '2': use a whole number"),
+    ({"gpu_quota": 1, "no_gpu_quota": True}, r"^gpu_quota and no_gpu_quota contradict each other"),
+])
+def test_create_project_refusals_name_the_sdk_arguments_not_the_cli_flags(home, given, said):
+    with pytest.raises(SpecError, match=said):
+        dtrain.Client(home=home).create_project("team", **given)
+
+
+def test_the_cli_still_names_its_flag(dt):
+    bad = dt("project", "create", "team", "--gpu-quota", "-1", check=False)
+    assert bad.returncode == 2 and "invalid --gpu-quota -1: use a whole number" in bad.stderr
+
+
+def test_a_quota_above_the_machine_names_no_door(home, monkeypatch):
+    """'use --gpu-quota 2 or less' from the SDK (and the HTTP API) named a flag neither has."""
+    from dtrain.errors import QuotaError
+
+    monkeypatch.setenv("DTRAIN_GPUS", "2")
+    with pytest.raises(QuotaError, match=r"larger than this machine's 2 GPUs; give a quota of 2 or less$"):
+        dtrain.Client(home=home).create_project("team", gpu_quota=3)

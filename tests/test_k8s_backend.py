@@ -537,5 +537,5 @@ def test_a_projects_gpu_quota_can_be_removed_and_a_bare_create_keeps_it(backend,
         cluster.get("", "resourcequotas", NS, "dtrain-quota")
     backend.create_project("lanes", no_gpu_quota=True)  # none to remove: still fine
     assert {p.name: p.gpu_quota for p in backend.list_projects()}["lanes"] is None
-    with pytest.raises(SpecError, match="^--gpu-quota and --no-gpu-quota contradict each other: give one of them$"):
+    with pytest.raises(SpecError, match="^gpu_quota and no_gpu_quota contradict each other: give one of them$"):
         backend.create_project("lanes", gpu_quota=1, no_gpu_quota=True)

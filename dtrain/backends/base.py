@@ -471,9 +471,9 @@ class Backend(abc.ABC):
         check_name(name, "project")
         _flag(no_gpu_quota, "no_gpu_quota")
         if gpu_quota is not None:
-            check_gpu_quota(gpu_quota)
+            check_gpu_quota(gpu_quota, "gpu_quota")  # the CLI checks its --gpu-quota first, in its words
         if no_gpu_quota and gpu_quota is not None:
-            raise SpecError("--gpu-quota and --no-gpu-quota contradict each other: give one of them")
+            raise SpecError("gpu_quota and no_gpu_quota contradict each other: give one of them")
         self._create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)
 
     def list_projects(self) -> list[ProjectInfo]:

@@ -15,7 +15,7 @@ from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.config import BACKENDS
 from dtrain.errors import DtrainError, NotFoundError, SpecError
-from dtrain.names import require_project
+from dtrain.names import check_gpu_quota, require_project
 from dtrain.spec import check_name
 
 # Workload commands: (group, verb) -> (module, function, help). The function is the module's
@@ -151,6 +151,8 @@ def cmd_project(args, client: Client) -> int:
         if existed and args.gpu_quota is None and not args.no_gpu_quota:
             print(f"project '{args.name}' already exists (unchanged)")
             return 0
+        if args.gpu_quota is not None:
+            check_gpu_quota(args.gpu_quota)  # named as the flag (the SDK names its argument)
         client.create_project(args.name, gpu_quota=args.gpu_quota, no_gpu_quota=args.no_gpu_quota)
         quota = f" with a GPU quota of {args.gpu_quota}" if args.gpu_quota is not None else ""
         now = "no GPU quota now" if args.no_gpu_quota else f"a GPU quota of {args.gpu_quota} now"

@@ -657,7 +657,7 @@ class LocalBackend(Backend):
         gpus = len(inventory())
         if gpu_quota is not None and gpu_quota > gpus:
             raise QuotaError(f"a GPU quota of {gpu_quota} is larger than this machine's {gpus} GPUs; "
-                             f"use --gpu-quota {gpus} or less")
+                             f"give a quota of {gpus} or less")
         self.store.upsert_project(name, gpu_quota, keep_quota=gpu_quota is None and not no_gpu_quota)
 
     def _list_projects(self) -> list[ProjectInfo]:
