@@ -135,6 +135,52 @@ class NewVolume:
 
 Volume = VolumeMount | NewVolume
 
+# Names a Kubernetes or Kubeflow user gives a mount's fields (V1VolumeMount, a PVC volume source)
+_VOLUME_ALIASES = {"name": "volume", "claim_name": "volume", "claimname": "volume", "pvc": "volume",
+                   "path": "mount_path", "mountpath": "mount_path", "readonly": "read_only",
+                   "class": "storage_class", "storageclass": "storage_class", "storage_class_name": "storage_class",
+                   "storageclassname": "storage_class"}
+
+
+def _volume_init(cls, example: str):
+    """A mount's __init__ taking its fields by position too, in the order of its --pvc string
+    (VolumeMount('data', '/mnt')), with a wrong or missing field the SpecError every other bad
+    value is, naming the field meant, not a TypeError from the generated __init__."""
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        import difflib
+
+        names = [f.name for f in dataclasses.fields(cls)]
+        if len(args) > len(names):
+            raise SpecError(f"{cls.__name__} takes at most {len(names)} values ({', '.join(names)}), not "
+                            f"{len(args)}: {example}")
+        given = dict(zip(names, args))
+        twice = sorted(set(given) & set(kwargs))
+        if twice:
+            raise SpecError(f"{cls.__name__} got {twice[0]} twice, by position and by name: {example}")
+        unknown = sorted(set(kwargs) - set(names), key=str)
+        if unknown:
+            key = unknown[0]
+            folded = key.lower().replace("-", "_") if isinstance(key, str) else ""
+            near = _VOLUME_ALIASES.get(folded) or _VOLUME_ALIASES.get(folded.replace("_", ""))
+            near = near if near in names else next(iter(difflib.get_close_matches(folded, names, n=1)), None)
+            hint = f" (did you mean '{near}'?)" if near else ""
+            raise SpecError(f"{cls.__name__} got unknown field(s) {_keys(unknown)}{hint}: its fields are "
+                            f"{', '.join(names)}, e.g. {example}")
+        given.update(kwargs)
+        missing = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING and f.name not in given]
+        if missing:
+            raise SpecError(f"{cls.__name__} needs {missing[0]}=...: {example}")
+        init(self, **given)
+    return __init__
+
+
+VolumeMount.__init__ = _volume_init(VolumeMount, "VolumeMount(volume='data', mount_path='/mnt')")  # type: ignore[method-assign]
+NewVolume.__init__ = _volume_init(  # type: ignore[method-assign]
+    NewVolume, "NewVolume(storage_class='local', size='10Gi', mount_path='/mnt/scratch')")
+
 
 # Where a container runtime puts the kernel's own file systems: a volume there would hide them
 # (Kubernetes runtimes refuse /proc and /sys; bubblewrap fails inside them). /dev/shm is a volume's

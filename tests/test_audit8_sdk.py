@@ -76,3 +76,33 @@ def test_a_quota_above_the_machine_names_no_door(home, monkeypatch):
     monkeypatch.setenv("DTRAIN_GPUS", "2")
     with pytest.raises(QuotaError, match=r"larger than this machine's 2 GPUs; give a quota of 2 or less$"):
         dtrain.Client(home=home).create_project("team", gpu_quota=3)
+
+
+def test_a_mount_takes_its_fields_by_position_in_the_order_of_its_pvc_string():
+    """VolumeMount('data', '/mnt') was a TypeError from the generated __init__."""
+    assert dtrain.VolumeMount("data", "/mnt", True) == dtrain.parse_pvc("data:/mnt:ro")
+    assert dtrain.NewVolume("local", "1Gi", "/mnt/s") == dtrain.parse_pvc("local:1Gi:/mnt/s")
+
+
+@pytest.mark.parametrize(("make", "said"), [
+    (lambda: dtrain.VolumeMount(volume="data", mount_path="/mnt", readonly=True), r"readonly \(did you mean 'read_only'\?\)"),
+    (lambda: dtrain.VolumeMount(name="data", mount_path="/mnt"), r"name \(did you mean 'volume'\?\)"),
+    (lambda: dtrain.VolumeMount("data"), r"VolumeMount needs mount_path=\.\.\."),
+    (lambda: dtrain.VolumeMount("data", "/mnt", False, 1), r"takes at most 3 values"),
+    (lambda: dtrain.NewVolume("local", "1Gi", size="2Gi", mount_path="/m"), r"got size twice"),
+])
+def test_a_mount_made_wrong_is_a_spec_error_naming_the_field(make, said):
+    with pytest.raises(SpecError, match=said):
+        make()
+
+
+def test_records_to_dict_give_lists_as_json_does(home, monkeypatch):
+    """NodeInfo.to_dict() gave gpus as a tuple (and JobInfo's processes and events): not what the
+    HTTP API's JSON and --json give, so a comparison with them failed."""
+    monkeypatch.setenv("DTRAIN_GPUS", "2")
+    client = dtrain.Client(home=home)
+    node = client.nodes()[0].to_dict()
+    assert isinstance(node["gpus"], list) and node == json.loads(json.dumps(node))
+    client.submit(dtrain.JobSpec(name="one", command=["true"]))
+    record = client.wait("one", timeout=120).to_dict()
+    assert record == json.loads(json.dumps(record))

@@ -101,7 +101,7 @@ class JobInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """The record as `--json` prints it: the same fields as the HTTP API's Job (server/wire.py)."""
-        d = asdict(self)
+        d = _plain(asdict(self))
         d["spec"] = self.spec.to_dict()
         d["status"] = self.status.value
         d.update(project=self.spec.project, kind=self.spec.kind, gpus_requested=self.spec.gpus_requested,
@@ -135,9 +135,18 @@ class JobSummary:
     unfinished: tuple[JobInfo, ...]  # in the order they were submitted
 
 
+def _plain(value):
+    """`value` with every tuple a list, as JSON and the HTTP API give it (asdict keeps tuples)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
 class _Record:
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)  # type: ignore[call-overload]
+        return _plain(asdict(self))  # type: ignore[call-overload]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -167,7 +176,7 @@ class NodeInfo:
     gpus: tuple[GpuInfo, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        return _plain(asdict(self))
 
 
 @dataclass(frozen=True, kw_only=True)
