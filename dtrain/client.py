@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Iterator
 
 from dtrain.backends.base import (MAX_TAIL, Backend, FreedInfo, JobInfo, JobPage, JobStatus, JobSummary, LogLine,
                                   NodeInfo, Progress, ProjectInfo, SnapshotInfo, StorageClassInfo, TimeoutError_,
-                                  VolumeInfo)
+                                  VolumeInfo, check_page, check_status, newest_first)
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.names import shown
@@ -185,27 +185,38 @@ class Client:
         info = self._job_backend(name, project, backend).get(name)
         return info if project is None else _of_project(info, project)
 
-    def list(self, *, project: str | None = None, show_deleted: bool = True, selector: str | None = None) -> list[JobInfo]:
-        """Jobs of `project` (None: every project); without `show_deleted`, not the Deleted ones
-        (what `dtrain list jobs` and the HTTP list show unless asked); with `selector`, those whose
-        labels match it (kubectl's `-l`: `KEY=VALUE,KEY!=VALUE,KEY,!KEY`). A project the local
-        backend does not know is a NotFoundError, not an empty list (`check_project`)."""
+    def list(self, *, project: str | None = None, show_deleted: bool = True, selector: str | None = None,
+             status: JobStatus | str | None = None) -> list[JobInfo]:
+        """Jobs of `project` (None: every project), in the order they were submitted; without
+        `show_deleted`, not the Deleted ones (what `dtrain list jobs` and the HTTP list show unless
+        asked); with `selector`, those whose labels match it (kubectl's `-l`:
+        `KEY=VALUE,KEY!=VALUE,KEY,!KEY`); with `status` (a JobStatus or its word), only those in it
+        (`status="Deleted"` shows them whatever `show_deleted` says). A project the local backend
+        does not know is a NotFoundError, not an empty list (`check_project`)."""
         if not isinstance(show_deleted, bool):
             raise SpecError(f"invalid show_deleted {shown(show_deleted)}: use True or False")
+        status = check_status(status)
         terms = None if selector is None else parse_selector(selector)  # a bad one: refused before any read
         backend = self.backend(project=project)
         jobs = backend.list(project=project)
         if not jobs and project is not None:
             self.check_project(project)
         expired = self._forget_expired(backend, jobs)
-        return [j for j in jobs if j.name not in expired and (show_deleted or j.status != JobStatus.DELETED)
+        return [j for j in jobs if j.name not in expired
+                and (j.status == status if status is not None else show_deleted or j.status != JobStatus.DELETED)
                 and (terms is None or selects(terms, j.spec.labels))]
 
     def page(self, *, project: str | None = None, status: JobStatus | str | None = None, limit: int | None = None,
-             offset: int = 0) -> JobPage:
+             offset: int = 0, selector: str | None = None) -> JobPage:
         """A page of the jobs of `project` (None: every project) in `status` (None: all but
         Deleted), newest first: `offset` skipped, at most `limit` (1 to 1000; None: the rest),
-        with `total`, how many matched (the dashboard's Jobs table)."""
+        with `total`, how many matched (the dashboard's Jobs table). `selector` keeps the jobs
+        whose labels match it (as `list`'s) before the count and the page."""
+        if selector is not None:  # labels are matched on the records: the list, filtered, then paged
+            status = check_status(status)
+            check_page(limit, offset)
+            jobs = self.list(project=project, selector=selector, status=status, show_deleted=False)
+            return newest_first(jobs, limit, offset)
         backend = self._expired_forgotten(project)
         page = backend.page(project=project, status=status, limit=limit, offset=offset)
         if not page.total and project is not None:

@@ -106,3 +106,25 @@ def test_records_to_dict_give_lists_as_json_does(home, monkeypatch):
     client.submit(dtrain.JobSpec(name="one", command=["true"]))
     record = client.wait("one", timeout=120).to_dict()
     assert record == json.loads(json.dumps(record))
+
+
+def test_page_and_list_take_the_filters_the_http_list_takes(home):
+    """The HTTP API paged the label_selector'd jobs itself (a twin of the backends' paging): now
+    Client.page(selector=...) and Client.list(status=...) do it, and the route only calls them."""
+    client = dtrain.Client(home=home)
+    for name, team in (("a", "x"), ("b", "y"), ("c", "x"), ("d", "x")):
+        client.submit(dtrain.JobSpec(name=name, labels={"team": team}, command=["true"]))
+        client.wait(name, timeout=120)
+    client.delete("d")
+    page = client.page(selector="team=x", limit=1)
+    assert (page.total, [j.name for j in page.jobs]) == (2, ["c"])
+    assert [j.name for j in client.page(selector="team=x", offset=1).jobs] == ["a"]
+    assert [j.name for j in client.page(selector="team=x", status="Deleted").jobs] == ["d"]
+    assert [j.name for j in client.list(status=dtrain.JobStatus.DELETED, show_deleted=False)] == ["d"]
+    assert [j.name for j in client.list(status="Succeeded", selector="team=x")] == ["a", "c"]
+    with pytest.raises(SpecError, match="invalid status 'Done'"):
+        client.list(status="Done")
+    with pytest.raises(SpecError, match="invalid limit 0"):
+        client.page(selector="team=x", limit=0)
+    with pytest.raises(NotFoundError, match="no project named 'nope'"):
+        client.page(project="nope", selector="team=x")

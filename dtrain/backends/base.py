@@ -135,6 +135,31 @@ class JobSummary:
     unfinished: tuple[JobInfo, ...]  # in the order they were submitted
 
 
+def check_status(status: JobStatus | str | None) -> JobStatus | None:
+    """A status filter: a JobStatus, or its word as the HTTP API gives it; None: no filter."""
+    if status is None or isinstance(status, JobStatus):
+        return status
+    try:
+        return JobStatus(status)
+    except (ValueError, TypeError):
+        raise SpecError(f"invalid status {shown(status)}: use one of {', '.join(s.value for s in JobStatus)}") from None
+
+
+def check_page(limit: int | None, offset: int) -> None:
+    """A page's bounds: at most `limit` jobs (1 to MAX_PAGE; None: the rest) after `offset` of them."""
+    if limit is not None and (not _whole(limit) or not 1 <= limit <= MAX_PAGE):
+        raise SpecError(f"invalid limit {shown(limit)}: use a number of jobs from 1 to {MAX_PAGE}, e.g. 20")
+    if not _whole(offset) or not 0 <= offset <= MAX_OFFSET:
+        raise SpecError(f"invalid offset {shown(offset)}: use a number of jobs from 0 to {MAX_OFFSET}")
+
+
+def newest_first(jobs, limit: int | None, offset: int) -> JobPage:
+    """`jobs` as a page: newest first (by creation time, then name, so that pages never overlap
+    while nothing is submitted), `offset` skipped, at most `limit` kept; `total` counts them all."""
+    jobs = sorted(jobs, key=lambda j: (j.created, j.name), reverse=True)
+    return JobPage(total=len(jobs), jobs=tuple(jobs[offset:] if limit is None else jobs[offset:offset + limit]))
+
+
 def _plain(value):
     """`value` with every tuple a list, as JSON and the HTTP API give it (asdict keeps tuples)."""
     if isinstance(value, dict):
@@ -317,23 +342,13 @@ class Backend(abc.ABC):
         submitted), `offset` of them skipped and at most `limit` kept (None: the rest); `total`
         counts them all. The default filters `_list`; a backend that can page at its source (the
         local one's SQL) implements `_page` and builds only the page's records."""
-        if status is not None and not isinstance(status, JobStatus):
-            try:
-                status = JobStatus(status)  # the word, as the HTTP API gives it
-            except ValueError:
-                raise SpecError(f"invalid status {shown(status)}: use one of "
-                                f"{', '.join(s.value for s in JobStatus)}") from None
-        if limit is not None and (not _whole(limit) or not 1 <= limit <= MAX_PAGE):
-            raise SpecError(f"invalid limit {shown(limit)}: use a number of jobs from 1 to {MAX_PAGE}, e.g. 20")
-        if not _whole(offset) or not 0 <= offset <= MAX_OFFSET:
-            raise SpecError(f"invalid offset {shown(offset)}: use a number of jobs from 0 to {MAX_OFFSET}")
+        status = check_status(status)
+        check_page(limit, offset)
         return self._page(project=project, status=status, limit=limit, offset=offset)
 
     def _page(self, *, project: str | None, status: JobStatus | None, limit: int | None, offset: int) -> JobPage:
-        jobs = [j for j in self.list(project=project)
-                if (j.status != JobStatus.DELETED if status is None else j.status == status)]
-        jobs.sort(key=lambda j: (j.created, j.name), reverse=True)
-        return JobPage(total=len(jobs), jobs=tuple(jobs[offset:] if limit is None else jobs[offset:offset + limit]))
+        return newest_first([j for j in self.list(project=project)
+                             if (j.status != JobStatus.DELETED if status is None else j.status == status)], limit, offset)
 
     def summary(self, *, project: str | None = None) -> JobSummary:
         """The jobs of `project` (None: every project) counted by project and status, and the

@@ -52,19 +52,11 @@ def list_jobs(request: Request, response: Response, project: Annotated[str | Non
     credentials: the --local jobs only), as `dtrain list` warns. `label_selector` keeps the jobs
     whose labels match it (`dtrain list -l`), before `status`, the count and the page."""
     c = client(request)  # a project that is a typo: c.list / c.page raise NotFoundError, a 404
-    if label_selector is not None:  # labels are matched on the records: the list, filtered, then paged
-        jobs = c.list(project=project, show_deleted=status == "Deleted", selector=label_selector)
-        jobs = [j for j in jobs if (j.status.value == status if status else j.status != JobStatus.DELETED)]
-        total = len(jobs)
-        if limit is not None or offset is not None:  # the page's order: newest first
-            jobs.sort(key=lambda j: (j.created, j.name), reverse=True)
-            jobs = jobs[offset or 0:] if limit is None else jobs[offset or 0:(offset or 0) + limit]
-    elif limit is not None or offset is not None:  # paged by the backend: only the page's jobs are read
-        page = c.page(project=project, status=status, limit=limit, offset=offset or 0)
+    if limit is not None or offset is not None:  # without a selector, only the page's jobs are read
+        page = c.page(project=project, status=status, limit=limit, offset=offset or 0, selector=label_selector)
         jobs, total = list(page.jobs), page.total
     else:
-        jobs = c.list(project=project, show_deleted=status == "Deleted")
-        jobs = [j for j in jobs if status is None or j.status.value == status]
+        jobs = c.list(project=project, show_deleted=False, status=status, selector=label_selector)
         total = len(jobs)
     response.headers["x-total-count"] = str(total)
     unlisted = c.backend(project=project).unlisted
