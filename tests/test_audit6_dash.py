@@ -104,9 +104,9 @@ def test_pages_show_nvml_gpus_in_the_tables_units_and_long_messages_wrap(home, t
 
             node = dt.json("nodes")[0]
             browser.get(server.url + "/#/nodes")
-            wait_until(lambda: "holds-gpu" in text_of(browser, "#gpus-table"), what="the GPU table")
-            assert text_of(browser, "#gpu-alloc") == f"{node['gpus_allocated']} / {node['gpus_allocatable']}"
-            rows = browser.execute_script("return [...document.querySelectorAll('#gpus-table tbody tr')]"
+            wait_until(lambda: "holds-gpu" in text_of(browser, ".gpus-table"), what="the GPU table")
+            assert text_of(browser, ".gpu-alloc") == f"{node['gpus_allocated']} / {node['gpus_allocatable']}"
+            rows = browser.execute_script("return [...document.querySelectorAll('.gpus-table tbody tr')]"
                                           ".map(r => [...r.cells].map(c => c.innerText.trim()))")
             assert [r[3] for r in rows] == ["42%", "-"] and {r[4] for r in rows} == {"3.0 GiB / 80.0 GiB"}
             axis = """const card = [...document.querySelectorAll('.node .card')]

@@ -119,10 +119,10 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
         assert "lane-detection" in text_of(browser, row) and text_of(browser, row + " td.gpus") == "1 (1)"
 
         browser.get(server.url + "/#/nodes")
-        wait.until(lambda d: "train-lanes" in text_of(d, "#gpus-table"))
-        gpus = dict(attrs_of(browser, "#gpus-table tbody tr", "data-gpu", "td.job"))
+        wait.until(lambda d: "train-lanes" in text_of(d, ".gpus-table"))
+        gpus = dict(attrs_of(browser, ".gpus-table tbody tr", "data-gpu", "td.job"))
         assert sorted(gpus.values()) == ["free", "train-lanes"] and set(gpus) == {"0", "1"}
-        assert text_of(browser, "#gpu-alloc") == "1 / 2"
+        assert text_of(browser, ".gpu-alloc") == "1 / 2"
         shot(browser, tmp_path, "dashboard-nodes.png")
 
         browser.get(server.url + "/#/jobs")
@@ -480,7 +480,7 @@ def test_a_buttons_refusal_stays_on_screen_past_the_next_refresh(browser, home, 
         wait.until(lambda d: text_of(d, "#updated") not in ("", refreshed))  # the table was read again since
         assert "this server is read-only (POST refused)" in text_of(browser, "#banner")
         browser.get(server.url + "/#/nodes")  # another page: the refusal was the last one's
-        wait.until(lambda d: d.find_elements(By.ID, "gpus-table") or "no GPUs" in text_of(d, "main"))
+        wait.until(lambda d: d.find_elements(By.CLASS_NAME, "gpus-table") or "no GPUs" in text_of(d, "main"))
         wait.until(lambda d: text_of(d, "#banner") == "")
     finally:
         server.stop()

@@ -376,6 +376,8 @@ function follow(name, rank) {
 }
 
 // ---- nodes ---------------------------------------------------------------------------------
+// Each node's card holds the same parts: their ids are suffixed with the node's name (an id is one element of
+// the page: #gpus-table and #gpu-alloc were repeated on every node), their classes are not (.gpus-table).
 function nodesPage(main) {
   const holder = h("div", {});
   main.append(h("h1", {}, "Nodes"), holder);
@@ -386,14 +388,14 @@ function nodesPage(main) {
       const gpus = table(["GPU", "Name", "Job", "Utilization", "Memory used / total"], n.gpus.map(g => h("tr", {"data-gpu": g.index},
         h("td", {}, g.index), h("td", {}, g.name || "-"), h("td", {class: "job"}, g.job ? jobLink(g.job) : "free"),
         h("td", {}, g.utilization === null ? "-" : h("span", {}, h("span", {class: "bar"}, h("i", {style: `width:${g.utilization}%`})), ` ${g.utilization.toFixed(0)}%`)),
-        h("td", {}, `${size(g.memory_used)} / ${size(g.memory_total)}`))), {id: "gpus-table"});
+        h("td", {}, `${size(g.memory_used)} / ${size(g.memory_total)}`))), {id: "gpus-table-" + n.name, class: "gpus-table"});
       const mine = hist.filter(s => s.node === n.name);
       const byGpu = key => n.gpus.map(g => ({name: "GPU " + g.index, points: mine.filter(s => s.gpu === g.index).map(s => [s.time, s[key]])}));
       const t = x => new Date(x * 1000).toLocaleTimeString();
       const held = n.gpus.map(g => ({name: "GPU " + g.index, points: mine.filter(s => s.gpu === g.index).map(s => [s.time, s.job ? 1 : 0])}));
       return h("div", {class: "card node", "data-node": n.name},
         h("h2", {}, n.name), h("div", {class: "kv"},
-          h("div", {}, "GPUs allocated / allocatable"), h("div", {id: "gpu-alloc"}, `${n.gpus_allocated} / ${n.gpus_allocatable}`),
+          h("div", {}, "GPUs allocated / allocatable"), h("div", {id: "gpu-alloc-" + n.name, class: "gpu-alloc"}, `${n.gpus_allocated} / ${n.gpus_allocatable}`),
           h("div", {}, "CPUs"), h("div", {}, n.cpus ?? "-"), h("div", {}, "Memory"), h("div", {}, size(n.memory))),
         h("h2", {}, "GPUs"), n.gpus.length ? gpus : h("p", {class: "muted"}, "no GPUs"),
         n.gpus.length ? h("div", {class: "row"},
