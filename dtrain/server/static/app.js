@@ -73,6 +73,7 @@ function showBanner(text) {
 async function act(path, opts) {  // a button's call: its refusal stays on screen
   try { await api(path, opts); refusal = ""; } catch (e) { refusal = e.message; }
   showBanner("");
+  refresh();  // the change shown now, not at the next poll (a finished job's page polls no more)
 }
 
 function age(ts) {
@@ -101,25 +102,43 @@ const jobLink = name => h("a", {href: "#/job/" + encodeURIComponent(name)}, name
 // Poll fn: the next run is scheduled when this one has ended, never beside it (a slow server got a new
 // round of requests every `ms` while the last ones still waited), `ms` after a success and twice the
 // last wait after a failure (up to BACKOFF_MAX_MS). A run that ends after the page changed stops there.
+// fn's answer STOP ends the polling: a finished job's page changes no more, and was read every 4 s for as
+// long as the tab stayed open. A button's action runs the page's polls at once (refresh()), a stopped one too.
+const STOP = Symbol("stop");
+const FINAL = new Set(["Succeeded", "Failed", "Deleted"]);  // JobStatus.terminal: nothing of the job runs again
+let pollers = [];  // run() of this page's polls
 function every(fn, ms) {
   const mine = view, timer = {id: null};
-  let wait = ms;
+  let wait = ms, busy = false, again = false;
   timers.push(timer);
   const run = async () => {
+    clearTimeout(timer.id);
+    if (busy) { again = true; return; }  // one run at a time: the one in flight runs again when it ends
+    busy = true;
+    let stop = false;
     try {
-      await fn();
+      stop = (await fn()) === STOP;
       if (mine !== view) return;
       showBanner("");
-      document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString(undefined, ZONED);
+      document.getElementById("updated").textContent = "updated " + new Date().toLocaleTimeString(undefined, ZONED)
+        + (stop ? " (final: no longer refreshed)" : "");
       wait = ms;
     } catch (e) {
       if (mine !== view) return;
       showBanner(e.message);
       wait = Math.min(wait * 2, BACKOFF_MAX_MS);
+    } finally {
+      busy = false;
     }
-    timer.id = setTimeout(run, wait);
+    if (again) { again = false; return run(); }
+    if (!stop) timer.id = setTimeout(run, wait);
   };
+  pollers.push(run);
   run();
+}
+
+function refresh() {
+  pollers.forEach(run => run());
 }
 
 // The server's GPU samples of the last minutes, as a page keeps them: each poll asks only for those taken
@@ -243,7 +262,9 @@ function jobPage(main, name) {
               h("div", {class: "card"}, h("h2", {}, "Status events"), events)),
               h("div", {class: "row"}, h("div", {class: "card"}, h("h2", {}, "Snapshots"), snaps),
               h("div", {class: "card"}, h("h2", {}, "Spec"), spec)));
-  let ranksShown = 0, wasSuspended = false, following = false;
+  // A job in a final state changes no more: its page stops polling once it has read it so twice (the second
+  // read takes what came just after the end: the snapshot of its results, its last curve points).
+  let ranksShown = 0, wasSuspended = false, following = false, finalReads = 0;
   const history = gpuHistory();
   every(async () => {
     const j = await api("/jobs/" + encodeURIComponent(name));
@@ -274,6 +295,8 @@ function jobPage(main, name) {
       h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
       : h("p", {class: "muted"}, "none"));
     await drawCurves(curves, name, history);
+    finalReads = FINAL.has(j.status) ? finalReads + 1 : 0;
+    return finalReads >= 2 ? STOP : undefined;
   }, REFRESH_MS * 2);
 }
 
@@ -535,6 +558,7 @@ function route() {
   view++;
   timers.forEach(t => clearTimeout(t.id));
   timers = [];
+  pollers = [];
   reads.forEach(ctl => ctl.abort());
   reads = new Set();
   if (stream) { stream.close(); stream = null; }

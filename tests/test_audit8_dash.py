@@ -1,0 +1,121 @@
+"""Audit 8, the dashboard and /metrics: ids unique on a page of several nodes, a finished job's page
+that stops polling, and the GPU model as a label of the per-GPU metrics."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+from server_util import ServerProcess, ThreadServer, wait_until  # noqa: E402
+
+# ---- the pages ------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def two_node_cluster(home):
+    """A server over the Kubernetes backend and the shipped fake API server, with two GPU nodes."""
+    from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+    from dtrain.client import Client
+    from dtrain.server.app import create_app
+
+    cluster = FakeCluster()
+    for name, gpus, product in (("node-a", 2, "NVIDIA A100-SXM4-80GB"), ("node-b", 1, "NVIDIA H100 80GB HBM3")):
+        allocatable = {"cpu": "16", "memory": "64Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+        cluster.create({"apiVersion": "v1", "kind": "Node",
+                        "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product}},
+                        "status": {"allocatable": allocatable, "capacity": dict(allocatable)}})
+    fake = FakeKubeServer(cluster).start()
+    apis = []
+
+    def make_client() -> Client:
+        api = fake.api_client()
+        apis.append(api)
+        backend = KubernetesBackend(KubernetesConfig(project="lanes", image="ghcr.io/example/lanes:1"), api_client=api)
+        return Client(home=home, backend="kubernetes", backends={"kubernetes": backend})
+
+    server = ThreadServer(create_app(make_client, sample_every=3600))
+    try:
+        yield server, cluster
+    finally:
+        server.stop()
+        for api in apis:
+            api.close()
+        fake.close()
+
+
+DUPLICATE_IDS = """const seen = {}; document.querySelectorAll('[id]').forEach(e => seen[e.id] = (seen[e.id] || 0) + 1);
+                   return Object.keys(seen).filter(id => seen[id] > 1);"""
+
+
+@pytest.mark.slow  # a browser: about 10 s
+def test_the_nodes_page_of_several_nodes_repeats_no_id(home):
+    """Each node's card had an element with id gpus-table and one with id gpu-alloc: with two nodes the
+    page held each id twice, and document.getElementById('gpu-alloc') (a script's, a test's) read the first
+    node's only. Each id is now suffixed with its node; the class keeps the common name."""
+    pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+    browser_tests = pytest.importorskip("test_dashboard_browser")
+    text_of = browser_tests.text_of
+    with two_node_cluster(home) as (server, _), browser_tests.chrome() as browser:
+        browser.get(server.url + "/#/nodes")
+        wait_until(lambda: browser.execute_script("return document.querySelectorAll('.node table').length") == 2,
+                   what="two nodes' GPU tables")
+        assert browser.execute_script(DUPLICATE_IDS) == []
+        for node, alloc, models in (("node-a", "0 / 2", ["NVIDIA A100-SXM4-80GB"] * 2),
+                                    ("node-b", "0 / 1", ["NVIDIA H100 80GB HBM3"])):
+            assert text_of(browser, f"#gpu-alloc-{node}") == alloc
+            assert text_of(browser, f"[data-node='{node}'] .gpu-alloc") == alloc
+            rows = browser.execute_script("return [...document.getElementById(arguments[0]).tBodies[0].rows]"
+                                          ".map(r => r.cells[1].innerText)", f"gpus-table-{node}")
+            assert rows == models
+
+
+def job_reads(browser, name: str) -> int:
+    """How many times the page has asked for the job's record (not its logs, metrics or snapshots)."""
+    return browser.execute_script(
+        "return performance.getEntriesByType('resource').filter(e => new URL(e.name).pathname === arguments[0]).length",
+        f"/api/v1/jobs/{name}")
+
+
+@pytest.mark.slow  # a browser, a server and two jobs: about 30 s
+def test_a_finished_jobs_page_stops_polling_and_an_active_ones_does_not(home, tmp_path):
+    """A finished job's page read the job every 4 s for as long as the tab was open. It now stops once it
+    has read a final state (and shows it), while a Running job's page goes on; Delete on a finished job's
+    page shows Deleted at once, though that page polls no more."""
+    browser_tests = pytest.importorskip("test_dashboard_browser")
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    text_of = browser_tests.text_of
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        dt = server.dtrain()
+        dt("submit", "done", "--", "sh", "-c", "echo finished")
+        dt("submit", "runs", "--", "sleep", "300")
+        dt.wait_for("done", {"Succeeded"})
+        dt.wait_for("runs", {"Running"})
+        with browser_tests.chrome() as browser:
+            browser.execute_script("performance.setResourceTimingBufferSize(100000)")
+            browser.get(server.url + "/#/job/done")
+            browser.execute_script("performance.setResourceTimingBufferSize(100000)")
+            wait_until(lambda: "no longer refreshed" in text_of(browser, "#updated"), what="the polling's end")
+            assert text_of(browser, "#job-status") == "Succeeded" and "finished" in text_of(browser, "#logs")
+            reads = job_reads(browser, "done")
+            time.sleep(9)  # two polls' time and more
+            assert job_reads(browser, "done") == reads
+            assert text_of(browser, "#job-status") == "Succeeded"
+
+            browser_tests.click(browser, "#job-head button.danger")  # Delete, confirmed
+            WebDriverWait(browser, 30).until(expected_conditions.alert_is_present()).accept()
+            wait_until(lambda: text_of(browser, "#job-status") == "Deleted", what="the deletion shown")
+            assert not browser.find_elements("css selector", "#job-head button")
+
+            browser.get(server.url + "/#/job/runs")
+            wait_until(lambda: text_of(browser, "#job-status") == "Running", what="the running job")
+            reads = job_reads(browser, "runs")
+            time.sleep(9)
+            assert job_reads(browser, "runs") >= reads + 2
+            assert "no longer refreshed" not in text_of(browser, "#updated")
+    finally:
+        server.stop()
