@@ -8,8 +8,43 @@ import time
 
 import pytest
 
+from test_audit6_dash import nvml_env
+
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
 from server_util import ServerProcess, ThreadServer, wait_until  # noqa: E402
+
+PER_GPU = ("dtrain_gpu_utilization_percent", "dtrain_gpu_memory_used_bytes", "dtrain_gpu_memory_total_bytes",
+           "dtrain_gpu_allocated")
+
+
+def per_gpu_samples(text: str) -> list:
+    return [s for f in text_string_to_metric_families(text) if f.name in PER_GPU for s in f.samples]
+
+
+def test_per_gpu_metrics_carry_the_gpu_model(home, tmp_path, monkeypatch):
+    """/metrics named a GPU by node and index only: nothing said which model it was, so utilisation could
+    not be grouped by model as dcgm-exporter's `modelName` groups it. Each per-GPU series now has the name
+    NVML gives (the one `dtrain nodes` shows)."""
+    monkeypatch.delenv("DTRAIN_GPUS", raising=False)
+    server = ServerProcess(home, env=nvml_env(tmp_path), cwd=tmp_path)
+    try:
+        dt = server.dtrain()
+        assert server.http.post("/api/v1/jobs", json={"name": "holds-gpu", "command": ["sleep", "300"],
+                                                      "gpu": 1}).status_code == 201
+        dt.wait_for("holds-gpu", {"Running"})
+        [node] = server.http.get("/api/v1/nodes").json()
+        names = {g["index"]: g["name"] for g in node["gpus"]}
+        assert all(names.values())
+        samples = per_gpu_samples(server.http.get("/metrics").text)
+        assert {s.name for s in samples} == set(PER_GPU)
+        for s in samples:
+            assert s.labels["modelName"] == names[s.labels["gpu"]], s
+            assert s.labels["node"] == node["name"]
+    finally:
+        server.stop()
+
 
 # ---- the pages ------------------------------------------------------------------------------------------
 @contextlib.contextmanager

@@ -3,15 +3,22 @@
     dtrain_jobs{project,status}                 jobs in each status (every status of each project with jobs, zeros too)
     dtrain_node_gpus_allocatable{node}          GPUs on the node
     dtrain_node_gpus_allocated{node}            GPUs held by jobs
-    dtrain_gpu_utilization_percent{node,gpu}    NVML utilisation (absent when unknown)
-    dtrain_gpu_memory_used_bytes{node,gpu}      and dtrain_gpu_memory_total_bytes
-    dtrain_gpu_allocated{node,gpu,job}          1 for each GPU a job holds
+    dtrain_gpu_utilization_percent{node,gpu,modelName}
+                                                NVML utilisation (absent when unknown)
+    dtrain_gpu_memory_used_bytes{node,gpu,modelName}
+                                                and dtrain_gpu_memory_total_bytes
+    dtrain_gpu_allocated{node,gpu,modelName,job}
+                                                1 for each GPU a job holds
     dtrain_job_processes{job,project,state}     running / pending processes of active jobs
     dtrain_job_gpus_allocated{job,project}      GPUs of active jobs
     dtrain_job_gpus_requested{job,project}      GPUs active jobs ask for (a queued job's wait)
     dtrain_job_restarts_total{job,project}      restarts of active jobs
     dtrain_job_step / _loss / _images_per_second{job,project}
                                                 the newest values in a running job's metrics file
+
+`modelName` is the GPU's product name as NVML (or the node's nvidia.com/gpu.product label) gives it, under
+the label name NVIDIA's dcgm-exporter uses, so that a panel or rule grouping dcgm-exporter's series `by
+(modelName)` groups these too; a GPU whose name is unknown has an empty one (no label).
 
 Per-job series cover the jobs that are not finished (Pending, Running, Suspended) only, so that
 a long history does not become thousands of series; finished jobs are counted in dtrain_jobs. A
@@ -32,6 +39,7 @@ from dtrain.server import wire
 from dtrain.server.curves import latest
 
 STATUSES = get_args(wire.STATUSES)  # every one counted, 0 where no job has it
+MODEL = "modelName"  # the GPU's product name, labelled as dcgm-exporter labels it
 TRAINING = (("step", "dtrain_job_step", "the last step the job logged"),
             ("loss", "dtrain_job_loss", "the job's last logged training loss"),
             ("images_per_s", "dtrain_job_images_per_second", "the job's last logged throughput"))
@@ -80,19 +88,21 @@ def _job_counts(counted):
 def _nodes(nodes):
     allocatable = GaugeMetricFamily("dtrain_node_gpus_allocatable", "GPUs on the node", labels=["node"])
     allocated = GaugeMetricFamily("dtrain_node_gpus_allocated", "GPUs held by jobs", labels=["node"])
-    util = GaugeMetricFamily("dtrain_gpu_utilization_percent", "GPU utilisation", labels=["node", "gpu"])
-    used = GaugeMetricFamily("dtrain_gpu_memory_used_bytes", "GPU memory in use", labels=["node", "gpu"])
-    total = GaugeMetricFamily("dtrain_gpu_memory_total_bytes", "GPU memory", labels=["node", "gpu"])
-    held = GaugeMetricFamily("dtrain_gpu_allocated", "1 for a GPU a job holds", labels=["node", "gpu", "job"])
+    gpu = ["node", "gpu", MODEL]
+    util = GaugeMetricFamily("dtrain_gpu_utilization_percent", "GPU utilisation", labels=gpu)
+    used = GaugeMetricFamily("dtrain_gpu_memory_used_bytes", "GPU memory in use", labels=gpu)
+    total = GaugeMetricFamily("dtrain_gpu_memory_total_bytes", "GPU memory", labels=gpu)
+    held = GaugeMetricFamily("dtrain_gpu_allocated", "1 for a GPU a job holds", labels=gpu + ["job"])
     for n in nodes:
         allocatable.add_metric([n.name], n.gpus_allocatable)
         allocated.add_metric([n.name], n.gpus_allocated)
         for g in n.gpus:
+            labels = [n.name, g.index, g.name]
             for family, value in ((util, g.utilization), (used, g.memory_used), (total, g.memory_total)):
                 if value is not None:
-                    family.add_metric([n.name, g.index], value)
+                    family.add_metric(labels, value)
             if g.job:
-                held.add_metric([n.name, g.index, g.job], 1)
+                held.add_metric(labels + [g.job], 1)
     yield from (allocatable, allocated, util, used, total, held)
 
 
