@@ -270,8 +270,11 @@ function jobPage(main, name) {
     const j = await api("/jobs/" + encodeURIComponent(name));
     // A resumed job runs again: its log stream ended at the suspension, so read it anew. The stream's end says
     // so too: a job suspended and resumed between two polls was never seen Suspended here, and was not followed.
-    if ((wasSuspended || streamSuspended) && j.status !== "Suspended") follow(name, rank.value);
-    wasSuspended = j.status === "Suspended";
+    // It is followed once it runs again, not while it waits (Pending): a stream opened then gave the suspended
+    // run's lines, and the resumed run's after them, so each line showed twice.
+    const waits = j.status === "Suspended" || j.status === "Pending";
+    if ((wasSuspended || streamSuspended) && !waits) follow(name, rank.value);
+    wasSuspended = j.status === "Suspended" || (wasSuspended && waits);
     head.replaceChildren(h("div", {class: "kv"},
       h("div", {}, "Status"), h("div", {class: `status s-${j.status}`, id: "job-status"}, j.status),
       h("div", {}, "Message"), h("div", {}, j.message || "-"),
