@@ -154,3 +154,44 @@ def test_a_finished_jobs_page_stops_polling_and_an_active_ones_does_not(home, tm
             assert "no longer refreshed" not in text_of(browser, "#updated")
     finally:
         server.stop()
+
+
+UNNAMED_CONTROLS = """return [...document.querySelectorAll('main select, main input, main textarea, main pre[tabindex]')]
+  .filter(e => !e.getAttribute('aria-label') && !(e.id && document.querySelector(`label[for='${e.id}']`)))
+  .map(e => e.outerHTML.slice(0, 80));"""
+
+
+@pytest.mark.slow  # a browser and a job: about 15 s
+def test_empty_tables_say_so_and_controls_and_charts_have_names(home, tmp_path):
+    """The Volumes and Snapshots tables of a new install were bare headers (as if they had failed to fill),
+    the jobs page's filters and the logs' rank picker had no label a screen reader could say, and the charts
+    (SVG lines) said nothing. Each empty table now says what is missing and how to make one, every control
+    has a name, and a chart's label gives each series' newest value."""
+    browser_tests = pytest.importorskip("test_dashboard_browser")
+    text_of = browser_tests.text_of
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        dt = server.dtrain()
+        dt("submit", "curves", "--", "python", "-c",
+           "import json, os\nwith open(os.environ['DTRAIN_METRICS_FILE'], 'a') as f:\n"
+           "    for s in (1, 2): f.write(json.dumps({'step': s, 'loss': 1.0 / s}) + '\\n')\n")
+        dt.wait_for("curves", {"Succeeded"})
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/storage")
+            wait_until(lambda: "No snapshots yet" in text_of(browser, "main"), what="the empty snapshots table")
+            assert "No volumes yet: make one with 'dtrain volume create" in text_of(browser, "main")
+            assert not browser.find_elements("css selector", "#volumes-table, #snapshots-table")
+            for page in ("#/jobs", "#/submit"):
+                browser.get(server.url + "/" + page)
+                wait_until(lambda: browser.find_elements("css selector", "main select"), what=page)
+                assert browser.execute_script(UNNAMED_CONTROLS) == [], page
+            browser.get(server.url + "/#/job/curves")
+            wait_until(lambda: browser.find_elements("css selector", "[data-curve='loss'] path.line"), what="the curve")
+            assert browser.execute_script(UNNAMED_CONTROLS) == []
+            label = browser.execute_script(
+                "return document.querySelector(\"[data-curve='loss'] svg\").getAttribute('aria-label')")
+            assert label == "loss by step. newest loss: 0.500", label
+            assert browser.execute_script("return document.querySelector(\"[data-curve='loss'] svg\")"
+                                          ".getAttribute('role')") == "img"
+    finally:
+        server.stop()

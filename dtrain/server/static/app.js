@@ -156,7 +156,10 @@ function gpuHistory() {
   };
 }
 
-function table(headers, rows, attrs) {
+// A table, or where it has no rows and `none` is given, that sentence in its place (an empty table showed
+// its headers only: no volumes yet, or a table that failed to fill, looked the same).
+function table(headers, rows, attrs, none) {
+  if (!rows.length && none) return h("p", {class: "muted empty"}, none);
   return h("table", attrs || {}, h("thead", {}, h("tr", {}, headers.map(x => h("th", {}, x)))), h("tbody", {}, rows));
 }
 
@@ -167,9 +170,9 @@ function jobsPage(main) {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const page = Math.min(Math.max(1, Math.floor(Number(params.get("page"))) || 1), LAST_PAGE);
   const to = n => go("jobs", {status: status.value, project: project.value, page: n > 1 ? n : null});
-  const status = h("select", {id: "status-filter", onchange: () => to(1)},
+  const status = h("select", {id: "status-filter", "aria-label": "Status", onchange: () => to(1)},
                    ["", "Pending", "Running", "Suspended", "Succeeded", "Failed", "Deleted"].map(s => h("option", {value: s}, s || "any status but Deleted")));
-  const project = h("input", {id: "project-filter", placeholder: "all projects", size: 14, onchange: () => to(1)});
+  const project = h("input", {id: "project-filter", "aria-label": "Project", placeholder: "all projects", size: 14, onchange: () => to(1)});
   status.value = params.get("status") || "";
   project.value = params.get("project") || "";
   const prev = h("button", {id: "jobs-prev", disabled: true, onclick: () => to(page - 1)}, "Prev");
@@ -253,8 +256,8 @@ function jobPage(main, name) {
   const curves = h("div", {class: "row", id: "curves"});
   const procs = h("div", {class: "card"}), events = h("div", {class: "card"}), snaps = h("div", {class: "card", id: "job-snapshots"});
   const spec = h("pre", {id: "job-spec"});
-  const rank = h("select", {id: "rank", onchange: () => follow(name, rank.value)}, h("option", {value: ""}, "all ranks"));
-  const logs = h("pre", {id: "logs"});
+  const rank = h("select", {id: "rank", "aria-label": "Logs of rank", onchange: () => follow(name, rank.value)}, h("option", {value: ""}, "all ranks"));
+  const logs = h("pre", {id: "logs", tabindex: 0, "aria-label": "Logs", "aria-live": "off"});
   main.append(h("h1", {}, "Job ", h("span", {id: "job-name"}, name)), head,
               h("h2", {}, "Logs ", rank), h("div", {class: "card"}, logs),
               h("h2", {}, "Training curves"), curves, h("div", {class: "row"},
@@ -286,9 +289,10 @@ function jobPage(main, name) {
       h("div", {}, "Snapshot taken / started from"), h("div", {}, `${j.snapshot || "-"} / ${j.source_snapshot || "-"}`)),
       h("p", {class: "actions"}, ...jobButtons(j, " job")));
     procs.replaceChildren(table(["Rank", "Status", "Exit code", "Devices", "Node"], j.processes.map(p => h("tr", {},
-      h("td", {}, p.rank), statusCell(p.status), h("td", {}, p.exit_code ?? "-"), h("td", {}, p.devices.join(",") || "-"), h("td", {}, p.node || "-")))));
+      h("td", {}, p.rank), statusCell(p.status), h("td", {}, p.exit_code ?? "-"), h("td", {}, p.devices.join(",") || "-"), h("td", {}, p.node || "-"))), {},
+      j.status === "Pending" ? "none started yet" : "none"));
     events.replaceChildren(table(["Time", "Status", "Message"], j.events.map(e => h("tr", {},
-      h("td", {}, when(e.time)), statusCell(e.status), h("td", {class: "message"}, e.message)))));
+      h("td", {}, when(e.time)), statusCell(e.status), h("td", {class: "message"}, e.message))), {}, "none"));
     spec.textContent = JSON.stringify(j.spec, null, 2);
     for (; ranksShown < j.spec.processes; ranksShown++) rank.appendChild(h("option", {value: ranksShown}, "rank " + ranksShown));
     // The logs are followed once the ranks are known: lines that came before marked no rank ("[rank 1] ...").
@@ -310,7 +314,7 @@ async function drawCurves(holder, name, history) {
   const cards = keys.map(([k, title]) => {
     const series = [{name: title, points: recs.filter(r => r[k] !== undefined).map(r => [r.step, r[k]])}];
     return h("div", {class: "card", "data-curve": k}, h("h2", {}, title + " by step"),
-             lineChart(series, {empty: "no '" + k + "' logged (dtrain.training.MetricsWriter)"}));
+             lineChart(series, {label: title + " by step", empty: "no '" + k + "' logged (dtrain.training.MetricsWriter)"}));
   });
   // the GPUs this job held, from the server's samples of the last minutes
   const mine = hist.filter(x => x.job === name);
@@ -318,7 +322,7 @@ async function drawCurves(holder, name, history) {
   const series = gpus.map(g => ({name: "GPU " + g, points: mine.filter(x => x.node + "/" + x.gpu === g).map(x => [x.time, x.utilization])}));
   const t = x => new Date(x * 1000).toLocaleTimeString();
   cards.push(h("div", {class: "card", "data-curve": "gpu"}, h("h2", {}, "Its GPUs' utilization %"),
-    lineChart(series, {xfmt: t, ymin: 0, ymax: 100, empty: gpus.length ? "no utilization reported (no NVML: injected GPUs)" : "no GPU samples for this job"}), legend(series)));
+    lineChart(series, {label: "Its GPUs' utilization %", xfmt: t, ymin: 0, ymax: 100, empty: gpus.length ? "no utilization reported (no NVML: injected GPUs)" : "no GPU samples for this job"}), legend(series)));
   holder.replaceChildren(...cards);
 }
 
@@ -425,9 +429,9 @@ function nodesPage(main) {
           h("div", {}, "CPUs"), h("div", {}, n.cpus ?? "-"), h("div", {}, "Memory"), h("div", {}, size(n.memory))),
         h("h2", {}, "GPUs"), n.gpus.length ? gpus : h("p", {class: "muted"}, "no GPUs"),
         n.gpus.length ? h("div", {class: "row"},
-          h("div", {class: "card"}, h("h2", {}, "Held by a job (1) or free (0), last minutes"), lineChart(held, {xfmt: t, ymin: 0, ymax: 1, empty: "the first sample comes a few seconds after the server starts"}), legend(held)),
-          h("div", {class: "card"}, h("h2", {}, "Utilization % (last minutes)"), lineChart(byGpu("utilization"), {xfmt: t, ymin: 0, ymax: 100, empty: "no utilization reported (NVML absent: injected GPUs)"}), legend(byGpu("utilization"))),
-          h("div", {class: "card"}, h("h2", {}, "Memory used (last minutes)"), lineChart(byGpu("memory_used"), {xfmt: t, yfmt: size, ymin: 0, empty: "no memory reported (NVML absent: injected GPUs)"}), legend(byGpu("memory_used")))) : null);
+          h("div", {class: "card"}, h("h2", {}, "Held by a job (1) or free (0), last minutes"), lineChart(held, {label: `Held by a job (1) or free (0), ${n.name}`, xfmt: t, ymin: 0, ymax: 1, empty: "the first sample comes a few seconds after the server starts"}), legend(held)),
+          h("div", {class: "card"}, h("h2", {}, "Utilization % (last minutes)"), lineChart(byGpu("utilization"), {label: `Utilization %, ${n.name}`, xfmt: t, ymin: 0, ymax: 100, empty: "no utilization reported (NVML absent: injected GPUs)"}), legend(byGpu("utilization"))),
+          h("div", {class: "card"}, h("h2", {}, "Memory used (last minutes)"), lineChart(byGpu("memory_used"), {label: `Memory used, ${n.name}`, xfmt: t, yfmt: size, ymin: 0, empty: "no memory reported (NVML absent: injected GPUs)"}), legend(byGpu("memory_used")))) : null);
     }));
   }, REFRESH_MS * 2);
 }
@@ -442,10 +446,12 @@ function storagePage(main) {
     vols.replaceChildren(table(["Name", "Class", "Size", "Used", "Status", "From snapshot", "Head snapshot", "Created"], v.map(x => h("tr", {"data-volume": x.name},
       h("td", {}, x.name), h("td", {}, x.storage_class || "-"), h("td", {}, x.size || "-"), h("td", {class: "used"}, size(x.used_bytes)),
       h("td", {}, x.status || "-"), h("td", {}, x.origin_snapshot || "-"),
-      h("td", {}, x.extra.head_snapshot || "-"), h("td", {}, created(x.created)))), {id: "volumes-table"}));
+      h("td", {}, x.extra.head_snapshot || "-"), h("td", {}, created(x.created)))), {id: "volumes-table"},
+      "No volumes yet: make one with 'dtrain volume create NAME --size 10Gi'."));
     snaps.replaceChildren(table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {},
       h("td", {}, x.name), h("td", {}, x.volume || "-"), h("td", {}, x.job ? jobLink(x.job) : "-"), h("td", {}, x.source_snapshot || "-"),
-      h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.extra.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"}));
+      h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.extra.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"},
+      "No snapshots yet: take one with 'dtrain snapshot create', or submit a job with --snapshot-on-success."));
     graph.replaceChildren(g.nodes.length ? lineageGraph(g) : h("p", {class: "muted"}, "no volumes or snapshots yet"),
       ...(g.jobs_unread ? [h("p", {class: "muted", id: "lineage-unread"}, `drawn from the newest jobs: ${g.jobs_unread} `
         + `older job${g.jobs_unread === 1 ? "" : "s"} not read`)] : []));

@@ -24,8 +24,13 @@ function fmtNum(v) {
 // series: [{name, points: [[x, y], ...]}]; xfmt formats the x axis ends (step or time), yfmt the y axis ends.
 function lineChart(series, opts) {
   const W = opts.width || 460, H = opts.height || 180, R = 10, T = 10, B = 24;
-  const svg = svgEl("svg", {width: W, height: H, class: "chart", viewBox: `0 0 ${W} ${H}`});
+  const svg = svgEl("svg", {width: W, height: H, class: "chart", viewBox: `0 0 ${W} ${H}`, role: "img"});
   const pts = series.flatMap(s => s.points).filter(p => p[1] !== null && isFinite(p[1]));
+  // What a screen reader says of the drawing (it says nothing of an SVG's lines): each series' newest value
+  const newest = series.map(s => [s.name, s.points.filter(p => p[1] !== null && isFinite(p[1])).pop()])
+    .filter(([, p]) => p).map(([name, p]) => `${name}: ${(opts.yfmt || fmtNum)(p[1])}`);
+  svg.setAttribute("aria-label", (opts.label ? opts.label + ". " : "")
+    + (newest.length ? "newest " + newest.join(", ") : opts.empty || "no data yet"));
   if (!pts.length) {
     svg.appendChild(svgEl("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, opts.empty || "no data yet"));
     return svg;
@@ -98,7 +103,8 @@ function lineageGraph(graph) {
     .map(c => 10 + cols[c].length * (NH + GY) - GY));
   let lanes = 0, bottom = 0;
   const W = Math.max(300, 20 + ncols * (NW + GX)), H = Math.max(80, 20 + maxRows * (NH + GY) + 26 * ncols);
-  const svg = svgEl("svg", {width: W, height: H, class: "graph", id: "lineage-graph"});
+  const svg = svgEl("svg", {width: W, height: H, class: "graph", id: "lineage-graph", role: "group",
+                            "aria-label": "Lineage: volumes, the jobs that mounted them, their snapshots"});
   const defs = svgEl("defs");
   const marker = svgEl("marker", {id: "arrow", viewBox: "0 0 10 10", refX: 9, refY: 5, markerWidth: 7, markerHeight: 7,
                                   orient: "auto-start-reverse"});
