@@ -28,10 +28,12 @@ def queue(store: JobStore, name: str, *, project: str = "default", gpu: int = 1,
 # ---- cross-project order: in-quota before over-quota, FIFO within ------------------------------
 def test_an_in_quota_job_is_not_starved_by_younger_jobs_of_a_project_without_quota(store):
     """Two GPUs; project a has a quota of 2. Its 2-GPU job waited behind every 1-GPU job of
-    `default` (no quota) submitted after it: each GPU freed went to the next small job."""
+    `default` (no quota) submitted after it: each GPU freed went to the next small job. (The GPU
+    in use is held by a project within its own quota here, so preempting cannot free it.)"""
     gpus = ["0", "1"]
     store.upsert_project("a", 2)
-    d1 = queue(store, "d1")
+    store.upsert_project("b", 1)
+    d1 = queue(store, "d1", project="b")
     assert scheduler.try_allocate(store, d1, gpus) == ["0"]
     a1 = queue(store, "a1", project="a", gpu=2)
     d2 = queue(store, "d2")
@@ -67,7 +69,8 @@ def test_a_small_job_still_starts_beside_a_waiting_one_when_enough_gpus_are_free
     held = [queue(store, f"h{i}", project="a") for i in range(2)]
     for h in held:
         assert scheduler.try_allocate(store, h, gpus) is not None
-    d = queue(store, "d")
+    store.upsert_project("b", 1)  # within its quota: not preempted for a3
+    d = queue(store, "d", project="b")
     assert scheduler.try_allocate(store, d, gpus) is not None  # holds the third GPU
     a3 = queue(store, "a3", project="a", gpu=2)   # within quota (2 + 2), waits for free GPUs
     assert scheduler.try_allocate(store, a3, gpus) is None
@@ -127,9 +130,10 @@ def test_cli_in_quota_job_runs_before_younger_default_jobs(dt_gpus: Dtrain, tmp_
     job starts before the default project's jobs submitted after it."""
     dt = dt_gpus
     dt("project", "create", "a", "--gpu-quota", "2")
+    dt("project", "create", "b", "--gpu-quota", "1")  # d1 runs within it: not preempted for a1
     gate = tmp_path / "go"
     hold = f"import os,time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)"
-    dt("submit", "d1", "--gpu", "1", "--", "python", "-c", hold)
+    dt("submit", "d1", "-p", "b", "--gpu", "1", "--", "python", "-c", hold)
     dt.wait_for("d1", {"Running"})
     dt("submit", "a1", "-p", "a", "--gpu", "2", "--", "true")
     dt("submit", "d2", "--gpu", "1", "--", "true")

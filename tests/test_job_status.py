@@ -37,8 +37,10 @@ def job_in(store: JobStore, name: str, status: str) -> JobSpec:
 
 def test_the_table_pins_the_lifecycle():
     assert set(TRANSITIONS) == set(STATUSES)
-    assert TRANSITIONS["Pending"] == {"Pending", "Running", "Failed", "Deleted", "Suspended"}  # Pending: a relaunch
-    assert TRANSITIONS["Running"] == {"Running", "Succeeded", "Failed", "Deleted", "Suspended"}  # Running: a restart
+    # Pending: a relaunch; Succeeded: a preempted job that had ended before it could be stopped
+    assert TRANSITIONS["Pending"] == {"Pending", "Running", "Succeeded", "Failed", "Deleted", "Suspended"}
+    # Running: a restart; Pending: preempted (queued again)
+    assert TRANSITIONS["Running"] == {"Running", "Pending", "Succeeded", "Failed", "Deleted", "Suspended"}
     assert TRANSITIONS["Suspended"] == {"Pending", "Deleted"}  # resumed (queued again); deleted
     assert TRANSITIONS["Succeeded"] == TRANSITIONS["Failed"] == {"Deleted"}
     assert TRANSITIONS["Deleted"] == set()

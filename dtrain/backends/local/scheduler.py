@@ -14,6 +14,19 @@ Rules, checked in one SQLite write transaction so concurrent supervisors never r
   still starts beside it when enough GPUs are free for both). Jobs of projects with a quota do
   not hold one another back: each has its own share (quotas that add up to more GPUs than the
   machine has are the admin's promise broken, and there the GPUs go to whoever asks first);
+- preemption, as Run:AI's: a job of a project with a quota, within it, that waits only for free
+  GPUs (first in its project's queue) preempts running jobs of other projects that have no quota,
+  or that run over theirs (lowered since), youngest (last submitted) first, only as many as it
+  takes to free what it needs. GPUs that stopping jobs (preempted, suspended, deleted) still hold
+  count as being freed, so a job preempts nothing while those make up for what it needs, and no
+  job is preempted twice for the same GPUs. Nothing is preempted when all the candidates together
+  would still not free enough; notebooks (interactive) and jobs taking their --snapshot-on-success
+  snapshot are never preempted, nor a project's jobs within its quota. A preempted job moves
+  Running -> Pending in this transaction, keeping its devices while its processes stop (its
+  supervisor sees it within a second: SIGTERM, the workloads checkpoint, SIGKILL after the grace
+  period); the supervisor then lets them go and queues the job again in its place (its
+  submission order), and it starts from its last checkpoint once GPUs are free, spending no
+  restart. Its message and events name the job and project that preempted it;
 - a device is never given to two jobs (the allocations table's primary key is the device);
 - a --cpu job's ranks are pinned to cores no other running job is pinned to, when enough are
   free (core_pins; cores are shared, never waited for).
@@ -22,6 +35,7 @@ Rules, checked in one SQLite write transaction so concurrent supervisors never r
 from __future__ import annotations
 
 import os
+import re
 
 from dtrain import db
 from dtrain.backends.local.store import JobStore
@@ -64,7 +78,10 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
             reasons.insert(0, f"needs {need} GPUs but this machine now has {len(devices)}: it never starts here; "
                               f"delete it and submit it with fewer")
         elif len(free) < need:
-            reasons.insert(0, f"needs {need} GPUs, {len(free)} free")
+            shortfall = f"needs {need} GPUs, {len(free)} free"
+            if not reasons and quota is not None and quota["gpu_quota"] is not None:  # in quota, waits for GPUs only
+                shortfall += _preempt(store, spec, need, len(free))
+            reasons.insert(0, shortfall)
         elif need and not reasons and (quota is None or quota["gpu_quota"] is None):
             # over-quota (its project has no quota): it takes only what jobs ranked before it leave
             ahead = _ranked_ahead(conn, spec.project, row["seq"], len(devices))
@@ -76,6 +93,8 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
                                   + ", which go first")
         if reasons:  # say why it waits (describe, list); written only when the reason changes
             message = "waiting: " + "; ".join(reasons)
+            if preempted := _PREEMPTED.match(row["message"]):  # it says so until it runs again
+                message = f"{preempted.group(0)}; {message}"
             if row["message"] != message:
                 store.update(spec.name, message=message)
             return None
@@ -87,6 +106,67 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
         # sees devices held by a Pending job, or a Running job without its devices.
         store.move(spec.name, "Running", "started on " + (", ".join(f"GPU {d}" for d in chosen) or "CPU"))
     return chosen
+
+
+PREEMPTED = "preempted by job {job} of project {project!r}"
+_PREEMPTED = re.compile(r"preempted by job \S+ of project '[^']*'")
+
+
+def _preempt(store: JobStore, spec: JobSpec, need: int, free: int) -> str:
+    """Inside try_allocate's transaction, for an in-quota job that waits only for free GPUs: move
+    the running jobs to preempt for it (see the module's rules) back to Pending, recording why in
+    its events and theirs. Returns what its waiting message adds: the GPUs being freed, by whom."""
+    conn = store.conn
+    stopping = _stopping(conn)
+    freeing = sum(r["n"] for r in stopping)
+    victims: list = []
+    if free + freeing < need:
+        candidates = conn.execute(
+            "SELECT j.name, j.project, p.gpu_quota, COUNT(*) AS held, "
+            "(SELECT COUNT(*) FROM allocations b JOIN jobs u ON b.job=u.name "
+            " WHERE u.project=j.project AND u.status='Running') AS used "
+            "FROM jobs j JOIN allocations a ON a.job=j.name LEFT JOIN projects p ON p.name=j.project "
+            "WHERE j.status='Running' AND j.project<>? AND NOT COALESCE(json_extract(j.spec, '$.notebook'), 0) "
+            "AND COALESCE((SELECT e.message FROM job_events e WHERE e.job=j.name ORDER BY e.id DESC LIMIT 1), '') "
+            "NOT LIKE 'taking a snapshot of volume %' "
+            "GROUP BY j.name ORDER BY j.seq DESC", (spec.project,)).fetchall()
+        over: dict[str, int] = {}  # a project with a quota -> GPUs it still runs over it
+        freed = 0
+        for c in candidates:
+            if free + freeing + freed >= need:
+                break
+            if c["gpu_quota"] is not None:
+                over.setdefault(c["project"], c["used"] - c["gpu_quota"])
+                if over[c["project"]] <= 0:
+                    continue  # within its quota: never preempted
+                over[c["project"]] -= c["held"]
+            victims.append(c)
+            freed += c["held"]
+        if free + freeing + freed < need:
+            victims = []  # all of them would still not be enough: nobody is stopped for nothing
+    for v in victims:
+        why = "no GPU quota" if v["gpu_quota"] is None else f"over its GPU quota of {v['gpu_quota']}"
+        store.move(v["name"], "Pending",
+                   PREEMPTED.format(job=spec.name, project=spec.project)
+                   + f", which needs these GPUs within its quota (project {v['project']!r} has {why}): it stops "
+                   f"(SIGTERM: the workload writes a checkpoint) and is queued again, to go on from its last "
+                   f"checkpoint once GPUs are free; no restart is spent")
+        store.add_event(spec.name, "Pending", f"preempted job {v['name']} of project {v['project']!r} ({v['held']} "
+                                              f"GPUs, {why}) to free the GPUs it needs within its quota")
+    if victims:
+        stopping = _stopping(conn)
+        freeing = sum(r["n"] for r in stopping)
+    if not freeing:
+        return ""
+    return f", {freeing} being freed by stopping job(s) " + ", ".join(
+        f"{r['name']} of project {r['project']!r}" for r in stopping)
+
+
+def _stopping(conn) -> list:
+    """(name, project, n) of the jobs that no longer run but still hold n GPUs: their processes are
+    stopping (preempted, suspended, deleted); the GPUs are free once those are gone."""
+    return conn.execute("SELECT j.name, j.project, COUNT(*) AS n FROM allocations a JOIN jobs j ON a.job=j.name "
+                        "WHERE j.status<>'Running' GROUP BY j.name ORDER BY j.seq").fetchall()
 
 
 def _ranked_ahead(conn, project: str, seq: int, gpus: int) -> list[tuple[str, str, int, str]]:

@@ -89,9 +89,12 @@ FINAL = ("Succeeded", "Failed", "Deleted")  # `finished` is set and the devices 
 # Suspended (`dtrain suspend`, an idle notebook) holds no devices and waits for `dtrain resume`,
 # which queues it again (Pending); nothing but that or `dtrain delete` moves it, so a supervisor
 # that finishes after the suspension loses the race as it does after a deletion.
+# Running -> Pending is a preemption (scheduler.py): the job keeps its devices while its processes
+# stop, then its supervisor lets them go and queues it again. Pending -> Succeeded is a preempted
+# job whose processes had all exited 0 before the preemption could stop them: it is done.
 TRANSITIONS: dict[str, frozenset[str]] = {
-    "Pending": frozenset({"Pending", "Running", "Failed", "Deleted", "Suspended"}),  # relaunch; allocated; lost; ...
-    "Running": frozenset({"Running", "Succeeded", "Failed", "Deleted", "Suspended"}),  # relaunch; ...
+    "Pending": frozenset({"Pending", "Running", "Succeeded", "Failed", "Deleted", "Suspended"}),  # relaunch; ...
+    "Running": frozenset({"Running", "Pending", "Succeeded", "Failed", "Deleted", "Suspended"}),  # relaunch; ...
     "Suspended": frozenset({"Pending", "Deleted"}),  # resumed; deleted
     "Succeeded": frozenset({"Deleted"}),
     "Failed": frozenset({"Deleted"}),
@@ -205,9 +208,13 @@ class JobStore:
         cols = ", ".join(f"{k}=?" for k in fields)
         self.conn.execute(f"UPDATE jobs SET {cols} WHERE name=?", (*fields.values(), name))
 
-    def set_status(self, name: str, status: str, message: str = "", *, hold: bool = False, **fields) -> bool:
-        """Move a job to `status` in its own transaction; False if TRANSITIONS forbids it."""
+    def set_status(self, name: str, status: str, message: str = "", *, hold: bool = False,
+                   only_from: str | None = None, **fields) -> bool:
+        """Move a job to `status` in its own transaction; False if TRANSITIONS forbids it, or if the
+        job is not in status `only_from` (when given: a restart is no longer one once preempted)."""
         with db.transaction(self.conn):
+            if only_from is not None and self.status(name) != only_from:
+                return False
             return self.move(name, status, message, hold=hold, **fields)
 
     def move(self, name: str, status: str, message: str = "", *, hold: bool = False, **fields) -> bool:
@@ -249,6 +256,16 @@ class JobStore:
         with db.transaction(self.conn):
             if self.status(name) not in ACTIVE:
                 self._release(name)
+
+    def release_preempted(self, name: str) -> bool:
+        """Let go of the devices and cores a preempted job (Pending again) held while its processes
+        stopped: its supervisor, once they are gone, before it waits for its turn again. False (and
+        nothing released) if the job is no longer Pending."""
+        with db.transaction(self.conn):
+            if self.status(name) != "Pending":
+                return False
+            self._release(name)
+            return True
 
     def _release(self, name: str) -> None:
         self.conn.execute("DELETE FROM allocations WHERE job=?", (name,))

@@ -79,6 +79,8 @@ class Supervisor:
         self.refused: str | None = None  # why the launcher was not started: no restart can help
         self.idle: str | None = None  # why an idle notebook was suspended (--idle-timeout)
         self.port_taken: int | None = None  # the port another program took before the notebook's Jupyter bound it
+        self.preempted = False  # moved back to Pending by the scheduler, for an in-quota job
+        self._timer: threading.Timer | None = None  # the SIGKILL after the grace period
 
     @property
     def storage(self):
@@ -94,19 +96,38 @@ class Supervisor:
             return 0
         row = self.store.job(self.name)
         attempt = row["restarts"]
-        if row["status"] == "Running":  # relaunched after the first supervisor was lost
-            devices = self.store.job_devices(self.name)
-        else:
-            devices = self._wait_for_devices()
-            if devices is None:
-                return 0
-        groups = scheduler.split_devices(devices, self.spec.processes, self.spec.gpu)
-        mounts = [launch.Mount(source=self.storage.volume_path(v.volume), target=v.mount_path,
-                               read_only=v.read_only) for v in self.spec.resolved_volumes()]
-        source = self._source_snapshot()
+        mounts, source = None, None
+        while True:  # once, or again after each preemption
+            if row["status"] == "Running":  # relaunched after the first supervisor was lost
+                devices = self.store.job_devices(self.name)
+            else:
+                if self.store.job_devices(self.name):  # preempted, and the supervisor it had was lost while it stopped
+                    self._requeue()
+                devices = self._wait_for_devices()
+                if devices is None:
+                    return 0
+            if mounts is None:
+                mounts = [launch.Mount(source=self.storage.volume_path(v.volume), target=v.mount_path,
+                                       read_only=v.read_only) for v in self.spec.resolved_volumes()]
+                source = self._source_snapshot()
+            code, attempt = self._attempts(mounts, scheduler.split_devices(devices, self.spec.processes,
+                                                                           self.spec.gpu), attempt)
+            if not self.preempted or self.stopping or code == 0:  # 0: it ended before the preemption stopped it
+                break
+            self._requeue()
+            self.preempted = False
+            row = self.store.job(self.name)
+        self._finish(code, source)
+        return 0
+
+    def _attempts(self, mounts, groups, attempt: int) -> tuple[int, int]:
+        """Launch the gang, and again after each failure while restarts are left; stops early when
+        the job is stopped or preempted. (last exit code, attempt number)."""
         code, port_tries = 1, 1
-        while not self.stopping:
+        while not self.stopping and not self._preempted():
             code = self._run_once(mounts, groups, attempt)
+            if self._preempted() and code != 0:
+                break  # stopped for an in-quota job: not a failure, no restart spent
             if code != 0 and not self.stopping and self.port_taken is not None and port_tries < PORT_TRIES:
                 # Not the notebook's failure (Kubeflow's controller would start its pod again): no restart spent
                 port_tries += 1
@@ -115,15 +136,31 @@ class Supervisor:
                 continue
             if code == 0 or self.stopping or attempt >= self.spec.max_restarts or self._hopeless():
                 break
+            if not self.store.set_status(self.name, "Running", f"attempt {attempt} failed: "
+                                         f"{self._failure_message(code)}; restarting every rank in "
+                                         f"{backoff(attempt + 1):g} s (restart {attempt + 1} of "
+                                         f"{self.spec.max_restarts})", restarts=attempt + 1, only_from="Running"):
+                self._preempted()
+                break  # deleted or preempted meanwhile
             attempt += 1  # the one that failed is attempt - 1 (its DTRAIN_ATTEMPT, its launcher.log line)
-            delay = backoff(attempt)
-            if not self.store.set_status(self.name, "Running", f"attempt {attempt - 1} failed: "
-                                         f"{self._failure_message(code)}; restarting every rank in {delay:g} s "
-                                         f"(restart {attempt} of {self.spec.max_restarts})", restarts=attempt):
-                break  # deleted meanwhile
-            self._sleep(delay)
-        self._finish(code, source)
-        return 0
+            self._sleep(backoff(attempt))
+        return code, attempt
+
+    def _preempted(self) -> bool:
+        """Whether the scheduler moved this running job back to Pending for an in-quota job (read
+        from the database; remembered until the job is queued again)."""
+        if not self.preempted and not self.stopping:
+            self.preempted = self.store.status(self.name) == "Pending"
+        return self.preempted
+
+    def _requeue(self) -> None:
+        """A preempted job's launcher has exited: stop what is left of its ranks, then let its
+        devices go; `_wait_for_devices` queues it again (nothing if it was deleted or suspended
+        meanwhile: the command that did so releases them)."""
+        if self._timer is not None:  # the grace period's SIGKILL is for the launcher that stopped, never the next
+            self._timer.cancel()
+        kill_ranks(self.job_dir)
+        self.store.release_preempted(self.name)
 
     def _hopeless(self) -> bool:
         """A log the attempt refused to write through (a link at its name) is refused again by every
@@ -254,6 +291,8 @@ class Supervisor:
                 if self._forgotten():
                     self.stopping = True
                     self._stop_launcher()
+                elif self._preempted():  # as a suspension: SIGTERM, a checkpoint, SIGKILL after the grace period
+                    self._stop_launcher()
             if timeout and self.idle is None and time.monotonic() >= next_ask:
                 last = notebook.ask_activity(access, started)
                 if last is not None and time.time() - last >= timeout:
@@ -374,13 +413,15 @@ class Supervisor:
             return
         self._stop_asked = self.proc
         self.proc.terminate()
-        timer = threading.Timer(GRACE_S, self._force_stop)
-        timer.daemon = True
-        timer.start()
+        self._timer = threading.Timer(GRACE_S, self._force_stop, args=(self.proc,))
+        self._timer.daemon = True
+        self._timer.start()
 
-    def _force_stop(self) -> None:
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.kill()
+    def _force_stop(self, proc: subprocess.Popen) -> None:
+        if proc is not self.proc:
+            return  # a preempted attempt's, stopped in time: the launcher now is the next one's
+        if proc.returncode is None:
+            proc.kill()
         kill_ranks(self.job_dir)
 
 
