@@ -182,3 +182,38 @@ def test_an_in_quota_job_preempts_an_over_quota_one_which_resumes_after_it(dt_gp
     lines = dt("logs", "long").stdout.splitlines()
     assert lines[0] == f"start at {stopped_at}" and lines[-1] == "done", lines  # went on from its checkpoint
     assert any(line.startswith("checkpoint at") for line in dt("logs", "long", "--previous").stdout.splitlines())
+
+
+def test_a_preempted_job_whose_supervisor_is_lost_while_it_stops_is_stopped_and_queued_again(dt_gpus: Dtrain,
+                                                                                            tmp_path):
+    """Its ranks ignore SIGTERM, so it is still stopping (holding its GPUs) when its supervisor is
+    killed: the next command stops what is left, lets the GPUs go and queues it again, saying so."""
+    import contextlib
+    import os
+    import signal
+    import sqlite3
+
+    from dtrain.backends.local.ranks import parse_ident
+
+    dt = dt_gpus
+    dt("project", "create", "team", "--gpu-quota", "1")
+    dt("submit", "stubborn", "--gpu", "2", "--", "python", "-c",
+       "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(600)")
+    _until("stubborn started", lambda: "up" in dt("logs", "stubborn").stdout)
+    dt("submit", "urgent", "-p", "team", "--gpu", "1", "--", "sleep", "600")
+    _until("stubborn preempted", lambda: dt.json("describe", "job", "stubborn")["status"] == "Pending")
+    with contextlib.closing(sqlite3.connect(dt.home / "state.db")) as conn:
+        pid, token = conn.execute("SELECT supervisor_pid, supervisor_start FROM jobs WHERE name='stubborn'").fetchone()
+        held = conn.execute("SELECT COUNT(*) FROM allocations WHERE job='stubborn'").fetchone()[0]
+    assert held == 2  # its ranks ignore SIGTERM: still stopping, 30 s from the SIGKILL
+    supervisor = parse_ident(pid, token)
+    assert supervisor is not None and supervisor.alive()
+    os.kill(supervisor.pid, signal.SIGKILL)
+    _until("supervisor gone", lambda: not supervisor.alive(), timeout=10)
+    assert dt.wait_for("urgent", {"Running"}, timeout=60)["gpus_allocated"] == 1  # well before the grace period
+    stubborn = dt.json("describe", "job", "stubborn")
+    assert stubborn["status"] == "Pending" and stubborn["restarts"] == 0, stubborn
+    assert any(e["message"].endswith("it was preempted and stopping: a new supervisor stops what is left and keeps "
+                                     "its place in the queue") for e in stubborn["events"]), stubborn["events"]
+    assert not any("nothing had started" in e["message"] for e in stubborn["events"]), stubborn["events"]
+    dt("delete", "urgent", "stubborn")

@@ -46,6 +46,8 @@ LOST_AFTER_S = 60.0  # a Pending job whose supervisor never registered is lost a
 # would otherwise be started again by every command (and every waiting supervisor) for good.
 QUEUED_RELAUNCHES = 5
 REQUEUED = "nothing had started: a new supervisor keeps its place in the queue"
+# ...or it had run, was preempted, and its processes were stopping (it still held its GPUs)
+REQUEUED_PREEMPTED = "it was preempted and stopping: a new supervisor stops what is left and keeps its place in the queue"
 RANK_MEMORY = 256 * 2**20  # a rank is a Python interpreter with torch loaded: ~250 MiB resident, measured
 
 
@@ -363,7 +365,8 @@ class LocalBackend(Backend):
             elif sup is not None and row["status"] == "Pending" and self._queued_relaunches(name) < QUEUED_RELAUNCHES:
                 # Nothing of it ran: a new supervisor takes its place in the queue, and no restart is spent
                 try:
-                    self._start_supervisor(name, replacing=claim, message=f"lost: {reason}; {REQUEUED}")
+                    self._start_supervisor(name, replacing=claim, message=f"lost: {reason}; " + (
+                        REQUEUED_PREEMPTED if self.store.job_devices(name) else REQUEUED))
                 except EnvironmentError_:
                     pass  # the job is Failed, saying why: what listed it goes on
             elif sup is not None and row["restarts"] < spec.max_restarts:
@@ -406,7 +409,7 @@ class LocalBackend(Backend):
                               f"'dtrain snapshot create {volume} --job {name}'", exit_code=0)
 
     def _queued_relaunches(self, name: str) -> int:
-        return sum(e["status"] == "Pending" and e["message"].endswith(REQUEUED) for e in self.store.events(name))
+        return sum(e["status"] == "Pending" and e["message"].endswith((REQUEUED, REQUEUED_PREEMPTED)) for e in self.store.events(name))
 
     def reconcile_others(self, name: str | None) -> None:
         """What `list` does, for every active job but `name` (None: every one): one whose supervisor
