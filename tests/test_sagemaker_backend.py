@@ -159,10 +159,14 @@ def test_following_waits_for_the_group_then_prints_its_lines(clients, stubbed):
         sm.add_response("describe_training_job", _desc("early", "InProgress", "Starting"), {"TrainingJobName": "early"})
         stream = {"logStreams": [{"logStreamName": "early/algo-1-1767225600"}]}
         cw.add_response("describe_log_streams", stream)  # 1 s waited
+        # the first stream seen: the status is asked (is the stream this attempt's?), and counts as the follower's ask
+        sm.add_response("describe_training_job", _desc("early", "InProgress", "Training"), {"TrainingJobName": "early"})
         cw.add_response("get_log_events", {"events": [{"timestamp": 1767225600000, "message": "hello\n"}],
                                            "nextForwardToken": "f/1"})
         cw.add_response("get_log_events", {"events": [], "nextForwardToken": "f/1"})
-        cw.add_response("describe_log_streams", stream)  # 2 s waited: the status is asked again
+        cw.add_response("describe_log_streams", stream)  # 1 s since that ask
+        cw.add_response("get_log_events", {"events": [], "nextForwardToken": "f/1"})
+        cw.add_response("describe_log_streams", stream)  # 2 s since it: the status is asked again
         cw.add_response("get_log_events", {"events": [], "nextForwardToken": "f/1"})
         sm.add_response("describe_training_job", _desc("early", "Completed", "Completed"), {"TrainingJobName": "early"})
         cw.add_response("describe_log_streams", stream)  # one read after the end

@@ -347,7 +347,10 @@ class SageMakerBackend(Backend):
         while True:
             found = cwlogs.streams(clients.logs, name)
             if found and not asked:  # streams older than the attempt are an earlier container's
-                attempt, asked = status.attempt_start(self._describe(clients, name)), True
+                desc, asked = self._describe(clients, name), True
+                attempt = status.attempt_start(desc)
+                if follow and not ended:  # it is also the follower's status ask, not one more
+                    ended, waited = status.job_status(desc)[0].terminal, 0.0
             for r, names in found.items():  # -f goes on into starts that come while it follows
                 current.setdefault(r, cwlogs.current_start(names, attempt))
             picked = {r: [s for s in names if cwlogs.started(s)[0] >= current[r]]  # as kubectl: the current
