@@ -631,7 +631,7 @@ class JobSpec:
         if "image_pull_secrets" in data:
             data["image_pull_secrets"] = tuple(_list(data["image_pull_secrets"], "image_pull_secrets",
                                                      example="[regcred]"))
-        if isinstance(data.get("sagemaker"), Mapping):  # its hyperparameters keep their text, as env does
+        if isinstance(data.get("sagemaker"), Mapping):  # its hyperparameters keep their JSON types
             data["sagemaker"] = check_sagemaker_mapping(data["sagemaker"])
         return cls(**{k: plain_numbers(v) for k, v in data.items()})
 
@@ -734,12 +734,12 @@ def check_sagemaker_mapping(data: Mapping[str, Any]) -> Mapping[str, Any]:
                         f"e.g. channels: [training=s3://bucket/cifar10]")
     if hps is not None and not isinstance(hps, Mapping):
         raise SpecError(f"invalid sagemaker hyperparameters {shown(hps)}: must be a mapping of name: value, "
-                        f"e.g. hyperparameters: {{epochs: '2'}}")
+                        f"e.g. hyperparameters: {{epochs: 2}}")
     out = {k: plain_numbers(v) for k, v in data.items()
            if not (k in ("channels", "hyperparameters") and v is None)}
-    if hps is not None:  # `lr: 0.10` is '0.10' and `flag: yes` refused, as in env (not '0.1' and 'True')
-        out["hyperparameters"] = {plain_numbers(k): _word(v, f"sagemaker hyperparameters {_keys([k])}")
-                                  for k, v in hps.items()}
+    if hps is not None:  # values keep the type YAML or JSON gave them (`epochs: 2` an int, `amp: true` a
+        # bool), as the SageMaker SDK's dict keeps it; SageMakerOptions refuses what JSON cannot carry
+        out["hyperparameters"] = {plain_numbers(k): plain_numbers(v) for k, v in hps.items()}
     return out
 
 

@@ -6,6 +6,8 @@ the one job spec stays readable and the SageMaker words stay in one place.
 
 from __future__ import annotations
 
+import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -23,6 +25,11 @@ S3_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]\Z")  # S3's bucke
 MAX_RUNTIME_S = 28 * 24 * 3600  # SageMaker's upper bound on MaxRuntimeInSeconds
 MAX_VOLUME_GB = 16384  # the largest ML storage volume SageMaker attaches
 MAX_INSTANCES = 1000  # instances of one job: dtrain's bound (an account's quota is usually far lower)
+# CreateTrainingJob's HyperParameters map, as botocore's model bounds it: at most 100 entries, keys
+# of up to 256 characters, values of up to 2500 (the value as the request carries it, JSON-encoded).
+MAX_HYPERPARAMETERS = 100
+MAX_HP_VALUE = 2500
+HyperparameterValue = str | int | float | bool  # the JSON scalars the SageMaker SDK sends and the toolkit decodes
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -82,18 +89,90 @@ def parse_channel(text: str) -> Channel:
     return Channel(name=name, uri=uri)
 
 
-def parse_hyperparameters(items) -> dict[str, str]:
-    """Repeated `--hp key=value` -> {key: value}; the last value of a key wins."""
-    out: dict[str, str] = {}
+def parse_hyperparameters(items) -> dict[str, HyperparameterValue]:
+    """Repeated `--hp key=value` -> {key: value}; the last value of a key wins. VALUE is read as the
+    training toolkit reads a hyperparameter typed into the SageMaker console or `aws sagemaker
+    create-training-job`: a JSON number, true/false or "quoted string" keeps its type (`epochs=2` is
+    the int 2, `amp=true` the bool, `tag='"2"'` the string "2"); any other text is a string."""
+    out: dict[str, HyperparameterValue] = {}
     for item in items or ():
         key, sep, value = str(item).partition("=")
         if not sep or not HP_KEY_RE.match(key):
             raise SpecError(f"invalid --hp {shown(item)}: use KEY=VALUE, e.g. --hp epochs=2")
-        if key.startswith(TOOLKIT_PREFIX):
-            # The toolkit reads these names itself (one turns on torchrun, another names the program)
-            # and never passes them to the script.
-            raise SpecError(f"invalid --hp {shown(key)}: names starting with {TOOLKIT_PREFIX} belong to the "
-                            f"SageMaker training toolkit, which never passes them to the script; rename it")
+        check_hyperparameter_name(key, flag="--hp")
+        out[key] = _cli_value(key, value)
+    return out
+
+
+def _cli_value(key: str, text: str) -> HyperparameterValue:
+    try:
+        value = json.loads(text, parse_constant=_not_json)  # NaN and Infinity are not JSON: text
+    except ValueError:
+        return text
+    if value is None or isinstance(value, (list, dict)):
+        raise SpecError(f"invalid --hp {shown(f'{key}={text}')}: a hyperparameter is a string, a number or "
+                        f"true/false; to pass this text as a string, quote it as JSON: --hp '{key}={json.dumps(text)}'")
+    return value
+
+
+def hp_text(value: HyperparameterValue) -> str:
+    """A hyperparameter as --hp takes it back: `2`, `true`, `abc`, and `"2"` for the string '2'."""
+    if isinstance(value, str):
+        try:
+            json.loads(value, parse_constant=_not_json)
+        except ValueError:
+            return value
+    return json.dumps(value)
+
+
+def _not_json(constant: str):
+    raise ValueError(constant)
+
+
+def check_hyperparameter_name(key: str, *, flag: str = "sagemaker hyperparameter") -> None:
+    if key.startswith(TOOLKIT_PREFIX):
+        # The toolkit reads these names itself (one turns on torchrun, another names the program)
+        # and never passes them to the script.
+        raise SpecError(f"invalid {flag} {shown(key)}: names starting with {TOOLKIT_PREFIX} belong to the "
+                        f"SageMaker training toolkit, which never passes them to the script; rename it")
+
+
+def check_hyperparameters(hps: Mapping[Any, Any]) -> dict[str, HyperparameterValue]:
+    """The hyperparameters of a spec: names as --hp takes them, each value a JSON scalar (kept as
+    given: the request carries it JSON-encoded, as the SageMaker SDK sends it), within SageMaker's
+    bounds. A stored spec's strings stay strings."""
+    if len(hps) > MAX_HYPERPARAMETERS:
+        raise SpecError(f"{len(hps)} sagemaker hyperparameters are more than SageMaker's {MAX_HYPERPARAMETERS}: "
+                        f"pass fewer (put the rest in a config file with the code)")
+    out: dict[str, HyperparameterValue] = {}
+    for key, value in hps.items():
+        if not isinstance(key, str) or not HP_KEY_RE.match(key):
+            raise SpecError(f"invalid sagemaker hyperparameter name {shown(key)}: use 1-256 letters, digits, "
+                            f"'_', '-' or '.', starting with a letter or '_', e.g. epochs")
+        check_hyperparameter_name(key)
+        if isinstance(value, bool) or type(value) in (str, int, float):
+            pass
+        elif isinstance(value, (str, int, float)):  # a subclass (a YAML number that kept its text, an enum)
+            value = str.__str__(value) if isinstance(value, str) else int(value) if isinstance(value, int) \
+                else float(value)
+        elif value is None:
+            raise SpecError(f"invalid sagemaker hyperparameter {key} value None: use a string, a number or "
+                            f"true/false; leave {key} out for the script's default (in YAML, quote 'null' for the text)")
+        else:
+            raise SpecError(f"invalid sagemaker hyperparameter {key} value {shown(value)}: use a string, a number "
+                            f"or true/false (SageMaker sends each as JSON); anything else travels as a string the "
+                            f"script parses (in YAML, quote it)")
+        if isinstance(value, float) and not math.isfinite(value):
+            raise SpecError(f"invalid sagemaker hyperparameter {key} value {value}: JSON has no {value}; "
+                            f"pass it as a string, e.g. {{{key}: '{value}'}}")
+        # an int of more digits than fit is too long before Python would even write it out
+        huge = isinstance(value, int) and value.bit_length() > 4 * MAX_HP_VALUE
+        encoded = MAX_HP_VALUE + 1 if huge else len(json.dumps(value))
+        if encoded > MAX_HP_VALUE:
+            size = f"over {MAX_HP_VALUE}" if huge else str(encoded)
+            raise SpecError(f"sagemaker hyperparameter {key} is {size} characters as the request carries it "
+                            f"(JSON-encoded), more than SageMaker's {MAX_HP_VALUE}: shorten it, or put it in a "
+                            f"file with the code")
         out[key] = value
     return out
 
@@ -105,7 +184,7 @@ class SageMakerOptions:
     instance_type: str | None = None  # ml.* type; None: the configured one (ml.m5.xlarge by default)
     instance_count: int | None = None  # None: one instance per process, or per GPUs of the type
     channels: tuple[Channel, ...] = ()  # input channels
-    hyperparameters: Mapping[str, str] = field(default_factory=dict)  # --hp, added to the command's flags
+    hyperparameters: Mapping[str, HyperparameterValue] = field(default_factory=dict)  # --hp, added to the command's flags
     source_dir: str | None = None  # folder packed as sourcedir.tar.gz; None: the working folder
     spot: bool = False  # managed spot training, with checkpoints in S3
     max_runtime: int = 86400  # MaxRuntimeInSeconds
@@ -119,8 +198,10 @@ class SageMakerOptions:
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731
         set_("channels", tuple(c if isinstance(c, Channel) else _channel(c) for c in self.channels))
-        set_("hyperparameters", {str(k): str(v) for k, v in dict(self.hyperparameters).items()})
-        parse_hyperparameters(f"{k}={v}" for k, v in self.hyperparameters.items())
+        if not isinstance(self.hyperparameters, Mapping):
+            raise SpecError(f"invalid sagemaker hyperparameters {shown(self.hyperparameters)}: must be a mapping "
+                            f"of name: value, e.g. hyperparameters: {{epochs: 2}}")
+        set_("hyperparameters", check_hyperparameters(self.hyperparameters))
         names = [c.name for c in self.channels]
         if len(set(names)) != len(names):
             raise SpecError(f"channel names repeat ({', '.join(names)}): give each --channel its own name")

@@ -267,8 +267,12 @@ def test_local_jobs_are_refused_what_sagemaker_would_refuse(home, tmp_path):
         return JobSpec(name=name, command=("python", "train.py"), backend="sagemaker",
                        sagemaker=SageMakerOptions(local=True, source_dir=str(tmp_path), **sm))
 
-    with pytest.raises(SpecError, match=r"HyperParameters\['prompt'\] has 3002 characters, more than 2500"):
+    with pytest.raises(SpecError, match=r"hyperparameter prompt is 3002 characters as the request carries it "
+                                        r"\(JSON-encoded\), more than SageMaker's 2500"):
         client.submit(spec("long-hp", hyperparameters={"prompt": "x" * 3000}))
+    with pytest.raises(SpecError, match=r"HyperParameters\['prompt'\] has 3002 characters, more than 2500"):
+        client.submit(JobSpec(name="long-flag", command=("python", "train.py", "--prompt", "x" * 3000),
+                              backend="sagemaker", sagemaker=SageMakerOptions(local=True, source_dir=str(tmp_path))))
     with pytest.raises(SpecError, match="Environment has 101 entries, more than 100"):
         client.submit(JobSpec(name="many-env", command=("python", "train.py"), backend="sagemaker",
                               env={f"V{i}": "1" for i in range(99)},

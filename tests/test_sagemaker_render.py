@@ -162,12 +162,17 @@ def test_types_that_cannot_run_the_job_as_asked_are_refused(fields, itype, says)
 
 
 def test_a_hyperparameter_given_twice_is_refused():
-    s = spec(command=("python", "train.py", "--lr", "0.3"), sm=dict(hyperparameters={"lr": "0.2"}))
+    s = spec(command=("python", "train.py", "--lr", "0.3"), sm=dict(hyperparameters={"lr": 0.2}))
     with pytest.raises(SpecError, match=r"hyperparameter lr is given twice, as --lr 0.3 in the command and as "
                                         r"--hp lr=0.2: give it once"):
         render.training_job_request(s, cfg())
     same = spec(command=("python", "train.py", "--lr", "0.3"), sm=dict(hyperparameters={"lr": "0.3"}))
     assert json.loads(render.training_job_request(same, cfg())["HyperParameters"]["lr"]) == "0.3"
+    # the same argument for the script (`--lr 0.3`, `--amp true`): the typed --hp value is sent
+    typed = spec(command=("python", "train.py", "--lr", "0.3", "--amp", "true"),
+                 sm=dict(hyperparameters={"lr": 0.3, "amp": True}))
+    hps = render.training_job_request(typed, cfg())["HyperParameters"]
+    assert (hps["lr"], hps["amp"]) == ("0.3", "true")
 
 
 @pytest.mark.parametrize("launcher, toolkit", [("none", 5), ("torchrun", 8), ("mpi", 7)])

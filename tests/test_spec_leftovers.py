@@ -1,6 +1,6 @@
 """Job files read as their writer meant them: a key given twice is refused, not silently the last
 one; a number written in YAML's other spellings (0.10, 017, 0x1F, 1_000, 12:30) keeps its text where
-a field takes a string (env, command, SageMaker hyperparameters), as Kubeflow and Run:AI users
+a field takes a string (env, command), as Kubeflow and Run:AI users
 expect of `value: "0.10"`; and what a spec writes out reads back as the same spec.
 """
 
@@ -76,14 +76,19 @@ def test_number_fields_written_otherwise_are_plain_numbers_that_dump():
     yaml.safe_dump(spec.to_dict())  # a subclass of int would make the safe dumper refuse it
 
 
-def test_sagemaker_hyperparameters_keep_their_text_and_refuse_booleans():
+def test_sagemaker_hyperparameters_keep_their_yaml_type_and_refuse_null():
+    """As the SageMaker SDK's dict keeps a value's type (the request then carries it JSON-encoded);
+    a number written in YAML's other spellings is a plain number."""
     spec = spec_of(HEAD + "backend: sagemaker\nsagemaker: {instance_count: 0x1, hyperparameters: {lr: 0.10, "
-                          "epochs: 2, warmup: 1_000}}\n")
-    assert dict(spec.sagemaker.hyperparameters) == {"lr": "0.10", "epochs": "2", "warmup": "1_000"}
+                          "epochs: 2, warmup: 1_000, amp: yes, tag: '2'}}\n")
+    hps = dict(spec.sagemaker.hyperparameters)
+    assert hps == {"lr": 0.1, "epochs": 2, "warmup": 1000, "amp": True, "tag": "2"}
+    assert [type(hps[k]) for k in ("lr", "epochs", "warmup", "amp", "tag")] == [float, int, int, bool, str]
     assert type(spec.sagemaker.instance_count) is int
-    with pytest.raises(SpecError, match=r"invalid sagemaker hyperparameters amp value True: must be a string "
-                                        r"\(quote it in YAML"):
-        spec_of(HEAD + "backend: sagemaker\nsagemaker: {hyperparameters: {amp: yes}}\n")
+    yaml.safe_dump(spec.to_dict())  # plain types, which the safe dumper takes
+    with pytest.raises(SpecError, match=r"invalid sagemaker hyperparameter amp value None: use a string, a number "
+                                        r"or true/false"):
+        spec_of(HEAD + "backend: sagemaker\nsagemaker: {hyperparameters: {amp: }}\n")
 
 
 def test_config_numbers_written_otherwise_save_back(tmp_path: Path):

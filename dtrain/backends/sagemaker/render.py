@@ -5,7 +5,8 @@ as it reads an SDK job: `sagemaker_program` / `sagemaker_submit_directory` name 
 `sagemaker_torch_distributed_enabled` asks for torchrun on every host (PyTorch estimator,
 distribution={"torch_distributed": {"enabled": True}}), `sagemaker_mpi_enabled` +
 `sagemaker_mpi_num_of_processes_per_host` for mpirun (distribution={"mpi": ...}). Every
-hyperparameter value is JSON-encoded, as the SDK does; the toolkit decodes it.
+hyperparameter value is JSON-encoded, as the SDK does (`epochs: 2` is "2", a string "abc" is
+'"abc"', a command's `--epochs 2` the string "2"); the toolkit decodes it.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from dataclasses import dataclass, field
 from dtrain.backends.sagemaker.config import SageMakerConfig
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec
-from dtrain.spec_sagemaker import MAX_INSTANCES, TOOLKIT_PREFIX, Channel, SageMakerOptions, gpu_type
+from dtrain.spec_sagemaker import (MAX_HYPERPARAMETERS, MAX_INSTANCES, TOOLKIT_PREFIX, Channel, SageMakerOptions,
+                                    gpu_type, hp_text)
 
 ENTRY = "dtrain_entry.py"  # written into the source archive when the command is not `python X.py`
 SOURCE_ARCHIVE = "sourcedir.tar.gz"
@@ -56,7 +58,7 @@ class Program:
 
     program: str  # file at the archive's root (sagemaker_program)
     entry_argv: tuple[str, ...] = ()  # for the generated entry: the command it runs (hps appended)
-    hyperparameters: dict[str, str] = field(default_factory=dict)  # --key value flags of the command
+    hyperparameters: dict[str, str] = field(default_factory=dict)  # --key value flags of the command (text)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -186,18 +188,15 @@ def upload_plan(spec: JobSpec, cfg: SageMakerConfig, *, cwd: str) -> UploadPlan:
                       entry=entry_script(prog.entry_argv) if prog.entry_argv else None)
 
 
-MAX_HYPERPARAMETERS = 100  # CreateTrainingJob's HyperParameters map (botocore's model says the same)
-
-
 def hyperparameters(spec: JobSpec, cfg: SageMakerConfig) -> dict[str, str]:
     prog, opts = split_command(spec.command), options(spec)
     _, per_host = instances(spec, cfg)
     twice = sorted(k for k in set(prog.hyperparameters) & set(opts.hyperparameters)
-                   if prog.hyperparameters[k] != opts.hyperparameters[k])
+                   if not _same(prog.hyperparameters[k], opts.hyperparameters[k]))
     if twice:
         k = twice[0]
         raise SpecError(f"hyperparameter {k} is given twice, as --{k} {prog.hyperparameters[k]} in the command and "
-                        f"as --hp {k}={opts.hyperparameters[k]}: give it once")
+                        f"as --hp {k}={hp_text(opts.hyperparameters[k])}: give it once")
     hps: dict[str, object] = {**prog.hyperparameters, **opts.hyperparameters}
     hps.update(sagemaker_program=prog.program,
                sagemaker_submit_directory=s3_uri(cfg, spec.name, "source", SOURCE_ARCHIVE),
@@ -217,7 +216,15 @@ def hyperparameters(spec: JobSpec, cfg: SageMakerConfig) -> dict[str, str]:
                         f"{len(hps) - len(given)} sagemaker_* ones the training toolkit needs make {len(hps)}, "
                         f"more than SageMaker's {MAX_HYPERPARAMETERS}: pass at most "
                         f"{MAX_HYPERPARAMETERS - len(hps) + len(given)} (put the rest in a config file with the code)")
-    return {k: json.dumps(v) for k, v in hps.items()}
+    return {k: json.dumps(v) for k, v in hps.items()}  # as the SDK: 2 -> '2', True -> 'true', 'abc' -> '"abc"'
+
+
+def _same(text: str, value: object) -> bool:
+    """Whether a command's `--key text` and a typed hyperparameter say the same: the script gets
+    the same argument (`--epochs 2` for 2) or the text is that value's JSON (`--amp true`)."""
+    if isinstance(value, str):
+        return text == value
+    return text == str(value) or text == json.dumps(value)
 
 
 def channel(ch: Channel, *, local: bool) -> dict:
