@@ -84,7 +84,9 @@ class SpecIn(_In):
         None, ge=MIN_IDLE_TIMEOUT, le=MAX_IDLE_TIMEOUT, description="notebook: seconds without kernel or terminal activity (requests do not count) before "
                           "it is stopped (null: never)")
     sagemaker: dict[str, Any] | None = Field(None, description="SageMaker options (docs/sagemaker.md): instance_type, "
-                                             "channels, spot, ...; checked by dtrain.spec_sagemaker.SageMakerOptions")
+                                             "channels, spot, hyperparameters (name: string, number or boolean, "
+                                             "each kept as given and sent JSON-encoded, as the SageMaker SDK "
+                                             "sends it), ...; checked by dtrain.spec_sagemaker.SageMakerOptions")
 
 
 def _as_for_jobs(field: str, description: str | None = None) -> tuple[Any, FieldInfo]:
