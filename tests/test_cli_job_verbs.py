@@ -114,12 +114,13 @@ def test_a_rank_of_thousands_of_digits_is_one_line(dt: Dtrain):
 
 
 def test_an_unknown_job_name_is_repeated_cut_short(dt: Dtrain):
-    # every verb repeated the whole name: 100 kB of 'aaa...' on one line
+    # every verb repeated the whole name: 100 kB of 'aaa...' on one line; a name past the 53
+    # characters of a job name's rule is named as such (as the HTTP API's path pattern has it)
     name = "a" * 100_000
     for argv in (("describe", name), ("logs", name), ("wait", name), ("suspend", name), ("resume", name),
                  ("exec", name, "--", "true"), ("artifacts", name, "--to", "out")):
         bad = dt(*argv, check=False)
-        assert_usage_error(bad, "no job named 'aaa")
+        assert_usage_error(bad, "invalid job name 'aaa", "1-53 lower-case letters")
         assert len(bad.stderr) < 400, (argv[0], len(bad.stderr))
 
 

@@ -463,7 +463,7 @@ class Backend(abc.ABC):
     def notebook_url(self, name: str, *, dtrain: str = "dtrain ") -> str:
         """Where to open notebook `name` (a job with spec.notebook), with its token where it has one.
         `dtrain` starts the commands the refusals name (with --backend where this is not the default)."""
-        with self._named("job", name):
+        with self._named("job", name, "notebook"):
             info = self._get(_existing(name, "notebook"))
         if not info.spec.notebook:
             raise SpecError(f"job {name!r} is not a notebook: start one with "
@@ -607,13 +607,20 @@ class Backend(abc.ABC):
 
     # ---- a name that does not exist: the near one ---------------------------------------
     @contextlib.contextmanager
-    def _named(self, what: str, name: str) -> Iterator[None]:
+    def _named(self, what: str, name: str, noun: str | None = None) -> Iterator[None]:
         """Around a hook given an existing job, volume or snapshot: a NotFoundError that quotes
         `name`, when the backend knows no such one, gets the near name it knows (did you mean
-        'train-1'?), on one line as before and of the same class."""
+        'train-1'?), on one line as before and of the same class.
+
+        A name no dtrain object can have ('Bad_Name!') is check_name's SpecError instead (`noun`
+        the word it says, default `what`): the rule, as the HTTP API's path pattern says it, not
+        "no job named". Only when nothing is found: a backend may list objects another tool named
+        (a Kubernetes PVC 'data.v1')."""
         try:
             yield
         except NotFoundError as err:
+            if isinstance(name, str):
+                check_name(name, noun or what)  # malformed: this SpecError, raised from the lookup
             if len(err.args) == 1 and isinstance(err.args[0], str) and isinstance(name, str):
                 err.args = (self._with_near(err.args[0], what, name),)
             raise
