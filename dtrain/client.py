@@ -468,7 +468,17 @@ class Client:
         return self.backend().create_snapshot(volume, name=name, job=job, progress=progress)
 
     def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[SnapshotInfo]:
-        return self.backend().list_snapshots(volume=volume, job=job)
+        """Oldest first, of `volume` and of `job` when given. A volume or job that never was is a
+        NotFoundError, as `dtrain snapshot list --volume` and the HTTP list answer (an empty list read
+        as a volume without snapshots where it was a typo); a volume without snapshots is an empty list,
+        and a deleted volume's or job's snapshots, which remain, are listed."""
+        snaps = self.backend().list_snapshots(volume=volume, job=job)
+        if not snaps:
+            if volume is not None:
+                self.get_volume(volume)
+            if job is not None:
+                self.get(job)
+        return snaps
 
     def get_snapshot(self, name: str) -> SnapshotInfo:
         return self.backend().get_snapshot(name)

@@ -98,12 +98,7 @@ def cmd_snapshot(args, client: Client) -> int:
                + (f", linked to job '{s.job}'" if s.job else "")
                + ("" if s.ready else " (the storage system is still taking it)"), args.json)
     elif a == "list":
-        snaps = client.list_snapshots(volume=args.volume, job=args.job)
-        if not snaps:  # a name that never was: its one-line error, not an empty table (a deleted one's remain)
-            if args.volume is not None:
-                client.get_volume(args.volume)
-            if args.job is not None:
-                client.get(args.job)
+        snaps = client.list_snapshots(volume=args.volume, job=args.job)  # a name that never was: its one line
         rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), s.volume or "-", s.job or "-",
                  s.source_snapshot or "-", "-" if s.files is None else s.files, fmt.size(s.bytes), fmt.age(s.created)]
                 for s in snaps]
