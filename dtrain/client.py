@@ -249,10 +249,12 @@ class Client:
         return expired
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None, since: float | None = None,
-             follow: bool = False, previous: bool = False, project: str | None = None) -> Iterator[LogLine]:
-        """The current attempt's lines (kubectl's current container's); `previous`: the attempt before's."""
+             follow: bool = False, previous: bool = False, limit_bytes: int | None = None,
+             project: str | None = None) -> Iterator[LogLine]:
+        """The current attempt's lines (kubectl's current container's); `previous`: the attempt before's;
+        `limit_bytes`: at most that many bytes of them (kubectl logs --limit-bytes), the last line cut."""
         return self._job(name, project).logs(name, rank=rank, tail=tail, since=since, follow=follow,
-                                             previous=previous)
+                                             previous=previous, limit_bytes=limit_bytes)
 
     def wait(self, name: str, *, timeout: float | None = None, project: str | None = None) -> JobInfo:
         """Block until the job is Succeeded, Failed or Deleted; its record (TimeoutError_ after `timeout` s)."""

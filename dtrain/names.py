@@ -33,6 +33,7 @@ SHOWN = 80  # the most characters of a user's value an error message repeats
 MAX_PAGE = 1000  # jobs in one page of the job list (`Client.page`, the HTTP list's `limit`)
 MAX_OFFSET = 10_000_000  # jobs skipped before a page: bounded, and far beyond any job table
 MAX_GPU_QUOTA = 1_000_000  # a project's GPU quota (`dtrain project create --gpu-quota`, the HTTP API's gpu_quota)
+MAX_LIMIT_BYTES = 2**60  # `logs --limit-bytes` (the SDK's and HTTP API's limit_bytes): 1Ei, past any log
 
 
 def shown(value) -> str:
@@ -91,6 +92,14 @@ def check_gpu_quota(value, what: str = "--gpu-quota") -> int:
     given: the CLI's flag (and the HTTP API's, which answers as the CLI), or the SDK's argument."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPU_QUOTA:
         raise SpecError(f"invalid {what} {shown(value)}: use a whole number from 0 to {MAX_GPU_QUOTA}")
+    return value
+
+
+def check_limit_bytes(value) -> int:
+    """kubectl logs' --limit-bytes: a whole number of bytes from 1 to MAX_LIMIT_BYTES."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT_BYTES:
+        raise SpecError(f"invalid --limit-bytes {shown(value)}: use a number of bytes from 1 to {MAX_LIMIT_BYTES} "
+                        f"(leave it out for the whole log), e.g. --limit-bytes 10000")
     return value
 
 

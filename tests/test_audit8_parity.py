@@ -107,3 +107,48 @@ def test_the_sdk_refuses_a_snapshot_filter_naming_nothing(server):
     assert server.dtrain().json("snapshot", "list", "--volume", "empty") == []
     assert [s.name for s in c.list_snapshots(volume="data")] == ["data-s1"]
     assert [s.name for s in c.list_snapshots(job="done")] == ["data-s1"]
+
+
+def test_logs_limit_bytes_as_kubectl(server):
+    """`kubectl logs --limit-bytes N` was argparse's "unrecognized arguments"; now at most N bytes of
+    the lines (text and newline), the last line cut short, the same from the CLI, the SDK and HTTP."""
+    dt, http = server.dtrain(), server.http
+    whole = dt("logs", "done").stdout
+    for n in (1, 5, len("first line\n"), len("first line\n") + 4, len(whole), 10_000):
+        out = dt("logs", "done", "--limit-bytes", str(n)).stdout
+        assert len(out.encode()) <= n and whole.startswith(out.rstrip("\n")), (n, out)
+        assert len(out.encode()) >= min(n, len(whole)) - 1, (n, out)  # only the cut line's newline may be missing
+        sdk = [line.text for line in Client(home=server.home).logs("done", limit_bytes=n)]
+        assert sdk == out.splitlines()
+        api = http.get(f"{JOB}/done/logs", params={"limit_bytes": n})
+        assert [line["text"] for line in api.json()] == sdk, api.text
+    assert dt("logs", "done", "--limit-bytes", "12", "-t", "1").stdout == "third line\n"  # after --tail, as kubelet
+    with http.stream("GET", f"{JOB}/done/logs/stream", params={"limit_bytes": 11}) as r:
+        events = "".join(r.iter_text())
+    assert events.count("data: {\"rank\"") == 1 and "first line" in events and "event: end" in events
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "1152921504606846977", "x"])
+def test_a_limit_bytes_out_of_bounds_is_one_line_from_every_door(server, value):
+    said = _cli_line(server.dtrain()("logs", "done", "--limit-bytes", value, check=False))
+    if value == "x":  # not a number: argparse's line names the flag
+        assert "--limit-bytes: invalid value 'x'" in said, said
+    else:
+        assert said.startswith(f"invalid --limit-bytes {value}: use a number of bytes from 1 to"), said
+        with pytest.raises(SpecError) as err:
+            Client(home=server.home).logs("done", limit_bytes=int(value))
+        assert str(err.value) == said
+    r = server.http.get(f"{JOB}/done/logs", params={"limit_bytes": value})
+    assert r.status_code == 422, r.text
+    if value == "x":
+        assert r.json()["error"].startswith("invalid --limit-bytes 'x': use a number of bytes from 1 to"), r.text
+    else:
+        assert r.json()["error"] == said
+
+
+@pytest.mark.parametrize("words, flag", [(["-c", "main"], "-c/--container"), (["--container=main"], "-c/--container"),
+                                         (["--all-containers"], "--all-containers")])
+def test_kubectl_container_flags_name_the_rank(server, words, flag):
+    said = _cli_line(server.dtrain()("logs", "done", *words, check=False))
+    assert said.startswith(f"{flag} is kubectl's") and "--rank R" in said and "dtrain logs done --rank 0" in said
+

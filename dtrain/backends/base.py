@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import abc
 import contextlib
+import dataclasses
 import math
 import time
 from collections import Counter
@@ -18,8 +19,8 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotSupportedError, SpecError,  # noqa: F401
                            TimeoutError_)  # (re-exported)
-from dtrain.names import (MAX_OFFSET, MAX_PAGE, check_gpu_quota, check_name, check_storage_class, near_name,
-                          parse_volume_size, shown, with_near)
+from dtrain.names import (MAX_OFFSET, MAX_PAGE, check_gpu_quota, check_limit_bytes, check_name, check_storage_class,
+                          near_name, parse_volume_size, shown, with_near)
 from dtrain.spec import JobSpec
 
 MAX_TAIL = 10**9  # lines of `logs --tail`: more than any log holds, and a number every backend can pass on
@@ -365,10 +366,15 @@ class Backend(abc.ABC):
                 [j for j in jobs if not j.status.terminal])
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None,
-             since: float | None = None, follow: bool = False, previous: bool = False) -> Iterator[LogLine]:
+             since: float | None = None, follow: bool = False, previous: bool = False,
+             limit_bytes: int | None = None) -> Iterator[LogLine]:
         """Lines of one rank (or all), oldest first, of the job's current (latest) attempt, as
         kubectl shows the current container's; `previous`: of the attempt before it (kubectl logs
-        --previous), an error when there was none; `since` is unix seconds; `follow` streams."""
+        --previous), an error when there was none; `since` is unix seconds; `follow` streams;
+        `limit_bytes` (kubectl's --limit-bytes): the lines up to that many bytes, each counted as
+        its UTF-8 text and a newline, the last one cut short to fit (a follower stops there)."""
+        if limit_bytes is not None:
+            check_limit_bytes(limit_bytes)
         if not isinstance(previous, bool) or not isinstance(follow, bool):
             raise SpecError(f"invalid previous {previous!r} or follow {follow!r}: use true or false")
         if previous and follow:
@@ -386,7 +392,8 @@ class Backend(abc.ABC):
             raise SpecError(f"invalid since {shown(since)}: use a unix time in seconds, e.g. time.time() - 600 "
                             f"(the CLI's --since 10m)")
         self.logs_note = None
-        return self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous)
+        lines = self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous)
+        return lines if limit_bytes is None else _at_most(lines, limit_bytes)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None) -> JobInfo:
         """Block until the job is terminal; the only wait loop in dtrain. `poll`: seconds between
@@ -798,6 +805,27 @@ def _existing(name, what: str) -> str:
         example = {"volume": "data", "snapshot": "data-s1", "notebook": "lab"}.get(what, "train")
         raise SpecError(f"invalid {what} name {shown(name)}: give the {what}'s name as a string, e.g. '{example}'")
     return name
+
+
+def _at_most(lines: Iterator[LogLine], limit: int) -> Iterator[LogLine]:
+    """`lines` up to `limit` bytes (text and newline, UTF-8); the line that passes it cut to fit, at a
+    character's end; nothing is read past it (a follower is not left waiting for a line it drops)."""
+    left = limit
+    for line in lines:
+        size = len(line.text.encode("utf-8", "surrogateescape")) + 1
+        if size <= left:
+            yield line
+            left -= size
+            if left:
+                continue
+        else:
+            cut = line.text.encode("utf-8", "surrogateescape")[:left - 1].decode("utf-8", "ignore")
+            if cut:
+                yield dataclasses.replace(line, text=cut)
+        close = getattr(lines, "close", None)
+        if close is not None:  # a generator's files are closed now, not when it is collected
+            close()
+        return
 
 
 def _flag(value, what: str) -> bool:

@@ -11,6 +11,7 @@ thread gets its own Client (SQLite then locks between them as it does between CL
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 from pathlib import Path
 from typing import Callable
@@ -23,7 +24,8 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
 from dtrain import db, errors
-from dtrain.names import check_gpu_quota, check_name, check_storage_class, parse_size, parse_volume_size, shown
+from dtrain.names import (check_gpu_quota, check_limit_bytes, check_name, check_storage_class, parse_size,
+                          parse_volume_size, shown)
 from dtrain.server import routes_cluster, routes_jobs, routes_notebooks, routes_storage, wire
 from dtrain.server.auth import Guard
 from dtrain.server.clients import Clients
@@ -185,7 +187,7 @@ def _one_line(request, problems) -> str:
         return f"invalid request: {wire.RESTORE_BODY}"
     for e in problems[:5]:
         loc = [str(x) for x in e.get("loc", ()) if x != "body"]
-        if said := _number_refusal(request, e):
+        if said := _number_refusal(request, e) or _query_refusal(e):
             return said
         if e.get("type") == "string_pattern_mismatch":
             return _pattern_refusal(request, e.get("ctx", {}).get("pattern"), e.get("input"), loc)
@@ -219,6 +221,25 @@ def _number_refusal(request, problem) -> str | None:
             check_gpu_quota(value)
         else:  # a spec holding only that field (a notebook's for a notebook): its check is the one that speaks
             JobSpec(name="probe", command=("probe",), notebook=area == "notebooks", **{loc[1]: value})
+    except errors.SpecError as refused:
+        return str(refused)
+    return None
+
+
+# Query numbers whose refusal is the SDK's (and the CLI's) own line, not pydantic's "Input should be ...".
+_QUERY_NUMBERS = {"limit_bytes": check_limit_bytes}
+
+
+def _query_refusal(problem) -> str | None:
+    """The SDK's line for a query number of _QUERY_NUMBERS that the schema refused (out of range, no number)."""
+    loc = tuple(problem.get("loc", ()))
+    if len(loc) != 2 or loc[0] != "query" or loc[1] not in _QUERY_NUMBERS:
+        return None
+    value = problem.get("input")
+    if isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]{1,4000}", value.strip(), re.ASCII):
+        value = int(value)
+    try:
+        _QUERY_NUMBERS[loc[1]](value)
     except errors.SpecError as refused:
         return str(refused)
     return None

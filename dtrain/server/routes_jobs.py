@@ -14,6 +14,7 @@ from fastapi.responses import StreamingResponse
 
 from dtrain import JobStatus
 from dtrain.errors import DtrainError, NotFoundError
+from dtrain.names import MAX_LIMIT_BYTES
 from dtrain.server import curves, wire
 from dtrain.server.clients import client
 from dtrain.spec import MAX_SELECTOR, SELECTOR_PATTERN, JobSpec, sagemaker_backend
@@ -126,13 +127,16 @@ RANK = Annotated[int | None, Query(ge=0, le=100_000, description="one rank's lin
 TAIL = Annotated[int | None, Query(ge=0, le=100_000, description="only the last lines")]
 SINCE = Annotated[float | None, Query(ge=0, le=wire.MAX_TIME, allow_inf_nan=False,
                                       description="only lines written at or after this unix time (seconds)")]
+LIMIT_BYTES = Annotated[int | None, Query(ge=1, le=MAX_LIMIT_BYTES, description=(
+    "at most this many bytes of the lines (kubectl logs --limit-bytes), each counted as its UTF-8 text and a "
+    "newline, the last one cut short to fit"))]
 PREVIOUS = Annotated[bool, Query(description="the lines of the attempt before the current one (kubectl logs "
                                              "--previous): after a restart (--max-restarts)")]
 
 
 @router.get("/jobs/{name}/logs", response_model=list[wire.LOG_ITEM], responses=LONG)
 async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TAIL = None, since: SINCE = None,
-               previous: PREVIOUS = False):
+               previous: PREVIOUS = False, limit_bytes: LIMIT_BYTES = None):
     """The lines written so far (of one rank with `rank`), oldest first: of the job's current
     (latest) attempt, or with `previous` of the attempt before it (404 when it never restarted).
 
@@ -140,7 +144,7 @@ async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TA
     A read that fails after some lines were read (a pod that cannot start, beside pods that wrote
     lines) keeps them: the last item is then `{error, kind}`, as `dtrain logs` prints the lines and
     then the error. A failure before any line (an unknown job: 404) is the answer's status."""
-    pump = _Pump(request.app.state, name, rank, tail, since, follow=False, previous=previous)
+    pump = _Pump(request.app.state, name, rank, tail, since, follow=False, previous=previous, limit_bytes=limit_bytes)
     first = await pump.start()
 
     async def items():
@@ -164,12 +168,12 @@ async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TA
 @router.get("/jobs/{name}/logs/stream", responses={**LONG, 200: {"content": {"text/event-stream": {}}}},
             response_class=StreamingResponse)
 async def follow_logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TAIL = None,
-                      since: SINCE = None):
+                      since: SINCE = None, limit_bytes: LIMIT_BYTES = None):
     """Server-sent events: one `data: {rank, time, text}` per line, then `event: end` with `data:
     {status}` when the job stops (it ended, or was suspended: `Suspended`; a resumed job's lines are
     read by a new stream), or `event: error` with `data: {error, kind}` when reading fails on the way
     (a pod that cannot start)."""
-    pump = _Pump(request.app.state, name, rank, tail, since, follow=True)
+    pump = _Pump(request.app.state, name, rank, tail, since, follow=True, limit_bytes=limit_bytes)
     await pump.start()  # 404 and friends are raised here, before any event is sent
 
     async def events():
@@ -313,10 +317,11 @@ class _Pump:
     """
 
     def __init__(self, state, name: str, rank: int | None, tail: int | None, since: float | None, *, follow: bool,
-                 previous: bool = False):
+                 previous: bool = False, limit_bytes: int | None = None):
         """`state`: the app's (its clients, streams and stopping event)."""
         self.clients, self.streams, self.stopping, self.name = state.clients, state.streams, state.stopping, name
-        self.query = {"rank": rank, "tail": tail, "since": since, "follow": follow, "previous": previous}
+        self.query = {"rank": rank, "tail": tail, "since": since, "follow": follow, "previous": previous,
+                      "limit_bytes": limit_bytes}
         self.batch = 1 if follow else BATCH
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=1000 if follow else 4)
         self.loop = asyncio.get_running_loop()
