@@ -152,3 +152,24 @@ def test_kubectl_container_flags_name_the_rank(server, words, flag):
     said = _cli_line(server.dtrain()("logs", "done", *words, check=False))
     assert said.startswith(f"{flag} is kubectl's") and "--rank R" in said and "dtrain logs done --rank 0" in said
 
+
+@pytest.mark.slow  # a job whose supervisor is frozen, then killed
+def test_a_lost_supervisors_job_gets_its_logs_in_the_snapshot_its_message_asks_for(tmp_path):
+    """A supervisor killed after every rank exited 0 but before its --snapshot-on-success snapshot
+    leaves the job Failed, naming `dtrain snapshot create VOL --job JOB`; that snapshot holds the
+    job's logs (.dtrain/logs/JOB/), as the supervisor's own would have."""
+    from test_audit6_ft import _lose_the_supervisor_after_its_ranks_exited_0
+
+    dt = Dtrain(tmp_path / "home")
+    dt("volume", "create", "data")
+    dt("submit", "snap", "--snapshot-on-success", "data", "--pvc", "data:/mnt/data", "--",
+       "bash", "-c", "sleep 1; echo trained; echo run >> /mnt/data/runs.txt")
+    _lose_the_supervisor_after_its_ranks_exited_0(dt, "snap")
+    job = dt.wait_for("snap", {"Succeeded", "Failed"}, timeout=60)
+    assert job["message"].endswith("take it with 'dtrain snapshot create data --job snap'"), job["message"]
+    snap = dt.json("snapshot", "create", "data", "--job", "snap")
+    dt("snapshot", "restore", snap["name"], "--to", "copy")
+    from pathlib import Path
+    logs = Path(dt.json("volume", "describe", "copy")["extra"]["path"]) / ".dtrain" / "logs" / "snap"
+    assert (logs / "rank-0.log").read_text().splitlines()[-1].endswith("trained")
+    assert {p.name for p in logs.iterdir()} >= {"launcher.log", "attempts.json", "rank-0.log"}
