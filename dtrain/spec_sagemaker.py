@@ -215,9 +215,13 @@ class SageMakerOptions:
         _bounded(self.max_runtime, "--max-runtime", 1, MAX_RUNTIME_S)
         _bounded(self.max_wait, "--max-wait", 1, MAX_RUNTIME_S, optional=True)
         _bounded(self.volume_size, "--volume-size", 1, MAX_VOLUME_GB)
-        if self.checkpoint_uri is not None and not re.match(r"^s3://[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9](/\S*)?\Z",
-                                                            str(self.checkpoint_uri)):
-            raise SpecError(f"invalid --checkpoint-s3-uri {shown(self.checkpoint_uri)}: use s3://BUCKET/PREFIX")
+        if self.checkpoint_uri is not None:
+            found = re.match(r"^s3://([^/\s]+)(/\S*)?\Z", str(self.checkpoint_uri))
+            if not found:
+                raise SpecError(f"invalid --checkpoint-s3-uri {shown(self.checkpoint_uri)}: use s3://BUCKET/PREFIX")
+            if not S3_BUCKET_RE.match(found.group(1)):
+                raise SpecError(f"invalid --checkpoint-s3-uri {shown(self.checkpoint_uri)}: the S3 URI's bucket name "
+                                f"must be 3-63 lower-case letters, digits, '.' or '-', e.g. s3://my-bucket/checkpoints")
         if self.max_wait is not None and not self.spot:
             raise SpecError("--max-wait applies to spot training only: add --spot or drop --max-wait")
         if self.spot and self.max_wait is not None and self.max_wait < self.max_runtime:
