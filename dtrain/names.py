@@ -186,6 +186,9 @@ def parse_volume_size(text: str) -> int:
     return parse_size(text, "volume size", minimum=1)
 
 
+LABEL_JOB = "dtrain.io/job"  # the job an object was made for: a Kubernetes label; locally on the volumes a job makes
+
+
 def job_volume_name(job: str, index: int) -> str:
     """Run:AI's naming: the i-th new volume (`--pvc CLASS:SIZE:MOUNT`) of job J is pvc-J-i.
 

@@ -6,11 +6,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from dtrain.names import LABEL_JOB  # noqa: F401  on everything dtrain creates for a job (and on its pods)
 from dtrain.spec import JobSpec
 
 from .config import KubernetesConfig
 
-LABEL_JOB = "dtrain.io/job"  # on everything dtrain creates for a job (and on its pods)
 LABEL_PROJECT = "dtrain.io/project"
 LABEL_ROLE = "dtrain.io/role"  # 'worker' on a job's own objects, 'snapshotter' on the watcher
 LABEL_VOLUME = "dtrain.io/volume"  # on a snapshot: the PVC it was taken from

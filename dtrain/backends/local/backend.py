@@ -30,7 +30,7 @@ from dtrain.backends.base import (Backend, Event, FreedInfo, JobCount, JobInfo, 
 from dtrain.backends.local.store import ACTIVE, QUEUED, SNAPSHOTTING, UNFINISHED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError, StorageError
-from dtrain.names import check_name, require_project
+from dtrain.names import LABEL_JOB, check_name, require_project
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
 # The job machinery (the supervisor's helpers, launchers, cgroups, GPU inventory, notebooks) is
@@ -258,7 +258,8 @@ class LocalBackend(Backend):
             _check_mount_point(m.target, [o for o in mounts if o is not m])
 
     def _prepare_volumes(self, spec: JobSpec) -> list[str]:
-        """Create the job's new volumes (pvc-<job>-<i>); all or none."""
+        """Create the job's new volumes (pvc-<job>-<i>), labelled with the job as its PVCs are on Kubernetes
+        (`volume describe`: `Job:`); all or none."""
         new = spec.new_volumes()
         existing = {v.name for v in self.storage.list_volumes()}
         for name, _v in new:
@@ -268,7 +269,8 @@ class LocalBackend(Backend):
         created = []
         try:
             for name, v in new:
-                self.storage.create_volume(name, size=v.size, storage_class=v.storage_class)
+                self.storage.create_volume(name, size=v.size, storage_class=v.storage_class,
+                                           labels={LABEL_JOB: spec.name})
                 created.append(name)
         except Exception:
             for name in created:
@@ -848,7 +850,7 @@ class LocalBackend(Backend):
         subvolume took 0.8 s; list and get measure."""
         return VolumeInfo(name=v.name, backend=self.name, size=v.size, size_bytes=v.size_bytes,
                           storage_class=v.storage_class, created=v.created, origin_snapshot=v.origin_snapshot,
-                          status="Lost" if self._lost(v) else "Bound",
+                          status="Lost" if self._lost(v) else "Bound", job=v.labels.get(LABEL_JOB),
                           used_bytes=_disk_usage(v.path) if measure else None, labels=dict(v.labels),
                           extra={"path": str(v.path), "uid": v.uid, "head_snapshot": v.head_snapshot,
                                  "snapshots": v.snapshots})
