@@ -107,10 +107,13 @@ def run(args) -> list[dict]:
     samples: dict[int, list[float]] = {p: [] for p in args.sizes}
     walls: dict[int, list[float]] = {p: [] for p in args.sizes}
     jobs: dict[int, list[str]] = {p: [] for p in args.sizes}
+    devices: dict[int, set[str]] = {p: set() for p in args.sizes}  # what the runs trained on (run.json)
     ceiling: dict[int, list[float]] = {p: [] for p in args.sizes if p > 1}
     for r in range(args.repeats):
         for p in args.sizes:
-            name, ips, steps = _run_one(args, client, p, r)
+            name, ips, steps, device = _run_one(args, client, p, r)
+            if device is not None:
+                devices[p].add(device.split(":")[0])
             samples[p].append(ips)
             walls[p].extend(steps)
             jobs[p].append(name)
@@ -118,7 +121,8 @@ def run(args) -> list[dict]:
                 ceiling[p].append(_run_independent(args, client, p, r))
     results = [{"processes": p, "jobs": jobs[p], "samples": samples[p],
                 "images_per_s": statistics.median(samples[p]),
-                "step_s": statistics.median(walls[p]), "step_sd_s": statistics.pstdev(walls[p])} for p in args.sizes]
+                "step_s": statistics.median(walls[p]), "step_sd_s": statistics.pstdev(walls[p]),
+                **({"devices": sorted(devices[p])} if devices[p] else {})} for p in args.sizes]
     if results[0]["processes"] == 1:  # what waiting for the slowest rank costs, from the 1-process steps
         for res in results[1:]:
             res["lockstep_bound"] = lockstep_bound(walls[1], res["processes"])
@@ -141,7 +145,16 @@ def _run_one(args, client: Client, p: int, repeat: int) -> tuple[str, float, lis
         name, job_out = _submit(args, client, p, f"{p}p-{repeat}", f"{p}p", started)
         _wait(client, name)
     steps = timed_steps(_metrics_file(job_out), args.warmup)
-    return name, throughput(steps, p * args.batch), step_walls(steps)
+    return name, throughput(steps, p * args.batch), step_walls(steps), trained_on(job_out)
+
+
+def trained_on(folder: Path) -> str | None:
+    """The device the run trained on, as its run.json says ('cpu', 'cuda:0'); None where it says none."""
+    try:
+        device = json.loads((folder / "run.json").read_text()).get("device")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return device if isinstance(device, str) else None
 
 
 def _run_independent(args, client: Client, p: int, repeat: int) -> float:
@@ -214,8 +227,12 @@ def _metrics_file(folder: Path) -> Path:
 def markdown(results: list[dict], args) -> str:
     wl = WORKLOADS[args.workload]
     device = f"{args.gpu} GPU" if args.gpu else f"{args.cpu_per_process:g} CPU core"
+    device += " per process"
+    if args.gpu and any(r.get("devices") == ["cpu"] for r in results):  # GPUs scheduled, none used
+        device += (" (scheduled, but the runs trained on the CPU: an injected GPU inventory, DTRAIN_GPUS, or no "
+                   "CUDA here; these are CPU figures)")
     lines = [f"Workload `{args.workload}`, per-process batch {args.batch}, {args.steps} steps "
-             f"({args.warmup} warm-up), {device} per process, median of {args.repeats} interleaved run(s).", "",
+             f"({args.warmup} warm-up), {device}, median of {args.repeats} interleaved run(s).", "",
              f"| processes | images/s | speed-up | efficiency | projected epoch ({wl.dataset}, {wl.epoch_images} images) |",
              "|---|---|---|---|---|"]
     for r in results:
