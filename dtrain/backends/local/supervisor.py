@@ -112,8 +112,8 @@ class Supervisor:
                 source = self._source_snapshot()
             code, attempt = self._attempts(mounts, scheduler.split_devices(devices, self.spec.processes,
                                                                            self.spec.gpu), attempt)
-            if not self.preempted or self.stopping or code == 0:  # 0: it ended before the preemption stopped it
-                break
+            if not self.preempted or self.stopping or (code == 0 and not self._stopped_by_preemption()):
+                break  # 0 before the preemption's SIGTERM: it ended before it could be stopped, and is done
             self._requeue()
             self.preempted = False
             row = self.store.job(self.name)
@@ -126,8 +126,8 @@ class Supervisor:
         code, port_tries = 1, 1
         while not self.stopping and not self._preempted():
             code = self._run_once(mounts, groups, attempt)
-            if self._preempted() and code != 0:
-                break  # stopped for an in-quota job: not a failure, no restart spent
+            if self._preempted() and (code != 0 or self._stopped_by_preemption()):
+                break  # stopped for an in-quota job: not a failure, no restart spent, nor done if it exited 0
             if code != 0 and not self.stopping and self.port_taken is not None and port_tries < PORT_TRIES:
                 # Not the notebook's failure (Kubeflow's controller would start its pod again): no restart spent
                 port_tries += 1
@@ -152,6 +152,11 @@ class Supervisor:
         if not self.preempted and not self.stopping:
             self.preempted = self.store.status(self.name) == "Pending"
         return self.preempted
+
+    def _stopped_by_preemption(self) -> bool:
+        """Whether the last launcher got the preemption's SIGTERM: a workload that writes its
+        checkpoint and exits 0 on SIGTERM (a graceful stop) is stopped then, not done."""
+        return self.preempted and self.proc is not None and self._stop_asked is self.proc
 
     def _requeue(self) -> None:
         """A preempted job's launcher has exited: stop what is left of its ranks, then let its
