@@ -5,6 +5,10 @@ from __future__ import annotations
 
 import time
 
+from dtrain.backends.local import scheduler
+from dtrain.backends.local.store import JobStore
+from dtrain.backends.local.supervisor import Supervisor
+from dtrain.spec import JobSpec
 from conftest import Dtrain
 
 
@@ -14,6 +18,32 @@ def _until(what, check, timeout: float = 60):
         assert time.monotonic() < deadline, what
         time.sleep(0.2)
     return got
+
+
+def test_a_job_preempted_in_its_restart_backoff_lets_its_gpus_go_at_once(tmp_path):
+    """Its launch failed and it waits (up to 60 s) before the next: preempted meanwhile, it stops
+    waiting then, instead of holding the GPUs the in-quota job needs for the rest of the backoff."""
+    store = JobStore(tmp_path / "state.db")
+    try:
+        spec = JobSpec(name="d", command=("false",), gpu=1, max_restarts=8)
+        store.insert_job(spec, cwd="/", node="here")
+        assert scheduler.try_allocate(store, spec, ["0"]) == ["0"]
+        (tmp_path / "jobs" / "d").mkdir(parents=True)
+        sup = Supervisor(tmp_path, "d")
+        try:
+            store.upsert_project("a", 1)
+            urgent = JobSpec(name="u", command=("true",), gpu=1, project="a")
+            store.insert_job(urgent, cwd="/", node="here")
+            assert scheduler.try_allocate(store, urgent, ["0"]) is None
+            assert store.status("d") == "Pending"  # preempted while it waits to restart
+            began = time.monotonic()
+            sup._sleep(5)
+            assert time.monotonic() - began < 1.5
+            assert sup.preempted
+        finally:
+            sup.store.close()
+    finally:
+        store.close()
 
 
 # Counts to 40 in tenths of a second from count.txt; on SIGTERM it writes where it was and exits 0,

@@ -197,8 +197,10 @@ class Supervisor:
         return False
 
     def _sleep(self, seconds: float) -> None:
+        """A restart's backoff: cut short when the job is stopped or preempted (its GPUs, idle
+        meanwhile, are wanted by the job that preempted it)."""
         deadline = time.monotonic() + seconds
-        while not self.stopping and time.monotonic() < deadline:
+        while not self.stopping and not self._preempted() and time.monotonic() < deadline:
             time.sleep(min(POLL_S, deadline - time.monotonic()))
 
     def _wait_for_devices(self) -> list[str] | None:
