@@ -75,3 +75,40 @@ def test_a_preempted_job_that_exits_0_on_sigterm_is_queued_again_not_succeeded(d
     assert done["status"] == "Succeeded" and done["restarts"] == 0, done
     assert (tmp_path / "count.txt").read_text() == "40"  # it trained to the end, not only to the preemption
     assert dt("logs", "long").stdout.splitlines()[-1] == "done"
+
+
+def test_two_in_quota_jobs_arriving_together_each_preempt_their_own(tmp_path):
+    """a1 and b1 (projects with a quota of 1) both wait for a GPU held by over-quota jobs: the GPU
+    a1's victim frees is a1's, so b1 preempts another job at once, rather than waiting for a1's
+    victim to stop, losing it to a1 and only then preempting (two grace periods); and no job is
+    preempted twice, nor one more than the two they need."""
+    store = JobStore(tmp_path / "state.db")
+    try:
+        gpus = ["0", "1", "2"]
+        for name in ("d1", "d2", "d3"):
+            spec = JobSpec(name=name, command=("true",), gpu=1)
+            store.insert_job(spec, cwd="/", node="here")
+            assert scheduler.try_allocate(store, spec, gpus) is not None
+        waiting = []
+        for project in ("a", "b"):
+            store.upsert_project(project, 1)
+            spec = JobSpec(name=f"{project}1", command=("true",), gpu=1, project=project)
+            store.insert_job(spec, cwd="/", node="here")
+            waiting.append(spec)
+        a1, b1 = waiting
+        assert scheduler.try_allocate(store, a1, gpus) is None
+        assert scheduler.try_allocate(store, b1, gpus) is None
+        assert [store.status(n) for n in ("d1", "d2", "d3")] == ["Running", "Pending", "Pending"]
+        assert store.job("d2")["message"].startswith("preempted by job b1 of project 'b'")
+        assert "being freed by stopping job(s) d2 of project 'default'" in store.job("b1")["message"]
+        assert "d3" not in store.job("b1")["message"]  # d3's GPU is a1's
+        for _ in range(2):  # polled again while they stop: nothing more is preempted
+            assert scheduler.try_allocate(store, a1, gpus) is None
+            assert scheduler.try_allocate(store, b1, gpus) is None
+        assert store.status("d1") == "Running"
+        assert store.release_preempted("d3") and store.release_preempted("d2")
+        assert scheduler.try_allocate(store, b1, gpus) is not None
+        assert scheduler.try_allocate(store, a1, gpus) is not None
+        assert store.status("d1") == "Running"
+    finally:
+        store.close()

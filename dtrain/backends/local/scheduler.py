@@ -19,7 +19,8 @@ Rules, checked in one SQLite write transaction so concurrent supervisors never r
   or that run over theirs (lowered since), youngest (last submitted) first, only as many as it
   takes to free what it needs. GPUs that stopping jobs (preempted, suspended, deleted) still hold
   count as being freed, so a job preempts nothing while those make up for what it needs, and no
-  job is preempted twice for the same GPUs. Nothing is preempted when all the candidates together
+  job is preempted twice for the same GPUs (those of a job preempted for another in-quota job
+  that still waits count for that one only: two arriving together each preempt their own). Nothing is preempted when all the candidates together
   would still not free enough; notebooks (interactive) and jobs taking their --snapshot-on-success
   snapshot are never preempted, nor a project's jobs within its quota. A preempted job moves
   Running -> Pending in this transaction, keeping its devices while its processes stop (its
@@ -109,7 +110,7 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
 
 
 PREEMPTED = "preempted by job {job} of project {project!r}"
-_PREEMPTED = re.compile(r"preempted by job \S+ of project '[^']*'")
+_PREEMPTED = re.compile(r"preempted by job (\S+) of project '[^']*'")
 
 
 def _preempt(store: JobStore, spec: JobSpec, need: int, free: int) -> str:
@@ -117,7 +118,7 @@ def _preempt(store: JobStore, spec: JobSpec, need: int, free: int) -> str:
     the running jobs to preempt for it (see the module's rules) back to Pending, recording why in
     its events and theirs. Returns what its waiting message adds: the GPUs being freed, by whom."""
     conn = store.conn
-    stopping = _stopping(conn)
+    stopping = _stopping(conn, spec.name)
     freeing = sum(r["n"] for r in stopping)
     victims: list = []
     if free + freeing < need:
@@ -154,7 +155,7 @@ def _preempt(store: JobStore, spec: JobSpec, need: int, free: int) -> str:
         store.add_event(spec.name, "Pending", f"preempted job {v['name']} of project {v['project']!r} ({v['held']} "
                                               f"GPUs, {why}) to free the GPUs it needs within its quota")
     if victims:
-        stopping = _stopping(conn)
+        stopping = _stopping(conn, spec.name)
         freeing = sum(r["n"] for r in stopping)
     if not freeing:
         return ""
@@ -162,11 +163,17 @@ def _preempt(store: JobStore, spec: JobSpec, need: int, free: int) -> str:
         f"{r['name']} of project {r['project']!r}" for r in stopping)
 
 
-def _stopping(conn) -> list:
+def _stopping(conn, job: str) -> list:
     """(name, project, n) of the jobs that no longer run but still hold n GPUs: their processes are
-    stopping (preempted, suspended, deleted); the GPUs are free once those are gone."""
-    return conn.execute("SELECT j.name, j.project, COUNT(*) AS n FROM allocations a JOIN jobs j ON a.job=j.name "
-                        "WHERE j.status<>'Running' GROUP BY j.name ORDER BY j.seq").fetchall()
+    stopping (preempted, suspended, deleted); the GPUs are free once those are gone. Those preempted
+    for another in-quota job that still waits are that job's, not `job`'s: two in-quota jobs that
+    arrive together each preempt their own, instead of the second waiting for the first's to stop,
+    then preempting only once the first took them."""
+    rows = conn.execute("SELECT j.name, j.project, j.status, j.message, COUNT(*) AS n FROM allocations a "
+                        "JOIN jobs j ON a.job=j.name WHERE j.status<>'Running' GROUP BY j.name ORDER BY j.seq").fetchall()
+    waiting = {r["name"] for r in conn.execute("SELECT name FROM jobs WHERE status='Pending'")}
+    return [r for r in rows if not (r["status"] == "Pending" and (m := _PREEMPTED.match(r["message"] or ""))
+                                    and m.group(1) != job and m.group(1) in waiting)]
 
 
 def _ranked_ahead(conn, project: str, seq: int, gpus: int) -> list[tuple[str, str, int, str]]:
