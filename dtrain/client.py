@@ -39,7 +39,15 @@ if TYPE_CHECKING:
     from dtrain.storage.manifest import Change
 
 
+# How a message names a job verb's project, in the words of the door a client serves (`Client.door`):
+# the SDK's argument, the CLI's -p (dtrain.cli sets "cli"), the HTTP API's query parameter ("http").
+PROJECT_ARG = {"sdk": ("project={!r}", "no project"), "cli": ("-p {}", "no -p"),
+               "http": ("?project={}", "no ?project=")}
+
+
 class Client:
+    door = "sdk"  # whose spelling of the project a job verb's refusal names (PROJECT_ARG)
+
     def __init__(self, *, home: str | Path | None = None, backend: str | None = None,
                  backends: dict[str, Backend] | None = None):
         self.home = home_dir(home)
@@ -175,15 +183,33 @@ class Client:
         """`_job_backend`, once the job is found there and, with `project`, found to be of that project."""
         backend = self._job_backend(name, project)
         if project is not None:
-            _of_project(backend.get(name), project)
+            self._found(backend, name, project)
         return backend
+
+    def _found(self, backend: Backend, name: str, project: str | None) -> JobInfo:
+        """Job `name`'s record from `backend`; with `project`, only if it is of that project, and a
+        project that does not exist is said to be the problem (a typo in -p), not the job."""
+        try:
+            info = backend.get(name)
+        except NotFoundError:
+            if project is not None:
+                self.check_project(project)
+            raise
+        return info if project is None else self._of_project(info, project)
+
+    def _of_project(self, info: JobInfo, project: str) -> JobInfo:
+        """`info`, when its job is of `project` (a job verb's `project=`, the CLI's -p)."""
+        if info.spec.project != project:
+            give, none = PROJECT_ARG[self.door]
+            raise NotFoundError(f"no job named {info.name!r} in project {project!r}: it is in project "
+                                f"{info.spec.project!r} (give {give.format(info.spec.project)}, or {none})")
+        return info
 
     def get(self, name: str, *, project: str | None = None, backend: str | None = None) -> JobInfo:
         """Job `name`'s record, from `backend` (default: `project`'s, else where this client
         submitted it, else this client's or the configured one). With `project`, a job of
         another project is not found, as with the CLI's -p."""
-        info = self._job_backend(name, project, backend).get(name)
-        return info if project is None else _of_project(info, project)
+        return self._found(self._job_backend(name, project, backend), name, project)
 
     def list(self, *, project: str | None = None, show_deleted: bool = True, selector: str | None = None,
              status: JobStatus | str | None = None) -> list[JobInfo]:
@@ -264,9 +290,7 @@ class Client:
         """Stop the job; with `purge` also forget it (record, events, logs). A job already Deleted
         is a NotFoundError unless purged, as `dtrain delete`, the HTTP DELETE and kubectl have it."""
         backend = self._job_backend(name, project)
-        info = backend.get(name)
-        if project is not None:
-            _of_project(info, project)
+        info = self._found(backend, name, project)
         if not purge and info.status == JobStatus.DELETED:
             raise NotFoundError(f"job {name!r} was already deleted; nothing was deleted "
                                 f"(delete({name!r}, purge=True) also forgets it)")
@@ -500,14 +524,6 @@ class Client:
 
     def diff_snapshots(self, a: str, b: str) -> list[Change]:
         return self.backend().diff_snapshots(a, b)
-
-
-def _of_project(info: JobInfo, project: str) -> JobInfo:
-    """`info`, when its job is of `project` (a job verb's `project=`, the CLI's -p)."""
-    if info.spec.project != project:
-        raise NotFoundError(f"no job named {info.name!r} in project {project!r}: it is in project "
-                            f"{info.spec.project!r} (give project={info.spec.project!r}, or no project)")
-    return info
 
 
 def _check_spec(spec, verb: str) -> None:

@@ -291,28 +291,23 @@ def _job_names(words: list[str], verb: str) -> list[str]:
     return words
 
 
-def _in_project(args, client: Client) -> None:
-    """Run:AI's -p on a job verb (`runai logs train -p team`): this command looks at that project,
-    its backend and (Kubernetes) its namespace, as if it were the configured one; config.yaml is
-    not written."""
-    if args.project is not None:
-        client.config.project = check_name(args.project, "project")
+def _in_project(args) -> str | None:
+    """Run:AI's -p on a job verb (`runai logs train -p team`), checked: the project each call of
+    this command passes on (`project=`), which looks at that project's backend and (Kubernetes) its
+    namespace, and finds only that project's jobs; None without -p. config.yaml is not read for it."""
+    return None if args.project is None else check_name(args.project, "project")
 
 
 def _get(args, client: Client, name: str):
     """The job `name`; with -p, only if it is that project's."""
-    info = client.get(name)
-    if args.project is not None and info.spec.project != args.project:
-        raise NotFoundError(f"no job named {shown(name)} in project {args.project!r}: it is in project "
-                            f"{info.spec.project!r} (give -p {info.spec.project}, or no -p)")
-    return info
+    return client.get(name, project=args.project)
 
 
 def cmd_describe(args, client: Client) -> int:
     names = _job_names(args.names, "describe")
     if len(names) != 1:
         raise SpecError("describe one job: dtrain describe job NAME")
-    _in_project(args, client)
+    _in_project(args)
     info = _get(args, client, names[0])
     if args.json:
         print(json.dumps(info.to_dict(), indent=2))
@@ -357,7 +352,7 @@ def cmd_logs(args, client: Client) -> int:
     rank = None if args.rank in (None, "all") else _rank(args.rank)
     since = (fmt.parse_since(args.since) if args.since is not None else
              fmt.parse_time(args.since_time) if args.since_time is not None else None)
-    _in_project(args, client)
+    _in_project(args)
     info = _get(args, client, args.name)
     many = rank is None and info.spec.processes > 1
     printed = False
@@ -366,7 +361,7 @@ def cmd_logs(args, client: Client) -> int:
         raise SpecError(f"invalid tail {tail}: use a number of lines from 0 to {MAX_TAIL}, or -1 for all of them "
                         f"(the default), e.g. -t 10")
     for line in client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
-                            previous=args.previous, limit_bytes=args.limit_bytes):
+                            previous=args.previous, limit_bytes=args.limit_bytes, project=args.project):
         printed = True
         if args.json:
             sys.stdout.write(json.dumps(line.to_dict()) + "\n")
@@ -376,7 +371,8 @@ def cmd_logs(args, client: Client) -> int:
         if args.follow:  # a line shows when it is written; otherwise a flush a line cost a write(2) a line
             sys.stdout.flush()
     # as kubectl: why nothing came (unless the backend said it: a restarted SageMaker host not started again)
-    if not printed and not args.follow and info.status.value == "Pending" and not client.backend().logs_note:
+    if (not printed and not args.follow and info.status.value == "Pending"
+            and not client.backend(project=args.project).logs_note):
         print(f"dtrain: job '{info.name}' is Pending ({info.message or 'not started'}): no process has "
               f"started, so there are no logs yet; 'dtrain logs {info.name} -f' waits for them", file=sys.stderr)
     return 0
@@ -409,9 +405,9 @@ def cmd_delete(args, client: Client) -> int:
         raise SpecError(("'dtrain delete' takes job names or --all, not both" if names else
                          "'dtrain delete' needs job names, or --all for every job of the project")
                         + ": dtrain delete NAME [NAME...] or dtrain delete --all [-p PROJECT]; nothing was deleted")
-    _in_project(args, client)
+    _in_project(args)
     if args.all:
-        project = client.default_project  # -p's, as _in_project set it
+        project = args.project or client.default_project
         names = [j.name for j in client.list(project=project, show_deleted=args.purge)]
         if not names:
             print(f"No jobs to delete in project '{project}'")
@@ -436,7 +432,7 @@ def cmd_delete(args, client: Client) -> int:
                             f"('dtrain delete {' '.join(gone[:5])} --purge' also forgets "
                             f"{'it' if len(gone) == 1 else 'them'})")
     for name in names:
-        info = client.delete(name, purge=args.purge)
+        info = client.delete(name, purge=args.purge, project=args.project)
         print(f"The job '{name}' has been " + ("purged" if args.purge else f"deleted ({info.status.value})"))
     return 0
 
@@ -450,7 +446,7 @@ def cmd_suspend_resume(args, client: Client) -> int:
     verb = args.verb
     which, done = _PAUSES[verb]
     names = list(dict.fromkeys(_job_names(args.names, verb)))
-    _in_project(args, client)
+    _in_project(args)
     for name in names:
         try:
             info = _get(args, client, name)
@@ -460,25 +456,25 @@ def cmd_suspend_resume(args, client: Client) -> int:
             raise ConflictError(f"job {name!r} is {info.status.value}: 'dtrain {verb}' takes {which}; nothing "
                                 f"was {done} (see 'dtrain list')")
     for name in names:
-        info = client.suspend(name) if verb == "suspend" else client.resume(name)
+        info = (client.suspend if verb == "suspend" else client.resume)(name, project=args.project)
         print(f"The job '{name}' has been {done} ({info.status.value})")
     return 0
 
 
 def cmd_artifacts(args, client: Client) -> int:
-    _in_project(args, client)
+    _in_project(args)
     _get(args, client, args.name)
-    out = client.artifacts(args.name, to=args.to)
+    out = client.artifacts(args.name, to=args.to, project=args.project)
     print(f"The model of job '{args.name}' is in {out}")
     return 0
 def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
-    _in_project(args, client)
+    _in_project(args)
     info = _get(args, client, args.name)
     if args.rank is not None and not _whole(args.rank):
         last = info.spec.processes - 1
         raise SpecError(f"invalid --rank {shown(args.rank)}: exec runs in one process; give a rank from 0 to "
                         f"{last}, e.g. dtrain exec {args.name} --rank 0 -- COMMAND")
-    code = client.exec(args.name, command, rank=0 if args.rank is None else int(args.rank))
+    code = client.exec(args.name, command, rank=0 if args.rank is None else int(args.rank), project=args.project)
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell and kubectl exec say
 
 
@@ -508,7 +504,7 @@ def cmd_wait(args, client: Client) -> int:
     if not names:
         raise SpecError("name the job to wait for: dtrain wait NAME")
     timeout = None if args.timeout is None else wait_timeout(args.timeout)
-    _in_project(args, client)
+    _in_project(args)
     names = list(dict.fromkeys(names))
     for name in names:  # an unknown name is an error before any waiting
         _get(args, client, name)
@@ -517,7 +513,7 @@ def cmd_wait(args, client: Client) -> int:
     for name in names:
         try:
             info = client.wait(name, timeout=timeout if deadline is None or len(names) == 1
-                               else max(0.0, deadline - time.monotonic()))
+                               else max(0.0, deadline - time.monotonic()), project=args.project)
         except TimeoutError_ as err:
             print(f"dtrain: {err}" if len(names) == 1 else
                   f"dtrain: --timeout {args.timeout} ran out waiting for job {name!r} ({names.index(name)} of "

@@ -437,6 +437,7 @@ def main(argv: list[str] | None = None) -> int:
             return getattr(importlib.import_module(module), func)(rest) or 0
         with db.reads_only() if _reads_once(args) else contextlib.nullcontext():
             client = Client(home=args.home, backend=getattr(args, "storage_backend", None) or args.default_backend)
+            client.door = "cli"  # a refusal names -p, not the SDK's project=
             if getattr(args, "takes_command", False):
                 return args.handler(args, command, client, args.launcher_for)
             if command:
