@@ -55,3 +55,88 @@ def test_a_project_that_does_not_exist_is_named_by_every_door(team_b_on_kubernet
         assert_usage_error(dt(*argv, check=False), "no project named 'tem-b' (projects: ")
     with pytest.raises(NotFoundError, match=r"^no project named 'tem-b' \(projects: "):
         dtrain.Client(home=home).logs("kjob", project="tem-b")
+
+
+@pytest.fixture
+def http(team_b_on_kubernetes, home):
+    """An API server on that home (a Client per worker thread), and an HTTP client to it."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    import httpx
+
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+    with httpx.Client(base_url=server.url + "/api/v1", timeout=60) as client:
+        yield client
+    server.stop()
+
+
+def test_every_route_on_a_job_takes_its_project_as_the_cli_takes_p(http):
+    """GET /jobs/kjob found a job of a project mapped to Kubernetes only in the worker thread whose
+    Client had submitted it; there was no ?project= to say where it is."""
+    q = {"project": "team-b"}
+    assert http.get("/jobs/kjob", params=q).json()["backend"] == "kubernetes"
+    assert http.get("/jobs/kjob/logs", params=q).json() == []
+    assert http.get("/jobs/kjob/metrics", params=q).json() == []
+    assert http.get("/jobs/kjob/wait", params={**q, "timeout": 0}).status_code == 408
+    assert http.post("/jobs/kjob/suspend", params=q).json()["status"] == "Suspended"
+    assert http.post("/jobs/kjob/resume", params=q).json()["status"] == "Pending"
+    assert http.get("/notebooks/kjob/url", params=q).json()["error"].startswith("job 'kjob' is not a notebook")
+    other = http.get("/jobs/kjob", params={"project": "team-x"})
+    assert other.status_code == 404 and other.json()["error"].startswith("no job named 'kjob'")
+    with http.stream("GET", "/jobs/kjob/logs/stream", params={**q, "tail": 1}) as stream:
+        assert stream.status_code == 200  # a job it did not find would be a 404 before any event
+    assert http.delete("/jobs/kjob", params=q).json()["status"] == "Deleted"
+    gone = http.delete("/jobs/kjob", params=q)
+    assert gone.status_code == 404 and "already deleted" in gone.json()["error"]
+
+
+@pytest.mark.slow  # a CLI run per case: about 10 s
+def test_a_wrong_project_is_refused_over_http_with_the_clis_line(team_b_on_kubernetes, http):
+    dt = team_b_on_kubernetes
+    for project, status in (("tem-b", 404), ("Team_B", 422)):
+        said = dt("describe", "job", "kjob", "-p", project, check=False)
+        assert said.returncode == 2
+        r = http.get("/jobs/kjob", params={"project": project})
+        assert (r.status_code, r.json()["error"]) == (status, said.stderr.strip().removeprefix("dtrain: error: "))
+    said = dt("describe", "job", "kjob", "-p", "team-x", check=False).stderr.strip().removeprefix("dtrain: error: ")
+    assert http.get("/jobs/kjob", params={"project": "team-x"}).json()["error"] == said
+
+
+def test_the_schema_gives_every_route_on_a_job_its_project(http):
+    paths = http.get("/openapi.json").json()["paths"]
+    on_a_job = [(path, method, op) for path, methods in paths.items() if path.startswith(("/api/v1/jobs/{name}",
+                "/api/v1/notebooks/{name}")) for method, op in methods.items()]
+    assert len(on_a_job) >= 9  # get, delete, suspend, resume, wait, logs, its stream, metrics, a notebook's url
+    for path, method, op in on_a_job:
+        [project] = [p for p in op["parameters"] if p["name"] == "project"] or [None]
+        assert project and project["in"] == "query" and "-p" in project["description"], (method, path)
+
+
+@pytest.mark.slow  # a browser: about 20 s
+def test_the_dashboard_opens_a_job_of_a_kubernetes_project_from_the_filtered_list(team_b_on_kubernetes, home):
+    """The Jobs table filtered by project team-b listed kjob (from Kubernetes), and its link opened a
+    page whose reads (GET /jobs/kjob, its logs, its metrics) had no project: 'no job named'."""
+    browser_tests = pytest.importorskip("test_dashboard_browser")
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer, wait_until
+
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+    try:
+        with browser_tests.chrome() as browser:
+            text_of = browser_tests.text_of
+            browser.get(server.url + "/#/jobs?project=team-b")
+            wait_until(lambda: "kjob" in text_of(browser, "main"), what="kjob in the Jobs table")
+            link = browser.find_element(browser_tests.By.CSS_SELECTOR, "#jobs-table a")
+            assert link.get_attribute("href").endswith("#/job/kjob?project=team-b")
+            link.click()
+            wait_until(lambda: text_of(browser, "#job-status") == "Pending", what="the job's page")
+            assert "team-b / kubernetes" in text_of(browser, "#job-head")
+            browser.find_element(browser_tests.By.CSS_SELECTOR, "#job-head button.suspend").click()
+            wait_until(lambda: text_of(browser, "#job-status") == "Suspended", what="the suspension")
+            assert not text_of(browser, "#banner"), text_of(browser, "#banner")
+            severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+            assert not severe, severe
+    finally:
+        server.stop()

@@ -79,42 +79,45 @@ def submit(request: Request, body: wire.SpecIn):
 
 
 @router.get("/jobs/{name}", response_model=wire.Job, responses=ERRORS)
-def get_job(request: Request, name: wire.JobName):
-    return wire.job_out(client(request).get(name))
+def get_job(request: Request, name: wire.JobName, project: wire.JobProject = None):
+    """The job's record (`dtrain describe job NAME`; with `project`, `-p PROJECT`)."""
+    return wire.job_out(client(request).get(name, project=project))
 
 
 @router.delete("/jobs/{name}", response_model=wire.Job, responses=CHANGES)
-def delete_job(request: Request, name: wire.JobName, purge: bool = False):
+def delete_job(request: Request, name: wire.JobName, purge: bool = False, project: wire.JobProject = None):
     """Stop the job's processes and mark it Deleted (`dtrain delete`); with `purge` also forget it
     (record, events, logs). A job already Deleted is not found, as with kubectl, unless purged."""
     c = client(request)
-    if not purge and c.get(name).status == JobStatus.DELETED:
+    if not purge and c.get(name, project=project).status == JobStatus.DELETED:
         raise NotFoundError(f"job {name!r} was already deleted; nothing was deleted (DELETE "
                             f"/api/v1/jobs/{name}?purge=true also forgets it)")
-    return wire.job_out(c.delete(name, purge=purge))
+    return wire.job_out(c.delete(name, purge=purge, project=project))
 
 
 @router.post("/jobs/{name}/suspend", response_model=wire.Job, responses=CHANGES)
-def suspend_job(request: Request, name: wire.JobName):
+def suspend_job(request: Request, name: wire.JobName, project: wire.JobProject = None):
     """Stop a Pending or Running job for now (`dtrain suspend`): it checkpoints, frees its GPUs and
     reads Suspended until resumed. 409 for a job in another state."""
-    return wire.job_out(client(request).suspend(name))
+    return wire.job_out(client(request).suspend(name, project=project))
 
 
 @router.post("/jobs/{name}/resume", response_model=wire.Job, responses=CHANGES)
-def resume_job(request: Request, name: wire.JobName):
+def resume_job(request: Request, name: wire.JobName, project: wire.JobProject = None):
     """Queue a Suspended job again (`dtrain resume`); it goes on from its last checkpoint. 409 for a
     job in another state."""
-    return wire.job_out(client(request).resume(name))
+    return wire.job_out(client(request).resume(name, project=project))
 
 
 @router.get("/jobs/{name}/wait", response_model=wire.Job,
             responses={**LONG, 408: {"model": wire.Error}})
 async def wait_job(request: Request, name: wire.JobName,
-                   timeout: Annotated[float, Query(ge=0, le=600, allow_inf_nan=False)] = 60):
+                   timeout: Annotated[float, Query(ge=0, le=600, allow_inf_nan=False)] = 60,
+                   project: wire.JobProject = None):
     """Block until the job ends (408 when `timeout` seconds pass first, 503 when the server stops first)."""
     clients = request.app.state.clients
-    waiting = _in_thread(request.app.state.streams, lambda: clients.get().wait(name, timeout=timeout), f"wait-{name}")
+    waiting = _in_thread(request.app.state.streams, lambda: clients.get().wait(name, timeout=timeout, project=project),
+                         f"wait-{name}")
     try:
         info = await unless_stopping(waiting, request.app.state.stopping)
     except Stopping:
@@ -136,7 +139,7 @@ PREVIOUS = Annotated[bool, Query(description="the lines of the attempt before th
 
 @router.get("/jobs/{name}/logs", response_model=list[wire.LOG_ITEM], responses=LONG)
 async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TAIL = None, since: SINCE = None,
-               previous: PREVIOUS = False, limit_bytes: LIMIT_BYTES = None):
+               previous: PREVIOUS = False, limit_bytes: LIMIT_BYTES = None, project: wire.JobProject = None):
     """The lines written so far (of one rank with `rank`), oldest first: of the job's current
     (latest) attempt, or with `previous` of the attempt before it (404 when it never restarted).
 
@@ -144,7 +147,8 @@ async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TA
     A read that fails after some lines were read (a pod that cannot start, beside pods that wrote
     lines) keeps them: the last item is then `{error, kind}`, as `dtrain logs` prints the lines and
     then the error. A failure before any line (an unknown job: 404) is the answer's status."""
-    pump = _Pump(request.app.state, name, rank, tail, since, follow=False, previous=previous, limit_bytes=limit_bytes)
+    pump = _Pump(request.app.state, name, rank, tail, since, follow=False, previous=previous, limit_bytes=limit_bytes,
+                 project=project)
     first = await pump.start()
 
     async def items():
@@ -168,12 +172,12 @@ async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TA
 @router.get("/jobs/{name}/logs/stream", responses={**LONG, 200: {"content": {"text/event-stream": {}}}},
             response_class=StreamingResponse)
 async def follow_logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TAIL = None,
-                      since: SINCE = None, limit_bytes: LIMIT_BYTES = None):
+                      since: SINCE = None, limit_bytes: LIMIT_BYTES = None, project: wire.JobProject = None):
     """Server-sent events: one `data: {rank, time, text}` per line, then `event: end` with `data:
     {status}` when the job stops (it ended, or was suspended: `Suspended`; a resumed job's lines are
     read by a new stream), or `event: error` with `data: {error, kind}` when reading fails on the way
     (a pod that cannot start)."""
-    pump = _Pump(request.app.state, name, rank, tail, since, follow=True, limit_bytes=limit_bytes)
+    pump = _Pump(request.app.state, name, rank, tail, since, follow=True, limit_bytes=limit_bytes, project=project)
     await pump.start()  # 404 and friends are raised here, before any event is sent
 
     async def events():
@@ -221,9 +225,10 @@ def _failure(err: Exception) -> dict[str, str]:
 
 
 @router.get("/jobs/{name}/metrics", response_model=list[dict[str, Any]], responses=ERRORS)
-def job_metrics(request: Request, name: wire.JobName, last: Annotated[int, Query(ge=1, le=20_000)] = 2000):
+def job_metrics(request: Request, name: wire.JobName, last: Annotated[int, Query(ge=1, le=20_000)] = 2000,
+                project: wire.JobProject = None):
     """The job's training metrics, one record per logged step (step, loss, images_per_s, ...)."""
-    return curves.curve(client(request).get(name), last=last)
+    return curves.curve(client(request).get(name, project=project), last=last)
 
 
 class Streams:
@@ -317,11 +322,12 @@ class _Pump:
     """
 
     def __init__(self, state, name: str, rank: int | None, tail: int | None, since: float | None, *, follow: bool,
-                 previous: bool = False, limit_bytes: int | None = None):
+                 previous: bool = False, limit_bytes: int | None = None, project: str | None = None):
         """`state`: the app's (its clients, streams and stopping event)."""
         self.clients, self.streams, self.stopping, self.name = state.clients, state.streams, state.stopping, name
+        self.project = project
         self.query = {"rank": rank, "tail": tail, "since": since, "follow": follow, "previous": previous,
-                      "limit_bytes": limit_bytes}
+                      "limit_bytes": limit_bytes, "project": project}
         self.batch = 1 if follow else BATCH
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=1000 if follow else 4)
         self.loop = asyncio.get_running_loop()
@@ -397,7 +403,7 @@ class _Pump:
     def _status(self) -> str | None:
         """The job's status once its lines have ended (None where it cannot be read: purged)."""
         try:
-            return self.clients.get().get(self.name).status.value
+            return self.clients.get().get(self.name, project=self.project).status.value
         except DtrainError:
             return None
 

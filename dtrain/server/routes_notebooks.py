@@ -38,7 +38,7 @@ def list_notebooks(request: Request, project: Annotated[str | None, Query(patter
 @router.get("/notebooks/{name}/url", response_model=wire.NotebookUrl,
             responses={**ERRORS, 403: {"model": wire.Error, "description": "a --read-only server: the URL's "
                                                                            "token runs code"}})
-def notebook_url(request: Request, response: Response, name: wire.NotebookName):
+def notebook_url(request: Request, response: Response, name: wire.NotebookName, project: wire.JobProject = None):
     """Where to open a Running notebook (`dtrain notebook open`), with its Jupyter token: locally
     `http://127.0.0.1:PORT/?token=...`, an address of the server's machine (reach it there, or
     through an SSH tunnel to that port); on Kubernetes the Kubeflow gateway's path (no token).
@@ -49,4 +49,4 @@ def notebook_url(request: Request, response: Response, name: wire.NotebookName):
                                  f"code: open it with 'dtrain notebook open {name}' on the server's machine, "
                                  f"or restart 'dtrain server' without --read-only")
     response.headers["cache-control"] = "no-store"  # a credential: kept by no cache
-    return wire.NotebookUrl(name=name, url=client(request).notebook_url(name))
+    return wire.NotebookUrl(name=name, url=client(request).notebook_url(name, project=project))

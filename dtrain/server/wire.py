@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from fastapi import Path
+from fastapi import Path, Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
@@ -33,6 +33,12 @@ JobName = Annotated[str, Path(pattern=NAME, description="a job name")]
 NotebookName = Annotated[str, Path(pattern=NAME, description="a notebook name")]
 VolumeName = Annotated[str, Path(pattern=NAME, description="a volume name")]
 SnapshotName = Annotated[str, Path(pattern=NAME, description="a snapshot name")]
+# A route on one job: the job's project, as the CLI's -p on a job verb (`dtrain logs NAME -p team`)
+JobProject = Annotated[str | None, Query(pattern=NAME, description=(
+    "the job's project, as `-p` on the CLI's job verbs: the job is looked for on that project's backend "
+    "(config.yaml's project_backends; its namespace on Kubernetes), and a job of another project is not "
+    "found. Without it: the configured project's backend, where a job of a project that config.yaml "
+    "sends to another backend is not found"))]
 # what a name field names, for check_name's message when the pattern refuses it
 NAMED = {"project": "project", "volume": "volume", "job": "job", "to": "volume", "snapshot_on_success": "volume",
          "jobs": "job", "notebooks": "notebook", "volumes": "volume", "snapshots": "snapshot", "projects": "project"}

@@ -1,4 +1,4 @@
-// The dashboard: one page, hash routes (#/jobs, #/job/NAME, #/nodes, #/storage, #/submit).
+// The dashboard: one page, hash routes (#/jobs, #/job/NAME[?project=P], #/nodes, #/storage, #/submit).
 // Every value shown comes from /api/v1 and is put in the page as text, never as HTML.
 "use strict";
 
@@ -97,7 +97,12 @@ function size(n) {
   return i ? n.toFixed(1) + " " + units[i] : n + " B";
 }
 const statusCell = s => h("td", {class: `status s-${s}`}, s);
-const jobLink = name => h("a", {href: "#/job/" + encodeURIComponent(name)}, name);
+// A job's address: with the project the page found it through (the Jobs filter, the Submit form's project): a
+// project that config.yaml sends to another backend (Kubernetes) keeps its jobs there, where a job's page
+// finds them only with ?project=, as the CLI's job verbs only with -p.
+const withProject = (path, project) => path + (project ? "?project=" + encodeURIComponent(project) : "");
+const jobPath = (name, project, tail) => withProject("/jobs/" + encodeURIComponent(name) + (tail || ""), project);
+const jobLink = (name, project) => h("a", {href: "#" + withProject("/job/" + encodeURIComponent(name), project)}, name);
 
 // Poll fn: the next run is scheduled when this one has ended, never beside it (a slow server got a new
 // round of requests every `ms` while the last ones still waited), `ms` after a success and twice the
@@ -185,7 +190,8 @@ function jobsPage(main) {
     const first = (page - 1) * PAGE_SIZE;
     const q = new URLSearchParams({limit: String(PAGE_SIZE), offset: String(first)});
     if (status.value) q.set("status", status.value);
-    if (project.value) q.set("project", project.value);
+    const asked = project.value;  // the jobs' links and buttons name it: their project's backend holds them
+    if (asked) q.set("project", asked);
     const {body: jobs, headers} = await request("/jobs?" + q);
     const total = Number(headers.get("x-total-count"));
     range.textContent = jobs.length ? `${first + 1}-${first + jobs.length} of ${total}`
@@ -193,10 +199,10 @@ function jobsPage(main) {
     prev.disabled = page <= 1;
     next.disabled = first + jobs.length >= total;
     const rows = jobs.map(j => h("tr", {"data-job": j.name},
-      h("td", {}, jobLink(j.name)), statusCell(j.status), ageCell(j.created, "created"), h("td", {}, j.project),
+      h("td", {}, jobLink(j.name, asked)), statusCell(j.status), ageCell(j.created, "created"), h("td", {}, j.project),
       h("td", {}, j.node || "-"), h("td", {}, j.kind), h("td", {class: "gpus"}, `${j.gpus_allocated} (${j.gpus_requested})`),
       h("td", {class: "procs"}, `${j.processes_running} (${j.processes_pending})`),
-      h("td", {class: "actions"}, ...jobButtons(j, ""))));
+      h("td", {class: "actions"}, ...jobButtons(j, "", asked))));
     const none = total ? "No jobs on this page: go back with Prev."
       : status.value || project.value ? "No jobs match these filters."
       : readOnly() ? "No jobs yet: this server is read-only; submit one with 'dtrain submit'."
@@ -210,14 +216,14 @@ function jobsPage(main) {
   }, REFRESH_MS);
 }
 
-async function deleteJob(name, active) {
+async function deleteJob(name, active, project) {
   const what = active ? "Its processes are stopped." : "It leaves the list; the status filter's Deleted still shows it.";
   if (!confirm(`Delete job ${name}? ${what}`)) return;
-  await act("/jobs/" + encodeURIComponent(name), {method: "DELETE"});
+  await act(jobPath(name, project), {method: "DELETE"});
 }
 
-async function pauseJob(name, verb) {  // "suspend" or "resume"
-  await act(`/jobs/${encodeURIComponent(name)}/${verb}`, {method: "POST"});
+async function pauseJob(name, verb, project) {  // "suspend" or "resume"
+  await act(jobPath(name, project, "/" + verb), {method: "POST"});
 }
 
 // A read-only server (dtrain server --read-only) marks its page: no button it would refuse is shown.
@@ -227,9 +233,9 @@ function readOnly() {
 
 // A Running notebook's Open: its URL (with Jupyter's token) asked for now, opened in a new tab, as `dtrain
 // notebook open` prints it; a refusal (Jupyter still starting: 409) stays on screen as a button's does.
-async function openNotebook(name) {
+async function openNotebook(name, project) {
   try {
-    const {url} = await api(`/notebooks/${encodeURIComponent(name)}/url`);
+    const {url} = await api(withProject(`/notebooks/${encodeURIComponent(name)}/url`, project));
     refusal = "";
     window.open(url, "_blank", "noopener");
   } catch (e) { refusal = e.message; }
@@ -239,24 +245,24 @@ async function openNotebook(name) {
 // A job's buttons: Open for a Running notebook, Suspend while it may run, Resume while suspended, Delete until
 // deleted (a finished job leaves the list, as Run:AI's delete of a completed job does). A read-only server has
 // none: it refuses changes, and a notebook's URL (its token runs code).
-function jobButtons(j, noun) {
+function jobButtons(j, noun, project) {
   if (readOnly()) return [];
   const running = j.status === "Pending" || j.status === "Running";
   const active = running || j.status === "Suspended";
   return [
-    ...(j.spec.notebook && j.status === "Running" ? [h("button", {class: "open-notebook", onclick: () => openNotebook(j.name)}, "Open")] : []),
-    ...(running ? [h("button", {class: "suspend", onclick: () => pauseJob(j.name, "suspend")}, "Suspend" + noun)] : []),
-    ...(j.status === "Suspended" ? [h("button", {class: "resume", onclick: () => pauseJob(j.name, "resume")}, "Resume" + noun)] : []),
-    ...(j.status !== "Deleted" ? [h("button", {class: "danger", onclick: () => deleteJob(j.name, active)}, "Delete" + noun)] : [])];
+    ...(j.spec.notebook && j.status === "Running" ? [h("button", {class: "open-notebook", onclick: () => openNotebook(j.name, project)}, "Open")] : []),
+    ...(running ? [h("button", {class: "suspend", onclick: () => pauseJob(j.name, "suspend", project)}, "Suspend" + noun)] : []),
+    ...(j.status === "Suspended" ? [h("button", {class: "resume", onclick: () => pauseJob(j.name, "resume", project)}, "Resume" + noun)] : []),
+    ...(j.status !== "Deleted" ? [h("button", {class: "danger", onclick: () => deleteJob(j.name, active, project)}, "Delete" + noun)] : [])];
 }
 
 // ---- one job -------------------------------------------------------------------------------
-function jobPage(main, name) {
+function jobPage(main, name, project) {
   const head = h("div", {class: "card", id: "job-head"});
   const curves = h("div", {class: "row", id: "curves"});
   const procs = h("div", {class: "card"}), events = h("div", {class: "card"}), snaps = h("div", {class: "card", id: "job-snapshots"});
   const spec = h("pre", {id: "job-spec"});
-  const rank = h("select", {id: "rank", "aria-label": "Logs of rank", onchange: () => follow(name, rank.value)}, h("option", {value: ""}, "all ranks"));
+  const rank = h("select", {id: "rank", "aria-label": "Logs of rank", onchange: () => follow(name, rank.value, project)}, h("option", {value: ""}, "all ranks"));
   const logs = h("pre", {id: "logs", tabindex: 0, "aria-label": "Logs", "aria-live": "off"});
   main.append(h("h1", {}, "Job ", h("span", {id: "job-name"}, name)), head,
               h("h2", {}, "Logs ", rank), h("div", {class: "card"}, logs),
@@ -270,13 +276,13 @@ function jobPage(main, name) {
   let ranksShown = 0, wasSuspended = false, following = false, finalReads = 0;
   const history = gpuHistory();
   every(async () => {
-    const j = await api("/jobs/" + encodeURIComponent(name));
+    const j = await api(jobPath(name, project));
     // A resumed job runs again: its log stream ended at the suspension, so read it anew. The stream's end says
     // so too: a job suspended and resumed between two polls was never seen Suspended here, and was not followed.
     // It is followed once it runs again, not while it waits (Pending): a stream opened then gave the suspended
     // run's lines, and the resumed run's after them, so each line showed twice.
     const waits = j.status === "Suspended" || j.status === "Pending";
-    if ((wasSuspended || streamSuspended) && !waits) follow(name, rank.value);
+    if ((wasSuspended || streamSuspended) && !waits) follow(name, rank.value, project);
     wasSuspended = j.status === "Suspended" || (wasSuspended && waits);
     head.replaceChildren(h("div", {class: "kv"},
       h("div", {}, "Status"), h("div", {class: `status s-${j.status}`, id: "job-status"}, j.status),
@@ -287,7 +293,7 @@ function jobPage(main, name) {
       h("div", {}, "Created / started / finished"), h("div", {}, `${when(j.created)} / ${when(j.started)} / ${when(j.finished)}`),
       h("div", {}, "Restarts"), h("div", {}, j.restarts),
       h("div", {}, "Snapshot taken / started from"), h("div", {}, `${j.snapshot || "-"} / ${j.source_snapshot || "-"}`)),
-      h("p", {class: "actions"}, ...jobButtons(j, " job")));
+      h("p", {class: "actions"}, ...jobButtons(j, " job", project)));
     procs.replaceChildren(table(["Rank", "Status", "Exit code", "Devices", "Node"], j.processes.map(p => h("tr", {},
       h("td", {}, p.rank), statusCell(p.status), h("td", {}, p.exit_code ?? "-"), h("td", {}, p.devices.join(",") || "-"), h("td", {}, p.node || "-"))), {},
       j.status === "Pending" ? "none started yet" : "none"));
@@ -296,19 +302,19 @@ function jobPage(main, name) {
     spec.textContent = JSON.stringify(j.spec, null, 2);
     for (; ranksShown < j.spec.processes; ranksShown++) rank.appendChild(h("option", {value: ranksShown}, "rank " + ranksShown));
     // The logs are followed once the ranks are known: lines that came before marked no rank ("[rank 1] ...").
-    if (!following) { following = true; follow(name, ""); }
+    if (!following) { following = true; follow(name, "", project); }
     const s = await api("/snapshots?job=" + encodeURIComponent(name));
     snaps.replaceChildren(s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {},
       h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
       : h("p", {class: "muted"}, "none"));
-    await drawCurves(curves, name, history);
+    await drawCurves(curves, name, history, project);
     finalReads = FINAL.has(j.status) ? finalReads + 1 : 0;
     return finalReads >= 2 ? STOP : undefined;
   }, REFRESH_MS * 2);
 }
 
-async function drawCurves(holder, name, history) {
-  const [metrics, hist] = await Promise.all([api(`/jobs/${encodeURIComponent(name)}/metrics`), history()]);
+async function drawCurves(holder, name, history, project) {
+  const [metrics, hist] = await Promise.all([api(jobPath(name, project, "/metrics")), history()]);
   const recs = metrics.filter(r => typeof r.step === "number");
   const keys = [["loss", "loss"], ["images_per_s", "images/s"]];
   const cards = keys.map(([k, title]) => {
@@ -354,7 +360,7 @@ function logPane(logs, live) {
   };
 }
 
-function follow(name, rank) {
+function follow(name, rank, project) {
   if (stream) stream.close();
   streamSuspended = false;
   const mine = view, me = ++follows, timer = {id: null}, live = () => mine === view && me === follows;
@@ -370,6 +376,7 @@ function follow(name, rank) {
     if (!live()) return;
     const q = new URLSearchParams(last === null ? {tail: "500"} : {since: String(last)});
     if (rank !== "") q.set("rank", rank);
+    if (project) q.set("project", project);
     if (last === null) pane.clear();
     from = last;
     const es = stream = new EventSource(`${API}/jobs/${encodeURIComponent(name)}/logs/stream?${q}`);
@@ -545,7 +552,7 @@ function submitPage(main) {
     if (vols.length) body.volumes = vols;
     try {
       const j = await api("/jobs", {method: "POST", headers: {"content-type": "application/json"}, body: JSON.stringify(body)});
-      location.hash = "#/job/" + encodeURIComponent(j.name);
+      location.hash = "#" + withProject("/job/" + encodeURIComponent(j.name), body.project);
     } catch (e) { msg.className = "error"; msg.textContent = e.message; }
   };
   main.append(h("h1", {}, "Submit a job"), h("div", {class: "card"}, form, msg));
@@ -573,13 +580,13 @@ function route() {
   if (stream) { stream.close(); stream = null; }
   streamSuspended = false;
   refusal = "";
-  const [path] = location.hash.replace(/^#\/?/, "").split("?");
+  const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
   const [page, ...rest] = path.split("/");
   document.querySelector("nav a[data-page=submit]").hidden = readOnly();
   document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === (page === "job" ? "jobs" : page || "jobs")));
   const main = document.getElementById("main");
   main.replaceChildren();
-  if (page === "job" && rest.length) jobPage(main, decoded(rest.join("/")));
+  if (page === "job" && rest.length) jobPage(main, decoded(rest.join("/")), new URLSearchParams(query || "").get("project"));
   else if (page === "nodes") nodesPage(main);
   else if (page === "storage") storagePage(main);
   else if (page === "submit") submitPage(main);
