@@ -182,18 +182,29 @@ class Client:
     def _job(self, name: str, project: str | None) -> Backend:
         """`_job_backend`, once the job is found there and, with `project`, found to be of that project."""
         backend = self._job_backend(name, project)
-        if project is not None:
+        if project is not None or self._elsewhere(backend):  # a job it does not find: where else to look
             self._found(backend, name, project)
         return backend
+
+    def _elsewhere(self, backend: Backend) -> list[tuple[str, str]]:
+        """(project, backend) of the projects config.yaml's `project_backends` sends to a backend
+        other than `backend`: their jobs are not there."""
+        return sorted((p, b) for p, b in self.config.project_backends.items() if b != backend.name)
 
     def _found(self, backend: Backend, name: str, project: str | None) -> JobInfo:
         """Job `name`'s record from `backend`; with `project`, only if it is of that project, and a
         project that does not exist is said to be the problem (a typo in -p), not the job."""
         try:
             info = backend.get(name)
-        except NotFoundError:
+        except NotFoundError as err:
             if project is not None:
                 self.check_project(project)
+            elif elsewhere := self._elsewhere(backend):  # the job may be one of theirs: how to look there
+                give = PROJECT_ARG[self.door][0]
+                some = " or ".join(f"{give.format(p)} ({b})" for p, b in elsewhere[:3])
+                raise NotFoundError(f"{err}; a job of a project that config.yaml sends to another backend is "
+                                    f"found with its project: {some}" + (" or ..." if len(elsewhere) > 3 else "")
+                                    ) from None
             raise
         return info if project is None else self._of_project(info, project)
 

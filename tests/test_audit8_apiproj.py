@@ -140,3 +140,23 @@ def test_the_dashboard_opens_a_job_of_a_kubernetes_project_from_the_filtered_lis
             assert not severe, severe
     finally:
         server.stop()
+
+
+@pytest.mark.slow  # a CLI run per verb: about 15 s
+def test_a_job_not_found_says_which_projects_are_elsewhere_in_each_doors_words(team_b_on_kubernetes, http, home):
+    """'no job named kjob; see dtrain list jobs' said nothing of project team-b, whose jobs
+    config.yaml keeps on Kubernetes: each door now says to give it, in its own spelling."""
+    dt = team_b_on_kubernetes
+    for argv in (["describe", "job", "kjob"], ["logs", "kjob"], ["wait", "kjob"], ["delete", "kjob"]):
+        assert_usage_error(dt(*argv, check=False), "no job named 'kjob'", "with its project: -p team-b (kubernetes)")
+    for verb in ("get", "wait", "logs", "delete", "suspend", "notebook_url"):
+        with pytest.raises(NotFoundError, match=r"with its project: project='team-b' \(kubernetes\)$"):
+            getattr(dtrain.Client(home=home), verb)("kjob")
+    for method, path in (("GET", "/jobs/kjob"), ("GET", "/jobs/kjob/logs"), ("POST", "/jobs/kjob/suspend"),
+                         ("DELETE", "/jobs/kjob")):
+        r = http.request(method, path)
+        assert r.status_code == 404 and r.json()["error"].endswith("with its project: ?project=team-b (kubernetes)")
+    assert dt.json("describe", "job", "kjob", "-p", "team-b")["status"] == "Pending"  # nothing was changed
+    plain = dt("describe", "job", "kjob", "-p", "default", check=False)  # a project given: no hint
+    assert_usage_error(plain, "no job named 'kjob'")
+    assert "with its project" not in plain.stderr
