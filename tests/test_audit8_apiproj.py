@@ -160,3 +160,16 @@ def test_a_job_not_found_says_which_projects_are_elsewhere_in_each_doors_words(t
     plain = dt("describe", "job", "kjob", "-p", "default", check=False)  # a project given: no hint
     assert_usage_error(plain, "no job named 'kjob'")
     assert "with its project" not in plain.stderr
+
+
+@pytest.mark.slow  # CLI runs: about 10 s
+def test_submits_hint_and_notebook_open_reach_a_job_of_a_kubernetes_project(team_b_on_kubernetes):
+    """`dtrain submit kjob -p team-b` said to run `dtrain --backend kubernetes describe job kjob`,
+    which looked in the configured project's namespace ('not found'); `notebook open` took no -p."""
+    dt = team_b_on_kubernetes
+    said = dt("submit", "k2", "-p", "team-b", "--", "python", "t.py").stdout
+    hint = said.split("`")[1]
+    assert hint == "dtrain describe job k2 -p team-b"
+    assert dt.json(*hint.split()[1:])["backend"] == "kubernetes"  # the command works as printed
+    assert_usage_error(dt("notebook", "open", "k2", "-p", "team-b", check=False), "job 'k2' is not a notebook")
+    assert_usage_error(dt("notebook", "open", "k2", check=False), "no job named 'k2'", "-p team-b")

@@ -219,9 +219,12 @@ def cmd_submit(args, command: list[str], client: Client, launcher: str | None = 
         return 0
     print(f"The job '{info.name}' has been submitted successfully ({info.spec.kind}, "
           f"{info.spec.processes} process{'es' if info.spec.processes > 1 else ''}, backend {info.backend})")
-    # `describe` asks the default project's backend: a job sent elsewhere (--backend) is named with it there
-    other = info.backend != client.config.backend_for(client.config.project)
-    print(f"You can run `dtrain {f'--backend {info.backend} ' if other else ''}describe job {info.name}` "
+    # `describe` asks the configured project's backend (on Kubernetes, its namespace): a job of another
+    # project is named with -p (its backend, its namespace), one sent elsewhere (--backend) with that too
+    project = info.spec.project
+    other = info.backend != client.config.backend_for(project)
+    where = f" -p {project}" if project != client.default_project else ""
+    print(f"You can run `dtrain {f'--backend {info.backend} ' if other else ''}describe job {info.name}{where}` "
           f"to check the job status")
     return 0
 

@@ -150,7 +150,9 @@ def cmd_list(args, client: Client) -> int:
 
 
 def cmd_open(args, client: Client) -> int:
-    print(client.notebook_url(args.name))
+    if args.project is not None:  # `-p "$PROJECT"` with the variable unset is a mistake, not the default
+        check_name(args.project, "project")
+    print(client.notebook_url(args.name, project=args.project))
     return 0
 
 
@@ -193,6 +195,8 @@ def register(sub) -> None:
     c = ns.add_parser("open", prog="dtrain notebook open",
                       help="print the URL (with its token) to open in a browser")
     c.add_argument("name", help="the notebook")
+    c.add_argument("-p", "--project", help="the notebook's project: its backend (config.yaml's project_backends), "
+                                           "its namespace on Kubernetes (default: 'dtrain config project')")
     c.add_argument("--backend", dest="storage_backend", choices=["local", "kubernetes"],
                    help="the backend the notebook runs on (default from config)")
     c.set_defaults(handler=cmd_open)
