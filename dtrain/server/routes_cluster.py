@@ -29,9 +29,20 @@ def gpu_history(request: Request, since: SINCE = 0.0):
     return request.app.state.history.samples(since)
 
 
+def _projects(c) -> list[wire.Project]:
+    """The projects with their Running and Pending jobs counted (the dashboard's Projects page, as
+    Run:AI's lists running and pending workloads per project): counted where the jobs are kept."""
+    counts = {(n.project, n.status.value): n.jobs for n in c.summary().counts}
+    return [wire.Project.model_validate(p).model_copy(update={"running": counts.get((p.name, "Running"), 0),
+                                                              "pending": counts.get((p.name, "Pending"), 0)})
+            for p in c.list_projects()]
+
+
 @router.get("/projects", response_model=list[wire.Project], responses=ERRORS)
 def projects(request: Request):
-    return [wire.Project.model_validate(p) for p in client(request).list_projects()]
+    """Each project: its GPU quota, the GPUs its jobs hold, its jobs (all but Deleted), and how many
+    of them run and wait now."""
+    return _projects(client(request))
 
 
 @router.post("/projects", response_model=wire.Project, status_code=201,
@@ -43,4 +54,4 @@ def create_project(request: Request, response: Response, body: wire.ProjectIn):
     c.create_project(body.name, gpu_quota=body.gpu_quota, no_gpu_quota=body.no_gpu_quota)
     if existed:
         response.status_code = 200
-    return next(wire.Project.model_validate(p) for p in c.list_projects() if p.name == body.name)
+    return next(p for p in _projects(c) if p.name == body.name)

@@ -266,6 +266,8 @@ class Project(BaseModel):
     gpu_quota: int | None
     gpus_allocated: int
     jobs: int
+    running: int = Field(0, description="its jobs Running now")
+    pending: int = Field(0, description="its jobs Pending (queued, or preempted and queued again)")
     extra: dict[str, Any]
 
 

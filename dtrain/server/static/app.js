@@ -1,4 +1,5 @@
-// The dashboard: one page, hash routes (#/jobs, #/job/NAME[?project=P], #/nodes, #/storage, #/submit).
+// The dashboard: one page, hash routes (#/jobs, #/job/NAME[?project=P], #/notebooks, #/projects, #/nodes, #/storage,
+// #/submit).
 // Every value shown comes from /api/v1 and is put in the page as text, never as HTML.
 "use strict";
 
@@ -412,6 +413,54 @@ function follow(name, rank, project) {
   open();
 }
 
+// ---- notebooks -----------------------------------------------------------------------------
+// Kubeflow's Notebooks view: every project's notebooks (GET /notebooks), each with Open once it is Running and,
+// while it waits, why (the scheduler's message: GPUs busy, a quota, older jobs first).
+function notebooksPage(main) {
+  const holder = h("div", {class: "card wide"});
+  main.append(h("h1", {}, "Notebooks"), holder);
+  every(async () => {
+    const books = (await api("/notebooks")).slice().reverse();  // newest first, as the Jobs table
+    const rows = books.map(b => h("tr", {"data-notebook": b.name},
+      h("td", {}, jobLink(b.name)), statusCell(b.status), ageCell(b.created, "created"), h("td", {}, b.project),
+      h("td", {}, b.spec.volumes.join(", ") || "-"), h("td", {class: "gpus"}, `${b.gpus_allocated} (${b.gpus_requested})`),
+      h("td", {class: "message"}, b.message || "-"),
+      h("td", {class: "actions"}, ...jobButtons(b, ""))));
+    holder.replaceChildren(table(["Name", "Status", "Age", "Project", "Volumes", "GPUs allocated (requested)",
+      "Message (why it waits)", ""], rows, {id: "notebooks-table"}, readOnly()
+      ? "No notebooks yet: this server is read-only; start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan/work'."
+      : "No notebooks yet: start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan/work' "
+        + "(or without --pvc: a folder of its own)."));
+  }, REFRESH_MS);
+}
+
+// ---- projects ------------------------------------------------------------------------------
+// Run:AI's Projects view: each project's GPU quota, the GPUs its jobs hold, its jobs running and waiting. On the
+// local backend a project without a quota runs over quota (its jobs take idle GPUs only, and a job of a project
+// with a quota preempts them), as does one holding more than a quota lowered since; a cluster's quota is a limit.
+function overQuota(p) {
+  if (p.backend !== "local") return "-";
+  if (p.gpu_quota === null) return "yes: no quota (preemptible)";
+  if (p.gpus_allocated > p.gpu_quota) return `yes: ${p.gpus_allocated - p.gpu_quota} GPU over its quota (preemptible)`;
+  return "no";
+}
+
+function projectsPage(main) {
+  const holder = h("div", {class: "card wide"});
+  main.append(h("h1", {}, "Projects"), holder);
+  every(async () => {
+    const projects = await api("/projects");
+    const rows = projects.map(p => h("tr", {"data-project": p.name},
+      h("td", {}, h("a", {href: "#/jobs?project=" + encodeURIComponent(p.name)}, p.name)),
+      h("td", {class: "quota"}, p.gpu_quota === null ? "none" : p.gpu_quota), h("td", {class: "gpus"}, p.gpus_allocated),
+      h("td", {class: "running"}, p.running), h("td", {class: "pending"}, p.pending), h("td", {class: "jobs"}, p.jobs),
+      h("td", {class: "over-quota", title: p.extra.unknown || null}, overQuota(p))));
+    holder.replaceChildren(table(["Project", "GPU quota", "GPUs allocated", "Running jobs", "Pending jobs",
+      "Jobs (all but deleted)", "Over quota (local)"], rows, {id: "projects-table"},
+      "No projects yet: create one with 'dtrain project create NAME --gpu-quota 2'."));
+  }, REFRESH_MS * 2);
+}
+
 // ---- nodes ---------------------------------------------------------------------------------
 // Each node's card holds the same parts: their ids are suffixed with the node's name (an id is one element of
 // the page: #gpus-table and #gpu-alloc were repeated on every node), their classes are not (.gpus-table).
@@ -587,6 +636,8 @@ function route() {
   const main = document.getElementById("main");
   main.replaceChildren();
   if (page === "job" && rest.length) jobPage(main, decoded(rest.join("/")), new URLSearchParams(query || "").get("project"));
+  else if (page === "projects") projectsPage(main);
+  else if (page === "notebooks") notebooksPage(main);
   else if (page === "nodes") nodesPage(main);
   else if (page === "storage") storagePage(main);
   else if (page === "submit") submitPage(main);

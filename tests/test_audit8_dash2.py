@@ -1,0 +1,113 @@
+"""Audit 8, the dashboard (second pass): a Projects page and a Notebooks page, as Run:AI's Projects view and
+Kubeflow's Notebooks UI show them."""
+
+from __future__ import annotations
+
+import pytest
+
+from server_util import ServerProcess, wait_until
+
+pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+
+
+def cells(browser, table: str, key: str) -> dict:
+    """{row's data-KEY: [cell texts]} of a table, read in one script (the page re-renders on every poll)."""
+    return browser.execute_script(
+        "const t = document.getElementById(arguments[0]); if (!t) return {};"
+        "return Object.fromEntries([...t.tBodies[0].rows].map(r => [r.dataset[arguments[1]],"
+        " [...r.cells].map(c => c.innerText.trim())]));", table, key)
+
+
+def test_projects_api_counts_running_and_pending_jobs(home, tmp_path):
+    """GET /projects gave a project's quota, GPUs held and job count, not how many of its jobs run and how many
+    wait: the Projects page (Run:AI's running and pending workloads) had nothing to show them from."""
+    server = ServerProcess(home, env={"DTRAIN_GPUS": "1"}, cwd=tmp_path)
+    try:
+        dt, http = server.dtrain(), server.http
+        assert http.post("/api/v1/projects", json={"name": "team-f"}).status_code == 201
+        dt("submit", "f1", "-p", "team-f", "--gpu", "1", "--", "sleep", "300")
+        dt.wait_for("f1", {"Running"})
+        dt("submit", "f2", "-p", "team-f", "--gpu", "1", "--", "sleep", "300")
+        dt("submit", "f3", "-p", "team-f", "--", "true")
+        dt.wait_for("f3", {"Succeeded"})
+        [team] = [p for p in http.get("/api/v1/projects").json() if p["name"] == "team-f"]
+        assert (team["running"], team["pending"], team["jobs"], team["gpus_allocated"]) == (1, 1, 3, 1), team
+        made = http.post("/api/v1/projects", json={"name": "team-f", "gpu_quota": 1})  # the POST's answer too
+        assert made.status_code == 200 and (made.json()["running"], made.json()["pending"]) == (1, 1), made.text
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow  # a browser, a server and three jobs: about 25 s
+def test_the_projects_page_shows_quota_use_queues_and_over_quota(home, tmp_path):
+    """The dashboard had no Projects page: a project's quota and use were in `dtrain project list` only, and
+    nothing said which projects' jobs run over quota (preemptible by a project with a quota)."""
+    browser_tests = pytest.importorskip("test_dashboard_browser")
+    server = ServerProcess(home, env={"DTRAIN_GPUS": "2"}, cwd=tmp_path)
+    try:
+        dt, http = server.dtrain(), server.http
+        assert http.post("/api/v1/projects", json={"name": "team-q", "gpu_quota": 1}).status_code == 201
+        assert http.post("/api/v1/projects", json={"name": "team-f"}).status_code == 201
+        dt("submit", "q1", "-p", "team-q", "--gpu", "1", "--", "sleep", "300")
+        dt.wait_for("q1", {"Running"})
+        dt("submit", "f1", "-p", "team-f", "--gpu", "1", "--", "sleep", "300")
+        dt.wait_for("f1", {"Running"})
+        dt("submit", "f2", "-p", "team-f", "--gpu", "1", "--", "sleep", "300")  # no GPU left: waits
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/projects")
+            wait_until(lambda: "team-f" in cells(browser, "projects-table", "project"), what="the projects table")
+            rows = cells(browser, "projects-table", "project")
+            assert rows["team-q"][1:] == ["1", "1", "1", "0", "1", "no"], rows
+            assert rows["team-f"][1:] == ["none", "1", "1", "1", "2", "yes: no quota (preemptible)"], rows
+            assert http.post("/api/v1/projects", json={"name": "team-q", "gpu_quota": 0}).status_code == 200
+            wait_until(lambda: cells(browser, "projects-table", "project")["team-q"][-1].startswith("yes: 1 GPU over"),
+                       what="a quota lowered below the project's use")
+            assert browser.execute_script("return document.querySelector(\"nav a.active\").dataset.page") == "projects"
+            browser_tests.click(browser, "tr[data-project='team-f'] a")  # its jobs
+            wait_until(lambda: sorted(cells(browser, "jobs-table", "job")) == ["f1", "f2"], what="team-f's jobs")
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow  # a browser: about 10 s
+def test_the_projects_page_without_projects_says_how_to_make_one(home):
+    pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+    browser_tests = pytest.importorskip("test_dashboard_browser")
+    from test_audit8_dash import two_node_cluster
+
+    with two_node_cluster(home) as (server, _), browser_tests.chrome() as browser:
+        browser.get(server.url + "/#/projects")
+        wait_until(lambda: "No projects yet" in browser_tests.text_of(browser, "main"), what="the empty state")
+        assert "'dtrain project create NAME --gpu-quota 2'" in browser_tests.text_of(browser, "main")
+
+
+@pytest.mark.slow  # a browser and two real JupyterLabs: about 30 s
+def test_the_notebooks_page_lists_notebooks_opens_a_running_one_and_says_why_one_waits(home, tmp_path):
+    """The dashboard had no Notebooks page (Kubeflow's Notebooks UI): a notebook was a row of the Jobs table,
+    with nothing saying why a queued one waited, and no place listing the notebooks alone."""
+    pytest.importorskip("jupyter_server", reason="notebooks need jupyter-server: pip install 'dtrain[notebook]'")
+    browser_tests = pytest.importorskip("test_dashboard_browser")
+    server = ServerProcess(home, env={"DTRAIN_GPUS": "1"}, cwd=tmp_path)
+    try:
+        dt, http = server.dtrain(), server.http
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/notebooks")
+            wait_until(lambda: "No notebooks yet" in browser_tests.text_of(browser, "main"), what="the empty state")
+            assert "'dtrain notebook start NAME" in browser_tests.text_of(browser, "main")
+            dt("submit", "hold", "--gpu", "1", "--", "sleep", "300")
+            dt.wait_for("hold", {"Running"})
+            dt("notebook", "start", "nb", cwd=tmp_path)
+            dt("notebook", "start", "nbq", "--gpu", "1", cwd=tmp_path)  # the one GPU is held: it waits
+            wait_until(lambda: (r := http.get("/api/v1/notebooks/nb/url")).status_code == 200, timeout=90,
+                       what="the notebook serving")
+            wait_until(lambda: browser.find_elements("css selector", "tr[data-notebook='nb'] button.open-notebook"),
+                       what="nb's Open button")
+            rows = cells(browser, "notebooks-table", "notebook")
+            assert sorted(rows) == ["nb", "nbq"], rows  # notebooks only: not the job 'hold'
+            assert rows["nbq"][1] == "Pending" and "needs 1 GPUs, 0 free" in rows["nbq"][6], rows
+            assert rows["nbq"][5] == "0 (1)" and rows["nb"][1] == "Running", rows
+            assert not browser.find_elements("css selector", "tr[data-notebook='nbq'] button.open-notebook")
+            browser_tests.click(browser, "tr[data-notebook='nb'] button.open-notebook")
+            wait_until(lambda: len(browser.window_handles) == 2, what="Jupyter's tab")
+    finally:
+        server.stop()
