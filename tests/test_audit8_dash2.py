@@ -111,3 +111,24 @@ def test_the_notebooks_page_lists_notebooks_opens_a_running_one_and_says_why_one
             wait_until(lambda: len(browser.window_handles) == 2, what="Jupyter's tab")
     finally:
         server.stop()
+
+
+def test_every_gpu_has_an_info_series_naming_its_model(home, tmp_path):
+    """A free GPU with no NVML values (the injected ones, a machine without NVML) had no per-GPU series at all,
+    so nothing in /metrics carried its model: `count by (modelName)` of the fleet missed it. dtrain_gpu_info
+    (dcgm-exporter's kind of info metric) is 1 for every GPU of the inventory, held or free."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    server = ServerProcess(home, env={"DTRAIN_GPUS": "2"}, cwd=tmp_path)
+    try:
+        dt = server.dtrain()
+        dt("submit", "one", "--gpu", "1", "--", "sleep", "300")
+        dt.wait_for("one", {"Running"})
+        [node] = server.http.get("/api/v1/nodes").json()
+        families = {f.name: f for f in text_string_to_metric_families(server.http.get("/metrics").text)}
+        info = {(s.labels["node"], s.labels["gpu"]): (s.labels.get("modelName"), s.value)
+                for s in families["dtrain_gpu_info"].samples}
+        assert info == {(node["name"], str(g["index"])): (g["name"], 1.0) for g in node["gpus"]}, info
+        assert all(name for name, _ in info.values())  # 'injected': the label is there on a free GPU too
+    finally:
+        server.stop()

@@ -9,6 +9,7 @@
                                                 and dtrain_gpu_memory_total_bytes
     dtrain_gpu_allocated{node,gpu,modelName,job}
                                                 1 for each GPU a job holds
+    dtrain_gpu_info{node,gpu,modelName}         1 for every GPU of the inventory, free ones too
     dtrain_job_processes{job,project,state}     running / pending processes of active jobs
     dtrain_job_gpus_allocated{job,project}      GPUs of active jobs
     dtrain_job_gpus_requested{job,project}      GPUs active jobs ask for (a queued job's wait)
@@ -93,17 +94,21 @@ def _nodes(nodes):
     used = GaugeMetricFamily("dtrain_gpu_memory_used_bytes", "GPU memory in use", labels=gpu)
     total = GaugeMetricFamily("dtrain_gpu_memory_total_bytes", "GPU memory", labels=gpu)
     held = GaugeMetricFamily("dtrain_gpu_allocated", "1 for a GPU a job holds", labels=gpu + ["job"])
+    # 1 for every GPU of the inventory (an info metric, as dcgm-exporter's): a free GPU without NVML values had no
+    # series, so nothing said which model it was, and a join `* on(node, gpu) group_left(modelName)` found nothing
+    info = GaugeMetricFamily("dtrain_gpu_info", "1 for each GPU of the inventory, its model as a label", labels=gpu)
     for n in nodes:
         allocatable.add_metric([n.name], n.gpus_allocatable)
         allocated.add_metric([n.name], n.gpus_allocated)
         for g in n.gpus:
             labels = [n.name, g.index, g.name]
+            info.add_metric(labels, 1)
             for family, value in ((util, g.utilization), (used, g.memory_used), (total, g.memory_total)):
                 if value is not None:
                     family.add_metric(labels, value)
             if g.job:
                 held.add_metric(labels + [g.job], 1)
-    yield from (allocatable, allocated, util, used, total, held)
+    yield from (allocatable, allocated, info, util, used, total, held)
 
 
 def metrics_route(clients):
