@@ -132,3 +132,63 @@ def test_every_gpu_has_an_info_series_naming_its_model(home, tmp_path):
         assert all(name for name, _ in info.values())  # 'injected': the label is there on a free GPU too
     finally:
         server.stop()
+
+
+@pytest.mark.slow  # a server, two jobs, a suspension and a relaunch: about 20 s
+def test_following_a_resumed_job_that_waits_shows_its_new_run_only(home, tmp_path):
+    """`dtrain logs -f` and GET /logs/stream of a job resumed but still Pending sent the suspended run's lines
+    first, then the new run's: every line of the run before came again, as if the job had printed it twice.
+    kubectl -f follows the container that runs, and --previous reads the one before: both doors now follow
+    the run to come (and say so); a read without -f still gives the last run's lines, `--previous` them once the
+    new run has started."""
+    import json
+    import subprocess
+    import threading
+    import time
+
+    from conftest import DTRAIN
+
+    server = ServerProcess(home, env={"DTRAIN_GPUS": "1"}, cwd=tmp_path)
+    try:
+        dt, http = server.dtrain(), server.http
+        dt("submit", "sr2", "--gpu", "1", "--", "sh", "-c", "echo run $$; sleep 300")
+        wait_until(lambda: "run " in dt("logs", "sr2").stdout, what="the first run's line")
+        old = dt("logs", "sr2").stdout.strip()
+        dt("suspend", "sr2")
+        dt.wait_for("sr2", {"Suspended"})
+        dt("submit", "hold", "--gpu", "1", "--", "sleep", "300")  # takes the GPU: the resumed job waits
+        dt.wait_for("hold", {"Running"})
+        dt("resume", "sr2")
+        assert dt.status("sr2") == "Pending"
+        assert dt("logs", "sr2").stdout.strip() == old  # without -f: the last run's lines (why it stopped), as before
+
+        events: list[str] = []
+
+        def read():
+            with http.stream("GET", "/api/v1/jobs/sr2/logs/stream") as resp:
+                events.extend(resp.iter_lines())
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        cli = subprocess.Popen([DTRAIN, "logs", "-f", "sr2"], env=dt.env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+        try:
+            time.sleep(3)  # the stream and the CLI are open on the waiting job
+            assert not [e for e in events if e.startswith("data: ")], events
+            dt("delete", "hold")  # the GPU frees: the resumed job runs again
+            dt.wait_for("sr2", {"Running"})
+            wait_until(lambda: any(e.startswith("data: ") for e in events), what="the new run's line")
+            new = dt("logs", "sr2").stdout.strip()
+            assert new.startswith("run ") and new != old
+            assert dt("logs", "sr2", "--previous").stdout.strip() == old
+            dt("delete", "sr2")
+            reader.join(60)
+            out, err = cli.communicate(timeout=60)
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+        texts = [json.loads(e[len("data: "):])["text"] for e in events if e.startswith('data: {"rank"')]
+        assert texts == [new], events
+        assert out.strip() == new, out
+        assert "following its next run, which has not started; 'dtrain logs sr2' shows the last run's" in err, err
+    finally:
+        server.stop()

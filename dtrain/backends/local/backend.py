@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import resource
 import shutil
@@ -496,6 +497,18 @@ class LocalBackend(Backend):
             window = {r: (low.get(r, 0), high.get(r, 0))
                       for r in range(JobSpec.from_stored(json.loads(row["spec"])).processes)}
         else:
+            if follow and self._relaunching(name, launches):
+                # Resumed (or preempted and queued again): its last run has ended, or is ending, and the next has
+                # not begun. Followed, the current attempt is the one to come, as kubectl -f follows the container
+                # that runs: a follower got the ended run's lines first, then the new run's, every line of the run
+                # before shown again. A read without -f still gives the last run's lines (why it stopped).
+                self.logs_note = (f"job {name!r} is Pending again ({self.store.job(name)['message'] or 'queued'}): "
+                                  f"following its next run, which has not started; 'dtrain logs {name}' shows the "
+                                  f"last run's lines")
+                logging.getLogger(__name__).warning("dtrain: warning: %s", self.logs_note)  # at once: -f may wait
+                launches = self._next_launch(name, launches)
+                if launches is None:  # stopped (suspended, deleted) before it ran again: nothing to follow
+                    return
             window = {r: (o, None) for r, o in launches[-1]["starts"].items()} if launches else {}
         files = LogFiles(job_dir / "logs", rank=rank, since=since, window=window)
         # the last `tail` lines of the job are among the last `tail` of each rank
@@ -509,6 +522,29 @@ class LocalBackend(Backend):
             yield from files.read()
             if done:
                 return
+            time.sleep(0.2)
+
+    def _relaunching(self, name: str, launches: list[dict]) -> bool:
+        """Pending again after its last launch began (resumed, or preempted): that run has ended, or
+        is ending, and the next one has not started."""
+        if not launches or self.store.status(name) != "Pending":
+            return False
+        began = launches[-1].get("time") or 0.0
+        return any(e["status"] == "Pending" and e["time"] > began for e in self.store.events(name))
+
+    def _next_launch(self, name: str, launches: list[dict]) -> list[dict] | None:
+        """Wait until a launch after `launches[-1]` is recorded: the launches then; None once the job
+        has stopped without one."""
+        from dtrain.backends.local.ranks import log_launches
+
+        job_dir, last = self.home / "jobs" / name, launches[-1]
+        while True:
+            now = log_launches(job_dir)
+            if now and (now[-1]["attempt"], now[-1]["time"]) != (last["attempt"], last["time"]):
+                return now
+            row = self._reconcile(self.store.job(name))
+            if JobStatus(row["status"]).stopped:
+                return None
             time.sleep(0.2)
 
     # ---- delete and nodes -----------------------------------------------------------------
