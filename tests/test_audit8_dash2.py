@@ -3,6 +3,8 @@ Kubeflow's Notebooks UI show them."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from server_util import ServerProcess, wait_until
@@ -144,7 +146,6 @@ def test_following_a_resumed_job_that_waits_shows_its_new_run_only(home, tmp_pat
     import json
     import subprocess
     import threading
-    import time
 
     from conftest import DTRAIN
 
@@ -190,5 +191,33 @@ def test_following_a_resumed_job_that_waits_shows_its_new_run_only(home, tmp_pat
         assert texts == [new], events
         assert out.strip() == new, out
         assert "following its next run, which has not started; 'dtrain logs sr2' shows the last run's" in err, err
+    finally:
+        server.stop()
+
+
+@pytest.mark.slow  # a browser, a server and a job: about 20 s
+def test_a_purged_jobs_page_says_so_and_stops_polling(home, tmp_path):
+    """The page of a job deleted with --purge kept asking for it, under a 404 banner, every 30 s for as long as
+    the tab stayed open. A job that is not there now stops the polling and the page says why."""
+    browser_tests = pytest.importorskip("test_dashboard_browser")
+    from test_audit8_dash import job_reads
+
+    text_of = browser_tests.text_of
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        dt = server.dtrain()
+        dt("submit", "gone", "--", "sleep", "300")
+        dt.wait_for("gone", {"Running"})
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/job/gone")
+            browser.execute_script("performance.setResourceTimingBufferSize(100000)")
+            wait_until(lambda: text_of(browser, "#job-status") == "Running", what="the running job")
+            dt("delete", "gone", "--purge")
+            wait_until(lambda: "no job named 'gone'" in text_of(browser, "#job-gone"), what="the job's end said")
+            wait_until(lambda: "no longer refreshed" in text_of(browser, "#updated"), what="the polling's end")
+            reads = job_reads(browser, "gone")
+            time.sleep(9)  # two polls' time and more
+            assert job_reads(browser, "gone") == reads
+            assert browser.execute_script("return document.getElementById('banner').hidden")
     finally:
         server.stop()

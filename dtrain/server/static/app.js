@@ -57,7 +57,7 @@ async function request(path, opts) {
   const body = await resp.json().catch(() => ({error: resp.statusText}));
   if (!resp.ok) {
     if (resp.status === 401) showBanner("Not signed in: open the URL that 'dtrain server' printed (with ?token=) once.");
-    throw new Error(body.error || resp.statusText);
+    throw Object.assign(new Error(body.error || resp.statusText), {status: resp.status});
   }
   return {body, headers: resp.headers};
 }
@@ -277,7 +277,17 @@ function jobPage(main, name, project) {
   let ranksShown = 0, wasSuspended = false, following = false, finalReads = 0;
   const history = gpuHistory();
   every(async () => {
-    const j = await api(jobPath(name, project));
+    let j;
+    try {
+      j = await api(jobPath(name, project));
+    } catch (e) {
+      // No such job (purged, or never submitted): it will not come back, so the page stops asking (it asked every
+      // 30 s for as long as the tab stayed open, under a 404 banner), and says why in place of the job.
+      if (e.status !== 404 && e.status !== 422) throw e;  // 422: a name no job can have
+      if (stream) { stream.close(); stream = null; }
+      head.replaceChildren(h("p", {class: "error", id: "job-gone"}, e.message));
+      return STOP;
+    }
     // A resumed job runs again: its log stream ended at the suspension, so read it anew. The stream's end says
     // so too: a job suspended and resumed between two polls was never seen Suspended here, and was not followed.
     // It is followed once it runs again, not while it waits (Pending): a stream opened then gave the suspended
