@@ -504,17 +504,24 @@ class Client:
                         progress: Progress | None = None) -> SnapshotInfo:
         return self.backend().create_snapshot(volume, name=name, job=job, progress=progress)
 
-    def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[SnapshotInfo]:
-        """Oldest first, of `volume` and of `job` when given. A volume or job that never was is a
-        NotFoundError, as `dtrain snapshot list --volume` and the HTTP list answer (an empty list read
-        as a volume without snapshots where it was a typo); a volume without snapshots is an empty list,
-        and a deleted volume's or job's snapshots, which remain, are listed."""
-        snaps = self.backend().list_snapshots(volume=volume, job=job)
+    def list_snapshots(self, *, volume: str | None = None, job: str | None = None,
+                       project: str | None = None) -> list[SnapshotInfo]:
+        """Oldest first, of `volume` and of `job` when given, on `project`'s backend (None: this
+        client's or the configured one; a job of a project config.yaml sends to another backend keeps
+        its snapshots there). A volume or job that never was is a NotFoundError, as `dtrain snapshot
+        list --volume` and the HTTP list answer (an empty list read as a volume without snapshots where
+        it was a typo); a volume without snapshots is an empty list, and a deleted volume's or job's
+        snapshots, which remain, are listed."""
+        if project is not None:
+            check_name(project, "project")
+            self.check_project(project)
+        backend = self.backend(project=project)
+        snaps = backend.list_snapshots(volume=volume, job=job)
         if not snaps:
             if volume is not None:
-                self.get_volume(volume)
+                backend.get_volume(volume)
             if job is not None:
-                self.get(job)
+                self.get(job, project=project)
         return snaps
 
     def get_snapshot(self, name: str) -> SnapshotInfo:

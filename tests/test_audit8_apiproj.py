@@ -173,3 +173,28 @@ def test_submits_hint_and_notebook_open_reach_a_job_of_a_kubernetes_project(team
     assert dt.json(*hint.split()[1:])["backend"] == "kubernetes"  # the command works as printed
     assert_usage_error(dt("notebook", "open", "k2", "-p", "team-b", check=False), "job 'k2' is not a notebook")
     assert_usage_error(dt("notebook", "open", "k2", check=False), "no job named 'k2'", "-p team-b")
+
+
+def test_a_jobs_snapshots_are_listed_on_its_projects_backend(team_b_on_kubernetes, home):
+    """The job page listed /snapshots?job=kjob on the default backend, which (since such a listing
+    refuses an unknown job) answered 404 for a job that is Kubernetes'; with project= it lists there."""
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    c = dtrain.Client(home=home)
+    with pytest.raises(NotFoundError, match="no job named 'kjob'"):
+        c.list_snapshots(job="kjob")
+    assert c.list_snapshots(job="kjob", project="team-b") == []
+    with pytest.raises(NotFoundError, match="no job named 'kjob'"):
+        c.list_snapshots(job="kjob", project="team-x")  # a job of another project is not found
+    with pytest.raises(NotFoundError, match=r"^no project named 'tem-b'"):
+        c.list_snapshots(job="kjob", project="tem-b")
+    import httpx
+
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+    try:
+        http = httpx.Client(base_url=server.url)
+        assert http.get("/api/v1/snapshots", params={"job": "kjob", "project": "team-b"}).json() == []
+        assert http.get("/api/v1/snapshots", params={"job": "kjob"}).status_code == 404
+    finally:
+        server.stop()

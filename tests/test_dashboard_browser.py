@@ -179,7 +179,7 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
         browser.find_element(By.ID, "project").send_keys("lane-detection")
         browser.find_element(By.CSS_SELECTOR, "#submit-form button[type=submit]").click()
         wait.until(lambda d: text_of(d, "#job-status") == "Running")
-        assert browser.current_url.endswith("#/job/from-form")
+        assert browser.current_url.endswith("#/job/from-form?project=lane-detection")
         wait.until(lambda d: "from the form" in text_of(d, "#logs"))
         # the stream's `event: error` (tests/test_server_logs.py makes the server send it: a stuck pod)
         # ends it with its line, instead of a reconnect every 3 s that repeats the last 500 lines
@@ -385,9 +385,9 @@ def test_a_job_address_that_is_not_url_encoded_shows_the_servers_refusal(browser
     server = ServerProcess(home, cwd=tmp_path)
     try:
         browser.get(server.url + "/#/job/50%")
-        WebDriverWait(browser, 60, poll_frequency=0.2).until(lambda d: text_of(d, "#banner"))
+        WebDriverWait(browser, 60, poll_frequency=0.2).until(lambda d: text_of(d, "#job-gone"))
         assert text_of(browser, "#job-name") == "50%"
-        assert text_of(browser, "#banner").startswith("invalid job name '50%': use 1-53 lower-case letters")
+        assert text_of(browser, "#job-gone").startswith("invalid job name '50%': use 1-53 lower-case letters")
         assert not [e for e in browser.get_log("browser") if "URIError" in e["message"]]
     finally:
         server.stop()

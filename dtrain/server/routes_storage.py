@@ -58,8 +58,10 @@ def list_storage_classes(request: Request, response: Response):
 
 @router.get("/snapshots", response_model=list[wire.Snapshot], responses=ERRORS)
 def list_snapshots(request: Request, volume: Annotated[str | None, Query(pattern=wire.NAME)] = None,
-                   job: Annotated[str | None, Query(pattern=wire.NAME)] = None):
-    return [wire.Snapshot.model_validate(s) for s in client(request).list_snapshots(volume=volume, job=job)]
+                   job: Annotated[str | None, Query(pattern=wire.NAME)] = None,
+                   project: wire.SnapshotProject = None):
+    return [wire.Snapshot.model_validate(s)
+            for s in client(request).list_snapshots(volume=volume, job=job, project=project)]
 
 
 @router.post("/snapshots", response_model=wire.Snapshot, status_code=201, responses=CHANGES)

@@ -34,6 +34,10 @@ NotebookName = Annotated[str, Path(pattern=NAME, description="a notebook name")]
 VolumeName = Annotated[str, Path(pattern=NAME, description="a volume name")]
 SnapshotName = Annotated[str, Path(pattern=NAME, description="a snapshot name")]
 # A route on one job: the job's project, as the CLI's -p on a job verb (`dtrain logs NAME -p team`)
+SnapshotProject = Annotated[str | None, Query(pattern=NAME, description=(
+    "list on that project's backend (config.yaml's project_backends; its namespace on Kubernetes), "
+    "where its jobs keep their snapshots; with `job`, a job of another project is not found. Without "
+    "it: the configured project's backend"))]
 JobProject = Annotated[str | None, Query(pattern=NAME, description=(
     "the job's project, as `-p` on the CLI's job verbs: the job is looked for on that project's backend "
     "(config.yaml's project_backends; its namespace on Kubernetes), and a job of another project is not "

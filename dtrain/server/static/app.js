@@ -314,7 +314,8 @@ function jobPage(main, name, project) {
     for (; ranksShown < j.spec.processes; ranksShown++) rank.appendChild(h("option", {value: ranksShown}, "rank " + ranksShown));
     // The logs are followed once the ranks are known: lines that came before marked no rank ("[rank 1] ...").
     if (!following) { following = true; follow(name, "", project); }
-    const s = await api("/snapshots?job=" + encodeURIComponent(name));
+    // Listed where the job is (its project's backend, when the page has its project): elsewhere it is unknown (404)
+    const s = await api("/snapshots?job=" + encodeURIComponent(name) + (project ? "&project=" + encodeURIComponent(project) : ""));
     snaps.replaceChildren(s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {},
       h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
       : h("p", {class: "muted"}, "none"));
