@@ -43,14 +43,29 @@ if TYPE_CHECKING:
 # the SDK's argument, the CLI's -p (dtrain.cli sets "cli"), the HTTP API's query parameter ("http").
 PROJECT_ARG = {"sdk": ("project={!r}", "no project"), "cli": ("-p {}", "no -p"),
                "http": ("?project={}", "no ?project=")}
+AWS_REGION_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION")  # the SageMaker region when config.yaml sets none
+
+
+def _aws_region(var: str) -> str:
+    from dtrain.spec_sagemaker import REGION_RE
+    value = os.environ[var]
+    if not REGION_RE.match(value):
+        raise SpecError(f"invalid ${var} {shown(value)}: use an AWS region such as us-east-1, or unset it "
+                        f"(dtrain config sagemaker --region REGION sets dtrain's own)")
+    return value
 
 
 class Client:
     door = "sdk"  # whose spelling of the project a job verb's refusal names (PROJECT_ARG)
 
     def __init__(self, *, home: str | Path | None = None, backend: str | None = None,
-                 backends: dict[str, Backend] | None = None):
+                 backends: dict[str, Backend] | None = None, sagemaker: Mapping[str, object] | None = None):
         self.home = home_dir(home)
+        if sagemaker is not None and not isinstance(sagemaker, Mapping):
+            raise SpecError(f"invalid sagemaker {shown(sagemaker)}: give a mapping of SageMaker settings, e.g. "
+                            f"sagemaker={{'role': 'arn:aws:iam::123456789012:role/SageMakerRole', 'bucket': 'my-bucket'}}")
+        # SageMaker settings of this client over config.yaml's (never saved): a KFP step's parameters
+        self._sagemaker = {k: v for k, v in (sagemaker or {}).items() if v not in (None, "")}
         try:
             self.config = UserConfig.load(self.home)
             self.config_problem: ClassesOverlapError | None = None
@@ -136,14 +151,30 @@ class Client:
             raise SpecError(f"{where}: {err}") from None
 
     def sagemaker_config(self) -> SageMakerConfig:
-        """The `sagemaker:` settings of config.yaml as a SageMakerConfig; an unknown key or a bad value
-        is one line naming config.yaml."""
+        """The SageMaker settings in use, each from the first place that has it: the `sagemaker=`
+        settings this client was made with (a pipeline step's parameters), config.yaml's `sagemaker:`,
+        and for the region $AWS_REGION, then $AWS_DEFAULT_REGION (as the AWS CLI reads them; on EKS
+        IRSA sets both), then us-east-1. An unknown key or a bad value is one line naming where it
+        came from."""
         from dtrain.backends.sagemaker.config import SageMakerConfig
         where = str(self.home / "config.yaml")
         try:
-            return SageMakerConfig.from_dict(self.config.sagemaker, where=where)
+            saved = SageMakerConfig.from_dict(self.config.sagemaker, where=where)
         except SpecError as err:
             raise SpecError(str(err) if str(err).startswith(where) else f"{where}: {err}") from None
+        settings = dict(self.config.sagemaker)
+        if settings.get("region") is None:
+            settings.pop("region", None)
+            for var in AWS_REGION_VARS:
+                if os.environ.get(var):
+                    settings["region"] = _aws_region(var)
+                    break
+        if not self._sagemaker and settings == self.config.sagemaker:
+            return saved
+        try:
+            return SageMakerConfig.from_dict({**settings, **self._sagemaker}, where="Client(sagemaker=...)")
+        except SpecError as err:
+            raise SpecError(f"SageMaker settings given to this client: {err}") from None
 
     @property
     def default_project(self) -> str:

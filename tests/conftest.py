@@ -101,6 +101,17 @@ def _processes_temp_files(tmp_path_factory):
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _no_aws_region_of_the_machine():
+    """The SageMaker region follows $AWS_REGION / $AWS_DEFAULT_REGION where config.yaml sets none: a
+    developer's own (eu-west-1) would move the tests' jobs out of us-east-1. Tests about them set them."""
+    patch = pytest.MonkeyPatch()
+    for var in ("AWS_REGION", "AWS_DEFAULT_REGION"):
+        patch.delenv(var, raising=False)
+    yield
+    patch.undo()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _server_threads_log_through_pytest():
     """moto's server (Flask on werkzeug) answers in threads of its own. werkzeug and Flask each add a
     stderr handler to their logger the first time they log, unless some handler already takes the

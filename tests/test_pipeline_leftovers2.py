@@ -150,8 +150,9 @@ def test_a_sagemaker_run_on_an_unconfigured_account_is_refused_before_any_step(h
                           "--param", "data_uri=s3://bkt/cifar10")
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("dtrain: error: pipeline 'hybrid-cifar10' cannot submit job 'cifar10-hybrid' to the "
-                          "sagemaker backend: SageMaker is not configured (--role and --bucket missing): run "
-                          "'dtrain config sagemaker "), err
+                          "sagemaker backend: SageMaker is not configured (sagemaker_role_arn and sagemaker_bucket "
+                          "missing): pass --param sagemaker_role_arn="), err
+    assert "or save them here with 'dtrain config sagemaker --role " in err, err
     assert not (home / "pipelines").exists()
 
 

@@ -41,13 +41,19 @@ def cifar10_job(training_runtime: str, job_name: str, processes: int, epochs: in
 
 
 @dsl.component(**_OPTS)
-def train(backend: str, spec: dict, model: str = "", run_name: str = "",
-          run_id: str = "") -> NamedTuple("TrainOutputs", [("job", str), ("status", str), ("model", str)]):
+def train(backend: str, spec: dict, model: str = "", run_name: str = "", run_id: str = "",
+          sagemaker_role_arn: str = "", sagemaker_bucket: str = "", sagemaker_region: str = "",
+          sagemaker_instance_type: str = "") -> NamedTuple("TrainOutputs", [("job", str), ("status", str), ("model", str)]):
     """Submit `spec` to the dtrain backend `backend`, stream its logs here, wait; fail if the job fails.
-    `run_name` and `run_id` (dsl.PIPELINE_JOB_NAME_PLACEHOLDER, dsl.PIPELINE_JOB_ID_PLACEHOLDER) label the job."""
+    `run_name` and `run_id` (dsl.PIPELINE_JOB_NAME_PLACEHOLDER, dsl.PIPELINE_JOB_ID_PLACEHOLDER) label the job.
+    The `sagemaker_*` inputs (empty: config.yaml's; the region then $AWS_REGION) configure the SageMaker backend."""
     from dtrain.pipelines import steps
 
-    result = steps.train(spec, backend=backend, model=model, labels=steps.run_labels(run_name, run_id))
+    sagemaker = steps.sagemaker_settings(
+        sagemaker_role_arn=sagemaker_role_arn, sagemaker_bucket=sagemaker_bucket, sagemaker_region=sagemaker_region,
+        sagemaker_instance_type=sagemaker_instance_type)
+    result = steps.train(spec, backend=backend, model=model, labels=steps.run_labels(run_name, run_id),
+                         sagemaker=sagemaker)
     return result.job, result.status, result.model
 
 

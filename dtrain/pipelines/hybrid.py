@@ -6,7 +6,8 @@
 
 `backend` is the torch.distributed process-group backend (gloo on CPU, nccl on GPU), as in the
 reference's hyperparameters; the dtrain backend is the branch's. `data_volume` holds the data on
-the local and Kubernetes branches; `data_uri` (s3://...) is the SageMaker branch's `training` channel.
+the local and Kubernetes branches; `data_uri` (s3://...) is the SageMaker branch's `training` channel,
+and the `sagemaker_*` parameters its backend settings (a step pod has no config.yaml).
 """
 
 from kfp import dsl
@@ -27,15 +28,19 @@ def _step(task, image):
 def hybrid_cifar10(training_runtime: str = "local", processes: int = 2, epochs: int = 1, batch_size: int = 16,
                    lr: float = 0.001, backend: str = "gloo", data_volume: str = "cifar10", max_steps: int = 0,
                    job_name: str = "cifar10-hybrid", job_image: str = "", data_uri: str = "",
-                   image: str = DEFAULT_IMAGE):
+                   sagemaker_role_arn: str = "", sagemaker_bucket: str = "", sagemaker_region: str = "",
+                   sagemaker_instance_type: str = "", image: str = DEFAULT_IMAGE):
     runtime = _step(check_condition(training_runtime=training_runtime), image)
     job = _step(cifar10_job(training_runtime=runtime.output, job_name=job_name, processes=processes, epochs=epochs,
                             batch_size=batch_size, lr=lr, backend=backend, data_volume=data_volume,
                             max_steps=max_steps, job_image=job_image, data_uri=data_uri), image)
+    # a step pod has no config.yaml: the SageMaker branch gets its settings as inputs (empty: config.yaml's)
+    sagemaker = {"sagemaker_role_arn": sagemaker_role_arn, "sagemaker_bucket": sagemaker_bucket,
+                 "sagemaker_region": sagemaker_region, "sagemaker_instance_type": sagemaker_instance_type}
     for condition, name in ((dsl.If, "local"), (dsl.Elif, "kubernetes"), (dsl.Elif, "sagemaker")):
         with condition(runtime.output == name, name=f"runtime-{name}"):
-            _step(train(backend=name, spec=job.outputs["spec"], model=job.outputs["model"], **RUN), image) \
-                .set_display_name(f"train-{name}")
+            _step(train(backend=name, spec=job.outputs["spec"], model=job.outputs["model"], **RUN,
+                        **(sagemaker if name == "sagemaker" else {})), image).set_display_name(f"train-{name}")
 
 
 def check(params: dict) -> None:
@@ -43,6 +48,9 @@ def check(params: dict) -> None:
     image only here: on a KFP server no step runs before it is pulled)."""
     steps.check_image(params["image"], "image", required=True)
     _job(params)
+    _sagemaker(params)
+    if params["training_runtime"] == "sagemaker":
+        steps.check_sagemaker_gpu(params["backend"], params["sagemaker_instance_type"])
 
 
 def plan(params: dict) -> steps.Plan:
@@ -52,8 +60,18 @@ def plan(params: dict) -> steps.Plan:
     # the job checkpoints into /mnt/models/<job_name>, and a new run must not resume an old one's
     fresh = () if runtime == "sagemaker" else (
         steps.Fresh(params["data_volume"], f"models/{params['job_name']}", "job_name"),)
+    sagemaker = _sagemaker(params) if runtime == "sagemaker" else None
+    unread = [] if runtime == "sagemaker" else [k for k in ("data_uri", *steps.SM_PARAMS) if params[k]]
+    notices = (f"--param {', '.join(unread)} {'is' if len(unread) == 1 else 'are'} read only with "
+               f"training_runtime=sagemaker: this {runtime} run ignores {'it' if len(unread) == 1 else 'them'} "
+               f"(its data is the volume data_volume={params['data_volume']!r})",) if unread else ()
     return steps.Plan(backend=runtime, makes=(steps.Named("job", params["job_name"], "job_name"),), mounts=mounts,
-                      jobs=(_job(params),), fresh=fresh)
+                      jobs=(_job(params),), fresh=fresh, sagemaker=sagemaker, notices=notices)
+
+
+def _sagemaker(params: dict) -> dict:
+    """The SageMaker settings given as parameters, checked (the train step's `sagemaker_*` inputs)."""
+    return steps.sagemaker_settings(**{k: params[k] for k in steps.SM_PARAMS})
 
 
 def _job(params: dict) -> dict:

@@ -23,6 +23,7 @@ import os
 import re
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -306,7 +307,10 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
 
     plan = pipeline.plan(params) if pipeline.plan is not None else None
     if plan is not None:
-        steps.check_plan(pipeline.info.name, plan, client=Client(home=home, backend=plan.backend))
+        for notice in plan.notices:  # a parameter given that this run does not read: said, not refused
+            print(f"dtrain: warning: {notice}", file=sys.stderr)
+        steps.check_plan(pipeline.info.name, plan,
+                         client=Client(home=home, backend=plan.backend, sagemaker=plan.sagemaker))
     root = _make_root(Path(root))
     before = set(root.iterdir())
     failed = None
@@ -760,7 +764,8 @@ def _interruption_said(name: str, plan, home: Path) -> Iterator[None]:
         from dtrain.pipelines import steps
 
         try:
-            said = steps.going_on(name, plan, client=Client(home=home, backend=plan.backend))
+            client = Client(home=home, backend=plan.backend, sagemaker=plan.sagemaker)
+            said = steps.going_on(name, plan, client=client)
         except DtrainError as err:  # the backend cannot be asked now: say so, in its words
             said = f"pipeline {name!r} interrupted; its jobs could not be listed ({cut(err, 300)}): see 'dtrain list'"
         raise RunInterrupted(said) from None

@@ -25,7 +25,8 @@ from dtrain.client import Client
 from dtrain.errors import ConflictError, DtrainError, JobFailedError, NotFoundError, SpecError
 from dtrain.names import cut
 from dtrain.spec import MAX_PROCESSES, JobSpec, NewVolume, VolumeMount, check_image, check_name, shown
-from dtrain.spec_sagemaker import URI_SCHEMES, Channel, SageMakerOptions
+from dtrain.spec_sagemaker import (INSTANCE_RE, REGION_RE, ROLE_RE, S3_BUCKET_RE, URI_SCHEMES, Channel,
+                                   SageMakerOptions, gpu_type)
 
 RUNTIMES = ("local", "kubernetes", "sagemaker")  # training_runtime values, one pipeline branch each
 DIST_BACKENDS = ("gloo", "nccl")  # torch.distributed process-group backends the reference offers
@@ -123,6 +124,43 @@ def sagemaker_data_channel(data_uri: str) -> Channel:
         if not why or not data_uri.startswith(URI_SCHEMES):  # no scheme SageMaker reads: the ones this pipeline takes
             why = "use s3://BUCKET/PREFIX (or file:///PATH with sagemaker --local)"
         raise SpecError(f"invalid data_uri {shown(data_uri)}: {why}") from None
+
+
+# The SageMaker settings a pipeline takes as parameters (its name -> SageMakerConfig's field, the
+# pattern, an example), as the SageMaker Components for KFP take `role` and `region`: a step pod has
+# no config.yaml. Empty: config.yaml's setting where there is one, else (the region) $AWS_REGION,
+# $AWS_DEFAULT_REGION, us-east-1.
+SM_PARAMS = {
+    "sagemaker_role_arn": ("role", ROLE_RE, "an IAM role ARN such as arn:aws:iam::123456789012:role/SageMakerRole"),
+    "sagemaker_bucket": ("bucket", S3_BUCKET_RE, "an S3 bucket's name such as my-training-bucket"),
+    "sagemaker_region": ("region", REGION_RE, "an AWS region such as us-east-1"),
+    "sagemaker_instance_type": ("instance_type", INSTANCE_RE, "a SageMaker instance type such as ml.m5.xlarge "
+                                "(ml.g5.xlarge for a GPU)"),
+}
+
+
+def sagemaker_settings(**params: str) -> dict[str, str]:
+    """The SageMaker settings given as pipeline parameters (pure): {SageMakerConfig field: value}
+    for each non-empty one, each checked, for `Client(sagemaker=...)`."""
+    out = {}
+    for name, value in params.items():
+        field_, pattern, example = SM_PARAMS[name]
+        if value == "":
+            continue
+        if not isinstance(value, str) or not pattern.match(value):
+            fix = (" (the bucket's name alone, without s3://)" if name == "sagemaker_bucket"
+                   and isinstance(value, str) and "/" in value else "")
+            raise SpecError(f"invalid {name} {shown(value)}: use {example}{fix}, or leave it empty for "
+                            f"config.yaml's setting")
+        out[field_] = value
+    return out
+
+
+def check_sagemaker_gpu(backend: str, instance_type: str) -> None:
+    """nccl on SageMaker needs a GPU instance type (one GPU per process there)."""
+    if backend == "nccl" and instance_type and not gpu_type(instance_type):
+        raise SpecError(f"invalid backend 'nccl' with sagemaker_instance_type={instance_type}: it has no GPUs, and "
+                        f"nccl needs one per process: pick a GPU type (ml.g5.xlarge) or use --param backend=gloo")
 
 
 def cifar10_spec(*, runtime: str, job_name: str, processes: int, epochs: int, batch_size: int, lr: float,
@@ -256,6 +294,8 @@ class Plan:
     mounts: tuple[Named, ...] = ()
     jobs: tuple[dict, ...] = ()  # JobSpec dicts, as the steps pass them to `train`
     fresh: tuple[Fresh, ...] = ()  # folders that must hold no checkpoints (checked where readable: locally)
+    sagemaker: Mapping[str, str] | None = None  # SageMaker settings the steps give their client (sagemaker_settings)
+    notices: tuple[str, ...] = ()  # parameters given that this run does not read, said before it starts
 
 
 def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
@@ -278,9 +318,26 @@ def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
         try:
             client.render(job)
         except DtrainError as err:  # the step's submit would refuse it the same way, steps later
-            said = re.sub(r"--processes\b", "--param processes", str(err))  # the pipeline's word for it
+            said = in_pipeline_words(str(err))
             raise type(err)(f"pipeline {pipeline!r} cannot submit job {job.name!r} to the {plan.backend} backend"
                             f"{_IMAGE_FIX if '--image' in said else ''}: {said}") from None
+
+
+_UNCONFIGURED = re.compile(r"^SageMaker is not configured \((.+?) missing\): run '(dtrain config sagemaker [^']*)', "
+                           r"or submit with --local to run here")
+
+
+def in_pipeline_words(said: str) -> str:
+    """A backend's refusal with its flags named as the pipeline's parameters: a step pod has no
+    config.yaml, so SageMaker's role and bucket are parameters there."""
+    said = re.sub(r"--processes\b", "--param processes", said)
+    found = _UNCONFIGURED.match(said)
+    if found:
+        names = found.group(1).replace("--role", "sagemaker_role_arn").replace("--bucket", "sagemaker_bucket")
+        said = (f"SageMaker is not configured ({names} missing): pass --param "
+                f"sagemaker_role_arn=arn:aws:iam::ACCOUNT:role/ROLE --param sagemaker_bucket=BUCKET (on a KFP "
+                f"server: the run's arguments), or save them here with '{found.group(2)}'")
+    return said
 
 
 _IMAGE_FIX = " (a pipeline's --image for its jobs is --param job_image)"
@@ -393,15 +450,22 @@ def with_labels(spec: dict, labels: Mapping[str, str] | None) -> dict:
 
 
 def run_job(spec: dict, *, backend: str, client: Client | None = None, timeout: float | None = None,
-            echo: Echo = print, labels: Mapping[str, str] | None = None) -> JobInfo:
+            echo: Echo = print, labels: Mapping[str, str] | None = None,
+            sagemaker: Mapping[str, str] | None = None) -> JobInfo:
     """Submit, follow the logs into this step's log, wait; a job that does not succeed raises
     JobFailedError quoting its last log lines, so the pipeline step fails with the job's reason.
     A log that cannot be read (a Kubernetes job's pods gone, and its log with them) is said in a
-    line; the job's status still decides how the step ends."""
-    client = client or Client(backend=backend)
+    line; the job's status still decides how the step ends. `sagemaker`: SageMaker settings over
+    config.yaml's (sagemaker_settings), for the client made here."""
+    client = client or Client(backend=backend, sagemaker=sagemaker)
     job = job_spec(with_labels(spec, labels), backend=backend, client=client)
     restore_tmpdir()  # the job inherits this process's environment
-    info = client.submit(job)
+    try:
+        info = client.submit(job)
+    except SpecError as err:
+        if not _UNCONFIGURED.match(str(err)):
+            raise
+        raise SpecError(in_pipeline_words(str(err))) from None
     echo(f"submitted job {job.name!r} to the {backend} backend ({info.status})")
     _follow(client, job.name, echo)
     info = client.wait(job.name, timeout=timeout)
@@ -490,9 +554,12 @@ def model_location(info: JobInfo, fallback: str) -> str:
 
 
 def train(spec: dict, *, backend: str, model: str = "", client: Client | None = None,
-          timeout: float | None = None, echo: Echo = print, labels: Mapping[str, str] | None = None) -> StepResult:
-    """The `train` component: any JobSpec on any backend, to the end; LABELS (run_labels) added to the job's."""
-    info = run_job(spec, backend=backend, client=client, timeout=timeout, echo=echo, labels=labels)
+          timeout: float | None = None, echo: Echo = print, labels: Mapping[str, str] | None = None,
+          sagemaker: Mapping[str, str] | None = None) -> StepResult:
+    """The `train` component: any JobSpec on any backend, to the end; LABELS (run_labels) added to the
+    job's; SAGEMAKER (sagemaker_settings) over config.yaml's SageMaker settings."""
+    info = run_job(spec, backend=backend, client=client, timeout=timeout, echo=echo, labels=labels,
+                   sagemaker=sagemaker)
     return StepResult(job=info.name, status=str(info.status), model=model_location(info, model))
 
 

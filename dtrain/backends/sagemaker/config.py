@@ -12,11 +12,8 @@ from typing import Any, Mapping
 
 from dtrain.errors import SpecError
 from dtrain.names import SHOWN, cut, shown
-from dtrain.spec_sagemaker import INSTANCE_RE, gpu_type, instance_family
-
-ROLE_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}\Z")
-BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]\Z")  # S3 bucket naming rules
-REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d\Z")
+from dtrain.spec_sagemaker import INSTANCE_RE, REGION_RE, ROLE_RE, gpu_type, instance_family
+from dtrain.spec_sagemaker import S3_BUCKET_RE as BUCKET_RE  # S3 bucket naming rules
 # No leading or trailing "/", no "//": the prefix is joined into s3://BUCKET/PREFIX/JOB/...
 PREFIX_RE = re.compile(r"^(?=.{0,200}\Z)(?:[A-Za-z0-9!_.*'()\-]+(?:/[A-Za-z0-9!_.*'()\-]+)*)?\Z")
 # botocore's VpcConfig: ids of at most 32 characters, 1-16 subnets, 1-5 security groups.
