@@ -31,7 +31,7 @@ from dtrain.errors import NotFoundError, SpecError
 from dtrain.names import shown
 from dtrain.spec import JobSpec, check_name, notebook_spec, parse_selector, selects
 
-__all__ = ["Client", "TimeoutError_", "MAX_TAIL"]  # the CLI catches wait's timeout, and bounds logs --tail, from here
+__all__ = ["Client", "TimeoutError_", "MAX_TAIL"]  # the CLI catches wait's timeout from here; MAX_TAIL bounds tail
 
 if TYPE_CHECKING:
     from dtrain.backends.sagemaker.config import SageMakerConfig

@@ -34,6 +34,17 @@ MAX_PAGE = 1000  # jobs in one page of the job list (`Client.page`, the HTTP lis
 MAX_OFFSET = 10_000_000  # jobs skipped before a page: bounded, and far beyond any job table
 MAX_GPU_QUOTA = 1_000_000  # a project's GPU quota (`dtrain project create --gpu-quota`, the HTTP API's gpu_quota)
 MAX_LIMIT_BYTES = 2**60  # `logs --limit-bytes` (the SDK's and HTTP API's limit_bytes): 1Ei, past any log
+MAX_TAIL = 10**9  # lines of `logs --tail`: more than any log holds, and a number every backend can pass on
+# MAX_PROCESSES is the one bound on a job's processes: submit, submit-dist, the pipelines'
+# `processes` parameter and docs/reliability.md all say this number (dtrain.spec re-exports it).
+MAX_PROCESSES = 4096
+MAX_WAIT = 366 * 86400  # `wait --timeout` (Client.wait's timeout): a year and a day, past any training run
+MAX_HTTP_WAIT = 600  # the HTTP API's /wait?timeout=: a request holds a thread that long at most
+MAX_TIME = 253_402_300_799.0  # the last unix time an RFC 3339 stamp can name (9999-12-31T23:59:59Z)
+# The numbers of `dtrain logs` and `dtrain wait` are refused in the CLI's words by every door (CLI,
+# SDK, HTTP query); only what a door spells its own way differs: how it asks for every line, every
+# rank (the CLI's -1 and 'all', the SDK's None, a query left out) or a duration (the CLI's alone).
+EVERY = {"cli": ("-1", "'all'"), "sdk": ("None", "None"), "http": ("leave it out", "leave it out")}
 
 
 def shown(value) -> str:
@@ -101,6 +112,76 @@ def check_limit_bytes(value) -> int:
         raise SpecError(f"invalid --limit-bytes {shown(value)}: use a number of bytes from 1 to {MAX_LIMIT_BYTES} "
                         f"(leave it out for the whole log), e.g. --limit-bytes 10000")
     return value
+
+
+def check_page(limit: int | None, offset: int) -> None:
+    """A page's bounds: at most `limit` jobs (1 to MAX_PAGE; None: the rest) after `offset` of them."""
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE):
+        raise SpecError(f"invalid limit {shown(limit)}: use a number of jobs from 1 to {MAX_PAGE}, e.g. 20")
+    if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
+        raise SpecError(f"invalid offset {shown(offset)}: use a number of jobs from 0 to {MAX_OFFSET}")
+
+
+def status_refusal(status, statuses: Iterable[str]) -> SpecError:
+    """A status filter that is none of `statuses` (JobStatus's values; the HTTP API's list of them)."""
+    return SpecError(f"invalid status {shown(status)}: use one of {', '.join(statuses)}")
+
+
+def check_tail(value, door: str = "sdk") -> int:
+    """logs' tail: a whole number of lines from 0 to MAX_TAIL (kubectl's --tail)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TAIL:
+        raise SpecError(f"invalid tail {shown(value)}: use a number of lines from 0 to {MAX_TAIL}, or "
+                        f"{EVERY[door][0]} for all of them (the default), e.g. -t 10")
+    return value
+
+
+def rank_refusal(typed, door: str = "sdk") -> SpecError:
+    """The refusal of logs' rank (`typed`: as the user wrote it) that is no process rank of any job."""
+    return SpecError(f"invalid --rank {shown(typed)}: use a process rank such as 0 (at most {MAX_PROCESSES - 1}), "
+                     f"or {EVERY[door][1]} for every rank's lines (the default)")
+
+
+def check_rank(value, door: str = "sdk", typed=None) -> int:
+    """logs' rank: a whole number from 0 (that it is one of the job's ranks is the backend's to check,
+    once the job is read: its line names them); `typed`: as the user wrote it."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise rank_refusal(value if typed is None else typed, door)
+    return value
+
+
+def wait_refusal(typed, door: str = "sdk") -> SpecError:
+    """The refusal of a wait's timeout (`typed`: as the user wrote it): seconds from 0 to the door's
+    bound (the HTTP API's is MAX_HTTP_WAIT), or with the CLI a duration."""
+    if door == "http":
+        return SpecError(f"invalid --timeout {shown(typed)}: use seconds from 0 to {MAX_HTTP_WAIT} (a request "
+                         f"waits at most that long; ask again to wait longer), e.g. --timeout 600")
+    duration = (" or a duration", " or --timeout 10m") if door == "cli" else ("", "")
+    return SpecError(f"invalid --timeout {shown(typed)}: use seconds from 0 to {MAX_WAIT} (366 days)"
+                     f"{duration[0]}, e.g. --timeout 600{duration[1]}")
+
+
+def check_wait(value) -> float:
+    """Client.wait's timeout: a number of seconds from 0 to MAX_WAIT (the CLI's --timeout)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_WAIT:
+        raise wait_refusal(value)  # NaN compares false
+    return value
+
+
+def since_refusal(value, bounds: str = "") -> SpecError:
+    """The refusal of logs' since (unix seconds; the CLI's --since is a duration or a time)."""
+    return SpecError(f"invalid since {shown(value)}: use a unix time in seconds{bounds}, e.g. time.time() - 600 "
+                     f"(the CLI's --since 10m)")
+
+
+def as_typed_number(text):
+    """A number as a query gave it: an int for whole digits, a float for a decimal (2.5), else the
+    text itself, named as typed ('1e3', 'nan')."""
+    if isinstance(text, str):
+        if re.fullmatch(r"[-+]?[0-9]{1,4000}", text.strip(), re.ASCII):  # int() takes at most 4300 digits
+            return int(text)
+        if re.fullmatch(r"[-+]?([0-9]{1,300}\.[0-9]{0,300}|\.[0-9]{1,300})", text.strip(), re.ASCII):
+            return float(text)
+    return text
 
 
 def parse_size(text: str, what: str = "size", *, minimum: int = 0) -> int:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
-from dtrain.names import (NAME_RE, SIZE_RE, check_name, check_storage_class,  # noqa: F401 (re-exported)
+from dtrain.names import (MAX_PROCESSES, NAME_RE, SIZE_RE, check_name, check_storage_class,  # noqa: F401 (re-exported)
                           cut, job_volume_name, parse_size, parse_volume_size, shown)
 from dtrain.spec_sagemaker import SageMakerOptions
 
@@ -31,9 +31,7 @@ FALSE_WORDS = ("0", "false", "no", "off", "")  # as the workloads read them: emp
 SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV = "ENABLE_SNAPSHOT", "PVC_NAME"
 # Bounds on what a user can ask for: above any real node or job, low enough that nothing
 # downstream (a rank table, a loop over processes, a restart loop) can be made to run away.
-# MAX_PROCESSES is the one bound on a job's processes: submit, submit-dist, the pipelines'
-# `processes` parameter and docs/reliability.md all say this number.
-MAX_PROCESSES = 4096
+# MAX_PROCESSES (names.py's) is the one bound on a job's processes.
 MAX_GPU_PER_PROCESS = 16
 MIN_CPU, MAX_CPU = 0.01, 1024  # 0.01: the smallest share a cgroup quota (1 ms per 100 ms) enforces
 MIN_MEMORY = 4 * 2**20  # 4Mi: less than a process (an interpreter, a shell) needs to start

@@ -14,6 +14,7 @@ from server_util import ServerProcess  # noqa: E402  (needs the extra)
 
 from dtrain import Client  # noqa: E402
 from dtrain.errors import NotFoundError, SpecError  # noqa: E402
+from dtrain.names import EVERY, MAX_HTTP_WAIT, MAX_PROCESSES, MAX_TAIL, MAX_TIME, MAX_WAIT  # noqa: E402
 
 JOB = "/api/v1/jobs"
 BAD = "Bad_Name!"
@@ -173,3 +174,108 @@ def test_a_lost_supervisors_job_gets_its_logs_in_the_snapshot_its_message_asks_f
     logs = Path(dt.json("volume", "describe", "copy")["extra"]["path"]) / ".dtrain" / "logs" / "snap"
     assert (logs / "rank-0.log").read_text().splitlines()[-1].endswith("trained")
     assert {p.name for p in logs.iterdir()} >= {"launcher.log", "attempts.json", "rank-0.log"}
+
+
+# The numbers of `dtrain logs` and `dtrain wait` as each door spells them: a query's refusal was
+# pydantic's ("query.tail: Input should be greater than or equal to 0"), the SDK's another line; now
+# every door says the CLI's, each naming only its own way to ask for the default (names.EVERY).
+def _as_door(line: str, door: str) -> str:
+    """The CLI's line as `door` words it: its -1 / 'all' become that door's."""
+    for cli, other in zip(EVERY["cli"], EVERY[door]):
+        line = line.replace(f"or {cli} for", f"or {other} for")
+    return line
+
+
+@pytest.mark.parametrize("flag, field, value", [("-t", "tail", "-5"), ("--tail", "tail", "-100"),
+                                                ("--rank", "rank", "-1"), ("--rank", "rank", "x")])
+def test_a_logs_number_is_refused_in_the_clis_words_by_every_door(server, flag, field, value):
+    said = _cli_line(server.dtrain()("logs", "done", flag, value, check=False))
+    assert said.startswith(f"invalid {'--rank' if field == 'rank' else field} "), said
+    with pytest.raises(SpecError) as err:
+        list(Client(home=server.home).logs("done", **{field: int(value) if value != "x" else value}))
+    typed = f"'{value}'" if field == "rank" else value  # the CLI names a rank as typed, the SDK the number
+    assert str(err.value) == _as_door(said, "sdk").replace(typed, repr(int(value)) if value != "x" else typed, 1)
+    for path in (f"{JOB}/done/logs", f"{JOB}/done/logs/stream"):
+        r = server.http.get(path, params={field: value})
+        assert r.status_code == 422 and r.json()["kind"] == "SpecError", r.text
+        assert r.json()["error"] == _as_door(said, "http"), r.text
+
+
+def test_a_tail_or_rank_the_cli_takes_the_api_takes(server):
+    """?tail= stopped at 100000 while `dtrain logs -t` takes up to MAX_TAIL; a rank past the job's
+    last is the job's own line at every door."""
+    lines = server.dtrain()("logs", "done", "-t", "200000").stdout.splitlines()
+    r = server.http.get(f"{JOB}/done/logs", params={"tail": 200_000})
+    assert r.status_code == 200 and [x["text"] for x in r.json()] == lines, r.text
+    said = _cli_line(server.dtrain()("logs", "done", "--rank", "3", check=False))
+    assert "job 'done' has 1 process(es), ranks 0 to 0" in said, said
+    assert server.http.get(f"{JOB}/done/logs", params={"rank": 3}).json()["error"] == said
+    past = server.http.get(f"{JOB}/done/logs", params={"rank": MAX_PROCESSES}).json()["error"]  # no job's rank:
+    negative = _cli_line(server.dtrain()("logs", "done", "--rank", "-1", check=False))  # refused unread, as -1 is
+    assert past == _as_door(negative.replace("'-1'", f"'{MAX_PROCESSES}'"), "http"), past
+
+
+@pytest.mark.parametrize("value", ["-1", "x"])
+def test_a_wait_timeout_is_refused_in_the_clis_words_by_every_door(server, value):
+    said = _cli_line(server.dtrain()("wait", "done", "--timeout", value, check=False))
+    assert said.startswith(f"invalid --timeout '{value}': use seconds from 0 to {MAX_WAIT} (366 days) or a duration")
+    with pytest.raises(SpecError) as err:
+        Client(home=server.home).wait("done", timeout=int(value) if value != "x" else value)
+    sdk = said.replace(" or a duration", "").replace(" or --timeout 10m", "")  # the SDK takes seconds alone
+    assert str(err.value) == (sdk.replace(f"'{value}'", value, 1) if value != "x" else sdk)
+    r = server.http.get(f"{JOB}/done/wait", params={"timeout": value})
+    assert r.status_code == 422, r.text  # the API's own bound (a request holds a thread): named, in the same words
+    assert r.json()["error"].startswith(f"invalid --timeout '{value}': use seconds from 0 to {MAX_HTTP_WAIT} "), r.text
+    over = server.http.get(f"{JOB}/done/wait", params={"timeout": MAX_HTTP_WAIT + 1}).json()["error"]
+    assert over == r.json()["error"].replace(f"'{value}'", f"'{MAX_HTTP_WAIT + 1}'", 1)
+    assert server.dtrain()("wait", "done", "--timeout", str(MAX_HTTP_WAIT + 1)).returncode == 0
+
+
+@pytest.mark.parametrize("path, query, sdk", [
+    (JOB, {"status": "Bogus"}, lambda c: c.list(status="Bogus")),
+    (JOB, {"status": "Bogus", "limit": 5}, lambda c: c.page(status="Bogus", limit=5)),
+    ("/api/v1/notebooks", {"status": "Bogus"}, lambda c: c.list(status="Bogus")),
+    (JOB, {"limit": 0}, lambda c: c.page(limit=0)),
+    (JOB, {"limit": 1001}, lambda c: c.page(limit=1001)),
+    (JOB, {"offset": -1}, lambda c: c.page(offset=-1)),
+    (f"{JOB}/done/logs", {"since": "nan"}, lambda c: list(c.logs("done", since=float("nan")))),
+])
+def test_a_list_or_since_query_is_refused_in_the_sdks_words(server, path, query, sdk):
+    """`?status=Bogus` was pydantic's enum message, `?limit=0` its "greater than or equal to"."""
+    with pytest.raises(SpecError) as err:
+        sdk(Client(home=server.home))
+    r = server.http.get(path, params=query)
+    assert r.status_code == 422 and r.json()["kind"] == "SpecError", r.text
+    if "since" in query:  # the API also bounds it (the SDK takes any finite time): the same words, and the range
+        head, tail = str(err.value).split(", e.g.")
+        assert r.json()["error"] == f"{head.replace('nan', repr('nan'))} from 0 to {MAX_TIME:.0f}, e.g.{tail}"
+    else:
+        assert r.json()["error"] == str(err.value)
+
+
+@pytest.mark.parametrize("path, name, value", [(f"{JOB}/done/metrics", "last", "0"),
+                                               (f"{JOB}/done/metrics", "last", "x"),
+                                               ("/api/v1/lineage", "jobs", "1001"),
+                                               ("/api/v1/lineage", "per_volume", "2.5")])
+def test_an_api_only_number_names_itself_and_the_schemas_bounds(server, path, name, value):
+    """A number only the API takes (a chart's `last`) has no CLI line: its name and the schema's range."""
+    op = server.http.get("/api/v1/openapi.json").json()["paths"][path.replace("/done/", "/{name}/")]["get"]
+    schema = next(p["schema"] for p in op["parameters"] if p["name"] == name)
+    r = server.http.get(path, params={name: value})
+    assert r.status_code == 422, r.text
+    shown = repr(value) if value == "x" else value
+    assert r.json()["error"] == f"invalid {name} {shown}: use a whole number from {schema['minimum']} to " \
+                                f"{schema['maximum']}", r.text
+
+
+def test_the_schema_keeps_the_bounds_of_the_logs_and_wait_numbers(server):
+    """The refusal's words changed, not what the schema says: a generated client still checks them."""
+    paths = server.http.get("/api/v1/openapi.json").json()["paths"]
+    for path in ("/api/v1/jobs/{name}/logs", "/api/v1/jobs/{name}/logs/stream"):
+        params = {p["name"]: p["schema"].get("anyOf", [p["schema"]])[0] for p in paths[path]["get"]["parameters"]}
+        assert (params["tail"]["minimum"], params["tail"]["maximum"]) == (0, MAX_TAIL)
+        assert (params["rank"]["minimum"], params["rank"]["maximum"]) == (0, MAX_PROCESSES - 1)
+        assert (params["limit_bytes"]["minimum"], params["limit_bytes"]["maximum"]) == (1, 2**60)
+    waits = paths["/api/v1/jobs/{name}/wait"]["get"]["parameters"]
+    timeout = next(p["schema"] for p in waits if p["name"] == "timeout")
+    assert (timeout["minimum"], timeout["maximum"]) == (0, MAX_HTTP_WAIT)

@@ -62,15 +62,15 @@ def test_pages_are_newest_first_after_the_filters(server):
     assert head.status_code == 200 and head.headers["x-total-count"] == "3" and head.content == b""
 
 
-@pytest.mark.parametrize(("query", "says"), [
-    ({"limit": 0}, "query.limit: Input should be greater than or equal to 1"),
-    ({"limit": 1001}, "query.limit: Input should be less than or equal to 1000"),
-    ({"limit": -5}, "query.limit: Input should be greater than or equal to 1"),
-    ({"limit": "ten"}, "query.limit: Input should be a valid integer"),
-    ({"limit": 2.5}, "query.limit: Input should be a valid integer"),
-    ({"offset": -1}, "query.offset: Input should be greater than or equal to 0"),
-    ({"offset": 10_000_001, "limit": 5}, "query.offset: Input should be less than or equal to 10000000"),
-    ({"offset": "1e3"}, "query.offset: Input should be a valid integer"),
+@pytest.mark.parametrize(("query", "says"), [  # Client.page's words, not pydantic's
+    ({"limit": 0}, "invalid limit 0: use a number of jobs from 1 to 1000"),
+    ({"limit": 1001}, "invalid limit 1001: use a number of jobs from 1 to 1000"),
+    ({"limit": -5}, "invalid limit -5: use a number of jobs from 1 to 1000"),
+    ({"limit": "ten"}, "invalid limit 'ten': use a number of jobs from 1 to 1000"),
+    ({"limit": 2.5}, "invalid limit 2.5: use a number of jobs from 1 to 1000"),
+    ({"offset": -1}, "invalid offset -1: use a number of jobs from 0 to 10000000"),
+    ({"offset": 10_000_001, "limit": 5}, "invalid offset 10000001: use a number of jobs from 0 to 10000000"),
+    ({"offset": "1e3"}, "invalid offset '1e3': use a number of jobs from 0 to 10000000"),
 ])
 def test_bad_limits_and_offsets_are_refused_in_one_line(server, query, says):
     r = server.http.get("/api/v1/jobs", params=query)

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotSupportedError, SpecError,  # noqa: F401
                            TimeoutError_)  # (re-exported)
-from dtrain.names import (MAX_OFFSET, MAX_PAGE, check_gpu_quota, check_limit_bytes, check_name, check_storage_class,
-                          near_name, parse_volume_size, shown, with_near)
+from dtrain.names import (MAX_TAIL, check_gpu_quota, check_limit_bytes,  # noqa: F401
+                          check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
+                          parse_volume_size, shown, since_refusal, status_refusal, with_near)
 from dtrain.spec import JobSpec
 
-MAX_TAIL = 10**9  # lines of `logs --tail`: more than any log holds, and a number every backend can pass on
 
 if TYPE_CHECKING:  # the local store's own reports; only the local backend produces them
     from dtrain.storage.info import VerifyReport
@@ -143,15 +143,7 @@ def check_status(status: JobStatus | str | None) -> JobStatus | None:
     try:
         return JobStatus(status)
     except (ValueError, TypeError):
-        raise SpecError(f"invalid status {shown(status)}: use one of {', '.join(s.value for s in JobStatus)}") from None
-
-
-def check_page(limit: int | None, offset: int) -> None:
-    """A page's bounds: at most `limit` jobs (1 to MAX_PAGE; None: the rest) after `offset` of them."""
-    if limit is not None and (not _whole(limit) or not 1 <= limit <= MAX_PAGE):
-        raise SpecError(f"invalid limit {shown(limit)}: use a number of jobs from 1 to {MAX_PAGE}, e.g. 20")
-    if not _whole(offset) or not 0 <= offset <= MAX_OFFSET:
-        raise SpecError(f"invalid offset {shown(offset)}: use a number of jobs from 0 to {MAX_OFFSET}")
+        raise status_refusal(status, [s.value for s in JobStatus]) from None
 
 
 def newest_first(jobs, limit: int | None, offset: int) -> JobPage:
@@ -375,6 +367,10 @@ class Backend(abc.ABC):
         its UTF-8 text and a newline, the last one cut short to fit (a follower stops there)."""
         if limit_bytes is not None:
             check_limit_bytes(limit_bytes)
+        if rank is not None:  # the job's own last rank is checked once it is read
+            check_rank(rank)
+        if tail is not None:
+            check_tail(tail)
         if not isinstance(previous, bool) or not isinstance(follow, bool):
             raise SpecError(f"invalid previous {previous!r} or follow {follow!r}: use true or false")
         if previous and follow:
@@ -382,15 +378,12 @@ class Backend(abc.ABC):
                             "lines, or drop --previous to follow the current attempt")
         with self._named("job", name):  # unknown job -> NotFoundError before any output
             info = self._get(_existing(name, "job"))
-        if rank is not None and (not _whole(rank) or not 0 <= rank < info.spec.processes):
+        if rank is not None and rank >= info.spec.processes:
             raise SpecError(f"invalid rank {rank!r}: job {name!r} has {info.spec.processes} process(es), "
                             f"ranks 0 to {info.spec.processes - 1}")
-        if tail is not None and (not _whole(tail) or not 0 <= tail <= MAX_TAIL):
-            raise SpecError(f"invalid tail {shown(tail)}: use a number of lines from 0 to {MAX_TAIL}, e.g. -t 10")
         if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))
                                   or not math.isfinite(since)):  # NaN or infinity broke Kubernetes' sinceSeconds
-            raise SpecError(f"invalid since {shown(since)}: use a unix time in seconds, e.g. time.time() - 600 "
-                            f"(the CLI's --since 10m)")
+            raise since_refusal(since)
         self.logs_note = None
         lines = self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous)
         return lines if limit_bytes is None else _at_most(lines, limit_bytes)
@@ -398,9 +391,8 @@ class Backend(abc.ABC):
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None) -> JobInfo:
         """Block until the job is terminal; the only wait loop in dtrain. `poll`: seconds between
         statuses (default: the backend's `_wait_poll`), never past the timeout."""
-        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
-                                    or not 0 <= timeout < float("inf")):
-            raise SpecError(f"invalid timeout {timeout!r}: use a number of seconds >= 0, e.g. --timeout 600")
+        if timeout is not None:
+            check_wait(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._named("job", name):
             info = self._get(_existing(name, "job"))

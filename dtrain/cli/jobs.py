@@ -16,10 +16,10 @@ from pathlib import Path
 
 from dtrain import JobStatus
 from dtrain.cli import format as fmt
-from dtrain.client import MAX_TAIL, Client, TimeoutError_
+from dtrain.client import Client, TimeoutError_
 from dtrain.config import read_small_file
 from dtrain.errors import ConflictError, NotFoundError, SpecError
-from dtrain.names import check_name, shown
+from dtrain.names import MAX_WAIT, check_name, check_rank, check_tail, shown, wait_refusal
 from dtrain.spec import (JobSpec, check_sagemaker_mapping, parse_env, parse_labels, parse_pvc, sagemaker_backend,
                          yaml_mapping)
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
@@ -359,10 +359,7 @@ def cmd_logs(args, client: Client) -> int:
     info = _get(args, client, args.name)
     many = rank is None and info.spec.processes > 1
     printed = False
-    tail = None if args.tail == -1 else args.tail  # kubectl's --tail=-1 (its default): every line
-    if tail is not None and tail < 0:
-        raise SpecError(f"invalid tail {tail}: use a number of lines from 0 to {MAX_TAIL}, or -1 for all of them "
-                        f"(the default), e.g. -t 10")
+    tail = None if args.tail in (None, -1) else check_tail(args.tail, "cli")  # kubectl's --tail=-1 (its default): all
     for line in client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
                             previous=args.previous, limit_bytes=args.limit_bytes, project=args.project):
         printed = True
@@ -396,9 +393,9 @@ def _whole(text: str) -> bool:
 
 
 def _rank(text: str) -> int:
-    if not _whole(text):
-        raise SpecError(f"invalid --rank {shown(text)}: use a process rank such as 0, or 'all'")
-    return int(text)
+    """--rank R: names.py's check (the SDK's and the HTTP API's) says why one is refused, naming it as typed."""
+    number = text.strip()
+    return check_rank(int(number) if re.fullmatch(r"[-+]?[0-9]{1,18}", number, re.ASCII) else text, "cli", text)
 
 
 def cmd_delete(args, client: Client) -> int:
@@ -482,7 +479,7 @@ def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
 
 
 EXIT_TIMEOUT = 124  # `wait --timeout` ran out: the job goes on (the code GNU timeout uses)
-MAX_WAIT_TIMEOUT = 366 * 86400  # a year and a day: past any training run, and every number is bounded
+MAX_WAIT_TIMEOUT = MAX_WAIT  # a year and a day: past any training run, and every number is bounded
 
 
 def wait_timeout(text: str) -> float:
@@ -495,8 +492,7 @@ def wait_timeout(text: str) -> float:
         except ValueError:
             seconds = math.nan
     if not 0 <= seconds <= MAX_WAIT_TIMEOUT:  # NaN compares false
-        raise SpecError(f"invalid --timeout {shown(text)}: use seconds from 0 to {MAX_WAIT_TIMEOUT} (366 days) or "
-                        f"a duration, e.g. --timeout 600 or --timeout 10m")
+        raise wait_refusal(text, "cli")
     return seconds
 
 

@@ -11,10 +11,10 @@ thread gets its own Client (SQLite then locks between them as it does between CL
 from __future__ import annotations
 
 import asyncio
-import re
+import math
 import sqlite3
 from pathlib import Path
-from typing import Callable
+from typing import Callable, get_args
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -24,8 +24,9 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
 from dtrain import db, errors
-from dtrain.names import (check_gpu_quota, check_limit_bytes, check_name, check_storage_class, parse_size,
-                          parse_volume_size, shown)
+from dtrain.names import (MAX_TIME, as_typed_number, check_gpu_quota, check_limit_bytes, check_name, check_page,
+                          check_storage_class, check_tail, parse_size, parse_volume_size, rank_refusal, shown,
+                          since_refusal, status_refusal, wait_refusal)
 from dtrain.server import routes_cluster, routes_jobs, routes_notebooks, routes_storage, wire
 from dtrain.server.auth import Guard
 from dtrain.server.clients import Clients
@@ -192,7 +193,7 @@ def _one_line(request, problems) -> str:
         return f"invalid request: {wire.RESTORE_BODY}"
     for e in problems[:5]:
         loc = [str(x) for x in e.get("loc", ()) if x != "body"]
-        if said := _number_refusal(request, e) or _query_refusal(e):
+        if said := _number_refusal(request, e) or _query_refusal(request, e):
             return said
         if e.get("type") == "string_pattern_mismatch":
             return _pattern_refusal(request, e.get("ctx", {}).get("pattern"), e.get("input"), loc)
@@ -231,23 +232,71 @@ def _number_refusal(request, problem) -> str | None:
     return None
 
 
-# Query numbers whose refusal is the SDK's (and the CLI's) own line, not pydantic's "Input should be ...".
-_QUERY_NUMBERS = {"limit_bytes": check_limit_bytes}
-
-
-def _query_refusal(problem) -> str | None:
-    """The SDK's line for a query number of _QUERY_NUMBERS that the schema refused (out of range, no number)."""
-    loc = tuple(problem.get("loc", ()))
-    if len(loc) != 2 or loc[0] != "query" or loc[1] not in _QUERY_NUMBERS:
-        return None
-    value = problem.get("input")
-    if isinstance(value, str) and re.fullmatch(r"[-+]?[0-9]{1,4000}", value.strip(), re.ASCII):
-        value = int(value)
+def _since(value, typed) -> None:
+    """`since` as the SDK refuses it, with the bounds of the schema (a unix time from 0 to MAX_TIME)."""
     try:
-        _QUERY_NUMBERS[loc[1]](value)
-    except errors.SpecError as refused:
-        return str(refused)
-    return None
+        seconds = float(typed)
+    except (TypeError, ValueError):
+        seconds = math.nan
+    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_TIME):
+        raise since_refusal(value, f" from 0 to {MAX_TIME:.0f}")
+
+
+def _status(_value, typed) -> None:
+    if typed not in get_args(wire.STATUSES):
+        raise status_refusal(typed, get_args(wire.STATUSES))  # Client.list's line
+
+
+def _rank(_value, typed) -> None:
+    raise rank_refusal(typed, "http")  # past MAX_PROCESSES too: no job's rank, and the job is not read
+
+
+def _wait(_value, typed) -> None:
+    raise wait_refusal(typed, "http")  # named as typed, as `dtrain wait --timeout` names it
+
+
+# Query parameters whose refusal is the SDK's (and the CLI's) own line, not pydantic's "Input should be ...":
+# each is given the value as a number where it is one, and as typed.
+_QUERY = {"limit_bytes": lambda v, _: check_limit_bytes(v), "tail": lambda v, _: check_tail(v, "http"),
+          "rank": _rank, "since": _since, "timeout": _wait,
+          "status": _status, "limit": lambda v, _: check_page(v, 0),
+          "offset": lambda v, _: check_page(None, v)}
+# what pydantic says of a number out of its bounds or not a number at all
+_NOT_IN_BOUNDS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than", "int_parsing", "int_from_float",
+                  "float_parsing", "finite_number", "int_type", "float_type"}
+
+
+def _query_refusal(request, problem) -> str | None:
+    """The SDK's line for a query parameter of _QUERY that the schema refused (out of range, no
+    number, no status); for another query number (one only the API takes: a chart's `last`), its
+    name and the schema's bounds in the words of the CLI's number refusals."""
+    loc = tuple(problem.get("loc", ()))
+    if len(loc) != 2 or loc[0] != "query" or problem.get("type") == "missing":
+        return None
+    typed = problem.get("input")
+    value = as_typed_number(typed)
+    if loc[1] in _QUERY:
+        try:
+            _QUERY[loc[1]](value, typed)
+        except errors.SpecError as refused:
+            return str(refused)
+        return None
+    if problem.get("type") not in _NOT_IN_BOUNDS:
+        return None
+    low, high = _bounds(request, loc[1])
+    if low is None or high is None:
+        return None
+    return f"invalid {loc[1]} {shown(value)}: use a whole number from {low} to {high}"
+
+
+def _bounds(request, name: str) -> tuple[int | None, int | None]:
+    """The minimum and maximum that the route's schema gives query parameter `name`."""
+    low = high = None
+    for field in getattr(getattr(request.scope.get("route"), "dependant", None), "query_params", ()):
+        if field.alias == name:
+            for rule in field.field_info.metadata:
+                low, high = getattr(rule, "ge", low), getattr(rule, "le", high)
+    return low, high
 
 
 def _is_json(content_type: str) -> bool:

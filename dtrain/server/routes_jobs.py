@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 
 from dtrain import JobStatus
 from dtrain.errors import DtrainError, NotFoundError
-from dtrain.names import MAX_LIMIT_BYTES
+from dtrain.names import MAX_HTTP_WAIT, MAX_LIMIT_BYTES, MAX_PROCESSES, MAX_TAIL
 from dtrain.server import curves, wire
 from dtrain.server.clients import client
 from dtrain.spec import MAX_SELECTOR, SELECTOR_PATTERN, JobSpec, sagemaker_backend
@@ -112,7 +112,7 @@ def resume_job(request: Request, name: wire.JobName, project: wire.JobProject = 
 @router.get("/jobs/{name}/wait", response_model=wire.Job,
             responses={**LONG, 408: {"model": wire.Error}})
 async def wait_job(request: Request, name: wire.JobName,
-                   timeout: Annotated[float, Query(ge=0, le=600, allow_inf_nan=False)] = 60,
+                   timeout: Annotated[float, Query(ge=0, le=MAX_HTTP_WAIT, allow_inf_nan=False)] = 60,
                    project: wire.JobProject = None):
     """Block until the job ends (408 when `timeout` seconds pass first, 503 when the server stops first)."""
     clients = request.app.state.clients
@@ -126,8 +126,9 @@ async def wait_job(request: Request, name: wire.JobName,
     return wire.job_out(info)
 
 
-RANK = Annotated[int | None, Query(ge=0, le=100_000, description="one rank's lines (default: every rank's)")]
-TAIL = Annotated[int | None, Query(ge=0, le=100_000, description="only the last lines")]
+# the bounds of `dtrain logs` and Client.logs (names.py's), so that each door takes and refuses the same numbers
+RANK = Annotated[int | None, Query(ge=0, le=MAX_PROCESSES - 1, description="one rank's lines (default: every rank's)")]
+TAIL = Annotated[int | None, Query(ge=0, le=MAX_TAIL, description="only the last lines")]
 SINCE = Annotated[float | None, Query(ge=0, le=wire.MAX_TIME, allow_inf_nan=False,
                                       description="only lines written at or after this unix time (seconds)")]
 LIMIT_BYTES = Annotated[int | None, Query(ge=1, le=MAX_LIMIT_BYTES, description=(

@@ -14,7 +14,7 @@ from fastapi import Path, Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
-from dtrain.names import CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, NAME_RE, SIZE_RE
+from dtrain.names import CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, MAX_TIME, NAME_RE, SIZE_RE  # noqa: F401
 from dtrain.spec import (MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MAX_RESTARTS, MIN_CPU,
                          MIN_IDLE_TIMEOUT)
 
@@ -229,9 +229,6 @@ class LogFailure(BaseModel):
 
 
 LOG_ITEM = LogLine | LogFailure
-# The last unix time an RFC 3339 stamp can name (9999-12-31T23:59:59Z): `since` beyond it means
-# nothing, and NaN or infinity broke a backend's arithmetic (the Kubernetes sinceSeconds).
-MAX_TIME = 253_402_300_799.0
 
 
 class Gpu(BaseModel):
