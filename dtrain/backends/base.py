@@ -70,6 +70,19 @@ class ProcessInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
+class DataSource:
+    """A snapshot a job's data came from: one per volume the job mounts whose content was, when the
+    job started, a snapshot's (restored from it, or the volume's latest snapshot taken), as a PVC's
+    `dataSource` names the VolumeSnapshot it was made from. Recorded when the job starts, so a later
+    change or delete does not rewrite it; whether the snapshot or volume was deleted since is told."""
+
+    volume: str  # the mounted volume
+    snapshot: str  # the snapshot its content was when the job started
+    snapshot_deleted: bool = False  # that snapshot was deleted since (the lineage stays)
+    volume_deleted: bool = False  # that volume was deleted since (or deleted and made again)
+
+
+@dataclass(frozen=True, kw_only=True)
 class Event:
     """One status change, with when and why."""
 
@@ -98,6 +111,7 @@ class JobInfo:
     restarts: int = 0
     message: str = ""
     snapshot: str | None = None  # snapshot taken on success
+    data_sources: tuple[DataSource, ...] = ()  # the snapshots its volumes' data came from, one per volume
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific details
 
     def to_dict(self) -> dict[str, Any]:

@@ -323,7 +323,11 @@ def cmd_describe(args, client: Client) -> int:
             "Snapshot": info.snapshot or "-"}
     if info.extra.get("limits"):
         head["Limits"] = info.extra["limits"]
-    if info.extra.get("source_snapshot"):
+    if info.data_sources:  # one per mounted volume whose content was a snapshot's when the job started
+        head["Started from snapshot"] = ", ".join(
+            f"{d.snapshot}{' (deleted)' * d.snapshot_deleted} on volume {d.volume}{' (deleted)' * d.volume_deleted}"
+            for d in info.data_sources)
+    elif info.extra.get("source_snapshot"):  # a job of before, or a backend that records only its snapshot's source
         head["Started from snapshot"] = info.extra["source_snapshot"]
     if info.extra.get("model_artifacts"):  # SageMaker
         head["Model"] = info.extra["model_artifacts"]

@@ -68,16 +68,18 @@ def lineage(jobs, volumes, snapshots, *, per_volume: int = PER_VOLUME, unread: i
     folded: Counter[str] = Counter()
     for j in jobs:
         mounts = {m.volume for m in j.spec.resolved_volumes()} & live
-        source = j.extra.get("source_snapshot")
-        if not (source or j.name in linked):
+        # one per mounted volume whose content was a snapshot's when it started (a job of before, or
+        # another backend's, may have recorded only its snapshot's source)
+        sources = list(dict.fromkeys(_source(d, j.name, taken, nodes) for d in j.data_sources)) or (
+            [snapshot(j.extra["source_snapshot"])] if j.extra.get("source_snapshot") else [])
+        if not (sources or j.name in linked):
             if not any(drawn[m] < per_volume for m in mounts):
                 folded.update(mounts)
                 continue
             drawn.update(mounts)
         key = node("job", j.name, j.status.value)
         edges += [wire.LineageEdge(source=f"volume:{m}", target=key, label="mounted") for m in sorted(mounts)]
-        if source:
-            edges.append(wire.LineageEdge(source=snapshot(source), target=key, label="started"))
+        edges += [wire.LineageEdge(source=source, target=key, label="started") for source in sources]
     for m, k in sorted(folded.items()):
         key = f"jobs:{m}"
         nodes[key] = wire.LineageNode(id=key, kind="jobs", name=f"{k} older job{'s' * (k != 1)}", count=k)
@@ -87,3 +89,15 @@ def lineage(jobs, volumes, snapshots, *, per_volume: int = PER_VOLUME, unread: i
             edges.append(wire.LineageEdge(source=named("job", s.job, submitted, s.created, s.name),
                                           target=f"snapshot:{s.name}", label="results"))
     return wire.Lineage(nodes=list(nodes.values()), edges=edges, jobs_unread=unread)
+
+
+def _source(d, job: str, taken: dict, nodes: dict) -> str:
+    """The node of a job's data source (a DataSource): the snapshot of that name, drawn gone when it
+    was deleted; a deleted one whose name a newer snapshot took is drawn apart (snapshot:NAME@JOB)."""
+    key = f"snapshot:{d.snapshot}"
+    if d.snapshot_deleted and d.snapshot in taken:
+        key = f"{key}@{job}"
+    if key not in nodes or d.snapshot_deleted:
+        nodes[key] = wire.LineageNode(id=key, kind="snapshot", name=d.snapshot,
+                                      status="gone" if d.snapshot_deleted or d.snapshot not in taken else None)
+    return key

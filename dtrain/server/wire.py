@@ -173,6 +173,14 @@ class Event(BaseModel):
     message: str
 
 
+class DataSource(BaseModel):
+    """`dtrain.backends.base.DataSource`: a snapshot a mounted volume held when the job started."""
+    volume: str
+    snapshot: str
+    snapshot_deleted: bool = False
+    volume_deleted: bool = False
+
+
 class Job(BaseModel):
     name: str
     status: STATUSES
@@ -191,6 +199,9 @@ class Job(BaseModel):
     message: str
     snapshot: str | None
     source_snapshot: str | None
+    data_sources: list[DataSource] = Field(description=(
+        "the snapshots the job's data came from: one per mounted volume whose content was a snapshot's "
+        "(restored from it, or its latest snapshot taken) when the job started"))
     spec: dict[str, Any]
     processes: list[Process]
     events: list[Event]
@@ -280,7 +291,10 @@ def job_out(info) -> Job:
                node=info.node, gpus_requested=spec.gpus_requested, gpus_allocated=info.gpus_allocated,
                processes_running=info.processes_running, processes_pending=info.processes_pending,
                restarts=info.restarts, message=info.message, snapshot=info.snapshot,
-               source_snapshot=info.extra.get("source_snapshot"), spec=spec.to_dict(),
+               source_snapshot=info.extra.get("source_snapshot"),
+               data_sources=[DataSource(volume=d.volume, snapshot=d.snapshot, snapshot_deleted=d.snapshot_deleted,
+                                        volume_deleted=d.volume_deleted) for d in info.data_sources],
+               spec=spec.to_dict(),
                processes=[Process(rank=p.rank, status=p.status, exit_code=p.exit_code, devices=list(p.devices),
                                   node=p.node) for p in info.processes],
                events=[Event(time=e.time, status=e.status, message=e.message) for e in info.events],

@@ -54,6 +54,23 @@ DELETING = ".deleting-"  # '.deleting-<pid>-<volume uid>': a volume folder renam
 LIST_VOLUMES, LIST_SNAPSHOTS = "dtrain volume list", "dtrain snapshot list"
 
 
+def volume_heads(conn, volumes: Sequence[str]) -> list[dict]:
+    """Lineage of the volumes a job mounts, read (on `conn`, in the caller's transaction) when it
+    starts: for each one (in order, once) whose content is a snapshot's (its head: the latest
+    restored into it or taken of it), the volume and that snapshot, by name and by uid (names are
+    reused after a delete, uids never)."""
+    out, seen = [], set()
+    for name in volumes:
+        if name in seen:
+            continue
+        seen.add(name)
+        row = conn.execute("SELECT v.name, v.uid, s.name, s.uid FROM volumes v JOIN snapshots s "
+                           "ON s.name = v.head_snapshot WHERE v.name = ?", (name,)).fetchone()
+        if row is not None:
+            out.append({"volume": row[0], "volume_uid": row[1], "snapshot": row[2], "snapshot_uid": row[3]})
+    return out
+
+
 class Storage:
     """Volumes (folders jobs mount) and point-in-time snapshots of them."""
 
@@ -239,6 +256,16 @@ class Storage:
     def usage(self, name: str) -> int:
         """Bytes of disk the volume's files take (like `du`)."""
         return sum(st.st_blocks * 512 for _, st in mf.walk(self.volume_path(name)))
+
+    def still_there(self, volume_uids: Sequence[str], snapshot_uids: Sequence[str]) -> tuple[set[str], set[str]]:
+        """Which of these volume and snapshot uids exist now (not deleted since they were recorded)."""
+        def there(table: str, uids: Sequence[str]) -> set[str]:
+            uids = list(set(uids))
+            if not uids:
+                return set()
+            return {r[0] for r in self.conn.execute(f"SELECT uid FROM {table} WHERE uid IN ({','.join('?' * len(uids))})",
+                                                    uids)}
+        return there("volumes", volume_uids), there("snapshots", snapshot_uids)
 
     # --- snapshots -------------------------------------------------------------------------
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,

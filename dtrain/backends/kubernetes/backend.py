@@ -29,7 +29,7 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
-from dtrain.backends.base import Backend, GpuInfo, JobInfo, JobStatus, NodeInfo, ProjectInfo
+from dtrain.backends.base import Backend, DataSource, GpuInfo, JobInfo, JobStatus, NodeInfo, ProjectInfo
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError
 from dtrain.spec import JobSpec, VolumeMount, parse_size
 
@@ -41,7 +41,7 @@ from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LAB
 from .pod_verbs import PodVerbs
 from .render import render_job, render_resume, render_suspend, resource_for
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace, render_success_snapshot
-from .status import job_info, pod_gpus
+from .status import job_info, parse_time, pod_gpus
 from .volumes import VolumeVerbs
 
 JOB_ORDER = tuple(JOB_RESOURCES.values())  # where `get NAME` looks, in this order
@@ -262,7 +262,34 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
 
     def _get(self, name: str) -> JobInfo:
         resource, obj = self._find(name)
-        return self._snapshot_on_success(job_info(resource.kind, obj, self._pods(name)))
+        return self._data_sources(self._snapshot_on_success(job_info(resource.kind, obj, self._pods(name))))
+
+    def _data_sources(self, info: JobInfo) -> JobInfo:
+        """The job's PVCs made from a VolumeSnapshot (`spec.dataSource`, fixed for the PVC's life),
+        each marked where that snapshot was deleted since (absent, or a newer one took its name).
+        Read when described: a PVC deleted since names nothing. Best effort, as lineage is: what
+        this account may not read is left out."""
+        namespace, sources = info.extra.get("namespace") or self.namespace, []
+        for volume in dict.fromkeys(m.volume for m in info.spec.resolved_volumes()):
+            try:
+                pvc = self._try_read(PVC, namespace, volume)
+                source = ((pvc or {}).get("spec") or {}).get("dataSource") or {}
+                if source.get("kind") != "VolumeSnapshot" or not source.get("name"):
+                    continue
+                try:
+                    snap = self.api.read(VOLUME_SNAPSHOT, namespace, source["name"])
+                    born = parse_time((snap.get("metadata") or {}).get("creationTimestamp"))
+                    made = parse_time((pvc.get("metadata") or {}).get("creationTimestamp"))
+                    deleted = born is not None and made is not None and born > made
+                except Missing as err:
+                    deleted = not err.api_missing
+            except DtrainError:  # refused or unanswered: described without it
+                continue
+            sources.append(DataSource(volume=volume, snapshot=source["name"], snapshot_deleted=deleted))
+        if not sources:
+            return info
+        own = next((s.snapshot for s in sources if s.volume == info.spec.snapshot_volume), sources[0].snapshot)
+        return replace(info, data_sources=tuple(sources), extra={**info.extra, "source_snapshot": own})
 
     def _list(self) -> list[JobInfo]:
         """Jobs of every project (`list --project P` filters); one namespace if the account sees no more."""

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Iterator
 
 from dtrain import db
-from dtrain.backends.base import (Backend, Event, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, LogLine,
-                                  NodeInfo, ProcessInfo, ProjectInfo, SnapshotInfo, StorageClassInfo, VolumeInfo)
+from dtrain.backends.base import (Backend, DataSource, Event, FreedInfo, JobCount, JobInfo, JobPage, JobStatus,
+                                  LogLine, NodeInfo, ProcessInfo, ProjectInfo, SnapshotInfo, StorageClassInfo, VolumeInfo)
 from dtrain.backends.local.store import ACTIVE, QUEUED, SNAPSHOTTING, UNFINISHED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError, StorageError
@@ -469,15 +469,30 @@ class LocalBackend(Backend):
         running = sum(p.status == "Running" for p in procs) if status == JobStatus.RUNNING else 0
         pending = sum(p.status == "Pending" for p in procs) if status.value in ACTIVE else 0
         events = tuple(Event(time=e["time"], status=e["status"], message=e["message"]) for e in events)
+        sources = self._data_sources(self.store.recorded(row, "data_sources") or [])
         return JobInfo(name=spec.name, spec=spec, status=status, backend=self.name, created=row["created"],
                        started=row["started"], finished=row["finished"], node=node,
                        gpus_allocated=len(devices), processes_running=running, processes_pending=pending,
                        processes=tuple(procs), events=events, restarts=max([row["restarts"]] + [
                            r.get("restart", 0) for r in records.values()]),
-                       message=row["message"], snapshot=row["snapshot"],
+                       message=row["message"], snapshot=row["snapshot"], data_sources=sources,
                        extra={"limits": _limits_note(spec), "cwd": row["cwd"],
                               "job_dir": str(self.home / "jobs" / spec.name),
-                              "source_snapshot": row["source_snapshot"], "exit_code": row["exit_code"]})
+                              # its snapshot's source (a job of before recorded no other), else its first volume's
+                              "source_snapshot": row["source_snapshot"] or next(
+                                  (s.snapshot for s in sources), None),
+                              "exit_code": row["exit_code"]})
+
+    def _data_sources(self, recorded: list[dict]) -> tuple[DataSource, ...]:
+        """The snapshots a job's volumes held when it started, as its supervisor recorded them, each
+        said deleted where that snapshot or volume (by uid: a name may be reused) is gone now."""
+        if not recorded:
+            return ()
+        volumes, snapshots = self.storage.still_there([r["volume_uid"] for r in recorded],
+                                                      [r["snapshot_uid"] for r in recorded])
+        return tuple(DataSource(volume=r["volume"], snapshot=r["snapshot"],
+                                snapshot_deleted=r["snapshot_uid"] not in snapshots,
+                                volume_deleted=r["volume_uid"] not in volumes) for r in recorded)
 
     def _logs(self, name, *, rank, tail, since, follow, previous=False) -> Iterator[LogLine]:
         from collections import deque

@@ -37,17 +37,21 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
+from collections.abc import Callable
 
 from dtrain import db
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
 
 
-def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str] | None:
+def try_allocate(store: JobStore, spec: JobSpec, devices: list[str], *,
+                 at_start: Callable[[sqlite3.Connection], dict] | None = None) -> list[str] | None:
     """Allocate the job's devices and mark it Running; None if it must keep waiting.
 
     Returns the allocated device ids (possibly empty for CPU jobs). Returns None also when the
-    job is no longer Pending (deleted meanwhile); callers check the job's status.
+    job is no longer Pending (deleted meanwhile); callers check the job's status. `at_start(conn)`
+    gives more columns of the job to record in the same transaction (what it starts from).
     """
     conn = store.conn
     with db.transaction(conn):
@@ -105,7 +109,8 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str]) -> list[str
             pin_cores(conn, spec, sorted(os.sched_getaffinity(0)))
         # The store owns the status; moving it in this transaction means no other process ever
         # sees devices held by a Pending job, or a Running job without its devices.
-        store.move(spec.name, "Running", "started on " + (", ".join(f"GPU {d}" for d in chosen) or "CPU"))
+        store.move(spec.name, "Running", "started on " + (", ".join(f"GPU {d}" for d in chosen) or "CPU"),
+                   **(at_start(conn) if at_start is not None else {}))  # `describe` shows each rank's devices after they are released
     return chosen
 
 

@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     message TEXT NOT NULL DEFAULT '',
     snapshot TEXT,
     source_snapshot TEXT,
-    exit_code INTEGER
+    exit_code INTEGER,
+    data_sources TEXT
 );
 CREATE TABLE IF NOT EXISTS job_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -72,6 +73,10 @@ CREATE INDEX IF NOT EXISTS jobs_by_created ON jobs(created, name);
 CREATE INDEX IF NOT EXISTS jobs_by_status ON jobs(status, created, name);
 CREATE INDEX IF NOT EXISTS jobs_by_project ON jobs(project, status, created, name);
 """
+
+# Columns added after the first release, to a `jobs` table of before: `data_sources` (JSON: the
+# snapshots the job's volumes held when it started, recorded as it starts).
+ADDED_COLUMNS = {"data_sources": "TEXT"}
 
 ACTIVE = ("Pending", "Running")
 # A new job's message until its supervisor first asks the scheduler (then "waiting: <why>" or
@@ -111,11 +116,29 @@ class JobStore:
         self.path = Path(path)
         self.conn = db.connect(self.path, owner=self)
         self.conn.executescript(SCHEMA)
+        if self._missing_columns():
+            try:
+                with db.transaction(self.conn):  # asked again as the one writer: another command may add them first
+                    for column in self._missing_columns():
+                        self.conn.execute(f"ALTER TABLE jobs ADD COLUMN {column} {ADDED_COLUMNS[column]}")
+            except sqlite3.OperationalError as err:
+                if not db.disk_refused(err):
+                    raise  # a read-only disk: jobs are read without them (`recorded` gives None)
         try:  # made once, in the first open of a database that lacks them (a long history: a second)
             self.conn.executescript(INDEXES)
         except sqlite3.OperationalError as err:
             if not db.disk_refused(err):
                 raise  # a full or read-only disk: they only make reads faster, and a later open makes them
+
+    @staticmethod
+    def recorded(row: sqlite3.Row, column: str):
+        """An added column's JSON value in `row`; None where it is empty or the table lacks it."""
+        text = row[column] if column in row.keys() else None
+        return None if text is None else json.loads(text)
+
+    def _missing_columns(self) -> list[str]:
+        have = {r[1] for r in self.conn.execute("PRAGMA table_info(jobs)")}
+        return [c for c in ADDED_COLUMNS if c not in have]
 
     def close(self) -> None:
         self.conn.close()

@@ -207,7 +207,7 @@ class Supervisor:
         ids = [g.index for g in inventory()]
         backend, next_check = None, time.monotonic() + RECONCILE_S
         while True:
-            got = scheduler.try_allocate(self.store, self.spec, ids)
+            got = scheduler.try_allocate(self.store, self.spec, ids, at_start=self._data_sources)
             if got is not None:
                 return got
             if not self.job_dir.is_dir():  # removed by hand (or its whole DTRAIN_HOME): nowhere to run
@@ -324,15 +324,29 @@ class Supervisor:
               f"while the job ran, so nothing can see or stop it any more: stopping it", file=sys.stderr, flush=True)
         return True
 
-    def _source_snapshot(self) -> str | None:
-        """The snapshot the job's data started from: the volume's head (latest taken or restored)."""
-        volume = self.spec.snapshot_volume
-        if volume is None:
-            return None
+    def _data_sources(self, conn) -> dict:
+        """The job's columns recorded as it moves to Running (in the scheduler's transaction): the
+        snapshots its data started from, once (a relaunch or a preempted job started again keeps
+        the first start's): for each mounted volume whose content is a snapshot's, its head (the
+        latest restored into it or taken of it). Best effort, as lineage is: nothing on an error."""
+        volumes = [v.volume for v in self.spec.resolved_volumes()]
+        if not volumes:
+            return {}
+        from dtrain.storage.volumes import volume_heads
         try:
-            return self.storage.get_volume(volume).head_snapshot
-        except Exception:  # lineage is best effort; a missing volume fails the snapshot later
-            return None
+            if conn.execute("SELECT data_sources FROM jobs WHERE name=?", (self.name,)).fetchone()[0] is not None:
+                return {}
+            return {"data_sources": json.dumps(volume_heads(conn, volumes))}
+        except Exception as err:  # noqa: BLE001 - the job runs without its lineage
+            print(f"supervisor of job {self.name}: could not record the snapshots its volumes came from: {err}",
+                  file=sys.stderr, flush=True)
+            return {}
+
+    def _source_snapshot(self) -> str | None:
+        """The snapshot the volume --snapshot-on-success snapshots held when the job started (its
+        snapshot records it as its source), from what was recorded then; None where there is none."""
+        sources = JobStore.recorded(self.store.job(self.name), "data_sources") or []
+        return next((s["snapshot"] for s in sources if s["volume"] == self.spec.snapshot_volume), None)
 
     def _finish(self, code: int, source: str | None) -> None:
         """Record how the job ended (taking its snapshot first where asked). The record is retried

@@ -303,7 +303,7 @@ function jobPage(main, name, project) {
       h("div", {}, "GPUs allocated (requested)"), h("div", {}, `${j.gpus_allocated} (${j.gpus_requested})`),
       h("div", {}, "Created / started / finished"), h("div", {}, `${when(j.created)} / ${when(j.started)} / ${when(j.finished)}`),
       h("div", {}, "Restarts"), h("div", {}, j.restarts),
-      h("div", {}, "Snapshot taken / started from"), h("div", {}, `${j.snapshot || "-"} / ${j.source_snapshot || "-"}`)),
+      h("div", {}, "Snapshot taken / started from"), h("div", {}, `${j.snapshot || "-"} / ${startedFrom(j) || "-"}`)),
       h("p", {class: "actions"}, ...jobButtons(j, " job", project)));
     procs.replaceChildren(table(["Rank", "Status", "Exit code", "Devices", "Node"], j.processes.map(p => h("tr", {},
       h("td", {}, p.rank), statusCell(p.status), h("td", {}, p.exit_code ?? "-"), h("td", {}, p.devices.join(",") || "-"), h("td", {}, p.node || "-"))), {},
@@ -501,6 +501,13 @@ function nodesPage(main) {
           h("div", {class: "card"}, h("h2", {}, "Memory used (last minutes)"), lineChart(byGpu("memory_used"), {label: `Memory used, ${n.name}`, xfmt: t, yfmt: size, ymin: 0, empty: "no memory reported (NVML absent: injected GPUs)"}), legend(byGpu("memory_used")))) : null);
     }));
   }, REFRESH_MS * 2);
+}
+
+// The snapshots a job's data came from, one per mounted volume, each marked where deleted since.
+function startedFrom(j) {
+  if (!(j.data_sources || []).length) return j.source_snapshot;
+  return j.data_sources.map(d => `${d.snapshot}${d.snapshot_deleted ? " (deleted)" : ""} on ${d.volume}`
+    + (d.volume_deleted ? " (deleted)" : "")).join(", ");
 }
 
 // ---- volumes, snapshots, lineage ----------------------------------------------------------------
