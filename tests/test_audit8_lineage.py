@@ -1,7 +1,7 @@
 """A job's data sources: every mounted volume whose content was a snapshot's when the job started
 (restored from it, or its latest snapshot taken) is recorded then, whatever the job does at its
 end, and `describe job` (text, --json, the SDK, the HTTP record, the lineage graph) says so, marking
-a snapshot or volume deleted since."""
+a snapshot or volume deleted since. And the devices each rank ran on stay shown after the job ends."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_the_http_record_and_the_lineage_graph_show_every_source(dt, home):
 def test_a_state_database_of_before_gains_the_columns_and_its_jobs_read_as_before(home):
     with sqlite3.connect(home / "state.db") as conn:  # the jobs table as it was, one finished job in it
         from dtrain.backends.local import store as store_module
-        old = store_module.SCHEMA.replace("    exit_code INTEGER,\n    data_sources TEXT\n",
+        old = store_module.SCHEMA.replace("    exit_code INTEGER,\n    data_sources TEXT,\n    ran_on TEXT\n",
                                           "    exit_code INTEGER\n")
         assert old != store_module.SCHEMA
         conn.executescript(old)
@@ -112,6 +112,19 @@ def test_a_state_database_of_before_gains_the_columns_and_its_jobs_read_as_befor
         store.close()
     info = Client(home=home).get("old")
     assert info.data_sources == () and info.extra["source_snapshot"] == "s1"
+
+
+def test_after_the_job_ends_each_rank_shows_the_devices_it_ran_on(dt_gpus):
+    dt = dt_gpus
+    dt("submit-dist", "g", "--gpu", "1", "--processes", "2", "--", "true")
+    dt("wait", "g")
+    info = dt.json("describe", "job", "g")
+    assert info["gpus_allocated"] == 0  # released: held by nothing now
+    started = next(e["message"] for e in info["events"] if e["message"].startswith("started on"))
+    ran = sorted(d for p in info["processes"] for d in p["devices"])
+    assert len(ran) == 2 and started == "started on " + ", ".join(f"GPU {d}" for d in ran)
+    table = dt("describe", "job", "g").stdout.split("Processes:")[1].split("Events:")[0]
+    assert all(f" {d} " in table for d in ran), table
 
 
 def test_kubernetes_describes_the_pvcs_restored_from_a_volume_snapshot():

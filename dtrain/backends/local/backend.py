@@ -451,7 +451,9 @@ class LocalBackend(Backend):
         events = self.store.events(spec.name)
         suspended = max((e["time"] for e in events if e["status"] == "Suspended"), default=None)
         devices = self.store.job_devices(spec.name)
-        groups = split_devices(devices, spec.processes, spec.gpu) if devices else []
+        # after its end (or a suspension) the devices are released: each rank shows those it ran on
+        ran_on = devices or (self.store.recorded(row, "ran_on") or [] if status != JobStatus.PENDING else [])
+        groups = split_devices(ran_on, spec.processes, spec.gpu) if ran_on else []
         node = row["node"] if row["started"] is not None else None  # a job never placed ran on no node
         procs = []
         for rank in range(spec.processes):

@@ -35,6 +35,7 @@ Rules, checked in one SQLite write transaction so concurrent supervisors never r
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import sqlite3
@@ -110,7 +111,7 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str], *,
         # The store owns the status; moving it in this transaction means no other process ever
         # sees devices held by a Pending job, or a Running job without its devices.
         store.move(spec.name, "Running", "started on " + (", ".join(f"GPU {d}" for d in chosen) or "CPU"),
-                   **(at_start(conn) if at_start is not None else {}))  # `describe` shows each rank's devices after they are released
+                   ran_on=json.dumps(chosen), **(at_start(conn) if at_start is not None else {}))  # `describe` shows each rank's devices after they are released
     return chosen
 
 

@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     snapshot TEXT,
     source_snapshot TEXT,
     exit_code INTEGER,
-    data_sources TEXT
+    data_sources TEXT,
+    ran_on TEXT
 );
 CREATE TABLE IF NOT EXISTS job_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -75,8 +76,9 @@ CREATE INDEX IF NOT EXISTS jobs_by_project ON jobs(project, status, created, nam
 """
 
 # Columns added after the first release, to a `jobs` table of before: `data_sources` (JSON: the
-# snapshots the job's volumes held when it started, recorded as it starts).
-ADDED_COLUMNS = {"data_sources": "TEXT"}
+# snapshots the job's volumes held when it started, recorded by its supervisor), `ran_on` (JSON:
+# the devices its latest start was given, which `describe` shows once they are released).
+ADDED_COLUMNS = {"data_sources": "TEXT", "ran_on": "TEXT"}
 
 ACTIVE = ("Pending", "Running")
 # A new job's message until its supervisor first asks the scheduler (then "waiting: <why>" or
