@@ -201,3 +201,30 @@ def fill(folder: Path) -> None:
                 f.write(block)
         except OSError:
             pass
+
+
+def usage_line(proc) -> str:
+    """The one line a refused command printed (exit 2, no traceback), without "dtrain: error: "."""
+    assert proc.returncode == 2, (proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    return lines[0].removeprefix("dtrain: error: ")
+
+
+def counter_script(steps: int, *, exit_on_term: int = 143) -> str:
+    """A workload that counts to `steps` in tenths of a second from count.txt (its checkpoint) and,
+    on SIGTERM, writes where it was and exits `exit_on_term` (143, or 0 as many training scripts'
+    graceful stops do: Lightning, a Trainer's signal handler)."""
+    return f"""import pathlib, signal, sys, time
+ck = pathlib.Path("count.txt")
+start = int(ck.read_text()) if ck.exists() else 0
+print("start at", start, flush=True)
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+for i in range(start, {steps}):
+    if stop:
+        ck.write_text(str(i)); print("checkpoint at", i, flush=True); sys.exit({exit_on_term})
+    time.sleep(0.1)
+ck.write_text("{steps}"); print("done", flush=True)
+"""

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import Dtrain
+from conftest import Dtrain, usage_line
 from server_util import ServerProcess
 
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
@@ -33,12 +33,6 @@ def server(tmp_path_factory):
     srv.stop()
 
 
-def _cli_line(proc) -> str:
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    return lines[0].removeprefix("dtrain: error: ")
 
 
 JOB = "/api/v1/jobs"
@@ -119,7 +113,7 @@ def _stored(http) -> tuple:
 @pytest.mark.parametrize("words, method, path, body, status", CASES, ids=[" ".join(c[0][:4]) for c in CASES])
 def test_the_api_refuses_as_the_cli_does(server, words, method, path, body, status):
     before = _stored(server.http)
-    said = _cli_line(server.dtrain()(*words, check=False))
+    said = usage_line(server.dtrain()(*words, check=False))
     r = server.http.request(method, path, json=body)
     assert r.status_code == status, r.text
     assert r.json()["error"] == said
@@ -177,10 +171,10 @@ def test_a_volume_moves_to_another_class_over_the_api_as_with_volume_update(serv
     for words, body, status in ((["volume", "update", "moved", "--class", "nope"], {"storage_class": "nope"}, 404),
                                 (["volume", "update", "moved", "--class", "Bad_Class"], {"storage_class": "Bad_Class"},
                                  422)):
-        said = _cli_line(dt(*words, check=False))
+        said = usage_line(dt(*words, check=False))
         r = http.patch("/api/v1/volumes/moved", json=body)
         assert (r.status_code, r.json()["error"]) == (status, said)
-    said = _cli_line(dt("volume", "update", "nope", "--class", "fast", check=False))
+    said = usage_line(dt("volume", "update", "nope", "--class", "fast", check=False))
     r = http.patch("/api/v1/volumes/nope", json={"storage_class": "fast"})
     assert (r.status_code, r.json()["error"]) == (404, said)
 
@@ -193,7 +187,7 @@ def test_the_store_is_verified_over_the_api_as_with_snapshot_verify(server):
     assert one.json()["ok"] and one.json()["snapshots"] == ["data-s1"]
     every = http.post("/api/v1/verify").json()
     assert every["ok"] and "data-s1" in every["snapshots"]
-    said = _cli_line(dt("snapshot", "verify", "nope", check=False))
+    said = usage_line(dt("snapshot", "verify", "nope", check=False))
     r = http.post("/api/v1/snapshots/nope/verify")
     assert (r.status_code, r.json()["error"]) == (404, said)
 

@@ -9,7 +9,7 @@ from dtrain.backends.local import scheduler
 from dtrain.backends.local.store import JobStore
 from dtrain.backends.local.supervisor import Supervisor
 from dtrain.spec import JobSpec
-from conftest import Dtrain
+from conftest import Dtrain, counter_script
 
 
 def _until(what, check, timeout: float = 60):
@@ -46,20 +46,7 @@ def test_a_job_preempted_in_its_restart_backoff_lets_its_gpus_go_at_once(tmp_pat
         store.close()
 
 
-# Counts to 40 in tenths of a second from count.txt; on SIGTERM it writes where it was and exits 0,
-# as many training scripts' graceful stops do (Lightning, a Trainer's signal handler).
-GRACEFUL = """import pathlib, signal, sys, time
-ck = pathlib.Path("count.txt")
-start = int(ck.read_text()) if ck.exists() else 0
-print("start at", start, flush=True)
-stop = []
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-for i in range(start, 40):
-    if stop:
-        ck.write_text(str(i)); print("checkpoint at", i, flush=True); sys.exit(0)
-    time.sleep(0.1)
-ck.write_text("40"); print("done", flush=True)
-"""
+GRACEFUL = counter_script(40, exit_on_term=0)
 
 
 def test_a_preempted_job_that_exits_0_on_sigterm_is_queued_again_not_succeeded(dt_gpus: Dtrain, tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import Dtrain
+from conftest import Dtrain, usage_line
 
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
 
@@ -35,12 +35,6 @@ def server(tmp_path_factory):
     srv.stop()
 
 
-def _cli_line(proc) -> str:
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert "Traceback" not in proc.stderr
-    lines = proc.stderr.strip().splitlines()
-    assert len(lines) == 1, proc.stderr
-    return lines[0].removeprefix("dtrain: error: ")
 
 
 # (CLI words, method, path, the API's status): one line each, the same
@@ -66,7 +60,7 @@ CASES = [
 @pytest.mark.slow  # a CLI run per case
 @pytest.mark.parametrize("words, method, path, status", CASES, ids=[" ".join(c[0]) for c in CASES])
 def test_the_cli_and_the_api_give_one_line(server, words, method, path, status):
-    said = _cli_line(server.dtrain()(*words, check=False))
+    said = usage_line(server.dtrain()(*words, check=False))
     r = server.http.request(method, path)
     assert r.status_code == status, r.text
     assert r.json()["error"] == said
@@ -77,7 +71,7 @@ def test_a_malformed_job_name_is_named_as_such_by_every_job_verb(tmp_path, verb)
     """It read "no job named 'Bad_Name!'", as if a job could have that name; the HTTP API said the rule."""
     dt = Dtrain(tmp_path / "home")
     words = [verb, BAD] + (["--to", str(tmp_path / "out")] if verb == "artifacts" else [])
-    line = _cli_line(dt(*words, check=False))
+    line = usage_line(dt(*words, check=False))
     assert line.startswith(f"invalid job name {BAD!r}: {RULE}"), line
 
 
@@ -131,7 +125,7 @@ def test_logs_limit_bytes_as_kubectl(server):
 
 @pytest.mark.parametrize("value", ["0", "-5", "1152921504606846977", "x"])
 def test_a_limit_bytes_out_of_bounds_is_one_line_from_every_door(server, value):
-    said = _cli_line(server.dtrain()("logs", "done", "--limit-bytes", value, check=False))
+    said = usage_line(server.dtrain()("logs", "done", "--limit-bytes", value, check=False))
     if value == "x":  # not a number: argparse's line names the flag
         assert "--limit-bytes: invalid value 'x'" in said, said
     else:
@@ -150,7 +144,7 @@ def test_a_limit_bytes_out_of_bounds_is_one_line_from_every_door(server, value):
 @pytest.mark.parametrize("words, flag", [(["-c", "main"], "-c/--container"), (["--container=main"], "-c/--container"),
                                          (["--all-containers"], "--all-containers")])
 def test_kubectl_container_flags_name_the_rank(server, words, flag):
-    said = _cli_line(server.dtrain()("logs", "done", *words, check=False))
+    said = usage_line(server.dtrain()("logs", "done", *words, check=False))
     assert said.startswith(f"{flag} is kubectl's") and "--rank R" in said and "dtrain logs done --rank 0" in said
 
 
@@ -189,7 +183,7 @@ def _as_door(line: str, door: str) -> str:
 @pytest.mark.parametrize("flag, field, value", [("-t", "tail", "-5"), ("--tail", "tail", "-100"),
                                                 ("--rank", "rank", "-1"), ("--rank", "rank", "x")])
 def test_a_logs_number_is_refused_in_the_clis_words_by_every_door(server, flag, field, value):
-    said = _cli_line(server.dtrain()("logs", "done", flag, value, check=False))
+    said = usage_line(server.dtrain()("logs", "done", flag, value, check=False))
     assert said.startswith(f"invalid {'--rank' if field == 'rank' else field} "), said
     with pytest.raises(SpecError) as err:
         list(Client(home=server.home).logs("done", **{field: int(value) if value != "x" else value}))
@@ -207,17 +201,17 @@ def test_a_tail_or_rank_the_cli_takes_the_api_takes(server):
     lines = server.dtrain()("logs", "done", "-t", "200000").stdout.splitlines()
     r = server.http.get(f"{JOB}/done/logs", params={"tail": 200_000})
     assert r.status_code == 200 and [x["text"] for x in r.json()] == lines, r.text
-    said = _cli_line(server.dtrain()("logs", "done", "--rank", "3", check=False))
+    said = usage_line(server.dtrain()("logs", "done", "--rank", "3", check=False))
     assert "job 'done' has 1 process(es), ranks 0 to 0" in said, said
     assert server.http.get(f"{JOB}/done/logs", params={"rank": 3}).json()["error"] == said
     past = server.http.get(f"{JOB}/done/logs", params={"rank": MAX_PROCESSES}).json()["error"]  # no job's rank:
-    negative = _cli_line(server.dtrain()("logs", "done", "--rank", "-1", check=False))  # refused unread, as -1 is
+    negative = usage_line(server.dtrain()("logs", "done", "--rank", "-1", check=False))  # refused unread, as -1 is
     assert past == _as_door(negative.replace("'-1'", f"'{MAX_PROCESSES}'"), "http"), past
 
 
 @pytest.mark.parametrize("value", ["-1", "x"])
 def test_a_wait_timeout_is_refused_in_the_clis_words_by_every_door(server, value):
-    said = _cli_line(server.dtrain()("wait", "done", "--timeout", value, check=False))
+    said = usage_line(server.dtrain()("wait", "done", "--timeout", value, check=False))
     assert said.startswith(f"invalid --timeout '{value}': use seconds from 0 to {MAX_WAIT} (366 days) or a duration")
     with pytest.raises(SpecError) as err:
         Client(home=server.home).wait("done", timeout=int(value) if value != "x" else value)

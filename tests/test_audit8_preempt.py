@@ -13,7 +13,7 @@ import pytest
 from dtrain.backends.local import scheduler
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
-from conftest import Dtrain
+from conftest import Dtrain, counter_script
 
 
 @pytest.fixture
@@ -131,19 +131,7 @@ def test_a_preempted_job_that_had_already_ended_is_done(store):
     assert store.set_status("d", "Succeeded", "all processes exited 0") and store.job_devices("d") == []
 
 
-# Counts to 60 in tenths of a second, from count.txt; on SIGTERM it writes where it was and exits 143.
-COUNTER = """import pathlib, signal, sys, time
-ck = pathlib.Path("count.txt")
-start = int(ck.read_text()) if ck.exists() else 0
-print("start at", start, flush=True)
-stop = []
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-for i in range(start, 60):
-    if stop:
-        ck.write_text(str(i)); print("checkpoint at", i, flush=True); sys.exit(143)
-    time.sleep(0.1)
-ck.write_text("60"); print("done", flush=True)
-"""
+COUNTER = counter_script(60)
 
 
 def _until(what, check, timeout: float = 60):

@@ -10,21 +10,9 @@ import sqlite3
 
 import pytest
 
-from conftest import DTRAIN, Dtrain, assert_usage_error
+from conftest import DTRAIN, Dtrain, assert_usage_error, counter_script
 
-# Counts to 100 in tenths of a second; on SIGTERM it writes where it was and exits 143.
-COUNTER = """import pathlib, signal, sys, time
-ck = pathlib.Path("count.txt")
-start = int(ck.read_text()) if ck.exists() else 0
-print("start at", start, flush=True)
-stop = []
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-for i in range(start, 100):
-    if stop:
-        ck.write_text(str(i)); print("checkpoint at", i, flush=True); sys.exit(143)
-    time.sleep(0.1)
-ck.write_text("100"); print("done", flush=True)
-"""
+COUNTER = counter_script(100)
 
 
 def _started(dt: Dtrain, name: str, n: int = 1) -> None:
