@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Iterator
@@ -478,7 +479,12 @@ class Client:
         self.backend(project=name).create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)
 
     def list_projects(self) -> list[ProjectInfo]:
-        return self.backend().list_projects()
+        """Each project with its Running and Pending jobs counted (as Run:AI lists running and pending
+        workloads per project), counted where the jobs are kept."""
+        projects = self.backend().list_projects()
+        counts = {(n.project, n.status.value): n.jobs for n in self.summary().counts}
+        return [replace(p, running=counts.get((p.name, "Running"), 0), pending=counts.get((p.name, "Pending"), 0))
+                for p in projects]
 
     def check_project(self, project: str) -> None:
         """NotFoundError for a project the local backend does not know: an empty list of its jobs

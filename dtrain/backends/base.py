@@ -221,6 +221,8 @@ class ProjectInfo(_Record):
     gpus_allocated: int  # GPUs its running jobs hold now
     jobs: int  # jobs recorded in it, any status
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. the namespace
+    running: int = 0  # its jobs Running now (Client.list_projects counts them)
+    pending: int = 0  # its jobs Pending: queued, or preempted and queued again
 
 
 @dataclass(frozen=True, kw_only=True)

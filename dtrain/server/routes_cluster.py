@@ -30,12 +30,7 @@ def gpu_history(request: Request, since: SINCE = 0.0):
 
 
 def _projects(c) -> list[wire.Project]:
-    """The projects with their Running and Pending jobs counted (the dashboard's Projects page, as
-    Run:AI's lists running and pending workloads per project): counted where the jobs are kept."""
-    counts = {(n.project, n.status.value): n.jobs for n in c.summary().counts}
-    return [wire.Project.model_validate(p).model_copy(update={"running": counts.get((p.name, "Running"), 0),
-                                                              "pending": counts.get((p.name, "Pending"), 0)})
-            for p in c.list_projects()]
+    return [wire.Project.model_validate(p) for p in c.list_projects()]
 
 
 @router.get("/projects", response_model=list[wire.Project], responses=ERRORS)
