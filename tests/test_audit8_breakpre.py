@@ -10,14 +10,8 @@ from dtrain.backends.local.store import JobStore
 from dtrain.backends.local.supervisor import Supervisor
 from dtrain.spec import JobSpec
 from conftest import Dtrain, counter_script
+from server_util import wait_until
 
-
-def _until(what, check, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while not (got := check()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
-    return got
 
 
 def test_a_job_preempted_in_its_restart_backoff_lets_its_gpus_go_at_once(tmp_path):
@@ -54,9 +48,9 @@ def test_a_preempted_job_that_exits_0_on_sigterm_is_queued_again_not_succeeded(d
     (tmp_path / "count.py").write_text(GRACEFUL)
     dt("project", "create", "team", "--gpu-quota", "1")
     dt("submit", "long", "--gpu", "2", "--working-dir", str(tmp_path), "--", "python", "count.py")
-    _until("long started", lambda: "start at 0" in dt("logs", "long").stdout)
+    wait_until(lambda: "start at 0" in dt("logs", "long").stdout, what="long started")
     dt("submit", "urgent", "-p", "team", "--gpu", "1", "--", "true")
-    _until("long stopped", lambda: "checkpoint at" in dt("logs", "long").stdout)
+    wait_until(lambda: "checkpoint at" in dt("logs", "long").stdout, what="long stopped")
     assert dt.wait_for("urgent", {"Succeeded", "Failed"})["status"] == "Succeeded"
     done = dt.wait_for("long", {"Succeeded", "Failed"}, timeout=120)
     assert done["status"] == "Succeeded" and done["restarts"] == 0, done

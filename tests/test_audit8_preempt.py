@@ -14,6 +14,7 @@ from dtrain.backends.local import scheduler
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
 from conftest import Dtrain, counter_script
+from server_util import wait_until
 
 
 @pytest.fixture
@@ -134,13 +135,6 @@ def test_a_preempted_job_that_had_already_ended_is_done(store):
 COUNTER = counter_script(60)
 
 
-def _until(what, check, timeout: float = 60):
-    deadline = time.monotonic() + timeout
-    while not (got := check()):
-        assert time.monotonic() < deadline, what
-        time.sleep(0.2)
-    return got
-
 
 def test_an_in_quota_job_preempts_an_over_quota_one_which_resumes_after_it(dt_gpus: Dtrain, tmp_path):
     dt = dt_gpus  # 2 GPUs
@@ -148,7 +142,7 @@ def test_an_in_quota_job_preempts_an_over_quota_one_which_resumes_after_it(dt_gp
     dt("project", "create", "team", "--gpu-quota", "1")
     dt("submit", "long", "--gpu", "2", "--max-restarts", "0", "--working-dir", str(tmp_path), "--",
        "python", "count.py")
-    _until("long started", lambda: "start at 0" in dt("logs", "long").stdout)
+    wait_until(lambda: "start at 0" in dt("logs", "long").stdout, what="long started")
     gate = tmp_path / "go"
     dt("submit", "urgent", "-p", "team", "--gpu", "1", "--", "python", "-c",
        f"import os,time\nwhile not os.path.exists({str(gate)!r}): time.sleep(0.05)")
@@ -187,9 +181,9 @@ def test_a_preempted_job_whose_supervisor_is_lost_while_it_stops_is_stopped_and_
     dt("project", "create", "team", "--gpu-quota", "1")
     dt("submit", "stubborn", "--gpu", "2", "--", "python", "-c",
        "import signal,time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nprint('up', flush=True)\ntime.sleep(600)")
-    _until("stubborn started", lambda: "up" in dt("logs", "stubborn").stdout)
+    wait_until(lambda: "up" in dt("logs", "stubborn").stdout, what="stubborn started")
     dt("submit", "urgent", "-p", "team", "--gpu", "1", "--", "sleep", "600")
-    _until("stubborn preempted", lambda: dt.json("describe", "job", "stubborn")["status"] == "Pending")
+    wait_until(lambda: dt.json("describe", "job", "stubborn")["status"] == "Pending", what="stubborn preempted")
     with contextlib.closing(sqlite3.connect(dt.home / "state.db")) as conn:
         pid, token = conn.execute("SELECT supervisor_pid, supervisor_start FROM jobs WHERE name='stubborn'").fetchone()
         held = conn.execute("SELECT COUNT(*) FROM allocations WHERE job='stubborn'").fetchone()[0]
@@ -197,7 +191,7 @@ def test_a_preempted_job_whose_supervisor_is_lost_while_it_stops_is_stopped_and_
     supervisor = parse_ident(pid, token)
     assert supervisor is not None and supervisor.alive()
     os.kill(supervisor.pid, signal.SIGKILL)
-    _until("supervisor gone", lambda: not supervisor.alive(), timeout=10)
+    wait_until(lambda: not supervisor.alive(), timeout=10, what="supervisor gone")
     assert dt.wait_for("urgent", {"Running"}, timeout=60)["gpus_allocated"] == 1  # well before the grace period
     stubborn = dt.json("describe", "job", "stubborn")
     assert stubborn["status"] == "Pending" and stubborn["restarts"] == 0, stubborn
