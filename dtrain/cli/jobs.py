@@ -437,7 +437,11 @@ def cmd_delete(args, client: Client) -> int:
                             f"{'it' if len(gone) == 1 else 'them'})")
     for name in names:
         info = client.delete(name, purge=args.purge, project=args.project)
-        print(f"The job '{name}' has been " + ("purged" if args.purge else f"deleted ({info.status.value})"))
+        # A job still ending after the stop request (SageMaker's Stopping: its programs get SIGTERM and time to
+        # save) reads Running until it has: say Stopping, not Running, and how to see the end.
+        state = (info.status.value if info.status.terminal else
+                 f"Stopping: 'dtrain wait {name}' returns once it has stopped")
+        print(f"The job '{name}' has been " + ("purged" if args.purge else f"deleted ({state})"))
     return 0
 
 
