@@ -301,6 +301,14 @@ class Plan:
 def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
     """One line naming what is taken (or missing) and the fix, before anything runs."""
     dtrain = client.dtrain_for(plan.backend)
+    for spec in plan.jobs:  # first: what the backend refuses needs no call to it (nor credentials)
+        job = job_spec(spec, backend=plan.backend, client=client)
+        try:
+            client.render(job)
+        except DtrainError as err:  # the step's submit would refuse it the same way, steps later
+            said = in_pipeline_words(str(err))
+            raise type(err)(f"pipeline {pipeline!r} cannot submit job {job.name!r} to the {plan.backend} backend"
+                            f"{_IMAGE_FIX if '--image' in said else ''}: {said}") from None
     taken = [(thing, status) for thing in plan.makes if (status := _taken(client, plan.backend, thing)) is not None]
     if taken:
         _refuse_taken(pipeline, plan.backend, taken, dtrain, plan.fresh)
@@ -313,14 +321,6 @@ def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
                                 f"{need.name}') or pass --param {need.param}=NAME") from None
     for folder in plan.fresh:
         _refuse_checkpoints(pipeline, folder, client)
-    for spec in plan.jobs:
-        job = job_spec(spec, backend=plan.backend, client=client)
-        try:
-            client.render(job)
-        except DtrainError as err:  # the step's submit would refuse it the same way, steps later
-            said = in_pipeline_words(str(err))
-            raise type(err)(f"pipeline {pipeline!r} cannot submit job {job.name!r} to the {plan.backend} backend"
-                            f"{_IMAGE_FIX if '--image' in said else ''}: {said}") from None
 
 
 _UNCONFIGURED = re.compile(r"^SageMaker is not configured \((.+?) missing\): run '(dtrain config sagemaker [^']*)', "
@@ -331,6 +331,8 @@ def in_pipeline_words(said: str) -> str:
     """A backend's refusal with its flags named as the pipeline's parameters: a step pod has no
     config.yaml, so SageMaker's role and bucket are parameters there."""
     said = re.sub(r"--processes\b", "--param processes", said)
+    said = re.sub(r"--backend (nccl|gloo)\b", r"--param backend=\1", said)  # the hybrid pipeline's parameter
+    said = re.sub(r"--instance-type (\S+?)\)", r"--param sagemaker_instance_type=\1)", said)
     found = _UNCONFIGURED.match(said)
     if found:
         names = found.group(1).replace("--role", "sagemaker_role_arn").replace("--bucket", "sagemaker_bucket")
@@ -462,10 +464,11 @@ def run_job(spec: dict, *, backend: str, client: Client | None = None, timeout: 
     restore_tmpdir()  # the job inherits this process's environment
     try:
         info = client.submit(job)
-    except SpecError as err:
-        if not _UNCONFIGURED.match(str(err)):
+    except SpecError as err:  # in the pipeline's words: a step pod has no config.yaml and no flags
+        said = in_pipeline_words(str(err))
+        if said == str(err):
             raise
-        raise SpecError(in_pipeline_words(str(err))) from None
+        raise SpecError(said) from None
     echo(f"submitted job {job.name!r} to the {backend} backend ({info.status})")
     _follow(client, job.name, echo)
     info = client.wait(job.name, timeout=timeout)

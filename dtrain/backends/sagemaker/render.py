@@ -198,6 +198,7 @@ def hyperparameters(spec: JobSpec, cfg: SageMakerConfig) -> dict[str, str]:
         raise SpecError(f"hyperparameter {k} is given twice, as --{k} {prog.hyperparameters[k]} in the command and "
                         f"as --hp {k}={hp_text(opts.hyperparameters[k])}: give it once")
     hps: dict[str, object] = {**prog.hyperparameters, **opts.hyperparameters}
+    _check_nccl(hps, prog.entry_argv, opts.instance_type or cfg.instance_type)
     hps.update(sagemaker_program=prog.program,
                sagemaker_submit_directory=s3_uri(cfg, spec.name, "source", SOURCE_ARCHIVE),
                sagemaker_container_log_level=20, sagemaker_job_name=spec.name, sagemaker_region=cfg.region)
@@ -217,6 +218,21 @@ def hyperparameters(spec: JobSpec, cfg: SageMakerConfig) -> dict[str, str]:
                         f"more than SageMaker's {MAX_HYPERPARAMETERS}: pass at most "
                         f"{MAX_HYPERPARAMETERS - len(hps) + len(given)} (put the rest in a config file with the code)")
     return {k: json.dumps(v) for k, v in hps.items()}  # as the SDK: 2 -> '2', True -> 'true', 'abc' -> '"abc"'
+
+
+def _check_nccl(hps: dict[str, object], argv: tuple[str, ...], itype: str) -> None:
+    """`--backend nccl` (the torch.distributed backend, a hyperparameter in the SageMaker SDK's PyTorch
+    examples and the CIFAR10 workload's flag) needs a GPU per process: on a CPU or Trainium type the job
+    would fail in its first collective after SageMaker launched (and billed) its instances."""
+    given = [hps.get("backend")]  # a hyperparameter, or a flag of the command's fixed part
+    for i, arg in enumerate(argv):
+        if arg.startswith("--backend="):
+            given.append(arg[len("--backend="):])
+        elif arg == "--backend" and i + 1 < len(argv):
+            given.append(argv[i + 1])
+    if "nccl" in given and instance_gpus(itype) == 0:
+        raise SpecError(f"--backend nccl needs a GPU per process, and {itype} has no GPUs: use --backend gloo, or "
+                        f"a GPU instance type (--instance-type ml.g5.xlarge)")
 
 
 def _same(text: str, value: object) -> bool:
