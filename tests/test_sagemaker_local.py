@@ -230,7 +230,7 @@ def test_failed_local_job_says_which_host_and_why(home, tmp_path):
     info = client.wait("boom", timeout=60)
     assert info.status.value == "Failed"
     assert info.message.startswith('AlgorithmError: ExecuteUserScriptError: ExitCode 3 ErrorMessage "bad input file"')
-    assert info.message.endswith(", exit code: 3")  # SageMaker's words
+    assert info.message.endswith(", exit code: 1")  # SageMaker's words: the toolkit's container exits 1
     assert info.events[-1].message == "Training job failed: host algo-1 exited with code 3"
 
 

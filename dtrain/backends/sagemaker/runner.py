@@ -14,7 +14,7 @@
    success and, as SageMaker does, after a stop or MaxRuntimeExceeded (what the job saved in its
    grace period after SIGTERM); links are never followed, and those leaving the folder stay out;
 4. Completed, Failed (FailureReason, as SageMaker's: `AlgorithmError: <the failed host's
-   /opt/ml/output/failure>, exit code: N`, at most 1024 characters; where the job wrote no failure
+   /opt/ml/output/failure>, exit code: 1` (the toolkit's container's code), at most 1024 characters; where the job wrote no failure
    file, the toolkit's, whose ErrorMessage is the host's stderr from the first line naming an error
    on), Stopped on SIGTERM (StopTrainingJob), MaxRuntimeExceeded past the limit.
 """
@@ -54,6 +54,11 @@ TAIL_LINES = 10  # of stderr, the ErrorMessage of a process that named no error
 PIP_ERROR_LINE = re.compile(r"^ERROR: ")  # where pip's own error starts (its warnings and retries come before)
 # The toolkit's ExtraInfo for a process that exited 137 (SIGKILL: the kernel's OOM killer, as a rule)
 OOM_INFO = "OutOfMemory: Process killed by SIGKILL (signal 9)"
+# The container's exit code when the toolkit's script, pip or module install fails: its trainer catches
+# the ClientError those raise (ExecuteUserScriptError, InstallRequirementsError, InstallModuleError),
+# writes /opt/ml/output/failure (where ExitCode is the script's own) and exits DEFAULT_FAILURE_CODE, 1,
+# whatever the script's code; SageMaker's FailureReason ends with the container's: ", exit code: 1".
+TOOLKIT_EXIT = 1
 
 
 def free_port() -> int:
@@ -253,7 +258,8 @@ class Runner:
             log.write(f"{int(time.time() * 1000)}\t{text}\n".encode())
 
     def failure(self, hosts: dict[str, Path], host: str, code: int) -> str:
-        """The FailureReason, SageMaker's: `AlgorithmError: <the host's /opt/ml/output/failure>, exit code: N`.
+        """The FailureReason, SageMaker's: `AlgorithmError: <the host's /opt/ml/output/failure>, exit code: 1`
+        (the toolkit's container exits 1 for any script that failed; the file's ExitCode is the script's).
         Like the toolkit, write that file where the job wrote none, its ErrorMessage from the host's stderr
         (never stdout: a last progress line or an exit handler's print says nothing of the failure)."""
         output = hosts[host] / "output"
@@ -263,11 +269,11 @@ class Runner:
             errors = self.stderr.get(host) or ErrorLines()
             note = toolkit_error("ExecuteUserScriptError", code, errors.message(), command)
             write_failure(output, note)  # a link the job left there is neither followed nor replaced
-        return algorithm_error(note, code)
+        return algorithm_error(note, TOOLKIT_EXIT)
 
     def install_failure(self, hosts: dict[str, Path], host: str, code: int) -> str:
         """The FailureReason of a pip that failed, SageMaker's as for a script: `AlgorithmError: <the host's
-        /opt/ml/output/failure>, exit code: N`, that file being the toolkit's InstallModuleError or
+        /opt/ml/output/failure>, exit code: 1`, that file being the toolkit's InstallModuleError or
         InstallRequirementsError, its ErrorMessage pip's stderr from its first `ERROR:` line on."""
         error, args = self.pip
         output = hosts[host] / "output"
@@ -276,7 +282,7 @@ class Runner:
             errors = self.stderr.get(host) or ErrorLines(PIP_ERROR_LINE)
             note = toolkit_error(error, code, errors.message(), [self.python, *args])
             write_failure(output, note)
-        return algorithm_error(note, code)
+        return algorithm_error(note, TOOLKIT_EXIT)
 
     def run(self) -> int:
         signal.signal(signal.SIGTERM, lambda *_: setattr(self, "stopping", True))
