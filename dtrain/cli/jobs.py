@@ -55,11 +55,29 @@ def gpu_count(text: str) -> int | float:
     raise argparse.ArgumentTypeError(f"invalid value {shown(text)}: give whole GPUs per process, e.g. --gpu 1")
 
 
+def whole_number(text: str) -> int | float | str:
+    """A flag that takes a whole number (--processes, --max-restarts, --gpu-quota, --port, ...): the
+    number goes on to the check that knows the flag's range and names it ("invalid --processes 1.5:
+    use a whole number from 1 to 4096"), where int() said only "invalid int value: '1.5'". 1e3 is
+    1000; a fraction, nan or inf goes on as a float, a run of digits past what int() reads as typed
+    (the check refuses both); a word that is no number is refused here."""
+    t = text.strip()
+    if re.fullmatch(r"[-+]?[0-9]{1,4000}", t, re.ASCII):  # int() takes at most 4300 digits
+        return int(t)
+    if re.fullmatch(r"[-+]?[0-9]+", t, re.ASCII):
+        return text
+    try:
+        value = float(t)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid value {shown(text)}: give a whole number, e.g. 2") from None
+    return int(value) if value.is_integer() and abs(value) <= 2 ** 53 else value  # 1e30 shown as typed
+
+
 def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False) -> None:
     p.add_argument("name", nargs="?", help="job name (lower-case letters, digits, '-')")
     p.add_argument("-f", "--file", help="a YAML job spec; flags given too override its fields")
     if dist:
-        p.add_argument("--processes", type=int, help="number of data-parallel processes")
+        p.add_argument("--processes", type=whole_number, help="number of data-parallel processes")
         if not mpi:
             p.add_argument("--launcher", choices=["torchrun", "mpi"], help="default: torchrun")
     p.add_argument("-g", "--gpu", type=gpu_count, help="whole GPUs per process (default 0: CPU only; no fractions)")
@@ -78,7 +96,7 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
                                          "is run in; Kubernetes, the image's)")
     p.add_argument("-p", "--project", help="project (default: 'dtrain config project')")
     p.add_argument("--backend", choices=["local", "kubernetes", "sagemaker"], help="where to run (default from config)")
-    p.add_argument("--max-restarts", type=int, help="restarts of the job after a failure (default 0)")
+    p.add_argument("--max-restarts", type=whole_number, help="restarts of the job after a failure (default 0)")
     p.add_argument("--snapshot-on-success", metavar="VOLUME", help="snapshot VOLUME when the job succeeds")
     p.add_argument("-i", "--image", help="container image (Kubernetes)")
     p.add_argument("--image-pull-policy", choices=["Always", "IfNotPresent", "Never"],
@@ -95,16 +113,16 @@ def add_sagemaker_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--local", action="store_const", const=True,
                    help="run here inside the SageMaker contract (no Docker, no AWS)")
     g.add_argument("--instance-type", help="ml.* instance type (default from 'dtrain config sagemaker')")
-    g.add_argument("--instance-count", type=int, help="instances (default: one per process, or per GPUs of the type)")
+    g.add_argument("--instance-count", type=whole_number, help="instances (default: one per process, or per GPUs of the type)")
     g.add_argument("--channel", action="append", metavar="NAME=URI",
                    help="input channel: s3://BUCKET/PREFIX, efs://FS-ID/PATH, fsx://FS-ID/MOUNT/PATH, "
                         "file:///PATH with --local (repeat)")
     g.add_argument("--hp", action="append", metavar="KEY=VALUE", help="hyperparameter (repeat)")
     g.add_argument("--source-dir", help="folder packed as sourcedir.tar.gz (default: the working folder)")
     g.add_argument("--spot", action="store_const", const=True, help="managed spot training, checkpoints in S3")
-    g.add_argument("--max-runtime", type=int, metavar="SECONDS", help="MaxRuntimeInSeconds (default 86400)")
-    g.add_argument("--max-wait", type=int, metavar="SECONDS", help="spot: MaxWaitTimeInSeconds (default 2 x runtime)")
-    g.add_argument("--volume-size", type=int, metavar="GB", help="ML storage volume per instance (default 30)")
+    g.add_argument("--max-runtime", type=whole_number, metavar="SECONDS", help="MaxRuntimeInSeconds (default 86400)")
+    g.add_argument("--max-wait", type=whole_number, metavar="SECONDS", help="spot: MaxWaitTimeInSeconds (default 2 x runtime)")
+    g.add_argument("--volume-size", type=whole_number, metavar="GB", help="ML storage volume per instance (default 30)")
     g.add_argument("--network-isolation", action="store_const", const=True, help="EnableNetworkIsolation")
     g.add_argument("--encrypt-inter-container", action="store_const", const=True,
                    help="EnableInterContainerTrafficEncryption")

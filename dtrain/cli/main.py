@@ -308,7 +308,7 @@ def _add_project(sub) -> None:
     c = ps.add_parser("create", help="create a project, or change its GPU quota")
     c.add_argument("name", help="project name (lower-case letters, digits, '-')")
     quota = c.add_mutually_exclusive_group()
-    quota.add_argument("--gpu-quota", type=int, help="GPUs the project's running jobs may hold together")
+    quota.add_argument("--gpu-quota", type=jobs.whole_number, help="GPUs the project's running jobs may hold together")
     quota.add_argument("--no-gpu-quota", action="store_true", help="remove the project's GPU quota")
     c = ps.add_parser("set", help="make a project the default (as 'dtrain config project NAME')")
     c.add_argument("name", help="a project that exists")

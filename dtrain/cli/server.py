@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dtrain.cli.jobs import whole_number
 from dtrain.client import Client
 from dtrain.errors import EnvironmentError_
 
@@ -20,6 +21,6 @@ def register(sub) -> None:
     p = sub.add_parser("server", help="serve the HTTP API, the web dashboard and Prometheus /metrics")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default 127.0.0.1; any other needs the token)")
-    p.add_argument("--port", type=int, default=8500, help="port (default 8500; 0: any free port)")
+    p.add_argument("--port", type=whole_number, default=8500, help="port (default 8500; 0: any free port)")
     p.add_argument("--read-only", action="store_true", help="serve GET requests only")
     p.set_defaults(handler=cmd_server)

@@ -11,13 +11,14 @@ from typing import Callable
 import uvicorn
 
 from dtrain.errors import ConflictError, SpecError
+from dtrain.names import shown
 from dtrain.server.auth import TOKEN_FILE, is_loopback, load_or_create_token
 
 
 def bind(host: str, port: int) -> socket.socket:
     """Bind before uvicorn starts, so that port 0 works and the printed URL has the real port."""
-    if not 0 <= port <= 65535:
-        raise SpecError(f"invalid --port {port}: use 1-65535 (or 0 for any free port)")
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise SpecError(f"invalid --port {shown(port)}: use 1-65535 (or 0 for any free port)")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as err:
