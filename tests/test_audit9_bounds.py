@@ -45,3 +45,14 @@ def test_a_whole_number_flag_takes_an_exponent_that_is_whole(dt):
 def test_a_whole_number_flag_of_thousands_of_digits_is_one_short_line(dt):
     line = usage_line(dt("submit-dist", "j1", "--dry-run", "--processes", "9" * 5000, "--", "true", check=False))
     assert line.startswith("invalid --processes ") and "from 1 to 4096" in line and len(line) < 300, line
+
+
+@pytest.mark.parametrize("command", [["lanes", "synth", "--out", "SYN", "--train"],
+                                     ["bench", "scaling", "--workload", "cifar10", "--data-dir", ".", "--steps"],
+                                     ["cifar10", "synth", "--out", "SYN", "--n-train"]])
+@pytest.mark.parametrize("value", ["1.5", "nan", "inf"])
+def test_a_workload_whole_number_flag_says_a_whole_number_is_wanted(dt, tmp_path, command, value):
+    command = [str(tmp_path / "syn") if c == "SYN" else c for c in command]
+    line = usage_line(dt(*command, value, check=False, cwd=tmp_path))
+    assert f"argument {command[-1]}: invalid value '{value}': give a whole number" in line, line
+    assert not (tmp_path / "syn").exists()

@@ -117,11 +117,11 @@ def test_an_error_on_sagemaker_is_written_to_the_failure_file(tmp_path):
         (out / "failure").unlink()
     r = subprocess.run(TRAIN + ["--epochs", "x"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
-    assert (out / "failure").read_text() == ("dtrain cifar10 train: error: argument --epochs: invalid int value: "
-                                             "'x'\n")
+    assert (out / "failure").read_text() == ("dtrain cifar10 train: error: argument --epochs: invalid value "
+                                             "'x': give a whole number, e.g. 2\n")
     # a failure already there (another rank's, the first) stays; a link is never written through
     r = subprocess.run(TRAIN + ["--epochs", "0"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    assert (out / "failure").read_text().endswith("invalid int value: 'x'\n")
+    assert (out / "failure").read_text().endswith("invalid value 'x': give a whole number, e.g. 2\n")
     (out / "failure").unlink()
     victim = tmp_path / "victim"
     victim.write_text("precious\n")

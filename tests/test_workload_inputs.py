@@ -47,7 +47,13 @@ CASES = [
      "--num-workers 100000 is out of range: give 0 to 64"),
     # usage errors of the workloads' own parsers are one line too
     (["lanes", "train", "--max-steps", "abc"], {},
-     "dtrain lanes train: error: argument --max-steps: invalid int value: 'abc' (see 'dtrain lanes train --help')"),
+     "dtrain lanes train: error: argument --max-steps: invalid value 'abc': give a whole number, e.g. 2 "
+     "(see 'dtrain lanes train --help')"),
+    (["lanes", "train", "--max-steps", "1.5"], {},  # argparse said only "invalid int value: '1.5'"
+     "dtrain lanes train: error: argument --max-steps: invalid value '1.5': give a whole number, e.g. 2 "
+     "(see 'dtrain lanes train --help')"),
+    (["lanes", "train", "--max-steps", "1e30"], {}, "--max-steps 1000000000000000019884624838656 is out of range: "
+     "give 1 to 10000000"),
     # 2. prediction values the official script crashes on; a GT frame given twice
     (["lanes", "evaluate", "--pred", "pred_null.json", "--gt", "gt.json"], {},
      "pred_null.json:1: lanes[0][1] is null: x coordinates are numbers (-2 where there is no point)"),

@@ -37,7 +37,7 @@ from dtrain.client import Client
 from dtrain.errors import DtrainError, SpecError
 from dtrain.replace import replacing
 from dtrain.spec import JobSpec
-from dtrain.workloads.inputs import in_range, out_folder
+from dtrain.workloads.inputs import Parser, in_range, out_folder
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,7 +287,7 @@ def plot(results: list[dict], path: Path, title: str) -> None:
 
 
 def parse(argv) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="dtrain bench scaling", description=__doc__,
+    ap = Parser(prog="dtrain bench scaling", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--workload", required=True, choices=sorted(WORKLOADS), help="which training to time")
     ap.add_argument("--processes", default="1,2", help="sizes to run, e.g. 1,2,3")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import math
 import os
 import urllib.parse
 import urllib.request
@@ -25,8 +26,33 @@ MAX_LR = 10.0  # SGD learning rates in use are 0.001 to 0.1
 MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)  # a full, read-only or forbidden disk
 
 
+def whole_number(text: str) -> int:
+    """argparse's `type` for a whole number (every `type=int` of a `Parser`): 1e3 is 1000; a fraction,
+    nan or inf is refused as not whole, where int() said only "invalid int value: '1.5'". The range
+    is the command's own check (in_range), which names the flag."""
+    t = text.strip()
+    shown = repr(text) if len(text) <= 40 else repr(text[:37] + "...")
+    try:
+        return int(t)
+    except ValueError:
+        if t.lstrip("+-").isdigit():  # past the 4300 digits int() reads
+            raise argparse.ArgumentTypeError(f"invalid value {shown}: far too large a number") from None
+    try:
+        value = float(t)
+    except ValueError:
+        value = math.nan
+    if value.is_integer():
+        return int(value)
+    raise argparse.ArgumentTypeError(f"invalid value {shown}: give a whole number, e.g. 2")
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse, with a usage error on one line (exit 2) instead of the whole usage text."""
+    """argparse, with a usage error on one line (exit 2) instead of the whole usage text; a `type=int`
+    argument takes whole_number (its refusal says a whole number is wanted)."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("type", int, whole_number)
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")

@@ -74,6 +74,7 @@ from dtrain.workloads.inputs import (
     learning_rate,
     out_folder,
     schedule_steps,
+    whole_number,
 )
 
 # Lowest and highest value of each whole-number setting.
@@ -310,7 +311,7 @@ BACKENDS = ("nccl", "gloo")
 def _blank_is_none(kind: type):
     """argparse's `type`: a blank value is None (the default), anything else `kind`'s."""
     def convert(text: str):
-        return None if not text.strip() else kind(text)
+        return None if not text.strip() else (whole_number if kind is int else kind)(text)
 
     convert.__name__ = kind.__name__  # argparse names it in "invalid int value"
     return convert
