@@ -90,7 +90,9 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
                    help="a label on the job (Kubernetes label, SageMaker tag; repeat); 'dtrain list -l' selects by it")
     p.add_argument("--pvc", action="append", metavar="SPEC",
                    help="VOLUME:MOUNT[:ro] for an existing volume, CLASS:SIZE:MOUNT for a new one (repeat)")
-    p.add_argument("--large-shm", action="store_const", const=True, help="a large in-memory /dev/shm")
+    p.add_argument("--large-shm", action="store_const", const=True,
+                   help="a large in-memory /dev/shm (local: half the machine's memory, or the host's /dev/shm if larger; Kubernetes: the "
+                        "pod's memory, or config.yaml's kubernetes shm_size)")
     p.add_argument("--json", action="store_true", help="print the submitted job as one JSON object")
     p.add_argument("--working-dir", help="working directory of the command (default: local, the folder submit "
                                          "is run in; Kubernetes, the image's)")
