@@ -63,7 +63,8 @@ class ProcessInfo:
     """One rank (a replica pod on Kubernetes)."""
 
     rank: int  # global rank
-    status: str  # Pending, Running, Succeeded, Failed
+    status: str  # Pending, Running, Succeeded, Failed; Stopped (deleted, suspended), Terminating (its job
+    # stops it: preempted, suspended, deleted, and its process has not exited yet)
     exit_code: int | None = None  # None while running
     devices: tuple[str, ...] = ()  # allocated GPU ids
     node: str | None = None  # host or node name

@@ -443,7 +443,7 @@ class LocalBackend(Backend):
 
     def _info(self, row) -> JobInfo:
         from dtrain.backends.local.scheduler import split_devices
-        from dtrain.backends.local.ranks import rank_records
+        from dtrain.backends.local.ranks import TERMINATING, rank_records, still_stopping
 
         spec = JobSpec.from_stored(json.loads(row["spec"]))
         status = JobStatus(row["status"])
@@ -460,7 +460,11 @@ class LocalBackend(Backend):
             # A Pending job runs nothing: what a resumed job's ranks recorded is of the run it stopped
             rec = records.get(rank, {}) if status != JobStatus.PENDING else {}
             pstatus = rec.get("status", "Pending")
-            if status.terminal and pstatus in ("Pending", "Running"):
+            if status != JobStatus.RUNNING and still_stopping(records.get(rank, {})):
+                # preempted (Pending again), suspended or deleted, its process not yet exited: a
+                # pod Terminating; Pending (or Stopped) once it has
+                pstatus = TERMINATING
+            elif status.terminal and pstatus in ("Pending", "Running"):
                 pstatus = "Stopped" if status == JobStatus.DELETED else ("Failed" if pstatus == "Running" else pstatus)
             elif status == JobStatus.DELETED and _ended_by(rec, row["finished"]):
                 pstatus = "Stopped"  # its exit (143: SIGTERM) was `dtrain delete`'s doing, not a failure

@@ -89,6 +89,20 @@ def rank_records(job_dir: Path) -> list[dict]:
     return sorted(out, key=lambda r: r["rank"])
 
 
+TERMINATING = "Terminating"  # a rank's status while its job stops it (kubectl's word for such a pod)
+
+
+def still_stopping(rec: dict) -> bool:
+    """Whether a rank its record calls Running still has a process: its wrapper (rankrun) or its
+    command, each by pid, start time and boot id. A job no longer Running (preempted, suspended,
+    deleted) shows such a rank Terminating until it has exited; a record left Running by a wrapper
+    killed with SIGKILL names processes that are gone."""
+    if rec.get("status") != "Running":
+        return False
+    return any(ident is not None and ident.alive()
+               for ident in (Ident.from_record(rec.get("wrapper") or {}), Ident.from_record(rec)))
+
+
 ATTEMPTS_FILE = "attempts.json"  # where each of the job's last two launches began its ranks' logs
 KEPT_LAUNCHES = 2  # the latest launch's lines are `logs`, the one before's `logs --previous`
 

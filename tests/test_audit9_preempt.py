@@ -1,0 +1,68 @@
+"""Preemption and suspension as a Run:AI / kubectl user reads them: a stopping job's ranks read
+Terminating (not Pending) until their processes have exited; the events of a run never come after
+the event that ended it; the most recently started preemptible job is preempted first."""
+
+from __future__ import annotations
+
+import subprocess
+
+from conftest import DTRAIN, Dtrain
+from server_util import wait_until
+
+# Holds its SIGTERM (a checkpoint being written) until the file `gate` appears, then exits 143.
+SLOW_STOP = """import os, signal, sys, time
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+print("up", flush=True)
+while not stop:
+    time.sleep(0.05)
+print("writing a checkpoint", flush=True)
+while not os.path.exists("gate"):
+    time.sleep(0.05)
+sys.exit(143)
+"""
+
+
+def _ranks(dt: Dtrain, name: str) -> list[str]:
+    return [p["status"] for p in dt.json("describe", "job", name)["processes"]]
+
+
+def test_a_preempted_jobs_ranks_read_terminating_while_they_stop_then_pending(dt_gpus: Dtrain, tmp_path):
+    dt = dt_gpus
+    (tmp_path / "slow.py").write_text(SLOW_STOP)
+    dt("project", "create", "team", "--gpu-quota", "1")
+    dt("submit", "long", "--gpu", "2", "--working-dir", str(tmp_path), "--", "python", "slow.py")
+    wait_until(lambda: "up" in dt("logs", "long").stdout, what="long started")
+    dt("submit", "urgent", "-p", "team", "--gpu", "1", "--", "sleep", "60")
+    wait_until(lambda: "writing a checkpoint" in dt("logs", "long").stdout, what="long stopping")
+    info = dt.json("describe", "job", "long")
+    assert info["status"] == "Pending", info  # the job's status is the scheduler's
+    assert [p["status"] for p in info["processes"]] == ["Terminating"], info["processes"]
+    assert info["processes_pending"] == 0 and info["gpus_allocated"] == 2, info
+    assert "Terminating" in dt("describe", "job", "long").stdout
+    row = next(j for j in dt.json("list") if j["name"] == "long")
+    assert row["processes_pending"] == 0 and row["processes_running"] == 0, row
+    (tmp_path / "gate").write_text("x")  # the checkpoint is written: the processes exit
+    wait_until(lambda: _ranks(dt, "long") == ["Pending"], what="long's ranks gone")
+    assert dt.wait_for("urgent", {"Running"}, timeout=30)
+    info = dt.json("describe", "job", "long")
+    assert info["status"] == "Pending" and info["processes_pending"] == 1, info
+
+
+def test_a_suspended_jobs_rank_reads_terminating_until_it_has_exited(dt: Dtrain, tmp_path):
+    (tmp_path / "slow.py").write_text(SLOW_STOP)
+    dt("submit", "job", "--working-dir", str(tmp_path), "--", "python", "slow.py")
+    wait_until(lambda: "up" in dt("logs", "job").stdout, what="job started")
+    suspend = subprocess.Popen([DTRAIN, "suspend", "job"], env=dt.env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)  # it returns once the job has stopped
+    try:
+        wait_until(lambda: "writing a checkpoint" in dt("logs", "job").stdout, what="job stopping")
+        info = dt.json("describe", "job", "job")
+        assert info["status"] == "Suspended" and [p["status"] for p in info["processes"]] == ["Terminating"], info
+        (tmp_path / "gate").write_text("x")
+        assert suspend.wait(timeout=60) == 0, suspend.communicate()
+    finally:
+        if suspend.poll() is None:
+            suspend.kill()
+    assert _ranks(dt, "job") == ["Stopped"]
+
