@@ -4,8 +4,15 @@ the event that ended it; the most recently started preemptible job is preempted 
 
 from __future__ import annotations
 
+import json
 import subprocess
+import time
 
+import pytest
+
+from dtrain.backends.local import scheduler
+from dtrain.backends.local.store import JobStore
+from dtrain.spec import JobSpec
 from conftest import DTRAIN, Dtrain
 from server_util import wait_until
 
@@ -66,3 +73,46 @@ def test_a_suspended_jobs_rank_reads_terminating_until_it_has_exited(dt: Dtrain,
             suspend.kill()
     assert _ranks(dt, "job") == ["Stopped"]
 
+
+@pytest.fixture
+def store(tmp_path):
+    s = JobStore(tmp_path / "state.db")
+    yield s
+    s.close()
+
+
+def _queue(store: JobStore, name: str, project: str, gpu: int = 1) -> JobSpec:
+    spec = JobSpec(name=name, command=("true",), gpu=gpu, project=project)
+    store.insert_job(spec, cwd="/", node="here")
+    return spec
+
+
+def test_the_most_recently_started_job_is_preempted_first_not_the_last_submitted(store):
+    """Run:AI preempts by priority, then the latest start (the least work lost): a job submitted
+    earlier but started later goes first."""
+    gpus = ["0", "1"]
+    store.upsert_project("lab", None)
+    store.upsert_project("team", 1)
+    older = _queue(store, "older", "lab")  # submitted first...
+    newer = _queue(store, "newer", "default")
+    assert scheduler.try_allocate(store, newer, gpus) is not None
+    time.sleep(0.01)
+    assert scheduler.try_allocate(store, older, gpus) is not None  # ...started last
+    assert scheduler.try_allocate(store, _queue(store, "urgent", "team"), gpus) is None
+    assert (store.status("older"), store.status("newer")) == ("Pending", "Running")
+    assert "preempted job older of project 'lab'" in store.events("urgent")[-1]["message"]
+
+
+def test_a_job_started_again_after_a_preemption_counts_from_that_start(store):
+    gpus = ["0", "1"]
+    store.upsert_project("lab", None)
+    store.upsert_project("team", 1)
+    again, other = _queue(store, "again", "lab"), _queue(store, "other", "default")  # `other` submitted last
+    assert scheduler.try_allocate(store, again, gpus) is not None
+    assert scheduler.try_allocate(store, other, gpus) is not None
+    assert store.set_status("again", "Pending", "preempted by job x of project 'team'")  # as a preemption does
+    assert store.release_preempted("again")
+    time.sleep(0.01)
+    assert scheduler.try_allocate(store, again, gpus) is not None  # started again: the latest start
+    assert scheduler.try_allocate(store, _queue(store, "urgent", "team"), gpus) is None
+    assert (store.status("again"), store.status("other")) == ("Pending", "Running")

@@ -275,8 +275,8 @@ def _over_new_quota(client: Client, projects, name: str, quota: int) -> str:
     this = next((p for p in projects if p.name == name), None)
     held = this.gpus_allocated if this is not None else 0
     # the local scheduler preempts jobs of a project over its quota (scheduler.py); a cluster does not
-    preempted = (", or until an in-quota job of another project needs their GPUs: the youngest over the "
-                 "quota are preempted then" if this is not None and this.backend == "local" else "")
+    preempted = (", or until an in-quota job of another project needs their GPUs: the most recently "
+                 "started over the quota are preempted then" if this is not None and this.backend == "local" else "")
     note = (f"; its running jobs hold {held} GPUs, more than that: they keep them until they end{preempted} "
             f"(nothing is stopped now), and its queued jobs wait until fewer are in use") if held > quota else ""
     never = [j.name for j in client.list(project=name, show_deleted=False)

@@ -16,8 +16,10 @@ Rules, checked in one SQLite write transaction so concurrent supervisors never r
   machine has are the admin's promise broken, and there the GPUs go to whoever asks first);
 - preemption, as Run:AI's: a job of a project with a quota, within it, that waits only for free
   GPUs (first in its project's queue) preempts running jobs of other projects that have no quota,
-  or that run over theirs (lowered since), youngest (last submitted) first, only as many as it
-  takes to free what it needs. GPUs that stopping jobs (preempted, suspended, deleted) still hold
+  or that run over theirs (lowered since), the most recently started first (as Run:AI, which
+  preempts by priority, then by the latest start: the least work lost; a job started again
+  after a preemption counts from that start; the last submitted first among equals), only as
+  many as it takes to free what it needs. GPUs that stopping jobs (preempted, suspended, deleted) still hold
   count as being freed, so a job preempts nothing while those make up for what it needs, and no
   job is preempted twice for the same GPUs (those of a job preempted for another in-quota job
   that still waits count for that one only: two arriving together each preempt their own). Nothing is preempted when all the candidates together
@@ -136,7 +138,8 @@ def _preempt(store: JobStore, spec: JobSpec, need: int, free: int) -> str:
             "WHERE j.status='Running' AND j.project<>? AND NOT COALESCE(json_extract(j.spec, '$.notebook'), 0) "
             "AND COALESCE((SELECT e.message FROM job_events e WHERE e.job=j.name ORDER BY e.id DESC LIMIT 1), '') "
             "NOT LIKE 'taking a snapshot of volume %' "
-            "GROUP BY j.name ORDER BY j.seq DESC", (spec.project,)).fetchall()
+            "GROUP BY j.name ORDER BY COALESCE(j.last_started, j.started) DESC, j.seq DESC",
+            (spec.project,)).fetchall()
         over: dict[str, int] = {}  # a project with a quota -> GPUs it still runs over it
         freed = 0
         for c in candidates:

@@ -40,7 +40,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     source_snapshot TEXT,
     exit_code INTEGER,
     data_sources TEXT,
-    ran_on TEXT
+    ran_on TEXT,
+    last_started REAL
 );
 CREATE TABLE IF NOT EXISTS job_events (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -77,8 +78,10 @@ CREATE INDEX IF NOT EXISTS jobs_by_project ON jobs(project, status, created, nam
 
 # Columns added after the first release, to a `jobs` table of before: `data_sources` (JSON: the
 # snapshots the job's volumes held when it started, recorded by its supervisor), `ran_on` (JSON:
-# the devices its latest start was given, which `describe` shows once they are released).
-ADDED_COLUMNS = {"data_sources": "TEXT", "ran_on": "TEXT"}
+# the devices its latest start was given, which `describe` shows once they are released),
+# `last_started` (when the scheduler last started it: `started` keeps the first start; the most
+# recently started job is preempted first).
+ADDED_COLUMNS = {"data_sources": "TEXT", "ran_on": "TEXT", "last_started": "REAL"}
 
 ACTIVE = ("Pending", "Running")
 # A new job's message until its supervisor first asks the scheduler (then "waiting: <why>" or
@@ -259,6 +262,8 @@ class JobStore:
             self._release(name)
         if status == "Running" and row["started"] is None:  # a relaunch or a resumed job keeps the first start
             extra.setdefault("started", now)
+        if status == "Running" and row["status"] == "Pending":  # started (again): not a relaunch in place
+            extra.setdefault("last_started", now)
         cols = ", ".join(["status=?", "message=?"] + [f"{k}=?" for k in extra])
         self.conn.execute(f"UPDATE jobs SET {cols} WHERE name=?", (status, message, *extra.values(), name))
         self._event(name, status, message, now)
