@@ -116,3 +116,46 @@ def test_a_job_started_again_after_a_preemption_counts_from_that_start(store):
     assert scheduler.try_allocate(store, again, gpus) is not None  # started again: the latest start
     assert scheduler.try_allocate(store, _queue(store, "urgent", "team"), gpus) is None
     assert (store.status("again"), store.status("other")) == ("Pending", "Running")
+
+
+# Loads slowly: the preemption's SIGTERM comes before it says where it resumed from.
+LATE_RESUME = """import signal, sys, time
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+print("loading", flush=True)
+while not stop:
+    time.sleep(0.05)
+print("dtrain: resumed from step 7 (ckpt-7.pt)", flush=True)
+time.sleep(0.5)
+sys.exit(143)
+"""
+
+
+def test_a_runs_resumed_event_never_comes_after_the_preemption_that_ended_it(dt_gpus: Dtrain, tmp_path):
+    dt = dt_gpus
+    (tmp_path / "late.py").write_text(LATE_RESUME)
+    dt("project", "create", "team", "--gpu-quota", "1")
+    dt("submit", "long", "--gpu", "2", "--working-dir", str(tmp_path), "--", "python", "late.py")
+    wait_until(lambda: "loading" in dt("logs", "long").stdout, what="long started")
+    dt("submit", "urgent", "-p", "team", "--gpu", "1", "--", "sleep", "60")
+    dt.wait_for("urgent", {"Running"}, timeout=60)  # long's processes are gone: its GPUs were let go
+    events = [e["message"] for e in dt.json("describe", "job", "long")["events"]]
+    resumed = [i for i, m in enumerate(events) if m == "attempt 0: resumed from step 7"]
+    preempted = [i for i, m in enumerate(events) if m.startswith("preempted by job urgent")]
+    assert resumed and preempted and resumed[0] < preempted[0], events
+    times = [e["time"] for e in dt.json("describe", "job", "long")["events"]]
+    assert times == sorted(times), times
+
+
+def test_events_read_in_the_order_they_happened(store):
+    spec = _queue(store, "j", "default")
+    assert scheduler.try_allocate(store, spec, ["0"]) is not None
+    said = time.time()
+    time.sleep(0.01)
+    store.add_event("j", "Running", "later")
+    store.add_run_event("j", "Running", "attempt 0: resumed from step 3", when=said)  # seen after `later`
+    assert [e["message"] for e in store.events("j")][-2:] == ["attempt 0: resumed from step 3", "later"]
+    assert store.set_status("j", "Suspended", "suspended by the user")
+    store.add_run_event("j", "Running", "attempt 0: resumed from step 4", when=time.time() + 1)
+    assert [e["message"] for e in store.events("j")][-2:] == ["attempt 0: resumed from step 4",
+                                                              "suspended by the user"]

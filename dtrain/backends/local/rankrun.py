@@ -169,7 +169,7 @@ def _pump(proc: subprocess.Popen, log, log_name: str, record: dict, state: Path)
         try:
             step = resumed_step(text)
             if step is not None:
-                record["resumed_step"] = step
+                record["resumed_step"], record["resumed_at"] = step, time.time()  # its event's time
                 _write_json(state, record)
             log.write(format_line(text, time.time()))
         except OSError as err:

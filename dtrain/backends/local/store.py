@@ -88,6 +88,7 @@ ACTIVE = ("Pending", "Running")
 # "started on ..."): `describe` right after `submit` says what is happening, not "-".
 QUEUED = "queued: waiting for the scheduler to place it"
 SNAPSHOTTING = "taking a snapshot of volume "  # the event before --snapshot-on-success's snapshot: + volume
+RUN_EVENT_BEFORE_S = 0.001  # how long before the event that ended a run one of its late-seen events goes
 FINAL = ("Succeeded", "Failed", "Deleted")  # `finished` is set and the devices are released
 
 # The allowed status changes, written once. A finished job only becomes Deleted (by `dtrain
@@ -228,7 +229,10 @@ class JobStore:
             f"SELECT project, status, count(*) FROM jobs {where} GROUP BY project, status", args)]
 
     def events(self, name: str) -> list[sqlite3.Row]:
-        return self.conn.execute("SELECT * FROM job_events WHERE job=? ORDER BY id", (name,)).fetchall()
+        """In the order they happened (the order written where two share a time): an event is written
+        with the time it happened, which, written by another process, may come before an event
+        written sooner (`add_run_event`)."""
+        return self.conn.execute("SELECT * FROM job_events WHERE job=? ORDER BY time, id", (name,)).fetchall()
 
     def update(self, name: str, **fields) -> None:
         """Set bookkeeping fields (pid, restarts); the status only changes through `move`."""
@@ -338,6 +342,20 @@ class JobStore:
 
     def add_event(self, name: str, status: str, message: str) -> None:
         self._event(name, status, message, time.time())
+
+    def add_run_event(self, name: str, status: str, message: str, *, when: float) -> None:
+        """An event of the job's running attempt, at `when` (when it happened: a rank said it), seen
+        by its supervisor a moment later. When the job no longer runs by then (preempted: Pending,
+        suspended, deleted), that run has ended, and its event goes just before the event that ended
+        it, never after: the run's events come before `describe` says it stopped."""
+        with db.transaction(self.conn):
+            row = self.conn.execute("SELECT status FROM jobs WHERE name=?", (name,)).fetchone()
+            if row is not None and row["status"] != "Running":
+                end = self.conn.execute("SELECT MAX(time) FROM job_events WHERE job=? AND status<>'Running'",
+                                        (name,)).fetchone()[0]
+                if end is not None:
+                    when = min(when, end - RUN_EVENT_BEFORE_S)
+            self._event(name, status, message, min(when, time.time()))
 
     def _event(self, name: str, status: str, message: str, when: float) -> None:
         self.conn.execute("INSERT INTO job_events (job, time, status, message) VALUES (?, ?, ?, ?)",

@@ -287,9 +287,15 @@ class Supervisor:
         while True:  # also after the resumed step is noted: its database is looked at every second
             code = self.proc.poll()
             if not noted:
-                steps = [r["resumed_step"] for r in rank_records(self.job_dir) if r.get("resumed_step") is not None]
-                if steps:
-                    self.store.add_event(self.name, "Running", f"attempt {attempt}: resumed from step {max(steps)}")
+                resumed = [r for r in rank_records(self.job_dir) if r.get("resumed_step") is not None]
+                if resumed:
+                    first = max(resumed, key=lambda r: r["resumed_step"])
+                    when = first.get("resumed_at")
+                    # At the time the rank said it, never after the event that ended this run (a
+                    # preemption, a suspension that came before the supervisor looked, or before the line)
+                    self.store.add_run_event(self.name, "Running",
+                                             f"attempt {attempt}: resumed from step {first['resumed_step']}",
+                                             when=when if isinstance(when, (int, float)) else time.time())
                     noted = True
             if code is not None:
                 return code
