@@ -159,3 +159,15 @@ def test_events_read_in_the_order_they_happened(store):
     store.add_run_event("j", "Running", "attempt 0: resumed from step 4", when=time.time() + 1)
     assert [e["message"] for e in store.events("j")][-2:] == ["attempt 0: resumed from step 4",
                                                               "suspended by the user"]
+
+
+def test_a_kubernetes_pod_being_deleted_reads_terminating_as_kubectl_shows_it():
+    from dtrain.backends.kubernetes import status
+
+    spec = JobSpec(name="j", command=("true",))
+    obj = {"kind": status.BATCH_JOB.kind, "metadata": {"name": "j", "annotations": {
+        status.ANN_SPEC: json.dumps(spec.to_dict())}}}
+    pod = {"metadata": {"name": "j-0"}, "status": {"phase": "Running"}}
+    assert [p.status for p in status.processes(obj["kind"], obj, spec, [pod])] == ["Running"]
+    pod["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"  # suspended: its pod is being deleted
+    assert [p.status for p in status.processes(obj["kind"], obj, spec, [pod])] == ["Terminating"]

@@ -278,6 +278,8 @@ def processes(kind: str, obj: dict, spec: JobSpec, pods: list[dict]) -> tuple[Pr
         status, code = _phase(pod), _exit_code(pod)
         if launcher is not None and _phase(launcher) in ("Succeeded", "Failed"):
             status, code = _phase(launcher), _exit_code(launcher)  # mpirun's exit is every rank's
+        elif status in ("Pending", "Running") and (pod.get("metadata") or {}).get("deletionTimestamp"):
+            status = "Terminating"  # being deleted (its job suspended or deleted): kubectl's word, as the local ranks'
         out.append(ProcessInfo(rank=rank, status=status, exit_code=code,
                                node=(pod.get("spec") or {}).get("nodeName")))
     return tuple(out)
