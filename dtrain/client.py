@@ -22,10 +22,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
-from dtrain.backends.base import (MAX_TAIL, Backend, FreedInfo, JobInfo, JobPage, JobStatus, JobSummary, LogLine,
-                                  NodeInfo, Progress, ProjectInfo, SnapshotInfo, StorageClassInfo, TimeoutError_,
+from dtrain.backends.base import (MAX_TAIL, Backend, FreedInfo, JobInfo, JobPage, JobStatus, JobSummary, Listed,
+                                  LogStream, NodeInfo, Progress, ProjectInfo, SnapshotInfo, TimeoutError_,
                                   VolumeInfo, check_page, check_status, newest_first)
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
 from dtrain.errors import NotFoundError, SpecError
@@ -255,13 +255,14 @@ class Client:
         return self._found(self._job_backend(name, project, backend), name, project)
 
     def list(self, *, project: str | None = None, show_deleted: bool = True, selector: str | None = None,
-             status: JobStatus | str | None = None) -> list[JobInfo]:
+             status: JobStatus | str | None = None) -> Listed:
         """Jobs of `project` (None: every project), in the order they were submitted; without
         `show_deleted`, not the Deleted ones (what `dtrain list jobs` and the HTTP list show unless
         asked); with `selector`, those whose labels match it (kubectl's `-l`:
         `KEY=VALUE,KEY!=VALUE,KEY,!KEY`); with `status` (a JobStatus or its word), only those in it
         (`status="Deleted"` shows them whatever `show_deleted` says). A project the local backend
-        does not know is a NotFoundError, not an empty list (`check_project`)."""
+        does not know is a NotFoundError, not an empty list (`check_project`). Its `notices` say what
+        could not be read while the rest was (SageMaker: AWS failed, the --local jobs are listed)."""
         if not isinstance(show_deleted, bool):
             raise SpecError(f"invalid show_deleted {shown(show_deleted)}: use True or False")
         status = check_status(status)
@@ -271,16 +272,16 @@ class Client:
         if not jobs and project is not None:
             self.check_project(project)
         expired = self._forget_expired(backend, jobs)
-        return [j for j in jobs if j.name not in expired
-                and (j.status == status if status is not None else show_deleted or j.status != JobStatus.DELETED)
-                and (terms is None or selects(terms, j.spec.labels))]
+        return Listed((j for j in jobs if j.name not in expired
+                       and (j.status == status if status is not None else show_deleted or j.status != JobStatus.DELETED)
+                       and (terms is None or selects(terms, j.spec.labels))), jobs.notices)
 
     def page(self, *, project: str | None = None, status: JobStatus | str | None = None, limit: int | None = None,
              offset: int = 0, selector: str | None = None) -> JobPage:
         """A page of the jobs of `project` (None: every project) in `status` (None: all but
         Deleted), newest first: `offset` skipped, at most `limit` (1 to 1000; None: the rest),
-        with `total`, how many matched (the dashboard's Jobs table). `selector` keeps the jobs
-        whose labels match it (as `list`'s) before the count and the page."""
+        with `total`, how many matched (the dashboard's Jobs table), and `notices`, as `list`'s.
+        `selector` keeps the jobs whose labels match it (as `list`'s) before the count and the page."""
         if selector is not None:  # labels are matched on the records: the list, filtered, then paged
             status = check_status(status)
             check_page(limit, offset)
@@ -319,9 +320,10 @@ class Client:
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None, since: float | None = None,
              follow: bool = False, previous: bool = False, limit_bytes: int | None = None,
-             project: str | None = None) -> Iterator[LogLine]:
+             project: str | None = None) -> LogStream:
         """The current attempt's lines (kubectl's current container's); `previous`: the attempt before's;
-        `limit_bytes`: at most that many bytes of them (kubectl logs --limit-bytes), the last line cut."""
+        `limit_bytes`: at most that many bytes of them (kubectl logs --limit-bytes), the last line cut.
+        The stream's `notices`, as it is read, say why lines may be missing."""
         return self._job(name, project).logs(name, rank=rank, tail=tail, since=since, follow=follow,
                                              previous=previous, limit_bytes=limit_bytes)
 
@@ -368,9 +370,10 @@ class Client:
         fields.setdefault("project", self.default_project)
         return self.submit(notebook_spec(name, volumes=volumes, **fields))
 
-    def list_notebooks(self, *, project: str | None = None, show_deleted: bool = True) -> list[JobInfo]:
-        """The notebooks among `list`'s jobs (of `project`; None: every project's)."""
-        return [j for j in self.list(project=project, show_deleted=show_deleted) if j.spec.notebook]
+    def list_notebooks(self, *, project: str | None = None, show_deleted: bool = True) -> Listed:
+        """The notebooks among `list`'s jobs (of `project`; None: every project's), with its notices."""
+        jobs = self.list(project=project, show_deleted=show_deleted)
+        return Listed((j for j in jobs if j.spec.notebook), jobs.notices)
 
     def notebook_url(self, name: str, *, project: str | None = None) -> str:
         backend = self._job(name, project)
@@ -521,8 +524,9 @@ class Client:
     def get_volume(self, name: str) -> VolumeInfo:
         return self.backend().get_volume(name)
 
-    def list_storage_classes(self) -> list[StorageClassInfo]:
-        """The storage classes (performance tiers) volumes can use, the default first (`kubectl get storageclass`)."""
+    def list_storage_classes(self) -> Listed:
+        """The storage classes (performance tiers) volumes can use, the default first (`kubectl get storageclass`);
+        its `notices` name a kind of class that could not be read (Kubernetes: VolumeAttributesClasses)."""
         return self.backend().list_storage_classes()
 
     def update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:

@@ -132,12 +132,14 @@ def test_kubernetes_lists_storage_classes_when_volume_attributes_classes_are_for
     with FakeKubeServer(cluster) as server:
         api = server.api_client()
         backend = KubernetesBackend(KubernetesConfig(project="lanes", image="i:1"), api_client=api)
-        assert [c.name for c in backend.list_storage_classes()] == ["standard", "ultra"]
-        assert backend.classes_unlisted is None
+        classes = backend.list_storage_classes()
+        assert [c.name for c in classes] == ["standard", "ultra"] and classes.notices == ()
         cluster.forbidden.add(("storage.k8s.io", "volumeattributesclasses"))
-        assert [c.name for c in backend.list_storage_classes()] == ["standard"]
-        assert "VolumeAttributesClasses" in backend.classes_unlisted
-        assert "kubectl auth can-i list volumeattributesclasses.storage.k8s.io" in backend.classes_unlisted
+        classes = backend.list_storage_classes()
+        assert [c.name for c in classes] == ["standard"]
+        [notice] = classes.notices
+        assert notice.code == "classes-unlisted" and "VolumeAttributesClasses" in notice.message
+        assert "kubectl auth can-i list volumeattributesclasses.storage.k8s.io" in notice.message
         api.close()
 
 

@@ -99,19 +99,25 @@ def test_logs_of_a_host_whose_container_has_not_started_again_show_the_current_a
 
     be = SageMakerBackend(CFG, clients=Clients(Interrupted(), clients.s3, clients.logs),
                           pace=Pace(first=0.0, most=0.0, status=1e9), sleep=lambda _s: None)
+    def read(**kw) -> tuple[list[str], str | None]:  # the lines, and the call's one notice (None: none)
+        lines = be.logs(name, **kw)
+        texts = [ln.text for ln in lines]
+        assert len(lines.notices) <= 1, lines.notices
+        return texts, lines.notices[0].message if lines.notices else None
+
     with caplog.at_level("WARNING"):
-        assert list(be.logs(name)) == []
-    assert "algo-1 (rank 0), algo-2 (rank 1) has not started again" in be.logs_note
-    assert f"'dtrain logs {name} --previous'" in be.logs_note and "\n" not in be.logs_note
-    assert [r.getMessage() for r in caplog.records if r.name.startswith("dtrain")] == [
-        f"dtrain: warning: {be.logs_note}"]
-    assert [ln.text for ln in be.logs(name, previous=True)] == ["host 1 try 0", "host 2 try 0"]
-    assert be.logs_note is None  # --previous reads what there is: nothing missing
+        texts, note = read()
+    assert texts == []
+    assert "algo-1 (rank 0), algo-2 (rank 1) has not started again" in note
+    assert f"'dtrain logs {name} --previous'" in note and "\n" not in note
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("dtrain")] == [f"dtrain: warning: {note}"]
+    # --previous reads what there is: nothing missing
+    assert read(previous=True) == (["host 1 try 0", "host 2 try 0"], None)
     stream(1, start + 120, "host 1 try 1")  # host 1's container started again, host 2's not yet
-    assert [ln.text for ln in be.logs(name)] == ["host 1 try 1"]
-    assert "algo-2 (rank 1) has not started" in be.logs_note and "algo-1" not in be.logs_note
-    assert [ln.text for ln in be.logs(name, rank=0)] == ["host 1 try 1"] and be.logs_note is None
-    assert [ln.text for ln in be.logs(name, previous=True)] == ["host 1 try 0", "host 2 try 0"]
+    texts, note = read()
+    assert texts == ["host 1 try 1"] and "algo-2 (rank 1) has not started" in note and "algo-1" not in note
+    assert read(rank=0) == (["host 1 try 1"], None)
+    assert read(previous=True) == (["host 1 try 0", "host 2 try 0"], None)
 
 
 def test_attempt_start_is_the_last_interruption_or_retry():

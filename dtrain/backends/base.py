@@ -8,6 +8,7 @@ from __future__ import annotations
 import abc
 import contextlib
 import dataclasses
+import logging
 import math
 import time
 from collections import Counter
@@ -126,11 +127,38 @@ class JobInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Notice:
+    """A warning of one call, returned with its result: the answer is usable but incomplete (a source
+    of jobs or classes that could not be read, log lines that may be missing). The CLI prints each as
+    one `dtrain: warning: MESSAGE` line on stderr, the HTTP API sends it in a `Warning` header."""
+
+    code: str  # what kind: "jobs-unlisted", "classes-unlisted", "logs-incomplete"
+    message: str  # one line: what is missing, why, and how to fix it
+
+
+class Listed(list):
+    """A listing verb's records (a plain list to every caller) with the call's `notices`: the
+    warnings of this call alone, never of another thread's."""
+
+    __slots__ = ("notices",)
+
+    def __init__(self, items: Iterable = (), notices: Iterable[Notice] = ()):
+        super().__init__(items)
+        self.notices: tuple[Notice, ...] = tuple(notices)
+
+
+def notices_of(result) -> tuple[Notice, ...]:
+    """The notices a hook returned with its records (none for a plain list)."""
+    return result.notices if isinstance(result, (Listed, JobPage)) else ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobPage:
     """One page of the job list, newest first: what the dashboard's Jobs table shows."""
 
     total: int  # the jobs that matched the filters, before paging
     jobs: tuple[JobInfo, ...]
+    notices: tuple[Notice, ...] = ()  # the listing's warnings (a source of jobs not read)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,9 +191,12 @@ def check_status(status: JobStatus | str | None) -> JobStatus | None:
 
 def newest_first(jobs, limit: int | None, offset: int) -> JobPage:
     """`jobs` as a page: newest first (by creation time, then name, so that pages never overlap
-    while nothing is submitted), `offset` skipped, at most `limit` kept; `total` counts them all."""
+    while nothing is submitted), `offset` skipped, at most `limit` kept; `total` counts them all;
+    the notices of `jobs` (a `Listed`) kept."""
+    notices = notices_of(jobs)
     jobs = sorted(jobs, key=lambda j: (j.created, j.name), reverse=True)
-    return JobPage(total=len(jobs), jobs=tuple(jobs[offset:] if limit is None else jobs[offset:offset + limit]))
+    return JobPage(total=len(jobs), jobs=tuple(jobs[offset:] if limit is None else jobs[offset:offset + limit]),
+                   notices=notices)
 
 
 def _plain(value):
@@ -319,6 +350,11 @@ class Backend(abc.ABC):
       (float) everywhere; sizes are bytes (int) next to the Kubernetes quantity the user typed.
       What only one backend knows goes in `extra` (a dict of plain values), printed by
       `describe` and `--json` as is.
+    * Warnings travel with the call's result, never in attributes of the backend (threads share
+      one): a listing hook returns a :class:`Listed` (a list with `notices`, :class:`Notice`
+      records) where a source could not be read while others were; `page` keeps them in
+      `JobPage.notices`; a `_logs` hook yields a `Notice` among its lines, which `logs` keeps in the
+      :class:`LogStream` it returns.
     * Errors are :mod:`dtrain.errors` classes: NotFoundError for an unknown name, ConflictError
       for a clash, SpecError for a bad argument, BackendError for a refusing remote API. Each
       message names the bad value and how to fix it. A NotFoundError for a job, volume or snapshot
@@ -329,9 +365,6 @@ class Backend(abc.ABC):
     """
 
     name: str = "base"
-    unlisted: str | None = None  # set by list(): a source of jobs it could not read, in one line (others were)
-    logs_note: str | None = None  # set by logs(): why lines may be missing (a restarted host not started yet)
-    classes_unlisted: str | None = None  # set by list_storage_classes(): a kind of class it could not read (others were)
 
     # ---- jobs ---------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> JobInfo:
@@ -341,9 +374,11 @@ class Backend(abc.ABC):
         with self._named("job", name):
             return self._get(_existing(name, "job"))
 
-    def list(self, *, project: str | None = None) -> list[JobInfo]:
+    def list(self, *, project: str | None = None) -> Listed:
+        """The jobs (of `project`; None: every project), with the listing's notices (a source of
+        jobs it could not read while others were: `_list` returns a `Listed` carrying them)."""
         jobs = self._list()
-        return [j for j in jobs if project is None or j.spec.project == project]
+        return Listed((j for j in jobs if project is None or j.spec.project == project), notices_of(jobs))
 
     def page(self, *, project: str | None = None, status: JobStatus | str | None = None,
              limit: int | None = None, offset: int = 0) -> JobPage:
@@ -357,8 +392,9 @@ class Backend(abc.ABC):
         return self._page(project=project, status=status, limit=limit, offset=offset)
 
     def _page(self, *, project: str | None, status: JobStatus | None, limit: int | None, offset: int) -> JobPage:
-        return newest_first([j for j in self.list(project=project)
-                             if (j.status != JobStatus.DELETED if status is None else j.status == status)], limit, offset)
+        jobs = self.list(project=project)
+        return newest_first(Listed((j for j in jobs if (j.status != JobStatus.DELETED if status is None
+                                                        else j.status == status)), jobs.notices), limit, offset)
 
     def summary(self, *, project: str | None = None) -> JobSummary:
         """The jobs of `project` (None: every project) counted by project and status, and the
@@ -376,12 +412,13 @@ class Backend(abc.ABC):
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None,
              since: float | None = None, follow: bool = False, previous: bool = False,
-             limit_bytes: int | None = None) -> Iterator[LogLine]:
+             limit_bytes: int | None = None) -> LogStream:
         """Lines of one rank (or all), oldest first, of the job's current (latest) attempt, as
         kubectl shows the current container's; `previous`: of the attempt before it (kubectl logs
         --previous), an error when there was none; `since` is unix seconds; `follow` streams;
         `limit_bytes` (kubectl's --limit-bytes): the lines up to that many bytes, each counted as
-        its UTF-8 text and a newline, the last one cut short to fit (a follower stops there)."""
+        its UTF-8 text and a newline, the last one cut short to fit (a follower stops there). The
+        returned :class:`LogStream`'s `notices`, as it is read, say why lines may be missing."""
         if limit_bytes is not None:
             check_limit_bytes(limit_bytes)
         if rank is not None:  # the job's own last rank is checked once it is read
@@ -401,9 +438,8 @@ class Backend(abc.ABC):
         if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))
                                   or not math.isfinite(since)):  # NaN or infinity broke Kubernetes' sinceSeconds
             raise since_refusal(since)
-        self.logs_note = None
-        lines = self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous)
-        return lines if limit_bytes is None else _at_most(lines, limit_bytes)
+        return LogStream(self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous),
+                         limit_bytes)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None) -> JobInfo:
         """Block until the job is terminal; the only wait loop in dtrain. `poll`: seconds between
@@ -545,11 +581,11 @@ class Backend(abc.ABC):
         with self._named("volume", name):
             self._delete_volume(_existing(name, "volume"), force=force)
 
-    def list_storage_classes(self) -> list[StorageClassInfo]:
-        """The storage classes (performance tiers) volumes can use: the default first, then by kind and name.
-        `classes_unlisted` then says, in one line, which kind of class could not be read (None: all were)."""
-        self.classes_unlisted = None
-        return sorted(self._list_storage_classes(), key=lambda c: (not c.default, c.kind, c.name))
+    def list_storage_classes(self) -> Listed:
+        """The storage classes (performance tiers) volumes can use: the default first, then by kind and name;
+        its notices name a kind of class that could not be read while the others were."""
+        classes = self._list_storage_classes()
+        return Listed(sorted(classes, key=lambda c: (not c.default, c.kind, c.name)), notices_of(classes))
 
     def update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Change a volume's storage class (its performance tier), keeping its data and snapshots."""
@@ -814,6 +850,45 @@ def _existing(name, what: str) -> str:
         example = {"volume": "data", "snapshot": "data-s1", "notebook": "lab"}.get(what, "train")
         raise SpecError(f"invalid {what} name {shown(name)}: give the {what}'s name as a string, e.g. '{example}'")
     return name
+
+
+class LogStream:
+    """The lines of one `logs` call, an iterator, with that call's `notices`, known while it is read:
+    why lines may be missing (a restarted host not started yet, a resumed job followed before it runs
+    again). A `_logs` hook yields a :class:`Notice` among its lines; it is kept here, and logged at once
+    (`dtrain: warning: ...` on stderr, as a follower may wait long for the next line), not yielded."""
+
+    def __init__(self, items: Iterator[LogLine | Notice], limit_bytes: int | None = None):
+        self._items = items
+        self._notices: list[Notice] = []
+        lines = self._lines()
+        self._out = lines if limit_bytes is None else _at_most(lines, limit_bytes)
+
+    @property
+    def notices(self) -> tuple[Notice, ...]:
+        return tuple(self._notices)
+
+    def _lines(self) -> Iterator[LogLine]:
+        try:
+            for item in self._items:
+                if isinstance(item, Notice):
+                    self._notices.append(item)
+                    logging.getLogger(__name__).warning("dtrain: warning: %s", item.message)
+                else:
+                    yield item
+        finally:
+            close = getattr(self._items, "close", None)
+            if close is not None:  # a generator's files are closed now, not when it is collected
+                close()
+
+    def __iter__(self) -> LogStream:
+        return self
+
+    def __next__(self) -> LogLine:
+        return next(self._out)
+
+    def close(self) -> None:
+        self._out.close()
 
 
 def _at_most(lines: Iterator[LogLine], limit: int) -> Iterator[LogLine]:

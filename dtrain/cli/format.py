@@ -4,11 +4,18 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import time
 from datetime import datetime, timezone
 
 from dtrain.errors import SpecError
 from dtrain.names import shown
+
+
+def warn(notices) -> None:
+    """A call's notices (the warnings it returned with its result), one `dtrain: warning:` line each on stderr."""
+    for notice in notices:
+        print(f"dtrain: warning: {notice.message}", file=sys.stderr)
 
 
 def table(headers: list[str], rows: list[list[object]]) -> str:

@@ -272,9 +272,7 @@ def cmd_list(args, client: Client) -> int:
     project = None if args.all_projects else (args.project or client.default_project)
     jobs = client.list(project=project, show_deleted=args.show_deleted,  # a typo in -p: NotFoundError
                        selector=args.selector)
-    unlisted = client.backend(project=project).unlisted  # SageMaker: AWS failed, the --local jobs are shown
-    if unlisted:
-        print(f"dtrain: warning: {unlisted}", file=sys.stderr)
+    fmt.warn(jobs.notices)  # SageMaker: AWS failed, the --local jobs are shown
     if args.json:
         print(json.dumps([j.to_dict() for j in jobs], indent=2))
         return 0
@@ -384,8 +382,9 @@ def cmd_logs(args, client: Client) -> int:
     many = rank is None and info.spec.processes > 1
     printed = False
     tail = None if args.tail in (None, -1) else check_tail(args.tail, "cli")  # kubectl's --tail=-1 (its default): all
-    for line in client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
-                            previous=args.previous, limit_bytes=args.limit_bytes, project=args.project):
+    lines = client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
+                        previous=args.previous, limit_bytes=args.limit_bytes, project=args.project)
+    for line in lines:  # a notice (lines that may be missing) is on stderr at once, from the stream
         printed = True
         if args.json:
             sys.stdout.write(json.dumps(line.to_dict()) + "\n")
@@ -396,7 +395,7 @@ def cmd_logs(args, client: Client) -> int:
             sys.stdout.flush()
     # as kubectl: why nothing came (unless the backend said it: a restarted SageMaker host not started again)
     if (not printed and not args.follow and info.status.value == "Pending"
-            and not client.backend(project=args.project).logs_note):
+            and not lines.notices):
         print(f"dtrain: job '{info.name}' is Pending ({info.message or 'not started'}): no process has "
               f"started, so there are no logs yet; 'dtrain logs {info.name} -f' waits for them", file=sys.stderr)
     return 0

@@ -137,8 +137,9 @@ def cmd_list(args, client: Client) -> int:
     if args.project is not None:  # `-p "$PROJECT"` with the variable unset is a mistake, not the default
         check_name(args.project, "project")
     project = None if args.all_projects else (args.project or client.default_project)
-    books = [b for b in client.list_notebooks(project=project)  # a typo in -p: NotFoundError
-             if args.show_deleted or b.status.value != "Deleted"]
+    listed = client.list_notebooks(project=project)  # a typo in -p: NotFoundError
+    fmt.warn(listed.notices)  # SageMaker: AWS failed, the --local notebooks are shown
+    books = [b for b in listed if args.show_deleted or b.status.value != "Deleted"]
     if args.json:
         print(json.dumps([b.to_dict() for b in books], indent=2))
         return 0

@@ -57,9 +57,7 @@ def cmd_volume(args, client: Client) -> int:
         text = fmt.table(["NAME", *(["KIND"] if kinds else []), "FOLDER" if classes and classes[0].root else
                           "PROVISIONER", "STATUS", "FREE", "VOLUMES"], rows)
         why = [f"{c.name}: {c.message}" for c in classes if c.message]
-        unlisted = client.backend().classes_unlisted  # Kubernetes: VolumeAttributesClasses forbidden, the rest shown
-        if unlisted:
-            print(f"dtrain: warning: {unlisted}", file=sys.stderr)
+        fmt.warn(classes.notices)  # Kubernetes: VolumeAttributesClasses forbidden, the rest shown
         _print(classes, "\n".join([text, *why]), args.json)
     elif args.action == "describe":
         v = client.get_volume(args.name)

@@ -55,14 +55,12 @@ def list_jobs(request: Request, response: Response, project: Annotated[str | Non
     c = client(request)  # a project that is a typo: c.list / c.page raise NotFoundError, a 404
     if limit is not None or offset is not None:  # without a selector, only the page's jobs are read
         page = c.page(project=project, status=status, limit=limit, offset=offset or 0, selector=label_selector)
-        jobs, total = list(page.jobs), page.total
+        jobs, total, notices = list(page.jobs), page.total, page.notices
     else:
         jobs = c.list(project=project, show_deleted=False, status=status, selector=label_selector)
-        total = len(jobs)
+        total, notices = len(jobs), jobs.notices
     response.headers["x-total-count"] = str(total)
-    unlisted = c.backend(project=project).unlisted
-    if unlisted:
-        response.headers["warning"] = wire.warning_header(unlisted)
+    wire.warn(response, notices)
     return [wire.job_out(j) for j in jobs]
 
 

@@ -27,11 +27,13 @@ def start_notebook(request: Request, body: wire.NotebookIn):
 
 
 @router.get("/notebooks", response_model=list[wire.Job], responses=ERRORS)
-def list_notebooks(request: Request, project: Annotated[str | None, Query(pattern=wire.NAME)] = None,
-                   status: wire.STATUSES | None = None):
+def list_notebooks(request: Request, response: Response,
+                   project: Annotated[str | None, Query(pattern=wire.NAME)] = None, status: wire.STATUSES | None = None):
     """The notebooks (of one project with `project`; every project's without, as GET /jobs), oldest
-    first; `status` filters, and Deleted ones are listed only when asked for (`status=Deleted`)."""
+    first; `status` filters, and Deleted ones are listed only when asked for (`status=Deleted`). A
+    `Warning` header says when a source of jobs could not be read, as GET /jobs's."""
     books = client(request).list_notebooks(project=project, show_deleted=status == "Deleted")
+    wire.warn(response, books.notices)
     return [wire.job_out(b) for b in books if status is None or b.status.value == status]
 
 

@@ -51,8 +51,7 @@ def list_storage_classes(request: Request, response: Response):
     kind of class the account may not read (Kubernetes: VolumeAttributesClasses) is named in a Warning header."""
     c = client(request)
     classes = c.list_storage_classes()
-    if c.backend().classes_unlisted:
-        response.headers["warning"] = wire.warning_header(c.backend().classes_unlisted)
+    wire.warn(response, classes.notices)
     return [wire.StorageClass.model_validate(s) for s in classes]
 
 

@@ -225,6 +225,13 @@ def warning_header(text: str) -> str:
     return '299 dtrain "' + line.encode("ascii", "replace").decode() + '"'
 
 
+def warn(response, notices) -> None:
+    """A call's notices (the warnings it returned with its result) in the response's Warning header,
+    one warning-value each, comma-separated (RFC 7234); none: no header."""
+    if notices:
+        response.headers["warning"] = ", ".join(warning_header(n.message) for n in notices)
+
+
 class LogLine(BaseModel):
     rank: int
     time: float | None

@@ -13,7 +13,7 @@ import time
 import uuid
 from typing import TYPE_CHECKING
 
-from dtrain.backends.base import FreedInfo, Progress, SnapshotInfo, StorageClassInfo, VolumeInfo
+from dtrain.backends.base import FreedInfo, Listed, Notice, Progress, SnapshotInfo, StorageClassInfo, VolumeInfo
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
 from dtrain.names import parse_size
 
@@ -126,7 +126,7 @@ class VolumeVerbs:
     def _get_volume(self, name: str) -> VolumeInfo:
         return volume_info(self._pvc(name))
 
-    def _list_storage_classes(self) -> list[StorageClassInfo]:
+    def _list_storage_classes(self) -> Listed:
         """The cluster's StorageClasses (what `volume create --class` and `--pvc CLASS:...` name) and
         VolumeAttributesClasses (what `volume update --class` names; none where the API server does not
         serve them), with how many of the project's PVCs use each. The default: the kubernetes settings'
@@ -146,31 +146,32 @@ class VolumeVerbs:
                        "volume_binding_mode": c.get("volumeBindingMode", "Immediate"),
                        "allow_volume_expansion": bool(c.get("allowVolumeExpansion")),
                        "cluster_default": name in annotated, "namespace": self.namespace}))
-        for c in self._volume_attributes_classes():
+        attributes, notices = self._volume_attributes_classes()
+        for c in attributes:
             name = c["metadata"]["name"]
             out.append(StorageClassInfo(
                 name=name, backend="kubernetes", kind="VolumeAttributesClass", provisioner=c.get("driverName"),
                 volumes=sum(p.get("volumeAttributesClassName") == name for p in pvcs),
                 extra={"parameters": dict(c.get("parameters") or {}), "api_version": c.get("apiVersion"),
                        "namespace": self.namespace}))
-        return out
+        return Listed(out, notices)
 
-    def _volume_attributes_classes(self) -> list[dict]:
+    def _volume_attributes_classes(self) -> tuple[list[dict], list[Notice]]:
         """The VolumeAttributesClasses at the newest version the API server serves; [] where it serves none
         (the VolumeAttributesClass feature gate off, the default before Kubernetes 1.34). An account that may
-        read StorageClasses but not these (a cluster-scoped resource, granted apart) gets [] and
-        `classes_unlisted` saying so: the StorageClasses are listed all the same."""
+        read StorageClasses but not these (a cluster-scoped resource, granted apart) gets [] and a notice
+        saying so: the StorageClasses are listed all the same."""
         for resource in VOLUME_ATTRIBUTES_CLASSES:
             try:
-                return [{**c, "apiVersion": resource.api_version} for c in self.api.list(resource, None)]
+                return [{**c, "apiVersion": resource.api_version} for c in self.api.list(resource, None)], []
             except Missing as err:
                 if not err.api_missing:
                     raise
             except Forbidden as err:
-                self.classes_unlisted = (f"VolumeAttributesClasses (what 'dtrain volume update --class' names) not "
-                                         f"listed, only StorageClasses: {err}")
-                return []
-        return []
+                return [], [Notice(code="classes-unlisted", message=(
+                    f"VolumeAttributesClasses (what 'dtrain volume update --class' names) not listed, only "
+                    f"StorageClasses: {err}"))]
+        return [], []
 
     def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Patch the PVC's volumeAttributesClassName (VolumeAttributesClass `storage_class`): the

@@ -27,7 +27,8 @@ from typing import TYPE_CHECKING, Iterator
 
 from dtrain import db
 from dtrain.backends.base import (Backend, DataSource, Event, FreedInfo, JobCount, JobInfo, JobPage, JobStatus,
-                                  LogLine, NodeInfo, ProcessInfo, ProjectInfo, SnapshotInfo, StorageClassInfo, VolumeInfo)
+                                  LogLine, NodeInfo, Notice, ProcessInfo, ProjectInfo, SnapshotInfo, StorageClassInfo,
+                                  VolumeInfo)
 from dtrain.backends.local.store import ACTIVE, QUEUED, SNAPSHOTTING, UNFINISHED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError, StorageError
@@ -500,7 +501,7 @@ class LocalBackend(Backend):
                                 snapshot_deleted=r["snapshot_uid"] not in snapshots,
                                 volume_deleted=r["volume_uid"] not in volumes) for r in recorded)
 
-    def _logs(self, name, *, rank, tail, since, follow, previous=False) -> Iterator[LogLine]:
+    def _logs(self, name, *, rank, tail, since, follow, previous=False) -> Iterator[LogLine | Notice]:
         from collections import deque
 
         from dtrain.backends.local.logfiles import LogFiles
@@ -523,10 +524,9 @@ class LocalBackend(Backend):
                 # not begun. Followed, the current attempt is the one to come, as kubectl -f follows the container
                 # that runs: a follower got the ended run's lines first, then the new run's, every line of the run
                 # before shown again. A read without -f still gives the last run's lines (why it stopped).
-                self.logs_note = (f"job {name!r} is Pending again ({self.store.job(name)['message'] or 'queued'}): "
-                                  f"following its next run, which has not started; 'dtrain logs {name}' shows the "
-                                  f"last run's lines")
-                logging.getLogger(__name__).warning("dtrain: warning: %s", self.logs_note)  # at once: -f may wait
+                yield Notice(code="logs-incomplete", message=(  # said at once (logs() logs it): -f may wait
+                    f"job {name!r} is Pending again ({self.store.job(name)['message'] or 'queued'}): following its "
+                    f"next run, which has not started; 'dtrain logs {name}' shows the last run's lines"))
                 launches = self._next_launch(name, launches)
                 if launches is None:  # stopped (suspended, deleted) before it ran again: nothing to follow
                     return

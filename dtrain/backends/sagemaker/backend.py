@@ -16,7 +16,6 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
-import logging
 import os
 import shutil
 import tempfile
@@ -25,7 +24,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dtrain.backends.base import Backend, JobInfo, JobStatus, LogLine, NodeInfo
+from dtrain.backends.base import Backend, JobInfo, JobStatus, Listed, LogLine, NodeInfo, Notice
 from dtrain.backends.sagemaker import logs as cwlogs
 from dtrain.backends.sagemaker.clients import Clients, aws_call, aws_clients, read_body
 from dtrain.backends.sagemaker import render, status
@@ -73,7 +72,6 @@ class SageMakerBackend(Backend):
         self.cwd = cwd
         self.pace, self._sleep = pace, sleep  # how `logs -f` polls; injected by tests
         self.facts = JobFacts(self.home)
-        self.unlisted: str | None = None  # set by list(): why AWS's jobs are missing beside the --local ones
 
     # ---- which clients serve a job ------------------------------------------------------
     @property
@@ -269,14 +267,14 @@ class SageMakerBackend(Backend):
     def _get(self, name: str) -> JobInfo:
         return self._info(self._clients_for(name), name)
 
-    def _list(self) -> list[JobInfo]:
+    def _list(self) -> Listed:
         """Newest first, from ListTrainingJobs pages: a job is described only when it may be ours (a name
         dtrain could give) and what is remembered of it (an ended job's description) is not current.
         AWS failing (no credentials, no network, an expired session) does not hide the --local jobs: they
-        are listed and `unlisted` says why AWS's are not; with no --local job to show, the AWS error is
+        are listed and a notice says why AWS's are not; with no --local job to show, the AWS error is
         the answer (an empty list would read as "no jobs")."""
         out: list[JobInfo] = []
-        self.unlisted = None
+        notices: list[Notice] = []
         local = self.home is not None or self._local is not None
         sources = [self.local] if local else []
         if self._aws_configured():
@@ -288,8 +286,8 @@ class SageMakerBackend(Backend):
             except (BackendError, EnvironmentError_) as err:  # AWS's only: the local listing raises neither
                 if not out:
                     raise
-                self.unlisted = (f"SageMaker jobs on AWS ({self.config.region}) not listed, only --local ones: "
-                                 f"{err}")
+                notices.append(Notice(code="jobs-unlisted", message=(
+                    f"SageMaker jobs on AWS ({self.config.region}) not listed, only --local ones: {err}")))
                 break
             for summary in summaries:
                 try:
@@ -300,7 +298,7 @@ class SageMakerBackend(Backend):
                 except NotFoundError:
                     continue  # deleted (DeleteTrainingJob) since ListTrainingJobs named it
             self.facts.keep_only(s.get("TrainingJobArn") for s in summaries)
-        return out
+        return Listed(out, notices)
 
     def _names(self, what: str) -> tuple[list[str], list[str]]:
         """The jobs known without asking AWS (ListTrainingJobs, then a DescribeTrainingJob for each job
@@ -330,8 +328,9 @@ class SageMakerBackend(Backend):
         return self._info(clients, name, desc)
 
     def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
-              follow: bool, previous: bool = False) -> Iterator[LogLine]:
-        """Lines as they come. Following reads CloudWatch every pace.first seconds while lines arrive,
+              follow: bool, previous: bool = False) -> Iterator[LogLine | Notice]:
+        """Lines as they come, and once a notice naming the hosts whose current container has not started.
+        Following reads CloudWatch every pace.first seconds while lines arrive,
         waiting up to twice as long after each read that found none (to pace.most), and asks for the
         job's status (DescribeTrainingJob, throttled by AWS) every pace.status seconds of waiting. Once
         the job has ended, reads continue until one finds nothing new (CloudWatch takes lines late)."""
@@ -343,7 +342,7 @@ class SageMakerBackend(Backend):
         logged = False  # whether any host has a stream yet
         current: dict[int, int] = {}  # per host, when its current attempt's container started (or will)
         attempt: float | None = None  # when the job's current attempt began (after a spot interruption, a retry)
-        asked = False
+        asked = noted = False  # noted: the hosts not started again have been named
         while True:
             found = cwlogs.streams(clients.logs, name)
             if found and not asked:  # streams older than the attempt are an earlier container's
@@ -356,9 +355,9 @@ class SageMakerBackend(Backend):
             picked = {r: [s for s in names if cwlogs.started(s)[0] >= current[r]]  # as kubectl: the current
                       for r, names in found.items() if rank is None or r == rank}  # container's lines only
             waiting = sorted(r for r, names in picked.items() if not names)
-            if waiting and self.logs_note is None and not previous:  # said at once: -f may wait long
-                self.logs_note = self._not_started(name, waiting, attempt)
-                logging.getLogger(__name__).warning("dtrain: warning: %s", self.logs_note)
+            if waiting and not noted and not previous:  # said at once: -f may wait long
+                noted = True
+                yield Notice(code="logs-incomplete", message=self._not_started(name, waiting, attempt))
             if previous:  # a host's stream before its current start: its container's previous one (a retry, a spot stop)
                 picked = {r: [s for s in names if cwlogs.started(s)[0] < current[r]][-1:]
                           for r, names in found.items() if rank is None or r == rank}
