@@ -65,3 +65,29 @@ def test_a_warning_stays_with_the_request_it_belongs_to(home):
             gate.go.set()
             http_server.stop()
         api.close()
+
+
+def test_a_log_streams_notice_is_kept_with_the_stream_and_counts_no_bytes(caplog):
+    """A `_logs` hook's notice is the stream's (not the backend's), logged once at once, never a line."""
+    from dtrain.backends.base import Listed, LogLine, LogStream, Notice, newest_first
+
+    closed = []
+
+    def hook():
+        try:
+            yield Notice(code="logs-incomplete", message="rank 1 has not started again")
+            yield LogLine(rank=0, time=None, text="abc")
+            yield LogLine(rank=0, time=None, text="defgh")
+            yield LogLine(rank=0, time=None, text="never read")
+        finally:
+            closed.append(True)
+
+    with caplog.at_level("WARNING"):
+        stream = LogStream(hook(), limit_bytes=6)
+        assert stream.notices == ()  # known as it is read
+        assert [ln.text for ln in stream] == ["abc", "d"]  # 4 bytes and 1 + its newline
+    assert [n.message for n in stream.notices] == ["rank 1 has not started again"] and closed == [True]
+    assert [r.getMessage() for r in caplog.records] == ["dtrain: warning: rank 1 has not started again"]
+    # a listing's notices stay with it through filters and pages; it is still a list to every caller
+    listed = Listed([], [Notice(code="jobs-unlisted", message="m")])
+    assert listed == [] and newest_first(listed, None, 0).notices == listed.notices
