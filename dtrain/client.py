@@ -22,14 +22,15 @@ import time
 from dataclasses import replace
 from pathlib import Path
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections import Counter
+from typing import TYPE_CHECKING, Callable, TypeVar
 
-from dtrain.backends.base import (MAX_TAIL, Backend, FreedInfo, JobInfo, JobPage, JobStatus, JobSummary, Listed,
+from dtrain.backends.base import (MAX_TAIL, Backend, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, JobSummary, Listed, Notice,
                                   LogStream, NodeInfo, Progress, ProjectInfo, SnapshotInfo, TimeoutError_,
                                   VolumeInfo, check_page, check_status, newest_first)
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
-from dtrain.errors import NotFoundError, SpecError
-from dtrain.names import shown
+from dtrain.errors import DtrainError, NotFoundError, SpecError
+from dtrain.names import MAX_PAGE, shown
 from dtrain.spec import JobSpec, check_name, notebook_spec, parse_selector, selects
 
 __all__ = ["Client", "TimeoutError_", "MAX_TAIL"]  # the CLI catches wait's timeout from here; MAX_TAIL bounds tail
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 PROJECT_ARG = {"sdk": ("project={!r}", "no project"), "cli": ("-p {}", "no -p"),
                "http": ("?project={}", "no ?project=")}
 AWS_REGION_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION")  # the SageMaker region when config.yaml sets none
+T = TypeVar("T")
 
 
 def _aws_region(var: str) -> str:
@@ -267,14 +269,21 @@ class Client:
             raise SpecError(f"invalid show_deleted {shown(show_deleted)}: use True or False")
         status = check_status(status)
         terms = None if selector is None else parse_selector(selector)  # a bad one: refused before any read
-        backend = self.backend(project=project)
-        jobs = backend.list(project=project)
-        if not jobs and project is not None:
-            self.check_project(project)
-        expired = self._forget_expired(backend, jobs)
-        return Listed((j for j in jobs if j.name not in expired
-                       and (j.status == status if status is not None else show_deleted or j.status != JobStatus.DELETED)
-                       and (terms is None or selects(terms, j.spec.labels))), jobs.notices)
+        if project is None:  # every project: each backend config.yaml names, merged in submission order
+            listed, notices = self._across(lambda backend: backend.list())
+        else:
+            backend = self.backend(project=project)
+            listed, notices = [(backend, backend.list(project=project))], []
+            if not listed[0][1]:
+                self.check_project(project)
+        out = []
+        for backend, jobs in listed:
+            expired = self._forget_expired(backend, jobs)
+            notices += jobs.notices
+            out += [j for j in jobs if j.name not in expired
+                    and (j.status == status if status is not None else show_deleted or j.status != JobStatus.DELETED)
+                    and (terms is None or selects(terms, j.spec.labels))]
+        return Listed(out if len(listed) == 1 else sorted(out, key=lambda j: (j.created, j.name)), notices)
 
     def page(self, *, project: str | None = None, status: JobStatus | str | None = None, limit: int | None = None,
              offset: int = 0, selector: str | None = None) -> JobPage:
@@ -287,25 +296,86 @@ class Client:
             check_page(limit, offset)
             jobs = self.list(project=project, selector=selector, status=status, show_deleted=False)
             return newest_first(jobs, limit, offset)
-        backend = self._expired_forgotten(project)
-        page = backend.page(project=project, status=status, limit=limit, offset=offset)
+        if project is None and len(self._every_backend()) > 1:
+            # every backend's first offset + limit jobs (past a page's bound: all), merged, then the page of them
+            status = check_status(status)
+            check_page(limit, offset)
+            first = None if limit is None or offset + limit > MAX_PAGE else offset + limit
+            pages, notices = self._across(lambda backend: self._expired_forgotten(backend, None).page(
+                status=status, limit=first))
+            merged = newest_first([j for _, p in pages for j in p.jobs], limit, offset)
+            return JobPage(total=sum(p.total for _, p in pages), jobs=merged.jobs,
+                           notices=(*notices, *(n for _, p in pages for n in p.notices)))
+        page = self._expired_forgotten(self.backend(project=project), project).page(
+            project=project, status=status, limit=limit, offset=offset)
         if not page.total and project is not None:
             self.check_project(project)
         return page
 
     def summary(self, *, project: str | None = None) -> JobSummary:
-        """The jobs of `project` (None: every project) counted by project and status, and the
-        records of those not finished (Prometheus' /metrics): the history is counted where it is
-        kept, not read."""
-        return self._expired_forgotten(project).summary(project=project)
+        """The jobs of `project` (None: every project, on each backend config.yaml names) counted by
+        project and status, and the records of those not finished (Prometheus' /metrics): the history
+        is counted where it is kept, not read."""
+        if project is not None:
+            return self._expired_forgotten(self.backend(project=project), project).summary(project=project)
+        parts, _ = self._across(lambda backend: self._expired_forgotten(backend, None).summary())
+        if len(parts) == 1:
+            return parts[0][1]
+        counts = Counter()
+        for _, part in parts:
+            for count in part.counts:
+                counts[(count.project, count.status)] += count.jobs
+        unfinished = sorted((j for _, part in parts for j in part.unfinished), key=lambda j: (j.created, j.name))
+        return JobSummary(counts=tuple(JobCount(project=p, status=s, jobs=n)
+                                       for (p, s), n in sorted(counts.items(), key=lambda c: (c[0][0], c[0][1].value))),
+                          unfinished=tuple(unfinished))
 
-    def _expired_forgotten(self, project: str | None) -> Backend:
-        """The backend, once the Deleted jobs past `deleted_job_ttl` are forgotten (read through a
-        page of the Deleted ones: the others are not read)."""
-        backend = self.backend(project=project)
+    def _expired_forgotten(self, backend: Backend, project: str | None) -> Backend:
+        """`backend`, once the Deleted jobs of `project` past `deleted_job_ttl` are forgotten (read
+        through a page of the Deleted ones: the others are not read)."""
         if self.config.deleted_job_ttl_seconds() is not None:
             self._forget_expired(backend, backend.page(project=project, status=JobStatus.DELETED).jobs)
         return backend
+
+    # ---- every project: each backend config.yaml names, read once --------------------------
+    def _every_backend(self) -> list[tuple[str, str]]:
+        """(backend, project to open it for) of each backend a read of every project walks, once
+        each: this client's when it was given one (`dtrain --backend B list -A`), else the default
+        backend, then each other one that config.yaml's `project_backends` sends a project to (one
+        Kubernetes backend lists every dtrain namespace its account may list)."""
+        if self._backend_name is not None:
+            return [(self._backend_name, self.default_project)]
+        walk = {self.config.backend_for(self.default_project): self.default_project}
+        walk.setdefault(self.config.backend, self.default_project)
+        for project, name in sorted(self.config.project_backends.items()):
+            walk.setdefault(name, project)
+        return list(walk.items())
+
+    def _across(self, read: Callable[[Backend], T]) -> tuple[list[tuple[Backend, T]], list[Notice]]:
+        """`read` of each backend `_every_backend` names, with a notice for each one that could not be
+        read (a cluster that does not answer, AWS without credentials): the others are read still; when
+        none can be, the first one's error is the answer (an empty list would read as "no jobs")."""
+        if self.config_problem is not None:
+            raise self.config_problem.with_traceback(None)
+        walk = self._every_backend()
+        done, missed, first = [], [], None
+        for name, project in walk:
+            try:
+                backend = self.backend(name, project=project)
+                done.append((backend, read(backend)))
+            except DtrainError as err:
+                if len(walk) == 1:
+                    raise
+                first = first or err
+                theirs = sorted(p for p, b in self.config.project_backends.items() if b == name)
+                whose = (f"projects {', '.join(theirs)}" if len(theirs) > 1 else f"project {theirs[0]}" if theirs
+                         else "the default backend")
+                said = " ".join(str(err).split())
+                missed.append(Notice(code="jobs-unlisted",
+                                     message=f"jobs on the {name} backend ({whose}) not listed, the others are: {said}"))
+        if not done:
+            raise first.with_traceback(None)
+        return done, missed
 
     def _forget_expired(self, backend: Backend, jobs) -> set[str]:
         """Config `deleted_job_ttl`: deleted jobs are forgotten after a while; the names forgotten."""

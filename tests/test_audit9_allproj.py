@@ -1,0 +1,125 @@
+"""Projects on different backends, read all at once (audit 9): `dtrain list -A`, the HTTP job list
+without a project and `Client.list()` walk every backend config.yaml names (here a project mapped to
+the shipped fake Kubernetes API server), and a backend that does not answer is a warning, not the end
+of the listing; the hints a command prints for a job of another project carry its -p."""
+
+from __future__ import annotations
+
+import shlex
+
+import pytest
+import yaml
+
+import dtrain
+from conftest import Dtrain
+
+pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+
+
+@pytest.fixture
+def cluster(home, tmp_path):
+    """config.yaml maps project team-b to Kubernetes (an in-memory API server), the rest is local;
+    the server is handed out so that a test can stop it."""
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+
+    server = FakeKubeServer(FakeCluster()).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    server.write_kubeconfig(kubeconfig)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(yaml.safe_dump({
+        "project": "default", "backend": "local", "project_backends": {"team-b": "kubernetes"},
+        "kubernetes": {"kubeconfig": str(kubeconfig), "image": "img:1", "request_timeout": 5}}))
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def two_backends(cluster, home):
+    """Job ljob (local, default project, ended) and job kjob (team-b, on Kubernetes), in that order."""
+    client = dtrain.Client(home=home)
+    client.submit(dtrain.JobSpec(name="ljob", command=["true"]))
+    assert client.wait("ljob", timeout=120).status == dtrain.JobStatus.SUCCEEDED
+    client.submit(dtrain.JobSpec(name="kjob", project="team-b", command=["python", "t.py"]))
+    return cluster
+
+
+def test_the_sdk_lists_every_projects_jobs_on_every_backend(two_backends, home):
+    """Client().list() read the default backend alone: team-b's job, on Kubernetes, was missing."""
+    client = dtrain.Client(home=home)
+    jobs = client.list()
+    assert [(j.name, j.backend, j.spec.project) for j in jobs] == [
+        ("ljob", "local", "default"), ("kjob", "kubernetes", "team-b")]  # in the order they were submitted
+    assert jobs.notices == ()
+    assert [j.name for j in client.list(status="Pending")] == ["kjob"]
+    assert [j.name for j in client.list(project="default")] == ["ljob"]
+    assert [j.name for j in dtrain.Client(home=home, backend="local").list()] == ["ljob"]  # one backend asked for
+    page = client.page(limit=1)
+    assert (page.total, [j.name for j in page.jobs]) == (2, ["kjob"])  # newest first, across both
+    assert [j.name for j in client.page(limit=1, offset=1).jobs] == ["ljob"]
+    counts = {(c.project, c.status.value): c.jobs for c in client.summary().counts}
+    assert counts == {("default", "Succeeded"): 1, ("team-b", "Pending"): 1}
+
+
+def test_list_all_projects_shows_the_kubernetes_projects_jobs(two_backends, home):
+    dt = Dtrain(home)
+    out = dt("list", "-A")
+    rows = [line.split() for line in out.stdout.splitlines()[1:]]
+    assert [(r[0], r[5]) for r in rows] == [("ljob", "default"), ("kjob", "team-b")]  # the PROJECT column
+    assert not out.stderr
+    assert [j["name"] for j in dt.json("list", "-A", "--json")] == ["ljob", "kjob"]
+    assert [line.split()[0] for line in dt("--backend", "local", "list", "-A").stdout.splitlines()[1:]] == ["ljob"]
+
+
+def test_a_backend_that_does_not_answer_is_a_warning_and_the_others_are_listed(two_backends, home):
+    two_backends.close()
+    dt = Dtrain(home)
+    out = dt("list", "-A")
+    assert [line.split()[0] for line in out.stdout.splitlines()[1:]] == ["ljob"]
+    assert "Traceback" not in out.stderr
+    [warning] = out.stderr.strip().splitlines()
+    assert warning.startswith("dtrain: warning: jobs on the kubernetes backend (project team-b) not listed")
+    assert "cannot reach the Kubernetes API" in warning
+    jobs = dtrain.Client(home=home).list()
+    assert [j.name for j in jobs] == ["ljob"]
+    assert [line.removeprefix("dtrain: warning: ") for line in out.stderr.splitlines()] == [
+        n.message for n in jobs.notices]
+    assert [n.code for n in jobs.notices] == ["jobs-unlisted"]
+    page = dtrain.Client(home=home).page(limit=5)
+    assert [n.message for n in page.notices] == [n.message for n in jobs.notices]
+
+
+def test_when_no_backend_answers_the_listing_is_the_error(cluster, home):
+    """An empty list would read as 'no jobs': with every backend unreachable the first one's error is the answer."""
+    (home / "config.yaml").write_text(yaml.safe_dump({
+        **yaml.safe_load((home / "config.yaml").read_text()), "backend": "kubernetes",
+        "project_backends": {"team-b": "kubernetes"}}))
+    cluster.close()
+    with pytest.raises(dtrain.DtrainError, match="cannot reach the Kubernetes API"):
+        dtrain.Client(home=home).list()
+
+
+@pytest.fixture
+def http(home):
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    import httpx
+
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+    with httpx.Client(base_url=server.url + "/api/v1", timeout=60) as client:
+        yield client
+    server.stop()
+
+
+def test_the_http_list_without_a_project_has_every_backends_jobs(two_backends, http):
+    listed = http.get("/jobs")
+    assert [(j["name"], j["project"]) for j in listed.json()] == [("ljob", "default"), ("kjob", "team-b")]
+    assert listed.headers["x-total-count"] == "2" and "warning" not in listed.headers
+    paged = http.get("/jobs", params={"limit": 1})
+    assert ([j["name"] for j in paged.json()], paged.headers["x-total-count"]) == (["kjob"], "2")
+    two_backends.cluster.fail("GET", "", 503)  # the server's pooled connections outlive a close(): refused instead
+    listed = http.get("/jobs")
+    assert [j["name"] for j in listed.json()] == ["ljob"]
+    assert "jobs on the kubernetes backend (project team-b) not listed" in listed.headers["warning"]
+    assert "not listed" in http.get("/notebooks").headers["warning"]
