@@ -399,7 +399,10 @@ class Client:
 
     def wait(self, name: str, *, timeout: float | None = None, project: str | None = None) -> JobInfo:
         """Block until the job is Succeeded, Failed or Deleted; its record (TimeoutError_ after `timeout` s)."""
-        return self._job(name, project).wait(name, timeout=timeout)
+        backend = self._job(name, project)
+        where = project or self._submitted.get(name, (None, None))[1]  # None: found where a bare name looks
+        return backend.wait(name, timeout=timeout, hint=self.command_for(f"logs {name}", backend=backend.name,
+                                                                        project=where))
 
     def delete(self, name: str, *, purge: bool = False, project: str | None = None) -> JobInfo:
         """Stop the job; with `purge` also forget it (record, events, logs). A job already Deleted
@@ -407,8 +410,9 @@ class Client:
         backend = self._job_backend(name, project)
         info = self._found(backend, name, project)
         if not purge and info.status == JobStatus.DELETED:
+            given = "" if project is None else f", project={project!r}"
             raise NotFoundError(f"job {name!r} was already deleted; nothing was deleted "
-                                f"(delete({name!r}, purge=True) also forgets it)")
+                                f"(delete({name!r}, purge=True{given}) also forgets it)")
         info = backend.delete(name, purge=purge)
         if purge:
             self._submitted.pop(name, None)
@@ -456,6 +460,14 @@ class Client:
         default, so the command works as printed."""
         default = self.config.backend_for(project or self.default_project)
         return "dtrain " if backend == default else f"dtrain --backend {backend} "
+
+    def command_for(self, words: str, *, backend: str, project: str | None = None) -> str:
+        """`dtrain WORDS` as a printed hint names a follow-up command on a job of `project` on
+        `backend`, so that it works as written: with --backend where `backend` is not the one
+        config.yaml gives the project, and with -p where the project is not the default one (its
+        backend, its namespace on Kubernetes: without it the command looks in the default project's)."""
+        where = f" -p {project}" if project is not None and project != self.default_project else ""
+        return f"{self.dtrain_for(backend, project)}{words}{where}"
 
     def artifacts(self, name: str, *, to: str | Path, project: str | None = None) -> Path:
         """The job's model folder, copied (SageMaker: model.tar.gz downloaded and unpacked) into `to`."""

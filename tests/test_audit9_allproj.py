@@ -123,3 +123,61 @@ def test_the_http_list_without_a_project_has_every_backends_jobs(two_backends, h
     assert [j["name"] for j in listed.json()] == ["ljob"]
     assert "jobs on the kubernetes backend (project team-b) not listed" in listed.headers["warning"]
     assert "not listed" in http.get("/notebooks").headers["warning"]
+
+
+def _run_hint(dt: Dtrain, hint: str, **kw):
+    words = shlex.split(hint)
+    assert words[0] == "dtrain", hint
+    return dt(*words[1:], **kw)
+
+
+@pytest.mark.slow  # CLI runs: about 25 s
+def test_the_hints_for_a_job_of_a_kubernetes_project_work_as_written(cluster, home):
+    """`notebook start -p team-b`, `wait -p team-b` and `delete -p team-b` named follow-up commands
+    without -p, which looked in the default project (local: 'no job named', or, with a job of the same
+    name there, that other job: `delete same --purge` would have forgotten the local one)."""
+    dt = Dtrain(home)
+    dt("submit", "same", "--", "true")
+    dt("submit", "same", "-p", "team-b", "--", "python", "t.py")
+    said = dt("notebook", "start", "nb", "-p", "team-b").stdout
+    hints = said.split("`")[1::2]
+    assert len(hints) == 5 and all(h.endswith(" -p team-b") for h in hints), said
+    describe, listing, opening, suspend, delete = hints
+    assert "Pending" in _run_hint(dt, describe).stdout
+    assert "nb" in _run_hint(dt, listing).stdout
+    assert "no job named" not in _run_hint(dt, opening, check=False).stderr  # not Running yet: said so
+    assert "suspended" in _run_hint(dt, suspend).stdout
+    assert "deleted" in _run_hint(dt, delete).stdout
+
+    waited = dt("wait", "same", "-p", "team-b", "--timeout", "0", check=False)
+    assert waited.returncode == 124
+    logs = waited.stderr.split("'")[-2]
+    assert logs == "dtrain logs same -p team-b"
+    assert _run_hint(dt, logs).returncode == 0
+    waited = dt("wait", "same", "nb", "-p", "team-b", "--timeout", "0", check=False)
+    assert waited.returncode == 124 and waited.stderr.split("'")[-2] == "dtrain logs same -p team-b"
+
+    dt("delete", "same", "-p", "team-b")
+    again = dt("delete", "same", "-p", "team-b", check=False)
+    purge = again.stderr.split("'")[-2]
+    assert purge == "dtrain delete same --purge -p team-b"
+    assert "purged" in _run_hint(dt, purge).stdout
+    assert dt.json("describe", "job", "same")["backend"] == "local"  # the other project's job is untouched
+    missing = dt("delete", "same", "nope", "-p", "team-b", check=False)
+    assert _run_hint(dt, missing.stderr.split("'")[-2]).returncode == 0  # list jobs --show-deleted -p team-b
+
+
+def test_the_sdk_and_http_hints_name_the_project_given(cluster, home, http):
+    client = dtrain.Client(home=home)
+    client.submit(dtrain.JobSpec(name="kjob", project="team-b", command=["python", "t.py"]))
+    with pytest.raises(dtrain.client.TimeoutError_, match=r"check 'dtrain logs kjob -p team-b'$"):
+        dtrain.Client(home=home).wait("kjob", timeout=0, project="team-b")
+    with pytest.raises(dtrain.client.TimeoutError_, match=r"check 'dtrain logs kjob -p team-b'$"):
+        client.wait("kjob", timeout=0)  # submitted by this client: found without project=, named with it
+    client.delete("kjob")
+    with pytest.raises(dtrain.errors.NotFoundError, match=r"delete\('kjob', purge=True, project='team-b'\)"):
+        dtrain.Client(home=home).delete("kjob", project="team-b")
+    gone = http.delete("/jobs/kjob", params={"project": "team-b"})
+    assert gone.status_code == 404
+    assert "DELETE /api/v1/jobs/kjob?purge=true&project=team-b also forgets it" in gone.json()["error"]
+    assert http.delete("/jobs/kjob", params={"project": "team-b", "purge": "true"}).status_code == 200

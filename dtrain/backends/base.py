@@ -441,9 +441,12 @@ class Backend(abc.ABC):
         return LogStream(self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous),
                          limit_bytes)
 
-    def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None) -> JobInfo:
+    def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None,
+             hint: str | None = None) -> JobInfo:
         """Block until the job is terminal; the only wait loop in dtrain. `poll`: seconds between
-        statuses (default: the backend's `_wait_poll`), never past the timeout."""
+        statuses (default: the backend's `_wait_poll`), never past the timeout. `hint`: the command
+        a timeout's message names to look further (default `dtrain logs NAME`; the Client's names
+        the job's project and backend, so that it works as written)."""
         if timeout is not None:
             check_wait(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -454,7 +457,7 @@ class Backend(abc.ABC):
                 return info
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError_(f"job {name!r} is still {info.status} after {timeout:g}s; "
-                                    f"wait longer (--timeout) or check 'dtrain logs {name}'")
+                                    f"wait longer (--timeout) or check '{hint or f'dtrain logs {name}'}'")
             pause = self._wait_poll(name) if poll is None else poll
             time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
             info = self._get(name)

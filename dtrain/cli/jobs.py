@@ -241,10 +241,7 @@ def cmd_submit(args, command: list[str], client: Client, launcher: str | None = 
           f"{info.spec.processes} process{'es' if info.spec.processes > 1 else ''}, backend {info.backend})")
     # `describe` asks the configured project's backend (on Kubernetes, its namespace): a job of another
     # project is named with -p (its backend, its namespace), one sent elsewhere (--backend) with that too
-    project = info.spec.project
-    other = info.backend != client.config.backend_for(project)
-    where = f" -p {project}" if project != client.default_project else ""
-    print(f"You can run `dtrain {f'--backend {info.backend} ' if other else ''}describe job {info.name}{where}` "
+    print(f"You can run `{client.command_for(f'describe job {info.name}', backend=info.backend, project=info.spec.project)}` "
           f"to check the job status")
     return 0
 
@@ -435,10 +432,10 @@ def cmd_delete(args, client: Client) -> int:
         if not names:
             print(f"No jobs to delete in project '{project}'")
             return 0
-    missing, gone = [], []
+    missing, gone, found = [], [], None
     for name in names:  # every name is checked before anything is deleted
         try:
-            info = _get(args, client, name)
+            info = found = _get(args, client, name)
         except NotFoundError as err:
             if len(names) == 1:  # the backend's own line: its project, a near name
                 raise NotFoundError(f"{err}; nothing was deleted") from None
@@ -446,14 +443,17 @@ def cmd_delete(args, client: Client) -> int:
             continue
         if info.status.value == "Deleted" and not args.purge:  # as kubectl: not found, not "deleted" twice
             gone.append(name)
+    # the hints name -p as given: a name without it is looked for where a bare name is (another project's
+    # job of that name, on its own backend, is not the one meant)
+    backend = found.backend if found is not None else client.backend(project=args.project).name
     if missing:
-        raise NotFoundError(f"no job named {', '.join(map(shown, missing[:5]))}; nothing was deleted "
-                            f"(see 'dtrain list jobs --show-deleted')")
+        raise NotFoundError(f"no job named {', '.join(map(shown, missing[:5]))}; nothing was deleted (see "
+                            f"'{client.command_for('list jobs --show-deleted', backend=backend, project=args.project)}')")
     if gone:
+        purge = client.command_for(f"delete {' '.join(gone[:5])} --purge", backend=backend, project=args.project)
         raise NotFoundError(f"job {', '.join(map(shown, gone[:5]))} "
                             f"{'was' if len(gone) == 1 else 'were'} already deleted; nothing was deleted "
-                            f"('dtrain delete {' '.join(gone[:5])} --purge' also forgets "
-                            f"{'it' if len(gone) == 1 else 'them'})")
+                            f"('{purge}' also forgets {'it' if len(gone) == 1 else 'them'})")
     for name in names:
         info = client.delete(name, purge=args.purge, project=args.project)
         # A job still ending after the stop request (SageMaker's Stopping: its programs get SIGTERM and time to
@@ -541,9 +541,11 @@ def cmd_wait(args, client: Client) -> int:
             info = client.wait(name, timeout=timeout if deadline is None or len(names) == 1
                                else max(0.0, deadline - time.monotonic()), project=args.project)
         except TimeoutError_ as err:
+            logs = client.command_for(f"logs {name}", backend=client.backend(project=args.project).name,
+                                      project=args.project)
             print(f"dtrain: {err}" if len(names) == 1 else
                   f"dtrain: --timeout {args.timeout} ran out waiting for job {name!r} ({names.index(name)} of "
-                  f"{len(names)} jobs ended); wait longer (--timeout) or check 'dtrain logs {name}'", file=sys.stderr)
+                  f"{len(names)} jobs ended); wait longer (--timeout) or check '{logs}'", file=sys.stderr)
             return EXIT_TIMEOUT
         if args.json:
             print(json.dumps(info.to_dict()))

@@ -103,16 +103,20 @@ def cmd_start(args, client: Client) -> int:
         fields["backend"] = getattr(args, "default_backend", None) or client.config.backend_for(project)
     volumes = [parse_pvc(v) for v in args.pvc or ()]  # the first is where Jupyter works (notebook_spec)
     info = _judged(client, client.notebook(args.name, volumes=volumes, **fields))
-    dtrain = client.dtrain_for(info.backend, info.spec.project)
-    name, after = info.name, f"stop it with `{dtrain}suspend {info.name}`, delete it with `{dtrain}delete {info.name}`"
+    name = info.name
+
+    def hint(words: str) -> str:  # with -p for a notebook of another project: each works as written
+        return "`" + client.command_for(words, backend=info.backend, project=info.spec.project) + "`"
+
+    after = f"stop it with {hint(f'suspend {name}')}, delete it with {hint(f'delete {name}')}"
     if info.status == JobStatus.RUNNING:
-        print(f"notebook '{name}' started (backend {info.backend}); open it with `{dtrain}notebook open {name}`, "
+        print(f"notebook '{name}' started (backend {info.backend}); open it with {hint(f'notebook open {name}')}, "
               f"{after}")
     else:  # queued (GPUs busy, a quota, older jobs first): it starts once they free, as `dtrain describe` says
         state = "queued, not started yet (Pending" if info.status == JobStatus.PENDING else f"{info.status.value} ("
         print(f"notebook '{name}' is {state}: {info.message or 'waiting to be scheduled'}; backend {info.backend}); follow "
-              f"it with `{dtrain}describe job {name}` or `{dtrain}notebook list`, open it once Running with "
-              f"`{dtrain}notebook open {name}`; {after}")
+              f"it with {hint(f'describe job {name}')} or {hint('notebook list')}, open it once Running with "
+              f"{hint(f'notebook open {name}')}; {after}")
     return 0
 
 

@@ -89,7 +89,7 @@ def delete_job(request: Request, name: wire.JobName, purge: bool = False, projec
     c = client(request)
     if not purge and c.get(name, project=project).status == JobStatus.DELETED:
         raise NotFoundError(f"job {name!r} was already deleted; nothing was deleted (DELETE "
-                            f"/api/v1/jobs/{name}?purge=true also forgets it)")
+                            f"/api/v1/jobs/{name}?purge=true{f'&project={project}' if project else ''} also forgets it)")
     return wire.job_out(c.delete(name, purge=purge, project=project))
 
 
@@ -120,7 +120,7 @@ async def wait_job(request: Request, name: wire.JobName,
         info = await unless_stopping(waiting, request.app.state.stopping)
     except Stopping:
         raise HTTPException(503, f"the server is shutting down; wait for job {name!r} again once it is back "
-                                 f"(or with 'dtrain wait {name}')") from None
+                                 f"(or with 'dtrain wait {name}{f' -p {project}' if project else ''}')") from None
     return wire.job_out(info)
 
 
