@@ -181,3 +181,30 @@ def test_the_sdk_and_http_hints_name_the_project_given(cluster, home, http):
     assert gone.status_code == 404
     assert "DELETE /api/v1/jobs/kjob?purge=true&project=team-b also forgets it" in gone.json()["error"]
     assert http.delete("/jobs/kjob", params={"project": "team-b", "purge": "true"}).status_code == 200
+
+
+def test_snapshot_list_takes_the_project_as_the_sdk_and_http_do(cluster, home, http):
+    """`dtrain snapshot list` had no -p: a Kubernetes project's snapshots (its namespace) could be
+    listed by the SDK's project= and GET /snapshots?project=, not by the CLI."""
+    from conftest import assert_usage_error
+
+    client = dtrain.Client(home=home)
+    team_b = client.backend(project="team-b")
+    team_b.create_volume("data", size="1Gi")
+    team_b.create_snapshot("data", name="snap-b")
+    client.submit(dtrain.JobSpec(name="kjob", project="team-b", command=["python", "t.py"]))
+    dt = Dtrain(home)
+    assert [s["name"] for s in dt.json("snapshot", "list", "-p", "team-b", "--json")] == ["snap-b"]
+    assert "snap-b" in dt("snapshot", "list", "--project", "team-b").stdout
+    assert "snap-b" not in dt("snapshot", "list").stdout  # the default project's backend: local
+    assert [s.name for s in client.list_snapshots(project="team-b")] == ["snap-b"]
+    assert [s["name"] for s in http.get("/snapshots", params={"project": "team-b"}).json()] == ["snap-b"]
+    assert dt.json("snapshot", "list", "--job", "kjob", "-p", "team-b", "--json") == []
+    for argv, query in ((["-p", "tem-b"], {"project": "tem-b"}), (["--job", "kjob"], {"job": "kjob"}),
+                        (["--job", "kjob", "-p", "Team_B"], {"job": "kjob", "project": "Team_B"})):
+        said = dt("snapshot", "list", *argv, check=False)
+        assert_usage_error(said)
+        answer = http.get("/snapshots", params=query)
+        assert answer.status_code in (404, 422)
+        in_cli_words = answer.json()["error"].replace("?project=", "-p ")  # each door names the project its way
+        assert in_cli_words == said.stderr.strip().removeprefix("dtrain: error: "), (argv, answer.text)

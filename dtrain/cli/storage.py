@@ -96,7 +96,8 @@ def cmd_snapshot(args, client: Client) -> int:
                + (f", linked to job '{s.job}'" if s.job else "")
                + ("" if s.ready else " (the storage system is still taking it)"), args.json)
     elif a == "list":
-        snaps = client.list_snapshots(volume=args.volume, job=args.job)  # a name that never was: its one line
+        # -p: that project's backend (on Kubernetes its namespace, where its jobs keep their snapshots)
+        snaps = client.list_snapshots(volume=args.volume, job=args.job, project=args.project)  # a name that never was: its one line
         rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), s.volume or "-", s.job or "-",
                  s.source_snapshot or "-", "-" if s.files is None else s.files, fmt.size(s.bytes), fmt.age(s.created)]
                 for s in snaps]
@@ -243,6 +244,8 @@ def register(sub) -> None:
     c = ss.add_parser("list", help="snapshots, newest last")
     c.add_argument("--volume", help="only this volume's snapshots")
     c.add_argument("--job", help="only snapshots linked to this job")
+    c.add_argument("-p", "--project", help="on this project's backend (its namespace on Kubernetes), where its "
+                                           "jobs keep their snapshots (default: the configured project's)")
     c.add_argument("--json", action="store_true", help="print a JSON list")
     c = ss.add_parser("describe", help="one snapshot: volume, job, lineage, size")
     c.add_argument("name", help="the snapshot")
