@@ -433,7 +433,7 @@ class Backend(abc.ABC):
         with self._named("job", name):  # unknown job -> NotFoundError before any output
             info = self._get(_existing(name, "job"))
         if rank is not None and rank >= info.spec.processes:
-            raise SpecError(f"invalid rank {rank!r}: job {name!r} has {info.spec.processes} process(es), "
+            raise SpecError(f"invalid rank {shown(rank)}: job {name!r} has {info.spec.processes} process(es), "
                             f"ranks 0 to {info.spec.processes - 1}")
         if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))
                                   or not math.isfinite(since)):  # NaN or infinity broke Kubernetes' sinceSeconds
@@ -506,7 +506,7 @@ class Backend(abc.ABC):
         if info.status != JobStatus.RUNNING:
             raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job (see 'dtrain list')")
         if not _whole(rank) or not 0 <= rank < info.spec.processes:
-            raise SpecError(f"invalid rank {rank!r}: job {name!r} has ranks 0 to {info.spec.processes - 1}")
+            raise SpecError(f"invalid rank {shown(rank)}: job {name!r} has ranks 0 to {info.spec.processes - 1}")
         if isinstance(command, str) or not command or not all(isinstance(w, str) and "\0" not in w for w in command):
             raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt")
         return self._exec(name, list(command), rank=rank)

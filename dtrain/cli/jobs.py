@@ -415,7 +415,8 @@ def _whole(text: str) -> bool:
 def _rank(text: str) -> int:
     """--rank R: names.py's check (the SDK's and the HTTP API's) says why one is refused, naming it as typed."""
     number = text.strip()
-    return check_rank(int(number) if re.fullmatch(r"[-+]?[0-9]{1,18}", number, re.ASCII) else text, "cli", text)
+    whole = re.fullmatch(r"[-+]?[0-9]{1,4000}", number, re.ASCII)  # as a query's: the job names its ranks
+    return check_rank(int(number) if whole else text, "cli", text)
 
 
 def cmd_delete(args, client: Client) -> int:

@@ -11,6 +11,7 @@ from typing import Annotated, Any, Awaitable, Callable, TypeVar
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 from fastapi.responses import StreamingResponse
+from pydantic import WithJsonSchema
 
 from dtrain import JobStatus
 from dtrain.errors import DtrainError, NotFoundError
@@ -125,7 +126,10 @@ async def wait_job(request: Request, name: wire.JobName,
 
 
 # the bounds of `dtrain logs` and Client.logs (names.py's), so that each door takes and refuses the same numbers
-RANK = Annotated[int | None, Query(ge=0, le=MAX_PROCESSES - 1, description="one rank's lines (default: every rank's)")]
+# A rank past any job's (MAX_PROCESSES - 1, the schema's maximum) is read as the CLI and the SDK read it: the
+# job's own line names its ranks ("job 'x' has 3 process(es), ranks 0 to 2"), where a general line did.
+RANK = Annotated[Annotated[int, WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_PROCESSES - 1})] | None,
+                 Query(ge=0, description="one rank's lines (default: every rank's)")]
 TAIL = Annotated[int | None, Query(ge=0, le=MAX_TAIL, description="only the last lines")]
 SINCE = Annotated[float | None, Query(ge=0, le=wire.MAX_TIME, allow_inf_nan=False,
                                       description="only lines written at or after this unix time (seconds)")]

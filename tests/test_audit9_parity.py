@@ -1,0 +1,44 @@
+"""The same mistake, the same line from the CLI, the SDK and the HTTP API (audit 9): a rank past
+any job's names the job's ranks at every door, the SDK refuses the `since` the API refuses, every
+numeric flag of the CLI names itself and its bounds, `config storage-class NAME --unset` works,
+and an --image the local backend cannot use is said to be unused."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import usage_line
+
+pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+
+from server_util import ServerProcess  # noqa: E402  (needs the extra)
+
+from dtrain import Client  # noqa: E402
+from dtrain.errors import SpecError  # noqa: E402
+from dtrain.names import as_typed_number, shown  # noqa: E402
+
+JOB = "/api/v1/jobs"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    srv = ServerProcess(tmp_path_factory.mktemp("parity9-home"), cwd=tmp_path_factory.mktemp("parity9-work"))
+    dt = srv.dtrain()
+    dt("submit-dist", "three", "--processes", "3", "--", "sh", "-c", "echo line")
+    dt("wait", "three")
+    yield srv
+    srv.stop()
+
+
+@pytest.mark.parametrize("rank", ["3", "5000", "9" * 30])
+def test_a_rank_past_the_jobs_names_its_ranks_at_every_door(server, rank):
+    """HTTP's ?rank=5000 was a general line ("use a process rank such as 0 (at most 4095)") where
+    `dtrain logs JOB --rank 5000` and Client.logs named the job's ranks."""
+    said = usage_line(server.dtrain()("logs", "three", "--rank", rank, check=False))
+    assert "job 'three' has 3 process(es), ranks 0 to 2" in said, said
+    with pytest.raises(SpecError) as err:
+        list(Client(home=server.home).logs("three", rank=int(rank)))
+    assert str(err.value) == said
+    for path in (f"{JOB}/three/logs", f"{JOB}/three/logs/stream"):
+        r = server.http.get(path, params={"rank": rank})
+        assert (r.status_code, r.json()["error"]) == (422, said), r.text
