@@ -173,6 +173,16 @@ def since_refusal(value, bounds: str = "") -> SpecError:
                      f"(the CLI's --since 10m)")
 
 
+def check_since(value, typed=None) -> float:
+    """logs' since: a unix time in seconds from 0 to MAX_TIME, as the HTTP query's schema bounds it
+    (a time before 1970 holds no line; NaN and infinity broke Kubernetes' sinceSeconds); `typed`: as
+    the user wrote it."""
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not 0 <= value <= MAX_TIME):  # NaN compares false
+        raise since_refusal(value if typed is None else typed, f" from 0 to {MAX_TIME:.0f}")
+    return value
+
+
 def as_typed_number(text):
     """A number as a query gave it: an int for whole digits, a float for a decimal (2.5), else the
     text itself, named as typed ('1e3', 'nan')."""

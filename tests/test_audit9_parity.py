@@ -42,3 +42,22 @@ def test_a_rank_past_the_jobs_names_its_ranks_at_every_door(server, rank):
     for path in (f"{JOB}/three/logs", f"{JOB}/three/logs/stream"):
         r = server.http.get(path, params={"rank": rank})
         assert (r.status_code, r.json()["error"]) == (422, said), r.text
+
+
+@pytest.mark.parametrize("since", [-1, -0.5, float("inf"), 1e300, True])
+def test_the_sdk_refuses_the_since_the_api_refuses(server, since):
+    """Client.logs(since=-1) read every line where GET /logs?since=-1 was refused."""
+    with pytest.raises(SpecError) as err:
+        list(Client(home=server.home).logs("three", since=since))
+    if since is not True:  # a query has no bool
+        r = server.http.get(f"{JOB}/three/logs", params={"since": repr(since)})
+        as_typed = shown(as_typed_number(repr(since)))  # a query names a number as one, 'inf' or '1e+300' as typed
+        assert (r.status_code, r.json()["error"]) == (422, str(err.value).replace(repr(since), as_typed, 1)), r.text
+    assert str(err.value).startswith(f"invalid since {since!r}: use a unix time in seconds from 0 to ")
+    assert [x.text for x in Client(home=server.home).logs("three", since=0)] == ["line"] * 3
+
+
+def test_a_since_time_before_1970_is_every_line(server):
+    """--since-time 1960-...: before any line, as kubectl takes it, not the SDK's refusal of a negative time."""
+    out = server.dtrain()("logs", "three", "--since-time", "1960-01-01T00:00:00Z").stdout
+    assert out.count("line") == 3, out

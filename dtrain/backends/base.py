@@ -9,7 +9,6 @@ import abc
 import contextlib
 import dataclasses
 import logging
-import math
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
@@ -22,7 +21,7 @@ from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotSupport
                            TimeoutError_)  # (re-exported)
 from dtrain.names import (MAX_TAIL, check_gpu_quota, check_limit_bytes,  # noqa: F401
                           check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
-                          parse_volume_size, shown, since_refusal, status_refusal, with_near)
+                          check_since, parse_volume_size, shown, since_refusal, status_refusal, with_near)
 from dtrain.spec import JobSpec
 
 
@@ -425,6 +424,8 @@ class Backend(abc.ABC):
             check_rank(rank)
         if tail is not None:
             check_tail(tail)
+        if since is not None:  # refused before the job is read, as the HTTP query is
+            check_since(since)
         if not isinstance(previous, bool) or not isinstance(follow, bool):
             raise SpecError(f"invalid previous {previous!r} or follow {follow!r}: use true or false")
         if previous and follow:
@@ -435,9 +436,6 @@ class Backend(abc.ABC):
         if rank is not None and rank >= info.spec.processes:
             raise SpecError(f"invalid rank {shown(rank)}: job {name!r} has {info.spec.processes} process(es), "
                             f"ranks 0 to {info.spec.processes - 1}")
-        if since is not None and (isinstance(since, bool) or not isinstance(since, (int, float))
-                                  or not math.isfinite(since)):  # NaN or infinity broke Kubernetes' sinceSeconds
-            raise since_refusal(since)
         return LogStream(self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous),
                          limit_bytes)
 
@@ -506,7 +504,7 @@ class Backend(abc.ABC):
         if info.status != JobStatus.RUNNING:
             raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job (see 'dtrain list')")
         if not _whole(rank) or not 0 <= rank < info.spec.processes:
-            raise SpecError(f"invalid rank {shown(rank)}: job {name!r} has ranks 0 to {info.spec.processes - 1}")
+            raise SpecError(f"invalid rank {rank!r}: job {name!r} has ranks 0 to {info.spec.processes - 1}")
         if isinstance(command, str) or not command or not all(isinstance(w, str) and "\0" not in w for w in command):
             raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt")
         return self._exec(name, list(command), rank=rank)

@@ -374,6 +374,7 @@ def cmd_logs(args, client: Client) -> int:
     rank = None if args.rank in (None, "all") else _rank(args.rank)
     since = (fmt.parse_since(args.since) if args.since is not None else
              fmt.parse_time(args.since_time) if args.since_time is not None else None)
+    since = None if since is None else max(since, 0.0)  # a time before 1970: every line, as kubectl has it
     _in_project(args)
     info = _get(args, client, args.name)
     many = rank is None and info.spec.processes > 1

@@ -24,9 +24,9 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
 from dtrain import db, errors
-from dtrain.names import (MAX_TIME, as_typed_number, check_gpu_quota, check_limit_bytes, check_name, check_page,
+from dtrain.names import (as_typed_number, check_gpu_quota, check_limit_bytes, check_name, check_page, check_since,
                           check_storage_class, check_tail, parse_size, parse_volume_size, rank_refusal, shown,
-                          since_refusal, status_refusal, wait_refusal)
+                          status_refusal, wait_refusal)
 from dtrain.server import routes_cluster, routes_jobs, routes_notebooks, routes_storage, wire
 from dtrain.server.auth import Guard
 from dtrain.server.clients import Clients
@@ -238,8 +238,7 @@ def _since(value, typed) -> None:
         seconds = float(typed)
     except (TypeError, ValueError):
         seconds = math.nan
-    if not (math.isfinite(seconds) and 0 <= seconds <= MAX_TIME):
-        raise since_refusal(value, f" from 0 to {MAX_TIME:.0f}")
+    check_since(seconds, value)  # the SDK's own check, naming the value as typed
 
 
 def _status(_value, typed) -> None:
