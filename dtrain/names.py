@@ -114,6 +114,13 @@ def check_limit_bytes(value) -> int:
     return value
 
 
+def check_port(value) -> int:
+    """`dtrain server --port`: a TCP port, 0 for any free one."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
+        raise SpecError(f"invalid --port {shown(value)}: use 1-65535 (or 0 for any free port)")
+    return value
+
+
 def check_page(limit: int | None, offset: int) -> None:
     """A page's bounds: at most `limit` jobs (1 to MAX_PAGE; None: the rest) after `offset` of them."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE):

@@ -61,3 +61,49 @@ def test_a_since_time_before_1970_is_every_line(server):
     """--since-time 1960-...: before any line, as kubectl takes it, not the SDK's refusal of a negative time."""
     out = server.dtrain()("logs", "three", "--since-time", "1960-01-01T00:00:00Z").stdout
     assert out.count("line") == 3, out
+
+
+# Every numeric flag of the CLI (its `type=`: cli.jobs.number): a word that is no number was argparse's
+# "argument --cpu: invalid float value: 'x'"; now the flag's own check names it, its bounds and the fix.
+NUMERIC_FLAGS = [
+    (["submit-dist", "j", "--processes", "{}", "--", "true"], "--processes", "use a whole number from 1 to"),
+    (["submit", "j", "--cpu", "{}", "--", "true"], "--cpu", "use a number of CPU threads from"),
+    (["submit", "j", "--gpu", "{}", "--", "true"], "--gpu", "use a whole number from 0 to"),
+    (["submit", "j", "--max-restarts", "{}", "--", "true"], "--max-restarts", "use a whole number from 0 to"),
+    (["submit", "j", "--instance-count", "{}", "--", "true"], "--instance-count", "use a whole number from 1 to"),
+    (["submit", "j", "--max-runtime", "{}", "--", "true"], "--max-runtime", "use a whole number from 1 to"),
+    (["submit", "j", "--spot", "--max-wait", "{}", "--", "true"], "--max-wait", "use a whole number from 1 to"),
+    (["submit", "j", "--volume-size", "{}", "--", "true"], "--volume-size", "use a whole number from 1 to"),
+    (["notebook", "nb", "--cpu", "{}"], "--cpu", "use a number of CPU threads from"),
+    (["project", "create", "p", "--gpu-quota", "{}"], "--gpu-quota", "use a whole number from 0 to"),
+    (["logs", "three", "-t", "{}"], "tail", "use a number of lines from 0 to"),
+    (["logs", "three", "--tail", "{}"], "tail", "use a number of lines from 0 to"),
+    (["logs", "three", "--limit-bytes", "{}"], "--limit-bytes", "use a number of bytes from 1 to"),
+    (["logs", "three", "--rank", "{}"], "--rank", "use a process rank such as 0"),
+    (["wait", "three", "--timeout", "{}"], "--timeout", "use seconds from 0 to"),
+    (["server", "--port", "{}"], "--port", "use 1-65535"),
+]
+
+
+@pytest.mark.slow  # a CLI run per flag and value
+@pytest.mark.parametrize("words, flag, rule", NUMERIC_FLAGS, ids=[w[2] if w[0] != "server" else "port"
+                                                                 for w, _, _ in NUMERIC_FLAGS])
+@pytest.mark.parametrize("value", ["x", "abc", "1e3x"])
+def test_every_numeric_flag_names_itself_and_its_bounds(server, words, flag, rule, value):
+    said = usage_line(server.dtrain()(*[w.format(value) for w in words], check=False))
+    assert said.startswith(f"invalid {flag} {value!r}: {rule}"), said
+
+
+@pytest.mark.parametrize("flag, field, value", [("-t", "tail", "x"), ("--limit-bytes", "limit_bytes", "abc")])
+def test_a_logs_word_that_is_no_number_is_the_apis_line(server, flag, field, value):
+    """`dtrain logs JOB -t x` and GET /logs?tail=x: the same words (each door's way to ask for every line)."""
+    said = usage_line(server.dtrain()("logs", "three", flag, value, check=False))
+    r = server.http.get(f"{JOB}/three/logs", params={field: value})
+    assert (r.status_code, r.json()["error"]) == (422, said.replace("or -1 for", "or leave it out for")), r.text
+
+
+def test_a_body_number_and_its_flag_say_the_same(server):
+    """POST /jobs {"cpu": "x"} and `dtrain submit --cpu x`: one line."""
+    said = usage_line(server.dtrain()("submit", "j", "--cpu", "x", "--", "true", check=False))
+    r = server.http.post(JOB, json={"name": "j", "command": ["true"], "cpu": "x"})
+    assert (r.status_code, r.json()["error"]) == (422, said), r.text

@@ -95,9 +95,9 @@ def test_a_fraction_of_a_gpu_is_named_as_such(dt: Dtrain):
     for words in (("submit", "half", "--gpu", "0.5", "--", "true"), ("submit-mpi", "half", "--gpu", "0.5", "--", "true"),
                   ("notebook", "half", "--gpu", "0.5")):
         assert_usage_error(dt(*words, check=False), "--gpu 0.5 is a fraction of a GPU", "--gpu 1", "leave --gpu out")
-    assert_usage_error(dt("submit", "half", "--gpu", "one", "--", "true", check=False), "invalid value 'one'",
-                       "whole GPUs per process")
-    assert_usage_error(dt("submit", "half", "--gpu", "nan", "--", "true", check=False), "invalid value 'nan'")
+    assert_usage_error(dt("submit", "half", "--gpu", "one", "--", "true", check=False), "invalid --gpu 'one'",
+                       "use a whole number from 0 to")
+    assert_usage_error(dt("submit", "half", "--gpu", "nan", "--", "true", check=False), "invalid --gpu nan")
     assert dt.json("list", "-A") == []
     dt("submit", "whole", "--gpu", "0.0", "--", "true")  # 0.0 is whole
     assert dt.json("describe", "job", "whole")["spec"]["gpu"] == 0

@@ -19,7 +19,8 @@ from dtrain.cli import format as fmt
 from dtrain.client import Client, TimeoutError_
 from dtrain.config import read_small_file
 from dtrain.errors import ConflictError, NotFoundError, SpecError
-from dtrain.names import MAX_WAIT, check_name, check_rank, check_tail, shown, wait_refusal
+from dtrain.names import (MAX_WAIT, as_typed_number, check_limit_bytes, check_name, check_rank, check_tail, shown,
+                          wait_refusal)
 from dtrain.spec import (JobSpec, check_sagemaker_mapping, parse_env, parse_labels, parse_pvc, sagemaker_backend,
                          yaml_mapping)
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
@@ -36,7 +37,21 @@ _FIELDS = ("processes", "launcher", "gpu", "cpu", "memory", "large_shm", "workin
 NEGATIVE_VALUE = re.compile(r"^-\.?[0-9]")
 
 
-def gpu_count(text: str) -> int | float:
+def real(text: str) -> int | float | str:
+    """The `type=` of a flag that takes fractions (--cpu): the number typed (an int for whole digits,
+    a float for a decimal, an exponent, inf or nan), or the text itself when it is none; the flag's
+    own check (the SDK's and the HTTP API's) then refuses it in its words, naming the flag, its bounds
+    and an example, where float gave argparse's "invalid float value"."""
+    value = as_typed_number(text)
+    if isinstance(value, str) and len(value) <= 64:  # a float's spelling is short; a longer text stays text
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    return value
+
+
+def gpu_count(text: str) -> int | float | str:
     """--gpu: whole GPUs per process. Run:AI also takes a fraction of one (--gpu 0.5), which is not
     shared out here: a fraction goes to the spec, which names it as such (as for a job file or the
     HTTP API), where int() said only "invalid int value"."""
@@ -52,7 +67,7 @@ def gpu_count(text: str) -> int | float:
         return int(value)  # 2.0, 1e1
     if math.isfinite(value) and value > 0:
         return value  # the spec's one message for a fraction
-    raise argparse.ArgumentTypeError(f"invalid value {shown(text)}: give whole GPUs per process, e.g. --gpu 1")
+    return real(text)  # the spec names it: "invalid --gpu 'x': use a whole number from 0 to 16"
 
 
 def whole_number(text: str) -> int | float | str:
@@ -60,7 +75,7 @@ def whole_number(text: str) -> int | float | str:
     number goes on to the check that knows the flag's range and names it ("invalid --processes 1.5:
     use a whole number from 1 to 4096"), where int() said only "invalid int value: '1.5'". 1e3 is
     1000; a fraction, nan or inf goes on as a float, a run of digits past what int() reads as typed
-    (the check refuses both); a word that is no number is refused here."""
+    (the check refuses both); so does a word, named as typed."""
     t = text.strip()
     if re.fullmatch(r"[-+]?[0-9]{1,4000}", t, re.ASCII):  # int() takes at most 4300 digits
         return int(t)
@@ -68,8 +83,8 @@ def whole_number(text: str) -> int | float | str:
         return text
     try:
         value = float(t)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid value {shown(text)}: give a whole number, e.g. 2") from None
+    except ValueError:  # a word: the flag's check names the flag ("invalid --processes 'x': use a whole number ...")
+        return text
     return int(value) if value.is_integer() and abs(value) <= 2 ** 53 else value  # 1e30 shown as typed
 
 
@@ -81,7 +96,7 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
         if not mpi:
             p.add_argument("--launcher", choices=["torchrun", "mpi"], help="default: torchrun")
     p.add_argument("-g", "--gpu", type=gpu_count, help="whole GPUs per process (default 0: CPU only; no fractions)")
-    p.add_argument("--cpu", type=float, help="CPU threads per process (sets OMP_NUM_THREADS, by default the machine's "
+    p.add_argument("--cpu", type=real, help="CPU threads per process (sets OMP_NUM_THREADS, by default the machine's "
                                              "CPUs shared out among the processes; each local process is pinned to its "
                                              "own cores when they go round)")
     p.add_argument("--memory", help="memory per process, e.g. 8Gi")
@@ -375,14 +390,15 @@ def cmd_logs(args, client: Client) -> int:
     since = (fmt.parse_since(args.since) if args.since is not None else
              fmt.parse_time(args.since_time) if args.since_time is not None else None)
     since = None if since is None else max(since, 0.0)  # a time before 1970: every line, as kubectl has it
+    tail = None if args.tail in (None, -1) else check_tail(args.tail, "cli")  # kubectl's --tail=-1 (its default): all
+    if args.limit_bytes is not None:  # refused before the job is read, as by HTTP
+        check_limit_bytes(args.limit_bytes)
     _in_project(args)
     info = _get(args, client, args.name)
     many = rank is None and info.spec.processes > 1
     printed = False
-    tail = None if args.tail in (None, -1) else check_tail(args.tail, "cli")  # kubectl's --tail=-1 (its default): all
-    lines = client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
-                        previous=args.previous, limit_bytes=args.limit_bytes, project=args.project)
-    for line in lines:  # a notice (lines that may be missing) is on stderr at once, from the stream
+    for line in client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
+                            previous=args.previous, limit_bytes=args.limit_bytes, project=args.project):
         printed = True
         if args.json:
             sys.stdout.write(json.dumps(line.to_dict()) + "\n")
@@ -399,14 +415,6 @@ def cmd_logs(args, client: Client) -> int:
     return 0
 
 
-def _limit_bytes(text: str) -> int:
-    """--limit-bytes N: the SDK's check says why a number is refused; a word that is none is named as typed."""
-    if not re.fullmatch(r"[-+]?[0-9]{1,4000}", text.strip(), re.ASCII):  # int() takes at most 4300 digits
-        raise argparse.ArgumentTypeError(f"invalid value {shown(text)}: give a number of bytes, e.g. "
-                                         f"--limit-bytes 10000")
-    return int(text)
-
-
 def _whole(text: str) -> bool:
     """A rank as typed: ASCII digits ("²".isdigit() too, and int() refuses it), few enough for int()
     (past 4300 digits it raised a traceback; no rank reaches 19 digits: MAX_PROCESSES bounds them)."""
@@ -415,9 +423,9 @@ def _whole(text: str) -> bool:
 
 def _rank(text: str) -> int:
     """--rank R: names.py's check (the SDK's and the HTTP API's) says why one is refused, naming it as typed."""
-    number = text.strip()
-    whole = re.fullmatch(r"[-+]?[0-9]{1,4000}", number, re.ASCII)  # as a query's: the job names its ranks
-    return check_rank(int(number) if whole else text, "cli", text)
+    digits = text.strip()
+    whole = re.fullmatch(r"[-+]?[0-9]{1,4000}", digits, re.ASCII)  # as a query's: the job names its ranks
+    return check_rank(int(digits) if whole else text, "cli", text)
 
 
 def cmd_delete(args, client: Client) -> int:
@@ -590,10 +598,10 @@ def register(sub) -> None:
     p.add_argument("--previous", action="store_true",
                    help="the lines of the attempt before the current one, after a restart (--max-restarts); "
                         "without it, the current attempt's")
-    p.add_argument("-t", "--tail", type=int, metavar="N",
+    p.add_argument("-t", "--tail", type=whole_number, metavar="N",
                    help="only the last N lines; -1 (as kubectl's): all of them, the default")
     p.add_argument("--rank", help="a process rank, or 'all' (default: all)")
-    p.add_argument("--limit-bytes", type=_limit_bytes, metavar="N",
+    p.add_argument("--limit-bytes", type=whole_number, metavar="N",
                    help="at most N bytes of the log (as kubectl's), the last line cut short")
     p.add_argument("-c", "--container", help=argparse.SUPPRESS)  # kubectl's: answered with --rank
     p.add_argument("--all-containers", nargs="?", const="true", help=argparse.SUPPRESS)

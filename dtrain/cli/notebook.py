@@ -12,7 +12,7 @@ import json
 import time
 
 from dtrain.cli import format as fmt
-from dtrain.cli.jobs import gpu_count
+from dtrain.cli.jobs import gpu_count, real
 from dtrain import JobStatus
 from dtrain.client import Client
 from dtrain.names import check_name
@@ -181,7 +181,7 @@ def register(sub) -> None:
                    help="volume to work on; the first one is Jupyter's root folder (repeat); without it, "
                         "a new empty folder of the job's own")
     c.add_argument("-g", "--gpu", type=gpu_count, help="whole GPUs (default 0)")
-    c.add_argument("--cpu", type=float, help="CPU threads")
+    c.add_argument("--cpu", type=real, help="CPU threads")
     c.add_argument("--memory", help="memory, e.g. 8Gi")
     c.add_argument("-i", "--image", help="notebook image (Kubernetes), e.g. a Kubeflow notebook-servers image")
     c.add_argument("--idle-timeout", metavar="DURATION",

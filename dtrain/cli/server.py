@@ -5,9 +5,11 @@ from __future__ import annotations
 from dtrain.cli.jobs import whole_number
 from dtrain.client import Client
 from dtrain.errors import EnvironmentError_
+from dtrain.names import check_port
 
 
 def cmd_server(args, client: Client) -> int:
+    check_port(args.port)  # --port x: its line, not argparse's "invalid int value"
     try:
         from dtrain.server.serve import run
     except ImportError as err:

@@ -11,14 +11,13 @@ from typing import Callable
 import uvicorn
 
 from dtrain.errors import ConflictError, SpecError
-from dtrain.names import shown
+from dtrain.names import check_port
 from dtrain.server.auth import TOKEN_FILE, is_loopback, load_or_create_token
 
 
 def bind(host: str, port: int) -> socket.socket:
     """Bind before uvicorn starts, so that port 0 works and the printed URL has the real port."""
-    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
-        raise SpecError(f"invalid --port {shown(port)}: use 1-65535 (or 0 for any free port)")
+    check_port(port)
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as err:
