@@ -107,3 +107,18 @@ def test_a_body_number_and_its_flag_say_the_same(server):
     said = usage_line(server.dtrain()("submit", "j", "--cpu", "x", "--", "true", check=False))
     r = server.http.post(JOB, json={"name": "j", "command": ["true"], "cpu": "x"})
     assert (r.status_code, r.json()["error"]) == (422, said), r.text
+
+
+def test_config_storage_class_takes_unset_after_the_name(tmp_path):
+    """`dtrain config storage-class fast --unset` was argparse's "expected at least one argument"."""
+    from conftest import Dtrain
+
+    dt = Dtrain(tmp_path / "home")
+    for words in (["fast", "--unset"], ["--unset", "fast"]):
+        dt("config", "storage-class", "fast", str(tmp_path / "disk"))
+        assert dt("config", "storage-class", *words).stdout == "storage class 'fast' removed\n"
+        assert "fast" not in dt("config", "storage-class").stdout
+    said = usage_line(dt("config", "storage-class", "--unset", check=False))
+    assert said.startswith("'dtrain config storage-class --unset' needs the classes to remove, e.g."), said
+    said = usage_line(dt("config", "sagemaker", "--unset", check=False))
+    assert said.startswith("--unset needs the settings to remove, e.g. --unset image"), said

@@ -48,6 +48,9 @@ def cmd_config(args, client: Client) -> int:
     if given and args.what != "sagemaker":  # else silently dropped: the user believes them saved
         raise SpecError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for 'dtrain config sagemaker', "
                         f"not 'dtrain config {args.what}'; nothing was changed")
+    if args.unset == []:  # `--unset` alone (nargs="*": a storage class's name may come before it)
+        raise SpecError(f"--unset needs the settings to remove, e.g. --unset image (one of {', '.join(_UNSETTABLE)})"
+                        f"; nothing was changed")
     if args.unset is not None and (bad := [k for k in args.unset if k not in _UNSETTABLE]):
         raise SpecError(f"--unset {bad[0]!r}: not a SageMaker setting; use one of {', '.join(_UNSETTABLE)}")
     if args.project is not None and args.what != "backend":
@@ -93,13 +96,14 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
         flags += ["-p/--project"] if args.project is not None else []
         raise SpecError(f"{', '.join(flags)} {'is' if len(flags) == 1 else 'are'} not for 'dtrain config "
                         f"storage-class'; nothing was changed")
-    if args.unset is not None:
-        if args.value is not None or not args.unset:
-            raise SpecError("'dtrain config storage-class --unset' takes class names only, e.g. --unset fast; "
-                            "nothing was changed")
+    if args.unset is not None:  # `--unset fast` or, as git's flags go anywhere, `fast --unset`
+        names = [n for n in (args.value, args.folder) if n is not None] + args.unset
+        if not names:
+            raise SpecError("'dtrain config storage-class --unset' needs the classes to remove, e.g. "
+                            "dtrain config storage-class --unset fast; nothing was changed")
         folders = dict(client.config.storage_classes)
-        held = client.unset_storage_classes(args.unset)
-        for name in dict.fromkeys(args.unset):
+        held = client.unset_storage_classes(names)
+        for name in dict.fromkeys(names):
             print(f"storage class '{name}' removed")
             if held.get(name):  # as kubectl warns: what the removal leaves behind, and how to undo it
                 print(f"dtrain: warning: storage class '{name}' still holds {held[name]} volume(s): they stay in "
@@ -253,7 +257,7 @@ def _add_config(sub) -> None:
     g.add_argument("--instance-type", help="default instance type, e.g. ml.m5.xlarge")
     g.add_argument("--subnets", nargs="+", metavar="SUBNET", help="VPC subnets (EFS/FSx channels need a VPC)")
     g.add_argument("--security-groups", nargs="+", metavar="SG", help="VPC security groups")
-    g.add_argument("--unset", nargs="+", metavar="SETTING",
+    g.add_argument("--unset", nargs="*", metavar="SETTING",
                    help="remove saved settings, e.g. --unset subnets security-groups (no VPC) or --unset image; "
                         "with 'storage-class': remove classes, e.g. --unset fast")
     p.set_defaults(handler=cmd_config)
