@@ -122,3 +122,17 @@ def test_config_storage_class_takes_unset_after_the_name(tmp_path):
     assert said.startswith("'dtrain config storage-class --unset' needs the classes to remove, e.g."), said
     said = usage_line(dt("config", "sagemaker", "--unset", check=False))
     assert said.startswith("--unset needs the settings to remove, e.g. --unset image"), said
+
+
+def test_an_image_the_local_backend_cannot_use_is_one_warning(tmp_path):
+    """`dtrain submit -i IMAGE` on the local backend ran without the image and without a word."""
+    from conftest import Dtrain
+
+    dt = Dtrain(tmp_path / "home")
+    proc = dt("submit", "img", "-i", "pytorch/pytorch:2.5.1", "--", "true")
+    [line] = [x for x in proc.stderr.splitlines() if "warning" in x]
+    assert line.startswith("dtrain: warning: --image pytorch/pytorch:2.5.1 is not used by the local backend"), line
+    assert "used on Kubernetes and SageMaker" in line
+    assert "warning" not in dt("submit", "plain", "--", "true").stderr
+    (tmp_path / "home" / "config.yaml").write_text("kubernetes: {image: 'team/train:1'}\n")  # the default: no word
+    assert "warning" not in dt("submit", "dflt", "-i", "team/train:1", "--", "true").stderr
