@@ -191,17 +191,20 @@ class Client:
         spec = self._configured(spec, "submit")
         info = self.backend(spec.backend, project=spec.project).submit(spec)
         self._submitted[info.name] = (info.backend, info.spec.project)
-        if note := self._unused_image(info.spec):  # the job runs; the user learns the image did not come into it
-            logging.getLogger(__name__).warning("dtrain: warning: %s", note)
+        for notice in self.submit_notices(info.spec):  # the job runs; the user learns what did not come into it
+            logging.getLogger(__name__).warning("dtrain: warning: %s", notice.message)
         return info
 
-    def _unused_image(self, spec: JobSpec) -> str | None:
-        """Why a job's --image is not used (the local backend runs this machine's Python), unless it is
-        the configured Kubernetes image anyway: a Run:AI user expects the image they name to run."""
+    def submit_notices(self, spec: JobSpec) -> tuple[Notice, ...]:
+        """What `submit` of `spec` (as stored: its backend set) warns about while it runs the job (the
+        CLI and SDK log it, the HTTP API's POST /jobs sends it in its Warning header): an --image the
+        local backend does not use (it runs this machine's Python), unless it is the configured
+        Kubernetes image anyway; a Run:AI user expects the image they name to run."""
         if spec.backend != "local" or not spec.image or spec.image == self.config.kubernetes.get("image"):
-            return None
-        return (f"--image {spec.image} is not used by the local backend: job {spec.name!r} runs on this machine's "
-                f"Python and packages; the image is used on Kubernetes and SageMaker (--backend kubernetes)")
+            return ()
+        return (Notice(code="image-unused", message=(
+            f"--image {spec.image} is not used by the local backend: job {spec.name!r} runs on this machine's "
+            f"Python and packages; the image is used on Kubernetes and SageMaker (--backend kubernetes)")),)
 
     def _configured(self, spec: JobSpec, verb: str) -> JobSpec:
         """`spec` with the project and backend it left unset filled in as `dtrain submit` fills them:

@@ -5,7 +5,9 @@ of the listing; the hints a command prints for a job of another project carry it
 
 from __future__ import annotations
 
+import math
 import shlex
+import time
 
 import pytest
 import yaml
@@ -38,7 +40,9 @@ def two_backends(cluster, home):
     """Job ljob (local, default project, ended) and job kjob (team-b, on Kubernetes), in that order."""
     client = dtrain.Client(home=home)
     client.submit(dtrain.JobSpec(name="ljob", command=["true"]))
-    assert client.wait("ljob", timeout=120).status == dtrain.JobStatus.SUCCEEDED
+    created = client.wait("ljob", timeout=120).created
+    # a Kubernetes creationTimestamp is whole seconds: kjob in the same second as ljob would sort first
+    time.sleep(max(0.0, math.floor(created) + 1.05 - time.time()))
     client.submit(dtrain.JobSpec(name="kjob", project="team-b", command=["python", "t.py"]))
     return cluster
 

@@ -63,7 +63,7 @@ def test_a_since_time_before_1970_is_every_line(server):
     assert out.count("line") == 3, out
 
 
-# Every numeric flag of the CLI (its `type=`: cli.jobs.number): a word that is no number was argparse's
+# Every numeric flag of the CLI (its `type=`: cli.jobs.whole_number or real): a word that is no number was argparse's
 # "argument --cpu: invalid float value: 'x'"; now the flag's own check names it, its bounds and the fix.
 NUMERIC_FLAGS = [
     (["submit-dist", "j", "--processes", "{}", "--", "true"], "--processes", "use a whole number from 1 to"),
@@ -136,3 +136,23 @@ def test_an_image_the_local_backend_cannot_use_is_one_warning(tmp_path):
     assert "warning" not in dt("submit", "plain", "--", "true").stderr
     (tmp_path / "home" / "config.yaml").write_text("kubernetes: {image: 'team/train:1'}\n")  # the default: no word
     assert "warning" not in dt("submit", "dflt", "-i", "team/train:1", "--", "true").stderr
+
+
+def test_the_api_says_an_image_the_local_backend_cannot_use_in_its_warning_header(tmp_path):
+    """POST /jobs with an image on the local backend put the warning in the server's log alone: the
+    caller (the dashboard, a script) learned nothing; it now reads the CLI's words in `Warning`."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    from fastapi.testclient import TestClient
+
+    from dtrain.client import Client
+    from dtrain.server.app import create_app
+    home = tmp_path / "home"
+    home.mkdir()
+    http = TestClient(create_app(lambda: Client(home=home)), base_url="http://127.0.0.1:8000")
+    r = http.post("/api/v1/jobs", json={"name": "img", "command": ["true"], "image": "pytorch/pytorch:2.5.1"})
+    assert r.status_code == 201, r.text
+    assert r.headers["warning"].startswith('299 dtrain "--image pytorch/pytorch:2.5.1 is not used by the local '
+                                           'backend'), r.headers
+    plain = http.post("/api/v1/jobs", json={"name": "plain", "command": ["true"]})
+    assert plain.status_code == 201 and "warning" not in plain.headers
+    assert Client(home=home).wait("img", timeout=60).status.value == "Succeeded"  # the job ran all the same

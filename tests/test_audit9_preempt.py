@@ -155,6 +155,7 @@ def test_events_read_in_the_order_they_happened(store):
     store.add_event("j", "Running", "later")
     store.add_run_event("j", "Running", "attempt 0: resumed from step 3", when=said)  # seen after `later`
     assert [e["message"] for e in store.events("j")][-2:] == ["attempt 0: resumed from step 3", "later"]
+    time.sleep(0.01)  # the end goes 1 ms before the stop's event: `later` must be further back than that
     assert store.set_status("j", "Suspended", "suspended by the user")
     store.add_run_event("j", "Running", "attempt 0: resumed from step 4", when=time.time() + 1)
     assert [e["message"] for e in store.events("j")][-2:] == ["attempt 0: resumed from step 4",

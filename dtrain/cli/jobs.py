@@ -397,8 +397,9 @@ def cmd_logs(args, client: Client) -> int:
     info = _get(args, client, args.name)
     many = rank is None and info.spec.processes > 1
     printed = False
-    for line in client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
-                            previous=args.previous, limit_bytes=args.limit_bytes, project=args.project):
+    lines = client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
+                        previous=args.previous, limit_bytes=args.limit_bytes, project=args.project)
+    for line in lines:
         printed = True
         if args.json:
             sys.stdout.write(json.dumps(line.to_dict()) + "\n")

@@ -65,16 +65,21 @@ def list_jobs(request: Request, response: Response, project: Annotated[str | Non
     return [wire.job_out(j) for j in jobs]
 
 
-@router.post("/jobs", response_model=wire.Job, status_code=201, responses=CHANGES)
-def submit(request: Request, body: wire.SpecIn):
-    """Submit a job: the body holds the fields of `dtrain submit` (and of a -f YAML file)."""
+@router.post("/jobs", response_model=wire.Job, status_code=201,
+             responses={**CHANGES, 201: {"headers": wire.SUBMIT_WARNING}})
+def submit(request: Request, response: Response, body: wire.SpecIn):
+    """Submit a job: the body holds the fields of `dtrain submit` (and of a -f YAML file). A `Warning`
+    header says what of it the backend does not use (an image on the local backend), as the CLI's
+    warning line."""
     c = client(request)
     data = body.model_dump(exclude_unset=True)
     data["project"] = data.get("project") or c.default_project
     sagemaker_backend(data)  # SageMaker options: that backend, as with `dtrain submit --instance-type`
     if data.get("backend") is None:  # the configured one (of the project), as `dtrain submit` and the job list use
         data["backend"] = c.backend(project=data["project"]).name
-    return wire.job_out(c.submit(JobSpec.from_dict(data)))
+    info = c.submit(JobSpec.from_dict(data))
+    wire.warn(response, c.submit_notices(info.spec))
+    return wire.job_out(info)
 
 
 @router.get("/jobs/{name}", response_model=wire.Job, responses=ERRORS)

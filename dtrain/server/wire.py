@@ -209,6 +209,11 @@ class Job(BaseModel):
                                                                     "shows them")
 
 
+SUBMIT_WARNING = {"Warning": {"description": "present when the job was submitted but a field of it is not used "
+                                          "by its backend (an image on the local backend): "
+                                          "`299 dtrain \"<what, and why>\"` (RFC 7234)",
+                               "schema": {"type": "string"}}}
+
 # The job list's paging (GET /jobs?limit=&offset=)
 TOTAL_COUNT = {"X-Total-Count": {"description": "the jobs that matched the filters, before `limit` and `offset`",
                                  "required": True, "schema": {"type": "integer", "minimum": 0}}}
