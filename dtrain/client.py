@@ -30,7 +30,7 @@ from dtrain.backends.base import (MAX_TAIL, Backend, FreedInfo, JobCount, JobInf
                                   LogStream, NodeInfo, Progress, ProjectInfo, SnapshotInfo, TimeoutError_,
                                   VolumeInfo, check_page, check_status, newest_first)
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
-from dtrain.errors import DtrainError, NotFoundError, SpecError
+from dtrain.errors import DtrainError, NotFoundError, NotSupportedError, SpecError
 from dtrain.names import MAX_PAGE, shown
 from dtrain.spec import JobSpec, check_name, notebook_spec, parse_selector, selects
 
@@ -365,10 +365,12 @@ class Client:
             walk.setdefault(name, project)
         return list(walk.items())
 
-    def _across(self, read: Callable[[Backend], T]) -> tuple[list[tuple[Backend, T]], list[Notice]]:
+    def _across(self, read: Callable[[Backend], T], what: str = "jobs",
+                skip: tuple[type[DtrainError], ...] = ()) -> tuple[list[tuple[Backend, T]], list[Notice]]:
         """`read` of each backend `_every_backend` names, with a notice for each one that could not be
         read (a cluster that does not answer, AWS without credentials): the others are read still; when
-        none can be, the first one's error is the answer (an empty list would read as "no jobs")."""
+        none can be, the first one's error is the answer (an empty list would read as "no jobs").
+        `what` names what was read in the notice; a `skip` error leaves a backend out without one."""
         if self.config_problem is not None:
             raise self.config_problem.with_traceback(None)
         walk = self._every_backend()
@@ -380,14 +382,16 @@ class Client:
             except DtrainError as err:
                 if len(walk) == 1:
                     raise
+                if isinstance(err, skip):
+                    continue
                 first = first or err
                 theirs = sorted(p for p, b in self.config.project_backends.items() if b == name)
                 whose = (f"projects {', '.join(theirs)}" if len(theirs) > 1 else f"project {theirs[0]}" if theirs
                          else "the default backend")
                 said = " ".join(str(err).split())
-                missed.append(Notice(code="jobs-unlisted",
-                                     message=f"jobs on the {name} backend ({whose}) not listed, the others are: {said}"))
-        if not done:
+                missed.append(Notice(code=f"{what}-unlisted",
+                                     message=f"{what} on the {name} backend ({whose}) not listed, the others are: {said}"))
+        if not done and first is not None:
             raise first.with_traceback(None)
         return done, missed
 
@@ -577,13 +581,24 @@ class Client:
         """Create project NAME, or change its GPU quota (`no_gpu_quota` removes it)."""
         self.backend(project=name).create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)
 
-    def list_projects(self) -> list[ProjectInfo]:
-        """Each project with its Running and Pending jobs counted (as Run:AI lists running and pending
-        workloads per project), counted where the jobs are kept."""
-        projects = self.backend().list_projects()
+    def list_projects(self) -> Listed:
+        """Each project, of every backend config.yaml names (as `list` without a project: a project
+        config.yaml sends to Kubernetes is a namespace there), by name, with its Running and Pending
+        jobs counted (as Run:AI lists running and pending workloads per project) where the jobs are
+        kept. A name on two backends is the one of the backend config.yaml sends that project to; a
+        backend without projects (SageMaker) adds none; one that does not answer is a notice."""
+        parts, notices = self._across(lambda backend: backend.list_projects(), what="projects",
+                                      skip=(NotSupportedError,))
+        found: dict[str, ProjectInfo] = {}
+        for backend, projects in parts:
+            for p in projects:
+                if p.name not in found or (backend.name == self.config.backend_for(p.name)
+                                           and found[p.name].backend != backend.name):
+                    found[p.name] = p
         counts = {(n.project, n.status.value): n.jobs for n in self.summary().counts}
-        return [replace(p, running=counts.get((p.name, "Running"), 0), pending=counts.get((p.name, "Pending"), 0))
-                for p in projects]
+        return Listed((replace(p, running=counts.get((p.name, "Running"), 0),
+                               pending=counts.get((p.name, "Pending"), 0))
+                       for p in sorted(found.values(), key=lambda p: p.name)), notices)
 
     def check_project(self, project: str) -> None:
         """NotFoundError for a project the local backend does not know: an empty list of its jobs

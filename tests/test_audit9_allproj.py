@@ -212,3 +212,25 @@ def test_snapshot_list_takes_the_project_as_the_sdk_and_http_do(cluster, home, h
         assert answer.status_code in (404, 422)
         in_cli_words = answer.json()["error"].replace("?project=", "-p ")  # each door names the project its way
         assert in_cli_words == said.stderr.strip().removeprefix("dtrain: error: "), (argv, answer.text)
+
+
+@pytest.mark.slow  # CLI runs: about 25 s
+def test_project_list_shows_the_projects_of_every_backend(cluster, home, http):
+    """`dtrain project create team-b` made the namespace on the cluster, and `project list` (the
+    default backend's alone) did not show it."""
+    dt = Dtrain(home)
+    assert "created" in dt("project", "create", "team-b").stdout
+    listed = {p["name"]: p["backend"] for p in dt.json("project", "list", "--json")}
+    assert listed == {"default": "local", "team-b": "kubernetes"}
+    rows = [line.split()[0] for line in dt("project", "list").stdout.splitlines()[1:]]
+    assert rows == ["default", "team-b"]
+    assert [p["name"] for p in http.get("/projects").json()] == ["default", "team-b"]
+    assert "already exists" in dt("project", "create", "team-b").stdout  # found where it is
+    cluster.cluster.fail("GET", "", 503)  # the cluster stops answering: the local projects still, and why not the rest
+    out = dt("project", "list")
+    assert [line.split()[0] for line in out.stdout.splitlines()[1:]] == ["default"]
+    [warning] = out.stderr.strip().splitlines()
+    assert warning.startswith("dtrain: warning: projects on the kubernetes backend (project team-b) not listed"), warning
+    got = http.get("/projects")
+    assert [p["name"] for p in got.json()] == ["default"]
+    assert "projects on the kubernetes backend (project team-b) not listed" in got.headers["warning"]

@@ -164,6 +164,7 @@ def cmd_project(args, client: Client) -> int:
               + _quota_notes(client, args.name, args.gpu_quota, existed))
         return 0
     projects = client.list_projects()
+    fmt.warn(projects.notices)  # a backend that did not answer: the others' projects are listed
     if args.json:
         print(json.dumps([p.to_dict() for p in projects], indent=2))
         return 0

@@ -33,11 +33,15 @@ def _projects(c) -> list[wire.Project]:
     return [wire.Project.model_validate(p) for p in c.list_projects()]
 
 
-@router.get("/projects", response_model=list[wire.Project], responses=ERRORS)
-def projects(request: Request):
-    """Each project: its GPU quota, the GPUs its jobs hold, its jobs (all but Deleted), and how many
-    of them run and wait now."""
-    return _projects(client(request))
+@router.get("/projects", response_model=list[wire.Project],
+            responses={**ERRORS, 200: {"headers": wire.PROJECTS_WARNING}})
+def projects(request: Request, response: Response):
+    """Each project, of every backend config.yaml names: its GPU quota, the GPUs its jobs hold, its
+    jobs (all but Deleted), and how many of them run and wait now. A `Warning` header says when a
+    backend could not be read and the others' projects are listed."""
+    listed = client(request).list_projects()
+    wire.warn(response, listed.notices)
+    return [wire.Project.model_validate(p) for p in listed]
 
 
 @router.post("/projects", response_model=wire.Project, status_code=201,

@@ -209,6 +209,9 @@ class Job(BaseModel):
                                                                     "shows them")
 
 
+PROJECTS_WARNING = {"Warning": {"description": "present when a backend could not be read and the list holds the "
+                                            "other backends' projects: `299 dtrain \"<why, and the fix>\"` (RFC 7234)",
+                                 "schema": {"type": "string"}}}
 SUBMIT_WARNING = {"Warning": {"description": "present when the job was submitted but a field of it is not used "
                                           "by its backend (an image on the local backend): "
                                           "`299 dtrain \"<what, and why>\"` (RFC 7234)",
