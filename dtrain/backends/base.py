@@ -131,7 +131,7 @@ class Notice:
     of jobs or classes that could not be read, log lines that may be missing). The CLI prints each as
     one `dtrain: warning: MESSAGE` line on stderr, the HTTP API sends it in a `Warning` header."""
 
-    code: str  # what kind: "jobs-unlisted", "classes-unlisted", "logs-incomplete", "image-unused"
+    code: str  # what kind: "jobs-unlisted", "projects-unlisted", "classes-unlisted", "logs-incomplete", "image-unused"
     message: str  # one line: what is missing, why, and how to fix it
 
 
