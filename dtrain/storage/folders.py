@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 from pathlib import Path
 
 from dtrain.storage import btrfs, fileio
@@ -60,12 +61,22 @@ def uncommitted(folder: Path) -> bool:
         return next(items, None) is None
 
 
+# The names staging_name makes ('.<kind>-<pid>-<8 hex>') and a delete's '.deleting-<pid>-<volume
+# uid>' (volumes.py): nothing else in a volume root is taken for a dead process's leftover. A user's
+# '.bak-2024-x' there was deleted as one (pid 2024 not running), and a '.backup-20240101123456-x'
+# stopped every volume and snapshot command with an OverflowError from os.kill.
+_STAGING = re.compile(r"\.(?:tmp|restore|old|trash|deep|move)-([0-9]{1,7})-[0-9a-f]{8}"
+                      r"|\.deleting-([0-9]{1,7})-[0-9a-f]{32}")
+
+
 def owner_dead(name: str) -> bool:
-    """Whether the process that made `name` (see staging_name) is gone."""
-    parts = name.split("-")
-    if len(parts) < 3 or not parts[1].isdigit():
-        return False
-    pid = int(parts[1])
+    """Whether `name` is a staging, trash or swap entry (see staging_name) whose maker is gone."""
+    match = _STAGING.fullmatch(name)
+    return match is not None and pid_gone(int(match.group(1) or match.group(2)))
+
+
+def pid_gone(pid: int) -> bool:
+    """Whether no process has this pid (a pid that cannot exist is gone; this process is not)."""
     if pid == os.getpid():
         return False
     try:
@@ -74,7 +85,9 @@ def owner_dead(name: str) -> bool:
         return True
     except PermissionError:
         return False
-    return False
+    except (OverflowError, ValueError):
+        return True
+    return pid <= 0
 
 
 def make_data_folder(path: Path) -> None:
