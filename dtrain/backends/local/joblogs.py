@@ -21,6 +21,7 @@ import stat
 from pathlib import Path
 
 from dtrain.backends.local.ranks import ATTEMPTS_FILE, rank_of
+from dtrain.storage import folders
 
 LOGS_PATH = (".dtrain", "logs")  # in the volume: .dtrain/logs/<job>/
 _DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
@@ -114,6 +115,7 @@ def _place(at: int, job: str, sources: list[tuple[int, str]], where: str) -> Non
     if mode is not None and not stat.S_ISDIR(mode):
         what = "a symbolic link" if stat.S_ISLNK(mode) else "not a folder"
         raise LogsNotCopied(f"{where} in the volume is {what}, and logs are never written through one: remove it")
+    _remove_leftovers(at, job)
     tmp = _new_folder(at, job, "tmp")
     try:
         new = os.open(tmp, _DIR, dir_fd=at)
@@ -136,14 +138,35 @@ def _place(at: int, job: str, sources: list[tuple[int, str]], where: str) -> Non
 
 
 def _new_folder(at: int, job: str, kind: str) -> str:
+    """'.<job>.<pid>-<hex>.<kind>': the pid tells a killed copy's leftover (_remove_leftovers)."""
     for _ in range(100):
-        name = f".{job}.{os.urandom(6).hex()}.{kind}"
+        name = f".{job}.{os.getpid()}-{os.urandom(6).hex()}.{kind}"
         try:
             os.mkdir(name, 0o755, dir_fd=at)
             return name
         except FileExistsError:
             continue
     raise FileExistsError(errno.EEXIST, "no free temporary name", name)
+
+
+def _remove_leftovers(at: int, job: str) -> None:
+    """The folders of a copy of `job`'s logs killed midway (SIGKILL, a reboot): its new copy
+    ('.tmp') and the earlier one it had moved aside ('.old'). Left there they stayed in the volume,
+    and in each of its snapshots, for good. A copy still running (its pid alive) is left alone;
+    a name without a pid is an older dtrain's leftover. Links are removed, never followed."""
+    prefix = f".{job}."
+    for name in os.listdir(at):
+        middle = name[len(prefix):-len(".tmp")]
+        if not (name.startswith(prefix) and name.endswith((".tmp", ".old")) and middle):
+            continue
+        pid, _, _ = middle.partition("-")
+        if pid.isdigit() and not folders.pid_gone(int(pid)):
+            continue
+        with contextlib.suppress(OSError):
+            if stat.S_ISDIR(os.stat(name, dir_fd=at, follow_symlinks=False).st_mode):
+                shutil.rmtree(name, dir_fd=at, ignore_errors=True)
+            else:
+                os.unlink(name, dir_fd=at)
 
 
 def _copy(folder: int, name: str, dst_folder: int) -> None:
