@@ -127,7 +127,9 @@ class Client:
             return LocalBackend(self.home)
         if name == "kubernetes":
             from dtrain.backends.kubernetes.backend import KubernetesBackend
-            return KubernetesBackend(self._kubernetes_config(project))
+            config = self._kubernetes_config(project)
+            return KubernetesBackend(config, command=lambda words: self.command_for(
+                words, backend="kubernetes", project=config.project))
         if name == "sagemaker":
             from dtrain.backends.sagemaker.backend import SageMakerBackend
             return SageMakerBackend(self.sagemaker_config(), home=self.home)

@@ -234,3 +234,15 @@ def test_project_list_shows_the_projects_of_every_backend(cluster, home, http):
     got = http.get("/projects")
     assert [p["name"] for p in got.json()] == ["default"]
     assert "projects on the kubernetes backend (project team-b) not listed" in got.headers["warning"]
+
+
+def test_the_kubernetes_backends_own_hints_carry_the_project(cluster, home):
+    """A job name taken in team-b's namespace said "delete it with 'dtrain delete kb'", which looks in
+    the default project (local here): the hint did not work as printed."""
+    dt = Dtrain(home)
+    dt("submit", "kb", "-p", "team-b", "--", "python", "t.py")
+    taken = dt("submit", "kb", "-p", "team-b", "--", "python", "t.py", check=False)
+    assert taken.returncode != 0
+    hint = taken.stderr.split("'")[3]
+    assert hint == "dtrain delete kb -p team-b", taken.stderr
+    assert "deleted" in _run_hint(dt, hint).stdout

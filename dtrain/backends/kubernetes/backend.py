@@ -27,7 +27,7 @@ import logging
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Callable
 
 from dtrain.backends.base import Backend, DataSource, GpuInfo, JobInfo, JobStatus, NodeInfo, ProjectInfo
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError
@@ -60,13 +60,21 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
 
     name = "kubernetes"
 
-    def __init__(self, config: KubernetesConfig | None = None, *, api_client: Any = None, exec_stream: Any = None):
+    def __init__(self, config: KubernetesConfig | None = None, *, api_client: Any = None, exec_stream: Any = None,
+                 command: Callable[[str], str] | None = None):
         """`api_client`: a kubernetes.client.ApiClient; None builds one from the kubeconfig on first use.
-        `exec_stream(namespace, pod, command) -> exit code`: None uses the official client's stream API."""
+        `exec_stream(namespace, pod, command) -> exit code`: None uses the official client's stream API.
+        `command(words)`: the `dtrain WORDS` a hint names for a job of this backend's project, so that
+        it works as printed (the Client's adds `-p PROJECT` and `--backend` where they are needed)."""
         self.config = config or KubernetesConfig()
         self._api_client = api_client
         self._exec_stream = exec_stream
         self._api: KubeApi | None = None
+        self._command = command
+
+    def cmd(self, words: str) -> str:
+        """`dtrain WORDS` as a hint names it (see `command`)."""
+        return self._command(words) if self._command is not None else f"dtrain {words}"
 
     @property
     def api(self) -> KubeApi:
@@ -162,7 +170,7 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         """Refuse before creating anything: a taken name, a taken new volume, a missing volume."""
         for resource, _ in self._jobs_named(namespace, spec.name)[0]:
             raise ConflictError(f"job {spec.name!r} already exists in namespace {namespace} ({resource.kind}): "
-                                f"delete it with 'dtrain delete {spec.name}' or choose another name")
+                                f"delete it with '{self.cmd(f'delete {spec.name}')}' or choose another name")
         for obj in objects:  # a new volume, the snapshot watcher, the MPI master Service: left by an old job
             name, kind = obj["metadata"]["name"], obj["kind"]
             if kind in ("PersistentVolumeClaim", "Job", "Service") and self._try_read(_BY_KIND[kind], namespace, name):

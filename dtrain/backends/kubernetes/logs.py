@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, replace
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from dtrain.backends.base import JobStatus, LogLine
 from dtrain.errors import NotFoundError, StorageError
@@ -276,7 +276,8 @@ def _given_back(spool) -> Iterator[str]:
             yield raw[:-1].decode()
 
 
-def check_pods_left(name: str, kind: str, obj: dict, pods: list[dict], rank: int | None) -> None:
+def check_pods_left(name: str, kind: str, obj: dict, pods: list[dict], rank: int | None,
+                    cmd: Callable[[str], str] = lambda words: f"dtrain {words}") -> None:
     """A job without a pod to read: one that has not started has written nothing yet; one that has
     ended lost its logs with its pods (the cluster keeps a container's log only while its pod
     exists), which is an error that names what removed them."""
@@ -288,7 +289,7 @@ def check_pods_left(name: str, kind: str, obj: dict, pods: list[dict], rank: int
     collector = "read them from the cluster's log collector if it has one"
     if status is JobStatus.SUSPENDED:
         raise NotFoundError(f"job {name!r} is suspended and {which} gone (a suspension deletes them), with the "
-                            f"logs: {collector}; 'dtrain resume {name}' starts new ones")
+                            f"logs: {collector}; '{cmd(f'resume {name}')}' starts new ones")
     if status is JobStatus.DELETED:
         raise NotFoundError(f"job {name!r} is being deleted and {which} gone, with the logs: {collector}")
     if policy in ("All", "Running"):

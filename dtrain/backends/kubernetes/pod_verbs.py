@@ -52,6 +52,8 @@ class PodVerbs:
 
     def _try_read(self, resource: Resource, namespace: str, name: str) -> dict | None: ...
 
+    def cmd(self, words: str) -> str: ...
+
     def _exec(self, name: str, command: list[str], *, rank: int) -> int:
         """`kubectl exec` into the pod that runs `rank` (a replica pod; packed ranks share one)."""
         resource, obj = self._find(name)
@@ -59,7 +61,7 @@ class PodVerbs:
         pods = [p for p in self._pods(name) if pod_index(resource.kind, obj, p) == index
                 and (p.get("status") or {}).get("phase") == "Running"]
         if not pods:
-            raise ConflictError(f"no running pod holds rank {rank} of job {name!r}; see 'dtrain describe job {name}'")
+            raise ConflictError(f"no running pod holds rank {rank} of job {name!r}; see '{self.cmd(f'describe job {name}')}'")
         pod = newest_pod(pods)["metadata"]["name"]
         if self._exec_stream is not None:
             return self._exec_stream(self.namespace, pod, command)
@@ -93,7 +95,7 @@ class PodVerbs:
         if previous and not streams and not stuck:
             raise NotFoundError(f"job {name!r} has no previous attempt (previous terminated container not found): "
                                 f"none of its pods{'' if rank is None else f' holding rank {rank}'} restarted; "
-                                f"'dtrain logs {name}' shows the current attempt")
+                                f"'{self.cmd(f'logs {name}')}' shows the current attempt")
         return _then_raise(merge(streams, tail), stuck[0] if stuck else None)
 
     def _sources(self, name: str, kind: str, obj: dict, rank: int | None) -> tuple[list[LogSource], list[dict]]:
@@ -102,7 +104,7 @@ class PodVerbs:
         pods = self._pods(name)
         sources = log_sources(kind, obj, pods, rank)
         if not sources:
-            check_pods_left(name, kind, obj, pods, rank)
+            check_pods_left(name, kind, obj, pods, rank, self.cmd)
         return sources, pods
 
     def _read_log(self, name: str, source: LogSource, query: dict) -> Iterator[str]:
@@ -124,7 +126,7 @@ class PodVerbs:
         stuck = stuck_reason(self._try_read(POD, self.namespace, pod) or {})
         if stuck:
             raise PodStuck(f"pod {pod} of job {name!r} cannot start ({stuck}): fix the image, secret or "
-                           f"config it names and submit the job again, or delete it ('dtrain delete {name}')")
+                           f"config it names and submit the job again, or delete it ('{self.cmd(f'delete {name}')}')")
 
     def _stream(self, name: str, source: LogSource, query: dict, hangup: Hangup | None = None) -> Iterator[str]:
         """A pod's log as it grows, to the pod's end. The kubelet ends a stream when the container
