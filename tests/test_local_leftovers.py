@@ -244,6 +244,15 @@ def test_a_supervisor_lost_while_snapshotting_never_runs_the_trained_job_again(t
         assert job["message"].endswith(", after every process exited 0, while taking the snapshot of volume data: "
                                        "the results are on the volume; take it with 'dtrain snapshot create data "
                                        "--job snap'")
+        # the advice taken: that snapshot is the job's (it stayed "Snapshot: -", and a second one was made
+        # each time the advice, still shown, was followed again)
+        taken = dt("snapshot", "create", "data", "--job", "snap", "--name", "late").stdout
+        assert "late" in taken
+        job = dt.json("describe", "job", "snap")
+        assert (job["status"], job["snapshot"]) == ("Failed", "late"), job
+        assert job["events"][-1]["message"] == "snapshot late of volume data taken by 'dtrain snapshot create data --job snap'"
+        dt("snapshot", "create", "data", "--job", "snap", "--name", "later")  # another is linked, not the job's
+        assert dt.json("describe", "job", "snap")["snapshot"] == "late"
     assert (dt.home / "volumes" / "data" / "data" / "runs.txt").read_text() == "run\n"  # ran once
 
 

@@ -851,7 +851,22 @@ class LocalBackend(Backend):
         if unfinished:
             _log().warning("warning: job %r was still %s: snapshot %r holds the results it had written so far, "
                            "not its final ones", job, unfinished, snap.name)
+        elif job is not None:
+            self._snapshot_taken_for(row, volume, snap.name)
         return snap
+
+    def _snapshot_taken_for(self, row, volume: str, snapshot: str) -> None:
+        """`snapshot create VOLUME --job J` as the message of a job whose --snapshot-on-success snapshot
+        was not taken (every process exited 0, the snapshot failed or its supervisor was lost) says to
+        run it: that snapshot becomes the job's (`describe` shows it; an event says who took it), once.
+        The job stays Failed, as it ended; the message's advice is answered by the event."""
+        spec = JobSpec.from_dict(json.loads(row["spec"]))
+        if (row["status"] != "Failed" or row["exit_code"] != 0 or row["snapshot"]
+                or spec.snapshot_volume != volume):
+            return
+        self.store.update(row["name"], snapshot=snapshot)
+        self.store.add_event(row["name"], "Failed", f"snapshot {snapshot} of volume {volume} taken by "
+                                                    f"'dtrain snapshot create {volume} --job {row['name']}'")
 
     def _copy_logs(self, volume: str, job: str) -> None:
         """An ended job's logs copied into `volume` before `snapshot create VOL --job J` takes it
