@@ -583,6 +583,11 @@ class Client:
         """Create project NAME, or change its GPU quota (`no_gpu_quota` removes it)."""
         self.backend(project=name).create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)
 
+    def has_project(self, name: str) -> bool:
+        """Whether project `name` exists on the backend config.yaml sends it to (its namespace on
+        Kubernetes): one read of that backend's projects, no job counted."""
+        return name in {p.name for p in self.backend(project=name).list_projects()}
+
     def list_projects(self) -> Listed:
         """Each project, of every backend config.yaml names (as `list` without a project: a project
         config.yaml sends to Kubernetes is a namespace there), by name, with its Running and Pending

@@ -151,7 +151,7 @@ def cmd_project(args, client: Client) -> int:
         _set_default_project(client, args.name)
         return 0
     if args.action == "create":
-        existed = args.name in {p.name for p in client.list_projects()}
+        existed = client.has_project(args.name)
         if existed and args.gpu_quota is None and not args.no_gpu_quota:
             print(f"project '{args.name}' already exists (unchanged)")
             return 0

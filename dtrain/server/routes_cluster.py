@@ -49,7 +49,7 @@ def projects(request: Request, response: Response):
 def create_project(request: Request, response: Response, body: wire.ProjectIn):
     """Create a project (201), or change an existing one's GPU quota (200; `no_gpu_quota` removes it)."""
     c = client(request)
-    existed = any(p.name == body.name for p in c.list_projects())
+    existed = c.has_project(body.name)
     c.create_project(body.name, gpu_quota=body.gpu_quota, no_gpu_quota=body.no_gpu_quota)
     if existed:
         response.status_code = 200
