@@ -97,6 +97,19 @@ function size(n) {
   while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
   return i ? n.toFixed(1) + " " + units[i] : n + " B";
 }
+// The words of a response's Warning header (RFC 7234: `299 dtrain "<text>"`, several comma-separated, a quote
+// or backslash in the text escaped with a backslash): a backend that did not answer (its projects or jobs are
+// not in the list), a field of a submitted job that its backend does not use; the CLI prints them as warnings.
+function warnings(header) {
+  return [...(header || "").matchAll(/\d{3} \S+ "((?:[^"\\]|\\.)*)"/g)].map(m => m[1].replace(/\\(.)/g, "$1"));
+}
+// Those words above a page's table (null: none), read by a screen reader as a status, not an alarm
+function warningNote(headers, id) {
+  const said = warnings(headers.get("warning"));
+  return said.length ? h("p", {id, class: "warning", role: "status"}, said.join("\n")) : null;
+}
+// A Warning a button's call got (the Submit form's) and the page it led to shows: said there once
+let carried = null;
 const statusCell = s => h("td", {class: `status s-${s}`}, s);
 // A job's address: with the project the page found it through (the Jobs filter, the Submit form's project): a
 // project that config.yaml sends to another backend (Kubernetes) keeps its jobs there, where a job's page
@@ -209,8 +222,7 @@ function jobsPage(main) {
       : readOnly() ? "No jobs yet: this server is read-only; submit one with 'dtrain submit'."
       : "No jobs yet: submit one from the Submit tab or with 'dtrain submit'.";
     // Some jobs could not be listed (SageMaker without AWS credentials: the --local ones only), as `dtrain list` warns
-    const warned = /^299 dtrain "(.*)"$/.exec(headers.get("warning") || "");
-    holder.replaceChildren(...(warned ? [h("p", {id: "jobs-warning", class: "error"}, warned[1].replace(/\\(.)/g, "$1"))] : []),
+    holder.replaceChildren(...[warningNote(headers, "jobs-warning")].filter(Boolean),
       jobs.length ? table(["Name", "Status", "Age", "Project", "Node", "Type",
       "GPUs allocated (requested)", "Processes running (pending)", ""], rows, {id: "jobs-table"})
       : h("p", {class: "muted"}, none));
@@ -258,14 +270,14 @@ function jobButtons(j, noun, project) {
 }
 
 // ---- one job -------------------------------------------------------------------------------
-function jobPage(main, name, project) {
+function jobPage(main, name, project, note) {
   const head = h("div", {class: "card", id: "job-head"});
   const curves = h("div", {class: "row", id: "curves"});
   const procs = h("div", {class: "card"}), events = h("div", {class: "card"}), snaps = h("div", {class: "card", id: "job-snapshots"});
   const spec = h("pre", {id: "job-spec"});
   const rank = h("select", {id: "rank", "aria-label": "Logs of rank", onchange: () => follow(name, rank.value, project)}, h("option", {value: ""}, "all ranks"));
   const logs = h("pre", {id: "logs", tabindex: 0, "aria-label": "Logs", "aria-live": "off"});
-  main.append(h("h1", {}, "Job ", h("span", {id: "job-name"}, name)), head,
+  main.append(h("h1", {}, "Job ", h("span", {id: "job-name"}, name)), note, head,
               h("h2", {}, "Logs ", rank), h("div", {class: "card"}, logs),
               h("h2", {}, "Training curves"), curves, h("div", {class: "row"},
               h("div", {class: "card"}, h("h2", {}, "Processes"), procs),
@@ -431,13 +443,14 @@ function notebooksPage(main) {
   const holder = h("div", {class: "card wide"});
   main.append(h("h1", {}, "Notebooks"), holder);
   every(async () => {
-    const books = (await api("/notebooks")).slice().reverse();  // newest first, as the Jobs table
+    const {body, headers} = await request("/notebooks");  // a backend that did not answer: in its Warning
+    const books = body.slice().reverse();  // newest first, as the Jobs table
     const rows = books.map(b => h("tr", {"data-notebook": b.name},
       h("td", {}, jobLink(b.name)), statusCell(b.status), ageCell(b.created, "created"), h("td", {}, b.project),
       h("td", {}, b.spec.volumes.join(", ") || "-"), h("td", {class: "gpus"}, `${b.gpus_allocated} (${b.gpus_requested})`),
       h("td", {class: "message"}, b.message || "-"),
       h("td", {class: "actions"}, ...jobButtons(b, ""))));
-    holder.replaceChildren(table(["Name", "Status", "Age", "Project", "Volumes", "GPUs allocated (requested)",
+    holder.replaceChildren(...[warningNote(headers, "notebooks-warning")].filter(Boolean), table(["Name", "Status", "Age", "Project", "Volumes", "GPUs allocated (requested)",
       "Message (why it waits)", ""], rows, {id: "notebooks-table"}, readOnly()
       ? "No notebooks yet: this server is read-only; start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan/work'."
       : "No notebooks yet: start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan/work' "
@@ -460,14 +473,15 @@ function projectsPage(main) {
   const holder = h("div", {class: "card wide"});
   main.append(h("h1", {}, "Projects"), holder);
   every(async () => {
-    const projects = await api("/projects");
+    // every backend's projects; one that did not answer is named in the Warning header, its projects missing
+    const {body: projects, headers} = await request("/projects");
     const rows = projects.map(p => h("tr", {"data-project": p.name},
       h("td", {}, h("a", {href: "#/jobs?project=" + encodeURIComponent(p.name)}, p.name)),
       h("td", {class: "quota"}, p.gpu_quota === null ? "none" : p.gpu_quota), h("td", {class: "gpus"}, p.gpus_allocated),
       h("td", {class: "running"}, p.running), h("td", {class: "pending"}, p.pending), h("td", {class: "jobs"}, p.jobs),
-      h("td", {class: "over-quota", title: p.extra.unknown || null}, overQuota(p))));
-    holder.replaceChildren(table(["Project", "GPU quota", "GPUs allocated", "Running jobs", "Pending jobs",
-      "Jobs (all but deleted)", "Over quota (local)"], rows, {id: "projects-table"},
+      h("td", {class: "over-quota", title: p.extra.unknown || null}, overQuota(p)), h("td", {class: "backend"}, p.backend)));
+    holder.replaceChildren(...[warningNote(headers, "projects-warning")].filter(Boolean), table(["Project", "GPU quota",
+      "GPUs allocated", "Running jobs", "Pending jobs", "Jobs (all but deleted)", "Over quota (local)", "Backend"], rows, {id: "projects-table"},
       "No projects yet: create one with 'dtrain project create NAME --gpu-quota 2'."));
   }, REFRESH_MS * 2);
 }
@@ -618,7 +632,8 @@ function submitPage(main) {
     const vols = val("volumes").split("\n").map(x => x.trim()).filter(Boolean);
     if (vols.length) body.volumes = vols;
     try {
-      const j = await api("/jobs", {method: "POST", headers: {"content-type": "application/json"}, body: JSON.stringify(body)});
+      const {body: j, headers} = await request("/jobs", {method: "POST", headers: {"content-type": "application/json"}, body: JSON.stringify(body)});
+      carried = warningNote(headers, "submit-warning");  // submitted, with a field its backend does not use
       location.hash = "#" + withProject("/job/" + encodeURIComponent(j.name), body.project);
     } catch (e) { msg.className = "error"; msg.textContent = e.message; }
   };
@@ -653,7 +668,9 @@ function route() {
   document.querySelectorAll("nav a").forEach(a => a.classList.toggle("active", a.dataset.page === (page === "job" ? "jobs" : page || "jobs")));
   const main = document.getElementById("main");
   main.replaceChildren();
-  if (page === "job" && rest.length) jobPage(main, decoded(rest.join("/")), new URLSearchParams(query || "").get("project"));
+  const note = carried;  // the Submit form's warning, for the page it opened; gone after that page
+  carried = null;
+  if (page === "job" && rest.length) jobPage(main, decoded(rest.join("/")), new URLSearchParams(query || "").get("project"), note);
   else if (page === "projects") projectsPage(main);
   else if (page === "notebooks") notebooksPage(main);
   else if (page === "nodes") nodesPage(main);
