@@ -156,13 +156,23 @@ def _read_only_where_writes_fail(path: Path, err: sqlite3.DatabaseError) -> sqli
     try:
         how = "mode=ro" if pending else "immutable=1"
         conn = sqlite3.connect(f"file:{quote(str(path.resolve()))}?{how}", uri=True, isolation_level=None,
-                               check_same_thread=False)
+                               check_same_thread=False, factory=ReadOnlyConnection)
         conn.row_factory = sqlite3.Row
         conn.execute("PRAGMA foreign_keys=ON")
         conn.execute("SELECT count(*) FROM sqlite_schema").fetchone()
     except sqlite3.DatabaseError:
         return None
     return conn
+
+
+class ReadOnlyConnection(sqlite3.Connection):
+    """A connection `_read_only_where_writes_fail` opened: its disk is full or read-only, every write
+    through it is refused. A verb that would tidy as it reads (`snapshot verify`) asks `writable`."""
+
+
+def writable(conn: sqlite3.Connection) -> bool:
+    """False for a connection opened read-only because its disk is full or read-only."""
+    return not isinstance(conn, ReadOnlyConnection)
 
 
 def unusable(path: Path, err: sqlite3.DatabaseError) -> StorageError | None:

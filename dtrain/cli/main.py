@@ -399,9 +399,10 @@ def split_command(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def _reads_once(args) -> bool:
     """A command that only reads the state, once, and ends: it may read a database on a full disk
-    (so `dtrain list` still shows which job filled it). Not `logs -f` or `wait`: they watch for changes."""
+    (so `dtrain list` still shows which job filled it). Not `logs -f` or `wait`: they watch for changes.
+    `snapshot verify` tidies leftovers first where it can write; on a full disk it only checks."""
     if args.verb in ("volume", "snapshot"):
-        return getattr(args, "action", None) in ("list", "describe")
+        return getattr(args, "action", None) in ("list", "describe") + (("verify",) if args.verb == "snapshot" else ())
     return args.verb in ("list", "describe", "nodes", "top") or (args.verb == "logs" and not args.follow)
 
 

@@ -112,13 +112,20 @@ class Engine:
 
     # --- pins and sweeping -------------------------------------------------------------
     @contextlib.contextmanager
-    def pin(self):
-        """Hold while capturing, committing or restoring: no object vanishes meanwhile."""
+    def pin(self, *, marked: bool = True):
+        """Hold while capturing, committing or restoring: no object vanishes meanwhile. The shared
+        lock is what holds; the marker in pins/ tells a later sweep that a pinned process was
+        killed. `marked=False` (a check on a full or read-only disk, which writes nothing to clean
+        up after) makes the marker only where the disk takes it."""
         fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
         marker = self.root / "pins" / f"{os.getpid()}-{os.urandom(16).hex()}"
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)
-            marker.touch()
+            try:
+                marker.touch()
+            except OSError:
+                if marked:
+                    raise
             yield
         finally:
             marker.unlink(missing_ok=True)
@@ -666,10 +673,12 @@ class Engine:
                        wrap=wrap).tree(manifest, dest, progress=progress)
 
     # --- verification ----------------------------------------------------------------------
-    def verify(self, manifest_ids: Iterable[str], *, progress: Progress | None = None) -> VerifyStats:
+    def verify(self, manifest_ids: Iterable[str], *, progress: Progress | None = None,
+               write: bool = True) -> VerifyStats:
         """Re-hash every object the manifests refer to (call inside `pin`). Objects found
         corrupt or cut short leave the index, so that the next capture of a volume that still
-        holds their content stores it afresh (self-healing)."""
+        holds their content stores it afresh (self-healing). `write=False` (a full or read-only
+        disk): nothing is recorded or taken out; what is found is reported all the same."""
         digests: set[str] = set()
         bad_manifests = []
         natives: list[Manifest] = []
@@ -692,15 +701,16 @@ class Engine:
         # not taken out of the index: a pack that cannot be read now (a permission, a failing disk)
         # may read again later, and a sweep would delete what the index no longer names
         unreadable = frozenset(d for d, state in zip(order, found, strict=True) if state == "unreadable")
-        if computed := [(d, state) for d, state in zip(order, found, strict=True) if state.startswith("b3-")]:
+        computed = [(d, state) for d, state in zip(order, found, strict=True) if state.startswith("b3-")]
+        if computed and write:
             self.packs.record_hashes(computed)  # hashes deferred at capture, computed now
-        if gone or corrupt:  # out of the index: the next capture holding their content stores it afresh
+        if (gone or corrupt) and write:  # out of the index: the next capture holding their content stores it afresh
             self.packs.mark_damaged(gone, corrupt, where)
         files = hashed = 0
         for m in natives:  # a native snapshot's files, hashed now (recorded the first time)
             n, b, bad = native.verify_tree(self.subvols.path(m.subvolume), m.entries,
                                            self.root / "manifests" / f"{m.id}.hashes.gz", self.io.read_into,
-                                           self._buffer())
+                                           self._buffer(), save=write)
             files, hashed, corrupt = files + n, hashed + b, corrupt | bad
         return VerifyStats(objects=len(where) + files, bytes=run.done + hashed,
                            missing=frozenset(digests - where.keys() | gone), corrupt=corrupt,

@@ -131,9 +131,10 @@ def save_hashes(path: Path, hashes: dict[str, str]) -> None:
 
 
 def verify_tree(root: Path, entries: Sequence[Entry], hashes_file: Path, read_into, buf: memoryview,
-                ) -> tuple[int, int, set[str]]:
-    """Hash every file of a read-only subvolume with BLAKE3: record the hashes on the first pass,
-    compare with them on later ones. Returns (files, bytes, content ids found corrupt)."""
+                *, save: bool = True) -> tuple[int, int, set[str]]:
+    """Hash every file of a read-only subvolume with BLAKE3: record the hashes on the first pass
+    (unless `save` is False: a full disk), compare with them on later ones. Returns (files, bytes,
+    content ids found corrupt)."""
     recorded = load_hashes(hashes_file)
     found: dict[str, str] = {}
     files = total = 0
@@ -151,6 +152,7 @@ def verify_tree(root: Path, entries: Sequence[Entry], hashes_file: Path, read_in
         found[e.data[0]] = h.hexdigest()
         files, total = files + 1, total + done
     if recorded is None:
-        save_hashes(hashes_file, found)
+        if save:
+            save_hashes(hashes_file, found)
         return files, total, set()
     return files, total, {cid for cid, digest in found.items() if recorded.get(cid, digest) != digest}

@@ -362,12 +362,18 @@ class Storage:
                          objects=swept.objects if swept else 0, pending=swept is None)
 
     def verify(self, name: str | None = None, *, progress: Progress | bool | None = None) -> VerifyReport:
-        """Clean up crash leftovers, then re-hash the content of one snapshot or all of them."""
+        """Clean up crash leftovers, then re-hash the content of one snapshot or all of them.
+
+        On a disk that is full or read-only (the databases opened read-only: `db.reads_only`) it
+        only checks: nothing is tidied, swept or set aside, and the findings are reported as ever."""
         rows = [self.get_snapshot(name)] if name is not None else self.list_snapshots()
-        self._collect(sweep=False)
-        swept = self.engine.sweep(self._live_ids, force=True)
-        with self.engine.pin(), reporter(progress, "verify") as cb:
-            stats = self.engine.verify([s.id for s in rows], progress=cb)
+        write = db.writable(self.conn) and db.writable(self.engine.packs.conn)
+        swept = None
+        if write:
+            self._collect(sweep=False)
+            swept = self.engine.sweep(self._live_ids, force=True)
+        with self.engine.pin(marked=write), reporter(progress, "verify") as cb:
+            stats = self.engine.verify([s.id for s in rows], progress=cb, write=write)
         bad = ({d: "missing" for d in stats.missing} | {d: "corrupt" for d in stats.corrupt}
                | {d: "unreadable" for d in stats.unreadable})
         hits = self._hits(set(bad)) if bad else {}
