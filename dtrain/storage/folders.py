@@ -1,7 +1,8 @@
 """Volume folders on disk: staging, swapping, tidying what killed processes left, removing.
 
-Staging and trash folders are named '.<kind>-<pid>-<hex>' beside the folder they replace, so
-that `owner_dead` tells a killed process's leftovers from a live one's work (volumes.py).
+Staging and trash folders are named '.<kind>-<owner>-<hex>' beside the folder they replace, the
+owner being its maker's pid, start time and boot (`owner_tag`), so that `owner_dead` tells a killed
+process's leftovers from a live one's work (volumes.py), even once its pid names another process.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import re
 from pathlib import Path
 
+from dtrain import procs
 from dtrain.storage import btrfs, fileio
 
 # In a volume's folder from its making until its row commits (volumes.py): a folder of a volume
@@ -45,9 +47,49 @@ def collect_volume(folder: Path) -> list[Path]:
 
 
 def staging_name(kind: str) -> str:
-    """A private name for a staging, trash or swap entry: '.<kind>-<pid>-<hex>'. It carries its
-    creator's pid, so that owner_dead can tell a crash's leftover from work in progress."""
-    return f".{kind}-{os.getpid()}-{os.urandom(4).hex()}"
+    """A private name for a staging, trash or swap entry: '.<kind>-<owner>-<hex>'. It carries its
+    creator's identity (`owner_tag`), so that owner_dead can tell a crash's leftover from work in
+    progress."""
+    return f".{kind}-{owner_tag()}-{os.urandom(4).hex()}"
+
+
+_tag: tuple[int, str] | None = None  # (pid, its tag): read once per process (a fork has its own pid)
+
+
+def owner_tag() -> str:
+    """This process in a file name: '<pid>.<start>.<boot>', its pid, the kernel's start time of it
+    (/proc/PID/stat field 22) and the first 8 digits of the boot id. A pid alone is no identity:
+    after a reboot or a wrap a long-lived unrelated process may hold a killed restore's pid, which
+    kept its volume-sized staging folder for as long as that process ran. Just '<pid>' where /proc
+    does not tell (read by pid alone, as the names of older dtrains are)."""
+    global _tag
+    pid = os.getpid()
+    if _tag is None or _tag[0] != pid:
+        start, boot = procs.start_time(pid), procs.boot_id()[:8]
+        ok = start is not None and start.isdigit() and re.fullmatch(r"[0-9a-f]{8}", boot)
+        _tag = (pid, f"{pid}.{start}.{boot}" if ok else str(pid))
+    return _tag[1]
+
+
+_OWNER = r"[0-9]{1,7}(?:\.[0-9]{1,20}\.[0-9a-f]{8})?"  # owner_tag's; an older dtrain's: the pid alone
+
+
+def tag_gone(tag: str) -> bool | None:
+    """Whether the process an owner_tag names is gone: its pid is not running, or runs with another
+    start time or in another boot (a reused pid); None when `tag` is no owner tag. A tag of the
+    pid alone (an older dtrain's) is judged by the pid."""
+    if not re.fullmatch(_OWNER, tag):
+        return None
+    pid, _, rest = tag.partition(".")
+    if pid_gone(int(pid)):
+        return True
+    if not rest:
+        return False
+    start, _, boot = rest.partition(".")
+    if (now := procs.boot_id()[:8]) and boot != now:
+        return True
+    running = procs.start_time(int(pid))  # None: a zombie, or hidden from us (hidepid): not known
+    return running is not None and running != start
 
 
 def uncommitted(folder: Path) -> bool:
@@ -61,18 +103,18 @@ def uncommitted(folder: Path) -> bool:
         return next(items, None) is None
 
 
-# The names staging_name makes ('.<kind>-<pid>-<8 hex>') and a delete's '.deleting-<pid>-<volume
+# The names staging_name makes ('.<kind>-<owner>-<8 hex>') and a delete's '.deleting-<owner>-<volume
 # uid>' (volumes.py): nothing else in a volume root is taken for a dead process's leftover. A user's
 # '.bak-2024-x' there was deleted as one (pid 2024 not running), and a '.backup-20240101123456-x'
 # stopped every volume and snapshot command with an OverflowError from os.kill.
-_STAGING = re.compile(r"\.(?:tmp|restore|old|trash|deep|move)-([0-9]{1,7})-[0-9a-f]{8}"
-                      r"|\.deleting-([0-9]{1,7})-[0-9a-f]{32}")
+_STAGING = re.compile(rf"\.(?:tmp|restore|old|trash|deep|move)-(?P<staging>{_OWNER})-[0-9a-f]{{8}}"
+                      rf"|\.deleting-(?P<deleting>{_OWNER})-[0-9a-f]{{32}}")
 
 
 def owner_dead(name: str) -> bool:
     """Whether `name` is a staging, trash or swap entry (see staging_name) whose maker is gone."""
     match = _STAGING.fullmatch(name)
-    return match is not None and pid_gone(int(match.group(1) or match.group(2)))
+    return match is not None and bool(tag_gone(match.group("staging") or match.group("deleting")))
 
 
 def pid_gone(pid: int) -> bool:

@@ -50,7 +50,7 @@ CREATE TABLE IF NOT EXISTS class_roots (root TEXT PRIMARY KEY);
 DEFAULT_CLASS = "local"  # the class whose root is <home>/volumes
 ROOT_MARK = ".dtrain-volumes"  # in a class root: dtrain may tidy this folder
 PENDING = folders.PENDING  # in a volume's folder until its row commits (see folders.py)
-DELETING = ".deleting-"  # '.deleting-<pid>-<volume uid>': a volume folder renamed aside by a delete
+DELETING = ".deleting-"  # '.deleting-<owner>-<volume uid>' (folders.owner_tag): a volume folder renamed aside by a delete
 LIST_VOLUMES, LIST_SNAPSHOTS = "dtrain volume list", "dtrain snapshot list"
 
 
@@ -212,7 +212,7 @@ class Storage:
         folder = vol.path.parent
         # named after the volume's uid: killed between this rename and the commit, the row still
         # stands, and _collect puts the folder back instead of deleting a registered volume's data
-        trash = folder.parent / f"{DELETING}{os.getpid()}-{vol.uid}"
+        trash = folder.parent / f"{DELETING}{folders.owner_tag()}-{vol.uid}"
         with self.hold(vol, exclusive=True, wait=True):
             with db.transaction(self.conn):
                 # This volume, if still there: a concurrent delete (or a delete and a new volume of the

@@ -138,9 +138,10 @@ def _place(at: int, job: str, sources: list[tuple[int, str]], where: str) -> Non
 
 
 def _new_folder(at: int, job: str, kind: str) -> str:
-    """'.<job>.<pid>-<hex>.<kind>': the pid tells a killed copy's leftover (_remove_leftovers)."""
+    """'.<job>.<owner>-<hex>.<kind>': the owner (pid, start time, boot: folders.owner_tag) tells a
+    killed copy's leftover (_remove_leftovers), even once its pid names another process."""
     for _ in range(100):
-        name = f".{job}.{os.getpid()}-{os.urandom(6).hex()}.{kind}"
+        name = f".{job}.{folders.owner_tag()}-{os.urandom(6).hex()}.{kind}"
         try:
             os.mkdir(name, 0o755, dir_fd=at)
             return name
@@ -153,14 +154,15 @@ def _remove_leftovers(at: int, job: str) -> None:
     """The folders of a copy of `job`'s logs killed midway (SIGKILL, a reboot): its new copy
     ('.tmp') and the earlier one it had moved aside ('.old'). Left there they stayed in the volume,
     and in each of its snapshots, for good. A copy still running (its pid alive) is left alone;
-    a name without a pid is an older dtrain's leftover. Links are removed, never followed."""
+    a name without a pid is an older dtrain's leftover; a name with the pid alone (an older
+    dtrain's) is judged by the pid. Links are removed, never followed."""
     prefix = f".{job}."
     for name in os.listdir(at):
         middle = name[len(prefix):-len(".tmp")]
         if not (name.startswith(prefix) and name.endswith((".tmp", ".old")) and middle):
             continue
-        pid, _, _ = middle.partition("-")
-        if pid.isdigit() and not folders.pid_gone(int(pid)):
+        owner, _, _ = middle.partition("-")
+        if folders.tag_gone(owner) is False:  # its copy still running
             continue
         with contextlib.suppress(OSError):
             if stat.S_ISDIR(os.stat(name, dir_fd=at, follow_symlinks=False).st_mode):
