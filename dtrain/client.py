@@ -27,8 +27,8 @@ from collections import Counter
 from typing import TYPE_CHECKING, Callable, TypeVar
 
 from dtrain.backends.base import (MAX_TAIL, Backend, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, JobSummary, Listed, Notice,
-                                  LogStream, NodeInfo, Progress, ProjectInfo, SnapshotInfo, TimeoutError_,
-                                  VolumeInfo, check_page, check_status, newest_first)
+                                  LogStream, Progress, ProjectInfo, SnapshotInfo, TimeoutError_,
+                                  VolumeInfo, check_page, check_status, newest_first, notices_of)
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
 from dtrain.errors import DtrainError, NotFoundError, NotSupportedError, SpecError
 from dtrain.names import MAX_PAGE, shown
@@ -455,7 +455,9 @@ class Client:
         """Run a command beside a Running job's rank; its exit code."""
         return self._job(name, project).exec(name, command, rank=rank)
 
-    def nodes(self) -> list[NodeInfo]:
+    def nodes(self) -> Listed:
+        """The default backend's nodes; its `notices` say what could not be read (Kubernetes: pods this
+        account may not list, so GPUs allocated count only some of them or none)."""
         return self.backend().nodes()
 
     # ---- notebooks: interactive jobs (spec.notebook) ----------------------------------------
@@ -593,11 +595,13 @@ class Client:
         config.yaml sends to Kubernetes is a namespace there), by name, with its Running and Pending
         jobs counted (as Run:AI lists running and pending workloads per project) where the jobs are
         kept. A name on two backends is the one of the backend config.yaml sends that project to; a
-        backend without projects (SageMaker) adds none; one that does not answer is a notice."""
+        backend without projects (SageMaker) adds none; one that does not answer is a notice, and so
+        is what a backend could not read of its projects (Kubernetes: a GPU quota, the pods)."""
         parts, notices = self._across(lambda backend: backend.list_projects(), what="projects",
                                       skip=(NotSupportedError,))
         found: dict[str, ProjectInfo] = {}
         for backend, projects in parts:
+            notices += notices_of(projects)
             for p in projects:
                 if p.name not in found or (backend.name == self.config.backend_for(p.name)
                                            and found[p.name].backend != backend.name):

@@ -15,7 +15,7 @@ import pytest
 from server_util import ThreadServer, wait_until
 
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
-from dtrain.backends.base import GpuInfo, LogLine, NodeInfo  # noqa: E402
+from dtrain.backends.base import GpuInfo, Listed, LogLine, NodeInfo  # noqa: E402
 from dtrain.client import Client  # noqa: E402
 from dtrain.errors import EnvironmentError_  # noqa: E402
 from dtrain.server.app import create_app  # noqa: E402
@@ -296,10 +296,10 @@ def gpu_nodes(home: Path, count: int) -> Client:
     """A Client whose nodes are the seam: `count` nodes of 8 busy GPUs each."""
     class Cluster(Client):
         def nodes(self):
-            return [NodeInfo(name=f"node-{n}", gpus_allocatable=8, gpus_allocated=0, cpus=64, memory=512 << 30,
-                             gpus=tuple(GpuInfo(index=str(i), name="H100", memory_total=80 << 30,
-                                                memory_used=(i + 1) << 30, utilization=10.0 * i) for i in range(8)))
-                    for n in range(count)]
+            return Listed([NodeInfo(name=f"node-{n}", gpus_allocatable=8, gpus_allocated=0, cpus=64, memory=512 << 30,
+                                    gpus=tuple(GpuInfo(index=str(i), name="H100", memory_total=80 << 30,
+                                                       memory_used=(i + 1) << 30, utilization=10.0 * i) for i in range(8)))
+                           for n in range(count)])
     return Cluster(home=home)
 
 

@@ -131,7 +131,8 @@ class Notice:
     of jobs or classes that could not be read, log lines that may be missing). The CLI prints each as
     one `dtrain: warning: MESSAGE` line on stderr, the HTTP API sends it in a `Warning` header."""
 
-    code: str  # what kind: "jobs-unlisted", "projects-unlisted", "classes-unlisted", "logs-incomplete", "image-unused"
+    code: str  # what kind: "jobs-unlisted", "projects-unlisted", "classes-unlisted", "logs-incomplete", "image-unused",
+    # "quota-unknown" (a project's GPU quota not readable), "gpus-unknown" (GPUs allocated counted from part of the pods)
     message: str  # one line: what is missing, why, and how to fix it
 
 
@@ -350,8 +351,9 @@ class Backend(abc.ABC):
       What only one backend knows goes in `extra` (a dict of plain values), printed by
       `describe` and `--json` as is.
     * Warnings travel with the call's result, never in attributes of the backend (threads share
-      one): a listing hook returns a :class:`Listed` (a list with `notices`, :class:`Notice`
-      records) where a source could not be read while others were; `page` keeps them in
+      one): a listing hook (`_list`, `_list_projects`, `_nodes`, `_list_storage_classes`) returns a
+      :class:`Listed` (a list with `notices`, :class:`Notice` records) where a source could not be
+      read while others were; `page` keeps them in
       `JobPage.notices`; a `_logs` hook yields a `Notice` among its lines, which `logs` keeps in the
       :class:`LogStream` it returns.
     * Errors are :mod:`dtrain.errors` classes: NotFoundError for an unknown name, ConflictError
@@ -493,8 +495,11 @@ class Backend(abc.ABC):
             raise ConflictError(f"job {name!r} is {info.status}: only a Suspended job can be resumed")
         return self._resume(name)
 
-    def nodes(self) -> list[NodeInfo]:
-        return self._nodes()
+    def nodes(self) -> Listed:
+        """The nodes, with the call's notices (Kubernetes: pods it may not list, so GPUs allocated
+        count only some of them or none)."""
+        nodes = self._nodes()
+        return Listed(nodes, notices_of(nodes))
 
     def exec(self, name: str, command: list[str] | tuple[str, ...], *, rank: int = 0) -> int:
         """Run `command` beside a Running job's rank (its mount namespace / pod and environment),
@@ -553,8 +558,11 @@ class Backend(abc.ABC):
             raise SpecError("gpu_quota and no_gpu_quota contradict each other: give one of them")
         self._create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)
 
-    def list_projects(self) -> list[ProjectInfo]:
-        return sorted(self._list_projects(), key=lambda p: p.name)
+    def list_projects(self) -> Listed:
+        """The projects by name, with the call's notices (Kubernetes: a project's GPU quota or the
+        GPUs its pods hold that this account may not read)."""
+        projects = self._list_projects()
+        return Listed(sorted(projects, key=lambda p: p.name), notices_of(projects))
 
     # ---- volumes and snapshots ----------------------------------------------------------
     # Every backend offers the same verbs: a volume is a folder locally and a PVC on

@@ -164,7 +164,7 @@ def cmd_project(args, client: Client) -> int:
               + _quota_notes(client, args.name, args.gpu_quota, existed))
         return 0
     projects = client.list_projects()
-    fmt.warn(projects.notices)  # a backend that did not answer: the others' projects are listed
+    fmt.warn(projects.notices)  # a backend that did not answer, a GPU quota or pods Kubernetes did not let us read
     if args.json:
         print(json.dumps([p.to_dict() for p in projects], indent=2))
         return 0
@@ -177,6 +177,7 @@ def cmd_project(args, client: Client) -> int:
 
 def cmd_nodes(args, client: Client) -> int:
     nodes = client.nodes()
+    fmt.warn(nodes.notices)  # Kubernetes: pods this account may not list (GPUs allocated count some or none)
     if args.json:
         print(json.dumps([n.to_dict() for n in nodes], indent=2))
         return 0

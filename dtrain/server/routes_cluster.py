@@ -13,10 +13,13 @@ router = APIRouter(tags=["cluster"])
 ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
 
 
-@router.get("/nodes", response_model=list[wire.Node], responses=ERRORS)
-def nodes(request: Request):
-    """Each node with its GPUs: which job holds each, utilisation and memory now."""
-    return [wire.node_out(n) for n in client(request).nodes()]
+@router.get("/nodes", response_model=list[wire.Node], responses={**ERRORS, 200: {"headers": wire.NODES_WARNING}})
+def nodes(request: Request, response: Response):
+    """Each node with its GPUs: which job holds each, utilisation and memory now. A `Warning` header
+    says when the pods holding GPUs could not all be read (GPUs allocated count some or none)."""
+    listed = client(request).nodes()
+    wire.warn(response, listed.notices)
+    return [wire.node_out(n) for n in listed]
 
 
 SINCE = Annotated[float, Query(ge=0, le=wire.MAX_TIME, allow_inf_nan=False,
@@ -38,7 +41,8 @@ def _projects(c) -> list[wire.Project]:
 def projects(request: Request, response: Response):
     """Each project, of every backend config.yaml names: its GPU quota, the GPUs its jobs hold, its
     jobs (all but Deleted), and how many of them run and wait now. A `Warning` header says when a
-    backend could not be read and the others' projects are listed."""
+    backend could not be read and the others' projects are listed, or a project's GPU quota or pods
+    could not be (Kubernetes RBAC: the quota shown as null, GPUs counted from the jobs' requests)."""
     listed = client(request).list_projects()
     wire.warn(response, listed.notices)
     return [wire.Project.model_validate(p) for p in listed]

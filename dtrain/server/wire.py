@@ -210,8 +210,15 @@ class Job(BaseModel):
 
 
 PROJECTS_WARNING = {"Warning": {"description": "present when a backend could not be read and the list holds the "
-                                            "other backends' projects: `299 dtrain \"<why, and the fix>\"` (RFC 7234)",
+                                            "other backends' projects, or a project's GPU quota or pods could not "
+                                            "be read (Kubernetes RBAC: `gpu_quota` null, GPUs allocated counted from "
+                                            "the running jobs' requests): `299 dtrain \"<why, and the fix>\"` "
+                                            "(RFC 7234), one warning-value each, comma-separated",
                                  "schema": {"type": "string"}}}
+NODES_WARNING = {"Warning": {"description": "present when the pods that hold GPUs could not all be read (Kubernetes "
+                                         "RBAC: `gpus_allocated` counts only some namespaces' pods, or none): "
+                                         "`299 dtrain \"<why, and the fix>\"` (RFC 7234)",
+                             "schema": {"type": "string"}}}
 SUBMIT_WARNING = {"Warning": {"description": "present when the job was submitted but a field of it is not used "
                                           "by its backend (an image on the local backend): "
                                           "`299 dtrain \"<what, and why>\"` (RFC 7234)",

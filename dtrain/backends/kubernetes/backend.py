@@ -23,13 +23,13 @@ pod_verbs.py's, those of volumes and snapshots volumes.py's: mixins of Kubernete
 from __future__ import annotations
 
 import contextlib
-import logging
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-from dtrain.backends.base import Backend, DataSource, GpuInfo, JobInfo, JobStatus, NodeInfo, ProjectInfo
+from dtrain.backends.base import (Backend, DataSource, GpuInfo, JobInfo, JobStatus, Listed, NodeInfo, Notice,
+                                   ProjectInfo)
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError
 from dtrain.spec import JobSpec, VolumeMount, parse_size
 
@@ -51,8 +51,6 @@ _SHARED = ("ServiceAccount", "Role", "RoleBinding")  # one per namespace, kept a
 # Pods that hold their node's GPUs: bound to a node and not ended (a Pending pod pulling its image
 # holds them already; the scheduler counts it).
 HOLDING_GPUS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
-_log = logging.getLogger(__name__)
-_warned: set[str] = set()
 
 
 class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
@@ -394,32 +392,33 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         else:
             self.api.replace(quota, RESOURCE_QUOTA)
 
-    def _list_projects(self) -> list[ProjectInfo]:
+    def _list_projects(self) -> Listed:
         """Projects with their GPU quota, GPUs held by their pods and job count. An account that may
         read the jobs but not pods or quotas still gets its projects: GPUs counted from the running
-        jobs' requests, the quota unknown, and `extra['unknown']` saying so (also one warning line)."""
-        out = []
+        jobs' requests, the quota unknown, `extra['unknown']` saying so, and a notice for each
+        ("quota-unknown", "gpus-unknown") that the CLI prints and the HTTP API sends as a Warning."""
+        out, notices = [], []
         for project, namespace in self._project_namespaces():
             objects, unknown = self._job_objects(namespace), []
             try:
                 quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) or {}
             except Forbidden as err:
                 quota = {}
-                unknown.append(f"GPU quota unknown: {err}")
+                unknown.append(("quota-unknown", f"GPU quota unknown: {err}"))
             hard = (quota.get("spec") or {}).get("hard", {}).get(f"requests.{GPU_RESOURCE}")
             try:
                 gpus = sum(pod_gpus(p) for p in self.api.list(POD, namespace, field_selector=HOLDING_GPUS))
             except Forbidden as err:
                 infos = [job_info(resource.kind, obj, None) for resource, obj in objects]
                 gpus = sum(i.spec.gpus_requested for i in infos if i.status is JobStatus.RUNNING)
-                unknown.append(f"GPUs allocated counted from the running jobs' requests: {err}")
+                unknown.append(("gpus-unknown", f"GPUs allocated counted from the running jobs' requests: {err}"))
             extra: dict[str, Any] = {"namespace": namespace}
             if unknown:
-                extra["unknown"] = "; ".join(unknown)
-                _warn_once(f"project {project}: {extra['unknown']}")
+                extra["unknown"] = "; ".join(said for _, said in unknown)
+                notices += [Notice(code=code, message=f"project {project}: {said}") for code, said in unknown]
             out.append(ProjectInfo(name=project, backend=self.name, gpu_quota=int(hard) if hard is not None else None,
                                    gpus_allocated=gpus, jobs=len(objects), extra=extra))
-        return out
+        return Listed(out, notices)
 
     def _project_namespaces(self) -> list[tuple[str, str]]:
         """(project, namespace) of every project this account may see."""
@@ -489,10 +488,11 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
 
     # ---------------------------------------------------------------- nodes
 
-    def _nodes(self) -> list[NodeInfo]:
+    def _nodes(self) -> Listed:
         nodes = self.api.list(NODE, None)
+        pods, notices = self._pods_holding_gpus()
         used: dict[str, int] = {}
-        for pod in self._pods_holding_gpus():
+        for pod in pods:
             node = (pod.get("spec") or {}).get("nodeName")
             if node:
                 used[node] = used.get(node, 0) + pod_gpus(pod)
@@ -504,13 +504,13 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
                                 gpus_allocated=used.get(name, 0), cpus=_cpus(alloc.get("cpu")),
                                 memory=parse_size(alloc["memory"]) if alloc.get("memory") else None,
                                 gpus=_gpus(meta, int(alloc.get(GPU_RESOURCE, 0)))))
-        return sorted(out, key=lambda n: n.name)
+        return Listed(sorted(out, key=lambda n: n.name), notices)
 
-    def _pods_holding_gpus(self) -> list[dict]:
+    def _pods_holding_gpus(self) -> tuple[list[dict], list[Notice]]:
         """The pods that hold a node's resources, cluster-wide; for an account that may not list
-        pods across the cluster, those of the project namespaces it may read (one warning line)."""
+        pods across the cluster, those of the project namespaces it may read, and a notice saying so."""
         try:
-            return self.api.list(POD, None, field_selector=HOLDING_GPUS)
+            return self.api.list(POD, None, field_selector=HOLDING_GPUS), []
         except Forbidden as err:
             refused = err
         found, readable = [], []
@@ -520,19 +520,9 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
                 readable.append(namespace)
             except Forbidden:
                 continue
-        if readable:
-            _warn_once(f"GPUs allocated count only the pods of namespace {', '.join(readable)}: {refused}")
-        else:
-            _warn_once(f"GPUs allocated unknown (shown as 0): {refused}")
-        return found
-
-
-def _warn_once(message: str) -> None:
-    """One line on stderr (the logging module's last resort, unless the caller configured logging),
-    once per process: a dashboard that asks for nodes every few seconds must not repeat it."""
-    if message not in _warned:
-        _warned.add(message)
-        _log.warning("dtrain: warning: %s", message)
+        said = (f"GPUs allocated count only the pods of namespace {', '.join(readable)}: {refused}" if readable
+                else f"GPUs allocated unknown (shown as 0): {refused}")
+        return found, [Notice(code="gpus-unknown", message=said)]
 
 
 def _pods_unknown(err: Forbidden) -> str:

@@ -494,8 +494,9 @@ function nodesPage(main) {
   main.append(h("h1", {}, "Nodes"), holder);
   const history = gpuHistory();
   every(async () => {
-    const [nodes, hist] = await Promise.all([api("/nodes"), history()]);
-    holder.replaceChildren(...nodes.map(n => {
+    const [{body: nodes, headers}, hist] = await Promise.all([request("/nodes"), history()]);
+    // Pods Kubernetes did not let us list: GPUs allocated count some or none, as `dtrain nodes` warns
+    holder.replaceChildren(...[warningNote(headers, "nodes-warning")].filter(Boolean), ...nodes.map(n => {
       const gpus = table(["GPU", "Name", "Job", "Utilization", "Memory used / total"], n.gpus.map(g => h("tr", {"data-gpu": g.index},
         h("td", {}, g.index), h("td", {}, g.name || "-"), h("td", {class: "job"}, g.job ? jobLink(g.job) : "free"),
         h("td", {}, g.utilization === null ? "-" : h("span", {}, h("span", {class: "bar"}, h("i", {style: `width:${g.utilization}%`})), ` ${g.utilization.toFixed(0)}%`)),
