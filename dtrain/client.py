@@ -626,46 +626,60 @@ class Client:
                                 f"list', or 'dtrain list -A' for the jobs of every project")
 
     # ---- volumes and snapshots ------------------------------------------------------------
-    def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> VolumeInfo:
-        return self.backend().create_volume(name, size=size, storage_class=storage_class)
+    # Each verb takes `project` (the CLI's -p, the HTTP API's ?project=): that project's backend, as
+    # config.yaml's project_backends gives it, and on Kubernetes its namespace, where its volumes and
+    # its jobs' snapshots are (None: this client's backend, or the configured project's).
+    def _storage(self, project: str | None) -> Backend:
+        """The backend of `project`'s volumes and snapshots; a project that does not exist is said
+        to be the problem (a typo in -p), as `snapshot list` says it, not the volume or snapshot."""
+        if project is not None:
+            check_name(project, "project")
+            self.check_project(project)
+        return self.backend(project=project)
 
-    def render_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None) -> list[dict]:
+    def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None,
+                      project: str | None = None) -> VolumeInfo:
+        return self._storage(project).create_volume(name, size=size, storage_class=storage_class)
+
+    def render_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None,
+                      project: str | None = None) -> list[dict]:
         """What create_volume would send (a dry run)."""
-        return self.backend().render_volume(name, size=size, storage_class=storage_class)
+        return self._storage(project).render_volume(name, size=size, storage_class=storage_class)
 
-    def render_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None) -> list[dict]:
-        return self.backend().render_snapshot(volume, name=name, job=job)
+    def render_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
+                        project: str | None = None) -> list[dict]:
+        return self._storage(project).render_snapshot(volume, name=name, job=job)
 
     def render_restore(self, name: str, *, to: str | None = None, in_place: bool = False,
-                       storage_class: str | None = None) -> list[dict]:
-        return self.backend().render_restore(name, to=to, in_place=in_place, storage_class=storage_class)
+                       storage_class: str | None = None, project: str | None = None) -> list[dict]:
+        return self._storage(project).render_restore(name, to=to, in_place=in_place, storage_class=storage_class)
 
-    def list_volumes(self) -> list[VolumeInfo]:
-        return self.backend().list_volumes()
+    def list_volumes(self, *, project: str | None = None) -> list[VolumeInfo]:
+        return self._storage(project).list_volumes()
 
-    def get_volume(self, name: str) -> VolumeInfo:
-        return self.backend().get_volume(name)
+    def get_volume(self, name: str, *, project: str | None = None) -> VolumeInfo:
+        return self._storage(project).get_volume(name)
 
-    def list_storage_classes(self) -> Listed:
+    def list_storage_classes(self, *, project: str | None = None) -> Listed:
         """The storage classes (performance tiers) volumes can use, the default first (`kubectl get storageclass`);
         its `notices` name a kind of class that could not be read (Kubernetes: VolumeAttributesClasses)."""
-        return self.backend().list_storage_classes()
+        return self._storage(project).list_storage_classes()
 
-    def update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
+    def update_volume(self, name: str, *, storage_class: str, project: str | None = None) -> VolumeInfo:
         """Change a volume's storage class: a move between roots locally, a VolumeAttributesClass on Kubernetes."""
-        return self.backend().update_volume(name, storage_class=storage_class)
+        return self._storage(project).update_volume(name, storage_class=storage_class)
 
-    def render_volume_update(self, name: str, *, storage_class: str) -> dict | list[dict]:
+    def render_volume_update(self, name: str, *, storage_class: str, project: str | None = None) -> dict | list[dict]:
         """`volume update --dry-run`: the PVC patch on Kubernetes (a list of requests), the planned
         move locally (one mapping)."""
-        return self.backend().render_volume_update(name, storage_class=storage_class)
+        return self._storage(project).render_volume_update(name, storage_class=storage_class)
 
-    def delete_volume(self, name: str, *, force: bool = False) -> None:
-        self.backend().delete_volume(name, force=force)
+    def delete_volume(self, name: str, *, force: bool = False, project: str | None = None) -> None:
+        self._storage(project).delete_volume(name, force=force)
 
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
-                        progress: Progress | None = None) -> SnapshotInfo:
-        return self.backend().create_snapshot(volume, name=name, job=job, progress=progress)
+                        progress: Progress | None = None, project: str | None = None) -> SnapshotInfo:
+        return self._storage(project).create_snapshot(volume, name=name, job=job, progress=progress)
 
     def list_snapshots(self, *, volume: str | None = None, job: str | None = None,
                        project: str | None = None) -> list[SnapshotInfo]:
@@ -675,10 +689,7 @@ class Client:
         list --volume` and the HTTP list answer (an empty list read as a volume without snapshots where
         it was a typo); a volume without snapshots is an empty list, and a deleted volume's or job's
         snapshots, which remain, are listed."""
-        if project is not None:
-            check_name(project, "project")
-            self.check_project(project)
-        backend = self.backend(project=project)
+        backend = self._storage(project)
         snaps = backend.list_snapshots(volume=volume, job=job)
         if not snaps:
             if volume is not None:
@@ -687,24 +698,25 @@ class Client:
                 self.get(job, project=project)
         return snaps
 
-    def get_snapshot(self, name: str) -> SnapshotInfo:
-        return self.backend().get_snapshot(name)
+    def get_snapshot(self, name: str, *, project: str | None = None) -> SnapshotInfo:
+        return self._storage(project).get_snapshot(name)
 
     def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
-                         storage_class: str | None = None, progress: Progress | None = None) -> VolumeInfo:
+                         storage_class: str | None = None, progress: Progress | None = None,
+                         project: str | None = None) -> VolumeInfo:
         """Into a new volume `to` in `storage_class` (None: the class the snapshot's volume was in;
         `snapshot restore --class`), or over the snapshot's own volume with `in_place`."""
-        return self.backend().restore_snapshot(name, to=to, in_place=in_place, storage_class=storage_class,
-                                               progress=progress)
+        return self._storage(project).restore_snapshot(name, to=to, in_place=in_place, storage_class=storage_class,
+                                                       progress=progress)
 
-    def delete_snapshot(self, name: str) -> FreedInfo:
-        return self.backend().delete_snapshot(name)
+    def delete_snapshot(self, name: str, *, project: str | None = None) -> FreedInfo:
+        return self._storage(project).delete_snapshot(name)
 
-    def verify_snapshot(self, name: str | None = None) -> VerifyReport:
-        return self.backend().verify_snapshot(name)
+    def verify_snapshot(self, name: str | None = None, *, project: str | None = None) -> VerifyReport:
+        return self._storage(project).verify_snapshot(name)
 
-    def diff_snapshots(self, a: str, b: str) -> list[Change]:
-        return self.backend().diff_snapshots(a, b)
+    def diff_snapshots(self, a: str, b: str, *, project: str | None = None) -> list[Change]:
+        return self._storage(project).diff_snapshots(a, b)
 
 
 def _check_spec(spec, verb: str) -> None:

@@ -36,21 +36,22 @@ def _print(records, text: str, as_json: bool) -> None:
 
 def cmd_volume(args, client: Client) -> int:
     if args.action == "create" and args.dry_run:
-        print(fmt.plain_yaml(*client.render_volume(args.name, size=args.size, storage_class=args.storage_class)),
+        print(fmt.plain_yaml(*client.render_volume(args.name, size=args.size, storage_class=args.storage_class,
+                                                project=args.project)),
               end="")
     elif args.action == "delete" and args.dry_run:
-        client.get_volume(args.name)  # an unknown volume is an error in a dry run too
+        client.get_volume(args.name, project=args.project)  # an unknown volume is an error in a dry run too
         print(f"volume '{args.name}' would be deleted (dry run)")
     elif args.action == "create":
-        v = client.create_volume(args.name, size=args.size, storage_class=args.storage_class)
+        v = client.create_volume(args.name, size=args.size, storage_class=args.storage_class, project=args.project)
         _print(v, f"volume '{v.name}' created ({v.size}, class {v.storage_class or 'default'})", args.json)
     elif args.action == "list":
-        vols = client.list_volumes()
+        vols = client.list_volumes(project=args.project)
         rows = [[v.name, v.storage_class or "-", v.size, fmt.size(v.used_bytes), v.status, v.origin_snapshot or "-",
                  fmt.age(v.created)] for v in vols]
         _print(vols, fmt.table(["NAME", "CLASS", "SIZE", "USED", "STATUS", "FROM SNAPSHOT", "AGE"], rows), args.json)
     elif args.action == "classes":
-        classes = client.list_storage_classes()
+        classes = client.list_storage_classes(project=args.project)
         kinds = len({c.kind for c in classes}) > 1  # Kubernetes: StorageClasses and VolumeAttributesClasses
         rows = [[c.name + (" (default)" if c.default else ""), *([c.kind] if kinds else []),
                  c.root or c.provisioner or "-", c.status or "-", _free(c), c.volumes] for c in classes]
@@ -60,16 +61,18 @@ def cmd_volume(args, client: Client) -> int:
         fmt.warn(classes.notices)  # Kubernetes: VolumeAttributesClasses forbidden, the rest shown
         _print(classes, "\n".join([text, *why]), args.json)
     elif args.action == "describe":
-        v = client.get_volume(args.name)
+        v = client.get_volume(args.name, project=args.project)
         _print(v, _volume_text(v), args.json)
     elif args.action == "update" and args.dry_run:
-        print(fmt.plain_yaml(client.render_volume_update(args.name, storage_class=args.storage_class)), end="")
+        print(fmt.plain_yaml(client.render_volume_update(args.name, storage_class=args.storage_class,
+                                                                project=args.project)), end="")
     elif args.action == "update":
-        v = client.update_volume(args.name, storage_class=args.storage_class)
+        v = client.update_volume(args.name, storage_class=args.storage_class, project=args.project)
         if v.extra.get("volume_attributes_class"):  # Kubernetes: the StorageClass stays, the tier changes
             said = (f"volume '{v.name}' now has VolumeAttributesClass '{args.storage_class}' (its storage class "
-                    f"stays; the storage system changes the tier in place, when it can: `{client.dtrain_for(v.backend)}"
-                    f"volume describe {v.name}` shows the class in effect)")
+                    f"stays; the storage system changes the tier in place, when it can: `"
+                    f"{client.command_for(f'volume describe {v.name}', backend=v.backend, project=args.project)}` "
+                    f"shows the class in effect)")
         else:
             where = v.extra.get("path")
             said = f"volume '{v.name}' is now in storage class '{args.storage_class}'"
@@ -78,7 +81,7 @@ def cmd_volume(args, client: Client) -> int:
             said += f" ({where})" if where else ""
         _print(v, said, args.json)
     elif args.action == "delete":
-        client.delete_volume(args.name, force=args.force)
+        client.delete_volume(args.name, force=args.force, project=args.project)
         print(f"volume '{args.name}' deleted")
     return 0
 
@@ -86,12 +89,15 @@ def cmd_volume(args, client: Client) -> int:
 def cmd_snapshot(args, client: Client) -> int:
     a = args.action
     if a == "create" and args.dry_run:
-        print(fmt.plain_yaml(*client.render_snapshot(args.volume, name=args.name, job=args.job)), end="")
+        print(fmt.plain_yaml(*client.render_snapshot(args.volume, name=args.name, job=args.job,
+                                                  project=args.project)), end="")
     elif a == "restore" and args.dry_run:
         print(fmt.plain_yaml(*client.render_restore(args.name, to=args.to, in_place=args.in_place,
-                                                    storage_class=args.storage_class)), end="")
+                                                    storage_class=args.storage_class, project=args.project)),
+              end="")
     elif a == "create":
-        s = client.create_snapshot(args.volume, name=args.name, job=args.job, progress=_progress())
+        s = client.create_snapshot(args.volume, name=args.name, job=args.job, progress=_progress(),
+                                   project=args.project)
         _print(s, f"snapshot '{s.name}' of volume '{s.volume}' created"
                + (f", linked to job '{s.job}'" if s.job else "")
                + ("" if s.ready else " (the storage system is still taking it)"), args.json)
@@ -103,22 +109,22 @@ def cmd_snapshot(args, client: Client) -> int:
                 for s in snaps]
         _print(snaps, fmt.table(["NAME", "VOLUME", "JOB", "FROM SNAPSHOT", "FILES", "SIZE", "AGE"], rows), args.json)
     elif a == "describe":
-        s = client.get_snapshot(args.name)
+        s = client.get_snapshot(args.name, project=args.project)
         _print(s, _snapshot_text(s), args.json)
     elif a == "restore":
         v = client.restore_snapshot(args.name, to=args.to, in_place=args.in_place, storage_class=args.storage_class,
-                                    progress=_progress())
+                                    progress=_progress(), project=args.project)
         _print(v, f"snapshot '{args.name}' restored " + ("in place" if args.in_place else f"into new volume '{v.name}'")
                + (f" (class {v.storage_class})" if args.storage_class else ""), args.json)
     elif a == "delete":
-        freed = client.delete_snapshot(args.name)
+        freed = client.delete_snapshot(args.name, project=args.project)
         _print(freed, f"snapshot '{args.name}' deleted" + _freed(freed), args.json)
     elif a == "verify":
-        report = client.verify_snapshot(args.name)
+        report = client.verify_snapshot(args.name, project=args.project)
         _print(report, _verify_text(report), args.json)
         return 0 if report.ok else 1
     elif a == "diff":
-        changes = client.diff_snapshots(args.a, args.b)
+        changes = client.diff_snapshots(args.a, args.b, project=args.project)
         if args.json:
             print(json.dumps([c.to_dict() for c in changes], indent=2, default=str))
         else:
@@ -231,6 +237,7 @@ def register(sub) -> None:
     for verb in ("create", "delete"):
         _dry_run_flag(vs.choices[verb])
     for c in vs.choices.values():
+        _project_flag(c)
         _backend_flag(c)
     p.set_defaults(handler=cmd_volume)
 
@@ -244,8 +251,6 @@ def register(sub) -> None:
     c = ss.add_parser("list", help="snapshots, newest last")
     c.add_argument("--volume", help="only this volume's snapshots")
     c.add_argument("--job", help="only snapshots linked to this job")
-    c.add_argument("-p", "--project", help="on this project's backend (its namespace on Kubernetes), where its "
-                                           "jobs keep their snapshots (default: the configured project's)")
     c.add_argument("--json", action="store_true", help="print a JSON list")
     c = ss.add_parser("describe", help="one snapshot: volume, job, lineage, size")
     c.add_argument("name", help="the snapshot")
@@ -273,12 +278,19 @@ def register(sub) -> None:
     for verb in ("create", "restore"):
         _dry_run_flag(ss.choices[verb])
     for c in ss.choices.values():
+        _project_flag(c)
         _backend_flag(c)
     p.set_defaults(handler=cmd_snapshot)
 
 
 def _dry_run_flag(p) -> None:
     p.add_argument("--dry-run", action="store_true", help="print what would be sent (Kubernetes: the YAML) and stop")
+
+
+def _project_flag(p) -> None:
+    # Client's storage verbs: that project's backend (config.yaml's project_backends) and, on Kubernetes, its namespace
+    p.add_argument("-p", "--project", help="on this project's backend (its namespace on Kubernetes), where its "
+                                           "volumes and its jobs' snapshots are (default: the configured project's)")
 
 
 def _backend_flag(p) -> None:

@@ -17,40 +17,44 @@ ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
 
 
 @router.get("/volumes", response_model=list[wire.Volume], responses=ERRORS)
-def list_volumes(request: Request):
-    return [wire.Volume.model_validate(v) for v in client(request).list_volumes()]
+def list_volumes(request: Request, project: wire.StorageProject = None):
+    return [wire.Volume.model_validate(v) for v in client(request).list_volumes(project=project)]
 
 
 @router.post("/volumes", response_model=wire.Volume, status_code=201, responses=CHANGES)
-def create_volume(request: Request, body: wire.VolumeIn):
-    made = client(request).create_volume(body.name, size=body.size, storage_class=body.storage_class)
+def create_volume(request: Request, body: wire.VolumeIn, project: wire.StorageProject = None):
+    made = client(request).create_volume(body.name, size=body.size, storage_class=body.storage_class,
+                                         project=project)
     return wire.Volume.model_validate(made)
 
 
 @router.get("/volumes/{name}", response_model=wire.Volume, responses=ERRORS)
-def get_volume(request: Request, name: wire.VolumeName):
-    return wire.Volume.model_validate(client(request).get_volume(name))
+def get_volume(request: Request, name: wire.VolumeName, project: wire.StorageProject = None):
+    return wire.Volume.model_validate(client(request).get_volume(name, project=project))
 
 
 @router.delete("/volumes/{name}", status_code=204, responses=CHANGES)
-def delete_volume(request: Request, name: wire.VolumeName, force: bool = False):
+def delete_volume(request: Request, name: wire.VolumeName, force: bool = False,
+                  project: wire.StorageProject = None):
     """Delete a volume (409 while a job uses it, unless `force`)."""
-    client(request).delete_volume(name, force=force)
+    client(request).delete_volume(name, force=force, project=project)
 
 
 @router.patch("/volumes/{name}", response_model=wire.Volume, responses=CHANGES)
-def update_volume(request: Request, name: wire.VolumeName, body: wire.VolumeUpdate):
+def update_volume(request: Request, name: wire.VolumeName, body: wire.VolumeUpdate,
+                  project: wire.StorageProject = None):
     """Move a volume to another storage class in place (`dtrain volume update NAME --class C`): its
     name, snapshots and lineage stay; 409 while a job uses it."""
-    return wire.Volume.model_validate(client(request).update_volume(name, storage_class=body.storage_class))
+    return wire.Volume.model_validate(client(request).update_volume(name, storage_class=body.storage_class,
+                                                                            project=project))
 
 
 @router.get("/storage-classes", response_model=list[wire.StorageClass], responses=ERRORS)
-def list_storage_classes(request: Request, response: Response):
+def list_storage_classes(request: Request, response: Response, project: wire.StorageProject = None):
     """The storage classes (performance tiers) volumes can use, the default first (`dtrain volume classes`); a
     kind of class the account may not read (Kubernetes: VolumeAttributesClasses) is named in a Warning header."""
     c = client(request)
-    classes = c.list_storage_classes()
+    classes = c.list_storage_classes(project=project)
     wire.warn(response, classes.notices)
     return [wire.StorageClass.model_validate(s) for s in classes]
 
@@ -64,53 +68,56 @@ def list_snapshots(request: Request, volume: Annotated[str | None, Query(pattern
 
 
 @router.post("/snapshots", response_model=wire.Snapshot, status_code=201, responses=CHANGES)
-def create_snapshot(request: Request, body: wire.SnapshotIn):
+def create_snapshot(request: Request, body: wire.SnapshotIn, project: wire.StorageProject = None):
     """Take a point-in-time snapshot of a volume, linked to a job when `job` is given."""
-    return wire.Snapshot.model_validate(client(request).create_snapshot(body.volume, name=body.name, job=body.job))
+    return wire.Snapshot.model_validate(client(request).create_snapshot(body.volume, name=body.name, job=body.job,
+                                                                        project=project))
 
 
 @router.get("/snapshots/{name}", response_model=wire.Snapshot, responses=ERRORS)
-def get_snapshot(request: Request, name: wire.SnapshotName):
-    return wire.Snapshot.model_validate(client(request).get_snapshot(name))
+def get_snapshot(request: Request, name: wire.SnapshotName, project: wire.StorageProject = None):
+    return wire.Snapshot.model_validate(client(request).get_snapshot(name, project=project))
 
 
 @router.delete("/snapshots/{name}", response_model=wire.Freed, responses=CHANGES)
-def delete_snapshot(request: Request, name: wire.SnapshotName):
+def delete_snapshot(request: Request, name: wire.SnapshotName, project: wire.StorageProject = None):
     """Delete a snapshot and free the content no other snapshot shares."""
-    return wire.Freed.model_validate(client(request).delete_snapshot(name))
+    return wire.Freed.model_validate(client(request).delete_snapshot(name, project=project))
 
 
 @router.post("/snapshots/{name}/restore", response_model=wire.Volume,
              responses={**CHANGES, 201: {"model": wire.Volume, "description": "The new volume (`to`)"}})
 def restore_snapshot(request: Request, response: Response, name: wire.SnapshotName,
-                     body: wire.RestoreTo | wire.RestoreInPlace):
+                     body: wire.RestoreTo | wire.RestoreInPlace, project: wire.StorageProject = None):
     """Into a new volume (`{"to": NAME}`: 201; `"storage_class"` puts it in another class than the
     snapshot's volume was in) or over the snapshot's own volume (`{"in_place": true}`: 200)."""
     to = body.to if isinstance(body, wire.RestoreTo) else None
     if to is not None:
         response.status_code = 201
     return wire.Volume.model_validate(client(request).restore_snapshot(name, to=to, in_place=to is None,
-                                                                       storage_class=body.storage_class))
+                                                                       storage_class=body.storage_class,
+                                                                       project=project))
 
 
 @router.post("/snapshots/{name}/verify", response_model=wire.VerifyReport, responses=CHANGES)
-def verify_snapshot(request: Request, name: wire.SnapshotName):
+def verify_snapshot(request: Request, name: wire.SnapshotName, project: wire.StorageProject = None):
     """Re-hash one snapshot's stored data (`dtrain snapshot verify NAME`): 200 with `ok` false when
     something is damaged (what the CLI's exit status 1 says). A POST: it first removes the leftovers
     of interrupted snapshots."""
-    return wire.VerifyReport.model_validate(client(request).verify_snapshot(name).to_dict())
+    return wire.VerifyReport.model_validate(client(request).verify_snapshot(name, project=project).to_dict())
 
 
 @router.post("/verify", response_model=wire.VerifyReport, responses=CHANGES)
-def verify_store(request: Request):
+def verify_store(request: Request, project: wire.StorageProject = None):
     """Re-hash every snapshot's stored data (`dtrain snapshot verify`), as for one snapshot."""
-    return wire.VerifyReport.model_validate(client(request).verify_snapshot(None).to_dict())
+    return wire.VerifyReport.model_validate(client(request).verify_snapshot(None, project=project).to_dict())
 
 
 @router.get("/snapshots/{name}/diff", response_model=list[wire.Change], responses=ERRORS)
-def diff_snapshots(request: Request, name: wire.SnapshotName, to: Annotated[str, Query(pattern=wire.NAME)]):
+def diff_snapshots(request: Request, name: wire.SnapshotName, to: Annotated[str, Query(pattern=wire.NAME)],
+                   project: wire.StorageProject = None):
     """Paths added, removed or modified from snapshot `name` to snapshot `to`."""
-    changes = client(request).diff_snapshots(name, to)
+    changes = client(request).diff_snapshots(name, to, project=project)
     return [wire.Change(path=_utf8(c.path), kind=c.kind, fields=list(c.fields)) for c in changes]
 
 

@@ -38,6 +38,11 @@ SnapshotProject = Annotated[str | None, Query(pattern=NAME, description=(
     "list on that project's backend (config.yaml's project_backends; its namespace on Kubernetes), "
     "where its jobs keep their snapshots; with `job`, a job of another project is not found. Without "
     "it: the configured project's backend"))]
+# A route on volumes or snapshots: the -p of `dtrain volume ...` and `dtrain snapshot ...`
+StorageProject = Annotated[str | None, Query(pattern=NAME, description=(
+    "on that project's backend (config.yaml's project_backends; its namespace on Kubernetes), where its "
+    "volumes and its jobs' snapshots are, as `-p` on the CLI's volume and snapshot verbs. Without it: "
+    "the configured project's backend"))]
 JobProject = Annotated[str | None, Query(pattern=NAME, description=(
     "the job's project, as `-p` on the CLI's job verbs: the job is looked for on that project's backend "
     "(config.yaml's project_backends; its namespace on Kubernetes), and a job of another project is not "

@@ -172,7 +172,7 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         for obj in objects:  # a new volume, the snapshot watcher, the MPI master Service: left by an old job
             name, kind = obj["metadata"]["name"], obj["kind"]
             if kind in ("PersistentVolumeClaim", "Job", "Service") and self._try_read(_BY_KIND[kind], namespace, name):
-                how = f"dtrain volume delete {name}" if kind == "PersistentVolumeClaim" else \
+                how = self.cmd(f"volume delete {name}") if kind == "PersistentVolumeClaim" else \
                     f"kubectl delete {kind.lower()} {name} -n {namespace}"
                 raise ConflictError(f"{kind} {name!r} already exists in namespace {namespace}: delete it "
                                     f"({how}) or rename job {spec.name!r}")
@@ -183,7 +183,7 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         for claim in sorted(claims):
             if self._try_read(PVC, namespace, claim) is None:
                 raise NotFoundError(f"volume {claim!r} not found in namespace {namespace}: create it with "
-                                    f"'dtrain volume create {claim}' or use --pvc CLASS:SIZE:MOUNT")
+                                    f"'{self.cmd(f'volume create {claim}')}' or use --pvc CLASS:SIZE:MOUNT")
 
     def _create(self, obj: dict) -> dict:
         resource = _BY_KIND[obj["kind"]]

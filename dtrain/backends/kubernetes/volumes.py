@@ -73,6 +73,8 @@ class VolumeVerbs:
 
     def _ensure_namespace(self, namespace: str, project: str) -> None: ...
 
+    def cmd(self, words: str) -> str: ...  # `dtrain WORDS` as a hint names it: with -p PROJECT where needed
+
     def _job_objects(self, namespace: str | None) -> list[tuple[Resource, dict]]: ...
 
     # ---------------------------------------------------------------- volumes
@@ -107,7 +109,7 @@ class VolumeVerbs:
                 found = None
             if found is None:
                 raise Unanswered(f"{err}; the {noun} {meta['name']!r} may have been created all the same: "
-                                 f"see 'dtrain {noun} list' before you retry") from None
+                                 f"see '{self.cmd(noun + ' list')}' before you retry") from None
             if (found["metadata"].get("annotations") or {}).get(ANN_REQUEST) != token:
                 raise ConflictError(f"cannot create {resource.kind} {meta['name']!r}: it exists, "
                                     f"made by another request") from None
@@ -121,7 +123,7 @@ class VolumeVerbs:
             return self.api.read(PVC, self.namespace, name)
         except Missing:
             raise NotFoundError(f"volume {name!r} not found in namespace {self.namespace}: "
-                                f"see 'dtrain volume list'") from None
+                                f"see '{self.cmd('volume list')}'") from None
 
     def _get_volume(self, name: str) -> VolumeInfo:
         return volume_info(self._pvc(name))
@@ -272,7 +274,7 @@ class VolumeVerbs:
             if err.api_missing:
                 raise err.no_api() from None
             raise NotFoundError(f"snapshot {name!r} not found in namespace {self.namespace}: "
-                                f"see 'dtrain snapshot list'") from None
+                                f"see '{self.cmd('snapshot list')}'") from None
 
     def _get_snapshot(self, name: str) -> SnapshotInfo:
         return snapshot_info(self._snapshot(name))
@@ -288,8 +290,8 @@ class VolumeVerbs:
         error = (status.get("error") or {}).get("message")
         if error and not status.get("readyToUse"):  # a PVC made from it would stay Pending for good
             raise ConflictError(f"snapshot {name!r} is not ready and its snapshot controller reports an error "
-                                f"({' '.join(str(error).split())}): restore it once 'dtrain snapshot describe "
-                                f"{name}' says Ready, or delete it and take a new one")
+                                f"({' '.join(str(error).split())}): restore it once "
+                                f"'{self.cmd('snapshot describe ' + name)}' says Ready, or delete it and take a new one")
         if self._exists(to):
             raise self._taken(to)
         size, source_class = self._restore_size(snap)
@@ -330,8 +332,9 @@ class VolumeVerbs:
             size = size or spec["resources"]["requests"]["storage"]
             storage_class = storage_class or spec.get("storageClassName")
         if size is None:
-            raise BackendError(f"cannot tell the size of snapshot {snap['metadata']['name']!r}: it is not ready "
-                               f"yet and its source volume is gone; retry when 'dtrain snapshot describe' says Ready")
+            name = snap["metadata"]["name"]
+            raise BackendError(f"cannot tell the size of snapshot {name!r}: it is not ready yet and its source "
+                               f"volume is gone; retry when '{self.cmd(f'snapshot describe {name}')}' says Ready")
         return str(size), storage_class or self.config.storage_class
 
     def _delete_snapshot(self, name: str) -> FreedInfo:
