@@ -420,7 +420,8 @@ class Client:
     def wait(self, name: str, *, timeout: float | None = None, project: str | None = None) -> JobInfo:
         """Block until the job is Succeeded, Failed or Deleted; its record (TimeoutError_ after `timeout` s)."""
         backend = self._job(name, project)
-        where = project or self._submitted.get(name, (None, None))[1]  # None: found where a bare name looks
+        where = project or (self._submitted.get(name, (None, None))[1]  # None: found where a bare name looks
+                            if isinstance(name, str) else None)  # a name that is no string: refused by wait
         return backend.wait(name, timeout=timeout, hint=self.command_for(f"logs {name}", backend=backend.name,
                                                                         project=where))
 

@@ -100,7 +100,7 @@ def test_the_http_record_and_the_lineage_graph_show_every_source(dt, home):
 def test_a_state_database_of_before_gains_the_columns_and_its_jobs_read_as_before(home):
     with sqlite3.connect(home / "state.db") as conn:  # the jobs table as it was, one finished job in it
         from dtrain.backends.local import store as store_module
-        old = store_module.SCHEMA.replace("    exit_code INTEGER,\n    data_sources TEXT,\n    ran_on TEXT\n",
+        old = store_module.SCHEMA.replace("    exit_code INTEGER,\n    data_sources TEXT,\n    ran_on TEXT,\n    last_started REAL\n",
                                           "    exit_code INTEGER\n")
         assert old != store_module.SCHEMA
         conn.executescript(old)
