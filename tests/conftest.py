@@ -228,3 +228,20 @@ for i in range(start, {steps}):
     time.sleep(0.1)
 ck.write_text("{steps}"); print("done", flush=True)
 """
+
+
+def team_b_on_kubernetes(home: Path, tmp_path: Path, **kubernetes):
+    """A started in-memory Kubernetes API server, and config.yaml (in `home`) mapping project team-b
+    to it while the rest stays local; `kubernetes`: more settings. The caller closes the server."""
+    import yaml
+
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+
+    server = FakeKubeServer(FakeCluster()).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    server.write_kubeconfig(kubeconfig)
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(yaml.safe_dump({
+        "project": "default", "backend": "local", "project_backends": {"team-b": "kubernetes"},
+        "kubernetes": {"kubeconfig": str(kubeconfig), "image": "img:1", **kubernetes}}))
+    return server

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import yaml
 
 import dtrain
 from dtrain.errors import NotFoundError, SpecError
@@ -15,15 +14,9 @@ from dtrain.errors import NotFoundError, SpecError
 @pytest.fixture
 def team_b_on_kubernetes(home, tmp_path):
     """config.yaml maps project team-b to Kubernetes (an in-memory API server) and leaves the rest local."""
-    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+    from conftest import team_b_on_kubernetes as started
 
-    server = FakeKubeServer(FakeCluster()).start()
-    kubeconfig = tmp_path / "kubeconfig"
-    server.write_kubeconfig(kubeconfig)
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "config.yaml").write_text(yaml.safe_dump({
-        "project": "default", "backend": "local", "project_backends": {"team-b": "kubernetes"},
-        "kubernetes": {"kubeconfig": str(kubeconfig), "image": "img:1"}}))
+    server = started(home, tmp_path)
     yield home
     server.close()
 

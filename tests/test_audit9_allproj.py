@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import dtrain
-from conftest import Dtrain
+from conftest import Dtrain, team_b_on_kubernetes
 
 pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
 
@@ -22,15 +22,7 @@ pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installe
 def cluster(home, tmp_path):
     """config.yaml maps project team-b to Kubernetes (an in-memory API server), the rest is local;
     the server is handed out so that a test can stop it."""
-    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
-
-    server = FakeKubeServer(FakeCluster()).start()
-    kubeconfig = tmp_path / "kubeconfig"
-    server.write_kubeconfig(kubeconfig)
-    home.mkdir(parents=True, exist_ok=True)
-    (home / "config.yaml").write_text(yaml.safe_dump({
-        "project": "default", "backend": "local", "project_backends": {"team-b": "kubernetes"},
-        "kubernetes": {"kubeconfig": str(kubeconfig), "image": "img:1", "request_timeout": 5}}))
+    server = team_b_on_kubernetes(home, tmp_path, request_timeout=5)
     yield server
     server.close()
 

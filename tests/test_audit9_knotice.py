@@ -8,29 +8,19 @@ Every test drives the official `kubernetes` client against the shipped fake API 
 
 from __future__ import annotations
 
-import json
 import logging
 
 import pytest
 
 pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
 
-from conftest import Dtrain  # noqa: E402
-from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer  # noqa: E402
+from dtrain.backends.kubernetes.fake import FakeKubeServer  # noqa: E402
 from dtrain.client import Client  # noqa: E402
 
 from test_k8s_backend import IMAGE, NS, backend, cluster, make_backend, spec  # noqa: E402,F401  (their fixtures)
+from test_k8s_leftovers3 import _cli, _running_job  # noqa: E402
 
 NO_QUOTA_NO_PODS = {("", "pods"), ("", "resourcequotas"), ("", "namespaces")}
-
-
-def _running_job(backend, cluster: FakeCluster) -> None:
-    """lanes: GPU quota 4, a two-pod PyTorchJob of 1 GPU a pod running on gpu-1 (of 8 GPUs)."""
-    cluster.add_node("gpu-1", gpus=8)
-    backend.create_project("lanes", gpu_quota=4)
-    backend.submit(spec(launcher="torchrun", processes=2, gpu=1))
-    cluster.run_pods(NS, "train", nodes=("gpu-1",))
-    cluster.transition(NS, "train", "Running")
 
 
 def _client(tmp_path, backend) -> Client:
@@ -73,11 +63,7 @@ def test_the_cli_prints_each_notice_once_on_stderr(home, tmp_path, backend, clus
     cluster.forbidden |= NO_QUOTA_NO_PODS
     expected = _client(tmp_path, backend)
     with FakeKubeServer(cluster) as server:
-        kubeconfig = tmp_path / "kubeconfig"
-        server.write_kubeconfig(kubeconfig)
-        (home / "config.yaml").write_text(json.dumps({"backend": "kubernetes", "project": "lanes", "kubernetes": {
-            "kubeconfig": str(kubeconfig), "image": IMAGE}}))
-        dt = Dtrain(home)
+        dt = _cli(home, tmp_path, server)
         for args, said in ((("project", "list"), expected.list_projects().notices),
                            (("nodes",), expected.nodes().notices)):
             for json_flag in ((), ("--json",)):
@@ -121,10 +107,7 @@ def test_the_dashboards_projects_and_nodes_pages_show_the_warnings(home, tmp_pat
     _running_job(backend, cluster)
     cluster.forbidden |= NO_QUOTA_NO_PODS
     with FakeKubeServer(cluster) as kube:
-        kubeconfig = tmp_path / "kubeconfig"
-        kube.write_kubeconfig(kubeconfig)
-        (home / "config.yaml").write_text(json.dumps({"backend": "kubernetes", "project": "lanes", "kubernetes": {
-            "kubeconfig": str(kubeconfig), "image": IMAGE}}))
+        _cli(home, tmp_path, kube)  # config.yaml: that cluster, project lanes
         server = ServerProcess(home)
         try:
             with chrome() as browser:

@@ -30,17 +30,23 @@ sys.exit(143)
 """
 
 
+def _preempt_long(dt: Dtrain, tmp_path, script: str, *, started: str) -> None:
+    """Job long (no project quota, 2 GPUs) runs `script`; once its log says `started`, job urgent of
+    project team (quota 1) is submitted, which preempts it."""
+    (tmp_path / "work.py").write_text(script)
+    dt("project", "create", "team", "--gpu-quota", "1")
+    dt("submit", "long", "--gpu", "2", "--working-dir", str(tmp_path), "--", "python", "work.py")
+    wait_until(lambda: started in dt("logs", "long").stdout, what="long started")
+    dt("submit", "urgent", "-p", "team", "--gpu", "1", "--", "sleep", "60")
+
+
 def _ranks(dt: Dtrain, name: str) -> list[str]:
     return [p["status"] for p in dt.json("describe", "job", name)["processes"]]
 
 
 def test_a_preempted_jobs_ranks_read_terminating_while_they_stop_then_pending(dt_gpus: Dtrain, tmp_path):
     dt = dt_gpus
-    (tmp_path / "slow.py").write_text(SLOW_STOP)
-    dt("project", "create", "team", "--gpu-quota", "1")
-    dt("submit", "long", "--gpu", "2", "--working-dir", str(tmp_path), "--", "python", "slow.py")
-    wait_until(lambda: "up" in dt("logs", "long").stdout, what="long started")
-    dt("submit", "urgent", "-p", "team", "--gpu", "1", "--", "sleep", "60")
+    _preempt_long(dt, tmp_path, SLOW_STOP, started="up")
     wait_until(lambda: "writing a checkpoint" in dt("logs", "long").stdout, what="long stopping")
     info = dt.json("describe", "job", "long")
     assert info["status"] == "Pending", info  # the job's status is the scheduler's
@@ -133,11 +139,7 @@ sys.exit(143)
 
 def test_a_runs_resumed_event_never_comes_after_the_preemption_that_ended_it(dt_gpus: Dtrain, tmp_path):
     dt = dt_gpus
-    (tmp_path / "late.py").write_text(LATE_RESUME)
-    dt("project", "create", "team", "--gpu-quota", "1")
-    dt("submit", "long", "--gpu", "2", "--working-dir", str(tmp_path), "--", "python", "late.py")
-    wait_until(lambda: "loading" in dt("logs", "long").stdout, what="long started")
-    dt("submit", "urgent", "-p", "team", "--gpu", "1", "--", "sleep", "60")
+    _preempt_long(dt, tmp_path, LATE_RESUME, started="loading")
     dt.wait_for("urgent", {"Running"}, timeout=60)  # long's processes are gone: its GPUs were let go
     events = [e["message"] for e in dt.json("describe", "job", "long")["events"]]
     resumed = [i for i, m in enumerate(events) if m == "attempt 0: resumed from step 7"]
