@@ -214,28 +214,30 @@ class Job(BaseModel):
                                                                     "shows them")
 
 
-PROJECTS_WARNING = {"Warning": {"description": "present when a backend could not be read and the list holds the "
-                                            "other backends' projects, or a project's GPU quota or pods could not "
-                                            "be read (Kubernetes RBAC: `gpu_quota` null, GPUs allocated counted from "
-                                            "the running jobs' requests): `299 dtrain \"<why, and the fix>\"` "
-                                            "(RFC 7234), one warning-value each, comma-separated",
-                                 "schema": {"type": "string"}}}
-NODES_WARNING = {"Warning": {"description": "present when the pods that hold GPUs could not all be read (Kubernetes "
-                                         "RBAC: `gpus_allocated` counts only some namespaces' pods, or none): "
-                                         "`299 dtrain \"<why, and the fix>\"` (RFC 7234)",
-                             "schema": {"type": "string"}}}
-SUBMIT_WARNING = {"Warning": {"description": "present when the job was submitted but a field of it is not used "
-                                          "by its backend (an image on the local backend): "
-                                          "`299 dtrain \"<what, and why>\"` (RFC 7234)",
-                               "schema": {"type": "string"}}}
+def _warning_header(description: str) -> dict:
+    """The OpenAPI entry of a route's `Warning` response header (`wire.warn` sets it), present when
+    `description` says."""
+    return {"Warning": {"description": description, "schema": {"type": "string"}}}
+
+
+PROJECTS_WARNING = _warning_header("present when a backend could not be read and the list holds the "
+                                   "other backends' projects, or a project's GPU quota or pods could not "
+                                   "be read (Kubernetes RBAC: `gpu_quota` null, GPUs allocated counted from "
+                                   "the running jobs' requests): `299 dtrain \"<why, and the fix>\"` "
+                                   "(RFC 7234), one warning-value each, comma-separated")
+NODES_WARNING = _warning_header("present when the pods that hold GPUs could not all be read (Kubernetes "
+                                "RBAC: `gpus_allocated` counts only some namespaces' pods, or none): "
+                                "`299 dtrain \"<why, and the fix>\"` (RFC 7234)")
+SUBMIT_WARNING = _warning_header("present when the job was submitted but a field of it is not used "
+                                 "by its backend (an image on the local backend): "
+                                 "`299 dtrain \"<what, and why>\"` (RFC 7234)")
 
 # The job list's paging (GET /jobs?limit=&offset=)
 TOTAL_COUNT = {"X-Total-Count": {"description": "the jobs that matched the filters, before `limit` and `offset`",
                                  "required": True, "schema": {"type": "integer", "minimum": 0}}}
-JOBS_WARNING = {"Warning": {"description": "present when a source of jobs could not be read and the list holds the "
-                                        "others only (SageMaker: AWS refused, the --local jobs are listed): "
-                                        "`299 dtrain \"<why, and the fix>\"` (RFC 7234)",
-                         "schema": {"type": "string"}}}
+JOBS_WARNING = _warning_header("present when a source of jobs could not be read and the list holds the "
+                               "others only (SageMaker: AWS refused, the --local jobs are listed): "
+                               "`299 dtrain \"<why, and the fix>\"` (RFC 7234)")
 
 
 def warning_header(text: str) -> str:
