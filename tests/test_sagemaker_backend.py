@@ -277,8 +277,10 @@ def test_delete_stops_the_training_job(stubbed):
     stub.add_response("describe_training_job", _desc("run", "Stopping", "Stopping"), {"TrainingJobName": "run"})
     info = be.delete("run")
     assert info.status == JobStatus.RUNNING and info.message == "stopping"
+    assert {p.status for p in info.processes} == {"Terminating"}  # as a local rank or a pod being stopped
     stub.add_response("describe_training_job", _desc("run", "Stopped", "Stopped"), {"TrainingJobName": "run"})
-    assert be.get("run").status == JobStatus.DELETED
+    stopped = be.get("run")
+    assert stopped.status == JobStatus.DELETED and {p.status for p in stopped.processes} == {"Stopped"}
     stub.add_response("describe_training_job", _desc("run", "Stopped", "MaxRuntimeExceeded"),
                       {"TrainingJobName": "run"})
     assert "raise --max-runtime" in be.get("run").message

@@ -112,7 +112,9 @@ def job_info(desc: dict, spec: JobSpec, *, per_host: int = 1) -> JobInfo:
     res = desc.get("ResourceConfig") or {}
     count = int(res.get("InstanceCount") or 1)
     host_state = {JobStatus.PENDING: "Pending", JobStatus.RUNNING: "Running", JobStatus.SUCCEEDED: "Succeeded",
-                  JobStatus.FAILED: "Failed", JobStatus.DELETED: "Failed"}[status]
+                  JobStatus.FAILED: "Failed", JobStatus.DELETED: "Stopped"}[status]
+    if desc.get("TrainingJobStatus") == "Stopping":
+        host_state = "Terminating"  # StopTrainingJob sent, the programs not ended yet: as a pod being deleted
     procs = tuple(ProcessInfo(rank=h * per_host + r, status=host_state, node=f"algo-{h + 1}")
                   for h in range(count) for r in range(per_host))
     extra = {"arn": desc.get("TrainingJobArn"), "secondary_status": desc.get("SecondaryStatus"),
