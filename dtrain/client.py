@@ -124,7 +124,8 @@ class Client:
     def _make_backend(self, name: str, project: str | None = None) -> Backend:
         if name == "local":
             from dtrain.backends.local.backend import LocalBackend
-            return LocalBackend(self.home)
+            return LocalBackend(self.home, command=lambda words, project: self.command_for(
+                words, backend="local", project=project))
         if name == "kubernetes":
             from dtrain.backends.kubernetes.backend import KubernetesBackend
             config = self._kubernetes_config(project)
@@ -486,11 +487,9 @@ class Client:
 
     def command_for(self, words: str, *, backend: str, project: str | None = None) -> str:
         """`dtrain WORDS` as a printed hint names a follow-up command on a job of `project` on
-        `backend`, so that it works as written: with --backend where `backend` is not the one
-        config.yaml gives the project, and with -p where the project is not the default one (its
-        backend, its namespace on Kubernetes: without it the command looks in the default project's)."""
-        where = f" -p {project}" if project is not None and project != self.default_project else ""
-        return f"{self.dtrain_for(backend, project)}{words}{where}"
+        `backend`, so that it works as written (UserConfig.command_for: --backend and -p where the
+        default would look elsewhere)."""
+        return self.config.command_for(words, backend=backend, project=project)
 
     def artifacts(self, name: str, *, to: str | Path, project: str | None = None) -> Path:
         """The job's model folder, copied (SageMaker: model.tar.gz downloaded and unpacked) into `to`."""

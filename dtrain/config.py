@@ -203,3 +203,12 @@ class UserConfig:
 
     def backend_for(self, project: str) -> str:
         return self.project_backends.get(project, self.backend)
+
+    def command_for(self, words: str, *, backend: str, project: str | None = None) -> str:
+        """`dtrain WORDS` as a printed hint names a follow-up command on a job (volume, snapshot) of
+        `project` on `backend`, so that it works as written: with --backend where `backend` is not the
+        one this config gives the project, and with -p where the project is not the default one (its
+        backend, its namespace on Kubernetes: without it the command looks in the default project's)."""
+        default = self.backend_for(project or self.project)
+        where = f" -p {project}" if project is not None and project != self.project else ""
+        return ("dtrain " if backend == default else f"dtrain --backend {backend} ") + words + where

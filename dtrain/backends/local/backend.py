@@ -23,7 +23,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 from dtrain import db
 from dtrain.backends.base import (Backend, DataSource, Event, FreedInfo, JobCount, JobInfo, JobPage, JobStatus,
@@ -71,10 +71,27 @@ def max_local_processes() -> tuple[int, str]:
 class LocalBackend(Backend):
     name = "local"
 
-    def __init__(self, home: str | Path | None = None, *, storage=None):
+    def __init__(self, home: str | Path | None = None, *, storage=None,
+                 command: Callable[[str, str | None], str] | None = None):
+        """`command(words, project)`: the `dtrain WORDS` a hint names for a job (volume) of `project`,
+        so that it works as printed (the Client's adds `-p PROJECT` and `--backend` where config.yaml
+        sends the default project elsewhere); None: plain `dtrain WORDS`."""
         self.home = home_dir(home)
         self.store = JobStore(self.home / "state.db")
         self._storage = storage
+        self._command = command
+
+    def cmd(self, words: str, project: str | None) -> str:
+        """`dtrain WORDS` as a hint names it for a job (volume) of `project` (see `command`)."""
+        return self._command(words, project) if self._command is not None else f"dtrain {words}"
+
+    def _job_cmd(self, words: str, name: str) -> str:
+        """`cmd` for job `name`'s own project."""
+        try:
+            project = self.store.job(name)["project"]
+        except NotFoundError:
+            project = None
+        return self.cmd(words, project)
 
     @property
     def storage(self):
@@ -107,7 +124,7 @@ class LocalBackend(Backend):
                             ("on this machine" if mount is None else f"in the volume mounted at {mount.target}") +
                             ": give an existing folder")
         launch.check_tools(spec, cwd=cwd, mounts=mounts)
-        self.store.check_free(spec.name)  # again in insert_job's transaction; here before volumes are made
+        self.store.check_free(spec.name, self.cmd)  # again in insert_job's transaction; here before volumes are made
         job_dir = self.home / "jobs" / spec.name
         if job_dir.is_symlink():  # the job's logs and records would be written wherever it points
             raise ConflictError(f"{job_dir} is a symbolic link, and a job's folder is never one: remove it "
@@ -204,16 +221,16 @@ class LocalBackend(Backend):
         if quota is not None and spec.gpus_requested > quota:
             raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs but project {spec.project!r} has a "
                              f"quota of {quota}; lower --gpu/--processes or raise it with "
-                             f"'dtrain project create {spec.project} --gpu-quota N'")
+                             f"'{self.cmd(f'project create {spec.project} --gpu-quota N', None)}'")
         if not volumes:
             return
         for v in spec.volumes:
             if not isinstance(v, NewVolume):
-                self._check_existing(v)
+                self._check_existing(v, spec.project)
         if spec.snapshot_volume and spec.snapshot_volume not in {m.volume for m in spec.resolved_volumes()}:
             self.storage.get_volume(spec.snapshot_volume)
 
-    def _check_existing(self, v: VolumeMount) -> None:
+    def _check_existing(self, v: VolumeMount, project: str | None = None) -> None:
         try:
             vol = self.storage.get_volume(v.volume)  # NotFoundError names the volume
         except NotFoundError as err:
@@ -225,7 +242,7 @@ class LocalBackend(Backend):
         if self._lost(vol):  # else the job fails at its start, the reason in launcher.log
             raise ConflictError(f"volume {vol.name!r} has lost its folder {vol.path} (removed by hand, or the disk of "
                                 f"storage class {vol.storage_class!r} is not mounted): put it back, or restore a "
-                                f"snapshot of it into a new volume (see 'dtrain snapshot list --volume {vol.name}')")
+                                f"snapshot of it into a new volume (see '{self.cmd(f'snapshot list --volume {vol.name}', project)}')")
 
     def _lost(self, vol: Volume) -> bool:
         """A volume whose data folder is gone: Kubernetes' Lost (a PVC whose volume is gone). A
@@ -267,7 +284,7 @@ class LocalBackend(Backend):
         for name, _v in new:
             if name in existing:
                 raise ConflictError(f"volume {name!r} (for --pvc of job {spec.name!r}) already exists; mount it with "
-                                    f"--pvc {name}:MOUNT or remove it with 'dtrain volume delete {name}'")
+                                    f"--pvc {name}:MOUNT or remove it with '{self.cmd(f'volume delete {name}', spec.project)}'")
         created = []
         try:
             for name, v in new:
@@ -382,8 +399,9 @@ class LocalBackend(Backend):
                 except EnvironmentError_:
                     pass  # the job is Failed, saying why: what listed it goes on
             elif spec.notebook:  # `dtrain notebook` takes no --max-restarts: say what starts it again
-                self.store.set_status(name, "Failed", f"lost: {reason}; start it again: 'dtrain delete {name}' "
-                                      f"(its files are kept), then 'dtrain notebook {name} ...'")
+                self.store.set_status(name, "Failed", f"lost: {reason}; start it again: "
+                                      f"'{self.cmd(f'delete {name}', spec.project)}' (its files are kept), "
+                                      f"then '{self.cmd(f'notebook {name} ...', spec.project)}'")
             else:
                 self.store.set_status(name, "Failed", f"lost: {reason}" + (
                     f"; no restarts left (--max-restarts {spec.max_restarts})" if sup is not None else ""))
@@ -410,7 +428,7 @@ class LocalBackend(Backend):
             return
         self.store.set_status(name, "Failed", f"lost: {reason}, after every process exited 0, while taking the "
                               f"snapshot of volume {volume}: the results are on the volume; take it with "
-                              f"'dtrain snapshot create {volume} --job {name}'", exit_code=0)
+                              f"'{self._job_cmd(f'snapshot create {volume} --job {name}', name)}'", exit_code=0)
 
     def _queued_relaunches(self, name: str) -> int:
         return sum(e["status"] == "Pending" and e["message"].endswith((REQUEUED, REQUEUED_PREEMPTED)) for e in self.store.events(name))
@@ -513,7 +531,8 @@ class LocalBackend(Backend):
         if previous:
             row = self.store.job(name)
             if len(launches) < 2:
-                raise NotFoundError(_no_previous(name, row["restarts"], launches))
+                raise NotFoundError(_no_previous(name, row["restarts"], launches,
+                                                 self.cmd(f"logs {name}", row["project"])))
             low, high = launches[-2]["starts"], launches[-1]["starts"]
             # a rank whose log was not there when the latest attempt began wrote nothing before it
             window = {r: (low.get(r, 0), high.get(r, 0))
@@ -526,7 +545,7 @@ class LocalBackend(Backend):
                 # before shown again. A read without -f still gives the last run's lines (why it stopped).
                 yield Notice(code="logs-incomplete", message=(  # said at once (logs() logs it): -f may wait
                     f"job {name!r} is Pending again ({self.store.job(name)['message'] or 'queued'}): following its "
-                    f"next run, which has not started; 'dtrain logs {name}' shows the last run's lines"))
+                    f"next run, which has not started; '{self._job_cmd(f'logs {name}', name)}' shows the last run's lines"))
                 launches = self._next_launch(name, launches)
                 if launches is None:  # stopped (suspended, deleted) before it ran again: nothing to follow
                     return
@@ -593,8 +612,8 @@ class LocalBackend(Backend):
         if unrecorded is not None:
             raise StorageError(f"job {name!r} was stopped, but its deletion could not be recorded: the state "
                                f"database could not be written ({unrecorded}): the disk holding $DTRAIN_HOME is "
-                               f"probably full or read-only; free space there (df -h) and run 'dtrain delete "
-                               f"{name}' again")
+                               f"probably full or read-only; free space there (df -h) and run "
+                               f"'{self._job_cmd(f'delete {name}', name)}' again")
         return self._get(name)
 
     def _suspend(self, name: str) -> JobInfo:
@@ -605,7 +624,8 @@ class LocalBackend(Backend):
         row = self.store.job(name)
         again = ("(its kernels ended; its files are kept)" if json.loads(row["spec"]).get("notebook")
                  else "from its last checkpoint")  # a notebook has no checkpoint to go on from
-        if not self.store.set_status(name, "Suspended", f"suspended by the user; 'dtrain resume {name}' starts it "
+        if not self.store.set_status(name, "Suspended", f"suspended by the user; "
+                                                        f"'{self.cmd(f'resume {name}', row['project'])}' starts it "
                                                         f"again {again}", hold=True):
             raise ConflictError(f"job {name!r} is {self.store.status(name)}: only a Pending or Running job can "
                                 f"be suspended")
@@ -623,11 +643,11 @@ class LocalBackend(Backend):
         sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
         if sup is not None and not _exited(sup):
             raise ConflictError(f"job {name!r} is still stopping (its supervisor, pid {sup.pid}, has not exited): "
-                                f"run 'dtrain resume {name}' again in a minute")
+                                f"run '{self.cmd(f'resume {name}', row['project'])}' again in a minute")
         spec = JobSpec.from_stored(json.loads(row["spec"]))
         self._check_resources(spec, volumes=False)  # a quota may have been lowered since
         for mount in spec.resolved_volumes():  # and a volume deleted (--force) or lost: say so now
-            self._check_existing(mount)
+            self._check_existing(mount, spec.project)
         self.store.resume(name, "resumed by the user; " + QUEUED)
         self._start_supervisor(name, replacing=(row["supervisor_pid"], row["supervisor_start"]))
         return self._get(name)
@@ -672,7 +692,8 @@ class LocalBackend(Backend):
         env = _environ(pid) if ident is not None and ident.alive() and rec.get("exit_code") is None else None
         # The record's pid is trusted only while that process still carries this job's rank.
         if env is None or env.get("DTRAIN_JOB_NAME") != name or env.get("RANK") != str(rank):
-            raise ConflictError(f"rank {rank} of job {name!r} is not running now; see 'dtrain describe job {name}'")
+            raise ConflictError(f"rank {rank} of job {name!r} is not running now; "
+                                f"see '{self._job_cmd(f'describe job {name}', name)}'")
         nsenter = shutil.which("nsenter")
         if nsenter is None:
             raise EnvironmentError_("dtrain exec needs nsenter (Debian package util-linux)")
@@ -710,7 +731,8 @@ class LocalBackend(Backend):
     def _notebook_url(self, info: JobInfo) -> str:
         from dtrain.backends.local.notebook import read_access
 
-        return read_access(self.home / "jobs" / info.name, info.name).url
+        return read_access(self.home / "jobs" / info.name, info.name,
+                           lambda words: self.cmd(words, info.spec.project)).url
 
     # ---- projects -------------------------------------------------------------------------
     def _create_project(self, name: str, *, gpu_quota: int | None, no_gpu_quota: bool) -> None:
@@ -847,7 +869,8 @@ class LocalBackend(Backend):
             _log().warning("warning: volume %r was mounted read-write by running job(s) %s while snapshot %r read "
                            "it: its files were read one by one while they may have changed, so it is not a point "
                            "in time; take it after the job ends (--snapshot-on-success does) or suspend the job "
-                           "first (dtrain suspend %s)", volume, ", ".join(writers), snap.name, writers[0])
+                           "first (%s)", volume, ", ".join(writers), snap.name,
+                           self._job_cmd(f"suspend {writers[0]}", writers[0]))
         if unfinished:
             _log().warning("warning: job %r was still %s: snapshot %r holds the results it had written so far, "
                            "not its final ones", job, unfinished, snap.name)
@@ -864,9 +887,10 @@ class LocalBackend(Backend):
         if (row["status"] != "Failed" or row["exit_code"] != 0 or row["snapshot"]
                 or spec.snapshot_volume != volume):
             return
-        self.store.update(row["name"], snapshot=snapshot)
-        self.store.add_event(row["name"], "Failed", f"snapshot {snapshot} of volume {volume} taken by "
-                                                    f"'dtrain snapshot create {volume} --job {row['name']}'")
+        name = row["name"]
+        self.store.update(name, snapshot=snapshot)
+        self.store.add_event(name, "Failed", f"snapshot {snapshot} of volume {volume} taken by "
+                                             f"'{self.cmd(f'snapshot create {volume} --job {name}', row['project'])}'")
 
     def _copy_logs(self, volume: str, job: str) -> None:
         """An ended job's logs copied into `volume` before `snapshot create VOL --job J` takes it
@@ -1063,10 +1087,10 @@ def _check_mount_point(target: str, others) -> None:
                             f"e.g. /mnt")
 
 
-def _no_previous(name: str, restarts: int, launches: list[dict]) -> str:
+def _no_previous(name: str, restarts: int, launches: list[dict], logs: str) -> str:
     """Why `logs --previous` has nothing to show, as kubectl's "previous terminated container not found"."""
     if restarts and not launches:  # restarted before dtrain recorded where attempts begin
         return (f"job {name!r} restarted {restarts} time(s), but where its attempts' lines begin was not "
-                f"recorded (it ran under an older dtrain): 'dtrain logs {name}' shows every attempt's lines")
+                f"recorded (it ran under an older dtrain): '{logs}' shows every attempt's lines")
     return (f"job {name!r} has no previous attempt (previous terminated container not found): it has not "
-            f"restarted; 'dtrain logs {name}' shows its current attempt")
+            f"restarted; '{logs}' shows its current attempt")

@@ -61,26 +61,27 @@ def write_access(job_dir: Path, access: NotebookAccess) -> None:
     os.replace(tmp, job_dir / ACCESS_FILE)
 
 
-def read_access(job_dir: Path, name: str) -> NotebookAccess:
+def read_access(job_dir: Path, name: str, cmd=lambda words: f"dtrain {words}") -> NotebookAccess:
+    """Notebook `name`'s port and token; `cmd(words)`: the `dtrain WORDS` its refusals name."""
     path = job_dir / ACCESS_FILE
     f = open_regular(path)  # a link is never followed, a fifo never waited on
     if f is None:
         if not os.path.lexists(path):
-            raise ConflictError(f"notebook {name!r} has not started yet: see 'dtrain describe job {name}' "
+            raise ConflictError(f"notebook {name!r} has not started yet: see '{cmd(f'describe job {name}')}' "
                                 f"and try again when it is Running")
         raise ConflictError(f"{path} is not a file the notebook's supervisor wrote (a link or a special "
-                            f"file): remove it and restart the notebook (dtrain delete {name}, then dtrain "
-                            f"notebook start {name})")
+                            f"file): remove it and restart the notebook ({cmd(f'delete {name}')}, then "
+                            f"{cmd(f'notebook start {name}')})")
     try:
         with f:
             data = json.loads(f.read(MAX_ACCESS_BYTES))
         access = NotebookAccess(port=int(data["port"]), token=str(data["token"]))
     except (OSError, ValueError, TypeError, KeyError) as err:
         raise ConflictError(f"{path} cannot be read ({type(err).__name__}: {err}): remove it and restart the "
-                            f"notebook (dtrain delete {name}, then dtrain notebook start {name})") from None
+                            f"notebook ({cmd(f'delete {name}')}, then {cmd(f'notebook start {name}')})") from None
     if not serving(job_dir, access.port):
         raise ConflictError(f"notebook {name!r} is not serving on port {access.port} yet (Jupyter is starting, "
-                            f"or another program holds the port): see 'dtrain logs {name}' and try again")
+                            f"or another program holds the port): see '{cmd(f'logs {name}')}' and try again")
     return access
 
 

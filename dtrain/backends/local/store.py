@@ -14,6 +14,7 @@ import json
 import sqlite3
 import time
 from pathlib import Path
+from typing import Callable
 
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError
@@ -164,13 +165,17 @@ class JobStore:
                 (spec.name, spec.project, json.dumps(spec.to_dict()), now, cwd, node, QUEUED))
             self._event(spec.name, "Pending", "queued", now)
 
-    def check_free(self, name: str) -> bool:
-        """Raise ConflictError if a job `name` exists and is not Deleted; True if a Deleted one does."""
+    def check_free(self, name: str, cmd: Callable[[str, str], str] | None = None) -> bool:
+        """Raise ConflictError if a job `name` exists and is not Deleted; True if a Deleted one does.
+        `cmd(words, project)` names the commands its message gives (the backend's `cmd`)."""
         status = self.status(name)
         if status not in (None, "Deleted"):
+            project = self.job(name)["project"]
+            cmd = cmd or (lambda words, _project: f"dtrain {words}")
             raise ConflictError(f"a job named {name!r} already exists ({status}); pick another name "
-                                f"or remove it first with 'dtrain delete {name}'"
-                                + (f" (or go on with it: 'dtrain resume {name}')" if status == "Suspended" else ""))
+                                f"or remove it first with '{cmd(f'delete {name}', project)}'"
+                                + (f" (or go on with it: '{cmd(f'resume {name}', project)}')"
+                                   if status == "Suspended" else ""))
         return status == "Deleted"
 
     def job(self, name: str) -> sqlite3.Row:

@@ -39,6 +39,8 @@ from dtrain.replace import replace_file
 from dtrain.backends.local.ranks import (GRACE_S, LogRefused, describe_exit, failing_rank, kill_ranks, open_log,
                                          own_causes, rank_records, record_log_starts, supervisor_token)
 from dtrain.backends.local.store import SNAPSHOTTING, JobStore
+from dtrain.config import UserConfig
+from dtrain.errors import DtrainError
 from dtrain.spec import JobSpec
 
 POLL_S = 0.25
@@ -81,6 +83,16 @@ class Supervisor:
         self.port_taken: int | None = None  # the port another program took before the notebook's Jupyter bound it
         self.preempted = False  # moved back to Pending by the scheduler, for an in-quota job
         self._timer: threading.Timer | None = None  # the SIGKILL after the grace period
+
+    def cmd(self, words: str) -> str:
+        """`dtrain WORDS` as a message this job's record keeps names it, as the Client's hints do: with
+        -p and --backend where config.yaml sends the default project elsewhere (read when said: the
+        user may have changed it since the job started); plain where config.yaml cannot be read."""
+        try:
+            config = UserConfig.load(self.home, apart=False)
+        except DtrainError:
+            return f"dtrain {words}"
+        return config.command_for(words, backend="local", project=self.spec.project)
 
     @property
     def storage(self):
@@ -312,7 +324,7 @@ class Supervisor:
                     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(last))
                     self.idle = (f"suspended: no kernel or terminal ran for {timeout} s (--idle-timeout), the last "
                                  f"activity at {since}; its GPUs are free, its files stay on its volume; "
-                                 f"'dtrain resume {self.name}' starts it again")
+                                 f"'{self.cmd(f'resume {self.name}')}' starts it again")
                     # As `dtrain suspend`: recorded first (the devices are free from here), then stopped
                     self.stopping = self.store.set_status(self.name, "Suspended", self.idle, hold=True) or self.stopping
                     self._stop_launcher()
@@ -389,7 +401,7 @@ class Supervisor:
                                                 source_snapshot=source)
         except Exception as err:  # the training result stays on the volume; say how to snapshot it
             set_status(self.name, "Failed", f"training succeeded but the snapshot of volume {volume} "
-                       f"failed: {err}; take it with 'dtrain snapshot create {volume} --job {self.name}'",
+                       f"failed: {err}; take it with '{self.cmd(f'snapshot create {volume} --job {self.name}')}'",
                        exit_code=0)
             return
         set_status(self.name, "Succeeded", f"all processes exited 0; snapshot {snap.name}",
@@ -414,7 +426,7 @@ class Supervisor:
     def _failure_message(self, code: int) -> str:
         if self.port_taken is not None:
             return (f"Jupyter could not listen on 127.0.0.1:{self.port_taken}: another program took that port "
-                    f"({PORT_TRIES} ports tried); see 'dtrain logs {self.name}'")
+                    f"({PORT_TRIES} ports tried); see '{self.cmd(f'logs {self.name}')}'")
         first = failing_rank(rank_records(self.job_dir))
         if code in (-signal.SIGKILL, 128 + signal.SIGKILL) and self.spec.launcher != "none" and \
                 (first is None or first.get("signal") == "SIGTERM"):
@@ -426,7 +438,8 @@ class Supervisor:
         if first is not None and first.get("log_refused"):  # it has no log to see
             return describe_exit(first)
         if first is not None:
-            return f"{describe_exit(first)}; see 'dtrain logs {self.name} --rank {first['rank']}'"
+            rank = first["rank"]
+            return f"{describe_exit(first)}; see '{self.cmd(f'logs {self.name} --rank {rank}')}'"
         return f"the launcher exited with code {code}; see {self.job_dir / 'launcher.log'}"
 
     def _on_term(self, _sig, _frame) -> None:

@@ -1,0 +1,74 @@
+"""Hints across backends (audit 9): a command a message names works as printed where config.yaml
+makes Kubernetes the default and sends a project to the local backend (the reverse of
+conftest.team_b_on_kubernetes), and reads of every project walk each backend once."""
+
+from __future__ import annotations
+
+import re
+import shlex
+
+import pytest
+import yaml
+
+import dtrain
+from conftest import Dtrain, assert_usage_error
+
+pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+
+
+@pytest.fixture
+def team_a_on_local(home, tmp_path):
+    """config.yaml: Kubernetes (the shipped in-memory API server) the default, project team-a local."""
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+
+    server = FakeKubeServer(FakeCluster()).start()
+    kubeconfig = tmp_path / "kubeconfig"
+    server.write_kubeconfig(kubeconfig)
+    (home / "config.yaml").write_text(yaml.safe_dump({
+        "project": "default", "backend": "kubernetes", "project_backends": {"team-a": "local"},
+        "kubernetes": {"kubeconfig": str(kubeconfig), "image": "img:1"}}))
+    dt = Dtrain(home)
+    dt("project", "create", "team-a")
+    yield dt
+    for job in dtrain.Client(home=home).list(project="team-a"):
+        if job.status.value in ("Pending", "Running"):
+            dt("delete", job.name, "-p", "team-a", check=False)
+    server.close()
+
+
+def _hinted(text: str, verb: str) -> list[str]:
+    """The words of the `dtrain VERB ...` command quoted in `text`."""
+    found = re.search(rf"'dtrain ([^']*\b{verb}\b[^']*)'", text)
+    assert found, f"no 'dtrain ... {verb} ...' in {text!r}"
+    return shlex.split(found.group(1))
+
+
+def test_local_backend_hints_carry_the_project_where_kubernetes_is_the_default(team_a_on_local, home):
+    """Each said 'dtrain logs j2 --rank 0', 'dtrain delete j1', 'dtrain resume j1': run as printed,
+    they looked on the default (Kubernetes) backend, where the job is not."""
+    dt = team_a_on_local
+    dt("submit", "fails", "-p", "team-a", "--", "python", "-c", "import sys; sys.exit(3)")
+    dt("wait", "fails", "-p", "team-a", "--timeout", "60", check=False)
+    message = dt.json("describe", "job", "fails", "-p", "team-a")["message"]
+    assert dt(*_hinted(message, "logs")).returncode == 0  # the supervisor's message
+
+    again = dt("submit", "fails", "-p", "team-a", "--", "python", "-c", "pass", check=False)
+    assert_usage_error(again, "already exists")
+    assert "deleted" in dt(*_hinted(again.stderr, "delete")).stdout  # the store's refusal
+
+    dt("submit", "sleeps", "-p", "team-a", "--", "python", "-c", "import time; time.sleep(60)")
+    dt.json("describe", "job", "sleeps", "-p", "team-a")
+    dt("suspend", "sleeps", "-p", "team-a")
+    message = dt.json("describe", "job", "sleeps", "-p", "team-a")["message"]
+    assert "resumed" in dt(*_hinted(message, "resume")).stdout  # the backend's own message
+    dt("delete", "sleeps", "-p", "team-a")
+
+
+def test_local_backend_is_handed_the_clients_command(team_a_on_local, home):
+    client = dtrain.Client(home=home)
+    local = client.backend(project="team-a")
+    assert local.name == "local"
+    assert local.cmd("logs j", "team-a") == client.command_for("logs j", backend="local", project="team-a")
+    assert local.cmd("logs j", "team-a") == "dtrain logs j -p team-a"
+    assert local.cmd("logs j", "default") == "dtrain --backend local logs j"
+
