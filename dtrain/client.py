@@ -597,16 +597,34 @@ class Client:
         kept. A name on two backends is the one of the backend config.yaml sends that project to; a
         backend without projects (SageMaker) adds none; one that does not answer is a notice, and so
         is what a backend could not read of its projects (Kubernetes: a GPU quota, the pods)."""
-        parts, notices = self._across(lambda backend: backend.list_projects(), what="projects",
-                                      skip=(NotSupportedError,))
+        def read(backend: Backend) -> tuple[Listed | None, JobSummary | None]:
+            """The backend's projects (None: it has none) and its jobs counted, in one visit; a
+            backend without projects whose jobs cannot be counted (SageMaker without AWS) adds nothing."""
+            try:
+                projects = backend.list_projects()
+            except NotSupportedError:
+                if alone:  # the only backend walked: its refusal is the answer, as before
+                    raise
+                try:
+                    return None, self._expired_forgotten(backend, None).summary()
+                except DtrainError:
+                    return None, None
+            return projects, self._expired_forgotten(backend, None).summary()
+
+        alone = len(self._every_backend()) == 1
+        parts, notices = self._across(read, what="projects")
         found: dict[str, ProjectInfo] = {}
-        for backend, projects in parts:
+        counts: Counter = Counter()
+        for backend, (projects, summary) in parts:
+            for count in summary.counts if summary is not None else ():  # counted wherever the jobs are kept
+                counts[(count.project, count.status.value)] += count.jobs
+            if projects is None:
+                continue
             notices += notices_of(projects)
             for p in projects:
                 if p.name not in found or (backend.name == self.config.backend_for(p.name)
                                            and found[p.name].backend != backend.name):
                     found[p.name] = p
-        counts = {(n.project, n.status.value): n.jobs for n in self.summary().counts}
         return Listed((replace(p, running=counts.get((p.name, "Running"), 0),
                                pending=counts.get((p.name, "Pending"), 0))
                        for p in sorted(found.values(), key=lambda p: p.name)), notices)

@@ -72,3 +72,27 @@ def test_local_backend_is_handed_the_clients_command(team_a_on_local, home):
     assert local.cmd("logs j", "team-a") == "dtrain logs j -p team-a"
     assert local.cmd("logs j", "default") == "dtrain --backend local logs j"
 
+
+def test_project_list_asks_a_backend_that_does_not_answer_once(home):
+    """list_projects walked the backends twice (projects, then summary): a cluster that does not
+    answer was asked twice, each ask its own timeout, for one `dtrain project list`."""
+    from dtrain.backends.local.backend import LocalBackend
+    from dtrain.errors import BackendError
+
+    class Down(LocalBackend):
+        name = "kubernetes"
+        asked = 0
+
+        def _ask(self, *args, **kwargs):
+            Down.asked += 1
+            raise BackendError("cannot reach the Kubernetes API server: timed out")
+
+        list_projects = summary = page = list = _ask
+
+    (home / "config.yaml").write_text(yaml.safe_dump({"project": "default", "backend": "local",
+                                                      "project_backends": {"team-b": "kubernetes"}}))
+    client = dtrain.Client(home=home, backends={"kubernetes": Down(home / "elsewhere")})
+    listed = client.list_projects()
+    assert [p.name for p in listed] == ["default"]
+    assert [n.code for n in listed.notices] == ["projects-unlisted"]
+    assert Down.asked == 1
