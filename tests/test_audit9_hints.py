@@ -96,3 +96,17 @@ def test_project_list_asks_a_backend_that_does_not_answer_once(home):
     assert [p.name for p in listed] == ["default"]
     assert [n.code for n in listed.notices] == ["projects-unlisted"]
     assert Down.asked == 1
+
+
+def test_the_wait_routes_503_names_the_backend_the_server_looked_on(team_a_on_local, home):
+    """`dtrain --backend local server` waits on the local backend: the 503's 'dtrain wait long' (-p
+    added by hand, never --backend) looked on Kubernetes, the default."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    from dtrain.server.routes_jobs import _again
+
+    class Clients:  # the app's per-thread clients, as `dtrain --backend local server` makes them
+        def get(self):
+            return dtrain.Client(home=home, backend="local")
+
+    assert _again(Clients(), "wait long", None) == "dtrain --backend local wait long"
+    assert _again(Clients(), "wait long", "team-a") == "dtrain wait long -p team-a"

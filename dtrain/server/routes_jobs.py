@@ -126,7 +126,7 @@ async def wait_job(request: Request, name: wire.JobName,
         info = await unless_stopping(waiting, request.app.state.stopping)
     except Stopping:
         raise HTTPException(503, f"the server is shutting down; wait for job {name!r} again once it is back "
-                                 f"(or with 'dtrain wait {name}{f' -p {project}' if project else ''}')") from None
+                                 f"(or with '{_again(clients, f'wait {name}', project)}')") from None
     return wire.job_out(info)
 
 
@@ -170,7 +170,7 @@ async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TA
                 elif kind == "failed":
                     yield sep + json.dumps(_failure(value))
                 elif kind in ("stopped", "dropped"):  # the lines sent are not all: say so, as a failed read does
-                    yield sep + json.dumps(_cut_off(name, kind))
+                    yield sep + json.dumps(_cut_off(pump, kind))
             yield "]"
         finally:
             pump.stop()
@@ -198,7 +198,7 @@ async def follow_logs(request: Request, name: wire.JobName, rank: RANK = None, t
                 elif kind == "failed":
                     yield f"event: error\ndata: {json.dumps(_failure(value))}\n\n"
                 elif kind == "dropped":
-                    yield f"event: error\ndata: {json.dumps(_cut_off(name, kind))}\n\n"
+                    yield f"event: error\ndata: {json.dumps(_cut_off(pump, kind))}\n\n"
                 elif kind == "end":  # what stopped it: an end, or a suspension (a resume starts anew)
                     yield f"event: end\ndata: {json.dumps({'status': value})}\n\n"
                 # "stopped": the stream ends quietly, and an EventSource reconnects to the server once it is back
@@ -208,15 +208,25 @@ async def follow_logs(request: Request, name: wire.JobName, rank: RANK = None, t
                              headers={"cache-control": "no-store", "x-accel-buffering": "no"})
 
 
-def _stopping(name: str, when: str) -> str:
+def _again(clients, words: str, project: str | None) -> str:
+    """`dtrain WORDS` as a 503 names it for a job of `project` (None: where a bare name looks): with -p
+    and --backend where the CLI needs them to look where this server looked (Client.command_for;
+    `dtrain --backend B server` looks on B)."""
+    c = clients.get()
+    return c.command_for(words, backend=c.backend(project=project).name, project=project)
+
+
+def _stopping(name: str, when: str, logs: str) -> str:
+    """`logs`: the `dtrain logs` command that reads them (`_again`)."""
     return (f"the server is shutting down {when}; read job {name!r}'s logs again once it is back "
-            f"(or with 'dtrain logs {name}')")
+            f"(or with '{logs}')")
 
 
-def _cut_off(name: str, why: str) -> dict[str, str]:
+def _cut_off(pump: "_Pump", why: str) -> dict[str, str]:
     """Why the lines sent end before the log does: the server stopped, or the reader took none for too long."""
+    name = pump.name
     if why == "stopped":
-        return {"error": _stopping(name, "before all its lines were sent"), "kind": "HTTPError"}
+        return {"error": _stopping(name, "before all its lines were sent", pump.again()), "kind": "HTTPError"}
     return {"error": f"the lines of job {name!r} were not read for {GONE_AFTER_S:g}s, so the server stopped "
                      f"sending them; read them again (with tail or since for fewer)", "kind": "HTTPError"}
 
@@ -341,6 +351,10 @@ class _Pump:
         self.loop = asyncio.get_running_loop()
         self._stop = threading.Event()
 
+    def again(self) -> str:
+        """The `dtrain logs` command that reads these lines from the CLI (`_again`)."""
+        return _again(self.clients, f"logs {self.name}", self.project)
+
     async def start(self) -> list:
         """The first lines read (none when following); raises what the read raised before any line,
         or 503 when the server begins to shut down first (a read blocked on a pod's log, say)."""
@@ -354,7 +368,7 @@ class _Pump:
             kind, value = await unless_stopping(self.queue.get(), self.stopping)
         except Stopping:
             self.stop()
-            raise HTTPException(503, _stopping(self.name, "before the first lines were read")) from None
+            raise HTTPException(503, _stopping(self.name, "before the first lines were read", self.again())) from None
         except BaseException:  # the client left before the first answer
             self.stop()
             raise
