@@ -279,9 +279,30 @@ def kubernetes_quantity(text: str, factor: int = 1, what: str = "size") -> str:
     return f"{ceil(exact / ladder[-1][1])}n"
 
 
-def parse_volume_size(text: str) -> int:
-    """A volume's size: a quantity of at least one byte (`--size 0` is refused)."""
-    return parse_size(text, "volume size", minimum=1)
+MIN_VOLUME = 2**20  # 1Mi: a smaller volume is a missing unit ('--size 100' is 100 bytes), never a wish
+_BELOW_BYTE = {"m": "milli", "u": "micro", "n": "nano"}
+
+
+def parse_volume_size(text: str, *, minimum: int = MIN_VOLUME) -> int:
+    """A volume's size: a quantity from 1Mi to 1Ei. Kubernetes reads a plain number as bytes and 'm'
+    as milli, so '--size 100' (meant as 100Gi) or '500m' (meant as 500M) asked for a volume of a few
+    bytes and was made; such a size is refused in one line that names the unit to write. `minimum`:
+    1 for a size read back from a record made before this rule (JobSpec.from_stored)."""
+    try:
+        size = parse_size(text, "volume size")
+    except SpecError:
+        size = None  # malformed, negative or too large: parse_size's own line below
+    if size is not None and 0 < size < minimum:
+        number, suffix = _size_groups(text, "volume size", "")
+        bounds = f"use a quantity from {_quantity(minimum)} to 1Ei"
+        if suffix is None:
+            raise SpecError(f"invalid volume size {shown(text)}: a number without a unit is bytes ({size} "
+                            f"byte{'s' if size > 1 else ''}); {bounds}: write the unit, e.g. {number}Gi")
+        if suffix in _BELOW_BYTE:
+            raise SpecError(f"invalid volume size {shown(text)}: '{suffix}' is {_BELOW_BYTE[suffix]} ({size} "
+                            f"byte{'s' if size > 1 else ''}); {bounds}: {number}Mi or {number}M for megabytes")
+        raise SpecError(f"invalid volume size {shown(text)}: that is {size} bytes; {bounds}, e.g. 100Gi")
+    return parse_size(text, "volume size", minimum=minimum)
 
 
 LABEL_JOB = "dtrain.io/job"  # the job an object was made for: a Kubernetes label; locally on the volumes a job makes

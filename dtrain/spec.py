@@ -18,7 +18,7 @@ from typing import Any, Mapping
 
 from dtrain.errors import SpecError
 from dtrain.names import (MAX_PROCESSES, NAME_RE, SIZE_RE, check_name, check_storage_class,  # noqa: F401 (re-exported)
-                          cut, job_volume_name, parse_size, parse_volume_size, shown)
+                          MIN_VOLUME, cut, job_volume_name, parse_size, parse_volume_size, shown)
 from dtrain.spec_sagemaker import SageMakerOptions
 
 LAUNCHERS = ("none", "torchrun", "mpi")
@@ -122,7 +122,7 @@ class NewVolume:
     def __post_init__(self):
         check_storage_class(self.storage_class)
         _text(self.size, "volume size", fix=" such as 100Gi")
-        parse_volume_size(self.size)
+        parse_volume_size(self.size, minimum=1 if _STORED.get() else MIN_VOLUME)
         object.__setattr__(self, "size", self.size.strip())  # parse_volume_size strips: store what it read
         object.__setattr__(self, "mount_path", _check_mount_path(self.mount_path))
 

@@ -75,6 +75,7 @@ CASES = [
     (["project", "create", "P_Q"], "POST", "/api/v1/projects", {"name": "P_Q"}, 422),
     (["volume", "create", "v", "--size", "10GB"], "POST", "/api/v1/volumes", {"name": "v", "size": "10GB"}, 422),
     (["volume", "create", "v", "--size", "0"], "POST", "/api/v1/volumes", {"name": "v", "size": "0"}, 422),
+    (["volume", "create", "v", "--size", "100"], "POST", "/api/v1/volumes", {"name": "v", "size": "100"}, 422),
     (["volume", "create", "data"], "POST", "/api/v1/volumes", {"name": "data"}, 409),
     (["volume", "describe", "nope"], "GET", "/api/v1/volumes/nope", None, 404),
     (["volume", "delete", "nope"], "DELETE", "/api/v1/volumes/nope", None, 404),

@@ -103,7 +103,9 @@ def test_a_volume_size_is_a_quantity_string(client, verb):
     with pytest.raises(SpecError, match=r"invalid volume size 10: must be a string such as '100Gi'"):
         getattr(client, verb)("data", size=10)
     assert client.list_volumes() == []
-    assert client.create_volume("data", size="10").size_bytes == 10  # the quantity, as kubectl reads it
+    with pytest.raises(SpecError, match=r"invalid volume size '10': a number without a unit is bytes .* e.g. 10Gi"):
+        getattr(client, verb)("data", size="10")  # kubectl reads 10 bytes: never the volume meant
+    assert client.create_volume("data", size="10Gi").size_bytes == 10 * 2**30
 
 
 def test_list_and_page_of_a_project_that_does_not_exist_are_refused_as_the_cli_does(client):

@@ -261,7 +261,7 @@ def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
         bad = http.post("/api/v1/volumes", json={"name": "big", field: value})
         assert bad.status_code == 422 and bad.json()["error"] == cli_error(server, "volume", "create", "big", flag,
                                                                            value)
-    narrower = http.post("/api/v1/volumes", json={"name": "big", "size": "1e3"})  # the CLI takes it, the API not
+    narrower = http.post("/api/v1/volumes", json={"name": "big", "size": "1e9"})  # the CLI takes it, the API not
     assert narrower.status_code == 422 and "such as 512Mi" in narrower.json()["error"]
     assert "(?:" not in narrower.text and "big" not in {v["name"] for v in http.get("/api/v1/volumes").json()}
 

@@ -295,7 +295,7 @@ def test_quantities_follow_the_kubernetes_grammar():
         with pytest.raises(SpecError, match="quantity"):
             parse_size(bad, "--memory", minimum=1)
         assert time.monotonic() - started < 0.1
-    with pytest.raises(SpecError, match="volume size '2Ei': use a quantity from 1 byte to 1Ei"):
+    with pytest.raises(SpecError, match="volume size '2Ei': use a quantity from 1Mi to 1Ei"):
         NewVolume(storage_class="local", size="2Ei", mount_path="/mnt")
     assert NewVolume(storage_class="local", size="1Ei", mount_path="/mnt").size == "1Ei"
 
@@ -338,7 +338,7 @@ def test_the_http_api_takes_the_spec_bounds():
 
 def test_every_volume_size_the_api_schema_allows_is_one_the_server_takes():
     """schemathesis sends what the schema allows and requires it accepted: the schema's size
-    pattern is the part of the quantity grammar that lies from 1 byte to 1Ei."""
+    pattern is the part of the quantity grammar that lies from 1Mi to 1Ei."""
     import re
 
     from dtrain.names import MAX_SIZE, parse_volume_size
@@ -346,9 +346,11 @@ def test_every_volume_size_the_api_schema_allows_is_one_the_server_takes():
 
     allowed = re.compile(VOLUME_SIZE)
     largest = [f"{'9' * (n + 1)}.99{s}" for s, n in _DIGITS.items()] + ["1Ei", "1E"]
-    for text in [*largest, "1", "1.5", "10Gi", "512Mi", "2k"]:
+    for text in [*largest, "1048576", "1048576.5", "1049k", "1024Ki", "2M", "1Mi", "10Gi", "512Mi", "2G"]:
         assert allowed.match(text), text
-        assert 1 <= parse_volume_size(text) <= MAX_SIZE, text
+        assert 2**20 <= parse_volume_size(text) <= MAX_SIZE, text
+    for text in ["1", "1.5", "1048575", "999999", "2k", "1048k", "1023Ki", "1M", "1.9M", "500m"]:  # under 1Mi
+        assert not allowed.match(text), text
     for text in [f"1{'0' * (n + 1)}{s}" for s, n in _DIGITS.items()]:  # one digit more than the room left
         assert not allowed.match(text), text
     for text in ["0", "0.5", ".761", "5m", "1e3", "01Gi", "2Ei", "1.5Ei", "-1Gi", "1Gb"]:

@@ -819,7 +819,7 @@ def _check_new_volume(name: str, size: str, storage_class: str | None) -> None:
     check_name(name, "volume")
     if not isinstance(size, str):  # size=10 from Python made a 10-byte volume, where a --pvc size must be a string
         raise SpecError(f"invalid volume size {shown(size)}: must be a string such as '100Gi' (a Kubernetes "
-                        f"quantity; a plain number is bytes: '10' is 10 bytes)")
+                        f"quantity from 1Mi to 1Ei, with its unit)")
     parse_volume_size(size)
     if storage_class is not None:
         check_storage_class(storage_class)

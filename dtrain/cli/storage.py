@@ -213,7 +213,8 @@ def register(sub) -> None:
     c = vs.add_parser("create", help="an empty volume")
     c.add_argument("name", help="volume name (lower-case letters, digits, '-')")
     c.add_argument("--size", default="10Gi",
-                   help="a quantity such as 100Gi (default 10Gi); Kubernetes: the PVC's request; local: "
+                   help="a quantity from 1Mi to 1Ei such as 100Gi (default 10Gi; a number without a unit, bytes to "
+                        "Kubernetes, is refused below 1Mi: write --size 100Gi, not 100); Kubernetes: the PVC's request; local: "
                         "recorded only, not a quota (a volume may outgrow it; `volume list` shows USED)")
     c.add_argument("--class", "--storage-class", dest="storage_class", help="storage class (local: 'local'; Kubernetes: a StorageClass)")
     c.add_argument("--json", action="store_true", help="print the new volume as one JSON object")

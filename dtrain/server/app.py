@@ -321,6 +321,7 @@ def _pattern_refusal(request, pattern: str | None, value, loc: list[str]) -> str
         return str(refused)
     # names.py takes it but the API's narrower pattern does not (an API volume size has no 1e3 or 1000m)
     if pattern == wire.VOLUME_SIZE:
-        return (f"invalid volume size {shown(value)}: the API takes a quantity from 1 byte to 1Ei without an "
-                f"exponent, a milli suffix or leading zeros, such as 512Mi, 100Gi or 2G")
+        return (f"invalid volume size {shown(value)}: the API takes a quantity from 1Mi to 1Ei without an "
+                f"exponent, a milli suffix or leading zeros, its whole part at least 1Mi (1048576, 1049k, 1024Ki, "
+                f"2M), such as 512Mi, 100Gi or 2G")
     return f"invalid {'.'.join(loc) or 'value'} {shown(value)}: use the form the schema gives (/api/v1/openapi.json)"

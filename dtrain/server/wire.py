@@ -14,7 +14,8 @@ from fastapi import Path, Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
-from dtrain.names import CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, MAX_TIME, NAME_RE, SIZE_RE  # noqa: F401
+from dtrain.names import (CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, MAX_TIME, MIN_VOLUME, NAME_RE,  # noqa: F401
+                          SIZE_RE)
 from dtrain.spec import (MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MAX_RESTARTS, MIN_CPU,
                          MIN_IDLE_TIMEOUT)
 
@@ -22,11 +23,27 @@ STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted", "Susp
 NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
 SIZE = SIZE_RE.pattern
 # A volume size as the API takes it: the part of the Kubernetes quantity grammar whose every value
-# lies from 1 byte to 1Ei (names.parse_volume_size's range), so the schema promises no size the
-# server then refuses: no leading zero, no milli or exponent forms, and no more digits than the
-# suffix leaves room for (99999999999999999.9 bytes, 999.9Pi: each under 2**60).
+# lies from 1Mi to 1Ei (names.parse_volume_size's range), so the schema promises no size the
+# server then refuses: no leading zero, no milli or exponent forms, a whole part of at least the
+# suffix's share of 1Mi (_LEAST: 1048576 bytes, 1049k, 2M) and no more digits than the suffix leaves
+# room for (99999999999999999.9 bytes, 999.9Pi: each under 2**60).
 _DIGITS = {"": 17, "k": 14, "K": 14, "Ki": 14, "M": 11, "Mi": 11, "G": 8, "Gi": 8, "T": 5, "Ti": 5, "P": 2, "Pi": 2}
-VOLUME_SIZE = "^(?:" + "|".join(f"[1-9][0-9]{{0,{n}}}(?:\\.[0-9]+)?{s}" for s, n in _DIGITS.items()) + "|1Ei|1E)$"
+_UNIT = {"": 1, "k": 10**3, "K": 10**3, "Ki": 2**10, "M": 10**6, "Mi": 2**20}  # the rest: 1Mi or more
+_LEAST = {s: -(-MIN_VOLUME // _UNIT.get(s, MIN_VOLUME)) for s in _DIGITS}
+
+
+def _at_least(least: int, digits: int) -> str:
+    """A pattern of the whole numbers from `least` with at most `digits` digits, no leading zero."""
+    text = str(least)
+    forms = [text] + [f"{text[:i]}[{int(text[i]) + 1}-9][0-9]{{{len(text) - i - 1}}}"
+                      for i in range(len(text)) if text[i] != "9"]
+    if len(text) < digits:
+        forms.append(f"[1-9][0-9]{{{len(text)},{digits - 1}}}")
+    return "(?:" + "|".join(forms) + ")"
+
+
+VOLUME_SIZE = "^(?:" + "|".join(f"{_at_least(_LEAST[s], n + 1)}(?:\\.[0-9]+)?{s}" for s, n in _DIGITS.items()) \
+    + "|1Ei|1E)$"
 CLASS = CLASS_RE.pattern
 
 JobName = Annotated[str, Path(pattern=NAME, description="a job name")]
@@ -341,7 +358,7 @@ def node_out(n) -> Node:
 class VolumeIn(_In):
     name: str = Field(pattern=NAME)
     size: str = Field("10Gi", pattern=VOLUME_SIZE, max_length=32,
-                      description="a Kubernetes quantity from 1 byte to 1Ei, e.g. 100Gi")
+                      description="a Kubernetes quantity from 1Mi to 1Ei, e.g. 100Gi")
     storage_class: str | None = Field(None, pattern=CLASS, max_length=253)
 
 
