@@ -69,3 +69,15 @@ def test_every_volume_size_the_api_schema_allows_is_one_the_server_takes_sampled
             assert parse_volume_size(text) >= MIN_VOLUME, text
         elif not fraction and len(whole) <= _DIGITS[suffix] + 1:  # a whole number the server takes is allowed
             assert parse_size(text) < MIN_VOLUME, text
+
+
+@pytest.mark.parametrize("flag, value", [("--epochs", "-1"), ("--lr", "nan"), ("--batch-size", "0"),
+                                         ("--device", "gpu")])
+def test_a_workload_names_a_bad_value_before_the_missing_data(tmp_path, flag, value):
+    """`dtrain cifar10 train --epochs -1` said 'no CIFAR10 data': argparse names a bad value first."""
+    from dtrain.workloads.cifar10.train import parse_args
+
+    with pytest.raises(SpecError, match=f"^{flag} "):
+        parse_args([flag, value])
+    with pytest.raises(SpecError, match="no CIFAR10 data"):
+        parse_args([flag, {"--epochs": "1", "--lr": "0.01", "--batch-size": "2", "--device": "cpu"}[flag]])

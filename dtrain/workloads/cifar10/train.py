@@ -280,13 +280,6 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
         if value is None or (isinstance(value, str) and not value.strip()):
             default = d[name].default
             a[name] = paths.get(name, None if default is MISSING else default)
-    if not a["data_dir"]:
-        given = sagemaker_channels()
-        if given:
-            raise SpecError(f"no 'training' channel among this job's SageMaker channels ({', '.join(given)}): the "
-                            f"CIFAR10 data must come as the channel named training (the test batch may come as "
-                            f"'test'), e.g. --channel training=s3://BUCKET/cifar10; or pass --data-dir")
-        raise SpecError("no CIFAR10 data: pass --data-dir DIR (or run under SageMaker with a 'training' channel)")
     a["model_dir"] = a["model_dir"] or "model"
     types = {f.name: f.type for f in fields(TrainConfig)}
     # SM_HPS values arrive as JSON numbers or strings; coerce them like argparse does.
@@ -302,6 +295,15 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     if a["device"] is not None and not re.fullmatch(r"cpu|cuda(:\d{1,3})?", a["device"]):
         raise SpecError(f"--device {a['device']!r} is not a device: give cpu or cuda (cuda:N for one GPU), "
                         "or leave it out to use a GPU when there is one")
+    # the data last, as argparse names a bad value before a missing argument: '--epochs -1' without
+    # --data-dir is the value's mistake first
+    if not a["data_dir"]:
+        given = sagemaker_channels()
+        if given:
+            raise SpecError(f"no 'training' channel among this job's SageMaker channels ({', '.join(given)}): the "
+                            f"CIFAR10 data must come as the channel named training (the test batch may come as "
+                            f"'test'), e.g. --channel training=s3://BUCKET/cifar10; or pass --data-dir")
+        raise SpecError("no CIFAR10 data: pass --data-dir DIR (or run under SageMaker with a 'training' channel)")
     return TrainConfig(**a)
 
 
