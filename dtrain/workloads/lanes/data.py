@@ -106,6 +106,11 @@ class LaneDataset(torch.utils.data.Dataset):
         self.split = split
         self.size = (int(size[0]), int(size[1]))
         self.augment = augment
+        if not self.root.is_dir():
+            raise NotFoundError(
+                f"data folder {self.root} does not exist: give the folder `dtrain lanes prepare --out` wrote "
+                "(in a job, where its volume is mounted: --pvc VOLUME:/mnt for /mnt/tusimple)"
+            )
         files = [self.root / name for name in SPLIT_FILES[split] if (self.root / name).is_file()]
         if not files:
             names = ", ".join(SPLIT_FILES[split])

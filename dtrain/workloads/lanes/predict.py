@@ -107,9 +107,12 @@ def predict_labels(model: torch.nn.Module, root: str | os.PathLike, labels: Sequ
     return out
 
 
+CHECKPOINT_FIX = "pass OUT_DIR/model.pt or a ckpt-<step>.pt that `dtrain lanes train` wrote"
+
+
 def load_model(path: str | os.PathLike, device: torch.device | str = "cpu") -> SCNN:
     """An SCNN from a training checkpoint (ckpt-<step>.pt) or a final model.pt."""
-    fix = "pass OUT_DIR/model.pt or a ckpt-<step>.pt that `dtrain lanes train` wrote"
+    fix = CHECKPOINT_FIX
     input_file(path, "checkpoint", fix)
     try:
         state = load_checkpoint(path, map_location="cpu")
@@ -217,7 +220,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if device.type not in ("cpu", "cuda"):
         parser.error(f"--device {args.device}: predict runs on cpu or cuda")
     bf16 = native_bf16(device) if args.bf16 is None else args.bf16
+    # The frames first and the checkpoint file before --overlays, so that a run refused for its inputs
+    # creates no folder of theirs (a missing --data-dir: none at all); the model is loaded after.
+    labels, tasks = frames_to_predict(args.data_dir, args.split)
     out = check_out_file(args.out, args.data_dir, args.checkpoint)
+    input_file(args.checkpoint, "checkpoint", CHECKPOINT_FIX)
     if args.overlays:
         out_folder(args.overlays, "--overlays")
     # Every batch allocates and frees the same activations, as a training step does: with glibc's
@@ -226,7 +233,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     # faults; one thread, the 3rd to 5th batch). Set before the model is built, so its tensors follow it.
     heap = keep_freed_memory() if args.keep_heap else "off"
     model = load_model(args.checkpoint, device)
-    labels, tasks = frames_to_predict(args.data_dir, args.split)
     labels = labels[: args.limit]
     if not labels:
         raise DataError(f"split {args.split!r} of {args.data_dir} holds no frames "
