@@ -129,8 +129,10 @@ class Client:
         if name == "kubernetes":
             from dtrain.backends.kubernetes.backend import KubernetesBackend
             config = self._kubernetes_config(project)
+            mapped = [p for p in (self.config.project, *sorted(self.config.project_backends))
+                      if self.config.backend_for(p) == "kubernetes"]
             return KubernetesBackend(config, command=lambda words: self.command_for(
-                words, backend="kubernetes", project=config.project))
+                words, backend="kubernetes", project=config.project), projects=mapped)
         if name == "sagemaker":
             from dtrain.backends.sagemaker.backend import SageMakerBackend
             return SageMakerBackend(self.sagemaker_config(), home=self.home)

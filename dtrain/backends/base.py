@@ -378,8 +378,12 @@ class Backend(abc.ABC):
     def list(self, *, project: str | None = None) -> Listed:
         """The jobs (of `project`; None: every project), with the listing's notices (a source of
         jobs it could not read while others were: `_list` returns a `Listed` carrying them)."""
-        jobs = self._list()
+        jobs = self._list_of(project)
         return Listed((j for j in jobs if project is None or j.spec.project == project), notices_of(jobs))
+
+    def _list_of(self, project: str | None) -> list[JobInfo]:
+        """`_list`, or less where a backend can read `project`'s jobs alone (Kubernetes: its namespace)."""
+        return self._list()
 
     def page(self, *, project: str | None = None, status: JobStatus | str | None = None,
              limit: int | None = None, offset: int = 0) -> JobPage:

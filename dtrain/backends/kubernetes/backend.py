@@ -26,7 +26,7 @@ import contextlib
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from dtrain.backends.base import (Backend, DataSource, GpuInfo, JobInfo, JobStatus, Listed, NodeInfo, Notice,
                                    ProjectInfo)
@@ -50,6 +50,8 @@ _BY_KIND = {r.kind: r for r in (NAMESPACE, PVC, RESOURCE_QUOTA, SERVICE, SERVICE
 _SHARED = ("ServiceAccount", "Role", "RoleBinding")  # one per namespace, kept across jobs
 # Pods that hold their node's GPUs: bound to a node and not ended (a Pending pod pulling its image
 # holds them already; the scheduler counts it).
+# What an account needs to list every project's jobs at once (`dtrain list -A`)
+_JOB_KINDS = "jobs.batch, pytorchjobs/mpijobs/notebooks.kubeflow.org and trainjobs.trainer.kubeflow.org"
 HOLDING_GPUS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
@@ -59,12 +61,15 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
     name = "kubernetes"
 
     def __init__(self, config: KubernetesConfig | None = None, *, api_client: Any = None, exec_stream: Any = None,
-                 command: Callable[[str], str] | None = None):
+                 command: Callable[[str], str] | None = None, projects: Iterable[str] = ()):
         """`api_client`: a kubernetes.client.ApiClient; None builds one from the kubeconfig on first use.
         `exec_stream(namespace, pod, command) -> exit code`: None uses the official client's stream API.
         `command(words)`: the `dtrain WORDS` a hint names for a job of this backend's project, so that
-        it works as printed (the Client's adds `-p PROJECT` and `--backend` where they are needed)."""
+        it works as printed (the Client's adds `-p PROJECT` and `--backend` where they are needed).
+        `projects`: the other projects config.yaml sends to this cluster; an account that may not list
+        jobs (or namespaces) across the cluster gets theirs namespace by namespace."""
         self.config = config or KubernetesConfig()
+        self.projects = tuple(dict.fromkeys([self.config.project, *projects]))
         self._api_client = api_client
         self._exec_stream = exec_stream
         self._api: KubeApi | None = None
@@ -297,16 +302,25 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         own = next((s.snapshot for s in sources if s.volume == info.spec.snapshot_volume), sources[0].snapshot)
         return replace(info, data_sources=tuple(sources), extra={**info.extra, "source_snapshot": own})
 
-    def _list(self) -> list[JobInfo]:
-        """Jobs of every project (`list --project P` filters); one namespace if the account sees no more."""
-        scope = self.namespace if self.config.namespace else None
+    def _list_of(self, project: str | None) -> Listed:
+        """The jobs of `project`'s namespace (None: every project's, see `_list`)."""
+        return self._list(None if project is None else self.config.namespace_of(project))
+
+    def _list(self, namespace: str | None = None) -> Listed:
+        """Jobs of `namespace` (None: every project's). An account that may not list jobs across the
+        cluster gets those of each project config.yaml sends here (`projects`), namespace by namespace,
+        with a notice naming each namespace it may not read either."""
+        scope = namespace or (self.namespace if self.config.namespace else None)
+        notices: list[Notice] = []
         try:
-            objects = self._job_objects(scope)
+            objects, across = self._job_objects(scope), scope is None
         except Forbidden:
             if scope is not None:
                 raise
-            scope, objects = self.namespace, self._job_objects(self.namespace)
-        found, refused = self._job_pods(scope, {_key(obj)[0] for _, obj in objects})
+            (objects, notices), across = self._job_objects_each(), False
+        if not objects:
+            return Listed([], notices)
+        found, refused = self._job_pods(across, {_key(obj)[0] for _, obj in objects})
         pods: dict[tuple[str, str], list[dict]] = {}
         for pod in found:
             meta = pod["metadata"]
@@ -320,7 +334,27 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
             else:
                 info = job_info(resource.kind, obj, pods.get(_key(obj), []))
             infos.append(self._snapshot_on_success(info))
-        return sorted(infos, key=lambda i: (i.created, i.name))
+        return Listed(sorted(infos, key=lambda i: (i.created, i.name)), notices)
+
+    def _job_objects_each(self) -> tuple[list[tuple[Resource, dict]], list[Notice]]:
+        """The job objects of each known project's namespace (`projects`), for an account refused the
+        list across the cluster, and a notice for each namespace refused too; none readable: its error."""
+        objects, notices, first = [], [], None
+        spaces: dict[str, str] = {}
+        for project in self.projects:
+            spaces.setdefault(self.config.namespace_of(project), project)
+        for namespace, project in spaces.items():
+            try:
+                objects += self._job_objects(namespace)
+            except Forbidden as err:
+                first = first or err
+                notices.append(Notice(code="jobs-unlisted", message=(
+                    f"jobs of project {project} (namespace {namespace}) not listed, the others are: {err}; or "
+                    f"let this account list "
+                    f"them across the cluster (a ClusterRole with list on {_JOB_KINDS} and a ClusterRoleBinding)")))
+        if first is not None and len(notices) == len(spaces):
+            raise first
+        return objects, notices
 
     def _names(self, what: str) -> tuple[list[str], list[str]]:
         """The project's jobs by their objects alone (`_list` also reads every pod and each namespace)."""
@@ -328,15 +362,15 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
             return super()._names(what)  # one list of PVCs or VolumeSnapshots
         return [obj["metadata"]["name"] for _, obj in self._job_objects(self.namespace)], []
 
-    def _job_pods(self, scope: str | None, namespaces: set[str]) -> tuple[list[dict], dict[str, str]]:
-        """dtrain's pods in `scope` (None: every namespace), and why the pods of some namespaces are
-        unknown. An account may list jobs across the cluster but pods only in some namespaces (RBAC
-        grants each resource apart): it gets them namespace by namespace."""
-        try:
-            return self.api.pods(scope, job_selector()), {}
-        except Forbidden as err:
-            if scope is not None:
-                return [], {scope: _pods_unknown(err)}
+    def _job_pods(self, across: bool, namespaces: set[str]) -> tuple[list[dict], dict[str, str]]:
+        """dtrain's pods (`across`: of every namespace, else of `namespaces`), and why the pods of some
+        namespaces are unknown. An account may list jobs across the cluster but pods only in some
+        namespaces (RBAC grants each resource apart): it gets them namespace by namespace."""
+        if across:
+            try:
+                return self.api.pods(None, job_selector()), {}
+            except Forbidden:
+                pass
         found, refused = [], {}
         for namespace in sorted(namespaces):
             try:
@@ -397,9 +431,18 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         read the jobs but not pods or quotas still gets its projects: GPUs counted from the running
         jobs' requests, the quota unknown, `extra['unknown']` saying so, and a notice for each
         ("quota-unknown", "gpus-unknown") that the CLI prints and the HTTP API sends as a Warning."""
-        out, notices = [], []
-        for project, namespace in self._project_namespaces():
-            objects, unknown = self._job_objects(namespace), []
+        out, notices, first = [], [], None
+        spaces = self._project_namespaces()
+        for project, namespace in spaces:
+            try:
+                objects, unknown = self._job_objects(namespace), []
+            except Forbidden as err:  # a namespace this account may not read: the others are listed
+                if len(spaces) == 1:
+                    raise
+                first = first or err
+                notices.append(Notice(code="projects-unlisted",
+                                      message=f"project {project} (namespace {namespace}) not listed: {err}"))
+                continue
             try:
                 quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) or {}
             except Forbidden as err:
@@ -418,17 +461,27 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
                 notices += [Notice(code=code, message=f"project {project}: {said}") for code, said in unknown]
             out.append(ProjectInfo(name=project, backend=self.name, gpu_quota=int(hard) if hard is not None else None,
                                    gpus_allocated=gpus, jobs=len(objects), extra=extra))
+        if first is not None and not out:
+            raise first
         return Listed(out, notices)
 
     def _project_namespaces(self) -> list[tuple[str, str]]:
-        """(project, namespace) of every project this account may see."""
+        """(project, namespace) of every project this account may see; for an account that may not list
+        namespaces, each project config.yaml sends here (`projects`) whose namespace it does not know
+        to be missing."""
         try:
             namespaces = self.api.list(NAMESPACE, None, label_selector=LABEL_PROJECT)
-        except Forbidden:  # a namespace-scoped account sees its own project only
-            try:
-                namespaces = [n for n in [self._try_read(NAMESPACE, None, self.namespace)] if n]
-            except Forbidden:  # nor may it read its namespace: the one it is set up for
-                return [(self.config.project, self.namespace)]
+        except Forbidden:  # a namespace-scoped account sees the projects it is set up for
+            out = {}
+            for project in self.projects:
+                namespace = self.config.namespace_of(project)
+                try:
+                    found = self._try_read(NAMESPACE, None, namespace)
+                except Forbidden:  # nor may it read the namespace: the one it is set up for
+                    found = {"metadata": {"name": namespace, "labels": {LABEL_PROJECT: project}}}
+                if found is not None:
+                    out.setdefault(namespace, found)
+            namespaces = list(out.values())
         return [((ns["metadata"].get("labels") or {}).get(LABEL_PROJECT, ns["metadata"]["name"]),
                  ns["metadata"]["name"]) for ns in namespaces]
 
