@@ -88,3 +88,21 @@ def test_cli_list_all_shows_every_mapped_project_and_warns_of_a_refused_one(clus
     assert "job-team-a" in proc.stdout and "job-team-b" in proc.stdout and "job-team-c" not in proc.stdout
     [warning] = [line for line in proc.stderr.splitlines() if line.startswith("dtrain: warning:")]
     assert "project team-c (namespace dtrain-team-c) not listed" in warning
+
+
+def test_expired_credentials_are_one_line_without_an_install_hint(cluster, home):
+    """A 401 (an expired token) on submit-dist said `...log in again; if pytorchjobs.kubeflow.org is
+    not installed: install the Kubeflow Training Operator`, advice that a 401 cannot call for (the
+    cluster refused the credentials before looking at the kind); `list -A` tried each namespace."""
+    cluster.fail("*", "/", 401, "Unauthorized")
+    dt = Dtrain(home)
+    for argv in (["submit-dist", "new", "-p", "team-a", "--processes", "2", "--", "python", "t.py"],
+                 ["notebook", "nb", "-p", "team-a", "--image", "x"]):
+        proc = dt(*argv, check=False)
+        assert proc.returncode == 2 and proc.stdout == ""
+        [line] = proc.stderr.splitlines()
+        assert "did not accept the credentials" in line and "log in again" in line and "install" not in line
+    before = len(cluster.requests)
+    listed = dtrain.Client(home=home).list()
+    assert [n.code for n in listed.notices] == ["jobs-unlisted"] and "log in again" in listed.notices[0].message
+    assert not any("/namespaces/" in url for _, url in cluster.requests[before:])  # no namespace-by-namespace retry

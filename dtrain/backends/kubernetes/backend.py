@@ -34,7 +34,7 @@ from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundErro
 from dtrain.spec import JobSpec, VolumeMount, parse_size
 
 from .client import (CRD, NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT,
-                     Forbidden, KubeApi, Missing, Unanswered, client_from_config)
+                     Forbidden, KubeApi, Missing, Unanswered, Unauthenticated, client_from_config)
 from .config import KubernetesConfig
 from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE, ROLE_SNAPSHOTTER,
                       TRAIN_JOB, VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
@@ -199,8 +199,8 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
                 raise err.no_api() from None
             raise NotFoundError(f"{err}: create the namespace (kubectl create namespace "
                                 f"{obj['metadata'].get('namespace')}) or let dtrain create it") from None
-        except Forbidden as err:
-            if resource.install_hint:
+        except Forbidden as err:  # RBAC refuses a kind the cluster does not serve too (it decides first)
+            if resource.install_hint and not isinstance(err, Unauthenticated):
                 raise Forbidden(f"{err}; if {resource.full_name} is not installed: {resource.install_hint}") from None
             raise
 
@@ -314,8 +314,8 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         notices: list[Notice] = []
         try:
             objects, across = self._job_objects(scope), scope is None
-        except Forbidden:
-            if scope is not None:
+        except Forbidden as err:
+            if scope is not None or isinstance(err, Unauthenticated):
                 raise
             (objects, notices), across = self._job_objects_each(), False
         if not objects:

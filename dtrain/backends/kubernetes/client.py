@@ -59,6 +59,10 @@ class Forbidden(BackendError):
     """A 401/403: credentials or RBAC refused the call."""
 
 
+class Unauthenticated(Forbidden):
+    """A 401: the cluster did not accept the credentials at all (expired, wrong), whatever was asked."""
+
+
 class Unanswered(BackendError):
     """No clear answer (a dropped connection, a timeout, a 5xx): the request may have taken effect."""
 
@@ -363,7 +367,7 @@ class KubeApi:
         if err.status == 409:
             return ConflictError(f"cannot {what}: {message}")
         if err.status == 401:
-            return Forbidden(f"cannot {what}: {message}; the cluster did not accept the credentials of the "
+            return Unauthenticated(f"cannot {what}: {message}; the cluster did not accept the credentials of the "
                              f"kubeconfig context (expired or wrong): log in again, then retry")
         if err.status == 403:
             return Forbidden(f"cannot {what}: {message}; check your credentials and RBAC "
