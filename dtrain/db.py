@@ -208,6 +208,14 @@ def disk_refused(err: BaseException) -> bool:
     return type(err).__module__ == "sqlite3" and any(w in str(err) for w in ("full", "I/O error", "readonly"))
 
 
+def no_room(err: BaseException) -> bool:
+    """Whether `err` is the disk refusing a write (full, out of quota, read-only, failing), from
+    SQLite or from the file system; not a lock held too long."""
+    if isinstance(err, OSError):
+        return err.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
+    return disk_refused(err)
+
+
 INDEX = "index.db"  # the snapshot store's index (dtrain.storage.packs)
 
 

@@ -145,6 +145,11 @@ def _verify_text(report) -> str:
                         "hits": ", ".join(f"all of snapshot {snap}" if path == "*" else f"{_path(path)} in {snap}"
                                           for snap, path in d.hits) or "-"}
                        for d in report.damaged]
+    if data["skipped"] is None:
+        del data["skipped"]
+    else:  # not looked for: not 0
+        for key in ("garbage_objects", "garbage_bytes", "unlisted_manifests"):
+            data[key] = "not counted"
     return fmt.mapping(data)
 
 

@@ -489,6 +489,9 @@ class VerifyReport(BaseModel):
     garbage_objects: int = Field(description="leftovers of interrupted snapshots, removed first")
     garbage_bytes: int
     unlisted_manifests: int
+    skipped: str | None = Field(None, description="what this verify left undone because the disk holding the home "
+                                                  "folder is full or read-only (tidying; setting damaged objects "
+                                                  "aside), and how to do it; null when nothing was")
     ok: bool
 
 

@@ -44,12 +44,14 @@ import functools
 import itertools
 import json
 import os
+import sqlite3
 import stat
 import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from dtrain import db
 from dtrain.errors import StorageError
 from dtrain.storage import fileio, hashing, native
 from dtrain.storage.fileio import UNSUPPORTED, FileIO
@@ -702,19 +704,25 @@ class Engine:
         # may read again later, and a sweep would delete what the index no longer names
         unreadable = frozenset(d for d, state in zip(order, found, strict=True) if state == "unreadable")
         computed = [(d, state) for d, state in zip(order, found, strict=True) if state.startswith("b3-")]
-        if computed and write:
-            self.packs.record_hashes(computed)  # hashes deferred at capture, computed now
-        if (gone or corrupt) and write:  # out of the index: the next capture holding their content stores it afresh
-            self.packs.mark_damaged(gone, corrupt, where)
+        unrecorded = False
+        try:  # a disk that filled meanwhile: what was found is reported all the same, unrecorded
+            if computed and write:
+                self.packs.record_hashes(computed)  # hashes deferred at capture, computed now
+            if (gone or corrupt) and write:  # out of the index: the next capture holding their content stores it afresh
+                self.packs.mark_damaged(gone, corrupt, where)
+        except (sqlite3.Error, OSError) as err:
+            if not db.no_room(err):
+                raise
+            unrecorded = True
         files = hashed = 0
         for m in natives:  # a native snapshot's files, hashed now (recorded the first time)
             n, b, bad = native.verify_tree(self.subvols.path(m.subvolume), m.entries,
                                            self.root / "manifests" / f"{m.id}.hashes.gz", self.io.read_into,
-                                           self._buffer(), save=write)
+                                           self._buffer(), save=write and not unrecorded)
             files, hashed, corrupt = files + n, hashed + b, corrupt | bad
         return VerifyStats(objects=len(where) + files, bytes=run.done + hashed,
                            missing=frozenset(digests - where.keys() | gone), corrupt=corrupt,
-                           bad_manifests=tuple(bad_manifests), unreadable=unreadable)
+                           bad_manifests=tuple(bad_manifests), unreadable=unreadable, unrecorded=unrecorded)
 
     def _wrap(self, err: OSError, doing: str, *, needed: int) -> StorageError:
         return fileio.storage_error(err, doing, needed=needed, where=self.root)

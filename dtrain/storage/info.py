@@ -107,6 +107,9 @@ class VerifyReport(NamedTuple):
     garbage_objects: int  # leftovers of interrupted snapshots removed first
     garbage_bytes: int  # their size
     unlisted_manifests: int = 0  # snapshots in the store the database does not list: kept (see engine)
+    # what this verify left undone because the disk is full or read-only, and how to do it; None
+    # when nothing was (the garbage_* and unlisted_manifests counts are then 0: not looked for)
+    skipped: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -148,6 +151,7 @@ class VerifyStats(NamedTuple):
     corrupt: frozenset[str]  # content no longer matches the name (taken out of the index)
     bad_manifests: tuple[str, ...]  # manifest ids missing or unreadable
     unreadable: frozenset[str] = frozenset()  # in a pack that fails to read (kept in the index)
+    unrecorded: bool = False  # asked to record what it found, the disk refused (full): reported, not recorded
 
 
 def human_bytes(n: float) -> str:

@@ -19,6 +19,7 @@ import contextlib
 import fcntl
 import json
 import os
+import sqlite3
 import stat
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -364,16 +365,31 @@ class Storage:
     def verify(self, name: str | None = None, *, progress: Progress | bool | None = None) -> VerifyReport:
         """Clean up crash leftovers, then re-hash the content of one snapshot or all of them.
 
-        On a disk that is full or read-only (the databases opened read-only: `db.reads_only`) it
-        only checks: nothing is tidied, swept or set aside, and the findings are reported as ever."""
+        On a disk that is full or read-only (the databases opened read-only: `db.reads_only`, or a
+        write refused since this Client opened them: a server's) it only checks: nothing is tidied,
+        swept or set aside, the findings are reported as ever, and `skipped` says what was not done."""
         rows = [self.get_snapshot(name)] if name is not None else self.list_snapshots()
         write = db.writable(self.conn) and db.writable(self.engine.packs.conn)
         swept = None
         if write:
-            self._collect(sweep=False)
-            swept = self.engine.sweep(self._live_ids, force=True)
+            try:
+                self._collect(sweep=False)
+                swept = self.engine.sweep(self._live_ids, force=True)
+            except (sqlite3.Error, OSError) as err:  # the disk filled since this Client opened (a server)
+                if not db.no_room(err):             # what was not finished is finished by the next command
+                    raise
+                write = False
         with self.engine.pin(marked=write), reporter(progress, "verify") as cb:
             stats = self.engine.verify([s.id for s in rows], progress=cb, write=write)
+        skipped = None
+        if not write:
+            skipped = ("tidying skipped: the disk holding the home folder ($DTRAIN_HOME) is full or read-only, so "
+                       "leftovers of interrupted snapshots were neither counted nor removed and damaged objects were "
+                       "not set aside; free space there (df -h) and verify again to tidy")
+        elif stats.unrecorded:
+            skipped = ("setting aside skipped: the disk holding the home folder ($DTRAIN_HOME) filled, so damaged "
+                       "objects were not taken out of the store and hashes computed now were not recorded; free space "
+                       "there (df -h) and verify again")
         bad = ({d: "missing" for d in stats.missing} | {d: "corrupt" for d in stats.corrupt}
                | {d: "unreadable" for d in stats.unreadable})
         hits = self._hits(set(bad)) if bad else {}
@@ -394,7 +410,7 @@ class Storage:
         return VerifyReport(snapshots=tuple(s.name for s in rows if s.id not in deleted), objects=stats.objects, bytes=stats.bytes,
                             damaged=tuple(damaged), garbage_objects=swept.objects if swept else 0,
                             garbage_bytes=swept.bytes if swept else 0,
-                            unlisted_manifests=swept.unlisted if swept else 0)
+                            unlisted_manifests=swept.unlisted if swept else 0, skipped=skipped)
 
     def diff(self, a: str, b: str | None = None) -> list[mf.Change]:
         """Changes from snapshot `a` to snapshot `b`, or to the live volume `a` was taken of."""
