@@ -735,7 +735,8 @@ class Client:
     def verify_snapshot(self, name: str | None = None, *, project: str | None = None) -> VerifyReport:
         return self._storage(project).verify_snapshot(name)
 
-    def diff_snapshots(self, a: str, b: str, *, project: str | None = None) -> list[Change]:
+    def diff_snapshots(self, a: str, b: str | None = None, *, project: str | None = None) -> list[Change]:
+        """What changed from snapshot `a` to snapshot `b`, or to `a`'s volume as it is now (`b` None)."""
         return self._storage(project).diff_snapshots(a, b)
 
 

@@ -8,7 +8,7 @@ import sqlite3
 
 import pytest
 
-from conftest import Dtrain, fill, tmpfs
+from conftest import Dtrain, fill, tmpfs, usage_line
 
 
 def _corrupt(storage, snapshot: str) -> str:
@@ -119,3 +119,48 @@ def test_verify_whose_setting_aside_the_disk_refuses_reports_what_it_found(tmp_p
         assert storage.verify("one").damaged[0].earlier
     finally:
         storage.close()
+
+
+def test_snapshot_diff_with_one_snapshot_compares_with_its_volume_as_it_is_now(tmp_path):
+    """storage.md says `dtrain snapshot diff SNAP` compares a snapshot with its volume now; the CLI
+    required a second snapshot (argparse: "the following arguments are required: b"), the HTTP API
+    its `to`. Now both compare with the live volume; one whose volume was deleted, or re-created
+    under the same name (another volume), is refused in one line instead of compared."""
+    dt = Dtrain(tmp_path / "home")
+    dt("volume", "create", "data")
+    folder = dt.home / "volumes" / "data" / "data"
+    (folder / "a.txt").write_text("one\n")
+    dt("snapshot", "create", "data", "--name", "s1")
+    (folder / "a.txt").write_text("two!\n")
+    (folder / "b.txt").write_text("new\n")
+    changes = {c["path"]: c["kind"] for c in dt.json("snapshot", "diff", "s1")}
+    assert changes["a.txt"] == "modified" and changes["b.txt"] == "added"
+    assert "change(s)" in dt("snapshot", "diff", "s1").stdout
+    dt("volume", "delete", "data")
+    for again in (False, True):  # deleted; then another volume of that name
+        if again:
+            dt("volume", "create", "data")
+        line = usage_line(dt("snapshot", "diff", "s1", check=False))
+        assert "'data', which has been deleted" in line and "dtrain snapshot diff s1 OTHER" in line
+
+
+def test_http_diff_without_to_compares_with_the_live_volume_as_the_cli_does(tmp_path):
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    from fastapi.testclient import TestClient
+
+    from dtrain.client import Client
+    from dtrain.server.app import create_app
+
+    dt = Dtrain(tmp_path / "home")
+    dt("volume", "create", "data")
+    dt("snapshot", "create", "data", "--name", "s1")
+    (dt.home / "volumes" / "data" / "data" / "b.txt").write_text("new\n")
+    app = create_app(lambda: Client(home=dt.home), sample_every=3600)
+    with TestClient(app, base_url="http://127.0.0.1:8000") as api:
+        answer = api.get("/api/v1/snapshots/s1/diff")
+        assert answer.status_code == 200, answer.text
+        assert answer.json() == dt.json("snapshot", "diff", "s1")
+        dt("volume", "delete", "data")
+        refused = api.get("/api/v1/snapshots/s1/diff")
+        assert refused.status_code == 404
+        assert refused.json()["error"] == usage_line(dt("snapshot", "diff", "s1", check=False))

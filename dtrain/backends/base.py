@@ -665,8 +665,11 @@ class Backend(abc.ABC):
         with self._named("snapshot", name):
             return self._verify_snapshot(_existing(name, "snapshot"))
 
-    def diff_snapshots(self, a: str, b: str) -> list[Change]:
-        """What changed from snapshot `a` to snapshot `b`."""
+    def diff_snapshots(self, a: str, b: str | None = None) -> list[Change]:
+        """What changed from snapshot `a` to snapshot `b`, or to `a`'s volume as it is now (`b` None)."""
+        if b is None:
+            with self._named("snapshot", a):
+                return self._diff_snapshots(_existing(a, "snapshot"), None)
         with self._named("snapshot", a), self._named("snapshot", b):
             return self._diff_snapshots(_existing(a, "snapshot"), _existing(b, "snapshot"))
 
@@ -811,7 +814,7 @@ class Backend(abc.ABC):
     def _verify_snapshot(self, name: str | None) -> VerifyReport:
         raise self._not_supported("'snapshot verify'", "it reads the local snapshot store")
 
-    def _diff_snapshots(self, a: str, b: str) -> list[Change]:
+    def _diff_snapshots(self, a: str, b: str | None) -> list[Change]:
         raise self._not_supported("'snapshot diff'", "it reads the local snapshot store")
 
     def _not_supported(self, what: str, why: str = "") -> NotSupportedError:

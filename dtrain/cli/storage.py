@@ -277,9 +277,9 @@ def register(sub) -> None:
     c = ss.add_parser("verify", help="re-hash stored data against the snapshot manifests")
     c.add_argument("name", nargs="?", help="one snapshot (default: the whole store)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
-    c = ss.add_parser("diff", help="files added, removed or changed between two snapshots")
+    c = ss.add_parser("diff", help="files added, removed or changed between two snapshots, or since a snapshot")
     c.add_argument("a", help="the older snapshot")
-    c.add_argument("b", help="the newer snapshot")
+    c.add_argument("b", nargs="?", help="the newer snapshot (default: the snapshot's volume as it is now)")
     c.add_argument("--json", action="store_true", help="print a JSON list")
     for verb in ("create", "restore"):
         _dry_run_flag(ss.choices[verb])

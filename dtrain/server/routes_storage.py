@@ -114,9 +114,10 @@ def verify_store(request: Request, project: wire.StorageProject = None):
 
 
 @router.get("/snapshots/{name}/diff", response_model=list[wire.Change], responses=ERRORS)
-def diff_snapshots(request: Request, name: wire.SnapshotName, to: Annotated[str, Query(pattern=wire.NAME)],
-                   project: wire.StorageProject = None):
-    """Paths added, removed or modified from snapshot `name` to snapshot `to`."""
+def diff_snapshots(request: Request, name: wire.SnapshotName,
+                   to: Annotated[str | None, Query(pattern=wire.NAME)] = None, project: wire.StorageProject = None):
+    """Paths added, removed or modified from snapshot `name` to snapshot `to`, or without `to` to the
+    snapshot's volume as it is now (`dtrain snapshot diff NAME`)."""
     changes = client(request).diff_snapshots(name, to, project=project)
     return [wire.Change(path=_utf8(c.path), kind=c.kind, fields=list(c.fields)) for c in changes]
 

@@ -418,7 +418,12 @@ class Storage:
         old = self._load(snap)
         if b is not None:
             return mf.diff(old, self._load(self.get_snapshot(b)))
-        vol = self.get_volume(snap.volume)
+        row = self.conn.execute("SELECT name FROM volumes WHERE uid = ?", (snap.volume_uid,)).fetchone()
+        if row is None:  # (a volume of that name made since is another one: its files are not this snapshot's)
+            raise NotFoundError(f"snapshot {a!r} was taken of volume {snap.volume!r}, which has been deleted since, so "
+                                f"there is no live volume to compare it with: name a second snapshot "
+                                f"(`dtrain snapshot diff {a} OTHER`)")
+        vol = self.get_volume(row[0])
         with self.engine.pin():
             live, _ = self.engine.capture(vol.path, base=old, store=False)
         return mf.diff(old, live)
