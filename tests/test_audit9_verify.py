@@ -164,3 +164,16 @@ def test_http_diff_without_to_compares_with_the_live_volume_as_the_cli_does(tmp_
         refused = api.get("/api/v1/snapshots/s1/diff")
         assert refused.status_code == 404
         assert refused.json()["error"] == usage_line(dt("snapshot", "diff", "s1", check=False))
+
+
+def test_restore_onto_the_snapshots_own_volume_names_the_in_place_restore(tmp_path):
+    """`snapshot restore S --to VOL` where VOL is S's own volume said only "already exists: ... delete it
+    first", steering a user who wants a roll-back into deleting the volume; it now names --in-place."""
+    dt = Dtrain(tmp_path / "home")
+    dt("volume", "create", "data")
+    dt("volume", "create", "other")
+    dt("snapshot", "create", "data", "--name", "s1")
+    line = usage_line(dt("snapshot", "restore", "s1", "--to", "data", check=False))
+    assert "dtrain snapshot restore s1 --in-place" in line and "delete" not in line
+    assert "delete it first" in usage_line(dt("snapshot", "restore", "s1", "--to", "other", check=False))
+    dt("snapshot", "restore", "s1", "--in-place")  # what the line says works

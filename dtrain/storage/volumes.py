@@ -339,6 +339,11 @@ class Storage:
             raise SpecError(f"restore of snapshot {name!r}: an in-place restore keeps the volume's storage class; "
                             f"move it with `dtrain volume update VOLUME --class {storage_class}`")
         snap = self.get_snapshot(name)
+        if to is not None and self.conn.execute("SELECT 1 FROM volumes WHERE name = ? AND uid = ?",
+                                                (to, snap.volume_uid)).fetchone():
+            raise ConflictError(f"volume {to!r} already exists: it is the volume snapshot {name!r} was taken of; roll "
+                                f"it back with `dtrain snapshot restore {name} --in-place`, or give a new volume's "
+                                f"name to --to")
         if to is not None:
             return self._clone(snap, to, size=None, storage_class=storage_class, labels={}, progress=progress)
         return self._restore_in_place(snap, in_use_by, progress)
