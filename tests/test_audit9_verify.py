@@ -177,3 +177,21 @@ def test_restore_onto_the_snapshots_own_volume_names_the_in_place_restore(tmp_pa
     assert "dtrain snapshot restore s1 --in-place" in line and "delete" not in line
     assert "delete it first" in usage_line(dt("snapshot", "restore", "s1", "--to", "other", check=False))
     dt("snapshot", "restore", "s1", "--in-place")  # what the line says works
+
+
+def test_describe_job_marks_its_snapshot_deleted_once_deleted(tmp_path):
+    """After `snapshot delete` of a job's --snapshot-on-success snapshot, `describe job` still said
+    "Snapshot: NAME" as if it were there (its data sources were marked, not it). Now "(deleted)", and
+    `extra.snapshot_deleted` in --json; a new snapshot that took the name is another one."""
+    dt = Dtrain(tmp_path / "home")
+    dt("volume", "create", "w")
+    dt("submit", "j1", "--pvc", "w:/mnt", "--snapshot-on-success", "w", "--", "true")
+    dt("wait", "j1")
+    info = dt.json("describe", "job", "j1")
+    snap = info["snapshot"]
+    assert snap and info["extra"]["snapshot_deleted"] is False
+    assert f"Snapshot: {snap}\n" in dt("describe", "job", "j1").stdout
+    dt("snapshot", "delete", snap)
+    assert f"Snapshot: {snap} (deleted)" in dt("describe", "job", "j1").stdout
+    dt("snapshot", "create", "w", "--name", snap)  # the name again, not the job's
+    assert dt.json("describe", "job", "j1")["extra"]["snapshot_deleted"] is True

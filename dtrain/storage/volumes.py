@@ -268,6 +268,12 @@ class Storage:
                                                     uids)}
         return there("volumes", volume_uids), there("snapshots", snapshot_uids)
 
+    def has_job_snapshot(self, name: str, job: str, since: float) -> bool:
+        """Whether the snapshot `name` that job `job` (created at unix time `since`) left is still
+        there: one of that name linked to that job and taken after it was made (a name may be reused)."""
+        return self.conn.execute("SELECT 1 FROM snapshots WHERE name = ? AND job = ? AND created_ns >= ?",
+                                 (name, job, int(since * 1e9) - 10**9)).fetchone() is not None
+
     # --- snapshots -------------------------------------------------------------------------
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         job_spec: Mapping | None = None, source_snapshot: str | None = None,

@@ -506,7 +506,10 @@ class LocalBackend(Backend):
                               # its snapshot's source (a job of before recorded no other), else its first volume's
                               "source_snapshot": row["source_snapshot"] or next(
                                   (s.snapshot for s in sources), None),
-                              "exit_code": row["exit_code"]})
+                              "exit_code": row["exit_code"],
+                              # its --snapshot-on-success snapshot was deleted since (`snapshot delete`)
+                              "snapshot_deleted": bool(row["snapshot"]) and not self.storage.has_job_snapshot(
+                                  row["snapshot"], spec.name, row["created"])})
 
     def _data_sources(self, recorded: list[dict]) -> tuple[DataSource, ...]:
         """The snapshots a job's volumes held when it started, as its supervisor recorded them, each
