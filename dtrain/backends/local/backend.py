@@ -640,7 +640,8 @@ class LocalBackend(Backend):
         """Suspended -> Pending with a new supervisor, which waits for devices as a new job's does;
         the restarts spent so far stay spent. The last supervisor may still be stopping its ranks (an
         idle notebook's suspends itself): waited for as `delete` waits, then refused."""
-        from dtrain.backends.local.ranks import parse_ident
+        from dtrain.backends.local.ranks import kill_ranks, parse_ident, supervisor_token
+        from dtrain.procs import Ident
 
         row = self.store.job(name)
         sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
@@ -651,8 +652,12 @@ class LocalBackend(Backend):
         self._check_resources(spec, volumes=False)  # a quota may have been lowered since
         for mount in spec.resolved_volumes():  # and a volume deleted (--force) or lost: say so now
             self._check_existing(mount, spec.project)
-        self.store.resume(name, "resumed by the user; " + QUEUED)
-        self._start_supervisor(name, replacing=(row["supervisor_pid"], row["supervisor_start"]))
+        # a rank its killed supervisor left (its stop cut short) must not run beside the next run's
+        kill_ranks(self.home / "jobs" / name)
+        me = Ident.of(os.getpid())
+        claim = (me.pid, supervisor_token(me, claim=True))  # ours until the new supervisor records itself
+        self.store.resume(name, "resumed by the user; " + QUEUED, claim=claim)
+        self._start_supervisor(name, replacing=claim)
         return self._get(name)
 
     def _stop(self, name: str, row) -> None:

@@ -278,15 +278,21 @@ class JobStore:
         self._event(name, status, message, now)
         return True
 
-    def resume(self, name: str, message: str) -> None:
+    def resume(self, name: str, message: str, *, claim: tuple[int, str] | None = None) -> None:
         """Suspended -> Pending, only from Suspended (Pending -> Pending is a relaunch, which two
         `dtrain resume` at once must not both do): ConflictError otherwise. The caller has seen
-        the last supervisor exit: devices it still held (its stop was cut short) are let go."""
+        the last supervisor exit: devices it still held (its stop was cut short) are let go.
+        `claim` (the resuming command's pid and claim token) is recorded as the job's supervisor in
+        the same transaction, until the new supervisor replaces it: a command reading the job in
+        between would otherwise find a Pending job whose supervisor is gone, and call it lost.
+        None (a test of the store alone) leaves the recorded supervisor as it is."""
         with db.transaction(self.conn):
             status = self.status(name)
             if status != "Suspended":
                 raise ConflictError(f"job {name!r} is {status}: only a Suspended job can be resumed")
             self._release(name)
+            if claim is not None:
+                self.conn.execute("UPDATE jobs SET supervisor_pid=?, supervisor_start=? WHERE name=?", (*claim, name))
             self.move(name, "Pending", message)
 
     def release(self, name: str) -> None:

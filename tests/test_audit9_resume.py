@@ -1,0 +1,85 @@
+"""Resuming a suspended job while its processes still stop (ranks Terminating), from the CLI, the
+HTTP API and the dashboard; and one wording for a rank `exec` cannot name, at every door."""
+
+from __future__ import annotations
+
+import subprocess
+import time
+
+from conftest import DTRAIN, Dtrain
+from server_util import wait_until
+
+# Holds its SIGTERM (a checkpoint being written) until the file `gate` appears, then exits 143.
+SLOW_STOP = """import os, signal, sys, time
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+print("up", flush=True)
+while not stop:
+    time.sleep(0.05)
+print("writing a checkpoint", flush=True)
+while not os.path.exists("gate"):
+    time.sleep(0.05)
+sys.exit(143)
+"""
+
+
+def _stopping(dt: Dtrain, tmp_path, name: str = "job") -> subprocess.Popen:
+    """Job `name` runs SLOW_STOP and is being suspended (the `dtrain suspend` returned, still waiting
+    for it): its rank reads Terminating until the file `gate` appears."""
+    (tmp_path / "slow.py").write_text(SLOW_STOP)
+    dt("submit", name, "--working-dir", str(tmp_path), "--", "python", "slow.py")
+    wait_until(lambda: "up" in dt("logs", name).stdout, what="job started")
+    suspend = subprocess.Popen([DTRAIN, "suspend", name], env=dt.env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: "writing a checkpoint" in dt("logs", name).stdout, what="job stopping")
+    assert [p["status"] for p in dt.json("describe", "job", name)["processes"]] == ["Terminating"]
+    return suspend
+
+
+def test_a_resume_while_the_ranks_still_stop_starts_the_job_once_with_no_lost_supervisor(dt: Dtrain, tmp_path):
+    """The resume waits for the last supervisor, then queues the job: no command reading the job
+    meanwhile (the `suspend` still returning, a dashboard's poll) takes it for a lost one, with a
+    'lost' event and a second supervisor started in its place."""
+    suspend = _stopping(dt, tmp_path)
+    resume = subprocess.Popen([DTRAIN, "resume", "job"], env=dt.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    time.sleep(1)
+    (tmp_path / "gate").write_text("x")
+    polling = time.monotonic() + 60
+    while resume.poll() is None and time.monotonic() < polling:
+        dt("list")  # as a dashboard polls: every active job is reconciled
+    out, err = resume.communicate(timeout=60)
+    assert resume.returncode == 0 and out == "The job 'job' has been resumed (Pending)\n", (out, err)
+    assert suspend.wait(timeout=60) == 0, suspend.communicate()
+    wait_until(lambda: dt("logs", "job").stdout.count("up") == 1 and dt.status("job") == "Running",
+               what="job running again")
+    events = [e["message"] for e in dt.json("describe", "job", "job")["events"]]
+    assert not [m for m in events if m.startswith("lost")], events
+    assert dt.json("describe", "job", "job")["restarts"] == 0
+    dt("delete", "job")
+
+
+def test_a_command_reading_the_job_while_it_is_resumed_takes_it_for_no_lost_one(dt: Dtrain, monkeypatch):
+    """Between the resume's Pending and its new supervisor's record, another command (a dashboard's
+    poll, `dtrain list`) read a Pending job whose recorded supervisor, the suspended run's, is gone:
+    it called it lost (an event saying the supervisor was killed) and started a supervisor of its
+    own, and the resume's was stopped. White box: that command reads the job just then."""
+    import dtrain.procs
+    from dtrain import Client
+
+    dt("submit", "s", "--", "sleep", "60")
+    dt.wait_for("s", {"Running"})
+    dt("suspend", "s")
+    spawn = dtrain.procs.spawn_detached
+
+    def read_first(*args, **kwargs):
+        assert Client(home=dt.home).get("s").status.value == "Pending"  # another command, in between
+        return spawn(*args, **kwargs)
+
+    monkeypatch.setattr(dtrain.procs, "spawn_detached", read_first)
+    assert Client(home=dt.home).resume("s").status.value == "Pending"
+    monkeypatch.undo()
+    dt.wait_for("s", {"Running"})
+    events = [e["message"] for e in dt.json("describe", "job", "s")["events"]]
+    assert not [m for m in events if m.startswith("lost")], events
+    dt("delete", "s")
