@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import time
 
+import pytest
+
 from conftest import DTRAIN, Dtrain
 from server_util import wait_until
 
@@ -83,3 +85,46 @@ def test_a_command_reading_the_job_while_it_is_resumed_takes_it_for_no_lost_one(
     events = [e["message"] for e in dt.json("describe", "job", "s")["events"]]
     assert not [m for m in events if m.startswith("lost")], events
     dt("delete", "s")
+
+
+@pytest.mark.slow  # a browser, a server and a job: about 15-25 s
+def test_the_dashboards_resume_waits_while_a_rank_still_stops(home, tmp_path):
+    """A job suspended from the dashboard while its process writes its checkpoint: its Resume (Jobs table and
+    job page) is disabled, its title saying why, while the rank reads Terminating; enabled once the process
+    has exited, and a click then queues the job again."""
+    import threading
+
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    browser_tests = pytest.importorskip("test_dashboard_browser")
+    if not (browser_tests.CHROMIUM and browser_tests.CHROMEDRIVER):
+        pytest.skip("chromium and chromedriver are not installed (scripts/setup.sh installs them)")
+    from server_util import ServerProcess
+
+    (tmp_path / "slow.py").write_text(SLOW_STOP)
+    server = ServerProcess(home, cwd=tmp_path)
+    state = "return [...document.querySelectorAll(arguments[0])].map(b => [b.disabled, b.title])"
+    try:
+        dt, http = server.dtrain(), server.http
+        dt("submit", "ckpt", "--working-dir", str(tmp_path), "--", "python", "slow.py")
+        wait_until(lambda: "up" in dt("logs", "ckpt").stdout, what="the job started")
+        suspend = threading.Thread(target=lambda: http.post("/api/v1/jobs/ckpt/suspend"))
+        suspend.start()  # the suspension returns once the process has exited
+        try:
+            wait_until(lambda: "writing a checkpoint" in dt("logs", "ckpt").stdout, what="the job stopping")
+            with browser_tests.chrome() as browser:
+                for page, button in (("/#/jobs", "#jobs-table button.resume"), ("/#/job/ckpt", "#job-head button.resume")):
+                    browser.get(server.url + page)
+                    wait_until(lambda: browser.execute_script(state, button), what=f"{page}'s Resume")
+                    [(disabled, title)] = browser.execute_script(state, button)
+                    assert disabled and "still stopping (Terminating" in title, title
+                (tmp_path / "gate").write_text("x")  # the checkpoint is written: the process exits
+                suspend.join(timeout=60)
+                wait_until(lambda: browser.execute_script(state, button) == [[False, ""]], what="Resume enabled")
+                browser_tests.click(browser, button)
+                wait_until(lambda: dt.status("ckpt") in ("Pending", "Running"), what="the job resumed")
+        finally:
+            (tmp_path / "gate").write_text("x")
+            suspend.join(timeout=60)
+        dt("delete", "ckpt")
+    finally:
+        server.stop()

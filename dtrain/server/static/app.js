@@ -257,15 +257,22 @@ async function openNotebook(name, project) {
 
 // A job's buttons: Open for a Running notebook, Suspend while it may run, Resume while suspended, Delete until
 // deleted (a finished job leaves the list, as Run:AI's delete of a completed job does). A read-only server has
-// none: it refuses changes, and a notebook's URL (its token runs code).
+// none: it refuses changes, and a notebook's URL (its token runs code). Resume waits while a rank still stops
+// (Terminating: writing its checkpoint): a click then held the request until it had exited, up to the grace
+// period and more, with nothing on screen, and was refused after it; the button says so and is enabled after.
 function jobButtons(j, noun, project) {
   if (readOnly()) return [];
   const running = j.status === "Pending" || j.status === "Running";
   const active = running || j.status === "Suspended";
+  const stopping = (j.processes || []).filter(p => p.status === "Terminating").length;
+  const resume = stopping
+    ? {class: "resume", disabled: true, title: `${stopping === 1 ? "A process is" : stopping + " processes are"} still `
+        + "stopping (Terminating: writing a checkpoint); Resume once the job's processes read Stopped"}
+    : {class: "resume", onclick: () => pauseJob(j.name, "resume", project)};
   return [
     ...(j.spec.notebook && j.status === "Running" ? [h("button", {class: "open-notebook", onclick: () => openNotebook(j.name, project)}, "Open")] : []),
     ...(running ? [h("button", {class: "suspend", onclick: () => pauseJob(j.name, "suspend", project)}, "Suspend" + noun)] : []),
-    ...(j.status === "Suspended" ? [h("button", {class: "resume", onclick: () => pauseJob(j.name, "resume", project)}, "Resume" + noun)] : []),
+    ...(j.status === "Suspended" ? [h("button", resume, "Resume" + noun)] : []),
     ...(j.status !== "Deleted" ? [h("button", {class: "danger", onclick: () => deleteJob(j.name, active, project)}, "Delete" + noun)] : [])];
 }
 
