@@ -156,6 +156,16 @@ def check_rank(value, door: str = "sdk", typed=None) -> int:
     return value
 
 
+def check_exec_rank(value, name: str, processes: int, typed=None) -> int:
+    """exec's rank: one of job `name`'s `processes` ranks (exec runs in one process: no 'all'). The
+    same line from the CLI (`typed`: as the user wrote it; a whole number is named as the number) and
+    the SDK, whether the rank is no whole number, negative or past the job's last."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < processes:
+        raise SpecError(f"invalid --rank {shown(value if typed is None else typed)}: exec runs in one process; "
+                        f"job {name!r} has {processes} process(es), ranks 0 to {processes - 1}")
+    return value
+
+
 def wait_refusal(typed, door: str = "sdk") -> SpecError:
     """The refusal of a wait's timeout (`typed`: as the user wrote it): seconds from 0 to the door's
     bound (the HTTP API's is MAX_HTTP_WAIT), or with the CLI a duration."""

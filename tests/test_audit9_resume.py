@@ -128,3 +128,24 @@ def test_the_dashboards_resume_waits_while_a_rank_still_stops(home, tmp_path):
         dt("delete", "ckpt")
     finally:
         server.stop()
+
+
+def test_exec_refuses_a_rank_in_the_same_words_from_the_cli_and_the_sdk(dt: Dtrain):
+    """`dtrain exec --rank -1` said 'exec runs in one process; give a rank from 0 to N, e.g. ...' and
+    Client.exec(rank=-1) 'invalid rank -1: job J has ranks 0 to N': one check (names.check_exec_rank)
+    now words both, whether the rank is negative, past the job's last or no number, as logs' does."""
+    from dtrain import Client
+    from dtrain.errors import SpecError
+
+    dt("submit-dist", "pair", "--processes", "2", "--", "sleep", "60")
+    try:
+        dt.wait_for("pair", {"Running"})
+        for typed, given in (("-1", -1), ("2", 2), ("x", "x")):
+            cli = dt("exec", "pair", "--rank", typed, "--", "true", check=False)
+            assert cli.returncode == 2 and cli.stdout == "", cli
+            with pytest.raises(SpecError) as sdk:
+                Client(home=dt.home).exec("pair", ["true"], rank=given)
+            assert cli.stderr == f"dtrain: error: {sdk.value}\n", (cli.stderr, str(sdk.value))
+            assert "job 'pair' has 2 process(es), ranks 0 to 1" in cli.stderr, cli.stderr
+    finally:
+        dt("delete", "pair")

@@ -109,7 +109,7 @@ def test_a_rank_of_thousands_of_digits_is_one_line(dt: Dtrain):
     huge = "9" * 5000  # int() refuses past 4300 digits: a ValueError traceback
     assert_usage_error(dt("logs", "two", "--rank", huge, check=False), "invalid --rank '999", "or 'all'")
     assert_usage_error(dt("exec", "two", "--rank", huge, "--", "true", check=False), "invalid --rank '999",
-                       "from 0 to 1")
+                       "ranks 0 to 1")
     assert_usage_error(dt("logs", "two", "--rank", "9" * 18, check=False), "ranks 0 to 1")
 
 

@@ -71,7 +71,7 @@ def test_item15_exec_local_two_ranks_reaches_the_asked_rank(tmp_path):
         for word in ("all", "x", "²"):
             bad = _dt(home, "exec", "pair", "--rank", word, "--", "true")
             assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
-            assert "exec runs in one process" in bad.stderr and "from 0 to 1" in bad.stderr, bad.stderr
+            assert "exec runs in one process" in bad.stderr and "ranks 0 to 1" in bad.stderr, bad.stderr
             assert "or 'all'" not in bad.stderr
     finally:
         _dt(home, "delete", "pair")

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotSupportedError, SpecError,  # noqa: F401
                            TimeoutError_)  # (re-exported)
 from dtrain.names import (MAX_TAIL, check_gpu_quota, check_limit_bytes,  # noqa: F401
-                          check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
+                          check_exec_rank, check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
                           check_since, parse_volume_size, shown, since_refusal, status_refusal, with_near)
 from dtrain.spec import JobSpec
 
@@ -510,10 +510,9 @@ class Backend(abc.ABC):
         with this process's stdin, stdout and stderr; returns the command's exit code."""
         with self._named("job", name):
             info = self._get(_existing(name, "job"))
+        check_exec_rank(rank, name, info.spec.processes)  # the CLI's --rank is checked here too: one line
         if info.status != JobStatus.RUNNING:
             raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job (see 'dtrain list')")
-        if not _whole(rank) or not 0 <= rank < info.spec.processes:
-            raise SpecError(f"invalid rank {rank!r}: job {name!r} has ranks 0 to {info.spec.processes - 1}")
         if isinstance(command, str) or not command or not all(isinstance(w, str) and "\0" not in w for w in command):
             raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt")
         return self._exec(name, list(command), rank=rank)
@@ -933,7 +932,3 @@ def _flag(value, what: str) -> bool:
     if not isinstance(value, bool):
         raise SpecError(f"invalid {what} {shown(value)}: use True or False")
     return value
-
-
-def _whole(n) -> bool:
-    return isinstance(n, int) and not isinstance(n, bool)

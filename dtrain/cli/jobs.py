@@ -416,17 +416,18 @@ def cmd_logs(args, client: Client) -> int:
     return 0
 
 
-def _whole(text: str) -> bool:
-    """A rank as typed: ASCII digits ("²".isdigit() too, and int() refuses it), few enough for int()
-    (past 4300 digits it raised a traceback; no rank reaches 19 digits: MAX_PROCESSES bounds them)."""
-    return text.isascii() and text.isdigit() and len(text) <= 18
-
-
 def _rank(text: str) -> int:
     """--rank R: names.py's check (the SDK's and the HTTP API's) says why one is refused, naming it as typed."""
     digits = text.strip()
     whole = re.fullmatch(r"[-+]?[0-9]{1,4000}", digits, re.ASCII)  # as a query's: the job names its ranks
     return check_rank(int(digits) if whole else text, "cli", text)
+
+
+def _exec_rank(text: str) -> int | str:
+    """exec's --rank as the SDK would be given it: a whole number (-1 too) as that number, anything
+    else as typed; the backend's check (names.check_exec_rank) refuses it in the SDK's words."""
+    digits = text.strip()
+    return int(digits) if re.fullmatch(r"[-+]?[0-9]{1,4000}", digits, re.ASCII) else text
 
 
 def cmd_delete(args, client: Client) -> int:
@@ -507,12 +508,9 @@ def cmd_artifacts(args, client: Client) -> int:
     return 0
 def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
     _in_project(args)
-    info = _get(args, client, args.name)
-    if args.rank is not None and not _whole(args.rank):
-        last = info.spec.processes - 1
-        raise SpecError(f"invalid --rank {shown(args.rank)}: exec runs in one process; give a rank from 0 to "
-                        f"{last}, e.g. dtrain exec {args.name} --rank 0 -- COMMAND")
-    code = client.exec(args.name, command, rank=0 if args.rank is None else int(args.rank), project=args.project)
+    _get(args, client, args.name)
+    code = client.exec(args.name, command, rank=0 if args.rank is None else _exec_rank(args.rank),
+                       project=args.project)
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell and kubectl exec say
 
 
