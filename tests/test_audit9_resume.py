@@ -149,3 +149,30 @@ def test_exec_refuses_a_rank_in_the_same_words_from_the_cli_and_the_sdk(dt: Dtra
             assert "job 'pair' has 2 process(es), ranks 0 to 1" in cli.stderr, cli.stderr
     finally:
         dt("delete", "pair")
+
+
+def test_suspend_and_resume_all_take_every_job_of_the_project_they_can(dt: Dtrain):
+    """Run:AI's `runai suspend --all` / `resume --all`: every job of the project (-p) the verb takes,
+    the others (finished, another project's) left as they are; names and --all together refused."""
+    from conftest import assert_usage_error
+
+    dt("project", "create", "team")
+    dt("submit", "done", "-p", "team", "--", "true")
+    dt.wait_for("done", {"Succeeded"})
+    for name in ("one", "two"):
+        dt("submit", name, "-p", "team", "--", "sleep", "60")
+    dt("submit", "other", "--", "sleep", "60")
+    try:
+        out = dt("suspend", "--all", "-p", "team").stdout
+        assert sorted(out.splitlines()) == [f"The job '{n}' has been suspended (Suspended)" for n in ("one", "two")]
+        statuses = {j["name"]: j["status"] for j in dt.json("list", "-A")}
+        assert statuses == {"done": "Succeeded", "one": "Suspended", "two": "Suspended", "other": statuses["other"]}
+        assert statuses["other"] in ("Pending", "Running")
+        assert dt("suspend", "job", "--all", "-p", "team").stdout.startswith("No jobs to suspend in project 'team'")
+        assert_usage_error(dt("resume", "one", "--all", "-p", "team", check=False), "not both", "nothing was resumed")
+        assert_usage_error(dt("resume", check=False), "needs job names, or --all")
+        assert sorted(dt("resume", "-A", "-p", "team").stdout.splitlines()) == [
+            f"The job '{n}' has been resumed (Pending)" for n in ("one", "two")]
+    finally:
+        dt("delete", "--all", "-p", "team")
+        dt("delete", "other")

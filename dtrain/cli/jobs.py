@@ -480,18 +480,34 @@ def cmd_delete(args, client: Client) -> int:
 _PAUSES = {"suspend": ("a Pending or Running job", "suspended"), "resume": ("a Suspended job", "resumed")}
 
 
+def _pausable(verb: str, status: JobStatus) -> bool:
+    return status.suspendable if verb == "suspend" else status is JobStatus.SUSPENDED
+
+
 def cmd_suspend_resume(args, client: Client) -> int:
-    """Every name is checked first: one that is missing or in another state stops them all."""
+    """Every name is checked first: one that is missing or in another state stops them all. `--all`
+    (Run:AI's `runai suspend --all`): every job of the project that the verb takes, the others left."""
     verb = args.verb
     which, done = _PAUSES[verb]
-    names = list(dict.fromkeys(_job_names(args.names, verb)))
+    words = [] if args.all and args.names in (["job"], ["jobs"]) else args.names  # `runai suspend job --all`
+    names = list(dict.fromkeys(_job_names(words, verb)))
+    if args.all == bool(names):
+        raise SpecError((f"'dtrain {verb}' takes job names or --all, not both" if names else
+                         f"'dtrain {verb}' needs job names, or --all for every job of the project")
+                        + f": dtrain {verb} NAME [NAME...] or dtrain {verb} --all [-p PROJECT]; nothing was {done}")
     _in_project(args)
+    if args.all:
+        project = args.project or client.default_project
+        names = [j.name for j in client.list(project=project) if _pausable(verb, j.status)]
+        if not names:
+            print(f"No jobs to {verb} in project '{project}' (it has no {which.removeprefix('a ')})")
+            return 0
     for name in names:
         try:
             info = _get(args, client, name)
         except NotFoundError as err:
             raise NotFoundError(f"{err}; nothing was {done}") from None
-        if not (info.status.suspendable if verb == "suspend" else info.status is JobStatus.SUSPENDED):
+        if not _pausable(verb, info.status):
             raise ConflictError(f"job {name!r} is {info.status.value}: 'dtrain {verb}' takes {which}; nothing "
                                 f"was {done} (see 'dtrain list')")
     for name in names:
@@ -624,8 +640,12 @@ def register(sub) -> None:
     p.set_defaults(handler=cmd_delete)
     for verb, what in (("suspend", "stop jobs for now: they checkpoint and free their GPUs until resumed"),
                        ("resume", "queue suspended jobs again; they go on from their last checkpoint")):
-        p = sub.add_parser(verb, help=what, usage=f"dtrain {verb} [job] NAME [NAME...] [-p PROJECT]")
-        p.add_argument("names", nargs="+", metavar="[job] NAME", help="the jobs (the word 'job' is optional)")
+        p = sub.add_parser(verb, help=what, usage=f"dtrain {verb} [job] NAME [NAME...] [-p PROJECT]\n"
+                                                  f"       dtrain {verb} [job] --all [-p PROJECT]")
+        p.add_argument("names", nargs="*", metavar="[job] NAME", help="the jobs (the word 'job' is optional)")
+        p.add_argument("-A", "--all", action="store_true",
+                       help=f"every {_PAUSES[verb][0].removeprefix('a ')} of the project (-p, default: the "
+                            f"configured one), as Run:AI's --all")
         _project_flag(p)
         p.set_defaults(handler=cmd_suspend_resume)
     p = sub.add_parser("artifacts", help="copy a job's model folder (SageMaker: model.tar.gz, unpacked) to a folder")
