@@ -7,6 +7,7 @@ the names dtrain gives to what it makes for a job (`pvc-<job>-<i>`).
 
 from __future__ import annotations
 
+import contextvars
 import difflib
 import re
 from collections.abc import Iterable
@@ -93,6 +94,12 @@ def check_subdomain(name: str, what: str, example: str, *, term: str = "") -> st
                         f"e.g. {example}")
     return name
 
+
+# Set while a spec is read back from where a backend kept it (JobSpec.from_stored): such a spec was
+# checked when it was submitted, and the rules made stricter since (the env-name rule, the lowest
+# --cpu and --memory, 2026-12-02; efs/fsx channel paths) must not make a stored job unreadable, so
+# it can still be listed, described and deleted.
+STORED = contextvars.ContextVar("dtrain_spec_stored", default=False)
 
 MAX_SIZE = 2**60  # 1Ei: above any disk or memory; keeps the numbers parse_size works with small
 MAX_QUANTITY_TEXT = 64  # characters of a quantity: '1.5Gi' is five

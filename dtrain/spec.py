@@ -7,7 +7,6 @@ value and the fix.
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import functools
 import math
@@ -18,7 +17,7 @@ from typing import Any, Mapping
 
 from dtrain.errors import SpecError
 from dtrain.names import (MAX_PROCESSES, NAME_RE, SIZE_RE, check_name, check_storage_class,  # noqa: F401 (re-exported)
-                          MIN_VOLUME, cut, job_volume_name, parse_size, parse_volume_size, shown)
+                          MIN_VOLUME, STORED, cut, job_volume_name, parse_size, parse_volume_size, shown)
 from dtrain.spec_sagemaker import SageMakerOptions
 
 LAUNCHERS = ("none", "torchrun", "mpi")
@@ -251,11 +250,8 @@ def parse_env(items) -> dict[str, str]:
     return env
 
 
-# Set while a spec is read back from where a backend kept it (JobSpec.from_stored): such a spec was
-# checked when it was submitted, and the rules made stricter since (the env-name rule, the lowest
-# --cpu and --memory, 2026-12-02) must not make a stored job unreadable, so it can still be listed,
-# described and deleted.
-_STORED = contextvars.ContextVar("dtrain_spec_stored", default=False)
+# Set while a spec is read back from where a backend kept it (JobSpec.from_stored): names.STORED.
+_STORED = STORED
 
 
 # Variables dtrain sets in every process from the job's own fields: what it was granted (the local

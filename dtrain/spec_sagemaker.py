@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
-from dtrain.names import shown
+from dtrain.names import STORED, shown
 
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}\Z")  # SageMaker's ChannelName pattern
 HP_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-\.]{0,255}\Z")
@@ -25,6 +25,7 @@ S3_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]\Z")  # S3's bucke
 ROLE_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}\Z")  # an IAM role's ARN
 REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d\Z")  # an AWS region's code, e.g. us-east-1
 MAX_RUNTIME_S = 28 * 24 * 3600  # SageMaker's upper bound on MaxRuntimeInSeconds
+MAX_DIRECTORY_PATH = 4096  # FileSystemDataSource.DirectoryPath, as botocore's model bounds it
 MAX_VOLUME_GB = 16384  # the largest ML storage volume SageMaker attaches
 MAX_INSTANCES = 1000  # instances of one job: dtrain's bound (an account's quota is usually far lower)
 # CreateTrainingJob's HyperParameters map, as botocore's model bounds it: at most 100 entries, keys
@@ -54,6 +55,8 @@ class Channel:
         if self.uri.startswith(("efs://", "fsx://")) and not re.match(r"^fs-[0-9a-f]{8,18}\Z", self.uri[6:].split("/")[0]):
             raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: name the file system by its id, "
                             f"e.g. efs://fs-0123456789abcdef0/data")
+        if self.uri.startswith(("efs://", "fsx://")) and not STORED.get():  # a record is read as it was sent
+            object.__setattr__(self, "uri", self._file_system_uri())
         if self.uri.startswith("fsx://") and not FSX_MOUNT_RE.match(self.uri[6:].partition("/")[2].split("/")[0]):
             # SageMaker's DirectoryPath on FSx for Lustre is /MOUNTNAME/PATH (aws fsx describe-file-systems
             # names it, LustreConfiguration.MountName); "/" alone is refused.
@@ -62,6 +65,31 @@ class Channel:
                             f"e.g. fsx://fs-0123456789abcdef0/abcdefgh/cifar10")
         if self.uri.startswith("file://") and not self.uri[7:].startswith("/"):
             raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: use an absolute path, file:///data/cifar")
+
+    def _file_system_uri(self) -> str:
+        """An EFS or FSx URI with its path as SageMaker mounts it (DirectoryPath: at most
+        MAX_DIRECTORY_PATH characters). A mount reads 'a//b' and 'a/./b' as 'a/b', so they are
+        written so; '..' is refused, not resolved: on FSx it steps out of the mount name that the
+        path must start with, and on EFS it names a directory the user did not write."""
+        scheme, rest = self.uri.split("://", 1)
+        fs_id, _, path = rest.partition("/")
+        example = f"{scheme}://{fs_id}/" + ("data" if scheme == "efs" else "abcdefgh/data")  # FSx: MOUNTNAME/PATH
+        bad = next((c for c in path if ord(c) < 32 or ord(c) == 127), None)
+        if bad is not None:
+            raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: the path has a control "
+                            f"character ({bad!r}); name the directory in printable characters, "
+                            f"e.g. {example}")
+        parts = [p for p in path.split("/") if p not in ("", ".")]
+        if ".." in parts:
+            raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: '..' is not resolved in a "
+                            f"file system path; name the directory from the file system's root, "
+                            f"e.g. {example}")
+        directory = "/" + "/".join(parts)
+        if len(directory) > MAX_DIRECTORY_PATH:
+            raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: the directory path is "
+                            f"{len(directory)} characters; SageMaker takes at most {MAX_DIRECTORY_PATH} "
+                            f"(DirectoryPath), e.g. {example}")
+        return f"{scheme}://{fs_id}{directory if parts else ''}"
 
     @property
     def kind(self) -> str:
