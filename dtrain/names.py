@@ -305,21 +305,28 @@ def parse_volume_size(text: str, *, minimum: int = MIN_VOLUME) -> int:
     as milli, so '--size 100' (meant as 100Gi) or '500m' (meant as 500M) asked for a volume of a few
     bytes and was made; such a size is refused in one line that names the unit to write. `minimum`:
     1 for a size read back from a record made before this rule (JobSpec.from_stored)."""
+    return parse_least_size(text, "volume size", minimum=minimum)
+
+
+def parse_least_size(text: str, what: str, *, minimum: int, example: str = "100Gi") -> int:
+    """parse_size with a floor that only a missing or mistaken unit goes under ('--memory 4' is 4
+    bytes, '--memory 500m' half a byte): a size under it is refused in one line that names the unit
+    to write; a malformed, negative or too large one in parse_size's own line."""
     try:
-        size = parse_size(text, "volume size")
+        size = parse_size(text, what)
     except SpecError:
         size = None  # malformed, negative or too large: parse_size's own line below
     if size is not None and 0 < size < minimum:
-        number, suffix = _size_groups(text, "volume size", "")
+        number, suffix = _size_groups(text, what, "")
         bounds = f"use a quantity from {_quantity(minimum)} to 1Ei"
         if suffix is None:
-            raise SpecError(f"invalid volume size {shown(text)}: a number without a unit is bytes ({size} "
+            raise SpecError(f"invalid {what} {shown(text)}: a number without a unit is bytes ({size} "
                             f"byte{'s' if size > 1 else ''}); {bounds}: write the unit, e.g. {number}Gi")
         if suffix in _BELOW_BYTE:
-            raise SpecError(f"invalid volume size {shown(text)}: '{suffix}' is {_BELOW_BYTE[suffix]} ({size} "
+            raise SpecError(f"invalid {what} {shown(text)}: '{suffix}' is {_BELOW_BYTE[suffix]} ({size} "
                             f"byte{'s' if size > 1 else ''}); {bounds}: {number}Mi or {number}M for megabytes")
-        raise SpecError(f"invalid volume size {shown(text)}: that is {size} bytes; {bounds}, e.g. 100Gi")
-    return parse_size(text, "volume size", minimum=minimum)
+        raise SpecError(f"invalid {what} {shown(text)}: that is {size} bytes; {bounds}, e.g. {example}")
+    return parse_size(text, what, minimum=minimum)
 
 
 LABEL_JOB = "dtrain.io/job"  # the job an object was made for: a Kubernetes label; locally on the volumes a job makes

@@ -17,7 +17,8 @@ from typing import Any, Mapping
 
 from dtrain.errors import SpecError
 from dtrain.names import (MAX_PROCESSES, NAME_RE, SIZE_RE, check_name, check_storage_class,  # noqa: F401 (re-exported)
-                          MIN_VOLUME, STORED, cut, job_volume_name, parse_size, parse_volume_size, shown)
+                          MIN_VOLUME, STORED, cut, job_volume_name, parse_least_size, parse_size, parse_volume_size,
+                          shown)
 from dtrain.spec_sagemaker import SageMakerOptions
 
 LAUNCHERS = ("none", "torchrun", "mpi")
@@ -486,8 +487,8 @@ class JobSpec:
             raise SpecError(f"invalid --cpu {shown(self.cpu)}: use a number of CPU threads from {MIN_CPU} to "
                             f"{MAX_CPU}, e.g. --cpu 2 or --cpu 0.5")
         if self.memory is not None:
-            parse_size(_text(self.memory, "--memory", fix=" such as 512Mi"), "--memory",
-                       minimum=1 if _STORED.get() else MIN_MEMORY)
+            parse_least_size(_text(self.memory, "--memory", fix=" such as 512Mi"), "--memory",
+                             minimum=1 if _STORED.get() else MIN_MEMORY, example="4Gi")
         self._check_texts()
         self._check_volumes()
 

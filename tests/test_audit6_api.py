@@ -55,6 +55,8 @@ CASES = [
     (["submit", "j", "--max-restarts", "101", "--", "true"], "POST", JOB, {**BAD, "max_restarts": 101}, 422),
     (["submit", "j", "--memory", "8GB", "--", "true"], "POST", JOB, {**BAD, "memory": "8GB"}, 422),
     (["submit", "j", "--memory", "1", "--", "true"], "POST", JOB, {**BAD, "memory": "1"}, 422),
+    (["submit", "j", "--memory", "500m", "--", "true"], "POST", JOB, {**BAD, "memory": "500m"}, 422),
+    (["submit", "j", "--memory", "1e3", "--", "true"], "POST", JOB, {**BAD, "memory": "1e3"}, 422),
     (["submit", "j", "--backend", "sagemaker", "--channel", "d=fsx://fs-01234567/mnt/../x", "--", "true"], "POST",
      JOB, {**BAD, "backend": "sagemaker", "sagemaker": {"channels": ["d=fsx://fs-01234567/mnt/../x"]}}, 422),
     (["submit", "j", "--backend", "sagemaker", "--channel", "d=efs://fs-01234567/" + "a" * 4096, "--", "true"], "POST",

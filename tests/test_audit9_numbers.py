@@ -68,3 +68,23 @@ def test_the_cli_refuses_dot_dot_and_sends_a_normal_path(tmp_path):
     out = dt("submit", "x", "--backend", "sagemaker", "--channel", f"d=efs://{FS}//data/./cifar/", "--dry-run",
              "--", "true", cwd=str(tmp_path)).stdout
     assert '"DirectoryPath": "/data/cifar"' in out, out
+
+
+@pytest.mark.parametrize("typed, says, fix", [
+    ("4", "a number without a unit is bytes (4 bytes)", "4Gi"),
+    ("512", "a number without a unit is bytes (512 bytes)", "512Gi"),
+    ("500m", "'m' is milli (1 byte)", "500Mi or 500M"),
+    ("1k", "that is 1000 bytes", "4Gi"),
+])
+def test_memory_under_the_floor_names_the_unit_to_write(typed, says, fix):
+    """--memory 4 is 4 bytes to Kubernetes and to the local cgroup: a missing unit, named as such."""
+    with pytest.raises(SpecError) as e:
+        JobSpec(name="x", command=["true"], memory=typed)
+    line = str(e.value)
+    assert says in line and "from 4Mi to 1Ei" in line and fix in line and "\n" not in line
+    assert JobSpec(name="x", command=["true"], memory=fix.split()[0]).memory == fix.split()[0]
+
+
+def test_the_cli_says_the_same_about_memory(tmp_path):
+    r = Dtrain(tmp_path / "home")("submit", "x", "--memory", "4", "--dry-run", "--", "true", check=False)
+    assert r.returncode == 2 and "without a unit is bytes" in r.stderr and r.stderr.count("\n") == 1, r.stderr

@@ -25,7 +25,7 @@ from starlette.routing import Match, Mount
 
 from dtrain import db, errors
 from dtrain.names import (as_typed_number, check_gpu_quota, check_limit_bytes, check_name, check_page, check_since,
-                          check_storage_class, check_tail, parse_size, parse_volume_size, rank_refusal, shown,
+                          check_storage_class, check_tail, parse_least_size, parse_volume_size, rank_refusal, shown,
                           status_refusal, wait_refusal)
 from dtrain.server import routes_cluster, routes_jobs, routes_notebooks, routes_storage, wire
 from dtrain.server.auth import Guard
@@ -313,7 +313,7 @@ def _pattern_refusal(request, pattern: str | None, value, loc: list[str]) -> str
         named = "snapshot"
     checks = {wire.NAME: lambda v: check_name(v, named),
               wire.VOLUME_SIZE: parse_volume_size,
-              wire.SIZE: lambda v: parse_size(v, "--memory", minimum=MIN_MEMORY),
+              wire.SIZE: lambda v: parse_least_size(v, "--memory", minimum=MIN_MEMORY, example="4Gi"),
               wire.CLASS: check_storage_class}
     try:
         checks.get(pattern, lambda v: None)(value)
