@@ -88,3 +88,13 @@ def test_memory_under_the_floor_names_the_unit_to_write(typed, says, fix):
 def test_the_cli_says_the_same_about_memory(tmp_path):
     r = Dtrain(tmp_path / "home")("submit", "x", "--memory", "4", "--dry-run", "--", "true", check=False)
     assert r.returncode == 2 and "without a unit is bytes" in r.stderr and r.stderr.count("\n") == 1, r.stderr
+
+
+@pytest.mark.parametrize("typed, says", [("16", "without a unit is bytes"), ("64K", "that is 64000 bytes"),
+                                         ("500m", "'m' is milli")])
+def test_a_kubernetes_shm_size_under_1mi_is_a_missing_unit(typed, says):
+    from dtrain.backends.kubernetes.config import KubernetesConfig
+    with pytest.raises(SpecError) as e:
+        KubernetesConfig(shm_size=typed)
+    assert says in str(e.value) and "shm_size" in str(e.value) and "from 1Mi to 1Ei" in str(e.value)
+    assert KubernetesConfig(shm_size="16Gi").shm_size == "16Gi"

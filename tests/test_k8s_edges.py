@@ -97,12 +97,12 @@ def test_memory_of_a_packed_pod_renders_exactly_and_validates():
 
 
 def test_k_sizes_become_kubernetes_k_on_every_pvc():
-    config = KubernetesConfig(shm_size="64K")
+    config = KubernetesConfig(shm_size="64000K")
     objects = _validate_all(_spec(volumes=(parse_pvc("fast:5000K:/mnt"),), large_shm=True), config)
     pvc = next(o for o in objects if o["kind"] == "PersistentVolumeClaim")
     assert pvc["spec"]["resources"]["requests"]["storage"] == "5000k"
     pod = objects[-1]["spec"]["template"]["spec"]
-    assert next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]["sizeLimit"] == "64k"
+    assert next(v for v in pod["volumes"] if v["name"] == "dshm")["emptyDir"]["sizeLimit"] == "64000k"
     created = render_volume("v1", project="lanes", size="5000K", storage_class=None, config=config)
     restored = render_restore("s1", "v2", project="lanes", size="+2K", storage_class="fast", config=config)
     for pvc, size in ((created, "5000k"), (restored, "2k")):

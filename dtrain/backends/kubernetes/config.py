@@ -6,8 +6,8 @@ import re
 from dataclasses import dataclass, fields
 
 from dtrain.errors import SpecError
-from dtrain.names import CLASS_RE, check_storage_class, check_subdomain, shown
-from dtrain.spec import check_image, check_name, parse_size
+from dtrain.names import CLASS_RE, MIN_VOLUME, check_storage_class, check_subdomain, parse_least_size, shown
+from dtrain.spec import check_image, check_name
 
 NAMESPACE_PREFIX = "dtrain-"  # project P lives in namespace dtrain-P (Run:AI: runai-P)
 _NAMESPACE_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?\Z")
@@ -145,7 +145,9 @@ class KubernetesConfig:
             raise SpecError(f"elastic_max_replicas {self.elastic_max_replicas} is below "
                             f"elastic_min_replicas {self.elastic_min_replicas}")
         if self.shm_size is not None:
-            parse_size(self.shm_size, "shm_size")
+            # 'shm_size: 16' is a /dev/shm of 16 bytes, where a DataLoader worker's first batch dies of
+            # a bus error: under 1Mi is a missing unit, refused as a volume's size is
+            parse_least_size(self.shm_size, "shm_size", minimum=MIN_VOLUME, example="16Gi")
 
     def namespace_of(self, project: str | None = None) -> str:
         """Where a project's jobs, volumes and snapshots live."""
