@@ -589,8 +589,8 @@ class Client:
 
     def has_project(self, name: str) -> bool:
         """Whether project `name` exists on the backend config.yaml sends it to (its namespace on
-        Kubernetes): one read of that backend's projects, no job counted."""
-        return name in {p.name for p in self.backend(project=name).list_projects()}
+        Kubernetes, read alone: an account that may create it need not list its jobs)."""
+        return self.backend(project=name).has_project(name)
 
     def list_projects(self) -> Listed:
         """Each project, of every backend config.yaml names (as `list` without a project: a project

@@ -561,6 +561,16 @@ class Backend(abc.ABC):
             raise SpecError("gpu_quota and no_gpu_quota contradict each other: give one of them")
         self._create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)
 
+    def has_project(self, name: str) -> bool:
+        """Whether project `name` exists here."""
+        check_name(name, "project")
+        return self._has_project(name)
+
+    def _has_project(self, name: str) -> bool:
+        """A backend that can tell without reading every project's jobs (Kubernetes: its namespace)
+        overrides this."""
+        return name in {p.name for p in self.list_projects()}
+
     def list_projects(self) -> Listed:
         """The projects by name, with the call's notices (Kubernetes: a project's GPU quota or the
         GPUs its pods hold that this account may not read)."""

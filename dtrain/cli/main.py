@@ -269,7 +269,10 @@ def _quota_notes(client: Client, name: str, quota: int | None, existed: bool) ->
     """What a quota just set means, from one read of the projects after it."""
     if not quota and not (existed and quota is not None):
         return ""
-    projects = client.list_projects()
+    try:
+        projects = client.list_projects()
+    except DtrainError:  # the quota is set; an account that may not read the projects' jobs misses only the notes
+        return ""
     return ((_over_new_quota(client, projects, name, quota) if existed else "")
             + (_quotas_past_the_gpus(client, projects) if quota else ""))
 

@@ -465,6 +465,19 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
             raise first
         return Listed(out, notices)
 
+    def _has_project(self, name: str) -> bool:
+        """Whether the project's namespace exists, and is this project's (a shared `namespace` setting
+        holds the project that made it): that namespace read alone, its jobs not listed, so an account
+        that may create projects but not list their jobs can run `project create`."""
+        namespace = self.config.namespace_of(name)
+        try:
+            found = self._try_read(NAMESPACE, None, namespace)
+        except Forbidden:  # an account that may not read namespaces: those it may list or is set up for
+            return name in {project for project, _ in self._project_namespaces()}
+        if found is None:
+            return False
+        return ((found["metadata"].get("labels") or {}).get(LABEL_PROJECT, found["metadata"]["name"])) == name
+
     def _project_namespaces(self) -> list[tuple[str, str]]:
         """(project, namespace) of every project this account may see; for an account that may not list
         namespaces, each project config.yaml sends here (`projects`) whose namespace it does not know

@@ -1,0 +1,46 @@
+"""Leftovers of the audit-9 review (local backend and CLI)."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+
+import dtrain
+from conftest import Dtrain
+
+pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+from dtrain.backends.kubernetes.objects import GPU_RESOURCE  # noqa: E402
+from dtrain.backends.kubernetes.render_storage import QUOTA_NAME  # noqa: E402
+
+JOB_KINDS = [("batch", "jobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "mpijobs"),
+             ("trainer.kubeflow.org", "trainjobs"), ("kubeflow.org", "notebooks")]
+
+
+@pytest.fixture
+def jobless_account(home, tmp_path):
+    """config.yaml sends every project to the shipped fake API server, whose account may create
+    namespaces and quotas but may list no kind of job."""
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+
+    server = FakeKubeServer(FakeCluster()).start()
+    server.write_kubeconfig(tmp_path / "kubeconfig")
+    (home / "config.yaml").write_text(yaml.safe_dump({
+        "project": "default", "backend": "kubernetes",
+        "kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig"), "image": "img:1"}}))
+    server.cluster.forbidden.update(JOB_KINDS)
+    yield server.cluster
+    server.close()
+
+
+def test_project_create_needs_no_right_to_list_the_projects_jobs(jobless_account, home):
+    dt = Dtrain(home)
+    made = dt("project", "create", "p2", "--gpu-quota", "2")
+    assert "created with a GPU quota of 2" in made.stdout
+    other = dt("project", "create", "p3")  # p2's namespace exists now: not read for its jobs either
+    assert "'p3' created" in other.stdout
+    again = dt("project", "create", "p2", "--gpu-quota", "3")
+    assert "already exists" in again.stdout and "3" in again.stdout
+    quota = jobless_account.get("", "resourcequotas", "dtrain-p2", QUOTA_NAME)
+    assert quota["spec"]["hard"][f"requests.{GPU_RESOURCE}"] in ("3", 3)
+    client = dtrain.Client(home=home)
+    assert client.has_project("p2") and client.has_project("p3") and not client.has_project("p4")
