@@ -694,7 +694,11 @@ class LocalBackend(Backend):
         from dtrain.backends.local.ranks import rank_records
         from dtrain.procs import Ident
 
-        rec = {r.get("rank"): r for r in rank_records(self.home / "jobs" / name)}.get(rank) or {}
+        rec = {r.get("rank"): r for r in rank_records(self.home / "jobs" / name)}.get(rank)
+        if rec is None:  # the job reads Running once its first rank is; this one is still being launched
+            raise ConflictError(f"rank {rank} of job {name!r} has not started yet (its process is being "
+                                f"launched): try again in a moment; see "
+                                f"'{self._job_cmd(f'describe job {name}', name)}'")
         ident = Ident.from_record(rec)
         pid = ident.pid if ident is not None else None
         env = _environ(pid) if ident is not None and ident.alive() and rec.get("exit_code") is None else None
