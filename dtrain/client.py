@@ -446,9 +446,12 @@ class Client:
         """Stop a Pending or Running job until `resume`: it checkpoints, frees its devices, reads Suspended."""
         return self._job(name, project).suspend(name)
 
-    def resume(self, name: str, *, project: str | None = None) -> JobInfo:
-        """Queue a Suspended job again; it goes on from its last checkpoint."""
-        return self._job(name, project).resume(name)
+    def resume(self, name: str, *, project: str | None = None,
+               waiting: Callable[[float], None] | None = None) -> JobInfo:
+        """Queue a Suspended job again; it goes on from its last checkpoint. A job whose processes
+        are still stopping is waited for first (locally up to the grace period and 5 s), and
+        `waiting` is called at once with that many seconds."""
+        return self._job(name, project).resume(name, waiting=waiting)
 
     def render(self, spec: JobSpec) -> list[dict]:
         """What `submit` would send to the job's backend (a dry run)."""

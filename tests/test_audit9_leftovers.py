@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import subprocess
 import time
 
 import pytest
 import yaml
 
 import dtrain
-from conftest import Dtrain
+from conftest import DTRAIN, Dtrain
+from server_util import wait_until
 
 pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
 from dtrain.backends.kubernetes.objects import GPU_RESOURCE  # noqa: E402
@@ -74,3 +77,46 @@ def test_exec_of_a_rank_not_yet_launched_says_so_not_that_it_is_not_running(dt, 
     assert early.returncode != 0 and len(early.stderr.strip().splitlines()) == 1, early.stderr
     assert "rank 1 of job 'pair' has not started yet" in early.stderr and "try again" in early.stderr
     assert dt("exec", "pair", "--rank", "1", "--", "sh", "-c", "echo $RANK").stdout.strip() == "1"
+
+
+# Holds its SIGTERM (a checkpoint being written) until the file `gate` appears, then exits 143.
+SLOW_STOP = """import os, signal, sys, time
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+print("up", flush=True)
+while not stop:
+    time.sleep(0.05)
+print("writing a checkpoint", flush=True)
+while not os.path.exists("gate"):
+    time.sleep(0.05)
+sys.exit(143)
+"""
+
+
+def test_resume_held_by_processes_still_stopping_says_so_at_once(dt, tmp_path):
+    """`dtrain resume` waits for a suspended job's processes still writing their checkpoint; it
+    says so on stderr when it starts waiting, not after the wait (up to the grace period)."""
+    (tmp_path / "slow.py").write_text(SLOW_STOP)
+    dt("submit", "job", "--working-dir", str(tmp_path), "--", "python", "slow.py")
+    wait_until(lambda: "up" in dt("logs", "job").stdout, what="job started")
+    suspend = subprocess.Popen([DTRAIN, "suspend", "job"], env=dt.env, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    wait_until(lambda: "writing a checkpoint" in dt("logs", "job").stdout, what="job stopping")
+    resume = subprocess.Popen([DTRAIN, "resume", "job"], env=dt.env, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    try:
+        first = resume.stderr.readline()  # before the processes are let go: said while it waits
+        assert re.fullmatch(r"waiting for the processes of job 'job' to stop \(up to \d+ s\)\n", first), first
+        assert resume.poll() is None
+    finally:
+        (tmp_path / "gate").write_text("x")
+    out, err = resume.communicate(timeout=60)
+    assert resume.returncode == 0 and out == "The job 'job' has been resumed (Pending)\n" and not err, (out, err)
+    assert suspend.wait(timeout=60) == 0
+    wait_until(lambda: dt.status("job") == "Running", what="job running again")
+    dt("suspend", "job")
+    wait_until(lambda: all(p["status"] != "Terminating" for p in dt.json("describe", "job", "job")["processes"]),
+               what="job stopped")
+    (tmp_path / "gate").write_text("x")
+    calm = dt("resume", "job")  # nothing left to wait for: no line
+    assert calm.stderr == "", calm.stderr

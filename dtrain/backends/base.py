@@ -490,14 +490,23 @@ class Backend(abc.ABC):
             raise ConflictError(f"job {name!r} is {info.status}: only a Pending or Running job can be suspended")
         return self._suspend(name)
 
-    def resume(self, name: str) -> JobInfo:
+    def resume(self, name: str, *, waiting: Callable[[float], None] | None = None) -> JobInfo:
         """Queue a Suspended job again: it waits for its devices, then starts anew and its workload
-        goes on from its last checkpoint."""
+        goes on from its last checkpoint. Where its last processes are still stopping (locally: up to
+        the grace period and a little) the call waits for them first, and calls `waiting` with that
+        many seconds at once, so that a caller can say why it is held."""
         with self._named("job", name):
             info = self._get(_existing(name, "job"))
         if info.status != JobStatus.SUSPENDED:
             raise ConflictError(f"job {name!r} is {info.status}: only a Suspended job can be resumed")
+        if waiting is not None and (seconds := self._stopping_wait(name)):
+            waiting(seconds)
         return self._resume(name)
+
+    def _stopping_wait(self, name: str) -> float:
+        """The most seconds `_resume` may wait for the job's last processes to stop; 0: it will not
+        wait (they are gone, or this backend never waits)."""
+        return 0.0
 
     def nodes(self) -> Listed:
         """The nodes, with the call's notices (Kubernetes: pods it may not list, so GPUs allocated

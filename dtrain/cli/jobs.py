@@ -510,8 +510,14 @@ def cmd_suspend_resume(args, client: Client) -> int:
         if not _pausable(verb, info.status):
             raise ConflictError(f"job {name!r} is {info.status.value}: 'dtrain {verb}' takes {which}; nothing "
                                 f"was {done} (see 'dtrain list')")
+    def waiting(seconds: float, name: str) -> None:  # said at once: else the resume is held with no word
+        print(f"waiting for the processes of job '{name}' to stop (up to {seconds:.0f} s)", file=sys.stderr, flush=True)
+
     for name in names:
-        info = (client.suspend if verb == "suspend" else client.resume)(name, project=args.project)
+        if verb == "suspend":
+            info = client.suspend(name, project=args.project)
+        else:
+            info = client.resume(name, project=args.project, waiting=lambda s, name=name: waiting(s, name))
         print(f"The job '{name}' has been {done} ({info.status.value})")
     return 0
 

@@ -109,7 +109,9 @@ def suspend_job(request: Request, name: wire.JobName, project: wire.JobProject =
 @router.post("/jobs/{name}/resume", response_model=wire.Job, responses=CHANGES)
 def resume_job(request: Request, name: wire.JobName, project: wire.JobProject = None):
     """Queue a Suspended job again (`dtrain resume`); it goes on from its last checkpoint. 409 for a
-    job in another state."""
+    job in another state. A job whose processes are still stopping (a rank Terminating: writing its
+    checkpoint) holds the request until they have exited, locally up to the grace period and 5 s
+    (35 s), with no word meanwhile; 409 if they have not exited by then."""
     return wire.job_out(client(request).resume(name, project=project))
 
 

@@ -636,6 +636,14 @@ class LocalBackend(Backend):
         self.store.release(name)
         return self._get(name)
 
+    def _stopping_wait(self, name: str) -> float:
+        """As long as `_resume` waits for a last supervisor still stopping its ranks (`_exited`)."""
+        from dtrain.backends.local.ranks import GRACE_S, parse_ident
+
+        row = self.store.job(name)
+        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
+        return GRACE_S + 5 if sup is not None and sup.alive() else 0.0
+
     def _resume(self, name: str) -> JobInfo:
         """Suspended -> Pending with a new supervisor, which waits for devices as a new job's does;
         the restarts spent so far stay spent. The last supervisor may still be stopping its ranks (an
@@ -1024,7 +1032,7 @@ def _exited(sup) -> bool:
     period, and a little); whether it did."""
     from dtrain.backends.local.ranks import GRACE_S
 
-    deadline = time.monotonic() + GRACE_S + 5
+    deadline = time.monotonic() + GRACE_S + 5  # LocalBackend._stopping_wait says so
     while sup.alive() and time.monotonic() < deadline:
         time.sleep(0.1)
     return not sup.alive()
