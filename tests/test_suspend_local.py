@@ -41,7 +41,7 @@ def test_suspend_frees_the_gpu_and_resume_goes_on_from_the_checkpoint(dt_gpus: D
     assert out == "The job 'a' has been suspended (Suspended)\n"
     info = dt.json("describe", "job", "a", "-p", "team")
     assert info["status"] == "Suspended" and info["gpus_allocated"] == 0 and info["finished"] is None
-    assert info["message"] == "suspended by the user; 'dtrain resume a' starts it again from its last checkpoint"
+    assert info["message"] == "suspended by the user; 'dtrain resume a -p team' starts it again from its last checkpoint"
     assert [p["status"] for p in info["processes"]] == ["Stopped"]
     stopped_at = int((tmp_path / "count.txt").read_text())
     assert "checkpoint at" in dt("logs", "a").stdout
