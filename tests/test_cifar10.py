@@ -297,8 +297,9 @@ def test_module_entry_point_prints_one_line_errors(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(tmp_path / "x")],
                        cwd=tmp_path, env=_env(), capture_output=True, text=True, timeout=120)
     assert r.returncode == 2
-    assert r.stderr.strip().splitlines() == [f"error: CIFAR10 data folder {tmp_path / 'x'} does not exist; "
-                                             "pass --data-dir or set SM_CHANNEL_TRAINING"]
+    assert r.stderr.strip().splitlines() == [f"error: --data-dir {tmp_path / 'x'} does not exist: give the folder "
+                                             "holding the CIFAR10 data (python -m dtrain.workloads.cifar10 synth "
+                                             f"--out {tmp_path / 'x'} makes synthetic data there)"]
     assert list(tmp_path.iterdir()) == []  # not even the default ./model folder
 
 

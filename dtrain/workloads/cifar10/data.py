@@ -82,13 +82,20 @@ def find_root(data_dir: str | os.PathLike, split: str = "train") -> tuple[Path, 
     base = Path(data_dir)
     if base.is_file() and base.name.endswith(ARCHIVE_SUFFIXES):
         return base, "archive"  # the archive as downloaded (a SageMaker channel of one file)
+    flag = "--test-dir" if split == "test" else "--data-dir"
     if base.exists() and not base.is_dir():
-        raise DataError(f"CIFAR10 data folder {base} is a file, not a folder: give the folder holding {PY_DIR}/ "
-                        f"or {BIN_DIR}/ (unpack cifar-10-python.tar.gz first)")
+        if re.fullmatch(r"(data_batch_\d+|test_batch)(\.bin)?|batches\.meta(\.txt)?", base.name):
+            # a batch file itself: its folder is what the reader takes
+            raise DataError(f"{flag} {base} is one CIFAR10 batch file, not a folder: give its folder, "
+                            f"{flag} {base.parent}")
+        raise DataError(f"{flag} {base} is a file, not a folder: give the folder holding {PY_DIR}/ or {BIN_DIR}/, "
+                        f"or the python archive as downloaded ({ARCHIVE})")
     if not base.is_dir():
-        where = "--test-dir (a SageMaker 'test' channel)" if split == "test" else \
-            "--data-dir or set SM_CHANNEL_TRAINING"
-        raise DataError(f"CIFAR10 data folder {base} does not exist; pass {where}")
+        if split == "test":
+            raise DataError(f"--test-dir {base} does not exist: give the folder holding test_batch, or leave "
+                            f"--test-dir out to read the test batch from --data-dir")
+        raise DataError(f"--data-dir {base} does not exist: give the folder holding the CIFAR10 data (python -m "
+                        f"dtrain.workloads.cifar10 synth --out {base} makes synthetic data there)")
     if split == "test":
         for folder, fmt, name in ((base / PY_DIR, "python", "test_batch"), (base, "python", "test_batch"),
                                   (base / BIN_DIR, "binary", "test_batch.bin"), (base, "binary", "test_batch.bin")):

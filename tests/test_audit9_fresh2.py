@@ -1,0 +1,44 @@
+"""Audit 9 (fresh2): what a new user of the CIFAR10 workload meets when --data-dir / --test-dir
+name the wrong thing."""
+import pytest
+
+from dtrain.errors import DataError
+from dtrain.workloads.cifar10.data import find_root, write_synthetic
+
+
+@pytest.fixture
+def data(tmp_path):
+    write_synthetic(tmp_path / "data", n_train=10, n_test=5, seed=0)
+    return tmp_path / "data"
+
+
+def test_a_batch_file_is_answered_with_its_folder(data):
+    """`--data-dir .../data_batch_1` said 'unpack cifar-10-python.tar.gz first', of data already unpacked."""
+    batches = data / "cifar-10-batches-py"
+    for split, name, flag in (("train", "data_batch_1", "--data-dir"), ("test", "test_batch", "--test-dir")):
+        with pytest.raises(DataError) as e:
+            find_root(batches / name, split)
+        assert str(e.value) == (f"{flag} {batches / name} is one CIFAR10 batch file, not a folder: "
+                                f"give its folder, {flag} {batches}")
+        assert find_root(batches, split) == (batches, "python")  # the folder it names is taken
+
+
+def test_another_file_names_the_archive_as_taken(data, tmp_path):
+    """The hint was to unpack the archive, which the reader takes as it is."""
+    other = tmp_path / "notes.txt"
+    other.write_text("x")
+    with pytest.raises(DataError) as e:
+        find_root(other, "train")
+    assert "unpack" not in str(e.value)
+    assert str(e.value).startswith(f"--data-dir {other} is a file, not a folder")
+    assert "cifar-10-python.tar.gz" in str(e.value)
+
+
+def test_a_missing_test_dir_is_named_as_test_dir(tmp_path):
+    """A missing --test-dir said 'CIFAR10 data folder X does not exist; pass --test-dir', to one who had."""
+    with pytest.raises(DataError) as e:
+        find_root(tmp_path / "nope", "test")
+    assert str(e.value).startswith(f"--test-dir {tmp_path / 'nope'} does not exist: ")
+    assert "leave --test-dir out" in str(e.value)
+    with pytest.raises(DataError, match=r"^--data-dir .*nope does not exist: .*synth --out"):
+        find_root(tmp_path / "nope", "train")
