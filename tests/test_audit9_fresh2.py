@@ -42,3 +42,21 @@ def test_a_missing_test_dir_is_named_as_test_dir(tmp_path):
     assert "leave --test-dir out" in str(e.value)
     with pytest.raises(DataError, match=r"^--data-dir .*nope does not exist: .*synth --out"):
         find_root(tmp_path / "nope", "train")
+
+
+@pytest.mark.parametrize("world", [1, 2])
+def test_nccl_on_cpu_is_one_line_before_any_group(world):
+    """`torchrun --nproc-per-node 2 ... train --backend nccl` on a CPU machine: every rank died in
+    init_process_group with a traceback ("Distributed package doesn't have NCCL built in"), while one
+    process took the same flag silently. Both are now the same SpecError, before a group is joined."""
+    import torch.distributed as dist
+
+    from dtrain.errors import SpecError
+    from dtrain.training.dist import setup_distributed
+
+    env = {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": str(world), "LOCAL_WORLD_SIZE": str(world),
+           "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "1"}  # port 1: joining would fail, not hang
+    with pytest.raises(SpecError, match="^backend nccl needs a CUDA GPU and this process runs on cpu: use --backend gloo"):
+        setup_distributed("nccl", device="cpu", env=env, timeout_s=5)
+    assert not dist.is_initialized()
+    assert setup_distributed("gloo", device="cpu", env={**env, "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}).world_size == 1

@@ -266,6 +266,11 @@ def setup_distributed(
     common = dict(local_rank=local_rank, local_world_size=local_size, device=dev, runtime=info["runtime"])
     if dist.is_available() and dist.is_initialized():
         return DistInfo(rank=dist.get_rank(), world_size=dist.get_world_size(), backend=dist.get_backend(), **common)
+    if backend == "nccl" and dev.type != "cuda":
+        # checked for one process too, so a command tried alone does not fail once torchrun starts two
+        # (there init_process_group raised "Distributed package doesn't have NCCL built in", a traceback per rank)
+        raise SpecError(f"backend nccl needs a CUDA GPU and this process runs on {dev.type}: use --backend gloo, "
+                        "or leave --backend out to pick one for the device")
     if info["world_size"] == 1:
         return DistInfo(rank=0, world_size=1, backend=None, **common)
     backend = backend or ("nccl" if dev.type == "cuda" else "gloo")
