@@ -60,3 +60,26 @@ def test_nccl_on_cpu_is_one_line_before_any_group(world):
         setup_distributed("nccl", device="cpu", env=env, timeout_s=5)
     assert not dist.is_initialized()
     assert setup_distributed("gloo", device="cpu", env={**env, "WORLD_SIZE": "1", "LOCAL_WORLD_SIZE": "1"}).world_size == 1
+
+
+@pytest.mark.parametrize("args, resume", [(["--no-resume"], False), (["--no-resume", "True"], False),
+                                          (["--no_resume", "True"], False), (["--no-resume", "False"], True),
+                                          (["--no_resume", ""], True), ([], True)])
+def test_no_resume_as_a_sagemaker_hyperparameter(data, monkeypatch, args, resume):
+    """The toolkit passes a hyperparameter no-resume=true as `--no-resume True` (or `--no_resume True`,
+    the name as given): refused with 'unrecognized arguments: True', as `--resume False` was once."""
+    from dtrain.workloads.cifar10.train import parse_args
+
+    monkeypatch.delenv("SM_HPS", raising=False)
+    assert parse_args(["--data-dir", str(data), *args]).resume is resume
+
+
+def test_no_resume_in_sm_hps_and_a_bad_value(data, monkeypatch):
+    from dtrain.errors import SpecError
+    from dtrain.workloads.cifar10.train import parse_args
+
+    monkeypatch.setenv("SM_HPS", '{"no_resume": true}')
+    assert parse_args(["--data-dir", str(data)]).resume is False
+    monkeypatch.delenv("SM_HPS")
+    with pytest.raises(SpecError, match="^--no-resume 'maybe' is not true or false"):
+        parse_args(["--data-dir", str(data), "--no-resume", "maybe"])

@@ -165,7 +165,7 @@ def _hyperparameter_defaults(env: Mapping[str, str] | None = None) -> dict[str, 
             raise SpecError(f"SM_HPS={raw!r} must be a JSON object")
     elif HYPERPARAMETERS_FILE.is_file():  # a container without the training toolkit: only the file is there
         hps = _hyperparameters_file(HYPERPARAMETERS_FILE)
-    known = {f.name for f in fields(TrainConfig)}
+    known = {f.name for f in fields(TrainConfig)} | {"no_resume"}
     return {k.replace("-", "_"): v for k, v in (hps or {}).items()
             if k.replace("-", "_") in known and v is not None and not (isinstance(v, str) and not v.strip())}
 
@@ -271,10 +271,16 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     # flag takes an optional true/false as well as the bare `--resume` / `--no-resume`.
     p.add_argument("--resume", nargs="?", const=True, default=True, metavar="true|false",
                    help="continue from the newest checkpoint (default: yes); --no-resume or --resume false starts over")
-    p.add_argument("--no-resume", dest="resume", action="store_false", help="start over, ignoring checkpoints")
+    # A hyperparameter no-resume (or no_resume) set to true arrives as `--no-resume True`, and one set
+    # to false as `--no-resume False`: an optional value here too.
+    p.add_argument("--no-resume", "--no_resume", dest="no_resume", nargs="?", const=True, default=None,
+                   metavar="true|false", help="start over, ignoring checkpoints (the same as --resume false)")
     paths = _platform_paths()
     p.set_defaults(**paths, **_hyperparameter_defaults())
     a = vars(p.parse_args(argv))
+    no_resume = a.pop("no_resume")
+    if no_resume is not None and not (isinstance(no_resume, str) and not no_resume.strip()):
+        a["resume"] = not _as_bool("no_resume", no_resume)
     # The toolkit passes a hyperparameter set to None as `--name ''`: that means the default.
     for name, value in a.items():
         if value is None or (isinstance(value, str) and not value.strip()):
