@@ -121,9 +121,20 @@ def local_path(url: str, flag: str = "--url") -> Path | None:
     raise SpecError(f"unsupported URL scheme {parsed.scheme!r} in {url}: use http(s)://, file:// or a path")
 
 
-def out_folder(path: str | os.PathLike, flag: str) -> Path:
-    """Create the folder `path` (and its parents) if missing; SpecError when it cannot be a folder."""
+def out_folder(path: str | os.PathLike, flag: str, *, create: bool = True) -> Path:
+    """Create the folder `path` (and its parents) if missing; SpecError when it cannot be a folder.
+    `create=False`: only the check that it can be one (a file there or above it is refused), so that
+    the other inputs can be checked before anything is written."""
     path = Path(path)
+    if not create:
+        if os.path.lexists(path):
+            if not path.is_dir():
+                raise SpecError(f"{flag} {path} is a file, not a folder: give a folder (it is created if missing)")
+            return path
+        above = next((p for p in path.parents if os.path.lexists(p)), None)
+        if above is not None and not above.is_dir():
+            raise SpecError(f"{flag} {path}: a part of the path is a file, not a folder: give a folder path")
+        return path
     try:
         path.mkdir(parents=True, exist_ok=True)
     except FileExistsError:

@@ -463,8 +463,13 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
     if cfg.use_val and not val_labels:
         raise SpecError(f"validation is on but the val split of {cfg.data_dir} holds no frames "
                         "(label_data_0531.json is empty): add val frames or turn USE_VAL / --use-val off")
-    # The data first (a missing --data-dir, too few frames for a batch), so that a run refused for
-    # it leaves no empty train.log and metrics.jsonl behind (a job without its --pvc wrote them on the host).
+    # The output folders' paths, the model (its --backbone-weights), then the data (a missing --data-dir,
+    # too few frames for a batch), and only then are the folders made: a run refused for its data
+    # leaves no empty train.log and metrics.jsonl behind (a job without its --pvc wrote them on the host).
+    out_folder(cfg.out_dir, "--out-dir", create=False)
+    out_folder(cfg.checkpoint_dir, "--checkpoint-dir", create=False)
+    model = build_model(cfg, device)
+    opt = build_optimizer(model, recipe)
     dataset, sampler, loader, steps_per_epoch = build_loader(cfg, info)
     # Checked on every rank before any work, as cifar10 train does, so all of them stop alike.
     out = out_folder(cfg.out_dir, "--out-dir")
@@ -473,8 +478,6 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
         refuse_links(out, ("train.log", "metrics.jsonl"))
     log = Log(out / "train.log", info.is_main)
     metrics = MetricsWriter(out / "metrics.jsonl", enabled=info.is_main)
-    model = build_model(cfg, device)
-    opt = build_optimizer(model, recipe)
     max_steps = schedule_steps(cfg.epochs, steps_per_epoch) if cfg.epochs else recipe.max_steps
     ckpt = Checkpointer(cfg.checkpoint_dir, every=recipe.ckpt_every, keep=recipe.keep_ckpts, enabled=info.is_main,
                         log=log)
