@@ -487,8 +487,7 @@ class Client:
     def dtrain_for(self, backend: str, project: str | None = None) -> str:
         """The command a printed hint names: with --backend where `backend` is not the configured
         default, so the command works as printed."""
-        default = self.config.backend_for(project or self.default_project)
-        return "dtrain " if backend == default else f"dtrain --backend {backend} "
+        return self.config.dtrain_for(backend, project)
 
     def command_for(self, words: str, *, backend: str, project: str | None = None) -> str:
         """`dtrain WORDS` as a printed hint names a follow-up command on a job of `project` on

@@ -209,6 +209,9 @@ class UserConfig:
         `project` on `backend`, so that it works as written: with --backend where `backend` is not the
         one this config gives the project, and with -p where the project is not the default one (its
         backend, its namespace on Kubernetes: without it the command looks in the default project's)."""
-        default = self.backend_for(project or self.project)
         where = f" -p {project}" if project is not None and project != self.project else ""
-        return ("dtrain " if backend == default else f"dtrain --backend {backend} ") + words + where
+        return self.dtrain_for(backend, project) + words + where
+
+    def dtrain_for(self, backend: str, project: str | None = None) -> str:
+        """`dtrain ` with --backend where `backend` is not the one this config gives `project`."""
+        return "dtrain " if backend == self.backend_for(project or self.project) else f"dtrain --backend {backend} "
