@@ -245,3 +245,17 @@ def team_b_on_kubernetes(home: Path, tmp_path: Path, **kubernetes):
         "project": "default", "backend": "local", "project_backends": {"team-b": "kubernetes"},
         "kubernetes": {"kubeconfig": str(kubeconfig), "image": "img:1", **kubernetes}}))
     return server
+
+
+# Holds its SIGTERM (a checkpoint being written) until the file `gate` appears, then exits 143.
+SLOW_STOP = """import os, signal, sys, time
+stop = []
+signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+print("up", flush=True)
+while not stop:
+    time.sleep(0.05)
+print("writing a checkpoint", flush=True)
+while not os.path.exists("gate"):
+    time.sleep(0.05)
+sys.exit(143)
+"""

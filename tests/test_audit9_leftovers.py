@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 import dtrain
-from conftest import DTRAIN, Dtrain
+from conftest import DTRAIN, SLOW_STOP, Dtrain
 from server_util import wait_until
 
 pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
@@ -77,20 +77,6 @@ def test_exec_of_a_rank_not_yet_launched_says_so_not_that_it_is_not_running(dt, 
     assert early.returncode != 0 and len(early.stderr.strip().splitlines()) == 1, early.stderr
     assert "rank 1 of job 'pair' has not started yet" in early.stderr and "try again" in early.stderr
     assert dt("exec", "pair", "--rank", "1", "--", "sh", "-c", "echo $RANK").stdout.strip() == "1"
-
-
-# Holds its SIGTERM (a checkpoint being written) until the file `gate` appears, then exits 143.
-SLOW_STOP = """import os, signal, sys, time
-stop = []
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-print("up", flush=True)
-while not stop:
-    time.sleep(0.05)
-print("writing a checkpoint", flush=True)
-while not os.path.exists("gate"):
-    time.sleep(0.05)
-sys.exit(143)
-"""
 
 
 def test_resume_held_by_processes_still_stopping_says_so_at_once(dt, tmp_path):

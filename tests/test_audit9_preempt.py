@@ -13,21 +13,8 @@ import pytest
 from dtrain.backends.local import scheduler
 from dtrain.backends.local.store import JobStore
 from dtrain.spec import JobSpec
-from conftest import DTRAIN, Dtrain
+from conftest import DTRAIN, SLOW_STOP, Dtrain
 from server_util import wait_until
-
-# Holds its SIGTERM (a checkpoint being written) until the file `gate` appears, then exits 143.
-SLOW_STOP = """import os, signal, sys, time
-stop = []
-signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
-print("up", flush=True)
-while not stop:
-    time.sleep(0.05)
-print("writing a checkpoint", flush=True)
-while not os.path.exists("gate"):
-    time.sleep(0.05)
-sys.exit(143)
-"""
 
 
 def _preempt_long(dt: Dtrain, tmp_path, script: str, *, started: str) -> None:
