@@ -230,9 +230,12 @@ ck.write_text("{steps}"); print("done", flush=True)
 """
 
 
-def team_b_on_kubernetes(home: Path, tmp_path: Path, **kubernetes):
+def team_b_on_kubernetes(home: Path, tmp_path: Path, *, backend: str = "local",
+                         project_backends: dict | None = None, **kubernetes):
     """A started in-memory Kubernetes API server, and config.yaml (in `home`) mapping project team-b
-    to it while the rest stays local; `kubernetes`: more settings. The caller closes the server."""
+    to it while the rest stays local; or `backend` the default and `project_backends` the map (the
+    reverse: Kubernetes the default, a project local); `kubernetes`: more settings. The caller
+    closes the server."""
     import yaml
 
     from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
@@ -242,7 +245,7 @@ def team_b_on_kubernetes(home: Path, tmp_path: Path, **kubernetes):
     server.write_kubeconfig(kubeconfig)
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(yaml.safe_dump({
-        "project": "default", "backend": "local", "project_backends": {"team-b": "kubernetes"},
+        "project": "default", "backend": backend, "project_backends": project_backends or {"team-b": "kubernetes"},
         "kubernetes": {"kubeconfig": str(kubeconfig), "image": "img:1", **kubernetes}}))
     return server
 

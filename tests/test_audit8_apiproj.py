@@ -5,8 +5,8 @@ CLI's -p, the SDK's project=, the HTTP API's ?project= on every route on one job
 from __future__ import annotations
 
 import pytest
-import yaml
 
+import conftest
 import dtrain
 from conftest import Dtrain, assert_usage_error
 from dtrain.errors import NotFoundError
@@ -18,14 +18,7 @@ pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installe
 def team_b_on_kubernetes(home, tmp_path):
     """config.yaml maps project team-b to Kubernetes (an in-memory API server) and leaves the rest
     local; job kjob is team-b's, submitted there by the CLI (so no server thread's Client knows it)."""
-    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
-
-    server = FakeKubeServer(FakeCluster()).start()
-    kubeconfig = tmp_path / "kubeconfig"
-    server.write_kubeconfig(kubeconfig)
-    (home / "config.yaml").write_text(yaml.safe_dump({
-        "project": "default", "backend": "local", "project_backends": {"team-b": "kubernetes"},
-        "kubernetes": {"kubeconfig": str(kubeconfig), "image": "img:1"}}))
+    server = conftest.team_b_on_kubernetes(home, tmp_path)
     dt = Dtrain(home)
     dt("project", "create", "team-x")
     dt("submit", "kjob", "-p", "team-b", "--", "python", "t.py")

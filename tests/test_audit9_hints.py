@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 import dtrain
-from conftest import Dtrain, assert_usage_error
+from conftest import Dtrain, assert_usage_error, team_b_on_kubernetes
 
 pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
 
@@ -19,14 +19,7 @@ pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installe
 @pytest.fixture
 def team_a_on_local(home, tmp_path):
     """config.yaml: Kubernetes (the shipped in-memory API server) the default, project team-a local."""
-    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
-
-    server = FakeKubeServer(FakeCluster()).start()
-    kubeconfig = tmp_path / "kubeconfig"
-    server.write_kubeconfig(kubeconfig)
-    (home / "config.yaml").write_text(yaml.safe_dump({
-        "project": "default", "backend": "kubernetes", "project_backends": {"team-a": "local"},
-        "kubernetes": {"kubeconfig": str(kubeconfig), "image": "img:1"}}))
+    server = team_b_on_kubernetes(home, tmp_path, backend="kubernetes", project_backends={"team-a": "local"})
     dt = Dtrain(home)
     dt("project", "create", "team-a")
     yield dt
