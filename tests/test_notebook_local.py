@@ -332,7 +332,7 @@ def test_an_idle_notebook_stops_by_itself_and_frees_its_gpu(dt_gpus: Dtrain):
     info = dt.wait_for("idle", {"Suspended", "Succeeded", "Failed"}, timeout=180)
     assert info["status"] == "Suspended", info  # as Kubeflow's culler stops a notebook: it can start again
     assert "no kernel or terminal ran for 60 s (--idle-timeout)" in info["message"], info["message"]
-    assert info["message"].endswith("'dtrain resume idle' starts it again"), info["message"]
+    assert info["message"].endswith("'dtrain resume idle -p team' starts it again"), info["message"]
     assert time.time() - ran >= 60
     deadline = time.monotonic() + 60  # recorded first, then stopped (as `dtrain suspend` does)
     while _start_time(pid) == kernel_start and time.monotonic() < deadline:
