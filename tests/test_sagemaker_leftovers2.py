@@ -71,9 +71,10 @@ def test_the_cli_refuses_a_toolkit_hyperparameter_before_anything_is_sent(home, 
 
 
 @pytest.mark.parametrize("uri", ["fsx://fs-0123456789abcdef0", "fsx://fs-0123456789abcdef0/",
-                                 "fsx://fs-0123456789abcdef0//data", "fsx://fs-0123456789abcdef0/toolongname/x"])
+                                 "fsx://fs-0123456789abcdef0//", "fsx://fs-0123456789abcdef0/toolongname/x"])
 def test_an_fsx_channel_names_its_mount_name(uri):
-    """SageMaker's DirectoryPath on FSx for Lustre is /MOUNTNAME/PATH: "/" or "//data" was sent as is."""
+    """SageMaker's DirectoryPath on FSx for Lustre is /MOUNTNAME/PATH: "/" was sent as is. ("//data" is
+    "/data" as a mount reads it, mount name "data": spec_sagemaker.Channel._file_system_uri.)"""
     with pytest.raises(SpecError) as err:
         Channel(name="training", uri=uri)
     assert "mount name" in _one_line(err.value)
@@ -85,6 +86,7 @@ def test_an_fsx_channel_with_its_mount_name_is_sent_as_sagemaker_reads_it():
     [ch] = render.training_job_request(spec, CFG)["InputDataConfig"]
     assert ch["DataSource"]["FileSystemDataSource"]["DirectoryPath"] == "/abcdefgh/cifar10"
     assert ch["DataSource"]["FileSystemDataSource"]["FileSystemType"] == "FSxLustre"
+    assert Channel(name="training", uri="fsx://fs-0123456789abcdef0//data").uri == "fsx://fs-0123456789abcdef0/data"
 
 
 # ---------------------------------------------------------------- model.tar.gz that will not come
