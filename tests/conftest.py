@@ -55,6 +55,17 @@ class Dtrain:
             time.sleep(0.2)
         raise AssertionError(f"job {name} never reached {statuses}; last: {info['status']} {info['message']}")
 
+    def wait_running(self, name: str, timeout: float = 60) -> dict:
+        """Wait until the job and every one of its processes read Running (a job reads Running as soon
+        as its first process does); returns the job's description."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            info = self.json("describe", "job", name)
+            if info["status"] == "Running" and all(p["status"] == "Running" for p in info["processes"]):
+                return info
+            time.sleep(0.2)
+        raise AssertionError(f"job {name} never ran on every process: {info['status']} {info['message']}")
+
 
 def wait_supervisor_gone(home: Path, job: str, timeout: float = 60) -> None:
     """Wait until the finished job's supervisor has exited. It records the job's end, then exits,

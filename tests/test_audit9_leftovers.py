@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import time
 
 import pytest
 import yaml
@@ -51,22 +50,12 @@ def test_project_create_needs_no_right_to_list_the_projects_jobs(jobless_account
     assert client.has_project("p2") and client.has_project("p3") and not client.has_project("p4")
 
 
-def _wait_running(dt: Dtrain, name: str) -> None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        info = dt.json("describe", "job", name)
-        if info["status"] == "Running" and all(p["status"] == "Running" for p in info["processes"]):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{name} never ran")
-
-
 def test_exec_of_a_rank_not_yet_launched_says_so_not_that_it_is_not_running(dt, home):
     """A 2-process job reads Running as soon as rank 0 runs; exec of rank 1 before rank 1's record
     is written says it has not started and to try again, as kubectl says a container is waiting to
     start (not that it is not running, which reads as ended)."""
     dt("submit-dist", "pair", "--processes", "2", "--", "sleep", "120")
-    _wait_running(dt, "pair")
+    dt.wait_running("pair")
     record = home / "jobs" / "pair" / "ranks" / "rank-1.json"
     aside = record.with_name("aside-1")
     record.rename(aside)  # as it is between the job's Running and rank 1's launch

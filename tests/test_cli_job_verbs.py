@@ -3,19 +3,7 @@ contradict each other are refused, and every value is bounded and named back as 
 
 from __future__ import annotations
 
-import time
-
 from conftest import Dtrain, assert_usage_error
-
-
-def _running(dt: Dtrain, name: str, timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        info = dt.json("describe", "job", name)
-        if info["status"] == "Running" and all(p["status"] == "Running" for p in info["processes"]):
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"{name} never ran: {info['status']} {info['message']}")
 
 
 def test_exec_and_artifacts_take_the_jobs_project_as_runai_exec_does(dt: Dtrain, tmp_path):
@@ -31,7 +19,7 @@ def test_exec_and_artifacts_take_the_jobs_project_as_runai_exec_does(dt: Dtrain,
     assert_usage_error(dt("exec", "done", "--project", "team", "--", "true", check=False), "Running")
     dt("submit", "held", "-p", "team", "--", "sleep", "120")
     try:
-        _running(dt, "held")
+        dt.wait_running("held")
         got = dt("exec", "held", "-p", "team", "--", "sh", "-c", 'echo "$DTRAIN_PROJECT"')
         assert got.stdout == "team\n", got.stderr
     finally:

@@ -8,7 +8,7 @@ import subprocess
 
 import pytest
 
-from conftest import DTRAIN
+from conftest import DTRAIN, Dtrain
 from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
 from dtrain.errors import ConflictError, SpecError
@@ -20,17 +20,6 @@ def _dt(home, *args, timeout=60):
                           env={**os.environ, "DTRAIN_HOME": str(home)})
 
 
-def _wait_running(home, name):
-    import time
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        info = json.loads(_dt(home, "describe", "job", name, "--json").stdout)
-        if info["status"] == "Running" and all(p["status"] == "Running" for p in info["processes"]):
-            return info
-        time.sleep(0.2)
-    raise AssertionError(f"{name} never ran: {info['status']} {info['message']}")
-
-
 def test_item15_exec_local_sees_the_jobs_volumes_environment_and_folder(tmp_path):
     home = tmp_path / "home"
     assert _dt(home, "volume", "create", "vol", "--size", "1Mi").returncode == 0
@@ -40,7 +29,7 @@ def test_item15_exec_local_sees_the_jobs_volumes_environment_and_folder(tmp_path
     assert _dt(home, "submit", "held", "--pvc", f"vol:{mnt}", "-e", "GREETING=hello from the job",
                "--working-dir", str(tmp_path / "work"), "--", "sleep", "120").returncode == 0
     try:
-        _wait_running(home, "held")
+        Dtrain(home).wait_running("held")
         with open(os.path.join(folder, "marker"), "w") as f:
             f.write("inside\n")
         assert not (mnt / "marker").exists()
@@ -62,7 +51,7 @@ def test_item15_exec_local_two_ranks_reaches_the_asked_rank(tmp_path):
     home = tmp_path / "home"
     assert _dt(home, "submit-dist", "pair", "--processes", "2", "--", "sleep", "120").returncode == 0
     try:
-        _wait_running(home, "pair")
+        Dtrain(home).wait_running("pair")
         out = _dt(home, "exec", "pair", "--rank", "1", "--", "sh", "-c", "echo $RANK $WORLD_SIZE")
         assert out.stdout.strip() == "1 2", out.stderr
         # a command a signal ended exits 128 + N, as a shell and kubectl exec report it (not 256 - N)
