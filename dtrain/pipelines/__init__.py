@@ -6,5 +6,11 @@
     lanes.py       lane-detection: prepare -> snapshot -> train -> evaluate -> If accurate: restore
     runner.py      list, compile (KFP IR YAML), run here with kfp.local's SubprocessRunner
 
-Only runner.py is imported by the CLI; kfp loads when a pipeline is used.
+Only runner.py is imported by the CLI; kfp loads when a pipeline is used. The SDK's calls are
+runner's, here: `dtrain.pipelines.list_pipelines()`, `compile_pipeline(...)`, `run_pipeline(...)`.
 """
+
+from dtrain.pipelines.runner import (PipelineInfo, RunResult, TaskResult, compile_pipeline, list_pipelines,
+                                     run_pipeline)
+
+__all__ = ["PipelineInfo", "RunResult", "TaskResult", "compile_pipeline", "list_pipelines", "run_pipeline"]

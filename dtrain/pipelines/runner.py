@@ -31,6 +31,7 @@ import warnings
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any, Callable, Iterator
 
 from dtrain.errors import EnvironmentError_, JobFailedError, NotFoundError, SpecError
@@ -42,7 +43,8 @@ SHIPPED = {  # name -> "module:function"; each module also has check(params) and
     "lane-detection": "dtrain.pipelines.lanes:lane_detection",
 }
 _KFP_TYPES = {"String": str, "Integer": int, "Float": float, "Boolean": bool, "List": list, "Dict": dict}
-_WORDS = {"Integer": "a whole number", "Float": "a number", "List": "a JSON list", "Dict": "a JSON object"}
+_WORDS = {"Integer": "a whole number", "Float": "a number", "List": "a JSON list", "Dict": "a JSON object",
+          "String": "a string", "Boolean": "True or False"}
 _EXAMPLES = {"List": '["a", 1]', "Dict": '{"a": 1}'}
 # KFP carries every number as a double (protobuf Value, in the IR and the local runner's executor
 # input): a larger whole number arrives changed (10**23 as 99999999999999991611392), and nan or
@@ -203,6 +205,26 @@ def compile_to(pipeline: Pipeline, out: str | Path) -> Path:
     return out
 
 
+def compile_pipeline(name: str | None = None, *, module: str | None = None, to: str | Path) -> Path:
+    """The SDK's `dtrain pipeline compile`: a shipped pipeline (or `module='path.py:function'`, a
+    user's @dsl.pipeline) compiled by KFP's compiler to the IR YAML (JSON for a .json path) at `to`."""
+    return compile_to(load(name, module=module), to)
+
+
+def run_pipeline(name: str | None = None, *, module: str | None = None, params: dict | None = None,
+                 home: str | Path | None = None, root: str | Path | None = None) -> RunResult:
+    """The SDK's `dtrain pipeline run`: on this machine with KFP's local runner, the steps using the
+    dtrain home `home` (None: $DTRAIN_HOME, else ~/.dtrain, as dtrain.Client). `params`: typed values
+    (an int for an Integer parameter, a list for a List one), held to the rules --param is held to;
+    defaults fill the rest. Step outputs go under `root` (default HOME/pipelines)."""
+    from dtrain.config import home_dir
+
+    pipeline = load(name, module=module)
+    values = check_params(pipeline, {} if params is None else params)
+    home = home_dir(home)
+    return run(pipeline, values, home=home, root=Path(root) if root else home / "pipelines")
+
+
 def parse_params(pipeline: Pipeline, items: list[str]) -> dict[str, Any]:
     """`k=v` strings -> typed arguments; defaults fill the rest. Unknown, duplicate, bad or missing -> SpecError."""
     params = {p.name: p for p in pipeline.info.params}
@@ -214,6 +236,45 @@ def parse_params(pipeline: Pipeline, items: list[str]) -> dict[str, Any]:
         if key in given:
             raise SpecError(f"--param {key} is given twice: give it once")
         given[key] = _convert(params[key], text)
+    return _completed(pipeline, given)
+
+
+def check_params(pipeline: Pipeline, given: dict[str, Any]) -> dict[str, Any]:
+    """Typed arguments from Python (the SDK's `Client.run_pipeline`) -> the run's arguments, held to
+    the rules `parse_params` applies to the command line's: each a parameter of the pipeline, of its
+    KFP type (an int for a Float too), defaults filling the rest."""
+    params = {p.name: p for p in pipeline.info.params}
+    if not isinstance(given, Mapping):
+        raise SpecError(f"params must be a dict of parameter names to values, not {type(given).__name__}, "
+                        f"e.g. {{{next(iter(params), 'name')!r}: ...}}")
+    checked: dict[str, Any] = {}
+    for key, value in given.items():
+        if key not in params:
+            raise SpecError(f"pipeline {pipeline.info.name!r} has no parameter {shown(str(key))}: use one of "
+                            f"{', '.join(params)} (see 'dtrain pipeline list')")
+        param = params[key]
+        kind = _KFP_TYPES.get(param.type)
+        if kind is None:
+            raise SpecError(f"parameter {key}: a {param.type} parameter cannot be given to a run here")
+        wrong = isinstance(value, bool) != (kind is bool) or not (
+            isinstance(value, (int, float)) if kind is float else isinstance(value, kind))
+        if wrong:
+            article = "an" if param.type[0] in "AEIOU" else "a"
+            raise SpecError(f"parameter {key}={cut(repr(value), 100)}: use {_WORDS[param.type]} ({article} "
+                            f"{param.type} parameter), not a {type(value).__name__}")
+        if kind in (list, dict):
+            try:
+                text = json.dumps(value, allow_nan=False)
+            except (TypeError, ValueError, RecursionError):
+                raise SpecError(f"parameter {key}: use {_WORDS[param.type]} of JSON values (finite numbers, strings, "
+                                f"true/false/null, lists and objects), e.g. {_EXAMPLES[param.type]}") from None
+            value = _from_json(param, text, kind)
+        checked[key] = float(value) if kind is float else value
+    return _completed(pipeline, checked)
+
+
+def _completed(pipeline: Pipeline, given: dict[str, Any]) -> dict[str, Any]:
+    params = {p.name: p for p in pipeline.info.params}
     missing = [p.name for p in params.values() if p.required and p.name not in given]
     if missing:
         raise SpecError(f"pipeline {pipeline.info.name!r} needs --param {missing[0]}=VALUE")
