@@ -96,6 +96,12 @@ def test_item08_nouns_as_runai_writes_them(tmp_path):
     proc = run("delete", "job", "x", home=home)
     assert proc.returncode == 0 and "The job 'x' has been deleted" in proc.stdout
     assert_usage_error(run("delete", "volume", "x", home=home), "dtrain volume delete NAME")
+    # `runai top node` (as kubectl's `top node`) names the kind: the same table as `dtrain nodes`
+    nodes = json.loads(run("nodes", "--json", home=home).stdout)
+    assert [n["name"] for n in nodes] and all(n["cpus"] for n in nodes)
+    for words in (("top", "node"), ("top", "nodes"), ("nodes", "node")):
+        assert [n["name"] for n in json.loads(run(*words, "--json", home=home).stdout)] == [n["name"] for n in nodes]
+    assert_usage_error(run("top", "job", home=home), "invalid choice: 'job'")
 
 
 # ---- 9: logs --rank / -t checked; wait --timeout has its own exit code --------------------------

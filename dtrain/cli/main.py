@@ -330,6 +330,9 @@ def _add_nodes(sub) -> None:
     for verb, text in (("nodes", "nodes and their GPUs: allocation, utilization, memory"),
                        ("top", "alias of 'nodes': the GPU dashboard")):
         p = sub.add_parser(verb, help=text)
+        # Run:AI's `runai top node` (and kubectl's `top node`) name the kind: taken, as `list jobs` is
+        p.add_argument("what", nargs="?", choices=("node", "nodes"), metavar="node",
+                       help="optional, as in Run:AI's 'runai top node'")
         p.add_argument("--json", action="store_true", help="print a JSON list")
         p.set_defaults(handler=cmd_nodes)
 
