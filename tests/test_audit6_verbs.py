@@ -75,12 +75,13 @@ def test_exec_it_names_what_to_type(done):
 
 
 @pytest.mark.parametrize("verb, names", [
-    ("bash", "dtrain exec JOB -- bash"), ("attach", "dtrain logs JOB -f"), ("get", "dtrain list"),
+    ("attach", "dtrain logs JOB -f"), ("get", "dtrain list"),
     ("stop", "dtrain suspend JOB"), ("kill", "dtrain delete JOB"), ("cp", "dtrain artifacts JOB --to DIR"),
     ("version", "dtrain --version"), ("apply", "dtrain submit -f FILE"),
 ])
 def test_a_run_ai_or_kubectl_verb_names_the_dtrain_spelling(dt: Dtrain, verb, names):
-    """`dtrain bash JOB` (Run:AI), `dtrain get jobs` (kubectl) answered argparse's list of 24 verbs."""
+    """`dtrain attach JOB` (Run:AI), `dtrain get jobs` (kubectl) answered argparse's list of 24 verbs
+    (`dtrain bash JOB` is Run:AI's `runai bash`: tests/test_exec.py)."""
     proc = dt(verb, "x", check=False)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr
     [line] = proc.stderr.strip().splitlines()

@@ -62,8 +62,16 @@ def test_item15_exec_local_two_ranks_reaches_the_asked_rank(tmp_path):
             assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
             assert "exec runs in one process" in bad.stderr and "ranks 0 to 1" in bad.stderr, bad.stderr
             assert "or 'all'" not in bad.stderr
+        # Run:AI's `runai bash JOB`: a shell beside the asked rank, reading this terminal
+        shell = subprocess.run([DTRAIN, "bash", "pair", "--rank", "1"], input='echo "$RANK $0"; exit 3\n',
+                               capture_output=True, text=True, timeout=60, env={**os.environ, "DTRAIN_HOME": str(home)})
+        assert (shell.returncode, shell.stdout) == (3, "1 bash\n"), shell.stderr
+        bad = _dt(home, "bash", "pair", "--", "ls")
+        assert bad.returncode == 2 and "takes no command after '--': run a command with 'dtrain exec" in bad.stderr
     finally:
         _dt(home, "delete", "pair")
+    gone = _dt(home, "bash", "pair")
+    assert gone.returncode == 2 and "Running" in gone.stderr and len(gone.stderr.splitlines()) == 1, gone.stderr
 
 
 @pytest.fixture

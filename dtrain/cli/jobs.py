@@ -536,6 +536,11 @@ def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell and kubectl exec say
 
 
+def cmd_bash(args, client: Client) -> int:
+    """Run:AI's `runai bash JOB`: `dtrain exec JOB -- bash`."""
+    return cmd_exec(args, ["bash"], client)
+
+
 EXIT_TIMEOUT = 124  # `wait --timeout` ran out: the job goes on (the code GNU timeout uses)
 MAX_WAIT_TIMEOUT = MAX_WAIT  # a year and a day: past any training run, and every number is bounded
 
@@ -665,6 +670,12 @@ def register(sub) -> None:
     p.add_argument("--rank", help="which process (default 0)")
     _project_flag(p)
     p.set_defaults(handler=cmd_exec, takes_command=True, launcher_for=None)
+    p = sub.add_parser("bash", help="a shell beside a running job's process (Run:AI's 'runai bash'): exec NAME -- bash",
+                       usage="dtrain bash NAME [--rank R] [-p PROJECT]")
+    p.add_argument("name", help="the job (it must be Running)")
+    p.add_argument("--rank", help="which process (default 0)")
+    _project_flag(p)
+    p.set_defaults(handler=cmd_bash)
     p = sub.add_parser("wait", help=f"wait until jobs end; exit 0 if all succeeded, 1 if any did not, "
                                     f"{EXIT_TIMEOUT} if --timeout ran out",
                        usage="dtrain wait [job] NAME [NAME...] [--timeout T] [-p PROJECT] [--json]",

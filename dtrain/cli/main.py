@@ -353,7 +353,7 @@ def _add_workloads(sub) -> None:
 # The parser's sections in `dtrain --help` order: (the verbs it adds, the function adding them).
 SECTIONS = (
     (("submit", "submit-dist", "submit-mpi", "list", "describe", "logs", "delete", "suspend", "resume", "artifacts",
-      "exec", "wait"),
+      "exec", "bash", "wait"),
      jobs.register),
     (("volume", "snapshot"), storage.register),
     (("pipeline",), pipeline.register),
@@ -415,8 +415,7 @@ def _reads_once(args) -> bool:
 
 # Verbs of Run:AI's and kubectl's CLIs that dtrain spells otherwise: named in one line, not argparse's list
 OTHER_VERBS = {
-    "bash": "open a shell in a job with 'dtrain exec JOB -- bash'",
-    "attach": "follow a job's output with 'dtrain logs JOB -f', or open a shell with 'dtrain exec JOB -- bash'",
+    "attach": "follow a job's output with 'dtrain logs JOB -f', or open a shell with 'dtrain bash JOB'",
     "get": "list with 'dtrain list' (jobs), 'dtrain volume list' or 'dtrain snapshot list'",
     "status": "see a job's status with 'dtrain describe job JOB' or 'dtrain list'",
     "stop": "stop a job for now with 'dtrain suspend JOB' (it goes on with 'dtrain resume JOB'), or for good with "
@@ -454,7 +453,8 @@ def main(argv: list[str] | None = None) -> int:
             if getattr(args, "takes_command", False):
                 return args.handler(args, command, client, args.launcher_for)
             if command:
-                raise SpecError(f"'dtrain {args.verb}' takes no command after '--'")
+                fix = ": run a command with 'dtrain exec NAME -- COMMAND'" if args.verb == "bash" else ""
+                raise SpecError(f"'dtrain {args.verb}' takes no command after '--'{fix}")
             return args.handler(args, client)
     except DtrainError as err:
         print(f"dtrain: error: {err}", file=sys.stderr)
