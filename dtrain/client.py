@@ -723,6 +723,26 @@ class Client:
     def get_snapshot(self, name: str, *, project: str | None = None) -> SnapshotInfo:
         return self._storage(project).get_snapshot(name)
 
+    def volume_jobs(self, *, project: str | None = None, limit: int | None = None) -> JobPage:
+        """A page of the jobs that can mount the volumes `list_volumes(project=project)` lists, newest
+        first (not the Deleted ones): `project`'s, on its backend; without it, those of the configured
+        project's backend that share its volumes (every project's locally, its namespace's on Kubernetes).
+        A job of another backend or namespace never mounted these volumes, whatever it names (the lineage)."""
+        backend = self._storage(project)
+        return self._expired_forgotten(backend, project).page(project=project or backend.volume_project(), limit=limit)
+
+    def volume_job(self, name: str, *, project: str | None = None) -> JobInfo:
+        """Job `name`, of whatever project, where `project`'s volumes and snapshots are (None: the
+        configured project's backend): a snapshot's job, as the lineage links it."""
+        if project is not None:
+            check_name(project, "project")
+        try:
+            return self.backend(project=project).get(name)
+        except NotFoundError:
+            if project is not None:
+                self.check_project(project)  # a typo in the project: said, not the job
+            raise
+
     def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
                          storage_class: str | None = None, progress: Progress | None = None,
                          project: str | None = None) -> VolumeInfo:

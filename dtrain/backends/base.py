@@ -602,6 +602,15 @@ class Backend(abc.ABC):
     def list_volumes(self) -> list[VolumeInfo]:
         return sorted(self._list_volumes(), key=lambda v: v.name)
 
+    def volume_project(self) -> str | None:
+        """The project whose jobs here can mount the volumes `list_volumes` lists: None where every
+        project's can (one store for all, as locally); Kubernetes: its namespace's project. A job of
+        another backend, or of another namespace, never mounts them, whatever the names say."""
+        return self._volume_project()
+
+    def _volume_project(self) -> str | None:
+        return None
+
     def get_volume(self, name: str) -> VolumeInfo:
         with self._named("volume", name):
             return self._get_volume(_existing(name, "volume"))

@@ -140,22 +140,25 @@ LINKED_READ = 100  # snapshots' jobs outside the page of jobs, read by name for 
 def get_lineage(request: Request,
                 jobs: Annotated[int, Query(ge=1, le=wire.MAX_PAGE, description="the newest jobs read")] = 100,
                 per_volume: Annotated[int, Query(ge=0, le=wire.MAX_PAGE, description=(
-                    "jobs drawn per volume of those that only mounted it"))] = PER_VOLUME):
+                    "jobs drawn per volume of those that only mounted it"))] = PER_VOLUME,
+                project: wire.LineageProject = None):
     """Volumes, snapshots and the jobs between them, as nodes and edges: of the `jobs` newest jobs
     (not the Deleted ones), those that only mounted a volume are drawn `per_volume` per volume,
-    the older ones folded into one node per volume."""
+    the older ones folded into one node per volume. Volumes and jobs are joined on one backend (one
+    namespace on Kubernetes): a job elsewhere that names a volume of the same name mounted another."""
     c = client(request)
-    page = c.page(limit=jobs)
-    snapshots = c.list_snapshots()
-    # a snapshot's job the page left out (Deleted, or older): read by name, so it is drawn with its
-    # status (a deleted job read as unknown as an unread one); at most LINKED_READ of them (a
-    # cluster's backend asks its API once for each)
+    volumes = c.list_volumes(project=project)  # a project that does not exist: a 404, before the rest is read
+    snapshots = c.list_snapshots(project=project)
+    page = c.volume_jobs(project=project, limit=jobs)
+    # a snapshot's job the page left out (Deleted, older, or another project's on a shared store): read
+    # by name, so it is drawn with its status (a deleted job read as unknown as an unread one); at most
+    # LINKED_READ of them (a cluster's backend asks its API once for each)
     apart = sorted({s.job for s in snapshots if s.job} - {j.name for j in page.jobs})[:LINKED_READ]
     linked, forgotten = [], set()
     for name in apart:
         try:
-            linked.append(c.get(name))
+            linked.append(c.volume_job(name, project=project))
         except NotFoundError:
             forgotten.add(name)  # purged: no record of it is left
-    return lineage(page.jobs, c.list_volumes(), snapshots, per_volume=per_volume,
+    return lineage(page.jobs, volumes, snapshots, per_volume=per_volume,
                    unread=page.total - len(page.jobs), linked=linked, forgotten=forgotten)

@@ -60,6 +60,12 @@ StorageProject = Annotated[str | None, Query(pattern=NAME, description=(
     "on that project's backend (config.yaml's project_backends; its namespace on Kubernetes), where its "
     "volumes and its jobs' snapshots are, as `-p` on the CLI's volume and snapshot verbs. Without it: "
     "the configured project's backend"))]
+# The lineage's: the volumes and snapshots of that backend (as StorageProject) and the jobs there that mount them
+LineageProject = Annotated[str | None, Query(pattern=NAME, description=(
+    "that project's lineage: the volumes and snapshots of its backend (config.yaml's project_backends; its "
+    "namespace on Kubernetes), as `-p` on the CLI's volume and snapshot verbs, and its jobs there. Without "
+    "it: the configured project's backend, with the jobs there that share its volumes (every project's "
+    "locally, the namespace's on Kubernetes); a job of another backend is never joined to a volume here"))]
 JobProject = Annotated[str | None, Query(pattern=NAME, description=(
     "the job's project, as `-p` on the CLI's job verbs: the job is looked for on that project's backend "
     "(config.yaml's project_backends; its namespace on Kubernetes), and a job of another project is not "

@@ -90,6 +90,11 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
     def namespace(self) -> str:
         return self.config.namespace_of()
 
+    def _volume_project(self) -> str | None:
+        """The PVCs are the namespace's: its project's jobs mount them, or every project's where a
+        `namespace` setting puts them all in one."""
+        return None if self.config.namespace else self.config.project
+
     def _render(self, spec: JobSpec) -> list[dict]:
         """What `submit` would create, for `--dry-run` (no cluster call)."""
         return render_job(spec, self.config, with_namespace=self.config.create_namespace)

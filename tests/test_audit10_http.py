@@ -1,0 +1,83 @@
+"""The HTTP API (audit 10): the lineage joins a volume to the jobs of its own backend and takes
+?project= (a local job and a Kubernetes job each mounting a volume 'data' mounted two volumes, not
+one), as the dashboard's storage page now asks with the Jobs page's project filter; POST /projects
+answers with the project it made for an account that may create projects but not read their jobs."""
+
+from __future__ import annotations
+
+import pytest
+
+import conftest
+import dtrain
+from dtrain import JobSpec
+
+pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+
+
+@pytest.fixture
+def two_datas(home, tmp_path):
+    """A volume 'data' on each backend: a local one, and team-b's PVC on Kubernetes (an in-memory API
+    server config.yaml sends team-b to). Job ljob (project default, local) mounts the local one and
+    its snapshot s1 holds ljob's results; job kjob (team-b) mounts the PVC; project team-x is local."""
+    server = conftest.team_b_on_kubernetes(home, tmp_path)
+    client = dtrain.Client(home=home)
+    client.create_project("team-x")
+    client.create_volume("data", size="1Gi")
+    client.create_volume("data", size="1Gi", project="team-b")
+    client.submit(JobSpec.from_dict({"name": "ljob", "command": ["true"], "volumes": ["data:/mnt"]}))
+    client.wait("ljob", timeout=120)  # started before s1 was taken: s1 holds its results, not its data
+    client.create_snapshot("data", name="s1", job="ljob")
+    client.submit(JobSpec.from_dict({"name": "kjob", "project": "team-b", "command": ["python", "t.py"],
+                                     "volumes": ["data:/mnt"]}))
+    yield server
+    server.close()
+
+
+def _server(home):
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    return ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+
+
+@pytest.fixture
+def http(home):
+    """An API server on that home (a Client per worker thread), and an HTTP client to it."""
+    import httpx
+
+    server = _server(home)
+    with httpx.Client(base_url=server.url + "/api/v1", timeout=60) as client:
+        yield client
+    server.stop()
+
+
+def edges(graph: dict) -> set[tuple[str, str, str]]:
+    return {(e["source"], e["target"], e["label"]) for e in graph["edges"]}
+
+
+def test_the_lineage_joins_a_volume_to_the_jobs_of_its_own_backend_and_takes_a_project(two_datas, http, home):
+    """GET /lineage read the jobs of every backend and the default backend's volumes, so kjob, which
+    mounted team-b's PVC on Kubernetes, was drawn mounting the local 'data'; ?project= was ignored."""
+    plain = http.get("/lineage").json()  # the configured project's backend: local, where ljob ran
+    assert edges(plain) == {("volume:data", "job:ljob", "mounted"), ("volume:data", "snapshot:s1", "snapshot"),
+                            ("job:ljob", "snapshot:s1", "results")}
+    team_b = http.get("/lineage", params={"project": "team-b"}).json()
+    assert edges(team_b) == {("volume:data", "job:kjob", "mounted")}
+    assert {n["id"]: n["status"] for n in team_b["nodes"]} == {"volume:data": None, "job:kjob": "Pending"}
+    # team-x shares the local store: its volumes and snapshots, and none of its jobs; the snapshot's job,
+    # another project's there, is read by name and drawn with its status, not as purged
+    team_x = http.get("/lineage", params={"project": "team-x"}).json()
+    assert edges(team_x) == {("volume:data", "snapshot:s1", "snapshot"), ("job:ljob", "snapshot:s1", "results")}
+    [ljob] = [n for n in team_x["nodes"] if n["id"] == "job:ljob"]
+    assert ljob["status"] == dtrain.Client(home=home).get("ljob").status.value
+    typo = http.get("/lineage", params={"project": "tem-b"})
+    assert typo.status_code == 404 and typo.json()["error"].startswith("no project named 'tem-b'")
+    bad = http.get("/lineage", params={"project": "Team_B"})
+    assert bad.status_code == 422 and "project" in bad.json()["error"]
+
+
+def test_the_lineage_schema_says_what_its_project_selects(http):
+    op = http.get("/openapi.json").json()["paths"]["/api/v1/lineage"]["get"]
+    [project] = [p for p in op["parameters"] if p["name"] == "project"]
+    assert project["in"] == "query" and "-p" in project["description"]
