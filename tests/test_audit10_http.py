@@ -81,3 +81,39 @@ def test_the_lineage_schema_says_what_its_project_selects(http):
     op = http.get("/openapi.json").json()["paths"]["/api/v1/lineage"]["get"]
     [project] = [p for p in op["parameters"] if p["name"] == "project"]
     assert project["in"] == "query" and "-p" in project["description"]
+
+
+@pytest.mark.slow  # a browser: about 20 s
+def test_the_storage_page_has_the_jobs_pages_project_filter(two_datas, home):
+    """The Volumes and snapshots page read the configured project's backend only: team-b's PVC, its
+    snapshots and its jobs' lineage could not be shown; a project filter now asks for them, as the
+    Jobs page's does, and the job links it draws carry it."""
+    browser_tests = pytest.importorskip("test_dashboard_browser")
+    from server_util import wait_until
+
+    by = browser_tests.By
+    text_of = browser_tests.text_of
+    server = _server(home)
+    try:
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/storage?project=team-b")
+            wait_until(lambda: browser.find_elements(by.CSS_SELECTOR, "#lineage-graph g[data-id='job:kjob']"),
+                       what="kjob in team-b's lineage")
+            assert browser.find_element(by.ID, "project-filter").get_attribute("value") == "team-b"
+            assert not browser.find_elements(by.CSS_SELECTOR, "#lineage-graph g[data-id='job:ljob']")
+            assert browser_tests.attrs_of(browser, "#lineage-graph a.node-link", "href") == ["#/job/kjob?project=team-b"]
+            assert "data" in text_of(browser, "#volumes-table")
+            # team-b has no snapshot: the hint names its project, as the CLI needs it
+            assert "'dtrain snapshot create -p team-b'" in text_of(browser, "main")
+            browser.execute_script("const f = document.getElementById('project-filter'); f.value = '';"
+                                   "f.dispatchEvent(new Event('change'))")
+            wait_until(lambda: browser.find_elements(by.CSS_SELECTOR, "#lineage-graph g[data-id='job:ljob']"),
+                       what="the configured project's lineage")
+            assert browser.execute_script("return location.hash") == "#/storage"
+            assert not browser.find_elements(by.CSS_SELECTOR, "#lineage-graph g[data-id='job:kjob']")
+            assert "s1" in text_of(browser, "#snapshots-table")
+            assert not text_of(browser, "#banner"), text_of(browser, "#banner")
+            severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+            assert not severe, severe
+    finally:
+        server.stop()

@@ -1,4 +1,4 @@
-// The dashboard: one page, hash routes (#/jobs, #/job/NAME[?project=P], #/notebooks, #/projects, #/nodes, #/storage,
+// The dashboard: one page, hash routes (#/jobs, #/job/NAME[?project=P], #/notebooks, #/projects, #/nodes, #/storage[?project=P],
 // #/submit).
 // Every value shown comes from /api/v1 and is put in the page as text, never as HTML.
 "use strict";
@@ -533,22 +533,33 @@ function startedFrom(j) {
 }
 
 // ---- volumes, snapshots, lineage ----------------------------------------------------------------
+// A project's volumes and snapshots are on its backend (its namespace on Kubernetes), where the CLI's volume
+// and snapshot verbs find them with -p: the filter asks each read for them there (#/storage?project=team-b), as
+// the Jobs page's does, and the job links and hints name it. Without it: the configured project's backend.
 function storagePage(main) {
+  const params = new URLSearchParams(location.hash.split("?")[1] || "");
+  const project = h("input", {id: "project-filter", "aria-label": "Project", placeholder: "configured project", size: 14,
+                              onchange: () => go("storage", {project: project.value.trim()})});
+  project.value = params.get("project") || "";
   const vols = h("div", {class: "card"}), snaps = h("div", {class: "card"}), graph = h("div", {class: "card", style: "overflow:auto"});
-  main.append(h("h1", {}, "Volumes and snapshots"), h("h2", {}, "Lineage"), graph, h("h2", {}, "Volumes"), vols, h("h2", {}, "Snapshots"), snaps);
+  main.append(h("h1", {}, "Volumes and snapshots"), h("div", {class: "toolbar"}, project),
+              h("h2", {}, "Lineage"), graph, h("h2", {}, "Volumes"), vols, h("h2", {}, "Snapshots"), snaps);
   every(async () => {
-    const [v, s, g] = await Promise.all([api("/volumes"), api("/snapshots"), api("/lineage")]);
+    const asked = project.value.trim();  // as the Jobs page's: the links name it, their project's backend holds them
+    const p = asked ? " -p " + asked : "";
+    const [v, s, g] = await Promise.all([api(withProject("/volumes", asked)), api(withProject("/snapshots", asked)),
+                                         api(withProject("/lineage", asked))]);
     // the columns of `dtrain volume list`, space used and status included
     vols.replaceChildren(table(["Name", "Class", "Size", "Used", "Status", "From snapshot", "Head snapshot", "Created"], v.map(x => h("tr", {"data-volume": x.name},
       h("td", {}, x.name), h("td", {}, x.storage_class || "-"), h("td", {}, x.size || "-"), h("td", {class: "used"}, size(x.used_bytes)),
       h("td", {}, x.status || "-"), h("td", {}, x.origin_snapshot || "-"),
       h("td", {}, x.extra.head_snapshot || "-"), h("td", {}, created(x.created)))), {id: "volumes-table"},
-      "No volumes yet: make one with 'dtrain volume create NAME --size 10Gi'."));
+      `No volumes yet: make one with 'dtrain volume create NAME --size 10Gi${p}'.`));
     snaps.replaceChildren(table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {},
-      h("td", {}, x.name), h("td", {}, x.volume || "-"), h("td", {}, x.job ? jobLink(x.job) : "-"), h("td", {}, x.source_snapshot || "-"),
+      h("td", {}, x.name), h("td", {}, x.volume || "-"), h("td", {}, x.job ? jobLink(x.job, asked) : "-"), h("td", {}, x.source_snapshot || "-"),
       h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.extra.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"},
-      "No snapshots yet: take one with 'dtrain snapshot create', or submit a job with --snapshot-on-success."));
-    graph.replaceChildren(g.nodes.length ? lineageGraph(g) : h("p", {class: "muted"}, "no volumes or snapshots yet"),
+      `No snapshots yet: take one with 'dtrain snapshot create${p}', or submit a job with --snapshot-on-success.`));
+    graph.replaceChildren(g.nodes.length ? lineageGraph(g, asked) : h("p", {class: "muted"}, "no volumes or snapshots yet"),
       ...(g.jobs_unread ? [h("p", {class: "muted", id: "lineage-unread"}, `drawn from the newest jobs: ${g.jobs_unread} `
         + `older job${g.jobs_unread === 1 ? "" : "s"} not read`)] : []));
   }, REFRESH_MS * 3);

@@ -76,7 +76,8 @@ function legend(series) {
 }
 
 // Lineage: a layered drawing of a small DAG. Columns are the longest path from a source.
-function lineageGraph(graph) {
+// A job's node opens its page, with `project` (the page's filter: the backend the lineage was read from) when given.
+function lineageGraph(graph, project) {
   const depth = {}, incoming = {};
   graph.nodes.forEach(n => { depth[n.id] = 0; incoming[n.id] = 0; });
   graph.edges.forEach(e => { incoming[e.target] = (incoming[e.target] || 0) + 1; });
@@ -149,7 +150,8 @@ function lineageGraph(graph) {
     t.appendChild(svgEl("title", {}, n.name));
     g.appendChild(t);
     if (n.kind === "job" && n.status !== "gone") {  // a job's node opens its page, as its name does in the tables
-      const a = svgEl("a", {href: "#/job/" + encodeURIComponent(n.name), class: "node-link"});
+      const a = svgEl("a", {href: "#/job/" + encodeURIComponent(n.name) + (project ? "?project=" + encodeURIComponent(project) : ""),
+                            class: "node-link"});
       a.appendChild(g);
       svg.appendChild(a);
     } else svg.appendChild(g);
