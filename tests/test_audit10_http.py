@@ -10,6 +10,7 @@ import pytest
 import conftest
 import dtrain
 from dtrain import JobSpec
+from test_audit9_leftovers import jobless_account  # noqa: F401  (a fixture: an account that may list no job)
 
 pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
@@ -81,6 +82,45 @@ def test_the_lineage_schema_says_what_its_project_selects(http):
     op = http.get("/openapi.json").json()["paths"]["/api/v1/lineage"]["get"]
     [project] = [p for p in op["parameters"] if p["name"] == "project"]
     assert project["in"] == "query" and "-p" in project["description"]
+
+
+def test_post_projects_answers_with_the_project_made_where_its_jobs_cannot_be_read(jobless_account, home):  # noqa: F811
+    """The account may create namespaces and quotas but list no job: the project was made, and the
+    answer, read back from every project with its jobs counted, was the list's refusal (a 502)."""
+    import httpx
+
+    from dtrain.backends.kubernetes.objects import GPU_RESOURCE
+    from dtrain.backends.kubernetes.render_storage import QUOTA_NAME
+
+    server = _server(home)
+    try:
+        with httpx.Client(base_url=server.url + "/api/v1", timeout=60) as http:
+            made = http.post("/projects", json={"name": "p2", "gpu_quota": 2})
+            assert made.status_code == 201, made.text
+            body = made.json()
+            assert (body["name"], body["backend"], body["gpu_quota"], body["jobs"]) == ("p2", "kubernetes", 2, 0)
+            assert "could not be read" in body["extra"]["unknown"]
+            assert made.headers["warning"].startswith('299 dtrain "project p2: it was created, but its jobs ')
+            other = http.post("/projects", json={"name": "p3"})
+            assert other.status_code == 201 and other.json()["gpu_quota"] is None
+            again = http.post("/projects", json={"name": "p2", "gpu_quota": 3})
+            assert again.status_code == 200 and again.json()["gpu_quota"] == 3
+            assert "its GPU quota was set" in again.headers["warning"]
+            kept = http.post("/projects", json={"name": "p2"})
+            assert kept.status_code == 200 and "unchanged, but its jobs and GPU quota" in kept.headers["warning"]
+    finally:
+        server.stop()
+    quota = jobless_account.get("", "resourcequotas", "dtrain-p2", QUOTA_NAME)
+    assert quota["spec"]["hard"][f"requests.{GPU_RESOURCE}"] in ("3", 3)
+    client = dtrain.Client(home=home)
+    assert client.has_project("p2") and client.has_project("p3")
+
+
+def test_post_projects_reads_the_project_back_where_it_can(http, home):
+    made = http.post("/projects", json={"name": "team-y", "gpu_quota": 0})
+    assert made.status_code == 201, made.text
+    assert "warning" not in made.headers
+    assert made.json() == next(p for p in http.get("/projects").json() if p["name"] == "team-y")
 
 
 @pytest.mark.slow  # a browser: about 20 s

@@ -248,6 +248,11 @@ PROJECTS_WARNING = _warning_header("present when a backend could not be read and
                                    "be read (Kubernetes RBAC: `gpu_quota` null, GPUs allocated counted from "
                                    "the running jobs' requests): `299 dtrain \"<why, and the fix>\"` "
                                    "(RFC 7234), one warning-value each, comma-separated")
+PROJECT_MADE_WARNING = _warning_header("present when the project was created (or its quota set) but the projects "
+                                       "could not be read back (Kubernetes RBAC: an account that may create "
+                                       "namespaces and quotas but not list jobs): the record holds what was set, "
+                                       "its jobs and GPUs not counted, `extra.unknown` saying why: "
+                                       "`299 dtrain \"<why, and the fix>\"` (RFC 7234)")
 NODES_WARNING = _warning_header("present when the pods that hold GPUs could not all be read (Kubernetes "
                                 "RBAC: `gpus_allocated` counts only some namespaces' pods, or none): "
                                 "`299 dtrain \"<why, and the fix>\"` (RFC 7234)")
