@@ -985,11 +985,20 @@ NOTEBOOK_SERVER = ("jupyter-lab", "--ServerApp.ip=127.0.0.1", "--ServerApp.open_
 
 
 def notebook_spec(name: str, *, volumes=(), **fields: Any) -> JobSpec:
-    """`dtrain notebook NAME --pvc VOLUME:/home/jovyan/work`: a one-process job running Jupyter,
-    rooted at the first volume's mount path (the Kubeflow notebook images' /home/jovyan)."""
+    """`dtrain notebook NAME --pvc VOLUME:/home/jovyan`: a one-process job running Jupyter, rooted
+    at the first volume's mount path (Kubeflow mounts a notebook's workspace volume at its image's
+    home, /home/jovyan)."""
     check_name(name, "notebook")  # its own word in the message; the job's rule
     volumes = _volumes(volumes)  # a list; 'data:/mnt' alone would be read a character at a time
     root = (f"--ServerApp.root_dir={volumes[0].mount_path}",) if volumes else ()
     if volumes:  # the server and its terminals work in the workspace volume, as a Kubeflow notebook's
         fields.setdefault("working_dir", volumes[0].mount_path)
     return JobSpec(name=name, command=NOTEBOOK_SERVER + root, volumes=volumes, notebook=True, **fields)
+
+
+def notebook_home(spec: JobSpec) -> str | None:
+    """A notebook's HOME: its workspace, the first volume's mount path, as a Kubeflow notebook's home
+    (/home/jovyan) is its workspace volume: what Jupyter, pip --user, IPython and the user keep in
+    ~/ is on the volume, there again after a suspend or a restart, and seen by the jobs that mount
+    it. None without a volume (the local backend's notebook then works in a folder of its own)."""
+    return spec.volumes[0].mount_path if spec.notebook and spec.volumes else None

@@ -615,6 +615,9 @@ def test_notebook_is_a_kubeflow_notebook_on_the_claim():
     claims = {v["persistentVolumeClaim"]["claimName"]: v for v in pod["volumes"]}
     mounts = {m["name"]: m for m in container["volumeMounts"]}
     assert mounts[claims["work"]["name"]]["mountPath"] == "/home/jovyan/work"
+    # The image's Jupyter is rooted at HOME: the workspace volume, as Kubeflow mounts it at /home/jovyan
+    assert {"name": "HOME", "value": "/home/jovyan/work"} in container["env"]
+    assert container["workingDir"] == "/home/jovyan/work"
     assert mounts[claims["tusimple"]["name"]] == {"name": claims["tusimple"]["name"], "mountPath": "/data",
                                                   "readOnly": True}
     new = render_job(*MATRIX["notebook-new-volume"])

@@ -73,7 +73,9 @@ def _run_in_kernel(connection_file: Path, code: str) -> tuple[int, str]:
 
     client = BlockingKernelClient(connection_file=str(connection_file))
     client.load_connection_file()
-    client.start_channels()
+    # No heartbeat: a beat missed while the kernel starts (its first IPython start on a new volume
+    # makes its profile there) reads as "Kernel died"; the kernel_info wait below has its timeout.
+    client.start_channels(hb=False)
     out: list[str] = []
     try:
         client.wait_for_ready(timeout=90)
@@ -243,6 +245,65 @@ def test_a_notebook_whose_jupyter_died_names_a_way_back_that_works(dt: Dtrain):
         assert (dt.home / "jobs" / "died" / "work" / "notes.txt").read_text() == "kept\n"
     finally:
         dt("delete", "died")
+
+
+def test_a_notebooks_home_is_its_workspace_kept_over_a_suspend_and_read_by_jobs(dt: Dtrain, tmp_path):
+    """HOME was the host user's: Jupyter's and IPython's files, and what a user keeps in ~/, went
+    there, off the volume, unseen by jobs. It is the workspace volume's mount path, as a Kubeflow
+    notebook's home (/home/jovyan) is its workspace volume."""
+    host_home = tmp_path / "host-home"
+    host_home.mkdir()
+    user = Dtrain(dt.home, env={"HOME": str(host_home)})
+    user("volume", "create", "ws")
+    user("notebook", "nbh", "--pvc", "ws:/home/jovyan")
+    volume = Path(user.json("volume", "describe", "ws")["extra"]["path"])
+
+    def in_a_kernel(code: str) -> str:
+        user.wait_for("nbh", {"Running"})
+        base, token = _opened(user, "nbh")
+        _wait_serving(base, token, user, "nbh")
+        status, kernel = _request(f"{base}/api/kernels", method="POST", token=token, body={"name": "python3"})
+        assert status == 201, kernel
+        return _run_in_kernel(dt.home / "jobs" / "nbh" / "jupyter" / f"kernel-{kernel['id']}.json",
+                              f"import os, pathlib; print(os.getpid(), {code}, end='')")[1]
+
+    try:
+        seen = in_a_kernel("os.environ['HOME'], os.getcwd(), "
+                           "pathlib.Path('~/.config/tool.ini').expanduser().parent.mkdir(parents=True), "
+                           "pathlib.Path('~/.config/tool.ini').expanduser().write_text('kept\\n')")
+        assert seen == "/home/jovyan /home/jovyan None 5"
+        assert (volume / ".config" / "tool.ini").read_text() == "kept\n"
+        assert (volume / ".ipython").is_dir()  # the kernel's own ~/ files are on the volume too
+        assert list(host_home.iterdir()) == []  # and nothing of the notebook's is in the host user's home
+        user("suspend", "nbh")
+        user.wait_for("nbh", {"Suspended"})
+        user("resume", "nbh")
+        assert in_a_kernel("pathlib.Path('~/.config/tool.ini').expanduser().read_text()") == "kept\n"
+    finally:
+        user("delete", "nbh")
+    user("submit", "reader", "--pvc", "ws:/home/jovyan", "--",
+         "python", "-c", "print(open('/home/jovyan/.config/tool.ini').read(), end='')")
+    assert user.wait_for("reader", {"Succeeded", "Failed"})["status"] == "Succeeded"
+    assert user("logs", "reader").stdout == "kept\n"
+
+
+def test_a_notebooks_home_in_its_launch_plan(tmp_path):
+    """Its workspace (the first volume's mount path, else its own folder) unless -e HOME says otherwise;
+    DTRAIN_HOME pinned, so dtrain in its terminal finds the home it found through the host's ~/.dtrain."""
+    from dtrain.backends.local.launch import Mount, plan
+    from dtrain.spec import notebook_spec
+
+    job_dir = tmp_path / "home" / "jobs" / "nb"
+    mounts = [Mount(source=tmp_path / "ws", target="/home/jovyan/work"), Mount(source=tmp_path / "d", target="/data")]
+
+    def env(spec, cwd):
+        return plan(spec, job_dir=job_dir, cwd=cwd, mounts=mounts if spec.volumes else [], devices=[[]],
+                    master_port=1, notebook_token="t").env
+
+    on_volume = env(notebook_spec("nb", volumes=["ws:/home/jovyan/work", "d:/data"]), "/home/jovyan/work")
+    assert (on_volume["HOME"], on_volume["DTRAIN_HOME"]) == ("/home/jovyan/work", str(tmp_path / "home"))
+    assert env(notebook_spec("nb"), str(job_dir / "work"))["HOME"] == str(job_dir / "work")
+    assert env(notebook_spec("nb", env={"HOME": "/tmp/mine"}), str(job_dir / "work"))["HOME"] == "/tmp/mine"
 
 
 def test_a_notebook_without_jupyterlab_installed_names_the_extra():

@@ -25,7 +25,7 @@ from typing import Any
 
 from dtrain.errors import SpecError
 from dtrain.names import MAX_NAME, kubernetes_quantity, shown
-from dtrain.spec import JobSpec, check_image
+from dtrain.spec import JobSpec, check_image, notebook_home
 
 from . import render_storage
 from .config import KubernetesConfig
@@ -262,8 +262,11 @@ def _notebook(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: i
     path the Kubeflow gateway routes), so the spec's local jupyter-server command is not used. The
     CRD's pod template has no metadata: the controller copies the Notebook's labels to its pod,
     which is how `dtrain logs` and `list` find it. The container is named after the notebook, as
-    Kubeflow's notebook web app names it."""
-    template = pod_template(spec, config, None, name=spec.name, per_pod=1)
+    Kubeflow's notebook web app names it. HOME is the workspace volume's mount path: Kubeflow mounts
+    that volume at the image's home (/home/jovyan), where the image's Jupyter is rooted, so ~/ files
+    persist; mounted elsewhere (/home/jovyan/work) it is still the notebook's home, as locally."""
+    home = notebook_home(spec)
+    template = pod_template(spec, config, None, name=spec.name, per_pod=1, extra_env={"HOME": home} if home else None)
     return {"spec": {"template": {"spec": template["spec"]}}}
 
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dtrain.errors import EnvironmentError_, SpecError
 from dtrain.names import shown
-from dtrain.spec import OWNED_ENV, JobSpec
+from dtrain.spec import OWNED_ENV, JobSpec, notebook_home
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,6 +294,12 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
     env.setdefault("DTRAIN_METRICS_FILE", str(job_dir / "metrics.jsonl"))
     if spec.notebook:
         env.update(notebook_env(job_dir, master_port, notebook_token or ""))
+        # Its home is its workspace (Jupyter's root folder), as a Kubeflow notebook's is its workspace
+        # volume: ~/.jupyter, ~/.ipython, pip --user go there, not into the host user's home. dtrain
+        # run in its terminal keeps the dtrain home (jobs/NAME in it) it found there through ~/.dtrain.
+        if "HOME" not in spec.env:  # -e HOME=... as given
+            env["HOME"] = notebook_home(spec) or cwd
+        env.setdefault("DTRAIN_HOME", str(job_dir.parent.parent))
     env.setdefault("DTRAIN_MODEL_DIR", str(job_dir / "model"))  # what `dtrain artifacts` copies
     # The supervisor starts the sandbox from the host folder behind the job's working folder (which
     # may be inside a volume); bubblewrap's --chdir takes the job there.
