@@ -469,7 +469,7 @@ class Client:
 
     # ---- notebooks: interactive jobs (spec.notebook) ----------------------------------------
     def notebook(self, name: str, *, volumes=(), **fields) -> JobInfo:
-        """Start Jupyter as a job on `volumes` (e.g. ['data:/home/jovyan/work']); it runs until deleted."""
+        """Start Jupyter as a job on `volumes` (e.g. ['data:/home/jovyan']); it runs until deleted."""
         fields.setdefault("project", self.default_project)
         return self.submit(notebook_spec(name, volumes=volumes, **fields))
 

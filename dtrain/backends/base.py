@@ -537,7 +537,7 @@ class Backend(abc.ABC):
             info = self._get(_existing(name, "notebook"))
         if not info.spec.notebook:
             raise SpecError(f"job {name!r} is not a notebook: start one with "
-                            f"'{dtrain}notebook NAME --pvc VOLUME:/home/jovyan/work'")
+                            f"'{dtrain}notebook NAME --pvc VOLUME:/home/jovyan'")
         if info.status == JobStatus.DELETED:
             raise ConflictError(f"notebook {name!r} is Deleted: start it again with '{dtrain}notebook {name} ...'")
         if info.status.terminal:  # its name is still taken: delete first (its files are kept)

@@ -1,4 +1,4 @@
-"""Notebook verbs: dtrain notebook NAME --pvc VOLUME:/home/jovyan/work, notebook list, notebook open NAME.
+"""Notebook verbs: dtrain notebook NAME --pvc VOLUME:/home/jovyan, notebook list, notebook open NAME.
 
 A notebook is a job (spec.notebook): `dtrain suspend NAME` stops it (Kubeflow's Stop), `dtrain delete NAME`
 removes it, `dtrain list` shows it.
@@ -162,14 +162,14 @@ def cmd_open(args, client: Client) -> int:
 
 
 def register(sub) -> None:
-    where = ("Jupyter's root folder, and its working folder (where its terminals start), is the first --pvc "
-             "volume; without --pvc (local backend) it is a folder of the job's own (jobs/NAME/work "
+    where = ("Jupyter's root folder, its working folder (where its terminals start) and its HOME are the first "
+             "--pvc volume's mount path (Kubeflow's is /home/jovyan); without --pvc (local backend) it is a folder of the job's own (jobs/NAME/work "
              "in the dtrain home, kept by 'dtrain delete NAME' for the next notebook of that name); never the folder you start it from. A notebook is a job: stop it with "
              "'dtrain suspend NAME' (Kubeflow's Stop; 'dtrain resume NAME' starts it again), remove it with "
              "'dtrain delete NAME', read its log with 'dtrain logs NAME'. A notebook named like an action (list, "
              "open) is started with 'dtrain notebook start NAME'.")
     p = sub.add_parser("notebook", help="Jupyter on a volume, as an interactive job: start, list, open",
-                       usage="dtrain notebook NAME --pvc VOLUME:/home/jovyan/work [--gpu N] [--cpu C] | "
+                       usage="dtrain notebook NAME --pvc VOLUME:/home/jovyan [--gpu N] [--cpu C] | "
                              "dtrain notebook {list,open} ...", description=where)
     for flags in _START_FLAGS:  # given before the name, they reached no action: say where they go
         p.add_argument(*flags, nargs="?", action=_AfterTheName, help=argparse.SUPPRESS)
@@ -178,7 +178,7 @@ def register(sub) -> None:
                       help="start a notebook (the default: 'dtrain notebook NAME ...')")
     c.add_argument("name", help="notebook name (lower-case letters, digits, '-')")
     c.add_argument("--pvc", action="append", metavar="VOLUME:MOUNT[:ro]",
-                   help="volume to work on; the first one is Jupyter's root folder (repeat); without it, "
+                   help="volume to work on; the first one is Jupyter's root folder and HOME (repeat); without it, "
                         "a new empty folder of the job's own")
     c.add_argument("-g", "--gpu", type=gpu_count, help="whole GPUs (default 0)")
     c.add_argument("--cpu", type=real, help="CPU threads")

@@ -459,8 +459,8 @@ function notebooksPage(main) {
       h("td", {class: "actions"}, ...jobButtons(b, ""))));
     holder.replaceChildren(...[warningNote(headers, "notebooks-warning")].filter(Boolean), table(["Name", "Status", "Age", "Project", "Volumes", "GPUs allocated (requested)",
       "Message (why it waits)", ""], rows, {id: "notebooks-table"}, readOnly()
-      ? "No notebooks yet: this server is read-only; start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan/work'."
-      : "No notebooks yet: start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan/work' "
+      ? "No notebooks yet: this server is read-only; start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan'."
+      : "No notebooks yet: start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan' "
         + "(or without --pvc: a folder of its own)."));
   }, REFRESH_MS);
 }
