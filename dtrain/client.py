@@ -478,11 +478,15 @@ class Client:
         jobs = self.list(project=project, show_deleted=show_deleted)
         return Listed((j for j in jobs if j.spec.notebook), jobs.notices)
 
-    def notebook_url(self, name: str, *, project: str | None = None) -> str:
+    def notebook_url(self, name: str, *, project: str | None = None, wait: float = 0) -> str:
+        """`wait`: seconds to wait for a Running notebook's Jupyter to serve (a NotReadyError until then)."""
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 3600:
+            raise SpecError(f"invalid wait {shown(wait)}: use seconds from 0 to 3600, e.g. wait=60")
         backend = self._job(name, project)
         if project is None and isinstance(name, str):
             project = self._submitted.get(name, (None, None))[1]
-        return backend.notebook_url(name, dtrain=self.dtrain_for(backend.name, project or self.default_project))
+        return backend.notebook_url(name, dtrain=self.dtrain_for(backend.name, project or self.default_project),
+                                    wait=wait)
 
     def dtrain_for(self, backend: str, project: str | None = None) -> str:
         """The command a printed hint names: with --backend where `backend` is not the configured

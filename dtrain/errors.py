@@ -4,6 +4,7 @@
     ├── SpecError               a malformed flag, YAML field or SDK argument
     ├── NotFoundError           an unknown job, volume, snapshot or project
     ├── ConflictError           a name clash, a volume in use, a restore onto an existing volume
+    │   └── NotReadyError       a Running notebook whose Jupyter does not serve yet (asking again may work)
     ├── QuotaError              a request larger than a project's quota or the machine
     ├── EnvironmentError_       a missing tool (bwrap, mpirun, torchrun) or namespace support
     ├── DataError               a malformed label line, image or archive; a checksum mismatch
@@ -31,6 +32,10 @@ class NotFoundError(DtrainError, LookupError):
 
 class ConflictError(DtrainError):
     """The request clashes with what is stored (a name in use, a volume in use)."""
+
+
+class NotReadyError(ConflictError):
+    """A Running notebook's Jupyter is not serving yet (starting, or started again on another port)."""
 
 
 class QuotaError(DtrainError):

@@ -45,12 +45,12 @@ def test_open_never_hands_out_a_port_another_program_took_before_jupyter_bound_i
     try:
         dt("notebook", "held")
         port = _port(dt, "held")
-        early = dt("notebook", "open", "held", check=False)  # Jupyter is not listening yet
+        early = dt("notebook", "open", "held", "--wait", "0", check=False)  # Jupyter is not listening yet
         assert early.returncode == 2 and early.stdout == "" and "not serving on port" in early.stderr
         with socket.socket() as squatter:  # another program takes the port before Jupyter binds it
             squatter.bind(("127.0.0.1", port))
             squatter.listen()
-            taken = dt("notebook", "open", "held", check=False)
+            taken = dt("notebook", "open", "held", "--wait", "0", check=False)
             assert taken.returncode == 2 and "token" not in taken.stdout + taken.stderr  # never sent to it
             assert "another program holds the port" in taken.stderr and len(taken.stderr.splitlines()) == 1
             go.touch()
@@ -58,7 +58,7 @@ def test_open_never_hands_out_a_port_another_program_took_before_jupyter_bound_i
             # supervisor starts Jupyter again on a new port (it was Failed for good: "rank 0 exited")
             deadline = time.monotonic() + 90
             while time.monotonic() < deadline:
-                opened = dt("notebook", "open", "held", check=False)
+                opened = dt("notebook", "open", "held", "--wait", "0", check=False)
                 if opened.returncode == 0 or dt.json("describe", "job", "held")["status"] != "Running":
                     break
                 time.sleep(0.5)

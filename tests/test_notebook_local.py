@@ -287,6 +287,24 @@ def test_a_notebooks_home_is_its_workspace_kept_over_a_suspend_and_read_by_jobs(
     assert user("logs", "reader").stdout == "kept\n"
 
 
+def test_open_right_after_start_waits_for_jupyter_to_serve(dt: Dtrain):
+    """`dtrain notebook NAME`, then `dtrain notebook open NAME` as its line says: open refused ("not
+    serving on port N yet") for the seconds Jupyter takes to listen; it waits for it (--wait)."""
+    dt("notebook", "quick")
+    try:
+        url = dt("notebook", "open", "quick").stdout.strip()
+        with urllib.request.urlopen(url.replace("/?", "/api/status?"), timeout=10) as resp:
+            assert resp.status == 200
+        dt("suspend", "quick")
+        refused = dt("notebook", "open", "quick", check=False)  # not Running: refused, never waited on
+        assert refused.returncode == 2 and refused.stderr == (
+            "dtrain: error: notebook 'quick' is Suspended: start it again with 'dtrain resume quick'\n")
+        bad = dt("notebook", "open", "quick", "--wait", "2h", check=False)
+        assert bad.returncode == 2 and "invalid --wait 2h" in bad.stderr
+    finally:
+        dt("delete", "quick")
+
+
 def test_a_notebooks_home_in_its_launch_plan(tmp_path):
     """Its workspace (the first volume's mount path, else its own folder) unless -e HOME says otherwise;
     DTRAIN_HOME pinned, so dtrain in its terminal finds the home it found through the host's ~/.dtrain."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotSupportedError, SpecError,  # noqa: F401
+from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotReadyError, NotSupportedError, SpecError,  # noqa: F401
                            TimeoutError_)  # (re-exported)
 from dtrain.names import (MAX_TAIL, check_gpu_quota, check_limit_bytes,  # noqa: F401
                           check_exec_rank, check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
@@ -28,6 +28,8 @@ from dtrain.spec import JobSpec
 if TYPE_CHECKING:  # the local store's own reports; only the local backend produces them
     from dtrain.storage.info import VerifyReport
     from dtrain.storage.manifest import Change
+
+NOTEBOOK_POLL_S = 0.2  # how often notebook_url(wait=...) asks again while a notebook's Jupyter starts
 
 Progress = Callable[[int, int], None]  # (done, total) bytes or steps, as the CLI's progress bar takes it
 
@@ -530,9 +532,21 @@ class Backend(abc.ABC):
         """What `submit` would send, without sending it (`dtrain submit --dry-run`)."""
         return self._render(spec)
 
-    def notebook_url(self, name: str, *, dtrain: str = "dtrain ") -> str:
+    def notebook_url(self, name: str, *, dtrain: str = "dtrain ", wait: float = 0) -> str:
         """Where to open notebook `name` (a job with spec.notebook), with its token where it has one.
-        `dtrain` starts the commands the refusals name (with --backend where this is not the default)."""
+        `dtrain` starts the commands the refusals name (with --backend where this is not the default).
+        `wait`: seconds to wait for a Running notebook's Jupyter to serve (NotReadyError after them);
+        a notebook that is not Running is refused at once (a queued one may wait for hours)."""
+        deadline = time.monotonic() + wait
+        while True:
+            try:
+                return self._open_notebook(name, dtrain)
+            except NotReadyError:
+                if time.monotonic() >= deadline:
+                    raise
+            time.sleep(NOTEBOOK_POLL_S)
+
+    def _open_notebook(self, name: str, dtrain: str) -> str:
         with self._named("job", name, "notebook"):
             info = self._get(_existing(name, "notebook"))
         if not info.spec.notebook:

@@ -15,6 +15,7 @@ from dtrain.cli import format as fmt
 from dtrain.cli.jobs import gpu_count, real
 from dtrain import JobStatus
 from dtrain.client import Client
+from dtrain.errors import SpecError
 from dtrain.names import check_name
 from dtrain.spec import parse_pvc
 
@@ -157,7 +158,11 @@ def cmd_list(args, client: Client) -> int:
 def cmd_open(args, client: Client) -> int:
     if args.project is not None:  # `-p "$PROJECT"` with the variable unset is a mistake, not the default
         check_name(args.project, "project")
-    print(client.notebook_url(args.name, project=args.project))
+    # Right after `notebook start` (Running) its Jupyter takes seconds to listen: wait for it, not refuse
+    wait = fmt.parse_duration(args.wait, "--wait")
+    if wait > 3600:
+        raise SpecError(f"invalid --wait {args.wait}: wait at most 1h (or run 'dtrain notebook open' again)")
+    print(client.notebook_url(args.name, project=args.project, wait=wait))
     return 0
 
 
@@ -204,4 +209,7 @@ def register(sub) -> None:
                                            "its namespace on Kubernetes (default: 'dtrain config project')")
     c.add_argument("--backend", dest="storage_backend", choices=["local", "kubernetes"],
                    help="the backend the notebook runs on (default from config)")
+    c.add_argument("--wait", metavar="DURATION", default="60",
+                   help="how long a Running notebook's Jupyter may take to serve before this gives up "
+                        "(default 60s; 0: ask once); a queued or stopped notebook is refused at once")
     c.set_defaults(handler=cmd_open)

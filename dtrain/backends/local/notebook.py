@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import IO
 
 from dtrain.backends.local.ranks import launcher_ident, rank_records
-from dtrain.errors import ConflictError
+from dtrain.errors import ConflictError, NotReadyError
 from dtrain.procs import Ident, session_members
 from dtrain.replace import open_regular
 
@@ -67,7 +67,7 @@ def read_access(job_dir: Path, name: str, cmd=lambda words: f"dtrain {words}") -
     f = open_regular(path)  # a link is never followed, a fifo never waited on
     if f is None:
         if not os.path.lexists(path):
-            raise ConflictError(f"notebook {name!r} has not started yet: see '{cmd(f'describe job {name}')}' "
+            raise NotReadyError(f"notebook {name!r} has not started yet: see '{cmd(f'describe job {name}')}' "
                                 f"and try again when it is Running")
         raise ConflictError(f"{path} is not a file the notebook's supervisor wrote (a link or a special "
                             f"file): remove it and restart the notebook ({cmd(f'delete {name}')}, then "
@@ -80,7 +80,7 @@ def read_access(job_dir: Path, name: str, cmd=lambda words: f"dtrain {words}") -
         raise ConflictError(f"{path} cannot be read ({type(err).__name__}: {err}): remove it and restart the "
                             f"notebook ({cmd(f'delete {name}')}, then {cmd(f'notebook start {name}')})") from None
     if not serving(job_dir, access.port):
-        raise ConflictError(f"notebook {name!r} is not serving on port {access.port} yet (Jupyter is starting, "
+        raise NotReadyError(f"notebook {name!r} is not serving on port {access.port} yet (Jupyter is starting, "
                             f"or another program holds the port): see '{cmd(f'logs {name}')}' and try again")
     return access
 
