@@ -166,6 +166,22 @@ def test_cli_bounds_every_number_before_writing(tmp_path, argv, message):
         synth.generate(tmp_path / "s", frames_per_file=1, seed=0, test_frames=100_001)
 
 
+def test_a_bad_number_is_named_before_a_missing_out(tmp_path, capsys, monkeypatch):
+    """`synth --train -1` once said only that --out was required: the number is checked first, as train
+    checks its numbers before its folders; a misspelt flag is named with the one meant."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError, match="^--train -1 is out of range: give 0 to 100000$"):
+        synth.main(["--train", "-1"])
+    for argv, message in ((["--train", "2"], "the following arguments are required: --out"),
+                          (["--n-train", "-1"], "unrecognized arguments: --n-train -1 (did you mean --train?)"),
+                          (["--out", "o", "--tset=2"], "unrecognized arguments: --tset=2 (did you mean --test?)")):
+        with pytest.raises(SystemExit) as exit_:
+            synth.main(argv)
+        assert exit_.value.code == 2
+        assert capsys.readouterr().err == f"dtrain lanes synth: error: {message} (see 'dtrain lanes synth --help')\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_out_that_cannot_be_a_folder_gives_one_line(tmp_path):
     (tmp_path / "afile").write_text("x")
     cases = [(tmp_path / "afile", " is a file, not a folder: give a folder \\(it is created if missing\\)"),

@@ -8,6 +8,7 @@ Imports nothing from dtrain but dtrain.errors, so the workloads still run withou
 from __future__ import annotations
 
 import argparse
+import difflib
 import errno
 import math
 import os
@@ -48,14 +49,34 @@ def whole_number(text: str) -> int:
 
 class Parser(argparse.ArgumentParser):
     """argparse, with a usage error on one line (exit 2) instead of the whole usage text; a `type=int`
-    argument takes whole_number (its refusal says a whole number is wanted)."""
+    argument takes whole_number (its refusal says a whole number is wanted); an unknown flag close to
+    one of the command's is named with it (`--n-train`: did you mean --train?)."""
 
     def __init__(self, *args, **kwargs):
+        self.flags: list[str] = []  # option strings added with add_argument, for the did-you-mean hint
         super().__init__(*args, **kwargs)
         self.register("type", int, whole_number)
 
+    def add_argument(self, *args, **kwargs):
+        action = super().add_argument(*args, **kwargs)
+        self.flags.extend(action.option_strings)
+        return action
+
     def error(self, message: str):
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            message += self._near_flag(message[len(prefix):].split())
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def _near_flag(self, words: list[str]) -> str:
+        """' (did you mean --train?)' for the first unknown flag close to a known one, or ''. The cutoff, 0.75:
+        '--no-such-flag' is 0.62 like '--no-use-val' (no hint), a misspelt '--tset' 0.83 like '--test'."""
+        for word in words:
+            if word.startswith("--"):
+                near = difflib.get_close_matches(word.split("=", 1)[0], self.flags, n=1, cutoff=0.75)
+                if near:
+                    return f" (did you mean {near[0]}?)"
+        return ""
 
 
 def _num(x: float) -> str:
