@@ -193,3 +193,50 @@ def test_prediction_files_may_hold_more_than_five_lanes(tmp_path):
     write_labels(tmp_path / "pred.json", pred)
     result = evaluate_files(tmp_path / "pred.json", tmp_path / "gt.json")
     assert result["accuracy"] == 1.0 and result["fp"] == pytest.approx(2 / 6)
+
+
+def test_swapped_pred_and_gt_are_scored_with_a_warning_naming_the_command_the_right_way(tmp_path, capsys):
+    """`--pred test_label.json --gt pred.json` was scored without a word (the official script scores it
+    too, each file reading as the other's format): a warning now says which file looks like which."""
+    gt, pred = tmp_path / "gt.json", tmp_path / "pred.json"
+    write_labels(gt, [frame("a.jpg", [vertical(300), vertical(600)]), frame("b.jpg", [vertical(500)])])
+    write_labels(pred, [frame("a.jpg", [vertical(305)], run_time=12.0), frame("b.jpg", [vertical(500)], run_time=9.0)])
+    right = evaluate_files(pred, gt)
+    warned: list[str] = []
+    assert evaluate_files(gt, pred, warn=warned.append) != right  # scored as given: accepted, as officially
+    assert warned == [f"--gt {pred} looks like predictions ({pred}:1 gives a run_time, which ground truth never "
+                      f"does) and --pred {gt} like ground truth: run `dtrain lanes evaluate --pred {pred} --gt {gt}` "
+                      "if they were swapped (scored as given)"]
+    assert metric.main(["--pred", str(gt), "--gt", str(pred), "--json"]) == 0
+    out = capsys.readouterr()
+    assert json.loads(out.out)["frames"] == 2 and out.err == f"dtrain lanes evaluate: warning: {warned[0]}\n"
+    warned.clear()  # the right way round, or two plain label files: no warning
+    evaluate_files(pred, gt, warn=warned.append)
+    evaluate_files(gt, gt, warn=warned.append)
+    assert warned == []
+
+
+def test_a_submission_given_as_gt_is_named_in_its_error_or_warning(tmp_path):
+    """Official submissions (no h_samples, float x) cannot be read as ground truth: the error says the
+    files look swapped; float x in --gt alone is a warning to give the ground truth."""
+    gt, sub = tmp_path / "gt.json", tmp_path / "sub.json"
+    write_labels(gt, [frame("a.jpg", [vertical(300)]), frame("b.jpg", [vertical(500)])])
+    sub.write_text("".join(json.dumps({"raw_file": f, "lanes": [[300.5] * N]}) + "\n" for f in ("a.jpg", "b.jpg")))
+    with pytest.raises(DataError, match=rf"^{sub}:1: missing key 'h_samples': a ground-truth line holds raw_file, "
+                                        rf"h_samples and lanes; --pred {gt} looks like ground truth \(h_samples on "
+                                        rf"every line, whole-pixel x, no run_time\): run `dtrain lanes evaluate "
+                                        rf"--pred {sub} --gt {gt}` if they were swapped$"):
+        evaluate_files(gt, sub)
+    floats = tmp_path / "floats.json"
+    floats.write_text("".join(json.dumps({"raw_file": f, "h_samples": list(ROWS), "lanes": [[300.5] * N]}) + "\n"
+                              for f in ("a.jpg", "b.jpg")))
+    warned: list[str] = []
+    evaluate_files(sub, floats, warn=warned.append)  # --pred is no ground truth: no swap to suggest
+    assert warned == [f"--gt {floats} looks like predictions ({floats}:1 gives an x that is not a whole pixel, "
+                      "which ground truth never does): give the ground truth as --gt, e.g. test_label.json "
+                      "(scored as given)"]
+    write_labels(sub, [frame("a.jpg", [vertical(300)], run_time=5.0)])  # b.jpg is in --pred only: the error says it
+    with pytest.raises(DataError, match=rf"^{gt}:2: prediction for b.jpg has no ground-truth frame: check the "
+                                        rf"raw_file paths; --gt {sub} looks like "
+                                        rf"predictions \({sub}:1 gives a run_time, .* if they were swapped$"):
+        evaluate_files(gt, sub)

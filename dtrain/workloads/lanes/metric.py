@@ -41,6 +41,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -196,6 +197,7 @@ class Truth:
     h_samples: tuple[float, ...]  # rows (y), in any order, possibly none
     lanes: tuple[tuple[float, ...], ...]  # one x per row per lane; negative = no point
     where: str = ""  # "FILE:LINE" for error messages
+    run_time_given: bool = False  # the line gives a run_time, as a submission does and ground truth never
 
 
 def parse_truth(obj: object, where: str = "") -> Truth:
@@ -222,7 +224,8 @@ def parse_truth(obj: object, where: str = "") -> Truth:
         if len(lane) != len(h_samples):
             raise ValueError(f"lanes[{i}] has {len(lane)} points but h_samples has {len(h_samples)}: "
                              "give one x per row (-2 where there is no point)")
-    return Truth(raw_file=obj["raw_file"], h_samples=h_samples, lanes=lanes, where=where)
+    return Truth(raw_file=obj["raw_file"], h_samples=h_samples, lanes=lanes, where=where,
+                 run_time_given="run_time" in obj)
 
 
 def read_truth(path: str | os.PathLike) -> list[Truth]:
@@ -324,11 +327,58 @@ def _at(p: LaneLabel | Prediction | Truth) -> str:
     return f"{p.where}: " if p.where else ""
 
 
+def _submission_sign(frames: Sequence[Prediction | Truth]) -> str | None:
+    """What in a file reads as a submission rather than TuSimple ground truth (whose lines never give a
+    run_time, and whose x are whole pixels), or None."""
+    for f in frames:
+        if (f.run_time is not None) if isinstance(f, Prediction) else f.run_time_given:
+            return f"{f.where} gives a run_time"
+    for f in frames:
+        if any(not float(x).is_integer() for lane in f.lanes for x in lane if math.isfinite(x)):
+            return f"{f.where} gives an x that is not a whole pixel"
+    return None
+
+
+def swapped(pred_path: str | os.PathLike, gt_path: str | os.PathLike, preds: Sequence[Prediction],
+            gts: Sequence[Truth] | None) -> str | None:
+    """A line saying the files look given the wrong way round, or None: --gt looks like a prediction
+    file (see _submission_sign; gts is None when it is not readable as ground truth at all), and the
+    swap command is suggested only when --pred looks like ground truth too. The official script scores
+    a swapped pair without a word (each side reads as the other's format)."""
+    looks_gt = bool(preds) and all(p.h_samples for p in preds) and _submission_sign(preds) is None
+    sign = None if gts is None else _submission_sign(gts)
+    swap = (f"run `dtrain lanes evaluate --pred {shlex.quote(str(gt_path))} --gt {shlex.quote(str(pred_path))}` "
+            "if they were swapped")
+    if sign is None:
+        return (f"--pred {pred_path} looks like ground truth (h_samples on every line, whole-pixel x, no run_time): "
+                f"{swap}") if gts is None and looks_gt else None
+    if looks_gt:
+        return (f"--gt {gt_path} looks like predictions ({sign}, which ground truth never does) and --pred "
+                f"{pred_path} like ground truth: {swap}")
+    return f"--gt {gt_path} looks like predictions ({sign}, which ground truth never does): give the ground truth " \
+           "as --gt, e.g. test_label.json"
+
+
 def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike, *,
                    warn: Callable[[str], None] | None = None) -> dict:
     """``evaluate`` on a submission file and a TuSimple ground-truth file, read as the official script
-    reads it (any number of GT lanes a frame, the lowest of more than 4 dropped; see ``parse_truth``)."""
-    return evaluate(read_predictions(pred_path), read_truth(gt_path), warn=warn)
+    reads it (any number of GT lanes a frame, the lowest of more than 4 dropped; see ``parse_truth``).
+    Files that look given the wrong way round are scored as given, with a warning (see ``swapped``);
+    an error then says so too."""
+    preds = read_predictions(pred_path)
+    try:
+        gts = read_truth(gt_path)
+    except DataError as e:
+        hint = swapped(pred_path, gt_path, preds, None)
+        raise DataError(f"{e}; {hint}" if hint else str(e)) from None
+    hint = swapped(pred_path, gt_path, preds, gts)
+    try:
+        result = evaluate(preds, gts, warn=warn)
+    except DataError as e:
+        raise DataError(f"{e}; {hint}" if hint else str(e)) from None
+    if hint and warn is not None:
+        warn(f"{hint} (scored as given)")
+    return result
 
 
 def main(argv: Sequence[str] | None = None) -> int:
