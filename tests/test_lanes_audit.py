@@ -23,7 +23,7 @@ from conftest import DTRAIN
 from dtrain.errors import DataError, SpecError
 from dtrain.training import setup_distributed
 from dtrain.workloads.lanes import __main__ as lanes_cli
-from dtrain.workloads.lanes import metric, predict, synth, train
+from dtrain.workloads.lanes import metric, predict, prepare, synth, train
 from dtrain.workloads.lanes.data import load_image
 from dtrain.workloads.lanes.metric import evaluate_files
 from dtrain.workloads.lanes.model import SCNN, SCNNConfig
@@ -135,6 +135,24 @@ def test_an_error_in_a_loader_worker_comes_back_as_its_one_line(own_data, tmp_pa
 
 
 # ------------------------------------------------------------------ predict
+
+
+@pytest.mark.parametrize("module, argv, message, missing", [
+    (predict, ["--batch-size", "0"], "--batch-size 0 is out of range: give 1 to 65536", "--checkpoint, --out"),
+    (prepare, ["--size", "0x0"], "--size width 0 is out of range: give 16 to 4096", "--url, --out"),
+])
+def test_a_bad_number_is_named_before_a_missing_path(tmp_path, monkeypatch, capsys, module, argv, message, missing):
+    """predict and prepare named their required --checkpoint/--url/--out before a bad number (argparse checks
+    required options first): numbers come first, as in train and synth, then the missing flags, all at once."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SpecError, match=f"^{message}$"):
+        module.main(argv)
+    with pytest.raises(SystemExit) as exit_:
+        module.main([])
+    prog = f"dtrain lanes {module.__name__.rsplit('.', 1)[1]}"
+    assert exit_.value.code == 2 and capsys.readouterr().err == (
+        f"{prog}: error: the following arguments are required: {missing} (see '{prog} --help')\n")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_predict_checks_out_before_any_work_and_never_replaces_the_ground_truth(data, tmp_path, capsys):

@@ -68,6 +68,14 @@ class Parser(argparse.ArgumentParser):
             message += self._near_flag(message[len(prefix):].split())
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
+    def require(self, args: argparse.Namespace, *flags: str) -> None:
+        """argparse's check of required options, for those a command checks after its numbers (so that
+        `--train -1` is named before a missing --out, as train names a bad number before a missing
+        folder): a usage error naming every flag of `flags` left out."""
+        missing = [flag for flag in flags if getattr(args, flag.lstrip("-").replace("-", "_")) is None]
+        if missing:
+            self.error(f"the following arguments are required: {', '.join(missing)}")
+
     def _near_flag(self, words: list[str]) -> str:
         """' (did you mean --train?)' for the first unknown flag close to a known one, or ''. The cutoff, 0.75:
         '--no-such-flag' is 0.62 like '--no-use-val' (no hint), a misspelt '--tset' 0.83 like '--test'."""

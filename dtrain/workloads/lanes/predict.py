@@ -189,10 +189,11 @@ def check_out_file(path: str | os.PathLike, data_dir: str | os.PathLike,
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = Parser(prog="dtrain lanes predict", description="Predict lanes of a split in TuSimple format.")
-    parser.add_argument("--checkpoint", required=True, help="model.pt or ckpt-<step>.pt written by training")
+    # --checkpoint and --out are required after the numbers are checked (parser.require): those are named first
+    parser.add_argument("--checkpoint", help="model.pt or ckpt-<step>.pt written by training (required)")
     parser.add_argument("--data-dir", default=os.environ.get("DATA_DIR", "/mnt/tusimple"), help="prepared TuSimple folder")
     parser.add_argument("--split", default="test", choices=sorted(SPLIT_FILES), help="which split (default test)")
-    parser.add_argument("--out", required=True, help="prediction file to write (JSON lines)")
+    parser.add_argument("--out", help="prediction file to write (JSON lines; required)")
     parser.add_argument("--overlays", help="folder for overlay PNGs")
     parser.add_argument("--max-overlays", type=int, default=20, help="overlay images to write at most")
     parser.add_argument("--batch-size", type=int, default=8, help="frames per forward pass (default 8)")
@@ -210,6 +211,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                                    ("--threshold", args.threshold, 0.0, 1.0),
                                    ("--limit", 1 if args.limit is None else args.limit, 1, 1_000_000)):
         in_range(flag, value, low, high)
+    parser.require(args, "--checkpoint", "--out")
 
     try:
         device = torch.device(args.device)

@@ -476,16 +476,19 @@ def _size(text: str) -> tuple[int, int]:
 def main(argv: Sequence[str] | None = None) -> int:
     """``dtrain lanes prepare --url URL [--url ...] [--sha256 H ...] --out DIR [--size WxH] [--force]``."""
     parser = Parser(prog="dtrain lanes prepare", description="Download and prepare TuSimple data.")
-    parser.add_argument("--url", action="extend", nargs="+", required=True,
-                        help="archive or label file: http(s)://, file:// or a path")
+    # --url and --out are required after --size is checked (parser.require): a bad number is named first
+    parser.add_argument("--url", action="extend", nargs="+",
+                        help="archive or label file: http(s)://, file:// or a path (required)")
     parser.add_argument("--sha256", action="extend", nargs="+", default=[],
                         help="expected sha256 per --url, in order ('-' to skip one)")
-    parser.add_argument("--out", required=True, help="dataset folder to fill")
+    parser.add_argument("--out", help="dataset folder to fill (required)")
     parser.add_argument("--size", default=f"{TRAIN_SIZE[0]}x{TRAIN_SIZE[1]}",
                         help=f"mask size WIDTHxHEIGHT, each side {MIN_SIDE} to {MAX_SIDE}")
     parser.add_argument("--force", action="store_true", help="redo every step, even those already done")
     args = parser.parse_args(argv)
-    manifest = prepare(args.url, args.out, sha256=args.sha256, size=_size(args.size), force=args.force)
+    size = _size(args.size)
+    parser.require(args, "--url", "--out")
+    manifest = prepare(args.url, args.out, sha256=args.sha256, size=size, force=args.force)
     print(json.dumps({"out": str(args.out), "splits": manifest["masks"]["splits"], "size": manifest["masks"]["size"]}))
     return 0
 

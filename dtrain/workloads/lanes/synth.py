@@ -409,8 +409,7 @@ def refuse_dataset(out: Path) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """``dtrain lanes synth --out DIR --train N --test M --seed S [--archive]``."""
     parser = Parser(prog="dtrain lanes synth", description="Write a synthetic TuSimple dataset.")
-    # not argparse-required: its check comes after the numbers, so a bad --train is named first
-    parser.add_argument("--out", help="output folder (required)")
+    parser.add_argument("--out", help="output folder (required)")  # required after the numbers: parser.require
     parser.add_argument("--train", type=int, default=1000,
                         help=f"training frames, split over the 3 label files (0 to {MAX_FRAMES})")
     parser.add_argument("--test", type=int, default=200, help=f"test frames (test_label.json; 0 to {MAX_FRAMES})")
@@ -420,8 +419,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for flag, value, high in (("--train", args.train, MAX_FRAMES), ("--test", args.test, MAX_FRAMES),
                               ("--seed", args.seed, MAX_SEED)):
         in_range(flag, value, 0, high)
-    if args.out is None:
-        parser.error("the following arguments are required: --out")
+    parser.require(args, "--out")
     refuse_dataset(Path(args.out))
     out_folder(args.out, "--out")
     summary = generate(args.out, frames_per_file=split_train(args.train), seed=args.seed, test_frames=args.test)
