@@ -89,6 +89,9 @@ def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES, where: str = 
     raw_file = obj["raw_file"]
     if not isinstance(raw_file, str) or not raw_file:
         raise ValueError(f"raw_file must be a non-empty string, got {raw_file!r}")
+    if os.path.isabs(raw_file) or ".." in Path(raw_file).parts:  # the loader would read a file outside the dataset
+        raise ValueError(f"raw_file {raw_file!r} leads out of the dataset folder: give a path inside it, "
+                         "e.g. clips/0313-1/60/20.jpg")
     h_samples = _int_list(obj["h_samples"], "h_samples")
     if not h_samples:
         raise ValueError("h_samples is empty: give the image rows (y) the lanes' x values are at")
@@ -102,6 +105,9 @@ def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES, where: str = 
     for i, lane in enumerate(lanes):
         if len(lane) != len(h_samples):
             raise ValueError(f"lanes[{i}] has {len(lane)} points but h_samples has {len(h_samples)}")
+        j = next((j for j, x in enumerate(lane) if x < 0 and x != NO_POINT), None)
+        if j is not None:  # real labels mark "no point" with -2 only; another negative is a typo or a shift
+            raise ValueError(f"lanes[{i}][{j}] is {lane[j]}: give an x >= 0, or {NO_POINT} where the lane has no point")
     run_time = obj.get("run_time")
     if run_time is not None and not (is_number(run_time) and run_time >= 0):
         raise ValueError(f"run_time must be a number of milliseconds >= 0, got {json.dumps(run_time)}")
