@@ -212,7 +212,6 @@ def test_swapped_pred_and_gt_are_scored_with_a_warning_naming_the_command_the_ri
     assert json.loads(out.out)["frames"] == 2 and out.err == f"dtrain lanes evaluate: warning: {warned[0]}\n"
     warned.clear()  # the right way round, or two plain label files: no warning
     evaluate_files(pred, gt, warn=warned.append)
-    evaluate_files(gt, gt, warn=warned.append)
     assert warned == []
 
 
@@ -240,3 +239,27 @@ def test_a_submission_given_as_gt_is_named_in_its_error_or_warning(tmp_path):
                                         rf"raw_file paths; --gt {sub} looks like "
                                         rf"predictions \({sub}:1 gives a run_time, .* if they were swapped$"):
         evaluate_files(gt, sub)
+
+
+def test_an_empty_gt_file_is_named_not_the_first_prediction(tmp_path):
+    """An empty --gt file once read as 'pred.json:1: prediction for a.jpg has no ground-truth frame'."""
+    pred, gt = tmp_path / "pred.json", tmp_path / "gt.json"
+    write_labels(pred, [frame("a.jpg", [vertical(300)], run_time=5.0)])
+    for text in ("", "\n\r\n\n"):
+        gt.write_text(text)
+        with pytest.raises(DataError, match=f"^--gt {gt} holds no frames: give the ground truth, e.g. test_label.json$"):
+            evaluate_files(pred, gt)
+
+
+def test_the_same_file_as_pred_and_gt_is_scored_with_a_warning(tmp_path):
+    """`--pred test_label.json --gt test_label.json` scored 1.0 without a word; no swap is suggested for it."""
+    gt = tmp_path / "gt.json"
+    write_labels(gt, [frame("a.jpg", [vertical(300)]), frame("b.jpg", [vertical(500)])])
+    warned: list[str] = []
+    assert evaluate_files(gt, gt, warn=warned.append)["accuracy"] == 1.0
+    assert warned == [f"--pred and --gt are the same file, {gt}: the ground truth was scored against itself; give "
+                      "the predictions as --pred"]
+    gt.write_text(json.dumps({"raw_file": "a.jpg", "lanes": [[300] * N]}) + "\n")  # no h_samples: the error alone
+    with pytest.raises(DataError, match=f"^{gt}:1: missing key 'h_samples': a ground-truth line holds raw_file, "
+                                        "h_samples and lanes$"):
+        evaluate_files(gt, gt)

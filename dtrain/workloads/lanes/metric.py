@@ -366,18 +366,24 @@ def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike, *,
     Files that look given the wrong way round are scored as given, with a warning (see ``swapped``);
     an error then says so too."""
     preds = read_predictions(pred_path)
+    same = os.path.samefile(pred_path, gt_path)  # both are readable files by now: no swap to suggest
     try:
         gts = read_truth(gt_path)
     except DataError as e:
-        hint = swapped(pred_path, gt_path, preds, None)
+        hint = None if same else swapped(pred_path, gt_path, preds, None)
         raise DataError(f"{e}; {hint}" if hint else str(e)) from None
-    hint = swapped(pred_path, gt_path, preds, gts)
+    if not gts:  # else the first prediction is named as unknown, as if the submission were wrong
+        raise DataError(f"--gt {gt_path} holds no frames: give the ground truth, e.g. test_label.json")
+    hint = None if same else swapped(pred_path, gt_path, preds, gts)
     try:
         result = evaluate(preds, gts, warn=warn)
     except DataError as e:
         raise DataError(f"{e}; {hint}" if hint else str(e)) from None
     if hint and warn is not None:
         warn(f"{hint} (scored as given)")
+    if same and warn is not None:
+        warn(f"--pred and --gt are the same file, {gt_path}: the ground truth was scored against itself; give the "
+             "predictions as --pred")
     return result
 
 
