@@ -168,6 +168,22 @@ def test_predict_checks_out_before_any_work_and_never_replaces_the_ground_truth(
     assert f"its folder {tmp_path / 'afile'} is a file, not a folder" in line
 
 
+def test_a_folder_that_takes_no_file_is_named_before_any_work(data, tmp_path, capsys):
+    """/proc exists and os.access says root may write there, but it takes no file: predict's --out there
+    was a traceback after every frame was predicted (--overlays too), training's --out-dir one at
+    train.log. Now one line naming the flag and the folder, before the model is loaded or trained."""
+    missing = str(tmp_path / "no-such-model.pt")  # checked after --out: a later check would name this
+    line = one_line_error(capsys, ["predict", "--checkpoint", missing, "--data-dir", str(data), "--out", "/proc/p.json"])
+    assert "/proc" in line and "no-such-model" not in line and "Traceback" not in line
+    model = _save_model(tmp_path / "model.pt", SCNNConfig(width=0.125, input_size=(64, 48)))
+    line = one_line_error(capsys, ["predict", "--checkpoint", str(model), "--data-dir", str(data),
+                                   "--out", str(tmp_path / "p.json"), "--overlays", "/proc"])
+    assert "/proc" in line and not (tmp_path / "p.json").exists()
+    line = one_line_error(capsys, ["train", "--data-dir", str(data), "--out-dir", "/proc", "--batch-size", "2",
+                                   "--max-steps", "1"])
+    assert "/proc" in line and "Traceback" not in line
+
+
 def test_predict_never_writes_onto_its_checkpoint_nor_into_the_dataset(own_data, tmp_path, capsys):
     (tmp_path / "run").mkdir()
     model = _save_model(tmp_path / "run" / "model.pt", SCNNConfig(width=0.125, input_size=(64, 48)))

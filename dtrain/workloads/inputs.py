@@ -12,6 +12,7 @@ import difflib
 import errno
 import math
 import os
+import tempfile
 import urllib.parse
 import urllib.request
 from pathlib import Path
@@ -175,6 +176,20 @@ def out_folder(path: str | os.PathLike, flag: str, *, create: bool = True) -> Pa
             raise  # the dtrain command names these in one line of its own (dtrain.db.machine_refused)
         raise SpecError(f"{flag} {path} cannot be created ({e.strerror}): give a folder you can write to") from None
     return path
+
+
+def can_write(folder: Path, what: str) -> None:
+    """Nothing when a new file can be made in `folder`; else SpecError '<what> FOLDER cannot be written (...)',
+    or the OSError of a full, read-only or forbidden disk (one_line_errors names it). A probe, not
+    os.access: that says yes to root everywhere, and /proc took no file only after all the work was done."""
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".probe-", dir=folder)  # O_EXCL | O_NOFOLLOW: no link followed
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        if e.errno in MACHINE_ERRNOS:
+            raise OSError(e.errno, e.strerror, str(folder)) from None
+        raise SpecError(f"{what} {folder} cannot be written ({e.strerror}): give a folder you can write to") from None
 
 
 def one_line_errors(main, *args) -> int:

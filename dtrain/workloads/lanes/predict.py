@@ -23,7 +23,7 @@ from dtrain.errors import DataError, SpecError
 from dtrain.replace import replacing
 from dtrain.training import keep_freed_memory, load_checkpoint
 from dtrain.training.resume import first_fault
-from dtrain.workloads.inputs import MAX_BATCH, Parser, in_range, input_file, out_folder
+from dtrain.workloads.inputs import MAX_BATCH, Parser, can_write, in_range, input_file, out_folder
 from dtrain.workloads.lanes.data import LaneDataset, load_image, normalize, rgb_frame
 from dtrain.workloads.lanes.masks import decode_lanes
 from dtrain.workloads.lanes.recipes import native_bf16, precision_name
@@ -184,6 +184,7 @@ def check_out_file(path: str | os.PathLike, data_dir: str | os.PathLike,
     out_folder(path.parent, f"--out {path}: its folder")
     if not os.access(path.parent, os.W_OK):
         raise SpecError(f"--out {path}: its folder cannot be written (permission denied): give a folder you can write to")
+    can_write(path.parent, f"--out {path}: its folder")
     return path
 
 
@@ -228,7 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     out = check_out_file(args.out, args.data_dir, args.checkpoint)
     input_file(args.checkpoint, "checkpoint", CHECKPOINT_FIX)
     if args.overlays:
-        out_folder(args.overlays, "--overlays")
+        can_write(out_folder(args.overlays, "--overlays"), "--overlays")
     # Every batch allocates and frees the same activations, as a training step does: with glibc's
     # defaults a 512x288 batch of 8 (width 0.125) faulted ~100,000 pages in again each time, and
     # its forward, the run_time the metric reads, took 0.57 s against 0.43 s with them kept (0

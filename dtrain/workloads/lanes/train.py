@@ -52,7 +52,7 @@ from dtrain.training import (
     teardown,
 )
 from dtrain.training.metrics import open_append
-from dtrain.workloads.inputs import (MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, in_range, learning_rate, out_folder,
+from dtrain.workloads.inputs import (MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, can_write, in_range, learning_rate, out_folder,
                                      schedule_steps)
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.data import LaneDataset
@@ -474,7 +474,9 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
     # Checked on every rank before any work, as cifar10 train does, so all of them stop alike.
     out = out_folder(cfg.out_dir, "--out-dir")
     out_folder(cfg.checkpoint_dir, "--checkpoint-dir")
-    if info.is_main:
+    if info.is_main:  # an existing folder that takes no file (/proc) was a traceback at train.log
+        can_write(out, "--out-dir")
+        can_write(Path(cfg.checkpoint_dir), "--checkpoint-dir")
         refuse_links(out, ("train.log", "metrics.jsonl"))
     log = Log(out / "train.log", info.is_main)
     metrics = MetricsWriter(out / "metrics.jsonl", enabled=info.is_main)
