@@ -75,6 +75,19 @@ function legend(series) {
   return div;
 }
 
+// `text` cut, with an ellipsis, to what `width` pixels of the graph's labels (style.css's `svg text`) hold: cut at
+// 22 characters, a name of wide letters ("data-aaaa...", "wwww...") ran past its box's edge into the edge beside it.
+const LABEL_FONT = "11px system-ui, sans-serif";
+let measurer = null;
+function fitText(text, width) {
+  measurer = measurer || document.createElement("canvas").getContext("2d");
+  measurer.font = LABEL_FONT;
+  if (measurer.measureText(text).width <= width) return text;
+  let n = text.length;
+  while (n > 1 && measurer.measureText(text.slice(0, n) + "\u2026").width > width) n--;
+  return text.slice(0, n) + "\u2026";
+}
+
 // Lineage: a layered drawing of a small DAG. Columns are the longest path from a source.
 // A job's node opens its page, with `project` (the page's filter: the backend the lineage was read from) when given.
 function lineageGraph(graph, project) {
@@ -145,7 +158,7 @@ function lineageGraph(graph, project) {
     g.appendChild(svgEl("rect", {width: NW, height: NH}));
     const head = n.kind === "jobs" ? "jobs \u00B7 only mounted" : n.kind + (n.status ? " \u00B7 " + n.status : "");
     g.appendChild(svgEl("text", {x: 8, y: 15}, head));
-    const label = n.name.length > 22 ? n.name.slice(0, 21) + "\u2026" : n.name;
+    const label = fitText(n.name, NW - 16);
     const t = svgEl("text", {x: 8, y: 31, "font-weight": "600"}, label);
     t.appendChild(svgEl("title", {}, n.name));
     g.appendChild(t);
