@@ -182,6 +182,29 @@ function table(headers, rows, attrs, none) {
   return h("table", attrs || {}, h("thead", {}, h("tr", {}, headers.map(x => h("th", {}, x)))), h("tbody", {}, rows));
 }
 
+// A poll's new drawing of part of a page, in place of the last one. The control a keyboard user was on (a job's
+// Suspend button, a project's link) has the focus again in the new drawing: replaced every 2 s, the focus fell back
+// to the page's top, and the next Tab started there. It is found by its row (data-job, data-notebook, ...) and its
+// words or address; a control gone since (Suspend become Resume) leaves the focus on the one at its place there.
+const FOCUSABLE = "a[href], button, select, input, textarea, [tabindex]";
+const ROW = "[data-job], [data-notebook], [data-project], [data-volume]";  // a table row: one job, notebook, ...
+function redraw(holder, ...children) {
+  const had = document.activeElement;
+  if (!had || had === holder || !holder.contains(had)) return holder.replaceChildren(...children);
+  const row = had.closest(ROW), scope = row && holder.contains(row) ? row : null;
+  const key = scope ? [...scope.attributes].find(a => a.name.startsWith("data-")) : null;
+  const said = el => el.getAttribute("href") ?? el.textContent;  // a link by where it leads, a button by its words
+  const like = el => el.tagName === had.tagName && el.getAttribute("class") === had.getAttribute("class")
+    && said(el) === said(had);
+  const place = [...(scope || holder).querySelectorAll(FOCUSABLE)].indexOf(had);
+  holder.replaceChildren(...children);
+  const there = !key ? holder : [...holder.querySelectorAll(`[${key.name}]`)].find(e => e.getAttribute(key.name) === key.value);
+  if (!there) return;
+  const all = [...there.querySelectorAll(FOCUSABLE)];
+  const again = all.find(like) || (place >= 0 ? all[Math.min(place, all.length - 1)] : null);
+  if (again) again.focus({preventScroll: true});
+}
+
 // ---- jobs ---------------------------------------------------------------------------------
 // One page of PAGE_SIZE jobs, newest first (the API's order when it pages); the page number is in the
 // hash beside the filters (#/jobs?status=Running&page=3), so a reload or a shared link shows the same page.
@@ -222,7 +245,7 @@ function jobsPage(main) {
       : readOnly() ? "No jobs yet: this server is read-only; submit one with 'dtrain submit'."
       : "No jobs yet: submit one from the Submit tab or with 'dtrain submit'.";
     // Some jobs could not be listed (SageMaker without AWS credentials: the --local ones only), as `dtrain list` warns
-    holder.replaceChildren(...[warningNote(headers, "jobs-warning")].filter(Boolean),
+    redraw(holder, ...[warningNote(headers, "jobs-warning")].filter(Boolean),
       jobs.length ? table(["Name", "Status", "Age", "Project", "Node", "Type",
       "GPUs allocated (requested)", "Processes running (pending)", ""], rows, {id: "jobs-table"})
       : h("p", {class: "muted"}, none));
@@ -284,7 +307,7 @@ function jobPage(main, name, project, note) {
   const spec = h("pre", {id: "job-spec"});
   const rank = h("select", {id: "rank", "aria-label": "Logs of rank", onchange: () => follow(name, rank.value, project)}, h("option", {value: ""}, "all ranks"));
   const logs = h("pre", {id: "logs", tabindex: 0, "aria-label": "Logs", "aria-live": "off"});
-  main.append(h("h1", {}, "Job ", h("span", {id: "job-name"}, name)), note, head,
+  main.append(h("h1", {}, "Job ", h("span", {id: "job-name"}, name)), ...[note].filter(Boolean), head,
               h("h2", {}, "Logs ", rank), h("div", {class: "card"}, logs),
               h("h2", {}, "Training curves"), curves, h("div", {class: "row"},
               h("div", {class: "card"}, h("h2", {}, "Processes"), procs),
@@ -304,7 +327,7 @@ function jobPage(main, name, project, note) {
       // 30 s for as long as the tab stayed open, under a 404 banner), and says why in place of the job.
       if (e.status !== 404 && e.status !== 422) throw e;  // 422: a name no job can have
       if (stream) { stream.close(); stream = null; }
-      head.replaceChildren(h("p", {class: "error", id: "job-gone"}, e.message));
+      redraw(head, h("p", {class: "error", id: "job-gone"}, e.message));
       return STOP;
     }
     // A resumed job runs again: its log stream ended at the suspension, so read it anew. The stream's end says
@@ -314,7 +337,7 @@ function jobPage(main, name, project, note) {
     const waits = j.status === "Suspended" || j.status === "Pending";
     if ((wasSuspended || streamSuspended) && !waits) follow(name, rank.value, project);
     wasSuspended = j.status === "Suspended" || (wasSuspended && waits);
-    head.replaceChildren(h("div", {class: "kv"},
+    redraw(head, h("div", {class: "kv"},
       h("div", {}, "Status"), h("div", {class: `status s-${j.status}`, id: "job-status"}, j.status),
       h("div", {}, "Message"), h("div", {}, j.message || "-"),
       h("div", {}, "Type / project / backend"), h("div", {}, `${j.kind} / ${j.project} / ${j.backend}`),
@@ -324,10 +347,10 @@ function jobPage(main, name, project, note) {
       h("div", {}, "Restarts"), h("div", {}, j.restarts),
       h("div", {}, "Snapshot taken / started from"), h("div", {}, `${j.snapshot || "-"} / ${startedFrom(j) || "-"}`)),
       h("p", {class: "actions"}, ...jobButtons(j, " job", project)));
-    procs.replaceChildren(table(["Rank", "Status", "Exit code", "Devices", "Node"], j.processes.map(p => h("tr", {},
+    redraw(procs, table(["Rank", "Status", "Exit code", "Devices", "Node"], j.processes.map(p => h("tr", {},
       h("td", {}, p.rank), statusCell(p.status), h("td", {}, p.exit_code ?? "-"), h("td", {}, p.devices.join(",") || "-"), h("td", {}, p.node || "-"))), {},
       j.status === "Pending" ? "none started yet" : "none"));
-    events.replaceChildren(table(["Time", "Status", "Message"], j.events.map(e => h("tr", {},
+    redraw(events, table(["Time", "Status", "Message"], j.events.map(e => h("tr", {},
       h("td", {}, when(e.time)), statusCell(e.status), h("td", {class: "message"}, e.message))), {}, "none"));
     spec.textContent = JSON.stringify(j.spec, null, 2);
     for (; ranksShown < j.spec.processes; ranksShown++) rank.appendChild(h("option", {value: ranksShown}, "rank " + ranksShown));
@@ -335,7 +358,7 @@ function jobPage(main, name, project, note) {
     if (!following) { following = true; follow(name, "", project); }
     // Listed where the job is (its project's backend, when the page has its project): elsewhere it is unknown (404)
     const s = await api("/snapshots?job=" + encodeURIComponent(name) + (project ? "&project=" + encodeURIComponent(project) : ""));
-    snaps.replaceChildren(s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {},
+    redraw(snaps, s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {},
       h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
       : h("p", {class: "muted"}, "none"));
     await drawCurves(curves, name, history, project);
@@ -360,7 +383,7 @@ async function drawCurves(holder, name, history, project) {
   const t = x => new Date(x * 1000).toLocaleTimeString();
   cards.push(h("div", {class: "card", "data-curve": "gpu"}, h("h2", {}, "Its GPUs' utilization %"),
     lineChart(series, {label: "Its GPUs' utilization %", xfmt: t, ymin: 0, ymax: 100, empty: gpus.length ? "no utilization reported (no NVML: injected GPUs)" : "no GPU samples for this job"}), legend(series)));
-  holder.replaceChildren(...cards);
+  redraw(holder, ...cards);
 }
 
 // The log pane. Lines are drawn once a frame, not one by one: each line's append and scroll laid the pane
@@ -457,7 +480,7 @@ function notebooksPage(main) {
       h("td", {}, b.spec.volumes.join(", ") || "-"), h("td", {class: "gpus"}, `${b.gpus_allocated} (${b.gpus_requested})`),
       h("td", {class: "message"}, b.message || "-"),
       h("td", {class: "actions"}, ...jobButtons(b, ""))));
-    holder.replaceChildren(...[warningNote(headers, "notebooks-warning")].filter(Boolean), table(["Name", "Status", "Age", "Project", "Volumes", "GPUs allocated (requested)",
+    redraw(holder, ...[warningNote(headers, "notebooks-warning")].filter(Boolean), table(["Name", "Status", "Age", "Project", "Volumes", "GPUs allocated (requested)",
       "Message (why it waits)", ""], rows, {id: "notebooks-table"}, readOnly()
       ? "No notebooks yet: this server is read-only; start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan'."
       : "No notebooks yet: start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan' "
@@ -487,7 +510,7 @@ function projectsPage(main) {
       h("td", {class: "quota"}, p.gpu_quota === null ? "none" : p.gpu_quota), h("td", {class: "gpus"}, p.gpus_allocated),
       h("td", {class: "running"}, p.running), h("td", {class: "pending"}, p.pending), h("td", {class: "jobs"}, p.jobs),
       h("td", {class: "over-quota", title: p.extra.unknown || null}, overQuota(p)), h("td", {class: "backend"}, p.backend)));
-    holder.replaceChildren(...[warningNote(headers, "projects-warning")].filter(Boolean), table(["Project", "GPU quota",
+    redraw(holder, ...[warningNote(headers, "projects-warning")].filter(Boolean), table(["Project", "GPU quota",
       "GPUs allocated", "Running jobs", "Pending jobs", "Jobs (all but deleted)", "Over quota (local)", "Backend"], rows, {id: "projects-table"},
       "No projects yet: create one with 'dtrain project create NAME --gpu-quota 2'."));
   }, REFRESH_MS * 2);
@@ -503,7 +526,7 @@ function nodesPage(main) {
   every(async () => {
     const [{body: nodes, headers}, hist] = await Promise.all([request("/nodes"), history()]);
     // Pods Kubernetes did not let us list: GPUs allocated count some or none, as `dtrain nodes` warns
-    holder.replaceChildren(...[warningNote(headers, "nodes-warning")].filter(Boolean), ...nodes.map(n => {
+    redraw(holder, ...[warningNote(headers, "nodes-warning")].filter(Boolean), ...nodes.map(n => {
       const gpus = table(["GPU", "Name", "Job", "Utilization", "Memory used / total"], n.gpus.map(g => h("tr", {"data-gpu": g.index},
         h("td", {}, g.index), h("td", {}, g.name || "-"), h("td", {class: "job"}, g.job ? jobLink(g.job) : "free"),
         h("td", {}, g.utilization === null ? "-" : h("span", {}, h("span", {class: "bar"}, h("i", {style: `width:${g.utilization}%`})), ` ${g.utilization.toFixed(0)}%`)),
@@ -550,16 +573,16 @@ function storagePage(main) {
     const [v, s, g] = await Promise.all([api(withProject("/volumes", asked)), api(withProject("/snapshots", asked)),
                                          api(withProject("/lineage", asked))]);
     // the columns of `dtrain volume list`, space used and status included
-    vols.replaceChildren(table(["Name", "Class", "Size", "Used", "Status", "From snapshot", "Head snapshot", "Created"], v.map(x => h("tr", {"data-volume": x.name},
+    redraw(vols, table(["Name", "Class", "Size", "Used", "Status", "From snapshot", "Head snapshot", "Created"], v.map(x => h("tr", {"data-volume": x.name},
       h("td", {}, x.name), h("td", {}, x.storage_class || "-"), h("td", {}, x.size || "-"), h("td", {class: "used"}, size(x.used_bytes)),
       h("td", {}, x.status || "-"), h("td", {}, x.origin_snapshot || "-"),
       h("td", {}, x.extra.head_snapshot || "-"), h("td", {}, created(x.created)))), {id: "volumes-table"},
       `No volumes yet: make one with 'dtrain volume create NAME --size 10Gi${p}'.`));
-    snaps.replaceChildren(table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {},
+    redraw(snaps, table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {},
       h("td", {}, x.name), h("td", {}, x.volume || "-"), h("td", {}, x.job ? jobLink(x.job, asked) : "-"), h("td", {}, x.source_snapshot || "-"),
       h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.extra.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"},
       `No snapshots yet: take one with 'dtrain snapshot create${p}', or submit a job with --snapshot-on-success.`));
-    graph.replaceChildren(g.nodes.length ? lineageGraph(g, asked) : h("p", {class: "muted"}, "no volumes or snapshots yet"),
+    redraw(graph, g.nodes.length ? lineageGraph(g, asked) : h("p", {class: "muted"}, "no volumes or snapshots yet"),
       ...(g.jobs_unread ? [h("p", {class: "muted", id: "lineage-unread"}, `drawn from the newest jobs: ${g.jobs_unread} `
         + `older job${g.jobs_unread === 1 ? "" : "s"} not read`)] : []));
   }, REFRESH_MS * 3);
