@@ -1,13 +1,18 @@
 """Audit 10, the dashboard walked as a new user in a real browser: a job's page began with a stray "null", every
-poll took the keyboard focus away, and a lineage node's name ran past its box."""
+poll took the keyboard focus away, the unfiltered Jobs and Notebooks tables linked (and acted on) a Kubernetes
+project's job without its project, and a lineage node's name ran past its box."""
 
 from __future__ import annotations
 
 import pytest
 
-from server_util import ServerProcess, wait_until
+import conftest
+import dtrain
+from conftest import Dtrain
+from server_util import ServerProcess, ThreadServer, wait_until
 
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+from dtrain.server.app import create_app  # noqa: E402
 
 browser_tests = pytest.importorskip("test_dashboard_browser")
 pytestmark = browser_tests.pytestmark  # slow; chromium needed
@@ -61,6 +66,38 @@ def test_a_jobs_page_starts_with_its_name_and_polls_keep_the_keyboard_focus(home
             assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     finally:
         server.stop()
+
+
+def test_the_unfiltered_tables_open_and_act_on_a_kubernetes_projects_job_with_its_project(home, tmp_path):
+    """The Jobs table without a filter, and the Notebooks page, list every backend's jobs, but linked each one
+    without its project: team-b's job (config.yaml sends team-b to Kubernetes) opened a page saying 'no job
+    named', and its Suspend button was refused the same way."""
+    cluster = conftest.team_b_on_kubernetes(home, tmp_path)
+    dt = Dtrain(home)
+    dt("submit", "kjob", "-p", "team-b", "--", "python", "t.py")
+    dt("notebook", "start", "kbook", "-p", "team-b")
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+    try:
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/notebooks")
+            wait_until(lambda: browser_tests.attrs_of(browser, "#notebooks-table a", "href"), what="the notebook")
+            assert browser_tests.attrs_of(browser, "#notebooks-table a", "href") == ["#/job/kbook?project=team-b"]
+            browser.get(server.url + "/#/jobs")
+            row = "tr[data-job='kjob']"
+            wait_until(lambda: text_of(browser, row + " td.status") == "Pending", what="kjob in the Jobs table")
+            assert browser_tests.attrs_of(browser, row + " a", "href") == ["#/job/kjob?project=team-b"]
+            browser_tests.click(browser, row + " a")
+            wait_until(lambda: text_of(browser, "#job-status") == "Pending", what="the job's page")
+            assert "team-b / kubernetes" in text_of(browser, "#job-head")
+            browser.back()
+            wait_until(lambda: text_of(browser, row + " td.status") == "Pending", what="the Jobs table again")
+            browser_tests.click(browser, row + " button.suspend")
+            wait_until(lambda: text_of(browser, row + " td.status") == "Suspended", what="the suspension")
+            assert not text_of(browser, "#banner")
+            assert not [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    finally:
+        server.stop()
+        cluster.close()
 
 
 def test_a_lineage_nodes_name_stays_inside_its_box(home, tmp_path):

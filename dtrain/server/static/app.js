@@ -111,9 +111,10 @@ function warningNote(headers, id) {
 // A Warning a button's call got (the Submit form's) and the page it led to shows: said there once
 let carried = null;
 const statusCell = s => h("td", {class: `status s-${s}`}, s);
-// A job's address: with the project the page found it through (the Jobs filter, the Submit form's project): a
-// project that config.yaml sends to another backend (Kubernetes) keeps its jobs there, where a job's page
-// finds them only with ?project=, as the CLI's job verbs only with -p.
+// A job's address: with its project (a row of the Jobs or Notebooks table, the Submit form's project): a project
+// that config.yaml sends to another backend (Kubernetes) keeps its jobs there, where a job's page and buttons
+// find them only with ?project=, as the CLI's job verbs only with -p. The unfiltered tables list every backend's
+// jobs, and their links and buttons had no project: 'no job named' for each of team-b's.
 const withProject = (path, project) => path + (project ? "?project=" + encodeURIComponent(project) : "");
 const jobPath = (name, project, tail) => withProject("/jobs/" + encodeURIComponent(name) + (tail || ""), project);
 const jobLink = (name, project) => h("a", {href: "#" + withProject("/job/" + encodeURIComponent(name), project)}, name);
@@ -227,8 +228,7 @@ function jobsPage(main) {
     const first = (page - 1) * PAGE_SIZE;
     const q = new URLSearchParams({limit: String(PAGE_SIZE), offset: String(first)});
     if (status.value) q.set("status", status.value);
-    const asked = project.value;  // the jobs' links and buttons name it: their project's backend holds them
-    if (asked) q.set("project", asked);
+    if (project.value) q.set("project", project.value);
     const {body: jobs, headers} = await request("/jobs?" + q);
     const total = Number(headers.get("x-total-count"));
     range.textContent = jobs.length ? `${first + 1}-${first + jobs.length} of ${total}`
@@ -236,10 +236,10 @@ function jobsPage(main) {
     prev.disabled = page <= 1;
     next.disabled = first + jobs.length >= total;
     const rows = jobs.map(j => h("tr", {"data-job": j.name},
-      h("td", {}, jobLink(j.name, asked)), statusCell(j.status), ageCell(j.created, "created"), h("td", {}, j.project),
+      h("td", {}, jobLink(j.name, j.project)), statusCell(j.status), ageCell(j.created, "created"), h("td", {}, j.project),
       h("td", {}, j.node || "-"), h("td", {}, j.kind), h("td", {class: "gpus"}, `${j.gpus_allocated} (${j.gpus_requested})`),
       h("td", {class: "procs"}, `${j.processes_running} (${j.processes_pending})`),
-      h("td", {class: "actions"}, ...jobButtons(j, "", asked))));
+      h("td", {class: "actions"}, ...jobButtons(j, "", j.project))));
     const none = total ? "No jobs on this page: go back with Prev."
       : status.value || project.value ? "No jobs match these filters."
       : readOnly() ? "No jobs yet: this server is read-only; submit one with 'dtrain submit'."
@@ -476,10 +476,10 @@ function notebooksPage(main) {
     const {body, headers} = await request("/notebooks");  // a backend that did not answer: in its Warning
     const books = body.slice().reverse();  // newest first, as the Jobs table
     const rows = books.map(b => h("tr", {"data-notebook": b.name},
-      h("td", {}, jobLink(b.name)), statusCell(b.status), ageCell(b.created, "created"), h("td", {}, b.project),
+      h("td", {}, jobLink(b.name, b.project)), statusCell(b.status), ageCell(b.created, "created"), h("td", {}, b.project),
       h("td", {}, b.spec.volumes.join(", ") || "-"), h("td", {class: "gpus"}, `${b.gpus_allocated} (${b.gpus_requested})`),
       h("td", {class: "message"}, b.message || "-"),
-      h("td", {class: "actions"}, ...jobButtons(b, ""))));
+      h("td", {class: "actions"}, ...jobButtons(b, "", b.project))));
     redraw(holder, ...[warningNote(headers, "notebooks-warning")].filter(Boolean), table(["Name", "Status", "Age", "Project", "Volumes", "GPUs allocated (requested)",
       "Message (why it waits)", ""], rows, {id: "notebooks-table"}, readOnly()
       ? "No notebooks yet: this server is read-only; start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan'."
