@@ -126,3 +126,18 @@ def test_a_lineage_nodes_name_stays_inside_its_box(home, tmp_path):
                 assert shown[name].endswith("\u2026") and name.startswith(shown[name][:-1]), shown[name]
     finally:
         server.stop()
+
+
+def test_the_page_of_a_job_that_is_not_there_shows_the_refusal_alone(home, tmp_path):
+    """#/job/nope (a typo) said 'no job named' above empty Logs, Training curves, Processes, Status events,
+    Snapshots and Spec cards, as if the job had not started yet; the refusal is the page now."""
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/job/nope")
+            wait_until(lambda: text_of(browser, "#job-gone"), what="the refusal")
+            assert text_of(browser, "#job-gone").startswith("no job named 'nope'; see 'dtrain list jobs'")
+            assert text_of(browser, "main").split("\n") == ["Job nope", "", text_of(browser, "#job-gone")]
+            assert not browser.find_elements("css selector", "#logs, #rank, #curves")
+    finally:
+        server.stop()

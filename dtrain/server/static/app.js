@@ -328,6 +328,10 @@ function jobPage(main, name, project, note) {
       if (e.status !== 404 && e.status !== 422) throw e;  // 422: a name no job can have
       if (stream) { stream.close(); stream = null; }
       redraw(head, h("p", {class: "error", id: "job-gone"}, e.message));
+      // A job this page never read (a typo, a link to a job purged since) has no logs, curves or events: their
+      // empty headings and cards below the message looked like a job that had not started. A purged job's keep
+      // what they showed.
+      if (!following) while (head.nextSibling) head.nextSibling.remove();
       return STOP;
     }
     // A resumed job runs again: its log stream ended at the suspension, so read it anew. The stream's end says
