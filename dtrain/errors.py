@@ -10,6 +10,7 @@
     ├── DataError               a malformed label line, image or archive; a checksum mismatch
     ├── StorageError            a full disk or a damaged snapshot store
     ├── BackendError            a cluster or cloud API refused a request
+    │   └── UnavailableError    it gave no answer or asked to retry later (dropped, 429, 5xx)
     ├── NotSupportedError       the chosen backend has no such verb (e.g. in-place restore, dry run)
     ├── JobFailedError          a job a caller waited on (a pipeline step) ended Failed or Deleted
     └── TimeoutError_           `wait` ran out of time (also a built-in TimeoutError); the job goes on
@@ -56,6 +57,10 @@ class StorageError(DtrainError, OSError):
 
 class BackendError(DtrainError, RuntimeError):
     """A remote API (Kubernetes, SageMaker) refused or failed a request."""
+
+
+class UnavailableError(BackendError):
+    """The API gave no answer, or asked to be asked again later (429, 5xx): a poll may retry it."""
 
 
 class JobFailedError(DtrainError, RuntimeError):

@@ -18,7 +18,7 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotReadyError, NotSupportedError, SpecError,  # noqa: F401
-                           TimeoutError_)  # (re-exported)
+                           TimeoutError_, UnavailableError)  # (re-exported)
 from dtrain.names import (MAX_TAIL, check_gpu_quota, check_limit_bytes,  # noqa: F401
                           check_exec_rank, check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
                           check_since, parse_volume_size, shown, since_refusal, status_refusal, with_near)
@@ -32,6 +32,9 @@ if TYPE_CHECKING:  # the local store's own reports; only the local backend produ
 NOTEBOOK_POLL_S = 0.2  # how often notebook_url(wait=...) asks again while a notebook's Jupyter starts
 
 Progress = Callable[[int, int], None]  # (done, total) bytes or steps, as the CLI's progress bar takes it
+# Seconds in a row `wait` asks a backend again that does not answer: an API server's restart or a
+# rollout of its load balancer takes a minute or two; a cluster down for longer is reported.
+WAIT_OUTAGE = 300.0
 
 
 class JobStatus(str, Enum):
@@ -449,7 +452,8 @@ class Backend(abc.ABC):
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None,
              hint: str | None = None) -> JobInfo:
-        """Block until the job is terminal; the only wait loop in dtrain. `poll`: seconds between
+        """Block until the job is terminal; the only wait loop in dtrain. A poll the backend does not
+        answer (UnavailableError) is asked again, for up to WAIT_OUTAGE seconds in a row. `poll`: seconds between
         statuses (default: the backend's `_wait_poll`), never past the timeout. `hint`: the command
         a timeout's message names to look further (default `dtrain logs NAME`; the Client's names
         the job's project and backend, so that it works as written)."""
@@ -458,6 +462,7 @@ class Backend(abc.ABC):
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._named("job", name):
             info = self._get(_existing(name, "job"))
+        outage: float | None = None  # since when the backend has not answered a poll
         while True:
             if info.status.terminal:
                 return info
@@ -466,7 +471,15 @@ class Backend(abc.ABC):
                                     f"wait longer (--timeout) or check '{hint or f'dtrain logs {name}'}'")
             pause = self._wait_poll(name) if poll is None else poll
             time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
-            info = self._get(name)
+            try:
+                info = self._get(name)
+                outage = None
+            except UnavailableError:
+                # an API server that sheds load (429), restarts (5xx) or drops a connection for a while
+                # must not end an hours-long wait (a pipeline step's): the next poll asks again
+                outage = time.monotonic() if outage is None else outage
+                if time.monotonic() - outage >= WAIT_OUTAGE:
+                    raise
 
     def _wait_poll(self, name: str) -> float:
         """Seconds between the statuses `wait` reads: a backend whose status is a throttled API call

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Iterator
 
-from dtrain.errors import BackendError, ConflictError, EnvironmentError_, NotFoundError
+from dtrain.errors import BackendError, ConflictError, EnvironmentError_, NotFoundError, UnavailableError
 
 from .config import KubernetesConfig
 from .logs import LogLines
@@ -63,7 +63,7 @@ class Unauthenticated(Forbidden):
     """A 401: the cluster did not accept the credentials at all (expired, wrong), whatever was asked."""
 
 
-class Unanswered(BackendError):
+class Unanswered(UnavailableError):
     """No clear answer (a dropped connection, a timeout, a 5xx): the request may have taken effect."""
 
 
@@ -375,7 +375,7 @@ class KubeApi:
         if err.status in (400, 422):
             return BackendError(f"the cluster rejected the request to {what}: {message}")
         if err.status == 429 or err.status >= 500:
-            kind = Unanswered if err.status >= 500 else BackendError  # a 429 was not carried out
+            kind = Unanswered if err.status >= 500 else UnavailableError  # a 429 was not carried out
             return kind(f"cannot {what}: HTTP {err.status} {message}; the API server is overloaded or "
                         f"failing: retry in a minute, and if it persists ask the cluster's admin")
         return BackendError(f"cannot {what}: HTTP {err.status} {message}")
