@@ -19,7 +19,8 @@ from dtrain.backends import base  # noqa: E402
 from dtrain.backends.base import JobStatus  # noqa: E402
 from dtrain.backends.kubernetes import KubernetesConfig  # noqa: E402
 from dtrain.backends.kubernetes.fake import DROP, FakeCluster  # noqa: E402
-from dtrain.errors import UnavailableError  # noqa: E402
+from dtrain.errors import ConflictError, NotFoundError, UnavailableError  # noqa: E402
+from dtrain.spec import parse_pvc  # noqa: E402
 
 JOB_PATH = f"/apis/batch/v1/namespaces/{NS}/jobs/train"
 
@@ -64,3 +65,27 @@ def test_wait_reports_an_outage_longer_than_its_bound(make_backend, monkeypatch)
     with pytest.raises(UnavailableError, match="HTTP 503 .*retry in a minute"):
         backend.wait("train", poll=0)
     assert fake.failures == [503]  # gave up at the first unanswered poll, the bound being 0
+
+
+def test_a_missing_namespace_without_create_namespace_names_how_to_make_it(make_backend, cluster):
+    backend = make_backend(KubernetesConfig(project="lanes", image=IMAGE, create_namespace=False))
+    for verb in (lambda: backend.submit(spec()), lambda: backend.create_volume("data", size="1Gi")):
+        with pytest.raises(NotFoundError) as err:
+            verb()
+        assert str(err.value) == (f"namespace {NS} does not exist and the kubernetes setting create_namespace is "
+                                  f"false: create it with 'dtrain project create lanes' (or kubectl create "
+                                  f"namespace {NS})")
+    assert [m for m, _ in cluster.requests if m != "GET"] == []  # nothing made
+    backend.create_project("lanes")  # as the message says
+    assert backend.submit(spec()).status is JobStatus.PENDING
+
+
+def test_a_job_made_by_another_request_meanwhile_names_the_fix(backend, cluster):
+    cluster.fail("POST", "/jobs", 409, 'jobs.batch "train" already exists')
+    with pytest.raises(ConflictError) as err:
+        backend.submit(spec(volumes=(parse_pvc("fast:1Gi:/mnt"),)))
+    assert str(err.value) == (f"cannot create Job 'train' in namespace {NS}: jobs.batch \"train\" already exists "
+                              f"(made meanwhile by another request): delete it with 'dtrain delete train' or "
+                              f"choose another name")
+    assert cluster.items("", "persistentvolumeclaims", NS) == []  # the new volume was rolled back
+

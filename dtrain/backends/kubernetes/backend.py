@@ -157,13 +157,13 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
                                    "trainer: v1")
 
     def _ensure_namespace(self, namespace: str, project: str) -> None:
-        if not self.config.create_namespace:
-            return
         try:
             self.api.read(NAMESPACE, None, namespace)
             return
         except Missing:
-            pass
+            if not self.config.create_namespace:
+                raise NotFoundError(f"namespace {namespace} does not exist and the kubernetes setting "
+                                    f"create_namespace is false: {self._namespace_fix(namespace, project)}") from None
         except Forbidden:
             return  # a namespace-scoped account cannot read namespaces; an admin made its own
         try:
@@ -202,12 +202,24 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         except Missing as err:
             if err.api_missing:
                 raise err.no_api() from None
-            raise NotFoundError(f"{err}: create the namespace (kubectl create namespace "
-                                f"{obj['metadata'].get('namespace')}) or let dtrain create it") from None
+            namespace = obj["metadata"].get("namespace")
+            raise NotFoundError(f"{err}: {self._namespace_fix(namespace, self.config.project)}") from None
+        except ConflictError as err:  # made by another request since _check_free looked
+            name, namespace = obj["metadata"]["name"], obj["metadata"].get("namespace")
+            how = (f"'{self.cmd(f'delete {name}')}'" if resource in JOB_ORDER else
+                   f"kubectl delete {resource.full_name} {name} -n {namespace}")
+            raise ConflictError(f"{err} (made meanwhile by another request): delete it with {how} or choose "
+                                f"another name") from None
         except Forbidden as err:  # RBAC refuses a kind the cluster does not serve too (it decides first)
             if resource.install_hint and not isinstance(err, Unauthenticated):
                 raise Forbidden(f"{err}; if {resource.full_name} is not installed: {resource.install_hint}") from None
             raise
+
+    def _namespace_fix(self, namespace: str, project: str) -> str:
+        if self.config.namespace:  # every project's: an admin's to make
+            return f"ask an admin to create it (kubectl create namespace {namespace})"
+        # (no self.cmd: `project create` takes its project as its argument, not -p)
+        return f"create it with 'dtrain project create {project}' (or kubectl create namespace {namespace})"
 
     def _create_shared(self, obj: dict) -> None:
         try:
