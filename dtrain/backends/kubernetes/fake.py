@@ -158,6 +158,8 @@ class FakeCluster:
         self.forbidden: set[tuple[str, str]] = set()  # (group, plural) answered with 403
         self.namespaced_only = False  # True: 403 for namespaced kinds read across all namespaces
         self.requests: list[tuple[str, str]] = []  # (method, path?query) in arrival order
+        # each object as a create, replace or patch left it (tests validate what dtrain sent)
+        self.written: list[dict] = []
         self.on_follow_idle: Callable[[str, str], None] | None = None  # a follow stream caught up
         # exec (namespace, pod, command) -> the (channel, bytes) writes of the session (exec_writes); an
         # iterator is framed write by write, as it yields, so a session may carry more than memory holds
@@ -263,7 +265,11 @@ class FakeCluster:
             if fault.status == DROP:
                 return DROP, b""
             return _status(fault.status, _REASONS.get(fault.status, "Failure"), fault.message)
-        return self._answer(method, url, body)
+        code, answer = self._answer(method, url, body)
+        if method in ("POST", "PUT", "PATCH") and code in (200, 201) and isinstance(answer, bytes):
+            with self.lock:
+                self.written.append(json.loads(answer))
+        return code, answer
 
     def _answer(self, method: str, url: str, body: bytes) -> tuple[int, bytes | Iterator[bytes]]:
         parts = urlsplit(url)
