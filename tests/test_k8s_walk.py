@@ -140,3 +140,22 @@ def test_every_object_the_walk_writes_validates_against_the_schemas(make_backend
         kinds.add(obj["kind"])
     assert kinds >= {"Namespace", "ResourceQuota", "PersistentVolumeClaim", "Job", "MPIJob", "PyTorchJob",
                      "TrainJob", "Notebook", "Service", "ServiceAccount", "Role", "RoleBinding", "VolumeSnapshot"}
+
+
+def test_a_volume_pending_for_good_says_why(backend, cluster):
+    backend.create_volume("stuck", size="1Gi", storage_class="nosuch")
+    assert backend.get_volume("stuck").extra["pending_reason"] is None  # nothing said yet
+    pvc = cluster.get("", "persistentvolumeclaims", NS, "stuck")
+    for at, reason, message in (("2026-01-01T00:00:00Z", "ExternalProvisioning", "waiting for a volume"),
+                                ("2026-01-01T00:00:09Z", "ProvisioningFailed",
+                                 'storageclass.storage.k8s.io "nosuch" not found')):
+        cluster.create({"apiVersion": "v1", "kind": "Event",
+                        "metadata": {"name": f"stuck.{reason.lower()}", "namespace": NS},
+                        "involvedObject": {"kind": "PersistentVolumeClaim", "name": "stuck",
+                                           "uid": pvc["metadata"]["uid"]},
+                        "reason": reason, "message": message, "lastTimestamp": at})
+    info = backend.get_volume("stuck")
+    assert info.status == "Pending"
+    assert info.extra["pending_reason"] == 'ProvisioningFailed: storageclass.storage.k8s.io "nosuch" not found'
+    cluster.bind_volumes()
+    assert "pending_reason" not in backend.get_volume("stuck").extra

@@ -26,6 +26,7 @@ from .objects import Resource
 NAMESPACE = Resource("", "v1", "namespaces", "Namespace", "", namespaced=False)
 NODE = Resource("", "v1", "nodes", "Node", "", namespaced=False)
 POD = Resource("", "v1", "pods", "Pod", "")
+EVENT = Resource("", "v1", "events", "Event", "")
 PVC = Resource("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", "")
 RESOURCE_QUOTA = Resource("", "v1", "resourcequotas", "ResourceQuota", "")
 SERVICE = Resource("", "v1", "services", "Service", "")

@@ -39,7 +39,7 @@ from .objects import JOB_COMPLETION_INDEX, KF_JOB_NAME, KF_REPLICA_INDEX, KF_REP
 from .patches import apply_patch
 
 CORE = {  # (group, plural) -> (kind, namespaced)
-    ("", "namespaces"): ("Namespace", False), ("", "nodes"): ("Node", False), ("", "pods"): ("Pod", True),
+    ("", "namespaces"): ("Namespace", False), ("", "nodes"): ("Node", False), ("", "pods"): ("Pod", True), ("", "events"): ("Event", True),
     ("", "persistentvolumeclaims"): ("PersistentVolumeClaim", True), ("", "services"): ("Service", True),
     ("", "serviceaccounts"): ("ServiceAccount", True), ("", "resourcequotas"): ("ResourceQuota", True),
     ("batch", "jobs"): ("Job", True),

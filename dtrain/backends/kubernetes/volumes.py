@@ -9,6 +9,7 @@ the storage system, on its own time: FreedInfo.bytes is None.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 import uuid
 from typing import TYPE_CHECKING
@@ -17,7 +18,7 @@ from dtrain.backends.base import FreedInfo, Listed, Notice, Progress, SnapshotIn
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
 from dtrain.names import parse_size
 
-from .client import POD, PVC, Forbidden, Missing, Unanswered
+from .client import EVENT, POD, PVC, Forbidden, Missing, Unanswered
 from .objects import (ANN_DEFAULT_CLASS, ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB,
                       LABEL_SOURCE_SNAPSHOT, STORAGE_CLASS, VOLUME_ATTRIBUTES_CLASSES, VOLUME_SNAPSHOT, Resource)
 from .render_storage import render_restore, render_snapshot, render_volume, render_volume_class_patch
@@ -126,7 +127,28 @@ class VolumeVerbs:
                                 f"see '{self.cmd('volume list')}'") from None
 
     def _get_volume(self, name: str) -> VolumeInfo:
-        return volume_info(self._pvc(name))
+        pvc = self._pvc(name)
+        info = volume_info(pvc)
+        if info.status != "Pending":
+            return info
+        return dataclasses.replace(info, extra={**info.extra, "pending_reason": self._pending_reason(pvc)})
+
+    def _pending_reason(self, pvc: dict) -> str | None:
+        """Why a claim waits, as its latest event says (`kubectl describe pvc`): a StorageClass that
+        does not exist, a provisioner that fails, WaitForFirstConsumer. Best effort: an account that
+        may not read events gets none."""
+        meta = pvc["metadata"]
+        selector = (f"involvedObject.kind=PersistentVolumeClaim,involvedObject.name={meta['name']}"
+                    + (f",involvedObject.uid={meta['uid']}" if meta.get("uid") else ""))
+        try:
+            events = self.api.list(EVENT, meta.get("namespace") or self.namespace, field_selector=selector)
+        except DtrainError:
+            return None
+        if not events:
+            return None
+        last = max(events, key=lambda e: e.get("lastTimestamp") or e.get("eventTime")
+                   or (e.get("metadata") or {}).get("creationTimestamp") or "")
+        return f"{last.get('reason') or 'Event'}: {' '.join(str(last.get('message') or '').split())}"
 
     def _list_storage_classes(self) -> Listed:
         """The cluster's StorageClasses (what `volume create --class` and `--pvc CLASS:...` name) and
