@@ -425,8 +425,8 @@ class Client:
         backend = self._job(name, project)
         where = project or (self._submitted.get(name, (None, None))[1]  # None: found where a bare name looks
                             if isinstance(name, str) else None)  # a name that is no string: refused by wait
-        return backend.wait(name, timeout=timeout, hint=self.command_for(f"logs {name}", backend=backend.name,
-                                                                        project=where))
+        return backend.wait(name, timeout=timeout,
+                            command=lambda words: self.command_for(words, backend=backend.name, project=where))
 
     def delete(self, name: str, *, purge: bool = False, project: str | None = None) -> JobInfo:
         """Stop the job; with `purge` also forget it (record, events, logs). A job already Deleted

@@ -147,11 +147,11 @@ def test_the_hints_for_a_job_of_a_kubernetes_project_work_as_written(cluster, ho
 
     waited = dt("wait", "same", "-p", "team-b", "--timeout", "0", check=False)
     assert waited.returncode == 124
-    logs = waited.stderr.split("'")[-2]
-    assert logs == "dtrain logs same -p team-b"
-    assert _run_hint(dt, logs).returncode == 0
+    look = waited.stderr.split("'")[-2]  # a job still Pending: describe says why it waits (it has no logs yet)
+    assert look == "dtrain describe job same -p team-b"
+    assert "Pending" in _run_hint(dt, look).stdout
     waited = dt("wait", "same", "nb", "-p", "team-b", "--timeout", "0", check=False)
-    assert waited.returncode == 124 and waited.stderr.split("'")[-2] == "dtrain logs same -p team-b"
+    assert waited.returncode == 124 and waited.stderr.split("'")[-2] == "dtrain describe job same -p team-b"
 
     dt("delete", "same", "-p", "team-b")
     again = dt("delete", "same", "-p", "team-b", check=False)
@@ -166,9 +166,9 @@ def test_the_hints_for_a_job_of_a_kubernetes_project_work_as_written(cluster, ho
 def test_the_sdk_and_http_hints_name_the_project_given(cluster, home, http):
     client = dtrain.Client(home=home)
     client.submit(dtrain.JobSpec(name="kjob", project="team-b", command=["python", "t.py"]))
-    with pytest.raises(dtrain.client.TimeoutError_, match=r"check 'dtrain logs kjob -p team-b'$"):
+    with pytest.raises(dtrain.client.TimeoutError_, match=r"check 'dtrain describe job kjob -p team-b'$"):
         dtrain.Client(home=home).wait("kjob", timeout=0, project="team-b")
-    with pytest.raises(dtrain.client.TimeoutError_, match=r"check 'dtrain logs kjob -p team-b'$"):
+    with pytest.raises(dtrain.client.TimeoutError_, match=r"check 'dtrain describe job kjob -p team-b'$"):
         client.wait("kjob", timeout=0)  # submitted by this client: found without project=, named with it
     client.delete("kjob")
     with pytest.raises(dtrain.errors.NotFoundError, match=r"delete\('kjob', purge=True, project='team-b'\)"):

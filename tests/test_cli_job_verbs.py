@@ -159,6 +159,21 @@ def test_wait_timeout_is_bounded(dt: Dtrain):
                            "from 0 to 31622400")
 
 
+def test_a_wait_that_runs_out_names_where_to_look(dt_gpus: Dtrain):
+    """A job still Pending has no logs yet: the timeout's line named 'dtrain logs J', which printed
+    nothing; it names 'dtrain describe job J' (why it waits) there, and the logs for a running job."""
+    dt = dt_gpus
+    dt("submit", "hog", "--gpu", "2", "--", "sleep", "120")
+    dt.wait_running("hog")
+    dt("submit", "queued", "--gpu", "1", "--", "true")  # waits for hog's GPUs
+    assert dt.status("queued") == "Pending"
+    waited = dt("wait", "queued", "--timeout", "0", check=False)
+    assert waited.returncode == 124 and waited.stderr.split("'")[-2] == "dtrain describe job queued", waited.stderr
+    assert "Pending" in dt(*waited.stderr.split("'")[-2].split()[1:]).stdout
+    waited = dt("wait", "hog", "--timeout", "0", check=False)
+    assert waited.returncode == 124 and waited.stderr.split("'")[-2] == "dtrain logs hog", waited.stderr
+
+
 def test_the_command_is_looked_up_in_the_jobs_own_path(dt: Dtrain, tmp_path):
     # -e PATH replaces the job's PATH, but submit searched the submitter's: a command the job
     # could not start was taken (it failed with 127), and one only the job's PATH holds was refused

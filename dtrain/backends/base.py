@@ -451,12 +451,13 @@ class Backend(abc.ABC):
                          limit_bytes)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None,
-             hint: str | None = None) -> JobInfo:
+             command: Callable[[str], str] | None = None) -> JobInfo:
         """Block until the job is terminal; the only wait loop in dtrain. A poll the backend does not
         answer (UnavailableError) is asked again, for up to WAIT_OUTAGE seconds in a row. `poll`: seconds between
-        statuses (default: the backend's `_wait_poll`), never past the timeout. `hint`: the command
-        a timeout's message names to look further (default `dtrain logs NAME`; the Client's names
-        the job's project and backend, so that it works as written)."""
+        statuses (default: the backend's `_wait_poll`), never past the timeout. A timeout's message
+        names where to look further: `dtrain describe job NAME` for a job still Pending (why it
+        waits), `dtrain logs NAME` for a running one; `command` turns those words into the command
+        to type (the Client's names the job's project and backend, so that it works as written)."""
         if timeout is not None:
             check_wait(timeout)
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -467,8 +468,9 @@ class Backend(abc.ABC):
             if info.status.terminal:
                 return info
             if deadline is not None and time.monotonic() >= deadline:
+                words = f"describe job {name}" if info.status is JobStatus.PENDING else f"logs {name}"
                 raise TimeoutError_(f"job {name!r} is still {info.status} after {timeout:g}s; "
-                                    f"wait longer (--timeout) or check '{hint or f'dtrain logs {name}'}'")
+                                    f"wait longer (--timeout) or check '{command(words) if command else f'dtrain {words}'}'")
             pause = self._wait_poll(name) if poll is None else poll
             time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
             try:
