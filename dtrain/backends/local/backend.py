@@ -135,7 +135,7 @@ class LocalBackend(Backend):
                                 f"(nothing was started)")
         created = self._prepare_volumes(spec) if spec.volumes else []
         try:
-            self.store.insert_job(spec, cwd=cwd, node=socket.gethostname())
+            self.store.insert_job(spec, cwd=cwd, node=socket.gethostname(), cmd=self.cmd)
         except Exception:
             for name in created:
                 self.storage.delete_volume(name, force=True)

@@ -151,11 +151,13 @@ class JobStore:
         self.conn.close()
 
     # ---- jobs ---------------------------------------------------------------------------
-    def insert_job(self, spec: JobSpec, *, cwd: str, node: str) -> None:
-        """Add a Pending job; a Deleted job of the same name is replaced, any other clashes."""
+    def insert_job(self, spec: JobSpec, *, cwd: str, node: str, cmd: Callable[[str, str], str] | None = None) -> None:
+        """Add a Pending job; a Deleted job of the same name is replaced, any other clashes (its
+        message's commands named by `cmd`, as check_free's: another submit of the name may have
+        come in since the caller's check)."""
         now = time.time()
         with db.transaction(self.conn):
-            if self.check_free(spec.name):
+            if self.check_free(spec.name, cmd):
                 self._release(spec.name)  # a deleted job's, never the new one's
                 self.conn.execute("DELETE FROM jobs WHERE name=?", (spec.name,))
                 self.conn.execute("DELETE FROM job_events WHERE job=?", (spec.name,))
