@@ -460,7 +460,8 @@ class Client:
 
     def exec(self, name: str, command: list[str], *, rank: int = 0, project: str | None = None) -> int:
         """Run a command beside a Running job's rank; its exit code."""
-        return self._job(name, project).exec(name, command, rank=rank)
+        backend = self._job(name, project)
+        return backend.exec(name, command, rank=rank, cmd=self._hint_command(backend))
 
     def nodes(self) -> Listed:
         """The default backend's nodes; its `notices` say what could not be read (Kubernetes: pods this
@@ -483,10 +484,11 @@ class Client:
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 3600:
             raise SpecError(f"invalid wait {shown(wait)}: use seconds from 0 to 3600, e.g. wait=60")
         backend = self._job(name, project)
-        if project is None and isinstance(name, str):
-            project = self._submitted.get(name, (None, None))[1]
-        return backend.notebook_url(name, dtrain=self.dtrain_for(backend.name, project or self.default_project),
-                                    wait=wait)
+        return backend.notebook_url(name, cmd=self._hint_command(backend), wait=wait)
+
+    def _hint_command(self, backend: Backend) -> Callable[[str, str], str]:
+        """How a refusal of `backend` names a command on a job of a project (base.HintCommand)."""
+        return lambda words, project: self.command_for(words, backend=backend.name, project=project)
 
     def dtrain_for(self, backend: str, project: str | None = None) -> str:
         """The command a printed hint names: with --backend where `backend` is not the configured

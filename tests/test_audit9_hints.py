@@ -103,3 +103,46 @@ def test_the_wait_routes_503_names_the_backend_the_server_looked_on(team_a_on_lo
 
     assert _again(Clients(), "wait long", None) == "dtrain --backend local wait long"
     assert _again(Clients(), "wait long", "team-a") == "dtrain wait long -p team-a"
+
+
+def test_a_submit_that_loses_the_race_for_its_name_names_the_project(team_a_on_local, home, monkeypatch):
+    """Two submits of one name at once: the one whose insert came second was refused by the store's
+    own check, whose 'dtrain delete race' looked on the default (Kubernetes) backend."""
+    from dtrain.spec import JobSpec
+
+    dt = team_a_on_local
+    client = dtrain.Client(home=home)
+    store = client.backend(project="team-a").store
+    checked = store.check_free
+
+    def then_the_other_submit(name, cmd=None):  # submit's own check passes, then the rival's insert lands
+        free = checked(name, cmd)
+        monkeypatch.setattr(store, "check_free", checked)
+        dtrain.Client(home=home).submit(JobSpec(name=name, project="team-a", command=["sleep", "60"]))
+        return free
+
+    monkeypatch.setattr(store, "check_free", then_the_other_submit)
+    with pytest.raises(dtrain.errors.ConflictError) as lost:
+        client.submit(JobSpec(name="race", project="team-a", command=["true"]))
+    assert str(lost.value).startswith("a job named 'race' already exists")
+    assert "deleted" in dt(*_hinted(str(lost.value), "delete")).stdout
+
+
+def test_exec_of_a_job_not_running_names_the_list_that_shows_it(team_a_on_local):
+    dt = team_a_on_local
+    dt("submit", "ended", "-p", "team-a", "--", "python", "-c", "pass")
+    dt("wait", "ended", "-p", "team-a", "--timeout", "60")
+    refused = dt("exec", "ended", "-p", "team-a", "--", "true", check=False)
+    assert_usage_error(refused, "exec needs a Running job")
+    assert "ended" in dt(*_hinted(refused.stderr, "list")).stdout
+
+
+def test_notebook_opens_refusal_names_commands_that_find_the_notebook(team_a_on_local):
+    """'notebook 'nb' is Suspended: start it again with 'dtrain resume nb'': the default backend
+    (Kubernetes) answered that command 'not found'."""
+    dt = team_a_on_local
+    dt("notebook", "nb", "-p", "team-a")
+    dt("suspend", "nb", "-p", "team-a")
+    refused = dt("notebook", "open", "nb", "-p", "team-a", check=False)
+    assert_usage_error(refused, "is Suspended")
+    assert "resumed" in dt(*_hinted(refused.stderr, "resume")).stdout

@@ -81,7 +81,8 @@ def test_the_hints_name_the_backend_where_it_is_not_the_default(backend, cluster
     client.suspend("nb")
     with pytest.raises(ConflictError) as err:
         client.notebook_url("nb")
-    assert str(err.value) == "notebook 'nb' is Suspended: start it again with 'dtrain --backend kubernetes resume nb'"
-    client.config.backend = "kubernetes"  # where it is the default, the plain command works
-    with pytest.raises(ConflictError, match="^notebook 'nb' is Suspended: start it again with 'dtrain resume nb'$"):
+    assert str(err.value) == ("notebook 'nb' is Suspended: start it again with "
+                              "'dtrain --backend kubernetes resume nb -p lanes'")  # its namespace, as the start line's
+    client.config.backend = "kubernetes"  # where it is the default, no --backend
+    with pytest.raises(ConflictError, match="^notebook 'nb' is Suspended: start it again with 'dtrain resume nb -p lanes'$"):
         client.notebook_url("nb")

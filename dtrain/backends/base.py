@@ -25,6 +25,17 @@ from dtrain.names import (MAX_TAIL, check_gpu_quota, check_limit_bytes,  # noqa:
 from dtrain.spec import JobSpec
 
 
+# `cmd(words, project)`: `dtrain WORDS` as a printed hint names a follow-up command on a job of
+# `project`, so that it works as printed (the Client's: `Client.command_for`, which adds -p PROJECT
+# and --backend where config.yaml would send the bare command elsewhere).
+HintCommand = Callable[[str, str], str]
+
+
+def _plain_command(words: str, project: str) -> str:
+    """A hint's command where no Client says how to name it: `dtrain WORDS` as typed."""
+    return f"dtrain {words}"
+
+
 if TYPE_CHECKING:  # the local store's own reports; only the local backend produces them
     from dtrain.storage.info import VerifyReport
     from dtrain.storage.manifest import Change
@@ -531,14 +542,18 @@ class Backend(abc.ABC):
         nodes = self._nodes()
         return Listed(nodes, notices_of(nodes))
 
-    def exec(self, name: str, command: list[str] | tuple[str, ...], *, rank: int = 0) -> int:
+    def exec(self, name: str, command: list[str] | tuple[str, ...], *, rank: int = 0,
+             cmd: HintCommand | None = None) -> int:
         """Run `command` beside a Running job's rank (its mount namespace / pod and environment),
-        with this process's stdin, stdout and stderr; returns the command's exit code."""
+        with this process's stdin, stdout and stderr; returns the command's exit code. `cmd`: the
+        commands a refusal names (see `HintCommand`)."""
+        cmd = cmd or _plain_command
         with self._named("job", name):
             info = self._get(_existing(name, "job"))
         check_exec_rank(rank, name, info.spec.processes)  # the CLI's --rank is checked here too: one line
         if info.status != JobStatus.RUNNING:
-            raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job (see 'dtrain list')")
+            raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job "
+                                f"(see '{cmd('list', info.spec.project)}')")
         if isinstance(command, str) or not command or not all(isinstance(w, str) and "\0" not in w for w in command):
             raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt")
         return self._exec(name, list(command), rank=rank)
@@ -547,37 +562,42 @@ class Backend(abc.ABC):
         """What `submit` would send, without sending it (`dtrain submit --dry-run`)."""
         return self._render(spec)
 
-    def notebook_url(self, name: str, *, dtrain: str = "dtrain ", wait: float = 0) -> str:
+    def notebook_url(self, name: str, *, cmd: HintCommand | None = None, wait: float = 0) -> str:
         """Where to open notebook `name` (a job with spec.notebook), with its token where it has one.
-        `dtrain` starts the commands the refusals name (with --backend where this is not the default).
-        `wait`: seconds to wait for a Running notebook's Jupyter to serve (NotReadyError after them);
-        a notebook that is not Running is refused at once (a queued one may wait for hours)."""
+        `cmd`: the commands the refusals name (see `HintCommand`). `wait`: seconds to wait for a
+        Running notebook's Jupyter to serve (NotReadyError after them); a notebook that is not
+        Running is refused at once (a queued one may wait for hours)."""
         deadline = time.monotonic() + wait
         while True:
             try:
-                return self._open_notebook(name, dtrain)
+                return self._open_notebook(name, cmd)
             except NotReadyError:
                 if time.monotonic() >= deadline:
                     raise
             time.sleep(NOTEBOOK_POLL_S)
 
-    def _open_notebook(self, name: str, dtrain: str) -> str:
+    def _open_notebook(self, name: str, cmd: HintCommand | None) -> str:
         with self._named("job", name, "notebook"):
             info = self._get(_existing(name, "notebook"))
+        project = info.spec.project
+
+        def said(words: str) -> str:
+            return (cmd or _plain_command)(words, project)
+
         if not info.spec.notebook:
             raise SpecError(f"job {name!r} is not a notebook: start one with "
-                            f"'{dtrain}notebook NAME --pvc VOLUME:/home/jovyan'")
+                            f"'{said('notebook NAME --pvc VOLUME:/home/jovyan')}'")
         if info.status == JobStatus.DELETED:
-            raise ConflictError(f"notebook {name!r} is Deleted: start it again with '{dtrain}notebook {name} ...'")
+            raise ConflictError(f"notebook {name!r} is Deleted: start it again with '{said(f'notebook {name} ...')}'")
         if info.status.terminal:  # its name is still taken: delete first (its files are kept)
-            raise ConflictError(f"notebook {name!r} is {info.status}: delete it ('{dtrain}delete {name}', which "
+            raise ConflictError(f"notebook {name!r} is {info.status}: delete it ('{said(f'delete {name}')}', which "
                                 f"keeps its files on its volume or in its own work folder), then start it again "
-                                f"('{dtrain}notebook {name} ...')")
+                                f"('{said(f'notebook {name} ...')}')")
         if info.status == JobStatus.SUSPENDED:
-            raise ConflictError(f"notebook {name!r} is Suspended: start it again with '{dtrain}resume {name}'")
+            raise ConflictError(f"notebook {name!r} is Suspended: start it again with '{said(f'resume {name}')}'")
         if info.status == JobStatus.PENDING:  # queued (for GPUs, a quota): a URL of an earlier start, or none
             raise ConflictError(f"notebook {name!r} is Pending ({info.message or 'queued'}): open it once it is "
-                                f"Running (see '{dtrain}describe job {name}')")
+                                f"Running (see '{said(f'describe job {name}')}')")
         return self._notebook_url(info)
 
     def artifacts(self, name: str, *, to: str | Path) -> Path:
