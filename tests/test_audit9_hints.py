@@ -128,13 +128,25 @@ def test_a_submit_that_loses_the_race_for_its_name_names_the_project(team_a_on_l
     assert "deleted" in dt(*_hinted(str(lost.value), "delete")).stdout
 
 
-def test_exec_of_a_job_not_running_names_the_list_that_shows_it(team_a_on_local):
+@pytest.mark.parametrize("verb", ["exec", "resume", "suspend"])
+def test_a_verb_refused_for_a_jobs_state_names_the_list_that_shows_it(team_a_on_local, verb):
+    """'see 'dtrain list'' listed the default project's jobs, on Kubernetes: not the job's."""
     dt = team_a_on_local
     dt("submit", "ended", "-p", "team-a", "--", "python", "-c", "pass")
     dt("wait", "ended", "-p", "team-a", "--timeout", "60")
-    refused = dt("exec", "ended", "-p", "team-a", "--", "true", check=False)
-    assert_usage_error(refused, "exec needs a Running job")
+    refused = dt(verb, "ended", "-p", "team-a", *(["--", "true"] if verb == "exec" else []), check=False)
+    assert_usage_error(refused, "is Succeeded")
     assert "ended" in dt(*_hinted(refused.stderr, "list")).stdout
+
+
+def test_logs_of_a_queued_job_names_the_follow_that_finds_it(team_a_on_local, home):
+    dt = Dtrain(home, env={"DTRAIN_GPUS": "1"})
+    dt("submit", "first", "-p", "team-a", "--gpu", "1", "--", "sleep", "60")
+    dt("submit", "queued", "-p", "team-a", "--gpu", "1", "--", "true")
+    assert dt.json("describe", "job", "queued", "-p", "team-a")["status"] == "Pending"
+    said = dt("logs", "queued", "-p", "team-a").stderr
+    assert "no logs yet" in said
+    assert _hinted(said, "logs") == ["logs", "queued", "-f", "-p", "team-a"]
 
 
 def test_notebook_opens_refusal_names_commands_that_find_the_notebook(team_a_on_local):

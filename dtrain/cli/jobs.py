@@ -411,8 +411,9 @@ def cmd_logs(args, client: Client) -> int:
     # as kubectl: why nothing came (unless the backend said it: a restarted SageMaker host not started again)
     if (not printed and not args.follow and info.status.value == "Pending"
             and not lines.notices):
+        follow = client.command_for(f"logs {info.name} -f", backend=info.backend, project=info.spec.project)
         print(f"dtrain: job '{info.name}' is Pending ({info.message or 'not started'}): no process has "
-              f"started, so there are no logs yet; 'dtrain logs {info.name} -f' waits for them", file=sys.stderr)
+              f"started, so there are no logs yet; '{follow}' waits for them", file=sys.stderr)
     return 0
 
 
@@ -470,8 +471,8 @@ def cmd_delete(args, client: Client) -> int:
         info = client.delete(name, purge=args.purge, project=args.project)
         # A job still ending after the stop request (SageMaker's Stopping: its programs get SIGTERM and time to
         # save) reads Running until it has: say Stopping, not Running, and how to see the end.
-        state = (info.status.value if info.status.terminal else
-                 f"Stopping: 'dtrain wait {name}' returns once it has stopped")
+        waited = client.command_for(f"wait {name}", backend=info.backend, project=info.spec.project)
+        state = info.status.value if info.status.terminal else f"Stopping: '{waited}' returns once it has stopped"
         print(f"The job '{name}' has been " + ("purged" if args.purge else f"deleted ({state})"))
     return 0
 
@@ -508,8 +509,9 @@ def cmd_suspend_resume(args, client: Client) -> int:
         except NotFoundError as err:
             raise NotFoundError(f"{err}; nothing was {done}") from None
         if not _pausable(verb, info.status):
+            listed = client.command_for("list", backend=info.backend, project=info.spec.project)
             raise ConflictError(f"job {name!r} is {info.status.value}: 'dtrain {verb}' takes {which}; nothing "
-                                f"was {done} (see 'dtrain list')")
+                                f"was {done} (see '{listed}')")
     def waiting(seconds: float, name: str) -> None:  # said at once: else the resume is held with no word
         print(f"waiting for the processes of job '{name}' to stop (up to {seconds:.0f} s)", file=sys.stderr, flush=True)
 
