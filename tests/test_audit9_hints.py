@@ -158,3 +158,17 @@ def test_notebook_opens_refusal_names_commands_that_find_the_notebook(team_a_on_
     refused = dt("notebook", "open", "nb", "-p", "team-a", check=False)
     assert_usage_error(refused, "is Suspended")
     assert "resumed" in dt(*_hinted(refused.stderr, "resume")).stdout
+
+
+def test_a_job_not_in_its_projects_namespace_names_the_list_of_that_namespace(home, tmp_path):
+    """'job 'nope' not found in namespace dtrain-team-b: see 'dtrain list'': that listed the
+    default project's jobs (local), not the namespace looked in."""
+    server = team_b_on_kubernetes(home, tmp_path)
+    try:
+        dt = Dtrain(home)
+        dt("submit", "there", "-p", "team-b", "--", "python", "t.py")
+        refused = dt("describe", "job", "nope", "-p", "team-b", check=False)
+        assert_usage_error(refused, "not found in namespace")
+        assert "there" in dt(*_hinted(refused.stderr, "list")).stdout
+    finally:
+        server.close()

@@ -283,7 +283,7 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         ttl = self.config.ttl_seconds_after_finished
         gone = "" if ttl is None else (f"; the cluster deletes a job {ttl}s after it ends (kubernetes setting "
                                        f"ttl_seconds_after_finished), and its pods and logs with it")
-        raise NotFoundError(f"job {name!r} not found in namespace {self.namespace}: see 'dtrain list'{gone}")
+        raise NotFoundError(f"job {name!r} not found in namespace {self.namespace}: see '{self.cmd('list')}'{gone}")
 
     def _pods(self, name: str) -> list[dict]:
         return self.api.pods(self.namespace, job_selector(name))
