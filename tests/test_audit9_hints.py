@@ -172,3 +172,25 @@ def test_a_job_not_in_its_projects_namespace_names_the_list_of_that_namespace(ho
         assert "there" in dt(*_hinted(refused.stderr, "list")).stdout
     finally:
         server.close()
+
+
+def test_a_read_only_servers_notebook_url_refusal_names_the_open_that_finds_it(team_a_on_local, home):
+    """The 403 said 'dtrain notebook open nb', which looked on Kubernetes (the default), not where
+    the server had looked for project team-a's notebook."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    import httpx
+
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    dt = team_a_on_local
+    dt("notebook", "nb", "-p", "team-a")
+    dt("suspend", "nb", "-p", "team-a")
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), read_only=True, sample_every=3600))
+    try:
+        refused = httpx.get(f"{server.url}/api/v1/notebooks/nb/url", params={"project": "team-a"}, timeout=60)
+    finally:
+        server.stop()
+    assert refused.status_code == 403
+    opened = dt(*_hinted(refused.json()["error"], "open"), check=False)
+    assert_usage_error(opened, "notebook 'nb' is Suspended")  # found: its state is the refusal, not 'not found'

@@ -47,8 +47,10 @@ def notebook_url(request: Request, response: Response, name: wire.NotebookName, 
     409 while it is not Running (the line says what to do); a read-only server refuses it (403),
     since the token lets its holder run code as the notebook's user."""
     if request.app.state.read_only:
+        c = client(request)  # the command looks where this server would have (-p, --backend)
+        opened = c.command_for(f"notebook open {name}", backend=c.backend(project=project).name, project=project)
         raise HTTPException(403, f"this server is read-only, and a notebook's URL carries a token that runs "
-                                 f"code: open it with 'dtrain notebook open {name}' on the server's machine, "
+                                 f"code: open it with '{opened}' on the server's machine, "
                                  f"or restart 'dtrain server' without --read-only")
     response.headers["cache-control"] = "no-store"  # a credential: kept by no cache
     return wire.NotebookUrl(name=name, url=client(request).notebook_url(name, project=project))
