@@ -135,7 +135,8 @@ class Client:
                 words, backend="kubernetes", project=config.project), projects=mapped)
         if name == "sagemaker":
             from dtrain.backends.sagemaker.backend import SageMakerBackend
-            return SageMakerBackend(self.sagemaker_config(), home=self.home)
+            return SageMakerBackend(self.sagemaker_config(), home=self.home, command=lambda words: self.command_for(
+                words, backend="sagemaker"))
         raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
 
     def _kubernetes_config(self, project: str | None = None):

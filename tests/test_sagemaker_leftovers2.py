@@ -248,7 +248,10 @@ def test_logs_of_a_job_that_failed_before_any_host_logged_say_why(home, tmp_path
         line = _one_line(err.value)
         assert line.startswith("job 'no-data' ended Failed before any host logged a line: ClientError: channel "
                                "training: "), line
-        assert "does not exist on this machine; see dtrain describe job no-data" in line
+        assert "does not exist on this machine; see dtrain --backend sagemaker describe job no-data" in line
+    # as printed: the default backend (local) has no such job; 'dtrain describe job no-data' said not found
+    said = line.rsplit("; see ", 1)[1].split()
+    assert Dtrain(home).json(*said[1:])["status"] == "Failed"
 
 
 # ---------------------------------------------------------------- code the toolkit's torchrun refuses

@@ -65,13 +65,21 @@ class SageMakerBackend(Backend):
 
     def __init__(self, config: SageMakerConfig, *, clients: Clients | None = None, local: Clients | None = None,
                  session: Any = None, home: str | os.PathLike | None = None, cwd: str | None = None,
-                 pace: cwlogs.Pace = cwlogs.Pace(), sleep: Callable[[float], None] = time.sleep):
+                 pace: cwlogs.Pace = cwlogs.Pace(), sleep: Callable[[float], None] = time.sleep,
+                 command: Callable[[str], str] | None = None):
+        """`command(words)`: the `dtrain WORDS` a hint names for a job of this backend, so that it
+        works as printed (the Client's adds `--backend sagemaker` where SageMaker is not the default)."""
+        self._command = command
         self.config = config
         self._aws, self._local, self._session = clients, local, session
         self.home = Path(home) if home else None
         self.cwd = cwd
         self.pace, self._sleep = pace, sleep  # how `logs -f` polls; injected by tests
         self.facts = JobFacts(self.home)
+
+    def cmd(self, words: str) -> str:
+        """`dtrain WORDS` as a hint names it (see `command`)."""
+        return self._command(words) if self._command is not None else f"dtrain {words}"
 
     # ---- which clients serve a job ------------------------------------------------------
     @property
@@ -107,7 +115,7 @@ class SageMakerBackend(Backend):
             return self.local
         if not self._aws_configured():
             raise NotFoundError(f"SageMaker job {name!r} not found among --local jobs (and AWS is not configured: "
-                                f"dtrain config sagemaker --role ARN --bucket NAME); see the names with dtrain list")
+                                f"dtrain config sagemaker --role ARN --bucket NAME); see the names with {self.cmd('list')}")
         return self.aws
 
     def _config_for(self, spec: JobSpec) -> SageMakerConfig:
@@ -365,7 +373,7 @@ class SageMakerBackend(Backend):
                 if not picked:
                     raise NotFoundError(f"job {name!r} has no previous attempt (previous terminated container not "
                                         f"found): no host{'' if rank is None else f' of rank {rank}'} started its "
-                                        f"container more than once; 'dtrain logs {name}' shows its lines")
+                                        f"container more than once; '{self.cmd(f'logs {name}')}' shows its lines")
             logged = logged or bool(found)
             if not found and not follow:
                 self._no_lines(clients, name)
@@ -390,15 +398,14 @@ class SageMakerBackend(Backend):
             self._sleep(wait)
             waited += wait
 
-    @staticmethod
-    def _not_started(name: str, ranks: list[int], attempt: float | None) -> str:
+    def _not_started(self, name: str, ranks: list[int], attempt: float | None) -> str:
         """The one line `logs` adds for hosts whose container has not started again since the job's last
         interruption or retry: they have no lines of the current attempt yet."""
         hosts = ", ".join(f"algo-{r + 1} (rank {r})" for r in ranks)
         when = datetime.fromtimestamp(attempt or 0, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         return (f"job {name!r} was interrupted or restarted at {when} and the container of {hosts} has not "
-                f"started again yet: no lines of the current attempt; 'dtrain logs {name} --previous' shows "
-                f"the last attempt's, 'dtrain logs {name} -f' waits for the current one's")
+                f"started again yet: no lines of the current attempt; '{self.cmd(f'logs {name} --previous')}' shows "
+                f"the last attempt's, '{self.cmd(f'logs {name} -f')}' waits for the current one's")
 
     def _no_lines(self, clients: Clients, name: str) -> None:
         """A job that failed or stopped before any host logged (an image or data that could not be fetched,
@@ -406,10 +413,10 @@ class SageMakerBackend(Backend):
         state, message = status.job_status(self._describe(clients, name))
         if state.terminal and state != JobStatus.SUCCEEDED:
             raise NotFoundError(f"job {name!r} ended {state.value} before any host logged a line"
-                                f"{': ' + message if message else ''}; see dtrain describe job {name}")
+                                f"{': ' + message if message else ''}; see {self.cmd(f'describe job {name}')}")
 
     def _suspend(self, name: str) -> JobInfo:
-        raise self._not_supported("suspending a job", f"SageMaker has no such call: 'dtrain delete {name}' stops "
+        raise self._not_supported("suspending a job", f"SageMaker has no such call: '{self.cmd(f'delete {name}')}' stops "
                                   f"it (StopTrainingJob; its checkpoints stay at its checkpoint S3 URI), and a new "
                                   f"job with the same --checkpoint-s3-uri goes on from them")
 
@@ -439,8 +446,8 @@ class SageMakerBackend(Backend):
             return
         if state in ("InProgress", "Stopping"):
             raise ConflictError(f"job {name!r} is {'stopping' if state == 'Stopping' else 'running'}, and SageMaker "
-                                f"deletes only an ended job: run 'dtrain delete {name} --purge' again once "
-                                f"'dtrain wait {name}' returns")
+                                f"deletes only an ended job: run '{self.cmd(f'delete {name} --purge')}' again once "
+                                f"'{self.cmd(f'wait {name}')}' returns")
         aws_call(f"SageMaker DeleteTrainingJob of {name!r}", clients.sagemaker.delete_training_job,
                  TrainingJobName=name)
 
@@ -457,14 +464,14 @@ class SageMakerBackend(Backend):
         if not uri and not info.status.terminal:
             raise NotFoundError(f"job {name!r} has no model artifacts yet ({status}); wait for it to finish")
         if not uri:
-            raise NotFoundError(f"job {name!r} ended {status} without model artifacts; see dtrain describe job {name}")
+            raise NotFoundError(f"job {name!r} ended {status} without model artifacts; see {self.cmd(f'describe job {name}')}")
         bucket, _, key = uri[5:].partition("/")
         to = new_folder(to)  # before the download, which may be gigabytes
         try:
             got = aws_call("S3 download of model.tar.gz", clients.s3.get_object, Bucket=bucket, Key=key)
         except NotFoundError:  # SageMaker names the URI before it uploads there, and a job may end before
             raise NotFoundError(f"job {name!r} is {status} and {uri} does not exist: SageMaker uploads "
-                                f"/opt/ml/model when the job ends; see dtrain describe job {name}") from None
+                                f"/opt/ml/model when the job ends; see {self.cmd(f'describe job {name}')}") from None
         body, size = got["Body"], got.get("ContentLength")
         size = size if isinstance(size, int) else None
         # Beside the target, on its file system: $TMPDIR is often a RAM-backed tmpfs, smaller than a model
