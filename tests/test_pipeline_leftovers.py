@@ -303,3 +303,15 @@ def test_a_run_leaves_a_workspace_folder_in_its_root_alone(home, capsys, tmp_pat
     assert code == 0, err
     assert (root / ".workspace" / "mine.txt").read_text() == "keep"
     assert list((root / ".tmp").iterdir()) == []  # the run's own workspace went with its folder
+
+
+def test_a_failed_steps_whole_log_command_works_as_printed_off_the_default_backend(dt, home):
+    """'the whole log: dtrain logs doomed (after 'dtrain config backend local')': as printed it
+    looked on the default backend (Kubernetes here), and the way to it was to change config.yaml."""
+    (home / "config.yaml").write_text("project: default\nbackend: kubernetes\n")
+    with pytest.raises(JobFailedError) as err:
+        steps.run_job({"name": "doomed", "command": FAIL}, backend="local", client=Client(home=home),
+                      echo=lambda _line: None)
+    whole = str(err.value).rsplit("\nthe whole log: ", 1)[1].split()
+    assert whole[:3] == ["dtrain", "--backend", "local"]
+    assert dt(*whole[1:]).returncode == 0

@@ -473,10 +473,10 @@ def run_job(spec: dict, *, backend: str, client: Client | None = None, timeout: 
     _follow(client, job.name, echo)
     info = client.wait(job.name, timeout=timeout)
     if info.status is not JobStatus.SUCCEEDED:
+        whole = client.command_for(f"logs {job.name}", backend=info.backend, project=info.spec.project)
         raise JobFailedError(f"job {job.name!r} ended {info.status}" + (f" ({info.message})" if info.message else "")
                              + f" on the {backend} backend; " + _last_lines(client, job.name)
-                             + f"\nthe whole log: dtrain logs {job.name}"
-                             + ("" if backend == "local" else f" (after 'dtrain config backend {backend}')"))
+                             + f"\nthe whole log: {whole}")
     echo(f"job {job.name!r} {info.status}")
     return info
 
@@ -505,7 +505,8 @@ def _follow(client: Client, name: str, echo: Echo) -> None:
         info = client.get(name)
         if info.status is not JobStatus.SUSPENDED:
             return
-        echo(f"[{name}] suspended ({info.message}): this step waits for 'dtrain resume {name}'")
+        resume = client.command_for(f"resume {name}", backend=info.backend, project=info.spec.project)
+        echo(f"[{name}] suspended ({info.message}): this step waits for '{resume}'")
         while info.status is JobStatus.SUSPENDED:
             time.sleep(RESUME_POLL_S)
             info = client.get(name)
