@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import Dtrain
+from conftest import fill as fill_disk
 from dtrain.storage import Engine, Storage, btrfs
 from dtrain.storage.testing import CountingIO, tree_state
 
@@ -106,6 +107,39 @@ def test_verify_finds_a_file_changed_inside_a_read_only_snapshot(on_btrfs):
     assert [(d.problem, d.hits) for d in report.damaged] == [("corrupt", (("one", "clips/0601/2.jpg"),))]
     assert snap.name == "one"
     s.close()
+
+
+def test_verify_on_a_disk_that_fills_reports_what_it_skipped_as_the_content_path_does(on_btrfs):
+    """The first verify of a native snapshot records its files' hashes; on a disk with room for the
+    databases but not for that record, the content path reports its findings and says what it
+    skipped, while the native path failed whole ("No space left on device", exit 2) after hashing
+    every file. Now it reports them too, records nothing, and records the hashes once there is room."""
+    dt = Dtrain(on_btrfs / "home")
+    dt("volume", "create", "data", "--size", "1Mi")
+    vol = dt.home / "volumes/data/data"
+    for i in range(20_000):  # ~1 MiB of hashes to record
+        (vol / f"{i}.bin").write_bytes(os.urandom(100))
+    dt("snapshot", "create", "data", "--name", "first")
+    manifests = dt.home / "store/manifests"
+    before = sorted(os.listdir(manifests))
+    spacer = on_btrfs / "spacer"  # freed once the disk is full: room for the databases' writes only
+    spacer.write_bytes(os.urandom(256 << 10))
+    os.sync()
+    fill_disk(on_btrfs)
+    spacer.unlink()
+    os.sync()
+    try:
+        text = dt("snapshot", "verify").stdout
+        assert "skipped: setting aside skipped" in text and "hashes computed now were not recorded" in text
+        assert "objects: 20000" in text and "ok: True" in text
+        report = dt.json("snapshot", "verify", "first")
+        assert report["ok"] and report["objects"] == 20_000 and "free space there" in report["skipped"]
+        assert sorted(os.listdir(manifests)) == before  # no record, nor a part of one
+    finally:
+        (on_btrfs / "fill").unlink()
+    report = dt.json("snapshot", "verify", "first")
+    assert report["ok"] and report["skipped"] is None
+    assert [n for n in os.listdir(manifests) if n not in before and n.endswith(".hashes.gz")] != []
 
 
 def test_a_plain_folder_on_btrfs_falls_back_to_reflink_clones(on_btrfs):

@@ -716,10 +716,11 @@ class Engine:
             unrecorded = True
         files = hashed = 0
         for m in natives:  # a native snapshot's files, hashed now (recorded the first time)
-            n, b, bad = native.verify_tree(self.subvols.path(m.subvolume), m.entries,
-                                           self.root / "manifests" / f"{m.id}.hashes.gz", self.io.read_into,
-                                           self._buffer(), save=write and not unrecorded)
+            n, b, bad, unsaved = native.verify_tree(self.subvols.path(m.subvolume), m.entries,
+                                                    self.root / "manifests" / f"{m.id}.hashes.gz",
+                                                    self.io.read_into, self._buffer(), save=write and not unrecorded)
             files, hashed, corrupt = files + n, hashed + b, corrupt | bad
+            unrecorded |= unsaved and write  # a disk that filled: said as the content path says it
         return VerifyStats(objects=len(where) + files, bytes=run.done + hashed,
                            missing=frozenset(digests - where.keys() | gone), corrupt=corrupt,
                            bad_manifests=tuple(bad_manifests), unreadable=unreadable, unrecorded=unrecorded)

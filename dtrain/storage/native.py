@@ -20,6 +20,7 @@ compares against them on later ones.
 
 from __future__ import annotations
 
+import errno
 import gzip
 import json
 import os
@@ -30,8 +31,10 @@ from pathlib import Path
 from dtrain.replace import replace_file
 from dtrain.storage import btrfs, hashing
 from dtrain.storage.info import CaptureStats
+from dtrain.storage.fileio import DISK_FULL
 from dtrain.storage.manifest import SPECIALS, Entry, LazyEntries, Manifest, meta_entry, walk
 
+DISK_REFUSED = DISK_FULL | {errno.EROFS}  # a write the disk refused (db.no_room's errnos)
 UNHASHED = "u-"  # prefix of a content id that is not a hash (see the module docstring)
 
 
@@ -131,10 +134,11 @@ def save_hashes(path: Path, hashes: dict[str, str]) -> None:
 
 
 def verify_tree(root: Path, entries: Sequence[Entry], hashes_file: Path, read_into, buf: memoryview,
-                *, save: bool = True) -> tuple[int, int, set[str]]:
+                *, save: bool = True) -> tuple[int, int, set[str], bool]:
     """Hash every file of a read-only subvolume with BLAKE3: record the hashes on the first pass
     (unless `save` is False: a full disk), compare with them on later ones. Returns (files, bytes,
-    content ids found corrupt)."""
+    content ids found corrupt, whether hashes computed now could not be recorded: the disk refused
+    the write, as it does when it filled, and what was checked is reported all the same)."""
     recorded = load_hashes(hashes_file)
     found: dict[str, str] = {}
     files = total = 0
@@ -152,7 +156,13 @@ def verify_tree(root: Path, entries: Sequence[Entry], hashes_file: Path, read_in
         found[e.data[0]] = h.hexdigest()
         files, total = files + 1, total + done
     if recorded is None:
-        if save:
+        if not save:
+            return files, total, set(), bool(found)
+        try:
             save_hashes(hashes_file, found)
-        return files, total, set()
-    return files, total, {cid for cid, digest in found.items() if recorded.get(cid, digest) != digest}
+        except OSError as err:  # a disk that filled: the files were hashed and nothing is corrupt
+            if err.errno not in DISK_REFUSED:
+                raise
+            return files, total, set(), True
+        return files, total, set(), False
+    return files, total, {cid for cid, digest in found.items() if recorded.get(cid, digest) != digest}, False
