@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import DTRAIN, SLOW_STOP, Dtrain
+from conftest import DTRAIN, SLOW_STOP, Dtrain, rank_record
 from server_util import wait_until
 
 
@@ -163,3 +163,63 @@ def test_suspend_and_resume_all_take_every_job_of_the_project_they_can(dt: Dtrai
     finally:
         dt("delete", "--all", "-p", "team")
         dt("delete", "other")
+
+
+def test_of_two_resumes_at_once_only_the_one_that_queues_the_job_kills_leftover_ranks(dt: Dtrain, monkeypatch):
+    """Each resume killed the job's leftover ranks before its compare-and-set to Pending: the one
+    that then lost it (the job was already Pending) had killed the ranks the winner's new
+    supervisor had started, and the job failed. Now only the winner kills, and before its
+    supervisor starts. White box: the loser is held after its checks until the winner's rank runs."""
+    import threading
+
+    import dtrain.backends.local.ranks as ranks
+    from dtrain import Client
+    from dtrain.backends.local.backend import LocalBackend
+    from dtrain.errors import ConflictError
+    from dtrain.procs import Ident
+
+    dt("submit", "s", "--", "sleep", "600")
+    dt.wait_for("s", {"Running"})
+    first_run = Ident.from_record(rank_record(dt.home, "s", 0))
+    dt("suspend", "s")
+    checked, running = threading.Event(), threading.Event()
+    checks, kill = LocalBackend._check_resources, ranks.kill_ranks
+    killed_by: list[str] = []
+
+    def held_after_its_checks(self, spec, **kwargs):
+        checks(self, spec, **kwargs)
+        if threading.current_thread().name == "late":
+            checked.set()
+            assert running.wait(120), "the first resume's rank never ran"
+
+    def kill_ranks(*args, **kwargs):
+        killed_by.append(threading.current_thread().name)
+        return kill(*args, **kwargs)
+
+    monkeypatch.setattr(LocalBackend, "_check_resources", held_after_its_checks)
+    monkeypatch.setattr(ranks, "kill_ranks", kill_ranks)
+    late_result: list[BaseException | str] = []
+
+    def late_resume():
+        try:
+            late_result.append(Client(home=dt.home).resume("s").status.value)
+        except BaseException as err:  # noqa: BLE001 - checked below
+            late_result.append(err)
+
+    late = threading.Thread(target=late_resume, name="late")
+    late.start()
+    try:
+        assert checked.wait(120), "the late resume never reached its checks"
+        assert Client(home=dt.home).resume("s").status.value == "Pending"
+        new_run = wait_until(lambda: (i := Ident.from_record(rank_record(dt.home, "s", 0))) != first_run and i,
+                             what="the resumed job's rank running")
+        assert new_run.alive()
+    finally:
+        running.set()
+        late.join(120)
+    assert len(late_result) == 1 and isinstance(late_result[0], ConflictError), late_result
+    assert "only a Suspended job can be resumed" in str(late_result[0])
+    assert "late" not in killed_by, killed_by
+    assert new_run.alive() and dt.status("s") == "Running"
+    assert not [e["message"] for e in dt.json("describe", "job", "s")["events"] if "fail" in e["message"]]
+    dt("delete", "s")

@@ -660,11 +660,15 @@ class LocalBackend(Backend):
         self._check_resources(spec, volumes=False)  # a quota may have been lowered since
         for mount in spec.resolved_volumes():  # and a volume deleted (--force) or lost: say so now
             self._check_existing(mount, spec.project)
-        # a rank its killed supervisor left (its stop cut short) must not run beside the next run's
-        kill_ranks(self.home / "jobs" / name)
         me = Ident.of(os.getpid())
         claim = (me.pid, supervisor_token(me, claim=True))  # ours until the new supervisor records itself
-        self.store.resume(name, "resumed by the user; " + QUEUED, claim=claim)
+        self.store.resume(name, "resumed by the user; " + QUEUED, claim=claim, release=False)
+        # A rank its killed supervisor left (its stop cut short) must not run beside the next run's,
+        # nor keep using the devices it held once they go to another job. Killed only by the resume
+        # that queued the job, before its supervisor starts: a second resume at once (refused just
+        # above) killed first, and so the ranks the winner's new supervisor had started meanwhile.
+        kill_ranks(self.home / "jobs" / name)
+        self.store.release_preempted(name)
         self._start_supervisor(name, replacing=claim)
         return self._get(name)
 

@@ -280,10 +280,12 @@ class JobStore:
         self._event(name, status, message, now)
         return True
 
-    def resume(self, name: str, message: str, *, claim: tuple[int, str] | None = None) -> None:
+    def resume(self, name: str, message: str, *, claim: tuple[int, str] | None = None, release: bool = True) -> None:
         """Suspended -> Pending, only from Suspended (Pending -> Pending is a relaunch, which two
         `dtrain resume` at once must not both do): ConflictError otherwise. The caller has seen
-        the last supervisor exit: devices it still held (its stop was cut short) are let go.
+        the last supervisor exit: devices it still held (its stop was cut short) are let go, or with
+        `release=False` kept until the caller, having stopped what that run left, calls
+        `release_preempted` (as a preempted job's supervisor does).
         `claim` (the resuming command's pid and claim token) is recorded as the job's supervisor in
         the same transaction, until the new supervisor replaces it: a command reading the job in
         between would otherwise find a Pending job whose supervisor is gone, and call it lost.
@@ -292,7 +294,8 @@ class JobStore:
             status = self.status(name)
             if status != "Suspended":
                 raise ConflictError(f"job {name!r} is {status}: only a Suspended job can be resumed")
-            self._release(name)
+            if release:
+                self._release(name)
             if claim is not None:
                 self.conn.execute("UPDATE jobs SET supervisor_pid=?, supervisor_start=? WHERE name=?", (*claim, name))
             self.move(name, "Pending", message)
