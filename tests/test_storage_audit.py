@@ -88,18 +88,64 @@ def test_a_pack_cut_short_is_refused_by_a_restore(storage):
     assert tree_state(storage.restore_snapshot("one", to="first").path) == one
 
 
-@pytest.mark.parametrize("spoil", ["truncate", "garbage", "not-gzip", "json-list", "escaping-path"])
-def test_a_damaged_manifest_is_named_by_verify_and_refused_by_restore_and_diff(storage, spoil):
+def _b_bin(field: str, value):
+    """A hand edit of a manifest body: b.bin's `field` set to `value`."""
+    def edit(body: dict) -> None:
+        row = next(r for r in body["entries"] if r[0] == "b.bin")
+        row[body["fields"].index(field)] = value
+    return edit
+
+
+def _add_rows(*rows):
+    def edit(body: dict) -> None:
+        b_bin = next(r for r in body["entries"] if r[0] == "b.bin")
+        for path, kind, data in rows:
+            body["entries"].append([path, kind, *b_bin[2:7], data, *b_bin[8:]])
+        body["entries"].sort(key=lambda r: r[0])
+    return edit
+
+
+# Edited by hand, each of these crashed a restore half way (a traceback: TypeError from fchmod,
+# fchown, utime or symlink) or failed it on a bare errno ("[Errno 20] Not a directory"), while
+# verify called the snapshot sound; a file listed under a link to outside the volume was kept
+# from being written there only by O_NOFOLLOW.
+EDITS = {
+    "mode-as-text": _b_bin("mode", "rwx"),
+    "mode-too-big": _b_bin("mode", 0o7777777),
+    "uid-as-name": _b_bin("uid", "root"),
+    "mtime-as-text": _b_bin("mtime_ns", "yesterday"),
+    "negative-size": _b_bin("size", -5),
+    "content-as-text": _b_bin("data", "b3-0"),
+    "path-twice": _add_rows(("b.bin", "file", ["b3-0"])),
+    "folder-unlisted": _add_rows(("nodir/x.bin", "file", [])),
+    "file-under-a-file": _add_rows(("b.bin/x.bin", "file", [])),
+    "file-under-a-link-out": _add_rows(("out", "symlink", "OUTSIDE"), ("out/x.bin", "file", [])),
+    "link-target-a-number": _add_rows(("out", "symlink", 42)),
+    "subvolume-a-path": lambda body: body.update(subvolume="../../volumes/data/data"),
+}
+
+
+@pytest.mark.parametrize("spoil", ["truncate", "garbage", "not-gzip", "json-list", "escaping-path", *EDITS])
+def test_a_damaged_manifest_is_named_by_verify_and_refused_by_restore_and_diff(storage, spoil, tmp_path):
     """A manifest cut short raised EOFError out of verify, restore, diff and every sweep (a
     traceback instead of the damaged snapshot's name)."""
+    import json
+
     _two_snapshots(storage)
     (storage.get_volume("data").path / "c.bin").write_bytes(b"three")
     storage.create_snapshot("data", name="three")
     manifest = storage.engine.manifest_path(storage.get_snapshot("two").id)
     blob = manifest.read_bytes()
-    body = {"truncate": blob[: len(blob) // 2], "garbage": blob[:20] + bytes(len(blob) - 20),
-            "not-gzip": b"{}", "json-list": gzip.compress(b"[1, 2]"),
-            "escaping-path": gzip.compress(gzip.decompress(blob).replace(b'"b.bin"', b'"../../b.bin"'))}[spoil]
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    if spoil in EDITS:
+        edited = json.loads(gzip.decompress(blob))
+        EDITS[spoil](edited)
+        body = gzip.compress(json.dumps(edited).replace('"OUTSIDE"', json.dumps(str(outside))).encode())
+    else:
+        body = {"truncate": blob[: len(blob) // 2], "garbage": blob[:20] + bytes(len(blob) - 20),
+                "not-gzip": b"{}", "json-list": gzip.compress(b"[1, 2]"),
+                "escaping-path": gzip.compress(gzip.decompress(blob).replace(b'"b.bin"', b'"../../b.bin"'))}[spoil]
     os.chmod(manifest, 0o644)
     manifest.write_bytes(body)
     report = storage.verify()
@@ -109,6 +155,7 @@ def test_a_damaged_manifest_is_named_by_verify_and_refused_by_restore_and_diff(s
     with pytest.raises(StorageError, match="snapshot 'two' is damaged"):
         storage.diff("two", "three")
     assert not (storage.home / "b.bin").exists() and not (storage.home / "volumes/b.bin").exists()
+    assert os.listdir(outside) == [] and sorted(os.listdir(storage.home / "volumes")) == ["data"]
     assert storage.restore_snapshot("three", to="copy").name == "copy"
     storage.delete_snapshot("two")  # a damaged snapshot can still be deleted
     assert storage.verify().ok
