@@ -240,6 +240,46 @@ def test_a_folder_swapped_for_a_link_during_a_restore_is_never_written_through(t
     engine.close()
 
 
+@pytest.mark.parametrize("put", ["nothing", "link-out", "file"])
+def test_a_volume_whose_folder_is_gone_or_replaced_is_refused_in_one_line_before_any_work(storage, tmp_path, put):
+    """Its folder removed (Lost: a class's disk not mounted), or a link to outside the volume or a
+    file put in its place: snapshot and diff said "cannot snapshot PATH: it is not a folder (... not
+    a symlink or a file)" for all three, naming no volume (a diff is no snapshot), and an in-place
+    restore onto a Lost volume wrote every file, then failed its swap with a traceback
+    (FileNotFoundError: '.restore-...' -> '.../data')."""
+    vol = storage.create_volume("data")
+    (vol.path / "a.bin").write_bytes(b"first")
+    storage.create_snapshot("data", name="one")
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "a.bin").write_bytes(b"not the volume's")
+    shutil.rmtree(vol.path)
+    if put == "link-out":
+        os.symlink(outside, vol.path)
+    elif put == "file":
+        vol.path.write_bytes(b"")
+    why = {"nothing": rf"volume 'data' has lost its folder {vol.path} \(removed by hand, or the disk of storage "
+                      r"class 'local' is not mounted\): put it back, or restore one of its snapshots into a new "
+                      r"volume .*dtrain snapshot list --volume data",
+           "link-out": rf"the folder of volume 'data', {vol.path}, is a symbolic link \(to {outside}\), which "
+                       r"is never followed: put the volume's own folder back there",
+           "file": rf"the folder of volume 'data', {vol.path}, is not a folder: put the volume's own folder back"}[put]
+    with pytest.raises(StorageError, match="cannot snapshot volume 'data': " + why):
+        storage.create_snapshot("data", name="two")
+    with pytest.raises(StorageError, match="cannot compare snapshot 'one' with volume 'data': " + why):
+        storage.diff("one")
+    assert [s.name for s in storage.list_snapshots()] == ["one"]
+    if put == "nothing":
+        with pytest.raises(StorageError, match="cannot restore snapshot 'one' in place: " + why):
+            storage.restore_snapshot("one", in_place=True)
+        assert os.listdir(vol.path.parent) == []  # no staging folder was made, nor the volume's folder
+    else:  # the link or file itself is replaced (never followed): the volume is back as it was
+        storage.restore_snapshot("one", in_place=True)
+        assert (vol.path / "a.bin").read_bytes() == b"first" and not vol.path.is_symlink()
+    assert (outside / "a.bin").read_bytes() == b"not the volume's" and os.listdir(outside) == ["a.bin"]
+    assert storage.restore_snapshot("one", to="back").name == "back"
+
+
 # --- housekeeping after kills --------------------------------------------------------------------
 def _store_files(home: Path) -> list[str]:
     return sorted(p.name for p in (home / "store").rglob("*") if p.is_file() and p.parent.name in

@@ -275,6 +275,24 @@ class Storage:
                                  (name, job, int(since * 1e9) - 10**9)).fetchone() is not None
 
     # --- snapshots -------------------------------------------------------------------------
+    def _require_folder(self, vol: Volume, doing: str, *, replaced: bool = False) -> None:
+        """One line, before anything is written, where `vol`'s data folder is gone (Lost: removed by
+        hand, or its storage class's disk not mounted) or, unless `replaced` (an in-place restore puts
+        a folder there), is not a folder: a link or a file put in its place, never followed. The
+        engine said "cannot snapshot PATH: it is not a folder" for all three, for a diff too."""
+        try:
+            st = os.lstat(vol.path)
+        except FileNotFoundError:
+            raise StorageError(f"cannot {doing}: volume {vol.name!r} has lost its folder {vol.path} (removed by "
+                               f"hand, or the disk of storage class {vol.storage_class!r} is not mounted): put it "
+                               f"back, or restore one of its snapshots into a new volume (`dtrain snapshot restore "
+                               f"SNAP --to NEW`; its snapshots: `{LIST_SNAPSHOTS} --volume {vol.name}`)") from None
+        if not replaced and not stat.S_ISDIR(st.st_mode):
+            what = (f"a symbolic link (to {os.readlink(vol.path)}), which is never followed"
+                    if stat.S_ISLNK(st.st_mode) else "not a folder")
+            raise StorageError(f"cannot {doing}: the folder of volume {vol.name!r}, {vol.path}, is {what}: put "
+                               f"the volume's own folder back there")
+
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         job_spec: Mapping | None = None, source_snapshot: str | None = None,
                         progress: Progress | bool | None = None) -> Snapshot:
@@ -293,6 +311,7 @@ class Storage:
         self._collect()
         try:
             with self.hold(vol, exclusive=False), self.engine.pin():
+                self._require_folder(vol, f"snapshot volume {volume!r}")  # under the hold: no move or swap runs
                 base_id = self._latest_id(vol.uid)  # under the pin: its objects cannot be swept
                 with reporter(progress, f"snapshot {volume}") as cb:
                     manifest, stats = self.engine.capture(vol.path, base_id=base_id, progress=cb)
@@ -435,6 +454,7 @@ class Storage:
                                 f"there is no live volume to compare it with: name a second snapshot "
                                 f"(`dtrain snapshot diff {a} OTHER`)")
         vol = self.get_volume(row[0])
+        self._require_folder(vol, f"compare snapshot {a!r} with volume {vol.name!r}")
         with self.engine.pin():
             live, _ = self.engine.capture(vol.path, base=old, store=False)
         return mf.diff(old, live)
@@ -492,6 +512,8 @@ class Storage:
         if jobs := users():
             raise ConflictError(f"volume {vol.name!r} is in use by job(s) {', '.join(jobs)}: "
                                 f"wait for them to finish or stop them (dtrain delete JOB) before an in-place restore")
+        doing = f"restore snapshot {snap.name!r} in place"
+        self._require_folder(vol, doing, replaced=True)  # else every file is written, then the swap fails
         self._collect()
         staging = vol.path.parent / folders.staging_name("restore")  # beside data/, in the volume's class root
         try:
@@ -504,6 +526,7 @@ class Storage:
                     raise ConflictError(f"job(s) {', '.join(jobs)} started on volume {vol.name!r} while snapshot "
                                         f"{snap.name!r} was being restored; the volume is unchanged: restore again "
                                         f"once they finish or are stopped (dtrain delete JOB)")
+                self._require_folder(vol, doing, replaced=True)  # lost while the files were written
                 with db.transaction(self.conn):
                     folders.swap(staging, vol.path)
                     self.conn.execute("UPDATE volumes SET head_snapshot = ? WHERE name = ?", (snap.name, vol.name))
