@@ -130,3 +130,19 @@ def test_bad_input_gives_one_line_and_exit_2(home, files, args, env, message):
     assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
     assert re.fullmatch(r"(dtrain: error: )?" + re.escape(message), proc.stderr.strip()), proc.stderr
     assert not (files / "s").exists() and not (files / "o4").exists() and not (files / "c").exists()
+
+
+@pytest.mark.parametrize("value, low, high, says", [
+    (10.0000001, 0, 10, "--lr 10.0000001 is out of range: give 0 to 10"),  # '%g' made it 10: "10 is out of range"
+    (12.345678, 0, 10, "--lr 12.345678 is out of range"),
+    (1e300, 0, 10, "--lr 1e+300 is out of range"),
+    (-1.0, 0, 10.0, "--lr -1 is out of range: give 0 to 10"),
+    (0.0001234567, 0.001, 0.999, "--lr 0.0001234567 is out of range: give 0.001 to 0.999"),
+])
+def test_a_workload_refusal_quotes_every_digit_of_the_number(value, low, high, says):
+    from dtrain.errors import SpecError
+    from dtrain.workloads.inputs import in_range
+
+    with pytest.raises(SpecError) as e:
+        in_range("--lr", value, low, high)
+    assert str(e.value) == says or str(e.value).startswith(says), str(e.value)

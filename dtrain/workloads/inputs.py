@@ -89,7 +89,11 @@ class Parser(argparse.ArgumentParser):
 
 
 def _num(x: float) -> str:
-    return str(x) if isinstance(x, int) else f"{x:g}"
+    """A number for a message: a whole one without '.0' (2, 1e+300), any other with all its digits
+    (--lr 12.345678, which '%g' rounded to 12.3457: a refusal quoted a number nobody typed)."""
+    if isinstance(x, int) or not math.isfinite(x) or (x.is_integer() and abs(x) < 1e16) or abs(x) >= 1e16:
+        return str(x) if isinstance(x, int) else f"{x:g}"
+    return repr(x)
 
 
 def in_range(name: str, value: float, low: float, high: float) -> None:
