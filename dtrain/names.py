@@ -48,13 +48,58 @@ MAX_TIME = 253_402_300_799.0  # the last unix time an RFC 3339 stamp can name (9
 EVERY = {"cli": ("-1", "'all'"), "sdk": ("None", "None"), "http": ("leave it out", "leave it out")}
 
 
+class WrittenInt(int):
+    """A whole number as the user wrote it where Python writes it back otherwise: a job file's 017
+    (15), 0x1F, 1_000, 12:30 (750) or +2, a flag's 1e3 or -0. A number where a field takes one, its
+    `text` where a field takes a string (spec._word) and where a refusal repeats it (shown): a
+    refusal quotes what was typed, not what it was read as."""
+
+    text: str
+
+    def __new__(cls, value: int, text: str) -> "WrittenInt":
+        number = super().__new__(cls, value)
+        number.text = text
+        return number
+
+
+class WrittenFloat(float):
+    """A float written otherwise than Python writes it (0.10 is 0.1, .5, 1.0e+3, a flag's 1e400
+    that is inf): as WrittenInt."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str) -> "WrittenFloat":
+        number = super().__new__(cls, value)
+        number.text = text
+        return number
+
+
+def written(value, text: str):
+    """`value` (an int or float read from `text`) keeping `text` where Python writes it otherwise."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or str(value) == text:
+        return value
+    return (WrittenInt if isinstance(value, int) else WrittenFloat)(value, text)
+
+
+def plain(value):
+    """A number as a plain int or float (what a field stores and dumps), anything else unchanged."""
+    if isinstance(value, WrittenInt):
+        return int(value)
+    if isinstance(value, WrittenFloat):
+        return float(value)
+    return value
+
+
 def shown(value) -> str:
-    """`value` as an error message repeats it: its repr, at most SHOWN characters ('...' where cut).
+    """`value` as an error message repeats it: its repr, at most SHOWN characters ('...' where cut);
+    a number as it was written (WrittenInt, WrittenFloat: '1e9', not 1000000000).
 
     Built piece by piece (reprlib), so a huge value (a list that YAML aliases multiply, a
     10**5000) costs no more than its first few items: no message grows with its input."""
     import reprlib  # only refusals need it
 
+    if isinstance(value, (WrittenInt, WrittenFloat)) and len(value.text) <= SHOWN:
+        return value.text  # a longer one is named by its size below, as a plain one is
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
         return f"{'-' if value < 0 else ''}<a whole number of about {round(value.bit_length() * 0.30103)} digits>"
     short = reprlib.Repr()
@@ -109,8 +154,9 @@ def check_gpu_quota(value, what: str = "--gpu-quota") -> int:
     """A project's GPU quota: a whole number from 0 to MAX_GPU_QUOTA. `what` names it where it was
     given: the CLI's flag (and the HTTP API's, which answers as the CLI), or the SDK's argument."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_GPU_QUOTA:
-        raise SpecError(f"invalid {what} {shown(value)}: use a whole number from 0 to {MAX_GPU_QUOTA}")
-    return value
+        raise SpecError(f"invalid {what} {shown(value)}: use a whole number from 0 to {MAX_GPU_QUOTA}, e.g. "
+                        f"{what}{' ' if what.startswith('-') else '='}8")
+    return plain(value)
 
 
 def check_limit_bytes(value) -> int:
@@ -118,14 +164,14 @@ def check_limit_bytes(value) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT_BYTES:
         raise SpecError(f"invalid --limit-bytes {shown(value)}: use a number of bytes from 1 to {MAX_LIMIT_BYTES} "
                         f"(leave it out for the whole log), e.g. --limit-bytes 10000")
-    return value
+    return plain(value)
 
 
 def check_port(value) -> int:
     """`dtrain server --port`: a TCP port, 0 for any free one."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= 65535:
-        raise SpecError(f"invalid --port {shown(value)}: use 1-65535 (or 0 for any free port)")
-    return value
+        raise SpecError(f"invalid --port {shown(value)}: use 1-65535 (or 0 for any free port), e.g. --port 8500")
+    return plain(value)
 
 
 def check_page(limit: int | None, offset: int) -> None:
@@ -146,7 +192,7 @@ def check_tail(value, door: str = "sdk") -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TAIL:
         raise SpecError(f"invalid tail {shown(value)}: use a number of lines from 0 to {MAX_TAIL}, or "
                         f"{EVERY[door][0]} for all of them (the default), e.g. -t 10")
-    return value
+    return plain(value)
 
 
 def rank_refusal(typed, door: str = "sdk") -> SpecError:
@@ -160,7 +206,7 @@ def check_rank(value, door: str = "sdk", typed=None) -> int:
     once the job is read: its line names them); `typed`: as the user wrote it."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise rank_refusal(value if typed is None else typed, door)
-    return value
+    return plain(value)
 
 
 def check_exec_rank(value, name: str, processes: int, typed=None) -> int:
@@ -170,7 +216,7 @@ def check_exec_rank(value, name: str, processes: int, typed=None) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < processes:
         raise SpecError(f"invalid --rank {shown(value if typed is None else typed)}: exec runs in one process; "
                         f"job {name!r} has {processes} process(es), ranks 0 to {processes - 1}")
-    return value
+    return plain(value)
 
 
 def wait_refusal(typed, door: str = "sdk") -> SpecError:
@@ -188,7 +234,7 @@ def check_wait(value) -> float:
     """Client.wait's timeout: a number of seconds from 0 to MAX_WAIT (the CLI's --timeout)."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_WAIT:
         raise wait_refusal(value)  # NaN compares false
-    return value
+    return plain(value)
 
 
 def since_refusal(value, bounds: str = "") -> SpecError:
@@ -204,7 +250,7 @@ def check_since(value, typed=None) -> float:
     if (isinstance(value, bool) or not isinstance(value, (int, float))
             or not 0 <= value <= MAX_TIME):  # NaN compares false
         raise since_refusal(value if typed is None else typed, f" from 0 to {MAX_TIME:.0f}")
-    return value
+    return plain(value)
 
 
 def as_typed_number(text):
@@ -218,12 +264,13 @@ def as_typed_number(text):
     return text
 
 
-def parse_size(text: str, what: str = "size", *, minimum: int = 0) -> int:
+def parse_size(text: str, what: str = "size", *, minimum: int = 0, example: str = "100Gi") -> int:
     """'100Gi' -> bytes. A Kubernetes quantity (binary suffixes Ki..Ei, decimal ones n, u, m,
-    k..E, or an exponent: 1e3); from `minimum` bytes to 1Ei. Every refusal names the range."""
+    k..E, or an exponent: 1e3); from `minimum` bytes to 1Ei. Every refusal names the range and
+    `example`, a size that suits what is sized (8Gi of memory, 100Gi of volume)."""
     lowest = "1 byte" if minimum == 1 else _quantity(minimum)
     bounds = f"from {lowest} to 1Ei" if minimum else "of at most 1Ei"
-    number, suffix = _size_groups(text, what, bounds)
+    number, suffix = _size_groups(text, what, bounds, example)
     # First roughly, in floating point: an exponent far out of range (1e999999999) never becomes a
     # 10**n. Rounding keeps order, so whatever is in range passes; then exactly, and as Kubernetes'
     # Quantity.Value() does, a fraction of a byte rounds up.
@@ -238,19 +285,22 @@ def parse_size(text: str, what: str = "size", *, minimum: int = 0) -> int:
         exact = Fraction(Decimal(number)) * (scale if scale is not None else Fraction(10) ** exponent)
         if minimum <= exact <= MAX_SIZE:
             return ceil(exact)
-    raise SpecError(f"invalid {what} {shown(text)}: use a quantity {bounds}, e.g. 100Gi")
+    raise SpecError(f"invalid {what} {shown(text)}: use a quantity {bounds}, e.g. {example}")
 
 
-def _size_groups(text: str, what: str, bounds: str) -> tuple[str, str | None]:
-    """The number and suffix of a quantity as dtrain writes it: SIZE_RE, after an optional '+'."""
+def _size_groups(text: str, what: str, bounds: str, example: str = "100Gi") -> tuple[str, str | None]:
+    """The number and suffix of a quantity as dtrain writes it: SIZE_RE, after an optional '+' (or a
+    '-' before zero: -0 is 0)."""
     whole = isinstance(text, int) and not isinstance(text, bool) and text.bit_length() <= 256  # str(10**5000) fails
     given = str(text).strip() if isinstance(text, str) or whole else None
-    if given is not None and given[:1] == "-" and SIZE_RE.fullmatch(given[1:]):
-        raise SpecError(f"invalid {what} {shown(text)}: it cannot be negative; use a quantity {bounds}, e.g. 100Gi")
-    unsigned = given[1:] if given is not None and given[:1] == "+" else given
+    negative = given is not None and given[:1] == "-" and SIZE_RE.fullmatch(given[1:])
+    if negative and negative.group(1).strip("0.") != "":
+        raise SpecError(f"invalid {what} {shown(text)}: it cannot be negative; use a quantity {bounds}, "
+                        f"e.g. {example}")
+    unsigned = given[1:] if given is not None and given[:1] in "+-" else given
     m = SIZE_RE.fullmatch(unsigned) if unsigned is not None and len(given) <= MAX_QUANTITY_TEXT else None
     if not m:
-        raise SpecError(f"invalid {what} {shown(text)}: use a Kubernetes quantity {bounds} such as 512Mi, 100Gi "
+        raise SpecError(f"invalid {what} {shown(text)}: use a Kubernetes quantity {bounds} such as 512Mi, {example} "
                         f"or 2G")
     return m.group(1), m.group(2)
 
@@ -317,7 +367,7 @@ def parse_least_size(text: str, what: str, *, minimum: int, example: str = "100G
     except SpecError:
         size = None  # malformed, negative or too large: parse_size's own line below
     if size is not None and 0 < size < minimum:
-        number, suffix = _size_groups(text, what, "")
+        number, suffix = _size_groups(text, what, "", example)
         bounds = f"use a quantity from {_quantity(minimum)} to 1Ei"
         if suffix is None:
             raise SpecError(f"invalid {what} {shown(text)}: a number without a unit is bytes ({size} "
@@ -326,7 +376,7 @@ def parse_least_size(text: str, what: str, *, minimum: int, example: str = "100G
             raise SpecError(f"invalid {what} {shown(text)}: '{suffix}' is {_BELOW_BYTE[suffix]} ({size} "
                             f"byte{'s' if size > 1 else ''}); {bounds}: {number}Mi or {number}M for megabytes")
         raise SpecError(f"invalid {what} {shown(text)}: that is {size} bytes; {bounds}, e.g. {example}")
-    return parse_size(text, what, minimum=minimum)
+    return parse_size(text, what, minimum=minimum, example=example)
 
 
 LABEL_JOB = "dtrain.io/job"  # the job an object was made for: a Kubernetes label; locally on the volumes a job makes

@@ -13,13 +13,14 @@ import math
 import posixpath
 import re
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
 from dtrain.names import (MAX_PROCESSES, NAME_RE, SIZE_RE, check_name, check_storage_class,  # noqa: F401 (re-exported)
-                          MIN_VOLUME, STORED, cut, job_volume_name, parse_least_size, parse_size, parse_volume_size,
-                          shown)
-from dtrain.spec_sagemaker import SageMakerOptions
+                          MIN_VOLUME, STORED, WrittenFloat, WrittenInt, cut, job_volume_name, parse_least_size,
+                          parse_size, parse_volume_size, plain, shown, written)
+from dtrain.spec_sagemaker import NUMBER_FIELDS as SAGEMAKER_NUMBERS, SageMakerOptions
 
 LAUNCHERS = ("none", "torchrun", "mpi")
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -35,10 +36,14 @@ SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV = "ENABLE_SNAPSHOT", "PVC_NAME"
 MAX_GPU_PER_PROCESS = 16
 MIN_CPU, MAX_CPU = 0.01, 1024  # 0.01: the smallest share a cgroup quota (1 ms per 100 ms) enforces
 MIN_MEMORY = 4 * 2**20  # 4Mi: less than a process (an interpreter, a shell) needs to start
+MEMORY_EXAMPLE = "8Gi"  # the --memory every refusal of one suggests (the flag's help says it too)
 MAX_RESTARTS = 100
 # A notebook's --idle-timeout, in seconds: Jupyter looks for activity once a minute, and a month is
 # beyond any session that is still someone's.
 MIN_IDLE_TIMEOUT, MAX_IDLE_TIMEOUT = 60, 30 * 86400
+# The fields that take a number: a number written otherwise than Python writes it (a job file's 0x10,
+# a flag's 1e9: names.WrittenInt) reaches their checks as written, so that a refusal quotes it.
+NUMBER_FIELDS = ("processes", "gpu", "cpu", "max_restarts", "idle_timeout")
 MAX_TEXT = 65536  # one command word, env value or path
 # The command's words and the environment together: the kernel refuses to start a program whose
 # arguments and environment pass ARG_MAX (2 MiB with the usual 8 MiB stack), and the launcher and
@@ -85,6 +90,23 @@ def check_image(value, param: str, *, required: bool = False) -> str:
                         f"registry.example.com/team/image:1.0 ([HOST/]PATH[:TAG][@sha256:DIGEST], PATH lower-case, "
                         f"HOST/PATH at most {MAX_IMAGE_NAME} characters){empty}")
     return value
+
+
+def idle_timeout_refusal(typed, door: str = "sdk") -> SpecError:
+    """The refusal of a notebook's idle timeout (`typed`: as the user wrote it): the SDK's and the
+    HTTP API's whole seconds, or the CLI's duration (`door` 'cli'), in one line."""
+    unit, example = (" (seconds)", "3600 (the CLI's --idle-timeout 1h)") if door != "cli" else ("", "--idle-timeout 1h")
+    return SpecError(f"invalid --idle-timeout {shown(typed)}{unit}: give 1m to 30d, i.e. a whole number of seconds "
+                     f"from {MIN_IDLE_TIMEOUT} to {MAX_IDLE_TIMEOUT}, e.g. {example}")
+
+
+def check_idle_timeout(value, typed=None, door: str = "sdk") -> int:
+    """A notebook's idle timeout: whole seconds from MIN_IDLE_TIMEOUT to MAX_IDLE_TIMEOUT (`value`: a
+    Fraction for the CLI's exact duration, '1.5h'; None, a duration the CLI could not read)."""
+    whole = not isinstance(value, bool) and isinstance(value, (int, Fraction)) and value == int(value)
+    if not whole or not MIN_IDLE_TIMEOUT <= value <= MAX_IDLE_TIMEOUT:
+        raise idle_timeout_refusal(value if typed is None else typed, door)
+    return int(value)
 
 
 def _bool(value, what: str) -> bool:
@@ -479,8 +501,8 @@ class JobSpec:
         if self.processes > 1 and self.launcher == "none":
             raise SpecError(f"--processes {self.processes} needs a launcher: use dtrain submit-dist "
                             f"--launcher torchrun or dtrain submit-mpi")
-        if isinstance(self.cpu, float) and self.cpu.is_integer() and abs(self.cpu) <= 2 ** 53:
-            set_("cpu", int(self.cpu))  # 2, however it came (JSON's 2.0, the SDK's float, argparse's 2.0): as typed
+        if type(self.cpu) is float and self.cpu.is_integer() and abs(self.cpu) <= 2 ** 53:
+            set_("cpu", int(self.cpu))  # 2, however it came (JSON's 2.0, the SDK's float): as typed
         if self.cpu is not None and (isinstance(self.cpu, bool) or not isinstance(self.cpu, (int, float))
                                      or not (0 if _STORED.get() else MIN_CPU) <= self.cpu <= MAX_CPU
                                      or self.cpu == 0):  # NaN compares false
@@ -488,9 +510,13 @@ class JobSpec:
                             f"{MAX_CPU}, e.g. --cpu 2 or --cpu 0.5")
         if self.memory is not None:
             parse_least_size(_text(self.memory, "--memory", fix=" such as 512Mi"), "--memory",
-                             minimum=1 if _STORED.get() else MIN_MEMORY, example="4Gi")
+                             minimum=1 if _STORED.get() else MIN_MEMORY, example=MEMORY_EXAMPLE)
         self._check_texts()
         self._check_volumes()
+        for key in NUMBER_FIELDS:  # checked as written (a refusal quotes '1e9', not 1000000000); stored plain
+            set_(key, plain(getattr(self, key)))
+        if isinstance(self.cpu, float) and self.cpu.is_integer():
+            set_("cpu", int(self.cpu))  # a flag's or a job file's 2.0, as the SDK's and JSON's above
 
     def _check_texts(self):
         if self.working_dir is not None:
@@ -510,10 +536,7 @@ class JobSpec:
             raise SpecError(f"notebook {self.name!r} is one interactive process: drop --processes, "
                             f"--launcher, --max-restarts and --snapshot-on-success")
         if self.idle_timeout is not None:
-            if (isinstance(self.idle_timeout, bool) or not isinstance(self.idle_timeout, int)
-                    or not MIN_IDLE_TIMEOUT <= self.idle_timeout <= MAX_IDLE_TIMEOUT):
-                raise SpecError(f"invalid --idle-timeout {shown(self.idle_timeout)} (seconds): give 1m to 30d, "
-                                f"i.e. a whole number of seconds from {MIN_IDLE_TIMEOUT} to {MAX_IDLE_TIMEOUT}")
+            check_idle_timeout(self.idle_timeout)
             if not self.notebook:
                 raise SpecError(f"job {self.name!r}: --idle-timeout stops an idle notebook; a training job ends "
                                 "by itself: drop it (or start a notebook: dtrain notebook NAME --idle-timeout 1h)")
@@ -628,7 +651,8 @@ class JobSpec:
                                                      example="[regcred]"))
         if isinstance(data.get("sagemaker"), Mapping):  # its hyperparameters keep their JSON types
             data["sagemaker"] = check_sagemaker_mapping(data["sagemaker"])
-        return cls(**{k: plain_numbers(v) for k, v in data.items()})
+        # numbers reach their checks as written (a refusal quotes them so); `sagemaker` was made plain but for its own
+        return cls(**{k: v if k in (*NUMBER_FIELDS, "sagemaker") else plain_numbers(v) for k, v in data.items()})
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> "JobSpec":
@@ -730,7 +754,7 @@ def check_sagemaker_mapping(data: Mapping[str, Any]) -> Mapping[str, Any]:
     if hps is not None and not isinstance(hps, Mapping):
         raise SpecError(f"invalid sagemaker hyperparameters {shown(hps)}: must be a mapping of name: value, "
                         f"e.g. hyperparameters: {{epochs: 2}}")
-    out = {k: plain_numbers(v) for k, v in data.items()
+    out = {k: v if k in SAGEMAKER_NUMBERS else plain_numbers(v) for k, v in data.items()
            if not (k in ("channels", "hyperparameters") and v is None)}
     if hps is not None:  # values keep the type YAML or JSON gave them (`epochs: 2` an int, `amp: true` a
         # bool), as the SageMaker SDK's dict keeps it; SageMakerOptions refuses what JSON cannot carry
@@ -751,18 +775,16 @@ def _word(value, what: str) -> str:
     '0.10', not '0.1'), booleans and nulls refused (YAML reads `yes` as true: quote it)."""
     if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
         raise SpecError(f"invalid {what} value {shown(value)}: must be a string (quote it in YAML, e.g. 'yes')")
-    if isinstance(value, (_WrittenInt, _WrittenFloat)):
+    if isinstance(value, (WrittenInt, WrittenFloat)):
         return value.text
     return value if isinstance(value, str) else str(value)
 
 
 def plain_numbers(value):
-    """`value` with every number a job file wrote in its own way (_WrittenInt, _WrittenFloat) made
+    """`value` with every number a job file wrote in its own way (WrittenInt, WrittenFloat) made
     a plain int or float: what a field that takes a number keeps, stores and dumps."""
-    if isinstance(value, _WrittenInt):
-        return int(value)
-    if isinstance(value, _WrittenFloat):
-        return float(value)
+    if isinstance(value, (WrittenInt, WrittenFloat)):
+        return plain(value)
     if isinstance(value, dict):
         return {plain_numbers(k): plain_numbers(v) for k, v in value.items()}
     if isinstance(value, list):
@@ -815,9 +837,13 @@ def _check_gpu(value) -> None:
     _check_int(value, "--gpu", 0, MAX_GPU_PER_PROCESS)
 
 
+_EXAMPLES = {"--processes": 4, "--gpu": 1, "--max-restarts": 3}
+
+
 def _check_int(value, flag: str, minimum: int, maximum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise SpecError(f"invalid {flag} {shown(value)}: use a whole number from {minimum} to {maximum}")
+        raise SpecError(f"invalid {flag} {shown(value)}: use a whole number from {minimum} to {maximum}, "
+                        f"e.g. {flag} {_EXAMPLES[flag]}")
 
 
 MAX_YAML_BYTES = 1 << 20  # a job file or config.yaml is a few hundred bytes; refuse a stray big file
@@ -825,29 +851,6 @@ MAX_YAML_BYTES = 1 << 20  # a job file or config.yaml is a few hundred bytes; re
 # its strings plus one per other value: a file without aliases stays below its own size, while
 # nine aliases of nine aliases of ... (a "billion laughs") would hold gigabytes.
 MAX_YAML_EXPANDED = 2 * MAX_YAML_BYTES
-
-
-class _WrittenInt(int):
-    """A YAML whole number that Python writes back otherwise (017 is 15, 0x1F is 31, 1_000, 12:30 is
-    750, +2): a number where a field takes one, its `text` where a field takes a string (_word)."""
-
-    text: str
-
-    def __new__(cls, value: int, text: str) -> "_WrittenInt":
-        number = super().__new__(cls, value)
-        number.text = text
-        return number
-
-
-class _WrittenFloat(float):
-    """A YAML float that Python writes back otherwise (0.10 is 0.1, .5, 1.0e+3): as _WrittenInt."""
-
-    text: str
-
-    def __new__(cls, value: float, text: str) -> "_WrittenFloat":
-        number = super().__new__(cls, value)
-        number.text = text
-        return number
 
 
 @functools.lru_cache(maxsize=1)
@@ -878,12 +881,12 @@ def _loader():
         def construct_yaml_int(self, node):
             value = super().construct_yaml_int(node)
             # str() refuses past 4300 digits, which a hex number reaches in a few kilobytes
-            plain = value.bit_length() <= 4096 and str(value) == node.value
-            return value if plain else _WrittenInt(value, node.value)
+            as_python = value.bit_length() <= 4096 and str(value) == node.value
+            return value if as_python else WrittenInt(value, node.value)
 
         def construct_yaml_float(self, node):
             value = super().construct_yaml_float(node)
-            return value if str(value) == node.value else _WrittenFloat(value, node.value)
+            return value if str(value) == node.value else WrittenFloat(value, node.value)
 
         def construct_yaml_str(self, node):
             # JSON writes a character past U+FFFF as two escapes ("\ud83c\udf89", as `describe --json`
@@ -905,7 +908,7 @@ def _loader():
 
 def yaml_mapping(data: bytes, source: str, example: str) -> dict:
     """The top-level mapping of a YAML file's bytes; any problem is one SpecError line naming `source`.
-    A number written otherwise than Python writes it (0.10, 017) is a _WrittenInt or _WrittenFloat:
+    A number written otherwise than Python writes it (0.10, 017) is a WrittenInt or WrittenFloat:
     JobSpec.from_dict keeps its text where a field takes a string."""
     import yaml  # only the YAML doors need it
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
-from dtrain.names import STORED, shown
+from dtrain.names import STORED, plain, shown
 
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}\Z")  # SageMaker's ChannelName pattern
 HP_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-\.]{0,255}\Z")
@@ -207,6 +207,9 @@ def check_hyperparameters(hps: Mapping[Any, Any]) -> dict[str, HyperparameterVal
     return out
 
 
+NUMBER_FIELDS = ("instance_count", "max_runtime", "max_wait", "volume_size")  # as spec.NUMBER_FIELDS
+
+
 @dataclass(frozen=True, kw_only=True)
 class SageMakerOptions:
     """How a job runs as a SageMaker training job; every field has a working default."""
@@ -255,8 +258,10 @@ class SageMakerOptions:
         if self.max_wait is not None and not self.spot:
             raise SpecError("--max-wait applies to spot training only: add --spot or drop --max-wait")
         if self.spot and self.max_wait is not None and self.max_wait < self.max_runtime:
-            raise SpecError(f"--max-wait {self.max_wait} is below --max-runtime {self.max_runtime}: SageMaker needs "
+            raise SpecError(f"--max-wait {shown(self.max_wait)} is below --max-runtime {shown(self.max_runtime)}: SageMaker needs "
                             f"the spot wait to cover the run; raise --max-wait to at least {self.max_runtime}")
+        for key in NUMBER_FIELDS:  # checked as written (a refusal quotes '1e5'); stored plain
+            set_(key, plain(getattr(self, key)))
 
     @property
     def spot_max_wait(self) -> int:
@@ -289,8 +294,12 @@ def _channel(value: Any) -> Channel:
     raise SpecError(f"invalid channel {shown(value)}: use 'NAME=URI' or {{name, uri}}")
 
 
+_EXAMPLES = {"--instance-count": 2, "--max-runtime": 86400, "--max-wait": 172800, "--volume-size": 30}
+
+
 def _bounded(value: Any, flag: str, low: int, high: int, *, optional: bool = False) -> None:
     if optional and value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise SpecError(f"invalid {flag} {shown(value)}: use a whole number from {low} to {high}")
+        raise SpecError(f"invalid {flag} {shown(value)}: use a whole number from {low} to {high}, "
+                        f"e.g. {flag} {_EXAMPLES[flag]}")

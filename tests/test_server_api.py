@@ -295,7 +295,7 @@ def test_server_command_refuses_bad_ports_in_one_line(home):
     dt = Dtrain(home)
     bad = dt("server", "--port", "70000", check=False, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip() == \
-        "dtrain: error: invalid --port 70000: use 1-65535 (or 0 for any free port)"
+        "dtrain: error: invalid --port 70000: use 1-65535 (or 0 for any free port), e.g. --port 8500"
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

@@ -7,6 +7,8 @@ import re
 import sys
 import time
 from datetime import datetime, timezone
+from decimal import Decimal
+from fractions import Fraction
 
 from dtrain.errors import SpecError
 from dtrain.names import shown
@@ -53,7 +55,7 @@ def size(n: int | None) -> str:
     return str(n)
 
 
-_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d)\Z")
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d|)\Z", re.ASCII)
 # Go's time.ParseDuration, as kubectl and Run:AI read --since and --timeout: terms such as 1h30m or
 # 1m30.5s, units ns/us/ms/s/m/h (and d, as dtrain's own durations have it).
 _GO_TERM = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|ms|s|m|h|d)")
@@ -84,13 +86,14 @@ def parse_since(text: str, now: float | None = None) -> float:
     return parse_time(text, "--since", "a duration such as 30s, 10m, 2h, or ")
 
 
-def parse_duration(text: str, flag: str) -> int:
-    """'90s', '30m', '1.5h', '2d' or plain seconds ('3600') -> whole seconds (the spec bounds it)."""
-    text = text.strip()
-    m = _DURATION.match(text) or re.match(r"^(\d+)()\Z", text)
-    if not m or len(text) > 20:
-        raise SpecError(f"invalid {flag} {shown(text)}: use a duration such as 30m, 2h or 1d, or seconds")
-    return int(round(float(m.group(1)) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]))
+def parse_duration(text: str) -> Fraction | None:
+    """'90s', '30m', '1.5h', '2d' or seconds ('3600', '90.5') -> seconds, exactly (1.1h is 3960, where
+    floating point made it 3960.0000000000005); None when `text` is no such duration. The flag's own
+    check bounds it and refuses it as typed (spec.check_idle_timeout): '1.5s' is not rounded to 2."""
+    m = _DURATION.match(text.strip())
+    if not m or len(text) > 40:
+        return None
+    return Fraction(Decimal(m.group(1))) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
 
 
 def parse_time(text: str, flag: str = "--since-time", also: str = "") -> float:

@@ -20,7 +20,7 @@ from dtrain.client import Client, TimeoutError_
 from dtrain.config import read_small_file
 from dtrain.errors import ConflictError, NotFoundError, SpecError
 from dtrain.names import (MAX_WAIT, as_typed_number, check_limit_bytes, check_name, check_rank, check_tail, shown,
-                          wait_refusal)
+                          wait_refusal, written)
 from dtrain.spec import (JobSpec, check_sagemaker_mapping, parse_env, parse_labels, parse_pvc, sagemaker_backend,
                          yaml_mapping)
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
@@ -45,10 +45,10 @@ def real(text: str) -> int | float | str:
     value = as_typed_number(text)
     if isinstance(value, str) and len(value) <= 64:  # a float's spelling is short; a longer text stays text
         try:
-            return float(value)
+            value = float(value)
         except ValueError:
             pass
-    return value
+    return written(value, text.strip())  # refused as typed: '--cpu 1e9', not 1000000000
 
 
 def gpu_count(text: str) -> int | float | str:
@@ -56,7 +56,7 @@ def gpu_count(text: str) -> int | float | str:
     shared out here: a fraction goes to the spec, which names it as such (as for a job file or the
     HTTP API), where int() said only "invalid int value"."""
     try:
-        return int(text)
+        return written(int(text), text.strip())
     except ValueError:
         pass
     try:
@@ -64,9 +64,9 @@ def gpu_count(text: str) -> int | float | str:
     except ValueError:
         value = math.nan
     if math.isfinite(value) and value.is_integer():
-        return int(value)  # 2.0, 1e1
+        return written(int(value), text.strip())  # 2.0, 1e1
     if math.isfinite(value) and value > 0:
-        return value  # the spec's one message for a fraction
+        return written(value, text.strip())  # the spec's one message for a fraction
     return real(text)  # the spec names it: "invalid --gpu 'x': use a whole number from 0 to 16"
 
 
@@ -78,14 +78,15 @@ def whole_number(text: str) -> int | float | str:
     (the check refuses both); so does a word, named as typed."""
     t = text.strip()
     if re.fullmatch(r"[-+]?[0-9]{1,4000}", t, re.ASCII):  # int() takes at most 4300 digits
-        return int(t)
+        return written(int(t), t)
     if re.fullmatch(r"[-+]?[0-9]+", t, re.ASCII):
         return text
     try:
         value = float(t)
     except ValueError:  # a word: the flag's check names the flag ("invalid --processes 'x': use a whole number ...")
         return text
-    return int(value) if value.is_integer() and abs(value) <= 2 ** 53 else value  # 1e30 shown as typed
+    # refused as typed ('--processes 1e9', not 1000000000): names.WrittenInt
+    return written(int(value) if value.is_integer() and abs(value) <= 2 ** 53 else value, t)
 
 
 def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False) -> None:

@@ -17,7 +17,7 @@ from dtrain import JobStatus
 from dtrain.client import Client
 from dtrain.errors import SpecError
 from dtrain.names import check_name
-from dtrain.spec import parse_pvc
+from dtrain.spec import check_idle_timeout, parse_pvc
 
 
 class _AnyWord:
@@ -98,7 +98,7 @@ def cmd_start(args, client: Client) -> int:
     fields = {k: getattr(args, k) for k in ("gpu", "cpu", "memory", "image", "project", "backend")
               if getattr(args, k) is not None}
     if args.idle_timeout is not None:
-        fields["idle_timeout"] = fmt.parse_duration(args.idle_timeout, "--idle-timeout")
+        fields["idle_timeout"] = check_idle_timeout(fmt.parse_duration(args.idle_timeout), args.idle_timeout, "cli")
     if "backend" not in fields:  # `dtrain --backend B notebook`, else the configured one, as `dtrain submit` does
         project = fields.get("project", client.default_project)
         fields["backend"] = getattr(args, "default_backend", None) or client.config.backend_for(project)

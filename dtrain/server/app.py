@@ -33,7 +33,7 @@ from dtrain.server.clients import Clients
 from dtrain.server.history import GpuHistory
 from dtrain.server.metrics import metrics_route
 from dtrain.server.middleware import HEAD, MAX_BODY, BodyLimit, BodyTooLarge, EmptyQuery, HeadAsGet, too_large
-from dtrain.spec import MIN_MEMORY, JobSpec
+from dtrain.spec import MEMORY_EXAMPLE, MIN_MEMORY, JobSpec
 
 STATIC = Path(__file__).parent / "static"
 API = "/api/v1"
@@ -313,7 +313,7 @@ def _pattern_refusal(request, pattern: str | None, value, loc: list[str]) -> str
         named = "snapshot"
     checks = {wire.NAME: lambda v: check_name(v, named),
               wire.VOLUME_SIZE: parse_volume_size,
-              wire.SIZE: lambda v: parse_least_size(v, "--memory", minimum=MIN_MEMORY, example="4Gi"),
+              wire.SIZE: lambda v: parse_least_size(v, "--memory", minimum=MIN_MEMORY, example=MEMORY_EXAMPLE),
               wire.CLASS: check_storage_class}
     try:
         checks.get(pattern, lambda v: None)(value)
