@@ -92,20 +92,23 @@ def check_image(value, param: str, *, required: bool = False) -> str:
     return value
 
 
-def idle_timeout_refusal(typed, door: str = "sdk") -> SpecError:
-    """The refusal of a notebook's idle timeout (`typed`: as the user wrote it): the SDK's and the
-    HTTP API's whole seconds, or the CLI's duration (`door` 'cli'), in one line."""
-    unit, example = (" (seconds)", "3600 (the CLI's --idle-timeout 1h)") if door != "cli" else ("", "--idle-timeout 1h")
+def idle_timeout_refusal(typed) -> SpecError:
+    """The refusal of a notebook's idle timeout (`typed`: as the user wrote it: the SDK's and the HTTP
+    API's seconds, the CLI's duration), in the same words from every door."""
+    unit = "" if isinstance(typed, str) else " (seconds)"
     return SpecError(f"invalid --idle-timeout {shown(typed)}{unit}: give 1m to 30d, i.e. a whole number of seconds "
-                     f"from {MIN_IDLE_TIMEOUT} to {MAX_IDLE_TIMEOUT}, e.g. {example}")
+                     f"from {MIN_IDLE_TIMEOUT} to {MAX_IDLE_TIMEOUT}, e.g. 3600 (1h)")
 
 
-def check_idle_timeout(value, typed=None, door: str = "sdk") -> int:
+def check_idle_timeout(value, typed=None) -> int:
     """A notebook's idle timeout: whole seconds from MIN_IDLE_TIMEOUT to MAX_IDLE_TIMEOUT (`value`: a
-    Fraction for the CLI's exact duration, '1.5h'; None, a duration the CLI could not read)."""
+    Fraction for the CLI's exact duration, '1.5h'; None, a duration the CLI could not read). The CLI's
+    plain seconds ('10') are named as the number, as the SDK and the HTTP API name theirs."""
     whole = not isinstance(value, bool) and isinstance(value, (int, Fraction)) and value == int(value)
     if not whole or not MIN_IDLE_TIMEOUT <= value <= MAX_IDLE_TIMEOUT:
-        raise idle_timeout_refusal(value if typed is None else typed, door)
+        if isinstance(typed, str) and re.fullmatch(r"[0-9]{1,20}", typed.strip(), re.ASCII):
+            typed = written(int(typed), typed.strip())
+        raise idle_timeout_refusal(value if typed is None else typed)
     return int(value)
 
 

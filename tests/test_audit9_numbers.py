@@ -119,13 +119,15 @@ CLI_REFUSALS = [
     (["submit", "j", "--backend", "sagemaker", "--instance-count", "-0"], "invalid --instance-count -0: ",
      "from 1 to 1000", "e.g. --instance-count 2"),
     (["notebook", "nb", "--idle-timeout", "1.5s"], "invalid --idle-timeout '1.5s': ", "from 60 to 2592000",
-     "e.g. --idle-timeout 1h"),
+     "e.g. 3600 (1h)"),
     (["notebook", "nb", "--idle-timeout", "0.5m"], "invalid --idle-timeout '0.5m': ", "from 60 to 2592000",
-     "e.g. --idle-timeout 1h"),
+     "e.g. 3600 (1h)"),
     (["notebook", "nb", "--idle-timeout", "90.5s"], "invalid --idle-timeout '90.5s': ", "from 60 to 2592000",
-     "e.g. --idle-timeout 1h"),  # not rounded to 90 or 91 and taken
+     "e.g. 3600 (1h)"),  # not rounded to 90 or 91 and taken
     (["notebook", "nb", "--idle-timeout", "1w"], "invalid --idle-timeout '1w': ", "from 60 to 2592000",
-     "e.g. --idle-timeout 1h"),
+     "e.g. 3600 (1h)"),
+    (["notebook", "nb", "--idle-timeout", "10"], "invalid --idle-timeout 10 (seconds): ", "from 60 to 2592000",
+     "e.g. 3600 (1h)"),  # plain seconds: named as the SDK and the HTTP API name theirs
     (["project", "create", "t", "--gpu-quota", "1e9"], "invalid --gpu-quota 1e9: ", "from 0 to 1000000",
      "e.g. --gpu-quota 8"),
 ]
@@ -144,7 +146,7 @@ def test_an_idle_timeout_that_is_whole_seconds_is_taken_exactly():
     from dtrain.cli.format import parse_duration
     from dtrain.spec import check_idle_timeout
 
-    assert [check_idle_timeout(parse_duration(t), t, "cli") for t in ("1.1h", "60.0", "0.25h", "1m")] == [
+    assert [check_idle_timeout(parse_duration(t), t) for t in ("1.1h", "60.0", "0.25h", "1m")] == [
         3960, 60, 900, 60]
 
 

@@ -98,7 +98,7 @@ def cmd_start(args, client: Client) -> int:
     fields = {k: getattr(args, k) for k in ("gpu", "cpu", "memory", "image", "project", "backend")
               if getattr(args, k) is not None}
     if args.idle_timeout is not None:
-        fields["idle_timeout"] = check_idle_timeout(fmt.parse_duration(args.idle_timeout), args.idle_timeout, "cli")
+        fields["idle_timeout"] = check_idle_timeout(fmt.parse_duration(args.idle_timeout), args.idle_timeout)
     if "backend" not in fields:  # `dtrain --backend B notebook`, else the configured one, as `dtrain submit` does
         project = fields.get("project", client.default_project)
         fields["backend"] = getattr(args, "default_backend", None) or client.config.backend_for(project)
