@@ -52,7 +52,7 @@ CASES = [
     (["lanes", "train", "--max-steps", "1.5"], {},  # argparse said only "invalid int value: '1.5'"
      "dtrain lanes train: error: argument --max-steps: invalid value '1.5': give a whole number, e.g. 2 "
      "(see 'dtrain lanes train --help')"),
-    (["lanes", "train", "--max-steps", "1e30"], {}, "--max-steps 1000000000000000019884624838656 is out of range: "
+    (["lanes", "train", "--max-steps", "1e30"], {}, "--max-steps 1e30 is out of range: "  # as typed, not the float 1e30 is
      "give 1 to 10000000"),
     # 2. prediction values the official script crashes on; a GT frame given twice
     (["lanes", "evaluate", "--pred", "pred_null.json", "--gt", "gt.json"], {},
@@ -146,3 +146,25 @@ def test_a_workload_refusal_quotes_every_digit_of_the_number(value, low, high, s
     with pytest.raises(SpecError) as e:
         in_range("--lr", value, low, high)
     assert str(e.value) == says or str(e.value).startswith(says), str(e.value)
+
+
+@pytest.mark.parametrize("typed", ["1e9", "-0", "+20", "0020"])
+def test_a_workload_refusal_quotes_a_whole_number_as_typed(typed):
+    """`--max-steps 1e9` was refused as '1000000000 is out of range', `-0` as '0'."""
+    import pickle
+
+    from dtrain.errors import SpecError
+    from dtrain.workloads.inputs import in_range, whole_number
+
+    value = whole_number(typed)
+    assert value == int(float(typed))
+    with pytest.raises(SpecError) as e:
+        in_range("--max-steps", value, 1, 10)
+    assert str(e.value) == f"--max-steps {typed} is out of range: give 1 to 10"
+    assert type(pickle.loads(pickle.dumps(value))) is int  # a data loader's workers get a plain number
+
+
+def test_the_cli_quotes_a_workload_number_as_typed(home):
+    proc = Dtrain(home)("lanes", "train", "--recipe", "tiny", "--max-steps", "1e9", check=False)
+    assert proc.returncode == 2 and proc.stderr.strip() == \
+        "dtrain: error: --max-steps 1e9 is out of range: give 1 to 10000000", proc.stderr

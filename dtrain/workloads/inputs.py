@@ -28,6 +28,25 @@ MAX_LR = 10.0  # SGD learning rates in use are 0.001 to 0.1
 MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)  # a full, read-only or forbidden disk
 
 
+class _Typed(int):
+    """A whole number typed otherwise than Python writes it (1e9, -0, +5, 007): a refusal quotes its
+    `text` (in_range), not 1000000000 or 0. It pickles as the plain int (a data loader's workers)."""
+
+    text: str
+
+    def __new__(cls, value: int, text: str = "") -> "_Typed":
+        number = super().__new__(cls, value)
+        number.text = text or str(value)
+        return number
+
+    def __reduce__(self):
+        return int, (int(self),)
+
+
+def _typed(value: int, text: str) -> int:
+    return value if str(value) == text else _Typed(value, text)
+
+
 def whole_number(text: str) -> int:
     """argparse's `type` for a whole number (every `type=int` of a `Parser`): 1e3 is 1000; a fraction,
     nan or inf is refused as not whole, where int() said only "invalid int value: '1.5'". The range
@@ -35,7 +54,7 @@ def whole_number(text: str) -> int:
     t = text.strip()
     shown = repr(text) if len(text) <= 40 else repr(text[:37] + "...")
     try:
-        return int(t)
+        return _typed(int(t), t)
     except ValueError:
         if t.lstrip("+-").isdigit():  # past the 4300 digits int() reads
             raise argparse.ArgumentTypeError(f"invalid value {shown}: far too large a number") from None
@@ -44,7 +63,7 @@ def whole_number(text: str) -> int:
     except ValueError:
         value = math.nan
     if value.is_integer():
-        return int(value)
+        return _typed(int(value), t)
     raise argparse.ArgumentTypeError(f"invalid value {shown}: give a whole number, e.g. 2")
 
 
@@ -91,6 +110,8 @@ class Parser(argparse.ArgumentParser):
 def _num(x: float) -> str:
     """A number for a message: a whole one without '.0' (2, 1e+300), any other with all its digits
     (--lr 12.345678, which '%g' rounded to 12.3457: a refusal quoted a number nobody typed)."""
+    if isinstance(x, _Typed):
+        return x.text if len(x.text) <= 40 else x.text[:37] + "..."
     if isinstance(x, int) or not math.isfinite(x) or (x.is_integer() and abs(x) < 1e16) or abs(x) >= 1e16:
         return str(x) if isinstance(x, int) else f"{x:g}"
     return repr(x)
