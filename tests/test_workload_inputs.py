@@ -39,7 +39,7 @@ CASES = [
     (["lanes", "train", "--use-workers"], {"NUM_WORKERS": "100000"}, "NUM_WORKERS=100000 is out of range: give 0 to 64"),
     (["lanes", "train", "--max-steps", "99999999999999999999"], {},
      "--max-steps 99999999999999999999 is out of range: give 1 to 10000000"),
-    (["lanes", "train", "--lr", "1e300"], {}, "--lr 1e+300 is out of range: give a number above 0 and at most 10, e.g. 0.05"),
+    (["lanes", "train", "--lr", "1e300"], {}, "--lr 1e300 is out of range: give a number above 0 and at most 10, e.g. 0.05"),
     (["lanes", "train", "--lr", "nan"], {}, "--lr nan is out of range: give a number above 0 and at most 10, e.g. 0.05"),
     (["cifar10", "train", "--data-dir", ".", "--lr", "nan"], {},
      "--lr nan is out of range: give a number above 0 and at most 10, e.g. 0.001"),
@@ -168,3 +168,19 @@ def test_the_cli_quotes_a_workload_number_as_typed(home):
     proc = Dtrain(home)("lanes", "train", "--recipe", "tiny", "--max-steps", "1e9", check=False)
     assert proc.returncode == 2 and proc.stderr.strip() == \
         "dtrain: error: --max-steps 1e9 is out of range: give 1 to 10000000", proc.stderr
+
+
+@pytest.mark.parametrize("typed", ["1e9", "-0", "1e400", "2048.0"])
+def test_a_workload_refusal_quotes_a_number_as_typed(typed):
+    """`--cpu-per-process 1e9` was refused as '1e+09 is out of range', `1e400` as 'inf'."""
+    import pickle
+
+    from dtrain.errors import SpecError
+    from dtrain.workloads.inputs import in_range, real_number
+
+    value = real_number(typed)
+    assert value == float(typed)
+    with pytest.raises(SpecError) as e:
+        in_range("--cpu-per-process", value, 0.01, 1024)
+    assert str(e.value) == f"--cpu-per-process {typed} is out of range: give 0.01 to 1024"
+    assert type(pickle.loads(pickle.dumps(value))) is float

@@ -43,8 +43,30 @@ class _Typed(int):
         return int, (int(self),)
 
 
-def _typed(value: int, text: str) -> int:
-    return value if str(value) == text else _Typed(value, text)
+class _TypedFloat(float):
+    """A number typed otherwise than Python writes it (1e9, -0, 1e400 that is inf): as _Typed."""
+
+    text: str
+
+    def __new__(cls, value: float, text: str = "") -> "_TypedFloat":
+        number = super().__new__(cls, value)
+        number.text = text or repr(value)
+        return number
+
+    def __reduce__(self):
+        return float, (float(self),)
+
+
+def _typed(value, text: str):
+    if str(value) == text:
+        return value
+    return _Typed(value, text) if isinstance(value, int) else _TypedFloat(value, text)
+
+
+def real_number(text: str) -> float:
+    """argparse's `type` for a number (every `type=float` of a `Parser`): float's, keeping what was
+    typed for a refusal ('--cpu-per-process 1e9 is out of range', not 1e+09)."""
+    return _TypedFloat(float(text), text.strip())  # always: '2048.0' is not quoted as 2048
 
 
 def whole_number(text: str) -> int:
@@ -76,6 +98,7 @@ class Parser(argparse.ArgumentParser):
         self.flags: list[str] = []  # option strings added with add_argument, for the did-you-mean hint
         super().__init__(*args, **kwargs)
         self.register("type", int, whole_number)
+        self.register("type", float, real_number)
 
     def add_argument(self, *args, **kwargs):
         action = super().add_argument(*args, **kwargs)
@@ -110,7 +133,7 @@ class Parser(argparse.ArgumentParser):
 def _num(x: float) -> str:
     """A number for a message: a whole one without '.0' (2, 1e+300), any other with all its digits
     (--lr 12.345678, which '%g' rounded to 12.3457: a refusal quoted a number nobody typed)."""
-    if isinstance(x, _Typed):
+    if isinstance(x, (_Typed, _TypedFloat)):
         return x.text if len(x.text) <= 40 else x.text[:37] + "..."
     if isinstance(x, int) or not math.isfinite(x) or (x.is_integer() and abs(x) < 1e16) or abs(x) >= 1e16:
         return str(x) if isinstance(x, int) else f"{x:g}"

@@ -73,6 +73,7 @@ from dtrain.workloads.inputs import (
     in_range,
     learning_rate,
     out_folder,
+    real_number,
     schedule_steps,
     whole_number,
 )
@@ -319,7 +320,7 @@ BACKENDS = ("nccl", "gloo")
 def _blank_is_none(kind: type):
     """argparse's `type`: a blank value is None (the default), anything else `kind`'s."""
     def convert(text: str):
-        return None if not text.strip() else (whole_number if kind is int else kind)(text)
+        return None if not text.strip() else {int: whole_number, float: real_number}.get(kind, kind)(text)
 
     convert.__name__ = kind.__name__  # argparse names it in "invalid int value"
     return convert
@@ -355,7 +356,9 @@ def _as_int(name: str, value: object) -> int:
 
 
 def _as_float(name: str, value: object) -> float:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
+    if isinstance(value, float):
+        return value  # as argparse read it: a refusal quotes what was typed (--lr 1e300)
+    if isinstance(value, int) and not isinstance(value, bool):
         return float(value)
     raise SpecError(f"--{name.replace('_', '-')} {value!r} is not a number: give e.g. 0.01")
 
