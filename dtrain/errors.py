@@ -72,4 +72,9 @@ class NotSupportedError(DtrainError):
 
 
 class TimeoutError_(DtrainError, TimeoutError):
-    """`wait` ran out of time; the job goes on."""
+    """`wait` ran out of time; the job goes on. `look`: the command its message names to look
+    further (describe job for a job still Pending, logs for a running one)."""
+
+    def __init__(self, message: str, look: str | None = None):
+        super().__init__(message)
+        self.look = look

@@ -172,6 +172,9 @@ def test_a_wait_that_runs_out_names_where_to_look(dt_gpus: Dtrain):
     assert "Pending" in dt(*waited.stderr.split("'")[-2].split()[1:]).stdout
     waited = dt("wait", "hog", "--timeout", "0", check=False)
     assert waited.returncode == 124 and waited.stderr.split("'")[-2] == "dtrain logs hog", waited.stderr
+    waited = dt("wait", "queued", "hog", "--timeout", "0", check=False)  # several: the one it ran out on
+    assert waited.returncode == 124 and "(0 of 2 jobs ended)" in waited.stderr
+    assert waited.stderr.split("'")[-2] == "dtrain describe job queued", waited.stderr
 
 
 def test_the_command_is_looked_up_in_the_jobs_own_path(dt: Dtrain, tmp_path):

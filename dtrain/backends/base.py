@@ -480,8 +480,9 @@ class Backend(abc.ABC):
                 return info
             if deadline is not None and time.monotonic() >= deadline:
                 words = f"describe job {name}" if info.status is JobStatus.PENDING else f"logs {name}"
+                look = command(words) if command else f"dtrain {words}"
                 raise TimeoutError_(f"job {name!r} is still {info.status} after {timeout:g}s; "
-                                    f"wait longer (--timeout) or check '{command(words) if command else f'dtrain {words}'}'")
+                                    f"wait longer (--timeout) or check '{look}'", look)
             pause = self._wait_poll(name) if poll is None else poll
             time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
             try:

@@ -580,11 +580,9 @@ def cmd_wait(args, client: Client) -> int:
             info = client.wait(name, timeout=timeout if deadline is None or len(names) == 1
                                else max(0.0, deadline - time.monotonic()), project=args.project)
         except TimeoutError_ as err:
-            logs = client.command_for(f"logs {name}", backend=client.backend(project=args.project).name,
-                                      project=args.project)
             print(f"dtrain: {err}" if len(names) == 1 else
                   f"dtrain: --timeout {args.timeout} ran out waiting for job {name!r} ({names.index(name)} of "
-                  f"{len(names)} jobs ended); wait longer (--timeout) or check '{logs}'", file=sys.stderr)
+                  f"{len(names)} jobs ended); wait longer (--timeout) or check '{err.look}'", file=sys.stderr)
             return EXIT_TIMEOUT
         if args.json:
             print(json.dumps(info.to_dict()))
