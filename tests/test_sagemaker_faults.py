@@ -526,3 +526,42 @@ def test_a_stopped_job_has_sagemakers_two_minutes_to_save(home, tmp_path):
     client, _ = _local_job(home, tmp_path, "slow-save", script, max_runtime=1)
     assert client.wait("slow-save", timeout=120).status == JobStatus.FAILED
     assert (client.artifacts("slow-save", to=tmp_path / "m") / "partial.txt").read_text() == "saved on SIGTERM"
+
+
+def test_wait_asks_again_while_aws_throttles_or_fails_on_its_side(stubbed):
+    """As on Kubernetes (UnavailableError): a throttled or failed DescribeTrainingJob (botocore's
+    retries spent) ended an hours-long `dtrain wait` (a pipeline step's) at the first one."""
+    be, stub, _ = stubbed
+
+    def desc(state: str) -> dict:
+        return {"TrainingJobName": "j", "TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/j",
+                "TrainingJobStatus": state, "SecondaryStatus": state, "CreationTime": T0,
+                "AlgorithmSpecification": {"TrainingInputMode": "File", "TrainingImage": "img"},
+                "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
+                "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+                "ModelArtifacts": {"S3ModelArtifacts": "s3://b/dtrain/j/output/model.tar.gz"}}
+
+    stub.add_response("describe_training_job", desc("Stopping"), {"TrainingJobName": "j"})
+    stub.add_client_error("describe_training_job", service_error_code="ThrottlingException",
+                          service_message="Rate exceeded", http_status_code=400)
+    stub.add_client_error("describe_training_job", service_error_code="InternalFailure",
+                          service_message="We encountered an internal error", http_status_code=500)
+    stub.add_response("describe_training_job", desc("Stopped"), {"TrainingJobName": "j"})  # the poll that answers
+    assert be.wait("j", poll=0).status is JobStatus.DELETED
+    stub.assert_no_pending_responses()
+
+
+def test_wait_ends_at_a_refusal_that_asking_again_would_not_change(stubbed):
+    be, stub, _ = stubbed
+    stub.add_response("describe_training_job", {
+        "TrainingJobName": "j", "TrainingJobArn": "arn:aws:sagemaker:us-east-1:123456789012:training-job/j",
+        "TrainingJobStatus": "Stopping", "SecondaryStatus": "Stopping", "CreationTime": T0,
+        "AlgorithmSpecification": {"TrainingInputMode": "File", "TrainingImage": "img"},
+        "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 1, "VolumeSizeInGB": 30},
+        "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+        "ModelArtifacts": {"S3ModelArtifacts": "s3://b/dtrain/j/output/model.tar.gz"}}, {"TrainingJobName": "j"})
+    stub.add_client_error("describe_training_job", service_error_code="AccessDeniedException",
+                          service_message="not authorized", http_status_code=400)
+    with pytest.raises(BackendError, match="AccessDeniedException") as err:
+        be.wait("j", poll=0)
+    assert not isinstance(err.value, dtrain.errors.UnavailableError)

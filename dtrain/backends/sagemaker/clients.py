@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dtrain.backends.sagemaker.config import SageMakerConfig
-from dtrain.errors import BackendError, EnvironmentError_, NotFoundError
+from dtrain.errors import BackendError, EnvironmentError_, NotFoundError, UnavailableError
 from dtrain.names import cut
 
 _EXPIRED = "your AWS credentials have expired: refresh them (aws sso login, or new temporary keys) and retry"
@@ -89,6 +89,8 @@ def aws_call(what: str, fn: Callable, **kw) -> Any:
             line = _botocore_line(what, err)
             if line is None:
                 raise
+            if _unanswered(err):  # the network: a poll may ask again (Backend.wait)
+                raise UnavailableError(line) from None
             raise BackendError(line) from None
         message = cut(response["Error"].get("Message", ""), MAX_MESSAGE)
         if code in ("NoSuchKey", "404", "ResourceNotFound", "ResourceNotFoundException") or (
@@ -97,7 +99,29 @@ def aws_call(what: str, fn: Callable, **kw) -> Any:
         hint = HINTS.get(code) or (_AWS_SIDE if str(code).isdigit() and int(code) >= 500 else "see the AWS message")
         if isinstance(kw.get("Bucket"), str):
             hint = hint.replace("s3://BUCKET", f"s3://{kw['Bucket']}")
-        raise BackendError(f"{what}: {code}: {message}; {hint}") from None
+        status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+        later = code in RETRY_LATER or (str(code).isdigit() and int(code) >= 500) or (
+            isinstance(status, int) and (status == 429 or status >= 500))
+        # throttled or failing on AWS's side (botocore already retried): a poll may ask again
+        raise (UnavailableError if later else BackendError)(f"{what}: {code}: {message}; {hint}") from None
+
+
+# AWS's codes for "ask again later": throttling and its own failures (botocore's retry handler's set)
+RETRY_LATER = frozenset({"Throttling", "ThrottlingException", "ThrottledException", "RequestThrottledException",
+                         "TooManyRequestsException", "ProvisionedThroughputExceededException",
+                         "TransactionInProgressException", "RequestLimitExceeded", "BandwidthLimitExceeded",
+                         "LimitExceededException", "RequestThrottled", "SlowDown", "PriorRequestNotComplete",
+                         "EC2ThrottledException", "InternalFailure", "InternalError", "ServiceUnavailable",
+                         "InternalServerError", "InternalServerException"})
+
+
+def _unanswered(err: Exception) -> bool:
+    """botocore's network errors: no answer came (refused, timed out, closed midway)."""
+    try:
+        from botocore import exceptions as bx
+    except ImportError:
+        return False
+    return isinstance(err, (bx.ConnectionError, bx.HTTPClientError))
 
 
 def read_body(what: str, body: Any, out: Any, *, total: int | None = None, chunk: int = 1 << 20) -> int:
