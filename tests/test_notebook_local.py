@@ -299,8 +299,11 @@ def test_open_right_after_start_waits_for_jupyter_to_serve(dt: Dtrain):
         refused = dt("notebook", "open", "quick", check=False)  # not Running: refused, never waited on
         assert refused.returncode == 2 and refused.stderr == (
             "dtrain: error: notebook 'quick' is Suspended: start it again with 'dtrain resume quick'\n")
-        bad = dt("notebook", "open", "quick", "--wait", "2h", check=False)
-        assert bad.returncode == 2 and "invalid --wait 2h" in bad.stderr
+        for typed in ("2h", "3601", "-1", "x", "1e400"):
+            bad = dt("notebook", "open", "quick", "--wait", typed, check=False)
+            assert bad.returncode == 2 and bad.stderr.startswith(f"dtrain: error: invalid --wait '{typed}': use seconds "
+                                                                 f"from 0 to 3600"), bad.stderr
+            assert len(bad.stderr.splitlines()) == 1
     finally:
         dt("delete", "quick")
 

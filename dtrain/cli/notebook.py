@@ -16,7 +16,7 @@ from dtrain.cli.jobs import gpu_count, real
 from dtrain import JobStatus
 from dtrain.client import Client
 from dtrain.errors import SpecError
-from dtrain.names import check_name
+from dtrain.names import check_name, shown
 from dtrain.spec import check_idle_timeout, parse_pvc
 
 
@@ -159,10 +159,11 @@ def cmd_open(args, client: Client) -> int:
     if args.project is not None:  # `-p "$PROJECT"` with the variable unset is a mistake, not the default
         check_name(args.project, "project")
     # Right after `notebook start` (Running) its Jupyter takes seconds to listen: wait for it, not refuse
-    wait = fmt.parse_duration(args.wait, "--wait")
-    if wait > 3600:
-        raise SpecError(f"invalid --wait {args.wait}: wait at most 1h (or run 'dtrain notebook open' again)")
-    print(client.notebook_url(args.name, project=args.project, wait=wait))
+    wait = fmt.parse_duration(args.wait)
+    if wait is None or not 0 <= wait <= 3600:  # None: no duration (a number is refused as typed)
+        raise SpecError(f"invalid --wait {shown(args.wait)}: use seconds from 0 to 3600 or a duration up to 1h, "
+                        f"e.g. --wait 60 (or run 'dtrain notebook open' again)")
+    print(client.notebook_url(args.name, project=args.project, wait=float(wait)))
     return 0
 
 
