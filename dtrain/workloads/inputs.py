@@ -28,33 +28,29 @@ MAX_LR = 10.0  # SGD learning rates in use are 0.001 to 0.1
 MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)  # a full, read-only or forbidden disk
 
 
-class _Typed(int):
-    """A whole number typed otherwise than Python writes it (1e9, -0, +5, 007): a refusal quotes its
-    `text` (in_range), not 1000000000 or 0. It pickles as the plain int (a data loader's workers)."""
+class _Written:
+    """A number typed otherwise than Python writes it (1e9, -0, +5, 007, 1e400 that is inf): a refusal
+    quotes its `text` (in_range), not 1000000000, 0 or inf. It pickles as the plain number (a data
+    loader's workers, a checkpoint's hyperparameters)."""
 
+    _plain: type
     text: str
 
-    def __new__(cls, value: int, text: str = "") -> "_Typed":
-        number = super().__new__(cls, value)
-        number.text = text or str(value)
+    def __new__(cls, value, text: str = ""):
+        number = cls._plain.__new__(cls, value)
+        number.text = text or (str(value) if cls._plain is int else repr(value))
         return number
 
     def __reduce__(self):
-        return int, (int(self),)
+        return self._plain, (self._plain(self),)
 
 
-class _TypedFloat(float):
-    """A number typed otherwise than Python writes it (1e9, -0, 1e400 that is inf): as _Typed."""
+class _Typed(_Written, int):
+    _plain = int
 
-    text: str
 
-    def __new__(cls, value: float, text: str = "") -> "_TypedFloat":
-        number = super().__new__(cls, value)
-        number.text = text or repr(value)
-        return number
-
-    def __reduce__(self):
-        return float, (float(self),)
+class _TypedFloat(_Written, float):
+    _plain = float
 
 
 def _typed(value, text: str):
