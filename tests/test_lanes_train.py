@@ -96,7 +96,7 @@ def test_bad_settings_raise_spec_errors(env, argv):
     ({}, ["--checkpoint-every", "0"], "--checkpoint-every 0 is out of range: give 1 to 10000000"),
     ({}, ["--seed", "-1"], "--seed -1 is out of range: give 0 to 4294967295"),
     ({}, ["--seed", str(2**32)], "--seed 4294967296 is out of range: give 0 to 4294967295"),
-    ({}, ["--lr", "1e300"], r"--lr 1e\+300 is out of range: give a number above 0 and at most 10, e.g. 0.05"),
+    ({}, ["--lr", "1e300"], r"--lr 1e300 is out of range: give a number above 0 and at most 10, e.g. 0.05"),
     ({}, ["--lr", "nan"], "--lr nan is out of range: give a number above 0 and at most 10"),
     ({}, ["--lr", "inf"], "--lr inf is out of range"),
     ({}, ["--lr", "0"], "--lr 0 is out of range"),
