@@ -184,3 +184,26 @@ def test_a_workload_refusal_quotes_a_number_as_typed(typed):
         in_range("--cpu-per-process", value, 0.01, 1024)
     assert str(e.value) == f"--cpu-per-process {typed} is out of range: give 0.01 to 1024"
     assert type(pickle.loads(pickle.dumps(value))) is float
+
+
+def test_a_flags_typed_number_in_a_checkpoint_loads_with_weights_only(tmp_path):
+    """`--lr 0.05` reached the optimizer's param_groups (and the scheduler's base_lrs) as the class
+    that keeps its typed text: torch.load(weights_only=True) refused it, so every checkpoint of a
+    run given --lr read as damaged and a resume started over."""
+    import torch
+
+    from dtrain.training.checkpoint import save_atomic
+    from dtrain.workloads.inputs import real_number, whole_number
+
+    lr, steps = real_number("0.05"), whole_number("1e3")
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=lr, momentum=real_number("9e-1"))
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=steps)
+    state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "scheduler": sched.state_dict(),
+             "extra": {"lr": lr, "steps": steps, "nested": (lr, {"k": [steps]}), "on": True}}
+    save_atomic(state, tmp_path / "ckpt.pt")
+    back = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert back["optimizer"]["param_groups"][0]["lr"] == 0.05 and back["extra"]["steps"] == 1000
+    assert type(back["extra"]["lr"]) is float and type(back["extra"]["nested"][1]["k"][0]) is int
+    assert back["extra"]["on"] is True and back["extra"]["nested"][0] == 0.05
+    model.load_state_dict(back["model"])  # the model's state_dict kept what load_state_dict reads
