@@ -730,6 +730,14 @@ class Client:
     def get_snapshot(self, name: str, *, project: str | None = None) -> SnapshotInfo:
         return self._storage(project).get_snapshot(name)
 
+    def wait_snapshot(self, name: str, *, timeout: float | None = None, project: str | None = None) -> SnapshotInfo:
+        """Block until snapshot `name` is ready to use (Kubernetes takes one asynchronously: its
+        VolumeSnapshot's readyToUse; a local one is ready once taken); TimeoutError_ after `timeout` s,
+        ConflictError if the storage system reports it failed to take it."""
+        backend = self._storage(project)
+        return backend.wait_snapshot(name, timeout=timeout,
+                                     command=lambda words: self.command_for(words, backend=backend.name, project=project))
+
     def volume_jobs(self, *, project: str | None = None, limit: int | None = None) -> JobPage:
         """A page of the jobs that can mount the volumes `list_volumes(project=project)` lists, newest
         first (not the Deleted ones): `project`'s, on its backend; without it, those of the configured

@@ -463,37 +463,49 @@ class Backend(abc.ABC):
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None,
              command: Callable[[str], str] | None = None) -> JobInfo:
-        """Block until the job is terminal; the only wait loop in dtrain. A poll the backend does not
-        answer (UnavailableError) is asked again, for up to WAIT_OUTAGE seconds in a row. `poll`: seconds between
-        statuses (default: the backend's `_wait_poll`), never past the timeout. A timeout's message
-        names where to look further: `dtrain describe job NAME` for a job still Pending (why it
-        waits), `dtrain logs NAME` for a running one; `command` turns those words into the command
-        to type (the Client's names the job's project and backend, so that it works as written)."""
+        """Block until the job is terminal. A timeout's message names where to look further: `dtrain
+        describe job NAME` for a job still Pending (why it waits), `dtrain logs NAME` for a running
+        one; `command` turns those words into the command to type (the Client's names the job's
+        project and backend, so that it works as written). `poll`: seconds between statuses
+        (default: the backend's `_wait_poll`)."""
         if timeout is not None:
             check_wait(timeout)
-        deadline = None if timeout is None else time.monotonic() + timeout
         with self._named("job", name):
             info = self._get(_existing(name, "job"))
-        outage: float | None = None  # since when the backend has not answered a poll
-        while True:
-            if info.status.terminal:
-                return info
-            if deadline is not None and time.monotonic() >= deadline:
-                words = f"describe job {name}" if info.status is JobStatus.PENDING else f"logs {name}"
-                look = command(words) if command else f"dtrain {words}"
-                raise TimeoutError_(f"job {name!r} is still {info.status} after {timeout:g}s; "
-                                    f"wait longer (--timeout) or check '{look}'", look)
-            pause = self._wait_poll(name) if poll is None else poll
-            time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
-            try:
-                info = self._get(name)
-                outage = None
-            except UnavailableError:
-                # an API server that sheds load (429), restarts (5xx) or drops a connection for a while
-                # must not end an hours-long wait (a pipeline step's): the next poll asks again
-                outage = time.monotonic() if outage is None else outage
-                if time.monotonic() - outage >= WAIT_OUTAGE:
-                    raise
+
+        def late(info: JobInfo) -> DtrainError:
+            words = f"describe job {name}" if info.status is JobStatus.PENDING else f"logs {name}"
+            look = command(words) if command else f"dtrain {words}"
+            return TimeoutError_(f"job {name!r} is still {info.status} after {timeout:g}s; "
+                                 f"wait longer (--timeout) or check '{look}'", look)
+
+        return _until(info, lambda: self._get(name), lambda i: i.status.terminal, late, timeout=timeout,
+                      poll=lambda: self._wait_poll(name) if poll is None else poll)
+
+    def wait_snapshot(self, name: str, *, timeout: float | None = None, poll: float = 1.0,
+                      command: Callable[[str], str] | None = None) -> SnapshotInfo:
+        """Block until the snapshot is ready to use, as `kubectl wait --for=jsonpath='{.status.readyToUse}'=true`
+        does (a local snapshot is ready once taken). A snapshot the storage system reports it failed
+        to take ends the wait (ConflictError with its error, as `restore` refuses it), not hours later."""
+        if timeout is not None:
+            check_wait(timeout)
+        with self._named("snapshot", name):
+            info = self._get_snapshot(_existing(name, "snapshot"))
+        say = command or (lambda words: f"dtrain {words}")
+
+        def ready(info: SnapshotInfo) -> bool:
+            if not info.ready and info.error:
+                raise ConflictError(f"snapshot {name!r} is not ready: the storage system reports {info.error!r}; "
+                                    f"once the cause is fixed wait again (its controller retries) or delete it "
+                                    f"('{say(f'snapshot delete {name}')}') and take another")
+            return info.ready
+
+        def late(info: SnapshotInfo) -> DtrainError:
+            look = say(f"snapshot describe {name}")
+            return TimeoutError_(f"snapshot {name!r} is still not ready after {timeout:g}s; wait longer (--timeout) "
+                                 f"or check '{look}'", look)
+
+        return _until(info, lambda: self._get_snapshot(name), ready, late, timeout=timeout, poll=lambda: poll)
 
     def _wait_poll(self, name: str) -> float:
         """Seconds between the statuses `wait` reads: a backend whose status is a throttled API call
@@ -907,6 +919,31 @@ def _check_new_volume(name: str, size: str, storage_class: str | None) -> None:
     parse_volume_size(size)
     if storage_class is not None:
         check_storage_class(storage_class)
+
+
+def _until(info, read: Callable[[], Any], done: Callable[[Any], bool], late: Callable[[Any], DtrainError], *,
+           timeout: float | None, poll: Callable[[], float]):
+    """The only wait loop in dtrain (`wait`, `wait_snapshot`): `read` until `done` says yes, `late`'s
+    error once `timeout` seconds have passed. A read the backend does not answer (UnavailableError)
+    is asked again, for up to WAIT_OUTAGE seconds in a row: an API server that sheds load (429),
+    restarts (5xx) or drops a connection for a while must not end an hours-long wait (a pipeline
+    step's). A pause never runs past the timeout."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    outage: float | None = None  # since when the backend has not answered a read
+    while True:
+        if done(info):
+            return info
+        if deadline is not None and time.monotonic() >= deadline:
+            raise late(info)
+        pause = poll()
+        time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
+        try:
+            info = read()
+            outage = None
+        except UnavailableError:
+            outage = time.monotonic() if outage is None else outage
+            if time.monotonic() - outage >= WAIT_OUTAGE:
+                raise
 
 
 def _check_new_snapshot(name: str | None, job: str | None) -> None:

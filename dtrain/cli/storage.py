@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import time
 
 from dtrain.cli import format as fmt
+from dtrain.cli.jobs import EXIT_TIMEOUT, wait_timeout
 from dtrain.client import Client
+from dtrain.errors import TimeoutError_
 
 
 def _progress():
@@ -98,9 +101,13 @@ def cmd_snapshot(args, client: Client) -> int:
     elif a == "create":
         s = client.create_snapshot(args.volume, name=args.name, job=args.job, progress=_progress(),
                                    project=args.project)
+        if args.wait and not s.ready:  # as `snapshot wait`: ready, or the storage system's error
+            s = client.wait_snapshot(s.name, project=args.project)
         _print(s, f"snapshot '{s.name}' of volume '{s.volume}' created"
                + (f", linked to job '{s.job}'" if s.job else "")
                + ("" if s.ready else " (the storage system is still taking it)"), args.json)
+    elif a == "wait":
+        return _wait_snapshots(args, client)
     elif a == "list":
         # -p: that project's backend (on Kubernetes its namespace, where its jobs keep their snapshots)
         snaps = client.list_snapshots(volume=args.volume, job=args.job, project=args.project)  # a name that never was: its one line
@@ -131,6 +138,31 @@ def cmd_snapshot(args, client: Client) -> int:
             for c in changes:
                 print(f"{c.kind[:1].upper()} {_path(c.path)}" + (f"  ({', '.join(c.fields)})" if c.fields else ""))
             print(f"{len(changes)} change(s)")
+    return 0
+
+
+def _wait_snapshots(args, client: Client) -> int:
+    """As `dtrain wait` for jobs (and kubectl wait --for=jsonpath='{.status.readyToUse}'=true): the
+    snapshots in turn under one --timeout; exit 0 once every one is ready, EXIT_TIMEOUT if the time
+    ran out; one the storage system failed to take is an error (it will never be ready)."""
+    names = list(dict.fromkeys(args.names))
+    timeout = None if args.timeout is None else wait_timeout(args.timeout)
+    for name in names:  # an unknown name is an error before any waiting
+        client.get_snapshot(name, project=args.project)
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for i, name in enumerate(names):
+        try:
+            s = client.wait_snapshot(name, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()),
+                                     project=args.project)
+        except TimeoutError_ as err:
+            print(f"dtrain: --timeout {args.timeout} ran out waiting for snapshot {name!r}"
+                  + (f" ({i} of {len(names)} ready)" if len(names) > 1 else "")
+                  + f"; wait longer (--timeout) or check '{err.look}'", file=sys.stderr)
+            return EXIT_TIMEOUT
+        if args.json:
+            print(json.dumps(s.to_dict(), default=str))
+        else:
+            print(f"{s.name}: {_state(s)}")
     return 0
 
 
@@ -254,6 +286,15 @@ def register(sub) -> None:
     c.add_argument("--name", help="snapshot name (default: VOLUME-<time>)")
     c.add_argument("--job", help="link the snapshot to this job")
     c.add_argument("--json", action="store_true", help="print the new snapshot as one JSON object (its name: .name)")
+    c.add_argument("--wait", action="store_true",
+                   help="return once it is ready to use (Kubernetes takes a snapshot asynchronously; local: at once)")
+    c = ss.add_parser("wait", help="wait until snapshots are ready to use; exit 0 when all are, "
+                                   f"{EXIT_TIMEOUT} if --timeout ran out",
+                      usage="dtrain snapshot wait NAME [NAME...] [--timeout T] [-p PROJECT] [--json]")
+    c.add_argument("names", nargs="+", metavar="NAME", help="the snapshots, waited for in turn")
+    c.add_argument("--timeout", help="give up after this many seconds, or a duration such as 10m, for all of them "
+                                     f"together (exit code {EXIT_TIMEOUT}; default: never)")
+    c.add_argument("--json", action="store_true", help="print each ready snapshot as one JSON object (a line each)")
     c = ss.add_parser("list", help="snapshots, newest last")
     c.add_argument("--volume", help="only this volume's snapshots")
     c.add_argument("--job", help="only snapshots linked to this job")
