@@ -29,13 +29,16 @@ def test_a_job_sees_only_its_volumes_and_cannot_write_one_mounted_read_only(dt: 
     ro = dt.home / "volumes" / "ro" / "data"
     (ro / "f").write_text("kept\n")
     (dt.home / "volumes" / "other" / "data" / "secret").write_text("other's\n")
+    dt("snapshot", "create", "other", "--name", "other-v1")  # its content is in the store now
+    assert any((dt.home / "store").rglob("*"))
     script = (f'echo x >> /data/f; echo x >> "{ro}/f"; ls "{dt.home}/volumes"; cat "{dt.home}/volumes/other/data/secret"; '
-              'cat /data/f; echo x > /w/new')
+              f'echo store: $(find "{dt.home}/store" | wc -l); cat /data/f; echo x > /w/new')
     dt("submit", "peek", "--pvc", "ro:/data:ro", "--pvc", "other:/w", "--", "sh", "-c", script)
     dt.wait_for("peek", {"Succeeded", "Failed"})
     logs = dt("logs", "peek").stdout
     assert (ro / "f").read_text() == "kept\n"  # neither through /data nor through its host folder
     assert "other's" not in logs and "kept" in logs  # the job reads its :ro volume, not others'
+    assert "store: 1\n" in logs  # the snapshot store is an empty folder to it: no volume's snapshotted content
     assert (dt.home / "volumes" / "other" / "data" / "new").exists()  # its read-write volume works
 
 

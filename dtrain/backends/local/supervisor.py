@@ -249,10 +249,11 @@ class Supervisor:
             access = notebook.NotebookAccess.new(port)
             notebook.write_access(self.job_dir, access)
             token = access.token
-        # A job with volumes sees only those: not the other volumes, nor the host folder of one it mounts :ro.
+        # A job with volumes sees only those: not the other volumes, nor the host folder of one it mounts :ro,
+        # nor the snapshot store (every volume's snapshotted content is there, as a pod sees no VolumeSnapshot's).
         # A notebook is the user's own workspace, as their shell is: `dtrain submit`, `snapshot create` run
         # in its terminal need the volumes where dtrain keeps them (a Kubeflow notebook runs kubectl too).
-        hidden = (launch.hidden_roots(self.storage.volume_roots(), cwd=self.cwd, mounts=mounts)
+        hidden = (launch.hidden_roots([*self.storage.volume_roots(), self.storage.engine.root], cwd=self.cwd, mounts=mounts)
                   if mounts and not self.spec.notebook else [])
         plan = launch.plan(self.spec, job_dir=self.job_dir, cwd=self.cwd, mounts=mounts, devices=groups,
                            master_port=port, attempt=attempt, notebook_token=token,
