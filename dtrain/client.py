@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from collections import Counter
 from typing import TYPE_CHECKING, Callable, TypeVar
 
-from dtrain.backends.base import (MAX_TAIL, Backend, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, JobSummary, Listed, Notice,
+from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, JobSummary, Listed, Notice,
                                   LogStream, Progress, ProjectInfo, SnapshotInfo, TimeoutError_,
                                   VolumeInfo, check_page, check_status, newest_first, notices_of)
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
@@ -459,10 +459,12 @@ class Client:
         spec = self._configured(spec, "render")
         return self.backend(spec.backend, project=spec.project).render(spec)
 
-    def exec(self, name: str, command: list[str], *, rank: int = 0, project: str | None = None) -> int:
-        """Run a command beside a Running job's rank; its exit code."""
+    def exec(self, name: str, command: list[str], *, rank: int = 0, project: str | None = None,
+             running_timeout: float = EXEC_RUNNING_WAIT) -> int:
+        """Run a command beside a Running job's rank; its exit code. A job still Pending or a rank being
+        launched is waited for up to `running_timeout` seconds (kubectl exec's --pod-running-timeout)."""
         backend = self._job(name, project)
-        return backend.exec(name, command, rank=rank, cmd=self._hint_command(backend))
+        return backend.exec(name, command, rank=rank, cmd=self._hint_command(backend), running_timeout=running_timeout)
 
     def nodes(self) -> Listed:
         """The default backend's nodes; its `notices` say what could not be read (Kubernetes: pods this

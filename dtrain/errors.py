@@ -4,7 +4,8 @@
     ├── SpecError               a malformed flag, YAML field or SDK argument
     ├── NotFoundError           an unknown job, volume, snapshot or project
     ├── ConflictError           a name clash, a volume in use, a restore onto an existing volume
-    │   └── NotReadyError       a Running notebook whose Jupyter does not serve yet (asking again may work)
+    │   └── NotReadyError       a Running notebook whose Jupyter does not serve yet, a Running job's rank
+    │                           (pod) still being launched: asking again may work
     ├── QuotaError              a request larger than a project's quota or the machine
     ├── EnvironmentError_       a missing tool (bwrap, mpirun, torchrun) or namespace support
     ├── DataError               a malformed label line, image or archive; a checksum mismatch
@@ -36,7 +37,8 @@ class ConflictError(DtrainError):
 
 
 class NotReadyError(ConflictError):
-    """A Running notebook's Jupyter is not serving yet (starting, or started again on another port)."""
+    """A Running notebook's Jupyter is not serving yet (starting, or started again on another port), or
+    a Running job's rank (pod) is still being launched: exec and `notebook open --wait` ask again."""
 
 
 class QuotaError(DtrainError):

@@ -40,6 +40,7 @@ MAX_TAIL = 10**9  # lines of `logs --tail`: more than any log holds, and a numbe
 # `processes` parameter and docs/reliability.md all say this number (dtrain.spec re-exports it).
 MAX_PROCESSES = 4096
 MAX_WAIT = 366 * 86400  # `wait --timeout` (Client.wait's timeout): a year and a day, past any training run
+EXEC_RUNNING_WAIT = 60.0  # exec's wait for a Pending job or a process being launched: kubectl exec's --pod-running-timeout
 MAX_HTTP_WAIT = 600  # the HTTP API's /wait?timeout=: a request holds a thread that long at most
 MAX_TIME = 253_402_300_799.0  # the last unix time an RFC 3339 stamp can name (9999-12-31T23:59:59Z)
 # The numbers of `dtrain logs` and `dtrain wait` are refused in the CLI's words by every door (CLI,

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotReadyError, NotSupportedError, SpecError,  # noqa: F401
                            TimeoutError_, UnavailableError)  # (re-exported)
-from dtrain.names import (MAX_TAIL, check_gpu_quota, check_limit_bytes,  # noqa: F401
+from dtrain.names import (EXEC_RUNNING_WAIT, MAX_TAIL, MAX_WAIT, check_gpu_quota, check_limit_bytes,  # noqa: F401
                           check_exec_rank, check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
                           check_since, parse_volume_size, shown, since_refusal, status_refusal, with_near)
 from dtrain.spec import JobSpec
@@ -46,6 +46,7 @@ Progress = Callable[[int, int], None]  # (done, total) bytes or steps, as the CL
 # Seconds in a row `wait` asks a backend again that does not answer: an API server's restart or a
 # rollout of its load balancer takes a minute or two; a cluster down for longer is reported.
 WAIT_OUTAGE = 300.0
+EXEC_POLL_S = 0.2
 
 
 class JobStatus(str, Enum):
@@ -556,20 +557,39 @@ class Backend(abc.ABC):
         return Listed(nodes, notices_of(nodes))
 
     def exec(self, name: str, command: list[str] | tuple[str, ...], *, rank: int = 0,
-             cmd: HintCommand | None = None) -> int:
+             cmd: HintCommand | None = None, running_timeout: float = EXEC_RUNNING_WAIT) -> int:
         """Run `command` beside a Running job's rank (its mount namespace / pod and environment),
         with this process's stdin, stdout and stderr; returns the command's exit code. `cmd`: the
-        commands a refusal names (see `HintCommand`)."""
+        commands a refusal names (see `HintCommand`). A job still Pending, or a rank still being
+        launched (NotReadyError from `_exec`), is waited for up to `running_timeout` seconds, as
+        `kubectl exec --pod-running-timeout` (1m) and `runai bash` wait for the pod to run; a job
+        that ended or is suspended is refused at once."""
         cmd = cmd or _plain_command
+        if isinstance(running_timeout, bool) or not isinstance(running_timeout, (int, float)) \
+                or not 0 <= running_timeout <= MAX_WAIT:  # NaN compares false
+            raise SpecError(f"invalid running_timeout {shown(running_timeout)}: use seconds from 0 to {MAX_WAIT} "
+                            f"(366 days), e.g. 60 (the CLI's --pod-running-timeout 1m)")
         with self._named("job", name):
             info = self._get(_existing(name, "job"))
         check_exec_rank(rank, name, info.spec.processes)  # the CLI's --rank is checked here too: one line
-        if info.status != JobStatus.RUNNING:
-            raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job "
-                                f"(see '{cmd('list', info.spec.project)}')")
-        if isinstance(command, str) or not command or not all(isinstance(w, str) and "\0" not in w for w in command):
-            raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt")
-        return self._exec(name, list(command), rank=rank)
+        deadline = time.monotonic() + running_timeout
+        while True:
+            if info.status not in (JobStatus.RUNNING, JobStatus.PENDING) or (
+                    info.status is JobStatus.PENDING and time.monotonic() >= deadline):
+                waited = f" after {running_timeout:g}s" if info.status is JobStatus.PENDING and running_timeout else ""
+                look = (cmd(f"describe job {name}", info.spec.project) if info.status is JobStatus.PENDING
+                        else cmd("list", info.spec.project))
+                raise ConflictError(f"job {name!r} is {info.status}{waited}: exec needs a Running job (see '{look}')")
+            if isinstance(command, str) or not command or not all(isinstance(w, str) and "\0" not in w for w in command):
+                raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt")
+            if info.status is JobStatus.RUNNING:
+                try:
+                    return self._exec(name, list(command), rank=rank)
+                except NotReadyError:  # its rank (pod) is still being launched
+                    if time.monotonic() >= deadline:
+                        raise
+            time.sleep(max(0.0, min(EXEC_POLL_S, deadline - time.monotonic())))
+            info = self._get(name)
 
     def render(self, spec: JobSpec) -> list[dict[str, Any]]:
         """What `submit` would send, without sending it (`dtrain submit --dry-run`)."""

@@ -19,7 +19,7 @@ from dtrain.cli import format as fmt
 from dtrain.client import Client, TimeoutError_
 from dtrain.config import read_small_file
 from dtrain.errors import ConflictError, NotFoundError, SpecError
-from dtrain.names import (MAX_WAIT, as_typed_number, check_limit_bytes, check_name, check_rank, check_tail, shown,
+from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, as_typed_number, check_limit_bytes, check_name, check_rank, check_tail, shown,
                           wait_refusal, written)
 from dtrain.spec import (JobSpec, check_sagemaker_mapping, parse_env, parse_labels, parse_pvc, sagemaker_backend,
                          yaml_mapping)
@@ -535,7 +535,7 @@ def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
     _in_project(args)
     _get(args, client, args.name)
     code = client.exec(args.name, command, rank=0 if args.rank is None else _exec_rank(args.rank),
-                       project=args.project)
+                       project=args.project, running_timeout=running_timeout(args.pod_running_timeout))
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell and kubectl exec say
 
 
@@ -666,15 +666,17 @@ def register(sub) -> None:
     _project_flag(p)
     p.set_defaults(handler=cmd_artifacts)
     p = sub.add_parser("exec", help="run a command beside a running job's process (its volumes, environment)",
-                       usage="dtrain exec NAME [--rank R] [-p PROJECT] -- COMMAND [ARGS...]")
+                       usage="dtrain exec NAME [--rank R] [--pod-running-timeout T] [-p PROJECT] -- COMMAND [ARGS...]")
     p.add_argument("name", help="the job (it must be Running)")
     p.add_argument("--rank", help="which process (default 0)")
+    _running_timeout_flag(p)
     _project_flag(p)
     p.set_defaults(handler=cmd_exec, takes_command=True, launcher_for=None)
     p = sub.add_parser("bash", help="a shell beside a running job's process (Run:AI's 'runai bash'): exec NAME -- bash",
                        usage="dtrain bash NAME [--rank R] [-p PROJECT]")
     p.add_argument("name", help="the job (it must be Running)")
     p.add_argument("--rank", help="which process (default 0)")
+    _running_timeout_flag(p)
     _project_flag(p)
     p.set_defaults(handler=cmd_bash)
     p = sub.add_parser("wait", help=f"wait until jobs end; exit 0 if all succeeded, 1 if any did not, "
@@ -690,6 +692,28 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print each finished job as one JSON object (a line each)")
     _project_flag(p)
     p.set_defaults(handler=cmd_wait)
+
+
+def _running_timeout_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--pod-running-timeout", metavar="T",
+                   help="wait this long for a Pending job or a process still being launched to run, in seconds or "
+                        "a duration such as 5m, as kubectl exec (default 1m; 0: refuse at once)")
+
+
+def running_timeout(text: str | None) -> float:
+    """--pod-running-timeout as `wait --timeout` reads its number: seconds or a Go duration, bounded."""
+    if text is None:
+        return EXEC_RUNNING_WAIT
+    seconds = fmt.go_duration(text)
+    if seconds is None:
+        try:
+            seconds = float(text)
+        except ValueError:
+            seconds = math.nan
+    if not 0 <= seconds <= MAX_WAIT_TIMEOUT:  # NaN compares false
+        raise SpecError(f"invalid --pod-running-timeout {shown(text.strip() or text)}: use seconds from 0 to "
+                        f"{MAX_WAIT_TIMEOUT} (366 days) or a duration, e.g. --pod-running-timeout 5m")
+    return seconds
 
 
 def _project_flag(p: argparse.ArgumentParser) -> None:

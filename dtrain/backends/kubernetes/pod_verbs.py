@@ -19,7 +19,7 @@ from contextlib import closing
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from dtrain.backends.base import JobInfo, LogLine
-from dtrain.errors import BackendError, ConflictError, NotFoundError
+from dtrain.errors import BackendError, NotFoundError, NotReadyError
 
 from .client import POD, Hangup
 from .logs import (LogSource, ReadAhead, SeenLines, check_pods_left, keep, log_sources, merge, next_attempt,
@@ -61,7 +61,7 @@ class PodVerbs:
         pods = [p for p in self._pods(name) if pod_index(resource.kind, obj, p) == index
                 and (p.get("status") or {}).get("phase") == "Running"]
         if not pods:
-            raise ConflictError(f"no running pod holds rank {rank} of job {name!r}; see '{self.cmd(f'describe job {name}')}'")
+            raise NotReadyError(f"no running pod holds rank {rank} of job {name!r}; see '{self.cmd(f'describe job {name}')}'")
         pod = newest_pod(pods)["metadata"]["name"]
         if self._exec_stream is not None:
             return self._exec_stream(self.namespace, pod, command)

@@ -31,7 +31,7 @@ from dtrain.backends.base import (Backend, DataSource, Event, FreedInfo, JobCoun
                                   VolumeInfo)
 from dtrain.backends.local.store import ACTIVE, QUEUED, SNAPSHOTTING, UNFINISHED, JobStore
 from dtrain.config import UserConfig, home_dir
-from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError, StorageError
+from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, NotReadyError, QuotaError, SpecError, StorageError
 from dtrain.names import LABEL_JOB, check_name, require_project
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
@@ -708,7 +708,7 @@ class LocalBackend(Backend):
 
         rec = {r.get("rank"): r for r in rank_records(self.home / "jobs" / name)}.get(rank)
         if rec is None:  # the job reads Running once its first rank is; this one is still being launched
-            raise ConflictError(f"rank {rank} of job {name!r} has not started yet (its process is being "
+            raise NotReadyError(f"rank {rank} of job {name!r} has not started yet (its process is being "
                                 f"launched): try again in a moment; see "
                                 f"'{self._job_cmd(f'describe job {name}', name)}'")
         ident = Ident.from_record(rec)
