@@ -258,16 +258,30 @@ _LAUNCHED_BY = (("OMPI_COMM_WORLD_SIZE", ("OMPI_", "PMIX_")),
                 ("TORCHELASTIC_RUN_ID", ("TORCHELASTIC_", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_")))
 
 
+# The HOME a notebook's own HOME (its workspace) replaced: what the jobs started from its terminal get back.
+OUTER_HOME = "DTRAIN_OUTER_HOME"
+
+
+def outer_home(environ: Mapping[str, str]) -> str | None:
+    """Pure: the submitter's HOME, or, inside a notebook, the HOME of whoever started the notebook."""
+    return environ.get(OUTER_HOME) or environ.get("HOME")
+
+
 def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
     """Pure: the submitter's environment less what dtrain or a launcher set for the job it runs in.
 
     A job submitted from inside another (a notebook's terminal, a job that submits jobs) started with
     that job's variables: its DTRAIN_MEMORY and DTRAIN_CPU limits and DTRAIN_RANK_CPUS cores (a job
     without --memory was held to the notebook's), its Jupyter token, and an OpenMPI rank's variables,
-    with which mpirun refuses to start ("mpirun does not support recursive calls")."""
-    drop = {*OWNED_ENV, *notebook_env(Path("/"), 0, "")}
+    with which mpirun refuses to start ("mpirun does not support recursive calls"). And the notebook's
+    HOME, its workspace volume: the job's ~/.cache, ~/.kube and pip --user went onto that volume (as a
+    Kubeflow pod's HOME is its image's, never its submitter's), so it gets the HOME the notebook replaced."""
+    drop = {*OWNED_ENV, *notebook_env(Path("/"), 0, ""), OUTER_HOME}
     prefixes = tuple(p for marker, group in _LAUNCHED_BY if marker in environ for p in group)
-    return {k: v for k, v in environ.items() if k not in drop and not k.startswith(prefixes)}
+    env = {k: v for k, v in environ.items() if k not in drop and not k.startswith(prefixes)}
+    if environ.get(OUTER_HOME):
+        env["HOME"] = environ[OUTER_HOME]
+    return env
 
 
 def job_path(path: str | None = None) -> str:
@@ -299,6 +313,8 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
         # run in its terminal keeps the dtrain home (jobs/NAME in it) it found there through ~/.dtrain.
         if "HOME" not in spec.env:  # -e HOME=... as given
             env["HOME"] = notebook_home(spec) or cwd
+        if outer_home(os.environ):  # what a job submitted from its terminal gets back as HOME (inherited_env)
+            env[OUTER_HOME] = outer_home(os.environ)
         env.setdefault("DTRAIN_HOME", str(job_dir.parent.parent))
     env.setdefault("DTRAIN_MODEL_DIR", str(job_dir / "model"))  # what `dtrain artifacts` copies
     # The supervisor starts the sandbox from the host folder behind the job's working folder (which

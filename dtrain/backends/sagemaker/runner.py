@@ -39,7 +39,7 @@ from collections import deque
 from pathlib import Path
 from typing import Iterator
 
-from dtrain.backends.local.launch import job_path
+from dtrain.backends.local.launch import job_path, outer_home
 from dtrain.backends.sagemaker import contract
 from dtrain.backends.sagemaker.archive import link_leaves, unpack
 from dtrain.backends.sagemaker.local import LocalS3, locked_state, transition, write_json
@@ -194,7 +194,7 @@ class Runner:
         tmp.mkdir(parents=True, exist_ok=True)
         own = os.path.dirname(self.python)  # the job's environment first: `python` in a subshell is the job's
         path = job_path() if self.python == sys.executable else os.pathsep.join([own, job_path()])
-        env = {"PATH": path, "HOME": os.environ.get("HOME", "/root"), "LANG": "C.UTF-8",
+        env = {"PATH": path, "HOME": outer_home(os.environ) or "/root", "LANG": "C.UTF-8",
                "PYTHONUNBUFFERED": "1", "PYTHONPATH": contract.CODE_DIR, "OMP_NUM_THREADS": str(cpus),
                "TMPDIR": str(tmp), **contract.environment(self.req, host, num_cpus=cpus)}
         log = open(self.dir / "logs" / f"{host}.log", "ab")  # both streams, a line at a time, as CloudWatch's
