@@ -148,11 +148,24 @@ def cmd_list(args, client: Client) -> int:
     if args.json:
         print(json.dumps([b.to_dict() for b in books], indent=2))
         return 0
+    if not books:  # a header alone reads as a failed listing: say so, and how to make one
+        print(_none_listed(args, client, project, hidden=len(listed) - len(books)))
+        return 0
     # A volume the notebook created (--pvc CLASS:SIZE:MOUNT) by its name, the one a training job mounts
     rows = [[b.name, b.status.value, fmt.age(b.created), b.spec.project,
              ", ".join(v.to_flag() for v in b.spec.resolved_volumes()) or "-", b.spec.gpu] for b in books]
     print(fmt.table(["NAME", "STATUS", "AGE", "PROJECT", "VOLUMES", "GPUs"], rows))
     return 0
+
+
+def _none_listed(args, client: Client, project: str | None, *, hidden: int) -> str:
+    """The line `notebook list` prints when it has no notebook to show: where it looked, deleted ones
+    it hid (--show-deleted), and the command that starts one, with the -p and --backend it needs."""
+    backend = getattr(args, "default_backend", None) or client.config.backend_for(project or client.default_project)
+    start = client.command_for("notebook NAME --pvc VOLUME:/home/jovyan", backend=backend, project=project)
+    where = "in any project" if project is None else f"in project '{project}'"
+    deleted = f" ({hidden} deleted: --show-deleted lists them)" if hidden else ""
+    return f"No notebooks {where}{deleted}: start one with '{start}'"
 
 
 def cmd_open(args, client: Client) -> int:
