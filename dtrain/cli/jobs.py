@@ -521,8 +521,19 @@ def cmd_suspend_resume(args, client: Client) -> int:
             info = client.suspend(name, project=args.project)
         else:
             info = client.resume(name, project=args.project, waiting=lambda s, name=name: waiting(s, name))
-        print(f"The job '{name}' has been {done} ({info.status.value})")
+        print(f"The job '{name}' has been {done} ({info.status.value})" + _notebook_next(client, verb, info))
     return 0
+
+
+def _notebook_next(client: Client, verb: str, info) -> str:
+    """What a suspended or resumed notebook is for next, as `dtrain notebook NAME` says when it starts one:
+    its URL (`notebook open`, which waits for a Running one's Jupyter), or the resume that starts it again."""
+    if not info.spec.notebook:
+        return ""
+    if verb == "suspend":
+        return f"; start it again with '{client.command_for(f'resume {info.name}', backend=info.backend, project=info.spec.project)}'"
+    opened = client.command_for(f"notebook open {info.name}", backend=info.backend, project=info.spec.project)
+    return f"; open it with '{opened}'" + ("" if info.status == JobStatus.RUNNING else " once it is Running")
 
 
 def cmd_artifacts(args, client: Client) -> int:
