@@ -1002,6 +1002,10 @@ def notebook_spec(name: str, *, volumes=(), **fields: Any) -> JobSpec:
     return JobSpec(name=name, command=NOTEBOOK_SERVER + root, volumes=volumes, notebook=True, **fields)
 
 
+# The HOME a notebook's own HOME (its workspace) replaced: what the jobs started from its terminal get back.
+OUTER_HOME = "DTRAIN_OUTER_HOME"
+
+
 def notebook_home(spec: JobSpec) -> str | None:
     """A notebook's HOME: its workspace, the first volume's mount path, as a Kubeflow notebook's home
     (/home/jovyan) is its workspace volume: what Jupyter, pip --user, IPython and the user keep in

@@ -4,6 +4,7 @@ backend looks for a kubeconfig, what `resume` of a notebook says next, and an em
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import pytest
@@ -95,9 +96,69 @@ def test_resume_of_a_notebook_says_how_to_open_it_and_suspend_how_to_resume_it(d
         resumed = dt("resume", "nbr", "-p", "team").stdout
         assert resumed.startswith("The job 'nbr' has been resumed ("), resumed
         assert "; open it with 'dtrain notebook open nbr -p team'" in resumed
+        # resume queues it (Pending): the line then says "once it is Running", when open takes it
+        deadline = time.monotonic() + 120
+        while dt.json("describe", "job", "nbr", "-p", "team")["status"] != "Running" and time.monotonic() < deadline:
+            time.sleep(0.2)
         assert dt("notebook", "open", "nbr", "-p", "team").stdout.startswith("http://")
     finally:
         dt("delete", "nbr", "-p", "team")
     dt("submit", "plain", "--", "true")
     dt("suspend", "plain", check=False)
     assert "notebook open" not in dt("resume", "plain", check=False).stdout
+
+
+_KUBECONFIG = """apiVersion: v1
+kind: Config
+current-context: c
+clusters: [{name: c, cluster: {server: "https://SERVER:6443"}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+"""
+
+
+def _kubeconfig(path: Path, server: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_KUBECONFIG.replace("SERVER", server))
+    return path
+
+
+def test_the_kubeconfig_is_looked_for_as_kubectl_does(tmp_path, monkeypatch):
+    """KUBECONFIG (read when asked, not when the client was imported; empty is unset), else
+    $HOME/.kube/config: a notebook's terminal (HOME its workspace) reads the one kubectl there reads."""
+    pytest.importorskip("kubernetes")
+    from dtrain.backends.kubernetes.client import client_from_config
+    from dtrain.backends.kubernetes.config import KubernetesConfig
+
+    def server() -> str:
+        client = client_from_config(KubernetesConfig())
+        try:
+            return client.configuration.host
+        finally:
+            client.close()
+
+    _kubeconfig(tmp_path / "home" / ".kube" / "config", "home.example")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("KUBECONFIG", "")
+    assert server() == "https://home.example:6443"
+    monkeypatch.setenv("KUBECONFIG", str(_kubeconfig(tmp_path / "other", "other.example")))
+    assert server() == "https://other.example:6443"
+
+
+def test_no_kubeconfig_and_no_cluster_is_one_line_naming_where_it_looked(home, tmp_path):
+    pytest.importorskip("kubernetes")
+    from conftest import assert_usage_error
+
+    env = {"HOME": str(tmp_path / "ws"), "KUBECONFIG": "", "KUBERNETES_SERVICE_HOST": "", "DTRAIN_OUTER_HOME": ""}
+    user = Dtrain(home, env=env)
+    assert_usage_error(user("--backend", "kubernetes", "list", check=False),
+                       f"no kubeconfig at $HOME/.kube/config = {tmp_path / 'ws'}/.kube/config; no in-cluster "
+                       f"service account, KUBERNETES_SERVICE_HOST is not set): point KUBECONFIG at a kubeconfig")
+    user = Dtrain(home, env={**env, "KUBECONFIG": str(tmp_path / "nope")})
+    assert_usage_error(user("--backend", "kubernetes", "list", check=False),
+                       f"no kubeconfig at KUBECONFIG={tmp_path / 'nope'};")
+    # In a local notebook's terminal: the kubeconfig of the HOME the notebook replaced, named
+    theirs = _kubeconfig(tmp_path / "host" / ".kube" / "config", "host.example")
+    user = Dtrain(home, env={**env, "DTRAIN_OUTER_HOME": str(tmp_path / "host")})
+    assert_usage_error(user("--backend", "kubernetes", "list", check=False),
+                       f"this notebook's HOME is its workspace: export KUBECONFIG={theirs} ")

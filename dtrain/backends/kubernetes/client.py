@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import re
+import shlex
 import socket
 import threading
 from contextlib import contextmanager
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from dtrain.errors import BackendError, ConflictError, EnvironmentError_, NotFoundError, UnavailableError
+from dtrain.spec import OUTER_HOME
 
 from .config import KubernetesConfig
 from .logs import LogLines
@@ -126,8 +128,15 @@ def import_kubernetes():
     return kubernetes
 
 
+def kubeconfig_at(config: KubernetesConfig) -> str:
+    """Where the kubeconfig is looked for, as kubectl looks: config.yaml's kubeconfig, else $KUBECONFIG
+    (files separated by ':'; empty is unset), else $HOME/.kube/config, read now: the client's own default
+    is $KUBECONFIG as it was when it was imported, and an empty one is no file at all to it."""
+    return config.kubeconfig or os.environ.get("KUBECONFIG") or os.path.join(os.path.expanduser("~"), ".kube", "config")
+
+
 def client_from_config(config: KubernetesConfig):
-    """An ApiClient from the kubeconfig (config.kubeconfig/context), else the in-cluster account."""
+    """An ApiClient from the kubeconfig (kubeconfig_at, config.context), else the in-cluster account."""
     k8s = import_kubernetes()
     import yaml
 
@@ -136,18 +145,18 @@ def client_from_config(config: KubernetesConfig):
     try:
         # persist_config=False: a refreshed token (an auth-provider's gcp cmd-path, oidc, azure) stays in
         # memory; the client would otherwise re-dump the user's kubeconfig, comments gone, through a link.
-        client = k8s.config.new_client_from_config(config_file=config.kubeconfig, context=config.context,
+        client = k8s.config.new_client_from_config(config_file=kubeconfig_at(config), context=config.context,
                                                    persist_config=False)
     except (k8s.config.ConfigException, OSError, yaml.YAMLError, TypeError, AttributeError, ValueError) as err:
-        if config.kubeconfig is None and config.context is None:
+        problem = _config_problem(err, config)
+        if config.kubeconfig is None and config.context is None:  # kubectl's last resort: the pod's account
             conf = k8s.client.Configuration()
             try:
                 k8s.config.load_incluster_config(client_configuration=conf)
                 return k8s.client.ApiClient(conf)
-            except k8s.config.ConfigException:
-                pass
-        raise BackendError(f"no usable Kubernetes configuration ({_config_problem(err, config)}): point KUBECONFIG "
-                           f"at a kubeconfig, choose a context, or run dtrain inside the cluster") from None
+            except k8s.config.ConfigException as incluster:
+                problem += f"; no in-cluster service account, {_incluster_problem(incluster)}"
+        raise BackendError(f"no usable Kubernetes configuration ({problem}): {_config_fix()}") from None
     finally:
         logging.getLogger().removeHandler(plugin)
     if plugin.messages:
@@ -168,11 +177,30 @@ class _PluginErrors(logging.Handler):
         self.messages.append(" ".join(record.getMessage().split()))
 
 
+def _incluster_problem(err: Exception) -> str:
+    if not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        return "KUBERNETES_SERVICE_HOST is not set"
+    return " ".join(str(err).split()).rstrip(".").lower()
+
+
+def _config_fix() -> str:
+    """The fix a refusal names; in a local notebook's terminal, whose HOME is its workspace, the
+    kubeconfig of the HOME it replaced (kubectl there misses it too)."""
+    outer = os.environ.get(OUTER_HOME)
+    theirs = os.path.join(outer, ".kube", "config") if outer else None
+    if theirs and not os.environ.get("KUBECONFIG") and os.path.isfile(theirs):
+        return (f"this notebook's HOME is its workspace: export KUBECONFIG={shlex.quote(theirs)} "
+                "(the kubeconfig of the HOME it replaced), or point KUBECONFIG at another kubeconfig")
+    return "point KUBECONFIG at a kubeconfig, choose a context, or run dtrain inside the cluster"
+
+
 def _config_problem(err: Exception, config: KubernetesConfig) -> str:
     """One line for why the kubeconfig could not be loaded (YAML errors span several lines)."""
     import yaml
 
-    where = config.kubeconfig or os.environ.get("KUBECONFIG") or "~/.kube/config"
+    where = kubeconfig_at(config)
+    if not config.kubeconfig:  # what named it, as kubectl reads them: a notebook's HOME is its workspace
+        where = f"KUBECONFIG={where}" if os.environ.get("KUBECONFIG") else f"$HOME/.kube/config = {where}"
     text = " ".join(str(err).split())
     if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
         return f"{err.problem_mark.name} is not valid YAML: {err.problem} at line {err.problem_mark.line + 1}"

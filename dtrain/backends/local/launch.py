@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dtrain.errors import EnvironmentError_, SpecError
 from dtrain.names import shown
-from dtrain.spec import OWNED_ENV, JobSpec, notebook_home
+from dtrain.spec import OUTER_HOME, OWNED_ENV, JobSpec, notebook_home
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -256,10 +256,6 @@ def job_env(spec: JobSpec, *, devices: list[list[str]], master_port: int, attemp
 # settings too, which a user passes on with -e), a torchrun worker's TORCHELASTIC_*, GROUP_* and ROLE_*.
 _LAUNCHED_BY = (("OMPI_COMM_WORLD_SIZE", ("OMPI_", "PMIX_")),
                 ("TORCHELASTIC_RUN_ID", ("TORCHELASTIC_", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_")))
-
-
-# The HOME a notebook's own HOME (its workspace) replaced: what the jobs started from its terminal get back.
-OUTER_HOME = "DTRAIN_OUTER_HOME"
 
 
 def outer_home(environ: Mapping[str, str]) -> str | None:
