@@ -64,14 +64,14 @@ def test_a_job_submitted_with_a_notebooks_home_sees_another_home(dt: Dtrain, tmp
 
 
 def test_notebook_list_with_none_says_so_and_how_to_start_one(dt: Dtrain):
-    """A header alone read as a listing that failed."""
+    """A header alone read as a listing that failed; the words are the dashboard's empty Notebooks page's."""
     assert dt("notebook", "list").stdout == (
-        "No notebooks in project 'default': start one with 'dtrain notebook NAME --pvc VOLUME:/home/jovyan'\n")
+        "No notebooks yet in project 'default': start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan'\n")
     assert dt("notebook", "list", "-A").stdout == (
-        "No notebooks in any project: start one with 'dtrain notebook NAME --pvc VOLUME:/home/jovyan'\n")
+        "No notebooks yet in any project: start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan'\n")
     dt("project", "create", "team")
     assert dt("notebook", "list", "-p", "team").stdout == (
-        "No notebooks in project 'team': start one with 'dtrain notebook NAME --pvc VOLUME:/home/jovyan -p team'\n")
+        "No notebooks yet in project 'team': start one with 'dtrain notebook start NAME --pvc VOLUME:/home/jovyan -p team'\n")
     assert dt("notebook", "list", "--json").stdout == "[]\n"
 
 
@@ -81,7 +81,7 @@ def test_notebook_list_with_only_deleted_ones_names_show_deleted(dt: Dtrain):
     dt("delete", "gone")
     assert dt("notebook", "list").stdout == (
         "No notebooks in project 'default' (1 deleted: --show-deleted lists them): start one with "
-        "'dtrain notebook NAME --pvc VOLUME:/home/jovyan'\n")
+        "'dtrain notebook start NAME --pvc VOLUME:/home/jovyan'\n")
     assert "gone" in dt("notebook", "list", "--show-deleted").stdout
 
 

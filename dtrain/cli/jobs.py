@@ -530,10 +530,13 @@ def _notebook_next(client: Client, verb: str, info) -> str:
     its URL (`notebook open`, which waits for a Running one's Jupyter), or the resume that starts it again."""
     if not info.spec.notebook:
         return ""
+    def command(words: str) -> str:  # with -p / --backend where the defaults would look elsewhere
+        return client.command_for(words, backend=info.backend, project=info.spec.project)
+
     if verb == "suspend":
-        return f"; start it again with '{client.command_for(f'resume {info.name}', backend=info.backend, project=info.spec.project)}'"
-    opened = client.command_for(f"notebook open {info.name}", backend=info.backend, project=info.spec.project)
-    return f"; open it with '{opened}'" + ("" if info.status == JobStatus.RUNNING else " once it is Running")
+        return f"; start it again with '{command(f'resume {info.name}')}'"
+    return (f"; open it with '{command(f'notebook open {info.name}')}'"
+            + ("" if info.status == JobStatus.RUNNING else " once it is Running"))
 
 
 def cmd_artifacts(args, client: Client) -> int:

@@ -162,10 +162,10 @@ def _none_listed(args, client: Client, project: str | None, *, hidden: int) -> s
     """The line `notebook list` prints when it has no notebook to show: where it looked, deleted ones
     it hid (--show-deleted), and the command that starts one, with the -p and --backend it needs."""
     backend = getattr(args, "default_backend", None) or client.config.backend_for(project or client.default_project)
-    start = client.command_for("notebook NAME --pvc VOLUME:/home/jovyan", backend=backend, project=project)
+    start = client.command_for("notebook start NAME --pvc VOLUME:/home/jovyan", backend=backend, project=project)
     where = "in any project" if project is None else f"in project '{project}'"
     deleted = f" ({hidden} deleted: --show-deleted lists them)" if hidden else ""
-    return f"No notebooks {where}{deleted}: start one with '{start}'"
+    return f"No notebooks{'' if hidden else ' yet'} {where}{deleted}: start one with '{start}'"  # the dashboard's words
 
 
 def cmd_open(args, client: Client) -> int:
