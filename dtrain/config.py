@@ -208,9 +208,11 @@ class UserConfig:
         """`dtrain WORDS` as a printed hint names a follow-up command on a job (volume, snapshot) of
         `project` on `backend`, so that it works as written: with --backend where `backend` is not the
         one this config gives the project, and with -p where the project is not the default one (its
-        backend, its namespace on Kubernetes: without it the command looks in the default project's)."""
+        backend, its namespace on Kubernetes: without it the command looks in the default project's),
+        before a ' -- COMMAND' the words end with (after it, -p would be the job's own argument)."""
         where = f" -p {project}" if project is not None and project != self.project else ""
-        return self.dtrain_for(backend, project) + words + where
+        head, sep, command = words.partition(" -- ")
+        return self.dtrain_for(backend, project) + head + where + sep + command
 
     def dtrain_for(self, backend: str, project: str | None = None) -> str:
         """`dtrain ` with --backend where `backend` is not the one this config gives `project`."""

@@ -292,9 +292,25 @@ def cmd_list(args, client: Client) -> int:
     rows = [[j.name, j.status.value, fmt.age(j.created), j.node or "-", j.spec.kind, j.spec.project,
              f"{j.gpus_allocated} ({j.spec.gpus_requested})", f"{j.processes_running} ({j.processes_pending})"]
             for j in jobs]
+    if not rows:  # a header alone reads as a failed listing (kubectl: "No resources found in NS namespace.")
+        print(_no_jobs(args, client, project))
+        return 0
     print(fmt.table(["NAME", "STATUS", "AGE", "NODE", "TYPE", "PROJECT", "GPUs Allocated (Requested)",
                      "PROCESSES Running (Pending)"], rows))
     return 0
+
+
+def _no_jobs(args, client: Client, project: str | None) -> str:
+    """The line `dtrain list` prints when it has no job to show: where it looked, the deleted ones it
+    hid (--show-deleted), and the command that submits one, with the -p and --backend it needs."""
+    where = "in any project" if project is None else f"in project '{project}'"
+    if args.selector:
+        return f"No jobs {where} match -l {args.selector}"
+    hidden = 0 if args.show_deleted else len(client.list(project=project, show_deleted=True))
+    backend = getattr(args, "default_backend", None) or client.config.backend_for(project or client.default_project)
+    submit = client.command_for("submit NAME -- COMMAND", backend=backend, project=args.project)
+    deleted = f" ({hidden} deleted: --show-deleted lists them)" if hidden else ""
+    return f"No jobs{'' if hidden else ' yet'} {where}{deleted}: submit one with '{submit}'"
 
 
 # Other kinds a Run:AI or kubectl user names to a job verb (`describe volume X`, `list nodes`):

@@ -52,7 +52,9 @@ def cmd_volume(args, client: Client) -> int:
         vols = client.list_volumes(project=args.project)
         rows = [[v.name, v.storage_class or "-", v.size, fmt.size(v.used_bytes), v.status, v.origin_snapshot or "-",
                  fmt.age(v.created)] for v in vols]
-        _print(vols, fmt.table(["NAME", "CLASS", "SIZE", "USED", "STATUS", "FROM SNAPSHOT", "AGE"], rows), args.json)
+        text = (fmt.table(["NAME", "CLASS", "SIZE", "USED", "STATUS", "FROM SNAPSHOT", "AGE"], rows) if rows else
+                f"No volumes yet: make one with '{_said(client, args, 'volume create NAME --size 10Gi')}'")
+        _print(vols, text, args.json)
     elif args.action == "classes":
         classes = client.list_storage_classes(project=args.project)
         kinds = len({c.kind for c in classes}) > 1  # Kubernetes: StorageClasses and VolumeAttributesClasses
@@ -114,7 +116,13 @@ def cmd_snapshot(args, client: Client) -> int:
         rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), s.volume or "-", s.job or "-",
                  s.source_snapshot or "-", "-" if s.files is None else s.files, fmt.size(s.bytes), fmt.age(s.created)]
                 for s in snaps]
-        _print(snaps, fmt.table(["NAME", "VOLUME", "JOB", "FROM SNAPSHOT", "FILES", "SIZE", "AGE"], rows), args.json)
+        whose = " and".join(w for w in (f" of volume '{args.volume}'" if args.volume else "",
+                                        f" linked to job '{args.job}'" if args.job else "") if w)
+        take = f"snapshot create {args.volume or 'VOLUME'}" + (f" --job {args.job}" if args.job else "")
+        text = (fmt.table(["NAME", "VOLUME", "JOB", "FROM SNAPSHOT", "FILES", "SIZE", "AGE"], rows) if rows else
+                f"No snapshots{whose} yet: take one with '{_said(client, args, take)}'"
+                + ("" if args.volume or args.job else ", or submit a job with --snapshot-on-success VOLUME"))
+        _print(snaps, text, args.json)
     elif a == "describe":
         s = client.get_snapshot(args.name, project=args.project)
         _print(s, _snapshot_text(s), args.json)
@@ -164,6 +172,11 @@ def _wait_snapshots(args, client: Client) -> int:
         else:
             print(f"{s.name}: {_state(s)}")
     return 0
+
+
+def _said(client: Client, args, words: str) -> str:
+    """`dtrain WORDS` as a hint on where this command looked (its -p and --backend carried)."""
+    return client.command_for(words, backend=client.backend(project=args.project).name, project=args.project)
 
 
 def _verify_text(report) -> str:
