@@ -236,7 +236,7 @@ def test_a_list_or_since_query_is_refused_in_the_sdks_words(server, path, query,
     assert r.status_code == 422 and r.json()["kind"] == "SpecError", r.text
     if "since" in query:  # the same words and range (0 to MAX_TIME), the value named as the query typed it
         assert f" from 0 to {MAX_TIME:.0f}, e.g." in str(err.value)
-        assert r.json()["error"] == str(err.value).replace("nan", repr("nan"), 1)
+        assert r.json()["error"] == str(err.value)  # nan named as a number, as the SDK names it
     else:
         assert r.json()["error"] == str(err.value)
 

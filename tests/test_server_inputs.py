@@ -150,8 +150,8 @@ def test_refusals_of_odd_bodies_and_paths_name_the_problem(http):
     r = post("/api/v1/jobs", b'{"name": "a", "command": ["true"], "processes": ' + b"9" * 5000 + b"}")
     assert r.status_code == 422 and "a number of more than 4300 digits" in r.json()["error"], r.text
     r = post("/api/v1/jobs", b'{"name": "a", "command": ["true"], "cpu": NaN}')
-    assert r.status_code == 422 and r.json()["error"] == (  # what `dtrain submit --cpu nan` says
-        "invalid --cpu nan: use a number of CPU threads from 0.01 to 1024, e.g. --cpu 2 or --cpu 0.5")
+    assert r.status_code == 422 and r.json()["error"] == (  # what `dtrain submit --cpu NaN` says: as typed
+        "invalid --cpu NaN: use a number of CPU threads from 0.01 to 1024, e.g. --cpu 2 or --cpu 0.5")
     r = http.get("/api/v1/nope")
     assert r.status_code == 404 and r.json()["error"] == (
         "no such path /api/v1/nope: the API is under /api/v1/ (its paths: /api/v1/openapi.json)")

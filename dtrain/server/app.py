@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import re
 import sqlite3
 from pathlib import Path
 from typing import Callable, get_args
@@ -24,11 +25,12 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
 from dtrain import db, errors
-from dtrain.names import (as_typed_number, check_gpu_quota, check_limit_bytes, check_name, check_page, check_since,
-                          check_storage_class, check_tail, parse_least_size, parse_volume_size, rank_refusal, shown,
-                          status_refusal, wait_refusal)
+from dtrain.names import (WrittenFloat, WrittenInt, as_typed_number, check_gpu_quota, check_limit_bytes, check_name,
+                          check_page, check_since, check_storage_class, check_tail, parse_least_size, parse_volume_size,
+                          rank_refusal, shown, status_refusal, wait_refusal, written)
 from dtrain.server import routes_cluster, routes_jobs, routes_notebooks, routes_storage, wire
 from dtrain.server.auth import Guard
+from dtrain.server.bodies import NotJsonNumber
 from dtrain.server.clients import Clients
 from dtrain.server.history import GpuHistory
 from dtrain.server.metrics import metrics_route
@@ -129,6 +131,8 @@ def _refused(message: str) -> JSONResponse:
 
 def _unreadable(cause: Exception) -> str:
     """A body FastAPI's JSON reading gave up on (it answers a bare 400 'error parsing the body')."""
+    if isinstance(cause, NotJsonNumber):  # bodies.py's line: 017, +5, .5 where a number is due
+        return str(cause)
     if isinstance(cause, UnicodeDecodeError):
         return "invalid request: the body is not UTF-8 text; send JSON encoded as UTF-8"
     if isinstance(cause, ValueError) and "digits" in str(cause):  # int('9' * 5000): Python's bound
@@ -193,7 +197,7 @@ def _one_line(request, problems) -> str:
         return f"invalid request: {wire.RESTORE_BODY}"
     for e in problems[:5]:
         loc = [str(x) for x in e.get("loc", ()) if x != "body"]
-        if said := _number_refusal(request, e) or _query_refusal(request, e):
+        if said := _number_refusal(request, e) or _query_refusal(request, e) or _number_for_text(request, e):
             return said
         if e.get("type") == "string_pattern_mismatch":
             return _pattern_refusal(request, e.get("ctx", {}).get("pattern"), e.get("input"), loc)
@@ -229,6 +233,30 @@ def _number_refusal(request, problem) -> str | None:
             JobSpec(name="probe", command=("probe",), notebook=area == "notebooks", **{loc[1]: value})
     except errors.SpecError as refused:
         return str(refused)
+    return None
+
+
+def _number_for_text(request, problem) -> str | None:
+    """A number where a body field takes a string ("size": 1e9): the field's pattern's refusal of
+    that text (naming the range) where it refuses it, else how to send it; None for anything else."""
+    loc, value = tuple(problem.get("loc", ())), problem.get("input")
+    if (problem.get("type") != "string_type" or len(loc) != 2 or loc[0] != "body" or isinstance(value, bool)
+            or not isinstance(value, (int, float))):
+        return None
+    text = value.text if isinstance(value, (WrittenInt, WrittenFloat)) else str(value)  # bodies.py kept it
+    pattern = _body_pattern(request, loc[1])
+    if pattern is not None and not re.fullmatch(pattern, text):
+        return _pattern_refusal(request, pattern, text, [str(loc[1])])
+    return f"invalid {loc[1]} {shown(value)}: {loc[1]} takes a JSON string, not a number: send \"{text}\""
+
+
+def _body_pattern(request, name: str) -> str | None:
+    """The pattern that the route's body model gives field `name`, if any."""
+    for param in getattr(getattr(request.scope.get("route"), "dependant", None), "body_params", ()):
+        field = getattr(param.field_info.annotation, "model_fields", {}).get(name)
+        for rule in getattr(field, "metadata", ()):
+            if getattr(rule, "pattern", None):
+                return rule.pattern
     return None
 
 
@@ -273,12 +301,14 @@ def _query_refusal(request, problem) -> str | None:
     if len(loc) != 2 or loc[0] != "query" or problem.get("type") == "missing":
         return None
     typed = problem.get("input")
-    value = as_typed_number(typed)
+    value = _query_number(typed)
     if loc[1] in _QUERY:
         try:
             _QUERY[loc[1]](value, typed)
         except errors.SpecError as refused:
             return str(refused)
+        if isinstance(value, WrittenInt):  # 1E3, 1e2: a count the SDK takes, but not in the schema's digits
+            return f"invalid {loc[1]} {shown(value)}: write the whole number in digits, e.g. {loc[1]}={int(value)}"
         return None
     if problem.get("type") not in _NOT_IN_BOUNDS:
         return None
@@ -286,6 +316,25 @@ def _query_refusal(request, problem) -> str | None:
     if low is None or high is None:
         return None
     return f"invalid {loc[1]} {shown(value)}: use a whole number from {low} to {high}"
+
+
+# A number in any notation float() reads (1e9, 1E3, .5, -0, inf): named as typed, as a CLI flag's is
+_NUMBER = re.compile(r"[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|inf|infinity|nan)", re.I | re.A)
+
+
+def _query_number(typed):
+    """A query's value as the CLI reads a number flag: a WrittenInt or WrittenFloat where it is a number
+    written otherwise than Python writes it (tail=1e9, limit=-0: named so, not as '1e9' or 0), a whole
+    float a WrittenInt (as cli/jobs.py reads --tail 1E3), else as_typed_number's."""
+    value = as_typed_number(typed)
+    if not isinstance(typed, str) or len(typed) > 4000 or not _NUMBER.fullmatch(typed.strip()):
+        return value
+    text = typed.strip()
+    if isinstance(value, str):
+        value = float(text)
+    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
+        value = int(value)
+    return written(value, text)
 
 
 def _bounds(request, name: str) -> tuple[int | None, int | None]:

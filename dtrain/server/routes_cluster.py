@@ -8,9 +8,10 @@ from fastapi import APIRouter, Query, Request, Response
 
 from dtrain.errors import DtrainError
 from dtrain.server import wire
+from dtrain.server.bodies import TypedRoute
 from dtrain.server.clients import client
 
-router = APIRouter(tags=["cluster"])
+router = APIRouter(tags=["cluster"], route_class=TypedRoute)
 ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
 
 

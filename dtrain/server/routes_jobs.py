@@ -17,10 +17,11 @@ from dtrain import JobStatus
 from dtrain.errors import DtrainError, NotFoundError
 from dtrain.names import MAX_HTTP_WAIT, MAX_LIMIT_BYTES, MAX_PROCESSES, MAX_TAIL
 from dtrain.server import curves, wire
+from dtrain.server.bodies import TypedRoute
 from dtrain.server.clients import client
 from dtrain.spec import MAX_SELECTOR, SELECTOR_PATTERN, JobSpec, sagemaker_backend
 
-router = APIRouter(tags=["jobs"])
+router = APIRouter(tags=["jobs"], route_class=TypedRoute)
 ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
 LONG = ERRORS  # a request that holds a thread (Streams): refused (503, in ERRORS) when too many do
 KEEPALIVE_S = 15.0  # an SSE comment this often keeps proxies from closing a quiet stream

@@ -10,9 +10,10 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from dtrain.server import wire
+from dtrain.server.bodies import TypedRoute
 from dtrain.server.clients import client
 
-router = APIRouter(tags=["notebooks"])
+router = APIRouter(tags=["notebooks"], route_class=TypedRoute)
 ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
 
 

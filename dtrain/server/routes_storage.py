@@ -9,10 +9,11 @@ from fastapi import APIRouter, Query, Request, Response
 
 from dtrain.errors import NotFoundError
 from dtrain.server import wire
+from dtrain.server.bodies import TypedRoute
 from dtrain.server.clients import client
 from dtrain.server.lineage import PER_VOLUME, lineage
 
-router = APIRouter(tags=["storage"])
+router = APIRouter(tags=["storage"], route_class=TypedRoute)
 ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 from pydantic.fields import FieldInfo
 
 from dtrain.names import (CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, MAX_TIME, MIN_VOLUME, NAME_RE,  # noqa: F401
-                          SIZE_RE)
+                          SIZE_RE, WrittenFloat, written)
 from dtrain.spec import (MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MAX_RESTARTS, MIN_CPU,
                          MIN_IDLE_TIMEOUT)
 
@@ -77,8 +77,11 @@ NAMED = {"project": "project", "volume": "volume", "job": "job", "to": "volume",
 
 
 def _whole(value):
-    """JSON has one kind of number: 2.0 is the integer 2 (as JSON Schema's "integer" says), 2.5 is not."""
-    return int(value) if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53 else value
+    """JSON has one kind of number: 2.0 is the integer 2 (as JSON Schema's "integer" says), 2.5 is not.
+    A number that kept its text (bodies.py: 1e9, 1E3) keeps it, for the refusal of one out of range."""
+    if not (isinstance(value, float) and value.is_integer() and abs(value) <= 2**53):
+        return value
+    return written(int(value), value.text) if isinstance(value, WrittenFloat) else int(value)
 
 
 Count = Annotated[int, BeforeValidator(_whole)]  # a count in a request body
