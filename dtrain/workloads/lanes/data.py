@@ -26,7 +26,8 @@ from PIL import Image
 from dtrain.errors import DataError, NotFoundError, SpecError
 from dtrain.workloads.lanes.masks import NUM_SLOTS, TRAIN_SIZE, assign_slots, render_mask
 from dtrain.workloads.lanes.tusimple import (
-    IMAGE_HEIGHT, IMAGE_WIDTH, SEG_DIR, SPLIT_FILES, LaneLabel, mask_relpath, read_labels,
+    IMAGE_HEIGHT, IMAGE_WIDTH, SEG_DIR, SPLIT_FILES, LaneLabel, mask_relpath, one_line_per_frame,
+    read_labels,
 )
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -92,32 +93,37 @@ def flip_label(label: LaneLabel) -> LaneLabel:
     return LaneLabel(raw_file=label.raw_file, h_samples=label.h_samples, lanes=lanes, run_time=label.run_time)
 
 
+def split_lines(root: str | os.PathLike, split: str) -> list[LaneLabel]:
+    """Every line of a split's label files, in file order (NotFoundError when the folder or files are missing)."""
+    if split not in SPLIT_FILES:
+        raise SpecError(f"unknown split {split!r}: use one of {sorted(SPLIT_FILES)}")
+    root = Path(root)
+    if not root.is_dir():
+        raise NotFoundError(
+            f"data folder {root} does not exist: give the folder `dtrain lanes prepare --out` wrote "
+            "(in a job, where its volume is mounted: --pvc VOLUME:/mnt for /mnt/tusimple)"
+        )
+    files = [root / name for name in SPLIT_FILES[split] if (root / name).is_file()]
+    if not files:
+        names = ", ".join(SPLIT_FILES[split])
+        raise NotFoundError(f"no label file for split {split!r} in {root} (want {names}): run `dtrain lanes prepare`")
+    return [label for f in files for label in read_labels(f)]
+
+
 class LaneDataset(torch.utils.data.Dataset):
     """(img float32 (3, H, W), seg int64 (H, W) in 0..5, exist float32 (5,)) per labelled frame."""
 
     def __init__(
         self, root: str | os.PathLike, split: str, *, size: tuple[int, int] = TRAIN_SIZE, augment: bool = False
     ):
-        if split not in SPLIT_FILES:
-            raise SpecError(f"unknown split {split!r}: use one of {sorted(SPLIT_FILES)}")
         if len(size) != 2 or not all(isinstance(v, int) and v > 0 for v in size):
             raise SpecError(f"size must be (width, height) in positive pixels, got {size!r}")
         self.root = Path(root)
         self.split = split
         self.size = (int(size[0]), int(size[1]))
         self.augment = augment
-        if not self.root.is_dir():
-            raise NotFoundError(
-                f"data folder {self.root} does not exist: give the folder `dtrain lanes prepare --out` wrote "
-                "(in a job, where its volume is mounted: --pvc VOLUME:/mnt for /mnt/tusimple)"
-            )
-        files = [self.root / name for name in SPLIT_FILES[split] if (self.root / name).is_file()]
-        if not files:
-            names = ", ".join(SPLIT_FILES[split])
-            raise NotFoundError(
-                f"no label file for split {split!r} in {self.root} (want {names}): run `dtrain lanes prepare`"
-            )
-        self.labels: list[LaneLabel] = [label for f in files for label in read_labels(f)]
+        # a frame has one (precomputed) mask: a frame labelled twice trains on its last line, with a warning
+        self.labels: list[LaneLabel] = one_line_per_frame(split_lines(root, split))
         self.raw_files: list[str] = [label.raw_file for label in self.labels]
         self.precomputed = (self.root / SEG_DIR / f"{self.size[0]}x{self.size[1]}").is_dir()
 

@@ -50,7 +50,7 @@ import numpy as np
 
 from dtrain.errors import DataError
 from dtrain.workloads.inputs import Parser, input_file
-from dtrain.workloads.lanes.tusimple import LaneLabel, json_lines
+from dtrain.workloads.lanes.tusimple import LaneLabel, json_lines, outside_frame
 
 PIXEL_THRESH = 20.0  # base tolerance in pixels for a near-vertical lane
 PT_THRESH = 0.85  # share of rows a predicted lane must hit to match a GT lane
@@ -254,31 +254,33 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | 
              warn: Callable[[str], None] | None = None) -> dict:
     """Mean TuSimple accuracy, FP and FN over the GT frames: {'accuracy', 'fp', 'fn', 'frames'}.
     `warn` gets one line per kind of value the official script scores but that is likely a bug."""
-    gt_by_file: dict[str, LaneLabel | Truth] = {}
+    gt_by_file: dict[str, LaneLabel | Truth] = {}  # each frame's LAST line, as the official {raw_file: line}
+    gt_first: dict[str, LaneLabel | Truth] = {}
+    odd: dict[str, list[str]] = {k: [] for k in _ODD}  # where seen
     for g in gts:
         if g.raw_file in gt_by_file:
-            first = gt_by_file[g.raw_file].where
-            raise DataError(f"{_at(g)}ground-truth frame {g.raw_file} appears twice"
-                            f"{f' (first at {first})' if first else ''}: give one line per frame")
+            first = gt_first[g.raw_file].where
+            odd["gt_again"].append(f"{g.where or g.raw_file}, {g.raw_file}{f' first at {first}' if first else ''}")
+        gt_first.setdefault(g.raw_file, g)
         gt_by_file[g.raw_file] = g
     by_file: dict[str, LaneLabel | Prediction] = {}
     for p in preds:
         if p.raw_file in by_file:
-            raise DataError(f"{_at(p)}prediction for {p.raw_file} appears twice: give one line per frame")
-        if p.raw_file not in gt_by_file:
+            first = by_file[p.raw_file].where
+            odd["pred_again"].append(f"{p.where or p.raw_file}, {p.raw_file}{f' first at {first}' if first else ''}")
+        elif p.raw_file not in gt_by_file:
             raise DataError(f"{_at(p)}prediction for {p.raw_file} has no ground-truth frame: check the raw_file paths")
-        by_file[p.raw_file] = p
-    scores: dict[str, tuple[float, float, float]] = {}
-    odd: dict[str, list[str]] = {"x": [], "run_time": [], "slow": [], "h_samples": [], "no_gt": []}  # where seen
-    for g in gts:
-        if not g.lanes:
-            odd["no_gt"].append(g.where or g.raw_file)
-        p = by_file.get(g.raw_file)
-        if p is None:
-            raise DataError(
-                f"no prediction for ground-truth frame {g.raw_file} ({len(by_file)} of {len(gts)} frames "
-                "predicted): predict every frame of the GT file"
-            )
+        by_file.setdefault(p.raw_file, p)
+    if len(preds) != len(gts):  # the official script refuses this ('We do not get the predictions of all ...')
+        _refuse_counts(preds, gts, by_file, gt_first)
+    n = len(gt_by_file)
+    if n == 0:
+        raise DataError("the ground truth holds no frames: check the GT file")
+    odd["unpredicted"] = [g.where or g.raw_file for g in gt_by_file.values() if g.raw_file not in by_file]
+    odd["no_gt"] = [g.where or g.raw_file for g in gt_by_file.values() if not g.lanes]
+    acc = fp = fn = 0.0
+    for p in preds:  # every line scored and summed in the submission's order, as bench_one_submit does
+        g = gt_by_file[p.raw_file]
         if isinstance(p, Prediction):
             where = p.where or p.raw_file
             if any(not math.isfinite(x) for lane in p.lanes for x in lane):
@@ -293,22 +295,41 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | 
             a, f_p, f_n = bench_frame(p.lanes, g.lanes, g.h_samples, p.run_time)
         except DataError as e:
             raise DataError(f"{_at(p)}{g.raw_file}: {e}") from None
-        scores[g.raw_file] = a, f_p, f_n
-    acc = fp = fn = 0.0
-    for p in preds:  # summed in the submission's order, as bench_one_submit sums: the same float sums
-        a, f_p, f_n = scores[p.raw_file]
         acc, fp, fn = acc + a, fp + f_p, fn + f_n
-    n = len(gts)
-    if n == 0:
-        raise DataError("the ground truth holds no frames: check the GT file")
     if warn is not None:
         for kind, seen in odd.items():
             if seen:
-                what = "ground-truth frame(s)" if kind == "no_gt" else "prediction(s)"
-                warn(f"{len(seen)} {what} (first: {seen[0]}) {_ODD[kind]}")
+                what = _WHO.get(kind, "prediction(s)")
+                warn(f"{len(seen)} {what} (first: {seen[0]}) {_ODD[kind].format(n=n)}")
     return {"accuracy": acc / n, "fp": fp / n, "fn": fn / n, "frames": n}
 
 
+def _refuse_counts(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | Truth],
+                   by_file: dict, gt_first: dict) -> None:
+    """The DataError for a submission of another line count than the ground truth, which the official script
+    refuses: the first GT frame without prediction, else the first repeated prediction, else repeated GT."""
+    missing = next((g for g in gts if g.raw_file not in by_file), None)
+    if missing is not None:
+        raise DataError(
+            f"no prediction for ground-truth frame {missing.raw_file} ({len(by_file)} of {len(gt_first)} frames "
+            "predicted): predict every frame of the GT file"
+        )
+    seen: set[str] = set()
+    for p in preds:
+        if p.raw_file in seen:
+            raise DataError(f"{_at(p)}prediction for {p.raw_file} appears twice: give one line per frame")
+        seen.add(p.raw_file)
+    seen.clear()
+    for g in gts:
+        if g.raw_file in seen:
+            first = gt_first[g.raw_file].where
+            raise DataError(f"{_at(g)}ground-truth frame {g.raw_file} appears twice"
+                            f"{f' (first at {first})' if first else ''}: give one line per frame")
+        seen.add(g.raw_file)
+
+
+_WHO = {"gt_again": "ground-truth line(s)", "pred_again": "prediction line(s)",
+        "unpredicted": "ground-truth frame(s)", "no_gt": "ground-truth frame(s)"}
 _ODD = {  # what the official script does with values it scores without a word
     "x": "hold x values that are NaN or infinite: scored as the official script scores them (NaN and "
          "-Infinity as no point, Infinity as a point that matches nothing)",
@@ -318,6 +339,12 @@ _ODD = {  # what the official script does with values it scores without a word
             "script scores them, however right their lanes; a loaded machine slows prediction",
     "h_samples": "give other h_samples than the ground truth: their x values are scored at the ground "
                  "truth's rows, as the official script scores them (it reads no h_samples from a submission)",
+    "gt_again": "repeat a frame: as in the official script, every prediction of it is scored against its last "
+                "line, and the sums are divided by the {n} distinct frames (so a frame predicted twice counts twice)",
+    "pred_again": "repeat a frame: as in the official script, every line is scored and summed, and the sums are "
+                  "divided by the {n} distinct ground-truth frames",
+    "unpredicted": "have no prediction (other frames are predicted more than once): as in the official script, "
+                   "each adds 0 to the sums but counts among the {n} frames they are divided by",
     "no_gt": "hold no lanes: each scores accuracy 0 whatever is predicted, as the official script scores "
              "them (test_tasks_0627.json holds none: score against test_label.json)",
 }
@@ -359,6 +386,15 @@ def swapped(pred_path: str | os.PathLike, gt_path: str | os.PathLike, preds: Seq
            "as --gt, e.g. test_label.json"
 
 
+def _warn_outside(gts: Sequence[Truth], warn: Callable[[str], None]) -> None:
+    """One line for a ground truth whose points lie outside the 1280x720 frame: the official script compares
+    them as numbers, so they are scored as given."""
+    outside = [f"{g.where}: {what}" for g in gts if (what := outside_frame(g.h_samples, g.lanes))]
+    if outside:
+        warn(f"{outside[0]} ({len(outside)} line(s) of this file with points outside the frame): scored as given, "
+             "as the official script scores them")
+
+
 def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike, *,
                    warn: Callable[[str], None] | None = None) -> dict:
     """``evaluate`` on a submission file and a TuSimple ground-truth file, read as the official script
@@ -379,6 +415,8 @@ def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike, *,
         result = evaluate(preds, gts, warn=warn)
     except DataError as e:
         raise DataError(f"{e}; {hint}" if hint else str(e)) from None
+    if warn is not None:  # ground truth only: regression models' predictions leave the frame as a matter of course
+        _warn_outside(gts, warn)
     if hint and warn is not None:
         warn(f"{hint} (scored as given)")
     if same and warn is not None:

@@ -57,7 +57,9 @@ from tqdm import tqdm
 from dtrain.errors import ConflictError, DataError, SpecError
 from dtrain.workloads.inputs import Parser, in_range, input_file, local_path, out_folder, split_url
 from dtrain.workloads.lanes.masks import TRAIN_SIZE, render_mask
-from dtrain.workloads.lanes.tusimple import LIST_DIR, SPLIT_FILES, mask_relpath, read_labels, writable
+from dtrain.workloads.lanes.tusimple import (
+    LIST_DIR, SPLIT_FILES, mask_relpath, one_line_per_frame, read_labels, writable,
+)
 
 MANIFEST = "prepare.json"
 LOCK = ".prepare.lock"  # held by the one prepare writing a folder
@@ -339,7 +341,7 @@ def build_masks(out: Path, size: tuple[int, int]) -> dict[str, int]:
         files = [out / name for name in names if (out / name).is_file()]
         if not files:
             continue
-        labels = [label for f in files for label in read_labels(f)]
+        labels = one_line_per_frame([label for f in files for label in read_labels(f)])  # one mask a frame
         progress = Progress(f"masks {split}", len(labels), unit="frame")
         lines = []
         for label in labels:

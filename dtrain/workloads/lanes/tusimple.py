@@ -18,7 +18,7 @@ import json
 import math
 import os
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -120,17 +120,63 @@ def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES, where: str = 
     )
 
 
-def iter_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES) -> Iterator[LaneLabel]:
+def stderr_warning(text: str) -> None:
+    """The default `warn` of the readers: one line on stderr."""
+    print(f"warning: {text}", file=sys.stderr)
+
+
+def outside_frame(h_samples: Iterable[float], lanes: Iterable[Iterable[float]]) -> str | None:
+    """What of a frame's labels lies outside the 1280x720 image (an x >= 1280, a row < 0 or >= 720), or None."""
+    row = next((y for y in h_samples if not 0 <= y < IMAGE_HEIGHT), None)
+    if row is not None:
+        return f"row {row:g} is outside the {IMAGE_WIDTH}x{IMAGE_HEIGHT} frame"
+    x = next((x for lane in lanes for x in lane if IMAGE_WIDTH <= x < math.inf), None)  # infinite: warned apart
+    return None if x is None else f"x {x:g} is outside the {IMAGE_WIDTH}x{IMAGE_HEIGHT} frame"
+
+
+def iter_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES,
+                warn: Callable[[str], None] | None = stderr_warning) -> Iterator[LaneLabel]:
     """Yield the labels of a TuSimple JSON-lines file; blank lines are skipped.
 
-    ``max_lanes=None`` accepts any number of lanes (prediction files may hold more).
+    ``max_lanes=None`` accepts any number of lanes (prediction files may hold more). Points outside the
+    frame are kept (the official evaluation scores them as given) and `warn` gets one line for the file.
     """
     path = input_file(path, "label file", "give a TuSimple JSON-lines file (or run `dtrain lanes prepare`)")
+    outside: list[str] = []  # "FILE:LINE: what" of each line with a point outside the frame
     for lineno, obj in json_lines(path):
         try:
-            yield parse_label(obj, max_lanes=max_lanes, where=f"{path}:{lineno}")
+            label = parse_label(obj, max_lanes=max_lanes, where=f"{path}:{lineno}")
         except ValueError as e:
             raise DataError(f"{path}:{lineno}: {e}") from None
+        what = outside_frame(label.h_samples, label.lanes)
+        if what:
+            outside.append(f"{label.where}: {what}")
+        yield label
+    if outside and warn is not None:
+        warn(f"{outside[0]} ({len(outside)} line(s) of this file with points outside the frame): kept as given; "
+             "masks draw only the part inside the frame, and the metric compares them as given, as the official "
+             "script does")
+
+
+def one_line_per_frame(labels: Sequence[LaneLabel], *,
+                       warn: Callable[[str], None] | None = stderr_warning) -> list[LaneLabel]:
+    """The labels with each raw_file once, holding its LAST line (in the place of its first), as the
+    official evaluation's ``{raw_file: line}`` keeps a ground-truth frame; `warn` gets one line per
+    file with repeated frames (a frame has one mask, so two different labels of it cannot both train)."""
+    by_file: dict[str, LaneLabel] = {}
+    repeats: dict[str, list[str]] = {}  # file -> "FILE:LINE: ..." of each repeated line
+    for label in labels:
+        if label.raw_file in by_file:
+            file = label.where.rpartition(":")[0]
+            first = by_file[label.raw_file].where
+            repeats.setdefault(file, []).append(f"{label.where or label.raw_file}: frame {label.raw_file} is "
+                                                f"labelled again{f' (first at {first})' if first else ''}")
+        by_file[label.raw_file] = label
+    if warn is not None:
+        for seen in repeats.values():
+            warn(f"{seen[0]} ({len(seen)} repeated line(s) in this file): dtrain trains on each frame's last line "
+                 "only, as the official evaluation keeps a ground-truth frame's last line")
+    return list(by_file.values())
 
 
 def json_lines(path: Path) -> Iterator[tuple[int, object]]:
@@ -164,9 +210,10 @@ def json_lines(path: Path) -> Iterator[tuple[int, object]]:
             yield lineno, obj
 
 
-def read_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES) -> list[LaneLabel]:
-    """All labels of a TuSimple JSON-lines file (see ``iter_labels``)."""
-    return list(iter_labels(path, max_lanes=max_lanes))
+def read_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES,
+                warn: Callable[[str], None] | None = stderr_warning) -> list[LaneLabel]:
+    """All labels of a TuSimple JSON-lines file, every line (see ``iter_labels``)."""
+    return list(iter_labels(path, max_lanes=max_lanes, warn=warn))
 
 
 def write_labels(path: str | os.PathLike, labels: Iterable[LaneLabel]) -> int:

@@ -1,0 +1,115 @@
+"""Lane labels and submissions the official TuSimple evaluation (evaluate/lane.py) accepts without a word:
+repeated frames and points outside the 1280x720 frame are accepted here too, scored as it scores them,
+and named in one warning line per file; run_time's 200 ms rule as the docs state it."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dtrain.errors import DataError
+from dtrain.workloads.lanes.metric import bench_frame, evaluate_files
+from dtrain.workloads.lanes.tusimple import one_line_per_frame, read_labels
+from test_lanes_evaluate_official import official_figures
+
+ROWS = [240, 250, 260, 270]
+A = {"raw_file": "a.jpg", "h_samples": ROWS, "lanes": [[300, 310, 320, 330]]}
+A_LATER = {"raw_file": "a.jpg", "h_samples": ROWS, "lanes": [[600, 610, 620, 630]]}
+B = {"raw_file": "b.jpg", "h_samples": ROWS, "lanes": [[300, 310, 320, 330], [700, 710, 720, 730]]}
+PA = {"raw_file": "a.jpg", "lanes": [[300.5, 310, 320, 330]], "run_time": 5}
+PB = {"raw_file": "b.jpg", "lanes": [[300, 310, 320, 330]], "run_time": 5}
+
+
+def _write(path, lines):
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def _figures(pred, gt, warned):
+    ours = evaluate_files(pred, gt, warn=warned.append)
+    return [ours[k] for k in ("accuracy", "fp", "fn")], [official_figures(pred, gt)[k] for k in ("accuracy", "fp", "fn")]
+
+
+def test_a_ground_truth_frame_given_twice_is_scored_against_its_last_line(tmp_path):
+    """The official script keeps {raw_file: line} (the last line wins) and divides by the distinct frames."""
+    gt = _write(tmp_path / "gt.json", [A, B, A_LATER])
+    pred = _write(tmp_path / "pred.json", [PA, PB, PA])  # as many lines as the ground truth: it scores them
+    warned = []
+    ours, theirs = _figures(pred, gt, warned)
+    assert ours == theirs and ours[0] == pytest.approx(0.25)  # both a.jpg lines miss A_LATER
+    assert warned[0].startswith(f"1 ground-truth line(s) (first: {gt}:3, a.jpg first at {gt}:1) repeat a frame: "
+                                "as in the official script, every prediction of it is scored against its last line")
+    assert warned[1].startswith(f"1 prediction line(s) (first: {pred}:3, a.jpg first at {pred}:1) repeat a frame")
+    assert len(warned) == 2
+
+
+def test_a_prediction_given_twice_in_place_of_another_is_scored_as_the_official_script_does(tmp_path):
+    gt = _write(tmp_path / "gt.json", [A, B])
+    pred = _write(tmp_path / "pred.json", [PA, PA])
+    warned = []
+    ours, theirs = _figures(pred, gt, warned)
+    assert ours == theirs == [1.0, 0.0, 0.0]  # a.jpg counts twice, b.jpg adds nothing
+    assert warned == [
+        f"1 prediction line(s) (first: {pred}:2, a.jpg first at {pred}:1) repeat a frame: as in the official script, "
+        "every line is scored and summed, and the sums are divided by the 2 distinct ground-truth frames",
+        f"1 ground-truth frame(s) (first: {gt}:2) have no prediction (other frames are predicted more than once): as "
+        "in the official script, each adds 0 to the sums but counts among the 2 frames they are divided by",
+    ]
+
+
+def test_line_counts_that_differ_are_still_refused_as_the_official_script_refuses_them(tmp_path):
+    gt = _write(tmp_path / "gt.json", [A, B])
+    with pytest.raises(DataError, match="prediction for a.jpg appears twice"):
+        evaluate_files(_write(tmp_path / "pred.json", [PA, PA, PB]), gt)
+    with pytest.raises(DataError, match="no prediction for ground-truth frame b.jpg"):
+        evaluate_files(_write(tmp_path / "pred.json", [PA]), gt)
+
+
+def test_ground_truth_outside_the_frame_is_scored_as_given_with_one_warning(tmp_path):
+    far = {**B, "lanes": [[300, 310, 320, 1500], [700, 710, 720, 730]]}
+    low = {**A, "h_samples": [240, 250, 260, 800]}
+    gt = _write(tmp_path / "gt.json", [low, far])
+    pred = _write(tmp_path / "pred.json", [PA, PB])
+    warned = []
+    ours, theirs = _figures(pred, gt, warned)
+    assert ours == theirs
+    assert warned == [f"{gt}:1: row 800 is outside the 1280x720 frame (2 line(s) of this file with points outside "
+                      "the frame): scored as given, as the official script scores them"]
+    prediction_far = _write(tmp_path / "pred.json", [PA, {**PB, "lanes": [[1300, 310, 320, 330]]}])
+    warned.clear()
+    evaluate_files(prediction_far, _write(tmp_path / "gt.json", [A, B]), warn=warned.append)
+    assert warned == []  # a prediction past the edge is a model's business, not a label's mistake
+
+
+def test_training_labels_outside_the_frame_are_kept_with_one_warning(tmp_path):
+    path = _write(tmp_path / "label_data_0313.json", [A, {**B, "lanes": [[300, 310, 320, 1280], [0, 0, 0, 0]]},
+                                                      {**A, "raw_file": "c.jpg", "h_samples": [-10, 250, 260, 270]}])
+    warned = []
+    labels = read_labels(path, warn=warned.append)
+    assert [label.lanes for label in labels][1] == ((300, 310, 320, 1280), (0, 0, 0, 0))
+    assert warned == [f"{path}:2: x 1280 is outside the 1280x720 frame (2 line(s) of this file with points outside "
+                      "the frame): kept as given; masks draw only the part inside the frame, and the metric compares "
+                      "them as given, as the official script does"]
+
+
+def test_a_training_frame_labelled_twice_keeps_its_last_line_with_one_warning(tmp_path):
+    """A frame has one precomputed mask: its two labels cannot both train, so the last line does, as the
+    official evaluation keeps a ground-truth frame's last line."""
+    path = _write(tmp_path / "label_data_0313.json", [A, B, A_LATER, B])
+    warned = []
+    labels = one_line_per_frame(read_labels(path), warn=warned.append)
+    assert [(label.raw_file, label.lanes[0][0]) for label in labels] == [("a.jpg", 600), ("b.jpg", 300)]
+    assert warned == [f"{path}:3: frame a.jpg is labelled again (first at {path}:1) (2 repeated line(s) in this "
+                      "file): dtrain trains on each frame's last line only, as the official evaluation keeps a "
+                      "ground-truth frame's last line"]
+
+
+def test_run_time_over_200_ms_scores_accuracy_0_fp_0_fn_1_and_200_itself_passes():
+    """docs/lanes.md: a frame whose run_time is over 200 ms scores (accuracy 0, FP 0, FN 1), however right its
+    lanes and however many extra lanes it gives; exactly 200 ms is scored normally."""
+    gt = [[300, 310, 320, 330]]
+    extra = gt + [[900, 910, 920, 930]]
+    assert bench_frame(extra, gt, ROWS, 200.0) == (1.0, 0.5, 0.0)
+    assert bench_frame(extra, gt, ROWS, 200.01) == (0.0, 0.0, 1.0)
+    assert bench_frame(gt, gt, ROWS, None) == (1.0, 0.0, 0.0)  # no run_time: 0 ms
