@@ -26,8 +26,10 @@ line it takes ``raw_file``, ``lanes`` and ``run_time``; the rows are the ground 
 floats). Everything the official script scores is scored the same way; what it scores but is
 likely a bug gets a warning (an x that is NaN or infinite, a negative or NaN run_time, a
 prediction that gives other ``h_samples`` than the ground truth: the official script reads none).
-What it crashes on, or cannot score, raises ``DataError`` naming the file and line: a missing,
-duplicated (in either file) or unknown frame, a lane whose length differs from the GT
+Repeated frames are scored as it scores them (a GT frame's last line; every prediction line summed;
+divided by the distinct GT frames), with a warning, and so is ground truth outside the 1280x720 frame.
+What it crashes on, or cannot score, raises ``DataError`` naming the file and line: an unknown frame, a
+submission of another line count than the ground truth (as it refuses), a lane whose length differs from the GT
 ``h_samples``, an x or run_time that is null, true/false, a string or an integer beyond float
 range, and a malformed line. ``run_time`` may be left out (then it counts as 0 ms). The ground
 truth is read as the official script reads it too (``parse_truth``), not with training's stricter
