@@ -28,7 +28,8 @@ def _write(path, lines):
 
 def _figures(pred, gt, warned):
     ours = evaluate_files(pred, gt, warn=warned.append)
-    return [ours[k] for k in ("accuracy", "fp", "fn")], [official_figures(pred, gt)[k] for k in ("accuracy", "fp", "fn")]
+    theirs = official_figures(pred, gt)
+    return [ours[k] for k in ("accuracy", "fp", "fn")], [theirs[k] for k in ("accuracy", "fp", "fn")]
 
 
 def test_a_ground_truth_frame_given_twice_is_scored_against_its_last_line(tmp_path):
@@ -113,3 +114,45 @@ def test_run_time_over_200_ms_scores_accuracy_0_fp_0_fn_1_and_200_itself_passes(
     assert bench_frame(extra, gt, ROWS, 200.0) == (1.0, 0.5, 0.0)
     assert bench_frame(extra, gt, ROWS, 200.01) == (0.0, 0.0, 1.0)
     assert bench_frame(gt, gt, ROWS, None) == (1.0, 0.0, 0.0)  # no run_time: 0 ms
+
+
+# ------------------------------------------------------------------ what else the official script accepts
+
+def test_training_labels_take_whole_floats_extra_keys_empty_and_all_minus_2_lanes(tmp_path):
+    """numpy-written labels give 300.0 and 240.0, which the official evaluation reads as numbers: training
+    (and predict, which reads test_label.json with it) refused them as 'must be an integer'."""
+    lines = [{**A, "h_samples": [240.0, 250, 260, 270.0], "lanes": [[300.0, 310, 320, 330]], "note": "extra"},
+             {**B, "lanes": []}, {**B, "raw_file": "c.jpg", "lanes": [[-2, -2, -2, -2], [1.0, 2, 3, 4]]}]
+    path = _write(tmp_path / "label_data_0313.json", lines)
+    labels = read_labels(path)
+    assert labels[0].h_samples == (240, 250, 260, 270) and labels[0].lanes == ((300, 310, 320, 330),)
+    assert all(type(v) is int for v in labels[0].h_samples + labels[0].lanes[0])
+    assert labels[1].lanes == () and labels[2].lanes[0] == (-2, -2, -2, -2)
+    pred = _write(tmp_path / "pred.json", [PA, PB, {**PB, "raw_file": "c.jpg"}])
+    warned = []
+    ours, theirs = _figures(pred, path, warned)
+    assert ours == theirs and warned[0].startswith("1 ground-truth frame(s)")  # b.jpg: no lanes
+    fractional = _write(tmp_path / "bad.json", [{**A, "lanes": [[300.5, 310, 320, 330]]}])
+    with pytest.raises(DataError, match=r"bad\.json:1: lanes\[0\]\[0\] must be an integer, got 300\.5"):
+        read_labels(fractional)
+
+
+def test_a_raw_file_holding_nul_is_one_line_not_a_traceback_when_the_frame_is_opened(tmp_path):
+    path = _write(tmp_path / "test_label.json", [{**A, "raw_file": "clips/a\u0000/20.jpg"}])
+    with pytest.raises(DataError, match=r"test_label\.json:1: raw_file 'clips/a\\x00/20.jpg' holds a NUL character"):
+        read_labels(path)
+
+
+def test_true_false_and_huge_integer_run_times_are_scored_as_the_official_script_scores_them(tmp_path):
+    """The official script computes with true/false as 1/0 (numpy) and only compares run_time with 200, so an
+    integer beyond float range is a slow frame; both were refused here."""
+    gt = _write(tmp_path / "gt.json", [{**A, "lanes": [[True, 1, 2, 3]]}, B])
+    pred = _write(tmp_path / "pred.json", [{**PA, "lanes": [[True, False, 2, 3]], "run_time": True},
+                                            {**PB, "run_time": 10**400}])
+    warned = []
+    ours, theirs = _figures(pred, gt, warned)
+    assert ours == theirs == [0.5, 0.0, 0.5]
+    assert warned[0].startswith(f"1 prediction(s) (first: {pred}:2) took over 200 ms")
+    assert warned[1].startswith(f"1 prediction(s) (first: {pred}:1) give true/false for a number")
+    assert warned[2].startswith(f"1 ground-truth line(s) (first: {gt}:1) give true/false for a number (an x or row): "
+                                "scored as 1/0")

@@ -24,15 +24,15 @@ A prediction file is read as the official ``bench_one_submit`` reads a submissio
 line it takes ``raw_file``, ``lanes`` and ``run_time``; the rows are the ground truth's
 ``h_samples``, and x coordinates may be integers or floats (many published methods write
 floats). Everything the official script scores is scored the same way; what it scores but is
-likely a bug gets a warning (an x that is NaN or infinite, a negative or NaN run_time, a
+likely a bug gets a warning (an x that is NaN or infinite, true/false for a number, a negative or NaN run_time, a
 prediction that gives other ``h_samples`` than the ground truth: the official script reads none).
 Repeated frames are scored as it scores them (a GT frame's last line; every prediction line summed;
 divided by the distinct GT frames), with a warning, and so is ground truth outside the 1280x720 frame.
-What it crashes on, or cannot score, raises ``DataError`` naming the file and line: an unknown frame, a
-submission of another line count than the ground truth (as it refuses), a lane whose length differs from the GT
-``h_samples``, an x or run_time that is null, true/false, a string or an integer beyond float
-range, and a malformed line. ``run_time`` may be left out (then it counts as 0 ms). The ground
-truth is read as the official script reads it too (``parse_truth``), not with training's stricter
+What it crashes on, or cannot score, raises ``DataError`` naming the file and line: an unknown frame,
+a submission of another line count than the ground truth (as it refuses), a lane whose length differs
+from the GT ``h_samples``, an x that is null, a string or an integer beyond float range,
+a run_time that is null, a string or a list, and a malformed line. ``run_time`` may be left out (then it
+counts as 0 ms). The ground truth is read as the official script reads it too (``parse_truth``), not with training's stricter
 ``read_labels``.
 
 CLI: ``dtrain lanes evaluate --pred P.json --gt G.json [--json]``.
@@ -134,6 +134,7 @@ class Prediction:
     raw_file: str  # frame path, as in the ground truth
     lanes: tuple[tuple[float, ...], ...]  # one x per GT h_sample row per lane; negative = no point
     run_time: float | None = None  # ms per frame (None = not given, counts as 0)
+    bools: bool = False  # the line gave true/false for a number (the official script computes with them as 1/0)
     h_samples: tuple[int, ...] | None = None  # as given (the GT's rows are used); () when not a list of rows
     where: str = ""  # "FILE:LINE" for error messages ("" when built in memory)
 
@@ -147,9 +148,9 @@ def _shown(v: object) -> str:
 
 
 def _computable(value: object) -> bool:
-    """A JSON number the official script computes with: NaN, Infinity and 1e400 (a float) too,
-    but not null, true/false, a string, nor an integer beyond float range (its arithmetic overflows)."""
-    if not isinstance(value, (int, float)) or isinstance(value, bool):
+    """A JSON number the official script computes with: NaN, Infinity and 1e400 (a float) too, true/false
+    (numpy takes them as 1/0), but not null, a string, nor an integer beyond float range (its arithmetic overflows)."""
+    if not isinstance(value, (int, float)):
         return False
     try:
         float(value)
@@ -181,14 +182,18 @@ def parse_prediction(obj: object, where: str = "") -> Prediction:
                 raise ValueError(f"lanes[{i}][{j}] is {_shown(x)}: x coordinates are numbers "
                                  "(-2 where there is no point)")
     run_time = obj.get("run_time")
+    if isinstance(run_time, int):  # the official script only compares it with 200: any integer does
+        run_time = int(run_time) if abs(run_time) < 2**1023 else math.inf if run_time > 0 else -math.inf
     if run_time is not None and not _computable(run_time):
         raise ValueError(f"run_time must be a number of milliseconds, got {_shown(run_time)}")
     h = obj.get("h_samples")
     if h is not None:  # the official script reads none: other rows are warned about, never refused
         rows = isinstance(h, list) and all(_computable(y) and math.isfinite(y) and float(y).is_integer() for y in h)
         h = tuple(int(y) for y in h) if rows else ()
-    return Prediction(raw_file=obj["raw_file"], lanes=tuple(tuple(lane) for lane in obj["lanes"]),
-                      run_time=None if run_time is None else float(run_time), h_samples=h, where=where)
+    bools = isinstance(obj.get("run_time"), bool) or any(isinstance(x, bool) for lane in obj["lanes"] for x in lane)
+    lanes = tuple(tuple(float(x) if isinstance(x, bool) else x for x in lane) for lane in obj["lanes"])
+    return Prediction(raw_file=obj["raw_file"], lanes=lanes,
+                      run_time=None if run_time is None else float(run_time), h_samples=h, where=where, bools=bools)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -200,6 +205,7 @@ class Truth:
     lanes: tuple[tuple[float, ...], ...]  # one x per row per lane; negative = no point
     where: str = ""  # "FILE:LINE" for error messages
     run_time_given: bool = False  # the line gives a run_time, as a submission does and ground truth never
+    bools: bool = False  # the line gave true/false for a number (the official script computes with them as 1/0)
 
 
 def parse_truth(obj: object, where: str = "") -> Truth:
@@ -216,7 +222,7 @@ def parse_truth(obj: object, where: str = "") -> Truth:
         for i, v in enumerate(value):
             if not (_computable(v) and math.isfinite(v)):
                 raise ValueError(f"{what}[{i}] is {_shown(v)}: give finite numbers (x: -2 where there is no point)")
-        return tuple(value)
+        return tuple(float(v) if isinstance(v, bool) else v for v in value)
 
     h_samples = numbers(obj["h_samples"], "h_samples")
     if not isinstance(obj["lanes"], list):
@@ -226,8 +232,10 @@ def parse_truth(obj: object, where: str = "") -> Truth:
         if len(lane) != len(h_samples):
             raise ValueError(f"lanes[{i}] has {len(lane)} points but h_samples has {len(h_samples)}: "
                              "give one x per row (-2 where there is no point)")
+    bools = any(isinstance(v, bool) for v in obj["h_samples"]) or any(isinstance(x, bool) for lane in obj["lanes"]
+                                                                      for x in lane)
     return Truth(raw_file=obj["raw_file"], h_samples=h_samples, lanes=lanes, where=where,
-                 run_time_given="run_time" in obj)
+                 run_time_given="run_time" in obj, bools=bools)
 
 
 def read_truth(path: str | os.PathLike) -> list[Truth]:
@@ -280,6 +288,7 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | 
         raise DataError("the ground truth holds no frames: check the GT file")
     odd["unpredicted"] = [g.where or g.raw_file for g in gt_by_file.values() if g.raw_file not in by_file]
     odd["no_gt"] = [g.where or g.raw_file for g in gt_by_file.values() if not g.lanes]
+    odd["gt_bools"] = [g.where or g.raw_file for g in gts if isinstance(g, Truth) and g.bools]
     acc = fp = fn = 0.0
     for p in preds:  # every line scored and summed in the submission's order, as bench_one_submit does
         g = gt_by_file[p.raw_file]
@@ -293,6 +302,8 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | 
                 odd["slow"].append(where)
             if p.h_samples is not None and p.h_samples != tuple(g.h_samples):
                 odd["h_samples"].append(where)
+            if p.bools:
+                odd["bools"].append(where)
         try:
             a, f_p, f_n = bench_frame(p.lanes, g.lanes, g.h_samples, p.run_time)
         except DataError as e:
@@ -331,14 +342,15 @@ def _refuse_counts(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLa
 
 
 _WHO = {"gt_again": "ground-truth line(s)", "pred_again": "prediction line(s)",
-        "unpredicted": "ground-truth frame(s)", "no_gt": "ground-truth frame(s)"}
+        "unpredicted": "ground-truth frame(s)", "no_gt": "ground-truth frame(s)", "gt_bools": "ground-truth line(s)"}
 _ODD = {  # what the official script does with values it scores without a word
     "x": "hold x values that are NaN or infinite: scored as the official script scores them (NaN and "
          "-Infinity as no point, Infinity as a point that matches nothing)",
     "run_time": "give a run_time that is negative or NaN: scored as the official script scores them "
                 "(as frames within 200 ms)",
-    "slow": "took over 200 ms (run_time): scored as misses (accuracy 0, every lane missed), as the official "
-            "script scores them, however right their lanes; a loaded machine slows prediction",
+    "slow": "took over 200 ms (run_time): scored as misses (accuracy 0, FP 0, FN 1: every lane missed, none "
+            "counted as false), as the official script scores them, however right their lanes; a loaded machine "
+            "slows prediction",
     "h_samples": "give other h_samples than the ground truth: their x values are scored at the ground "
                  "truth's rows, as the official script scores them (it reads no h_samples from a submission)",
     "gt_again": "repeat a frame: as in the official script, every prediction of it is scored against its last "
@@ -347,6 +359,8 @@ _ODD = {  # what the official script does with values it scores without a word
                   "divided by the {n} distinct ground-truth frames",
     "unpredicted": "have no prediction (other frames are predicted more than once): as in the official script, "
                    "each adds 0 to the sums but counts among the {n} frames they are divided by",
+    "bools": "give true/false for a number (an x or run_time): scored as 1/0, as the official script scores them",
+    "gt_bools": "give true/false for a number (an x or row): scored as 1/0, as the official script scores them",
     "no_gt": "hold no lanes: each scores accuracy 0 whatever is predicted, as the official script scores "
              "them (test_tasks_0627.json holds none: score against test_label.json)",
 }

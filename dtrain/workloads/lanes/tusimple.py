@@ -69,14 +69,20 @@ def is_number(value: object) -> bool:
 
 
 def _int_list(value: object, what: str) -> tuple[int, ...]:
+    """Whole pixels: integers, or floats of whole value (300.0, as numpy-written labels give them, and as the
+    official evaluation reads them) taken as those integers."""
     if not isinstance(value, list):
         raise ValueError(f"{what} must be a list, got {type(value).__name__}")
+    out = []
     for i, v in enumerate(value):
+        if isinstance(v, float) and v.is_integer():
+            v = int(v)
         if not _is_int(v):
             raise ValueError(f"{what}[{i}] must be an integer, got {json.dumps(v)}")
         if abs(v) > MAX_COORD:
             raise ValueError(f"{what}[{i}] is {v}, out of range: give -{MAX_COORD} to {MAX_COORD}")
-    return tuple(value)
+        out.append(v)
+    return tuple(out)
 
 
 def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES, where: str = "") -> LaneLabel:
@@ -89,6 +95,9 @@ def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES, where: str = 
     raw_file = obj["raw_file"]
     if not isinstance(raw_file, str) or not raw_file:
         raise ValueError(f"raw_file must be a non-empty string, got {raw_file!r}")
+    if "\0" in raw_file:  # no file has such a name: opening the frame would fail with a traceback
+        raise ValueError(f"raw_file {raw_file!r} holds a NUL character: give the frame's path, "
+                         "e.g. clips/0313-1/60/20.jpg")
     if os.path.isabs(raw_file) or ".." in Path(raw_file).parts:  # the loader would read a file outside the dataset
         raise ValueError(f"raw_file {raw_file!r} leads out of the dataset folder: give a path inside it, "
                          "e.g. clips/0313-1/60/20.jpg")
