@@ -156,3 +156,36 @@ def test_true_false_and_huge_integer_run_times_are_scored_as_the_official_script
     assert warned[1].startswith(f"1 prediction(s) (first: {pred}:1) give true/false for a number")
     assert warned[2].startswith(f"1 ground-truth line(s) (first: {gt}:1) give true/false for a number (an x or row): "
                                 "scored as 1/0")
+
+
+def test_prepare_and_the_dataset_train_a_frame_labelled_twice_once_on_its_last_line(tmp_path, capsys):
+    """Masks are stored by raw_file: the second label's mask replaced the first's, yet both lines stayed in
+    the lists and the dataset, so the first trained on the second's mask with its own existence flags."""
+    import numpy as np
+    from PIL import Image
+
+    from dtrain.workloads.lanes import synth
+    from dtrain.workloads.lanes.data import LaneDataset
+    from dtrain.workloads.lanes.masks import render_label
+    from dtrain.workloads.lanes.predict import split_labels
+    from dtrain.workloads.lanes.prepare import build_masks
+    from dtrain.workloads.lanes.tusimple import mask_relpath
+
+    synth.generate(tmp_path, frames_per_file={"label_data_0313.json": 2, "label_data_0531.json": 1,
+                                              "label_data_0601.json": 1}, seed=3, test_frames=1)
+    path = tmp_path / "label_data_0313.json"
+    first, second = path.read_text().splitlines()
+    again = {**json.loads(second), "raw_file": json.loads(first)["raw_file"]}  # frame 1 with frame 2's lanes
+    path.write_text(f"{first}\n{second}\n{json.dumps(again)}\n")
+    capsys.readouterr()
+    size = (256, 144)
+    assert build_masks(tmp_path, size)["train"] == 3
+    assert f"{path}:3: frame {again['raw_file']} is labelled again (first at {path}:1)" in capsys.readouterr().err
+    listed = (tmp_path / "list" / "train_gt.txt").read_text().splitlines()
+    assert len(listed) == 3 and len({line.split()[0] for line in listed}) == 3
+    last = read_labels(path)[2]
+    with Image.open(tmp_path / mask_relpath(last.raw_file, size)) as im:
+        assert np.array_equal(np.array(im), render_label(last, size=size)[0])
+    dataset = LaneDataset(tmp_path, "train", size=size)
+    assert len(dataset) == 3 and dataset.labels[0] == last and dataset.labels[0].where == f"{path}:3"
+    assert len(split_labels(tmp_path, "train")) == 4  # predict predicts every line, as a submission mirrors them
