@@ -173,11 +173,12 @@ def one_line_per_frame(labels: Sequence[LaneLabel], *,
     official evaluation's ``{raw_file: line}`` keeps a ground-truth frame; `warn` gets one line per
     file with repeated frames (a frame has one mask, so two different labels of it cannot both train)."""
     by_file: dict[str, LaneLabel] = {}
+    first_at: dict[str, str] = {}
     repeats: dict[str, list[str]] = {}  # file -> "FILE:LINE: ..." of each repeated line
     for label in labels:
+        first = first_at.setdefault(label.raw_file, label.where)
         if label.raw_file in by_file:
             file = label.where.rpartition(":")[0]
-            first = by_file[label.raw_file].where
             repeats.setdefault(file, []).append(f"{label.where or label.raw_file}: frame {label.raw_file} is "
                                                 f"labelled again{f' (first at {first})' if first else ''}")
         by_file[label.raw_file] = label
