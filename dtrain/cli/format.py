@@ -20,6 +20,16 @@ def warn(notices) -> None:
         print(f"dtrain: warning: {notice.message}", file=sys.stderr)
 
 
+def status_word(info) -> str:
+    """A job's STATUS as `list` and `describe` show it: Stopping for a job still Running whose every
+    process is Terminating (SageMaker's Stopping: StopTrainingJob sent, its programs given time to
+    save), as kubectl shows a pod being deleted; its status otherwise. --json keeps the status."""
+    running = info.status.value == "Running"
+    if running and info.processes and all(p.status == "Terminating" for p in info.processes):
+        return "Stopping"
+    return info.status.value
+
+
 def table(headers: list[str], rows: list[list[object]]) -> str:
     cells = [[str(c) for c in headers]] + [["" if c is None else str(c) for c in r] for r in rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]

@@ -289,7 +289,7 @@ def cmd_list(args, client: Client) -> int:
     if args.json:
         print(json.dumps([j.to_dict() for j in jobs], indent=2))
         return 0
-    rows = [[j.name, j.status.value, fmt.age(j.created), j.node or "-", j.spec.kind, j.spec.project,
+    rows = [[j.name, fmt.status_word(j), fmt.age(j.created), j.node or "-", j.spec.kind, j.spec.project,
              f"{j.gpus_allocated} ({j.spec.gpus_requested})", f"{j.processes_running} ({j.processes_pending})"]
             for j in jobs]
     if not rows:  # a header alone reads as a failed listing (kubectl: "No resources found in NS namespace.")
@@ -362,7 +362,7 @@ def cmd_describe(args, client: Client) -> int:
     if args.json:
         print(json.dumps(info.to_dict(), indent=2))
         return 0
-    head = {"Name": info.name, "Status": info.status.value, "Message": info.message or "-",
+    head = {"Name": info.name, "Status": fmt.status_word(info), "Message": info.message or "-",
             "Type": info.spec.kind, "Project": info.spec.project, "Backend": info.backend, "Node": info.node,
             "Created": fmt.when(info.created), "Started": fmt.when(info.started),
             "Finished": fmt.when(info.finished), "Restarts": info.restarts,

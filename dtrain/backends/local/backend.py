@@ -744,12 +744,19 @@ class LocalBackend(Backend):
                          gpus=tuple(replace(g, job=held.get(g.index)) for g in gpus))]
 
     def _render(self, spec: JobSpec) -> list[dict]:
-        """A local job is its spec: the dry run shows what would be stored, and refuses what this machine or
-        the project's quota cannot run (as submit does). Volumes are looked up at submit, as a
-        Kubernetes dry run does not look up the claims a pod names."""
+        """A local job is its spec: the dry run shows what would be stored, and refuses what submit would
+        refuse that can be read without creating anything (the project, this machine, the quota, the
+        volumes it mounts, the classes of new ones, a name in use): a plan that cannot run is not shown."""
         self._check_project(spec)
-        self._check_resources(spec, volumes=False)
-        spec.new_volumes()  # their names (pvc-JOB-i) must be volume names, as submit requires
+        self._check_resources(spec)  # the volumes mounted: a missing one is submit's NotFoundError
+        new = spec.new_volumes()  # their names (pvc-JOB-i) must be volume names, as submit requires
+        existing = {v.name for v in self.storage.list_volumes()} if new else set()
+        for name, v in new:
+            self.storage.class_root(v.storage_class, claim=False)  # an unknown class: create's line
+            if name in existing:
+                raise ConflictError(f"volume {name!r} (for --pvc of job {spec.name!r}) already exists; mount it with "
+                                    f"--pvc {name}:MOUNT or remove it with '{self.cmd(f'volume delete {name}', spec.project)}'")
+        self.store.check_free(spec.name, self.cmd)
         return [spec.to_dict()]
 
     def _notebook_url(self, info: JobInfo) -> str:

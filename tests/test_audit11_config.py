@@ -1,0 +1,111 @@
+"""Eleventh audit, config: `dtrain config kubernetes`, config.yaml rewrites that keep the user's
+comments, config.yaml's numbers refused in one line, SageMaker's Stopping shown as such by `list`,
+and dry runs that look up what a submit would refuse."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+import pytest
+import yaml
+
+from conftest import Dtrain, assert_usage_error
+
+from dtrain.cli import format as fmt
+from dtrain.cli.main import build_parser
+from dtrain.client import Client
+
+ROLE = "arn:aws:iam::123456789012:role/SageMakerRole"
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+# ---------------------------------------------------------------- SageMaker: Stopping in `list`
+
+def _stopping(name: str) -> tuple[dict, dict]:
+    """ListTrainingJobs' summary and DescribeTrainingJob's answer for a job StopTrainingJob was sent
+    to: TrainingJobStatus and SecondaryStatus both Stopping (botocore's enums for each)."""
+    arn = f"arn:aws:sagemaker:us-east-1:123456789012:training-job/{name}"
+    summary = {"TrainingJobName": name, "TrainingJobArn": arn, "CreationTime": T0, "LastModifiedTime": T0,
+               "TrainingJobStatus": "Stopping", "SecondaryStatus": "Stopping"}
+    desc = {"TrainingJobName": name, "TrainingJobArn": arn, "TrainingJobStatus": "Stopping",
+            "SecondaryStatus": "Stopping", "CreationTime": T0, "LastModifiedTime": T0,
+            "AlgorithmSpecification": {"TrainingInputMode": "File", "TrainingImage": "img"},
+            "ResourceConfig": {"InstanceType": "ml.m5.xlarge", "InstanceCount": 2, "VolumeSizeInGB": 30},
+            "StoppingCondition": {"MaxRuntimeInSeconds": 600},
+            "ModelArtifacts": {"S3ModelArtifacts": f"s3://dtrain-test/dtrain/{name}/output/model.tar.gz"},
+            "SecondaryStatusTransitions": [
+                {"Status": "Training", "StartTime": T0, "StatusMessage": "Training image download completed."},
+                {"Status": "Stopping", "StartTime": T0, "StatusMessage": "Stopping the training job"}]}
+    return summary, desc
+
+
+def test_list_and_describe_show_a_stopping_sagemaker_job_as_stopping(tmp_path, capsys):
+    """A job AWS reports Stopping (its programs given SIGTERM and time to save) read Running in
+    `dtrain list`'s STATUS column and `describe`'s Status, as if the stop had not been taken."""
+    boto3 = pytest.importorskip("boto3")
+    from botocore.stub import Stubber
+
+    from dtrain.backends.sagemaker.backend import Clients, SageMakerBackend
+    from dtrain.backends.sagemaker.config import SageMakerConfig
+
+    session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                                    region_name="us-east-1")
+    sm = session.client("sagemaker")
+    summary, desc = _stopping("stopme")
+    with Stubber(sm) as stub:  # the Stubber checks both answers against botocore's service model
+        stub.add_response("list_training_jobs", {"TrainingJobSummaries": [summary]})
+        stub.add_response("describe_training_job", desc, {"TrainingJobName": "stopme"})
+        stub.add_response("describe_training_job", desc, {"TrainingJobName": "stopme"})
+        be = SageMakerBackend(SageMakerConfig(role=ROLE, bucket="dtrain-test"),
+                              clients=Clients(sm, session.client("s3"), session.client("logs")))
+        client = Client(home=tmp_path / "home", backend="sagemaker", backends={"sagemaker": be})
+        for argv in (["list"], ["describe", "job", "stopme"]):
+            args = build_parser(argv[0]).parse_args(argv)
+            assert args.handler(args, client) == 0
+        stub.assert_no_pending_responses()
+    listed, described = capsys.readouterr().out.split("\n", 2)[1:]
+    assert listed.split()[:2] == ["stopme", "Stopping"]
+    assert "Status:" in described and described.split("Status:")[1].split()[0] == "Stopping"
+
+
+def test_status_word_is_the_status_unless_every_process_is_terminating():
+    from dtrain.backends.base import JobInfo, JobStatus, ProcessInfo
+    from dtrain.spec import JobSpec
+
+    spec = JobSpec(name="j", command=("python", "t.py"), processes=2, launcher="torchrun")
+
+    def info(status, *procs):
+        return JobInfo(name="j", spec=spec, status=status, backend="sagemaker", created=0.0,
+                       processes=tuple(ProcessInfo(rank=i, status=s) for i, s in enumerate(procs)))
+
+    assert fmt.status_word(info(JobStatus.RUNNING, "Terminating", "Terminating")) == "Stopping"
+    assert fmt.status_word(info(JobStatus.RUNNING, "Running", "Terminating")) == "Running"
+    assert fmt.status_word(info(JobStatus.RUNNING)) == "Running"
+    assert fmt.status_word(info(JobStatus.DELETED, "Stopped", "Stopped")) == "Deleted"
+
+
+# ---------------------------------------------------------------- dry runs look things up
+
+@pytest.mark.parametrize("how, needles", [
+    (["--pvc", "nosuch:/data"], ["no volume named 'nosuch'"]),
+    (["--pvc", "fast:1Gi:/data"], ["unknown storage class 'fast'", "storage_classes:"]),
+    (["-p", "nosuchproject"], ["nosuchproject"]),
+])
+def test_a_dry_run_refuses_what_the_submit_would_and_creates_nothing(home, tmp_path, how, needles):
+    d = Dtrain(home)
+    for dry in (["--dry-run"], []):  # the same refusal, dry or not
+        r = d("submit", "j1", *dry, *how, "--", "python", "-c", "1", cwd=str(tmp_path), check=False)
+        assert_usage_error(r, *needles)
+        assert r.stdout == ""
+    assert d.json("volume", "list", "--json") == [] and d.json("list", "--json", "-A") == []
+
+
+def test_a_dry_run_refuses_a_name_in_use_and_a_new_volume_that_exists(home, tmp_path):
+    d = Dtrain(home)
+    d("volume", "create", "pvc-j2-0", "--size", "1Mi")
+    r = d("submit", "j2", "--dry-run", "--pvc", "local:1Mi:/data", "--", "python", "-c", "1", cwd=str(tmp_path),
+          check=False)
+    assert_usage_error(r, "volume 'pvc-j2-0'", "already exists")
+    plan = yaml.safe_load(d("submit", "j3", "--dry-run", "--pvc", "pvc-j2-0:/data", "--", "python", "-c", "1",
+                            cwd=str(tmp_path)).stdout)
+    assert plan["name"] == "j3"
