@@ -24,7 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from collections.abc import Mapping
 from collections import Counter
-from typing import TYPE_CHECKING, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, JobSummary, Listed, Notice,
                                   LogStream, Progress, ProjectInfo, SnapshotInfo, TimeoutError_,
@@ -139,7 +139,7 @@ class Client:
                 words, backend="sagemaker"))
         raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
 
-    def _kubernetes_config(self, project: str | None = None):
+    def _kubernetes_config(self, project: str | None = None, *, kubernetes: Mapping[str, Any] | None = None):
         """The `kubernetes:` settings of config.yaml as a KubernetesConfig for `project` (None: the
         configured one); a key it does not know (a typo) or a bad value is one line naming
         config.yaml and the key."""
@@ -148,14 +148,15 @@ class Client:
 
         from dtrain.backends.kubernetes.config import KubernetesConfig
         where = self.home / "config.yaml"
+        settings = self.config.kubernetes if kubernetes is None else kubernetes  # settings about to be saved
         known = [f.name for f in fields(KubernetesConfig)]
-        for key in sorted(map(str, self.config.kubernetes)):
+        for key in sorted(map(str, settings)):
             if key not in known:
                 near = difflib.get_close_matches(key, known, n=1)
                 hint = f"did you mean '{near[0]}'?" if near else "dtrain/backends/kubernetes/config.py lists them"
                 raise SpecError(f"{where}: unknown kubernetes setting {key!r} ({hint}); fix or remove it")
         try:
-            return KubernetesConfig(**{"project": self.config.project, **self.config.kubernetes,
+            return KubernetesConfig(**{"project": self.config.project, **settings,
                                        **({"project": project} if project else {})})
         except (SpecError, TypeError) as err:
             raise SpecError(f"{where}: {err}") from None
@@ -532,6 +533,39 @@ class Client:
         merged = self.config.sagemaker
         self._forget_made("sagemaker")
         return merged
+
+    def configure_kubernetes(self, *, unset: tuple[str, ...] | list[str] = (), **settings) -> dict:
+        """Merge settings (namespace, context, kubeconfig, image, ...: KubernetesConfig's fields) into
+        config.yaml's `kubernetes:`, after removing the keys in `unset`; checked as the backend checks
+        them when it reads config.yaml, before anything is saved. A kubeconfig is saved absolute (a
+        relative one would be read from wherever a later command runs)."""
+        if isinstance(unset, str):
+            unset = (unset,)
+        given = {k: v for k, v in settings.items() if v is not None}
+        if both := sorted(set(given) & set(unset)):
+            raise SpecError(f"{both[0]} is both set and unset: give one of them; nothing was changed")
+        if empty := next((k for k, v in given.items() if isinstance(v, str) and not v.strip()), None):
+            raise SpecError(f"an empty Kubernetes {empty}: give one, or remove the saved one with "
+                            f"dtrain config kubernetes --unset {empty.replace('_', '-')}; nothing was changed")
+        if isinstance(given.get("kubeconfig"), str):
+            given["kubeconfig"] = os.path.abspath(os.path.expanduser(given["kubeconfig"]))
+
+        def change(cfg: UserConfig) -> None:
+            cfg.kubernetes = {**{k: v for k, v in cfg.kubernetes.items() if k not in unset}, **given}
+            self._kubernetes_config(kubernetes=cfg.kubernetes)  # a SpecError writes nothing
+
+        from dtrain.backends.kubernetes.config import KubernetesConfig
+        try:  # the values given, alone: their own line names the setting, not config.yaml
+            KubernetesConfig(**{k: v for k, v in given.items() if k != "project"})
+        except TypeError as err:
+            raise SpecError(f"not a Kubernetes setting: {err}") from None
+        except SpecError as err:
+            raise SpecError(f"{err}; nothing was changed") from None
+        self._kubernetes_config(kubernetes={**{k: v for k, v in self.config.kubernetes.items() if k not in unset},
+                                            **given})
+        self.config = UserConfig.update(self.home, change)
+        self._forget_made("kubernetes")
+        return dict(self.config.kubernetes)
 
     # ---- storage classes (config.yaml's storage_classes) -----------------------------------
     def set_storage_class(self, name: str, folder: str | Path) -> str:

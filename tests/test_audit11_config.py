@@ -109,3 +109,54 @@ def test_a_dry_run_refuses_a_name_in_use_and_a_new_volume_that_exists(home, tmp_
     plan = yaml.safe_load(d("submit", "j3", "--dry-run", "--pvc", "pvc-j2-0:/data", "--", "python", "-c", "1",
                             cwd=str(tmp_path)).stdout)
     assert plan["name"] == "j3"
+
+
+# ---------------------------------------------------------------- dtrain config kubernetes
+
+def test_config_kubernetes_sets_shows_and_unsets_its_settings(home, tmp_path):
+    d = Dtrain(home)
+    assert d("config", "kubernetes").stdout.startswith("Kubernetes settings: none")
+    out = d("config", "kubernetes", "--context", "prod", "--namespace", "team-a", "--kubeconfig", "kc",
+            "--gpus-per-node", "8", "--image", "reg.example.com/dtrain:1", cwd=str(tmp_path)).stdout
+    assert out.startswith("Kubernetes settings saved: ")
+    saved = yaml.safe_load((home / "config.yaml").read_text())["kubernetes"]
+    assert saved == {"context": "prod", "namespace": "team-a", "kubeconfig": str(tmp_path / "kc"),  # made absolute
+                     "gpus_per_node": 8, "image": "reg.example.com/dtrain:1"}
+    shown = d("config", "kubernetes").stdout
+    assert "context=prod" in shown and "namespace=team-a" in shown and "gpus_per_node=8" in shown
+    client = Client(home=home)  # what the backend reads
+    assert client._kubernetes_config().namespace_of("x") == "team-a"
+    d("config", "kubernetes", "--unset", "namespace", "gpus-per-node")
+    assert set(yaml.safe_load((home / "config.yaml").read_text())["kubernetes"]) == {"context", "kubeconfig", "image"}
+
+
+@pytest.mark.parametrize("flags, needles", [
+    (["--namespace", "Team_A"], ["invalid namespace 'Team_A'", "lower-case"]),
+    (["--gpus-per-node", "0"], ["gpus_per_node 0", "from 1"]),
+    (["--trainer", "v3"], ["trainer 'v3'", "v1, v2"]),
+    (["--scheduler-name", "Bad Name"], ["scheduler_name"]),
+    (["--context", ""], ["empty Kubernetes context", "--unset context"]),
+    (["--unset", "bogus"], ["--unset 'bogus'", "not a Kubernetes setting"]),
+    (["--role", "arn:aws:iam::123456789012:role/R"], ["--role is for 'dtrain config sagemaker'"]),
+    (["--namespace", "a", "--unset", "namespace"], ["namespace is both set and unset"]),
+])
+def test_config_kubernetes_refuses_what_the_backend_would_and_writes_nothing(home, flags, needles):
+    d = Dtrain(home)
+    d("config", "kubernetes", "--context", "prod")
+    before = (home / "config.yaml").read_bytes()
+    assert_usage_error(d("config", "kubernetes", *flags, check=False), *needles)
+    assert (home / "config.yaml").read_bytes() == before
+
+
+def test_kubernetes_flags_elsewhere_are_refused(home):
+    d = Dtrain(home)
+    assert_usage_error(d("config", "project", "--namespace", "x", check=False),
+                       "--namespace is for 'dtrain config kubernetes'")
+    assert_usage_error(d("config", "sagemaker", "--context", "x", check=False),
+                       "--context is for 'dtrain config kubernetes'")
+
+
+def test_config_kubernetes_names_a_bad_saved_setting(home):
+    (home / "config.yaml").write_text("kubernetes:\n  namespce: team-a\n")
+    assert_usage_error(Dtrain(home)("config", "kubernetes", check=False), "config.yaml", "namespce",
+                       "did you mean 'namespace'")

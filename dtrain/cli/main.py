@@ -39,38 +39,34 @@ GROUP_HELP = {"lanes": "SCNN lane detection on TuSimple", "cifar10": "the CIFAR1
 
 
 def cmd_config(args, client: Client) -> int:
-    given = [f"--{k.replace('_', '-')}" for k in (*_SAGEMAKER_KEYS, "unset") if getattr(args, k) is not None]
+    given = [k for k in (*dict.fromkeys(_SAGEMAKER_KEYS + _KUBERNETES_KEYS), "unset") if getattr(args, k) is not None]
+    flags = [f"--{k.replace('_', '-')}" for k in given]
     if args.what == "storage-class":
-        return _config_storage_class(args, client, [g for g in given if g != "--unset"])
+        return _config_storage_class(args, client, [g for g in flags if g != "--unset"])
     if args.folder is not None:
         raise SpecError(f"'dtrain config {args.what}' takes one value, not {args.value!r} and {args.folder!r}; "
                         f"nothing was changed")
-    if given and args.what != "sagemaker":  # else silently dropped: the user believes them saved
-        raise SpecError(f"{', '.join(given)} {'is' if len(given) == 1 else 'are'} for 'dtrain config sagemaker', "
+    sections = {"sagemaker": _SAGEMAKER_KEYS, "kubernetes": _KUBERNETES_KEYS}
+    keys = sections.get(args.what, ())
+    stray = [k for k in given if k not in keys and not (k == "unset" and keys)]
+    if stray:  # else silently dropped: the user believes them saved
+        owners = [w for w, ks in sections.items() if all(k in ks or k == "unset" for k in stray)] or list(sections)
+        said = [f"--{k.replace('_', '-')}" for k in stray]
+        raise SpecError(f"{', '.join(said)} {'is' if len(said) == 1 else 'are'} for "
+                        f"{' or '.join(f'{chr(39)}dtrain config {w}{chr(39)}' for w in owners)}, "
                         f"not 'dtrain config {args.what}'; nothing was changed")
+    unsettable = tuple(k.replace("_", "-") for k in keys or _SAGEMAKER_KEYS)
     if args.unset == []:  # `--unset` alone (nargs="*": a storage class's name may come before it)
-        raise SpecError(f"--unset needs the settings to remove, e.g. --unset image (one of {', '.join(_UNSETTABLE)})"
+        raise SpecError(f"--unset needs the settings to remove, e.g. --unset image (one of {', '.join(unsettable)})"
                         f"; nothing was changed")
-    if args.unset is not None and (bad := [k for k in args.unset if k not in _UNSETTABLE]):
-        raise SpecError(f"--unset {bad[0]!r}: not a SageMaker setting; use one of {', '.join(_UNSETTABLE)}")
+    if args.unset is not None and (bad := [k for k in args.unset if k not in unsettable]):
+        what = "a Kubernetes" if args.what == "kubernetes" else "a SageMaker"
+        raise SpecError(f"--unset {bad[0]!r}: not {what} setting; use one of {', '.join(unsettable)}")
     if args.project is not None and args.what != "backend":
         raise SpecError(f"-p/--project is for 'dtrain config backend' (a project's own backend), not 'dtrain config "
                         f"{args.what}'; nothing was changed")
-    if args.what == "sagemaker":
-        if args.value is not None:
-            raise SpecError("'dtrain config sagemaker' takes flags only, e.g. --role ARN --bucket NAME --region R")
-        if not given:  # as `config project`: what is set, and config.yaml left as it was
-            client.sagemaker_config()  # a typo'd or bad setting is named, not shown as if it were in use
-            settings = client.config.sagemaker
-            print("SageMaker settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()) if settings else
-                  "SageMaker is not configured: dtrain config sagemaker --role ARN --bucket NAME [--region R]")
-            return 0
-        settings = client.configure_sagemaker(role=args.role, bucket=args.bucket, region=args.region,
-                                              prefix=args.prefix, image=args.image, instance_type=args.instance_type,
-                                              subnets=args.subnets, security_groups=args.security_groups,
-                                              unset=[k.replace("-", "_") for k in args.unset or ()])
-        print("SageMaker settings saved: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
-        return 0
+    if args.what in ("sagemaker", "kubernetes"):
+        return _config_settings(args, client, shown_only=not given)
     if args.value is None:  # as `git config KEY` and `gcloud config get project`: the current value, alone
         if args.what == "project":
             print(client.default_project)
@@ -85,8 +81,38 @@ def cmd_config(args, client: Client) -> int:
     return 0
 
 
+def _config_settings(args, client: Client, *, shown_only: bool) -> int:
+    """`config sagemaker` / `config kubernetes`: flags set settings, `--unset` removes them; without
+    either, what is set (config.yaml left as it was)."""
+    if args.value is not None:
+        example = "--role ARN --bucket NAME --region R" if args.what == "sagemaker" else "--context NAME --namespace NS"
+        raise SpecError(f"'dtrain config {args.what}' takes flags only, e.g. {example}")
+    unset = [k.replace("-", "_") for k in args.unset or ()]
+    if args.what == "sagemaker":
+        if shown_only:
+            client.sagemaker_config()  # a typo'd or bad setting is named, not shown as if it were in use
+            settings = client.config.sagemaker
+            print("SageMaker settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()) if settings else
+                  "SageMaker is not configured: dtrain config sagemaker --role ARN --bucket NAME [--region R]")
+            return 0
+        settings = client.configure_sagemaker(unset=unset, **{k: getattr(args, k) for k in _SAGEMAKER_KEYS})
+        print("SageMaker settings saved: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+        return 0
+    if shown_only:
+        client._kubernetes_config()  # as for SageMaker: a bad setting is named, not shown as if in use
+        settings = client.config.kubernetes
+        print("Kubernetes settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()) if settings else
+              "Kubernetes settings: none (the kubeconfig's current context, namespace dtrain-PROJECT): "
+              "dtrain config kubernetes --context NAME [--namespace NS]")
+        return 0
+    settings = client.configure_kubernetes(unset=unset, **{k: getattr(args, k) for k in _KUBERNETES_KEYS})
+    print("Kubernetes settings saved: " + (", ".join(f"{k}={v}" for k, v in settings.items()) or "none"))
+    return 0
+
+
 _SAGEMAKER_KEYS = ("role", "bucket", "region", "prefix", "image", "instance_type", "subnets", "security_groups")
-_UNSETTABLE = tuple(k.replace("_", "-") for k in _SAGEMAKER_KEYS)
+# The Kubernetes settings a flag sets (config.yaml's `kubernetes:` takes every KubernetesConfig field)
+_KUBERNETES_KEYS = ("namespace", "context", "kubeconfig", "image", "scheduler_name", "gpus_per_node", "trainer")
 
 
 def _config_storage_class(args, client: Client, flags: list[str]) -> int:
@@ -242,8 +268,8 @@ def verb_of(head: list[str]) -> str | None:
 
 
 def _add_config(sub) -> None:
-    p = sub.add_parser("config", help="show or set the default project or backend; SageMaker settings")
-    p.add_argument("what", choices=["project", "backend", "sagemaker", "storage-class"], help="what to show or set")
+    p = sub.add_parser("config", help="show or set the default project or backend; SageMaker and Kubernetes settings")
+    p.add_argument("what", choices=["project", "backend", "sagemaker", "kubernetes", "storage-class"], help="what to show or set")
     p.add_argument("value", nargs="?",
                    help="a project that exists ('dtrain project list'), or local / kubernetes / sagemaker, or a "
                         "storage class's name; without it, the current one is printed")
@@ -255,13 +281,21 @@ def _add_config(sub) -> None:
     g.add_argument("--bucket", help="S3 bucket for code, checkpoints and models")
     g.add_argument("--region", help="AWS region, e.g. us-east-1")
     g.add_argument("--prefix", help="S3 key prefix (default dtrain)")
-    g.add_argument("--image", help="training image URI (default: the AWS PyTorch training image)")
+    g.add_argument("--image", help="training image URI (default: the AWS PyTorch training image); with "
+                                   "'kubernetes': the image of jobs that give no --image")
     g.add_argument("--instance-type", help="default instance type, e.g. ml.m5.xlarge")
     g.add_argument("--subnets", nargs="+", metavar="SUBNET", help="VPC subnets (EFS/FSx channels need a VPC)")
     g.add_argument("--security-groups", nargs="+", metavar="SG", help="VPC security groups")
+    k = p.add_argument_group("with 'kubernetes' (config.yaml's kubernetes: holds the others; --image as above)")
+    k.add_argument("--namespace", help="one namespace for every project (default: dtrain-PROJECT)")
+    k.add_argument("--context", help="kubeconfig context (default: the current one, or in-cluster config)")
+    k.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    k.add_argument("--scheduler-name", help="pods' schedulerName, e.g. runai-scheduler")
+    k.add_argument("--gpus-per-node", type=int, metavar="N", help="GPUs of one node: GPU jobs pack processes per pod")
+    k.add_argument("--trainer", help="v1: PyTorchJob/MPIJob (Training Operator), v2: TrainJob (Trainer v2)")
     g.add_argument("--unset", nargs="*", metavar="SETTING",
                    help="remove saved settings, e.g. --unset subnets security-groups (no VPC) or --unset image; "
-                        "with 'storage-class': remove classes, e.g. --unset fast")
+                        "with 'kubernetes': e.g. --unset namespace; with 'storage-class': remove classes, e.g. --unset fast")
     p.set_defaults(handler=cmd_config)
 
 
