@@ -24,6 +24,10 @@ from dtrain.spec import MAX_YAML_BYTES, check_name, plain_numbers, yaml_mapping
 BACKENDS = ("local", "kubernetes", "sagemaker")
 KEYS = ("project", "backend", "project_backends", "kubernetes", "storage_classes", "sagemaker", "deleted_job_ttl")
 TTL_RE = re.compile(r"^(\d{1,6})(s|m|h|d)\Z")
+DEFAULTS = {"project": "default", "backend": "local", "project_backends": {}, "kubernetes": {},
+            "storage_classes": {}, "sagemaker": {}, "deleted_job_ttl": None}  # a key config.yaml leaves out
+# A mapping entry's first line, as safe_dump and people write it: `key:` then a value, a comment or nothing.
+_ENTRY_RE = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.\-/]*)[ \t]*:(?=[ \t]|\r?\n|\Z)")
 
 
 class ClassesOverlapError(SpecError):
@@ -180,7 +184,8 @@ class UserConfig:
         if path.is_symlink():  # replacing it would cut the user's link (a dotfiles copy) without a word
             raise SpecError(f"{path} is a symbolic link (to {os.readlink(path)[:200]}), and links are never written "
                             f"through: make the change in that file by hand, or put a copy of it in the link's place")
-        replace_file(path, yaml.safe_dump(data, sort_keys=False), durable=True)  # never through a planted link
+        text = _kept_edit(path, data) or yaml.safe_dump(data, sort_keys=False)
+        replace_file(path, text, durable=True)  # atomic, never through a planted link
 
     @classmethod
     def update(cls, home: Path, change: Callable[["UserConfig"], None], *, repair: bool = False) -> "UserConfig":
@@ -217,3 +222,104 @@ class UserConfig:
     def dtrain_for(self, backend: str, project: str | None = None) -> str:
         """`dtrain ` with --backend where `backend` is not the one this config gives `project`."""
         return "dtrain " if backend == self.backend_for(project or self.project) else f"dtrain --backend {backend} "
+
+
+# ---- config.yaml rewritten in place: the user's comments and key order kept ------------------------------
+def _kept_edit(path: Path, data: dict[str, Any]) -> str | None:
+    """config.yaml's text with only the entries whose value changed rewritten (a nested mapping's
+    changed entries alone: `config kubernetes --context X` rewrites the `context:` line), so the
+    comments and the order of the rest stay. None (a full rewrite) where the file is missing, or
+    holds a form this line-level edit does not read (a flow mapping, a quoted key, anchors); the
+    result is read back and must mean `data`, else None too."""
+    try:
+        raw = read_small_file(path, str(path), "config.yaml", missing_ok=True)
+        if raw is None:
+            return None
+        old = plain_numbers(yaml_mapping(raw, str(path), "project: default"))
+        lines = raw.decode("utf-8").splitlines(keepends=True)
+        edited = _edit_entries(lines, 0, len(lines), 0, {**DEFAULTS, **old}, data)
+        if edited is None:
+            return None
+        text = "".join(edited)
+        again = plain_numbers(yaml_mapping(text.encode("utf-8"), str(path), "project: default"))
+    except (SpecError, UnicodeDecodeError):
+        return None
+    meant = {**DEFAULTS, **data}
+    return text if _same({**DEFAULTS, **again}, meant) else None
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Equal and of one type all the way down (1 and true, 1 and 1.0 are not the same setting)."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(map(_same, a, b))
+    return a == b
+
+
+def _entries(lines: list[str], start: int, end: int, indent: int) -> list[list] | None:
+    """[key, first, last) of each entry of the block mapping written in lines[start:end] at `indent`
+    spaces; comments and blank lines after an entry's last content line are not part of it."""
+    out: list[list] = []
+    for i in range(start, end):
+        line = lines[i]
+        if not line.strip() or line.lstrip(" ").startswith("#"):
+            continue
+        lead = len(line) - len(line.lstrip(" "))
+        if lead > indent or (lead == indent and out and line[lead] == "-" and line[lead:lead + 2].strip() == "-"):
+            if not out:
+                return None
+            out[-1][2] = i + 1  # its value's lines (a list safe_dump writes at the key's indent too)
+            continue
+        m = _ENTRY_RE.match(line[indent:]) if lead == indent else None
+        if m is None:  # `---`, a quoted or complex key, a tab: not read here
+            return None
+        out.append([m.group(1), i, i + 1])
+    keys = [e[0] for e in out]
+    return out if len(set(keys)) == len(keys) else None
+
+
+def _edit_entries(lines: list[str], start: int, end: int, indent: int, old: dict, new: dict) -> list[str] | None:
+    """lines[start:end] with the entries of `old` changed to `new`: those alike kept as written."""
+    import yaml
+
+    entries = _entries(lines, start, end, indent)
+    if entries is None or not all(isinstance(k, str) for k in new):
+        return None
+    out, pos, after = [], start, None
+    for key, first, last in entries:
+        out += lines[pos:first]
+        pos = last
+        if key not in new:  # removed
+            continue
+        value, head = new[key], lines[first]
+        if key in old and _same(old[key], value):
+            out += lines[first:last]
+        elif isinstance(value, dict) and value and isinstance(old.get(key), dict) and last > first + 1 \
+                and not head[len(key) + indent:].split(":", 1)[1].split("#", 1)[0].strip():
+            body = next(ln for ln in lines[first + 1:last] if ln.strip() and not ln.lstrip(" ").startswith("#"))
+            inner = _edit_entries(lines, first + 1, last, len(body) - len(body.lstrip(" ")), old[key], value)
+            if inner is None:
+                return None
+            out += [head, *inner]
+        else:
+            dumped = yaml.safe_dump({key: value}, sort_keys=False).splitlines(keepends=True)
+            note = re.search(r"[ \t]+#.*$", head.rstrip("\r\n")) if last == first + 1 else None
+            if note and len(dumped) == 1:  # `project: a  # ours`: the comment stays with the new value
+                dumped = [dumped[0].rstrip("\n") + note.group(0) + "\n"]
+            out += [" " * indent + ln for ln in dumped]
+        after = len(out)
+    tail = lines[pos:end]
+    found = {e[0] for e in entries}
+    added = [" " * indent + ln for k, v in new.items() if k not in found and not (k in old and _same(old[k], v))
+             for ln in yaml.safe_dump({k: v}, sort_keys=False).splitlines(keepends=True)]
+    if added and after is None and indent:
+        return None
+    if after is None:  # a file of comments only: the new entries after them
+        out, after = out + tail, len(out) + len(tail)
+        tail = []
+    if added and after and not out[after - 1].endswith("\n"):
+        out[after - 1] += "\n"
+    return out[:after] + added + out[after:] + tail

@@ -160,3 +160,66 @@ def test_config_kubernetes_names_a_bad_saved_setting(home):
     (home / "config.yaml").write_text("kubernetes:\n  namespce: team-a\n")
     assert_usage_error(Dtrain(home)("config", "kubernetes", check=False), "config.yaml", "namespce",
                        "did you mean 'namespace'")
+
+
+# ---------------------------------------------------------------- config.yaml rewrites keep comments
+
+COMMENTED = """\
+# my dtrain settings
+backend: local   # for now
+project: default # the usual
+
+kubernetes:
+  # the prod cluster
+  context: prod
+  image_pull_secrets:
+  - regcred        # registry login
+  request_timeout: 90  # seconds
+# trailing note
+"""
+
+
+def test_config_rewrites_keep_comments_and_the_order_of_keys(home, tmp_path):
+    """Every `dtrain config` that saves rewrote config.yaml from scratch: the user's comments went,
+    and the keys came back in dtrain's order."""
+    (home / "config.yaml").write_text(COMMENTED)
+    d = Dtrain(home)
+    d("config", "kubernetes", "--context", "staging", "--namespace", "team-a")
+    d("config", "backend", "kubernetes")
+    d("config", "storage-class", "fast", str(tmp_path / "fast"))
+    text = (home / "config.yaml").read_text()
+    assert text == COMMENTED.replace("context: prod", "context: staging").replace(
+        "backend: local   # for now", "backend: kubernetes   # for now").replace(
+        "  request_timeout: 90  # seconds\n",
+        "  request_timeout: 90  # seconds\n  namespace: team-a\n"
+        f"storage_classes:\n  fast: {tmp_path / 'fast'}\n")
+    d("config", "kubernetes", "--unset", "namespace")
+    d("config", "storage-class", "--unset", "fast")
+    assert "namespace" not in (home / "config.yaml").read_text()
+    assert (home / "config.yaml").read_text().startswith("# my dtrain settings\nbackend: kubernetes   # for now\n")
+    cfg = Client(home=home).config
+    assert cfg.kubernetes == {"context": "staging", "image_pull_secrets": ["regcred"], "request_timeout": 90}
+
+
+@pytest.mark.parametrize("text", [
+    "{project: default, backend: local}\n",  # a flow mapping
+    "'backend': local\nkubernetes: {context: prod}\n",  # a quoted key, a flow value
+    "kubernetes: &k\n  context: prod\nsagemaker: {}\n",  # an anchor
+    "backend: local\r\nkubernetes:\r\n  context: prod\r\n",  # CRLF
+])
+def test_a_form_the_line_edit_does_not_read_is_rewritten_whole_and_means_the_same(home, text):
+    (home / "config.yaml").write_bytes(text.encode())
+    d = Dtrain(home)
+    d("config", "kubernetes", "--namespace", "team-a")
+    saved = yaml.safe_load((home / "config.yaml").read_text())
+    assert saved["kubernetes"]["namespace"] == "team-a" and saved.get("backend", "local") == "local"
+    assert d("config", "kubernetes").stdout.count("namespace=team-a") == 1
+
+
+def test_config_yaml_is_never_written_through_a_symbolic_link(home, tmp_path):
+    real = tmp_path / "dotfiles.yaml"
+    real.write_text("# mine\nproject: default\n")
+    (home / "config.yaml").symlink_to(real)
+    r = Dtrain(home)("config", "kubernetes", "--context", "prod", check=False)
+    assert_usage_error(r, "symbolic link", "by hand")
+    assert real.read_text() == "# mine\nproject: default\n" and (home / "config.yaml").is_symlink()
