@@ -223,3 +223,33 @@ def test_config_yaml_is_never_written_through_a_symbolic_link(home, tmp_path):
     r = Dtrain(home)("config", "kubernetes", "--context", "prod", check=False)
     assert_usage_error(r, "symbolic link", "by hand")
     assert real.read_text() == "# mine\nproject: default\n" and (home / "config.yaml").is_symlink()
+
+
+# ---------------------------------------------------------------- config.yaml's numbers
+
+NUMBERS = [  # (section, key, bad value as YAML, what the fix says)
+    *[("kubernetes", "request_timeout", v, "seconds above 0 and at most 3600")
+      for v in ("true", "1.0e+400", ".nan", "'90'", "0", "-1", "100000")],
+    *[("kubernetes", k, v, "whole number from") for k in ("gpus_per_node", "elastic_min_replicas")
+      for v in ("true", "8.0", "1.0e+400", "'8'", "0", "10000000000")],
+    *[("kubernetes", "master_port", v, "whole number from 1 to 65535") for v in ("false", "70000", "'29500'", "1.0e+3")],
+    *[("kubernetes", "ttl_seconds_after_finished", v, "whole number from 0") for v in ("-1", "true", "1.5")],
+    *[("kubernetes", "shm_size", v, k) for v, k in (("16", "use a string"), ("'16'", "from 1Mi"), ("true", "use a string"))],
+    *[("sagemaker", "master_port", v, "use 1..65535") for v in ("true", "1.0e+400", "'7777'", "0", "7777.0", "65536")],
+    *[(None, "deleted_job_ttl", v, "use a duration such as 30m") for v in ("7", "true", "1.0e+400", "'7.5d'", "9999999d")],
+]
+
+
+@pytest.mark.parametrize("section, key, value, fix", NUMBERS,
+                         ids=[f"{s or 'top'}.{k}={v}" for s, k, v, _ in NUMBERS])
+def test_a_bad_number_in_config_yaml_is_one_line_naming_the_file_the_key_and_the_fix(home, section, key, value, fix):
+    """A bool where a number is due, a number too large for a float (1.0e+400 reads as inf), NaN, a
+    quoted number, a float where a whole number is due, and values out of bounds: each refused in
+    one line naming config.yaml, the key and what to write, before the setting is used."""
+    text = f"{key}: {value}\n" if section is None else f"{section}:\n  {key}: {value}\n"
+    (home / "config.yaml").write_text(text)
+    shown = {"kubernetes": ("config", "kubernetes"), "sagemaker": ("config", "sagemaker")}.get(section,
+                                                                                            ("config", "project"))
+    r = Dtrain(home)(*shown, check=False)
+    assert_usage_error(r, str(home / "config.yaml"), key, fix)
+    assert (home / "config.yaml").read_text() == text  # read, never rewritten
