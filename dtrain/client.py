@@ -139,6 +139,11 @@ class Client:
                 words, backend="sagemaker"))
         raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
 
+    def kubernetes_config(self, project: str | None = None):
+        """The Kubernetes settings in use for `project` (None: the configured one), as the backend reads
+        them from config.yaml: a typo'd key or a bad value is one SpecError line naming the file."""
+        return self._kubernetes_config(project)
+
     def _kubernetes_config(self, project: str | None = None, *, kubernetes: Mapping[str, Any] | None = None):
         """The `kubernetes:` settings of config.yaml as a KubernetesConfig for `project` (None: the
         configured one); a key it does not know (a typo) or a bad value is one line naming

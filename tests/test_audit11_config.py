@@ -125,7 +125,7 @@ def test_config_kubernetes_sets_shows_and_unsets_its_settings(home, tmp_path):
     shown = d("config", "kubernetes").stdout
     assert "context=prod" in shown and "namespace=team-a" in shown and "gpus_per_node=8" in shown
     client = Client(home=home)  # what the backend reads
-    assert client._kubernetes_config().namespace_of("x") == "team-a"
+    assert client.kubernetes_config().namespace_of("x") == "team-a"
     d("config", "kubernetes", "--unset", "namespace", "gpus-per-node")
     assert set(yaml.safe_load((home / "config.yaml").read_text())["kubernetes"]) == {"context", "kubeconfig", "image"}
 

@@ -99,7 +99,7 @@ def _config_settings(args, client: Client, *, shown_only: bool) -> int:
         print("SageMaker settings saved: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
         return 0
     if shown_only:
-        client._kubernetes_config()  # as for SageMaker: a bad setting is named, not shown as if in use
+        client.kubernetes_config()  # as for SageMaker: a bad setting is named, not shown as if in use
         settings = client.config.kubernetes
         print("Kubernetes settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()) if settings else
               "Kubernetes settings: none (the kubeconfig's current context, namespace dtrain-PROJECT): "
