@@ -253,3 +253,13 @@ def test_a_bad_number_in_config_yaml_is_one_line_naming_the_file_the_key_and_the
     r = Dtrain(home)(*shown, check=False)
     assert_usage_error(r, str(home / "config.yaml"), key, fix)
     assert (home / "config.yaml").read_text() == text  # read, never rewritten
+
+
+def test_a_kubernetes_job_without_an_image_names_the_command_that_sets_one():
+    from dtrain.backends.kubernetes.config import KubernetesConfig
+    from dtrain.backends.kubernetes.render import image_of
+    from dtrain.errors import SpecError
+    from dtrain.spec import JobSpec
+
+    with pytest.raises(SpecError, match="dtrain config kubernetes --image IMAGE"):
+        image_of(JobSpec(name="j", command=("python", "t.py")), KubernetesConfig())

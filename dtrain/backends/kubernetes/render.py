@@ -94,7 +94,7 @@ def image_of(spec: JobSpec, config: KubernetesConfig) -> str:
     if not image:
         raise SpecError(f"job {spec.name!r} needs a container image on Kubernetes: pass --image "
                         f"(e.g. --image pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime) or set a default image in "
-                        f"config.yaml (kubernetes: {{image: ...}})")
+                        f"config.yaml (kubernetes: {{image: ...}}): dtrain config kubernetes --image IMAGE")
     if any(c.isspace() for c in image):  # the API refuses spaces around it, the kubelet inside it
         raise SpecError(f"invalid image {shown(image)}: remove the spaces (an image reference such as "
                         f"registry.example.com/dtrain:0.1 has none)")
