@@ -68,6 +68,19 @@ def test_list_and_describe_show_a_stopping_sagemaker_job_as_stopping(tmp_path, c
     assert "Status:" in described and described.split("Status:")[1].split()[0] == "Stopping"
 
 
+@pytest.mark.parametrize("primary", ["Stopping", "InProgress"])
+def test_the_stop_taken_maps_to_terminating_hosts(primary):
+    """DescribeTrainingJob may say SecondaryStatus Stopping while TrainingJobStatus still reads
+    InProgress: that job is stopping too, not Running as before."""
+    from dtrain.backends.sagemaker.status import job_info, spec_from_description
+
+    _, desc = _stopping("stopme")
+    desc = {**desc, "TrainingJobStatus": primary}
+    info = job_info(desc, spec_from_description(desc))
+    assert info.message == "stopping" and {p.status for p in info.processes} == {"Terminating"}
+    assert fmt.status_word(info) == "Stopping" and info.to_dict()["status"] == "Running"
+
+
 def test_status_word_is_the_status_unless_every_process_is_terminating():
     from dtrain.backends.base import JobInfo, JobStatus, ProcessInfo
     from dtrain.spec import JobSpec

@@ -6,7 +6,9 @@
                        for capacity again)
     InProgress         Downloading, DownloadingTrainingImage, Training,      Running
                        Uploading, Restarting, ...
-    Stopping           any                                                  Running ("stopping")
+    Stopping           any                                                  Running ("stopping"), every
+    InProgress         Stopping (the stop taken, the primary not yet moved)  host Terminating: `list` and
+                                                                            `describe` say Stopping
     Completed          Completed                                            Succeeded
     Failed             Failed                                               Failed (FailureReason)
     Stopped            MaxRuntimeExceeded, MaxWaitTimeExceeded              Failed (raise the limit)
@@ -57,7 +59,7 @@ def job_status(desc: dict) -> tuple[JobStatus, str]:
         if secondary in LIMITS:
             return JobStatus.FAILED, f"{secondary}: {LIMITS[secondary]}"
         return JobStatus.DELETED, "stopped"
-    if primary == "Stopping":
+    if primary == "Stopping" or secondary == "Stopping":
         return JobStatus.RUNNING, "stopping"
     if primary == "Deleting":  # DeleteTrainingJob: the job and its records are going away
         return JobStatus.DELETED, "deleting"
@@ -113,7 +115,7 @@ def job_info(desc: dict, spec: JobSpec, *, per_host: int = 1) -> JobInfo:
     count = int(res.get("InstanceCount") or 1)
     host_state = {JobStatus.PENDING: "Pending", JobStatus.RUNNING: "Running", JobStatus.SUCCEEDED: "Succeeded",
                   JobStatus.FAILED: "Failed", JobStatus.DELETED: "Stopped"}[status]
-    if desc.get("TrainingJobStatus") == "Stopping":
+    if status == JobStatus.RUNNING and message == "stopping":
         host_state = "Terminating"  # StopTrainingJob sent, the programs not ended yet: as a pod being deleted
     procs = tuple(ProcessInfo(rank=h * per_host + r, status=host_state, node=f"algo-{h + 1}")
                   for h in range(count) for r in range(per_host))
