@@ -37,7 +37,7 @@ from .client import (CRD, NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_
                      Forbidden, KubeApi, Missing, Unanswered, Unauthenticated, client_from_config)
 from .config import KubernetesConfig
 from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE, ROLE_SNAPSHOTTER,
-                      TRAIN_JOB, VOLUME_SNAPSHOT, Resource, job_selector, success_snapshot_name)
+                      TRAIN_JOB, VOLUME_SNAPSHOT, Resource, job_selector, pod_reader_fix, success_snapshot_name)
 from .pod_verbs import PodVerbs
 from .render import render_job, render_resume, render_suspend, resource_for
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace, render_success_snapshot
@@ -257,14 +257,15 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         except Missing:
             return None
 
-    def _jobs_named(self, namespace: str, name: str) -> tuple[list[tuple[Resource, dict]], list[Forbidden]]:
+    def _jobs_named(self, namespace: str, name: str) -> tuple[list[tuple[Resource, dict]],
+                                                              list[tuple[Resource, Forbidden]]]:
         """Objects of every job kind with this name, and the kinds this account may not read."""
         found, refused = [], []
         for resource in JOB_ORDER:
             try:
                 obj = self._try_read(resource, namespace, name)
             except Forbidden as err:
-                refused.append(err)  # e.g. no RBAC for a kind this project does not use
+                refused.append((resource, err))  # e.g. no RBAC for a kind this project does not use
                 continue
             if obj is not None:
                 found.append((resource, obj))
@@ -279,18 +280,49 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
             if LABEL_JOB in labels and labels.get(LABEL_ROLE) != ROLE_SNAPSHOTTER:
                 return resource, obj
         if refused:  # it may be of a kind we may not read: say so rather than 'not found'
-            raise refused[0]
+            raise self._refused(name, refused)
         ttl = self.config.ttl_seconds_after_finished
         gone = "" if ttl is None else (f"; the cluster deletes a job {ttl}s after it ends (kubernetes setting "
                                        f"ttl_seconds_after_finished), and its pods and logs with it")
         raise NotFoundError(f"job {name!r} not found in namespace {self.namespace}: see '{self.cmd('list')}'{gone}")
 
+    def _refused(self, name: str, refused: list[tuple[Resource, Forbidden]]) -> Forbidden:
+        """Why a job not found among the kinds this account may read may still be there, naming its
+        kind as Kubernetes does: the one its pods say they are owned by (a refused MPIJob is named
+        MPIJob, not Job), else every refused kind."""
+        if isinstance(refused[0][1], Unauthenticated) or len(refused) == 1:
+            return refused[0][1]
+        try:
+            owners = {ref.get("kind") for pod in self._pods(name)
+                      for ref in pod["metadata"].get("ownerReferences") or []}
+        except DtrainError:
+            owners = set()  # no pods to tell by: every refused kind is named
+        mine = [(resource, err) for resource, err in refused if resource.kind in owners]
+        if mine:
+            return mine[0][1]
+        kinds = ", ".join(f"{r.kind} ({r.full_name})" for r, _ in refused)
+        can_i = "; ".join(f"kubectl auth can-i get {r.full_name} -n {self.namespace}" for r, _ in refused)
+        return Forbidden(f"job {name!r} is none of the kinds this account may read in namespace {self.namespace}, "
+                         f"and it may not read {kinds} there: check the name with '{self.cmd('list')}', or "
+                         f"your RBAC ({can_i})")
+
     def _pods(self, name: str) -> list[dict]:
         return self.api.pods(self.namespace, job_selector(name))
 
+    def _job_info(self, resource: Resource, obj: dict, name: str) -> JobInfo:
+        """A job as its object and pods tell it. An account that may read the job but not pods gets
+        the job's own status, its message saying what is unknown and the Role that would show it."""
+        try:
+            return job_info(resource.kind, obj, self._pods(name))
+        except Forbidden as err:
+            if isinstance(err, Unauthenticated):
+                raise
+            info = job_info(resource.kind, obj, None)
+            return replace(info, message="; ".join(x for x in (info.message, _pods_unknown(err, self.namespace)) if x))
+
     def _get(self, name: str) -> JobInfo:
         resource, obj = self._find(name)
-        return self._data_sources(self._snapshot_on_success(job_info(resource.kind, obj, self._pods(name))))
+        return self._data_sources(self._snapshot_on_success(self._job_info(resource, obj, name)))
 
     def _data_sources(self, info: JobInfo) -> JobInfo:
         """The job's PVCs made from a VolumeSnapshot (`spec.dataSource`, fixed for the PVC's life),
@@ -393,7 +425,7 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
             try:
                 found += self.api.pods(namespace, job_selector())
             except Forbidden as err:
-                refused[namespace] = _pods_unknown(err)
+                refused[namespace] = _pods_unknown(err, namespace)
         return found, refused
 
     def _job_objects(self, namespace: str | None) -> list[tuple[Resource, dict]]:
@@ -548,7 +580,7 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
 
     def _delete(self, name: str) -> JobInfo:
         resource, obj = self._find(name)
-        info = job_info(resource.kind, obj, self._pods(name))
+        info = self._job_info(resource, obj, name)
         # Foreground: the object stays (reading Deleted) until its pods, Service and watcher are gone.
         self.api.delete(resource, self.namespace, name, propagation="Foreground")
         return replace(info, status=JobStatus.DELETED, finished=info.finished or time.time(),
@@ -560,14 +592,14 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         resource, _ = self._find(name)
         at = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         obj = self.api.patch(resource, self.namespace, name, render_suspend(resource.kind, at=at))
-        return job_info(resource.kind, obj, self._pods(name))
+        return self._job_info(resource, obj, name)
 
     def _resume(self, name: str) -> JobInfo:
         """The suspend flag off, the stop's annotations gone: the controller creates the pods again."""
         resource, obj = self._find(name)
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         obj = self.api.patch(resource, self.namespace, name, render_resume(resource.kind, annotations))
-        return job_info(resource.kind, obj, self._pods(name))
+        return self._job_info(resource, obj, name)
 
     # ---------------------------------------------------------------- nodes
 
@@ -608,8 +640,8 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         return found, [Notice(code="gpus-unknown", message=said)]
 
 
-def _pods_unknown(err: Forbidden) -> str:
-    return f"pods not shown (processes, GPUs and node unknown): {err}"
+def _pods_unknown(err: Forbidden, namespace: str) -> str:
+    return f"pods not shown (processes, GPUs and node unknown): {err}; to show them, {pod_reader_fix(namespace)}"
 
 
 def _key(obj: dict) -> tuple[str, str]:

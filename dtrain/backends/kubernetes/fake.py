@@ -155,7 +155,7 @@ class FakeCluster:
         self.objects: dict[tuple[str, str, str, str], dict] = {}
         # (time, text, end, starts a line) per write of a pod's container
         self.logs: dict[tuple[str, str], list[tuple[float, str, str, bool]]] = {}
-        self.forbidden: set[tuple[str, str]] = set()  # (group, plural) answered with 403
+        self.forbidden: set[tuple[str, str]] = set()  # (group, plural or plural/subresource) answered with 403
         self.namespaced_only = False  # True: 403 for namespaced kinds read across all namespaces
         self.requests: list[tuple[str, str]] = []  # (method, path?query) in arrival order
         # each object as a create, replace or patch left it (tests validate what dtrain sent)
@@ -288,9 +288,10 @@ class FakeCluster:
             return _status(404, "NotFound", "the server could not find the requested resource")
         plural, name = rest[0], (rest[1] if len(rest) > 1 else None)
         across = namespace is None and self.served[(group, plural)][1]
-        if (group, plural) in self.forbidden or (self.namespaced_only and across):
+        sub = f"{plural}/{rest[2]}" if len(rest) > 2 else plural  # RBAC grants a subresource (pods/log) apart
+        if {(group, plural), (group, sub)} & self.forbidden or (self.namespaced_only and across):
             return _status(403, "Forbidden", f'{plural}.{group} is forbidden: User "test" cannot {method.lower()} '
-                                             f'resource "{plural}" in API group "{group}"')
+                                             f'resource "{sub}" in API group "{group}"')
         if len(rest) > 2 and rest[2] == "exec" and method == "GET" and self.on_exec is not None:
             with self.lock:
                 if ("", "pods", namespace, name) not in self.objects:

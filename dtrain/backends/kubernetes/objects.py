@@ -134,3 +134,11 @@ SNAPSHOTTER_ACCOUNT = "dtrain-snapshotter"  # ServiceAccount, Role and RoleBindi
 def escape_dollars(args: list[str]) -> list[str]:
     """Kubernetes expands $(VAR) in command, args and env values; '$$' keeps a '$(' literal."""
     return [re.sub(r"\$(?=[($])", "$$", a) for a in args]
+
+
+def pod_reader_fix(namespace: str) -> str:
+    """How an admin lets an account read a namespace's pods and their logs (describe's processes,
+    `logs`, `wait`'s stuck pods): one Role and its RoleBinding."""
+    return (f"ask an admin to run 'kubectl create role dtrain-pod-reader -n {namespace} --verb=get,list "
+            f"--resource=pods,pods/log' and 'kubectl create rolebinding dtrain-pod-reader -n {namespace} "
+            f"--role=dtrain-pod-reader --user=USER' (or --serviceaccount=NAMESPACE:NAME) for this account")

@@ -15,15 +15,16 @@ import itertools
 import math
 import threading
 import time
-from contextlib import closing
+from contextlib import closing, contextmanager
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
 from dtrain.backends.base import JobInfo, LogLine
 from dtrain.errors import BackendError, NotFoundError, NotReadyError
 
-from .client import POD, Hangup
+from .client import POD, Forbidden, Hangup, Unauthenticated
 from .logs import (LogSource, ReadAhead, SeenLines, check_pods_left, keep, log_sources, merge, next_attempt,
                    parse_line, set_aside)
+from .objects import pod_reader_fix
 from .status import job_status, newest_pod, pod_index, procs_per_pod, stuck_reason
 
 if TYPE_CHECKING:
@@ -58,8 +59,8 @@ class PodVerbs:
         """`kubectl exec` into the pod that runs `rank` (a replica pod; packed ranks share one)."""
         resource, obj = self._find(name)
         index = rank // procs_per_pod(obj)
-        pods = [p for p in self._pods(name) if pod_index(resource.kind, obj, p) == index
-                and (p.get("status") or {}).get("phase") == "Running"]
+        pods = [p for p in self._pods_needed(name, f"exec into rank {rank}")
+                if pod_index(resource.kind, obj, p) == index and (p.get("status") or {}).get("phase") == "Running"]
         if not pods:
             raise NotReadyError(f"no running pod holds rank {rank} of job {name!r}; see '{self.cmd(f'describe job {name}')}'")
         pod = newest_pod(pods)["metadata"]["name"]
@@ -101,7 +102,7 @@ class PodVerbs:
     def _sources(self, name: str, kind: str, obj: dict, rank: int | None) -> tuple[list[LogSource], list[dict]]:
         """The pods that hold the wanted ranks' lines, and every pod of the job; none left of an
         ended job is an error."""
-        pods = self._pods(name)
+        pods = self._pods_needed(name, "show the logs")
         sources = log_sources(kind, obj, pods, rank)
         if not sources:
             check_pods_left(name, kind, obj, pods, rank, self.cmd)
@@ -112,13 +113,36 @@ class PodVerbs:
         first line taken."""
         lines = self.api.pod_log(self.namespace, source.pod, tags=source.tags, **query)
         try:
-            first = next(lines, None)
+            with self._log_access(name):
+                first = next(lines, None)
         except BackendError as err:
             if "waiting to start" not in str(err):
                 raise
             self._check_startable(name, source.pod)
             return iter(())  # a pod that is on its way has written nothing yet
         return iter(()) if first is None else itertools.chain((first,), lines)
+
+    def _pods_needed(self, name: str, what: str) -> list[dict]:
+        """The job's pods, for a verb that has nothing to go on without them: refused in one line
+        naming the permission and the Role that grants it (describe and wait do without pods)."""
+        try:
+            return self._pods(name)
+        except Forbidden as err:
+            if isinstance(err, Unauthenticated):
+                raise
+            raise Forbidden(f"cannot {what} of job {name!r}: that needs its pods, and this account may not list "
+                            f"pods in namespace {self.namespace}; {pod_reader_fix(self.namespace)}") from None
+
+    @contextmanager
+    def _log_access(self, name: str) -> Iterator[None]:
+        """A refused pod log (RBAC grants pods/log apart from pods) in one line with its fix."""
+        try:
+            yield
+        except Forbidden as err:
+            if isinstance(err, Unauthenticated):
+                raise
+            raise Forbidden(f"cannot show the logs of job {name!r}: this account may not read pods/log in namespace "
+                            f"{self.namespace}; {pod_reader_fix(self.namespace)}") from None
 
     def _check_startable(self, name: str, pod: str) -> None:
         """Raise when a pod's container cannot start without a change of the job (a wrong image, a
@@ -136,10 +160,11 @@ class PodVerbs:
         seen = SeenLines()
         while True:
             try:
-                for raw in self.api.pod_log(self.namespace, source.pod, follow=True, hangup=hangup, tags=source.tags,
-                                            **query):
-                    if seen.new(raw):
-                        yield raw
+                with self._log_access(name):
+                    for raw in self.api.pod_log(self.namespace, source.pod, follow=True, hangup=hangup,
+                                                tags=source.tags, **query):
+                        if seen.new(raw):
+                            yield raw
             except BackendError as err:
                 if "waiting to start" not in str(err) or self._get(name).status.stopped:
                     raise
@@ -178,7 +203,7 @@ class PodVerbs:
             obj = self._try_read(resource, self.namespace, name)
             if obj is None:
                 return None
-            pods = self._pods(name)
+            pods = self._pods_needed(name, "show the logs")
             ended = [p for p in pods if p["metadata"].get("uid") == source.uid]
             if ended and (ended[0].get("status") or {}).get("phase") == "Succeeded":
                 return None  # only a failed pod is replaced
