@@ -9,6 +9,8 @@ Each test drives the official `kubernetes` client against the shipped fake API s
 
 from __future__ import annotations
 
+import logging
+
 import pytest
 
 pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
@@ -16,6 +18,7 @@ pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installe
 from dtrain.backends.base import JobStatus  # noqa: E402
 from dtrain.backends.kubernetes.client import Forbidden  # noqa: E402
 from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer  # noqa: E402
+from dtrain.errors import NotFoundError  # noqa: E402
 
 from test_k8s_backend import NS, backend, cluster, make_backend, spec  # noqa: E402,F401  (their fixtures)
 from test_k8s_leftovers3 import _cli  # noqa: E402
@@ -106,3 +109,67 @@ def test_one_refused_kind_is_its_own_refusal(backend, cluster):
     cluster.forbidden.add(("kubeflow.org", "mpijobs"))
     with pytest.raises(Forbidden, match=r"^cannot read MPIJob 'mpi' in namespace dtrain-lanes"):
         backend.get("mpi")
+
+
+# ------------------------------------------------------------------------- volume create --class
+
+
+def _storage_classes(cluster: FakeCluster, *names: str) -> None:
+    for name in names:
+        cluster.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": name},
+                        "provisioner": "csi.trident.netapp.io"})
+
+
+def test_volume_create_refuses_a_storage_class_the_cluster_lacks(backend, cluster):
+    _storage_classes(cluster, "standard", "premium")
+    with pytest.raises(NotFoundError) as refused:
+        backend.create_volume("data", size="1Gi", storage_class="premum")
+    assert str(refused.value) == ("unknown StorageClass 'premum' (did you mean 'premium'?) on this cluster: use "
+                                  "one of premium, standard (see 'dtrain volume classes')")
+    with pytest.raises(NotFoundError, match=r"^unknown StorageClass 'nosuch' on this cluster: use one of premium"):
+        backend.create_volume("data", size="1Gi", storage_class="nosuch")
+    assert cluster.items("", "persistentvolumeclaims") == []  # nothing made
+    assert backend.create_volume("data", size="1Gi", storage_class="premium").storage_class == "premium"
+    assert backend.create_volume("other", size="1Gi").name == "other"  # no class: the default, unchecked
+
+
+def test_submit_pvc_and_restore_class_refuse_a_storage_class_the_cluster_lacks(backend, cluster):
+    from dtrain.spec import parse_pvc
+
+    _storage_classes(cluster, "standard", "premium")
+    with pytest.raises(NotFoundError, match=r"^unknown StorageClass 'premum' \(did you mean 'premium'\?\)"):
+        backend.submit(spec(volumes=(parse_pvc("premum:1Gi:/data"),)))
+    assert cluster.items("", "persistentvolumeclaims") == [] and backend.list() == []  # nothing made
+    backend.create_volume("data", size="1Gi", storage_class="standard")
+    backend.create_snapshot("data", name="s1")
+    cluster.ready_snapshots()
+    with pytest.raises(NotFoundError, match=r"^unknown StorageClass 'nosuch' on this cluster"):
+        backend.restore_snapshot("s1", to="back", storage_class="nosuch")
+    assert backend.restore_snapshot("s1", to="back", storage_class="premium").storage_class == "premium"
+
+
+def test_volume_create_of_an_account_that_may_not_list_classes_warns_once(backend, cluster, caplog):
+    _storage_classes(cluster, "standard")
+    cluster.forbidden.add(("storage.k8s.io", "storageclasses"))
+    with caplog.at_level(logging.WARNING):
+        made = backend.create_volume("data", size="1Gi", storage_class="nosuch")
+    assert made.storage_class == "nosuch"
+    [warning] = [r.getMessage() for r in caplog.records if "StorageClass" in r.getMessage()]
+    assert warning.startswith("dtrain: warning: StorageClass 'nosuch' not checked, this account may not list "
+                              "StorageClasses (cannot list StorageClasses")
+    assert warning.endswith("see 'dtrain volume describe data'")
+
+
+def test_a_cluster_without_storage_classes_takes_any_name(backend, cluster):
+    """No StorageClass at all: the name binds pre-provisioned PersistentVolumes, nothing to check against."""
+    assert backend.create_volume("data", size="1Gi", storage_class="static-nfs").storage_class == "static-nfs"
+
+
+def test_cli_volume_create_of_an_unknown_class_is_one_line(home, tmp_path, cluster):
+    _storage_classes(cluster, "standard", "premium")
+    with FakeKubeServer(cluster) as server:
+        dt = _cli(home, tmp_path, server)
+        proc = dt("volume", "create", "data", "--class", "nosuch", check=False)
+    assert proc.returncode != 0 and proc.stdout == ""
+    assert proc.stderr.strip() == ("dtrain: error: unknown StorageClass 'nosuch' on this cluster: use one of "
+                                   "premium, standard (see 'dtrain volume classes')")

@@ -194,6 +194,8 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
             if self._try_read(PVC, namespace, claim) is None:
                 raise NotFoundError(f"volume {claim!r} not found in namespace {namespace}: create it with "
                                     f"'{self.cmd(f'volume create {claim}')}' or use --pvc CLASS:SIZE:MOUNT")
+        for volume, new in spec.new_volumes():  # --pvc CLASS:SIZE:MOUNT
+            self._check_storage_class(new.storage_class, volume)
 
     def _create(self, obj: dict) -> dict:
         resource = _BY_KIND[obj["kind"]]

@@ -314,7 +314,8 @@ class KubeApi:
         if body is not None:
             args += (body,)
         where = f" in namespace {namespace}" if namespace else ""
-        what = f"{verb} {resource.kind}{' ' + repr(name) if name else 's'}{where}"
+        plural = "es" if resource.kind.endswith("s") else "s"  # StorageClasses, VolumeAttributesClasses
+        what = f"{verb} {resource.kind}{' ' + repr(name) if name else plural}{where}"
         scope = f"-n {namespace}" if namespace else "-A" if resource.namespaced else ""
         access = " ".join(x for x in (_CAN_I[verb], resource.full_name, scope) if x)
         try:

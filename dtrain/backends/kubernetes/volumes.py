@@ -10,15 +10,16 @@ the storage system, on its own time: FreedInfo.bytes is None.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import time
 import uuid
 from typing import TYPE_CHECKING
 
 from dtrain.backends.base import FreedInfo, Listed, Notice, Progress, SnapshotInfo, StorageClassInfo, VolumeInfo
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
-from dtrain.names import parse_size
+from dtrain.names import near_name, parse_size, with_near
 
-from .client import EVENT, POD, PVC, Forbidden, Missing, Unanswered
+from .client import EVENT, POD, PVC, Forbidden, Missing, Unanswered, Unauthenticated
 from .objects import (ANN_DEFAULT_CLASS, ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB,
                       LABEL_SOURCE_SNAPSHOT, STORAGE_CLASS, VOLUME_ATTRIBUTES_CLASSES, VOLUME_SNAPSHOT, Resource)
 from .render_storage import render_restore, render_snapshot, render_volume, render_volume_class_patch
@@ -86,12 +87,37 @@ class VolumeVerbs:
 
     def _create_volume(self, name: str, *, size: str, storage_class: str | None) -> VolumeInfo:
         [pvc] = self._render_volume(name, size=size, storage_class=storage_class)
+        self._check_storage_class(storage_class, name)
         self._ensure_namespace(self.namespace, self.config.project)
         try:
             return volume_info(self._create_new(pvc, PVC, "volume"))
         except ConflictError:
             raise ConflictError(f"volume {name!r} already exists in namespace {self.namespace}: "
                                 f"pick another name or delete it first") from None
+
+    def _check_storage_class(self, storage_class: str | None, volume: str) -> None:
+        """Refuse a StorageClass the cluster does not have: its PVC would stay Pending for good. A
+        cluster with no StorageClass at all binds pre-provisioned PersistentVolumes by the name alone,
+        so any name goes there; an account that may not list StorageClasses (cluster-scoped, granted
+        apart) is warned, once, and goes on."""
+        if storage_class is None:
+            return
+        try:
+            names = [c["metadata"]["name"] for c in self.api.list(STORAGE_CLASS, None)]
+        except Forbidden as err:
+            if isinstance(err, Unauthenticated):
+                raise
+            logging.getLogger(__name__).warning(
+                "dtrain: warning: StorageClass %r not checked, this account may not list StorageClasses (%s): if "
+                "the cluster has no such class the volume stays Pending; see '%s'", storage_class, err,
+                self.cmd(f"volume describe {volume}"))
+            return
+        if not names or storage_class in names:
+            return
+        message = (f"unknown StorageClass {storage_class!r} on this cluster: use one of "
+                   f"{', '.join(sorted(names))} (see '{self.cmd('volume classes')}')")
+        near = near_name(storage_class, names)
+        raise NotFoundError(with_near(message, storage_class, near) if near else message)
 
     def _create_new(self, obj: dict, resource: Resource, noun: str) -> dict:
         """Create a PVC or VolumeSnapshot. A create that got no clear answer (a dropped connection,
@@ -324,6 +350,7 @@ class VolumeVerbs:
     def _restore_snapshot(self, name: str, *, to: str | None, in_place: bool, storage_class: str | None,
                           progress: Progress | None) -> VolumeInfo:
         [pvc] = self._render_restore(name, to=to, in_place=in_place, storage_class=storage_class)
+        self._check_storage_class(storage_class, pvc["metadata"]["name"])
         try:
             made = volume_info(self._create_new(pvc, PVC, "volume"))
         except ConflictError:  # made meanwhile, since _render_restore looked
