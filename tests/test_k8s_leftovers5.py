@@ -173,3 +173,21 @@ def test_cli_volume_create_of_an_unknown_class_is_one_line(home, tmp_path, clust
     assert proc.returncode != 0 and proc.stdout == ""
     assert proc.stderr.strip() == ("dtrain: error: unknown StorageClass 'nosuch' on this cluster: use one of "
                                    "premium, standard (see 'dtrain volume classes')")
+
+
+# ------------------------------------------------------------------------- volume update --class: not waited for
+
+
+def test_volume_describe_shows_a_class_change_under_way(backend, cluster):
+    """`volume update --class` returns before the driver changes the tier (docs/kubernetes.md says how to
+    wait): describe showed the new and old class but not that the driver was at it, or refused it."""
+    backend.create_volume("work", size="1Gi")
+    updated = backend.update_volume("work", storage_class="premium")
+    assert (updated.extra["volume_attributes_class"], updated.extra["current_volume_attributes_class"]) == (
+        "premium", None)
+    pvc = cluster.get("", "persistentvolumeclaims", NS, "work")
+    pvc["status"]["modifyVolumeStatus"] = {"status": "Infeasible", "targetVolumeAttributesClassName": "premium"}
+    assert backend.get_volume("work").extra["modify_volume_status"]["status"] == "Infeasible"
+    pvc["status"] = {"phase": "Bound", "currentVolumeAttributesClassName": "premium"}  # the driver is done
+    done = backend.get_volume("work").extra
+    assert (done["current_volume_attributes_class"], done["modify_volume_status"]) == ("premium", None)

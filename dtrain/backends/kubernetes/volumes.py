@@ -51,7 +51,10 @@ def volume_info(pvc: dict) -> VolumeInfo:
                                                   "access_modes": list(spec.get("accessModes") or []),
                                                   "volume_attributes_class": spec.get("volumeAttributesClassName"),
                                                   "current_volume_attributes_class":
-                                                      status.get("currentVolumeAttributesClassName")})
+                                                      status.get("currentVolumeAttributesClassName"),
+                                                  # while a class change is under way, or refused by the
+                                                  # driver: {status: Pending|InProgress|Infeasible, target...}
+                                                  "modify_volume_status": status.get("modifyVolumeStatus")})
 
 
 def snapshot_info(snap: dict) -> SnapshotInfo:
