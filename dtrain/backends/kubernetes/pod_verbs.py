@@ -131,7 +131,8 @@ class PodVerbs:
             if isinstance(err, Unauthenticated):
                 raise
             raise Forbidden(f"cannot {what} of job {name!r}: that needs its pods, and this account may not list "
-                            f"pods in namespace {self.namespace}; {pod_reader_fix(self.namespace)}") from None
+                            f"pods in namespace {self.namespace}; {pod_reader_fix(self.namespace)}, then check it "
+                            f"(kubectl auth can-i list pods -n {self.namespace})") from None
 
     @contextmanager
     def _log_access(self, name: str) -> Iterator[None]:
@@ -142,7 +143,8 @@ class PodVerbs:
             if isinstance(err, Unauthenticated):
                 raise
             raise Forbidden(f"cannot show the logs of job {name!r}: this account may not read pods/log in namespace "
-                            f"{self.namespace}; {pod_reader_fix(self.namespace)}") from None
+                            f"{self.namespace}; {pod_reader_fix(self.namespace)}, then check it "
+                            f"(kubectl auth can-i get pods/log -n {self.namespace})") from None
 
     def _check_startable(self, name: str, pod: str) -> None:
         """Raise when a pod's container cannot start without a change of the job (a wrong image, a
