@@ -58,3 +58,36 @@ def test_the_cli_waits_for_local_snapshots_at_once(dt):
     assert bad.returncode != 0 and bad.stdout == "" and "no snapshot named 'nosuch'" in bad.stderr
     bad = dtrain("snapshot", "wait", "s1", "--timeout", "soon", check=False)
     assert bad.returncode == 2 and "invalid --timeout 'soon'" in bad.stderr and len(bad.stderr.splitlines()) == 1
+
+
+def test_the_http_api_waits_for_a_snapshot_and_answers_408_then_409(make_backend, cluster, tmp_path):
+    """GET /api/v1/snapshots/{name}/wait: the CLI's `snapshot wait` through the server (a Kubernetes
+    backend on the fake API server, whose snapshots become ready when its controller says so)."""
+    import requests
+
+    import dtrain
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    backend = make_backend()
+    backend.create_volume("data", size="1Gi")
+    backend.create_snapshot("data", name="s1")
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=tmp_path, backend="kubernetes",
+                                                           backends={"kubernetes": backend}), sample_every=3600))
+    try:
+        url = f"{server.url}/api/v1/snapshots/s1/wait"
+        late = requests.get(url, params={"timeout": 0.2}, timeout=30)
+        assert late.status_code == 408 and "still not ready after 0.2s" in late.json()["error"]
+        assert requests.get(url, params={"timeout": 601}, timeout=30).status_code == 422
+        timer = threading.Timer(0.3, cluster.ready_snapshots)
+        timer.start()
+        ready = requests.get(url, params={"timeout": 30}, timeout=60)
+        timer.join()
+        assert ready.status_code == 200 and ready.json()["ready"] is True and ready.json()["name"] == "s1"
+        backend.create_snapshot("data", name="s2")
+        snap = cluster.get("snapshot.storage.k8s.io", "volumesnapshots", NS, "s2")
+        snap["status"] = {"readyToUse": False, "error": {"message": "rpc error: code = Internal"}}
+        failed = requests.get(f"{server.url}/api/v1/snapshots/s2/wait", timeout=30)
+        assert failed.status_code == 409 and "code = Internal" in failed.json()["error"]
+    finally:
+        server.stop()

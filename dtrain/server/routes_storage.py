@@ -5,13 +5,15 @@ from __future__ import annotations
 import os
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, HTTPException, Query, Request, Response
 
 from dtrain.errors import NotFoundError
+from dtrain.names import MAX_HTTP_WAIT
 from dtrain.server import wire
 from dtrain.server.bodies import TypedRoute
 from dtrain.server.clients import client
 from dtrain.server.lineage import PER_VOLUME, lineage
+from dtrain.server.routes_jobs import LONG, Stopping, _again, _in_thread, unless_stopping
 
 router = APIRouter(tags=["storage"], route_class=TypedRoute)
 ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
@@ -78,6 +80,25 @@ def create_snapshot(request: Request, body: wire.SnapshotIn, project: wire.Stora
 @router.get("/snapshots/{name}", response_model=wire.Snapshot, responses=ERRORS)
 def get_snapshot(request: Request, name: wire.SnapshotName, project: wire.StorageProject = None):
     return wire.Snapshot.model_validate(client(request).get_snapshot(name, project=project))
+
+
+@router.get("/snapshots/{name}/wait", response_model=wire.Snapshot,
+            responses={**LONG, 408: {"model": wire.Error}})
+async def wait_snapshot(request: Request, name: wire.SnapshotName,
+                        timeout: Annotated[float, Query(ge=0, le=MAX_HTTP_WAIT, allow_inf_nan=False)] = 60,
+                        project: wire.StorageProject = None):
+    """Block until the snapshot is ready to use (`dtrain snapshot wait`; Kubernetes takes one
+    asynchronously): 408 when `timeout` seconds pass first, 409 when the storage system reports it
+    failed to take it, 503 when the server stops first."""
+    clients = request.app.state.clients
+    waiting = _in_thread(request.app.state.streams,
+                         lambda: clients.get().wait_snapshot(name, timeout=timeout, project=project), f"wait-{name}")
+    try:
+        snap = await unless_stopping(waiting, request.app.state.stopping)
+    except Stopping:
+        raise HTTPException(503, f"the server is shutting down; wait for snapshot {name!r} again once it is back "
+                                 f"(or with '{_again(clients, f'snapshot wait {name}', project)}')") from None
+    return wire.Snapshot.model_validate(snap)
 
 
 @router.delete("/snapshots/{name}", response_model=wire.Freed, responses=CHANGES)
