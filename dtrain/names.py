@@ -16,6 +16,7 @@ from fractions import Fraction
 from math import ceil
 
 from dtrain.errors import NotFoundError, SpecError
+from dtrain.numbers import Typed, TypedFloat, TypedInt, plain, typed
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
 MAX_NAME = 53  # NAME_RE's bound
@@ -49,46 +50,9 @@ MAX_TIME = 253_402_300_799.0  # the last unix time an RFC 3339 stamp can name (9
 EVERY = {"cli": ("-1", "'all'"), "sdk": ("None", "None"), "http": ("leave it out", "leave it out")}
 
 
-class WrittenInt(int):
-    """A whole number as the user wrote it where Python writes it back otherwise: a job file's 017
-    (15), 0x1F, 1_000, 12:30 (750) or +2, a flag's 1e3 or -0. A number where a field takes one, its
-    `text` where a field takes a string (spec._word) and where a refusal repeats it (shown): a
-    refusal quotes what was typed, not what it was read as."""
-
-    text: str
-
-    def __new__(cls, value: int, text: str) -> "WrittenInt":
-        number = super().__new__(cls, value)
-        number.text = text
-        return number
-
-
-class WrittenFloat(float):
-    """A float written otherwise than Python writes it (0.10 is 0.1, .5, 1.0e+3, a flag's 1e400
-    that is inf): as WrittenInt."""
-
-    text: str
-
-    def __new__(cls, value: float, text: str) -> "WrittenFloat":
-        number = super().__new__(cls, value)
-        number.text = text
-        return number
-
-
-def written(value, text: str):
-    """`value` (an int or float read from `text`) keeping `text` where Python writes it otherwise."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or str(value) == text:
-        return value
-    return (WrittenInt if isinstance(value, int) else WrittenFloat)(value, text)
-
-
-def plain(value):
-    """A number as a plain int or float (what a field stores and dumps), anything else unchanged."""
-    if isinstance(value, WrittenInt):
-        return int(value)
-    if isinstance(value, WrittenFloat):
-        return float(value)
-    return value
+# A number as the user wrote it where Python writes it back otherwise (a job file's 017, 0x1F,
+# 1_000, 12:30 (750), 0.10; a flag's 1e3 or -0): dtrain.numbers holds the one class pair and walk.
+WrittenInt, WrittenFloat, written = TypedInt, TypedFloat, typed  # their names here since before it
 
 
 def shown(value) -> str:
@@ -99,7 +63,7 @@ def shown(value) -> str:
     10**5000) costs no more than its first few items: no message grows with its input."""
     import reprlib  # only refusals need it
 
-    if isinstance(value, (WrittenInt, WrittenFloat)) and len(value.text) <= SHOWN:
+    if isinstance(value, Typed) and len(value.text) <= SHOWN:
         return value.text  # a longer one is named by its size below, as a plain one is
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
         return f"{'-' if value < 0 else ''}<a whole number of about {round(value.bit_length() * 0.30103)} digits>"

@@ -20,6 +20,7 @@ from dtrain.errors import SpecError
 from dtrain.names import (MAX_PROCESSES, NAME_RE, SIZE_RE, check_name, check_storage_class,  # noqa: F401 (re-exported)
                           MIN_VOLUME, STORED, WrittenFloat, WrittenInt, cut, job_volume_name, parse_least_size,
                           parse_size, parse_volume_size, plain, shown, written)
+from dtrain.numbers import Typed, exact, plain_numbers  # noqa: F401 (plain_numbers re-exported: dtrain.config)
 from dtrain.spec_sagemaker import NUMBER_FIELDS as SAGEMAKER_NUMBERS, SageMakerOptions
 
 LAUNCHERS = ("none", "torchrun", "mpi")
@@ -507,8 +508,8 @@ class JobSpec:
         if type(self.cpu) is float and self.cpu.is_integer() and abs(self.cpu) <= 2 ** 53:
             set_("cpu", int(self.cpu))  # 2, however it came (JSON's 2.0, the SDK's float): as typed
         if self.cpu is not None and (isinstance(self.cpu, bool) or not isinstance(self.cpu, (int, float))
-                                     or not (0 if _STORED.get() else MIN_CPU) <= self.cpu <= MAX_CPU
-                                     or self.cpu == 0):  # NaN compares false
+                                     or not exact(0 if _STORED.get() else MIN_CPU) <= exact(self.cpu) <= MAX_CPU
+                                     or self.cpu == 0):  # as typed: 1024.0000000000001 is over; NaN compares false
             raise SpecError(f"invalid --cpu {shown(self.cpu)}: use a number of CPU threads from {MIN_CPU} to "
                             f"{MAX_CPU}, e.g. --cpu 2 or --cpu 0.5")
         if self.memory is not None:
@@ -778,21 +779,9 @@ def _word(value, what: str) -> str:
     '0.10', not '0.1'), booleans and nulls refused (YAML reads `yes` as true: quote it)."""
     if isinstance(value, bool) or value is None or not isinstance(value, (str, int, float)):
         raise SpecError(f"invalid {what} value {shown(value)}: must be a string (quote it in YAML, e.g. 'yes')")
-    if isinstance(value, (WrittenInt, WrittenFloat)):
+    if isinstance(value, Typed):
         return value.text
     return value if isinstance(value, str) else str(value)
-
-
-def plain_numbers(value):
-    """`value` with every number a job file wrote in its own way (WrittenInt, WrittenFloat) made
-    a plain int or float: what a field that takes a number keeps, stores and dumps."""
-    if isinstance(value, (WrittenInt, WrittenFloat)):
-        return plain(value)
-    if isinstance(value, dict):
-        return {plain_numbers(k): plain_numbers(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [plain_numbers(v) for v in value]
-    return value
 
 
 _VOLUME_KEYS = {VolumeMount: {"volume", "mount_path", "read_only"},
@@ -834,7 +823,8 @@ def _volumes(value) -> tuple[Volume, ...]:
 def _check_gpu(value) -> None:
     """--gpu: whole GPUs per process. Run:AI also takes a fraction of one (--gpu 0.5), which is not
     shared out here: named as such wherever it comes from (a flag, a job file, the SDK, the HTTP API)."""
-    if isinstance(value, float) and math.isfinite(value) and 0 < value < MAX_GPU_PER_PROCESS and not value.is_integer():
+    if (isinstance(value, float) and math.isfinite(value) and 0 < value < MAX_GPU_PER_PROCESS
+            and exact(value).denominator != 1):  # as typed: 1.0000000000000001 is a fraction though float() says 1.0
         raise SpecError(f"--gpu {shown(value)} is a fraction of a GPU, and GPUs are not shared between jobs here: "
                         f"give whole GPUs per process (--gpu 1), or leave --gpu out to run on CPUs")
     _check_int(value, "--gpu", 0, MAX_GPU_PER_PROCESS)

@@ -301,9 +301,9 @@ def test_cli(archives, tmp_path, capsys):
         prepare.main(["--url", "x", "--out", str(tmp_path), "--size", "big"])
 
 
-@pytest.mark.parametrize("size, message", [("30000x30000", "--size width 30000 is out of range: give 16 to 4096"),
-                                           ("512x0", "--size height 0 is out of range: give 16 to 4096"),
-                                           ("8x8", "--size width 8 is out of range: give 16 to 4096")])
+@pytest.mark.parametrize("size, message", [("30000x30000", "--size width 30000 is out of range: give 16 to 4096, e.g. 4096"),
+                                           ("512x0", "--size height 0 is out of range: give 16 to 4096, e.g. 16"),
+                                           ("8x8", "--size width 8 is out of range: give 16 to 4096, e.g. 16")])
 def test_mask_size_is_bounded(tmp_path, size, message):
     with pytest.raises(SpecError, match=f"^{message}$"):
         prepare.main(["--url", "x.json", "--out", str(tmp_path / "o"), "--size", size])

@@ -147,16 +147,16 @@ def test_cli_writes_dataset_and_summary(tmp_path, capsys):
     summary = json.loads(capsys.readouterr().out)
     assert summary["frames"] == 7 and summary["seed"] == 3
     assert sum(len(read_labels(tmp_path / n)) for n in synth.TRAIN_FILES) == 5
-    with pytest.raises(SpecError, match="--train -1 is out of range: give 0 to 100000"):
+    with pytest.raises(SpecError, match="--train -1 is out of range: give 0 to 100000, e.g. --train 0"):
         synth.main(["--out", str(tmp_path), "--train", "-1"])
     with pytest.raises(SpecError, match="unknown label file"):
         synth.generate(tmp_path, frames_per_file={"label_data_9999.json": 1}, seed=0, test_frames=0)
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--train", "99999999999999", "--test", "2"], "--train 99999999999999 is out of range: give 0 to 100000"),
-    (["--train", "2", "--test", "100001"], "--test 100001 is out of range: give 0 to 100000"),
-    (["--seed", "-1"], "--seed -1 is out of range: give 0 to 4294967295"),
+    (["--train", "99999999999999", "--test", "2"], "--train 99999999999999 is out of range: give 0 to 100000, e.g. --train 100000"),
+    (["--train", "2", "--test", "100001"], "--test 100001 is out of range: give 0 to 100000, e.g. --test 100000"),
+    (["--seed", "-1"], "--seed -1 is out of range: give 0 to 4294967295, e.g. --seed 0"),
 ])
 def test_cli_bounds_every_number_before_writing(tmp_path, argv, message):
     with pytest.raises(SpecError, match=f"^{message}$"):
@@ -170,7 +170,7 @@ def test_a_bad_number_is_named_before_a_missing_out(tmp_path, capsys, monkeypatc
     """`synth --train -1` once said only that --out was required: the number is checked first, as train
     checks its numbers before its folders; a misspelt flag is named with the one meant."""
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SpecError, match="^--train -1 is out of range: give 0 to 100000$"):
+    with pytest.raises(SpecError, match="^--train -1 is out of range: give 0 to 100000, e.g. --train 0$"):
         synth.main(["--train", "-1"])
     for argv, message in ((["--train", "2"], "the following arguments are required: --out"),
                           (["--n-train", "-1"], "unrecognized arguments: --n-train -1 (did you mean --train?)"),

@@ -37,7 +37,7 @@ from dtrain.client import Client
 from dtrain.errors import DtrainError, SpecError
 from dtrain.replace import replacing
 from dtrain.spec import JobSpec
-from dtrain.workloads.inputs import Parser, in_range, out_folder
+from dtrain.workloads.inputs import Parser, in_range, out_folder, whole_number
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -306,20 +306,20 @@ def parse(argv) -> argparse.Namespace:
     ap.add_argument("--json", action="store_true", help="print the results as JSON")
     ap.add_argument("extra", nargs="*", help="after --: extra arguments for the training command")
     args = ap.parse_args(argv)
-    try:
-        args.sizes = [int(x) for x in args.processes.split(",")]
-    except ValueError:
-        raise SpecError(f"invalid --processes {args.processes!r}: use sizes such as 1,2,3") from None
+    sizes = [whole_number(x) for x in args.processes.split(",")]  # each as any whole-number flag reads it
+    if not all(isinstance(n, int) for n in sizes):
+        raise SpecError(f"invalid --processes {args.processes!r}: use sizes such as 1,2,3")
+    args.sizes = [int(n) for n in sizes]
     if not args.sizes or min(args.sizes) < 1 or args.sizes != sorted(set(args.sizes)):
         raise SpecError(f"invalid --processes {args.processes!r}: use increasing sizes >= 1, such as 1,2,3")
-    if args.repeats < 1 or args.steps <= args.warmup + 1:
-        raise SpecError(f"need --repeats >= 1 and --steps > --warmup + 1 (got {args.repeats}, {args.steps}, "
-                        f"{args.warmup})")
     for flag, value, low, high in (("--processes", max(args.sizes), 1, 1024), ("--repeats", args.repeats, 1, 100),
                                    ("--steps", args.steps, 2, 10_000_000), ("--warmup", args.warmup, 0, 1_000_000),
                                    ("--batch", args.batch, 1, 65_536), ("--gpu", args.gpu, 0, 64),
                                    ("--cpu-per-process", args.cpu_per_process, 0.01, 1024)):
         in_range(flag, value, low, high)
+    if args.steps <= args.warmup + 1:  # each in range, but the timing needs two steps past the warm-up
+        raise SpecError(f"--steps {args.steps} leaves no steps to time after --warmup {args.warmup}: give --steps "
+                        f"{args.warmup + 2} or more (or a smaller --warmup), e.g. --steps 20 --warmup 5")
     if not Path(args.data_dir).exists():
         raise SpecError(f"--data-dir {args.data_dir} does not exist; prepare the data first")
     out_folder(args.out, "--out")  # before any run: a file there would end the benchmark after its runs

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 import time
@@ -101,9 +102,15 @@ def parse_duration(text: str) -> Fraction | None:
     floating point made it 3960.0000000000005); None when `text` is no such duration. The flag's own
     check bounds it and refuses it as typed (spec.check_idle_timeout): '1.5s' is not rounded to 2."""
     m = _DURATION.match(text.strip())
-    if not m or len(text) > 40:
+    if len(text) > 40:
         return None
-    return Fraction(Decimal(m.group(1))) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    if m:
+        return Fraction(Decimal(m.group(1))) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    try:  # seconds as every number flag reads them: what float() takes (' 5 ', '1_000', '+5', '5.', '1e3')
+        number = Decimal(text) if math.isfinite(float(text)) else None
+    except (ValueError, ArithmeticError):
+        return None
+    return Fraction(number) if number is not None and abs(number.adjusted()) <= 40 else None
 
 
 def parse_time(text: str, flag: str = "--since-time", also: str = "") -> float:

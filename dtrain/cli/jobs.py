@@ -21,6 +21,7 @@ from dtrain.config import read_small_file
 from dtrain.errors import ConflictError, NotFoundError, SpecError
 from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, as_typed_number, check_limit_bytes, check_name, check_rank, check_tail, shown,
                           wait_refusal, written)
+from dtrain.numbers import exact, plain
 from dtrain.spec import (JobSpec, check_sagemaker_mapping, parse_env, parse_labels, parse_pvc, sagemaker_backend,
                          yaml_mapping)
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
@@ -63,8 +64,8 @@ def gpu_count(text: str) -> int | float | str:
         value = float(text)
     except ValueError:
         value = math.nan
-    if math.isfinite(value) and value.is_integer():
-        return written(int(value), text.strip())  # 2.0, 1e1
+    if math.isfinite(value) and exact(written(value, text.strip())).denominator == 1:
+        return written(int(value), text.strip())  # 2.0, 1e1; not 1.0000000000000001, a fraction as typed
     if math.isfinite(value) and value > 0:
         return written(value, text.strip())  # the spec's one message for a fraction
     return real(text)  # the spec names it: "invalid --gpu 'x': use a whole number from 0 to 16"
@@ -86,7 +87,8 @@ def whole_number(text: str) -> int | float | str:
     except ValueError:  # a word: the flag's check names the flag ("invalid --processes 'x': use a whole number ...")
         return text
     # refused as typed ('--processes 1e9', not 1000000000): names.WrittenInt
-    return written(int(value) if value.is_integer() and abs(value) <= 2 ** 53 else value, t)
+    whole = math.isfinite(value) and abs(value) <= 2 ** 53 and exact(written(value, t)).denominator == 1
+    return written(int(value) if whole else value, t)  # 2.0000000000000001 stays a fraction, refused as one
 
 
 def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False) -> None:
@@ -436,16 +438,14 @@ def cmd_logs(args, client: Client) -> int:
 
 def _rank(text: str) -> int:
     """--rank R: names.py's check (the SDK's and the HTTP API's) says why one is refused, naming it as typed."""
-    digits = text.strip()
-    whole = re.fullmatch(r"[-+]?[0-9]{1,4000}", digits, re.ASCII)  # as a query's: the job names its ranks
-    return check_rank(int(digits) if whole else text, "cli", text)
+    return check_rank(whole_number(text), "cli", text)  # as every whole-number flag reads it ('1_0', '2.')
 
 
 def _exec_rank(text: str) -> int | str:
     """exec's --rank as the SDK would be given it: a whole number (-1 too) as that number, anything
     else as typed; the backend's check (names.check_exec_rank) refuses it in the SDK's words."""
-    digits = text.strip()
-    return int(digits) if re.fullmatch(r"[-+]?[0-9]{1,4000}", digits, re.ASCII) else text
+    value = whole_number(text)  # as every whole-number flag reads it ('1_0', '2.')
+    return value if isinstance(value, int) else text
 
 
 def cmd_delete(args, client: Client) -> int:
@@ -584,12 +584,12 @@ def wait_timeout(text: str) -> float:
     seconds = fmt.go_duration(text)
     if seconds is None:
         try:
-            seconds = float(text)
+            seconds = written(float(text), text.strip())  # checked as typed: a year and 1e-10 s is over
         except ValueError:
             seconds = math.nan
-    if not 0 <= seconds <= MAX_WAIT_TIMEOUT:  # NaN compares false
+    if not 0 <= exact(seconds) <= MAX_WAIT_TIMEOUT:  # NaN compares false
         raise wait_refusal(text, "cli")
-    return seconds
+    return plain(seconds)
 
 
 def cmd_wait(args, client: Client) -> int:

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 
 from dtrain.errors import DataError, StorageError
+from dtrain.numbers import plain_numbers
 from dtrain.replace import replacing
 
 CKPT_RE = re.compile(r"^ckpt-(\d+)\.pt\Z")  # complete checkpoints; temp files start with '.'
@@ -64,30 +65,10 @@ class _Writes:
 
 
 def _plain_numbers(obj: Any) -> Any:
-    """`obj` with every int or float of a subclass (a flag's number that keeps its typed text for a
-    refusal, `--lr 5e-2`, reaching the optimizer's param_groups and the scheduler's base_lrs) made the
-    plain number: torch.load(weights_only=True) refuses any other class, so the checkpoint read as
-    damaged and a resume started over. Dicts and lists are changed in place (a state_dict keeps its
-    _metadata); tensors and everything else are left as they are."""
-    if obj is None or isinstance(obj, (bool, str, bytes, torch.Tensor)):
-        return obj
-    if isinstance(obj, int) and type(obj) is not int:
-        return int(obj)
-    if isinstance(obj, float) and type(obj) is not float:
-        return float(obj)
-    if isinstance(obj, dict):
-        for key, value in obj.items():
-            plain = _plain_numbers(value)
-            if plain is not value:
-                obj[key] = plain  # a key's value replaced: the dict's size is unchanged
-    elif isinstance(obj, list):
-        for i, value in enumerate(obj):
-            obj[i] = _plain_numbers(value)
-    elif isinstance(obj, tuple):
-        items = [_plain_numbers(v) for v in obj]
-        if any(a is not b for a, b in zip(items, obj)):
-            return type(obj)(*items) if hasattr(obj, "_fields") else tuple(items)
-    return obj
+    """`obj` with every number plain, dicts and lists in place (dtrain.numbers.plain_numbers): a flag's
+    number keeps its typed text for a refusal (`--lr 5e-2`) and reaches the optimizer's param_groups
+    and the scheduler's base_lrs, and torch.load(weights_only=True) refuses any class but int and float."""
+    return plain_numbers(obj, in_place=True)
 
 
 def save_atomic(obj: Any, path: str | os.PathLike) -> None:

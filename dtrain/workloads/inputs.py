@@ -2,7 +2,7 @@
 
 Each failure is one DtrainError line naming the value and what to give instead; the
 workloads' own argparse parsers report usage errors on one line too (`Parser`).
-Imports nothing from dtrain but dtrain.errors, so the workloads still run without the platform.
+Imports nothing from dtrain but dtrain.errors and dtrain.numbers, so the workloads still run without the platform.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import urllib.request
 from pathlib import Path
 
 from dtrain.errors import DtrainError, NotFoundError, SpecError
+from dtrain.numbers import Typed, TypedFloat, exact, typed  # a number keeps its typed text: a refusal quotes 1e9, not 1000000000
 
 MAX_SEED = 2**32 - 1  # numpy's and most tools' seed range; torch takes it as is
 MAX_STEPS = 10_000_000  # optimizer steps of one run (the paper recipe plans 60 000)
@@ -28,61 +29,36 @@ MAX_LR = 10.0  # SGD learning rates in use are 0.001 to 0.1
 MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)  # a full, read-only or forbidden disk
 
 
-class _Written:
-    """A number typed otherwise than Python writes it (1e9, -0, +5, 007, 1e400 that is inf): a refusal
-    quotes its `text` (in_range), not 1000000000, 0 or inf. It pickles as the plain number (a data
-    loader's workers, a checkpoint's hyperparameters)."""
-
-    _plain: type
-    text: str
-
-    def __new__(cls, value, text: str = ""):
-        number = cls._plain.__new__(cls, value)
-        number.text = text or (str(value) if cls._plain is int else repr(value))
-        return number
-
-    def __reduce__(self):
-        return self._plain, (self._plain(self),)
-
-
-class _Typed(_Written, int):
-    _plain = int
-
-
-class _TypedFloat(_Written, float):
-    _plain = float
-
-
-def _typed(value, text: str):
-    if str(value) == text:
-        return value
-    return _Typed(value, text) if isinstance(value, int) else _TypedFloat(value, text)
-
-
 def real_number(text: str) -> float:
     """argparse's `type` for a number (every `type=float` of a `Parser`): float's, keeping what was
     typed for a refusal ('--cpu-per-process 1e9 is out of range', not 1e+09)."""
-    return _TypedFloat(float(text), text.strip())  # always: '2048.0' is not quoted as 2048
+    return TypedFloat(float(text), text.strip())  # always: '2048.0' is not quoted as 2048
+
+
+class NotWhole(TypedFloat):
+    """What a whole-number flag was given that is no whole number (1.5, nan, a word): whole_number passes it
+    on to the command's own check (in_range), which refuses it naming the flag, its range and an example,
+    where argparse could only say "give a whole number"."""
 
 
 def whole_number(text: str) -> int:
-    """argparse's `type` for a whole number (every `type=int` of a `Parser`): 1e3 is 1000; a fraction,
-    nan or inf is refused as not whole, where int() said only "invalid int value: '1.5'". The range
-    is the command's own check (in_range), which names the flag."""
+    """argparse's `type` for a whole number (every `type=int` of a `Parser`): what int() takes, and a
+    float that is whole as typed (1e3 is 1000, 5. is 5). A fraction, nan, inf or a word is a NotWhole
+    that the command's range check (in_range, which names the flag) refuses; a run of digits past
+    what int() reads is infinite, out of any range."""
     t = text.strip()
-    shown = repr(text) if len(text) <= 40 else repr(text[:37] + "...")
     try:
-        return _typed(int(t), t)
+        return typed(int(t), t)
     except ValueError:
-        if t.lstrip("+-").isdigit():  # past the 4300 digits int() reads
-            raise argparse.ArgumentTypeError(f"invalid value {shown}: far too large a number") from None
+        if t.lstrip("+-").replace("_", "").isdigit():  # past the 4300 digits int() reads
+            return TypedFloat(math.copysign(math.inf, -1 if t.startswith("-") else 1), t)
     try:
         value = float(t)
     except ValueError:
-        value = math.nan
-    if value.is_integer():
-        return _typed(int(value), t)
-    raise argparse.ArgumentTypeError(f"invalid value {shown}: give a whole number, e.g. 2")
+        return NotWhole(math.nan, text)
+    if math.isfinite(value) and exact(TypedFloat(value, t)).denominator == 1:  # 2.0000000000000001 is no 2
+        return typed(int(value), t)
+    return NotWhole(value, t)
 
 
 class Parser(argparse.ArgumentParser):
@@ -129,7 +105,7 @@ class Parser(argparse.ArgumentParser):
 def _num(x: float) -> str:
     """A number for a message: a whole one without '.0' (2, 1e+300), any other with all its digits
     (--lr 12.345678, which '%g' rounded to 12.3457: a refusal quoted a number nobody typed)."""
-    if isinstance(x, (_Typed, _TypedFloat)):
+    if isinstance(x, Typed):
         return x.text if len(x.text) <= 40 else x.text[:37] + "..."
     if isinstance(x, int) or not math.isfinite(x) or (x.is_integer() and abs(x) < 1e16) or abs(x) >= 1e16:
         return str(x) if isinstance(x, int) else f"{x:g}"
@@ -137,9 +113,20 @@ def _num(x: float) -> str:
 
 
 def in_range(name: str, value: float, low: float, high: float) -> None:
-    """SpecError unless low <= value <= high (NaN is never in range)."""
-    if not low <= value <= high:
-        raise SpecError(f"{name} {_num(value)} is out of range: give {_num(low)} to {_num(high)}")
+    """SpecError unless low <= value <= high, compared as typed (--cpu-per-process 1024.0000000000001 is
+    over 1024; NaN is never in range); a whole-number flag's NotWhole (1.5, nan) is refused here too. The
+    refusal names the range and, as an example, the value in range nearest to the one given."""
+    if isinstance(value, NotWhole) or not exact(low) <= exact(value) <= exact(high):
+        trouble = "is not a whole number" if isinstance(value, NotWhole) else "is out of range"
+        near = value  # a NotWhole in range: rounded below
+        if math.isnan(value) or exact(value) < exact(low):
+            near = low
+        elif exact(value) > exact(high):
+            near = high
+        if isinstance(low, int) and isinstance(high, int):
+            near = min(max(round(near), low), high)
+        example = f"{name} {_num(near)}" if name.startswith("-") and " " not in name else _num(near)
+        raise SpecError(f"{name} {_num(value)} {trouble}: give {_num(low)} to {_num(high)}, e.g. {example}")
 
 
 def schedule_steps(epochs: int, steps_per_epoch: int, flag: str = "--epochs") -> int:

@@ -70,6 +70,7 @@ from dtrain.workloads.inputs import (
     MAX_SEED,
     MAX_STEPS,
     MAX_WORKERS,
+    NotWhole,
     in_range,
     learning_rate,
     out_folder,
@@ -348,10 +349,10 @@ def check_outputs(cfg: TrainConfig) -> Path:
 
 def _as_int(name: str, value: object) -> int:
     # argparse has converted flags and string hyperparameters; a JSON number stays as SageMaker sent it.
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
+    if isinstance(value, (int, NotWhole)) and not isinstance(value, bool):
+        return value  # a NotWhole (--batch-size 1.5) is refused by in_range, which names the range
+    if isinstance(value, float):
+        return int(value) if value.is_integer() else NotWhole(value)  # SM_HPS' JSON number: as above
     raise SpecError(f"--{name.replace('_', '-')} {value!r} is not a whole number: give e.g. 10")
 
 
