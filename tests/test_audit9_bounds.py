@@ -54,5 +54,5 @@ def test_a_whole_number_flag_of_thousands_of_digits_is_one_short_line(dt):
 def test_a_workload_whole_number_flag_says_a_whole_number_is_wanted(dt, tmp_path, command, value):
     command = [str(tmp_path / "syn") if c == "SYN" else c for c in command]
     line = usage_line(dt(*command, value, check=False, cwd=tmp_path))
-    assert f"argument {command[-1]}: invalid value '{value}': give a whole number" in line, line
+    assert f"{command[-1]} {value} is not a whole number: give " in line and ", e.g. " in line, line
     assert not (tmp_path / "syn").exists()

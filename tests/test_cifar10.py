@@ -284,9 +284,9 @@ def test_sagemaker_hyperparameters_are_checked_like_flags(monkeypatch, tmp_path,
 
 
 def test_synth_bounds_its_numbers_and_out(tmp_path):
-    with pytest.raises(SpecError, match="^--n-train 99999999 is out of range: give 5 to 1000000$"):
+    with pytest.raises(SpecError, match="^--n-train 99999999 is out of range: give 5 to 1000000, e.g. --n-train 1000000$"):
         cifar_main(["synth", "--out", str(tmp_path), "--n-train", "99999999"])
-    with pytest.raises(SpecError, match="^--seed -1 is out of range: give 0 to 4294967295$"):
+    with pytest.raises(SpecError, match="^--seed -1 is out of range: give 0 to 4294967295, e.g. --seed 0$"):
         cifar_main(["synth", "--out", str(tmp_path), "--seed", "-1"])
     (tmp_path / "afile").write_text("x")
     with pytest.raises(SpecError, match=f"^--out {tmp_path / 'afile'} is a file, not a folder"):

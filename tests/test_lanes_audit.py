@@ -138,8 +138,8 @@ def test_an_error_in_a_loader_worker_comes_back_as_its_one_line(own_data, tmp_pa
 
 
 @pytest.mark.parametrize("module, argv, message, missing", [
-    (predict, ["--batch-size", "0"], "--batch-size 0 is out of range: give 1 to 65536", "--checkpoint, --out"),
-    (prepare, ["--size", "0x0"], "--size width 0 is out of range: give 16 to 4096", "--url, --out"),
+    (predict, ["--batch-size", "0"], "--batch-size 0 is out of range: give 1 to 65536, e.g. --batch-size 1", "--checkpoint, --out"),
+    (prepare, ["--size", "0x0"], "--size width 0 is out of range: give 16 to 4096, e.g. 16", "--url, --out"),
 ])
 def test_a_bad_number_is_named_before_a_missing_path(tmp_path, monkeypatch, capsys, module, argv, message, missing):
     """predict and prepare named their required --checkpoint/--url/--out before a bad number (argparse checks
