@@ -132,9 +132,11 @@ class Guard:
         site begins, which carries the cookie."""
         if not hmac.compare_digest(query.pop("token").encode(), self.token.encode()):
             return await _refuse(send, 401, "wrong token in the URL: use the URL that 'dtrain server' printed")
-        # one leading slash: '//host/...' would send the browser to another site; the path escaped again, as
-        # it came: a decoded %0d%0a is no header text (h11 refused it, and the answer was a dropped connection)
-        location = quote("/" + scope["path"].lstrip("/")) + (("?" + urlencode(query)) if query else "")
+        # Relative to the address the browser asked for ('./' and the path's last part): behind a path prefix
+        # (kubectl proxy, an ingress at /dtrain/) an absolute '/...' left it. './' keeps '//host/...' and
+        # 'javascript:...' from naming another site; the part escaped again, as it came: a decoded %0d%0a is no
+        # header text (h11 refused it, and the answer was a dropped connection)
+        location = "./" + quote(scope["path"].rsplit("/", 1)[-1]) + (("?" + urlencode(query)) if query else "")
         cookie = (b"set-cookie", f"{COOKIE}={self.token}; HttpOnly; SameSite=Strict; Path=/".encode())
         if not cross_site:
             await send({"type": "http.response.start", "status": 303,

@@ -3,7 +3,9 @@
 // Every value shown comes from /api/v1 and is put in the page as text, never as HTML.
 "use strict";
 
-const API = "/api/v1";
+// Relative to the page's address, as index.html's files: behind a path prefix (kubectl proxy's /api/v1/namespaces/
+// NS/services/dtrain:8000/proxy/, an ingress at /dtrain/) an absolute /api/v1 left the prefix and reached another server's path.
+const API = "api/v1";
 const REFRESH_MS = 2000;
 const BACKOFF_MAX_MS = 30000;  // a failing poll waits twice as long each time, up to this
 const ANSWER_MS = 30000;  // a read the server has not answered in this long is given up (and retried)
