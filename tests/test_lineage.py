@@ -73,7 +73,7 @@ def test_jobs_that_only_mounted_a_volume_are_folded_past_the_newest_few(http):
     drawn = {n for n in nodes if n.startswith("job:")}
     assert drawn == {"job:both", "job:sweep-19", "job:sweep-18", "job:prepare", "job:retrain"}
     assert nodes["jobs:data"] == {"id": "jobs:data", "kind": "jobs", "name": "18 older jobs", "status": None,
-                                  "count": 18}
+                                  "project": None, "count": 18}
     assert "jobs:other" not in nodes and "job:plain" not in nodes  # nothing folded; mounted nothing
     assert {("volume:data", "mounted", "jobs:data"), ("volume:other", "mounted", "job:both"),
             ("volume:data", "mounted", "job:both"), ("job:prepare", "results", "snapshot:data-v1"),

@@ -283,7 +283,7 @@ def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
     assert again.status_code == 201, again.text
     graph = http.get("/api/v1/lineage").json()
     earlier = f"job:train@{job['snapshot']}"
-    assert ({"id": earlier, "kind": "job", "name": "train", "status": "gone", "count": None} in graph["nodes"])
+    assert ({"id": earlier, "kind": "job", "name": "train", "status": "gone", "project": None, "count": None} in graph["nodes"])
     edges = {(e["source"], e["label"], e["target"]) for e in graph["edges"]}
     assert (earlier, "results", f"snapshot:{job['snapshot']}") in edges
     assert ("job:train", "results", f"snapshot:{job['snapshot']}") not in edges
@@ -380,7 +380,8 @@ def test_a_volume_restored_from_a_snapshot_whose_name_was_reused_points_at_the_e
     graph = http.get("/api/v1/lineage").json()
     edges = {(e["source"], e["label"], e["target"]) for e in graph["edges"]}
     assert ("snapshot:s1@r1", "restored", "volume:r1") in edges and ("snapshot:s1", "restored", "volume:r1") not in edges
-    assert {"id": "snapshot:s1@r1", "kind": "snapshot", "name": "s1", "status": "gone", "count": None} in graph["nodes"]
+    assert {"id": "snapshot:s1@r1", "kind": "snapshot", "name": "s1", "status": "gone", "project": None,
+            "count": None} in graph["nodes"]
     assert ("volume:v", "snapshot", "snapshot:s1") in edges
 
 

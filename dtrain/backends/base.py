@@ -138,7 +138,8 @@ class JobInfo:
         d["spec"] = self.spec.to_dict()
         d["status"] = self.status.value
         d.update(project=self.spec.project, kind=self.spec.kind, gpus_requested=self.spec.gpus_requested,
-                 source_snapshot=self.extra.get("source_snapshot"))
+                 source_snapshot=self.extra.get("source_snapshot"),
+                 volumes=[m.volume for m in self.spec.resolved_volumes()])
         return d
 
 

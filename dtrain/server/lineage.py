@@ -28,10 +28,15 @@ def lineage(jobs, volumes, snapshots, *, per_volume: int = PER_VOLUME, unread: i
     nodes: dict[str, wire.LineageNode] = {}
     edges: list[wire.LineageEdge] = []
 
+    # a job's project, from its record or else its snapshot's copy of its spec: its node opens its page with it
+    project_of = {**{s.job: (s.job_spec or {}).get("project") for s in snapshots if s.job},
+                  **{j.name: j.spec.project for j in (*linked, *jobs)}}
+
     def node(kind: str, name: str, status: str | None = None) -> str:
         key = f"{kind}:{name}"
         if key not in nodes or status is not None:
-            nodes[key] = wire.LineageNode(id=key, kind=kind, name=name, status=status)
+            nodes[key] = wire.LineageNode(id=key, kind=kind, name=name, status=status,
+                                          project=project_of.get(name) if kind == "job" else None)
         return key
 
     live = {v.name for v in volumes}

@@ -234,6 +234,8 @@ class Job(BaseModel):
         "the snapshots the job's data came from: one per mounted volume whose content was a snapshot's "
         "(restored from it, or its latest snapshot taken) when the job started"))
     spec: dict[str, Any]
+    volumes: list[str] = Field(default_factory=list, description=(
+        "the volumes it mounts (a new one by the name made for it), as `dtrain snapshot create` takes them"))
     processes: list[Process]
     events: list[Event]
     extra: dict[str, Any] = Field(default_factory=dict, description="backend-specific details, as `describe --json` "
@@ -309,6 +311,8 @@ class Gpu(BaseModel):
     memory_used: int | None
     utilization: float | None
     job: str | None
+    project: str | None = Field(None, description="the project of the job holding it (its page's ?project=); "
+                                                  "null when free, or when that job could not be read")
 
 
 class Node(BaseModel):
@@ -354,18 +358,20 @@ def job_out(info) -> Job:
                source_snapshot=info.extra.get("source_snapshot"),
                data_sources=[DataSource(volume=d.volume, snapshot=d.snapshot, snapshot_deleted=d.snapshot_deleted,
                                         volume_deleted=d.volume_deleted) for d in info.data_sources],
-               spec=spec.to_dict(),
+               spec=spec.to_dict(), volumes=[m.volume for m in spec.resolved_volumes()],
                processes=[Process(rank=p.rank, status=p.status, exit_code=p.exit_code, devices=list(p.devices),
                                   node=p.node) for p in info.processes],
                events=[Event(time=e.time, status=e.status, message=e.message) for e in info.events],
                extra=info.extra)
 
 
-def node_out(n) -> Node:
+def node_out(n, projects: dict[str, str] | None = None) -> Node:
+    """NodeInfo -> the wire; `projects`: the project of each job holding a GPU, where known."""
+    projects = projects or {}
     return Node(name=n.name, gpus_allocatable=n.gpus_allocatable, gpus_allocated=n.gpus_allocated, cpus=n.cpus,
                 memory=n.memory, gpus=[Gpu(index=g.index, name=g.name, memory_total=g.memory_total,
-                                           memory_used=g.memory_used, utilization=g.utilization, job=g.job)
-                                       for g in n.gpus])
+                                           memory_used=g.memory_used, utilization=g.utilization, job=g.job,
+                                           project=projects.get(g.job)) for g in n.gpus])
 
 
 # ---- volumes and snapshots ----------------------------------------------------------------------
@@ -523,6 +529,8 @@ class LineageNode(BaseModel):
     name: str
     status: str | None = Field(None, description="a job's status (none where the job was not read); 'gone' for a "
                                                  "deleted volume or snapshot")
+    project: str | None = Field(None, description="a job's project (its page's ?project=), where its record or "
+                                                  "its snapshot's says")
     count: int | None = Field(None, description="for kind 'jobs': how many jobs it stands for")
 
 

@@ -9,6 +9,7 @@ const API = "api/v1";
 const REFRESH_MS = 2000;
 const BACKOFF_MAX_MS = 30000;  // a failing poll waits twice as long each time, up to this
 const ANSWER_MS = 30000;  // a read the server has not answered in this long is given up (and retried)
+const POD_RETRY_MS = 3000;  // a log stream refused as not found (no pod yet) is opened again this often
 const LOG_LINES = 5000;  // the log pane keeps the newest lines only: a chatty job must not fill the tab's memory
 const PAGE_SIZE = 50;  // jobs a page of the Jobs table asks for: the server answers thousands in one list slowly
 const LAST_PAGE = 200000;  // the API takes offsets up to 10,000,000 (wire.MAX_OFFSET)
@@ -18,6 +19,7 @@ let reads = new Set();  // the AbortControllers of this page's reads: route() ca
 let stream = null;
 let streamSuspended = false;  // the log stream ended at a suspension: the job page follows the job again once it runs
 let follows = 0;  // bumped by follow(): a reopen scheduled for another rank's stream does nothing
+let jobEnded = false;  // the job page's last read found its job ended: a log stream that fails now is not retried
 
 function h(tag, attrs, ...children) {
   const el = document.createElement(tag);
@@ -113,7 +115,8 @@ function warningNote(headers, id) {
 // A Warning a button's call got (the Submit form's) and the page it led to shows: said there once
 let carried = null;
 const statusCell = s => h("td", {class: `status s-${s}`}, s);
-// A job's address: with its project (a row of the Jobs or Notebooks table, the Submit form's project): a project
+// A job's address: with its project (every link to a job: a row of the Jobs or Notebooks table, a GPU's holder, a
+// snapshot's or a lineage node's job, the Submit form's project): a project
 // that config.yaml sends to another backend (Kubernetes) keeps its jobs there, where a job's page and buttons
 // find them only with ?project=, as the CLI's job verbs only with -p. The unfiltered tables list every backend's
 // jobs, and their links and buttons had no project: 'no job named' for each of team-b's.
@@ -269,6 +272,30 @@ function readOnly() {
   return document.body.hasAttribute("data-read-only");
 }
 
+// A volume's Snapshot button (a row of the Volumes table; a finished job's page, one per volume it mounted, the
+// snapshot linked to the job): `dtrain snapshot create VOLUME [--job JOB] -p PROJECT`. The name is asked for, offered
+// as the server names one left out (VOLUME-<UTC time>: a valid name, a volume's name being one); a name left empty
+// is the server's. The new snapshot is said in `said`; a refusal stays in the banner, as any button's does.
+const snapshotName = volume => volume.slice(0, 34).replace(/-+$/, "") + "-"
+  + new Date().toISOString().slice(0, 19).replace(/[-:]/g, "").replace("T", "-");
+async function takeSnapshot(volume, job, project, said) {
+  const name = prompt(`Name of the new snapshot of volume ${volume}:`, snapshotName(volume));
+  if (name === null) return;  // cancelled
+  const body = Object.assign({volume}, name.trim() ? {name: name.trim()} : {}, job ? {job} : {});
+  said.textContent = `taking a snapshot of volume ${volume}...`;
+  try {
+    const s = await api(withProject("/snapshots", project), {method: "POST", headers: {"content-type": "application/json"},
+                                                             body: JSON.stringify(body)});
+    refusal = "";
+    said.textContent = `Snapshot ${s.name} of volume ${s.volume} taken: ${s.files ?? "-"} files, ${size(s.bytes)}.`;
+  } catch (e) {
+    refusal = e.message;
+    said.textContent = "";
+  }
+  showBanner("");
+  refresh();  // the Snapshots table with it now (a finished job's page polls no more)
+}
+
 // A Running notebook's Open: its URL (with Jupyter's token) asked for now, opened in a new tab, as `dtrain
 // notebook open` prints it; a refusal (Jupyter still starting: 409) stays on screen as a button's does.
 async function openNotebook(name, project) {
@@ -309,7 +336,8 @@ function jobPage(main, name, project, note) {
   const spec = h("pre", {id: "job-spec"});
   const rank = h("select", {id: "rank", "aria-label": "Logs of rank", onchange: () => follow(name, rank.value, project)}, h("option", {value: ""}, "all ranks"));
   const logs = h("pre", {id: "logs", tabindex: 0, "aria-label": "Logs", "aria-live": "off"});
-  main.append(h("h1", {}, "Job ", h("span", {id: "job-name"}, name)), ...[note].filter(Boolean), head,
+  const taken = h("p", {id: "snapshot-message", role: "status"});
+  main.append(h("h1", {}, "Job ", h("span", {id: "job-name"}, name)), ...[note].filter(Boolean), head, taken,
               h("h2", {}, "Logs ", rank), h("div", {class: "card"}, logs),
               h("h2", {}, "Training curves"), curves, h("div", {class: "row"},
               h("div", {class: "card"}, h("h2", {}, "Processes"), procs),
@@ -352,7 +380,7 @@ function jobPage(main, name, project, note) {
       h("div", {}, "Created / started / finished"), h("div", {}, `${when(j.created)} / ${when(j.started)} / ${when(j.finished)}`),
       h("div", {}, "Restarts"), h("div", {}, j.restarts),
       h("div", {}, "Snapshot taken / started from"), h("div", {}, `${j.snapshot || "-"} / ${startedFrom(j) || "-"}`)),
-      h("p", {class: "actions"}, ...jobButtons(j, " job", project)));
+      h("p", {class: "actions"}, ...jobButtons(j, " job", project), ...snapshotButtons(j, taken)));
     redraw(procs, table(["Rank", "Status", "Exit code", "Devices", "Node"], j.processes.map(p => h("tr", {},
       h("td", {}, p.rank), statusCell(p.status), h("td", {}, p.exit_code ?? "-"), h("td", {}, p.devices.join(",") || "-"), h("td", {}, p.node || "-"))), {},
       j.status === "Pending" ? "none started yet" : "none"));
@@ -368,9 +396,19 @@ function jobPage(main, name, project, note) {
       h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
       : h("p", {class: "muted"}, "none"));
     await drawCurves(curves, name, history, project);
-    finalReads = FINAL.has(j.status) ? finalReads + 1 : 0;
+    jobEnded = FINAL.has(j.status);
+    finalReads = jobEnded ? finalReads + 1 : 0;
     return finalReads >= 2 ? STOP : undefined;
   }, REFRESH_MS * 2);
+}
+
+// A finished job's Snapshot buttons: one per volume it mounted, its results kept as a snapshot linked to it (what
+// --snapshot-on-success does, taken after the fact, or after a failure); none on a read-only server.
+function snapshotButtons(j, said) {
+  if (readOnly() || !(j.status === "Succeeded" || j.status === "Failed")) return [];
+  return (j.volumes || []).map(v => h("button", {class: "snapshot", "data-volume": v,
+    title: `snapshot volume ${v}, linked to job ${j.name}`, onclick: () => takeSnapshot(v, j.name, j.project, said)},
+    "Snapshot " + v));
 }
 
 async function drawCurves(holder, name, history, project) {
@@ -410,13 +448,23 @@ function logPane(logs, live) {
     if (bottom) logs.scrollTop = logs.scrollHeight;
   };
   return {
-    clear() { logs.textContent = ""; shown = 0; waiting = []; },
+    clear() {  // the lines; the line saying why none come stays until the stream opens
+      const why = document.getElementById("logs-waiting");
+      logs.textContent = ""; shown = 0; waiting = [];
+      if (why) logs.appendChild(why);
+    },
     add(text) {
       waiting.push(text);
       if (waiting.length > LOG_LINES) waiting.splice(0, waiting.length - LOG_LINES);
       if (frame === null) frame = requestAnimationFrame(draw);
     },
-    close(id, text) { draw(); logs.appendChild(h("span", {class: "muted", id}, text)); },
+    close(id, text) { draw(); this.waiting(null); logs.appendChild(h("span", {class: "muted", id}, text)); },
+    // One line under the last, replaced by the next call and gone with null: why no lines come yet
+    waiting(text) {
+      const had = document.getElementById("logs-waiting");
+      if (had) had.remove();
+      if (text !== null && live()) logs.appendChild(h("span", {class: "muted", id: "logs-waiting"}, text));
+    },
   };
 }
 
@@ -431,7 +479,15 @@ function follow(name, rank, project) {
   // is reopened here from that time on: EventSource's own reconnect repeats its URL, so the last 500 lines
   // came again below the ones shown. Without a time (a backend that gives none) the tail is read again,
   // in place of the lines shown.
+  // A stream refused as not found while the job lives (Kubernetes: its pod is not made yet, or was made again) is
+  // opened again every few seconds under a "waiting for the pod" line, until the job ends: it ended the pane's
+  // lines for good (an `event: error`), or was retried unseen, every 30 s at last (a 404 answer).
   let last = null, atLast = new Set(), from = null, retry = 1000;
+  const again = (why, ms) => {
+    if (jobEnded) return pane.close("logs-error", `-- the job has ended; its log could not be read (${why}) --\n`);
+    pane.waiting(`-- waiting for the pod: ${why}; trying again in ${Math.round(ms / 1000)}s --\n`);
+    timer.id = setTimeout(open, ms);
+  };
   const open = () => {
     if (!live()) return;
     const q = new URLSearchParams(last === null ? {tail: "500"} : {since: String(last)});
@@ -440,7 +496,7 @@ function follow(name, rank, project) {
     if (last === null) pane.clear();
     from = last;
     const es = stream = new EventSource(`${API}/jobs/${encodeURIComponent(name)}/logs/stream?${q}`);
-    es.onopen = () => { retry = 1000; };
+    es.onopen = () => { retry = 1000; pane.waiting(null); };
     es.onmessage = ev => {
       const line = JSON.parse(ev.data);
       const key = line.rank + "\u0000" + line.text;
@@ -461,15 +517,43 @@ function follow(name, rank, project) {
     });
     // The server's `event: error` (a pod that cannot start, a reader that stalled) carries {error, kind}
     // and ends the stream; an error event without data is a dropped connection, reopened after a pause.
+    // A refusal before the stream began (a 404: no pod to read yet) is such an error too: EventSource does not
+    // say a status, so the reopen's line says what the log endpoint answers, read once.
     es.addEventListener("error", ev => {
+      const opened = es.readyState !== EventSource.CLOSED || ev.data;  // a CLOSED one without data: refused
       es.close();
       if (!live()) return;
-      if (ev.data) return pane.close("logs-error", `-- ${JSON.parse(ev.data).error} --\n`);
-      timer.id = setTimeout(open, retry);
+      if (ev.data) {
+        const failed = JSON.parse(ev.data);
+        if (failed.kind === "NotFoundError") return again(failed.error, POD_RETRY_MS);
+        return pane.close("logs-error", `-- ${failed.error} --\n`);
+      }
+      const wait = retry;
       retry = Math.min(retry * 2, BACKOFF_MAX_MS);
+      if (opened) { timer.id = setTimeout(open, wait); return; }
+      refused(es.url).then(why => {
+        if (!live()) return;
+        if (why) again(why, POD_RETRY_MS);
+        else timer.id = setTimeout(open, wait);
+      });
     });
   };
   open();
+}
+
+// Why a log stream's address was refused before it began: the server's line where it answered 404 (no pod yet),
+// else null (the server unreachable, or another refusal: retried as a dropped connection). Asked with a tail of 1
+// and without following, so that the answer comes at once.
+async function refused(url) {
+  const u = new URL(url);
+  u.pathname = u.pathname.replace(/\/stream$/, "");
+  u.searchParams.delete("since");
+  u.searchParams.set("tail", "1");
+  try {
+    const resp = await fetch(u, {credentials: "same-origin"});
+    if (resp.status !== 404) return null;
+    return (await resp.json()).error || "not found";
+  } catch (e) { return null; }
 }
 
 // ---- notebooks -----------------------------------------------------------------------------
@@ -534,7 +618,7 @@ function nodesPage(main) {
     // Pods Kubernetes did not let us list: GPUs allocated count some or none, as `dtrain nodes` warns
     redraw(holder, ...[warningNote(headers, "nodes-warning")].filter(Boolean), ...nodes.map(n => {
       const gpus = table(["GPU", "Name", "Job", "Utilization", "Memory used / total"], n.gpus.map(g => h("tr", {"data-gpu": g.index},
-        h("td", {}, g.index), h("td", {}, g.name || "-"), h("td", {class: "job"}, g.job ? jobLink(g.job) : "free"),
+        h("td", {}, g.index), h("td", {}, g.name || "-"), h("td", {class: "job"}, g.job ? jobLink(g.job, g.project) : "free"),
         h("td", {}, g.utilization === null ? "-" : h("span", {}, h("span", {class: "bar"}, h("i", {style: `width:${g.utilization}%`})), ` ${g.utilization.toFixed(0)}%`)),
         h("td", {}, `${size(g.memory_used)} / ${size(g.memory_total)}`))), {id: "gpus-table-" + n.name, class: "gpus-table"});
       const mine = hist.filter(s => s.node === n.name);
@@ -561,6 +645,10 @@ function startedFrom(j) {
     + (d.volume_deleted ? " (deleted)" : "")).join(", ");
 }
 
+// The project of a snapshot's job, as its spec was recorded with the snapshot; else the page's filter. The filter
+// alone sent a job of another project on a shared store (local volumes are every project's) to "no job named".
+const snapshotJobProject = (x, asked) => (x.job_spec && x.job_spec.project) || asked;
+
 // ---- volumes, snapshots, lineage ----------------------------------------------------------------
 // A project's volumes and snapshots are on its backend (its namespace on Kubernetes), where the CLI's volume
 // and snapshot verbs find them with -p: the filter asks each read for them there (#/storage?project=team-b), as
@@ -570,22 +658,25 @@ function storagePage(main) {
   const project = h("input", {id: "project-filter", "aria-label": "Project", placeholder: "configured project", size: 14,
                               onchange: () => go("storage", {project: project.value.trim()})});
   project.value = params.get("project") || "";
+  const taken = h("p", {id: "snapshot-message", role: "status"});
   const vols = h("div", {class: "card"}), snaps = h("div", {class: "card"}), graph = h("div", {class: "card", style: "overflow:auto"});
   main.append(h("h1", {}, "Volumes and snapshots"), h("div", {class: "toolbar"}, project),
-              h("h2", {}, "Lineage"), graph, h("h2", {}, "Volumes"), vols, h("h2", {}, "Snapshots"), snaps);
+              h("h2", {}, "Lineage"), graph, h("h2", {}, "Volumes"), taken, vols, h("h2", {}, "Snapshots"), snaps);
   every(async () => {
     const asked = project.value.trim();  // as the Jobs page's: the links name it, their project's backend holds them
     const p = asked ? " -p " + asked : "";
     const [v, s, g] = await Promise.all([api(withProject("/volumes", asked)), api(withProject("/snapshots", asked)),
                                          api(withProject("/lineage", asked))]);
     // the columns of `dtrain volume list`, space used and status included
-    redraw(vols, table(["Name", "Class", "Size", "Used", "Status", "From snapshot", "Head snapshot", "Created"], v.map(x => h("tr", {"data-volume": x.name},
+    redraw(vols, table(["Name", "Class", "Size", "Used", "Status", "From snapshot", "Head snapshot", "Created", ""], v.map(x => h("tr", {"data-volume": x.name},
       h("td", {}, x.name), h("td", {}, x.storage_class || "-"), h("td", {}, x.size || "-"), h("td", {class: "used"}, size(x.used_bytes)),
       h("td", {}, x.status || "-"), h("td", {}, x.origin_snapshot || "-"),
-      h("td", {}, x.extra.head_snapshot || "-"), h("td", {}, created(x.created)))), {id: "volumes-table"},
+      h("td", {}, x.extra.head_snapshot || "-"), h("td", {}, created(x.created)),
+      h("td", {class: "actions"}, readOnly() ? null : h("button", {class: "snapshot", title: `snapshot volume ${x.name}`,
+        onclick: () => takeSnapshot(x.name, null, asked, taken)}, "Snapshot")))), {id: "volumes-table"},
       `No volumes yet: make one with 'dtrain volume create NAME --size 10Gi${p}'.`));
     redraw(snaps, table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {},
-      h("td", {}, x.name), h("td", {}, x.volume || "-"), h("td", {}, x.job ? jobLink(x.job, asked) : "-"), h("td", {}, x.source_snapshot || "-"),
+      h("td", {}, x.name), h("td", {}, x.volume || "-"), h("td", {}, x.job ? jobLink(x.job, snapshotJobProject(x, asked)) : "-"), h("td", {}, x.source_snapshot || "-"),
       h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.extra.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"},
       `No snapshots yet: take one with 'dtrain snapshot create${p}', or submit a job with --snapshot-on-success.`));
     redraw(graph, g.nodes.length ? lineageGraph(g, asked) : h("p", {class: "muted"}, "no volumes or snapshots yet"),
@@ -709,6 +800,7 @@ function route() {
   reads = new Set();
   if (stream) { stream.close(); stream = null; }
   streamSuspended = false;
+  jobEnded = false;
   refusal = "";
   const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
   const [page, ...rest] = path.split("/");

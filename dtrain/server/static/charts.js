@@ -89,7 +89,7 @@ function fitText(text, width) {
 }
 
 // Lineage: a layered drawing of a small DAG. Columns are the longest path from a source.
-// A job's node opens its page, with `project` (the page's filter: the backend the lineage was read from) when given.
+// A job's node opens its page with its own project (the node's), else `project` (the page's filter) when given.
 function lineageGraph(graph, project) {
   const depth = {}, incoming = {};
   graph.nodes.forEach(n => { depth[n.id] = 0; incoming[n.id] = 0; });
@@ -163,7 +163,8 @@ function lineageGraph(graph, project) {
     t.appendChild(svgEl("title", {}, n.name));
     g.appendChild(t);
     if (n.kind === "job" && n.status !== "gone") {  // a job's node opens its page, as its name does in the tables
-      const a = svgEl("a", {href: "#/job/" + encodeURIComponent(n.name) + (project ? "?project=" + encodeURIComponent(project) : ""),
+      const of = n.project || project;
+      const a = svgEl("a", {href: "#/job/" + encodeURIComponent(n.name) + (of ? "?project=" + encodeURIComponent(of) : ""),
                             class: "node-link"});
       a.appendChild(g);
       svg.appendChild(a);
