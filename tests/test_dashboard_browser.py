@@ -157,7 +157,8 @@ def test_dashboard_shows_a_job_its_live_logs_and_the_gpus(browser, home, tmp_pat
         assert attrs_of(browser, "#lineage-graph a.node-link", "href") == ["#/job/train-lanes?project=lane-detection"]
         browser.execute_script("document.querySelector(\"#lineage-graph g[data-id='job:train-lanes']\")"
                                ".dispatchEvent(new MouseEvent('click', {bubbles: true}))")
-        wait.until(lambda d: d.current_url.endswith("#/job/train-lanes?project=lane-detection") and text_of(d, "#job-name") == "train-lanes")
+        wait.until(lambda d: d.current_url.endswith("#/job/train-lanes?project=lane-detection")
+                   and text_of(d, "#job-name") == "train-lanes")
         # the submit form and the delete button: the same API underneath
         browser.get(server.url + "/#/submit")
         wait.until(lambda d: d.find_elements(By.ID, "submit-form"))

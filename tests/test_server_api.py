@@ -283,7 +283,8 @@ def test_volume_and_snapshot_verbs_and_lineage(server, tmp_path):
     assert again.status_code == 201, again.text
     graph = http.get("/api/v1/lineage").json()
     earlier = f"job:train@{job['snapshot']}"
-    assert ({"id": earlier, "kind": "job", "name": "train", "status": "gone", "project": None, "count": None} in graph["nodes"])
+    assert ({"id": earlier, "kind": "job", "name": "train", "status": "gone", "project": None, "count": None}
+            in graph["nodes"])
     edges = {(e["source"], e["label"], e["target"]) for e in graph["edges"]}
     assert (earlier, "results", f"snapshot:{job['snapshot']}") in edges
     assert ("job:train", "results", f"snapshot:{job['snapshot']}") not in edges
