@@ -562,10 +562,11 @@ def cmd_artifacts(args, client: Client) -> int:
     print(f"The model of job '{args.name}' is in {out}")
     return 0
 def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
+    waits = running_timeout(args.pod_running_timeout)  # a bad number before any look-up
     _in_project(args)
     _get(args, client, args.name)
     code = client.exec(args.name, command, rank=0 if args.rank is None else _exec_rank(args.rank),
-                       project=args.project, running_timeout=running_timeout(args.pod_running_timeout))
+                       project=args.project, running_timeout=waits)
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell and kubectl exec say
 
 
@@ -737,13 +738,13 @@ def running_timeout(text: str | None) -> float:
     seconds = fmt.go_duration(text)
     if seconds is None:
         try:
-            seconds = float(text)
+            seconds = written(float(text), text.strip())  # checked as typed, as wait_timeout
         except ValueError:
             seconds = math.nan
-    if not 0 <= seconds <= MAX_WAIT_TIMEOUT:  # NaN compares false
+    if not 0 <= exact(seconds) <= MAX_WAIT_TIMEOUT:  # NaN compares false
         raise SpecError(f"invalid --pod-running-timeout {shown(text.strip() or text)}: use seconds from 0 to "
                         f"{MAX_WAIT_TIMEOUT} (366 days) or a duration, e.g. --pod-running-timeout 5m")
-    return seconds
+    return plain(seconds)
 
 
 def _project_flag(p: argparse.ArgumentParser) -> None:
