@@ -83,7 +83,8 @@ class Client:
         self._backends: dict[str, Backend] = dict(backends or {})  # injected: shared by every thread
         # made here: one set per thread, keyed by the thread (not a threading.local, which a fork
         # clears in the child, closing connections there: see dtrain/server/clients.py)
-        # keyed by backend name, and for Kubernetes by project too: its namespace is the project's
+        # keyed by backend name, and for Kubernetes by project too: its namespace is the project's;
+        # the local backend by project too: its volume and snapshot messages name `-p PROJECT`
         self._made: dict[threading.Thread, dict[tuple[str, str | None], Backend]] = {}
         self._made_lock = threading.Lock()
         # job name -> (backend, project) of the jobs this client submitted: verbs on a name reach them there
@@ -102,7 +103,7 @@ class Client:
         name = name or self._backend_name or self.config.backend_for(project)
         if name in self._backends:
             return self._backends[name]
-        key = (name, project if name == "kubernetes" else None)
+        key = (name, project if name in ("kubernetes", "local") else None)
         me = threading.current_thread()
         with self._made_lock:
             mine = self._made.get(me)
@@ -124,8 +125,8 @@ class Client:
     def _make_backend(self, name: str, project: str | None = None) -> Backend:
         if name == "local":
             from dtrain.backends.local.backend import LocalBackend
-            return LocalBackend(self.home, command=lambda words, project: self.command_for(
-                words, backend="local", project=project))
+            return LocalBackend(self.home, command=lambda words, of: self.command_for(
+                words, backend="local", project=of), project=project)
         if name == "kubernetes":
             from dtrain.backends.kubernetes.backend import KubernetesBackend
             config = self._kubernetes_config(project)

@@ -469,6 +469,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         head, command = split_command(argv)
+        if verb_of(head) in ("volume", "snapshot"):  # no command to run: '--' ends the options, as argparse
+            head, command = argv, []                  # reads it, so that a name '-x' meets its naming rule
         if verb_of(head) in OTHER_VERBS:
             print(f"dtrain: error: no verb '{verb_of(head)}' here: {OTHER_VERBS[verb_of(head)]} "
                   f"(see 'dtrain --help')", file=sys.stderr)

@@ -192,9 +192,12 @@ def _verify_text(report) -> str:
                        for d in report.damaged]
     if data["skipped"] is None:
         del data["skipped"]
-    else:  # not looked for: not 0
-        for key in ("garbage_objects", "garbage_bytes", "unlisted_manifests"):
-            data[key] = "not counted"
+    if not report.tidied:  # their 0 means not looked for: one line saying so, in place of three zeros
+        data = {("leftovers" if key == "garbage_objects" else key): value for key, value in data.items()
+                if key not in ("garbage_bytes", "unlisted_manifests")}
+        data["leftovers"] = ("not looked for: with the disk full or read-only verify only checks, so leftovers "
+                             "of interrupted snapshots and unlisted manifests were neither counted nor removed "
+                             "(see skipped)")
     return fmt.mapping(data)
 
 

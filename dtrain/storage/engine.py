@@ -74,8 +74,12 @@ class Engine:
     def __init__(self, root: Path, *, io: FileIO | None = None, chunk_size: int = CHUNK_SIZE,
                  workers: int | None = None, racy_window_ns: int = 100_000_000,
                  method: str | None = None, durable: bool = True, pack_size: int = PACK_SIZE,
-                 hash_algorithm: str = hashing.ALGORITHM, defer_hashing: bool = True):
+                 hash_algorithm: str = hashing.ALGORITHM, defer_hashing: bool = True,
+                 command: Callable[[str], str] = fileio.plain_command):
+        """`command(words)`: the `dtrain WORDS` a message's hint names (Storage's: with -p and --backend
+        where the command that failed had them)."""
         self.root = Path(root)
+        self.command = command
         self.io = io or FileIO()  # the seam tests swap to count reads or fake a full disk
         self.chunk_size = chunk_size  # bytes per chunk; a multiple of the file system block
         self.pack_size = pack_size
@@ -99,7 +103,7 @@ class Engine:
         self._tmp = _tmp_names(os.fspath(self.root / "tmp"))
         self._parallel = functools.partial(_parallel, self.workers)  # fn over items on the worker threads
         self.packs = PackStore(self.root, io=self.io, durable=durable, pack_size=pack_size, anonymous=probed.tmpfile,
-                               tmp_name=self._tmp, parallel=self._parallel)
+                               tmp_name=self._tmp, parallel=self._parallel, command=command)
         self.subvols = native.Subvolumes(self.root)  # native snapshots, where the store is on btrfs
         if (self.root / "objects").is_dir():  # a store of the first format: one file per object
             self.packs.import_objects(self.root / "objects")
@@ -669,10 +673,10 @@ class Engine:
             where = where.parent
 
         def wrap(err: OSError, doing: str, *, needed: int) -> StorageError:  # the disk that filled is dest's
-            return fileio.storage_error(err, doing, needed=needed, where=where)
+            return fileio.storage_error(err, doing, needed=needed, where=where, command=self.command)
 
         return Restore(self.packs, io=self.io, method=self.method, parallel=self._parallel,
-                       wrap=wrap).tree(manifest, dest, progress=progress)
+                       wrap=wrap, command=self.command).tree(manifest, dest, progress=progress)
 
     # --- verification ----------------------------------------------------------------------
     def verify(self, manifest_ids: Iterable[str], *, progress: Progress | None = None,
@@ -726,7 +730,7 @@ class Engine:
                            bad_manifests=tuple(bad_manifests), unreadable=unreadable, unrecorded=unrecorded)
 
     def _wrap(self, err: OSError, doing: str, *, needed: int) -> StorageError:
-        return fileio.storage_error(err, doing, needed=needed, where=self.root)
+        return fileio.storage_error(err, doing, needed=needed, where=self.root, command=self.command)
 
 
 class _Batch:

@@ -13,6 +13,7 @@ import fcntl
 import json
 import os
 import struct
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -240,12 +241,20 @@ def fsync_path(path: Path, *, directory: bool = False) -> None:
         os.close(fd)
 
 
+def plain_command(words: str) -> str:
+    """`dtrain WORDS` as a hint names it where no caller said how (the Client's adds -p PROJECT and
+    --backend where a bare command would look elsewhere: Storage(command=...))."""
+    return f"dtrain {words}"
+
+
 def is_disk_full(err: BaseException) -> bool:
     return isinstance(err, OSError) and err.errno in DISK_FULL
 
 
-def storage_error(err: OSError, doing: str, *, needed: int, where: Path) -> StorageError:
-    """A full disk becomes a StorageError saying how much was needed and what to do."""
+def storage_error(err: OSError, doing: str, *, needed: int, where: Path,
+                  command: Callable[[str], str] = plain_command) -> StorageError:
+    """A full disk becomes a StorageError saying how much was needed and what to do (`command`:
+    how its hint names a dtrain command)."""
     if isinstance(err, StorageError):
         return err
     if not is_disk_full(err):
@@ -258,9 +267,9 @@ def storage_error(err: OSError, doing: str, *, needed: int, where: Path) -> Stor
         return StorageError(
             f"no room for new files on the device while {doing}: every inode under {where} is in use "
             f"({human_bytes(fs.f_bavail * fs.f_frsize)} free, but no file can be created); partial work was "
-            f"removed. Delete files there (or old snapshots: `dtrain snapshot delete NAME`) and retry")
+            f"removed. Delete files there (or old snapshots: `{command('snapshot delete NAME')}`) and retry")
     free = 0 if fs is None else fs.f_bavail * fs.f_frsize
     return StorageError(
         f"no space left on the device while {doing}: needed up to {human_bytes(needed)}, "
         f"{human_bytes(free)} free under {where}; partial work was removed. Free space "
-        f"(delete old snapshots: `dtrain snapshot delete NAME`) and retry")
+        f"(delete old snapshots: `{command('snapshot delete NAME')}`) and retry")

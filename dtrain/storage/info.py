@@ -97,6 +97,9 @@ class Damage(NamedTuple):
     to_dict = _to_dict
 
 
+TIDYING_SKIPPED = "tidying skipped"  # how VerifyReport.skipped begins when no leftover was looked for
+
+
 class VerifyReport(NamedTuple):
     """The result of re-hashing the store."""
 
@@ -114,6 +117,12 @@ class VerifyReport(NamedTuple):
     @property
     def ok(self) -> bool:
         return not self.damaged
+
+    @property
+    def tidied(self) -> bool:
+        """Whether leftovers were looked for: the garbage_* and unlisted_manifests counts are what
+        was found (False: the disk was too full to tidy, and their 0 means not looked for)."""
+        return not (self.skipped or "").startswith(TIDYING_SKIPPED)
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(self) | {"ok": self.ok}

@@ -46,8 +46,10 @@ class PackStore:
     `where`, `locate`), read (`files`), judge (`mark_damaged`, `damaged`) and free (`free`)."""
 
     def __init__(self, root: Path, *, io: FileIO, durable: bool, pack_size: int, anonymous: bool,
-                 tmp_name: Callable[[], str], parallel: Callable[[Callable, list], list]):
+                 tmp_name: Callable[[], str], parallel: Callable[[Callable, list], list],
+                 command: Callable[[str], str] = fileio.plain_command):
         self.root = os.fspath(Path(root) / "packs")
+        self.command = command  # how a hint names a dtrain command (fileio.plain_command)
         self.io, self.durable, self.pack_size = io, durable, pack_size
         self._anonymous = anonymous  # O_TMPFILE: no temp names to clean up
         self._tmp_name = tmp_name  # a fresh path in the store's tmp/ (swept after a crash)
@@ -143,7 +145,7 @@ class PackStore:
         if missing := digests - where.keys():
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
             raise StorageError(f"object {min(missing)[:12]}{more} is missing from the snapshot store; run "
-                               f"`dtrain snapshot verify` to see which snapshots it damages")
+                               f"`{self.command('snapshot verify')}` to see which snapshots it damages")
         return where
 
     def files(self) -> PackFiles:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from dtrain.errors import StorageError
 from dtrain.storage import hashing
-from dtrain.storage.fileio import UNSUPPORTED, FileIO, is_disk_full
+from dtrain.storage.fileio import UNSUPPORTED, FileIO, is_disk_full, plain_command
 from dtrain.storage.manifest import Entry, Manifest, hard_links, open_beneath
 from dtrain.storage.packs import UNHASHED, PackFiles, PackStore
 from dtrain.storage.progress import Progress, Run
@@ -26,12 +26,13 @@ class Restore:
     """One engine's way of writing a tree back: clones where the store reflinks, copies elsewhere."""
 
     def __init__(self, store: PackStore, *, io: FileIO, method: str, parallel: Callable,
-                 wrap: Callable[..., StorageError]):
+                 wrap: Callable[..., StorageError], command: Callable[[str], str] = plain_command):
         self.packs = store
         self.io = io
         self.method = method
         self._parallel = parallel  # fn over items on the engine's worker threads, in order
         self._wrap = wrap  # an OSError -> StorageError naming the store and the space needed
+        self.command = command  # how a hint names a dtrain command
         self._local = threading.local()  # each thread's read buffer
         self._expected: dict[str, str] = {}  # content id -> the hash its bytes must have
 
@@ -105,10 +106,10 @@ class Restore:
                         holes = self._restore_chunk(digest, src, offset, length, fd, i * chunk_size, run) or holes
                 except FileNotFoundError:
                     raise StorageError(f"object {digest[:12]} of {e.path!r} is missing from the snapshot store "
-                                       f"(its pack is gone); run `dtrain snapshot verify`") from None
+                                       f"(its pack is gone); run `{self.command('snapshot verify')}`") from None
                 except _Damaged as bad:
                     raise StorageError(f"object {digest[:12]} of {e.path!r} {bad}: the snapshot store is damaged "
-                                       f"and nothing was restored; run `dtrain snapshot verify` to see which "
+                                       f"and nothing was restored; run `{self.command('snapshot verify')}` to see which "
                                        f"snapshots it breaks") from None
             if holes:
                 os.ftruncate(fd, e.size)  # a hole at the end too

@@ -32,7 +32,8 @@ from dtrain.names import check_name, check_storage_class, parse_size, parse_volu
 from dtrain.storage import fileio, folders
 from dtrain.storage import manifest as mf
 from dtrain.storage.engine import Engine
-from dtrain.storage.info import Damage, Freed, Snapshot, StorageClass, VerifyReport, Volume
+from dtrain.storage.info import (TIDYING_SKIPPED, Damage, Freed, Snapshot, StorageClass, VerifyReport, Volume,
+                                 human_bytes)
 from dtrain.storage.move import Mover
 from dtrain.storage.progress import Progress, reporter
 
@@ -52,7 +53,6 @@ DEFAULT_CLASS = "local"  # the class whose root is <home>/volumes
 ROOT_MARK = ".dtrain-volumes"  # in a class root: dtrain may tidy this folder
 PENDING = folders.PENDING  # in a volume's folder until its row commits (see folders.py)
 DELETING = ".deleting-"  # '.deleting-<owner>-<volume uid>' (folders.owner_tag): a volume folder renamed aside by a delete
-LIST_VOLUMES, LIST_SNAPSHOTS = "dtrain volume list", "dtrain snapshot list"
 
 
 def volume_heads(conn, volumes: Sequence[str]) -> list[dict]:
@@ -75,9 +75,13 @@ def volume_heads(conn, volumes: Sequence[str]) -> list[dict]:
 class Storage:
     """Volumes (folders jobs mount) and point-in-time snapshots of them."""
 
-    def __init__(self, home: Path, *, engine: Engine | None = None, classes: Mapping[str, Path] | None = None):
-        """`classes`: storage class -> root folder (config.yaml); 'local' is <home>/volumes."""
+    def __init__(self, home: Path, *, engine: Engine | None = None, classes: Mapping[str, Path] | None = None,
+                 command: Callable[[str], str] | None = None):
+        """`classes`: storage class -> root folder (config.yaml); 'local' is <home>/volumes.
+        `command(words)`: the `dtrain WORDS` a message's hint names, so that it works as printed (the
+        local backend's carries the -p PROJECT and --backend of the command that failed); None: plain."""
         self.home = Path(home).expanduser()
+        self.cmd = command or fileio.plain_command
         self.classes = {name: Path(root) for name, root in (classes or {}).items()}
         self.volumes_dir = self.home / "volumes"
         if not self.volumes_dir.is_dir():
@@ -94,7 +98,7 @@ class Storage:
             with db.transaction(self.conn):  # checked again as the one writer: another command may add it first
                 if not self._has_root_column():
                     self.conn.execute("ALTER TABLE volumes ADD COLUMN root TEXT")  # NULL: <home>/volumes
-        self.engine = engine or Engine(self.home / "store")
+        self.engine = engine or Engine(self.home / "store", command=self.cmd)
         self.mover = Mover(self.conn, self.engine)
 
     def _has_root_column(self) -> bool:
@@ -134,7 +138,7 @@ class Storage:
         """Move the volume to `storage_class`'s root (move.py); `check_users` raises ConflictError
         when a job uses the volume, and runs after the move is journaled."""
         vol = self.get_volume(name)
-        root = self.class_root(storage_class)
+        root = self.class_root(storage_class, made=True)
         if vol.storage_class == storage_class and vol.path.parent.parent == root:
             return vol
         self._collect(sweep=False)
@@ -190,7 +194,7 @@ class Storage:
         self.mover.recover()
         row = self.conn.execute("SELECT * FROM volumes WHERE name = ?", (name,)).fetchone()
         if row is None:
-            raise NotFoundError(f"no volume named {name!r}: list volumes with `{LIST_VOLUMES}`")
+            raise NotFoundError(f"no volume named {name!r}: list volumes with `{self.cmd('volume list')}`")
         return self._volume(row)
 
     def list_volumes(self) -> list[Volume]:
@@ -219,7 +223,7 @@ class Storage:
                 # This volume, if still there: a concurrent delete (or a delete and a new volume of the
                 # same name) leaves this caller nothing to delete, and it says so.
                 if self.conn.execute("DELETE FROM volumes WHERE name = ? AND uid = ?", (name, vol.uid)).rowcount == 0:
-                    raise NotFoundError(f"no volume named {name!r}: list volumes with `{LIST_VOLUMES}`")
+                    raise NotFoundError(f"no volume named {name!r}: list volumes with `{self.cmd('volume list')}`")
                 if folder.exists():
                     os.rename(folder, trash)
         folders.rmtree(trash)
@@ -285,8 +289,9 @@ class Storage:
         except FileNotFoundError:
             raise StorageError(f"cannot {doing}: volume {vol.name!r} has lost its folder {vol.path} (removed by "
                                f"hand, or the disk of storage class {vol.storage_class!r} is not mounted): put it "
-                               f"back, or restore one of its snapshots into a new volume (`dtrain snapshot restore "
-                               f"SNAP --to NEW`; its snapshots: `{LIST_SNAPSHOTS} --volume {vol.name}`)") from None
+                               f"back, or restore one of its snapshots into a new volume "
+                               f"(`{self.cmd('snapshot restore SNAP --to NEW')}`; its snapshots: "
+                               f"`{self.cmd(f'snapshot list --volume {vol.name}')}`)") from None
         if not replaced and not stat.S_ISDIR(st.st_mode):
             what = (f"a symbolic link (to {os.readlink(vol.path)}), which is never followed"
                     if stat.S_ISLNK(st.st_mode) else "not a folder")
@@ -338,7 +343,7 @@ class Storage:
     def get_snapshot(self, name: str) -> Snapshot:
         row = self.conn.execute("SELECT * FROM snapshots WHERE name = ?", (name,)).fetchone()
         if row is None:
-            raise NotFoundError(f"no snapshot named {name!r}: list snapshots with `{LIST_SNAPSHOTS}`")
+            raise NotFoundError(f"no snapshot named {name!r}: list snapshots with `{self.cmd('snapshot list')}`")
         return self._snapshot(row)
 
     def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[Snapshot]:
@@ -362,12 +367,12 @@ class Storage:
                             f"(--to NAME) or in-place restore (--in-place)")
         if in_place and storage_class is not None:
             raise SpecError(f"restore of snapshot {name!r}: an in-place restore keeps the volume's storage class; "
-                            f"move it with `dtrain volume update VOLUME --class {storage_class}`")
+                            f"move it with `{self.cmd(f'volume update VOLUME --class {storage_class}')}`")
         snap = self.get_snapshot(name)
         if to is not None and self.conn.execute("SELECT 1 FROM volumes WHERE name = ? AND uid = ?",
                                                 (to, snap.volume_uid)).fetchone():
             raise ConflictError(f"volume {to!r} already exists: it is the volume snapshot {name!r} was taken of; roll "
-                                f"it back with `dtrain snapshot restore {name} --in-place`, or give a new volume's "
+                                f"it back with `{self.cmd(f'snapshot restore {name} --in-place')}`, or give a new volume's "
                                 f"name to --to")
         if to is not None:
             return self._clone(snap, to, size=None, storage_class=storage_class, labels={}, progress=progress)
@@ -386,7 +391,7 @@ class Storage:
                               (snap.volume_uid, snap.name))
         if not gone:  # another command deleted it between the read and here: that one freed it
             raise NotFoundError(f"no snapshot named {name!r}: another command deleted it just now; list snapshots "
-                                f"with `{LIST_SNAPSHOTS}`")
+                                f"with `{self.cmd('snapshot list')}`")
         self.engine.drop(snap.id)
         swept = self._sweep()
         return Freed(snapshot=name, bytes=swept.bytes if swept else 0,
@@ -413,7 +418,7 @@ class Storage:
             stats = self.engine.verify([s.id for s in rows], progress=cb, write=write)
         skipped = None
         if not write:
-            skipped = ("tidying skipped: the disk holding the home folder ($DTRAIN_HOME) is full or read-only, so "
+            skipped = (f"{TIDYING_SKIPPED}: the disk holding the home folder ($DTRAIN_HOME) is full or read-only, so "
                        "leftovers of interrupted snapshots were neither counted nor removed and damaged objects were "
                        "not set aside; free space there (df -h) and verify again to tidy")
         elif stats.unrecorded:
@@ -434,7 +439,7 @@ class Storage:
                    if self.conn.execute("SELECT 1 FROM snapshots WHERE uid = ?", (m,)).fetchone() is None}
         if name is not None and deleted:
             raise NotFoundError(f"no snapshot named {name!r}: another command deleted it just now; list snapshots "
-                                f"with `{LIST_SNAPSHOTS}`")
+                                f"with `{self.cmd('snapshot list')}`")
         damaged += [Damage(object=m, problem="manifest", hits=((by_id[m], "*"),))
                     for m in stats.bad_manifests if m not in deleted]
         return VerifyReport(snapshots=tuple(s.name for s in rows if s.id not in deleted), objects=stats.objects, bytes=stats.bytes,
@@ -452,7 +457,7 @@ class Storage:
         if row is None:  # (a volume of that name made since is another one: its files are not this snapshot's)
             raise NotFoundError(f"snapshot {a!r} was taken of volume {snap.volume!r}, which has been deleted since, so "
                                 f"there is no live volume to compare it with: name a second snapshot "
-                                f"(`dtrain snapshot diff {a} OTHER`)")
+                                f"(`{self.cmd(f'snapshot diff {a} OTHER')}`)")
         vol = self.get_volume(row[0])
         self._require_folder(vol, f"compare snapshot {a!r} with volume {vol.name!r}")
         with self.engine.pin():
@@ -470,20 +475,52 @@ class Storage:
         self._collect()
         self._ensure_no_folder(to, root)
         staging = root / folders.staging_name("tmp")
+        manifest = None
         try:
             staging.mkdir()
             (staging / PENDING).touch()
             with self.engine.pin(), reporter(progress, f"restore {snap.name}") as cb:
-                self.engine.materialize(self._load(snap), staging / "data", progress=cb)
+                manifest = self._load(snap)
+                self.engine.materialize(manifest, staging / "data", progress=cb)
             with db.transaction(self.conn):
                 self.ensure_free(to)
                 self._ensure_no_folder(to, root)  # rename(2) would replace an empty one silently
                 os.rename(staging, root / to)
                 self._insert_volume(to, size or snap.volume_size, storage_class, snap.name, labels, root)
+        except OSError as err:
+            if not (fileio.is_disk_full(err) or fileio.is_disk_full(err.__cause__)):
+                raise
+            folders.rmtree(staging)  # first: the space free is measured without it
+            raise self._no_room(snap, to, storage_class, root, manifest) from None
         finally:
             folders.rmtree(staging)
         (root / to / PENDING).unlink(missing_ok=True)
         return self.get_volume(to)
+
+    def _no_room(self, snap: Snapshot, to: str, storage_class: str, root: Path,
+                  manifest: mf.Manifest | None) -> StorageError:
+        """A restore into a new volume that filled its class's disk, said of the volume and the class
+        (the engine's message named the staging folder, a name the user never gave, and what was left
+        to write rather than what the restore needs), measured after the partial copy was removed."""
+        entries = manifest.entries if manifest is not None else ()
+        need = sum(e.size for e in entries if e.kind == "file") or snap.bytes or 0
+        try:
+            fs = os.statvfs(root)
+        except OSError:
+            fs = None
+        doing = f"in storage class {storage_class!r} for volume {to!r} while restoring snapshot {snap.name!r}"
+        free = 0 if fs is None else fs.f_bavail * fs.f_frsize
+
+        def fix(what: str) -> str:
+            return (f"nothing was restored and nothing is left behind. Free {what} there (delete files, or old "
+                    f"snapshots: `{self.cmd('snapshot delete NAME')}`) or restore into another class "
+                    f"(`{self.cmd(f'snapshot restore {snap.name} --to {to} --class CLASS')}`), and retry")
+        if fs is not None and fs.f_files and fs.f_favail < len(entries):
+            return StorageError(f"no room for new files {doing}: it needs {len(entries)} files and folders, and only "
+                                f"{fs.f_favail} inodes are free under {root}; " + fix("files"))
+        more = f"at least {human_bytes(need - free)}" if need > free else "space"
+        return StorageError(f"no space left {doing}: it needs about {human_bytes(need)}, {human_bytes(free)} free "
+                            f"under {root}; " + fix(more))
 
     def snapshot_class(self, snap: Snapshot) -> str:
         """The class a restore of `snap` into a new volume goes to without --class: the class its
@@ -604,7 +641,7 @@ class Storage:
         except (OSError, ValueError) as err:
             self.get_snapshot(snap.name)  # NotFoundError if deleted meanwhile
             raise StorageError(f"snapshot {snap.name!r} is damaged: its manifest cannot be read ({err}); "
-                               f"run `dtrain snapshot verify {snap.name}`") from None
+                               f"run `{self.cmd(f'snapshot verify {snap.name}')}`") from None
 
     def _latest_id(self, volume_uid: str) -> str | None:
         """The manifest of the volume's newest snapshot: the next capture's base."""
@@ -623,7 +660,7 @@ class Storage:
     def ensure_free(self, name: str) -> None:
         if self.conn.execute("SELECT 1 FROM volumes WHERE name = ?", (name,)).fetchone():
             raise ConflictError(f"volume {name!r} already exists: choose another name or delete it "
-                                f"first (dtrain volume delete {name})")
+                                f"first ({self.cmd(f'volume delete {name}')})")
 
     @staticmethod
     def _ensure_no_folder(name: str, root: Path) -> None:
@@ -635,7 +672,7 @@ class Storage:
     def _ensure_no_snapshot(self, name: str) -> None:
         if self.conn.execute("SELECT 1 FROM snapshots WHERE name = ?", (name,)).fetchone():
             raise ConflictError(f"snapshot {name!r} already exists: choose another name or delete it "
-                                f"first (dtrain snapshot delete {name})")
+                                f"first ({self.cmd(f'snapshot delete {name}')})")
 
     def _insert_volume(self, name, size, storage_class, origin, labels, root: Path) -> None:
         self.conn.execute("INSERT INTO volumes (name, uid, created, size, storage_class, origin_snapshot, "
@@ -674,9 +711,11 @@ class Storage:
                                     volumes=counts.get(name, 0), **_space(root)))
         return out
 
-    def class_root(self, storage_class: str, *, claim: bool = True) -> Path:
+    def class_root(self, storage_class: str, *, claim: bool = True, made: bool = False) -> Path:
         """The root folder of a class, claimed for dtrain on first use (empty, or already marked);
-        `claim` False checks the same and changes nothing (a dry run)."""
+        `claim` False checks the same and changes nothing (a dry run). `made` (a move): a folder
+        that is gone is not made again where that would put the volume on the wrong disk (see
+        _lost_root); a class's first folder still is."""
         check_storage_class(storage_class)
         if storage_class == DEFAULT_CLASS:
             return self.volumes_dir
@@ -695,6 +734,11 @@ class Storage:
         if not there.is_dir():
             what = "is a file" if there == root else f"lies under {there}, a file"
             raise SpecError(f"storage class {storage_class!r}: its folder {root} {what}, not a folder: {fix}")
+        if made and not root.is_dir() and self._lost_root(root, there):
+            raise StorageError(f"storage class {storage_class!r}: its folder {root} does not exist (removed, or its "
+                               f"disk is not mounted): mount the disk or make the folder (mkdir -p {root}), or point "
+                               f"the class at another folder (dtrain config storage-class {storage_class} FOLDER), "
+                               f"and retry")
         if claim:
             try:
                 root.mkdir(parents=True, exist_ok=True)
@@ -717,6 +761,19 @@ class Storage:
             with db.transaction(self.conn):
                 self.conn.execute("INSERT OR IGNORE INTO class_roots VALUES (?)", (real,))
         return root
+
+    def _lost_root(self, root: Path, there: Path) -> bool:
+        """Whether a missing class folder is one that was removed (dtrain used it: volumes live there
+        or it was claimed) or lies below the empty mount point of a disk not mounted (`there`, the
+        nearest folder that exists, empty and no mount point): a move made it, and put the volume
+        on the disk beneath, hidden once the disk was mounted (or in a folder made by mistake)."""
+        real = os.path.realpath(root)
+        if self.conn.execute("SELECT 1 FROM class_roots WHERE root = ?", (real,)).fetchone() is not None:
+            return True
+        if any(os.path.realpath(r[0]) == real
+               for r in self.conn.execute("SELECT DISTINCT root FROM volumes WHERE root IS NOT NULL")):
+            return True
+        return there.is_dir() and not os.path.ismount(there) and not any(os.scandir(there))
 
     def _check_not_unmounted(self, storage_class: str, root: Path, real: str) -> None:
         """A class folder dtrain used before that has lost its mark is most likely the empty mount

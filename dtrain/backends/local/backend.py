@@ -72,14 +72,17 @@ class LocalBackend(Backend):
     name = "local"
 
     def __init__(self, home: str | Path | None = None, *, storage=None,
-                 command: Callable[[str, str | None], str] | None = None):
+                 command: Callable[[str, str | None], str] | None = None, project: str | None = None):
         """`command(words, project)`: the `dtrain WORDS` a hint names for a job (volume) of `project`,
         so that it works as printed (the Client's adds `-p PROJECT` and `--backend` where config.yaml
-        sends the default project elsewhere); None: plain `dtrain WORDS`."""
+        sends the default project elsewhere); None: plain `dtrain WORDS`. `project`: the one whose
+        volumes and snapshots this backend was opened for (the Client's `-p`): their messages'
+        hints name it (None: the configured project)."""
         self.home = home_dir(home)
         self.store = JobStore(self.home / "state.db")
         self._storage = storage
         self._command = command
+        self._project = project
 
     def cmd(self, words: str, project: str | None) -> str:
         """`dtrain WORDS` as a hint names it for a job (volume) of `project` (see `command`)."""
@@ -98,7 +101,8 @@ class LocalBackend(Backend):
         """The volume and snapshot store, opened on first use (plain jobs never touch it)."""
         if self._storage is None:
             from dtrain.storage.volumes import Storage
-            self._storage = Storage(self.home, classes=UserConfig.load(self.home).class_roots())
+            self._storage = Storage(self.home, classes=UserConfig.load(self.home).class_roots(),
+                                    command=lambda words: self.cmd(words, self._project))
         return self._storage
 
     # ---- submit ---------------------------------------------------------------------------
@@ -844,11 +848,8 @@ class LocalBackend(Backend):
 
     def _render_volume_update(self, name: str, *, storage_class: str) -> dict:
         vol = self.storage.get_volume(name)
-        root = self.storage.class_root(storage_class, claim=False)
-        there = root
-        while not there.exists():  # a class folder not made yet: the file system it will be made on
-            there = there.parent
-        same = os.stat(vol.path).st_dev == os.stat(there).st_dev
+        root = self.storage.class_root(storage_class, claim=False, made=True)  # refused as the move would be
+        same = os.stat(vol.path).st_dev == os.stat(root).st_dev
         here = vol.storage_class == storage_class and vol.path.parent.parent == root  # Storage.update_volume's test
         return {"volume": name, "from_class": vol.storage_class, "to_class": storage_class,
                 "from": str(vol.path.parent), "to": str(root / name),
