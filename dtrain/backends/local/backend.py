@@ -849,7 +849,10 @@ class LocalBackend(Backend):
     def _render_volume_update(self, name: str, *, storage_class: str) -> dict:
         vol = self.storage.get_volume(name)
         root = self.storage.class_root(storage_class, claim=False, made=True)  # refused as the move would be
-        same = os.stat(vol.path).st_dev == os.stat(root).st_dev
+        there = root
+        while not there.exists():  # a class folder not made yet: the file system it will be made on
+            there = there.parent
+        same = os.stat(vol.path).st_dev == os.stat(there).st_dev
         here = vol.storage_class == storage_class and vol.path.parent.parent == root  # Storage.update_volume's test
         return {"volume": name, "from_class": vol.storage_class, "to_class": storage_class,
                 "from": str(vol.path.parent), "to": str(root / name),
