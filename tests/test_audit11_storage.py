@@ -13,6 +13,7 @@ import pytest
 import yaml
 
 from conftest import Dtrain, tmpfs, usage_line
+from test_audit9_verify import _corrupt
 from dtrain.cli.storage import _verify_text
 from dtrain.errors import StorageError
 from dtrain.storage import Storage
@@ -163,13 +164,7 @@ def test_the_stores_own_hints_name_the_command_as_the_storage_was_told(tmp_path)
     vol = storage.create_volume("data")
     (vol.path / "w.bin").write_bytes(os.urandom(100_000))
     storage.create_snapshot("data", name="s1")
-    entries = storage.engine.load(storage.get_snapshot("s1").id).entries
-    digest = next(e.chunks[0] for e in entries if e.chunks)
-    path, offset, _ = storage.engine.packs.locate(digest)
-    os.chmod(path, 0o644)
-    with open(path, "r+b") as f:
-        f.seek(offset + 100)
-        f.write(b"flipped bits")
+    _corrupt(storage, "s1")
     with pytest.raises(StorageError, match=r"run `dtrain snapshot verify -p team-b` to see which"):
         storage.restore_snapshot("s1", to="copy")
     storage.close()

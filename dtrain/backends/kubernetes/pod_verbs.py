@@ -125,26 +125,27 @@ class PodVerbs:
     def _pods_needed(self, name: str, what: str) -> list[dict]:
         """The job's pods, for a verb that has nothing to go on without them: refused in one line
         naming the permission and the Role that grants it (describe and wait do without pods)."""
-        try:
+        with self._refused_pods(f"cannot {what} of job {name!r}: that needs its pods, and this account may not list "
+                                f"pods", "list pods"):
             return self._pods(name)
-        except Forbidden as err:
-            if isinstance(err, Unauthenticated):
-                raise
-            raise Forbidden(f"cannot {what} of job {name!r}: that needs its pods, and this account may not list "
-                            f"pods in namespace {self.namespace}; {pod_reader_fix(self.namespace)}, then check it "
-                            f"(kubectl auth can-i list pods -n {self.namespace})") from None
 
     @contextmanager
     def _log_access(self, name: str) -> Iterator[None]:
         """A refused pod log (RBAC grants pods/log apart from pods) in one line with its fix."""
+        with self._refused_pods(f"cannot show the logs of job {name!r}: this account may not read pods/log",
+                                "get pods/log"):
+            yield
+
+    @contextmanager
+    def _refused_pods(self, said: str, check: str) -> Iterator[None]:
+        """A 403 as one line: `said` in the namespace, the Role that grants pods, and `kubectl auth can-i CHECK`."""
         try:
             yield
         except Forbidden as err:
             if isinstance(err, Unauthenticated):
                 raise
-            raise Forbidden(f"cannot show the logs of job {name!r}: this account may not read pods/log in namespace "
-                            f"{self.namespace}; {pod_reader_fix(self.namespace)}, then check it "
-                            f"(kubectl auth can-i get pods/log -n {self.namespace})") from None
+            raise Forbidden(f"{said} in namespace {self.namespace}; {pod_reader_fix(self.namespace)}, then check it "
+                            f"(kubectl auth can-i {check} -n {self.namespace})") from None
 
     def _check_startable(self, name: str, pod: str) -> None:
         """Raise when a pod's container cannot start without a change of the job (a wrong image, a
