@@ -81,6 +81,7 @@ def test_an_unset_project_and_backend_stay_unset_through_to_dict(home):
     client = dtrain.Client(home=home)
     client.create_project("team-a")
     client.set_default_project("team-a")
+    client.create_volume("data")  # a dry run refuses a volume that is not there, as submit does
     spec = dtrain.JobSpec(name="one", command=["true"], env={"A": "1"}, volumes=["data:/mnt:ro"])
     back = dtrain.JobSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
     assert back == spec and "project" not in spec.to_dict() and "backend" not in spec.to_dict()

@@ -246,6 +246,7 @@ class GpuInfo:
     memory_used: int | None = None  # bytes
     utilization: float | None = None  # percent, 0-100
     job: str | None = None  # job holding it, if any
+    project: str | None = None  # that job's project (a link to it names it), where the backend knows it
 
 
 @dataclass(frozen=True, kw_only=True)

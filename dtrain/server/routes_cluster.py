@@ -19,23 +19,9 @@ ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
 def nodes(request: Request, response: Response):
     """Each node with its GPUs: which job holds each, utilisation and memory now. A `Warning` header
     says when the pods holding GPUs could not all be read (GPUs allocated count some or none)."""
-    c = client(request)
-    listed = c.nodes()
+    listed = client(request).nodes()
     wire.warn(response, listed.notices)
-    projects = _projects_of(c, {g.job for n in listed for g in n.gpus if g.job})
-    return [wire.node_out(n, projects) for n in listed]
-
-
-def _projects_of(c, jobs: set[str]) -> dict[str, str]:
-    """The project of each job holding a GPU: its link opens it with ?project=, where a job of a project on
-    another backend is found. A job gone since the nodes were read has none (its link is bare)."""
-    found = {}
-    for name in sorted(jobs):
-        try:
-            found[name] = c.get(name).spec.project
-        except DtrainError:
-            pass
-    return found
+    return [wire.node_out(n) for n in listed]
 
 
 SINCE = Annotated[float, Query(ge=0, le=wire.MAX_TIME, allow_inf_nan=False,

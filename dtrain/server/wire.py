@@ -365,13 +365,12 @@ def job_out(info) -> Job:
                extra=info.extra)
 
 
-def node_out(n, projects: dict[str, str] | None = None) -> Node:
-    """NodeInfo -> the wire; `projects`: the project of each job holding a GPU, where known."""
-    projects = projects or {}
+def node_out(n) -> Node:
+    """NodeInfo -> the wire (a GPU's `project`: its job's, as the backend knows it)."""
     return Node(name=n.name, gpus_allocatable=n.gpus_allocatable, gpus_allocated=n.gpus_allocated, cpus=n.cpus,
                 memory=n.memory, gpus=[Gpu(index=g.index, name=g.name, memory_total=g.memory_total,
                                            memory_used=g.memory_used, utilization=g.utilization, job=g.job,
-                                           project=projects.get(g.job)) for g in n.gpus])
+                                           project=g.project) for g in n.gpus])
 
 
 # ---- volumes and snapshots ----------------------------------------------------------------------

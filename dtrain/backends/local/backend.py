@@ -741,11 +741,12 @@ class LocalBackend(Backend):
 
         gpus = inventory()
         self.reconcile_others(None)  # a lost job's GPUs are not shown held by a job `list` calls Failed
-        held = self.store.allocations()
+        held, projects = self.store.allocations(), self.store.allocation_projects()
         return [NodeInfo(name=socket.gethostname(), gpus_allocatable=len(gpus), gpus_allocated=len(held),
                          cpus=os.cpu_count(),
                          memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
-                         gpus=tuple(replace(g, job=held.get(g.index)) for g in gpus))]
+                         gpus=tuple(replace(g, job=held.get(g.index), project=projects.get(held.get(g.index)))
+                                    for g in gpus))]
 
     def _render(self, spec: JobSpec) -> list[dict]:
         """A local job is its spec: the dry run shows what would be stored, and refuses what submit would

@@ -381,6 +381,11 @@ class JobStore:
     def allocations(self) -> dict[str, str]:
         return {r["device"]: r["job"] for r in self.conn.execute("SELECT * FROM allocations")}
 
+    def allocation_projects(self) -> dict[str, str]:
+        """The project of each job holding a device (its dashboard link's ?project=)."""
+        return {r["job"]: r["project"] for r in self.conn.execute(
+            "SELECT DISTINCT a.job AS job, j.project AS project FROM allocations a JOIN jobs j ON j.name = a.job")}
+
     def job_devices(self, name: str) -> list[str]:
         rows = self.conn.execute("SELECT device FROM allocations WHERE job=? ORDER BY rowid", (name,))
         return [r["device"] for r in rows]
