@@ -75,6 +75,7 @@ def test_h_yaml_not_a_mapping(tmp_path):
 
 
 def test_h_yaml_good_file_still_works(tmp_path):
+    assert cli(tmp_path / "home", "volume", "create", "data").returncode == 0  # a dry run looks it up, as submit
     proc = submit_file(tmp_path, "name: j\ncommand: [python, train.py, --epochs, 2]\nenv: {SEED: 1}\n"
                                  "pvc: ['data:/mnt:ro']\nlarge_shm: true\n")
     assert proc.returncode == 0, proc.stderr
