@@ -362,6 +362,8 @@ def test_a_pvc_flag_overrides_the_files_mount_at_the_same_path(tmp_path):
     its mount path (spelled either way), and adds the others."""
     job = tmp_path / "job.yaml"
     job.write_text('name: yp\ncommand: [ls, /mnt]\nvolumes: [{volume: v1, mount_path: /mnt}, "v3:/data:ro"]\n')
+    for volume in ("v2", "v3", "v4"):  # the dry run looks them up, as submit does (v1 is replaced)
+        assert run(tmp_path / "home", "volume", "create", volume)[0] == 0
     code, out, err, _ = run(tmp_path / "home", "submit", "-f", str(job), "--pvc", "v2:/mnt/", "--pvc", "v4:/extra",
                             "--dry-run")
     assert code == 0, err
