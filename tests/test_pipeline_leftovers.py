@@ -97,6 +97,22 @@ def test_the_lane_pipeline_names_everything_a_run_before_left(dt, home, capsys):
     assert not (home / "pipelines").exists()
 
 
+def test_a_fresh_home_passes_the_lane_pipelines_check_though_its_later_jobs_mount_a_volume_made_on_the_way(home):
+    """The dry run looks up the volumes a job mounts; the train and eval jobs mount the data job's new
+    volume, which no run has made yet: the check leaves that mount out, and still refuses a mount of a
+    volume that is missing and no step makes."""
+    from dtrain.pipelines import lanes, runner
+
+    client = Client(home=home, backend="local")
+    params = {**runner.parse_params(runner.load("lane-detection"), ["urls=a.tgz"])}
+    steps.check_plan("lane-detection", lanes.plan(params), client=client)  # nothing refused
+    plan = lanes.plan(params)
+    stray = {**plan.jobs[1], "volumes": [*plan.jobs[1]["volumes"], "nothere:/extra"]}
+    with pytest.raises(NotFoundError, match="cannot submit job 'lanes-train' .*no volume named 'nothere'"):
+        steps.check_plan("lane-detection", steps.Plan(backend=plan.backend, makes=plan.makes,
+                                                      jobs=(plan.jobs[0], stray, plan.jobs[2])), client=client)
+
+
 def test_on_kubernetes_a_job_being_deleted_still_takes_its_name(home, backend):  # noqa: F811
     """What `pipeline run` checks on a backend other than the configured one: the delete command
     names it, and a job being deleted (its object still there) is taken, unlike a Deleted local job."""

@@ -301,14 +301,30 @@ class Plan:
 def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
     """One line naming what is taken (or missing) and the fix, before anything runs."""
     dtrain = client.dtrain_for(plan.backend)
+    made = {thing.name for thing in plan.makes if thing.kind == "volume"}
     for spec in plan.jobs:  # first: what the backend refuses needs no call to it (nor credentials)
         job = job_spec(spec, backend=plan.backend, client=client)
         try:
-            client.render(job)
+            # a volume an earlier step makes (the data job's) is not there yet: its mount (and its snapshot on
+            # success) is left out of the dry run, which looks up the volumes a job names (it is checked free
+            # with plan.makes below)
+            client.render(job.replace(
+                volumes=[v for v in job.volumes if not (isinstance(v, VolumeMount) and v.volume in made)],
+                snapshot_on_success=None if job.snapshot_on_success in made else job.snapshot_on_success))
         except DtrainError as err:  # the step's submit would refuse it the same way, steps later
+            if isinstance(err, (NotFoundError, ConflictError)):  # a local dry run looks up names and volumes:
+                _check_names(pipeline, plan, dtrain, client)     # said with the parameters that change them
             said = in_pipeline_words(str(err))
             raise type(err)(f"pipeline {pipeline!r} cannot submit job {job.name!r} to the {plan.backend} backend"
                             f"{_IMAGE_FIX if '--image' in said else ''}: {said}") from None
+    _check_names(pipeline, plan, dtrain, client)
+    for folder in plan.fresh:
+        _refuse_checkpoints(pipeline, folder, client)
+
+
+def _check_names(pipeline: str, plan: Plan, dtrain: str, client: Client) -> None:
+    """Every name the run makes is free and each volume its jobs mount exists, or one line naming
+    them all and the parameters that change them."""
     taken = [(thing, status) for thing in plan.makes if (status := _taken(client, plan.backend, thing)) is not None]
     if taken:
         _refuse_taken(pipeline, plan.backend, taken, dtrain, plan.fresh)
@@ -319,8 +335,6 @@ def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
             raise NotFoundError(f"pipeline {pipeline!r} mounts volume {need.name!r} ({need.param}), which the "
                                 f"{plan.backend} backend does not have: create it ('{dtrain}volume create "
                                 f"{need.name}') or pass --param {need.param}=NAME") from None
-    for folder in plan.fresh:
-        _refuse_checkpoints(pipeline, folder, client)
 
 
 _UNCONFIGURED = re.compile(r"^SageMaker is not configured \((.+?) missing\): run '(dtrain config sagemaker [^']*)', "
