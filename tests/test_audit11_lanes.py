@@ -102,7 +102,7 @@ def test_a_training_frame_labelled_twice_keeps_its_last_line_with_one_warning(tm
     labels = one_line_per_frame(read_labels(path), warn=warned.append)
     assert [(label.raw_file, label.lanes[0][0]) for label in labels] == [("a.jpg", 600), ("b.jpg", 300)]
     assert warned == [f"{path}:3: frame a.jpg is labelled again (first at {path}:1) (2 repeated line(s) in this "
-                      "file): dtrain trains on each frame's last line only, as the official evaluation keeps a "
+                      "file): training uses each frame's last line only, as the official evaluation keeps a "
                       "ground-truth frame's last line"]
 
 

@@ -184,7 +184,7 @@ def one_line_per_frame(labels: Sequence[LaneLabel], *,
         by_file[label.raw_file] = label
     if warn is not None:
         for seen in repeats.values():
-            warn(f"{seen[0]} ({len(seen)} repeated line(s) in this file): dtrain trains on each frame's last line "
+            warn(f"{seen[0]} ({len(seen)} repeated line(s) in this file): training uses each frame's last line "
                  "only, as the official evaluation keeps a ground-truth frame's last line")
     return list(by_file.values())
 
