@@ -572,26 +572,24 @@ class Backend(abc.ABC):
             raise SpecError(f"invalid running_timeout {shown(running_timeout)}: use seconds from 0 to {MAX_WAIT} "
                             f"(366 days), e.g. 60 (the CLI's --pod-running-timeout 1m)")
         with self._named("job", name):
-            info = self._get(_existing(name, "job"))
-        check_exec_rank(rank, name, info.spec.processes)  # the CLI's --rank is checked here too: one line
-        deadline = time.monotonic() + running_timeout
-        while True:
-            if info.status not in (JobStatus.RUNNING, JobStatus.PENDING) or (
-                    info.status is JobStatus.PENDING and time.monotonic() >= deadline):
-                waited = f" after {running_timeout:g}s" if info.status is JobStatus.PENDING and running_timeout else ""
-                look = (cmd(f"describe job {name}", info.spec.project) if info.status is JobStatus.PENDING
-                        else cmd("list", info.spec.project))
-                raise ConflictError(f"job {name!r} is {info.status}{waited}: exec needs a Running job (see '{look}')")
+            first = self._get(_existing(name, "job"))
+        check_exec_rank(rank, name, first.spec.processes)  # the CLI's --rank is checked here too: one line
+        infos = iter([first])
+
+        def attempt() -> int:
+            info = next(infos, None) or self._get(name)
+            if info.status not in (JobStatus.RUNNING, JobStatus.PENDING):
+                raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job "
+                                    f"(see '{cmd('list', info.spec.project)}')")
             if isinstance(command, str) or not command or not all(isinstance(w, str) and "\0" not in w for w in command):
                 raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt")
-            if info.status is JobStatus.RUNNING:
-                try:
-                    return self._exec(name, list(command), rank=rank)
-                except NotReadyError:  # its rank (pod) is still being launched
-                    if time.monotonic() >= deadline:
-                        raise
-            time.sleep(max(0.0, min(EXEC_POLL_S, deadline - time.monotonic())))
-            info = self._get(name)
+            if info.status is JobStatus.PENDING:  # said as it stands once the time is out
+                waited = f" after {running_timeout:g}s" if running_timeout else ""
+                raise NotReadyError(f"job {name!r} is {info.status}{waited}: exec needs a Running job "
+                                    f"(see '{cmd(f'describe job {name}', info.spec.project)}')")
+            return self._exec(name, list(command), rank=rank)  # NotReadyError: its rank (pod) is being launched
+
+        return _while_not_ready(attempt, wait=running_timeout, pause=EXEC_POLL_S)
 
     def render(self, spec: JobSpec) -> list[dict[str, Any]]:
         """What `submit` would send, without sending it (`dtrain submit --dry-run`)."""
@@ -602,14 +600,7 @@ class Backend(abc.ABC):
         `cmd`: the commands the refusals name (see `HintCommand`). `wait`: seconds to wait for a
         Running notebook's Jupyter to serve (NotReadyError after them); a notebook that is not
         Running is refused at once (a queued one may wait for hours)."""
-        deadline = time.monotonic() + wait
-        while True:
-            try:
-                return self._open_notebook(name, cmd)
-            except NotReadyError:
-                if time.monotonic() >= deadline:
-                    raise
-            time.sleep(NOTEBOOK_POLL_S)
+        return _while_not_ready(lambda: self._open_notebook(name, cmd), wait=wait, pause=NOTEBOOK_POLL_S)
 
     def _open_notebook(self, name: str, cmd: HintCommand | None) -> str:
         with self._named("job", name, "notebook"):
@@ -943,9 +934,23 @@ def _check_new_volume(name: str, size: str, storage_class: str | None) -> None:
         check_storage_class(storage_class)
 
 
+def _while_not_ready(attempt: Callable[[], Any], *, wait: float, pause: float):
+    """`attempt()`, asked again every `pause` seconds while it raises NotReadyError (a notebook's
+    Jupyter starting, a job's rank being launched), for up to `wait` seconds; then its last
+    NotReadyError. `exec` and `notebook_url` use it; `_until` is the loop that polls a status."""
+    deadline = time.monotonic() + wait
+    while True:
+        try:
+            return attempt()
+        except NotReadyError:
+            if time.monotonic() >= deadline:
+                raise
+        time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
+
+
 def _until(info, read: Callable[[], Any], done: Callable[[Any], bool], late: Callable[[Any], DtrainError], *,
            timeout: float | None, poll: Callable[[], float]):
-    """The only wait loop in dtrain (`wait`, `wait_snapshot`): `read` until `done` says yes, `late`'s
+    """The one loop that waits for a status (`wait`, `wait_snapshot`): `read` until `done` says yes, `late`'s
     error once `timeout` seconds have passed. A read the backend does not answer (UnavailableError)
     is asked again, for up to WAIT_OUTAGE seconds in a row: an API server that sheds load (429),
     restarts (5xx) or drops a connection for a while must not end an hours-long wait (a pipeline
