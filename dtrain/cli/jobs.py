@@ -11,7 +11,7 @@ import re
 import shlex
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dtrain import JobStatus
@@ -303,16 +303,26 @@ def cmd_list(args, client: Client) -> int:
 
 
 def _no_jobs(args, client: Client, project: str | None) -> str:
-    """The line `dtrain list` prints when it has no job to show: where it looked, the deleted ones it
-    hid (--show-deleted), and the command that submits one, with the -p and --backend it needs."""
-    where = "in any project" if project is None else f"in project '{project}'"
+    """The line `dtrain list` prints when it has no job to show (none_listed), or none matching -l."""
     if args.selector:
-        return f"No jobs {where} match -l {args.selector}"
+        return f"No jobs {_where(project)} match -l {args.selector}"
     hidden = 0 if args.show_deleted else len(client.list(project=project, show_deleted=True))
+    return none_listed(args, client, project, what="jobs", hidden=hidden, make="submit",
+                       command="submit NAME -- COMMAND")
+
+
+def none_listed(args, client: Client, project: str | None, *, what: str, hidden: int, make: str, command: str) -> str:
+    """The line a list of jobs or notebooks prints when it has none to show: where it looked (None: every
+    project), the deleted ones it hid (--show-deleted), and `dtrain COMMAND`, which makes one, with the
+    -p and --backend it needs."""
     backend = getattr(args, "default_backend", None) or client.config.backend_for(project or client.default_project)
-    submit = client.command_for("submit NAME -- COMMAND", backend=backend, project=args.project)
     deleted = f" ({hidden} deleted: --show-deleted lists them)" if hidden else ""
-    return f"No jobs{'' if hidden else ' yet'} {where}{deleted}: submit one with '{submit}'"
+    return (f"No {what}{'' if hidden else ' yet'} {_where(project)}{deleted}: {make} one with "
+            f"'{client.command_for(command, backend=backend, project=project)}'")
+
+
+def _where(project: str | None) -> str:
+    return "in any project" if project is None else f"in project '{project}'"
 
 
 # Other kinds a Run:AI or kubectl user names to a job verb (`describe volume X`, `list nodes`):
@@ -582,14 +592,20 @@ MAX_WAIT_TIMEOUT = MAX_WAIT  # a year and a day: past any training run, and ever
 def wait_timeout(text: str) -> float:
     """--timeout in seconds (600, 1.5) or as kubectl wait's Go duration (10m, 1h30m), bounded; a
     refused value is named as typed (1e400 was 'invalid --timeout inf', 5m 'invalid float value')."""
+    return _seconds(text, lambda: wait_refusal(text, "cli"))
+
+
+def _seconds(text: str, refusal: Callable[[], Exception]) -> float:
+    """A duration flag's seconds, up to MAX_WAIT_TIMEOUT: a Go duration or a number, the bound checked
+    as typed (a year and 1e-10 s is over); `refusal()` is raised for anything else."""
     seconds = fmt.go_duration(text)
     if seconds is None:
         try:
-            seconds = written(float(text), text.strip())  # checked as typed: a year and 1e-10 s is over
+            seconds = written(float(text), text.strip())
         except ValueError:
             seconds = math.nan
     if not 0 <= exact(seconds) <= MAX_WAIT_TIMEOUT:  # NaN compares false
-        raise wait_refusal(text, "cli")
+        raise refusal()
     return plain(seconds)
 
 
@@ -735,16 +751,9 @@ def running_timeout(text: str | None) -> float:
     """--pod-running-timeout as `wait --timeout` reads its number: seconds or a Go duration, bounded."""
     if text is None:
         return EXEC_RUNNING_WAIT
-    seconds = fmt.go_duration(text)
-    if seconds is None:
-        try:
-            seconds = written(float(text), text.strip())  # checked as typed, as wait_timeout
-        except ValueError:
-            seconds = math.nan
-    if not 0 <= exact(seconds) <= MAX_WAIT_TIMEOUT:  # NaN compares false
-        raise SpecError(f"invalid --pod-running-timeout {shown(text.strip() or text)}: use seconds from 0 to "
-                        f"{MAX_WAIT_TIMEOUT} (366 days) or a duration, e.g. --pod-running-timeout 5m")
-    return plain(seconds)
+    return _seconds(text, lambda: SpecError(f"invalid --pod-running-timeout {shown(text.strip() or text)}: use seconds "
+                                            f"from 0 to {MAX_WAIT_TIMEOUT} (366 days) or a duration, e.g. "
+                                            f"--pod-running-timeout 5m"))
 
 
 def _project_flag(p: argparse.ArgumentParser) -> None:

@@ -12,7 +12,7 @@ import json
 import time
 
 from dtrain.cli import format as fmt
-from dtrain.cli.jobs import gpu_count, real
+from dtrain.cli.jobs import gpu_count, none_listed, real
 from dtrain import JobStatus
 from dtrain.client import Client
 from dtrain.errors import SpecError
@@ -149,23 +149,14 @@ def cmd_list(args, client: Client) -> int:
         print(json.dumps([b.to_dict() for b in books], indent=2))
         return 0
     if not books:  # a header alone reads as a failed listing: say so, and how to make one
-        print(_none_listed(args, client, project, hidden=len(listed) - len(books)))
+        print(none_listed(args, client, project, what="notebooks", hidden=len(listed) - len(books),  # the dashboard's words
+                          make="start", command="notebook start NAME --pvc VOLUME:/home/jovyan"))
         return 0
     # A volume the notebook created (--pvc CLASS:SIZE:MOUNT) by its name, the one a training job mounts
     rows = [[b.name, b.status.value, fmt.age(b.created), b.spec.project,
              ", ".join(v.to_flag() for v in b.spec.resolved_volumes()) or "-", b.spec.gpu] for b in books]
     print(fmt.table(["NAME", "STATUS", "AGE", "PROJECT", "VOLUMES", "GPUs"], rows))
     return 0
-
-
-def _none_listed(args, client: Client, project: str | None, *, hidden: int) -> str:
-    """The line `notebook list` prints when it has no notebook to show: where it looked, deleted ones
-    it hid (--show-deleted), and the command that starts one, with the -p and --backend it needs."""
-    backend = getattr(args, "default_backend", None) or client.config.backend_for(project or client.default_project)
-    start = client.command_for("notebook start NAME --pvc VOLUME:/home/jovyan", backend=backend, project=project)
-    where = "in any project" if project is None else f"in project '{project}'"
-    deleted = f" ({hidden} deleted: --show-deleted lists them)" if hidden else ""
-    return f"No notebooks{'' if hidden else ' yet'} {where}{deleted}: start one with '{start}'"  # the dashboard's words
 
 
 def cmd_open(args, client: Client) -> int:

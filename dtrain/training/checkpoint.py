@@ -64,13 +64,6 @@ class _Writes:
             raise
 
 
-def _plain_numbers(obj: Any) -> Any:
-    """`obj` with every number plain, dicts and lists in place (dtrain.numbers.plain_numbers): a flag's
-    number keeps its typed text for a refusal (`--lr 5e-2`) and reaches the optimizer's param_groups
-    and the scheduler's base_lrs, and torch.load(weights_only=True) refuses any class but int and float."""
-    return plain_numbers(obj, in_place=True)
-
-
 def save_atomic(obj: Any, path: str | os.PathLike) -> None:
     """torch.save `obj` to `path` so that readers see the old file or the new one, never a part.
 
@@ -82,7 +75,9 @@ def save_atomic(obj: Any, path: str | os.PathLike) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         with replacing(path, "wb", durable=True) as f:
             writes = _Writes(f)
-            torch.save(_plain_numbers(obj), writes)
+            # a flag's number keeps its typed text for a refusal (`--lr 5e-2`) and reaches the optimizer's
+            # param_groups and the scheduler's base_lrs; torch.load(weights_only=True) refuses its class
+            torch.save(plain_numbers(obj, in_place=True), writes)
     except OSError as e:
         raise StorageError(f"cannot write checkpoint {path}: {e.strerror or e}; check free space and permissions") from e
     except RuntimeError as e:
