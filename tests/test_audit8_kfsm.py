@@ -146,6 +146,7 @@ def test_a_home_without_config_runs_the_sagemaker_branch_from_parameters_and_aws
                                         region_name=region)
         make = lambda name: session.client(name, endpoint_url=aws["AWS_ENDPOINT_URL"])  # noqa: E731
         make("s3").create_bucket(Bucket="pod-bucket", CreateBucketConfiguration={"LocationConstraint": region})
+        make("s3").put_object(Bucket="pod-bucket", Key="cifar10/cifar-10-batches-py/data_batch_1", Body=b"-")
         dt = Dtrain(home, env=aws)
         proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", *SHORT,
                   "--param", "data_uri=s3://pod-bucket/cifar10", "--param", f"sagemaker_role_arn={ROLE}",

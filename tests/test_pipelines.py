@@ -521,6 +521,8 @@ def test_hybrid_sagemaker_creates_a_training_job_on_a_moto_server(dt, tmp_path):
                                         region_name="us-east-1")
         make = lambda name: session.client(name, endpoint_url=aws["AWS_ENDPOINT_URL"])  # noqa: E731
         make("s3").create_bucket(Bucket="dtrain-test")
+        # the data SageMaker reads (a channel with no object under it is refused at submit)
+        make("s3").put_object(Bucket="dtrain-test", Key="cifar10/cifar-10-batches-py/data_batch_1", Body=b"-")
         # no CloudWatch log group: a fresh account, and moto runs no container to write one
         assert make("logs").describe_log_groups()["logGroups"] == []
         sm = Dtrain(dt.home, env=aws)

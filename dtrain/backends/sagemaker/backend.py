@@ -167,6 +167,8 @@ class SageMakerBackend(Backend):
             raise ConflictError(f"a --local SageMaker job named {spec.name!r} exists, and describe, logs and delete "
                                 f"would reach it rather than this one: submit under a new name")
         self._check_free(clients, spec.name)  # before the upload, which would overwrite that job's code
+        if not local:
+            self._check_channels(clients, req)
         with tempfile.TemporaryFile() as archive:
             extra = {render.ENTRY: plan.entry} if plan.entry else {}
             pack_source(plan.source_dir, extra, archive)
@@ -183,6 +185,31 @@ class SageMakerBackend(Backend):
                 raise
             return self._info(clients, spec.name, desc)
         return self._info(clients, spec.name)
+
+    @staticmethod
+    def _check_channels(clients: Clients, req: dict) -> None:
+        """Each S3 channel's bucket exists and holds an object under its prefix: else SageMaker takes the
+        job, starts its instances and fails it minutes later ("ClientError: No S3 objects found under S3
+        URL"), billed. A refusal for another reason (AccessDenied: the role may read what these
+        credentials may not) leaves the verdict to SageMaker."""
+        for ch in req.get("InputDataConfig") or []:
+            s3 = ch["DataSource"].get("S3DataSource")
+            if not s3 or s3.get("S3DataType") != "S3Prefix":
+                continue
+            uri, name = s3["S3Uri"], ch["ChannelName"]
+            bucket, _, prefix = uri[len("s3://"):].partition("/")
+            try:
+                listed = aws_call(f"S3 listing of channel {name}", clients.s3.list_objects_v2, Bucket=bucket,
+                                  Prefix=prefix, MaxKeys=1)
+            except BackendError as err:
+                if ": NoSuchBucket:" not in str(err):
+                    continue
+                raise SpecError(f"channel {name}={uri}: the bucket {bucket} does not exist: check the URI "
+                                f"(aws s3 ls s3://{bucket}/) or create the bucket and upload the data") from None
+            if not listed.get("KeyCount") and not listed.get("Contents"):
+                raise SpecError(f"channel {name}={uri}: no S3 objects under it, and SageMaker would fail the job "
+                                f"once its instances started: upload the data first (aws s3 sync DATA {uri}) "
+                                f"or fix the URI") from None
 
     def _made_anyway(self, clients: Clients, req: dict) -> dict | None:
         """The job a failed CreateTrainingJob made all the same: botocore retries a create whose answer
