@@ -347,6 +347,13 @@ def in_pipeline_words(said: str) -> str:
     said = re.sub(r"--processes\b", "--param processes", said)
     said = re.sub(r"--backend (nccl|gloo)\b", r"--param backend=\1", said)  # the hybrid pipeline's parameter
     said = re.sub(r"--instance-type (\S+?)\)", r"--param sagemaker_instance_type=\1)", said)
+    # AWS's refusals of the bucket (clients.HINTS) name config.yaml's flags; here the run's parameters win
+    said = said.replace("set another with dtrain config sagemaker --bucket",
+                        "pass another with --param sagemaker_bucket=NAME (or save one with dtrain config sagemaker "
+                        "--bucket)")
+    said = said.replace("use a bucket there (dtrain config sagemaker --bucket) or the bucket's region (--region)",
+                        "use a bucket there (--param sagemaker_bucket=NAME) or the bucket's region "
+                        "(--param sagemaker_region=REGION)")
     found = _UNCONFIGURED.match(said)
     if found:
         names = found.group(1).replace("--role", "sagemaker_role_arn").replace("--bucket", "sagemaker_bucket")
@@ -478,11 +485,11 @@ def run_job(spec: dict, *, backend: str, client: Client | None = None, timeout: 
     restore_tmpdir()  # the job inherits this process's environment
     try:
         info = client.submit(job)
-    except SpecError as err:  # in the pipeline's words: a step pod has no config.yaml and no flags
-        said = in_pipeline_words(str(err))
+    except DtrainError as err:  # in the pipeline's words: a step pod has no config.yaml and no flags
+        said = in_pipeline_words(str(err))  # (AWS's refusal of the bucket, a BackendError, names a flag too)
         if said == str(err):
             raise
-        raise SpecError(said) from None
+        raise type(err)(said) from None
     echo(f"submitted job {job.name!r} to the {backend} backend ({info.status})")
     _follow(client, job.name, echo)
     info = client.wait(job.name, timeout=timeout)
