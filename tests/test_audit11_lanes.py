@@ -132,9 +132,8 @@ def test_training_labels_take_whole_floats_extra_keys_empty_and_all_minus_2_lane
     warned = []
     ours, theirs = _figures(pred, path, warned)
     assert ours == theirs and warned[0].startswith("1 ground-truth frame(s)")  # b.jpg: no lanes
-    fractional = _write(tmp_path / "bad.json", [{**A, "lanes": [[300.5, 310, 320, 330]]}])
-    with pytest.raises(DataError, match=r"bad\.json:1: lanes\[0\]\[0\] must be an integer, got 300\.5"):
-        read_labels(fractional)
+    fractional = _write(tmp_path / "fractional.json", [{**A, "lanes": [[300.5, 310, 320, 330]]}])
+    assert read_labels(fractional)[0].lanes == ((300.5, 310, 320, 330),)  # kept: tests/test_audit12_lanes.py
 
 
 def test_a_raw_file_holding_nul_is_one_line_not_a_traceback_when_the_frame_is_opened(tmp_path):

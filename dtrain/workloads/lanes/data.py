@@ -26,7 +26,7 @@ from PIL import Image
 from dtrain.errors import DataError, NotFoundError, SpecError
 from dtrain.workloads.lanes.masks import NUM_SLOTS, TRAIN_SIZE, assign_slots, render_mask
 from dtrain.workloads.lanes.tusimple import (
-    IMAGE_HEIGHT, IMAGE_WIDTH, SEG_DIR, SPLIT_FILES, LaneLabel, mask_relpath, one_line_per_frame,
+    IMAGE_HEIGHT, IMAGE_WIDTH, NO_POINT, SEG_DIR, SPLIT_FILES, LaneLabel, mask_relpath, one_line_per_frame,
     read_labels,
 )
 
@@ -88,8 +88,12 @@ def normalize(img: torch.Tensor, gain: torch.Tensor | None = None, bias: torch.T
 
 
 def flip_label(label: LaneLabel) -> LaneLabel:
-    """The label of the horizontally mirrored frame."""
-    lanes = tuple(tuple(IMAGE_WIDTH - 1 - x if x >= 0 else x for x in lane) for lane in label.lanes)
+    """The label of the horizontally mirrored frame: pixel column x goes to W-1-x, points outside the frame
+    too (a point right of it lands left of it, at a negative x the masks draw clipped), so flipping twice gives
+    the label back. Only -2 means "no point" (training labels hold no other negative x). The one x whose
+    mirror cannot be told from "no point" is W+1 (1281, mirrored to -2): the flipped mask then stops at its
+    neighbouring row instead of running on to the edge (test_label.json gives no x past 1279)."""
+    lanes = tuple(tuple(x if x == NO_POINT else IMAGE_WIDTH - 1 - x for x in lane) for lane in label.lanes)
     return LaneLabel(raw_file=label.raw_file, h_samples=label.h_samples, lanes=lanes, run_time=label.run_time)
 
 

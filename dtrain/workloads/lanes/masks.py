@@ -5,7 +5,9 @@ logits (existence of slot s is ``exist[s - 1]``).
 
 Slot scheme ("ego-anchored, left to right, clamped"):
 
-1. Lanes with fewer than ``min_points`` valid points (x >= 0) are absent: no pixels, no slot.
+1. Lanes with fewer than ``min_points`` given points (x other than -2) are absent: no pixels, no slot.
+   Training labels hold no other negative x (``parse_label`` refuses them); a flipped label does: the
+   mirror of a point right of the frame lies left of it, and is drawn (clipped) like any other.
 2. The others are sorted left to right by their x at the bottom of the image (y = 720),
    extrapolated by a least-squares line through their lowest (up to 10) points. A lane
    whose bottom x is left of the camera centre (x < 640) is a left lane.
@@ -19,8 +21,9 @@ has no room for an anchored layout) slots 1 2 3 | 4 5. On the real TuSimple test
 the anchoring keeps a slot's meaning stable (ego-left, ego-right, ...) for the network.
 
 Rendering: a thick polyline per lane (``line_width`` pixels at 1280x720, scaled to the
-mask size) through consecutive valid rows only: a gap in the label stays a gap. Where
-lanes overlap the later (right-hand) lane wins.
+mask size; a fractional x is scaled as it is and lands in the mask pixel it falls in) through consecutive given
+rows only: a gap in the label stays a gap. Rows given in another order than top to bottom are
+sorted first, each x kept with its row. Where lanes overlap the later (right-hand) lane wins.
 
 Decoding (``decode_lanes``): for each slot with existence > 0.5 and each h_sample row,
 take the arg-max column of the slot's probability in that row if it exceeds
@@ -46,25 +49,39 @@ EGO_X = IMAGE_WIDTH / 2  # the camera sits at the image centre
 FIT_POINTS = 10  # lowest points used to extrapolate a lane to the image bottom
 
 
+def given(xs: np.ndarray) -> np.ndarray:
+    """Which entries of a lane are points: every x but -2 (see the module docstring, item 1)."""
+    return xs != NO_POINT
+
+
+def by_row(lanes: Sequence[Sequence[float]], h_samples: Sequence[float]) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(rows float64 (R,), one x array (R,) per lane), sorted top to bottom with each x kept with its row: the
+    official evaluation reads rows in any order, and drawing or fitting needs them in order (a stable sort)."""
+    ys = np.asarray(h_samples, dtype=np.float64)
+    order = np.argsort(ys, kind="stable")
+    return ys[order], [np.asarray(lane, dtype=np.float64)[order] for lane in lanes]
+
+
 def bottom_x(xs: np.ndarray, ys: np.ndarray) -> float:
-    """x at y = 720 of the line fitted through the lowest (up to 10) valid points."""
-    valid = xs >= 0
+    """x at y = 720 of the line fitted through the lowest (up to 10) given points (rows sorted, see by_row)."""
+    valid = given(xs)
     x, y = xs[valid][-FIT_POINTS:].astype(np.float64), ys[valid][-FIT_POINTS:].astype(np.float64)
-    if len(x) == 1:
-        return float(x[0])
-    # closed-form least squares: np.polyfit costs ~50x more per call
     y_mean, x_mean = y.mean(), x.mean()
-    k = ((y - y_mean) * (x - x_mean)).sum() / ((y - y_mean) ** 2).sum()
+    spread = ((y - y_mean) ** 2).sum()
+    if spread == 0:  # one point, or all on one (repeated) row: no slope to extrapolate with
+        return float(x_mean)
+    # closed-form least squares: np.polyfit costs ~50x more per call
+    k = ((y - y_mean) * (x - x_mean)).sum() / spread
     return float(x_mean + k * (IMAGE_HEIGHT - y_mean))
 
 
 def assign_slots(
-    lanes: Sequence[Sequence[int]], h_samples: Sequence[int], *, min_points: int = 2
+    lanes: Sequence[Sequence[float]], h_samples: Sequence[float], *, min_points: int = 2
 ) -> list[int | None]:
     """Slot (1..5) of each lane, None for an absent lane (see the module docstring)."""
-    ys = np.asarray(h_samples)
-    present = [i for i, lane in enumerate(lanes) if int((np.asarray(lane) >= 0).sum()) >= max(min_points, 1)]
-    bottoms = {i: bottom_x(np.asarray(lanes[i]), ys) for i in present}
+    ys, xs = by_row(lanes, h_samples)
+    present = [i for i, x in enumerate(xs) if int(given(x).sum()) >= max(min_points, 1)]
+    bottoms = {i: bottom_x(xs[i], ys) for i in present}
     order = sorted(present, key=lambda i: bottoms[i])[:NUM_SLOTS]
     n_left = sum(1 for i in order if bottoms[i] < EGO_X)
     first = min(max(3 - n_left, 1), NUM_SLOTS + 1 - len(order))
@@ -75,8 +92,8 @@ def assign_slots(
 
 
 def _runs(xs: np.ndarray) -> list[np.ndarray]:
-    """Index runs of consecutive valid rows."""
-    idx = np.flatnonzero(xs >= 0)
+    """Index runs of consecutive given rows."""
+    idx = np.flatnonzero(given(xs))
     if len(idx) == 0:
         return []
     breaks = np.flatnonzero(np.diff(idx) > 1) + 1
@@ -84,8 +101,8 @@ def _runs(xs: np.ndarray) -> list[np.ndarray]:
 
 
 def render_mask(
-    lanes: Sequence[Sequence[int]],
-    h_samples: Sequence[int],
+    lanes: Sequence[Sequence[float]],
+    h_samples: Sequence[float],
     *,
     size: tuple[int, int] = TRAIN_SIZE,
     line_width: float = LINE_WIDTH,
@@ -99,11 +116,11 @@ def render_mask(
     draw = ImageDraw.Draw(img)
     exist = np.zeros(NUM_SLOTS, dtype=np.float32)
     slots = assign_slots(lanes, h_samples, min_points=min_points)
-    ys = np.asarray(h_samples, dtype=np.float64)
+    ys, sorted_xs = by_row(lanes, h_samples)
     # draw left to right so that overlaps resolve the same way every time
     for i in sorted((i for i, s in enumerate(slots) if s is not None), key=lambda i: slots[i]):
         slot = slots[i]
-        xs = np.asarray(lanes[i])
+        xs = sorted_xs[i]
         exist[slot - 1] = 1.0
         for run in _runs(xs):
             px = (xs[run] + 0.5) * sx - 0.5

@@ -210,9 +210,9 @@ class Truth:
 
 def parse_truth(obj: object, where: str = "") -> Truth:
     """One decoded ground-truth line -> Truth (ValueError naming the bad field). Laxer than training's
-    parse_label: the official script scores float x (300.0), rows in any order, any x a float holds,
-    frames without lanes or rows; it cannot fit a lane through NaN or infinite values, nor score a lane
-    of another length than the rows, so those are refused."""
+    parse_label: the official script scores any x a float holds (1e10, any negative), true/false as 1/0,
+    any number of lanes, frames without rows; it cannot fit a lane through NaN or infinite values, nor score a
+    lane of another length than the rows, so those are refused."""
     obj = _frame_line(obj, ("raw_file", "h_samples", "lanes"), "a ground-truth line holds raw_file, h_samples "
                                                                "and lanes")
 

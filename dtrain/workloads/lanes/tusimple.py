@@ -36,8 +36,8 @@ MAX_COORD = 2**31 - 1  # largest |x| or row a label may give (real ones lie with
 @dataclass(frozen=True, kw_only=True)
 class LaneLabel:
     raw_file: str  # frame path relative to the dataset root, e.g. clips/0313-1/60/20.jpg
-    h_samples: tuple[int, ...]  # image rows (y) at which every lane gives an x
-    lanes: tuple[tuple[int, ...], ...]  # one x per h_sample row per lane; -2 = no point
+    h_samples: tuple[int | float, ...]  # image rows (y) at which every lane gives an x, in the file's order
+    lanes: tuple[tuple[int | float, ...], ...]  # one x per h_sample row per lane; -2 = no point; fractions kept
     run_time: float | None = None  # ms per frame, predictions only (None = not given)
     where: str = field(default="", compare=False, repr=False)  # "FILE:LINE" it was read from, for messages
 
@@ -68,17 +68,18 @@ def is_number(value: object) -> bool:
         return False
 
 
-def _int_list(value: object, what: str) -> tuple[int, ...]:
-    """Whole pixels: integers, or floats of whole value (300.0, as numpy-written labels give them, and as the
-    official evaluation reads them) taken as those integers."""
+def _coords(value: object, what: str) -> tuple[int | float, ...]:
+    """Pixel coordinates: integers, floats of whole value (300.0, as numpy-written labels give them) taken as those
+    integers, and fractional floats (300.5, as some published converters write them) kept as given: the official
+    evaluation reads all three, and a mask draws each x at the mask pixel it falls in."""
     if not isinstance(value, list):
         raise ValueError(f"{what} must be a list, got {type(value).__name__}")
     out = []
     for i, v in enumerate(value):
+        if not (_is_int(v) or is_number(v)):  # true/false, null, a string, NaN, Infinity
+            raise ValueError(f"{what}[{i}] must be a number, got {json.dumps(v)}")
         if isinstance(v, float) and v.is_integer():
             v = int(v)
-        if not _is_int(v):
-            raise ValueError(f"{what}[{i}] must be an integer, got {json.dumps(v)}")
         if abs(v) > MAX_COORD:
             raise ValueError(f"{what}[{i}] is {v}, out of range: give -{MAX_COORD} to {MAX_COORD}")
         out.append(v)
@@ -101,16 +102,16 @@ def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES, where: str = 
     if os.path.isabs(raw_file) or ".." in Path(raw_file).parts:  # the loader would read a file outside the dataset
         raise ValueError(f"raw_file {raw_file!r} leads out of the dataset folder: give a path inside it, "
                          "e.g. clips/0313-1/60/20.jpg")
-    h_samples = _int_list(obj["h_samples"], "h_samples")
+    # rows in any order (or repeated) are kept as given: predictions follow the file's order, as the official
+    # evaluation pairs them by index; masks draw through the rows sorted (masks.by_row)
+    h_samples = _coords(obj["h_samples"], "h_samples")
     if not h_samples:
         raise ValueError("h_samples is empty: give the image rows (y) the lanes' x values are at")
-    if any(b <= a for a, b in zip(h_samples, h_samples[1:])):
-        raise ValueError("h_samples must be strictly increasing")
     if not isinstance(obj["lanes"], list):
         raise ValueError(f"lanes must be a list, got {type(obj['lanes']).__name__}")
     if max_lanes is not None and len(obj["lanes"]) > max_lanes:
         raise ValueError(f"{len(obj['lanes'])} lanes, at most {max_lanes} allowed")
-    lanes = tuple(_int_list(lane, f"lanes[{i}]") for i, lane in enumerate(obj["lanes"]))
+    lanes = tuple(_coords(lane, f"lanes[{i}]") for i, lane in enumerate(obj["lanes"]))
     for i, lane in enumerate(lanes):
         if len(lane) != len(h_samples):
             raise ValueError(f"lanes[{i}] has {len(lane)} points but h_samples has {len(h_samples)}")
@@ -129,9 +130,25 @@ def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES, where: str = 
     )
 
 
+def launcher_rank() -> int:
+    """This process's rank as far as the data readers need it: the process group's when one is started, else
+    the launcher's environment (torchrun's RANK, LOCAL_RANK; mpirun's, PMI's), else 0. Read without importing
+    torch or needing the platform: `dtrain lanes prepare` and `evaluate` run without either."""
+    dist = sys.modules.get("torch.distributed")  # imported by training, never here
+    if dist is not None and dist.is_available() and dist.is_initialized():
+        return dist.get_rank()
+    for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "LOCAL_RANK"):
+        value = os.environ.get(name, "").strip()
+        if value.isdigit():
+            return int(value)
+    return 0
+
+
 def stderr_warning(text: str) -> None:
-    """The default `warn` of the readers: one line on stderr."""
-    print(f"warning: {text}", file=sys.stderr)
+    """The default `warn` of the readers: one line on stderr, from rank 0 only (every rank of a job reads the
+    same files: three ranks printed the same warning three times)."""
+    if launcher_rank() == 0:
+        print(f"warning: {text}", file=sys.stderr)
 
 
 def outside_frame(h_samples: Iterable[float], lanes: Iterable[Iterable[float]]) -> str | None:
