@@ -19,13 +19,15 @@ from typing import Any, Callable
 from dtrain.errors import SpecError, StorageError
 from dtrain.names import CLASS_RE, MAX_CLASS
 from dtrain.replace import replace_file
-from dtrain.spec import MAX_YAML_BYTES, check_name, plain_numbers, yaml_mapping
+from dtrain.spec import MAX_YAML_BYTES, check_name, node_labels, plain_numbers, yaml_mapping
 
 BACKENDS = ("local", "kubernetes", "sagemaker")
-KEYS = ("project", "backend", "project_backends", "kubernetes", "storage_classes", "sagemaker", "deleted_job_ttl")
+KEYS = ("project", "backend", "project_backends", "kubernetes", "storage_classes", "sagemaker", "deleted_job_ttl",
+        "node_labels")
 TTL_RE = re.compile(r"^(\d{1,6})(s|m|h|d)\Z")
 DEFAULTS = {"project": "default", "backend": "local", "project_backends": {}, "kubernetes": {},
-            "storage_classes": {}, "sagemaker": {}, "deleted_job_ttl": None}  # a key config.yaml leaves out
+            "storage_classes": {}, "sagemaker": {}, "deleted_job_ttl": None,
+            "node_labels": {}}  # a key config.yaml leaves out
 # A mapping entry's first line, as safe_dump and people write it: `key:` then a value, a comment or nothing.
 _ENTRY_RE = re.compile(r"^([A-Za-z0-9_][A-Za-z0-9_.\-/]*)[ \t]*:(?=[ \t]|\r?\n|\Z)")
 
@@ -106,6 +108,9 @@ class UserConfig:
     deleted_job_ttl: str | None = None  # forget deleted jobs this long after deletion, e.g. 7d
     storage_classes: dict[str, str] = field(default_factory=dict)  # local class -> root folder
     sagemaker: dict[str, Any] = field(default_factory=dict)  # SageMakerConfig fields
+    # this machine's own node labels, beside kubernetes.io/hostname, os and arch: what a local job's
+    # --node-selector (--node-type: run.ai/type) may ask for, as `kubectl label node` adds a node's
+    node_labels: dict[str, str] = field(default_factory=dict)
 
     @classmethod
     def load(cls, home: Path, *, apart: bool = True) -> "UserConfig":
@@ -119,7 +124,7 @@ class UserConfig:
         unknown = sorted(map(str, set(data) - set(KEYS)))
         if unknown:
             raise SpecError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
-        for key in ("project_backends", "kubernetes", "sagemaker"):  # storage_classes: validate() says more
+        for key in ("project_backends", "kubernetes", "sagemaker", "node_labels"):  # storage_classes: validate() says more
             if data.get(key) is None:
                 data.pop(key, None)
             elif not isinstance(data[key], dict):
@@ -162,6 +167,10 @@ class UserConfig:
                     f"{where}: storage classes {a!r} and {b!r} {how}: give each class a folder of its own, apart from the "
                     f"other's (a volume's folder in one would be inside the other's)", (a, b))
 
+        try:
+            node_labels(self.node_labels, "node_labels")
+        except SpecError as err:
+            raise SpecError(f"{where}: {err}") from None
         if self.deleted_job_ttl is not None and not TTL_RE.match(str(self.deleted_job_ttl)):
             raise SpecError(f"{where}: invalid deleted_job_ttl {self.deleted_job_ttl!r}; use a duration "
                             f"such as 30m, 12h or 7d")
@@ -179,6 +188,8 @@ class UserConfig:
                 "kubernetes": self.kubernetes, "storage_classes": self.storage_classes, "sagemaker": self.sagemaker}
         if self.deleted_job_ttl is not None:
             data["deleted_job_ttl"] = self.deleted_job_ttl
+        if self.node_labels:  # written by hand; kept through every `dtrain config` change
+            data["node_labels"] = self.node_labels
         import yaml  # here: ~25 ms that every other command would pay at start-up
 
         if path.is_symlink():  # replacing it would cut the user's link (a dotfiles copy) without a word

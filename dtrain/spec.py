@@ -334,16 +334,59 @@ def _labels(labels) -> dict[str, str]:
         raise SpecError(f"{len(labels)} labels: a job takes {MAX_LABELS} at most (SageMaker's tag limit)")
     out = {}
     for key, value in dict(labels).items():
-        if not isinstance(key, str) or len(key) > 253 + 1 + 63 or not LABEL_KEY_RE.match(key):
-            raise SpecError(f"invalid label key {shown(key)}: use a name of 63 letters, digits, '-', '_' or '.' at "
-                            f"most, alphanumeric at both ends, with an optional prefix and '/' (e.g. team, "
-                            f"example.com/team)")
+        _label(key, value, "label", example="team, example.com/team")
         if key.startswith(OWNED_LABEL_PREFIXES) and not _STORED.get():
             raise SpecError(f"invalid label key {key}: the prefix is dtrain's or the platform's own; use another")
-        if not isinstance(value, str) or not LABEL_VALUE_RE.match(value):
-            raise SpecError(f"invalid value {shown(value)} of label {_keys([key])}: use 63 letters, digits, '-', '_' "
-                            f"or '.' at most, alphanumeric at both ends (quote it in YAML)")
         out[key] = value
+    return out
+
+
+def _label(key, value, what: str, *, example: str) -> None:
+    """One KEY: value pair under Kubernetes' label rules, `what` ('label', 'node selector') naming it."""
+    if not isinstance(key, str) or len(key) > 253 + 1 + 63 or not LABEL_KEY_RE.match(key):
+        raise SpecError(f"invalid {what} key {shown(key)}: use a name of 63 letters, digits, '-', '_' or '.' at "
+                        f"most, alphanumeric at both ends, with an optional prefix and '/' (e.g. {example})")
+    if not isinstance(value, str) or not LABEL_VALUE_RE.match(value):
+        raise SpecError(f"invalid value {shown(value)} of {what} {_keys([key])}: use 63 letters, digits, '-', '_' "
+                        f"or '.' at most, alphanumeric at both ends (quote it in YAML)")
+
+
+# Node selection, as a pod's nodeSelector: every KEY=VALUE must be a label of the node. Run:AI's
+# `--node-type T` is the node label run.ai/type=T (its "group nodes" guide: kubectl label node N run.ai/type=T).
+NODE_TYPE_LABEL = "run.ai/type"
+MAX_NODE_SELECTOR = 16  # terms of a node selector: a node has few labels, and each one narrows the nodes
+
+
+def node_labels(labels, what: str = "node selector") -> dict[str, str]:
+    """A node's labels, or a node_selector naming them: KEY -> value, each a Kubernetes label; unlike
+    `labels`, any prefix (kubernetes.io/hostname, node.kubernetes.io/instance-type, run.ai/type)."""
+    if not isinstance(labels, Mapping):
+        raise SpecError(f"invalid {what} {shown(labels)}: must be a mapping of KEY: value, "
+                        f"e.g. {{{NODE_TYPE_LABEL}: dgx-a100}}")
+    if len(labels) > MAX_NODE_SELECTOR:
+        raise SpecError(f"{what}: {len(labels)} labels, {MAX_NODE_SELECTOR} at most; keep the ones that tell "
+                        f"the nodes apart")
+    for key, value in dict(labels).items():
+        _label(key, value, what, example=f"{NODE_TYPE_LABEL}, kubernetes.io/hostname")
+    return dict(labels)
+
+
+def parse_node_selector(items, node_type: str | None = None) -> dict[str, str]:
+    """Repeated ``--node-selector KEY=VALUE`` (kubectl's nodeSelector) and Run:AI's ``--node-type T``
+    (``run.ai/type=T``) as one mapping; the last value of a key wins. The rules are the spec's."""
+    out: dict[str, str] = {}
+    for item in items or ():
+        key, sep, value = _text(item, "--node-selector").partition("=")
+        if not sep:
+            raise SpecError(f"invalid --node-selector {shown(item)}: use KEY=VALUE, e.g. "
+                            f"--node-selector kubernetes.io/hostname=gpu-node-1")
+        out[key] = value
+    if node_type is not None:
+        given = out.get(NODE_TYPE_LABEL)
+        if given is not None and given != node_type:
+            raise SpecError(f"--node-type {node_type} is --node-selector {NODE_TYPE_LABEL}={node_type}, but "
+                            f"--node-selector {NODE_TYPE_LABEL}={given} was given too: keep one")
+        out[NODE_TYPE_LABEL] = _text(node_type, "--node-type")
     return out
 
 
@@ -439,6 +482,8 @@ class JobSpec:
     env: Mapping[str, str] = field(default_factory=dict)  # extra environment variables
     # labels on the job's objects (Kubernetes labels, SageMaker tags), e.g. the pipeline run that made it
     labels: Mapping[str, str] = field(default_factory=dict)
+    # labels a node must have to run the job (a pod's nodeSelector; Run:AI's --node-type is run.ai/type)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
     volumes: tuple[Volume, ...] = ()  # --pvc mounts, in flag order
     large_shm: bool = False  # a large in-memory /dev/shm
     working_dir: str | None = None  # working directory of the command
@@ -479,6 +524,7 @@ class JobSpec:
         set_("command", tuple(_text(c, "command word", fix=" (quote it in YAML)") for c in self.command))
         set_("env", _env(self.env))
         set_("labels", _labels(self.labels))
+        set_("node_selector", node_labels(self.node_selector))
         if not _STORED.get():
             self._check_snapshot_env()
         used = sum(_bytes(w) + 1 for w in self.command) + sum(_bytes(k) + _bytes(v) + 2 for k, v in self.env.items())
@@ -617,6 +663,7 @@ class JobSpec:
         d["command"] = list(self.command)
         d["env"] = dict(self.env)
         d["labels"] = dict(self.labels)
+        d["node_selector"] = dict(self.node_selector)
         d["volumes"] = [v.to_flag() for v in self.volumes]
         d["image_pull_secrets"] = list(self.image_pull_secrets)
         d["sagemaker"] = None if self.sagemaker is None else self.sagemaker.to_dict()
@@ -642,7 +689,7 @@ class JobSpec:
                             f"e.g. [python, train.py, --epochs, '2']")
         data["command"] = tuple(_word(c, "command") for c in data["command"])
         data["volumes"] = tuple(parse_pvc(v) if isinstance(v, str) else _volume_from_dict(v) for v in vols)
-        for key in ("env", "labels", "image_pull_secrets"):  # `env:` left empty in YAML means none
+        for key in ("env", "labels", "node_selector", "image_pull_secrets"):  # `env:` left empty in YAML: none
             if key in data and data[key] is None:
                 del data[key]
         if "env" in data:
@@ -697,7 +744,8 @@ FIELD_ALIASES = {"gpus": "gpu", "replicas": "processes", "workers": "processes",
                  "args": "command", "cmd": "command", "entrypoint": "command", "environment": "env",
                  "envs": "env", "pvcs": "volumes", "namespace": "project", "workdir": "working_dir",
                  "workingdir": "working_dir", "cpus": "cpu", "mem": "memory", "backoff_limit": "max_restarts",
-                 "backofflimit": "max_restarts", "instance_type": "sagemaker.instance_type"}
+                 "backofflimit": "max_restarts", "instance_type": "sagemaker.instance_type",
+                 "nodeselector": "node_selector", "nodetype": "node_selector"}
 
 
 def _did_you_mean(key, known) -> str:

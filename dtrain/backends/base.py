@@ -257,6 +257,7 @@ class NodeInfo:
     cpus: int | None = None
     memory: int | None = None  # bytes
     gpus: tuple[GpuInfo, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)  # what a job's node_selector matches
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(asdict(self))

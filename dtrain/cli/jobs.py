@@ -22,8 +22,8 @@ from dtrain.errors import ConflictError, NotFoundError, SpecError
 from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, as_typed_number, check_limit_bytes, check_name, check_rank, check_tail, shown,
                           wait_refusal, written)
 from dtrain.numbers import exact, plain
-from dtrain.spec import (JobSpec, check_sagemaker_mapping, parse_env, parse_labels, parse_pvc, sagemaker_backend,
-                         yaml_mapping)
+from dtrain.spec import (JobSpec, check_sagemaker_mapping, parse_env, parse_labels, parse_node_selector, parse_pvc,
+                         sagemaker_backend, yaml_mapping)
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
 
 # flag dest -> spec field, for flags that map one to one
@@ -108,6 +108,7 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
                    help="a label on the job (Kubernetes label, SageMaker tag; repeat); 'dtrain list -l' selects by it")
     p.add_argument("--pvc", action="append", metavar="SPEC",
                    help="VOLUME:MOUNT[:ro] for an existing volume, CLASS:SIZE:MOUNT for a new one (repeat)")
+    add_node_options(p)
     p.add_argument("--large-shm", action="store_const", const=True,
                    help="a large in-memory /dev/shm (local: half the machine's memory, or the host's /dev/shm if larger; Kubernetes: the "
                         "pod's memory, or config.yaml's kubernetes shm_size)")
@@ -126,6 +127,21 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
                    help="print what would run and stop (local: the spec as submit stores it, refused as submit "
                         "would but for volumes; Kubernetes: the YAML; SageMaker: the requests as JSON)")
     add_sagemaker_options(p)
+
+
+def add_node_options(p: argparse.ArgumentParser) -> None:
+    """Where the job may run: a pod's nodeSelector (submit and notebook start alike)."""
+    p.add_argument("--node-selector", action="append", metavar="KEY=VALUE",
+                   help="run only on nodes with this label (Kubernetes nodeSelector; repeat: all must match; "
+                        "local: this machine's labels, see 'dtrain nodes --json')")
+    p.add_argument("--node-type", metavar="TYPE", help="Run:AI's node type: --node-selector run.ai/type=TYPE")
+
+
+def node_selector_of(args: argparse.Namespace, data: dict) -> None:
+    """--node-selector and --node-type merged into `data`'s node_selector (flags win over the file's)."""
+    items, node_type = getattr(args, "node_selector", None), getattr(args, "node_type", None)
+    if items or node_type is not None:
+        data["node_selector"] = {**(data.get("node_selector") or {}), **parse_node_selector(items, node_type)}
 
 
 def add_sagemaker_options(p: argparse.ArgumentParser) -> None:
@@ -180,6 +196,7 @@ def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:
 # The job file's nested blocks and what each must be: the flags merge into them.
 _BLOCKS = {"env": (Mapping, "a mapping of NAME: value, e.g. env: {SEED: '1'}"),
            "labels": (Mapping, "a mapping of KEY: value, e.g. labels: {team: vision}"),
+           "node_selector": (Mapping, "a mapping of KEY: value, e.g. node_selector: {run.ai/type: dgx-a100}"),
            "sagemaker": (Mapping, "a mapping of SageMaker options, e.g. sagemaker: {instance_type: ml.m5.xlarge}"),
            "volumes": ((list, tuple), "a list, e.g. volumes: [data:/mnt]"),
            "pvc": ((list, tuple), "a list, e.g. pvc: [data:/mnt]"),
@@ -217,6 +234,7 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
         data["env"] = {**(data.get("env") or {}), **parse_env(args.environment)}
     if args.label:
         data["labels"] = {**(data.get("labels") or {}), **parse_labels(args.label)}
+    node_selector_of(args, data)
     if args.pvc:  # as -e overrides the file's variable of the same name, --pvc its mount at the same path
         given = [parse_pvc(v) for v in args.pvc]
         taken = {v.mount_path for v in given}

@@ -12,7 +12,7 @@ import json
 import time
 
 from dtrain.cli import format as fmt
-from dtrain.cli.jobs import gpu_count, none_listed, real
+from dtrain.cli.jobs import add_node_options, gpu_count, node_selector_of, none_listed, real
 from dtrain import JobStatus
 from dtrain.client import Client
 from dtrain.errors import SpecError
@@ -82,7 +82,7 @@ def _not_a_name(words: list[str], actions: list[str]) -> str | None:
 
 
 _START_FLAGS = (("--pvc",), ("-g", "--gpu"), ("--cpu",), ("--memory",), ("-i", "--image"), ("-p", "--project"),
-                ("--backend",), ("--idle-timeout",))
+                ("--backend",), ("--idle-timeout",), ("--node-selector",), ("--node-type",))
 
 
 class _AfterTheName(argparse.Action):
@@ -97,6 +97,7 @@ class _AfterTheName(argparse.Action):
 def cmd_start(args, client: Client) -> int:
     fields = {k: getattr(args, k) for k in ("gpu", "cpu", "memory", "image", "project", "backend")
               if getattr(args, k) is not None}
+    node_selector_of(args, fields)
     if args.idle_timeout is not None:
         fields["idle_timeout"] = check_idle_timeout(fmt.parse_duration(args.idle_timeout), args.idle_timeout)
     if "backend" not in fields:  # `dtrain --backend B notebook`, else the configured one, as `dtrain submit` does
@@ -194,6 +195,7 @@ def register(sub) -> None:
     c.add_argument("--cpu", type=real, help="CPU threads")
     c.add_argument("--memory", help="memory, e.g. 8Gi")
     c.add_argument("-i", "--image", help="notebook image (Kubernetes), e.g. a Kubeflow notebook-servers image")
+    add_node_options(c)
     c.add_argument("--idle-timeout", metavar="DURATION",
                    help="stop the notebook (freeing its GPUs) when no kernel or terminal ran this long, "
                         "e.g. 1h (1m to 30d; default: never; local backend)")

@@ -109,6 +109,8 @@ class SpecIn(_In):
     env: dict[str, str] = Field(default_factory=dict, description="environment variables")
     labels: dict[str, str] = Field(default_factory=dict, description="labels on the job's objects (Kubernetes labels, "
                                    "SageMaker tags), e.g. the pipeline run that submitted it")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="labels a node must have to run the "
+                                          "job (Kubernetes nodeSelector; Run:AI's --node-type T: run.ai/type: T)")
     volumes: list[str] = Field(default_factory=list, max_length=64,
                                description="--pvc values: VOLUME:MOUNT[:ro] or CLASS:SIZE:MOUNT")
     large_shm: bool = False
@@ -151,7 +153,7 @@ NotebookIn = create_model(
     idle_timeout=_as_for_jobs("idle_timeout", "seconds without kernel or terminal activity (requests do not "
                                               "count) before the notebook is suspended, its GPUs freed (null: "
                                               "never; local backend)"),
-    project=_as_for_jobs("project"),
+    node_selector=_as_for_jobs("node_selector"), project=_as_for_jobs("project"),
     backend=(Literal["local", "kubernetes"] | None, Field(None, description="default: the project's configured one")))
 
 
@@ -322,6 +324,8 @@ class Node(BaseModel):
     cpus: int | None
     memory: int | None
     gpus: list[Gpu]
+    labels: dict[str, str] = Field(default_factory=dict, description="the node's labels, what a job's "
+                                   "node_selector matches")
 
 
 class GpuSample(BaseModel):
@@ -370,7 +374,7 @@ def node_out(n) -> Node:
     return Node(name=n.name, gpus_allocatable=n.gpus_allocatable, gpus_allocated=n.gpus_allocated, cpus=n.cpus,
                 memory=n.memory, gpus=[Gpu(index=g.index, name=g.name, memory_total=g.memory_total,
                                            memory_used=g.memory_used, utilization=g.utilization, job=g.job,
-                                           project=g.project) for g in n.gpus])
+                                           project=g.project) for g in n.gpus], labels=dict(n.labels))
 
 
 # ---- volumes and snapshots ----------------------------------------------------------------------

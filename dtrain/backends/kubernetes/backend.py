@@ -620,7 +620,8 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
             out.append(NodeInfo(name=name, gpus_allocatable=int(alloc.get(GPU_RESOURCE, 0)),
                                 gpus_allocated=used.get(name, 0), cpus=_cpus(alloc.get("cpu")),
                                 memory=parse_size(alloc["memory"]) if alloc.get("memory") else None,
-                                gpus=_gpus(meta, int(alloc.get(GPU_RESOURCE, 0)))))
+                                gpus=_gpus(meta, int(alloc.get(GPU_RESOURCE, 0))),
+                                labels=dict(meta.get("labels") or {})))
         return Listed(sorted(out, key=lambda n: n.name), notices)
 
     def _pods_holding_gpus(self) -> tuple[list[dict], list[Notice]]:

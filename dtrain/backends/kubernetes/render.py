@@ -9,6 +9,8 @@
     --pvc CLASS:SIZE:MOUNT          PVC pvc-<job>-<i> (ReadWriteMany), created before the job
     --pvc NAME:MOUNT[:ro]           a mount of the existing claim NAME
     --large-shm                     emptyDir {medium: Memory} at /dev/shm
+    --node-selector K=V, --node-type  every pod's nodeSelector (the MPI launcher's too); --node-type T
+                                    is run.ai/type=T, the label Run:AI's node types use
     notebook (spec.notebook)        kubeflow.org/v1 Notebook: one pod running the image's Jupyter
 
 Packing rule: a GPU job packs k processes into one pod (nprocPerNode / slotsPerWorker = k)
@@ -357,6 +359,8 @@ def _train_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: 
     secrets = _pull_secrets(spec, config)
     if secrets:
         pod["imagePullSecrets"] = secrets
+    if spec.node_selector:
+        pod["nodeSelector"] = _node_selector(spec)
     pod_meta = {"labels": job_labels(spec, config)}
     patch = {"manager": "dtrain.io/backend", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
         {"name": config.trainer_node, "template": {"spec": {"template": {"metadata": pod_meta, "spec": pod}}}}]}}}}
@@ -430,7 +434,16 @@ def pod_template(spec: JobSpec, config: KubernetesConfig, command: list[str] | N
         pod["imagePullSecrets"] = secrets
     if config.scheduler_name:
         pod["schedulerName"] = config.scheduler_name
+    if spec.node_selector:  # every replica, the MPI launcher too: see _node_selector
+        pod["nodeSelector"] = _node_selector(spec)
     return {"metadata": {"labels": job_labels(spec, config)}, "spec": pod}
+
+
+def _node_selector(spec: JobSpec) -> dict[str, str]:
+    """The pods' nodeSelector. The MPI launcher gets it as the workers do: Run:AI's --node-type
+    places every pod of a workload, and the launcher runs the same image (a kubernetes.io/arch
+    selector is its architecture too) and often may run only on the team's nodes (a pool's label)."""
+    return dict(spec.node_selector)
 
 
 def _env(spec: JobSpec, extra: dict[str, str], *, gpus: bool) -> list[dict[str, str]]:

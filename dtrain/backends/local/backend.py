@@ -208,7 +208,10 @@ class LocalBackend(Backend):
 
     def _check_resources(self, spec: JobSpec, *, volumes: bool = True) -> None:
         from dtrain.backends.local.devices import inventory
+        from dtrain.backends.local.node import check_selector, node_labels
 
+        if spec.node_selector:  # the one node: a selector it cannot match would wait for ever on Kubernetes
+            check_selector(spec, node_labels(UserConfig.load(self.home).node_labels), str(self.home / "config.yaml"))
         most, why = max_local_processes()
         if spec.processes > most:
             raise QuotaError(f"job {spec.name!r} asks for {spec.processes} processes but this machine can run at "
@@ -738,12 +741,13 @@ class LocalBackend(Backend):
         import socket
 
         from dtrain.backends.local.devices import inventory
+        from dtrain.backends.local.node import node_labels
 
         gpus = inventory()
         self.reconcile_others(None)  # a lost job's GPUs are not shown held by a job `list` calls Failed
         held, projects = self.store.allocations(), self.store.allocation_projects()
         return [NodeInfo(name=socket.gethostname(), gpus_allocatable=len(gpus), gpus_allocated=len(held),
-                         cpus=os.cpu_count(),
+                         cpus=os.cpu_count(), labels=node_labels(UserConfig.load(self.home).node_labels),
                          memory=os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),
                          gpus=tuple(replace(g, job=held.get(g.index), project=projects.get(held.get(g.index)))
                                     for g in gpus))]
