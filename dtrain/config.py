@@ -124,7 +124,8 @@ class UserConfig:
         unknown = sorted(map(str, set(data) - set(KEYS)))
         if unknown:
             raise SpecError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
-        for key in ("project_backends", "kubernetes", "sagemaker", "node_labels"):  # storage_classes: validate() says more
+        # storage_classes: validate() says more
+        for key in ("project_backends", "kubernetes", "sagemaker", "node_labels"):
             if data.get(key) is None:
                 data.pop(key, None)
             elif not isinstance(data[key], dict):

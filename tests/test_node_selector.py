@@ -92,7 +92,8 @@ def test_every_replica_pod_gets_the_node_selector_and_validates(fields, config):
     for template in templates:  # the MPI launcher included, as Run:AI places every pod of a workload
         assert template["spec"]["nodeSelector"] == SELECTOR
     plain = render_job(_spec(**fields), config)
-    assert all("nodeSelector" not in t["spec"] for o in plain if o["kind"] == workload["kind"] for t in pod_templates(o))
+    assert all("nodeSelector" not in t["spec"]
+               for o in plain if o["kind"] == workload["kind"] for t in pod_templates(o))
 
 
 def test_a_trainjob_and_a_notebook_carry_it_too():

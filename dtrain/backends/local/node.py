@@ -43,7 +43,8 @@ def check_selector(spec: JobSpec, labels: Mapping[str, str], config_file: str) -
                f"{fixed[0]}={missing[fixed[0]]}, or submit it where such a node is (--backend kubernetes)")
     else:
         mapping = ", ".join(f"{k}: {v}" for k, v in missing.items())
-        fix = f"drop --node-selector/--node-type, or give this machine the label in {config_file}: node_labels: {{{mapping}}}"
+        fix = (f"drop --node-selector/--node-type, or give this machine the label in {config_file}: "
+               f"node_labels: {{{mapping}}}")
     raise QuotaError(f"job {spec.name!r} asks for a node with {asked}, but this machine (the local backend's one "
                      f"node) has {has}: {fix}")
 

@@ -265,9 +265,9 @@ def training_job_request(spec: JobSpec, cfg: SageMakerConfig) -> dict:
         raise SpecError("SageMaker jobs read data from channels, not volumes: replace --pvc with "
                         "--channel NAME=s3://BUCKET/PREFIX (or efs://FS-ID/PATH)")
     if spec.node_selector:  # SageMaker starts instances of one type for the job: there are no nodes to pick
-        raise SpecError(f"SageMaker has no node selection ({', '.join(f'{k}={v}' for k, v in spec.node_selector.items())}): "
-                        f"the machine is the instance type; drop --node-selector/--node-type and give "
-                        f"--instance-type (e.g. ml.p4d.24xlarge)")
+        asked = ", ".join(f"{k}={v}" for k, v in spec.node_selector.items())
+        raise SpecError(f"SageMaker has no node selection ({asked}): the machine is the instance type; drop "
+                        f"--node-selector/--node-type and give --instance-type (e.g. ml.p4d.24xlarge)")
     if any(c.kind in ("efs", "fsx") for c in opts.channels) and cfg.vpc is None and not opts.local:
         raise SpecError("EFS and FSx channels are reached through a VPC, and none is configured: run "
                         "dtrain config sagemaker --subnets subnet-... --security-groups sg-...")
