@@ -740,6 +740,14 @@ class Client:
         """Change a volume's storage class: a move between roots locally, a VolumeAttributesClass on Kubernetes."""
         return self._storage(project).update_volume(name, storage_class=storage_class)
 
+    def wait_volume(self, name: str, *, timeout: float | None = None, project: str | None = None) -> VolumeInfo:
+        """Block until the storage class `update_volume` set is in effect (Kubernetes: the CSI driver
+        changes the tier asynchronously, status.currentVolumeAttributesClassName; locally at once);
+        TimeoutError_ after `timeout` s, ConflictError if the storage system refused the class."""
+        backend = self._storage(project)
+        return backend.wait_volume(name, timeout=timeout,
+                                   command=lambda words: self.command_for(words, backend=backend.name, project=project))
+
     def render_volume_update(self, name: str, *, storage_class: str, project: str | None = None) -> dict | list[dict]:
         """`volume update --dry-run`: the PVC patch on Kubernetes (a list of requests), the planned
         move locally (one mapping)."""

@@ -132,8 +132,8 @@ def test_volume_update_message_names_the_volume_attributes_class(backend, tmp_pa
 
     backend.create_volume("work", size="5Gi", storage_class="ontap-nas")
     client = Client(home=tmp_path, backend="kubernetes", backends={"kubernetes": backend})
-    cmd_volume(Namespace(action="update", name="work", storage_class="premium", dry_run=False, json=False,
-                         project=None), client)
+    cmd_volume(Namespace(action="update", name="work", storage_class="premium", dry_run=False, json=False, wait=False,
+                         timeout=None, project=None), client)
     out = capsys.readouterr().out
     assert out.startswith("volume 'work' now has VolumeAttributesClass 'premium' (its storage class stays")
     assert "is now in storage class" not in out

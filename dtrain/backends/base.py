@@ -715,6 +715,27 @@ class Backend(abc.ABC):
         with self._named("volume", name):
             return self._render_volume_update(_existing(name, "volume"), storage_class=storage_class)
 
+    def wait_volume(self, name: str, *, timeout: float | None = None, poll: float = 1.0,
+                    command: Callable[[str], str] | None = None) -> VolumeInfo:
+        """Block until the storage class `update_volume` set is in effect (`volume update --wait`): on
+        Kubernetes once the PVC's status.currentVolumeAttributesClassName is its spec's class and
+        status.modifyVolumeStatus is gone (the CSI driver is done); locally at once, as the move is
+        done when `update_volume` returns. A class the storage system refuses (Infeasible) ends the
+        wait (ConflictError naming the fix), as `wait_snapshot` ends on a snapshot's error."""
+        if timeout is not None:
+            check_wait(timeout)
+        with self._named("volume", name):
+            info = self._get_volume(_existing(name, "volume"))
+        say = command or (lambda words: f"dtrain {words}")
+
+        def late(info: VolumeInfo) -> DtrainError:
+            look = say(f"volume describe {name}")
+            return TimeoutError_(f"volume {name!r} is still changing storage class after {timeout:g}s "
+                                 f"({self._class_change(info, say)}); wait longer (--timeout) or check '{look}'", look)
+
+        return _until(info, lambda: self._get_volume(name), lambda i: self._class_change(i, say) is None, late,
+                      timeout=timeout, poll=lambda: poll)
+
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         progress: Progress | None = None) -> SnapshotInfo:
         """Snapshot `volume` now, linked to `job` if given. Default name: <volume>-<UTC time>."""
@@ -913,6 +934,13 @@ class Backend(abc.ABC):
 
     def _render_volume_update(self, name: str, *, storage_class: str) -> Any:
         raise self._not_supported("changing a volume's storage class")
+
+    def _class_change(self, info: VolumeInfo, say: Callable[[str], str]) -> str | None:
+        """Where the volume's storage-class change stands, in words; None once the class is in effect
+        (the default: a backend whose `_update_volume` returns when the change is done). Raises
+        ConflictError, naming the fix (`say(words)` is the command to type), when the storage system
+        refused the class: the wait would never end."""
+        return None
 
     def _verify_snapshot(self, name: str | None) -> VerifyReport:
         raise self._not_supported("'snapshot verify'", "it reads the local snapshot store")

@@ -10,7 +10,7 @@ import time
 from dtrain.cli import format as fmt
 from dtrain.cli.jobs import EXIT_TIMEOUT, wait_timeout
 from dtrain.client import Client
-from dtrain.errors import TimeoutError_
+from dtrain.errors import SpecError, TimeoutError_
 
 
 def _progress():
@@ -72,22 +72,47 @@ def cmd_volume(args, client: Client) -> int:
         print(fmt.plain_yaml(client.render_volume_update(args.name, storage_class=args.storage_class,
                                                                 project=args.project)), end="")
     elif args.action == "update":
-        v = client.update_volume(args.name, storage_class=args.storage_class, project=args.project)
-        if v.extra.get("volume_attributes_class"):  # Kubernetes: the StorageClass stays, the tier changes
-            said = (f"volume '{v.name}' now has VolumeAttributesClass '{args.storage_class}' (its storage class "
-                    f"stays; the storage system changes the tier in place, when it can: `"
-                    f"{client.command_for(f'volume describe {v.name}', backend=v.backend, project=args.project)}` "
-                    f"shows the class in effect)")
-        else:
-            where = v.extra.get("path")
-            said = f"volume '{v.name}' is now in storage class '{args.storage_class}'"
-            if v.extra.get("moved") is False:
-                said = f"volume '{v.name}' is already in storage class '{args.storage_class}': nothing moved"
-            said += f" ({where})" if where else ""
-        _print(v, said, args.json)
+        return _update_volume(args, client)
     elif args.action == "delete":
         client.delete_volume(args.name, force=args.force, project=args.project)
         print(f"volume '{args.name}' deleted")
+    return 0
+
+
+def _update_volume(args, client: Client) -> int:
+    """`volume update --class`; with --wait, as `snapshot create --wait`: until the class is in effect
+    (Kubernetes: the CSI driver's asynchronous ModifyVolume), EXIT_TIMEOUT if --timeout runs out first."""
+    if args.timeout is not None and not args.wait:
+        again = _said(client, args, f"volume update {args.name} --class {args.storage_class} --wait --timeout "
+                                    f"{shlex.quote(args.timeout)}")
+        raise SpecError(f"--timeout goes with --wait: {again}")
+    timeout = None if args.timeout is None else wait_timeout(args.timeout)
+    v = client.update_volume(args.name, storage_class=args.storage_class, project=args.project)
+    if args.wait:
+        try:
+            waited = client.wait_volume(v.name, timeout=timeout, project=args.project)
+        except TimeoutError_ as err:
+            print(f"dtrain: --timeout {args.timeout} ran out waiting for volume {v.name!r} to take storage class "
+                  f"{args.storage_class!r} (set; the storage system goes on); check '{err.look}'", file=sys.stderr)
+            return EXIT_TIMEOUT
+        if v.extra.get("volume_attributes_class"):  # the class in effect now; a local move's record says more
+            v = waited
+    if v.extra.get("volume_attributes_class"):  # Kubernetes: the StorageClass stays, the tier changes
+        if args.wait:
+            said = (f"volume '{v.name}' now has VolumeAttributesClass '{args.storage_class}' in effect (its "
+                    f"storage class stays)")
+        else:
+            said = (f"volume '{v.name}' now has VolumeAttributesClass '{args.storage_class}' (its storage class "
+                    f"stays; the storage system changes the tier in place, when it can: `"
+                    f"{client.command_for(f'volume describe {v.name}', backend=v.backend, project=args.project)}` "
+                    f"shows the class in effect, --wait waits for it)")
+    else:
+        where = v.extra.get("path")
+        said = f"volume '{v.name}' is now in storage class '{args.storage_class}'"
+        if v.extra.get("moved") is False:
+            said = f"volume '{v.name}' is already in storage class '{args.storage_class}': nothing moved"
+        said += f" ({where})" if where else ""
+    _print(v, said, args.json)
     return 0
 
 
@@ -277,6 +302,11 @@ def register(sub) -> None:
                    help="local: a class of config.yaml's storage_classes; Kubernetes: a VolumeAttributesClass")
     c.add_argument("--dry-run", action="store_true", help="print the PVC patch (Kubernetes) or the planned move")
     c.add_argument("--json", action="store_true", help="print the moved volume as one JSON object")
+    c.add_argument("--wait", action="store_true",
+                   help="return once the class is in effect (Kubernetes: the CSI driver changes the tier "
+                        "asynchronously; local: at once)")
+    c.add_argument("--timeout", help=f"with --wait: give up after this many seconds, or a duration such as 10m "
+                                     f"(exit code {EXIT_TIMEOUT}; default: never)")
     for verb, text in (("list", "volumes, sizes, space used"), ("describe", "one volume"),
                        ("delete", "delete a volume and its data"),
                        ("classes", "storage classes (performance tiers): folder or provisioner, free space, "

@@ -52,6 +52,24 @@ def update_volume(request: Request, name: wire.VolumeName, body: wire.VolumeUpda
                                                                             project=project))
 
 
+@router.get("/volumes/{name}/wait", response_model=wire.Volume, responses={**LONG, 408: {"model": wire.Error}})
+async def wait_volume(request: Request, name: wire.VolumeName,
+                      timeout: Annotated[float, Query(ge=0, le=MAX_HTTP_WAIT, allow_inf_nan=False)] = 60,
+                      project: wire.StorageProject = None):
+    """Block until the storage class set by `PATCH /volumes/{name}` is in effect (`dtrain volume update
+    --wait`; Kubernetes: the CSI driver changes the tier asynchronously): 408 when `timeout` seconds pass
+    first, 409 when the storage system refused the class, 503 when the server stops first."""
+    clients = request.app.state.clients
+    waiting = _in_thread(request.app.state.streams,
+                         lambda: clients.get().wait_volume(name, timeout=timeout, project=project), f"wait-volume-{name}")
+    try:
+        volume = await unless_stopping(waiting, request.app.state.stopping)
+    except Stopping:
+        raise HTTPException(503, f"the server is shutting down; wait for volume {name!r} again once it is back "
+                                 f"(or with '{_again(clients, f'volume describe {name}', project)}')") from None
+    return wire.Volume.model_validate(volume)
+
+
 @router.get("/storage-classes", response_model=list[wire.StorageClass], responses=ERRORS)
 def list_storage_classes(request: Request, response: Response, project: wire.StorageProject = None):
     """The storage classes (performance tiers) volumes can use, the default first (`dtrain volume classes`); a

@@ -520,6 +520,18 @@ class FakeCluster:
                     pvc["status"] = {"phase": "Bound", "capacity": {"storage": size},
                                      "accessModes": pvc["spec"]["accessModes"]}
 
+    def modify_volumes(self) -> None:
+        """The external-resizer with a CSI driver that implements ModifyVolume: every PVC's
+        VolumeAttributesClass takes effect (status.currentVolumeAttributesClassName), its
+        modifyVolumeStatus gone."""
+        with self.lock:
+            for pvc in self.items("", "persistentvolumeclaims"):
+                status = pvc.setdefault("status", {})
+                status.pop("modifyVolumeStatus", None)
+                target = pvc["spec"].get("volumeAttributesClassName")
+                if target is not None:
+                    status["currentVolumeAttributesClassName"] = target
+
     def ready_snapshots(self) -> None:
         """The snapshot controller: every snapshot of an existing PVC becomes readyToUse."""
         with self.lock:

