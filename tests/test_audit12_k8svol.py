@@ -155,3 +155,54 @@ def test_the_sdk_and_the_http_api_wait_for_a_volume(make_backend, cluster, tmp_p
         assert refused.status_code == 409 and "refused VolumeAttributesClass 'ultra'" in refused.json()["error"]
     finally:
         server.stop()
+
+
+# ------------------------------------------------------------------------- 2: the watcher without batch rights
+
+WATCHER_FIX = ("ask an admin to run 'kubectl create role dtrain-job-writer -n dtrain-lanes --verb=get,create,delete "
+               "--resource=jobs.batch' and 'kubectl create rolebinding dtrain-job-writer -n dtrain-lanes "
+               "--role=dtrain-job-writer --user=USER'")
+
+
+class ReadsJobsOnly(FakeCluster):
+    """RBAC that lets the account get batch Jobs but not create them."""
+
+    def _post(self, group, plural, namespace, obj):
+        if (group, plural) == ("batch", "jobs"):
+            return 403, json.dumps({"kind": "Status", "status": "Failure", "reason": "Forbidden", "code": 403,
+                                    "message": 'jobs.batch is forbidden: User "test" cannot create resource "jobs" '
+                                               'in API group "batch"'}).encode()
+        return super()._post(group, plural, namespace, obj)
+
+
+@pytest.mark.parametrize("refused", ["read", "create"])
+def test_an_mpijob_whose_watcher_rbac_refuses_says_the_rule_to_grant(make_backend, refused):
+    from dtrain.backends.kubernetes.client import Forbidden
+
+    fake = FakeCluster() if refused == "read" else ReadsJobsOnly()
+    backend = make_backend(fake=fake)
+    backend.create_volume("data", size="1Gi")
+    if refused == "read":
+        fake.forbidden.add(("batch", "jobs"))
+    with pytest.raises(Forbidden) as err:
+        backend.submit(spec(launcher="mpi", processes=2, snapshot_on_success="data"))
+    said = str(err.value)
+    assert "\n" not in said and "cannot read Job" not in said
+    assert said.startswith("job 'train' not submitted and no snapshot of volume 'data' taken: --snapshot-on-success "
+                           "runs a watcher, batch Job 'train-snap', and this account may not read or create batch "
+                           "Jobs in namespace dtrain-lanes; " + WATCHER_FIX)
+    assert said.endswith("or turn the watcher off (snapshot_watcher: false under kubernetes: in config.yaml), and "
+                         "dtrain takes the snapshot when it sees the job succeed ('dtrain wait train')")
+    assert fake.items("kubeflow.org", "mpijobs") == []  # nothing left behind: rolled back, or never made
+    assert fake.items("batch", "jobs") == [] and fake.items("", "services") == []
+
+
+def test_a_plain_refusal_of_the_job_itself_is_not_blamed_on_the_watcher(make_backend, cluster):
+    from dtrain.backends.kubernetes.client import Forbidden
+
+    backend = make_backend()
+    backend.create_volume("data", size="1Gi")
+    cluster.forbidden.add(("kubeflow.org", "mpijobs"))
+    with pytest.raises(Forbidden) as err:
+        backend.submit(spec(launcher="mpi", processes=2, snapshot_on_success="data"))
+    assert "watcher" not in str(err.value) and "mpijobs" in str(err.value)

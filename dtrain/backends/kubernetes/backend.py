@@ -37,7 +37,8 @@ from .client import (CRD, NAMESPACE, NODE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_
                      Forbidden, KubeApi, Missing, Unanswered, Unauthenticated, client_from_config)
 from .config import KubernetesConfig
 from .objects import (GPU_RESOURCE, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE, ROLE_SNAPSHOTTER,
-                      TRAIN_JOB, VOLUME_SNAPSHOT, Resource, job_selector, pod_reader_fix, success_snapshot_name)
+                      TRAIN_JOB, VOLUME_SNAPSHOT, Resource, job_selector, job_writer_fix, pod_reader_fix,
+                      success_snapshot_name)
 from .pod_verbs import PodVerbs
 from .render import render_job, render_resume, render_suspend, resource_for
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace, render_success_snapshot
@@ -133,9 +134,28 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
             if failed:
                 raise BackendError(f"{err}; cleaning up also failed for {', '.join(failed)}: "
                                    f"delete them with kubectl -n {namespace}") from err
+            refusal = self._watcher_refused(spec, obj, err)
+            if refusal is not err:
+                raise refusal from None
             raise
         assert job is not None
         return job_info(resource.kind, job, [])
+
+    def _watcher_refused(self, spec: JobSpec, obj: dict, err: DtrainError) -> DtrainError:
+        """RBAC's refusal of --snapshot-on-success's watcher (a batch Job beside an MPIJob, PyTorchJob or
+        TrainJob, which an account may run without batch Job rights) as one line: the rule to grant, or
+        the watcher off. Any other error, or another object's refusal, is `err` as is."""
+        labels = obj["metadata"].get("labels") or {}
+        if not isinstance(err, Forbidden) or isinstance(err, Unauthenticated) or obj["kind"] != "Job" \
+                or labels.get(LABEL_ROLE) != ROLE_SNAPSHOTTER:
+            return err
+        namespace = obj["metadata"]["namespace"]
+        return Forbidden(f"job {spec.name!r} not submitted and no snapshot of volume {spec.snapshot_volume!r} taken: "
+                         f"--snapshot-on-success runs a watcher, batch Job {obj['metadata']['name']!r}, and this "
+                         f"account may not read or create batch Jobs in namespace {namespace}; "
+                         f"{job_writer_fix(namespace)}; or turn the watcher off (snapshot_watcher: false under "
+                         f"kubernetes: in config.yaml), and dtrain takes the snapshot when it sees the job succeed "
+                         f"('{self.cmd(f'wait {spec.name}')}')")
 
     def _check_trainer_version(self) -> None:
         """Trainer before v2.2.0 has no spec.runtimePatches: its API server would drop the field, and
@@ -181,7 +201,12 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
                                 f"delete it with '{self.cmd(f'delete {spec.name}')}' or choose another name")
         for obj in objects:  # a new volume, the snapshot watcher, the MPI master Service: left by an old job
             name, kind = obj["metadata"]["name"], obj["kind"]
-            if kind in ("PersistentVolumeClaim", "Job", "Service") and self._try_read(_BY_KIND[kind], namespace, name):
+            try:
+                taken = kind in ("PersistentVolumeClaim", "Job", "Service") and self._try_read(_BY_KIND[kind], namespace,
+                                                                                                name)
+            except Forbidden as err:
+                raise self._watcher_refused(spec, obj, err) from None
+            if taken:
                 how = self.cmd(f"volume delete {name}") if kind == "PersistentVolumeClaim" else \
                     f"kubectl delete {kind.lower()} {name} -n {namespace}"
                 raise ConflictError(f"{kind} {name!r} already exists in namespace {namespace}: delete it "

@@ -142,3 +142,12 @@ def pod_reader_fix(namespace: str) -> str:
     return (f"ask an admin to run 'kubectl create role dtrain-pod-reader -n {namespace} --verb=get,list "
             f"--resource=pods,pods/log' and 'kubectl create rolebinding dtrain-pod-reader -n {namespace} "
             f"--role=dtrain-pod-reader --user=USER' (or --serviceaccount=NAMESPACE:NAME) for this account")
+
+
+def job_writer_fix(namespace: str) -> str:
+    """How an admin lets an account run --snapshot-on-success's watcher, a batch Job, beside a kind it may
+    run without batch rights (MPIJob, PyTorchJob, TrainJob): one Role and its RoleBinding (get: the submit's
+    check that the name is free; delete: a failed submit's clean-up)."""
+    return (f"ask an admin to run 'kubectl create role dtrain-job-writer -n {namespace} --verb=get,create,delete "
+            f"--resource=jobs.batch' and 'kubectl create rolebinding dtrain-job-writer -n {namespace} "
+            f"--role=dtrain-job-writer --user=USER' (or --serviceaccount=NAMESPACE:NAME) for this account")
