@@ -105,6 +105,24 @@ def check_subdomain(name: str, what: str, example: str, *, term: str = "") -> st
     return name
 
 
+def check_mounted_volume(name) -> str:
+    """The volume a job mounts (--pvc NAME:MOUNT): a dtrain volume's name (check_name), or an existing
+    Kubernetes claim's full name, which Kubernetes checks as a DNS-1123 subdomain and so may have dots
+    (one another tool made, e.g. 'data.v1': Run:AI's --existing-pvc takes it). dtrain's volume verbs name
+    volumes as labels, so a dotted claim is mounted only; a local job refuses it (dotted_volume_refusal)."""
+    if isinstance(name, str) and "." in name:
+        return check_subdomain(name, "volume name", "'data.v1'", term=" (an existing Kubernetes claim's full name)")
+    return check_name(name, "volume")
+
+
+def dotted_volume_refusal(name: str, mount_path: str) -> str:
+    """Why a local job cannot mount `name`, and the fix: a dotted name is only ever a Kubernetes claim's."""
+    other = name.replace(".", "-")[:MAX_NAME].strip("-") or "data"
+    return (f"invalid volume name {name!r} for a local job: a local volume's name is 1-{MAX_NAME} lower-case letters, "
+            f"digits or '-', no '.' (a dotted name is an existing Kubernetes claim's, mounted with --backend kubernetes); "
+            f"make a local one ('dtrain volume create {other}') and mount it: --pvc {other}:{mount_path}")
+
+
 # Set while a spec is read back from where a backend kept it (JobSpec.from_stored): such a spec was
 # checked when it was submitted, and the rules made stricter since (the env-name rule, the lowest
 # --cpu and --memory, 2026-12-02; efs/fsx channel paths) must not make a stored job unreadable, so

@@ -17,7 +17,7 @@ from fractions import Fraction
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
-from dtrain.names import (MAX_PROCESSES, NAME_RE, SIZE_RE, check_name, check_storage_class,  # noqa: F401 (re-exported)
+from dtrain.names import (MAX_PROCESSES, NAME_RE, SIZE_RE, check_mounted_volume, check_name, check_storage_class,  # noqa: F401 (re-exported)
                           MIN_VOLUME, STORED, WrittenFloat, WrittenInt, cut, job_volume_name, parse_least_size,
                           parse_size, parse_volume_size, plain, shown, written)
 from dtrain.numbers import Typed, exact, plain_numbers  # noqa: F401 (plain_numbers re-exported: dtrain.config)
@@ -129,7 +129,7 @@ class VolumeMount:
     read_only: bool = False  # refuse writes when true
 
     def __post_init__(self):
-        check_name(self.volume, "volume")
+        check_mounted_volume(self.volume)  # on Kubernetes also an existing claim's full name, dots and all
         object.__setattr__(self, "mount_path", _check_mount_path(self.mount_path))
         _bool(self.read_only, "read_only")
 

@@ -206,3 +206,41 @@ def test_a_plain_refusal_of_the_job_itself_is_not_blamed_on_the_watcher(make_bac
     with pytest.raises(Forbidden) as err:
         backend.submit(spec(launcher="mpi", processes=2, snapshot_on_success="data"))
     assert "watcher" not in str(err.value) and "mpijobs" in str(err.value)
+
+
+# ------------------------------------------------------------------------- 3: an existing claim with dots
+
+
+def test_a_kubernetes_job_mounts_an_existing_claim_by_its_dotted_name(backend, cluster):
+    import kubernetes_validate
+
+    from dtrain.backends.kubernetes.render_storage import render_volume
+    from dtrain.spec import parse_pvc
+
+    claim = render_volume("data.v1", project="lanes", size="1Gi", storage_class=None,
+                          config=backend.config)  # as another tool makes it: the name is a DNS-1123 subdomain
+    cluster.create(claim)
+    mount = parse_pvc("data.v1:/data:ro")
+    assert mount.volume == "data.v1"
+    backend.submit(spec(launcher="torchrun", processes=2, volumes=(mount,)))
+    [job] = cluster.items("kubeflow.org", "pytorchjobs", NS)
+    pod = job["spec"]["pytorchReplicaSpecs"]["Master"]["template"]["spec"]
+    assert pod["volumes"][0] == {"name": "vol-0", "persistentVolumeClaim": {"claimName": "data.v1", "readOnly": True}}
+    kubernetes_validate.validate({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": pod},
+                                 kubernetes_validate.latest_version(), strict=True)
+    long = "a" * 60 + "." + "b" * 60  # past a label's 63, within a subdomain's 253
+    assert parse_pvc(f"{long}:/x").volume == long
+    for bad in ("Data.v1", "data..v1", ".data", "a" * 254 + ".b"):
+        with pytest.raises(SpecError, match="an existing Kubernetes claim's full name"):
+            parse_pvc(f"{bad}:/x")
+
+
+def test_a_local_job_refuses_a_dotted_volume_naming_the_rule_and_the_fix(dt):
+    dt("volume", "create", "data", "--size", "1Mi")
+    before = dt("list", "--json").stdout
+    assert_usage_error(dt("submit", "t1", "--pvc", "data.v1:/mnt", "--", "true", check=False),
+                       "invalid volume name 'data.v1' for a local job: a local volume's name is 1-53 lower-case "
+                       "letters, digits or '-', no '.' (a dotted name is an existing Kubernetes claim's, mounted with "
+                       "--backend kubernetes); make a local one ('dtrain volume create data-v1') and mount it: "
+                       "--pvc data-v1:/mnt")
+    assert dt("list", "--json").stdout == before  # nothing submitted

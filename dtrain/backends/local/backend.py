@@ -32,7 +32,7 @@ from dtrain.backends.base import (Backend, DataSource, Event, FreedInfo, JobCoun
 from dtrain.backends.local.store import ACTIVE, QUEUED, SNAPSHOTTING, UNFINISHED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, NotReadyError, QuotaError, SpecError, StorageError
-from dtrain.names import LABEL_JOB, check_name, require_project
+from dtrain.names import LABEL_JOB, check_name, dotted_volume_refusal, require_project
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
 # The job machinery (the supervisor's helpers, launchers, cgroups, GPU inventory, notebooks) is
@@ -238,6 +238,8 @@ class LocalBackend(Backend):
             self.storage.get_volume(spec.snapshot_volume)
 
     def _check_existing(self, v: VolumeMount, project: str | None = None) -> None:
+        if "." in v.volume:  # a Kubernetes claim's full name (names.check_mounted_volume): never a local volume's
+            raise SpecError(dotted_volume_refusal(v.volume, v.mount_path))
         try:
             vol = self.storage.get_volume(v.volume)  # NotFoundError names the volume
         except NotFoundError as err:
