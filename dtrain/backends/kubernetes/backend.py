@@ -23,6 +23,7 @@ pod_verbs.py's, those of volumes and snapshots volumes.py's: mixins of Kubernete
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -97,8 +98,48 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
         return None if self.config.namespace else self.config.project
 
     def _render(self, spec: JobSpec) -> list[dict]:
-        """What `submit` would create, for `--dry-run` (no cluster call)."""
-        return render_job(spec, self.config, with_namespace=self.config.create_namespace)
+        """What `submit` would create, for `--dry-run`, after submit's own lookups (GET only, never a
+        create, as `kubectl apply --dry-run=server` catches what the server would refuse): a missing
+        namespace, a name or new volume taken, a volume or StorageClass missing are submit's one-line
+        refusals. What cannot be looked up (no cluster, no RBAC to read it) is one warning naming it,
+        and the manifests are returned all the same. The translation stays render_job's, pure."""
+        objects = render_job(spec, self.config, with_namespace=self.config.create_namespace)  # a bad spec: no call
+        namespace = self.config.namespace_of(spec.project)
+        checks = [(f"namespace {namespace} exists", lambda: self._namespace_missing(namespace, spec.project)),
+                  *self._free_checks(spec, namespace, objects, dry=True)]
+        source = None  # the volume --snapshot-on-success names, whose size and class its watcher records
+
+        def read_source() -> None:
+            nonlocal source
+            source = self._try_read(PVC, namespace, spec.snapshot_volume)
+
+        if spec.snapshot_volume and self.config.snapshot_watcher and \
+                spec.snapshot_volume not in {name for name, _ in spec.new_volumes()}:
+            checks.append((f"the size and class of volume {spec.snapshot_volume!r}", read_source))
+        unchecked: list[str] = []
+        reason, answered = None, True
+        for i, (what, check) in enumerate(checks):
+            try:
+                check()
+            except (NotFoundError, ConflictError):
+                raise  # what submit would refuse, in its words
+            except DtrainError as err:  # refused by RBAC: the rest goes on; no answer at all: nothing more is asked
+                unchecked.append(what)
+                reason = reason or err
+                if not isinstance(err, Forbidden) or isinstance(err, Unauthenticated):
+                    unchecked += [w for w, _ in checks[i + 1:]]
+                    answered = False
+                    break
+        if unchecked:
+            logging.getLogger(__name__).warning(
+                "dtrain: warning: dry run not checked on the cluster: %s (%s); the manifests are shown all the "
+                "same, and submit checks them", ", ".join(unchecked), reason)
+        if answered and resource_for(spec, self.config) is TRAIN_JOB:
+            self._check_trainer_version()
+        if source is not None:  # as submit renders it
+            objects = render_job(spec, self.config, with_namespace=self.config.create_namespace,
+                                 snapshot_source=source)
+        return objects
 
     # ---------------------------------------------------------------- submit
 
@@ -176,16 +217,22 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
                                    "upgrade Trainer to v2.2.0 or later (see docs/kubernetes.md) or set "
                                    "trainer: v1")
 
-    def _ensure_namespace(self, namespace: str, project: str) -> None:
+    def _namespace_missing(self, namespace: str, project: str) -> bool:
+        """Whether submit must make the namespace (a read only); refused where it may not."""
         try:
             self.api.read(NAMESPACE, None, namespace)
-            return
+            return False
         except Missing:
             if not self.config.create_namespace:
                 raise NotFoundError(f"namespace {namespace} does not exist and the kubernetes setting "
                                     f"create_namespace is false: {self._namespace_fix(namespace, project)}") from None
+            return True
         except Forbidden:
-            return  # a namespace-scoped account cannot read namespaces; an admin made its own
+            return False  # a namespace-scoped account cannot read namespaces; an admin made its own
+
+    def _ensure_namespace(self, namespace: str, project: str) -> None:
+        if not self._namespace_missing(namespace, project):
+            return
         try:
             self.api.create(render_namespace(namespace, project, self.config), NAMESPACE)
         except ConflictError:
@@ -196,31 +243,55 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
 
     def _check_free(self, spec: JobSpec, namespace: str, objects: list[dict]) -> None:
         """Refuse before creating anything: a taken name, a taken new volume, a missing volume."""
-        for resource, _ in self._jobs_named(namespace, spec.name)[0]:
-            raise ConflictError(f"job {spec.name!r} already exists in namespace {namespace} ({resource.kind}): "
-                                f"delete it with '{self.cmd(f'delete {spec.name}')}' or choose another name")
-        for obj in objects:  # a new volume, the snapshot watcher, the MPI master Service: left by an old job
+        for _, check in self._free_checks(spec, namespace, objects):
+            check()
+
+    def _free_checks(self, spec: JobSpec, namespace: str, objects: list[dict], *,
+                     dry: bool = False) -> list[tuple[str, Callable[[], None]]]:
+        """_check_free's lookups, each (what it checks, the check), so that a dry run goes on past one
+        this account may not read. `dry`: a lookup refused is raised, for the dry run to name it."""
+        def name_free() -> None:
+            found, refused = self._jobs_named(namespace, spec.name)
+            for resource, _ in found:
+                raise ConflictError(f"job {spec.name!r} already exists in namespace {namespace} ({resource.kind}): "
+                                    f"delete it with '{self.cmd(f'delete {spec.name}')}' or choose another name")
+            own = [err for resource, err in refused if resource is resource_for(spec, self.config)]
+            if dry and own:  # submit's create is refused (or let through) by RBAC itself
+                raise own[0]
+
+        def object_free(obj: dict) -> None:  # left by an old job
             name, kind = obj["metadata"]["name"], obj["kind"]
             try:
-                taken = kind in ("PersistentVolumeClaim", "Job", "Service") and self._try_read(_BY_KIND[kind], namespace,
-                                                                                                name)
-            except Forbidden as err:
+                taken = self._try_read(_BY_KIND[kind], namespace, name)
+            except Forbidden as err:  # the snapshot watcher's Job: the rule to grant, or the watcher off
                 raise self._watcher_refused(spec, obj, err) from None
             if taken:
                 how = self.cmd(f"volume delete {name}") if kind == "PersistentVolumeClaim" else \
                     f"kubectl delete {kind.lower()} {name} -n {namespace}"
                 raise ConflictError(f"{kind} {name!r} already exists in namespace {namespace}: delete it "
                                     f"({how}) or rename job {spec.name!r}")
+
+        def claim_exists(claim: str) -> None:
+            if self._try_read(PVC, namespace, claim) is None:
+                raise NotFoundError(f"volume {claim!r} not found in namespace {namespace}: create it with "
+                                    f"'{self.cmd(f'volume create {claim}')}' or use --pvc CLASS:SIZE:MOUNT")
+
+        checks = [(f"job name {spec.name!r} free", name_free)]
+        for obj in objects:  # a new volume, the snapshot watcher, the MPI master Service (a batch Job: name_free's)
+            name, kind = obj["metadata"]["name"], obj["kind"]
+            if kind in ("PersistentVolumeClaim", "Job", "Service") and (kind, name) != ("Job", spec.name):
+                checks.append((f"{kind} {name!r} free", lambda obj=obj: object_free(obj)))
         claims = {v.volume for v in spec.volumes if isinstance(v, VolumeMount)}
         mine = {v.volume for v in spec.resolved_volumes()}
         if spec.snapshot_volume and spec.snapshot_volume not in mine:
             claims.add(spec.snapshot_volume)
-        for claim in sorted(claims):
-            if self._try_read(PVC, namespace, claim) is None:
-                raise NotFoundError(f"volume {claim!r} not found in namespace {namespace}: create it with "
-                                    f"'{self.cmd(f'volume create {claim}')}' or use --pvc CLASS:SIZE:MOUNT")
+        checks += [(f"volume {claim!r} exists", lambda claim=claim: claim_exists(claim)) for claim in sorted(claims)]
         for volume, new in spec.new_volumes():  # --pvc CLASS:SIZE:MOUNT
-            self._check_storage_class(new.storage_class, volume)
+            if new.storage_class is not None:
+                checks.append((f"StorageClass {new.storage_class!r} exists",
+                               lambda new=new, volume=volume: self._check_storage_class(new.storage_class, volume,
+                                                                                        dry=dry)))
+        return checks
 
     def _create(self, obj: dict) -> dict:
         resource = _BY_KIND[obj["kind"]]

@@ -100,17 +100,17 @@ class VolumeVerbs:
             raise ConflictError(f"volume {name!r} already exists in namespace {self.namespace}: "
                                 f"pick another name or delete it first") from None
 
-    def _check_storage_class(self, storage_class: str | None, volume: str) -> None:
+    def _check_storage_class(self, storage_class: str | None, volume: str, *, dry: bool = False) -> None:
         """Refuse a StorageClass the cluster does not have: its PVC would stay Pending for good. A
         cluster with no StorageClass at all binds pre-provisioned PersistentVolumes by the name alone,
         so any name goes there; an account that may not list StorageClasses (cluster-scoped, granted
-        apart) is warned, once, and goes on."""
+        apart) is warned, once, and goes on (`dry`: the refusal is raised, for a dry run's one warning)."""
         if storage_class is None:
             return
         try:
             names = [c["metadata"]["name"] for c in self.api.list(STORAGE_CLASS, None)]
         except Forbidden as err:
-            if isinstance(err, Unauthenticated):
+            if isinstance(err, Unauthenticated) or dry:
                 raise
             logging.getLogger(__name__).warning(
                 "dtrain: warning: StorageClass %r not checked, this account may not list StorageClasses (%s): if "

@@ -1,0 +1,120 @@
+"""The Kubernetes backend's leftovers of a twelfth audit, each driven through the official
+`kubernetes` client against the shipped fake API server:
+
+- `submit --dry-run` made no cluster call, so a volume missing, a name taken or an unknown
+  StorageClass passed the dry run and only `submit` refused them. It now makes submit's lookups
+  (GET only) and refuses in submit's words; what it cannot look up is one warning line, and the
+  manifests are printed all the same.
+- An account that may not read pods saw each rank of `describe` Pending: they are Unknown.
+- `nodes` (GET /nodes, the dashboard's Nodes page) named no job on a Kubernetes GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+import yaml
+
+pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+
+from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig  # noqa: E402
+from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer  # noqa: E402
+from dtrain.backends.kubernetes.objects import watcher_name  # noqa: E402
+from dtrain.errors import ConflictError, NotFoundError  # noqa: E402
+from dtrain.spec import parse_pvc  # noqa: E402
+
+from test_k8s_backend import NS, backend, cluster, make_backend, spec  # noqa: E402,F401  (their fixtures)
+from test_k8s_leftovers3 import _cli  # noqa: E402
+
+WARNED = "dtrain: warning: dry run not checked on the cluster: "
+
+
+def _refusal(call) -> tuple[type, str]:
+    with pytest.raises((NotFoundError, ConflictError)) as refused:
+        call()
+    return type(refused.value), str(refused.value)
+
+
+def _writes(cluster: FakeCluster, since: int = 0) -> list[tuple[str, str]]:
+    return [(method, path) for method, path in cluster.requests[since:] if method != "GET"]
+
+
+def _warnings(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("dtrain: warning:")]
+
+
+# ------------------------------------------------------------------------- the dry run looks up what submit would
+
+
+@pytest.mark.parametrize("case", ["volume missing", "name taken", "class unknown", "new volume taken"])
+def test_the_dry_run_refuses_what_submit_refuses_in_its_words(backend, cluster, case):
+    cluster.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": {"name": "fast"}})
+    backend.create_volume("data", size="1Gi")
+    job = {"volume missing": spec(volumes=(parse_pvc("nosuch:/data"),)),
+           "name taken": spec(name="taken"),
+           "class unknown": spec(volumes=(parse_pvc("slow:1Gi:/mnt"),)),
+           "new volume taken": spec(volumes=(parse_pvc("fast:1Gi:/mnt"),))}[case]
+    if case == "name taken":
+        backend.submit(spec(name="taken"))
+    if case == "new volume taken":
+        backend.create_volume(job.new_volumes()[0][0], size="1Gi")
+    before = len(cluster.requests)
+    dry = _refusal(lambda: backend.render(job))
+    assert _writes(cluster, before) == []  # GET only
+    assert dry == _refusal(lambda: backend.submit(job))  # the same error, the same one line
+    assert "\n" not in dry[1]
+
+
+def test_a_dry_run_that_passes_creates_nothing_and_prints_what_submit_creates(backend, cluster, caplog):
+    backend.create_volume("data", size="3Gi")
+    job = spec(volumes=(parse_pvc("data:/data"),), snapshot_on_success="data")
+    before = len(cluster.requests)
+    with caplog.at_level(logging.WARNING):
+        objects = backend.render(job)
+    assert _writes(cluster, before) == [] and _warnings(caplog) == []
+    assert len(cluster.requests) > before  # it did look
+    backend.submit(job)
+    made = {(o["kind"], o["metadata"]["name"]): o for o in objects}
+    watcher = cluster.get("batch", "jobs", NS, watcher_name("train"))
+    # the watcher records the volume's size and class, as submit's does
+    assert made[("Job", watcher_name("train"))]["spec"] == watcher["spec"]
+
+
+def test_a_dry_run_without_rbac_for_volumes_names_what_it_did_not_check(backend, cluster, caplog):
+    backend.submit(spec(name="taken"))
+    cluster.forbidden.add(("", "persistentvolumeclaims"))
+    job = spec(volumes=(parse_pvc("data:/data"),))
+    with caplog.at_level(logging.WARNING):
+        assert [o["kind"] for o in backend.render(job)][-1] == "Job"
+    [warning] = _warnings(caplog)
+    assert warning.startswith(WARNED + "volume 'data' exists (cannot read PersistentVolumeClaim 'data'")
+    assert "\n" not in warning
+    # what it may read is still checked
+    assert _refusal(lambda: backend.render(spec(name="taken", volumes=job.volumes)))[0] is ConflictError
+
+
+def test_cli_dry_run_without_a_cluster_prints_the_yaml_and_one_line(home, tmp_path):
+    """No API server answers: the manifests are printed, exit 0, one warning line on stderr."""
+    kubeconfig = tmp_path / "kubeconfig"
+    with FakeKubeServer(FakeCluster()) as server:
+        server.write_kubeconfig(kubeconfig)
+    dt = _cli(home, tmp_path, server)  # its kubeconfig names a port nothing listens on now
+    proc = dt("submit", "train", "--pvc", "data:/data", "--dry-run", "--", "python", "t.py")
+    kinds = [o["kind"] for o in yaml.safe_load_all(proc.stdout) if o]
+    assert kinds == ["Namespace", "Job"]
+    [line] = proc.stderr.strip().splitlines()
+    assert line.startswith(WARNED + f"namespace {NS} exists, job name 'train' free, volume 'data' exists (")
+    assert "Traceback" not in proc.stderr
+
+
+def test_cli_dry_run_of_a_missing_volume_is_submits_line(home, tmp_path, cluster):
+    with FakeKubeServer(cluster) as server:
+        dt = _cli(home, tmp_path, server)
+        dry = dt("submit", "train", "--pvc", "nosuch:/data", "--dry-run", "--", "python", "t.py", check=False)
+        real = dt("submit", "train", "--pvc", "nosuch:/data", "--", "python", "t.py", check=False)
+    assert dry.returncode == real.returncode != 0 and dry.stdout == ""
+    assert dry.stderr == real.stderr and len(dry.stderr.strip().splitlines()) == 1
+    assert "volume 'nosuch' not found in namespace dtrain-lanes" in dry.stderr
+
