@@ -118,3 +118,47 @@ def test_cli_dry_run_of_a_missing_volume_is_submits_line(home, tmp_path, cluster
     assert dry.stderr == real.stderr and len(dry.stderr.strip().splitlines()) == 1
     assert "volume 'nosuch' not found in namespace dtrain-lanes" in dry.stderr
 
+
+# ------------------------------------------------------------------------- ranks of pods not readable
+
+
+def _http(tmp_path, backend):
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    from fastapi.testclient import TestClient
+
+    from dtrain.client import Client
+    from dtrain.server.app import create_app
+
+    client = Client(home=tmp_path / "sdk-home", backend="kubernetes", backends={"kubernetes": backend})
+    return TestClient(create_app(lambda: client), base_url="http://127.0.0.1:8000")
+
+
+def _processes(text: str) -> list[list[str]]:
+    lines = text.split("Processes:\n", 1)[1].split("Events:\n", 1)[0].splitlines()
+    return [line.split() for line in lines[1:]]
+
+
+def test_ranks_whose_pods_cannot_be_read_are_unknown_at_every_door(home, tmp_path, backend, cluster):
+    """They were each Pending, which is false for a Running job; the RBAC hint stays in the message."""
+    backend.submit(spec(launcher="torchrun", processes=2))
+    cluster.run_pods(NS, "train")
+    cluster.transition(NS, "train", "Running")
+    cluster.forbidden.add(("", "pods"))
+    info = backend.get("train")
+    assert [(p.rank, p.status, p.node) for p in info.processes] == [(0, "Unknown", None), (1, "Unknown", None)]
+    assert info.processes_pending == 0 and "kubectl create role dtrain-pod-reader" in info.message
+    [listed] = backend.list()
+    assert listed.processes == info.processes
+    with FakeKubeServer(cluster) as server:
+        dt = _cli(home, tmp_path, server)
+        text = dt("describe", "job", "train").stdout
+        as_json = json.loads(dt("describe", "job", "train", "--json").stdout)
+    assert [row[:2] for row in _processes(text)] == [["0", "Unknown"], ["1", "Unknown"]]
+    assert "kubectl create role dtrain-pod-reader" in text
+    over_http = _http(tmp_path, backend).get("/api/v1/jobs/train").json()
+    for record in (as_json, over_http):
+        assert [(p["rank"], p["status"]) for p in record["processes"]] == [(0, "Unknown"), (1, "Unknown")]
+        assert record["processes_pending"] == 0 and record["message"] == info.message
+    cluster.forbidden.clear()  # readable again: the pods' own phases
+    assert [p.status for p in backend.get("train").processes] == ["Running", "Running"]
+

@@ -81,7 +81,8 @@ class ProcessInfo:
 
     rank: int  # global rank
     status: str  # Pending, Running, Succeeded, Failed; Stopped (deleted, suspended), Terminating (its job
-    # stops it: preempted, suspended, deleted, and its process has not exited yet)
+    # stops it: preempted, suspended, deleted, and its process has not exited yet); Unknown (Kubernetes:
+    # its pod may not be read)
     exit_code: int | None = None  # None while running
     devices: tuple[str, ...] = ()  # allocated GPU ids
     node: str | None = None  # host or node name

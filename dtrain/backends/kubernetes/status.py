@@ -50,6 +50,7 @@ _FAILURE = {"Failed", "FailureTarget"}
 _EVENT_STATUS = {"Restarting": JobStatus.RUNNING, "Succeeded": JobStatus.SUCCEEDED, "Complete": JobStatus.SUCCEEDED,
                  "Failed": JobStatus.FAILED, "Suspended": JobStatus.PENDING}
 _PHASES = ("Pending", "Running", "Succeeded", "Failed")
+UNKNOWN = "Unknown"  # a rank whose pod this account may not read
 
 
 def parse_time(text: str | None) -> float | None:
@@ -297,12 +298,14 @@ def restarts(pods: list[dict], kind: str, obj: dict) -> int:
 
 
 def job_info(kind: str, obj: dict, pods: list[dict] | None, *, backend: str = "kubernetes") -> JobInfo:
-    """None for pods: they could not be read, and the status comes from the job object alone."""
+    """None for pods: they could not be read, and the status comes from the job object alone (each
+    rank Unknown, kubectl's word for a pod whose state cannot be told, not Pending)."""
     spec = spec_of(obj)
     status, message = job_status(kind, obj, pods)
-    pods = pods or []
+    unread, pods = pods is None, pods or []
     meta, state = obj.get("metadata") or {}, obj.get("status") or {}
-    procs = processes(kind, obj, spec, pods)
+    procs = tuple(ProcessInfo(rank=rank, status=UNKNOWN) for rank in range(spec.processes)) if unread \
+        else processes(kind, obj, spec, pods)
     finished = parse_time(state.get("completionTime"))
     if finished is None and status in (JobStatus.SUCCEEDED, JobStatus.FAILED):
         finished = max((e.time for e in events(obj) if e.status == status.value), default=None)
