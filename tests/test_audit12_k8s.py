@@ -162,3 +162,40 @@ def test_ranks_whose_pods_cannot_be_read_are_unknown_at_every_door(home, tmp_pat
     cluster.forbidden.clear()  # readable again: the pods' own phases
     assert [p.status for p in backend.get("train").processes] == ["Running", "Running"]
 
+
+# ------------------------------------------------------------------------- nodes name each GPU's job
+
+
+def test_nodes_give_each_allocated_gpu_its_job_and_project(home, tmp_path, backend, cluster):
+    cluster.add_node("gpu-1", gpus=4)
+    cluster.add_node("gpu-2", gpus=2)
+    backend.submit(spec(launcher="torchrun", processes=2, gpu=1))
+    backend.submit(spec(name="solo", project="vision", gpu=2))
+    cluster.run_pods(NS, "train", nodes=("gpu-1",))
+    cluster.run_pods("dtrain-vision", "solo", nodes=("gpu-2",))
+    cluster.create({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "other", "namespace": "default"},
+                    "spec": {"nodeName": "gpu-1", "containers": [{"name": "c", "resources": {
+                        "requests": {"nvidia.com/gpu": "1"}}}]}, "status": {"phase": "Running"}})
+    nodes = {n.name: n for n in backend.nodes()}
+    assert [(g.index, g.job, g.project) for g in nodes["gpu-1"].gpus] == [
+        ("0", "train", "lanes"), ("1", "train", "lanes"), ("2", None, None), ("3", None, None)]
+    assert nodes["gpu-1"].gpus_allocated == 3  # the pod not dtrain's holds one, with no job of ours
+    assert [(g.job, g.project) for g in nodes["gpu-2"].gpus] == [("solo", "vision")] * 2
+    with FakeKubeServer(cluster) as server:
+        as_json = json.loads(_cli(home, tmp_path, server)("nodes", "--json").stdout)
+        text = _cli(home, tmp_path, server)("nodes").stdout
+    assert as_json == _http(tmp_path, backend).get("/api/v1/nodes").json()
+    assert [g["job"] for n in as_json for g in n["gpus"]] == ["train", "train", None, None, "solo", "solo"]
+    assert "gpu-2  0    " in text and text.count(" solo ") == 2
+
+
+def test_nodes_without_pods_readable_name_no_job_and_say_why(tmp_path, backend, cluster):
+    cluster.add_node("gpu-1", gpus=2)
+    backend.submit(spec(gpu=1))
+    cluster.run_pods(NS, "train", nodes=("gpu-1",))
+    cluster.forbidden.add(("", "pods"))
+    nodes = backend.nodes()
+    assert [(g.job, g.project) for n in nodes for g in n.gpus] == [(None, None)] * 2
+    assert [n.code for n in nodes.notices] == ["gpus-unknown"]
+    r = _http(tmp_path, backend).get("/api/v1/nodes")
+    assert [g["job"] for g in r.json()[0]["gpus"]] == [None, None] and "GPUs allocated unknown" in r.headers["warning"]

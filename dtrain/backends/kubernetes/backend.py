@@ -704,19 +704,19 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
     def _nodes(self) -> Listed:
         nodes = self.api.list(NODE, None)
         pods, notices = self._pods_holding_gpus()
-        used: dict[str, int] = {}
-        for pod in pods:
-            node = (pod.get("spec") or {}).get("nodeName")
-            if node:
-                used[node] = used.get(node, 0) + pod_gpus(pod)
+        held: dict[str, list[tuple[str | None, str | None]]] = {}  # node: (job, project) of each GPU held
+        for pod in sorted(pods, key=_holder_order):
+            node, labels = (pod.get("spec") or {}).get("nodeName"), pod["metadata"].get("labels") or {}
+            if node:  # a pod not dtrain's holds its GPUs too, with no job of ours to name
+                held.setdefault(node, []).extend([(labels.get(LABEL_JOB), labels.get(LABEL_PROJECT))] * pod_gpus(pod))
         out = []
         for node in nodes:
             meta, alloc = node["metadata"], (node.get("status") or {}).get("allocatable") or {}
             name = meta["name"]
             out.append(NodeInfo(name=name, gpus_allocatable=int(alloc.get(GPU_RESOURCE, 0)),
-                                gpus_allocated=used.get(name, 0), cpus=_cpus(alloc.get("cpu")),
+                                gpus_allocated=len(held.get(name, [])), cpus=_cpus(alloc.get("cpu")),
                                 memory=parse_size(alloc["memory"]) if alloc.get("memory") else None,
-                                gpus=_gpus(meta, int(alloc.get(GPU_RESOURCE, 0))),
+                                gpus=_gpus(meta, int(alloc.get(GPU_RESOURCE, 0)), held.get(name, [])),
                                 labels=dict(meta.get("labels") or {})))
         return Listed(sorted(out, key=lambda n: n.name), notices)
 
@@ -760,8 +760,18 @@ def _cpus(value: str | None) -> int | None:
     return int(value[:-1]) // 1000 if value.endswith("m") else int(float(value))
 
 
-def _gpus(meta: dict, count: int) -> tuple[GpuInfo, ...]:
-    # NVIDIA GPU feature discovery labels the product; there is no per-device view from the API.
+def _holder_order(pod: dict) -> tuple:
+    """dtrain's pods first, by job and pod: which GPU index a job is shown on is stable across calls."""
+    meta = pod["metadata"]
+    job = (meta.get("labels") or {}).get(LABEL_JOB)
+    return job is None, meta.get("namespace", ""), job or "", meta["name"]
+
+
+def _gpus(meta: dict, count: int, held: list[tuple[str | None, str | None]]) -> tuple[GpuInfo, ...]:
+    """The node's GPUs, the first len(held) given to the (job, project) holding them: the API counts a
+    pod's nvidia.com/gpu requests, not which devices it got, so the indexes are dtrain's numbering."""
+    # NVIDIA GPU feature discovery labels the product.
     product = (meta.get("labels") or {}).get("nvidia.com/gpu.product", "")
-    return tuple(GpuInfo(index=str(i), name=product) for i in range(count))
+    held = held + [(None, None)] * (count - len(held))
+    return tuple(GpuInfo(index=str(i), name=product, job=held[i][0], project=held[i][1]) for i in range(count))
 
