@@ -1042,6 +1042,18 @@ def notebook_spec(name: str, *, volumes=(), **fields: Any) -> JobSpec:
 
 # The HOME a notebook's own HOME (its workspace) replaced: what the jobs started from its terminal get back.
 OUTER_HOME = "DTRAIN_OUTER_HOME"
+# The notebook's own HOME, as its terminal starts: a HOME other than it there was the user's doing
+# (`HOME=/x dtrain submit`, `export HOME=/x`) and is kept, as it is outside a notebook.
+NOTEBOOK_HOME = "DTRAIN_NOTEBOOK_HOME"
+
+
+def outer_home(environ: Mapping[str, str]) -> str | None:
+    """Pure: the HOME a job submitted with `environ` gets: the submitter's, or, in a notebook's terminal
+    whose HOME is still the notebook's own (its workspace), the HOME of whoever started the notebook."""
+    home = environ.get("HOME")
+    if environ.get(OUTER_HOME) and home == environ.get(NOTEBOOK_HOME, home):  # no NOTEBOOK_HOME: an older notebook
+        return environ[OUTER_HOME]
+    return home
 
 
 def notebook_home(spec: JobSpec) -> str | None:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 from dtrain.errors import BackendError, ConflictError, EnvironmentError_, NotFoundError, UnavailableError
-from dtrain.spec import OUTER_HOME
+from dtrain.spec import OUTER_HOME, outer_home
 
 from .config import KubernetesConfig
 from .logs import LogLines
@@ -187,7 +187,8 @@ def _config_fix() -> str:
     """The fix a refusal names; in a local notebook's terminal, whose HOME is its workspace, the
     kubeconfig of the HOME it replaced (kubectl there misses it too)."""
     outer = os.environ.get(OUTER_HOME)
-    theirs = os.path.join(outer, ".kube", "config") if outer else None
+    replaced = outer and outer_home(os.environ) == outer  # not where the user set HOME there
+    theirs = os.path.join(outer, ".kube", "config") if replaced else None
     if theirs and not os.environ.get("KUBECONFIG") and os.path.isfile(theirs):
         return (f"this notebook's HOME is its workspace: export KUBECONFIG={shlex.quote(theirs)} "
                 "(the kubeconfig of the HOME it replaced), or point KUBECONFIG at another kubeconfig")

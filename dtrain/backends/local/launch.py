@@ -22,7 +22,7 @@ from pathlib import Path
 
 from dtrain.errors import EnvironmentError_, SpecError
 from dtrain.names import shown
-from dtrain.spec import OUTER_HOME, OWNED_ENV, JobSpec, notebook_home
+from dtrain.spec import NOTEBOOK_HOME, OUTER_HOME, OWNED_ENV, JobSpec, notebook_home, outer_home
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -258,11 +258,6 @@ _LAUNCHED_BY = (("OMPI_COMM_WORLD_SIZE", ("OMPI_", "PMIX_")),
                 ("TORCHELASTIC_RUN_ID", ("TORCHELASTIC_", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_")))
 
 
-def outer_home(environ: Mapping[str, str]) -> str | None:
-    """Pure: the submitter's HOME, or, inside a notebook, the HOME of whoever started the notebook."""
-    return environ.get(OUTER_HOME) or environ.get("HOME")
-
-
 def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
     """Pure: the submitter's environment less what dtrain or a launcher set for the job it runs in.
 
@@ -271,12 +266,13 @@ def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
     without --memory was held to the notebook's), its Jupyter token, and an OpenMPI rank's variables,
     with which mpirun refuses to start ("mpirun does not support recursive calls"). And the notebook's
     HOME, its workspace volume: the job's ~/.cache, ~/.kube and pip --user went onto that volume (as a
-    Kubeflow pod's HOME is its image's, never its submitter's), so it gets the HOME the notebook replaced."""
-    drop = {*OWNED_ENV, *notebook_env(Path("/"), 0, ""), OUTER_HOME}
+    Kubeflow pod's HOME is its image's, never its submitter's), so it gets the HOME the notebook replaced,
+    unless the user set another there (`HOME=/x dtrain submit`): that one is kept (outer_home)."""
+    drop = {*OWNED_ENV, *notebook_env(Path("/"), 0, ""), OUTER_HOME, NOTEBOOK_HOME}
     prefixes = tuple(p for marker, group in _LAUNCHED_BY if marker in environ for p in group)
     env = {k: v for k, v in environ.items() if k not in drop and not k.startswith(prefixes)}
-    if environ.get(OUTER_HOME):
-        env["HOME"] = environ[OUTER_HOME]
+    if outer_home(environ) is not None:
+        env["HOME"] = outer_home(environ)
     return env
 
 
@@ -311,6 +307,7 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
             env["HOME"] = notebook_home(spec) or cwd
         if outer_home(os.environ):  # what a job submitted from its terminal gets back as HOME (inherited_env)
             env[OUTER_HOME] = outer_home(os.environ)
+            env[NOTEBOOK_HOME] = env["HOME"]  # a HOME other than this there is the user's, and kept
         env.setdefault("DTRAIN_HOME", str(job_dir.parent.parent))
     env.setdefault("DTRAIN_MODEL_DIR", str(job_dir / "model"))  # what `dtrain artifacts` copies
     # The supervisor starts the sandbox from the host folder behind the job's working folder (which
