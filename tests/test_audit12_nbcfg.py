@@ -63,3 +63,67 @@ def test_a_home_typed_in_a_notebooks_terminal_reaches_the_job(dt: Dtrain, tmp_pa
     user("submit", "typed", "--", "python", "-c", "import os; print(os.environ['HOME'])")
     assert user.wait_for("typed", {"Succeeded", "Failed"})["status"] == "Succeeded"
     assert user("logs", "typed").stdout == f"{typed}\n"
+
+
+# ---------------------------------------------------------------- a broken default kubeconfig
+
+@pytest.fixture
+def in_cluster(tmp_path, monkeypatch):
+    """A pod's service account, as load_incluster_config reads it: its token and CA files and the
+    KUBERNETES_SERVICE_* variables."""
+    pytest.importorskip("kubernetes")
+    from kubernetes.config import incluster_config
+
+    account = tmp_path / "serviceaccount"
+    account.mkdir()
+    (account / "token").write_text("pod-token")
+    (account / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    monkeypatch.setattr(incluster_config, "SERVICE_TOKEN_FILENAME", str(account / "token"))
+    monkeypatch.setattr(incluster_config, "SERVICE_CERT_FILENAME", str(account / "ca.crt"))
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setenv("KUBERNETES_SERVICE_PORT", "443")
+    monkeypatch.setenv("KUBECONFIG", "")
+    monkeypatch.delenv("DTRAIN_OUTER_HOME", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    return tmp_path / "home" / ".kube" / "config"
+
+
+def _host() -> str:
+    from dtrain.backends.kubernetes.client import client_from_config
+    from dtrain.backends.kubernetes.config import KubernetesConfig
+
+    client = client_from_config(KubernetesConfig())
+    try:
+        return client.configuration.host
+    finally:
+        client.close()
+
+
+def test_no_default_kubeconfig_uses_the_in_cluster_account(in_cluster):
+    assert _host() == "https://10.0.0.1:443"
+    in_cluster.parent.mkdir(parents=True)
+    in_cluster.write_text("# nothing yet\n")  # an empty one is none, as client-go's IsEmptyConfig
+    assert _host() == "https://10.0.0.1:443"
+
+
+@pytest.mark.parametrize("broken, problem", [
+    ("apiVersion: v1\nclusters: [\n  {name: c", "is not valid YAML: "),
+    ("- a\n- list\n", "is not a kubeconfig: it must be a YAML mapping"),
+    (None, "cannot read "),  # a folder where the file goes: unreadable (as root, a mode 000 file is read)
+])
+def test_a_broken_default_kubeconfig_is_refused_not_passed_over_for_in_cluster(in_cluster, broken, problem):
+    """kubectl refuses a kubeconfig that is there but broken; dtrain went on to the pod's account
+    without a word, to another cluster or identity than the user's file names."""
+    from dtrain.errors import BackendError
+
+    in_cluster.parent.mkdir(parents=True)
+    if broken is None:
+        in_cluster.mkdir()
+    else:
+        in_cluster.write_text(broken)
+    with pytest.raises(BackendError) as err:
+        _host()
+    line = str(err.value)
+    assert "\n" not in line and problem in line, line
+    assert str(in_cluster) in line and "in-cluster" not in line, line
+    assert line.endswith(": fix that file (kubectl reads it too), or point KUBECONFIG at another kubeconfig"), line

@@ -149,6 +149,11 @@ def client_from_config(config: KubernetesConfig):
                                                    persist_config=False)
     except (k8s.config.ConfigException, OSError, yaml.YAMLError, TypeError, AttributeError, ValueError) as err:
         problem = _config_problem(err, config)
+        if not _no_kubeconfig(err):  # kubectl too refuses a broken kubeconfig rather than go past it
+            other = ("give another with 'dtrain config kubernetes --kubeconfig FILE'" if config.kubeconfig
+                     else "point KUBECONFIG at another kubeconfig")
+            raise BackendError(f"no usable Kubernetes configuration ({problem}): fix that file (kubectl reads "
+                               f"it too), or {other}") from None
         if config.kubeconfig is None and config.context is None:  # kubectl's last resort: the pod's account
             conf = k8s.client.Configuration()
             try:
@@ -177,6 +182,13 @@ class _PluginErrors(logging.Handler):
         self.messages.append(" ".join(record.getMessage().split()))
 
 
+def _no_kubeconfig(err: Exception) -> bool:
+    """The kubeconfig is missing or empty: where kubectl (client-go's IsEmptyConfig) goes on to the
+    in-cluster account. A file that is there but unreadable or broken is refused instead."""
+    text = str(err)
+    return "No configuration found" in text or text.endswith(" file is empty")
+
+
 def _incluster_problem(err: Exception) -> str:
     if not os.environ.get("KUBERNETES_SERVICE_HOST"):
         return "KUBERNETES_SERVICE_HOST is not set"
@@ -203,6 +215,8 @@ def _config_problem(err: Exception, config: KubernetesConfig) -> str:
     if not config.kubeconfig:  # what named it, as kubectl reads them: a notebook's HOME is its workspace
         where = f"KUBECONFIG={where}" if os.environ.get("KUBECONFIG") else f"$HOME/.kube/config = {where}"
     text = " ".join(str(err).split())
+    if isinstance(err, OSError) and err.strerror:  # unreadable: [Errno 13] Permission denied: '...'
+        return f"cannot read {err.filename or where}: {err.strerror.lower()}"
     if isinstance(err, yaml.MarkedYAMLError) and err.problem_mark is not None:
         return f"{err.problem_mark.name} is not valid YAML: {err.problem} at line {err.problem_mark.line + 1}"
     if isinstance(err, (yaml.YAMLError, TypeError, AttributeError)):
