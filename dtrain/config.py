@@ -19,7 +19,7 @@ from typing import Any, Callable
 from dtrain.errors import SpecError, StorageError
 from dtrain.names import CLASS_RE, MAX_CLASS
 from dtrain.replace import replace_file
-from dtrain.spec import MAX_YAML_BYTES, check_name, node_labels, plain_numbers, yaml_mapping
+from dtrain.spec import MAX_YAML_BYTES, check_name, check_yaml_numbers, node_labels, plain_numbers, yaml_mapping
 
 BACKENDS = ("local", "kubernetes", "sagemaker")
 KEYS = ("project", "backend", "project_backends", "kubernetes", "storage_classes", "sagemaker", "deleted_job_ttl",
@@ -120,7 +120,9 @@ class UserConfig:
         raw = read_small_file(path, str(path), "config.yaml", missing_ok=True)
         if raw is None:
             return cls()
-        data = plain_numbers(yaml_mapping(raw, str(path), "project: default"))  # save() dumps plain numbers
+        data = yaml_mapping(raw, str(path), "project: default")
+        check_yaml_numbers(data, str(path))  # master_port: 0x7000 is refused, not read as 28672
+        data = plain_numbers(data)  # save() dumps plain numbers
         unknown = sorted(map(str, set(data) - set(KEYS)))
         if unknown:
             raise SpecError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")

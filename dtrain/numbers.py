@@ -53,6 +53,24 @@ def typed(value, text: str):
     return (TypedInt if isinstance(value, int) else TypedFloat)(value, text)
 
 
+def yaml11_form(value) -> str | None:
+    """Pure: the YAML 1.1 form, other than decimal digits, a number read from YAML was written in:
+    'hexadecimal' (0x7000), 'binary' (0b101), 'octal' (017, which YAML 1.1 reads as 15 and YAML 1.2
+    as 17), 'sexagesimal' (1:30, read as 90) or 'with _' (1_000). None for a number written in
+    decimal (-5, 0.10, 1e9) and for anything else. A flag takes decimal digits only, and a form
+    taken silently is a port or a count the user did not mean (spec.check_yaml_numbers refuses it)."""
+    if not isinstance(value, Typed) or isinstance(value, bool):
+        return None
+    text = value.text.lower().lstrip("+-")
+    if text.startswith(("0x", "0b")):
+        return "hexadecimal" if text[1] == "x" else "binary"
+    if ":" in text:
+        return "sexagesimal"
+    if isinstance(value, int) and len(text) > 1 and text[0] == "0":
+        return "octal"
+    return "with _" if "_" in text else None
+
+
 def exact(value):
     """The number `value` was typed as, exactly: a Fraction for a finite int or float, so that a bound
     is checked on what was typed ('--cpu 1024.0000000000001' is over 1024, though float() reads it as

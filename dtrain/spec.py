@@ -20,7 +20,7 @@ from dtrain.errors import SpecError
 from dtrain.names import (MAX_PROCESSES, NAME_RE, SIZE_RE, check_mounted_volume, check_name, check_storage_class,  # noqa: F401 (re-exported)
                           MIN_VOLUME, STORED, WrittenFloat, WrittenInt, cut, job_volume_name, parse_least_size,
                           parse_size, parse_volume_size, plain, shown, written)
-from dtrain.numbers import Typed, exact, plain_numbers  # noqa: F401 (plain_numbers re-exported: dtrain.config)
+from dtrain.numbers import Typed, exact, plain_numbers, yaml11_form  # noqa: F401 (plain_numbers re-exported: dtrain.config)
 from dtrain.spec_sagemaker import NUMBER_FIELDS as SAGEMAKER_NUMBERS, SageMakerOptions
 
 LAUNCHERS = ("none", "torchrun", "mpi")
@@ -945,6 +945,31 @@ def _loader():
     Loader.add_constructor("tag:yaml.org,2002:float", Loader.construct_yaml_float)
     Loader.add_constructor("tag:yaml.org,2002:str", Loader.construct_yaml_str)
     return Loader
+
+
+_YAML11_FORMS = {"hexadecimal": "hexadecimal number (base 16)", "binary": "binary number (base 2)",
+                 "octal": "octal number (a leading zero: base 8)", "sexagesimal": "sexagesimal number (base 60)",
+                 "with _": "number with '_' between digits"}
+
+
+def check_yaml_numbers(value: Any, source: str, key: str = "", leaf: str = "") -> None:
+    """Every number in `value` (a YAML file's mapping, or its part at `key`) written in decimal:
+    YAML 1.1's other forms (numbers.yaml11_form: 0x7000, 017, 0b1, 1:30, 1_000), which PyYAML takes and
+    a flag does not (YAML 1.2 reads 017 as 17, has no 0b1 nor 1:30), are one SpecError line naming the
+    key and the decimal. Only where a number is meant: command and env keep such text as typed."""
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            check_yaml_numbers(v, source, f"{key}.{k}" if key else str(k), str(k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            check_yaml_numbers(v, source, f"{key}[{i}]", leaf)
+    elif (form := yaml11_form(value)) is not None:
+        decimal, leaf = plain(value), cut(leaf, 60)
+        fix = f"write {leaf}: {decimal}"
+        if form == "octal":  # YAML 1.2 reads 017 as 17: which one was meant is not known
+            fix = f"write {leaf}: {int(value.text.replace('_', ''), 10)} (without the leading zero), or {decimal} for the octal"
+        raise SpecError(f"{source}: {cut(key, 80)}: {cut(value.text, 40)} is a YAML 1.1 {_YAML11_FORMS[form]}, read "
+                        f"as {decimal}; numbers are taken in decimal digits only, as the flags take them: {fix}")
 
 
 def yaml_mapping(data: bytes, source: str, example: str) -> dict:

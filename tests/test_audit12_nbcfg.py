@@ -127,3 +127,59 @@ def test_a_broken_default_kubeconfig_is_refused_not_passed_over_for_in_cluster(i
     assert "\n" not in line and problem in line, line
     assert str(in_cluster) in line and "in-cluster" not in line, line
     assert line.endswith(": fix that file (kubectl reads it too), or point KUBECONFIG at another kubeconfig"), line
+
+
+# ---------------------------------------------------------------- YAML 1.1 numbers
+
+YAML11 = [("0x7000", 28672, "hexadecimal", "write master_port: 28672"),
+          ("0b101", 5, "binary", "write master_port: 5"),
+          ("017", 15, "octal", "write master_port: 17 (without the leading zero), or 15 for the octal"),
+          ("1:30", 90, "sexagesimal", "write master_port: 90"),
+          ("1_000", 1000, "number with '_'", "write master_port: 1000")]
+
+
+@pytest.mark.parametrize("written, read, form, fix", YAML11)
+def test_config_yaml_refuses_yaml11_numbers_naming_the_key(dt: Dtrain, written, read, form, fix):
+    """`master_port: 0x7000` was taken as 28672 (017 as 15, 1:30 as 90): YAML 1.1's forms, which no
+    flag takes and YAML 1.2 reads otherwise or not at all. One line naming the key and the decimal."""
+    config = dt.home / "config.yaml"
+    text = f"backend: local  # ours\nkubernetes:\n  master_port: {written}\n"
+    config.write_text(text)
+    proc = dt("config", "kubernetes", check=False)
+    assert_usage_error(proc, f"{config}: kubernetes.master_port: {written} is a YAML 1.1 {form}",
+                       f"read as {read}; ", fix)
+    assert config.read_text() == text  # nothing rewritten
+    config.write_text("kubernetes:\n  master_port: 29501\n  request_timeout: 0.50\n  gpus_per_node: +8\n")
+    assert "master_port=29501" in dt("config", "kubernetes").stdout  # decimal, as typed, is taken
+
+
+@pytest.mark.parametrize("section, key", [("sagemaker", "volume_size"), ("kubernetes", "gpus_per_node"),
+                                          ("kubernetes", "request_timeout")])
+def test_every_numeric_key_of_config_yaml_refuses_them(home, section, key):
+    from dtrain.config import UserConfig
+    from dtrain.errors import SpecError
+
+    (home / "config.yaml").write_text(f"{section}:\n  {key}: 1_0\n")
+    with pytest.raises(SpecError, match=rf"{section}\.{key}: 1_0 is a YAML 1.1 number with '_' between digits, "
+                                        rf"read as 10; .*: write {key}: 10$"):
+        UserConfig.load(home)
+
+
+@pytest.mark.parametrize("field, written, read", [("processes", "0x2", 2), ("cpu", "1_0.5", 10.5),
+                                                  ("max_restarts", "0b11", 3), ("idle_timeout", "1:00", 60),
+                                                  ("sagemaker", "{instance_count: 010}", 8)])
+def test_a_job_files_number_fields_refuse_them(dt: Dtrain, tmp_path, field, written, read):
+    job = tmp_path / "job.yaml"
+    job.write_text(f"name: j\ncommand: [echo, 0x10, 017]\nenv: {{MASK: 0x1F}}\n{field}: {written}\n")
+    proc = dt("submit", "-f", str(job), "--dry-run", check=False)
+    key = "sagemaker.instance_count" if field == "sagemaker" else field
+    assert_usage_error(proc, f"job file '{job}': {key}: ", f", read as {read}; ")
+    assert dt.json("list", "-A") == []
+
+
+def test_a_job_files_text_fields_keep_such_numbers_as_typed(dt: Dtrain, tmp_path):
+    """command and env take text: 0x1F there is the string as typed, and stays taken."""
+    job = tmp_path / "job.yaml"
+    job.write_text("name: j\ncommand: [echo, 0x10, 017, '1:30']\nenv: {MASK: 0x1F, AT: 12:30}\nprocesses: +1\n")
+    out = dt("submit", "-f", str(job), "--dry-run").stdout
+    assert "- '0x10'" in out and "MASK: '0x1F'" in out and "AT: '12:30'" in out, out

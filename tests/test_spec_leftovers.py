@@ -92,7 +92,7 @@ def test_sagemaker_hyperparameters_keep_their_yaml_type_and_refuse_null():
 
 
 def test_config_numbers_written_otherwise_save_back(tmp_path: Path):
-    (tmp_path / "config.yaml").write_text("project: default\nsagemaker: {volume_size: 0x1E}\n")
+    (tmp_path / "config.yaml").write_text("project: default\nsagemaker: {volume_size: +30}\n")  # 0x1E: refused
     cfg = UserConfig.load(tmp_path)
     assert cfg.sagemaker == {"volume_size": 30} and type(cfg.sagemaker["volume_size"]) is int
     cfg.save(tmp_path)  # the safe dumper refuses an int subclass

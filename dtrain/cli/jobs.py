@@ -22,8 +22,8 @@ from dtrain.errors import ConflictError, NotFoundError, SpecError
 from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, as_typed_number, check_limit_bytes, check_name, check_rank, check_tail, shown,
                           wait_refusal, written)
 from dtrain.numbers import exact, plain
-from dtrain.spec import (JobSpec, check_sagemaker_mapping, parse_env, parse_labels, parse_node_selector, parse_pvc,
-                         sagemaker_backend, yaml_mapping)
+from dtrain.spec import (NUMBER_FIELDS, JobSpec, check_sagemaker_mapping, check_yaml_numbers, parse_env, parse_labels,
+                         parse_node_selector, parse_pvc, sagemaker_backend, yaml_mapping)
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
 
 # flag dest -> spec field, for flags that map one to one
@@ -215,6 +215,8 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     if args.file is not None:  # `-f "$SPEC"` with SPEC unset names the file, not a missing job name
         raw = read_small_file(args.file, f"job file {shown(args.file)}", "job.yaml")
         data = dict(JobSpec.check_fields(yaml_mapping(raw, f"job file {shown(args.file)}", "name: train")))
+        # the fields that take numbers (processes: 0x10 was 16); command and env keep the text as typed
+        check_yaml_numbers({k: data[k] for k in (*NUMBER_FIELDS, "sagemaker") if k in data}, f"job file {shown(args.file)}")
         _check_blocks(data)
     if args.name:
         data["name"] = args.name
