@@ -540,6 +540,15 @@ class Client:
         self._forget_made("sagemaker")
         return merged
 
+    @staticmethod
+    def kubernetes_settings() -> tuple[str, ...]:
+        """The settings config.yaml's `kubernetes:` takes (KubernetesConfig's fields; the project is
+        each command's own), which configure_kubernetes sets and unsets."""
+        from dataclasses import fields
+
+        from dtrain.backends.kubernetes.config import KubernetesConfig
+        return tuple(f.name for f in fields(KubernetesConfig) if f.name != "project")
+
     def configure_kubernetes(self, *, unset: tuple[str, ...] | list[str] = (), **settings) -> dict:
         """Merge settings (namespace, context, kubeconfig, image, ...: KubernetesConfig's fields) into
         config.yaml's `kubernetes:`, after removing the keys in `unset`; checked as the backend checks
@@ -555,6 +564,14 @@ class Client:
                             f"dtrain config kubernetes --unset {empty.replace('_', '-')}; nothing was changed")
         if isinstance(given.get("kubeconfig"), str):
             given["kubeconfig"] = os.path.abspath(os.path.expanduser(given["kubeconfig"]))
+        known = self.kubernetes_settings()
+        for key in [*given, *unset]:
+            if key not in known:
+                import difflib
+
+                near = difflib.get_close_matches(key, known, n=1)
+                raise SpecError(f"unknown Kubernetes setting {key!r}{f' (did you mean {near[0]!r}?)' if near else ''}: "
+                                f"use one of {', '.join(known)}; nothing was changed")
 
         def change(cfg: UserConfig) -> None:
             cfg.kubernetes = {**{k: v for k, v in cfg.kubernetes.items() if k not in unset}, **given}

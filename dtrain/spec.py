@@ -952,24 +952,38 @@ _YAML11_FORMS = {"hexadecimal": "hexadecimal number (base 16)", "binary": "binar
                  "with _": "number with '_' between digits"}
 
 
-def check_yaml_numbers(value: Any, source: str, key: str = "", leaf: str = "") -> None:
+def check_yaml_numbers(value: Any, source: str, key: str = "", leaf: str = "", *, fix_as: str = "{}: {}") -> None:
     """Every number in `value` (a YAML file's mapping, or its part at `key`) written in decimal:
     YAML 1.1's other forms (numbers.yaml11_form: 0x7000, 017, 0b1, 1:30, 1_000), which PyYAML takes and
     a flag does not (YAML 1.2 reads 017 as 17, has no 0b1 nor 1:30), are one SpecError line naming the
     key and the decimal. Only where a number is meant: command and env keep such text as typed."""
     if isinstance(value, Mapping):
         for k, v in value.items():
-            check_yaml_numbers(v, source, f"{key}.{k}" if key else str(k), str(k))
+            check_yaml_numbers(v, source, f"{key}.{k}" if key else str(k), str(k), fix_as=fix_as)
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            check_yaml_numbers(v, source, f"{key}[{i}]", leaf)
+            check_yaml_numbers(v, source, f"{key}[{i}]", leaf, fix_as=fix_as)
     elif (form := yaml11_form(value)) is not None:
         decimal, leaf = plain(value), cut(leaf, 60)
-        fix = f"write {leaf}: {decimal}"
+        fix = f"write {fix_as.format(leaf, decimal)}"
         if form == "octal":  # YAML 1.2 reads 017 as 17: which one was meant is not known
-            fix = f"write {leaf}: {int(value.text.replace('_', ''), 10)} (without the leading zero), or {decimal} for the octal"
+            fix = (f"write {fix_as.format(leaf, int(value.text.replace('_', ''), 10))} (without the leading zero), "
+                   f"or {decimal} for the octal")
         raise SpecError(f"{source}: {cut(key, 80)}: {cut(value.text, 40)} is a YAML 1.1 {_YAML11_FORMS[form]}, read "
                         f"as {decimal}; numbers are taken in decimal digits only, as the flags take them: {fix}")
+
+
+def yaml_value(text: str, key: str, source: str, *, fix_as: str = "{}: {}") -> Any:
+    """One value as a YAML file's `KEY: TEXT` reads it (a number, true, [a, b], None for nothing), checked
+    as yaml_mapping and check_yaml_numbers check a file's; numbers plain. `source` names it in a refusal,
+    `fix_as` how a key and its value are written there ('--set {}={}')."""
+    if "\n" in text or "\r" in text:
+        raise SpecError(f"{source}: give the value on one line (a list as [a, b])")
+    data = yaml_mapping(f"{key}: {text}".encode(), source, f"{key}: VALUE")
+    if list(data) != [key]:  # `x=1, y: 2` written in one value
+        raise SpecError(f"{source}: {cut(shown(text), 60)} is not one value: quote it, e.g. {key}='\"...\"'")
+    check_yaml_numbers(data, source, fix_as=fix_as)
+    return plain_numbers(data[key])
 
 
 def yaml_mapping(data: bytes, source: str, example: str) -> dict:

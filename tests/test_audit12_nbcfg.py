@@ -183,3 +183,50 @@ def test_a_job_files_text_fields_keep_such_numbers_as_typed(dt: Dtrain, tmp_path
     job.write_text("name: j\ncommand: [echo, 0x10, 017, '1:30']\nenv: {MASK: 0x1F, AT: 12:30}\nprocesses: +1\n")
     out = dt("submit", "-f", str(job), "--dry-run").stdout
     assert "- '0x10'" in out and "MASK: '0x1F'" in out and "AT: '12:30'" in out, out
+
+
+# ---------------------------------------------------------------- every Kubernetes setting from the CLI
+
+def test_config_kubernetes_sets_any_setting_with_set_keeping_the_files_comments(dt: Dtrain):
+    """Only seven of config.yaml's Kubernetes settings had a flag (master_port, access_modes, ttl, ...
+    had to be typed into the file): --set KEY=VALUE sets any of them, read as YAML reads it and
+    checked as the flags' values are; --unset removes any; the user's comments stay."""
+    from dtrain.client import Client
+
+    config = dt.home / "config.yaml"
+    config.write_text("# mine\nbackend: local  # ours\nkubernetes:\n  context: prod  # the GPU cluster\n")
+    out = dt("config", "kubernetes", "--set", "master_port=29501", "--set", "access-modes=[ReadWriteOnce]",
+             "--set", "snapshot_watcher=false", "--set", "request_timeout=30.5", "--namespace", "team").stdout
+    assert out.startswith("Kubernetes settings saved: "), out
+    assert config.read_text().startswith("# mine\nbackend: local  # ours\nkubernetes:\n  context: prod  # the GPU cluster\n")
+    k8s = Client(home=dt.home).kubernetes_config()
+    assert (k8s.master_port, k8s.access_modes, k8s.snapshot_watcher, k8s.request_timeout, k8s.namespace) == (
+        29501, ("ReadWriteOnce",), False, 30.5, "team")
+    dt("config", "kubernetes", "--unset", "master-port", "snapshot_watcher")
+    assert Client(home=dt.home).kubernetes_config().master_port == 29500
+    assert "# the GPU cluster" in config.read_text()
+    # every KubernetesConfig field but the project (each command's own) can be set this way
+    assert "project" not in Client.kubernetes_settings() and "ttl_seconds_after_finished" in Client.kubernetes_settings()
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--set", "master_port=abc"], "invalid Kubernetes master_port 'abc': use a whole number from 1 to 65535"),
+    (["--set", "master_port=0x10"], "0x10 is a YAML 1.1 hexadecimal number (base 16), read as 16; "),
+    (["--set", "mastr_port=1"], "unknown Kubernetes setting 'mastr_port' (did you mean 'master_port'?)"),
+    (["--set", "project=x"], "unknown Kubernetes setting 'project'"),
+    (["--set", "master_port"], "--set 'master_port': give KEY=VALUE"),
+    (["--set", "context="], "--set context= gives no value: give one, or remove the saved one with --unset context"),
+    (["--set", "context=a", "--context", "b"], "context is given both as --context and with --set"),
+    (["--set", "a=1", "--set", "a=2"], "--set a is given twice"),
+    (["--unset", "mastr-port"], "--unset 'mastr-port': not a Kubernetes setting"),
+])
+def test_a_bad_set_is_one_line_and_changes_nothing(dt: Dtrain, argv, needle):
+    config = dt.home / "config.yaml"
+    config.write_text("kubernetes:\n  context: prod  # mine\n")
+    assert_usage_error(dt("config", "kubernetes", *argv, check=False), needle)
+    assert config.read_text() == "kubernetes:\n  context: prod  # mine\n"
+
+
+def test_set_is_for_config_kubernetes_only(dt: Dtrain):
+    assert_usage_error(dt("config", "sagemaker", "--set", "a=b", check=False),
+                       "--set is for 'dtrain config kubernetes', not 'dtrain config sagemaker'")

@@ -16,7 +16,7 @@ from dtrain.client import Client
 from dtrain.config import BACKENDS
 from dtrain.errors import DtrainError, NotFoundError, SpecError
 from dtrain.names import check_gpu_quota, require_project
-from dtrain.spec import check_name
+from dtrain.spec import check_name, yaml_value
 
 # Workload commands: (group, verb) -> (module, function, help). The function is the module's
 # own `main(argv)`, so the same code runs under plain torchrun as `python -m dtrain.workloads.<w>`
@@ -39,14 +39,14 @@ GROUP_HELP = {"lanes": "SCNN lane detection on TuSimple", "cifar10": "the CIFAR1
 
 
 def cmd_config(args, client: Client) -> int:
-    given = [k for k in (*dict.fromkeys(_SAGEMAKER_KEYS + _KUBERNETES_KEYS), "unset") if getattr(args, k) is not None]
+    given = [k for k in (*dict.fromkeys(_SAGEMAKER_KEYS + _KUBERNETES_KEYS), "set", "unset") if getattr(args, k) is not None]
     flags = [f"--{k.replace('_', '-')}" for k in given]
     if args.what == "storage-class":
         return _config_storage_class(args, client, [g for g in flags if g != "--unset"])
     if args.folder is not None:
         raise SpecError(f"'dtrain config {args.what}' takes one value, not {args.value!r} and {args.folder!r}; "
                         f"nothing was changed")
-    sections = {"sagemaker": _SAGEMAKER_KEYS, "kubernetes": _KUBERNETES_KEYS}
+    sections = {"sagemaker": _SAGEMAKER_KEYS, "kubernetes": (*_KUBERNETES_KEYS, "set")}
     keys = sections.get(args.what, ())
     stray = [k for k in given if k not in keys and not (k == "unset" and keys)]
     if stray:  # else silently dropped: the user believes them saved
@@ -55,11 +55,13 @@ def cmd_config(args, client: Client) -> int:
         raise SpecError(f"{', '.join(said)} {'is' if len(said) == 1 else 'are'} for "
                         f"{' or '.join(f'{chr(39)}dtrain config {w}{chr(39)}' for w in owners)}, "
                         f"not 'dtrain config {args.what}'; nothing was changed")
-    unsettable = tuple(k.replace("_", "-") for k in keys or _SAGEMAKER_KEYS)
+    # config.yaml's every Kubernetes setting, not only those with a flag (--set sets the others)
+    unsettable = tuple(k.replace("_", "-") for k in (client.kubernetes_settings() if args.what == "kubernetes"
+                                                     else keys or _SAGEMAKER_KEYS))
     if args.unset == []:  # `--unset` alone (nargs="*": a storage class's name may come before it)
         raise SpecError(f"--unset needs the settings to remove, e.g. --unset image (one of {', '.join(unsettable)})"
                         f"; nothing was changed")
-    if args.unset is not None and (bad := [k for k in args.unset if k not in unsettable]):
+    if args.unset is not None and (bad := [k for k in args.unset if k.replace("_", "-") not in unsettable]):
         what = "a Kubernetes" if args.what == "kubernetes" else "a SageMaker"
         raise SpecError(f"--unset {bad[0]!r}: not {what} setting; use one of {', '.join(unsettable)}")
     if args.project is not None and args.what != "backend":
@@ -105,9 +107,32 @@ def _config_settings(args, client: Client, *, shown_only: bool) -> int:
               "Kubernetes settings: none (the kubeconfig's current context, namespace dtrain-PROJECT): "
               "dtrain config kubernetes --context NAME [--namespace NS]")
         return 0
-    settings = client.configure_kubernetes(unset=unset, **{k: getattr(args, k) for k in _KUBERNETES_KEYS})
+    flagged = {k: getattr(args, k) for k in _KUBERNETES_KEYS if getattr(args, k) is not None}
+    pairs = _set_pairs(args.set or ())
+    if twice := next((k for k in pairs if k in flagged), None):
+        raise SpecError(f"{twice} is given both as --{twice.replace('_', '-')} and with --set: give one; "
+                        f"nothing was changed")
+    settings = client.configure_kubernetes(unset=unset, **flagged, **pairs)
     print("Kubernetes settings saved: " + (", ".join(f"{k}={v}" for k, v in settings.items()) or "none"))
     return 0
+
+
+def _set_pairs(pairs) -> dict:
+    """`--set KEY=VALUE ...`: VALUE read as config.yaml's `kubernetes: {KEY: VALUE}` reads it (29501 a
+    number, false, [ReadWriteOnce] a list, a quoted '0' a string), then checked as the flags' values are."""
+    out: dict = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or not key:
+            raise SpecError(f"--set {pair!r}: give KEY=VALUE, e.g. --set master_port=29501; nothing was changed")
+        if key in out:
+            raise SpecError(f"--set {key} is given twice: give it once; nothing was changed")
+        out[key] = yaml_value(value, key, "--set", fix_as="--set {}={}")
+        if out[key] is None:  # `--set context=`: nothing to save, which configure_kubernetes would drop unsaid
+            raise SpecError(f"--set {key}= gives no value: give one, or remove the saved one with "
+                            f"--unset {key.replace('_', '-')}; nothing was changed")
+    return out
 
 
 _SAGEMAKER_KEYS = ("role", "bucket", "region", "prefix", "image", "instance_type", "subnets", "security_groups")
@@ -293,6 +318,9 @@ def _add_config(sub) -> None:
     k.add_argument("--scheduler-name", help="pods' schedulerName, e.g. runai-scheduler")
     k.add_argument("--gpus-per-node", type=int, metavar="N", help="GPUs of one node: GPU jobs pack processes per pod")
     k.add_argument("--trainer", help="v1: PyTorchJob/MPIJob (Training Operator), v2: TrainJob (Trainer v2)")
+    k.add_argument("--set", action="append", metavar="KEY=VALUE",
+                   help="any other setting of config.yaml's kubernetes:, VALUE as YAML reads it, e.g. --set "
+                        "master_port=29501 --set access_modes=[ReadWriteOnce] (repeat it for several)")
     g.add_argument("--unset", nargs="*", metavar="SETTING",
                    help="remove saved settings, e.g. --unset subnets security-groups (no VPC) or --unset image; "
                         "with 'kubernetes': e.g. --unset namespace; with 'storage-class': remove classes, e.g. --unset fast")
