@@ -100,6 +100,7 @@ def test_the_token_exchange_stays_under_the_prefix(home):
 # ---- in a browser ----------------------------------------------------------------------------------------------
 browser_tests = pytest.importorskip("test_dashboard_browser")
 text_of, attrs_of, click = browser_tests.text_of, browser_tests.attrs_of, browser_tests.click
+from selenium.common.exceptions import NoAlertPresentException  # noqa: E402
 
 
 def in_browser(test):
@@ -107,6 +108,16 @@ def in_browser(test):
     for mark in browser_tests.pytestmark:
         test = mark(test)
     return test
+
+
+def prompted(browser):
+    """The page's prompt, once shown: the snapshot button asks after reading the names taken."""
+    def shown():
+        try:
+            return browser.switch_to.alert.text is not None and browser.switch_to.alert
+        except NoAlertPresentException:
+            return False
+    return wait_until(shown, what="the prompt")
 
 
 def no_errors(browser, but: str | None = None) -> None:
@@ -158,7 +169,7 @@ def test_a_volume_row_and_a_finished_jobs_page_take_a_snapshot(home, tmp_path):
             wait_until(lambda: text_of(browser, row + " button.snapshot") == "Snapshot", what="the volume's button")
             # the default name offered is taken as it is
             browser.execute_script("document.querySelector(arguments[0]).click()", row + " button.snapshot")
-            browser.switch_to.alert.accept()
+            prompted(browser).accept()
             said = wait_until(lambda: text_of(browser, "#snapshot-message").startswith("Snapshot ")
                               and text_of(browser, "#snapshot-message"), what="the snapshot said")
             made = re.fullmatch(r"Snapshot (data-\d{8}-\d{6}) of volume data taken: (\d+) files, .+\.", said)
@@ -168,7 +179,7 @@ def test_a_volume_row_and_a_finished_jobs_page_take_a_snapshot(home, tmp_path):
             assert (stored["volume"], stored["files"]) == ("data", int(made[2]))
             # a name that is taken: the server's refusal stays on screen, nothing is made
             browser.execute_script("document.querySelector(arguments[0]).click()", row + " button.snapshot")
-            alert = browser.switch_to.alert
+            alert = prompted(browser)
             alert.send_keys(made[1])
             alert.accept()
             wait_until(lambda: "already exists" in text_of(browser, "#banner"), what="the refusal")
@@ -179,7 +190,7 @@ def test_a_volume_row_and_a_finished_jobs_page_take_a_snapshot(home, tmp_path):
             button = "#job-head button.snapshot[data-volume='data']"
             wait_until(lambda: text_of(browser, button) == "Snapshot data", what="the finished job's button")
             browser.execute_script("document.querySelector(arguments[0]).click()", button)
-            alert = browser.switch_to.alert
+            alert = prompted(browser)
             alert.send_keys("after-the-fact")
             alert.accept()
             wait_until(lambda: text_of(browser, "#snapshot-message").startswith("Snapshot after-the-fact of volume "

@@ -230,3 +230,52 @@ def test_a_bad_set_is_one_line_and_changes_nothing(dt: Dtrain, argv, needle):
 def test_set_is_for_config_kubernetes_only(dt: Dtrain):
     assert_usage_error(dt("config", "sagemaker", "--set", "a=b", check=False),
                        "--set is for 'dtrain config kubernetes', not 'dtrain config sagemaker'")
+
+
+# ---------------------------------------------------------------- the dashboard's snapshot prompt
+
+@pytest.mark.slow  # a browser, as tests/test_dashboard_browser.py's
+def test_the_snapshot_prompt_offers_a_name_that_is_free(home, tmp_path):
+    """The name offered was VOLUME-<UTC second> whatever snapshots there were: taken as offered, a second click
+    in that second (or a name taken so by the CLI) was the server's 409. It now goes past the names taken, as
+    the server's own default does (-2, -3); a name taken meanwhile is still the 409, shown."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    browser_tests = pytest.importorskip("test_dashboard_browser")
+    if not (browser_tests.CHROMIUM and browser_tests.CHROMEDRIVER):
+        pytest.skip("chromium and chromedriver are not installed (scripts/setup.sh installs them)")
+    from server_util import ServerProcess, wait_until
+
+    text_of = browser_tests.text_of
+    server = ServerProcess(home, cwd=tmp_path)
+    dt = server.dtrain()
+    try:
+        dt("volume", "create", "data", "--size", "1Gi")
+        for name in ("data-20260101-000000", "data-20260101-000000-2"):
+            dt("snapshot", "create", "data", "--name", name)
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/storage")
+            row = "#volumes-table tr[data-volume='data']"
+            wait_until(lambda: text_of(browser, row + " button.snapshot") == "Snapshot", what="the volume's button")
+            # the page's clock at 2026-01-01 00:00:00 UTC, the second those two were named for
+            browser.execute_script("const Real = Date, at = Real.UTC(2026, 0, 1);"
+                                   "window.Date = class extends Real { constructor(...a) { super(...(a.length ? a : [at])); } };"
+                                   "window.Date.now = () => at;")
+            browser.execute_script("document.querySelector(arguments[0]).click()", row + " button.snapshot")
+            wait_until(lambda: _alert(browser), what="the prompt")
+            browser.switch_to.alert.accept()  # the name offered, as it is
+            said = wait_until(lambda: text_of(browser, "#snapshot-message").startswith("Snapshot ")
+                              and text_of(browser, "#snapshot-message"), what="the snapshot said")
+            assert said.startswith("Snapshot data-20260101-000000-3 of volume data taken"), said
+            assert not text_of(browser, "#banner")
+            assert dt.json("snapshot", "describe", "data-20260101-000000-3")["volume"] == "data"
+    finally:
+        server.stop()
+
+
+def _alert(browser) -> bool:
+    from selenium.common.exceptions import NoAlertPresentException
+
+    try:
+        return browser.switch_to.alert.text is not None
+    except NoAlertPresentException:  # the names taken are still being read
+        return False

@@ -274,12 +274,23 @@ function readOnly() {
 
 // A volume's Snapshot button (a row of the Volumes table; a finished job's page, one per volume it mounted, the
 // snapshot linked to the job): `dtrain snapshot create VOLUME [--job JOB] -p PROJECT`. The name is asked for, offered
-// as the server names one left out (VOLUME-<UTC time>: a valid name, a volume's name being one); a name left empty
-// is the server's. The new snapshot is said in `said`; a refusal stays in the banner, as any button's does.
+// as the server names one left out (VOLUME-<UTC time>, then -2, -3... past the names taken: a valid name, a volume's
+// name being one); a name left empty is the server's. The new snapshot is said in `said`; a refusal (a name taken
+// meanwhile: the server's 409) stays in the banner, as any button's does.
 const snapshotName = volume => volume.slice(0, 34).replace(/-+$/, "") + "-"
   + new Date().toISOString().slice(0, 19).replace(/[-:]/g, "").replace("T", "-");
+async function freeSnapshotName(volume, project) {
+  const stem = snapshotName(volume);
+  let taken = new Set();
+  try {
+    taken = new Set((await api(withProject("/snapshots", project))).map(s => s.name));
+  } catch (e) { /* offered unchecked: a name taken is the server's 409, shown as before */ }
+  let name = stem;
+  for (let n = 2; taken.has(name); n++) name = `${stem}-${n}`;
+  return name;
+}
 async function takeSnapshot(volume, job, project, said) {
-  const name = prompt(`Name of the new snapshot of volume ${volume}:`, snapshotName(volume));
+  const name = prompt(`Name of the new snapshot of volume ${volume}:`, await freeSnapshotName(volume, project));
   if (name === null) return;  // cancelled
   const body = Object.assign({volume}, name.trim() ? {name: name.trim()} : {}, job ? {job} : {});
   said.textContent = `taking a snapshot of volume ${volume}...`;
