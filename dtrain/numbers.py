@@ -57,7 +57,7 @@ def yaml11_form(value) -> str | None:
     """Pure: the YAML 1.1 form, other than decimal digits, a number read from YAML was written in:
     'hexadecimal' (0x7000), 'binary' (0b101), 'octal' (017, which YAML 1.1 reads as 15 and YAML 1.2
     as 17), 'sexagesimal' (1:30, read as 90) or 'with _' (1_000). None for a number written in
-    decimal (-5, 0.10, 1e9) and for anything else. A flag takes decimal digits only, and a form
+    decimal (-5, 0.10, 1e9) and for anything else. A form
     taken silently is a port or a count the user did not mean (spec.check_yaml_numbers refuses it)."""
     if not isinstance(value, Typed) or isinstance(value, bool):
         return None

@@ -955,7 +955,7 @@ _YAML11_FORMS = {"hexadecimal": "hexadecimal number (base 16)", "binary": "binar
 def check_yaml_numbers(value: Any, source: str, key: str = "", leaf: str = "", *, fix_as: str = "{}: {}") -> None:
     """Every number in `value` (a YAML file's mapping, or its part at `key`) written in decimal:
     YAML 1.1's other forms (numbers.yaml11_form: 0x7000, 017, 0b1, 1:30, 1_000), which PyYAML takes and
-    a flag does not (YAML 1.2 reads 017 as 17, has no 0b1 nor 1:30), are one SpecError line naming the
+    YAML 1.2 does not (it reads 017 as 17, has no 0b1 nor 1:30), are one SpecError line naming the
     key and the decimal. Only where a number is meant: command and env keep such text as typed."""
     if isinstance(value, Mapping):
         for k, v in value.items():
@@ -970,7 +970,7 @@ def check_yaml_numbers(value: Any, source: str, key: str = "", leaf: str = "", *
             fix = (f"write {fix_as.format(leaf, int(value.text.replace('_', ''), 10))} (without the leading zero), "
                    f"or {decimal} for the octal")
         raise SpecError(f"{source}: {cut(key, 80)}: {cut(value.text, 40)} is a YAML 1.1 {_YAML11_FORMS[form]}, read "
-                        f"as {decimal}; numbers are taken in decimal digits only, as the flags take them: {fix}")
+                        f"as {decimal}; numbers are taken in decimal digits only: {fix}")
 
 
 def yaml_value(text: str, key: str, source: str, *, fix_as: str = "{}: {}") -> Any:
