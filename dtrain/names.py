@@ -20,6 +20,9 @@ from dtrain.numbers import Typed, TypedFloat, TypedInt, plain, typed
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
 MAX_NAME = 53  # NAME_RE's bound
+# NAME_RE in words, as check_name and the CLI's '-x' (neither an option nor a name) say it
+NAME_RULE = (f"1-{MAX_NAME} lower-case letters, digits or '-', starting and ending with a letter or digit "
+             f"(e.g. 'train-lanes-1')")
 # A Kubernetes quantity: a number (12, 1.5, .5, 5.) and a binary suffix, a decimal exponent (1e3,
 # 1E-3) or a decimal suffix (group 1 the number, group 2 the suffix). 'K' is not Kubernetes' but
 # dtrain has always taken it for 'k'.
@@ -85,8 +88,7 @@ def check_name(name: str, what: str = "job") -> str:
     """Names follow Kubernetes DNS-1123 labels so every backend accepts them unchanged."""
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise SpecError(
-            f"invalid {what} name {shown(name)}: use 1-{MAX_NAME} lower-case letters, digits or '-', "
-            f"starting and ending with a letter or digit (e.g. 'train-lanes-1')")
+            f"invalid {what} name {shown(name)}: use {NAME_RULE}")
     return name
 
 

@@ -15,7 +15,7 @@ from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.config import BACKENDS
 from dtrain.errors import DtrainError, NotFoundError, SpecError
-from dtrain.names import check_gpu_quota, require_project
+from dtrain.names import NAME_RULE, check_gpu_quota, require_project, shown
 from dtrain.spec import check_name, yaml_value
 
 # Workload commands: (group, verb) -> (module, function, help). The function is the module's
@@ -256,10 +256,33 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = jobs.NEGATIVE_VALUE  # sub-parsers are made of this class too
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)  # this (sub-)parser's words, for error()
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str):
+        stray = self._stray_name(message)
+        if stray is not None:  # `volume create -x`: argparse said only that the name was missing
+            message = f"{shown(stray)} is neither an option of '{self.prog}' nor a name: names are {NAME_RULE}"
         if len(message) > MAX_USAGE_ERROR:  # argparse repeats what it did not take, whatever its size
             message = message[:MAX_USAGE_ERROR] + "..."
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def _stray_name(self, message: str) -> str | None:
+        """The word given for a missing name positional (one without choices: every verb's job, volume or
+        snapshot) that argparse read as an unknown option: '-x' before any '--'."""
+        head, _, missing = message.partition("the following arguments are required: ")
+        names = {a.metavar or a.dest for a in self._actions if not a.option_strings and a.choices is None}
+        if head or not names & set(missing.split(", ")):
+            return None
+        given = getattr(self, "_given", [])
+        for word in given[:given.index("--")] if "--" in given else given:
+            option = word.split("=", 1)[0]
+            if (word.startswith("-") and word not in ("-", "--") and not self._negative_number_matcher.match(word)
+                    and option not in self._option_string_actions
+                    and not (option.startswith("--") and any(o.startswith(option) for o in self._option_string_actions))):
+                return word
+        return None
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
