@@ -5,9 +5,13 @@ Each test failed before its fix."""
 from __future__ import annotations
 
 import pytest
+import yaml
 
+from conftest import usage_line
 from dtrain.cli.main import main
+from dtrain.errors import ConflictError
 from dtrain.names import NAME_RULE
+from dtrain.storage import Storage
 
 
 # --- 1. a name beginning with '-' without '--' ---------------------------------------------------
@@ -40,3 +44,84 @@ def test_a_missing_name_with_no_stray_word_is_still_argparses_line(tmp_path, mon
             main(argv)
         err = capsys.readouterr().err
         assert said in err and "nor a name" not in err, err
+
+
+# --- 2. job hints carry the job's -p and --backend -------------------------------------------------
+def test_a_volume_in_use_names_the_delete_of_each_job_with_its_project(dt, tmp_path):
+    """"stop them (dtrain delete JOB)": no job named, and no -p (a job of team-b on a backend config.yaml
+    sends elsewhere is not found by a bare `dtrain delete`)."""
+    dt("project", "create", "team-b")
+    dt("volume", "create", "data", "-p", "team-b")
+    dt("snapshot", "create", "data", "--name", "s1", "-p", "team-b")
+    dt("submit", "v", "-p", "team-b", "--pvc", "data:/mnt/data", "--", "sleep", "60")
+    dt("submit", "r", "--pvc", "data:/mnt/data:ro", "--", "sleep", "60")
+    dt.wait_for("v", {"Running"})
+    dt.wait_for("r", {"Running"})
+    both = "`dtrain delete v -p team-b`, `dtrain delete r`"
+    assert f"stop them ({both}), or delete with --force" in usage_line(
+        dt("volume", "delete", "data", "-p", "team-b", check=False))
+    assert f"stop them first ({both})" in usage_line(dt("snapshot", "restore", "s1", "--in-place", "-p", "team-b",
+                                                        check=False))
+    (tmp_path / "fast").mkdir()
+    (tmp_path / "fast" / "keep").write_text("a disk that is there")
+    dt("config", "storage-class", "fast", str(tmp_path / "fast" / "volumes"))
+    line = usage_line(dt("volume", "update", "data", "--class", "fast", "-p", "team-b", check=False))
+    assert "mounted read-write by job(s) v" in line and "stop them first (`dtrain delete v -p team-b`)" in line
+    dt("delete", "v")
+    line = usage_line(dt("volume", "update", "data", "--class", "fast", "-p", "team-b", check=False))
+    assert "mounted read-only by job(s) r" in line and "stop them first (`dtrain delete r`)" in line
+    assert (dt.home / "volumes" / "data" / "data").is_dir()
+
+
+def test_a_volume_in_use_names_the_backend_the_job_is_on(dt):
+    dt.home.mkdir(exist_ok=True)
+    (dt.home / "config.yaml").write_text(yaml.safe_dump({"project": "default", "backend": "kubernetes"}))
+    dt("--backend", "local", "volume", "create", "data")
+    dt("--backend", "local", "submit", "v", "--pvc", "data:/mnt/data", "--", "sleep", "60")
+    try:
+        line = usage_line(dt("volume", "delete", "data", "--backend", "local", check=False))
+        assert "stop them (`dtrain --backend local delete v`)" in line
+    finally:
+        dt("--backend", "local", "delete", "v")
+
+
+def test_the_stores_in_place_refusal_names_each_jobs_command(tmp_path):
+    """Storage's own refusals (a caller of the SDK's store) name each job's command as told."""
+    storage = Storage(tmp_path / "home", command=lambda words: f"dtrain {words} -p a",
+                      job_command=lambda words, job: f"dtrain {words} -p {job}-project")
+    storage.create_volume("data")
+    storage.create_snapshot("data", name="s1")
+    with pytest.raises(ConflictError, match=r"stop them \(`dtrain delete j1 -p j1-project`, `dtrain delete j2 "
+                                            r"-p j2-project`\) before an in-place restore"):
+        storage.restore_snapshot("s1", in_place=True, in_use_by=["j1", "j2"])
+    with pytest.raises(ConflictError, match=r"stop them \(`dtrain delete j1 -p j1-project`, `dtrain delete j2 "
+                                            r"-p j2-project`, `dtrain delete j3 -p j3-project` and 1 more\), or "):
+        storage.delete_volume("data", in_use_by=["j1", "j2", "j3", "j4"])
+    assert storage.get_volume("data").path.is_dir()
+    storage.close()
+
+
+def test_kubernetes_names_the_delete_of_the_job_using_a_volume(tmp_path):
+    from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+    from dtrain.spec import JobSpec, parse_pvc
+
+    cluster = FakeCluster()
+    server = FakeKubeServer(cluster).start()
+    client = server.api_client()
+    try:
+        backend = KubernetesBackend(KubernetesConfig(project="lanes", image="img:1"), api_client=client,
+                                    command=lambda words: f"dtrain {words} -p lanes")
+        backend.create_volume("data", size="1Gi", storage_class="fast")
+        backend.submit(JobSpec(name="train", command=("python", "t.py"), project="lanes",
+                               volumes=(parse_pvc("data:/data"),)))
+        with pytest.raises(ConflictError, match=r"mounted by job 'train'.*delete the job \(`dtrain delete train "
+                                                r"-p lanes`\), or pass --force"):
+            backend.delete_volume("data")
+        cluster.run_pods("dtrain-lanes", "train")
+        with pytest.raises(ConflictError, match=r"in use by job 'train'.*delete the job \(`dtrain delete train "
+                                                r"-p lanes`\), or pass --force"):
+            backend.delete_volume("data")
+    finally:
+        client.close()
+        server.close()

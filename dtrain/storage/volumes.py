@@ -76,12 +76,16 @@ class Storage:
     """Volumes (folders jobs mount) and point-in-time snapshots of them."""
 
     def __init__(self, home: Path, *, engine: Engine | None = None, classes: Mapping[str, Path] | None = None,
-                 command: Callable[[str], str] | None = None):
+                 command: Callable[[str], str] | None = None,
+                 job_command: Callable[[str, str], str] | None = None):
         """`classes`: storage class -> root folder (config.yaml); 'local' is <home>/volumes.
         `command(words)`: the `dtrain WORDS` a message's hint names, so that it works as printed (the
-        local backend's carries the -p PROJECT and --backend of the command that failed); None: plain."""
+        local backend's carries the -p PROJECT and --backend of the command that failed); None: plain.
+        `job_command(words, job)`: the same for a command on job `job` (its own project's -p, not the
+        volume's); None: `command`."""
         self.home = Path(home).expanduser()
         self.cmd = command or fileio.plain_command
+        self._job_command = job_command  # not a lambda on self: a cycle would keep the databases open
         self.classes = {name: Path(root) for name, root in (classes or {}).items()}
         self.volumes_dir = self.home / "volumes"
         if not self.volumes_dir.is_dir():
@@ -206,6 +210,15 @@ class Storage:
         table = "volumes" if what == "volume" else "snapshots"
         return [r[0] for r in self.conn.execute(f"SELECT name FROM {table}")]
 
+    def job_cmd(self, words: str, job: str) -> str:
+        """`dtrain WORDS` for a command on job `job`, as `job_command` names it (else `cmd`)."""
+        return self._job_command(words, job) if self._job_command is not None else self.cmd(words)
+
+    def stop_hint(self, jobs: Sequence[str]) -> str:
+        """The commands that stop `jobs`, as the hints of a refusal name them (each with its job's -p)."""
+        said = ", ".join(f"`{self.job_cmd(f'delete {job}', job)}`" for job in jobs[:3])
+        return said + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
+
     def delete_volume(self, name: str, *, in_use_by: Sequence[str] = (), force: bool = False) -> None:
         """Delete a volume's data; its snapshots stay. Refused while jobs use it, unless forced."""
         vol = self.get_volume(name)
@@ -213,7 +226,7 @@ class Storage:
         in_use_by = [in_use_by] if isinstance(in_use_by, str) else list(in_use_by)
         if in_use_by and not force:
             raise ConflictError(f"volume {name!r} is in use by job(s) {', '.join(in_use_by)}: wait for "
-                                f"them to finish, stop them (dtrain delete JOB), or delete with --force")
+                                f"them to finish, stop them ({self.stop_hint(in_use_by)}), or delete with --force")
         folder = vol.path.parent
         # named after the volume's uid: killed between this rename and the commit, the row still
         # stands, and _collect puts the folder back instead of deleting a registered volume's data
@@ -548,7 +561,7 @@ class Storage:
         users = in_use_by if callable(in_use_by) else (lambda: [in_use_by] if isinstance(in_use_by, str) else in_use_by)
         if jobs := users():
             raise ConflictError(f"volume {vol.name!r} is in use by job(s) {', '.join(jobs)}: "
-                                f"wait for them to finish or stop them (dtrain delete JOB) before an in-place restore")
+                                f"wait for them to finish or stop them ({self.stop_hint(jobs)}) before an in-place restore")
         doing = f"restore snapshot {snap.name!r} in place"
         self._require_folder(vol, doing, replaced=True)  # else every file is written, then the swap fails
         self._collect()
@@ -562,7 +575,7 @@ class Storage:
                 if jobs := users():
                     raise ConflictError(f"job(s) {', '.join(jobs)} started on volume {vol.name!r} while snapshot "
                                         f"{snap.name!r} was being restored; the volume is unchanged: restore again "
-                                        f"once they finish or are stopped (dtrain delete JOB)")
+                                        f"once they finish or are stopped ({self.stop_hint(jobs)})")
                 self._require_folder(vol, doing, replaced=True)  # lost while the files were written
                 with db.transaction(self.conn):
                     folders.swap(staging, vol.path)

@@ -102,7 +102,7 @@ class LocalBackend(Backend):
         if self._storage is None:
             from dtrain.storage.volumes import Storage
             self._storage = Storage(self.home, classes=UserConfig.load(self.home).class_roots(),
-                                    command=lambda words: self.cmd(words, self._project))
+                                    command=lambda words: self.cmd(words, self._project), job_command=self._job_cmd)
         return self._storage
 
     # ---- submit ---------------------------------------------------------------------------
@@ -877,10 +877,10 @@ class LocalBackend(Backend):
                 readers.append(spec.name)
         if writers:
             raise ConflictError(f"volume {volume!r} is mounted read-write by job(s) {', '.join(writers)}: a "
-                                f"move would lose their writes; wait for them or 'dtrain delete' them first")
+                                f"move would lose their writes; wait for them or stop them first ({self.storage.stop_hint(writers)})")
         if readers:
             raise ConflictError(f"volume {volume!r} is mounted read-only by job(s) {', '.join(readers)}: a move "
-                                f"removes the old folder under them; wait for them or 'dtrain delete' them first")
+                                f"removes the old folder under them; wait for them or stop them first ({self.storage.stop_hint(readers)})")
 
     def _names(self, what):
         """Names read from the tables alone: the listing hooks build every job's record and du every volume."""
@@ -965,7 +965,7 @@ class LocalBackend(Backend):
             volume = self.storage.get_snapshot(name).volume
             if jobs := self.volume_users(volume, suspended=False):  # not running
                 raise ConflictError(f"cannot restore {name!r} in place while job(s) {', '.join(jobs)} use the "
-                                    f"volume; wait for them or delete them first")
+                                    f"volume; wait for them or stop them first ({self.storage.stop_hint(jobs)})")
             users = functools.partial(self.volume_users, volume, suspended=False)  # asked again before the swap
         return self._volume(self.storage.restore_snapshot(name, to=to, in_place=in_place, storage_class=storage_class,
                                                           in_use_by=users, progress=progress), measure=False)
