@@ -4,10 +4,14 @@ Each test failed before its fix."""
 
 from __future__ import annotations
 
+import json
+import os
+import shutil
+
 import pytest
 import yaml
 
-from conftest import usage_line
+from conftest import Dtrain, _cleanup, usage_line
 from dtrain.cli.main import main
 from dtrain.errors import ConflictError
 from dtrain.names import NAME_RULE
@@ -125,3 +129,73 @@ def test_kubernetes_names_the_delete_of_the_job_using_a_volume(tmp_path):
     finally:
         client.close()
         server.close()
+
+
+# --- 3. a class folder is made only where a move would make it -----------------------------------
+GONE = "does not exist (removed, or its disk is not mounted)"
+
+
+@pytest.fixture
+def unmounted(tmp_path):
+    """A home with one volume and snapshot s1, and class 'fast' whose folder lies below an empty
+    folder that is no mount point (a disk not mounted): the folder every path must not make."""
+    dt = Dtrain(tmp_path / "home")
+    (tmp_path / "nvme").mkdir()
+    root = tmp_path / "nvme" / "volumes"
+    dt("config", "storage-class", "fast", str(root))
+    dt("volume", "create", "data")
+    (dt.home / "volumes" / "data" / "data" / "a.txt").write_text("kept")
+    dt("snapshot", "create", "data", "--name", "s1")
+    yield dt, root
+    _cleanup(dt)
+
+
+@pytest.mark.parametrize("argv", [
+    ["volume", "create", "new", "--class", "fast"],
+    ["volume", "create", "new", "--class", "fast", "--dry-run"],
+    ["snapshot", "restore", "s1", "--to", "new", "--class", "fast"],
+    ["snapshot", "restore", "s1", "--to", "new", "--class", "fast", "--dry-run"],
+    ["submit", "j", "--pvc", "fast:1Gi:/mnt/out", "--", "true"],
+    ["submit", "j", "--pvc", "fast:1Gi:/mnt/out", "--dry-run", "--", "true"],
+])
+def test_every_path_refuses_a_class_folder_below_an_unmounted_disk(unmounted, argv):
+    """`volume create --class` and `snapshot restore --to --class` (and a job's new volume) made the
+    folder on the disk beneath the mount point, silently, where a move into the class was refused."""
+    dt, root = unmounted
+    line = usage_line(dt(*argv, check=False))
+    assert f"storage class 'fast': its folder {root} {GONE}" in line and f"mkdir -p {root}" in line
+    assert os.listdir(root.parent) == []
+    assert [v["name"] for v in dt.json("volume", "list")] == ["data"]
+    assert json.loads(dt("list", "-A", "--json").stdout) == []
+    root.mkdir()  # the disk mounted (or the folder made on purpose): the same command goes ahead
+    dt(*argv)
+
+
+def test_every_path_refuses_a_class_folder_that_was_removed(unmounted):
+    """A class folder dtrain used, removed since: create made it again (and then refused it, the
+    mark gone, leaving the folder behind on the wrong disk)."""
+    dt, root = unmounted
+    root.mkdir()
+    dt("volume", "create", "first", "--class", "fast")
+    dt("volume", "delete", "first")
+    shutil.rmtree(root)
+    for argv in (["volume", "create", "new", "--class", "fast"], ["snapshot", "restore", "s1", "--to", "new",
+                                                                  "--class", "fast"]):
+        assert f"its folder {root} {GONE}" in usage_line(dt(*argv, check=False))
+        assert not root.exists()
+
+
+def test_volume_classes_shows_such_a_class_as_not_mounted(unmounted):
+    dt, root = unmounted
+    fast = next(c for c in dt.json("volume", "classes") if c["name"] == "fast")
+    assert fast["status"] == "NotMounted" and GONE in fast["message"]
+    assert os.listdir(root.parent) == []
+
+
+def test_a_class_on_a_disk_that_is_there_is_still_made_by_its_first_volume(tmp_path):
+    dt = Dtrain(tmp_path / "home")
+    (tmp_path / "disk").mkdir()
+    (tmp_path / "disk" / "other").write_text("a disk in use")
+    dt("config", "storage-class", "fast", str(tmp_path / "disk" / "volumes"))
+    dt("volume", "create", "new", "--class", "fast")
+    assert (tmp_path / "disk" / "volumes" / "new" / "data").is_dir()

@@ -142,7 +142,7 @@ class Storage:
         """Move the volume to `storage_class`'s root (move.py); `check_users` raises ConflictError
         when a job uses the volume, and runs after the move is journaled."""
         vol = self.get_volume(name)
-        root = self.class_root(storage_class, made=True)
+        root = self.class_root(storage_class)
         if vol.storage_class == storage_class and vol.path.parent.parent == root:
             return vol
         self._collect(sweep=False)
@@ -724,11 +724,12 @@ class Storage:
                                     volumes=counts.get(name, 0), **_space(root)))
         return out
 
-    def class_root(self, storage_class: str, *, claim: bool = True, made: bool = False) -> Path:
+    def class_root(self, storage_class: str, *, claim: bool = True) -> Path:
         """The root folder of a class, claimed for dtrain on first use (empty, or already marked);
-        `claim` False checks the same and changes nothing (a dry run). `made` (a move): a folder
-        that is gone is not made again where that would put the volume on the wrong disk (see
-        _lost_root); a class's first folder still is."""
+        `claim` False checks the same and changes nothing (a dry run). A folder that is gone is not
+        made again where that would put a volume on the wrong disk (see _lost_root), whichever verb
+        puts it there (create, restore --to, a job's new volume, a move); a class's first folder
+        still is."""
         check_storage_class(storage_class)
         if storage_class == DEFAULT_CLASS:
             return self.volumes_dir
@@ -747,7 +748,7 @@ class Storage:
         if not there.is_dir():
             what = "is a file" if there == root else f"lies under {there}, a file"
             raise SpecError(f"storage class {storage_class!r}: its folder {root} {what}, not a folder: {fix}")
-        if made and not root.is_dir() and self._lost_root(root, there):
+        if not root.is_dir() and self._lost_root(root, there):
             raise StorageError(f"storage class {storage_class!r}: its folder {root} does not exist (removed, or its "
                                f"disk is not mounted): mount the disk or make the folder (mkdir -p {root}), or point "
                                f"the class at another folder (dtrain config storage-class {storage_class} FOLDER), "

@@ -855,7 +855,7 @@ class LocalBackend(Backend):
 
     def _render_volume_update(self, name: str, *, storage_class: str) -> dict:
         vol = self.storage.get_volume(name)
-        root = self.storage.class_root(storage_class, claim=False, made=True)  # refused as the move would be
+        root = self.storage.class_root(storage_class, claim=False)  # refused as the move would be
         there = root
         while not there.exists():  # a class folder not made yet: the file system it will be made on
             there = there.parent
