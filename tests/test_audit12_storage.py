@@ -199,3 +199,38 @@ def test_a_class_on_a_disk_that_is_there_is_still_made_by_its_first_volume(tmp_p
     dt("config", "storage-class", "fast", str(tmp_path / "disk" / "volumes"))
     dt("volume", "create", "new", "--class", "fast")
     assert (tmp_path / "disk" / "volumes" / "new" / "data").is_dir()
+
+
+# --- 4. bad input to the storage verbs --------------------------------------------------------------
+@pytest.mark.parametrize("argv, option, word", [
+    (["snapshot", "create", "data", "--name", "-x"], "--name", "-x"),
+    (["snapshot", "restore", "s1", "--to", "-x"], "--to", "-x"),
+    (["volume", "create", "data", "--class", "-fast"], "--class", "-fast"),
+    (["snapshot", "list", "--volume", "-v"], "--volume", "-v"),
+])
+def test_an_option_value_beginning_with_a_dash_says_how_to_give_it(argv, option, word, tmp_path, monkeypatch,
+                                                                    capsys):
+    """argparse said "argument --name: expected one argument" of `--name -x`, as if no value had been given."""
+    monkeypatch.setenv("DTRAIN_HOME", str(tmp_path / "home"))
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err.strip()
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1
+    assert f"expected one argument ('{word}' begins with '-', so it was read as an option: give it as {option}={word})" in err
+    assert not (tmp_path / "home").exists()
+
+
+def test_an_option_missing_its_value_before_another_option_is_argparses_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("DTRAIN_HOME", str(tmp_path / "home"))
+    with pytest.raises(SystemExit):
+        main(["snapshot", "create", "data", "--name", "--json"])  # --json is an option: the value is missing
+    err = capsys.readouterr().err
+    assert "argument --name: expected one argument (see 'dtrain snapshot create --help')" in err, err
+
+
+def test_a_name_given_as_option_equals_value_meets_the_naming_rule(tmp_path):
+    dt = Dtrain(tmp_path / "home")
+    dt("volume", "create", "data")
+    line = usage_line(dt("snapshot", "create", "data", "--name=-x", check=False))
+    assert line == f"invalid snapshot name '-x': use {NAME_RULE}"
+    assert dt.json("snapshot", "list") == []

@@ -264,9 +264,22 @@ class Parser(argparse.ArgumentParser):
         stray = self._stray_name(message)
         if stray is not None:  # `volume create -x`: argparse said only that the name was missing
             message = f"{shown(stray)} is neither an option of '{self.prog}' nor a name: names are {NAME_RULE}"
+        elif message.endswith(": expected one argument") and (dashed := self._dashed_value(message)):
+            option, word = dashed  # `--name -x`: argparse took '-x' for an option and the value as missing
+            message += f" ({shown(word)} begins with '-', so it was read as an option: give it as {option}={word})"
         if len(message) > MAX_USAGE_ERROR:  # argparse repeats what it did not take, whatever its size
             message = message[:MAX_USAGE_ERROR] + "..."
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def _dashed_value(self, message: str) -> tuple[str, str] | None:
+        """The option and the word after it that argparse read as an option, for "argument --to:
+        expected one argument": a value beginning with '-' is given as --to=-x."""
+        names = message.removeprefix("argument ").removesuffix(": expected one argument").split("/")
+        given = getattr(self, "_given", [])
+        for option, word in zip(given, given[1:]):
+            if option in names and self._unknown_option(word):
+                return option, word
+        return None
 
     def _stray_name(self, message: str) -> str | None:
         """The word given for a missing name positional (one without choices: every verb's job, volume or
@@ -277,12 +290,16 @@ class Parser(argparse.ArgumentParser):
             return None
         given = getattr(self, "_given", [])
         for word in given[:given.index("--")] if "--" in given else given:
-            option = word.split("=", 1)[0]
-            if (word.startswith("-") and word not in ("-", "--") and not self._negative_number_matcher.match(word)
-                    and option not in self._option_string_actions
-                    and not (option.startswith("--") and any(o.startswith(option) for o in self._option_string_actions))):
+            if self._unknown_option(word):
                 return word
         return None
+
+    def _unknown_option(self, word: str) -> bool:
+        """A word argparse reads as an option (it begins with '-') that is none of this parser's."""
+        option = word.split("=", 1)[0]
+        return (word.startswith("-") and word not in ("-", "--") and not self._negative_number_matcher.match(word)
+                and option not in self._option_string_actions
+                and not (option.startswith("--") and any(o.startswith(option) for o in self._option_string_actions)))
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
