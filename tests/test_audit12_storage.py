@@ -11,7 +11,7 @@ import shutil
 import pytest
 import yaml
 
-from conftest import Dtrain, _cleanup, usage_line
+from conftest import Dtrain, _cleanup, tmpfs, usage_line
 from dtrain.cli.main import main
 from dtrain.errors import ConflictError
 from dtrain.names import NAME_RULE
@@ -234,3 +234,20 @@ def test_a_name_given_as_option_equals_value_meets_the_naming_rule(tmp_path):
     line = usage_line(dt("snapshot", "create", "data", "--name=-x", check=False))
     assert line == f"invalid snapshot name '-x': use {NAME_RULE}"
     assert dt.json("snapshot", "list") == []
+
+
+def test_a_class_folder_on_a_disk_mounted_behind_a_link_is_made_by_its_first_volume(tmp_path):
+    """A class named through a symbolic link to a mounted, empty disk (/data/fast -> /mnt/nvme) was
+    taken for a disk not mounted (os.path.ismount of a link is False): its first volume was refused."""
+    with tmpfs(tmp_path / "mnt", "size=4m") as mnt:
+        (tmp_path / "link").symlink_to(mnt)
+        dt = Dtrain(tmp_path / "home")
+        dt("config", "storage-class", "fast", str(tmp_path / "link" / "volumes"))
+        fast = next(c for c in dt.json("volume", "classes") if c["name"] == "fast")
+        assert fast["status"] == "Ready", fast
+        dt("volume", "create", "old")
+        dt("volume", "update", "old", "--class", "fast", "--dry-run")  # a move was refused so before audit 12
+        dt("volume", "create", "new", "--class", "fast", "--dry-run")
+        dt("volume", "create", "new", "--class", "fast")
+        assert (mnt / "volumes" / "new" / "data").is_dir()
+        dt("volume", "delete", "new")

@@ -787,7 +787,8 @@ class Storage:
         if any(os.path.realpath(r[0]) == real
                for r in self.conn.execute("SELECT DISTINCT root FROM volumes WHERE root IS NOT NULL")):
             return True
-        return there.is_dir() and not os.path.ismount(there) and not any(os.scandir(there))
+        # ismount() of a symbolic link is False: a disk mounted at /mnt/nvme and named as /data/fast -> /mnt/nvme
+        return there.is_dir() and not os.path.ismount(os.path.realpath(there)) and not any(os.scandir(there))
 
     def _check_not_unmounted(self, storage_class: str, root: Path, real: str) -> None:
         """A class folder dtrain used before that has lost its mark is most likely the empty mount
