@@ -239,7 +239,7 @@ def check_since(value, typed=None) -> float:
 
 
 def as_typed_number(text):
-    """A number as a query gave it: an int for whole digits, a float for a decimal (2.5), else the
+    """A number as a flag gave it (cli.jobs.real): an int for whole digits, a float for a decimal (2.5), else the
     text itself, named as typed ('1e3', 'nan')."""
     if isinstance(text, str):
         if re.fullmatch(r"[-+]?[0-9]{1,4000}", text.strip(), re.ASCII):  # int() takes at most 4300 digits

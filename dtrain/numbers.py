@@ -11,6 +11,7 @@ the workloads and the in-job helpers all use it, and the workloads run without t
 from __future__ import annotations
 
 import math
+import re
 from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 from typing import Any
@@ -69,6 +70,37 @@ def yaml11_form(value) -> str | None:
     if isinstance(value, int) and len(text) > 1 and text[0] == "0":
         return "octal"
     return "with _" if "_" in text else None
+
+
+def whole_number(text: str) -> int | float | str:
+    """The one rule for a whole number a user types as text: a CLI flag (--processes, --tail, --rank,
+    --gpu-quota, ...) and an HTTP query parameter (?tail=, ?rank=, ?limit=) read it alike. The number goes
+    on to the check that knows its range and names it ("invalid --processes 1.5: use a whole number from
+    1 to 4096"), where int() said only "invalid int value". 1e3, 1_0 and 5. are whole (1000, 10, 5); a
+    fraction, nan or inf goes on as a float, a run of digits past what int() reads as typed (the check
+    refuses both); so does a word, named as typed."""
+    t = text.strip()
+    if re.fullmatch(r"[-+]?[0-9]{1,4000}", t, re.ASCII):  # int() takes at most 4300 digits
+        return typed(int(t), t)
+    if re.fullmatch(r"[-+]?[0-9]+", t, re.ASCII):
+        return text
+    try:
+        value = float(t)
+    except ValueError:  # a word: the check names it ("invalid --processes 'x': use a whole number ...")
+        return text
+    # refused as typed ('--processes 1e9', not 1000000000)
+    whole = math.isfinite(value) and abs(value) <= 2 ** 53 and exact(typed(value, t)).denominator == 1
+    return typed(int(value) if whole else value, t)  # 2.0000000000000001 stays a fraction, refused as one
+
+
+def real_number(text: str) -> float | str:
+    """The one rule for a number of seconds (or another real) typed as text: a CLI flag's (`wait
+    --timeout 600`) and an HTTP query parameter's (?timeout=, ?since=): float()'s, keeping what was typed
+    for a refusal; a word stays the text, named as typed."""
+    try:
+        return typed(float(text), text.strip())
+    except ValueError:
+        return text
 
 
 def exact(value):

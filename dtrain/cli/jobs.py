@@ -21,7 +21,7 @@ from dtrain.config import read_small_file
 from dtrain.errors import ConflictError, NotFoundError, SpecError
 from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, as_typed_number, check_limit_bytes, check_name, check_rank, check_tail, shown,
                           wait_refusal, written)
-from dtrain.numbers import exact, plain
+from dtrain.numbers import exact, plain, real_number, whole_number  # noqa: F401 (whole_number: the flags' type=)
 from dtrain.spec import (NUMBER_FIELDS, JobSpec, check_sagemaker_mapping, check_yaml_numbers, parse_env, parse_labels,
                          parse_node_selector, parse_pvc, sagemaker_backend, yaml_mapping)
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
@@ -69,26 +69,6 @@ def gpu_count(text: str) -> int | float | str:
     if math.isfinite(value) and value > 0:
         return written(value, text.strip())  # the spec's one message for a fraction
     return real(text)  # the spec names it: "invalid --gpu 'x': use a whole number from 0 to 16"
-
-
-def whole_number(text: str) -> int | float | str:
-    """A flag that takes a whole number (--processes, --max-restarts, --gpu-quota, --port, ...): the
-    number goes on to the check that knows the flag's range and names it ("invalid --processes 1.5:
-    use a whole number from 1 to 4096"), where int() said only "invalid int value: '1.5'". 1e3 is
-    1000; a fraction, nan or inf goes on as a float, a run of digits past what int() reads as typed
-    (the check refuses both); so does a word, named as typed."""
-    t = text.strip()
-    if re.fullmatch(r"[-+]?[0-9]{1,4000}", t, re.ASCII):  # int() takes at most 4300 digits
-        return written(int(t), t)
-    if re.fullmatch(r"[-+]?[0-9]+", t, re.ASCII):
-        return text
-    try:
-        value = float(t)
-    except ValueError:  # a word: the flag's check names the flag ("invalid --processes 'x': use a whole number ...")
-        return text
-    # refused as typed ('--processes 1e9', not 1000000000): names.WrittenInt
-    whole = math.isfinite(value) and abs(value) <= 2 ** 53 and exact(written(value, t)).denominator == 1
-    return written(int(value) if whole else value, t)  # 2.0000000000000001 stays a fraction, refused as one
 
 
 def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False) -> None:
@@ -620,10 +600,8 @@ def _seconds(text: str, refusal: Callable[[], Exception]) -> float:
     as typed (a year and 1e-10 s is over); `refusal()` is raised for anything else."""
     seconds = fmt.go_duration(text)
     if seconds is None:
-        try:
-            seconds = written(float(text), text.strip())
-        except ValueError:
-            seconds = math.nan
+        seconds = real_number(text)  # as the HTTP API's ?timeout= reads it
+        seconds = math.nan if isinstance(seconds, str) else seconds
     if not 0 <= exact(seconds) <= MAX_WAIT_TIMEOUT:  # NaN compares false
         raise refusal()
     return plain(seconds)

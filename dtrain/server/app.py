@@ -25,9 +25,10 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
 from dtrain import db, errors
-from dtrain.names import (WrittenFloat, WrittenInt, as_typed_number, check_gpu_quota, check_limit_bytes, check_name,
+from dtrain.names import (WrittenFloat, WrittenInt, check_gpu_quota, check_limit_bytes, check_name,
                           check_page, check_since, check_storage_class, check_tail, parse_least_size, parse_volume_size,
-                          rank_refusal, shown, status_refusal, wait_refusal, written)
+                          rank_refusal, shown, status_refusal, wait_refusal)
+from dtrain.numbers import whole_number
 from dtrain.server import routes_cluster, routes_jobs, routes_notebooks, routes_storage, wire
 from dtrain.server.auth import Guard
 from dtrain.server.bodies import NotJsonNumber
@@ -296,19 +297,18 @@ _NOT_IN_BOUNDS = {"greater_than_equal", "less_than_equal", "greater_than", "less
 def _query_refusal(request, problem) -> str | None:
     """The SDK's line for a query parameter of _QUERY that the schema refused (out of range, no
     number, no status); for another query number (one only the API takes: a chart's `last`), its
-    name and the schema's bounds in the words of the CLI's number refusals."""
+    name and the schema's bounds in the words of the CLI's number refusals. Each is read by the CLI
+    flags' rule (wire.QueryWhole: ?tail=1E3 is 1000) and named as typed (the query's own text)."""
     loc = tuple(problem.get("loc", ()))
     if len(loc) != 2 or loc[0] != "query" or problem.get("type") == "missing":
         return None
-    typed = problem.get("input")
-    value = _query_number(typed)
+    typed = request.query_params.get(loc[1], problem.get("input"))  # the input is the rule's number, not the text
+    value = whole_number(typed) if isinstance(typed, str) else typed
     if loc[1] in _QUERY:
         try:
             _QUERY[loc[1]](value, typed)
         except errors.SpecError as refused:
             return str(refused)
-        if isinstance(value, WrittenInt):  # 1E3, 1e2: a count the SDK takes, but not in the schema's digits
-            return f"invalid {loc[1]} {shown(value)}: write the whole number in digits, e.g. {loc[1]}={int(value)}"
         return None
     if problem.get("type") not in _NOT_IN_BOUNDS:
         return None
@@ -316,25 +316,6 @@ def _query_refusal(request, problem) -> str | None:
     if low is None or high is None:
         return None
     return f"invalid {loc[1]} {shown(value)}: use a whole number from {low} to {high}"
-
-
-# A number in any notation float() reads (1e9, 1E3, .5, -0, inf): named as typed, as a CLI flag's is
-_NUMBER = re.compile(r"[-+]?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|inf|infinity|nan)", re.I | re.A)
-
-
-def _query_number(typed):
-    """A query's value as the CLI reads a number flag: a WrittenInt or WrittenFloat where it is a number
-    written otherwise than Python writes it (tail=1e9, limit=-0: named so, not as '1e9' or 0), a whole
-    float a WrittenInt (as cli/jobs.py reads --tail 1E3), else as_typed_number's."""
-    value = as_typed_number(typed)
-    if not isinstance(typed, str) or len(typed) > 4000 or not _NUMBER.fullmatch(typed.strip()):
-        return value
-    text = typed.strip()
-    if isinstance(value, str):
-        value = float(text)
-    if isinstance(value, float) and value.is_integer() and abs(value) <= 2**53:
-        value = int(value)
-    return written(value, text)
 
 
 def _bounds(request, name: str) -> tuple[int | None, int | None]:

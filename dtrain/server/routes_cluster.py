@@ -25,7 +25,7 @@ def nodes(request: Request, response: Response):
 
 
 SINCE = Annotated[float, Query(ge=0, le=wire.MAX_TIME, allow_inf_nan=False,
-                               description="only samples taken after this unix time (seconds)")]
+                               description="only samples taken after this unix time (seconds)"), wire.QueryReal]
 
 
 @router.get("/nodes/history", response_model=list[wire.GpuSample], responses=ERRORS)

@@ -32,9 +32,9 @@ T = TypeVar("T")
 
 
 LIMIT = Annotated[int | None, Query(ge=1, le=wire.MAX_PAGE, description="a page of at most this many jobs, "
-                                                                      "newest first")]
+                                                                      "newest first"), wire.QueryWhole]
 OFFSET = Annotated[int | None, Query(ge=0, le=wire.MAX_OFFSET, description="skip this many jobs of the newest-first "
-                                                                          "list (a page's start)")]
+                                                                          "list (a page's start)"), wire.QueryWhole]
 
 
 @router.get("/jobs", response_model=list[wire.Job],
@@ -119,7 +119,7 @@ def resume_job(request: Request, name: wire.JobName, project: wire.JobProject = 
 @router.get("/jobs/{name}/wait", response_model=wire.Job,
             responses={**LONG, 408: {"model": wire.Error}})
 async def wait_job(request: Request, name: wire.JobName,
-                   timeout: Annotated[float, Query(ge=0, le=MAX_HTTP_WAIT, allow_inf_nan=False)] = 60,
+                   timeout: Annotated[float, Query(ge=0, le=MAX_HTTP_WAIT, allow_inf_nan=False), wire.QueryReal] = 60,
                    project: wire.JobProject = None):
     """Block until the job ends (408 when `timeout` seconds pass first, 503 when the server stops first)."""
     clients = request.app.state.clients
@@ -137,13 +137,14 @@ async def wait_job(request: Request, name: wire.JobName,
 # A rank past any job's (MAX_PROCESSES - 1, the schema's maximum) is read as the CLI and the SDK read it: the
 # job's own line names its ranks ("job 'x' has 3 process(es), ranks 0 to 2"), where a general line did.
 RANK = Annotated[Annotated[int, WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_PROCESSES - 1})] | None,
-                 Query(ge=0, description="one rank's lines (default: every rank's)")]
-TAIL = Annotated[int | None, Query(ge=0, le=MAX_TAIL, description="only the last lines")]
+                 Query(ge=0, description="one rank's lines (default: every rank's)"), wire.QueryWhole]
+TAIL = Annotated[int | None, Query(ge=0, le=MAX_TAIL, description="only the last lines"), wire.QueryWhole]
 SINCE = Annotated[float | None, Query(ge=0, le=wire.MAX_TIME, allow_inf_nan=False,
-                                      description="only lines written at or after this unix time (seconds)")]
+                                      description="only lines written at or after this unix time (seconds)"),
+                  wire.QueryReal]
 LIMIT_BYTES = Annotated[int | None, Query(ge=1, le=MAX_LIMIT_BYTES, description=(
     "at most this many bytes of the lines (kubectl logs --limit-bytes), each counted as its UTF-8 text and a "
-    "newline, the last one cut short to fit"))]
+    "newline, the last one cut short to fit")), wire.QueryWhole]
 PREVIOUS = Annotated[bool, Query(description="the lines of the attempt before the current one (kubectl logs "
                                              "--previous): after a restart (--max-restarts)")]
 
@@ -246,7 +247,8 @@ def _failure(err: Exception) -> dict[str, str]:
 
 
 @router.get("/jobs/{name}/metrics", response_model=list[dict[str, Any]], responses=ERRORS)
-def job_metrics(request: Request, name: wire.JobName, last: Annotated[int, Query(ge=1, le=20_000)] = 2000,
+def job_metrics(request: Request, name: wire.JobName,
+                last: Annotated[int, Query(ge=1, le=20_000), wire.QueryWhole] = 2000,
                 project: wire.JobProject = None):
     """The job's training metrics, one record per logged step (step, loss, images_per_s, ...)."""
     return curves.curve(client(request).get(name, project=project), last=last)

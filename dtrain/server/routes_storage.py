@@ -103,7 +103,8 @@ def get_snapshot(request: Request, name: wire.SnapshotName, project: wire.Storag
 @router.get("/snapshots/{name}/wait", response_model=wire.Snapshot,
             responses={**LONG, 408: {"model": wire.Error}})
 async def wait_snapshot(request: Request, name: wire.SnapshotName,
-                        timeout: Annotated[float, Query(ge=0, le=MAX_HTTP_WAIT, allow_inf_nan=False)] = 60,
+                        timeout: Annotated[float, Query(ge=0, le=MAX_HTTP_WAIT, allow_inf_nan=False),
+                                           wire.QueryReal] = 60,
                         project: wire.StorageProject = None):
     """Block until the snapshot is ready to use (`dtrain snapshot wait`; Kubernetes takes one
     asynchronously): 408 when `timeout` seconds pass first, 409 when the storage system reports it
@@ -178,9 +179,10 @@ LINKED_READ = 100  # snapshots' jobs outside the page of jobs, read by name for 
 
 @router.get("/lineage", response_model=wire.Lineage, responses=ERRORS)
 def get_lineage(request: Request,
-                jobs: Annotated[int, Query(ge=1, le=wire.MAX_PAGE, description="the newest jobs read")] = 100,
+                jobs: Annotated[int, Query(ge=1, le=wire.MAX_PAGE, description="the newest jobs read"),
+                                wire.QueryWhole] = 100,
                 per_volume: Annotated[int, Query(ge=0, le=wire.MAX_PAGE, description=(
-                    "jobs drawn per volume of those that only mounted it"))] = PER_VOLUME,
+                    "jobs drawn per volume of those that only mounted it")), wire.QueryWhole] = PER_VOLUME,
                 project: wire.LineageProject = None):
     """Volumes, snapshots and the jobs between them, as nodes and edges: of the `jobs` newest jobs
     (not the Deleted ones), those that only mounted a volume are drawn `per_volume` per volume,

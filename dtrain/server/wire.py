@@ -16,6 +16,7 @@ from pydantic.fields import FieldInfo
 
 from dtrain.names import (CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, MAX_TIME, MIN_VOLUME, NAME_RE,  # noqa: F401
                           SIZE_RE, WrittenFloat, written)
+from dtrain.numbers import real_number, whole_number
 from dtrain.spec import (MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MAX_RESTARTS, MIN_CPU,
                          MIN_IDLE_TIMEOUT)
 
@@ -86,6 +87,22 @@ def _whole(value):
 
 Count = Annotated[int, BeforeValidator(_whole)]  # a count in a request body
 MaybeCount = Annotated[int | None, BeforeValidator(_whole)]  # (its bounds reach the schema only so)
+
+
+def _query_whole(value):
+    """A query's whole number read by the CLI flags' rule (numbers.whole_number): ?tail=1E3 is 1000, ?rank=1_0
+    is 10, ?offset=5. is 5, as `--tail 1E3`, `--rank 1_0`, `--offset 5.`; what it refuses goes on as typed,
+    for the check that names the parameter (app.py's _QUERY)."""
+    return whole_number(value) if isinstance(value, str) else value
+
+
+def _query_real(value):
+    """A query's seconds read by the CLI flags' rule (numbers.real_number): float()'s, kept as typed."""
+    return real_number(value) if isinstance(value, str) else value
+
+
+QueryWhole = BeforeValidator(_query_whole)  # the metadata of every whole-number query parameter
+QueryReal = BeforeValidator(_query_real)  # and of every one in seconds
 
 
 class _In(BaseModel):

@@ -1,0 +1,85 @@
+"""Numbers a user types, read by one rule wherever they are typed (audit 12).
+
+1. An HTTP query's whole number (?tail=, ?rank=, ?limit=, ?offset=, ?last=) and seconds (?timeout=,
+   ?since=) are read as the CLI reads the same flag: ?tail=5. and ?offset=1E3 were refused ("write the
+   whole number in digits") where `--tail 5.` and `--tail 1E3` are taken; a refusal is the CLI's line.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import dtrain
+
+
+# 1. A query's number is read by the CLI flags' rule
+
+
+@pytest.fixture
+def http(home):
+    """An API server on that home, and an HTTP client to it."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    import httpx
+
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+    with httpx.Client(base_url=server.url + "/api/v1", timeout=60) as client:
+        yield client
+    server.stop()
+
+
+@pytest.fixture
+def done(http, dt):
+    """A one-process job that has ended, with one line of log."""
+    dt("submit", "x", "--", "echo", "hello")
+    assert http.get("/jobs/x/wait", params={"timeout": "60"}).json()["status"] == "Succeeded"
+    return "x"
+
+
+WHOLE = ["1_0", "5.", "1E3", "2.0", "+7", "010", " 3"]  # each a whole number to `--tail`
+
+
+def test_a_query_takes_a_whole_number_as_the_cli_flag_does(http, dt, done):
+    for text in WHOLE:
+        assert dt("logs", done, "--tail", text).returncode == 0  # the flag's rule takes it
+        for path, name in (("/jobs/x/logs", "tail"), ("/jobs/x/logs", "limit_bytes"), ("/jobs", "limit"),
+                           ("/jobs", "offset"), ("/jobs/x/metrics", "last"), ("/lineage", "jobs"),
+                           ("/lineage", "per_volume")):
+            answer = http.get(path, params={name: text})
+            assert answer.status_code == 200, (name, text, answer.text)
+
+
+def test_a_query_takes_a_rank_and_seconds_as_the_cli_flags_do(http, dt, done):
+    for text in ("0.", "0_0", "0E3", "-0"):
+        assert dt("logs", done, "--rank", text).stdout == "hello\n"
+        answer = http.get("/jobs/x/logs", params={"rank": text})
+        assert answer.status_code == 200 and "hello" in answer.text, (text, answer.text)
+    for text in ("1_0", "5.", "6E1", ".5"):
+        assert dt("wait", done, "--timeout", text).returncode == 0
+        assert http.get("/jobs/x/wait", params={"timeout": text}).status_code == 200, text
+        assert http.get("/jobs/x/logs", params={"since": text}).status_code == 200, text
+        assert http.get("/nodes/history", params={"since": text}).status_code == 200, text
+
+
+REFUSED = [("tail", "--tail", "1.5"), ("tail", "--tail", "1_0.5"), ("tail", "--tail", "0x10"),
+           ("tail", "--tail", "2E9"), ("limit_bytes", "--limit-bytes", "0.5"), ("rank", "--rank", "1.5"),
+           ("rank", "--rank", "1__0")]
+
+
+def test_a_query_refuses_what_the_cli_flag_refuses_in_its_words(http, dt, done):
+    for name, flag, text in REFUSED:
+        cli = dt("logs", done, flag, text, check=False)
+        assert cli.returncode != 0, text
+        answer = http.get("/jobs/x/logs", params={name: text})
+        assert answer.status_code == 422, answer.text
+        said = cli.stderr.strip().removeprefix("dtrain: error: ").removeprefix("dtrain: ")
+        assert answer.json()["error"] == said.replace("-1 for all", "leave it out for all").replace(
+            "or 'all' for every", "or leave it out for every")  # each door's own word for "every"
+
+
+def test_a_query_refuses_seconds_as_the_cli_flag_does_naming_them_as_typed(http, dt, done):
+    answer = http.get("/jobs/x/wait", params={"timeout": "6_0_0.5"})  # 600.5: past the API's 600
+    assert answer.status_code == 422
+    assert answer.json()["error"].startswith("invalid --timeout '6_0_0.5': use seconds from 0 to 600")
