@@ -3,6 +3,8 @@
 1. An HTTP query's whole number (?tail=, ?rank=, ?limit=, ?offset=, ?last=) and seconds (?timeout=,
    ?since=) are read as the CLI reads the same flag: ?tail=5. and ?offset=1E3 were refused ("write the
    whole number in digits") where `--tail 5.` and `--tail 1E3` are taken; a refusal is the CLI's line.
+2. The lanes workload's BATCH_SIZE, NUM_WORKERS and VAL_BATCH_SIZE (`-e BATCH_SIZE=1.5`, as Run:AI sets
+   them) said "use a whole number", with no range and no value to set, and refused 1e3 that the flag takes.
 """
 
 from __future__ import annotations
@@ -83,3 +85,32 @@ def test_a_query_refuses_seconds_as_the_cli_flag_does_naming_them_as_typed(http,
     answer = http.get("/jobs/x/wait", params={"timeout": "6_0_0.5"})  # 600.5: past the API's 600
     assert answer.status_code == 422
     assert answer.json()["error"].startswith("invalid --timeout '6_0_0.5': use seconds from 0 to 600")
+
+
+# 2. A lanes workload's number from the environment names its range and a value to set
+
+
+@pytest.mark.parametrize("env, says", [
+    ({"BATCH_SIZE": "1.5"}, "BATCH_SIZE=1.5 is not a whole number: give 1 to 65536, e.g. BATCH_SIZE=2"),
+    ({"BATCH_SIZE": "x"}, "BATCH_SIZE=x is not a whole number: give 1 to 65536, e.g. BATCH_SIZE=1"),
+    ({"BATCH_SIZE": "0"}, "BATCH_SIZE=0 is out of range: give 1 to 65536, e.g. BATCH_SIZE=1"),
+    ({"NUM_WORKERS": "2.5"}, "NUM_WORKERS=2.5 is not a whole number: give 0 to 64, e.g. NUM_WORKERS=2"),
+    ({"NUM_WORKERS": "-1"}, "NUM_WORKERS=-1 is out of range: give 0 to 64, e.g. NUM_WORKERS=0"),
+    ({"VAL_BATCH_SIZE": "7e4"}, "VAL_BATCH_SIZE=7e4 is out of range: give 1 to 65536, e.g. VAL_BATCH_SIZE=65536"),
+])
+def test_a_lanes_environment_number_is_refused_naming_its_range_and_a_fix(env, says):
+    from dtrain.errors import SpecError
+    from dtrain.workloads.lanes import train
+
+    with pytest.raises(SpecError) as refused:
+        train.parse_config([], env)
+    assert str(refused.value) == says
+
+
+def test_a_lanes_environment_number_is_read_as_its_flag_reads_it():
+    """`-e BATCH_SIZE=1e3` was "use a whole number" where `--batch-size 1e3` is 1000."""
+    from dtrain.workloads.lanes import train
+
+    for text, number in (("1e3", 1000), ("5.", 5), (" 8 ", 8), ("1_6", 16)):
+        assert train.parse_config([], {"BATCH_SIZE": text}).recipe.batch_size == number
+        assert train.parse_config(["--batch-size", text], {}).recipe.batch_size == number

@@ -115,7 +115,8 @@ def _num(x: float) -> str:
 def in_range(name: str, value: float, low: float, high: float) -> None:
     """SpecError unless low <= value <= high, compared as typed (--cpu-per-process 1024.0000000000001 is
     over 1024; NaN is never in range); a whole-number flag's NotWhole (1.5, nan) is refused here too. The
-    refusal names the range and, as an example, the value in range nearest to the one given."""
+    refusal names the range and, as an example, the value in range nearest to the one given. A `name`
+    ending in '=' is an environment variable's ('BATCH_SIZE='): 'BATCH_SIZE=1.5 ..., e.g. BATCH_SIZE=2'."""
     if isinstance(value, NotWhole) or not exact(low) <= exact(value) <= exact(high):
         trouble = "is not a whole number" if isinstance(value, NotWhole) else "is out of range"
         near = value  # a NotWhole in range: rounded below
@@ -125,8 +126,10 @@ def in_range(name: str, value: float, low: float, high: float) -> None:
             near = high
         if isinstance(low, int) and isinstance(high, int):
             near = min(max(round(near), low), high)
-        example = f"{name} {_num(near)}" if name.startswith("-") and " " not in name else _num(near)
-        raise SpecError(f"{name} {_num(value)} {trouble}: give {_num(low)} to {_num(high)}, e.g. {example}")
+        given = name if name.endswith("=") else name + " "  # BATCH_SIZE=1.5, --batch-size 1.5
+        flag = name.endswith("=") or name.startswith("-") and " " not in name
+        example = f"{given}{_num(near)}" if flag else _num(near)
+        raise SpecError(f"{given}{_num(value)} {trouble}: give {_num(low)} to {_num(high)}, e.g. {example}")
 
 
 def schedule_steps(epochs: int, steps_per_epoch: int, flag: str = "--epochs") -> int:

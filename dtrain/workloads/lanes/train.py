@@ -53,7 +53,7 @@ from dtrain.training import (
 )
 from dtrain.training.metrics import open_append
 from dtrain.workloads.inputs import (MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, can_write, in_range, learning_rate, out_folder,
-                                     schedule_steps)
+                                     schedule_steps, whole_number)
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.data import LaneDataset
 from dtrain.workloads.lanes.metric import evaluate
@@ -95,15 +95,14 @@ def _env_bool(env: Mapping[str, str], name: str) -> bool | None:
 
 
 def _env_int(env: Mapping[str, str], name: str, limits: tuple[int, int]) -> int | None:
+    """A whole number from the environment (`-e BATCH_SIZE=64`), read as its flag reads it (1e3 is 1000);
+    refused in its flag's line, naming the range and a value in it ('BATCH_SIZE=1.5 is not a whole number:
+    give 1 to 65536, e.g. BATCH_SIZE=2'), as typed."""
     value = env.get(name)
     if value is None or value.strip() == "":
         return None
-    try:
-        number = int(value)
-    except ValueError:
-        raise SpecError(f"{name}={value!r}: use a whole number") from None
-    if not limits[0] <= number <= limits[1]:
-        raise SpecError(f"{name}={number} is out of range: give {limits[0]} to {limits[1]}")
+    number = whole_number(value)
+    in_range(f"{name}=", number, *limits)
     return number
 
 
