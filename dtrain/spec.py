@@ -549,7 +549,7 @@ class JobSpec:
         if self.launcher not in LAUNCHERS:
             raise SpecError(f"unknown launcher {shown(self.launcher)}: use torchrun or mpi")
         if self.processes > 1 and self.launcher == "none":
-            raise SpecError(f"--processes {self.processes} needs a launcher: use dtrain submit-dist "
+            raise SpecError(f"--processes {shown(self.processes)} needs a launcher: use dtrain submit-dist "
                             f"--launcher torchrun or dtrain submit-mpi")
         if type(self.cpu) is float and self.cpu.is_integer() and abs(self.cpu) <= 2 ** 53:
             set_("cpu", int(self.cpu))  # 2, however it came (JSON's 2.0, the SDK's float): as typed

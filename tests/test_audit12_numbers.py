@@ -5,6 +5,8 @@
    whole number in digits") where `--tail 5.` and `--tail 1E3` are taken; a refusal is the CLI's line.
 2. The lanes workload's BATCH_SIZE, NUM_WORKERS and VAL_BATCH_SIZE (`-e BATCH_SIZE=1.5`, as Run:AI sets
    them) said "use a whole number", with no range and no value to set, and refused 1e3 that the flag takes.
+3. A refusal made after the number was read quoted the number, not the text: `--processes 1E3` was
+   "--processes 1000 needs a launcher", `logs --rank 1E3` "invalid rank 1000".
 """
 
 from __future__ import annotations
@@ -114,3 +116,23 @@ def test_a_lanes_environment_number_is_read_as_its_flag_reads_it():
     for text, number in (("1e3", 1000), ("5.", 5), (" 8 ", 8), ("1_6", 16)):
         assert train.parse_config([], {"BATCH_SIZE": text}).recipe.batch_size == number
         assert train.parse_config(["--batch-size", text], {}).recipe.batch_size == number
+
+
+# 3. A refusal made once the number is read names it as typed
+
+
+def test_a_launcher_refusal_names_the_processes_as_typed():
+    """--processes 1E3 (a flag's, a job file's) was refused as "--processes 1000 needs a launcher"."""
+    from dtrain.cli.jobs import whole_number
+    from dtrain.errors import SpecError
+    from dtrain.spec import JobSpec
+
+    with pytest.raises(SpecError, match=r"^--processes 1E3 needs a launcher: use dtrain submit-dist"):
+        JobSpec(name="x", command=("true",), processes=whole_number("1E3"))
+
+
+def test_a_rank_past_the_jobs_is_named_as_typed(dt, done):
+    """`--rank 1E3` was refused as "invalid rank 1000: job 'x' has 1 process(es)"."""
+    said = dt("logs", done, "--rank", "1E3", check=False).stderr
+    assert "invalid rank 1E3: job 'x' has 1 process(es), ranks 0 to 0" in said, said
+    assert dt("logs", done, "--rank", "0.").stdout == "hello\n"  # in range: read as the number

@@ -447,8 +447,9 @@ class Backend(abc.ABC):
         returned :class:`LogStream`'s `notices`, as it is read, say why lines may be missing."""
         if limit_bytes is not None:
             check_limit_bytes(limit_bytes)
+        typed = rank  # a refusal names it as typed (--rank 1E3); the backend is given the plain number
         if rank is not None:  # the job's own last rank is checked once it is read
-            check_rank(rank)
+            rank = check_rank(rank)
         if tail is not None:
             check_tail(tail)
         if since is not None:  # refused before the job is read, as the HTTP query is
@@ -461,7 +462,7 @@ class Backend(abc.ABC):
         with self._named("job", name):  # unknown job -> NotFoundError before any output
             info = self._get(_existing(name, "job"))
         if rank is not None and rank >= info.spec.processes:
-            raise SpecError(f"invalid rank {shown(rank)}: job {name!r} has {info.spec.processes} process(es), "
+            raise SpecError(f"invalid rank {shown(typed)}: job {name!r} has {info.spec.processes} process(es), "
                             f"ranks 0 to {info.spec.processes - 1}")
         return LogStream(self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous),
                          limit_bytes)

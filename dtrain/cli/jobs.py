@@ -448,7 +448,9 @@ def cmd_logs(args, client: Client) -> int:
 
 def _rank(text: str) -> int:
     """--rank R: names.py's check (the SDK's and the HTTP API's) says why one is refused, naming it as typed."""
-    return check_rank(whole_number(text), "cli", text)  # as every whole-number flag reads it ('1_0', '2.')
+    value = whole_number(text)  # as every whole-number flag reads it ('1_0', '2.')
+    check_rank(value, "cli", text)
+    return value  # as typed: the job's own refusal names it so ('invalid rank 1E3: job 'x' has 2 process(es)')
 
 
 def _exec_rank(text: str) -> int | str:
