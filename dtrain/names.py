@@ -133,6 +133,7 @@ STORED = contextvars.ContextVar("dtrain_spec_stored", default=False)
 
 MAX_SIZE = 2**60  # 1Ei: above any disk or memory; keeps the numbers parse_size works with small
 MAX_QUANTITY_TEXT = 64  # characters of a quantity: '1.5Gi' is five
+_EXPONENT_CLAMP = 200  # past MAX_QUANTITY_TEXT digits and 1Ei's 19 either way: the same bounds, the same ceil
 
 
 def check_gpu_quota(value, what: str = "--gpu-quota") -> int:
@@ -267,6 +268,10 @@ def parse_size(text: str, what: str = "size", *, minimum: int = 0, example: str 
         scale = None  # 10**exponent, once the value is known to be in range
         rough = float(f"{number}e{exponent}")
     if minimum <= rough <= MAX_SIZE:
+        # In range roughly, a number of at most MAX_QUANTITY_TEXT digits has an exponent far inside
+        # +-_EXPONENT_CLAMP unless it is 0 ('0e999999999') or under a byte ('1e-99999999', which Kubernetes
+        # rounds up to 1n, then a byte): clamped, neither ever builds a 10**99999999 (it hung).
+        exponent = max(-_EXPONENT_CLAMP, min(exponent, _EXPONENT_CLAMP)) if scale is None else 0
         exact = Fraction(Decimal(number)) * (scale if scale is not None else Fraction(10) ** exponent)
         if minimum <= exact <= MAX_SIZE:
             return ceil(exact)
@@ -360,7 +365,8 @@ def parse_least_size(text: str, what: str, *, minimum: int, example: str = "100G
         if suffix in _BELOW_BYTE:
             raise SpecError(f"invalid {what} {shown(text)}: '{suffix}' is {_BELOW_BYTE[suffix]} ({size} "
                             f"byte{'s' if size > 1 else ''}); {bounds}: {number}Mi or {number}M for megabytes")
-        raise SpecError(f"invalid {what} {shown(text)}: that is {size} bytes; {bounds}, e.g. {example}")
+        raise SpecError(f"invalid {what} {shown(text)}: that is {size} byte{'s' if size > 1 else ''}; {bounds}, "
+                        f"e.g. {example}")
     return parse_size(text, what, minimum=minimum, example=example)
 
 

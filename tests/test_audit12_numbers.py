@@ -7,6 +7,8 @@
    them) said "use a whole number", with no range and no value to set, and refused 1e3 that the flag takes.
 3. A refusal made after the number was read quoted the number, not the text: `--processes 1E3` was
    "--processes 1000 needs a launcher", `logs --rank 1E3` "invalid rank 1000".
+4. A size with a far exponent ('--size 1e-99999999', '0e999999999') built 10**99999999 and hung; the rest
+   of the quantity grammar is pinned against Kubernetes' ParseQuantity.
 """
 
 from __future__ import annotations
@@ -136,3 +138,57 @@ def test_a_rank_past_the_jobs_is_named_as_typed(dt, done):
     said = dt("logs", done, "--rank", "1E3", check=False).stderr
     assert "invalid rank 1E3: job 'x' has 1 process(es), ranks 0 to 0" in said, said
     assert dt("logs", done, "--rank", "0.").stdout == "hello\n"  # in range: read as the number
+
+
+# 4. Sizes keep Kubernetes' quantity grammar, their bounds checked on the typed text
+
+
+@pytest.mark.parametrize("text", ["1e-99999999", "0e999999999", "0.0E-99999999999", "1e-9999999999999999999999999"])
+def test_a_size_with_a_far_exponent_is_answered_at_once(text):
+    """'--size 1e-99999999' built 10**99999999 and hung the CLI (and an API worker, whose refusal of a
+    size outside its schema reads it with the same parser)."""
+    import subprocess
+    import sys
+
+    code = (f"from dtrain.names import parse_size, parse_volume_size\n"
+            f"print(parse_size({text!r}))\n"
+            f"try:\n    parse_volume_size({text!r})\nexcept Exception as e:\n    print(e)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=20)
+    size, refusal = out.stdout.splitlines()
+    assert size == ("0" if text.startswith("0") else "1")  # Kubernetes rounds a fraction of a byte up
+    assert refusal.startswith(f"invalid volume size {text!r}: ") and "use a quantity from 1Mi to 1Ei" in refusal
+
+
+@pytest.mark.parametrize("text, size", [
+    ("1Ei", 2**60), ("1.152921504606846976e18", 2**60), ("1E", 10**18), ("1e3Mi", None), ("5.Gi", 5 * 2**30),
+    (".5Gi", 2**29), ("+1Gi", 2**30), ("1.0000000000000001Ei", None), ("1152921504606846977", None),
+    ("0.99999999999999999Mi", None), ("1048575.9999999999999", None), ("1E3Gi", None), ("0x10Gi", None),
+    ("1_0Gi", None), ("1ki", None), ("1e", None), ("1.5e3Mi", None), ("1 Gi", None), ("１Gi", None),
+])
+def test_a_volume_size_is_taken_or_refused_as_kubernetes_quantity_reads_it_in_one_line(text, size):
+    """Kubernetes' ParseQuantity: an optional sign, digits with at most one '.', then a binary suffix, a
+    decimal one, or an exponent (e/E and digits) - never two of them, no '_', no hex; exactly read, so a
+    size a float rounds onto a bound (1.0000000000000001Ei) is past it."""
+    from dtrain.errors import SpecError
+    from dtrain.names import parse_volume_size
+
+    if size is not None:
+        assert parse_volume_size(text) == size
+        return
+    with pytest.raises(SpecError) as refused:
+        parse_volume_size(text)
+    assert str(refused.value).startswith(f"invalid volume size {text!r}: ") and "\n" not in str(refused.value)
+
+
+def test_memory_under_its_floor_by_a_rounding_is_refused(dt):
+    said = dt("submit", "m", "--memory", "3.9999999999999999Mi", "--dry-run", "--", "true", check=False).stderr
+    assert "invalid --memory '3.9999999999999999Mi': use a quantity from 4Mi to 1Ei" in said, said  # as typed: under 4Mi
+    said = dt("submit", "m", "--memory", "1e-99999999", "--dry-run", "--", "true", check=False).stderr
+    assert "invalid --memory '1e-99999999': that is 1 byte; use a quantity from 4Mi to 1Ei" in said, said
+
+
+def test_the_api_refuses_a_far_exponent_size_at_once(http):
+    answer = http.post("/volumes", json={"name": "v", "size": "1e-99999999"}, timeout=20)
+    assert answer.status_code == 422
+    assert answer.json()["error"].startswith("invalid volume size '1e-99999999': that is 1 byte; use a quantity from 1Mi")
+    assert http.get("/volumes").json() == []
