@@ -133,10 +133,13 @@ def test_a_launcher_refusal_names_the_processes_as_typed():
         JobSpec(name="x", command=("true",), processes=whole_number("1E3"))
 
 
-def test_a_rank_past_the_jobs_is_named_as_typed(dt, done):
-    """`--rank 1E3` was refused as "invalid rank 1000: job 'x' has 1 process(es)"."""
+def test_a_rank_past_the_jobs_is_named_as_typed(http, dt, done):
+    """`--rank 1E3` (and ?rank=1E3) was refused as "invalid rank 1000: job 'x' has 1 process(es)"."""
     said = dt("logs", done, "--rank", "1E3", check=False).stderr
     assert "invalid rank 1E3: job 'x' has 1 process(es), ranks 0 to 0" in said, said
+    answer = http.get("/jobs/x/logs", params={"rank": "1E3"})
+    assert answer.status_code == 422
+    assert answer.json()["error"] == "invalid rank 1E3: job 'x' has 1 process(es), ranks 0 to 0"
     assert dt("logs", done, "--rank", "0.").stdout == "hello\n"  # in range: read as the number
 
 
@@ -182,7 +185,7 @@ def test_a_volume_size_is_taken_or_refused_as_kubernetes_quantity_reads_it_in_on
 
 def test_memory_under_its_floor_by_a_rounding_is_refused(dt):
     said = dt("submit", "m", "--memory", "3.9999999999999999Mi", "--dry-run", "--", "true", check=False).stderr
-    assert "invalid --memory '3.9999999999999999Mi': use a quantity from 4Mi to 1Ei" in said, said  # as typed: under 4Mi
+    assert "invalid --memory '3.9999999999999999Mi': use a quantity from 4Mi to 1Ei" in said, said  # under 4Mi
     said = dt("submit", "m", "--memory", "1e-99999999", "--dry-run", "--", "true", check=False).stderr
     assert "invalid --memory '1e-99999999': that is 1 byte; use a quantity from 4Mi to 1Ei" in said, said
 
@@ -190,5 +193,6 @@ def test_memory_under_its_floor_by_a_rounding_is_refused(dt):
 def test_the_api_refuses_a_far_exponent_size_at_once(http):
     answer = http.post("/volumes", json={"name": "v", "size": "1e-99999999"}, timeout=20)
     assert answer.status_code == 422
-    assert answer.json()["error"].startswith("invalid volume size '1e-99999999': that is 1 byte; use a quantity from 1Mi")
+    said = answer.json()["error"]
+    assert said.startswith("invalid volume size '1e-99999999': that is 1 byte; use a quantity from 1Mi"), said
     assert http.get("/volumes").json() == []

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from fastapi import Path, Query
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WrapValidator, create_model
 from pydantic.fields import FieldInfo
 
 from dtrain.names import (CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, MAX_TIME, MIN_VOLUME, NAME_RE,  # noqa: F401
@@ -101,7 +101,15 @@ def _query_real(value):
     return real_number(value) if isinstance(value, str) else value
 
 
+def _query_typed(value, number):
+    """A query's whole number that the schema took, as typed where it was typed otherwise (?rank=1E3): a
+    refusal made once the job is read names it so, as it names `--rank 1E3`."""
+    typed = _query_whole(value)
+    return typed if isinstance(typed, int) and typed == number else number
+
+
 QueryWhole = BeforeValidator(_query_whole)  # the metadata of every whole-number query parameter
+QueryTyped = WrapValidator(lambda value, handler: _query_typed(value, handler(_query_whole(value))))  # ?rank=
 QueryReal = BeforeValidator(_query_real)  # and of every one in seconds
 
 
