@@ -21,7 +21,7 @@ from dtrain.config import read_small_file
 from dtrain.errors import ConflictError, NotFoundError, SpecError
 from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, as_typed_number, check_limit_bytes, check_name, check_rank, check_tail, shown,
                           wait_refusal, written)
-from dtrain.numbers import exact, plain, real_number, whole_number  # noqa: F401 (whole_number: the flags' type=)
+from dtrain.numbers import exact, plain, real_number, whole_number  # whole_number: every whole-number flag's type=
 from dtrain.spec import (NUMBER_FIELDS, JobSpec, check_sagemaker_mapping, check_yaml_numbers, parse_env, parse_labels,
                          parse_node_selector, parse_pvc, sagemaker_backend, yaml_mapping)
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters

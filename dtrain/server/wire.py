@@ -109,8 +109,8 @@ def _query_typed(value, number):
 
 
 QueryWhole = BeforeValidator(_query_whole)  # the metadata of every whole-number query parameter
-QueryTyped = WrapValidator(lambda value, handler: _query_typed(value, handler(_query_whole(value))))  # ?rank=
 QueryReal = BeforeValidator(_query_real)  # and of every one in seconds
+QueryTyped = WrapValidator(lambda value, handler: _query_typed(value, handler(_query_whole(value))))  # ?rank=
 
 
 class _In(BaseModel):
