@@ -192,7 +192,7 @@ def test_an_mpijob_whose_watcher_rbac_refuses_says_the_rule_to_grant(make_backen
                            "runs a watcher, batch Job 'train-snap', and this account may not read or create batch "
                            "Jobs in namespace dtrain-lanes; " + WATCHER_FIX)
     assert said.endswith("or turn the watcher off (snapshot_watcher: false under kubernetes: in config.yaml), and "
-                         "dtrain takes the snapshot when it sees the job succeed ('dtrain wait train')")
+                         "the snapshot is taken once the job is seen to succeed ('dtrain wait train')")
     assert fake.items("kubeflow.org", "mpijobs") == []  # nothing left behind: rolled back, or never made
     assert fake.items("batch", "jobs") == [] and fake.items("", "services") == []
 

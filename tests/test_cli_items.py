@@ -70,7 +70,7 @@ def test_item03_volume_in_use_names_dtrain_delete(tmp_path):
     assert run("submit", "j", "--pvc", "v:/mnt", "--", "sleep", "30", home=home).returncode == 0
     try:
         proc = run("volume", "delete", "v", home=home)
-        assert proc.returncode == 2 and "dtrain delete JOB" in proc.stderr and "cancel" not in proc.stderr
+        assert proc.returncode == 2 and "(`dtrain delete j`)" in proc.stderr and "cancel" not in proc.stderr
     finally:
         run("delete", "j", home=home)
 

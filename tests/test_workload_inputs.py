@@ -36,7 +36,7 @@ CASES = [
     # 1. every number of `lanes train` and `cifar10 train` has a lower and an upper bound
     (["lanes", "train", "--num-workers", "100000", "--use-workers"], {},
      "--num-workers 100000 is out of range: give 0 to 64, e.g. --num-workers 64"),
-    (["lanes", "train", "--use-workers"], {"NUM_WORKERS": "100000"}, "NUM_WORKERS=100000 is out of range: give 0 to 64"),
+    (["lanes", "train", "--use-workers"], {"NUM_WORKERS": "100000"}, "NUM_WORKERS=100000 is out of range: give 0 to 64, e.g. NUM_WORKERS=64"),
     (["lanes", "train", "--max-steps", "99999999999999999999"], {},
      "--max-steps 99999999999999999999 is out of range: give 1 to 10000000, e.g. --max-steps 10000000"),
     (["lanes", "train", "--lr", "1e300"], {}, "--lr 1e300 is out of range: give a number above 0 and at most 10, e.g. 0.05"),

@@ -195,7 +195,7 @@ class KubernetesBackend(PodVerbs, VolumeVerbs, Backend):
                          f"--snapshot-on-success runs a watcher, batch Job {obj['metadata']['name']!r}, and this "
                          f"account may not read or create batch Jobs in namespace {namespace}; "
                          f"{job_writer_fix(namespace)}; or turn the watcher off (snapshot_watcher: false under "
-                         f"kubernetes: in config.yaml), and dtrain takes the snapshot when it sees the job succeed "
+                         f"kubernetes: in config.yaml), and the snapshot is taken once the job is seen to succeed "
                          f"('{self.cmd(f'wait {spec.name}')}')")
 
     def _check_trainer_version(self) -> None:
