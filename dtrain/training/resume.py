@@ -47,6 +47,30 @@ def checkpoint_dir(default: str | os.PathLike, env: Mapping[str, str] | None = N
     return Path(default)
 
 
+SAGEMAKER_RESOURCE_CONFIG = Path("/opt/ml/input/config/resourceconfig.json")  # in every SageMaker training container
+
+
+def on_sagemaker(env: Mapping[str, str] | None = None) -> bool:
+    """Whether this process runs in a SageMaker training job: the toolkit's variables, else the
+    resource config SageMaker writes into every training container."""
+    env = os.environ if env is None else env
+    return bool(env.get("SM_CURRENT_HOST") or env.get("SM_TRAINING_ENV")) or SAGEMAKER_RESOURCE_CONFIG.is_file()
+
+
+def start_over_words(env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """(how to start over, where to give a run its own checkpoints) in the words of where it runs: a
+    SageMaker job's command is not the user's to edit (its flags are hyperparameters, its checkpoint
+    folder is the one SageMaker restores from CheckpointConfig's S3 URI)."""
+    if on_sagemaker(env):
+        return "the hyperparameter resume=false (--hp resume=false)", "another --checkpoint-s3-uri"
+    return "--no-resume", "another --checkpoint-dir"
+
+
+def start_over(env: Mapping[str, str] | None = None) -> str:
+    """'--no-resume, or another --checkpoint-dir', or its SageMaker words (start_over_words)."""
+    return ", or ".join(start_over_words(env))
+
+
 def rng_state() -> dict[str, Any]:
     """Every generator a training step may draw from, in a form torch.load(weights_only) accepts."""
     kind, keys, pos, has_gauss, gauss = np.random.get_state()
@@ -196,8 +220,7 @@ class Checkpointer:
                     # train from an older one, or from scratch, over that version's progress.
                     newer_error = DataError(
                         f"checkpoint {path} is of format {newer}, newer than this version of the training code "
-                        f"reads ({FORMAT}): resume it with the version that wrote it, or start over: --no-resume, "
-                        "or another --checkpoint-dir")
+                        f"reads ({FORMAT}): resume it with the version that wrote it, or start over: {start_over()}")
                     break
                 if not isinstance(state, dict) or state.get("format") != FORMAT or "model" not in state:
                     raise DataError(f"checkpoint {path} was not written by dtrain.training.Checkpointer")
@@ -252,11 +275,11 @@ def resume_on_every_rank(ckpt: Checkpointer, info: DistInfo, *, model: torch.nn.
         high, low = int(span[0]), -int(span[1])
         if error is None and int(span[2]):
             error = SpecError(f"another rank refused its checkpoint (its log says why), so rank {info.rank} stops "
-                              f"too: fix that, or start over (--no-resume)")
+                              f"too: fix that, or start over ({start_over_words()[0]})")
         elif error is None and high != low:
             error = SpecError(f"ranks resumed from different steps ({low} to {high}; rank {info.rank}: {step}): "
                               f"every rank must see the same checkpoint folder ({ckpt.folder}), on storage they "
-                              "share, or start over (--no-resume)")
+                              f"share, or start over ({start_over_words()[0]})")
     if error is not None:
         raise error
     return resumed

@@ -60,7 +60,7 @@ from dtrain.training import (
     setup_distributed,
     teardown,
 )
-from dtrain.training.resume import CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR
+from dtrain.training.resume import CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR, start_over, start_over_words
 from dtrain.workloads.cifar10.data import find_root, load_split
 from dtrain.workloads.cifar10.failure import RESOURCE_CONFIG_FILE, CommandParser, reports_failure
 from dtrain.workloads.cifar10.model import Net
@@ -510,12 +510,13 @@ def _resume(ckpt: Checkpointer, net: torch.nn.Module, opt: torch.optim.Optimizer
     def same_data_position(resumed: Resumed) -> None:
         refuse_another_data_position(resumed, plan, DATA_POSITION, samples="images",
                                      fix="resume with the same global batch (processes x --batch-size), --seed "
-                                         "and data, or start over: --no-resume, or another --checkpoint-dir")
+                                         f"and data, or start over: {start_over()}")
 
+    fresh, own = start_over_words()
     resumed = resume_on_every_rank(
         ckpt, info, model=net, optimizer=opt, accept=same_data_position,
-        mismatch=lambda e: f"checkpoint {e.path} does not fit the CIFAR10 network ({e.fault}): give this run its "
-                           "own --checkpoint-dir, or --no-resume to start over")
+        mismatch=lambda e: f"checkpoint {e.path} does not fit the CIFAR10 network ({e.fault}): give this run "
+                           f"{own}, or {fresh} to start over")
     return resumed
 
 
