@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from dtrain.backends.sagemaker.config import SageMakerConfig
@@ -198,6 +199,7 @@ def hyperparameters(spec: JobSpec, cfg: SageMakerConfig) -> dict[str, str]:
         raise SpecError(f"hyperparameter {k} is given twice, as --{k} {prog.hyperparameters[k]} in the command and "
                         f"as --hp {k}={hp_text(opts.hyperparameters[k])}: give it once")
     hps: dict[str, object] = {**prog.hyperparameters, **opts.hyperparameters}
+    _check_spellings(prog.hyperparameters, opts.hyperparameters)
     _check_nccl(hps, prog.entry_argv, opts.instance_type or cfg.instance_type)
     hps.update(sagemaker_program=prog.program,
                sagemaker_submit_directory=s3_uri(cfg, spec.name, "source", SOURCE_ARCHIVE),
@@ -218,6 +220,21 @@ def hyperparameters(spec: JobSpec, cfg: SageMakerConfig) -> dict[str, str]:
                         f"more than SageMaker's {MAX_HYPERPARAMETERS}: pass at most "
                         f"{MAX_HYPERPARAMETERS - len(hps) + len(given)} (put the rest in a config file with the code)")
     return {k: json.dumps(v) for k, v in hps.items()}  # as the SDK: 2 -> '2', True -> 'true', 'abc' -> '"abc"'
+
+
+def _check_spellings(command: dict[str, str], given: Mapping[str, object]) -> None:
+    """Refuse one name in two spellings (batch-size and batch_size) with two values: argparse reads
+    both as one option (the CIFAR10 workload declares both), the toolkit passes hyperparameters
+    sorted by name, and the later one ('_' sorts after '-') won without a word."""
+    seen: dict[str, tuple[str, str]] = {}  # batch-size -> (the name as given, where)
+    values = {**command, **given}  # a name in both places has one value here (refused above when not)
+    for key in sorted(values):
+        said = f"--hp {key}={hp_text(given[key])}" if key in given else f"--{key} {command[key]} in the command"
+        first, where = seen.setdefault(key.replace("_", "-"), (key, said))
+        if first != key and str(values[first]) != str(values[key]):  # the toolkit passes str(value)
+            raise SpecError(f"hyperparameter {key} is given twice, as {where} and as {said}: a script reads "
+                            f"--{first} and --{key} as one option and would get only --{key} (the later, as "
+                            f"SageMaker passes them); give it once")
 
 
 def _check_nccl(hps: dict[str, object], argv: tuple[str, ...], itype: str) -> None:
