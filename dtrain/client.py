@@ -466,6 +466,12 @@ class Client:
         spec = self._configured(spec, "render")
         return self.backend(spec.backend, project=spec.project).render(spec)
 
+    def check_inputs(self, spec: JobSpec) -> None:
+        """Refuse what `submit` would refuse of the data the job reads, asking its backend's service
+        (SageMaker: each S3 channel holds an object); nothing is made."""
+        spec = self._configured(spec, "render")
+        self.backend(spec.backend, project=spec.project).check_inputs(spec)
+
     def exec(self, name: str, command: list[str], *, rank: int = 0, project: str | None = None,
              running_timeout: float = EXEC_RUNNING_WAIT) -> int:
         """Run a command beside a Running job's rank; its exit code. A job still Pending or a rank being

@@ -147,7 +147,8 @@ def test_on_sagemaker_a_taken_name_can_only_be_changed(home, clients, code):  # 
     be = SageMakerBackend(CFG, clients=clients, cwd=str(code))
     be.submit(JobSpec(name="sm-taken", command=("python", "train.py"), backend="sagemaker"))
     client = Client(home=home, backend="sagemaker", backends={"sagemaker": be})
-    params = hybrid_params(training_runtime="sagemaker", job_name="sm-taken", data_uri="s3://bkt/cifar10")
+    clients.s3.put_object(Bucket=CFG.bucket, Key="cifar10/cifar-10-batches-py/data_batch_1", Body=b"-")
+    params = hybrid_params(training_runtime="sagemaker", job_name="sm-taken", data_uri=f"s3://{CFG.bucket}/cifar10")
     with pytest.raises(ConflictError) as err:
         steps.check_plan("hybrid-cifar10", hybrid.plan(params), client=client)
     assert str(err.value) == (f"pipeline 'hybrid-cifar10' would submit job 'sm-taken' ({be.get('sm-taken').status}), "

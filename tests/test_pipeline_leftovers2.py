@@ -170,6 +170,7 @@ def test_a_data_uri_sagemaker_cannot_read_is_refused_before_any_step(home, clien
                                      "backend: channel training=file:///data/cifar10 is a local folder, which only "
                                      "--local jobs can read: upload it"), err.value
     assert clients.sagemaker.list_training_jobs(NameContains="sm-file-uri")["TrainingJobSummaries"] == []
+    clients.s3.put_object(Bucket=CFG.bucket, Key="cifar10/cifar-10-batches-py/data_batch_1", Body=b"-")
     steps.check_plan("hybrid-cifar10", hybrid_plan({**params, "data_uri": "s3://dtrain-test/cifar10"}), client=client)
     assert clients.sagemaker.list_training_jobs(NameContains="sm-file-uri")["TrainingJobSummaries"] == []
 

@@ -240,7 +240,8 @@ def test_logs_of_a_job_that_failed_before_any_host_logged_say_why(home, tmp_path
     client = dtrain.Client(home=home, backend="sagemaker")
     client.submit(JobSpec(name="no-data", command=("python", "train.py"), backend="sagemaker",
                           sagemaker=SageMakerOptions(local=True, source_dir=str(tmp_path / "code"),
-                                                     channels=(f"training=file://{tmp_path / 'gone'}",))))
+                                                     # (not file://: a missing folder is refused at submit)
+                                                     channels=("training=s3://dtrain-local/gone",))))
     assert client.wait("no-data", timeout=60).status.value == "Failed"
     for kw in ({}, {"follow": True}, {"rank": 0}):
         with pytest.raises(NotFoundError) as err:

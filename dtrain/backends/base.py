@@ -598,6 +598,14 @@ class Backend(abc.ABC):
         """What `submit` would send, without sending it (`dtrain submit --dry-run`)."""
         return self._render(spec)
 
+    def check_inputs(self, spec: JobSpec) -> None:
+        """Refuse, as `submit` would, the data `spec` reads where only the backend's service can say
+        (SageMaker: an S3 channel that holds nothing); makes nothing. A pipeline's pre-run check."""
+        self._check_inputs(spec)
+
+    def _check_inputs(self, spec: JobSpec) -> None:
+        """Nothing to ask by default: the volumes a job mounts are looked up by `render`."""
+
     def notebook_url(self, name: str, *, cmd: HintCommand | None = None, wait: float = 0) -> str:
         """Where to open notebook `name` (a job with spec.notebook), with its token where it has one.
         `cmd`: the commands the refusals name (see `HintCommand`). `wait`: seconds to wait for a

@@ -318,6 +318,13 @@ def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
             raise type(err)(f"pipeline {pipeline!r} cannot submit job {job.name!r} to the {plan.backend} backend"
                             f"{_IMAGE_FIX if '--image' in said else ''}: {said}") from None
     _check_names(pipeline, plan, dtrain, client)
+    for spec in plan.jobs:  # after the names: what the service holds, asked of it (SageMaker: each S3 channel)
+        job = job_spec(spec, backend=plan.backend, client=client)
+        try:
+            client.check_inputs(job)
+        except SpecError as err:  # the train step's submit would refuse it, after the earlier steps ran
+            raise SpecError(f"pipeline {pipeline!r} cannot submit job {job.name!r} to the {plan.backend} backend: "
+                            f"{in_pipeline_words(str(err))}") from None
     for folder in plan.fresh:
         _refuse_checkpoints(pipeline, folder, client)
 
@@ -354,6 +361,10 @@ def in_pipeline_words(said: str) -> str:
     said = said.replace("use a bucket there (dtrain config sagemaker --bucket) or the bucket's region (--region)",
                         "use a bucket there (--param sagemaker_bucket=NAME) or the bucket's region "
                         "(--param sagemaker_region=REGION)")
+    # the hybrid pipeline's data_uri is the job's training channel: what S3 says of it names the parameter
+    if re.match(rf"channel {SM_CHANNEL}=s3://\S+: (no S3 objects under it|the bucket \S+ does not exist)", said):
+        said = "--param data_uri=" + said[len(f"channel {SM_CHANNEL}="):].replace(
+            "or fix the URI", "or pass another --param data_uri")
     found = _UNCONFIGURED.match(said)
     if found:
         names = found.group(1).replace("--role", "sagemaker_role_arn").replace("--bucket", "sagemaker_bucket")

@@ -30,7 +30,7 @@ from dtrain.backends.sagemaker.clients import Clients, aws_call, aws_clients, re
 from dtrain.backends.sagemaker import render, status
 from dtrain.backends.sagemaker.archive import check_generated, pack_source, unpack
 from dtrain.backends.sagemaker.config import LOCAL_BUCKET, SageMakerConfig
-from dtrain.backends.sagemaker.contract import decode
+from dtrain.backends.sagemaker.contract import decode, local_path
 from dtrain.backends.sagemaker.facts import ENDED, JobFacts, plain, settled
 from dtrain.backends.sagemaker.validate import check_request
 from dtrain.backends.targets import new_folder
@@ -167,8 +167,7 @@ class SageMakerBackend(Backend):
             raise ConflictError(f"a --local SageMaker job named {spec.name!r} exists, and describe, logs and delete "
                                 f"would reach it rather than this one: submit under a new name")
         self._check_free(clients, spec.name)  # before the upload, which would overwrite that job's code
-        if not local:
-            self._check_channels(clients, req)
+        self._check_data(clients, req, local=local)
         with tempfile.TemporaryFile() as archive:
             extra = {render.ENTRY: plan.entry} if plan.entry else {}
             pack_source(plan.source_dir, extra, archive)
@@ -185,6 +184,28 @@ class SageMakerBackend(Backend):
                 raise
             return self._info(clients, spec.name, desc)
         return self._info(clients, spec.name)
+
+    def _check_inputs(self, spec: JobSpec) -> None:
+        local = bool(spec.sagemaker and spec.sagemaker.local)
+        req = render.training_job_request(spec, self._config_for(spec))
+        self._check_data(None if local else self.aws, req, local=local)
+
+    def _check_data(self, clients: Clients | None, req: dict, *, local: bool) -> None:
+        """The channels' data is there: a --local job's file:// folders on this machine, else each S3 prefix."""
+        if local:
+            self._check_local_channels(req)
+        else:
+            self._check_channels(clients, req)
+
+    @staticmethod
+    def _check_local_channels(req: dict) -> None:
+        """Each file:///PATH channel of a --local job exists: else the job was taken and failed as it
+        downloaded ("channel training: file:///PATH does not exist on this machine")."""
+        for ch in req.get("InputDataConfig") or []:
+            uri, name = (ch["DataSource"].get("S3DataSource") or {}).get("S3Uri", ""), ch["ChannelName"]
+            if uri.startswith("file://") and not os.path.exists(path := local_path(uri, "")):
+                raise SpecError(f"channel {name}={uri}: the folder {path} does not exist on this machine: put the "
+                                f"data there, or pass the folder that holds it (--channel {name}=file:///PATH)")
 
     @staticmethod
     def _check_channels(clients: Clients, req: dict) -> None:
