@@ -91,6 +91,20 @@ def test_a_query_refuses_seconds_as_the_cli_flag_does_naming_them_as_typed(http,
     assert answer.json()["error"].startswith("invalid --timeout '6_0_0.5': use seconds from 0 to 600")
 
 
+def test_the_volume_and_snapshot_waits_read_seconds_as_the_job_wait_does(http, home):
+    """The volume class wait (GET /volumes/{name}/wait, new) and the snapshot wait share one timeout
+    (routes_storage.WAIT_TIMEOUT), read as `dtrain wait --timeout` and GET /jobs/{name}/wait read it."""
+    client = dtrain.Client(home=home)
+    client.create_volume("data", size="1Mi")
+    client.create_snapshot("data", name="data-v1")
+    for path in ("/volumes/data/wait", "/snapshots/data-v1/wait"):
+        for text in ("1_0", "5.", "6E1"):
+            assert http.get(path, params={"timeout": text}).status_code == 200, (path, text)
+        answer = http.get(path, params={"timeout": "6_0_0.5"})
+        assert answer.status_code == 422, answer.text
+        assert answer.json()["error"].startswith("invalid --timeout '6_0_0.5': use seconds from 0 to 600"), path
+
+
 # 2. A lanes workload's number from the environment names its range and a value to set
 
 

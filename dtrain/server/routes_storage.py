@@ -52,22 +52,31 @@ def update_volume(request: Request, name: wire.VolumeName, body: wire.VolumeUpda
                                                                             project=project))
 
 
+# a wait's seconds, read by the CLI flag's rule (`--timeout 1E3`)
+WAIT_TIMEOUT = Annotated[float, Query(ge=0, le=MAX_HTTP_WAIT, allow_inf_nan=False), wire.QueryReal]
+
+
 @router.get("/volumes/{name}/wait", response_model=wire.Volume, responses={**LONG, 408: {"model": wire.Error}})
-async def wait_volume(request: Request, name: wire.VolumeName,
-                      timeout: Annotated[float, Query(ge=0, le=MAX_HTTP_WAIT, allow_inf_nan=False)] = 60,
+async def wait_volume(request: Request, name: wire.VolumeName, timeout: WAIT_TIMEOUT = 60,
                       project: wire.StorageProject = None):
     """Block until the storage class set by `PATCH /volumes/{name}` is in effect (`dtrain volume update
     --wait`; Kubernetes: the CSI driver changes the tier asynchronously): 408 when `timeout` seconds pass
     first, 409 when the storage system refused the class, 503 when the server stops first."""
-    clients = request.app.state.clients
-    waiting = _in_thread(request.app.state.streams,
-                         lambda: clients.get().wait_volume(name, timeout=timeout, project=project), f"wait-volume-{name}")
-    try:
-        volume = await unless_stopping(waiting, request.app.state.stopping)
-    except Stopping:
-        raise HTTPException(503, f"the server is shutting down; wait for volume {name!r} again once it is back "
-                                 f"(or with '{_again(clients, f'volume describe {name}', project)}')") from None
+    volume = await _waited(request, "volume", name, f"volume describe {name}", project,
+                           lambda c: c.wait_volume(name, timeout=timeout, project=project))
     return wire.Volume.model_validate(volume)
+
+
+async def _waited(request: Request, kind: str, name: str, again: str, project: str | None, wait):
+    """`wait(client)` in a thread the server's shutdown ends (503, naming the command `again` that
+    waits or looks once it is back): a volume's class change, a snapshot's readiness."""
+    clients = request.app.state.clients
+    waiting = _in_thread(request.app.state.streams, lambda: wait(clients.get()), f"wait-{kind}-{name}")
+    try:
+        return await unless_stopping(waiting, request.app.state.stopping)
+    except Stopping:
+        raise HTTPException(503, f"the server is shutting down; wait for {kind} {name!r} again once it is back "
+                                 f"(or with '{_again(clients, again, project)}')") from None
 
 
 @router.get("/storage-classes", response_model=list[wire.StorageClass], responses=ERRORS)
@@ -102,21 +111,13 @@ def get_snapshot(request: Request, name: wire.SnapshotName, project: wire.Storag
 
 @router.get("/snapshots/{name}/wait", response_model=wire.Snapshot,
             responses={**LONG, 408: {"model": wire.Error}})
-async def wait_snapshot(request: Request, name: wire.SnapshotName,
-                        timeout: Annotated[float, Query(ge=0, le=MAX_HTTP_WAIT, allow_inf_nan=False),
-                                           wire.QueryReal] = 60,
+async def wait_snapshot(request: Request, name: wire.SnapshotName, timeout: WAIT_TIMEOUT = 60,
                         project: wire.StorageProject = None):
     """Block until the snapshot is ready to use (`dtrain snapshot wait`; Kubernetes takes one
     asynchronously): 408 when `timeout` seconds pass first, 409 when the storage system reports it
     failed to take it, 503 when the server stops first."""
-    clients = request.app.state.clients
-    waiting = _in_thread(request.app.state.streams,
-                         lambda: clients.get().wait_snapshot(name, timeout=timeout, project=project), f"wait-{name}")
-    try:
-        snap = await unless_stopping(waiting, request.app.state.stopping)
-    except Stopping:
-        raise HTTPException(503, f"the server is shutting down; wait for snapshot {name!r} again once it is back "
-                                 f"(or with '{_again(clients, f'snapshot wait {name}', project)}')") from None
+    snap = await _waited(request, "snapshot", name, f"snapshot wait {name}", project,
+                         lambda c: c.wait_snapshot(name, timeout=timeout, project=project))
     return wire.Snapshot.model_validate(snap)
 
 
