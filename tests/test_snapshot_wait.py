@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+import dtrain
 from dtrain.backends.base import TimeoutError_
 from dtrain.errors import ConflictError, NotFoundError, SpecError
 from tests.test_k8s_backend import NS, backend, cluster, make_backend  # noqa: F401 - fixtures
@@ -91,3 +92,65 @@ def test_the_http_api_waits_for_a_snapshot_and_answers_408_then_409(make_backend
         assert failed.status_code == 409 and "code = Internal" in failed.json()["error"]
     finally:
         server.stop()
+
+
+def test_a_volume_or_snapshot_wait_ends_with_503_when_the_server_stops(home):
+    """Both storage waits run in a thread the server's shutdown ends (routes_storage._waited): a 503
+    naming the command that waits (or looks) again, not a wait held until its timeout."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    import threading
+
+    import httpx
+    import uvicorn
+
+    from dtrain.server.app import create_app
+    from dtrain.server.serve import Server, bind
+
+    release = threading.Event()
+    began = {"volume": threading.Event(), "snapshot": threading.Event()}
+
+    class Slow(dtrain.Client):  # a storage system that has not finished: the seam is the client
+        def wait_volume(self, name, **kw):
+            began["volume"].set()
+            release.wait(60)
+            return super().wait_volume(name, **kw)
+
+        def wait_snapshot(self, name, **kw):
+            began["snapshot"].set()
+            release.wait(60)
+            return super().wait_snapshot(name, **kw)
+
+    dtrain.Client(home=home).create_volume("data", size="1Mi")
+    app = create_app(lambda: Slow(home=home), sample_every=3600)
+    sock = bind("127.0.0.1", 0)
+    url = f"http://127.0.0.1:{sock.getsockname()[1]}/api/v1"
+    server = Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=5), app.state.stopping)
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    answers: dict[str, httpx.Response] = {}
+
+    def ask(path: str) -> None:
+        answers[path] = httpx.get(url + path, params={"timeout": 50}, timeout=60)
+
+    askers = [threading.Thread(target=ask, args=(p,), daemon=True) for p in ("/volumes/data/wait",
+                                                                            "/snapshots/snap/wait")]
+    try:
+        while not server.started:
+            assert thread.is_alive()
+            threading.Event().wait(0.05)
+        for t in askers:
+            t.start()
+        assert all(e.wait(30) for e in began.values()), "the waits did not begin"
+        server.should_exit = True
+        for t in askers:
+            t.join(20)
+        said = {p: (r.status_code, r.json()["error"]) for p, r in answers.items()}
+        assert said["/volumes/data/wait"] == (503, "the server is shutting down; wait for volume 'data' again once "
+                                                   "it is back (or with 'dtrain volume describe data')")
+        assert said["/snapshots/snap/wait"] == (503, "the server is shutting down; wait for snapshot 'snap' again "
+                                                     "once it is back (or with 'dtrain snapshot wait snap')")
+    finally:
+        release.set()
+        server.should_exit = True
+        thread.join(20)
+        sock.close()
