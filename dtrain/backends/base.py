@@ -493,25 +493,34 @@ class Backend(abc.ABC):
         """Block until the snapshot is ready to use, as `kubectl wait --for=jsonpath='{.status.readyToUse}'=true`
         does (a local snapshot is ready once taken). A snapshot the storage system reports it failed
         to take ends the wait (ConflictError with its error, as `restore` refuses it), not hours later."""
-        if timeout is not None:
-            check_wait(timeout)
-        with self._named("snapshot", name):
-            info = self._get_snapshot(_existing(name, "snapshot"))
-        say = command or (lambda words: f"dtrain {words}")
-
-        def ready(info: SnapshotInfo) -> bool:
+        def ready(info: SnapshotInfo, say: Callable[[str], str]) -> bool:
             if not info.ready and info.error:
                 raise ConflictError(f"snapshot {name!r} is not ready: the storage system reports {info.error!r}; "
                                     f"once the cause is fixed wait again (its controller retries) or delete it "
                                     f"('{say(f'snapshot delete {name}')}') and take another")
             return info.ready
 
-        def late(info: SnapshotInfo) -> DtrainError:
-            look = say(f"snapshot describe {name}")
-            return TimeoutError_(f"snapshot {name!r} is still not ready after {timeout:g}s; wait longer (--timeout) "
-                                 f"or check '{look}'", look)
+        return self._wait_storage("snapshot", name, self._get_snapshot, ready, lambda info, say, after: (
+            f"not ready after {after}"), timeout=timeout, poll=poll, command=command)
 
-        return _until(info, lambda: self._get_snapshot(name), ready, late, timeout=timeout, poll=lambda: poll)
+    def _wait_storage(self, kind: str, name: str, get: Callable[[str], Any], done: Callable[[Any, Callable], bool],
+                      still: Callable[[Any, Callable, str], str], *, timeout: float | None, poll: float,
+                      command: Callable[[str], str] | None) -> Any:
+        """wait_snapshot's and wait_volume's loop: `kind` NAME looked up as every verb does, then read
+        with `get` until `done(info, say)`; a timeout says "KIND NAME is still `still(info, say, after)`"
+        and names `describe`. `say` writes a command as the caller's hints do."""
+        if timeout is not None:
+            check_wait(timeout)
+        with self._named(kind, name):
+            info = get(_existing(name, kind))
+        say = command or (lambda words: f"dtrain {words}")
+
+        def late(info) -> DtrainError:
+            look = say(f"{kind} describe {name}")
+            return TimeoutError_(f"{kind} {name!r} is still {still(info, say, f'{timeout:g}s')}; wait longer "
+                                 f"(--timeout) or check '{look}'", look)
+
+        return _until(info, lambda: get(name), lambda i: done(i, say), late, timeout=timeout, poll=lambda: poll)
 
     def _wait_poll(self, name: str) -> float:
         """Seconds between the statuses `wait` reads: a backend whose status is a throttled API call
@@ -732,19 +741,10 @@ class Backend(abc.ABC):
         status.modifyVolumeStatus is gone (the CSI driver is done); locally at once, as the move is
         done when `update_volume` returns. A class the storage system refuses (Infeasible) ends the
         wait (ConflictError naming the fix), as `wait_snapshot` ends on a snapshot's error."""
-        if timeout is not None:
-            check_wait(timeout)
-        with self._named("volume", name):
-            info = self._get_volume(_existing(name, "volume"))
-        say = command or (lambda words: f"dtrain {words}")
-
-        def late(info: VolumeInfo) -> DtrainError:
-            look = say(f"volume describe {name}")
-            return TimeoutError_(f"volume {name!r} is still changing storage class after {timeout:g}s "
-                                 f"({self._class_change(info, say)}); wait longer (--timeout) or check '{look}'", look)
-
-        return _until(info, lambda: self._get_volume(name), lambda i: self._class_change(i, say) is None, late,
-                      timeout=timeout, poll=lambda: poll)
+        return self._wait_storage("volume", name, self._get_volume, lambda i, say: self._class_change(i, say) is None,
+                                  lambda info, say, after: (f"changing storage class after {after} "
+                                                            f"({self._class_change(info, say)})"),
+                                  timeout=timeout, poll=poll, command=command)
 
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         progress: Progress | None = None) -> SnapshotInfo:
