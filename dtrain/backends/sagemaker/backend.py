@@ -223,7 +223,7 @@ class SageMakerBackend(Backend):
                 listed = aws_call(f"S3 listing of channel {name}", clients.s3.list_objects_v2, Bucket=bucket,
                                   Prefix=prefix, MaxKeys=1)
             except BackendError as err:
-                if ": NoSuchBucket:" not in str(err):
+                if getattr(err, "code", None) != "NoSuchBucket":
                     continue
                 raise SpecError(f"channel {name}={uri}: the bucket {bucket} does not exist: check the URI "
                                 f"(aws s3 ls s3://{bucket}/) or create the bucket and upload the data") from None

@@ -103,7 +103,9 @@ def aws_call(what: str, fn: Callable, **kw) -> Any:
         later = code in RETRY_LATER or (str(code).isdigit() and int(code) >= 500) or (
             isinstance(status, int) and (status == 429 or status >= 500))
         # throttled or failing on AWS's side (botocore already retried): a poll may ask again
-        raise (UnavailableError if later else BackendError)(f"{what}: {code}: {message}; {hint}") from None
+        refused = (UnavailableError if later else BackendError)(f"{what}: {code}: {message}; {hint}")
+        refused.code = code  # AWS's error code, for a caller that tells one refusal from another
+        raise refused from None
 
 
 # AWS's codes for "ask again later": throttling and its own failures (botocore's retry handler's set)
