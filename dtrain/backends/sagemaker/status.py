@@ -9,7 +9,7 @@
     Stopping           any                                                  Running ("stopping"), every
     InProgress         Stopping (the stop taken, the primary not yet moved)  host Terminating: `list` and
                                                                             `describe` say Stopping
-    Completed          Completed                                            Succeeded
+    Completed          Completed                                            Succeeded (the Completed step's message)
     Failed             Failed                                               Failed (FailureReason)
     Stopped            MaxRuntimeExceeded, MaxWaitTimeExceeded              Failed (raise the limit)
     Stopped            Stopped                                              Deleted
@@ -48,13 +48,29 @@ def one_line(text: Any) -> str:
     return cut(text or "", MAX_REASON)
 
 
+# An ended job's final secondary statuses, per primary status (botocore's SecondaryStatusTransition: "Completed -
+# The training job has completed", "Failed - ... the FailureReason", "Stopped: MaxRuntimeExceeded, Stopped").
+FINAL = {"Completed": {"Completed"}, "Failed": {"Failed"},
+         "Stopped": {"Stopped", "MaxRuntimeExceeded", "MaxWaitTimeExceeded"}}
+
+
+def final_message(desc: dict) -> str:
+    """An ended job's message: that of its last transition into a final step of its primary status ("Training
+    job completed"), or none. The last transition may be an earlier step's (moto records one Starting step
+    only, and a transition list is not promised whole): "Succeeded (Preparing the instances for training)"
+    would read as a job that never trained."""
+    final = FINAL.get(desc.get("TrainingJobStatus"), set())
+    steps = [t for t in desc.get("SecondaryStatusTransitions") or [] if t.get("Status") in final]
+    return one_line(steps[-1].get("StatusMessage", "")) if steps else ""
+
+
 def job_status(desc: dict) -> tuple[JobStatus, str]:
     primary, secondary = desc.get("TrainingJobStatus"), desc.get("SecondaryStatus", "")
     last = one_line((desc.get("SecondaryStatusTransitions") or [{}])[-1].get("StatusMessage", ""))
     if primary == "Completed":
-        return JobStatus.SUCCEEDED, last
+        return JobStatus.SUCCEEDED, final_message(desc)
     if primary == "Failed":
-        return JobStatus.FAILED, one_line(desc.get("FailureReason")) or last or "failed"
+        return JobStatus.FAILED, one_line(desc.get("FailureReason")) or final_message(desc) or "failed"
     if primary == "Stopped":
         if secondary in LIMITS:
             return JobStatus.FAILED, f"{secondary}: {LIMITS[secondary]}"
