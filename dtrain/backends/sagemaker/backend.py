@@ -197,15 +197,29 @@ class SageMakerBackend(Backend):
         else:
             self._check_channels(clients, req)
 
-    @staticmethod
-    def _check_local_channels(req: dict) -> None:
-        """Each file:///PATH channel of a --local job exists: else the job was taken and failed as it
-        downloaded ("channel training: file:///PATH does not exist on this machine")."""
+    def _check_local_channels(self, req: dict) -> None:
+        """Each channel of a --local job is on this machine: a file:///PATH folder, or an s3:// prefix's folder in
+        the local S3 ($DTRAIN_HOME/sagemaker-local/s3/BUCKET/PREFIX); EFS and FSx only SageMaker reaches. Else the
+        job was taken and failed as it downloaded ("channel training: ... does not exist on this machine")."""
         for ch in req.get("InputDataConfig") or []:
             uri, name = (ch["DataSource"].get("S3DataSource") or {}).get("S3Uri", ""), ch["ChannelName"]
+            if not uri:
+                raise SpecError(f"channel {name}: --local cannot reach EFS or FSx (only SageMaker's instances in "
+                                f"the VPC can): copy the data here and pass --channel {name}=file:///PATH")
             if uri.startswith("file://") and not os.path.exists(path := local_path(uri, "")):
                 raise SpecError(f"channel {name}={uri}: the folder {path} does not exist on this machine: put the "
                                 f"data there, or pass the folder that holds it (--channel {name}=file:///PATH)")
+            if uri.startswith("s3://") and (self.home is not None or self._local is not None):
+                bucket, _, key = uri[len("s3://"):].partition("/")
+                from dtrain.backends.sagemaker.local import LocalAWSError
+                try:
+                    path = self.local.s3.path(bucket, key, prefix=True)
+                except LocalAWSError as err:  # a key the local S3 refuses: a link a job left, '..'
+                    raise SpecError(f"channel {name}={uri}: {err.response['Error']['Message']}") from None
+                if not path.exists():
+                    raise SpecError(f"channel {name}={uri}: a --local job reads s3:// from the local S3 folder, and "
+                                    f"{path} does not exist: put the data there, or pass the folder that holds it "
+                                    f"(--channel {name}=file:///PATH)")
 
     @staticmethod
     def _check_channels(clients: Clients, req: dict) -> None:
