@@ -238,10 +238,13 @@ def test_logs_of_a_job_that_failed_before_any_host_logged_say_why(home, tmp_path
     (tmp_path / "code").mkdir()
     (tmp_path / "code" / "train.py").write_text("print('never runs')\n")
     client = dtrain.Client(home=home, backend="sagemaker")
-    client.submit(JobSpec(name="no-data", command=("python", "train.py"), backend="sagemaker",
-                          sagemaker=SageMakerOptions(local=True, source_dir=str(tmp_path / "code"),
-                                                     # (not file://: a missing folder is refused at submit)
-                                                     channels=("training=s3://dtrain-local/gone",))))
+    spec = JobSpec(name="no-data", command=("python", "train.py"), backend="sagemaker",
+                   sagemaker=SageMakerOptions(local=True, source_dir=str(tmp_path / "code"),
+                                              channels=("training=s3://dtrain-local/gone",)))
+    # submit refuses a channel that is not there: the job is created as a caller of the API would (the data
+    # gone between a submit and the download)
+    backend = client.backend("sagemaker")
+    backend.local.sagemaker.create_training_job(**render.training_job_request(spec, backend.config.for_local()))
     assert client.wait("no-data", timeout=60).status.value == "Failed"
     for kw in ({}, {"follow": True}, {"rank": 0}):
         with pytest.raises(NotFoundError) as err:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -54,6 +55,16 @@ def _as_if_on_aws(req: dict) -> dict:
             ch = {**ch, "DataSource": {"S3DataSource": {**s3, "S3Uri": uri}}}
         channels.append(ch)
     return {**req, "InputDataConfig": channels} if channels else req
+
+
+def _s3_channels(req: dict) -> list[tuple[str, str]]:
+    """(channel name, s3:// URI) of each S3Prefix channel of a request (a manifest file is not a prefix)."""
+    out = []
+    for ch in req.get("InputDataConfig") or []:
+        s3 = ch["DataSource"].get("S3DataSource")
+        if s3 and s3.get("S3DataType") == "S3Prefix":
+            out.append((ch["ChannelName"], s3["S3Uri"]))
+    return out
 
 
 class ForeignJobError(NotSupportedError):
@@ -154,20 +165,62 @@ class SageMakerBackend(Backend):
         return req, plan
 
     def _render(self, spec: JobSpec) -> list[dict]:
-        """What submit would send: the PutObject requests (without bodies) and CreateTrainingJob."""
-        req, plan = self._plan(spec)
+        """What submit would send, for `--dry-run`: the PutObject requests (without bodies) and CreateTrainingJob,
+        after submit's read-only checks (GET-like calls only, as `kubectl apply --dry-run=server` asks the
+        server): what submit would refuse (a name taken, a channel empty or its bucket missing, the code's
+        bucket missing, a --local job's folder missing) is refused in its words. What AWS does not answer (no
+        credentials, no network) or refuses these credentials is one warning naming each check not made, and
+        the requests are returned all the same. The translation stays render's, pure."""
+        req, plan = self._plan(spec)  # a bad spec: no call
+        checks = self._submit_checks(spec, req, plan.bucket, dry=True)
+        unchecked: list[str] = []
+        reason: Exception | None = None
+        for i, (what, check) in enumerate(checks):
+            try:
+                check()
+            except (SpecError, ConflictError, NotFoundError):
+                raise  # what submit would refuse, in its words
+            except (BackendError, EnvironmentError_) as err:  # an AWS refusal (AccessDenied): the rest goes on;
+                unchecked.append(what)  # no answer at all (no credentials, no network, no boto3): nothing more is asked
+                reason = reason or err
+                if getattr(err, "code", None) is None:
+                    unchecked += [w for w, _ in checks[i + 1:]]
+                    break
+        if unchecked:
+            logging.getLogger(__name__).warning(
+                "dtrain: warning: dry run not checked on AWS: %s (%s); the requests are shown all the same, and "
+                "submit checks them", ", ".join(unchecked), reason)
         return [{"S3.PutObject": p} for p in plan.requests()] + [{"SageMaker.CreateTrainingJob": req}]
+
+    def _submit_checks(self, spec: JobSpec, req: dict, bucket: str, *,
+                       dry: bool = False) -> list[tuple[str, Callable[[], None]]]:
+        """Submit's read-only checks, each (what it checks, the check), in submit's order, so that a dry run
+        names the ones it could not make. `dry`: the code's bucket is looked up (submit's upload finds it
+        missing before anything is made) and a channel listing AWS refuses is raised, for the dry run to name."""
+        name = spec.name
+        if spec.sagemaker is not None and spec.sagemaker.local:
+            free = [(f"job name {name!r} free", lambda: self._check_free(self.local, name))] \
+                if self.home is not None or self._local is not None else []
+            return [*free, ("channels on this machine", lambda: self._check_local_channels(req))]
+
+        def not_local() -> None:
+            if self._has_local(name):
+                raise ConflictError(f"a --local SageMaker job named {name!r} exists, and describe, logs and delete "
+                                    f"would reach it rather than this one: submit under a new name")
+
+        checks = [(f"no --local job named {name!r}", not_local),
+                  (f"job name {name!r} free", lambda: self._check_free(self.aws, name))]
+        if dry:
+            checks.append((f"bucket {bucket} exists", lambda: self._check_bucket(self.aws, bucket)))
+        return checks + [(f"channel {ch}={uri} holds objects", lambda ch=ch, uri=uri: self._check_channel(
+            self.aws, ch, uri, dry=dry)) for ch, uri in _s3_channels(req)]
 
     # ---- hooks --------------------------------------------------------------------------
     def _submit(self, spec: JobSpec) -> JobInfo:
         req, plan = self._plan(spec)
-        local = bool(spec.sagemaker and spec.sagemaker.local)
-        clients = self.local if local else self.aws
-        if not local and self._has_local(spec.name):
-            raise ConflictError(f"a --local SageMaker job named {spec.name!r} exists, and describe, logs and delete "
-                                f"would reach it rather than this one: submit under a new name")
-        self._check_free(clients, spec.name)  # before the upload, which would overwrite that job's code
-        self._check_data(clients, req, local=local)
+        clients = self.local if spec.sagemaker is not None and spec.sagemaker.local else self.aws
+        for _, check in self._submit_checks(spec, req, plan.bucket):  # before the upload, which would overwrite
+            check()                                                  # the code of a job of that name
         with tempfile.TemporaryFile() as archive:
             extra = {render.ENTRY: plan.entry} if plan.entry else {}
             pack_source(plan.source_dir, extra, archive)
@@ -186,16 +239,13 @@ class SageMakerBackend(Backend):
         return self._info(clients, spec.name)
 
     def _check_inputs(self, spec: JobSpec) -> None:
-        local = bool(spec.sagemaker and spec.sagemaker.local)
+        """The channels' data is there: a --local job's folders on this machine, else each S3 prefix."""
         req = render.training_job_request(spec, self._config_for(spec))
-        self._check_data(None if local else self.aws, req, local=local)
-
-    def _check_data(self, clients: Clients | None, req: dict, *, local: bool) -> None:
-        """The channels' data is there: a --local job's file:// folders on this machine, else each S3 prefix."""
-        if local:
+        if spec.sagemaker is not None and spec.sagemaker.local:
             self._check_local_channels(req)
-        else:
-            self._check_channels(clients, req)
+            return
+        for name, uri in _s3_channels(req):
+            self._check_channel(self.aws, name, uri)
 
     def _check_local_channels(self, req: dict) -> None:
         """Each channel of a --local job is on this machine: a file:///PATH folder, or an s3:// prefix's folder in
@@ -222,29 +272,37 @@ class SageMakerBackend(Backend):
                                     f"(--channel {name}=file:///PATH)")
 
     @staticmethod
-    def _check_channels(clients: Clients, req: dict) -> None:
-        """Each S3 channel's bucket exists and holds an object under its prefix: else SageMaker takes the
-        job, starts its instances and fails it minutes later ("ClientError: No S3 objects found under S3
-        URL"), billed. A refusal for another reason (AccessDenied: the role may read what these
-        credentials may not) leaves the verdict to SageMaker."""
-        for ch in req.get("InputDataConfig") or []:
-            s3 = ch["DataSource"].get("S3DataSource")
-            if not s3 or s3.get("S3DataType") != "S3Prefix":
-                continue
-            uri, name = s3["S3Uri"], ch["ChannelName"]
-            bucket, _, prefix = uri[len("s3://"):].partition("/")
-            try:
-                listed = aws_call(f"S3 listing of channel {name}", clients.s3.list_objects_v2, Bucket=bucket,
-                                  Prefix=prefix, MaxKeys=1)
-            except BackendError as err:
-                if getattr(err, "code", None) != "NoSuchBucket":
-                    continue
+    def _check_channel(clients: Clients, name: str, uri: str, *, dry: bool = False) -> None:
+        """An S3 channel's bucket exists and holds an object under its prefix: else SageMaker takes the job,
+        starts its instances and fails it minutes later ("ClientError: No S3 objects found under S3 URL"),
+        billed. A refusal for another reason (AccessDenied: the role may read what these credentials may not)
+        leaves the verdict to SageMaker; `dry`: it is raised, for the dry run to name the check not made."""
+        bucket, _, prefix = uri[len("s3://"):].partition("/")
+        try:
+            listed = aws_call(f"S3 listing of channel {name}", clients.s3.list_objects_v2, Bucket=bucket,
+                              Prefix=prefix, MaxKeys=1)
+        except BackendError as err:
+            if getattr(err, "code", None) == "NoSuchBucket":
                 raise SpecError(f"channel {name}={uri}: the bucket {bucket} does not exist: check the URI "
                                 f"(aws s3 ls s3://{bucket}/) or create the bucket and upload the data") from None
-            if not listed.get("KeyCount") and not listed.get("Contents"):
-                raise SpecError(f"channel {name}={uri}: no S3 objects under it, and SageMaker would fail the job "
-                                f"once its instances started: upload the data first (aws s3 sync DATA {uri}) "
-                                f"or fix the URI") from None
+            if dry:
+                raise
+            return
+        if not listed.get("KeyCount") and not listed.get("Contents"):
+            raise SpecError(f"channel {name}={uri}: no S3 objects under it, and SageMaker would fail the job "
+                            f"once its instances started: upload the data first (aws s3 sync DATA {uri}) "
+                            f"or fix the URI") from None
+
+    @staticmethod
+    def _check_bucket(clients: Clients, bucket: str) -> None:
+        """The bucket the code goes to exists: submit's upload would be refused (NoSuchBucket), in these words."""
+        try:
+            aws_call(f"S3 bucket {bucket} (dtrain config sagemaker --bucket)", clients.s3.list_objects_v2,
+                     Bucket=bucket, MaxKeys=1)
+        except BackendError as err:
+            if getattr(err, "code", None) == "NoSuchBucket":
+                raise NotFoundError(str(err)) from None
+            raise
 
     def _made_anyway(self, clients: Clients, req: dict) -> dict | None:
         """The job a failed CreateTrainingJob made all the same: botocore retries a create whose answer
