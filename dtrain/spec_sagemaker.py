@@ -207,6 +207,7 @@ def check_hyperparameters(hps: Mapping[Any, Any]) -> dict[str, HyperparameterVal
     return out
 
 
+DEFAULT_MAX_RUNTIME = 86400  # a day: MaxRuntimeInSeconds when --max-runtime is not given
 NUMBER_FIELDS = ("instance_count", "max_runtime", "max_wait", "volume_size")  # as spec.NUMBER_FIELDS
 
 
@@ -220,7 +221,7 @@ class SageMakerOptions:
     hyperparameters: Mapping[str, HyperparameterValue] = field(default_factory=dict)  # --hp, added to the command's flags
     source_dir: str | None = None  # folder packed as sourcedir.tar.gz; None: the working folder
     spot: bool = False  # managed spot training, with checkpoints in S3
-    max_runtime: int = 86400  # MaxRuntimeInSeconds
+    max_runtime: int = DEFAULT_MAX_RUNTIME  # MaxRuntimeInSeconds
     max_wait: int | None = None  # MaxWaitTimeInSeconds (spot); None: 2 x max_runtime
     volume_size: int = 30  # GB of the ML storage volume per instance
     network_isolation: bool = False  # EnableNetworkIsolation: no outbound calls from the container
@@ -258,8 +259,11 @@ class SageMakerOptions:
         if self.max_wait is not None and not self.spot:
             raise SpecError("--max-wait applies to spot training only: add --spot or drop --max-wait")
         if self.spot and self.max_wait is not None and self.max_wait < self.max_runtime:
-            raise SpecError(f"--max-wait {shown(self.max_wait)} is below --max-runtime {shown(self.max_runtime)}: SageMaker needs "
-                            f"the spot wait to cover the run; raise --max-wait to at least {self.max_runtime}")
+            # `--spot --max-wait 7200` alone met the default --max-runtime (a day), which the user never typed
+            default = " (the default)" if self.max_runtime == DEFAULT_MAX_RUNTIME else ""
+            raise SpecError(f"--max-wait {shown(self.max_wait)} is below --max-runtime {shown(self.max_runtime)}{default}: "
+                            f"SageMaker needs the spot wait to cover the run; raise --max-wait to at least "
+                            f"{self.max_runtime}, or pass --max-runtime {self.max_wait} or less")
         for key in NUMBER_FIELDS:  # checked as written (a refusal quotes '1e5'); stored plain
             set_(key, plain(getattr(self, key)))
 

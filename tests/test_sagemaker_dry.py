@@ -232,3 +232,22 @@ def test_the_cli_dry_run_asks_aws_where_the_endpoint_answers(home, clients, code
           f"training=s3://{CFG.bucket}/dry-cli-empty", "--", "python", "train.py", cwd=str(code), check=False)
     assert_usage_error(r, f"channel training=s3://{CFG.bucket}/dry-cli-empty: no S3 objects under it")
     assert r.stdout == ""
+
+
+# ---- spot: --max-wait against a --max-runtime the user never typed -------------------------------------------
+
+def test_spot_max_wait_below_the_default_runtime_names_both_fixes(home, tmp_path):
+    """`--spot --max-wait 7200` met the default --max-runtime (a day) and offered only a 24-hour wait."""
+    (tmp_path / "train.py").write_text("print('hi')\n")
+    d = Dtrain(home)
+    job = ["--backend", "sagemaker", "--local", "--spot", "--dry-run"]
+    r = d("submit", "spot", *job, "--max-wait", "7200", "--", "python", "train.py", cwd=str(tmp_path), check=False)
+    assert_usage_error(r, "--max-wait 7200 is below --max-runtime 86400 (the default): SageMaker needs the spot wait "
+                          "to cover the run; raise --max-wait to at least 86400, or pass --max-runtime 7200 or less")
+    r = d("submit", "spot", *job, "--max-runtime", "3600", "--max-wait", "1800", "--", "python", "train.py",
+          cwd=str(tmp_path), check=False)
+    assert_usage_error(r, "--max-wait 1800 is below --max-runtime 3600: SageMaker", "or pass --max-runtime 1800 or less")
+    out = d("submit", "spot", *job, "--max-runtime", "7200", "--max-wait", "7200", "--", "python", "train.py",
+            cwd=str(tmp_path)).stdout
+    stopping = json.loads(out)[-1]["SageMaker.CreateTrainingJob"]["StoppingCondition"]
+    assert stopping == {"MaxRuntimeInSeconds": 7200, "MaxWaitTimeInSeconds": 7200}
