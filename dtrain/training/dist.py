@@ -25,6 +25,8 @@ from __future__ import annotations
 import gc
 import json
 import os
+import re
+import reprlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -64,11 +66,14 @@ class DistInfo:
 
 
 def _int(env: Mapping[str, str], name: str, *, minimum: int = 0) -> int:
+    """A launcher's count: torchrun, mpirun and the operators write plain digits (str(int)). int() also
+    took '1_0', '+1' and other scripts' digits ('\u0663') from a launcher of the user's own, and its refusal
+    of thousands of digits quoted them all: one line naming the variable, cut (reprlib) past 60."""
     raw = env[name]
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise SpecError(f"{name}={raw!r} is not an integer; the launcher must set it to a whole number") from None
+    if not re.fullmatch(r"[0-9]{1,18}", raw.strip(), re.ASCII):
+        raise SpecError(f"{name}={reprlib.repr(raw)} is not a whole number in digits; the launcher must set it "
+                        f"to one from {minimum} (e.g. {name}={DEFAULT_MASTER_PORT if name == 'MASTER_PORT' else minimum})")
+    value = int(raw.strip())
     if value < minimum:
         raise SpecError(f"{name}={value} must be >= {minimum}; check the launcher's environment")
     return value

@@ -139,7 +139,7 @@ def launcher_rank() -> int:
         return dist.get_rank()
     for name in ("RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "LOCAL_RANK"):
         value = os.environ.get(name, "").strip()
-        if value.isdigit():
+        if value.isascii() and value.isdigit():  # '²' is a digit to isdigit(), not to int()
             return int(value)
     return 0
 
