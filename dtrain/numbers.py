@@ -88,9 +88,18 @@ def whole_number(text: str) -> int | float | str:
         value = float(t)
     except ValueError:  # a word: the check names it ("invalid --processes 'x': use a whole number ...")
         return text
-    # refused as typed ('--processes 1e9', not 1000000000)
-    whole = math.isfinite(value) and abs(value) <= 2 ** 53 and exact(typed(value, t)).denominator == 1
-    return typed(int(value) if whole else value, t)  # 2.0000000000000001 stays a fraction, refused as one
+    return whole(typed(value, t))  # refused as typed ('--processes 1e9', not 1000000000)
+
+
+def whole(value):
+    """`value` as the whole number it was typed as, where a float is one (a flag's `--processes 2.`, a job
+    file's or a JSON body's 2.0 and 1e3: 2 and 1000, keeping their text for a refusal); anything else
+    unchanged, for the check that knows its range: a fraction (2.5, and 2.0000000000000001, which float()
+    reads as 2.0), nan, inf, one past 2**53 (1e300), a bool, a string."""
+    if (isinstance(value, bool) or not isinstance(value, float) or not math.isfinite(value)
+            or abs(value) > 2 ** 53 or exact(value).denominator != 1):
+        return value
+    return typed(int(value), value.text if isinstance(value, Typed) else repr(float(value)))
 
 
 def real_number(text: str) -> float | str:

@@ -20,7 +20,7 @@ from dtrain.errors import SpecError
 from dtrain.names import (MAX_PROCESSES, NAME_RE, SIZE_RE, check_mounted_volume, check_name, check_storage_class,  # noqa: F401 (re-exported)
                           MIN_VOLUME, STORED, WrittenFloat, WrittenInt, cut, job_volume_name, parse_least_size,
                           parse_size, parse_volume_size, plain, shown, written)
-from dtrain.numbers import Typed, exact, plain_numbers, yaml11_form  # noqa: F401 (plain_numbers re-exported: dtrain.config)
+from dtrain.numbers import Typed, exact, plain_numbers, whole, yaml11_form  # noqa: F401 (plain_numbers re-exported: dtrain.config)
 from dtrain.spec_sagemaker import NUMBER_FIELDS as SAGEMAKER_NUMBERS, SageMakerOptions
 
 LAUNCHERS = ("none", "torchrun", "mpi")
@@ -45,6 +45,7 @@ MIN_IDLE_TIMEOUT, MAX_IDLE_TIMEOUT = 60, 30 * 86400
 # The fields that take a number: a number written otherwise than Python writes it (a job file's 0x10,
 # a flag's 1e9: names.WrittenInt) reaches their checks as written, so that a refusal quotes it.
 NUMBER_FIELDS = ("processes", "gpu", "cpu", "max_restarts", "idle_timeout")
+WHOLE_FIELDS = ("processes", "gpu", "max_restarts", "idle_timeout")  # of them, those whole numbers only
 MAX_TEXT = 65536  # one command word, env value or path
 # The command's words and the environment together: the kernel refuses to start a program whose
 # arguments and environment pass ARG_MAX (2 MiB with the usual 8 MiB stack), and the launcher and
@@ -541,6 +542,8 @@ class JobSpec:
         elif self.sagemaker is not None and not isinstance(self.sagemaker, SageMakerOptions):
             raise SpecError(f"invalid sagemaker {shown(self.sagemaker)}: must be a mapping of SageMaker options "
                             f"(or SageMakerOptions), e.g. sagemaker: {{instance_type: ml.m5.xlarge, spot: true}}")
+        for key in WHOLE_FIELDS:  # a job file's or a JSON body's 2.0 and 1e3 are 2 and 1000, as --processes 2.0
+            set_(key, whole(getattr(self, key)))
         _check_int(self.processes, "--processes", 1, MAX_PROCESSES)
         _check_gpu(self.gpu)
         _check_int(self.max_restarts, "--max-restarts", 0, MAX_RESTARTS)
@@ -563,6 +566,8 @@ class JobSpec:
                              minimum=1 if _STORED.get() else MIN_MEMORY, example=MEMORY_EXAMPLE)
         self._check_texts()
         self._check_volumes()
+        # as typed for a refusal made once the spec is built (a backend's: `typed`), where the stored spec is plain
+        set_("_typed", {k: getattr(self, k) for k in NUMBER_FIELDS if isinstance(getattr(self, k), Typed)})
         for key in NUMBER_FIELDS:  # checked as written (a refusal quotes '1e9', not 1000000000); stored plain
             set_(key, plain(getattr(self, key)))
         if isinstance(self.cpu, float) and self.cpu.is_integer():
@@ -650,9 +655,19 @@ class JobSpec:
         order = {v.mount_path: i for i, v in enumerate(self.volumes)}
         return sorted(out, key=lambda m: order[m.mount_path])
 
+    def typed(self, key: str):
+        """Number field `key` as the user typed it where that differs from how Python writes it (a
+        flag's `--processes 1E3`, a job file's 2.0: a Typed number, which `shown` quotes so), else its
+        value. A refusal made once the spec is built (a backend's) names it so; what stores or sends
+        the number takes the field itself, which is plain. A spec read back has no text to give."""
+        return self._typed.get(key, getattr(self, key))
+
     def replace(self, **changes) -> "JobSpec":
-        """A copy with `changes`; project and backend left unset stay unset unless changed."""
-        return dataclasses.replace(self, **{**dict.fromkeys(self._unset - set(changes)), **changes})
+        """A copy with `changes`; project and backend left unset stay unset unless changed, and the
+        numbers left as they were keep what was typed (`typed`)."""
+        new = dataclasses.replace(self, **{**dict.fromkeys(self._unset - set(changes)), **changes})
+        object.__setattr__(new, "_typed", {**{k: v for k, v in self._typed.items() if k not in changes}, **new._typed})
+        return new
 
     # ---- wire form ----
     def to_dict(self) -> dict[str, Any]:

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from dtrain.errors import SpecError
 from dtrain.names import STORED, plain, shown
+from dtrain.numbers import whole
 
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}\Z")  # SageMaker's ChannelName pattern
 HP_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-\.]{0,255}\Z")
@@ -245,6 +246,8 @@ class SageMakerOptions:
         for flag in ("spot", "local", "network_isolation", "encrypt_inter_container"):
             if not isinstance(getattr(self, flag), bool):  # 'no' is a string, and a true one
                 raise SpecError(f"invalid sagemaker {flag} {shown(getattr(self, flag))}: use true or false")
+        for key in NUMBER_FIELDS:  # a job file's or a JSON body's 2.0 is 2, as --instance-count 2.0
+            set_(key, whole(getattr(self, key)))
         _bounded(self.instance_count, "--instance-count", 1, MAX_INSTANCES, optional=True)
         _bounded(self.max_runtime, "--max-runtime", 1, MAX_RUNTIME_S)
         _bounded(self.max_wait, "--max-wait", 1, MAX_RUNTIME_S, optional=True)

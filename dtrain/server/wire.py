@@ -15,8 +15,8 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WrapValidato
 from pydantic.fields import FieldInfo
 
 from dtrain.names import (CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, MAX_TIME, MIN_VOLUME, NAME_RE,  # noqa: F401
-                          SIZE_RE, WrittenFloat, written)
-from dtrain.numbers import real_number, whole_number
+                          SIZE_RE, WrittenFloat, WrittenInt)
+from dtrain.numbers import real_number, whole, whole_number
 from dtrain.spec import (MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MAX_RESTARTS, MIN_CPU,
                          MIN_IDLE_TIMEOUT)
 
@@ -77,16 +77,23 @@ NAMED = {"project": "project", "volume": "volume", "job": "job", "to": "volume",
          "jobs": "job", "notebooks": "notebook", "volumes": "volume", "snapshots": "snapshot", "projects": "project"}
 
 
-def _whole(value):
-    """JSON has one kind of number: 2.0 is the integer 2 (as JSON Schema's "integer" says), 2.5 is not.
-    A number that kept its text (bodies.py: 1e9, 1E3) keeps it, for the refusal of one out of range."""
-    if not (isinstance(value, float) and value.is_integer() and abs(value) <= 2**53):
-        return value
-    return written(int(value), value.text) if isinstance(value, WrittenFloat) else int(value)
+def _as_typed(value, number):
+    """`number` (the schema's reading of `value`) as `value` was typed where bodies.py kept its text
+    (1e3, 1E3, 2.50): the spec's checks made across fields, and a backend's once the spec is built, name
+    it so ("--processes 1e3 needs a launcher"); the stored spec holds the plain number."""
+    return value if isinstance(value, (WrittenInt, WrittenFloat)) and value == number else number
 
 
-Count = Annotated[int, BeforeValidator(_whole)]  # a count in a request body
-MaybeCount = Annotated[int | None, BeforeValidator(_whole)]  # (its bounds reach the schema only so)
+def _count(value, handler):
+    """JSON has one kind of number: 2.0 is the integer 2 (as JSON Schema's "integer" says, and as the
+    flags read `--processes 2.0`: numbers.whole), 2.5 and 2.0000000000000001 are not."""
+    value = whole(value)
+    return _as_typed(value, handler(value))
+
+
+Count = Annotated[int, WrapValidator(_count)]  # a count in a request body
+MaybeCount = Annotated[int | None, WrapValidator(_count)]  # (its bounds reach the schema only so)
+Real = WrapValidator(lambda value, handler: _as_typed(value, handler(value)))  # a body's cpu, kept as typed
 
 
 def _query_whole(value):
@@ -128,7 +135,7 @@ class SpecIn(_In):
     processes: Count = Field(1, ge=1, le=MAX_PROCESSES, description="data-parallel processes")
     launcher: Literal["none", "torchrun", "mpi"] = "none"
     gpu: Count = Field(0, ge=0, le=MAX_GPU_PER_PROCESS, description="GPUs per process")
-    cpu: float | None = Field(None, ge=MIN_CPU, le=MAX_CPU, allow_inf_nan=False,
+    cpu: Annotated[float | None, Real] = Field(None, ge=MIN_CPU, le=MAX_CPU, allow_inf_nan=False,
                               description="CPU threads per process")
     memory: str | None = Field(None, pattern=SIZE, max_length=32, description="memory per process, e.g. 8Gi")
     env: dict[str, str] = Field(default_factory=dict, description="environment variables")

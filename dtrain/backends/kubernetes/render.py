@@ -84,7 +84,8 @@ def packing(spec: JobSpec, config: KubernetesConfig) -> tuple[int, int]:
     if spec.launcher == "none" or spec.gpu == 0 or not config.gpus_per_node:
         return spec.processes, 1
     if spec.gpu > config.gpus_per_node:
-        raise SpecError(f"--gpu {spec.gpu} per process is more than a node's {config.gpus_per_node} GPUs: "
+        raise SpecError(f"--gpu {shown(spec.typed('gpu'))} per process is more than a node's "
+                        f"{config.gpus_per_node} GPUs: "
                         f"use --gpu <= {config.gpus_per_node}")
     capacity = config.gpus_per_node // spec.gpu
     per_pod = max(k for k in range(1, min(capacity, spec.processes) + 1) if spec.processes % k == 0)

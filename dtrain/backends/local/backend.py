@@ -32,7 +32,7 @@ from dtrain.backends.base import (Backend, DataSource, Event, FreedInfo, JobCoun
 from dtrain.backends.local.store import ACTIVE, QUEUED, SNAPSHOTTING, UNFINISHED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, NotReadyError, QuotaError, SpecError, StorageError
-from dtrain.names import LABEL_JOB, check_name, dotted_volume_refusal, require_project
+from dtrain.names import LABEL_JOB, check_name, dotted_volume_refusal, require_project, shown
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
 # The job machinery (the supervisor's helpers, launchers, cgroups, GPU inventory, notebooks) is
@@ -213,17 +213,18 @@ class LocalBackend(Backend):
         if spec.node_selector:  # the one node: a selector it cannot match would wait for ever on Kubernetes
             check_selector(spec, node_labels(UserConfig.load(self.home).node_labels), str(self.home / "config.yaml"))
         most, why = max_local_processes()
+        processes, gpu = shown(spec.typed("processes")), shown(spec.typed("gpu"))  # as typed: --processes 1E3
         if spec.processes > most:
-            raise QuotaError(f"job {spec.name!r} asks for {spec.processes} processes but this machine can run at "
+            raise QuotaError(f"job {spec.name!r} asks for {processes} processes but this machine can run at "
                              f"most {most} (limited by {why}); lower --processes")
         gpus = len(inventory())
         if spec.gpus_requested > gpus and not gpus:  # the reference's `--gpu 1` on a CPU workstation
-            raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs ({spec.processes} processes x "
-                             f"{spec.gpu}) but this machine has no GPU: drop --gpu (or give --gpu 0) to run on its "
+            raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs ({processes} processes x "
+                             f"{gpu}) but this machine has no GPU: drop --gpu (or give --gpu 0) to run on its "
                              f"CPUs; DTRAIN_GPUS=N stands in N GPUs to try the scheduler and quotas without them")
         if spec.gpus_requested > gpus:
-            raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs ({spec.processes} processes x "
-                             f"{spec.gpu}) but this machine has {gpus}; lower --processes or --gpu")
+            raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs ({processes} processes x "
+                             f"{gpu}) but this machine has {gpus}; lower --processes or --gpu")
         quota = self.store.project_quota(spec.project)
         if quota is not None and spec.gpus_requested > quota:
             raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs but project {spec.project!r} has a "

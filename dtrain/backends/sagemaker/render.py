@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from dtrain.backends.sagemaker.config import SageMakerConfig
 from dtrain.errors import SpecError
+from dtrain.names import shown
 from dtrain.spec import JobSpec
 from dtrain.spec_sagemaker import (MAX_HYPERPARAMETERS, MAX_INSTANCES, TOOLKIT_PREFIX, Channel, SageMakerOptions,
                                     gpu_type, hp_text)
@@ -146,8 +147,9 @@ def instances(spec: JobSpec, cfg: SageMakerConfig) -> tuple[int, int]:
     as many processes per instance as its GPUs hold (--gpu each); elsewhere one per instance."""
     opts, itype = options(spec), options(spec).instance_type or cfg.instance_type
     gpus = instance_gpus(itype)
+    processes, gpu = shown(spec.typed("processes")), shown(spec.typed("gpu"))  # as typed: --processes 1E3
     if spec.gpu > 0 and gpus == 0:
-        raise SpecError(f"{itype} has no GPUs, and the job asks for --gpu {spec.gpu}: pick a GPU type "
+        raise SpecError(f"{itype} has no GPUs, and the job asks for --gpu {gpu}: pick a GPU type "
                         f"(--instance-type ml.g5.xlarge, ml.p4d.24xlarge) or drop --gpu")
     if spec.gpu > 0 and gpus is None and opts.instance_count is None and spec.launcher != "none":
         raise SpecError(f"the number of GPUs of an {itype} is not known here: set --instance-count (the "
@@ -159,16 +161,16 @@ def instances(spec: JobSpec, cfg: SageMakerConfig) -> tuple[int, int]:
     else:
         count = spec.processes
     if count > MAX_INSTANCES:
-        raise SpecError(f"--processes {spec.processes} would take {count} instances, more than {MAX_INSTANCES}: "
+        raise SpecError(f"--processes {processes} would take {count} instances, more than {MAX_INSTANCES}: "
                         f"pick a type with more GPUs, or fewer processes")
     if spec.processes % count:
-        raise SpecError(f"--processes {spec.processes} does not split evenly over {count} instances: "
+        raise SpecError(f"--processes {processes} does not split evenly over {count} instances: "
                         f"use a multiple of {count} or set --instance-count")
     per_host = spec.processes // count
     if spec.launcher == "none" and count > 1:
         raise SpecError("a one-process job runs on one instance: drop --instance-count or use submit-dist")
     if spec.gpu > 0 and gpus is not None and per_host * spec.gpu > gpus:
-        raise SpecError(f"{per_host} processes x --gpu {spec.gpu} exceed the {gpus} GPUs of {itype}: "
+        raise SpecError(f"{per_host} processes x --gpu {gpu} exceed the {gpus} GPUs of {itype}: "
                         f"raise --instance-count or pick a larger type")
     return count, per_host
 
@@ -292,7 +294,7 @@ def training_job_request(spec: JobSpec, cfg: SageMakerConfig) -> dict:
         raise SpecError(f"SageMaker jobs have no volumes to snapshot ({spec.snapshot_volume!r}): drop "
                         f"--snapshot-on-success (or ENABLE_SNAPSHOT); the model folder is saved to S3")
     if spec.max_restarts > MAX_RETRY_ATTEMPTS:
-        raise SpecError(f"--max-restarts {spec.max_restarts}: SageMaker retries a job at most "
+        raise SpecError(f"--max-restarts {shown(spec.typed('max_restarts'))}: SageMaker retries a job at most "
                         f"{MAX_RETRY_ATTEMPTS} times; use 0-{MAX_RETRY_ATTEMPTS}")
     count, _ = instances(spec, cfg)
     req = {
