@@ -70,8 +70,8 @@ def _int(env: Mapping[str, str], name: str, *, minimum: int = 0) -> int:
     took '1_0', '+1' and other scripts' digits ('\u0663') from a launcher of the user's own, and its refusal
     of thousands of digits quoted them all: one line naming the variable, cut (reprlib) past 60."""
     raw = env[name]
-    if not re.fullmatch(r"[0-9]{1,18}", raw.strip(), re.ASCII):
-        raise SpecError(f"{name}={reprlib.repr(raw)} is not a whole number in digits; the launcher must set it "
+    if not re.fullmatch(r"-?[0-9]{1,18}", raw.strip(), re.ASCII):  # -1: named by the bound below
+        raise SpecError(f"{name}={reprlib.repr(raw)} is not an integer in digits; the launcher must set it "
                         f"to one from {minimum} (e.g. {name}={DEFAULT_MASTER_PORT if name == 'MASTER_PORT' else minimum})")
     value = int(raw.strip())
     if value < minimum:
