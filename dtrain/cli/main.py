@@ -258,12 +258,16 @@ class Parser(argparse.ArgumentParser):
 
     def parse_known_args(self, args=None, namespace=None):
         self._given = list(sys.argv[1:] if args is None else args)  # this (sub-)parser's words, for error()
-        return super().parse_known_args(args, namespace)
+        parsed, extra = super().parse_known_args(args, namespace)
+        stray = self._stray_among(parsed, extra)
+        if stray is not None:  # `delete -x`: optional names, so argparse left '-x' over as unrecognized
+            self.error(self._not_a_name(stray))
+        return parsed, extra
 
     def error(self, message: str):
         stray = self._stray_name(message)
         if stray is not None:  # `volume create -x`: argparse said only that the name was missing
-            message = f"{shown(stray)} is neither an option of '{self.prog}' nor a name: names are {NAME_RULE}"
+            message = self._not_a_name(stray)
         elif message.endswith(": expected one argument") and (dashed := self._dashed_value(message)):
             option, word = dashed  # `--name -x`: argparse took '-x' for an option and the value as missing
             message += f" ({shown(word)} begins with '-', so it was read as an option: give it as {option}={word})"
@@ -293,6 +297,21 @@ class Parser(argparse.ArgumentParser):
             if self._unknown_option(word):
                 return word
         return None
+
+    def _not_a_name(self, word: str) -> str:
+        return f"{shown(word)} is neither an option of '{self.prog}' nor a name: names are {NAME_RULE}"
+
+    def _stray_among(self, parsed, extra: list[str]) -> str | None:
+        """A word left over that was meant as a name, for verbs whose names are optional or several
+        (`delete`, `suspend`, `wait`, `snapshot verify`): '-x' with one '-' before any '--', where a
+        name could still go (a name list, or an optional name not given). A '--word' is left to the
+        'unrecognized arguments' line: it is an option's spelling, and that line has the verb's hints."""
+        takes = any(not a.option_strings and a.choices is None and a.dest != "what"  # `list jobs`: no name
+                    and (a.nargs in ("*", "+") or (a.nargs == "?" and getattr(parsed, a.dest, None) is None))
+                    for a in self._actions)
+        given = self._given[:self._given.index("--")] if "--" in self._given else self._given
+        return next((w for w in extra if takes and w in given and not w.startswith("--")
+                     and self._unknown_option(w)), None)
 
     def _unknown_option(self, word: str) -> bool:
         """A word argparse reads as an option (it begins with '-') that is none of this parser's."""
