@@ -26,6 +26,7 @@ from collections.abc import Mapping
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
+from dtrain import db
 from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, FreedInfo, JobCount, JobInfo, JobPage, JobStatus, JobSummary, Listed, Notice,
                                   LogStream, Progress, ProjectInfo, SnapshotInfo, TimeoutError_,
                                   VolumeInfo, check_page, check_status, newest_first, notices_of)
@@ -777,7 +778,8 @@ class Client:
         return self._storage(project).render_volume_update(name, storage_class=storage_class)
 
     def delete_volume(self, name: str, *, force: bool = False, project: str | None = None) -> None:
-        self._storage(project).delete_volume(name, force=force)
+        with db.room_to_free(self.home):  # on a full home disk: the delete that frees it still commits
+            self._storage(project).delete_volume(name, force=force)
 
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         progress: Progress | None = None, project: str | None = None) -> SnapshotInfo:
@@ -840,7 +842,8 @@ class Client:
                                                        progress=progress)
 
     def delete_snapshot(self, name: str, *, project: str | None = None) -> FreedInfo:
-        return self._storage(project).delete_snapshot(name)
+        with db.room_to_free(self.home):  # on a full home disk: the delete that frees it still commits
+            return self._storage(project).delete_snapshot(name)
 
     def verify_snapshot(self, name: str | None = None, *, project: str | None = None) -> VerifyReport:
         return self._storage(project).verify_snapshot(name)

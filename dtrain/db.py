@@ -218,6 +218,64 @@ def no_room(err: BaseException) -> bool:
 
 INDEX = "index.db"  # the snapshot store's index (dtrain.storage.packs)
 
+RESERVE = "space-reserve"  # in the home folder: room kept for a delete to commit on a full disk
+# 1 MiB: a snapshot delete on a full tmpfs committed with 96 KiB free (state.db's and index.db's -shm
+# files, 32 KiB each, and a few WAL pages); the rest is for the index rows of a larger snapshot's data.
+RESERVE_BYTES = 1 << 20
+RESERVE_FROM = 16 * RESERVE_BYTES  # made only where this much is free: never more than 1/16 of what is left
+
+
+def keep_reserve(home: Path) -> None:
+    """Hold RESERVE_BYTES in the home folder (a file whose blocks are allocated), so that a command that
+    frees space (`room_to_free`) can still open and write the databases once the disk is full: opening
+    a WAL database makes its -wal and -shm files, and a commit writes to the -wal. Made, or completed
+    after a crash, only where the disk has RESERVE_FROM free; nothing is stored in it, so losing it
+    loses nothing."""
+    path = Path(home) / RESERVE
+    try:
+        if path.stat().st_blocks * 512 >= RESERVE_BYTES:
+            return
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return
+    try:
+        fs = os.statvfs(home)
+        if fs.f_bavail * fs.f_frsize < RESERVE_FROM:
+            return
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, RESERVE_BYTES)
+        finally:
+            os.close(fd)
+    except OSError:  # a disk that filled meanwhile, a folder not ours: no reserve, as before it existed
+        with contextlib.suppress(OSError):
+            if path.is_file() and not path.is_symlink() and path.stat().st_blocks * 512 < RESERVE_BYTES:
+                path.unlink()
+
+
+@contextlib.contextmanager
+def room_to_free(home: Path):
+    """Around a command that frees space in the home folder (a snapshot or volume delete): where its
+    disk has less than RESERVE_BYTES free, the reserve is given up first, so that the databases open
+    and the delete commits (else the way out of a full disk is refused for want of the room it would
+    make); it is made again after, where the disk then has room for it (`keep_reserve`). A crash in
+    between leaves the reserve missing until the next storage command makes it again."""
+    path = Path(home) / RESERVE
+    given_up = False
+    try:
+        fs = os.statvfs(home)
+        if fs.f_bavail * fs.f_frsize < RESERVE_BYTES and path.is_file() and not path.is_symlink():
+            path.unlink()
+            given_up = True
+    except OSError:
+        pass
+    try:
+        yield
+    finally:
+        if given_up:
+            keep_reserve(home)
+
 
 def _read_only(folder: Path) -> bool:
     """Whether no file can be made in `folder`: a read-only mount, or a folder this user may not write."""

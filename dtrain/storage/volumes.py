@@ -97,6 +97,7 @@ class Storage:
             else:
                 fileio.spread_subfolders(self.volumes_dir)  # volumes in different ext4 block groups
         self.conn = db.connect(self.home / "state.db", owner=self)
+        db.keep_reserve(self.home)  # a delete's room on a full disk (db.room_to_free)
         self.conn.executescript(SCHEMA)
         if not self._has_root_column():
             with db.transaction(self.conn):  # checked again as the one writer: another command may add it first
@@ -406,7 +407,12 @@ class Storage:
             raise NotFoundError(f"no snapshot named {name!r}: another command deleted it just now; list snapshots "
                                 f"with `{self.cmd('snapshot list')}`")
         self.engine.drop(snap.id)
-        swept = self._sweep()
+        try:
+            swept = self._sweep()
+        except (sqlite3.Error, OSError) as err:  # a full disk: the snapshot is gone and its sweep requested
+            if not db.no_room(err):             # (sweep-pending), so the next command with room frees its data
+                raise
+            swept = None
         return Freed(snapshot=name, bytes=swept.bytes if swept else 0,
                          objects=swept.objects if swept else 0, pending=swept is None)
 
