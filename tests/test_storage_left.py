@@ -85,6 +85,19 @@ def test_a_reserve_takes_no_room_from_a_small_disk(tmp_path):
         assert _reserve(dt.home) == 0
 
 
+# ---- hints carry -p / --backend --------------------------------------------------------------
+def test_no_job_named_names_the_list_command_with_the_project_and_backend_given(dt):
+    """"no job named X; see 'dtrain list jobs'" dropped -p and --backend: that command listed
+    another project's jobs, or another backend's."""
+    dt("project", "create", "team")
+    assert_usage_error(dt("delete", "nope", "-p", "team", check=False),
+                       "no job named 'nope'; see 'dtrain list jobs -p team' for the jobs there are")
+    assert_usage_error(dt("logs", "nope", check=False), "see 'dtrain list jobs' for the jobs there are")
+    dt("config", "backend", "kubernetes")
+    assert_usage_error(dt("--backend", "local", "describe", "nope", check=False),
+                       "see 'dtrain --backend local list jobs' for the jobs there are")
+
+
 class _FillsOnSweep(Engine):
     """An engine whose sweep meets a full disk once `full` is set (index.db's write refused)."""
     full = False

@@ -79,10 +79,10 @@ class LocalBackend(Backend):
         volumes and snapshots this backend was opened for (the Client's `-p`): their messages'
         hints name it (None: the configured project)."""
         self.home = home_dir(home)
-        self.store = JobStore(self.home / "state.db")
         self._storage = storage
         self._command = command
         self._project = project
+        self.store = JobStore(self.home / "state.db", list_command=self.cmd("list jobs", project))
 
     def cmd(self, words: str, project: str | None) -> str:
         """`dtrain WORDS` as a hint names it for a job (volume) of `project` (see `command`)."""

@@ -119,8 +119,11 @@ HOLDS_NOTHING = (*FINAL, "Suspended")  # moving here releases the job's devices 
 class JobStore:
     """Thin typed access to the job tables; policy lives in the scheduler and the backend."""
 
-    def __init__(self, path: str | Path):
+    def __init__(self, path: str | Path, *, list_command: str = "dtrain list jobs"):
+        """`list_command`: the command a "no job named" names, as it works where it was asked (the
+        backend's, with its -p PROJECT and --backend)."""
         self.path = Path(path)
+        self.list_command = list_command
         self.conn = db.connect(self.path, owner=self)
         self.conn.executescript(SCHEMA)
         if self._missing_columns():
@@ -183,7 +186,7 @@ class JobStore:
     def job(self, name: str) -> sqlite3.Row:
         row = self.conn.execute("SELECT * FROM jobs WHERE name=?", (name,)).fetchone()
         if row is None:
-            raise NotFoundError(f"no job named {shown(name)}; see 'dtrain list jobs' for the jobs there are")
+            raise NotFoundError(f"no job named {shown(name)}; see '{self.list_command}' for the jobs there are")
         return row
 
     def names(self) -> tuple[list[str], list[str]]:
