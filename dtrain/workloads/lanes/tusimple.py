@@ -71,12 +71,15 @@ def is_number(value: object) -> bool:
 def _coords(value: object, what: str) -> tuple[int | float, ...]:
     """Pixel coordinates: integers, floats of whole value (300.0, as numpy-written labels give them) taken as those
     integers, and fractional floats (300.5, as some published converters write them) kept as given: the official
-    evaluation reads all three, and a mask draws each x at the mask pixel it falls in."""
+    evaluation reads all three, and a mask draws each x at the mask pixel it falls in. true/false are 1/0, as numpy
+    (and so the official evaluation) takes them; the reader warns about them (``oddities``)."""
     if not isinstance(value, list):
         raise ValueError(f"{what} must be a list, got {type(value).__name__}")
     out = []
     for i, v in enumerate(value):
-        if not (_is_int(v) or is_number(v)):  # true/false, null, a string, NaN, Infinity
+        if isinstance(v, bool):
+            v = int(v)
+        if not (_is_int(v) or is_number(v)):  # null, a string, NaN, Infinity
             raise ValueError(f"{what}[{i}] must be a number, got {json.dumps(v)}")
         if isinstance(v, float) and v.is_integer():
             v = int(v)
@@ -86,8 +89,10 @@ def _coords(value: object, what: str) -> tuple[int | float, ...]:
     return tuple(out)
 
 
-def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES, where: str = "") -> LaneLabel:
-    """Check one decoded JSON object and build its LaneLabel (ValueError if malformed)."""
+def parse_label(obj: object, *, where: str = "") -> LaneLabel:
+    """Check one decoded JSON object and build its LaneLabel (ValueError if malformed). What the official
+    evaluation scores is read as it reads it: true/false as 1/0, any negative x as no point (-2), any number of
+    lanes (training draws at most 5, ``masks.assign_slots``); ``oddities`` names what was so read."""
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")
     for key in ("raw_file", "h_samples", "lanes"):
@@ -109,15 +114,13 @@ def parse_label(obj: object, *, max_lanes: int | None = MAX_LANES, where: str = 
         raise ValueError("h_samples is empty: give the image rows (y) the lanes' x values are at")
     if not isinstance(obj["lanes"], list):
         raise ValueError(f"lanes must be a list, got {type(obj['lanes']).__name__}")
-    if max_lanes is not None and len(obj["lanes"]) > max_lanes:
-        raise ValueError(f"{len(obj['lanes'])} lanes, at most {max_lanes} allowed")
-    lanes = tuple(_coords(lane, f"lanes[{i}]") for i, lane in enumerate(obj["lanes"]))
+    # any negative x is "no point", as the official evaluation reads it (x < 0 -> -100): kept as -2, the one value
+    # masks and flips read as no point (a flipped label's negative x is a point left of the frame)
+    lanes = tuple(tuple(NO_POINT if x < 0 else x for x in _coords(lane, f"lanes[{i}]"))
+                  for i, lane in enumerate(obj["lanes"]))
     for i, lane in enumerate(lanes):
         if len(lane) != len(h_samples):
             raise ValueError(f"lanes[{i}] has {len(lane)} points but h_samples has {len(h_samples)}")
-        j = next((j for j, x in enumerate(lane) if x < 0 and x != NO_POINT), None)
-        if j is not None:  # real labels mark "no point" with -2 only; another negative is a typo or a shift
-            raise ValueError(f"lanes[{i}][{j}] is {lane[j]}: give an x >= 0, or {NO_POINT} where the lane has no point")
     run_time = obj.get("run_time")
     if run_time is not None and not (is_number(run_time) and run_time >= 0):
         raise ValueError(f"run_time must be a number of milliseconds >= 0, got {json.dumps(run_time)}")
@@ -160,28 +163,63 @@ def outside_frame(h_samples: Iterable[float], lanes: Iterable[Iterable[float]]) 
     return None if x is None else f"x {x:g} is outside the {IMAGE_WIDTH}x{IMAGE_HEIGHT} frame"
 
 
+def oddities(obj: dict, label: LaneLabel, max_lanes: int | None = MAX_LANES) -> list[str]:
+    """What of a parsed line (its JSON object and the LaneLabel read from it) the official evaluation scores but
+    training reads in its own terms: keys of ``_ODD`` (true/false for a number, a negative x other than -2, more
+    lanes of two or more points than ``max_lanes``, None: any)."""
+    values = [*obj["h_samples"], *(x for lane in obj["lanes"] for x in lane)]
+    kinds = []
+    if any(isinstance(v, bool) for v in values):
+        kinds.append("bools")
+    if any(not isinstance(x, bool) and x < 0 and x != NO_POINT for lane in obj["lanes"] for x in lane):
+        kinds.append("negative")
+    drawn = sum(1 for lane in label.lanes if sum(x != NO_POINT for x in lane) >= 2)
+    if max_lanes is not None and drawn > max_lanes:
+        kinds.append("lanes")
+    return kinds
+
+
+_ODD = {  # one warning line per kind and file: "FILE:LINE (N line(s) of this file) " + this
+    "bools": "give true/false for a number (an x or row): read as 1/0, as the official evaluation (numpy) reads them",
+    "negative": f"give a negative x other than {NO_POINT}: read as no point, as the official evaluation reads every "
+                "x < 0",
+    "lanes": f"hold more than {MAX_LANES} lanes: training draws the {MAX_LANES} nearest the camera (up to 2 left of "
+             "it and 3 right), as SCNN-style TuSimple conversions keep the lanes nearest the camera; the official "
+             "evaluation scores them all",
+}
+
+
 def iter_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES,
                 warn: Callable[[str], None] | None = stderr_warning) -> Iterator[LaneLabel]:
     """Yield the labels of a TuSimple JSON-lines file; blank lines are skipped.
 
-    ``max_lanes=None`` accepts any number of lanes (prediction files may hold more). Points outside the
-    frame are kept (the official evaluation scores them as given) and `warn` gets one line for the file.
+    Everything the official evaluation scores is read (see ``parse_label``); `warn` gets one line per file for
+    points outside the frame (kept: the evaluation scores them as given), and one per kind of ``oddities``
+    (``max_lanes``: the lanes a frame may hold without a warning, None for prediction files).
     """
     path = input_file(path, "label file", "give a TuSimple JSON-lines file (or run `dtrain lanes prepare`)")
     outside: list[str] = []  # "FILE:LINE: what" of each line with a point outside the frame
+    odd: dict[str, list[str]] = {kind: [] for kind in _ODD}  # kind -> "FILE:LINE" of each line
     for lineno, obj in json_lines(path):
         try:
-            label = parse_label(obj, max_lanes=max_lanes, where=f"{path}:{lineno}")
+            label = parse_label(obj, where=f"{path}:{lineno}")
         except ValueError as e:
             raise DataError(f"{path}:{lineno}: {e}") from None
         what = outside_frame(label.h_samples, label.lanes)
         if what:
             outside.append(f"{label.where}: {what}")
+        for kind in oddities(obj, label, max_lanes):
+            odd[kind].append(label.where)
         yield label
-    if outside and warn is not None:
+    if warn is None:
+        return
+    if outside:
         warn(f"{outside[0]} ({len(outside)} line(s) of this file with points outside the frame): kept as given; "
              "masks draw only the part inside the frame, and the metric compares them as given, as the official "
              "script does")
+    for kind, seen in odd.items():
+        if seen:
+            warn(f"{seen[0]} ({len(seen)} line(s) of this file) {_ODD[kind]}")
 
 
 def one_line_per_frame(labels: Sequence[LaneLabel], *,
