@@ -203,3 +203,22 @@ def test_the_evaluator_answers_as_laneeval_on_its_edge_cases(tmp_path, case):
         (tmp_path / path).write_text("".join(json.dumps(o) + "\n" for o in lines))
     got = evaluate_files(tmp_path / "pred.json", tmp_path / "gt.json")
     assert (got["accuracy"], got["fp"], got["fn"]) == pytest.approx(_laneeval(pred, gt), abs=1e-12)
+
+
+def test_a_prediction_line_without_run_time_is_refused_naming_it_as_laneeval_refuses_the_file(tmp_path):
+    """bench_one_submit raises 'raw_file or lanes or run_time not in some predictions.'; dtrain scored the line as
+    0 ms, so a submission the benchmark turns away read as a good score here."""
+    from dtrain.errors import DataError
+    from dtrain.workloads.lanes.metric import evaluate, evaluate_files, read_predictions, read_truth
+
+    gt = [_line([straight(300)], raw_file=f"clips/{i}/20.jpg") for i in range(2)]
+    pred = [{"raw_file": g["raw_file"], "lanes": g["lanes"], "run_time": 3} for g in gt]
+    del pred[1]["run_time"]
+    for path, lines in (("pred.json", pred), ("gt.json", gt)):
+        (tmp_path / path).write_text("".join(json.dumps(o) + "\n" for o in lines))
+    with pytest.raises(DataError, match=rf"^{tmp_path}/pred.json:2: missing key 'run_time', without which the "
+                                        r"official script refuses a submission: give each line its run_time in ms, "
+                                        r'e.g. "run_time": 0 \(`dtrain lanes predict` writes it\)$'):
+        evaluate_files(tmp_path / "pred.json", tmp_path / "gt.json")
+    # in memory (training's validation has no run_time) it still counts as 0 ms
+    assert evaluate(read_predictions(tmp_path / "pred.json"), read_truth(tmp_path / "gt.json"))["accuracy"] == 1.0

@@ -188,29 +188,26 @@ def test_evaluate_files_and_cli(tmp_path, capsys):
 
 def test_prediction_files_may_hold_more_than_five_lanes(tmp_path):
     gt = [frame("a.jpg", [vertical(x) for x in (100, 300, 500, 700)])]
-    pred = [frame("a.jpg", [vertical(x) for x in (100, 300, 500, 700, 900, 1100)])]
+    pred = [frame("a.jpg", [vertical(x) for x in (100, 300, 500, 700, 900, 1100)], run_time=5.0)]
     write_labels(tmp_path / "gt.json", gt)
     write_labels(tmp_path / "pred.json", pred)
     result = evaluate_files(tmp_path / "pred.json", tmp_path / "gt.json")
     assert result["accuracy"] == 1.0 and result["fp"] == pytest.approx(2 / 6)
 
 
-def test_swapped_pred_and_gt_are_scored_with_a_warning_naming_the_command_the_right_way(tmp_path, capsys):
-    """`--pred test_label.json --gt pred.json` was scored without a word (the official script scores it
-    too, each file reading as the other's format): a warning now says which file looks like which."""
+def test_swapped_pred_and_gt_are_refused_naming_the_command_the_right_way(tmp_path):
+    """`--pred test_label.json --gt pred.json` was scored without a word; the official script refuses it (the
+    ground truth's lines give no run_time), and so does dtrain, saying which file looks like which."""
     gt, pred = tmp_path / "gt.json", tmp_path / "pred.json"
     write_labels(gt, [frame("a.jpg", [vertical(300), vertical(600)]), frame("b.jpg", [vertical(500)])])
     write_labels(pred, [frame("a.jpg", [vertical(305)], run_time=12.0), frame("b.jpg", [vertical(500)], run_time=9.0)])
-    right = evaluate_files(pred, gt)
-    warned: list[str] = []
-    assert evaluate_files(gt, pred, warn=warned.append) != right  # scored as given: accepted, as officially
-    assert warned == [f"--gt {pred} looks like predictions ({pred}:1 gives a run_time, which ground truth never "
-                      f"does) and --pred {gt} like ground truth: run `dtrain lanes evaluate --pred {pred} --gt {gt}` "
-                      "if they were swapped (scored as given)"]
-    assert metric.main(["--pred", str(gt), "--gt", str(pred), "--json"]) == 0
-    out = capsys.readouterr()
-    assert json.loads(out.out)["frames"] == 2 and out.err == f"dtrain lanes evaluate: warning: {warned[0]}\n"
-    warned.clear()  # the right way round, or two plain label files: no warning
+    with pytest.raises(DataError, match=rf"^{gt}:1: missing key 'run_time', without which the official script "
+                                        rf"refuses a submission: .*; --gt {pred} looks like predictions \({pred}:1 "
+                                        rf"gives a run_time, which ground truth never does\) and --pred {gt} like "
+                                        rf"ground truth: run `dtrain lanes evaluate --pred {pred} --gt {gt}` if they "
+                                        "were swapped$"):
+        evaluate_files(gt, pred)
+    warned: list[str] = []  # the right way round, or two plain label files: no warning
     evaluate_files(pred, gt, warn=warned.append)
     assert warned == []
 
@@ -220,7 +217,8 @@ def test_a_submission_given_as_gt_is_named_in_its_error_or_warning(tmp_path):
     files look swapped; float x in --gt alone is a warning to give the ground truth."""
     gt, sub = tmp_path / "gt.json", tmp_path / "sub.json"
     write_labels(gt, [frame("a.jpg", [vertical(300)]), frame("b.jpg", [vertical(500)])])
-    sub.write_text("".join(json.dumps({"raw_file": f, "lanes": [[300.5] * N]}) + "\n" for f in ("a.jpg", "b.jpg")))
+    sub.write_text("".join(json.dumps({"raw_file": f, "lanes": [[300.5] * N], "run_time": 1}) + "\n"
+                           for f in ("a.jpg", "b.jpg")))
     with pytest.raises(DataError, match=rf"^{sub}:1: missing key 'h_samples': a ground-truth line holds raw_file, "
                                         rf"h_samples and lanes; --pred {gt} looks like ground truth \(h_samples on "
                                         rf"every line, whole-pixel x, no run_time\): run `dtrain lanes evaluate "
@@ -251,14 +249,19 @@ def test_an_empty_gt_file_is_named_not_the_first_prediction(tmp_path):
             evaluate_files(pred, gt)
 
 
-def test_the_same_file_as_pred_and_gt_is_scored_with_a_warning(tmp_path):
-    """`--pred test_label.json --gt test_label.json` scored 1.0 without a word; no swap is suggested for it."""
+def test_the_same_file_as_pred_and_gt_is_refused_or_scored_with_a_warning(tmp_path):
+    """`--pred test_label.json --gt test_label.json` scored 1.0 without a word; the official script refuses it (no
+    run_time), and so does dtrain, naming the mix-up; a file that holds run_times is scored, with a warning."""
     gt = tmp_path / "gt.json"
     write_labels(gt, [frame("a.jpg", [vertical(300)]), frame("b.jpg", [vertical(500)])])
+    with pytest.raises(DataError, match=rf"^{gt}:1: missing key 'run_time', .*; --pred and --gt are the same file, "
+                                        rf"{gt}: give the predictions as --pred$"):
+        evaluate_files(gt, gt)
+    write_labels(gt, [frame("a.jpg", [vertical(300)], run_time=1.0), frame("b.jpg", [vertical(500)], run_time=1.0)])
     warned: list[str] = []
     assert evaluate_files(gt, gt, warn=warned.append)["accuracy"] == 1.0
-    assert warned == [f"--pred and --gt are the same file, {gt}: the ground truth was scored against itself; give "
-                      "the predictions as --pred"]
+    assert warned[-1] == (f"--pred and --gt are the same file, {gt}: the ground truth was scored against itself; "
+                          "give the predictions as --pred")
     gt.write_text(json.dumps({"raw_file": "a.jpg", "lanes": [[300] * N]}) + "\n")  # no h_samples: the error alone
     with pytest.raises(DataError, match=f"^{gt}:1: missing key 'h_samples': a ground-truth line holds raw_file, "
                                         "h_samples and lanes$"):

@@ -31,8 +31,9 @@ divided by the distinct GT frames), with a warning, and so is ground truth outsi
 What it crashes on, or cannot score, raises ``DataError`` naming the file and line: an unknown frame,
 a submission of another line count than the ground truth (as it refuses), a lane whose length differs
 from the GT ``h_samples``, an x that is null, a string or an integer beyond float range,
-a run_time that is null, a string or a list, and a malformed line. ``run_time`` may be left out (then it
-counts as 0 ms). The ground truth is read as the official script reads it too (``parse_truth``), not with training's stricter
+a run_time that is null, a string or a list, a submission line without ``run_time`` (as it refuses one), and
+a malformed line; ``evaluate`` given lines in memory (training's validation) counts a missing ``run_time`` as
+0 ms. The ground truth is read as the official script reads it too (``parse_truth``), not with training's stricter
 ``read_labels``.
 
 CLI: ``dtrain lanes evaluate --pred P.json --gt G.json [--json]``.
@@ -133,7 +134,7 @@ class Prediction:
 
     raw_file: str  # frame path, as in the ground truth
     lanes: tuple[tuple[float, ...], ...]  # one x per GT h_sample row per lane; negative = no point
-    run_time: float | None = None  # ms per frame (None = not given, counts as 0)
+    run_time: float | None = None  # ms per frame (None = not given: evaluate_files refuses it, evaluate counts 0)
     bools: bool = False  # the line gave true/false for a number (the official script computes with them as 1/0)
     h_samples: tuple[int, ...] | None = None  # as given (the GT's rows are used); () when not a list of rows
     where: str = ""  # "FILE:LINE" for error messages ("" when built in memory)
@@ -261,9 +262,11 @@ def _read_lines(path, parse: Callable) -> list:
 
 
 def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | Truth], *,
-             warn: Callable[[str], None] | None = None) -> dict:
+             warn: Callable[[str], None] | None = None, need_run_time: bool = False) -> dict:
     """Mean TuSimple accuracy, FP and FN over the GT frames: {'accuracy', 'fp', 'fn', 'frames'}.
-    `warn` gets one line per kind of value the official script scores but that is likely a bug."""
+    `warn` gets one line per kind of value the official script scores but that is likely a bug. A prediction
+    without run_time counts as 0 ms, or is refused with `need_run_time` (a submission file: the official script
+    refuses it)."""
     gt_by_file: dict[str, LaneLabel | Truth] = {}  # each frame's LAST line, as the official {raw_file: line}
     gt_first: dict[str, LaneLabel | Truth] = {}
     odd: dict[str, list[str]] = {k: [] for k in _ODD}  # where seen
@@ -286,6 +289,11 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | 
     n = len(gt_by_file)
     if n == 0:
         raise DataError("the ground truth holds no frames: check the GT file")
+    untimed = next((p for p in preds if need_run_time and p.run_time is None), None)
+    if untimed is not None:  # bench_one_submit: 'raw_file or lanes or run_time not in some predictions.'
+        raise DataError(f"{_at(untimed)}missing key 'run_time', without which the official script refuses a "
+                        "submission: give each line its run_time in ms, e.g. \"run_time\": 0 (`dtrain lanes predict` "
+                        "writes it)")
     odd["unpredicted"] = [g.where or g.raw_file for g in gt_by_file.values() if g.raw_file not in by_file]
     odd["no_gt"] = [g.where or g.raw_file for g in gt_by_file.values() if not g.lanes]
     odd["gt_bools"] = [g.where or g.raw_file for g in gts if isinstance(g, Truth) and g.bools]
@@ -427,10 +435,11 @@ def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike, *,
     if not gts:  # else the first prediction is named as unknown, as if the submission were wrong
         raise DataError(f"--gt {gt_path} holds no frames: give the ground truth, e.g. test_label.json")
     hint = None if same else swapped(pred_path, gt_path, preds, gts)
+    why = f"--pred and --gt are the same file, {gt_path}: give the predictions as --pred" if same else hint
     try:
-        result = evaluate(preds, gts, warn=warn)
+        result = evaluate(preds, gts, warn=warn, need_run_time=True)
     except DataError as e:
-        raise DataError(f"{e}; {hint}" if hint else str(e)) from None
+        raise DataError(f"{e}; {why}" if why else str(e)) from None
     if warn is not None:  # ground truth only: regression models' predictions leave the frame as a matter of course
         _warn_outside(gts, warn)
     if hint and warn is not None:
