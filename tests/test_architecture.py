@@ -55,8 +55,8 @@ def test_static_arrows():
 
 
 def test_public_api_is_pinned():
-    assert sorted(dtrain.__all__) == ["Client", "DtrainError", "JobSpec", "JobStatus", "NewVolume", "VolumeMount",
-                                      "parse_env", "parse_pvc"]
+    assert sorted(dtrain.__all__) == ["Client", "DtrainError", "JobSpec", "JobStatus", "NewVolume", "Toleration",
+                                      "VolumeMount", "parse_env", "parse_pvc"]
     public = {n for n in vars(Backend) if not n.startswith("_")}
     assert {"submit", "get", "list", "logs", "wait", "delete", "nodes"} <= public
     assert {"wait"} & {n for n in vars(Backend) if n.startswith("_")} == set()

@@ -114,8 +114,8 @@ def test_the_schema_types_the_notebook_routes(server):
     body = paths["paths"]["/api/v1/notebooks"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     model = paths["components"]["schemas"][body["$ref"].rsplit("/", 1)[1]]
     assert model["additionalProperties"] is False and model["required"] == ["name"]
-    assert {"name", "volumes", "gpu", "cpu", "memory", "image", "idle_timeout", "node_selector", "project",
-            "backend"} == \
+    assert {"name", "volumes", "gpu", "cpu", "memory", "image", "idle_timeout", "node_selector", "tolerations",
+            "project", "backend"} == \
         set(model["properties"])
     assert "403" in paths["paths"]["/api/v1/notebooks/{name}/url"]["get"]["responses"]
 

@@ -23,7 +23,7 @@ from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, as_typed_number, check_li
                           wait_refusal, written)
 from dtrain.numbers import exact, plain, real_number, whole_number  # whole_number: every whole-number flag's type=
 from dtrain.spec import (NUMBER_FIELDS, JobSpec, check_sagemaker_mapping, check_yaml_numbers, parse_env, parse_labels,
-                         parse_node_selector, parse_pvc, sagemaker_backend, yaml_mapping)
+                         parse_node_selector, parse_pvc, parse_toleration, sagemaker_backend, yaml_mapping)
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
 
 # flag dest -> spec field, for flags that map one to one
@@ -115,13 +115,25 @@ def add_node_options(p: argparse.ArgumentParser) -> None:
                    help="run only on nodes with this label (Kubernetes nodeSelector; repeat: all must match; "
                         "local: this machine's labels, see 'dtrain nodes --json')")
     p.add_argument("--node-type", metavar="TYPE", help="Run:AI's node type: --node-selector run.ai/type=TYPE")
+    p.add_argument("--toleration", action="append", metavar="FIELDS",
+                   help="tolerate a node taint (Kubernetes tolerations; Run:AI's flag; repeat), e.g. "
+                        "operator=Exists,key=nvidia.com/gpu,effect=NoSchedule; fields operator=Equal|Exists, key, "
+                        "value, effect=NoSchedule|PreferNoSchedule|NoExecute, seconds (NoExecute only); local: "
+                        "accepted, its node has no taints")
 
 
 def node_selector_of(args: argparse.Namespace, data: dict) -> None:
-    """--node-selector and --node-type merged into `data`'s node_selector (flags win over the file's)."""
+    """--node-selector and --node-type merged into `data`'s node_selector (flags win over the file's),
+    and --toleration added to its tolerations (after the file's; one it has already is not repeated)."""
     items, node_type = getattr(args, "node_selector", None), getattr(args, "node_type", None)
     if items or node_type is not None:
         data["node_selector"] = {**(data.get("node_selector") or {}), **parse_node_selector(items, node_type)}
+    if getattr(args, "toleration", None):
+        out = list(data.get("tolerations") or [])
+        for given in (parse_toleration(x).to_dict() for x in args.toleration):
+            if given not in out:
+                out.append(given)
+        data["tolerations"] = out
 
 
 def add_sagemaker_options(p: argparse.ArgumentParser) -> None:
@@ -177,6 +189,7 @@ def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:
 _BLOCKS = {"env": (Mapping, "a mapping of NAME: value, e.g. env: {SEED: '1'}"),
            "labels": (Mapping, "a mapping of KEY: value, e.g. labels: {team: vision}"),
            "node_selector": (Mapping, "a mapping of KEY: value, e.g. node_selector: {run.ai/type: dgx-a100}"),
+           "tolerations": ((list, tuple), "a list, e.g. tolerations: [{key: nvidia.com/gpu, operator: Exists}]"),
            "sagemaker": (Mapping, "a mapping of SageMaker options, e.g. sagemaker: {instance_type: ml.m5.xlarge}"),
            "volumes": ((list, tuple), "a list, e.g. volumes: [data:/mnt]"),
            "pvc": ((list, tuple), "a list, e.g. pvc: [data:/mnt]"),

@@ -82,7 +82,8 @@ def _not_a_name(words: list[str], actions: list[str]) -> str | None:
 
 
 _START_FLAGS = (("--pvc",), ("-g", "--gpu"), ("--cpu",), ("--memory",), ("-i", "--image"), ("-p", "--project"),
-                ("--backend",), ("--idle-timeout",), ("--node-selector",), ("--node-type",))
+                ("--backend",), ("--idle-timeout",), ("--node-selector",), ("--node-type",),
+                ("--toleration",))
 
 
 class _AfterTheName(argparse.Action):

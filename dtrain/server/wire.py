@@ -17,8 +17,8 @@ from pydantic.fields import FieldInfo
 from dtrain.names import (CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, MAX_TIME, MIN_VOLUME, NAME_RE,  # noqa: F401
                           SIZE_RE, WrittenFloat, WrittenInt)
 from dtrain.numbers import real_number, whole, whole_number
-from dtrain.spec import (MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MAX_RESTARTS, MIN_CPU,
-                         MIN_IDLE_TIMEOUT)
+from dtrain.spec import (MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MAX_RESTARTS,
+                         MAX_TOLERATION_SECONDS, MAX_TOLERATIONS, MIN_CPU, MIN_IDLE_TIMEOUT, TAINT_EFFECTS)
 
 STATUSES = Literal["Pending", "Running", "Succeeded", "Failed", "Deleted", "Suspended"]
 NAME = NAME_RE.pattern  # names.py's rule, in the schema so that clients see it
@@ -127,6 +127,22 @@ class _In(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # but a Count takes 2.0 for 2
 
 
+TaintEffect = Literal[("", *TAINT_EFFECTS)]  # type: ignore[valid-type]
+
+
+class TolerationIn(_In):
+    """A node taint the job's pods tolerate: a Kubernetes Toleration, `seconds` its tolerationSeconds
+    (Run:AI's --toleration fields); checked by dtrain.spec.Toleration."""
+
+    key: str = Field("", max_length=317, description="the taint's key ('' with operator Exists: every taint)")
+    operator: Literal["Equal", "Exists"] = Field("Equal", description="Equal: the taint's value is `value`; "
+                                                 "Exists: any value")
+    value: str = Field("", max_length=63, description="the taint's value (operator Equal only)")
+    effect: TaintEffect = Field("", description="the taint's effect ('': every effect)")
+    seconds: MaybeCount = Field(None, ge=0, le=MAX_TOLERATION_SECONDS, description="effect NoExecute only: how "
+                                "long a pod stays on a node once it is tainted (null: for ever)")
+
+
 class SpecIn(_In):
     """A job, as `dtrain submit` takes it; the same fields as `dtrain.JobSpec`."""
 
@@ -143,6 +159,9 @@ class SpecIn(_In):
                                    "SageMaker tags), e.g. the pipeline run that submitted it")
     node_selector: dict[str, str] = Field(default_factory=dict, description="labels a node must have to run the "
                                           "job (Kubernetes nodeSelector; Run:AI's --node-type T: run.ai/type: T)")
+    tolerations: list[TolerationIn] = Field(default_factory=list, max_length=MAX_TOLERATIONS,
+                                            description="node taints the job's pods tolerate (Kubernetes "
+                                            "tolerations; Run:AI's --toleration; local: accepted, no taints)")
     volumes: list[str] = Field(default_factory=list, max_length=64,
                                description="--pvc values: VOLUME:MOUNT[:ro] or CLASS:SIZE:MOUNT")
     large_shm: bool = False
@@ -185,7 +204,8 @@ NotebookIn = create_model(
     idle_timeout=_as_for_jobs("idle_timeout", "seconds without kernel or terminal activity (requests do not "
                                               "count) before the notebook is suspended, its GPUs freed (null: "
                                               "never; local backend)"),
-    node_selector=_as_for_jobs("node_selector"), project=_as_for_jobs("project"),
+    node_selector=_as_for_jobs("node_selector"), tolerations=_as_for_jobs("tolerations"),
+    project=_as_for_jobs("project"),
     backend=(Literal["local", "kubernetes"] | None, Field(None, description="default: the project's configured one")))
 
 

@@ -11,6 +11,7 @@
     --large-shm                     emptyDir {medium: Memory} at /dev/shm
     --node-selector K=V, --node-type  every pod's nodeSelector (the MPI launcher's too); --node-type T
                                     is run.ai/type=T, the label Run:AI's node types use
+    --toleration FIELDS             every pod's tolerations (the MPI launcher's too), as the nodeSelector
     notebook (spec.notebook)        kubeflow.org/v1 Notebook: one pod running the image's Jupyter
 
 Packing rule: a GPU job packs k processes into one pod (nprocPerNode / slotsPerWorker = k)
@@ -362,6 +363,8 @@ def _train_job(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: 
         pod["imagePullSecrets"] = secrets
     if spec.node_selector:
         pod["nodeSelector"] = _node_selector(spec)
+    if spec.tolerations:
+        pod["tolerations"] = _tolerations(spec)
     pod_meta = {"labels": job_labels(spec, config)}
     patch = {"manager": "dtrain.io/backend", "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [
         {"name": config.trainer_node, "template": {"spec": {"template": {"metadata": pod_meta, "spec": pod}}}}]}}}}
@@ -437,6 +440,8 @@ def pod_template(spec: JobSpec, config: KubernetesConfig, command: list[str] | N
         pod["schedulerName"] = config.scheduler_name
     if spec.node_selector:  # every replica, the MPI launcher too: see _node_selector
         pod["nodeSelector"] = _node_selector(spec)
+    if spec.tolerations:  # the MPI launcher too: its nodeSelector sends it to the same (tainted) nodes
+        pod["tolerations"] = _tolerations(spec)
     return {"metadata": {"labels": job_labels(spec, config)}, "spec": pod}
 
 
@@ -445,6 +450,18 @@ def _node_selector(spec: JobSpec) -> dict[str, str]:
     places every pod of a workload, and the launcher runs the same image (a kubernetes.io/arch
     selector is its architecture too) and often may run only on the team's nodes (a pool's label)."""
     return dict(spec.node_selector)
+
+
+def _tolerations(spec: JobSpec) -> list[dict[str, Any]]:
+    """The pods' tolerations (core/v1 Toleration): the fields given, `seconds` as tolerationSeconds."""
+    out = []
+    for t in spec.tolerations:
+        item: dict[str, Any] = {"key": t.key, "operator": t.operator, "value": t.value, "effect": t.effect}
+        item = {k: v for k, v in item.items() if v}  # '' is the API's default of each
+        if t.seconds is not None:
+            item["tolerationSeconds"] = t.seconds
+        out.append(item)
+    return out
 
 
 def _env(spec: JobSpec, extra: dict[str, str], *, gpus: bool) -> list[dict[str, str]]:

@@ -287,6 +287,9 @@ def training_job_request(spec: JobSpec, cfg: SageMakerConfig) -> dict:
         asked = ", ".join(f"{k}={v}" for k, v in spec.node_selector.items())
         raise SpecError(f"SageMaker has no node selection ({asked}): the machine is the instance type; drop "
                         f"--node-selector/--node-type and give --instance-type (e.g. ml.p4d.24xlarge)")
+    if spec.tolerations:  # nor taints to tolerate: the instances are the job's alone
+        raise SpecError(f"SageMaker has no node taints to tolerate ({spec.tolerations[0].to_flag()}): the machine is "
+                        f"the instance type; drop --toleration and give --instance-type (e.g. ml.p4d.24xlarge)")
     if any(c.kind in ("efs", "fsx") for c in opts.channels) and cfg.vpc is None and not opts.local:
         raise SpecError("EFS and FSx channels are reached through a VPC, and none is configured: run "
                         "dtrain config sagemaker --subnets subnet-... --security-groups sg-...")
