@@ -597,6 +597,36 @@ class Client:
         self._forget_made("kubernetes")
         return dict(self.config.kubernetes)
 
+    # ---- this machine's node labels (config.yaml's node_labels) ----------------------------
+    def configure_node_labels(self, labels: Mapping[str, str] | None = None, *,
+                              unset: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
+        """Give this machine node labels (what a local job's node_selector may ask for, as `kubectl label
+        node` gives a node one), after removing those in `unset`, in config.yaml's `node_labels:`;
+        checked before anything is saved. Returns the labels saved."""
+        from dtrain.backends.local.node import WELL_KNOWN
+        from dtrain.spec import node_labels
+
+        given, unset = dict(labels or {}), [unset] if isinstance(unset, str) else list(unset)
+        if both := sorted(set(given) & set(unset), key=str):
+            raise SpecError(f"node label {both[0]} is both set and unset: give one of them; nothing was changed")
+        if own := next((k for k in [*given, *unset] if k in WELL_KNOWN), None):
+            raise SpecError(f"{own} is this machine's own label (the kubelet's, as 'dtrain nodes --json' shows it): "
+                            f"it cannot be set or removed; nothing was changed")
+        where = self.home / "config.yaml"
+
+        def change(cfg: UserConfig) -> None:
+            if missing := [k for k in unset if k not in cfg.node_labels]:
+                raise NotFoundError(f"no node label {shown(missing[0])} in {where} (its node labels: "
+                                    f"{', '.join(cfg.node_labels) or 'none'}); nothing was changed")
+            cfg.node_labels = {**{k: v for k, v in cfg.node_labels.items() if k not in unset}, **given}
+            try:
+                node_labels(cfg.node_labels, "node label")
+            except SpecError as err:
+                raise SpecError(f"{err}; nothing was changed") from None
+
+        self.config = UserConfig.update(self.home, change)
+        return dict(self.config.node_labels)
+
     # ---- storage classes (config.yaml's storage_classes) -----------------------------------
     def set_storage_class(self, name: str, folder: str | Path) -> str:
         """Define (or re-point) local storage class `name` as `folder` (made absolute), checked as

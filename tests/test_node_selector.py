@@ -163,7 +163,7 @@ def test_this_machine_has_the_kubelets_well_known_labels():
 def test_local_submit_refuses_a_selector_this_machine_cannot_match(dt: Dtrain):
     proc = dt("submit", "a", "--node-type", "dgx-a100", "--", "true", check=False)
     assert_usage_error(proc, "run.ai/type=dgx-a100", f"kubernetes.io/arch={ARCH}", "config.yaml",
-                       "node_labels: {run.ai/type: dgx-a100}")
+                       "dtrain config node-labels --set run.ai/type=dgx-a100")
     assert dt("describe", "job", "a", check=False).returncode != 0  # nothing stored
     other = "arm64" if ARCH != "arm64" else "amd64"
     proc = dt("submit", "a", "--node-selector", f"kubernetes.io/arch={other}", "--dry-run", "--", "true", check=False)

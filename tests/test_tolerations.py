@@ -1,7 +1,8 @@
 """Tolerations, as a Kubeflow pod's `tolerations` and Run:AI's `--toleration` have them: one spec field
 (`tolerations`) behind the CLI, job files, the SDK and the HTTP API, checked by the API server's rules;
 every pod's tolerations on Kubernetes; accepted locally (the one node has no taints); refused by
-SageMaker."""
+SageMaker. With them: `dtrain config node-labels`, which gives this machine the labels a local job's
+node selector asks for."""
 
 from __future__ import annotations
 
@@ -189,6 +190,50 @@ def test_local_accepts_them_and_describe_shows_them(dt: Dtrain):
     assert "  tolerations:\n    - key: nvidia.com/gpu\n      operator: Exists\n      effect: NoSchedule\n" in text
     dt("submit", "b", "--", "true")
     assert "  tolerations: []\n" in dt("describe", "job", "b").stdout
+
+
+# ------------------------------------------------------------------------- config node-labels
+
+
+def test_config_node_labels_sets_shows_and_unsets(dt: Dtrain):
+    assert "no node labels besides this machine's own" in dt("config", "node-labels").stdout
+    out = dt("config", "node-labels", "--set", "run.ai/type=dgx-a100", "--set", "team=vision").stdout
+    assert out.strip() == "node labels saved: run.ai/type=dgx-a100, team=vision"
+    assert dt("config", "node-labels").stdout.strip() == "node labels: run.ai/type=dgx-a100, team=vision"
+    assert dt.json("nodes")[0]["labels"]["team"] == "vision"
+    dt("config", "node-labels", "--unset", "team")
+    assert "team" not in dt.json("nodes")[0]["labels"]
+    assert "node_labels:\n  run.ai/type: dgx-a100\n" in (dt.home / "config.yaml").read_text()
+
+
+@pytest.mark.parametrize("words, says", [
+    (["--set", "kubernetes.io/arch=x"], "kubernetes.io/arch is this machine's own label"),
+    (["--unset", "kubernetes.io/hostname"], "kubernetes.io/hostname is this machine's own label"),
+    (["--set", "k=a b"], "invalid value 'a b' of node label k"),
+    (["--set", "bad key=x"], "invalid node label key 'bad key'"),
+    (["--set", "k"], "--set 'k': give KEY=VALUE"),
+    (["--set", "k=1", "--set", "k=2"], "--set k is given twice"),
+    (["--set", "team=a", "--unset", "team"], "node label team is both set and unset"),
+    (["--unset", "nope"], "no node label 'nope'"),
+    (["--unset"], "--unset needs the labels to remove"),
+    (["--image", "x"], "--image is not for 'dtrain config node-labels'"),
+    (["dgx"], "'dgx' is not for 'dtrain config node-labels'"),
+])
+def test_config_node_labels_refuses_in_one_line_and_changes_nothing(dt: Dtrain, words, says):
+    dt("config", "node-labels", "--set", "run.ai/type=dgx-a100")
+    before = (dt.home / "config.yaml").read_text()
+    proc = dt("config", "node-labels", *words, check=False)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and says in proc.stderr, proc.stderr
+    assert (dt.home / "config.yaml").read_text() == before
+
+
+def test_the_local_refusal_names_the_command_that_adds_the_label(dt: Dtrain):
+    proc = dt("submit", "a", "--node-type", "dgx-a100", "--node-selector", "team=vision", "--", "true", check=False)
+    assert_usage_error(proc, "dtrain config node-labels --set team=vision --set run.ai/type=dgx-a100",
+                       "config.yaml")
+    dt("config", "node-labels", "--set", "team=vision", "--set", "run.ai/type=dgx-a100")  # as it says
+    dt("submit", "a", "--node-type", "dgx-a100", "--node-selector", "team=vision", "--", "true")
 
 
 # ------------------------------------------------------------------------- HTTP

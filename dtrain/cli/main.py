@@ -43,6 +43,8 @@ def cmd_config(args, client: Client) -> int:
     flags = [f"--{k.replace('_', '-')}" for k in given]
     if args.what == "storage-class":
         return _config_storage_class(args, client, [g for g in flags if g != "--unset"])
+    if args.what == "node-labels":
+        return _config_node_labels(args, client, [g for g in flags if g not in ("--set", "--unset")])
     if args.folder is not None:
         raise SpecError(f"'dtrain config {args.what}' takes one value, not {args.value!r} and {args.folder!r}; "
                         f"nothing was changed")
@@ -138,6 +140,37 @@ def _set_pairs(pairs) -> dict:
 _SAGEMAKER_KEYS = ("role", "bucket", "region", "prefix", "image", "instance_type", "subnets", "security_groups")
 # The Kubernetes settings a flag sets (config.yaml's `kubernetes:` takes every KubernetesConfig field)
 _KUBERNETES_KEYS = ("namespace", "context", "kubeconfig", "image", "scheduler_name", "gpus_per_node", "trainer")
+
+
+def _config_node_labels(args, client: Client, flags: list[str]) -> int:
+    """`config node-labels [--set KEY=VALUE ...] [--unset KEY ...]`: config.yaml's node_labels, this
+    machine's labels beside the kubelet's own (what a local job's --node-selector / --node-type match)."""
+    if flags or args.project is not None or args.value is not None:
+        stray = flags + ["-p/--project"] * (args.project is not None) + [repr(args.value)] * (args.value is not None)
+        raise SpecError(f"{', '.join(stray)} {'is' if len(stray) == 1 else 'are'} not for 'dtrain config node-labels', "
+                        f"which takes --set KEY=VALUE and --unset KEY, e.g. dtrain config node-labels --set "
+                        f"run.ai/type=dgx-a100; nothing was changed")
+    if args.unset == []:
+        raise SpecError("--unset needs the labels to remove, e.g. dtrain config node-labels --unset run.ai/type; "
+                        "nothing was changed")
+    if args.set is None and args.unset is None:
+        labels = client.config.node_labels
+        print("node labels: " + ", ".join(f"{k}={v}" for k, v in labels.items()) if labels else
+              "no node labels besides this machine's own ('dtrain nodes --json'): dtrain config node-labels --set "
+              "KEY=VALUE, e.g. --set run.ai/type=dgx-a100")
+        return 0
+    given: dict[str, str] = {}
+    for pair in args.set or ():
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SpecError(f"--set {shown(pair)}: give KEY=VALUE, e.g. --set run.ai/type=dgx-a100; "
+                            f"nothing was changed")
+        if key in given:
+            raise SpecError(f"--set {key} is given twice: give it once; nothing was changed")
+        given[key] = value
+    labels = client.configure_node_labels(given, unset=args.unset or ())
+    print("node labels saved: " + (", ".join(f"{k}={v}" for k, v in labels.items()) or "none"))
+    return 0
 
 
 def _config_storage_class(args, client: Client, flags: list[str]) -> int:
@@ -353,7 +386,8 @@ def verb_of(head: list[str]) -> str | None:
 
 def _add_config(sub) -> None:
     p = sub.add_parser("config", help="show or set the default project or backend; SageMaker and Kubernetes settings")
-    p.add_argument("what", choices=["project", "backend", "sagemaker", "kubernetes", "storage-class"], help="what to show or set")
+    p.add_argument("what", choices=["project", "backend", "sagemaker", "kubernetes", "storage-class", "node-labels"],
+                   help="what to show or set")
     p.add_argument("value", nargs="?",
                    help="a project that exists ('dtrain project list'), or local / kubernetes / sagemaker, or a "
                         "storage class's name; without it, the current one is printed")
@@ -379,10 +413,12 @@ def _add_config(sub) -> None:
     k.add_argument("--trainer", help="v1: PyTorchJob/MPIJob (Training Operator), v2: TrainJob (Trainer v2)")
     k.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="any other setting of config.yaml's kubernetes:, VALUE as YAML reads it, e.g. --set "
-                        "master_port=29501 --set access_modes=[ReadWriteOnce] (repeat it for several)")
+                        "master_port=29501 --set access_modes=[ReadWriteOnce] (repeat it for several); with "
+                        "'node-labels': a label of this machine, e.g. --set run.ai/type=dgx-a100")
     g.add_argument("--unset", nargs="*", metavar="SETTING",
                    help="remove saved settings, e.g. --unset subnets security-groups (no VPC) or --unset image; "
-                        "with 'kubernetes': e.g. --unset namespace; with 'storage-class': remove classes, e.g. --unset fast")
+                        "with 'kubernetes': e.g. --unset namespace; with 'storage-class': remove classes, e.g. "
+                        "--unset fast; with 'node-labels': remove labels, e.g. --unset run.ai/type")
     p.set_defaults(handler=cmd_config)
 
 

@@ -42,9 +42,9 @@ def check_selector(spec: JobSpec, labels: Mapping[str, str], config_file: str) -
         fix = (f"{', '.join(fixed)} {'is' if len(fixed) == 1 else 'are'} the machine's own: drop --node-selector "
                f"{fixed[0]}={missing[fixed[0]]}, or submit it where such a node is (--backend kubernetes)")
     else:
-        mapping = ", ".join(f"{k}: {v}" for k, v in missing.items())
-        fix = (f"drop --node-selector/--node-type, or give this machine the label in {config_file}: "
-               f"node_labels: {{{mapping}}}")
+        sets = " ".join(f"--set {k}={v}" for k, v in missing.items())
+        fix = (f"drop --node-selector/--node-type, or give this machine the label{'s' * (len(missing) > 1)}: "
+               f"dtrain config node-labels {sets} (saved in {config_file}'s node_labels:)")
     raise QuotaError(f"job {spec.name!r} asks for a node with {asked}, but this machine (the local backend's one "
                      f"node) has {has}: {fix}")
 
