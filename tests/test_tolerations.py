@@ -1,8 +1,7 @@
 """Tolerations, as a Kubeflow pod's `tolerations` and Run:AI's `--toleration` have them: one spec field
 (`tolerations`) behind the CLI, job files, the SDK and the HTTP API, checked by the API server's rules;
 every pod's tolerations on Kubernetes; accepted locally (the one node has no taints); refused by
-SageMaker. With them: `dtrain config node-labels`, which gives this machine the labels a local job's
-node selector asks for."""
+SageMaker. With them: `dtrain config node-labels`, and the LABELS column of `dtrain nodes`."""
 
 from __future__ import annotations
 
@@ -14,6 +13,7 @@ from dtrain import Toleration
 from dtrain.backends.kubernetes import KubernetesConfig, render_job
 from dtrain.backends.sagemaker import render as sm_render
 from dtrain.backends.sagemaker.config import SageMakerConfig
+from dtrain.cli.main import _labels_cell
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec, notebook_spec, parse_toleration
 from test_k8s_render import pod_templates, validate
@@ -234,6 +234,21 @@ def test_the_local_refusal_names_the_command_that_adds_the_label(dt: Dtrain):
                        "config.yaml")
     dt("config", "node-labels", "--set", "team=vision", "--set", "run.ai/type=dgx-a100")  # as it says
     dt("submit", "a", "--node-type", "dgx-a100", "--node-selector", "team=vision", "--", "true")
+
+
+# ------------------------------------------------------------------------- dtrain nodes
+
+
+def test_the_nodes_table_shows_the_labels_that_tell_nodes_apart(dt: Dtrain):
+    assert dt("nodes").stdout.splitlines()[0].split()[-1] == "LABELS"
+    assert dt("nodes").stdout.splitlines()[1].split()[-1] == "-"  # the kubelet's own only
+    dt("config", "node-labels", "--set", "run.ai/type=dgx-a100")
+    assert dt("nodes").stdout.splitlines()[1].split()[-1] == "run.ai/type=dgx-a100"
+    kube = {"kubernetes.io/hostname": "gpu-1", "node.kubernetes.io/instance-type": "p4d", "beta.kubernetes.io/os":
+            "linux", "node-role.kubernetes.io/worker": "", "topology.k8s.io/zone": "a"}
+    assert _labels_cell(kube) == "-"
+    many = {**kube, "run.ai/type": "dgx", "nvidia.com/gpu.product": "A100", "pool": "a", "team": "v", "z": "1"}
+    assert _labels_cell(many) == "nvidia.com/gpu.product=A100,pool=a,run.ai/type=dgx (+2 more)"
 
 
 # ------------------------------------------------------------------------- HTTP

@@ -265,9 +265,9 @@ def cmd_nodes(args, client: Client) -> int:
     if args.json:
         print(json.dumps([n.to_dict() for n in nodes], indent=2))
         return 0
-    print(fmt.table(["NODE", "GPUs Allocatable", "GPUs Allocated", "CPUs", "MEMORY"],
-                    [[n.name, n.gpus_allocatable, n.gpus_allocated, n.cpus or "-", fmt.size(n.memory)]
-                     for n in nodes]))
+    print(fmt.table(["NODE", "GPUs Allocatable", "GPUs Allocated", "CPUs", "MEMORY", "LABELS"],
+                    [[n.name, n.gpus_allocatable, n.gpus_allocated, n.cpus or "-", fmt.size(n.memory),
+                      _labels_cell(n.labels)] for n in nodes]))
     gpus = [(n.name, g) for n in nodes for g in n.gpus]
     if gpus:
         print()
@@ -276,6 +276,21 @@ def cmd_nodes(args, client: Client) -> int:
                           "-" if g.utilization is None else f"{g.utilization:.0f}%",
                           f"{fmt.size(g.memory_used)} / {fmt.size(g.memory_total)}"] for n, g in gpus]))
     return 0
+
+
+SHOWN_LABELS = 3  # a node's labels in the table; `nodes --json` has them all
+
+
+def _labels_cell(labels) -> str:
+    """A node's labels that tell it apart, as --node-selector takes them: those a person or a tool gave it
+    (run.ai/type, nvidia.com/gpu.product), not the kubelet's own (kubernetes.io/hostname, arch, os,
+    node.kubernetes.io/instance-type: every node has them); SHOWN_LABELS at most, then how many more."""
+    def kubelets(key: str) -> bool:
+        prefix = key.partition("/")[0] if "/" in key else ""
+        return any(prefix == d or prefix.endswith("." + d) for d in ("kubernetes.io", "k8s.io"))
+    own = sorted(f"{k}={v}" for k, v in labels.items() if not kubelets(k))
+    more = f" (+{len(own) - SHOWN_LABELS} more)" if len(own) > SHOWN_LABELS else ""
+    return ",".join(own[:SHOWN_LABELS]) + more if own else "-"
 
 
 MAX_USAGE_ERROR = 400  # characters of an argparse message shown
