@@ -38,6 +38,39 @@ _FIELDS = ("processes", "launcher", "gpu", "cpu", "memory", "large_shm", "workin
 NEGATIVE_VALUE = re.compile(r"^-\.?[0-9]")
 
 
+# Run:AI's submit flags that dtrain spells otherwise (or answers otherwise): named with ours, where
+# argparse said only "unrecognized" (and, for a flag's value, that the command goes after '--').
+RUNAI_FLAGS = {
+    "--name": "the job's name is the first word: dtrain {verb} NAME [options] -- COMMAND",
+    "--backoff-limit": "restarts after a failure are --max-restarts N",
+    "--memory-limit": "the memory limit per process is --memory (e.g. --memory 8Gi)",
+    "--cpu-limit": "the CPU limit per process is --cpu (e.g. --cpu 2)",
+    "--existing-pvc": "an existing volume is mounted with --pvc VOLUME:MOUNT[:ro] (claimname=data,path=/mnt: "
+                      "--pvc data:/mnt)",
+    "--volume": "a folder is shared with a job as a volume: --pvc VOLUME:MOUNT[:ro] ('dtrain volume create')",
+    "-v": "a folder is shared with a job as a volume: --pvc VOLUME:MOUNT[:ro] ('dtrain volume create')",
+    "--interactive": "an interactive job is a notebook: dtrain notebook NAME --pvc VOLUME:/home/jovyan",
+    "--attach": "follow the job once submitted with 'dtrain logs NAME -f', or open a shell with 'dtrain bash NAME'",
+    "--command": "drop it: the words after '--' are always the command (dtrain {verb} NAME [options] -- COMMAND)",
+    "--gpu-memory": "GPUs are whole here: --gpu N per process",
+    "--preemptible": "jobs of a project without a GPU quota are the preemptible ones (dtrain project list)",
+    "--pod": "a job's processes are its ranks here: --rank R ('dtrain describe job NAME' lists them)",
+}
+
+
+class RunaiOnly(argparse.Action):
+    """A Run:AI flag that is the start of one of ours, refused naming ours: argparse took `--volume
+    /data:/mnt` for SageMaker's --volume-size ("use a whole number") and `exec --pod` for
+    --pod-running-timeout ("use seconds")."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        verb = parser.prog.removeprefix("dtrain ")
+        parser.error(f"{option_string} is Run:AI's: {RUNAI_FLAGS[option_string].format(verb=verb)}")
+
+
 def real(text: str) -> int | float | str:
     """The `type=` of a flag that takes fractions (--cpu): the number typed (an int for whole digits,
     a float for a decimal, an exponent, inf or nan), or the text itself when it is none; the flag's
@@ -74,6 +107,7 @@ def gpu_count(text: str) -> int | float | str:
 def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False) -> None:
     p.add_argument("name", nargs="?", help="job name (lower-case letters, digits, '-')")
     p.add_argument("-f", "--file", help="a YAML job spec; flags given too override its fields")
+    p.add_argument("--volume", action=RunaiOnly)
     if dist:
         p.add_argument("--processes", type=whole_number, help="number of data-parallel processes")
         if not mpi:
@@ -688,6 +722,7 @@ def register(sub) -> None:
     p.add_argument("-t", "--tail", type=whole_number, metavar="N",
                    help="only the last N lines; -1 (as kubectl's): all of them, the default")
     p.add_argument("--rank", help="a process rank, or 'all' (default: all)")
+    p.add_argument("--pod", action=RunaiOnly)
     p.add_argument("--limit-bytes", type=whole_number, metavar="N",
                    help="at most N bytes of the log (as kubectl's), the last line cut short")
     p.add_argument("-c", "--container", help=argparse.SUPPRESS)  # kubectl's: answered with --rank
@@ -729,6 +764,7 @@ def register(sub) -> None:
                        usage="dtrain exec NAME [--rank R] [--pod-running-timeout T] [-p PROJECT] -- COMMAND [ARGS...]")
     p.add_argument("name", help="the job (it must be Running)")
     p.add_argument("--rank", help="which process (default 0)")
+    p.add_argument("--pod", action=RunaiOnly)
     _running_timeout_flag(p)
     _project_flag(p)
     p.set_defaults(handler=cmd_exec, takes_command=True, launcher_for=None)
@@ -736,6 +772,7 @@ def register(sub) -> None:
                        usage="dtrain bash NAME [--rank R] [-p PROJECT]")
     p.add_argument("name", help="the job (it must be Running)")
     p.add_argument("--rank", help="which process (default 0)")
+    p.add_argument("--pod", action=RunaiOnly)
     _running_timeout_flag(p)
     _project_flag(p)
     p.set_defaults(handler=cmd_bash)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import difflib
 import contextlib
 import importlib
 import json
@@ -310,6 +311,8 @@ class Parser(argparse.ArgumentParser):
         stray = self._stray_among(parsed, extra)
         if stray is not None:  # `delete -x`: optional names, so argparse left '-x' over as unrecognized
             self.error(self._not_a_name(stray))
+        if not hasattr(parsed, "options_known"):  # the innermost (sub-)parser's, the one that read the flags
+            parsed.options_known = sorted(o for o in self._option_string_actions if o.startswith("--"))
         return parsed, extra
 
     def error(self, message: str):
@@ -548,6 +551,21 @@ _COMMAND_FORMS = {"submit": "dtrain submit NAME [options] -- COMMAND",
 _JOB_VERBS = ("logs", "artifacts", *_COMMAND_FORMS)  # verbs taking one job's name
 
 
+def _flag_hint(args, extra: list[str]) -> str:
+    """'; <what to type>' for the first unknown flag that is Run:AI's or close to one of the verb's own
+    (`--proceses 2`, whose '2' made the hint say that the command goes after '--'), else ''."""
+    for word in extra:
+        flag = word.split("=", 1)[0]
+        if not flag.startswith("-") or jobs.NEGATIVE_VALUE.match(word) or flag in ("-", "--"):
+            continue
+        if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.RUNAI_FLAGS:
+            return f"; {flag} is Run:AI's: {jobs.RUNAI_FLAGS[flag].format(verb=args.verb)}"
+        near = difflib.get_close_matches(flag, getattr(args, "options_known", []), n=1, cutoff=0.75)
+        if near:
+            return f"; did you mean {near[0]}?"
+    return ""
+
+
 def unrecognized(args, extra: list[str]) -> str:
     """The one line for words no option of the verb takes, naming the verb's own help; a word
     that is not an option on a verb that runs a command is most likely that command, given
@@ -564,6 +582,8 @@ def unrecognized(args, extra: list[str]) -> str:
     elif args.verb == "exec" and {"-i", "-t", "-it", "-ti", "--stdin", "--tty"} & set(extra):
         hint = ("; 'dtrain exec' takes no -i/-t (kubectl's, Run:AI's): locally the command always reads this terminal, "
                 "so drop them: dtrain exec NAME -- bash")
+    elif flag_hint := _flag_hint(args, extra):
+        hint = flag_hint
     elif args.verb in _COMMAND_FORMS and any(not w.startswith("-") for w in extra):
         hint = f"; the command goes after '--': {_COMMAND_FORMS[args.verb]}"
     return f"{prog}: error: unrecognized arguments: {words}{hint} (see '{prog} --help')"

@@ -1,0 +1,59 @@
+"""A Run:AI + NetApp user on dtrain (audit 13): the flags and habits of `runai submit-mpi`, `runai
+logs`/`exec`, the lane-detection walk-through, each mistake one line naming what to type."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import assert_usage_error
+
+
+# ---- Run:AI's flags that dtrain spells otherwise -------------------------------------------------
+@pytest.mark.parametrize("words, needle", [
+    (["--name", "train"], "the job's name is the first word: dtrain submit NAME [options] -- COMMAND"),
+    (["train", "--backoff-limit", "2"], "restarts after a failure are --max-restarts N"),
+    (["train", "--memory-limit", "8Gi"], "is --memory"),
+    (["train", "--existing-pvc", "claimname=data,path=/mnt"], "--pvc data:/mnt"),
+    (["train", "--interactive"], "dtrain notebook NAME"),
+    (["train", "--command"], "the words after '--' are always the command"),
+])
+def test_a_runai_submit_flag_is_named_with_ours(dt, words, needle):
+    """Each was "unrecognized arguments" alone, or (a flag with a value) "the command goes after '--'",
+    which the command already did."""
+    proc = dt("submit", *words, "--", "true", check=False)
+    flag = words[0] if words[0] != "train" else words[1]
+    assert_usage_error(proc, f"{flag} is Run:AI's: ", needle, "(see 'dtrain submit --help')")
+    assert "the command goes after" not in proc.stderr
+    assert dt.json("list", "-A") == []
+
+
+def test_a_misspelt_flag_is_named_with_the_one_meant(dt):
+    """`--proceses 2` said "the command goes after '--'" (the '2'), with the command after '--'."""
+    proc = dt("submit-mpi", "train", "--proceses", "3", "--gpu", "1", "--", "true", check=False)
+    assert_usage_error(proc, "unrecognized arguments: --proceses 3; did you mean --processes?",
+                       "(see 'dtrain submit-mpi --help')")
+    assert "the command goes after" not in proc.stderr
+    proc = dt("logs", "train", "--tial", "3", check=False)
+    assert_usage_error(proc, "did you mean --tail?")
+    proc = dt("submit", "train", "python", "train.py", check=False)  # a command without '--' is still told so
+    assert_usage_error(proc, "the command goes after '--'")
+    assert dt.json("list", "-A") == []
+
+
+def test_runai_volume_flag_is_not_read_as_sagemakers_volume_size(dt):
+    """`runai submit -v /data:/mnt` habits: `--volume /data:/mnt` was taken for --volume-size, refused
+    as "invalid --volume-size '/data:/mnt': use a whole number"."""
+    for words in (["--volume", "/data:/mnt"], ["--volume=/data:/mnt"], ["-v", "/data:/mnt"]):
+        proc = dt("submit", "train", *words, "--", "true", check=False)
+        assert_usage_error(proc, f"{words[0].split('=')[0]} is Run:AI's", "--pvc VOLUME:MOUNT[:ro]")
+        assert "volume-size" not in proc.stderr
+    assert dt.json("list", "-A") == []
+
+
+@pytest.mark.parametrize("verb, tail", [("exec", ["--", "ls"]), ("bash", []), ("logs", [])])
+def test_runai_pod_flag_names_the_rank(dt, verb, tail):
+    """`runai exec JOB --pod JOB-1 -- ls`: exec took --pod for --pod-running-timeout ("invalid
+    --pod-running-timeout 'train-1': use seconds"); logs said only "unrecognized"."""
+    proc = dt(verb, "train", "--pod", "train-1", *tail, check=False)
+    assert_usage_error(proc, "--pod is Run:AI's: a job's processes are its ranks here: --rank R",
+                       f"(see 'dtrain {verb} --help')")
+    assert "pod-running-timeout" not in proc.stderr
