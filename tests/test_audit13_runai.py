@@ -57,3 +57,18 @@ def test_runai_pod_flag_names_the_rank(dt, verb, tail):
     assert_usage_error(proc, "--pod is Run:AI's: a job's processes are its ranks here: --rank R",
                        f"(see 'dtrain {verb} --help')")
     assert "pod-running-timeout" not in proc.stderr
+
+
+# ---- a hint that names a listing must list the job ----------------------------------------------
+def test_a_deleted_jobs_refusals_name_the_listing_that_shows_it(dt):
+    """`runai delete` then `runai exec`/`resume` habits: the refusal said "see 'dtrain list'", which hides
+    a Deleted job; the listing named is the one that shows it. A job that ended otherwise keeps 'dtrain list'."""
+    dt("submit", "gone", "--", "sleep", "60")
+    dt("delete", "gone")
+    for words in (["exec", "gone", "--", "ls"], ["resume", "gone"]):
+        proc = dt(*words, check=False)
+        assert_usage_error(proc, "job 'gone' is Deleted", "(see 'dtrain list --show-deleted')")
+    assert "gone" not in dt("list").stdout and "gone" in dt("list", "--show-deleted").stdout
+    dt("submit", "done", "--", "true")
+    dt("wait", "done")
+    assert_usage_error(dt("suspend", "done", check=False), "job 'done' is Succeeded", "(see 'dtrain list')")

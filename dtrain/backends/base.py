@@ -71,6 +71,12 @@ class JobStatus(str, Enum):
         """Nothing of the job runs, for now (Suspended) or for good (terminal): `logs -f` ends."""
         return self.terminal or self is JobStatus.SUSPENDED
 
+    @property
+    def listed_by(self) -> str:
+        """The `dtrain` words that list a job in this status, for a hint: a Deleted one is not in a plain
+        `dtrain list` (as the HTTP list, it shows deleted jobs only when asked)."""
+        return "list --show-deleted" if self is JobStatus.DELETED else "list"
+
     def __str__(self) -> str:
         return self.value
 
@@ -592,7 +598,7 @@ class Backend(abc.ABC):
             info = next(infos, None) or self._get(name)
             if info.status not in (JobStatus.RUNNING, JobStatus.PENDING):
                 raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job "
-                                    f"(see '{cmd('list', info.spec.project)}')")
+                                    f"(see '{cmd(info.status.listed_by, info.spec.project)}')")
             if isinstance(command, str) or not command or not all(isinstance(w, str) and "\0" not in w for w in command):
                 raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt")
             if info.status is JobStatus.PENDING:  # said as it stands once the time is out

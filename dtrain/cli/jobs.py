@@ -585,7 +585,7 @@ def cmd_suspend_resume(args, client: Client) -> int:
         except NotFoundError as err:
             raise NotFoundError(f"{err}; nothing was {done}") from None
         if not _pausable(verb, info.status):
-            listed = client.command_for("list", backend=info.backend, project=info.spec.project)
+            listed = client.command_for(info.status.listed_by, backend=info.backend, project=info.spec.project)
             raise ConflictError(f"job {name!r} is {info.status.value}: 'dtrain {verb}' takes {which}; nothing "
                                 f"was {done} (see '{listed}')")
     def waiting(seconds: float, name: str) -> None:  # said at once: else the resume is held with no word
