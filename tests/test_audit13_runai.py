@@ -72,3 +72,18 @@ def test_a_deleted_jobs_refusals_name_the_listing_that_shows_it(dt):
     dt("submit", "done", "--", "true")
     dt("wait", "done")
     assert_usage_error(dt("suspend", "done", check=False), "job 'done' is Succeeded", "(see 'dtrain list')")
+
+
+# ---- a typo'd volume at submit -------------------------------------------------------------------
+def test_a_misspelt_volume_at_submit_is_named_with_the_near_one(dt):
+    """`--pvc pvc-download-tusimple-dat-0:/mnt` said "no volume named ..." alone at submit (and in its dry
+    run, and for the seed's PVC_NAME), where `volume describe` of the same name said "did you mean"."""
+    dt("volume", "create", "tusimple", "--size", "1Gi")
+    for words in (["--pvc", "tusimpl:/mnt"], ["--pvc", "tusimpl:/mnt", "--dry-run"],
+                  ["--pvc", "tusimple:/a", "--pvc", "tusimpl:/b"],
+                  ["-e", "ENABLE_SNAPSHOT=true", "-e", "PVC_NAME=tusimpl"], ["--snapshot-on-success", "tusimpl"]):
+        proc = dt("submit", "train", *words, "--", "true", check=False)
+        assert_usage_error(proc, "no volume named 'tusimpl' (did you mean 'tusimple'?)", "dtrain volume list")
+    assert_usage_error(dt("submit", "train", "--pvc", "zzzzzz:/mnt", "--", "true", check=False),
+                       "no volume named 'zzzzzz': list volumes")  # nothing near: no guess
+    assert dt.json("list", "-A") == []

@@ -396,7 +396,8 @@ class Backend(abc.ABC):
 
     # ---- jobs ---------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> JobInfo:
-        return self._submit(spec)
+        with self._volumes_named(spec):
+            return self._submit(spec)
 
     def get(self, name: str) -> JobInfo:
         with self._named("job", name):
@@ -611,7 +612,8 @@ class Backend(abc.ABC):
 
     def render(self, spec: JobSpec) -> list[dict[str, Any]]:
         """What `submit` would send, without sending it (`dtrain submit --dry-run`)."""
-        return self._render(spec)
+        with self._volumes_named(spec):
+            return self._render(spec)
 
     def check_inputs(self, spec: JobSpec) -> None:
         """Refuse, as `submit` would, the data `spec` reads where only the backend's service can say
@@ -831,6 +833,20 @@ class Backend(abc.ABC):
                 check_name(name, noun or what)  # malformed: this SpecError, raised from the lookup
             if len(err.args) == 1 and isinstance(err.args[0], str) and isinstance(name, str):
                 err.args = (self._with_near(err.args[0], what, name),)
+            raise
+
+    @contextlib.contextmanager
+    def _volumes_named(self, spec: JobSpec) -> Iterator[None]:
+        """Around a hook given a job spec: a NotFoundError quoting a volume it mounts (--pvc) or
+        snapshots (ENABLE_SNAPSHOT + PVC_NAME) gets the near name, as `volume describe` names it; a
+        typo'd --pvc, where it is typed most, got "no volume named 'wrk'" alone."""
+        try:
+            yield
+        except NotFoundError as err:
+            names = {m.volume for m in spec.volumes if hasattr(m, "volume")} | {spec.snapshot_volume} - {None}
+            if len(err.args) == 1 and isinstance(err.args[0], str):
+                for name in sorted(names):
+                    err.args = (self._with_near(err.args[0], "volume", name),)
             raise
 
     def _with_near(self, message: str, what: str, name: str) -> str:
