@@ -87,3 +87,18 @@ def test_a_misspelt_volume_at_submit_is_named_with_the_near_one(dt):
     assert_usage_error(dt("submit", "train", "--pvc", "zzzzzz:/mnt", "--", "true", check=False),
                        "no volume named 'zzzzzz': list volumes")  # nothing near: no guess
     assert dt.json("list", "-A") == []
+
+
+# ---- an unknown flag in place of a required one -------------------------------------------------
+def test_an_unknown_flag_given_for_a_required_one_is_named(dt):
+    """`volume update work --tier fast` (NetApp's word for a volume's performance tier) said only that
+    --class is required, as if nothing had been typed; the unknown flag is named first."""
+    dt("volume", "create", "work", "--size", "1Gi")
+    proc = dt("volume", "update", "work", "--tier", "fast", check=False)
+    assert_usage_error(proc, "unrecognized arguments: --tier; the following arguments are required: --class",
+                       "(see 'dtrain volume update --help')")
+    proc = dt("artifacts", "train", "--t0", "out", check=False)
+    assert_usage_error(proc, "unrecognized arguments: --t0 (did you mean --to?); the following arguments are "
+                             "required: --to")
+    assert_usage_error(dt("artifacts", "train", check=False), "error: the following arguments are required: --to")
+    assert dt.json("volume", "describe", "work")["storage_class"] == "local"

@@ -312,13 +312,19 @@ class Parser(argparse.ArgumentParser):
         if stray is not None:  # `delete -x`: optional names, so argparse left '-x' over as unrecognized
             self.error(self._not_a_name(stray))
         if not hasattr(parsed, "options_known"):  # the innermost (sub-)parser's, the one that read the flags
-            parsed.options_known = sorted(o for o in self._option_string_actions if o.startswith("--"))
+            parsed.options_known = self._long_options()
         return parsed, extra
 
     def error(self, message: str):
         stray = self._stray_name(message)
         if stray is not None:  # `volume create -x`: argparse said only that the name was missing
             message = self._not_a_name(stray)
+        elif message.startswith("the following arguments are required: ") and (unknown := self._unknown_given()):
+            # `volume update work --tier fast`, `artifacts JOB --dest d`: the flag typed in place of the
+            # required one went unsaid, as if nothing had been given
+            near = difflib.get_close_matches(unknown.split("=", 1)[0], self._long_options(), n=1, cutoff=0.75)
+            message = (f"unrecognized arguments: {unknown}{f' (did you mean {near[0]}?)' if near else ''}; "
+                       f"{message}")
         elif message.endswith(": expected one argument") and (dashed := self._dashed_value(message)):
             option, word = dashed  # `--name -x`: argparse took '-x' for an option and the value as missing
             message += f" ({shown(word)} begins with '-', so it was read as an option: give it as {option}={word})"
@@ -363,6 +369,14 @@ class Parser(argparse.ArgumentParser):
         given = self._given[:self._given.index("--")] if "--" in self._given else self._given
         return next((w for w in extra if takes and w in given and not w.startswith("--")
                      and self._unknown_option(w)), None)
+
+    def _unknown_given(self) -> str | None:
+        """The first word before any '--' that argparse would read as an option and that is none of this parser's."""
+        given = getattr(self, "_given", [])
+        return next((w for w in (given[:given.index("--")] if "--" in given else given) if self._unknown_option(w)), None)
+
+    def _long_options(self) -> list[str]:
+        return sorted(o for o in self._option_string_actions if o.startswith("--"))
 
     def _unknown_option(self, word: str) -> bool:
         """A word argparse reads as an option (it begins with '-') that is none of this parser's."""
