@@ -32,7 +32,7 @@ from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, FreedInf
                                   VolumeInfo, check_page, check_status, newest_first, notices_of)
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
 from dtrain.errors import DtrainError, NotFoundError, NotSupportedError, SpecError
-from dtrain.names import MAX_PAGE, shown
+from dtrain.names import MAX_PAGE, near_name, shown
 from dtrain.spec import JobSpec, check_name, notebook_spec, parse_selector, selects
 
 __all__ = ["Client", "TimeoutError_", "MAX_TAIL"]  # the CLI catches wait's timeout from here; MAX_TAIL bounds tail
@@ -747,8 +747,10 @@ class Client:
         known = [p.name for p in backend.list_projects()]
         if project not in known:
             some = ", ".join(known[:10]) + (", ..." if len(known) > 10 else "")
-            raise NotFoundError(f"no project named {project!r} (projects: {some}); see 'dtrain project "
-                                f"list', or 'dtrain list -A' for the jobs of every project")
+            near = near_name(project, ["default", *known])  # a typo ('defualt') named first
+            raise NotFoundError(f"no project named {project!r} ({'' if near is None else f'did you mean {near!r}? '}"
+                                f"projects: {some}); see 'dtrain project list', or 'dtrain list -A' for the jobs "
+                                f"of every project")
 
     # ---- volumes and snapshots ------------------------------------------------------------
     # Each verb takes `project` (the CLI's -p, the HTTP API's ?project=): that project's backend, as

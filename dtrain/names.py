@@ -394,8 +394,13 @@ def require_project(project: str, known: list[str]) -> None:
         raise SpecError("the project name is empty: give one, e.g. 'dtrain config project default' "
                         "(see 'dtrain project list')")
     if project != "default" and project not in known:
+        listed = f"(projects: {', '.join(known) or 'none'})"
+        near = near_name(project, ["default", *known])
+        if near is not None:  # a typo ('lane-detectoin'): "create it first" named the wrong fix
+            raise NotFoundError(f"no project named {project!r} (did you mean {near!r}?); a new project is made "
+                                f"with 'dtrain project create {project}' {listed}")
         raise NotFoundError(f"no project named {project!r}; create it first with "
-                            f"'dtrain project create {project}' (projects: {', '.join(known) or 'none'})")
+                            f"'dtrain project create {project}' {listed}")
 
 
 def near_name(name: str, *groups: Iterable[str]) -> str | None:

@@ -102,3 +102,19 @@ def test_an_unknown_flag_given_for_a_required_one_is_named(dt):
                              "required: --to")
     assert_usage_error(dt("artifacts", "train", check=False), "error: the following arguments are required: --to")
     assert dt.json("volume", "describe", "work")["storage_class"] == "local"
+
+
+# ---- a misspelt project -------------------------------------------------------------------------
+def test_a_misspelt_project_is_named_with_the_near_one_before_creating_it(dt):
+    """`-p lane-detectoin` at submit (and `config project`) said "create it first with 'dtrain project create
+    lane-detectoin'": the fix it named makes the typo a project; the near one is named first. `list -p` too."""
+    dt("project", "create", "lane-detection")
+    for words in (["submit", "x", "-p", "lane-detectoin", "--", "true"], ["config", "project", "lane-detectoin"]):
+        assert_usage_error(dt(*words, check=False),
+                           "no project named 'lane-detectoin' (did you mean 'lane-detection'?); a new project is "
+                           "made with 'dtrain project create lane-detectoin' (projects: default, lane-detection)")
+    assert_usage_error(dt("list", "-p", "lane-detectoin", check=False),
+                       "no project named 'lane-detectoin' (did you mean 'lane-detection'? projects: default, lane-detection)")
+    assert_usage_error(dt("submit", "x", "-p", "zzz", "--", "true", check=False),  # nothing near: as before
+                       "no project named 'zzz'; create it first with 'dtrain project create zzz'")
+    assert dt.json("list", "-A") == [] and "lane-detectoin" not in dt("project", "list").stdout

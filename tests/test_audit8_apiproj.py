@@ -45,8 +45,8 @@ def test_a_project_that_does_not_exist_is_named_by_every_door(team_b_on_kubernet
     for argv in (["describe", "job", "kjob"], ["logs", "kjob"], ["wait", "kjob"], ["delete", "kjob"],
                  ["suspend", "kjob"], ["exec", "kjob", "-p", "tem-b", "--", "true"]):
         argv = argv if "-p" in argv else [*argv, "-p", "tem-b"]
-        assert_usage_error(dt(*argv, check=False), "no project named 'tem-b' (projects: ")
-    with pytest.raises(NotFoundError, match=r"^no project named 'tem-b' \(projects: "):
+        assert_usage_error(dt(*argv, check=False), "no project named 'tem-b' (did you mean 'team-x'? projects: ")
+    with pytest.raises(NotFoundError, match=r"^no project named 'tem-b' \(did you mean 'team-x'\? projects: "):
         dtrain.Client(home=home).logs("kjob", project="tem-b")
 
 

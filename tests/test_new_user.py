@@ -96,7 +96,7 @@ def test_list_of_an_unknown_project_says_so_instead_of_an_empty_table(dt):
     dt("project", "create", "team-a")
     dt("submit", "one", "-p", "team-a", "--", "true")
     proc = dt("list", "-p", "team-b", check=False)
-    assert_usage_error(proc, "no project named 'team-b' (projects: default, team-a)", "'dtrain list -A'")
+    assert_usage_error(proc, "no project named 'team-b' (did you mean 'team-a'? projects: default, team-a)", "'dtrain list -A'")
     assert proc.stdout == ""
     assert [j["name"] for j in dt.json("list", "-p", "team-a")] == ["one"]
     dt("project", "create", "empty")

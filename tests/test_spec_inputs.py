@@ -229,7 +229,8 @@ def test_a_project_nobody_created_is_refused_on_submit(tmp_path):
     home, gpus = tmp_path / "home", {"DTRAIN_GPUS": "2"}
     assert run(home, "project", "create", "team-a", "--gpu-quota", "1", env=gpus)[0] == 0
     one_line(run(home, "submit", "q1", "-p", "team-aa", "--gpu", "2", "--", "sleep", "3", env=gpus),
-             "no project named 'team-aa'; create it first with 'dtrain project create team-aa'", "team-a")
+             "no project named 'team-aa' (did you mean 'team-a'?); a new project is made with "
+             "'dtrain project create team-aa'", "(projects: default, team-a)")
     path = job_file(tmp_path, "name: q2\nproject: team-aa\ncommand: [sleep, '3']\n")
     one_line(run(home, "submit", "-f", path, env=gpus), "no project named 'team-aa'")
     code, out, err, _ = run(home, "list", "-A", "--json")
