@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import json
 import os
+import shlex
 import sys
 
 from dtrain import JobStatus, __version__, db
@@ -580,7 +581,19 @@ def _flag_hint(args, extra: list[str]) -> str:
     return ""
 
 
-def unrecognized(args, extra: list[str]) -> str:
+def _backend_first(head: list[str], extra: list[str]) -> str | None:
+    """`head` (a command line's words before '--') with the --backend that the verb did not take
+    (`extra` holds it) moved before the verb, where the top parser takes it; None without one."""
+    for i, word in enumerate(head):
+        if word.split("=", 1)[0] == "--backend" and word in extra:
+            taken = 1 if "=" in word or i + 1 == len(head) else 2
+            given = head[i:i + taken] if taken == 2 or "=" in word else [word, "BACKEND"]
+            moved = given + head[:i] + head[i + taken:]
+            return " ".join(shlex.quote(w) for w in moved)[:MAX_USAGE_ERROR]
+    return None
+
+
+def unrecognized(args, extra: list[str], head: list[str] | None = None) -> str:
     """The one line for words no option of the verb takes, naming the verb's own help; a word
     that is not an option on a verb that runs a command is most likely that command, given
     without '--' (`dtrain submit train python train.py`)."""
@@ -589,7 +602,9 @@ def unrecognized(args, extra: list[str]) -> str:
     if len(words) > MAX_USAGE_ERROR:
         words = words[:MAX_USAGE_ERROR] + "..."
     hint = ""
-    if args.verb in _JOB_VERBS and getattr(args, "name", None) in ("job", "jobs") and not extra[0].startswith("-"):
+    if moved := _backend_first(head or [], extra):  # submit, volume and snapshot take it after the verb
+        hint = f"; '{prog}' takes --backend before the verb: dtrain {moved}"
+    elif args.verb in _JOB_VERBS and getattr(args, "name", None) in ("job", "jobs") and not extra[0].startswith("-"):
         hint = f"; '{prog}' takes the job's name alone: {prog} {extra[0][:60]}"  # Run:AI's `describe job X`
     elif args.verb == "submit" and {"--processes", "--launcher"} & {w.split("=", 1)[0] for w in extra}:
         hint = f"; a job of several processes is submitted with {_COMMAND_FORMS['submit-dist']}"
@@ -649,7 +664,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         args, extra = build_parser(verb_of(head)).parse_known_args(head)
         if extra:  # argparse would name the top parser's help and say nothing of '--'
-            print(unrecognized(args, extra), file=sys.stderr)
+            print(unrecognized(args, extra, head), file=sys.stderr)
             return 2
         if getattr(args, "workload", None):
             module, func = args.workload
