@@ -47,6 +47,9 @@ if TYPE_CHECKING:
 # the SDK's argument, the CLI's -p (dtrain.cli sets "cli"), the HTTP API's query parameter ("http").
 PROJECT_ARG = {"sdk": ("project={!r}", "no project"), "cli": ("-p {}", "no -p"),
                "http": ("?project={}", "no ?project=")}
+# How a message names the jobs of another backend, in the words of each door.
+BACKEND_LIST = {"sdk": "dtrain.Client(backend={!r}).list()", "cli": "dtrain --backend {} list",
+                "http": "GET /api/v1/jobs of `dtrain --backend {} server`"}
 AWS_REGION_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION")  # the SageMaker region when config.yaml sets none
 T = TypeVar("T")
 
@@ -267,8 +270,24 @@ class Client:
                 raise NotFoundError(f"{err}; a job of a project that config.yaml sends to another backend is "
                                     f"found with its project: {some}" + (" or ..." if len(elsewhere) > 3 else "")
                                     ) from None
+            elif others := self._other_backends(backend):  # submitted with --backend, which is not kept
+                raise NotFoundError(f"{err}; a job submitted to another backend is listed there: " + " or ".join(
+                    BACKEND_LIST[self.door].format(b) for b in others)) from None
             raise
         return info if project is None else self._of_project(info, project)
+
+    def share_submitted(self, other: "Client") -> None:
+        """Find the jobs `other` submitted as it finds them, and it this client's: the HTTP API's
+        clients (one per thread) agree on where a job POSTed to another backend is."""
+        self._submitted = other._submitted
+
+    def _other_backends(self, backend: Backend) -> list[str]:
+        """The backends config.yaml has settings for, other than `backend`, when this client was given
+        none: a job submitted there (`dtrain submit --backend kubernetes`) is not found here."""
+        if self._backend_name is not None:
+            return []
+        configured = {"kubernetes": self.config.kubernetes, "sagemaker": self.config.sagemaker or self._sagemaker}
+        return [name for name, settings in configured.items() if settings and name != backend.name]
 
     def _of_project(self, info: JobInfo, project: str) -> JobInfo:
         """`info`, when its job is of `project` (a job verb's `project=`, the CLI's -p)."""
@@ -376,6 +395,8 @@ class Client:
         walk = {self.config.backend_for(self.default_project): self.default_project}
         walk.setdefault(self.config.backend, self.default_project)
         for project, name in sorted(self.config.project_backends.items()):
+            walk.setdefault(name, project)
+        for name, project in list(self._submitted.values()):  # `submit --backend`: its jobs are listed too
             walk.setdefault(name, project)
         return list(walk.items())
 

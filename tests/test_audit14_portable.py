@@ -3,13 +3,38 @@ shipped fake API server), through the CLI, the HTTP API and the SDK:
 
 - `dtrain list --backend kubernetes` (as `submit ... --backend kubernetes` takes it) was refused
   naming only the verb's help; the line now gives the command with --backend before the verb.
+- A job submitted with `--backend kubernetes` (the default backend unchanged, as the docs say) was
+  then "no job named ...; see 'dtrain list jobs'" from `describe`, `logs` and the SDK, which list
+  nothing: the line now names the listing of the other configured backend, in each door's words.
+- The HTTP API found a job POSTed with `"backend": "kubernetes"` on some requests and not others
+  (GET /jobs/NAME 200, its /logs 404: each worker thread's Client knew only its own submits), and
+  neither it nor an SDK Client listed such a job: the clients of one server share what they
+  submitted, and a client's list reads the backends it submitted to.
 """
 
 from __future__ import annotations
 
-import pytest
+import threading
 
+import pytest
+import yaml
+
+import dtrain
 from conftest import assert_usage_error
+from dtrain.errors import NotFoundError
+
+
+@pytest.fixture
+def kube(home, tmp_path):
+    """config.yaml with Kubernetes settings (the fake API server) and the local backend the default."""
+    pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+    server = FakeKubeServer(FakeCluster()).start()
+    server.write_kubeconfig(tmp_path / "kubeconfig")
+    (home / "config.yaml").write_text(yaml.safe_dump({"kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig"),
+                                                                     "image": "img:1"}}))
+    yield server
+    server.close()
 
 
 @pytest.mark.parametrize("words, fixed", [
@@ -21,3 +46,45 @@ from conftest import assert_usage_error
 def test_a_backend_after_a_verb_that_takes_it_before_names_the_command(dt, words, fixed):
     proc = dt(*words, check=False)
     assert_usage_error(proc, f"takes --backend before the verb: {fixed} (see 'dtrain {words[0]} --help')")
+
+
+def test_a_job_submitted_to_kubernetes_is_named_there_when_looked_for_on_the_default_backend(dt, home, kube):
+    job = dtrain.JobSpec(name="cifar", processes=2, launcher="torchrun", command=["python", "train.py"])
+    assert dtrain.Client(home=home, backend="kubernetes").submit(job).backend == "kubernetes"
+    for verb in (["describe", "job", "cifar"], ["logs", "cifar"]):
+        assert_usage_error(dt(*verb, check=False), "no job named 'cifar'",
+                           "a job submitted to another backend is listed there: dtrain --backend kubernetes list")
+    assert [j["name"] for j in dt.json("--backend", "kubernetes", "list")] == ["cifar"]  # the command it names
+    with pytest.raises(NotFoundError, match=r"listed there: dtrain\.Client\(backend='kubernetes'\)\.list\(\)$"):
+        dtrain.Client(home=home).get("cifar")
+    with pytest.raises(NotFoundError) as chosen:  # the backend was chosen: nothing else to name
+        dtrain.Client(home=home, backend="local").get("cifar")
+    assert "another backend" not in str(chosen.value)
+
+
+def test_the_http_api_finds_and_lists_a_job_posted_to_kubernetes_from_every_thread(home, kube):
+    from fastapi.testclient import TestClient
+
+    from dtrain.server.app import create_app
+    app = create_app(lambda: dtrain.Client(home=home), sample_every=3600)
+    http = TestClient(app, base_url="http://127.0.0.1:8000")
+    posted = http.post("/api/v1/jobs", json={"name": "h1", "command": ["python", "t.py"], "backend": "kubernetes"})
+    assert posted.status_code == 201 and posted.json()["backend"] == "kubernetes"
+    seen = {}
+
+    def look():  # a worker thread of its own: a Client made for it
+        client = app.state.clients.get()
+        seen["get"], seen["list"] = client.get("h1").backend, [j.name for j in client.list()]
+    for _ in range(2):
+        thread = threading.Thread(target=look)
+        thread.start()
+        thread.join()
+        assert seen.pop("get") == "kubernetes" and seen.pop("list") == ["h1"]
+    assert [j["name"] for j in http.get("/api/v1/jobs").json()] == ["h1"]
+    assert http.get("/api/v1/jobs/h1/logs").status_code == 200
+
+
+def test_an_sdk_client_lists_the_job_it_submitted_to_kubernetes(home, kube):
+    client = dtrain.Client(home=home)
+    client.submit(dtrain.JobSpec(name="s1", command=["python", "t.py"], backend="kubernetes"))
+    assert [(j.name, j.backend) for j in client.list()] == [("s1", "kubernetes")]

@@ -56,9 +56,13 @@ def http_status(err: errors.DtrainError) -> int:
 def create_app(make_client: Callable[[], object], *, token: str | None = None, read_only: bool = False,
                sample_every: float = 5.0, max_streams: int = 200) -> FastAPI:
     """`token`: required on every route when set (bound off loopback); `read_only`: GET only."""
+    first: list = []
+
     def make_http_client():
         made = make_client()
         made.door = "http"  # a refusal names ?project=, not the SDK's project= or the CLI's -p
+        made.share_submitted(first[0] if first else made)  # every thread finds a job POSTed to another backend
+        first[:] = first or [made]
         return made
 
     clients = Clients(make_http_client)
