@@ -10,6 +10,8 @@ shipped fake API server), through the CLI, the HTTP API and the SDK:
   (GET /jobs/NAME 200, its /logs 404: each worker thread's Client knew only its own submits), and
   neither it nor an SDK Client listed such a job: the clients of one server share what they
   submitted, and a client's list reads the backends it submitted to.
+- On Kubernetes a volume or snapshot name in use (`volume create`, `snapshot create --name`,
+  `snapshot restore --to`) said "delete it first" without the command, which the local backend names.
 """
 
 from __future__ import annotations
@@ -88,3 +90,16 @@ def test_an_sdk_client_lists_the_job_it_submitted_to_kubernetes(home, kube):
     client = dtrain.Client(home=home)
     client.submit(dtrain.JobSpec(name="s1", command=["python", "t.py"], backend="kubernetes"))
     assert [(j.name, j.backend) for j in client.list()] == [("s1", "kubernetes")]
+
+
+def test_a_kubernetes_name_in_use_names_the_delete_to_type_as_locally(dt, home, kube):
+    def refused(*words):
+        return dt(*words, "--backend", "kubernetes", check=False)
+    dt("volume", "create", "data", "--size", "1Gi", "--backend", "kubernetes")
+    dt("snapshot", "create", "data", "--name", "data-v1", "--backend", "kubernetes")
+    assert_usage_error(refused("volume", "create", "data", "--size", "1Gi"),
+                       "volume 'data' already exists", "(dtrain --backend kubernetes volume delete data)")
+    assert_usage_error(refused("snapshot", "create", "data", "--name", "data-v1"),
+                       "snapshot 'data-v1' already exists", "(dtrain --backend kubernetes snapshot delete data-v1)")
+    assert_usage_error(refused("snapshot", "restore", "data-v1", "--to", "data"),
+                       "volume 'data' already exists", "(dtrain --backend kubernetes volume delete data)")
