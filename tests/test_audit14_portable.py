@@ -12,10 +12,14 @@ shipped fake API server), through the CLI, the HTTP API and the SDK:
   submitted, and a client's list reads the backends it submitted to.
 - On Kubernetes a volume or snapshot name in use (`volume create`, `snapshot create --name`,
   `snapshot restore --to`) said "delete it first" without the command, which the local backend names.
+- A Kubernetes `--snapshot-on-success` snapshot had `job_spec` None where the local one records the
+  job's spec (sdk.md's `snap.job_spec["command"]` failed on a cluster): the VolumeSnapshot, taken by
+  the backend or by the in-cluster watcher, carries the spec as its job object does.
 """
 
 from __future__ import annotations
 
+import json
 import threading
 
 import pytest
@@ -24,6 +28,11 @@ import yaml
 import dtrain
 from conftest import assert_usage_error
 from dtrain.errors import NotFoundError
+
+pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+
+from test_k8s_backend import NS, backend, cluster, make_backend  # noqa: E402,F401  (their fixtures)
+from test_k8s_backend import spec as k8s_spec  # noqa: E402
 
 
 @pytest.fixture
@@ -103,3 +112,25 @@ def test_a_kubernetes_name_in_use_names_the_delete_to_type_as_locally(dt, home, 
                        "snapshot 'data-v1' already exists", "(dtrain --backend kubernetes snapshot delete data-v1)")
     assert_usage_error(refused("snapshot", "restore", "data-v1", "--to", "data"),
                        "volume 'data' already exists", "(dtrain --backend kubernetes volume delete data)")
+
+
+def test_a_kubernetes_success_snapshot_records_the_job_spec_as_a_local_one_does(backend, cluster):
+    from dtrain.backends.kubernetes import KubernetesConfig
+    from dtrain.backends.kubernetes.render import resource_for
+    from dtrain.backends.kubernetes.render_storage import render_snapshot_watcher
+    from dtrain.spec import parse_pvc
+    job = k8s_spec(launcher="torchrun", processes=2, snapshot_on_success="pvc-train-0",
+                   volumes=(parse_pvc("fast:2Gi:/mnt"),))
+    backend.submit(job)
+    cluster.run_pods(NS, "train")
+    cluster.transition(NS, "train", "Succeeded")
+    stored = backend.wait("train", timeout=5, poll=0.01)
+    snap = backend.get_snapshot(stored.snapshot)
+    assert snap.job == "train" and snap.job_spec == stored.spec.to_dict()
+    assert snap.job_spec["command"] == list(job.command)
+    assert [s.job_spec for s in backend.list_snapshots(job="train")] == [snap.job_spec]
+    config = KubernetesConfig(project="lanes", image="img:1")  # the in-cluster watcher's snapshot: the same
+    watcher = render_snapshot_watcher(stored.spec, config, resource_for(stored.spec, config))
+    script = watcher["spec"]["template"]["spec"]["containers"][0]["command"][-1]
+    manifest = json.loads(script.split("<<'EOF'", 1)[1].split("\n", 1)[1].split("\nEOF", 1)[0])
+    assert json.loads(manifest["metadata"]["annotations"]["dtrain.io/spec"]) == stored.spec.to_dict()

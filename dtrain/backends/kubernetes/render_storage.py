@@ -22,6 +22,7 @@ from .config import KubernetesConfig
 from .objects import (
     ANN_SOURCE_CLASS,
     ANN_SOURCE_SIZE,
+    ANN_SPEC,
     LABEL_JOB,
     LABEL_SOURCE_SNAPSHOT,
     LABEL_VOLUME,
@@ -102,8 +103,10 @@ def _origin_label(key: str, name: str) -> dict[str, str]:
 
 
 def render_snapshot(name: str, volume: str, *, project: str, config: KubernetesConfig, job: str | None = None,
-                    source_size: str | None = None, source_class: str | None = None) -> dict:
-    """A VolumeSnapshot of PVC `volume`; labels and annotations say where it came from."""
+                    source_size: str | None = None, source_class: str | None = None,
+                    job_spec: JobSpec | None = None) -> dict:
+    """A VolumeSnapshot of PVC `volume`; labels and annotations say where it came from (`job_spec`:
+    the job whose results it holds, kept as its job object keeps it, for the lineage once the job is gone)."""
     labels = {**_origin_label(LABEL_VOLUME, volume), **project_labels(project, config)}
     if job:
         labels[LABEL_JOB] = job
@@ -112,6 +115,8 @@ def render_snapshot(name: str, volume: str, *, project: str, config: KubernetesC
         annotations[ANN_SOURCE_SIZE] = source_size
     if source_class:
         annotations[ANN_SOURCE_CLASS] = source_class
+    if job_spec is not None:
+        annotations[ANN_SPEC] = json.dumps(job_spec.to_dict(), sort_keys=True)
     return {"apiVersion": VOLUME_SNAPSHOT.api_version, "kind": VOLUME_SNAPSHOT.kind,
             "metadata": metadata(name, config.namespace_of(project), labels, annotations),
             "spec": {"volumeSnapshotClassName": config.snapshot_class,
@@ -148,7 +153,7 @@ def render_success_snapshot(spec: JobSpec, config: KubernetesConfig, source: dic
         if name == volume:
             size, storage_class = v.size, v.storage_class
     return render_snapshot(success_snapshot_name(spec.name), volume, project=spec.project, config=config,
-                           job=spec.name, source_size=size, source_class=storage_class)
+                           job=spec.name, source_size=size, source_class=storage_class, job_spec=spec)
 
 
 def render_snapshot_rbac(namespace: str, project: str, config: KubernetesConfig) -> list[dict]:

@@ -10,6 +10,7 @@ the storage system, on its own time: FreedInfo.bytes is None.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 import uuid
@@ -20,7 +21,7 @@ from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundErro
 from dtrain.names import near_name, parse_size, with_near
 
 from .client import EVENT, POD, PVC, Forbidden, Missing, Unanswered, Unauthenticated
-from .objects import (ANN_DEFAULT_CLASS, ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB,
+from .objects import (ANN_DEFAULT_CLASS, ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, ANN_SPEC, LABEL_JOB,
                       LABEL_SOURCE_SNAPSHOT, STORAGE_CLASS, VOLUME_ATTRIBUTES_CLASSES, VOLUME_SNAPSHOT, Resource)
 from .render_storage import render_restore, render_snapshot, render_volume, render_volume_class_patch
 from .status import job_status, parse_time, spec_of
@@ -65,10 +66,21 @@ def snapshot_info(snap: dict) -> SnapshotInfo:
     return SnapshotInfo(name=meta["name"], backend="kubernetes",
                         volume=(spec.get("source") or {}).get("persistentVolumeClaimName"), created=_created(meta),
                         ready=bool(status.get("readyToUse")), error=(status.get("error") or {}).get("message"),
-                        job=(meta.get("labels") or {}).get(LABEL_JOB), bytes=_bytes(status.get("restoreSize")),
+                        job=(meta.get("labels") or {}).get(LABEL_JOB), job_spec=_job_spec(annotations),
+                        bytes=_bytes(status.get("restoreSize")),
                         volume_size=annotations.get(ANN_SOURCE_SIZE), storage_class=annotations.get(ANN_SOURCE_CLASS),
                         extra={"uid": meta.get("uid"), "namespace": meta.get("namespace"),
                                "snapshot_class": spec.get("volumeSnapshotClassName")})
+
+
+def _job_spec(annotations: dict) -> dict | None:
+    """The spec of the job whose results a snapshot holds (--snapshot-on-success records it); None
+    for one without it, or with an annotation another hand wrote that is not a JSON object."""
+    try:
+        spec = json.loads(annotations[ANN_SPEC])
+    except (KeyError, TypeError, ValueError):
+        return None
+    return spec if isinstance(spec, dict) else None
 
 
 class VolumeVerbs:
