@@ -1,0 +1,139 @@
+"""Projects: a project is a namespace (dtrain-NAME), its GPU quota a ResourceQuota on GPU
+requests. An account that may not list namespaces sees the projects config.yaml sends to this
+cluster. A mixin of KubernetesBackend.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import TYPE_CHECKING, Any
+
+from dtrain.backends.base import JobStatus, Listed, Notice, ProjectInfo
+from dtrain.errors import ConflictError, NotFoundError
+
+from .client import NAMESPACE, POD, RESOURCE_QUOTA, Forbidden
+from .nodes import HOLDING_GPUS
+from .objects import GPU_RESOURCE, LABEL_PROJECT
+from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace
+from .status import job_info, pod_gpus
+
+if TYPE_CHECKING:
+    from .client import KubeApi
+    from .config import KubernetesConfig
+    from .objects import Resource
+
+
+class ProjectVerbs:
+    """Mixed into KubernetesBackend, which provides api, config, projects and the job look-ups."""
+
+    if TYPE_CHECKING:
+        api: KubeApi
+        config: KubernetesConfig
+        projects: tuple[str, ...]
+        name: str
+
+        def _try_read(self, resource: Resource, namespace: str, name: str) -> dict | None: ...
+
+        def _job_objects(self, namespace: str | None) -> list[tuple[Resource, dict]]: ...
+
+    def _create_project(self, name: str, *, gpu_quota: int | None, no_gpu_quota: bool) -> None:
+        """A project is a namespace (dtrain-NAME); its GPU quota a ResourceQuota on GPU requests
+        (removed with `no_gpu_quota`)."""
+        namespace = self.config.namespace_of(name)
+        existing = None
+        if gpu_quota is not None or no_gpu_quota:
+            existing = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME)
+            owner = ((existing or {}).get("metadata", {}).get("labels") or {}).get(LABEL_PROJECT)
+            if self.config.namespace and owner not in (None, name):
+                raise ConflictError(f"namespace {namespace} (kubernetes setting namespace) holds the GPU quota of "
+                                    f"project {owner!r}, shared by every project there: change it with 'dtrain "
+                                    f"project create {owner} --gpu-quota N', or give each project its own "
+                                    f"namespace (unset namespace)")
+        try:
+            self.api.create(render_namespace(namespace, name, self.config), NAMESPACE)
+        except ConflictError:
+            pass  # an existing project: only its quota changes
+        if no_gpu_quota:
+            with contextlib.suppress(NotFoundError):  # none to remove
+                self.api.delete(RESOURCE_QUOTA, namespace, QUOTA_NAME)
+            return
+        if gpu_quota is None:
+            return
+        quota = render_gpu_quota(name, gpu_quota, self.config)
+        if existing is None:
+            self.api.create(quota, RESOURCE_QUOTA)
+        else:
+            self.api.replace(quota, RESOURCE_QUOTA)
+
+    def _list_projects(self) -> Listed:
+        """Projects with their GPU quota, GPUs held by their pods and job count. An account that may
+        read the jobs but not pods or quotas still gets its projects: GPUs counted from the running
+        jobs' requests, the quota unknown, `extra['unknown']` saying so, and a notice for each
+        ("quota-unknown", "gpus-unknown") that the CLI prints and the HTTP API sends as a Warning."""
+        out, notices, first = [], [], None
+        spaces = self._project_namespaces()
+        for project, namespace in spaces:
+            try:
+                objects, unknown = self._job_objects(namespace), []
+            except Forbidden as err:  # a namespace this account may not read: the others are listed
+                if len(spaces) == 1:
+                    raise
+                first = first or err
+                notices.append(Notice(code="projects-unlisted",
+                                      message=f"project {project} (namespace {namespace}) not listed: {err}"))
+                continue
+            try:
+                quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) or {}
+            except Forbidden as err:
+                quota = {}
+                unknown.append(("quota-unknown", f"GPU quota unknown: {err}"))
+            hard = (quota.get("spec") or {}).get("hard", {}).get(f"requests.{GPU_RESOURCE}")
+            try:
+                gpus = sum(pod_gpus(p) for p in self.api.list(POD, namespace, field_selector=HOLDING_GPUS))
+            except Forbidden as err:
+                infos = [job_info(resource.kind, obj, None) for resource, obj in objects]
+                gpus = sum(i.spec.gpus_requested for i in infos if i.status is JobStatus.RUNNING)
+                unknown.append(("gpus-unknown", f"GPUs allocated counted from the running jobs' requests: {err}"))
+            extra: dict[str, Any] = {"namespace": namespace}
+            if unknown:
+                extra["unknown"] = "; ".join(said for _, said in unknown)
+                notices += [Notice(code=code, message=f"project {project}: {said}") for code, said in unknown]
+            out.append(ProjectInfo(name=project, backend=self.name, gpu_quota=int(hard) if hard is not None else None,
+                                   gpus_allocated=gpus, jobs=len(objects), extra=extra))
+        if first is not None and not out:
+            raise first
+        return Listed(out, notices)
+
+    def _has_project(self, name: str) -> bool:
+        """Whether the project's namespace exists, and is this project's (a shared `namespace` setting
+        holds the project that made it): that namespace read alone, its jobs not listed, so an account
+        that may create projects but not list their jobs can run `project create`."""
+        namespace = self.config.namespace_of(name)
+        try:
+            found = self._try_read(NAMESPACE, None, namespace)
+        except Forbidden:  # an account that may not read namespaces: those it may list or is set up for
+            return name in {project for project, _ in self._project_namespaces()}
+        if found is None:
+            return False
+        return ((found["metadata"].get("labels") or {}).get(LABEL_PROJECT, found["metadata"]["name"])) == name
+
+    def _project_namespaces(self) -> list[tuple[str, str]]:
+        """(project, namespace) of every project this account may see; for an account that may not list
+        namespaces, each project config.yaml sends here (`projects`) whose namespace it does not know
+        to be missing."""
+        try:
+            namespaces = self.api.list(NAMESPACE, None, label_selector=LABEL_PROJECT)
+        except Forbidden:  # a namespace-scoped account sees the projects it is set up for
+            out = {}
+            for project in self.projects:
+                namespace = self.config.namespace_of(project)
+                try:
+                    found = self._try_read(NAMESPACE, None, namespace)
+                except Forbidden:  # nor may it read the namespace: the one it is set up for
+                    found = {"metadata": {"name": namespace, "labels": {LABEL_PROJECT: project}}}
+                if found is not None:
+                    out.setdefault(namespace, found)
+            namespaces = list(out.values())
+        return [((ns["metadata"].get("labels") or {}).get(LABEL_PROJECT, ns["metadata"]["name"]),
+                 ns["metadata"]["name"]) for ns in namespaces]
+
