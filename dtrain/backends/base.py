@@ -254,6 +254,8 @@ class GpuInfo:
     utilization: float | None = None  # percent, 0-100
     job: str | None = None  # job holding it, if any
     project: str | None = None  # that job's project (a link to it names it), where the backend knows it
+    held_by: str | None = None  # held by a workload not dtrain's: its pod, NAMESPACE/NAME (Kubernetes)
+    unknown: bool = False  # whether it is held cannot be told (Kubernetes: pods this account may not list): not free
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -274,7 +274,7 @@ def cmd_nodes(args, client: Client) -> int:
     if gpus:
         print()
         print(fmt.table(["NODE", "GPU", "NAME", "JOB", "UTILIZATION", "MEMORY USED / TOTAL"],
-                        [[n, g.index, g.name or "-", g.job or "-",
+                        [[n, g.index, g.name or "-", _holder(g),
                           "-" if g.utilization is None else f"{g.utilization:.0f}%",
                           f"{fmt.size(g.memory_used)} / {fmt.size(g.memory_total)}"] for n, g in gpus]))
     return 0
@@ -293,6 +293,15 @@ def _labels_cell(labels) -> str:
     own = sorted(f"{k}={v}" for k, v in labels.items() if not kubelets(k))
     more = f" (+{len(own) - SHOWN_LABELS} more)" if len(own) > SHOWN_LABELS else ""
     return ",".join(own[:SHOWN_LABELS]) + more if own else "-"
+
+
+def _holder(gpu) -> str:
+    """A GPU's JOB column: the dtrain job holding it, another workload (its pod), unknown, or '-' (free)."""
+    if gpu.job:
+        return gpu.job
+    if gpu.held_by:
+        return f"another workload ({gpu.held_by})"
+    return "unknown" if gpu.unknown else "-"
 
 
 MAX_USAGE_ERROR = 400  # characters of an argparse message shown

@@ -41,7 +41,9 @@ class GpuHistory:
 
     def sample(self) -> None:
         now = time.time()
-        rows = [{"time": now, "node": n.name, "gpu": g.index, "job": g.job, "utilization": g.utilization,
+        # held: by a dtrain job or another workload; None where that cannot be told (Kubernetes RBAC)
+        rows = [{"time": now, "node": n.name, "gpu": g.index, "job": g.job,
+                 "held": bool(g.job or g.held_by) or (None if g.unknown else False), "utilization": g.utilization,
                  "memory_used": g.memory_used, "memory_total": g.memory_total}
                 for n in self._clients.get().nodes() for g in n.gpus]
         with self._lock:

@@ -367,6 +367,10 @@ class Gpu(BaseModel):
     job: str | None
     project: str | None = Field(None, description="the project of the job holding it (its page's ?project=); "
                                                   "null when free, or when that job could not be read")
+    held_by: str | None = Field(None, description="held by a workload not dtrain's: its pod, NAMESPACE/NAME "
+                                                  "(Kubernetes); null when free or held by a dtrain job")
+    unknown: bool = Field(False, description="whether it is held cannot be told (Kubernetes: pods this account "
+                                             "may not list, as the Warning header says): not free")
 
 
 class Node(BaseModel):
@@ -385,6 +389,8 @@ class GpuSample(BaseModel):
     node: str
     gpu: str
     job: str | None
+    held: bool | None = Field(None, description="held by a dtrain job or another workload; null where that "
+                                                "cannot be told (Kubernetes: pods this account may not list)")
     utilization: float | None
     memory_used: int | None
     memory_total: int | None
@@ -426,7 +432,8 @@ def node_out(n) -> Node:
     return Node(name=n.name, gpus_allocatable=n.gpus_allocatable, gpus_allocated=n.gpus_allocated, cpus=n.cpus,
                 memory=n.memory, gpus=[Gpu(index=g.index, name=g.name, memory_total=g.memory_total,
                                            memory_used=g.memory_used, utilization=g.utilization, job=g.job,
-                                           project=g.project) for g in n.gpus], labels=dict(n.labels))
+                                           project=g.project, held_by=g.held_by, unknown=g.unknown) for g in n.gpus],
+                labels=dict(n.labels))
 
 
 # ---- volumes and snapshots ----------------------------------------------------------------------

@@ -144,6 +144,14 @@ def pod_reader_fix(namespace: str) -> str:
             f"--role=dtrain-pod-reader --user=USER' (or --serviceaccount=NAMESPACE:NAME) for this account")
 
 
+def node_reader_fix() -> str:
+    """How an admin lets an account see which pods hold each node's GPUs (`dtrain nodes`, as `kubectl
+    describe node` reads them): list on pods across the cluster, one ClusterRole and its binding."""
+    return ("ask an admin to run 'kubectl create clusterrole dtrain-node-reader --verb=list --resource=pods' and "
+            "'kubectl create clusterrolebinding dtrain-node-reader --clusterrole=dtrain-node-reader --user=USER' "
+            "(or --serviceaccount=NAMESPACE:NAME) for this account")
+
+
 def job_writer_fix(namespace: str) -> str:
     """How an admin lets an account run --snapshot-on-success's watcher, a batch Job, beside a kind it may
     run without batch rights (MPIJob, PyTorchJob, TrainJob): one Role and its RoleBinding (get: the submit's

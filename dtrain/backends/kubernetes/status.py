@@ -250,12 +250,23 @@ def _phase(pod: dict) -> str:
 
 
 def pod_gpus(pod: dict) -> int:
-    total = 0
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        res = c.get("resources") or {}
-        value = (res.get("requests") or {}).get(GPU_RESOURCE) or (res.get("limits") or {}).get(GPU_RESOURCE) or 0
-        total += int(value)
-    return total
+    """The GPUs a pod holds, as the scheduler and `kubectl describe node` count them: its containers'
+    together, or more while an init container needs more (init containers run one at a time, before
+    the others); a restartable init container (a sidecar) runs beside all that follow it."""
+    spec = pod.get("spec") or {}
+    sidecars = before = 0  # the sidecars started so far; the most any init step holds
+    for c in spec.get("initContainers") or []:
+        if c.get("restartPolicy") == "Always":
+            sidecars += _container_gpus(c)
+            before = max(before, sidecars)
+        else:
+            before = max(before, sidecars + _container_gpus(c))
+    return max(before, sidecars + sum(_container_gpus(c) for c in spec.get("containers") or []))
+
+
+def _container_gpus(container: dict) -> int:
+    res = container.get("resources") or {}
+    return int((res.get("requests") or {}).get(GPU_RESOURCE) or (res.get("limits") or {}).get(GPU_RESOURCE) or 0)
 
 
 def processes(kind: str, obj: dict, spec: JobSpec, pods: list[dict]) -> tuple[ProcessInfo, ...]:

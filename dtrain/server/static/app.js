@@ -620,6 +620,13 @@ function projectsPage(main) {
 // ---- nodes ---------------------------------------------------------------------------------
 // Each node's card holds the same parts: their ids are suffixed with the node's name (an id is one element of
 // the page: #gpus-table and #gpu-alloc were repeated on every node), their classes are not (.gpus-table).
+// Who holds a GPU: a dtrain job (a link), another workload (its pod), unknown (pods not readable), else free.
+function gpuHolder(g) {
+  if (g.job) return jobLink(g.job, g.project);
+  if (g.held_by) return `another workload (${g.held_by})`;
+  return g.unknown ? "unknown" : "free";
+}
+
 function nodesPage(main) {
   const holder = h("div", {});
   main.append(h("h1", {}, "Nodes"), holder);
@@ -629,20 +636,20 @@ function nodesPage(main) {
     // Pods Kubernetes did not let us list: GPUs allocated count some or none, as `dtrain nodes` warns
     redraw(holder, ...[warningNote(headers, "nodes-warning")].filter(Boolean), ...nodes.map(n => {
       const gpus = table(["GPU", "Name", "Job", "Utilization", "Memory used / total"], n.gpus.map(g => h("tr", {"data-gpu": g.index},
-        h("td", {}, g.index), h("td", {}, g.name || "-"), h("td", {class: "job"}, g.job ? jobLink(g.job, g.project) : "free"),
+        h("td", {}, g.index), h("td", {}, g.name || "-"), h("td", {class: "job"}, gpuHolder(g)),
         h("td", {}, g.utilization === null ? "-" : h("span", {}, h("span", {class: "bar"}, h("i", {style: `width:${g.utilization}%`})), ` ${g.utilization.toFixed(0)}%`)),
         h("td", {}, `${size(g.memory_used)} / ${size(g.memory_total)}`))), {id: "gpus-table-" + n.name, class: "gpus-table"});
       const mine = hist.filter(s => s.node === n.name);
       const byGpu = key => n.gpus.map(g => ({name: "GPU " + g.index, points: mine.filter(s => s.gpu === g.index).map(s => [s.time, s[key]])}));
       const t = x => new Date(x * 1000).toLocaleTimeString();
-      const held = n.gpus.map(g => ({name: "GPU " + g.index, points: mine.filter(s => s.gpu === g.index).map(s => [s.time, s.job ? 1 : 0])}));
+      const held = n.gpus.map(g => ({name: "GPU " + g.index, points: mine.filter(s => s.gpu === g.index).map(s => [s.time, s.held === null ? null : s.held ? 1 : 0])}));
       return h("div", {class: "card node", "data-node": n.name},
         h("h2", {}, n.name), h("div", {class: "kv"},
           h("div", {}, "GPUs allocated / allocatable"), h("div", {id: "gpu-alloc-" + n.name, class: "gpu-alloc"}, `${n.gpus_allocated} / ${n.gpus_allocatable}`),
           h("div", {}, "CPUs"), h("div", {}, n.cpus ?? "-"), h("div", {}, "Memory"), h("div", {}, size(n.memory))),
         h("h2", {}, "GPUs"), n.gpus.length ? gpus : h("p", {class: "muted"}, "no GPUs"),
         n.gpus.length ? h("div", {class: "row"},
-          h("div", {class: "card"}, h("h2", {}, "Held by a job (1) or free (0), last minutes"), lineChart(held, {label: `Held by a job (1) or free (0), ${n.name}`, xfmt: t, ymin: 0, ymax: 1, empty: "the first sample comes a few seconds after the server starts"}), legend(held)),
+          h("div", {class: "card"}, h("h2", {}, "Held (1) or free (0), last minutes"), lineChart(held, {label: `Held (1) or free (0), ${n.name}`, xfmt: t, ymin: 0, ymax: 1, empty: "the first sample comes a few seconds after the server starts"}), legend(held)),
           h("div", {class: "card"}, h("h2", {}, "Utilization % (last minutes)"), lineChart(byGpu("utilization"), {label: `Utilization %, ${n.name}`, xfmt: t, ymin: 0, ymax: 100, empty: "no utilization reported (NVML absent: injected GPUs)"}), legend(byGpu("utilization"))),
           h("div", {class: "card"}, h("h2", {}, "Memory used (last minutes)"), lineChart(byGpu("memory_used"), {label: `Memory used, ${n.name}`, xfmt: t, yfmt: size, ymin: 0, empty: "no memory reported (NVML absent: injected GPUs)"}), legend(byGpu("memory_used")))) : null);
     }));
