@@ -30,6 +30,8 @@ SIZE_RE = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[eE][-+
 # A StorageClass name: a DNS-1123 subdomain, dot-separated labels that start and end with a letter or
 # digit. Its 253-character bound is check_storage_class's: Rust's regex (the HTTP schema) has no lookahead.
 CLASS_RE = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+# check_mounted_volume's rule as one pattern (the HTTP API's schema): a volume name, or a dotted claim's
+CLAIM_RE = re.compile(rf"^(?:{NAME_RE.pattern[1:-1]}|{CLASS_RE.pattern[1:-2]}+)$")
 MAX_CLASS = 253
 _UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _EXPONENTS = {None: "0", "n": "-9", "u": "-6", "m": "-3", "k": "3", "K": "3", "M": "6", "G": "9", "T": "12",
@@ -115,6 +117,21 @@ def check_mounted_volume(name) -> str:
     if isinstance(name, str) and "." in name:
         return check_subdomain(name, "volume name", "'data.v1'", term=" (an existing Kubernetes claim's full name)")
     return check_name(name, "volume")
+
+
+def is_claim_name(name: str) -> bool:
+    """Whether `name` is a claim another tool made (a dot, which no dtrain volume name has): one
+    dtrain mounts (--pvc NAME:MOUNT) and shows, and never changes (claim_refusal)."""
+    return isinstance(name, str) and "." in name
+
+
+def claim_refusal(name: str, verb: str, kubectl: str, cmd=lambda words: f"dtrain {words}") -> str:
+    """Why `verb` leaves another tool's claim alone, the verbs that take it (`cmd`: as a hint names
+    them), and the command that does it (`kubectl`): as Run:AI's --existing-pvc, the claim's life is
+    the tool's that made it."""
+    return (f"volume {name!r} is a claim another tool made (its name has a '.'), which dtrain mounts (--pvc "
+            f"{name}:MOUNT) and shows ('{cmd(f'volume describe {name}')}', '{cmd('volume list')}') but does not "
+            f"{verb}: use that tool, or {kubectl}")
 
 
 def dotted_volume_refusal(name: str, mount_path: str) -> str:

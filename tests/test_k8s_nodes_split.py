@@ -151,3 +151,47 @@ def _texts(driver, css: str) -> list[str]:
     """Every match's text, read in one script (the page re-renders on each poll)."""
     return driver.execute_script("return [...document.querySelectorAll(arguments[0])].map(e => e.innerText.trim())",
                                  css)
+
+
+# ------------------------------------------------------------------------- another tool's claim (a dotted name)
+
+
+def _claim(cluster, name: str = "data.v1") -> None:
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": name, "namespace": NS},
+                    "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}})
+
+
+def test_another_tools_claim_is_described_by_the_cli_and_the_http_api(tmp_path, home, backend, cluster):
+    _claim(cluster)
+    with FakeKubeServer(cluster) as server:
+        r = _cli(home, tmp_path, server)("volume", "describe", "data.v1")
+    assert r.returncode == 0 and "Name: data.v1" in r.stdout and "namespace: dtrain-lanes" in r.stdout
+    got = _http(tmp_path, backend).get("/api/v1/volumes/data.v1")
+    assert got.status_code == 200, got.text
+    assert (got.json()["name"], got.json()["size"]) == ("data.v1", "1Gi")
+
+
+@pytest.mark.parametrize("args, verb, kubectl", [
+    (("volume", "delete", "data.v1"), "delete", "'kubectl delete pvc data.v1 -n dtrain-lanes'"),
+    (("volume", "delete", "data.v1", "--force"), "delete", "'kubectl delete pvc data.v1 -n dtrain-lanes'"),
+    (("volume", "update", "data.v1", "--class", "fast"), "change", "'kubectl edit pvc data.v1 -n dtrain-lanes'"),
+    (("volume", "update", "data.v1", "--class", "fast", "--dry-run"), "change", "'kubectl edit pvc data.v1"),
+    (("snapshot", "create", "data.v1"), "snapshot", "a VolumeSnapshot of it made with kubectl apply -n dtrain-lanes"),
+    (("snapshot", "create", "data.v1", "--dry-run"), "snapshot", "a VolumeSnapshot of it"),
+])
+def test_verbs_that_change_another_tools_claim_refuse_in_one_line_naming_those_that_take_it(
+        tmp_path, home, cluster, args, verb, kubectl):
+    """`snapshot create data.v1` made a snapshot 'data.v1-<time>' that no snapshot verb could name, and
+    `volume delete data.v1` deleted a claim another tool (Run:AI's --existing-pvc) keeps."""
+    _claim(cluster)
+    with FakeKubeServer(cluster) as server:
+        r = _cli(home, tmp_path, server)(*args, check=False)
+    assert r.returncode == 2 and r.stdout == ""
+    [line] = r.stderr.splitlines()
+    assert line.startswith("dtrain: error: volume 'data.v1' is a claim another tool made (its name has a '.'), "
+                           "which dtrain mounts (--pvc data.v1:MOUNT) and shows ('dtrain volume describe data.v1', "
+                           f"'dtrain volume list') but does not {verb}: use that tool, or ")
+    assert kubectl in line
+    assert cluster.get("", "persistentvolumeclaims", NS, "data.v1")["metadata"]["name"] == "data.v1"
+    assert cluster.items("snapshot.storage.k8s.io", "volumesnapshots") == []

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator
 from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotReadyError, NotSupportedError, SpecError,  # noqa: F401
                            TimeoutError_, UnavailableError)  # (re-exported)
 from dtrain.names import (EXEC_RUNNING_WAIT, MAX_TAIL, MAX_WAIT, check_gpu_quota, check_limit_bytes,  # noqa: F401
-                          check_exec_rank, check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
+                          check_exec_rank, check_mounted_volume, check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
                           check_since, parse_volume_size, shown, since_refusal, status_refusal, with_near)
 from dtrain.spec import JobSpec
 
@@ -832,7 +832,10 @@ class Backend(abc.ABC):
             yield
         except NotFoundError as err:
             if isinstance(name, str):
-                check_name(name, noun or what)  # malformed: this SpecError, raised from the lookup
+                if what == "volume" and noun is None:  # a dotted claim's full name ('data.v1') is well formed
+                    check_mounted_volume(name)
+                else:
+                    check_name(name, noun or what)  # malformed: this SpecError, raised from the lookup
             if len(err.args) == 1 and isinstance(err.args[0], str) and isinstance(name, str):
                 err.args = (self._with_near(err.args[0], what, name),)
             raise

@@ -25,9 +25,9 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match, Mount
 
 from dtrain import db, errors
-from dtrain.names import (WrittenFloat, WrittenInt, check_gpu_quota, check_limit_bytes, check_name,
-                          check_page, check_since, check_storage_class, check_tail, parse_least_size, parse_volume_size,
-                          rank_refusal, shown, status_refusal, wait_refusal)
+from dtrain.names import (WrittenFloat, WrittenInt, check_gpu_quota, check_limit_bytes, check_mounted_volume,
+                          check_name, check_page, check_since, check_storage_class, check_tail, parse_least_size,
+                          parse_volume_size, rank_refusal, shown, status_refusal, wait_refusal)
 from dtrain.numbers import whole_number
 from dtrain.server import routes_cluster, routes_jobs, routes_notebooks, routes_storage, wire
 from dtrain.server.auth import Guard
@@ -348,7 +348,7 @@ def _pattern_refusal(request, pattern: str | None, value, loc: list[str]) -> str
     checks = {wire.NAME: lambda v: check_name(v, named),
               wire.VOLUME_SIZE: parse_volume_size,
               wire.SIZE: lambda v: parse_least_size(v, "--memory", minimum=MIN_MEMORY, example=MEMORY_EXAMPLE),
-              wire.CLASS: check_storage_class}
+              wire.CLASS: check_storage_class, wire.CLAIM: check_mounted_volume}
     try:
         checks.get(pattern, lambda v: None)(value)
     except errors.SpecError as refused:

@@ -32,7 +32,7 @@ def create_volume(request: Request, body: wire.VolumeIn, project: wire.StoragePr
 
 
 @router.get("/volumes/{name}", response_model=wire.Volume, responses=ERRORS)
-def get_volume(request: Request, name: wire.VolumeName, project: wire.StorageProject = None):
+def get_volume(request: Request, name: wire.ClaimName, project: wire.StorageProject = None):
     return wire.Volume.model_validate(client(request).get_volume(name, project=project))
 
 

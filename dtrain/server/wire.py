@@ -14,7 +14,7 @@ from fastapi import Path, Query
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WrapValidator, create_model
 from pydantic.fields import FieldInfo
 
-from dtrain.names import (CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, MAX_TIME, MIN_VOLUME, NAME_RE,  # noqa: F401
+from dtrain.names import (CLAIM_RE, CLASS_RE, MAX_GPU_QUOTA, MAX_OFFSET, MAX_PAGE, MAX_TIME, MIN_VOLUME, NAME_RE,  # noqa: F401
                           SIZE_RE, WrittenFloat, WrittenInt)
 from dtrain.numbers import real_number, whole, whole_number
 from dtrain.spec import (MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MAX_RESTARTS,
@@ -46,10 +46,14 @@ def _at_least(least: int, digits: int) -> str:
 VOLUME_SIZE = "^(?:" + "|".join(f"{_at_least(_LEAST[s], n + 1)}(?:\\.[0-9]+)?{s}" for s, n in _DIGITS.items()) \
     + "|1Ei|1E)$"
 CLASS = CLASS_RE.pattern
+CLAIM = CLAIM_RE.pattern
 
 JobName = Annotated[str, Path(pattern=NAME, description="a job name")]
 NotebookName = Annotated[str, Path(pattern=NAME, description="a notebook name")]
 VolumeName = Annotated[str, Path(pattern=NAME, description="a volume name")]
+# what GET /volumes/{name} reads: also another tool's Kubernetes claim, by its full name ('data.v1')
+ClaimName = Annotated[str, Path(pattern=CLAIM, max_length=253, description="a volume name, or on Kubernetes an "
+                                "existing claim's full name (dots and all), as --pvc NAME:MOUNT takes it")]
 SnapshotName = Annotated[str, Path(pattern=NAME, description="a snapshot name")]
 # A route on one job: the job's project, as the CLI's -p on a job verb (`dtrain logs NAME -p team`)
 SnapshotProject = Annotated[str | None, Query(pattern=NAME, description=(

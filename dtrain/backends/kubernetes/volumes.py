@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING
 
 from dtrain.backends.base import FreedInfo, Listed, Notice, Progress, SnapshotInfo, StorageClassInfo, VolumeInfo
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
-from dtrain.names import near_name, parse_size, with_near
+from dtrain.names import claim_refusal, is_claim_name, near_name, parse_size, with_near
 
 from .client import EVENT, POD, PVC, Forbidden, Missing, Unanswered, Unauthenticated
 from .objects import (ANN_DEFAULT_CLASS, ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, ANN_SPEC, LABEL_JOB,
@@ -31,6 +31,10 @@ if TYPE_CHECKING:
 
     from .client import KubeApi
     from .config import KubernetesConfig
+
+
+# How another tool's claim gets a class dtrain does not set on it (volume update --class)
+_PATCH = "'kubectl edit pvc {name} -n {namespace}' (spec.volumeAttributesClassName)"
 
 
 def _bytes(quantity: str | None) -> int | None:
@@ -162,6 +166,14 @@ class VolumeVerbs:
     def _list_volumes(self) -> list[VolumeInfo]:
         return [volume_info(p) for p in self.api.list(PVC, self.namespace)]
 
+    def _own_pvc(self, name: str, verb: str, kubectl: str) -> dict:
+        """The PVC of a verb that changes it or snapshots it: refused, in one line, for another tool's
+        claim (a dotted name), whose life is that tool's; `kubectl`: the command that does it instead."""
+        if is_claim_name(name):
+            raise SpecError(claim_refusal(name, verb, kubectl.format(name=name, namespace=self.namespace),
+                                          self.cmd))
+        return self._pvc(name)
+
     def _pvc(self, name: str) -> dict:
         try:
             return self.api.read(PVC, self.namespace, name)
@@ -249,7 +261,7 @@ class VolumeVerbs:
         """Patch the PVC's volumeAttributesClassName (VolumeAttributesClass `storage_class`): the
         driver changes the tier without moving data; status.currentVolumeAttributesClassName
         follows when it is done."""
-        self._pvc(name)
+        self._own_pvc(name, "change", _PATCH)
         pvc = self.api.patch(PVC, self.namespace, name, render_volume_class_patch(storage_class))
         if (pvc.get("spec") or {}).get("volumeAttributesClassName") != storage_class:
             # An API server with the feature gate off (the default before 1.34 on most clusters)
@@ -280,10 +292,12 @@ class VolumeVerbs:
                 f"{modify.get('status') or 'requested'}")
 
     def _render_volume_update(self, name: str, *, storage_class: str) -> list[dict]:
+        if is_claim_name(name):
+            self._own_pvc(name, "change", _PATCH)
         return render_volume_class_patch(storage_class)
 
     def _delete_volume(self, name: str, *, force: bool) -> None:
-        self._pvc(name)
+        self._own_pvc(name, "delete", "'kubectl delete pvc {name} -n {namespace}'")
         users = [p for p in self.api.list(POD, self.namespace)
                  if (p.get("status") or {}).get("phase") in ("Pending", "Running")
                  and any((v.get("persistentVolumeClaim") or {}).get("claimName") == name
@@ -325,7 +339,7 @@ class VolumeVerbs:
 
     def _render_snapshot(self, volume: str, *, name: str | None, job: str | None) -> list[dict]:
         """The VolumeSnapshot for `volume` (read, so that its size and class are recorded)."""
-        pvc = self._pvc(volume)
+        pvc = self._own_pvc(volume, "snapshot", "a VolumeSnapshot of it made with kubectl apply -n {namespace}")
         if name is None:
             name = f"{volume[:37].rstrip('-')}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
         spec = pvc.get("spec") or {}
