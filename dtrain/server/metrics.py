@@ -8,7 +8,9 @@
     dtrain_gpu_memory_used_bytes{node,gpu,modelName}
                                                 and dtrain_gpu_memory_total_bytes
     dtrain_gpu_allocated{node,gpu,modelName,job}
-                                                1 for each GPU a job holds
+                                                1 for each GPU a job holds; {node,gpu,modelName,held_by} for one
+                                                another workload holds (its pod, NAMESPACE/NAME), as `dtrain nodes`
+    dtrain_gpu_unknown{node,gpu,modelName}      1 for a GPU whose holder cannot be told (Kubernetes RBAC): not free
     dtrain_gpu_info{node,gpu,modelName}         1 for every GPU of the inventory, free ones too
     dtrain_job_processes{job,project,state}     running / pending processes of active jobs
     dtrain_job_gpus_allocated{job,project}      GPUs of active jobs
@@ -93,7 +95,11 @@ def _nodes(nodes):
     util = GaugeMetricFamily("dtrain_gpu_utilization_percent", "GPU utilisation", labels=gpu)
     used = GaugeMetricFamily("dtrain_gpu_memory_used_bytes", "GPU memory in use", labels=gpu)
     total = GaugeMetricFamily("dtrain_gpu_memory_total_bytes", "GPU memory", labels=gpu)
-    held = GaugeMetricFamily("dtrain_gpu_allocated", "1 for a GPU a job holds", labels=gpu + ["job"])
+    held = GaugeMetricFamily("dtrain_gpu_allocated", "1 for a GPU a job or another workload holds",
+                             labels=gpu + ["job"])
+    # held, but whether by anyone cannot be told: apart, so that neither a per-job join nor a count of free GPUs
+    # mistakes it (`dtrain nodes` shows "unknown")
+    unknown = GaugeMetricFamily("dtrain_gpu_unknown", "1 for a GPU whose holder cannot be told", labels=gpu)
     # 1 for every GPU of the inventory (an info metric, as dcgm-exporter's): a free GPU without NVML values had no
     # series, so nothing said which model it was, and a join `* on(node, gpu) group_left(modelName)` found nothing
     info = GaugeMetricFamily("dtrain_gpu_info", "1 for each GPU of the inventory, its model as a label", labels=gpu)
@@ -108,7 +114,11 @@ def _nodes(nodes):
                     family.add_metric(labels, value)
             if g.job:
                 held.add_metric(labels + [g.job], 1)
-    yield from (allocatable, allocated, info, util, used, total, held)
+            elif g.held_by:  # another workload's: `held_by` instead of `job`, so a per-job join does not take it
+                held.add_sample("dtrain_gpu_allocated", dict(zip(gpu, labels), held_by=g.held_by), 1)
+            elif g.unknown:
+                unknown.add_metric(labels, 1)
+    yield from (allocatable, allocated, info, util, used, total, held, unknown)
 
 
 def metrics_route(clients):

