@@ -181,8 +181,9 @@ def test_snapshot_on_success_of_an_existing_volume_records_its_size_and_class(ba
     watcher = cluster.get("batch", "jobs", NS, "train-snap")
     script = watcher["spec"]["template"]["spec"]["containers"][0]["command"][-1]
     manifest = json.loads("{" + script.split("\n{", 1)[1].split("\nEOF", 1)[0])
-    assert manifest["metadata"]["annotations"] == {"dtrain.io/source-size": "7Gi",
-                                                   "dtrain.io/source-storage-class": "fast"}
+    annotations = manifest["metadata"]["annotations"]
+    assert json.loads(annotations.pop("dtrain.io/spec"))["snapshot_on_success"] == "data"  # the job's spec too
+    assert annotations == {"dtrain.io/source-size": "7Gi", "dtrain.io/source-storage-class": "fast"}
     cluster.transition(NS, "train", "Complete")
     assert backend.get("train").snapshot == "train-success"
     [snap] = cluster.items("snapshot.storage.k8s.io", "volumesnapshots", NS)

@@ -5,12 +5,17 @@ Kubernetes tests drive the official `kubernetes` client against the shipped fake
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
 pytest.importorskip("prometheus_client", reason="the 'server' extra is not installed")
 
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
+
+from dtrain.backends.kubernetes.objects import ANN_SPEC  # noqa: E402
+from dtrain.spec import JobSpec, parse_pvc  # noqa: E402
 
 from test_audit12_k8s import _http  # noqa: E402
 from test_k8s_backend import NS, backend, cluster, make_backend, spec  # noqa: E402,F401  (their fixtures)
@@ -50,3 +55,17 @@ def test_metrics_export_a_gpu_whose_holder_cannot_be_told_as_unknown_not_free(tm
     assert [s["gpu"] for s in scraped["dtrain_gpu_unknown"]] == ["1", "2", "3"]
     taken = {(s["node"], s["gpu"]) for s in scraped["dtrain_gpu_allocated"] + scraped["dtrain_gpu_unknown"]}
     assert [s for s in scraped["dtrain_gpu_info"] if (s["node"], s["gpu"]) not in taken] == []
+
+
+def test_a_manual_kubernetes_snapshot_of_a_job_records_its_spec_as_snapshot_on_success_does(backend, cluster):
+    backend.create_volume("data", size="7Gi")
+    submitted = spec(volumes=(parse_pvc("data:/data"),))
+    backend.submit(submitted)
+    [dry] = backend.render_snapshot("data", name="data-v1", job="train")
+    assert json.loads(dry["metadata"]["annotations"][ANN_SPEC]) == backend.get("train").spec.to_dict()
+    made = backend.create_snapshot("data", name="data-v1", job="train")
+    assert made.job_spec == backend.get_snapshot("data-v1").job_spec == backend.get("train").spec.to_dict()
+    assert JobSpec.from_stored(made.job_spec).volumes == submitted.volumes
+    # a job the cluster no longer has (ttl_seconds_after_finished) is named, its spec unknown, as before
+    assert backend.create_snapshot("data", name="data-v2", job="gone").job_spec is None
+    assert backend.create_snapshot("data", name="data-v3").job_spec is None

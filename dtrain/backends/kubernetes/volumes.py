@@ -29,6 +29,8 @@ from .status import job_status, parse_time, spec_of
 if TYPE_CHECKING:
     from collections.abc import Callable
 
+    from dtrain.spec import JobSpec
+
     from .client import KubeApi
     from .config import KubernetesConfig
 
@@ -99,6 +101,8 @@ class VolumeVerbs:
     def cmd(self, words: str) -> str: ...  # `dtrain WORDS` as a hint names it: with -p PROJECT where needed
 
     def _job_objects(self, namespace: str | None) -> list[tuple[Resource, dict]]: ...
+
+    def _find(self, name: str) -> tuple[Resource, dict]: ...
 
     # ---------------------------------------------------------------- volumes
 
@@ -338,14 +342,25 @@ class VolumeVerbs:
     # ---------------------------------------------------------------- snapshots
 
     def _render_snapshot(self, volume: str, *, name: str | None, job: str | None) -> list[dict]:
-        """The VolumeSnapshot for `volume` (read, so that its size and class are recorded)."""
+        """The VolumeSnapshot for `volume` (read, so that its size and class are recorded), with `job`'s
+        spec as --snapshot-on-success's carries it, where that job can still be read."""
         pvc = self._own_pvc(volume, "snapshot", "a VolumeSnapshot of it made with kubectl apply -n {namespace}")
         if name is None:
             name = f"{volume[:37].rstrip('-')}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
         spec = pvc.get("spec") or {}
         return [render_snapshot(name, volume, project=self.config.project, config=self.config, job=job,
                                 source_size=spec["resources"]["requests"]["storage"],
-                                source_class=spec.get("storageClassName"))]
+                                source_class=spec.get("storageClassName"), job_spec=self._spec_if_found(job))]
+
+    def _spec_if_found(self, job: str | None) -> JobSpec | None:
+        """`job`'s spec; None for a job the cluster no longer has (ttl_seconds_after_finished deletes it) or
+        this account may not read: the snapshot is linked to it by name all the same, as it was before."""
+        if job is None:
+            return None
+        try:
+            return spec_of(self._find(job)[1])
+        except (NotFoundError, Forbidden):
+            return None
 
     def _create_snapshot(self, volume: str, *, name: str | None, job: str | None,
                          progress: Progress | None) -> SnapshotInfo:
