@@ -69,3 +69,19 @@ def test_a_manual_kubernetes_snapshot_of_a_job_records_its_spec_as_snapshot_on_s
     # a job the cluster no longer has (ttl_seconds_after_finished) is named, its spec unknown, as before
     assert backend.create_snapshot("data", name="data-v2", job="gone").job_spec is None
     assert backend.create_snapshot("data", name="data-v3").job_spec is None
+
+
+@pytest.mark.parametrize("operator", ["Lt", "Gt"])
+def test_the_numeric_toleration_operators_of_kubernetes_1_35_are_refused_in_one_line_naming_the_version(operator):
+    from dtrain.errors import SpecError
+    from dtrain.spec import parse_toleration
+
+    for given in (f"operator={operator},key=example.com/sla,value=950", {"key": "example.com/sla",
+                                                                        "operator": operator, "value": "950"}):
+        with pytest.raises(SpecError) as e:
+            spec(tolerations=[given])
+        said = str(e.value)
+        assert said.startswith(f"toleration operator {operator} (a numeric comparison) is alpha in Kubernetes 1.35")
+        assert "TaintTolerationComparisonOperators" in said and "operator=Equal" in said and "\n" not in said
+    with pytest.raises(SpecError, match="alpha in Kubernetes 1.35"):
+        parse_toleration(f"key=a,operator={operator},value=1")
