@@ -1,6 +1,6 @@
 """Kubernetes and HTTP leftovers: /metrics counts a GPU another workload holds as allocated (and one
 whose holder cannot be told as unknown, not free), a manual Kubernetes snapshot records its job's
-spec, toleration operators Lt/Gt, and GET /jobs takes ?backend= as the CLI takes --backend.
+spec, and toleration operators Lt/Gt (Kubernetes 1.35, alpha) are refused in one line naming the gate.
 Kubernetes tests drive the official `kubernetes` client against the shipped fake API server."""
 
 from __future__ import annotations
