@@ -2,7 +2,7 @@
 
     dtrain_jobs{project,status}                 jobs in each status (every status of each project with jobs, zeros too)
     dtrain_node_gpus_allocatable{node}          GPUs on the node
-    dtrain_node_gpus_allocated{node}            GPUs held by jobs
+    dtrain_node_gpus_allocated{node}            GPUs held: by jobs, and on Kubernetes by other workloads
     dtrain_gpu_utilization_percent{node,gpu,modelName}
                                                 NVML utilisation (absent when unknown)
     dtrain_gpu_memory_used_bytes{node,gpu,modelName}
@@ -90,7 +90,7 @@ def _job_counts(counted):
 
 def _nodes(nodes):
     allocatable = GaugeMetricFamily("dtrain_node_gpus_allocatable", "GPUs on the node", labels=["node"])
-    allocated = GaugeMetricFamily("dtrain_node_gpus_allocated", "GPUs held by jobs", labels=["node"])
+    allocated = GaugeMetricFamily("dtrain_node_gpus_allocated", "GPUs held by jobs or other workloads", labels=["node"])
     gpu = ["node", "gpu", MODEL]
     util = GaugeMetricFamily("dtrain_gpu_utilization_percent", "GPU utilisation", labels=gpu)
     used = GaugeMetricFamily("dtrain_gpu_memory_used_bytes", "GPU memory in use", labels=gpu)
