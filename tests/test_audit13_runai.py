@@ -91,11 +91,11 @@ def test_a_misspelt_volume_at_submit_is_named_with_the_near_one(dt):
 
 # ---- an unknown flag in place of a required one -------------------------------------------------
 def test_an_unknown_flag_given_for_a_required_one_is_named(dt):
-    """`volume update work --tier fast` (NetApp's word for a volume's performance tier) said only that
-    --class is required, as if nothing had been typed; the unknown flag is named first."""
+    """`volume update work --speed fast` said only that --class is required, as if nothing had been
+    typed; the unknown flag is named first (NetApp's --tier has its own line: test_polish1)."""
     dt("volume", "create", "work", "--size", "1Gi")
-    proc = dt("volume", "update", "work", "--tier", "fast", check=False)
-    assert_usage_error(proc, "unrecognized arguments: --tier; the following arguments are required: --class",
+    proc = dt("volume", "update", "work", "--speed", "fast", check=False)
+    assert_usage_error(proc, "unrecognized arguments: --speed; the following arguments are required: --class",
                        "(see 'dtrain volume update --help')")
     proc = dt("artifacts", "train", "--t0", "out", check=False)
     assert_usage_error(proc, "unrecognized arguments: --t0 (did you mean --to?); the following arguments are "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import sys
@@ -11,6 +12,19 @@ from dtrain.cli import format as fmt
 from dtrain.cli.jobs import EXIT_TIMEOUT, wait_timeout
 from dtrain.client import Client
 from dtrain.errors import SpecError, TimeoutError_
+
+
+class NetAppTier(argparse.Action):
+    """NetApp's --tier (a volume's performance tier, as its reference names it), refused naming ours: a
+    tier is a storage class here, where argparse said only "unrecognized" (and, on `volume update`,
+    that --class was missing, as if nothing had been typed)."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} is NetApp's: a volume's performance tier is its storage class here: "
+                     f"--class {values or 'CLASS'} (the classes: 'dtrain volume classes')")
 
 
 def _progress():
@@ -320,6 +334,8 @@ def register(sub) -> None:
             c.add_argument("--json", action="store_true", help="print JSON")
     for verb in ("create", "delete"):
         _dry_run_flag(vs.choices[verb])
+    for verb in ("create", "update"):
+        vs.choices[verb].add_argument("--tier", action=NetAppTier)
     for c in vs.choices.values():
         _project_flag(c)
         _backend_flag(c)

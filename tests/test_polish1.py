@@ -1,0 +1,23 @@
+"""Small CLI frictions a new-user audit found: an environment variable given twice, the seed's
+snapshot request in `describe`'s spec, Run:AI's `top job`, NetApp's --tier, `notebook -x`, and
+SageMaker options on a local project."""
+
+from __future__ import annotations
+
+import json
+
+import yaml
+from conftest import assert_usage_error
+
+
+# ---- 4: NetApp's --tier ------------------------------------------------------------------------------
+def test_netapps_tier_is_pointed_at_class(dt):
+    dt("volume", "create", "work", "--size", "1Gi")
+    for words in (("volume", "update", "work", "--tier", "fast"), ("volume", "create", "w2", "--tier", "fast"),
+                  ("volume", "update", "work", "--tier=fast")):
+        proc = dt(*words, check=False)
+        assert_usage_error(proc, "--tier is NetApp's: a volume's performance tier is its storage class here: "
+                                 "--class fast", f"(see 'dtrain volume {words[1]} --help')")
+    assert dt.json("volume", "describe", "work")["storage_class"] == "local"
+    assert [v["name"] for v in dt.json("volume", "list")] == ["work"]
+
