@@ -21,3 +21,13 @@ def test_netapps_tier_is_pointed_at_class(dt):
     assert dt.json("volume", "describe", "work")["storage_class"] == "local"
     assert [v["name"] for v in dt.json("volume", "list")] == ["work"]
 
+
+# ---- 5: `notebook -x` --------------------------------------------------------------------------------
+def test_notebook_with_a_dashed_word_meets_the_naming_rule(dt):
+    proc = dt("notebook", "-x", check=False)
+    assert_usage_error(proc, "'-x' is neither an option of 'dtrain notebook' nor a name: names are",
+                       "(see 'dtrain notebook --help')")
+    assert "{NAME,list,open}" not in proc.stderr
+    # nothing given at all is still argparse's "required" line
+    assert_usage_error(dt("notebook", check=False), "the following arguments are required: {NAME,list,open}")
+

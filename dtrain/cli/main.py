@@ -354,9 +354,11 @@ class Parser(argparse.ArgumentParser):
 
     def _stray_name(self, message: str) -> str | None:
         """The word given for a missing name positional (one without choices: every verb's job, volume or
-        snapshot) that argparse read as an unknown option: '-x' before any '--'."""
+        snapshot; `notebook`'s NAME-or-action, whose choices take any word) that argparse read as an
+        unknown option: '-x' before any '--'."""
         head, _, missing = message.partition("the following arguments are required: ")
-        names = {a.metavar or a.dest for a in self._actions if not a.option_strings and a.choices is None}
+        names = {a.metavar or a.dest for a in self._actions
+                 if not a.option_strings and (a.choices is None or "\0" in a.choices)}  # no list holds "\0"
         if head or not names & set(missing.split(", ")):
             return None
         given = getattr(self, "_given", [])
