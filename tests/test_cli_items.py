@@ -101,7 +101,8 @@ def test_item08_nouns_as_runai_writes_them(tmp_path):
     assert [n["name"] for n in nodes] and all(n["cpus"] for n in nodes)
     for words in (("top", "node"), ("top", "nodes"), ("nodes", "node")):
         assert [n["name"] for n in json.loads(run(*words, "--json", home=home).stdout)] == [n["name"] for n in nodes]
-    assert_usage_error(run("top", "job", home=home), "invalid choice: 'job'")
+    listed = [j["name"] for j in json.loads(run("list", "--show-deleted", "--json", home=home).stdout)]
+    assert listed == ["x"] and json.loads(run("top", "job", "--json", home=home).stdout) == []  # `runai top job`: `list`'s
 
 
 # ---- 9: logs --rank / -t checked; wait --timeout has its own exit code --------------------------

@@ -10,6 +10,18 @@ import yaml
 from conftest import assert_usage_error
 
 
+# ---- 3: Run:AI's `top job` ------------------------------------------------------------------------
+def test_top_job_lists_the_jobs_as_list_does(dt):
+    dt("submit", "t1", "--", "true")
+    dt("wait", "t1")
+    for words in (("top", "job"), ("top", "jobs")):
+        assert [j["name"] for j in dt.json(*words)] == [j["name"] for j in dt.json("list")] == ["t1"]
+    table = dt("top", "job").stdout
+    assert table.splitlines()[0].split()[:2] == ["NAME", "STATUS"] and "GPUs Allocated (Requested)" in table
+    assert [n["name"] for n in dt.json("top", "node")] == [n["name"] for n in dt.json("nodes")]
+    assert_usage_error(dt("nodes", "job", check=False), "invalid choice: 'job'")  # `nodes` is the nodes only
+
+
 # ---- 4: NetApp's --tier ------------------------------------------------------------------------------
 def test_netapps_tier_is_pointed_at_class(dt):
     dt("volume", "create", "work", "--size", "1Gi")

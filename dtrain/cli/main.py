@@ -262,6 +262,10 @@ def cmd_project(args, client: Client) -> int:
 
 
 def cmd_nodes(args, client: Client) -> int:
+    if args.what in ("job", "jobs"):  # `runai top job`: the configured project's jobs, as `dtrain list` shows them
+        return jobs.cmd_list(argparse.Namespace(what="jobs", project=None, all_projects=False, show_deleted=False,
+                                                selector=None, json=args.json,
+                                                default_backend=args.default_backend), client)
     nodes = client.nodes()
     fmt.warn(nodes.notices)  # Kubernetes: pods this account may not list (GPUs allocated count some or none)
     if args.json:
@@ -531,9 +535,14 @@ def _add_nodes(sub) -> None:
     for verb, text in (("nodes", "nodes and their GPUs: allocation, utilization, memory"),
                        ("top", "alias of 'nodes': the GPU dashboard")):
         p = sub.add_parser(verb, help=text)
-        # Run:AI's `runai top node` (and kubectl's `top node`) name the kind: taken, as `list jobs` is
-        p.add_argument("what", nargs="?", choices=("node", "nodes"), metavar="node",
-                       help="optional, as in Run:AI's 'runai top node'")
+        # Run:AI's `runai top node` (and kubectl's `top node`) name the kind: taken, as `list jobs` is;
+        # `runai top job` lists the jobs with the GPUs they hold: `dtrain list`'s table
+        jobs_too = verb == "top"
+        p.add_argument("what", nargs="?", choices=("node", "nodes", *(("job", "jobs") if jobs_too else ())),
+                       metavar="node|job" if jobs_too else "node",
+                       help="optional, as in Run:AI's 'runai top node'" + (
+                           "; job: the jobs with their GPUs Allocated (Requested), as 'dtrain list' "
+                           "(which takes -p, -A, -l)" if jobs_too else ""))
         p.add_argument("--json", action="store_true", help="print a JSON list")
         p.set_defaults(handler=cmd_nodes)
 
