@@ -10,6 +10,18 @@ import yaml
 from conftest import assert_usage_error
 
 
+# ---- 2: the seed's ENABLE_SNAPSHOT + PVC_NAME in describe's spec ---------------------------------
+def test_describe_shows_the_seeds_snapshot_request_in_the_spec(dt):
+    dt("volume", "create", "data", "--size", "1Gi")
+    dt("submit", "snap", "-e", "ENABLE_SNAPSHOT=true", "-e", "PVC_NAME=data", "--pvc", "data:/mnt", "--", "true")
+    dt("wait", "snap")
+    text = dt("describe", "job", "snap").stdout
+    snapshot = next(line for line in text.splitlines() if line.startswith("Snapshot:")).split()[1]
+    assert snapshot.startswith("data-")
+    assert "  snapshot_on_success: data (from -e ENABLE_SNAPSHOT + PVC_NAME)" in text.splitlines()
+    assert dt.json("describe", "job", "snap")["spec"]["snapshot_on_success"] is None  # stored as given
+
+
 # ---- 3: Run:AI's `top job` ------------------------------------------------------------------------
 def test_top_job_lists_the_jobs_as_list_does(dt):
     dt("submit", "t1", "--", "true")

@@ -23,7 +23,7 @@ from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, as_typed_number, check_li
                           wait_refusal, written)
 from dtrain.numbers import exact, plain, real_number, whole_number  # whole_number: every whole-number flag's type=
 from dtrain.spec import (NUMBER_FIELDS, JobSpec, check_sagemaker_mapping, check_yaml_numbers, parse_env, parse_labels,
-                         parse_node_selector, parse_pvc, parse_toleration, sagemaker_backend, yaml_mapping)
+                         SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV, parse_node_selector, parse_pvc, parse_toleration, sagemaker_backend, yaml_mapping)
 from dtrain.spec_sagemaker import parse_channel, parse_hyperparameters
 
 # flag dest -> spec field, for flags that map one to one
@@ -441,7 +441,10 @@ def cmd_describe(args, client: Client) -> int:
         head["Billable / training seconds"] = f"{info.extra.get('billable_seconds')} / {info.extra['training_seconds']}"
     if info.extra.get("spot_saving_percent") is not None:
         head["Spot saving"] = f"{info.extra['spot_saving_percent']:.1f}%"
-    print(fmt.described(head, {"Spec": {**info.spec.to_dict(), "command": shlex.join(info.spec.command)}}))
+    spec = {**info.spec.to_dict(), "command": shlex.join(info.spec.command)}
+    if info.spec.snapshot_on_success is None and info.spec.snapshot_volume:  # the seed's form: the same request
+        spec["snapshot_on_success"] = f"{info.spec.snapshot_volume} (from -e {SNAPSHOT_ENV} + {SNAPSHOT_VOLUME_ENV})"
+    print(fmt.described(head, {"Spec": spec}))
     print("Processes:")
     print(_indent(fmt.table(["RANK", "STATUS", "EXIT CODE", "DEVICES", "NODE"],
                             [[p.rank, p.status, "-" if p.exit_code is None else p.exit_code,
