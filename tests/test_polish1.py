@@ -10,6 +10,29 @@ import yaml
 from conftest import assert_usage_error
 
 
+# ---- 1: a variable given two values ------------------------------------------------------------
+def test_an_env_variable_given_twice_keeps_the_last_with_a_warning(dt):
+    """As a pod does (Kubernetes keeps the last of a name, and warns that it hides the first) and
+    `docker run -e`: the last -e wins, and one line says so, naming the variable and both values."""
+    proc = dt("submit", "e1", "-e", "A=1", "-e", "A=2", "-e", "B=x", "-e", "B=x", "--dry-run", "--", "env")
+    assert yaml.safe_load(proc.stdout)["env"] == {"A": "2", "B": "x"}
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr  # B was given the same value twice: nothing to say
+    assert lines[0].startswith("dtrain: warning: -e A given twice ('1', then '2')"), lines[0]
+    assert "'2', is used" in lines[0]
+
+
+def test_an_env_flag_over_the_job_files_variable_says_the_flag_wins(dt, tmp_path):
+    job = tmp_path / "job.yaml"
+    job.write_text("name: e2\ncommand: [env]\nenv:\n  A: '1'\n  C: '3'\n")
+    proc = dt("submit", "-f", str(job), "-e", "A=2", "-e", "C=3", "--dry-run")
+    assert yaml.safe_load(proc.stdout)["env"] == {"A": "2", "C": "3"}
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "-e A='2' overrides env A: '1' of the job file" in lines[0] and "a flag wins over the file" in lines[0]
+    assert dt.json("list") == []  # a dry run: nothing submitted
+
+
 # ---- 2: the seed's ENABLE_SNAPSHOT + PVC_NAME in describe's spec ---------------------------------
 def test_describe_shows_the_seeds_snapshot_request_in_the_spec(dt):
     dt("volume", "create", "data", "--size", "1Gi")

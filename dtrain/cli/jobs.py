@@ -117,7 +117,7 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
                                              "CPUs shared out among the processes; each local process is pinned to its "
                                              "own cores when they go round)")
     p.add_argument("--memory", help="memory per process, e.g. 8Gi")
-    p.add_argument("-e", "--environment", action="append", metavar="KEY=VALUE", help="environment variable (repeat)")
+    p.add_argument("-e", "--environment", action="append", metavar="KEY=VALUE", help="environment variable (repeat; a name given twice keeps the last value, with a warning)")
     p.add_argument("--label", action="append", metavar="KEY=VALUE",
                    help="a label on the job (Kubernetes label, SageMaker tag; repeat); 'dtrain list -l' selects by it")
     p.add_argument("--pvc", action="append", metavar="SPEC",
@@ -260,7 +260,9 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     elif launcher == "dist" and data.get("launcher") in (None, "none"):  # the verb says distributed,
         data["launcher"] = "torchrun"  # as submit-mpi's does (a file's launcher: mpi is kept)
     if args.environment:
-        data["env"] = {**(data.get("env") or {}), **parse_env(args.environment)}
+        given = parse_env(args.environment)
+        _warn_env_twice(args.environment, data.get("env"), args.file)
+        data["env"] = {**(data.get("env") or {}), **given}
     if args.label:
         data["labels"] = {**(data.get("labels") or {}), **parse_labels(args.label)}
     node_selector_of(args, data)
@@ -278,6 +280,24 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     if isinstance(data["project"], str):  # the configured backend of the project, as `list` uses
         data.setdefault("backend", client.config.backend_for(data["project"]))
     return JobSpec.from_dict(data)
+
+
+def _warn_env_twice(items: list[str], from_file, file: str | None) -> None:
+    """One warning line per variable given two values: by -e twice, or by -e and the job file. The last
+    -e wins, as in a pod (Kubernetes keeps the last of a name, and warns that it "hides" the first) and in
+    `docker run -e`; a flag wins over the file, as every flag does. The same value twice says nothing."""
+    seen: dict[str, str] = {}
+    for item in items:
+        key, _, value = item.partition("=")
+        if key in seen and seen[key] != value:
+            print(f"dtrain: warning: -e {key} given twice ({shown(seen[key])}, then {shown(value)}): the last, "
+                  f"{shown(value)}, is used", file=sys.stderr)
+        seen[key] = value
+    if isinstance(from_file, Mapping):
+        for key, value in seen.items():
+            if key in from_file and str(from_file[key]) != value:
+                print(f"dtrain: warning: -e {key}={shown(value)} overrides env {key}: {shown(str(from_file[key]))} "
+                      f"of the job file {shown(file)} (a flag wins over the file)", file=sys.stderr)
 
 
 def _mount_of(entry) -> str | None:
