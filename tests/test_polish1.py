@@ -78,3 +78,21 @@ def test_notebook_with_a_dashed_word_meets_the_naming_rule(dt):
     # nothing given at all is still argparse's "required" line
     assert_usage_error(dt("notebook", check=False), "the following arguments are required: {NAME,list,open}")
 
+
+# ---- 6: SageMaker options on a project whose backend is local ----------------------------------------
+def test_sagemaker_options_on_a_local_project_name_the_backend_they_need(dt, tmp_path):
+    job = tmp_path / "sm.yaml"
+    job.write_text("name: smj\ncommand: [python, -c, 'print(1)']\nsagemaker:\n  instance_type: ml.m5.large\n")
+    for words in (("submit", "-f", str(job)), ("submit", "-f", str(job), "--dry-run")):
+        assert_usage_error(dt(*words, check=False),
+                           "the job file's sagemaker: options (instance_type) need --backend sagemaker (this "
+                           "project's backend is local), and SageMaker is not configured",
+                           "dtrain config sagemaker --role", "or leave them out to run on backend local")
+    assert_usage_error(dt("submit", "smk", "--instance-type", "ml.m5.large", "--", "true", check=False),
+                       "the SageMaker options (instance_type) need --backend sagemaker")
+    # asked for by name, the backend's own line stays; --local needs no AWS
+    proc = dt("submit", "-f", str(job), "--backend", "sagemaker", check=False)
+    assert_usage_error(proc, "SageMaker is not configured")
+    assert "need --backend sagemaker" not in proc.stderr
+    assert json.loads(dt("submit", "-f", str(job), "--local", "--dry-run").stdout)
+    assert dt.json("list", "-A") == []

@@ -239,9 +239,11 @@ def _check_blocks(data: Mapping) -> None:
 def spec_from_args(args: argparse.Namespace, command: list[str], client: Client, *, launcher: str | None) -> JobSpec:
     """Flags, a YAML file, or both -> the one JobSpec. Flags win over the file."""
     data: dict = {}
+    data_file: dict = {}
     if args.file is not None:  # `-f "$SPEC"` with SPEC unset names the file, not a missing job name
         raw = read_small_file(args.file, f"job file {shown(args.file)}", "job.yaml")
         data = dict(JobSpec.check_fields(yaml_mapping(raw, f"job file {shown(args.file)}", "name: train")))
+        data_file = dict(data)
         # the fields that take numbers (processes: 0x10 was 16); command and env keep the text as typed
         check_yaml_numbers({k: data[k] for k in (*NUMBER_FIELDS, "sagemaker") if k in data}, f"job file {shown(args.file)}")
         _check_blocks(data)
@@ -273,13 +275,17 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
         data["volumes"] = [*kept, *(v.to_flag() for v in given)]
     if args.image_pull_secret:
         data["image_pull_secrets"] = args.image_pull_secret
+    chosen = data.get("backend")
     _sagemaker_fields(args, data)
     if command:
         data["command"] = command
     data.setdefault("project", client.default_project)
     if isinstance(data["project"], str):  # the configured backend of the project, as `list` uses
         data.setdefault("backend", client.config.backend_for(data["project"]))
-    return JobSpec.from_dict(data)
+    spec = JobSpec.from_dict(data)  # the options' own refusals first (--max-wait 1e9), as on any backend
+    if chosen is None and spec.backend == "sagemaker":
+        _configured_for(spec, client, given=sorted(data.get("sagemaker") or {}), from_file="sagemaker" in data_file)
+    return spec
 
 
 def _warn_env_twice(items: list[str], from_file, file: str | None) -> None:
@@ -298,6 +304,22 @@ def _warn_env_twice(items: list[str], from_file, file: str | None) -> None:
             if key in from_file and str(from_file[key]) != value:
                 print(f"dtrain: warning: -e {key}={shown(value)} overrides env {key}: {shown(str(from_file[key]))} "
                       f"of the job file {shown(file)} (a flag wins over the file)", file=sys.stderr)
+
+
+def _configured_for(spec: JobSpec, client: Client, *, given: list[str], from_file: bool) -> None:
+    """SageMaker options with no backend named send a job to SageMaker (spec.sagemaker_backend): where
+    that is not configured, say that it was the options that chose it, not the configured backend (a
+    --local job needs no AWS)."""
+    backend = client.config.backend_for(spec.project)
+    if spec.sagemaker is None or spec.sagemaker.local or backend == "sagemaker":
+        return
+    config = client.sagemaker_config()
+    try:
+        config.require_aws()
+    except SpecError as err:
+        where = "the job file's sagemaker:" if from_file else "the SageMaker"
+        raise SpecError(f"{where} options ({', '.join(given)}) need --backend sagemaker (this project's "
+                        f"backend is {backend}), and {err} (or leave them out to run on backend {backend})") from None
 
 
 def _mount_of(entry) -> str | None:
