@@ -129,9 +129,9 @@ def claim_refusal(name: str, verb: str, kubectl: str, cmd=lambda words: f"dtrain
     """Why `verb` leaves another tool's claim alone, the verbs that take it (`cmd`: as a hint names
     them), and the command that does it (`kubectl`): as Run:AI's --existing-pvc, the claim's life is
     the tool's that made it."""
-    return (f"volume {name!r} is a claim another tool made (its name has a '.'), which dtrain mounts (--pvc "
-            f"{name}:MOUNT) and shows ('{cmd(f'volume describe {name}')}', '{cmd('volume list')}') but does not "
-            f"{verb}: use that tool, or {kubectl}")
+    return (f"volume {name!r} is a claim another tool made (its name has a '.'), which a job mounts (--pvc "
+            f"{name}:MOUNT) and '{cmd(f'volume describe {name}')}' and '{cmd('volume list')}' show, but which only "
+            f"that tool may {verb}: use it, or {kubectl}")
 
 
 def dotted_volume_refusal(name: str, mount_path: str) -> str:

@@ -415,8 +415,8 @@ class Toleration:
         key, value = self.key, self.value
         if self.operator in ("Lt", "Gt"):  # KEP-5471; a cluster without the gate creates the job but not its pods
             raise SpecError(f"toleration operator {self.operator} (a numeric comparison) is alpha in Kubernetes 1.35 "
-                            f"(feature gate TaintTolerationComparisonOperators, off by default) and dtrain does not "
-                            f"take it: use operator=Equal with the taint's exact value, or operator=Exists")
+                            f"(feature gate TaintTolerationComparisonOperators, off by default), so it is not taken here:"
+                            f" use operator=Equal with the taint's exact value, or operator=Exists")
         if self.operator not in ("Equal", "Exists"):
             raise SpecError(f"invalid toleration operator {shown(self.operator)}: use Equal (the taint's value is "
                             f"value=...) or Exists (any value)")

@@ -190,8 +190,8 @@ def test_verbs_that_change_another_tools_claim_refuse_in_one_line_naming_those_t
     assert r.returncode == 2 and r.stdout == ""
     [line] = r.stderr.splitlines()
     assert line.startswith("dtrain: error: volume 'data.v1' is a claim another tool made (its name has a '.'), "
-                           "which dtrain mounts (--pvc data.v1:MOUNT) and shows ('dtrain volume describe data.v1', "
-                           f"'dtrain volume list') but does not {verb}: use that tool, or ")
+                           "which a job mounts (--pvc data.v1:MOUNT) and 'dtrain volume describe data.v1' and "
+                           f"'dtrain volume list' show, but which only that tool may {verb}: use it, or ")
     assert kubectl in line
     assert cluster.get("", "persistentvolumeclaims", NS, "data.v1")["metadata"]["name"] == "data.v1"
     assert cluster.items("snapshot.storage.k8s.io", "volumesnapshots") == []

@@ -372,7 +372,7 @@ class Gpu(BaseModel):
     project: str | None = Field(None, description="the project of the job holding it (its page's ?project=); "
                                                   "null when free, or when that job could not be read")
     held_by: str | None = Field(None, description="held by a workload not dtrain's: its pod, NAMESPACE/NAME "
-                                                  "(Kubernetes); null when free or held by a dtrain job")
+                                                  "(Kubernetes); null when free or held by one of dtrain's jobs")
     unknown: bool = Field(False, description="whether it is held cannot be told (Kubernetes: pods this account "
                                              "may not list, as the Warning header says): not free")
 
@@ -393,7 +393,7 @@ class GpuSample(BaseModel):
     node: str
     gpu: str
     job: str | None
-    held: bool | None = Field(None, description="held by a dtrain job or another workload; null where that "
+    held: bool | None = Field(None, description="held by one of dtrain's jobs or another workload; null where that "
                                                 "cannot be told (Kubernetes: pods this account may not list)")
     utilization: float | None
     memory_used: int | None
