@@ -146,12 +146,15 @@ def test_killed_process_fails_the_job(dt: Dtrain):
 
 def test_killed_process_is_restarted_with_max_restarts(dt: Dtrain, tmp_path):
     marker = tmp_path / "attempts"
-    code = (f"import os,time\nopen({str(marker)!r},'a').write('x')\nprint('attempt', os.environ['DTRAIN_ATTEMPT'],"
-            f" flush=True)\nif len(open({str(marker)!r}).read()) < 2: time.sleep(60)")
+    # the line first, then the mark: a mark read back means the line was written (open() makes the file
+    # before its 'x' is written, so the test waits for the 'x', not for the file)
+    code = (f"import os,time\nprint('attempt', os.environ['DTRAIN_ATTEMPT'], flush=True)\n"
+            f"with open({str(marker)!r},'a') as f: f.write('x')\n"
+            f"if len(open({str(marker)!r}).read()) < 2: time.sleep(60)")
     dt("submit", "phoenix", "--max-restarts", "1", "--", "python", "-c", code)
     dt.wait_for("phoenix", {"Running"})
     deadline = time.monotonic() + 30
-    while not marker.exists() and time.monotonic() < deadline:
+    while not (marker.exists() and marker.read_text()) and time.monotonic() < deadline:
         time.sleep(0.05)
     os.kill(rank_record(dt.home, "phoenix", 0)["pid"], signal.SIGKILL)
     info = dt.wait_for("phoenix", {"Succeeded", "Failed"})
