@@ -16,7 +16,8 @@ demo-tiny: setup
 	@PATH="$(CURDIR)/$(VENV)/bin:$$PATH" DEMO_RECIPE=tiny bash scripts/demo.sh
 
 # `make test` is the everyday suite (under 20 minutes on 2 cores); the end-to-end runs marked
-# slow (the demo, pipelines, fault injection, repeat runs, the browser) are `make test-slow`.
+# slow (the demo, pipelines, fault injection, repeat runs, the browser) and every test that took
+# 2 s or more (pytest --durations=0) are `make test-slow`.
 # CI (.ci/run) runs both.
 test: setup
 	$(PY) -m pytest -q tests -m "not slow"

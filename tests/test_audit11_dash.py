@@ -33,6 +33,7 @@ def team_a_trained(dt: Dtrain, *, gpu: bool = False) -> None:
 
 
 # ---- fast: the HTTP answers the links are made of, the page's addresses ----------------------------------------
+@pytest.mark.slow
 def test_a_gpus_job_and_a_lineage_job_carry_their_project_and_a_job_its_volumes(home, tmp_path, monkeypatch):
     """The Nodes page and the lineage had only a job's name to link: a GPU's holder and a lineage job node now say
     its project; a job says the volumes it mounts (its page's Snapshot buttons), a new one by its made name."""

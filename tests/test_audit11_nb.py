@@ -85,6 +85,7 @@ def test_notebook_list_with_only_deleted_ones_names_show_deleted(dt: Dtrain):
     assert "gone" in dt("notebook", "list", "--show-deleted").stdout
 
 
+@pytest.mark.slow
 def test_resume_of_a_notebook_says_how_to_open_it_and_suspend_how_to_resume_it(dt: Dtrain):
     """`dtrain notebook NAME` names `notebook open NAME`; `dtrain resume NAME` of a notebook named nothing."""
     pytest.importorskip("jupyter_server", reason="notebooks need jupyter-server: pip install 'dtrain[notebook]'")
@@ -145,6 +146,7 @@ def test_the_kubeconfig_is_looked_for_as_kubectl_does(tmp_path, monkeypatch):
     assert server() == "https://other.example:6443"
 
 
+@pytest.mark.slow
 def test_no_kubeconfig_and_no_cluster_is_one_line_naming_where_it_looked(home, tmp_path):
     pytest.importorskip("kubernetes")
     from conftest import assert_usage_error

@@ -109,6 +109,7 @@ def test_cli_dry_run_without_a_cluster_prints_the_yaml_and_one_line(home, tmp_pa
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.slow
 def test_cli_dry_run_of_a_missing_volume_is_submits_line(home, tmp_path, cluster):
     with FakeKubeServer(cluster) as server:
         dt = _cli(home, tmp_path, server)
@@ -138,6 +139,7 @@ def _processes(text: str) -> list[list[str]]:
     return [line.split() for line in lines[1:]]
 
 
+@pytest.mark.slow
 def test_ranks_whose_pods_cannot_be_read_are_unknown_at_every_door(home, tmp_path, backend, cluster):
     """They were each Pending, which is false for a Running job; the RBAC hint stays in the message."""
     backend.submit(spec(launcher="torchrun", processes=2))
@@ -166,6 +168,7 @@ def test_ranks_whose_pods_cannot_be_read_are_unknown_at_every_door(home, tmp_pat
 # ------------------------------------------------------------------------- nodes name each GPU's job
 
 
+@pytest.mark.slow
 def test_nodes_give_each_allocated_gpu_its_job_and_project(home, tmp_path, backend, cluster):
     cluster.add_node("gpu-1", gpus=4)
     cluster.add_node("gpu-2", gpus=2)

@@ -88,6 +88,7 @@ def test_wait_volume_runs_out_naming_describe_and_ends_at_once_when_infeasible(b
         backend.wait_volume("work", timeout=-1)
 
 
+@pytest.mark.slow
 def test_the_cli_waits_for_the_class_and_exits_124_naming_describe(home, tmp_path):
     cluster = FakeCluster()
     server, dt = _on_kubernetes(home, tmp_path, cluster)

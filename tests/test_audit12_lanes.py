@@ -155,6 +155,7 @@ def test_reader_warnings_print_on_rank_0_only(tmp_path, monkeypatch, capsys, env
     assert len(capsys.readouterr().err.splitlines()) == printed
 
 
+@pytest.mark.slow
 def test_under_torchrun_three_ranks_print_each_warning_once(tmp_path):
     """torchrun's own environment, no platform, no process group: 3 ranks printed 3 copies of each."""
     labels = _noisy_labels(tmp_path)

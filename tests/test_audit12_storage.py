@@ -51,6 +51,7 @@ def test_a_missing_name_with_no_stray_word_is_still_argparses_line(tmp_path, mon
 
 
 # --- 2. job hints carry the job's -p and --backend -------------------------------------------------
+@pytest.mark.slow
 def test_a_volume_in_use_names_the_delete_of_each_job_with_its_project(dt, tmp_path):
     """"stop them (dtrain delete JOB)": no job named, and no -p (a job of team-b on a backend config.yaml
     sends elsewhere is not found by a bare `dtrain delete`)."""

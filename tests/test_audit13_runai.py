@@ -60,6 +60,7 @@ def test_runai_pod_flag_names_the_rank(dt, verb, tail):
 
 
 # ---- a hint that names a listing must list the job ----------------------------------------------
+@pytest.mark.slow
 def test_a_deleted_jobs_refusals_name_the_listing_that_shows_it(dt):
     """`runai delete` then `runai exec`/`resume` habits: the refusal said "see 'dtrain list'", which hides
     a Deleted job; the listing named is the one that shows it. A job that ended otherwise keeps 'dtrain list'."""

@@ -59,6 +59,7 @@ def test_a_backend_after_a_verb_that_takes_it_before_names_the_command(dt, words
     assert_usage_error(proc, f"takes --backend before the verb: {fixed} (see 'dtrain {words[0]} --help')")
 
 
+@pytest.mark.slow
 def test_a_job_submitted_to_kubernetes_is_named_there_when_looked_for_on_the_default_backend(dt, home, kube):
     job = dtrain.JobSpec(name="cifar", processes=2, launcher="torchrun", command=["python", "train.py"])
     assert dtrain.Client(home=home, backend="kubernetes").submit(job).backend == "kubernetes"
@@ -101,6 +102,7 @@ def test_an_sdk_client_lists_the_job_it_submitted_to_kubernetes(home, kube):
     assert [(j.name, j.backend) for j in client.list()] == [("s1", "kubernetes")]
 
 
+@pytest.mark.slow
 def test_a_kubernetes_name_in_use_names_the_delete_to_type_as_locally(dt, home, kube):
     def refused(*words):
         return dt(*words, "--backend", "kubernetes", check=False)

@@ -127,6 +127,7 @@ def test_the_api_refuses_as_the_cli_does(server, words, method, path, body, stat
     assert _stored(server.http) == before  # neither door stored anything
 
 
+@pytest.mark.slow
 def test_the_api_answers_the_cli_records(server):
     dt = server.dtrain()
     http = server.http

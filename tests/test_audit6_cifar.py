@@ -74,6 +74,7 @@ def test_a_full_or_read_only_folder_is_not_blamed_on_the_archive(tmp_path, archi
     assert path.read_bytes() == archive and list(out.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_the_python_archive_as_downloaded_is_data(tmp_path, archive):
     # A SageMaker channel of the one file (fit({"training": "s3://.../cifar-10-python.tar.gz"})) or a
     # folder holding the download: "no CIFAR10 batches ... create synthetic ones" before.

@@ -121,6 +121,7 @@ def test_pages_show_nvml_gpus_in_the_tables_units_and_long_messages_wrap(home, t
         server.stop()
 
 
+@pytest.mark.slow
 def test_metrics_count_the_gpus_a_queued_job_waits_for(home, tmp_path):
     """The dashboard shows a job's GPUs "allocated (requested)"; /metrics had only the allocated ones, so a
     job queued for GPUs (Run:AI's runai_job_requested_gpus) could not be seen or alerted on."""

@@ -31,6 +31,7 @@ def _lose_the_supervisor_after_its_ranks_exited_0(dt: Dtrain, name: str) -> int:
     return pid
 
 
+@pytest.mark.slow
 def test_a_supervisor_lost_after_every_rank_exited_0_leaves_the_job_succeeded_not_trained_again(tmp_path):
     """Before: the next command relaunched the job (restarts left: it trained again) or read it
     Failed, 'lost ... no restarts left', though every process had exited 0."""
@@ -92,6 +93,7 @@ def test_a_database_locked_past_the_busy_timeout_is_one_line_naming_the_holder(t
     assert "team" not in Dtrain(home)("project", "list").stdout
 
 
+@pytest.mark.slow
 def test_a_job_whose_state_database_was_removed_is_stopped_not_left_running_unseen(tmp_path):
     """Before: the job ran on, seen by no command (`list` empty, `delete` 'no job named'), and a job
     submitted again under its name ran beside it in the same folder."""

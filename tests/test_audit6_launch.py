@@ -3,6 +3,7 @@ job inherits, and what mpirun is told to pass on."""
 
 from __future__ import annotations
 
+import pytest
 import json
 import sys
 from pathlib import Path
@@ -39,6 +40,7 @@ def test_mpirun_passes_on_only_the_variables_the_job_has(tmp_path):
     assert not exported & {"DTRAIN_MEMORY", "DTRAIN_CPU", "DTRAIN_RANK_CPUS"} - set(env)
 
 
+@pytest.mark.slow
 def test_an_mpi_job_submitted_from_an_mpi_rank_with_limits_runs_on_its_own(dt, home):
     """From inside a rank of an MPI job with --memory (as from a notebook's terminal): the new job's
     ranks saw the outer rank's DTRAIN_MEMORY (held to its limit), mpirun refused to start ("does not
@@ -55,6 +57,7 @@ def test_an_mpi_job_submitted_from_an_mpi_rank_with_limits_runs_on_its_own(dt, h
     assert "could not find environment variable" not in Path(home / "jobs/inner/launcher.log").read_text()
 
 
+@pytest.mark.slow
 def test_a_job_with_its_own_path_still_gets_its_large_shm(dt):
     """-e PATH without bubblewrap's folder: the launch ran `bwrap` through the job's PATH and the job
     failed 'the launcher exited with code 127' (cannot start the launcher: No such file 'bwrap')."""

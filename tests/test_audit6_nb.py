@@ -50,6 +50,7 @@ def test_a_suspended_notebook_says_what_resume_brings_back_not_a_checkpoint(dt: 
         dt("delete", "paused")
 
 
+@pytest.mark.slow
 def test_open_of_a_resumed_notebook_waiting_for_gpus_says_it_waits(dt_gpus: Dtrain):
     """It read the last start's port and said "not serving on port N yet (Jupyter is starting, or another
     program holds the port): see 'dtrain logs q'", whose log was the last start's too."""
@@ -123,6 +124,7 @@ def test_a_file_made_in_jupyterlab_in_a_browser_is_what_a_training_job_and_a_sna
         dt("delete", "lab", check=False)
 
 
+@pytest.mark.slow
 def test_a_notebook_whose_supervisor_was_killed_names_a_way_back_it_takes(dt: Dtrain):
     """It said "no restarts left (--max-restarts 0)": `dtrain notebook` takes no --max-restarts."""
     import signal

@@ -120,6 +120,7 @@ def test_the_schema_types_the_notebook_routes(server):
     assert "403" in paths["paths"]["/api/v1/notebooks/{name}/url"]["get"]["responses"]
 
 
+@pytest.mark.slow
 def test_a_whole_cpu_count_is_stored_as_the_cli_stores_it_through_every_door(server, tmp_path):
     """JSON's `"cpu": 2` reached the spec as 2.0 (the body's number type), so a job posted to the API
     read `cpu: 2.0` in describe where `--cpu 2` reads `cpu: 2`; the SDK's float did the same."""

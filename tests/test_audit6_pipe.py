@@ -94,6 +94,7 @@ def test_a_bad_data_uri_says_what_is_wrong_with_it(uri, why):
     assert "channel" not in str(err.value)  # the pipeline's parameter, not the channel it becomes
 
 
+@pytest.mark.slow
 def test_the_run_refuses_a_bad_data_uri_in_one_line(dt):
     proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", "--param",
               "data_uri=s3://My_Bucket/cifar10", check=False)

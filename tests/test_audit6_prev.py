@@ -34,6 +34,7 @@ def _texts(proc) -> list[str]:
     return proc.stdout.splitlines()
 
 
+@pytest.mark.slow
 def test_logs_shows_the_current_attempt_and_previous_the_one_before(restarted):
     dt = restarted
     assert sorted(_texts(dt("logs", "retry"))) == ["[rank 0] attempt 1 rank 0", "[rank 1] attempt 1 rank 1"]
@@ -49,6 +50,7 @@ def test_logs_shows_the_current_attempt_and_previous_the_one_before(restarted):
     assert sorted(_texts(dt("logs", "retry", "-f", "--rank", "0"))) == ["attempt 1 rank 0"]
 
 
+@pytest.mark.slow
 def test_previous_cannot_be_followed(restarted):
     proc = restarted("logs", "retry", "--previous", "-f", check=False)
     assert proc.returncode != 0 and proc.stdout == ""
@@ -65,6 +67,7 @@ def test_previous_of_a_job_that_never_restarted_is_refused_in_one_line(dt):
     assert "no previous attempt (previous terminated container not found)" in proc.stderr
 
 
+@pytest.mark.slow
 def test_sdk_and_http_api_take_previous(restarted, home):
     client = Client(home=home)
     assert sorted(ln.text for ln in client.logs("retry")) == ["attempt 1 rank 0", "attempt 1 rank 1"]

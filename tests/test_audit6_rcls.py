@@ -54,6 +54,7 @@ def dtc(dt: Dtrain, tmp_path) -> Dtrain:
     return dt
 
 
+@pytest.mark.slow
 def test_cli_restore_into_another_class(dtc, tmp_path):
     src = Path(dtc.json("volume", "describe", "work")["extra"]["path"])
     plan = yaml.safe_load(dtc("snapshot", "restore", "s1", "--to", "quick", "--class", "fast", "--dry-run").stdout)

@@ -125,6 +125,7 @@ def test_a_suspended_job_keeps_nothing(store):
     assert scheduler.try_allocate(store, d, gpus) == ["0"]
 
 
+@pytest.mark.slow
 def test_cli_in_quota_job_runs_before_younger_default_jobs(dt_gpus: Dtrain, tmp_path):
     """Through the real commands: the waiting job says which job keeps the GPU, and the in-quota
     job starts before the default project's jobs submitted after it."""

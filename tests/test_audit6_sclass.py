@@ -144,6 +144,7 @@ def test_a_user_who_may_not_read_storage_classes_is_told_how_to_check(k8s):
     assert "kubectl auth can-i list storageclasses.storage.k8s.io" in str(err.value)
 
 
+@pytest.mark.slow
 def test_the_cli_lists_kubernetes_classes(k8s, home, tmp_path):
     _cluster, server, _make = k8s
     kubeconfig = tmp_path / "kubeconfig"

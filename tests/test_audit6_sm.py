@@ -28,6 +28,7 @@ def test_the_submit_hint_stays_plain_on_the_default_backend(dt: Dtrain, tmp_path
     dt("wait", "plain", "--timeout", "60")
 
 
+@pytest.mark.slow
 def test_purge_forgets_an_ended_local_job_and_frees_its_name(dt: Dtrain, tmp_path):
     """`delete --purge` said 'purged' and forgot nothing: the job stayed in `list` and its name taken.
     Now it is SageMaker's DeleteTrainingJob: the job is gone and the name may be used again."""

@@ -35,6 +35,7 @@ def test_logs_tail_minus_one_is_every_line_as_kubectl(done):
     assert "-1" in dt("logs", "--help").stdout
 
 
+@pytest.mark.slow
 def test_wait_takes_the_word_job_and_several_jobs(done):
     """`dtrain wait job X` was refused though `describe job X` takes it; kubectl wait takes several."""
     dt = done

@@ -37,6 +37,7 @@ def _wait(env: dict[str, str], name: str, timeout: float = 90) -> dict:
     raise AssertionError(f"{name} did not end: {info}")
 
 
+@pytest.mark.slow
 def test_list_without_aws_credentials_shows_the_local_jobs_and_says_why_aws_is_missing(tmp_path, monkeypatch):
     for key in [k for k in os.environ if k.startswith("AWS_")]:
         monkeypatch.delenv(key)  # the server below takes this environment, with _no_aws_env's on top

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import time
 
 from conftest import Dtrain
@@ -43,6 +44,7 @@ def test_a_snapshot_of_a_volume_nobody_writes_warns_of_nothing(dt: Dtrain):
     assert proc.stderr == "", proc.stderr
 
 
+@pytest.mark.slow
 def test_the_lineage_draws_a_deleted_snapshots_job_as_deleted_and_a_purged_one_as_gone(dt: Dtrain, tmp_path):
     """The lineage reads a page of jobs without the Deleted ones: a snapshot's deleted job was drawn
     with no status, as a job that was simply not read; now it is read by name (Deleted), and a

@@ -106,6 +106,7 @@ def test_an_update_to_the_class_the_volume_is_in_says_nothing_moved(dtc: Dtrain)
     assert "is now in storage class 'local'" in dtc("volume", "update", "work", "--class", "local").stdout
 
 
+@pytest.mark.slow
 def test_a_class_whose_disk_is_not_mounted_is_refused_not_claimed_again(dtc: Dtrain, fast_mount):
     """The empty mount point of an unmounted class disk looked like a new class folder: a move or a
     create there went to the disk beneath, hidden (Lost) once the class's disk was mounted again."""

@@ -35,6 +35,7 @@ def test_since_takes_go_durations_as_kubectl_does(done):
         assert proc.returncode == 2 and "invalid --since" in proc.stderr and len(proc.stderr.splitlines()) == 1
 
 
+@pytest.mark.slow
 def test_wait_timeout_takes_a_duration_as_kubectl_wait_does(dt):
     """`kubectl wait --timeout=10m`: '10m' was 'invalid float value'; a bad value is named as typed."""
     dt("submit", "long", "--", "sleep", "60")
@@ -47,6 +48,7 @@ def test_wait_timeout_takes_a_duration_as_kubectl_wait_does(dt):
     assert dt("wait", "long", "--timeout", "1m", check=False).returncode == 1
 
 
+@pytest.mark.slow
 def test_delete_all_deletes_every_job_of_the_project_as_runai_does(dt):
     """`runai delete job --all` / `-A`: was 'the following arguments are required' / 'unrecognized -A'."""
     dt("project", "create", "team")

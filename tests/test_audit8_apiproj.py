@@ -65,6 +65,7 @@ def http(team_b_on_kubernetes, home):
     server.stop()
 
 
+@pytest.mark.slow
 def test_every_route_on_a_job_takes_its_project_as_the_cli_takes_p(http):
     """GET /jobs/kjob found a job of a project mapped to Kubernetes only in the worker thread whose
     Client had submitted it; there was no ?project= to say where it is."""
@@ -97,6 +98,7 @@ def test_a_wrong_project_is_refused_over_http_with_the_clis_line(team_b_on_kuber
     assert http.get("/jobs/kjob", params={"project": "team-x"}).json()["error"] == said
 
 
+@pytest.mark.slow
 def test_the_schema_gives_every_route_on_a_job_its_project(http):
     paths = http.get("/openapi.json").json()["paths"]
     on_a_job = [(path, method, op) for path, methods in paths.items() if path.startswith(("/api/v1/jobs/{name}",
@@ -168,6 +170,7 @@ def test_submits_hint_and_notebook_open_reach_a_job_of_a_kubernetes_project(team
     assert_usage_error(dt("notebook", "open", "k2", check=False), "no job named 'k2'", "-p team-b")
 
 
+@pytest.mark.slow
 def test_a_jobs_snapshots_are_listed_on_its_projects_backend(team_b_on_kubernetes, home):
     """The job page listed /snapshots?job=kjob on the default backend, which (since such a listing
     refuses an unknown job) answered 404 for a job that is Kubernetes'; with project= it lists there."""

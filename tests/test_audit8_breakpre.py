@@ -3,6 +3,7 @@ exits 0 after writing its checkpoint on SIGTERM, a job preempted in its restart 
 
 from __future__ import annotations
 
+import pytest
 import time
 
 from dtrain.backends.local import scheduler
@@ -43,6 +44,7 @@ def test_a_job_preempted_in_its_restart_backoff_lets_its_gpus_go_at_once(tmp_pat
 GRACEFUL = counter_script(40, exit_on_term=0)
 
 
+@pytest.mark.slow
 def test_a_preempted_job_that_exits_0_on_sigterm_is_queued_again_not_succeeded(dt_gpus: Dtrain, tmp_path):
     dt = dt_gpus  # 2 GPUs
     (tmp_path / "count.py").write_text(GRACEFUL)

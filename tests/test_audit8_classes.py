@@ -20,6 +20,7 @@ def _classes(dt: Dtrain) -> dict:
     return yaml.safe_load((dt.home / "config.yaml").read_text())["storage_classes"]
 
 
+@pytest.mark.slow
 def test_overlapping_classes_refuse_every_command_but_the_config_verbs_that_repair_them(dt: Dtrain, tmp_path):
     """Two classes on one folder (or nested) stopped every command, the `--unset` that fixes the
     file included; the error only said to edit it."""
@@ -143,6 +144,7 @@ def test_kubernetes_lists_storage_classes_when_volume_attributes_classes_are_for
         api.close()
 
 
+@pytest.mark.slow
 def test_the_cli_and_the_api_warn_of_forbidden_volume_attributes_classes(home, tmp_path):
     import json
 

@@ -20,6 +20,7 @@ def cells(browser, table: str, key: str) -> dict:
         " [...r.cells].map(c => c.innerText.trim())]));", table, key)
 
 
+@pytest.mark.slow
 def test_projects_api_counts_running_and_pending_jobs(home, tmp_path):
     """GET /projects gave a project's quota, GPUs held and job count, not how many of its jobs run and how many
     wait: the Projects page (Run:AI's running and pending workloads) had nothing to show them from."""

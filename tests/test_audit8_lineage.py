@@ -19,6 +19,7 @@ def _head(dt, name: str) -> dict[str, str]:
     return dict(line.split(": ", 1) for line in out.split("\nSpec:")[0].splitlines() if ": " in line)
 
 
+@pytest.mark.slow
 def test_a_job_on_a_restored_volume_says_which_snapshot_its_data_came_from(dt, home):
     dt("volume", "create", "data")
     dt("volume", "create", "scratch")  # never snapshotted: no source
@@ -55,6 +56,7 @@ def test_a_job_on_a_restored_volume_says_which_snapshot_its_data_came_from(dt, h
     assert dt.json("describe", "job", "retrain")["data_sources"][0]["snapshot_deleted"] is True
 
 
+@pytest.mark.slow
 def test_each_mounted_volume_with_a_snapshot_is_a_source_and_the_snapshot_on_success_records_its_own(dt):
     for volume in ("a", "b", "c"):
         dt("volume", "create", volume)
@@ -114,6 +116,7 @@ def test_a_state_database_of_before_gains_the_columns_and_its_jobs_read_as_befor
     assert info.data_sources == () and info.extra["source_snapshot"] == "s1"
 
 
+@pytest.mark.slow
 def test_after_the_job_ends_each_rank_shows_the_devices_it_ran_on(dt_gpus):
     dt = dt_gpus
     dt("submit-dist", "g", "--gpu", "1", "--processes", "2", "--", "true")

@@ -89,6 +89,7 @@ def test_the_sdk_names_a_malformed_name_and_keeps_not_found_for_a_good_one(tmp_p
         c.get("nope")
 
 
+@pytest.mark.slow
 def test_the_sdk_refuses_a_snapshot_filter_naming_nothing(server):
     """Client.list_snapshots(volume='nope') was [] (and the HTTP list too): a typo read as a volume
     without snapshots, where `dtrain snapshot list --volume nope` refuses."""

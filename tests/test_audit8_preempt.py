@@ -136,6 +136,7 @@ COUNTER = counter_script(60)
 
 
 
+@pytest.mark.slow
 def test_an_in_quota_job_preempts_an_over_quota_one_which_resumes_after_it(dt_gpus: Dtrain, tmp_path):
     dt = dt_gpus  # 2 GPUs
     (tmp_path / "count.py").write_text(COUNTER)
@@ -166,6 +167,7 @@ def test_an_in_quota_job_preempts_an_over_quota_one_which_resumes_after_it(dt_gp
     assert any(line.startswith("checkpoint at") for line in dt("logs", "long", "--previous").stdout.splitlines())
 
 
+@pytest.mark.slow
 def test_a_preempted_job_whose_supervisor_is_lost_while_it_stops_is_stopped_and_queued_again(dt_gpus: Dtrain,
                                                                                             tmp_path):
     """Its ranks ignore SIGTERM, so it is still stopping (holding its GPUs) when its supervisor is

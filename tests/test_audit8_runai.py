@@ -3,9 +3,11 @@ that must read right, not only exit 0."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import Dtrain
 
 
+@pytest.mark.slow
 def test_a_volume_a_job_made_names_that_job_as_a_pvc_does(dt: Dtrain):
     """`--pvc local:100Gi:/mnt` makes pvc-<job>-0 for the job (Run:AI's data job); `volume describe`
     and `--json` name that job (`Job:`), as the Kubernetes backend reads it from the PVC's

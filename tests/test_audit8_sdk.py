@@ -101,6 +101,7 @@ def test_records_to_dict_give_lists_as_json_does(home, monkeypatch):
     assert record == json.loads(json.dumps(record))
 
 
+@pytest.mark.slow
 def test_page_and_list_take_the_filters_the_http_list_takes(home):
     """The HTTP API paged the label_selector'd jobs itself (a twin of the backends' paging): now
     Client.page(selector=...) and Client.list(status=...) do it, and the route only calls them."""

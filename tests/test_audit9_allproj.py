@@ -56,6 +56,7 @@ def test_the_sdk_lists_every_projects_jobs_on_every_backend(two_backends, home):
     assert counts == {("default", "Succeeded"): 1, ("team-b", "Pending"): 1}
 
 
+@pytest.mark.slow
 def test_list_all_projects_shows_the_kubernetes_projects_jobs(two_backends, home):
     dt = Dtrain(home)
     out = dt("list", "-A")
@@ -179,6 +180,7 @@ def test_the_sdk_and_http_hints_name_the_project_given(cluster, home, http):
     assert http.delete("/jobs/kjob", params={"project": "team-b", "purge": "true"}).status_code == 200
 
 
+@pytest.mark.slow
 def test_snapshot_list_takes_the_project_as_the_sdk_and_http_do(cluster, home, http):
     """`dtrain snapshot list` had no -p: a Kubernetes project's snapshots (its namespace) could be
     listed by the SDK's project= and GET /snapshots?project=, not by the CLI."""
@@ -228,6 +230,7 @@ def test_project_list_shows_the_projects_of_every_backend(cluster, home, http):
     assert "projects on the kubernetes backend (project team-b) not listed" in got.headers["warning"]
 
 
+@pytest.mark.slow
 def test_the_kubernetes_backends_own_hints_carry_the_project(cluster, home):
     """A job name taken in team-b's namespace said "delete it with 'dtrain delete kb'", which looks in
     the default project (local here): the hint did not work as printed."""

@@ -19,6 +19,7 @@ def few_frames(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_train_without_its_data_names_the_folder_and_leaves_no_out_dir(dt: Dtrain, tmp_path):
     """A job submitted without its --pvc trains on --data-dir /mnt/tusimple of the host: the run
     said only `no label file ... run dtrain lanes prepare`, and left an empty train.log and
@@ -32,6 +33,7 @@ def test_train_without_its_data_names_the_folder_and_leaves_no_out_dir(dt: Dtrai
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_train_refused_for_its_data_writes_nothing(dt: Dtrain, few_frames, tmp_path):
     """3 training frames cannot fill a batch of 8: refused in one line, and --out-dir stays as it was."""
     out = tmp_path / "run"
@@ -41,6 +43,7 @@ def test_train_refused_for_its_data_writes_nothing(dt: Dtrain, few_frames, tmp_p
     assert not out.exists()
 
 
+@pytest.mark.slow
 def test_predict_refused_for_its_inputs_creates_no_folders(dt: Dtrain, few_frames, tmp_path):
     """A missing --data-dir is one line and makes no folder; a missing --checkpoint no --overlays folder."""
     out, overlays = tmp_path / "eval" / "pred.json", tmp_path / "eval" / "overlays"

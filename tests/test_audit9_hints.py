@@ -36,6 +36,7 @@ def _hinted(text: str, verb: str) -> list[str]:
     return shlex.split(found.group(1))
 
 
+@pytest.mark.slow
 def test_local_backend_hints_carry_the_project_where_kubernetes_is_the_default(team_a_on_local, home):
     """Each said 'dtrain logs j2 --rank 0', 'dtrain delete j1', 'dtrain resume j1': run as printed,
     they looked on the default (Kubernetes) backend, where the job is not."""
@@ -160,6 +161,7 @@ def test_notebook_opens_refusal_names_commands_that_find_the_notebook(team_a_on_
     assert "resumed" in dt(*_hinted(refused.stderr, "resume")).stdout
 
 
+@pytest.mark.slow
 def test_a_job_not_in_its_projects_namespace_names_the_list_of_that_namespace(home, tmp_path):
     """'job 'nope' not found in namespace dtrain-team-b: see 'dtrain list'': that listed the
     default project's jobs (local), not the namespace looked in."""

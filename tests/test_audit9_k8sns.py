@@ -82,6 +82,7 @@ def test_every_namespace_refused_is_the_error_not_an_empty_list(cluster, home):
     assert "cannot list" in listed.notices[0].message
 
 
+@pytest.mark.slow
 def test_cli_list_all_shows_every_mapped_project_and_warns_of_a_refused_one(cluster, home):
     namespace_scoped(cluster, "team-c")
     proc = Dtrain(home)("list", "-A")
@@ -90,6 +91,7 @@ def test_cli_list_all_shows_every_mapped_project_and_warns_of_a_refused_one(clus
     assert "project team-c (namespace dtrain-team-c) not listed" in warning
 
 
+@pytest.mark.slow
 def test_expired_credentials_are_one_line_without_an_install_hint(cluster, home):
     """A 401 (an expired token) on submit-dist said `...log in again; if pytorchjobs.kubeflow.org is
     not installed: install the Kubeflow Training Operator`, advice that a 401 cannot call for (the

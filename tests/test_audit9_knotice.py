@@ -58,6 +58,7 @@ def test_nodes_counting_some_namespaces_pods_says_so_in_a_notice(tmp_path, backe
                                                                            f"of namespace {NS}")
 
 
+@pytest.mark.slow
 def test_the_cli_prints_each_notice_once_on_stderr(home, tmp_path, backend, cluster):
     _running_job(backend, cluster)
     cluster.forbidden |= NO_QUOTA_NO_PODS

@@ -36,6 +36,7 @@ def jobless_account(home, tmp_path):
     server.close()
 
 
+@pytest.mark.slow
 def test_project_create_needs_no_right_to_list_the_projects_jobs(jobless_account, home):
     dt = Dtrain(home)
     made = dt("project", "create", "p2", "--gpu-quota", "2")
@@ -60,7 +61,7 @@ def test_exec_of_a_rank_not_yet_launched_says_so_not_that_it_is_not_running(dt, 
     aside = record.with_name("aside-1")
     record.rename(aside)  # as it is between the job's Running and rank 1's launch
     try:
-        early = dt("exec", "pair", "--rank", "1", "--", "true", check=False)
+        early = dt("exec", "pair", "--rank", "1", "--pod-running-timeout", "1", "--", "true", check=False)  # not 1m
     finally:
         aside.rename(record)
     assert early.returncode != 0 and len(early.stderr.strip().splitlines()) == 1, early.stderr
@@ -68,6 +69,7 @@ def test_exec_of_a_rank_not_yet_launched_says_so_not_that_it_is_not_running(dt, 
     assert dt("exec", "pair", "--rank", "1", "--", "sh", "-c", "echo $RANK").stdout.strip() == "1"
 
 
+@pytest.mark.slow
 def test_resume_held_by_processes_still_stopping_says_so_at_once(dt, tmp_path):
     """`dtrain resume` waits for a suspended job's processes still writing their checkpoint; it
     says so on stderr when it starts waiting, not after the wait (up to the grace period)."""

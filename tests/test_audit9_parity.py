@@ -29,6 +29,7 @@ def server(tmp_path_factory):
     srv.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rank", ["3", "5000", "9" * 30])
 def test_a_rank_past_the_jobs_names_its_ranks_at_every_door(server, rank):
     """HTTP's ?rank=5000 was a general line ("use a process rank such as 0 (at most 4095)") where

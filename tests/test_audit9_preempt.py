@@ -31,6 +31,7 @@ def _ranks(dt: Dtrain, name: str) -> list[str]:
     return [p["status"] for p in dt.json("describe", "job", name)["processes"]]
 
 
+@pytest.mark.slow
 def test_a_preempted_jobs_ranks_read_terminating_while_they_stop_then_pending(dt_gpus: Dtrain, tmp_path):
     dt = dt_gpus
     _preempt_long(dt, tmp_path, SLOW_STOP, started="up")
@@ -124,6 +125,7 @@ sys.exit(143)
 """
 
 
+@pytest.mark.slow
 def test_a_runs_resumed_event_never_comes_after_the_preemption_that_ended_it(dt_gpus: Dtrain, tmp_path):
     dt = dt_gpus
     _preempt_long(dt, tmp_path, LATE_RESUME, started="loading")

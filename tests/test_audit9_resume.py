@@ -25,6 +25,7 @@ def _stopping(dt: Dtrain, tmp_path, name: str = "job") -> subprocess.Popen:
     return suspend
 
 
+@pytest.mark.slow
 def test_a_resume_while_the_ranks_still_stop_starts_the_job_once_with_no_lost_supervisor(dt: Dtrain, tmp_path):
     """The resume waits for the last supervisor, then queues the job: no command reading the job
     meanwhile (the `suspend` still returning, a dashboard's poll) takes it for a lost one, with a
@@ -138,6 +139,7 @@ def test_exec_refuses_a_rank_in_the_same_words_from_the_cli_and_the_sdk(dt: Dtra
         dt("delete", "pair")
 
 
+@pytest.mark.slow
 def test_suspend_and_resume_all_take_every_job_of_the_project_they_can(dt: Dtrain):
     """Run:AI's `runai suspend --all` / `resume --all`: every job of the project (-p) the verb takes,
     the others (finished, another project's) left as they are; names and --all together refused."""
@@ -165,6 +167,7 @@ def test_suspend_and_resume_all_take_every_job_of_the_project_they_can(dt: Dtrai
         dt("delete", "other")
 
 
+@pytest.mark.slow
 def test_of_two_resumes_at_once_only_the_one_that_queues_the_job_kills_leftover_ranks(dt: Dtrain, monkeypatch):
     """Each resume killed the job's leftover ranks before its compare-and-set to Pending: the one
     that then lost it (the job was already Pending) had killed the ranks the winner's new

@@ -27,6 +27,7 @@ def _running(d: Dtrain, name: str, timeout: float = 90) -> None:
     raise AssertionError(f"{name} never ran: {info['status']} {info['message']}")
 
 
+@pytest.mark.slow
 def test_delete_of_a_running_job_says_it_is_stopping(home, tmp_path):
     """StopTrainingJob leaves the job Stopping while its programs save (up to 120 s): the line said
     'deleted (Running)', as if the stop had not been taken."""

@@ -142,6 +142,7 @@ def test_step_walls_are_the_intervals_throughput_divides(tmp_path):
     assert throughput(steps, 8) == pytest.approx(3 * 8 / 1.3)
 
 
+@pytest.mark.slow
 def test_the_all_reduce_bench_also_times_cpu_processes_with_gloo():
     import sys
 
@@ -163,6 +164,7 @@ def test_the_all_reduce_bench_also_times_cpu_processes_with_gloo():
     assert bad.returncode == 2 and "--sizes-mb 20000.0 is out of range: give 0.001 to 16384" in bad.stderr
 
 
+@pytest.mark.slow
 def test_the_ddp_overhead_bench_times_every_variant_in_two_real_processes():
     import sys
 

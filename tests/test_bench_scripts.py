@@ -120,6 +120,7 @@ def test_gpu_script_runs_every_step_in_miniature_on_the_cpu(tmp_path):
     assert rows["loader-vs-gpu"]["gpu_images_per_s"] == pytest.approx(gpu, abs=0.1)
 
 
+@pytest.mark.slow
 def test_gpu_script_runs_only_the_steps_named(tmp_path):
     out = tmp_path / "gpu-out"
     proc = subprocess.run(["bash", str(REPO / "bench/gpu.sh"), str(out)], capture_output=True, text=True,
@@ -148,6 +149,7 @@ def test_the_message_passing_bench_times_both_forms():
     assert fast["mp_speedup"] == pytest.approx(naive["mp_s"] / fast["mp_s"], rel=0.05)
 
 
+@pytest.mark.slow
 def test_the_heap_bench_runs_both_sides_in_processes_of_their_own():
     # A batch of 128 frames, whose largest activations (32 MiB and more) are at or above the most
     # glibc's dynamic mmap threshold ever rises to (32 MiB): with its defaults they are mapped and
@@ -186,6 +188,7 @@ def test_the_platform_bench_runs_the_same_training_as_a_job_and_by_hand(tmp_path
     assert list(scratch.iterdir()) == []  # the jobs' home, their outputs, torchrun's own folders: all gone
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_the_flags_bench_gives_each_side_its_own_flags_and_names_a_training_that_refused_them(tmp_path):
     from dtrain.workloads.lanes import synth
@@ -203,6 +206,7 @@ def test_the_flags_bench_gives_each_side_its_own_flags_and_names_a_training_that
     assert list(scratch.iterdir()) == []  # side a's outputs and torchrun's folders: gone even so
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
 def test_the_platform_bench_names_the_error_of_a_job_that_failed(tmp_path):
     # the job's home goes with the bench's scratch folder, so 'see dtrain logs ...' would lead nowhere
@@ -276,6 +280,7 @@ def test_the_server_bench_lists_jobs_alone_and_while_logs_stream():
     assert 0 < result["list_median_s"] <= result["list_p99_s"]
 
 
+@pytest.mark.slow
 def test_the_page_bench_times_each_request_on_both_checkouts_taking_turns():
     proc = _bench("page_ab.py", "--old", str(REPO), "--new", str(REPO), "--jobs", "30", "--repeats", "2")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -289,6 +294,7 @@ def test_the_page_bench_times_each_request_on_both_checkouts_taking_turns():
     assert sum(line.startswith("old / new (median wall): ") for line in lines) == 5, lines
 
 
+@pytest.mark.slow
 def test_the_snapshot_bench_makes_its_workdir_and_runs_the_tools_asked_for(tmp_path):
     work = tmp_path / "not" / "there"  # as the docs give it: a folder on the file system to test
     proc = _bench("snapshots.py", "--files", "20", "--size-mb", "2", "--checkpoints", "0", "--repeats", "1",

@@ -1,5 +1,6 @@
 """The snapshot benchmark script runs end to end on a small volume and reports paired ratios."""
 
+import pytest
 import json
 import os
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+@pytest.mark.slow
 def test_snapshot_benchmark_runs_rounds_and_reports_ratios(tmp_path):
     out = tmp_path / "figures.json"
     env = dict(os.environ, PYTHONPATH=str(REPO))
@@ -33,6 +35,7 @@ def test_snapshot_benchmark_runs_rounds_and_reports_ratios(tmp_path):
     assert [p for p in tmp_path.iterdir() if p.name.startswith("dtrain-bench-")] == []  # cleaned up
 
 
+@pytest.mark.slow
 def test_the_api_column_goes_through_a_running_server(tmp_path):
     out = tmp_path / "figures.json"
     env = dict(os.environ, PYTHONPATH=str(REPO))

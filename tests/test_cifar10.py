@@ -303,6 +303,7 @@ def test_module_entry_point_prints_one_line_errors(tmp_path):
     assert list(tmp_path.iterdir()) == []  # not even the default ./model folder
 
 
+@pytest.mark.slow
 def test_epochs_times_steps_per_epoch_is_bounded(tmp_path):
     """--epochs 10000 and --batch-size 1 are each in range; over 1500 images they plan 15 000 000 steps."""
     write_synthetic(tmp_path / "data", fmt="binary", n_train=1500, n_test=10, seed=1)
@@ -428,6 +429,7 @@ def reference(data_dir, tmp_path_factory) -> tuple[dict[str, torch.Tensor], str,
     return _weights(out), stdout, out
 
 
+@pytest.mark.slow
 def test_torchrun_trains_and_logs(reference):
     weights, stdout, out = reference
     assert _runtime(stdout) == "torchrun"
@@ -443,6 +445,7 @@ def test_torchrun_trains_and_logs(reference):
     assert 0 <= rows[-1]["test_accuracy"] <= 1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher, runtime", [(run_mpirun, "mpi"), (run_sagemaker, "sagemaker"),
                                                (run_pytorchjob, "pytorchjob")])
 def test_every_launcher_gives_identical_weights(launcher, runtime, reference, data_dir, tmp_path):
@@ -455,6 +458,7 @@ def test_every_launcher_gives_identical_weights(launcher, runtime, reference, da
         assert torch.equal(got[k], weights[k]), f"{runtime}: {k} differs from torchrun's"
 
 
+@pytest.mark.slow
 def test_two_ranks_equal_one_rank_with_double_batch(reference, data_dir, tmp_path):
     weights, _, _ = reference
     stdout = run_single(data_dir, tmp_path)
@@ -466,6 +470,7 @@ def test_two_ranks_equal_one_rank_with_double_batch(reference, data_dir, tmp_pat
     assert rows[0]["allreduce_time"] is None
 
 
+@pytest.mark.slow
 def test_short_cpu_run_learns_well_above_chance(tmp_path):
     write_synthetic(tmp_path / "data", fmt="binary", n_train=1500, n_test=300, seed=11)
     cmd = TRAIN + ["--data-dir", str(tmp_path / "data"), "--model-dir", str(tmp_path / "m"), "--batch-size", "32",
@@ -611,6 +616,7 @@ def _train_proc(args: list[str], cwd: Path, **env: str) -> subprocess.CompletedP
     return subprocess.run(TRAIN + args, cwd=cwd, env=_env(**env), capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_output_paths_are_checked_before_any_work(tmp_path):
     write_synthetic(tmp_path / "data", fmt="binary", n_train=10, n_test=2, seed=0)
     (tmp_path / "afile").write_text("x")
@@ -633,6 +639,7 @@ def test_output_paths_are_checked_before_any_work(tmp_path):
     assert victim.read_text() == "precious\n"
 
 
+@pytest.mark.slow
 def test_a_checkpoint_of_another_network_is_one_line(tmp_path):
     from dtrain.training import Checkpointer
 
@@ -648,6 +655,7 @@ def test_a_checkpoint_of_another_network_is_one_line(tmp_path):
     assert r.returncode == 0, r.stderr
 
 
+@pytest.mark.slow
 def test_ranks_that_resume_from_different_steps_stop_instead_of_hanging(tmp_path):
     """A PyTorchJob whose pods each checkpoint to their own (node-local) folder: rank 0 finds a
     checkpoint, rank 1 none. Each rank says so in one line and exits 2."""
@@ -679,6 +687,7 @@ def _ranks(args: list[str], cwd: Path, folders: list[str]) -> list[tuple[int, st
     return [(p.returncode, out, err) for p, (out, err) in zip(procs, outs, strict=True)]
 
 
+@pytest.mark.slow
 def test_a_resume_that_would_move_in_the_data_is_refused_and_the_same_global_batch_is_not(tmp_path):
     """A step is a place in the data through the global batch, the seed and the images: a resume
     with any of them changed is one line; one on 2 processes x 4 of a 1 x 8 run continues."""
@@ -704,6 +713,7 @@ def test_a_resume_that_would_move_in_the_data_is_refused_and_the_same_global_bat
     assert "steps=4" in results[0][1]
 
 
+@pytest.mark.slow
 def test_when_one_rank_refuses_its_checkpoint_every_rank_stops(tmp_path):
     """Rank 0 finds a checkpoint of another global batch, rank 1 (its own folder) none: rank 0
     names the checkpoint, rank 1 says another rank refused; neither waits for the other."""

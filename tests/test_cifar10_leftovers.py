@@ -37,6 +37,7 @@ def _clean_env(monkeypatch) -> None:
 # ---------------------------------------------------------------- the model folder under dtrain
 
 
+@pytest.mark.slow
 def test_a_dtrain_job_without_model_dir_saves_where_artifacts_looks(dt: Dtrain, tmp_path):
     """The same command as under plain torchrun, without --model-dir: `dtrain artifacts` finds the model."""
     write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
@@ -105,6 +106,7 @@ def test_the_local_contract_passes_hyperparameters_as_the_toolkit_does():
 # ---------------------------------------------------------------- the failure file
 
 
+@pytest.mark.slow
 def test_an_error_on_sagemaker_is_written_to_the_failure_file(tmp_path):
     out = tmp_path / "output"
     out.mkdir()
@@ -136,6 +138,7 @@ def test_no_failure_file_is_written_off_sagemaker(tmp_path):
     assert r.returncode == 2 and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_local_sagemaker_job_fails_with_the_workloads_own_line(home, tmp_path):
     """Under torchrun the last line a host logs is torchrun's row of '='; the FailureReason must be
     the workload's own error, as the failure file gives it to SageMaker."""
@@ -215,6 +218,7 @@ exit_process(one_line_errors(t.main, sys.argv[2:]))
 """
 
 
+@pytest.mark.slow
 def test_hosts_named_only_in_the_resource_config_train_as_one_job(tmp_path):
     """Without the toolkit SageMaker starts the script once per host and sets no variable: the
     hosts must still form one process group, not each train alone."""

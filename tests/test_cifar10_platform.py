@@ -12,6 +12,7 @@ from conftest import Dtrain
 from test_cifar10 import PER_RANK_BATCH, TRAIN_ARGS, _weights, data_dir, reference  # noqa: F401  (fixtures)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verb", ["submit-dist", "submit-mpi"])
 def test_platform_launchers_match_plain_torchrun(dt: Dtrain, reference, data_dir, tmp_path, verb):  # noqa: F811
     if verb == "submit-mpi" and not shutil.which("mpirun"):

@@ -18,6 +18,7 @@ def run(*args, home=None, check=False, timeout=120, cwd=None):
 
 
 # ---- 2: workload groups are argparse subcommands with help -------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("group, verbs", [("lanes", ["prepare", "synth", "train", "predict", "evaluate"]),
                                           ("cifar10", ["train", "synth"]), ("bench", ["scaling"])])
 def test_item02_workload_group_help_lists_its_commands(group, verbs):
@@ -42,6 +43,7 @@ def test_item02_unknown_workload_verb_is_a_one_line_error():
 
 
 # ---- 1: submit uses the configured default backend ----------------------------------------------
+@pytest.mark.slow
 def test_item01_submit_uses_the_configured_backend(tmp_path):
     home = tmp_path / "home"
     assert run("config", "backend", "kubernetes", home=home).returncode == 0
@@ -212,6 +214,7 @@ def test_item14_list_hides_deleted_and_purge_forgets(tmp_path):
     assert run("submit", "purged", "--", "true", home=home).returncode == 0  # the name is free again
 
 
+@pytest.mark.slow
 def test_item14_deleted_job_ttl_in_config(tmp_path):
     home = tmp_path / "home"
     assert run("submit", "old", "--", "true", home=home).returncode == 0
@@ -243,6 +246,7 @@ def _message_when_pending(home, name, env, contains, timeout=30):
     raise AssertionError(f"{name}: never said {contains!r}; last {info['message']!r}")
 
 
+@pytest.mark.slow
 def test_item10_pending_job_says_why(tmp_path):
     import os
     home = tmp_path / "home"

@@ -3,9 +3,11 @@ contradict each other are refused, and every value is bounded and named back as 
 
 from __future__ import annotations
 
+import pytest
 from conftest import Dtrain, assert_usage_error
 
 
+@pytest.mark.slow
 def test_exec_and_artifacts_take_the_jobs_project_as_runai_exec_does(dt: Dtrain, tmp_path):
     dt("project", "create", "team")
     dt("submit", "done", "-p", "team", "--", "true")
@@ -91,6 +93,7 @@ def test_a_fraction_of_a_gpu_is_named_as_such(dt: Dtrain):
     assert dt.json("describe", "job", "whole")["spec"]["gpu"] == 0
 
 
+@pytest.mark.slow
 def test_a_rank_of_thousands_of_digits_is_one_line(dt: Dtrain):
     dt("submit-dist", "two", "--processes", "2", "--", "true")
     dt("wait", "two")

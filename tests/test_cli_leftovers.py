@@ -211,6 +211,7 @@ def test_list_and_describe_skip_what_is_no_rank_record(dt: Dtrain):
     assert [(p["status"], p["exit_code"]) for p in info["processes"]] == [("Succeeded", 0)]
 
 
+@pytest.mark.slow
 def test_the_processes_of_a_deleted_job_read_stopped_not_failed(dt: Dtrain):
     """`dtrain delete` stops a running job's ranks with SIGTERM (exit 143): describe called them Failed."""
     from conftest import rank_record

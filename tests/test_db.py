@@ -26,6 +26,7 @@ def _open(path: str, barrier, results) -> None:
         results.put(repr(err))
 
 
+@pytest.mark.slow
 def test_processes_opening_a_new_database_at_once_all_get_it_in_wal_mode(tmp_path):
     """Twelve processes open the same fresh database at the same instant (as six `dtrain submit`
     in a new home do), forty times over. Switching to WAL takes the exclusive lock, and SQLite

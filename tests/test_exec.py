@@ -47,6 +47,7 @@ def test_item15_exec_local_sees_the_jobs_volumes_environment_and_folder(tmp_path
     assert done.returncode == 2 and "Running" in done.stderr and "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_item15_exec_local_two_ranks_reaches_the_asked_rank(tmp_path):
     home = tmp_path / "home"
     assert _dt(home, "submit-dist", "pair", "--processes", "2", "--", "sleep", "120").returncode == 0
@@ -97,7 +98,7 @@ def test_item15_exec_kubernetes_picks_the_ranks_replica_pod(k8s):
     backend.submit(JobSpec(name="train", command=("python", "t.py"), project="lanes", processes=2,
                            launcher="torchrun"))
     with pytest.raises(ConflictError, match="exec needs a Running job"):
-        backend.exec("train", ["ls"])
+        backend.exec("train", ["ls"], running_timeout=0.5)  # not kubectl's 1m default
     pods = [p["metadata"]["name"] for p in cluster.run_pods("dtrain-lanes", "train")]
     cluster.transition("dtrain-lanes", "train", "Running")
     assert backend.exec("train", ["ls", "/mnt"], rank=1) == 3

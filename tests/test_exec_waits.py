@@ -14,6 +14,7 @@ from dtrain.backends.base import JobStatus
 from dtrain.errors import NotReadyError, SpecError
 
 
+@pytest.mark.slow
 def test_exec_waits_for_a_queued_job_to_run_and_refuses_once_its_time_runs_out(dt_gpus: Dtrain):
     dt = dt_gpus
     dt("submit", "holder", "--gpu", "2", "--", "sleep", "300")

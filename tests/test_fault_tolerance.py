@@ -184,6 +184,7 @@ def test_killed_supervisor_is_relaunched_from_the_checkpoint(dt: Dtrain, cifar_d
     assert lost <= CKPT_EVERY and resumed >= step - CKPT_EVERY
 
 
+@pytest.mark.slow
 def test_reboot_never_signals_a_process_that_reused_a_recorded_pid(dt: Dtrain, tmp_path):
     """All job processes die (as in a reboot); the recorded pids now belong to strangers started by this
     test. No later command may signal them; the job ends Failed ("lost") as it has no restarts."""
@@ -231,6 +232,7 @@ def test_a_child_holding_the_output_open_does_not_keep_the_job_running(dt: Dtrai
     wait_dead(int(pidfile.read_text()))
 
 
+@pytest.mark.slow
 def test_delete_stops_the_whole_tree(dt: Dtrain, tmp_path):
     pidfile = tmp_path / "child"
     dt("submit-dist", "tree", "--processes", "2", "--", "sh", "-c",
@@ -245,6 +247,7 @@ def test_delete_stops_the_whole_tree(dt: Dtrain, tmp_path):
         wait_dead(pid, timeout=5)
 
 
+@pytest.mark.slow
 def test_the_failure_names_the_rank_that_failed_and_its_exit_code(dt: Dtrain):
     code = "import os,sys,time\nif os.environ['RANK']=='1':\n    time.sleep(1); sys.exit(3)\ntime.sleep(120)"
     dt("submit-dist", "g", "--processes", "2", "--", "python", "-c", code)

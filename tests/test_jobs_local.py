@@ -34,6 +34,7 @@ def dump_state(home: Path) -> list:
         conn.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("verb,extra", [("submit-dist", ["--launcher", "torchrun"]), ("submit-mpi", [])])
 def test_two_process_allreduce_runs_detached_and_reports_truth(dt: Dtrain, tmp_path, verb, extra):
     if verb == "submit-mpi" and not shutil.which("mpirun"):
@@ -67,6 +68,7 @@ def test_two_process_allreduce_runs_detached_and_reports_truth(dt: Dtrain, tmp_p
     assert "Succeeded" in dt("describe", "job", "ar").stdout
 
 
+@pytest.mark.slow
 def test_logs_follow_streams_until_the_job_ends(dt: Dtrain):
     code = "import time\nfor i in range(5):\n    print('tick', i, flush=True); time.sleep(0.3)"
     dt("submit", "ticker", "--", "python", "-c", code)
@@ -75,6 +77,7 @@ def test_logs_follow_streams_until_the_job_ends(dt: Dtrain):
     assert dt.status("ticker") == "Succeeded"
 
 
+@pytest.mark.slow
 def test_gang_scheduling_never_shares_a_device(dt_gpus: Dtrain, tmp_path):
     dt = dt_gpus
     gate = tmp_path / "release"
@@ -105,6 +108,7 @@ def test_gang_scheduling_never_shares_a_device(dt_gpus: Dtrain, tmp_path):
     assert info["started"] >= dt.json("describe", "job", "first")["finished"]
 
 
+@pytest.mark.slow
 def test_fifo_within_project_and_quota(dt_gpus: Dtrain, tmp_path):
     dt = dt_gpus
     dt("project", "create", "team", "--gpu-quota", "1")
@@ -144,6 +148,7 @@ def test_killed_process_fails_the_job(dt: Dtrain):
     assert "rank 0 was killed by SIGKILL (exit code 137)" in info["message"] and info["extra"]["exit_code"] == 137
 
 
+@pytest.mark.slow
 def test_killed_process_is_restarted_with_max_restarts(dt: Dtrain, tmp_path):
     marker = tmp_path / "attempts"
     # the line first, then the mark: a mark read back means the line was written (open() makes the file
@@ -169,6 +174,7 @@ def test_killed_process_is_restarted_with_max_restarts(dt: Dtrain, tmp_path):
     assert not any(m.startswith("attempt 1 failed") for m in said), said
 
 
+@pytest.mark.slow
 def test_torchrun_restarts_the_worker_group(dt: Dtrain, tmp_path):
     marker = tmp_path / "once"
     code = (f"import os,sys\nif not os.path.exists({str(marker)!r}) and os.environ['RANK']=='1':\n"
@@ -192,6 +198,7 @@ def test_lost_supervisor_is_never_shown_running(dt: Dtrain):
     _assert_dead(rank_pid)
 
 
+@pytest.mark.slow
 def test_delete_stops_every_process(dt: Dtrain):
     dt("submit-dist", "long", "--processes", "2", "--", "python", "-c", "import time; print('up', flush=True); time.sleep(120)")
     dt.wait_for("long", {"Running"})
@@ -209,6 +216,7 @@ def test_delete_stops_every_process(dt: Dtrain):
     assert dt.wait_for("long", {"Succeeded"})
 
 
+@pytest.mark.slow
 def test_same_spec_from_flags_yaml_and_sdk(dt: Dtrain, tmp_path):
     import dtrain
 
@@ -328,6 +336,7 @@ def _assert_dead(pid: int, timeout: float = 20) -> None:
     raise AssertionError(f"process {pid} is still running")
 
 
+@pytest.mark.slow
 def test_concurrent_submits_never_share_a_device(dt_gpus: Dtrain, tmp_path):
     """Six 1-GPU jobs submitted at once by separate CLI processes on 2 GPUs: every interval
     during which a job held a device is disjoint from every other job's on that device."""
@@ -433,6 +442,7 @@ def test_a_log_record_reads_back_as_written(text):
     assert parse_line(record) == (1_700_000_000.25, text)
 
 
+@pytest.mark.slow
 def test_a_ranks_gpus_are_numbered_as_nvml_numbers_them(dt_gpus: Dtrain):
     """CUDA_VISIBLE_DEVICES holds NVML's ids (PCI bus order); CUDA read them in its own order, fastest
     first (the default, or a CUDA_DEVICE_ORDER from the submitter's shell or -e), so on a machine of
@@ -448,6 +458,7 @@ def test_a_ranks_gpus_are_numbered_as_nvml_numbers_them(dt_gpus: Dtrain):
     assert sorted(dt("logs", "ordered").stdout.splitlines()) == ["[rank 0] 0 PCI_BUS_ID", "[rank 1] 1 PCI_BUS_ID"]
 
 
+@pytest.mark.slow
 def test_torchrun_passes_dollar_signs_in_the_command_as_given(dt: Dtrain):
     """torchrun substitutes its arguments as string.Template: `sh -c 'kill $$'` ran `kill $` (the
     shell: 'Illegal number: $') and ${local_rank} became 0 or 1, unlike mpirun or a PyTorchJob pod."""

@@ -95,6 +95,7 @@ def test_logs_of_one_rank_whose_pod_is_gone_say_so(make_backend, cluster):
         list(backend.logs("train", rank=1))
 
 
+@pytest.mark.slow
 def test_logs_of_an_ended_job_without_pods_through_the_cli(home, tmp_path, make_backend, cluster):
     """What the user sees: one line and a non-zero exit, for both `logs` and `logs -f`."""
     backend = make_backend(KubernetesConfig(project="lanes", image=IMAGE, clean_pod_policy="All"))

@@ -193,6 +193,7 @@ def test_project_list_of_an_account_that_may_not_read_pods_counts_from_the_jobs(
     assert backend.list_projects()[0].gpus_allocated == 0
 
 
+@pytest.mark.slow
 def test_project_list_and_nodes_without_pods_through_the_cli_warn_in_one_line(home, tmp_path, backend, cluster):
     _running_job(backend, cluster)
     _kubeflow_rights_only(cluster)

@@ -70,6 +70,7 @@ def test_logs_and_exec_without_pods_refuse_in_one_line_naming_the_role(backend, 
     assert [line.text for line in backend.logs("train")] == ["step 1"]
 
 
+@pytest.mark.slow
 def test_cli_describe_and_logs_of_an_account_without_pods(home, tmp_path, backend, cluster):
     _running(backend, cluster, launcher="torchrun")
     cluster.forbidden.add(("", "pods"))

@@ -34,6 +34,7 @@ def _peak_kib(env: dict, *args: str, out) -> int:
     return int(proc.stderr.strip().splitlines()[-1])
 
 
+@pytest.mark.slow
 def test_logs_of_two_long_pod_logs_are_merged_in_bounded_memory(backend, cluster, home, tmp_path):
     backend.submit(spec(launcher="torchrun", processes=2))
     pods = [p["metadata"]["name"] for p in cluster.run_pods(NS, "train")]

@@ -28,6 +28,7 @@ def test_a_malformed_selector_is_refused_in_one_line(selector):
     assert "\n" not in str(e.value) and "KEY=VALUE" in str(e.value)
 
 
+@pytest.mark.slow
 def test_submit_label_and_list_selector_through_the_cli_sdk_and_api(dt: Dtrain, tmp_path):
     import dtrain
     from server_util import ServerProcess

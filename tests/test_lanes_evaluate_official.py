@@ -243,6 +243,7 @@ def _real_labels() -> list[dict]:
     return [json.loads(line) for line in src.read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_every_real_lane_gets_sklearns_threshold_to_the_last_bit():
     """A closed-form slope and math.atan/math.cos were an ulp off on ~40% of these lanes."""
     lanes = [(np.array(lane), np.array(g["h_samples"])) for g in _real_labels() for lane in g["lanes"]]

@@ -65,6 +65,7 @@ def test_compiled_backbone_follows_the_eager_float32_curve():
     _assert_same_curve(_loss_curve(naive=False, channels_last=True, compile=True), _loss_curve(naive=True))
 
 
+@pytest.mark.slow
 def test_compile_keeps_checkpoint_keys():
     recipe = dataclasses.replace(recipes.tiny(), model=CFG, compile=True)
     plain = SCNN(CFG).state_dict().keys()
@@ -162,6 +163,7 @@ def test_scnn_init_matches_the_authors_code():
         SCNNConfig(mp_init="xavier")
 
 
+@pytest.mark.slow
 def test_the_step_bench_times_eager_and_fast_side_by_side_and_refuses_bad_numbers():
     import json
     import os

@@ -202,6 +202,7 @@ def test_decode_lanes_accepts_five_channels_and_rejects_bad_shapes():
         decode_lanes(np.zeros((4, 10, 10)), np.zeros(5), ROWS)
 
 
+@pytest.mark.slow
 @needs_real
 def test_real_labels_round_trip_through_training_size_masks():
     """Render every real test label at 512x288 and decode it back: >= 0.99 TuSimple accuracy."""

@@ -150,6 +150,7 @@ print("faults", faults(), "code", code)
 """
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(glibc() is None, reason="keep_heap sets glibc's malloc only")
 def test_predict_keeps_freed_memory_mapped_unless_told_not_to(small_data, tmp_path):
     """Each predict batch frees and allocates the same activations; without the training's
@@ -192,6 +193,7 @@ def test_label_lines_end_where_the_official_reader_ends_them(tmp_path, line_end)
         read_labels(other)
 
 
+@pytest.mark.slow
 def test_sigterm_to_the_process_group_checkpoints_with_loader_workers(small_data, tmp_path):
     """torchrun (and Ctrl-C at a terminal) signals a rank's whole process group, its loader workers
     too: a worker killed by the SIGTERM made the training raise 'DataLoader worker (pid N) is killed

@@ -116,6 +116,7 @@ def test_the_largest_numbers_in_range_are_accepted():
         10_000, 10_000_000, 10_000_000, 65_536, 2**32 - 1)
 
 
+@pytest.mark.slow
 def test_epochs_times_steps_per_epoch_is_bounded_before_any_step(lanes_data, tmp_path, monkeypatch):
     """Each flag is in range, but 400 frames at batch 1 make --epochs 10000 plan 4 000 000 steps: over a
     (lowered) limit, the run is refused in one line before a step runs."""
@@ -176,6 +177,7 @@ def ddp_worker(out: str) -> None:
     torch.distributed.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_process_ddp_step_equals_one_process_step_on_the_global_batch(tmp_path):
     out = tmp_path / "ddp.pt"
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]),
@@ -235,6 +237,7 @@ def test_stop_and_resume_continues_the_same_schedule(lanes_data, tmp_path):
     assert recipe_lines[-1].endswith("freed memory kept: off")
 
 
+@pytest.mark.slow
 def test_loader_workers_and_a_resume_change_no_frame_s_augmentation(lanes_data, tmp_path):
     """A frame's augmentation is drawn from (seed, epoch, frame) alone: 2 loader workers train the
     same weights as none, and a run resumed with workers the same as one that was not (workers

@@ -130,6 +130,7 @@ def test_a_rank_stopped_before_its_command_starts_runs_nothing_and_removes_its_c
     assert (record["status"], record["exit_code"], record["signal"]) == ("Failed", 143, "SIGTERM")
 
 
+@pytest.mark.slow
 def test_a_torchrun_job_keeps_torchruns_folder_in_its_own(home, tmp_path):
     """torchrun makes a torchelastic_* folder in the temporary directory for every run and never
     removes it (2,413 of them had gathered in /tmp here); a job's goes in the job's folder."""

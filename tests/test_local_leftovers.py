@@ -274,6 +274,7 @@ def test_a_killed_launcher_is_named_as_what_ended_the_job_not_a_rank(tmp_path):
                               f"see {dt.home / 'jobs' / 'd' / 'launcher.log'}"), job["message"]
 
 
+@pytest.mark.slow
 def test_a_submit_killed_before_recording_its_supervisor_does_not_block_the_queue(tmp_path, monkeypatch):
     """The job's row was written and its supervisor started, then the submit died before recording
     that supervisor: the supervisor records itself, and the job runs (it waited a minute, holding up

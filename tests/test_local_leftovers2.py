@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import json
 import os
 import signal
@@ -73,6 +74,7 @@ def test_a_link_left_at_the_launcher_log_is_never_written_through(dt: Dtrain, tm
     assert f"Message: {info['message']}\n" in text
 
 
+@pytest.mark.slow
 def test_a_link_in_place_of_the_rank_records_folder_is_removed_not_followed(dt: Dtrain, tmp_path):
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
@@ -198,6 +200,7 @@ def test_a_supervisor_is_registered_only_by_its_own_pid_and_start_time(home, mon
         store.close()
 
 
+@pytest.mark.slow
 def test_a_file_in_place_of_the_logs_folder_fails_the_job_in_one_line(dt: Dtrain):
     """rankrun's mkdir of the folder used to end in a traceback, and the job in 'the launcher exited with code 1'."""
     job = _submit_planting(dt, "filed", 'rm -r "$DTRAIN_HOME/jobs/filed/logs"; echo x > "$DTRAIN_HOME/jobs/filed/logs"')
@@ -227,6 +230,7 @@ def test_a_queued_job_larger_than_the_machine_it_came_back_to_says_it_never_star
     assert info["status"] == "Pending" and info["message"] == needle, info["message"]
 
 
+@pytest.mark.slow
 def test_a_projects_gpu_quota_can_be_removed_and_a_waiting_job_then_starts(dt_gpus: Dtrain):
     """A quota, once set, could not be removed; and the SDK's create_project(name) with no quota
     removed it on this backend while the Kubernetes one kept it."""

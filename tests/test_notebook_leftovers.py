@@ -75,6 +75,7 @@ def test_open_never_hands_out_a_port_another_program_took_before_jupyter_bound_i
         dt("delete", "held", check=False)
 
 
+@pytest.mark.slow
 def test_notebook_list_shows_the_projects_dtrain_list_shows(dt: Dtrain):
     """`dtrain notebook list` lists what `dtrain list` lists (the configured project; -p one; -A all),
     and a project that does not exist is an error there as here, not an empty table."""
@@ -147,6 +148,7 @@ def volume_jupyter(tmp_path):
         server.wait(timeout=30)
 
 
+@pytest.mark.slow
 def test_saving_on_a_shared_volume_replaces_the_file_and_never_writes_through_a_link(volume_jupyter, tmp_path):
     root, base = volume_jupyter
     outside = tmp_path / "outside.txt"  # e.g. the user's ~/.bashrc
@@ -201,6 +203,7 @@ def _shell_cwds(parent: int) -> list[str]:
     return cwds
 
 
+@pytest.mark.slow
 def test_a_notebook_on_a_volume_works_in_it_not_in_the_callers_folder(dt: Dtrain, tmp_path):
     """A Kubeflow notebook's terminal opens in its workspace volume: here too, not where
     `dtrain notebook` was typed (a folder that may hold the dtrain home and its server token)."""

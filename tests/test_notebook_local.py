@@ -158,6 +158,7 @@ def test_open_refuses_a_training_job_and_the_notebook_flags_it_cannot_take(dt: D
     assert dt.json("notebook", "list") == []
 
 
+@pytest.mark.slow
 def test_a_notebook_holds_its_gpus_against_the_quota_until_deleted(dt_gpus: Dtrain):
     dt = dt_gpus
     dt("project", "create", "team", "--gpu-quota", "1")
@@ -182,6 +183,7 @@ def test_notebook_list_hides_deleted_notebooks_as_dtrain_list_hides_deleted_jobs
     dt("delete", "kept")
 
 
+@pytest.mark.slow
 def test_a_notebook_without_a_volume_serves_an_empty_folder_of_its_own_not_the_callers(dt: Dtrain, tmp_path):
     caller = tmp_path / "caller"
     caller.mkdir()
@@ -199,6 +201,7 @@ def test_a_notebook_without_a_volume_serves_an_empty_folder_of_its_own_not_the_c
         dt("delete", "bare")
 
 
+@pytest.mark.slow
 def test_a_notebook_started_again_with_a_deleted_ones_name_keeps_its_files(dt: Dtrain):
     """`dtrain delete NAME` then `dtrain notebook NAME` again: the earlier notebook's own folder is kept
     and served again (Kubeflow keeps a deleted notebook's workspace volume); --purge removes it."""
@@ -247,6 +250,7 @@ def test_a_notebook_whose_jupyter_died_names_a_way_back_that_works(dt: Dtrain):
         dt("delete", "died")
 
 
+@pytest.mark.slow
 def test_a_notebooks_home_is_its_workspace_kept_over_a_suspend_and_read_by_jobs(dt: Dtrain, tmp_path):
     """HOME was the host user's: Jupyter's and IPython's files, and what a user keeps in ~/, went
     there, off the volume, unseen by jobs. It is the workspace volume's mount path, as a Kubeflow
@@ -287,6 +291,7 @@ def test_a_notebooks_home_is_its_workspace_kept_over_a_suspend_and_read_by_jobs(
     assert user("logs", "reader").stdout == "kept\n"
 
 
+@pytest.mark.slow
 def test_open_right_after_start_waits_for_jupyter_to_serve(dt: Dtrain):
     """`dtrain notebook NAME`, then `dtrain notebook open NAME` as its line says: open refused ("not
     serving on port N yet") for the seconds Jupyter takes to listen; it waits for it (--wait)."""

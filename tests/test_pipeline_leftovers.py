@@ -228,6 +228,7 @@ JOB_TMP = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_the_jobs_a_step_starts_get_the_users_tmpdir(tmp_path):
     """Jobs inherited the steps' $TMPDIR, a folder of the run's: torch's torchinductor_<user> cache
     folder (made as torch loads in a training job) kept every finished run's .tmp/run-* for good."""

@@ -9,6 +9,7 @@ or an SDK user runs pipelines in a process that lives on.
 
 from __future__ import annotations
 
+import pytest
 import builtins
 import io
 import logging
@@ -37,6 +38,7 @@ LOOP = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_a_parallel_for_run_gives_print_and_the_root_logger_back(tmp_path):
     module = tmp_path / "loop.py"
     module.write_text(LOOP)

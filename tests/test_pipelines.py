@@ -183,6 +183,7 @@ def test_pipeline_processes_share_the_job_specs_bound(home, capsys):
     assert code == 2 and "<a whole number of about 4000 digits>" in err and len(err) < 300, err
 
 
+@pytest.mark.slow
 def test_a_run_leaves_nothing_in_the_users_tmpdir(tmp_path):
     """KFP's component command writes each step's source into `mktemp -d` and never removes it:
     a run's steps get a $TMPDIR of the run's own, emptied of those when the run ends, failed or

@@ -68,6 +68,7 @@ def test_rank_cpus_reads_the_local_ranks_share():
 PRINT_AFFINITY = "import os; print('cores', sorted(os.sched_getaffinity(0)), 'threads', os.environ['OMP_NUM_THREADS'])"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin two ranks apart")
 def test_two_ranks_with_cpu_run_on_their_own_cores(dt: Dtrain):
     cores = sorted(os.sched_getaffinity(0))
@@ -86,6 +87,7 @@ HOLD = ("import os, sys, time; print('cores', sorted(os.sched_getaffinity(0)), f
         "while not os.path.exists(sys.argv[1]): time.sleep(0.05)")
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores to pin two jobs apart")
 def test_concurrent_cpu_jobs_get_different_cores_and_share_when_none_is_free(dt: Dtrain, tmp_path):
     """Two --cpu 1 jobs at once must not both sit on the first core while another idles; a third

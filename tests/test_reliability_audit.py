@@ -225,6 +225,7 @@ def test_a_queued_job_whose_folder_was_removed_fails_saying_so(dt_gpus: Dtrain):
     assert "killed, or the machine restarted" not in info["message"]
 
 
+@pytest.mark.slow
 def test_a_lost_job_holding_the_devices_does_not_block_the_queue_until_a_command_runs(dt_gpus: Dtrain):
     """The supervisor of a job holding both GPUs is killed; nobody runs a dtrain command after
     that. The job waiting for a GPU used to stay Pending until one did: its own supervisor now

@@ -324,6 +324,7 @@ class CountingLogs:
         return getattr(self._logs, name)
 
 
+@pytest.mark.slow
 def test_logs_are_read_a_page_at_a_time_as_they_are_printed(clients):
     """`dtrain logs` read every page of every host's stream (10,000 events a page) before the first
     line, holding a long job's whole log; now each host is read a page ahead of the merge."""

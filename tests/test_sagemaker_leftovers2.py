@@ -175,6 +175,7 @@ def _toolkit_run(tmp_path, channels: dict, *args: str) -> subprocess.CompletedPr
                                    *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_cifar10_scores_the_test_channel(split_channels, tmp_path):
     """`{"training": ..., "test": ...}`: the test channel was ignored, and a training channel without
     test_batch failed with 'copy or unpack the whole dataset again'."""

@@ -193,6 +193,7 @@ open(os.path.join(os.environ["SM_MODEL_DIR"], "model.txt"), "w").write(os.enviro
 """
 
 
+@pytest.mark.slow
 def test_sdk_client_runs_a_local_job_and_follows_its_logs(home, tmp_path, monkeypatch):
     import dtrain
     from dtrain.spec_sagemaker import SageMakerOptions
@@ -244,6 +245,7 @@ def test_local_backend_artifacts_copy_the_model_folder(dt: Dtrain, tmp_path):
     assert r.returncode == 2 and "pick a new --to folder" in r.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("launcher, hosts", [
     ("mpi", ["algo-1"] * 4),  # mpirun starts every rank from algo-1; the other host waits
     ("torchrun", ["algo-1", "algo-1", "algo-2", "algo-2"]),  # torchrun on each host, 2 processes per host

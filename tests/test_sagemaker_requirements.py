@@ -68,6 +68,7 @@ def logs(home: Path, name: str, rank: int = 0) -> list[str]:
     return [ln.text for ln in dtrain.Client(home=home, backend="sagemaker").logs(name, rank=rank)]
 
 
+@pytest.mark.slow
 def test_every_host_runs_with_the_installed_requirements(home, code):
     """torchrun on two hosts: pip ran once, on algo-1, and both hosts' workers import the wheel and torch."""
     info = submit(home, "dist", code, processes=2, launcher="torchrun")
@@ -87,6 +88,7 @@ def test_every_host_runs_with_the_installed_requirements(home, code):
     assert not list(Path(sysconfig.get_path("purelib")).glob("hello_req*"))
 
 
+@pytest.mark.slow
 def test_pip_runs_without_network_under_network_isolation(home, code):
     """EnableNetworkIsolation: on SageMaker no package index is reachable; here pip runs without a
     network too, so a local wheel installs and anything needing an index fails as it would there."""
@@ -144,6 +146,7 @@ def package(code) -> Path:
     return code
 
 
+@pytest.mark.slow
 def test_code_with_a_setup_py_is_installed_and_run_as_a_module(home, package):
     """As the toolkit: `pip install . -r requirements.txt` in /opt/ml/code, then `python -m train`."""
     info = submit(home, "pkg", package, env=NO_ISOLATION)

@@ -40,6 +40,7 @@ def cli_error(server: ServerProcess, *args: str, cwd=None) -> str:
     return proc.stderr.strip().removeprefix("dtrain: error: ")
 
 
+@pytest.mark.slow
 def test_job_verbs_and_errors(server, tmp_path):
     http = server.http
     unknown = http.post("/api/v1/jobs", json={"name": "hello", "command": ["true"], "project": "team-a"})

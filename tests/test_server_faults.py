@@ -78,6 +78,7 @@ def test_clients_of_ended_threads_are_dropped():
     assert [f.alive for f in alive] == [False, False, False, True]
 
 
+@pytest.mark.slow
 def test_concurrent_submits_and_reads_all_answer(home, tmp_path):
     """50 submits and 50 reads at once through real HTTP: every one answers, none 500 or 'locked'."""
     server = ServerProcess(home, env={"DTRAIN_GPUS": "0"}, cwd=tmp_path)

@@ -134,6 +134,7 @@ def local_api(home, tmp_path):
     server.stop()
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_long_log_is_sent_without_being_held_whole(local_api, home, tmp_path):
     """The route built every line of the log as a model in one list before it sent a byte: 100,000
@@ -163,6 +164,7 @@ def test_a_long_log_is_sent_without_being_held_whole(local_api, home, tmp_path):
 
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_a_stream_whose_reader_stalled_ends_saying_so(local_api, home, tmp_path, monkeypatch):
     """A follower that took no line for GONE_AFTER_S (`curl -N ... | less`, paused) was dropped by the

@@ -225,6 +225,7 @@ def test_env_names_follow_the_same_rule_in_yaml_and_the_sdk(tmp_path, key):
 
 
 # ---------------------------------------------------------------- 5: a project must exist
+@pytest.mark.slow
 def test_a_project_nobody_created_is_refused_on_submit(tmp_path):
     home, gpus = tmp_path / "home", {"DTRAIN_GPUS": "2"}
     assert run(home, "project", "create", "team-a", "--gpu-quota", "1", env=gpus)[0] == 0

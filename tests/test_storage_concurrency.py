@@ -30,6 +30,7 @@ def _nest(folder: Path, depth: int = DEPTH) -> None:
     os.close(fd)
 
 
+@pytest.mark.slow
 def test_a_volume_nested_1200_deep_is_measured_restored_in_place_moved_and_deleted(tmp_path):
     """shutil.rmtree and os.walk recurse once per folder level: with 1,200 nested folders in a
     volume, `volume list` (its used bytes), the in-place restore's removal of the old data, every
@@ -122,6 +123,7 @@ def _blocked(fn) -> threading.Thread:
     return thread
 
 
+@pytest.mark.slow
 def test_an_in_place_restore_while_a_snapshot_is_taken_waits_and_the_snapshot_is_whole(two, monkeypatch):
     """The restore swapped the volume's folder under the capture: the snapshot recorded some old
     files, some restored ones and some as gone (88 of 100 files, 4 of them the restored content),
@@ -144,6 +146,7 @@ def test_an_in_place_restore_while_a_snapshot_is_taken_waits_and_the_snapshot_is
     assert tree_state(a.get_volume("copy").path) == now
 
 
+@pytest.mark.slow
 def test_a_volume_deleted_while_a_snapshot_is_taken_waits_for_it(two, monkeypatch):
     """A delete during the capture: the snapshot was recorded with the files not read yet missing,
     as if the volume had held fewer (or failed with 'No such file or directory')."""

@@ -546,6 +546,7 @@ def beneath(request, monkeypatch):
     return request.param
 
 
+@pytest.mark.slow
 def test_open_beneath_follows_no_link_and_never_leaves_the_root(tmp_path, beneath):
     from dtrain.storage.manifest import open_beneath
     (tmp_path / "root/a/b").mkdir(parents=True)

@@ -169,6 +169,7 @@ def test_a_restore_that_may_not_make_device_nodes_makes_the_rest_and_says_so(tmp
 
 
 # --- sparse files ------------------------------------------------------------------------------
+@pytest.mark.slow
 def test_a_sparse_file_with_a_little_data_is_restored_with_as_little_disk(storage):
     """Holes inside a chunk that holds data were written as zeros: a 1 GiB file with 4 KiB of data
     took 4 MiB after a restore (the whole chunk), 1,024 times the original; a file with a block of

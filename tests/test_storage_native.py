@@ -109,6 +109,7 @@ def test_verify_finds_a_file_changed_inside_a_read_only_snapshot(on_btrfs):
     s.close()
 
 
+@pytest.mark.slow
 def test_verify_on_a_disk_that_fills_reports_what_it_skipped_as_the_content_path_does(on_btrfs):
     """The first verify of a native snapshot records its files' hashes; on a disk with room for the
     databases but not for that record, the content path reports its findings and says what it

@@ -27,6 +27,7 @@ def _started(dt: Dtrain, name: str, n: int = 1) -> None:
     raise AssertionError(f"job {name} never started run {n}: {dt('describe', name).stdout}")
 
 
+@pytest.mark.slow
 def test_suspend_frees_the_gpu_and_resume_goes_on_from_the_checkpoint(dt_gpus: Dtrain, tmp_path):
     dt = dt_gpus
     (tmp_path / "count.py").write_text(COUNTER)
@@ -102,6 +103,7 @@ def test_a_suspended_jobs_volume_is_kept_for_its_resume(dt: Dtrain, tmp_path):
     assert dt.status("v") == "Suspended"
 
 
+@pytest.mark.slow
 def test_resume_waits_for_a_supervisor_still_stopping(dt: Dtrain, tmp_path):
     """A resume while the last supervisor still runs (an idle notebook suspends itself, then stops
     Jupyter) waits for it to exit rather than start a second one beside it. White box: the record
@@ -169,6 +171,7 @@ def test_the_http_api_suspends_and_resumes(home, tmp_path):
         server.stop()
 
 
+@pytest.mark.slow
 def test_a_pipeline_step_follows_its_job_across_a_suspension(home, tmp_path, monkeypatch):
     """A KFP step that submitted a job echoes its log; a suspension ends that log's stream: the
     step says so, waits for the resume, and echoes the resumed run's lines, none twice."""
@@ -210,6 +213,7 @@ def test_a_pipeline_step_follows_its_job_across_a_suspension(home, tmp_path, mon
     assert notes[1] in ("[p] resumed (Pending)", "[p] resumed (Running)"), echoed
 
 
+@pytest.mark.slow
 def test_logs_follow_keeps_the_lines_a_suspended_job_writes_while_it_stops(dt: Dtrain, tmp_path):
     """`logs -f` ends once the job is Suspended and its processes have exited, not when the status
     is recorded: the status comes first, and the workload's checkpoint lines come after it."""

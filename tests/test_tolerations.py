@@ -148,6 +148,7 @@ def test_every_key_tolerated_renders_as_the_api_has_it():
     assert toleration == {"operator": "Exists"}
 
 
+@pytest.mark.slow
 def test_the_cli_dry_run_adds_the_flags_to_the_files_list(dt: Dtrain, tmp_path):
     job = tmp_path / "job.yaml"
     job.write_text("name: train\ncommand: [python, train.py]\n"

@@ -285,6 +285,7 @@ BUFFERS_WORKER = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_broadcast_buffers_gives_every_rank_rank_0s_running_statistics():
     """After a DDP step each rank's BatchNorm statistics are its own (DDP broadcasts rank 0's
     before the forward, which then updates them from the rank's batch); validation must predict

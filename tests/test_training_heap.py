@@ -34,6 +34,7 @@ def _faults(side: str) -> int:
     return int(out.stdout)
 
 
+@pytest.mark.slow
 @glibc_only
 def test_freed_memory_is_not_faulted_in_again():
     pages = (64 << 20) // os.sysconf("SC_PAGE_SIZE")

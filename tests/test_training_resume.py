@@ -169,6 +169,7 @@ def test_cifar10_sigterm_checkpoints_the_step_it_stopped_at_and_resumes_exactly(
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+@pytest.mark.slow
 def test_cifar10_sigterm_to_the_process_group_checkpoints_with_loader_workers(tmp_path):
     """torchrun (and the local backend, and Ctrl-C) signal a rank's whole group, its loader workers
     too: a worker killed by that SIGTERM made the training raise 'DataLoader worker (pid N) is killed

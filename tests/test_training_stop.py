@@ -8,6 +8,7 @@ rerun resumed past the end). Here rank 0's signal comes exactly there, determini
 
 from __future__ import annotations
 
+import pytest
 import json
 import os
 import socket
@@ -42,6 +43,7 @@ RANKS = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_a_signal_during_the_all_reduce_stops_every_rank_at_the_next_step(tmp_path):
     script = tmp_path / "ranks.py"
     script.write_text(RANKS)
@@ -84,6 +86,7 @@ WORKER = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_a_loader_worker_ignores_stop_signals_of_others_but_not_its_training_process(tmp_path):
     """torchrun signals a rank's whole process group: a worker that died of it made the rank fail
     mid-step without a checkpoint. Yet the loader's own terminate() must still end a worker, else

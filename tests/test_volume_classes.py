@@ -131,6 +131,7 @@ def test_a_move_and_a_restore_keep_hard_links_as_one_file(dtc: Dtrain, fast_root
         assert os.stat(folder / "best.pt").st_nlink == 2
 
 
+@pytest.mark.slow
 def test_update_refuses_while_a_job_mounts_the_volume(dtc: Dtrain):
     dtc("volume", "create", "work")
     gate = Path(describe(dtc, "work")["path"]) / "go"

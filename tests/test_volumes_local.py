@@ -23,6 +23,7 @@ def tree(path: Path) -> dict[str, bytes]:
     return {str(p.relative_to(path)): p.read_bytes() for p in sorted(path.rglob("*")) if p.is_file()}
 
 
+@pytest.mark.slow
 def test_two_process_job_shares_a_volume_at_mnt(dt: Dtrain):
     dt("volume", "create", "shared", "--size", "1Gi")
     dt("submit-dist", "writers", "--processes", "2", "--pvc", "shared:/mnt", "--", "python", "-c", WRITE_RANK_FILE)
@@ -56,6 +57,7 @@ def test_new_volume_is_named_after_the_job_and_large_shm_is_private(dt: Dtrain):
     assert not Path("/dev/shm/probe").exists()  # the job's /dev/shm is its own
 
 
+@pytest.mark.slow
 def test_snapshot_on_success_links_job_and_lineage(dt: Dtrain):
     dt("volume", "create", "exp")
     data = volume_path(dt, "exp")
@@ -166,6 +168,7 @@ def test_a_volume_over_the_home_is_refused(dt: Dtrain):
     assert dt.json("list", "-A") == [] and tree(volume_path(dt, "data")) == {}
 
 
+@pytest.mark.slow
 def test_a_mount_the_job_could_not_start_with_is_refused_at_submit(dt: Dtrain, tmp_path):
     """A place bubblewrap cannot mount over (a symbolic link, a file, anything below either), or
     one that would hide the Python the job runs on or the system's programs: one line at submit,
