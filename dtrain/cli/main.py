@@ -365,11 +365,7 @@ class Parser(argparse.ArgumentParser):
                  if not a.option_strings and (a.choices is None or "\0" in a.choices)}  # no list holds "\0"
         if head or not names & set(missing.split(", ")):
             return None
-        given = getattr(self, "_given", [])
-        for word in given[:given.index("--")] if "--" in given else given:
-            if self._unknown_option(word):
-                return word
-        return None
+        return self._unknown_given()
 
     def _not_a_name(self, word: str) -> str:
         return f"{shown(word)} is neither an option of '{self.prog}' nor a name: names are {NAME_RULE}"
@@ -382,14 +378,18 @@ class Parser(argparse.ArgumentParser):
         takes = any(not a.option_strings and a.choices is None and a.dest != "what"  # `list jobs`: no name
                     and (a.nargs in ("*", "+") or (a.nargs == "?" and getattr(parsed, a.dest, None) is None))
                     for a in self._actions)
-        given = self._given[:self._given.index("--")] if "--" in self._given else self._given
+        given = self._head()
         return next((w for w in extra if takes and w in given and not w.startswith("--")
                      and self._unknown_option(w)), None)
 
     def _unknown_given(self) -> str | None:
         """The first word before any '--' that argparse would read as an option and that is none of this parser's."""
+        return next((w for w in self._head() if self._unknown_option(w)), None)
+
+    def _head(self) -> list[str]:
+        """This (sub-)parser's words before any '--' (after it: the command's own)."""
         given = getattr(self, "_given", [])
-        return next((w for w in (given[:given.index("--")] if "--" in given else given) if self._unknown_option(w)), None)
+        return given[:given.index("--")] if "--" in given else given
 
     def _long_options(self) -> list[str]:
         return sorted(o for o in self._option_string_actions if o.startswith("--"))
