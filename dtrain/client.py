@@ -16,6 +16,7 @@ threads must not share mid-transaction); backends given in `backends=` are share
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -461,16 +462,24 @@ class Client:
     def delete(self, name: str, *, purge: bool = False, project: str | None = None) -> JobInfo:
         """Stop the job; with `purge` also forget it (record, events, logs). A job already Deleted
         is a NotFoundError unless purged, as `dtrain delete`, the HTTP DELETE and kubectl have it."""
-        backend = self._job_backend(name, project)
-        info = self._found(backend, name, project)
-        if not purge and info.status == JobStatus.DELETED:
-            given = "" if project is None else f", project={project!r}"
-            raise NotFoundError(f"job {name!r} was already deleted; nothing was deleted "
-                                f"(delete({name!r}, purge=True{given}) also forgets it)")
-        info = backend.delete(name, purge=purge)
+        with self.room_to_free() if purge else contextlib.nullcontext():  # a purge frees its logs
+            backend = self._job_backend(name, project)
+            info = self._found(backend, name, project)
+            if not purge and info.status == JobStatus.DELETED:
+                given = "" if project is None else f", project={project!r}"
+                raise NotFoundError(f"job {name!r} was already deleted; nothing was deleted "
+                                    f"(delete({name!r}, purge=True{given}) also forgets it)")
+            info = backend.delete(name, purge=purge)
         if purge:
             self._submitted.pop(name, None)
         return info
+
+    def room_to_free(self):
+        """A context around calls that free space in the home folder (`delete(purge=True)`, a snapshot or
+        volume delete): on a full home disk the reserve kept there is given up first, so that the state
+        database opens and the delete commits (`db.room_to_free`). The CLI opens it around a purge's
+        checks too, which read the database before anything is deleted."""
+        return db.room_to_free(self.home)
 
     def suspend(self, name: str, *, project: str | None = None) -> JobInfo:
         """Stop a Pending or Running job until `resume`: it checkpoints, frees its devices, reads Suspended."""
@@ -831,7 +840,7 @@ class Client:
         return self._storage(project).render_volume_update(name, storage_class=storage_class)
 
     def delete_volume(self, name: str, *, force: bool = False, project: str | None = None) -> None:
-        with db.room_to_free(self.home):  # on a full home disk: the delete that frees it still commits
+        with self.room_to_free():  # on a full home disk: the delete that frees it still commits
             self._storage(project).delete_volume(name, force=force)
 
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
@@ -895,7 +904,7 @@ class Client:
                                                        progress=progress)
 
     def delete_snapshot(self, name: str, *, project: str | None = None) -> FreedInfo:
-        with db.room_to_free(self.home):  # on a full home disk: the delete that frees it still commits
+        with self.room_to_free():  # on a full home disk: the delete that frees it still commits
             return self._storage(project).delete_snapshot(name)
 
     def verify_snapshot(self, name: str | None = None, *, project: str | None = None) -> VerifyReport:

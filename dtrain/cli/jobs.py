@@ -553,6 +553,13 @@ def _exec_rank(text: str) -> int | str:
 
 
 def cmd_delete(args, client: Client) -> int:
+    if args.purge:  # on a full home disk: the reserve makes room for the checks' reads and the purge's commit
+        with client.room_to_free():
+            return _delete(args, client)
+    return _delete(args, client)
+
+
+def _delete(args, client: Client) -> int:
     words = [] if args.all and args.names in (["job"], ["jobs"]) else args.names  # `runai delete job --all`
     names = list(dict.fromkeys(_job_names(words, "delete")))
     if args.all == bool(names):  # `runai delete job --all`: every job of the project, or the names given

@@ -83,6 +83,7 @@ class LocalBackend(Backend):
         self._command = command
         self._project = project
         self.store = JobStore(self.home / "state.db", list_command=self.cmd("list jobs", project))
+        db.keep_reserve(self.home)  # a purge's room on a full disk, in a home that never used volumes too
 
     def cmd(self, words: str, project: str | None) -> str:
         """`dtrain WORDS` as a hint names it for a job (volume) of `project` (see `command`)."""
