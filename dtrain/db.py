@@ -328,7 +328,8 @@ def transaction(conn: sqlite3.Connection):
     try:
         yield conn
     except BaseException:
-        conn.execute("ROLLBACK")
+        if conn.in_transaction:  # a full disk mid-statement: SQLite may have rolled it back already
+            conn.execute("ROLLBACK")
         raise
     try:
         conn.execute("COMMIT")

@@ -4,12 +4,17 @@ whose freeing the disk put off says so and is finished by the next command with 
 from __future__ import annotations
 
 import os
+import sqlite3
 import sys
 
 import pytest
 from conftest import Dtrain, fill, tmpfs
 
 from dtrain import db
+from dtrain.backends.base import FreedInfo
+from dtrain.cli.storage import _freed
+from dtrain.storage.engine import Engine
+from dtrain.storage.volumes import Storage
 
 _LOGS = "import sys; sys.stdout.write('x' * 3_000_000 + '\\n')"  # 3 MB of log to free
 
@@ -28,3 +33,64 @@ def test_a_purge_on_a_full_home_disk_commits_and_frees_the_jobs_logs(tmp_path):
         assert dt("delete", "j1", "--purge").stdout.strip() == "The job 'j1' has been purged"
         assert not (dt.home / "jobs" / "j1").exists()
         assert dt.json("list", "jobs", "--show-deleted") == []
+
+
+class _FillsOnSweep(Engine):
+    """An engine whose sweep meets a full disk once `full` is set (index.db's write refused)."""
+    full = False
+
+    def sweep(self, live_ids, *, force=False):
+        if self.full:
+            raise sqlite3.OperationalError("database or disk is full")
+        return super().sweep(live_ids, force=force)
+
+
+def _pack_bytes(home) -> int:
+    return sum(f.stat().st_size for f in (home / "store" / "packs").rglob("*") if f.is_file())
+
+
+def test_a_delete_the_disk_put_off_is_said_so_and_finished_by_the_next_list_with_room(tmp_path):
+    """A delete too large for the reserve commits its row and leaves its sweep requested. It said
+    "0 B freed (more once running snapshots finish)", with no snapshot running, and only the next
+    create, delete or verify freed the data: `volume list` and `snapshot list` left it in place."""
+    home = tmp_path / "home"
+    storage = Storage(home, engine=_FillsOnSweep(home / "store"))
+    (storage.create_volume("data").path / "w.bin").write_bytes(os.urandom(300_000))
+    storage.create_snapshot("data", name="s1")
+    storage.delete_volume("data")
+    before = _pack_bytes(home)
+    storage.engine.full = True
+    freed = storage.delete_snapshot("s1")
+    assert freed.pending and freed.no_room and freed.bytes == 0
+    assert storage.list_snapshots() == [] and storage.list_volumes() == []  # still full: stays requested
+    assert (home / "store" / "sweep-pending").exists() and _pack_bytes(home) == before
+    storage.close()
+    again = Storage(home)
+    assert again.list_volumes() == []
+    assert not (home / "store" / "sweep-pending").exists() and _pack_bytes(home) < before - 250_000
+    again.close()
+
+
+def test_the_delete_line_says_what_is_pending_and_the_command_that_finishes_it():
+    words = []
+    line = _freed(FreedInfo(snapshot="s1", backend="local", bytes=0, pending=True, no_room=True),
+                  lambda w: words.append(w) or f"dtrain -p team {w}")
+    assert words == ["snapshot list"] and "running snapshots" not in line
+    assert line.startswith(", its data not freed yet: the disk holding the home folder ($DTRAIN_HOME) had no room")
+    assert line.endswith("free some space there (df -h), then run 'dtrain -p team snapshot list', which frees it")
+    busy = _freed(FreedInfo(snapshot="s1", backend="local", bytes=0, pending=True), str)
+    assert busy == ", 0 B freed (more once running snapshots finish)"
+
+
+def test_a_transaction_sqlite_rolled_back_for_a_full_disk_raises_the_full_disk_error(tmp_path):
+    """SQLite may roll a transaction back itself when the disk fills mid-statement (a large sweep's
+    index changes): `transaction`'s own ROLLBACK then raised "cannot rollback - no transaction is
+    active", a traceback in place of the full-disk line."""
+    conn = db.connect(tmp_path / "x.db")
+    conn.execute("CREATE TABLE t (a)")
+    conn.execute("PRAGMA max_page_count=20")  # a full disk, as SQLite sees it
+    with pytest.raises(sqlite3.OperationalError, match="database or disk is full"):
+        with db.transaction(conn):
+            conn.executemany("INSERT INTO t VALUES (?)", [(os.urandom(500),) for _ in range(1000)])
+    assert not conn.in_transaction
+    conn.close()

@@ -353,6 +353,7 @@ class FreedInfo(_Record):
     backend: str
     bytes: int | None  # disk bytes freed now; None when the storage system frees them on its own
     pending: bool = False  # True when a running snapshot or restore delays the cleanup
+    no_room: bool = False  # pending because the home disk is full: the next storage command with room frees it
     extra: dict[str, Any] = field(default_factory=dict)
 
 

@@ -172,7 +172,7 @@ def cmd_snapshot(args, client: Client) -> int:
                + (f" (class {v.storage_class})" if args.storage_class else ""), args.json)
     elif a == "delete":
         freed = client.delete_snapshot(args.name, project=args.project)
-        _print(freed, f"snapshot '{args.name}' deleted" + _freed(freed), args.json)
+        _print(freed, f"snapshot '{args.name}' deleted" + _freed(freed, lambda w: _said(client, args, w)), args.json)
     elif a == "verify":
         report = client.verify_snapshot(args.name, project=args.project)
         _print(report, _verify_text(report), args.json)
@@ -292,10 +292,14 @@ def _state(s) -> str:
     return f"Error: {s.error}" if s.error else ("Ready" if s.ready else "Pending")
 
 
-def _freed(freed) -> str:
-    """The tail of the 'deleted' line: what a FreedInfo says was given back."""
+def _freed(freed, said) -> str:
+    """The tail of the 'deleted' line: what a FreedInfo says was given back; `said(words)`: a hint's command."""
     if freed.bytes is None:
         return "; the storage system frees its space"
+    if freed.no_room:
+        return (f", its data not freed yet: the disk holding the home folder ($DTRAIN_HOME) had no room to update "
+                f"the snapshot store's index; free some space there (df -h), then run '{said('snapshot list')}', "
+                f"which frees it")
     return f", {fmt.size(freed.bytes)} freed" + (" (more once running snapshots finish)" if freed.pending else "")
 
 

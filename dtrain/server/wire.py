@@ -554,6 +554,8 @@ class Freed(_Out):
     backend: str
     bytes: int | None
     pending: bool
+    no_room: bool = Field(False, description="pending because the home disk is full: the next volume or snapshot "
+                                             "list with room frees it")
     extra: dict[str, Any]
 
 

@@ -78,6 +78,7 @@ class Freed(NamedTuple):
     bytes: int  # disk bytes freed: content no other snapshot shared
     objects: int  # store objects removed
     pending: bool  # True when a running snapshot or restore delayed the cleanup to a later call
+    no_room: bool = False  # pending because the disk had no room for it: the next storage command with room frees it
 
     to_dict = _to_dict
 

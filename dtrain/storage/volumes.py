@@ -204,6 +204,7 @@ class Storage:
 
     def list_volumes(self) -> list[Volume]:
         self.mover.recover()
+        self._finish_sweep()
         return [self._volume(r) for r in self.conn.execute("SELECT * FROM volumes ORDER BY name")]
 
     def names(self, what: str) -> list[str]:
@@ -362,6 +363,10 @@ class Storage:
 
     def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[Snapshot]:
         """Oldest first."""
+        self._finish_sweep()
+        return self._snapshots(volume=volume, job=job)
+
+    def _snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[Snapshot]:
         sql, args = "SELECT * FROM snapshots WHERE 1", []
         for column, value in (("volume", volume), ("job", job)):
             if value is not None:
@@ -408,13 +413,13 @@ class Storage:
                                 f"with `{self.cmd('snapshot list')}`")
         self.engine.drop(snap.id)
         try:
-            swept = self._sweep()
+            swept, no_room = self._sweep(), False
         except (sqlite3.Error, OSError) as err:  # a full disk: the snapshot is gone and its sweep requested
             if not db.no_room(err):             # (sweep-pending), so the next command with room frees its data
                 raise
-            swept = None
+            swept, no_room = None, True
         return Freed(snapshot=name, bytes=swept.bytes if swept else 0,
-                         objects=swept.objects if swept else 0, pending=swept is None)
+                     objects=swept.objects if swept else 0, pending=swept is None, no_room=no_room)
 
     def verify(self, name: str | None = None, *, progress: Progress | bool | None = None) -> VerifyReport:
         """Clean up crash leftovers, then re-hash the content of one snapshot or all of them.
@@ -422,7 +427,7 @@ class Storage:
         On a disk that is full or read-only (the databases opened read-only: `db.reads_only`, or a
         write refused since this Client opened them: a server's) it only checks: nothing is tidied,
         swept or set aside, the findings are reported as ever, and `skipped` says what was not done."""
-        rows = [self.get_snapshot(name)] if name is not None else self.list_snapshots()
+        rows = [self.get_snapshot(name)] if name is not None else self._snapshots()  # its own sweep reports garbage
         write = db.writable(self.conn) and db.writable(self.engine.packs.conn)
         swept = None
         if write:
@@ -640,6 +645,21 @@ class Storage:
 
     def _sweep(self):
         return self.engine.sweep(self._live_ids)
+
+    def _finish_sweep(self) -> None:
+        """Free what a snapshot delete left to a later command (sweep-pending: the disk had no room
+        for the index's changes, or a sweep was killed): `volume list` and `snapshot list`, the
+        commands a user runs next, finish it once there is room; on a disk still full (or opened
+        read-only) it stays requested. Nothing is swept when nothing was requested."""
+        if not (self.engine.root / "sweep-pending").exists():
+            return
+        if not (db.writable(self.conn) and db.writable(self.engine.packs.conn)):
+            return
+        try:
+            self._sweep()
+        except (sqlite3.Error, OSError) as err:
+            if not db.no_room(err):
+                raise
 
     def _live_ids(self) -> list[str]:
         return [r[0] for r in self.conn.execute("SELECT uid FROM snapshots")]

@@ -975,6 +975,7 @@ class LocalBackend(Backend):
     def _delete_snapshot(self, name):
         freed = self.storage.delete_snapshot(name)
         return FreedInfo(snapshot=freed.snapshot, backend=self.name, bytes=freed.bytes, pending=freed.pending,
+                         no_room=freed.no_room,
                          extra={"objects": freed.objects})
 
     def _verify_snapshot(self, name):
