@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import stat
 import threading
 import time
 from dataclasses import replace
@@ -474,6 +475,22 @@ class Client:
             self._submitted.pop(name, None)
         return info
 
+    def purge_refused(self, err: BaseException, names: list[str], *, project: str | None = None) -> str | None:
+        """One line for a `delete(purge=True)` of `names` that a full home disk refused (no reserve left to
+        give up: a disk never 16 MiB free), naming what to delete first: the largest of their log folders,
+        which the purge removes anyway; None for any other error."""
+        if not db.no_room(err) or "readonly" in str(err):
+            return None
+        logs = [(_tree_bytes(self.home / "jobs" / n / "logs"), n) for n in names if isinstance(n, str)]
+        size, name = max(logs, default=(0, None))
+        again = self.command_for(f"delete {' '.join(names[:5])} --purge", project=project,
+                                 backend=self._backend_name or self.config.backend_for(project or self.config.project))
+        first = (f"delete the logs of job {name!r} first (rm -r {self.home / 'jobs' / name / 'logs'}: "
+                 f"{size / 2**20:.1f} MiB, which the purge removes anyway) or free space elsewhere there (df -h)"
+                 if size else "free space there first (df -h)")
+        return (f"not purged: the disk holding the home folder ($DTRAIN_HOME) is full, with no room to record the "
+                f"purge; {first}, then run '{again}' again; nothing stored was changed")
+
     def room_to_free(self):
         """A context around calls that free space in the home folder (`delete(purge=True)`, a snapshot or
         volume delete): on a full home disk the reserve kept there is given up first, so that the state
@@ -913,6 +930,17 @@ class Client:
     def diff_snapshots(self, a: str, b: str | None = None, *, project: str | None = None) -> list[Change]:
         """What changed from snapshot `a` to snapshot `b`, or to `a`'s volume as it is now (`b` None)."""
         return self._storage(project).diff_snapshots(a, b)
+
+
+def _tree_bytes(folder: Path) -> int:
+    """The bytes of the regular files under `folder` (0: none, or no such folder); links are not followed."""
+    total = 0
+    for root, _dirs, files in os.walk(folder):
+        for f in files:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(root, f))
+                total += st.st_blocks * 512 if stat.S_ISREG(st.st_mode) else 0
+    return total
 
 
 def _check_spec(spec, verb: str) -> None:

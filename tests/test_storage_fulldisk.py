@@ -4,11 +4,12 @@ whose freeing the disk put off says so and is finished by the next command with 
 from __future__ import annotations
 
 import os
+import shutil
 import sqlite3
 import sys
 
 import pytest
-from conftest import Dtrain, fill, tmpfs
+from conftest import Dtrain, fill, tmpfs, usage_line
 
 from dtrain import db
 from dtrain.backends.base import FreedInfo
@@ -32,6 +33,29 @@ def test_a_purge_on_a_full_home_disk_commits_and_frees_the_jobs_logs(tmp_path):
         fill(disk)
         assert dt("delete", "j1", "--purge").stdout.strip() == "The job 'j1' has been purged"
         assert not (dt.home / "jobs" / "j1").exists()
+        assert dt.json("list", "jobs", "--show-deleted") == []
+
+
+
+@pytest.mark.slow  # a job run and a filled tmpfs: about 8 s
+def test_a_purge_a_small_full_disk_refuses_names_the_logs_to_delete_first(tmp_path):
+    """A disk never 16 MiB free has no reserve: the purge is refused, and the line named no way out
+    but "free space there (df -h)"; it now names the job's logs, which the purge removes anyway."""
+    with tmpfs(tmp_path / "disk", "size=8m") as disk:
+        dt = Dtrain(disk / "home")
+        dt("submit", "j1", "--", sys.executable, "-c", _LOGS)
+        dt("wait", "j1")
+        logs = dt.home / "jobs" / "j1" / "logs"
+        kept = sorted((p.name, p.stat().st_size) for p in logs.iterdir())
+        fill(disk)
+        line = usage_line(dt("delete", "job", "j1", "--purge", check=False))
+        assert line.startswith("not purged: the disk holding the home folder ($DTRAIN_HOME) is full")
+        assert f"delete the logs of job 'j1' first (rm -r {logs}: 2.9 MiB, which the purge removes anyway)" in line
+        assert line.endswith("then run 'dtrain delete j1 --purge' again; nothing stored was changed")
+        assert sorted((p.name, p.stat().st_size) for p in logs.iterdir()) == kept
+        assert [j["name"] for j in dt.json("list", "jobs")] == ["j1"]
+        shutil.rmtree(logs)
+        dt("delete", "j1", "--purge")
         assert dt.json("list", "jobs", "--show-deleted") == []
 
 

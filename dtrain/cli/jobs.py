@@ -18,7 +18,7 @@ from dtrain import JobStatus
 from dtrain.cli import format as fmt
 from dtrain.client import Client, TimeoutError_
 from dtrain.config import read_small_file
-from dtrain.errors import ConflictError, NotFoundError, SpecError
+from dtrain.errors import ConflictError, NotFoundError, SpecError, StorageError
 from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, as_typed_number, check_limit_bytes, check_name, check_rank, check_tail, shown,
                           wait_refusal, written)
 from dtrain.numbers import exact, plain, real_number, whole_number  # whole_number: every whole-number flag's type=
@@ -553,10 +553,16 @@ def _exec_rank(text: str) -> int | str:
 
 
 def cmd_delete(args, client: Client) -> int:
-    if args.purge:  # on a full home disk: the reserve makes room for the checks' reads and the purge's commit
-        with client.room_to_free():
+    if not args.purge:
+        return _delete(args, client)
+    with client.room_to_free():  # on a full home disk: room for the checks' reads and the purge's commit
+        try:
             return _delete(args, client)
-    return _delete(args, client)
+        except Exception as err:  # no reserve to give up (a small disk): what to delete first
+            names = args.names[1:] if args.names[:1] in (["job"], ["jobs"], ["notebook"], ["notebooks"]) else args.names
+            if (line := client.purge_refused(err, names, project=args.project)) is None:
+                raise
+            raise StorageError(line) from None
 
 
 def _delete(args, client: Client) -> int:
