@@ -3,6 +3,7 @@ whose freeing the disk put off says so and is finished by the next command with 
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import sqlite3
@@ -118,3 +119,20 @@ def test_a_transaction_sqlite_rolled_back_for_a_full_disk_raises_the_full_disk_e
             conn.executemany("INSERT INTO t VALUES (?)", [(os.urandom(500),) for _ in range(1000)])
     assert not conn.in_transaction
     conn.close()
+
+
+def test_a_ranks_first_record_refused_by_a_full_disk_says_the_disk_is_full(tmp_path, monkeypatch):
+    """A rank's first record on a full disk (no old file to overwrite in place) said "No such file or
+    directory: .../rank-0.json" in the launcher log, hiding the full disk that refused it."""
+    from dtrain.backends.local import rankrun
+
+    def full(path, text):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rankrun, "replace_file", full)
+    with pytest.raises(OSError) as refused:
+        rankrun._write_json(tmp_path / "rank-0.json", {"status": "Running"})
+    assert refused.value.errno == errno.ENOSPC and not (tmp_path / "rank-0.json").exists()
+    (tmp_path / "rank-0.json").write_text('{"status": "Pending", "pid": 123456}')
+    rankrun._write_json(tmp_path / "rank-0.json", {"status": "Running"})  # an old one: overwritten in place
+    assert (tmp_path / "rank-0.json").read_text() == '{"status": "Running"}'

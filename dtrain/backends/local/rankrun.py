@@ -137,7 +137,10 @@ def _write_json(path: Path, data: dict) -> None:
     except OSError as err:
         if err.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
-        fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # never through a link
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)  # never through a link
+        except FileNotFoundError:  # a first record: no old blocks to reuse, and the disk is what refused
+            raise err from None
         try:
             raw = text.encode()
             if os.pwrite(fd, raw, 0) != len(raw):
