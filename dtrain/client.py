@@ -476,14 +476,14 @@ class Client:
         return info
 
     def purge_refused(self, err: BaseException, names: list[str], *, project: str | None = None) -> str | None:
-        """One line for a `delete(purge=True)` of `names` that a full home disk refused (no reserve left to
-        give up: a disk never 16 MiB free), naming what to delete first: the largest of their log folders,
-        which the purge removes anyway; None for any other error."""
+        """One line for a `delete(purge=True)` of `names` (none: `--all`) that a full home disk refused (no
+        reserve left to give up: a disk never 16 MiB free), naming what to delete first: the largest of their
+        log folders, which the purge removes anyway; None for any other error."""
         if not db.no_room(err) or "readonly" in str(err):
             return None
         logs = [(_tree_bytes(self.home / "jobs" / n / "logs"), n) for n in names if isinstance(n, str)]
         size, name = max(logs, default=(0, None))
-        again = self.command_for(f"delete {' '.join(names[:5])} --purge", project=project,
+        again = self.command_for(f"delete {' '.join(names[:5]) or '--all'} --purge", project=project,
                                  backend=self._backend_name or self.config.backend_for(project or self.config.project))
         first = (f"delete the logs of job {name!r} first (rm -r {self.home / 'jobs' / name / 'logs'}: "
                  f"{size / 2**20:.1f} MiB, which the purge removes anyway) or free space elsewhere there (df -h)"
