@@ -288,8 +288,13 @@ class Client:
         none: a job submitted there (`dtrain submit --backend kubernetes`) is not found here."""
         if self._backend_name is not None:
             return []
+        return [name for name in self._configured_backends() if name != backend.name]
+
+    def _configured_backends(self) -> list[str]:
+        """The backends other than the local one that config.yaml (or this client's `sagemaker=`) has
+        settings for: a job may have been sent there with `--backend` by any process."""
         configured = {"kubernetes": self.config.kubernetes, "sagemaker": self.config.sagemaker or self._sagemaker}
-        return [name for name, settings in configured.items() if settings and name != backend.name]
+        return [name for name, settings in configured.items() if settings]
 
     def _of_project(self, info: JobInfo, project: str) -> JobInfo:
         """`info`, when its job is of `project` (a job verb's `project=`, the CLI's -p)."""
@@ -391,13 +396,17 @@ class Client:
         """(backend, project to open it for) of each backend a read of every project walks, once
         each: this client's when it was given one (`dtrain --backend B list -A`), else the default
         backend, then each other one that config.yaml's `project_backends` sends a project to (one
-        Kubernetes backend lists every dtrain namespace its account may list)."""
+        Kubernetes backend lists every dtrain namespace its account may list), then each one config.yaml
+        has settings for: a job sent there with `submit --backend` by another process is listed too
+        (a Run:AI user's `list -A` shows every job they can reach)."""
         if self._backend_name is not None:
             return [(self._backend_name, self.default_project)]
         walk = {self.config.backend_for(self.default_project): self.default_project}
         walk.setdefault(self.config.backend, self.default_project)
         for project, name in sorted(self.config.project_backends.items()):
             walk.setdefault(name, project)
+        for name in self._configured_backends():
+            walk.setdefault(name, self.default_project)
         for name, project in list(self._submitted.values()):  # `submit --backend`: its jobs are listed too
             walk.setdefault(name, project)
         return list(walk.items())
@@ -424,7 +433,8 @@ class Client:
                 first = first or err
                 theirs = sorted(p for p, b in self.config.project_backends.items() if b == name)
                 whose = (f"projects {', '.join(theirs)}" if len(theirs) > 1 else f"project {theirs[0]}" if theirs
-                         else "the default backend")
+                         else "the default backend" if name == self.config.backend_for(self.default_project)
+                         else f"config.yaml's {name}: settings")
                 said = " ".join(str(err).split())
                 missed.append(Notice(code=f"{what}-unlisted",
                                      message=f"{what} on the {name} backend ({whose}) not listed, the others are: {said}"))

@@ -380,14 +380,17 @@ def cmd_list(args, client: Client) -> int:
     if args.json:
         print(json.dumps([j.to_dict() for j in jobs], indent=2))
         return 0
+    # -A reads every configured backend (kubectl -A adds NAMESPACE): BACKEND says where each job runs
+    every = args.all_projects
     rows = [[j.name, fmt.status_word(j), fmt.age(j.created), j.node or "-", j.spec.kind, j.spec.project,
+             *([j.backend] if every else []),
              f"{j.gpus_allocated} ({j.spec.gpus_requested})", f"{j.processes_running} ({j.processes_pending})"]
             for j in jobs]
     if not rows:  # a header alone reads as a failed listing (kubectl: "No resources found in NS namespace.")
         print(_no_jobs(args, client, project))
         return 0
-    print(fmt.table(["NAME", "STATUS", "AGE", "NODE", "TYPE", "PROJECT", "GPUs Allocated (Requested)",
-                     "PROCESSES Running (Pending)"], rows))
+    print(fmt.table(["NAME", "STATUS", "AGE", "NODE", "TYPE", "PROJECT", *(["BACKEND"] if every else []),
+                     "GPUs Allocated (Requested)", "PROCESSES Running (Pending)"], rows))
     return 0
 
 
