@@ -4,6 +4,9 @@
   config.yaml's `project_backends` sent a project there: what a client submitted was kept in its
   memory alone. Every backend config.yaml has settings for is now read, the table has a BACKEND
   column, and one that does not answer is one warning line.
+- A SageMaker dry run whose endpoint did not answer waited botocore's 60 s connect timeout and its
+  retries (5 attempts, with backoff) on each read-only check: the dry run's clients now connect
+  within 5 s and do not retry, and the one warning names the endpoint and $AWS_ENDPOINT_URL when set.
 """
 
 from __future__ import annotations
@@ -73,4 +76,33 @@ def test_a_configured_backend_that_does_not_answer_is_one_warning_line(dt, home,
     assert len(lines) == 1 and lines[0].startswith(
         "dtrain: warning: jobs on the kubernetes backend (config.yaml's kubernetes: settings) not listed"), proc.stderr
     assert dtrain.Client(home=home).list().notices[0].code == "jobs-unlisted"
+
+
+@pytest.mark.slow  # botocore's models load: seconds
+def test_a_dry_run_asks_an_endpoint_that_does_not_answer_once_and_names_it(tmp_path, caplog, monkeypatch):
+    """A closed local port stands for an unreachable endpoint (nothing goes on the network): each
+    read-only check asks once, with a short connect timeout, and the one warning names the endpoint
+    and the variable that sent the calls there."""
+    boto3 = pytest.importorskip("boto3", reason="the 'sagemaker' extra is not installed")
+    from test_sagemaker_backend import CFG, spec
+    from dtrain.backends.sagemaker.backend import SageMakerBackend
+    (tmp_path / "train.py").write_text("print('training')\n")
+    nowhere = f"http://127.0.0.1:{_closed_port()}"
+    monkeypatch.setenv("AWS_ENDPOINT_URL", nowhere)
+    monkeypatch.delenv("AWS_RETRY_MODE", raising=False)
+    monkeypatch.delenv("AWS_MAX_ATTEMPTS", raising=False)
+    session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing",
+                                    region_name=CFG.region)
+    sent = []
+    session.events.register("before-send", lambda request, **_: sent.append(request.url))
+    be = SageMakerBackend(CFG, session=session, cwd=str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        requests = be.render(spec("dry-nowhere", sm={"channels": (f"training=s3://{CFG.bucket}/a",)}))
+    assert len(sent) == 1 and sent[0].startswith(nowhere), sent  # the first check, once: no retry, no other check
+    from dtrain.backends.sagemaker.clients import QUICK_CONNECT_TIMEOUT
+    assert {c.meta.config.connect_timeout for c in (be.quick_aws.sagemaker, be.quick_aws.s3)} == {QUICK_CONNECT_TIMEOUT}
+    [warned] = [r.getMessage() for r in caplog.records if r.getMessage().startswith("dtrain: warning:")]
+    assert f'cannot reach AWS (Could not connect to the endpoint URL: "{nowhere}/")' in warned, warned
+    assert f"check the network, or $AWS_ENDPOINT_URL ({nowhere}; unset it to call AWS itself)" in warned
+    assert requests[-1]["SageMaker.CreateTrainingJob"]["TrainingJobName"] == "dry-nowhere"
 

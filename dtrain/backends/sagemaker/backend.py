@@ -83,6 +83,7 @@ class SageMakerBackend(Backend):
         self._command = command
         self.config = config
         self._aws, self._local, self._session = clients, local, session
+        self._quick: Clients | None = None  # made for a dry run (quick_aws)
         self.home = Path(home) if home else None
         self.cwd = cwd
         self.pace, self._sleep = pace, sleep  # how `logs -f` polls; injected by tests
@@ -98,6 +99,16 @@ class SageMakerBackend(Backend):
         if self._aws is None:
             self._aws = aws_clients(self.config, self._session)
         return self._aws
+
+    @property
+    def quick_aws(self) -> Clients:
+        """The clients of a dry run's read-only checks: a short connect timeout and no retry, so an
+        endpoint that does not answer is one warning at once; injected clients are used as given."""
+        if self._aws is not None:
+            return self._aws
+        if self._quick is None:
+            self._quick = aws_clients(self.config, self._session, quick=True)
+        return self._quick
 
     @property
     def local(self) -> Clients:
@@ -208,12 +219,15 @@ class SageMakerBackend(Backend):
                 raise ConflictError(f"a --local SageMaker job named {name!r} exists, and describe, logs and delete "
                                     f"would reach it rather than this one: submit under a new name")
 
+        def aws() -> Clients:  # made when a check first asks (no boto3: that check's failure)
+            return self.quick_aws if dry else self.aws
+
         checks = [(f"no --local job named {name!r}", not_local),
-                  (f"job name {name!r} free", lambda: self._check_free(self.aws, name))]
+                  (f"job name {name!r} free", lambda: self._check_free(aws(), name))]
         if dry:
-            checks.append((f"bucket {bucket} exists", lambda: self._check_bucket(self.aws, bucket)))
+            checks.append((f"bucket {bucket} exists", lambda: self._check_bucket(aws(), bucket)))
         return checks + [(f"channel {ch}={uri} holds objects", lambda ch=ch, uri=uri: self._check_channel(
-            self.aws, ch, uri, dry=dry)) for ch, uri in _s3_channels(req)]
+            aws(), ch, uri, dry=dry)) for ch, uri in _s3_channels(req)]
 
     # ---- hooks --------------------------------------------------------------------------
     def _submit(self, spec: JobSpec) -> JobInfo:

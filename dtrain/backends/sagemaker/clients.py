@@ -43,14 +43,25 @@ class Clients:
     logs: Any
 
 
-def aws_clients(config: SageMakerConfig, session: Any = None) -> Clients:
+# A dry run's read-only checks: an endpoint that does not answer is said at once, not after botocore's
+# 60 s connect timeout and its retries (legacy mode: 5 attempts with backoff, minutes where packets are dropped)
+QUICK_CONNECT_TIMEOUT = 5  # seconds; AWS answers a connect within one even across an ocean
+
+
+def aws_clients(config: SageMakerConfig, session: Any = None, *, quick: bool = False) -> Clients:
+    """boto3's clients for `config`'s region; `quick`: a short connect timeout and no retry (a dry run's
+    checks, which submit makes again with botocore's patience)."""
     try:
         import boto3  # lazy: the optional 'sagemaker' extra
     except ImportError:
         raise EnvironmentError_("the SageMaker backend needs boto3: pip install 'dtrain[sagemaker]'") from None
     try:  # a profile that does not exist, an unreadable ~/.aws/config: botocore raises here
+        kw = {}
+        if quick:
+            from botocore.config import Config
+            kw["config"] = Config(connect_timeout=QUICK_CONNECT_TIMEOUT, retries={"max_attempts": 0})
         session = session or boto3.session.Session(region_name=config.region)
-        return Clients(*(session.client(n, region_name=config.region) for n in ("sagemaker", "s3", "logs")))
+        return Clients(*(session.client(n, region_name=config.region, **kw) for n in ("sagemaker", "s3", "logs")))
     except Exception as err:
         line = _botocore_line("AWS setup", err)
         if line is None and isinstance(err, ValueError):  # AWS_MAX_ATTEMPTS=abc: botocore's int() of it
@@ -71,11 +82,21 @@ def _botocore_line(what: str, err: Exception) -> str | None:
         return (f"{what}: no AWS credentials found; set AWS_PROFILE or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY "
                 f"(they are never stored by dtrain)")
     if isinstance(err, (bx.ConnectionError, bx.HTTPClientError)):  # refused, timed out, closed midway
-        return f"{what}: cannot reach AWS ({cut(err, MAX_MESSAGE)}); check the network and --region"
+        return f"{what}: cannot reach AWS ({cut(err, MAX_MESSAGE)}); {_reach_fix()}"
     if isinstance(err, bx.BotoCoreError):
         return (f"{what}: {type(err).__name__}: {cut(err, MAX_MESSAGE)}; check your AWS configuration "
                 f"(aws configure list; aws sso login for an SSO profile)")
     return None
+
+
+def _reach_fix() -> str:
+    """What to check when AWS does not answer: an endpoint variable sends every call to its URL instead
+    of the region's (a LocalStack or a proxy that is down), so it is named where set."""
+    import os
+    for var in ("AWS_ENDPOINT_URL_SAGEMAKER", "AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL"):
+        if os.environ.get(var):
+            return f"check the network, or ${var} ({cut(os.environ[var], 200)}; unset it to call AWS itself)"
+    return "check the network and --region"
 
 
 def aws_call(what: str, fn: Callable, **kw) -> Any:
