@@ -52,6 +52,10 @@ PROJECT_ARG = {"sdk": ("project={!r}", "no project"), "cli": ("-p {}", "no -p"),
 # How a message names the jobs of another backend, in the words of each door.
 BACKEND_LIST = {"sdk": "dtrain.Client(backend={!r}).list()", "cli": "dtrain --backend {} list",
                 "http": "GET /api/v1/jobs of `dtrain --backend {} server`"}
+# How a message names a SageMaker job run on this machine (no AWS), and the backend a job goes to,
+# in the words of each door.
+SAGEMAKER_LOCAL = {"sdk": "sagemaker={'local': True}", "cli": "--local", "http": '"sagemaker": {"local": true}'}
+BACKEND_ARG = {"sdk": "backend={!r}", "cli": "--backend {}", "http": '"backend": "{}"'}
 AWS_REGION_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION")  # the SageMaker region when config.yaml sets none
 T = TypeVar("T")
 
@@ -208,6 +212,7 @@ class Client:
         """Start the job `spec` describes; its record (Pending or Running). SpecError for a spec the
         backend refuses, NotFoundError for a missing project or volume, ConflictError for a name in use."""
         spec = self._configured(spec, "submit")
+        self.check_aws_ready(spec)
         info = self.backend(spec.backend, project=spec.project).submit(spec)
         self._submitted[info.name] = (info.backend, info.spec.project)
         for notice in self.submit_notices(info.spec):  # the job runs; the user learns what did not come into it
@@ -522,7 +527,27 @@ class Client:
     def render(self, spec: JobSpec) -> list[dict]:
         """What `submit` would send to the job's backend (a dry run)."""
         spec = self._configured(spec, "render")
+        self.check_aws_ready(spec)
         return self.backend(spec.backend, project=spec.project).render(spec)
+
+    def check_aws_ready(self, spec: JobSpec, *, options: tuple[str, ...] = ()) -> None:
+        """Refuse a SageMaker job bound for AWS where no role or bucket is configured, in this client's
+        door's words (the SDK's sagemaker={'local': True}, the HTTP body's field), before the backend
+        would in the CLI's. `options`: the SageMaker options that chose the backend for a job that named
+        none (an HTTP body's `sagemaker`): the refusal says so, as `dtrain submit --instance-type` does.
+        An injected SageMaker backend carries its own settings: it decides."""
+        if spec.backend != "sagemaker" or "sagemaker" in self._backends or (
+                spec.sagemaker is not None and spec.sagemaker.local):
+            return
+        try:
+            self.sagemaker_config().require_aws(local=SAGEMAKER_LOCAL[self.door])
+        except SpecError as err:
+            own = self.config.backend_for(spec.project)
+            if not options or own == "sagemaker":
+                raise
+            raise SpecError(f"the SageMaker options ({', '.join(options)}) need {BACKEND_ARG[self.door].format('sagemaker')} "
+                            f"(this project's backend is {own}), and {err} (or leave them out to run on backend "
+                            f"{own})") from None
 
     def check_inputs(self, spec: JobSpec) -> None:
         """Refuse what `submit` would refuse of the data the job reads, asking its backend's service

@@ -7,6 +7,9 @@
 - A SageMaker dry run whose endpoint did not answer waited botocore's 60 s connect timeout and its
   retries (5 attempts, with backoff) on each read-only check: the dry run's clients now connect
   within 5 s and do not retry, and the one warning names the endpoint and $AWS_ENDPOINT_URL when set.
+- SageMaker not configured told the SDK and the HTTP API to "submit with --local" (the CLI's flag), and
+  an HTTP body whose `sagemaker` options chose SageMaker on a local project did not say they had: each
+  door now names its own fix (sagemaker={'local': True}, "sagemaker": {"local": true}, "backend").
 """
 
 from __future__ import annotations
@@ -106,3 +109,31 @@ def test_a_dry_run_asks_an_endpoint_that_does_not_answer_once_and_names_it(tmp_p
     assert f"check the network, or $AWS_ENDPOINT_URL ({nowhere}; unset it to call AWS itself)" in warned
     assert requests[-1]["SageMaker.CreateTrainingJob"]["TrainingJobName"] == "dry-nowhere"
 
+
+UNCONFIGURED = ("SageMaker is not configured (--role and --bucket missing): run 'dtrain config sagemaker --role "
+                "arn:aws:iam::ACCOUNT:role/ROLE --bucket BUCKET --region REGION', or submit with {} to run here")
+
+
+@pytest.mark.slow  # the HTTP app: seconds
+def test_sagemaker_not_configured_names_the_sdk_argument_and_the_json_field(home):
+    from fastapi.testclient import TestClient
+
+    from dtrain.errors import SpecError
+    from dtrain.server.app import create_app
+    job = dtrain.JobSpec(name="sm", command=["python", "t.py"], backend="sagemaker",
+                         sagemaker={"instance_type": "ml.m5.xlarge"})
+    client = dtrain.Client(home=home)
+    for call in (client.submit, client.render):
+        with pytest.raises(SpecError) as refused:
+            call(job)
+        assert str(refused.value) == UNCONFIGURED.format("sagemaker={'local': True}")
+    http = TestClient(create_app(lambda: dtrain.Client(home=home), sample_every=3600), base_url="http://127.0.0.1:8000")
+    body = {"name": "sm", "command": ["python", "t.py"], "sagemaker": {"instance_type": "ml.m5.xlarge"}}
+    posted = http.post("/api/v1/jobs", json=body)  # the options chose SageMaker: said, in the body's words
+    assert posted.status_code == 422 and posted.json()["error"] == (
+        'the SageMaker options (instance_type) need "backend": "sagemaker" (this project\'s backend is local), and '
+        + UNCONFIGURED.format('"sagemaker": {"local": true}') + " (or leave them out to run on backend local)")
+    posted = http.post("/api/v1/jobs", json={**body, "backend": "sagemaker"})
+    assert posted.json()["error"] == UNCONFIGURED.format('"sagemaker": {"local": true}')
+    local = http.post("/api/v1/jobs", json={**body, "sagemaker": {"local": True}})  # the fix it names is taken
+    assert "not configured" not in local.text

@@ -68,9 +68,10 @@ def test_json_numbers_are_read_as_json_schema_reads_them(http, tmp_path):
 
 
 def test_sagemaker_options_send_the_job_to_sagemaker_or_are_refused_with_another_backend(http):
-    # no backend named: SageMaker's, which is not configured here (what `dtrain submit --spot` says)
+    # no backend named: SageMaker's, which is not configured here (what `dtrain submit --spot` says, in JSON)
     says = refused(http, {"sagemaker": {"instance_type": "ml.p3.2xlarge"}})
-    assert says.startswith("SageMaker is not configured")
+    assert says.startswith('the SageMaker options (instance_type) need "backend": "sagemaker" (this project\'s '
+                           'backend is local), and SageMaker is not configured')
     says = refused(http, {"backend": "local", "sagemaker": {"spot": True, "instance_type": "ml.m5.xlarge"}})
     assert says == ("SageMaker options (instance_type, spot) need backend sagemaker, not 'local': use --backend "
                     "sagemaker (backend: sagemaker), or leave them out")

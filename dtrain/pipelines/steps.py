@@ -345,7 +345,7 @@ def _check_names(pipeline: str, plan: Plan, dtrain: str, client: Client) -> None
 
 
 _UNCONFIGURED = re.compile(r"^SageMaker is not configured \((.+?) missing\): run '(dtrain config sagemaker [^']*)', "
-                           r"or submit with --local to run here")
+                           r"or submit with (?:--local|sagemaker=\{'local': True\}) to run here")  # the CLI's, the SDK's
 
 
 def in_pipeline_words(said: str) -> str:

@@ -75,10 +75,14 @@ def submit(request: Request, response: Response, body: wire.SpecIn):
     c = client(request)
     data = body.model_dump(exclude_unset=True)
     data["project"] = data.get("project") or c.default_project
+    options = data.get("sagemaker") if data.get("backend") is None else None  # they choose the backend
     sagemaker_backend(data)  # SageMaker options: that backend, as with `dtrain submit --instance-type`
     if data.get("backend") is None:  # the configured one (of the project), as `dtrain submit` and the job list use
         data["backend"] = c.backend(project=data["project"]).name
-    info = c.submit(JobSpec.from_dict(data))
+    spec = JobSpec.from_dict(data)
+    if isinstance(options, dict):  # AWS not configured: the refusal says the options chose SageMaker
+        c.check_aws_ready(spec, options=tuple(sorted(k for k, v in options.items() if v not in (None, False, [], {}))))
+    info = c.submit(spec)
     wire.warn(response, c.submit_notices(info.spec))
     return wire.job_out(info)
 

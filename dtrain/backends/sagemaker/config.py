@@ -104,13 +104,14 @@ class SageMakerConfig:
                                     domain="amazonaws.com.cn" if self.region.startswith("cn-") else "amazonaws.com",
                                     processor="gpu" if gpu_type(instance_type) else "cpu")
 
-    def require_aws(self) -> None:
-        """A job bound for AWS needs a role and a bucket; say how to set them."""
+    def require_aws(self, *, local: str = "--local") -> None:
+        """A job bound for AWS needs a role and a bucket; say how to set them. `local`: how the caller's
+        door spells a job run on this machine instead (the SDK's sagemaker={'local': True})."""
         missing = [f for f, v in (("--role", self.role), ("--bucket", self.bucket)) if not v]
         if missing:
             raise SpecError(f"SageMaker is not configured ({' and '.join(missing)} missing): run "
                             f"'dtrain config sagemaker --role arn:aws:iam::ACCOUNT:role/ROLE --bucket BUCKET "
-                            f"--region REGION', or submit with --local to run here")
+                            f"--region REGION', or submit with {local} to run here")
 
     def for_local(self) -> "SageMakerConfig":
         """The same settings with placeholders where AWS values are missing (a --local job)."""
