@@ -218,9 +218,12 @@ def launch(req: dict, host: str, *, master_port: int, python: str = sys.executab
     return HostLaunch(argv=[*run, *args])
 
 
-def etc_hosts(req: dict) -> str:
-    """Every host name resolves to this machine's loopback (the hosts share it here)."""
-    return "127.0.0.1 localhost " + " ".join(hosts(req)) + "\n::1 localhost ip6-localhost\n"
+def etc_hosts(req: dict, hostname: str) -> str:
+    """Every host name resolves to this machine's loopback (the hosts share it here), and so does the
+    machine's own `hostname`, as a container's does in the /etc/hosts its runtime writes: Gloo looks its
+    hostname up, and without it every rank logged 'Unable to resolve hostname' and fell back to loopback."""
+    names = [*hosts(req), *([hostname] if hostname and hostname not in hosts(req) else [])]
+    return "127.0.0.1 localhost " + " ".join(names) + "\n::1 localhost ip6-localhost\n"
 
 
 def local_path(uri: str, s3_root: str) -> str:

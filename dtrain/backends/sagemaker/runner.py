@@ -27,6 +27,7 @@ import os
 import re
 import signal
 import site
+import socket
 import stat
 import subprocess
 import sys
@@ -124,7 +125,7 @@ class Runner:
             write_json(cfg / "resourceconfig.json", contract.resource_config(self.req, host))
             write_json(cfg / "inputdataconfig.json", contract.input_data_config(self.req))
             hosts[host] = h
-        (self.dir / "etc-hosts").write_text(contract.etc_hosts(self.req))
+        (self.dir / "etc-hosts").write_text(contract.etc_hosts(self.req, socket.gethostname()))
         self.channels = channels
         self.checkpoints = self.s3_path(self.req["CheckpointConfig"]["S3Uri"])
         self.checkpoints.mkdir(parents=True, exist_ok=True)
