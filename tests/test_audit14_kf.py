@@ -18,8 +18,42 @@ from pathlib import Path
 import pytest
 
 from conftest import Dtrain
+from dtrain.cli.main import main
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+# ---------------------------------------------------------------- the IR's parameter descriptions
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["hybrid-cifar10", "lane-detection"])
+def test_every_parameter_of_the_compiled_pipeline_is_described_in_the_ir(tmp_path, name):
+    pytest.importorskip("kfp", reason="pipelines need the KFP SDK: pip install 'dtrain[pipelines]'")
+    import yaml
+
+    from dtrain import pipelines
+
+    ir = yaml.safe_load(pipelines.compile_pipeline(name, to=tmp_path / "p.yaml").read_text())
+    params = ir["root"]["inputDefinitions"]["parameters"]
+    bare = [k for k, v in params.items() if not v.get("description")]
+    assert not bare, f"{name}: parameters without a description in the IR: {bare}"
+    if name == "hybrid-cifar10":  # the word a KFP user misreads: not dtrain's backend but torch.distributed's
+        assert "process-group backend" in params["backend"]["description"]
+        assert "sagemaker only" in params["data_uri"]["description"]
+
+
+def test_pipeline_list_shows_each_parameters_description(home, capsys):
+    pytest.importorskip("kfp", reason="pipelines need the KFP SDK: pip install 'dtrain[pipelines]'")
+    assert main(["--home", str(home), "pipeline", "list"]) == 0  # in this process: KFP loads once
+    out = capsys.readouterr().out
+    assert "DESCRIPTION" in out.splitlines()[1]
+    backend = next(line for line in out.splitlines() if line.startswith("backend ") and "gloo" in line)
+    assert "process-group backend" in backend
+    assert main(["--home", str(home), "pipeline", "list", "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)
+    hybrid = {p["name"]: p for p in listed[0]["params"]}
+    assert hybrid["job_name"]["description"].startswith("the dtrain job's name")
 
 
 # ---------------------------------------------------------------- a --local host's hostname

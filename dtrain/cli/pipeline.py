@@ -22,8 +22,9 @@ def cmd_list(args, client: Client) -> int:
         return 0
     for info in infos:
         print(f"{info.name}: {info.description}")
-        print(fmt.table(["PARAMETER", "TYPE", "DEFAULT"],
-                        [[p.name, p.type, "(required)" if p.required else repr(p.default)] for p in info.params]))
+        print(fmt.table(["PARAMETER", "TYPE", "DEFAULT", "DESCRIPTION"],
+                        [[p.name, p.type, "(required)" if p.required else repr(p.default), p.description]
+                         for p in info.params]))
         print()
     return 0
 

@@ -30,6 +30,26 @@ def hybrid_cifar10(training_runtime: str = "local", processes: int = 2, epochs: 
                    job_name: str = "cifar10-hybrid", job_image: str = "", data_uri: str = "",
                    sagemaker_role_arn: str = "", sagemaker_bucket: str = "", sagemaker_region: str = "",
                    sagemaker_instance_type: str = "", image: str = DEFAULT_IMAGE):
+    """CIFAR10 DDP training where training_runtime says (the parameters as a KFP run form shows them).
+
+    Args:
+        training_runtime: where the job runs: local, kubernetes (a PyTorchJob) or sagemaker (a training job).
+        processes: DDP processes (ranks) of the job.
+        epochs: passes over the training set.
+        batch_size: images per step per process (the global batch is processes x batch_size).
+        lr: SGD learning rate.
+        backend: the torch.distributed process-group backend, gloo or nccl (nccl: SageMaker GPU types only).
+        data_volume: local/kubernetes: the volume holding the CIFAR10 batches, mounted at /mnt.
+        max_steps: stop after this many steps (0: all epochs).
+        job_name: the dtrain job's name; a new name per run (a job checkpoints and resumes under its name).
+        job_image: the training image on kubernetes/sagemaker (empty: the backend's configured image).
+        data_uri: sagemaker only, required there: s3://BUCKET/PREFIX holding the CIFAR10 batches.
+        sagemaker_role_arn: sagemaker only: the execution role ARN (empty: config.yaml's).
+        sagemaker_bucket: sagemaker only: the S3 bucket's name for code and model (empty: config.yaml's).
+        sagemaker_region: sagemaker only: the AWS region (empty: config.yaml's, else $AWS_REGION).
+        sagemaker_instance_type: sagemaker only: the instance type (empty: config.yaml's, else ml.m5.xlarge).
+        image: the component image every step runs in on a KFP server.
+    """
     runtime = _step(check_condition(training_runtime=training_runtime), image)
     job = _step(cifar10_job(training_runtime=runtime.output, job_name=job_name, processes=processes, epochs=epochs,
                             batch_size=batch_size, lr=lr, backend=backend, data_volume=data_volume,

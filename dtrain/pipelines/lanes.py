@@ -22,6 +22,24 @@ def lane_detection(urls: str, sha256: str = "", backend: str = "local", job_pref
                    recipe: str = "tiny", processes: int = 2, max_steps: int = 0, batch_size: int = 0,
                    threshold: float = 0.5, candidate_volume: str = "lanes-candidate", storage_class: str = "local",
                    size: str = "10Gi", job_image: str = "", image: str = DEFAULT_IMAGE):
+    """Lane detection from the TuSimple archives to a candidate volume (the parameters as a KFP run form shows them).
+
+    Args:
+        urls: the TuSimple archives, comma-separated URLs or paths (required).
+        sha256: their sha256 digests in the same order, comma-separated (empty: not checked).
+        backend: the dtrain backend every step uses: local or kubernetes.
+        job_prefix: names the run's jobs, data volume and snapshot (PREFIX-data, PREFIX-train, ...).
+        recipe: the training recipe: tiny, demo or paper.
+        processes: DDP processes (ranks) of the training job.
+        max_steps: stop training after this many steps (0: the recipe's).
+        batch_size: images per step per process (0: the recipe's).
+        threshold: the test accuracy (0 to 1) at or above which the model is kept as candidate_volume.
+        candidate_volume: the volume the trained snapshot is restored into when accurate enough.
+        storage_class: the storage class of the new data volume.
+        size: the data volume's size, e.g. 10Gi.
+        job_image: the jobs' image on kubernetes (empty: the backend's configured image).
+        image: the component image every step runs in on a KFP server.
+    """
     data = _step(prepare(backend=backend, job_prefix=job_prefix, urls=urls, sha256=sha256,
                          storage_class=storage_class, size=size, job_image=job_image, **RUN), image)
     frozen = _step(snapshot(backend=backend, volume=data.outputs["volume"], name=f"{job_prefix}-prepared",

@@ -63,6 +63,7 @@ class Param:
     type: str  # KFP's type name: String, Integer, Float, Boolean, ...
     default: Any = None  # None with required=True
     required: bool = False
+    description: str = ""  # the pipeline docstring's Args line (KFP puts it in the IR for the run form)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,8 +170,8 @@ def _type_name(kind) -> str:
 
 def describe(func, name: str | None = None) -> PipelineInfo:
     spec = func.component_spec
-    params = tuple(Param(name=k, type=_type_name(v.type), default=v.default, required=not v.optional)
-                   for k, v in (spec.inputs or {}).items())
+    params = tuple(Param(name=k, type=_type_name(v.type), default=v.default, required=not v.optional,
+                         description=v.description or "") for k, v in (spec.inputs or {}).items())
     return PipelineInfo(name=name or spec.name, description=spec.description or "", params=params)
 
 
