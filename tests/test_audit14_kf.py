@@ -12,15 +12,14 @@ host, and the CIFAR10 script read under it.
 from __future__ import annotations
 
 import json
+import shlex
 import socket
-from pathlib import Path
 
 import pytest
 
 from conftest import Dtrain
 from dtrain.cli.main import main
 
-REPO = Path(__file__).resolve().parent.parent
 
 
 # ---------------------------------------------------------------- the IR's parameter descriptions
@@ -81,3 +80,27 @@ def test_the_hosts_file_names_the_machine_once_beside_the_hosts():
     first = contract.etc_hosts(req, "vm").splitlines()[0].split()
     assert first == ["127.0.0.1", "localhost", "algo-1", "algo-2", "vm"]
     assert contract.etc_hosts(req, "algo-1").splitlines()[0].split().count("algo-1") == 1
+
+
+# ---------------------------------------------------------------- a SageMaker job's name again
+
+
+@pytest.mark.slow
+def test_a_taken_sagemaker_name_names_the_purge_that_frees_it(home, tmp_path):
+    """A resubmission under the same name (the estimator's habit: fit() again) was told names are
+    'never reused'; DeleteTrainingJob frees one, and the refusal now names the command that does it."""
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "t.py").write_text("print('ok')\n")
+    d = Dtrain(home)
+    run = ["submit", "again", "--backend", "sagemaker", "--local", "--source-dir", str(code), "--", "python", "t.py"]
+    d(*run)
+    d("--backend", "sagemaker", "wait", "again", timeout=120)
+    refused = d(*run, check=False)
+    assert refused.returncode != 0 and "never reused" not in refused.stderr
+    assert "(Completed): submit under a new name, or free the name with" in refused.stderr
+    purge = refused.stderr.split("'")[3]
+    assert purge == "dtrain --backend sagemaker delete again --purge"
+    d(*shlex.split(purge)[1:])
+    d(*run)  # the name is free again
+    assert d("--backend", "sagemaker", "wait", "again", timeout=120).returncode == 0

@@ -139,7 +139,8 @@ def test_on_kubernetes_a_job_being_deleted_still_takes_its_name(home, backend): 
 
 
 def test_on_sagemaker_a_taken_name_can_only_be_changed(home, clients, code):  # noqa: F811
-    """SageMaker never reuses a training job's name: the fix is another job_name, not a delete."""
+    """A SageMaker training job's name is free again only after DeleteTrainingJob (`delete --purge`), not
+    a plain delete (StopTrainingJob): the fix is another job_name, or the purge."""
     from dtrain.backends.sagemaker.backend import SageMakerBackend
     from dtrain.pipelines import hybrid
     from test_sagemaker_backend import CFG
@@ -152,7 +153,8 @@ def test_on_sagemaker_a_taken_name_can_only_be_changed(home, clients, code):  # 
     with pytest.raises(ConflictError) as err:
         steps.check_plan("hybrid-cifar10", hybrid.plan(params), client=client)
     assert str(err.value) == (f"pipeline 'hybrid-cifar10' would submit job 'sm-taken' ({be.get('sm-taken').status}), "
-                              f"a name SageMaker never reuses: pass --param job_name=NEW")
+                              f"a name SageMaker already has: pass --param job_name=NEW, or free it once ended "
+                              f"with 'dtrain --backend sagemaker delete sm-taken --purge' (DeleteTrainingJob)")
     steps.check_plan("hybrid-cifar10", hybrid.plan({**params, "job_name": "sm-free"}), client=client)  # no volume
 
 

@@ -95,7 +95,7 @@ def test_submit_uploads_code_and_creates_the_job(clients, code):
     with pytest.raises(NotFoundError, match="dtrain list"):
         be.get("no-such-job")
     before = clients.s3.get_object(Bucket=CFG.bucket, Key="dtrain/moto-submit/dtrain-spec.json")["Body"].read()
-    with pytest.raises(ConflictError, match="never reused"):
+    with pytest.raises(ConflictError, match=r"free the name with 'dtrain delete moto-submit --purge'"):
         be.submit(spec("moto-submit"))
     assert clients.s3.get_object(Bucket=CFG.bucket, Key="dtrain/moto-submit/dtrain-spec.json")["Body"].read() == before
 

@@ -403,9 +403,11 @@ def _refuse_taken(pipeline: str, backend: str, taken: list[tuple[Named, str]], d
                   fresh: tuple[Fresh, ...] = ()) -> NoReturn:
     shown_ = ", ".join(f"{t.kind} {t.name!r}" + (f" ({status})" if status else "") for t, status in taken)
     params = " or ".join(f"--param {p}=NEW" for p in dict.fromkeys(t.param for t, _ in taken))
-    if backend == "sagemaker":  # its job names are never reused, deleted or not
-        raise ConflictError(f"pipeline {pipeline!r} would submit {shown_}, a name SageMaker never reuses: "
-                            f"pass {params}")
+    if backend == "sagemaker":  # a name is free again only once DeleteTrainingJob has removed the ended job
+        jobs = " ".join(t.name for t, _ in taken if t.kind == "job")
+        raise ConflictError(f"pipeline {pipeline!r} would submit {shown_}, a name SageMaker already has: "
+                            f"pass {params}, or free it once ended with '{dtrain}delete {jobs} --purge' "
+                            f"(DeleteTrainingJob)")
     jobs = " ".join(t.name for t, _ in taken if t.kind == "job")
     removals = ([f"{dtrain}delete {jobs}"] if jobs else []) + \
         [f"{dtrain}{t.kind} delete {t.name}" for t, _ in taken if t.kind != "job"]

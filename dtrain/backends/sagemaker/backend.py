@@ -331,11 +331,14 @@ class SageMakerBackend(Backend):
 
     def _check_free(self, clients: Clients, name: str) -> None:
         try:
-            self._describe(clients, name)
+            desc = self._describe(clients, name)
         except NotFoundError:
             return
-        raise ConflictError(f"a SageMaker training job named {name!r} exists and names are never reused: "
-                            f"submit under a new name")
+        # DeleteTrainingJob frees a name (see _purge): SageMaker reuses it then, as the estimator's fit() would
+        state = desc.get("TrainingJobStatus") or "?"
+        raise ConflictError(f"a SageMaker training job named {name!r} exists ({state}): submit under a new name, or "
+                            f"free the name with '{self.cmd(f'delete {name} --purge')}' (DeleteTrainingJob, once it "
+                            f"has ended; its S3 objects stay)")
 
     def _describe(self, clients: Clients, name: str) -> dict:
         return aws_call(f"SageMaker job {name!r}", clients.sagemaker.describe_training_job, TrainingJobName=name)
