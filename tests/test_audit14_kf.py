@@ -104,3 +104,32 @@ def test_a_taken_sagemaker_name_names_the_purge_that_frees_it(home, tmp_path):
     d(*shlex.split(purge)[1:])
     d(*run)  # the name is free again
     assert d("--backend", "sagemaker", "wait", "again", timeout=120).returncode == 0
+
+
+# ---------------------------------------------------------------- the CIFAR10 script rerun with new settings
+
+
+@pytest.mark.slow
+def test_a_rerun_whose_checkpoint_is_already_at_its_last_step_says_nothing_is_left_to_train(tmp_path, capsys,
+                                                                                           monkeypatch):
+    """The day-two habit: run again with another --lr. The run resumed at its last step, trained nothing,
+    wrote the checkpoint's model again and said 'resumed with --lr 0.01' as if that lr had been used."""
+    from dtrain.workloads.cifar10 import main as cifar_main
+
+    for var in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "TORCHELASTIC_RUN_ID", "SM_HOSTS", "SM_CURRENT_HOST",
+                "SM_CHANNEL_TRAINING", "SM_MODEL_DIR", "SM_OUTPUT_DATA_DIR", "DTRAIN_MODEL_DIR",
+                "DTRAIN_CHECKPOINT_DIR"):
+        monkeypatch.delenv(var, raising=False)
+    assert cifar_main(["synth", "--out", str(tmp_path / "data"), "--n-train", "16", "--n-test", "4"]) == 0
+    args = ["train", "--data-dir", str(tmp_path / "data"), "--model-dir", str(tmp_path / "out"), "--max-steps", "2",
+            "--batch-size", "4", "--device", "cpu"]
+    assert cifar_main(args) == 0
+    first = capsys.readouterr().out
+    assert "nothing is left to train" not in first
+    assert cifar_main([*args, "--lr", "0.01"]) == 0
+    again = capsys.readouterr().out
+    assert ("the checkpoint's step 2 is at or past this run's last step 2: nothing is left to train, and the model "
+            "is the checkpoint's; to train with this run's settings start over (--no-resume, or another "
+            "--checkpoint-dir), or give more --epochs or --max-steps") in again
+    assert cifar_main([*args, "--max-steps", "3"]) == 0  # a longer schedule trains on, unremarked
+    assert "nothing is left to train" not in capsys.readouterr().out

@@ -473,6 +473,10 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
                   f"{' and '.join(READ_CHANNELS)}", flush=True)
     step = resumed.step if resumed else 0
     last = min(cfg.epochs * steps_per_epoch, cfg.max_steps) if cfg.max_steps else schedule_steps(cfg.epochs, steps_per_epoch)
+    if resumed and resumed.step >= last and info.is_main:  # a rerun with new settings would change nothing
+        print(f"cifar10: the checkpoint's step {resumed.step} is at or past this run's last step {last}: nothing "
+              f"is left to train, and the model is the checkpoint's; to train with this run's settings start over "
+              f"({start_over()}), or give more --epochs or --max-steps", flush=True)
     metrics_path = cfg.metrics_file or str(Path(cfg.model_dir) / "metrics.jsonl")
     loop = _Loop(cfg=cfg, info=info, model=model, opt=opt, timer=timer, ckpt=ckpt, net=net, last=last, plan=plan)
     with MetricsWriter(metrics_path, enabled=info.is_main) as metrics, GracefulStop() as stop:
