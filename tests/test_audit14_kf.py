@@ -133,3 +133,39 @@ def test_a_rerun_whose_checkpoint_is_already_at_its_last_step_says_nothing_is_le
             "--checkpoint-dir), or give more --epochs or --max-steps") in again
     assert cifar_main([*args, "--max-steps", "3"]) == 0  # a longer schedule trains on, unremarked
     assert "nothing is left to train" not in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- where a SageMaker job's output data is
+
+
+def test_a_sagemaker_jobs_description_names_its_output_data_beside_the_model():
+    from dtrain.backends.sagemaker.status import job_info
+    from dtrain.spec import JobSpec
+
+    desc = {"TrainingJobName": "j", "TrainingJobStatus": "Completed", "ResourceConfig": {"InstanceCount": 1},
+            "ModelArtifacts": {"S3ModelArtifacts": "s3://b/p/j/output/model.tar.gz"}}
+    info = job_info(desc, JobSpec(name="j", command=("python", "t.py"), backend="sagemaker"))
+    assert info.extra["output_data"] == "s3://b/p/j/output/output.tar.gz"
+    del desc["ModelArtifacts"]  # not ended yet: SageMaker names no model, nor output
+    assert "output_data" not in job_info(desc, JobSpec(name="j", command=("python", "t.py"))).extra
+
+
+@pytest.mark.slow
+def test_describe_names_the_output_tar_gz_that_holds_what_the_job_wrote_to_sm_output_data_dir(home, tmp_path):
+    """The CIFAR10 workload's metrics go to $SM_OUTPUT_DATA_DIR (output.tar.gz), which neither `describe job`
+    nor `artifacts` (model.tar.gz) named: the metrics of a SageMaker run could not be found from dtrain."""
+    import tarfile
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "t.py").write_text("import os\nopen(os.path.join(os.environ['SM_OUTPUT_DATA_DIR'], 'metrics.jsonl'), "
+                               "'w').write('{}\\n')\n")
+    d = Dtrain(home)
+    d("submit", "outd", "--backend", "sagemaker", "--local", "--source-dir", str(code), "--", "python", "t.py")
+    d("--backend", "sagemaker", "wait", "outd", timeout=120)
+    line = next(x for x in d("--backend", "sagemaker", "describe", "job", "outd").stdout.splitlines()
+                if x.startswith("Output data: "))
+    uri = line.split()[2]
+    assert uri.startswith("s3://") and uri.endswith("/outd/output/output.tar.gz")
+    with tarfile.open(home / "sagemaker-local" / "s3" / uri[len("s3://"):]) as tar:  # --local's S3 is a folder
+        assert "metrics.jsonl" in tar.getnames()

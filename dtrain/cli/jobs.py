@@ -482,6 +482,8 @@ def cmd_describe(args, client: Client) -> int:
         head["Started from snapshot"] = info.extra["source_snapshot"]
     if info.extra.get("model_artifacts"):  # SageMaker
         head["Model"] = info.extra["model_artifacts"]
+    if info.extra.get("output_data"):  # SageMaker: what the job wrote to $SM_OUTPUT_DATA_DIR
+        head["Output data"] = f"{info.extra['output_data']} ($SM_OUTPUT_DATA_DIR)"
     if info.extra.get("training_seconds") is not None:
         head["Billable / training seconds"] = f"{info.extra.get('billable_seconds')} / {info.extra['training_seconds']}"
     if info.extra.get("spot_saving_percent") is not None:

@@ -139,6 +139,9 @@ def job_info(desc: dict, spec: JobSpec, *, per_host: int = 1) -> JobInfo:
              "instance_type": res.get("InstanceType"), "instance_count": count,
              "model_artifacts": (desc.get("ModelArtifacts") or {}).get("S3ModelArtifacts"),
              "spot": bool(desc.get("EnableManagedSpotTraining")), **cost(desc)}
+    if (extra["model_artifacts"] or "").endswith("/model.tar.gz"):
+        # SageMaker packs /opt/ml/output/data ($SM_OUTPUT_DATA_DIR: the CIFAR10 workload's metrics) beside the model
+        extra["output_data"] = extra["model_artifacts"][:-len("model.tar.gz")] + "output.tar.gz"
     if desc.get("FailureReason"):
         extra["failure_reason"] = desc["FailureReason"]
     running = len(procs) if status == JobStatus.RUNNING else 0
