@@ -53,9 +53,10 @@ def test_runai_volume_flag_is_not_read_as_sagemakers_volume_size(dt):
 def test_runai_pod_flag_names_the_rank(dt, verb, tail):
     """`runai exec JOB --pod JOB-1 -- ls`: exec took --pod for --pod-running-timeout ("invalid
     --pod-running-timeout 'train-1': use seconds"); logs said only "unrecognized"."""
+    dt("submit", "train", "--", "true")
     proc = dt(verb, "train", "--pod", "train-1", *tail, check=False)
     assert_usage_error(proc, "--pod is Run:AI's: a job's processes are its ranks here: --rank R",
-                       f"(see 'dtrain {verb} --help')")
+                       "'train-1' is no pod of job 'train'")
     assert "pod-running-timeout" not in proc.stderr
 
 

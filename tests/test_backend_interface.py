@@ -82,7 +82,7 @@ def test_the_cli_prints_the_freed_figure(dt: Dtrain):
         f.write(os.urandom(3 * 2**20))  # 3 MiB of content no other snapshot shares
     dt("snapshot", "create", "data", "--name", "v1")
     out = dt("snapshot", "delete", "v1").stdout
-    assert out.strip() == "snapshot 'v1' deleted, 3.0 MiB freed"
+    assert out.strip() == "snapshot 'v1' deleted, 3Mi freed"
 
 
 def test_verbs_a_backend_lacks_say_so(kube):

@@ -130,7 +130,7 @@ def test_volume_and_snapshot_describe_read_like_job_describe(dt: Dtrain):
     vol = dt("volume", "describe", "data").stdout.splitlines()
     assert vol[:4] == ["Name: data", "Status: Bound", "Backend: local", "Storage class: local"]
     assert "Size: 1Mi" in vol and "From snapshot: -" in vol and "Details:" in vol
-    assert any(line.startswith("Used: ") and line.endswith(("B", "KiB")) for line in vol)
+    assert any(line.startswith("Used: ") and line.endswith(("B", "Ki")) for line in vol)
     assert "  snapshots: cas" in vol or "  snapshots: reflink" in vol or "  snapshots: subvolume" in vol
     snap = dt("snapshot", "describe", "s1").stdout.splitlines()
     assert snap[:4] == ["Name: s1", "Status: Ready", "Backend: local", "Volume: data"]
@@ -342,12 +342,13 @@ def test_config_sagemaker_without_flags_shows_and_writes_nothing(dt: Dtrain):
 
 def test_describe_keeps_each_env_value_on_its_own_line_and_exact(dt: Dtrain):
     # An -e value with a newline printed raw put its second line where the next key belongs; an
-    # empty value read like an unset one. Such values are shown as YAML double-quoted strings.
+    # empty value read like an unset one. Each variable is shown as the -e flag that gives it again,
+    # its value shell-quoted where it needs it ($'...' for a newline), so it pastes back exactly.
     dt("submit", "envs", "-e", "A=line1\nline2", "-e", "E=", "-e", "S= x", "-e", "B=plain", "--", "true")
     lines = dt("describe", "job", "envs").stdout.splitlines()
     after = lines[lines.index("  env:") + 1:]
     env = after[:next(i for i, line in enumerate(after) if not line.startswith("    "))]  # to the next field
-    assert env == ['    A: "line1\\nline2"', '    E: ""', '    S: " x"', "    B: plain"]
+    assert env == ["    -e A=$'line1\\nline2'", "    -e E=''", "    -e S=' x'", "    -e B=plain"]
     assert dt.json("describe", "job", "envs")["spec"]["env"]["A"] == "line1\nline2"
 
 

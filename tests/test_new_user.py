@@ -42,12 +42,12 @@ def test_an_unknown_flag_names_the_help_of_its_own_verb(dt):
 
 
 def test_the_word_job_before_a_name_where_the_verb_takes_the_name_alone(dt):
-    """`runai describe job X` habits reach `logs`, which takes the name alone (`wait job X` is
-    accepted, as `describe job X`)."""
-    for verb in ("logs",):
-        proc = dt(verb, "job", "train", check=False)
-        assert_usage_error(proc, f"'dtrain {verb}' takes the job's name alone: dtrain {verb} train",
-                           f"(see 'dtrain {verb} --help')")
+    """`runai describe job X` habits reach `logs`, which takes the noun too (as `describe job X` and
+    `wait job X` do): the name after it is the job's; `submit` names a new job and takes no noun."""
+    assert_usage_error(dt("logs", "job", "train", check=False), "no job named 'train'")
+    proc = dt("submit", "job", "train", "--", "true", check=False)
+    assert_usage_error(proc, "'dtrain submit' takes the job's name alone: dtrain submit train",
+                       "(see 'dtrain submit --help')")
 
 
 # ---- a job verb given another kind ---------------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import shlex
 import sys
 import time
 from datetime import datetime, timezone
@@ -57,13 +58,21 @@ def when(ts: float | None) -> str:
 
 
 def size(n: int | None) -> str:
+    """Bytes in the units of a Kubernetes quantity, as a volume's size is given and shown (`--size
+    1Gi`): 0B, 512B, 1.5Ki, 3Mi, 1Gi (one decimal, none when whole), so that `volume describe`'s Size
+    and Used and `snapshot describe`'s Size read alike. --json keeps the bytes."""
     if n is None:
         return "-"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return str(n)
+    if abs(n) < 1024:
+        return f"{n:.0f}B"
+    units = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
+    value, unit = float(n), 0
+    while True:
+        value /= 1024
+        if round(abs(value), 1) < 1024 or unit == len(units) - 1:  # 1023.96Mi is 1Gi, not 1024.0Mi
+            break
+        unit += 1
+    return f"{round(value, 1):g}{units[unit]}" if round(value, 1) < 1e6 else f"{value:.0f}{units[unit]}"
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d|)\Z", re.ASCII)
@@ -133,6 +142,8 @@ def mapping(data: dict, indent: int = 0) -> str:
             lines.append(f"{pad}{key}:" + ("" if value else " {}"))
             if value:
                 lines.append(mapping(value, indent + 2))
+        elif isinstance(value, Lines):
+            lines += [f"{pad}{key}:", *(f"{pad}  {line}" for line in value)]
         elif isinstance(value, (list, tuple)):
             if value and all(isinstance(v, dict) for v in value):
                 lines.append(f"{pad}{key}:")
@@ -155,6 +166,28 @@ def _scalar(value) -> str:
                                    or any(ord(c) < 32 or ord(c) == 127 for c in value)):
         return json.dumps(value)
     return str(value)
+
+
+def shell_word(text: str) -> str:
+    """`text` as one shell word that reads back as itself: shlex's quoting ('' for an empty value,
+    'x y' for one with spaces), or bash's $'...' for one with a control character (a newline), so
+    that it stays on one line."""
+    if not any(ord(c) < 32 or ord(c) == 127 for c in text):
+        return shlex.quote(text)
+    escapes = {"\\": "\\\\", "'": "\\'", "\n": "\\n", "\t": "\\t", "\r": "\\r"}
+    return "$'" + "".join(escapes.get(c) or (f"\\x{ord(c):02x}" if ord(c) < 32 or ord(c) == 127 else c)
+                          for c in text) + "'"
+
+
+class Lines(tuple):
+    """Words `mapping` shows one to a line under their key (a tuple of other values shares one line)."""
+
+
+def env_flags(env: dict) -> Lines:
+    """A job's environment as the -e flags that give it again (`describe`'s Spec), one a line, each
+    value exact and pasteable, where `KEY: VALUE` made an empty value, spaces or a '=' ambiguous.
+    --json keeps the mapping raw."""
+    return Lines(f"-e {key}={shell_word(str(value))}" for key, value in env.items())
 
 
 def described(head: dict, sections: dict[str, dict | None]) -> str:

@@ -435,10 +435,14 @@ def _elsewhere(kind: str, verb: str) -> str:
     return f"'dtrain {verb}' is for jobs: {fix}"
 
 
+# The nouns Run:AI writes before a job's name (`delete job X`); a notebook is a job
+JOB_NOUNS = ("job", "jobs", "notebook", "notebooks")
+
+
 def _job_names(words: list[str], verb: str) -> list[str]:
     """Run:AI writes the noun (`delete job X`); kubectl-style bare names work too. A notebook
     is a job, so `delete notebook X` is `delete job X`."""
-    if len(words) > 1 and words[0] in ("job", "jobs", "notebook", "notebooks"):
+    if len(words) > 1 and words[0] in JOB_NOUNS:
         return words[1:]
     if words and words[0] in _OTHER_KINDS:
         raise SpecError(_elsewhere(words[0], verb))
@@ -489,6 +493,8 @@ def cmd_describe(args, client: Client) -> int:
     if info.extra.get("spot_saving_percent") is not None:
         head["Spot saving"] = f"{info.extra['spot_saving_percent']:.1f}%"
     spec = {**info.spec.to_dict(), "command": shlex.join(info.spec.command)}
+    if info.spec.env:  # as -e flags: `KEY: VALUE` left an empty value, spaces or a '=' ambiguous
+        spec["env"] = fmt.env_flags(info.spec.env)
     if info.spec.snapshot_on_success is None and info.spec.snapshot_volume:  # the seed's form: the same request
         spec["snapshot_on_success"] = f"{info.spec.snapshot_volume} (from -e {SNAPSHOT_ENV} + {SNAPSHOT_VOLUME_ENV})"
     print(fmt.described(head, {"Spec": spec}))
@@ -521,6 +527,7 @@ def cmd_logs(args, client: Client) -> int:
         check_limit_bytes(args.limit_bytes)
     _in_project(args)
     info = _get(args, client, args.name)
+    refuse_pod(args, client, info)
     many = rank is None and info.spec.processes > 1
     printed = False
     lines = client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
@@ -541,6 +548,46 @@ def cmd_logs(args, client: Client) -> int:
         print(f"dtrain: job '{info.name}' is Pending ({info.message or 'not started'}): no process has "
               f"started, so there are no logs yet; '{follow}' waits for them", file=sys.stderr)
     return 0
+
+
+# The pods dtrain's jobs run as, after the job's name: the Training Operator's `master-0` / `worker-I`
+# (an MPIJob's `launcher` runs no rank), Trainer v2's `NODE-0-I-xxxxx`, and `I` (Run:AI's and kubectl
+# users' short form, which a local job's ranks stand for)
+_POD = re.compile(r"(?:(?P<master>master-0)|worker-(?P<worker>[0-9]{1,9})|[a-z0-9]+-0-(?P<node>[0-9]{1,9})-[a-z0-9]{5}"
+                  r"|(?P<rank>[0-9]{1,9}))")
+
+
+def pod_rank(pod: str, info) -> int | None:
+    """The rank that a pod name of job `info` stands for, where it names one of its ranks; else None.
+    A PyTorchJob's worker I runs rank I + 1 (its master runs rank 0), an MPIJob's runs rank I. A pod of
+    several ranks (config.yaml's gpus_per_node) is named by its first."""
+    m = _POD.fullmatch(pod.removeprefix(f"{info.name}-")) if pod.startswith(f"{info.name}-") else None
+    if m is None:
+        return None
+    if m["master"]:
+        rank = 0
+    elif m["worker"] is not None:
+        rank = int(m["worker"]) + (info.spec.launcher == "torchrun")
+    else:
+        rank = int(m["node"] if m["node"] is not None else m["rank"])
+    return rank if rank < info.spec.processes else None
+
+
+def refuse_pod(args, client: Client, info) -> None:
+    """`--pod NAME` (Run:AI's and kubectl's): a job's processes are its ranks here; the one line names
+    the exact `--rank N` for a pod of the job's, else where the ranks are listed."""
+    if args.pod is None:
+        return
+    rank = pod_rank(args.pod, info)
+    if rank is None:
+        look = client.command_for(f"describe job {info.name}", backend=info.backend, project=args.project)
+        raise SpecError(f"--pod is Run:AI's: a job's processes are its ranks here: --rank R; {shown(args.pod)} is "
+                        f"no pod of job {info.name!r} (its {info.spec.processes} rank(s) are listed by '{look}')")
+    tail = " -- COMMAND" if args.verb == "exec" else ""
+    fix = client.command_for(f"{args.verb} {info.name} --rank {rank}{tail}", backend=info.backend,
+                             project=args.project)
+    raise SpecError(f"--pod is Run:AI's: a job's processes are its ranks here, and pod {shown(args.pod)} runs "
+                    f"rank {rank}: {fix}")
 
 
 def _rank(text: str) -> int:
@@ -686,7 +733,7 @@ def cmd_artifacts(args, client: Client) -> int:
 def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
     waits = running_timeout(args.pod_running_timeout)  # a bad number before any look-up
     _in_project(args)
-    _get(args, client, args.name)
+    refuse_pod(args, client, _get(args, client, args.name))
     code = client.exec(args.name, command, rank=0 if args.rank is None else _exec_rank(args.rank),
                        project=args.project, running_timeout=waits)
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell and kubectl exec say
@@ -776,7 +823,7 @@ def register(sub) -> None:
     _project_flag(p)
     p.set_defaults(handler=cmd_describe)
     p = sub.add_parser("logs", help="print a job's logs")
-    p.add_argument("name", help="the job")
+    p.add_argument("name", help="the job (the word 'job' before it is optional)")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing new lines until the job ends or is suspended")
     p.add_argument("--previous", action="store_true",
@@ -785,7 +832,7 @@ def register(sub) -> None:
     p.add_argument("-t", "--tail", type=whole_number, metavar="N",
                    help="only the last N lines; -1 (as kubectl's): all of them, the default")
     p.add_argument("--rank", help="a process rank, or 'all' (default: all)")
-    p.add_argument("--pod", action=RunaiOnly)
+    p.add_argument("--pod", help=argparse.SUPPRESS)  # Run:AI's and kubectl's: answered with --rank
     p.add_argument("--limit-bytes", type=whole_number, metavar="N",
                    help="at most N bytes of the log (as kubectl's), the last line cut short")
     p.add_argument("-c", "--container", help=argparse.SUPPRESS)  # kubectl's: answered with --rank
@@ -819,23 +866,23 @@ def register(sub) -> None:
         _project_flag(p)
         p.set_defaults(handler=cmd_suspend_resume)
     p = sub.add_parser("artifacts", help="copy a job's model folder (SageMaker: model.tar.gz, unpacked) to a folder")
-    p.add_argument("name", help="the job")
+    p.add_argument("name", help="the job (the word 'job' before it is optional)")
     p.add_argument("--to", required=True, metavar="DIR", help="a new (or empty) folder")
     _project_flag(p)
     p.set_defaults(handler=cmd_artifacts)
     p = sub.add_parser("exec", help="run a command beside a running job's process (its volumes, environment)",
                        usage="dtrain exec NAME [--rank R] [--pod-running-timeout T] [-p PROJECT] -- COMMAND [ARGS...]")
-    p.add_argument("name", help="the job (it must be Running)")
+    p.add_argument("name", help="the job, Running (the word 'job' before it is optional)")
     p.add_argument("--rank", help="which process (default 0)")
-    p.add_argument("--pod", action=RunaiOnly)
+    p.add_argument("--pod", help=argparse.SUPPRESS)  # Run:AI's and kubectl's: answered with --rank
     _running_timeout_flag(p)
     _project_flag(p)
     p.set_defaults(handler=cmd_exec, takes_command=True, launcher_for=None)
     p = sub.add_parser("bash", help="a shell beside a running job's process (Run:AI's 'runai bash'): exec NAME -- bash",
                        usage="dtrain bash NAME [--rank R] [-p PROJECT]")
-    p.add_argument("name", help="the job (it must be Running)")
+    p.add_argument("name", help="the job, Running (the word 'job' before it is optional)")
     p.add_argument("--rank", help="which process (default 0)")
-    p.add_argument("--pod", action=RunaiOnly)
+    p.add_argument("--pod", help=argparse.SUPPRESS)  # Run:AI's and kubectl's: answered with --rank
     _running_timeout_flag(p)
     _project_flag(p)
     p.set_defaults(handler=cmd_bash)

@@ -583,7 +583,21 @@ _COMMAND_FORMS = {"submit": "dtrain submit NAME [options] -- COMMAND",
                   "exec": "dtrain exec NAME [--rank R] -- COMMAND"}
 
 
-_JOB_VERBS = ("logs", "artifacts", *_COMMAND_FORMS)  # verbs taking one job's name
+_JOB_VERBS = ("logs", "artifacts", "bash", *_COMMAND_FORMS)  # verbs taking one job's name
+# Those of them that take Run:AI's noun before it (`logs job X`, as `describe job X`); not the submit
+# verbs, whose name is a new job's (Run:AI's `submit` takes no noun)
+_NOUN_VERBS = ("logs", "artifacts", "exec", "bash")
+
+
+def _past_job_noun(args, extra: list[str]) -> list[str]:
+    """`dtrain logs job X` (Run:AI's `runai describe job X` habit, which describe, delete, wait, suspend
+    and resume take): argparse read 'job' as the name and left X over; X is the name. `logs job` alone
+    is the job named 'job', as `describe job` is."""
+    if (args.verb in _NOUN_VERBS and getattr(args, "name", None) in jobs.JOB_NOUNS and extra
+            and not extra[0].startswith("-")):
+        args.name = extra[0]
+        return extra[1:]
+    return extra
 
 
 def _flag_hint(args, extra: list[str]) -> str:
@@ -683,6 +697,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"(see 'dtrain --help')", file=sys.stderr)
             return 2
         args, extra = build_parser(verb_of(head)).parse_known_args(head)
+        extra = _past_job_noun(args, extra)
         if extra:  # argparse would name the top parser's help and say nothing of '--'
             print(unrecognized(args, extra, head), file=sys.stderr)
             return 2

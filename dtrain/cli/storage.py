@@ -284,6 +284,8 @@ def _snapshot_text(s) -> str:
     spec = dict(s.job_spec or {})
     if isinstance(spec.get("command"), list):
         spec["command"] = shlex.join(map(str, spec["command"]))
+    if isinstance(spec.get("env"), dict) and spec["env"]:  # as `describe job` shows it: the -e flags
+        spec["env"] = fmt.env_flags(spec["env"])
     return fmt.described(head, {"Details": s.extra, "Job spec": spec})
 
 

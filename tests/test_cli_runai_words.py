@@ -1,0 +1,79 @@
+"""Run:AI's and kubectl's words on the job verbs: the noun before a job's name, --pod, -e values
+shown as they are given, and one size format."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from conftest import Dtrain, assert_usage_error
+
+from dtrain.cli import format as fmt
+from dtrain.cli.jobs import pod_rank
+
+
+@pytest.mark.parametrize("words", [["logs", "job", "nosuch"], ["logs", "jobs", "nosuch", "--tail", "1"],
+                                   ["exec", "job", "nosuch", "--", "true"], ["bash", "job", "nosuch"],
+                                   ["artifacts", "job", "nosuch", "--to", "out"], ["describe", "job", "nosuch"],
+                                   ["wait", "job", "nosuch"], ["delete", "job", "nosuch"]])
+def test_every_verb_naming_one_job_takes_the_word_job_before_it(dt: Dtrain, words):
+    """`runai describe job X` worked, `dtrain logs job X` was refused ("takes the job's name alone")."""
+    assert_usage_error(dt(*words, check=False), "no job named 'nosuch'")
+
+
+def test_logs_job_name_prints_that_jobs_lines_and_logs_job_alone_is_the_job_named_job(dt: Dtrain):
+    dt("submit", "hello", "--", "echo", "hi")
+    dt("wait", "hello")
+    assert dt("logs", "job", "hello").stdout == "hi\n"
+    assert_usage_error(dt("logs", "job", check=False), "no job named 'job'")
+
+
+def _job(processes: int, launcher: str):
+    return SimpleNamespace(name="train", spec=SimpleNamespace(processes=processes, launcher=launcher))
+
+
+@pytest.mark.parametrize("pod, launcher, rank", [
+    ("train-master-0", "torchrun", 0), ("train-worker-0", "torchrun", 1), ("train-worker-2", "torchrun", 3),
+    ("train-worker-0", "mpi", 0), ("train-worker-3", "mpi", 3), ("train-node-0-2-ab1cd", "torchrun", 2),
+    ("train-1", "torchrun", 1), ("train-4", "torchrun", None), ("train-worker-3", "torchrun", None),
+    ("train-launcher", "mpi", None), ("other-1", "torchrun", None), ("train", "torchrun", None)])
+def test_a_pod_name_of_the_job_is_the_rank_it_runs(pod, launcher, rank):
+    assert pod_rank(pod, _job(4, launcher)) == rank
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verb, tail", [("exec", ["--", "ls"]), ("bash", []), ("logs", [])])
+def test_pod_names_the_exact_rank_to_type(dt: Dtrain, verb, tail):
+    """`runai logs JOB --pod JOB-worker-0`: the hint said only "--rank R"; it names the rank that pod runs."""
+    dt("submit-dist", "pair", "--processes", "2", "-p", "default", "--", "true")
+    proc = dt(verb, "job", "pair", "--pod", "pair-worker-0", *tail, check=False)
+    fix = f"dtrain {verb} pair --rank 1" + (" -- COMMAND" if verb == "exec" else "")
+    assert_usage_error(proc, "pod 'pair-worker-0' runs rank 1: " + fix)
+    assert_usage_error(dt(verb, "pair", "--pod", "pair-7", *tail, check=False),
+                       "'pair-7' is no pod of job 'pair'", "dtrain describe job pair")
+
+
+def test_shell_words_read_back_as_the_value():
+    import shlex
+    for value in ("", "x y", "a=b", "it's", "$HOME", "plain", "-x"):
+        assert shlex.split(fmt.shell_word(value)) == [value]
+    assert fmt.shell_word("l1\nl2\\'") == "$'l1\\nl2\\\\\\''"  # bash's $'...': one line
+
+
+@pytest.mark.parametrize("n, shown", [(None, "-"), (0, "0B"), (1023, "1023B"), (1024, "1Ki"), (1536, "1.5Ki"),
+                                      (3 << 20, "3Mi"), (1 << 30, "1Gi"), ((1 << 30) - 1, "1Gi"),
+                                      (5 << 40, "5Ti"), (3 << 60, "3Ei")])
+def test_sizes_read_as_volume_sizes_are_given(n, shown):
+    """`snapshot describe` said 1.0 GiB where `volume describe` said 1Gi."""
+    assert fmt.size(n) == shown
+
+
+def test_snapshot_and_volume_describe_give_sizes_alike(dt: Dtrain):
+    dt("volume", "create", "data", "--size", "1Mi")
+    path = dt.json("volume", "describe", "data")["extra"]["path"]
+    with open(f"{path}/f", "wb") as f:
+        f.write(b"x" * 3072)
+    dt("snapshot", "create", "data", "--name", "s1")
+    assert "Size: 3Ki" in dt("snapshot", "describe", "s1").stdout.splitlines()
+    assert "Size: 1Mi" in dt("volume", "describe", "data").stdout.splitlines()
+    assert dt.json("snapshot", "describe", "s1")["bytes"] == 3072  # --json keeps the bytes
