@@ -41,13 +41,15 @@ def test_a_name_beginning_with_a_dash_is_named_with_the_naming_rule(argv, tmp_pa
 def test_a_missing_name_with_no_stray_word_is_still_argparses_line(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("DTRAIN_HOME", str(tmp_path / "home"))
     for argv, said in ((["volume", "create", "--size", "1Gi"], "required: name"),
-                       (["volume", "create", "--si", "1Gi"], "required: name"),  # an abbreviation of --size
                        (["volume", "update", "work", "-x"], "required: --class/--storage-class"),
                        (["config", "-x"], "required: what")):  # a positional with choices: no name
         with pytest.raises(SystemExit):
             main(argv)
         err = capsys.readouterr().err
         assert said in err and "nor a name" not in err, err
+    assert main(["volume", "create", "--si", "1Gi"]) == 2  # no abbreviation of --size: named, '1Gi' no name
+    err = capsys.readouterr().err
+    assert "flags are not abbreviated: give --size" in err and "nor a name" not in err, err
 
 
 # --- 2. job hints carry the job's -p and --backend -------------------------------------------------

@@ -77,3 +77,16 @@ def test_snapshot_and_volume_describe_give_sizes_alike(dt: Dtrain):
     assert "Size: 3Ki" in dt("snapshot", "describe", "s1").stdout.splitlines()
     assert "Size: 1Mi" in dt("volume", "describe", "data").stdout.splitlines()
     assert dt.json("snapshot", "describe", "s1")["bytes"] == 3072  # --json keeps the bytes
+
+
+@pytest.mark.parametrize("words, given, fix", [
+    (["volume", "update", "x", "--ti", "5"], "--ti", "give --tier or --timeout"),
+    (["list", "--show-del"], "--show-del", "give --show-deleted"),
+    (["logs", "x", "--ta=2"], "--ta=2", "give --tail=2"),
+    (["--back", "local", "list"], "--back", "give --backend")])
+def test_a_flag_is_never_abbreviated_and_its_start_names_the_whole_flag(dt: Dtrain, words, given, fix):
+    """argparse took `--ti` for whichever flag it began, and refused it as ambiguous once two did
+    (--timeout, --tier); kubectl's and runai's flags are never abbreviated."""
+    proc = dt(*words, check=False)
+    assert_usage_error(proc, f"unrecognized arguments: {given}", f"flags are not abbreviated: {fix}")
+    assert "ambiguous" not in proc.stderr and "invalid choice" not in proc.stderr

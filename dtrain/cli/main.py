@@ -316,6 +316,9 @@ class Parser(argparse.ArgumentParser):
     starting with '-' and a digit read as a value in every verb (see `jobs.NEGATIVE_VALUE`)."""
 
     def __init__(self, *args, **kwargs):
+        # No abbreviations, as kubectl's and runai's flags (pflag): `volume update x --ti` was refused as
+        # ambiguous (--timeout, --tier), and a flag added later would turn a working one ambiguous too
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = jobs.NEGATIVE_VALUE  # sub-parsers are made of this class too
 
@@ -336,9 +339,10 @@ class Parser(argparse.ArgumentParser):
         elif message.startswith("the following arguments are required: ") and (unknown := self._unknown_given()):
             # `volume update work --tier fast`, `artifacts JOB --dest d`: the flag typed in place of the
             # required one went unsaid, as if nothing had been given
+            hint = abbreviated(unknown, self._long_options())
             near = difflib.get_close_matches(unknown.split("=", 1)[0], self._long_options(), n=1, cutoff=0.75)
-            message = (f"unrecognized arguments: {unknown}{f' (did you mean {near[0]}?)' if near else ''}; "
-                       f"{message}")
+            hint = hint or (f"did you mean {near[0]}?" if near else "")
+            message = f"unrecognized arguments: {unknown}{f' ({hint})' if hint else ''}; {message}"
         elif message.endswith(": expected one argument") and (dashed := self._dashed_value(message)):
             option, word = dashed  # `--name -x`: argparse took '-x' for an option and the value as missing
             message += f" ({shown(word)} begins with '-', so it was read as an option: give it as {option}={word})"
@@ -398,8 +402,7 @@ class Parser(argparse.ArgumentParser):
         """A word argparse reads as an option (it begins with '-') that is none of this parser's."""
         option = word.split("=", 1)[0]
         return (word.startswith("-") and word not in ("-", "--") and not self._negative_number_matcher.match(word)
-                and option not in self._option_string_actions
-                and not (option.startswith("--") and any(o.startswith(option) for o in self._option_string_actions)))
+                and option not in self._option_string_actions)
 
 
 def build_parser(verb: str | None = None) -> argparse.ArgumentParser:
@@ -609,10 +612,36 @@ def _flag_hint(args, extra: list[str]) -> str:
             continue
         if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.RUNAI_FLAGS:
             return f"; {flag} is Run:AI's: {jobs.RUNAI_FLAGS[flag].format(verb=args.verb)}"
+        if whole := abbreviated(word, getattr(args, "options_known", [])):
+            return f"; {whole}"
         near = difflib.get_close_matches(flag, getattr(args, "options_known", []), n=1, cutoff=0.75)
         if near:
             return f"; did you mean {near[0]}?"
     return ""
+
+
+def abbreviated(word: str, options: list[str]) -> str:
+    """'flags are not abbreviated: ...' for `--ti`, the start of --timeout and --tier (argparse took a
+    start of one flag for it, as kubectl and runai do not); '' for a word that starts no flag."""
+    flag = word.split("=", 1)[0]
+    whole = [o for o in options if flag.startswith("--") and len(flag) > 2 and o.startswith(flag)]
+    if not whole or flag in options:
+        return ""
+    value = word[len(flag):]
+    return f"flags are not abbreviated: give {' or '.join(o + value for o in whole[:4])}"
+
+
+def _top_abbreviation(head: list[str]) -> str | None:
+    """'--back (flags are not abbreviated: ...)' for a start of a top-level flag before the verb."""
+    i = 0
+    while i < len(head) and head[i].startswith("--"):
+        if head[i] in ("--home", "--backend"):
+            i += 2
+            continue
+        if hint := abbreviated(head[i], ["--backend", "--help", "--home", "--version"]):
+            return f"{head[i]} ({hint})"
+        i += 1
+    return None
 
 
 def _backend_first(head: list[str], extra: list[str]) -> str | None:
@@ -692,6 +721,9 @@ def main(argv: list[str] | None = None) -> int:
         head, command = split_command(argv)
         if verb_of(head) in ("volume", "snapshot"):  # no command to run: '--' ends the options, as argparse
             head, command = argv, []                  # reads it, so that a name '-x' meets its naming rule
+        if said := _top_abbreviation(head):  # else `--back local list` read 'local' as the verb
+            print(f"dtrain: error: unrecognized arguments: {said} (see 'dtrain --help')", file=sys.stderr)
+            return 2
         if verb_of(head) in OTHER_VERBS:
             print(f"dtrain: error: no verb '{verb_of(head)}' here: {OTHER_VERBS[verb_of(head)]} "
                   f"(see 'dtrain --help')", file=sys.stderr)
