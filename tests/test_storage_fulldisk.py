@@ -104,7 +104,7 @@ def test_the_delete_line_says_what_is_pending_and_the_command_that_finishes_it()
     assert line.startswith(", its data not freed yet: the disk holding the home folder ($DTRAIN_HOME) had no room")
     assert line.endswith("free some space there (df -h), then run 'dtrain -p team snapshot list', which frees it")
     busy = _freed(FreedInfo(snapshot="s1", backend="local", bytes=0, pending=True), str)
-    assert busy == ", 0 B freed (more once running snapshots finish)"
+    assert busy == ", 0B freed (more once running snapshots finish)"
 
 
 def test_a_transaction_sqlite_rolled_back_for_a_full_disk_raises_the_full_disk_error(tmp_path):
