@@ -11,7 +11,8 @@ import time
 from dtrain.cli import format as fmt
 from dtrain.cli.jobs import EXIT_TIMEOUT, wait_timeout
 from dtrain.client import Client
-from dtrain.errors import SpecError, TimeoutError_
+from dtrain.errors import DtrainError, NotFoundError, SpecError, TimeoutError_
+from dtrain.names import shown
 
 
 class NetAppTier(argparse.Action):
@@ -57,16 +58,17 @@ def cmd_volume(args, client: Client) -> int:
                                                 project=args.project)),
               end="")
     elif args.action == "delete" and args.dry_run:
-        client.get_volume(args.name, project=args.project)  # an unknown volume is an error in a dry run too
-        print(f"volume '{args.name}' would be deleted (dry run)")
+        for name in _existing(args, client, "volume"):  # an unknown volume is an error in a dry run too
+            print(f"volume '{name}' would be deleted (dry run)")
     elif args.action == "create":
         v = client.create_volume(args.name, size=args.size, storage_class=args.storage_class, project=args.project)
         _print(v, f"volume '{v.name}' created ({v.size}, class {v.storage_class or 'default'})", args.json)
     elif args.action == "list":
-        vols = client.list_volumes(project=args.project)
+        vols = _older(client.list_volumes(project=args.project), args.older_than)
         rows = [[v.name, v.storage_class or "-", v.size, fmt.size(v.used_bytes), v.status, v.origin_snapshot or "-",
                  fmt.age(v.created)] for v in vols]
         text = (fmt.table(["NAME", "CLASS", "SIZE", "USED", "STATUS", "FROM SNAPSHOT", "AGE"], rows) if rows else
+                f"No volumes older than {args.older_than}" if args.older_than is not None else
                 f"No volumes yet: make one with '{_said(client, args, 'volume create NAME --size 10Gi')}'")
         _print(vols, text, args.json)
     elif args.action == "classes":
@@ -88,8 +90,10 @@ def cmd_volume(args, client: Client) -> int:
     elif args.action == "update":
         return _update_volume(args, client)
     elif args.action == "delete":
-        client.delete_volume(args.name, force=args.force, project=args.project)
-        print(f"volume '{args.name}' deleted")
+        def delete(name: str) -> None:
+            client.delete_volume(name, force=args.force, project=args.project)
+            print(f"volume '{name}' deleted")
+        _each(_existing(args, client, "volume"), delete)
     return 0
 
 
@@ -152,13 +156,17 @@ def cmd_snapshot(args, client: Client) -> int:
     elif a == "list":
         # -p: that project's backend (on Kubernetes its namespace, where its jobs keep their snapshots)
         snaps = client.list_snapshots(volume=args.volume, job=args.job, project=args.project)  # a name that never was: its one line
+        snaps = _older(snaps, args.older_than)
         rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), s.volume or "-", s.job or "-",
                  s.source_snapshot or "-", "-" if s.files is None else s.files, fmt.size(s.bytes), fmt.age(s.created)]
                 for s in snaps]
         whose = " and".join(w for w in (f" of volume '{args.volume}'" if args.volume else "",
                                         f" linked to job '{args.job}'" if args.job else "") if w)
+        if args.older_than is not None:
+            whose += f" older than {args.older_than}"
         take = f"snapshot create {args.volume or 'VOLUME'}" + (f" --job {args.job}" if args.job else "")
         text = (fmt.table(["NAME", "VOLUME", "JOB", "FROM SNAPSHOT", "FILES", "SIZE", "AGE"], rows) if rows else
+                f"No snapshots{whose}" if args.older_than is not None else
                 f"No snapshots{whose} yet: take one with '{_said(client, args, take)}'"
                 + ("" if args.volume or args.job else ", or submit a job with --snapshot-on-success VOLUME"))
         _print(snaps, text, args.json)
@@ -171,8 +179,15 @@ def cmd_snapshot(args, client: Client) -> int:
         _print(v, f"snapshot '{args.name}' restored " + ("in place" if args.in_place else f"into new volume '{v.name}'")
                + (f" (class {v.storage_class})" if args.storage_class else ""), args.json)
     elif a == "delete":
-        freed = client.delete_snapshot(args.name, project=args.project)
-        _print(freed, f"snapshot '{args.name}' deleted" + _freed(freed, lambda w: _said(client, args, w)), args.json)
+        names = _existing(args, client, "snapshot")
+
+        def delete(name: str) -> None:
+            freed = client.delete_snapshot(name, project=args.project)
+            if args.json and len(names) > 1:  # a JSON object a line, as `snapshot wait --json`
+                print(json.dumps(freed.to_dict(), default=str))
+            else:
+                _print(freed, f"snapshot '{name}' deleted" + _freed(freed, lambda w: _said(client, args, w)), args.json)
+        _each(names, delete)
     elif a == "verify":
         report = client.verify_snapshot(args.name, project=args.project)
         _print(report, _verify_text(report), args.json)
@@ -186,6 +201,49 @@ def cmd_snapshot(args, client: Client) -> int:
                 print(f"{c.kind[:1].upper()} {_path(c.path)}" + (f"  ({', '.join(c.fields)})" if c.fields else ""))
             print(f"{len(changes)} change(s)")
     return 0
+
+
+def _older(records: list, older_than: str | None) -> list:
+    """The records created at least `older_than` ago (a duration: 7d, 12h, 1h30m), for the clean-up
+    habit `list --older-than 30d --json | jq -r '.[].name' | xargs -r dtrain snapshot delete`; a record
+    whose creation time is unknown is kept out (never deleted by mistake)."""
+    if older_than is None:
+        return records
+    seconds = fmt.go_duration(older_than)
+    if seconds is None or not 0 <= seconds <= fmt.MAX_SINCE_DAYS * 86400:
+        raise SpecError(f"invalid --older-than {shown(older_than)}: use a duration such as 30d, 12h or 1h30m")
+    cutoff = time.time() - seconds
+    return [r for r in records if r.created is not None and r.created <= cutoff]
+
+
+def _existing(args, client: Client, kind: str) -> list[str]:
+    """The names a delete was given (`xargs dtrain snapshot delete` passes many), each checked before
+    anything is deleted, as `dtrain delete` checks jobs: a slip among them deletes nothing."""
+    get = client.get_volume if kind == "volume" else client.get_snapshot
+    names, missing = list(dict.fromkeys(args.names)), []
+    for name in names:
+        try:
+            get(name, project=args.project)
+        except NotFoundError as err:
+            if len(names) == 1:  # the backend's own line: where it looked, a near name
+                raise NotFoundError(f"{err}; nothing was deleted") from None
+            missing.append(name)
+    if missing:
+        raise NotFoundError(f"no {kind} named {', '.join(map(shown, missing[:5]))}; nothing was deleted "
+                            f"(see '{_said(client, args, f'{kind} list')}')")
+    return names
+
+
+def _each(names: list[str], delete) -> None:
+    """delete(name) for each name in turn; a refusal part-way (a volume a job uses) names those deleted
+    before it, which a script that runs the command again would otherwise find missing."""
+    for i, name in enumerate(names):
+        try:
+            delete(name)
+        except DtrainError as err:
+            if not i:
+                raise
+            raise type(err)(f"{err}; deleted before it: {', '.join(names[:i])}") from None
 
 
 def _wait_snapshots(args, client: Client) -> int:
@@ -332,8 +390,12 @@ def register(sub) -> None:
                        ("classes", "storage classes (performance tiers): folder or provisioner, free space, "
                                    "volumes, the default (kubectl get storageclass)")):
         c = vs.add_parser(verb, help=text)
-        if verb not in ("list", "classes"):
+        if verb == "delete":  # several, as `xargs` passes them
+            c.add_argument("names", nargs="+", metavar="NAME", help="the volumes, each checked before any is deleted")
+        elif verb not in ("list", "classes"):
             c.add_argument("name", help="the volume")
+        if verb == "list":
+            _older_flag(c, "volumes")
         if verb == "delete":
             c.add_argument("--force", action="store_true", help="delete even while a job uses it")
         else:
@@ -366,6 +428,7 @@ def register(sub) -> None:
     c = ss.add_parser("list", help="snapshots, newest last")
     c.add_argument("--volume", help="only this volume's snapshots")
     c.add_argument("--job", help="only snapshots linked to this job")
+    _older_flag(c, "snapshots")
     c.add_argument("--json", action="store_true", help="print a JSON list")
     c = ss.add_parser("describe", help="one snapshot: volume, job, lineage, size")
     c.add_argument("name", help="the snapshot")
@@ -380,9 +443,10 @@ def register(sub) -> None:
                         "local: a class of config.yaml's storage_classes; Kubernetes: the PVC's StorageClass); "
                         "an in-place restore keeps the volume's class (change it with `volume update --class`)")
     c.add_argument("--json", action="store_true", help="print the restored volume as one JSON object")
-    c = ss.add_parser("delete", help="delete a snapshot; data no other snapshot holds is freed")
-    c.add_argument("name", help="the snapshot")
-    c.add_argument("--json", action="store_true", help="print what was freed as one JSON object")
+    c = ss.add_parser("delete", help="delete snapshots; data no other snapshot holds is freed")
+    c.add_argument("names", nargs="+", metavar="NAME", help="the snapshots, each checked before any is deleted")
+    c.add_argument("--json", action="store_true", help="print what was freed as one JSON object (a line each when "
+                                                        "several are deleted)")
     c = ss.add_parser("verify", help="re-hash stored data against the snapshot manifests")
     c.add_argument("name", nargs="?", help="one snapshot (default: the whole store)")
     c.add_argument("--json", action="store_true", help="print one JSON object")
@@ -396,6 +460,11 @@ def register(sub) -> None:
         _project_flag(c)
         _backend_flag(c)
     p.set_defaults(handler=cmd_snapshot)
+
+
+def _older_flag(p, what: str) -> None:
+    p.add_argument("--older-than", metavar="DURATION", help=f"only {what} created at least this long ago (30d, 12h, "
+                                                             f"1h30m); with --json, names to delete")
 
 
 def _dry_run_flag(p) -> None:

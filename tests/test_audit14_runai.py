@@ -1,0 +1,122 @@
+"""A Run:AI + NetApp user on dtrain, days two and three (audit 14): cleaning up with the habits
+scripts have (`--older-than`, `--json | jq | xargs`), re-running what failed, exit codes."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from dtrain.cli import storage as storage_cli
+from dtrain.cli.main import main
+
+
+class Cli:
+    """`dtrain` in this process (a subprocess costs half a second a call): exit code, stdout, stderr."""
+
+    def __init__(self, capsys):
+        self.capsys = capsys
+
+    def __call__(self, *argv: str) -> tuple[int, str, str]:
+        self.capsys.readouterr()
+        try:
+            rc = main(list(argv))
+        except SystemExit as exit_:
+            rc = exit_.code
+        out, err = self.capsys.readouterr()
+        return rc, out, err
+
+    def ok(self, *argv: str) -> str:
+        rc, out, err = self(*argv)
+        assert rc == 0, (argv, rc, out, err)
+        return out
+
+    def json(self, *argv: str):
+        return json.loads(self.ok(*argv, "--json"))
+
+    def refused(self, *argv: str) -> str:
+        """A refusal: exit 2, one line on stderr, no traceback; the line."""
+        rc, out, err = self(*argv)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (rc, out, err)
+        return err.strip()
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys) -> Cli:
+    monkeypatch.setenv("DTRAIN_HOME", str(tmp_path / "home"))
+    return Cli(capsys)
+
+
+def _snapshots(cli, *names: str, volume: str = "data") -> None:
+    cli.ok("volume", "create", volume, "--size", "1Gi")
+    for name in names:
+        cli.ok("snapshot", "create", volume, "--name", name)
+
+
+def _names(cli, *argv: str) -> list[str]:
+    return [r["name"] for r in cli.json(*argv)]
+
+
+# ---- deleting many: `... --json | jq -r '.[].name' | xargs dtrain snapshot delete` ----------------
+def test_snapshot_delete_takes_the_names_xargs_passes(cli):
+    """`snapshot delete a b` was "unrecognized arguments: b": xargs passes every name at once."""
+    _snapshots(cli, "s1", "s2", "s3")
+    out = cli.ok("snapshot", "delete", "s1", "s2")
+    assert "snapshot 's1' deleted" in out and "snapshot 's2' deleted" in out
+    assert _names(cli, "snapshot", "list") == ["s3"]
+
+
+def test_a_slip_among_the_snapshots_deletes_none(cli):
+    _snapshots(cli, "s1", "s2")
+    line = cli.refused("snapshot", "delete", "s1", "nosuch", "s2")
+    assert "no snapshot named 'nosuch'; nothing was deleted" in line and "dtrain snapshot list" in line
+    assert "nothing was deleted" in cli.refused("snapshot", "delete", "nosuch")
+    assert _names(cli, "snapshot", "list") == ["s1", "s2"]
+
+
+def test_snapshot_delete_json_of_several_is_a_line_each(cli):
+    """One name keeps its one JSON object; several give one per line, as `snapshot wait --json`."""
+    _snapshots(cli, "s1", "s2", "s3")
+    assert cli.json("snapshot", "delete", "s3")["snapshot"] == "s3"
+    lines = cli.ok("snapshot", "delete", "s1", "s2", "--json").splitlines()
+    assert [json.loads(line)["snapshot"] for line in lines] == ["s1", "s2"]
+
+
+def test_volume_delete_takes_several_and_checks_them_first(cli):
+    for name in ("a", "b", "c"):
+        cli.ok("volume", "create", name, "--size", "1Gi")
+    line = cli.refused("volume", "delete", "a", "nosuch")
+    assert "no volume named 'nosuch'; nothing was deleted" in line and "dtrain volume list" in line
+    assert cli.ok("volume", "delete", "a", "b").splitlines() == ["volume 'a' deleted", "volume 'b' deleted"]
+    assert _names(cli, "volume", "list") == ["c"]
+
+
+# ---- --older-than: the clean-up habit -------------------------------------------------------------
+class _Later:
+    """time, two days on: what `--older-than 1d` sees of a snapshot taken now."""
+
+    @staticmethod
+    def time() -> float:
+        return time.time() + 2 * 86400
+
+
+def test_older_than_selects_by_age(cli, monkeypatch):
+    """`snapshot list --older-than 30d` (and `volume list`) was "unrecognized arguments"."""
+    _snapshots(cli, "s1", "s2")
+    assert cli.json("snapshot", "list", "--older-than", "1d") == []
+    assert cli.ok("snapshot", "list", "--older-than", "1d").strip() == "No snapshots older than 1d"
+    assert cli.json("volume", "list", "--older-than", "1d") == []
+    monkeypatch.setattr(storage_cli, "time", _Later)
+    assert _names(cli, "snapshot", "list", "--older-than", "1d") == ["s1", "s2"]
+    assert _names(cli, "snapshot", "list", "--older-than", "3d") == []
+    assert _names(cli, "volume", "list", "--older-than", "36h") == ["data"]
+    names = _names(cli, "snapshot", "list", "--older-than", "1d", "--volume", "data")
+    cli.ok("snapshot", "delete", *names)
+    assert cli.json("snapshot", "list") == []
+
+
+def test_a_bad_older_than_is_one_line(cli):
+    line = cli.refused("snapshot", "list", "--older-than", "a week")
+    assert "invalid --older-than 'a week'" in line and "30d" in line
+
