@@ -120,3 +120,29 @@ def test_a_bad_older_than_is_one_line(cli):
     line = cli.refused("snapshot", "list", "--older-than", "a week")
     assert "invalid --older-than 'a week'" in line and "30d" in line
 
+
+# ---- restoring over a volume in use -----------------------------------------------------------------
+def _running(cli, name: str) -> None:
+    deadline = time.monotonic() + 60
+    while cli.json("describe", "job", name)["status"] != "Running":
+        assert time.monotonic() < deadline, cli.json("describe", "job", name)
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_an_in_place_restore_under_a_job_names_suspend_which_keeps_it(cli):
+    """The refusal named only `dtrain delete J` (the job is gone); a Suspended job holds no mount and
+    resumes on the restored folder, so suspending it for the restore is what keeps it."""
+    _snapshots(cli, "before")
+    cli.ok("submit", "trainer", "--cpu", "1", "--pvc", "data:/mnt", "--", "sleep", "300")
+    try:
+        _running(cli, "trainer")
+        line = cli.refused("snapshot", "restore", "before", "--in-place")
+        assert "suspend them for the restore (`dtrain suspend trainer`; resume them after)" in line, line
+        assert "stop them (`dtrain delete trainer`)" in line, line
+        cli.ok("suspend", "trainer")
+        assert "restored in place" in cli.ok("snapshot", "restore", "before", "--in-place")
+        assert cli.json("describe", "job", "trainer")["status"] == "Suspended"
+    finally:
+        cli("delete", "trainer")
+

@@ -216,9 +216,10 @@ class Storage:
         """`dtrain WORDS` for a command on job `job`, as `job_command` names it (else `cmd`)."""
         return self._job_command(words, job) if self._job_command is not None else self.cmd(words)
 
-    def stop_hint(self, jobs: Sequence[str]) -> str:
-        """The commands that stop `jobs`, as the hints of a refusal name them (each with its job's -p)."""
-        said = ", ".join(f"`{self.job_cmd(f'delete {job}', job)}`" for job in jobs[:3])
+    def stop_hint(self, jobs: Sequence[str], verb: str = "delete") -> str:
+        """The commands that stop `jobs` (or `verb` them: suspend), as the hints of a refusal name them
+        (each with its job's -p)."""
+        said = ", ".join(f"`{self.job_cmd(f'{verb} {job}', job)}`" for job in jobs[:3])
         return said + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
 
     def delete_volume(self, name: str, *, in_use_by: Sequence[str] = (), force: bool = False) -> None:

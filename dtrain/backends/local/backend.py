@@ -966,8 +966,11 @@ class LocalBackend(Backend):
         if in_place:
             volume = self.storage.get_snapshot(name).volume
             if jobs := self.volume_users(volume, suspended=False):  # not running
+                # a Suspended job holds no mount (and resumes on the restored folder): the way to keep it
                 raise ConflictError(f"cannot restore {name!r} in place while job(s) {', '.join(jobs)} use the "
-                                    f"volume; wait for them or stop them first ({self.storage.stop_hint(jobs)})")
+                                    f"volume; wait for them, suspend them for the restore "
+                                    f"({self.storage.stop_hint(jobs, 'suspend')}; resume them after), or stop "
+                                    f"them ({self.storage.stop_hint(jobs)})")
             users = functools.partial(self.volume_users, volume, suspended=False)  # asked again before the swap
         return self._volume(self.storage.restore_snapshot(name, to=to, in_place=in_place, storage_class=storage_class,
                                                           in_use_by=users, progress=progress), measure=False)
