@@ -146,3 +146,26 @@ def test_an_in_place_restore_under_a_job_names_suspend_which_keeps_it(cli):
     finally:
         cli("delete", "trainer")
 
+
+# ---- a job that failed, run again -------------------------------------------------------------------
+@pytest.mark.slow
+def test_resuming_a_failed_job_names_the_way_to_run_it_again_and_that_way_works(cli, tmp_path, monkeypatch):
+    """`dtrain resume` of a Failed job said only that it takes a Suspended one; the day-two habit (run the
+    job that failed half-way again, as Run:AI's delete + submit) had no path short of retyping it."""
+    cli.ok("volume", "create", "data", "--size", "1Gi")
+    cli.ok("submit", "half", "--cpu", "1", "--pvc", "data:/mnt", "-e", "TRY=1", "--",
+           "sh", "-c", "echo $TRY >> /mnt/tries; test -s /mnt/fixed")
+    assert cli("wait", "half")[0] == 1
+    line = cli.refused("resume", "half")
+    steps = line.split("; to run it again: ")[1].split(", then ")
+    assert steps == ["`dtrain describe job half --json` > half.json", "`dtrain delete half`",
+                     "`dtrain submit -f half.json`"], line
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "half.json").write_text(cli.ok("describe", "job", "half", "--json"))
+    first = json.loads((tmp_path / "half.json").read_text())["spec"]
+    cli.ok("delete", "half")
+    cli.ok("submit", "-f", "half.json")
+    assert cli("wait", "half")[0] == 1
+    assert cli.json("describe", "job", "half")["spec"] == first  # the same job: its volume, env, command
+    assert first["env"] == {"TRY": "1"} and first["volumes"]
+    assert "to run it again" not in cli.refused("suspend", "half")

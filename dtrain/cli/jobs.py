@@ -697,7 +697,7 @@ def cmd_suspend_resume(args, client: Client) -> int:
         if not _pausable(verb, info.status):
             listed = client.command_for(info.status.listed_by, backend=info.backend, project=info.spec.project)
             raise ConflictError(f"job {name!r} is {info.status.value}: 'dtrain {verb}' takes {which}; nothing "
-                                f"was {done} (see '{listed}')")
+                                f"was {done} (see '{listed}')" + _run_again(client, verb, info))
     def waiting(seconds: float, name: str) -> None:  # said at once: else the resume is held with no word
         print(f"waiting for the processes of job '{name}' to stop (up to {seconds:.0f} s)", file=sys.stderr, flush=True)
 
@@ -708,6 +708,20 @@ def cmd_suspend_resume(args, client: Client) -> int:
             info = client.resume(name, project=args.project, waiting=lambda s, name=name: waiting(s, name))
         print(f"The job '{name}' has been {done} ({info.status.value})" + _notebook_next(client, verb, info))
     return 0
+
+
+def _run_again(client: Client, verb: str, info) -> str:
+    """What `dtrain resume` of an ended job was for: running it again (Run:AI's habit: delete, then submit
+    the same job), here from the spec `describe --json` keeps, which `submit -f` reads as it is."""
+    if verb != "resume" or not info.status.terminal:
+        return ""
+    def said(words: str) -> str:
+        return f"`{client.command_for(words, backend=info.backend, project=info.spec.project)}`"
+    saved = shlex.quote(f"{info.name}.json")
+    steps = [said(f"describe job {info.name} --json") + f" > {saved}",
+             *([] if info.status is JobStatus.DELETED else [said(f"delete {info.name}")]),
+             said(f"submit -f {saved}")]
+    return "; to run it again: " + ", then ".join(steps)
 
 
 def _notebook_next(client: Client, verb: str, info) -> str:
