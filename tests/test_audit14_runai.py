@@ -169,3 +169,21 @@ def test_resuming_a_failed_job_names_the_way_to_run_it_again_and_that_way_works(
     assert cli.json("describe", "job", "half")["spec"] == first  # the same job: its volume, env, command
     assert first["env"] == {"TRY": "1"} and first["volumes"]
     assert "to run it again" not in cli.refused("suspend", "half")
+
+
+# ---- exit codes and words scripts read ----------------------------------------------------------------
+@pytest.mark.slow
+def test_waiting_on_a_suspended_job_says_it_waits_for_a_resume(cli):
+    """A script's `dtrain wait train`, after a teammate suspended it, hung without a word, and its
+    --timeout said "check 'dtrain logs train'" (a Suspended job has no process to log)."""
+    cli.ok("submit", "paused", "--cpu", "1", "--", "sleep", "300")
+    try:
+        _running(cli, "paused")
+        cli.ok("suspend", "paused")
+        rc, out, err = cli("wait", "paused", "--timeout", "0.2")
+        assert rc == 124 and out == "", (rc, out, err)
+        assert err.splitlines() == [
+            "dtrain: job 'paused' is Suspended: waiting until it is resumed ('dtrain resume paused') and ends",
+            "dtrain: job 'paused' is still Suspended after 0.2s: it ends only once resumed ('dtrain resume paused')"]
+    finally:
+        cli("delete", "paused")

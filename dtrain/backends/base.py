@@ -491,6 +491,11 @@ class Backend(abc.ABC):
 
         def late(info: JobInfo) -> DtrainError:
             words = f"describe job {name}" if info.status is JobStatus.PENDING else f"logs {name}"
+            if info.status is JobStatus.SUSPENDED:  # it ends only once someone resumes it: say so, not its logs
+                words = f"resume {name}"
+                look = command(words) if command else f"dtrain {words}"
+                return TimeoutError_(f"job {name!r} is still Suspended after {timeout:g}s: it ends only once "
+                                     f"resumed ('{look}')", look)
             look = command(words) if command else f"dtrain {words}"
             return TimeoutError_(f"job {name!r} is still {info.status} after {timeout:g}s; "
                                  f"wait longer (--timeout) or check '{look}'", look)

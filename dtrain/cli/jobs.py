@@ -789,11 +789,14 @@ def cmd_wait(args, client: Client) -> int:
     timeout = None if args.timeout is None else wait_timeout(args.timeout)
     _in_project(args)
     names = list(dict.fromkeys(names))
-    for name in names:  # an unknown name is an error before any waiting
-        _get(args, client, name)
+    infos = {name: _get(args, client, name) for name in names}  # an unknown name is an error before any waiting
     deadline = None if timeout is None else time.monotonic() + timeout
     failed = False
     for name in names:
+        if infos[name].status is JobStatus.SUSPENDED:  # a script's wait would hang without a word
+            resume = client.command_for(f"resume {name}", backend=infos[name].backend, project=infos[name].spec.project)
+            print(f"dtrain: job {name!r} is Suspended: waiting until it is resumed ('{resume}') and ends",
+                  file=sys.stderr, flush=True)
         try:
             info = client.wait(name, timeout=timeout if deadline is None or len(names) == 1
                                else max(0.0, deadline - time.monotonic()), project=args.project)
