@@ -71,7 +71,9 @@ def test_a_slip_among_the_snapshots_deletes_none(cli):
     _snapshots(cli, "s1", "s2")
     line = cli.refused("snapshot", "delete", "s1", "nosuch", "s2")
     assert "no snapshot named 'nosuch'; nothing was deleted" in line and "dtrain snapshot list" in line
-    assert "nothing was deleted" in cli.refused("snapshot", "delete", "nosuch")
+    assert cli.refused("snapshot", "delete", "nosuch").endswith("list snapshots with `dtrain snapshot list`")
+    assert cli.refused("snapshot", "delete", "s1", "s2", "-p", "tem-b").startswith(
+        "dtrain: error: no project named 'tem-b'")
     assert _names(cli, "snapshot", "list") == ["s1", "s2"]
 
 

@@ -221,12 +221,14 @@ def _existing(args, client: Client, kind: str) -> list[str]:
     anything is deleted, as `dtrain delete` checks jobs: a slip among them deletes nothing."""
     get = client.get_volume if kind == "volume" else client.get_snapshot
     names, missing = list(dict.fromkeys(args.names)), []
+    if len(names) > 1 and args.project is not None:  # a wrong -p is the one problem, not every name
+        client.check_project(args.project)
     for name in names:
         try:
             get(name, project=args.project)
-        except NotFoundError as err:
-            if len(names) == 1:  # the backend's own line: where it looked, a near name
-                raise NotFoundError(f"{err}; nothing was deleted") from None
+        except NotFoundError:
+            if len(names) == 1:  # the backend's own line, as the SDK and the HTTP API say it
+                raise
             missing.append(name)
     if missing:
         raise NotFoundError(f"no {kind} named {', '.join(map(shown, missing[:5]))}; nothing was deleted "
