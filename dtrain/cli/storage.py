@@ -93,7 +93,8 @@ def cmd_volume(args, client: Client) -> int:
         def delete(name: str) -> None:
             client.delete_volume(name, force=args.force, project=args.project)
             print(f"volume '{name}' deleted")
-        _each(_existing(args, client, "volume"), delete)
+        with client.room_to_free():  # a full home disk: room for the names' checks, which read the index, too
+            _each(_existing(args, client, "volume"), delete)
     return 0
 
 
@@ -179,15 +180,15 @@ def cmd_snapshot(args, client: Client) -> int:
         _print(v, f"snapshot '{args.name}' restored " + ("in place" if args.in_place else f"into new volume '{v.name}'")
                + (f" (class {v.storage_class})" if args.storage_class else ""), args.json)
     elif a == "delete":
-        names = _existing(args, client, "snapshot")
-
         def delete(name: str) -> None:
             freed = client.delete_snapshot(name, project=args.project)
             if args.json and len(names) > 1:  # a JSON object a line, as `snapshot wait --json`
                 print(json.dumps(freed.to_dict(), default=str))
             else:
                 _print(freed, f"snapshot '{name}' deleted" + _freed(freed, lambda w: _said(client, args, w)), args.json)
-        _each(names, delete)
+        with client.room_to_free():  # a full home disk: room for the names' checks, which read the index, too
+            names = _existing(args, client, "snapshot")
+            _each(names, delete)
     elif a == "verify":
         report = client.verify_snapshot(args.name, project=args.project)
         _print(report, _verify_text(report), args.json)
