@@ -59,6 +59,7 @@ CRDS = {
 JOB_PLURALS = (("batch", "jobs"), ("kubeflow.org", "pytorchjobs"), ("kubeflow.org", "mpijobs"),
                ("trainer.kubeflow.org", "trainjobs"), ("kubeflow.org", "notebooks"))
 _KUBEFLOW_EXCLUSIVE = {"Running", "Restarting", "Succeeded", "Failed"}  # at most one is True
+USER = "test"  # who a refusal says asked: the fake takes no credentials
 DROP = 0  # a fault's status that closes the connection without an answer
 UPGRADE = 101  # an exec session: the answer is the (channel, bytes) writes of the command
 _WEBSOCKET_GUID = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11"  # RFC 6455's key suffix
@@ -100,6 +101,32 @@ def exec_writes(stdout: str = "", stderr: str = "", *, exit_code: int = 0) -> li
                   "message": f"command terminated with non-zero exit code: exit status {exit_code}",
                   "details": {"causes": [{"reason": "ExitCode", "message": str(exit_code)}]}}
     return writes + [(3, json.dumps(status).encode())]
+
+
+def _verb(method: str, name: str | None, query: dict[str, str]) -> str:
+    """The RBAC verb of a request, as the API server's RequestInfo names it: a GET of a collection
+    is a list (a watch with ?watch), of one object a get; a DELETE of a collection a deletecollection."""
+    if method == "GET":
+        return "get" if name is not None else ("watch" if _go_bool(query.get("watch")) else "list")
+    if method == "DELETE" and name is None:
+        return "deletecollection"
+    return {"POST": "create", "PUT": "update", "PATCH": "patch", "DELETE": "delete"}.get(method, method.lower())
+
+
+def _forbidden(group: str, plural: str, sub: str, namespace: str | None, name: str | None,
+               verb: str) -> tuple[int, bytes]:
+    """A 403 worded as the API server words it: errors.NewForbidden's `<resource>[ "<name>"] is
+    forbidden: ` (the resource qualified by its group, not the core group's) around the authorizer's
+    forbiddenMessage, which names the verb, the resource with its subresource, and the namespace or
+    the cluster scope (a namespace's own path is in that namespace, as RequestInfo reads it)."""
+    resource = f"{plural}.{group}" if group else plural
+    if plural == "namespaces" and namespace is None and name is not None:
+        namespace = name
+    where = f'in the namespace "{namespace}"' if namespace else "at the cluster scope"
+    said = f'{resource} "{name}"' if name is not None else resource
+    return _status(403, "Forbidden", f'{said} is forbidden: User "{USER}" cannot {verb} resource "{sub}" '
+                                     f'in API group "{group}" {where}',
+                   {"group": group, "kind": plural, **({"name": name} if name is not None else {})})
 
 
 def _not_found(group: str, plural: str, name: str) -> tuple[int, bytes]:
@@ -290,8 +317,7 @@ class FakeCluster:
         across = namespace is None and self.served[(group, plural)][1]
         sub = f"{plural}/{rest[2]}" if len(rest) > 2 else plural  # RBAC grants a subresource (pods/log) apart
         if {(group, plural), (group, sub)} & self.forbidden or (self.namespaced_only and across):
-            return _status(403, "Forbidden", f'{plural}.{group} is forbidden: User "test" cannot {method.lower()} '
-                                             f'resource "{sub}" in API group "{group}"')
+            return _forbidden(group, plural, sub, namespace, name, _verb(method, name, query))
         if len(rest) > 2 and rest[2] == "exec" and method == "GET" and self.on_exec is not None:
             with self.lock:
                 if ("", "pods", namespace, name) not in self.objects:

@@ -1,0 +1,86 @@
+"""The Kubernetes backend's leftovers of a sixth pass: the shipped fake worded every refusal as
+`cannot get` (a LIST is a list to RBAC) and without its namespace, where the API server names the
+request's verb and where it was refused; the snapshot of another tool's (dotted) claim, which the
+HTTP API would not list by its volume; and `snapshot create --job J` of a job the cluster has
+deleted, whose snapshot then carried no spec without a word.
+
+Each test drives the official `kubernetes` client against the shipped fake API server.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+
+from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer  # noqa: E402
+from test_k8s_backend import NS, backend, cluster, make_backend  # noqa: E402,F401  (their fixtures)
+
+
+# ------------------------------------------------------------------------- 1: a refusal's words
+
+
+def _refusal(server: FakeKubeServer, method: str, path: str, body: dict | None = None) -> dict:
+    """The Status body the fake answers a refused request with, read through the official client."""
+    from kubernetes.client.rest import ApiException
+
+    api = server.api_client()
+    try:
+        api.call_api(path, method, body=body, header_params={"Content-Type": "application/json-patch+json"
+                                                             if method == "PATCH" else "application/json"},
+                     response_type="object", _preload_content=True)
+    except ApiException as err:
+        assert err.status == 403
+        return json.loads(err.body)
+    raise AssertionError(f"{method} {path} was not refused")
+
+
+def test_the_fake_words_a_refusal_as_the_api_server_does_naming_the_verb_and_the_scope():
+    cluster = FakeCluster(namespaces=("default", NS))
+    cluster.forbidden |= {("", "pods"), ("", "nodes"), ("", "namespaces"), ("kubeflow.org", "pytorchjobs")}
+    pods = f"/api/v1/namespaces/{NS}/pods"
+    jobs = f"/apis/kubeflow.org/v1/namespaces/{NS}/pytorchjobs"
+    said = {  # (method, path, body) -> the message a real API server answers with
+        ("GET", pods): f'pods is forbidden: User "test" cannot list resource "pods" in API group "" in the '
+                       f'namespace "{NS}"',
+        ("GET", pods + "?watch=true"): f'pods is forbidden: User "test" cannot watch resource "pods" in API group "" '
+                                       f'in the namespace "{NS}"',
+        ("GET", pods + "/p-0"): f'pods "p-0" is forbidden: User "test" cannot get resource "pods" in API group "" '
+                                f'in the namespace "{NS}"',
+        ("GET", pods + "/p-0/log"): f'pods "p-0" is forbidden: User "test" cannot get resource "pods/log" in API '
+                                    f'group "" in the namespace "{NS}"',
+        ("GET", "/api/v1/pods"): 'pods is forbidden: User "test" cannot list resource "pods" in API group "" at the '
+                                 'cluster scope',
+        ("GET", "/api/v1/nodes"): 'nodes is forbidden: User "test" cannot list resource "nodes" in API group "" at '
+                                  'the cluster scope',
+        ("GET", f"/api/v1/namespaces/{NS}"): f'namespaces "{NS}" is forbidden: User "test" cannot get resource '
+                                             f'"namespaces" in API group "" in the namespace "{NS}"',
+        ("POST", jobs): f'pytorchjobs.kubeflow.org is forbidden: User "test" cannot create resource "pytorchjobs" in '
+                        f'API group "kubeflow.org" in the namespace "{NS}"',
+        ("PATCH", jobs + "/train"): f'pytorchjobs.kubeflow.org "train" is forbidden: User "test" cannot patch '
+                                    f'resource "pytorchjobs" in API group "kubeflow.org" in the namespace "{NS}"',
+        ("PUT", jobs + "/train"): f'pytorchjobs.kubeflow.org "train" is forbidden: User "test" cannot update '
+                                  f'resource "pytorchjobs" in API group "kubeflow.org" in the namespace "{NS}"',
+        ("DELETE", jobs + "/train"): f'pytorchjobs.kubeflow.org "train" is forbidden: User "test" cannot delete '
+                                     f'resource "pytorchjobs" in API group "kubeflow.org" in the namespace "{NS}"',
+    }
+    with FakeKubeServer(cluster) as server:
+        for (method, path), message in said.items():
+            body = [] if method == "PATCH" else {} if method in ("POST", "PUT") else None
+            status = _refusal(server, method, path, body)
+            assert (status["reason"], status["message"]) == ("Forbidden", message), (method, path)
+    assert status["details"] == {"name": "train", "group": "kubeflow.org", "kind": "pytorchjobs"}
+
+
+def test_dtrain_quotes_a_refused_list_once_with_the_command_to_check_it(backend, cluster):
+    from dtrain.backends.kubernetes.client import Forbidden
+
+    cluster.forbidden.add(("", "persistentvolumeclaims"))
+    with pytest.raises(Forbidden) as err:
+        backend.list_volumes()
+    assert str(err.value) == (f'cannot list PersistentVolumeClaims in namespace {NS}: persistentvolumeclaims is '
+                              f'forbidden: User "test" cannot list resource "persistentvolumeclaims" in API group "" '
+                              f'in the namespace "{NS}"; check your credentials and RBAC (kubectl auth can-i list '
+                              f'persistentvolumeclaims -n {NS})')
