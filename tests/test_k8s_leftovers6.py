@@ -84,3 +84,57 @@ def test_dtrain_quotes_a_refused_list_once_with_the_command_to_check_it(backend,
                               f'forbidden: User "test" cannot list resource "persistentvolumeclaims" in API group "" '
                               f'in the namespace "{NS}"; check your credentials and RBAC (kubectl auth can-i list '
                               f'persistentvolumeclaims -n {NS})')
+
+
+# ------------------------------------------------------------------------- 2: a snapshot of a dotted claim
+
+
+def _foreign_snapshot(cluster: FakeCluster, backend) -> None:
+    """Claim 'data.v1' and a VolumeSnapshot of it, both made by another tool (kubectl, Run:AI)."""
+    from dtrain.backends.kubernetes.render_storage import render_volume
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    claim = render_volume("data.v1", project="lanes", size="2Gi", storage_class=None, config=backend.config)
+    claim["metadata"]["namespace"] = NS
+    cluster.create(claim)
+    cluster.bind_volumes()
+    cluster.create({"apiVersion": "snapshot.storage.k8s.io/v1", "kind": "VolumeSnapshot",
+                    "metadata": {"name": "data-v1-monday", "namespace": NS},
+                    "spec": {"source": {"persistentVolumeClaimName": "data.v1"}}})
+    cluster.ready_snapshots()
+
+
+@pytest.mark.slow
+def test_a_snapshot_of_another_tools_claim_is_listed_and_restored_at_every_door(home, tmp_path, backend, cluster):
+    from test_audit12_k8s import _http
+    from test_k8s_leftovers3 import _cli
+
+    from dtrain.client import Client
+    from dtrain.errors import SpecError
+
+    _foreign_snapshot(cluster, backend)
+    sdk = Client(home=tmp_path / "sdk-home", backend="kubernetes", backends={"kubernetes": backend})
+    assert [s.name for s in sdk.list_snapshots(volume="data.v1")] == ["data-v1-monday"]
+    http = _http(tmp_path, backend)
+    listed = http.get("/api/v1/snapshots", params={"volume": "data.v1"})
+    assert listed.status_code == 200, listed.text
+    assert [(s["name"], s["volume"]) for s in listed.json()] == [("data-v1-monday", "data.v1")]
+    assert http.get("/api/v1/snapshots", params={"volume": "nosuch.v1"}).status_code == 404  # never was: said
+    with FakeKubeServer(cluster) as server:
+        dt = _cli(home, tmp_path, server)
+        shown = json.loads(dt("snapshot", "list", "--volume", "data.v1", "--json").stdout)
+        assert [s["name"] for s in shown] == ["data-v1-monday"]
+        into = dt("snapshot", "restore", "data-v1-monday", "--to", "data.v2", check=False)
+        assert into.returncode == 2 and "invalid volume name 'data.v2'" in into.stderr
+        assert dt("snapshot", "restore", "data-v1-monday", "--to", "from-cli").stdout.startswith(
+            "snapshot 'data-v1-monday' restored into new volume 'from-cli'")
+    with pytest.raises(SpecError, match="invalid volume name 'data.v2'"):
+        sdk.restore_snapshot("data-v1-monday", to="data.v2")
+    made = http.post("/api/v1/snapshots/data-v1-monday/restore", json={"to": "from-http"})
+    assert made.status_code == 201, made.text
+    assert http.post("/api/v1/snapshots/data-v1-monday/restore", json={"to": "data.v2"}).status_code == 422
+    for name in ("from-cli", "from-http"):
+        pvc = cluster.get("", "persistentvolumeclaims", NS, name)
+        assert pvc["spec"]["dataSource"]["name"] == "data-v1-monday"
+        assert pvc["spec"]["resources"]["requests"]["storage"] == "2Gi"  # the snapshot's restoreSize
+    assert ("", "persistentvolumeclaims", NS, "data.v2") not in cluster.objects

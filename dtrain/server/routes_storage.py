@@ -90,7 +90,9 @@ def list_storage_classes(request: Request, response: Response, project: wire.Sto
 
 
 @router.get("/snapshots", response_model=list[wire.Snapshot], responses=ERRORS)
-def list_snapshots(request: Request, volume: Annotated[str | None, Query(pattern=wire.NAME)] = None,
+def list_snapshots(request: Request, volume: Annotated[str | None, Query(  # a dotted claim's too, as the CLI's
+                       pattern=wire.CLAIM, max_length=253, description="only this volume's snapshots: a volume "
+                       "name, or on Kubernetes an existing claim's full name ('data.v1')")] = None,
                    job: Annotated[str | None, Query(pattern=wire.NAME)] = None,
                    project: wire.SnapshotProject = None):
     return [wire.Snapshot.model_validate(s)
