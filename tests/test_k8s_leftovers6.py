@@ -138,3 +138,48 @@ def test_a_snapshot_of_another_tools_claim_is_listed_and_restored_at_every_door(
         assert pvc["spec"]["dataSource"]["name"] == "data-v1-monday"
         assert pvc["spec"]["resources"]["requests"]["storage"] == "2Gi"  # the snapshot's restoreSize
     assert ("", "persistentvolumeclaims", NS, "data.v2") not in cluster.objects
+
+
+# ------------------------------------------------------------------------- 3: a snapshot of a job that is gone
+
+
+def _ttl_delete(cluster: FakeCluster, job: str) -> None:
+    """What ttl_seconds_after_finished does: the job's object goes, and its pods with it."""
+    obj = cluster.find_job(NS, job)
+    group, _, version = obj["apiVersion"].rpartition("/")
+    plural = next(p for (g, p), (k, _) in cluster.served.items() if g == group and k == obj["kind"])
+    prefix = f"/apis/{group}/{version}" if group else f"/api/{version}"
+    assert cluster.handle("DELETE", f"{prefix}/namespaces/{NS}/{plural}/{job}", b"")[0] == 200
+
+
+def test_a_snapshot_of_a_deleted_job_takes_the_spec_an_earlier_snapshot_recorded(backend, cluster, caplog):
+    from test_k8s_backend import spec
+
+    backend.create_volume("data", size="1Gi")
+    backend.submit(spec(name="train", command=("python", "train.py", "--lr", "0.1")))
+    first = backend.create_snapshot("data", name="data-first", job="train")
+    assert first.job_spec["command"] == ["python", "train.py", "--lr", "0.1"]
+    _ttl_delete(cluster, "train")
+    with caplog.at_level("WARNING"):
+        later = backend.create_snapshot("data", name="data-later", job="train")
+    assert later.job == "train" and later.job_spec == first.job_spec
+    assert backend.get_snapshot("data-later").job_spec == first.job_spec  # kept on the VolumeSnapshot
+    assert not [r for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_a_snapshot_of_a_deleted_job_without_a_recorded_spec_says_why_in_one_line(make_backend, cluster, caplog):
+    from test_k8s_backend import IMAGE, spec
+
+    from dtrain.backends.kubernetes.config import KubernetesConfig
+
+    backend = make_backend(KubernetesConfig(project="lanes", image=IMAGE, ttl_seconds_after_finished=600))
+    backend.create_volume("data", size="1Gi")
+    backend.submit(spec(name="train"))
+    _ttl_delete(cluster, "train")
+    with caplog.at_level("WARNING"):
+        snap = backend.create_snapshot("data", name="data-after", job="train")
+    assert snap.job == "train" and snap.job_spec is None
+    [warning] = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warning == ("dtrain: warning: snapshot 'data-after' records no spec of job 'train': the cluster no longer "
+                       "has it (it deletes a job 600s after it ends) and no other snapshot of it records one; it is "
+                       "linked to the job by name only")

@@ -350,17 +350,48 @@ class VolumeVerbs:
         spec = pvc.get("spec") or {}
         return [render_snapshot(name, volume, project=self.config.project, config=self.config, job=job,
                                 source_size=spec["resources"]["requests"]["storage"],
-                                source_class=spec.get("storageClassName"), job_spec=self._spec_if_found(job))]
+                                source_class=spec.get("storageClassName"), job_spec=self._spec_if_found(job, name))]
 
-    def _spec_if_found(self, job: str | None) -> JobSpec | None:
-        """`job`'s spec; None for a job the cluster no longer has (ttl_seconds_after_finished deletes it) or
-        this account may not read: the snapshot is linked to it by name all the same, as it was before."""
+    def _spec_if_found(self, job: str | None, snapshot: str) -> JobSpec | None:
+        """`job`'s spec: its object's, else the one an earlier snapshot of it recorded (the cluster
+        deletes a job ttl_seconds_after_finished after it ends; its --snapshot-on-success snapshot
+        stays). Without either, one warning says why and the snapshot is linked to it by name only."""
         if job is None:
             return None
         try:
             return spec_of(self._find(job)[1])
-        except (NotFoundError, Forbidden):
+        except (NotFoundError, Forbidden) as err:
+            if isinstance(err, Unauthenticated):
+                raise
+            why = err
+        recorded = self._recorded_spec(job)
+        if recorded is not None:
+            return recorded
+        ttl = self.config.ttl_seconds_after_finished
+        gone = (f"the cluster no longer has it{'' if ttl is None else f' (it deletes a job {ttl}s after it ends)'}"
+                if isinstance(why, NotFoundError) else f"it cannot be read ({why})")
+        logging.getLogger(__name__).warning(
+            "dtrain: warning: snapshot %r records no spec of job %r: %s and no other snapshot of it records one; "
+            "it is linked to the job by name only", snapshot, job, gone)
+        return None
+
+    def _recorded_spec(self, job: str) -> JobSpec | None:
+        """The spec of `job` the newest snapshot linked to it records, if any does (and may be listed)."""
+        from dtrain.spec import JobSpec
+
+        try:
+            snaps = self._snapshots()
+        except DtrainError:
             return None
+        linked = [s for s in snaps if (s["metadata"].get("labels") or {}).get(LABEL_JOB) == job]
+        for snap in sorted(linked, key=lambda s: _created(s["metadata"]), reverse=True):
+            recorded = _job_spec(snap["metadata"].get("annotations") or {})
+            if recorded is not None and recorded.get("name") == job:
+                try:
+                    return JobSpec.from_stored(recorded)
+                except (DtrainError, TypeError, ValueError):  # an annotation another hand changed: the next
+                    continue
+        return None
 
     def _create_snapshot(self, volume: str, *, name: str | None, job: str | None,
                          progress: Progress | None) -> SnapshotInfo:
