@@ -91,7 +91,7 @@ def test_pages_show_nvml_gpus_in_the_tables_units_and_long_messages_wrap(home, t
         util = {s.labels["gpu"]: s.value for s in families["dtrain_gpu_utilization_percent"].samples}
         assert util == {"0": 42.0}
         assert {s.labels["gpu"] for s in families["dtrain_gpu_memory_total_bytes"].samples} == {"0", "1"}
-        assert [s.labels["job"] for s in families["dtrain_gpu_allocated"].samples] == ["holds-gpu"]
+        assert [s.labels["job_name"] for s in families["dtrain_gpu_allocated"].samples] == ["holds-gpu"]
 
         with browser_tests.chrome() as browser:
             browser.set_window_size(800, 900)
@@ -140,7 +140,7 @@ def test_metrics_count_the_gpus_a_queued_job_waits_for(home, tmp_path):
         families = {f.name: f for f in text_string_to_metric_families(server.http.get("/metrics").text)}
         for metric, field in (("dtrain_job_gpus_requested", "gpus_requested"),
                               ("dtrain_job_gpus_allocated", "gpus_allocated")):
-            got = {s.labels["job"]: s.value for s in families[metric].samples}
+            got = {s.labels["job_name"]: s.value for s in families[metric].samples}
             assert got == {name: j[field] for name, j in jobs.items()}, metric
         assert families["dtrain_job_gpus_requested"].type == "gauge"
     finally:

@@ -38,7 +38,7 @@ def test_metrics_count_another_workloads_gpu_as_allocated_as_dtrain_nodes_does(t
     _a_job_and_another_workload(backend, cluster)
     scraped = _scrape(_http(tmp_path, backend))
     held = scraped["dtrain_gpu_allocated"]
-    assert _gpus(held, "job") == [("0", "train"), ("1", None), ("2", None)]
+    assert _gpus(held, "job_name") == [("0", "train"), ("1", None), ("2", None)]
     assert _gpus(held, "held_by") == [("0", None), ("1", "other/theirs"), ("2", "other/theirs")]
     assert {s["value"] for s in held} == {1.0}
     # the documented free query, `dtrain_gpu_info unless on(node, gpu) (dtrain_gpu_allocated or dtrain_gpu_unknown)`
@@ -51,7 +51,7 @@ def test_metrics_export_a_gpu_whose_holder_cannot_be_told_as_unknown_not_free(tm
     _a_job_and_another_workload(backend, cluster)
     cluster.fail("GET", "/api/v1/pods", 403)  # pods of dtrain-lanes only: the job's GPU is known, the rest not
     scraped = _scrape(_http(tmp_path, backend))
-    assert _gpus(scraped["dtrain_gpu_allocated"], "job") == [("0", "train")]
+    assert _gpus(scraped["dtrain_gpu_allocated"], "job_name") == [("0", "train")]
     assert [s["gpu"] for s in scraped["dtrain_gpu_unknown"]] == ["1", "2", "3"]
     taken = {(s["node"], s["gpu"]) for s in scraped["dtrain_gpu_allocated"] + scraped["dtrain_gpu_unknown"]}
     assert [s for s in scraped["dtrain_gpu_info"] if (s["node"], s["gpu"]) not in taken] == []

@@ -128,8 +128,8 @@ def test_a_metrics_line_nested_too_deeply_is_skipped(home, tmp_path):
         assert [(x["step"], x["loss"]) for x in r.json()] == [(1, 2.0), (2, 1.0)]
         scrape = server.http.get("/metrics")
         assert scrape.status_code == 200
-        assert 'dtrain_job_step{job="deep",project="default"} 2.0' in scrape.text
-        assert 'dtrain_job_images_per_second{job="deep",project="default"} 5.0' in scrape.text
+        assert 'dtrain_job_step{job_name="deep",project="default"} 2.0' in scrape.text
+        assert 'dtrain_job_images_per_second{job_name="deep",project="default"} 5.0' in scrape.text
     finally:
         (tmp_path / "GO").touch()
         server.stop()

@@ -65,7 +65,7 @@ def test_jobs_nodes_and_metrics_over_the_kubernetes_backend(k8s_api):
         samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
                    for f in text_string_to_metric_families(http.get("/metrics").text) for s in f.samples}
         assert samples[("dtrain_jobs", (("project", "lanes"), ("status", "Running")))] == 1
-        assert samples[("dtrain_job_processes", (("job", "train"), ("project", "lanes"), ("state", "running")))] == 2
+        assert samples[("dtrain_job_processes", (("job_name", "train"), ("project", "lanes"), ("state", "running")))] == 2
 
         missing = http.get("/api/v1/jobs/nope")
         assert missing.status_code == 404 and missing.json()["kind"] == "NotFoundError"

@@ -47,12 +47,12 @@ def test_metrics_move_when_a_job_starts_and_ends(home, tmp_path):
                    what="the job's metrics logged")
         running = scrape(server)
         node = _node(running)
-        job = {"job": "trainer", "project": "default"}
+        job = {"job_name": "trainer", "project": "default"}
         assert value(running, "dtrain_jobs", project="default", status="Running") == 1
         assert value(running, "dtrain_jobs", project="default", status="Succeeded") == 0
         assert value(running, "dtrain_node_gpus_allocated", node=node) == 1
         model = server.http.get("/api/v1/nodes").json()[0]["gpus"][0]["name"]  # the inventory's name: modelName
-        assert value(running, "dtrain_gpu_allocated", node=node, gpu="0", modelName=model, job="trainer") == 1
+        assert value(running, "dtrain_gpu_allocated", node=node, gpu="0", modelName=model, job_name="trainer") == 1
         assert value(running, "dtrain_job_processes", state="running", **job) == 1
         assert value(running, "dtrain_job_gpus_allocated", **job) == 1
         assert value(running, "dtrain_job_restarts_total", **job) == 0
@@ -114,5 +114,24 @@ def test_a_scrape_reads_only_the_unfinished_jobs_records(home, monkeypatch):
     assert sorted(built) == ["held", "queued"]
     assert value(samples, "dtrain_jobs", project="default", status="Succeeded") == 40
     assert value(samples, "dtrain_jobs", project="default", status="Running") == 0
-    assert value(samples, "dtrain_job_processes", job="queued", project="default", state="pending") == 1
-    assert value(samples, "dtrain_job_gpus_allocated", job="held", project="default") == 0
+    assert value(samples, "dtrain_job_processes", job_name="queued", project="default", state="pending") == 1
+    assert value(samples, "dtrain_job_gpus_allocated", job_name="held", project="default") == 0
+
+
+def test_no_series_carries_a_label_prometheus_sets_on_every_scrape(home):
+    """A series' own `job` label met the target's `job` (the scrape config's job_name): Prometheus renamed
+    it `exported_job`, so `{job="queued"}` found nothing and `{job!=""}` every series. Jobs are `job_name`."""
+    from prometheus_client import CollectorRegistry, generate_latest
+    from test_job_page import _stored
+
+    from dtrain import Client
+    from dtrain.server.metrics import DtrainCollector
+
+    _stored(home, [("queued", "default", "Pending", 1_700_000_100.0)])
+    client = Client(home=home)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(DtrainCollector(type("Clients", (), {"get": staticmethod(lambda: client)})))
+    families = list(text_string_to_metric_families(generate_latest(registry).decode()))
+    labels = {name for f in families for s in f.samples for name in s.labels}
+    assert not labels & {"job", "instance"}
+    assert {s.labels["job_name"] for f in families if f.name.startswith("dtrain_job_") for s in f.samples} == {"queued"}

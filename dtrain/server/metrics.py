@@ -7,16 +7,16 @@
                                                 NVML utilisation (absent when unknown)
     dtrain_gpu_memory_used_bytes{node,gpu,modelName}
                                                 and dtrain_gpu_memory_total_bytes
-    dtrain_gpu_allocated{node,gpu,modelName,job}
+    dtrain_gpu_allocated{node,gpu,modelName,job_name}
                                                 1 for each GPU a job holds; {node,gpu,modelName,held_by} for one
                                                 another workload holds (its pod, NAMESPACE/NAME), as `dtrain nodes`
     dtrain_gpu_unknown{node,gpu,modelName}      1 for a GPU whose holder cannot be told (Kubernetes RBAC): not free
     dtrain_gpu_info{node,gpu,modelName}         1 for every GPU of the inventory, free ones too
-    dtrain_job_processes{job,project,state}     running / pending processes of active jobs
-    dtrain_job_gpus_allocated{job,project}      GPUs of active jobs
-    dtrain_job_gpus_requested{job,project}      GPUs active jobs ask for (a queued job's wait)
-    dtrain_job_restarts_total{job,project}      restarts of active jobs
-    dtrain_job_step / _loss / _images_per_second{job,project}
+    dtrain_job_processes{job_name,project,state} running / pending processes of active jobs
+    dtrain_job_gpus_allocated{job_name,project}  GPUs of active jobs
+    dtrain_job_gpus_requested{job_name,project}  GPUs active jobs ask for (a queued job's wait)
+    dtrain_job_restarts_total{job_name,project}  restarts of active jobs
+    dtrain_job_step / _loss / _images_per_second{job_name,project}
                                                 the newest values in a running job's metrics file
 
 `modelName` is the GPU's product name as NVML (or the node's nvidia.com/gpu.product label) gives it, under
@@ -43,6 +43,10 @@ from dtrain.server.curves import latest
 
 STATUSES = get_args(wire.STATUSES)  # every one counted, 0 where no job has it
 MODEL = "modelName"  # the GPU's product name, labelled as dcgm-exporter labels it
+# Not `job`: Prometheus gives every scraped series the target's `job` (the scrape config's job_name) and, by
+# default, renames a series' own to `exported_job`, so `{job="train"}` matched nothing and `{job!=""}` every
+# series. `job_name` is the label Run:AI's own job series carry.
+JOB = "job_name"
 TRAINING = (("step", "dtrain_job_step", "the last step the job logged"),
             ("loss", "dtrain_job_loss", "the job's last logged training loss"),
             ("images_per_s", "dtrain_job_images_per_second", "the job's last logged throughput"))
@@ -58,14 +62,14 @@ class DtrainCollector:
         yield from _job_counts(summary.counts)
         yield from _nodes(c.nodes())
         procs = GaugeMetricFamily("dtrain_job_processes", "processes of an active job",
-                                  labels=["job", "project", "state"])
-        gpus = GaugeMetricFamily("dtrain_job_gpus_allocated", "GPUs an active job holds", labels=["job", "project"])
+                                  labels=[JOB, "project", "state"])
+        gpus = GaugeMetricFamily("dtrain_job_gpus_allocated", "GPUs an active job holds", labels=[JOB, "project"])
         # what a job asks for, as Run:AI's runai_job_requested_gpus: a queued job holds none, and its demand was
         # nowhere in the scrape (the dashboard shows "allocated (requested)")
         requested = GaugeMetricFamily("dtrain_job_gpus_requested", "GPUs an active job asks for",
-                                      labels=["job", "project"])
-        restarts = CounterMetricFamily("dtrain_job_restarts", "restarts of an active job", labels=["job", "project"])
-        training = {key: GaugeMetricFamily(name, doc, labels=["job", "project"]) for key, name, doc in TRAINING}
+                                      labels=[JOB, "project"])
+        restarts = CounterMetricFamily("dtrain_job_restarts", "restarts of an active job", labels=[JOB, "project"])
+        training = {key: GaugeMetricFamily(name, doc, labels=[JOB, "project"]) for key, name, doc in TRAINING}
         for j in summary.unfinished:
             labels = [j.name, j.spec.project]
             procs.add_metric(labels + ["running"], j.processes_running)
@@ -96,7 +100,7 @@ def _nodes(nodes):
     used = GaugeMetricFamily("dtrain_gpu_memory_used_bytes", "GPU memory in use", labels=gpu)
     total = GaugeMetricFamily("dtrain_gpu_memory_total_bytes", "GPU memory", labels=gpu)
     held = GaugeMetricFamily("dtrain_gpu_allocated", "1 for a GPU a job or another workload holds",
-                             labels=gpu + ["job"])
+                             labels=gpu + [JOB])
     # held, but whether by anyone cannot be told: apart, so that neither a per-job join nor a count of free GPUs
     # mistakes it (`dtrain nodes` shows "unknown")
     unknown = GaugeMetricFamily("dtrain_gpu_unknown", "1 for a GPU whose holder cannot be told", labels=gpu)
@@ -114,7 +118,7 @@ def _nodes(nodes):
                     family.add_metric(labels, value)
             if g.job:
                 held.add_metric(labels + [g.job], 1)
-            elif g.held_by:  # another workload's: `held_by` instead of `job`, so a per-job join does not take it
+            elif g.held_by:  # another workload's: `held_by` instead of `job_name`, so a per-job join does not take it
                 held.add_sample("dtrain_gpu_allocated", dict(zip(gpu, labels), held_by=g.held_by), 1)
             elif g.unknown:
                 unknown.add_metric(labels, 1)
