@@ -173,3 +173,20 @@ def test_an_unknown_field_whose_name_holds_a_newline_is_still_one_line(http):
     assert r.status_code == 422, r.text
     error = r.json()["error"]
     assert "\n" not in error and "'a\\nb': Extra inputs are not permitted" in error, error
+
+
+def test_a_query_parameter_the_route_does_not_take_is_refused_before_anything_happens(http, home):
+    """FastAPI ignores a query parameter it does not know: `DELETE /jobs/j?projet=team-a` deleted job j of the
+    default project, and `?stauts=Failed` listed every job as if filtered."""
+    Client(home=home).submit(JobSpec(name="j", command=("sleep", "60")))
+    r = http.delete("/api/v1/jobs/j", params={"projet": "team-a"})
+    assert r.status_code == 422
+    assert r.json()["error"] == ("unknown query parameter 'projet' on DELETE /api/v1/jobs/j: it takes project, purge "
+                                 "(see /api/v1/openapi.json)")
+    assert http.get("/api/v1/jobs/j").json()["status"] in ("Pending", "Running")  # not deleted
+    said = http.get("/api/v1/jobs", params={"stauts": "Failed"}).json()["error"]
+    assert said.startswith("unknown query parameter 'stauts' on GET /api/v1/jobs: it takes label_selector, limit,")
+    assert http.post("/api/v1/verify", params={"all": "1"}).json()["error"].endswith("it takes project "
+                                                                                     "(see /api/v1/openapi.json)")
+    assert http.get("/api/v1/jobs", params={"status": "Running", "project": ""}).status_code == 200  # the form's "any"
+    assert http.delete("/api/v1/jobs/j").status_code == 200

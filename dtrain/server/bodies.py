@@ -15,6 +15,7 @@ import re
 from fastapi.routing import APIRoute
 from starlette.requests import Request
 
+from dtrain.errors import SpecError
 from dtrain.names import SHOWN, WrittenFloat, cut, shown, written
 
 # What a user may mean as a number that JSON does not take: 017, +5, .5, 5., 1.e3
@@ -86,11 +87,30 @@ class TypedRequest(Request):
 
 class TypedRoute(APIRoute):
     """An API route whose JSON body keeps each number's text (FastAPI reads the body with
-    `request.json()`, which this route's requests answer with typed_json)."""
+    `request.json()`, which this route's requests answer with typed_json), and which refuses a
+    query parameter it does not take: FastAPI ignores one, so `DELETE /jobs/x?projet=team-a`
+    deleted job x of the default project, and `?stauts=Failed` listed every job."""
 
     def get_route_handler(self):
         handle = super().get_route_handler()
+        takes = sorted(_query_names(self.dependant))
 
         async def typed(request: Request):
+            unknown = [k for k in request.query_params if k not in takes and k != "token"]  # auth.Guard's
+            if unknown:
+                raise SpecError(_unknown_query(request, unknown[0], takes))
             return await handle(TypedRequest(request.scope, request.receive))
         return typed
+
+
+def _query_names(dependant) -> set[str]:
+    """The query parameters a route reads, its dependencies' too."""
+    return {p.alias for p in dependant.query_params}.union(*map(_query_names, dependant.dependencies))
+
+
+def _unknown_query(request: Request, name: str, takes: list[str]) -> str:
+    path = f"{request.method} {request.url.path}"
+    said = f"unknown query parameter {shown(name)} on {path}"
+    if not takes:
+        return f"{said}: it takes none; leave it out"
+    return f"{said}: it takes {', '.join(takes)} (see /api/v1/openapi.json)"
