@@ -1,0 +1,32 @@
+"""The dashboard walked as a Run:AI user would, in a real browser: a failed job whose command holds a long
+word, and a finished job whose volume was deleted since."""
+
+from __future__ import annotations
+
+import pytest
+
+from server_util import ServerProcess, wait_until
+
+pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+browser_tests = pytest.importorskip("test_dashboard_browser")
+pytestmark = browser_tests.pytestmark  # slow; chromium needed
+text_of = browser_tests.text_of
+
+SIDEWAYS = "return document.documentElement.scrollWidth - document.documentElement.clientWidth"
+
+
+def test_a_long_command_word_wraps_in_the_spec_card_rather_than_widening_the_page(home, tmp_path):
+    """The Spec card's <pre> wrapped only at spaces: a 400-character word in a failed job's command widened the
+    page, and the whole job page scrolled sideways to read it."""
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        dt = server.dtrain()
+        dt("submit", "fails", "--", "sh", "-c", "echo " + "x" * 400 + " >&2; exit 3")
+        dt.wait_for("fails", {"Failed"})
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/job/fails")
+            wait_until(lambda: "x" * 400 in text_of(browser, "#job-spec"), what="the job's spec")
+            assert text_of(browser, "#job-status") == "Failed"
+            assert browser.execute_script(SIDEWAYS) == 0
+    finally:
+        server.stop()
