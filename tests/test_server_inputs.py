@@ -190,3 +190,20 @@ def test_a_query_parameter_the_route_does_not_take_is_refused_before_anything_ha
                                                                                      "(see /api/v1/openapi.json)")
     assert http.get("/api/v1/jobs", params={"status": "Running", "project": ""}).status_code == 200  # the form's "any"
     assert http.delete("/api/v1/jobs/j").status_code == 200
+
+
+def test_a_body_sent_to_a_route_that_reads_none_is_refused_before_anything_happens(http, home):
+    """A body where the route reads none was ignored: `POST /jobs/j/suspend {"project": "team-a"}` suspended job j
+    of the default project. An empty body and `{}` (what HTTP libraries send for "nothing") still pass."""
+    Client(home=home).submit(JobSpec(name="j", command=("sleep", "60")))
+    r = http.post("/api/v1/jobs/j/suspend", json={"project": "team-a"})
+    assert r.status_code == 422
+    assert r.json()["error"] == ("POST /api/v1/jobs/j/suspend takes no body: leave it out; its parameters go in the "
+                                 "query (?project=)")
+    assert http.get("/api/v1/jobs/j").json()["status"] in ("Pending", "Running")  # not suspended
+    assert http.request("DELETE", "/api/v1/jobs/j", json={"purge": True}).status_code == 422
+    assert http.post("/api/v1/jobs/j/suspend", json={}).status_code == 200
+    big = http.post("/api/v1/jobs/j/resume", content=iter([b"x" * 2**20] * 9))  # chunked, past the limit
+    assert big.status_code == 413
+    assert http.post("/api/v1/jobs/j/resume").status_code == 200
+    assert http.delete("/api/v1/jobs/j").status_code == 200

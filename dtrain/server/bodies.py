@@ -94,18 +94,29 @@ class TypedRoute(APIRoute):
     def get_route_handler(self):
         handle = super().get_route_handler()
         takes = sorted(_query_names(self.dependant))
+        # a body sent where none is read was ignored: POST /jobs/x/suspend {"project": "team-a"} suspended x of
+        # the default project
+        reads_body = bool(self.dependant.body_params) or self.methods <= {"GET", "HEAD"}
 
         async def typed(request: Request):
             unknown = [k for k in request.query_params if k not in takes and k != "token"]  # auth.Guard's
             if unknown:
                 raise SpecError(_unknown_query(request, unknown[0], takes))
-            return await handle(TypedRequest(request.scope, request.receive))
+            typed_request = TypedRequest(request.scope, request.receive)
+            if not reads_body and (await typed_request.body()).strip() not in (b"", b"{}"):
+                raise SpecError(_unread_body(request, takes))
+            return await handle(typed_request)
         return typed
 
 
 def _query_names(dependant) -> set[str]:
     """The query parameters a route reads, its dependencies' too."""
     return {p.alias for p in dependant.query_params}.union(*map(_query_names, dependant.dependencies))
+
+
+def _unread_body(request: Request, takes: list[str]) -> str:
+    said = f"{request.method} {request.url.path} takes no body: leave it out"
+    return f"{said}; its parameters go in the query ({', '.join(f'?{t}=' for t in takes)})" if takes else said
 
 
 def _unknown_query(request: Request, name: str, takes: list[str]) -> str:
