@@ -30,3 +30,28 @@ def test_a_long_command_word_wraps_in_the_spec_card_rather_than_widening_the_pag
             assert browser.execute_script(SIDEWAYS) == 0
     finally:
         server.stop()
+
+
+def test_a_finished_jobs_volume_deleted_since_has_a_disabled_snapshot_button_that_says_so(home, tmp_path):
+    """A finished job's page offered "Snapshot data" for a volume deleted after the job ran: pressing it could only
+    be refused (404 no volume named 'data'). Its button is disabled and says the volume was deleted; a volume
+    still there keeps its working button."""
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        dt = server.dtrain()
+        dt("volume", "create", "data", "--size", "10Mi")
+        dt("volume", "create", "kept", "--size", "10Mi")
+        dt("submit", "used-data", "--pvc", "data:/data", "--pvc", "kept:/kept", "--", "true")
+        dt.wait_for("used-data", {"Succeeded"})
+        dt("volume", "delete", "data")
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/job/used-data")
+            wait_until(lambda: text_of(browser, "#job-status") == "Succeeded", what="the job's page")
+            wait_until(lambda: browser.execute_script("return document.querySelectorAll('button.snapshot').length")
+                       == 2, what="the Snapshot buttons")
+            buttons = browser.execute_script("return [...document.querySelectorAll('button.snapshot')]"
+                                             ".map(b => [b.dataset.volume, b.textContent, b.disabled])")
+            assert buttons == [["data", "Snapshot data (deleted)", True], ["kept", "Snapshot kept", False]]
+    finally:
+        server.stop()
+

@@ -382,6 +382,7 @@ function jobPage(main, name, project, note) {
     const waits = j.status === "Suspended" || j.status === "Pending";
     if ((wasSuspended || streamSuspended) && !waits) follow(name, rank.value, project);
     wasSuspended = j.status === "Suspended" || (wasSuspended && waits);
+    const kept = await volumesKept(j);
     redraw(head, h("div", {class: "kv"},
       h("div", {}, "Status"), h("div", {class: `status s-${j.status}`, id: "job-status"}, j.status),
       h("div", {}, "Message"), h("div", {}, j.message || "-"),
@@ -391,7 +392,7 @@ function jobPage(main, name, project, note) {
       h("div", {}, "Created / started / finished"), h("div", {}, `${when(j.created)} / ${when(j.started)} / ${when(j.finished)}`),
       h("div", {}, "Restarts"), h("div", {}, j.restarts),
       h("div", {}, "Snapshot taken / started from"), h("div", {}, `${j.snapshot || "-"} / ${startedFrom(j) || "-"}`)),
-      h("p", {class: "actions"}, ...jobButtons(j, " job", project), ...snapshotButtons(j, taken)));
+      h("p", {class: "actions"}, ...jobButtons(j, " job", project), ...snapshotButtons(j, taken, kept)));
     redraw(procs, table(["Rank", "Status", "Exit code", "Devices", "Node"], j.processes.map(p => h("tr", {},
       h("td", {}, p.rank), statusCell(p.status), h("td", {}, p.exit_code ?? "-"), h("td", {}, p.devices.join(",") || "-"), h("td", {}, p.node || "-"))), {},
       j.status === "Pending" ? "none started yet" : "none"));
@@ -415,11 +416,26 @@ function jobPage(main, name, project, note) {
 
 // A finished job's Snapshot buttons: one per volume it mounted, its results kept as a snapshot linked to it (what
 // --snapshot-on-success does, taken after the fact, or after a failure); none on a read-only server.
-function snapshotButtons(j, said) {
-  if (readOnly() || !(j.status === "Succeeded" || j.status === "Failed")) return [];
-  return (j.volumes || []).map(v => h("button", {class: "snapshot", "data-volume": v,
-    title: `snapshot volume ${v}, linked to job ${j.name}`, onclick: () => takeSnapshot(v, j.name, j.project, said)},
-    "Snapshot " + v));
+// A volume deleted since the job ran has a disabled button that says so: pressing it could only be refused (404).
+function snapshotButtons(j, said, kept) {
+  if (!offersSnapshots(j)) return [];
+  return (j.volumes || []).map(v => kept && !kept.has(v)
+    ? h("button", {class: "snapshot", "data-volume": v, disabled: true, title: `volume ${v} was deleted after the job ran`},
+        `Snapshot ${v} (deleted)`)
+    : h("button", {class: "snapshot", "data-volume": v, title: `snapshot volume ${v}, linked to job ${j.name}`,
+        onclick: () => takeSnapshot(v, j.name, j.project, said)}, "Snapshot " + v));
+}
+
+const offersSnapshots = j => !readOnly() && (j.status === "Succeeded" || j.status === "Failed") && (j.volumes || []).length > 0;
+
+// The names of the volumes there are in the job's project, for its Snapshot buttons; null when not asked or unread.
+async function volumesKept(j) {
+  if (!offersSnapshots(j)) return null;
+  try {
+    return new Set((await api(withProject("/volumes", j.project))).map(v => v.name));
+  } catch (e) {
+    return null;  // unread (the backend's volumes): every button stays, as before
+  }
 }
 
 async function drawCurves(holder, name, history, project) {
