@@ -55,3 +55,24 @@ def test_a_finished_jobs_volume_deleted_since_has_a_disabled_snapshot_button_tha
     finally:
         server.stop()
 
+
+def test_the_jobs_table_says_why_a_pending_job_waits(home, tmp_path):
+    """A Pending job's reason ("waiting: needs 1 GPUs, 0 free") was only on its own page: the Jobs table, where a
+    Run:AI user looks for it, said "Pending" alone. It says why under the status, and every row's message on hover."""
+    server = ServerProcess(home, env={"DTRAIN_GPUS": "1"}, cwd=tmp_path)
+    try:
+        dt = server.dtrain()
+        dt("submit", "holds", "--gpu", "1", "--", "sleep", "120")
+        dt.wait_for("holds", {"Running"})
+        dt("submit", "waits", "--gpu", "1", "--", "true")
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/jobs")
+            cell = "tr[data-job='waits'] td.status"
+            wait_until(lambda: text_of(browser, cell).startswith("Pending"), what="the jobs table")
+            message = server.http.get("/api/v1/jobs/waits").json()["message"]
+            assert message.startswith("waiting: needs 1 GPU")
+            assert text_of(browser, cell) == "Pending\n" + message
+            assert browser_tests.attrs_of(browser, cell, "title") == [message]
+            assert text_of(browser, "tr[data-job='holds'] td.status") == "Running"  # no line under a running job
+    finally:
+        server.stop()

@@ -115,6 +115,10 @@ function warningNote(headers, id) {
 // A Warning a button's call got (the Submit form's) and the page it led to shows: said there once
 let carried = null;
 const statusCell = s => h("td", {class: `status s-${s}`}, s);
+// A Jobs or Notebooks row's status, with why a Pending job waits under it (Run:AI's list says so; here only its page
+// did) and the job's message on hover.
+const jobStatusCell = j => h("td", {class: `status s-${j.status}`, title: j.message || null}, j.status,
+  j.status === "Pending" && j.message ? h("div", {class: "why muted"}, j.message) : null);
 // A job's address: with its project (every link to a job: a row of the Jobs or Notebooks table, a GPU's holder, a
 // snapshot's or a lineage node's job, the Submit form's project): a project
 // that config.yaml sends to another backend (Kubernetes) keeps its jobs there, where a job's page and buttons
@@ -241,7 +245,7 @@ function jobsPage(main) {
     prev.disabled = page <= 1;
     next.disabled = first + jobs.length >= total;
     const rows = jobs.map(j => h("tr", {"data-job": j.name},
-      h("td", {}, jobLink(j.name, j.project)), statusCell(j.status), ageCell(j.created, "created"), h("td", {}, j.project),
+      h("td", {}, jobLink(j.name, j.project)), jobStatusCell(j), ageCell(j.created, "created"), h("td", {}, j.project),
       h("td", {}, j.node || "-"), h("td", {}, j.kind), h("td", {class: "gpus"}, `${j.gpus_allocated} (${j.gpus_requested})`),
       h("td", {class: "procs"}, `${j.processes_running} (${j.processes_pending})`),
       h("td", {class: "actions"}, ...jobButtons(j, "", j.project))));
