@@ -52,7 +52,8 @@ def test_metrics_move_when_a_job_starts_and_ends(home, tmp_path):
         assert value(running, "dtrain_jobs", project="default", status="Succeeded") == 0
         assert value(running, "dtrain_node_gpus_allocated", node=node) == 1
         model = server.http.get("/api/v1/nodes").json()[0]["gpus"][0]["name"]  # the inventory's name: modelName
-        assert value(running, "dtrain_gpu_allocated", node=node, gpu="0", modelName=model, job_name="trainer") == 1
+        assert value(running, "dtrain_gpu_allocated", node=node, gpu="0", modelName=model, job_name="trainer",
+                     project="default") == 1
         assert value(running, "dtrain_job_processes", state="running", **job) == 1
         assert value(running, "dtrain_job_gpus_allocated", **job) == 1
         assert value(running, "dtrain_job_restarts_total", **job) == 0

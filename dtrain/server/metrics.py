@@ -7,7 +7,7 @@
                                                 NVML utilisation (absent when unknown)
     dtrain_gpu_memory_used_bytes{node,gpu,modelName}
                                                 and dtrain_gpu_memory_total_bytes
-    dtrain_gpu_allocated{node,gpu,modelName,job_name}
+    dtrain_gpu_allocated{node,gpu,modelName,job_name,project}
                                                 1 for each GPU a job holds; {node,gpu,modelName,held_by} for one
                                                 another workload holds (its pod, NAMESPACE/NAME), as `dtrain nodes`
     dtrain_gpu_unknown{node,gpu,modelName}      1 for a GPU whose holder cannot be told (Kubernetes RBAC): not free
@@ -99,8 +99,9 @@ def _nodes(nodes):
     util = GaugeMetricFamily("dtrain_gpu_utilization_percent", "GPU utilisation", labels=gpu)
     used = GaugeMetricFamily("dtrain_gpu_memory_used_bytes", "GPU memory in use", labels=gpu)
     total = GaugeMetricFamily("dtrain_gpu_memory_total_bytes", "GPU memory", labels=gpu)
+    # the job's project too: a per-project utilisation (Run:AI's first panel) is then one join, not two
     held = GaugeMetricFamily("dtrain_gpu_allocated", "1 for a GPU a job or another workload holds",
-                             labels=gpu + [JOB])
+                             labels=gpu + [JOB, "project"])
     # held, but whether by anyone cannot be told: apart, so that neither a per-job join nor a count of free GPUs
     # mistakes it (`dtrain nodes` shows "unknown")
     unknown = GaugeMetricFamily("dtrain_gpu_unknown", "1 for a GPU whose holder cannot be told", labels=gpu)
@@ -117,7 +118,7 @@ def _nodes(nodes):
                 if value is not None:
                     family.add_metric(labels, value)
             if g.job:
-                held.add_metric(labels + [g.job], 1)
+                held.add_metric(labels + [g.job, g.project or ""], 1)
             elif g.held_by:  # another workload's: `held_by` instead of `job_name`, so a per-job join does not take it
                 held.add_sample("dtrain_gpu_allocated", dict(zip(gpu, labels), held_by=g.held_by), 1)
             elif g.unknown:
