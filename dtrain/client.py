@@ -35,6 +35,7 @@ from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, FreedInf
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
 from dtrain.errors import DtrainError, NotFoundError, NotSupportedError, SpecError
 from dtrain.names import MAX_PAGE, near_name, shown
+from dtrain.remotes import SentTo
 from dtrain.spec import JobSpec, check_name, notebook_spec, parse_selector, selects
 
 __all__ = ["Client", "TimeoutError_", "MAX_TAIL"]  # the CLI catches wait's timeout from here; MAX_TAIL bounds tail
@@ -99,6 +100,7 @@ class Client:
         self._made_lock = threading.Lock()
         # job name -> (backend, project) of the jobs this client submitted: verbs on a name reach them there
         self._submitted: dict[str, tuple[str, str]] = {}
+        self._sent_to = SentTo(self.home)  # the backends any process of this home submitted to: list -A reads them
         if backend is not None and backend not in BACKENDS and backend not in self._backends:
             raise SpecError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
 
@@ -215,6 +217,8 @@ class Client:
         self.check_aws_ready(spec)
         info = self.backend(spec.backend, project=spec.project).submit(spec)
         self._submitted[info.name] = (info.backend, info.spec.project)
+        if info.backend != "local" and info.backend not in self._backends:  # an injected one is this client's alone
+            self._sent_to.record(info.backend, info.spec.project)
         for notice in self.submit_notices(info.spec):  # the job runs; the user learns what did not come into it
             logging.getLogger(__name__).warning("dtrain: warning: %s", notice.message)
         return info
@@ -293,7 +297,8 @@ class Client:
         none: a job submitted there (`dtrain submit --backend kubernetes`) is not found here."""
         if self._backend_name is not None:
             return []
-        return [name for name in self._configured_backends() if name != backend.name]
+        sent = [name for name, _ in self._sent_to.read()]
+        return [name for name in dict.fromkeys([*self._configured_backends(), *sent]) if name != backend.name]
 
     def _configured_backends(self) -> list[str]:
         """The backends other than the local one that config.yaml (or this client's `sagemaker=`) has
@@ -336,6 +341,11 @@ class Client:
             if not listed[0][1]:
                 self.check_project(project)
         out = []
+        if project is None:  # a backend `submit --backend` sent jobs to, which lists none now: walked no more
+            sent = {name for name, _ in self._sent_to.read()}
+            for backend, jobs in listed:
+                if not jobs and not jobs.notices and backend.name in sent:
+                    self._sent_to.forget(backend.name)
         for backend, jobs in listed:
             expired = self._forget_expired(backend, jobs)
             notices += jobs.notices
@@ -412,6 +422,8 @@ class Client:
             walk.setdefault(name, project)
         for name in self._configured_backends():
             walk.setdefault(name, self.default_project)
+        for name, project in self._sent_to.read():  # `submit --backend` of any process of this home
+            walk.setdefault(name, project)
         for name, project in list(self._submitted.values()):  # `submit --backend`: its jobs are listed too
             walk.setdefault(name, project)
         return list(walk.items())
@@ -439,7 +451,8 @@ class Client:
                 theirs = sorted(p for p, b in self.config.project_backends.items() if b == name)
                 whose = (f"projects {', '.join(theirs)}" if len(theirs) > 1 else f"project {theirs[0]}" if theirs
                          else "the default backend" if name == self.config.backend_for(self.default_project)
-                         else f"config.yaml's {name}: settings")
+                         else f"config.yaml's {name}: settings" if name in self._configured_backends()
+                         else f"where this home's submit --backend {name} sent jobs")
                 said = " ".join(str(err).split())
                 missed.append(Notice(code=f"{what}-unlisted",
                                      message=f"{what} on the {name} backend ({whose}) not listed, the others are: {said}"))

@@ -137,3 +137,50 @@ def test_sagemaker_not_configured_names_the_sdk_argument_and_the_json_field(home
     assert posted.json()["error"] == UNCONFIGURED.format('"sagemaker": {"local": true}')
     local = http.post("/api/v1/jobs", json={**body, "sagemaker": {"local": True}})  # the fix it names is taken
     assert "not configured" not in local.text
+
+
+@pytest.mark.slow
+def test_list_all_shows_a_job_sent_to_kubernetes_without_kubernetes_settings(dt, home, tmp_path, monkeypatch):
+    """No `kubernetes:` in config.yaml (the default kubeconfig, $KUBECONFIG): the home's state.db remembers
+    where `submit --backend` sent jobs, so a new process lists them; a backend that lists none is forgotten."""
+    pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+    from dtrain.remotes import SentTo
+    cluster = FakeCluster()
+    server = FakeKubeServer(cluster).start()
+    try:
+        server.write_kubeconfig(tmp_path / "kubeconfig")
+        monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+        dt.env["KUBECONFIG"] = str(tmp_path / "kubeconfig")
+        job = dtrain.JobSpec(name="cifar", command=["python", "train.py"], backend="kubernetes", image="img:1")
+        dtrain.Client(home=home).submit(job)  # this client, and what it remembers, end here
+        assert not (home / "config.yaml").exists() or "kubernetes" not in (home / "config.yaml").read_text()
+        proc = dt("list", "-A")
+        assert [(r.split()[0], r.split()[6]) for r in proc.stdout.splitlines()[1:]] == [("cifar", "kubernetes")]
+        assert proc.stderr == ""
+        assert [(j.name, j.backend) for j in dtrain.Client(home=home).list()] == [("cifar", "kubernetes")]
+
+        missed = dt("delete", "cifar", "--purge", check=False)  # a bare name: the hint names where it is
+        assert "dtrain --backend kubernetes list" in missed.stderr
+        dt("--backend", "kubernetes", "delete", "cifar", "--purge")
+        cluster.finish_deletions()
+        assert dtrain.Client(home=home).list() == [] and SentTo(home).read() == []  # forgotten: not walked
+        cluster.requests.clear()
+        dt("list", "-A")
+        assert cluster.requests == []
+    finally:
+        server.close()
+
+
+def test_an_old_home_without_the_sent_to_table_lists_and_records(home):
+    """A state.db of before (no `sent_to` table) is read as 'nothing sent elsewhere', then gains the table."""
+    import sqlite3
+
+    from dtrain.remotes import SentTo
+    dtrain.Client(home=home).list()  # makes state.db as an older dtrain did: the job tables only
+    with sqlite3.connect(home / "state.db") as conn:
+        conn.execute("DROP TABLE IF EXISTS sent_to")
+    assert SentTo(home).read() == []
+    SentTo(home).record("kubernetes", "team-a")
+    SentTo(home).record("kubernetes", "team-b")
+    assert SentTo(home).read() == [("kubernetes", "team-b")]
