@@ -35,7 +35,7 @@ from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, FreedInf
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
 from dtrain.errors import DtrainError, NotFoundError, NotSupportedError, SpecError
 from dtrain.names import MAX_PAGE, near_name, shown
-from dtrain.remotes import SentTo
+from dtrain.remotes import RemoteReads, SentTo
 from dtrain.spec import JobSpec, check_name, notebook_spec, parse_selector, selects
 
 __all__ = ["Client", "TimeoutError_", "MAX_TAIL"]  # the CLI catches wait's timeout from here; MAX_TAIL bounds tail
@@ -101,6 +101,7 @@ class Client:
         # job name -> (backend, project) of the jobs this client submitted: verbs on a name reach them there
         self._submitted: dict[str, tuple[str, str]] = {}
         self._sent_to = SentTo(self.home)  # the backends any process of this home submitted to: list -A reads them
+        self._remote_reads: RemoteReads | None = None  # set by share_remote_reads: summary's counts, shared a while
         if backend is not None and backend not in BACKENDS and backend not in self._backends:
             raise SpecError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
 
@@ -292,6 +293,11 @@ class Client:
         clients (one per thread) agree on where a job POSTed to another backend is."""
         self._submitted = other._submitted
 
+    def share_remote_reads(self, reads: RemoteReads) -> None:
+        """Count the jobs of remote backends in `summary()` through `reads`, shared by the HTTP API's
+        clients: a Prometheus scrape reads the cluster or AWS once per `reads.ttl`, not at each scrape."""
+        self._remote_reads = reads
+
     def _other_backends(self, backend: Backend) -> list[str]:
         """The backends config.yaml has settings for, other than `backend`, when this client was given
         none: a job submitted there (`dtrain submit --backend kubernetes`) is not found here."""
@@ -387,7 +393,12 @@ class Client:
         is counted where it is kept, not read."""
         if project is not None:
             return self._expired_forgotten(self.backend(project=project), project).summary(project=project)
-        parts, _ = self._across(lambda backend: self._expired_forgotten(backend, None).summary())
+        def count(backend: Backend) -> JobSummary:
+            read = lambda: self._expired_forgotten(backend, None).summary()  # noqa: E731
+            if self._remote_reads is None or backend.name == "local":
+                return read()
+            return self._remote_reads.get(backend.name, read)
+        parts, _ = self._across(count)
         if len(parts) == 1:
             return parts[0][1]
         counts = Counter()

@@ -1,19 +1,28 @@
-"""The backends other than the local one that this home has submitted jobs to, kept in state.db.
+"""Remote backends: those this home has submitted jobs to (state.db), and their counts shared a while.
 
 `dtrain submit --backend kubernetes` with no `kubernetes:` settings in config.yaml (the default
 kubeconfig) sends a job where nothing in config.yaml points; a later `dtrain list -A`, in another
 process, reads every backend it walks (Client._every_backend) and would miss it. Each submit to
 another backend records it here (table `sent_to`, made on first use: an older home gains it then),
 and the walk reads it. A backend that lists no job of any project is forgotten (Client.list).
+
+A Prometheus scrape of the HTTP API (`Client.summary`) reads every backend walked; `RemoteReads`
+keeps each remote one's count for REMOTE_TTL_S, shared by the server's threads.
 """
 
 from __future__ import annotations
 
+import logging
 import sqlite3
+import threading
 import time
 from pathlib import Path
+from typing import Callable, TypeVar
 
 from dtrain import db
+from dtrain.errors import DtrainError
+
+T = TypeVar("T")
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS sent_to (
@@ -76,3 +85,55 @@ class SentTo:
         except sqlite3.OperationalError as err:
             if not (db.disk_refused(err) or "no such table" in str(err)):
                 raise
+
+
+# How long a remote backend's count of jobs (Client.summary of every project: what a Prometheus scrape
+# reads) is used again by the server's threads before it is read anew. A scrape read the cluster's
+# five job kinds (five LISTs of every dtrain namespace) or SageMaker's ListTrainingJobs pages and a
+# DescribeTrainingJob per unfinished job, every 15 s (Prometheus' default), twice for an HA pair:
+# 30 s bounds that to one read per backend each 30 s, whoever scrapes; a count 30 s old is what a
+# 15 s scrape interval already tolerates. The local backend is counted at each scrape (11 ms, SQL).
+REMOTE_TTL_S = 30.0
+
+
+class RemoteReads:
+    """Reads of remote backends shared by threads for `ttl` seconds: a read's result, or its error, is
+    given to every caller until it is that old, and one caller at a time reads it anew. An error is
+    logged once, and again only when it changes (another message, or read again once it passed), not
+    at each scrape: a backend without credentials is one warning line, not one per 15 s."""
+
+    def __init__(self, ttl: float = REMOTE_TTL_S, *, clock: Callable[[], float] = time.monotonic):
+        self.ttl = ttl
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._keys: dict[str, threading.Lock] = {}
+        self._kept: dict[str, tuple[float, object, BaseException | None]] = {}
+        self._said: dict[str, str | None] = {}  # the last error logged for each key (None: it read fine)
+
+    def get(self, key: str, read: Callable[[], T]) -> T:
+        with self._lock:
+            lock = self._keys.setdefault(key, threading.Lock())
+        with lock:  # one thread reads; the others wait for its answer rather than ask too
+            kept = self._kept.get(key)
+            if kept is None or self._clock() - kept[0] >= self.ttl:
+                try:
+                    kept = (self._clock(), read(), None)
+                except DtrainError as err:
+                    kept = (self._clock(), None, err)
+                self._kept[key] = kept
+                self._log_change(key, kept[2])
+        if kept[2] is not None:
+            raise kept[2].with_traceback(None)
+        return kept[1]
+
+    def _log_change(self, key: str, err: BaseException | None) -> None:
+        said = None if err is None else " ".join(str(err).split())
+        if said == self._said.get(key):
+            return
+        log = logging.getLogger("dtrain.server")
+        if said is not None:
+            log.warning("dtrain: warning: jobs on the %s backend not counted in /metrics (asked again each %g s, "
+                        "said again when this changes): %s", key, self.ttl, said)
+        elif key in self._said:
+            log.warning("dtrain: jobs on the %s backend are counted in /metrics again", key)
+        self._said[key] = said

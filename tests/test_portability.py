@@ -10,6 +10,10 @@
 - SageMaker not configured told the SDK and the HTTP API to "submit with --local" (the CLI's flag), and
   an HTTP body whose `sagemaker` options chose SageMaker on a local project did not say they had: each
   door now names its own fix (sagemaker={'local': True}, "sagemaker": {"local": true}, "backend").
+- With no `kubernetes:` settings (the default kubeconfig), a job sent with `--backend kubernetes` was
+  missed by `list -A` in a new process: state.db's `sent_to` table now remembers where submits went.
+- Each /metrics scrape read the cluster (or AWS) anew: a remote backend's counts are kept 30 s for every
+  server thread, and one that cannot be read is one warning, again only when its error changes.
 """
 
 from __future__ import annotations
@@ -184,3 +188,52 @@ def test_an_old_home_without_the_sent_to_table_lists_and_records(home):
     SentTo(home).record("kubernetes", "team-a")
     SentTo(home).record("kubernetes", "team-b")
     assert SentTo(home).read() == [("kubernetes", "team-b")]
+
+
+@pytest.mark.slow
+def test_metrics_scrapes_read_the_cluster_once_per_ttl(home, kube):
+    """/metrics read the cluster's five job kinds at each scrape (every 15 s): a remote backend's counts are
+    now kept REMOTE_TTL_S for every thread of the server, the local ones read at each scrape."""
+    from fastapi.testclient import TestClient
+
+    from dtrain.server.app import create_app
+    dtrain.Client(home=home).submit(dtrain.JobSpec(name="cifar", command=["python", "train.py"], backend="kubernetes"))
+    http = TestClient(create_app(lambda: dtrain.Client(home=home), sample_every=3600), base_url="http://127.0.0.1:8000")
+    kube.cluster.requests.clear()
+    scrapes = [http.get("/metrics").text for _ in range(3)]
+    assert all('dtrain_jobs{project="default",status="Pending"} 1.0' in s for s in scrapes)
+    first = len(kube.cluster.requests)
+    assert 0 < first <= 6  # one read: the job kinds' lists (and the unfinished job's pods), not three
+    assert http.get("/api/v1/jobs").json()[0]["name"] == "cifar"  # the lists are read live, as before
+    assert len(kube.cluster.requests) > first
+
+
+def test_remote_reads_are_kept_for_the_ttl_and_an_error_is_logged_once_then_on_change(caplog):
+    from dtrain.errors import BackendError
+    from dtrain.remotes import RemoteReads
+    now = [0.0]
+    reads = RemoteReads(30, clock=lambda: now[0])
+    calls = []
+
+    def failing(message):
+        def read():
+            calls.append(message)
+            raise BackendError(message)
+        return read
+
+    with caplog.at_level(logging.WARNING, logger="dtrain.server"):
+        for step in range(4):  # a scrape each 15 s: read at 0 s and 30 s only, logged once
+            now[0] = step * 15.0
+            with pytest.raises(BackendError):
+                reads.get("sagemaker", failing("Unable to locate credentials"))
+        assert calls == ["Unable to locate credentials"] * 2
+        assert len(caplog.records) == 1 and "Unable to locate credentials" in caplog.records[0].getMessage()
+        now[0] = 60.0
+        with pytest.raises(BackendError):
+            reads.get("sagemaker", failing("ExpiredToken"))  # another error: said
+        now[0] = 90.0
+        assert reads.get("sagemaker", lambda: "counted") == "counted"  # answering again: said
+        now[0] = 100.0
+        assert reads.get("sagemaker", lambda: "not read") == "counted"
+    assert [r.getMessage().split(": ")[-1] for r in caplog.records][1:] == [
+        "ExpiredToken", "jobs on the sagemaker backend are counted in /metrics again"]

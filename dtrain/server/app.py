@@ -29,6 +29,7 @@ from dtrain.names import (WrittenFloat, WrittenInt, check_gpu_quota, check_limit
                           check_name, check_page, check_since, check_storage_class, check_tail, parse_least_size,
                           parse_volume_size, rank_refusal, shown, status_refusal, wait_refusal)
 from dtrain.numbers import whole_number
+from dtrain.remotes import REMOTE_TTL_S, RemoteReads
 from dtrain.server import routes_cluster, routes_jobs, routes_notebooks, routes_storage, wire
 from dtrain.server.auth import Guard
 from dtrain.server.bodies import NotJsonNumber
@@ -54,14 +55,17 @@ def http_status(err: errors.DtrainError) -> int:
 
 
 def create_app(make_client: Callable[[], object], *, token: str | None = None, read_only: bool = False,
-               sample_every: float = 5.0, max_streams: int = 200) -> FastAPI:
-    """`token`: required on every route when set (bound off loopback); `read_only`: GET only."""
+               sample_every: float = 5.0, max_streams: int = 200, remote_every: float = REMOTE_TTL_S) -> FastAPI:
+    """`token`: required on every route when set (bound off loopback); `read_only`: GET only;
+    `remote_every`: seconds a remote backend's job counts serve /metrics before they are read again."""
     first: list = []
+    remote_reads = RemoteReads(remote_every)  # one for every thread: a scrape does not reach AWS each time
 
     def make_http_client():
         made = make_client()
         made.door = "http"  # a refusal names ?project=, not the SDK's project= or the CLI's -p
         made.share_submitted(first[0] if first else made)  # every thread finds a job POSTed to another backend
+        made.share_remote_reads(remote_reads)
         first[:] = first or [made]
         return made
 

@@ -1,4 +1,4 @@
-"""Prometheus `/metrics`: read from the Client at each scrape, nothing cached in between.
+"""Prometheus `/metrics`: read from the Client at each scrape (a remote backend's counts: once per 30 s).
 
     dtrain_jobs{project,status}                 jobs in each status (every status of each project with jobs, zeros too)
     dtrain_node_gpus_allocatable{node}          GPUs on the node
