@@ -46,6 +46,17 @@ class TypedFloat(Typed, float):
     _plain = float
 
 
+# A plain YAML scalar with an exponent (1e3, 2E0, 1.5e3, 1e+3): a number to YAML 1.2 and to every flag
+# (float() reads it), a string to YAML 1.1 (PyYAML), whose floats need a dot and a signed exponent.
+NUMBER_WORD_RE = re.compile(r"[-+]?(\.[0-9]+|[0-9]+(\.[0-9]*)?)[eE][-+]?[0-9]+", re.ASCII)
+
+
+class NumberWord(str):
+    """A job file's unquoted 1e3 that YAML 1.1 reads as a string (NUMBER_WORD_RE): a field that takes a
+    number reads it as its flag reads `--processes 1e3` (whole_number, real_number); anywhere else (a
+    command word, an env value) it is the string as typed (`plain`)."""
+
+
 def typed(value, text: str):
     """`value` (an int or float read from `text`) keeping `text` where Python writes it otherwise;
     anything else (a bool, a string, a number written as Python writes it) unchanged."""
@@ -136,10 +147,12 @@ def exact(value):
 
 
 def plain(value):
-    """A number of a subclass of int or float (Typed, but not bool) as the plain int or float;
-    anything else unchanged."""
+    """A number of a subclass of int or float (Typed, but not bool) as the plain int or float, a
+    NumberWord as the plain str; anything else unchanged."""
     if isinstance(value, bool) or type(value) in (int, float):
         return value
+    if isinstance(value, NumberWord):
+        return str(value)
     if isinstance(value, int):
         return int(value)
     if isinstance(value, float):

@@ -20,8 +20,8 @@ from dtrain.errors import SpecError
 from dtrain.names import (MAX_PROCESSES, NAME_RE, SIZE_RE, check_mounted_volume, check_name, check_storage_class,  # noqa: F401 (re-exported)
                           MIN_VOLUME, STORED, WrittenFloat, WrittenInt, cut, job_volume_name, parse_least_size,
                           parse_size, parse_volume_size, plain, shown, written)
-from dtrain.numbers import (Typed, exact, plain_numbers, whole, whole_number,  # noqa: F401 (plain_numbers re-exported: dtrain.config)
-                            yaml11_form)
+from dtrain.numbers import (NUMBER_WORD_RE, NumberWord, Typed, exact, plain_numbers, real_number, whole,  # noqa: F401 (plain_numbers re-exported: dtrain.config)
+                            whole_number, yaml11_form)
 from dtrain.spec_sagemaker import NUMBER_FIELDS as SAGEMAKER_NUMBERS, SageMakerOptions
 
 LAUNCHERS = ("none", "torchrun", "mpi")
@@ -805,7 +805,7 @@ class JobSpec:
 
         Types are checked, never coerced: a string is not a boolean, a number is not a list.
         """
-        data = dict(cls.check_fields(data))
+        data = {k: _number_word(k, v) for k, v in cls.check_fields(data).items()}
         for key in ("project", "backend"):  # None builds a spec that leaves them unset: a file names one
             if key in data and data[key] is None:
                 raise SpecError(f"invalid {key} None: give a {key} name, or leave '{key}:' out")
@@ -832,8 +832,10 @@ class JobSpec:
                                                      example="[regcred]"))
         if isinstance(data.get("sagemaker"), Mapping):  # its hyperparameters keep their JSON types
             data["sagemaker"] = check_sagemaker_mapping(data["sagemaker"])
-        # numbers reach their checks as written (a refusal quotes them so); `sagemaker` was made plain but for its own
-        return cls(**{k: v if k in (*NUMBER_FIELDS, "sagemaker") else plain_numbers(v) for k, v in data.items()})
+        # numbers reach their checks as written (a refusal quotes them so); `sagemaker` was made plain but for its
+        # own, and a Toleration makes its seconds plain itself
+        return cls(**{k: v if k in (*NUMBER_FIELDS, "sagemaker", "tolerations") else plain_numbers(v)
+                      for k, v in data.items()})
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> "JobSpec":
@@ -876,6 +878,26 @@ FIELD_ALIASES = {"gpus": "gpu", "replicas": "processes", "workers": "processes",
                  "workingdir": "working_dir", "cpus": "cpu", "mem": "memory", "backoff_limit": "max_restarts",
                  "backofflimit": "max_restarts", "instance_type": "sagemaker.instance_type",
                  "nodeselector": "node_selector", "nodetype": "node_selector"}
+
+
+def _number_word(key: str, value):
+    """A job file's field with its unquoted 1e3s (NumberWord) read as the flags read them: a number
+    where the field (a toleration's seconds too) takes one, the string as typed anywhere else."""
+    if isinstance(value, NumberWord) and key in NUMBER_FIELDS:
+        return (whole_number if key in WHOLE_FIELDS else real_number)(str(value))  # --processes', --cpu's rule
+    if key == "tolerations" and isinstance(value, (list, tuple)):  # parse_toleration's seconds=1e3
+        value = [{k: whole_number(str(v)) if k == "seconds" and isinstance(v, NumberWord) else v for k, v in t.items()}
+                 if isinstance(t, Mapping) else t for t in value]
+    return value if key == "sagemaker" else _words(value)  # check_sagemaker_mapping reads its own
+
+
+def _words(value):
+    """`value` with each NumberWord (a key too) the plain string it is, through mappings and lists."""
+    if isinstance(value, Mapping):
+        return {_words(k): _words(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_words(v) for v in value] if isinstance(value, list) else tuple(_words(v) for v in value)
+    return str(value) if isinstance(value, NumberWord) else value
 
 
 def _did_you_mean(key, known) -> str:
@@ -936,8 +958,8 @@ def check_sagemaker_mapping(data: Mapping[str, Any]) -> Mapping[str, Any]:
     if hps is not None and not isinstance(hps, Mapping):
         raise SpecError(f"invalid sagemaker hyperparameters {shown(hps)}: must be a mapping of name: value, "
                         f"e.g. hyperparameters: {{epochs: 2}}")
-    out = {k: v if k in SAGEMAKER_NUMBERS else plain_numbers(v) for k, v in data.items()
-           if not (k in ("channels", "hyperparameters") and v is None)}
+    out = {k: (whole_number(str(v)) if isinstance(v, NumberWord) else v) if k in SAGEMAKER_NUMBERS  # --max-wait 36e2's rule
+           else plain_numbers(v) for k, v in data.items() if not (k in ("channels", "hyperparameters") and v is None)}
     if hps is not None:  # values keep the type YAML or JSON gave them (`epochs: 2` an int, `amp: true` a
         # bool), as the SageMaker SDK's dict keeps it; SageMakerOptions refuses what JSON cannot carry
         out["hyperparameters"] = {plain_numbers(k): plain_numbers(v) for k, v in hps.items()}
@@ -1064,6 +1086,8 @@ def _loader():
             # prints an emoji); YAML, a superset of JSON, means the one character, but PyYAML keeps
             # two lone surrogates, which the spec then refused as "not valid UTF-8 text".
             value = super().construct_yaml_str(node)
+            if node.style is None and NUMBER_WORD_RE.fullmatch(value):  # unquoted 1e3: a number to YAML 1.2
+                return NumberWord(value)
             if any("\ud800" <= c <= "\udfff" for c in value):
                 try:
                     value = value.encode("utf-16-le", "surrogatepass").decode("utf-16-le")
