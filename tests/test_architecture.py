@@ -146,8 +146,21 @@ def test_storage_imports_neither_the_spec_nor_a_backend():
     graph = import_graph()
     for name, deps in graph.items():
         if name.startswith("dtrain.storage"):
-            assert not {d for d in deps if d == "dtrain.spec" or d.startswith(("dtrain.backends", "dtrain.client",
-                                                                                 "dtrain.cli"))}, name
+            assert not {d for d in deps if d == "dtrain.spec" or d.startswith(("dtrain.spec.", "dtrain.backends",
+                                                                                 "dtrain.client", "dtrain.cli"))}, name
+
+
+def test_the_spec_is_pure_and_its_modules_import_only_those_above_them():
+    """dtrain.spec (a package) imports no backend, client, CLI, server, storage, config or database, and
+    no module of it imports the package itself (its names are for the rest of dtrain)."""
+    graph = import_graph()
+    order = ["fields", "env", "volumes", "labels", "tolerations", "job", "notebook", "yaml_file"]
+    assert {n for n in graph if n.startswith("dtrain.spec.")} == {f"dtrain.spec.{m}" for m in order}
+    for i, module in enumerate(order):
+        deps = graph[f"dtrain.spec.{module}"]
+        assert not {d for d in deps if d.startswith(PLATFORM + ("dtrain.server",))}, module
+        inside = {d.removeprefix("dtrain.spec.") for d in deps if d.startswith("dtrain.spec.")}
+        assert inside <= set(order[:i]), (module, inside - set(order[:i]))
 
 
 def _loaded_after(statement: str) -> set[str]:
