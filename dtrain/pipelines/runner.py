@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import builtins
 import contextlib
+import difflib
 import fcntl
 import importlib
 import importlib.util
@@ -233,11 +234,23 @@ def parse_params(pipeline: Pipeline, items: list[str]) -> dict[str, Any]:
     for item in items:
         key, sep, text = item.partition("=")
         if not sep or key not in params:
-            raise SpecError(f"invalid --param {shown(item)}: use KEY=VALUE with KEY one of {', '.join(params)}")
+            raise SpecError(f"invalid --param {shown(item)}:{_did_you_mean(key, params)} use KEY=VALUE with KEY "
+                            f"one of {', '.join(params)}")
         if key in given:
             raise SpecError(f"--param {key} is given twice: give it once")
         given[key] = _convert(params[key], text)
     return _completed(pipeline, given)
+
+
+def _did_you_mean(key: str, params) -> str:
+    """' did you mean 'lr'?' for a key that abbreviates to a parameter (learning_rate -> lr) or is one
+    slip from one; '' otherwise. The cutoff is 0.75, as the CLI's flags: at difflib's 0.6,
+    learning_rate met training_runtime."""
+    words = [w for w in re.split(r"[_\-\s]+", key.strip().lower()) if w]
+    initials = "".join(w[0] for w in words)
+    near = [p for p in params if len(words) > 1 and p == initials] or \
+        difflib.get_close_matches(key.strip(), list(params), n=1, cutoff=0.75)
+    return f" did you mean '{near[0]}'?" if near else ""
 
 
 def check_params(pipeline: Pipeline, given: dict[str, Any]) -> dict[str, Any]:
@@ -251,8 +264,8 @@ def check_params(pipeline: Pipeline, given: dict[str, Any]) -> dict[str, Any]:
     checked: dict[str, Any] = {}
     for key, value in given.items():
         if key not in params:
-            raise SpecError(f"pipeline {pipeline.info.name!r} has no parameter {shown(str(key))}: use one of "
-                            f"{', '.join(params)} (see 'dtrain pipeline list')")
+            raise SpecError(f"pipeline {pipeline.info.name!r} has no parameter {shown(str(key))}:"
+                            f"{_did_you_mean(str(key), params)} use one of {', '.join(params)} (see 'dtrain pipeline list')")
         param = params[key]
         kind = _KFP_TYPES.get(param.type)
         if kind is None:
