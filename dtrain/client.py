@@ -624,9 +624,10 @@ class Client:
         default would look elsewhere)."""
         return self.config.command_for(words, backend=backend, project=project)
 
-    def artifacts(self, name: str, *, to: str | Path, project: str | None = None) -> Path:
-        """The job's model folder, copied (SageMaker: model.tar.gz downloaded and unpacked) into `to`."""
-        return self._job(name, project).artifacts(name, to=to)
+    def artifacts(self, name: str, *, to: str | Path, project: str | None = None, output_data: bool = False) -> Path:
+        """The job's model folder, copied (SageMaker: model.tar.gz downloaded and unpacked) into `to`;
+        `output_data`: SageMaker's output.tar.gz ($SM_OUTPUT_DATA_DIR) instead."""
+        return self._job(name, project).artifacts(name, to=to, output_data=output_data)
 
     def configure_sagemaker(self, *, unset: tuple[str, ...] | list[str] = (), **settings) -> dict:
         """Merge settings (role, bucket, region, subnets, ...) into config.yaml, after removing the

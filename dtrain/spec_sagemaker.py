@@ -26,6 +26,7 @@ S3_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]\Z")  # S3's bucke
 ROLE_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}\Z")  # an IAM role's ARN
 REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d\Z")  # an AWS region's code, e.g. us-east-1
 MAX_RUNTIME_S = 28 * 24 * 3600  # SageMaker's upper bound on MaxRuntimeInSeconds
+MAX_S3_URI = 1024  # CheckpointConfig.S3Uri and OutputDataConfig.S3OutputPath, as botocore's model bounds them
 MAX_DIRECTORY_PATH = 4096  # FileSystemDataSource.DirectoryPath, as botocore's model bounds it
 MAX_VOLUME_GB = 16384  # the largest ML storage volume SageMaker attaches
 MAX_INSTANCES = 1000  # instances of one job: dtrain's bound (an account's quota is usually far lower)
@@ -228,6 +229,7 @@ class SageMakerOptions:
     network_isolation: bool = False  # EnableNetworkIsolation: no outbound calls from the container
     encrypt_inter_container: bool = False  # EnableInterContainerTrafficEncryption
     checkpoint_uri: str | None = None  # CheckpointConfig.S3Uri; None: s3://BUCKET/PREFIX/JOB/checkpoints
+    output_path: str | None = None  # OutputDataConfig.S3OutputPath (the model: S3OutputPath/JOB/output/); None: s3://BUCKET/PREFIX
     local: bool = False  # run on this machine inside the SageMaker contract (no Docker, no AWS)
 
     def __post_init__(self):
@@ -252,13 +254,8 @@ class SageMakerOptions:
         _bounded(self.max_runtime, "--max-runtime", 1, MAX_RUNTIME_S)
         _bounded(self.max_wait, "--max-wait", 1, MAX_RUNTIME_S, optional=True)
         _bounded(self.volume_size, "--volume-size", 1, MAX_VOLUME_GB)
-        if self.checkpoint_uri is not None:
-            found = re.match(r"^s3://([^/\s]+)(/\S*)?\Z", str(self.checkpoint_uri))
-            if not found:
-                raise SpecError(f"invalid --checkpoint-s3-uri {shown(self.checkpoint_uri)}: use s3://BUCKET/PREFIX")
-            if not S3_BUCKET_RE.match(found.group(1)):
-                raise SpecError(f"invalid --checkpoint-s3-uri {shown(self.checkpoint_uri)}: the S3 URI's bucket name "
-                                f"must be 3-63 lower-case letters, digits, '.' or '-', e.g. s3://my-bucket/checkpoints")
+        _s3_uri(self.checkpoint_uri, "--checkpoint-s3-uri", "s3://my-bucket/checkpoints")
+        _s3_uri(self.output_path, "--output-path", "s3://my-bucket/models")
         if self.max_wait is not None and not self.spot:
             raise SpecError("--max-wait applies to spot training only: add --spot or drop --max-wait")
         if self.spot and self.max_wait is not None and self.max_wait < self.max_runtime:
@@ -280,7 +277,7 @@ class SageMakerOptions:
                 "source_dir": self.source_dir, "spot": self.spot, "max_runtime": self.max_runtime,
                 "max_wait": self.max_wait, "volume_size": self.volume_size,
                 "network_isolation": self.network_isolation, "encrypt_inter_container": self.encrypt_inter_container,
-                "checkpoint_uri": self.checkpoint_uri, "local": self.local}
+                "checkpoint_uri": self.checkpoint_uri, "output_path": self.output_path, "local": self.local}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SageMakerOptions":
@@ -299,6 +296,21 @@ def _channel(value: Any) -> Channel:
     if isinstance(value, Mapping) and set(value) == {"name", "uri"}:
         return Channel(**value)
     raise SpecError(f"invalid channel {shown(value)}: use 'NAME=URI' or {{name, uri}}")
+
+
+def _s3_uri(value: Any, flag: str, example: str) -> None:
+    """An S3 URI as SageMaker takes one for checkpoints and output: s3://BUCKET[/PREFIX], at most MAX_S3_URI."""
+    if value is None:
+        return
+    found = re.match(r"^s3://([^/\s]+)(/\S*)?\Z", str(value))
+    if not isinstance(value, str) or not found:
+        raise SpecError(f"invalid {flag} {shown(value)}: use s3://BUCKET/PREFIX, e.g. {flag} {example}")
+    if not S3_BUCKET_RE.match(found.group(1)):
+        raise SpecError(f"invalid {flag} {shown(value)}: the S3 URI's bucket name must be 3-63 lower-case "
+                        f"letters, digits, '.' or '-', e.g. {example}")
+    if len(value) > MAX_S3_URI:
+        raise SpecError(f"invalid {flag}: the S3 URI is {len(value)} characters; SageMaker takes at most "
+                        f"{MAX_S3_URI}: use a shorter prefix, e.g. {example}")
 
 
 _EXAMPLES = {"--instance-count": 2, "--max-runtime": 86400, "--max-wait": 172800, "--volume-size": 30}

@@ -662,11 +662,15 @@ class Backend(abc.ABC):
                                 f"Running (see '{said(f'describe job {name}')}')")
         return self._notebook_url(info)
 
-    def artifacts(self, name: str, *, to: str | Path) -> Path:
-        """Put the job's model folder (SageMaker: its model.tar.gz, unpacked) into the new folder `to`."""
+    def artifacts(self, name: str, *, to: str | Path, output_data: bool = False) -> Path:
+        """Put the job's model folder (SageMaker: its model.tar.gz, unpacked) into the new folder `to`;
+        `output_data`: SageMaker's output data ($SM_OUTPUT_DATA_DIR: output.tar.gz, unpacked) instead."""
         if not isinstance(to, (str, Path)) or not str(to):
             raise SpecError(f"invalid to {shown(to)}: give the new folder to copy the model into, e.g. to='out/model'")
+        _flag(output_data, "output_data")
         with self._named("job", name):
+            if output_data:
+                return self._output_data(_existing(name, "job"), to=Path(to))
             return self._artifacts(_existing(name, "job"), to=Path(to))
 
     # ---- projects -----------------------------------------------------------------------
@@ -950,6 +954,10 @@ class Backend(abc.ABC):
 
     def _artifacts(self, name: str, *, to: Path) -> Path:
         raise self._not_supported("'artifacts'", "copy the model from the volume the job wrote it to")
+
+    def _output_data(self, name: str, *, to: Path) -> Path:
+        raise NotSupportedError(f"'artifacts --output-data' fetches SageMaker's output data ($SM_OUTPUT_DATA_DIR); "
+                                f"the {self.name} backend has none apart from the model folder: drop --output-data")
     def _render_volume(self, name: str, *, size: str, storage_class: str | None) -> list[dict[str, Any]]:
         raise self._not_supported("a dry run of 'volume create'")
 

@@ -190,10 +190,13 @@ def add_sagemaker_options(p: argparse.ArgumentParser) -> None:
                    help="EnableInterContainerTrafficEncryption")
     g.add_argument("--checkpoint-s3-uri", dest="checkpoint_uri", metavar="S3URI",
                    help="CheckpointConfig.S3Uri (default s3://BUCKET/PREFIX/JOB/checkpoints)")
+    g.add_argument("--output-path", metavar="S3URI",
+                   help="OutputDataConfig.S3OutputPath: the model goes to S3URI/JOB/output/ (default s3://BUCKET/PREFIX)")
 
 
 _SM_FLAGS = ("local", "instance_type", "instance_count", "source_dir", "spot", "max_runtime", "max_wait",
-             "volume_size", "network_isolation", "encrypt_inter_container", "checkpoint_uri")
+             "volume_size", "network_isolation", "encrypt_inter_container", "checkpoint_uri",
+             "output_path")
 
 
 def _channel(text: str):
@@ -741,8 +744,8 @@ def _notebook_next(client: Client, verb: str, info) -> str:
 def cmd_artifacts(args, client: Client) -> int:
     _in_project(args)
     _get(args, client, args.name)
-    out = client.artifacts(args.name, to=args.to, project=args.project)
-    print(f"The model of job '{args.name}' is in {out}")
+    out = client.artifacts(args.name, to=args.to, project=args.project, output_data=args.output_data)
+    print(f"The {'output data' if args.output_data else 'model'} of job '{args.name}' is in {out}")
     return 0
 def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
     waits = running_timeout(args.pod_running_timeout)  # a bad number before any look-up
@@ -885,6 +888,8 @@ def register(sub) -> None:
     p = sub.add_parser("artifacts", help="copy a job's model folder (SageMaker: model.tar.gz, unpacked) to a folder")
     p.add_argument("name", help="the job (the word 'job' before it is optional)")
     p.add_argument("--to", required=True, metavar="DIR", help="a new (or empty) folder")
+    p.add_argument("--output-data", action="store_true",
+                   help="SageMaker: the job's output data ($SM_OUTPUT_DATA_DIR, output.tar.gz) instead of its model")
     _project_flag(p)
     p.set_defaults(handler=cmd_artifacts)
     p = sub.add_parser("exec", help="run a command beside a running job's process (its volumes, environment)",

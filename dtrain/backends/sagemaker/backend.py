@@ -594,21 +594,31 @@ class SageMakerBackend(Backend):
     # ---- artifacts ----------------------------------------------------------------------
     def _artifacts(self, name: str, *, to: Path) -> Path:
         """Download the job's model.tar.gz and unpack it (safely) into the new folder `to`."""
+        return self._download(name, "model_artifacts", "model.tar.gz", to=to)
+
+    def _output_data(self, name: str, *, to: Path) -> Path:
+        """Download the job's output.tar.gz ($SM_OUTPUT_DATA_DIR, beside model.tar.gz) and unpack it into `to`."""
+        return self._download(name, "output_data", "output.tar.gz", to=to)
+
+    def _download(self, name: str, key_of: str, archive: str, *, to: Path) -> Path:
+        """The archive that the job's description names in extra[key_of], unpacked into the new folder `to`."""
         clients = self._clients_for(name)
         info = self._info(clients, name)
-        uri = info.extra.get("model_artifacts")
+        uri = info.extra.get(key_of)
         status = info.status.value
+        what = "model artifacts" if archive == "model.tar.gz" else "output data"
         if not uri and not info.status.terminal:
-            raise NotFoundError(f"job {name!r} has no model artifacts yet ({status}); wait for it to finish")
+            raise NotFoundError(f"job {name!r} has no {what} yet ({status}); wait for it to finish")
         if not uri:
-            raise NotFoundError(f"job {name!r} ended {status} without model artifacts; see {self.cmd(f'describe job {name}')}")
+            raise NotFoundError(f"job {name!r} ended {status} without {what}; see {self.cmd(f'describe job {name}')}")
         bucket, _, key = uri[5:].partition("/")
         to = new_folder(to)  # before the download, which may be gigabytes
         try:
-            got = aws_call("S3 download of model.tar.gz", clients.s3.get_object, Bucket=bucket, Key=key)
+            got = aws_call(f"S3 download of {archive}", clients.s3.get_object, Bucket=bucket, Key=key)
         except NotFoundError:  # SageMaker names the URI before it uploads there, and a job may end before
             raise NotFoundError(f"job {name!r} is {status} and {uri} does not exist: SageMaker uploads "
-                                f"/opt/ml/model when the job ends; see {self.cmd(f'describe job {name}')}") from None
+                                f"{'/opt/ml/model' if archive == 'model.tar.gz' else '/opt/ml/output/data'} when "
+                                f"the job ends; see {self.cmd(f'describe job {name}')}") from None
         body, size = got["Body"], got.get("ContentLength")
         size = size if isinstance(size, int) else None
         # Beside the target, on its file system: $TMPDIR is often a RAM-backed tmpfs, smaller than a model

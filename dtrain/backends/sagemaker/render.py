@@ -305,7 +305,7 @@ def training_job_request(spec: JobSpec, cfg: SageMakerConfig) -> dict:
         "HyperParameters": hyperparameters(spec, cfg),
         "AlgorithmSpecification": {"TrainingImage": spec.image or cfg.image_uri(opts.instance_type or cfg.instance_type), "TrainingInputMode": "File"},
         "RoleArn": cfg.role,
-        "OutputDataConfig": {"S3OutputPath": "s3://" + posixpath.join(cfg.bucket, cfg.prefix)},
+        "OutputDataConfig": {"S3OutputPath": opts.output_path or "s3://" + posixpath.join(cfg.bucket, cfg.prefix)},
         "ResourceConfig": {"InstanceType": opts.instance_type or cfg.instance_type, "InstanceCount": count,
                            "VolumeSizeInGB": opts.volume_size},
         "StoppingCondition": {"MaxRuntimeInSeconds": opts.max_runtime},
