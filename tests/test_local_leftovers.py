@@ -137,8 +137,13 @@ def test_a_job_that_filled_the_home_disk_and_lost_its_supervisor_is_still_shown(
         info = dt.json("describe", "job", "filler")
         assert info["status"] == "Failed" and info["message"].startswith("lost: its supervisor")
         assert "could not be written: No space left on device" in info["message"]
-        assert info["message"].endswith("(not recorded yet: the disk holding $DTRAIN_HOME is full or read-only; "
-                                        "free space there)")
+        home = disk / "home"  # the supervisor died writing on that full disk: said, with what to delete
+        assert info["message"].startswith(f"lost: its supervisor (pid {info['message'].split()[4]} is gone: most "
+                                          f"likely a write it needed failed, as the disk holding {home} is full (")
+        assert (f"(not recorded yet: the disk holding $DTRAIN_HOME is full or read-only; free space there (df -h "
+                f"{home}); the largest job logs there are job 'filler''s, ") in info["message"]
+        assert info["message"].endswith(f" MiB (rm -r {home}/jobs/filler/logs, or 'dtrain delete filler --purge' "
+                                        f"once it has ended))")
         assert dt("logs", "filler").stdout.startswith("hello\n")
         assert_usage_error(dt("submit", "more", "--", "true", check=False), "free space there (df -h) and retry")
         subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)  # room again

@@ -136,3 +136,85 @@ def test_a_ranks_first_record_refused_by_a_full_disk_says_the_disk_is_full(tmp_p
     (tmp_path / "rank-0.json").write_text('{"status": "Pending", "pid": 123456}')
     rankrun._write_json(tmp_path / "rank-0.json", {"status": "Running"})  # an old one: overwritten in place
     assert (tmp_path / "rank-0.json").read_text() == '{"status": "Running"}'
+
+
+def _fill_but(disk, kib: int) -> None:
+    """Fill the disk of `disk`, then give back `kib` KiB of it."""
+    fill(disk)
+    os.truncate(disk / "fill", (disk / "fill").stat().st_size - kib * 1024)
+
+
+@pytest.mark.slow  # a filled tmpfs and a job run: about 4 s
+def test_a_job_submitted_on_a_nearly_full_home_disk_fails_naming_the_disk(tmp_path):
+    """72 KiB free when the job starts: its rank's first record is refused, and the supervisor died
+    recording the failure on the full disk; the job read "lost: its supervisor ... is gone: killed, or
+    the machine restarted". It now ends Failed (the home's reserve given up for that record), naming
+    the full disk and `df -h`, with one line and no traceback in launcher.log."""
+    with tmpfs(tmp_path / "disk", f"size={db.RESERVE_FROM + (8 << 20)}") as disk:
+        dt = Dtrain(disk / "home")
+        dt("list", "jobs")  # makes the home and its reserve
+        _fill_but(disk, 72)
+        dt("submit", "j1", "--", sys.executable, "-c", "print('hi')")
+        info = dt.wait_for("j1", {"Failed", "Succeeded"})
+        home = dt.home
+        assert info["status"] == "Failed" and not info["message"].startswith("lost"), info["message"]
+        assert info["message"].endswith(f"; the disk holding {home} is full (0 KiB free): free space there "
+                                        f"(df -h {home}), then submit the job again")
+        launcher = (home / "jobs" / "j1" / "launcher.log").read_text()
+        assert "Traceback" not in launcher and "Traceback" not in (home / "jobs" / "j1" / "supervisor.log").read_text()
+        assert (f"dtrain: rank 0 was stopped: its record {home}/jobs/j1/ranks/rank-0.json could not be written: "
+                f"No space left on device") in launcher
+
+
+@pytest.mark.slow  # a job filling a 24 MiB tmpfs with its log: about 6 s
+def test_a_job_whose_log_fills_the_home_disk_fails_once_saying_what_to_free(tmp_path):
+    """The rank whose log met the full disk was stopped, then the supervisor died recording a restart
+    on it: "lost ... killed, or the machine restarted". Now the job fails at once (a restart would meet
+    the same full disk; Kubernetes evicts such a pod, saying why), recorded, naming the disk and the
+    logs to delete; `dtrain logs` shows what was written."""
+    with tmpfs(tmp_path / "disk", f"size={db.RESERVE_FROM + (8 << 20)}") as disk:
+        dt = Dtrain(disk / "home")
+        dt("submit", "j1", "--max-restarts", "2", "--", sys.executable, "-c",
+           "for i in range(10**6): print('line', i, 'x' * 200, flush=True)")
+        info = dt.wait_for("j1", {"Failed", "Succeeded"})
+        home, logs = dt.home, dt.home / "jobs" / "j1" / "logs"
+        assert info["status"] == "Failed" and info["restarts"] == 0, info
+        message = info["message"]
+        assert message.startswith(f"rank 0 was stopped because its log could not be written: No space left on device "
+                                  f"({logs}/rank-0.log); the disk holding {home} is full (")
+        assert (f"free space there (df -h {home}); the largest job logs there are job 'j1''s, ") in message
+        assert message.endswith(f" MiB (rm -r {logs}, or 'dtrain delete j1 --purge' once it has ended), then submit "
+                                f"the job again (exit code 143); see 'dtrain logs j1 --rank 0'")
+        assert [e["status"] for e in dt.json("describe", "job", "j1")["events"]] == ["Pending", "Running", "Failed"]
+        shown = dt("logs", "j1").stdout.splitlines()
+        assert shown[0].startswith("line 0 x") and len(shown) > 1000
+        assert "Traceback" not in (home / "jobs" / "j1" / "supervisor.log").read_text()
+
+
+def test_a_supervisor_write_the_disk_refuses_fails_the_job_naming_it_without_a_traceback(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """A write the supervisor needed (launcher.json, an event) refused for want of room went to main's
+    catch-all: "supervisor error: ..." and a re-raised traceback, or, with the database's write refused
+    too, nothing recorded and the job read "killed, or the machine restarted"."""
+    from dtrain.backends.local import supervisor
+    from dtrain.backends.local.store import JobStore
+    from dtrain.spec import JobSpec
+
+    store = JobStore(tmp_path / "state.db")
+    store.insert_job(JobSpec(name="j", command=("true",)), cwd=str(tmp_path), node="here")
+    (tmp_path / "jobs" / "j" / "logs").mkdir(parents=True)
+    refused = tmp_path / "jobs" / "j" / "launcher.json"
+
+    def run(self):
+        self.owner = True
+        raise OSError(errno.ENOSPC, "No space left on device", str(refused))
+
+    monkeypatch.setattr(supervisor.Supervisor, "run", run)
+    assert supervisor.main([str(tmp_path), "j"]) == 1
+    row = store.job("j")
+    assert row["status"] == "Failed"
+    assert row["message"] == (f"the supervisor could not write what it needs: No space left on device ({refused}); "
+                              f"the disk holding {tmp_path} refused it: free space there (df -h {tmp_path}), then "
+                              f"submit the job again")
+    assert capsys.readouterr().err == ""
+    store.close()

@@ -342,7 +342,8 @@ class LocalBackend(Backend):
         leftovers of the lost one."""
         if row["status"] not in ACTIVE:
             return row
-        from dtrain.backends.local.ranks import kill_ranks, own_causes, parse_ident, supervisor_token
+        from dtrain.backends.local.ranks import (disk_full, full_disk_advice, kill_ranks, own_causes, parse_ident,
+                                                 supervisor_token)
         from dtrain.procs import Ident
 
         sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
@@ -352,6 +353,8 @@ class LocalBackend(Backend):
             reason = "its supervisor never started"
         elif sup.alive():
             return row
+        elif full := disk_full(self.home):  # it died writing there (fail_for_room could record nothing)
+            reason = f"its supervisor (pid {sup.pid}) is gone: most likely a write it needed failed, as {full}"
         else:
             reason = f"its supervisor (pid {sup.pid}) is gone: killed, or the machine restarted"
         name = row["name"]
@@ -362,9 +365,11 @@ class LocalBackend(Backend):
         claim = (me.pid, supervisor_token(me, claim=True))
         # A full (or read-only) disk, as when the job filled it, refuses the record: the job is shown
         # for what it is, and recorded by the first command that can write (`list` must still show it).
+        room = (full_disk_advice(self.home, lambda job: self.cmd(f"delete {job} --purge", row["project"]))
+                if sup is not None and disk_full(self.home) else "free space there")
         unrecorded = {**dict(row), "status": "Failed", "finished": time.time(),
                       "message": f"lost: {reason} (not recorded yet: the disk holding $DTRAIN_HOME is full or "
-                                 f"read-only; free space there)"}
+                                 f"read-only; {room})"}
         try:
             claimed = self.store.replace_supervisor(name, old=old, pid=claim[0], token=claim[1])
         except sqlite3.OperationalError as err:

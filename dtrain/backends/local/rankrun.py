@@ -278,7 +278,17 @@ def main(argv: list[str] | None = None) -> int:
     started.append(proc)
     ident = Ident.of(proc.pid)
     record.update(ident.to_record() if ident else {"pid": proc.pid})
-    _write_json(state, record)
+    try:
+        _write_json(state, record)
+    except OSError as err:  # a full disk: unrecorded, nothing could find or stop the command; it never runs so
+        _end_session(ident, cgroup)
+        proc.wait()
+        if cgroup is not None:
+            cgroup.remove(wait_s=LEFTOVER_GRACE_S)
+        with contextlib.suppress(OSError):  # its output goes to launcher.log, on that same full disk
+            print(f"dtrain: rank {rank} was stopped: its record {state} could not be written: {err.strerror}; "
+                  f"free space on that disk (df -h {job_dir}) and submit the job again", file=sys.stderr, flush=True)
+        return 1
     if held:
         forward(held[0], None)
     pump = threading.Thread(target=_pump, args=(proc, log, log_name, record, state), daemon=True)

@@ -156,16 +156,63 @@ def failing_rank(records: list[dict]) -> dict | None:
     return min(failed, key=lambda r: (r.get("finished") or float("inf"), r["rank"])) if failed else None
 
 
-def describe_exit(rec: dict) -> str:
+def describe_exit(rec: dict, fix: str | None = None) -> str:
+    """How a rank ended; `fix`: what to do about a log its disk had no room for, where the caller knows more."""
     if rec.get("log_refused"):
         return f"rank {rec['rank']} was not started: {rec['log_refused']}"
     if rec.get("log_error"):
         return (f"rank {rec['rank']} was stopped because its log could not be written: {rec['log_error']}; "
-                f"free space on that disk (df -h) and submit the job again (exit code {rec['exit_code']})")
+                f"{fix or 'free space on that disk (df -h) and submit the job again'} (exit code {rec['exit_code']})")
     if rec.get("oom"):
         return f"rank {rec['rank']} ran out of memory (limit {rec['oom']}) and was killed (exit code {rec['exit_code']})"
     how = f"was killed by {rec['signal']}" if rec.get("signal") else "exited"
     return f"rank {rec['rank']} {how} (exit code {rec['exit_code']})"
+
+
+FULL_BELOW = 1 << 20  # less free than this (the home's reserve, db.RESERVE_BYTES) reads as a full disk
+
+
+def disk_full(folder: Path) -> str | None:
+    """'the disk holding FOLDER is full (60 KiB free)' (or has no free inodes) where a write there most
+    likely failed for want of room; None on a disk with room, or one that cannot be asked."""
+    try:
+        fs = os.statvfs(folder)
+    except OSError:
+        return None
+    if fs.f_files and fs.f_favail == 0:
+        return f"the disk holding {folder} has no free inodes"
+    free = fs.f_bavail * fs.f_frsize
+    if fs.f_blocks and free < FULL_BELOW:
+        return f"the disk holding {folder} is full ({free // 1024} KiB free)"
+    return None
+
+
+def largest_logs(home: Path) -> tuple[str, int] | None:
+    """(job, bytes) of the job whose logs take the most room under `home`: what to delete first on a
+    full disk (`dtrain delete JOB --purge` removes them); None where no job has any."""
+    best = None
+    try:
+        jobs = list((home / "jobs").iterdir())
+    except OSError:
+        return None
+    for job in jobs:
+        try:
+            size = sum(f.stat().st_size for f in (job / "logs").iterdir() if f.is_file() and not f.is_symlink())
+        except OSError:
+            continue
+        if size and (best is None or size > best[1]):
+            best = (job.name, size)
+    return best
+
+
+def full_disk_advice(home: Path, purge_cmd) -> str:
+    """What to do about a full home disk, naming the largest job logs there; `purge_cmd(job)` words
+    the `dtrain delete JOB --purge` that removes them (with the -p/--backend the caller needs)."""
+    largest = largest_logs(home)
+    them = (f"; the largest job logs there are job {largest[0]!r}'s, {largest[1] / 2**20:.1f} MiB "
+            f"(rm -r {home / 'jobs' / largest[0] / 'logs'}, or '{purge_cmd(largest[0])}' once it has ended)"
+            if largest else "")
+    return f"free space there (df -h {home}){them}"
 
 
 def own_causes(job_dir: Path) -> str:

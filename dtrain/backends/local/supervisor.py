@@ -18,6 +18,7 @@ rebooted) finds the job Running with its devices still held, and continues with 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -36,8 +37,9 @@ from dtrain.backends.local.cgroups import leave_rank_cgroups
 from dtrain.backends.local.devices import inventory
 from dtrain.procs import Ident, signal_session
 from dtrain.replace import replace_file
-from dtrain.backends.local.ranks import (GRACE_S, LogRefused, describe_exit, failing_rank, kill_ranks, open_log,
-                                         own_causes, rank_records, record_log_starts, supervisor_token)
+from dtrain.backends.local.ranks import (GRACE_S, LogRefused, describe_exit, disk_full, failing_rank, full_disk_advice,
+                                         kill_ranks, open_log, own_causes, rank_records, record_log_starts,
+                                         supervisor_token)
 from dtrain.backends.local.store import SNAPSHOTTING, JobStore
 from dtrain.config import UserConfig
 from dtrain.errors import DtrainError
@@ -181,8 +183,56 @@ class Supervisor:
 
     def _hopeless(self) -> bool:
         """A log the attempt refused to write through (a link at its name) is refused again by every
-        restart: the job fails now, saying so, instead of after its restarts and their backoff."""
-        return self.refused is not None or any(r.get("log_refused") for r in rank_records(self.job_dir))
+        restart: the job fails now, saying so, instead of after its restarts and their backoff.
+        A full disk likewise: a rank stopped because its log could not be written, or a home disk still
+        full when the attempt ended, would meet it again (Kubernetes evicts such a pod, saying so)."""
+        return (self.refused is not None or disk_full(self.home) is not None
+                or any(r.get("log_refused") or r.get("log_error") for r in rank_records(self.job_dir)))
+
+    def _room_fix(self) -> str | None:
+        """'the disk holding HOME is full (60 KiB free): free space there (df -h HOME), e.g. ...' while it
+        is, naming what to delete; else None."""
+        full = disk_full(self.home)
+        if full is None:
+            return None
+        advice = full_disk_advice(self.home, lambda job: self.cmd(f"delete {job} --purge"))
+        return f"{full}: {advice}, then submit the job again"
+
+    def _full_disk(self) -> str:
+        """'; ' + _room_fix() while the home disk is full; else ''."""
+        fix = self._room_fix()
+        return f"; {fix}" if fix else ""
+
+    def _recorded(self, write, *, what: str):
+        """`write()` of a record the job cannot do without (how it ended): retried while another process
+        holds the database locked (written_when_unlocked), and once more on a full disk with the home's
+        reserve given up (db.room_to_free, as a delete does), so that the job ends saying why instead of
+        reading "lost" at the next command."""
+        def once():
+            return written_when_unlocked(write, what=what, give_up_s=FINAL_WRITE_S, stopping=lambda: self.stopping)
+        try:
+            return once()
+        except Exception as err:
+            if not db.no_room(err):
+                raise
+        with db.room_to_free(self.home):
+            return once()
+
+    def fail_for_room(self, err: BaseException) -> int:
+        """A write the supervisor needed was refused by a full disk (ENOSPC, EDQUOT, SQLite's "disk is
+        full"): the job fails saying so where that can still be recorded; else one line in supervisor.log,
+        and the next command's `lost` names the full disk (LocalBackend._reconcile)."""
+        why = f"{err.strerror} ({err.filename})" if isinstance(err, OSError) and err.filename else str(err)
+        full = self._full_disk() or (f"; the disk holding {self.home} refused it: "
+                                     f"{full_disk_advice(self.home, lambda job: self.cmd(f'delete {job} --purge'))}, "
+                                     f"then submit the job again")
+        message = f"the supervisor could not write what it needs: {why}{full}{own_causes(self.job_dir)}"
+        try:
+            self._recorded(lambda: self.store.set_status(self.name, "Failed", message), what=f"job {self.name}'s end")
+        except Exception as again:  # noqa: BLE001 - nothing more can be recorded: the reader words it
+            with contextlib.suppress(OSError):
+                print(f"supervisor of job {self.name}: {message} (not recorded: {again})", file=sys.stderr, flush=True)
+        return 1
 
     def _registered(self) -> bool:
         """Wait until the command that started us has recorded our pid and start time; a loser of a
@@ -372,16 +422,15 @@ class Supervisor:
         while another process holds the database past its busy timeout: given up, the job would
         read "lost" at the next command, without its exit code or snapshot."""
         def set_status(*args, **kw):
-            return written_when_unlocked(lambda: self.store.set_status(*args, **kw), what=f"job {self.name}'s end",
-                                         give_up_s=FINAL_WRITE_S, stopping=lambda: self.stopping)
+            return self._recorded(lambda: self.store.set_status(*args, **kw), what=f"job {self.name}'s end")
         if self.stopping:
             return  # dtrain delete already recorded Deleted
         if self.refused is not None:
-            set_status(self.name, "Failed", self.refused, exit_code=code)
+            set_status(self.name, "Failed", self.refused + self._full_disk(), exit_code=code)
             return
         if code != 0:
             first = failing_rank(rank_records(self.job_dir))
-            set_status(self.name, "Failed", self._failure_message(code),
+            set_status(self.name, "Failed", self._failure_message(code, fix=self._room_fix()),
                        exit_code=first["exit_code"] if first else code)
             return
         volume = self.spec.snapshot_volume
@@ -391,12 +440,9 @@ class Supervisor:
                 f"; rank {r['rank']}'s log is incomplete: {r['log_error']}" for r in lost), exit_code=0)
             return
         if (why := self._copy_logs(volume)) is not None:  # before SNAPSHOTTING: that event must stay the last
-            written_when_unlocked(lambda: self.store.add_event(self.name, "Running", why),
-                                  what=f"job {self.name}'s events", give_up_s=FINAL_WRITE_S,
-                                  stopping=lambda: self.stopping)
-        written_when_unlocked(lambda: self.store.add_event(self.name, "Running", SNAPSHOTTING + volume),
-                              what=f"job {self.name}'s snapshot", give_up_s=FINAL_WRITE_S,
-                              stopping=lambda: self.stopping)  # the lost supervisor's last word
+            self._recorded(lambda: self.store.add_event(self.name, "Running", why), what=f"job {self.name}'s events")
+        self._recorded(lambda: self.store.add_event(self.name, "Running", SNAPSHOTTING + volume),
+                       what=f"job {self.name}'s snapshot")  # the lost supervisor's last word
         try:
             snap = self.storage.create_snapshot(volume, job=self.name, job_spec=self.spec.to_dict(),
                                                 source_snapshot=source)
@@ -424,7 +470,15 @@ class Supervisor:
         return (f"the job's logs were not copied into volume {volume} ({logs_path(self.name)}): {reason}; "
                 f"the snapshot is taken without them")
 
-    def _failure_message(self, code: int) -> str:
+    def _failure_message(self, code: int, fix: str | None = None) -> str:
+        """Why the attempt failed; `fix` (a full disk's, `_room_fix`) said where it belongs."""
+        first = failing_rank(rank_records(self.job_dir))
+        if fix is not None and first is not None and first.get("log_error") and self.port_taken is None:
+            rank = first["rank"]
+            return f"{describe_exit(first, fix)}; see '{self.cmd(f'logs {self.name} --rank {rank}')}'"
+        return self._why_failed(code) + (f"; {fix}" if fix else "")
+
+    def _why_failed(self, code: int) -> str:
         if self.port_taken is not None:
             return (f"Jupyter could not listen on 127.0.0.1:{self.port_taken}: another program took that port "
                     f"({PORT_TRIES} ports tried); see '{self.cmd(f'logs {self.name}')}'")
@@ -517,6 +571,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return sup.run()
     except Exception as err:  # never leave a job Running without a supervisor
+        if sup.owner and db.no_room(err):  # not a bug: no traceback, the job says what to free
+            return sup.fail_for_room(err)
         if sup.owner:
             sup.store.set_status(name, "Failed", f"supervisor error: {err}{own_causes(sup.job_dir)}")
         raise
