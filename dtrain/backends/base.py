@@ -125,6 +125,9 @@ class JobInfo:
     status: JobStatus
     backend: str
     created: float  # unix seconds
+    # unique per submit (a Kubernetes object's metadata.uid, a SageMaker TrainingJobArn): a name
+    # submitted again is a new job with a new uid; None where unknown (a local job of before uids)
+    uid: str | None = None
     started: float | None = None
     finished: float | None = None
     node: str | None = None
@@ -317,6 +320,10 @@ class SnapshotInfo(_Record):
     ready: bool = True  # False while the storage system is still taking it
     error: str | None = None  # why the storage system failed to take it
     job: str | None = None  # the job whose results it holds
+    job_uid: str | None = None  # that job's uid (JobInfo.uid) when it was taken; None where unknown
+    # True when the job named `job` now is another one (submitted again after a purge): the snapshot
+    # holds an earlier run's results, not those of the job `describe job JOB` shows
+    earlier_run: bool = False
     job_spec: Mapping[str, Any] | None = None  # that job's spec (JobSpec.to_dict()), where recorded
     source_snapshot: str | None = None  # the snapshot the job's data started from (lineage)
     files: int | None = None  # regular files it holds, where the backend can count them

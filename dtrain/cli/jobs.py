@@ -475,7 +475,7 @@ def cmd_describe(args, client: Client) -> int:
         return 0
     head = {"Name": info.name, "Status": fmt.status_word(info), "Message": info.message or "-",
             "Type": info.spec.kind, "Project": info.spec.project, "Backend": info.backend, "Node": info.node,
-            "Created": fmt.when(info.created), "Started": fmt.when(info.started),
+            "UID": info.uid or "-", "Created": fmt.when(info.created), "Started": fmt.when(info.started),
             "Finished": fmt.when(info.finished), "Restarts": info.restarts,
             "GPUs Allocated (Requested)": f"{info.gpus_allocated} ({info.spec.gpus_requested})",
             "Snapshot": (info.snapshot or "-") + (" (deleted)" if info.extra.get("snapshot_deleted") else "")}

@@ -158,7 +158,7 @@ def cmd_snapshot(args, client: Client) -> int:
         # -p: that project's backend (on Kubernetes its namespace, where its jobs keep their snapshots)
         snaps = client.list_snapshots(volume=args.volume, job=args.job, project=args.project)  # a name that never was: its one line
         snaps = _older(snaps, args.older_than)
-        rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), s.volume or "-", s.job or "-",
+        rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), s.volume or "-", _job_word(s),
                  s.source_snapshot or "-", "-" if s.files is None else s.files, fmt.size(s.bytes), fmt.age(s.created)]
                 for s in snaps]
         whose = " and".join(w for w in (f" of volume '{args.volume}'" if args.volume else "",
@@ -338,7 +338,7 @@ def _volume_text(v) -> str:
 def _snapshot_text(s) -> str:
     """`snapshot describe`, laid out as `describe job`; the spec of the job it holds as that job's Spec."""
     head = {"Name": s.name, "Status": _state(s), "Backend": s.backend, "Volume": s.volume or "-",
-            "Job": s.job or "-", "From snapshot": s.source_snapshot or "-",
+            "Job": _job_word(s), "Job UID": s.job_uid or "-", "From snapshot": s.source_snapshot or "-",
             "Files": "-" if s.files is None else s.files, "Size": fmt.size(s.bytes),
             "Volume size": s.volume_size or "-", "Storage class": s.storage_class or "-",
             "Created": fmt.when(s.created)}
@@ -348,6 +348,12 @@ def _snapshot_text(s) -> str:
     if isinstance(spec.get("env"), dict) and spec["env"]:  # as `describe job` shows it: the -e flags
         spec["env"] = fmt.env_flags(spec["env"])
     return fmt.described(head, {"Details": s.extra, "Job spec": spec})
+
+
+def _job_word(s) -> str:
+    """A snapshot's job as its JOB column and `snapshot describe` name it: an earlier run of a name
+    submitted again (after `delete --purge`) is marked, not shown as the job now so named."""
+    return "-" if s.job is None else s.job + (" (earlier run)" if s.earlier_run else "")
 
 
 def _state(s) -> str:

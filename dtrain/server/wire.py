@@ -277,6 +277,8 @@ class Job(BaseModel):
     project: str
     kind: str = Field(description="Train (one process), PyTorch (torchrun) or MPI")
     created: float
+    uid: str | None = Field(None, description="unique per submit (Kubernetes metadata.uid, SageMaker TrainingJobArn): "
+                                              "a name submitted again is a new job; null where unknown")
     started: float | None
     finished: float | None
     node: str | None
@@ -540,6 +542,9 @@ class Snapshot(_Out):
     ready: bool
     error: str | None
     job: str | None
+    job_uid: str | None = Field(None, description="that job's uid when the snapshot was taken; null where unknown")
+    earlier_run: bool = Field(False, description="the job now named `job` is a later submit of that name: this "
+                                                 "snapshot holds an earlier run's results")
     job_spec: dict[str, Any] | None
     source_snapshot: str | None
     files: int | None

@@ -67,6 +67,7 @@ class Snapshot(NamedTuple):
     bytes: int  # their total size (status.restoreSize)
     added_bytes: int  # new content it stored; 0 for a snapshot of an unchanged volume
     method: str  # 'reflink' (copy-on-write clones) or 'cas' (copies into the content store)
+    job_uid: str | None = None  # `job`'s uid (unique per submit); None where not recorded (a snapshot of before)
 
     to_dict = _to_dict
 

@@ -103,8 +103,19 @@ class Storage:
             with db.transaction(self.conn):  # checked again as the one writer: another command may add it first
                 if not self._has_root_column():
                     self.conn.execute("ALTER TABLE volumes ADD COLUMN root TEXT")  # NULL: <home>/volumes
+        if not self._has_job_uid_column():  # a home of before job uids: its snapshots' job_uid is NULL (unknown)
+            try:
+                with db.transaction(self.conn):
+                    if not self._has_job_uid_column():
+                        self.conn.execute("ALTER TABLE snapshots ADD COLUMN job_uid TEXT")
+            except sqlite3.OperationalError as err:
+                if not db.disk_refused(err):
+                    raise  # a read-only disk: snapshots are read without it (job_uid None)
         self.engine = engine or Engine(self.home / "store", command=self.cmd)
         self.mover = Mover(self.conn, self.engine)
+
+    def _has_job_uid_column(self) -> bool:
+        return "job_uid" in {r[1] for r in self.conn.execute("PRAGMA table_info(snapshots)")}
 
     def _has_root_column(self) -> bool:
         return "root" in {r[1] for r in self.conn.execute("PRAGMA table_info(volumes)")}
@@ -316,9 +327,10 @@ class Storage:
 
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         job_spec: Mapping | None = None, source_snapshot: str | None = None,
-                        progress: Progress | bool | None = None) -> Snapshot:
+                        job_uid: str | None = None, progress: Progress | bool | None = None) -> Snapshot:
         """Capture `volume` now. Lineage: `source_snapshot` (the data the job started from)
-        -> `job` (with its spec) -> this snapshot. Default name: <volume>-<UTC time>."""
+        -> `job` (with its spec and `job_uid`, which tells it from a later job of the same name)
+        -> this snapshot. Default name: <volume>-<UTC time>."""
         vol = self.get_volume(volume)
         self.settled(volume)
         if name is not None:
@@ -343,10 +355,12 @@ class Storage:
                     self._ensure_no_snapshot(name)
                     self.engine.commit(snap_id, manifest)
                     self.conn.execute(
-                        "INSERT INTO snapshots VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                        "INSERT INTO snapshots (name, uid, volume, volume_uid, created, created_ns, volume_size, "
+                        "storage_class, job, job_spec, source_snapshot, files, bytes, added_bytes, method, job_uid) "
+                        "VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                         (name, snap_id, volume, vol.uid, _now(), manifest.started_ns, vol.size,
                          vol.storage_class, job, spec_text, source_snapshot, stats.files, stats.bytes,
-                         stats.added_bytes, stats.method))
+                         stats.added_bytes, stats.method, job_uid if job is not None else None))
                     self.conn.execute("UPDATE volumes SET head_snapshot = ? WHERE uid = ?", (name, vol.uid))
                 self.engine.registered(snap_id)
         except BaseException:
@@ -864,7 +878,8 @@ class Storage:
                             storage_class=row["storage_class"], job=row["job"],
                             job_spec=json.loads(row["job_spec"]) if row["job_spec"] else None,
                             source_snapshot=row["source_snapshot"], files=row["files"], bytes=row["bytes"],
-                            added_bytes=row["added_bytes"], method=row["method"])
+                            added_bytes=row["added_bytes"], method=row["method"],
+                            job_uid=row["job_uid"] if "job_uid" in row.keys() else None)
 
 
 def _space(root: Path) -> dict[str, int | None]:

@@ -512,6 +512,7 @@ class LocalBackend(Backend):
         events = tuple(Event(time=e["time"], status=e["status"], message=e["message"]) for e in events)
         sources = self._data_sources(self.store.recorded(row, "data_sources") or [])
         return JobInfo(name=spec.name, spec=spec, status=status, backend=self.name, created=row["created"],
+                       uid=self.store.uid(row),
                        started=row["started"], finished=row["finished"], node=node,
                        gpus_allocated=len(devices), processes_running=running, processes_pending=pending,
                        processes=tuple(procs), events=events, restarts=max([row["restarts"]] + [
@@ -913,7 +914,8 @@ class LocalBackend(Backend):
                 self._copy_logs(volume, job)
         writers = self._writers(volume)
         snap = self._snapshot(self.storage.create_snapshot(volume, name=name, job=job, job_spec=spec,
-                                                           source_snapshot=source, progress=progress))
+                                                           source_snapshot=source, progress=progress,
+                                                           job_uid=self.store.uid(row) if job is not None else None))
         if writers := [*writers, *(w for w in self._writers(volume) if w not in writers)]:  # when it began or ended
             _log().warning("warning: volume %r was mounted read-write by running job(s) %s while snapshot %r read "
                            "it: its files were read one by one while they may have changed, so it is not a point "
@@ -961,10 +963,13 @@ class LocalBackend(Backend):
         return writers
 
     def _list_snapshots(self):
-        return [self._snapshot(s) for s in self.storage.list_snapshots()]
+        snaps = self.storage.list_snapshots()
+        uids = self.store.uids() if any(s.job_uid for s in snaps) else {}
+        return [self._snapshot(s, uids) for s in snaps]
 
     def _get_snapshot(self, name):
-        return self._snapshot(self.storage.get_snapshot(name))
+        snap = self.storage.get_snapshot(name)
+        return self._snapshot(snap, self.store.uids() if snap.job_uid else {})
 
     def _restore_snapshot(self, name, *, to, in_place, storage_class, progress):
         users = ()
@@ -1004,8 +1009,13 @@ class LocalBackend(Backend):
                           extra={"path": str(v.path), "uid": v.uid, "head_snapshot": v.head_snapshot,
                                  "snapshots": v.snapshots})
 
-    def _snapshot(self, s: Snapshot) -> SnapshotInfo:
+    def _snapshot(self, s: Snapshot, uids: dict[str, str] | None = None) -> SnapshotInfo:
+        """`uids`: the jobs' uids by name (JobStore.uids): a snapshot whose job's name now has another
+        uid holds an earlier run's results (a job purged, then submitted again). One without a uid
+        (taken before uids were recorded) is unknown: shown as before."""
+        current = (uids or {}).get(s.job) if s.job is not None else None
         return SnapshotInfo(name=s.name, backend=self.name, volume=s.volume, created=s.created, job=s.job,
+                            job_uid=s.job_uid, earlier_run=None not in (s.job_uid, current) and s.job_uid != current,
                             job_spec=s.job_spec, source_snapshot=s.source_snapshot, files=s.files, bytes=s.bytes,
                             volume_size=s.volume_size, storage_class=s.storage_class,
                             extra={"id": s.id, "volume_uid": s.volume_uid, "added_bytes": s.added_bytes,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import sqlite3
 import time
+import uuid
 from pathlib import Path
 from typing import Callable
 
@@ -81,8 +82,10 @@ CREATE INDEX IF NOT EXISTS jobs_by_project ON jobs(project, status, created, nam
 # snapshots the job's volumes held when it started, recorded by its supervisor), `ran_on` (JSON:
 # the devices its latest start was given, which `describe` shows once they are released),
 # `last_started` (when the scheduler last started it: `started` keeps the first start; the most
-# recently started job is preempted first).
-ADDED_COLUMNS = {"data_sources": "TEXT", "ran_on": "TEXT", "last_started": "REAL"}
+# recently started job is preempted first), `uid` (unique per submit, as a Kubernetes object's
+# metadata.uid: a name submitted again after `delete --purge` is a new job, and the snapshots the
+# earlier one left are told apart by it; a job of before has none: unknown).
+ADDED_COLUMNS = {"data_sources": "TEXT", "ran_on": "TEXT", "last_started": "REAL", "uid": "TEXT"}
 
 ACTIVE = ("Pending", "Running")
 # A new job's message until its supervisor first asks the scheduler (then "waiting: <why>" or
@@ -165,9 +168,9 @@ class JobStore:
                 self.conn.execute("DELETE FROM jobs WHERE name=?", (spec.name,))
                 self.conn.execute("DELETE FROM job_events WHERE job=?", (spec.name,))
             self.conn.execute(
-                "INSERT INTO jobs (name, project, spec, status, created, cwd, node, message) "
-                "VALUES (?, ?, ?, 'Pending', ?, ?, ?, ?)",
-                (spec.name, spec.project, json.dumps(spec.to_dict()), now, cwd, node, QUEUED))
+                "INSERT INTO jobs (name, project, spec, status, created, cwd, node, message, uid) "
+                "VALUES (?, ?, ?, 'Pending', ?, ?, ?, ?, ?)",
+                (spec.name, spec.project, json.dumps(spec.to_dict()), now, cwd, node, QUEUED, str(uuid.uuid4())))
             self._event(spec.name, "Pending", "queued", now)
 
     def check_free(self, name: str, cmd: Callable[[str, str], str] | None = None) -> bool:
@@ -199,6 +202,17 @@ class JobStore:
         """The job's status, or None when there is no such job."""
         row = self.conn.execute("SELECT status FROM jobs WHERE name=?", (name,)).fetchone()
         return None if row is None else row["status"]
+
+    def uids(self) -> dict[str, str]:
+        """Each job's uid by name, for the jobs that have one (those submitted before uids have none)."""
+        if "uid" not in {r[1] for r in self.conn.execute("PRAGMA table_info(jobs)")}:  # a read-only disk, unmigrated
+            return {}
+        return {r["name"]: r["uid"] for r in self.conn.execute("SELECT name, uid FROM jobs WHERE uid IS NOT NULL")}
+
+    @staticmethod
+    def uid(row: sqlite3.Row) -> str | None:
+        """The job's uid in `row`; None for a job submitted before uids were recorded."""
+        return row["uid"] if "uid" in row.keys() else None
 
     def jobs(self) -> list[sqlite3.Row]:
         return self.conn.execute("SELECT * FROM jobs ORDER BY seq").fetchall()

@@ -73,6 +73,7 @@ class Supervisor:
         self.db_file = _file_id(home / "state.db")  # the file it opened: the job's record is there
         row = self.store.job(name)
         self.spec = JobSpec.from_stored(json.loads(row["spec"]))
+        self.uid = self.store.uid(row)  # its snapshot's link to this run of the name
         self.cwd = self.spec.working_dir or row["cwd"]
         self.job_dir = home / "jobs" / name
         self._storage = None
@@ -445,7 +446,7 @@ class Supervisor:
                        what=f"job {self.name}'s snapshot")  # the lost supervisor's last word
         try:
             snap = self.storage.create_snapshot(volume, job=self.name, job_spec=self.spec.to_dict(),
-                                                source_snapshot=source)
+                                                source_snapshot=source, job_uid=self.uid)
         except Exception as err:  # the training result stays on the volume; say how to snapshot it
             set_status(self.name, "Failed", f"training succeeded but the snapshot of volume {volume} "
                        f"failed: {err}; take it with '{self.cmd(f'snapshot create {volume} --job {self.name}')}'",

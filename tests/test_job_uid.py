@@ -1,0 +1,81 @@
+"""A job's uid: a name submitted again after `delete --purge` is a new job, and the snapshots the
+earlier run of that name left are not shown as the new one's (`snapshot list --job`)."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+
+import pytest
+
+from conftest import Dtrain
+from dtrain.backends.local.store import JobStore
+from dtrain.spec import JobSpec
+from dtrain.storage import volumes
+from dtrain.storage.volumes import Storage
+
+
+def _spec(name: str) -> JobSpec:
+    return JobSpec(name=name, command=["true"])
+
+
+def test_each_submit_of_a_name_gets_its_own_uid(home):
+    store = JobStore(home / "state.db")
+    store.insert_job(_spec("t"), cwd="/", node="n")
+    first = JobStore.uid(store.job("t"))
+    store.set_status("t", "Failed", "done")
+    store.purge("t")
+    store.insert_job(_spec("t"), cwd="/", node="n")
+    second = JobStore.uid(store.job("t"))
+    assert first and second and first != second
+    assert store.uids() == {"t": second}
+
+
+def test_a_home_of_before_uids_keeps_its_jobs_and_snapshots_readable(home):
+    """An old state.db: its jobs table lacks `uid`, its snapshots table `job_uid`; both are added on
+    open, and what was there reads as unknown (None), as before."""
+    conn = sqlite3.connect(home / "state.db")
+    conn.executescript(volumes.SCHEMA)
+    conn.execute("CREATE TABLE jobs (seq INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL UNIQUE, "
+                 "project TEXT NOT NULL, spec TEXT NOT NULL, status TEXT NOT NULL, created REAL NOT NULL, "
+                 "started REAL, finished REAL, cwd TEXT NOT NULL, node TEXT, supervisor_pid INTEGER, "
+                 "supervisor_start TEXT, restarts INTEGER NOT NULL DEFAULT 0, message TEXT NOT NULL DEFAULT '', "
+                 "snapshot TEXT, source_snapshot TEXT, exit_code INTEGER)")
+    conn.execute("INSERT INTO jobs (name, project, spec, status, created, cwd) VALUES (?, 'default', ?, "
+                 "'Succeeded', 1.0, '/')", ("old", json.dumps(_spec("old").to_dict())))
+    conn.execute("INSERT INTO snapshots VALUES ('s', 'u1', 'v', 'vu', '2026-01-01T00:00:00Z', 0, '1Mi', 'local', "
+                 "'old', NULL, NULL, 0, 0, 0, 'cas')")
+    conn.commit()
+    conn.close()
+    store = JobStore(home / "state.db")
+    assert JobStore.uid(store.job("old")) is None and store.uids() == {}
+    storage = Storage(home)
+    try:
+        assert storage.get_snapshot("s").job == "old" and storage.get_snapshot("s").job_uid is None
+    finally:
+        storage.close()
+
+
+@pytest.mark.slow
+def test_snapshot_list_job_marks_an_earlier_run_of_the_name(dt: Dtrain, tmp_path):
+    """Reproduced: a snapshot taken by job t, t purged and submitted again: `snapshot list --job t`
+    listed the first run's snapshot as the new job's, with nothing to tell them apart."""
+    dt("volume", "create", "v", "--size", "1Mi")
+    dt("submit", "t", "--pvc", "v:/mnt", "--snapshot-on-success", "v", "--", "true", cwd=tmp_path)
+    dt("wait", "t")
+    first = json.loads(dt("describe", "job", "t", "--json").stdout)
+    dt("delete", "t", "--purge")
+    dt("submit", "t", "--pvc", "v:/mnt", "--snapshot-on-success", "v", "--", "true", cwd=tmp_path)
+    dt("wait", "t")
+    second = json.loads(dt("describe", "job", "t", "--json").stdout)
+    assert first["uid"] and second["uid"] and first["uid"] != second["uid"]
+    assert f"UID: {second['uid']}" in dt("describe", "job", "t").stdout
+
+    snaps = {s["name"]: s for s in json.loads(dt("snapshot", "list", "--job", "t", "--json").stdout)}
+    old, new = snaps[first["snapshot"]], snaps[second["snapshot"]]
+    assert (old["job_uid"], old["earlier_run"]) == (first["uid"], True)
+    assert (new["job_uid"], new["earlier_run"]) == (second["uid"], False)
+    rows = {line.split()[0]: line for line in dt("snapshot", "list", "--job", "t").stdout.splitlines()[1:]}
+    assert "t (earlier run)" in rows[first["snapshot"]]
+    assert "earlier run" not in rows[second["snapshot"]]
+    assert "Job: t (earlier run)" in dt("snapshot", "describe", first["snapshot"]).stdout
