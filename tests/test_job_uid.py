@@ -79,3 +79,28 @@ def test_snapshot_list_job_marks_an_earlier_run_of_the_name(dt: Dtrain, tmp_path
     assert "t (earlier run)" in rows[first["snapshot"]]
     assert "earlier run" not in rows[second["snapshot"]]
     assert "Job: t (earlier run)" in dt("snapshot", "describe", first["snapshot"]).stdout
+
+
+
+def test_a_sagemaker_jobs_uid_is_its_training_job_arn():
+    from dtrain.backends.sagemaker.status import job_info
+
+    arn = "arn:aws:sagemaker:us-east-1:123456789012:training-job/t"
+    desc = {"TrainingJobName": "t", "TrainingJobArn": arn, "TrainingJobStatus": "InProgress",
+            "SecondaryStatus": "Starting"}
+    assert job_info(desc, _spec("t")).uid == arn
+
+
+def test_the_lineage_draws_an_earlier_runs_snapshot_apart_from_the_job_now_so_named():
+    """The lineage told an earlier run apart only by time (a job made after the snapshot); a run
+    purged and submitted again within the same second was drawn as the snapshot's job."""
+    pytest.importorskip("fastapi")
+    from dtrain.backends.base import JobInfo, JobStatus, SnapshotInfo
+    from dtrain.server.lineage import lineage
+
+    job = JobInfo(name="t", spec=_spec("t"), status=JobStatus.SUCCEEDED, backend="local", created=100.2, uid="b")
+    snaps = [SnapshotInfo(name="old", backend="local", volume=None, created=100.0, job="t", job_uid="a",
+                          earlier_run=True),
+             SnapshotInfo(name="new", backend="local", volume=None, created=100.5, job="t", job_uid="b")]
+    edges = {(e.source, e.target) for e in lineage([job], [], snaps).edges if e.label == "results"}
+    assert edges == {("job:t@old", "snapshot:old"), ("job:t", "snapshot:new")}

@@ -793,7 +793,21 @@ class Backend(abc.ABC):
                 _existing(value, what)
         snaps = [s for s in self._list_snapshots()
                  if (volume is None or s.volume == volume) and (job is None or s.job == job)]
+        if job is not None and any(s.job_uid and not s.earlier_run for s in snaps):
+            snaps = self._mark_earlier_runs(job, snaps)
         return sorted(snaps, key=lambda s: (s.created, s.name))
+
+    def _mark_earlier_runs(self, job: str, snaps: list[SnapshotInfo]) -> list[SnapshotInfo]:
+        """`snaps` of job name `job`, those an earlier job of that name left (their job_uid is not the
+        uid of the job now so named: it was purged and submitted again) marked `earlier_run`. Where
+        no job has the name now, or its uid is unknown, which run each holds is unknown: as they are."""
+        try:
+            current = self._get(job).uid
+        except NotFoundError:
+            return snaps
+        if current is None:
+            return snaps
+        return [dataclasses.replace(s, earlier_run=True) if s.job_uid and s.job_uid != current else s for s in snaps]
 
     def get_snapshot(self, name: str) -> SnapshotInfo:
         with self._named("snapshot", name):

@@ -47,12 +47,13 @@ def lineage(jobs, volumes, snapshots, *, per_volume: int = PER_VOLUME, unread: i
     def snapshot(name: str) -> str:  # a deleted one stays in the graph, marked as a deleted volume is
         return node("snapshot", name, None if name in taken else "gone")
 
-    def named(kind: str, name: str, born: dict[str, float], at: float, via: str) -> str:
+    def named(kind: str, name: str, born: dict[str, float], at: float, via: str, earlier: bool = False) -> str:
         """The node a record made at `at` points at by name. Names are reused after a delete: when the
         one of that name now came into being after `at`, the record meant an earlier, deleted one,
         drawn apart (KIND:NAME@VIA) and gone. Times have whole seconds (snapshots and volumes keep
-        no finer): one made in the record's own second reads as the record's."""
-        if int(born.get(name, at)) > at:
+        no finer): one made in the record's own second reads as the record's, unless the record says it
+        meant an earlier one (`earlier`: a snapshot's job uid that is not the job's now)."""
+        if earlier or int(born.get(name, at)) > at:
             key = f"{kind}:{name}@{via}"
             nodes.setdefault(key, wire.LineageNode(id=key, kind=kind, name=name, status="gone"))
             return key
@@ -91,7 +92,7 @@ def lineage(jobs, volumes, snapshots, *, per_volume: int = PER_VOLUME, unread: i
         edges.append(wire.LineageEdge(source=f"volume:{m}", target=key, label="mounted"))
     for s in snapshots:
         if s.job:
-            edges.append(wire.LineageEdge(source=named("job", s.job, submitted, s.created, s.name),
+            edges.append(wire.LineageEdge(source=named("job", s.job, submitted, s.created, s.name, s.earlier_run),
                                           target=f"snapshot:{s.name}", label="results"))
     return wire.Lineage(nodes=list(nodes.values()), edges=edges, jobs_unread=unread)
 

@@ -419,7 +419,7 @@ def job_out(info) -> Job:
     """JobInfo -> the wire; `source_snapshot` comes from the backend's details when it has one."""
     spec = info.spec
     return Job(name=info.name, status=info.status.value, backend=info.backend, project=spec.project,
-               kind=spec.kind, created=info.created, started=info.started, finished=info.finished,
+               kind=spec.kind, created=info.created, uid=info.uid, started=info.started, finished=info.finished,
                node=info.node, gpus_requested=spec.gpus_requested, gpus_allocated=info.gpus_allocated,
                processes_running=info.processes_running, processes_pending=info.processes_pending,
                restarts=info.restarts, message=info.message, snapshot=info.snapshot,

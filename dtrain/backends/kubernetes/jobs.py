@@ -251,7 +251,7 @@ class JobVerbs:
                 pvc = self._try_read(PVC, namespace, volume)
                 if pvc is None:
                     return replace(info, message=f"snapshot-on-success not taken: volume {volume!r} is gone")
-                self.api.create(render_success_snapshot(info.spec, self.config, pvc), VOLUME_SNAPSHOT)
+                self.api.create(render_success_snapshot(info.spec, self.config, pvc, job_uid=info.uid), VOLUME_SNAPSHOT)
             except ConflictError:
                 pass  # the in-cluster watcher took it first
             except DtrainError as failed:  # no RBAC to create snapshots, no answer: the next look retries

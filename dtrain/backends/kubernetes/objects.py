@@ -17,6 +17,9 @@ LABEL_VOLUME = "dtrain.io/volume"  # on a snapshot: the PVC it was taken from
 LABEL_SOURCE_SNAPSHOT = "dtrain.io/source-snapshot"  # on a restored PVC
 LABEL_MANAGED = "app.kubernetes.io/managed-by"
 ANN_SPEC = "dtrain.io/spec"  # the JobSpec as JSON: `get` rebuilds the spec from it
+# on a VolumeSnapshot linked to a job: that job object's metadata.uid, which tells its results from
+# those of a later job of the same name (JobInfo.uid, SnapshotInfo.job_uid)
+ANN_JOB_UID = "dtrain.io/job-uid"
 ANN_PROCS_PER_POD = "dtrain.io/procs-per-pod"  # processes (ranks) each replica pod runs
 ANN_SUSPENDED = "dtrain.io/suspended"  # the time of `dtrain suspend`: set with the job's suspend flag
 ANN_NOTEBOOK_STOPPED = "kubeflow-resource-stopped"  # Kubeflow's stop of a Notebook (its UI, its culler)

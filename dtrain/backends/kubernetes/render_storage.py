@@ -20,6 +20,7 @@ from dtrain.spec import JobSpec, NewVolume
 
 from .config import KubernetesConfig
 from .objects import (
+    ANN_JOB_UID,
     ANN_SOURCE_CLASS,
     ANN_SOURCE_SIZE,
     ANN_SPEC,
@@ -104,9 +105,10 @@ def _origin_label(key: str, name: str) -> dict[str, str]:
 
 def render_snapshot(name: str, volume: str, *, project: str, config: KubernetesConfig, job: str | None = None,
                     source_size: str | None = None, source_class: str | None = None,
-                    job_spec: JobSpec | None = None) -> dict:
+                    job_spec: JobSpec | None = None, job_uid: str | None = None) -> dict:
     """A VolumeSnapshot of PVC `volume`; labels and annotations say where it came from (`job_spec`:
-    the job whose results it holds, kept as its job object keeps it, for the lineage once the job is gone)."""
+    the job whose results it holds, kept as its job object keeps it, for the lineage once the job is gone;
+    `job_uid`: that job object's metadata.uid, where known)."""
     labels = {**_origin_label(LABEL_VOLUME, volume), **project_labels(project, config)}
     if job:
         labels[LABEL_JOB] = job
@@ -117,6 +119,8 @@ def render_snapshot(name: str, volume: str, *, project: str, config: KubernetesC
         annotations[ANN_SOURCE_CLASS] = source_class
     if job_spec is not None:
         annotations[ANN_SPEC] = json.dumps(job_spec.to_dict(), sort_keys=True)
+    if job and job_uid:
+        annotations[ANN_JOB_UID] = job_uid
     return {"apiVersion": VOLUME_SNAPSHOT.api_version, "kind": VOLUME_SNAPSHOT.kind,
             "metadata": metadata(name, config.namespace_of(project), labels, annotations),
             "spec": {"volumeSnapshotClassName": config.snapshot_class,
@@ -139,7 +143,8 @@ def render_restore(snapshot: str, to: str, *, project: str, size: str, storage_c
                       labels=labels, data_source=source)
 
 
-def render_success_snapshot(spec: JobSpec, config: KubernetesConfig, source: dict | None = None) -> dict:
+def render_success_snapshot(spec: JobSpec, config: KubernetesConfig, source: dict | None = None,
+                            job_uid: str | None = None) -> dict:
     """The snapshot `--snapshot-on-success` takes of spec.snapshot_volume. Its source's size and
     class are recorded (as `snapshot create` does) so that a restore knows them before the snapshot
     is ready: from the job's own new volume, else from `source`, the existing PVC as read."""
@@ -153,7 +158,8 @@ def render_success_snapshot(spec: JobSpec, config: KubernetesConfig, source: dic
         if name == volume:
             size, storage_class = v.size, v.storage_class
     return render_snapshot(success_snapshot_name(spec.name), volume, project=spec.project, config=config,
-                           job=spec.name, source_size=size, source_class=storage_class, job_spec=spec)
+                           job=spec.name, source_size=size, source_class=storage_class, job_spec=spec,
+                           job_uid=job_uid)
 
 
 def render_snapshot_rbac(namespace: str, project: str, config: KubernetesConfig) -> list[dict]:

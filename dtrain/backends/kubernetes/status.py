@@ -326,7 +326,8 @@ def job_info(kind: str, obj: dict, pods: list[dict] | None, *, backend: str = "k
     nodes = sorted({p.node for p in procs if p.node})
     return JobInfo(
         name=meta.get("name", spec.name), spec=spec, status=status, backend=backend,
-        created=parse_time(meta.get("creationTimestamp")) or 0.0, started=parse_time(state.get("startTime")),
+        created=parse_time(meta.get("creationTimestamp")) or 0.0, uid=meta.get("uid"),
+        started=parse_time(state.get("startTime")),
         finished=finished, node=",".join(nodes) or None, gpus_allocated=sum(pod_gpus(p) for p in live),
         processes_running=sum(p.status == "Running" for p in procs),
         processes_pending=sum(p.status == "Pending" for p in procs),

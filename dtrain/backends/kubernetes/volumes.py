@@ -21,7 +21,7 @@ from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundErro
 from dtrain.names import claim_refusal, is_claim_name, near_name, parse_size, with_near
 
 from .client import EVENT, POD, PVC, Forbidden, Missing, Unanswered, Unauthenticated
-from .objects import (ANN_DEFAULT_CLASS, ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, ANN_SPEC, LABEL_JOB,
+from .objects import (ANN_DEFAULT_CLASS, ANN_JOB_UID, ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, ANN_SPEC, LABEL_JOB,
                       LABEL_SOURCE_SNAPSHOT, STORAGE_CLASS, VOLUME_ATTRIBUTES_CLASSES, VOLUME_SNAPSHOT, Resource)
 from .render_storage import render_restore, render_snapshot, render_volume, render_volume_class_patch
 from .status import job_status, parse_time, spec_of
@@ -72,7 +72,8 @@ def snapshot_info(snap: dict) -> SnapshotInfo:
     return SnapshotInfo(name=meta["name"], backend="kubernetes",
                         volume=(spec.get("source") or {}).get("persistentVolumeClaimName"), created=_created(meta),
                         ready=bool(status.get("readyToUse")), error=(status.get("error") or {}).get("message"),
-                        job=(meta.get("labels") or {}).get(LABEL_JOB), job_spec=_job_spec(annotations),
+                        job=(meta.get("labels") or {}).get(LABEL_JOB), job_uid=annotations.get(ANN_JOB_UID),
+                        job_spec=_job_spec(annotations),
                         bytes=_bytes(status.get("restoreSize")),
                         volume_size=annotations.get(ANN_SOURCE_SIZE), storage_class=annotations.get(ANN_SOURCE_CLASS),
                         extra={"uid": meta.get("uid"), "namespace": meta.get("namespace"),
@@ -348,32 +349,35 @@ class VolumeVerbs:
         if name is None:
             name = f"{volume[:37].rstrip('-')}-{time.strftime('%Y%m%d-%H%M%S', time.gmtime())}"
         spec = pvc.get("spec") or {}
+        job_spec, job_uid = self._spec_if_found(job, name)
         return [render_snapshot(name, volume, project=self.config.project, config=self.config, job=job,
                                 source_size=spec["resources"]["requests"]["storage"],
-                                source_class=spec.get("storageClassName"), job_spec=self._spec_if_found(job, name))]
+                                source_class=spec.get("storageClassName"), job_spec=job_spec, job_uid=job_uid)]
 
-    def _spec_if_found(self, job: str | None, snapshot: str) -> JobSpec | None:
-        """`job`'s spec: its object's, else the one an earlier snapshot of it recorded (the cluster
-        deletes a job ttl_seconds_after_finished after it ends; its --snapshot-on-success snapshot
-        stays). Without either, one warning says why and the snapshot is linked to it by name only."""
+    def _spec_if_found(self, job: str | None, snapshot: str) -> tuple[JobSpec | None, str | None]:
+        """`job`'s spec and uid: its object's, else the spec an earlier snapshot of it recorded (the
+        cluster deletes a job ttl_seconds_after_finished after it ends; its --snapshot-on-success
+        snapshot stays) and no uid (which run it was is then unknown). Without either, one warning
+        says why and the snapshot is linked to it by name only."""
         if job is None:
-            return None
+            return None, None
         try:
-            return spec_of(self._find(job)[1])
+            obj = self._find(job)[1]
+            return spec_of(obj), obj["metadata"].get("uid")
         except (NotFoundError, Forbidden) as err:
             if isinstance(err, Unauthenticated):
                 raise
             why = err
         recorded = self._recorded_spec(job)
         if recorded is not None:
-            return recorded
+            return recorded, None
         ttl = self.config.ttl_seconds_after_finished
         gone = (f"the cluster no longer has it{'' if ttl is None else f' (it deletes a job {ttl}s after it ends)'}"
                 if isinstance(why, NotFoundError) else f"it cannot be read ({why})")
         logging.getLogger(__name__).warning(
             "dtrain: warning: snapshot %r records no spec of job %r: %s and no other snapshot of it records one; "
             "it is linked to the job by name only", snapshot, job, gone)
-        return None
+        return None, None
 
     def _recorded_spec(self, job: str) -> JobSpec | None:
         """The spec of `job` the newest snapshot linked to it records, if any does (and may be listed)."""

@@ -146,7 +146,7 @@ def job_info(desc: dict, spec: JobSpec, *, per_host: int = 1) -> JobInfo:
         extra["failure_reason"] = desc["FailureReason"]
     running = len(procs) if status == JobStatus.RUNNING else 0
     return JobInfo(name=desc["TrainingJobName"], spec=spec, status=status, backend="sagemaker",
-                   created=seconds(desc.get("CreationTime")) or 0.0, started=seconds(desc.get("TrainingStartTime")),
+                   created=seconds(desc.get("CreationTime")) or 0.0, uid=desc.get("TrainingJobArn"), started=seconds(desc.get("TrainingStartTime")),
                    finished=seconds(desc.get("TrainingEndTime")), node=res.get("InstanceType"),
                    gpus_allocated=spec.gpus_requested if running else 0, processes_running=running,
                    processes_pending=len(procs) if status == JobStatus.PENDING else 0, processes=procs,
