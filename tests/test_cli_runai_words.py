@@ -3,13 +3,10 @@ shown as they are given, and one size format."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 from conftest import Dtrain, assert_usage_error
 
 from dtrain.cli import format as fmt
-from dtrain.cli.jobs import pod_rank
 
 
 @pytest.mark.parametrize("words", [["logs", "job", "nosuch"], ["logs", "jobs", "nosuch", "--tail", "1"],
@@ -28,29 +25,16 @@ def test_logs_job_name_prints_that_jobs_lines_and_logs_job_alone_is_the_job_name
     assert_usage_error(dt("logs", "job", check=False), "no job named 'job'")
 
 
-def _job(processes: int, launcher: str):
-    return SimpleNamespace(name="train", spec=SimpleNamespace(processes=processes, launcher=launcher))
-
-
-@pytest.mark.parametrize("pod, launcher, rank", [
-    ("train-master-0", "torchrun", 0), ("train-worker-0", "torchrun", 1), ("train-worker-2", "torchrun", 3),
-    ("train-worker-0", "mpi", 0), ("train-worker-3", "mpi", 3), ("train-node-0-2-ab1cd", "torchrun", 2),
-    ("train-1", "torchrun", 1), ("train-4", "torchrun", None), ("train-worker-3", "torchrun", None),
-    ("train-launcher", "mpi", None), ("other-1", "torchrun", None), ("train", "torchrun", None)])
-def test_a_pod_name_of_the_job_is_the_rank_it_runs(pod, launcher, rank):
-    assert pod_rank(pod, _job(4, launcher)) == rank
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("verb, tail", [("exec", ["--", "ls"]), ("bash", []), ("logs", [])])
 def test_pod_names_the_exact_rank_to_type(dt: Dtrain, verb, tail):
     """`runai logs JOB --pod JOB-worker-0`: the hint said only "--rank R"; it names the rank that pod runs."""
     dt("submit-dist", "pair", "--processes", "2", "-p", "default", "--", "true")
-    proc = dt(verb, "job", "pair", "--pod", "pair-worker-0", *tail, check=False)
+    proc = dt(verb, "job", "pair", "--pod", "pair-1", *tail, check=False)  # a local job's rank R: pod NAME-R
     fix = f"dtrain {verb} pair --rank 1" + (" -- COMMAND" if verb == "exec" else "")
-    assert_usage_error(proc, "pod 'pair-worker-0' runs rank 1: " + fix)
+    assert_usage_error(proc, "pod 'pair-1' runs rank 1: " + fix)
     assert_usage_error(dt(verb, "pair", "--pod", "pair-7", *tail, check=False),
-                       "'pair-7' is no pod of job 'pair'", "dtrain describe job pair")
+                       "'pair-7' is no pod of job 'pair'", "its pods: pair-0, pair-1", "dtrain describe job pair")
 
 
 def test_shell_words_read_back_as_the_value():

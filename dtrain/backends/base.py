@@ -92,6 +92,8 @@ class ProcessInfo:
     exit_code: int | None = None  # None while running
     devices: tuple[str, ...] = ()  # allocated GPU ids
     node: str | None = None  # host or node name
+    pod: str | None = None  # the pod that runs it, as `--pod` names it (Kubernetes: ranks packed in one pod share
+    # it; locally NAME-RANK); None while it has none, and on SageMaker
 
 
 @dataclass(frozen=True, kw_only=True)

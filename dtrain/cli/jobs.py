@@ -553,44 +553,36 @@ def cmd_logs(args, client: Client) -> int:
     return 0
 
 
-# The pods dtrain's jobs run as, after the job's name: the Training Operator's `master-0` / `worker-I`
-# (an MPIJob's `launcher` runs no rank), Trainer v2's `NODE-0-I-xxxxx`, and `I` (Run:AI's and kubectl
-# users' short form, which a local job's ranks stand for)
-_POD = re.compile(r"(?:(?P<master>master-0)|worker-(?P<worker>[0-9]{1,9})|[a-z0-9]+-0-(?P<node>[0-9]{1,9})-[a-z0-9]{5}"
-                  r"|(?P<rank>[0-9]{1,9}))")
-
-
-def pod_rank(pod: str, info) -> int | None:
-    """The rank that a pod name of job `info` stands for, where it names one of its ranks; else None.
-    A PyTorchJob's worker I runs rank I + 1 (its master runs rank 0), an MPIJob's runs rank I. A pod of
-    several ranks (config.yaml's gpus_per_node) is named by its first."""
-    m = _POD.fullmatch(pod.removeprefix(f"{info.name}-")) if pod.startswith(f"{info.name}-") else None
-    if m is None:
-        return None
-    if m["master"]:
-        rank = 0
-    elif m["worker"] is not None:
-        rank = int(m["worker"]) + (info.spec.launcher == "torchrun")
-    else:
-        rank = int(m["node"] if m["node"] is not None else m["rank"])
-    return rank if rank < info.spec.processes else None
+def pod_ranks(pod: str, info) -> list[int]:
+    """The ranks that pod `pod` of job `info` runs, as its backend maps ranks to pods (the mapping
+    `logs --rank` and `exec --rank` use): several for a pod of packed ranks (gpus_per_node); none
+    for a pod that is not the job's or runs no rank (an MPIJob's launcher)."""
+    return [p.rank for p in info.processes if p.pod == pod]
 
 
 def refuse_pod(args, client: Client, info) -> None:
     """`--pod NAME` (Run:AI's and kubectl's): a job's processes are its ranks here; the one line names
-    the exact `--rank N` for a pod of the job's, else where the ranks are listed."""
+    the exact `--rank N` for a pod of the job's (its first where it runs several), else its pods."""
     if args.pod is None:
         return
-    rank = pod_rank(args.pod, info)
-    if rank is None:
-        look = client.command_for(f"describe job {info.name}", backend=info.backend, project=args.project)
-        raise SpecError(f"--pod is Run:AI's: a job's processes are its ranks here: --rank R; {shown(args.pod)} is "
-                        f"no pod of job {info.name!r} (its {info.spec.processes} rank(s) are listed by '{look}')")
+    ranks = pod_ranks(args.pod, info)
     tail = " -- COMMAND" if args.verb == "exec" else ""
-    fix = client.command_for(f"{args.verb} {info.name} --rank {rank}{tail}", backend=info.backend,
+    if not ranks:
+        pods = list(dict.fromkeys(p.pod for p in info.processes if p.pod))
+        look = client.command_for(f"describe job {info.name}", backend=info.backend, project=args.project)
+        fix = client.command_for(f"{args.verb} {info.name} --rank R{tail}", backend=info.backend, project=args.project)
+        known = f"its pods: {', '.join(pods)}" if pods else f"its {info.spec.processes} rank(s) have no pod now"
+        raise SpecError(f"--pod is Run:AI's: a job's processes are its ranks here: {fix}; {shown(args.pod)} is "
+                        f"no pod of job {info.name!r} ({known}; '{look}' lists its ranks)")
+    fix = client.command_for(f"{args.verb} {info.name} --rank {ranks[0]}{tail}", backend=info.backend,
                              project=args.project)
+    if len(ranks) == 1:
+        raise SpecError(f"--pod is Run:AI's: a job's processes are its ranks here, and pod {shown(args.pod)} runs "
+                        f"rank {ranks[0]}: {fix}")
+    others = f"--rank {ranks[1]}" + (f" to {ranks[-1]}" if len(ranks) > 2 else "")
     raise SpecError(f"--pod is Run:AI's: a job's processes are its ranks here, and pod {shown(args.pod)} runs "
-                    f"rank {rank}: {fix}")
+                    f"ranks {ranks[0]}-{ranks[-1]} (gpus_per_node packs {len(ranks)} in a pod): {fix} for the "
+                    f"first, {others} for the others")
 
 
 def _rank(text: str) -> int:

@@ -254,6 +254,7 @@ class Process(BaseModel):
     exit_code: int | None
     devices: list[str]
     node: str | None
+    pod: str | None = None
 
 
 class Event(BaseModel):
@@ -428,7 +429,7 @@ def job_out(info) -> Job:
                                         volume_deleted=d.volume_deleted) for d in info.data_sources],
                spec=spec.to_dict(), volumes=[m.volume for m in spec.resolved_volumes()],
                processes=[Process(rank=p.rank, status=p.status, exit_code=p.exit_code, devices=list(p.devices),
-                                  node=p.node) for p in info.processes],
+                                  node=p.node, pod=p.pod) for p in info.processes],
                events=[Event(time=e.time, status=e.status, message=e.message) for e in info.events],
                extra=info.extra)
 

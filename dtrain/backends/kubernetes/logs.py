@@ -29,7 +29,7 @@ from dtrain.backends.base import JobStatus, LogLine
 from dtrain.errors import NotFoundError, StorageError
 
 from .objects import MPI_JOB
-from .status import job_status, newest_pod, parse_time, pod_age, pod_index, procs_per_pod
+from .status import job_status, newest_pod, parse_time, pod_age, pod_index, pod_ranks
 
 _MPI_TAG = re.compile(r"^\[\d+,(\d+)\]<(?:stdout|stderr)>: ?(.*)$")
 _TORCHRUN_TAG = re.compile(r"^\[(\d+)\]:(.*)$")
@@ -305,18 +305,15 @@ def log_sources(kind: str, obj: dict, pods: list[dict], rank: int | None) -> lis
     if kind == MPI_JOB.kind:  # mpirun on the launcher collects every rank's output
         launcher = [p for p in pods if pod_index(kind, obj, p) is None]
         return [_source(newest_pod(launcher), 0, "mpi")] if launcher else []
-    per_pod = procs_per_pod(obj)
-    by_index: dict[int, list[dict]] = {}
+    by_ranks: dict[range, list[dict]] = {}
     for pod in pods:
-        by_index.setdefault(pod_index(kind, obj, pod), []).append(pod)
-    wanted = sorted(i for i in by_index if i is not None) if rank is None else [rank // per_pod]
+        by_ranks.setdefault(pod_ranks(kind, obj, pod), []).append(pod)
     sources = []
-    for index in wanted:
-        if index in by_index:
-            pod = newest_pod(by_index[index])
-            command = pod["spec"]["containers"][0].get("command") or []
-            tags = "torchrun" if "--tee=3" in command else None
-            sources.append(_source(pod, index * per_pod, tags))
+    for ranks in sorted((r for r in by_ranks if r and (rank is None or rank in r)), key=lambda r: r.start):
+        pod = newest_pod(by_ranks[ranks])
+        command = pod["spec"]["containers"][0].get("command") or []
+        tags = "torchrun" if "--tee=3" in command else None
+        sources.append(_source(pod, ranks.start, tags))
     return sources
 
 
@@ -330,9 +327,11 @@ def next_attempt(kind: str, obj: dict, pods: list[dict], source: LogSource, know
     first: a batch Job's next try after a failed pod (restartPolicy Never, up to backoffLimit) is a
     new pod with a new name, and so is a JobSet's; the Training Operator makes an evicted replica
     again under its name. None while there is none."""
-    index = None if source.tags == "mpi" else source.first_rank // procs_per_pod(obj)
-    fresh = [p for p in pods if str(p["metadata"].get("uid") or "") not in known
-             and pod_index(kind, obj, p) == index]
+    def takes_over(pod: dict) -> bool:  # the launcher runs no rank; a replica's pod runs the ranks the ended one ran
+        ranks = pod_ranks(kind, obj, pod)
+        return not ranks if source.tags == "mpi" else source.first_rank in ranks
+
+    fresh = [p for p in pods if str(p["metadata"].get("uid") or "") not in known and takes_over(p)]
     if not fresh:
         return None
     meta = min(fresh, key=pod_age)["metadata"]

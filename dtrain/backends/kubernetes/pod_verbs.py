@@ -25,7 +25,7 @@ from .client import POD, Forbidden, Hangup, Unauthenticated
 from .logs import (LogSource, ReadAhead, SeenLines, check_pods_left, keep, log_sources, merge, next_attempt,
                    parse_line, set_aside)
 from .objects import pod_reader_fix
-from .status import job_status, newest_pod, pod_index, procs_per_pod, stuck_reason
+from .status import job_status, newest_pod, rank_pods, stuck_reason
 
 if TYPE_CHECKING:
     from .client import KubeApi
@@ -58,9 +58,8 @@ class PodVerbs:
     def _exec(self, name: str, command: list[str], *, rank: int) -> int:
         """`kubectl exec` into the pod that runs `rank` (a replica pod; packed ranks share one)."""
         resource, obj = self._find(name)
-        index = rank // procs_per_pod(obj)
-        pods = [p for p in self._pods_needed(name, f"exec into rank {rank}")
-                if pod_index(resource.kind, obj, p) == index and (p.get("status") or {}).get("phase") == "Running"]
+        pods = [p for p in rank_pods(resource.kind, obj, self._pods_needed(name, f"exec into rank {rank}"), rank)
+                if (p.get("status") or {}).get("phase") == "Running"]
         if not pods:
             raise NotReadyError(f"no running pod holds rank {rank} of job {name!r}; see '{self.cmd(f'describe job {name}')}'")
         pod = newest_pod(pods)["metadata"]["name"]

@@ -222,6 +222,19 @@ def procs_per_pod(obj: dict) -> int:
     return int(((obj.get("metadata") or {}).get("annotations") or {}).get(ANN_PROCS_PER_POD, "1"))
 
 
+def pod_ranks(kind: str, obj: dict, pod: dict) -> range:
+    """The ranks a pod runs: its replica's (gpus_per_node packs several in one); none for the MPI
+    launcher. The one rule both ways: a rank's pod (describe, `logs --rank`, `exec --rank`) is a
+    pod whose ranks hold it, and `--pod NAME` is answered with the ranks of the pod so named."""
+    index, per_pod = pod_index(kind, obj, pod), procs_per_pod(obj)
+    return range(0) if index is None else range(index * per_pod, (index + 1) * per_pod)
+
+
+def rank_pods(kind: str, obj: dict, pods: list[dict], rank: int) -> list[dict]:
+    """The pods that run `rank` (more than one while a replaced pod is still there)."""
+    return [p for p in pods if rank in pod_ranks(kind, obj, p)]
+
+
 def newest_pod(pods: list[dict]) -> dict:
     """The replacement among pods of one replica."""
     return max(pods, key=pod_age)
@@ -271,18 +284,17 @@ def _container_gpus(container: dict) -> int:
 
 def processes(kind: str, obj: dict, spec: JobSpec, pods: list[dict]) -> tuple[ProcessInfo, ...]:
     """One ProcessInfo per rank; a pod running k ranks reports each of them."""
-    per_pod = procs_per_pod(obj)
-    by_index: dict[int, list[dict]] = {}
     launcher = None
+    by_rank: dict[int, list[dict]] = {}
     for pod in pods:
-        index = pod_index(kind, obj, pod)
-        if index is None:
+        ranks = pod_ranks(kind, obj, pod)
+        if not ranks:
             launcher = pod
-        else:
-            by_index.setdefault(index, []).append(pod)
+        for rank in ranks:  # each pod once: a job of many ranks is read in one pass
+            by_rank.setdefault(rank, []).append(pod)
     out = []
     for rank in range(spec.processes):
-        group = by_index.get(rank // per_pod)
+        group = by_rank.get(rank)
         if not group:
             out.append(ProcessInfo(rank=rank, status="Pending"))
             continue
@@ -293,7 +305,7 @@ def processes(kind: str, obj: dict, spec: JobSpec, pods: list[dict]) -> tuple[Pr
         elif status in ("Pending", "Running") and (pod.get("metadata") or {}).get("deletionTimestamp"):
             status = "Terminating"  # being deleted (its job suspended or deleted): kubectl's word, as the local ranks'
         out.append(ProcessInfo(rank=rank, status=status, exit_code=code,
-                               node=(pod.get("spec") or {}).get("nodeName")))
+                               node=(pod.get("spec") or {}).get("nodeName"), pod=pod["metadata"].get("name")))
     return tuple(out)
 
 

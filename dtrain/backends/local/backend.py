@@ -506,7 +506,8 @@ class LocalBackend(Backend):
             elif status == JobStatus.SUSPENDED and (pstatus in ("Pending", "Running") or _ended_by(rec, suspended)):
                 pstatus = "Stopped"  # as for a deletion: the suspension ended it
             procs.append(ProcessInfo(rank=rank, status=pstatus, exit_code=rec.get("exit_code"),
-                                     devices=tuple(groups[rank]) if groups else (), node=node))
+                                     devices=tuple(groups[rank]) if groups else (), node=node,
+                                     pod=f"{spec.name}-{rank}"))  # Run:AI's short form: `--pod NAME-R` is rank R
         running = sum(p.status == "Running" for p in procs) if status == JobStatus.RUNNING else 0
         pending = sum(p.status == "Pending" for p in procs) if status.value in ACTIVE else 0
         events = tuple(Event(time=e["time"], status=e["status"], message=e["message"]) for e in events)
