@@ -33,7 +33,7 @@ from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, FreedInf
                                   LogStream, Progress, ProjectInfo, SnapshotInfo, TimeoutError_,
                                   VolumeInfo, check_page, check_status, newest_first, notices_of)
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
-from dtrain.errors import DtrainError, NotFoundError, NotSupportedError, SpecError
+from dtrain.errors import ConflictError, DtrainError, NotFoundError, NotSupportedError, SpecError
 from dtrain.names import MAX_PAGE, near_name, shown
 from dtrain.remotes import RemoteReads, SentTo
 from dtrain.spec import JobSpec, check_name, notebook_spec, parse_selector, selects
@@ -254,7 +254,36 @@ class Client:
             check_name(project, "project")
         elif isinstance(name, str) and backend in (None, self._submitted.get(name, ("",))[0]):
             backend, project = self._submitted.get(name, (backend, None))
-        return self.backend(backend, project=project)
+        found = self.backend(backend, project=project)
+        if backend is None and self._backend_name is None and isinstance(name, str):
+            return self._holder(found, name, project)
+        return found
+
+    def _holder(self, first: Backend, name: str, project: str | None) -> Backend:
+        """`first` (where a bare name looks) when it has job `name`; else the one backend that any
+        `submit --backend` of this home sent jobs to (state.db's sent_to) and that has it, in `project`
+        (`list -A` shows it there). Several that have it: a ConflictError naming each to give."""
+        sent = [b for b, _ in self._sent_to.read() if b != first.name]
+        if not sent:
+            return first
+        try:
+            first.get(name)
+            return first
+        except NotFoundError:
+            pass
+        holders = []
+        for other in sent:
+            try:
+                backend = self.backend(other, project=project)
+                backend.get(name)
+            except DtrainError:  # not there, or not answering: the miss's hint names it still
+                continue
+            holders.append(backend)
+        if len(holders) > 1:
+            give = " or ".join(BACKEND_ARG[self.door].format(b.name) for b in holders)
+            raise ConflictError(f"job {name!r} is on {len(holders)} backends this home sent jobs to: give "
+                                f"{give}; nothing was changed")
+        return holders[0] if holders else first
 
     def _job(self, name: str, project: str | None) -> Backend:
         """`_job_backend`, once the job is found there and, with `project`, found to be of that project."""

@@ -164,9 +164,10 @@ def test_list_all_shows_a_job_sent_to_kubernetes_without_kubernetes_settings(dt,
         assert proc.stderr == ""
         assert [(j.name, j.backend) for j in dtrain.Client(home=home).list()] == [("cifar", "kubernetes")]
 
-        missed = dt("delete", "cifar", "--purge", check=False)  # a bare name: the hint names where it is
+        missed = dt("delete", "nope", "--purge", check=False)  # a bare name found nowhere: the hint names where to look
         assert "dtrain --backend kubernetes list" in missed.stderr
-        dt("--backend", "kubernetes", "delete", "cifar", "--purge")
+        assert "cifar" in dt("describe", "cifar").stdout  # a bare name: the one sent_to backend that has it
+        dt("delete", "cifar", "--purge")
         cluster.finish_deletions()
         assert dtrain.Client(home=home).list() == [] and SentTo(home).read() == []  # forgotten: not walked
         cluster.requests.clear()
@@ -237,3 +238,54 @@ def test_remote_reads_are_kept_for_the_ttl_and_an_error_is_logged_once_then_on_c
         assert reads.get("sagemaker", lambda: "not read") == "counted"
     assert [r.getMessage().split(": ")[-1] for r in caplog.records][1:] == [
         "ExpiredToken", "jobs on the sagemaker backend are counted in /metrics again"]
+
+
+@pytest.mark.slow
+def test_a_bare_name_reaches_the_job_sent_to_kubernetes_and_a_local_one_first(dt, home, tmp_path, monkeypatch):
+    """describe/logs/wait/delete NAME in a new process, of a job sent with --backend kubernetes (no
+    `kubernetes:` settings): the one recorded backend that has it is used; a local job of that name first."""
+    pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+    cluster = FakeCluster()
+    server = FakeKubeServer(cluster).start()
+    try:
+        server.write_kubeconfig(tmp_path / "kubeconfig")
+        monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+        dt.env["KUBECONFIG"] = str(tmp_path / "kubeconfig")
+        for name in ("cifar", "both"):
+            dtrain.Client(home=home).submit(dtrain.JobSpec(name=name, command=["python", "train.py"],
+                                                          backend="kubernetes", image="img:1"))
+        described = dt("describe", "cifar")
+        assert "kubernetes" in described.stdout and described.stderr == ""
+        assert dt("logs", "cifar", check=False).returncode == 0
+        waited = dt("wait", "cifar", "--timeout", "0.1", check=False)
+        assert "no job named" not in waited.stderr and "dtrain --backend kubernetes describe job cifar" in waited.stderr
+        dt("submit", "both", "--", "python", "-c", "pass")  # the local backend's job of that name
+        dt("wait", "both")
+        assert "Succeeded" in dt("describe", "both").stdout  # the local one, not the cluster's (Pending there)
+        dt("delete", "cifar")
+        assert cluster.requests and any(r[0] == "DELETE" and "cifar" in r[1] for r in cluster.requests)
+    finally:
+        server.close()
+
+
+def test_a_bare_name_on_several_sent_to_backends_is_refused_naming_each(home):
+    """A job of that name on two backends `submit --backend` sent jobs to: one line naming each --backend form."""
+    from dtrain.errors import ConflictError
+    from dtrain.remotes import SentTo
+
+    class Holds:
+        def __init__(self, name):
+            self.name = name
+
+        def get(self, job):
+            return job
+
+    client = dtrain.Client(home=home, backends={"kubernetes": Holds("kubernetes"), "sagemaker": Holds("sagemaker")})
+    SentTo(home).record("kubernetes", "default")
+    assert client.get("cifar") == "cifar"  # one holds it: used
+    SentTo(home).record("sagemaker", "default")
+    with pytest.raises(ConflictError) as err:
+        client.get("cifar")
+    assert str(err.value) == ("job 'cifar' is on 2 backends this home sent jobs to: give backend='kubernetes' or "
+                              "backend='sagemaker'; nothing was changed")
