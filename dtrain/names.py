@@ -79,6 +79,12 @@ def shown(value) -> str:
     return text if len(text) <= SHOWN else text[:SHOWN - 3] + "..."
 
 
+def counted(n: int, one: str, many: str | None = None, *, typed: str | None = None) -> str:
+    """`n` and its noun, as a message says it: '1 GPU', '2 GPUs', '1 process', '4 processes'; `typed`:
+    the number as the user typed it ('1E3'), shown in place of `n`."""
+    return f"{n if typed is None else typed} {one if n == 1 else many or one + 's'}"
+
+
 def cut(text: str, limit: int = 120) -> str:
     """A message from elsewhere (YAML's, Python's: they may quote the input) on one line of at
     most `limit` characters."""

@@ -21,7 +21,7 @@ def test_a_notebook_waiting_for_gpus_is_said_to_be_queued_not_started(dt_gpus: D
     said = dt("notebook", "nbq", "--gpu", "1").stdout
     assert dt.status("nbq") == "Pending"
     assert "'nbq' started" not in said and "'nbq' is queued, not started yet" in said, said
-    assert "needs 1 GPUs, 0 free" in said, said  # why, as `dtrain describe job` says it
+    assert "needs 1 GPU, 0 free" in said, said  # why, as `dtrain describe job` says it
     assert "dtrain describe job nbq" in said and "dtrain notebook open nbq" in said, said
     said = dt("notebook", "free").stdout  # no GPU asked: placed at once
     assert dt.status("free") == "Running" and "'free' started" in said, said
@@ -77,7 +77,7 @@ def test_the_api_says_why_a_notebook_waits_as_its_record_does(server):
         assert made.status_code == 201 and made.json()["status"] == "Pending", made.text
         wait_until(lambda: "0 free" in http.get(f"{JOB}/waits").json()["message"], what="the scheduler's reason")
         refused = http.get(f"{NB}/waits/url")
-        assert refused.status_code == 409 and "is Pending (waiting: needs 1 GPUs, 0 free" in refused.json()["error"]
+        assert refused.status_code == 409 and "is Pending (waiting: needs 1 GPU, 0 free" in refused.json()["error"]
     finally:
         dt("delete", "waits", check=False)
         dt("delete", "hold", check=False)

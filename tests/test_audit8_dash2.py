@@ -107,7 +107,7 @@ def test_the_notebooks_page_lists_notebooks_opens_a_running_one_and_says_why_one
                        what="nb's Open button")
             rows = cells(browser, "notebooks-table", "notebook")
             assert sorted(rows) == ["nb", "nbq"], rows  # notebooks only: not the job 'hold'
-            assert rows["nbq"][1] == "Pending" and "needs 1 GPUs, 0 free" in rows["nbq"][6], rows
+            assert rows["nbq"][1] == "Pending" and "needs 1 GPU, 0 free" in rows["nbq"][6], rows
             assert rows["nbq"][5] == "0 (1)" and rows["nb"][1] == "Running", rows
             assert not browser.find_elements("css selector", "tr[data-notebook='nbq'] button.open-notebook")
             browser_tests.click(browser, "tr[data-notebook='nb'] button.open-notebook")

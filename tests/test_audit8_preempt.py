@@ -53,7 +53,7 @@ def test_the_youngest_over_quota_jobs_are_preempted_only_as_many_as_needed(store
         assert "no restart is spent" in row["message"] and row["restarts"] == 0
         assert store.events(victim)[-1]["status"] == "Pending"
     said = [e["message"] for e in store.events("a1") if e["message"].startswith("preempted job")]
-    assert len(said) == 2 and "d3 of project 'default' (1 GPUs, no GPU quota)" in said[0], said
+    assert len(said) == 2 and "d3 of project 'default' (1 GPU, no GPU quota)" in said[0], said
     message = store.job("a1")["message"]
     assert "2 being freed by stopping job(s) d2 of project 'default', d3 of project 'default'" in message, message
     # polled again while they stop: nobody else is preempted for the same GPUs

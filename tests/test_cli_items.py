@@ -263,10 +263,10 @@ def test_item10_pending_job_says_why(tmp_path):
         assert dt("submit", "b", "-p", "team", "--gpu", "1", "--", "true").returncode == 0
         assert dt("submit", "c", "-p", "team", "--gpu", "1", "--", "true").returncode == 0
         assert dt("submit-dist", "big", "--processes", "2", "--gpu", "1", "--", "true").returncode == 0
-        msg_b = _message_when_pending(home, "b", env, "project quota 1 GPUs, 1 in use")
+        msg_b = _message_when_pending(home, "b", env, "project quota 1 GPU, 1 in use")
         assert msg_b.startswith("waiting: ")
         msg_c = _message_when_pending(home, "c", env, "2nd in project 'team''s queue")
-        assert "project quota 1 GPUs, 1 in use" in msg_c
+        assert "project quota 1 GPU, 1 in use" in msg_c
         _message_when_pending(home, "big", env, "needs 2 GPUs, 0 free")
         assert "waiting:" in dt("describe", "job", "big").stdout
     finally:

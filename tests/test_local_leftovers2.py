@@ -160,7 +160,7 @@ def test_a_queued_job_whose_supervisor_was_killed_keeps_its_place_and_runs(dt_gp
 
 
 def test_a_queued_job_over_a_lowered_quota_says_it_never_starts_until_raised(dt_gpus: Dtrain):
-    """It used to read 'waiting: project quota 1 GPUs, 0 in use', as if freed GPUs would start it."""
+    """It used to read 'waiting: project quota 1 GPU, 0 in use', as if freed GPUs would start it."""
     dt = dt_gpus
     dt("project", "create", "team", "--gpu-quota", "2")
     dt("submit", "holder", "-g", "2", "--", "sleep", "300")
@@ -169,7 +169,7 @@ def test_a_queued_job_over_a_lowered_quota_says_it_never_starts_until_raised(dt_
     dt.wait_for("big", {"Pending"})
     dt("project", "create", "team", "--gpu-quota", "1")
     dt("delete", "holder")  # every GPU free now: only the quota holds it
-    needle = ("it needs more than project team's quota of 1 GPUs, and starts only once that is raised "
+    needle = ("it needs more than project team's quota of 1 GPU, and starts only once that is raised "
               "('dtrain project create team --gpu-quota 2')")
     deadline = time.monotonic() + 60  # the supervisor reads the quota again every 0.25 s; this only ends a hang
     info = dt.json("describe", "job", "big")

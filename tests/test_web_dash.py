@@ -57,7 +57,7 @@ def test_a_finished_jobs_volume_deleted_since_has_a_disabled_snapshot_button_tha
 
 
 def test_the_jobs_table_says_why_a_pending_job_waits(home, tmp_path):
-    """A Pending job's reason ("waiting: needs 1 GPUs, 0 free") was only on its own page: the Jobs table, where a
+    """A Pending job's reason ("waiting: needs 1 GPU, 0 free") was only on its own page: the Jobs table, where a
     Run:AI user looks for it, said "Pending" alone. It says why under the status, and every row's message on hover."""
     server = ServerProcess(home, env={"DTRAIN_GPUS": "1"}, cwd=tmp_path)
     try:

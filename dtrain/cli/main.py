@@ -17,7 +17,7 @@ from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.config import BACKENDS
 from dtrain.errors import DtrainError, NotFoundError, SpecError
-from dtrain.names import NAME_RULE, check_gpu_quota, require_project, shown
+from dtrain.names import NAME_RULE, check_gpu_quota, counted, require_project, shown
 from dtrain.spec import check_name, yaml_value
 
 # Workload commands: (group, verb) -> (module, function, help). The function is the module's
@@ -494,12 +494,12 @@ def _over_new_quota(client: Client, projects, name: str, quota: int) -> str:
     # the local scheduler preempts jobs of a project over its quota (scheduler.py); a cluster does not
     preempted = (", or until an in-quota job of another project needs their GPUs: the most recently "
                  "started over the quota are preempted then" if this is not None and this.backend == "local" else "")
-    note = (f"; its running jobs hold {held} GPUs, more than that: they keep them until they end{preempted} "
+    note = (f"; its running jobs hold {counted(held, 'GPU')}, more than that: they keep them until they end{preempted} "
             f"(nothing is stopped now), and its queued jobs wait until fewer are in use") if held > quota else ""
     never = [j.name for j in client.list(project=name, show_deleted=False)
              if j.status == JobStatus.PENDING and j.spec.gpus_requested > quota]
     if never:
-        note += (f"; queued job(s) {', '.join(never)} need more than {quota} GPUs and start only once it "
+        note += (f"; queued job(s) {', '.join(never)} need more than {counted(quota, 'GPU')} and start only once it "
                  f"is raised, or once deleted and submitted with fewer")
     return note
 

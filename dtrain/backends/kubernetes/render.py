@@ -27,7 +27,7 @@ import re
 from typing import Any
 
 from dtrain.errors import SpecError
-from dtrain.names import MAX_NAME, kubernetes_quantity, shown
+from dtrain.names import MAX_NAME, counted, kubernetes_quantity, shown
 from dtrain.spec import JobSpec, check_image, notebook_home
 
 from . import render_storage
@@ -86,7 +86,7 @@ def packing(spec: JobSpec, config: KubernetesConfig) -> tuple[int, int]:
         return spec.processes, 1
     if spec.gpu > config.gpus_per_node:
         raise SpecError(f"--gpu {shown(spec.typed('gpu'))} per process is more than a node's "
-                        f"{config.gpus_per_node} GPUs: "
+                        f"{counted(config.gpus_per_node, 'GPU')}: "
                         f"use --gpu <= {config.gpus_per_node}")
     capacity = config.gpus_per_node // spec.gpu
     per_pod = max(k for k in range(1, min(capacity, spec.processes) + 1) if spec.processes % k == 0)

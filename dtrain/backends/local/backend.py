@@ -32,7 +32,7 @@ from dtrain.backends.base import (Backend, DataSource, Event, FreedInfo, JobCoun
 from dtrain.backends.local.store import ACTIVE, QUEUED, SNAPSHOTTING, UNFINISHED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, NotReadyError, QuotaError, SpecError, StorageError
-from dtrain.names import LABEL_JOB, check_name, dotted_volume_refusal, require_project, shown
+from dtrain.names import LABEL_JOB, check_name, counted, dotted_volume_refusal, require_project, shown
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
 # The job machinery (the supervisor's helpers, launchers, cgroups, GPU inventory, notebooks) is
@@ -218,17 +218,18 @@ class LocalBackend(Backend):
         if spec.processes > most:
             raise QuotaError(f"job {spec.name!r} asks for {processes} processes but this machine can run at "
                              f"most {most} (limited by {why}); lower --processes")
+        each = counted(spec.processes, 'process', 'processes', typed=processes)
         gpus = len(inventory())
         if spec.gpus_requested > gpus and not gpus:  # the reference's `--gpu 1` on a CPU workstation
-            raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs ({processes} processes x "
+            raise QuotaError(f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} ({each} x "
                              f"{gpu}) but this machine has no GPU: drop --gpu (or give --gpu 0) to run on its "
                              f"CPUs; DTRAIN_GPUS=N stands in N GPUs to try the scheduler and quotas without them")
         if spec.gpus_requested > gpus:
-            raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs ({processes} processes x "
+            raise QuotaError(f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} ({each} x "
                              f"{gpu}) but this machine has {gpus}; lower --processes or --gpu")
         quota = self.store.project_quota(spec.project)
         if quota is not None and spec.gpus_requested > quota:
-            raise QuotaError(f"job {spec.name!r} needs {spec.gpus_requested} GPUs but project {spec.project!r} has a "
+            raise QuotaError(f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} but project {spec.project!r} has a "
                              f"quota of {quota}; lower --gpu/--processes or raise it with "
                              f"'{self.cmd(f'project create {spec.project} --gpu-quota N', None)}'")
         if not volumes:
@@ -791,7 +792,7 @@ class LocalBackend(Backend):
 
         gpus = len(inventory())
         if gpu_quota is not None and gpu_quota > gpus:
-            raise QuotaError(f"a GPU quota of {gpu_quota} is larger than this machine's {gpus} GPUs; "
+            raise QuotaError(f"a GPU quota of {gpu_quota} is larger than this machine's {counted(gpus, 'GPU')}; "
                              f"give a quota of {gpus} or less")
         self.store.upsert_project(name, gpu_quota, keep_quota=gpu_quota is None and not no_gpu_quota)
 

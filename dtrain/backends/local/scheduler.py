@@ -45,6 +45,7 @@ from collections.abc import Callable
 
 from dtrain import db
 from dtrain.backends.local.store import JobStore
+from dtrain.names import counted
 from dtrain.spec import JobSpec
 
 
@@ -75,18 +76,18 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str], *,
             used = conn.execute("SELECT COUNT(*) AS n FROM allocations a JOIN jobs j ON a.job=j.name "
                                 "WHERE j.project=?", (spec.project,)).fetchone()["n"]
             if need > quota["gpu_quota"]:  # lowered since it was submitted: no wait ends this one
-                reasons.append(f"it needs more than project {spec.project}'s quota of {quota['gpu_quota']} GPUs, "
+                reasons.append(f"it needs more than project {spec.project}'s quota of {counted(quota['gpu_quota'], 'GPU')}, "
                                f"and starts only once that is raised ('dtrain project create {spec.project} "
                                f"--gpu-quota {need}')")
             elif used + need > quota["gpu_quota"]:
-                reasons.append(f"project quota {quota['gpu_quota']} GPUs, {used} in use")
+                reasons.append(f"project quota {counted(quota['gpu_quota'], 'GPU')}, {used} in use")
         taken = {r["device"] for r in conn.execute("SELECT device FROM allocations")}
         free = [d for d in devices if d not in taken]
         if need > len(devices):  # the machine has fewer GPUs than when it was submitted
-            reasons.insert(0, f"needs {need} GPUs but this machine now has {len(devices)}: it never starts here; "
+            reasons.insert(0, f"needs {counted(need, 'GPU')} but this machine now has {len(devices)}: it never starts here; "
                               f"delete it and submit it with fewer")
         elif len(free) < need:
-            shortfall = f"needs {need} GPUs, {len(free)} free"
+            shortfall = f"needs {counted(need, 'GPU')}, {len(free)} free"
             if not reasons and quota is not None and quota["gpu_quota"] is not None:  # in quota, waits for GPUs only
                 shortfall += _preempt(store, spec, need, len(free))
             reasons.insert(0, shortfall)
@@ -95,7 +96,7 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str], *,
             ahead = _ranked_ahead(conn, spec.project, row["seq"], len(devices))
             kept = sum(n for _job, _project, n, _why in ahead)
             if len(free) - kept < need:
-                reasons.insert(0, f"needs {need} GPUs, {len(free)} free, {min(kept, len(free))} of them kept for "
+                reasons.insert(0, f"needs {counted(need, 'GPU')}, {len(free)} free, {min(kept, len(free))} of them kept for "
                                   + ", ".join(f"job {job} of project {project!r} ({why})"
                                               for job, project, _n, why in ahead)
                                   + ", which go first")
@@ -161,8 +162,8 @@ def _preempt(store: JobStore, spec: JobSpec, need: int, free: int) -> str:
                    + f", which needs these GPUs within its quota (project {v['project']!r} has {why}): it stops "
                    f"(SIGTERM: the workload writes a checkpoint) and is queued again, to go on from its last "
                    f"checkpoint once GPUs are free; no restart is spent")
-        store.add_event(spec.name, "Pending", f"preempted job {v['name']} of project {v['project']!r} ({v['held']} "
-                                              f"GPUs, {why}) to free the GPUs it needs within its quota")
+        store.add_event(spec.name, "Pending", f"preempted job {v['name']} of project {v['project']!r} ({counted(v['held'], 'GPU')}, "
+                                              f"{why}) to free the GPUs it needs within its quota")
     if victims:
         stopping = _stopping(conn, spec.name)
         freeing = sum(r["n"] for r in stopping)
@@ -203,9 +204,9 @@ def _ranked_ahead(conn, project: str, seq: int, gpus: int) -> list[tuple[str, st
         if h["need"] > gpus or (h["gpu_quota"] is not None and h["used"] + h["need"] > h["gpu_quota"]):
             continue  # it waits for more than free GPUs: it keeps none
         if h["gpu_quota"] is not None:
-            ahead.append((h["name"], h["project"], h["need"], f"{h['need']} GPUs within its quota"))
+            ahead.append((h["name"], h["project"], h["need"], f"{counted(h['need'], 'GPU')} within its quota"))
         elif h["seq"] < seq:
-            ahead.append((h["name"], h["project"], h["need"], f"{h['need']} GPUs, queued earlier"))
+            ahead.append((h["name"], h["project"], h["need"], f"{counted(h['need'], 'GPU')}, queued earlier"))
     return ahead
 
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from dtrain.backends.sagemaker.config import SageMakerConfig
 from dtrain.errors import SpecError
-from dtrain.names import shown
+from dtrain.names import counted, shown
 from dtrain.spec import JobSpec
 from dtrain.spec_sagemaker import (MAX_HYPERPARAMETERS, MAX_INSTANCES, TOOLKIT_PREFIX, Channel, SageMakerOptions,
                                     gpu_type, hp_text)
@@ -170,7 +170,7 @@ def instances(spec: JobSpec, cfg: SageMakerConfig) -> tuple[int, int]:
     if spec.launcher == "none" and count > 1:
         raise SpecError("a one-process job runs on one instance: drop --instance-count or use submit-dist")
     if spec.gpu > 0 and gpus is not None and per_host * spec.gpu > gpus:
-        raise SpecError(f"{per_host} processes x --gpu {gpu} exceed the {gpus} GPUs of {itype}: "
+        raise SpecError(f"{counted(per_host, 'process', 'processes')} x --gpu {gpu} exceed the {counted(gpus, 'GPU')} of {itype}: "
                         f"raise --instance-count or pick a larger type")
     return count, per_host
 
