@@ -903,7 +903,18 @@ class LocalBackend(Backend):
         return self._volume(self.storage.get_volume(name))
 
     def _delete_volume(self, name, *, force):
-        self.storage.delete_volume(name, in_use_by=self.volume_users(name), force=force)
+        users = self.volume_users(name)
+        if users and not force:
+            self.storage.get_volume(name)  # a volume that is gone says so first
+            running = self.volume_users(name, suspended=False)
+            if held := [j for j in users if j not in running]:  # a Suspended job never finishes on its own
+                hint = self.storage.stop_hint
+                first = (f"wait for {', '.join(running)} to finish or stop them ({hint(running)}); " if running else "")
+                raise ConflictError(f"volume {name!r} is in use by job(s) {', '.join(users)}: {first}"
+                                    f"{', '.join(held)} {'is' if len(held) == 1 else 'are'} Suspended, which never "
+                                    f"{'finishes' if len(held) == 1 else 'finish'} on its own: delete {'it' if len(held) == 1 else 'them'} ({hint(held)}) "
+                                    f"or resume and wait ({hint(held, 'resume')}), or delete with --force")
+        self.storage.delete_volume(name, in_use_by=users, force=force)
 
     def _create_snapshot(self, volume, *, name, job, progress):
         spec = source = None
