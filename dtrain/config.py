@@ -12,12 +12,13 @@ import itertools
 import os
 import re
 import stat
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
 from dtrain.errors import SpecError, StorageError
 from dtrain.names import CLASS_RE, MAX_CLASS
+from dtrain.numbers import NumberWord, plain, real_number, whole_number
 from dtrain.replace import replace_file
 from dtrain.spec import MAX_YAML_BYTES, check_name, check_yaml_numbers, node_labels, plain_numbers, yaml_mapping
 
@@ -122,6 +123,9 @@ class UserConfig:
             return cls()
         data = yaml_mapping(raw, str(path), "project: default")
         check_yaml_numbers(data, str(path))  # master_port: 0x7000 is refused, not read as 28672
+        for key in ("kubernetes", "sagemaker"):
+            if isinstance(data.get(key), dict):
+                data[key] = section_numbers(key, data[key])
         data = plain_numbers(data)  # save() dumps plain numbers
         unknown = sorted(map(str, set(data) - set(KEYS)))
         if unknown:
@@ -236,6 +240,21 @@ class UserConfig:
     def dtrain_for(self, backend: str, project: str | None = None) -> str:
         """`dtrain ` with --backend where `backend` is not the one this config gives `project`."""
         return "dtrain " if backend == self.backend_for(project or self.project) else f"dtrain --backend {backend} "
+
+
+def section_numbers(section: str, settings: dict) -> dict:
+    """`settings` of config.yaml's `section` ('kubernetes', 'sagemaker') with each unquoted 1e3 (a
+    NumberWord: YAML 1.1 reads it as text) in a number field read as a job file's number fields and the
+    flags read it: whole_number (master_port: 1e3 is 1000), real_number for seconds (request_timeout);
+    a quoted '1e3' and any other field keep the text. The numbers come back plain (save() dumps them)."""
+    if section == "kubernetes":
+        from dtrain.backends.kubernetes.config import KubernetesConfig as settings_of
+    else:
+        from dtrain.backends.sagemaker.config import SageMakerConfig as settings_of
+    kinds = {f.name: str(f.type).split(" |")[0] for f in fields(settings_of)}
+    read = {"int": whole_number, "float": real_number}
+    return {k: plain(read[kinds[k]](str(v))) if isinstance(v, NumberWord) and kinds.get(k) in read else v
+            for k, v in settings.items()}
 
 
 # ---- config.yaml rewritten in place: the user's comments and key order kept ------------------------------

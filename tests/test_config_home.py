@@ -156,3 +156,19 @@ def test_a_config_file_that_is_a_link_is_never_replaced(tmp_path):
     assert proc.returncode == 2 and "is a symbolic link" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert (home / "config.yaml").is_symlink() and dotfiles.read_text() == "# mine\nbackend: local\n"
+
+
+def test_config_yamls_unquoted_1e3_in_a_number_field_is_the_number(dt, home):
+    """config.yaml's `master_port: 1e3` (text to YAML 1.1, as a job file's) is read as the flag reads
+    it, so is `--set master_port=1e3`; a quoted '1e3' and a string field keep the text."""
+    (home / "config.yaml").write_text("kubernetes:\n  master_port: 2e3\n  request_timeout: 1.5e1\n"
+                                      "  namespace: 1e3\nsagemaker:\n  master_port: 7.777e3\n")
+    cfg = UserConfig.load(home)
+    assert cfg.kubernetes == {"master_port": 2000, "request_timeout": 15.0, "namespace": "1e3"}
+    assert cfg.sagemaker == {"master_port": 7777}
+    dt("config", "kubernetes", "--set", "master_port=1e3", "--set", "ttl_seconds_after_finished=36e2")
+    assert UserConfig.load(home).kubernetes["master_port"] == 1000
+    assert "ttl_seconds_after_finished: 3600\n" in (home / "config.yaml").read_text()
+    assert_usage_error(dt("config", "kubernetes", "--set", "master_port='1e3'", check=False),
+                       "invalid Kubernetes master_port '1e3': use a whole number from 1 to 65535")
+    assert UserConfig.load(home).kubernetes["master_port"] == 1000  # the refusal kept what was stored

@@ -15,9 +15,10 @@ from dtrain import JobStatus, __version__, db
 from dtrain.cli import format as fmt
 from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
-from dtrain.config import BACKENDS
+from dtrain.config import BACKENDS, section_numbers
 from dtrain.errors import DtrainError, NotFoundError, SpecError
 from dtrain.names import NAME_RULE, check_gpu_quota, counted, require_project, shown
+from dtrain.numbers import NUMBER_WORD_RE, NumberWord
 from dtrain.spec import check_name, yaml_value
 
 # Workload commands: (group, verb) -> (module, function, help). The function is the module's
@@ -112,7 +113,7 @@ def _config_settings(args, client: Client, *, shown_only: bool) -> int:
               "dtrain config kubernetes --context NAME [--namespace NS]")
         return 0
     flagged = {k: getattr(args, k) for k in _KUBERNETES_KEYS if getattr(args, k) is not None}
-    pairs = _set_pairs(args.set or ())
+    pairs = section_numbers("kubernetes", _set_pairs(args.set or ()))
     if twice := next((k for k in pairs if k in flagged), None):
         raise SpecError(f"{twice} is given both as --{twice.replace('_', '-')} and with --set: give one; "
                         f"nothing was changed")
@@ -133,6 +134,8 @@ def _set_pairs(pairs) -> dict:
         if key in out:
             raise SpecError(f"--set {key} is given twice: give it once; nothing was changed")
         out[key] = yaml_value(value, key, "--set", fix_as="--set {}={}")
+        if out[key] == value.strip() and NUMBER_WORD_RE.fullmatch(out[key]):  # unquoted 1e3: config.yaml's NumberWord
+            out[key] = NumberWord(out[key])
         if out[key] is None:  # `--set context=`: nothing to save, which configure_kubernetes would drop unsaid
             raise SpecError(f"--set {key}= gives no value: give one, or remove the saved one with "
                             f"--unset {key.replace('_', '-')}; nothing was changed")
