@@ -53,6 +53,10 @@ PROJECT_ARG = {"sdk": ("project={!r}", "no project"), "cli": ("-p {}", "no -p"),
 # How a message names the jobs of another backend, in the words of each door.
 BACKEND_LIST = {"sdk": "dtrain.Client(backend={!r}).list()", "cli": "dtrain --backend {} list",
                 "http": "GET /api/v1/jobs of `dtrain --backend {} server`"}
+# How a message names forgetting a backend that `submit --backend` sent jobs to (state.db's sent_to), in
+# the words of each door; the HTTP API has no route for it, the CLI's command is named.
+FORGET_BACKEND = {"sdk": "dtrain.Client().forget_backend({!r})", "cli": "dtrain config forget-backend {}",
+                  "http": "dtrain config forget-backend {}"}
 # How a message names a SageMaker job run on this machine (no AWS), and the backend a job goes to,
 # in the words of each door.
 SAGEMAKER_LOCAL = {"sdk": "sagemaker={'local': True}", "cli": "--local", "http": '"sagemaker": {"local": true}'}
@@ -335,6 +339,26 @@ class Client:
         sent = [name for name, _ in self._sent_to.read()]
         return [name for name in dict.fromkeys([*self._configured_backends(), *sent]) if name != backend.name]
 
+    def forget_backend(self, name: str) -> list[str]:
+        """Stop `list()` of every project asking backend `name` where only a `submit` to it (state.db's
+        sent_to) made it ask (a cluster that is gone warned at each list); its jobs are not touched, and
+        `backend=name` still reaches them. The reasons it is asked still (config.yaml's settings for it,
+        a project sent there), as lines; NotFoundError for a backend not among those remembered."""
+        sent = [b for b, _ in self._sent_to.read()]
+        if name not in sent:
+            some = ", ".join(sent) or "none"
+            raise NotFoundError(f"backend {shown(name)} is not one this home's submit --backend sent jobs to "
+                                f"(those remembered: {some}); nothing was forgotten")
+        self._sent_to.forget(name)
+        for job in [j for j, (b, _) in list(self._submitted.items()) if b == name]:  # shared by the server's clients
+            self._submitted.pop(job, None)
+        still = [f"config.yaml's {name}: settings" for b in self._configured_backends() if b == name]
+        still += [f"project {p}'s backend (config.yaml's project_backends)"
+                  for p, b in sorted(self.config.project_backends.items()) if b == name]
+        if self.config.backend_for(self.default_project) == name:
+            still.append("the default backend")
+        return still
+
     def _configured_backends(self) -> list[str]:
         """The backends other than the local one that config.yaml (or this client's `sagemaker=`) has
         settings for: a job may have been sent there with `--backend` by any process."""
@@ -494,6 +518,8 @@ class Client:
                          else f"config.yaml's {name}: settings" if name in self._configured_backends()
                          else f"where this home's submit --backend {name} sent jobs")
                 said = " ".join(str(err).split())
+                if whose.startswith("where"):  # asked at each list until it answers: how to stop that
+                    said += f"; to stop asking it (a cluster that is gone): {FORGET_BACKEND[self.door].format(name)}"
                 missed.append(Notice(code=f"{what}-unlisted",
                                      message=f"{what} on the {name} backend ({whose}) not listed, the others are: {said}"))
         if not done and first is not None:

@@ -289,3 +289,48 @@ def test_a_bare_name_on_several_sent_to_backends_is_refused_naming_each(home):
         client.get("cifar")
     assert str(err.value) == ("job 'cifar' is on 2 backends this home sent jobs to: give backend='kubernetes' or "
                               "backend='sagemaker'; nothing was changed")
+
+
+@pytest.mark.slow
+def test_a_sent_to_cluster_that_is_gone_warns_naming_how_to_forget_it(dt, home, tmp_path, monkeypatch):
+    """A backend only `submit --backend` made list -A ask, whose cluster is gone, warned at each list until
+    it answered: the warning names `dtrain config forget-backend kubernetes`, which stops it."""
+    pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+    from dtrain.remotes import SentTo
+    server = FakeKubeServer(FakeCluster()).start()
+    server.write_kubeconfig(tmp_path / "kubeconfig")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    dt.env["KUBECONFIG"] = str(tmp_path / "kubeconfig")
+    try:
+        dtrain.Client(home=home).submit(dtrain.JobSpec(name="cifar", command=["python", "train.py"],
+                                                      backend="kubernetes", image="img:1"))
+    finally:
+        server.close()  # the cluster is gone
+    dt("submit", "here", "--", "python", "-c", "pass")
+    warned = dt("list", "-A")
+    assert "here" in warned.stdout and warned.stderr.count("\n") == 1, warned.stderr
+    assert warned.stderr.startswith("dtrain: warning: jobs on the kubernetes backend (where this home's submit "
+                                    "--backend kubernetes sent jobs) not listed")
+    assert warned.stderr.rstrip().endswith("; to stop asking it (a cluster that is gone): "
+                                           "dtrain config forget-backend kubernetes"), warned.stderr
+    assert "Forgot backend kubernetes" in dt("config", "forget-backend", "kubernetes").stdout
+    assert SentTo(home).read() == []
+    quiet = dt("list", "-A")
+    assert "here" in quiet.stdout and quiet.stderr == ""
+    assert "nothing was forgotten" in dt("config", "forget-backend", "kubernetes", check=False).stderr
+
+
+def test_forget_backend_drops_a_sent_to_backend_and_says_what_still_asks_it(home):
+    from dtrain.errors import NotFoundError
+    from dtrain.remotes import SentTo
+    client = dtrain.Client(home=home)
+    with pytest.raises(NotFoundError, match=r"^backend 'kubernetes' is not one this home's submit --backend sent jobs "
+                                            r"to \(those remembered: none\); nothing was forgotten$"):
+        client.forget_backend("kubernetes")
+    SentTo(home).record("kubernetes", "default")
+    SentTo(home).record("sagemaker", "default")
+    assert client.forget_backend("kubernetes") == [] and SentTo(home).read() == [("sagemaker", "default")]
+    (home / "config.yaml").write_text("project_backends:\n  team-b: sagemaker\n")
+    assert dtrain.Client(home=home).forget_backend("sagemaker") == [
+        "project team-b's backend (config.yaml's project_backends)"]

@@ -48,6 +48,8 @@ def cmd_config(args, client: Client) -> int:
         return _config_storage_class(args, client, [g for g in flags if g != "--unset"])
     if args.what == "node-labels":
         return _config_node_labels(args, client, [g for g in flags if g not in ("--set", "--unset")])
+    if args.what == "forget-backend":
+        return _config_forget_backend(args, client, flags)
     if args.folder is not None:
         raise SpecError(f"'dtrain config {args.what}' takes one value, not {args.value!r} and {args.folder!r}; "
                         f"nothing was changed")
@@ -145,6 +147,22 @@ def _set_pairs(pairs) -> dict:
 _SAGEMAKER_KEYS = ("role", "bucket", "region", "prefix", "image", "instance_type", "subnets", "security_groups")
 # The Kubernetes settings a flag sets (config.yaml's `kubernetes:` takes every KubernetesConfig field)
 _KUBERNETES_KEYS = ("namespace", "context", "kubeconfig", "image", "scheduler_name", "gpus_per_node", "trainer")
+
+
+def _config_forget_backend(args, client: Client, flags: list[str]) -> int:
+    """`config forget-backend NAME`: `list -A` no longer asks a backend that only a `submit --backend`
+    made it ask (state.db's sent_to); its jobs stay, `dtrain --backend NAME list` reaches them."""
+    if stray := flags + (["-p"] if args.project is not None else []):
+        raise SpecError(f"{', '.join(stray)} {'is' if len(stray) == 1 else 'are'} not for 'dtrain config "
+                        f"forget-backend', which takes a backend, e.g. dtrain config forget-backend kubernetes")
+    if args.value is None or args.folder is not None:
+        raise SpecError("give one backend to forget, e.g. dtrain config forget-backend kubernetes")
+    still = client.forget_backend(args.value)
+    print(f"Forgot backend {args.value}: 'dtrain list -A' no longer asks it for the jobs sent there; its jobs are "
+          f"not touched ('dtrain --backend {args.value} list' lists them)")
+    if still:
+        print(f"It is still asked as {' and as '.join(still)}")
+    return 0
 
 
 def _config_node_labels(args, client: Client, flags: list[str]) -> int:
@@ -440,8 +458,10 @@ def verb_of(head: list[str]) -> str | None:
 
 def _add_config(sub) -> None:
     p = sub.add_parser("config", help="show or set the default project or backend; SageMaker and Kubernetes settings")
-    p.add_argument("what", choices=["project", "backend", "sagemaker", "kubernetes", "storage-class", "node-labels"],
-                   help="what to show or set")
+    p.add_argument("what", choices=["project", "backend", "sagemaker", "kubernetes", "storage-class", "node-labels",
+                                    "forget-backend"],
+                   help="what to show or set; 'forget-backend NAME': 'list -A' stops asking a backend that a "
+                        "submit --backend sent jobs to (a cluster that is gone)")
     p.add_argument("value", nargs="?",
                    help="a project that exists ('dtrain project list'), or local / kubernetes / sagemaker, or a "
                         "storage class's name; without it, the current one is printed")
