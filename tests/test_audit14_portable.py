@@ -63,12 +63,15 @@ def test_a_backend_after_a_verb_that_takes_it_before_names_the_command(dt, words
 def test_a_job_submitted_to_kubernetes_is_named_there_when_looked_for_on_the_default_backend(dt, home, kube):
     job = dtrain.JobSpec(name="cifar", processes=2, launcher="torchrun", command=["python", "train.py"])
     assert dtrain.Client(home=home, backend="kubernetes").submit(job).backend == "kubernetes"
-    for verb in (["describe", "job", "cifar"], ["logs", "cifar"]):
-        assert_usage_error(dt(*verb, check=False), "no job named 'cifar'",
+    for verb in (["describe", "job", "nope"], ["logs", "nope"]):  # on no backend: where else to look is named
+        assert_usage_error(dt(*verb, check=False), "no job named 'nope'",
                            "a job submitted to another backend is listed there: dtrain --backend kubernetes list")
     assert [j["name"] for j in dt.json("--backend", "kubernetes", "list")] == ["cifar"]  # the command it names
     with pytest.raises(NotFoundError, match=r"listed there: dtrain\.Client\(backend='kubernetes'\)\.list\(\)$"):
-        dtrain.Client(home=home).get("cifar")
+        dtrain.Client(home=home).get("nope")
+    # the submit is remembered (state.db's sent_to): a bare name reaches the one backend that has it
+    assert dtrain.Client(home=home).get("cifar").backend == "kubernetes"
+    assert "kubernetes" in dt("describe", "job", "cifar").stdout
     with pytest.raises(NotFoundError) as chosen:  # the backend was chosen: nothing else to name
         dtrain.Client(home=home, backend="local").get("cifar")
     assert "another backend" not in str(chosen.value)
