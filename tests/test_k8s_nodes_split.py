@@ -54,7 +54,7 @@ def test_a_gpu_held_by_another_workload_names_its_pod_not_free(tmp_path, home, b
     with FakeKubeServer(cluster) as server:
         r = _cli(home, tmp_path, server)("nodes")
     assert r.returncode == 0 and r.stderr == ""
-    column = [line.split()[3:6] for line in r.stdout.splitlines() if line.startswith("gpu-1  ") and "GiB" not in line]
+    column = [line.split()[3:6] for line in r.stdout.splitlines() if line.startswith("gpu-1  ") and "Gi " not in line]
     assert column == [["train", "-", "-"], ["another", "workload", "(other/theirs)"],
                       ["another", "workload", "(other/theirs)"], ["-", "-", "-"]]
 
@@ -73,7 +73,7 @@ def test_gpus_where_no_pod_may_be_listed_are_unknown_with_one_warning_naming_the
     with FakeKubeServer(cluster) as server:
         r = _cli(home, tmp_path, server)("nodes")
     assert r.returncode == 0 and r.stderr.splitlines() == [f"dtrain: warning: {notice.message}"]
-    assert [line.split()[3] for line in r.stdout.splitlines() if line.startswith("gpu-1  ") and "GiB" not in line] \
+    assert [line.split()[3] for line in r.stdout.splitlines() if line.startswith("gpu-1  ") and "Gi " not in line] \
         == ["unknown"] * 4
 
 
