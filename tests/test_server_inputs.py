@@ -207,3 +207,29 @@ def test_a_body_sent_to_a_route_that_reads_none_is_refused_before_anything_happe
     assert big.status_code == 413
     assert http.post("/api/v1/jobs/j/resume").status_code == 200
     assert http.delete("/api/v1/jobs/j").status_code == 200
+
+
+def test_a_key_given_twice_in_a_body_is_refused_at_any_depth(http):
+    """Python's json keeps the last of two equal keys: `{"name": "x", "name": "y"}` created job y."""
+    def post(path: str, content: bytes):
+        return http.request("PATCH" if path.startswith("/api/v1/volumes/") else "POST", path, content=content,
+                            headers={"content-type": "application/json"})
+
+    for path, body, key in [
+            ("/api/v1/jobs", b'{"name": "x", "name": "y", "command": ["true"]}', "name"),
+            ("/api/v1/jobs", b'{"name": "x", "command": ["true"], "env": {"A": "1", "A": "2"}}', "A"),
+            ("/api/v1/jobs", b'{"name": "x", "command": ["true"], "tolerations": [{"key": "a", "key": "b"}]}', "key"),
+            ("/api/v1/notebooks", b'{"name": "n", "name": "m"}', "name"),
+            ("/api/v1/volumes", b'{"name": "v", "size": "1Gi", "name": "w"}', "name"),
+            ("/api/v1/volumes/v", b'{"storage_class": "a", "storage_class": "b"}', "storage_class"),
+            ("/api/v1/projects", b'{"name": "p", "gpu_quota": 1, "gpu_quota": 2}', "gpu_quota")]:
+        r = post(path, body)
+        assert r.status_code == 422, (path, r.text)
+        assert r.json()["error"] == (f"invalid request: the body's JSON gives the key '{key}' twice in one object: "
+                                     f"send each key once"), r.text
+    assert http.get("/api/v1/jobs", params={"status": "Deleted"}).json() == http.get("/api/v1/jobs").json() == []
+    assert http.get("/api/v1/volumes").json() == [] and http.get("/api/v1/notebooks").json() == []
+    assert "p" not in [p["name"] for p in http.get("/api/v1/projects").json()]
+    ok = post("/api/v1/jobs", b'{"name": "x", "command": ["true"], "env": {"A": "1", "B": "1"}, "labels": {"A": "1"}}')
+    assert ok.status_code == 201, ok.text  # one key in two objects is no duplicate
+

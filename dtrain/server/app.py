@@ -32,7 +32,7 @@ from dtrain.numbers import whole_number
 from dtrain.remotes import REMOTE_TTL_S, RemoteReads
 from dtrain.server import routes_cluster, routes_jobs, routes_notebooks, routes_storage, wire
 from dtrain.server.auth import Guard
-from dtrain.server.bodies import NotJsonNumber
+from dtrain.server.bodies import BodyRefused
 from dtrain.server.clients import Clients
 from dtrain.server.history import GpuHistory
 from dtrain.server.metrics import metrics_route
@@ -140,7 +140,7 @@ def _refused(message: str) -> JSONResponse:
 
 def _unreadable(cause: Exception) -> str:
     """A body FastAPI's JSON reading gave up on (it answers a bare 400 'error parsing the body')."""
-    if isinstance(cause, NotJsonNumber):  # bodies.py's line: 017, +5, .5 where a number is due
+    if isinstance(cause, BodyRefused):  # bodies.py's line: 017, +5, .5 where a number is due; a key twice
         return str(cause)
     if isinstance(cause, UnicodeDecodeError):
         return "invalid request: the body is not UTF-8 text; send JSON encoded as UTF-8"

@@ -23,9 +23,18 @@ _NEAR_NUMBER = re.compile(r"[-+]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)
 _KEY_BEFORE = re.compile(r'"((?:[^"\\]|\\.){1,200})"\s*:\s*$')
 
 
-class NotJsonNumber(ValueError):
-    """A body whose JSON holds a number that JSON does not write that way (017, +5, .5): its message
-    is the one line app.py answers with (a 422, as any body of the wrong shape)."""
+class BodyRefused(ValueError):
+    """A body this module refuses as it reads it: its message is the one line app.py answers with (a
+    422, as any body of the wrong shape)."""
+
+
+class NotJsonNumber(BodyRefused):
+    """A body whose JSON holds a number that JSON does not write that way (017, +5, .5)."""
+
+
+class DuplicateKey(BodyRefused):
+    """A body with a key twice in one object: Python's json keeps the last, so `{"name": "x", "name": "y"}`
+    created job y; which one the user meant is not for the server to guess (RFC 8259: names SHOULD be unique)."""
 
 
 def _int(text: str):
@@ -43,12 +52,24 @@ def _constant(text: str) -> WrittenFloat:
 def typed_json(body: bytes | str):
     """`body` as json.loads reads it, each number as written (names.written)."""
     try:
-        return json.loads(body, parse_int=_int, parse_float=_float, parse_constant=_constant)
+        return json.loads(body, parse_int=_int, parse_float=_float, parse_constant=_constant,
+                          object_pairs_hook=_object)
     except json.JSONDecodeError as err:
         said = _not_a_number(err.doc, err.pos)
         if said is None:
             raise
         raise NotJsonNumber(said) from None
+
+
+def _object(pairs: list[tuple[str, object]]) -> dict:
+    """One JSON object (at any depth: json calls this for each), refused where a key comes twice."""
+    made: dict = {}
+    for key, value in pairs:
+        if key in made:
+            raise DuplicateKey(f"invalid request: the body's JSON gives the key {shown(key)} twice in one object: "
+                               f"send each key once")
+        made[key] = value
+    return made
 
 
 def _not_a_number(doc: str, pos: int) -> str | None:
