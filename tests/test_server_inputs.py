@@ -5,6 +5,8 @@ rather than an empty list. Nothing is stored for a refused request."""
 
 from __future__ import annotations
 
+import re
+
 import httpx
 import pytest
 
@@ -13,6 +15,7 @@ from server_util import ThreadServer
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
 from dtrain import Client, JobSpec  # noqa: E402
 from dtrain.errors import SpecError  # noqa: E402
+from dtrain.names import check_name  # noqa: E402
 from dtrain.server.app import create_app  # noqa: E402
 
 
@@ -233,3 +236,26 @@ def test_a_key_given_twice_in_a_body_is_refused_at_any_depth(http):
     ok = post("/api/v1/jobs", b'{"name": "x", "command": ["true"], "env": {"A": "1", "B": "1"}, "labels": {"A": "1"}}')
     assert ok.status_code == 201, ok.text  # one key in two objects is no duplicate
 
+
+@pytest.mark.parametrize("path, what", [("/api/v1/jobs/a%2Fb", "job"), ("/api/v1/jobs/a%2F", "job"),
+                                        ("/api/v1/jobs/a%2fb/logs", "job"), ("/api/v1/volumes/a%2Fb", "volume"),
+                                        ("/api/v1/snapshots/a%2Fb/wait", "snapshot"),
+                                        ("/api/v1/notebooks/a%2Fb/url", "notebook")])
+def test_a_name_holding_an_encoded_slash_is_an_invalid_name_not_another_path(http, path, what):
+    """`GET /jobs/a%2Fb` answered 404 "no such path /api/v1/jobs/a/b", and `/jobs/a%2F` a 307 to job a: the
+    name rule's line now, as for any other invalid name (`GET /jobs/A_` is a 422 of check_name's)."""
+    name = "a/" if path.endswith("%2F") else "a/b"
+    with pytest.raises(SpecError) as rule:
+        check_name(name, what)
+    r = http.get(path, follow_redirects=False)
+    assert (r.status_code, r.json()["error"]) == (422, str(rule.value)), r.text
+    other = re.sub("a%2[fF]b?", "A_", path)  # the same path with a name the pattern refuses
+    assert http.get(other).json()["error"] == str(rule.value).replace(repr(name), "'A_'")
+
+
+def test_deleting_a_name_ending_in_an_encoded_slash_deletes_nothing(http, home):
+    Client(home=home).submit(JobSpec(name="a", command=("sleep", "60")))
+    r = http.delete("/api/v1/jobs/a%2F", follow_redirects=True)
+    assert r.status_code == 422 and r.json()["error"].startswith("invalid job name 'a/'"), r.text
+    assert http.get("/api/v1/jobs/a").json()["status"] in ("Pending", "Running")  # not deleted
+    assert http.delete("/api/v1/jobs/a").status_code == 200

@@ -16,6 +16,7 @@ import re
 import sqlite3
 from pathlib import Path
 from typing import Callable, get_args
+from urllib.parse import unquote_to_bytes
 
 from fastapi import FastAPI
 from fastapi.exceptions import RequestValidationError
@@ -36,7 +37,8 @@ from dtrain.server.bodies import BodyRefused
 from dtrain.server.clients import Clients
 from dtrain.server.history import GpuHistory
 from dtrain.server.metrics import metrics_route
-from dtrain.server.middleware import HEAD, MAX_BODY, BodyLimit, BodyTooLarge, EmptyQuery, HeadAsGet, too_large
+from dtrain.server.middleware import (HEAD, MAX_BODY, BodyLimit, BodyTooLarge, EmptyQuery, EncodedSlash, HeadAsGet,
+                                      too_large)
 from dtrain.spec import MEMORY_EXAMPLE, MIN_MEMORY, JobSpec
 
 STATIC = Path(__file__).parent / "static"
@@ -91,6 +93,7 @@ def create_app(make_client: Callable[[], object], *, token: str | None = None, r
     app.add_api_route("/metrics", metrics_route(clients), include_in_schema=False)
     _errors(app)
     _pages(app)
+    app.add_middleware(EncodedSlash, refusal=_slash_in_name)
     app.add_middleware(EmptyQuery)
     app.add_middleware(HeadAsGet)
     app.add_middleware(BodyLimit)  # inside Guard: a request without the token is refused unread
@@ -131,6 +134,24 @@ def _errors(app: FastAPI) -> None:
         if err.status_code == 405:
             detail, headers = _not_allowed(request, headers or {})
         return JSONResponse({"error": detail, "kind": "HTTPError"}, status_code=err.status_code, headers=headers)
+
+
+def _slash_in_name(scope) -> str | None:
+    """The name rule's line for a path's {name} segment sent holding an encoded '/' (/jobs/a%2Fb), as
+    `GET /jobs/Bad_` is answered; None where no path of the API has a name where that segment is."""
+    segments = [unquote_to_bytes(s).decode("utf-8", "replace") for s in scope["raw_path"].split(b"/")]
+    for path in scope["app"].openapi()["paths"]:  # /api/v1/jobs/{name}/logs
+        parts = path.split("/")
+        if len(parts) != len(segments) or not all(p.startswith("{") or p == s for p, s in zip(parts, segments)):
+            continue
+        area = parts[3] if len(parts) > 3 else ""  # jobs: a job's name
+        for part, segment in zip(parts, segments):
+            if part.startswith("{") and "/" in segment:
+                try:
+                    check_name(segment, wire.NAMED.get(area, part.strip("{}")))
+                except errors.SpecError as refused:
+                    return str(refused)
+    return None
 
 
 def _refused(message: str) -> JSONResponse:

@@ -7,6 +7,8 @@
   absent parameter does, rather than a 422 for an empty name.
 - `BodyLimit`: a request body past MAX_BODY is refused (413) before it is read whole; FastAPI
   reads any body into memory, a 245 MB one too.
+- `EncodedSlash`: a name holding an encoded '/' (`/jobs/a%2Fb`) is refused as an invalid name
+  rather than routed as the decoded path.
 """
 
 from __future__ import annotations
@@ -55,6 +57,30 @@ class EmptyQuery:
             if kept != query:
                 scope = {**scope, "query_string": kept}
         return await self.app(scope, receive, send)
+
+
+class EncodedSlash:
+    """A path segment holding %2F: Starlette routes the decoded path, so `GET /jobs/a%2Fb` answered 404 "no
+    such path /api/v1/jobs/a/b" and `/jobs/a%2F` a 307 to job a. Where `refusal(scope)` finds that the
+    segment stands for a route's name it says why the name is invalid, a 422 as any invalid name gets."""
+
+    def __init__(self, app, refusal):
+        self.app, self.refusal = app, refusal
+
+    async def __call__(self, scope, receive, send):
+        raw = scope.get("raw_path") or b"" if scope["type"] == "http" else b""
+        said = self.refusal(scope) if b"%2f" in raw.lower() else None
+        if said is None:
+            return await self.app(scope, receive, send)
+        await _answer(send, 422, {"error": said, "kind": "SpecError"})
+
+
+async def _answer(send, status: int, answer: dict, headers: tuple = ()) -> None:
+    body = json.dumps(answer).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *headers]})
+    await send({"type": "http.response.body", "body": body})
 
 
 # The largest body any route takes: a job whose command and environment hold MAX_ARGS_ENV bytes,
@@ -107,8 +133,4 @@ class BodyLimit:
 
     async def _refuse(self, send, length: int | None) -> None:
         status, answer = too_large(self.limit, length)
-        body = json.dumps(answer).encode()
-        await send({"type": "http.response.start", "status": status,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"connection", b"close")]})
-        await send({"type": "http.response.body", "body": body})
+        await _answer(send, status, answer, ((b"connection", b"close"),))
