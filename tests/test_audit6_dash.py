@@ -108,13 +108,13 @@ def test_pages_show_nvml_gpus_in_the_tables_units_and_long_messages_wrap(home, t
             assert text_of(browser, ".gpu-alloc") == f"{node['gpus_allocated']} / {node['gpus_allocatable']}"
             rows = browser.execute_script("return [...document.querySelectorAll('.gpus-table tbody tr')]"
                                           ".map(r => [...r.cells].map(c => c.innerText.trim()))")
-            assert [r[3] for r in rows] == ["42%", "-"] and {r[4] for r in rows} == {"3.0 GiB / 80.0 GiB"}
+            assert [r[3] for r in rows] == ["42%", "-"] and {r[4] for r in rows} == {"3Gi / 80Gi"}
             axis = """const card = [...document.querySelectorAll('.node .card')]
                         .find(c => c.querySelector('h2').innerText.startsWith('Memory used'));
                       return card ? [...card.querySelectorAll('svg text')].map(t => t.textContent) : [];"""
             wait_until(lambda: len(browser.execute_script(axis)) > 1, what="a GPU sample in the memory chart")
             labels = browser.execute_script(axis)
-            assert labels[0] == "3.0 GiB" and labels[1] == "0 B", labels
+            assert labels[0] == "3Gi" and labels[1] == "0B", labels  # as the CLI writes sizes
             severe = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
             assert not severe, severe
     finally:

@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.slow,  # a browser and three jobs: about 15-25 s
 webdriver = pytest.importorskip("selenium.webdriver", reason="the 'dev' extra (selenium) is not installed")
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from dtrain.cli.format import size  # noqa: E402
 
 # A training-like job: logs a line, writes curves where the platform asks, waits for the test,
 # then writes the line the browser must see arrive live, and saves a "model" on its volume.
@@ -408,7 +409,7 @@ def test_the_volumes_table_shows_the_space_used_and_status_as_volume_list_does(b
         headers = browser.execute_script("return [...document.querySelectorAll('#volumes-table th')].map(e => e.textContent)")
         cells = dict(zip(headers, browser.execute_script(
             "return [...document.querySelectorAll(arguments[0] + ' td')].map(e => e.textContent)", row)))
-        assert cells["Used"] == f"{volume['used_bytes'] / 1024:.1f} KiB" and cells["Status"] == "Bound", cells
+        assert cells["Used"] == size(volume["used_bytes"]) and cells["Status"] == "Bound", cells  # as the CLI has it
     finally:
         server.stop()
 

@@ -76,3 +76,24 @@ def test_the_jobs_table_says_why_a_pending_job_waits(home, tmp_path):
             assert text_of(browser, "tr[data-job='holds'] td.status") == "Running"  # no line under a running job
     finally:
         server.stop()
+
+
+def test_the_pages_write_sizes_as_the_cli_does(home, tmp_path):
+    """The pages wrote "3.0 GiB / 80.0 GiB" and "0 B" where the CLI writes sizes as volumes are given (3Gi, 80Gi,
+    0B: cli/format.py's `size`): the page's formatter now gives the CLI's text for every size, 1280 bytes as 1.2Ki
+    (Python rounds a tie to the even digit) and 1023.96Mi as 1Gi."""
+    from dtrain.cli.format import size
+
+    sizes = [None, 0, 1, 512, 1023, 1024, 1075, 1280, 1536, 2047, 2**20 - 52, 2**20 - 51, 2**20, 3 * 2**30,
+             int(1023.96 * 2**20), 80 * 2**30, 5 * 2**40 + 2**39, 2**50, 2**60, 2**62]
+    sizes += [(7 ** k) % 2**50 for k in range(1, 200)]
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/storage")
+            wait_until(lambda: browser.execute_script("return typeof size === 'function'"), what="the page's script")
+            shown = browser.execute_script("return arguments[0].map(size)", sizes)
+        assert shown[:6] == ["-", "0B", "1B", "512B", "1023B", "1Ki"] and "3Gi" in shown and "80Gi" in shown
+        assert shown == [size(n) for n in sizes]
+    finally:
+        server.stop()

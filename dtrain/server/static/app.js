@@ -94,12 +94,21 @@ const local = ts => new Date(ts * 1000).toLocaleString(undefined, ZONED);
 // An Age cell: the age, and the time it counts from in UTC and local time as its tooltip
 const ageCell = (ts, what) => h("td", {class: "age", title: ts ? `${what} ${when(ts)} (${local(ts)})` : null}, age(ts));
 const created = x => typeof x === "number" ? when(x) : String(x ?? "-");  // unix seconds (or an ISO text)
+// Bytes as a volume's size is given (`--size 1Gi`) and as the CLI writes sizes (cli/format.py's `size`): 0B, 512B,
+// 1.5Ki, 3Mi, 1Gi, one decimal and none when whole. The page said "3.0 GiB" where `dtrain volume list` said 3Gi.
 function size(n) {
   if (n === null || n === undefined) return "-";
-  const units = ["B", "KiB", "MiB", "GiB", "TiB"];
-  let i = 0;
-  while (Math.abs(n) >= 1024 && i < units.length - 1) { n /= 1024; i++; }
-  return i ? n.toFixed(1) + " " + units[i] : n + " B";
+  if (Math.abs(n) < 1024) return Math.round(n) + "B";
+  const units = ["Ki", "Mi", "Gi", "Ti", "Pi", "Ei"];
+  let value = n / 1024, i = 0;
+  while (Math.abs(round1(value)) >= 1024 && i < units.length - 1) { value /= 1024; i++; }  // 1023.96Mi is 1Gi
+  return round1(value) + units[i];
+}
+// Python's round(v, 1), which format.py's `size` uses: a tie goes to the even digit (1280 bytes are 1.2Ki, where
+// toFixed(1) says 1.3); a size's v is a binary fraction, so v * 10 is exact and a tie is seen as one.
+function round1(v) {
+  const t = v * 10, down = Math.floor(t);
+  return (t - down === 0.5 ? down + Math.abs(down % 2) : Math.round(t)) / 10;
 }
 // The words of a response's Warning header (RFC 7234: `299 dtrain "<text>"`, several comma-separated, a quote
 // or backslash in the text escaped with a backslash): a backend that did not answer (its projects or jobs are

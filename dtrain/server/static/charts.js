@@ -41,9 +41,9 @@ function lineChart(series, opts) {
   if (opts.ymax !== undefined) y1 = Math.max(y1, opts.ymax);
   if (x1 === x0) x1 = x0 + 1;
   if (y1 === y0) y1 = y0 + 1;
-  const yfmt = opts.yfmt || fmtNum;  // bytes in the units the tables beside them use (GiB, not G)
+  const yfmt = opts.yfmt || fmtNum;  // bytes in the units the tables beside them use (Gi, not G)
   const [top, low] = [yfmt(y1), yfmt(y0)];
-  const L = Math.max(48, 10 + 6.5 * Math.max(top.length, low.length));  // room for the longer label ("80.0 GiB")
+  const L = Math.max(48, 10 + 6.5 * Math.max(top.length, low.length));  // room for the longer label ("79.5Gi")
   const sx = x => L + (x - x0) / (x1 - x0) * (W - L - R);
   const sy = y => H - B - (y - y0) / (y1 - y0) * (H - T - B);
   svg.appendChild(svgEl("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, class: "axis"}));
