@@ -97,3 +97,33 @@ def test_the_pages_write_sizes_as_the_cli_does(home, tmp_path):
         assert shown == [size(n) for n in sizes]
     finally:
         server.stop()
+
+
+def test_two_gpus_held_at_once_are_each_seen_on_the_held_or_free_chart(home, tmp_path):
+    """The nodes page drew each GPU's held (1) or free (0) as a line on one chart: with GPU 0 and GPU 1 both held the
+    two lines lay on each other and only one colour showed. Each GPU has its own row now, held drawn in its colour."""
+    server = ServerProcess(home, env={"DTRAIN_GPUS": "2"}, cwd=tmp_path)
+    try:
+        dt = server.dtrain()
+        dt("submit", "two-gpus", "--gpu", "2", "--", "sleep", "300")
+        dt.wait_for("two-gpus", {"Running"})
+        wait_until(lambda: {s["gpu"] for s in server.http.get("/api/v1/nodes/history").json() if s["held"]} == {"0", "1"},
+                   what="a sample with both GPUs held")
+        chart = """const card = [...document.querySelectorAll('.node .card')]
+                     .find(c => c.querySelector('h2').innerText.startsWith('Held or free'));
+                   const svg = card && card.querySelector('svg');
+                   return svg ? {label: svg.getAttribute('aria-label'), rows: [...svg.querySelectorAll('text')]
+                     .map(t => t.textContent).filter(t => t.startsWith('GPU ')), held: [...svg.querySelectorAll('rect.held')]
+                     .map(r => [r.getAttribute('fill'), r.getBBox().y, r.getBBox().height])} : null;"""
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/nodes")
+            wait_until(lambda: (browser.execute_script(chart) or {}).get("held"), what="a held bar on the chart")
+            drawn = browser.execute_script(chart)
+        assert drawn["rows"] == ["GPU 0", "GPU 1"]
+        assert drawn["label"].endswith("newest GPU 0: held, GPU 1: held"), drawn["label"]
+        bands = {fill: (y, y + height) for fill, y, height in drawn["held"]}
+        assert len(bands) == 2, drawn["held"]  # a colour each
+        (top0, bottom0), (top1, bottom1) = sorted(bands.values())
+        assert bottom0 <= top1  # one row each: neither bar hides the other
+    finally:
+        server.stop()

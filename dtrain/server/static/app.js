@@ -678,7 +678,7 @@ function nodesPage(main) {
           h("div", {}, "CPUs"), h("div", {}, n.cpus ?? "-"), h("div", {}, "Memory"), h("div", {}, size(n.memory))),
         h("h2", {}, "GPUs"), n.gpus.length ? gpus : h("p", {class: "muted"}, "no GPUs"),
         n.gpus.length ? h("div", {class: "row"},
-          h("div", {class: "card"}, h("h2", {}, "Held (1) or free (0), last minutes"), lineChart(held, {label: `Held (1) or free (0), ${n.name}`, xfmt: t, ymin: 0, ymax: 1, empty: "the first sample comes a few seconds after the server starts"}), legend(held)),
+          h("div", {class: "card"}, h("h2", {}, "Held or free, last minutes"), heldRows(held, {label: `Held or free, ${n.name}`, xfmt: t, empty: "the first sample comes a few seconds after the server starts"})),
           h("div", {class: "card"}, h("h2", {}, "Utilization % (last minutes)"), lineChart(byGpu("utilization"), {label: `Utilization %, ${n.name}`, xfmt: t, ymin: 0, ymax: 100, empty: "no utilization reported (NVML absent: injected GPUs)"}), legend(byGpu("utilization"))),
           h("div", {class: "card"}, h("h2", {}, "Memory used (last minutes)"), lineChart(byGpu("memory_used"), {label: `Memory used, ${n.name}`, xfmt: t, yfmt: size, ymin: 0, empty: "no memory reported (NVML absent: injected GPUs)"}), legend(byGpu("memory_used")))) : null);
     }));

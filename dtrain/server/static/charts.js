@@ -1,4 +1,4 @@
-// Plain SVG drawing: line charts (training curves, GPU history) and the lineage graph.
+// Plain SVG drawing: line charts (training curves, GPU history), GPUs held or free, and the lineage graph.
 "use strict";
 
 const SVG_NS = "http://www.w3.org/2000/svg";
@@ -59,6 +59,54 @@ function lineChart(series, opts) {
     if (!good.length) return;
     const d = good.map((p, j) => (j ? "L" : "M") + sx(p[0]).toFixed(1) + "," + sy(p[1]).toFixed(1)).join("");
     svg.appendChild(svgEl("path", {d, class: "line", stroke: COLORS[i % COLORS.length]}));
+  });
+  return svg;
+}
+
+// Held or free over time, one row per GPU, each sample lasting until the next: a bar in the GPU's colour where it
+// was held, a thin grey line where free, nothing where unknown. Lines of 0 and 1 on one chart lay over each other,
+// so of two GPUs held at once only the last one's colour showed.
+function heldRows(series, opts) {
+  const W = opts.width || 460, R = 10, T = 4, B = 24, ROW = 22, L = 48;
+  const H = T + ROW * series.length + B;
+  const svg = svgEl("svg", {width: W, height: H, class: "chart held-rows", viewBox: `0 0 ${W} ${H}`, role: "img"});
+  const known = s => s.points.filter(p => p[1] !== null);
+  const newest = series.map(s => [s.name, known(s).pop()]).filter(([, p]) => p)
+    .map(([name, p]) => `${name}: ${p[1] ? "held" : "free"}`);
+  svg.setAttribute("aria-label", (opts.label ? opts.label + ". " : "")
+    + (newest.length ? "newest " + newest.join(", ") : opts.empty || "no data yet"));
+  const xs = series.flatMap(known).map(p => p[0]);
+  if (!xs.length) {
+    svg.appendChild(svgEl("text", {x: W / 2, y: H / 2, "text-anchor": "middle"}, opts.empty || "no data yet"));
+    return svg;
+  }
+  const [x0, x1] = [Math.min(...xs), Math.max(...xs)];
+  const sx = x => L + (x - x0) / (x1 - x0 || 1) * (W - L - R);
+  const xfmt = opts.xfmt || fmtNum;
+  svg.appendChild(svgEl("line", {x1: L, y1: H - B, x2: W - R, y2: H - B, class: "axis"}));
+  svg.appendChild(svgEl("text", {x: L, y: H - 6}, xfmt(x0)));
+  svg.appendChild(svgEl("text", {x: W - R, y: H - 6, "text-anchor": "end"}, xfmt(x1)));
+  series.forEach((s, i) => {
+    const top = T + i * ROW, mid = top + ROW / 2;
+    svg.appendChild(svgEl("text", {x: L - 6, y: mid + 4, "text-anchor": "end"}, s.name));
+    // runs of equal samples, each drawn once (a rect per sample left seams between them)
+    const runs = [];
+    s.points.forEach((p, j) => {
+      const end = j + 1 < s.points.length ? s.points[j + 1][0] : p[0];
+      const last = runs[runs.length - 1];
+      if (last && last.held === p[1]) last.end = end;
+      else runs.push({held: p[1], start: p[0], end});
+    });
+    runs.filter(r => r.held !== null).forEach(r => {
+      const [a, b] = [sx(r.start), Math.max(sx(r.end), sx(r.start) + 2)];  // one sample: a sliver, still seen
+      if (!r.held) {
+        svg.appendChild(svgEl("line", {x1: a, y1: mid, x2: b, y2: mid, class: "free"}));
+        return;
+      }
+      const bar = svgEl("rect", {x: a, y: top + 4, width: b - a, height: ROW - 8, class: "held", fill: COLORS[i % COLORS.length]});
+      bar.appendChild(svgEl("title", {}, `${s.name} held from ${xfmt(r.start)} to ${xfmt(r.end)}`));
+      svg.appendChild(bar);
+    });
   });
   return svg;
 }
