@@ -319,8 +319,9 @@ def test_the_nodes_page_fetches_only_the_gpu_samples_it_has_not_got(browser, hom
         wait_until(lambda: len(browser.execute_script(sizes)) >= 3, what="three polls")
         first, *later = browser.execute_script(sizes)
         assert first > 500_000 and later and all(size == 2 for size in later)  # "[]": nothing new
-        lines = "return document.querySelectorAll('[data-node=\"node-19\"] path.line').length"
-        assert browser.execute_script(lines) == 3 * 8  # held, utilisation and memory: a line per GPU, kept
+        lines = "return document.querySelectorAll('[data-node=\"node-19\"] path.line, [data-node=\"node-19\"] line.free')" \
+                ".length"
+        assert browser.execute_script(lines) == 3 * 8  # utilisation, memory, and held's free row: one per GPU, kept
         app.state.history.sample()
         wait_until(lambda: any(2 < size < first / 10 for size in browser.execute_script(sizes)), what="the new sample")
     finally:
