@@ -163,12 +163,13 @@ def test_a_queued_job_over_a_lowered_quota_says_it_never_starts_until_raised(dt_
     """It used to read 'waiting: project quota 1 GPU, 0 in use', as if freed GPUs would start it."""
     dt = dt_gpus
     dt("project", "create", "team", "--gpu-quota", "2")
-    dt("submit", "holder", "-g", "2", "--", "sleep", "300")
+    dt("project", "create", "hold", "--gpu-quota", "2")  # within its quota: big never preempts holder
+    dt("submit", "holder", "-p", "hold", "-g", "2", "--", "sleep", "300")
     dt.wait_for("holder", {"Running"})
     dt("submit", "big", "-p", "team", "-g", "2", "--", "echo", "ran")
     dt.wait_for("big", {"Pending"})
     dt("project", "create", "team", "--gpu-quota", "1")
-    dt("delete", "holder")  # every GPU free now: only the quota holds it
+    dt("delete", "holder", "-p", "hold")  # every GPU free now: only the quota holds it
     needle = ("it needs more than project team's quota of 1 GPU, and starts only once that is raised "
               "('dtrain project create team --gpu-quota 2')")
     deadline = time.monotonic() + 60  # the supervisor reads the quota again every 0.25 s; this only ends a hang
