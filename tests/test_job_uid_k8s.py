@@ -11,7 +11,11 @@ pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installe
 from test_k8s_backend import NS, backend, cluster, make_backend, spec  # noqa: E402,F401  (their fixtures)
 from test_k8s_leftovers6 import _ttl_delete  # noqa: E402
 
+from dtrain.backends.kubernetes.fake_wire import rfc3339  # noqa: E402
 from dtrain.backends.kubernetes.objects import ANN_JOB_UID  # noqa: E402
+from dtrain.spec import parse_pvc  # noqa: E402
+
+SNAPSHOTS = ("snapshot.storage.k8s.io", "volumesnapshots")
 
 
 def test_a_snapshot_records_its_jobs_uid_and_a_later_job_of_the_name_marks_it(backend, cluster):
@@ -30,3 +34,47 @@ def test_a_snapshot_records_its_jobs_uid_and_a_later_job_of_the_name_marks_it(ba
     backend.create_snapshot("data", name="data-second", job="train")
     marked = {s.name: s.earlier_run for s in backend.list_snapshots(job="train")}
     assert marked == {"data-first": True, "data-second": False}
+
+
+def _watcher_script(cluster) -> str:
+    [container] = cluster.get("batch", "jobs", NS, "train-snap")["spec"]["template"]["spec"]["containers"]
+    return " ".join(container["command"])
+
+
+def _run_to_success(backend, cluster) -> tuple[str, str]:
+    """Submit train with --snapshot-on-success data, let it succeed: (its uid, its snapshot as `get` says)."""
+    backend.submit(spec(name="train", snapshot_on_success="data", volumes=(parse_pvc("data:/mnt"),)))
+    uid = backend.get("train").uid
+    cluster.transition(NS, "train", "Succeeded")
+    return uid, backend.get("train").snapshot
+
+
+def test_a_job_submitted_again_under_its_name_takes_its_own_success_snapshot(backend, cluster):
+    """The success snapshot was `<job>-success` for every run of a name: after a purge or the TTL and
+    a submit again, the new run found the earlier run's, took none (the 409 ignored) and said it had."""
+    backend.create_volume("data", size="1Gi")
+    first_uid, first = _run_to_success(backend, cluster)
+    assert first == "train-success" and first_uid in _watcher_script(cluster)  # the watcher records the uid
+    _ttl_delete(cluster, "train")
+
+    second_uid, second = _run_to_success(backend, cluster)
+    assert second == f"train-success-{second_uid[:8]}"
+    watcher = _watcher_script(cluster)  # the watcher takes the same one, whichever acts first
+    assert f'"name": "{second}"' in watcher and second_uid in watcher
+    taken = {s["metadata"]["name"]: s["metadata"]["annotations"][ANN_JOB_UID] for s in cluster.items(*SNAPSHOTS)}
+    assert taken == {"train-success": first_uid, second: second_uid}
+    marked = {s.name: s.earlier_run for s in backend.list_snapshots(job="train")}
+    assert marked == {"train-success": True, second: False}
+    assert backend.get("train").snapshot == second and len(cluster.items(*SNAPSHOTS)) == 2  # taken once
+
+
+def test_an_earlier_runs_success_snapshot_without_a_uid_is_told_apart_by_its_age(backend, cluster):
+    """A `<job>-success` an older watcher took records no job uid: older than the job, it is an earlier run's."""
+    backend.create_volume("data", size="1Gi")
+    _run_to_success(backend, cluster)
+    _ttl_delete(cluster, "train")
+    old = cluster.get(*SNAPSHOTS, NS, "train-success")["metadata"]
+    del old["annotations"][ANN_JOB_UID]
+    old["creationTimestamp"] = rfc3339(0.0)
+    uid, taken = _run_to_success(backend, cluster)
+    assert taken == f"train-success-{uid[:8]}"

@@ -183,6 +183,7 @@ def test_snapshot_on_success_of_an_existing_volume_records_its_size_and_class(ba
     manifest = json.loads("{" + script.split("\n{", 1)[1].split("\nEOF", 1)[0])
     annotations = manifest["metadata"]["annotations"]
     assert json.loads(annotations.pop("dtrain.io/spec"))["snapshot_on_success"] == "data"  # the job's spec too
+    assert annotations.pop("dtrain.io/job-uid") == cluster.find_job(NS, "train")["metadata"]["uid"]  # and its uid
     assert annotations == {"dtrain.io/source-size": "7Gi", "dtrain.io/source-storage-class": "fast"}
     cluster.transition(NS, "train", "Complete")
     assert backend.get("train").snapshot == "train-success"

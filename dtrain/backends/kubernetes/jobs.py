@@ -17,7 +17,7 @@ from dtrain.backends.base import DataSource, JobInfo, JobStatus, Listed, Notice
 from dtrain.errors import ConflictError, DtrainError, NotFoundError
 
 from .client import PVC, Forbidden, Missing, Unauthenticated
-from .objects import (JOB_RESOURCES, LABEL_JOB, LABEL_ROLE, ROLE_SNAPSHOTTER, VOLUME_SNAPSHOT, Resource,
+from .objects import (ANN_JOB_UID, JOB_RESOURCES, LABEL_JOB, LABEL_ROLE, ROLE_SNAPSHOTTER, VOLUME_SNAPSHOT, Resource,
                       job_selector, pod_reader_fix, success_snapshot_name)
 from .render import render_resume, render_suspend
 from .render_storage import render_success_snapshot
@@ -239,26 +239,57 @@ class JobVerbs:
         volume = info.spec.snapshot_volume
         if info.status is not JobStatus.SUCCEEDED or not volume:
             return info
-        name, namespace = success_snapshot_name(info.name), info.extra["namespace"]
+        namespace = info.extra["namespace"]
         # What goes wrong here is said in the job's message: `describe`, `list` and `wait` read a
         # job that did succeed, whatever this account may do with snapshots.
         try:
-            self.api.read(VOLUME_SNAPSHOT, namespace, name)
+            name, taken = self._success_snapshot(info, namespace)
         except Missing as err:
             if err.api_missing:
                 return replace(info, message=f"snapshot-on-success not taken: {err.no_api()}")
+            return replace(info, message=f"snapshot-on-success not checked: {err}")
+        except DtrainError as err:
+            return replace(info, message=f"snapshot-on-success not checked: {err}")
+        if not taken:
             try:
                 pvc = self._try_read(PVC, namespace, volume)
                 if pvc is None:
                     return replace(info, message=f"snapshot-on-success not taken: volume {volume!r} is gone")
-                self.api.create(render_success_snapshot(info.spec, self.config, pvc, job_uid=info.uid), VOLUME_SNAPSHOT)
+                self.api.create(render_success_snapshot(info.spec, self.config, pvc, job_uid=info.uid, name=name),
+                                VOLUME_SNAPSHOT)
             except ConflictError:
                 pass  # the in-cluster watcher took it first
             except DtrainError as failed:  # no RBAC to create snapshots, no answer: the next look retries
                 return replace(info, message=f"snapshot-on-success not taken yet: {failed}")
-        except DtrainError as err:
-            return replace(info, message=f"snapshot-on-success not checked: {err}")
         return replace(info, snapshot=name)
+
+    def _success_snapshot(self, info: JobInfo, namespace: str) -> tuple[str, bool]:
+        """This run's --snapshot-on-success snapshot name (success_snapshot_name) and whether it is
+        taken: `<job>-success`, unless an earlier run of the name left that one (its job-uid is
+        another's, or, where it records none, it is older than this job), then `<job>-success-<uid8>`.
+        A read that fails raises (Missing with api_missing where the cluster has no snapshot API)."""
+        def read(name: str) -> dict | None:
+            try:
+                return self.api.read(VOLUME_SNAPSHOT, namespace, name)
+            except Missing as err:
+                if err.api_missing:
+                    raise
+                return None
+
+        base = success_snapshot_name(info.name)
+        if not info.uid:  # which run a snapshot holds is unknown: the one name, as before uids
+            return base, read(base) is not None
+        own = success_snapshot_name(info.name, info.uid)
+        if read(own) is not None:
+            return own, True
+        snap = read(base)
+        if snap is None:
+            return base, False
+        meta = snap.get("metadata") or {}
+        recorded = (meta.get("annotations") or {}).get(ANN_JOB_UID)
+        earlier = recorded != info.uid if recorded else \
+            (parse_time(meta.get("creationTimestamp")) or 0.0) < int(info.created)
+        return (own, False) if earlier else (base, True)
 
     def _notebook_url(self, info: JobInfo) -> str:
         """Kubeflow serves a notebook behind its gateway, which authenticates the user itself."""

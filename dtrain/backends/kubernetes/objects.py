@@ -122,9 +122,11 @@ def job_selector(name: str | None = None) -> str:
     return f"{who},{LABEL_ROLE}={ROLE_WORKER}"
 
 
-def success_snapshot_name(job: str) -> str:
-    """The one snapshot `--snapshot-on-success` takes; fixed so the backend and the watcher agree."""
-    return f"{job}-success"
+def success_snapshot_name(job: str, uid: str | None = None) -> str:
+    """The one snapshot `--snapshot-on-success` takes, fixed so the backend and the watcher agree:
+    `<job>-success`, or, where an earlier run of that name left one (the job was deleted and submitted
+    again), `<job>-success-<uid>` with the first 8 characters of this run's metadata.uid."""
+    return f"{job}-success-{uid[:8]}" if uid else f"{job}-success"
 
 
 def watcher_name(job: str) -> str:

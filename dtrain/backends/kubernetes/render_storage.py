@@ -1,7 +1,8 @@
 """Pure rendering of namespaces, volumes (PVCs), snapshots (VolumeSnapshots) and the snapshot watcher.
 
 `--snapshot-on-success` on a cluster: two mechanisms that agree on one snapshot name
-(`<job>-success`), so whichever acts first wins and the other sees 409 AlreadyExists:
+(`<job>-success`, or `<job>-success-<uid8>` where an earlier run of the job's name left that one:
+success_snapshot_name), so whichever acts first wins and the other sees 409 AlreadyExists:
 
 1. the backend: whenever `get`/`list`/`wait` sees the job Succeeded, it creates the snapshot;
 2. a watcher Job `<job>-snap` in the job's namespace (config.snapshot_watcher, default on) that
@@ -144,20 +145,21 @@ def render_restore(snapshot: str, to: str, *, project: str, size: str, storage_c
 
 
 def render_success_snapshot(spec: JobSpec, config: KubernetesConfig, source: dict | None = None,
-                            job_uid: str | None = None) -> dict:
-    """The snapshot `--snapshot-on-success` takes of spec.snapshot_volume. Its source's size and
-    class are recorded (as `snapshot create` does) so that a restore knows them before the snapshot
-    is ready: from the job's own new volume, else from `source`, the existing PVC as read."""
-    volume = spec.snapshot_volume
+                            job_uid: str | None = None, name: str | None = None) -> dict:
+    """The snapshot `--snapshot-on-success` takes of spec.snapshot_volume (`name`: success_snapshot_name's
+    for this run, `<job>-success` if not given). Its source's size and class are recorded (as
+    `snapshot create` does) so that a restore knows them before the snapshot is ready: from the job's
+    own new volume, else from `source`, the existing PVC as read."""
+    volume, name = spec.snapshot_volume, name or success_snapshot_name(spec.name)
     size = storage_class = None
     if source is not None:
         pvc = source.get("spec") or {}
         size = ((pvc.get("resources") or {}).get("requests") or {}).get("storage")
         storage_class = pvc.get("storageClassName")
-    for name, v in spec.new_volumes():
-        if name == volume:
+    for new, v in spec.new_volumes():
+        if new == volume:
             size, storage_class = v.size, v.storage_class
-    return render_snapshot(success_snapshot_name(spec.name), volume, project=spec.project, config=config,
+    return render_snapshot(name, volume, project=spec.project, config=config,
                            job=spec.name, source_size=size, source_class=storage_class, job_spec=spec,
                            job_uid=job_uid)
 
@@ -201,14 +203,16 @@ EOF
 
 
 def render_snapshot_watcher(spec: JobSpec, config: KubernetesConfig, resource: Resource,
-                            source: dict | None = None) -> dict:
+                            source: dict | None = None, job_uid: str | None = None,
+                            snapshot_name: str | None = None) -> dict:
     """A small Job that snapshots spec.snapshot_volume once the training job succeeds.
 
-    The backend adds an ownerReference to the training job after creating it, so deleting the
-    job deletes its watcher (a dry-run rendering has none).
+    The backend renders it again after creating the training job, with that job's uid (recorded on
+    the snapshot) and the snapshot's name for this run (success_snapshot_name), and adds an
+    ownerReference to the job, so deleting the job deletes its watcher (a dry-run rendering has none).
     """
     namespace = config.namespace_of(spec.project)
-    snapshot = render_success_snapshot(spec, config, source)
+    snapshot = render_success_snapshot(spec, config, source, job_uid=job_uid, name=snapshot_name)
     words = {"@KIND@": resource.full_name, "@JOB@": spec.name, "@NS@": namespace, "@OK@": resource.success,
              "@PATH@": '{range .status.conditions[?(@.status=="True")]}{.type}{" "}{end}',
              "@POLL@": str(WATCH_POLL_SECONDS), "@SNAP@": snapshot["metadata"]["name"],

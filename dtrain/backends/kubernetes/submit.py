@@ -16,9 +16,10 @@ from dtrain.spec import JobSpec, VolumeMount
 from .client import (CRD, NAMESPACE, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT, Forbidden,
                      Missing, Unanswered, Unauthenticated)
 from .jobs import JOB_ORDER
-from .objects import LABEL_JOB, LABEL_ROLE, ROLE_SNAPSHOTTER, TRAIN_JOB, VOLUME_SNAPSHOT, Resource, job_writer_fix
+from .objects import (LABEL_JOB, LABEL_ROLE, ROLE_SNAPSHOTTER, TRAIN_JOB, VOLUME_SNAPSHOT, Resource, job_writer_fix,
+                      success_snapshot_name)
 from .render import render_job, resource_for
-from .render_storage import render_namespace
+from .render_storage import render_namespace, render_snapshot_watcher
 from .status import job_info
 
 if TYPE_CHECKING:
@@ -110,6 +111,8 @@ class SubmitVerbs:
                     self._create_shared(obj)
                     continue
                 if job is not None:  # the MPI master Service and the snapshot watcher go with the job
+                    if (obj["metadata"].get("labels") or {}).get(LABEL_ROLE) == ROLE_SNAPSHOTTER:
+                        obj = self._watcher_for(spec, resource, source, job)
                     obj = _owned_by(obj, job)
                 made = self._create(obj)
                 created.append((_BY_KIND[obj["kind"]], made))
@@ -128,6 +131,19 @@ class SubmitVerbs:
             raise
         assert job is not None
         return job_info(resource.kind, job, [])
+
+    def _watcher_for(self, spec: JobSpec, resource: Resource, source: dict | None, job: dict) -> dict:
+        """The snapshot watcher of the job just created: it records the job's uid on the snapshot, and
+        names it `<job>-success-<uid8>` where an earlier run of the name left `<job>-success` (a job
+        deleted and submitted again), as the backend's own look does (success_snapshot_name)."""
+        uid = job["metadata"].get("uid")
+        name = success_snapshot_name(spec.name)
+        try:
+            if uid and self.api.read(VOLUME_SNAPSHOT, self.config.namespace_of(spec.project), name):
+                name = success_snapshot_name(spec.name, uid)
+        except DtrainError:
+            pass  # none, or unreadable: the one name, and the backend's look tells runs apart
+        return render_snapshot_watcher(spec, self.config, resource, source, job_uid=uid, snapshot_name=name)
 
     def _watcher_refused(self, spec: JobSpec, obj: dict, err: DtrainError) -> DtrainError:
         """RBAC's refusal of --snapshot-on-success's watcher (a batch Job beside an MPIJob, PyTorchJob or
