@@ -25,6 +25,7 @@ import pytest
 import yaml
 
 import dtrain
+from test_audit14_portable import kube  # noqa: F401  (its fixture: config.yaml with the fake API server)
 
 
 def _closed_port() -> int:
@@ -32,19 +33,6 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.fixture
-def kube(home, tmp_path):
-    """config.yaml with Kubernetes settings (the shipped fake API server); the local backend the default."""
-    pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
-    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
-    server = FakeKubeServer(FakeCluster()).start()
-    server.write_kubeconfig(tmp_path / "kubeconfig")
-    (home / "config.yaml").write_text(yaml.safe_dump({"kubernetes": {"kubeconfig": str(tmp_path / "kubeconfig"),
-                                                                     "image": "img:1"}}))
-    yield server
-    server.close()
 
 
 @pytest.mark.slow

@@ -11,11 +11,11 @@ import sys
 
 import pytest
 from conftest import Dtrain, fill, tmpfs, usage_line
+from test_storage_left import _FillsOnSweep
 
 from dtrain import db
 from dtrain.backends.base import FreedInfo
 from dtrain.cli.storage import _freed
-from dtrain.storage.engine import Engine
 from dtrain.storage.volumes import Storage
 
 _LOGS = "import sys; sys.stdout.write('x' * 3_000_000 + '\\n')"  # 3 MB of log to free
@@ -58,16 +58,6 @@ def test_a_purge_a_small_full_disk_refuses_names_the_logs_to_delete_first(tmp_pa
         shutil.rmtree(logs)
         dt("delete", "j1", "--purge")
         assert dt.json("list", "jobs", "--show-deleted") == []
-
-
-class _FillsOnSweep(Engine):
-    """An engine whose sweep meets a full disk once `full` is set (index.db's write refused)."""
-    full = False
-
-    def sweep(self, live_ids, *, force=False):
-        if self.full:
-            raise sqlite3.OperationalError("database or disk is full")
-        return super().sweep(live_ids, force=force)
 
 
 def _pack_bytes(home) -> int:
