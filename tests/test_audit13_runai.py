@@ -55,7 +55,7 @@ def test_runai_pod_flag_names_the_rank(dt, verb, tail):
     --pod-running-timeout 'train-1': use seconds"); logs said only "unrecognized"."""
     dt("submit", "train", "--", "true")
     proc = dt(verb, "train", "--pod", "train-1", *tail, check=False)
-    assert_usage_error(proc, "--pod is Run:AI's: a job's processes are its ranks here: --rank R",
+    assert_usage_error(proc, f"--pod is Run:AI's: a job's processes are its ranks here: dtrain {verb} train --rank R",
                        "'train-1' is no pod of job 'train'")
     assert "pod-running-timeout" not in proc.stderr
 
