@@ -3,10 +3,11 @@ job inherits, and what mpirun is told to pass on."""
 
 from __future__ import annotations
 
-import pytest
 import json
 import sys
 from pathlib import Path
+
+import pytest
 
 from dtrain.backends.local import launch
 from dtrain.backends.local.cgroups import outside_rank

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-import pytest
 import time
+
+import pytest
 
 from conftest import Dtrain
 

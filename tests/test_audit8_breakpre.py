@@ -3,8 +3,9 @@ exits 0 after writing its checkpoint on SIGTERM, a job preempted in its restart 
 
 from __future__ import annotations
 
-import pytest
 import time
+
+import pytest
 
 from dtrain.backends.local import scheduler
 from dtrain.backends.local.store import JobStore

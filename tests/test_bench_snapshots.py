@@ -1,11 +1,12 @@
 """The snapshot benchmark script runs end to end on a small volume and reports paired ratios."""
 
-import pytest
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 

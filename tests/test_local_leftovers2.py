@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-import pytest
 import json
 import os
 import signal
 import time
 from pathlib import Path
+
+import pytest
 
 from conftest import Dtrain, assert_usage_error, rank_record
 from dtrain.backends.local.ranks import parse_ident, supervisor_token

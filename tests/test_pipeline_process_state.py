@@ -9,12 +9,13 @@ or an SDK user runs pipelines in a process that lives on.
 
 from __future__ import annotations
 
-import pytest
 import builtins
 import io
 import logging
 import textwrap
 from pathlib import Path
+
+import pytest
 
 from kfp.local import logging_utils
 

@@ -8,13 +8,14 @@ rerun resumed past the end). Here rank 0's signal comes exactly there, determini
 
 from __future__ import annotations
 
-import pytest
 import json
 import os
 import socket
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from conftest import REPO
 
