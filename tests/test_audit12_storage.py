@@ -67,8 +67,8 @@ def test_a_volume_in_use_names_the_delete_of_each_job_with_its_project(dt, tmp_p
     both = "`dtrain delete v -p team-b`, `dtrain delete r`"
     assert f"stop them ({both}), or delete with --force" in usage_line(
         dt("volume", "delete", "data", "-p", "team-b", check=False))
-    assert f"stop them first ({both})" in usage_line(dt("snapshot", "restore", "s1", "--in-place", "-p", "team-b",
-                                                        check=False))
+    assert f"or stop them ({both})" in usage_line(dt("snapshot", "restore", "s1", "--in-place", "-p", "team-b",
+                                                     check=False))
     (tmp_path / "fast").mkdir()
     (tmp_path / "fast" / "keep").write_text("a disk that is there")
     dt("config", "storage-class", "fast", str(tmp_path / "fast" / "volumes"))
