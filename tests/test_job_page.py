@@ -193,13 +193,13 @@ def test_the_reads_that_run_often_do_not_walk_the_history(home):
     times the work)."""
     store = JobStore(home / "state.db")
 
-    def work(read) -> int:  # SQLite virtual-machine instructions, in tens: deterministic
-        ticks = []
-        store.conn.set_progress_handler(lambda: ticks.append(1) and 0, 10)
+    def work(read) -> int:  # SQLite virtual-machine instructions, each counted: deterministic (counted in
+        ticks = []          # tens, a read of 45 gave 3 or 6 ticks by where the counter stood before it)
+        store.conn.set_progress_handler(lambda: ticks.append(1) and 0, 1)
         try:
             read()
         finally:
-            store.conn.set_progress_handler(None, 10)
+            store.conn.set_progress_handler(None, 1)
         return len(ticks)
 
     reads = {"may run": lambda: store.jobs_in(UNFINISHED),
