@@ -87,7 +87,6 @@ def test_names_are_the_sdk_names_and_values_json():
     assert (hps["batch-size"], hps["lr"]) == ("16", "0.05")
     assert req["Environment"] == {"DTRAIN_JOB_NAME": "cifar", "DTRAIN_PROJECT": "default", "A": "1"}
     assert req["OutputDataConfig"]["S3OutputPath"] == "s3://my-bucket/dtrain"
-    assert render.model_uri(cfg(), "cifar") == "s3://my-bucket/dtrain/cifar/output/model.tar.gz"
     assert req["CheckpointConfig"] == {"S3Uri": "s3://my-bucket/dtrain/cifar/checkpoints",
                                        "LocalPath": "/opt/ml/checkpoints"}
     mpi = render.training_job_request(spec(processes=4, launcher="mpi", sm=dict(instance_count=2)), cfg())

@@ -327,8 +327,3 @@ def training_job_request(spec: JobSpec, cfg: SageMakerConfig) -> dict:
     if spec.max_restarts:
         req["RetryStrategy"] = {"MaximumRetryAttempts": spec.max_restarts}
     return req
-
-
-def model_uri(cfg: SageMakerConfig, job: str) -> str:
-    """Where SageMaker puts /opt/ml/model: S3OutputPath/JOB/output/model.tar.gz."""
-    return s3_uri(cfg, job, "output", "model.tar.gz")
