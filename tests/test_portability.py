@@ -131,38 +131,43 @@ def test_sagemaker_not_configured_names_the_sdk_argument_and_the_json_field(home
     assert "not configured" not in local.text
 
 
-@pytest.mark.slow
-def test_list_all_shows_a_job_sent_to_kubernetes_without_kubernetes_settings(dt, home, tmp_path, monkeypatch):
-    """No `kubernetes:` in config.yaml (the default kubeconfig, $KUBECONFIG): the home's state.db remembers
-    where `submit --backend` sent jobs, so a new process lists them; a backend that lists none is forgotten."""
+@pytest.fixture
+def kubeconfig_only(dt, tmp_path, monkeypatch):
+    """The shipped fake API server behind the default kubeconfig ($KUBECONFIG, here and in `dt`'s commands),
+    with no `kubernetes:` settings in config.yaml."""
     pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
     from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
-    from dtrain.remotes import SentTo
-    cluster = FakeCluster()
-    server = FakeKubeServer(cluster).start()
-    try:
-        server.write_kubeconfig(tmp_path / "kubeconfig")
-        monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
-        dt.env["KUBECONFIG"] = str(tmp_path / "kubeconfig")
-        job = dtrain.JobSpec(name="cifar", command=["python", "train.py"], backend="kubernetes", image="img:1")
-        dtrain.Client(home=home).submit(job)  # this client, and what it remembers, end here
-        assert not (home / "config.yaml").exists() or "kubernetes" not in (home / "config.yaml").read_text()
-        proc = dt("list", "-A")
-        assert [(r.split()[0], r.split()[6]) for r in proc.stdout.splitlines()[1:]] == [("cifar", "kubernetes")]
-        assert proc.stderr == ""
-        assert [(j.name, j.backend) for j in dtrain.Client(home=home).list()] == [("cifar", "kubernetes")]
+    server = FakeKubeServer(FakeCluster()).start()
+    server.write_kubeconfig(tmp_path / "kubeconfig")
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
+    dt.env["KUBECONFIG"] = str(tmp_path / "kubeconfig")
+    yield server
+    server.close()
 
-        missed = dt("delete", "nope", "--purge", check=False)  # a bare name found nowhere: the hint names where to look
-        assert "dtrain --backend kubernetes list" in missed.stderr
-        assert "cifar" in dt("describe", "cifar").stdout  # a bare name: the one sent_to backend that has it
-        dt("delete", "cifar", "--purge")
-        cluster.finish_deletions()
-        assert dtrain.Client(home=home).list() == [] and SentTo(home).read() == []  # forgotten: not walked
-        cluster.requests.clear()
-        dt("list", "-A")
-        assert cluster.requests == []
-    finally:
-        server.close()
+
+@pytest.mark.slow
+def test_list_all_shows_a_job_sent_to_kubernetes_without_kubernetes_settings(dt, home, kubeconfig_only):
+    """No `kubernetes:` in config.yaml (the default kubeconfig, $KUBECONFIG): the home's state.db remembers
+    where `submit --backend` sent jobs, so a new process lists them; a backend that lists none is forgotten."""
+    from dtrain.remotes import SentTo
+    cluster = kubeconfig_only.cluster
+    job = dtrain.JobSpec(name="cifar", command=["python", "train.py"], backend="kubernetes", image="img:1")
+    dtrain.Client(home=home).submit(job)  # this client, and what it remembers, end here
+    assert not (home / "config.yaml").exists() or "kubernetes" not in (home / "config.yaml").read_text()
+    proc = dt("list", "-A")
+    assert [(r.split()[0], r.split()[6]) for r in proc.stdout.splitlines()[1:]] == [("cifar", "kubernetes")]
+    assert proc.stderr == ""
+    assert [(j.name, j.backend) for j in dtrain.Client(home=home).list()] == [("cifar", "kubernetes")]
+
+    missed = dt("delete", "nope", "--purge", check=False)  # a bare name found nowhere: the hint names where to look
+    assert "dtrain --backend kubernetes list" in missed.stderr
+    assert "cifar" in dt("describe", "cifar").stdout  # a bare name: the one sent_to backend that has it
+    dt("delete", "cifar", "--purge")
+    cluster.finish_deletions()
+    assert dtrain.Client(home=home).list() == [] and SentTo(home).read() == []  # forgotten: not walked
+    cluster.requests.clear()
+    dt("list", "-A")
+    assert cluster.requests == []
 
 
 def test_an_old_home_without_the_sent_to_table_lists_and_records(home):
@@ -229,32 +234,23 @@ def test_remote_reads_are_kept_for_the_ttl_and_an_error_is_logged_once_then_on_c
 
 
 @pytest.mark.slow
-def test_a_bare_name_reaches_the_job_sent_to_kubernetes_and_a_local_one_first(dt, home, tmp_path, monkeypatch):
+def test_a_bare_name_reaches_the_job_sent_to_kubernetes_and_a_local_one_first(dt, home, kubeconfig_only):
     """describe/logs/wait/delete NAME in a new process, of a job sent with --backend kubernetes (no
     `kubernetes:` settings): the one recorded backend that has it is used; a local job of that name first."""
-    pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
-    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
-    cluster = FakeCluster()
-    server = FakeKubeServer(cluster).start()
-    try:
-        server.write_kubeconfig(tmp_path / "kubeconfig")
-        monkeypatch.setenv("KUBECONFIG", str(tmp_path / "kubeconfig"))
-        dt.env["KUBECONFIG"] = str(tmp_path / "kubeconfig")
-        for name in ("cifar", "both"):
-            dtrain.Client(home=home).submit(dtrain.JobSpec(name=name, command=["python", "train.py"],
-                                                          backend="kubernetes", image="img:1"))
-        described = dt("describe", "cifar")
-        assert "kubernetes" in described.stdout and described.stderr == ""
-        assert dt("logs", "cifar", check=False).returncode == 0
-        waited = dt("wait", "cifar", "--timeout", "0.1", check=False)
-        assert "no job named" not in waited.stderr and "dtrain --backend kubernetes describe job cifar" in waited.stderr
-        dt("submit", "both", "--", "python", "-c", "pass")  # the local backend's job of that name
-        dt("wait", "both")
-        assert "Succeeded" in dt("describe", "both").stdout  # the local one, not the cluster's (Pending there)
-        dt("delete", "cifar")
-        assert cluster.requests and any(r[0] == "DELETE" and "cifar" in r[1] for r in cluster.requests)
-    finally:
-        server.close()
+    cluster = kubeconfig_only.cluster
+    for name in ("cifar", "both"):
+        dtrain.Client(home=home).submit(dtrain.JobSpec(name=name, command=["python", "train.py"],
+                                                      backend="kubernetes", image="img:1"))
+    described = dt("describe", "cifar")
+    assert "kubernetes" in described.stdout and described.stderr == ""
+    assert dt("logs", "cifar", check=False).returncode == 0
+    waited = dt("wait", "cifar", "--timeout", "0.1", check=False)
+    assert "no job named" not in waited.stderr and "dtrain --backend kubernetes describe job cifar" in waited.stderr
+    dt("submit", "both", "--", "python", "-c", "pass")  # the local backend's job of that name
+    dt("wait", "both")
+    assert "Succeeded" in dt("describe", "both").stdout  # the local one, not the cluster's (Pending there)
+    dt("delete", "cifar")
+    assert cluster.requests and any(r[0] == "DELETE" and "cifar" in r[1] for r in cluster.requests)
 
 
 def test_a_bare_name_on_several_sent_to_backends_is_refused_naming_each(home):
