@@ -194,10 +194,11 @@ class Supervisor:
         """'the disk holding HOME is full (60 KiB free): free space there (df -h HOME), e.g. ...' while it
         is, naming what to delete; else None."""
         full = disk_full(self.home)
-        if full is None:
-            return None
-        advice = full_disk_advice(self.home, lambda job: self.cmd(f"delete {job} --purge"))
-        return f"{full}: {advice}, then submit the job again"
+        return None if full is None else f"{full}: {self._room_advice()}"
+
+    def _room_advice(self) -> str:
+        """'free space there (df -h HOME); the largest job logs ..., then submit the job again'."""
+        return f"{full_disk_advice(self.home, lambda job: self.cmd(f'delete {job} --purge'))}, then submit the job again"
 
     def _full_disk(self) -> str:
         """'; ' + _room_fix() while the home disk is full; else ''."""
@@ -224,9 +225,7 @@ class Supervisor:
         full"): the job fails saying so where that can still be recorded; else one line in supervisor.log,
         and the next command's `lost` names the full disk (LocalBackend._reconcile)."""
         why = f"{err.strerror} ({err.filename})" if isinstance(err, OSError) and err.filename else str(err)
-        full = self._full_disk() or (f"; the disk holding {self.home} refused it: "
-                                     f"{full_disk_advice(self.home, lambda job: self.cmd(f'delete {job} --purge'))}, "
-                                     f"then submit the job again")
+        full = self._full_disk() or f"; the disk holding {self.home} refused it: {self._room_advice()}"
         message = f"the supervisor could not write what it needs: {why}{full}{own_causes(self.job_dir)}"
         try:
             self._recorded(lambda: self.store.set_status(self.name, "Failed", message), what=f"job {self.name}'s end")
