@@ -260,7 +260,8 @@ def room_to_free(home: Path):
     disk has less than RESERVE_BYTES free, the reserve is given up first, so that the databases open
     and the delete commits (else the way out of a full disk is refused for want of the room it would
     make); it is made again after, where the disk then has room for it (`keep_reserve`). A crash in
-    between leaves the reserve missing until the next storage command makes it again."""
+    between leaves the reserve missing until the next storage command makes it again. Yields whether
+    the reserve was given up (a message measuring the free space then says so)."""
     path = Path(home) / RESERVE
     given_up = False
     try:
@@ -271,7 +272,7 @@ def room_to_free(home: Path):
     except OSError:
         pass
     try:
-        yield
+        yield given_up
     finally:
         if given_up:
             keep_reserve(home)

@@ -343,8 +343,8 @@ class LocalBackend(Backend):
         leftovers of the lost one."""
         if row["status"] not in ACTIVE:
             return row
-        from dtrain.backends.local.ranks import (disk_full, full_disk_advice, kill_ranks, own_causes, parse_ident,
-                                                 supervisor_token)
+        from dtrain.backends.local.ranks import (disk_full, full_disk_advice, full_disk_signs, kill_ranks, own_causes,
+                                                 parse_ident, supervisor_token)
         from dtrain.procs import Ident
 
         sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
@@ -356,6 +356,9 @@ class LocalBackend(Backend):
             return row
         elif full := disk_full(self.home):  # it died writing there (fail_for_room could record nothing)
             reason = f"its supervisor (pid {sup.pid}) is gone: most likely a write it needed failed, as {full}"
+        elif signs := full_disk_signs(self.home / "jobs" / row["name"]):  # freed since: what it left says so
+            reason = (f"its supervisor (pid {sup.pid}) is gone: most likely a write it needed failed on the home "
+                      f"disk, full then ({signs})")
         else:
             reason = f"its supervisor (pid {sup.pid}) is gone: killed, or the machine restarted"
         name = row["name"]

@@ -150,6 +150,18 @@ def _write_json(path: Path, data: dict) -> None:
             os.close(fd)
 
 
+def _unrecorded(what: str, state: Path, err: OSError, job_dir: Path, project: str | None) -> None:
+    """One line in launcher.log (our stderr, on that same full disk: said where it still fits) for a rank
+    record the disk refused: the record, the home disk's free space and what to delete there."""
+    from dtrain.backends.local.ranks import disk_full, room_advice
+
+    home = job_dir.parent.parent
+    full = disk_full(home) or f"the disk holding {home} refused it"
+    with contextlib.suppress(OSError):
+        print(f"dtrain: {what}: its record {state} could not be written: {err.strerror}; {full}: "
+              f"{room_advice(home, project)}", file=sys.stderr, flush=True)
+
+
 def _start(command: list[str], env: dict[str, str], cgroup: RankCgroup | None) -> subprocess.Popen:
     def child() -> None:
         _pdeathsig(signal.SIGKILL)  # after setsid (start_new_session): the command dies with rankrun
@@ -260,7 +272,12 @@ def main(argv: list[str] | None = None) -> int:
     cgroup = _cgroup(env, rank)
     if cgroup is not None:  # recorded before anything runs in it, so that a stop finds it
         record["cgroup"] = {"mode": cgroup.mode, "paths": [[c, str(p)] for c, p in cgroup.paths]}
-        _write_json(state, record)
+        try:
+            _write_json(state, record)
+        except OSError as err:  # a full disk: the command never starts, the supervisor fails the job
+            cgroup.remove()
+            _unrecorded(f"rank {rank} was not started", state, err, job_dir, env.get("DTRAIN_PROJECT"))
+            return 1
     if held:  # stopped before anything ran: nothing to start
         if cgroup is not None:
             cgroup.remove()
@@ -285,9 +302,7 @@ def main(argv: list[str] | None = None) -> int:
         proc.wait()
         if cgroup is not None:
             cgroup.remove(wait_s=LEFTOVER_GRACE_S)
-        with contextlib.suppress(OSError):  # its output goes to launcher.log, on that same full disk
-            print(f"dtrain: rank {rank} was stopped: its record {state} could not be written: {err.strerror}; "
-                  f"free space on that disk (df -h {job_dir}) and submit the job again", file=sys.stderr, flush=True)
+        _unrecorded(f"rank {rank} was stopped", state, err, job_dir, env.get("DTRAIN_PROJECT"))
         return 1
     if held:
         forward(held[0], None)

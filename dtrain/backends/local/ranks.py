@@ -8,6 +8,7 @@ would otherwise import on every start.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -172,9 +173,11 @@ def describe_exit(rec: dict, fix: str | None = None) -> str:
 FULL_BELOW = 1 << 20  # less free than this (the home's reserve, db.RESERVE_BYTES) reads as a full disk
 
 
-def disk_full(folder: Path) -> str | None:
+def disk_full(folder: Path, given_up: int = 0) -> str | None:
     """'the disk holding FOLDER is full (60 KiB free)' (or has no free inodes) where a write there most
-    likely failed for want of room; None on a disk with room, or one that cannot be asked."""
+    likely failed for want of room; None on a disk with room, or one that cannot be asked. `given_up`:
+    the bytes of the home's reserve (db.room_to_free) given up to record this, counted in what is free
+    now and said so: the figure is what `df` shows once the record is written."""
     try:
         fs = os.statvfs(folder)
     except OSError:
@@ -182,8 +185,9 @@ def disk_full(folder: Path) -> str | None:
     if fs.f_files and fs.f_favail == 0:
         return f"the disk holding {folder} has no free inodes"
     free = fs.f_bavail * fs.f_frsize
-    if fs.f_blocks and free < FULL_BELOW:
-        return f"the disk holding {folder} is full ({free // 1024} KiB free)"
+    if fs.f_blocks and free < FULL_BELOW + given_up:
+        reserve = f", the {given_up // 1024} KiB reserve dtrain gave up to record this included" if given_up else ""
+        return f"the disk holding {folder} is full ({free // 1024} KiB free{reserve})"
     return None
 
 
@@ -213,6 +217,56 @@ def full_disk_advice(home: Path, purge_cmd) -> str:
             f"(rm -r {home / 'jobs' / largest[0] / 'logs'}, or '{purge_cmd(largest[0])}' once it has ended)"
             if largest else "")
     return f"free space there (df -h {home}){them}"
+
+
+def local_command(home: Path, words: str, project: str | None) -> str:
+    """`dtrain WORDS` for a job of `project` in `home`, as the Client's hints word it: with -p and --backend
+    where config.yaml sends the default project elsewhere (read when said: the user may have changed it
+    since the job started); plain where config.yaml cannot be read. (dtrain.config is imported here
+    only: a rank's wrapper needs it on a full disk alone.)"""
+    from dtrain.config import UserConfig
+    from dtrain.errors import DtrainError
+
+    try:
+        config = UserConfig.load(home, apart=False)
+    except DtrainError:
+        return f"dtrain {words}"
+    return config.command_for(words, backend="local", project=project)
+
+
+def room_advice(home: Path, project: str | None) -> str:
+    """'free space there (df -h HOME); the largest job logs ..., then submit the job again': what a job
+    that failed on a full home disk says to do."""
+    purge = full_disk_advice(home, lambda job: local_command(home, f"delete {job} --purge", project))
+    return f"{purge}, then submit the job again"
+
+
+_NO_ROOM = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT), "database or disk is full", "has no free inodes")
+_TAIL_BYTES = 8192  # of supervisor.log and launcher.log: a lost supervisor's last words are at their end
+
+
+def full_disk_signs(job_dir: Path) -> str | None:
+    """What the job's own files tell of a write refused for want of room, from the end of supervisor.log
+    (the supervisor's last words) and launcher.log (a rank's record refused), or a rank stopped because
+    its log was refused: 'supervisor.log says: ...'; None where nothing does."""
+    for name in ("supervisor.log", "launcher.log"):
+        f = open_regular(job_dir / name)
+        if f is None:
+            continue
+        with f:
+            try:
+                f.seek(max(0, os.fstat(f.fileno()).st_size - _TAIL_BYTES))
+                lines = f.read(_TAIL_BYTES).decode("utf-8", "replace").splitlines()
+            except OSError:
+                continue
+        last = [i for i, line in enumerate(lines) if line.startswith("--- attempt ")][-1:]  # launcher.log's
+        lines = lines[last[0]:] if last else lines  # last attempt's: an earlier one's full disk was survived
+        said = next((line.strip() for line in reversed(lines) if any(w in line for w in _NO_ROOM)), None)
+        if said:
+            return f"{name} says: {said if len(said) <= 300 else said[:297] + '...'}"
+    if any(r.get("log_error") for r in rank_records(job_dir)):
+        return "its ranks' logs were refused too"
+    return None
 
 
 def own_causes(job_dir: Path) -> str:

@@ -37,12 +37,10 @@ from dtrain.backends.local.cgroups import leave_rank_cgroups
 from dtrain.backends.local.devices import inventory
 from dtrain.procs import Ident, signal_session
 from dtrain.replace import replace_file
-from dtrain.backends.local.ranks import (GRACE_S, LogRefused, describe_exit, disk_full, failing_rank, full_disk_advice,
-                                         kill_ranks, open_log, own_causes, rank_records, record_log_starts,
-                                         supervisor_token)
+from dtrain.backends.local.ranks import (GRACE_S, LogRefused, describe_exit, disk_full, failing_rank, kill_ranks,
+                                         local_command, open_log, own_causes, rank_records, record_log_starts,
+                                         room_advice, supervisor_token)
 from dtrain.backends.local.store import SNAPSHOTTING, JobStore
-from dtrain.config import UserConfig
-from dtrain.errors import DtrainError
 from dtrain.spec import JobSpec
 
 POLL_S = 0.25
@@ -86,16 +84,14 @@ class Supervisor:
         self.port_taken: int | None = None  # the port another program took before the notebook's Jupyter bound it
         self.preempted = False  # moved back to Pending by the scheduler, for an in-quota job
         self._timer: threading.Timer | None = None  # the SIGKILL after the grace period
+        self.unrestarted = 0  # restarts left when a failure was not restarted: the disk was full (_hopeless)
+        self.reserve_given = False  # the home's reserve was given up to record how the job ended (_recorded)
 
     def cmd(self, words: str) -> str:
         """`dtrain WORDS` as a message this job's record keeps names it, as the Client's hints do: with
         -p and --backend where config.yaml sends the default project elsewhere (read when said: the
         user may have changed it since the job started); plain where config.yaml cannot be read."""
-        try:
-            config = UserConfig.load(self.home, apart=False)
-        except DtrainError:
-            return f"dtrain {words}"
-        return config.command_for(words, backend="local", project=self.spec.project)
+        return local_command(self.home, words, self.spec.project)
 
     @property
     def storage(self):
@@ -149,7 +145,10 @@ class Supervisor:
                 self.store.add_event(self.name, "Running", f"another program took port {self.port_taken} before "
                                      f"Jupyter listened on it; starting Jupyter again on a new port")
                 continue
-            if code == 0 or self.stopping or attempt >= self.spec.max_restarts or self._hopeless():
+            if code == 0 or self.stopping or attempt >= self.spec.max_restarts:
+                break
+            if self._hopeless():  # its message says why its restarts were not tried (_failure_message)
+                self.unrestarted = self.spec.max_restarts - attempt
                 break
             if not self.store.set_status(self.name, "Running", f"attempt {attempt} failed: "
                                          f"{self._failure_message(code)}; restarting every rank in "
@@ -193,12 +192,12 @@ class Supervisor:
     def _room_fix(self) -> str | None:
         """'the disk holding HOME is full (60 KiB free): free space there (df -h HOME), e.g. ...' while it
         is, naming what to delete; else None."""
-        full = disk_full(self.home)
+        full = disk_full(self.home, given_up=db.RESERVE_BYTES if self.reserve_given else 0)
         return None if full is None else f"{full}: {self._room_advice()}"
 
     def _room_advice(self) -> str:
         """'free space there (df -h HOME); the largest job logs ..., then submit the job again'."""
-        return f"{full_disk_advice(self.home, lambda job: self.cmd(f'delete {job} --purge'))}, then submit the job again"
+        return room_advice(self.home, self.spec.project)
 
     def _full_disk(self) -> str:
         """'; ' + _room_fix() while the home disk is full; else ''."""
@@ -209,7 +208,8 @@ class Supervisor:
         """`write()` of a record the job cannot do without (how it ended): retried while another process
         holds the database locked (written_when_unlocked), and once more on a full disk with the home's
         reserve given up (db.room_to_free, as a delete does), so that the job ends saying why instead of
-        reading "lost" at the next command."""
+        reading "lost" at the next command. A `write` that words the disk's free space measures it when
+        called (`_room_fix`): after the reserve is given up, the figure says that room is in it."""
         def once():
             return written_when_unlocked(write, what=what, give_up_s=FINAL_WRITE_S, stopping=lambda: self.stopping)
         try:
@@ -217,7 +217,8 @@ class Supervisor:
         except Exception as err:
             if not db.no_room(err):
                 raise
-        with db.room_to_free(self.home):
+        with db.room_to_free(self.home) as given_up:
+            self.reserve_given = self.reserve_given or given_up
             return once()
 
     def fail_for_room(self, err: BaseException) -> int:
@@ -225,13 +226,15 @@ class Supervisor:
         full"): the job fails saying so where that can still be recorded; else one line in supervisor.log,
         and the next command's `lost` names the full disk (LocalBackend._reconcile)."""
         why = f"{err.strerror} ({err.filename})" if isinstance(err, OSError) and err.filename else str(err)
-        full = self._full_disk() or f"; the disk holding {self.home} refused it: {self._room_advice()}"
-        message = f"the supervisor could not write what it needs: {why}{full}{own_causes(self.job_dir)}"
+
+        def message() -> str:  # when written: its free space is measured after the reserve is given up
+            full = self._full_disk() or f"; the disk holding {self.home} refused it: {self._room_advice()}"
+            return f"the supervisor could not write what it needs: {why}{full}{own_causes(self.job_dir)}"
         try:
-            self._recorded(lambda: self.store.set_status(self.name, "Failed", message), what=f"job {self.name}'s end")
+            self._recorded(lambda: self.store.set_status(self.name, "Failed", message()), what=f"job {self.name}'s end")
         except Exception as again:  # noqa: BLE001 - nothing more can be recorded: the reader words it
             with contextlib.suppress(OSError):
-                print(f"supervisor of job {self.name}: {message} (not recorded: {again})", file=sys.stderr, flush=True)
+                print(f"supervisor of job {self.name}: {message()} (not recorded: {again})", file=sys.stderr, flush=True)
         return 1
 
     def _registered(self) -> bool:
@@ -421,16 +424,17 @@ class Supervisor:
         """Record how the job ended (taking its snapshot first where asked). The record is retried
         while another process holds the database past its busy timeout: given up, the job would
         read "lost" at the next command, without its exit code or snapshot."""
-        def set_status(*args, **kw):
-            return self._recorded(lambda: self.store.set_status(*args, **kw), what=f"job {self.name}'s end")
+        def set_status(name, status, message, **kw):  # a callable message: worded when written (_recorded)
+            return self._recorded(lambda: self.store.set_status(name, status, message() if callable(message)
+                                                                else message, **kw), what=f"job {self.name}'s end")
         if self.stopping:
             return  # dtrain delete already recorded Deleted
         if self.refused is not None:
-            set_status(self.name, "Failed", self.refused + self._full_disk(), exit_code=code)
+            set_status(self.name, "Failed", lambda: self.refused + self._full_disk(), exit_code=code)
             return
         if code != 0:
             first = failing_rank(rank_records(self.job_dir))
-            set_status(self.name, "Failed", self._failure_message(code, fix=self._room_fix()),
+            set_status(self.name, "Failed", lambda: self._failure_message(code, fix=self._room_fix()),
                        exit_code=first["exit_code"] if first else code)
             return
         volume = self.spec.snapshot_volume
@@ -476,6 +480,9 @@ class Supervisor:
         if fix is not None and first is not None and first.get("log_error") and self.port_taken is None:
             rank = first["rank"]
             return f"{describe_exit(first, fix)}; see '{self.cmd(f'logs {self.name} --rank {rank}')}'"
+        if fix and self.unrestarted:  # a failure of its own: the disk is why the restarts asked for were not tried
+            return (f"{self._why_failed(code)}; not restarted ({self.unrestarted} of --max-restarts "
+                    f"{self.spec.max_restarts} left), as a restart would meet the full disk: {fix}")
         return self._why_failed(code) + (f"; {fix}" if fix else "")
 
     def _why_failed(self, code: int) -> str:
