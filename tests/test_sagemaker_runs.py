@@ -3,15 +3,22 @@
 - `submit --output-path s3://OTHER/...` checked the configured bucket but not OTHER: SageMaker took the job,
   trained it and failed it as it uploaded the model. OTHER is now asked as the configured bucket is, at submit
   and in the dry run, and a missing one is one line naming the bucket and both fixes.
+- A job's uid was its TrainingJobArn, which SageMaker builds from the name alone: a name freed by
+  `delete --purge` and submitted again gave the new run the old run's uid. It is now the ARN with the
+  CreationTime, the same whether read from DescribeTrainingJob (datetimes) or remembered (unix seconds).
 """
 
 from __future__ import annotations
+
+from datetime import datetime, timedelta, timezone
 
 import pytest
 
 from test_sagemaker_backend import CFG, clients, code, moto_url, spec  # noqa: F401  (a moto server for this module)
 
 from dtrain.backends.sagemaker.backend import SageMakerBackend
+from dtrain.backends.sagemaker.facts import plain
+from dtrain.backends.sagemaker.status import job_info
 from dtrain.errors import SpecError
 
 
@@ -40,3 +47,39 @@ def test_an_output_path_in_a_bucket_that_exists_is_taken(clients, code):  # noqa
     be.submit(job)
     desc = clients.sagemaker.describe_training_job(TrainingJobName="out-bucket-ok")
     assert desc["OutputDataConfig"]["S3OutputPath"] == "s3://out-models/runs"
+
+
+# ---- a name purged and submitted again is a new uid --------------------------------------------------------
+
+ARN = "arn:aws:sagemaker:us-east-1:123456789012:training-job/again"
+
+
+def _desc(created: datetime) -> dict:
+    return {"TrainingJobName": "again", "TrainingJobArn": ARN, "TrainingJobStatus": "Completed",
+            "SecondaryStatus": "Completed", "CreationTime": created}
+
+
+def test_a_name_purged_and_submitted_again_has_a_new_uid_read_alike_from_aws_and_from_memory():
+    first = datetime(2026, 5, 1, 10, 0, 0, 123000, tzinfo=timezone.utc)
+    again = first + timedelta(milliseconds=1)  # the same ARN, a millisecond later
+    one, two = (job_info(_desc(t), spec("again")).uid for t in (first, again))
+    assert one != two and one.startswith(ARN + "@") and two.startswith(ARN + "@")
+    assert one == f"{ARN}@2026-05-01T10:00:00.123Z"
+    assert job_info(plain(_desc(first)), spec("again")).uid == one  # what `list` remembers reads the same uid
+
+
+@pytest.mark.slow  # two --local runs
+def test_a_local_job_purged_and_submitted_again_has_a_new_uid(home, tmp_path):
+    """The whole path through the --local contract: describe's CreationTime after DeleteTrainingJob."""
+    import dtrain
+    from dtrain.spec_sagemaker import SageMakerOptions
+    (tmp_path / "train.py").write_text("print('done')\n")
+    client = dtrain.Client(home=str(home), backend="sagemaker")
+    job = dtrain.JobSpec(name="again", command=("python", "train.py"), backend="sagemaker",
+                         sagemaker=SageMakerOptions(local=True, source_dir=str(tmp_path)))
+    first = client.submit(job)
+    assert client.wait("again", timeout=60).uid == first.uid
+    client.delete("again", purge=True)
+    second = client.submit(job)
+    assert second.uid != first.uid and client.get("again").uid == second.uid
+    client.wait("again", timeout=60)

@@ -127,7 +127,7 @@ class JobInfo:
     status: JobStatus
     backend: str
     created: float  # unix seconds
-    # unique per submit (a Kubernetes object's metadata.uid, a SageMaker TrainingJobArn): a name
+    # unique per submit (a Kubernetes object's metadata.uid, a SageMaker TrainingJobArn@CreationTime): a name
     # submitted again is a new job with a new uid; None where unknown (a local job of before uids)
     uid: str | None = None
     started: float | None = None

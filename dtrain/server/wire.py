@@ -278,8 +278,9 @@ class Job(BaseModel):
     project: str
     kind: str = Field(description="Train (one process), PyTorch (torchrun) or MPI")
     created: float
-    uid: str | None = Field(None, description="unique per submit (Kubernetes metadata.uid, SageMaker TrainingJobArn): "
-                                              "a name submitted again is a new job; null where unknown")
+    uid: str | None = Field(None, description="unique per submit (Kubernetes metadata.uid, SageMaker "
+                                              "TrainingJobArn@CreationTime): a name submitted again is a new job; "
+                                              "null where unknown")
     started: float | None
     finished: float | None
     node: str | None

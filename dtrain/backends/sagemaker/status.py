@@ -18,7 +18,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from dtrain.backends.base import Event, JobInfo, JobStatus, ProcessInfo
@@ -40,6 +40,17 @@ def seconds(value: Any) -> float | None:
     if isinstance(value, (int, float)):
         return float(value)
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
+
+
+def job_uid(desc: dict) -> str | None:
+    """JobInfo.uid of a training job: its TrainingJobArn, which is built from the name alone (a name freed by
+    `delete --purge` and submitted again has the same ARN), with its CreationTime in UTC, to the millisecond
+    SageMaker keeps, which tells the runs apart. Just the ARN where the answer lacks the time."""
+    arn, created = desc.get("TrainingJobArn"), seconds(desc.get("CreationTime"))
+    if arn is None or created is None:
+        return arn
+    when = datetime.fromtimestamp(round(created * 1000) / 1000, timezone.utc)
+    return f"{arn}@{when.isoformat(timespec='milliseconds').replace('+00:00', 'Z')}"
 
 
 def one_line(text: Any) -> str:
@@ -146,7 +157,7 @@ def job_info(desc: dict, spec: JobSpec, *, per_host: int = 1) -> JobInfo:
         extra["failure_reason"] = desc["FailureReason"]
     running = len(procs) if status == JobStatus.RUNNING else 0
     return JobInfo(name=desc["TrainingJobName"], spec=spec, status=status, backend="sagemaker",
-                   created=seconds(desc.get("CreationTime")) or 0.0, uid=desc.get("TrainingJobArn"), started=seconds(desc.get("TrainingStartTime")),
+                   created=seconds(desc.get("CreationTime")) or 0.0, uid=job_uid(desc), started=seconds(desc.get("TrainingStartTime")),
                    finished=seconds(desc.get("TrainingEndTime")), node=res.get("InstanceType"),
                    gpus_allocated=spec.gpus_requested if running else 0, processes_running=running,
                    processes_pending=len(procs) if status == JobStatus.PENDING else 0, processes=procs,
