@@ -149,6 +149,7 @@ def test_a_home_without_config_runs_the_sagemaker_branch_from_parameters_and_aws
         make("s3").put_object(Bucket="pod-bucket", Key="cifar10/cifar-10-batches-py/data_batch_1", Body=b"-")
         dt = Dtrain(home, env=aws)
         proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", *SHORT,
+                  "--param", "job_name=cifar10-hybrid",
                   "--param", "data_uri=s3://pod-bucket/cifar10", "--param", f"sagemaker_role_arn={ROLE}",
                   "--param", "sagemaker_bucket=pod-bucket", "--param", "sagemaker_instance_type=ml.c5.xlarge",
                   timeout=300, cwd=tmp_path)

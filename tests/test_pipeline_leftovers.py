@@ -41,7 +41,7 @@ def test_a_rerun_after_a_failed_run_is_refused_before_any_step(dt, home, capsys)
     """The train step refused the taken job name ~10 s in, after check-condition and cifar10-job ran."""
     dt("volume", "create", "cifar10", "--size", "1Gi")
     failed_job(dt, "cifar10-hybrid")
-    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10")
+    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "job_name=cifar10-hybrid")
     assert code == 2 and err.count("\n") == 1, err
     assert err == ("dtrain: error: pipeline 'hybrid-cifar10' would make job 'cifar10-hybrid' (Failed), which the "
                    "local backend already has: pass --param job_name=NEW, or remove it (dtrain delete cifar10-hybrid) and "
@@ -67,7 +67,8 @@ def test_a_rerun_after_deleting_the_job_never_resumes_the_earlier_runs_checkpoin
     for step in (9, 10):
         (models / "cifar10-hybrid" / f"ckpt-{step}.pt").write_bytes(b"x")
     (models / "other" / ".ckpt-3.pt.tmp").write_bytes(b"x")  # no complete checkpoint: nothing to resume
-    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "lr=0.01")
+    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "lr=0.01", "--param",
+                          "job_name=cifar10-hybrid")
     assert code == 2 and err == (
         "dtrain: error: pipeline 'hybrid-cifar10' would resume its job from the checkpoints an earlier run left in "
         "cifar10:/models/cifar10-hybrid (2, the newest ckpt-10.pt) and ignore this run's parameters: pass "

@@ -96,11 +96,11 @@ def test_a_bad_image_parameter_is_refused_before_any_step(dt, home, capsys, pipe
     assert not (home / "pipelines").exists()  # no step ran
 
 
-def test_an_empty_job_name_is_refused_in_the_pipelines_words(home, capsys):
+def test_a_bad_job_name_is_refused_in_the_pipelines_words(home, capsys):
     """It said 'the job has no name: use dtrain submit NAME [options] -- COMMAND', a command no
     pipeline user typed."""
-    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "job_name=")
-    assert code == 2 and err.startswith("dtrain: error: invalid job name '': use 1-53 lower-case letters"), err
+    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "job_name=-")
+    assert code == 2 and err.startswith("dtrain: error: invalid job name '-': use 1-53 lower-case letters"), err
     assert err.count("\n") == 1 and "submit" not in err
 
 
@@ -238,7 +238,8 @@ def test_sigterm_ends_a_run_as_ctrl_c_does(dt, home):
     dt("volume", "create", "cifar10", "--size", "1Gi")
     write_synthetic(Path(dt.json("volume", "describe", "cifar10")["extra"]["path"]), fmt="python", n_train=400,
                     n_test=10, seed=1)
-    proc = subprocess.Popen([DTRAIN, "pipeline", "run", "hybrid-cifar10", "--param", "epochs=500"],
+    proc = subprocess.Popen([DTRAIN, "pipeline", "run", "hybrid-cifar10", "--param", "epochs=500", "--param",
+                             "job_name=cifar10-hybrid"],
                             env={**dt.env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
     try:

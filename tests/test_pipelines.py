@@ -32,6 +32,7 @@ kfp = pytest.importorskip("kfp", reason="pipelines need the KFP SDK: pip install
 NS = "dtrain-default"
 IMAGE = "ghcr.io/example/cifar10:1"
 SHORT = ["--param", "max_steps=2", "--param", "batch_size=4", "--param", "epochs=1"]
+NAMED = ["--param", "job_name=cifar10-hybrid"]  # a name given (the default is a new one per run)
 
 
 def cli(home: Path, capsys, *args: str) -> tuple[int, str, str]:
@@ -359,7 +360,7 @@ def test_a_failed_job_raises_with_its_last_log_lines(dt, home):
 def test_a_failed_training_job_fails_its_pipeline_step(dt, tmp_path):
     dt("volume", "create", "cifar10", "--size", "1Gi")  # empty: the workload finds no batches
     decoy = Dtrain(tmp_path / "decoy")  # $DTRAIN_HOME says elsewhere: the steps must follow --home
-    proc = decoy("--home", str(dt.home), "pipeline", "run", "hybrid-cifar10", "--param", "processes=1", *SHORT,
+    proc = decoy("--home", str(dt.home), "pipeline", "run", "hybrid-cifar10", "--param", "processes=1", *SHORT, *NAMED,
                  check=False, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     last = proc.stderr.strip().splitlines()[-1]
@@ -377,7 +378,8 @@ def test_a_failed_training_job_fails_its_pipeline_step(dt, tmp_path):
 
 @pytest.mark.slow
 def test_hybrid_local_runs_a_real_two_process_job(dt, cifar_volume, tmp_path):
-    proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=local", *SHORT, timeout=400)
+    proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=local", *SHORT, *NAMED,
+              timeout=400)
     ir = compiled(dt.home, tmp_path, "hybrid-cifar10")
     local, skipped = branches(ir)["local"][0], {branches(ir)[r][0] for r in ("kubernetes", "sagemaker")}
     assert ran_tasks(dt.home, "hybrid-cifar10") == {"check-condition", "cifar10-job", local}
@@ -436,7 +438,7 @@ def test_hybrid_kubernetes_creates_a_valid_pytorchjob_and_follows_it(dt, tmp_pat
         operator = threading.Thread(target=_operator, args=(cluster, seen, done), daemon=True)
         operator.start()
         try:
-            proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=kubernetes", *SHORT,
+            proc = dt("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=kubernetes", *SHORT, *NAMED,
                       timeout=300)
         finally:
             done.set()
@@ -529,7 +531,7 @@ def test_hybrid_sagemaker_creates_a_training_job_on_a_moto_server(dt, tmp_path):
         sm = Dtrain(dt.home, env=aws)
         sm("config", "sagemaker", "--role", "arn:aws:iam::123456789012:role/sm", "--bucket", "dtrain-test",
            "--region", "us-east-1")
-        proc = sm("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", *SHORT,
+        proc = sm("pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker", *SHORT, *NAMED,
                   "--param", "data_uri=s3://dtrain-test/cifar10", timeout=300, cwd=tmp_path)
         desc = make("sagemaker").describe_training_job(TrainingJobName="cifar10-hybrid")
         tags = {t["Key"]: t["Value"] for t in make("sagemaker").list_tags(ResourceArn=desc["TrainingJobArn"])["Tags"]}

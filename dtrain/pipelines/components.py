@@ -31,13 +31,14 @@ def check_condition(training_runtime: str) -> str:
 @dsl.component(**_OPTS)
 def cifar10_job(training_runtime: str, job_name: str, processes: int, epochs: int, batch_size: int, lr: float,
                 backend: str, data_volume: str, max_steps: int, job_image: str,
-                data_uri: str = "") -> NamedTuple("Cifar10Job", [("spec", dict), ("model", str)]):
-    """The reference's CIFAR10 DDP job as a dtrain JobSpec for the chosen runtime."""
+                data_uri: str = "", run_id: str = "") -> NamedTuple("Cifar10Job", [("spec", dict), ("model", str)]):
+    """The reference's CIFAR10 DDP job as a dtrain JobSpec for the chosen runtime; an empty job_name is made
+    of `run_id` (dsl.PIPELINE_JOB_ID_PLACEHOLDER), a new name per run."""
     from dtrain.pipelines import steps
 
     return steps.cifar10_spec(runtime=training_runtime, job_name=job_name, processes=processes, epochs=epochs,
                               batch_size=batch_size, lr=lr, backend=backend, data_volume=data_volume,
-                              max_steps=max_steps, image=job_image, data_uri=data_uri)
+                              max_steps=max_steps, image=job_image, data_uri=data_uri, run_id=run_id)
 
 
 @dsl.component(**_OPTS)

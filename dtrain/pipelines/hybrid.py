@@ -16,6 +16,7 @@ from dtrain.pipelines import steps
 from dtrain.pipelines.components import DEFAULT_IMAGE, RUN, check_condition, cifar10_job, train
 
 NAME = "hybrid-cifar10"
+PLAN_RUN_ID = "plan"  # the run id the checks before a run stand in with (KFP makes the run's when it starts)
 
 
 def _step(task, image):
@@ -27,7 +28,7 @@ def _step(task, image):
                                      "SageMaker, picked by training_runtime")
 def hybrid_cifar10(training_runtime: str = "local", processes: int = 2, epochs: int = 1, batch_size: int = 16,
                    lr: float = 0.001, backend: str = "gloo", data_volume: str = "cifar10", max_steps: int = 0,
-                   job_name: str = "cifar10-hybrid", job_image: str = "", data_uri: str = "",
+                   job_name: str = "", job_image: str = "", data_uri: str = "",
                    sagemaker_role_arn: str = "", sagemaker_bucket: str = "", sagemaker_region: str = "",
                    sagemaker_instance_type: str = "", image: str = DEFAULT_IMAGE):
     """CIFAR10 DDP training where training_runtime says (the parameters as a KFP run form shows them).
@@ -41,7 +42,8 @@ def hybrid_cifar10(training_runtime: str = "local", processes: int = 2, epochs: 
         backend: the torch.distributed process-group backend, gloo or nccl (nccl: SageMaker GPU types only).
         data_volume: local/kubernetes: the volume holding the CIFAR10 batches, mounted at /mnt.
         max_steps: stop after this many steps (0: all epochs).
-        job_name: the dtrain job's name; a new name per run (a job checkpoints and resumes under its name).
+        job_name: the dtrain job's name (empty: cifar10-<the run's id>, a new one per run); a name given must be
+            new (a job checkpoints and resumes under its name).
         job_image: the training image on kubernetes/sagemaker (empty: the backend's configured image).
         data_uri: sagemaker only, required there: s3://BUCKET/PREFIX holding the CIFAR10 batches.
         sagemaker_role_arn: sagemaker only: the execution role ARN (empty: config.yaml's).
@@ -53,7 +55,8 @@ def hybrid_cifar10(training_runtime: str = "local", processes: int = 2, epochs: 
     runtime = _step(check_condition(training_runtime=training_runtime), image)
     job = _step(cifar10_job(training_runtime=runtime.output, job_name=job_name, processes=processes, epochs=epochs,
                             batch_size=batch_size, lr=lr, backend=backend, data_volume=data_volume,
-                            max_steps=max_steps, job_image=job_image, data_uri=data_uri), image)
+                            max_steps=max_steps, job_image=job_image, data_uri=data_uri,
+                            run_id=RUN["run_id"]), image)
     # a step pod has no config.yaml: the SageMaker branch gets its settings as inputs (empty: config.yaml's)
     sagemaker = {"sagemaker_role_arn": sagemaker_role_arn, "sagemaker_bucket": sagemaker_bucket,
                  "sagemaker_region": sagemaker_region, "sagemaker_instance_type": sagemaker_instance_type}
@@ -73,19 +76,28 @@ def check(params: dict) -> None:
         steps.check_sagemaker_gpu(params["backend"], params["sagemaker_instance_type"])
 
 
+def fill(params: dict) -> dict:
+    """An empty job_name as `dtrain pipeline run` makes it: cifar10-<8 random hex digits>, chosen before the run
+    so that its checks and an interruption name the job (on a KFP server the step makes it of the run's id)."""
+    return params if params["job_name"] else {**params, "job_name": steps.run_job_name("cifar10")}
+
+
 def plan(params: dict) -> steps.Plan:
     """The job the chosen branch submits, and the volume it mounts (SageMaker reads data_uri instead)."""
     runtime = params["training_runtime"]
     mounts = () if runtime == "sagemaker" else (steps.Named("volume", params["data_volume"], "data_volume"),)
-    # the job checkpoints into /mnt/models/<job_name>, and a new run must not resume an old one's
-    fresh = () if runtime == "sagemaker" else (
+    # the job checkpoints into /mnt/models/<job_name>, and a new run must not resume an old one's; an empty
+    # job_name is the run's own (made of its id in the step), not known here and new by construction
+    named = bool(params["job_name"])
+    fresh = () if runtime == "sagemaker" or not named else (
         steps.Fresh(params["data_volume"], f"models/{params['job_name']}", "job_name"),)
     sagemaker = _sagemaker(params) if runtime == "sagemaker" else None
     unread = [] if runtime == "sagemaker" else [k for k in ("data_uri", *steps.SM_PARAMS) if params[k]]
     notices = (f"--param {', '.join(unread)} {'is' if len(unread) == 1 else 'are'} read only with "
                f"training_runtime=sagemaker: this {runtime} run ignores {'it' if len(unread) == 1 else 'them'} "
                f"(its data is the volume data_volume={params['data_volume']!r})",) if unread else ()
-    return steps.Plan(backend=runtime, makes=(steps.Named("job", params["job_name"], "job_name"),), mounts=mounts,
+    makes = (steps.Named("job", params["job_name"], "job_name"),) if named else ()
+    return steps.Plan(backend=runtime, makes=makes, mounts=mounts,
                       jobs=(_job(params),), fresh=fresh, sagemaker=sagemaker, notices=notices)
 
 
@@ -100,5 +112,5 @@ def _job(params: dict) -> dict:
         runtime=params["training_runtime"], job_name=params["job_name"], processes=params["processes"],
         epochs=params["epochs"], batch_size=params["batch_size"], lr=params["lr"], backend=params["backend"],
         data_volume=params["data_volume"], max_steps=params["max_steps"], image=params["job_image"],
-        data_uri=params["data_uri"])
+        data_uri=params["data_uri"], run_id=PLAN_RUN_ID)
     return spec

@@ -78,6 +78,11 @@ def _check_prefix(prefix: str) -> None:
                         f"{', '.join(made.format(p='<prefix>') for made in _MADE)} after it)")
 
 
+def fill(params: dict) -> dict:
+    """The parameters as given: every name this pipeline makes comes from job_prefix."""
+    return params
+
+
 def plan(params: dict) -> steps.Plan:
     """The three jobs, the data job's new volume, the named snapshot and the candidate volume."""
     prefix = params["job_prefix"]

@@ -80,6 +80,9 @@ class Pipeline:
     func: Any  # the kfp GraphComponent
     check: Callable[[dict], None] | None = None  # parameter rules of a shipped pipeline
     plan: Callable[[dict], Any] | None = None  # a shipped pipeline's steps.Plan: the names a run takes
+    # a shipped pipeline's parameters with the names a run makes for itself filled in (hybrid's empty job_name),
+    # so that the checks before the run and an interruption's message know them
+    fill: Callable[[dict], dict] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,15 +119,15 @@ def load(name: str | None = None, *, module: str | None = None) -> Pipeline:
         raise SpecError("name one pipeline: a shipped one (see 'dtrain pipeline list') or --module path.py:function")
     import_kfp()
     if module:
-        func, check, plan = _from_file(module), None, None
+        func, check, plan, fill = _from_file(module), None, None, None
     elif name in SHIPPED:
         mod_name, attr = SHIPPED[name].split(":")
         mod = importlib.import_module(mod_name)
-        func, check, plan = getattr(mod, attr), mod.check, mod.plan
+        func, check, plan, fill = getattr(mod, attr), mod.check, mod.plan, mod.fill
     else:
         raise NotFoundError(f"no pipeline {shown(name)}: use one of {', '.join(SHIPPED)} (see 'dtrain pipeline list'), "
                             f"or --module path.py:function for your own")
-    return Pipeline(info=describe(func, name), func=func, check=check, plan=plan)
+    return Pipeline(info=describe(func, name), func=func, check=check, plan=plan, fill=fill)
 
 
 def _from_file(ref: str):
@@ -380,6 +383,7 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -
     from dtrain.client import Client
     from dtrain.pipelines import steps
 
+    params = pipeline.fill(params) if pipeline.fill is not None else params
     plan = pipeline.plan(params) if pipeline.plan is not None else None
     if plan is not None:
         for notice in plan.notices:  # a parameter given that this run does not read: said, not refused

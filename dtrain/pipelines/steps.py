@@ -163,17 +163,27 @@ def check_sagemaker_gpu(backend: str, instance_type: str) -> None:
                         f"nccl needs one per process: pick a GPU type (ml.g5.xlarge) or use --param backend=gloo")
 
 
+def run_job_name(prefix: str, run_id: str = "") -> str:
+    """PREFIX-ID, a job name of this pipeline run's own: ID is the run id's first 8 letters and digits
+    (KFP's PIPELINE_JOB_ID: a server's UUID, the local runner's 8 random digits), so that a pipeline run
+    again with its default parameters names a new job; 8 random hex digits where KFP filled in none."""
+    suffix = "" if "{{$" in run_id else re.sub(r"[^a-z0-9]", "", run_id.lower())[:8]
+    return f"{prefix}-{suffix or os.urandom(4).hex()}"
+
+
 def cifar10_spec(*, runtime: str, job_name: str, processes: int, epochs: int, batch_size: int, lr: float,
                  backend: str, data_volume: str, max_steps: int = 0, image: str = "",
-                 data_uri: str = "") -> tuple[dict, str]:
+                 data_uri: str = "", run_id: str = "") -> tuple[dict, str]:
     """The reference's CIFAR10 DDP job for one runtime: (JobSpec dict, where the model lands).
 
     Local and Kubernetes mount `data_volume` at /mnt (CIFAR10 batches at its top) and write the
     model to /mnt/models/<job>; SageMaker gets `data_uri` as its `training` channel, read from
     /opt/ml/input/data/training, and saves to its model folder (SM_MODEL_DIR, which the workload
-    reads by itself; SageMaker uploads it as model.tar.gz).
+    reads by itself; SageMaker uploads it as model.tar.gz). An empty `job_name`: cifar10-<run_id's>
+    (run_job_name), a new name per run.
     """
     check_runtime(runtime)
+    job_name = job_name or run_job_name("cifar10", run_id)
     check_name(job_name, "job")  # JobSpec's own word for an empty one is `dtrain submit NAME`, no pipeline's
     check_image(image, "job_image")
     if backend not in DIST_BACKENDS:

@@ -1,0 +1,49 @@
+"""A pipeline run again with its default parameters: hybrid-cifar10's job_name defaulted to the fixed
+'cifar10-hybrid', so the second run was refused (the name taken, its checkpoints there). The default is now
+empty: the cifar10-job step names the job cifar10-<the run's id> (KFP's PIPELINE_JOB_ID: a server's UUID,
+kfp.local's 8 random digits), and `dtrain pipeline run` picks cifar10-<8 random hex digits> before its checks.
+A job_name given is used as given, and a taken one still refused.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from test_pipelines import cifar_volume, compiled  # noqa: F401  (a fixture)
+
+from dtrain.pipelines import hybrid, steps
+
+
+def test_a_run_id_names_the_job_and_no_run_id_is_a_random_name():
+    assert steps.run_job_name("cifar10", "1b4e28ba-2fa1-11d2-883f-0016d3cca427") == "cifar10-1b4e28ba"
+    assert steps.run_job_name("cifar10", "58213907") == "cifar10-58213907"  # kfp.local's
+    unresolved = {steps.run_job_name("cifar10", "{{$.pipeline_job_uuid}}") for _ in range(3)}  # outside a run
+    assert len(unresolved) == 3 and all(len(n) == len("cifar10-") + 8 for n in unresolved)
+    spec, model = steps.cifar10_spec(runtime="local", job_name="", processes=1, epochs=1, batch_size=1, lr=0.1,
+                                     backend="gloo", data_volume="cifar10", run_id="58213907")
+    assert spec["name"] == "cifar10-58213907" and model == "cifar10:/models/cifar10-58213907/model.pth"
+
+
+def test_dtrain_pipeline_run_fills_a_new_name_per_run_and_keeps_a_given_one():
+    given = {"job_name": "mine", "training_runtime": "local"}
+    assert hybrid.fill(given) is given
+    one, two = (hybrid.fill({"job_name": ""})["job_name"] for _ in range(2))
+    assert one != two and one.startswith("cifar10-") and two.startswith("cifar10-")
+
+
+@pytest.mark.slow  # two real runs under kfp.local, and KFP's compiler
+def test_kfp_local_runs_the_pipeline_twice_with_its_defaults(dt, cifar_volume, tmp_path, monkeypatch):  # noqa: F811
+    from kfp import local
+
+    ir = compiled(dt.home, tmp_path, "hybrid-cifar10")
+    job_task = ir["root"]["dag"]["tasks"]["cifar10-job"]["inputs"]["parameters"]
+    assert job_task["run_id"] == {"runtimeValue": {"constant": "{{$.pipeline_job_uuid}}"}}
+    assert ir["root"]["inputDefinitions"]["parameters"]["job_name"]["defaultValue"] == ""
+
+    monkeypatch.setenv("DTRAIN_HOME", str(dt.home))
+    local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=str(tmp_path / "root"))
+    for _ in range(2):
+        hybrid.hybrid_cifar10(training_runtime="local", processes=1, max_steps=1, batch_size=4)
+    names = sorted(j["name"] for j in dt.json("list"))
+    assert len(names) == 2 and names[0] != names[1] and all(n.startswith("cifar10-") for n in names), names
+    assert [j["status"] for j in dt.json("list")] == ["Succeeded", "Succeeded"]
