@@ -57,12 +57,13 @@ class ServerProcess:
 class ThreadServer:
     """A uvicorn server for an app built in the test (e.g. with a token), in a background thread."""
 
-    def __init__(self, app):
+    def __init__(self, app, **config):
+        """`config`: more of uvicorn.Config's settings (root_path="/dtrain": behind a proxy's prefix)."""
         from dtrain.server.serve import bind
 
         self.sock = bind("127.0.0.1", 0)
         self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2, **config))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.sock]}, daemon=True)
         self.thread.start()
         deadline = time.monotonic() + 30

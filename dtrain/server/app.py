@@ -130,7 +130,8 @@ def _errors(app: FastAPI) -> None:
             return _refused(_unreadable(err.__cause__))
         detail, headers = str(err.detail), err.headers
         if err.status_code == 404 and detail == "Not Found":  # no route: Starlette's bare words
-            detail = f"no such path {request.url.path}: the API is under {API}/ (its paths: {API}/openapi.json)"
+            api = request.scope.get("root_path", "") + API  # behind a proxy's --root-path, the address a client uses
+            detail = f"no such path {request.url.path}: the API is under {api}/ (its paths: {api}/openapi.json)"
         if err.status_code == 405:
             detail, headers = _not_allowed(request, headers or {})
         return JSONResponse({"error": detail, "kind": "HTTPError"}, status_code=err.status_code, headers=headers)
@@ -139,7 +140,9 @@ def _errors(app: FastAPI) -> None:
 def _slash_in_name(scope) -> str | None:
     """The name rule's line for a path's {name} segment sent holding an encoded '/' (/jobs/a%2Fb), as
     `GET /jobs/Bad_` is answered; None where no path of the API has a name where that segment is."""
-    segments = [unquote_to_bytes(s).decode("utf-8", "replace") for s in scope["raw_path"].split(b"/")]
+    raw, root = scope["raw_path"], scope.get("root_path", "").encode()
+    raw = raw[len(root):] if root and raw.startswith(root + b"/") else raw  # uvicorn --root-path puts it in front
+    segments = [unquote_to_bytes(s).decode("utf-8", "replace") for s in raw.split(b"/")]
     for path in scope["app"].openapi()["paths"]:  # /api/v1/jobs/{name}/logs
         parts = path.split("/")
         if len(parts) != len(segments) or not all(p.startswith("{") or p == s for p, s in zip(parts, segments)):
@@ -152,6 +155,13 @@ def _slash_in_name(scope) -> str | None:
                 except errors.SpecError as refused:
                     return str(refused)
     return None
+
+
+def _route_path(request) -> str:
+    """The path the routes match: past the root path (a proxy's prefix, uvicorn's --root-path), which
+    the ASGI scope's path holds in front."""
+    path, root = request.url.path, request.scope.get("root_path", "")
+    return path[len(root):] if root and path.startswith(root + "/") else path
 
 
 def _refused(message: str) -> JSONResponse:
@@ -252,7 +262,7 @@ def _number_refusal(request, problem) -> str | None:
     loc = tuple(problem.get("loc", ()))
     if len(loc) != 2 or loc[0] != "body" or problem.get("type") in ("missing", "extra_forbidden"):
         return None
-    area = request.url.path.removeprefix(API + "/").split("/")[0]
+    area = _route_path(request).removeprefix(API + "/").split("/")[0]
     if request.method != "POST" or (area, loc[1]) not in _NUMBERS:
         return None
     value = problem.get("input")
@@ -366,7 +376,7 @@ def _is_json(content_type: str) -> bool:
 def _pattern_refusal(request, pattern: str | None, value, loc: list[str]) -> str:
     """The CLI's message for a value that a schema pattern refused: names.py's checks say why."""
     field = loc[-1] if loc else "value"
-    area = request.url.path.removeprefix(API + "/").split("/")[0]  # jobs, volumes, snapshots...
+    area = _route_path(request).removeprefix(API + "/").split("/")[0]  # jobs, volumes, snapshots...
     named = wire.NAMED.get(field, wire.NAMED.get(area, field))
     if loc == ["query", "to"]:  # a diff's ?to= names a snapshot (a restore body's "to" is the new volume)
         named = "snapshot"

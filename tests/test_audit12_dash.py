@@ -1,0 +1,59 @@
+"""Audit 12, the dashboard and the API: behind a proxy that passes its prefix as the root path (uvicorn
+--root-path), a name holding %2F answered the old 404 and a refused name was called 'name'; ..."""
+
+from __future__ import annotations
+
+import re
+
+import httpx
+import pytest
+
+import dtrain
+from dtrain.errors import SpecError
+from dtrain.names import check_name
+from server_util import ThreadServer
+
+pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+from dtrain.server.app import create_app  # noqa: E402
+
+
+# ---- fast: the API behind a root path ---------------------------------------------------------------------------
+@pytest.fixture
+def rooted(home):
+    """The API as uvicorn --root-path /dtrain serves it: the scope's path and raw_path hold the prefix in front."""
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600), root_path="/dtrain")
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+            yield http
+    finally:
+        server.stop()
+
+
+def _rule(name: str, what: str) -> str:
+    with pytest.raises(SpecError) as refused:
+        check_name(name, what)
+    return str(refused.value)
+
+
+def test_an_encoded_slash_behind_a_root_path_is_an_invalid_name(rooted):
+    """`/jobs/a%2Fb` under --root-path answered 404 "no such path /dtrain/api/v1/jobs/a/b" and `/jobs/a%2F` a 307,
+    as before the un-prefixed path was fixed: the raw path held the prefix, so no API path matched it."""
+    for path, name, what in (("/api/v1/jobs/a%2Fb", "a/b", "job"), ("/api/v1/jobs/a%2F", "a/", "job"),
+                             ("/api/v1/snapshots/a%2Fb/wait", "a/b", "snapshot")):
+        r = rooted.get(path, follow_redirects=False)
+        assert (r.status_code, r.json()["error"]) == (422, _rule(name, what)), (path, r.text)
+    assert rooted.get("/api/v1/jobs").json() == []  # the rest is routed as before
+
+
+def test_a_refused_name_behind_a_root_path_names_its_kind(rooted):
+    """'invalid name name' for a snapshot or a volume body: the kind was read from the path with the prefix in front."""
+    assert rooted.get("/api/v1/snapshots/Bad_/wait").json()["error"] == _rule("Bad_", "snapshot")
+    r = rooted.post("/api/v1/volumes", json={"name": "Bad_", "size": "1Gi"})
+    assert r.json()["error"] == _rule("Bad_", "volume")
+    r = rooted.post("/api/v1/projects", json={"name": "p", "gpu_quota": -1})
+    assert r.json()["error"].startswith("invalid --gpu-quota -1"), r.text
+
+
+def test_no_such_path_behind_a_root_path_names_the_api_under_it(rooted):
+    error = rooted.get("/nothere").json()["error"]
+    assert re.search(r"the API is under /dtrain/api/v1/ \(its paths: /dtrain/api/v1/openapi.json\)", error), error
