@@ -11,7 +11,8 @@ import pytest
 import dtrain
 from dtrain.errors import SpecError
 from dtrain.names import check_name
-from server_util import ThreadServer
+from dtrain.spec import JobSpec
+from server_util import ThreadServer, wait_until
 
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
 from dtrain.server.app import create_app  # noqa: E402
@@ -57,3 +58,45 @@ def test_a_refused_name_behind_a_root_path_names_its_kind(rooted):
 def test_no_such_path_behind_a_root_path_names_the_api_under_it(rooted):
     error = rooted.get("/nothere").json()["error"]
     assert re.search(r"the API is under /dtrain/api/v1/ \(its paths: /dtrain/api/v1/openapi.json\)", error), error
+
+
+# ---- in a browser ----------------------------------------------------------------------------------------------
+browser_tests = pytest.importorskip("test_dashboard_browser")
+text_of = browser_tests.text_of
+
+
+def in_browser(test):
+    """Marked as the browser tests are: slow, and skipped without chromium."""
+    for mark in browser_tests.pytestmark:
+        test = mark(test)
+    return test
+
+
+def finished(home, name: str, *command: str, statuses=("Succeeded",)) -> dtrain.Client:
+    client = dtrain.Client(home=home)
+    client.submit(JobSpec(name=name, command=command))
+    wait_until(lambda: client.get(name).status.value in statuses, what=f"job {name} to end")
+    return client
+
+
+@in_browser
+def test_one_very_long_log_line_wraps_in_the_pane_and_copies_as_one_line(home):
+    """A line of 6000 characters without a space (a progress bar, a base64 blob) made the pane scroll sideways:
+    pre-wrap breaks at spaces only. It wraps now, in monospace, and a copy of the pane holds it whole."""
+    line = "".join(f"{i:05d}" for i in range(1200))
+    finished(home, "blob", "python3", "-c", f"print('first'); print('{line}'); print('last')")
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+    try:
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/job/blob")
+            wait_until(lambda: "last" in text_of(browser, "#logs"), what="the log")
+            wide, shown, font = browser.execute_script(
+                "const l = document.getElementById('logs');"
+                "return [l.scrollWidth, l.clientWidth, getComputedStyle(l).fontFamily];")
+            assert wide <= shown and "monospace" in font, (wide, shown, font)
+            copied = browser.execute_script(
+                "const r = document.createRange(); r.selectNodeContents(document.getElementById('logs'));"
+                "const s = getSelection(); s.removeAllRanges(); s.addRange(r); return s.toString();")
+            assert copied.splitlines()[:3] == ["first", line, "last"], copied[:200]
+    finally:
+        server.stop()
