@@ -100,3 +100,33 @@ def test_one_very_long_log_line_wraps_in_the_pane_and_copies_as_one_line(home):
             assert copied.splitlines()[:3] == ["first", line, "last"], copied[:200]
     finally:
         server.stop()
+
+
+@in_browser
+def test_a_snapshot_of_a_purged_job_is_an_earlier_runs_not_the_new_jobs_of_its_name(home):
+    """A job purged and submitted again under its name: the Snapshots table linked the old run's snapshot to the
+    new job's page, and that page listed it as its own. Both say "(earlier run)" now, as `dtrain snapshot list`."""
+    client = dtrain.Client(home=home)
+    client.create_volume("data", size="1Gi")
+    client.submit(JobSpec(name="trainer", command=("true",), volumes=("data:/mnt",), snapshot_on_success="data"))
+    wait_until(lambda: client.get("trainer").status.value == "Succeeded", what="the first run")
+    [old] = client.list_snapshots()
+    client.delete("trainer", purge=True)
+    finished(home, "trainer", "true")
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+    # the cells of the row in TABLE whose first cell names the old snapshot, and whether it holds a link
+    row = ("const r = [...document.querySelectorAll(arguments[0] + ' tbody tr')]"
+           ".find(r => r.cells[0].innerText.startsWith(arguments[1]));"
+           "return r ? [[...r.cells].map(c => c.innerText), !!r.querySelector('a')] : null;")
+    try:
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/storage")
+            cells, linked = wait_until(lambda: browser.execute_script(row, "#snapshots-table", old.name),
+                                       what="the snapshots table")
+            assert (cells[2], linked) == ("trainer (earlier run)", False), cells
+            browser.get(server.url + "/#/job/trainer")
+            cells, _ = wait_until(lambda: browser.execute_script(row, "#job-snapshots", old.name),
+                                  what="the job's snapshots")
+            assert cells[0] == old.name + " (earlier run)", cells
+    finally:
+        server.stop()

@@ -417,8 +417,8 @@ function jobPage(main, name, project, note) {
     if (!following) { following = true; follow(name, "", project); }
     // Listed where the job is (its project's backend, when the page has its project): elsewhere it is unknown (404)
     const s = await api("/snapshots?job=" + encodeURIComponent(name) + (project ? "&project=" + encodeURIComponent(project) : ""));
-    redraw(snaps, s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {},
-      h("td", {}, x.name), h("td", {}, x.volume), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
+    redraw(snaps, s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {"data-snapshot": x.name},
+      h("td", {}, x.name, ...earlierRun(x)), h("td", {}, x.volume), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
       : h("p", {class: "muted"}, "none"));
     await drawCurves(curves, name, history, project);
     jobEnded = FINAL.has(j.status);
@@ -426,6 +426,11 @@ function jobPage(main, name, project, note) {
     return finalReads >= 2 ? STOP : undefined;
   }, REFRESH_MS * 2);
 }
+
+// A snapshot of a job purged since, whose name a later submit took: the CLI's "(earlier run)". No link: the job
+// page of that name is the later run's, and its Snapshots card listed this one as its own.
+const earlierRun = x => x.earlier_run ? [h("span", {class: "muted earlier", title: `taken by an earlier job named ${x.job}, `
+  + "purged since: the job of that name now is a later submit"}, " (earlier run)")] : [];
 
 // A finished job's Snapshot buttons: one per volume it mounted, its results kept as a snapshot linked to it (what
 // --snapshot-on-success does, taken after the fact, or after a failure); none on a read-only server.
@@ -722,8 +727,9 @@ function storagePage(main) {
       h("td", {class: "actions"}, readOnly() ? null : h("button", {class: "snapshot", title: `snapshot volume ${x.name}`,
         onclick: () => takeSnapshot(x.name, null, asked, taken)}, "Snapshot")))), {id: "volumes-table"},
       `No volumes yet: make one with 'dtrain volume create NAME --size 10Gi${p}'.`));
-    redraw(snaps, table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {},
-      h("td", {}, x.name), h("td", {}, x.volume || "-"), h("td", {}, x.job ? jobLink(x.job, snapshotJobProject(x, asked)) : "-"), h("td", {}, x.source_snapshot || "-"),
+    redraw(snaps, table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {"data-snapshot": x.name},
+      h("td", {}, x.name), h("td", {}, x.volume || "-"), h("td", {class: "job"}, !x.job ? "-" : x.earlier_run ? [x.job, ...earlierRun(x)]
+        : jobLink(x.job, snapshotJobProject(x, asked))), h("td", {}, x.source_snapshot || "-"),
       h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.extra.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"},
       `No snapshots yet: take one with 'dtrain snapshot create${p}', or submit a job with --snapshot-on-success.`));
     redraw(graph, g.nodes.length ? lineageGraph(g, asked) : h("p", {class: "muted"}, "no volumes or snapshots yet"),
