@@ -130,3 +130,29 @@ def test_a_snapshot_of_a_purged_job_is_an_earlier_runs_not_the_new_jobs_of_its_n
             assert cells[0] == old.name + " (earlier run)", cells
     finally:
         server.stop()
+
+
+HALFWAY = ("import json, os, time\n"
+           "with open(os.environ['DTRAIN_METRICS_FILE'], 'a') as f:\n"
+           "    for step in range(1, 21): f.write(json.dumps({'time': time.time(), 'step': step, 'loss': 2 / step}) + '\\n')\n"
+           "raise SystemExit('RuntimeError: CUDA out of memory at step 20')\n")
+
+
+@in_browser
+def test_a_failed_jobs_page_fits_a_phones_width(home):
+    """At 375px the job page scrolled sideways (a chart's 460px, a card's 420px basis) and the details' 260px label
+    column left each value a few pixels: 'Failed' read one letter a line. Labels stand above values now."""
+    finished(home, "halfway", "python3", "-c", HALFWAY, statuses=("Failed",))
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+    try:
+        with browser_tests.chrome() as browser:
+            browser.set_window_size(375, 800)
+            browser.get(server.url + "/#/job/halfway")
+            wait_until(lambda: browser.execute_script("return document.querySelector('svg.chart path.line')"),
+                       what="the loss curve")
+            wide, window, status = browser.execute_script(
+                "const d = document.documentElement, s = document.getElementById('job-status');"
+                "return [d.scrollWidth, d.clientWidth, s.getBoundingClientRect().width];")
+            assert wide <= window and status >= 200, (wide, window, status)
+    finally:
+        server.stop()
