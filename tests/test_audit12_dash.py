@@ -1,5 +1,7 @@
 """Audit 12, the dashboard and the API: behind a proxy that passes its prefix as the root path (uvicorn
---root-path), a name holding %2F answered the old 404 and a refused name was called 'name'; ..."""
+--root-path), a name holding %2F answered the old 404 and a refused name was called 'name'; one very long log
+line scrolled the log pane sideways; a purged job's snapshot was linked to the later job of its name; and a job's
+page did not fit a phone's width."""
 
 from __future__ import annotations
 
