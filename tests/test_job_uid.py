@@ -104,3 +104,51 @@ def test_the_lineage_draws_an_earlier_runs_snapshot_apart_from_the_job_now_so_na
              SnapshotInfo(name="new", backend="local", volume=None, created=100.5, job="t", job_uid="b")]
     edges = {(e.source, e.target) for e in lineage([job], [], snaps).edges if e.label == "results"}
     assert edges == {("job:t@old", "snapshot:old"), ("job:t", "snapshot:new")}
+
+
+def _succeeded_with_snapshot(home, name: str) -> tuple[JobStore, str]:
+    """Job `name` Succeeded with its snapshot `<name>-success` recorded (the supervisor's end), and its uid."""
+    store = JobStore(home / "state.db")
+    store.insert_job(_spec(name), cwd="/", node="n")
+    for status in ("Running", "Succeeded"):
+        store.set_status(name, status, "done", snapshot=f"{name}-success" if status == "Succeeded" else None)
+    return store, JobStore.uid(store.job(name))
+
+
+def test_describe_job_tells_its_snapshot_by_uid_not_by_name_and_time(home):
+    """`describe job`'s "(deleted)" matched the job's snapshot by name, job name and time: a snapshot
+    whose clock read before the job's (a clock stepped back) was said deleted while there, and another
+    run's of that name was taken for the job's. Where the uid is recorded, it decides."""
+    from dtrain.backends.local.backend import LocalBackend
+
+    store, uid = _succeeded_with_snapshot(home, "t")
+    storage = Storage(home)
+    try:
+        storage.create_volume("v", size="1Mi")
+        storage.create_snapshot("v", name="t-success", job="t", job_uid=uid)
+        storage.conn.execute("UPDATE snapshots SET created_ns = 0 WHERE name = 't-success'")  # before the job
+        storage.conn.commit()
+        backend = LocalBackend(home, storage=storage)
+        assert backend.get("t").extra["snapshot_deleted"] is False
+        storage.delete_snapshot("t-success")
+        storage.create_snapshot("v", name="t-success", job="t", job_uid="another-run")  # after the job, not its
+        assert backend.get("t").extra["snapshot_deleted"] is True
+    finally:
+        storage.close()
+
+
+def test_describe_job_keeps_the_time_rule_for_a_snapshot_without_a_uid(home):
+    from dtrain.backends.local.backend import LocalBackend
+
+    _succeeded_with_snapshot(home, "t")
+    storage = Storage(home)
+    try:
+        storage.create_volume("v", size="1Mi")
+        storage.create_snapshot("v", name="t-success", job="t")  # recorded no uid: as one taken before uids
+        backend = LocalBackend(home, storage=storage)
+        assert backend.get("t").extra["snapshot_deleted"] is False
+        storage.conn.execute("UPDATE snapshots SET created_ns = 0 WHERE name = 't-success'")  # before the job
+        storage.conn.commit()
+        assert backend.get("t").extra["snapshot_deleted"] is True
+    finally:
+        storage.close()

@@ -299,11 +299,17 @@ class Storage:
                                                     uids)}
         return there("volumes", volume_uids), there("snapshots", snapshot_uids)
 
-    def has_job_snapshot(self, name: str, job: str, since: float) -> bool:
-        """Whether the snapshot `name` that job `job` (created at unix time `since`) left is still
-        there: one of that name linked to that job and taken after it was made (a name may be reused)."""
-        return self.conn.execute("SELECT 1 FROM snapshots WHERE name = ? AND job = ? AND created_ns >= ?",
-                                 (name, job, int(since * 1e9) - 10**9)).fetchone() is not None
+    def has_job_snapshot(self, name: str, job: str, since: float, uid: str | None = None) -> bool:
+        """Whether the snapshot `name` that job `job` (created at unix time `since`, its uid `uid`) left
+        is still there: one of that name that recorded that job uid; one that recorded none (taken
+        before uids) is that job's when linked to its name and taken after it was made (a name may be
+        reused). Time alone told wrong within its 1 s slack, or where the clock stepped back."""
+        if not self._has_job_uid_column():  # a read-only home of before job uids: time only
+            return self.conn.execute("SELECT 1 FROM snapshots WHERE name = ? AND job = ? AND created_ns >= ?",
+                                     (name, job, int(since * 1e9) - 10**9)).fetchone() is not None
+        return self.conn.execute("SELECT 1 FROM snapshots WHERE name = ? AND job = ? AND (job_uid = ? OR "
+                                 "(job_uid IS NULL AND created_ns >= ?))",
+                                 (name, job, uid, int(since * 1e9) - 10**9)).fetchone() is not None
 
     # --- snapshots -------------------------------------------------------------------------
     def _require_folder(self, vol: Volume, doing: str, *, replaced: bool = False) -> None:

@@ -531,7 +531,7 @@ class LocalBackend(Backend):
                               "exit_code": row["exit_code"],
                               # its --snapshot-on-success snapshot was deleted since (`snapshot delete`)
                               "snapshot_deleted": bool(row["snapshot"]) and not self.storage.has_job_snapshot(
-                                  row["snapshot"], spec.name, row["created"])})
+                                  row["snapshot"], spec.name, row["created"], self.store.uid(row))})
 
     def _data_sources(self, recorded: list[dict]) -> tuple[DataSource, ...]:
         """The snapshots a job's volumes held when it started, as its supervisor recorded them, each
