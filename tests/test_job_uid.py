@@ -152,3 +152,24 @@ def test_describe_job_keeps_the_time_rule_for_a_snapshot_without_a_uid(home):
         assert backend.get("t").extra["snapshot_deleted"] is True
     finally:
         storage.close()
+
+
+def test_local_snapshot_list_and_describe_mark_an_earlier_run_without_job(home):
+    """Plain `snapshot list` and `snapshot describe` mark an earlier run's snapshot as `--job` does
+    (one rule, Backend._mark_earlier_runs; the local backend reads every uid in one query)."""
+    from dtrain.backends.local.backend import LocalBackend
+
+    store, first = _succeeded_with_snapshot(home, "t")
+    storage = Storage(home)
+    try:
+        storage.create_volume("v", size="1Mi")
+        storage.create_snapshot("v", name="old", job="t", job_uid=first)
+        store.set_status("t", "Deleted", "purged")
+        store.purge("t")
+        _, second = _succeeded_with_snapshot(home, "t")
+        storage.create_snapshot("v", name="new", job="t", job_uid=second)
+        backend = LocalBackend(home, storage=storage)
+        assert {s.name: s.earlier_run for s in backend.list_snapshots()} == {"old": True, "new": False}
+        assert backend.get_snapshot("old").earlier_run and not backend.get_snapshot("new").earlier_run
+    finally:
+        storage.close()

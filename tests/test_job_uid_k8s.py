@@ -36,6 +36,29 @@ def test_a_snapshot_records_its_jobs_uid_and_a_later_job_of_the_name_marks_it(ba
     assert marked == {"data-first": True, "data-second": False}
 
 
+def test_plain_snapshot_list_marks_an_earlier_run_reading_only_the_jobs_it_names(backend, cluster):
+    """`snapshot list --job train` marked the first run's snapshot; plain `snapshot list` (and
+    `snapshot describe`) did not. Each job a snapshot names is read once, and no other job."""
+    backend.create_volume("data", size="1Gi")
+    backend.submit(spec(name="train"))
+    backend.create_snapshot("data", name="data-first", job="train")
+    _ttl_delete(cluster, "train")
+    backend.submit(spec(name="train"))
+    backend.create_snapshot("data", name="data-second", job="train")
+    backend.submit(spec(name="other"))  # named by no snapshot: not read
+    backend.create_snapshot("data", name="data-plain")
+
+    cluster.requests.clear()
+    marked = {s.name: s.earlier_run for s in backend.list_snapshots()}
+    assert marked == {"data-first": True, "data-second": False, "data-plain": False}
+    reads = [path.split("?")[0] for method, path in cluster.requests if method == "GET"]
+    assert not [p for p in reads if p.endswith("/other")]
+    train = [p for p in reads if p.endswith("/train")]  # its object, looked for among the job kinds
+    assert train and len(train) == len(set(train)) and len(reads) == 1 + len(train)  # + the snapshots' list
+    assert backend.get_snapshot("data-first").earlier_run and not backend.get_snapshot("data-second").earlier_run
+
+
+
 def _watcher_script(cluster) -> str:
     [container] = cluster.get("batch", "jobs", NS, "train-snap")["spec"]["template"]["spec"]["containers"]
     return " ".join(container["command"])
@@ -78,3 +101,4 @@ def test_an_earlier_runs_success_snapshot_without_a_uid_is_told_apart_by_its_age
     old["creationTimestamp"] = rfc3339(0.0)
     uid, taken = _run_to_success(backend, cluster)
     assert taken == f"train-success-{uid[:8]}"
+

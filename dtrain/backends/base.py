@@ -795,25 +795,31 @@ class Backend(abc.ABC):
                 _existing(value, what)
         snaps = [s for s in self._list_snapshots()
                  if (volume is None or s.volume == volume) and (job is None or s.job == job)]
-        if job is not None and any(s.job_uid and not s.earlier_run for s in snaps):
-            snaps = self._mark_earlier_runs(job, snaps)
-        return sorted(snaps, key=lambda s: (s.created, s.name))
+        return sorted(self._mark_earlier_runs(snaps), key=lambda s: (s.created, s.name))
 
-    def _mark_earlier_runs(self, job: str, snaps: list[SnapshotInfo]) -> list[SnapshotInfo]:
-        """`snaps` of job name `job`, those an earlier job of that name left (their job_uid is not the
-        uid of the job now so named: it was purged and submitted again) marked `earlier_run`. Where
-        no job has the name now, or its uid is unknown, which run each holds is unknown: as they are."""
-        try:
-            current = self._get(job).uid
-        except NotFoundError:
-            return snaps
-        if current is None:
-            return snaps
-        return [dataclasses.replace(s, earlier_run=True) if s.job_uid and s.job_uid != current else s for s in snaps]
+    def _mark_earlier_runs(self, snaps: list[SnapshotInfo]) -> list[SnapshotInfo]:
+        """`snaps`, those an earlier job of their job's name left (their job_uid is not the uid of the
+        job now so named: it was purged and submitted again) marked `earlier_run`. Only the jobs the
+        snapshots name are read, each once (`_job_uids`), not every job. Where no job has the name now,
+        or its uid is unknown, or a snapshot recorded none, which run it holds is unknown: as it is."""
+        names = {s.job for s in snaps if s.job is not None and s.job_uid}
+        current = self._job_uids(names) if names else {}
+        return [dataclasses.replace(s, earlier_run=True) if current.get(s.job) not in (None, s.job_uid) else s
+                for s in snaps]
+
+    def _job_uids(self, names: set[str]) -> dict[str, str]:
+        """The uids of the jobs now named `names`, by name; a name no job has, or one whose uid is
+        unknown, is left out. Each read once with `_get`; a backend with a cheaper read overrides it."""
+        uids = {}
+        for name in names:
+            with contextlib.suppress(NotFoundError):
+                if (uid := self._get(name).uid) is not None:
+                    uids[name] = uid
+        return uids
 
     def get_snapshot(self, name: str) -> SnapshotInfo:
         with self._named("snapshot", name):
-            return self._get_snapshot(_existing(name, "snapshot"))
+            return self._mark_earlier_runs([self._get_snapshot(_existing(name, "snapshot"))])[0]
 
     def restore_snapshot(self, name: str, *, to: str | None = None, in_place: bool = False,
                          storage_class: str | None = None, progress: Progress | None = None) -> VolumeInfo:

@@ -8,6 +8,7 @@ that would show the rest. A mixin of KubernetesBackend.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from dataclasses import replace
 from datetime import datetime, timezone
@@ -113,6 +114,16 @@ class JobVerbs:
     def _get(self, name: str) -> JobInfo:
         resource, obj = self._find(name)
         return self._data_sources(self._snapshot_on_success(self._job_info(resource, obj, name)))
+
+    def _job_uids(self, names: set[str]) -> dict[str, str]:
+        """Each job's object read once, its metadata.uid (`_get` would read its pods and PVCs too).
+        A job this account may not read is left out, as one not there: its snapshots are listed as they are."""
+        uids = {}
+        for name in names:
+            with contextlib.suppress(NotFoundError, Forbidden):
+                if uid := self._find(name)[1]["metadata"].get("uid"):
+                    uids[name] = uid
+        return uids
 
     def _data_sources(self, info: JobInfo) -> JobInfo:
         """The job's PVCs made from a VolumeSnapshot (`spec.dataSource`, fixed for the PVC's life),

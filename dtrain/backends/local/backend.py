@@ -979,13 +979,13 @@ class LocalBackend(Backend):
         return writers
 
     def _list_snapshots(self):
-        snaps = self.storage.list_snapshots()
-        uids = self.store.uids() if any(s.job_uid for s in snaps) else {}
-        return [self._snapshot(s, uids) for s in snaps]
+        return [self._snapshot(s) for s in self.storage.list_snapshots()]
 
     def _get_snapshot(self, name):
-        snap = self.storage.get_snapshot(name)
-        return self._snapshot(snap, self.store.uids() if snap.job_uid else {})
+        return self._snapshot(self.storage.get_snapshot(name))
+
+    def _job_uids(self, names):
+        return {name: uid for name, uid in self.store.uids().items() if name in names}  # one query for all
 
     def _restore_snapshot(self, name, *, to, in_place, storage_class, progress):
         users = ()
@@ -1025,13 +1025,10 @@ class LocalBackend(Backend):
                           extra={"path": str(v.path), "uid": v.uid, "head_snapshot": v.head_snapshot,
                                  "snapshots": v.snapshots})
 
-    def _snapshot(self, s: Snapshot, uids: dict[str, str] | None = None) -> SnapshotInfo:
-        """`uids`: the jobs' uids by name (JobStore.uids): a snapshot whose job's name now has another
-        uid holds an earlier run's results (a job purged, then submitted again). One without a uid
-        (taken before uids were recorded) is unknown: shown as before."""
-        current = (uids or {}).get(s.job) if s.job is not None else None
+    def _snapshot(self, s: Snapshot) -> SnapshotInfo:
+        """The record of `s`; the base class marks an earlier run's (Backend._mark_earlier_runs)."""
         return SnapshotInfo(name=s.name, backend=self.name, volume=s.volume, created=s.created, job=s.job,
-                            job_uid=s.job_uid, earlier_run=None not in (s.job_uid, current) and s.job_uid != current,
+                            job_uid=s.job_uid,
                             job_spec=s.job_spec, source_snapshot=s.source_snapshot, files=s.files, bytes=s.bytes,
                             volume_size=s.volume_size, storage_class=s.storage_class,
                             extra={"id": s.id, "volume_uid": s.volume_uid, "added_bytes": s.added_bytes,
