@@ -79,12 +79,18 @@ def test_a_dry_run_that_passes_creates_nothing_and_prints_what_submit_creates(ba
     made = {(o["kind"], o["metadata"]["name"]): o for o in objects}
     watcher = cluster.get("batch", "jobs", NS, watcher_name("train"))
     # the watcher records the volume's size and class, as submit's does; submit's also records the job's
-    # uid on the snapshot (dtrain.io/job-uid), which no dry run can know: the job is made by submit
+    # uid on the snapshot (dtrain.io/job-uid), which no dry run can know: the job is made by submit, and
+    # the dry run's watcher reads it from the job's object (test_job_uid_k8s runs that script)
     uid = cluster.get("batch", "jobs", NS, "train")["metadata"]["uid"]
-    sent = json.dumps(watcher["spec"])
-    with_uid = r',\n   \"dtrain.io/job-uid\": \"' + uid + r'\"'
-    assert sent.count(with_uid) == 1
-    assert json.dumps(made[("Job", watcher_name("train"))]["spec"]) == sent.replace(with_uid, "")
+    sent, dry = (json.dumps(w["spec"]).split("done\\n", 1) for w in (watcher, made[("Job", watcher_name("train"))]))
+    assert dry[0] == sent[0]  # the same wait for the job's success
+    assert json.dumps(made[("Job", watcher_name("train"))]["spec"]).split("done\\n", 1)[1].split('"], ')[1] == \
+        json.dumps(watcher["spec"]).split("done\\n", 1)[1].split('"], ')[1]  # the same past its command
+    assert sent[1].count(f'\\"dtrain.io/job-uid\\": \\"{uid}\\"') == 1
+    assert '\\"dtrain.io/job-uid\\": \\"@JOB_UID@\\"' in dry[1] and "jsonpath={.metadata.uid}" in dry[1]
+    # what the dry run prints says which name the real run's snapshot takes
+    assert "train-success, or train-success-<the first 8 characters of the job's uid> where an earlier run of " \
+           "train left train-success" in dry[1]
 
 
 def test_a_dry_run_without_rbac_for_volumes_names_what_it_did_not_check(backend, cluster, caplog):

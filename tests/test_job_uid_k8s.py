@@ -102,3 +102,78 @@ def test_an_earlier_runs_success_snapshot_without_a_uid_is_told_apart_by_its_age
     uid, taken = _run_to_success(backend, cluster)
     assert taken == f"train-success-{uid[:8]}"
 
+
+# A kubectl for the watcher's script that asks the fake API server: the few calls the script makes
+_KUBECTL = '''#!{python}
+import json, sys, urllib.request
+args, url = sys.argv[1:], "{url}"
+paths = {{"jobs.batch": "/apis/batch/v1", "volumesnapshot": "/apis/snapshot.storage.k8s.io/v1"}}
+plural = {{"jobs.batch": "jobs", "volumesnapshot": "volumesnapshots"}}
+if args[0] == "create":
+    body = sys.stdin.read()
+    ns = json.loads(body)["metadata"]["namespace"]
+    req = urllib.request.Request(url + paths["volumesnapshot"] + "/namespaces/" + ns + "/volumesnapshots",
+                                 data=body.encode(), headers={{"Content-Type": "application/json"}})
+    urllib.request.urlopen(req)
+    sys.exit(0)
+kind, name, ns, path = args[1], args[2], args[args.index("-n") + 1], args[args.index("-o") + 1]
+try:
+    obj = json.load(urllib.request.urlopen(url + paths[kind] + "/namespaces/" + ns + "/" + plural[kind] + "/" + name))
+except urllib.error.HTTPError:
+    sys.exit("Error from server (NotFound): " + name + " not found")
+if "conditions" in path:
+    print(" ".join(c["type"] for c in obj.get("status", {{}}).get("conditions", []) if c["status"] == "True"), "")
+elif "metadata.uid" in path:
+    print(obj["metadata"]["uid"], end="")
+else:
+    print(obj["metadata"].get("annotations", {{}}).get("dtrain.io/job-uid", ""), end="")
+'''
+
+
+def _dry_run_submit(backend) -> str:
+    """`submit --dry-run`'s manifests applied by hand: the job made, its watcher's script (as the
+    container gets it) returned, rendered before the job existed."""
+    watcher = next(o for o in backend.render(_watched()) if o["metadata"]["name"] == "train-snap")
+    backend.submit(_watched())
+    return watcher["spec"]["template"]["spec"]["containers"][0]["command"][2].replace("$$", "$")
+
+
+def _run_watcher(script: str, backend, tmp_path) -> None:
+    """The watcher's script run once the job succeeded, with a kubectl that asks the fake API server."""
+    import os
+    import subprocess
+    import sys
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    kubectl = bin_dir / "kubectl"
+    kubectl.write_text(_KUBECTL.format(python=sys.executable, url=backend.api.api_client.configuration.host))
+    kubectl.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    result = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def _watched():
+    return spec(name="train", snapshot_on_success="data", volumes=(parse_pvc("data:/mnt"),))
+
+
+@pytest.mark.slow
+def test_a_dry_runs_watcher_records_the_jobs_uid_read_from_its_object(backend, cluster, tmp_path):
+    """A watcher rendered before its job existed (a dry run's) took the snapshot without the job's
+    uid, and `<job>-success` though an earlier run of the name had left that one: it reads the uid
+    from the job's object and names the snapshot as submit's watcher would."""
+    backend.create_volume("data", size="1Gi")
+    script = _dry_run_submit(backend)
+    first = cluster.get("batch", "jobs", NS, "train")["metadata"]["uid"]
+    cluster.transition(NS, "train", "Complete")
+    _run_watcher(script, backend, tmp_path)
+    assert cluster.get(*SNAPSHOTS, NS, "train-success")["metadata"]["annotations"][ANN_JOB_UID] == first
+
+    _ttl_delete(cluster, "train")
+    script = _dry_run_submit(backend)
+    second = cluster.get("batch", "jobs", NS, "train")["metadata"]["uid"]
+    cluster.transition(NS, "train", "Complete")
+    _run_watcher(script, backend, tmp_path)
+    taken = {s.name: (s.job_uid, s.earlier_run) for s in backend.list_snapshots(job="train")}
+    assert taken == {"train-success": (first, True), f"train-success-{second[:8]}": (second, False)}

@@ -560,7 +560,7 @@ def _watcher_script(case: str) -> tuple[str, dict, JobSpec]:
         "snapshotter"
     command = pod["containers"][0]["command"]
     assert command[:2] == ["/bin/sh", "-c"]
-    return _expand(command[2]), render_success_snapshot(spec, config), spec
+    return _expand(command[2]), render_success_snapshot(spec, config, job_uid="0123456789-uid"), spec
 
 
 @pytest.mark.skipif(shutil.which("sh") is None, reason="needs a POSIX shell")
@@ -579,6 +579,8 @@ def test_watcher_script_snapshots_only_after_success(tmp_path, case, conditions,
     (bin_dir / "kubectl").write_text(f"""#!/bin/sh
 echo "$@" >> {tmp_path}/calls
 if [ "$1" = create ]; then cat > {tmp_path}/created.json; exit 0; fi
+case "$*" in *metadata.uid*) printf 0123456789-uid; exit 0;; esac  # a dry run's watcher reads the job's uid
+if [ "$2" = volumesnapshot ]; then echo 'Error from server (NotFound): not found' >&2; exit 1; fi
 state=$(head -n 1 {states}); sed -i 1d {states}
 if [ "$state" = NOTFOUND ]; then echo 'Error from server (NotFound): not found' >&2; exit 1; fi
 echo "$state "

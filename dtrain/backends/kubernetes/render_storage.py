@@ -201,6 +201,22 @@ kubectl create -f - <<'EOF' || kubectl get volumesnapshot @SNAP@ -n @NS@
 EOF
 """
 
+# The end of a watcher rendered before its job existed (a dry run's, applied by hand): the job's uid
+# is read from its object, and the name chosen as success_snapshot_name does, here in the cluster.
+_UNKNOWN_UID = "@JOB_UID@"
+_WATCH_END_UNKNOWN_UID = """uid=$(kubectl get @KIND@ @JOB@ -n @NS@ -o 'jsonpath={.metadata.uid}')
+# the snapshot: @SNAP@, or @SNAP@-<the first 8 characters of the job's uid> where an earlier run of @JOB@ left @SNAP@
+name=@SNAP@
+if [ -n "$uid" ] && other=$(kubectl get volumesnapshot @SNAP@ -n @NS@ \\
+    -o 'jsonpath={.metadata.annotations.dtrain\\.io/job-uid}' 2>/dev/null) && [ "$other" != "$uid" ]; then
+  name=@SNAP@-$(printf %s "$uid" | cut -c1-8)
+fi
+sed -e "s/@JOB_UID@/$uid/" -e "s/\\"name\\": \\"@SNAP@\\"/\\"name\\": \\"$name\\"/" <<'EOF' | kubectl create -f - \\
+  || kubectl get volumesnapshot "$name" -n @NS@
+@MANIFEST@
+EOF
+"""
+
 
 def render_snapshot_watcher(spec: JobSpec, config: KubernetesConfig, resource: Resource,
                             source: dict | None = None, job_uid: str | None = None,
@@ -212,12 +228,14 @@ def render_snapshot_watcher(spec: JobSpec, config: KubernetesConfig, resource: R
     ownerReference to the job, so deleting the job deletes its watcher (a dry-run rendering has none).
     """
     namespace = config.namespace_of(spec.project)
-    snapshot = render_success_snapshot(spec, config, source, job_uid=job_uid, name=snapshot_name)
+    snapshot = render_success_snapshot(spec, config, source, job_uid=job_uid or _UNKNOWN_UID, name=snapshot_name)
     words = {"@KIND@": resource.full_name, "@JOB@": spec.name, "@NS@": namespace, "@OK@": resource.success,
              "@PATH@": '{range .status.conditions[?(@.status=="True")]}{.type}{" "}{end}',
              "@POLL@": str(WATCH_POLL_SECONDS), "@SNAP@": snapshot["metadata"]["name"],
              "@MANIFEST@": json.dumps(snapshot, indent=1)}
     script = _WATCH_SCRIPT
+    if job_uid is None:
+        script = script[:script.index("kubectl create")] + _WATCH_END_UNKNOWN_UID
     for word, value in words.items():
         script = script.replace(word, value)
     labels = job_labels(spec, config, ROLE_SNAPSHOTTER)
