@@ -137,5 +137,5 @@ def test_a_kubernetes_success_snapshot_records_the_job_spec_as_a_local_one_does(
     config = KubernetesConfig(project="lanes", image="img:1")  # the in-cluster watcher's snapshot: the same
     watcher = render_snapshot_watcher(stored.spec, config, resource_for(stored.spec, config))
     script = watcher["spec"]["template"]["spec"]["containers"][0]["command"][-1]
-    manifest = json.loads(script.split("<<'EOF'", 1)[1].split("\n", 1)[1].split("\nEOF", 1)[0])
+    manifest = json.loads("{" + script.split("\n{", 1)[1].split("\nEOF", 1)[0])  # the here-document
     assert json.loads(manifest["metadata"]["annotations"]["dtrain.io/spec"]) == stored.spec.to_dict()
