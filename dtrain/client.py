@@ -254,6 +254,12 @@ class Client:
         """The backend that holds job `name`: `backend` when given; else `project`'s (the CLI's -p:
         its configured backend, its namespace on Kubernetes); else the one this client submitted
         the job to; else this client's, or the configured project's."""
+        return self._located(name, project, backend)[0]
+
+    def _located(self, name: str, project: str | None, backend: str | None = None
+                 ) -> tuple[Backend, JobInfo | None]:
+        """`_job_backend`, with the job's record when looking for it there read it (None: not read):
+        `_found` uses it, so that a verb reads a remote job once, not once to find it and again."""
         if project is not None:
             check_name(project, "project")
         elif isinstance(name, str) and backend in (None, self._submitted.get(name, ("",))[0]):
@@ -261,39 +267,38 @@ class Client:
         found = self.backend(backend, project=project)
         if backend is None and self._backend_name is None and isinstance(name, str):
             return self._holder(found, name, project)
-        return found
+        return found, None
 
-    def _holder(self, first: Backend, name: str, project: str | None) -> Backend:
+    def _holder(self, first: Backend, name: str, project: str | None) -> tuple[Backend, JobInfo | None]:
         """`first` (where a bare name looks) when it has job `name`; else the one backend that any
         `submit --backend` of this home sent jobs to (state.db's sent_to) and that has it, in `project`
-        (`list -A` shows it there). Several that have it: a ConflictError naming each to give."""
+        (`list -A` shows it there). Several that have it: a ConflictError naming each to give. With the
+        record read where it was found (None: not found, or not read)."""
         sent = [b for b, _ in self._sent_to.read() if b != first.name]
         if not sent:
-            return first
+            return first, None
         try:
-            first.get(name)
-            return first
+            return first, first.get(name)
         except NotFoundError:
             pass
         holders = []
         for other in sent:
             try:
                 backend = self.backend(other, project=project)
-                backend.get(name)
+                holders.append((backend, backend.get(name)))
             except DtrainError:  # not there, or not answering: the miss's hint names it still
                 continue
-            holders.append(backend)
         if len(holders) > 1:
-            give = " or ".join(BACKEND_ARG[self.door].format(b.name) for b in holders)
+            give = " or ".join(BACKEND_ARG[self.door].format(b.name) for b, _ in holders)
             raise ConflictError(f"job {name!r} is on {len(holders)} backends this home sent jobs to: give "
                                 f"{give}; nothing was changed")
-        return holders[0] if holders else first
+        return holders[0] if holders else (first, None)
 
     def _job(self, name: str, project: str | None) -> Backend:
         """`_job_backend`, once the job is found there and, with `project`, found to be of that project."""
-        backend = self._job_backend(name, project)
+        backend, info = self._located(name, project)
         if project is not None or self._elsewhere(backend):  # a job it does not find: where else to look
-            self._found(backend, name, project)
+            self._found(backend, name, project, info)
         return backend
 
     def _elsewhere(self, backend: Backend) -> list[tuple[str, str]]:
@@ -301,11 +306,12 @@ class Client:
         other than `backend`: their jobs are not there."""
         return sorted((p, b) for p, b in self.config.project_backends.items() if b != backend.name)
 
-    def _found(self, backend: Backend, name: str, project: str | None) -> JobInfo:
-        """Job `name`'s record from `backend`; with `project`, only if it is of that project, and a
-        project that does not exist is said to be the problem (a typo in -p), not the job."""
+    def _found(self, backend: Backend, name: str, project: str | None, info: JobInfo | None = None) -> JobInfo:
+        """Job `name`'s record from `backend` (`info`: already read there by `_located`); with `project`,
+        only if it is of that project, and a project that does not exist is said to be the problem (a
+        typo in -p), not the job."""
         try:
-            info = backend.get(name)
+            info = info or backend.get(name)
         except NotFoundError as err:
             if project is not None:
                 self.check_project(project)
@@ -377,7 +383,8 @@ class Client:
         """Job `name`'s record, from `backend` (default: `project`'s, else where this client
         submitted it, else this client's or the configured one). With `project`, a job of
         another project is not found, as with the CLI's -p."""
-        return self._found(self._job_backend(name, project, backend), name, project)
+        found, info = self._located(name, project, backend)
+        return self._found(found, name, project, info)
 
     def list(self, *, project: str | None = None, show_deleted: bool = True, selector: str | None = None,
              status: JobStatus | str | None = None) -> Listed:
@@ -558,8 +565,8 @@ class Client:
         """Stop the job; with `purge` also forget it (record, events, logs). A job already Deleted
         is a NotFoundError unless purged, as `dtrain delete`, the HTTP DELETE and kubectl have it."""
         with self.room_to_free() if purge else contextlib.nullcontext():  # a purge frees its logs
-            backend = self._job_backend(name, project)
-            info = self._found(backend, name, project)
+            backend, info = self._located(name, project)
+            info = self._found(backend, name, project, info)
             if not purge and info.status == JobStatus.DELETED:
                 given = "" if project is None else f", project={project!r}"
                 raise NotFoundError(f"job {name!r} was already deleted; nothing was deleted "

@@ -13,6 +13,7 @@ keeps each remote one's count for REMOTE_TTL_S, shared by the server's threads.
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -35,24 +36,37 @@ CREATE TABLE IF NOT EXISTS sent_to (
 
 class SentTo:
     """`state.db`'s `sent_to` table: backend -> the project of the last job submitted there (the
-    project a Kubernetes backend is opened for). Each call opens and closes its own connection, so
-    that every thread and process sees what any other recorded."""
+    project a Kubernetes backend is opened for). One connection per SentTo (per Client), opened when
+    the database first exists and kept: every job verb reads the table (a bare name may be on a
+    backend recorded here), and opening state.db each time cost a connect and WAL setup per verb. Each
+    read is its own autocommit statement, so it sees what any other thread or process recorded."""
 
     def __init__(self, home: str | Path):
         self.path = Path(home) / "state.db"
+        self._lock = threading.Lock()  # a Client may be used from several threads: one statement at a time
+        self._conn: sqlite3.Connection | None = None
+        self._pid = 0  # the process the connection was opened in: a forked child opens its own
+        self.opened = 0  # connections opened: one per SentTo (tests count it)
+
+    def _connect(self, *, make: bool) -> sqlite3.Connection | None:
+        """The kept connection; None when there is no database yet and `make` is false (none is made)."""
+        if self._conn is None or self._pid != os.getpid():
+            if not make and not self.path.is_file():
+                return None
+            self._conn, self._pid = db.connect(self.path, owner=self), os.getpid()
+            self.opened += 1
+        return self._conn
 
     def record(self, backend: str, project: str) -> None:
         """Remember that a job of `project` was submitted to `backend`. A disk that refuses the write
         (full, read-only) loses only this: the job runs, and this process lists it still."""
         try:
-            conn = db.connect(self.path)
-            try:
+            with self._lock:
+                conn = self._connect(make=True)
                 conn.executescript(SCHEMA)
                 conn.execute("INSERT INTO sent_to (backend, project, last) VALUES (?, ?, ?) ON CONFLICT(backend) "
                              "DO UPDATE SET project = excluded.project, last = excluded.last",
                              (backend, project, time.time()))
-            finally:
-                conn.close()
         except sqlite3.OperationalError as err:
             if not db.disk_refused(err):
                 raise
@@ -60,28 +74,25 @@ class SentTo:
     def read(self) -> list[tuple[str, str]]:
         """(backend, project) of each backend recorded, oldest first; [] for a home without the table
         (nothing sent elsewhere yet, or a home of before) or without a database: none is made here."""
-        if not self.path.is_file():
-            return []
-        conn = db.connect(self.path)
-        try:
-            return [(r["backend"], r["project"]) for r in conn.execute("SELECT backend, project FROM sent_to ORDER BY last")]
-        except sqlite3.OperationalError as err:
-            if "no such table" in str(err):
+        with self._lock:
+            conn = self._connect(make=False)
+            if conn is None:
                 return []
-            raise
-        finally:
-            conn.close()
+            try:
+                rows = conn.execute("SELECT backend, project FROM sent_to ORDER BY last").fetchall()
+            except sqlite3.OperationalError as err:
+                if "no such table" in str(err):
+                    return []
+                raise
+        return [(r["backend"], r["project"]) for r in rows]
 
     def forget(self, backend: str) -> None:
         """Stop walking `backend`: it lists no job any more (each was purged or expired)."""
-        if not self.path.is_file():
-            return
         try:
-            conn = db.connect(self.path)
-            try:
-                conn.execute("DELETE FROM sent_to WHERE backend = ?", (backend,))
-            finally:
-                conn.close()
+            with self._lock:
+                conn = self._connect(make=False)
+                if conn is not None:
+                    conn.execute("DELETE FROM sent_to WHERE backend = ?", (backend,))
         except sqlite3.OperationalError as err:
             if not (db.disk_refused(err) or "no such table" in str(err)):
                 raise
