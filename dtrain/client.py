@@ -54,9 +54,9 @@ PROJECT_ARG = {"sdk": ("project={!r}", "no project"), "cli": ("-p {}", "no -p"),
 BACKEND_LIST = {"sdk": "dtrain.Client(backend={!r}).list()", "cli": "dtrain --backend {} list",
                 "http": "GET /api/v1/jobs of `dtrain --backend {} server`"}
 # How a message names forgetting a backend that `submit --backend` sent jobs to (state.db's sent_to), in
-# the words of each door; the HTTP API has no route for it, the CLI's command is named.
+# the words of each door.
 FORGET_BACKEND = {"sdk": "dtrain.Client().forget_backend({!r})", "cli": "dtrain config forget-backend {}",
-                  "http": "dtrain config forget-backend {}"}
+                  "http": "POST /api/v1/backends/{}/forget"}
 # How a message names a SageMaker job run on this machine (no AWS), and the backend a job goes to,
 # in the words of each door.
 SAGEMAKER_LOCAL = {"sdk": "sagemaker={'local': True}", "cli": "--local", "http": '"sagemaker": {"local": true}'}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query, Request, Response
+from fastapi import APIRouter, Path, Query, Request, Response
 
 from dtrain.errors import DtrainError
 from dtrain.server import wire
@@ -78,3 +78,14 @@ def create_project(request: Request, response: Response, body: wire.ProjectIn):
     return wire.Project(name=body.name, backend=c.backend(project=body.name).name,
                         gpu_quota=None if body.no_gpu_quota else body.gpu_quota, gpus_allocated=0, jobs=0,
                         extra={"unknown": unknown})
+
+
+BackendName = Annotated[str, Path(pattern=wire.NAME, description="a backend `submit` sent jobs to: kubernetes, sagemaker")]
+
+
+@router.post("/backends/{name}/forget", response_model=wire.ForgotBackend, responses=CHANGES)
+def forget_backend(request: Request, name: BackendName):
+    """Stop a list of every project asking backend `name` where only a submit to it (state.db's sent_to)
+    made it ask: a cluster that is gone warned at each list (`dtrain config forget-backend NAME`). Its
+    jobs are not touched. `still_asked` says why it is asked still; 404 for a backend not remembered."""
+    return wire.ForgotBackend(backend=name, still_asked=client(request).forget_backend(name))

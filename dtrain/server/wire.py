@@ -78,7 +78,8 @@ JobProject = Annotated[str | None, Query(pattern=NAME, description=(
     "sends to another backend is not found"))]
 # what a name field names, for check_name's message when the pattern refuses it
 NAMED = {"project": "project", "volume": "volume", "job": "job", "to": "volume", "snapshot_on_success": "volume",
-         "jobs": "job", "notebooks": "notebook", "volumes": "volume", "snapshots": "snapshot", "projects": "project"}
+         "jobs": "job", "notebooks": "notebook", "volumes": "volume", "snapshots": "snapshot", "projects": "project",
+         "backends": "backend"}
 
 
 def _as_typed(value, number):
@@ -554,6 +555,13 @@ class Snapshot(_Out):
     volume_size: str | None
     storage_class: str | None
     extra: dict[str, Any]
+
+
+class ForgotBackend(_Out):
+    """What POST /backends/{name}/forget did (`Client.forget_backend`, `dtrain config forget-backend`)."""
+    backend: str
+    still_asked: list[str] = Field(description="why a list of every project asks the backend still (config.yaml's "
+                                               "settings for it, a project sent there, the default backend)")
 
 
 class Freed(_Out):
