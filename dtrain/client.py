@@ -399,11 +399,15 @@ class Client:
             raise SpecError(f"invalid show_deleted {shown(show_deleted)}: use True or False")
         status = check_status(status)
         terms = None if selector is None else parse_selector(selector)  # a bad one: refused before any read
+        def unexpired(backend: Backend, project: str | None = None) -> Listed:
+            jobs = backend.list() if project is None else backend.list(project=project)
+            expired = self._forget_expired(backend, jobs)
+            return Listed([j for j in jobs if j.name not in expired], jobs.notices) if expired else jobs
         if project is None:  # every project: each backend config.yaml names, merged in submission order
-            listed, notices = self._across(lambda backend: backend.list())
+            listed, notices = self._across(unexpired, cached="list")
         else:
             backend = self.backend(project=project)
-            listed, notices = [(backend, backend.list(project=project))], []
+            listed, notices = [(backend, unexpired(backend, project))], []
             if not listed[0][1]:
                 self.check_project(project)
         out = []
@@ -413,10 +417,9 @@ class Client:
                 if not jobs and not jobs.notices and backend.name in sent:
                     self._sent_to.forget(backend.name)
         for backend, jobs in listed:
-            expired = self._forget_expired(backend, jobs)
             notices += jobs.notices
-            out += [j for j in jobs if j.name not in expired
-                    and (j.status == status if status is not None else show_deleted or j.status != JobStatus.DELETED)
+            out += [j for j in jobs
+                    if (j.status == status if status is not None else show_deleted or j.status != JobStatus.DELETED)
                     and (terms is None or selects(terms, j.spec.labels))]
         return Listed(out if len(listed) == 1 else sorted(out, key=lambda j: (j.created, j.name)), notices)
 
@@ -437,7 +440,7 @@ class Client:
             check_page(limit, offset)
             first = None if limit is None or offset + limit > MAX_PAGE else offset + limit
             pages, notices = self._across(lambda backend: self._expired_forgotten(backend, None).page(
-                status=status, limit=first))
+                status=status, limit=first), cached=f"page {status and status.value} {first}")
             merged = newest_first([j for _, p in pages for j in p.jobs], limit, offset)
             return JobPage(total=sum(p.total for _, p in pages), jobs=merged.jobs,
                            notices=(*notices, *(n for _, p in pages for n in p.notices)))
@@ -499,12 +502,14 @@ class Client:
             walk.setdefault(name, project)
         return list(walk.items())
 
-    def _across(self, read: Callable[[Backend], T], what: str = "jobs",
-                skip: tuple[type[DtrainError], ...] = ()) -> tuple[list[tuple[Backend, T]], list[Notice]]:
+    def _across(self, read: Callable[[Backend], T], what: str = "jobs", skip: tuple[type[DtrainError], ...] = (),
+                cached: str | None = None) -> tuple[list[tuple[Backend, T]], list[Notice]]:
         """`read` of each backend `_every_backend` names, with a notice for each one that could not be
         read (a cluster that does not answer, AWS without credentials): the others are read still; when
         none can be, the first one's error is the answer (an empty list would read as "no jobs").
-        `what` names what was read in the notice; a `skip` error leaves a backend out without one."""
+        `what` names what was read in the notice; a `skip` error leaves a backend out without one.
+        `cached`: the read's key in the server's RemoteReads (share_remote_reads), where a remote
+        backend's answer or error is used again a while, with a notice of its age."""
         if self.config_problem is not None:
             raise self.config_problem.with_traceback(None)
         walk = self._every_backend()
@@ -512,7 +517,7 @@ class Client:
         for name, project in walk:
             try:
                 backend = self.backend(name, project=project)
-                done.append((backend, read(backend)))
+                done.append((backend, self._kept_read(backend, read, cached, missed, what)))
             except DtrainError as err:
                 if len(walk) == 1:
                     raise
@@ -532,6 +537,20 @@ class Client:
         if not done and first is not None:
             raise first.with_traceback(None)
         return done, missed
+
+    def _kept_read(self, backend: Backend, read: Callable[[Backend], T], key: str | None, notices: list[Notice],
+                   what: str) -> T:
+        """`read(backend)`; a remote backend's through the server's RemoteReads under `key`, with a notice
+        in `notices` when its answer is one read before (the dashboard refreshes every few seconds)."""
+        reads = self._remote_reads
+        if key is None or reads is None or backend.name == "local":
+            return read(backend)
+        value, age = reads.aged(f"{backend.name} {key}", lambda: read(backend), log=False)
+        if age >= 1:
+            notices.append(Notice(code=f"{what}-cached", message=(
+                f"{what} on the {backend.name} backend as read {age:.0f} s ago (the server reads a remote "
+                f"backend at most once each {reads.ttl:g} s)")))
+        return value
 
     def _forget_expired(self, backend: Backend, jobs) -> set[str]:
         """Config `deleted_job_ttl`: deleted jobs are forgotten after a while; the names forgotten."""

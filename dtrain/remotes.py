@@ -6,8 +6,10 @@ process, reads every backend it walks (Client._every_backend) and would miss it.
 another backend records it here (table `sent_to`, made on first use: an older home gains it then),
 and the walk reads it. A backend that lists no job of any project is forgotten (Client.list).
 
-A Prometheus scrape of the HTTP API (`Client.summary`) reads every backend walked; `RemoteReads`
-keeps each remote one's count for REMOTE_TTL_S, shared by the server's threads.
+A Prometheus scrape of the HTTP API (`Client.summary`) reads every backend walked, and so does each
+dashboard refresh of the jobs list (`Client.list`, `Client.page` of every project); `RemoteReads` keeps
+each remote one's answer (or its error: one that does not answer is not waited for at each refresh)
+for REMOTE_TTL_S, shared by the server's threads. The CLI and the SDK read live.
 """
 
 from __future__ import annotations
@@ -122,6 +124,11 @@ class RemoteReads:
         self._said: dict[str, str | None] = {}  # the last error logged for each key (None: it read fine)
 
     def get(self, key: str, read: Callable[[], T]) -> T:
+        return self.aged(key, read)[0]
+
+    def aged(self, key: str, read: Callable[[], T], *, log: bool = True) -> tuple[T, float]:
+        """`get`, with how many seconds ago the answer was read (0: just now). `log=False`: its error is
+        not logged here (a job list says it in a notice of each answer)."""
         with self._lock:
             lock = self._keys.setdefault(key, threading.Lock())
         with lock:  # one thread reads; the others wait for its answer rather than ask too
@@ -132,10 +139,12 @@ class RemoteReads:
                 except DtrainError as err:
                     kept = (self._clock(), None, err)
                 self._kept[key] = kept
-                self._log_change(key, kept[2])
+                if log:
+                    self._log_change(key, kept[2])
+            age = self._clock() - kept[0]
         if kept[2] is not None:
             raise kept[2].with_traceback(None)
-        return kept[1]
+        return kept[1], age
 
     def _log_change(self, key: str, err: BaseException | None) -> None:
         said = None if err is None else " ".join(str(err).split())

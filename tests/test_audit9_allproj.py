@@ -103,7 +103,8 @@ def http(home):
     from dtrain.server.app import create_app
     from server_util import ThreadServer
 
-    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
+    # remote_every=0: each list reads the cluster, so that its failure shows at once (cached: test_remotes_reads)
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600, remote_every=0))
     with httpx.Client(base_url=server.url + "/api/v1", timeout=60) as client:
         yield client
     server.stop()

@@ -117,3 +117,60 @@ def test_a_gone_sent_to_backend_names_the_http_route_to_forget_it(home, serve):
     client.door = "http"
     listed = client.list()
     assert [n.message.rsplit(": ", 1)[-1] for n in listed.notices] == ["POST /api/v1/backends/kubernetes/forget"]
+
+
+class Listing:
+    """A remote backend's job list, counting its reads; `down`: it does not answer (a gone cluster)."""
+
+    def __init__(self, name: str, *, down: bool = False):
+        self.name, self.down, self.lists = name, down, 0
+
+    def list(self, project=None):
+        from dtrain.backends.base import Listed
+        from dtrain.errors import BackendError
+        self.lists += 1
+        if self.down:
+            raise BackendError(f"the {self.name} cluster did not answer in 10 s")
+        return Listed([SimpleNamespace(name="cifar", status=JobStatus.RUNNING, created=1.0)])
+
+
+class Clock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_the_servers_list_of_every_project_reads_a_remote_backend_once_a_while(home):
+    """Each dashboard refresh (GET /jobs) asked every remote backend, and one that did not answer made each
+    wait for its timeout: the server's clients share its answer, or its error, for RemoteReads' ttl, and
+    say when rows are of an earlier read; the SDK and the CLI read live."""
+    from dtrain.remotes import RemoteReads
+    SentTo(home).record("kubernetes", "default")
+    SentTo(home).record("sagemaker", "default")
+    up, gone = Listing("kubernetes"), Listing("sagemaker", down=True)
+    clock = Clock()
+    reads = RemoteReads(30, clock=clock)
+    servers = []
+    for _ in range(2):  # two of the server's threads
+        c = dtrain.Client(home=home, backends={"kubernetes": up, "sagemaker": gone})
+        c.share_remote_reads(reads)
+        servers.append(c)
+    first = servers[0].list()
+    assert up.lists == 1 and gone.lists == 1
+    assert [n.code for n in first.notices] == ["jobs-unlisted"]
+    clock.now += 12
+    again = servers[1].list()
+    assert up.lists == 1 and gone.lists == 1  # not asked again: no wait for the one that does not answer
+    assert [n.message for n in again.notices if n.code == "jobs-cached"] == [
+        "jobs on the kubernetes backend as read 12 s ago (the server reads a remote backend at most once each 30 s)"]
+    assert [n.code for n in again.notices if n.code == "jobs-unlisted"] == ["jobs-unlisted"]  # missing, said still
+    clock.now += 30
+    servers[0].list()
+    assert up.lists == 2 and gone.lists == 2
+    live = dtrain.Client(home=home, backends={"kubernetes": up, "sagemaker": gone})
+    live.list()
+    live.list()
+    assert up.lists == 4 and gone.lists == 4
+

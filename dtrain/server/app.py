@@ -59,7 +59,8 @@ def http_status(err: errors.DtrainError) -> int:
 def create_app(make_client: Callable[[], object], *, token: str | None = None, read_only: bool = False,
                sample_every: float = 5.0, max_streams: int = 200, remote_every: float = REMOTE_TTL_S) -> FastAPI:
     """`token`: required on every route when set (bound off loopback); `read_only`: GET only;
-    `remote_every`: seconds a remote backend's job counts serve /metrics before they are read again."""
+    `remote_every`: seconds a remote backend's job counts (/metrics) and job list (GET /jobs of every
+    project) are used before they are read again."""
     first: list = []
     remote_reads = RemoteReads(remote_every)  # one for every thread: a scrape does not reach AWS each time
 
