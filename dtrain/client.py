@@ -61,6 +61,11 @@ FORGET_BACKEND = {"sdk": "dtrain.Client().forget_backend({!r})", "cli": "dtrain 
 # in the words of each door.
 SAGEMAKER_LOCAL = {"sdk": "sagemaker={'local': True}", "cli": "--local", "http": '"sagemaker": {"local": true}'}
 BACKEND_ARG = {"sdk": "backend={!r}", "cli": "--backend {}", "http": '"backend": "{}"'}
+# How a message names reaching a job on one backend with any job verb, in the words of each door: the SDK's
+# verbs take no backend= but get's, a Client given one looks there; the HTTP API's job routes take no
+# backend, a server started for that backend does (as BACKEND_LIST).
+JOB_BACKEND = {"sdk": "dtrain.Client(backend={!r})", "cli": "--backend {}",
+               "http": "the job routes of `dtrain --backend {} server`"}
 AWS_REGION_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION")  # the SageMaker region when config.yaml sets none
 T = TypeVar("T")
 
@@ -289,7 +294,7 @@ class Client:
             except DtrainError:  # not there, or not answering: the miss's hint names it still
                 continue
         if len(holders) > 1:
-            give = " or ".join(BACKEND_ARG[self.door].format(b.name) for b, _ in holders)
+            give = " or ".join(JOB_BACKEND[self.door].format(b.name) for b, _ in holders)
             raise ConflictError(f"job {name!r} is on {len(holders)} backends this home sent jobs to: give "
                                 f"{give}; nothing was changed")
         return holders[0] if holders else (first, None)

@@ -174,3 +174,26 @@ def test_the_servers_list_of_every_project_reads_a_remote_backend_once_a_while(h
     live.list()
     assert up.lists == 4 and gone.lists == 4
 
+
+def test_a_bare_name_on_two_sent_to_backends_names_each_in_the_doors_words(home):
+    """The SDK was told backend='kubernetes', which only get() takes, and the HTTP API a body field: each
+    door names what reaches the job with any verb there, and the SDK's words do."""
+    from dtrain.errors import ConflictError
+    SentTo(home).record("kubernetes", "default")
+    SentTo(home).record("sagemaker", "default")
+    both = {"kubernetes": Counting("kubernetes"), "sagemaker": Counting("sagemaker")}
+    said = {}
+    for door in ("sdk", "http", "cli"):
+        client = dtrain.Client(home=home, backends=both)
+        client.door = door
+        with pytest.raises(ConflictError) as err:
+            client.delete("cifar")
+        said[door] = str(err.value).split(": give ")[1]
+    assert said == {
+        "sdk": "dtrain.Client(backend='kubernetes') or dtrain.Client(backend='sagemaker'); nothing was changed",
+        "http": "the job routes of `dtrain --backend kubernetes server` or the job routes of `dtrain --backend "
+                "sagemaker server`; nothing was changed",
+        "cli": "--backend kubernetes or --backend sagemaker; nothing was changed"}
+    assert not both["kubernetes"].deleted and not both["sagemaker"].deleted
+    dtrain.Client(home=home, backend="sagemaker", backends=both).delete("cifar")  # what the SDK's words say
+    assert both["sagemaker"].deleted == ["cifar"] and not both["kubernetes"].deleted
