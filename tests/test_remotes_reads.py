@@ -101,10 +101,8 @@ def test_forget_backend_over_http_as_the_sdk_with_the_servers_guard(home, serve)
     assert SentTo(home).read() == []
 
 
-def test_a_gone_sent_to_backend_names_the_http_route_to_forget_it(home, serve):
+def test_a_gone_sent_to_backend_names_the_http_route_to_forget_it(home):
     """The list's warning over HTTP names the route, not the CLI's command."""
-    import httpx
-
     class Gone:
         name = "kubernetes"
 
