@@ -231,7 +231,7 @@ def test_a_notebook_goes_to_the_configured_backend(dt, tmp_path):
     try:
         proc = dt("notebook", "nb", check=False)
         assert_usage_error(proc, "job 'nb' needs a container image on Kubernetes",
-                           "config.yaml (kubernetes: {image: ...})")
+                           "--image kubeflownotebookswg/jupyter-pytorch-full:")
     finally:
         dt("--backend", "local", "delete", "nb", check=False)  # the old code started one here
     assert dt.json("--backend", "local", "list", "-A", "--show-deleted") == []

@@ -93,8 +93,15 @@ def packing(spec: JobSpec, config: KubernetesConfig) -> tuple[int, int]:
     return spec.processes // per_pod, per_pod
 
 
+NOTEBOOK_IMAGE = "kubeflownotebookswg/jupyter-pytorch-full:v1.9.2"  # docs/kubernetes.md's, a notebook-servers image
+
+
 def image_of(spec: JobSpec, config: KubernetesConfig) -> str:
     image = spec.image or config.image
+    if not image and spec.notebook:  # a training image starts no Jupyter: the pod would exit, never serve
+        raise SpecError(f"job {spec.name!r} needs a container image on Kubernetes: pass a Kubeflow notebook-server "
+                        f"image, which starts Jupyter itself, e.g. --image {NOTEBOOK_IMAGE} (a training image "
+                        f"such as pytorch/pytorch starts none)")
     if not image:
         raise SpecError(f"job {spec.name!r} needs a container image on Kubernetes: pass --image "
                         f"(e.g. --image pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime) or set a default image in "
