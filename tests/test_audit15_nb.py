@@ -19,6 +19,21 @@ def _no_cluster(dt: Dtrain, tmp_path) -> None:
 
 
 @pytest.mark.slow
+def test_notebook_dry_run_prints_the_kubeflow_notebook_with_its_resources_and_starts_nothing(dt: Dtrain, tmp_path):
+    """`dtrain notebook NAME --dry-run` was 'unrecognized arguments', where `dtrain submit` prints its YAML."""
+    _no_cluster(dt, tmp_path)
+    out = dt("notebook", "nb", "--pvc", "team:/home/jovyan", "--cpu", "0.5", "--memory", "2Gi",
+             "--backend", "kubernetes", "-i", IMAGE, "--dry-run").stdout
+    (notebook,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Notebook"]
+    (container,) = notebook["spec"]["template"]["spec"]["containers"]
+    assert (container["image"], container["resources"]["limits"], container["volumeMounts"][0]["mountPath"]) == (
+        IMAGE, {"cpu": "500m", "memory": "2Gi"}, "/home/jovyan")
+    local = yaml.safe_load(dt("notebook", "lab", "--cpu", "1", "--dry-run").stdout)  # the spec as it would be stored
+    assert (local["name"], local["notebook"], local["cpu"], local["project"]) == ("lab", True, 1, "default")
+    assert dt.json("list", "-A", "--show-deleted") == []  # neither was started nor recorded
+
+
+@pytest.mark.slow
 def test_a_kubernetes_notebook_without_an_image_is_told_a_notebook_server_image(dt: Dtrain, tmp_path):
     """The hint named pytorch/pytorch, a training image: a Notebook running it never serves Jupyter."""
     _no_cluster(dt, tmp_path)
@@ -27,3 +42,17 @@ def test_a_kubernetes_notebook_without_an_image_is_told_a_notebook_server_image(
     job = dt("submit", "train", "--backend", "kubernetes", "--dry-run", "--", "python", "t.py", check=False)
     assert_usage_error(job, "needs a container image on Kubernetes", "--image pytorch/pytorch:")
 
+
+def test_json_goes_after_the_notebook_name(dt: Dtrain):
+    assert_usage_error(dt("notebook", "--json", "nb", check=False), "put --json after the notebook's name")
+
+
+@pytest.mark.slow
+def test_notebook_start_json_is_the_record(dt: Dtrain):
+    """`--json` was refused: scripts parsed the sentence."""
+    try:
+        started = dt.json("notebook", "alice", "--cpu", "0.5", "--memory", "512Mi")
+        assert (started["name"], started["status"], started["spec"]["cpu"], started["spec"]["memory"]) == (
+            "alice", "Running", 0.5, "512Mi")
+    finally:
+        dt("delete", "alice", check=False)

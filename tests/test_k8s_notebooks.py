@@ -70,7 +70,7 @@ def test_the_hints_name_the_backend_where_it_is_not_the_default(backend, cluster
     _claim(cluster, "work")
     client = Client(home=tmp_path, backend="kubernetes", backends={"kubernetes": backend})
     args = argparse.Namespace(name="nb", pvc=["work:/home/jovyan/work"], gpu=None, cpu=None, memory=None, image=None,
-                              project="lanes", backend="kubernetes", idle_timeout=None)
+                              project="lanes", backend="kubernetes", idle_timeout=None, json=False, dry_run=False)
     assert cmd_start(args, client) == 0
     assert capsys.readouterr().out == (  # a new Notebook is Pending until its pod runs: not said to be started
         "notebook 'nb' is queued, not started yet (Pending: waiting to be scheduled; backend kubernetes); follow it "

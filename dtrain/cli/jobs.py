@@ -342,7 +342,7 @@ def _mount_of(entry) -> str | None:
 def cmd_submit(args, command: list[str], client: Client, launcher: str | None = None) -> int:
     spec = spec_from_args(args, command, client, launcher=launcher)
     if args.dry_run:
-        return _dry_run(spec, client)
+        return dry_run(spec, client)
     info = client.submit(spec)
     if args.json:
         print(json.dumps(info.to_dict()))
@@ -356,7 +356,7 @@ def cmd_submit(args, command: list[str], client: Client, launcher: str | None = 
     return 0
 
 
-def _dry_run(spec: JobSpec, client: Client) -> int:
+def dry_run(spec: JobSpec, client: Client) -> int:
     requests = client.render(spec)
     if spec.backend == "sagemaker":
         print(json.dumps(requests, indent=2))  # the requests exactly as boto3 would send them

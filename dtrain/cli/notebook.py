@@ -12,12 +12,12 @@ import json
 import time
 
 from dtrain.cli import format as fmt
-from dtrain.cli.jobs import add_node_options, gpu_count, node_selector_of, none_listed, real
+from dtrain.cli.jobs import add_node_options, dry_run, gpu_count, node_selector_of, none_listed, real
 from dtrain import JobStatus
 from dtrain.client import Client
 from dtrain.errors import SpecError
 from dtrain.names import check_name, shown
-from dtrain.spec import check_idle_timeout, parse_pvc
+from dtrain.spec import check_idle_timeout, notebook_spec, parse_pvc
 
 
 class _AnyWord:
@@ -83,7 +83,7 @@ def _not_a_name(words: list[str], actions: list[str]) -> str | None:
 
 _START_FLAGS = (("--pvc",), ("-g", "--gpu"), ("--cpu",), ("--memory",), ("-i", "--image"), ("-p", "--project"),
                 ("--backend",), ("--idle-timeout",), ("--node-selector",), ("--node-type",),
-                ("--toleration",))
+                ("--toleration",), ("--json",), ("--dry-run",))
 
 
 class _AfterTheName(argparse.Action):
@@ -105,7 +105,13 @@ def cmd_start(args, client: Client) -> int:
         project = fields.get("project", client.default_project)
         fields["backend"] = getattr(args, "default_backend", None) or client.config.backend_for(project)
     volumes = [parse_pvc(v) for v in args.pvc or ()]  # the first is where Jupyter works (notebook_spec)
+    if args.dry_run:  # as `dtrain submit --dry-run`: the Notebook's YAML on Kubernetes, the stored spec locally
+        return dry_run(notebook_spec(args.name, volumes=volumes, **{"project": client.default_project, **fields}),
+                       client)
     info = _judged(client, client.notebook(args.name, volumes=volumes, **fields))
+    if args.json:  # as `dtrain submit --json`: the record once placed (Running) or queued
+        print(json.dumps(info.to_dict()))
+        return 0
     name = info.name
 
     def hint(words: str) -> str:  # with -p for a notebook of another project: each works as written
@@ -202,6 +208,9 @@ def register(sub) -> None:
                         "e.g. 1h (1m to 30d; default: never; local backend)")
     c.add_argument("-p", "--project", help="project (default: 'dtrain config project')")
     c.add_argument("--backend", choices=["local", "kubernetes"], help="where to run (default from config)")
+    c.add_argument("--json", action="store_true", help="print the started notebook as one JSON object")
+    c.add_argument("--dry-run", action="store_true",
+                   help="print what would run and stop (local: the spec as stored; Kubernetes: the Notebook's YAML)")
     c.set_defaults(handler=cmd_start)
     c = ns.add_parser("list", prog="dtrain notebook list", help="list notebooks")
     which = c.add_mutually_exclusive_group()  # as `dtrain list`: -A or -p, not both
