@@ -48,11 +48,20 @@ def test_json_goes_after_the_notebook_name(dt: Dtrain):
 
 
 @pytest.mark.slow
-def test_notebook_start_json_is_the_record(dt: Dtrain):
-    """`--json` was refused: scripts parsed the sentence."""
+def test_notebook_start_json_is_the_record_and_list_shows_what_each_holds(dt: Dtrain):
+    """`--json` was refused (scripts parsed the sentence); `notebook list` showed GPUs but not the
+    --cpu and --memory a notebook holds."""
+    dt("volume", "create", "team")
     try:
-        started = dt.json("notebook", "alice", "--cpu", "0.5", "--memory", "512Mi")
+        started = dt.json("notebook", "alice", "--pvc", "team:/home/jovyan", "--cpu", "0.5", "--memory", "512Mi")
         assert (started["name"], started["status"], started["spec"]["cpu"], started["spec"]["memory"]) == (
             "alice", "Running", 0.5, "512Mi")
+        dt("notebook", "bob", "--pvc", "team:/home/jovyan")  # a teammate's, on the same volume, unbounded
+        header, *rows = dt("notebook", "list").stdout.splitlines()
+        assert header.split() == ["NAME", "STATUS", "AGE", "PROJECT", "VOLUMES", "GPUs", "CPUs", "MEMORY"]
+        assert [r.split()[:2] + r.split()[-4:] for r in rows] == [
+            ["alice", "Running", "team:/home/jovyan", "0", "0.5", "512Mi"],
+            ["bob", "Running", "team:/home/jovyan", "0", "-", "-"]]
     finally:
-        dt("delete", "alice", check=False)
+        for name in ("alice", "bob"):
+            dt("delete", name, check=False)

@@ -161,9 +161,11 @@ def cmd_list(args, client: Client) -> int:
                           make="start", command="notebook start NAME --pvc VOLUME:/home/jovyan"))
         return 0
     # A volume the notebook created (--pvc CLASS:SIZE:MOUNT) by its name, the one a training job mounts
+    # What it holds as started (--gpu, --cpu, --memory): "-" where it asked for no bound
     rows = [[b.name, b.status.value, fmt.age(b.created), b.spec.project,
-             ", ".join(v.to_flag() for v in b.spec.resolved_volumes()) or "-", b.spec.gpu] for b in books]
-    print(fmt.table(["NAME", "STATUS", "AGE", "PROJECT", "VOLUMES", "GPUs"], rows))
+             ", ".join(v.to_flag() for v in b.spec.resolved_volumes()) or "-", b.spec.gpu,
+             "-" if b.spec.cpu is None else f"{b.spec.cpu:g}", b.spec.memory or "-"] for b in books]
+    print(fmt.table(["NAME", "STATUS", "AGE", "PROJECT", "VOLUMES", "GPUs", "CPUs", "MEMORY"], rows))
     return 0
 
 
