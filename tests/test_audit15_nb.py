@@ -65,3 +65,26 @@ def test_notebook_start_json_is_the_record_and_list_shows_what_each_holds(dt: Dt
     finally:
         for name in ("alice", "bob"):
             dt("delete", name, check=False)
+
+
+@pytest.mark.parametrize("status, again", [
+    ("Running", " (or open it: 'dtrain notebook open lab -p team')"),
+    ("Suspended", " (or go on with it: 'dtrain resume lab -p team')"),
+    ("Failed", "")])
+def test_starting_a_notebook_that_exists_names_the_way_back_to_it(tmp_path, status, again):
+    """`dtrain notebook lab` run again the next day said only 'a job named ... pick another name or
+    delete it', where the notebook is there to open."""
+    from dtrain.backends.local.store import JobStore
+    from dtrain.errors import ConflictError
+    from dtrain.spec import notebook_spec
+
+    store = JobStore(tmp_path / "state.db")
+    store.insert_job(notebook_spec("lab", project="team"), cwd=str(tmp_path), node="vm")
+    assert store.set_status("lab", "Running")
+    if status != "Running":
+        assert store.set_status("lab", status)
+    cmd = lambda words, project: f"dtrain {words} -p {project}"  # noqa: E731 - the backend's, with -p
+    with pytest.raises(ConflictError) as refused:
+        store.check_free("lab", cmd)
+    assert str(refused.value) == (f"a notebook named 'lab' already exists ({status}); pick another name or remove "
+                                  f"it first with 'dtrain delete lab -p team'{again}")

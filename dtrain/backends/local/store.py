@@ -178,12 +178,15 @@ class JobStore:
         `cmd(words, project)` names the commands its message gives (the backend's `cmd`)."""
         status = self.status(name)
         if status not in (None, "Deleted"):
-            project = self.job(name)["project"]
+            row = self.job(name)
+            project, notebook = row["project"], bool(json.loads(row["spec"]).get("notebook"))
             cmd = cmd or (lambda words, _project: f"dtrain {words}")
-            raise ConflictError(f"a job named {name!r} already exists ({status}); pick another name "
-                                f"or remove it first with '{cmd(f'delete {name}', project)}'"
-                                + (f" (or go on with it: '{cmd(f'resume {name}', project)}')"
-                                   if status == "Suspended" else ""))
+            # `dtrain notebook NAME` run again the next day means the notebook there is: its way back first
+            again = (f" (or go on with it: '{cmd(f'resume {name}', project)}')" if status == "Suspended" else
+                     f" (or open it: '{cmd(f'notebook open {name}', project)}')" if notebook and status == "Running"
+                     else "")
+            raise ConflictError(f"a {'notebook' if notebook else 'job'} named {name!r} already exists ({status}); "
+                                f"pick another name or remove it first with '{cmd(f'delete {name}', project)}'{again}")
         return status == "Deleted"
 
     def job(self, name: str) -> sqlite3.Row:
