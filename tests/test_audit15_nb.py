@@ -7,6 +7,7 @@ import pytest
 import yaml
 
 from conftest import Dtrain, assert_usage_error
+from test_k8s_backend import cluster, make_backend  # noqa: F401 (fixtures)
 
 pytest.importorskip("jupyter_server", reason="notebooks need jupyter-server: pip install 'dtrain[notebook]'")
 
@@ -88,3 +89,17 @@ def test_starting_a_notebook_that_exists_names_the_way_back_to_it(tmp_path, stat
         store.check_free("lab", cmd)
     assert str(refused.value) == (f"a notebook named 'lab' already exists ({status}); pick another name or remove "
                                   f"it first with 'dtrain delete lab -p team'{again}")
+
+
+def test_starting_a_kubeflow_notebook_that_exists_names_notebook_open(make_backend, cluster):
+    """As locally: the Notebook of that name is there to open, not only to delete."""
+    from dtrain.backends.kubernetes import KubernetesConfig
+    from dtrain.errors import ConflictError
+    from dtrain.spec import notebook_spec
+    from test_k8s_backend import IMAGE
+
+    backend = make_backend(KubernetesConfig(project="lanes", image=IMAGE))
+    backend.submit(notebook_spec("nb", project="lanes", backend="kubernetes"))
+    with pytest.raises(ConflictError, match=r"already exists in namespace dtrain-lanes \(Notebook\): .*, or open it "
+                                            r"with 'dtrain notebook open nb"):
+        backend.submit(notebook_spec("nb", project="lanes", backend="kubernetes"))

@@ -215,9 +215,11 @@ class SubmitVerbs:
         this account may not read. `dry`: a lookup refused is raised, for the dry run to name it."""
         def name_free() -> None:
             found, refused = self._jobs_named(namespace, spec.name)
-            for resource, _ in found:
+            for resource, _ in found:  # a Notebook there: `dtrain notebook NAME` run again means to reach it
+                again = (f", or open it with '{self.cmd(f'notebook open {spec.name}')}'"
+                         if resource.kind == "Notebook" else "")
                 raise ConflictError(f"job {spec.name!r} already exists in namespace {namespace} ({resource.kind}): "
-                                    f"delete it with '{self.cmd(f'delete {spec.name}')}' or choose another name")
+                                    f"delete it with '{self.cmd(f'delete {spec.name}')}' or choose another name{again}")
             own = [err for resource, err in refused if resource is resource_for(spec, self.config)]
             if dry and own:  # submit's create is refused (or let through) by RBAC itself
                 raise own[0]
