@@ -85,6 +85,18 @@ def counted(n: int, one: str, many: str | None = None, *, typed: str | None = No
     return f"{n if typed is None else typed} {one if n == 1 else many or one + 's'}"
 
 
+def abbreviated(word: str, options: list[str]) -> str:
+    """'flags are not abbreviated: ...' for `--ti`, the start of --timeout and --tier (argparse took a
+    start of one flag for it, as kubectl and runai do not); '' for a word that starts no flag. The CLI's
+    parser and the workloads' (which run without it) both say it."""
+    flag = word.split("=", 1)[0]
+    whole = [o for o in options if flag.startswith("--") and len(flag) > 2 and o.startswith(flag)]
+    if not whole or flag in options:
+        return ""
+    value = word[len(flag):]
+    return f"flags are not abbreviated: give {' or '.join(o + value for o in whole[:4])}"
+
+
 def cut(text: str, limit: int = 120) -> str:
     """A message from elsewhere (YAML's, Python's: they may quote the input) on one line of at
     most `limit` characters."""

@@ -17,7 +17,7 @@ from dtrain.cli import jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.config import BACKENDS, section_numbers
 from dtrain.errors import DtrainError, NotFoundError, SpecError
-from dtrain.names import NAME_RULE, check_gpu_quota, counted, require_project, shown
+from dtrain.names import NAME_RULE, abbreviated, check_gpu_quota, counted, require_project, shown
 from dtrain.numbers import NUMBER_WORD_RE, NumberWord
 from dtrain.spec import check_name, yaml_value
 
@@ -641,17 +641,6 @@ def _flag_hint(args, extra: list[str]) -> str:
         if near:
             return f"; did you mean {near[0]}?"
     return ""
-
-
-def abbreviated(word: str, options: list[str]) -> str:
-    """'flags are not abbreviated: ...' for `--ti`, the start of --timeout and --tier (argparse took a
-    start of one flag for it, as kubectl and runai do not); '' for a word that starts no flag."""
-    flag = word.split("=", 1)[0]
-    whole = [o for o in options if flag.startswith("--") and len(flag) > 2 and o.startswith(flag)]
-    if not whole or flag in options:
-        return ""
-    value = word[len(flag):]
-    return f"flags are not abbreviated: give {' or '.join(o + value for o in whole[:4])}"
 
 
 def _top_abbreviation(head: list[str]) -> str | None:

@@ -2,7 +2,7 @@
 
 Each failure is one DtrainError line naming the value and what to give instead; the
 workloads' own argparse parsers report usage errors on one line too (`Parser`).
-Imports nothing from dtrain but dtrain.errors and dtrain.numbers, so the workloads still run without the platform.
+Imports nothing from dtrain but dtrain.errors, dtrain.names and dtrain.numbers, so the workloads still run without the platform.
 """
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ import difflib
 import errno
 import math
 import os
+import sys
 import tempfile
 import urllib.parse
 import urllib.request
 from pathlib import Path
 
 from dtrain.errors import DtrainError, NotFoundError, SpecError
+from dtrain.names import abbreviated
 from dtrain.numbers import Typed, TypedFloat, exact, typed  # a number keeps its typed text: a refusal quotes 1e9, not 1000000000
 
 MAX_SEED = 2**32 - 1  # numpy's and most tools' seed range; torch takes it as is
@@ -64,10 +66,12 @@ def whole_number(text: str) -> int:
 class Parser(argparse.ArgumentParser):
     """argparse, with a usage error on one line (exit 2) instead of the whole usage text; a `type=int`
     argument takes whole_number (its refusal says a whole number is wanted); an unknown flag close to
-    one of the command's is named with it (`--n-train`: did you mean --train?)."""
+    one of the command's is named with it (`--n-train`: did you mean --train?). Flags are not abbreviated,
+    as the dtrain CLI's are not: `--ou` is refused naming --out (argparse took it for --out)."""
 
     def __init__(self, *args, **kwargs):
         self.flags: list[str] = []  # option strings added with add_argument, for the did-you-mean hint
+        kwargs.setdefault("allow_abbrev", False)
         super().__init__(*args, **kwargs)
         self.register("type", int, whole_number)
         self.register("type", float, real_number)
@@ -77,10 +81,18 @@ class Parser(argparse.ArgumentParser):
         self.flags.extend(action.option_strings)
         return action
 
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)  # for error(): a flag's start went unsaid
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str):
         prefix = "unrecognized arguments: "
         if message.startswith(prefix):
             message += self._near_flag(message[len(prefix):].split())
+        elif message.startswith("the following arguments are required: ") and (
+                start := next((w for w in getattr(self, "_given", []) if abbreviated(w, self._long_flags())), None)):
+            # `--pre p.json` for the required --pred: said as the CLI says it, not only that --pred is missing
+            message = f"{prefix}{start} ({abbreviated(start, self._long_flags())}); {message}"
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
     def require(self, args: argparse.Namespace, *flags: str) -> None:
@@ -91,10 +103,16 @@ class Parser(argparse.ArgumentParser):
         if missing:
             self.error(f"the following arguments are required: {', '.join(missing)}")
 
+    def _long_flags(self) -> list[str]:
+        return [f for f in self.flags if f.startswith("--")]
+
     def _near_flag(self, words: list[str]) -> str:
-        """' (did you mean --train?)' for the first unknown flag close to a known one, or ''. The cutoff, 0.75:
-        '--no-such-flag' is 0.62 like '--no-use-val' (no hint), a misspelt '--tset' 0.83 like '--test'."""
+        """'; flags are not abbreviated: give --out' for the first unknown flag that starts a known one,
+        ' (did you mean --train?)' for one close to a known one, or ''. The cutoff, 0.75: '--no-such-flag'
+        is 0.62 like '--no-use-val' (no hint), a misspelt '--tset' 0.83 like '--test'."""
         for word in words:
+            if whole := abbreviated(word, self._long_flags()):
+                return f"; {whole}"
             if word.startswith("--"):
                 near = difflib.get_close_matches(word.split("=", 1)[0], self.flags, n=1, cutoff=0.75)
                 if near:
