@@ -13,7 +13,7 @@ import sys
 
 from dtrain import JobStatus, __version__, db
 from dtrain.cli import format as fmt
-from dtrain.cli import jobs, notebook, pipeline, server, storage
+from dtrain.cli import completion, jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.config import BACKENDS, section_numbers
 from dtrain.errors import DtrainError, NotFoundError, SpecError
@@ -599,6 +599,7 @@ SECTIONS = (
     (("project",), _add_project),
     (("nodes", "top"), _add_nodes),
     (tuple(GROUP_HELP), _add_workloads),
+    (("completion",), completion.register),
 )
 
 

@@ -1,0 +1,98 @@
+"""`dtrain completion bash|zsh`: a real bash (and zsh) sources the script, and the completion function
+fills COMPREPLY from the argparse tree and from the names `dtrain ... list --json` gives."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+
+import pytest
+
+from conftest import DTRAIN, Dtrain
+from dtrain.cli.main import build_parser, main
+from dtrain.cli.completion import script
+
+BIN = os.path.dirname(DTRAIN)
+
+
+@pytest.fixture(scope="module")
+def bash_script(tmp_path_factory):
+    path = tmp_path_factory.mktemp("completion") / "dtrain.bash"
+    path.write_text(script(build_parser(), "bash"))
+    return path
+
+
+def complete(path, line: str, home=None, shell: str = "bash") -> list[str]:
+    """COMPREPLY for `line` (the cursor at its end), from a real shell that sourced `path`."""
+    words = shlex.split(line) + ([""] if line.endswith(" ") else [])
+    array = " ".join(shlex.quote(w) for w in words)
+    code = (f"source {shlex.quote(str(path))}; COMP_WORDS=({array}); COMP_CWORD={len(words) - 1}; "
+            f"COMP_LINE={shlex.quote(line)}; _dtrain; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+    if shell == "zsh":  # bashcompinit's compgen and complete outside a completion widget
+        code = "emulate -L zsh; setopt ksharrays; " + code
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **({"DTRAIN_HOME": str(home)} if home else {})}
+    out = subprocess.run([shell, "-c", code], capture_output=True, text=True, timeout=30, env=env)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    return [w for w in out.stdout.split("\n") if w]
+
+
+def test_the_cli_prints_a_script_for_each_shell(home, monkeypatch, capsys):
+    out = subprocess.run([DTRAIN, "completion", "bash"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.rstrip().endswith("complete -o default -F _dtrain dtrain"), out.stderr
+    monkeypatch.setenv("DTRAIN_HOME", str(home))
+    assert main(["completion", "zsh"]) == 0
+    assert "autoload -U +X bashcompinit && bashcompinit\n" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["completion", "fish"])
+    assert "invalid choice: 'fish'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line, expected", [
+    ("dtrain ", {"submit", "list", "describe", "volume", "snapshot", "completion", "lanes"}),
+    ("dtrain sn", {"snapshot"}),
+    ("dtrain volume ", {"create", "update", "list", "describe", "delete", "classes"}),
+    ("dtrain --backend local volume cr", {"create"}),
+    ("dtrain config ", {"project", "backend", "kubernetes", "storage-class"}),
+    ("dtrain --backend ", {"local", "kubernetes", "sagemaker"}),
+    ("dtrain lanes ", {"prepare", "synth", "train", "predict", "evaluate"}),
+])
+def test_verbs_and_nouns(bash_script, line, expected):
+    got = set(complete(bash_script, line))
+    assert expected <= got, got
+    assert all(w.startswith(shlex.split(line + "x")[-1][:-1]) for w in got)
+
+
+def test_each_verbs_own_flags_come_from_the_parser(bash_script):
+    """Not a list kept by hand: every long flag of `volume create`'s parser, and only its shown ones."""
+    parser = build_parser("volume")
+    sub = next(a for a in parser._actions if a.dest == "verb").choices["volume"]
+    create = next(a for a in sub._actions if a.dest == "action").choices["create"]
+    flags = {o for o, a in create._option_string_actions.items() if o.startswith("--") and a.help != "==SUPPRESS=="}
+    assert flags and "--tier" not in flags  # a hidden flag (an old spelling) is not offered
+    assert set(complete(bash_script, "dtrain volume create data --")) == flags
+    assert complete(bash_script, "dtrain logs x --fo") == ["--follow"]
+    assert complete(bash_script, "dtrain config kubernetes --name") == ["--namespace"]
+    assert complete(bash_script, "dtrain submit j --gpu 1 -- python --") == []  # the command's own words
+
+
+@pytest.mark.slow  # dtrain runs 6 times, ~13 s on 2 busy cores
+def test_job_volume_and_snapshot_names_are_completed(bash_script, dt: Dtrain, home):
+    dt("volume", "create", "data", "--size", "1Mi")
+    dt("volume", "create", "dogs", "--size", "1Mi")
+    dt("snapshot", "create", "data", "--name", "data-s1")
+    assert complete(bash_script, "dtrain volume describe d", home) == ["data", "dogs"]
+    assert complete(bash_script, "dtrain snapshot create do", home) == ["dogs"]
+    assert complete(bash_script, "dtrain snapshot describe ", home) == ["data-s1"]
+    assert complete(bash_script, "dtrain describe job ", home) == []  # no job yet: nothing, quietly
+    assert complete(bash_script, "dtrain volume describe data ", home) == []  # one name is enough
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed (Debian: apt-get install zsh)")
+def test_zsh_runs_the_same_script(tmp_path):
+    path = tmp_path / "dtrain.zsh"
+    path.write_text(script(build_parser(), "zsh"))
+    assert {"create", "list"} <= set(complete(path, "dtrain volume ", shell="zsh"))
+    flags = complete(path, "dtrain logs x --fo", shell="zsh")  # zsh keeps those starting --fo itself
+    assert "--follow" in flags and "--tail" in flags and "create" not in flags
