@@ -164,7 +164,7 @@ def test_lowering_a_quota_below_what_runs_says_what_happens(dt_gpus: Dtrain, tmp
     out = dt("project", "create", "q", "--gpu-quota", "0").stdout
     assert len(out.strip().splitlines()) == 1, out
     assert "a GPU quota of 0 now" in out and "hold 1 GPU" in out and "nothing is stopped" in out, out
-    assert "queued job(s) w need more than 0 GPUs" in out, out
+    assert "queued job w needs more than 0 GPUs" in out, out
     assert dt.status("r1") == "Running"
     out = dt("project", "create", "q", "--gpu-quota", "1").stdout
     assert out.strip() == "project 'q' already exists; it has a GPU quota of 1 now", out

@@ -175,7 +175,7 @@ def test_config_storage_class_defines_and_removes_a_class_keeping_every_other_ke
                           (["--unset", "nope"], "no storage class 'nope'"), (["fast", "/x", "--role", "r"], "--role")):
         assert_usage_error(dt("config", "storage-class", *words, check=False), needle)
     assert (dt.home / "config.yaml").read_bytes() == before  # a refusal writes nothing
-    assert "still holds 1 volume(s)" in dt("config", "storage-class", "--unset", "fast").stderr
+    assert "still holds 1 volume:" in dt("config", "storage-class", "--unset", "fast").stderr
     assert _classes(dt)["fast"]["status"] == "NotConfigured"
     assert yaml.safe_load((dt.home / "config.yaml").read_text())["deleted_job_ttl"] == "7d"
     rel = dt("config", "storage-class", "slow", "disk", cwd=tmp_path).stdout  # a relative folder: made absolute

@@ -96,13 +96,13 @@ def test_removing_or_repointing_a_class_that_holds_volumes_says_what_becomes_of_
     quiet = dt("config", "storage-class", "fast", f"{tmp_path}/x/../disk")  # the same folder spelled anew
     assert quiet.stderr == ""
     moved = dt("config", "storage-class", "fast", str(other))
-    assert "2 volume(s) of storage class 'fast' stay in" in moved.stderr and str(other) in moved.stderr
+    assert "2 volumes of storage class 'fast' stay in" in moved.stderr and str(other) in moved.stderr
     assert "dtrain volume update VOLUME --class fast" in moved.stderr
     dt("config", "storage-class", "fast", str(disk))
     gone = dt("config", "storage-class", "--unset", "fast", "empty")
     assert gone.stdout.splitlines() == ["storage class 'fast' removed", "storage class 'empty' removed"]
     warning = gone.stderr.strip().splitlines()
-    assert len(warning) == 1 and "storage class 'fast' still holds 2 volume(s)" in warning[0]
+    assert len(warning) == 1 and "storage class 'fast' still holds 2 volumes" in warning[0]
     assert str(disk) in warning[0] and f"dtrain config storage-class fast {disk}" in warning[0]
     dt("snapshot", "create", "a", "--name", "a1")  # they keep working, as said
     assert sorted(os.listdir(disk)) == [".dtrain-volumes", "a", "b"]

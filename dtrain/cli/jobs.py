@@ -19,7 +19,7 @@ from dtrain.cli import format as fmt
 from dtrain.client import Client, TimeoutError_
 from dtrain.config import read_small_file
 from dtrain.errors import ConflictError, NotFoundError, SpecError, StorageError
-from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, as_typed_number, check_limit_bytes, check_name, check_rank, check_tail, shown,
+from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, as_typed_number, check_limit_bytes, check_name, check_rank, check_tail, counted, shown,
                           wait_refusal, written)
 from dtrain.numbers import exact, plain, real_number, whole_number  # whole_number: every whole-number flag's type=
 from dtrain.spec import (NUMBER_FIELDS, JobSpec, check_sagemaker_mapping, check_yaml_numbers, parse_env, parse_labels,
@@ -571,7 +571,8 @@ def refuse_pod(args, client: Client, info) -> None:
         pods = list(dict.fromkeys(p.pod for p in info.processes if p.pod))
         look = client.command_for(f"describe job {info.name}", backend=info.backend, project=args.project)
         fix = client.command_for(f"{args.verb} {info.name} --rank R{tail}", backend=info.backend, project=args.project)
-        known = f"its pods: {', '.join(pods)}" if pods else f"its {info.spec.processes} rank(s) have no pod now"
+        n = info.spec.processes
+        known = f"its pods: {', '.join(pods)}" if pods else f"its {counted(n, 'rank')} {'has' if n == 1 else 'have'} no pod now"
         raise SpecError(f"--pod is Run:AI's: a job's processes are its ranks here: {fix}; {shown(args.pod)} is "
                         f"no pod of job {info.name!r} ({known}; '{look}' lists its ranks)")
     fix = client.command_for(f"{args.verb} {info.name} --rank {ranks[0]}{tail}", backend=info.backend,

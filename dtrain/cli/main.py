@@ -213,7 +213,7 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
         for name in dict.fromkeys(names):
             print(f"storage class '{name}' removed")
             if held.get(name):  # as kubectl warns: what the removal leaves behind, and how to undo it
-                print(f"dtrain: warning: storage class '{name}' still holds {held[name]} volume(s): they stay in "
+                print(f"dtrain: warning: storage class '{name}' still holds {counted(held[name], 'volume')}: they stay in "
                       f"{folders[name]} and keep working (jobs mount them; snapshots and in-place restores work; "
                       f"'dtrain volume update VOLUME --class local' moves one out), but no new volume can go there "
                       f"until the class is named again: dtrain config storage-class {name} {folders[name]}",
@@ -239,7 +239,9 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
     root = client.set_storage_class(args.value, args.folder)
     print(f"storage class '{args.value}' is {root} (dtrain volume classes shows whether volumes can go there)")
     if held and os.path.realpath(old) != os.path.realpath(root):  # the same folder spelled anew moves nothing
-        print(f"dtrain: warning: the {held} volume(s) of storage class '{args.value}' stay in {old} and keep working; "
+        they = ("stays", "keeps") if held == 1 else ("stay", "keep")
+        print(f"dtrain: warning: the {counted(held, 'volume')} of storage class '{args.value}' {they[0]} in {old} and "
+              f"{they[1]} working; "
               f"new ones go to {root}, and 'dtrain volume update VOLUME --class {args.value}' moves one there",
               file=sys.stderr)
     return 0
@@ -522,7 +524,8 @@ def _over_new_quota(client: Client, projects, name: str, quota: int) -> str:
     never = [j.name for j in client.list(project=name, show_deleted=False)
              if j.status == JobStatus.PENDING and j.spec.gpus_requested > quota]
     if never:
-        note += (f"; queued job(s) {', '.join(never)} need more than {counted(quota, 'GPU')} and start only once it "
+        note += (f"; queued {'job' if len(never) == 1 else 'jobs'} {', '.join(never)} "
+                 f"need{'s' if len(never) == 1 else ''} more than {counted(quota, 'GPU')} and start only once it "
                  f"is raised, or once deleted and submitted with fewer")
     return note
 

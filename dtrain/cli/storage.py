@@ -12,7 +12,7 @@ from dtrain.cli import format as fmt
 from dtrain.cli.jobs import EXIT_TIMEOUT, wait_timeout
 from dtrain.client import Client
 from dtrain.errors import DtrainError, NotFoundError, SpecError, TimeoutError_
-from dtrain.names import shown
+from dtrain.names import counted, shown
 
 
 class NetAppTier(argparse.Action):
@@ -200,7 +200,7 @@ def cmd_snapshot(args, client: Client) -> int:
         else:
             for c in changes:
                 print(f"{c.kind[:1].upper()} {_path(c.path)}" + (f"  ({', '.join(c.fields)})" if c.fields else ""))
-            print(f"{len(changes)} change(s)")
+            print(counted(len(changes), "change"))
     return 0
 
 
