@@ -502,13 +502,21 @@ def cmd_describe(args, client: Client) -> int:
         spec["snapshot_on_success"] = f"{info.spec.snapshot_volume} (from -e {SNAPSHOT_ENV} + {SNAPSHOT_VOLUME_ENV})"
     print(fmt.described(head, {"Spec": spec}))
     print("Processes:")
-    print(_indent(fmt.table(["RANK", "STATUS", "EXIT CODE", "DEVICES", "NODE"],
-                            [[p.rank, p.status, "-" if p.exit_code is None else p.exit_code,
-                              ",".join(p.devices) or "-", p.node or "-"] for p in info.processes])))
+    print(_indent(process_table(info)))
     print("Events:")
     print(_indent(fmt.table(["TIME", "STATUS", "MESSAGE"],
                             [[fmt.when(e.time), e.status, e.message] for e in info.events])))
     return 0
+
+
+def process_table(info) -> str:
+    """`describe job`'s processes; a POD column where the backend runs them in pods of its own
+    naming (Kubernetes: `--pod` takes them, `kubectl logs` too). The local backend's pod names are
+    Run:AI's short form of the rank (NAME-R), so its table stays as it was."""
+    pods = info.backend != "local" and any(p.pod for p in info.processes)
+    return fmt.table(["RANK", *(["POD"] if pods else []), "STATUS", "EXIT CODE", "DEVICES", "NODE"],
+                     [[p.rank, *([p.pod or "-"] if pods else []), p.status, "-" if p.exit_code is None else p.exit_code,
+                       ",".join(p.devices) or "-", p.node or "-"] for p in info.processes])
 
 
 def _indent(text: str) -> str:
