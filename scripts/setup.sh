@@ -16,6 +16,7 @@ command -v bwrap >/dev/null 2>&1 || need_apt+=(bubblewrap)
 command -v chromium >/dev/null 2>&1 || need_apt+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || need_apt+=(chromium-driver)
 command -v mkfs.btrfs >/dev/null 2>&1 || need_apt+=(btrfs-progs)  # the loop-mounted btrfs tests
+command -v zsh >/dev/null 2>&1 || need_apt+=(zsh)  # `dtrain completion zsh` is tested in a real zsh
 if [ "${#need_apt[@]}" -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "setup: installing ${need_apt[*]} with apt-get"
