@@ -2,7 +2,7 @@
 
 - `submit --output-path s3://OTHER/...` checked the configured bucket but not OTHER: SageMaker took the job,
   trained it and failed it as it uploaded the model. OTHER is now asked as the configured bucket is, at submit
-  and in the dry run, and a missing one is one line naming the bucket and both fixes.
+  and in the dry run, and a missing one is one line naming the bucket and both fixes; so is --checkpoint-s3-uri's.
 - A job's uid was its TrainingJobArn, which SageMaker builds from the name alone: a name freed by
   `delete --purge` and submitted again gave the new run the old run's uid. It is now the ARN with the
   CreationTime, the same whether read from DescribeTrainingJob (datetimes) or remembered (unix seconds).
@@ -83,3 +83,28 @@ def test_a_local_job_purged_and_submitted_again_has_a_new_uid(home, tmp_path):
     second = client.submit(job)
     assert second.uid != first.uid and client.get("again").uid == second.uid
     client.wait("again", timeout=60)
+
+
+# ---- --checkpoint-s3-uri in a bucket that does not exist ---------------------------------------------------
+
+def test_a_checkpoint_uri_in_a_missing_bucket_is_refused_before_anything_is_made(clients, code):  # noqa: F811
+    """Only --output-path's bucket was asked: SageMaker took the job and failed it as it uploaded a checkpoint."""
+    be = SageMakerBackend(CFG, clients=clients, cwd=str(code))
+    job = spec("ckpt-no-bucket", sm={"checkpoint_uri": "s3://ckpt-no-such-bucket/ckpts"})
+    line = ("--checkpoint-s3-uri s3://ckpt-no-such-bucket/ckpts: the bucket ckpt-no-such-bucket does not exist: "
+            "create it (aws s3 mb s3://ckpt-no-such-bucket) or pass another --checkpoint-s3-uri")
+    for call in (be.render, be.submit):  # the dry run refuses as submit does
+        with pytest.raises(SpecError) as refused:
+            call(job)
+        assert str(refused.value) == line
+    names = [j["TrainingJobName"] for j in clients.sagemaker.list_training_jobs()["TrainingJobSummaries"]]
+    assert "ckpt-no-bucket" not in names
+    assert clients.s3.list_objects_v2(Bucket=CFG.bucket, Prefix="dtrain/ckpt-no-bucket/").get("KeyCount") == 0
+
+
+def test_a_checkpoint_uri_in_a_bucket_that_exists_is_taken(clients, code):  # noqa: F811
+    clients.s3.create_bucket(Bucket="ckpt-store")
+    be = SageMakerBackend(CFG, clients=clients, cwd=str(code))
+    be.submit(spec("ckpt-bucket-ok", sm={"checkpoint_uri": "s3://ckpt-store/runs"}))
+    desc = clients.sagemaker.describe_training_job(TrainingJobName="ckpt-bucket-ok")
+    assert desc["CheckpointConfig"]["S3Uri"] == "s3://ckpt-store/runs"

@@ -226,10 +226,13 @@ class SageMakerBackend(Backend):
                   (f"job name {name!r} free", lambda: self._check_free(aws(), name))]
         if dry:
             checks.append((f"bucket {bucket} exists", lambda: self._check_bucket(aws(), bucket)))
-        output = req["OutputDataConfig"]["S3OutputPath"]
-        if output.startswith("s3://") and output[len("s3://"):].partition("/")[0] != bucket:  # --output-path elsewhere
-            checks.append((f"output path {output}'s bucket exists", lambda: self._check_output_bucket(
-                aws(), output, dry=dry)))
+        # --output-path and --checkpoint-s3-uri elsewhere than the code's bucket (checked above, or by the upload)
+        for what, flag, uri in (("output path", "--output-path", req["OutputDataConfig"]["S3OutputPath"]),
+                                ("checkpoint URI", "--checkpoint-s3-uri",
+                                 (req.get("CheckpointConfig") or {}).get("S3Uri", ""))):
+            if uri.startswith("s3://") and uri[len("s3://"):].partition("/")[0] != bucket:
+                checks.append((f"{what} {uri}'s bucket exists", lambda flag=flag, uri=uri: self._check_flag_bucket(
+                    aws(), uri, flag, dry=dry)))
         return checks + [(f"channel {ch}={uri} holds objects", lambda ch=ch, uri=uri: self._check_channel(
             aws(), ch, uri, dry=dry)) for ch, uri in _s3_channels(req)]
 
@@ -323,17 +326,18 @@ class SageMakerBackend(Backend):
             raise
 
     @staticmethod
-    def _check_output_bucket(clients: Clients, uri: str, *, dry: bool = False) -> None:
-        """--output-path's bucket exists: else SageMaker takes the job, trains it and fails it as it uploads the
-        model, billed. Asked as the code's bucket is; a refusal for another reason (AccessDenied: the role may
-        write what these credentials may not list) leaves the verdict to SageMaker; `dry`: it is raised."""
+    def _check_flag_bucket(clients: Clients, uri: str, flag: str, *, dry: bool = False) -> None:
+        """The bucket of `flag` (--output-path, --checkpoint-s3-uri) exists: else SageMaker takes the job, trains
+        it and fails it as it uploads the model or a checkpoint, billed. Asked as the code's bucket is; a refusal
+        for another reason (AccessDenied: the role may write what these credentials may not list) leaves the
+        verdict to SageMaker; `dry`: it is raised."""
         bucket = uri[len("s3://"):].partition("/")[0]
         try:
-            aws_call(f"S3 bucket {bucket} (--output-path)", clients.s3.list_objects_v2, Bucket=bucket, MaxKeys=1)
+            aws_call(f"S3 bucket {bucket} ({flag})", clients.s3.list_objects_v2, Bucket=bucket, MaxKeys=1)
         except BackendError as err:
             if getattr(err, "code", None) == "NoSuchBucket":
-                raise SpecError(f"--output-path {uri}: the bucket {bucket} does not exist: create it (aws s3 mb "
-                                f"s3://{bucket}) or pass another --output-path") from None
+                raise SpecError(f"{flag} {uri}: the bucket {bucket} does not exist: create it (aws s3 mb "
+                                f"s3://{bucket}) or pass another {flag}") from None
             if dry:
                 raise
 
