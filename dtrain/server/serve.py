@@ -62,7 +62,8 @@ class Server(uvicorn.Server):
         await super().shutdown(sockets)
 
 
-def run(make_client: Callable[[], object], home: Path, *, host: str, port: int, read_only: bool) -> int:
+def run(make_client: Callable[[], object], home: Path, *, host: str, port: int, read_only: bool,
+        root_path: str = "") -> int:
     from dtrain.server.app import create_app
 
     # Bind first: a failed bind must not use up the token, which is printed only when it is made.
@@ -78,7 +79,8 @@ def run(make_client: Callable[[], object], home: Path, *, host: str, port: int, 
     print(banner(f"http://{shown}:{sock.getsockname()[1]}/", home / TOKEN_FILE, token=token, created=created,
                  read_only=read_only), flush=True)
     app = create_app(make_client, token=token, read_only=read_only)
-    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, access_log=False)
+    config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, access_log=False,
+                            root_path=root_path)  # a proxy's prefix: the app's 404s and OpenAPI name it
     Server(config, app.state.stopping).run(sockets=[sock])
     return 0
 
