@@ -188,7 +188,7 @@ def test_the_jobs_a_plan_renders_are_the_jobs_the_steps_submit():
     assert job["image"] == "reg.example.com/c:1" and job["name"] == "cifar10-hybrid"
 
 
-@pytest.mark.parametrize("prefix", ["BAD_", "a" * 43, "-a", ""])
+@pytest.mark.parametrize("prefix", ["BAD_", "a" * 43, "-a"])  # empty: the run's own (test_pipeline_rerun.py)
 def test_a_bad_job_prefix_is_named_as_the_parameter_given(home, capsys, prefix):
     """'BAD_' or 43 characters were refused as "invalid job name 'BAD_-data'", a name the user never typed."""
     code, _out, err = cli(home, capsys, "run", "lane-detection", "--param", "urls=a.tgz", "--param", f"job_prefix={prefix}")

@@ -492,14 +492,16 @@ def test_lane_detection_runs_prepare_train_evaluate_and_the_condition(dt, tusimp
     assert ("restore" in ran) == (metrics["accuracy"] >= threshold)
 
     trained = outputs(dt.home, "lane-detection", "train")
-    job = dt.json("describe", "job", "lanes-train")
+    prefix = outputs(dt.home, "lane-detection", "prepare")["prefix"]  # the run's own: job_prefix left empty
+    assert re.fullmatch(r"lanes-[0-9a-f]{8}", prefix), prefix
+    job = dt.json("describe", "job", f"{prefix}-train")
     assert job["status"] == "Succeeded" and job["spec"]["processes"] == 2 and trained["model"] == job["snapshot"]
     snapshots = {s["name"]: s for s in dt.json("snapshot", "list")}
-    assert snapshots["lanes-prepared"]["job"] == "lanes-data" and job["snapshot"] in snapshots
+    assert snapshots[f"{prefix}-prepared"]["job"] == f"{prefix}-data" and job["snapshot"] in snapshots
     volumes = {v["name"] for v in dt.json("volume", "list")}
     if threshold == 0.0:  # any accuracy passes: the training snapshot becomes the candidate
         candidate = Path(dt.json("volume", "describe", "lanes-candidate")["extra"]["path"])
-        assert (candidate / "runs" / "lanes-train" / "model.pt").is_file()
+        assert (candidate / "runs" / f"{prefix}-train" / "model.pt").is_file()
     else:  # three steps do not reach a perfect score: the branch is skipped
         assert metrics["accuracy"] < 1.0 and "lanes-candidate" not in volumes
 

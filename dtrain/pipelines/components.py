@@ -61,14 +61,17 @@ def train(backend: str, spec: dict, model: str = "", run_name: str = "", run_id:
 @dsl.component(**_OPTS)
 def prepare(backend: str, job_prefix: str, urls: str, sha256: str, storage_class: str, size: str,
             job_image: str, run_name: str = "",
-            run_id: str = "") -> NamedTuple("PrepareOutputs", [("job", str), ("status", str), ("volume", str)]):
-    """The TuSimple data job: download, verify, extract, masks, lists, on a new volume."""
+            run_id: str = "") -> NamedTuple("PrepareOutputs", [("job", str), ("status", str), ("volume", str),
+                                                               ("prefix", str)]):
+    """The TuSimple data job: download, verify, extract, masks, lists, on a new volume. `prefix`: the run's
+    job_prefix, made of `run_id` where empty (lanes-<id>, a new one per run), which the later steps name after."""
     from dtrain.pipelines import steps
 
-    spec, volume = steps.lanes_prepare_spec(job_name=f"{job_prefix}-data", urls=urls, sha256=sha256,
+    prefix = steps.lanes_prefix(job_prefix, run_id)
+    spec, volume = steps.lanes_prepare_spec(job_name=f"{prefix}-data", urls=urls, sha256=sha256,
                                             storage_class=storage_class, size=size, image=job_image)
     result = steps.train(spec, backend=backend, model=volume, labels=steps.run_labels(run_name, run_id))
-    return result.job, result.status, volume
+    return result.job, result.status, volume, prefix
 
 
 @dsl.component(**_OPTS)

@@ -3,6 +3,9 @@
     prepare (data job, new volume) -> snapshot '<prefix>-prepared' -> lanes_job -> train (snapshot on
     success) -> evaluate (TuSimple accuracy, FP, FN as a Metrics artifact)
     -> If accuracy >= threshold: restore the training snapshot into `candidate_volume`
+
+An empty job_prefix (the default) is the run's own: lanes-<the run's id>, made by the prepare step (whose
+`prefix` output the later steps name after), or by `dtrain pipeline run` before its checks.
 """
 
 from kfp import dsl
@@ -11,14 +14,14 @@ from dtrain.errors import SpecError
 from dtrain.names import MAX_NAME, NAME_RE, shown
 from dtrain.pipelines import steps
 from dtrain.pipelines.components import DEFAULT_IMAGE, RUN, evaluate, lanes_job, prepare, restore, snapshot, train
-from dtrain.pipelines.hybrid import _step
+from dtrain.pipelines.hybrid import PLAN_RUN_ID, _step
 
 NAME = "lane-detection"
 
 
 @dsl.pipeline(name=NAME, description="TuSimple data job, SCNN DDP training with a snapshot on success, "
                                      "evaluation, and the model kept as a candidate volume when accurate enough")
-def lane_detection(urls: str, sha256: str = "", backend: str = "local", job_prefix: str = "lanes",
+def lane_detection(urls: str, sha256: str = "", backend: str = "local", job_prefix: str = "",
                    recipe: str = "tiny", processes: int = 2, max_steps: int = 0, batch_size: int = 0,
                    threshold: float = 0.5, candidate_volume: str = "lanes-candidate", storage_class: str = "local",
                    size: str = "10Gi", job_image: str = "", image: str = DEFAULT_IMAGE):
@@ -28,7 +31,8 @@ def lane_detection(urls: str, sha256: str = "", backend: str = "local", job_pref
         urls: the TuSimple archives, comma-separated URLs or paths (required).
         sha256: their sha256 digests in the same order, comma-separated (empty: not checked).
         backend: the dtrain backend every step uses: local or kubernetes.
-        job_prefix: names the run's jobs, data volume and snapshot (PREFIX-data, PREFIX-train, ...).
+        job_prefix: names the run's jobs, data volume and snapshot (PREFIX-data, PREFIX-train, ...); empty:
+            lanes-<the run's id>, a new one per run; one given must be new.
         recipe: the training recipe: tiny, demo or paper.
         processes: DDP processes (ranks) of the training job.
         max_steps: stop training after this many steps (0: the recipe's).
@@ -42,12 +46,13 @@ def lane_detection(urls: str, sha256: str = "", backend: str = "local", job_pref
     """
     data = _step(prepare(backend=backend, job_prefix=job_prefix, urls=urls, sha256=sha256,
                          storage_class=storage_class, size=size, job_image=job_image, **RUN), image)
-    frozen = _step(snapshot(backend=backend, volume=data.outputs["volume"], name=f"{job_prefix}-prepared",
+    prefix = data.outputs["prefix"]  # job_prefix, or the run's own where empty
+    frozen = _step(snapshot(backend=backend, volume=data.outputs["volume"], name=f"{prefix}-prepared",
                             job=data.outputs["job"]), image)
-    spec = _step(lanes_job(job_prefix=job_prefix, volume=data.outputs["volume"], recipe=recipe, processes=processes,
+    spec = _step(lanes_job(job_prefix=prefix, volume=data.outputs["volume"], recipe=recipe, processes=processes,
                            max_steps=max_steps, batch_size=batch_size, job_image=job_image), image).after(frozen)
     trained = _step(train(backend=backend, spec=spec.output, **RUN), image)
-    scored = _step(evaluate(backend=backend, job_prefix=job_prefix, volume=data.outputs["volume"],
+    scored = _step(evaluate(backend=backend, job_prefix=prefix, volume=data.outputs["volume"],
                             train_job=trained.outputs["job"], job_image=job_image, **RUN), image)
     with dsl.If(scored.outputs["Output"] >= threshold, name="accurate-enough"):
         _step(restore(backend=backend, snapshot=trained.outputs["model"], to=candidate_volume), image)
@@ -70,7 +75,9 @@ _MADE = ("{p}-data", "{p}-train", "{p}-eval", "pvc-{p}-data-0", "{p}-prepared")
 
 def _check_prefix(prefix: str) -> None:
     """job_prefix itself, with the room the names made from it leave: a refusal that names the
-    parameter the user gave, not a job or volume name they never typed."""
+    parameter the user gave, not a job or volume name they never typed. Empty: the run's own."""
+    if prefix == "":
+        return
     most = MAX_NAME - max(len(made.format(p="")) for made in _MADE)
     if not isinstance(prefix, str) or len(prefix) > most or not NAME_RE.fullmatch(prefix):
         raise SpecError(f"invalid --param job_prefix={shown(prefix)}: use 1-{most} lower-case letters, digits or '-', "
@@ -79,13 +86,16 @@ def _check_prefix(prefix: str) -> None:
 
 
 def fill(params: dict) -> dict:
-    """The parameters as given: every name this pipeline makes comes from job_prefix."""
-    return params
+    """An empty job_prefix as `dtrain pipeline run` makes it: lanes-<8 random hex digits>, chosen before the run
+    so that its checks and an interruption name what it makes (on a KFP server the prepare step makes it of the
+    run's id)."""
+    return params if params["job_prefix"] else {**params, "job_prefix": steps.lanes_prefix("")}
 
 
 def plan(params: dict) -> steps.Plan:
-    """The three jobs, the data job's new volume, the named snapshot and the candidate volume."""
-    prefix = params["job_prefix"]
+    """The three jobs, the data job's new volume, the named snapshot and the candidate volume (`dtrain pipeline
+    run` fills an empty job_prefix first; else lanes-plan stands in for the run's own, as in check)."""
+    prefix = steps.lanes_prefix(params["job_prefix"], PLAN_RUN_ID)
     jobs, volume = _jobs(params)
     names = tuple(steps.Named("job", f"{prefix}-{step}", "job_prefix") for step in ("data", "train", "eval"))
     return steps.Plan(backend=params["backend"], makes=(
@@ -95,7 +105,7 @@ def plan(params: dict) -> steps.Plan:
 
 def _jobs(params: dict) -> tuple[tuple[dict, ...], str]:
     """The JobSpec dicts the prepare, lanes-job and evaluate steps make, and the data job's new volume."""
-    prefix, image = params["job_prefix"], params["job_image"]
+    prefix, image = steps.lanes_prefix(params["job_prefix"], PLAN_RUN_ID), params["job_image"]
     data, volume = steps.lanes_prepare_spec(job_name=f"{prefix}-data", urls=params["urls"], sha256=params["sha256"],
                                             storage_class=params["storage_class"], size=params["size"], image=image)
     train = steps.lanes_train_spec(job_name=f"{prefix}-train", volume=volume, recipe=params["recipe"],

@@ -171,6 +171,11 @@ def run_job_name(prefix: str, run_id: str = "") -> str:
     return f"{prefix}-{suffix or os.urandom(4).hex()}"
 
 
+def lanes_prefix(job_prefix: str, run_id: str = "") -> str:
+    """The lane-detection run's job_prefix: as given, else lanes-<the run's id> (run_job_name), a new one per run."""
+    return job_prefix or run_job_name("lanes", run_id)
+
+
 def cifar10_spec(*, runtime: str, job_name: str, processes: int, epochs: int, batch_size: int, lr: float,
                  backend: str, data_volume: str, max_steps: int = 0, image: str = "",
                  data_uri: str = "", run_id: str = "") -> tuple[dict, str]:
