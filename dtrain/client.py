@@ -24,7 +24,7 @@ import threading
 import time
 from dataclasses import replace
 from pathlib import Path
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from collections import Counter
 from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
@@ -1038,13 +1038,20 @@ class Client:
         return backend.wait_snapshot(name, timeout=timeout,
                                      command=lambda words: self.command_for(words, backend=backend.name, project=project))
 
-    def volume_jobs(self, *, project: str | None = None, limit: int | None = None) -> JobPage:
+    def volume_jobs(self, *, project: str | None = None, limit: int | None = None,
+                    mounting: Iterable[str] | None = None) -> JobPage:
         """A page of the jobs that can mount the volumes `list_volumes(project=project)` lists, newest
         first (not the Deleted ones): `project`'s, on its backend; without it, those of the configured
         project's backend that share its volumes (every project's locally, its namespace's on Kubernetes).
-        A job of another backend or namespace never mounted these volumes, whatever it names (the lineage)."""
-        backend = self._storage(project)
-        return self._expired_forgotten(backend, project).page(project=project or backend.volume_project(), limit=limit)
+        A job of another backend or namespace never mounted these volumes, whatever it names (the lineage).
+        With `mounting` (volume names), only the jobs that mount one of them or recorded a snapshot as their
+        data's source, where the backend can pick them at its source (Backend.mounting_page; the local
+        one's SQL); elsewhere the newest jobs all the same, and `total` counts those not read."""
+        backend = self._expired_forgotten(self._storage(project), project)
+        scope = project or backend.volume_project()
+        if mounting is not None and (page := backend.mounting_page(mounting, project=scope, limit=limit)) is not None:
+            return page
+        return backend.page(project=scope, limit=limit)
 
     def volume_job(self, name: str, *, project: str | None = None) -> JobInfo:
         """Job `name`, of whatever project, where `project`'s volumes and snapshots are (None: the

@@ -408,6 +408,12 @@ def parse_least_size(text: str, what: str, *, minimum: int, example: str = "100G
 LABEL_JOB = "dtrain.io/job"  # the job an object was made for: a Kubernetes label; locally on the volumes a job makes
 
 
+def volume_maker(volume: str) -> str | None:
+    """The job whose new volume `volume` would be by its name (job_volume_name's pvc-J-i: J), else None."""
+    made = re.fullmatch(r"pvc-(.+)-\d+", volume)
+    return made.group(1) if made else None
+
+
 def job_volume_name(job: str, index: int) -> str:
     """Run:AI's naming: the i-th new volume (`--pvc CLASS:SIZE:MOUNT`) of job J is pvc-J-i.
 

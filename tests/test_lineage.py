@@ -2,7 +2,8 @@
 however long the history: it is drawn from a page of the newest jobs, not from every stored job,
 and of the jobs that only mounted a volume each volume keeps its newest few, the older ones
 counted in one node. Jobs that started from a snapshot or whose results a snapshot holds are
-always drawn."""
+always drawn. The page is of the jobs that mount a volume (the local backend picks them in SQL): many jobs
+mounting nothing, another project's, hid the one that mounted a volume ("103 older jobs not read")."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
 from dtrain import Client, JobSpec  # noqa: E402
 from dtrain.backends.local.store import JobStore  # noqa: E402
 from dtrain.server.app import create_app  # noqa: E402
-from dtrain.spec import VolumeMount  # noqa: E402
+from dtrain.backends.base import Backend  # noqa: E402
+from dtrain.backends.local.backend import LocalBackend  # noqa: E402
+from dtrain.spec import NewVolume, VolumeMount  # noqa: E402
 
 
 def _stored(home, jobs: list[tuple[str, tuple[str, ...], str | None]], after: int = 0) -> None:
@@ -88,10 +91,11 @@ def test_jobs_that_only_mounted_a_volume_are_folded_past_the_newest_few(http):
 
 
 def test_only_the_newest_jobs_are_read_and_a_snapshots_older_job_is_read_by_name(http):
-    body, edges = graph(http, jobs=4)  # plain, both, sweep-19, sweep-18
+    body, edges = graph(http, jobs=4)  # both, sweep-19, sweep-18, sweep-17 ("plain" mounts nothing: not read)
     nodes = {n["id"]: n for n in body["nodes"]}
-    assert body["jobs_unread"] == 20
-    assert {n for n in nodes if n.startswith("job")} == {"job:both", "job:sweep-19", "job:sweep-18", "job:prepare"}
+    assert body["jobs_unread"] == 19
+    assert {n for n in nodes if n.startswith("job")} == {"job:both", "job:sweep-19", "job:sweep-18", "job:sweep-17",
+                                                         "job:prepare"}
     assert nodes["job:prepare"]["status"] == "Succeeded"  # outside the page, read by name: its results are drawn
     assert ("job:prepare", "results", "snapshot:data-v1") in edges
     assert not any(e[2] == "job:retrain" for e in edges)
@@ -114,16 +118,47 @@ def test_the_storage_page_draws_the_folded_jobs_and_says_how_many_were_not_read(
         pytest.skip("chromium and chromedriver are not installed (scripts/setup.sh installs them)")
     _stored(home_with_history, [(f"new-{i:02d}", ("data",), None) for i in range(90)], after=24)
     body, _ = graph(http)
-    assert body["jobs_unread"] == 14  # 114 stored, the newest 100 read
+    assert body["jobs_unread"] == 13  # 114 stored, 113 mount a volume, the newest 100 of them read
     folded = next(n for n in body["nodes"] if n["id"] == "jobs:data")
-    assert folded["count"] == 90  # of the 99 read that mounted data, 9 drawn: 8, and "both" for other
+    assert folded["count"] == 91  # of the 100 read that mounted data, 9 drawn: 8, and "both" for other
     with chrome() as browser:
         browser.get(server.url + "/#/storage")
         node = "#lineage-graph g.n-jobs[data-id='jobs:data']"
         WebDriverWait(browser, 60).until(lambda d: text_of(d, "#lineage-unread"))
         texts = browser.execute_script("return [...document.querySelectorAll(arguments[0] + ' text')]"
                                        ".map(t => t.firstChild.textContent)", node)  # the label, not its <title>
-        assert texts == ["jobs \u00b7 only mounted", "90 older jobs"]
-        assert text_of(browser, "#lineage-unread").startswith("drawn from the newest jobs: 14 older jobs not read")
+        assert texts == ["jobs \u00b7 only mounted", "91 older jobs"]
+        assert text_of(browser, "#lineage-unread").startswith("drawn from the newest jobs: 13 older jobs not read")
         drawn = browser.execute_script("return document.querySelectorAll('#lineage-graph g.n-job').length")
         assert drawn == len([n for n in body["nodes"] if n["kind"] == "job"]) == 10  # 8, both, prepare
+
+
+def test_many_jobs_mounting_nothing_never_hide_the_job_that_mounts_a_volume(home, monkeypatch):
+    """The newest 100 jobs of every project were read: 103 of another project that mount nothing hid 'train',
+    and the graph drew the volume alone, "103 older jobs not read"."""
+    c = Client(home=home)
+    c.create_volume("data", size="1Gi")
+    c.create_volume("pvc-prep-0", size="1Gi")  # as `--pvc local:1Gi:/out` makes it for job 'prep'
+    store = JobStore(home / "state.db")
+    try:
+        store.insert_job(JobSpec(name="prep", command=("true",), volumes=(
+            NewVolume(storage_class="local", size="1Gi", mount_path="/out"),)), cwd="/", node="here")
+        store.update("prep", created=1_700_000_000.0)
+    finally:
+        store.close()
+    _stored(home, [("train", ("data",), None)], after=1)
+    _stored(home, [(f"other-{i:03d}", (), None) for i in range(103)], after=2)
+    monkeypatch.setattr(JobStore, "jobs", lambda self: pytest.fail("the lineage read every stored job"))
+    server = ThreadServer(create_app(lambda: Client(home=home), sample_every=3600))
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            body, edges = graph(http)
+    finally:
+        server.stop()
+    assert {("volume:data", "mounted", "job:train"), ("volume:pvc-prep-0", "mounted", "job:prep")} <= edges
+    assert body["jobs_unread"] == 0
+
+    # a backend that cannot pick them pages every job: the notice stays
+    monkeypatch.setattr(LocalBackend, "_mounting_page", Backend._mounting_page)
+    page = Client(home=home).volume_jobs(limit=100, mounting={"data", "pvc-prep-0"})
+    assert page.total == 105 and "train" not in {j.name for j in page.jobs}

@@ -441,6 +441,18 @@ class Backend(abc.ABC):
         return newest_first(Listed((j for j in jobs if (j.status != JobStatus.DELETED if status is None
                                                         else j.status == status)), jobs.notices), limit, offset)
 
+    def mounting_page(self, volumes: Iterable[str], *, project: str | None = None,
+                      limit: int | None = None) -> JobPage | None:
+        """The jobs of `project` (None: every project), not the Deleted ones, that mount one of `volumes` or
+        recorded a snapshot as their data's source (the lineage's jobs), newest first, at most `limit`, with
+        `total`; None where this backend cannot pick them at its source (the caller pages every job). The
+        local backend asks its SQL, so that many jobs mounting nothing never hide one that mounts a volume."""
+        check_page(limit, 0)
+        return self._mounting_page(frozenset(volumes), project=project, limit=limit)
+
+    def _mounting_page(self, volumes: frozenset[str], *, project: str | None, limit: int | None) -> JobPage | None:
+        return None
+
     def summary(self, *, project: str | None = None) -> JobSummary:
         """The jobs of `project` (None: every project) counted by project and status, and the
         records of those not finished. The default reads `_list` once; the local backend counts in

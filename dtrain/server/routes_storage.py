@@ -194,7 +194,10 @@ def get_lineage(request: Request,
     c = client(request)
     volumes = c.list_volumes(project=project)  # a project that does not exist: a 404, before the rest is read
     snapshots = c.list_snapshots(project=project)
-    page = c.volume_jobs(project=project, limit=jobs)
+    # the jobs that mount these volumes (or one a snapshot's, since deleted): many that mount none, another
+    # project's, never hide them; a backend that cannot pick them pages every job, its older ones told as unread
+    page = c.volume_jobs(project=project, limit=jobs,
+                         mounting={v.name for v in volumes} | {s.volume for s in snapshots if s.volume})
     # a snapshot's job the page left out (Deleted, older, or another project's on a shared store): read
     # by name, so it is drawn with its status (a deleted job read as unknown as an unread one); at most
     # LINKED_READ of them (a cluster's backend asks its API once for each)

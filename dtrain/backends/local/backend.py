@@ -325,6 +325,12 @@ class LocalBackend(Backend):
                                       limit=limit, offset=offset)
         return JobPage(total=total, jobs=tuple(self._info(row) for row in rows))  # read after the reconciling
 
+    def _mounting_page(self, volumes, *, project, limit) -> JobPage:
+        """In SQL, as `_page`: the volumes each job's stored spec mounts, and the new ones named after it."""
+        self.reconcile_others(None)
+        total, rows = self.store.mounting_page(volumes, project=project, limit=limit)
+        return JobPage(total=total, jobs=tuple(self._info(row) for row in rows))
+
     def _summary(self, *, project) -> tuple[list[JobCount], list[JobInfo]]:
         """Counted in SQL, after reconciling the jobs that may run (as `_page` does); only the
         unfinished jobs' records are built."""

@@ -19,7 +19,7 @@ from typing import Callable
 
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError
-from dtrain.names import shown
+from dtrain.names import shown, volume_maker
 from dtrain.spec import JobSpec
 
 SCHEMA = """
@@ -245,6 +245,31 @@ class JobStore:
             rows = self.conn.execute(f"SELECT * FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE {where} {newest} "
                                      f"LIMIT ? OFFSET ?) {newest}",
                                      [*args, -1 if limit is None else limit, offset]).fetchall()
+        finally:
+            self.conn.execute("COMMIT")
+        return total, rows
+
+    def mounting_page(self, volumes: frozenset[str], *, project: str | None,
+                      limit: int | None) -> tuple[int, list[sqlite3.Row]]:
+        """As `page` (all but Deleted), of the jobs whose spec mounts one of `volumes` (a mount is stored as
+        `NAME:/PATH[:ro]`), that made one of them (`--pvc CLASS:SIZE:/PATH` makes pvc-JOB-I: the job's name
+        is read off the volume's, see names.job_volume_name), or that recorded a snapshot its data came from."""
+        makers = sorted({job for v in volumes if (job := volume_maker(v))})
+        names, made = json.dumps(sorted(volumes)), json.dumps(makers)
+        where = ("status!='Deleted' AND (source_snapshot IS NOT NULL"
+                 " OR data_sources IS NOT NULL AND data_sources NOT IN ('', '[]')"
+                 " OR name IN (SELECT value FROM json_each(?))"
+                 " OR EXISTS (SELECT 1 FROM json_each(spec, '$.volumes') AS m WHERE substr(m.value, 1, "
+                 "instr(m.value, ':/') - 1) IN (SELECT value FROM json_each(?))))")
+        args: list = [made, names]
+        if project is not None:
+            where, args = where + " AND project=?", [*args, project]
+        self.conn.execute("BEGIN")  # deferred: a read snapshot, so that the count and the page agree
+        try:
+            total = self.conn.execute(f"SELECT count(*) FROM jobs WHERE {where}", args).fetchone()[0]
+            newest = "ORDER BY created DESC, name DESC"
+            rows = self.conn.execute(f"SELECT * FROM jobs WHERE seq IN (SELECT seq FROM jobs WHERE {where} {newest} "
+                                     f"LIMIT ?) {newest}", [*args, -1 if limit is None else limit]).fetchall()
         finally:
             self.conn.execute("COMMIT")
         return total, rows
