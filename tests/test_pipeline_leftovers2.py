@@ -131,7 +131,8 @@ def test_a_kubernetes_run_without_a_job_image_is_refused_before_any_step(home, c
         kubeconfig = tmp_path / "kubeconfig"
         server.write_kubeconfig(kubeconfig)
         (home / "config.yaml").write_text(yaml.safe_dump({"kubernetes": {"kubeconfig": str(kubeconfig)}}))
-        code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "training_runtime=kubernetes")
+        code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "training_runtime=kubernetes",
+                              "--param", "job_name=cifar10-hybrid")
         assert code == 2 and err.count("\n") == 1, err
         assert err.startswith("dtrain: error: pipeline 'hybrid-cifar10' cannot submit job 'cifar10-hybrid' to the "
                               "kubernetes backend (a pipeline's --image for its jobs is --param job_image): job "
@@ -147,7 +148,7 @@ def test_a_kubernetes_run_without_a_job_image_is_refused_before_any_step(home, c
 def test_a_sagemaker_run_on_an_unconfigured_account_is_refused_before_any_step(home, capsys):
     """It ran two steps, then the train step failed with a traceback ending in the same reason."""
     code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "training_runtime=sagemaker",
-                          "--param", "data_uri=s3://bkt/cifar10")
+                          "--param", "job_name=cifar10-hybrid", "--param", "data_uri=s3://bkt/cifar10")
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith("dtrain: error: pipeline 'hybrid-cifar10' cannot submit job 'cifar10-hybrid' to the "
                           "sagemaker backend: SageMaker is not configured (sagemaker_role_arn and sagemaker_bucket "
@@ -184,7 +185,7 @@ def test_the_jobs_a_plan_renders_are_the_jobs_the_steps_submit():
     assert data == steps.lanes_prepare_spec(job_name="p-data", urls="a.tgz")[0]
     assert train == steps.lanes_train_spec(job_name="p-train", volume="pvc-p-data-0")
     assert evaluate == steps.lanes_evaluate_spec(job_name="p-eval", volume="pvc-p-data-0", train_job="p-train")
-    (job,) = hybrid_plan(hybrid_params(job_image="reg.example.com/c:1")).jobs
+    (job,) = hybrid_plan(hybrid_params(job_image="reg.example.com/c:1", job_name="cifar10-hybrid")).jobs
     assert job["image"] == "reg.example.com/c:1" and job["name"] == "cifar10-hybrid"
 
 
@@ -216,7 +217,7 @@ def test_an_interrupted_run_names_the_jobs_that_go_on(dt, home):
     dt("submit", "cifar10-hybrid", "--", "sleep", "60")
     dt.wait_for("cifar10-hybrid", {"Running"})
     client = Client(home=home)
-    plan = hybrid_plan(hybrid_params())
+    plan = hybrid_plan(hybrid_params(job_name="cifar10-hybrid"))
     assert steps.going_on("hybrid-cifar10", plan, client=client) == (
         "pipeline 'hybrid-cifar10' interrupted; its job 'cifar10-hybrid' (Running) goes on on the local backend: "
         "stop it with 'dtrain delete cifar10-hybrid' before running the pipeline again")
@@ -401,7 +402,7 @@ def test_too_many_processes_are_named_as_the_pipelines_parameter(dt, home, capsy
 
     dt("volume", "create", "cifar10", "--size", "1Gi")
     monkeypatch.setattr(local, "max_local_processes", lambda: (2, "its CPUs"))
-    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "processes=3")
+    code, _out, err = cli(home, capsys, "run", "hybrid-cifar10", "--param", "processes=3", "--param", "job_name=cifar10-hybrid")
     assert code == 2 and err == ("dtrain: error: pipeline 'hybrid-cifar10' cannot submit job 'cifar10-hybrid' to the "
                                  "local backend: job 'cifar10-hybrid' asks for 3 processes but this machine can run at "
                                  "most 2 (limited by its CPUs); lower --param processes\n"), err
