@@ -58,6 +58,12 @@ RUNAI_FLAGS = {
 }
 
 
+# The process-count flags of the launchers a user has typed before (torchrun's, mpirun's): argparse's
+# nearest flag named --project for --nproc and SageMaker's --hp for --np, or said the command goes after '--'.
+LAUNCHER_FLAGS = {"--nproc-per-node": "torchrun", "--nproc_per_node": "torchrun", "--nproc": "torchrun",
+                  "-np": "mpirun", "--np": "mpirun", "-n": "mpirun"}
+
+
 class RunaiOnly(argparse.Action):
     """A Run:AI flag that is the start of one of ours, refused naming ours: argparse took `--volume
     /data:/mnt` for SageMaker's --volume-size ("use a whole number") and `exec --pod` for

@@ -8,6 +8,7 @@ import contextlib
 import importlib
 import json
 import os
+import re
 import shlex
 import sys
 
@@ -334,6 +335,16 @@ def _holder(gpu) -> str:
 MAX_USAGE_ERROR = 400  # characters of an argparse message shown
 
 
+def _near_choice(message: str) -> str | None:
+    """argparse's "invalid choice: 'sumbit' (choose from ...)" with the choice meant in place of the
+    list (for a verb, 25 words that hide it), or None when no choice is near the word typed."""
+    said = re.fullmatch(r"(argument .+: invalid choice: '(.*)') \(choose from (.*)\)", message)
+    if said is None:
+        return None
+    near = difflib.get_close_matches(said[2], re.findall(r"'([^']*)'", said[3]), n=1, cutoff=0.6)
+    return f"{said[1]}: did you mean '{near[0]}'?" if near else None
+
+
 class Parser(argparse.ArgumentParser):
     """argparse, with usage errors on one line like every other dtrain error (exit 2), and a word
     starting with '-' and a digit read as a value in every verb (see `jobs.NEGATIVE_VALUE`)."""
@@ -366,6 +377,8 @@ class Parser(argparse.ArgumentParser):
             near = difflib.get_close_matches(unknown.split("=", 1)[0], self._long_options(), n=1, cutoff=0.75)
             hint = hint or (f"did you mean {near[0]}?" if near else "")
             message = f"unrecognized arguments: {unknown}{f' ({hint})' if hint else ''}; {message}"
+        elif near := _near_choice(message):  # `dtrain sumbit`: the word meant, not a list of 25 verbs
+            message = near
         elif message.endswith(": expected one argument") and (dashed := self._dashed_value(message)):
             option, word = dashed  # `--name -x`: argparse took '-x' for an option and the value as missing
             message += f" ({shown(word)} begins with '-', so it was read as an option: give it as {option}={word})"
@@ -639,6 +652,9 @@ def _flag_hint(args, extra: list[str]) -> str:
             continue
         if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.RUNAI_FLAGS:
             return f"; {flag} is Run:AI's: {jobs.RUNAI_FLAGS[flag].format(verb=args.verb)}"
+        if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.LAUNCHER_FLAGS:
+            form = _COMMAND_FORMS["submit-mpi" if args.verb == "submit-mpi" else "submit-dist"]
+            return f"; {flag} is {jobs.LAUNCHER_FLAGS[flag]}'s: dtrain starts it with --processes N ({form})"
         if whole := abbreviated(word, getattr(args, "options_known", [])):
             return f"; {whole}"
         near = difflib.get_close_matches(flag, getattr(args, "options_known", []), n=1, cutoff=0.75)

@@ -1,0 +1,59 @@
+"""A new user's first hour with the README, demo.md, lanes.md and cifar10.md, mistyping what new users
+mistype (audit 15, `fresh`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dtrain.cli.main import main
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    """dtrain's main() in this process on a private home: (exit code, stdout, stderr) of a command line."""
+    monkeypatch.setenv("DTRAIN_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        try:
+            code = main(list(argv))
+        except SystemExit as stop:  # argparse's usage errors
+            code = stop.code
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run
+
+
+@pytest.mark.parametrize("argv, typed, meant", [
+    (["sumbit", "x", "--", "true"], "sumbit", "submit"), (["logz", "x"], "logz", "logs"),
+    (["volume", "lsit"], "lsit", "list"), (["snapshot", "craete", "x"], "craete", "create"),
+    (["lanes", "trian"], "trian", "train"),
+    (["submit-dist", "x", "--launcher", "torch", "--", "true"], "torch", "torchrun"),
+])
+def test_a_misspelt_verb_or_choice_names_the_one_meant(cli, argv, typed, meant):
+    """`dtrain sumbit` answered argparse's list of 25 verbs, the one meant among them unmarked."""
+    code, _, err = cli(*argv)
+    [line] = err.strip().splitlines()
+    assert code == 2 and f"invalid choice: '{typed}': did you mean '{meant}'?" in line
+    assert "choose from" not in line, line
+
+
+def test_a_word_near_no_verb_keeps_the_list(cli):
+    code, _, err = cli("zzzz")
+    assert code == 2 and "invalid choice: 'zzzz' (choose from 'submit'" in err and "did you mean" not in err
+
+
+@pytest.mark.parametrize("verb", ["submit", "submit-dist", "submit-mpi"])
+@pytest.mark.parametrize("flag, launcher", [
+    ("--nproc-per-node", "torchrun"), ("--nproc_per_node", "torchrun"), ("--nproc", "torchrun"),
+    ("-np", "mpirun"), ("--np", "mpirun"), ("-n", "mpirun"),
+])
+def test_a_launchers_process_flag_names_processes(cli, verb, flag, launcher):
+    """`--nproc 2` was answered 'did you mean --project?', `--np 2` 'did you mean --hp?' (SageMaker's
+    hyperparameters), `-np 2` and `--nproc-per-node 2` 'the command goes after --'."""
+    code, _, err = cli(verb, "x", flag, "2", "--", "true")
+    [line] = err.strip().splitlines()
+    assert code == 2 and f"{flag} is {launcher}'s: dtrain starts it with --processes N" in line, line
+    assert f"dtrain {'submit-mpi' if verb == 'submit-mpi' else 'submit-dist'} NAME --processes N" in line
+    assert "did you mean" not in line and "goes after" not in line
+    assert cli("list", "-A", "--json")[1].strip() == "[]"  # nothing was submitted
