@@ -3,8 +3,13 @@ mistype (audit 15, `fresh`)."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+
 import pytest
 
+from conftest import DTRAIN
 from dtrain.cli.main import main
 
 
@@ -57,3 +62,24 @@ def test_a_launchers_process_flag_names_processes(cli, verb, flag, launcher):
     assert f"dtrain {'submit-mpi' if verb == 'submit-mpi' else 'submit-dist'} NAME --processes N" in line
     assert "did you mean" not in line and "goes after" not in line
     assert cli("list", "-A", "--json")[1].strip() == "[]"  # nothing was submitted
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verb", [["logs", "ticker", "-f"], ["wait", "quick", "ticker"]])
+def test_ctrl_c_in_logs_follow_or_wait_says_the_job_goes_on(dt, verb):
+    """Ctrl-C in `logs -f` or `wait` left a bare prompt: a new user could not tell that the job went on
+    (Ctrl-C in a foreground `docker run` stops it). Ctrl-C is SIGINT to the terminal's process group;
+    the first line printed says that the verb is in its loop (wait: the first job's end)."""
+    dt("submit", "quick", "--", "true")
+    dt.wait_for("quick", {"Succeeded"})
+    dt("submit", "ticker", "--", "sh", "-c", "echo tick; sleep 600")
+    proc = subprocess.Popen([DTRAIN, *verb], env={**dt.env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    assert proc.stdout.readline().startswith("tick" if verb[0] == "logs" else "quick: Succeeded")
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    doing = "following the logs of" if verb[0] == "logs" else "waiting for"
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().splitlines() == [f"dtrain: stopped {doing} job 'ticker'; the job goes on (stop it with "
+                                        "'dtrain delete ticker')"], err
+    assert dt.status("ticker") == "Running"

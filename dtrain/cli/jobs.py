@@ -549,15 +549,20 @@ def cmd_logs(args, client: Client) -> int:
     printed = False
     lines = client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
                         previous=args.previous, limit_bytes=args.limit_bytes, project=args.project)
-    for line in lines:
-        printed = True
-        if args.json:
-            sys.stdout.write(json.dumps(line.to_dict()) + "\n")
-        else:
-            prefix = (fmt.when(line.time) + " " if args.timestamps else "") + (f"[rank {line.rank}] " if many else "")
-            sys.stdout.write(prefix + line.text + "\n")
-        if args.follow:  # a line shows when it is written; otherwise a flush a line cost a write(2) a line
-            sys.stdout.flush()
+    try:
+        for line in lines:
+            printed = True
+            if args.json:
+                sys.stdout.write(json.dumps(line.to_dict()) + "\n")
+            else:
+                prefix = (fmt.when(line.time) + " " if args.timestamps else "") + (f"[rank {line.rank}] " if many else "")
+                sys.stdout.write(prefix + line.text + "\n")
+            if args.follow:  # a line shows when it is written; otherwise a flush a line cost a write(2) a line
+                sys.stdout.flush()
+    except KeyboardInterrupt:
+        if not args.follow:
+            raise
+        return _left(client, info, "following the logs of")
     # as kubectl: why nothing came (unless the backend said it: a restarted SageMaker host not started again)
     if (not printed and not args.follow and info.status.value == "Pending"
             and not lines.notices):
@@ -790,6 +795,18 @@ def _seconds(text: str, refusal: Callable[[], Exception]) -> float:
     return plain(seconds)
 
 
+EXIT_INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell says
+
+
+def _left(client: Client, info, doing: str) -> int:
+    """Ctrl-C in `logs -f` or `wait`: the job is in its own session, so it goes on; said, since a new
+    user cannot tell that from a bare prompt (and Ctrl-C in a foreground `docker run` would stop it)."""
+    stop = client.command_for(f"delete {info.name}", backend=info.backend, project=info.spec.project)
+    print(f"\ndtrain: stopped {doing} job '{info.name}'; the job goes on (stop it with '{stop}')",
+          file=sys.stderr, flush=True)
+    return EXIT_INTERRUPTED
+
+
 def cmd_wait(args, client: Client) -> int:
     """As kubectl wait: one job or several, in turn, under one --timeout; exit 0 if every one
     Succeeded, 1 if any did not, EXIT_TIMEOUT if the time ran out first."""
@@ -802,24 +819,31 @@ def cmd_wait(args, client: Client) -> int:
     infos = {name: _get(args, client, name) for name in names}  # an unknown name is an error before any waiting
     deadline = None if timeout is None else time.monotonic() + timeout
     failed = False
-    for name in names:
-        if infos[name].status is JobStatus.SUSPENDED:  # a script's wait would hang without a word
-            resume = client.command_for(f"resume {name}", backend=infos[name].backend, project=infos[name].spec.project)
-            print(f"dtrain: job {name!r} is Suspended: waiting until it is resumed ('{resume}') and ends",
-                  file=sys.stderr, flush=True)
-        try:
-            info = client.wait(name, timeout=timeout if deadline is None or len(names) == 1
-                               else max(0.0, deadline - time.monotonic()), project=args.project)
-        except TimeoutError_ as err:
-            print(f"dtrain: {err}" if len(names) == 1 else
-                  f"dtrain: --timeout {args.timeout} ran out waiting for job {name!r} ({names.index(name)} of "
-                  f"{len(names)} jobs ended); wait longer (--timeout) or check '{err.look}'", file=sys.stderr)
-            return EXIT_TIMEOUT
-        if args.json:
-            print(json.dumps(info.to_dict()))
-        else:
-            print(f"{info.name}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
-        failed |= info.status.value != "Succeeded"
+    ended = 0  # counted before its line is printed: Ctrl-C after the line names the next job
+    try:
+        for name in names:
+            if infos[name].status is JobStatus.SUSPENDED:  # a script's wait would hang without a word
+                resume = client.command_for(f"resume {name}", backend=infos[name].backend, project=infos[name].spec.project)
+                print(f"dtrain: job {name!r} is Suspended: waiting until it is resumed ('{resume}') and ends",
+                      file=sys.stderr, flush=True)
+            try:
+                info = client.wait(name, timeout=timeout if deadline is None or len(names) == 1
+                                   else max(0.0, deadline - time.monotonic()), project=args.project)
+            except TimeoutError_ as err:
+                print(f"dtrain: {err}" if len(names) == 1 else
+                      f"dtrain: --timeout {args.timeout} ran out waiting for job {name!r} ({names.index(name)} of "
+                      f"{len(names)} jobs ended); wait longer (--timeout) or check '{err.look}'", file=sys.stderr)
+                return EXIT_TIMEOUT
+            ended += 1
+            if args.json:
+                print(json.dumps(info.to_dict()))
+            else:
+                print(f"{info.name}: {info.status.value}" + (f" ({info.message})" if info.message else ""))
+            failed |= info.status.value != "Succeeded"
+    except KeyboardInterrupt:
+        if ended == len(names):
+            raise
+        return _left(client, infos[names[ended]], "waiting for")
     return 1 if failed else 0
 
 
