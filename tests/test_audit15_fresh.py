@@ -4,13 +4,16 @@ mistype (audit 15, `fresh`)."""
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 
 import pytest
 
 from conftest import DTRAIN
-from dtrain.cli.main import main
+from dtrain import JobSpec
+from dtrain.cli import jobs
+from dtrain.cli.main import build_parser, main, split_command, verb_of
 
 
 @pytest.fixture
@@ -83,3 +86,26 @@ def test_ctrl_c_in_logs_follow_or_wait_says_the_job_goes_on(dt, verb):
     assert err.strip().splitlines() == [f"dtrain: stopped {doing} job 'ticker'; the job goes on (stop it with "
                                         "'dtrain delete ticker')"], err
     assert dt.status("ticker") == "Running"
+
+
+@pytest.mark.parametrize("verb", sorted(jobs.EXAMPLES))
+def test_the_everyday_verbs_help_ends_with_examples_that_parse(cli, verb):
+    """`dtrain submit --help` showed 40 flags and no command to copy, where kubectl's and runai's help
+    end with examples; each example shown is one the parser takes as it is."""
+    code, out, _ = cli(verb, "--help")
+    assert code == 0 and "\nexamples:\n" in out
+    shown = [line.strip() for line in out.split("\nexamples:\n", 1)[1].splitlines()]
+    assert shown == jobs.EXAMPLES[verb]
+    for example in shown:
+        for command in example.split("#", 1)[0].split("&&"):
+            head, _ = split_command(shlex.split(command)[1:])
+            args, extra = build_parser(verb_of(head)).parse_known_args(head)
+            assert extra == [] and args.verb == verb_of(head), example
+
+
+def test_submit_dist_help_gives_the_process_count_default(cli):
+    """--processes said only 'number of data-parallel processes': 1 when left out, as the spec has it."""
+    _, out, _ = cli("submit-dist", "--help")
+    assert "number of data-parallel processes (default 1)" in " ".join(out.split())
+    assert JobSpec(name="x", command=("true",)).processes == 1
+    assert "torchrun (the default) or mpi" in " ".join(out.split())

@@ -115,9 +115,10 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
     p.add_argument("-f", "--file", help="a YAML job spec; flags given too override its fields")
     p.add_argument("--volume", action=RunaiOnly)
     if dist:
-        p.add_argument("--processes", type=whole_number, help="number of data-parallel processes")
+        p.add_argument("--processes", type=whole_number, help="number of data-parallel processes (default 1)")
         if not mpi:
-            p.add_argument("--launcher", choices=["torchrun", "mpi"], help="default: torchrun")
+            p.add_argument("--launcher", choices=["torchrun", "mpi"],
+                           help="what starts the processes: torchrun (the default) or mpi (mpirun, as submit-mpi)")
     p.add_argument("-g", "--gpu", type=gpu_count, help="whole GPUs per process (default 0: CPU only; no fractions)")
     p.add_argument("--cpu", type=real, help="CPU threads per process (sets OMP_NUM_THREADS, by default the machine's "
                                              "CPUs shared out among the processes; each local process is pinned to its "
@@ -847,12 +848,44 @@ def cmd_wait(args, client: Client) -> int:
     return 1 if failed else 0
 
 
+# What `--help` ends with, as kubectl's and runai's help do: commands to copy (a test parses each one)
+EXAMPLES = {
+    "submit": ["dtrain submit prep --pvc local:10Gi:/mnt -- python prepare.py --out /mnt/data",
+               "dtrain submit train -p team-a --gpu 1 -e BATCH_SIZE=32 -- python train.py",
+               "dtrain submit -f job.yaml"],
+    "submit-dist": ["dtrain submit-dist cifar --processes 2 --cpu 1 -- python -m dtrain.workloads.cifar10 train "
+                    "--data-dir data",
+                    "dtrain submit-dist train --processes 4 --gpu 1 --large-shm --pvc data:/mnt -- python train.py"],
+    "submit-mpi": ["dtrain submit-mpi train --processes 3 --gpu 1 --large-shm -e BATCH_SIZE=33 --pvc data:/mnt -- "
+                   "python train.py"],
+    "logs": ["dtrain logs train -f                  # until the job ends; Ctrl-C stops following, not the job",
+             "dtrain logs train -t 10 --rank 0",
+             "dtrain logs train --since 10m --timestamps"],
+    "wait": ["dtrain wait train --timeout 1h",
+             "dtrain wait prep train && dtrain artifacts train --to out"],
+}
+
+
+class WithExamples(argparse.HelpFormatter):
+    """argparse's help, with an `examples:` epilog kept line by line (argparse reflows every text)."""
+
+    def _fill_text(self, text, width, indent):
+        if text.startswith("examples:"):
+            return "".join(indent + line for line in text.splitlines(keepends=True))
+        return super()._fill_text(text, width, indent)
+
+
+def _examples(verb: str) -> dict:
+    return {"formatter_class": WithExamples,
+            "epilog": "examples:\n" + "\n".join(f"  {line}" for line in EXAMPLES[verb])}
+
+
 def register(sub) -> None:
     for verb, dist, mpi in (("submit", False, False), ("submit-dist", True, False), ("submit-mpi", True, True)):
         p = sub.add_parser(verb, help={"submit": "submit a one-process job",
                                        "submit-dist": "submit a data-parallel job (torchrun or mpi)",
                                        "submit-mpi": "submit an MPI data-parallel job"}[verb],
-                           usage=f"dtrain {verb} NAME [options] -- COMMAND [ARGS...]")
+                           usage=f"dtrain {verb} NAME [options] -- COMMAND [ARGS...]", **_examples(verb))
         add_job_options(p, dist=dist, mpi=mpi)
         p.set_defaults(handler=cmd_submit, takes_command=True,
                        launcher_for="mpi" if mpi else ("dist" if dist else None))
@@ -873,7 +906,7 @@ def register(sub) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object")
     _project_flag(p)
     p.set_defaults(handler=cmd_describe)
-    p = sub.add_parser("logs", help="print a job's logs")
+    p = sub.add_parser("logs", help="print a job's logs", **_examples("logs"))
     p.add_argument("name", help="the job (the word 'job' before it is optional)")
     p.add_argument("-f", "--follow", action="store_true",
                    help="keep printing new lines until the job ends or is suspended")
@@ -943,7 +976,8 @@ def register(sub) -> None:
                                     f"{EXIT_TIMEOUT} if --timeout ran out",
                        usage="dtrain wait [job] NAME [NAME...] [--timeout T] [-p PROJECT] [--json]",
                        description=f"Wait until the jobs end, one after another, as kubectl wait: exit 0 if all "
-                                   f"succeeded, 1 if any did not, {EXIT_TIMEOUT} if --timeout ran out first.")
+                                   f"succeeded, 1 if any did not, {EXIT_TIMEOUT} if --timeout ran out first.",
+                       **_examples("wait"))
     p.add_argument("names", nargs="+", metavar="[job] NAME",
                    help="the jobs, waited for in turn (the word 'job' is optional)")
     p.add_argument("--timeout",
