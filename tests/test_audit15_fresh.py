@@ -109,3 +109,21 @@ def test_submit_dist_help_gives_the_process_count_default(cli):
     assert "number of data-parallel processes (default 1)" in " ".join(out.split())
     assert JobSpec(name="x", command=("true",)).processes == 1
     assert "torchrun (the default) or mpi" in " ".join(out.split())
+
+
+@pytest.mark.parametrize("verb", [["describe"], ["logs"], ["wait"], ["delete"], ["suspend"], ["artifacts", "--to", "o"]])
+def test_the_noun_without_the_name_says_where_the_name_goes(cli, verb):
+    """`dtrain describe job` (the name forgotten after Run:AI's noun) said only "no job named 'job'"."""
+    code, _, err = cli(verb[0], "job", *verb[1:], "-p", "default")
+    [line] = err.strip().splitlines()
+    assert code == 2 and "no job named 'job'" in line, line
+    assert f"give the job's name after it (dtrain {verb[0]} job NAME -p default)" in line, line
+    code, _, err = cli(verb[0], "train-1", *verb[1:])
+    assert code == 2 and "no job named 'train-1'" in err and "NAME" not in err, err
+
+
+def test_a_job_named_job_is_still_found(cli):
+    assert cli("submit", "job", "--", "true")[0] == 0
+    code, out, err = cli("describe", "job")
+    assert code == 0 and "Name:" in out and "job" in out, err
+    assert cli("wait", "job")[0] == 0  # its process gone before the home is

@@ -467,8 +467,15 @@ def _in_project(args) -> str | None:
 
 
 def _get(args, client: Client, name: str):
-    """The job `name`; with -p, only if it is that project's."""
-    return client.get(name, project=args.project)
+    """The job `name`; with -p, only if it is that project's. Run:AI's noun alone (`describe job`, the name
+    forgotten) is a job's name, as it may be one; when none is, the refusal says where the name goes."""
+    try:
+        return client.get(name, project=args.project)
+    except NotFoundError as err:
+        if name not in JOB_NOUNS:
+            raise
+        raise NotFoundError(f"{err}; '{name}' alone is read as a job's name: give the job's name after it "
+                            f"(dtrain {args.verb} {name} NAME{f' -p {args.project}' if args.project else ''})") from None
 
 
 def cmd_describe(args, client: Client) -> int:
