@@ -14,6 +14,8 @@ from conftest import DTRAIN
 from dtrain import JobSpec
 from dtrain.cli import jobs
 from dtrain.cli.main import build_parser, main, split_command, verb_of
+from dtrain.errors import SpecError
+from dtrain.spec.volumes import parse_pvc
 
 
 @pytest.fixture
@@ -127,3 +129,31 @@ def test_a_job_named_job_is_still_found(cli):
     code, out, err = cli("describe", "job")
     assert code == 0 and "Name:" in out and "job" in out, err
     assert cli("wait", "job")[0] == 0  # its process gone before the home is
+
+
+@pytest.mark.parametrize("given, copied", [
+    ("./data:/mnt", "./data"), ("/srv/data:/mnt:ro", "/srv/data"), ("~/my data:/mnt", "~/'my data'"),
+    ("data/train:/mnt", "data/train"), (".:/mnt", "."),
+])
+def test_a_folder_given_to_pvc_names_the_way_to_reach_it(given, copied):
+    """`--pvc ./data:/mnt` (docker's -v habit) was refused with the volume-name rule (253 characters,
+    '.'-separated parts) and no word of how a job reaches a folder of this machine."""
+    with pytest.raises(SpecError) as err:
+        parse_pvc(given)
+    said = str(err.value)
+    assert "is a folder, and --pvc mounts a volume" in said and "253" not in said, said
+    assert said.endswith(f"dtrain submit copy-in --pvc local:10Gi:/mnt -- cp -r {copied} /mnt/"), said
+    assert parse_pvc("data.v1:/mnt").volume == "data.v1"  # a Kubernetes claim's dotted name is still a name
+
+
+@pytest.mark.slow
+def test_the_copy_in_the_refusal_names_fills_a_volume(dt, tmp_path):
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "f").write_text("hi\n")
+    said = dt("submit", "x", "--pvc", "./data:/mnt", "--", "true", check=False, cwd=tmp_path).stderr
+    copy = shlex.split(said.split("copy it into a new volume: ", 1)[1])
+    assert copy[0] == "dtrain" and dt(*copy[1:], cwd=tmp_path).returncode == 0
+    assert dt("wait", "copy-in").returncode == 0
+    dt("submit", "look", "--pvc", "pvc-copy-in-0:/mnt", "--", "cat", "/mnt/data/f")
+    dt("wait", "look")
+    assert dt("logs", "look").stdout == "hi\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import posixpath
+import shlex
 from dataclasses import dataclass
 from typing import Any, Mapping
 
@@ -132,6 +133,11 @@ def _check_mount_path(path: str) -> str:
     return norm
 
 
+def _shell_path(path: str) -> str:
+    """`path` as typed into a shell, with a leading ~/ left for the shell to expand."""
+    return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
+
+
 def parse_pvc(text: str) -> Volume:
     """Parse a Run:AI ``--pvc`` value: ``NAME:MOUNT[:ro]`` or ``CLASS:SIZE:MOUNT``."""
     parts = str(text).split(":")
@@ -144,6 +150,11 @@ def parse_pvc(text: str) -> Volume:
         raise SpecError(f"invalid --pvc {shown(text)}: a new volume (CLASS:SIZE:MOUNT) starts empty and is mounted "
                         f"read-write; drop ':{parts[3]}', or create the volume first (dtrain volume create) and "
                         f"mount it with VOLUME:MOUNT:ro")
+    if len(parts) in (2, 3) and ("/" in parts[0] or parts[0] in (".", "..") or parts[0].startswith("~")):  # docker -v
+        raise SpecError(f"invalid --pvc {shown(text)}: {shown(parts[0])} is a folder, and --pvc mounts a volume; "
+                        f"a local job sees this machine's folders as they are (give the folder to the command), "
+                        f"or copy it into a new volume: dtrain submit copy-in --pvc local:10Gi:/mnt -- "
+                        f"cp -r {_shell_path(parts[0])} /mnt/")
     try:
         if len(parts) == 2:
             return VolumeMount(volume=parts[0], mount_path=parts[1])
