@@ -34,8 +34,8 @@ from dtrain.spec.job import (FIELD_ALIASES, LAUNCHERS, NUMBER_FIELDS, WHOLE_FIEL
 from dtrain.spec.labels import (LABEL_KEY_RE, LABEL_VALUE_RE, MAX_LABELS, MAX_NODE_SELECTOR,  # noqa: F401
                                 MAX_SELECTOR, NODE_TYPE_LABEL, OWNED_LABEL_PREFIXES, SELECTOR_PATTERN, node_labels,
                                 parse_labels, parse_node_selector, parse_selector, selects)
-from dtrain.spec.notebook import (NOTEBOOK_HOME, NOTEBOOK_SERVER, OUTER_HOME, notebook_home,  # noqa: F401
-                                  notebook_spec, outer_home)
+from dtrain.spec.notebook import (NOTEBOOK_HOME, NOTEBOOK_SERVER, OUTER_HOME, WORKSPACES_ENV,  # noqa: F401
+                                  notebook_home, notebook_spec, outer_home, workspaces_dir)
 from dtrain.spec.tolerations import (MAX_TOLERATION_SECONDS, MAX_TOLERATIONS, TAINT_EFFECTS,  # noqa: F401
                                      TOLERATION_EXAMPLE, TOLERATION_FIELDS, Toleration, check_tolerations,
                                      parse_toleration)

@@ -51,3 +51,15 @@ def notebook_home(spec: JobSpec) -> str | None:
     ~/ is on the volume, there again after a suspend or a restart, and seen by the jobs that mount
     it. None without a volume (the local backend's notebook then works in a folder of its own)."""
     return spec.volumes[0].mount_path if spec.notebook and spec.volumes else None
+
+
+# JupyterLab keeps its layout (open tabs, panels) in ~/.jupyter/lab/workspaces: two notebooks whose
+# home is one shared volume (teammates, each with a notebook on the team's volume) overwrote each
+# other's layout there. Each notebook keeps its own in a folder named after it, still on the volume
+# (there again after a restart, as Kubeflow keeps it); ~/.jupyter's settings stay shared, as they were.
+WORKSPACES_ENV = "JUPYTERLAB_WORKSPACES_DIR"
+
+
+def workspaces_dir(name: str, home: str) -> str:
+    """Pure: notebook `name`'s JupyterLab workspaces folder under its HOME `home`."""
+    return f"{home.rstrip('/')}/.jupyter/lab/workspaces/{name}"

@@ -28,7 +28,7 @@ from typing import Any
 
 from dtrain.errors import SpecError
 from dtrain.names import MAX_NAME, counted, kubernetes_quantity, shown
-from dtrain.spec import JobSpec, check_image, notebook_home
+from dtrain.spec import WORKSPACES_ENV, JobSpec, check_image, notebook_home, workspaces_dir
 
 from . import render_storage
 from .config import KubernetesConfig
@@ -94,6 +94,7 @@ def packing(spec: JobSpec, config: KubernetesConfig) -> tuple[int, int]:
 
 
 NOTEBOOK_IMAGE = "kubeflownotebookswg/jupyter-pytorch-full:v1.9.2"  # docs/kubernetes.md's, a notebook-servers image
+NOTEBOOK_RUNTIME_DIR = "/tmp/jupyter-runtime"  # a notebook pod's own, off the volume its home may share
 
 
 def image_of(spec: JobSpec, config: KubernetesConfig) -> str:
@@ -275,9 +276,14 @@ def _notebook(spec: JobSpec, config: KubernetesConfig, replicas: int, per_pod: i
     which is how `dtrain logs` and `list` find it. The container is named after the notebook, as
     Kubeflow's notebook web app names it. HOME is the workspace volume's mount path: Kubeflow mounts
     that volume at the image's home (/home/jovyan), where the image's Jupyter is rooted, so ~/ files
-    persist; mounted elsewhere (/home/jovyan/work) it is still the notebook's home, as locally."""
+    persist; mounted elsewhere (/home/jovyan/work) it is still the notebook's home, as locally.
+    A home on a volume may be a teammate's notebook's home too: the JupyterLab layout goes to a folder
+    of this notebook's (spec/notebook.py), and Jupyter's runtime files stay in the pod (their names,
+    jpserver-PID.json, repeat from pod to pod: PID 7 in one is PID 7 in the next)."""
     home = notebook_home(spec)
-    template = pod_template(spec, config, None, name=spec.name, per_pod=1, extra_env={"HOME": home} if home else None)
+    extra = {"HOME": home, WORKSPACES_ENV: workspaces_dir(spec.name, home),
+             "JUPYTER_RUNTIME_DIR": NOTEBOOK_RUNTIME_DIR} if home else None
+    template = pod_template(spec, config, None, name=spec.name, per_pod=1, extra_env=extra)
     return {"spec": {"template": {"spec": template["spec"]}}}
 
 

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from dtrain.errors import EnvironmentError_, SpecError
 from dtrain.names import shown
-from dtrain.spec import NOTEBOOK_HOME, OUTER_HOME, OWNED_ENV, JobSpec, notebook_home, outer_home
+from dtrain.spec import (NOTEBOOK_HOME, OUTER_HOME, OWNED_ENV, WORKSPACES_ENV, JobSpec, notebook_home, outer_home,
+                         workspaces_dir)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -268,7 +269,7 @@ def inherited_env(environ: Mapping[str, str]) -> dict[str, str]:
     HOME, its workspace volume: the job's ~/.cache, ~/.kube and pip --user went onto that volume (as a
     Kubeflow pod's HOME is its image's, never its submitter's), so it gets the HOME the notebook replaced,
     unless the user set another there (`HOME=/x dtrain submit`): that one is kept (outer_home)."""
-    drop = {*OWNED_ENV, *notebook_env(Path("/"), 0, ""), OUTER_HOME, NOTEBOOK_HOME}
+    drop = {*OWNED_ENV, *notebook_env(Path("/"), 0, ""), OUTER_HOME, NOTEBOOK_HOME, WORKSPACES_ENV}
     prefixes = tuple(p for marker, group in _LAUNCHED_BY if marker in environ for p in group)
     env = {k: v for k, v in environ.items() if k not in drop and not k.startswith(prefixes)}
     if outer_home(environ) is not None:
@@ -305,6 +306,8 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
         # run in its terminal keeps the dtrain home (jobs/NAME in it) it found there through ~/.dtrain.
         if "HOME" not in spec.env:  # -e HOME=... as given
             env["HOME"] = notebook_home(spec) or cwd
+        if WORKSPACES_ENV not in spec.env:  # its own layout on a home teammates' notebooks share (spec/notebook.py)
+            env[WORKSPACES_ENV] = workspaces_dir(spec.name, env["HOME"])
         if outer_home(os.environ):  # what a job submitted from its terminal gets back as HOME (inherited_env)
             env[OUTER_HOME] = outer_home(os.environ)
             env[NOTEBOOK_HOME] = env["HOME"]  # a HOME other than this there is the user's, and kept
