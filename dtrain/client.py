@@ -237,8 +237,9 @@ class Client:
         """What `submit` of `spec` (as stored: its backend set) warns about while it runs the job (the
         CLI and SDK log it, the HTTP API's POST /jobs sends it in its Warning header): an --image the
         local backend does not use (it runs this machine's Python), unless it is the configured
-        Kubernetes image anyway; a Run:AI user expects the image they name to run."""
-        if spec.backend != "local" or not spec.image or spec.image == self.config.kubernetes.get("image"):
+        Kubernetes image anyway (a notebook's: notebook_image); a Run:AI user expects the image they name to run."""
+        configured = self.config.kubernetes.get("notebook_image" if spec.notebook else "image")
+        if spec.backend != "local" or not spec.image or spec.image == configured:
             return ()
         return (Notice(code="image-unused", message=(
             f"--image {spec.image} is not used by the local backend: job {spec.name!r} runs on this machine's "

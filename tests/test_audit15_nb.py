@@ -98,7 +98,7 @@ def test_starting_a_kubeflow_notebook_that_exists_names_notebook_open(make_backe
     from dtrain.spec import notebook_spec
     from test_k8s_backend import IMAGE
 
-    backend = make_backend(KubernetesConfig(project="lanes", image=IMAGE))
+    backend = make_backend(KubernetesConfig(project="lanes", notebook_image=IMAGE))
     backend.submit(notebook_spec("nb", project="lanes", backend="kubernetes"))
     with pytest.raises(ConflictError, match=r"already exists in namespace dtrain-lanes \(Notebook\): .*, or open it "
                                             r"with 'dtrain notebook open nb"):

@@ -38,7 +38,8 @@ def make_backend(cluster):
         client = server.api_client()
         servers.append(server)
         clients.append(client)
-        return KubernetesBackend(config or KubernetesConfig(project="lanes", image=IMAGE), api_client=client)
+        config = config or KubernetesConfig(project="lanes", image=IMAGE, notebook_image=IMAGE)
+        return KubernetesBackend(config, api_client=client)
 
     yield make
     for client in clients:

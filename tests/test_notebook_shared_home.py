@@ -77,3 +77,57 @@ def test_two_notebooks_on_one_volume_keep_their_own_jupyterlab_layouts(dt: Dtrai
     finally:
         for name in ("alice", "bob"):
             dt("delete", name, check=False)
+
+
+# ---- a notebook's image on Kubernetes ----------------------------------------------------------
+
+
+def test_a_kubeflow_notebook_without_an_image_runs_the_notebook_image_never_the_jobs_training_image():
+    """A notebook without --image ran `config kubernetes --image`, a training image: its pod never served."""
+    from dtrain.backends.kubernetes.config import KubernetesConfig
+    from dtrain.backends.kubernetes.render import image_of
+    from dtrain.errors import SpecError
+    from dtrain.spec import JobSpec, notebook_spec
+
+    training = "pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime"
+    job, nb = JobSpec(name="j", command=("python", "t.py")), notebook_spec("nb")
+    with pytest.raises(SpecError, match=f"dtrain config kubernetes --notebook-image {IMAGE}"):
+        image_of(nb, KubernetesConfig(image=training))
+    both = KubernetesConfig(image=training, notebook_image=IMAGE)
+    assert (image_of(job, both), image_of(nb, both)) == (training, IMAGE)  # jobs keep theirs
+    assert image_of(notebook_spec("nb", image="mine/lab:1"), both) == "mine/lab:1"  # --image wins
+    with pytest.raises(SpecError, match="invalid Kubernetes notebook_image"):
+        KubernetesConfig(notebook_image="Bad Image")
+
+
+@pytest.mark.slow
+def test_config_kubernetes_notebook_image_is_saved_beside_image_and_used_by_notebooks(dt: Dtrain, tmp_path):
+    import yaml
+
+    from test_audit15_nb import _no_cluster
+
+    _no_cluster(dt, tmp_path)
+    dt("config", "kubernetes", "--image", "pytorch/pytorch:2.5.1", "--notebook-image", IMAGE)
+    assert yaml.safe_load((dt.home / "config.yaml").read_text())["kubernetes"] == {
+        "image": "pytorch/pytorch:2.5.1", "notebook_image": IMAGE}
+    out = dt("notebook", "nb", "--backend", "kubernetes", "--dry-run").stdout
+    (notebook,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Notebook"]
+    assert notebook["spec"]["template"]["spec"]["containers"][0]["image"] == IMAGE
+    out = dt("submit", "t", "--backend", "kubernetes", "--dry-run", "--", "python", "t.py").stdout
+    (job,) = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Job"]
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "pytorch/pytorch:2.5.1"
+    dt("config", "kubernetes", "--unset", "notebook-image")
+    refused = dt("notebook", "nb", "--backend", "kubernetes", "--dry-run", check=False)
+    assert refused.returncode == 2 and "--notebook-image" in refused.stderr and len(refused.stderr.splitlines()) == 1
+
+
+def test_a_local_notebook_given_the_configured_notebook_image_is_not_warned(tmp_path):
+    """As a job given the configured `image` is not: it is the image it runs on Kubernetes."""
+    from dtrain.client import Client
+    from dtrain.spec import notebook_spec
+
+    (tmp_path / "config.yaml").write_text(f"kubernetes: {{image: 'team/train:1', notebook_image: '{IMAGE}'}}\n")
+    client = Client(home=tmp_path)
+    assert client.submit_notices(notebook_spec("nb", image=IMAGE, backend="local")) == ()
+    (notice,) = client.submit_notices(notebook_spec("nb", image="team/train:1", backend="local"))
+    assert notice.code == "image-unused"

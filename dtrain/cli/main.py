@@ -147,7 +147,8 @@ def _set_pairs(pairs) -> dict:
 
 _SAGEMAKER_KEYS = ("role", "bucket", "region", "prefix", "image", "instance_type", "subnets", "security_groups")
 # The Kubernetes settings a flag sets (config.yaml's `kubernetes:` takes every KubernetesConfig field)
-_KUBERNETES_KEYS = ("namespace", "context", "kubeconfig", "image", "scheduler_name", "gpus_per_node", "trainer")
+_KUBERNETES_KEYS = ("namespace", "context", "kubeconfig", "image", "notebook_image", "scheduler_name", "gpus_per_node",
+                    "trainer")
 
 
 def _config_forget_backend(args, client: Client, flags: list[str]) -> int:
@@ -497,6 +498,9 @@ def _add_config(sub) -> None:
     k.add_argument("--namespace", help="one namespace for every project (default: dtrain-PROJECT)")
     k.add_argument("--context", help="kubeconfig context (default: the current one, or in-cluster config)")
     k.add_argument("--kubeconfig", metavar="FILE", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    k.add_argument("--notebook-image", metavar="IMAGE",
+                   help="the image of notebooks that give no --image (--image is the jobs'), a Kubeflow "
+                        "notebook-server image, e.g. kubeflownotebookswg/jupyter-pytorch-full:v1.9.2")
     k.add_argument("--scheduler-name", help="pods' schedulerName, e.g. runai-scheduler")
     k.add_argument("--gpus-per-node", type=int, metavar="N", help="GPUs of one node: GPU jobs pack processes per pod")
     k.add_argument("--trainer", help="v1: PyTorchJob/MPIJob (Training Operator), v2: TrainJob (Trainer v2)")

@@ -30,6 +30,9 @@ class KubernetesConfig:
     context: str | None = None  # kubeconfig context; None: the current one, or in-cluster config
     kubeconfig: str | None = None  # kubeconfig file; None: $KUBECONFIG or ~/.kube/config
     image: str | None = None  # image for jobs that give no --image
+    # image for notebooks that give no --image: a notebook-server image that starts Jupyter itself
+    # (a training image, `image`, starts none: the Notebook's pod would exit, never serve)
+    notebook_image: str | None = None
     image_pull_policy: str | None = None  # pull policy for jobs that give none
     image_pull_secrets: tuple[str, ...] = ()  # pull secrets added to every job's
     storage_class: str | None = None  # StorageClass of `volume create` without one; None: cluster default
@@ -93,6 +96,8 @@ class KubernetesConfig:
         for secret in self.image_pull_secrets:
             check_name(secret, "Kubernetes image_pull_secrets secret")
         check_image(self.watcher_image, "Kubernetes watcher_image", required=True)
+        if self.notebook_image is not None:
+            check_image(self.notebook_image, "Kubernetes notebook_image", required=True)
 
     def _check_types(self):
         """config.yaml may hold any YAML type: a word where a list goes would be split into letters

@@ -98,11 +98,14 @@ NOTEBOOK_RUNTIME_DIR = "/tmp/jupyter-runtime"  # a notebook pod's own, off the v
 
 
 def image_of(spec: JobSpec, config: KubernetesConfig) -> str:
-    image = spec.image or config.image
-    if not image and spec.notebook:  # a training image starts no Jupyter: the pod would exit, never serve
-        raise SpecError(f"job {spec.name!r} needs a container image on Kubernetes: pass a Kubeflow notebook-server "
-                        f"image, which starts Jupyter itself, e.g. --image {NOTEBOOK_IMAGE} (a training image "
-                        f"such as pytorch/pytorch starts none)")
+    # A notebook never falls back to the jobs' image: a training image starts no Jupyter, so the pod
+    # would exit, never serve. It has a default of its own (notebook_image).
+    image = spec.image or (config.notebook_image if spec.notebook else config.image)
+    if not image and spec.notebook:
+        raise SpecError(f"job {spec.name!r} needs a container image on Kubernetes: pass a Kubeflow "
+                        f"notebook-server image, which starts Jupyter itself, e.g. --image {NOTEBOOK_IMAGE}, or set "
+                        f"one for every notebook: dtrain config kubernetes --notebook-image {NOTEBOOK_IMAGE} (a "
+                        f"training image such as pytorch/pytorch, or the jobs' image, starts none)")
     if not image:
         raise SpecError(f"job {spec.name!r} needs a container image on Kubernetes: pass --image "
                         f"(e.g. --image pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime) or set a default image in "
