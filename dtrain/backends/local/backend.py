@@ -53,6 +53,23 @@ REQUEUED_PREEMPTED = "it was preempted and stopping: a new supervisor stops what
 RANK_MEMORY = 256 * 2**20  # a rank is a Python interpreter with torch loaded: ~250 MiB resident, measured
 
 
+def _check_cpu_memory(spec: JobSpec) -> None:
+    """--cpu and --memory beyond this machine's, refused as --gpu beyond its GPUs is: even idle it could
+    never give them (a cluster keeps such a pod Pending for good: 'Insufficient cpu'). They are each
+    process's cap here (its cgroup's), not a reservation: ranks, and other jobs, share the cores and
+    the memory, never waiting for them (scheduler.py), so one process's figure is what is checked."""
+    from dtrain.names import parse_size
+
+    cpus = len(os.sched_getaffinity(0))
+    if spec.cpu is not None and spec.cpu > cpus:
+        raise QuotaError(f"job {spec.name!r} asks for {shown(spec.typed('cpu'))} CPUs per process but this machine "
+                         f"has {cpus}; lower --cpu to {cpus} or less")
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    if spec.memory is not None and parse_size(spec.memory, "--memory") > total:
+        raise QuotaError(f"job {spec.name!r} asks for {spec.memory} of memory per process but this machine has "
+                         f"{total / 2**30:.1f}Gi; lower --memory, e.g. --memory {total // 2**31}Gi")
+
+
 def max_local_processes() -> tuple[int, str]:
     """How many ranks this machine can run at once, and which limit decides it."""
     limits = [(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // RANK_MEMORY,
@@ -227,6 +244,7 @@ class LocalBackend(Backend):
         if spec.gpus_requested > gpus:
             raise QuotaError(f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} ({each} x "
                              f"{gpu}) but this machine has {gpus}; lower --processes or --gpu")
+        _check_cpu_memory(spec)
         quota = self.store.project_quota(spec.project)
         if quota is not None and spec.gpus_requested > quota:
             raise QuotaError(f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} but project {spec.project!r} has a "

@@ -1,0 +1,69 @@
+"""--cpu and --memory beyond what this machine has are refused on the local backend, as --gpu beyond
+its GPUs is, through every door (CLI submit and notebook, SDK, HTTP), in one line naming what it has."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from conftest import Dtrain, assert_usage_error
+
+CPUS = len(os.sched_getaffinity(0))
+MEMORY = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+TOO_MANY = str(CPUS + 1)  # one process, more CPUs than the machine has
+TOO_MUCH = f"{MEMORY // 2**30 + 1}Gi"  # more memory than the machine has
+HAS_MEMORY = f"but this machine has {MEMORY / 2**30:.1f}Gi"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("verb", [["submit", "j"], ["notebook", "j"]])
+def test_more_cpu_or_memory_than_the_machine_has_is_refused_and_nothing_stored(dt: Dtrain, verb):
+    """`--cpu 64` on a 2-core machine and `--memory 10Ti` on a 23 GiB one were accepted (and ran unbounded)."""
+    command = ["--", "true"] if verb[0] == "submit" else []
+    cpu = dt(*verb, "--cpu", TOO_MANY, *command, check=False)
+    assert_usage_error(cpu, f"job 'j' asks for {TOO_MANY} CPUs per process but this machine has {CPUS}",
+                       f"lower --cpu to {CPUS} or less")
+    memory = dt(*verb, "--memory", TOO_MUCH, *command, check=False)
+    assert_usage_error(memory, f"job 'j' asks for {TOO_MUCH} of memory per process {HAS_MEMORY}", "lower --memory")
+    assert dt.json("list", "-A", "--show-deleted") == []
+
+
+def test_the_sdk_refuses_them_as_the_cli_does_and_keeps_what_fits(tmp_path):
+    from dtrain import Client, JobSpec
+    from dtrain.errors import QuotaError
+    from dtrain.spec import notebook_spec
+
+    client = Client(home=tmp_path)
+    with pytest.raises(QuotaError, match=f"asks for {CPUS + 1} CPUs per process but this machine has {CPUS}"):
+        client.submit(JobSpec(name="j", command=("true",), cpu=CPUS + 1))
+    with pytest.raises(QuotaError, match=f"of memory per process {HAS_MEMORY}"):
+        client.notebook("nb", memory=TOO_MUCH)
+    with pytest.raises(QuotaError, match="CPUs per process"):
+        client.render(notebook_spec("nb", cpu=CPUS + 0.5))  # --dry-run refuses it as submit does
+    # one process's figure is its cap: ranks share the cores, as they did (2 x --cpu CPUS)
+    client.render(JobSpec(name="two", command=("true",), processes=2, launcher="torchrun", cpu=CPUS))
+    assert client.list(show_deleted=True) == []
+
+
+@pytest.mark.slow
+def test_the_http_api_refuses_them_with_the_same_line(home):
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    import httpx
+
+    from dtrain import Client
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    server = ThreadServer(create_app(lambda: Client(home=home), sample_every=3600))
+    try:
+        with httpx.Client(base_url=server.url, timeout=60) as http:
+            job = http.post("/api/v1/jobs", json={"name": "j", "command": ["true"], "cpu": CPUS + 1})
+            assert (job.status_code, job.json()["error"]) == (
+                409, f"job 'j' asks for {CPUS + 1} CPUs per process but this machine has {CPUS}; lower --cpu to "
+                     f"{CPUS} or less")
+            nb = http.post("/api/v1/notebooks", json={"name": "nb", "memory": TOO_MUCH})
+            assert nb.status_code == 409 and HAS_MEMORY in nb.json()["error"], nb.text
+        assert Client(home=home).list(show_deleted=True) == []
+    finally:
+        server.stop()
