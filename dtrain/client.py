@@ -62,10 +62,8 @@ FORGET_BACKEND = {"sdk": "dtrain.Client().forget_backend({!r})", "cli": "dtrain 
 SAGEMAKER_LOCAL = {"sdk": "sagemaker={'local': True}", "cli": "--local", "http": '"sagemaker": {"local": true}'}
 BACKEND_ARG = {"sdk": "backend={!r}", "cli": "--backend {}", "http": '"backend": "{}"'}
 # How a message names reaching a job on one backend with any job verb, in the words of each door: the SDK's
-# verbs take no backend= but get's, a Client given one looks there; the HTTP API's job routes take no
-# backend, a server started for that backend does (as BACKEND_LIST).
-JOB_BACKEND = {"sdk": "dtrain.Client(backend={!r})", "cli": "--backend {}",
-               "http": "the job routes of `dtrain --backend {} server`"}
+# job verbs' argument, the CLI's option, the HTTP API's job routes' query parameter.
+JOB_BACKEND = {"sdk": "backend={!r}", "cli": "--backend {}", "http": "?backend={}"}
 AWS_REGION_VARS = ("AWS_REGION", "AWS_DEFAULT_REGION")  # the SageMaker region when config.yaml sets none
 T = TypeVar("T")
 
@@ -266,6 +264,8 @@ class Client:
                  ) -> tuple[Backend, JobInfo | None]:
         """`_job_backend`, with the job's record when looking for it there read it (None: not read):
         `_found` uses it, so that a verb reads a remote job once, not once to find it and again."""
+        if backend is not None:
+            self.check_backend(backend)
         if project is not None:
             check_name(project, "project")
         elif isinstance(name, str) and backend in (None, self._submitted.get(name, ("",))[0]):
@@ -300,9 +300,22 @@ class Client:
                                 f"{give}; nothing was changed")
         return holders[0] if holders else (first, None)
 
-    def _job(self, name: str, project: str | None) -> Backend:
+    def check_backend(self, name: str) -> None:
+        """Refuse a job verb's `backend` that this home does not use: one not configured (config.yaml's
+        settings, a project sent there, the default), not injected and not sent jobs to (state.db's sent_to)."""
+        known = list(dict.fromkeys(["local", *self._backends, *([self._backend_name] if self._backend_name else []),
+                                    *self._configured_backends(), *self.config.project_backends.values(),
+                                    self.config.backend_for(self.config.project), *(b for b, _ in self._sent_to.read())]))
+        if name in known:
+            return
+        if not isinstance(name, str) or name not in BACKENDS:
+            raise SpecError(f"unknown backend {shown(name)}; use one of {', '.join(known)}")
+        raise SpecError(f"backend {name!r} is not configured in this home (no settings in config.yaml, no job sent "
+                        f"there); use one of {', '.join(known)}, or set it up with 'dtrain config {name}'")
+
+    def _job(self, name: str, project: str | None, backend: str | None = None) -> Backend:
         """`_job_backend`, once the job is found there and, with `project`, found to be of that project."""
-        backend, info = self._located(name, project)
+        backend, info = self._located(name, project, backend)
         if project is not None or self._elsewhere(backend):  # a job it does not find: where else to look
             self._found(backend, name, project, info)
         return backend
@@ -571,32 +584,33 @@ class Client:
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None, since: float | None = None,
              follow: bool = False, previous: bool = False, limit_bytes: int | None = None,
-             project: str | None = None) -> LogStream:
+             project: str | None = None, backend: str | None = None) -> LogStream:
         """The current attempt's lines (kubectl's current container's); `previous`: the attempt before's;
         `limit_bytes`: at most that many bytes of them (kubectl logs --limit-bytes), the last line cut.
         The stream's `notices`, as it is read, say why lines may be missing."""
-        return self._job(name, project).logs(name, rank=rank, tail=tail, since=since, follow=follow,
+        return self._job(name, project, backend).logs(name, rank=rank, tail=tail, since=since, follow=follow,
                                              previous=previous, limit_bytes=limit_bytes)
 
-    def wait(self, name: str, *, timeout: float | None = None, project: str | None = None) -> JobInfo:
+    def wait(self, name: str, *, timeout: float | None = None, project: str | None = None,
+             backend: str | None = None) -> JobInfo:
         """Block until the job is Succeeded, Failed or Deleted; its record (TimeoutError_ after `timeout` s)."""
-        backend = self._job(name, project)
+        on = self._job(name, project, backend)
         where = project or (self._submitted.get(name, (None, None))[1]  # None: found where a bare name looks
                             if isinstance(name, str) else None)  # a name that is no string: refused by wait
-        return backend.wait(name, timeout=timeout,
-                            command=lambda words: self.command_for(words, backend=backend.name, project=where))
+        return on.wait(name, timeout=timeout, command=lambda words: self.command_for(words, backend=on.name, project=where))
 
-    def delete(self, name: str, *, purge: bool = False, project: str | None = None) -> JobInfo:
+    def delete(self, name: str, *, purge: bool = False, project: str | None = None,
+               backend: str | None = None) -> JobInfo:
         """Stop the job; with `purge` also forget it (record, events, logs). A job already Deleted
         is a NotFoundError unless purged, as `dtrain delete`, the HTTP DELETE and kubectl have it."""
         with self.room_to_free() if purge else contextlib.nullcontext():  # a purge frees its logs
-            backend, info = self._located(name, project)
-            info = self._found(backend, name, project, info)
+            on, info = self._located(name, project, backend)
+            info = self._found(on, name, project, info)
             if not purge and info.status == JobStatus.DELETED:
-                given = "" if project is None else f", project={project!r}"
+                given = "".join(f", {k}={v!r}" for k, v in (("project", project), ("backend", backend)) if v is not None)
                 raise NotFoundError(f"job {name!r} was already deleted; nothing was deleted "
                                     f"(delete({name!r}, purge=True{given}) also forgets it)")
-            info = backend.delete(name, purge=purge)
+            info = on.delete(name, purge=purge)
         if purge:
             self._submitted.pop(name, None)
         return info
@@ -624,16 +638,16 @@ class Client:
         checks too, which read the database before anything is deleted."""
         return db.room_to_free(self.home)
 
-    def suspend(self, name: str, *, project: str | None = None) -> JobInfo:
+    def suspend(self, name: str, *, project: str | None = None, backend: str | None = None) -> JobInfo:
         """Stop a Pending or Running job until `resume`: it checkpoints, frees its devices, reads Suspended."""
-        return self._job(name, project).suspend(name)
+        return self._job(name, project, backend).suspend(name)
 
-    def resume(self, name: str, *, project: str | None = None,
+    def resume(self, name: str, *, project: str | None = None, backend: str | None = None,
                waiting: Callable[[float], None] | None = None) -> JobInfo:
         """Queue a Suspended job again; it goes on from its last checkpoint. A job whose processes
         are still stopping is waited for first (locally up to the grace period and 5 s), and
         `waiting` is called at once with that many seconds."""
-        return self._job(name, project).resume(name, waiting=waiting)
+        return self._job(name, project, backend).resume(name, waiting=waiting)
 
     def render(self, spec: JobSpec) -> list[dict]:
         """What `submit` would send to the job's backend (a dry run)."""
@@ -667,11 +681,11 @@ class Client:
         self.backend(spec.backend, project=spec.project).check_inputs(spec)
 
     def exec(self, name: str, command: list[str], *, rank: int = 0, project: str | None = None,
-             running_timeout: float = EXEC_RUNNING_WAIT) -> int:
+             running_timeout: float = EXEC_RUNNING_WAIT, backend: str | None = None) -> int:
         """Run a command beside a Running job's rank; its exit code. A job still Pending or a rank being
         launched is waited for up to `running_timeout` seconds (kubectl exec's --pod-running-timeout)."""
-        backend = self._job(name, project)
-        return backend.exec(name, command, rank=rank, cmd=self._hint_command(backend), running_timeout=running_timeout)
+        on = self._job(name, project, backend)
+        return on.exec(name, command, rank=rank, cmd=self._hint_command(on), running_timeout=running_timeout)
 
     def nodes(self) -> Listed:
         """The default backend's nodes; its `notices` say what could not be read (Kubernetes: pods this
@@ -689,12 +703,12 @@ class Client:
         jobs = self.list(project=project, show_deleted=show_deleted)
         return Listed((j for j in jobs if j.spec.notebook), jobs.notices)
 
-    def notebook_url(self, name: str, *, project: str | None = None, wait: float = 0) -> str:
+    def notebook_url(self, name: str, *, project: str | None = None, wait: float = 0, backend: str | None = None) -> str:
         """`wait`: seconds to wait for a Running notebook's Jupyter to serve (a NotReadyError until then)."""
         if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 3600:
             raise SpecError(f"invalid wait {shown(wait)}: use seconds from 0 to 3600, e.g. wait=60")
-        backend = self._job(name, project)
-        return backend.notebook_url(name, cmd=self._hint_command(backend), wait=wait)
+        on = self._job(name, project, backend)
+        return on.notebook_url(name, cmd=self._hint_command(on), wait=wait)
 
     def _hint_command(self, backend: Backend) -> Callable[[str, str], str]:
         """How a refusal of `backend` names a command on a job of a project (base.HintCommand)."""
@@ -711,10 +725,11 @@ class Client:
         default would look elsewhere)."""
         return self.config.command_for(words, backend=backend, project=project)
 
-    def artifacts(self, name: str, *, to: str | Path, project: str | None = None, output_data: bool = False) -> Path:
+    def artifacts(self, name: str, *, to: str | Path, project: str | None = None, output_data: bool = False,
+                  backend: str | None = None) -> Path:
         """The job's model folder, copied (SageMaker: model.tar.gz downloaded and unpacked) into `to`;
         `output_data`: SageMaker's output.tar.gz ($SM_OUTPUT_DATA_DIR) instead."""
-        return self._job(name, project).artifacts(name, to=to, output_data=output_data)
+        return self._job(name, project, backend).artifacts(name, to=to, output_data=output_data)
 
     def configure_sagemaker(self, *, unset: tuple[str, ...] | list[str] = (), **settings) -> dict:
         """Merge settings (role, bucket, region, subnets, ...) into config.yaml, after removing the

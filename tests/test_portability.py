@@ -272,8 +272,7 @@ def test_a_bare_name_on_several_sent_to_backends_is_refused_naming_each(home):
     with pytest.raises(ConflictError) as err:
         client.get("cifar")
     assert str(err.value) == ("job 'cifar' is on 2 backends this home sent jobs to: give "
-                              "dtrain.Client(backend='kubernetes') or dtrain.Client(backend='sagemaker'); nothing was "
-                              "changed")
+                              "backend='kubernetes' or backend='sagemaker'; nothing was changed")
 
 
 @pytest.mark.slow

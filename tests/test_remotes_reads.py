@@ -188,10 +188,127 @@ def test_a_bare_name_on_two_sent_to_backends_names_each_in_the_doors_words(home)
             client.delete("cifar")
         said[door] = str(err.value).split(": give ")[1]
     assert said == {
-        "sdk": "dtrain.Client(backend='kubernetes') or dtrain.Client(backend='sagemaker'); nothing was changed",
-        "http": "the job routes of `dtrain --backend kubernetes server` or the job routes of `dtrain --backend "
-                "sagemaker server`; nothing was changed",
+        "sdk": "backend='kubernetes' or backend='sagemaker'; nothing was changed",
+        "http": "?backend=kubernetes or ?backend=sagemaker; nothing was changed",
         "cli": "--backend kubernetes or --backend sagemaker; nothing was changed"}
     assert not both["kubernetes"].deleted and not both["sagemaker"].deleted
-    dtrain.Client(home=home, backend="sagemaker", backends=both).delete("cifar")  # what the SDK's words say
+    dtrain.Client(home=home, backends=both).delete("cifar", backend="sagemaker")  # what the SDK's words say
     assert both["sagemaker"].deleted == ["cifar"] and not both["kubernetes"].deleted
+
+
+class Holding:
+    """A remote backend holding job 'cifar' (of project default), recording each verb that reached it."""
+
+    def __init__(self, name: str):
+        self.name = name
+        self.did: list[str] = []
+
+    def _info(self, status=JobStatus.RUNNING):
+        from dtrain.backends.base import JobInfo
+        spec = dtrain.JobSpec(name="cifar", command=("python", "t.py"), backend=self.name)
+        return JobInfo(name="cifar", spec=spec, status=status, backend=self.name, created=1.0)
+
+    def get(self, job):
+        if job != "cifar":
+            raise NotFoundError(f"no job named {job!r}")
+        return self._info()
+
+    def _verb(self, verb, status=JobStatus.RUNNING):
+        self.did.append(verb)
+        return self._info(status)
+
+    def delete(self, job, *, purge=False):
+        return self._verb("delete", JobStatus.DELETED)
+
+    def suspend(self, job):
+        return self._verb("suspend", JobStatus.SUSPENDED)
+
+    def resume(self, job, *, waiting=None):
+        return self._verb("resume")
+
+    def wait(self, job, *, timeout=None, command=None):
+        return self._verb("wait", JobStatus.SUCCEEDED)
+
+    def logs(self, job, **query):
+        from dtrain.backends.base import LogLine
+        self.did.append("logs")
+        return [LogLine(rank=0, time=1.0, text=f"on {self.name}")]
+
+
+@pytest.fixture
+def two(home):
+    """Job 'cifar' on two backends this home sent jobs to: a bare name is refused."""
+    SentTo(home).record("kubernetes", "default")
+    SentTo(home).record("sagemaker", "default")
+    return {"kubernetes": Holding("kubernetes"), "sagemaker": Holding("sagemaker")}
+
+
+def test_every_sdk_job_verb_takes_the_backend_the_several_holders_refusal_names(home, two):
+    """Only get() took backend=: a job on two backends could be read but not deleted, suspended,
+    resumed, waited for or its logs read without a second Client."""
+    client = dtrain.Client(home=home, backends=two)
+    assert client.get("cifar", backend="sagemaker").backend == "sagemaker"
+    assert client.suspend("cifar", backend="sagemaker").status == JobStatus.SUSPENDED
+    assert client.resume("cifar", backend="sagemaker").backend == "sagemaker"
+    assert client.wait("cifar", backend="sagemaker").status == JobStatus.SUCCEEDED
+    assert [line.text for line in client.logs("cifar", backend="sagemaker")] == ["on sagemaker"]
+    assert client.delete("cifar", backend="sagemaker").status == JobStatus.DELETED
+    assert two["sagemaker"].did == ["suspend", "resume", "wait", "logs", "delete"] and two["kubernetes"].did == []
+
+
+def test_a_job_verbs_backend_that_this_home_does_not_use_is_refused_naming_those_it_does(home):
+    from dtrain.errors import SpecError
+    client = dtrain.Client(home=home)
+    with pytest.raises(SpecError, match=r"^unknown backend 'kube'; use one of local$"):
+        client.delete("cifar", backend="kube")
+    with pytest.raises(SpecError, match=r"^backend 'sagemaker' is not configured in this home .*; use one of "
+                                        r"local, or set it up with 'dtrain config sagemaker'$"):
+        client.suspend("cifar", backend="sagemaker")
+    SentTo(home).record("sagemaker", "default")
+    with pytest.raises(SpecError, match=r"; use one of local, sagemaker, or set it up with .dtrain config kubernetes.$"):
+        client.wait("cifar", backend="kubernetes")
+
+
+def test_the_http_job_routes_take_a_backend_query_checked_and_guarded(home, two):
+    """No job route read a backend: a job on two backends was out of reach but from a server started for one."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    import httpx
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    servers = []
+
+    def serve(**options):
+        servers.append(ThreadServer(create_app(lambda: dtrain.Client(home=home, backends=two), sample_every=3600,
+                                               **options)))
+        return servers[-1].url + "/api/v1/jobs/cifar"
+
+    try:
+        url = serve()
+        bare = httpx.get(url)
+        assert bare.status_code == 409 and bare.json()["error"].endswith(
+            "give ?backend=kubernetes or ?backend=sagemaker; nothing was changed"), bare.text
+        q = {"backend": "sagemaker"}
+        assert httpx.get(url, params=q).json()["backend"] == "sagemaker"
+        assert httpx.get(f"{url}/logs", params=q).json() == [{"rank": 0, "time": 1.0, "text": "on sagemaker"}]
+        stream = httpx.get(f"{url}/logs/stream", params=q)
+        assert 'data: {"rank": 0, "time": 1.0, "text": "on sagemaker"}' in stream.text
+        assert httpx.post(f"{url}/suspend", params=q).json()["status"] == "Suspended"
+        assert httpx.post(f"{url}/resume", params=q).json()["status"] == "Running"
+        assert httpx.get(f"{url}/wait", params=q).json()["status"] == "Succeeded"
+        assert httpx.delete(url, params=q).json()["status"] == "Deleted"
+        assert two["sagemaker"].did == ["logs", "logs", "suspend", "resume", "wait", "delete"]
+        assert two["kubernetes"].did == []
+        unknown = httpx.delete(url, params={"backend": "kube"})
+        assert unknown.status_code == 422 and unknown.json()["error"] == (
+            "unknown backend 'kube'; use one of local, kubernetes, sagemaker"), unknown.text
+        assert httpx.delete(serve(read_only=True), params=q).status_code == 403
+        token = "t" * 40
+        guarded = serve(token=token)
+        assert httpx.post(f"{guarded}/suspend", params=q).status_code == 401
+        assert two["sagemaker"].did[-1] == "delete"  # refused: not reached
+        assert httpx.post(f"{guarded}/suspend", params=q,
+                          headers={"Authorization": f"Bearer {token}"}).json()["status"] == "Suspended"
+    finally:
+        for server in servers:
+            server.stop()

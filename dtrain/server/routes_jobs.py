@@ -88,52 +88,57 @@ def submit(request: Request, response: Response, body: wire.SpecIn):
 
 
 @router.get("/jobs/{name}", response_model=wire.Job, responses=ERRORS)
-def get_job(request: Request, name: wire.JobName, project: wire.JobProject = None):
-    """The job's record (`dtrain describe job NAME`; with `project`, `-p PROJECT`)."""
-    return wire.job_out(client(request).get(name, project=project))
+def get_job(request: Request, name: wire.JobName, project: wire.JobProject = None, backend: wire.JobBackend = None):
+    """The job's record (`dtrain describe job NAME`; with `project`, `-p PROJECT`; with `backend`, `--backend`)."""
+    return wire.job_out(client(request).get(name, project=project, backend=backend))
 
 
 @router.delete("/jobs/{name}", response_model=wire.Job, responses=CHANGES)
-def delete_job(request: Request, name: wire.JobName, purge: bool = False, project: wire.JobProject = None):
+def delete_job(request: Request, name: wire.JobName, purge: bool = False, project: wire.JobProject = None,
+               backend: wire.JobBackend = None):
     """Stop the job's processes and mark it Deleted (`dtrain delete`); with `purge` also forget it
     (record, events, logs). A job already Deleted is not found, as with kubectl, unless purged."""
     c = client(request)
-    if not purge and c.get(name, project=project).status == JobStatus.DELETED:
+    if not purge and c.get(name, project=project, backend=backend).status == JobStatus.DELETED:
+        given = "".join(f"&{k}={v}" for k, v in (("project", project), ("backend", backend)) if v)
         raise NotFoundError(f"job {name!r} was already deleted; nothing was deleted (DELETE "
-                            f"/api/v1/jobs/{name}?purge=true{f'&project={project}' if project else ''} also forgets it)")
-    return wire.job_out(c.delete(name, purge=purge, project=project))
+                            f"/api/v1/jobs/{name}?purge=true{given} also forgets it)")
+    return wire.job_out(c.delete(name, purge=purge, project=project, backend=backend))
 
 
 @router.post("/jobs/{name}/suspend", response_model=wire.Job, responses=CHANGES)
-def suspend_job(request: Request, name: wire.JobName, project: wire.JobProject = None):
+def suspend_job(request: Request, name: wire.JobName, project: wire.JobProject = None,
+                backend: wire.JobBackend = None):
     """Stop a Pending or Running job for now (`dtrain suspend`): it checkpoints, frees its GPUs and
     reads Suspended until resumed. 409 for a job in another state."""
-    return wire.job_out(client(request).suspend(name, project=project))
+    return wire.job_out(client(request).suspend(name, project=project, backend=backend))
 
 
 @router.post("/jobs/{name}/resume", response_model=wire.Job, responses=CHANGES)
-def resume_job(request: Request, name: wire.JobName, project: wire.JobProject = None):
+def resume_job(request: Request, name: wire.JobName, project: wire.JobProject = None,
+               backend: wire.JobBackend = None):
     """Queue a Suspended job again (`dtrain resume`); it goes on from its last checkpoint. 409 for a
     job in another state. A job whose processes are still stopping (a rank Terminating: writing its
     checkpoint) holds the request until they have exited, locally up to the grace period and 5 s
     (35 s), with no word meanwhile; 409 if they have not exited by then."""
-    return wire.job_out(client(request).resume(name, project=project))
+    return wire.job_out(client(request).resume(name, project=project, backend=backend))
 
 
 @router.get("/jobs/{name}/wait", response_model=wire.Job,
             responses={**LONG, 408: {"model": wire.Error}})
 async def wait_job(request: Request, name: wire.JobName,
                    timeout: Annotated[float, Query(ge=0, le=MAX_HTTP_WAIT, allow_inf_nan=False), wire.QueryReal] = 60,
-                   project: wire.JobProject = None):
+                   project: wire.JobProject = None, backend: wire.JobBackend = None):
     """Block until the job ends (408 when `timeout` seconds pass first, 503 when the server stops first)."""
     clients = request.app.state.clients
-    waiting = _in_thread(request.app.state.streams, lambda: clients.get().wait(name, timeout=timeout, project=project),
+    waiting = _in_thread(request.app.state.streams, lambda: clients.get().wait(name, timeout=timeout, project=project,
+                                                                                backend=backend),
                          f"wait-{name}")
     try:
         info = await unless_stopping(waiting, request.app.state.stopping)
     except Stopping:
         raise HTTPException(503, f"the server is shutting down; wait for job {name!r} again once it is back "
-                                 f"(or with '{_again(clients, f'wait {name}', project)}')") from None
+                                 f"(or with '{_again(clients, f'wait {name}', project, backend)}')") from None
     return wire.job_out(info)
 
 
@@ -155,7 +160,8 @@ PREVIOUS = Annotated[bool, Query(description="the lines of the attempt before th
 
 @router.get("/jobs/{name}/logs", response_model=list[wire.LOG_ITEM], responses=LONG)
 async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TAIL = None, since: SINCE = None,
-               previous: PREVIOUS = False, limit_bytes: LIMIT_BYTES = None, project: wire.JobProject = None):
+               previous: PREVIOUS = False, limit_bytes: LIMIT_BYTES = None, project: wire.JobProject = None,
+               backend: wire.JobBackend = None):
     """The lines written so far (of one rank with `rank`), oldest first: of the job's current
     (latest) attempt, or with `previous` of the attempt before it (404 when it never restarted).
 
@@ -164,7 +170,7 @@ async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TA
     lines) keeps them: the last item is then `{error, kind}`, as `dtrain logs` prints the lines and
     then the error. A failure before any line (an unknown job: 404) is the answer's status."""
     pump = _Pump(request.app.state, name, rank, tail, since, follow=False, previous=previous, limit_bytes=limit_bytes,
-                 project=project)
+                 project=project, backend=backend)
     first = await pump.start()
 
     async def items():
@@ -188,12 +194,14 @@ async def logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TA
 @router.get("/jobs/{name}/logs/stream", responses={**LONG, 200: {"content": {"text/event-stream": {}}}},
             response_class=StreamingResponse)
 async def follow_logs(request: Request, name: wire.JobName, rank: RANK = None, tail: TAIL = None,
-                      since: SINCE = None, limit_bytes: LIMIT_BYTES = None, project: wire.JobProject = None):
+                      since: SINCE = None, limit_bytes: LIMIT_BYTES = None, project: wire.JobProject = None,
+                      backend: wire.JobBackend = None):
     """Server-sent events: one `data: {rank, time, text}` per line, then `event: end` with `data:
     {status}` when the job stops (it ended, or was suspended: `Suspended`; a resumed job's lines are
     read by a new stream), or `event: error` with `data: {error, kind}` when reading fails on the way
     (a pod that cannot start)."""
-    pump = _Pump(request.app.state, name, rank, tail, since, follow=True, limit_bytes=limit_bytes, project=project)
+    pump = _Pump(request.app.state, name, rank, tail, since, follow=True, limit_bytes=limit_bytes, project=project,
+                 backend=backend)
     await pump.start()  # 404 and friends are raised here, before any event is sent
 
     async def events():
@@ -216,12 +224,12 @@ async def follow_logs(request: Request, name: wire.JobName, rank: RANK = None, t
                              headers={"cache-control": "no-store", "x-accel-buffering": "no"})
 
 
-def _again(clients, words: str, project: str | None) -> str:
-    """`dtrain WORDS` as a 503 names it for a job of `project` (None: where a bare name looks): with -p
-    and --backend where the CLI needs them to look where this server looked (Client.command_for;
-    `dtrain --backend B server` looks on B)."""
+def _again(clients, words: str, project: str | None, backend: str | None = None) -> str:
+    """`dtrain WORDS` as a 503 names it for a job of `project` (None: where a bare name looks) on `backend`
+    (None: the server's or the project's): with -p and --backend where the CLI needs them to look where this
+    server looked (Client.command_for; `dtrain --backend B server` looks on B)."""
     c = clients.get()
-    return c.command_for(words, backend=c.backend(project=project).name, project=project)
+    return c.command_for(words, backend=backend or c.backend(project=project).name, project=project)
 
 
 def _stopping(name: str, when: str, logs: str) -> str:
@@ -253,9 +261,9 @@ def _failure(err: Exception) -> dict[str, str]:
 @router.get("/jobs/{name}/metrics", response_model=list[dict[str, Any]], responses=ERRORS)
 def job_metrics(request: Request, name: wire.JobName,
                 last: Annotated[int, Query(ge=1, le=20_000), wire.QueryWhole] = 2000,
-                project: wire.JobProject = None):
+                project: wire.JobProject = None, backend: wire.JobBackend = None):
     """The job's training metrics, one record per logged step (step, loss, images_per_s, ...)."""
-    return curves.curve(client(request).get(name, project=project), last=last)
+    return curves.curve(client(request).get(name, project=project, backend=backend), last=last)
 
 
 class Streams:
@@ -349,12 +357,13 @@ class _Pump:
     """
 
     def __init__(self, state, name: str, rank: int | None, tail: int | None, since: float | None, *, follow: bool,
-                 previous: bool = False, limit_bytes: int | None = None, project: str | None = None):
+                 previous: bool = False, limit_bytes: int | None = None, project: str | None = None,
+                 backend: str | None = None):
         """`state`: the app's (its clients, streams and stopping event)."""
         self.clients, self.streams, self.stopping, self.name = state.clients, state.streams, state.stopping, name
-        self.project = project
+        self.project, self.backend = project, backend
         self.query = {"rank": rank, "tail": tail, "since": since, "follow": follow, "previous": previous,
-                      "limit_bytes": limit_bytes, "project": project}
+                      "limit_bytes": limit_bytes, "project": project, "backend": backend}
         self.batch = 1 if follow else BATCH
         self.queue: asyncio.Queue = asyncio.Queue(maxsize=1000 if follow else 4)
         self.loop = asyncio.get_running_loop()
@@ -362,7 +371,7 @@ class _Pump:
 
     def again(self) -> str:
         """The `dtrain logs` command that reads these lines from the CLI (`_again`)."""
-        return _again(self.clients, f"logs {self.name}", self.project)
+        return _again(self.clients, f"logs {self.name}", self.project, self.backend)
 
     async def start(self) -> list:
         """The first lines read (none when following); raises what the read raised before any line,
@@ -434,7 +443,7 @@ class _Pump:
     def _status(self) -> str | None:
         """The job's status once its lines have ended (None where it cannot be read: purged)."""
         try:
-            return self.clients.get().get(self.name, project=self.project).status.value
+            return self.clients.get().get(self.name, project=self.project, backend=self.backend).status.value
         except DtrainError:
             return None
 

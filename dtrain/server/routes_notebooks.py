@@ -41,7 +41,8 @@ def list_notebooks(request: Request, response: Response,
 @router.get("/notebooks/{name}/url", response_model=wire.NotebookUrl,
             responses={**ERRORS, 403: {"model": wire.Error, "description": "a --read-only server: the URL's "
                                                                            "token runs code"}})
-def notebook_url(request: Request, response: Response, name: wire.NotebookName, project: wire.JobProject = None):
+def notebook_url(request: Request, response: Response, name: wire.NotebookName, project: wire.JobProject = None,
+                 backend: wire.JobBackend = None):
     """Where to open a Running notebook (`dtrain notebook open`), with its Jupyter token: locally
     `http://127.0.0.1:PORT/?token=...`, an address of the server's machine (reach it there, or
     through an SSH tunnel to that port); on Kubernetes the Kubeflow gateway's path (no token).
@@ -49,9 +50,12 @@ def notebook_url(request: Request, response: Response, name: wire.NotebookName, 
     since the token lets its holder run code as the notebook's user."""
     if request.app.state.read_only:
         c = client(request)  # the command looks where this server would have (-p, --backend)
-        opened = c.command_for(f"notebook open {name}", backend=c.backend(project=project).name, project=project)
+        if backend is not None:
+            c.check_backend(backend)
+        opened = c.command_for(f"notebook open {name}", backend=backend or c.backend(project=project).name,
+                               project=project)
         raise HTTPException(403, f"this server is read-only, and a notebook's URL carries a token that runs "
                                  f"code: open it with '{opened}' on the server's machine, "
                                  f"or restart 'dtrain server' without --read-only")
     response.headers["cache-control"] = "no-store"  # a credential: kept by no cache
-    return wire.NotebookUrl(name=name, url=client(request).notebook_url(name, project=project))
+    return wire.NotebookUrl(name=name, url=client(request).notebook_url(name, project=project, backend=backend))

@@ -76,6 +76,10 @@ JobProject = Annotated[str | None, Query(pattern=NAME, description=(
     "(config.yaml's project_backends; its namespace on Kubernetes), and a job of another project is not "
     "found. Without it: the configured project's backend, where a job of a project that config.yaml "
     "sends to another backend is not found"))]
+JobBackend = Annotated[str | None, Query(pattern=NAME, description=(
+    "the backend that holds the job, as `--backend` on the CLI's job verbs and `backend=` on the SDK's: one "
+    "this home is configured for or sent jobs to (local, kubernetes, sagemaker; 422 for another). Without it: "
+    "the server's backend, else the job's project's, else the one backend a submit sent a job of that name to"))]
 # what a name field names, for check_name's message when the pattern refuses it
 NAMED = {"project": "project", "volume": "volume", "job": "job", "to": "volume", "snapshot_on_success": "volume",
          "jobs": "job", "notebooks": "notebook", "volumes": "volume", "snapshots": "snapshot", "projects": "project",
