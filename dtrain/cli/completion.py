@@ -23,17 +23,18 @@ NAMES = {"describe": "jobs", "logs": "jobs", "delete": "jobs", "suspend": "jobs"
 LISTS = {"jobs": "list", "volumes": "volume list", "snapshots": "snapshot list"}
 
 
-def register(sub) -> None:
+def register(sub, handler) -> None:
+    """The `completion` verb; `handler(args, client)` prints `script` of the whole parser (cli.main builds it:
+    this module stays below main, which imports it)."""
     p = sub.add_parser("completion", help="print a shell completion script (bash or zsh)",
                        description="Print a script completing dtrain's verbs, flags and names. Load it with "
                                    "'source <(dtrain completion bash)' (or zsh), e.g. in ~/.bashrc.")
     p.add_argument("shell", choices=("bash", "zsh"), help="the shell the script is for")
-    p.set_defaults(handler=cmd_completion)
+    p.set_defaults(handler=handler)
 
 
-def cmd_completion(args, client) -> int:
-    from dtrain.cli.main import build_parser  # main imports this module to register the verb
-    print(script(build_parser(), args.shell))
+def show(parser: argparse.ArgumentParser, shell: str) -> int:
+    print(script(parser, shell))
     return 0
 
 

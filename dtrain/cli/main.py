@@ -606,6 +606,10 @@ def _add_workloads(sub) -> None:
         leaf.set_defaults(handler=None, workload=(module, func))
 
 
+def _completion(args, client) -> int:
+    return completion.show(build_parser(), args.shell)  # every verb's parser: what the script completes
+
+
 # The parser's sections in `dtrain --help` order: (the verbs it adds, the function adding them).
 SECTIONS = (
     (("submit", "submit-dist", "submit-mpi", "list", "describe", "logs", "delete", "suspend", "resume", "artifacts",
@@ -619,7 +623,7 @@ SECTIONS = (
     (("project",), _add_project),
     (("nodes", "top"), _add_nodes),
     (tuple(GROUP_HELP), _add_workloads),
-    (("completion",), completion.register),
+    (("completion",), lambda sub: completion.register(sub, _completion)),
 )
 
 
