@@ -12,7 +12,7 @@ import pytest
 from dtrain import names, spec
 from dtrain.bench import scaling
 from dtrain.cli import format as fmt
-from dtrain.cli import jobs
+from dtrain.cli import jobs, watch
 from dtrain.cli.main import build_parser
 from dtrain.errors import SpecError
 from dtrain.numbers import TypedFloat, TypedInt, exact, plain_numbers, typed
@@ -137,8 +137,8 @@ def test_a_whole_number_just_off_a_whole_one_is_a_fraction():
 
 def test_other_bounds_are_checked_as_typed():
     with pytest.raises(SpecError, match=r"^invalid --timeout '31622400\.0000000001'"):
-        jobs.wait_timeout("31622400.0000000001")
-    assert jobs.wait_timeout("31622400") == 31622400
+        watch.wait_timeout("31622400.0000000001")
+    assert watch.wait_timeout("31622400") == 31622400
     with pytest.raises(SpecError, match=r"^--cpu-per-process 1024\.0000000000001 is out of range: give 0\.01 to 1024"):
         inputs.in_range("--cpu-per-process", inputs.real_number("1024.0000000000001"), 0.01, 1024)
     assert exact(TypedFloat(1024.0, "1024.0000000000001")) > 1024 and exact(0.01) == exact(inputs.real_number("0.01"))
@@ -166,9 +166,9 @@ FLAGS = {
         "submit", "x", "--max-restarts", t).max_restarts).max_restarts, 12),
     "logs --tail": (lambda t: names.check_tail(_cli("logs", "x", "--tail", t).tail, "cli"), 12),
     "logs --limit-bytes": (lambda t: names.check_limit_bytes(_cli("logs", "x", "--limit-bytes", t).limit_bytes), 12),
-    "logs --rank": (lambda t: jobs._rank(_cli("logs", "x", "--rank", t).rank), 12),
-    "exec --rank": (lambda t: jobs._exec_rank(t), 12),
-    "wait --timeout": (lambda t: jobs.wait_timeout(_cli("wait", "x", "--timeout", t).timeout), 12),
+    "logs --rank": (lambda t: watch._rank(_cli("logs", "x", "--rank", t).rank), 12),
+    "exec --rank": (lambda t: watch._exec_rank(t), 12),
+    "wait --timeout": (lambda t: watch.wait_timeout(_cli("wait", "x", "--timeout", t).timeout), 12),
     "project create --gpu-quota": (lambda t: names.check_gpu_quota(
         _cli("project", "create", "p", "--gpu-quota", t).gpu_quota), 12),
     "server --port": (lambda t: names.check_port(_cli("server", "--port", t).port), 8500),

@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 
 from dtrain.backends.local.backend import LocalBackend
-from dtrain.cli.jobs import process_table
+from dtrain.cli.listing import process_table
 from dtrain.spec import JobSpec
 
 

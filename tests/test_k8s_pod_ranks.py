@@ -13,7 +13,7 @@ from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
 from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
 from dtrain.backends.kubernetes.logs import log_sources
 from dtrain.backends.local.backend import LocalBackend
-from dtrain.cli.jobs import pod_ranks
+from dtrain.cli.watch import pod_ranks
 from dtrain.spec import JobSpec
 
 NS = "dtrain-lanes"

@@ -4,7 +4,7 @@ YAML aliases that multiply a value, a job file that is a device or a pipe, neste
 wrong type, env names `-e` refuses, projects nobody created, resources too small to run in or
 written as any Kubernetes quantity: each is refused (exit 2) with one line naming the field and
 the fix, in little time and memory. The rules live in dtrain/spec/, dtrain/names.py (quantities,
-`shown`) and dtrain/cli/jobs.py (the job file, the project).
+`shown`) and dtrain/cli/submit.py (the job file, the project).
 """
 
 from __future__ import annotations

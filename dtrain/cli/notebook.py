@@ -12,7 +12,9 @@ import json
 import time
 
 from dtrain.cli import format as fmt
-from dtrain.cli.jobs import add_node_options, dry_run, gpu_count, node_selector_of, none_listed, real
+from dtrain.cli.jobs import add_node_options, gpu_count, real
+from dtrain.cli.listing import none_listed
+from dtrain.cli.submit import dry_run, node_selector_of
 from dtrain import JobStatus
 from dtrain.client import Client
 from dtrain.errors import SpecError

@@ -9,7 +9,7 @@ import sys
 import time
 
 from dtrain.cli import format as fmt
-from dtrain.cli.jobs import EXIT_TIMEOUT, wait_timeout
+from dtrain.cli.watch import EXIT_TIMEOUT, wait_timeout
 from dtrain.client import Client
 from dtrain.errors import DtrainError, NotFoundError, SpecError, TimeoutError_
 from dtrain.names import counted, shown

@@ -1,0 +1,59 @@
+"""Which job a job verb's words name: Run:AI's noun before the name (`delete job X`), another kind
+sent to the verb that handles it (`describe volume X`), and -p, which finds only that project's job."""
+
+from __future__ import annotations
+
+from dtrain.client import Client
+from dtrain.errors import NotFoundError, SpecError
+from dtrain.names import check_name
+
+
+# Other kinds a Run:AI or kubectl user names to a job verb (`describe volume X`, `list nodes`):
+# the kind, in the words of the verb that handles it.
+_OTHER_KINDS = {"volume": "volume", "volumes": "volume", "snapshot": "snapshot", "snapshots": "snapshot",
+                "project": "project", "projects": "project", "node": "nodes", "nodes": "nodes"}
+
+
+def _elsewhere(kind: str, verb: str) -> str:
+    """The one line sending `dtrain VERB KIND ...` to where that kind is handled."""
+    kind = _OTHER_KINDS[kind]
+    if kind in ("volume", "snapshot"):
+        fix = f"use 'dtrain {kind} {verb}" + ("'" if verb == "list" else " NAME'")
+    elif kind == "project":
+        fix = "projects are not deleted (see 'dtrain project list')" if verb == "delete" else "use 'dtrain project list'"
+    else:
+        fix = "use 'dtrain nodes'"
+    return f"'dtrain {verb}' is for jobs: {fix}"
+
+
+# The nouns Run:AI writes before a job's name (`delete job X`); a notebook is a job
+JOB_NOUNS = ("job", "jobs", "notebook", "notebooks")
+
+
+def _job_names(words: list[str], verb: str) -> list[str]:
+    """Run:AI writes the noun (`delete job X`); kubectl-style bare names work too. A notebook
+    is a job, so `delete notebook X` is `delete job X`."""
+    if len(words) > 1 and words[0] in JOB_NOUNS:
+        return words[1:]
+    if words and words[0] in _OTHER_KINDS:
+        raise SpecError(_elsewhere(words[0], verb))
+    return words
+
+
+def _in_project(args) -> str | None:
+    """Run:AI's -p on a job verb (`runai logs train -p team`), checked: the project each call of
+    this command passes on (`project=`), which looks at that project's backend and (Kubernetes) its
+    namespace, and finds only that project's jobs; None without -p. config.yaml is not read for it."""
+    return None if args.project is None else check_name(args.project, "project")
+
+
+def _get(args, client: Client, name: str):
+    """The job `name`; with -p, only if it is that project's. Run:AI's noun alone (`describe job`, the name
+    forgotten) is a job's name, as it may be one; when none is, the refusal says where the name goes."""
+    try:
+        return client.get(name, project=args.project)
+    except NotFoundError as err:
+        if name not in JOB_NOUNS:
+            raise
+        raise NotFoundError(f"{err}; '{name}' alone is read as a job's name: give the job's name after it "
+                            f"(dtrain {args.verb} {name} NAME{f' -p {args.project}' if args.project else ''})") from None
