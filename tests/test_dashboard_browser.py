@@ -272,18 +272,25 @@ LINEAGE = {"nodes": [{"id": f"{k}:{n}", "kind": k, "name": n, "status": None, "c
                ("volume:data", "job:train", "mounted"), ("volume:scratch", "job:other", "mounted"),
                ("job:train", "snapshot:s1", "results"), ("volume:data", "snapshot:s1", "snapshot"),
                ("snapshot:s1", "volume:restored", "restored"))]}
+# Two edges that cross in one gap (train -> s2 below, data -> s1 above): their midpoints are the
+# crossing, where both labels were drawn, over each other ("snaresults").
+CROSSED = {"nodes": [{"id": f"{k}:{n}", "kind": k, "name": n, "status": None, "count": None}
+                     for k, n in (("job", "train"), ("volume", "data"), ("snapshot", "s1"), ("snapshot", "s2"))],
+           "edges": [{"source": s, "target": t, "label": label} for s, t, label in (
+               ("job:train", "snapshot:s2", "results"), ("volume:data", "snapshot:s1", "snapshot"))]}
 
 
-def test_the_lineage_graph_draws_no_edge_or_label_under_a_node(browser, home, tmp_path):
+def test_the_lineage_graph_draws_no_edge_or_label_under_a_node_or_another_label(browser, home, tmp_path):
     """An edge that skips a column ran from its source's bottom under the nodes below it and the ones
     it skipped: hidden behind them, it seemed to come out of another node (job 'other' -> s1), and its
-    label was covered. Every edge and label now keeps off every node's box."""
+    label was covered. Every edge and label now keeps off every node's box, and off every other label
+    (two crossing edges drew theirs at the crossing, one over the other)."""
     server = ServerProcess(home, cwd=tmp_path)
     try:
         browser.get(server.url + "/#/storage")
         WebDriverWait(browser, 60, poll_frequency=0.2).until(lambda d: d.execute_script(
             "return typeof lineageGraph === 'function'"))
-        crossings = browser.execute_script("""
+        draw_and_check = """
             const svg = lineageGraph(arguments[0]);
             document.getElementById('main').replaceChildren(svg);  // laid out, so that lengths and boxes are known
             const boxes = [...svg.querySelectorAll('g.node')].map(g => {
@@ -304,13 +311,19 @@ def test_the_lineage_graph_draws_no_edge_or_label_under_a_node(browser, home, tm
                                                            && r.y < b.y + b.h && r.y + r.height > b.y);
               if (hit) found.push(`label ${t.textContent} under ${hit.id}`);
             });
+            const labels = [...svg.querySelectorAll('text.elabel')].map(t => [t.textContent, t.getBBox()]);
+            labels.forEach(([a, r], i) => labels.slice(i + 1).forEach(([b, q]) => {
+              if (r.x < q.x + q.width && q.x < r.x + r.width && r.y < q.y + q.height && q.y < r.y + r.height)
+                found.push(`labels ${a} and ${b} overlap`);
+            }));
             const height = svg.height.baseVal.value;
             svg.querySelectorAll('path.edge').forEach((path, i) => {
               const r = path.getBBox();
               if (r.y + r.height > height) found.push(`edge ${i} runs below the drawing (${height}px high)`);
             });
-            return found;""", LINEAGE)
-        assert crossings == []
+            return found;"""
+        assert browser.execute_script(draw_and_check, LINEAGE) == []
+        assert browser.execute_script(draw_and_check, CROSSED) == []
     finally:
         server.stop()
 

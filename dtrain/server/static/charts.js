@@ -136,6 +136,25 @@ function fitText(text, width) {
   return text.slice(0, n) + "\u2026";
 }
 
+// Where an edge's label goes: the first of `spots` (points along its own edge, best first) whose box meets no
+// label placed before it, else the first spot moved down a line at a time until free. Two edges crossing in one
+// gap have the same midpoint, and their labels ("snapshot", "results") were drawn over each other as one word.
+const ELABEL_FONT = "10px system-ui, sans-serif", ELABEL_H = 12;
+function placeLabel(placed, text, spots) {
+  measurer = measurer || document.createElement("canvas").getContext("2d");
+  measurer.font = ELABEL_FONT;
+  const w = measurer.measureText(text).width + 4;  // + a little air between two labels side by side
+  const box = (x, y) => ({x0: x - w / 2, x1: x + w / 2, y0: y - ELABEL_H + 3, y1: y + 3});  // y: the baseline
+  const free = b => !placed.some(o => o.x0 < b.x1 && b.x0 < o.x1 && o.y0 < b.y1 && b.y0 < o.y1);
+  let at = spots.find(([x, y]) => free(box(x, y)));
+  for (let down = ELABEL_H; !at && down <= ELABEL_H * placed.length; down += ELABEL_H) {
+    if (free(box(spots[0][0], spots[0][1] + down))) at = [spots[0][0], spots[0][1] + down];
+  }
+  at = at || spots[0];
+  placed.push(box(...at));
+  return at;
+}
+
 // Lineage: a layered drawing of a small DAG. Columns are the longest path from a source.
 // A job's node opens its page with its own project (the node's), else `project` (the page's filter) when given.
 function lineageGraph(graph, project) {
@@ -164,6 +183,7 @@ function lineageGraph(graph, project) {
   const below = (c0, c1) => Math.max(0, ...Object.keys(cols).filter(c => c > c0 && c < c1)
     .map(c => 10 + cols[c].length * (NH + GY) - GY));
   let lanes = 0, bottom = 0;
+  const placed = [];  // the edge labels' boxes so far
   const W = Math.max(300, 20 + ncols * (NW + GX)), H = Math.max(80, 20 + maxRows * (NH + GY) + 26 * ncols);
   const svg = svgEl("svg", {width: W, height: H, class: "graph", id: "lineage-graph", role: "group",
                             "aria-label": "Lineage: volumes, the jobs that mounted them, their snapshots"});
@@ -177,7 +197,7 @@ function lineageGraph(graph, project) {
     const a = pos[e.source], b = pos[e.target];
     if (!a || !b) return;
     const span = Math.round((b.x - a.x) / (NW + GX));
-    let d, lx, ly;
+    let d, spots;
     if (span > 1) {
       // skips columns: out of the source's side into the gap, down to a lane of its own below every node of the
       // columns skipped, along it, and up in the gap before the target (a bow from the source's bottom ran
@@ -185,18 +205,25 @@ function lineageGraph(graph, project) {
       const lane = below(depth[e.source], depth[e.target]) + LANE * (1 + lanes++);
       const x1 = a.x + NW, y1 = a.y + NH / 2, x2 = b.x, y2 = b.y + NH / 2, g1 = x1 + GX / 2, g2 = x2 - GX / 2;
       d = `M${x1},${y1}C${g1},${y1} ${g1},${lane} ${x1 + GX},${lane}L${x2 - GX},${lane}C${g2},${lane} ${g2},${y2} ${x2},${y2}`;
-      [lx, ly] = [(x1 + x2) / 2, lane - 4];
+      const run = x2 - x1 - 2 * GX;  // along the lane, between the two bends
+      spots = [0.5, 0.3, 0.7, 0.15, 0.85].map(f => [x1 + GX + run * f, lane - 4]);
       bottom = Math.max(bottom, lane);
     } else if (span < 0) {  // back to an earlier column (a cycle): bow under the nodes
       const x1 = a.x + NW / 2, y1 = a.y + NH, x2 = b.x + NW / 2, y2 = b.y + NH, dip = Math.max(y1, y2) + 26 * Math.abs(span);
       d = `M${x1},${y1}C${x1},${dip} ${x2},${dip} ${x2},${y2}`;
-      [lx, ly] = [(x1 + x2) / 2, dip - 8 * Math.abs(span) + 2];
+      spots = [[(x1 + x2) / 2, dip - 8 * Math.abs(span) + 2]];
     } else {
       const x1 = a.x + NW, y1 = a.y + NH / 2, x2 = b.x, y2 = b.y + NH / 2, mx = (x1 + x2) / 2;
       d = `M${x1},${y1}C${mx},${y1} ${mx},${y2} ${x2},${y2}`;
-      [lx, ly] = [mx, (y1 + y2) / 2 - 5];
+      // points of the curve (its control points share x = mx) at fractions t of its way, above the line, kept in the gap
+      const at = t => {
+        const u = 1 - t, bx = u * u * u * x1 + 3 * u * t * mx + t * t * t * x2, by = (u * u * (1 + 2 * t)) * y1 + t * t * (3 - 2 * t) * y2;
+        return [Math.min(Math.max(bx, x1 + GX / 2 - 10), x2 - GX / 2 + 10), by - 5];
+      };
+      spots = [0.5, 0.3, 0.7, 0.2, 0.8].map(at);
     }
     svg.appendChild(svgEl("path", {d, class: "edge", "marker-end": "url(#arrow)"}));
+    const [lx, ly] = placeLabel(placed, e.label, spots);
     svg.appendChild(svgEl("text", {x: lx, y: ly, "text-anchor": "middle", class: "elabel"}, e.label));
   });
   graph.nodes.forEach(n => {
