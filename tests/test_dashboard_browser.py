@@ -585,3 +585,31 @@ def test_a_running_notebook_has_an_open_button_that_opens_its_jupyter(browser, h
         dtrain("delete", "train", cwd=tmp_path)
     finally:
         server.stop()
+
+
+def test_an_empty_project_opened_from_the_projects_page_says_how_to_start_a_job(browser, home, tmp_path):
+    """The Projects page opens #/jobs?project=P; for a new project it said "No jobs match these
+    filters.", as if a filter hid its jobs. It says how to start one, as `dtrain list -p P` does; a
+    status filter that hides every job still says the filters match none, and a project whose jobs
+    were all deleted says where they are."""
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        dtrain = server.dtrain()
+        dtrain("project", "create", "team-new", cwd=tmp_path)
+        browser.get(server.url + "/#/projects")
+        wait = WebDriverWait(browser, 60, poll_frequency=0.2)
+        wait.until(lambda d: d.find_elements(By.CSS_SELECTOR, "a[href='#/jobs?project=team-new']"))
+        click(browser, "a[href='#/jobs?project=team-new']")
+        wait.until(lambda d: "No jobs" in text_of(d, "main"))
+        assert ("No jobs yet in project 'team-new': submit one from the Submit tab or with "
+                "'dtrain submit NAME -p team-new -- COMMAND'.") in text_of(browser, "main")
+        browser.execute_script("location.hash = '#/jobs?status=Running&project=team-new'")
+        wait.until(lambda d: "No jobs match these filters." in text_of(d, "main"))
+        dtrain("submit", "gone", "-p", "team-new", "--", "true", cwd=tmp_path)  # its one job, deleted
+        dtrain("wait", "gone", "-p", "team-new", cwd=tmp_path)
+        dtrain("delete", "gone", "-p", "team-new", cwd=tmp_path)
+        browser.execute_script("location.hash = '#/jobs?project=team-new'")
+        wait.until(lambda d: "No jobs in project 'team-new' (1 deleted: choose Deleted above to list them)."
+                   in text_of(d, "main"))
+    finally:
+        server.stop()

@@ -227,6 +227,17 @@ function redraw(holder, ...children) {
 // ---- jobs ---------------------------------------------------------------------------------
 // One page of PAGE_SIZE jobs, newest first (the API's order when it pages); the page number is in the
 // hash beside the filters (#/jobs?status=Running&page=3), so a reload or a shared link shows the same page.
+// What a project's empty list says (the Projects page opens it), as `dtrain list -p P` words it: how to start a
+// job there, or where its deleted ones are. "No jobs match these filters" told a new project's owner nothing.
+async function noJobsIn(project) {
+  const {headers} = await request("/jobs?" + new URLSearchParams({project, status: "Deleted", limit: "1"}));
+  const deleted = Number(headers.get("x-total-count")) || 0;
+  if (deleted) return `No jobs in project '${project}' (${deleted} deleted: choose Deleted above to list them).`;
+  const command = `'dtrain submit NAME -p ${project} -- COMMAND'`;
+  return readOnly() ? `No jobs yet in project '${project}': this server is read-only; submit one with ${command}.`
+                    : `No jobs yet in project '${project}': submit one from the Submit tab or with ${command}.`;
+}
+
 function jobsPage(main) {
   const params = new URLSearchParams(location.hash.split("?")[1] || "");
   const page = Math.min(Math.max(1, Math.floor(Number(params.get("page"))) || 1), LAST_PAGE);
@@ -259,7 +270,8 @@ function jobsPage(main) {
       h("td", {class: "procs"}, `${j.processes_running} (${j.processes_pending})`),
       h("td", {class: "actions"}, ...jobButtons(j, "", j.project))));
     const none = total ? "No jobs on this page: go back with Prev."
-      : status.value || project.value ? "No jobs match these filters."
+      : status.value ? "No jobs match these filters."
+      : project.value ? await noJobsIn(project.value)
       : readOnly() ? "No jobs yet: this server is read-only; submit one with 'dtrain submit'."
       : "No jobs yet: submit one from the Submit tab or with 'dtrain submit'.";
     // Some jobs could not be listed (SageMaker without AWS credentials: the --local ones only), as `dtrain list` warns
