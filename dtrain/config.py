@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from dtrain.errors import SpecError, StorageError
-from dtrain.names import CLASS_RE, MAX_CLASS
+from dtrain.names import CLASS_RE, MAX_CLASS, listed
 from dtrain.numbers import NumberWord, plain, real_number, whole_number
 from dtrain.replace import replace_file
 from dtrain.spec import MAX_YAML_BYTES, check_name, check_yaml_numbers, node_labels, plain_numbers, yaml_mapping
@@ -129,7 +129,7 @@ class UserConfig:
         data = plain_numbers(data)  # save() dumps plain numbers
         unknown = sorted(map(str, set(data) - set(KEYS)))
         if unknown:
-            raise SpecError(f"{path}: unknown key(s) {', '.join(unknown)}; known: {', '.join(KEYS)}")
+            raise SpecError(f"{path}: unknown {listed(unknown, 'key')}; known: {', '.join(KEYS)}")
         # storage_classes: validate() says more
         for key in ("project_backends", "kubernetes", "sagemaker", "node_labels"):
             if data.get(key) is None:

@@ -82,7 +82,19 @@ def shown(value) -> str:
 def counted(n: int, one: str, many: str | None = None, *, typed: str | None = None) -> str:
     """`n` and its noun, as a message says it: '1 GPU', '2 GPUs', '1 process', '4 processes'; `typed`:
     the number as the user typed it ('1E3'), shown in place of `n`."""
-    return f"{n if typed is None else typed} {one if n == 1 else many or one + 's'}"
+    return f"{n if typed is None else typed} {noun(n, one, many)}"
+
+
+def noun(n: int, one: str, many: str | None = None) -> str:
+    """The noun in the number `n` asks for: 'job' for 1, 'jobs' otherwise (no message writes the
+    plural in brackets)."""
+    return one if n == 1 else many or one + "s"
+
+
+def listed(items: Iterable, one: str, many: str | None = None) -> str:
+    """Names after their noun in its number, as a message lists them: 'job a', 'jobs a, b'."""
+    items = list(items)
+    return f"{noun(len(items), one, many)} {', '.join(map(str, items))}"
 
 
 def abbreviated(word: str, options: list[str]) -> str:

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
-from dtrain.names import STORED, plain, shown
+from dtrain.names import STORED, listed, plain, shown
 from dtrain.numbers import whole
 
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}\Z")  # SageMaker's ChannelName pattern
@@ -286,7 +286,7 @@ class SageMakerOptions:
         known = set(cls.__dataclass_fields__)
         unknown = sorted(map(shown, set(data) - known))
         if unknown:
-            raise SpecError(f"unknown sagemaker field(s) {', '.join(unknown)}: known are {', '.join(sorted(known))}")
+            raise SpecError(f"unknown sagemaker {listed(unknown, 'field')}: known are {', '.join(sorted(known))}")
         return cls(**data)
 
 

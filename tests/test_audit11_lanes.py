@@ -39,9 +39,9 @@ def test_a_ground_truth_frame_given_twice_is_scored_against_its_last_line(tmp_pa
     warned = []
     ours, theirs = _figures(pred, gt, warned)
     assert ours == theirs and ours[0] == pytest.approx(0.25)  # both a.jpg lines miss A_LATER
-    assert warned[0].startswith(f"1 ground-truth line(s) (first: {gt}:3, a.jpg first at {gt}:1) repeat a frame: "
+    assert warned[0].startswith(f"1 ground-truth line (first: {gt}:3, a.jpg first at {gt}:1) repeats a frame: "
                                 "as in the official script, every prediction of it is scored against its last line")
-    assert warned[1].startswith(f"1 prediction line(s) (first: {pred}:3, a.jpg first at {pred}:1) repeat a frame")
+    assert warned[1].startswith(f"1 prediction line (first: {pred}:3, a.jpg first at {pred}:1) repeats a frame")
     assert len(warned) == 2
 
 
@@ -52,9 +52,9 @@ def test_a_prediction_given_twice_in_place_of_another_is_scored_as_the_official_
     ours, theirs = _figures(pred, gt, warned)
     assert ours == theirs == [1.0, 0.0, 0.0]  # a.jpg counts twice, b.jpg adds nothing
     assert warned == [
-        f"1 prediction line(s) (first: {pred}:2, a.jpg first at {pred}:1) repeat a frame: as in the official script, "
+        f"1 prediction line (first: {pred}:2, a.jpg first at {pred}:1) repeats a frame: as in the official script, "
         "every line is scored and summed, and the sums are divided by the 2 distinct ground-truth frames",
-        f"1 ground-truth frame(s) (first: {gt}:2) have no prediction (other frames are predicted more than once): as "
+        f"1 ground-truth frame (first: {gt}:2) has no prediction (other frames are predicted more than once): as "
         "in the official script, each adds 0 to the sums but counts among the 2 frames they are divided by",
     ]
 
@@ -75,7 +75,7 @@ def test_ground_truth_outside_the_frame_is_scored_as_given_with_one_warning(tmp_
     warned = []
     ours, theirs = _figures(pred, gt, warned)
     assert ours == theirs
-    assert warned == [f"{gt}:1: row 800 is outside the 1280x720 frame (2 line(s) of this file with points outside "
+    assert warned == [f"{gt}:1: row 800 is outside the 1280x720 frame (2 lines of this file with points outside "
                       "the frame): scored as given, as the official script scores them"]
     prediction_far = _write(tmp_path / "pred.json", [PA, {**PB, "lanes": [[1300, 310, 320, 330]]}])
     warned.clear()
@@ -89,7 +89,7 @@ def test_training_labels_outside_the_frame_are_kept_with_one_warning(tmp_path):
     warned = []
     labels = read_labels(path, warn=warned.append)
     assert [label.lanes for label in labels][1] == ((300, 310, 320, 1280), (0, 0, 0, 0))
-    assert warned == [f"{path}:2: x 1280 is outside the 1280x720 frame (2 line(s) of this file with points outside "
+    assert warned == [f"{path}:2: x 1280 is outside the 1280x720 frame (2 lines of this file with points outside "
                       "the frame): kept as given; masks draw only the part inside the frame, and the metric compares "
                       "them as given, as the official script does"]
 
@@ -101,7 +101,7 @@ def test_a_training_frame_labelled_twice_keeps_its_last_line_with_one_warning(tm
     warned = []
     labels = one_line_per_frame(read_labels(path), warn=warned.append)
     assert [(label.raw_file, label.lanes[0][0]) for label in labels] == [("a.jpg", 600), ("b.jpg", 300)]
-    assert warned == [f"{path}:3: frame a.jpg is labelled again (first at {path}:1) (2 repeated line(s) in this "
+    assert warned == [f"{path}:3: frame a.jpg is labelled again (first at {path}:1) (2 repeated lines in this "
                       "file): training uses each frame's last line only, as the official evaluation keeps a "
                       "ground-truth frame's last line"]
 
@@ -131,7 +131,7 @@ def test_training_labels_take_whole_floats_extra_keys_empty_and_all_minus_2_lane
     pred = _write(tmp_path / "pred.json", [PA, PB, {**PB, "raw_file": "c.jpg"}])
     warned = []
     ours, theirs = _figures(pred, path, warned)
-    assert ours == theirs and warned[0].startswith("1 ground-truth frame(s)")  # b.jpg: no lanes
+    assert ours == theirs and warned[0].startswith("1 ground-truth frame (")  # b.jpg: no lanes
     fractional = _write(tmp_path / "fractional.json", [{**A, "lanes": [[300.5, 310, 320, 330]]}])
     assert read_labels(fractional)[0].lanes == ((300.5, 310, 320, 330),)  # kept: tests/test_audit12_lanes.py
 
@@ -151,9 +151,9 @@ def test_true_false_and_huge_integer_run_times_are_scored_as_the_official_script
     warned = []
     ours, theirs = _figures(pred, gt, warned)
     assert ours == theirs == [0.5, 0.0, 0.5]
-    assert warned[0].startswith(f"1 prediction(s) (first: {pred}:2) took over 200 ms")
-    assert warned[1].startswith(f"1 prediction(s) (first: {pred}:1) give true/false for a number")
-    assert warned[2].startswith(f"1 ground-truth line(s) (first: {gt}:1) give true/false for a number (an x or row): "
+    assert warned[0].startswith(f"1 prediction (first: {pred}:2) took over 200 ms")
+    assert warned[1].startswith(f"1 prediction (first: {pred}:1) gives true/false for a number")
+    assert warned[2].startswith(f"1 ground-truth line (first: {gt}:1) gives true/false for a number (an x or row): "
                                 "scored as 1/0")
 
 

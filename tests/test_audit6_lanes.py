@@ -86,7 +86,7 @@ def test_evaluate_against_ground_truth_without_lanes_warns(tmp_path, capsys):
     captured = capsys.readouterr()
     assert json.loads(captured.out)["accuracy"] == 0.0  # scored as the official script scores it
     warning = [line for line in captured.err.splitlines() if "hold no lanes" in line]
-    assert len(warning) == 1 and "3 ground-truth frame(s)" in warning[0] and "test_label.json" in warning[0]
+    assert len(warning) == 1 and "3 ground-truth frames" in warning[0] and "test_label.json" in warning[0]
     # a ground truth with lanes everywhere stays silent
     gt = tmp_path / "gt.json"
     gt.write_text("".join(json.dumps({"lanes": [[-2, 300, 310, 320]], "h_samples": rows,

@@ -84,7 +84,7 @@ def test_two_in_quota_jobs_arriving_together_each_preempt_their_own(tmp_path):
         assert scheduler.try_allocate(store, b1, gpus) is None
         assert [store.status(n) for n in ("d1", "d2", "d3")] == ["Running", "Pending", "Pending"]
         assert store.job("d2")["message"].startswith("preempted by job b1 of project 'b'")
-        assert "being freed by stopping job(s) d2 of project 'default'" in store.job("b1")["message"]
+        assert "being freed by stopping job d2 of project 'default'" in store.job("b1")["message"]
         assert "d3" not in store.job("b1")["message"]  # d3's GPU is a1's
         for _ in range(2):  # polled again while they stop: nothing more is preempted
             assert scheduler.try_allocate(store, a1, gpus) is None

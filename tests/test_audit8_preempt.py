@@ -55,7 +55,7 @@ def test_the_youngest_over_quota_jobs_are_preempted_only_as_many_as_needed(store
     said = [e["message"] for e in store.events("a1") if e["message"].startswith("preempted job")]
     assert len(said) == 2 and "d3 of project 'default' (1 GPU, no GPU quota)" in said[0], said
     message = store.job("a1")["message"]
-    assert "2 being freed by stopping job(s) d2 of project 'default', d3 of project 'default'" in message, message
+    assert "2 being freed by stopping jobs d2 of project 'default', d3 of project 'default'" in message, message
     # polled again while they stop: nobody else is preempted for the same GPUs
     assert scheduler.try_allocate(store, a1, gpus) is None
     assert store.status("d1") == "Running"

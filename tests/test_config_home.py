@@ -82,7 +82,7 @@ def test_a_typo_in_the_kubernetes_settings_is_named_before_the_backend_is_chosen
 def test_a_bad_sagemaker_setting_is_named_when_shown_or_chosen(dt, home):
     """`dtrain config sagemaker` showed a typo'd key (rol=...) as if it were a setting, and `config
     backend sagemaker` saved on top of a bad one; both now name config.yaml and the setting."""
-    for text, needle in (("sagemaker: {rol: 'arn:aws:iam::123456789012:role/R'}\n", "unknown sagemaker setting(s) rol"),
+    for text, needle in (("sagemaker: {rol: 'arn:aws:iam::123456789012:role/R'}\n", "unknown sagemaker setting rol"),
                          ("sagemaker: {region: 'us east'}\n", "invalid SageMaker --region 'us east'")):
         (home / "config.yaml").write_text(text)
         for args in (("config", "sagemaker"), ("config", "backend", "sagemaker")):

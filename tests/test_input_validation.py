@@ -55,7 +55,7 @@ def test_h_yaml_pvc_a_number(tmp_path):
 
 def test_h_yaml_unknown_key_in_a_pvc_entry(tmp_path):
     text = "name: j\ncommand: [echo]\npvc:\n  - {volume: data, mount_path: /mnt, readonly: true}\n"
-    assert_usage_error(submit_file(tmp_path, text), "unknown key(s) readonly")
+    assert_usage_error(submit_file(tmp_path, text), "unknown key readonly")
     text = "name: j\ncommand: [echo]\npvc:\n  - {volume: data}\n"
     assert_usage_error(submit_file(tmp_path, text), "missing mount_path")
 

@@ -187,10 +187,10 @@ def test_values_the_official_script_scores_silently_are_scored_alike_with_one_wa
     ours, theirs = evaluate_files(pred, gt, warn=warned.append), official_figures(pred, gt)
     assert [ours[k] for k in ("accuracy", "fp", "fn")] == [theirs[k] for k in ("accuracy", "fp", "fn")]
     assert len(warned) == 4, warned
-    assert warned[0].startswith(f"4 prediction(s) (first: {pred}:6) hold x values that are NaN or infinite")
-    assert warned[1].startswith(f"2 prediction(s) (first: {pred}:4) give a run_time that is negative or NaN")
-    assert warned[2].startswith(f"1 prediction(s) (first: {pred}:11) took over 200 ms (run_time): scored as misses")
-    assert warned[3].startswith(f"2 prediction(s) (first: {pred}:2) give other h_samples than the ground truth")
+    assert warned[0].startswith(f"4 predictions (first: {pred}:6) hold x values that are NaN or infinite")
+    assert warned[1].startswith(f"2 predictions (first: {pred}:4) give a run_time that is negative or NaN")
+    assert warned[2].startswith(f"1 prediction (first: {pred}:11) took over 200 ms (run_time): scored as misses")
+    assert warned[3].startswith(f"2 predictions (first: {pred}:2) give other h_samples than the ground truth")
     proc = subprocess.run([DTRAIN, "lanes", "evaluate", "--pred", str(pred), "--gt", str(gt), "--json"],
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0 and json.loads(proc.stdout)["accuracy"] == theirs["accuracy"], proc.stderr

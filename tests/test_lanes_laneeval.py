@@ -48,7 +48,7 @@ def test_true_and_false_are_read_as_1_and_0_with_one_warning(tmp_path):
     labels = read_labels(path, warn=warned.append)
     assert labels[0].lanes == ((1, 0, 300, 310, 320, 330),) and type(labels[0].lanes[0][0]) is int
     assert labels[2].h_samples == (1, *ROWS[1:])
-    assert warned == [f"{path}:1 (2 line(s) of this file) give true/false for a number (an x or row): read as 1/0, "
+    assert warned == [f"{path}:1 (2 lines of this file) give true/false for a number (an x or row): read as 1/0, "
                       "as the official evaluation (numpy) reads them"]
 
 
@@ -58,7 +58,7 @@ def test_a_negative_x_is_no_point_with_one_warning(tmp_path):
     warned: list[str] = []
     (label,) = read_labels(path, warn=warned.append)
     assert label.lanes == ((NO_POINT, NO_POINT, 300.5, NO_POINT, 320, NO_POINT), (NO_POINT,) * 6)
-    assert warned == [f"{path}:1 (1 line(s) of this file) give a negative x other than -2: read as no point, as the "
+    assert warned == [f"{path}:1 (1 line of this file) give a negative x other than -2: read as no point, as the "
                       "official evaluation reads every x < 0"]
     # drawn as the same lane with -2 there, and flipped as one too
     seg, exist = render_mask(label.lanes, ROWS)
@@ -76,7 +76,7 @@ def test_more_than_five_lanes_train_on_the_five_nearest_the_camera(tmp_path):
     warned: list[str] = []
     label = read_labels(path, warn=warned.append)[0]
     assert len(label.lanes) == 7
-    assert warned == [f"{path}:1 (1 line(s) of this file) hold more than 5 lanes: training draws the 5 nearest the "
+    assert warned == [f"{path}:1 (1 line of this file) hold more than 5 lanes: training draws the 5 nearest the "
                       "camera (up to 2 left of it and 3 right), as SCNN-style TuSimple conversions keep the lanes "
                       "nearest the camera; the official evaluation scores them all"]
     assert assign_slots(lanes, ROWS) == [None, 1, 2, 3, 4, 5, None]

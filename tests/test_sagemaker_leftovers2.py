@@ -183,7 +183,7 @@ def test_cifar10_scores_the_test_channel(split_channels, tmp_path):
                                 "validation": split_channels / "test"})
     assert r.returncode == 0, r.stderr
     assert "FINAL test_accuracy=" in r.stdout
-    assert "channel(s) validation not read: this workload reads training and test" in r.stdout
+    assert "channel validation not read: this workload reads training and test" in r.stdout
     r = _toolkit_run(tmp_path, {"training": split_channels / "train"}, "--test-dir", str(split_channels / "nope"))
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "nope does not exist" in r.stderr
 

@@ -119,7 +119,7 @@ def test_a_value_that_contains_itself_names_its_field(tmp_path):
 
 def test_unknown_fields_are_reported_before_a_missing_name(tmp_path):
     line = one_line(run(tmp_path / "home", "submit", "-f", job_file(tmp_path, "a: 1\ncolour: red\n")),
-                    "unknown job field(s) a, colour", "pvc")
+                    "unknown job fields a, colour", "pvc")
     assert "needs a name" not in line
 
 

@@ -327,7 +327,7 @@ def test_a_job_started_while_an_in_place_restore_writes_keeps_its_volume_and_fil
         dt.wait_for("writer", {"Running", "Succeeded", "Failed"})
 
     monkeypatch.setattr(backend.storage.engine, "materialize", materialize_then_a_job_starts)
-    with pytest.raises(ConflictError, match=r"job\(s\) writer started on volume 'data' while snapshot 'one'"):
+    with pytest.raises(ConflictError, match=r"job writer started on volume 'data' while snapshot 'one'"):
         backend.restore_snapshot("one", in_place=True)
     gate.write_text("")
     assert dt.wait_for("writer", {"Succeeded", "Failed"})["status"] == "Succeeded"

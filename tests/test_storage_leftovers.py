@@ -163,7 +163,7 @@ def test_a_restore_that_may_not_make_device_nodes_makes_the_rest_and_says_so(tmp
     done = subprocess.run(["unshare", "--user", "--map-root-user", sys.executable, "-c", RESTORE_WITHOUT_MKNOD,
                            str(tmp_path / "store"), str(tmp_path / "r")], capture_output=True, text=True, env=env)
     assert done.returncode == 0 and done.stdout == "restored\n", done.stderr
-    assert "leaves out 2 device node(s) (only root may make them), e.g. loop9" in done.stderr
+    assert "leaves out 2 device nodes (only root may make them), e.g. loop9" in done.stderr
     assert sorted(os.listdir(tmp_path / "r")) == ["jobs"]
     assert stat.S_ISFIFO(os.lstat(tmp_path / "r/jobs/queue").st_mode)
 
@@ -312,7 +312,7 @@ def test_a_file_that_never_settles_is_reported_and_read_again_next_time(tmp_path
     with caplog.at_level(logging.WARNING):
         manifest_id, manifest, stats = capture(engine, src)
     assert io.rewrites == reads and stats.changing == ("ckpt.pt",)
-    assert "1 file(s) kept changing while read" in caplog.text and "ckpt.pt" in caplog.text
+    assert "1 file kept changing while read" in caplog.text and "ckpt.pt" in caplog.text
     (entry,) = [e for e in manifest.entries if e.kind == "file"]
     assert entry.ctime_ns == 0  # read again by the next snapshot, never trusted by its lstat
     engine.io = FileIO()

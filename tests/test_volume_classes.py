@@ -140,7 +140,7 @@ def test_update_refuses_while_a_job_mounts_the_volume(dtc: Dtrain):
     dtc.wait_for("writer", {"Running"})
     refused = dtc("volume", "update", "work", "--class", "fast", check=False)
     assert refused.returncode == 2
-    assert "mounted read-write by job(s) writer" in refused.stderr and "Traceback" not in refused.stderr
+    assert "mounted read-write by job writer" in refused.stderr and "Traceback" not in refused.stderr
     assert describe(dtc, "work")["storage_class"] == "local"
     gate.write_text("")
     assert dtc.wait_for("writer", {"Succeeded", "Failed"})["status"] == "Succeeded"

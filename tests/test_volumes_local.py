@@ -126,7 +126,7 @@ def test_snapshot_failure_fails_the_job_and_keeps_the_results(dt: Dtrain, tmp_pa
     (["snapshot", "restore", "ghost-snap", "--to", "x"], "ghost-snap"),
     (["snapshot", "restore", "busy-v1", "--to", "busy"], "already exists"),
     (["snapshot", "restore", "busy-v1"], "--to NEW_VOLUME"),
-    (["snapshot", "restore", "busy-v1", "--in-place"], "while job(s) holder use the volume"),
+    (["snapshot", "restore", "busy-v1", "--in-place"], "while job holder uses the volume"),
     (["snapshot", "create", "busy", "--name", "busy-v1"], "already exists"),
     (["snapshot", "delete", "ghost-snap"], "ghost-snap"),
     (["submit", "j", "--pvc", "nope:/mnt", "--", "true"], "nope"),

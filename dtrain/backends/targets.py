@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable
 
 from dtrain.errors import ConflictError, StorageError
+from dtrain.names import counted
 
 _FIXES = {errno.ENOSPC: "free space there (df -h) or pick a --to folder on a larger disk",
           errno.EDQUOT: "free space within your disk quota, or pick a --to folder elsewhere",
@@ -94,5 +95,7 @@ def copy_tree(source: Path, into: Path) -> None:
     for src, dst in [*reversed(made), (source, into)]:  # a folder after the ones inside it
         shutil.copystat(src, dst)
     if skipped:
-        logging.getLogger(__name__).warning("dtrain: warning: %d fifo(s), socket(s) or device node(s) not copied "
-                                            "(not files a model is made of), e.g. %s", len(skipped), skipped[0])
+        logging.getLogger(__name__).warning("dtrain: warning: %s not copied "
+                                            "(not files a model is made of), e.g. %s",
+                                            counted(len(skipped), "fifo, socket or device node",
+                                                    "fifos, sockets or device nodes"), skipped[0])

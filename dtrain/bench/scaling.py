@@ -35,6 +35,7 @@ from pathlib import Path
 
 from dtrain.client import Client
 from dtrain.errors import DtrainError, SpecError
+from dtrain.names import counted
 from dtrain.replace import replacing
 from dtrain.spec import JobSpec
 from dtrain.workloads.inputs import Parser, in_range, out_folder, whole_number
@@ -232,7 +233,7 @@ def markdown(results: list[dict], args) -> str:
         device += (" (scheduled, but the runs trained on the CPU: an injected GPU inventory, DTRAIN_GPUS, or no "
                    "CUDA here; these are CPU figures)")
     lines = [f"Workload `{args.workload}`, per-process batch {args.batch}, {args.steps} steps "
-             f"({args.warmup} warm-up), {device}, median of {args.repeats} interleaved run(s).", "",
+             f"({args.warmup} warm-up), {device}, median of {counted(args.repeats, 'interleaved run')}.", "",
              f"| processes | images/s | speed-up | efficiency | projected epoch ({wl.dataset}, {wl.epoch_images} images) |",
              "|---|---|---|---|---|"]
     for r in results:

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
-from dtrain.names import MAX_PROCESSES, NAME_RE, check_name, job_volume_name, parse_least_size, plain, shown
+from dtrain.names import (MAX_PROCESSES, NAME_RE, check_name, counted, job_volume_name, noun, parse_least_size, plain,
+                          shown)
 from dtrain.numbers import NumberWord, Typed, exact, plain_numbers, real_number, whole, whole_number
 from dtrain.spec.env import FALSE_WORDS, SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV, TRUE_WORDS, _bytes, _env
 from dtrain.spec.fields import (MAX_ARGS_ENV, MAX_CPU, MAX_RESTARTS, MEMORY_EXAMPLE, MIN_CPU, MIN_MEMORY, _STORED,
@@ -329,7 +330,8 @@ class JobSpec:
             raise SpecError(f"invalid job field name {shown(bad_key)}: field names are words such as name or command")
         unknown = sorted(set(data) - known - {"pvc"})
         if unknown:
-            raise SpecError(f"unknown job field(s) {_keys(unknown)}{_did_you_mean(unknown[0], known)}: known "
+            raise SpecError(f"unknown job {noun(len(unknown), 'field')} {_keys(unknown)}"
+                            f"{_did_you_mean(unknown[0], known)}: known "
                             f"fields are {', '.join(sorted(known | {'pvc'}))}")
         return data
 
@@ -385,12 +387,13 @@ def _checked_init(init):
     @functools.wraps(init)
     def __init__(self, *args, **kwargs):
         if args:
-            raise SpecError(f"JobSpec takes its fields by name, not {len(args)} value(s) by position: "
+            raise SpecError(f"JobSpec takes its fields by name, not {counted(len(args), 'value')} by position: "
                             f"JobSpec(name='train', command=['python', 'train.py'], ...)")
         known = {f.name for f in dataclasses.fields(JobSpec)}
         unknown = sorted(set(kwargs) - known)
         if unknown:
-            raise SpecError(f"JobSpec got unknown field(s) {_keys(unknown)}{_did_you_mean(unknown[0], known)}: "
+            raise SpecError(f"JobSpec got unknown {noun(len(unknown), 'field')} {_keys(unknown)}"
+                            f"{_did_you_mean(unknown[0], known)}: "
                             f"its fields are {', '.join(sorted(known))}")
         for required in ("name", "command"):
             if required not in kwargs:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
-from dtrain.names import MIN_VOLUME, check_mounted_volume, check_storage_class, parse_volume_size, shown
+from dtrain.names import MIN_VOLUME, check_mounted_volume, check_storage_class, noun, parse_volume_size, shown
 from dtrain.spec.fields import _STORED, _bool, _keys, _text
 
 
@@ -85,7 +85,8 @@ def _volume_init(cls, example: str):
             near = _VOLUME_ALIASES.get(folded) or _VOLUME_ALIASES.get(folded.replace("_", ""))
             near = near if near in names else next(iter(difflib.get_close_matches(folded, names, n=1)), None)
             hint = f" (did you mean '{near}'?)" if near else ""
-            raise SpecError(f"{cls.__name__} got unknown field(s) {_keys(unknown)}{hint}: its fields are "
+            raise SpecError(f"{cls.__name__} got unknown {noun(len(unknown), 'field')} {_keys(unknown)}{hint}: "
+                            f"its fields are "
                             f"{', '.join(names)}, e.g. {example}")
         given.update(kwargs)
         missing = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING and f.name not in given]
@@ -182,7 +183,8 @@ def _volume_from_dict(d: Mapping[str, Any]) -> Volume:
     unknown = sorted(k for k in extra if isinstance(k, str)) + [k for k in extra if not isinstance(k, str)]
     missing = sorted(k for k in _VOLUME_KEYS[kind] - set(d) if k != "read_only")
     if unknown or missing:
-        raise SpecError(f"invalid volume entry {shown(dict(d))}: " + (f"unknown key(s) {_keys(unknown)}" if unknown
+        unknown_keys = f"unknown {noun(len(unknown), 'key')} {_keys(unknown)}"
+        raise SpecError(f"invalid volume entry {shown(dict(d))}: " + (unknown_keys if unknown
                         else f"missing {', '.join(missing)}") + f"; its keys are {', '.join(sorted(_VOLUME_KEYS[kind]))}")
     return kind(**d)
 

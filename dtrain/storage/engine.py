@@ -53,6 +53,7 @@ from pathlib import Path
 
 from dtrain import db
 from dtrain.errors import StorageError
+from dtrain.names import counted
 from dtrain.storage import fileio, hashing, native
 from dtrain.storage.fileio import UNSUPPORTED, FileIO
 from dtrain.storage.info import CaptureStats, SweepStats, VerifyStats
@@ -297,15 +298,15 @@ class Engine:
         if skipped:
             import logging  # here, not at start-up: a CLI snapshot is short
 
-            logging.getLogger(__name__).warning("snapshot of %s skips %d file(s) of an unknown type, e.g. %s",
-                                                src, len(skipped), skipped[0])
+            logging.getLogger(__name__).warning("snapshot of %s skips %s of an unknown type, e.g. %s",
+                                                src, counted(len(skipped), "file"), skipped[0])
         if run.changing:
             import logging
 
             logging.getLogger(__name__).warning(
-                "snapshot of %s: %d file(s) kept changing while read (%d times each), e.g. %s: their content in "
+                "snapshot of %s: %s kept changing while read (%d times each), e.g. %s: their content in "
                 "this snapshot may mix old and new bytes; snapshot again once nothing writes to them",
-                src, len(run.changing), READS_OF_A_CHANGING_FILE, run.changing[0])
+                src, counted(len(run.changing), "file"), READS_OF_A_CHANGING_FILE, run.changing[0])
         done = tuple(e for e in entries if e is not None)
         files = [e for e in done if e.kind == "file"]
         stats = CaptureStats(files=len(files), bytes=sum(e.size for e in files), read_bytes=run.read,

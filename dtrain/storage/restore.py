@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from dtrain.errors import StorageError
+from dtrain.names import counted
 from dtrain.storage import hashing
 from dtrain.storage.fileio import UNSUPPORTED, FileIO, is_disk_full, plain_command
 from dtrain.storage.manifest import Entry, Manifest, hard_links, open_beneath
@@ -81,8 +82,8 @@ class Restore:
                 import logging  # here, not at start-up: only a restore of attributes it may not set needs it
 
                 logging.getLogger(__name__).warning(
-                    "restore into %s leaves out %d extended attribute(s) this user or file system cannot set, "
-                    "e.g. %s", dest, len(self._refused), self._refused[0])
+                    "restore into %s leaves out %s this user or file system cannot set, "
+                    "e.g. %s", dest, counted(len(self._refused), "extended attribute"), self._refused[0])
         except OSError as err:
             raise self._wrap(err, f"restoring into {dest}", needed=run.total - run.done) from err
         finally:
@@ -263,8 +264,8 @@ def _links_and_nodes(manifest: Manifest, links: dict[str, str], root: str, root_
     if refused:
         import logging  # here, not at start-up: only a restore of device nodes as a user needs it
 
-        logging.getLogger(__name__).warning("restore into %s leaves out %d device node(s) (only root may make "
-                                            "them), e.g. %s", root, len(refused), refused[0])
+        logging.getLogger(__name__).warning("restore into %s leaves out %s (only root may make "
+                                            "them), e.g. %s", root, counted(len(refused), "device node"), refused[0])
 
 
 def _link(root: str, root_fd: int, first: str, rel: str) -> None:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError, SpecError, StorageError
-from dtrain.names import check_name, check_storage_class, parse_size, parse_volume_size
+from dtrain.names import check_name, check_storage_class, listed, parse_size, parse_volume_size
 from dtrain.storage import fileio, folders
 from dtrain.storage import manifest as mf
 from dtrain.storage.engine import Engine
@@ -239,7 +239,7 @@ class Storage:
         self.settled(name)
         in_use_by = [in_use_by] if isinstance(in_use_by, str) else list(in_use_by)
         if in_use_by and not force:
-            raise ConflictError(f"volume {name!r} is in use by job(s) {', '.join(in_use_by)}: wait for "
+            raise ConflictError(f"volume {name!r} is in use by {listed(in_use_by, 'job')}: wait for "
                                 f"them to finish, stop them ({self.stop_hint(in_use_by)}), or delete with --force")
         folder = vol.path.parent
         # named after the volume's uid: killed between this rename and the commit, the row still
@@ -592,7 +592,7 @@ class Storage:
         self.settled(vol.name)
         users = in_use_by if callable(in_use_by) else (lambda: [in_use_by] if isinstance(in_use_by, str) else in_use_by)
         if jobs := users():
-            raise ConflictError(f"volume {vol.name!r} is in use by job(s) {', '.join(jobs)}: "
+            raise ConflictError(f"volume {vol.name!r} is in use by {listed(jobs, 'job')}: "
                                 f"wait for them to finish or stop them ({self.stop_hint(jobs)}) before an in-place restore")
         doing = f"restore snapshot {snap.name!r} in place"
         self._require_folder(vol, doing, replaced=True)  # else every file is written, then the swap fails
@@ -605,7 +605,7 @@ class Storage:
                 # Asked again: a job started while the files were written mounts the folder the swap
                 # would move aside and remove (a job starting from now waits in volume_path).
                 if jobs := users():
-                    raise ConflictError(f"job(s) {', '.join(jobs)} started on volume {vol.name!r} while snapshot "
+                    raise ConflictError(f"{listed(jobs, 'job')} started on volume {vol.name!r} while snapshot "
                                         f"{snap.name!r} was being restored; the volume is unchanged: restore again "
                                         f"once they finish or are stopped ({self.stop_hint(jobs)})")
                 self._require_folder(vol, doing, replaced=True)  # lost while the files were written
@@ -845,7 +845,8 @@ class Storage:
                        if os.path.realpath(r["root"]) == real)
         used = self.conn.execute("SELECT 1 FROM class_roots WHERE root = ?", (real,)).fetchone() is not None
         if there or used:
-            held = f" and volume(s) {', '.join(there[:5])} live there (listed Lost)" if there else ""
+            live = "lives" if len(there) == 1 else "live"
+            held = f" and {listed(there[:5], 'volume')} {live} there (listed Lost)" if there else ""
             raise StorageError(f"storage class {storage_class!r}: its folder {root} lacks the file {ROOT_MARK} that "
                                f"marked it as used{held}: is its disk mounted? Mount it and retry; if you emptied "
                                f"the folder on purpose, create {root / ROOT_MARK} (an empty file) to use it again")

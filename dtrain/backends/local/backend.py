@@ -32,7 +32,7 @@ from dtrain.backends.base import (Backend, DataSource, Event, FreedInfo, JobCoun
 from dtrain.backends.local.store import ACTIVE, QUEUED, SNAPSHOTTING, UNFINISHED, JobStore
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, NotReadyError, QuotaError, SpecError, StorageError
-from dtrain.names import LABEL_JOB, check_name, counted, dotted_volume_refusal, require_project, shown
+from dtrain.names import LABEL_JOB, check_name, counted, dotted_volume_refusal, listed, require_project, shown
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
 # The job machinery (the supervisor's helpers, launchers, cgroups, GPU inventory, notebooks) is
@@ -913,10 +913,10 @@ class LocalBackend(Backend):
             elif mounts:
                 readers.append(spec.name)
         if writers:
-            raise ConflictError(f"volume {volume!r} is mounted read-write by job(s) {', '.join(writers)}: a "
+            raise ConflictError(f"volume {volume!r} is mounted read-write by {listed(writers, 'job')}: a "
                                 f"move would lose their writes; wait for them or stop them first ({self.storage.stop_hint(writers)})")
         if readers:
-            raise ConflictError(f"volume {volume!r} is mounted read-only by job(s) {', '.join(readers)}: a move "
+            raise ConflictError(f"volume {volume!r} is mounted read-only by {listed(readers, 'job')}: a move "
                                 f"removes the old folder under them; wait for them or stop them first ({self.storage.stop_hint(readers)})")
 
     def _names(self, what):
@@ -937,7 +937,7 @@ class LocalBackend(Backend):
             if held := [j for j in users if j not in running]:  # a Suspended job never finishes on its own
                 hint = self.storage.stop_hint
                 first = (f"wait for {', '.join(running)} to finish or stop them ({hint(running)}); " if running else "")
-                raise ConflictError(f"volume {name!r} is in use by job(s) {', '.join(users)}: {first}"
+                raise ConflictError(f"volume {name!r} is in use by {listed(users, 'job')}: {first}"
                                     f"{', '.join(held)} {'is' if len(held) == 1 else 'are'} Suspended, which never "
                                     f"{'finishes' if len(held) == 1 else 'finish'} on its own: delete {'it' if len(held) == 1 else 'them'} ({hint(held)}) "
                                     f"or resume and wait ({hint(held, 'resume')}), or delete with --force")
@@ -957,10 +957,10 @@ class LocalBackend(Backend):
                                                            source_snapshot=source, progress=progress,
                                                            job_uid=self.store.uid(row) if job is not None else None))
         if writers := [*writers, *(w for w in self._writers(volume) if w not in writers)]:  # when it began or ended
-            _log().warning("warning: volume %r was mounted read-write by running job(s) %s while snapshot %r read "
+            _log().warning("warning: volume %r was mounted read-write by running %s while snapshot %r read "
                            "it: its files were read one by one while they may have changed, so it is not a point "
                            "in time; take it after the job ends (--snapshot-on-success does) or suspend the job "
-                           "first (%s)", volume, ", ".join(writers), snap.name,
+                           "first (%s)", volume, listed(writers, "job"), snap.name,
                            self._job_cmd(f"suspend {writers[0]}", writers[0]))
         if unfinished:
             _log().warning("warning: job %r was still %s: snapshot %r holds the results it had written so far, "
@@ -1017,7 +1017,8 @@ class LocalBackend(Backend):
             volume = self.storage.get_snapshot(name).volume
             if jobs := self.volume_users(volume, suspended=False):  # not running
                 # a Suspended job holds no mount (and resumes on the restored folder): the way to keep it
-                raise ConflictError(f"cannot restore {name!r} in place while job(s) {', '.join(jobs)} use the "
+                raise ConflictError(f"cannot restore {name!r} in place while {listed(jobs, 'job')} "
+                                    f"use{'s' if len(jobs) == 1 else ''} the "
                                     f"volume; wait for them, suspend them for the restore "
                                     f"({self.storage.stop_hint(jobs, 'suspend')}; resume them after), or stop "
                                     f"them ({self.storage.stop_hint(jobs)})")
@@ -1190,7 +1191,7 @@ def _check_mount_point(target: str, others) -> None:
 def _no_previous(name: str, restarts: int, launches: list[dict], logs: str) -> str:
     """Why `logs --previous` has nothing to show, as kubectl's "previous terminated container not found"."""
     if restarts and not launches:  # restarted before dtrain recorded where attempts begin
-        return (f"job {name!r} restarted {restarts} time(s), but where its attempts' lines begin was not "
+        return (f"job {name!r} restarted {counted(restarts, 'time')}, but where its attempts' lines begin was not "
                 f"recorded (it ran under an older dtrain): '{logs}' shows every attempt's lines")
     return (f"job {name!r} has no previous attempt (previous terminated container not found): it has not "
             f"restarted; '{logs}' shows its current attempt")

@@ -148,7 +148,7 @@ class RankCgroup:
 
     @classmethod
     def create(cls, name: str, *, memory: int | None, cpu: float | None, found: Support | None = None) -> "RankCgroup | None":
-        """Make the rank's cgroup(s) with the limits; None when limits cannot be enforced or none are set."""
+        """Make the rank's cgroups with the limits; None when limits cannot be enforced or none are set."""
         found = found or support()
         if not found.enforced or (memory is None and cpu is None):
             return None

@@ -45,7 +45,7 @@ from collections.abc import Callable
 
 from dtrain import db
 from dtrain.backends.local.store import JobStore
-from dtrain.names import counted
+from dtrain.names import counted, listed
 from dtrain.spec import JobSpec
 
 
@@ -169,8 +169,8 @@ def _preempt(store: JobStore, spec: JobSpec, need: int, free: int) -> str:
         freeing = sum(r["n"] for r in stopping)
     if not freeing:
         return ""
-    return f", {freeing} being freed by stopping job(s) " + ", ".join(
-        f"{r['name']} of project {r['project']!r}" for r in stopping)
+    return f", {freeing} being freed by stopping " + listed(
+        [f"{r['name']} of project {r['project']!r}" for r in stopping], "job")
 
 
 def _stopping(conn, job: str) -> list:

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError
-from dtrain.names import SHOWN, cut, shown
+from dtrain.names import SHOWN, cut, listed, shown
 from dtrain.spec_sagemaker import INSTANCE_RE, REGION_RE, ROLE_RE, gpu_type, instance_family
 from dtrain.spec_sagemaker import S3_BUCKET_RE as BUCKET_RE  # S3 bucket naming rules
 # No leading or trailing "/", no "//": the prefix is joined into s3://BUCKET/PREFIX/JOB/...
@@ -127,6 +127,6 @@ class SageMakerConfig:
     def from_dict(cls, data: Mapping[str, Any], where: str = "config.yaml") -> "SageMakerConfig":
         unknown = sorted(set(data or {}) - set(cls.__dataclass_fields__))
         if unknown:
-            raise SpecError(f"{where}: unknown sagemaker setting(s) {', '.join(unknown)}; known: "
+            raise SpecError(f"{where}: unknown sagemaker {listed(unknown, 'setting')}; known: "
                             f"{', '.join(cls.__dataclass_fields__)}")
         return cls(**dict(data or {}))

@@ -42,6 +42,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
 from dtrain.errors import SpecError
+from dtrain.names import listed
 from dtrain.training import (
     STOPPED_EXIT_CODE,
     Checkpointer,
@@ -469,7 +470,7 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
               f"device={info.device} global_batch={global_batch} train_images={len(dataset)}", flush=True)
         unread = [c for c in sagemaker_channels() if c not in READ_CHANNELS]
         if unread:
-            print(f"cifar10: SageMaker channel(s) {', '.join(unread)} not read: this workload reads "
+            print(f"cifar10: SageMaker {listed(unread, 'channel')} not read: this workload reads "
                   f"{' and '.join(READ_CHANNELS)}", flush=True)
     step = resumed.step if resumed else 0
     last = min(cfg.epochs * steps_per_epoch, cfg.max_steps) if cfg.max_steps else schedule_steps(cfg.epochs, steps_per_epoch)

@@ -52,6 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dtrain.errors import DataError
+from dtrain.names import counted
 from dtrain.workloads.inputs import Parser, input_file
 from dtrain.workloads.lanes.tusimple import LaneLabel, json_lines, outside_frame
 
@@ -320,8 +321,11 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | 
     if warn is not None:
         for kind, seen in odd.items():
             if seen:
-                what = _WHO.get(kind, "prediction(s)")
-                warn(f"{len(seen)} {what} (first: {seen[0]}) {_ODD[kind].format(n=n)}")
+                said = _ODD[kind].format(n=n)
+                if len(seen) == 1:  # '1 prediction gives', '2 predictions give'
+                    verb, _, rest = said.partition(" ")
+                    said = f"{_ONE.get(verb, verb)} {rest}"
+                warn(f"{counted(len(seen), _WHO.get(kind, 'prediction'))} (first: {seen[0]}) {said}")
     return {"accuracy": acc / n, "fp": fp / n, "fn": fn / n, "frames": n}
 
 
@@ -349,8 +353,9 @@ def _refuse_counts(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLa
         seen.add(g.raw_file)
 
 
-_WHO = {"gt_again": "ground-truth line(s)", "pred_again": "prediction line(s)",
-        "unpredicted": "ground-truth frame(s)", "no_gt": "ground-truth frame(s)", "gt_bools": "ground-truth line(s)"}
+_WHO = {"gt_again": "ground-truth line", "pred_again": "prediction line",
+        "unpredicted": "ground-truth frame", "no_gt": "ground-truth frame", "gt_bools": "ground-truth line"}
+_ONE = {"hold": "holds", "give": "gives", "repeat": "repeats", "have": "has"}  # _ODD's first verbs, said of one
 _ODD = {  # what the official script does with values it scores without a word
     "x": "hold x values that are NaN or infinite: scored as the official script scores them (NaN and "
          "-Infinity as no point, Infinity as a point that matches nothing)",
@@ -415,7 +420,7 @@ def _warn_outside(gts: Sequence[Truth], warn: Callable[[str], None]) -> None:
     them as numbers, so they are scored as given."""
     outside = [f"{g.where}: {what}" for g in gts if (what := outside_frame(g.h_samples, g.lanes))]
     if outside:
-        warn(f"{outside[0]} ({len(outside)} line(s) of this file with points outside the frame): scored as given, "
+        warn(f"{outside[0]} ({counted(len(outside), 'line')} of this file with points outside the frame): scored as given, "
              "as the official script scores them")
 
 

@@ -43,6 +43,7 @@ import numpy as np
 from PIL import Image, ImageChops, ImageDraw
 
 from dtrain.errors import SpecError
+from dtrain.names import noun
 from dtrain.replace import replacing
 from dtrain.workloads.inputs import MAX_SEED, Parser, in_range, out_folder
 from dtrain.workloads.lanes.prepare import MANIFEST
@@ -287,7 +288,7 @@ def _file_counts(frames_per_file: dict | int) -> dict[str, int]:
         return {name: frames_per_file for name in TRAIN_FILES}
     unknown = set(frames_per_file) - set(TRAIN_FILES)
     if unknown:
-        raise SpecError(f"unknown label file(s) {sorted(unknown)}: use {list(TRAIN_FILES)}")
+        raise SpecError(f"unknown label {noun(len(unknown), 'file')} {sorted(unknown)}: use {list(TRAIN_FILES)}")
     return {name: int(frames_per_file.get(name, 0)) for name in TRAIN_FILES}
 
 

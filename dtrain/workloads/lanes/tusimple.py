@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dtrain.errors import DataError
+from dtrain.names import counted
 from dtrain.replace import replacing
 from dtrain.workloads.inputs import input_file
 
@@ -179,7 +180,7 @@ def oddities(obj: dict, label: LaneLabel, max_lanes: int | None = MAX_LANES) -> 
     return kinds
 
 
-_ODD = {  # one warning line per kind and file: "FILE:LINE (N line(s) of this file) " + this
+_ODD = {  # one warning line per kind and file: "FILE:LINE (N lines of this file) " + this
     "bools": "give true/false for a number (an x or row): read as 1/0, as the official evaluation (numpy) reads them",
     "negative": f"give a negative x other than {NO_POINT}: read as no point, as the official evaluation reads every "
                 "x < 0",
@@ -214,12 +215,12 @@ def iter_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES,
     if warn is None:
         return
     if outside:
-        warn(f"{outside[0]} ({len(outside)} line(s) of this file with points outside the frame): kept as given; "
+        warn(f"{outside[0]} ({counted(len(outside), 'line')} of this file with points outside the frame): kept as given; "
              "masks draw only the part inside the frame, and the metric compares them as given, as the official "
              "script does")
     for kind, seen in odd.items():
         if seen:
-            warn(f"{seen[0]} ({len(seen)} line(s) of this file) {_ODD[kind]}")
+            warn(f"{seen[0]} ({counted(len(seen), 'line')} of this file) {_ODD[kind]}")
 
 
 def one_line_per_frame(labels: Sequence[LaneLabel], *,
@@ -239,7 +240,7 @@ def one_line_per_frame(labels: Sequence[LaneLabel], *,
         by_file[label.raw_file] = label
     if warn is not None:
         for seen in repeats.values():
-            warn(f"{seen[0]} ({len(seen)} repeated line(s) in this file): training uses each frame's last line "
+            warn(f"{seen[0]} ({counted(len(seen), 'repeated line')} in this file): training uses each frame's last line "
                  "only, as the official evaluation keeps a ground-truth frame's last line")
     return list(by_file.values())
 
