@@ -7,6 +7,19 @@ import argparse
 import statistics
 from pathlib import Path
 
+from dtrain.workloads.inputs import Parser as _WholeFlags
+
+
+class Parser(_WholeFlags):
+    """Every bench script's parser: flags whole, as the dtrain CLI and the workloads take them (`--rep 3`
+    is refused naming --repeats, where argparse ran with --repeats), a usage error on one line; numbers
+    stay plain int and float, as the scripts' bounds checks read them."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.register("type", int, int)
+        self.register("type", float, float)
+
 
 def checkout(text: str) -> Path:
     """An argparse type: a folder holding the dtrain package. The scripts put it first on

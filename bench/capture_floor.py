@@ -105,7 +105,7 @@ def side_main(args: argparse.Namespace) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--workdir", type=Path, required=True, help="scratch folder (on the file system to test)")
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--size-mb", type=int, default=1024)

@@ -67,7 +67,7 @@ def run(nproc: int, data: Path, work: Path, args: argparse.Namespace) -> dict[st
 
 
 def main() -> int:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = ab.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--steps", type=int, default=300, help="optimizer steps per run (default 300)")
     p.add_argument("--warmup", type=int, default=30, help="steps dropped from the figures (default 30)")
     p.add_argument("--batch-size", type=int, default=64, help="images per step per process (default 64)")

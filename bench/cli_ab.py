@@ -13,7 +13,6 @@ median and fastest wall time and the ratio.
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -27,7 +26,7 @@ import ab  # noqa: E402
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     ab.add_checkouts(parser, repeats=20, unit="runs")
     parser.add_argument("--home", type=Path, required=True, help="the dtrain home both read (its jobs stored by the old checkout: newer records have "
                         "fields older code refuses)")

@@ -52,7 +52,7 @@ VARIANTS = ("alone", "lockstep", "ddp", "train_step")
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="demo", choices=sorted(recipes.RECIPES))
     parser.add_argument("--batch", type=int, default=8, help="per-process batch")
     parser.add_argument("--rounds", type=int, default=15, help="rounds of one block of every variant")

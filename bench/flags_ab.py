@@ -19,13 +19,14 @@ import json
 import shlex
 from pathlib import Path
 
+import ab  # the parser (bench/ is this script's folder, first on sys.path)
 from platform_ab import add_training_args, by_hand, check_training_args, scratch, summary, take_turns
 
 SIDES = ("a", "b")
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--a", default="", help="training flags of side a, e.g. --a=--bf16")
     parser.add_argument("--b", default="", help="training flags of side b, e.g. --b=--no-bf16")
     add_training_args(parser, rounds=2)

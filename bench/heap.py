@@ -60,7 +60,7 @@ def child(args: argparse.Namespace) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="demo", choices=("tiny", "demo", "paper"))
     parser.add_argument("--size", default="256x144", help="WxH")
     parser.add_argument("--batch", type=int, help="per-process batch (default: the recipe's)")

@@ -17,7 +17,6 @@ after 120 steps).
 On a CPU --cuda-graphs changes nothing: both runs are the same (a check of this script).
 """
 
-import argparse
 import json
 import statistics
 import subprocess
@@ -50,7 +49,7 @@ def stats_apart(a: dict, b: dict) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--train", type=int, default=240, help="synthetic training frames (20 to 5000)")
     parser.add_argument("--steps", type=int, default=120, help="training steps of each run (5 to 5000)")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))

@@ -11,7 +11,6 @@ at batch 1 a GPU mostly waits for kernel launches.
 Prints one JSON line with the median frames/s of each.
 """
 
-import argparse
 import dataclasses
 import json
 import statistics
@@ -69,7 +68,7 @@ def graph_run(model: torch.nn.Module, img: torch.Tensor, bf16: bool):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", default="paper", choices=sorted(recipes.RECIPES))
     parser.add_argument("--frames", type=int, default=50, help="timed frames of each (1 to 10000)")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")

@@ -13,7 +13,6 @@ same machine load.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -65,7 +64,7 @@ def rate(ds, n: int) -> float:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--frames", type=int, default=200, help="synthetic frames (1 to 20000)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds of both loaders (1 to 100)")
     args = parser.parse_args()

@@ -90,7 +90,7 @@ def measure(recipe: Recipe, device: torch.device, repeats: int, warmup: int) -> 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--recipe", nargs="+", default=["paper"], choices=sorted(recipes.RECIPES))
     parser.add_argument("--size", default="512x288", help="WxH")
     parser.add_argument("--batch", type=int, help="per-process batch (default: the recipe's)")

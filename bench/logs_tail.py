@@ -11,7 +11,6 @@ wall time and its peak resident memory (ru_maxrss of the child).
 
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import subprocess
@@ -42,7 +41,7 @@ def _run(tree: Path, home: Path, args: list[str]) -> tuple[float, int]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     ab.add_checkouts(parser, repeats=3, unit="rounds")
     parser.add_argument("--lines", type=int, default=1_000_000, help="lines the job prints (1-100000000)")
     args = ab.checked(parser, argv)

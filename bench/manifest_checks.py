@@ -15,7 +15,6 @@ rounds, the order of the two flipping every round.
 
 from __future__ import annotations
 
-import argparse
 import importlib.util
 import statistics
 import sys
@@ -68,7 +67,7 @@ def _replay(module, blobs: dict[str, bytes], which: str) -> float:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     ab.add_checkouts(parser, repeats=30, unit="replays of each path")
     parser.add_argument("--workdir", type=Path, required=True, help="scratch folder for the generated store")
     parser.add_argument("--files", type=int, default=10_000, help="files in the volume (paths: about 1.5x)")

@@ -9,7 +9,6 @@ comparable across GPU counts). Rank 0 prints one JSON line per size. With one GP
 link to measure: it says so and exits 0.
 """
 
-import argparse
 import json
 import os
 import statistics
@@ -22,7 +21,7 @@ import ab  # the bounds check (bench/ is this script's folder, first on sys.path
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes-mb", type=float, nargs="+", default=[1, 64, 256, 1024],
                         help="message sizes in MiB (0.001 to 16384)")
     parser.add_argument("--iters", type=int, default=20, help="timed all-reduces per size (1 to 10000)")

@@ -71,7 +71,7 @@ def own_indexes(tree: Path, db: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ab.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ab.add_checkouts(ap, repeats=40, unit="requests of each kind")
     ap.add_argument("--jobs", type=int, default=1000, help="finished jobs stored (1-100000, default 1000)")
     ap.add_argument("--lineage-differs", action="store_true",

@@ -130,7 +130,7 @@ def summary(args: argparse.Namespace, rates: dict[str, list[float]], ratio: str)
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     add_training_args(parser, rounds=4)
     args = parser.parse_args(argv)
     check_training_args(parser, args)

@@ -12,7 +12,6 @@ event hooks on the backend's clients; the time is the list call's own (not the p
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import os
@@ -76,7 +75,7 @@ def populate(url: str, jobs: int) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     ab.add_checkouts(parser, repeats=3, unit="rounds")
     parser.add_argument("--jobs", type=int, default=200, help="training jobs in the account (1-1000)")
     args = ab.checked(parser, argv)

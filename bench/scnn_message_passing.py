@@ -6,7 +6,6 @@ Times forward+backward of the whole model and of the message passing module alon
 (B, 128w, H/8, W/8) map it sees, for both implementations, and prints one JSON line per case.
 """
 
-import argparse
 import json
 import time
 
@@ -56,7 +55,7 @@ def measure(width: float, batch: int, size: tuple[int, int], repeats: int) -> li
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--width", type=float, nargs="+", default=[0.125])
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--size", default="512x288", help="WxH")

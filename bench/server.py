@@ -88,7 +88,7 @@ def follow(url: str, job: str, counts: dict, stop: threading.Event) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ab.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=1000, help="finished jobs stored (default 1000)")
     ap.add_argument("--followers", type=int, default=50, help="log streams open during the second run")
     ap.add_argument("--running", type=int, default=5, help="real jobs printing lines for the followers")

@@ -385,7 +385,7 @@ def print_ratios(ratios: dict, against: str) -> None:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--files", type=int, default=10_000, help="files in the volume")
     parser.add_argument("--size-mb", type=int, default=1024, help="total size of the volume in MiB")
     parser.add_argument("--checkpoints", type=int, default=3, help="50 MB checkpoints among the files")

@@ -21,7 +21,6 @@ and the backend's record of the result included; there is no in-process figure t
 
 from __future__ import annotations
 
-import argparse
 import os
 import subprocess
 import sys
@@ -55,7 +54,7 @@ EMPTY = ("from pathlib import Path; import sys\n"
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     ab.add_checkouts(parser, repeats=16, unit="snapshots")
     parser.add_argument("--workdir", type=Path, required=True, help="scratch folder (on the file system to test)")
     parser.add_argument("--files", type=int, default=10_000)

@@ -9,7 +9,6 @@ work folder (a fresh dtrain home in it) is removed at the end. Prints one JSON l
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -21,7 +20,7 @@ import ab  # the checkout check (bench/ is this script's folder, first on sys.pa
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = ab.Parser(description=__doc__.splitlines()[0])
     parser.add_argument("--tree", type=ab.checkout, default=Path(__file__).resolve().parents[1],
                         help="the dtrain checkout whose storage code runs (default: this one)")
     parser.add_argument("--workdir", type=Path, required=True, help="scratch folder (on the file system to test)")

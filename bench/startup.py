@@ -14,7 +14,6 @@ untimed first).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -52,7 +51,7 @@ def measure(repeats: int) -> dict[str, list[float]]:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])  # its first sentence, whole
+    parser = ab.Parser(description=__doc__.split("\n\n")[0])  # its first sentence, whole
     parser.add_argument("--repeats", type=int, default=20, help="timed runs of each case (1-1000)")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
     args = parser.parse_args(argv)

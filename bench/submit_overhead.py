@@ -58,7 +58,7 @@ def plain(_processes: int) -> float:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = ab.Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=7, help="runs of each, interleaved (1 to 1000)")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object instead of the table")
     args = ap.parse_args()
