@@ -63,7 +63,7 @@ def test_a_launchers_process_flag_names_processes(cli, verb, flag, launcher):
     hyperparameters), `-np 2` and `--nproc-per-node 2` 'the command goes after --'."""
     code, _, err = cli(verb, "x", flag, "2", "--", "true")
     [line] = err.strip().splitlines()
-    assert code == 2 and f"{flag} is {launcher}'s: dtrain starts it with --processes N" in line, line
+    assert code == 2 and f"{flag} is {launcher}'s: give --processes N and it is started for you" in line, line
     assert f"dtrain {'submit-mpi' if verb == 'submit-mpi' else 'submit-dist'} NAME --processes N" in line
     assert "did you mean" not in line and "goes after" not in line
     assert cli("list", "-A", "--json")[1].strip() == "[]"  # nothing was submitted

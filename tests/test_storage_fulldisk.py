@@ -152,7 +152,7 @@ def test_a_job_submitted_on_a_nearly_full_home_disk_fails_naming_the_disk(tmp_pa
         # measured once the home's 1 MiB reserve was given up to record it, and said so (it read "0 KiB
         # free" while `df` showed that MiB free)
         said = re.search(rf"; the disk holding {re.escape(str(home))} is full \((\d+) KiB free, the 1024 KiB reserve "
-                         rf"dtrain gave up to record this included\): free space there \(df -h {re.escape(str(home))}\), "
+                         rf"given up to record this included\): free space there \(df -h {re.escape(str(home))}\), "
                          rf"then submit the job again$", info["message"])
         assert said and int(said[1]) >= 512, info["message"]
         launcher = (home / "jobs" / "j1" / "launcher.log").read_text()

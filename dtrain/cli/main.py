@@ -662,7 +662,7 @@ def _flag_hint(args, extra: list[str]) -> str:
             return f"; {flag} is Run:AI's: {jobs.RUNAI_FLAGS[flag].format(verb=args.verb)}"
         if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.LAUNCHER_FLAGS:
             form = _COMMAND_FORMS["submit-mpi" if args.verb == "submit-mpi" else "submit-dist"]
-            return f"; {flag} is {jobs.LAUNCHER_FLAGS[flag]}'s: dtrain starts it with --processes N ({form})"
+            return f"; {flag} is {jobs.LAUNCHER_FLAGS[flag]}'s: give --processes N and it is started for you ({form})"
         if whole := abbreviated(word, getattr(args, "options_known", [])):
             return f"; {whole}"
         near = difflib.get_close_matches(flag, getattr(args, "options_known", []), n=1, cutoff=0.75)

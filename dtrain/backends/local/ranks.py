@@ -186,7 +186,7 @@ def disk_full(folder: Path, given_up: int = 0) -> str | None:
         return f"the disk holding {folder} has no free inodes"
     free = fs.f_bavail * fs.f_frsize
     if fs.f_blocks and free < FULL_BELOW + given_up:
-        reserve = f", the {given_up // 1024} KiB reserve dtrain gave up to record this included" if given_up else ""
+        reserve = f", the {given_up // 1024} KiB reserve given up to record this included" if given_up else ""
         return f"the disk holding {folder} is full ({free // 1024} KiB free{reserve})"
     return None
 
