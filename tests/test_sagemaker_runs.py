@@ -22,20 +22,27 @@ from dtrain.backends.sagemaker.status import job_info
 from dtrain.errors import SpecError
 
 
-# ---- --output-path in a bucket that does not exist ---------------------------------------------------------
+# ---- --output-path / --checkpoint-s3-uri in a bucket that does not exist -----------------------------------
 
-def test_an_output_path_in_a_missing_bucket_is_refused_before_anything_is_made(clients, code):  # noqa: F811
+@pytest.mark.parametrize("field, flag, bucket", [
+    ("output_path", "--output-path", "out-no-such-bucket"),
+    # only --output-path's bucket was asked: SageMaker took the job and failed it as it uploaded a checkpoint
+    ("checkpoint_uri", "--checkpoint-s3-uri", "ckpt-no-such-bucket"),
+])
+def test_a_flags_uri_in_a_missing_bucket_is_refused_before_anything_is_made(clients, code, field, flag,  # noqa: F811
+                                                                          bucket):
     be = SageMakerBackend(CFG, clients=clients, cwd=str(code))
-    job = spec("out-no-bucket", sm={"output_path": "s3://out-no-such-bucket/models"})
-    line = ("--output-path s3://out-no-such-bucket/models: the bucket out-no-such-bucket does not exist: create it "
-            "(aws s3 mb s3://out-no-such-bucket) or pass another --output-path")
+    name = f"{field.replace('_', '-')}-no-bucket"
+    job = spec(name, sm={field: f"s3://{bucket}/models"})
+    line = (f"{flag} s3://{bucket}/models: the bucket {bucket} does not exist: create it "
+            f"(aws s3 mb s3://{bucket}) or pass another {flag}")
     for call in (be.render, be.submit):  # the dry run refuses as submit does
         with pytest.raises(SpecError) as refused:
             call(job)
         assert str(refused.value) == line
     names = [j["TrainingJobName"] for j in clients.sagemaker.list_training_jobs()["TrainingJobSummaries"]]
-    assert "out-no-bucket" not in names
-    assert clients.s3.list_objects_v2(Bucket=CFG.bucket, Prefix="dtrain/out-no-bucket/").get("KeyCount") == 0
+    assert name not in names
+    assert clients.s3.list_objects_v2(Bucket=CFG.bucket, Prefix=f"dtrain/{name}/").get("KeyCount") == 0
 
 
 def test_an_output_path_in_a_bucket_that_exists_is_taken(clients, code):  # noqa: F811
@@ -85,22 +92,7 @@ def test_a_local_job_purged_and_submitted_again_has_a_new_uid(home, tmp_path):
     client.wait("again", timeout=60)
 
 
-# ---- --checkpoint-s3-uri in a bucket that does not exist ---------------------------------------------------
-
-def test_a_checkpoint_uri_in_a_missing_bucket_is_refused_before_anything_is_made(clients, code):  # noqa: F811
-    """Only --output-path's bucket was asked: SageMaker took the job and failed it as it uploaded a checkpoint."""
-    be = SageMakerBackend(CFG, clients=clients, cwd=str(code))
-    job = spec("ckpt-no-bucket", sm={"checkpoint_uri": "s3://ckpt-no-such-bucket/ckpts"})
-    line = ("--checkpoint-s3-uri s3://ckpt-no-such-bucket/ckpts: the bucket ckpt-no-such-bucket does not exist: "
-            "create it (aws s3 mb s3://ckpt-no-such-bucket) or pass another --checkpoint-s3-uri")
-    for call in (be.render, be.submit):  # the dry run refuses as submit does
-        with pytest.raises(SpecError) as refused:
-            call(job)
-        assert str(refused.value) == line
-    names = [j["TrainingJobName"] for j in clients.sagemaker.list_training_jobs()["TrainingJobSummaries"]]
-    assert "ckpt-no-bucket" not in names
-    assert clients.s3.list_objects_v2(Bucket=CFG.bucket, Prefix="dtrain/ckpt-no-bucket/").get("KeyCount") == 0
-
+# ---- --checkpoint-s3-uri in a bucket that exists -----------------------------------------------------------
 
 def test_a_checkpoint_uri_in_a_bucket_that_exists_is_taken(clients, code):  # noqa: F811
     clients.s3.create_bucket(Bucket="ckpt-store")
