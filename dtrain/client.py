@@ -301,17 +301,12 @@ class Client:
         return holders[0] if holders else (first, None)
 
     def check_backend(self, name: str) -> None:
-        """Refuse a job verb's `backend` that this home does not use: one not configured (config.yaml's
-        settings, a project sent there, the default), not injected and not sent jobs to (state.db's sent_to)."""
-        known = list(dict.fromkeys(["local", *self._backends, *([self._backend_name] if self._backend_name else []),
-                                    *self._configured_backends(), *self.config.project_backends.values(),
-                                    self.config.backend_for(self.config.project), *(b for b, _ in self._sent_to.read())]))
-        if name in known:
-            return
-        if not isinstance(name, str) or name not in BACKENDS:
+        """Refuse a job verb's `backend` that names no backend. One not set up in this home is tried all the
+        same and says so in its own words where it is reached (SageMaker's 'not configured', a kubeconfig
+        that is missing): a cluster reached through the default kubeconfig needs no settings here."""
+        known = list(dict.fromkeys([*BACKENDS, *self._backends]))
+        if not isinstance(name, str) or name not in known:
             raise SpecError(f"unknown backend {shown(name)}; use one of {', '.join(known)}")
-        raise SpecError(f"backend {name!r} is not configured in this home (no settings in config.yaml, no job sent "
-                        f"there); use one of {', '.join(known)}, or set it up with 'dtrain config {name}'")
 
     def _job(self, name: str, project: str | None, backend: str | None = None) -> Backend:
         """`_job_backend`, once the job is found there and, with `project`, found to be of that project."""
