@@ -77,8 +77,8 @@ JobProject = Annotated[str | None, Query(pattern=NAME, description=(
     "found. Without it: the configured project's backend, where a job of a project that config.yaml "
     "sends to another backend is not found"))]
 JobBackend = Annotated[str | None, Query(pattern=NAME, description=(
-    "the backend that holds the job, as `--backend` on the CLI's job verbs and `backend=` on the SDK's: one "
-    "this home is configured for or sent jobs to (local, kubernetes, sagemaker; 422 for another). Without it: "
+    "the backend that holds the job, as `--backend` on the CLI's job verbs and `backend=` on the SDK's: local, "
+    "kubernetes or sagemaker (422 for another name). Without it: "
     "the server's backend, else the job's project's, else the one backend a submit sent a job of that name to"))]
 # what a name field names, for check_name's message when the pattern refuses it
 NAMED = {"project": "project", "volume": "volume", "job": "job", "to": "volume", "snapshot_on_success": "volume",
