@@ -230,7 +230,7 @@ def test_a_notebook_goes_to_the_configured_backend(dt, tmp_path):
     dt("config", "backend", "kubernetes")
     try:
         proc = dt("notebook", "nb", check=False)
-        assert_usage_error(proc, "job 'nb' needs a container image on Kubernetes",
+        assert_usage_error(proc, "notebook 'nb' needs a container image on Kubernetes",
                            "--image kubeflownotebookswg/jupyter-pytorch-full:")
     finally:
         dt("--backend", "local", "delete", "nb", check=False)  # the old code started one here

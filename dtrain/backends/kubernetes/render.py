@@ -102,7 +102,7 @@ def image_of(spec: JobSpec, config: KubernetesConfig) -> str:
     # would exit, never serve. It has a default of its own (notebook_image).
     image = spec.image or (config.notebook_image if spec.notebook else config.image)
     if not image and spec.notebook:
-        raise SpecError(f"job {spec.name!r} needs a container image on Kubernetes: pass a Kubeflow "
+        raise SpecError(f"notebook {spec.name!r} needs a container image on Kubernetes: pass a Kubeflow "
                         f"notebook-server image, which starts Jupyter itself, e.g. --image {NOTEBOOK_IMAGE}, or set "
                         f"one for every notebook: dtrain config kubernetes --notebook-image {NOTEBOOK_IMAGE} (a "
                         f"training image such as pytorch/pytorch, or the jobs' image, starts none)")
