@@ -290,7 +290,8 @@ def team_b_on_kubernetes(home: Path, tmp_path: Path, *, backend: str = "local",
     home.mkdir(parents=True, exist_ok=True)
     (home / "config.yaml").write_text(yaml.safe_dump({
         "project": "default", "backend": backend, "project_backends": project_backends or {"team-b": "kubernetes"},
-        "kubernetes": {"kubeconfig": str(kubeconfig), "image": "img:1", **kubernetes}}))
+        "kubernetes": {"kubeconfig": str(kubeconfig), "image": "img:1", "notebook_image": "nbimg:1",
+                       **kubernetes}}))
     return server
 
 
