@@ -184,8 +184,8 @@ def test_a_query_parameter_the_route_does_not_take_is_refused_before_anything_ha
     Client(home=home).submit(JobSpec(name="j", command=("sleep", "60")))
     r = http.delete("/api/v1/jobs/j", params={"projet": "team-a"})
     assert r.status_code == 422
-    assert r.json()["error"] == ("unknown query parameter 'projet' on DELETE /api/v1/jobs/j: it takes project, purge "
-                                 "(see /api/v1/openapi.json)")
+    assert r.json()["error"] == ("unknown query parameter 'projet' on DELETE /api/v1/jobs/j: it takes backend, "
+                                 "project, purge (see /api/v1/openapi.json)")
     assert http.get("/api/v1/jobs/j").json()["status"] in ("Pending", "Running")  # not deleted
     said = http.get("/api/v1/jobs", params={"stauts": "Failed"}).json()["error"]
     assert said.startswith("unknown query parameter 'stauts' on GET /api/v1/jobs: it takes label_selector, limit,")
@@ -202,7 +202,7 @@ def test_a_body_sent_to_a_route_that_reads_none_is_refused_before_anything_happe
     r = http.post("/api/v1/jobs/j/suspend", json={"project": "team-a"})
     assert r.status_code == 422
     assert r.json()["error"] == ("POST /api/v1/jobs/j/suspend takes no body: leave it out; its parameters go in the "
-                                 "query (?project=)")
+                                 "query (?backend=, ?project=)")
     assert http.get("/api/v1/jobs/j").json()["status"] in ("Pending", "Running")  # not suspended
     assert http.request("DELETE", "/api/v1/jobs/j", json={"purge": True}).status_code == 422
     assert http.post("/api/v1/jobs/j/suspend", json={}).status_code == 200
