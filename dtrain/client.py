@@ -33,7 +33,7 @@ from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, FreedInf
                                   LogStream, Progress, ProjectInfo, SnapshotInfo, TimeoutError_,
                                   VolumeInfo, check_page, check_status, newest_first, notices_of)
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
-from dtrain.errors import ConflictError, DtrainError, NotFoundError, NotSupportedError, SpecError
+from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, NotSupportedError, SpecError
 from dtrain.names import MAX_PAGE, near_name, shown
 from dtrain.remotes import RemoteReads, SentTo
 from dtrain.spec import JobSpec, check_name, notebook_spec, parse_selector, selects
@@ -301,12 +301,18 @@ class Client:
         return holders[0] if holders else (first, None)
 
     def check_backend(self, name: str) -> None:
-        """Refuse a job verb's `backend` that names no backend. One not set up in this home is tried all the
-        same and says so in its own words where it is reached (SageMaker's 'not configured', a kubeconfig
-        that is missing): a cluster reached through the default kubeconfig needs no settings here."""
+        """Refuse a job verb's `backend` that names no backend (SpecError), or one that cannot be opened from this
+        home (NotFoundError: no kubeconfig, the refusal quotes why). One without settings here is used all the same: a cluster
+        behind the default kubeconfig needs none, and SageMaker's --local jobs none."""
         known = list(dict.fromkeys([*BACKENDS, *self._backends]))
         if not isinstance(name, str) or name not in known:
             raise SpecError(f"unknown backend {shown(name)}; use one of {', '.join(known)}")
+        try:
+            made = self.backend(name)  # made once per thread and kept: the verb's own lookup uses it
+            if name == "kubernetes" and name not in self._backends:
+                made.api  # reads the kubeconfig (no request yet), as kubectl would before its first call
+        except BackendError as err:  # not here to be found (an HTTP 404, not the server's own failure's 502)
+            raise NotFoundError(f"backend {name!r} cannot be used from this home: {err}") from None
 
     def _job(self, name: str, project: str | None, backend: str | None = None) -> Backend:
         """`_job_backend`, once the job is found there and, with `project`, found to be of that project."""

@@ -192,8 +192,9 @@ class Journal:
         client.submit(JobSpec(name="train", command=["sleep", "600"]))
         wait_until(lambda: client.get("train").status.value == "Running", what="job train running")
 
-    def read(self, *, rank=None, tail=None, since=None, follow=False, previous=False, limit_bytes=None, project=None):
-        assert limit_bytes is None and project is None  # the page asks for neither here
+    def read(self, *, rank=None, tail=None, since=None, follow=False, previous=False, limit_bytes=None, project=None,
+             backend=None):
+        assert limit_bytes is None and project is None and backend is None  # the page asks for none of them here
         with self.cond:
             got = [x for x in self.lines if since is None or x.time >= since]
             seen = len(self.lines)

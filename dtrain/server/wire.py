@@ -76,7 +76,7 @@ JobProject = Annotated[str | None, Query(pattern=NAME, description=(
     "(config.yaml's project_backends; its namespace on Kubernetes), and a job of another project is not "
     "found. Without it: the configured project's backend, where a job of a project that config.yaml "
     "sends to another backend is not found"))]
-JobBackend = Annotated[str | None, Query(pattern=NAME, description=(
+JobBackend = Annotated[Literal["local", "kubernetes", "sagemaker"] | None, Query(description=(
     "the backend that holds the job, as `--backend` on the CLI's job verbs and `backend=` on the SDK's: local, "
     "kubernetes or sagemaker (422 for another name). Without it: "
     "the server's backend, else the job's project's, else the one backend a submit sent a job of that name to"))]
