@@ -143,12 +143,16 @@ def test_unchanged_files_are_not_read(tmp_path):
 def test_file_changed_right_before_a_capture_is_read_again_once(tmp_path, by_id):
     src = tmp_path / "vol"
     src.mkdir()
-    (src / "hot.bin").write_bytes(b"a" * 1000)
+    window = 1_000_000_000  # wide: the write and the first capture are this close even on a loaded machine
     io = CountingIO()
-    engine = make_engine(tmp_path, io=io, racy_window_ns=200_000_000)
+    engine = make_engine(tmp_path, io=io, racy_window_ns=window)
     based = (lambda m: {"base_id": m}) if by_id else (lambda m: {"base": engine.load(m)})
+    (src / "hot.bin").write_bytes(b"a" * 1000)
     first, _, _ = snapshot(engine, src)  # written within the window: timestamps may not tell a rewrite
-    time.sleep(0.3)
+    changed = (src / "hot.bin").stat().st_ctime_ns
+    assert engine.load(first).started_ns - changed < window  # what the test is about (a second's delay: none)
+    while time.time_ns() <= changed + window + 50_000_000:  # the second capture is past the window (by the
+        time.sleep(0.05)  # file's own clock, which may lag time_ns by a tick)
     io.bytes_read = 0
     second, _, _ = snapshot(engine, src, **based(first))
     assert io.bytes_read == 1000
