@@ -282,8 +282,10 @@ def test_the_log_pane_keeps_the_newest_lines_of_a_chatty_job(browser, home):
     server = Restartable(lambda: create_app(lambda: journal.client(home), sample_every=3600))
     try:
         browser.get(server.url + "/#/job/train")
-        wait_until(lambda: browser.execute_script("return typeof stream === 'object' && stream !== null"),
-                   what="the stream")
+        # The page shows a line once its stream follows the log: lines written before then would come as the
+        # stream's first `tail=500` (an open EventSource object is no sign that the server has begun reading).
+        journal.add("started")
+        wait_until(lambda: "started" in log_lines(browser), what="the stream")
         journal.add(*(f"step {i}" for i in range(12_000)))
         wait_until(lambda: "step 11999" in log_lines(browser), what="the last line")
         shown = [x for x in log_lines(browser) if x]
