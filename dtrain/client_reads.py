@@ -27,6 +27,11 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+def _read_ago(age: float, ttl: float) -> str:
+    """How a notice says a remote backend's answer, or its error, is one the server read before."""
+    return f"as read {age:.0f} s ago (the server reads a remote backend at most once each {ttl:g} s)"
+
+
 class EveryBackend:
     """Mixed into Client, which provides the backends, config.yaml and what this client submitted."""
 
@@ -182,6 +187,7 @@ class EveryBackend:
         walk = self._every_backend()
         done, missed, first = [], [], None
         for name, project in walk:
+            backend = None
             try:
                 backend = self.backend(name, project=project)
                 done.append((backend, self._kept_read(backend, read, cached, missed, what)))
@@ -199,8 +205,12 @@ class EveryBackend:
                 said = " ".join(str(err).split())
                 if whose.startswith("where"):  # asked at each list until it answers: how to stop that
                     said += f"; to stop asking it (a cluster that is gone): {FORGET_BACKEND[self.door].format(name)}"
+                # a remote backend's kept error (RemoteReads) is of an earlier read, as a kept answer is: its age
+                age = self._kept_age(backend, cached) if backend is not None else None
+                aged = f" {_read_ago(age, self._remote_reads.ttl)}" if age is not None and age >= 1 else ""
                 missed.append(Notice(code=f"{what}-unlisted",
-                                     message=f"{what} on the {name} backend ({whose}) not listed, the others are: {said}"))
+                                     message=f"{what} on the {name} backend ({whose}) not listed{aged}, the others "
+                                             f"are: {said}"))
         if not done and first is not None:
             raise first.with_traceback(None)
         return done, missed
@@ -215,9 +225,15 @@ class EveryBackend:
         value, age = reads.aged(f"{backend.name} {key}", lambda: read(backend), log=False)
         if age >= 1:
             notices.append(Notice(code=f"{what}-cached", message=(
-                f"{what} on the {backend.name} backend as read {age:.0f} s ago (the server reads a remote "
-                f"backend at most once each {reads.ttl:g} s)")))
+                f"{what} on the {backend.name} backend {_read_ago(age, reads.ttl)}")))
         return value
+
+    def _kept_age(self, backend: Backend, key: str | None) -> float | None:
+        """How old the answer or error `_kept_read` gave for `backend` under `key` is (None: read live)."""
+        reads = self._remote_reads
+        if key is None or reads is None or backend.name == "local":
+            return None
+        return reads.age(f"{backend.name} {key}")
 
     def _forget_expired(self, backend: Backend, jobs) -> set[str]:
         """Config `deleted_job_ttl`: deleted jobs are forgotten after a while; the names forgotten."""

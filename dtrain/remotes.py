@@ -146,6 +146,13 @@ class RemoteReads:
             raise kept[2].with_traceback(None)
         return kept[1], age
 
+    def age(self, key: str) -> float | None:
+        """How many seconds ago the answer or error kept for `key` was read (None: none is kept): a
+        notice of an error given again says how old it is, as one of an answer does."""
+        with self._lock:
+            kept = self._kept.get(key)
+        return None if kept is None else self._clock() - kept[0]
+
     def _log_change(self, key: str, err: BaseException | None) -> None:
         said = None if err is None else " ".join(str(err).split())
         if said == self._said.get(key):

@@ -316,3 +316,30 @@ def test_the_http_job_routes_take_a_backend_query_checked_and_guarded(home, two)
     finally:
         for server in servers:
             server.stop()
+
+
+def test_a_kept_error_says_how_old_it_is_as_a_kept_answer_does(home):
+    """The server gives a remote backend's error again for RemoteReads' ttl, as it gives an answer: the
+    answer's notice said how old it was, the error's "not listed" did not (a cluster back up for 25 s still
+    read as down now)."""
+    from dtrain.remotes import RemoteReads
+    SentTo(home).record("kubernetes", "default")
+    SentTo(home).record("sagemaker", "default")
+    up, gone = Listing("kubernetes"), Listing("sagemaker", down=True)
+    clock = Clock()
+    reads = RemoteReads(30, clock=clock)
+    client = dtrain.Client(home=home, backends={"kubernetes": up, "sagemaker": gone})
+    client.share_remote_reads(reads)
+    fresh = [n.message for n in client.list().notices if n.code == "jobs-unlisted"]
+    assert fresh == ["jobs on the sagemaker backend (where this home's submit --backend sagemaker sent jobs) not "
+                     "listed, the others are: the sagemaker cluster did not answer in 10 s; to stop asking it (a "
+                     "cluster that is gone): dtrain.Client().forget_backend('sagemaker')"]
+    clock.now += 12
+    kept = [n.message for n in client.list().notices if n.code == "jobs-unlisted"]
+    assert gone.lists == 1 and kept == [
+        "jobs on the sagemaker backend (where this home's submit --backend sagemaker sent jobs) not listed as read "
+        "12 s ago (the server reads a remote backend at most once each 30 s), the others are: the sagemaker "
+        "cluster did not answer in 10 s; to stop asking it (a cluster that is gone): "
+        "dtrain.Client().forget_backend('sagemaker')"]
+    live = dtrain.Client(home=home, backends={"kubernetes": up, "sagemaker": gone})  # the SDK reads live: no age
+    assert [n.message for n in live.list().notices if n.code == "jobs-unlisted"] == fresh
