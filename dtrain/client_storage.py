@@ -25,6 +25,8 @@ class StorageVerbs:
 
         def check_project(self, project: str) -> None: ...
 
+        def check_backend(self, name: str) -> None: ...
+
         def command_for(self, words: str, *, backend: str, project: str | None = None) -> str: ...
 
         def room_to_free(self): ...
@@ -141,13 +143,16 @@ class StorageVerbs:
             return page
         return backend.page(project=scope, limit=limit)
 
-    def volume_job(self, name: str, *, project: str | None = None) -> JobInfo:
+    def volume_job(self, name: str, *, project: str | None = None, backend: str | None = None) -> JobInfo:
         """Job `name`, of whatever project, where `project`'s volumes and snapshots are (None: the
-        configured project's backend): a snapshot's job, as the lineage links it."""
+        configured project's backend), or on `backend` when given, as every job verb takes it: a
+        snapshot's job, as the lineage links it."""
         if project is not None:
             check_name(project, "project")
+        if backend is not None:
+            self.check_backend(backend)
         try:
-            return self.backend(project=project).get(name)
+            return self.backend(backend, project=project).get(name)
         except NotFoundError:
             if project is not None:
                 self.check_project(project)  # a typo in the project: said, not the job

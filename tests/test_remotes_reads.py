@@ -343,3 +343,16 @@ def test_a_kept_error_says_how_old_it_is_as_a_kept_answer_does(home):
         "dtrain.Client().forget_backend('sagemaker')"]
     live = dtrain.Client(home=home, backends={"kubernetes": up, "sagemaker": gone})  # the SDK reads live: no age
     assert [n.message for n in live.list().notices if n.code == "jobs-unlisted"] == fresh
+
+
+def test_volume_job_takes_the_backend_every_job_verb_takes(home, two):
+    """The lineage's look-up of a snapshot's job took no backend=, unlike every other SDK job verb: a
+    job on another backend than the project's was out of its reach."""
+    from dtrain.errors import SpecError
+    client = dtrain.Client(home=home, backends=two)
+    assert client.volume_job("cifar", backend="sagemaker").backend == "sagemaker"
+    assert client.volume_job("cifar", backend="kubernetes").backend == "kubernetes"
+    with pytest.raises(SpecError, match=r"^unknown backend 'kube'; use one of "):
+        client.volume_job("cifar", backend="kube")
+    with pytest.raises(NotFoundError, match=r"^no job named 'other'"):
+        client.volume_job("other", backend="sagemaker")
