@@ -111,10 +111,12 @@ class JobLookup:
             raise SpecError(f"unknown backend {shown(name)}; use one of {', '.join(known)}")
         try:
             made = self.backend(name)  # made once per thread and kept: the verb's own lookup uses it
-            if name == "kubernetes" and name not in self._backends:
-                made.api  # reads the kubeconfig (no request yet), as kubectl would before its first call
-        except BackendError as err:  # not here to be found (an HTTP 404, not the server's own failure's 502)
-            raise NotFoundError(f"backend {name!r} cannot be used from this home: {err}") from None
+            # an injected one is used as given (its own client, or a test's stand-in)
+            problem = None if name in self._backends else made.opened_problem()
+        except BackendError as err:
+            problem = str(err)
+        if problem is not None:  # not here to be found (an HTTP 404, not the server's own failure's 502)
+            raise NotFoundError(f"backend {name!r} cannot be used from this home: {problem}")
 
     def _job(self, name: str, project: str | None, backend: str | None = None) -> Backend:
         """`_job_backend`, once the job is found there and, with `project`, found to be of that project."""

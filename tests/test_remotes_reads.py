@@ -356,3 +356,31 @@ def test_volume_job_takes_the_backend_every_job_verb_takes(home, two):
         client.volume_job("cifar", backend="kube")
     with pytest.raises(NotFoundError, match=r"^no job named 'other'"):
         client.volume_job("other", backend="sagemaker")
+
+
+def test_each_backend_says_whether_it_can_be_opened_and_the_client_asks_it(home, monkeypatch):
+    """check_backend reached past the interface (a Kubernetes backend's `api`, by name) to tell a backend that
+    cannot be opened from one that can: each backend says it (Backend.opened_problem), and the client asks
+    whichever backend a job verb names."""
+    from dtrain.backends.sagemaker.backend import SageMakerBackend
+    from dtrain.errors import NotFoundError
+    monkeypatch.setenv("KUBECONFIG", str(home) + "/no-kubeconfig")
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    client = dtrain.Client(home=home)
+    assert client.backend("local").opened_problem() is None
+    assert client.backend("sagemaker").opened_problem() is None  # no AWS: its --local jobs are there still
+    assert client.backend("kubernetes").opened_problem().startswith(
+        "no usable Kubernetes configuration (no kubeconfig at KUBECONFIG=")
+    monkeypatch.setattr(SageMakerBackend, "opened_problem", lambda self: "no AWS here")
+    with pytest.raises(NotFoundError, match=r"^backend 'sagemaker' cannot be used from this home: no AWS here$"):
+        dtrain.Client(home=home).suspend("cifar", backend="sagemaker")
+
+
+def test_a_kubernetes_backend_with_a_usable_configuration_can_be_opened(home):
+    pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+    from kubernetes import client as k8s
+
+    from dtrain.backends.kubernetes.backend import KubernetesBackend
+    from dtrain.backends.kubernetes.config import KubernetesConfig
+    made = KubernetesBackend(KubernetesConfig(), api_client=k8s.ApiClient(k8s.Configuration()))
+    assert made.opened_problem() is None  # the client is made; nothing is asked of a cluster yet

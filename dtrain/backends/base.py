@@ -1044,6 +1044,12 @@ class Backend(abc.ABC):
         return NotSupportedError(f"the {self.name} backend does not support {what}"
                                  + (f" ({why})" if why else "") + "; use --backend local or another backend")
 
+    def opened_problem(self) -> str | None:
+        """Why this backend cannot be used from here at all, found before any request (a cluster's
+        kubeconfig missing or broken); None: usable. A job verb's backend= naming one that cannot be
+        opened is refused quoting it (Client.check_backend), a 404 over HTTP, not the 502 of a failure."""
+        return None
+
 
 def _check_new_volume(name: str, size: str, storage_class: str | None) -> None:
     check_name(name, "volume")

@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any, Callable, Iterable
 
 from dtrain.backends.base import Backend
+from dtrain.errors import BackendError
 
 from .client import KubeApi, client_from_config
 from .config import KubernetesConfig
@@ -70,6 +71,16 @@ class KubernetesBackend(SubmitVerbs, JobVerbs, ProjectVerbs, NodeVerbs, PodVerbs
             self._api = KubeApi(self._api_client or client_from_config(self.config),
                                 timeout=self.config.request_timeout)
         return self._api
+
+    def opened_problem(self) -> str | None:
+        """The kubeconfig read (no request yet), as kubectl reads it before its first call: why no
+        configuration is usable (none at KUBECONFIG and no in-cluster account, a broken file, a failed
+        credential plugin); None once the client is made."""
+        try:
+            self.api
+        except BackendError as err:
+            return str(err)
+        return None
 
     @property
     def namespace(self) -> str:
