@@ -67,6 +67,13 @@ def _delete(args, client: Client) -> int:
         # A job still ending after the stop request (SageMaker's Stopping: its programs get SIGTERM and time to
         # save) reads Running until it has: say Stopping, not Running, and how to see the end.
         waited = client.command_for(f"wait {name}", backend=info.backend, project=info.spec.project)
+        if info.status.terminal and info.status is not JobStatus.DELETED and not args.purge:
+            # SageMaker keeps an ended job as it ended (StopTrainingJob has nothing to stop): it is still
+            # listed, so 'deleted' would be untrue; --purge (DeleteTrainingJob) is what removes it
+            purge = client.command_for(f"delete {name} --purge", backend=info.backend, project=info.spec.project)
+            print(f"The job '{name}' had already ended ({info.status.value}): nothing to stop, and it stays "
+                  f"listed; '{purge}' forgets it")
+            continue
         state = info.status.value if info.status.terminal else f"Stopping: '{waited}' returns once it has stopped"
         print(f"The job '{name}' has been " + ("purged" if args.purge else f"deleted ({state})"))
     return 0

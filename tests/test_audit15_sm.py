@@ -1,0 +1,49 @@
+"""SageMaker, fifteenth audit: day two of the CIFAR10 job on AWS (moto's server behind boto3's chain).
+
+- `dtrain delete` of a job that had ended said "has been deleted (Succeeded)": SageMaker keeps an ended job
+  as it ended (there is nothing to stop), so `list` still showed it. The line now says it had ended and stays
+  listed, and names `delete --purge` (DeleteTrainingJob), which removes it.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from test_sagemaker_backend import CFG, clients, code, moto_url, spec  # noqa: F401  (a moto server for this module)
+
+from dtrain.backends.sagemaker.config import SageMakerConfig
+from dtrain.backends.sagemaker.render import training_job_request
+from dtrain.cli.main import main
+from dtrain.errors import ConflictError, SpecError
+
+
+@pytest.fixture
+def cli(home, code, moto_url, monkeypatch, capsys):  # noqa: F811
+    """`dtrain` in this process, with AWS behind boto3's standard chain at moto's server."""
+    for k, v in {"DTRAIN_HOME": str(home), "AWS_ENDPOINT_URL": moto_url, "AWS_ACCESS_KEY_ID": "testing",
+                 "AWS_SECRET_ACCESS_KEY": "testing", "AWS_EC2_METADATA_DISABLED": "true"}.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.chdir(code)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        try:
+            rc = main(list(argv))
+        except SystemExit as e:
+            rc = e.code
+        out, err = capsys.readouterr()
+        return rc, out, err
+
+    assert run("config", "sagemaker", "--role", CFG.role, "--bucket", CFG.bucket, "--region", CFG.region)[0] == 0
+    return run
+
+
+@pytest.mark.slow  # a CLI submit, delete and list against moto (boto3 clients made each call)
+def test_delete_of_an_ended_job_says_it_stays_listed_and_names_purge(cli, clients):  # noqa: F811
+    assert cli("config", "backend", "sagemaker")[0] == 0
+    assert cli("submit", "ended-del", "-p", "team-a", "--", "python", "train.py")[0] == 0  # moto: Completed at once
+    rc, out, err = cli("delete", "ended-del", "-p", "team-a")
+    assert (rc, err) == (0, "")
+    assert out == ("The job 'ended-del' had already ended (Succeeded): nothing to stop, and it stays listed; "
+                   "'dtrain delete ended-del --purge -p team-a' forgets it\n")
+    assert "ended-del" in cli("list", "-p", "team-a")[1]  # the line is true: it is still listed
