@@ -3,6 +3,9 @@
 - `dtrain delete` of a job that had ended said "has been deleted (Succeeded)": SageMaker keeps an ended job
   as it ended (there is nothing to stop), so `list` still showed it. The line now says it had ended and stays
   listed, and names `delete --purge` (DeleteTrainingJob), which removes it.
+- A job asked for in another region than the one it runs in read "not found ...; see the names with dtrain
+  list": no region named, and `dtrain list` asked the default backend where SageMaker was not it. The line
+  names the region asked, a region where the job was seen, and the list command that reaches SageMaker.
 """
 
 from __future__ import annotations
@@ -47,3 +50,18 @@ def test_delete_of_an_ended_job_says_it_stays_listed_and_names_purge(cli, client
     assert out == ("The job 'ended-del' had already ended (Succeeded): nothing to stop, and it stays listed; "
                    "'dtrain delete ended-del --purge -p team-a' forgets it\n")
     assert "ended-del" in cli("list", "-p", "team-a")[1]  # the line is true: it is still listed
+
+
+@pytest.mark.slow  # five CLI calls against moto
+def test_a_job_of_another_region_is_named_with_the_region_it_was_seen_in(cli, clients):  # noqa: F811
+    assert cli("submit", "east-job", "--backend", "sagemaker", "--", "python", "train.py")[0] == 0
+    assert cli("--backend", "sagemaker", "describe", "job", "east-job")[0] == 0
+    assert cli("config", "sagemaker", "--region", "us-west-2")[0] == 0
+    rc, out, err = cli("--backend", "sagemaker", "describe", "job", "east-job")
+    assert (rc, out) == (2, "")
+    assert err.startswith("dtrain: error: SageMaker job 'east-job' not found in region us-west-2 (ValidationException: ")
+    assert err.endswith("; it was seen in us-east-1: dtrain config sagemaker --region us-east-1; see the names with "
+                        "'dtrain --backend sagemaker list'\n")  # local is the default backend: plain 'dtrain list'
+    rc, _, err = cli("--backend", "sagemaker", "logs", "never-was")  # asked its jobs, not SageMaker's
+    assert rc == 2 and "not found in region us-west-2 (" in err and "seen in" not in err
+    assert err.endswith("; see the names with 'dtrain --backend sagemaker list'\n")

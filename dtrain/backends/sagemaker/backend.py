@@ -364,7 +364,20 @@ class SageMakerBackend(Backend):
                             f"has ended; its S3 objects stay)")
 
     def _describe(self, clients: Clients, name: str) -> dict:
-        return aws_call(f"SageMaker job {name!r}", clients.sagemaker.describe_training_job, TrainingJobName=name)
+        try:
+            return aws_call(f"SageMaker job {name!r}", clients.sagemaker.describe_training_job, TrainingJobName=name)
+        except NotFoundError as err:
+            if clients is self._local:
+                raise
+            # A job lives in one region, and dtrain asks the configured one: a job of another region reads
+            # as no job at all. The hint lists where the job would be (`dtrain list` alone asked another
+            # backend where SageMaker is not the default) and names a region where it was seen.
+            seen = self.facts.regions(name) - {self.config.region}
+            there = f"; it was seen in {', '.join(sorted(seen))}: dtrain config sagemaker --region " \
+                    f"{sorted(seen)[0]}" if seen else ""
+            said = str(err).rpartition("; see the names")[0].replace(" not found", f" not found in region "
+                                                                      f"{self.config.region}", 1)
+            raise NotFoundError(f"{said}{there}; see the names with '{self.cmd('list')}'") from None
 
     def _info(self, clients: Clients, name: str, desc: dict | None = None) -> JobInfo:
         desc = desc or self._describe(clients, name)
