@@ -6,6 +6,8 @@
 - A job asked for in another region than the one it runs in read "not found ...; see the names with dtrain
   list": no region named, and `dtrain list` asked the default backend where SageMaker was not it. The line
   names the region asked, a region where the job was seen, and the list command that reaches SageMaker.
+- A name taken by an ended spot job said "submit under a new name", which starts over from no checkpoints:
+  the line now names the --checkpoint-s3-uri that goes on from the old job's.
 """
 
 from __future__ import annotations
@@ -65,3 +67,20 @@ def test_a_job_of_another_region_is_named_with_the_region_it_was_seen_in(cli, cl
     rc, _, err = cli("--backend", "sagemaker", "logs", "never-was")  # asked its jobs, not SageMaker's
     assert rc == 2 and "not found in region us-west-2 (" in err and "seen in" not in err
     assert err.endswith("; see the names with 'dtrain --backend sagemaker list'\n")
+
+
+def test_a_taken_name_names_the_checkpoint_uri_a_new_name_goes_on_from(clients, code):  # noqa: F811
+    """A stopped spot job submitted again under a new name got checkpoints of its own and started over."""
+    from dtrain.backends.sagemaker.backend import SageMakerBackend
+    be = SageMakerBackend(CFG, clients=clients, cwd=str(code))
+    be.submit(spec("spot-day1", sm={"spot": True, "max_runtime": 3600}))
+    with pytest.raises(ConflictError) as refused:
+        be.submit(spec("spot-day1", sm={"spot": True, "max_runtime": 3600}))
+    assert str(refused.value) == (
+        "a SageMaker training job named 'spot-day1' exists (Completed): submit under a new name, or free the name "
+        "with 'dtrain delete spot-day1 --purge' (DeleteTrainingJob, once it has ended; its S3 objects stay); under a "
+        "new name, --checkpoint-s3-uri s3://dtrain-test/dtrain/spot-day1/checkpoints goes on from its checkpoints")
+    again = spec("spot-day2", sm={"spot": True, "max_runtime": 3600,
+                                  "checkpoint_uri": "s3://dtrain-test/dtrain/spot-day1/checkpoints"})
+    req = be.render(again)[-1]["SageMaker.CreateTrainingJob"]  # the hint's flag is taken as printed
+    assert req["CheckpointConfig"]["S3Uri"] == "s3://dtrain-test/dtrain/spot-day1/checkpoints"

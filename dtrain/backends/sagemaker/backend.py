@@ -359,9 +359,13 @@ class SageMakerBackend(Backend):
             return
         # DeleteTrainingJob frees a name (see _purge): SageMaker reuses it then, as the estimator's fit() would
         state = desc.get("TrainingJobStatus") or "?"
+        # A new name has checkpoints of its own (s3://BUCKET/PREFIX/NEW/checkpoints): a stopped spot job
+        # submitted again under one started over, unless told where this one's are
+        ckpt = (desc.get("CheckpointConfig") or {}).get("S3Uri")
+        goes_on = f"; under a new name, --checkpoint-s3-uri {ckpt} goes on from its checkpoints" if ckpt else ""
         raise ConflictError(f"a SageMaker training job named {name!r} exists ({state}): submit under a new name, or "
                             f"free the name with '{self.cmd(f'delete {name} --purge')}' (DeleteTrainingJob, once it "
-                            f"has ended; its S3 objects stay)")
+                            f"has ended; its S3 objects stay){goes_on}")
 
     def _describe(self, clients: Clients, name: str) -> dict:
         try:
