@@ -8,6 +8,7 @@
   names the region asked, a region where the job was seen, and the list command that reaches SageMaker.
 - A name taken by an ended spot job said "submit under a new name", which starts over from no checkpoints:
   the line now names the --checkpoint-s3-uri that goes on from the old job's.
+- `dtrain nodes` printed an empty table: SageMaker has no standing nodes, which a warning now says.
 """
 
 from __future__ import annotations
@@ -67,6 +68,17 @@ def test_a_job_of_another_region_is_named_with_the_region_it_was_seen_in(cli, cl
     rc, _, err = cli("--backend", "sagemaker", "logs", "never-was")  # asked its jobs, not SageMaker's
     assert rc == 2 and "not found in region us-west-2 (" in err and "seen in" not in err
     assert err.endswith("; see the names with 'dtrain --backend sagemaker list'\n")
+
+
+def test_nodes_on_sagemaker_say_there_are_none_standing(home):
+    """`dtrain nodes` printed a header and no row, as a cluster without machines or one not read would."""
+    from dtrain.backends.sagemaker.backend import SageMakerBackend
+    be = SageMakerBackend(CFG, home=home, command=lambda words: f"dtrain --backend sagemaker {words}")
+    nodes = be.nodes()
+    assert list(nodes) == []
+    assert [(n.code, n.message) for n in nodes.notices] == [("no-nodes", (
+        "SageMaker has no standing nodes: each job gets its own instances while it runs (--instance-type, "
+        "ml.m5.xlarge as configured); 'dtrain --backend sagemaker list' shows the jobs and their types"))]
 
 
 def test_a_taken_name_names_the_checkpoint_uri_a_new_name_goes_on_from(clients, code):  # noqa: F811

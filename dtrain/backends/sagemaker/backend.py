@@ -25,7 +25,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dtrain.backends.base import Backend, JobInfo, JobStatus, Listed, LogLine, NodeInfo, Notice
+from dtrain.backends.base import Backend, JobInfo, JobStatus, Listed, LogLine, Notice
 from dtrain.backends.sagemaker import logs as cwlogs
 from dtrain.backends.sagemaker.clients import Clients, aws_call, aws_clients, read_body
 from dtrain.backends.sagemaker import render, status
@@ -628,8 +628,12 @@ class SageMakerBackend(Backend):
         aws_call(f"SageMaker DeleteTrainingJob of {name!r}", clients.sagemaker.delete_training_job,
                  TrainingJobName=name)
 
-    def _nodes(self) -> list[NodeInfo]:
-        return []  # SageMaker has no standing nodes: instances exist while a job runs
+    def _nodes(self) -> Listed:
+        """None: SageMaker has no standing nodes (instances exist while a job runs). Said, so that an
+        empty table is not read as a cluster with no machines, or one dtrain could not read."""
+        return Listed([], [Notice(code="no-nodes", message=(
+            f"SageMaker has no standing nodes: each job gets its own instances while it runs (--instance-type, "
+            f"{self.config.instance_type} as configured); '{self.cmd('list')}' shows the jobs and their types"))])
 
     # ---- artifacts ----------------------------------------------------------------------
     def _artifacts(self, name: str, *, to: Path) -> Path:
