@@ -9,6 +9,8 @@
 - A name taken by an ended spot job said "submit under a new name", which starts over from no checkpoints:
   the line now names the --checkpoint-s3-uri that goes on from the old job's.
 - `dtrain nodes` printed an empty table: SageMaker has no standing nodes, which a warning now says.
+- `--instance-count 3` with `--processes 2` said "use a multiple of 3 or set --instance-count", which the
+  user had set: it now names the --processes that fits and the counts that divide the processes.
 """
 
 from __future__ import annotations
@@ -68,6 +70,28 @@ def test_a_job_of_another_region_is_named_with_the_region_it_was_seen_in(cli, cl
     rc, _, err = cli("--backend", "sagemaker", "logs", "never-was")  # asked its jobs, not SageMaker's
     assert rc == 2 and "not found in region us-west-2 (" in err and "seen in" not in err
     assert err.endswith("; see the names with 'dtrain --backend sagemaker list'\n")
+
+
+@pytest.mark.parametrize("processes, count, line", [
+    (2, 3, "--processes 2 does not split evenly over --instance-count 3: use --processes 3 (a multiple of 3) or "
+           "an --instance-count that divides 2 (1, 2)"),
+    (10, 4, "--processes 10 does not split evenly over --instance-count 4: use --processes 8 (a multiple of 4) or "
+            "an --instance-count that divides 10 (1, 2, 5, 10)"),
+    (360, 7, "--processes 360 does not split evenly over --instance-count 7: use --processes 357 (a multiple of 7) "
+             "or an --instance-count that divides 360 (1, 2, 3, 4, 5, 6, 8, 9, ...)"),
+])
+def test_an_instance_count_that_does_not_divide_the_processes_names_what_does(processes, count, line):
+    job = spec("split", processes=processes, launcher="torchrun", sm={"instance_count": count})
+    with pytest.raises(SpecError) as refused:
+        training_job_request(job, SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region))
+    assert str(refused.value) == line
+
+
+def test_a_one_process_job_on_two_instances_is_named_so_not_asked_for_two_processes():
+    job = spec("one", sm={"instance_count": 2})
+    with pytest.raises(SpecError, match="^a one-process job runs on one instance: drop --instance-count or use "
+                                        "submit-dist$"):
+        training_job_request(job, CFG)
 
 
 def test_nodes_on_sagemaker_say_there_are_none_standing(home):

@@ -163,12 +163,19 @@ def instances(spec: JobSpec, cfg: SageMakerConfig) -> tuple[int, int]:
     if count > MAX_INSTANCES:
         raise SpecError(f"--processes {processes} would take {count} instances, more than {MAX_INSTANCES}: "
                         f"pick a type with more GPUs, or fewer processes")
+    if spec.launcher == "none" and count > 1:
+        raise SpecError("a one-process job runs on one instance: drop --instance-count or use submit-dist")
+    if spec.processes % count and opts.instance_count is not None:  # the count the user typed: name what divides
+        fits = [n for n in range(1, min(spec.processes, MAX_INSTANCES) + 1) if spec.processes % n == 0]
+        fitting = count * (spec.processes // count) or count  # the nearest multiple at or below, else the count
+        raise SpecError(f"--processes {processes} does not split evenly over --instance-count "
+                        f"{shown(opts.instance_count)}: use --processes {fitting} (a multiple of {count}) or an "
+                        f"--instance-count that divides {spec.processes} "
+                        f"({', '.join(map(str, fits[:8]))}{', ...' if len(fits) > 8 else ''})")
     if spec.processes % count:
         raise SpecError(f"--processes {processes} does not split evenly over {count} instances: "
                         f"use a multiple of {count} or set --instance-count")
     per_host = spec.processes // count
-    if spec.launcher == "none" and count > 1:
-        raise SpecError("a one-process job runs on one instance: drop --instance-count or use submit-dist")
     if spec.gpu > 0 and gpus is not None and per_host * spec.gpu > gpus:
         raise SpecError(f"{counted(per_host, 'process', 'processes')} x --gpu {gpu} exceed the {counted(gpus, 'GPU')} of {itype}: "
                         f"raise --instance-count or pick a larger type")
