@@ -8,6 +8,10 @@
   server sets when a page is opened once with `?token=TOKEN` (a browser's EventSource cannot
   send headers, a cookie it can). The cookie is HttpOnly and SameSite=Strict, and the server
   sends no CORS headers, so other sites can neither read answers nor send the cookie.
+- A change (any method but GET and HEAD) that a page of another site sent is refused (403): on
+  loopback no token stands in the way, and a form or a `fetch(..., {mode: "no-cors"})` on any page
+  the user opens may POST to 127.0.0.1 without a CORS preflight (suspend, resume, verify). Browsers
+  name the sender's site in `Sec-Fetch-Site`; scripts (curl, httpx) send none and pass.
 - `--read-only` refuses every method but GET and HEAD.
 
 The token is made on first start, kept in `$DTRAIN_HOME/server-token` (mode 0600, never
@@ -31,6 +35,10 @@ from dtrain.errors import ConflictError
 TOKEN_FILE = "server-token"
 COOKIE = "dtrain_token"
 LOOPBACK_NAMES = ("localhost",)
+READS = ("GET", "HEAD")
+# Sec-Fetch-Site values of a request the server's own pages (same-origin) or the user (none: typed, a
+# bookmark) began; cross-site and same-site (another port of localhost) are other pages'
+OWN_SITE = ("same-origin", "none")
 
 
 def is_loopback(host: str) -> bool:
@@ -106,7 +114,12 @@ class Guard:
             return await _refuse(send, 401, "missing or wrong token: send 'Authorization: Bearer TOKEN' "
                                             "(the token is in $DTRAIN_HOME/server-token), or open the URL "
                                             "that 'dtrain server' printed once")
-        if self.read_only and scope["method"] not in ("GET", "HEAD"):
+        site = headers.get("sec-fetch-site", "none")
+        if scope["method"] not in READS and site not in OWN_SITE:
+            return await _refuse(send, 403, f"a {scope['method']} sent by a page of another site (Sec-Fetch-Site: "
+                                            f"{site}) is refused: change jobs from this server's own dashboard, "
+                                            f"the CLI or a script (curl, the SDK)")
+        if self.read_only and scope["method"] not in READS:
             return await _refuse(send, 403, f"this server is read-only ({scope['method']} refused); "
                                             f"restart 'dtrain server' without --read-only to change things")
         return await self.app(scope, receive, send)

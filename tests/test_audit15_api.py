@@ -1,0 +1,48 @@
+"""The HTTP API as a new user meets it (audit 15): a page of another site may not change jobs through
+a loopback server, a query parameter given twice is refused rather than read as its last value, a bad
+label selector is refused in the SDK's words, and a proxy that left a --root-path prefix on is named."""
+
+from __future__ import annotations
+
+import pytest
+
+import dtrain
+
+pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+
+
+def serve(home, **options):
+    """An API server on that home (a Client per worker thread), and an HTTP client to it."""
+    import httpx
+
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    config = {"root_path": options.pop("root_path")} if "root_path" in options else {}
+    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600, **options), **config)
+    return server, httpx.Client(base_url=server.url, timeout=60)
+
+
+@pytest.fixture
+def http(home):
+    server, client = serve(home)
+    with client:
+        yield client
+    server.stop()
+
+
+def test_a_page_of_another_site_may_not_change_a_job_on_a_loopback_server(http, home):
+    """Loopback needs no token, and POST .../suspend with no body (or text/plain) is a 'simple' request a
+    browser sends without a CORS preflight: any page the user opened suspended the job (200). Now 403;
+    the server's own pages (same-origin), a typed address (none) and scripts (no header) still pass."""
+    dtrain.Client(home=home).create_volume("data", size="1Mi")
+    for site in ("cross-site", "same-site"):
+        answer = http.post("/api/v1/verify", headers={"sec-fetch-site": site, "origin": "http://evil.example"})
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["error"].startswith(f"a POST sent by a page of another site (Sec-Fetch-Site: {site})")
+        answer = http.delete("/api/v1/volumes/data", headers={"sec-fetch-site": site})
+        assert answer.status_code == 403, answer.text
+    assert [v.name for v in dtrain.Client(home=home).list_volumes()] == ["data"]  # nothing changed
+    assert http.get("/api/v1/volumes", headers={"sec-fetch-site": "cross-site"}).status_code == 200  # reads pass
+    for headers in ({"sec-fetch-site": "same-origin"}, {"sec-fetch-site": "none"}, {}):
+        assert http.post("/api/v1/verify", headers=headers).json()["ok"] is True
