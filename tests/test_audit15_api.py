@@ -46,3 +46,15 @@ def test_a_page_of_another_site_may_not_change_a_job_on_a_loopback_server(http, 
     assert http.get("/api/v1/volumes", headers={"sec-fetch-site": "cross-site"}).status_code == 200  # reads pass
     for headers in ({"sec-fetch-site": "same-origin"}, {"sec-fetch-site": "none"}, {}):
         assert http.post("/api/v1/verify", headers=headers).json()["ok"] is True
+
+
+@pytest.mark.parametrize("query", ["status=Succeeded&status=Pending", "project=default&project=team-b",
+                                   "limit=1&limit=2"])
+def test_a_query_parameter_given_twice_is_refused_not_read_as_its_last(http, query):
+    """?status=Succeeded&status=Pending listed the Pending jobs alone (FastAPI reads the last value), so a
+    client asking for both got an empty list and a 200; a DELETE's ?project= given twice picked one."""
+    answer = http.get(f"/api/v1/jobs?{query}")
+    assert answer.status_code == 422, answer.text
+    name = query.partition("=")[0]
+    assert answer.json()["error"].startswith(f"query parameter '{name}' given more than once on GET /api/v1/jobs")
+    assert http.get(f"/api/v1/jobs?{query.partition('&')[0]}&status=").status_code == 200  # an empty one is absent

@@ -109,8 +109,8 @@ class TypedRequest(Request):
 class TypedRoute(APIRoute):
     """An API route whose JSON body keeps each number's text (FastAPI reads the body with
     `request.json()`, which this route's requests answer with typed_json), and which refuses a
-    query parameter it does not take: FastAPI ignores one, so `DELETE /jobs/x?projet=team-a`
-    deleted job x of the default project, and `?stauts=Failed` listed every job."""
+    query parameter it does not take (FastAPI ignores one, so `DELETE /jobs/x?projet=team-a`
+    deleted job x of the default project, and `?stauts=Failed` listed every job) or gets twice."""
 
     def get_route_handler(self):
         handle = super().get_route_handler()
@@ -123,6 +123,10 @@ class TypedRoute(APIRoute):
             unknown = [k for k in request.query_params if k not in takes and k != "token"]  # auth.Guard's
             if unknown:
                 raise SpecError(_unknown_query(request, unknown[0], takes))
+            # FastAPI reads the last of a parameter given twice: ?status=Running&status=Pending listed the Pending
+            # jobs alone, as if the first were not there
+            if twice := next((k for k in request.query_params if len(request.query_params.getlist(k)) > 1), None):
+                raise SpecError(_query_twice(request, twice))
             typed_request = TypedRequest(request.scope, request.receive)
             if not reads_body and (await typed_request.body()).strip() not in (b"", b"{}"):
                 raise SpecError(_unread_body(request, takes))
@@ -138,6 +142,12 @@ def _query_names(dependant) -> set[str]:
 def _unread_body(request: Request, takes: list[str]) -> str:
     said = f"{request.method} {request.url.path} takes no body: leave it out"
     return f"{said}; its parameters go in the query ({', '.join(f'?{t}=' for t in takes)})" if takes else said
+
+
+def _query_twice(request: Request, name: str) -> str:
+    given = ", ".join(shown(v) for v in request.query_params.getlist(name))
+    return (f"query parameter {shown(name)} given more than once on {request.method} {request.url.path} ({given}): "
+            f"give it once")
 
 
 def _unknown_query(request: Request, name: str, takes: list[str]) -> str:
