@@ -58,3 +58,15 @@ def test_a_query_parameter_given_twice_is_refused_not_read_as_its_last(http, que
     name = query.partition("=")[0]
     assert answer.json()["error"].startswith(f"query parameter '{name}' given more than once on GET /api/v1/jobs")
     assert http.get(f"/api/v1/jobs?{query.partition('&')[0]}&status=").status_code == 200  # an empty one is absent
+
+
+@pytest.mark.parametrize("selector", ["team in (t1,t2)", "team=a=b", "x" * 1025])
+def test_a_bad_label_selector_is_refused_in_the_sdks_words(http, home, selector):
+    """?label_selector=team in (t1,t2) was refused with "use the form the schema gives (/api/v1/openapi.json)"
+    and one past 1024 characters with pydantic's "String should have at most 1024 characters", where
+    Client.list(selector=...) and `dtrain list -l` name the term and the forms a selector takes."""
+    with pytest.raises(dtrain.errors.SpecError) as sdk:
+        dtrain.Client(home=home).list(selector=selector)
+    answer = http.get("/api/v1/jobs", params={"label_selector": selector, "limit": 5})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"] == str(sdk.value)

@@ -39,7 +39,7 @@ from dtrain.server.history import GpuHistory
 from dtrain.server.metrics import metrics_route
 from dtrain.server.middleware import (HEAD, MAX_BODY, BodyLimit, BodyTooLarge, EmptyQuery, EncodedSlash, HeadAsGet,
                                       too_large)
-from dtrain.spec import MEMORY_EXAMPLE, MIN_MEMORY, JobSpec
+from dtrain.spec import MEMORY_EXAMPLE, MIN_MEMORY, JobSpec, parse_selector
 
 STATIC = Path(__file__).parent / "static"
 API = "/api/v1"
@@ -328,7 +328,8 @@ def _wait(_value, typed) -> None:
 _QUERY = {"limit_bytes": lambda v, _: check_limit_bytes(v), "tail": lambda v, _: check_tail(v, "http"),
           "rank": _rank, "since": _since, "timeout": _wait,
           "status": _status, "limit": lambda v, _: check_page(v, 0),
-          "offset": lambda v, _: check_page(None, v)}
+          "offset": lambda v, _: check_page(None, v),
+          "label_selector": lambda _, typed: parse_selector(typed)}  # as typed: a key named 1e3 is no number
 # what pydantic says of a number out of its bounds or not a number at all
 _NOT_IN_BOUNDS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than", "int_parsing", "int_from_float",
                   "float_parsing", "finite_number", "int_type", "float_type"}
