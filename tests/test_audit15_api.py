@@ -70,3 +70,21 @@ def test_a_bad_label_selector_is_refused_in_the_sdks_words(http, home, selector)
     answer = http.get("/api/v1/jobs", params={"label_selector": selector, "limit": 5})
     assert answer.status_code == 422, answer.text
     assert answer.json()["error"] == str(sdk.value)
+
+
+def test_a_request_that_still_holds_the_root_path_is_told_to_strip_it(home):
+    """`dtrain server --root-path /dtrain` behind a proxy that forwards /dtrain/api/v1/jobs as it came (no
+    rewrite), or asked directly at that path: the 404 named 'no such path /dtrain/dtrain/api/v1/jobs', a path
+    no one sent, and said the API is under /dtrain/api/v1/, the very address asked for."""
+    server, http = serve(home, root_path="/dtrain")
+    try:
+        answer = http.get("/dtrain/api/v1/jobs")
+        assert answer.status_code == 404, answer.text
+        said = answer.json()["error"]
+        assert said.startswith("no such path /dtrain/api/v1/jobs: the server's --root-path /dtrain is a prefix"), said
+        assert said.endswith("have the proxy strip /dtrain, or ask the server itself for /api/v1/jobs"), said
+        assert http.get("/api/v1/jobs").status_code == 200  # what the proxy sends once it strips the prefix
+        assert "/dtrain/api/v1/openapi.json" in http.get("/api/v2").json()["error"]  # another path: as before
+    finally:
+        http.close()
+        server.stop()

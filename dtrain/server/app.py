@@ -131,8 +131,13 @@ def _errors(app: FastAPI) -> None:
             return _refused(_unreadable(err.__cause__))
         detail, headers = str(err.detail), err.headers
         if err.status_code == 404 and detail == "Not Found":  # no route: Starlette's bare words
-            api = request.scope.get("root_path", "") + API  # behind a proxy's --root-path, the address a client uses
+            root, route = request.scope.get("root_path", ""), _route_path(request)
+            api = root + API  # behind a proxy's --root-path, the address a client uses
             detail = f"no such path {request.url.path}: the API is under {api}/ (its paths: {api}/openapi.json)"
+            if root and (route == root or route.startswith(root + "/")):  # said as /dtrain/dtrain/api/v1/jobs
+                detail = (f"no such path {route}: the server's --root-path {root} is a prefix that the proxy in front "
+                          f"strips, and this request still holds it: have the proxy strip {root}, or ask the "
+                          f"server itself for {route[len(root):] or '/'}")
         if err.status_code == 405:
             detail, headers = _not_allowed(request, headers or {})
         return JSONResponse({"error": detail, "kind": "HTTPError"}, status_code=err.status_code, headers=headers)
