@@ -88,3 +88,21 @@ def test_a_request_that_still_holds_the_root_path_is_told_to_strip_it(home):
     finally:
         http.close()
         server.stop()
+
+
+@pytest.mark.parametrize("field, raw, said", [
+    ("env", '{"STEPS": 3}', 'invalid env.STEPS 3: env.STEPS takes a JSON string, not a number: send "3"'),
+    ("env", '{"LR": 1e-3}', 'invalid env.LR 1e-3: env.LR takes a JSON string, not a number: send "1e-3"'),
+    ("command", '["sleep", 5]', 'invalid command.1 5: command.1 takes a JSON string, not a number: send "5"'),
+    ("labels", '{"run": 7}', 'invalid labels.run 7: labels.run takes a JSON string, not a number: send "7"'),
+])
+def test_a_number_inside_a_list_or_mapping_of_strings_says_to_send_a_string(http, field, raw, said):
+    """A job file loaded with yaml.safe_load and POSTed (`env: {STEPS: 3}`, which `dtrain submit -f` takes)
+    was refused in pydantic's words, "env.STEPS: Input should be a valid string", where a top-level field's
+    number ("size": 5) says which JSON to send."""
+    body = f'{{"name": "x", "command": ["true"], "{field}": {raw}}}'
+    if field == "command":
+        body = f'{{"name": "x", "command": {raw}}}'
+    answer = http.post("/api/v1/jobs", content=body, headers={"content-type": "application/json"})
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["error"] == said

@@ -286,14 +286,16 @@ def _number_for_text(request, problem) -> str | None:
     """A number where a body field takes a string ("size": 1e9): the field's pattern's refusal of
     that text (naming the range) where it refuses it, else how to send it; None for anything else."""
     loc, value = tuple(problem.get("loc", ())), problem.get("input")
-    if (problem.get("type") != "string_type" or len(loc) != 2 or loc[0] != "body" or isinstance(value, bool)
-            or not isinstance(value, (int, float))):
+    if (problem.get("type") != "string_type" or len(loc) not in (2, 3) or loc[0] != "body"
+            or isinstance(value, bool) or not isinstance(value, (int, float))):
         return None
     text = value.text if isinstance(value, (WrittenInt, WrittenFloat)) else str(value)  # bodies.py kept it
-    pattern = _body_pattern(request, loc[1])
+    pattern = _body_pattern(request, loc[1]) if len(loc) == 2 else None
     if pattern is not None and not re.fullmatch(pattern, text):
         return _pattern_refusal(request, pattern, text, [str(loc[1])])
-    return f"invalid {loc[1]} {shown(value)}: {loc[1]} takes a JSON string, not a number: send \"{text}\""
+    # an item of a list or a mapping (a job file's `env: {STEPS: 3}`, which YAML reads as a number): env.STEPS
+    field = ".".join(str(x) if str(x).isprintable() else ascii(x) for x in loc[1:])
+    return f"invalid {field} {shown(value)}: {field} takes a JSON string, not a number: send \"{text}\""
 
 
 def _body_pattern(request, name: str) -> str | None:
