@@ -106,3 +106,17 @@ def test_a_number_inside_a_list_or_mapping_of_strings_says_to_send_a_string(http
     answer = http.post("/api/v1/jobs", content=body, headers={"content-type": "application/json"})
     assert answer.status_code == 422, answer.text
     assert answer.json()["error"] == said
+
+
+def test_a_server_bound_to_every_address_prints_this_machines_name():
+    """`dtrain server --host 0.0.0.0` printed http://0.0.0.0:PORT/?token=...: opened on another machine (the
+    reason to bind there) that goes to the other machine itself, or nowhere."""
+    import socket
+
+    from dtrain.server.serve import url_of
+
+    name = socket.gethostname()
+    assert url_of("0.0.0.0", 8500) == url_of("::", 8500) == f"http://{name}:8500/"
+    assert url_of("127.0.0.1", 8500) == "http://127.0.0.1:8500/"
+    assert url_of("::1", 8500) == "http://[::1]:8500/"
+    assert url_of("10.1.2.3", 80) == "http://10.1.2.3:80/"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import ipaddress
 import socket
 from pathlib import Path
 from typing import Callable
@@ -75,14 +76,24 @@ def run(make_client: Callable[[], object], home: Path, *, host: str, port: int, 
     except BaseException:
         sock.close()
         raise
-    shown = f"[{host}]" if ":" in host else host
-    print(banner(f"http://{shown}:{sock.getsockname()[1]}/", home / TOKEN_FILE, token=token, created=created,
+    print(banner(url_of(host, sock.getsockname()[1]), home / TOKEN_FILE, token=token, created=created,
                  read_only=read_only), flush=True)
     app = create_app(make_client, token=token, read_only=read_only)
     config = uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=3, access_log=False,
                             root_path=root_path)  # a proxy's prefix: the app's 404s and OpenAPI name it
     Server(config, app.state.stopping).run(sockets=[sock])
     return 0
+
+
+def url_of(host: str, port: int) -> str:
+    """The address to open: bound to every address (0.0.0.0, ::), this machine's name, as Jupyter prints it;
+    http://0.0.0.0:8500/ opened on another machine goes to that machine itself, or nowhere."""
+    try:
+        if ipaddress.ip_address(host).is_unspecified:
+            host = socket.gethostname()
+    except ValueError:
+        pass  # a name: as given
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
 
 def banner(url: str, token_file: Path, *, token: str | None, created: bool | None, read_only: bool) -> str:
