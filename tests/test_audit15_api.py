@@ -120,3 +120,41 @@ def test_a_server_bound_to_every_address_prints_this_machines_name():
     assert url_of("127.0.0.1", 8500) == "http://127.0.0.1:8500/"
     assert url_of("::1", 8500) == "http://[::1]:8500/"
     assert url_of("10.1.2.3", 80) == "http://10.1.2.3:80/"
+
+
+@pytest.mark.slow
+def test_schema_valid_submits_get_the_answers_the_schema_documents(tmp_path):
+    """The fuzz test sends POST /api/v1/jobs only bodies that break the schema (a valid random spec would run
+    a random command). Here schemathesis makes valid ones, the command made `true` and the backend local, and
+    every answer (201, or a refusal across fields: a quota, a volume not there) must be one the schema
+    documents, in its status, headers, content type and body."""
+    schemathesis = pytest.importorskip("schemathesis", reason="the 'dev' extra (schemathesis) is not installed")
+    from hypothesis import HealthCheck, Phase, given, settings
+    from schemathesis import GenerationMode
+    from schemathesis.specs.openapi import checks
+
+    from server_util import ServerProcess
+
+    (tmp_path / "home").mkdir()
+    server = ServerProcess(tmp_path / "home", env={"DTRAIN_GPUS": "2"}, cwd=tmp_path)
+    try:
+        schema = schemathesis.openapi.from_url(server.url + "/api/v1/openapi.json")
+        op = schema["/api/v1/jobs"]["POST"]
+        conformance = [checks.response_schema_conformance, checks.status_code_conformance,
+                       checks.content_type_conformance, checks.response_headers_conformance]
+        statuses = set()
+
+        @settings(max_examples=25, deadline=None, derandomize=True, database=None,
+                  phases=[Phase.explicit, Phase.generate], suppress_health_check=list(HealthCheck))
+        @given(case=op.as_strategy(generation_mode=GenerationMode.POSITIVE))
+        def check(case):
+            case.body.update(command=["true"], backend="local", processes=min(case.body.get("processes") or 1, 2))
+            for unsafe in ("working_dir", "sagemaker"):  # a folder the job would create; AWS
+                case.body.pop(unsafe, None)
+            response = case.call(base_url=server.url, timeout=60)
+            case.validate_response(response, checks=conformance)
+            statuses.add(response.status_code)
+        check()
+        assert 201 in statuses, statuses
+    finally:
+        server.stop()
