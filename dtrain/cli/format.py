@@ -201,6 +201,12 @@ def described(head: dict, sections: dict[str, dict | None]) -> str:
     return "\n".join(parts)
 
 
+def dry_run_text(docs, as_json: bool = False) -> str:
+    """A dry run's documents: YAML as `kubectl apply -f -` takes it, or (--json) one JSON object a line, as a
+    script asking for --json parses it (jq reads a stream of them)."""
+    return "".join(json.dumps(d, default=str) + "\n" for d in docs) if as_json else plain_yaml(*docs)
+
+
 def plain_yaml(*docs) -> str:
     """YAML as a person writes it and `kubectl apply -f -` takes: no &anchors / *aliases (a value
     shared by two fields is written out twice), keys in the order given, documents split by ---."""

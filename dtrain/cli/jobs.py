@@ -134,7 +134,8 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
     p.add_argument("--image-pull-secret", action="append", help="image pull secret (repeat)")
     p.add_argument("--dry-run", action="store_true",
                    help="print what would run and stop (local: the spec as submit stores it, refused as submit "
-                        "would but for volumes; Kubernetes: the YAML; SageMaker: the requests as JSON)")
+                        "would but for volumes; Kubernetes: the YAML; SageMaker: the requests as JSON; with --json, "
+                        "one JSON object a line)")
     add_sagemaker_options(p)
 
 

@@ -109,7 +109,7 @@ def cmd_start(args, client: Client) -> int:
     volumes = [parse_pvc(v) for v in args.pvc or ()]  # the first is where Jupyter works (notebook_spec)
     if args.dry_run:  # as `dtrain submit --dry-run`: the Notebook's YAML on Kubernetes, the stored spec locally
         return dry_run(notebook_spec(args.name, volumes=volumes, **{"project": client.default_project, **fields}),
-                       client)
+                       client, as_json=args.json)
     info = _judged(client, client.notebook(args.name, volumes=volumes, **fields))
     if args.json:  # as `dtrain submit --json`: the record once placed (Running) or queued
         print(json.dumps(info.to_dict()))
@@ -214,7 +214,8 @@ def register(sub) -> None:
     c.add_argument("--backend", choices=["local", "kubernetes"], help="where to run (default from config)")
     c.add_argument("--json", action="store_true", help="print the started notebook as one JSON object")
     c.add_argument("--dry-run", action="store_true",
-                   help="print what would run and stop (local: the spec as stored; Kubernetes: the Notebook's YAML)")
+                   help="print what would run and stop (local: the spec as stored; Kubernetes: the Notebook's YAML; "
+                        "with --json, one JSON object a line)")
     c.set_defaults(handler=cmd_start)
     c = ns.add_parser("list", prog="dtrain notebook list", help="list notebooks")
     which = c.add_mutually_exclusive_group()  # as `dtrain list`: -A or -p, not both

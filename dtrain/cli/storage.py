@@ -54,9 +54,8 @@ def _print(records, text: str, as_json: bool) -> None:
 
 def cmd_volume(args, client: Client) -> int:
     if args.action == "create" and args.dry_run:
-        print(fmt.plain_yaml(*client.render_volume(args.name, size=args.size, storage_class=args.storage_class,
-                                                project=args.project)),
-              end="")
+        print(fmt.dry_run_text(client.render_volume(args.name, size=args.size, storage_class=args.storage_class,
+                                                    project=args.project), args.json), end="")
     elif args.action == "delete" and args.dry_run:
         for name in _existing(args, client, "volume"):  # an unknown volume is an error in a dry run too
             print(f"volume '{name}' would be deleted (dry run)")
@@ -85,8 +84,8 @@ def cmd_volume(args, client: Client) -> int:
         v = client.get_volume(args.name, project=args.project)
         _print(v, _volume_text(v), args.json)
     elif args.action == "update" and args.dry_run:
-        print(fmt.plain_yaml(client.render_volume_update(args.name, storage_class=args.storage_class,
-                                                                project=args.project)), end="")
+        print(fmt.dry_run_text([client.render_volume_update(args.name, storage_class=args.storage_class,
+                                                            project=args.project)], args.json), end="")
     elif args.action == "update":
         return _update_volume(args, client)
     elif args.action == "delete":
@@ -138,12 +137,12 @@ def _update_volume(args, client: Client) -> int:
 def cmd_snapshot(args, client: Client) -> int:
     a = args.action
     if a == "create" and args.dry_run:
-        print(fmt.plain_yaml(*client.render_snapshot(args.volume, name=args.name, job=args.job,
-                                                  project=args.project)), end="")
+        print(fmt.dry_run_text(client.render_snapshot(args.volume, name=args.name, job=args.job,
+                                                      project=args.project), args.json), end="")
     elif a == "restore" and args.dry_run:
-        print(fmt.plain_yaml(*client.render_restore(args.name, to=args.to, in_place=args.in_place,
-                                                    storage_class=args.storage_class, project=args.project)),
-              end="")
+        print(fmt.dry_run_text(client.render_restore(args.name, to=args.to, in_place=args.in_place,
+                                                     storage_class=args.storage_class, project=args.project),
+                               args.json), end="")
     elif a == "create":
         s = client.create_snapshot(args.volume, name=args.name, job=args.job, progress=_progress(),
                                    project=args.project)
@@ -387,7 +386,8 @@ def register(sub) -> None:
     c.add_argument("name", help="the volume")
     c.add_argument("--class", "--storage-class", dest="storage_class", required=True,
                    help="local: a class of config.yaml's storage_classes; Kubernetes: a VolumeAttributesClass")
-    c.add_argument("--dry-run", action="store_true", help="print the PVC patch (Kubernetes) or the planned move")
+    c.add_argument("--dry-run", action="store_true", help="print the PVC patch (Kubernetes) or the planned move "
+                                                                "(with --json, as one JSON object)")
     c.add_argument("--json", action="store_true", help="print the moved volume as one JSON object")
     c.add_argument("--wait", action="store_true",
                    help="return once the class is in effect (Kubernetes: the CSI driver changes the tier "
@@ -477,7 +477,8 @@ def _older_flag(p, what: str) -> None:
 
 
 def _dry_run_flag(p) -> None:
-    p.add_argument("--dry-run", action="store_true", help="print what would be sent (Kubernetes: the YAML) and stop")
+    p.add_argument("--dry-run", action="store_true", help="print what would be sent (Kubernetes: the YAML; with "
+                                                                "--json, one JSON object a line) and stop")
 
 
 def _project_flag(p) -> None:

@@ -186,7 +186,7 @@ def _mount_of(entry) -> str | None:
 def cmd_submit(args, command: list[str], client: Client, launcher: str | None = None) -> int:
     spec = spec_from_args(args, command, client, launcher=launcher)
     if args.dry_run:
-        return dry_run(spec, client)
+        return dry_run(spec, client, as_json=args.json)
     info = client.submit(spec)
     if args.json:
         print(json.dumps(info.to_dict()))
@@ -200,10 +200,10 @@ def cmd_submit(args, command: list[str], client: Client, launcher: str | None = 
     return 0
 
 
-def dry_run(spec: JobSpec, client: Client) -> int:
+def dry_run(spec: JobSpec, client: Client, as_json: bool = False) -> int:
     requests = client.render(spec)
     if spec.backend == "sagemaker":
         print(json.dumps(requests, indent=2))  # the requests exactly as boto3 would send them
     else:
-        print(fmt.plain_yaml(*requests), end="")
+        print(fmt.dry_run_text(requests, as_json), end="")
     return 0

@@ -1,0 +1,86 @@
+"""A Run:AI + NetApp lane-detection user's day two (audit 15): scripting the flow with `--json` (dry runs
+included), a tier change while a job trains on the volume, and `dtrain lanes evaluate` on submission and
+ground-truth files the official TuSimple script (evaluate/lane.py) would not take as they are."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from dtrain.cli import format as fmt
+from dtrain.cli.main import main
+
+LINE = {"raw_file": "clips/a/1/20.jpg", "lanes": [[-2, 300, 310, 320]], "h_samples": [240, 250, 260, 270]}
+PRED = {"raw_file": "clips/a/1/20.jpg", "lanes": [[-2, 301.5, 311.2, 318.9]], "run_time": 12.5}
+
+
+class Cli:
+    """`dtrain` in this process (a subprocess costs half a second a call): exit code, stdout, stderr."""
+
+    def __init__(self, capsys):
+        self.capsys = capsys
+
+    def __call__(self, *argv: str) -> tuple[int, str, str]:
+        self.capsys.readouterr()
+        try:
+            rc = main(list(argv))
+        except SystemExit as exit_:
+            rc = exit_.code
+        out, err = self.capsys.readouterr()
+        return rc, out, err
+
+    def ok(self, *argv: str) -> str:
+        rc, out, err = self(*argv)
+        assert rc == 0, (argv, rc, out, err)
+        return out
+
+    def refused(self, *argv: str) -> str:
+        """A refusal: exit 2, one line on stderr, no traceback; the line."""
+        rc, out, err = self(*argv)
+        assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (rc, out, err)
+        return err.strip()
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys) -> Cli:
+    monkeypatch.setenv("DTRAIN_HOME", str(tmp_path / "home"))
+    return Cli(capsys)
+
+
+def _write(path, *objs) -> str:
+    path.write_text("".join(json.dumps(o) + "\n" for o in objs))
+    return str(path)
+
+
+def _stream(out: str) -> list[dict]:
+    return [json.loads(line) for line in out.splitlines()]
+
+
+def test_dry_runs_print_json_when_asked(cli, tmp_path):
+    """`--dry-run --json` printed the YAML, which a script's json.loads (or jq) cannot read."""
+    cli.ok("volume", "create", "data", "--size", "1Gi")
+    cli.ok("snapshot", "create", "data", "--name", "s1")
+    fast = tmp_path / "fast-disk"
+    fast.mkdir()
+    cli.ok("config", "storage-class", "fast", str(fast))
+    [job] = _stream(cli.ok("submit", "j", "--pvc", "data:/mnt", "--dry-run", "--json", "--", "true"))
+    assert job["name"] == "j" and job["volumes"] == ["data:/mnt"]
+    [vol] = _stream(cli.ok("volume", "create", "v2", "--size", "2Gi", "--dry-run", "--json"))
+    assert vol["name"] == "v2" and vol["size"] == "2Gi"
+    [move] = _stream(cli.ok("volume", "update", "data", "--class", "fast", "--dry-run", "--json"))
+    assert move["to_class"] == "fast"
+    [snap] = _stream(cli.ok("snapshot", "create", "data", "--name", "s2", "--dry-run", "--json"))
+    assert snap["name"] == "s2"
+    [restore] = _stream(cli.ok("snapshot", "restore", "s1", "--to", "r1", "--dry-run", "--json"))
+    assert restore["into"] == "r1"
+    assert cli.ok("volume", "create", "v2", "--dry-run").startswith("backend: local\n")  # YAML without --json
+    assert "v2" not in cli.ok("volume", "list")  # nothing made
+
+
+def test_several_dry_run_documents_are_a_json_object_a_line():
+    """Kubernetes renders a job as several manifests: with --json each is a line, in the YAML's order."""
+    docs = [{"kind": "PersistentVolumeClaim", "metadata": {"name": "a"}}, {"kind": "PyTorchJob"}]
+    assert _stream(fmt.dry_run_text(docs, True)) == docs
+    assert fmt.dry_run_text(docs).count("---") == 1
