@@ -84,3 +84,33 @@ def test_several_dry_run_documents_are_a_json_object_a_line():
     docs = [{"kind": "PersistentVolumeClaim", "metadata": {"name": "a"}}, {"kind": "PyTorchJob"}]
     assert _stream(fmt.dry_run_text(docs, True)) == docs
     assert fmt.dry_run_text(docs).count("---") == 1
+
+
+def _state(cli, job: str) -> str:
+    return json.loads(cli.ok("describe", "job", job, "--json"))["status"]
+
+
+@pytest.mark.slow
+def test_a_tier_change_during_training_names_suspend_and_that_way_keeps_the_job(cli, tmp_path):
+    """The refusal named only `dtrain delete J` (the run lost) and waiting; a Suspended job holds no mount and
+    resumes on the moved folder, as the in-place restore's refusal already said."""
+    fast = tmp_path / "fast-disk"
+    fast.mkdir()
+    cli.ok("config", "storage-class", "fast", str(fast))
+    cli.ok("volume", "create", "data", "--size", "1Gi")
+    cli.ok("submit", "train", "--pvc", "data:/mnt", "--", "sh", "-c",
+           "until [ -e /mnt/go ]; do sleep 0.05; done; cat /mnt/go")
+    deadline = time.monotonic() + 60
+    while _state(cli, "train") != "Running":
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    line = cli.refused("volume", "update", "data", "--class", "fast")
+    assert "`dtrain suspend train`" in line and "`dtrain delete train`" in line
+    cli.ok("suspend", "train")
+    moved = json.loads(cli.ok("volume", "update", "data", "--class", "fast", "--json"))
+    assert moved["storage_class"] == "fast"
+    (fast / "data" / "data" / "go").write_text("moved\n")
+    cli.ok("resume", "train")
+    cli.ok("wait", "train", "--timeout", "60")
+    assert _state(cli, "train") == "Succeeded"
+    assert "moved" in cli.ok("logs", "train")

@@ -914,10 +914,16 @@ class LocalBackend(Backend):
                 readers.append(spec.name)
         if writers:
             raise ConflictError(f"volume {volume!r} is mounted read-write by {listed(writers, 'job')}: a "
-                                f"move would lose their writes; wait for them or stop them first ({self.storage.stop_hint(writers)})")
+                                f"move would lose their writes; {self._keep_or_stop(writers, 'move')}")
         if readers:
             raise ConflictError(f"volume {volume!r} is mounted read-only by {listed(readers, 'job')}: a move "
-                                f"removes the old folder under them; wait for them or stop them first ({self.storage.stop_hint(readers)})")
+                                f"removes the old folder under them; {self._keep_or_stop(readers, 'move')}")
+
+    def _keep_or_stop(self, jobs: list[str], what: str) -> str:
+        # a Suspended job holds no mount and resumes on the moved or restored folder: the way to keep it (a tier
+        # changed, a restore in place mid-training)
+        return (f"wait for them, suspend them for the {what} ({self.storage.stop_hint(jobs, 'suspend')}; resume them "
+                f"after), or stop them ({self.storage.stop_hint(jobs)})")
 
     def _names(self, what):
         """Names read from the tables alone: the listing hooks build every job's record and du every volume."""
@@ -1019,9 +1025,7 @@ class LocalBackend(Backend):
                 # a Suspended job holds no mount (and resumes on the restored folder): the way to keep it
                 raise ConflictError(f"cannot restore {name!r} in place while {listed(jobs, 'job')} "
                                     f"use{'s' if len(jobs) == 1 else ''} the "
-                                    f"volume; wait for them, suspend them for the restore "
-                                    f"({self.storage.stop_hint(jobs, 'suspend')}; resume them after), or stop "
-                                    f"them ({self.storage.stop_hint(jobs)})")
+                                    f"volume; {self._keep_or_stop(jobs, 'restore')}")
             users = functools.partial(self.volume_users, volume, suspended=False)  # asked again before the swap
         return self._volume(self.storage.restore_snapshot(name, to=to, in_place=in_place, storage_class=storage_class,
                                                           in_use_by=users, progress=progress), measure=False)
