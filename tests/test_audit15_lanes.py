@@ -54,6 +54,16 @@ def _write(path, *objs) -> str:
     return str(path)
 
 
+def test_evaluate_names_a_missing_ground_truth_in_one_line(cli, tmp_path):
+    """`--gt $RESTORED/tusimple/test_label.json` with a mistyped volume path: a FileNotFoundError traceback
+    (os.path.samefile, before the file was checked), where a missing --pred was one line."""
+    pred = _write(tmp_path / "pred.json", PRED)
+    line = cli.refused("lanes", "evaluate", "--pred", pred, "--gt", str(tmp_path / "nope.json"))
+    assert line.startswith("dtrain: error: label file ") and "nope.json does not exist" in line
+    line = cli.refused("lanes", "evaluate", "--pred", pred, "--gt", str(tmp_path))
+    assert "is a folder" in line
+
+
 def _stream(out: str) -> list[dict]:
     return [json.loads(line) for line in out.splitlines()]
 
@@ -114,3 +124,27 @@ def test_a_tier_change_during_training_names_suspend_and_that_way_keeps_the_job(
     cli.ok("wait", "train", "--timeout", "60")
     assert _state(cli, "train") == "Succeeded"
     assert "moved" in cli.ok("logs", "train")
+
+
+@pytest.mark.parametrize("text, first, count", [
+    (json.dumps(PRED) + "\n\n", 2, 1),  # a trailing empty line: the official readlines() gives it, json.loads fails
+    ("\n" + json.dumps(PRED) + "\n  \n", 1, 2),  # one before, one of spaces after
+], ids=["trailing", "before-and-spaces"])
+def test_blank_lines_the_official_script_refuses_are_scored_with_a_warning(cli, tmp_path, text, first, count):
+    """Skipped without a word: the score printed, and the same file sent as a submission refused."""
+    pred = tmp_path / "pred.json"
+    pred.write_text(text)
+    gt = _write(tmp_path / "gt.json", LINE)
+    rc, out, err = cli("lanes", "evaluate", "--pred", str(pred), "--gt", gt, "--json")
+    assert rc == 0 and json.loads(out)["frames"] == 1
+    [line] = err.splitlines()
+    assert f"{pred}:{first} is blank ({count} blank line" in line and "official script refuses" in line
+    rc, out, err = cli("lanes", "evaluate", "--pred", _write(tmp_path / "clean.json", PRED), "--gt", gt)
+    assert rc == 0 and err == ""
+
+
+def test_a_blank_line_in_the_ground_truth_is_named_too(cli, tmp_path):
+    gt = tmp_path / "gt.json"
+    gt.write_text(json.dumps(LINE) + "\n\n")
+    rc, out, err = cli("lanes", "evaluate", "--pred", _write(tmp_path / "pred.json", PRED), "--gt", str(gt))
+    assert rc == 0 and f"{gt}:2 is blank" in err

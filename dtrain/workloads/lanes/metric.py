@@ -240,21 +240,26 @@ def parse_truth(obj: object, where: str = "") -> Truth:
                  run_time_given="run_time" in obj, bools=bools)
 
 
-def read_truth(path: str | os.PathLike) -> list[Truth]:
-    """A ground-truth file (JSON lines) read as the official script reads it; a bad line names its number."""
-    return _read_lines(input_file(path, "label file", "give a TuSimple JSON-lines file (or run `dtrain lanes "
-                                  "prepare`)"), parse_truth)
+def read_truth(path: str | os.PathLike, blank: list[int] | None = None) -> list[Truth]:
+    """A ground-truth file (JSON lines) read as the official script reads it; a bad line names its number,
+    blank lines are skipped (their numbers go to `blank`)."""
+    return _read_lines(_truth_file(path), parse_truth, blank)
 
 
-def read_predictions(path: str | os.PathLike) -> list[Prediction]:
-    """A submission file (JSON lines); blank lines are skipped, a bad line names its number."""
+def _truth_file(path: str | os.PathLike):
+    return input_file(path, "label file", "give a TuSimple JSON-lines file (or run `dtrain lanes prepare`)")
+
+
+def read_predictions(path: str | os.PathLike, blank: list[int] | None = None) -> list[Prediction]:
+    """A submission file (JSON lines); blank lines are skipped (their numbers go to `blank`), a bad line
+    names its number."""
     return _read_lines(input_file(path, "prediction file", "give a TuSimple JSON-lines file (`dtrain lanes "
-                                  "predict` writes one)"), parse_prediction)
+                                  "predict` writes one)"), parse_prediction, blank)
 
 
-def _read_lines(path, parse: Callable) -> list:
+def _read_lines(path, parse: Callable, blank: list[int] | None = None) -> list:
     out = []
-    for lineno, obj in json_lines(path):
+    for lineno, obj in json_lines(path, blank):
         try:
             out.append(parse(obj, f"{path}:{lineno}"))
         except ValueError as e:
@@ -424,16 +429,29 @@ def _warn_outside(gts: Sequence[Truth], warn: Callable[[str], None]) -> None:
              "as the official script scores them")
 
 
+def _warn_blank(files: dict, warn: Callable[[str], None]) -> None:
+    """One line a file holding blank lines: skipped here, but the official script's json.loads of each of
+    its readlines() fails on one and it refuses the whole submission ('Fail to load json file ...')."""
+    for path, lines in files.items():
+        if lines:
+            warn(f"{path}:{lines[0]} is blank ({counted(len(lines), 'blank line')} in this file): skipped here, but "
+                 f"the official script refuses a file holding one; remove them before submitting (`sed -i "
+                 f"'/^[[:space:]]*$/d' {shlex.quote(str(path))}`)")
+
+
 def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike, *,
                    warn: Callable[[str], None] | None = None) -> dict:
     """``evaluate`` on a submission file and a TuSimple ground-truth file, read as the official script
     reads it (any number of GT lanes a frame, the lowest of more than 4 dropped; see ``parse_truth``).
     Files that look given the wrong way round are scored as given, with a warning (see ``swapped``);
     an error then says so too."""
-    preds = read_predictions(pred_path)
+    blank: dict[str, list[int]] = {"pred": [], "gt": []}
+    preds = read_predictions(pred_path, blank["pred"])
+    # checked before samefile, which raised FileNotFoundError (a traceback) for a --gt that is not there
+    _truth_file(gt_path)
     same = os.path.samefile(pred_path, gt_path)  # both are readable files by now: no swap to suggest
     try:
-        gts = read_truth(gt_path)
+        gts = read_truth(gt_path, blank["gt"])
     except DataError as e:
         hint = None if same else swapped(pred_path, gt_path, preds, None)
         raise DataError(f"{e}; {hint}" if hint else str(e)) from None
@@ -447,6 +465,7 @@ def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike, *,
         raise DataError(f"{e}; {why}" if why else str(e)) from None
     if warn is not None:  # ground truth only: regression models' predictions leave the frame as a matter of course
         _warn_outside(gts, warn)
+        _warn_blank({pred_path: blank["pred"], gt_path: blank["gt"]}, warn)
     if hint and warn is not None:
         warn(f"{hint} (scored as given)")
     if same and warn is not None:

@@ -245,8 +245,9 @@ def one_line_per_frame(labels: Sequence[LaneLabel], *,
     return list(by_file.values())
 
 
-def json_lines(path: Path) -> Iterator[tuple[int, object]]:
-    """(1-based line number, decoded object) of each non-blank line of a JSON-lines file.
+def json_lines(path: Path, blank: list[int] | None = None) -> Iterator[tuple[int, object]]:
+    """(1-based line number, decoded object) of each non-blank line of a JSON-lines file; the numbers of
+    the blank lines skipped go to `blank` when given (the official LaneEval refuses a file holding one).
 
     A line that is not UTF-8 or not JSON raises DataError naming the file and line (a byte-order
     mark at the start of the file is allowed, as some editors write one). Lines end at LF, CRLF or
@@ -262,6 +263,8 @@ def json_lines(path: Path) -> Iterator[tuple[int, object]]:
                 raise DataError(f"{path}:{lineno}: not UTF-8 text (byte {e.start + 1} of the line): "
                                 "give a TuSimple JSON-lines file") from None
             if not line.strip():
+                if blank is not None:
+                    blank.append(lineno)
                 continue
             try:
                 obj = json.loads(line)
