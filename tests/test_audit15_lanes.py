@@ -148,3 +148,44 @@ def test_a_blank_line_in_the_ground_truth_is_named_too(cli, tmp_path):
     gt.write_text(json.dumps(LINE) + "\n\n")
     rc, out, err = cli("lanes", "evaluate", "--pred", _write(tmp_path / "pred.json", PRED), "--gt", str(gt))
     assert rc == 0 and f"{gt}:2 is blank" in err
+
+
+HOLD = """
+import fcntl, sys
+f = open(sys.argv[1], "a")
+fcntl.lockf(f.fileno(), fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.slow
+def test_a_second_training_on_one_out_dir_is_refused_and_writes_nothing(tmp_path):
+    """Two members' jobs on one volume, one --out-dir: both ran, each line of metrics.jsonl twice (one per
+    run, interleaved), train.log holding both, and the last to end's model.pt and checkpoints kept."""
+    import subprocess
+    import sys
+
+    from dtrain.workloads.lanes import synth
+
+    data, out = tmp_path / "tusimple", tmp_path / "run"
+    synth.generate(data, frames_per_file={"label_data_0313.json": 4, "label_data_0531.json": 1,
+                                          "label_data_0601.json": 1}, seed=5, test_frames=1)
+    out.mkdir()
+    (out / "train.log").write_text("the first run's line\n")
+    first = subprocess.Popen([sys.executable, "-c", HOLD, str(out / "train.log")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # the first run, as its lock shows it
+    try:
+        assert first.stdout.readline() == "held\n"
+        argv = [sys.executable, "-m", "dtrain.workloads.lanes", "train", "--recipe", "tiny", "--data-dir", str(data),
+                "--out-dir", str(out), "--batch-size", "2", "--max-steps", "1"]
+        second = subprocess.run(argv, capture_output=True, text=True, timeout=300)
+        assert second.returncode != 0 and "Traceback" not in second.stderr, second.stderr
+        assert f"another training is writing {out}" in second.stderr and "--out-dir" in second.stderr
+        assert sorted(p.name for p in out.iterdir()) == ["train.log"]
+        assert (out / "train.log").read_text() == "the first run's line\n"
+    finally:
+        first.communicate("")
+    again = subprocess.run(argv, capture_output=True, text=True, timeout=300)  # the first run ended: it trains
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert (out / "model.pt").exists()

@@ -17,6 +17,8 @@ them into --snapshot-on-success; docs/architecture.md); this script only records
 
 import argparse
 import dataclasses
+import errno
+import fcntl
 import json
 import os
 import sys
@@ -29,7 +31,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from dtrain.errors import DtrainError, EnvironmentError_, QuotaError, SpecError
+from dtrain.errors import ConflictError, DtrainError, EnvironmentError_, QuotaError, SpecError
 from dtrain.replace import replace_file
 from dtrain.training import (
     STOPPED_EXIT_CODE,
@@ -282,10 +284,24 @@ def step_seed(seed: int, rank: int, step: int) -> int:
 
 
 class Log:
-    """Progress lines to stdout and <out-dir>/train.log, on rank 0 only."""
+    """Progress lines to stdout and <out-dir>/train.log, on rank 0 only. The file's lock marks the run that
+    writes the folder: a second training on one --out-dir (a teammate's job on the same volume) appended
+    its lines to both runs' metrics.jsonl and replaced the other's checkpoints and model.pt without a word."""
 
     def __init__(self, path: Path, enabled: bool) -> None:
         self.file = open_log(path) if enabled else None
+        if self.file is None:
+            return
+        # A POSIX lock: held by the process (a second run in one process is no conflict), gone when it ends
+        # however it ends (no stale lock file after a kill), and kept by NFS servers (a NetApp volume).
+        try:
+            fcntl.lockf(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError as e:
+            self.file.close()
+            if e.errno not in (errno.EAGAIN, errno.EACCES):
+                raise
+            raise ConflictError(f"another training is writing {path.parent} (it holds {path.name}): wait for it to "
+                                "end, or give this run another --out-dir") from None
 
     def __call__(self, msg: str) -> None:
         if self.file is not None:
