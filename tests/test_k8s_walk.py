@@ -133,7 +133,8 @@ def test_every_object_the_walk_writes_validates_against_the_schemas(make_backend
     backend.create_project("lanes", no_gpu_quota=True)
 
     patches = [m for m, _ in cluster.requests if m == "PATCH"]
-    assert len(patches) == 11  # suspend and resume of five jobs, the volume's class: checked below as stored
+    # suspend and resume of five jobs, the volume's class (checked below as stored), prep's record of its snapshot
+    assert len(patches) == 12
     kinds = set()
     for obj in cluster.written:
         validate(_as_sent(obj))

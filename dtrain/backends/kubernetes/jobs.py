@@ -18,8 +18,8 @@ from dtrain.backends.base import DataSource, JobInfo, JobStatus, Listed, Notice
 from dtrain.errors import ConflictError, DtrainError, NotFoundError
 
 from .client import PVC, Forbidden, Missing, Unauthenticated
-from .objects import (ANN_JOB_UID, JOB_RESOURCES, LABEL_JOB, LABEL_ROLE, ROLE_SNAPSHOTTER, VOLUME_SNAPSHOT, Resource,
-                      job_selector, pod_reader_fix, success_snapshot_name)
+from .objects import (ANN_JOB_UID, ANN_SUCCESS_SNAPSHOT, JOB_RESOURCES, LABEL_JOB, LABEL_ROLE, ROLE_SNAPSHOTTER,
+                      VOLUME_SNAPSHOT, Resource, job_selector, pod_reader_fix, success_snapshot_name)
 from .render import render_resume, render_suspend
 from .render_storage import render_success_snapshot
 from .status import job_info, parse_time
@@ -251,6 +251,8 @@ class JobVerbs:
         if info.status is not JobStatus.SUCCEEDED or not volume:
             return info
         namespace = info.extra["namespace"]
+        if recorded := info.extra.get("success_snapshot"):  # taken once: never again (a delete is said)
+            return self._recorded_snapshot(info, namespace, recorded)
         # What goes wrong here is said in the job's message: `describe`, `list` and `wait` read a
         # job that did succeed, whatever this account may do with snapshots.
         try:
@@ -272,7 +274,26 @@ class JobVerbs:
                 pass  # the in-cluster watcher took it first
             except DtrainError as failed:  # no RBAC to create snapshots, no answer: the next look retries
                 return replace(info, message=f"snapshot-on-success not taken yet: {failed}")
-        return replace(info, snapshot=name)
+        with contextlib.suppress(DtrainError):  # unrecorded (no patch right): the next look records it
+            self.api.patch(JOB_RESOURCES[info.extra["kind"]], namespace, info.name, [
+                {"op": "add", "path": "/metadata/annotations/" + ANN_SUCCESS_SNAPSHOT.replace("/", "~1"),
+                 "value": name}])
+        return replace(info, snapshot=name, extra={**info.extra, "success_snapshot": name,
+                                                   "snapshot_deleted": False})
+
+    def _recorded_snapshot(self, info: JobInfo, namespace: str, name: str) -> JobInfo:
+        """The job's snapshot as its object recorded it, said deleted where it is gone or another
+        job's took its name: told by the job uid it records, by age only where it records none (an
+        older watcher's). Unread (refused, no answer): named, its state unsaid."""
+        try:
+            meta = self.api.read(VOLUME_SNAPSHOT, namespace, name).get("metadata") or {}
+        except Missing as err:
+            if err.api_missing:
+                return replace(info, snapshot=name, message=f"snapshot-on-success not checked: {err.no_api()}")
+            return replace(info, snapshot=name, extra={**info.extra, "snapshot_deleted": True})
+        except DtrainError as err:
+            return replace(info, snapshot=name, message=f"snapshot-on-success not checked: {err}")
+        return replace(info, snapshot=name, extra={**info.extra, "snapshot_deleted": _earlier_run(meta, info)})
 
     def _success_snapshot(self, info: JobInfo, namespace: str) -> tuple[str, bool]:
         """This run's --snapshot-on-success snapshot name (success_snapshot_name) and whether it is
@@ -296,11 +317,7 @@ class JobVerbs:
         snap = read(base)
         if snap is None:
             return base, False
-        meta = snap.get("metadata") or {}
-        recorded = (meta.get("annotations") or {}).get(ANN_JOB_UID)
-        earlier = recorded != info.uid if recorded else \
-            (parse_time(meta.get("creationTimestamp")) or 0.0) < int(info.created)
-        return (own, False) if earlier else (base, True)
+        return (own, False) if _earlier_run(snap.get("metadata") or {}, info) else (base, True)
 
     def _notebook_url(self, info: JobInfo) -> str:
         """Kubeflow serves a notebook behind its gateway, which authenticates the user itself."""
@@ -329,6 +346,15 @@ class JobVerbs:
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         obj = self.api.patch(resource, self.namespace, name, render_resume(resource.kind, annotations))
         return self._job_info(resource, obj, name)
+
+
+def _earlier_run(meta: dict, info: JobInfo) -> bool:
+    """Whether the snapshot of metadata `meta` is not job `info`'s: it records another job uid, or,
+    recording none (an older watcher's), it is older than the job."""
+    recorded = (meta.get("annotations") or {}).get(ANN_JOB_UID)
+    if recorded and info.uid:
+        return recorded != info.uid
+    return (parse_time(meta.get("creationTimestamp")) or 0.0) < int(info.created)
 
 
 def _pods_unknown(err: Forbidden, namespace: str) -> str:

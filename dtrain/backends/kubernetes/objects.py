@@ -20,6 +20,9 @@ ANN_SPEC = "dtrain.io/spec"  # the JobSpec as JSON: `get` rebuilds the spec from
 # on a VolumeSnapshot linked to a job: that job object's metadata.uid, which tells its results from
 # those of a later job of the same name (JobInfo.uid, SnapshotInfo.job_uid)
 ANN_JOB_UID = "dtrain.io/job-uid"
+# on a job object: the name of its --snapshot-on-success snapshot once seen taken, so that a look after
+# `snapshot delete` says it was deleted rather than taking another of what the volume holds now
+ANN_SUCCESS_SNAPSHOT = "dtrain.io/success-snapshot"
 ANN_PROCS_PER_POD = "dtrain.io/procs-per-pod"  # processes (ranks) each replica pod runs
 ANN_SUSPENDED = "dtrain.io/suspended"  # the time of `dtrain suspend`: set with the job's suspend flag
 ANN_NOTEBOOK_STOPPED = "kubeflow-resource-stopped"  # Kubeflow's stop of a Notebook (its UI, its culler)

@@ -33,6 +33,7 @@ from .objects import (
     ANN_NOTEBOOK_STOPPED,
     ANN_PROCS_PER_POD,
     ANN_SPEC,
+    ANN_SUCCESS_SNAPSHOT,
     ANN_SUSPENDED,
     BATCH_JOB,
     GPU_RESOURCE,
@@ -345,5 +346,6 @@ def job_info(kind: str, obj: dict, pods: list[dict] | None, *, backend: str = "k
         processes_pending=sum(p.status == "Pending" for p in procs),
         processes=procs, events=events(obj), restarts=restarts(pods, kind, obj), message=message,
         extra={"namespace": meta.get("namespace"), "kind": kind, "uid": meta.get("uid"),
+               "success_snapshot": (meta.get("annotations") or {}).get(ANN_SUCCESS_SNAPSHOT),
                "procs_per_pod": procs_per_pod(obj),
                "pods": sorted((p.get("metadata") or {}).get("name", "") for p in pods)})
