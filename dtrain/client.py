@@ -249,6 +249,11 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         self.check_aws_ready(spec)
         return self.backend(spec.backend, project=spec.project).render(spec)
 
+    def planned_snapshot(self, spec: JobSpec) -> str | None:
+        """The snapshot `spec`'s --snapshot-on-success would take were it submitted now (a dry run's note)."""
+        spec = self._configured(spec, "render")
+        return self.backend(spec.backend, project=spec.project).planned_snapshot(spec)
+
     def check_aws_ready(self, spec: JobSpec, *, options: tuple[str, ...] = ()) -> None:
         """Refuse a SageMaker job bound for AWS where no role or bucket is configured, in this client's
         door's words (the SDK's sagemaker={'local': True}, the HTTP body's field), before the backend

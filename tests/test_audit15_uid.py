@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import Dtrain
 from dtrain.spec import parse_pvc
 
 try:  # the local and CLI tests run without the 'kubernetes' extra
@@ -78,4 +79,52 @@ def test_k8s_describe_tells_the_jobs_snapshot_by_its_uid_then_by_age(backend, cl
     assert backend.get("train").extra["snapshot_deleted"] is False
     snap["creationTimestamp"] = rfc3339(0.0)
     assert backend.get("train").extra["snapshot_deleted"] is True
+
+
+# ------------------------------------------------------------------------- a dry run names the snapshot
+
+
+@k8s
+def test_k8s_dry_run_names_the_snapshot_a_real_run_takes(backend, cluster):
+    """Reproduced: the dry run said `train-success, or train-success-<uid8> where an earlier run left
+    train-success` without looking; it now looks, as submit's watcher does, and names the one."""
+    backend.create_volume("data", size="1Gi")
+    assert backend.planned_snapshot(spec(name="train")) is None  # no --snapshot-on-success
+    assert backend.planned_snapshot(_watched()) == f"train-success (none of that name in namespace {NS} now)"
+    first = _run_to_success(backend, cluster)
+    _ttl_delete(cluster, "train")
+    planned = backend.planned_snapshot(_watched())
+    assert planned == (f"train-success-<first 8 characters of the job's uid> (an earlier run of train left "
+                       f"train-success in namespace {NS})")
+    second = _run_to_success(backend, cluster)
+    assert first.snapshot == "train-success" and second.snapshot == f"train-success-{second.uid[:8]}"
+
+
+@k8s
+def test_k8s_dry_run_says_it_did_not_look_where_it_may_not(backend, cluster):
+    backend.create_volume("data", size="1Gi")
+    cluster.fail("GET", "/volumesnapshots/train-success", 403)
+    planned = backend.planned_snapshot(_watched())
+    assert planned.startswith("train-success, or train-success-<first 8 characters of the job's uid> where a "
+                              "snapshot train-success exists when it is taken (not looked up: ")
+    assert "403" in planned or "forbidden" in planned.lower()
+
+
+@pytest.mark.slow
+def test_local_dry_run_names_the_snapshot_by_the_time_it_is_taken(home, tmp_path):
+    """Locally a snapshot is named by the time it is taken (`<volume>-<UTC time>`), never `<job>-success`:
+    an earlier run's cannot hold the name, and the dry run says so, as a comment above the job file."""
+    dt = Dtrain(home)
+    dt("volume", "create", "v", "--size", "1Mi")
+    out = dt("submit", "t", "--pvc", "v:/mnt", "--snapshot-on-success", "v", "--dry-run", "--", "true",
+             cwd=tmp_path).stdout
+    first, rest = out.split("\n", 1)
+    assert first == ("# --snapshot-on-success takes snapshot v-<UTC time it is taken, YYYYMMDD-HHMMSS>, a name of "
+                     "its own whatever earlier runs of t left")
+    assert rest.startswith("name: t\n")
+    job = tmp_path / "job.yaml"
+    job.write_text(out)  # still a job file
+    assert dt("submit", "-f", str(job), "--dry-run", cwd=tmp_path).stdout == out
+    plain = dt("submit", "u", "--dry-run", "--", "true", cwd=tmp_path).stdout
+    assert not plain.startswith("#")
 

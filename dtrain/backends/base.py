@@ -644,6 +644,11 @@ class Backend(abc.ABC):
         with self._volumes_named(spec):
             return self._render(spec)
 
+    def planned_snapshot(self, spec: JobSpec) -> str | None:
+        """The snapshot `spec`'s --snapshot-on-success would take were it submitted now, in words where
+        only the run decides it (a dry run's note); None where it asks for none."""
+        return self._planned_snapshot(spec) if spec.snapshot_volume else None
+
     def check_inputs(self, spec: JobSpec) -> None:
         """Refuse, as `submit` would, the data `spec` reads where only the backend's service can say
         (SageMaker: an S3 channel that holds nothing); makes nothing. A pipeline's pre-run check."""
@@ -992,6 +997,9 @@ class Backend(abc.ABC):
 
     def _render(self, spec: JobSpec) -> list[dict[str, Any]]:
         raise self._not_supported("a dry run (--dry-run)")
+
+    def _planned_snapshot(self, spec: JobSpec) -> str | None:
+        return None
 
     def _artifacts(self, name: str, *, to: Path) -> Path:
         raise self._not_supported("'artifacts'", "copy the model from the volume the job wrote it to")

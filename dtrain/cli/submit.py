@@ -204,6 +204,8 @@ def dry_run(spec: JobSpec, client: Client, as_json: bool = False) -> int:
     requests = client.render(spec)
     if spec.backend == "sagemaker":
         print(json.dumps(requests, indent=2))  # the requests exactly as boto3 would send them
-    else:
+    else:  # a comment keeps the output a job file, or manifests for kubectl apply; JSON takes no comment
+        if (snapshot := client.planned_snapshot(spec)) is not None:
+            print(f"# --snapshot-on-success takes snapshot {snapshot}", file=sys.stderr if as_json else sys.stdout)
         print(fmt.dry_run_text(requests, as_json), end="")
     return 0

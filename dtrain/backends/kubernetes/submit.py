@@ -145,6 +145,25 @@ class SubmitVerbs:
             pass  # none, or unreadable: the one name, and the backend's look tells runs apart
         return render_snapshot_watcher(spec, self.config, resource, source, job_uid=uid, snapshot_name=name)
 
+    def _planned_snapshot(self, spec: JobSpec) -> str:
+        """The name _watcher_for would give, looked up now: `<job>-success`, or `<job>-success-<uid8>`
+        where that one exists (an earlier run's); the uid is the job object's, known once it is made.
+        A cluster that does not answer or refuses the look is said, with both names."""
+        base, namespace = success_snapshot_name(spec.name), self.config.namespace_of(spec.project)
+        try:
+            taken = bool(self.api.read(VOLUME_SNAPSHOT, namespace, base))
+        except Missing as err:
+            if err.api_missing:
+                return f"{base}, once the cluster serves VolumeSnapshots ({err.no_api()})"
+            taken = False
+        except DtrainError as err:
+            return (f"{base}, or {base}-<first 8 characters of the job's uid> where a snapshot {base} exists "
+                    f"when it is taken (not looked up: {err})")
+        if taken:
+            return (f"{base}-<first 8 characters of the job's uid> (an earlier run of {spec.name} left {base} "
+                    f"in namespace {namespace})")
+        return f"{base} (none of that name in namespace {namespace} now)"
+
     def _watcher_refused(self, spec: JobSpec, obj: dict, err: DtrainError) -> DtrainError:
         """RBAC's refusal of --snapshot-on-success's watcher (a batch Job beside an MPIJob, PyTorchJob or
         TrainJob, which an account may run without batch Job rights) as one line: the rule to grant, or

@@ -807,6 +807,12 @@ class LocalBackend(Backend):
         self.store.check_free(spec.name, self.cmd)
         return [spec.to_dict()]
 
+    def _planned_snapshot(self, spec: JobSpec) -> str:
+        """Named when taken, by the time: no earlier run's snapshot can hold the name (one that does
+        in the same second gets -2), so there is nothing to look up."""
+        return (f"{spec.snapshot_volume}-<UTC time it is taken, YYYYMMDD-HHMMSS>, a name of its own whatever "
+                f"earlier runs of {spec.name} left")
+
     def _notebook_url(self, info: JobInfo) -> str:
         from dtrain.backends.local.notebook import read_access
 
