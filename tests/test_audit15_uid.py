@@ -128,3 +128,25 @@ def test_local_dry_run_names_the_snapshot_by_the_time_it_is_taken(home, tmp_path
     plain = dt("submit", "u", "--dry-run", "--", "true", cwd=tmp_path).stdout
     assert not plain.startswith("#")
 
+
+# ------------------------------------------------------------------------- the --pvc ./folder hint
+
+
+@pytest.mark.parametrize(("flags", "hint"), [
+    ((), "dtrain submit copy-in --pvc local:10Gi:/mnt -- cp -r ./data /mnt/"),
+    (("-p", "team-a"), "dtrain submit copy-in --pvc local:10Gi:/mnt -p team-a -- cp -r ./data /mnt/"),
+    (("--backend", "kubernetes", "-p", "team-a"),
+     "dtrain --backend kubernetes submit copy-in --pvc local:10Gi:/mnt -p team-a -- cp -r ./data /mnt/"),
+])
+def test_the_pvc_folder_hint_carries_the_project_and_backend_given(home, tmp_path, flags, hint):
+    """Reproduced: `submit t -p team-a --pvc ./data:/mnt` hinted `dtrain submit copy-in ...` without
+    -p team-a, which would make the copy-in job (and its volume) in the default project."""
+    proc = Dtrain(home)("submit", "t", *flags, "--pvc", "./data:/mnt", "--", "true", cwd=tmp_path, check=False)
+    assert proc.returncode != 0 and proc.stderr.strip().endswith(f"copy it into a new volume: {hint}")
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_notebooks_pvc_folder_hint_carries_the_project(home, tmp_path):
+    proc = Dtrain(home)("notebook", "start", "nb", "-p", "team-a", "--pvc", "./data:/mnt", cwd=tmp_path, check=False)
+    assert proc.returncode != 0
+    assert proc.stderr.strip().endswith("dtrain submit copy-in --pvc local:10Gi:/mnt -p team-a -- cp -r ./data /mnt/")

@@ -106,7 +106,9 @@ def cmd_start(args, client: Client) -> int:
     if "backend" not in fields:  # `dtrain --backend B notebook`, else the configured one, as `dtrain submit` does
         project = fields.get("project", client.default_project)
         fields["backend"] = getattr(args, "default_backend", None) or client.config.backend_for(project)
-    volumes = [parse_pvc(v) for v in args.pvc or ()]  # the first is where Jupyter works (notebook_spec)
+    hint = {"backend": fields["backend"], "project": fields.get("project")}  # a --pvc ./folder's copy-in hint
+    volumes = [parse_pvc(v, cmd=lambda words: client.command_for(words, **hint))  # the first is where Jupyter
+               for v in args.pvc or ()]  # works (notebook_spec)
     if args.dry_run:  # as `dtrain submit --dry-run`: the Notebook's YAML on Kubernetes, the stored spec locally
         return dry_run(notebook_spec(args.name, volumes=volumes, **{"project": client.default_project, **fields}),
                        client, as_json=args.json)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 from dtrain.cli import format as fmt
@@ -116,7 +116,7 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
         data["labels"] = {**(data.get("labels") or {}), **parse_labels(args.label)}
     node_selector_of(args, data)
     if args.pvc:  # as -e overrides the file's variable of the same name, --pvc its mount at the same path
-        given = [parse_pvc(v) for v in args.pvc]
+        given = [parse_pvc(v, cmd=_hint_command(data, client)) for v in args.pvc]
         taken = {v.mount_path for v in given}
         kept = [v for v in (data.get("volumes") or []) if _mount_of(v) not in taken]
         data["volumes"] = [*kept, *(v.to_flag() for v in given)]
@@ -133,6 +133,15 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     if chosen is None and spec.backend == "sagemaker":
         _configured_for(spec, client, given=sorted(data.get("sagemaker") or {}), from_file="sagemaker" in data_file)
     return spec
+
+
+def _hint_command(data: Mapping, client: Client) -> Callable[[str], str]:
+    """`dtrain WORDS` as a hint names it for the job being read: with the -p and --backend the flags
+    or the job file gave (the spec layer, which words the hint, knows neither)."""
+    project = data.get("project") if isinstance(data.get("project"), str) else None
+    backend = data.get("backend") if isinstance(data.get("backend"), str) else None
+    backend = backend or client.config.backend_for(project or client.default_project)
+    return lambda words: client.command_for(words, backend=backend, project=project)
 
 
 def _warn_env_twice(items: list[str], from_file, file: str | None) -> None:

@@ -8,7 +8,7 @@ import functools
 import posixpath
 import shlex
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from dtrain.errors import SpecError
 from dtrain.names import MIN_VOLUME, check_mounted_volume, check_storage_class, noun, parse_volume_size, shown
@@ -139,8 +139,9 @@ def _shell_path(path: str) -> str:
     return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
 
 
-def parse_pvc(text: str) -> Volume:
-    """Parse a Run:AI ``--pvc`` value: ``NAME:MOUNT[:ro]`` or ``CLASS:SIZE:MOUNT``."""
+def parse_pvc(text: str, *, cmd: Callable[[str], str] | None = None) -> Volume:
+    """Parse a Run:AI ``--pvc`` value: ``NAME:MOUNT[:ro]`` or ``CLASS:SIZE:MOUNT``. `cmd`: `dtrain WORDS`
+    as a hint prints it (the CLI's command_for, carrying the -p and --backend the user gave)."""
     parts = str(text).split(":")
     hint = ("use --pvc VOLUME:MOUNT[:ro] for an existing volume (e.g. tusimple:/mnt:ro) "
             "or --pvc CLASS:SIZE:MOUNT for a new one (e.g. local:100Gi:/mnt)")
@@ -152,10 +153,10 @@ def parse_pvc(text: str) -> Volume:
                         f"read-write; drop ':{parts[3]}', or create the volume first (dtrain volume create) and "
                         f"mount it with VOLUME:MOUNT:ro")
     if len(parts) in (2, 3) and ("/" in parts[0] or parts[0] in (".", "..") or parts[0].startswith("~")):  # docker -v
+        copy_in = f"submit copy-in --pvc local:10Gi:/mnt -- cp -r {_shell_path(parts[0])} /mnt/"
         raise SpecError(f"invalid --pvc {shown(text)}: {shown(parts[0])} is a folder, and --pvc mounts a volume; "
                         f"a local job sees this machine's folders as they are (give the folder to the command), "
-                        f"or copy it into a new volume: dtrain submit copy-in --pvc local:10Gi:/mnt -- "
-                        f"cp -r {_shell_path(parts[0])} /mnt/")
+                        f"or copy it into a new volume: {cmd(copy_in) if cmd else f'dtrain {copy_in}'}")
     try:
         if len(parts) == 2:
             return VolumeMount(volume=parts[0], mount_path=parts[1])
