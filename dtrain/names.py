@@ -109,6 +109,17 @@ def abbreviated(word: str, options: list[str]) -> str:
     return f"flags are not abbreviated: give {' or '.join(o + value for o in whole[:4])}"
 
 
+def near_choice(message: str) -> str | None:
+    """argparse's "invalid choice: 'sumbit' (choose from ...)" with the choice meant in place of the
+    list (for a verb, 25 words that hide it), or None when no choice is near the word typed. The CLI's
+    parser and the workloads' (`--recipe tinny`) both say it."""
+    said = re.fullmatch(r"(argument .+: invalid choice: '(.*)') \(choose from (.*)\)", message)
+    if said is None:
+        return None
+    near = difflib.get_close_matches(said[2], re.findall(r"'([^']*)'", said[3]), n=1, cutoff=0.6)
+    return f"{said[1]}: did you mean '{near[0]}'?" if near else None
+
+
 def cut(text: str, limit: int = 120) -> str:
     """A message from elsewhere (YAML's, Python's: they may quote the input) on one line of at
     most `limit` characters."""

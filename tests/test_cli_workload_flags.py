@@ -51,3 +51,31 @@ def test_a_whole_flag_and_a_misspelt_one_are_read_as_before(capsys):
     with pytest.raises(SystemExit):
         metric.main(["--pred", "p.json", "--gt", "g.json", "--jsno"])
     assert "(did you mean --json?)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("module, func, words, said", [
+    ("dtrain.workloads.lanes.train", "main", ["--recipe", "tinny"], "argument --recipe: invalid choice: 'tinny': "
+                                                                    "did you mean 'tiny'?"),
+    ("dtrain.workloads.lanes.predict", "main", ["--split", "tset"], "argument --split: invalid choice: 'tset': "
+                                                                    "did you mean 'test'?"),
+    ("dtrain.workloads.cifar10.data", "synth_main", ["--out", "DIR", "--format", "binry"],
+     "argument --format: invalid choice: 'binry': did you mean 'binary'?"),
+    ("dtrain.bench.scaling", "main", ["--workload", "lane", "--data-dir", "DIR"],
+     "argument --workload: invalid choice: 'lane': did you mean 'lanes'?"),
+])
+def test_a_misspelt_choice_is_named_with_the_one_meant(capsys, tmp_path, monkeypatch, module, func, words, said):
+    """`--recipe tinny` named the list of recipes; the dtrain CLI names the verb meant (`dtrain sumbit`)."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as stopped:
+        getattr(importlib.import_module(module), func)([w.replace("DIR", str(tmp_path / "out")) for w in words])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert f": error: {said} (see '" in err and "choose from" not in err, err
+    assert list(tmp_path.iterdir()) == []  # nothing was written
+
+
+def test_a_choice_far_from_every_one_is_refused_with_the_list(capsys):
+    from dtrain.workloads.lanes import train
+    with pytest.raises(SystemExit):
+        train.main(["--backend", "xyz"])
+    assert "invalid choice: 'xyz' (choose from 'gloo', 'nccl', 'mpi')" in capsys.readouterr().err

@@ -18,7 +18,7 @@ from dtrain.cli import completion, jobs, notebook, pipeline, server, storage
 from dtrain.client import Client
 from dtrain.config import BACKENDS, section_numbers
 from dtrain.errors import DtrainError, NotFoundError, SpecError
-from dtrain.names import NAME_RULE, abbreviated, check_gpu_quota, counted, require_project, shown
+from dtrain.names import NAME_RULE, abbreviated, check_gpu_quota, counted, near_choice, require_project, shown
 from dtrain.numbers import NUMBER_WORD_RE, NumberWord
 from dtrain.spec import check_name, yaml_value
 
@@ -336,16 +336,6 @@ def _holder(gpu) -> str:
 MAX_USAGE_ERROR = 400  # characters of an argparse message shown
 
 
-def _near_choice(message: str) -> str | None:
-    """argparse's "invalid choice: 'sumbit' (choose from ...)" with the choice meant in place of the
-    list (for a verb, 25 words that hide it), or None when no choice is near the word typed."""
-    said = re.fullmatch(r"(argument .+: invalid choice: '(.*)') \(choose from (.*)\)", message)
-    if said is None:
-        return None
-    near = difflib.get_close_matches(said[2], re.findall(r"'([^']*)'", said[3]), n=1, cutoff=0.6)
-    return f"{said[1]}: did you mean '{near[0]}'?" if near else None
-
-
 class Parser(argparse.ArgumentParser):
     """argparse, with usage errors on one line like every other dtrain error (exit 2), and a word
     starting with '-' and a digit read as a value in every verb (see `jobs.NEGATIVE_VALUE`)."""
@@ -378,7 +368,7 @@ class Parser(argparse.ArgumentParser):
             near = difflib.get_close_matches(unknown.split("=", 1)[0], self._long_options(), n=1, cutoff=0.75)
             hint = hint or (f"did you mean {near[0]}?" if near else "")
             message = f"unrecognized arguments: {unknown}{f' ({hint})' if hint else ''}; {message}"
-        elif near := _near_choice(message):  # `dtrain sumbit`: the word meant, not a list of 25 verbs
+        elif near := near_choice(message):  # `dtrain sumbit`: the word meant, not a list of 25 verbs
             message = near
         elif message.endswith(": expected one argument") and (dashed := self._dashed_value(message)):
             option, word = dashed  # `--name -x`: argparse took '-x' for an option and the value as missing

@@ -19,7 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from dtrain.errors import DtrainError, NotFoundError, SpecError
-from dtrain.names import abbreviated
+from dtrain.names import abbreviated, near_choice
 from dtrain.numbers import Typed, TypedFloat, exact, typed  # a number keeps its typed text: a refusal quotes 1e9, not 1000000000
 
 MAX_SEED = 2**32 - 1  # numpy's and most tools' seed range; torch takes it as is
@@ -66,7 +66,8 @@ def whole_number(text: str) -> int:
 class Parser(argparse.ArgumentParser):
     """argparse, with a usage error on one line (exit 2) instead of the whole usage text; a `type=int`
     argument takes whole_number (its refusal says a whole number is wanted); an unknown flag close to
-    one of the command's is named with it (`--n-train`: did you mean --train?). Flags are not abbreviated,
+    one of the command's is named with it (`--n-train`: did you mean --train?), and so is a choice close to
+    the one typed (`--recipe tinny`: did you mean 'tiny'?). Flags are not abbreviated,
     as the dtrain CLI's are not: `--ou` is refused naming --out (argparse took it for --out)."""
 
     def __init__(self, *args, **kwargs):
@@ -93,6 +94,8 @@ class Parser(argparse.ArgumentParser):
                 start := next((w for w in getattr(self, "_given", []) if abbreviated(w, self._long_flags())), None)):
             # `--pre p.json` for the required --pred: said as the CLI says it, not only that --pred is missing
             message = f"{prefix}{start} ({abbreviated(start, self._long_flags())}); {message}"
+        elif near := near_choice(message):  # `--recipe tinny`: the choice meant, as the dtrain CLI says it
+            message = near
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
     def require(self, args: argparse.Namespace, *flags: str) -> None:
