@@ -7,6 +7,7 @@ import argparse
 import statistics
 from pathlib import Path
 
+from dtrain.names import counted
 from dtrain.workloads.inputs import Parser as _WholeFlags
 
 
@@ -71,7 +72,8 @@ def device(parser: argparse.ArgumentParser, text: str):
     if dev.type == "cuda" and not torch.cuda.is_available():
         parser.error(f"--device {text}: this torch ({torch.__version__}) sees no CUDA device: give --device cpu")
     if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        parser.error(f"--device {text}: there are {torch.cuda.device_count()} CUDA device(s) here")
+        n = torch.cuda.device_count()
+        parser.error(f"--device {text}: this machine has {counted(n, 'CUDA device')}: give cuda:0 to cuda:{n - 1}")
     return dev
 
 

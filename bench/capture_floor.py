@@ -33,6 +33,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import ab  # noqa: E402  (the bounds check)
 import snapshots  # noqa: E402  (the generator)
+from dtrain.names import counted  # noqa: E402
 
 
 def least(volume: Path, files: list[str], threads: int, out: Path) -> None:
@@ -136,7 +137,7 @@ def main(argv=None) -> None:
             if args.only in (None, name):
                 results[name].append(run_one(name, volume, args.workdir, args.threads, not args.no_flush))
     shutil.rmtree(args.workdir / "store", ignore_errors=True)
-    for name, label in (("least", f"plain loop, {args.threads} thread(s)"), ("engine", "engine capture")):
+    for name, label in (("least", f"plain loop, {counted(args.threads, 'thread')}"), ("engine", "engine capture")):
         if results[name]:
             wall = statistics.median(w for w, _ in results[name])
             cpu = statistics.median(c for _, c in results[name])

@@ -26,6 +26,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import ab  # noqa: E402
 import snapshots  # noqa: E402  (the generator)
+from dtrain.names import counted  # noqa: E402
 
 # the manifests each command parses: 'a' the base snapshot's, 'b' a later one's (2 snapshots stored)
 PATHS = {"snapshot (unchanged volume)": "a", "restore": "a", "diff A (volume now)": "a", "diff A B": "ab",
@@ -76,7 +77,7 @@ def main(argv=None) -> None:
     blobs = _blobs(args.workdir, args.files)
     modules = {"old": _module(args.old.resolve(), "manifest_old"), "new": _module(args.new.resolve(), "manifest_new")}
     entries = len(modules["new"].Manifest.parse(blobs["a"]).entries)
-    print(f"{entries} entries per manifest; CPU ms per command's parses, median of {args.repeats} rounds")
+    print(f"{entries} entries per manifest; CPU ms per command's parses, median of {counted(args.repeats, 'round')}")
     print(f"{'path':30s} {'parses':>6s} {'old':>9s} {'new':>9s} {'old/new':>8s}")
     for path, which in PATHS.items():
         times = {k: [] for k in modules}

@@ -17,6 +17,8 @@ import time
 import torch
 import torch.distributed as dist
 
+from dtrain.names import counted
+
 import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
 
 
@@ -31,7 +33,8 @@ def main() -> None:
     ab.bounded(parser, ("--iters", args.iters, 1, 10_000), *(("--sizes-mb", mb, 0.001, 16384) for mb in args.sizes_mb))
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world < 2:
-        print(json.dumps({"note": f"{torch.cuda.device_count()} GPU(s), 1 process: no all-reduce link to measure"}))
+        gpus = counted(torch.cuda.device_count(), "GPU")
+        print(json.dumps({"note": f"{gpus}, 1 process: no all-reduce link to measure"}))
         return
     rank = int(os.environ["RANK"])
     gpu = args.backend == "nccl"

@@ -37,6 +37,7 @@ import httpx  # noqa: E402
 from server import start_server, store_jobs  # noqa: E402
 
 from dtrain import Client  # noqa: E402
+from dtrain.names import counted  # noqa: E402
 
 QUERIES = {  # what is timed: (path, query)
     "a page": ("/api/v1/jobs", {"limit": 25, "offset": 0}),
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                     hint = (": a checkout before 2026-12-05 draws every job, pass --lineage-differs"
                             if path == "/api/v1/lineage" else "")
                     raise SystemExit(f"page_ab.py: GET {shown}: the two sides answered differently{hint}")
-                print(f"GET {shown} ({args.jobs} jobs stored):")
+                print(f"GET {shown} ({counted(args.jobs, 'job')} stored):")
                 ab.report(wall)
                 print(f"  medians: old {statistics.median(wall['old']) * 1000:.1f} ms, "
                       f"new {statistics.median(wall['new']) * 1000:.1f} ms")

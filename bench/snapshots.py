@@ -42,6 +42,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dtrain.names import counted
+
 import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -110,7 +112,7 @@ def check_volume(parser: argparse.ArgumentParser, files: int, size_mb: int, chec
     ab.bounded(parser, ("--files", files, 2, 10_000_000), ("--size-mb", size_mb, 1, 1 << 20),
                ("--checkpoints", checkpoints, 0, 1000))
     if files < checkpoints + 2:  # the clips need two files (an image and its label) besides the checkpoints
-        parser.error(f"--files {files} cannot hold {checkpoints} checkpoint(s) and a clip: "
+        parser.error(f"--files {files} cannot hold {counted(checkpoints, 'checkpoint')} and a clip: "
                      f"give --files {checkpoints + 2} or more")
 
 
@@ -428,7 +430,7 @@ def main(argv=None) -> None:
             if not args.keep:
                 remove(work)
     table, ratios = summarize(rounds)
-    print(f"\nmedian of {len(rounds)} round(s):")
+    print(f"\nmedian of {counted(len(rounds), 'round')}:")
     for step, by_tool in table.items():
         print(f"  {step:<12} " + "  ".join(f"{tool}: {t:.2f} s ({added / 2**20:.1f} MiB)"
                                           for tool, (t, added) in by_tool.items()))

@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dtrain.names import counted
+
 import ab  # the bounds check (bench/ is this script's folder, first on sys.path)
 
 FIRST_LINE = "import time; print(repr(time.time()), flush=True)"
@@ -76,7 +78,7 @@ def main() -> None:
     if args.json:
         print(json.dumps({"median_s": med, "runs": res}, indent=2))
         return
-    print(f"| path | median to first line (s), {args.runs} runs |")
+    print(f"| path | median to first line (s), {counted(args.runs, 'run')} |")
     print("|---|---|")
     for k, v in med.items():
         print(f"| {k} | {v:.3f} |")

@@ -300,7 +300,7 @@ def test_the_snapshot_bench_makes_its_workdir_and_runs_the_tools_asked_for(tmp_p
     proc = _bench("snapshots.py", "--files", "20", "--size-mb", "2", "--checkpoints", "0", "--repeats", "1",
                   "--tools", "dtrain,nosync", "--workdir", str(work))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert "median of 1 round(s):" in proc.stdout and "nosync:" in proc.stdout
+    assert "median of 1 round:" in proc.stdout and "nosync:" in proc.stdout
     assert list(work.iterdir()) == []  # the round's folder removed
 
 

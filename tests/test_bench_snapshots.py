@@ -32,7 +32,7 @@ def test_snapshot_benchmark_runs_rounds_and_reports_ratios(tmp_path):
     assert figures["rounds"][1]["unchanged"]["dtrain"][1] == 0  # an unchanged volume adds nothing
     median, lo, hi = figures["ratios"]["first"]["cp -a"]
     assert lo <= median <= hi and median > 0
-    assert "median of 2 round(s)" in proc.stdout
+    assert "median of 2 rounds:" in proc.stdout
     assert [p for p in tmp_path.iterdir() if p.name.startswith("dtrain-bench-")] == []  # cleaned up
 
 
@@ -151,7 +151,7 @@ def test_the_capture_floor_bench_times_the_plain_loop_beside_the_engine(tmp_path
                            "--files", "40", "--size-mb", "2", "--checkpoints", "0", "--repeats", "2"],
                           capture_output=True, text=True, env=env, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr
-    assert "plain loop, 2 thread(s): median wall" in proc.stdout and "engine capture: median wall" in proc.stdout
+    assert "plain loop, 2 threads: median wall" in proc.stdout and "engine capture: median wall" in proc.stdout
     assert "engine / plain loop (median wall):" in proc.stdout
     volume = tmp_path / "volume-40-2-0"
     assert sum(1 for _, _, names in os.walk(volume) for _ in names) == 40  # kept for the next run
@@ -175,7 +175,7 @@ def test_the_snapshot_benches_bound_the_volume_they_generate(tmp_path):
     cases = [(["--files", "0"], "--files 0 is out of range: give 2 to 10000000"),
              (["--size-mb", "2000000"], "--size-mb 2000000 is out of range: give 1 to 1048576"),
              (["--checkpoints", "1001"], "--checkpoints 1001 is out of range: give 0 to 1000"),
-             (["--files", "4", "--checkpoints", "3"], "--files 4 cannot hold 3 checkpoint(s) and a clip: give --files 5")]
+             (["--files", "4", "--checkpoints", "3"], "--files 4 cannot hold 3 checkpoints and a clip: give --files 5")]
     for script, base in scripts.items():
         for flags, message in cases + ([(["--repeats", "0"], "--repeats 0 is out of range: give 1 to 1000")]
                                        if script == "snapshots.py" else []):
