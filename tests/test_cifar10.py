@@ -303,6 +303,30 @@ def test_module_entry_point_prints_one_line_errors(tmp_path):
     assert list(tmp_path.iterdir()) == []  # not even the default ./model folder
 
 
+def test_a_hint_names_the_command_of_the_door_it_came_through(tmp_path, monkeypatch, capsys):
+    """`dtrain cifar10 train` names `dtrain cifar10 synth` (and `download`), a verb the CLI has; the same
+    code under a plain torchrun (`python -m`, no CLI) names the module's command, as before."""
+    from dtrain.cli.main import WORKLOADS, main as dtrain_main
+
+    _no_launcher_env(monkeypatch)
+    monkeypatch.chdir(tmp_path)
+    missing, damaged = tmp_path / "x", tmp_path / "d"
+    damaged.mkdir()
+    (damaged / "cifar-10-python.tar.gz").write_bytes(b"not a tar")
+    assert dtrain_main(["cifar10", "train", "--data-dir", str(missing)]) == 2
+    assert capsys.readouterr().err == (f"dtrain: error: --data-dir {missing} does not exist: give the folder holding "
+                                       f"the CIFAR10 data (dtrain cifar10 synth --out {missing} makes synthetic data "
+                                       "there)\n")
+    assert dtrain_main(["cifar10", "train", "--data-dir", str(damaged)]) == 2
+    assert f"unpack it with: dtrain cifar10 download --out {damaged} --url {damaged}/" in capsys.readouterr().err
+    assert {("cifar10", "synth"), ("cifar10", "download")} <= set(WORKLOADS)  # the verbs named exist
+    with pytest.raises(DataError, match=f"python -m dtrain.workloads.cifar10 synth --out {missing} makes"):
+        cifar_main(["train", "--data-dir", str(missing)])  # the module's door, after the CLI's: nothing stays set
+    with pytest.raises(DataError, match="unpack it with: python -m dtrain.workloads.cifar10 download --out"):
+        cifar_main(["train", "--data-dir", str(damaged)])
+    assert not missing.exists()
+
+
 @pytest.mark.slow
 def test_epochs_times_steps_per_epoch_is_bounded(tmp_path):
     """--epochs 10000 and --batch-size 1 are each in range; over 1500 images they plan 15 000 000 steps."""

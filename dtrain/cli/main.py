@@ -766,7 +766,10 @@ def main(argv: list[str] | None = None) -> int:
         if getattr(args, "workload", None):
             module, func = args.workload
             rest = args.workload_argv + (["--", *command] if "--" in argv else [])
-            return getattr(importlib.import_module(module), func)(rest) or 0
+            from dtrain.workloads.inputs import run_by_cli  # light; a hint names `dtrain cifar10 synth`
+
+            with run_by_cli():
+                return getattr(importlib.import_module(module), func)(rest) or 0
         with db.reads_only() if _reads_once(args) else contextlib.nullcontext():
             client = Client(home=args.home, backend=getattr(args, "storage_backend", None) or args.default_backend)
             client.door = "cli"  # a refusal names -p, not the SDK's project=

@@ -8,6 +8,8 @@ Imports nothing from dtrain but dtrain.errors, dtrain.names and dtrain.numbers, 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import contextvars
 import difflib
 import errno
 import math
@@ -245,6 +247,27 @@ def can_write(folder: Path, what: str) -> None:
         if e.errno in MACHINE_ERRNOS:
             raise OSError(e.errno, e.strerror, str(folder)) from None
         raise SpecError(f"{what} {folder} cannot be written ({e.strerror}): give a folder you can write to") from None
+
+
+# True while the dtrain CLI runs a workload's command (`dtrain cifar10 train`): a hint then names the
+# CLI's command, which plain torchrun's `python -m dtrain.workloads.cifar10 train` cannot (run_by_cli)
+_BY_CLI = contextvars.ContextVar("dtrain_workload_by_cli", default=False)
+
+
+@contextlib.contextmanager
+def run_by_cli():
+    """The dtrain CLI runs a workload's command inside this: `command` names the CLI's verbs."""
+    token = _BY_CLI.set(True)
+    try:
+        yield
+    finally:
+        _BY_CLI.reset(token)
+
+
+def command(workload: str, verb: str) -> str:
+    """A workload's command as the user can type it here: 'dtrain cifar10 synth' under the dtrain CLI,
+    'python -m dtrain.workloads.cifar10 synth' under a plain torchrun (a container without the CLI)."""
+    return f"dtrain {workload} {verb}" if _BY_CLI.get() else f"python -m dtrain.workloads.{workload} {verb}"
 
 
 def one_line_errors(main, *args) -> int:

@@ -37,7 +37,7 @@ import numpy as np
 from dtrain.errors import DataError, SpecError
 from dtrain.replace import replacing
 from dtrain.workloads.cifar10.failure import CommandParser, reports_failure
-from dtrain.workloads.inputs import MAX_SEED, in_range, out_folder
+from dtrain.workloads.inputs import MAX_SEED, command, in_range, out_folder
 
 PY_DIR = "cifar-10-batches-py"
 BIN_DIR = "cifar-10-batches-bin"
@@ -94,8 +94,8 @@ def find_root(data_dir: str | os.PathLike, split: str = "train") -> tuple[Path, 
         if split == "test":
             raise DataError(f"--test-dir {base} does not exist: give the folder holding test_batch, or leave "
                             f"--test-dir out to read the test batch from --data-dir")
-        raise DataError(f"--data-dir {base} does not exist: give the folder holding the CIFAR10 data (python -m "
-                        f"dtrain.workloads.cifar10 synth --out {base} makes synthetic data there)")
+        raise DataError(f"--data-dir {base} does not exist: give the folder holding the CIFAR10 data "
+                        f"({command('cifar10', 'synth')} --out {base} makes synthetic data there)")
     if split == "test":
         for folder, fmt, name in ((base / PY_DIR, "python", "test_batch"), (base, "python", "test_batch"),
                                   (base / BIN_DIR, "binary", "test_batch.bin"), (base, "binary", "test_batch.bin")):
@@ -112,7 +112,7 @@ def find_root(data_dir: str | os.PathLike, split: str = "train") -> tuple[Path, 
     first = "test_batch" if split == "test" else "data_batch_1"
     raise DataError(
         f"no CIFAR10 batches in {base}: expected {PY_DIR}/{first} or {BIN_DIR}/{first}.bin "
-        f"(create synthetic ones with: python -m dtrain.workloads.cifar10 synth --out {base})"
+        f"(create synthetic ones with: {command('cifar10', 'synth')} --out {base})"
     )
 
 
@@ -240,7 +240,7 @@ def _load_archive(archive: Path, split: str) -> tuple[np.ndarray, np.ndarray]:
                 pass
     except (tarfile.TarError, EOFError, OSError, zlib.error) as e:
         raise DataError(f"archive {archive} cannot be read ({e}); download it again or unpack it with: "
-                        f"python -m dtrain.workloads.cifar10 download --out {archive.parent} --url {archive}") from None
+                        f"{command('cifar10', 'download')} --out {archive.parent} --url {archive}") from None
     wanted = ["test_batch"] if split == "test" else [str(i) for i in range(1, max(map(int, parts), default=1) + 1)]
     missing = [w for w in wanted if w not in parts]
     if missing:
