@@ -3,16 +3,19 @@ fills COMPREPLY from the argparse tree and from the names `dtrain ... list --jso
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shlex
 import shutil
 import subprocess
+import sys
 
 import pytest
 
-from conftest import DTRAIN, Dtrain
+from conftest import DTRAIN, REPO, Dtrain
 from dtrain.cli.main import build_parser, main
 from dtrain.cli.completion import script
+from dtrain.cli.workload_flags import WORKLOAD_FLAGS
 
 BIN = os.path.dirname(DTRAIN)
 
@@ -75,6 +78,42 @@ def test_each_verbs_own_flags_come_from_the_parser(bash_script):
     assert complete(bash_script, "dtrain logs x --fo") == ["--follow"]
     assert complete(bash_script, "dtrain config kubernetes --name") == ["--namespace"]
     assert complete(bash_script, "dtrain submit j --gpu 1 -- python --") == []  # the command's own words
+
+
+def test_a_workloads_own_flags_and_their_choices_are_completed(bash_script):
+    """`dtrain lanes train --<TAB>`: the workload's parser reads those words, not dtrain's."""
+    assert complete(bash_script, "dtrain lanes train --rec") == ["--recipe"]
+    assert set(complete(bash_script, "dtrain lanes train --recipe ")) == {"demo", "paper", "tiny"}
+    assert set(complete(bash_script, "dtrain lanes train --no-b")) == {"--no-bf16"}
+    assert set(complete(bash_script, "dtrain cifar10 train --model")) == {"--model-dir", "--model_dir"}
+    assert set(complete(bash_script, "dtrain cifar10 synth --format ")) == {"python", "binary"}
+    assert set(complete(bash_script, "dtrain bench scaling --workload ")) == {"cifar10", "lanes"}
+    assert complete(bash_script, "dtrain lanes train --data-dir ") == []  # a folder: the shell's file names
+
+
+def test_printing_the_script_loads_no_workload():
+    """The script is printed at every shell start (~/.bashrc): building the workloads' parsers there
+    would import torch (seconds); their flags come from a table (test below: it is their parsers')."""
+    code = ("import contextlib, io, sys\nfrom dtrain.cli.main import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()) as out:\n    main(['completion', 'bash'])\n"
+            "assert \"'dtrain lanes train --recipe'\" in out.getvalue()\n"
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'numpy', 'PIL')"
+            " or m.startswith('dtrain.workloads.')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+
+
+@pytest.mark.slow  # imports every workload (torch): ~7 s on 2 busy cores
+def test_the_workload_flags_table_is_their_parsers():
+    """dtrain/cli/workload_flags.py is written from the workloads' parsers; a flag added to one without
+    rewriting the table fails here."""
+    path = REPO / "scripts" / "workload_flags.py"
+    spec = importlib.util.spec_from_file_location("workload_flags_script", path)
+    writer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(writer)
+    assert (REPO / "dtrain" / "cli" / "workload_flags.py").read_text() == writer.text(), \
+        "the workloads' flags changed: run 'python scripts/workload_flags.py'"
+    assert WORKLOAD_FLAGS["lanes train"]["--recipe"] == "demo paper tiny"
 
 
 @pytest.mark.slow  # dtrain runs 6 times, ~13 s on 2 busy cores

@@ -2,7 +2,10 @@
 names of jobs, volumes and snapshots, as `kubectl completion bash` prints one.
 
 The words come from walking the argparse tree when the script is printed, so a verb or flag added
-later is completed without touching this file. Names are asked of `dtrain ... list --json` when TAB
+later is completed without touching this file. A workload's flags (`dtrain lanes train --<TAB>`) come
+from workload_flags.py, a table written from the workloads' own parsers by scripts/workload_flags.py
+(a test holds the two equal): those parsers live in modules that import torch, which printing the
+script (at every shell start) must not load. Names are asked of `dtrain ... list --json` when TAB
 is pressed, quietly and for at most COMPLETION_TIMEOUT seconds. zsh runs the same script through
 its bashcompinit (whose compgen offers every word: zsh itself keeps those the typed start begins).
 """
@@ -10,6 +13,8 @@ its bashcompinit (whose compgen offers every word: zsh itself keeps those the ty
 from __future__ import annotations
 
 import argparse
+
+from dtrain.cli.workload_flags import WORKLOAD_FLAGS
 
 # seconds one name lookup may take: `dtrain volume list` of a local home takes 0.4 s of CPU, but 1.8 s
 # of wall time on 2 busy cores; a cluster that does not answer costs this pause, never a hung shell
@@ -38,23 +43,33 @@ def show(parser: argparse.ArgumentParser, shell: str) -> int:
     return 0
 
 
+def flags_of(parser: argparse.ArgumentParser) -> dict[str, str | None]:
+    """Each flag `parser` shows (not a hidden one: an old spelling) and what is offered after it: its
+    choices, '' for a value of its own (nothing offered: the shell's file names), None for no value."""
+    flags: dict[str, str | None] = {}
+    for action in parser._actions:
+        if action.option_strings and action.help != argparse.SUPPRESS:
+            offered = None if action.nargs == 0 else " ".join(map(str, action.choices or ()))
+            flags.update(dict.fromkeys(action.option_strings, offered))
+    return flags
+
+
 def _walk(parser: argparse.ArgumentParser, at: str, table: dict) -> None:
     """Fill `table` for the words `at` (a command path, e.g. 'volume create'): its sub-commands (or
     its first positional's choices: `config WHAT`, `top node`), flags, and each flag's choices ('' for
     a flag taking a value of its own: nothing is offered after it)."""
-    subs, choices, flags, values = [], [], [], {}
+    subs, choices = [], []
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
             for word, child in action._name_parser_map.items():  # not .choices: notebook takes any word
                 subs.append(word)
                 _walk(child, f"{at} {word}", table)
-        elif action.option_strings and action.help != argparse.SUPPRESS:
-            flags += action.option_strings
-            if action.nargs != 0:
-                values.update({o: " ".join(map(str, action.choices or ())) for o in action.option_strings})
         elif not action.option_strings and action.choices and not choices and "\0" not in action.choices:
             choices = [str(c) for c in action.choices]
-    shown = " ".join(flags) if parser.prefix_chars == "-" else ""  # a workload's flags are its own parser's
+    # a workload's flags are its own parser's (prefix_chars that no flag uses), read from their table
+    flags = flags_of(parser) if parser.prefix_chars == "-" else WORKLOAD_FLAGS.get(at.removeprefix("dtrain "), {})
+    shown = " ".join(flags)
+    values = {o: v for o, v in flags.items() if v is not None}
     for where in [at, *(f"{at} {c}" for c in choices)]:  # `config kubernetes --<TAB>`: config's flags
         table["subs"][where] = " ".join(subs or choices) if where == at else ""
         table["flags"][where] = shown
