@@ -4,6 +4,7 @@ fills COMPREPLY from the argparse tree and from the names `dtrain ... list --jso
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import shlex
 import shutil
@@ -14,6 +15,7 @@ import pytest
 
 from conftest import DTRAIN, REPO, Dtrain
 from dtrain.cli.main import build_parser, main
+from dtrain.cli import completion
 from dtrain.cli.completion import script
 from dtrain.cli.workload_flags import WORKLOAD_FLAGS
 
@@ -27,7 +29,7 @@ def bash_script(tmp_path_factory):
     return path
 
 
-def complete(path, line: str, home=None, shell: str = "bash") -> list[str]:
+def complete(path, line: str, home=None, shell: str = "bash", bin_dir=None) -> list[str]:
     """COMPREPLY for `line` (the cursor at its end), from a real shell that sourced `path`."""
     words = shlex.split(line) + ([""] if line.endswith(" ") else [])
     array = " ".join(shlex.quote(w) for w in words)
@@ -35,7 +37,7 @@ def complete(path, line: str, home=None, shell: str = "bash") -> list[str]:
             f"COMP_LINE={shlex.quote(line)}; _dtrain; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
     if shell == "zsh":  # bashcompinit's compgen and complete outside a completion widget
         code = "emulate -L zsh; setopt ksharrays; " + code
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", **({"DTRAIN_HOME": str(home)} if home else {})}
+    env = {**os.environ, "PATH": f"{bin_dir or BIN}:{os.environ['PATH']}", **({"DTRAIN_HOME": str(home)} if home else {})}
     out = subprocess.run([shell, "-c", code], capture_output=True, text=True, timeout=30, env=env)
     assert out.returncode == 0 and out.stderr == "", out.stderr
     return [w for w in out.stdout.split("\n") if w]
@@ -126,6 +128,43 @@ def test_job_volume_and_snapshot_names_are_completed(bash_script, dt: Dtrain, ho
     assert complete(bash_script, "dtrain snapshot describe ", home) == ["data-s1"]
     assert complete(bash_script, "dtrain describe job ", home) == []  # no job yet: nothing, quietly
     assert complete(bash_script, "dtrain volume describe data ", home) == []  # one name is enough
+
+
+SHIM = """#!/bin/sh
+echo "$*" >> "$0.calls"
+if [ -e "$0.hangs" ]; then exec sleep 60; fi  # a cluster that does not answer
+cat "$0.answer"
+"""
+
+
+@pytest.mark.parametrize("shell", ["bash", pytest.param("zsh", marks=pytest.mark.slow)])  # zsh: ~2 s
+def test_a_backend_that_does_not_answer_costs_one_wait_not_one_a_tab(tmp_path, monkeypatch, shell):
+    """A name lookup waited COMPLETION_TIMEOUT at every TAB and offered nothing while a cluster was down;
+    now the names it gave last (kept under the home) come back, and for COMPLETION_RETRY seconds at once."""
+    if shutil.which(shell) is None:
+        pytest.skip(f"{shell} is not installed")
+    monkeypatch.setattr(completion, "COMPLETION_TIMEOUT", 0.3)  # GNU timeout takes a fraction
+    path = tmp_path / "dtrain.sh"
+    path.write_text(script(build_parser(), shell))
+    home, bin_dir = tmp_path / "home", tmp_path / "bin"
+    home.mkdir()
+    bin_dir.mkdir()
+    dtrain = bin_dir / "dtrain"  # in dtrain's place: answers as `volume list --json` does, then hangs
+    dtrain.write_text(SHIM)
+    dtrain.chmod(0o755)
+    (bin_dir / "dtrain.answer").write_text(json.dumps([{"name": "data", "size": 1}, {"name": "dogs", "size": 1}],
+                                                      indent=2))
+    calls = bin_dir / "dtrain.calls"
+    line = "dtrain --backend kubernetes volume describe d"
+    assert complete(path, line, home, shell, bin_dir) == ["data", "dogs"]
+    (bin_dir / "dtrain.hangs").touch()
+    assert complete(path, line, home, shell, bin_dir) == ["data", "dogs"]  # after one wait: the last answer
+    assert calls.read_text().splitlines() == ["--backend kubernetes volume list --json"] * 2
+    assert complete(path, line, home, shell, bin_dir) == ["data", "dogs"]
+    assert len(calls.read_text().splitlines()) == 2  # not asked again: no wait at this TAB
+    assert complete(path, "dtrain --backend kubernetes snapshot describe ", home, shell, bin_dir) == []  # never answered
+    assert complete(path, "dtrain --backend local volume describe d", home, shell, bin_dir) == []  # another lookup's
+    assert [p.parent for p in home.rglob("*")][-1] == home / "completion"  # kept under the home
 
 
 @pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed (Debian: apt-get install zsh)")

@@ -6,7 +6,8 @@ later is completed without touching this file. A workload's flags (`dtrain lanes
 from workload_flags.py, a table written from the workloads' own parsers by scripts/workload_flags.py
 (a test holds the two equal): those parsers live in modules that import torch, which printing the
 script (at every shell start) must not load. Names are asked of `dtrain ... list --json` when TAB
-is pressed, quietly and for at most COMPLETION_TIMEOUT seconds. zsh runs the same script through
+is pressed, quietly and for at most COMPLETION_TIMEOUT seconds; the answer is kept under the home, and
+offered when a later lookup does not answer (then not asked again for COMPLETION_RETRY seconds). zsh runs the same script through
 its bashcompinit (whose compgen offers every word: zsh itself keeps those the typed start begins).
 """
 
@@ -19,6 +20,10 @@ from dtrain.cli.workload_flags import WORKLOAD_FLAGS
 # seconds one name lookup may take: `dtrain volume list` of a local home takes 0.4 s of CPU, but 1.8 s
 # of wall time on 2 busy cores; a cluster that does not answer costs this pause, never a hung shell
 COMPLETION_TIMEOUT = 5
+# seconds after a lookup that did not answer in time during which the same lookup is not asked again:
+# each TAB offers the last names it gave (kept under the home, in completion/) at once, instead of
+# waiting COMPLETION_TIMEOUT at every TAB for a cluster that is down
+COMPLETION_RETRY = 30
 
 # The verbs whose first name is one that exists, and the list whose names it takes: the submit verbs
 # name a new job, so theirs is not completed
@@ -97,21 +102,39 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
         "# dtrain completion: source <(dtrain completion bash)",
         _array("_dtrain_subs", table["subs"]), _array("_dtrain_flags", table["flags"]),
         _array("_dtrain_values", table["values"]), _array("_dtrain_names", names),
-        _array("_dtrain_lists", LISTS), _FUNCTION.replace("TIMEOUT", str(COMPLETION_TIMEOUT))])
+        _array("_dtrain_lists", LISTS),
+        _FUNCTION.replace("TIMEOUT", str(COMPLETION_TIMEOUT)).replace("RETRY", str(COMPLETION_RETRY))])
 
 
 # `at` (not `path`: zsh ties $path to $PATH) is the command path read so far: the words that name a
 # sub-command of the path before them; other words are flags, their values and names
 _FUNCTION = r"""
 _dtrain_list_names() {
-  local words=(${_dtrain_lists[$1]}) home=() i
+  local words=(${_dtrain_lists[$1]}) home=() i dir=${DTRAIN_HOME:-$HOME/.dtrain} kept= now out rc since=
   for ((i = 1; i < COMP_CWORD; i++)); do  # --home, --backend and -p PROJECT of the line being typed
     case ${COMP_WORDS[i]} in
       --home|--backend|-p|--project) home+=("${COMP_WORDS[i]}" "${COMP_WORDS[i+1]}") ;;
     esac
+    if [[ ${COMP_WORDS[i]} == --home ]]; then dir=${COMP_WORDS[i+1]}; fi
   done
-  timeout TIMEOUT "${COMP_WORDS[0]}" "${home[@]}" "${words[@]}" --json 2>/dev/null \
-    | sed -n 's/^    "name": "\([^"]*\)",\{0,1\}$/\1/p'
+  # the last answer of this lookup (its words: home, backend, project, list), kept under an existing home
+  if [[ -d $dir ]]; then kept="$dir/completion/$(printf '%s\n' "${home[@]}" "${words[@]}" | cksum | cut -d' ' -f1)"; fi
+  now=$(date +%s)
+  if [[ -n $kept && -f $kept.stalled ]]; then read -r since <"$kept.stalled"; fi
+  if [[ $since =~ ^[0-9]+$ ]] && (( now - since < RETRY )); then
+    cat "$kept" 2>/dev/null; return  # it did not answer a moment ago: no wait at each TAB
+  fi
+  out=$(timeout TIMEOUT "${COMP_WORDS[0]}" "${home[@]}" "${words[@]}" --json 2>/dev/null); rc=$?
+  if [[ $rc == 0 ]]; then
+    out=$(printf '%s\n' "$out" | sed -n 's/^    "name": "\([^"]*\)",\{0,1\}$/\1/p')
+    if [[ -n $kept ]] && mkdir -p "${kept%/*}" 2>/dev/null; then
+      printf '%s\n' "$out" >"$kept.$$" 2>/dev/null && mv -f "$kept.$$" "$kept" 2>/dev/null; rm -f "$kept.stalled"
+    fi
+    printf '%s\n' "$out"
+  elif [[ -n $kept ]]; then  # no answer (a cluster down, or slow): the names it gave last
+    if [[ $rc == 124 ]] && mkdir -p "${kept%/*}" 2>/dev/null; then echo "$now" >"$kept.stalled" 2>/dev/null; fi
+    cat "$kept" 2>/dev/null
+  fi
 }
 
 _dtrain() {
