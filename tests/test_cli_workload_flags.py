@@ -79,3 +79,15 @@ def test_a_choice_far_from_every_one_is_refused_with_the_list(capsys):
     with pytest.raises(SystemExit):
         train.main(["--backend", "xyz"])
     assert "invalid choice: 'xyz' (choose from 'gloo', 'nccl', 'mpi')" in capsys.readouterr().err
+
+
+def test_a_misspelt_command_of_python_m_is_named_with_the_one_meant(capsys):
+    """Under a plain torchrun (`python -m dtrain.workloads.lanes trian`), where dtrain's parser is not."""
+    from dtrain.errors import SpecError
+    from dtrain.workloads import cifar10
+    from dtrain.workloads.lanes.__main__ import main as lanes_main
+
+    assert lanes_main(["trian"]) == 2
+    assert capsys.readouterr().err.startswith("error: no command 'trian' (did you mean 'train'?); usage: python -m ")
+    with pytest.raises(SpecError, match=r"^unknown cifar10 command 'synht' \(did you mean 'synth'\?\); use 'train'"):
+        cifar10.main(["synht"])

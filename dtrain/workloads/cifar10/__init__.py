@@ -19,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     from dtrain.errors import SpecError
+    from dtrain.names import near_name
 
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
@@ -37,4 +38,6 @@ def main(argv: list[str] | None = None) -> int:
         from dtrain.workloads.cifar10.download import download_main
 
         return download_main(rest)
-    raise SpecError(f"unknown cifar10 command {command!r}; use 'train', 'synth' or 'download'")
+    near = near_name(command, ["train", "synth", "download"])  # `trian`: the command meant, as dtrain names a verb
+    hint = f" (did you mean {near!r}?)" if near else ""
+    raise SpecError(f"unknown cifar10 command {command!r}{hint}; use 'train', 'synth' or 'download'")

@@ -7,6 +7,7 @@ torchrun loads no more than training needs.
 import importlib
 import sys
 
+from dtrain.names import near_name
 from dtrain.workloads.inputs import one_line_errors
 
 COMMANDS = {
@@ -21,7 +22,9 @@ COMMANDS = {
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] not in COMMANDS:
-        print(f"usage: python -m dtrain.workloads.lanes {{{','.join(COMMANDS)}}} ...", file=sys.stderr)
+        near = near_name(argv[0], COMMANDS) if argv else None  # `trian`: the command meant, as dtrain names a verb
+        hint = f"error: no command {argv[0]!r} (did you mean {near!r}?); " if near else ""
+        print(f"{hint}usage: python -m dtrain.workloads.lanes {{{','.join(COMMANDS)}}} ...", file=sys.stderr)
         return 2
     module = importlib.import_module(COMMANDS[argv[0]])
     return one_line_errors(module.main, argv[1:])
