@@ -15,7 +15,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 from test_k8s_backend import IMAGE, NS, backend, cluster, make_backend, spec  # noqa: E402,F401  (their fixtures)
 
-from dtrain.backends import base  # noqa: E402
+from dtrain.backends import waiting  # noqa: E402
 from dtrain.backends.base import JobStatus  # noqa: E402
 from dtrain.backends.kubernetes import KubernetesConfig  # noqa: E402
 from dtrain.backends.kubernetes.fake import DROP, FakeCluster  # noqa: E402
@@ -57,7 +57,7 @@ def test_wait_rides_through_an_api_server_that_does_not_answer_for_a_while(make_
 
 
 def test_wait_reports_an_outage_longer_than_its_bound(make_backend, monkeypatch):
-    monkeypatch.setattr(base, "WAIT_OUTAGE", 0.0)
+    monkeypatch.setattr(waiting, "WAIT_OUTAGE", 0.0)
     fake = Outage([503, 503])
     backend = make_backend(fake=fake)
     backend.submit(spec())

@@ -1,22 +1,29 @@
 """The one backend interface and the typed records every backend returns.
 
-Read `Backend`'s docstring first: it is the contract a new backend implements.
+Read `Backend`'s docstring first: it is the contract a new backend implements. Its hooks are declared
+in hooks.py, the records in records.py, the checks every verb shares in checks.py, the waiting
+loops in waiting.py, `logs`' answer in logstream.py; every name is re-exported here.
 """
 
 from __future__ import annotations
 
-import abc
 import contextlib
-import dataclasses
-import logging
-import time
 from collections import Counter
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from enum import Enum
-from typing import TYPE_CHECKING, Any, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Iterable
 
+from dtrain.backends.checks import (HintCommand, _check_new_snapshot, _check_new_volume, _check_restore,  # noqa: F401
+                                    _existing, _flag, _plain_command, check_notebook_open, named,
+                                    volumes_named)
+from dtrain.backends.earlier_runs import job_uids_one_by_one, mark_earlier_runs
+from dtrain.backends.hooks import BackendHooks
+from dtrain.backends.logstream import LogStream, check_logs_args
+from dtrain.backends.records import (DataSource, Event, FreedInfo, GpuInfo, JobCount, JobInfo, JobPage,  # noqa: F401
+                                     JobStatus, JobSummary, Listed, LogLine, NodeInfo, Notice, ProcessInfo,
+                                     ProjectInfo, Progress, SnapshotInfo, StorageClassInfo, VolumeInfo,
+                                     check_status, newest_first, notices_of)
+from dtrain.backends.waiting import _until, _while_not_ready, late_wait
 from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotReadyError, NotSupportedError, SpecError,  # noqa: F401
                            TimeoutError_, UnavailableError)  # (re-exported)
 from dtrain.names import (EXEC_RUNNING_WAIT, MAX_TAIL, MAX_WAIT, check_gpu_quota, check_limit_bytes,  # noqa: F401
@@ -24,355 +31,21 @@ from dtrain.names import (EXEC_RUNNING_WAIT, MAX_TAIL, MAX_WAIT, check_gpu_quota
                           check_since, parse_volume_size, shown, since_refusal, status_refusal, with_near)
 from dtrain.spec import JobSpec
 
-
-# `cmd(words, project)`: `dtrain WORDS` as a printed hint names a follow-up command on a job of
-# `project`, so that it works as printed (the Client's: `Client.command_for`, which adds -p PROJECT
-# and --backend where config.yaml would send the bare command elsewhere).
-HintCommand = Callable[[str, str], str]
-
-
-def _plain_command(words: str, project: str) -> str:
-    """A hint's command where no Client says how to name it: `dtrain WORDS` as typed."""
-    return f"dtrain {words}"
-
-
 if TYPE_CHECKING:  # the local store's own reports; only the local backend produces them
     from dtrain.storage.info import VerifyReport
     from dtrain.storage.manifest import Change
 
 NOTEBOOK_POLL_S = 0.2  # how often notebook_url(wait=...) asks again while a notebook's Jupyter starts
-
-Progress = Callable[[int, int], None]  # (done, total) bytes or steps, as the CLI's progress bar takes it
-# Seconds in a row `wait` asks a backend again that does not answer: an API server's restart or a
-# rollout of its load balancer takes a minute or two; a cluster down for longer is reported.
-WAIT_OUTAGE = 300.0
 EXEC_POLL_S = 0.2
 
 
-class JobStatus(str, Enum):
-    PENDING = "Pending"  # queued: waiting for devices, quota or its turn
-    RUNNING = "Running"  # at least one process started
-    SUCCEEDED = "Succeeded"  # every process exited 0
-    FAILED = "Failed"  # a process failed and no restart is left, or the job was lost
-    DELETED = "Deleted"  # stopped by the user
-    SUSPENDED = "Suspended"  # stopped by the user (or an idle notebook's timeout) until resumed; holds no devices
-
-    @property
-    def terminal(self) -> bool:
-        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DELETED)
-
-    @property
-    def suspendable(self) -> bool:
-        """What `suspend` takes: a job that may run (queued or running)."""
-        return self in (JobStatus.PENDING, JobStatus.RUNNING)
-
-    @property
-    def stopped(self) -> bool:
-        """Nothing of the job runs, for now (Suspended) or for good (terminal): `logs -f` ends."""
-        return self.terminal or self is JobStatus.SUSPENDED
-
-    @property
-    def listed_by(self) -> str:
-        """The `dtrain` words that list a job in this status, for a hint: a Deleted one is not in a plain
-        `dtrain list` (as the HTTP list, it shows deleted jobs only when asked)."""
-        return "list --show-deleted" if self is JobStatus.DELETED else "list"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProcessInfo:
-    """One rank (a replica pod on Kubernetes)."""
-
-    rank: int  # global rank
-    status: str  # Pending, Running, Succeeded, Failed; Stopped (deleted, suspended), Terminating (its job
-    # stops it: preempted, suspended, deleted, and its process has not exited yet); Unknown (Kubernetes:
-    # its pod may not be read)
-    exit_code: int | None = None  # None while running
-    devices: tuple[str, ...] = ()  # allocated GPU ids
-    node: str | None = None  # host or node name
-    pod: str | None = None  # the pod that runs it, as `--pod` names it (Kubernetes: ranks packed in one pod share
-    # it; locally NAME-RANK); None while it has none, and on SageMaker
-
-
-@dataclass(frozen=True, kw_only=True)
-class DataSource:
-    """A snapshot a job's data came from: one per volume the job mounts whose content was, when the
-    job started, a snapshot's (restored from it, or the volume's latest snapshot taken), as a PVC's
-    `dataSource` names the VolumeSnapshot it was made from. Recorded when the job starts, so a later
-    change or delete does not rewrite it; whether the snapshot or volume was deleted since is told."""
-
-    volume: str  # the mounted volume
-    snapshot: str  # the snapshot its content was when the job started
-    snapshot_deleted: bool = False  # that snapshot was deleted since (the lineage stays)
-    volume_deleted: bool = False  # that volume was deleted since (or deleted and made again)
-
-
-@dataclass(frozen=True, kw_only=True)
-class Event:
-    """One status change, with when and why."""
-
-    time: float  # unix seconds
-    status: str  # the status entered
-    message: str = ""  # why
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobInfo:
-    """What every backend reports about a job."""
-
-    name: str
-    spec: JobSpec
-    status: JobStatus
-    backend: str
-    created: float  # unix seconds
-    # unique per submit (a Kubernetes object's metadata.uid, a SageMaker TrainingJobArn@CreationTime): a name
-    # submitted again is a new job with a new uid; None where unknown (a local job of before uids)
-    uid: str | None = None
-    started: float | None = None
-    finished: float | None = None
-    node: str | None = None
-    gpus_allocated: int = 0
-    processes_running: int = 0
-    processes_pending: int = 0
-    processes: tuple[ProcessInfo, ...] = ()
-    events: tuple[Event, ...] = ()
-    restarts: int = 0
-    message: str = ""
-    snapshot: str | None = None  # snapshot taken on success
-    data_sources: tuple[DataSource, ...] = ()  # the snapshots its volumes' data came from, one per volume
-    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific details
-
-    def to_dict(self) -> dict[str, Any]:
-        """The record as `--json` prints it: the same fields as the HTTP API's Job (server/wire.py)."""
-        d = _plain(asdict(self))
-        d["spec"] = self.spec.to_dict()
-        d["status"] = self.status.value
-        d.update(project=self.spec.project, kind=self.spec.kind, gpus_requested=self.spec.gpus_requested,
-                 source_snapshot=self.extra.get("source_snapshot"),
-                 volumes=[m.volume for m in self.spec.resolved_volumes()])
-        return d
-
-
-@dataclass(frozen=True, kw_only=True)
-class Notice:
-    """A warning of one call, returned with its result: the answer is usable but incomplete (a source
-    of jobs or classes that could not be read, log lines that may be missing). The CLI prints each as
-    one `dtrain: warning: MESSAGE` line on stderr, the HTTP API sends it in a `Warning` header."""
-
-    code: str  # what kind: "jobs-unlisted", "projects-unlisted", "classes-unlisted", "logs-incomplete", "image-unused",
-    # "quota-unknown" (a project's GPU quota not readable), "gpus-unknown" (GPUs allocated counted from part of the pods)
-    message: str  # one line: what is missing, why, and how to fix it
-
-
-class Listed(list):
-    """A listing verb's records (a plain list to every caller) with the call's `notices`: the
-    warnings of this call alone, never of another thread's."""
-
-    __slots__ = ("notices",)
-
-    def __init__(self, items: Iterable = (), notices: Iterable[Notice] = ()):
-        super().__init__(items)
-        self.notices: tuple[Notice, ...] = tuple(notices)
-
-
-def notices_of(result) -> tuple[Notice, ...]:
-    """The notices a hook returned with its records (none for a plain list)."""
-    return result.notices if isinstance(result, (Listed, JobPage)) else ()
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobPage:
-    """One page of the job list, newest first: what the dashboard's Jobs table shows."""
-
-    total: int  # the jobs that matched the filters, before paging
-    jobs: tuple[JobInfo, ...]
-    notices: tuple[Notice, ...] = ()  # the listing's warnings (a source of jobs not read)
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobCount:
-    """How many of a project's jobs are in one status (Prometheus' dtrain_jobs)."""
-
-    project: str
-    status: JobStatus
-    jobs: int  # at least 1: a status no job is in is not listed
-
-
-@dataclass(frozen=True, kw_only=True)
-class JobSummary:
-    """What a Prometheus scrape shows: how many jobs are in each status, and the records of the
-    jobs that have not finished (Pending, Running, Suspended), not those of the whole history."""
-
-    counts: tuple[JobCount, ...]  # by project, then status; Deleted too
-    unfinished: tuple[JobInfo, ...]  # in the order they were submitted
-
-
-def check_status(status: JobStatus | str | None) -> JobStatus | None:
-    """A status filter: a JobStatus, or its word as the HTTP API gives it; None: no filter."""
-    if status is None or isinstance(status, JobStatus):
-        return status
-    try:
-        return JobStatus(status)
-    except (ValueError, TypeError):
-        raise status_refusal(status, [s.value for s in JobStatus]) from None
-
-
-def newest_first(jobs, limit: int | None, offset: int) -> JobPage:
-    """`jobs` as a page: newest first (by creation time, then name, so that pages never overlap
-    while nothing is submitted), `offset` skipped, at most `limit` kept; `total` counts them all;
-    the notices of `jobs` (a `Listed`) kept."""
-    notices = notices_of(jobs)
-    jobs = sorted(jobs, key=lambda j: (j.created, j.name), reverse=True)
-    return JobPage(total=len(jobs), jobs=tuple(jobs[offset:] if limit is None else jobs[offset:offset + limit]),
-                   notices=notices)
-
-
-def _plain(value):
-    """`value` with every tuple a list, as JSON and the HTTP API give it (asdict keeps tuples)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-class _Record:
-    def to_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))  # type: ignore[call-overload]
-
-
-@dataclass(frozen=True, kw_only=True)
-class LogLine(_Record):
-    rank: int  # which process wrote it
-    time: float | None  # unix seconds when the line was captured
-    text: str  # without the trailing newline
-
-
-@dataclass(frozen=True, kw_only=True)
-class GpuInfo:
-    index: str  # device id as CUDA_VISIBLE_DEVICES takes it
-    name: str = ""  # product name
-    memory_total: int | None = None  # bytes
-    memory_used: int | None = None  # bytes
-    utilization: float | None = None  # percent, 0-100
-    job: str | None = None  # job holding it, if any
-    project: str | None = None  # that job's project (a link to it names it), where the backend knows it
-    held_by: str | None = None  # held by a workload not dtrain's: its pod, NAMESPACE/NAME (Kubernetes)
-    unknown: bool = False  # whether it is held cannot be told (Kubernetes: pods this account may not list): not free
-
-
-@dataclass(frozen=True, kw_only=True)
-class NodeInfo:
-    name: str
-    gpus_allocatable: int
-    gpus_allocated: int
-    cpus: int | None = None
-    memory: int | None = None  # bytes
-    gpus: tuple[GpuInfo, ...] = ()
-    labels: Mapping[str, str] = field(default_factory=dict)  # what a job's node_selector matches
-
-    def to_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))
-
-
-@dataclass(frozen=True, kw_only=True)
-class ProjectInfo(_Record):
-    """A project: a GPU quota and a queue (a row locally, a namespace on Kubernetes)."""
-
-    name: str
-    backend: str
-    gpu_quota: int | None  # GPUs its jobs may hold together; None: no quota
-    gpus_allocated: int  # GPUs its running jobs hold now
-    jobs: int  # jobs recorded in it, any status
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. the namespace
-    running: int = 0  # its jobs Running now (Client.list_projects counts them)
-    pending: int = 0  # its jobs Pending: queued, or preempted and queued again
-
-
-@dataclass(frozen=True, kw_only=True)
-class VolumeInfo(_Record):
-    """A volume: storage every process of a job mounts read-write (a folder locally, a PVC)."""
-
-    name: str  # DNS-1123 name
-    backend: str
-    size: str  # requested capacity, a Kubernetes quantity ('10Gi'); the local backend does not enforce it
-    size_bytes: int  # `size` in bytes
-    storage_class: str | None  # 'local' locally; a StorageClass on Kubernetes (None: the cluster default)
-    created: float  # unix seconds
-    status: str = "Bound"  # Bound (usable), Pending (being provisioned) or Lost
-    origin_snapshot: str | None = None  # the snapshot it was restored from, if any
-    job: str | None = None  # the job it was made for (--pvc CLASS:SIZE:MOUNT), if known
-    # what its files take on disk now (allocated blocks, as du); None where the backend cannot tell (a PVC)
-    # or did not measure: the record a create, restore or move returns (get and list measure)
-    used_bytes: int | None = None
-    labels: Mapping[str, str] = field(default_factory=dict)
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. the local folder, the namespace
-
-
-@dataclass(frozen=True, kw_only=True)
-class SnapshotInfo(_Record):
-    """A point-in-time, read-only copy of a volume (a stored manifest, a VolumeSnapshot)."""
-
-    name: str  # DNS-1123 name
-    backend: str
-    volume: str | None  # the volume it was taken of
-    created: float  # unix seconds
-    ready: bool = True  # False while the storage system is still taking it
-    error: str | None = None  # why the storage system failed to take it
-    job: str | None = None  # the job whose results it holds
-    job_uid: str | None = None  # that job's uid (JobInfo.uid) when it was taken; None where unknown
-    # True when the job named `job` now is another one (submitted again after a purge): the snapshot
-    # holds an earlier run's results, not those of the job `describe job JOB` shows
-    earlier_run: bool = False
-    job_spec: Mapping[str, Any] | None = None  # that job's spec (JobSpec.to_dict()), where recorded
-    source_snapshot: str | None = None  # the snapshot the job's data started from (lineage)
-    files: int | None = None  # regular files it holds, where the backend can count them
-    bytes: int | None = None  # bytes it holds (restoreSize on Kubernetes); None until known
-    volume_size: str | None = None  # its volume's requested size then: the default size of a restore
-    storage_class: str | None = None  # its volume's storage class then
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, kw_only=True)
-class StorageClassInfo(_Record):
-    """A storage class (a performance tier) volumes can be made in or moved to: a root folder
-    locally; a StorageClass or a VolumeAttributesClass on Kubernetes (`kubectl get storageclass`)."""
-
-    name: str
-    backend: str
-    kind: str = "StorageClass"  # Kubernetes: or VolumeAttributesClass (the tier `volume update --class` sets)
-    default: bool = False  # the class `volume create` without --class uses
-    root: str | None = None  # the folder its volumes live in (local)
-    provisioner: str | None = None  # Kubernetes: the StorageClass's provisioner, a VolumeAttributesClass's driverName
-    status: str | None = None  # Ready, NotMounted, Unusable, NotConfigured; None where the backend cannot tell
-    message: str = ""  # why it is not Ready, or what first use does
-    free_bytes: int | None = None  # free space on its disk, where the backend can tell
-    total_bytes: int | None = None  # that disk's size
-    volumes: int = 0  # volumes in it (Kubernetes: the project's PVCs)
-    extra: dict[str, Any] = field(default_factory=dict)  # e.g. a StorageClass's parameters and reclaim policy
-
-
-@dataclass(frozen=True, kw_only=True)
-class FreedInfo(_Record):
-    """What deleting a snapshot gave back."""
-
-    snapshot: str  # the deleted snapshot
-    backend: str
-    bytes: int | None  # disk bytes freed now; None when the storage system frees them on its own
-    pending: bool = False  # True when a running snapshot or restore delays the cleanup
-    no_room: bool = False  # pending because the home disk is full: the next storage command with room frees it
-    extra: dict[str, Any] = field(default_factory=dict)
-
-
-class Backend(abc.ABC):
+class Backend(BackendHooks):
     """What a backend is: the contract a new backend author reads first.
 
     * Public verbs are concrete here and are never overridden. Each one checks what every backend
       checks the same way (names, sizes, argument combinations) and calls one `_hook`. A backend
       subclasses :class:`Backend`, sets `name`, and fills in the hooks.
-    * Required hooks (abstract): the job half, `_submit`, `_get`, `_list`, `_logs`, `_delete`,
+    * Required hooks (abstract, declared in hooks.py): the job half, `_submit`, `_get`, `_list`, `_logs`, `_delete`,
       `_nodes`; the storage half, `_create_volume`, `_list_volumes`, `_get_volume`,
       `_delete_volume`, `_create_snapshot`, `_list_snapshots`, `_get_snapshot`,
       `_restore_snapshot`, `_delete_snapshot`.
@@ -476,20 +149,8 @@ class Backend(abc.ABC):
         `limit_bytes` (kubectl's --limit-bytes): the lines up to that many bytes, each counted as
         its UTF-8 text and a newline, the last one cut short to fit (a follower stops there). The
         returned :class:`LogStream`'s `notices`, as it is read, say why lines may be missing."""
-        if limit_bytes is not None:
-            check_limit_bytes(limit_bytes)
-        typed = rank  # a refusal names it as typed (--rank 1E3); the backend is given the plain number
-        if rank is not None:  # the job's own last rank is checked once it is read
-            rank = check_rank(rank)
-        if tail is not None:
-            check_tail(tail)
-        if since is not None:  # refused before the job is read, as the HTTP query is
-            check_since(since)
-        if not isinstance(previous, bool) or not isinstance(follow, bool):
-            raise SpecError(f"invalid previous {previous!r} or follow {follow!r}: use true or false")
-        if previous and follow:
-            raise SpecError("--previous cannot be followed: the previous attempt has ended; drop -f to print its "
-                            "lines, or drop --previous to follow the current attempt")
+        typed, rank = rank, check_logs_args(rank=rank, tail=tail, since=since, follow=follow, previous=previous,
+                                            limit_bytes=limit_bytes)
         with self._named("job", name):  # unknown job -> NotFoundError before any output
             info = self._get(_existing(name, "job"))
         if rank is not None and rank >= info.spec.processes:
@@ -509,19 +170,8 @@ class Backend(abc.ABC):
             check_wait(timeout)
         with self._named("job", name):
             info = self._get(_existing(name, "job"))
-
-        def late(info: JobInfo) -> DtrainError:
-            words = f"describe job {name}" if info.status is JobStatus.PENDING else f"logs {name}"
-            if info.status is JobStatus.SUSPENDED:  # it ends only once someone resumes it: say so, not its logs
-                words = f"resume {name}"
-                look = command(words) if command else f"dtrain {words}"
-                return TimeoutError_(f"job {name!r} is still Suspended after {timeout:g}s: it ends only once "
-                                     f"resumed ('{look}')", look)
-            look = command(words) if command else f"dtrain {words}"
-            return TimeoutError_(f"job {name!r} is still {info.status} after {timeout:g}s; "
-                                 f"wait longer (--timeout) or check '{look}'", look)
-
-        return _until(info, lambda: self._get(name), lambda i: i.status.terminal, late, timeout=timeout,
+        return _until(info, lambda: self._get(name), lambda i: i.status.terminal,
+                      lambda i: late_wait(name, i, timeout, command), timeout=timeout,
                       poll=lambda: self._wait_poll(name) if poll is None else poll)
 
     def wait_snapshot(self, name: str, *, timeout: float | None = None, poll: float = 1.0,
@@ -667,25 +317,7 @@ class Backend(abc.ABC):
     def _open_notebook(self, name: str, cmd: HintCommand | None) -> str:
         with self._named("job", name, "notebook"):
             info = self._get(_existing(name, "notebook"))
-        project = info.spec.project
-
-        def said(words: str) -> str:
-            return (cmd or _plain_command)(words, project)
-
-        if not info.spec.notebook:
-            raise SpecError(f"job {name!r} is not a notebook: start one with "
-                            f"'{said('notebook NAME --pvc VOLUME:/home/jovyan')}'")
-        if info.status == JobStatus.DELETED:
-            raise ConflictError(f"notebook {name!r} is Deleted: start it again with '{said(f'notebook {name} ...')}'")
-        if info.status.terminal:  # its name is still taken: delete first (its files are kept)
-            raise ConflictError(f"notebook {name!r} is {info.status}: delete it ('{said(f'delete {name}')}', which "
-                                f"keeps its files on its volume or in its own work folder), then start it again "
-                                f"('{said(f'notebook {name} ...')}')")
-        if info.status == JobStatus.SUSPENDED:
-            raise ConflictError(f"notebook {name!r} is Suspended: start it again with '{said(f'resume {name}')}'")
-        if info.status == JobStatus.PENDING:  # queued (for GPUs, a quota): a URL of an earlier start, or none
-            raise ConflictError(f"notebook {name!r} is Pending ({info.message or 'queued'}): open it once it is "
-                                f"Running (see '{said(f'describe job {name}')}')")
+        check_notebook_open(name, info, cmd or _plain_command)
         return self._notebook_url(info)
 
     def artifacts(self, name: str, *, to: str | Path, output_data: bool = False) -> Path:
@@ -815,24 +447,13 @@ class Backend(abc.ABC):
         return sorted(self._mark_earlier_runs(snaps), key=lambda s: (s.created, s.name))
 
     def _mark_earlier_runs(self, snaps: list[SnapshotInfo]) -> list[SnapshotInfo]:
-        """`snaps`, those an earlier job of their job's name left (their job_uid is not the uid of the
-        job now so named: it was purged and submitted again) marked `earlier_run`. Only the jobs the
-        snapshots name are read, each once (`_job_uids`), not every job. Where no job has the name now,
-        or its uid is unknown, or a snapshot recorded none, which run it holds is unknown: as it is."""
-        names = {s.job for s in snaps if s.job is not None and s.job_uid}
-        current = self._job_uids(names) if names else {}
-        return [dataclasses.replace(s, earlier_run=True) if current.get(s.job) not in (None, s.job_uid) else s
-                for s in snaps]
+        """`snaps`, an earlier job's marked `earlier_run` (earlier_runs.mark_earlier_runs)."""
+        return mark_earlier_runs(snaps, self._job_uids)
 
     def _job_uids(self, names: set[str]) -> dict[str, str]:
-        """The uids of the jobs now named `names`, by name; a name no job has, or one whose uid is
-        unknown, is left out. Each read once with `_get`; a backend with a cheaper read overrides it."""
-        uids = {}
-        for name in names:
-            with contextlib.suppress(NotFoundError):
-                if (uid := self._get(name).uid) is not None:
-                    uids[name] = uid
-        return uids
+        """The uids of the jobs now named `names`, by name (a name no job has, or one whose uid is
+        unknown, left out): each read with `_get`; a backend with a cheaper read overrides it."""
+        return job_uids_one_by_one(self._get, names)
 
     def get_snapshot(self, name: str) -> SnapshotInfo:
         with self._named("snapshot", name):
@@ -873,339 +494,17 @@ class Backend(abc.ABC):
         with self._named("snapshot", a), self._named("snapshot", b):
             return self._diff_snapshots(_existing(a, "snapshot"), _existing(b, "snapshot"))
 
-    # ---- a name that does not exist: the near one ---------------------------------------
-    @contextlib.contextmanager
-    def _named(self, what: str, name: str, noun: str | None = None) -> Iterator[None]:
-        """Around a hook given an existing job, volume or snapshot: a NotFoundError that quotes
-        `name`, when the backend knows no such one, gets the near name it knows (did you mean
-        'train-1'?), on one line as before and of the same class.
+    # ---- a name that does not exist: the near one (checks.named) ---------------------------
+    def _named(self, what: str, name: str, noun: str | None = None) -> contextlib.AbstractContextManager[None]:
+        """Around a hook given an existing job, volume or snapshot: see `checks.named`."""
+        return named(what, name, self._names, noun)
 
-        A name no dtrain object can have ('Bad_Name!') is check_name's SpecError instead (`noun`
-        the word it says, default `what`): the rule, as the HTTP API's path pattern says it, not
-        "no job named". Only when nothing is found: a backend may list objects another tool named
-        (a Kubernetes PVC 'data.v1')."""
-        try:
-            yield
-        except NotFoundError as err:
-            if isinstance(name, str):
-                if what == "volume" and noun is None:  # a dotted claim's full name ('data.v1') is well formed
-                    check_mounted_volume(name)
-                else:
-                    check_name(name, noun or what)  # malformed: this SpecError, raised from the lookup
-            if len(err.args) == 1 and isinstance(err.args[0], str) and isinstance(name, str):
-                err.args = (self._with_near(err.args[0], what, name),)
-            raise
-
-    @contextlib.contextmanager
-    def _volumes_named(self, spec: JobSpec) -> Iterator[None]:
-        """Around a hook given a job spec: a NotFoundError quoting a volume it mounts (--pvc) or
-        snapshots (ENABLE_SNAPSHOT + PVC_NAME) gets the near name, as `volume describe` names it; a
-        typo'd --pvc, where it is typed most, got "no volume named 'wrk'" alone."""
-        try:
-            yield
-        except NotFoundError as err:
-            names = {m.volume for m in spec.volumes if hasattr(m, "volume")} | {spec.snapshot_volume} - {None}
-            if len(err.args) == 1 and isinstance(err.args[0], str):
-                for name in sorted(names):
-                    err.args = (self._with_near(err.args[0], "volume", name),)
-            raise
-
-    def _with_near(self, message: str, what: str, name: str) -> str:
-        if repr(name) not in message:
-            return message
-        try:
-            current, others = (list(group) for group in self._names(what))
-        except (DtrainError, OSError):  # the names cannot be read (no access, no answer): the error stands as is
-            return message
-        if name in current or name in others:  # it exists: the error is about something else
-            return message
-        near = near_name(name, current, others)
-        return message if near is None else with_near(message, name, near)
-
-    # ---- required hooks -----------------------------------------------------------------
-    @abc.abstractmethod
-    def _submit(self, spec: JobSpec) -> JobInfo: ...
-
-    @abc.abstractmethod
-    def _get(self, name: str) -> JobInfo: ...
-
-    @abc.abstractmethod
-    def _list(self) -> list[JobInfo]: ...
-
-    @abc.abstractmethod
-    def _logs(self, name: str, *, rank: int | None, tail: int | None, since: float | None,
-              follow: bool, previous: bool) -> Iterator[LogLine]: ...
-
-    @abc.abstractmethod
-    def _delete(self, name: str) -> JobInfo: ...
-
-    @abc.abstractmethod
-    def _nodes(self) -> list[NodeInfo]: ...
-
-    @abc.abstractmethod
-    def _create_volume(self, name: str, *, size: str, storage_class: str | None) -> VolumeInfo: ...
-
-    @abc.abstractmethod
-    def _list_volumes(self) -> list[VolumeInfo]: ...
-
-    @abc.abstractmethod
-    def _get_volume(self, name: str) -> VolumeInfo: ...
-
-    @abc.abstractmethod
-    def _delete_volume(self, name: str, *, force: bool) -> None: ...
-
-    @abc.abstractmethod
-    def _create_snapshot(self, volume: str, *, name: str | None, job: str | None,
-                         progress: Progress | None) -> SnapshotInfo: ...
-
-    @abc.abstractmethod
-    def _list_snapshots(self) -> list[SnapshotInfo]: ...
-
-    @abc.abstractmethod
-    def _get_snapshot(self, name: str) -> SnapshotInfo: ...
-
-    @abc.abstractmethod
-    def _restore_snapshot(self, name: str, *, to: str | None, in_place: bool, storage_class: str | None,
-                          progress: Progress | None) -> VolumeInfo: ...
-
-    @abc.abstractmethod
-    def _delete_snapshot(self, name: str) -> FreedInfo: ...
-
-    # ---- optional hooks: a backend without the feature keeps these ----------------------
-    def _exec(self, name: str, command: list[str], *, rank: int) -> int:
-        raise self._not_supported("'dtrain exec'")
-
-    def _suspend(self, name: str) -> JobInfo:
-        raise self._not_supported("suspending a job")
-
-    def _resume(self, name: str) -> JobInfo:
-        raise self._not_supported("resuming a job")
-
-    def _names(self, what: str) -> tuple[Iterable[str], Iterable[str]]:
-        """The names of the backend's jobs (`what` 'job'), volumes or snapshots that a name which
-        does not exist is matched against: those in use, then the others (Deleted jobs, which
-        `describe` still reads). The default reads the listing hooks; a backend whose listing costs
-        more than its names (pods, a du of each volume, one AWS call per job) reads names only."""
-        if what == "job":
-            jobs = self._list()
-            return ([j.name for j in jobs if j.status != JobStatus.DELETED],
-                    [j.name for j in jobs if j.status == JobStatus.DELETED])
-        return [r.name for r in (self._list_volumes() if what == "volume" else self._list_snapshots())], []
-
-    def _purge(self, name: str) -> None:
-        """Forget a deleted job. Backends whose delete already removes the object keep this no-op."""
-
-    def _render(self, spec: JobSpec) -> list[dict[str, Any]]:
-        raise self._not_supported("a dry run (--dry-run)")
-
-    def _planned_snapshot(self, spec: JobSpec) -> str | None:
-        return None
-
-    def _artifacts(self, name: str, *, to: Path) -> Path:
-        raise self._not_supported("'artifacts'", "copy the model from the volume the job wrote it to")
-
-    def _output_data(self, name: str, *, to: Path) -> Path:
-        raise NotSupportedError(f"'artifacts --output-data' fetches SageMaker's output data ($SM_OUTPUT_DATA_DIR); "
-                                f"the {self.name} backend has none apart from the model folder: drop --output-data")
-    def _render_volume(self, name: str, *, size: str, storage_class: str | None) -> list[dict[str, Any]]:
-        raise self._not_supported("a dry run of 'volume create'")
-
-    def _render_snapshot(self, volume: str, *, name: str | None, job: str | None) -> list[dict[str, Any]]:
-        raise self._not_supported("a dry run of 'snapshot create'")
-
-    def _render_restore(self, name: str, *, to: str | None, in_place: bool,
-                        storage_class: str | None) -> list[dict[str, Any]]:
-        raise self._not_supported("a dry run of 'snapshot restore'")
-
-    def _create_project(self, name: str, *, gpu_quota: int | None, no_gpu_quota: bool) -> None:
-        raise self._not_supported("projects")
-
-    def _list_projects(self) -> list[ProjectInfo]:
-        raise self._not_supported("projects")
-
-    def _notebook_url(self, info: JobInfo) -> str:
-        raise self._not_supported("notebooks")
-
-    def _list_storage_classes(self) -> list[StorageClassInfo]:
-        raise self._not_supported("storage classes")
-
-    def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
-        raise self._not_supported("changing a volume's storage class")
-
-    def _render_volume_update(self, name: str, *, storage_class: str) -> Any:
-        raise self._not_supported("changing a volume's storage class")
-
-    def _class_change(self, info: VolumeInfo, say: Callable[[str], str]) -> str | None:
-        """Where the volume's storage-class change stands, in words; None once the class is in effect
-        (the default: a backend whose `_update_volume` returns when the change is done). Raises
-        ConflictError, naming the fix (`say(words)` is the command to type), when the storage system
-        refused the class: the wait would never end."""
-        return None
-
-    def _verify_snapshot(self, name: str | None) -> VerifyReport:
-        raise self._not_supported("'snapshot verify'", "it reads the local snapshot store")
-
-    def _diff_snapshots(self, a: str, b: str | None) -> list[Change]:
-        raise self._not_supported("'snapshot diff'", "it reads the local snapshot store")
-
-    def _not_supported(self, what: str, why: str = "") -> NotSupportedError:
-        return NotSupportedError(f"the {self.name} backend does not support {what}"
-                                 + (f" ({why})" if why else "") + "; use --backend local or another backend")
+    def _volumes_named(self, spec: JobSpec) -> contextlib.AbstractContextManager[None]:
+        """Around a hook given a job spec: see `checks.volumes_named`."""
+        return volumes_named(spec, self._names)
 
     def opened_problem(self) -> str | None:
         """Why this backend cannot be used from here at all, found before any request (a cluster's
         kubeconfig missing or broken); None: usable. A job verb's backend= naming one that cannot be
         opened is refused quoting it (Client.check_backend), a 404 over HTTP, not the 502 of a failure."""
         return None
-
-
-def _check_new_volume(name: str, size: str, storage_class: str | None) -> None:
-    check_name(name, "volume")
-    if not isinstance(size, str):  # size=10 from Python made a 10-byte volume, where a --pvc size must be a string
-        raise SpecError(f"invalid volume size {shown(size)}: must be a string such as '100Gi' (a Kubernetes "
-                        f"quantity from 1Mi to 1Ei, with its unit)")
-    parse_volume_size(size)
-    if storage_class is not None:
-        check_storage_class(storage_class)
-
-
-def _while_not_ready(attempt: Callable[[], Any], *, wait: float, pause: float):
-    """`attempt()`, asked again every `pause` seconds while it raises NotReadyError (a notebook's
-    Jupyter starting, a job's rank being launched), for up to `wait` seconds; then its last
-    NotReadyError. `exec` and `notebook_url` use it; `_until` is the loop that polls a status."""
-    deadline = time.monotonic() + wait
-    while True:
-        try:
-            return attempt()
-        except NotReadyError:
-            if time.monotonic() >= deadline:
-                raise
-        time.sleep(max(0.0, min(pause, deadline - time.monotonic())))
-
-
-def _until(info, read: Callable[[], Any], done: Callable[[Any], bool], late: Callable[[Any], DtrainError], *,
-           timeout: float | None, poll: Callable[[], float]):
-    """The one loop that waits for a status (`wait`, `wait_snapshot`): `read` until `done` says yes, `late`'s
-    error once `timeout` seconds have passed. A read the backend does not answer (UnavailableError)
-    is asked again, for up to WAIT_OUTAGE seconds in a row: an API server that sheds load (429),
-    restarts (5xx) or drops a connection for a while must not end an hours-long wait (a pipeline
-    step's). A pause never runs past the timeout."""
-    deadline = None if timeout is None else time.monotonic() + timeout
-    outage: float | None = None  # since when the backend has not answered a read
-    while True:
-        if done(info):
-            return info
-        if deadline is not None and time.monotonic() >= deadline:
-            raise late(info)
-        pause = poll()
-        time.sleep(pause if deadline is None else max(0.0, min(pause, deadline - time.monotonic())))
-        try:
-            info = read()
-            outage = None
-        except UnavailableError:
-            outage = time.monotonic() if outage is None else outage
-            if time.monotonic() - outage >= WAIT_OUTAGE:
-                raise
-
-
-def _check_new_snapshot(name: str | None, job: str | None) -> None:
-    if name is not None:
-        check_name(name, "snapshot")
-    if job is not None:
-        check_name(job, "job")
-
-
-def _check_restore(name: str, to: str | None, in_place: bool, storage_class: str | None = None) -> None:
-    _existing(name, "snapshot")
-    _flag(in_place, "in_place")  # in_place='no' rolled the volume back
-    if to is not None and in_place:
-        raise SpecError(f"restore snapshot {name!r} into a new volume (--to NEW_VOLUME) or in place "
-                        f"(--in-place), not both")
-    if to is None and not in_place:
-        raise SpecError(f"say where to restore snapshot {name!r}: --to NEW_VOLUME (a clone) or "
-                        f"--in-place (roll the volume back)")
-    if to is not None:
-        check_name(to, "volume")
-    if storage_class is not None:
-        if in_place:
-            raise SpecError(f"--class does not go with --in-place: an in-place restore of snapshot {name!r} keeps "
-                            f"its volume's storage class; change that with `dtrain volume update VOLUME --class "
-                            f"{storage_class}`, or restore into a new volume with --to NEW_VOLUME --class "
-                            f"{storage_class}")
-        check_storage_class(storage_class)
-
-
-def _existing(name, what: str) -> str:
-    """The name of an existing job, volume or snapshot as a verb takes it: a string. (A list reached
-    the local store's query as a bare sqlite3 error.) Whether it names one is the backend's to say."""
-    if not isinstance(name, str):
-        example = {"volume": "data", "snapshot": "data-s1", "notebook": "lab"}.get(what, "train")
-        raise SpecError(f"invalid {what} name {shown(name)}: give the {what}'s name as a string, e.g. '{example}'")
-    return name
-
-
-class LogStream:
-    """The lines of one `logs` call, an iterator, with that call's `notices`, known while it is read:
-    why lines may be missing (a restarted host not started yet, a resumed job followed before it runs
-    again). A `_logs` hook yields a :class:`Notice` among its lines; it is kept here, and logged at once
-    (`dtrain: warning: ...` on stderr, as a follower may wait long for the next line), not yielded."""
-
-    def __init__(self, items: Iterator[LogLine | Notice], limit_bytes: int | None = None):
-        self._items = items
-        self._notices: list[Notice] = []
-        lines = self._lines()
-        self._out = lines if limit_bytes is None else _at_most(lines, limit_bytes)
-
-    @property
-    def notices(self) -> tuple[Notice, ...]:
-        return tuple(self._notices)
-
-    def _lines(self) -> Iterator[LogLine]:
-        try:
-            for item in self._items:
-                if isinstance(item, Notice):
-                    self._notices.append(item)
-                    logging.getLogger(__name__).warning("dtrain: warning: %s", item.message)
-                else:
-                    yield item
-        finally:
-            close = getattr(self._items, "close", None)
-            if close is not None:  # a generator's files are closed now, not when it is collected
-                close()
-
-    def __iter__(self) -> LogStream:
-        return self
-
-    def __next__(self) -> LogLine:
-        return next(self._out)
-
-    def close(self) -> None:
-        self._out.close()
-
-
-def _at_most(lines: Iterator[LogLine], limit: int) -> Iterator[LogLine]:
-    """`lines` up to `limit` bytes (text and newline, UTF-8); the line that passes it cut to fit, at a
-    character's end; nothing is read past it (a follower is not left waiting for a line it drops)."""
-    left = limit
-    for line in lines:
-        size = len(line.text.encode("utf-8", "surrogateescape")) + 1
-        if size <= left:
-            yield line
-            left -= size
-            if left:
-                continue
-        else:
-            cut = line.text.encode("utf-8", "surrogateescape")[:left - 1].decode("utf-8", "ignore")
-            if cut:
-                yield dataclasses.replace(line, text=cut)
-        close = getattr(lines, "close", None)
-        if close is not None:  # a generator's files are closed now, not when it is collected
-            close()
-        return
-
-
-def _flag(value, what: str) -> bool:
-    """A yes/no argument of a verb: True or False, never a truthy string ('no' purged, restored in place)."""
-    if not isinstance(value, bool):
-        raise SpecError(f"invalid {what} {shown(value)}: use True or False")
-    return value

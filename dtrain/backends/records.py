@@ -1,0 +1,331 @@
+"""The typed, frozen records every backend returns (see `dtrain.backends.base.Backend`), and the
+rules of the job list's pages that every backend shares. `dtrain.backends.base` re-exports them all."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from enum import Enum
+from typing import Any, Iterable
+
+from dtrain.names import status_refusal
+from dtrain.spec import JobSpec
+
+Progress = Callable[[int, int], None]  # (done, total) bytes or steps, as the CLI's progress bar takes it
+
+
+class JobStatus(str, Enum):
+    PENDING = "Pending"  # queued: waiting for devices, quota or its turn
+    RUNNING = "Running"  # at least one process started
+    SUCCEEDED = "Succeeded"  # every process exited 0
+    FAILED = "Failed"  # a process failed and no restart is left, or the job was lost
+    DELETED = "Deleted"  # stopped by the user
+    SUSPENDED = "Suspended"  # stopped by the user (or an idle notebook's timeout) until resumed; holds no devices
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobStatus.SUCCEEDED, JobStatus.FAILED, JobStatus.DELETED)
+
+    @property
+    def suspendable(self) -> bool:
+        """What `suspend` takes: a job that may run (queued or running)."""
+        return self in (JobStatus.PENDING, JobStatus.RUNNING)
+
+    @property
+    def stopped(self) -> bool:
+        """Nothing of the job runs, for now (Suspended) or for good (terminal): `logs -f` ends."""
+        return self.terminal or self is JobStatus.SUSPENDED
+
+    @property
+    def listed_by(self) -> str:
+        """The `dtrain` words that list a job in this status, for a hint: a Deleted one is not in a plain
+        `dtrain list` (as the HTTP list, it shows deleted jobs only when asked)."""
+        return "list --show-deleted" if self is JobStatus.DELETED else "list"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProcessInfo:
+    """One rank (a replica pod on Kubernetes)."""
+
+    rank: int  # global rank
+    status: str  # Pending, Running, Succeeded, Failed; Stopped (deleted, suspended), Terminating (its job
+    # stops it: preempted, suspended, deleted, and its process has not exited yet); Unknown (Kubernetes:
+    # its pod may not be read)
+    exit_code: int | None = None  # None while running
+    devices: tuple[str, ...] = ()  # allocated GPU ids
+    node: str | None = None  # host or node name
+    pod: str | None = None  # the pod that runs it, as `--pod` names it (Kubernetes: ranks packed in one pod share
+    # it; locally NAME-RANK); None while it has none, and on SageMaker
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataSource:
+    """A snapshot a job's data came from: one per volume the job mounts whose content was, when the
+    job started, a snapshot's (restored from it, or the volume's latest snapshot taken), as a PVC's
+    `dataSource` names the VolumeSnapshot it was made from. Recorded when the job starts, so a later
+    change or delete does not rewrite it; whether the snapshot or volume was deleted since is told."""
+
+    volume: str  # the mounted volume
+    snapshot: str  # the snapshot its content was when the job started
+    snapshot_deleted: bool = False  # that snapshot was deleted since (the lineage stays)
+    volume_deleted: bool = False  # that volume was deleted since (or deleted and made again)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """One status change, with when and why."""
+
+    time: float  # unix seconds
+    status: str  # the status entered
+    message: str = ""  # why
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobInfo:
+    """What every backend reports about a job."""
+
+    name: str
+    spec: JobSpec
+    status: JobStatus
+    backend: str
+    created: float  # unix seconds
+    # unique per submit (a Kubernetes object's metadata.uid, a SageMaker TrainingJobArn@CreationTime): a name
+    # submitted again is a new job with a new uid; None where unknown (a local job of before uids)
+    uid: str | None = None
+    started: float | None = None
+    finished: float | None = None
+    node: str | None = None
+    gpus_allocated: int = 0
+    processes_running: int = 0
+    processes_pending: int = 0
+    processes: tuple[ProcessInfo, ...] = ()
+    events: tuple[Event, ...] = ()
+    restarts: int = 0
+    message: str = ""
+    snapshot: str | None = None  # snapshot taken on success
+    data_sources: tuple[DataSource, ...] = ()  # the snapshots its volumes' data came from, one per volume
+    extra: dict[str, Any] = field(default_factory=dict)  # backend-specific details
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as `--json` prints it: the same fields as the HTTP API's Job (server/wire.py)."""
+        d = _plain(asdict(self))
+        d["spec"] = self.spec.to_dict()
+        d["status"] = self.status.value
+        d.update(project=self.spec.project, kind=self.spec.kind, gpus_requested=self.spec.gpus_requested,
+                 source_snapshot=self.extra.get("source_snapshot"),
+                 volumes=[m.volume for m in self.spec.resolved_volumes()])
+        return d
+
+
+@dataclass(frozen=True, kw_only=True)
+class Notice:
+    """A warning of one call, returned with its result: the answer is usable but incomplete (a source
+    of jobs or classes that could not be read, log lines that may be missing). The CLI prints each as
+    one `dtrain: warning: MESSAGE` line on stderr, the HTTP API sends it in a `Warning` header."""
+
+    code: str  # what kind: "jobs-unlisted", "projects-unlisted", "classes-unlisted", "logs-incomplete", "image-unused",
+    # "quota-unknown" (a project's GPU quota not readable), "gpus-unknown" (GPUs allocated counted from part of the pods)
+    message: str  # one line: what is missing, why, and how to fix it
+
+
+class Listed(list):
+    """A listing verb's records (a plain list to every caller) with the call's `notices`: the
+    warnings of this call alone, never of another thread's."""
+
+    __slots__ = ("notices",)
+
+    def __init__(self, items: Iterable = (), notices: Iterable[Notice] = ()):
+        super().__init__(items)
+        self.notices: tuple[Notice, ...] = tuple(notices)
+
+
+def notices_of(result) -> tuple[Notice, ...]:
+    """The notices a hook returned with its records (none for a plain list)."""
+    return result.notices if isinstance(result, (Listed, JobPage)) else ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobPage:
+    """One page of the job list, newest first: what the dashboard's Jobs table shows."""
+
+    total: int  # the jobs that matched the filters, before paging
+    jobs: tuple[JobInfo, ...]
+    notices: tuple[Notice, ...] = ()  # the listing's warnings (a source of jobs not read)
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobCount:
+    """How many of a project's jobs are in one status (Prometheus' dtrain_jobs)."""
+
+    project: str
+    status: JobStatus
+    jobs: int  # at least 1: a status no job is in is not listed
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobSummary:
+    """What a Prometheus scrape shows: how many jobs are in each status, and the records of the
+    jobs that have not finished (Pending, Running, Suspended), not those of the whole history."""
+
+    counts: tuple[JobCount, ...]  # by project, then status; Deleted too
+    unfinished: tuple[JobInfo, ...]  # in the order they were submitted
+
+
+def check_status(status: JobStatus | str | None) -> JobStatus | None:
+    """A status filter: a JobStatus, or its word as the HTTP API gives it; None: no filter."""
+    if status is None or isinstance(status, JobStatus):
+        return status
+    try:
+        return JobStatus(status)
+    except (ValueError, TypeError):
+        raise status_refusal(status, [s.value for s in JobStatus]) from None
+
+
+def newest_first(jobs, limit: int | None, offset: int) -> JobPage:
+    """`jobs` as a page: newest first (by creation time, then name, so that pages never overlap
+    while nothing is submitted), `offset` skipped, at most `limit` kept; `total` counts them all;
+    the notices of `jobs` (a `Listed`) kept."""
+    notices = notices_of(jobs)
+    jobs = sorted(jobs, key=lambda j: (j.created, j.name), reverse=True)
+    return JobPage(total=len(jobs), jobs=tuple(jobs[offset:] if limit is None else jobs[offset:offset + limit]),
+                   notices=notices)
+
+
+def _plain(value):
+    """`value` with every tuple a list, as JSON and the HTTP API give it (asdict keeps tuples)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Record:
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))  # type: ignore[call-overload]
+
+
+@dataclass(frozen=True, kw_only=True)
+class LogLine(_Record):
+    rank: int  # which process wrote it
+    time: float | None  # unix seconds when the line was captured
+    text: str  # without the trailing newline
+
+
+@dataclass(frozen=True, kw_only=True)
+class GpuInfo:
+    index: str  # device id as CUDA_VISIBLE_DEVICES takes it
+    name: str = ""  # product name
+    memory_total: int | None = None  # bytes
+    memory_used: int | None = None  # bytes
+    utilization: float | None = None  # percent, 0-100
+    job: str | None = None  # job holding it, if any
+    project: str | None = None  # that job's project (a link to it names it), where the backend knows it
+    held_by: str | None = None  # held by a workload not dtrain's: its pod, NAMESPACE/NAME (Kubernetes)
+    unknown: bool = False  # whether it is held cannot be told (Kubernetes: pods this account may not list): not free
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeInfo:
+    name: str
+    gpus_allocatable: int
+    gpus_allocated: int
+    cpus: int | None = None
+    memory: int | None = None  # bytes
+    gpus: tuple[GpuInfo, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)  # what a job's node_selector matches
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ProjectInfo(_Record):
+    """A project: a GPU quota and a queue (a row locally, a namespace on Kubernetes)."""
+
+    name: str
+    backend: str
+    gpu_quota: int | None  # GPUs its jobs may hold together; None: no quota
+    gpus_allocated: int  # GPUs its running jobs hold now
+    jobs: int  # jobs recorded in it, any status
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. the namespace
+    running: int = 0  # its jobs Running now (Client.list_projects counts them)
+    pending: int = 0  # its jobs Pending: queued, or preempted and queued again
+
+
+@dataclass(frozen=True, kw_only=True)
+class VolumeInfo(_Record):
+    """A volume: storage every process of a job mounts read-write (a folder locally, a PVC)."""
+
+    name: str  # DNS-1123 name
+    backend: str
+    size: str  # requested capacity, a Kubernetes quantity ('10Gi'); the local backend does not enforce it
+    size_bytes: int  # `size` in bytes
+    storage_class: str | None  # 'local' locally; a StorageClass on Kubernetes (None: the cluster default)
+    created: float  # unix seconds
+    status: str = "Bound"  # Bound (usable), Pending (being provisioned) or Lost
+    origin_snapshot: str | None = None  # the snapshot it was restored from, if any
+    job: str | None = None  # the job it was made for (--pvc CLASS:SIZE:MOUNT), if known
+    # what its files take on disk now (allocated blocks, as du); None where the backend cannot tell (a PVC)
+    # or did not measure: the record a create, restore or move returns (get and list measure)
+    used_bytes: int | None = None
+    labels: Mapping[str, str] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. the local folder, the namespace
+
+
+@dataclass(frozen=True, kw_only=True)
+class SnapshotInfo(_Record):
+    """A point-in-time, read-only copy of a volume (a stored manifest, a VolumeSnapshot)."""
+
+    name: str  # DNS-1123 name
+    backend: str
+    volume: str | None  # the volume it was taken of
+    created: float  # unix seconds
+    ready: bool = True  # False while the storage system is still taking it
+    error: str | None = None  # why the storage system failed to take it
+    job: str | None = None  # the job whose results it holds
+    job_uid: str | None = None  # that job's uid (JobInfo.uid) when it was taken; None where unknown
+    # True when the job named `job` now is another one (submitted again after a purge): the snapshot
+    # holds an earlier run's results, not those of the job `describe job JOB` shows
+    earlier_run: bool = False
+    job_spec: Mapping[str, Any] | None = None  # that job's spec (JobSpec.to_dict()), where recorded
+    source_snapshot: str | None = None  # the snapshot the job's data started from (lineage)
+    files: int | None = None  # regular files it holds, where the backend can count them
+    bytes: int | None = None  # bytes it holds (restoreSize on Kubernetes); None until known
+    volume_size: str | None = None  # its volume's requested size then: the default size of a restore
+    storage_class: str | None = None  # its volume's storage class then
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StorageClassInfo(_Record):
+    """A storage class (a performance tier) volumes can be made in or moved to: a root folder
+    locally; a StorageClass or a VolumeAttributesClass on Kubernetes (`kubectl get storageclass`)."""
+
+    name: str
+    backend: str
+    kind: str = "StorageClass"  # Kubernetes: or VolumeAttributesClass (the tier `volume update --class` sets)
+    default: bool = False  # the class `volume create` without --class uses
+    root: str | None = None  # the folder its volumes live in (local)
+    provisioner: str | None = None  # Kubernetes: the StorageClass's provisioner, a VolumeAttributesClass's driverName
+    status: str | None = None  # Ready, NotMounted, Unusable, NotConfigured; None where the backend cannot tell
+    message: str = ""  # why it is not Ready, or what first use does
+    free_bytes: int | None = None  # free space on its disk, where the backend can tell
+    total_bytes: int | None = None  # that disk's size
+    volumes: int = 0  # volumes in it (Kubernetes: the project's PVCs)
+    extra: dict[str, Any] = field(default_factory=dict)  # e.g. a StorageClass's parameters and reclaim policy
+
+
+@dataclass(frozen=True, kw_only=True)
+class FreedInfo(_Record):
+    """What deleting a snapshot gave back."""
+
+    snapshot: str  # the deleted snapshot
+    backend: str
+    bytes: int | None  # disk bytes freed now; None when the storage system frees them on its own
+    pending: bool = False  # True when a running snapshot or restore delays the cleanup
+    no_room: bool = False  # pending because the home disk is full: the next storage command with room frees it
+    extra: dict[str, Any] = field(default_factory=dict)
