@@ -1,7 +1,8 @@
 """A pipeline run again with its default parameters: hybrid-cifar10's job_name defaulted to the fixed
 'cifar10-hybrid', so the second run was refused (the name taken, its checkpoints there). The default is now
-empty: the cifar10-job step names the job cifar10-<the run's id> (KFP's PIPELINE_JOB_ID: a server's UUID,
-kfp.local's 8 random digits), and `dtrain pipeline run` picks cifar10-<8 random hex digits> before its checks.
+empty: the cifar10-job step names the job cifar10-<the run's id> (KFP's PIPELINE_JOB_ID: a server's UUID; kfp.local's
+8 random digits are too few, and random hex digits stand in), and `dtrain pipeline run` picks cifar10-<16 random
+hex digits> before its checks (tests/test_audit15_pipe.py).
 A job_name given is used as given, and a taken one still refused. So with lane-detection's job_prefix (it was
 'lanes'): empty, the prepare step makes lanes-<the run's id> and the later steps name after its `prefix` output.
 """
@@ -20,13 +21,12 @@ from dtrain.pipelines import hybrid, lanes, runner, steps
 
 
 def test_a_run_id_names_the_job_and_no_run_id_is_a_random_name():
-    assert steps.run_job_name("cifar10", "1b4e28ba-2fa1-11d2-883f-0016d3cca427") == "cifar10-1b4e28ba"
-    assert steps.run_job_name("cifar10", "58213907") == "cifar10-58213907"  # kfp.local's
+    assert steps.run_job_name("cifar10", "1b4e28ba-2fa1-11d2-883f-0016d3cca427") == "cifar10-1b4e28ba2fa111d2"
     unresolved = {steps.run_job_name("cifar10", "{{$.pipeline_job_uuid}}") for _ in range(3)}  # outside a run
-    assert len(unresolved) == 3 and all(len(n) == len("cifar10-") + 8 for n in unresolved)
+    assert len(unresolved) == 3 and all(len(n) == len("cifar10-") + 16 for n in unresolved)
     spec, model = steps.cifar10_spec(runtime="local", job_name="", processes=1, epochs=1, batch_size=1, lr=0.1,
-                                     backend="gloo", data_volume="cifar10", run_id="58213907")
-    assert spec["name"] == "cifar10-58213907" and model == "cifar10:/models/cifar10-58213907/model.pth"
+                                     backend="gloo", data_volume="cifar10", run_id="1b4e28ba-2fa1-11d2-883f")
+    assert spec["name"] == "cifar10-1b4e28ba2fa111d2" and model == "cifar10:/models/cifar10-1b4e28ba2fa111d2/model.pth"
 
 
 def test_dtrain_pipeline_run_fills_a_new_name_per_run_and_keeps_a_given_one():
@@ -57,11 +57,11 @@ def test_kfp_local_runs_the_pipeline_twice_with_its_defaults(dt, cifar_volume, t
 # ---- lane-detection: job_prefix defaulted to 'lanes', so a second run met the first run's names -------------
 
 def test_the_lane_pipeline_fills_a_new_prefix_per_run_and_keeps_a_given_one():
-    given = {"job_prefix": "mine"}
+    given = {"job_prefix": "mine", "candidate_volume": "kept"}
     assert lanes.fill(given) is given
-    one, two = (lanes.fill({"job_prefix": ""})["job_prefix"] for _ in range(2))
-    assert one != two and all(re.fullmatch(r"lanes-[0-9a-f]{8}", p) for p in (one, two)), (one, two)
-    assert steps.lanes_prefix("", "1b4e28ba-2fa1-11d2-883f-0016d3cca427") == "lanes-1b4e28ba"  # a server's run id
+    one, two = (lanes.fill({"job_prefix": "", "candidate_volume": ""})["job_prefix"] for _ in range(2))
+    assert one != two and all(re.fullmatch(r"lanes-[0-9a-f]{16}", p) for p in (one, two)), (one, two)
+    assert steps.lanes_prefix("", "1b4e28ba-2fa1-11d2-883f-0016d3cca427") == "lanes-1b4e28ba2fa111d2"  # a server's
     assert steps.lanes_prefix("mine", "1b4e28ba") == "mine"
 
 

@@ -493,17 +493,17 @@ def test_lane_detection_runs_prepare_train_evaluate_and_the_condition(dt, tusimp
 
     trained = outputs(dt.home, "lane-detection", "train")
     prefix = outputs(dt.home, "lane-detection", "prepare")["prefix"]  # the run's own: job_prefix left empty
-    assert re.fullmatch(r"lanes-[0-9a-f]{8}", prefix), prefix
+    assert re.fullmatch(r"lanes-[0-9a-f]{16}", prefix), prefix
     job = dt.json("describe", "job", f"{prefix}-train")
     assert job["status"] == "Succeeded" and job["spec"]["processes"] == 2 and trained["model"] == job["snapshot"]
     snapshots = {s["name"]: s for s in dt.json("snapshot", "list")}
     assert snapshots[f"{prefix}-prepared"]["job"] == f"{prefix}-data" and job["snapshot"] in snapshots
     volumes = {v["name"] for v in dt.json("volume", "list")}
     if threshold == 0.0:  # any accuracy passes: the training snapshot becomes the candidate
-        candidate = Path(dt.json("volume", "describe", "lanes-candidate")["extra"]["path"])
+        candidate = Path(dt.json("volume", "describe", f"{prefix}-candidate")["extra"]["path"])
         assert (candidate / "runs" / f"{prefix}-train" / "model.pt").is_file()
     else:  # three steps do not reach a perfect score: the branch is skipped
-        assert metrics["accuracy"] < 1.0 and "lanes-candidate" not in volumes
+        assert metrics["accuracy"] < 1.0 and f"{prefix}-candidate" not in volumes
 
 
 @pytest.mark.skipif("sagemaker" not in BACKENDS, reason="needs issue 13's SageMaker backend")

@@ -111,8 +111,8 @@ def evaluate(backend: str, job_prefix: str, volume: str, train_job: str, job_ima
 
 
 @dsl.component(**_OPTS)
-def restore(backend: str, snapshot: str, to: str) -> str:
-    """Restore `snapshot` into a new volume `to`."""
+def restore(backend: str, snapshot: str, to: str, default_to: str = "") -> str:
+    """Restore `snapshot` into a new volume `to` (empty: `default_to`, a name the pipeline makes per run)."""
     from dtrain.pipelines import steps
 
-    return steps.restore(snapshot, to=to, backend=backend)
+    return steps.restore(snapshot, to=to or default_to, backend=backend)

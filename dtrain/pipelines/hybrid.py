@@ -10,13 +10,17 @@ the local and Kubernetes branches; `data_uri` (s3://...) is the SageMaker branch
 and the `sagemaker_*` parameters its backend settings (a step pod has no config.yaml).
 """
 
+from typing import Callable
+
 from kfp import dsl
 
 from dtrain.pipelines import steps
 from dtrain.pipelines.components import DEFAULT_IMAGE, RUN, check_condition, cifar10_job, train
 
 NAME = "hybrid-cifar10"
-PLAN_RUN_ID = "plan"  # the run id the checks before a run stand in with (KFP makes the run's when it starts)
+# the run id the checks before a run stand in with (KFP makes the run's when it starts): as long as a server's
+# run id is used of (steps.RUN_ID_HEX), so that the names made of it are as long as a run's own
+PLAN_RUN_ID = "plan".ljust(steps.RUN_ID_HEX, "0")
 
 
 def _step(task, image):
@@ -76,10 +80,10 @@ def check(params: dict) -> None:
         steps.check_sagemaker_gpu(params["backend"], params["sagemaker_instance_type"])
 
 
-def fill(params: dict) -> dict:
-    """An empty job_name as `dtrain pipeline run` makes it: cifar10-<8 random hex digits>, chosen before the run
-    so that its checks and an interruption name the job (on a KFP server the step makes it of the run's id)."""
-    return params if params["job_name"] else {**params, "job_name": steps.run_job_name("cifar10")}
+def fill(params: dict, new_id: Callable[[], str] = steps.new_run_id) -> dict:
+    """An empty job_name as `dtrain pipeline run` makes it: cifar10-<NEW_ID's id>, chosen before the run so that
+    its checks and an interruption name the job (on a KFP server the step makes it of the run's id)."""
+    return params if params["job_name"] else {**params, "job_name": steps.run_job_name("cifar10", new_id=new_id)}
 
 
 def plan(params: dict) -> steps.Plan:

@@ -5,8 +5,11 @@
     -> If accuracy >= threshold: restore the training snapshot into `candidate_volume`
 
 An empty job_prefix (the default) is the run's own: lanes-<the run's id>, made by the prepare step (whose
-`prefix` output the later steps name after), or by `dtrain pipeline run` before its checks.
+`prefix` output the later steps name after), or by `dtrain pipeline run` before its checks. An empty
+candidate_volume (the default) is <prefix>-candidate, so a run after one that kept its model names a new one.
 """
+
+from typing import Callable
 
 from kfp import dsl
 
@@ -23,7 +26,7 @@ NAME = "lane-detection"
                                      "evaluation, and the model kept as a candidate volume when accurate enough")
 def lane_detection(urls: str, sha256: str = "", backend: str = "local", job_prefix: str = "",
                    recipe: str = "tiny", processes: int = 2, max_steps: int = 0, batch_size: int = 0,
-                   threshold: float = 0.5, candidate_volume: str = "lanes-candidate", storage_class: str = "local",
+                   threshold: float = 0.5, candidate_volume: str = "", storage_class: str = "local",
                    size: str = "10Gi", job_image: str = "", image: str = DEFAULT_IMAGE):
     """Lane detection from the TuSimple archives to a candidate volume (the parameters as a KFP run form shows them).
 
@@ -38,7 +41,8 @@ def lane_detection(urls: str, sha256: str = "", backend: str = "local", job_pref
         max_steps: stop training after this many steps (0: the recipe's).
         batch_size: images per step per process (0: the recipe's).
         threshold: the test accuracy (0 to 1) at or above which the model is kept as candidate_volume.
-        candidate_volume: the volume the trained snapshot is restored into when accurate enough.
+        candidate_volume: the volume the trained snapshot is restored into when accurate enough (empty:
+            <prefix>-candidate, a new one per run); one given must be new.
         storage_class: the storage class of the new data volume.
         size: the data volume's size, e.g. 10Gi.
         job_image: the jobs' image on kubernetes (empty: the backend's configured image).
@@ -55,7 +59,8 @@ def lane_detection(urls: str, sha256: str = "", backend: str = "local", job_pref
     scored = _step(evaluate(backend=backend, job_prefix=prefix, volume=data.outputs["volume"],
                             train_job=trained.outputs["job"], job_image=job_image, **RUN), image)
     with dsl.If(scored.outputs["Output"] >= threshold, name="accurate-enough"):
-        _step(restore(backend=backend, snapshot=trained.outputs["model"], to=candidate_volume), image)
+        _step(restore(backend=backend, snapshot=trained.outputs["model"], to=candidate_volume,
+                      default_to=f"{prefix}-candidate"), image)  # steps.lanes_candidate's name
 
 
 def check(params: dict) -> None:
@@ -66,10 +71,12 @@ def check(params: dict) -> None:
     _check_prefix(params["job_prefix"])
     _jobs(params)
     steps.check_threshold(params["threshold"])
-    steps.check_name(params["candidate_volume"], "volume")
+    if params["candidate_volume"]:
+        steps.check_name(params["candidate_volume"], "volume")
 
 
-# What the pipeline names after job_prefix P: its three jobs, the data job's volume, the snapshot.
+# What the pipeline names after job_prefix P: its three jobs, the data job's volume, the snapshot (and, with
+# candidate_volume empty, P-candidate, shorter than pvc-P-data-0: no tighter bound on P).
 _MADE = ("{p}-data", "{p}-train", "{p}-eval", "pvc-{p}-data-0", "{p}-prepared")
 
 
@@ -85,22 +92,27 @@ def _check_prefix(prefix: str) -> None:
                         f"{', '.join(made.format(p='<prefix>') for made in _MADE)} after it)")
 
 
-def fill(params: dict) -> dict:
-    """An empty job_prefix as `dtrain pipeline run` makes it: lanes-<8 random hex digits>, chosen before the run
-    so that its checks and an interruption name what it makes (on a KFP server the prepare step makes it of the
-    run's id)."""
-    return params if params["job_prefix"] else {**params, "job_prefix": steps.lanes_prefix("")}
+def fill(params: dict, new_id: Callable[[], str] = steps.new_run_id) -> dict:
+    """An empty job_prefix as `dtrain pipeline run` makes it: lanes-<NEW_ID's id>, chosen before the run so that
+    its checks and an interruption name what it makes (on a KFP server the prepare step makes it of the run's
+    id); an empty candidate_volume then <prefix>-candidate, as the restore step names it."""
+    prefix = steps.lanes_prefix(params["job_prefix"], new_id=new_id)
+    candidate = steps.lanes_candidate(params["candidate_volume"], prefix)
+    if (prefix, candidate) == (params["job_prefix"], params["candidate_volume"]):
+        return params
+    return {**params, "job_prefix": prefix, "candidate_volume": candidate}
 
 
 def plan(params: dict) -> steps.Plan:
     """The three jobs, the data job's new volume, the named snapshot and the candidate volume (`dtrain pipeline
-    run` fills an empty job_prefix first; else lanes-plan stands in for the run's own, as in check)."""
+    run` fills an empty job_prefix first; else lanes-plan000000000000 stands in for the run's own, as in check)."""
     prefix = steps.lanes_prefix(params["job_prefix"], PLAN_RUN_ID)
     jobs, volume = _jobs(params)
     names = tuple(steps.Named("job", f"{prefix}-{step}", "job_prefix") for step in ("data", "train", "eval"))
+    candidate = steps.lanes_candidate(params["candidate_volume"], prefix)
     return steps.Plan(backend=params["backend"], makes=(
         *names, steps.Named("volume", volume, "job_prefix"), steps.Named("snapshot", f"{prefix}-prepared", "job_prefix"),
-        steps.Named("volume", params["candidate_volume"], "candidate_volume")), jobs=jobs)
+        steps.Named("volume", candidate, "candidate_volume")), jobs=jobs)
 
 
 def _jobs(params: dict) -> tuple[tuple[dict, ...], str]:

@@ -373,23 +373,28 @@ def _depth(value: list | dict) -> int:
     return depth
 
 
-def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path) -> RunResult:
+def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path,
+        new_id: Callable[[], str] | None = None) -> RunResult:
     """Run on this machine with kfp.local; a failed step raises JobFailedError naming it, Ctrl-C or
     SIGTERM RunInterrupted naming the jobs that go on. A shipped pipeline whose job, volume or
     snapshot names are taken on its backend (a run before it left them), or whose jobs its backend
-    would refuse (steps.check_plan's dry run), is refused first, before any step runs."""
+    would refuse (steps.check_plan's dry run), is refused first, before any step runs. NEW_ID: the
+    ids of the names a run makes for itself (None: steps.new_run_id's random ones)."""
     from kfp import local
 
     from dtrain.client import Client
     from dtrain.pipelines import steps
 
-    params = pipeline.fill(params) if pipeline.fill is not None else params
     plan = pipeline.plan(params) if pipeline.plan is not None else None
+    new_id = new_id or steps.new_run_id
     if plan is not None:
+        client = Client(home=home, backend=plan.backend, sagemaker=plan.sagemaker)
+        if pipeline.fill is not None:  # the names the run makes for itself, free on its backend
+            params = steps.fill_free(params, fill=pipeline.fill, plan=pipeline.plan, client=client, new_id=new_id)
+            plan = pipeline.plan(params)
         for notice in plan.notices:  # a parameter given that this run does not read: said, not refused
             print(f"dtrain: warning: {notice}", file=sys.stderr)
-        steps.check_plan(pipeline.info.name, plan,
-                         client=Client(home=home, backend=plan.backend, sagemaker=plan.sagemaker))
+        steps.check_plan(pipeline.info.name, plan, client=client)
     root = _make_root(Path(root))
     before = set(root.iterdir())
     failed = None

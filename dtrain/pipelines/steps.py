@@ -163,17 +163,35 @@ def check_sagemaker_gpu(backend: str, instance_type: str) -> None:
                         f"nccl needs one per process: pick a GPU type (ml.g5.xlarge) or use --param backend=gloo")
 
 
-def run_job_name(prefix: str, run_id: str = "") -> str:
-    """PREFIX-ID, a job name of this pipeline run's own: ID is the run id's first 8 letters and digits
-    (KFP's PIPELINE_JOB_ID: a server's UUID, the local runner's 8 random digits), so that a pipeline run
-    again with its default parameters names a new job; 8 random hex digits where KFP filled in none."""
-    suffix = "" if "{{$" in run_id else re.sub(r"[^a-z0-9]", "", run_id.lower())[:8]
-    return f"{prefix}-{suffix or os.urandom(4).hex()}"
+# A run's own names (an empty job_name or job_prefix) end in 16 hex digits, 64 bits: two runs meeting the same
+# one is never seen in practice (at 8, 32 bits, 9,300 runs had a 1% chance that two met). cifar10-<16> and
+# lanes-<16> leave room in every name made after them (pvc-<prefix>-data-0 is 33 of MAX_NAME's 53, well within a
+# Kubernetes label's 63 and a SageMaker job name's 63).
+RUN_ID_HEX = 16
 
 
-def lanes_prefix(job_prefix: str, run_id: str = "") -> str:
+def new_run_id() -> str:
+    """RUN_ID_HEX random hex digits from the OS (never Python's `random`, which a program may have seeded)."""
+    return os.urandom(RUN_ID_HEX // 2).hex()
+
+
+def run_job_name(prefix: str, run_id: str = "", *, new_id: Callable[[], str] = new_run_id) -> str:
+    """PREFIX-ID, a job name of this pipeline run's own, so that a pipeline run again with its default parameters
+    names a new job: ID is the run id's first RUN_ID_HEX letters and digits where it has that many (a KFP server's
+    UUID), else NEW_ID's: kfp.local's id is at most 8 digits from Python's global `random` (a seeded program
+    repeats it), and outside a run the placeholder is not filled in."""
+    suffix = "" if "{{$" in run_id else re.sub(r"[^a-z0-9]", "", run_id.lower())[:RUN_ID_HEX]
+    return f"{prefix}-{suffix if len(suffix) == RUN_ID_HEX else new_id()}"
+
+
+def lanes_prefix(job_prefix: str, run_id: str = "", *, new_id: Callable[[], str] = new_run_id) -> str:
     """The lane-detection run's job_prefix: as given, else lanes-<the run's id> (run_job_name), a new one per run."""
-    return job_prefix or run_job_name("lanes", run_id)
+    return job_prefix or run_job_name("lanes", run_id, new_id=new_id)
+
+
+def lanes_candidate(candidate_volume: str, prefix: str) -> str:
+    """The volume an accurate enough lane model is restored into: as given, else PREFIX-candidate (the run's)."""
+    return candidate_volume or f"{prefix}-candidate"
 
 
 def cifar10_spec(*, runtime: str, job_name: str, processes: int, epochs: int, batch_size: int, lr: float,
@@ -344,6 +362,36 @@ def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
         _refuse_checkpoints(pipeline, folder, client)
 
 
+FILL_TRIES = 8  # ids tried for a run's own names before check_plan refuses the last (a broken id source)
+
+
+def fill_free(params: dict, *, fill: Callable[[dict, Callable[[], str]], dict], plan: Callable[[dict], Plan],
+              client: Client, new_id: Callable[[], str] = new_run_id) -> dict:
+    """PARAMS with the names a run makes for itself filled in by FILL (of NEW_ID's ids), each free on CLIENT's
+    backend: an id whose names are taken (a run before it met the same one) is passed over for the next, so an
+    id source that repeats (a seeded one) still gives a free name. Names given, and what FILL makes without an
+    id, are left to check_plan, which refuses them when taken."""
+    for _ in range(FILL_TRIES):
+        used: list[str] = []
+
+        def counted() -> str:
+            used.append(new_id())
+            return used[-1]
+
+        filled = fill(params, counted)
+        if not used:
+            return filled
+        ours = {key for key, value in filled.items() if value != params.get(key)}
+        made = plan(filled)
+        try:
+            if all(_taken(client, made.backend, thing) is None for thing in made.makes if thing.param in ours) and \
+                    all(not _checkpoints(folder, client) for folder in made.fresh if folder.param in ours):
+                return filled
+        except DtrainError:  # the backend cannot be asked (SageMaker not configured): check_plan says why
+            return filled
+    return filled
+
+
 def _check_names(pipeline: str, plan: Plan, dtrain: str, client: Client) -> None:
     """Every name the run makes is free and each volume its jobs mount exists, or one line naming
     them all and the parameters that change them."""
@@ -441,20 +489,29 @@ def _refuse_taken(pipeline: str, backend: str, taken: list[tuple[Named, str]], d
 def _refuse_checkpoints(pipeline: str, folder: Fresh, client: Client) -> None:
     """Refuse a run whose job would resume an earlier run's checkpoints. Only a volume with a
     folder on this machine (the local backend) can be read here; a PVC is not read."""
-    root = client.get_volume(folder.volume).extra.get("path")
-    if not root:
-        return
-    held = Path(root) / folder.path
-    try:
-        found = [p.name for p in held.iterdir() if _CKPT_RE.match(p.name)] if held.is_dir() else []
-    except OSError:  # unreadable here: the job itself will say what it finds
-        return
-    found.sort(key=lambda n: int(n[5:-3]))
+    found = _checkpoints(folder, client)
     if found:
+        held = Path(client.get_volume(folder.volume).extra["path"]) / folder.path
         raise ConflictError(f"pipeline {pipeline!r} would resume its job from the checkpoints an earlier run left in "
                             f"{folder.volume}:/{folder.path} ({len(found)}, the newest {found[-1]}) and ignore this "
                             f"run's parameters: pass --param {folder.param}=NEW, or remove {held} to use that "
                             f"name again")
+
+
+def _checkpoints(folder: Fresh, client: Client) -> list[str]:
+    """The checkpoint files in FOLDER, oldest first; none where it cannot be read here (a PVC, no volume)."""
+    try:
+        root = client.get_volume(folder.volume).extra.get("path")
+    except NotFoundError:  # check_plan names a missing volume (plan.mounts)
+        return []
+    if not root:
+        return []
+    held = Path(root) / folder.path
+    try:
+        found = [p.name for p in held.iterdir() if _CKPT_RE.match(p.name)] if held.is_dir() else []
+    except OSError:  # unreadable here: the job itself will say what it finds
+        return []
+    return sorted(found, key=lambda n: int(n[5:-3]))
 
 
 def _taken(client: Client, backend: str, thing: Named) -> str | None:
