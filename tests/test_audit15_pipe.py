@@ -192,3 +192,70 @@ def test_the_restore_step_names_the_candidate_after_the_runs_prefix(home, tmp_pa
         "lanes-x-candidate"
     assert restore.python_func(backend="local", snapshot="trained", to="kept", default_to="lanes-y-candidate") == "kept"
     assert {"lanes-x-candidate", "kept"} <= {v.name for v in client.list_volumes()}
+
+
+# ---------------------------------------------------------------- 3. day two
+
+
+def test_dtrain_backend_picks_where_a_shipped_pipelines_steps_run(home, capsys):
+    """`dtrain --backend kubernetes pipeline run hybrid-cifar10` ran on the local machine: the flag was ignored and
+    training_runtime's default won. It is now the pipeline's backend parameter where none is given."""
+    from dtrain.cli.main import main
+
+    def run(*args: str) -> tuple[int, str]:
+        code = main(["--home", str(home), *args])
+        return code, capsys.readouterr().err
+
+    code, err = run("--backend", "kubernetes", "pipeline", "run", "hybrid-cifar10")
+    # the run is a kubernetes one now: refused by the Kubernetes backend's dry run (no image configured)
+    assert code == 2 and "to the kubernetes backend (a pipeline's --image for its jobs is --param job_image)" in err, err
+    code, err = run("--backend", "sagemaker", "pipeline", "run", "lane-detection", "--param", "urls=a.tgz")
+    assert code == 2 and err == ("dtrain: error: invalid backend 'sagemaker': use local or kubernetes (its steps make "
+                                 "volumes and snapshots, which SageMaker does not have)\n")
+    code, err = run("--backend", "kubernetes", "pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=local")
+    assert code == 2 and err == ("dtrain: error: dtrain --backend kubernetes and --param training_runtime='local' "
+                                 "disagree: give one of them (the pipeline's steps use --param training_runtime)\n")
+    assert not (home / "pipelines").exists()  # no step ran
+    pipeline = runner.load("lane-detection")
+    assert runner.with_backend(pipeline, ["backend=kubernetes"], "kubernetes") == ["backend=kubernetes"]
+    assert runner.with_backend(pipeline, ["urls=a"], None) == ["urls=a"]
+    assert runner.with_backend(pipeline, ["urls=a"], "kubernetes") == ["urls=a", "backend=kubernetes"]
+
+
+def test_dtrain_backend_is_refused_for_a_module_pipeline(home, tmp_path, capsys):
+    from dtrain.cli.main import main
+
+    (tmp_path / "mine.py").write_text("from kfp import dsl\nfrom dtrain.pipelines.components import check_condition"
+                                      "\n\n\n@dsl.pipeline(name='mine')\ndef mine(runtime: str = 'local'):\n"
+                                      "    check_condition(training_runtime=runtime)\n")
+    code = main(["--home", str(home), "--backend", "kubernetes", "pipeline", "run", "--module",
+                 f"{tmp_path / 'mine.py'}:mine"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.startswith("dtrain: error: dtrain --backend kubernetes does not reach the steps of a "
+                                        "--module pipeline"), err
+
+
+def test_a_failed_runs_line_names_the_volumes_and_snapshots_it_left(home):
+    """A lane-detection run that failed after its prepare step left the data volume (the TuSimple set, 10Gi by
+    default) and its snapshot; a run with the defaults makes new ones, so they stayed for good unsaid."""
+    client = Client(home=home, backend="local")
+    plan = lanes.plan(lanes.fill(lane_params(), lambda: A))
+    assert steps.left_behind(plan, client=client) == ""
+    client.create_volume(f"pvc-lanes-{A}-data-0", size="1Gi")
+    client.create_snapshot(f"pvc-lanes-{A}-data-0", name=f"lanes-{A}-prepared")
+    assert steps.left_behind(plan, client=client) == (
+        f"it left volume 'pvc-lanes-{A}-data-0', snapshot 'lanes-{A}-prepared': remove them with 'dtrain snapshot "
+        f"delete lanes-{A}-prepared; dtrain volume delete pvc-lanes-{A}-data-0' once you no longer need them")
+
+
+@pytest.mark.slow  # a real run under kfp.local: its data job fails
+def test_a_lane_run_whose_data_job_fails_says_the_volume_it_left(dt):
+    proc = dt("pipeline", "run", "lane-detection", "--param", "urls=/nonexistent/train_set.tar.gz", check=False,
+              timeout=300)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    (volume,) = [v["name"] for v in dt.json("volume", "list")]
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("dtrain: error: pipeline 'lane-detection' failed at step 'prepare'"), last
+    assert last.endswith(f"; it left volume '{volume}': remove it with 'dtrain volume delete {volume}' once you no "
+                         f"longer need it"), last
+    dt("volume", "delete", volume)  # the command it names works

@@ -43,7 +43,7 @@ def cmd_run(args, client: Client) -> int:
     from dtrain.pipelines import runner  # only pipeline commands need it (and KFP, lazily)
 
     pipeline = runner.load(args.name, module=args.module)
-    params = runner.parse_params(pipeline, args.param or [])
+    params = runner.parse_params(pipeline, runner.with_backend(pipeline, args.param or [], args.default_backend))
     root = Path(args.root) if args.root else client.home / "pipelines"
     try:
         result = runner.run(pipeline, params, home=client.home, root=root)

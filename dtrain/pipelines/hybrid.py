@@ -18,6 +18,7 @@ from dtrain.pipelines import steps
 from dtrain.pipelines.components import DEFAULT_IMAGE, RUN, check_condition, cifar10_job, train
 
 NAME = "hybrid-cifar10"
+BACKEND_PARAM = "training_runtime"  # the dtrain backend its steps use (`dtrain --backend` sets it)
 # the run id the checks before a run stand in with (KFP makes the run's when it starts): as long as a server's
 # run id is used of (steps.RUN_ID_HEX), so that the names made of it are as long as a run's own
 PLAN_RUN_ID = "plan".ljust(steps.RUN_ID_HEX, "0")

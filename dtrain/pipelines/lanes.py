@@ -20,6 +20,7 @@ from dtrain.pipelines.components import DEFAULT_IMAGE, RUN, evaluate, lanes_job,
 from dtrain.pipelines.hybrid import PLAN_RUN_ID, _step
 
 NAME = "lane-detection"
+BACKEND_PARAM = "backend"  # the dtrain backend its steps use (`dtrain --backend` sets it)
 
 
 @dsl.pipeline(name=NAME, description="TuSimple data job, SCNN DDP training with a snapshot on success, "

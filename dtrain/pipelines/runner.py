@@ -39,7 +39,7 @@ from dtrain.errors import EnvironmentError_, JobFailedError, NotFoundError, Spec
 from dtrain.names import cut, shown
 from dtrain.replace import replace_file
 
-SHIPPED = {  # name -> "module:function"; each module also has check(params) and plan(params)
+SHIPPED = {  # name -> "module:function"; each module also has check, plan, fill and BACKEND_PARAM
     "hybrid-cifar10": "dtrain.pipelines.hybrid:hybrid_cifar10",
     "lane-detection": "dtrain.pipelines.lanes:lane_detection",
 }
@@ -82,7 +82,9 @@ class Pipeline:
     plan: Callable[[dict], Any] | None = None  # a shipped pipeline's steps.Plan: the names a run takes
     # a shipped pipeline's parameters with the names a run makes for itself filled in (hybrid's empty job_name),
     # so that the checks before the run and an interruption's message know them
-    fill: Callable[[dict], dict] | None = None
+    fill: Callable[[dict, Callable[[], str]], dict] | None = None
+    # the parameter that names the dtrain backend a shipped pipeline's steps use (`dtrain --backend` sets it)
+    backend_param: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -119,15 +121,16 @@ def load(name: str | None = None, *, module: str | None = None) -> Pipeline:
         raise SpecError("name one pipeline: a shipped one (see 'dtrain pipeline list') or --module path.py:function")
     import_kfp()
     if module:
-        func, check, plan, fill = _from_file(module), None, None, None
+        func, check, plan, fill, backend_param = _from_file(module), None, None, None, None
     elif name in SHIPPED:
         mod_name, attr = SHIPPED[name].split(":")
         mod = importlib.import_module(mod_name)
-        func, check, plan, fill = getattr(mod, attr), mod.check, mod.plan, mod.fill
+        func, check, plan, fill, backend_param = getattr(mod, attr), mod.check, mod.plan, mod.fill, mod.BACKEND_PARAM
     else:
         raise NotFoundError(f"no pipeline {shown(name)}: use one of {', '.join(SHIPPED)} (see 'dtrain pipeline list'), "
                             f"or --module path.py:function for your own")
-    return Pipeline(info=describe(func, name), func=func, check=check, plan=plan, fill=fill)
+    return Pipeline(info=describe(func, name), func=func, check=check, plan=plan, fill=fill,
+                    backend_param=backend_param)
 
 
 def _from_file(ref: str):
@@ -243,6 +246,26 @@ def parse_params(pipeline: Pipeline, items: list[str]) -> dict[str, Any]:
             raise SpecError(f"--param {key} is given twice: give it once")
         given[key] = _convert(params[key], text)
     return _completed(pipeline, given)
+
+
+def with_backend(pipeline: Pipeline, items: list[str], backend: str | None) -> list[str]:
+    """`--param` items with `dtrain --backend NAME` as the pipeline's backend parameter (hybrid-cifar10's
+    training_runtime, lane-detection's backend) where none was given: the flag was ignored, and the run went
+    where the parameter's default said. A --module pipeline's steps name their own backends, and a --param
+    that says another one contradicts the flag: both refused."""
+    if backend is None:
+        return items
+    param = pipeline.backend_param
+    if param is None:
+        raise SpecError(f"dtrain --backend {backend} does not reach the steps of a --module pipeline (each names "
+                        f"the backend it uses): leave it out and pass your pipeline's own parameter, if it has one")
+    given = [item.partition("=")[2] for item in items if item.partition("=")[0] == param]
+    if not given:
+        return [*items, f"{param}={backend}"]
+    if given[-1] != backend:
+        raise SpecError(f"dtrain --backend {backend} and --param {param}={shown(given[-1])} disagree: give one of "
+                        f"them (the pipeline's steps use --param {param})")
+    return items
 
 
 def _did_you_mean(key: str, params) -> str:
@@ -386,7 +409,7 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path,
     from dtrain.pipelines import steps
 
     plan = pipeline.plan(params) if pipeline.plan is not None else None
-    new_id = new_id or steps.new_run_id
+    new_id, client = new_id or steps.new_run_id, None
     if plan is not None:
         client = Client(home=home, backend=plan.backend, sagemaker=plan.sagemaker)
         if pipeline.fill is not None:  # the names the run makes for itself, free on its backend
@@ -427,8 +450,22 @@ def run(pipeline: Pipeline, params: dict[str, Any], *, home: Path, root: Path,
         step = re.findall(r"'([^']+)'", task.group(1))[:1] if task else []
         log = next(run_dir.rglob(f"{step[0]}/{STEP_LOG}"), None) if run_dir and step else None
         where = (f"the step's log: {log}" if log else f"its outputs: {run_dir}") if run_dir else "no step left outputs"
-        raise JobFailedError(f"pipeline {pipeline.info.name!r} failed{why}; {where}")
+        raise JobFailedError(f"pipeline {pipeline.info.name!r} failed{why}; {where}{_left(plan, client)}")
     return result
+
+
+def _left(plan, client) -> str:
+    """'; it left ...' for a failed run's line: what it made that stays (steps.left_behind), if it can be asked."""
+    from dtrain.errors import DtrainError
+    from dtrain.pipelines import steps
+
+    if plan is None:
+        return ""
+    try:
+        said = steps.left_behind(plan, client=client)
+    except DtrainError:  # the backend cannot be asked now: the run's failure is the news
+        return ""
+    return f"; {said}" if said else ""
 
 
 STEP_LOG = "step.log"  # each step's output (what the terminal showed), in the step's outputs folder

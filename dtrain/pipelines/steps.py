@@ -462,6 +462,29 @@ def going_on(pipeline: str, plan: Plan, *, client: Client) -> str:
             f"'{client.dtrain_for(plan.backend)}delete {names}' before running the pipeline again")
 
 
+def left_behind(plan: Plan, *, client: Client) -> str:
+    """The volumes and snapshots a failed run made (check_plan found their names free before it began) and the
+    commands that remove them, for the run's last line; '' when it made none. A run with the defaults makes
+    new ones, so a failed lane-detection run's data volume was left for good without a word."""
+    left = []
+    for thing in plan.makes:
+        if thing.kind == "job":  # its log says why the run failed; `dtrain list` shows it
+            continue
+        try:
+            (client.get_volume if thing.kind == "volume" else client.get_snapshot)(thing.name)
+        except NotFoundError:
+            continue
+        left.append(thing)
+    if not left:
+        return ""
+    dtrain = client.dtrain_for(plan.backend)
+    removals = "; ".join(f"{dtrain}{t.kind} delete {t.name}"
+                         for t in sorted(left, key=lambda t: t.kind != "snapshot"))  # a snapshot before its volume
+    return (f"it left {', '.join(f'{t.kind} {t.name!r}' for t in left)}: remove "
+            f"{'it' if len(left) == 1 else 'them'} with '{removals}' once you no longer need "
+            f"{'it' if len(left) == 1 else 'them'}")
+
+
 def _refuse_taken(pipeline: str, backend: str, taken: list[tuple[Named, str]], dtrain: str,
                   fresh: tuple[Fresh, ...] = ()) -> NoReturn:
     shown_ = ", ".join(f"{t.kind} {t.name!r}" + (f" ({status})" if status else "") for t, status in taken)
