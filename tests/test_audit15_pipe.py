@@ -35,7 +35,7 @@ def repeating(*ids: str):
 
 
 def lane_params(**given) -> dict:
-    return {**runner.parse_params(runner.load("lane-detection"), ["urls=a.tgz"]), **given}
+    return {**runner.parse_params(runner.load("lane-detection"), ["urls=https://example.com/a.tgz"]), **given}
 
 
 # ---------------------------------------------------------------- 1. a run's own names never meet a run before's
@@ -209,7 +209,7 @@ def test_dtrain_backend_picks_where_a_shipped_pipelines_steps_run(home, capsys):
     code, err = run("--backend", "kubernetes", "pipeline", "run", "hybrid-cifar10")
     # the run is a kubernetes one now: refused by the Kubernetes backend's dry run (no image configured)
     assert code == 2 and "to the kubernetes backend (a pipeline's --image for its jobs is --param job_image)" in err, err
-    code, err = run("--backend", "sagemaker", "pipeline", "run", "lane-detection", "--param", "urls=a.tgz")
+    code, err = run("--backend", "sagemaker", "pipeline", "run", "lane-detection", "--param", "urls=https://example.com/a.tgz")
     assert code == 2 and err == ("dtrain: error: invalid backend 'sagemaker': use local or kubernetes (its steps make "
                                  "volumes and snapshots, which SageMaker does not have)\n")
     code, err = run("--backend", "kubernetes", "pipeline", "run", "hybrid-cifar10", "--param", "training_runtime=local")
@@ -249,8 +249,9 @@ def test_a_failed_runs_line_names_the_volumes_and_snapshots_it_left(home):
 
 
 @pytest.mark.slow  # a real run under kfp.local: its data job fails
-def test_a_lane_run_whose_data_job_fails_says_the_volume_it_left(dt):
-    proc = dt("pipeline", "run", "lane-detection", "--param", "urls=/nonexistent/train_set.tar.gz", check=False,
+def test_a_lane_run_whose_data_job_fails_says_the_volume_it_left(dt, tmp_path):
+    (tmp_path / "train_set.tar.gz").write_bytes(b"not a tar archive")
+    proc = dt("pipeline", "run", "lane-detection", "--param", f"urls={tmp_path / 'train_set.tar.gz'}", check=False,
               timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     (volume,) = [v["name"] for v in dt.json("volume", "list")]
@@ -259,3 +260,23 @@ def test_a_lane_run_whose_data_job_fails_says_the_volume_it_left(dt):
     assert last.endswith(f"; it left volume '{volume}': remove it with 'dtrain volume delete {volume}' once you no "
                          f"longer need it"), last
     dt("volume", "delete", volume)  # the command it names works
+
+
+def test_a_lane_runs_urls_are_checked_before_any_step(home, tmp_path, capsys):
+    """A mistyped path failed the data job ~20 s in, after its 10Gi volume was made (and left); a scheme the data
+    job does not read, the same. Both are refused before any step; a kubernetes run's paths are its pod's."""
+    from test_pipelines import cli
+
+    code, _out, err = cli(home, capsys, "run", "lane-detection", "--param", f"urls={tmp_path}/nosuch.tar.gz")
+    assert code == 2 and err == (f"dtrain: error: invalid urls entry '{tmp_path}/nosuch.tar.gz': no file "
+                                 f"{tmp_path}/nosuch.tar.gz on this machine, where the local backend's data job reads "
+                                 f"it: give the TuSimple archives as paths here (e.g. $PWD/tusimple/train_set.tar.gz) "
+                                 f"or http(s):// URLs\n"), err
+    code, _out, err = cli(home, capsys, "run", "lane-detection", "--param", "urls=ftp://example.com/a.tgz")
+    assert code == 2 and err.startswith("dtrain: error: invalid urls entry 'ftp://example.com/a.tgz': unsupported URL "
+                                        "scheme 'ftp'"), err
+    assert not (home / "pipelines").exists() and Client(home=home, backend="local").list_volumes() == []
+    there = tmp_path / "train_set.tar.gz"
+    there.write_bytes(b"")
+    lanes.check(lane_params(urls=f"{there},file://{there},https://example.com/test_set.tar.gz"))
+    lanes.check(lane_params(urls="/data/train_set.tar.gz", backend="kubernetes"))  # the pod's path: not read here

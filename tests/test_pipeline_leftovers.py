@@ -88,7 +88,7 @@ def test_the_lane_pipeline_names_everything_a_run_before_left(dt, home, capsys):
     dt("snapshot", "create", "pvc-lanes-data-0", "--name", "lanes-prepared")
     dt("volume", "create", "lanes-candidate", "--size", "1Gi")
     failed_job(dt, "lanes-train")
-    code, _out, err = cli(home, capsys, "run", "lane-detection", "--param", "urls=a.tgz", "--param", "job_prefix=lanes")
+    code, _out, err = cli(home, capsys, "run", "lane-detection", "--param", "urls=https://example.com/a.tgz", "--param", "job_prefix=lanes")
     assert code == 2 and err.count("\n") == 1, err
     assert err == ("dtrain: error: pipeline 'lane-detection' would make job 'lanes-train' (Failed), volume "
                    "'pvc-lanes-data-0', snapshot 'lanes-prepared', volume 'lanes-candidate', which the local backend "
@@ -105,7 +105,7 @@ def test_a_fresh_home_passes_the_lane_pipelines_check_though_its_later_jobs_moun
     from dtrain.pipelines import lanes, runner
 
     client = Client(home=home, backend="local")
-    params = {**runner.parse_params(runner.load("lane-detection"), ["urls=a.tgz", "job_prefix=lanes"])}
+    params = {**runner.parse_params(runner.load("lane-detection"), ["urls=https://example.com/a.tgz", "job_prefix=lanes"])}
     steps.check_plan("lane-detection", lanes.plan(params), client=client)  # nothing refused
     plan = lanes.plan(params)
     stray = {**plan.jobs[1], "volumes": [*plan.jobs[1]["volumes"], "nothere:/extra"]}
@@ -166,7 +166,7 @@ def test_on_sagemaker_a_taken_name_can_only_be_changed(home, clients, code):  # 
 ])
 def test_the_lane_pipelines_backend_is_checked_before_any_step(home, capsys, value, message):
     """It failed in the prepare step, with a traceback in the step's log."""
-    code, _out, err = cli(home, capsys, "run", "lane-detection", "--param", "urls=a.tgz", "--param", f"backend={value}")
+    code, _out, err = cli(home, capsys, "run", "lane-detection", "--param", "urls=https://example.com/a.tgz", "--param", f"backend={value}")
     assert code == 2 and err == f"dtrain: error: {message}\n"
     assert not (home / "pipelines").exists()
 

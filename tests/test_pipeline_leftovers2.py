@@ -88,7 +88,7 @@ def test_a_bad_image_parameter_is_refused_before_any_step(dt, home, capsys, pipe
     fails minutes later); a bad component image was never looked at by `pipeline run`."""
     dt("volume", "create", "cifar10", "--size", "1Gi")
     dt("volume", "create", "lanes-candidate", "--size", "1Gi")  # a run before left it: refused after the image
-    urls = ["--param", "urls=a.tgz"] if pipeline == "lane-detection" else []
+    urls = ["--param", "urls=https://example.com/a.tgz"] if pipeline == "lane-detection" else []
     code, _out, err = cli(home, capsys, "run", pipeline, *urls, "--param", f"{param}={value}")
     assert code == 2 and err.count("\n") == 1, err
     empty = "" if param == "image" else ", or '' for the backend's configured image"
@@ -180,9 +180,9 @@ def test_the_jobs_a_plan_renders_are_the_jobs_the_steps_submit():
     """The dry run checks what the steps will send: the same specs, step for step."""
     from dtrain.pipelines import lanes, runner
 
-    params = {**runner.parse_params(runner.load("lane-detection"), ["urls=a.tgz"]), "job_prefix": "p"}
+    params = {**runner.parse_params(runner.load("lane-detection"), ["urls=https://example.com/a.tgz"]), "job_prefix": "p"}
     data, train, evaluate = lanes.plan(params).jobs
-    assert data == steps.lanes_prepare_spec(job_name="p-data", urls="a.tgz")[0]
+    assert data == steps.lanes_prepare_spec(job_name="p-data", urls="https://example.com/a.tgz")[0]
     assert train == steps.lanes_train_spec(job_name="p-train", volume="pvc-p-data-0")
     assert evaluate == steps.lanes_evaluate_spec(job_name="p-eval", volume="pvc-p-data-0", train_job="p-train")
     (job,) = hybrid_plan(hybrid_params(job_image="reg.example.com/c:1", job_name="cifar10-hybrid")).jobs
@@ -192,7 +192,7 @@ def test_the_jobs_a_plan_renders_are_the_jobs_the_steps_submit():
 @pytest.mark.parametrize("prefix", ["BAD_", "a" * 43, "-a"])  # empty: the run's own (test_pipeline_rerun.py)
 def test_a_bad_job_prefix_is_named_as_the_parameter_given(home, capsys, prefix):
     """'BAD_' or 43 characters were refused as "invalid job name 'BAD_-data'", a name the user never typed."""
-    code, _out, err = cli(home, capsys, "run", "lane-detection", "--param", "urls=a.tgz", "--param", f"job_prefix={prefix}")
+    code, _out, err = cli(home, capsys, "run", "lane-detection", "--param", "urls=https://example.com/a.tgz", "--param", f"job_prefix={prefix}")
     assert code == 2 and err.count("\n") == 1, err
     assert err.startswith(f"dtrain: error: invalid --param job_prefix={prefix!r}: use 1-42 lower-case letters, "), err
     assert not (home / "pipelines").exists()
@@ -202,7 +202,7 @@ def test_the_longest_job_prefix_makes_only_valid_names():
     from dtrain.names import check_name
     from dtrain.pipelines import lanes, runner
 
-    params = runner.parse_params(runner.load("lane-detection"), ["urls=a.tgz", "job_prefix=" + "a" * 42])
+    params = runner.parse_params(runner.load("lane-detection"), ["urls=https://example.com/a.tgz", "job_prefix=" + "a" * 42])
     made = lanes.plan(params).makes
     assert ("volume", "pvc-" + "a" * 42 + "-data-0") in {(m.kind, m.name) for m in made}
     for m in made:

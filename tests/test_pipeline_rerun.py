@@ -69,7 +69,7 @@ def test_a_second_lane_run_with_the_defaults_passes_the_check_the_first_runs_nam
     """The first run's job, volume and snapshot left behind: the next run with the defaults names new ones; a
     job_prefix given (the first run's) is refused as before."""
     client = Client(home=home, backend="local")
-    defaults = runner.parse_params(runner.load("lane-detection"), ["urls=a.tgz"])
+    defaults = runner.parse_params(runner.load("lane-detection"), ["urls=https://example.com/a.tgz"])
     assert defaults["job_prefix"] == ""
     first = lanes.fill(defaults)["job_prefix"]
     dt("volume", "create", f"pvc-{first}-data-0", "--size", "1Gi")

@@ -273,7 +273,7 @@ def test_only_kfps_program_folders_are_removed(tmp_path):
     (["run", "hybrid-cifar10", "--param", "gpus=1"], "invalid --param 'gpus=1'"),
     (["run", "hybrid-cifar10", "--param", "epochs=1", "--param", "epochs=2"], "--param epochs is given twice"),
     (["run", "lane-detection"], "needs --param urls=VALUE"),
-    (["run", "lane-detection", "--param", "urls=a.tgz", "--param", "threshold=1.5"], "invalid threshold 1.5"),
+    (["run", "lane-detection", "--param", "urls=https://example.com/a.tgz", "--param", "threshold=1.5"], "invalid threshold 1.5"),
     (["run", "no-such"], "no pipeline 'no-such'"),
     (["run"], "name one pipeline"),
     (["compile", "hybrid-cifar10", "-o", "x.txt"], "invalid -o 'x.txt'"),

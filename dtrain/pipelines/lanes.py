@@ -71,6 +71,7 @@ def check(params: dict) -> None:
     steps.check_volume_backend(params["backend"])
     _check_prefix(params["job_prefix"])
     _jobs(params)
+    steps.check_urls(params["urls"], here=params["backend"] == "local")  # a local data job reads paths here
     steps.check_threshold(params["threshold"])
     if params["candidate_volume"]:
         steps.check_name(params["candidate_volume"], "volume")

@@ -260,6 +260,23 @@ def lanes_prepare_spec(*, job_name: str, urls: str, sha256: str = "", storage_cl
     return _wire(spec), name
 
 
+def check_urls(urls: str, *, here: bool) -> None:
+    """Each of the data job's URLs in a scheme it reads; with HERE (the local backend, whose data job reads a path
+    or file:// URL on this machine) each path a file: both refused before any step, where the data job refused
+    them after its volume was made (a KFP server's pod reads its own paths, not checked)."""
+    from dtrain.workloads.inputs import local_path  # the data job's own reading of a URL
+
+    for url in (u.strip() for u in urls.split(",")):
+        try:
+            path = local_path(url, "urls") if url else None
+        except SpecError as err:  # a scheme the data job does not read
+            raise SpecError(f"invalid urls entry {shown(url)}: {err}") from None
+        if here and path is not None and not path.is_file():
+            raise SpecError(f"invalid urls entry {shown(url)}: no file {path} on this machine, where the local "
+                            f"backend's data job reads it: give the TuSimple archives as paths here (e.g. "
+                            f"$PWD/tusimple/train_set.tar.gz) or http(s):// URLs")
+
+
 def lanes_train_spec(*, job_name: str, volume: str, recipe: str = "tiny", processes: int = 2, max_steps: int = 0,
                      batch_size: int = 0, image: str = "") -> dict:
     """SCNN training on the prepared volume, snapshotting it (data + model) when the job succeeds."""
