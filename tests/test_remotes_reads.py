@@ -371,7 +371,7 @@ def test_each_backend_says_whether_it_can_be_opened_and_the_client_asks_it(home,
     assert client.backend("sagemaker").opened_problem() is None  # no AWS: its --local jobs are there still
     assert client.backend("kubernetes").opened_problem().startswith(
         "no usable Kubernetes configuration (no kubeconfig at KUBECONFIG=")
-    monkeypatch.setattr(SageMakerBackend, "opened_problem", lambda self: "no AWS here")
+    monkeypatch.setattr(SageMakerBackend, "_opened_problem", lambda self: "no AWS here")
     with pytest.raises(NotFoundError, match=r"^backend 'sagemaker' cannot be used from this home: no AWS here$"):
         dtrain.Client(home=home).suspend("cifar", backend="sagemaker")
 

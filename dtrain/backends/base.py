@@ -507,4 +507,4 @@ class Backend(BackendHooks):
         """Why this backend cannot be used from here at all, found before any request (a cluster's
         kubeconfig missing or broken); None: usable. A job verb's backend= naming one that cannot be
         opened is refused quoting it (Client.check_backend), a 404 over HTTP, not the 502 of a failure."""
-        return None
+        return self._opened_problem()

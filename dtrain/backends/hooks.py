@@ -103,6 +103,9 @@ class BackendHooks(abc.ABC):
     def _planned_snapshot(self, spec: JobSpec) -> str | None:
         return None
 
+    def _opened_problem(self) -> str | None:
+        return None
+
     def _artifacts(self, name: str, *, to: Path) -> Path:
         raise self._not_supported("'artifacts'", "copy the model from the volume the job wrote it to")
 

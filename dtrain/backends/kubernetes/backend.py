@@ -72,7 +72,7 @@ class KubernetesBackend(SubmitVerbs, JobVerbs, ProjectVerbs, NodeVerbs, PodVerbs
                                 timeout=self.config.request_timeout)
         return self._api
 
-    def opened_problem(self) -> str | None:
+    def _opened_problem(self) -> str | None:
         """The kubeconfig read (no request yet), as kubectl reads it before its first call: why no
         configuration is usable (none at KUBECONFIG and no in-cluster account, a broken file, a failed
         credential plugin); None once the client is made."""
