@@ -283,3 +283,92 @@ def test_a_damaged_model_archive_is_refused_not_unpacked_wrong(tmp_path, where):
     with pytest.raises(DataError, match=r"^refusing .*bad\.tar\.gz: CRC check failed .*the archive is damaged"):
         unpack(tmp_path / "bad.tar.gz", tmp_path / "to")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["bad.tar.gz", "good.tar.gz", "ok"]  # nothing left behind
+
+
+# ---------------------------------------------------------------- one training writes a --model-dir
+
+
+HOLD = """
+import fcntl, sys
+f = open(sys.argv[1], "a")
+fcntl.lockf(f.fileno(), fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def _holding(path: Path) -> subprocess.Popen:
+    """A first run, as its lock shows it: another process holding `path` until its stdin closes."""
+    first = subprocess.Popen([sys.executable, "-c", HOLD, str(path)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             text=True)
+    assert first.stdout.readline() == "held\n"
+    return first
+
+
+def test_a_second_training_on_one_model_dir_is_refused_and_writes_nothing(monkeypatch, tmp_path):
+    """Two jobs on one volume, one --model-dir: both trained, metrics.jsonl holding both runs' lines (interleaved)
+    and each replacing the other's checkpoints and model.pth. The lock dies with the first run's process: a
+    rerun (a restarted job) trains."""
+    from dtrain.errors import ConflictError
+
+    _clean_env(monkeypatch)
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 1}\n')
+    argv = ["--data-dir", str(tmp_path / "data"), "--model-dir", str(out), "--device", "cpu", *SMALL]
+    first = _holding(out / "metrics.jsonl")
+    try:
+        with pytest.raises(ConflictError, match=f"another training is writing {re.escape(str(out))} "
+                                                r"\(it holds metrics.jsonl\): .*another --model-dir"):
+            train(parse_args(argv))
+        assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl"]
+        assert (out / "metrics.jsonl").read_text() == '{"step": 1}\n'
+    finally:
+        first.communicate("")
+    assert train(parse_args(argv))["steps"] == 2  # the first run ended: this one trains
+    assert (out / "model.pth").is_file()
+
+
+def test_the_lock_is_on_the_metrics_file_and_adds_nothing_to_sagemakers_model(monkeypatch, tmp_path):
+    """SageMaker's /opt/ml/model is the job's own and becomes model.tar.gz: the lock adds no file there (it is
+    on the metrics file, in output/data), and a --metrics-file held by another run names that flag."""
+    from dtrain.errors import ConflictError
+
+    _clean_env(monkeypatch)
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
+    model, output = tmp_path / "opt_ml" / "model", tmp_path / "opt_ml" / "output" / "data"
+    monkeypatch.setenv("SM_MODEL_DIR", str(model))
+    monkeypatch.setenv("SM_OUTPUT_DATA_DIR", str(output))
+    argv = ["--data-dir", str(tmp_path / "data"), "--device", "cpu", "--checkpoint-dir", str(tmp_path / "ckpt"), *SMALL]
+    assert train(parse_args(argv))["steps"] == 2
+    assert sorted(p.name for p in model.iterdir()) == ["model.pth"]
+    shared = tmp_path / "shared.jsonl"
+    first = _holding(shared)
+    try:
+        with pytest.raises(ConflictError, match=r"another --metrics-file"):
+            train(parse_args([*argv, "--no-resume", "--metrics-file", str(shared)]))
+    finally:
+        first.communicate("")
+
+
+@pytest.mark.slow
+def test_every_rank_stops_when_rank_0_finds_the_model_dir_held(tmp_path):
+    """Under torchrun only rank 0 takes the lock: the others stop with it, each with its line, instead of
+    waiting in their first collective until the timeout."""
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
+    out = tmp_path / "model"
+    out.mkdir()
+    first = _holding(out / "metrics.jsonl")
+    try:
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+               str(_free_port()), "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(tmp_path / "data"),
+               "--model-dir", str(out), "--device", "cpu", *SMALL]
+        proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
+    finally:
+        first.communicate("")
+    ranks = sorted(line for line in proc.stderr.splitlines() if line.startswith("error: "))  # torchrun adds its own
+    assert proc.returncode != 0 and len(ranks) == 2, proc.stderr[-3000:]
+    assert ranks[0].startswith(f"error: another training is writing {out} (it holds metrics.jsonl)")
+    assert ranks[1].startswith(f"error: rank 0 found another training writing {out}, so rank 1 stops too")
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl"] and (out / "metrics.jsonl").read_text() == ""

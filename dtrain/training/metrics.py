@@ -86,6 +86,11 @@ class MetricsWriter:
                 f.write(line + "\n")
                 f.flush()
 
+    @property
+    def file(self):
+        """The open metrics file; None when disabled or closed (a workload locks it: one run writes it)."""
+        return self._f
+
     def close(self) -> None:
         for f in (self._f, self._mirror):
             if f is not None:

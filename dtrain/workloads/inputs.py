@@ -12,6 +12,7 @@ import contextlib
 import contextvars
 import difflib
 import errno
+import fcntl
 import math
 import os
 import sys
@@ -20,7 +21,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from dtrain.errors import DtrainError, NotFoundError, SpecError
+from dtrain.errors import ConflictError, DtrainError, NotFoundError, SpecError
 from dtrain.names import abbreviated, near_choice
 from dtrain.numbers import Typed, TypedFloat, exact, typed  # a number keeps its typed text: a refusal quotes 1e9, not 1000000000
 
@@ -247,6 +248,28 @@ def can_write(folder: Path, what: str) -> None:
         if e.errno in MACHINE_ERRNOS:
             raise OSError(e.errno, e.strerror, str(folder)) from None
         raise SpecError(f"{what} {folder} cannot be written ({e.strerror}): give a folder you can write to") from None
+
+
+def hold(file, path: Path, fix: str) -> None:
+    """Mark this process as the one training that writes `path`'s folder: an exclusive lock on `file` (`path`
+    opened for writing, a file rank 0 appends to for the whole run), or ConflictError 'another training is
+    writing FOLDER (it holds NAME): wait for it to end, or <fix>' with `file` closed. Two jobs on one volume
+    and one output folder both ran, interleaving their metrics and replacing each other's checkpoints and model.
+
+    A POSIX lock: held by the process (a second run in one process is no conflict), gone when it ends however it
+    ends (a restarted or resumed job finds no stale lock), and kept by NFS servers (a NetApp volume). It lasts
+    while the process keeps any descriptor of the file open: closing one (even another) lets it go. A file
+    system without locks (ENOLCK, EOPNOTSUPP) is no refusal: the run goes on unguarded."""
+    try:
+        fcntl.lockf(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
+            return
+        file.close()
+        if e.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        raise ConflictError(f"another training is writing {path.parent} (it holds {path.name}): wait for it to "
+                            f"end, or {fix}") from None
 
 
 # True while the dtrain CLI runs a workload's command (`dtrain cifar10 train`): a hint then names the

@@ -41,7 +41,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
-from dtrain.errors import SpecError
+from dtrain.errors import ConflictError, DtrainError, SpecError
 from dtrain.names import listed
 from dtrain.training import (
     STOPPED_EXIT_CODE,
@@ -72,6 +72,7 @@ from dtrain.workloads.inputs import (
     MAX_STEPS,
     MAX_WORKERS,
     NotWhole,
+    hold,
     in_range,
     learning_rate,
     out_folder,
@@ -435,12 +436,41 @@ def train(cfg: TrainConfig) -> dict[str, float]:
     x_test, y_test = (torch.from_numpy(a) for a in load_split(cfg.test_dir or cfg.data_dir, "test"))
     info = setup_distributed(cfg.backend, device=cfg.device, env=launch_env)
     try:
-        return _train(cfg, info, (x_train, y_train), (x_test, y_test))
+        with MetricsWriter(metrics_file(cfg), enabled=info.is_main) as metrics:
+            _one_training_writes(metrics, cfg, info)
+            return _train(cfg, info, metrics, (x_train, y_train), (x_test, y_test))
     finally:
         teardown()
 
 
-def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) -> dict[str, float]:
+def metrics_file(cfg: TrainConfig) -> Path:
+    return Path(cfg.metrics_file) if cfg.metrics_file else Path(cfg.model_dir) / "metrics.jsonl"
+
+
+def _one_training_writes(metrics: MetricsWriter, cfg: TrainConfig, info: DistInfo) -> None:
+    """Rank 0 holds a lock on the metrics file it appends to (inputs.hold), before any checkpoint is read or
+    written; every rank stops when it is refused. Two jobs on one volume and one --model-dir both trained,
+    interleaving metrics.jsonl and replacing each other's checkpoints and model.pth. SageMaker's model and
+    output folders are the job's own: the lock is taken there too and is never refused."""
+    error = None
+    if info.is_main:
+        fix = "give this run another --metrics-file" if cfg.metrics_file else "give this run another --model-dir"
+        try:
+            hold(metrics.file, metrics.path, fix)
+        except DtrainError as e:
+            error = e
+    if info.distributed and dist.is_initialized():  # every rank takes part, refused or not
+        refused = torch.tensor([int(error is not None)], dtype=torch.int64, device=info.device)
+        dist.all_reduce(refused, op=dist.ReduceOp.MAX)
+        if error is None and int(refused[0]):
+            error = ConflictError(f"rank 0 found another training writing {metrics_file(cfg).parent}, so rank "
+                                  f"{info.rank} stops too: wait for it to end, or give this run another --model-dir")
+    if error is not None:
+        raise error
+
+
+def _train(cfg: TrainConfig, info: DistInfo, metrics: MetricsWriter, train_set: tuple,
+           test_set: tuple) -> dict[str, float]:
     torch.manual_seed(cfg.seed)
     net = Net().to(info.device)
     opt = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum)
@@ -478,9 +508,8 @@ def _train(cfg: TrainConfig, info: DistInfo, train_set: tuple, test_set: tuple) 
         print(f"cifar10: the checkpoint's step {resumed.step} is at or past this run's last step {last}: nothing "
               f"is left to train, and the model is the checkpoint's; to train with this run's settings start over "
               f"({start_over()}), or give more --epochs or --max-steps", flush=True)
-    metrics_path = cfg.metrics_file or str(Path(cfg.model_dir) / "metrics.jsonl")
     loop = _Loop(cfg=cfg, info=info, model=model, opt=opt, timer=timer, ckpt=ckpt, net=net, last=last, plan=plan)
-    with MetricsWriter(metrics_path, enabled=info.is_main) as metrics, GracefulStop() as stop:
+    with GracefulStop() as stop:
         epoch = step // steps_per_epoch
         while step < last and not stop.requested:
             epoch, position = divmod(step, steps_per_epoch)

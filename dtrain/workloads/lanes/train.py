@@ -17,8 +17,6 @@ them into --snapshot-on-success; docs/architecture.md); this script only records
 
 import argparse
 import dataclasses
-import errno
-import fcntl
 import json
 import os
 import sys
@@ -31,7 +29,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from dtrain.errors import ConflictError, DtrainError, EnvironmentError_, QuotaError, SpecError
+from dtrain.errors import DtrainError, EnvironmentError_, QuotaError, SpecError
 from dtrain.replace import replace_file
 from dtrain.training import (
     STOPPED_EXIT_CODE,
@@ -54,8 +52,8 @@ from dtrain.training import (
     teardown,
 )
 from dtrain.training.metrics import open_append
-from dtrain.workloads.inputs import (MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, can_write, in_range, learning_rate, out_folder,
-                                     schedule_steps, whole_number)
+from dtrain.workloads.inputs import (MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, can_write, hold, in_range, learning_rate,
+                                     out_folder, schedule_steps, whole_number)
 from dtrain.workloads.lanes import recipes
 from dtrain.workloads.lanes.data import LaneDataset
 from dtrain.workloads.lanes.metric import evaluate
@@ -292,16 +290,7 @@ class Log:
         self.file = open_log(path) if enabled else None
         if self.file is None:
             return
-        # A POSIX lock: held by the process (a second run in one process is no conflict), gone when it ends
-        # however it ends (no stale lock file after a kill), and kept by NFS servers (a NetApp volume).
-        try:
-            fcntl.lockf(self.file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError as e:
-            self.file.close()
-            if e.errno not in (errno.EAGAIN, errno.EACCES):
-                raise
-            raise ConflictError(f"another training is writing {path.parent} (it holds {path.name}): wait for it to "
-                                "end, or give this run another --out-dir") from None
+        hold(self.file, path, "give this run another --out-dir")
 
     def __call__(self, msg: str) -> None:
         if self.file is not None:
