@@ -189,3 +189,33 @@ def test_a_second_training_on_one_out_dir_is_refused_and_writes_nothing(tmp_path
     again = subprocess.run(argv, capture_output=True, text=True, timeout=300)  # the first run ended: it trains
     assert again.returncode == 0, again.stderr[-2000:]
     assert (out / "model.pt").exists()
+
+
+def test_a_hint_names_the_command_of_the_door_it_came_through(cli, tmp_path, capsys):
+    """`dtrain lanes evaluate` names `dtrain lanes prepare` (a verb the CLI has); the same code under a plain
+    torchrun or `python -m dtrain.workloads.lanes` (a container without the CLI) named it too, a command not
+    there: it names the module's, as the cifar10 hints do."""
+    from dtrain.workloads.inputs import run_by_cli
+    from dtrain.workloads.lanes.__main__ import main as module_main
+
+    pred, gt = _write(tmp_path / "pred.json", PRED), str(tmp_path / "nope.json")
+    ckpt, out = str(tmp_path / "nope.pt"), str(tmp_path / "out.json")
+    line = cli.refused("lanes", "evaluate", "--pred", pred, "--gt", gt)
+    assert "(or run `dtrain lanes prepare`)" in line
+    line = cli.refused("lanes", "evaluate", "--pred", gt, "--gt", pred)
+    assert "(`dtrain lanes predict` writes one)" in line
+    line = cli.refused("lanes", "predict", "--checkpoint", ckpt, "--data-dir", str(tmp_path), "--out", out)
+    assert line.endswith("(want test_label.json): run `dtrain lanes prepare`")
+    capsys.readouterr()
+    assert module_main(["evaluate", "--pred", pred, "--gt", gt]) == 2  # after the CLI's door: nothing stays set
+    assert "(or run `python -m dtrain.workloads.lanes prepare`)" in capsys.readouterr().err
+    assert module_main(["evaluate", "--pred", gt, "--gt", pred]) == 2
+    assert "(`python -m dtrain.workloads.lanes predict` writes one)" in capsys.readouterr().err
+    assert module_main(["predict", "--checkpoint", ckpt, "--data-dir", str(tmp_path), "--out", out]) == 2
+    assert capsys.readouterr().err.strip().endswith("(want test_label.json): run `python -m dtrain.workloads.lanes "
+                                                    "prepare`")
+    from dtrain.workloads.lanes.predict import checkpoint_fix  # a missing or foreign --checkpoint's fix
+
+    assert "`python -m dtrain.workloads.lanes train` wrote" in checkpoint_fix()
+    with run_by_cli():
+        assert "`dtrain lanes train` wrote" in checkpoint_fix()

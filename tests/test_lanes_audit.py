@@ -131,7 +131,8 @@ def test_an_error_in_a_loader_worker_comes_back_as_its_one_line(own_data, tmp_pa
                       "--max-steps", "1", "--use-workers", "--num-workers", "1"])
     message = str(caught.value)
     assert "\n" not in message and "Traceback" not in message, message
-    assert message.startswith("cannot decode image ") and message.endswith("(re-run `dtrain lanes prepare --force`)")
+    assert message.startswith("cannot decode image ")
+    assert message.endswith("(re-run `python -m dtrain.workloads.lanes prepare --force`)")  # training's module door
 
 
 # ------------------------------------------------------------------ predict

@@ -23,7 +23,7 @@ from dtrain.errors import DataError, SpecError
 from dtrain.replace import replacing
 from dtrain.training import keep_freed_memory, load_checkpoint
 from dtrain.training.resume import first_fault
-from dtrain.workloads.inputs import MAX_BATCH, Parser, can_write, in_range, input_file, out_folder
+from dtrain.workloads.inputs import MAX_BATCH, Parser, can_write, command, in_range, input_file, out_folder
 from dtrain.workloads.lanes.data import load_image, normalize, rgb_frame, split_lines
 from dtrain.workloads.lanes.masks import decode_lanes
 from dtrain.workloads.lanes.recipes import native_bf16, precision_name
@@ -109,12 +109,13 @@ def predict_labels(model: torch.nn.Module, root: str | os.PathLike, labels: Sequ
     return out
 
 
-CHECKPOINT_FIX = "pass OUT_DIR/model.pt or a ckpt-<step>.pt that `dtrain lanes train` wrote"
+def checkpoint_fix() -> str:
+    return f"pass OUT_DIR/model.pt or a ckpt-<step>.pt that `{command('lanes', 'train')}` wrote"
 
 
 def load_model(path: str | os.PathLike, device: torch.device | str = "cpu") -> SCNN:
     """An SCNN from a training checkpoint (ckpt-<step>.pt) or a final model.pt."""
-    fix = CHECKPOINT_FIX
+    fix = checkpoint_fix()
     input_file(path, "checkpoint", fix)
     try:
         state = load_checkpoint(path, map_location="cpu")
@@ -229,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     # creates no folder of theirs (a missing --data-dir: none at all); the model is loaded after.
     labels, tasks = frames_to_predict(args.data_dir, args.split)
     out = check_out_file(args.out, args.data_dir, args.checkpoint)
-    input_file(args.checkpoint, "checkpoint", CHECKPOINT_FIX)
+    input_file(args.checkpoint, "checkpoint", checkpoint_fix())
     if args.overlays:
         can_write(out_folder(args.overlays, "--overlays"), "--overlays")
     # Every batch allocates and frees the same activations, as a training step does: with glibc's

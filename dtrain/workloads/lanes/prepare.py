@@ -55,7 +55,7 @@ from PIL import Image
 from tqdm import tqdm
 
 from dtrain.errors import ConflictError, DataError, SpecError
-from dtrain.workloads.inputs import Parser, in_range, input_file, local_path, out_folder, split_url
+from dtrain.workloads.inputs import Parser, command, in_range, input_file, local_path, out_folder, split_url
 from dtrain.workloads.lanes.masks import TRAIN_SIZE, render_mask
 from dtrain.workloads.lanes.tusimple import (
     LIST_DIR, SPLIT_FILES, mask_relpath, one_line_per_frame, read_labels, writable,
@@ -419,8 +419,8 @@ def _lock(out: Path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise ConflictError(f"another `dtrain lanes prepare` is writing {out}: wait for it to end (a rerun with the "
-                            "same arguments then does nothing)") from None
+        raise ConflictError(f"another `{command('lanes', 'prepare')}` is writing {out}: wait for it to end (a rerun "
+                            "with the same arguments then does nothing)") from None
     return fd
 
 

@@ -25,7 +25,7 @@ from pathlib import Path
 from dtrain.errors import DataError
 from dtrain.names import counted
 from dtrain.replace import replacing
-from dtrain.workloads.inputs import input_file
+from dtrain.workloads.inputs import command, input_file
 
 IMAGE_WIDTH = 1280  # TuSimple frames are 1280x720
 IMAGE_HEIGHT = 720
@@ -198,7 +198,7 @@ def iter_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES,
     points outside the frame (kept: the evaluation scores them as given), and one per kind of ``oddities``
     (``max_lanes``: the lanes a frame may hold without a warning, None for prediction files).
     """
-    path = input_file(path, "label file", "give a TuSimple JSON-lines file (or run `dtrain lanes prepare`)")
+    path = input_file(path, "label file", f"give a TuSimple JSON-lines file (or run `{command('lanes', 'prepare')}`)")
     outside: list[str] = []  # "FILE:LINE: what" of each line with a point outside the frame
     odd: dict[str, list[str]] = {kind: [] for kind in _ODD}  # kind -> "FILE:LINE" of each line
     for lineno, obj in json_lines(path):
