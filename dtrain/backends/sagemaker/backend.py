@@ -485,6 +485,21 @@ class SageMakerBackend(Backend):
             self.facts.keep_only(s.get("TrainingJobArn") for s in summaries)
         return Listed(out, notices)
 
+    def _list_of(self, project: str | None) -> Listed:
+        """`_list`, with a notice naming the region it read when AWS's answer there holds no dtrain job:
+        SageMaker lists one region's jobs, and an empty list alone read as no jobs at all where they
+        run in another region (`--region` changed). A region where dtrain saw jobs is named too."""
+        jobs = self._list()
+        if not self._aws_configured() or any(n.code == "jobs-unlisted" for n in jobs.notices) \
+                or any(not (j.spec.sagemaker and j.spec.sagemaker.local) for j in jobs):
+            return jobs
+        region = self.config.region
+        seen = sorted(self.facts.seen_regions() - {region})
+        there = f"; dtrain saw jobs in {', '.join(seen)}: dtrain config sagemaker --region {seen[0]}" if seen else ""
+        return Listed(jobs, [*jobs.notices, Notice(code="jobs-region", message=(
+            f"no dtrain job on SageMaker in region {region}, the region dtrain asks (dtrain config sagemaker "
+            f"--region){there}"))])
+
     def _names(self, what: str) -> tuple[list[str], list[str]]:
         """The jobs known without asking AWS (ListTrainingJobs, then a DescribeTrainingJob for each job
         not remembered, all throttled): the --local ones and the AWS ones the facts keep."""

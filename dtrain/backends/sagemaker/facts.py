@@ -123,6 +123,17 @@ class JobFacts:
             pass
         return found
 
+    def seen_regions(self) -> set[str]:
+        """The regions whose kept facts name any job (of any account), in memory or on disk."""
+        found = {m.group(1) for m in map(_ARN.match, self._mem) if m}
+        try:
+            folders = os.listdir(self.root) if self.root is not None else []
+            found.update(m.group(1) for f in folders if (m := re.fullmatch(r"([a-z0-9-]+)-\d{12}", f))
+                         and any(n.endswith(".json") for n in os.listdir(self.root / f)))
+        except OSError:  # no facts kept yet, or a folder not ours to read
+            pass
+        return found
+
     def keep_only(self, arns: Iterable[str]) -> None:
         """Forget the files of jobs a listing no longer shows, in the folders of the jobs it showed."""
         keep = {p for p in map(self._path, arns) if p is not None}

@@ -1,0 +1,64 @@
+"""SageMaker projects and regions: a project is a job's dtrain:project tag, and a listing reads one region.
+
+- `describe job NAME` without -p finds a job of another project, as the local backend does (job names are
+  unique across projects there, as SageMaker's are in a region; -p's help says so); with another -p it is
+  not found and the line names the job's -p.
+- `list` in a region without dtrain jobs said "No jobs yet in project 'default'" alone: a warning now names
+  the region read and a region where dtrain saw jobs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from test_audit15_sm import cli  # noqa: F401  (dtrain's CLI in this process, AWS at moto's server)
+from test_sagemaker_backend import CFG, clients, code, moto_url  # noqa: F401
+
+from dtrain.backends.base import Listed
+from dtrain.backends.sagemaker.backend import SageMakerBackend
+
+
+@pytest.mark.slow  # a CLI submit and three describes against moto
+def test_describe_without_p_finds_another_projects_job_as_the_local_backend_does(cli, clients):  # noqa: F811
+    assert cli("config", "backend", "sagemaker")[0] == 0
+    rc, out, _ = cli("submit", "tagged", "-p", "team-a", "--", "python", "train.py")
+    assert rc == 0 and "`dtrain describe job tagged -p team-a`" in out  # the hint names the job's -p
+    rc, out, err = cli("describe", "job", "tagged")  # any project's, as locally: names are unique in a region
+    assert (rc, err) == (0, "") and "\nProject: team-a\n" in out
+    assert cli("describe", "job", "tagged", "-p", "team-a")[0] == 0
+    assert cli("describe", "job", "tagged", "-p", "default") == (
+        2, "", "dtrain: error: no job named 'tagged' in project 'default': it is in project 'team-a' "
+               "(give -p team-a, or no -p)\n")
+
+
+@pytest.mark.slow  # a CLI submit and four lists against moto
+def test_list_in_a_region_without_jobs_names_it_and_the_region_they_were_seen_in(cli, clients):  # noqa: F811
+    assert cli("config", "backend", "sagemaker")[0] == 0
+    assert cli("submit", "eastern", "--", "python", "train.py")[0] == 0
+    assert cli("list")[2] == ""  # jobs in the region read: no warning
+    assert cli("config", "sagemaker", "--region", "us-west-2")[0] == 0
+    line = ("dtrain: warning: no dtrain job on SageMaker in region us-west-2, the region dtrain asks (dtrain "
+            "config sagemaker --region); dtrain saw jobs in us-east-1: dtrain config sagemaker --region us-east-1\n")
+    assert cli("list") == (0, "No jobs yet in project 'default': submit one with 'dtrain submit NAME -- COMMAND'\n",
+                           line)
+    assert cli("list", "-A")[2] == line
+    assert cli("config", "sagemaker", "--region", "us-east-1")[0] == 0
+    rc, out, err = cli("list")
+    assert (rc, err) == (0, "") and "eastern" in out
+
+
+class _EmptyRegion(SageMakerBackend):
+    """AWS answering ListTrainingJobs with no job (moto's server keeps this module's jobs in every region)."""
+
+    def _list(self) -> Listed:
+        return Listed([])
+
+
+def test_list_of_a_region_never_seen_names_it_alone(home, clients):  # noqa: F811
+    west = _EmptyRegion(dataclasses.replace(CFG, region="eu-west-1"), clients=clients, home=home)
+    listed = west.list(project="default")
+    assert list(listed) == []
+    assert [(n.code, n.message) for n in listed.notices] == [("jobs-region", (
+        "no dtrain job on SageMaker in region eu-west-1, the region dtrain asks (dtrain config sagemaker --region)"))]
