@@ -5,6 +5,8 @@
   not found and the line names the job's -p.
 - `list` in a region without dtrain jobs said "No jobs yet in project 'default'" alone: a warning now names
   the region read and a region where dtrain saw jobs.
+- `project create X` said "does not support projects; use --backend local", as if `submit -p X` did not
+  work on SageMaker: it says a project is a tag that submit -p sets with nothing created.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from test_sagemaker_backend import CFG, clients, code, moto_url  # noqa: F401
 
 from dtrain.backends.base import Listed
 from dtrain.backends.sagemaker.backend import SageMakerBackend
+from dtrain.errors import NotSupportedError
 
 
 @pytest.mark.slow  # a CLI submit and three describes against moto
@@ -62,3 +65,29 @@ def test_list_of_a_region_never_seen_names_it_alone(home, clients):  # noqa: F81
     assert list(listed) == []
     assert [(n.code, n.message) for n in listed.notices] == [("jobs-region", (
         "no dtrain job on SageMaker in region eu-west-1, the region dtrain asks (dtrain config sagemaker --region)"))]
+
+
+def test_project_create_on_sagemaker_says_submit_p_needs_nothing_created(home):
+    backend = SageMakerBackend(CFG, home=home)
+    with pytest.raises(NotSupportedError) as err:
+        backend.create_project("team-b")
+    assert str(err.value) == ("SageMaker has no projects to create: a job's project is its dtrain:project tag, "
+                              "which 'dtrain submit JOB -p team-b -- COMMAND' sets with nothing created first, and "
+                              "'dtrain list -p team-b' lists its jobs")
+    with pytest.raises(NotSupportedError) as err:
+        backend.create_project("team-b", gpu_quota=2)
+    assert str(err.value).endswith("lists its jobs; a GPU quota is not dtrain's there: AWS's service quotas cap "
+                                   "the instances")
+    with pytest.raises(NotSupportedError, match="SageMaker keeps no projects: a job's project is its dtrain:project "
+                                                "tag, set by submit -p; 'dtrain list -A' shows each job's project"):
+        backend.list_projects()
+
+
+@pytest.mark.slow  # a CLI submit against moto
+def test_project_create_then_submit_p_on_sagemaker(cli, clients):  # noqa: F811
+    assert cli("config", "backend", "sagemaker")[0] == 0
+    rc, out, err = cli("project", "create", "team-b")
+    assert (rc, out) == (2, "") and "'dtrain submit JOB -p team-b -- COMMAND' sets with nothing created" in err
+    assert "use --backend local" not in err  # -p works on SageMaker: no other backend is needed
+    assert cli("submit", "btagged", "-p", "team-b", "--", "python", "train.py")[0] == 0  # what the line says works
+    assert "btagged" in cli("list", "-p", "team-b")[1]

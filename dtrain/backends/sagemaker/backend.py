@@ -643,6 +643,24 @@ class SageMakerBackend(Backend):
         aws_call(f"SageMaker DeleteTrainingJob of {name!r}", clients.sagemaker.delete_training_job,
                  TrainingJobName=name)
 
+    # ---- projects: a SageMaker job's project is its dtrain:project tag, set at submit ----------------
+    def _create_project(self, name: str, *, gpu_quota: int | None, no_gpu_quota: bool) -> None:
+        """Refused in a SageMaker user's words: nothing is made, and `submit -p NAME` needs nothing made
+        (the generic 'use --backend local' read as if -p did not work on SageMaker)."""
+        quota = "; a GPU quota is not dtrain's there: AWS's service quotas cap the instances" \
+            if gpu_quota is not None else ""
+        raise NotSupportedError(
+            f"SageMaker has no projects to create: a job's project is its dtrain:project tag, which "
+            f"'{self.cmd(f'submit JOB -p {name} -- COMMAND')}' sets with nothing created first, and "
+            f"'{self.cmd(f'list -p {name}')}' lists its jobs{quota}")
+
+    def _has_project(self, name: str) -> bool:
+        return False  # nothing is kept to exist: `project create` is answered by _create_project
+
+    def _list_projects(self) -> list:
+        raise NotSupportedError(f"SageMaker keeps no projects: a job's project is its dtrain:project tag, set by "
+                                f"submit -p; '{self.cmd('list -A')}' shows each job's project")
+
     def _nodes(self) -> Listed:
         """None: SageMaker has no standing nodes (instances exist while a job runs). Said, so that an
         empty table is not read as a cluster with no machines, or one dtrain could not read."""
