@@ -488,14 +488,16 @@ class SageMakerBackend(Backend):
     def _list_of(self, project: str | None) -> Listed:
         """`_list`, with a notice naming the region it read when AWS's answer there holds no dtrain job:
         SageMaker lists one region's jobs, and an empty list alone read as no jobs at all where they
-        run in another region (`--region` changed). A region where dtrain saw jobs is named too."""
+        run in another region (`--region` changed). Only where dtrain saw jobs in another region, named too."""
         jobs = self._list()
         if not self._aws_configured() or any(n.code == "jobs-unlisted" for n in jobs.notices) \
                 or any(not (j.spec.sagemaker and j.spec.sagemaker.local) for j in jobs):
             return jobs
         region = self.config.region
         seen = sorted(self.facts.seen_regions() - {region})
-        there = f"; dtrain saw jobs in {', '.join(seen)}: dtrain config sagemaker --region {seen[0]}" if seen else ""
+        if not seen:  # an account new to dtrain: "No jobs yet" is the whole truth, no notice at each list
+            return jobs
+        there = f"; dtrain saw jobs in {', '.join(seen)}: dtrain config sagemaker --region {seen[0]}"
         return Listed(jobs, [*jobs.notices, Notice(code="jobs-region", message=(
             f"no dtrain job on SageMaker in region {region}, the region dtrain asks (dtrain config sagemaker "
             f"--region){there}"))])
