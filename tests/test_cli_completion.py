@@ -174,3 +174,34 @@ def test_zsh_runs_the_same_script(tmp_path):
     assert {"create", "list"} <= set(complete(path, "dtrain volume ", shell="zsh"))
     flags = complete(path, "dtrain logs x --fo", shell="zsh")  # zsh keeps those starting --fo itself
     assert "--follow" in flags and "--tail" in flags and "create" not in flags
+
+
+def test_the_kept_names_are_never_written_through_a_link_planted_there(tmp_path, monkeypatch):
+    """The cache under the home was written with `>`, which follows a link someone put at its name: each
+    file is now a new one of its own, renamed over the name (the link replaced, its target untouched)."""
+    monkeypatch.setattr(completion, "COMPLETION_TIMEOUT", 0.3)
+    monkeypatch.setattr(completion, "COMPLETION_RETRY", 0)  # each TAB asks again
+    path = tmp_path / "dtrain.sh"
+    path.write_text(script(build_parser(), "bash"))
+    home, bin_dir = tmp_path / "home", tmp_path / "bin"
+    home.mkdir()
+    bin_dir.mkdir()
+    dtrain = bin_dir / "dtrain"
+    dtrain.write_text(SHIM)
+    dtrain.chmod(0o755)
+    (bin_dir / "dtrain.answer").write_text(json.dumps([{"name": "data", "size": 1}], indent=2))
+    line = "dtrain volume describe d"
+    assert complete(path, line, home, "bash", bin_dir) == ["data"]
+    [kept] = (home / "completion").iterdir()
+    names, stalled = tmp_path / "names-victim", tmp_path / "stalled-victim"
+    names.write_text("dogs\n")
+    stalled.write_text("precious\n")
+    kept.unlink()
+    kept.symlink_to(names)
+    kept.with_name(kept.name + ".stalled").symlink_to(stalled)
+    (bin_dir / "dtrain.hangs").touch()
+    assert complete(path, line, home, "bash", bin_dir) == ["dogs"]  # the last names, read (a read follows)
+    assert stalled.read_text() == "precious\n" and not kept.with_name(kept.name + ".stalled").is_symlink()
+    (bin_dir / "dtrain.hangs").unlink()
+    assert complete(path, line, home, "bash", bin_dir) == ["data"]
+    assert names.read_text() == "dogs\n" and not kept.is_symlink() and kept.read_text() == "data\n"

@@ -109,6 +109,13 @@ def script(parser: argparse.ArgumentParser, shell: str) -> str:
 # `at` (not `path`: zsh ties $path to $PATH) is the command path read so far: the words that name a
 # sub-command of the path before them; other words are flags, their values and names
 _FUNCTION = r"""
+# A file of the cache written as a new file of its own (noclobber: O_EXCL, which no link planted at the
+# name passes) and renamed over the old, so a link someone put there is replaced, never written through
+_dtrain_keep() {
+  rm -f "$1.$$" 2>/dev/null
+  (set -C; printf '%s\n' "$2" >"$1.$$") 2>/dev/null && mv -f "$1.$$" "$1" 2>/dev/null
+}
+
 _dtrain_list_names() {
   local words=(${_dtrain_lists[$1]}) home=() i dir=${DTRAIN_HOME:-$HOME/.dtrain} kept= now out rc since=
   for ((i = 1; i < COMP_CWORD; i++)); do  # --home, --backend and -p PROJECT of the line being typed
@@ -128,11 +135,11 @@ _dtrain_list_names() {
   if [[ $rc == 0 ]]; then
     out=$(printf '%s\n' "$out" | sed -n 's/^    "name": "\([^"]*\)",\{0,1\}$/\1/p')
     if [[ -n $kept ]] && mkdir -p "${kept%/*}" 2>/dev/null; then
-      printf '%s\n' "$out" >"$kept.$$" 2>/dev/null && mv -f "$kept.$$" "$kept" 2>/dev/null; rm -f "$kept.stalled"
+      _dtrain_keep "$kept" "$out"; rm -f "$kept.stalled"
     fi
     printf '%s\n' "$out"
   elif [[ -n $kept ]]; then  # no answer (a cluster down, or slow): the names it gave last
-    if [[ $rc == 124 ]] && mkdir -p "${kept%/*}" 2>/dev/null; then echo "$now" >"$kept.stalled" 2>/dev/null; fi
+    if [[ $rc == 124 ]] && mkdir -p "${kept%/*}" 2>/dev/null; then _dtrain_keep "$kept.stalled" "$now"; fi
     cat "$kept" 2>/dev/null
   fi
 }
