@@ -106,3 +106,15 @@ def test_a_job_lost_with_nothing_saying_the_disk_was_full_keeps_its_words(home):
     _lost_job(home, "--- attempt 0: rankrun\n" + _REFUSED + "--- attempt 1: rankrun\n")
     message = Client(home=home).get("j1").message
     assert "is gone: killed, or the machine restarted" in message and "full" not in message, message
+
+
+def test_a_long_refused_line_is_quoted_cut_visibly_on_one_line(home):
+    """The launcher.log line quoted in "full then" was cut at 300 characters with nothing saying how
+    much was left out."""
+    line = _REFUSED.strip() + " " + "x" * 500
+    pid = _lost_job(home, "--- attempt 0: rankrun\n" + line + "\n")
+    message = Client(home=home).get("j1").message
+    assert message == (f"lost: its supervisor (pid {pid}) is gone: most likely a write it needed failed on the "
+                       f"home disk, full then (launcher.log says: {line[:300]}... ({len(line) - 300} more "
+                       f"characters)); no restarts left (--max-restarts 0)")
+

@@ -263,10 +263,20 @@ def full_disk_signs(job_dir: Path) -> str | None:
         lines = lines[last[0]:] if last else lines  # last attempt's: an earlier one's full disk was survived
         said = next((line.strip() for line in reversed(lines) if any(w in line for w in _NO_ROOM)), None)
         if said:
-            return f"{name} says: {said if len(said) <= 300 else said[:297] + '...'}"
+            return f"{name} says: {_cut(said)}"
     if any(r.get("log_error") for r in rank_records(job_dir)):
         return "its ranks' logs were refused too"
     return None
+
+
+_QUOTED_CHARS = 300  # of a log line quoted in a message: its start says what was refused
+
+
+def _cut(line: str) -> str:
+    """`line`, its end cut visibly where it is long: '... (N more characters)'."""
+    if len(line) <= _QUOTED_CHARS:
+        return line
+    return f"{line[:_QUOTED_CHARS]}... ({len(line) - _QUOTED_CHARS} more characters)"
 
 
 def own_causes(job_dir: Path) -> str:
