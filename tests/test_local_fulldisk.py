@@ -118,3 +118,20 @@ def test_a_long_refused_line_is_quoted_cut_visibly_on_one_line(home):
                        f"home disk, full then (launcher.log says: {line[:300]}... ({len(line) - 300} more "
                        f"characters)); no restarts left (--max-restarts 0)")
 
+
+def test_a_job_lost_having_written_nothing_on_a_full_disk_says_so_after_space_is_freed(tmp_path):
+    """A supervisor started on a full home disk wrote nothing at all: supervisor.log and launcher.log
+    were made, and their first line refused. Once space was freed, its job read "killed, or the machine
+    restarted"."""
+    with tmpfs(tmp_path / "disk", "size=8m") as disk:
+        home = disk / "home"
+        home.mkdir()
+        pid = _lost_job(home, "")
+        fill(disk)
+        for name in ("supervisor.log", "launcher.log"):  # a full disk still makes a file: it refuses its blocks
+            (home / "jobs" / "j1" / name).touch()
+        (disk / "fill").unlink()
+        message = Client(home=home).get("j1").message
+    assert message == (f"lost: its supervisor (pid {pid}) is gone: most likely a write it needed failed on the "
+                       f"home disk, full then (launcher.log is empty: not even an attempt's first line could be "
+                       f"written there); no restarts left (--max-restarts 0)")

@@ -248,7 +248,8 @@ _TAIL_BYTES = 8192  # of supervisor.log and launcher.log: a lost supervisor's la
 def full_disk_signs(job_dir: Path) -> str | None:
     """What the job's own files tell of a write refused for want of room, from the end of supervisor.log
     (the supervisor's last words) and launcher.log (a rank's record refused), or a rank stopped because
-    its log was refused: 'supervisor.log says: ...'; None where nothing does."""
+    its log was refused, or an empty launcher.log (a supervisor that could write nothing at all):
+    'supervisor.log says: ...'; None where nothing does."""
     for name in ("supervisor.log", "launcher.log"):
         f = open_regular(job_dir / name)
         if f is None:
@@ -266,6 +267,8 @@ def full_disk_signs(job_dir: Path) -> str | None:
             return f"{name} says: {_cut(said)}"
     if any(r.get("log_error") for r in rank_records(job_dir)):
         return "its ranks' logs were refused too"
+    if _empty(job_dir / "launcher.log"):  # made by its open, then its first write refused: the disk was full
+        return "launcher.log is empty: not even an attempt's first line could be written there"
     return None
 
 
@@ -277,6 +280,15 @@ def _cut(line: str) -> str:
     if len(line) <= _QUOTED_CHARS:
         return line
     return f"{line[:_QUOTED_CHARS]}... ({len(line) - _QUOTED_CHARS} more characters)"
+
+
+def _empty(path: Path) -> bool:
+    """Whether `path` is a regular file holding nothing (not a link, a fifo, nor missing)."""
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size == 0
 
 
 def own_causes(job_dir: Path) -> str:
