@@ -135,3 +135,31 @@ def test_a_job_lost_having_written_nothing_on_a_full_disk_says_so_after_space_is
     assert message == (f"lost: its supervisor (pid {pid}) is gone: most likely a write it needed failed on the "
                        f"home disk, full then (launcher.log is empty: not even an attempt's first line could be "
                        f"written there); no restarts left (--max-restarts 0)")
+
+
+def test_a_supervisor_whose_stderr_line_is_refused_too_goes_on_to_the_launcher(home, monkeypatch):
+    """Where an attempt's log starts could not be recorded (a full disk), the supervisor printed so to its
+    supervisor.log, on the same full disk: that print raised and ended the supervisor before launcher.log
+    existed, so the job read 'killed, or the machine restarted' with no sign of the disk."""
+    import errno
+
+    from dtrain.backends.local import supervisor
+    from dtrain.backends.local.ranks import LogRefused
+
+    def full(*_args, **_kw):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    class FullFile:
+        write = flush = staticmethod(full)
+
+    store = JobStore(home / "state.db")
+    try:
+        store.insert_job(JobSpec(name="full", command=("true",)), cwd="/", node="this-host")
+    finally:
+        store.close()
+    sup = supervisor.Supervisor(home, "full")
+    monkeypatch.setattr(supervisor, "record_log_starts", full)
+    monkeypatch.setattr(supervisor, "open_log", lambda *_: (_ for _ in ()).throw(LogRefused("launcher.log: no room")))
+    monkeypatch.setattr(sys, "stderr", FullFile())
+    assert sup._run_once([], [], 1) == 127  # on to launcher.log, whose refusal the job's failure then names
+    assert sup.refused == "the launcher was not started: launcher.log: no room"

@@ -315,8 +315,9 @@ class Supervisor:
         try:  # where this attempt's lines begin in each rank's log: `logs` shows them, `logs --previous` those before
             record_log_starts(self.job_dir, attempt, self.spec.processes)
         except OSError as err:  # a full disk: `logs` then shows the attempt before's lines too; the job runs on
-            print(f"supervisor of job {self.name}: could not record where attempt {attempt}'s logs begin: {err}",
-                  file=sys.stderr, flush=True)
+            with contextlib.suppress(OSError):  # the line is on that full disk too: unwritten, it must not end us
+                print(f"supervisor of job {self.name}: could not record where attempt {attempt}'s logs begin: {err}",
+                      file=sys.stderr, flush=True)
         try:  # never through a link or into a fifo that the job's processes left at its name
             fd = open_log(self.job_dir, "launcher.log")
         except LogRefused as err:
