@@ -1,6 +1,7 @@
 """Kubeflow Pipelines for dtrain (optional extra `pipelines`: kfp>=2.17).
 
     steps.py       what each step does, over dtrain's Client (no kfp)          any backend
+                   (its checks and pure job specs in step_specs.py, the names a run takes in step_plan.py)
     components.py  KFP v2 lightweight components wrapping the steps
     hybrid.py      hybrid-cifar10: check_condition -> If local / kubernetes / sagemaker -> train
     lanes.py       lane-detection: prepare -> snapshot -> train -> evaluate -> If accurate: restore
