@@ -5,7 +5,8 @@
     components.py  KFP v2 lightweight components wrapping the steps
     hybrid.py      hybrid-cifar10: check_condition -> If local / kubernetes / sagemaker -> train
     lanes.py       lane-detection: prepare -> snapshot -> train -> evaluate -> If accurate: restore
-    runner.py      list, compile (KFP IR YAML), run here with kfp.local's SubprocessRunner
+    runner.py      list, compile (KFP IR YAML), run here with kfp.local's SubprocessRunner; beside it
+                   run_records.py, run_params.py (checks before a run), run_io.py, run_tmp.py
 
 Only runner.py is imported by the CLI; kfp loads when a pipeline is used. The SDK's calls are
 runner's, here: `dtrain.pipelines.list_pipelines()`, `compile_pipeline(...)`, `run_pipeline(...)`.
