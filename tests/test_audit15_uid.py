@@ -16,10 +16,11 @@ except ImportError:
 else:
     HAVE_K8S = True
     from test_k8s_backend import NS, backend, cluster, make_backend, spec  # noqa: F401  (their fixtures)
+    from test_job_uid_k8s import _dry_run_submit, _run_watcher
     from test_k8s_leftovers6 import _ttl_delete
 
     from dtrain.backends.kubernetes.fake_wire import rfc3339
-    from dtrain.backends.kubernetes.objects import ANN_JOB_UID
+    from dtrain.backends.kubernetes.objects import ANN_JOB_UID, ANN_SUCCESS_SNAPSHOT
 
 k8s = pytest.mark.skipif(not HAVE_K8S, reason="the 'kubernetes' extra is not installed")
 SNAPSHOTS = ("snapshot.storage.k8s.io", "volumesnapshots")
@@ -79,6 +80,55 @@ def test_k8s_describe_tells_the_jobs_snapshot_by_its_uid_then_by_age(backend, cl
     assert backend.get("train").extra["snapshot_deleted"] is False
     snap["creationTimestamp"] = rfc3339(0.0)
     assert backend.get("train").extra["snapshot_deleted"] is True
+
+
+def _submits_watcher(backend, cluster) -> str:
+    """Submit's watcher script (as the container gets it), the job made."""
+    backend.submit(_watched())
+    pod = cluster.get("batch", "jobs", NS, "train-snap")["spec"]["template"]["spec"]
+    return pod["containers"][0]["command"][2].replace("$$", "$")
+
+
+@k8s
+@pytest.mark.parametrize("rendered", [_submits_watcher, lambda backend, cluster: _dry_run_submit(backend)],
+                         ids=["submit", "dry-run"])
+def test_k8s_a_watchers_snapshot_deleted_before_any_look_is_said_deleted(backend, cluster, tmp_path, rendered):
+    """Reproduced: the in-cluster watcher took the snapshot, the user deleted it before any dtrain look
+    at the job, and the next look took another of what the volume held by then. The watcher (submit's
+    and a dry run's) records the snapshot on the job object as the backend's look does."""
+    backend.create_volume("data", size="1Gi")
+    script = rendered(backend, cluster)
+    cluster.transition(NS, "train", "Complete")
+    _run_watcher(script, backend, tmp_path)
+    job = cluster.get("batch", "jobs", NS, "train")["metadata"]
+    assert job["annotations"][ANN_SUCCESS_SNAPSHOT] == "train-success"
+    assert _taken(cluster) == {"train-success": job["uid"]}
+    backend.delete_snapshot("train-success")
+    info = backend.get("train")
+    assert (info.snapshot, info.extra["snapshot_deleted"]) == ("train-success", True)
+    assert _taken(cluster) == {} and [i.extra["snapshot_deleted"] for i in backend.list()] == [True]
+
+
+@k8s
+def test_k8s_a_watcher_whose_role_may_not_patch_the_job_takes_the_snapshot_and_says_so(backend, cluster, tmp_path):
+    """A Role made before the watcher recorded its snapshot lacks `patch` on the job kinds: the watcher
+    still takes the snapshot and ends well, says it is unrecorded, and the backend's look records it."""
+    backend.create_volume("data", size="1Gi")
+    script = _submits_watcher(backend, cluster)
+    cluster.transition(NS, "train", "Complete")
+    cluster.fail("PATCH", f"/namespaces/{NS}/jobs/train", 403, "cannot patch resource jobs")
+    said = _run_watcher(script, backend, tmp_path)
+    assert "snapshot train-success taken but not recorded on jobs.batch train: dtrain's next look at the job " \
+           f"records it (for this watcher to record it, grant Role dtrain-snapshotter patch on jobs.batch in " \
+           f"namespace {NS})" in said
+    assert _taken(cluster) == {"train-success": backend.get("train").uid}  # the look, still refused, reads it
+    assert ANN_SUCCESS_SNAPSHOT not in cluster.get("batch", "jobs", NS, "train")["metadata"].get("annotations", {})
+    cluster.faults.clear()
+    assert backend.get("train").snapshot == "train-success"  # this look records it
+    assert cluster.get("batch", "jobs", NS, "train")["metadata"]["annotations"][ANN_SUCCESS_SNAPSHOT] == \
+        "train-success"
+    backend.delete_snapshot("train-success")
+    assert backend.get("train").extra["snapshot_deleted"] is True and _taken(cluster) == {}
 
 
 # ------------------------------------------------------------------------- a dry run names the snapshot

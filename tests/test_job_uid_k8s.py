@@ -105,7 +105,7 @@ def test_an_earlier_runs_success_snapshot_without_a_uid_is_told_apart_by_its_age
 
 # A kubectl for the watcher's script that asks the fake API server: the few calls the script makes
 _KUBECTL = '''#!{python}
-import json, sys, urllib.request
+import json, sys, urllib.error, urllib.request
 args, url = sys.argv[1:], "{url}"
 paths = {{"jobs.batch": "/apis/batch/v1", "volumesnapshot": "/apis/snapshot.storage.k8s.io/v1"}}
 plural = {{"jobs.batch": "jobs", "volumesnapshot": "volumesnapshots"}}
@@ -115,6 +115,18 @@ if args[0] == "create":
     req = urllib.request.Request(url + paths["volumesnapshot"] + "/namespaces/" + ns + "/volumesnapshots",
                                  data=body.encode(), headers={{"Content-Type": "application/json"}})
     urllib.request.urlopen(req)
+    sys.exit(0)
+if args[0] == "annotate":  # annotate --overwrite KIND NAME -n NS KEY=VALUE: a merge patch, as kubectl sends
+    kind, name, ns = args[2], args[3], args[args.index("-n") + 1]
+    key, value = args[-1].split("=", 1)
+    body = json.dumps({{"metadata": {{"annotations": {{key: value}}}}}}).encode()
+    req = urllib.request.Request(url + paths[kind] + "/namespaces/" + ns + "/" + plural[kind] + "/" + name, data=body,
+                                 method="PATCH", headers={{"Content-Type": "application/merge-patch+json"}})
+    try:
+        urllib.request.urlopen(req)
+    except urllib.error.HTTPError as err:
+        sys.exit("Error from server (" + json.load(err)["reason"] + "): " + name)
+    print(kind + "/" + name + " annotated")
     sys.exit(0)
 kind, name, ns, path = args[1], args[2], args[args.index("-n") + 1], args[args.index("-o") + 1]
 try:
@@ -138,8 +150,9 @@ def _dry_run_submit(backend) -> str:
     return watcher["spec"]["template"]["spec"]["containers"][0]["command"][2].replace("$$", "$")
 
 
-def _run_watcher(script: str, backend, tmp_path) -> None:
-    """The watcher's script run once the job succeeded, with a kubectl that asks the fake API server."""
+def _run_watcher(script: str, backend, tmp_path) -> str:
+    """The watcher's script run once the job succeeded, with a kubectl that asks the fake API server;
+    what it printed."""
     import os
     import subprocess
     import sys
@@ -152,6 +165,7 @@ def _run_watcher(script: str, backend, tmp_path) -> None:
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     result = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout + result.stderr
 
 
 def _watched():

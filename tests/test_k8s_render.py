@@ -599,6 +599,32 @@ echo "$state "
         assert json.loads((tmp_path / "created.json").read_text()) == snapshot
         assert snapshot["metadata"]["name"] == "train-success"
         assert snapshot["spec"]["source"]["persistentVolumeClaimName"] == "pvc-train-0"
+    # the snapshot taken is recorded on the job (describe says it deleted once it is), none otherwise
+    recorded = f"annotate --overwrite {kind} train -n dtrain-lanes dtrain.io/success-snapshot=train-success"
+    assert (calls[-1] == recorded) == created and sum("annotate" in c for c in calls) == created
+
+
+def test_the_watchers_role_may_read_and_patch_the_job_kinds_and_nothing_more():
+    """The watcher records its snapshot on the job (kubectl annotate: get, then a merge patch); its Role
+    grants that on the job kinds it watches, and only get/create on VolumeSnapshots."""
+    config = KubernetesConfig()
+    role = next(o for o in render_snapshot_rbac("dtrain-lanes", "lanes", config) if o["kind"] == "Role")
+    validate(role)
+    granted = {(g, r): sorted(rule["verbs"]) for rule in role["rules"]
+               for g in rule["apiGroups"] for r in rule["resources"]}
+    assert granted == {("batch", "jobs"): ["get", "patch"], ("kubeflow.org", "pytorchjobs"): ["get", "patch"],
+                       ("kubeflow.org", "mpijobs"): ["get", "patch"],
+                       ("trainer.kubeflow.org", "trainjobs"): ["get", "patch"],
+                       ("snapshot.storage.k8s.io", "volumesnapshots"): ["create", "get"]}
+    watched = set()  # every kind a watcher watches is one the Role may patch
+    for spec, cfg in MATRIX.values():
+        for w in (o for o in render_job(spec, cfg) if o["metadata"]["name"].endswith("-snap")):
+            script = w["spec"]["template"]["spec"]["containers"][0]["command"][2]
+            kind = re.search(r"annotate --overwrite (\S+) ", script)
+            plural, _, group = kind.group(1).partition(".")
+            watched.add((group, plural))
+    assert watched >= {("batch", "jobs"), ("kubeflow.org", "mpijobs")}
+    assert all("patch" in granted[k] for k in watched)
 
 
 def test_notebook_is_a_kubeflow_notebook_on_the_claim():

@@ -8,7 +8,12 @@ success_snapshot_name), so whichever acts first wins and the other sees 409 Alre
 2. a watcher Job `<job>-snap` in the job's namespace (config.snapshot_watcher, default on) that
    polls the job with kubectl and creates the snapshot when the job succeeds, so the snapshot is
    taken even when nobody runs dtrain. It runs as ServiceAccount `dtrain-snapshotter`, whose Role
-   may only read the job kinds and create/read VolumeSnapshots in that namespace.
+   may only read and patch the job kinds and create/read VolumeSnapshots in that namespace.
+
+Whichever takes the snapshot records its name on the job object (ANN_SUCCESS_SNAPSHOT), so that a
+look after the snapshot was deleted says so rather than taking another of what the volume holds by
+then. The watcher records it with `kubectl annotate`; where its Role predates the `patch` right, it
+says so and the backend's next look records it instead.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from .objects import (
     ANN_SOURCE_CLASS,
     ANN_SOURCE_SIZE,
     ANN_SPEC,
+    ANN_SUCCESS_SNAPSHOT,
     LABEL_JOB,
     LABEL_SOURCE_SNAPSHOT,
     LABEL_VOLUME,
@@ -168,9 +174,10 @@ def render_snapshot_rbac(namespace: str, project: str, config: KubernetesConfig)
     """ServiceAccount, Role and RoleBinding of the snapshot watcher (one set per namespace)."""
     labels = project_labels(project, config)
     rules = [
-        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
-        {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs", "mpijobs"], "verbs": ["get"]},
-        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["get"]},
+        # get: the job's conditions; patch: the annotation naming the snapshot taken (_RECORD)
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs", "mpijobs"], "verbs": ["get", "patch"]},
+        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["get", "patch"]},
         {"apiGroups": [VOLUME_SNAPSHOT.group], "resources": [VOLUME_SNAPSHOT.plural], "verbs": ["get", "create"]},
     ]
     return [
@@ -196,9 +203,18 @@ while :; do
   esac
   sleep @POLL@
 done
-kubectl create -f - <<'EOF' || kubectl get volumesnapshot @SNAP@ -n @NS@
+kubectl create -f - <<'EOF' || kubectl get volumesnapshot @SNAP@ -n @NS@ || exit 1
 @MANIFEST@
 EOF
+"""
+
+# After the snapshot is taken (by this watcher or the backend): its name recorded on the job, where
+# the Role allows it; @TAKEN@ is the name, or "$name" where the script chose it (@SAID@: in a message).
+# A refusal (a Role made before this record) is said, not failed: the snapshot is what matters, and
+# the backend's next look records it.
+_RECORD = """kubectl annotate --overwrite @KIND@ @JOB@ -n @NS@ @ANN@=@TAKEN@ || echo "snapshot @SAID@ taken \\
+but not recorded on @KIND@ @JOB@: dtrain's next look at the job records it (for this watcher to record it, \\
+grant Role @ACCOUNT@ patch on @KIND@ in namespace @NS@)"
 """
 
 # The end of a watcher rendered before its job existed (a dry run's, applied by hand): the job's uid
@@ -212,7 +228,7 @@ if [ -n "$uid" ] && other=$(kubectl get volumesnapshot @SNAP@ -n @NS@ \\
   name=@SNAP@-$(printf %s "$uid" | cut -c1-8)
 fi
 sed -e "s/@JOB_UID@/$uid/" -e "s/\\"name\\": \\"@SNAP@\\"/\\"name\\": \\"$name\\"/" <<'EOF' | kubectl create -f - \\
-  || kubectl get volumesnapshot "$name" -n @NS@
+  || kubectl get volumesnapshot "$name" -n @NS@ || exit 1
 @MANIFEST@
 EOF
 """
@@ -232,10 +248,12 @@ def render_snapshot_watcher(spec: JobSpec, config: KubernetesConfig, resource: R
     words = {"@KIND@": resource.full_name, "@JOB@": spec.name, "@NS@": namespace, "@OK@": resource.success,
              "@PATH@": '{range .status.conditions[?(@.status=="True")]}{.type}{" "}{end}',
              "@POLL@": str(WATCH_POLL_SECONDS), "@SNAP@": snapshot["metadata"]["name"],
+             "@ANN@": ANN_SUCCESS_SNAPSHOT, "@ACCOUNT@": SNAPSHOTTER_ACCOUNT,
              "@MANIFEST@": json.dumps(snapshot, indent=1)}
-    script = _WATCH_SCRIPT
+    script, taken = _WATCH_SCRIPT, "@SNAP@"
     if job_uid is None:
-        script = script[:script.index("kubectl create")] + _WATCH_END_UNKNOWN_UID
+        script, taken = script[:script.index("kubectl create")] + _WATCH_END_UNKNOWN_UID, '"$name"'
+    script += _RECORD.replace("@TAKEN@", taken).replace("@SAID@", taken.strip('"'))
     for word, value in words.items():
         script = script.replace(word, value)
     labels = job_labels(spec, config, ROLE_SNAPSHOTTER)
