@@ -48,6 +48,45 @@ def test_a_page_of_another_site_may_not_change_a_job_on_a_loopback_server(http, 
         assert http.post("/api/v1/verify", headers=headers).json()["ok"] is True
 
 
+def test_a_browser_without_sec_fetch_site_is_judged_by_its_origin(http, home):
+    """Safari before 16.4 and older Firefox send no Sec-Fetch-Site, so a page of another site POSTing to a
+    loopback server passed the guard above (200: the volume deleted). Where it is absent, an Origin other
+    than the server's own scheme://host:port is refused, as Django and Jupyter refuse it; no Origin passes."""
+    dtrain.Client(home=home).create_volume("data", size="1Mi")
+    own = str(http.base_url).rstrip("/")  # http://127.0.0.1:PORT
+    for origin in ("http://evil.example", "null", f"https://{own[7:]}", own + "0", "http://localhost:1"):
+        answer = http.delete("/api/v1/volumes/data", headers={"origin": origin})
+        assert answer.status_code == 403, answer.text
+        assert answer.json()["error"] == (f"a DELETE sent by a page of another site (Origin: {origin}) is refused: "
+                                          f"change jobs from this server's own dashboard, the CLI or a script "
+                                          f"(curl, the SDK)")
+    assert [v.name for v in dtrain.Client(home=home).list_volumes()] == ["data"]  # nothing changed
+    assert http.get("/api/v1/volumes", headers={"origin": "http://evil.example"}).status_code == 200  # reads pass
+    for headers in ({"origin": own}, {"origin": own.upper()}, {},  # its own page, a script
+                    {"origin": "http://evil.example", "sec-fetch-site": "same-origin"}):  # the browser's word wins
+        assert http.post("/api/v1/verify", headers=headers).json()["ok"] is True
+    # a proxy on this machine (uvicorn trusts X-Forwarded-Proto from loopback) that ends TLS
+    assert http.post("/api/v1/verify", headers={"origin": f"https://{own[7:]}",
+                                                "x-forwarded-proto": "https"}).status_code == 200
+
+
+def test_behind_a_root_path_the_origin_is_the_proxys_forwarded_host(home):
+    """Behind `--root-path /dtrain` the browser's Origin is the proxy's address, which the proxy names in
+    X-Forwarded-Host/Proto (the Host it sends may be the server's own): that passes, another site does not."""
+    server, http = serve(home, root_path="/dtrain")
+    proxied = {"host": "127.0.0.1:8500", "x-forwarded-host": "dtrain.example.org", "x-forwarded-proto": "https"}
+    try:
+        ok = http.post("/api/v1/verify", headers={**proxied, "origin": "https://dtrain.example.org"})
+        assert ok.status_code == 200, ok.text
+        for origin in ("https://evil.example", "http://dtrain.example.org", "https://dtrain.example.org:8443"):
+            answer = http.post("/api/v1/verify", headers={**proxied, "origin": origin})
+            assert answer.status_code == 403, answer.text
+            assert answer.json()["error"].startswith(f"a POST sent by a page of another site (Origin: {origin})")
+    finally:
+        http.close()
+        server.stop()
+
+
 @pytest.mark.parametrize("query", ["status=Succeeded&status=Pending", "project=default&project=team-b",
                                    "limit=1&limit=2"])
 def test_a_query_parameter_given_twice_is_refused_not_read_as_its_last(http, query):

@@ -11,7 +11,11 @@
 - A change (any method but GET and HEAD) that a page of another site sent is refused (403): on
   loopback no token stands in the way, and a form or a `fetch(..., {mode: "no-cors"})` on any page
   the user opens may POST to 127.0.0.1 without a CORS preflight (suspend, resume, verify). Browsers
-  name the sender's site in `Sec-Fetch-Site`; scripts (curl, httpx) send none and pass.
+  name the sender's site in `Sec-Fetch-Site`; scripts (curl, httpx) send none and pass. A browser
+  without it (Safari before 16.4, older Firefox) still sends `Origin` on a cross-site POST: where
+  Sec-Fetch-Site is absent, an Origin other than the server's own (its scheme, as uvicorn read it with
+  X-Forwarded-Proto from a trusted proxy, and its Host; behind --root-path also X-Forwarded-Host) is
+  refused, as Django's and Jupyter's Origin checks do. No Origin (curl, the SDK) passes.
 - `--read-only` refuses every method but GET and HEAD.
 
 The token is made on first start, kept in `$DTRAIN_HOME/server-token` (mode 0600, never
@@ -39,6 +43,8 @@ READS = ("GET", "HEAD")
 # Sec-Fetch-Site values of a request the server's own pages (same-origin) or the user (none: typed, a
 # bookmark) began; cross-site and same-site (another port of localhost) are other pages'
 OWN_SITE = ("same-origin", "none")
+CHANGE_FROM = "change jobs from this server's own dashboard, the CLI or a script (curl, the SDK)"
+DEFAULT_PORTS = {"http": "80", "https": "443"}
 
 
 def is_loopback(host: str) -> bool:
@@ -117,8 +123,12 @@ class Guard:
         site = headers.get("sec-fetch-site", "none")
         if scope["method"] not in READS and site not in OWN_SITE:
             return await _refuse(send, 403, f"a {scope['method']} sent by a page of another site (Sec-Fetch-Site: "
-                                            f"{site}) is refused: change jobs from this server's own dashboard, "
-                                            f"the CLI or a script (curl, the SDK)")
+                                            f"{site}) is refused: {CHANGE_FROM}")
+        origin = headers.get("origin")
+        if scope["method"] not in READS and "sec-fetch-site" not in headers and origin is not None \
+                and not _own_origin(origin, scope, headers):
+            return await _refuse(send, 403, f"a {scope['method']} sent by a page of another site (Origin: "
+                                            f"{origin[:200]}) is refused: {CHANGE_FROM}")
         if self.read_only and scope["method"] not in READS:
             return await _refuse(send, 403, f"this server is read-only ({scope['method']} refused); "
                                             f"restart 'dtrain server' without --read-only to change things")
@@ -165,6 +175,26 @@ class Guard:
                                 (b"cache-control", b"no-store"), (b"referrer-policy", b"no-referrer"),
                                 (b"content-length", str(len(body)).encode())]})
         await send({"type": "http.response.body", "body": body})
+
+
+def _own_origin(origin: str, scope, headers: dict[str, str]) -> bool:
+    """Whether an Origin header names this server as the browser reached it: scheme://host[:port] of the
+    request (uvicorn set the scheme from X-Forwarded-Proto where the peer is in FORWARDED_ALLOW_IPS), or,
+    behind a proxy given as --root-path, of the X-Forwarded-Host/Proto it added. 'null' is never ours."""
+    ours = [_origin_of(scope.get("scheme", "http"), headers.get("host", ""))]
+    forwarded = headers.get("x-forwarded-host", "").split(",")[0].strip()
+    if scope.get("root_path") and forwarded:  # a browser cannot add X-Forwarded-Host without a CORS preflight
+        proto = headers.get("x-forwarded-proto", "").split(",")[0].strip().lower() or scope.get("scheme", "http")
+        ours.append(_origin_of(proto, forwarded))
+    return _origin_of(*origin.strip().split("://", 1)) in ours if "://" in origin else False
+
+
+def _origin_of(scheme: str, host: str) -> str:
+    """'HTTP', 'Example.org:80' -> 'http://example.org:80' (the default port written out, for comparing)."""
+    scheme, host = scheme.lower(), host.lower().rstrip("/")
+    if host.startswith("[") and not host.endswith("]") or not host.startswith("[") and ":" in host:
+        return f"{scheme}://{host}"
+    return f"{scheme}://{host}:{DEFAULT_PORTS.get(scheme, '')}"
 
 
 def _host_name(host: str) -> str:
