@@ -197,3 +197,50 @@ def test_schema_valid_submits_get_the_answers_the_schema_documents(tmp_path):
         assert 201 in statuses, statuses
     finally:
         server.stop()
+
+
+def test_the_schema_names_every_refusal_and_the_201s_location(home):
+    """A loopback server's 421 (a Host that is no loopback name) was in no route's responses, and a 201 carried
+    no Location, so a client generated from the schema knew neither."""
+    from dtrain.server.app import create_app
+
+    paths = create_app(lambda: dtrain.Client(home=home), sample_every=3600).openapi()["paths"]
+    for path, method in (("/api/v1/jobs", "post"), ("/api/v1/notebooks", "post"), ("/api/v1/volumes", "post"),
+                         ("/api/v1/snapshots", "post"), ("/api/v1/snapshots/{name}/restore", "post")):
+        assert paths[path][method]["responses"]["201"]["headers"]["Location"]["required"] is True
+    assert all("421" in op["responses"] for ops in paths.values() for op in ops.values())
+
+
+@pytest.mark.slow
+def test_a_201_says_where_the_new_record_is(home):
+    """A POST that made a volume or a snapshot answered 201 with no Location, so a client had to rebuild the
+    record's address. Location is the record's GET, behind --root-path under it."""
+    server, http = serve(home, root_path="/dtrain")
+    try:
+        made = http.post("/api/v1/volumes?project=default", json={"name": "data", "size": "1Mi"})
+        assert made.status_code == 201, made.text
+        assert made.headers["location"] == "/dtrain/api/v1/volumes/data?project=default"
+        assert http.get(made.headers["location"][len("/dtrain"):]).json()["name"] == "data"
+        snap = http.post("/api/v1/snapshots", json={"volume": "data", "name": "s1"})
+        assert snap.headers["location"] == "/dtrain/api/v1/snapshots/s1"
+        copy = http.post("/api/v1/snapshots/s1/restore", json={"to": "copy"})
+        assert (copy.status_code, copy.headers["location"]) == (201, "/dtrain/api/v1/volumes/copy")
+        assert http.post("/api/v1/volumes", json={"name": "data", "size": "1Mi"}).headers.get("location") is None  # 409
+    finally:
+        http.close()
+        server.stop()
+
+
+@pytest.mark.slow
+def test_a_submitted_job_says_where_it_is(home):
+    """POST /jobs answered 201 with no Location; now the job's GET, with its project."""
+    server, http = serve(home)
+    try:
+        job = http.post("/api/v1/jobs", json={"name": "j1", "command": ["true"], "backend": "local"})
+        assert job.status_code == 201, job.text
+        assert job.headers["location"] == "/api/v1/jobs/j1?project=default"
+        assert http.get(job.headers["location"]).json()["name"] == "j1"
+        dtrain.Client(home=home).wait("j1", timeout=60)
+    finally:
+        http.close()
+        server.stop()

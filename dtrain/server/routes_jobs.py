@@ -67,7 +67,7 @@ def list_jobs(request: Request, response: Response, project: Annotated[str | Non
 
 
 @router.post("/jobs", response_model=wire.Job, status_code=201,
-             responses={**CHANGES, 201: {"headers": wire.SUBMIT_WARNING}})
+             responses={**CHANGES, 201: {"headers": {**wire.SUBMIT_WARNING, **wire.LOCATION}}})
 def submit(request: Request, response: Response, body: wire.SpecIn):
     """Submit a job: the body holds the fields of `dtrain submit` (and of a -f YAML file). A `Warning`
     header says what of it the backend does not use (an image on the local backend), as the CLI's
@@ -84,6 +84,7 @@ def submit(request: Request, response: Response, body: wire.SpecIn):
         c.check_aws_ready(spec, options=tuple(sorted(k for k, v in options.items() if v not in (None, False, [], {}))))
     info = c.submit(spec)
     wire.warn(response, c.submit_notices(info.spec))
+    wire.locate(request, response, "jobs", info.name, info.spec.project)
     return wire.job_out(info)
 
 

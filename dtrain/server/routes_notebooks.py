@@ -17,14 +17,17 @@ router = APIRouter(tags=["notebooks"], route_class=TypedRoute)
 ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
 
 
-@router.post("/notebooks", response_model=wire.Job, status_code=201, responses=CHANGES)
-def start_notebook(request: Request, body: wire.NotebookIn):
+@router.post("/notebooks", response_model=wire.Job, status_code=201,
+             responses={**CHANGES, 201: {"headers": wire.LOCATION}})
+def start_notebook(request: Request, response: Response, body: wire.NotebookIn):
     """Start a notebook (`dtrain notebook start`): JupyterLab as a job rooted at the first volume,
     queued like any job (Pending until the scheduler gives it its GPUs: the record's `message` says
     why it waits). Open it with GET /notebooks/{name}/url once it is Running."""
     fields = body.model_dump(exclude_none=True)  # null: the default, as an absent field
     name, volumes = fields.pop("name"), fields.pop("volumes", ())
-    return wire.job_out(client(request).notebook(name, volumes=volumes, **fields))
+    book = client(request).notebook(name, volumes=volumes, **fields)
+    wire.locate(request, response, "jobs", book.name, book.spec.project)  # a notebook is a job
+    return wire.job_out(book)
 
 
 @router.get("/notebooks", response_model=list[wire.Job], responses=ERRORS)

@@ -24,10 +24,12 @@ def list_volumes(request: Request, project: wire.StorageProject = None):
     return [wire.Volume.model_validate(v) for v in client(request).list_volumes(project=project)]
 
 
-@router.post("/volumes", response_model=wire.Volume, status_code=201, responses=CHANGES)
-def create_volume(request: Request, body: wire.VolumeIn, project: wire.StorageProject = None):
+@router.post("/volumes", response_model=wire.Volume, status_code=201,
+             responses={**CHANGES, 201: {"headers": wire.LOCATION}})
+def create_volume(request: Request, response: Response, body: wire.VolumeIn, project: wire.StorageProject = None):
     made = client(request).create_volume(body.name, size=body.size, storage_class=body.storage_class,
                                          project=project)
+    wire.locate(request, response, "volumes", made.name, project)
     return wire.Volume.model_validate(made)
 
 
@@ -99,11 +101,13 @@ def list_snapshots(request: Request, volume: Annotated[str | None, Query(  # a d
             for s in client(request).list_snapshots(volume=volume, job=job, project=project)]
 
 
-@router.post("/snapshots", response_model=wire.Snapshot, status_code=201, responses=CHANGES)
-def create_snapshot(request: Request, body: wire.SnapshotIn, project: wire.StorageProject = None):
+@router.post("/snapshots", response_model=wire.Snapshot, status_code=201,
+             responses={**CHANGES, 201: {"headers": wire.LOCATION}})
+def create_snapshot(request: Request, response: Response, body: wire.SnapshotIn, project: wire.StorageProject = None):
     """Take a point-in-time snapshot of a volume, linked to a job when `job` is given."""
-    return wire.Snapshot.model_validate(client(request).create_snapshot(body.volume, name=body.name, job=body.job,
-                                                                        project=project))
+    made = client(request).create_snapshot(body.volume, name=body.name, job=body.job, project=project)
+    wire.locate(request, response, "snapshots", made.name, project)
+    return wire.Snapshot.model_validate(made)
 
 
 @router.get("/snapshots/{name}", response_model=wire.Snapshot, responses=ERRORS)
@@ -130,7 +134,8 @@ def delete_snapshot(request: Request, name: wire.SnapshotName, project: wire.Sto
 
 
 @router.post("/snapshots/{name}/restore", response_model=wire.Volume,
-             responses={**CHANGES, 201: {"model": wire.Volume, "description": "The new volume (`to`)"}})
+             responses={**CHANGES, 201: {"model": wire.Volume, "description": "The new volume (`to`)",
+                                         "headers": wire.LOCATION}})
 def restore_snapshot(request: Request, response: Response, name: wire.SnapshotName,
                      body: wire.RestoreTo | wire.RestoreInPlace, project: wire.StorageProject = None):
     """Into a new volume (`{"to": NAME}`: 201; `"storage_class"` puts it in another class than the
@@ -138,6 +143,7 @@ def restore_snapshot(request: Request, response: Response, name: wire.SnapshotNa
     to = body.to if isinstance(body, wire.RestoreTo) else None
     if to is not None:
         response.status_code = 201
+        wire.locate(request, response, "volumes", to, project)
     return wire.Volume.model_validate(client(request).restore_snapshot(name, to=to, in_place=to is None,
                                                                        storage_class=body.storage_class,
                                                                        project=project))

@@ -241,6 +241,7 @@ class Error(BaseModel):
 # generated from the schema knows them all (a missing tool is a 503, a broken store a 507).
 ERRORS: dict[int | str, dict[str, Any]] = {
     401: {"model": Error, "description": "no token, or a wrong one (a server bound off loopback)"},
+    421: {"model": Error, "description": "a Host header that is not a loopback name, on a loopback server"},
     404: {"model": Error}, 409: {"model": Error}, 422: {"model": Error},
     501: {"model": Error, "description": "the backend has no such verb"},
     502: {"model": Error, "description": "the backend (a cluster, AWS) failed"},
@@ -249,7 +250,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
     507: {"model": Error, "description": "the volume store failed, or the disk refused a write (full, read-only)"}}
 # ... and those of a route that changes something
 CHANGES: dict[int | str, dict[str, Any]] = {
-    **ERRORS, 403: {"model": Error, "description": "a --read-only server"},
+    **ERRORS, 403: {"model": Error, "description": "a --read-only server, or a change sent by a page of another site"},
     413: {"model": Error, "description": "a body over 8 MiB"}}
 
 
@@ -331,6 +332,16 @@ NODES_WARNING = _warning_header("present when the pods that hold GPUs could not 
 SUBMIT_WARNING = _warning_header("present when the job was submitted but a field of it is not used "
                                  "by its backend (an image on the local backend): "
                                  "`299 dtrain \"<what, and why>\"` (RFC 7234)")
+
+LOCATION = {"Location": {"description": "the new record's address, to GET: /api/v1/KIND/NAME?project=PROJECT "
+                                        "(behind --root-path, under it)", "required": True, "schema": {"type": "string"}}}
+
+
+def locate(request, response, kind: str, name: str, project: str | None) -> None:
+    """A 201's Location: where the record made is read back (RFC 9110 15.3.2)."""
+    query = f"?project={project}" if project else ""  # names and projects are URL-safe (the name rule)
+    response.headers["location"] = f"{request.scope.get('root_path', '')}/api/v1/{kind}/{name}{query}"
+
 
 # The job list's paging (GET /jobs?limit=&offset=)
 TOTAL_COUNT = {"X-Total-Count": {"description": "the jobs that matched the filters, before `limit` and `offset`",
