@@ -12,7 +12,7 @@ import re
 
 from dtrain.cli.control import _PAUSES, cmd_delete, cmd_suspend_resume
 from dtrain.cli.listing import cmd_describe, cmd_list
-from dtrain.cli.lookup import JOB_NOUNS  # noqa: F401  (main.py's parse hints read it as jobs.JOB_NOUNS)
+from dtrain.cli.lookup import JOB_NOUNS  # noqa: F401  (usage.py's parse hints read it as jobs.JOB_NOUNS)
 from dtrain.cli.submit import cmd_submit
 from dtrain.cli.watch import EXIT_TIMEOUT, cmd_artifacts, cmd_bash, cmd_exec, cmd_logs, cmd_wait
 from dtrain.names import as_typed_number, written
@@ -21,7 +21,7 @@ from dtrain.numbers import exact, whole_number  # whole_number: every whole-numb
 
 # argparse takes a word starting with '-' for an option unless it is a plain negative number, so
 # `--memory -5Gi`, `--cpu -1e3` or `volume create --size -5x10` stopped at "expected one argument";
-# in dtrain's parser (cli.main.Parser) any word starting with '-' and a digit is a value (no option
+# in dtrain's parser (cli.usage.Parser) any word starting with '-' and a digit is a value (no option
 # of any verb looks like that), and the spec or the size parser says why it is refused.
 NEGATIVE_VALUE = re.compile(r"^-\.?[0-9]")
 

@@ -1,0 +1,223 @@
+"""Usage errors on one line, with what was meant: the argparse subclass every verb's parser is made
+of, and the hints for words a verb did not take (a Run:AI flag, a near miss, a command without '--')."""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import shlex
+import sys
+
+from dtrain.cli import jobs
+from dtrain.names import NAME_RULE, abbreviated, near_choice, shown
+
+
+MAX_USAGE_ERROR = 400  # characters of an argparse message shown
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with usage errors on one line like every other dtrain error (exit 2), and a word
+    starting with '-' and a digit read as a value in every verb (see `jobs.NEGATIVE_VALUE`)."""
+
+    def __init__(self, *args, **kwargs):
+        # No abbreviations, as kubectl's and runai's flags (pflag): `volume update x --ti` was refused as
+        # ambiguous (--timeout, --tier), and a flag added later would turn a working one ambiguous too
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+        self._negative_number_matcher = jobs.NEGATIVE_VALUE  # sub-parsers are made of this class too
+
+    def parse_known_args(self, args=None, namespace=None):
+        self._given = list(sys.argv[1:] if args is None else args)  # this (sub-)parser's words, for error()
+        parsed, extra = super().parse_known_args(args, namespace)
+        stray = self._stray_among(parsed, extra)
+        if stray is not None:  # `delete -x`: optional names, so argparse left '-x' over as unrecognized
+            self.error(self._not_a_name(stray))
+        if not hasattr(parsed, "options_known"):  # the innermost (sub-)parser's, the one that read the flags
+            parsed.options_known = self._long_options()
+        return parsed, extra
+
+    def error(self, message: str):
+        stray = self._stray_name(message)
+        if stray is not None:  # `volume create -x`: argparse said only that the name was missing
+            message = self._not_a_name(stray)
+        elif message.startswith("the following arguments are required: ") and (unknown := self._unknown_given()):
+            # `volume update work --tier fast`, `artifacts JOB --dest d`: the flag typed in place of the
+            # required one went unsaid, as if nothing had been given
+            hint = abbreviated(unknown, self._long_options())
+            near = difflib.get_close_matches(unknown.split("=", 1)[0], self._long_options(), n=1, cutoff=0.75)
+            hint = hint or (f"did you mean {near[0]}?" if near else "")
+            message = f"unrecognized arguments: {unknown}{f' ({hint})' if hint else ''}; {message}"
+        elif near := near_choice(message):  # `dtrain sumbit`: the word meant, not a list of 25 verbs
+            message = near
+        elif message.endswith(": expected one argument") and (dashed := self._dashed_value(message)):
+            option, word = dashed  # `--name -x`: argparse took '-x' for an option and the value as missing
+            message += f" ({shown(word)} begins with '-', so it was read as an option: give it as {option}={word})"
+        if len(message) > MAX_USAGE_ERROR:  # argparse repeats what it did not take, whatever its size
+            message = message[:MAX_USAGE_ERROR] + "..."
+        self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
+
+    def _dashed_value(self, message: str) -> tuple[str, str] | None:
+        """The option and the word after it that argparse read as an option, for "argument --to:
+        expected one argument": a value beginning with '-' is given as --to=-x."""
+        names = message.removeprefix("argument ").removesuffix(": expected one argument").split("/")
+        given = getattr(self, "_given", [])
+        for option, word in zip(given, given[1:]):
+            if option in names and self._unknown_option(word):
+                return option, word
+        return None
+
+    def _stray_name(self, message: str) -> str | None:
+        """The word given for a missing name positional (one without choices: every verb's job, volume or
+        snapshot; `notebook`'s NAME-or-action, whose choices take any word) that argparse read as an
+        unknown option: '-x' before any '--'."""
+        head, _, missing = message.partition("the following arguments are required: ")
+        names = {a.metavar or a.dest for a in self._actions
+                 if not a.option_strings and (a.choices is None or "\0" in a.choices)}  # no list holds "\0"
+        if head or not names & set(missing.split(", ")):
+            return None
+        return self._unknown_given()
+
+    def _not_a_name(self, word: str) -> str:
+        return f"{shown(word)} is neither an option of '{self.prog}' nor a name: names are {NAME_RULE}"
+
+    def _stray_among(self, parsed, extra: list[str]) -> str | None:
+        """A word left over that was meant as a name, for verbs whose names are optional or several
+        (`delete`, `suspend`, `wait`, `snapshot verify`): '-x' with one '-' before any '--', where a
+        name could still go (a name list, or an optional name not given). A '--word' is left to the
+        'unrecognized arguments' line: it is an option's spelling, and that line has the verb's hints."""
+        takes = any(not a.option_strings and a.choices is None and a.dest != "what"  # `list jobs`: no name
+                    and (a.nargs in ("*", "+") or (a.nargs == "?" and getattr(parsed, a.dest, None) is None))
+                    for a in self._actions)
+        given = self._head()
+        return next((w for w in extra if takes and w in given and not w.startswith("--")
+                     and self._unknown_option(w)), None)
+
+    def _unknown_given(self) -> str | None:
+        """The first word before any '--' that argparse would read as an option and that is none of this parser's."""
+        return next((w for w in self._head() if self._unknown_option(w)), None)
+
+    def _head(self) -> list[str]:
+        """This (sub-)parser's words before any '--' (after it: the command's own)."""
+        given = getattr(self, "_given", [])
+        return given[:given.index("--")] if "--" in given else given
+
+    def _long_options(self) -> list[str]:
+        return sorted(o for o in self._option_string_actions if o.startswith("--"))
+
+    def _unknown_option(self, word: str) -> bool:
+        """A word argparse reads as an option (it begins with '-') that is none of this parser's."""
+        option = word.split("=", 1)[0]
+        return (word.startswith("-") and word not in ("-", "--") and not self._negative_number_matcher.match(word)
+                and option not in self._option_string_actions)
+
+
+# Where a verb's command goes, for the words argparse did not take.
+_COMMAND_FORMS = {"submit": "dtrain submit NAME [options] -- COMMAND",
+                  "submit-dist": "dtrain submit-dist NAME --processes N [options] -- COMMAND",
+                  "submit-mpi": "dtrain submit-mpi NAME --processes N [options] -- COMMAND",
+                  "exec": "dtrain exec NAME [--rank R] -- COMMAND"}
+
+
+_JOB_VERBS = ("logs", "artifacts", "bash", *_COMMAND_FORMS)  # verbs taking one job's name
+# Those of them that take Run:AI's noun before it (`logs job X`, as `describe job X`); not the submit
+# verbs, whose name is a new job's (Run:AI's `submit` takes no noun)
+_NOUN_VERBS = ("logs", "artifacts", "exec", "bash")
+
+
+def _past_job_noun(args, extra: list[str]) -> list[str]:
+    """`dtrain logs job X` (Run:AI's `runai describe job X` habit, which describe, delete, wait, suspend
+    and resume take): argparse read 'job' as the name and left X over; X is the name. `logs job` alone
+    is the job named 'job', as `describe job` is."""
+    if (args.verb in _NOUN_VERBS and getattr(args, "name", None) in jobs.JOB_NOUNS and extra
+            and not extra[0].startswith("-")):
+        args.name = extra[0]
+        return extra[1:]
+    return extra
+
+
+def _flag_hint(args, extra: list[str]) -> str:
+    """'; <what to type>' for the first unknown flag that is Run:AI's or close to one of the verb's own
+    (`--proceses 2`, whose '2' made the hint say that the command goes after '--'), else ''."""
+    for word in extra:
+        flag = word.split("=", 1)[0]
+        if not flag.startswith("-") or jobs.NEGATIVE_VALUE.match(word) or flag in ("-", "--"):
+            continue
+        if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.RUNAI_FLAGS:
+            return f"; {flag} is Run:AI's: {jobs.RUNAI_FLAGS[flag].format(verb=args.verb)}"
+        if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.LAUNCHER_FLAGS:
+            form = _COMMAND_FORMS["submit-mpi" if args.verb == "submit-mpi" else "submit-dist"]
+            return f"; {flag} is {jobs.LAUNCHER_FLAGS[flag]}'s: give --processes N and it is started for you ({form})"
+        if whole := abbreviated(word, getattr(args, "options_known", [])):
+            return f"; {whole}"
+        near = difflib.get_close_matches(flag, getattr(args, "options_known", []), n=1, cutoff=0.75)
+        if near:
+            return f"; did you mean {near[0]}?"
+    return ""
+
+
+def _top_abbreviation(head: list[str]) -> str | None:
+    """'--back (flags are not abbreviated: ...)' for a start of a top-level flag before the verb."""
+    i = 0
+    while i < len(head) and head[i].startswith("--"):
+        if head[i] in ("--home", "--backend"):
+            i += 2
+            continue
+        if hint := abbreviated(head[i], ["--backend", "--help", "--home", "--version"]):
+            return f"{head[i]} ({hint})"
+        i += 1
+    return None
+
+
+def _backend_first(head: list[str], extra: list[str]) -> str | None:
+    """`head` (a command line's words before '--') with the --backend that the verb did not take
+    (`extra` holds it) moved before the verb, where the top parser takes it; None without one."""
+    for i, word in enumerate(head):
+        if word.split("=", 1)[0] == "--backend" and word in extra:
+            taken = 1 if "=" in word or i + 1 == len(head) else 2
+            given = head[i:i + taken] if taken == 2 or "=" in word else [word, "BACKEND"]
+            moved = given + head[:i] + head[i + taken:]
+            return " ".join(shlex.quote(w) for w in moved)[:MAX_USAGE_ERROR]
+    return None
+
+
+def unrecognized(args, extra: list[str], head: list[str] | None = None) -> str:
+    """The one line for words no option of the verb takes, naming the verb's own help; a word
+    that is not an option on a verb that runs a command is most likely that command, given
+    without '--' (`dtrain submit train python train.py`)."""
+    prog = " ".join(["dtrain", args.verb, *([args.action] if isinstance(getattr(args, "action", None), str) else [])])
+    words = " ".join(extra)
+    if len(words) > MAX_USAGE_ERROR:
+        words = words[:MAX_USAGE_ERROR] + "..."
+    hint = ""
+    if moved := _backend_first(head or [], extra):  # submit, volume and snapshot take it after the verb
+        hint = f"; '{prog}' takes --backend before the verb: dtrain {moved}"
+    elif args.verb in _JOB_VERBS and getattr(args, "name", None) in ("job", "jobs") and not extra[0].startswith("-"):
+        hint = f"; '{prog}' takes the job's name alone: {prog} {extra[0][:60]}"  # Run:AI's `describe job X`
+    elif args.verb == "submit" and {"--processes", "--launcher"} & {w.split("=", 1)[0] for w in extra}:
+        hint = f"; a job of several processes is submitted with {_COMMAND_FORMS['submit-dist']}"
+    elif args.verb == "exec" and {"-i", "-t", "-it", "-ti", "--stdin", "--tty"} & set(extra):
+        hint = ("; 'dtrain exec' takes no -i/-t (kubectl's, Run:AI's): locally the command always reads this terminal, "
+                "so drop them: dtrain exec NAME -- bash")
+    elif flag_hint := _flag_hint(args, extra):
+        hint = flag_hint
+    elif args.verb in _COMMAND_FORMS and any(not w.startswith("-") for w in extra):
+        hint = f"; the command goes after '--': {_COMMAND_FORMS[args.verb]}"
+    return f"{prog}: error: unrecognized arguments: {words}{hint} (see '{prog} --help')"
+
+
+# Verbs of Run:AI's and kubectl's CLIs that dtrain spells otherwise: named in one line, not argparse's list
+OTHER_VERBS = {
+    "attach": "follow a job's output with 'dtrain logs JOB -f', or open a shell with 'dtrain bash JOB'",
+    "get": "list with 'dtrain list' (jobs), 'dtrain volume list' or 'dtrain snapshot list'",
+    "status": "see a job's status with 'dtrain describe job JOB' or 'dtrain list'",
+    "stop": "stop a job for now with 'dtrain suspend JOB' (it goes on with 'dtrain resume JOB'), or for good with "
+            "'dtrain delete JOB'",
+    "kill": "stop a job with 'dtrain delete JOB'",
+    "rm": "delete a job with 'dtrain delete JOB'",
+    "run": "submit a job with 'dtrain submit JOB -- COMMAND'",
+    "apply": "submit a job file with 'dtrain submit -f FILE'",
+    "create": "submit a job with 'dtrain submit', make a volume with 'dtrain volume create' or a project with "
+              "'dtrain project create'",
+    "cp": "copy a job's model folder with 'dtrain artifacts JOB --to DIR'",
+    "version": "print the version with 'dtrain --version'",
+}
