@@ -110,7 +110,7 @@ class JobInfo:
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific details
 
     def to_dict(self) -> dict[str, Any]:
-        """The record as `--json` prints it: the same fields as the HTTP API's Job (server/wire.py)."""
+        """The record as `--json` prints it: the same fields as the HTTP API's Job (server/wire/jobs.py)."""
         d = _plain(asdict(self))
         d["spec"] = self.spec.to_dict()
         d["status"] = self.status.value
