@@ -28,7 +28,7 @@ def test_no_backend_overrides_the_verbs_that_suggest():
     from dtrain.backends.local.backend import LocalBackend
     from dtrain.backends.sagemaker.backend import SageMakerBackend
     for cls in (KubernetesBackend, LocalBackend, SageMakerBackend):
-        for verb in ("get", "delete", "logs", "wait", "get_volume", "get_snapshot", "_named", "_with_near"):
+        for verb in ("get", "delete", "logs", "wait", "get_volume", "get_snapshot", "_named", "_volumes_named"):
             assert getattr(cls, verb) is getattr(Backend, verb), (cls, verb)
 
 
