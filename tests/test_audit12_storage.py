@@ -73,10 +73,12 @@ def test_a_volume_in_use_names_the_delete_of_each_job_with_its_project(dt, tmp_p
     (tmp_path / "fast" / "keep").write_text("a disk that is there")
     dt("config", "storage-class", "fast", str(tmp_path / "fast" / "volumes"))
     line = usage_line(dt("volume", "update", "data", "--class", "fast", "-p", "team-b", check=False))
-    assert "mounted read-write by job v" in line and "stop them first (`dtrain delete v -p team-b`)" in line
+    assert "mounted read-write by job v" in line and ("suspend them for the move (`dtrain suspend v -p team-b`; "
+                                                       "resume them after), or stop them (`dtrain delete v -p team-b`)"
+                                                       ) in line
     dt("delete", "v")
     line = usage_line(dt("volume", "update", "data", "--class", "fast", "-p", "team-b", check=False))
-    assert "mounted read-only by job r" in line and "stop them first (`dtrain delete r`)" in line
+    assert "mounted read-only by job r" in line and "or stop them (`dtrain delete r`)" in line
     assert (dt.home / "volumes" / "data" / "data").is_dir()
 
 
