@@ -8,39 +8,12 @@ import json
 import time
 
 import pytest
+from conftest import Cli
 
 from dtrain.cli import format as fmt
-from dtrain.cli.main import main
 
 LINE = {"raw_file": "clips/a/1/20.jpg", "lanes": [[-2, 300, 310, 320]], "h_samples": [240, 250, 260, 270]}
 PRED = {"raw_file": "clips/a/1/20.jpg", "lanes": [[-2, 301.5, 311.2, 318.9]], "run_time": 12.5}
-
-
-class Cli:
-    """`dtrain` in this process (a subprocess costs half a second a call): exit code, stdout, stderr."""
-
-    def __init__(self, capsys):
-        self.capsys = capsys
-
-    def __call__(self, *argv: str) -> tuple[int, str, str]:
-        self.capsys.readouterr()
-        try:
-            rc = main(list(argv))
-        except SystemExit as exit_:
-            rc = exit_.code
-        out, err = self.capsys.readouterr()
-        return rc, out, err
-
-    def ok(self, *argv: str) -> str:
-        rc, out, err = self(*argv)
-        assert rc == 0, (argv, rc, out, err)
-        return out
-
-    def refused(self, *argv: str) -> str:
-        """A refusal: exit 2, one line on stderr, no traceback; the line."""
-        rc, out, err = self(*argv)
-        assert rc == 2 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, (rc, out, err)
-        return err.strip()
 
 
 @pytest.fixture
