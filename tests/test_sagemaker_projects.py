@@ -42,8 +42,9 @@ def test_list_in_a_region_without_jobs_names_it_and_the_region_they_were_seen_in
     assert cli("submit", "eastern", "--", "python", "train.py")[0] == 0
     assert cli("list")[2] == ""  # jobs in the region read: no warning
     assert cli("config", "sagemaker", "--region", "us-west-2")[0] == 0
-    line = ("dtrain: warning: no dtrain job on SageMaker in region us-west-2, the region dtrain asks (dtrain "
-            "config sagemaker --region); dtrain saw jobs in us-east-1: dtrain config sagemaker --region us-east-1\n")
+    line = ("dtrain: warning: SageMaker holds no job submitted from here in region us-west-2, the region read (set "
+            "by 'dtrain config sagemaker --region'); jobs were seen in us-east-1: "
+            "'dtrain config sagemaker --region us-east-1'\n")
     assert cli("list") == (0, "No jobs yet in project 'default': submit one with 'dtrain submit NAME -- COMMAND'\n",
                            line)
     assert cli("list", "-A")[2] == line

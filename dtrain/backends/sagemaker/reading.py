@@ -157,10 +157,10 @@ class JobReading:
         seen = sorted(self.facts.seen_regions() - {region})
         if not seen:  # an account new to dtrain: "No jobs yet" is the whole truth, no notice at each list
             return jobs
-        there = f"; dtrain saw jobs in {', '.join(seen)}: dtrain config sagemaker --region {seen[0]}"
         return Listed(jobs, [*jobs.notices, Notice(code="jobs-region", message=(
-            f"no dtrain job on SageMaker in region {region}, the region dtrain asks (dtrain config sagemaker "
-            f"--region){there}"))])
+            f"SageMaker holds no job submitted from here in region {region}, the region read (set by "
+            f"'dtrain config sagemaker --region'); jobs were seen in {', '.join(seen)}: "
+            f"'dtrain config sagemaker --region {seen[0]}'"))])
 
     def _names(self, what: str) -> tuple[list[str], list[str]]:
         """The jobs known without asking AWS (ListTrainingJobs, then a DescribeTrainingJob for each job
