@@ -336,7 +336,7 @@ _QUERY = {"limit_bytes": lambda v, _: check_limit_bytes(v), "tail": lambda v, _:
           "rank": _rank, "since": _since, "timeout": _wait,
           "status": _status, "limit": lambda v, _: check_page(v, 0),
           "offset": lambda v, _: check_page(None, v),
-          "label_selector": lambda _, typed: parse_selector(typed)}  # as typed: a key named 1e3 is no number
+          "label_selector": lambda _, typed: parse_selector(typed, "?label_selector=")}  # as typed: 1e3 is a key
 # what pydantic says of a number out of its bounds or not a number at all
 _NOT_IN_BOUNDS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than", "int_parsing", "int_from_float",
                   "float_parsing", "finite_number", "int_type", "float_type"}

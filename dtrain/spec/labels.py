@@ -104,13 +104,14 @@ _SEL_TERM = rf" *(! *{_SEL_KEY}|{_SEL_KEY}( *(==|!=|=) *({_LABEL_PART})?)?) *"
 SELECTOR_PATTERN = rf"^{_SEL_TERM}(,{_SEL_TERM})*$"
 
 
-def parse_selector(text: str) -> tuple[tuple[str, str, str], ...]:
+def parse_selector(text: str, given: str = "-l ") -> tuple[tuple[str, str, str], ...]:
     """A label selector as kubectl's `-l` takes it, equality-based: comma-separated `KEY=VALUE` (or
     `==`), `KEY!=VALUE`, `KEY` (has the label) and `!KEY` (has not); all must hold. Each term is
-    (key, op, value), op one of '=', '!=', 'exists', '!exists'."""
+    (key, op, value), op one of '=', '!=', 'exists', '!exists'. `given`: how the door the selector came
+    through takes one, for the refusals' examples (the CLI's `-l `, HTTP's `?label_selector=`)."""
     if not isinstance(text, str) or not text.strip() or len(text) > MAX_SELECTOR:
         raise SpecError(f"invalid label selector {shown(text)}: use KEY=VALUE, KEY!=VALUE, KEY or !KEY, "
-                        f"comma-separated, at most {MAX_SELECTOR} characters (e.g. -l pipeline/run-name=nightly)")
+                        f"comma-separated, at most {MAX_SELECTOR} characters (e.g. {given}pipeline/run-name=nightly)")
     terms = []
     for raw in text.split(","):
         term = raw.strip()
@@ -127,7 +128,7 @@ def parse_selector(text: str) -> tuple[tuple[str, str, str], ...]:
         key, value = key.strip(), value.strip()
         if not LABEL_KEY_RE.match(key) or not LABEL_VALUE_RE.match(value) or "=" in value:
             raise SpecError(f"invalid label selector term {shown(term)}: use KEY=VALUE, KEY!=VALUE, KEY or !KEY "
-                            f"with label keys and values (e.g. -l team=vision,pipeline/runid)")
+                            f"with label keys and values (e.g. {given}team=vision,pipeline/runid)")
         terms.append((key, op, value))
     return tuple(terms)
 
