@@ -4,6 +4,8 @@ uid the snapshot records, a dry run that names the snapshot a real run would tak
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from conftest import Dtrain
@@ -177,6 +179,10 @@ def test_local_dry_run_names_the_snapshot_by_the_time_it_is_taken(home, tmp_path
     assert dt("submit", "-f", str(job), "--dry-run", cwd=tmp_path).stdout == out
     plain = dt("submit", "u", "--dry-run", "--", "true", cwd=tmp_path).stdout
     assert not plain.startswith("#")
+    # with --json the note goes to stderr: stdout stays one JSON object a line, as scripts read it
+    done = dt("submit", "t", "--pvc", "v:/mnt", "--snapshot-on-success", "v", "--dry-run", "--json", "--", "true",
+              cwd=tmp_path)
+    assert json.loads(done.stdout)["name"] == "t" and done.stderr.startswith("# --snapshot-on-success takes snapshot v-")
 
 
 # ------------------------------------------------------------------------- the --pvc ./folder hint
