@@ -114,22 +114,20 @@ class JobFacts:
 
     def regions(self, name: str) -> set[str]:
         """The regions whose kept facts name a job `name` (of any account), in memory or on disk."""
-        found = {m.group(1) for m in map(_ARN.match, self._mem) if m and m.group(3) == name}
-        try:
-            folders = os.listdir(self.root) if self.root is not None else []
-            found.update(m.group(1) for f in folders if (m := re.fullmatch(r"([a-z0-9-]+)-\d{12}", f))
-                         and os.path.isfile(self.root / f / f"{name}.json"))
-        except OSError:  # no facts kept yet, or a folder not ours to read
-            pass
-        return found
+        return self._regions(name)
 
     def seen_regions(self) -> set[str]:
         """The regions whose kept facts name any job (of any account), in memory or on disk."""
-        found = {m.group(1) for m in map(_ARN.match, self._mem) if m}
+        return self._regions(None)
+
+    def _regions(self, name: str | None) -> set[str]:
+        """The regions of the kept facts of job `name`, or (None) of any job."""
+        found = {m.group(1) for m in map(_ARN.match, self._mem) if m and name in (None, m.group(3))}
         try:
             folders = os.listdir(self.root) if self.root is not None else []
             found.update(m.group(1) for f in folders if (m := re.fullmatch(r"([a-z0-9-]+)-\d{12}", f))
-                         and any(n.endswith(".json") for n in os.listdir(self.root / f)))
+                         and (os.path.isfile(self.root / f / f"{name}.json") if name is not None
+                              else any(n.endswith(".json") for n in os.listdir(self.root / f))))
         except OSError:  # no facts kept yet, or a folder not ours to read
             pass
         return found
