@@ -19,7 +19,7 @@ from conftest import DTRAIN, Dtrain
 from test_cifar10 import LAUNCH_PREFIXES, REPO, TRAIN, _env, _free_port
 
 from dtrain.backends.sagemaker import contract
-from dtrain.errors import SpecError
+from dtrain.errors import ConflictError, SpecError
 from dtrain.workloads.cifar10.data import write_synthetic
 from dtrain.workloads.cifar10.model import Net
 from dtrain.workloads.cifar10.train import parse_args, train
@@ -372,3 +372,36 @@ def test_every_rank_stops_when_rank_0_finds_the_model_dir_held(tmp_path):
     assert ranks[0].startswith(f"error: another training is writing {out} (it holds metrics.jsonl)")
     assert ranks[1].startswith(f"error: rank 0 found another training writing {out}, so rank 1 stops too")
     assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl"] and (out / "metrics.jsonl").read_text() == ""
+
+
+class _Writes:
+    """A stderr that keeps each write() apart, as a pipe sees them."""
+
+    def __init__(self) -> None:
+        self.writes: list[str] = []
+
+    def write(self, text: str) -> int:
+        self.writes.append(text)
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("err", [ConflictError("another training is writing /m"),
+                                 OSError(28, "No space left on device", "/m/model.pth")])
+def test_a_workloads_error_line_is_one_write_so_ranks_sharing_a_pipe_cannot_join_lines(monkeypatch, err):
+    """The ranks of one torchrun share its stderr pipe, which Python leaves unbuffered: print() wrote the
+    line and its newline apart, and rank 1's line landed between rank 0's and its newline (CI saw
+    '...--model-direrror: rank 0 found...'). Each error line is now one write, newline included."""
+    from dtrain.workloads.inputs import one_line_errors
+
+    stderr = _Writes()
+    monkeypatch.setattr(sys, "stderr", stderr)
+
+    def failing():
+        raise err
+
+    assert one_line_errors(failing) == 2
+    assert len(stderr.writes) == 1 and stderr.writes[0].startswith("error: ") and stderr.writes[0].endswith("\n")
+    assert stderr.writes[0].count("\n") == 1

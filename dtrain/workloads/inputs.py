@@ -296,15 +296,23 @@ def command(workload: str, verb: str) -> str:
 def one_line_errors(main, *args) -> int:
     """main(*args), with what a user can fix printed as one line and exit code 2: a DtrainError,
     or a full, read-only or forbidden disk (as the dtrain command prints it); anything else raises."""
-    import sys
-
     try:
         return main(*args) or 0
     except DtrainError as err:
-        print(f"error: {err}", file=sys.stderr)
+        say_line(f"error: {err}")
     except OSError as err:
         if err.errno not in MACHINE_ERRNOS:
             raise
         where = f" writing {err.filename}" if err.filename else ""
-        print(f"error: {err.strerror}{where}: use a folder you can write to, with free space", file=sys.stderr)
+        say_line(f"error: {err.strerror}{where}: use a folder you can write to, with free space")
     return 2
+
+
+def say_line(text: str) -> None:
+    """`text` and its newline on stderr in one write. A piped stderr is unbuffered, so print() makes two
+    writes, and the ranks of one torchrun share that pipe: another rank's line could land between a
+    line and its newline, joining two ranks' errors into one line."""
+    import sys
+
+    sys.stderr.write(text + "\n")
+    sys.stderr.flush()
