@@ -33,43 +33,43 @@ only while nobody holds a pin. A manifest the caller's database does not list is
 when marked sweepable (written and not yet registered, or being deleted): a database moved away,
 replaced or put back from an older copy lists fewer snapshots than the store holds, and their
 content is kept, not swept.
+
+Engine's verbs are grouped in mixins, one module each: pins and the sweep (sweeping.py), the
+manifests/ folder and the tree keys beside it (manifest_files.py), reading files into the store
+(ingest.py) and verify (integrity.py); this module holds capture (the walk) and materialize.
 """
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import fcntl
 import functools
 import itertools
-import json
 import os
-import sqlite3
 import stat
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
-from dtrain import db
 from dtrain.errors import StorageError
 from dtrain.names import counted
 from dtrain.storage import fileio, hashing, native
-from dtrain.storage.fileio import UNSUPPORTED, FileIO
-from dtrain.storage.info import CaptureStats, SweepStats, VerifyStats
+from dtrain.storage.fileio import FileIO
+from dtrain.storage.info import CaptureStats
 from dtrain.storage import manifest as mf
-from dtrain.storage.manifest import Entry, Manifest, meta_entry, same_meta, scan, unchanged
-from dtrain.storage.packs import UNHASHED, Pack, Packer, PackStore
+from dtrain.storage.manifest import Entry, Manifest, same_meta, scan, unchanged
+from dtrain.storage.packs import PackStore
 from dtrain.storage.progress import Progress, Run
 from dtrain.storage.restore import Restore
+from dtrain.storage.ingest import READS_OF_A_CHANGING_FILE, Ingest, _in_hole  # noqa: F401 (read as engine.NAME too)
+from dtrain.storage.integrity import Integrity
+from dtrain.storage.manifest_files import SWEEPABLE, ManifestFiles  # noqa: F401 (read as engine.NAME too)
+from dtrain.storage.sweeping import Sweeping
 
 CHUNK_SIZE = 4 << 20
 PACK_SIZE = 64 << 20  # a pack is closed (and flushed) once it holds this much
-SWEEPABLE = ".sweepable"  # manifests/<id>.sweepable: see `sweep`
-READS_OF_A_CHANGING_FILE = 3  # reads of a file written to meanwhile before it is recorded as torn
 
 
-class Engine:
+class Engine(Sweeping, ManifestFiles, Ingest, Integrity):
     """Snapshot store verbs: capture, commit, load, materialize, drop, sweep, verify."""
 
     def __init__(self, root: Path, *, io: FileIO | None = None, chunk_size: int = CHUNK_SIZE,
@@ -116,91 +116,6 @@ class Engine:
 
     def manifest_path(self, manifest_id: str) -> Path:
         return self.root / "manifests" / f"{manifest_id}.json.gz"
-
-    # --- pins and sweeping -------------------------------------------------------------
-    @contextlib.contextmanager
-    def pin(self, *, marked: bool = True):
-        """Hold while capturing, committing or restoring: no object vanishes meanwhile. The shared
-        lock is what holds; the marker in pins/ tells a later sweep that a pinned process was
-        killed. `marked=False` (a check on a full or read-only disk, which writes nothing to clean
-        up after) makes the marker only where the disk takes it."""
-        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        marker = self.root / "pins" / f"{os.getpid()}-{os.urandom(16).hex()}"
-        try:
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            try:
-                marker.touch()
-            except OSError:
-                if marked:
-                    raise
-            yield
-        finally:
-            marker.unlink(missing_ok=True)
-            os.close(fd)
-
-    def request_sweep(self) -> None:
-        (self.root / "sweep-pending").touch()
-
-    def sweep(self, live_ids: Callable[[], Iterable[str]], *, force: bool = False) -> SweepStats | None:
-        """Delete what no registered manifest needs; None when a pin is held (retried later).
-
-        Runs only when forced, requested, or when pins of killed processes are left over.
-        `live_ids` is called under the lock, so it sees every commit that happened before.
-        """
-        fd = os.open(self.root / "lock", os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return None
-            pending = self.root / "sweep-pending"
-            if not (force or pending.exists() or os.listdir(self.root / "pins")):
-                return SweepStats(objects=0, bytes=0, leftovers=0)
-            requested = pending.exists()
-            pending.touch()  # a sweep killed midway (pins gone, objects forgotten) is finished by the next
-            stats, complete = self._sweep_locked(set(live_ids()))
-            if complete or not requested:  # stopped by an unreadable manifest: asked for as before
-                pending.unlink(missing_ok=True)
-            return stats
-        finally:
-            os.close(fd)
-
-    def _sweep_locked(self, live: set[str]) -> tuple[SweepStats, bool]:
-        leftovers = 0
-        for sub in ("tmp", "pins"):
-            for item in os.scandir(self.root / sub):
-                os.unlink(item.path)
-                leftovers += 1
-        names = [item.name for item in os.scandir(self.root / "manifests")]
-        sweepable = {n.split(".")[0] for n in names if n.endswith(SWEEPABLE)}
-        unlisted = set()
-        for name in names:
-            manifest_id = name.split(".")[0]
-            if manifest_id in live:
-                if name.endswith(SWEEPABLE):  # registered (its marker left by a killed process), or not deleted
-                    os.unlink(self.root / "manifests" / name)
-            elif manifest_id in sweepable:  # written, then killed before registering; or deleted
-                os.unlink(self.root / "manifests" / name)
-                leftovers += name.endswith(".json.gz")
-            elif name.endswith(".json.gz"):
-                unlisted.add(manifest_id)  # the database lost it (moved away, an older copy): kept
-        needed: set[str] = set()
-        subvols: set[str | None] = set()
-        for manifest_id in live | unlisted:
-            try:
-                m = Manifest.parse(self.manifest_path(manifest_id).read_bytes(), manifest_id)
-            except (OSError, ValueError):  # never delete what an unreadable manifest may need
-                return SweepStats(objects=0, bytes=0, leftovers=leftovers), False
-            needed |= m.digests()
-            subvols.add(m.subvolume)
-        # a subvolume no manifest names: its snapshot was deleted, or a capture was killed before
-        # registering it. What deleting it frees is not known without quotas: counted, 0 bytes.
-        gone_subvols = [n for n in self.subvols.names() if n not in subvols]
-        for name in gone_subvols:
-            self.subvols.delete(name)
-        objects, freed, unindexed = self.packs.free(needed)
-        return SweepStats(objects=objects + len(gone_subvols), bytes=freed, leftovers=leftovers + unindexed,
-                          unlisted=len(unlisted)), True
 
     # --- capture -----------------------------------------------------------------------
     def capture(self, src: Path, *, base: Manifest | None = None, base_id: str | None = None,
@@ -324,338 +239,6 @@ class Engine:
             raise StorageError(f"cannot snapshot {src}: it is not a folder (a volume's data folder must be "
                                f"a real directory, not a symlink or a file)")
 
-    def _same_as_key(self, base_id: str, key: mf.TreeKey | None) -> tuple[Manifest, CaptureStats] | None:
-        """The stored manifest `base_id`, entries unloaded, when the walk's `key` matches the
-        tree key committed with it, every file's ctime precedes that capture by the racy window
-        (as `unchanged` asks of each file), and no stored object is damaged (a damaged file must
-        be read again); None otherwise."""
-        try:
-            rec = self._key_record(base_id)
-            recorded = mf.TreeKey(rec["digest"], rec["files"], rec["bytes"], rec["newest_ctime_ns"])
-            started_ns, chunk_size, hash_algorithm = rec["started_ns"], rec["chunk_size"], rec["hash"]
-        except (OSError, ValueError, KeyError, TypeError):  # none yet (an older store), or unreadable
-            return None
-        if key != recorded or recorded.newest_ctime_ns >= started_ns - self.racy_window_ns or self.packs.damaged():
-            return None
-        manifest = Manifest(entries=mf.LazyEntries(lambda: self.load(base_id).entries), started_ns=started_ns,
-                            chunk_size=chunk_size, id=base_id, hash=hash_algorithm, key=recorded)
-        return manifest, CaptureStats(files=recorded.files, bytes=recorded.bytes, read_bytes=0, added_bytes=0,
-                                      added_objects=0, skipped=(), method=self.method)
-
-    def _entry(self, src: Path, rel: str, st: os.stat_result, old: dict, reading: dict,
-               skipped: list, xattrs: dict) -> Entry | None:
-        """`rel`'s entry: read by a worker, kept from the base, or made from `st` (a folder's
-        extended attributes go into `xattrs`); None when it is gone."""
-        if rel in reading:
-            return reading[rel]
-        if stat.S_ISREG(st.st_mode):
-            return old[rel]  # same ctime: mode and owner are unchanged too
-        if same_meta(old.get(rel), st):
-            return old[rel]  # a symlink's target cannot change without a new ctime
-        if stat.S_ISDIR(st.st_mode):
-            try:
-                fd = mf.open_beneath(src, rel, os.O_RDONLY | os.O_DIRECTORY)
-            except OSError as err:
-                if err.errno in mf.GONE:
-                    return None
-                raise
-            try:
-                xattrs[rel] = mf.read_xattrs(fd)
-            finally:
-                os.close(fd)
-            return meta_entry(rel, st)
-        if stat.S_ISLNK(st.st_mode):
-            try:
-                return meta_entry(rel, st, mf.readlink_beneath(src, rel))
-            except OSError as err:
-                # gone since the walk: removed, its folder moved behind a link, or (EINVAL) the
-                # link itself replaced by something that is not a link
-                if err.errno in mf.GONE or err.errno == errno.EINVAL:
-                    return None
-                raise
-        if stat.S_IFMT(st.st_mode) in mf.SPECIALS:  # a fifo, socket or device node: recorded, never opened
-            return meta_entry(rel, st)
-        skipped.append(rel)  # a type Linux does not make (a Solaris door): nothing to record it as
-        return None
-
-    def _twin(self, src: Path, rel: str, st: os.stat_result, first: Entry | None, packer: Packer | None,
-              run: Run) -> Entry | None:
-        """A hard link to a file read under another path: that path's entry, when it recorded the
-        inode as the walk saw it here; otherwise (it changed or vanished in between) read anew."""
-        if first is not None and (first.ino, first.ctime_ns, first.size, first.mtime_ns) == (
-                st.st_ino, st.st_ctime_ns, st.st_size, st.st_mtime_ns):
-            run.xattrs[rel] = run.xattrs.get(first.path)  # one inode: the same attributes
-            return first._replace(path=rel)
-        run.total += st.st_size
-        return self._ingest_many(src, [(rel, st)], packer, run)[0][1]
-
-    def _ingest_many(self, src: Path, items: list[tuple[str, os.stat_result]], packer: Packer | None,
-                     run: Run) -> list:
-        root_fd = os.open(src, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            return [(rel, self._ingest(src, root_fd, rel, seen, packer, run)) for rel, seen in items]
-        finally:
-            os.close(root_fd)
-
-    @staticmethod
-    def _open_walked(src: Path, root_fd: int, rel: str, seen: os.stat_result) -> tuple[int, os.stat_result]:
-        """Open a file the walk saw, with no link followed on the way (a folder swapped for a
-        link mid-capture must not bring outside bytes in), and its fstat.
-
-        One `open` of the whole relative path first, O_NOFOLLOW (and O_NONBLOCK: a fifo
-        swapped in does not hang it); it is kept only when it reached the very file the walk
-        lstat'ed, found by its device, inode and ctime, which a file reached through a link
-        elsewhere cannot match. Anything else (the file changed or was replaced since the
-        walk, or the open failed) is opened again by `open_beneath`, which checks every
-        component. That stricter call goes through ctypes (openat2) or takes two system calls
-        per folder; on two threads each extra call releasing the GIL cost a hand-over, and a
-        first snapshot of 10,000 files took 20% longer."""
-        try:
-            fd = os.open(rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=root_fd)
-        except OSError:
-            fd = None
-        if fd is not None:
-            st = os.fstat(fd)
-            if (st.st_ino, st.st_dev, st.st_ctime_ns) == (seen.st_ino, seen.st_dev, seen.st_ctime_ns):
-                return fd, st
-            os.close(fd)
-        fd = mf.open_beneath(src, rel, os.O_RDONLY | os.O_NONBLOCK, root_fd=root_fd)
-        try:
-            return fd, os.fstat(fd)
-        except BaseException:
-            os.close(fd)
-            raise
-
-    def _ingest(self, src: Path, root_fd: int, rel: str, seen: os.stat_result, packer: Packer | None,
-                run: Run) -> Entry | None:
-        """Hash one file chunk by chunk, storing chunks the store lacks; None if it vanished."""
-        try:
-            fd, st = self._open_walked(src, root_fd, rel, seen)
-        except OSError as err:  # deleted, or moved behind a link, since the walk: recorded as gone
-            if err.errno in mf.GONE:
-                return None
-            raise
-        try:
-            if not stat.S_ISREG(st.st_mode):  # replaced by a fifo, device or folder since the walk: gone
-                return None
-            # A file written to while it is read yields chunks of two versions: a checkpoint saved
-            # in place during a snapshot was restored as a file that never existed. Read again
-            # while its lstat fields move; one that never settles is recorded as read, flagged to
-            # be read again next time (ctime 0), and reported.
-            for attempt in range(READS_OF_A_CHANGING_FILE):
-                chunks, size = self._read_file(fd, st, packer, run)
-                now = os.fstat(fd)
-                settled = (now.st_size, now.st_mtime_ns, now.st_ctime_ns) == (st.st_size, st.st_mtime_ns,
-                                                                                st.st_ctime_ns)
-                if settled or attempt == READS_OF_A_CHANGING_FILE - 1:
-                    break
-                st = now
-                run.total += now.st_size
-            if not settled:
-                run.changing.append(rel)
-            if attempt:
-                self.request_sweep()  # chunks of the torn reads that no manifest names
-            run.xattrs[rel] = mf.read_xattrs(fd)
-        finally:
-            os.close(fd)
-        # a file that changed size or content while being read is recorded as read, and re-read next time
-        ctime = st.st_ctime_ns if size == st.st_size and settled else 0
-        return Entry(rel, "file", stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid, st.st_mtime_ns, size,
-                     chunks, st.st_ino, ctime)
-
-    def _read_file(self, fd: int, st: os.stat_result, packer: Packer | None, run: Run) -> tuple[list[str], int]:
-        """(chunk digests, bytes) of one read of an open file: cloned where the store reflinks,
-        hashed (and stored when `packer` is given) chunk by chunk elsewhere."""
-        if packer is not None and self.method == "reflink" and not run.fell_back and st.st_size:
-            try:
-                return self._clone_file(fd, st, packer, run)
-            except OSError as err:
-                if err.errno not in UNSUPPORTED:
-                    raise
-                run.fell_back = True
-        # a file with fewer blocks than bytes has holes: chunks lying wholly in one are not read
-        hashed = self._hash_chunks(fd, run, packer, st.st_size, sparse=st.st_blocks * 512 < st.st_size)
-        return [d for d, _ in hashed], sum(n for _, n in hashed)
-
-    def _clone_file(self, fd: int, st: os.stat_result, packer: Packer, run: Run) -> tuple[list[str], int]:
-        """Clone the whole file into a pack of its own; chunks the store already holds are
-        punched out of the clone. The digests must name what the clone holds: they are read
-        from the source (its pages are cached; the clone's are not) when the source provably
-        did not change meanwhile (same size, mtime and ctime after hashing, and a ctime older
-        than the racy window), from the clone otherwise."""
-        pack = self.packs.new_pack()
-        try:
-            started = time.time_ns()
-            self.io.clone(fd, pack.fd, st.st_size, 0, 0)
-            if self.defer_hashing:
-                return self._unhashed_chunks(pack, packer, run)
-            hashed = None
-            if st.st_ctime_ns < started - self.racy_window_ns:
-                hashed = self._hash_chunks(fd, run)
-                now = os.fstat(fd)
-                if (now.st_size, now.st_mtime_ns, now.st_ctime_ns) != (st.st_size, st.st_mtime_ns, st.st_ctime_ns):
-                    hashed = None  # rewritten while we looked: what the clone holds is unknown
-            if hashed is None:
-                hashed = self._hash_chunks(pack.fd, run)
-            chunks, offset, dead = [], 0, []
-            for digest, n in hashed:
-                if packer.wants(digest):
-                    pack.rows.append((digest, pack.name, offset, n))
-                    run.add(added=n, objects=1)
-                else:
-                    dead.append((offset, n))
-                chunks.append(digest)
-                offset += n
-            if not pack.rows:
-                pack.discard()
-                return chunks, offset
-            for start, length in dead:
-                fileio.punch_hole(pack.fd, start, length)
-        except BaseException:
-            pack.discard()
-            raise
-        packer.seal(pack, sync=False)  # thousands of small clones: one syncfs at the end instead
-        return chunks, offset
-
-    def _unhashed_chunks(self, pack: Pack, packer: Packer, run: Run) -> tuple[list[str], int]:
-        """A clone indexed as it is, nothing read: chunk ids `u-<pack>-<i>` stand for hashes that
-        verify computes and records later. Identical content is not deduplicated on this path;
-        the clones share their extents with the volume, so it costs no disk."""
-        size = os.fstat(pack.fd).st_size  # what the clone holds, even if the source grew meanwhile
-        chunks = []
-        for i, offset in enumerate(range(0, size, self.chunk_size)):
-            chunks.append(f"{UNHASHED}{pack.name}-{i}")
-            pack.rows.append((chunks[-1], pack.name, offset, min(self.chunk_size, size - offset)))
-        run.add(added=size, objects=len(chunks))
-        packer.seal(pack, sync=False)
-        return chunks, size
-
-    def _hash_chunks(self, fd: int, run: Run, packer: Packer | None = None,
-                     size: int | None = None, sparse: bool = False) -> list[tuple[str, int]]:
-        """(digest, length) of each chunk of a file, read to its end; with `packer`, the
-        chunks the store lacks are stored as they go by.
-
-        `size`, the file's size when it was opened, ends the reading there: a file that grew
-        since has a newer ctime and size, so the next capture reads it again (without it, a
-        small file took a second read to find its end).
-
-        `sparse`: a chunk inside a hole (SEEK_DATA finds no data in it) is named as zeros without
-        reading it: a 1 TiB file of holes costs one lseek per chunk, not a terabyte of reads."""
-        out, offset, buf = [], 0, self._buffer()
-        whole = len(buf)
-        while True:
-            want = whole if size is None else min(whole, size - offset)
-            if want <= 0:
-                break
-            if sparse and want == whole and _in_hole(fd, offset, want):
-                digest = hashing.zeros(want, self.hash_algorithm)
-                if packer is not None and packer.wants(digest):
-                    packer.put(memoryview(bytes(want)), digest)
-                    run.add(done=want, added=want, objects=1)
-                else:
-                    run.add(done=want)
-                out.append((digest, want))
-                offset += want
-                continue
-            n = self.io.read_into(fd, buf[:want], offset)
-            if not n:
-                break
-            digest = hashing.digest(buf[:n], self.hash_algorithm)
-            if packer is not None and packer.wants(digest):
-                packer.put(buf[:n], digest)
-                run.add(done=n, read=n, added=n, objects=1)
-            else:
-                run.add(done=n, read=n)
-            out.append((digest, n))
-            offset += n
-            if n < want:
-                break
-        return out
-
-    def _buffer(self) -> memoryview:
-        buf = getattr(self._local, "buf", None)
-        if buf is None or len(buf) != self.chunk_size:
-            buf = self._local.buf = memoryview(bytearray(self.chunk_size))
-        return buf
-
-    # --- manifests -----------------------------------------------------------------------
-    def commit(self, manifest_id: str, manifest: Manifest) -> None:
-        """Write the manifest under its final name (call inside `pin` and the caller's
-        registration transaction, so that a crash leaves either both or a sweepable file), marked
-        sweepable until `registered`."""
-        tmp = self._tmp()
-        try:
-            self.mark_sweepable(manifest_id)
-            try:  # manifests are immutable: an unchanged tree shares its base's file
-                if manifest.id is None:
-                    raise FileNotFoundError
-                os.link(self.manifest_path(manifest.id), self.manifest_path(manifest_id))
-            except FileNotFoundError:
-                with open(tmp, "wb") as f:
-                    f.write(manifest.dump())
-                    if self.durable:
-                        os.fsync(f.fileno())
-                os.rename(tmp, self.manifest_path(manifest_id))
-            if manifest.key is not None:
-                self._write_key(manifest_id, manifest)
-            if self.durable:
-                fileio.fsync_path(self.root / "manifests", directory=True)
-        except OSError as err:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            raise self._wrap(err, "writing a snapshot manifest", needed=0) from err
-
-    def mark_sweepable(self, manifest_id: str) -> None:
-        """Let a sweep delete this manifest once the caller's database no longer lists it (call
-        before registering it, and before deleting it from that database)."""
-        path = self.root / "manifests" / f"{manifest_id}{SWEEPABLE}"
-        path.touch()
-        if self.durable:
-            fileio.fsync_path(path.parent, directory=True)
-
-    def registered(self, manifest_id: str) -> None:
-        """The caller's database lists the manifest now (call after that commit, inside `pin`):
-        no sweep deletes it unless `mark_sweepable` says so again."""
-        (self.root / "manifests" / f"{manifest_id}{SWEEPABLE}").unlink(missing_ok=True)
-
-    def key_path(self, manifest_id: str) -> Path:
-        return self.root / "manifests" / f"{manifest_id}.key.json"
-
-    def _key_record(self, manifest_id: str) -> dict:
-        """What _write_key stored for `manifest_id` (OSError or ValueError when it cannot tell)."""
-        return json.loads(self.key_path(manifest_id).read_bytes())
-
-    def _write_key(self, manifest_id: str, manifest: Manifest) -> None:
-        """The tree key of the walk that produced `manifest` (see _same_as_key). Not flushed: a
-        lost or torn key only costs the next snapshot the full comparison."""
-        rec = {**manifest.key._asdict(), "started_ns": manifest.started_ns, "chunk_size": manifest.chunk_size,
-               "hash": manifest.hash}
-        if manifest.id is not None:  # a shared manifest: share its key too when it says the same
-            with contextlib.suppress(OSError, ValueError):
-                if self._key_record(manifest.id) == rec:
-                    os.link(self.key_path(manifest.id), self.key_path(manifest_id))
-                    return
-        tmp = self._tmp()
-        with open(tmp, "w") as f:
-            f.write(json.dumps(rec))
-        os.rename(tmp, self.key_path(manifest_id))
-
-    def load(self, manifest_id: str) -> Manifest:
-        m = Manifest.parse(self.manifest_path(manifest_id).read_bytes(), manifest_id)
-        if m.subvolume is None:
-            return m
-        if not self.subvols.path(m.subvolume).is_dir():
-            raise FileNotFoundError(f"subvolume {m.subvolume} of snapshot {manifest_id} is gone")
-        return m._replace(entries=self.subvols.entries(m.subvolume))
-
-    def drop(self, manifest_id: str) -> None:
-        """Forget a manifest the caller's database no longer lists (marked sweepable before it
-        was deleted there); its objects go at the next sweep."""
-        self.manifest_path(manifest_id).unlink(missing_ok=True)
-        self.key_path(manifest_id).unlink(missing_ok=True)
-        (self.root / "manifests" / f"{manifest_id}{SWEEPABLE}").unlink(missing_ok=True)
-        self.request_sweep()
-
     # --- restore -----------------------------------------------------------------------
     def materialize(self, manifest: Manifest, dest: Path, *, progress: Progress | None = None) -> str:
         """Recreate the tree at `dest`, which must not exist (call inside `pin`).
@@ -678,57 +261,6 @@ class Engine:
 
         return Restore(self.packs, io=self.io, method=self.method, parallel=self._parallel,
                        wrap=wrap, command=self.command).tree(manifest, dest, progress=progress)
-
-    # --- verification ----------------------------------------------------------------------
-    def verify(self, manifest_ids: Iterable[str], *, progress: Progress | None = None,
-               write: bool = True) -> VerifyStats:
-        """Re-hash every object the manifests refer to (call inside `pin`). Objects found
-        corrupt or cut short leave the index, so that the next capture of a volume that still
-        holds their content stores it afresh (self-healing). `write=False` (a full or read-only
-        disk): nothing is recorded or taken out; what is found is reported all the same."""
-        digests: set[str] = set()
-        bad_manifests = []
-        natives: list[Manifest] = []
-        for manifest_id in manifest_ids:
-            try:
-                m = self.load(manifest_id)
-            except (OSError, ValueError):
-                bad_manifests.append(manifest_id)
-                continue
-            digests |= m.digests()
-            if m.subvolume:
-                natives.append(m)
-        where = self.packs.where(digests)
-        order = sorted(where, key=where.get)  # pack by pack, in file order
-        run = Run(sum(n for _, _, n in where.values()), progress)
-        with self.packs.files() as packs:
-            found = self._parallel(lambda d: self.packs.check(d, where[d], packs, self._buffer(), run), order)
-        gone = {d for d, state in zip(order, found, strict=True) if state == "missing"}
-        corrupt = frozenset(d for d, state in zip(order, found, strict=True) if state == "corrupt")
-        # not taken out of the index: a pack that cannot be read now (a permission, a failing disk)
-        # may read again later, and a sweep would delete what the index no longer names
-        unreadable = frozenset(d for d, state in zip(order, found, strict=True) if state == "unreadable")
-        computed = [(d, state) for d, state in zip(order, found, strict=True) if state.startswith("b3-")]
-        unrecorded = False
-        try:  # a disk that filled meanwhile: what was found is reported all the same, unrecorded
-            if computed and write:
-                self.packs.record_hashes(computed)  # hashes deferred at capture, computed now
-            if (gone or corrupt) and write:  # out of the index: the next capture holding their content stores it afresh
-                self.packs.mark_damaged(gone, corrupt, where)
-        except (sqlite3.Error, OSError) as err:
-            if not db.no_room(err):
-                raise
-            unrecorded = True
-        files = hashed = 0
-        for m in natives:  # a native snapshot's files, hashed now (recorded the first time)
-            n, b, bad, unsaved = native.verify_tree(self.subvols.path(m.subvolume), m.entries,
-                                                    self.root / "manifests" / f"{m.id}.hashes.gz",
-                                                    self.io.read_into, self._buffer(), save=write and not unrecorded)
-            files, hashed, corrupt = files + n, hashed + b, corrupt | bad
-            unrecorded |= unsaved and write  # a disk that filled: said as the content path says it
-        return VerifyStats(objects=len(where) + files, bytes=run.done + hashed,
-                           missing=frozenset(digests - where.keys() | gone), corrupt=corrupt,
-                           bad_manifests=tuple(bad_manifests), unreadable=unreadable, unrecorded=unrecorded)
 
     def _wrap(self, err: OSError, doing: str, *, needed: int) -> StorageError:
         return fileio.storage_error(err, doing, needed=needed, where=self.root, command=self.command)
@@ -759,14 +291,6 @@ def _xattrs(entries: tuple[Entry, ...], old: dict[str, Entry], base: Manifest | 
         if x:
             found[e.path] = x
     return found or None
-
-
-def _in_hole(fd: int, offset: int, length: int) -> bool:
-    """True when no data lies in [offset, offset + length) of the file: a hole, reading as zeros."""
-    try:
-        return os.lseek(fd, offset, os.SEEK_DATA) >= offset + length
-    except OSError as err:
-        return err.errno == errno.ENXIO  # no data from here to the end of the file
 
 
 def _thread_pool(workers: int):
