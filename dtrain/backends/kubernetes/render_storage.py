@@ -12,8 +12,9 @@ success_snapshot_name), so whichever acts first wins and the other sees 409 Alre
 
 Whichever takes the snapshot records its name on the job object (ANN_SUCCESS_SNAPSHOT), so that a
 look after the snapshot was deleted says so rather than taking another of what the volume holds by
-then. The watcher records it with `kubectl annotate`; where its Role predates the `patch` right, it
-says so and the backend's next look records it instead.
+then. The watcher records it with `kubectl annotate`; where its Role predates the `patch` right (a
+submit adds what it lacks: lacking_rules; an account that may not update Roles is told), it says so
+and the backend's next look records it instead.
 """
 
 from __future__ import annotations
@@ -189,6 +190,27 @@ def render_snapshot_rbac(namespace: str, project: str, config: KubernetesConfig)
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": SNAPSHOTTER_ACCOUNT},
          "subjects": [{"kind": "ServiceAccount", "name": SNAPSHOTTER_ACCOUNT, "namespace": namespace}]},
     ]
+
+
+def lacking_rules(have: list[dict], want: list[dict]) -> list[dict]:
+    """The grants of `want` (its rules' verbs on each group's resources) that no rule of `have` makes, as
+    rules of one group and resource each, with only the verbs lacking (pure). As RBAC reads a rule: '*'
+    in apiGroups, resources or verbs stands for every one, and a rule naming resourceNames grants those
+    objects only, not the kind."""
+    def granted(group: str, resource: str, verb: str) -> bool:
+        return any(not rule.get("resourceNames") and {group, "*"} & set(rule.get("apiGroups") or ())
+                   and {resource, "*"} & set(rule.get("resources") or ()) and {verb, "*"} & set(rule.get("verbs") or ())
+                   for rule in have)
+
+    lacking: dict[tuple[str, str], list[str]] = {}
+    for rule in want:
+        for group in rule["apiGroups"]:
+            for resource in rule["resources"]:
+                for verb in rule["verbs"]:
+                    if not granted(group, resource, verb) and verb not in lacking.get((group, resource), []):
+                        lacking.setdefault((group, resource), []).append(verb)
+    return [{"apiGroups": [group], "resources": [resource], "verbs": verbs}
+            for (group, resource), verbs in lacking.items()]
 
 
 _WATCH_SCRIPT = """set -u

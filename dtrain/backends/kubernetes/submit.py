@@ -6,6 +6,7 @@ with the job as the owner of what goes with it, and the roll-back of a submit th
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import TYPE_CHECKING, Callable
 
@@ -16,10 +17,10 @@ from dtrain.spec import JobSpec, VolumeMount
 from .client import (CRD, NAMESPACE, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE, SERVICE_ACCOUNT, Forbidden,
                      Missing, Unanswered, Unauthenticated)
 from .jobs import JOB_ORDER
-from .objects import (LABEL_JOB, LABEL_ROLE, ROLE_SNAPSHOTTER, TRAIN_JOB, VOLUME_SNAPSHOT, Resource, job_writer_fix,
-                      success_snapshot_name)
+from .objects import (LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, ROLE_SNAPSHOTTER, TRAIN_JOB, VOLUME_SNAPSHOT, Resource,
+                      job_writer_fix, success_snapshot_name)
 from .render import render_job, resource_for
-from .render_storage import render_namespace, render_snapshot_watcher
+from .render_storage import lacking_rules, render_namespace, render_snapshot_watcher
 from .status import job_info
 
 if TYPE_CHECKING:
@@ -306,8 +307,55 @@ class SubmitVerbs:
     def _create_shared(self, obj: dict) -> None:
         try:
             self._create(obj)
-        except ConflictError:
-            pass  # made for an earlier job in this namespace
+        except ConflictError:  # made for an earlier job in this namespace
+            if obj["kind"] == ROLE.kind:
+                self._complete_role(obj)
+
+    def _complete_role(self, want: dict) -> None:
+        """The snapshot watcher's Role, made once per namespace, may come from an older dtrain and lack a
+        rule this one's watcher needs (patch on the job kinds: the record of the snapshot it took). Where
+        it is dtrain's (its name and managed-by label), the rules lacking are added to it by a replace of
+        the Role as read (its resourceVersion: a replace that went stale reads it again), every rule it
+        has kept, as `kubectl apply` updates an object. A Role of that name someone else made, or one
+        this account may not read, is left as it is. Where the update is refused, one warning names the
+        rule to grant, and the submit goes on: the watcher takes the snapshot all the same."""
+        namespace, name = want["metadata"]["namespace"], want["metadata"]["name"]
+        refused: DtrainError | None = None
+        for _ in range(3):
+            try:
+                role = self.api.read(ROLE, namespace, name)
+            except DtrainError:
+                return
+            if (role["metadata"].get("labels") or {}).get(LABEL_MANAGED) != "dtrain":
+                return
+            have = role.get("rules") or []
+            lacking = lacking_rules(have, want["rules"])
+            if not lacking:
+                return
+            try:
+                self.api.replace({**role, "rules": [*have, *lacking]}, ROLE)
+                return
+            except ConflictError:
+                continue  # changed since it was read (another submit's update): read it again
+            except DtrainError as err:
+                refused = err
+                break
+        if refused is None:  # stale at each of the tries: others are updating it
+            return
+        kinds: dict[str, list[str]] = {}  # verbs -> the resources lacking them, as kubectl names them
+        for r in lacking:
+            group = r["apiGroups"][0]
+            kinds.setdefault("/".join(r["verbs"]), []).append(r["resources"][0] + (f".{group}" if group else ""))
+        rules = "; ".join(f"{verbs} on {', '.join(names)}" for verbs, names in kinds.items())
+        ops = json.dumps([{"op": "add", "path": "/rules/-", "value": r} for r in lacking], separators=(",", ":"))
+        why = (f"this account may not update Roles there (kubectl auth can-i update roles.rbac.authorization.k8s.io "
+               f"-n {namespace})" if isinstance(refused, Forbidden) and not isinstance(refused, Unauthenticated)
+               else f"its update failed: {refused}")
+        logging.getLogger(__name__).warning(
+            "dtrain: warning: Role %s in namespace %s, made by an earlier dtrain, lacks %s, which the snapshot "
+            "watcher needs to record the snapshot it takes on the job, and %s: ask an admin to grant it (kubectl "
+            "patch role %s -n %s --type=json -p '%s'); the watcher takes the snapshot all the same, and the "
+            "next look at the job records it", name, namespace, rules, why, name, namespace, ops)
 
     def _made_anyway(self, obj: dict, job: str) -> list[tuple[Resource, dict]]:
         """A create that got no clear answer (a dropped connection, a timeout, a 5xx) may have been

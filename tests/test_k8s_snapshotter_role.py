@@ -1,0 +1,145 @@
+"""The snapshot watcher's Role, made once per namespace, brought up to the rules this dtrain's watcher
+needs when an older dtrain made it (patch on the job kinds, to record the snapshot it took), against
+the fake API server as test_k8s_backend.py drives it; what is sent is validated as test_k8s_render.py
+validates every rendered object."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+pytest.importorskip("kubernetes")
+
+from test_k8s_backend import NS, backend, cluster, make_backend, spec  # noqa: E402,F401  (their fixtures)
+from test_k8s_render import validate  # noqa: E402
+
+from dtrain.backends.kubernetes import KubernetesConfig  # noqa: E402
+from dtrain.backends.kubernetes.render_storage import lacking_rules, render_snapshot_rbac  # noqa: E402
+from dtrain.spec import parse_pvc  # noqa: E402
+
+RBAC = "rbac.authorization.k8s.io"
+ROLE_PATH = f"/namespaces/{NS}/roles/dtrain-snapshotter"
+# The Role as a dtrain before the watcher recorded its snapshot made it: get on the job kinds only
+OLD_RULES = [
+    {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get"]},
+    {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs", "mpijobs"], "verbs": ["get"]},
+    {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["get"]},
+    {"apiGroups": ["snapshot.storage.k8s.io"], "resources": ["volumesnapshots"], "verbs": ["get", "create"]},
+]
+
+
+def _wanted() -> list[dict]:
+    role = next(o for o in render_snapshot_rbac(NS, "lanes", KubernetesConfig()) if o["kind"] == "Role")
+    return role["rules"]
+
+
+def _old_role(cluster, *, labels: dict | None = None, rules: list | None = None) -> None:
+    if labels is None:
+        labels = {"dtrain.io/project": "lanes", "app.kubernetes.io/managed-by": "dtrain"}
+    cluster.create({"apiVersion": f"{RBAC}/v1", "kind": "Role",
+                    "metadata": {"name": "dtrain-snapshotter", "namespace": NS, "labels": labels},
+                    "rules": OLD_RULES if rules is None else rules})
+
+
+def _submit_watched(backend) -> None:
+    backend.create_volume("data", size="1Gi")
+    backend.submit(spec(snapshot_on_success="data", volumes=(parse_pvc("data:/mnt"),)))
+
+
+def _puts(cluster) -> list[str]:
+    return [path for method, path in cluster.requests if method == "PUT"]
+
+
+def test_an_older_dtrains_role_gets_the_rules_it_lacks_and_keeps_its_own(backend, cluster):
+    """Reproduced: a namespace set up before the watcher needed `patch` kept its Role as made (dtrain
+    created it once and took the 409 as done), so every watcher there failed to record its snapshot."""
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    extra = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}  # an admin's addition
+    _old_role(cluster, rules=[*OLD_RULES, extra])
+    _submit_watched(backend)
+    role = cluster.get(RBAC, "roles", NS, "dtrain-snapshotter")
+    assert lacking_rules(role["rules"], _wanted()) == []
+    assert role["rules"][:len(OLD_RULES) + 1] == [*OLD_RULES, extra]
+    assert [p.split("?")[0] for p in _puts(cluster)] == [f"/apis/{RBAC}/v1{ROLE_PATH}"]
+    [sent] = [o for o in cluster.written if o["kind"] == "Role"]
+    sent.pop("status")  # the fake's answer gives every replaced object one; a Role has none, nor did dtrain send it
+    validate(sent)  # the replace the real API server takes (Role's schema, strict)
+    assert cluster.get("batch", "jobs", NS, "train-snap")  # and the watcher is made
+    backend.submit(spec(name="again", snapshot_on_success="data", volumes=(parse_pvc("data:/mnt"),)))
+    assert len(_puts(cluster)) == 1  # complete now: no further update
+
+
+def test_a_complete_role_and_one_dtrain_did_not_make_are_left_as_they_are(backend, cluster):
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    _old_role(cluster, labels={"team": "vision"})  # an admin's Role of that name
+    _submit_watched(backend)
+    assert _puts(cluster) == []
+    assert cluster.get(RBAC, "roles", NS, "dtrain-snapshotter")["rules"] == OLD_RULES
+
+
+def test_a_role_granting_every_verb_by_wildcard_lacks_nothing():
+    wanted = _wanted()
+    assert lacking_rules([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}], wanted) == []
+    # a rule naming objects grants those only, not the kind
+    def grants(rules):
+        return {(g, r, v) for rule in rules for g in rule["apiGroups"] for r in rule["resources"] for v in rule["verbs"]}
+    assert grants(lacking_rules([{**r, "resourceNames": ["train"]} for r in wanted], wanted)) == grants(wanted)
+    assert lacking_rules(OLD_RULES, wanted) == [
+        {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["patch"]},
+        {"apiGroups": ["kubeflow.org"], "resources": ["pytorchjobs"], "verbs": ["patch"]},
+        {"apiGroups": ["kubeflow.org"], "resources": ["mpijobs"], "verbs": ["patch"]},
+        {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["patch"]}]
+
+
+def test_an_account_that_may_not_update_roles_is_told_the_rule_to_grant_and_the_job_runs(backend, cluster, caplog):
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    _old_role(cluster)
+    cluster.fail("PUT", ROLE_PATH, 403, 'roles.rbac.authorization.k8s.io "dtrain-snapshotter" is forbidden')
+    with caplog.at_level(logging.WARNING):
+        _submit_watched(backend)
+    [said] = [r.getMessage() for r in caplog.records if "dtrain-snapshotter" in r.getMessage()]
+    assert "\n" not in said
+    assert said.startswith(f"dtrain: warning: Role dtrain-snapshotter in namespace {NS}, made by an earlier dtrain, "
+                           f"lacks patch on jobs.batch, pytorchjobs.kubeflow.org, mpijobs.kubeflow.org, "
+                           f"trainjobs.trainer.kubeflow.org, which the snapshot watcher needs")
+    assert f"this account may not update Roles there (kubectl auth can-i update roles.rbac.authorization.k8s.io " \
+           f"-n {NS})" in said
+    assert f"kubectl patch role dtrain-snapshotter -n {NS} --type=json -p '[" in said
+    assert cluster.get(RBAC, "roles", NS, "dtrain-snapshotter")["rules"] == OLD_RULES
+    assert cluster.get("batch", "jobs", NS, "train") and cluster.get("batch", "jobs", NS, "train-snap")
+
+
+def test_the_patch_the_warning_gives_makes_the_role_complete(backend, cluster, caplog):
+    """The command the warning names, applied as the API server applies a JSON Patch, leaves nothing lacking."""
+    import json
+    import shlex
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    _old_role(cluster)
+    cluster.fail("PUT", ROLE_PATH, 403, "forbidden")
+    with caplog.at_level(logging.WARNING):
+        _submit_watched(backend)
+    [said] = [r.getMessage() for r in caplog.records if "kubectl patch role" in r.getMessage()]
+    words = shlex.split(said[said.index("kubectl patch role"):said.index("); the watcher")])
+    ops = json.loads(words[words.index("-p") + 1])
+    role = cluster.get(RBAC, "roles", NS, "dtrain-snapshotter")
+    # '/rules/-' appends to the list, as RFC 6902 says
+    patched = {**role, "rules": [*role["rules"], *(op["value"] for op in ops if op["path"] == "/rules/-")]}
+    assert all(op["op"] == "add" and op["path"] == "/rules/-" for op in ops)
+    assert lacking_rules(patched["rules"], _wanted()) == []
+    validate(patched)
+
+
+def test_a_replace_refused_as_stale_reads_the_role_again_and_the_submit_goes_on(backend, cluster, caplog):
+    """A 409 (another submit updated the Role since it was read) is a fresh read and try, three at most;
+    then the submit goes on unsaid (the other submit's update is under way)."""
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    _old_role(cluster)
+    cluster.fail("PUT", ROLE_PATH, 409, "the object has been modified; please apply your changes to the latest version")
+    with caplog.at_level(logging.WARNING):
+        _submit_watched(backend)
+    reads = [p for m, p in cluster.requests if m == "GET" and p.split("?")[0].endswith(ROLE_PATH)]
+    assert len(_puts(cluster)) == 3 and len(reads) == 3
+    assert not [r for r in caplog.records if "dtrain-snapshotter" in r.getMessage()]
+    assert cluster.get("batch", "jobs", NS, "train-snap")
