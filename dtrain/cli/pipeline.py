@@ -9,7 +9,7 @@ from pathlib import Path
 
 from dtrain.cli import format as fmt
 from dtrain.client import Client
-from dtrain.errors import JobFailedError
+from dtrain.errors import JobFailedError, SpecError
 
 
 def cmd_list(args, client: Client) -> int:
@@ -43,7 +43,7 @@ def cmd_run(args, client: Client) -> int:
     from dtrain.pipelines import runner  # only pipeline commands need it (and KFP, lazily)
 
     pipeline = runner.load(args.name, module=args.module)
-    params = runner.parse_params(pipeline, runner.with_backend(pipeline, args.param or [], args.default_backend))
+    params = _params(pipeline, args, client)
     root = Path(args.root) if args.root else client.home / "pipelines"
     try:
         result = runner.run(pipeline, params, home=client.home, root=root)
@@ -57,6 +57,28 @@ def cmd_run(args, client: Client) -> int:
     print(fmt.table(["STEP", "OUTPUTS"], [[t.name, json.dumps(t.outputs, sort_keys=True)] for t in result.tasks]))
     print(f"each step's log: {result.run_dir}/STEP/{runner.STEP_LOG}")
     return 0
+
+
+def _params(pipeline, args, client: Client) -> dict:
+    """The run's arguments: --param's, with the backend the steps use from `dtrain --backend`, else from
+    the default backend saved for the project their jobs go to ('dtrain config backend'), as submit takes
+    it. A saved backend the pipeline cannot use is refused naming where it came from."""
+    from dtrain.names import shown
+    from dtrain.pipelines import runner
+
+    saved = None if args.default_backend else client.config.backend_for(client.default_project)
+    items = runner.with_backend(pipeline, args.param or [], args.default_backend, saved=saved)
+    try:
+        return runner.parse_params(pipeline, items)
+    except SpecError as err:
+        param = pipeline.backend_param
+        # a shipped pipeline refuses its backend parameter as 'invalid PARAM VALUE: ...'
+        if saved is None or items == (args.param or []) or not str(err).startswith(f"invalid {param} {shown(saved)}"):
+            raise
+        project = client.default_project
+        how = f"config backend {saved}" + (f" -p {project}" if project in client.config.project_backends else "")
+        raise SpecError(f"{err}; {saved} is the default backend saved with 'dtrain {how}': give --param "
+                        f"{param}=BACKEND to run this pipeline elsewhere") from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -46,14 +46,19 @@ def parse_params(pipeline: Pipeline, items: list[str]) -> dict[str, Any]:
     return _completed(pipeline, given)
 
 
-def with_backend(pipeline: Pipeline, items: list[str], backend: str | None) -> list[str]:
+def with_backend(pipeline: Pipeline, items: list[str], backend: str | None, *, saved: str | None = None) -> list[str]:
     """`--param` items with `dtrain --backend NAME` as the pipeline's backend parameter (hybrid-cifar10's
     training_runtime, lane-detection's backend) where none was given: the flag was ignored, and the run went
     where the parameter's default said. A --module pipeline's steps name their own backends, and a --param
-    that says another one contradicts the flag: both refused."""
-    if backend is None:
-        return items
+    that says another one contradicts the flag: both refused. `saved`: the default backend config.yaml
+    gives the project the steps' jobs go to (`dtrain config backend NAME`), which sets the parameter as the
+    flag does where the flag is not given (it was ignored too); a --param says otherwise, and a --module
+    pipeline keeps its own parameters."""
     param = pipeline.backend_param
+    if backend is None:
+        if saved is None or param is None or any(item.partition("=")[0] == param for item in items):
+            return items
+        return [*items, f"{param}={saved}"]
     if param is None:
         raise SpecError(f"dtrain --backend {backend} does not reach the steps of a --module pipeline (each names "
                         f"the backend it uses): leave it out and pass your pipeline's own parameter, if it has one")
