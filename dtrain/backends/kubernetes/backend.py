@@ -29,9 +29,10 @@ from typing import Any, Callable, Iterable
 from dtrain.backends.base import Backend
 from dtrain.errors import BackendError
 
-from .client import KubeApi, client_from_config
+from .client import KubeApi
 from .config import KubernetesConfig
 from .jobs import JobVerbs
+from .kubeconfig import client_from_config
 from .nodes import NodeVerbs
 from .pod_verbs import PodVerbs
 from .projects import ProjectVerbs
