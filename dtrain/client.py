@@ -31,7 +31,7 @@ from typing import Callable
 
 from dtrain import db
 from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, JobInfo, JobStatus, Listed, LogStream, Notice,
-                                  TimeoutError_)
+                                  Page, TimeoutError_, check_page, check_status, page_of)
 from dtrain.client_lookup import BACKEND_ARG, SAGEMAKER_LOCAL, JobLookup
 from dtrain.client_reads import EveryBackend
 from dtrain.client_settings import Settings
@@ -301,6 +301,16 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         """The notebooks among `list`'s jobs (of `project`; None: every project's), with its notices."""
         jobs = self.list(project=project, show_deleted=show_deleted)
         return Listed((j for j in jobs if j.spec.notebook), jobs.notices)
+
+    def page_notebooks(self, *, project: str | None = None, status: JobStatus | str | None = None,
+                       limit: int | None = None, offset: int = 0) -> Page:
+        """A page of `list_notebooks`' notebooks in `status` (None: all but Deleted), newest first (by
+        creation time, then name): `offset` skipped, at most `limit` (1 to 1000; None: the rest), with
+        `total`, how many matched, and `notices`, as `page`'s for jobs."""
+        status = check_status(status)
+        check_page(limit, offset, "notebooks")
+        books = self.list_notebooks(project=project, show_deleted=status == JobStatus.DELETED)
+        return page_of(Listed((b for b in books if status is None or b.status == status), books.notices), limit, offset)
 
     def notebook_url(self, name: str, *, project: str | None = None, wait: float = 0, backend: str | None = None) -> str:
         """`wait`: seconds to wait for a Running notebook's Jupyter to serve (a NotReadyError until then)."""

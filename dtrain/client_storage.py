@@ -8,7 +8,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-from dtrain.backends.base import Backend, FreedInfo, JobInfo, JobPage, Listed, Progress, SnapshotInfo, VolumeInfo
+from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, Listed, Page, Progress, SnapshotInfo, VolumeInfo,
+                                  check_page, page_of)
 from dtrain.errors import NotFoundError
 from dtrain.spec import check_name
 
@@ -67,6 +68,12 @@ class StorageVerbs:
     def list_volumes(self, *, project: str | None = None) -> list[VolumeInfo]:
         return self._storage(project).list_volumes()
 
+    def page_volumes(self, *, project: str | None = None, limit: int | None = None, offset: int = 0) -> Page:
+        """A page of `list_volumes`' volumes, newest first (by creation time, then name): `offset`
+        skipped, at most `limit` (1 to 1000; None: the rest), with `total`, how many there are."""
+        check_page(limit, offset, "volumes")
+        return page_of(self.list_volumes(project=project), limit, offset)
+
     def get_volume(self, name: str, *, project: str | None = None) -> VolumeInfo:
         return self._storage(project).get_volume(name)
 
@@ -116,6 +123,13 @@ class StorageVerbs:
             if job is not None:
                 self.get(job, project=project)
         return snaps
+
+    def page_snapshots(self, *, volume: str | None = None, job: str | None = None, project: str | None = None,
+                       limit: int | None = None, offset: int = 0) -> Page:
+        """A page of `list_snapshots`' snapshots, newest first (by creation time, then name): `offset`
+        skipped, at most `limit` (1 to 1000; None: the rest), with `total`, how many matched."""
+        check_page(limit, offset, "snapshots")
+        return page_of(self.list_snapshots(volume=volume, job=job, project=project), limit, offset)
 
     def get_snapshot(self, name: str, *, project: str | None = None) -> SnapshotInfo:
         return self._storage(project).get_snapshot(name)

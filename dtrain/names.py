@@ -37,8 +37,8 @@ _UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei":
 _EXPONENTS = {None: "0", "n": "-9", "u": "-6", "m": "-3", "k": "3", "K": "3", "M": "6", "G": "9", "T": "12",
               "P": "15", "E": "18"}  # decimal suffixes, read by float() as exponents: 4194304000m is 4Mi exactly
 SHOWN = 80  # the most characters of a user's value an error message repeats
-MAX_PAGE = 1000  # jobs in one page of the job list (`Client.page`, the HTTP list's `limit`)
-MAX_OFFSET = 10_000_000  # jobs skipped before a page: bounded, and far beyond any job table
+MAX_PAGE = 1000  # records in one page of a list (`Client.page`, `page_volumes`, ...: the HTTP lists' `limit`)
+MAX_OFFSET = 10_000_000  # records skipped before a page: bounded, and far beyond any job table
 MAX_GPU_QUOTA = 1_000_000  # a project's GPU quota (`dtrain project create --gpu-quota`, the HTTP API's gpu_quota)
 MAX_LIMIT_BYTES = 2**60  # `logs --limit-bytes` (the SDK's and HTTP API's limit_bytes): 1Ei, past any log
 MAX_TAIL = 10**9  # lines of `logs --tail`: more than any log holds, and a number every backend can pass on
@@ -218,12 +218,13 @@ def check_port(value) -> int:
     return plain(value)
 
 
-def check_page(limit: int | None, offset: int) -> None:
-    """A page's bounds: at most `limit` jobs (1 to MAX_PAGE; None: the rest) after `offset` of them."""
+def check_page(limit: int | None, offset: int, what: str = "jobs") -> None:
+    """A page's bounds: at most `limit` records (1 to MAX_PAGE; None: the rest) after `offset` of them;
+    `what` they are (jobs, notebooks, volumes, snapshots), as the refusal names them."""
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE):
-        raise SpecError(f"invalid limit {shown(limit)}: use a number of jobs from 1 to {MAX_PAGE}, e.g. 20")
+        raise SpecError(f"invalid limit {shown(limit)}: use a number of {what} from 1 to {MAX_PAGE}, e.g. 20")
     if isinstance(offset, bool) or not isinstance(offset, int) or not 0 <= offset <= MAX_OFFSET:
-        raise SpecError(f"invalid offset {shown(offset)}: use a number of jobs from 0 to {MAX_OFFSET}")
+        raise SpecError(f"invalid offset {shown(offset)}: use a number of {what} from 0 to {MAX_OFFSET}")
 
 
 def status_refusal(status, statuses: Iterable[str]) -> SpecError:

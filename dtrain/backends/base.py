@@ -21,8 +21,8 @@ from dtrain.backends.hooks import BackendHooks
 from dtrain.backends.logstream import LogStream, check_logs_args
 from dtrain.backends.records import (DataSource, Event, FreedInfo, GpuInfo, JobCount, JobInfo, JobPage,  # noqa: F401
                                      JobStatus, JobSummary, Listed, LogLine, NodeInfo, Notice, ProcessInfo,
-                                     ProjectInfo, Progress, SnapshotInfo, StorageClassInfo, VolumeInfo,
-                                     check_status, newest_first, notices_of)
+                                     Page, ProjectInfo, Progress, SnapshotInfo, StorageClassInfo, VolumeInfo,
+                                     check_status, newest_first, notices_of, page_of)
 from dtrain.backends.waiting import _until, _while_not_ready, late_wait
 from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotReadyError, NotSupportedError, SpecError,  # noqa: F401
                            TimeoutError_, UnavailableError)  # (re-exported)

@@ -157,6 +157,21 @@ class JobPage:
 
 
 @dataclass(frozen=True, kw_only=True)
+class Page:
+    """One page of the notebooks, volumes or snapshots, newest first (`Client.page_volumes`, ...)."""
+
+    total: int  # the records that matched the filters, before paging
+    items: tuple  # JobInfo (notebooks), VolumeInfo or SnapshotInfo
+    notices: tuple[Notice, ...] = ()  # the listing's warnings (a source of notebooks not read)
+
+
+def page_of(records, limit: int | None, offset: int) -> Page:
+    """`records` (each with `created` and `name`) as a page, in `newest_first`'s order and bounds."""
+    page = newest_first(records, limit, offset)
+    return Page(total=page.total, items=page.jobs, notices=page.notices)
+
+
+@dataclass(frozen=True, kw_only=True)
 class JobCount:
     """How many of a project's jobs are in one status (Prometheus' dtrain_jobs)."""
 

@@ -334,9 +334,10 @@ def _wait(_value, typed) -> None:
 # each is given the value as a number where it is one, and as typed.
 _QUERY = {"limit_bytes": lambda v, _: check_limit_bytes(v), "tail": lambda v, _: check_tail(v, "http"),
           "rank": _rank, "since": _since, "timeout": _wait,
-          "status": _status, "limit": lambda v, _: check_page(v, 0),
-          "offset": lambda v, _: check_page(None, v),
+          "status": _status,
           "label_selector": lambda _, typed: parse_selector(typed, "?label_selector=")}  # as typed: 1e3 is a key
+# A page's bounds, in the words of the SDK's page verb of the list asked for (Client.page, page_volumes, ...)
+_PAGE = {"limit": lambda v, what: check_page(v, 0, what), "offset": lambda v, what: check_page(None, v, what)}
 # what pydantic says of a number out of its bounds or not a number at all
 _NOT_IN_BOUNDS = {"greater_than_equal", "less_than_equal", "greater_than", "less_than", "int_parsing", "int_from_float",
                   "float_parsing", "finite_number", "int_type", "float_type"}
@@ -352,6 +353,13 @@ def _query_refusal(request, problem) -> str | None:
         return None
     typed = request.query_params.get(loc[1], problem.get("input"))  # the input is the rule's number, not the text
     value = whole_number(typed) if isinstance(typed, str) else typed
+    if loc[1] in _PAGE:  # the records the route lists: GET /api/v1/volumes's are volumes
+        what = getattr(request.scope.get("route"), "path", "/jobs").rsplit("/", 1)[-1]
+        try:
+            _PAGE[loc[1]](value, what)
+        except errors.SpecError as refused:
+            return str(refused)
+        return None
     if loc[1] in _QUERY:
         try:
             _QUERY[loc[1]](value, typed)

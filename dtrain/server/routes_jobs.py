@@ -31,10 +31,7 @@ LOG = logging.getLogger("dtrain.server")
 T = TypeVar("T")
 
 
-LIMIT = Annotated[int | None, Query(ge=1, le=wire.MAX_PAGE, description="a page of at most this many jobs, "
-                                                                      "newest first"), wire.QueryWhole]
-OFFSET = Annotated[int | None, Query(ge=0, le=wire.MAX_OFFSET, description="skip this many jobs of the newest-first "
-                                                                          "list (a page's start)"), wire.QueryWhole]
+LIMIT, OFFSET = wire.page_limit("jobs"), wire.page_offset("jobs")
 
 
 @router.get("/jobs", response_model=list[wire.Job],

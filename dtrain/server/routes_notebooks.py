@@ -30,15 +30,32 @@ def start_notebook(request: Request, response: Response, body: wire.NotebookIn):
     return wire.job_out(book)
 
 
-@router.get("/notebooks", response_model=list[wire.Job], responses=ERRORS)
+LIMIT, OFFSET = wire.page_limit("notebooks"), wire.page_offset("notebooks")
+
+
+@router.get("/notebooks", response_model=list[wire.Job],
+            responses={**ERRORS, 200: {"headers": wire.total_count("notebooks")}})
 def list_notebooks(request: Request, response: Response,
-                   project: Annotated[str | None, Query(pattern=wire.NAME)] = None, status: wire.STATUSES | None = None):
+                   project: Annotated[str | None, Query(pattern=wire.NAME)] = None, status: wire.STATUSES | None = None,
+                   limit: LIMIT = None, offset: OFFSET = None):
     """The notebooks (of one project with `project`; every project's without, as GET /jobs), oldest
     first; `status` filters, and Deleted ones are listed only when asked for (`status=Deleted`). A
-    `Warning` header says when a source of jobs could not be read, as GET /jobs's."""
-    books = client(request).list_notebooks(project=project, show_deleted=status == "Deleted")
-    wire.warn(response, books.notices)
-    return [wire.job_out(b) for b in books if status is None or b.status.value == status]
+    `Warning` header says when a source of jobs could not be read, as GET /jobs's.
+
+    `limit` and `offset` ask for a page instead, as GET /jobs's: of the filtered notebooks newest
+    first (by creation time, then name, so that pages never overlap while nothing is started); either
+    one alone pages too. `X-Total-Count` counts the filtered notebooks before paging, paged or not."""
+    c = client(request)
+    if limit is not None or offset is not None:
+        page = c.page_notebooks(project=project, status=status, limit=limit, offset=offset or 0)
+        books, total, notices = list(page.items), page.total, page.notices
+    else:
+        listed = c.list_notebooks(project=project, show_deleted=status == "Deleted")
+        books = [b for b in listed if status is None or b.status.value == status]
+        total, notices = len(books), listed.notices
+    response.headers["x-total-count"] = str(total)
+    wire.warn(response, notices)
+    return [wire.job_out(b) for b in books]
 
 
 @router.get("/notebooks/{name}/url", response_model=wire.NotebookUrl,

@@ -17,11 +17,26 @@ from dtrain.server.routes_jobs import LONG, Stopping, _again, _in_thread, unless
 
 router = APIRouter(tags=["storage"], route_class=TypedRoute)
 ERRORS, CHANGES = wire.ERRORS, wire.CHANGES
+VOLUMES_LIMIT, VOLUMES_OFFSET = wire.page_limit("volumes"), wire.page_offset("volumes")
+SNAPSHOTS_LIMIT, SNAPSHOTS_OFFSET = wire.page_limit("snapshots"), wire.page_offset("snapshots")
 
 
-@router.get("/volumes", response_model=list[wire.Volume], responses=ERRORS)
-def list_volumes(request: Request, project: wire.StorageProject = None):
-    return [wire.Volume.model_validate(v) for v in client(request).list_volumes(project=project)]
+@router.get("/volumes", response_model=list[wire.Volume],
+            responses={**ERRORS, 200: {"headers": wire.total_count("volumes")}})
+def list_volumes(request: Request, response: Response, project: wire.StorageProject = None,
+                 limit: VOLUMES_LIMIT = None, offset: VOLUMES_OFFSET = None):
+    """The volumes (`dtrain volume list`), by name. `limit` and `offset` ask for a page instead, as
+    GET /jobs's: newest first (by creation time, then name, so that pages never overlap while nothing
+    is made); either one alone pages too. `X-Total-Count` counts the volumes before paging, paged or not."""
+    c = client(request)
+    if limit is not None or offset is not None:
+        page = c.page_volumes(project=project, limit=limit, offset=offset or 0)
+        volumes, total = list(page.items), page.total
+    else:
+        volumes = c.list_volumes(project=project)
+        total = len(volumes)
+    response.headers["x-total-count"] = str(total)
+    return [wire.Volume.model_validate(v) for v in volumes]
 
 
 @router.post("/volumes", response_model=wire.Volume, status_code=201,
@@ -91,14 +106,27 @@ def list_storage_classes(request: Request, response: Response, project: wire.Sto
     return [wire.StorageClass.model_validate(s) for s in classes]
 
 
-@router.get("/snapshots", response_model=list[wire.Snapshot], responses=ERRORS)
-def list_snapshots(request: Request, volume: Annotated[str | None, Query(  # a dotted claim's too, as the CLI's
+@router.get("/snapshots", response_model=list[wire.Snapshot],
+            responses={**ERRORS, 200: {"headers": wire.total_count("snapshots")}})
+def list_snapshots(request: Request, response: Response, volume: Annotated[str | None, Query(  # a dotted claim's too, as the CLI's
                        pattern=wire.CLAIM, max_length=253, description="only this volume's snapshots: a volume "
                        "name, or on Kubernetes an existing claim's full name ('data.v1')")] = None,
                    job: Annotated[str | None, Query(pattern=wire.NAME)] = None,
-                   project: wire.SnapshotProject = None):
-    return [wire.Snapshot.model_validate(s)
-            for s in client(request).list_snapshots(volume=volume, job=job, project=project)]
+                   project: wire.SnapshotProject = None,
+                   limit: SNAPSHOTS_LIMIT = None, offset: SNAPSHOTS_OFFSET = None):
+    """The snapshots (of `volume`, of `job`: `dtrain snapshot list`), oldest first. `limit` and
+    `offset` ask for a page instead, as GET /jobs's: newest first (by creation time, then name, so
+    that pages never overlap while none is taken); either one alone pages too. `X-Total-Count`
+    counts the matching snapshots before paging, paged or not."""
+    c = client(request)
+    if limit is not None or offset is not None:
+        page = c.page_snapshots(volume=volume, job=job, project=project, limit=limit, offset=offset or 0)
+        snaps, total = list(page.items), page.total
+    else:
+        snaps = c.list_snapshots(volume=volume, job=job, project=project)
+        total = len(snaps)
+    response.headers["x-total-count"] = str(total)
+    return [wire.Snapshot.model_validate(s) for s in snaps]
 
 
 @router.post("/snapshots", response_model=wire.Snapshot, status_code=201,

@@ -16,7 +16,7 @@ from dtrain.server.wire.common import (STATUSES,  # noqa: F401  (re-exported)
                                        SnapshotName, SnapshotProject, StorageProject, LineageProject, JobProject,
                                        JobBackend, NAMED, Count, MaybeCount, Real, QueryWhole, QueryReal, QueryTyped,
                                        Error, ERRORS, CHANGES, warning_header, warn, MAX_OFFSET, MAX_PAGE, MAX_TIME,
-                                       LOCATION, locate)
+                                       LOCATION, locate, page_limit, page_offset, total_count)
 from dtrain.server.wire.jobs import (TaintEffect,  # noqa: F401  (re-exported)
                                      TolerationIn, SpecIn, Process, Event, DataSource, Job, SUBMIT_WARNING,
                                      TOTAL_COUNT, JOBS_WARNING, LogLine, LogFailure, LOG_ITEM, job_out)

@@ -100,6 +100,24 @@ QueryReal = BeforeValidator(_query_real)  # and of every one in seconds
 QueryTyped = WrapValidator(lambda value, handler: _query_typed(value, handler(_query_whole(value))))  # ?rank=
 
 
+def page_limit(what: str) -> Any:
+    """The `limit` query parameter of a list of `what` (jobs, notebooks, volumes, snapshots) that pages."""
+    return Annotated[int | None, Query(ge=1, le=MAX_PAGE, description=f"a page of at most this many {what}, "
+                                                                     "newest first"), QueryWhole]
+
+
+def page_offset(what: str) -> Any:
+    """The `offset` query parameter of a list of `what` that pages: a page's start."""
+    return Annotated[int | None, Query(ge=0, le=MAX_OFFSET, description=f"skip this many {what} of the newest-first "
+                                                                       "list (a page's start)"), QueryWhole]
+
+
+def total_count(what: str) -> dict:
+    """The OpenAPI entry of a paging list's `X-Total-Count` response header."""
+    return {"X-Total-Count": {"description": f"the {what} that matched the filters, before `limit` and `offset`",
+                              "required": True, "schema": {"type": "integer", "minimum": 0}}}
+
+
 class _In(BaseModel):
     """A request body: no unknown field, and no value converted from another type ("yes" is not a
     boolean, 1 not one either, "2" not a number), as a job file is read (dtrain.spec)."""

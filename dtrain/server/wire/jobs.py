@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field
 
-from dtrain.server.wire.common import NAME, SIZE, STATUSES, Count, MaybeCount, Real, _In, _warning_header
+from dtrain.server.wire.common import NAME, SIZE, STATUSES, Count, MaybeCount, Real, _In, _warning_header, total_count
 from dtrain.spec import (MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT, MAX_PROCESSES, MAX_RESTARTS,
                          MAX_TOLERATION_SECONDS, MAX_TOLERATIONS, MIN_CPU, MIN_IDLE_TIMEOUT, TAINT_EFFECTS)
 
@@ -129,8 +129,7 @@ SUBMIT_WARNING = _warning_header("present when the job was submitted but a field
                                  "`299 dtrain \"<what, and why>\"` (RFC 7234)")
 
 # The job list's paging (GET /jobs?limit=&offset=)
-TOTAL_COUNT = {"X-Total-Count": {"description": "the jobs that matched the filters, before `limit` and `offset`",
-                                 "required": True, "schema": {"type": "integer", "minimum": 0}}}
+TOTAL_COUNT = total_count("jobs")
 JOBS_WARNING = _warning_header("present when a source of jobs could not be read and the list holds the "
                                "others only (SageMaker: AWS refused, the --local jobs are listed): "
                                "`299 dtrain \"<why, and the fix>\"` (RFC 7234)")
