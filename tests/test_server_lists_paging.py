@@ -1,5 +1,6 @@
 """`GET /api/v1/notebooks|volumes|snapshots?limit=&offset=`: pages newest first with the count before
-paging in `X-Total-Count`, in the bounds and words of the job list's (the SDK's page verbs)."""
+paging in `X-Total-Count`, in the bounds and words of the job list's (the SDK's page verbs); and
+`GET /api/v1/projects/{name}`, the read a made project's `Location` names."""
 
 from __future__ import annotations
 
@@ -141,3 +142,30 @@ def test_the_schema_documents_the_page_parameters_as_the_job_lists(home):
         assert page(path) == page("/api/v1/jobs")
         assert page(path)[0]["limit"]["anyOf"][0] == {"type": "integer", "minimum": 1, "maximum": 1000}
         assert "newest first (by creation time, then name" in " ".join(paths[path]["get"]["description"].split())
+
+
+def test_a_project_is_read_where_its_201_says(http):
+    made = http.post("/api/v1/projects", json={"name": "team-a"})
+    assert made.status_code == 201, made.text
+    assert made.headers["location"] == "/api/v1/projects/team-a"
+    got = http.get(made.headers["location"])
+    assert got.status_code == 200 and got.json() == made.json()
+    listed = http.get("/api/v1/projects").json()
+    assert [http.get(f"/api/v1/projects/{p['name']}").json() for p in listed] == listed
+    again = http.post("/api/v1/projects", json={"name": "team-a"})  # an existing one: 200, nothing made
+    assert again.status_code == 200 and "location" not in again.headers
+    missing = http.get("/api/v1/projects/team-b")
+    assert missing.status_code == 404 and missing.json()["kind"] == "NotFoundError", missing.text
+    assert "no project named 'team-b'" in missing.json()["error"] and "\n" not in missing.json()["error"]
+    assert "did you mean 'team-a'?" in missing.json()["error"]
+    assert http.get("/api/v1/projects/Bad_Name").status_code == 422
+
+
+def test_the_schema_has_the_project_read_and_the_201s_location(home):
+    from dtrain.server.app import create_app
+
+    paths = create_app(lambda: dtrain.Client(home=home), sample_every=3600).openapi()["paths"]
+    assert paths["/api/v1/projects"]["post"]["responses"]["201"]["headers"]["Location"]["required"] is True
+    read = paths["/api/v1/projects/{name}"]["get"]
+    assert "404" in read["responses"] and read["responses"]["200"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/Project"}

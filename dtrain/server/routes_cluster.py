@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from dtrain.errors import DtrainError
+from dtrain.errors import DtrainError, NotFoundError
 from dtrain.server import wire
 from dtrain.server.bodies import TypedRoute
 from dtrain.server.clients import client
@@ -50,8 +50,27 @@ def projects(request: Request, response: Response):
     return [wire.Project.model_validate(p) for p in listed]
 
 
+ProjectName = Annotated[str, Path(pattern=wire.NAME, description="a project name")]
+
+
+@router.get("/projects/{name}", response_model=wire.Project,
+            responses={**ERRORS, 200: {"headers": wire.PROJECTS_WARNING}})
+def get_project(request: Request, response: Response, name: ProjectName):
+    """One project, as GET /projects lists it (`dtrain project list`'s row): 404 for a project no
+    backend config.yaml names has. A `Warning` header says what could not be read, as the list's."""
+    c = client(request)
+    listed = c.list_projects()
+    found = next((p for p in listed if p.name == name), None)
+    if found is None:
+        c.check_project(name)  # the local backend's line, naming a near name ('defualt')
+        raise NotFoundError(f"no project named {name!r}; see 'dtrain project list' for the projects, or "
+                            f"GET /api/v1/projects")
+    wire.warn(response, listed.notices)
+    return wire.Project.model_validate(found)
+
+
 @router.post("/projects", response_model=wire.Project, status_code=201,
-             responses={**CHANGES, 201: {"headers": wire.PROJECT_MADE_WARNING},
+             responses={**CHANGES, 201: {"headers": {**wire.PROJECT_MADE_WARNING, **wire.LOCATION}},
                         200: {"model": wire.Project, "description": "An existing project, its quota set",
                               "headers": wire.PROJECT_MADE_WARNING}})
 def create_project(request: Request, response: Response, body: wire.ProjectIn):
@@ -63,6 +82,8 @@ def create_project(request: Request, response: Response, body: wire.ProjectIn):
     c.create_project(body.name, gpu_quota=body.gpu_quota, no_gpu_quota=body.no_gpu_quota)
     if existed:
         response.status_code = 200
+    else:
+        wire.locate(request, response, "projects", body.name, None)
     try:  # the project is made: what follows only reads, and a refusal of it must not read as a failure
         made, why = next((p for p in _projects(c) if p.name == body.name), None), None
     except DtrainError as err:
