@@ -353,25 +353,32 @@ def test_the_lock_is_on_the_metrics_file_and_adds_nothing_to_sagemakers_model(mo
 
 
 @pytest.mark.slow
-def test_every_rank_stops_when_rank_0_finds_the_model_dir_held(tmp_path):
+@pytest.mark.parametrize("flag", ["--model-dir", "--metrics-file"])
+def test_every_rank_stops_when_rank_0_finds_the_model_dir_held(tmp_path, flag):
     """Under torchrun only rank 0 takes the lock: the others stop with it, each with its line, instead of
-    waiting in their first collective until the timeout."""
+    waiting in their first collective until the timeout; every rank names the flag rank 0 names (the others
+    said --model-dir to a run given its own --metrics-file)."""
     write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
     out = tmp_path / "model"
     out.mkdir()
-    first = _holding(out / "metrics.jsonl")
+    metrics = out / "metrics.jsonl" if flag == "--model-dir" else tmp_path / "shared" / "m.jsonl"
+    metrics.parent.mkdir(exist_ok=True)
+    first = _holding(metrics)
     try:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
                str(_free_port()), "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(tmp_path / "data"),
                "--model-dir", str(out), "--device", "cpu", *SMALL]
+        if flag == "--metrics-file":
+            cmd += ["--metrics-file", str(metrics), "--checkpoint-dir", str(metrics.parent)]
         proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
     finally:
         first.communicate("")
     ranks = sorted(line for line in proc.stderr.splitlines() if line.startswith("error: "))  # torchrun adds its own
     assert proc.returncode != 0 and len(ranks) == 2, proc.stderr[-3000:]
-    assert ranks[0].startswith(f"error: another training is writing {out} (it holds metrics.jsonl)")
-    assert ranks[1].startswith(f"error: rank 0 found another training writing {out}, so rank 1 stops too")
-    assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl"] and (out / "metrics.jsonl").read_text() == ""
+    assert ranks[0].startswith(f"error: another training is writing {metrics.parent} (it holds {metrics.name})")
+    assert ranks[1].startswith(f"error: rank 0 found another training writing {metrics.parent}, so rank 1 stops too")
+    assert all(line.endswith(f"give this run another {flag}") for line in ranks), ranks
+    assert sorted(p.name for p in metrics.parent.iterdir()) == [metrics.name] and metrics.read_text() == ""
 
 
 class _Writes:

@@ -453,8 +453,8 @@ def _one_training_writes(metrics: MetricsWriter, cfg: TrainConfig, info: DistInf
     interleaving metrics.jsonl and replacing each other's checkpoints and model.pth. SageMaker's model and
     output folders are the job's own: the lock is taken there too and is never refused."""
     error = None
+    fix = "give this run another --metrics-file" if cfg.metrics_file else "give this run another --model-dir"
     if info.is_main:
-        fix = "give this run another --metrics-file" if cfg.metrics_file else "give this run another --model-dir"
         try:
             hold(metrics.file, metrics.path, fix)
         except DtrainError as e:
@@ -464,7 +464,7 @@ def _one_training_writes(metrics: MetricsWriter, cfg: TrainConfig, info: DistInf
         dist.all_reduce(refused, op=dist.ReduceOp.MAX)
         if error is None and int(refused[0]):
             error = ConflictError(f"rank 0 found another training writing {metrics_file(cfg).parent}, so rank "
-                                  f"{info.rank} stops too: wait for it to end, or give this run another --model-dir")
+                                  f"{info.rank} stops too: wait for it to end, or {fix}")
     if error is not None:
         raise error
 
