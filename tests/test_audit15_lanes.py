@@ -164,6 +164,45 @@ def test_a_second_training_on_one_out_dir_is_refused_and_writes_nothing(tmp_path
     assert (out / "model.pt").exists()
 
 
+@pytest.mark.slow
+def test_every_rank_stops_with_its_own_line_when_rank_0_finds_the_out_dir_held(tmp_path):
+    """Under torchrun only rank 0 takes the lock: it stopped in one line, and the other ranks waited in their
+    next collective until the launcher ended them, saying nothing useful. Every rank now takes part in one
+    all-reduce of the refusal and stops with its own line."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from dtrain.workloads.lanes import synth
+
+    data, out = tmp_path / "tusimple", tmp_path / "run"
+    synth.generate(data, frames_per_file={"label_data_0313.json": 4, "label_data_0531.json": 1,
+                                          "label_data_0601.json": 1}, seed=5, test_frames=1)
+    out.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DTRAIN_", "SM_"))}
+    env.update(OMP_NUM_THREADS="1")
+    first = subprocess.Popen([sys.executable, "-c", HOLD, str(out / "train.log")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # the first run, as its lock shows it
+    try:
+        assert first.stdout.readline() == "held\n"
+        argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
+                "-m", "dtrain.workloads.lanes", "train", "--recipe", "tiny", "--data-dir", str(data),
+                "--out-dir", str(out), "--batch-size", "2", "--max-steps", "1"]
+        second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    finally:
+        first.communicate("")
+    ranks = sorted(line for line in second.stderr.splitlines() if line.startswith("error: "))  # torchrun adds its own
+    assert second.returncode != 0 and len(ranks) == 2, second.stderr[-3000:]
+    assert ranks[0].startswith(f"error: another training is writing {out} (it holds train.log)")
+    assert ranks[1] == (f"error: rank 0 found another training writing {out}, so rank 1 stops too: wait for it to "
+                        "end, or give this run another --out-dir")
+    assert sorted(p.name for p in out.iterdir()) == ["train.log"] and (out / "train.log").read_text() == ""
+
+
 def test_a_hint_names_the_command_of_the_door_it_came_through(cli, tmp_path, capsys):
     """`dtrain lanes evaluate` names `dtrain lanes prepare` (a verb the CLI has); the same code under a plain
     torchrun or `python -m dtrain.workloads.lanes` (a container without the CLI) named it too, a command not

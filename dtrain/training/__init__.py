@@ -13,6 +13,7 @@ from dtrain.training.dist import (
     broadcast_buffers,
     detect_runtime,
     exit_process,
+    max_over_ranks,
     setup_distributed,
     teardown,
 )
@@ -46,6 +47,7 @@ __all__ = [
     "leave_stop_to_parent",
     "latest_checkpoint",
     "load_checkpoint",
+    "max_over_ranks",
     "read_metrics",
     "save_atomic",
     "setup_distributed",

@@ -358,6 +358,16 @@ def all_reduce_mean(t: torch.Tensor) -> torch.Tensor:
     return t
 
 
+def max_over_ranks(value: int, device: torch.device) -> int:
+    """The largest of every rank's `value` (one all-reduce every rank calls: rank 0's refusal reaches the
+    others, which would otherwise wait in their next collective); `value` itself for one process."""
+    if not multi_rank():
+        return value
+    t = torch.tensor([value], dtype=torch.int64, device=device)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return int(t[0])
+
+
 def all_reduce_sum(t: torch.Tensor) -> torch.Tensor:
     """Sum `t` across ranks in place and return it; the identity for one process."""
     if multi_rank():

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from dtrain.errors import DtrainError, EnvironmentError_, QuotaError, SpecError
+from dtrain.errors import ConflictError, DtrainError, EnvironmentError_, QuotaError, SpecError
 from dtrain.replace import replace_file
 from dtrain.training import (
     STOPPED_EXIT_CODE,
@@ -45,6 +45,7 @@ from dtrain.training import (
     keep_freed_memory,
     leave_stop_to_parent,
     load_checkpoint,
+    max_over_ranks,
     refuse_another_data_position,
     resume_on_every_rank,
     save_atomic,
@@ -304,6 +305,24 @@ class Log:
             self.file.close()
 
 
+def one_training_writes(out: Path, info: DistInfo) -> Log:
+    """The run's Log, whose lock on rank 0 marks the one training writing `out`. Every rank takes part in one
+    all-reduce of whether rank 0 was refused, and each other rank stops with its own line: only rank 0 stopped,
+    and the others waited in their next collective until the launcher ended them, saying nothing useful.
+    One process: no collective."""
+    error, log = None, None
+    try:
+        log = Log(out / "train.log", info.is_main)
+    except ConflictError as e:
+        error = e
+    if max_over_ranks(int(error is not None), info.device) and error is None:
+        error = ConflictError(f"rank 0 found another training writing {out}, so rank {info.rank} stops too: wait "
+                              "for it to end, or give this run another --out-dir")
+    if error is not None:
+        raise error
+    return log
+
+
 def open_log(path: Path):
     """Append to `path`, never through a symbolic link someone left there (it could point anywhere)."""
     return open_append(path, fix="training writes its log only to a file of its own; remove the link or give "
@@ -482,7 +501,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
         can_write(out, "--out-dir")
         can_write(Path(cfg.checkpoint_dir), "--checkpoint-dir")
         refuse_links(out, ("train.log", "metrics.jsonl"))
-    log = Log(out / "train.log", info.is_main)
+    log = one_training_writes(out, info)
     metrics = MetricsWriter(out / "metrics.jsonl", enabled=info.is_main)
     max_steps = schedule_steps(cfg.epochs, steps_per_epoch) if cfg.epochs else recipe.max_steps
     ckpt = Checkpointer(cfg.checkpoint_dir, every=recipe.ckpt_every, keep=recipe.keep_ckpts, enabled=info.is_main,
