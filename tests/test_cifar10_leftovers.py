@@ -352,33 +352,72 @@ def test_the_lock_is_on_the_metrics_file_and_adds_nothing_to_sagemakers_model(mo
         first.communicate("")
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("flag", ["--model-dir", "--metrics-file"])
-def test_every_rank_stops_when_rank_0_finds_the_model_dir_held(tmp_path, flag):
-    """Under torchrun only rank 0 takes the lock: the others stop with it, each with its line, instead of
-    waiting in their first collective until the timeout; every rank names the flag rank 0 names (the others
-    said --model-dir to a run given its own --metrics-file)."""
+@pytest.mark.parametrize("own", ["--model-dir", "--checkpoint-dir"])
+def test_a_run_with_its_own_metrics_file_on_a_shared_model_dir_is_refused(monkeypatch, tmp_path, own):
+    """Two runs on one --model-dir, each given its own --metrics-file: each locked its own file, so neither was
+    refused, and they shared the folder's checkpoints and model.pth. The checkpoint folder, where it is not the
+    metrics file's, has a lock of its own; the refusal names the folder and the flag that gives this run another."""
+    from dtrain.workloads.cifar10.train import CHECKPOINT_LOCK
+
+    _clean_env(monkeypatch)
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
+    out, ckpt = tmp_path / "model", tmp_path / "ckpt"
+    shared = out if own == "--model-dir" else ckpt
+    shared.mkdir()
+    argv = ["--data-dir", str(tmp_path / "data"), "--model-dir", str(out), "--device", "cpu", *SMALL,
+            *(["--checkpoint-dir", str(ckpt)] if own == "--checkpoint-dir" else [])]
+    first = _holding(shared / CHECKPOINT_LOCK)  # the first run, given --metrics-file a.jsonl
+    try:
+        refusal = (f"another training is writing {shared} (it holds {CHECKPOINT_LOCK}): wait for it to end, "
+                   f"or give this run another {own}")
+        with pytest.raises(ConflictError, match=f"^{re.escape(refusal)}$"):
+            train(parse_args([*argv, "--metrics-file", str(tmp_path / "b.jsonl")]))
+        assert sorted(p.name for p in shared.iterdir()) == [CHECKPOINT_LOCK]
+    finally:
+        first.communicate("")
+    assert train(parse_args([*argv, "--metrics-file", str(tmp_path / "b.jsonl")]))["steps"] == 2
+    assert (out / "model.pth").is_file() and (shared / "ckpt-2.pt").is_file()
+
+
+def test_no_checkpoint_lock_where_the_metrics_file_is_the_lock(monkeypatch, tmp_path):
+    """A plain run's model folder (metrics, checkpoints and model in one folder) gets no file of the lock's."""
+    _clean_env(monkeypatch)
     write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
     out = tmp_path / "model"
+    train(parse_args(["--data-dir", str(tmp_path / "data"), "--model-dir", str(out), "--device", "cpu", *SMALL]))
+    assert sorted(p.name for p in out.iterdir()) == ["ckpt-2.pt", "metrics.jsonl", "model.pth"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("flag, held", [("--model-dir", "model/metrics.jsonl"),
+                                        ("--metrics-file", "shared/m.jsonl"),
+                                        ("--model-dir", "model/.training.lock")])
+def test_every_rank_stops_when_rank_0_finds_the_model_dir_held(tmp_path, flag, held):
+    """Under torchrun only rank 0 takes the lock: the others stop with it, each with its line, instead of
+    waiting in their first collective until the timeout; every rank names the folder and the flag rank 0
+    names (the others said --model-dir to a run given its own --metrics-file)."""
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
+    out, held = tmp_path / "model", tmp_path / held
     out.mkdir()
-    metrics = out / "metrics.jsonl" if flag == "--model-dir" else tmp_path / "shared" / "m.jsonl"
-    metrics.parent.mkdir(exist_ok=True)
-    first = _holding(metrics)
+    held.parent.mkdir(exist_ok=True)
+    first = _holding(held)
     try:
         cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
                str(_free_port()), "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(tmp_path / "data"),
                "--model-dir", str(out), "--device", "cpu", *SMALL]
-        if flag == "--metrics-file":
-            cmd += ["--metrics-file", str(metrics), "--checkpoint-dir", str(metrics.parent)]
+        if held.name == "m.jsonl":
+            cmd += ["--metrics-file", str(held), "--checkpoint-dir", str(held.parent)]
+        elif held.name == ".training.lock":  # a run with its own metrics file on a --model-dir another run writes
+            cmd += ["--metrics-file", str(tmp_path / "own.jsonl")]
         proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
     finally:
         first.communicate("")
     ranks = sorted(line for line in proc.stderr.splitlines() if line.startswith("error: "))  # torchrun adds its own
     assert proc.returncode != 0 and len(ranks) == 2, proc.stderr[-3000:]
-    assert ranks[0].startswith(f"error: another training is writing {metrics.parent} (it holds {metrics.name})")
-    assert ranks[1].startswith(f"error: rank 0 found another training writing {metrics.parent}, so rank 1 stops too")
+    assert ranks[0].startswith(f"error: another training is writing {held.parent} (it holds {held.name})")
+    assert ranks[1].startswith(f"error: rank 0 found another training writing {held.parent}, so rank 1 stops too")
     assert all(line.endswith(f"give this run another {flag}") for line in ranks), ranks
-    assert sorted(p.name for p in metrics.parent.iterdir()) == [metrics.name] and metrics.read_text() == ""
+    assert sorted(p.name for p in held.parent.iterdir()) == [held.name] and held.read_text() == ""
 
 
 class _Writes:

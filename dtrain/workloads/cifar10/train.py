@@ -55,12 +55,14 @@ from dtrain.training import (
     checkpoint_dir,
     detect_runtime,
     leave_stop_to_parent,
+    max_over_ranks,
     refuse_another_data_position,
     resume_on_every_rank,
     save_atomic,
     setup_distributed,
     teardown,
 )
+from dtrain.training.metrics import open_append
 from dtrain.training.resume import CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR, start_over, start_over_words
 from dtrain.workloads.cifar10.data import find_root, load_split
 from dtrain.workloads.cifar10.failure import RESOURCE_CONFIG_FILE, CommandParser, reports_failure
@@ -437,8 +439,12 @@ def train(cfg: TrainConfig) -> dict[str, float]:
     info = setup_distributed(cfg.backend, device=cfg.device, env=launch_env)
     try:
         with MetricsWriter(metrics_file(cfg), enabled=info.is_main) as metrics:
-            _one_training_writes(metrics, cfg, info)
-            return _train(cfg, info, metrics, (x_train, y_train), (x_test, y_test))
+            lock = _one_training_writes(metrics, cfg, info)
+            try:
+                return _train(cfg, info, metrics, (x_train, y_train), (x_test, y_test))
+            finally:
+                if lock is not None:
+                    lock.close()
     finally:
         teardown()
 
@@ -447,26 +453,52 @@ def metrics_file(cfg: TrainConfig) -> Path:
     return Path(cfg.metrics_file) if cfg.metrics_file else Path(cfg.model_dir) / "metrics.jsonl"
 
 
-def _one_training_writes(metrics: MetricsWriter, cfg: TrainConfig, info: DistInfo) -> None:
-    """Rank 0 holds a lock on the metrics file it appends to (inputs.hold), before any checkpoint is read or
-    written; every rank stops when it is refused. Two jobs on one volume and one --model-dir both trained,
-    interleaving metrics.jsonl and replacing each other's checkpoints and model.pth. SageMaker's model and
-    output folders are the job's own: the lock is taken there too and is never refused."""
-    error = None
-    fix = "give this run another --metrics-file" if cfg.metrics_file else "give this run another --model-dir"
+# The file rank 0 locks in a checkpoint folder apart from the metrics file's (_one_training_writes).
+CHECKPOINT_LOCK = ".training.lock"
+
+
+def _written_folders(cfg: TrainConfig) -> list[tuple[Path, str]]:
+    """(the file rank 0 locks, the fix a refusal names) for each folder this run writes that another run may
+    share: the metrics file's, and the checkpoint folder where it is another one (cfg.checkpoint_dir as
+    check_outputs made it). A run given its own --metrics-file on a shared --model-dir locked only that file,
+    and shared the folder's checkpoints and model.pth. On SageMaker the metrics file is in output/data and the
+    checkpoints in /opt/ml/checkpoints: the model folder, which becomes model.tar.gz, gets no file."""
+    metrics = metrics_file(cfg)
+    folders = [(metrics, f"give this run another {'--metrics-file' if cfg.metrics_file else '--model-dir'}")]
+    ckpt = Path(cfg.checkpoint_dir)
+    if not os.path.samefile(ckpt, metrics.parent):
+        own = "another --model-dir" if os.path.samefile(ckpt, cfg.model_dir) else start_over_words()[1]
+        folders.append((ckpt / CHECKPOINT_LOCK, f"give this run {own}"))
+    return folders
+
+
+def _one_training_writes(metrics: MetricsWriter, cfg: TrainConfig, info: DistInfo):
+    """Rank 0 holds a lock on the metrics file it appends to (inputs.hold), and on CHECKPOINT_LOCK in a
+    checkpoint folder apart from it, before any checkpoint is read or written; returns that lock's file (to
+    close when the run ends) or None. Every rank takes part in one all-reduce of which lock was refused and
+    stops with its own line. Two jobs on one volume and one --model-dir both trained, interleaving
+    metrics.jsonl and replacing each other's checkpoints and model.pth. SageMaker's model and output folders
+    are the job's own: the lock is taken there too and is never refused."""
+    folders = _written_folders(cfg)
+    error, refused, lock = None, 0, None
     if info.is_main:
         try:
-            hold(metrics.file, metrics.path, fix)
+            for refused, (path, fix) in enumerate(folders, start=1):  # refused: 1 + the index of the one refused
+                if refused == 1:
+                    hold(metrics.file, path, fix)
+                else:
+                    lock = open_append(path, fix=f"training locks a file of its own there; remove the link or {fix}")
+                    hold(lock, path, fix)
         except DtrainError as e:
             error = e
-    if info.distributed and dist.is_initialized():  # every rank takes part, refused or not
-        refused = torch.tensor([int(error is not None)], dtype=torch.int64, device=info.device)
-        dist.all_reduce(refused, op=dist.ReduceOp.MAX)
-        if error is None and int(refused[0]):
-            error = ConflictError(f"rank 0 found another training writing {metrics_file(cfg).parent}, so rank "
-                                  f"{info.rank} stops too: wait for it to end, or {fix}")
+    refused = max_over_ranks(refused if error else 0, info.device)
+    if error is None and refused:
+        path, fix = folders[refused - 1]
+        error = ConflictError(f"rank 0 found another training writing {path.parent}, so rank {info.rank} stops "
+                              f"too: wait for it to end, or {fix}")
     if error is not None:
         raise error
+    return lock
 
 
 def _train(cfg: TrainConfig, info: DistInfo, metrics: MetricsWriter, train_set: tuple,
