@@ -29,19 +29,16 @@ import math
 import os
 import re
 import sys
-import time
 from collections.abc import Mapping
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, fields
 from dataclasses import replace as _replace
 from pathlib import Path
 
 import torch
-import torch.distributed as dist
-import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, TensorDataset
 
-from dtrain.errors import ConflictError, DtrainError, SpecError
+from dtrain.errors import SpecError
 from dtrain.names import listed
 from dtrain.training import (
     STOPPED_EXIT_CODE,
@@ -50,72 +47,44 @@ from dtrain.training import (
     GracefulStop,
     MetricsWriter,
     ResumableSampler,
-    Resumed,
-    all_reduce_sum,
     checkpoint_dir,
     detect_runtime,
     leave_stop_to_parent,
-    max_over_ranks,
-    refuse_another_data_position,
-    resume_on_every_rank,
     save_atomic,
     setup_distributed,
     teardown,
 )
-from dtrain.training.metrics import open_append
-from dtrain.training.resume import CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR, start_over, start_over_words
+from dtrain.training.resume import CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR, start_over
+from dtrain.workloads.cifar10.config import (  # re-exported: callers and tests read them as train.NAME
+    BACKENDS,
+    LIMITS,
+    TrainConfig,
+    _as_bool,
+    _as_float,
+    _as_int,
+    _blank_is_none,
+)
 from dtrain.workloads.cifar10.data import find_root, load_split
 from dtrain.workloads.cifar10.failure import RESOURCE_CONFIG_FILE, CommandParser, reports_failure
-from dtrain.workloads.cifar10.model import Net
-from dtrain.workloads.inputs import (
-    MAX_BATCH,
-    MAX_EPOCHS,
-    MAX_SEED,
-    MAX_STEPS,
-    MAX_WORKERS,
-    NotWhole,
-    hold,
-    in_range,
-    learning_rate,
-    out_folder,
-    real_number,
-    schedule_steps,
-    whole_number,
+from dtrain.workloads.cifar10.loop import (  # re-exported as above
+    DATA_POSITION,
+    _AllreduceTimer,
+    _Loop,
+    _normalise,
+    _resume,
+    _this_runs_settings,
+    _timed_allreduce,
+    evaluate,
 )
-
-# Lowest and highest value of each whole-number setting.
-LIMITS: dict[str, tuple[int, int]] = {
-    "batch_size": (1, MAX_BATCH),
-    "epochs": (1, MAX_EPOCHS),
-    "seed": (0, MAX_SEED),
-    "max_steps": (0, MAX_STEPS),
-    "num_workers": (0, MAX_WORKERS),
-    "log_interval": (0, MAX_STEPS),
-    "checkpoint_every": (0, MAX_STEPS),
-    "keep_checkpoints": (1, 1000),
-}
-
-
-@dataclass(frozen=True, kw_only=True)
-class TrainConfig:
-    data_dir: str  # folder holding cifar-10-batches-py/ or cifar-10-batches-bin/
-    model_dir: str  # rank 0 writes model.pth here (default: the platform's model folder, else ./model)
-    test_dir: str | None = None  # folder holding the test batch; None: data_dir (SageMaker: a 'test' channel)
-    batch_size: int = 4  # images per step PER PROCESS; the global batch is world_size x this
-    epochs: int = 2  # passes over the training set
-    lr: float = 0.001  # SGD learning rate
-    momentum: float = 0.9  # SGD momentum
-    backend: str | None = None  # process-group backend; None picks nccl on GPU, gloo on CPU
-    device: str | None = None  # 'cpu', 'cuda'; None picks cuda when available
-    seed: int = 0  # seeds weights and the sampler's shuffle: same seed, same run
-    max_steps: int = 0  # stop after this many optimizer steps (0: run all epochs)
-    metrics_file: str | None = None  # JSONL of per-step metrics; None: <model_dir>/metrics.jsonl (SageMaker: output data)
-    num_workers: int = 0  # DataLoader workers; the data is in memory, so 0 is usually fastest
-    log_interval: int = 100  # print a progress line every this many steps (0: never)
-    checkpoint_dir: str | None = None  # None: $DTRAIN_CHECKPOINT_DIR, /opt/ml/checkpoints on SageMaker, model_dir
-    checkpoint_every: int = 1000  # steps between checkpoints (0: only at the end and on SIGTERM)
-    keep_checkpoints: int = 3  # newest checkpoints kept
-    resume: bool = True  # continue from the newest valid checkpoint
+from dtrain.workloads.cifar10.model import Net
+from dtrain.workloads.cifar10.outputs import (  # re-exported as above
+    CHECKPOINT_LOCK,
+    _one_training_writes,
+    _written_folders,
+    check_outputs,
+    metrics_file,
+)
+from dtrain.workloads.inputs import in_range, learning_rate, schedule_steps
 
 
 def _platform_paths(env: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -319,114 +288,6 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     return TrainConfig(**a)
 
 
-BACKENDS = ("nccl", "gloo")
-
-
-def _blank_is_none(kind: type):
-    """argparse's `type`: a blank value is None (the default), anything else `kind`'s."""
-    def convert(text: str):
-        return None if not text.strip() else {int: whole_number, float: real_number}.get(kind, kind)(text)
-
-    convert.__name__ = kind.__name__  # argparse names it in "invalid int value"
-    return convert
-
-
-def check_outputs(cfg: TrainConfig) -> Path:
-    """Create the model and checkpoint folders and check the metrics file before any work starts
-    (every rank, so all of them stop alike); returns the checkpoint folder.
-
-    One SpecError line for a path that is a file, or a metrics file that is a folder or a
-    symbolic link (appending would write wherever the link points)."""
-    model_dir = out_folder(cfg.model_dir, "--model-dir")
-    folder = out_folder(cfg.checkpoint_dir or checkpoint_dir(model_dir), "--checkpoint-dir")
-    metrics = Path(cfg.metrics_file) if cfg.metrics_file else model_dir / "metrics.jsonl"
-    out_folder(metrics.parent, "--metrics-file's folder")
-    if metrics.is_symlink():
-        raise SpecError(f"--metrics-file {metrics} is a symbolic link: give a path that is not a link "
-                        "(metrics are appended to the file itself)")
-    if metrics.exists() and not metrics.is_file():
-        raise SpecError(f"--metrics-file {metrics} is not a regular file: give a file path (it is created if missing)")
-    if (model_dir / "model.pth").is_dir():
-        raise SpecError(f"--model-dir {model_dir} holds a folder named model.pth: move it or give another --model-dir")
-    return folder
-
-
-def _as_int(name: str, value: object) -> int:
-    # argparse has converted flags and string hyperparameters; a JSON number stays as SageMaker sent it.
-    if isinstance(value, (int, NotWhole)) and not isinstance(value, bool):
-        return value  # a NotWhole (--batch-size 1.5) is refused by in_range, which names the range
-    if isinstance(value, float):
-        return int(value) if value.is_integer() else NotWhole(value)  # SM_HPS' JSON number: as above
-    raise SpecError(f"--{name.replace('_', '-')} {value!r} is not a whole number: give e.g. 10")
-
-
-def _as_float(name: str, value: object) -> float:
-    if isinstance(value, float):
-        return value  # as argparse read it: a refusal quotes what was typed (--lr 1e300)
-    if isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    raise SpecError(f"--{name.replace('_', '-')} {value!r} is not a number: give e.g. 0.01")
-
-
-def _as_bool(name: str, value: object) -> bool:
-    # A hyperparameter "false" is a string: bool("false") would be True.
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise SpecError(f"--{name.replace('_', '-')} {value!r} is not true or false: give true or false")
-
-
-class _AllreduceTimer:
-    """Seconds spent in gradient all-reduces since the last reset (see _timed_allreduce)."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-
-
-# No annotations: DDP inspects a hook's and rejects the strings `from __future__ import annotations` makes.
-def _timed_allreduce(timer, bucket):  # (_AllreduceTimer, dist.GradBucket) -> Future[Tensor]
-    """DDP comm hook: average gradients exactly as DDP's default hook does, and time it.
-
-    On Gloo the time is the collective's wall time; on NCCL it includes waiting
-    for the stream, so it is an upper bound.
-    """
-    start = time.perf_counter()
-    tensor = bucket.buffer().div_(dist.get_world_size())
-    fut = dist.all_reduce(tensor, async_op=True).get_future()
-
-    def done(f):
-        timer.seconds += time.perf_counter() - start
-        return f.value()[0]
-
-    return fut.then(done)
-
-
-def _normalise(x: torch.Tensor) -> torch.Tensor:
-    # uint8 [0, 255] -> float [-1, 1], the reference's Normalize((0.5,)*3, (0.5,)*3).
-    return x.float().div_(127.5).sub_(1.0)
-
-
-@torch.no_grad()
-def evaluate(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor, info: DistInfo, batch: int = 1000) -> tuple[float, float]:
-    """(accuracy, mean loss) on the test set; each rank scores every world_size-th image."""
-    model.eval()
-    xs, ys = x[info.rank :: info.world_size], y[info.rank :: info.world_size]
-    totals = torch.zeros(3, dtype=torch.float64, device=info.device)  # correct, loss sum, count
-    for i in range(0, len(xs), batch):
-        xb, yb = _normalise(xs[i : i + batch].to(info.device)), ys[i : i + batch].to(info.device)
-        logits = model(xb)
-        totals[0] += (logits.argmax(1) == yb).sum()
-        totals[1] += F.cross_entropy(logits, yb, reduction="sum")
-        totals[2] += len(yb)
-    all_reduce_sum(totals)
-    model.train()
-    return (totals[0] / totals[2]).item(), (totals[1] / totals[2]).item()
-
-
 def train(cfg: TrainConfig) -> dict[str, float]:
     """Run training and evaluation; returns the final metrics (on every rank)."""
     find_root(cfg.data_dir)  # a wrong --data-dir (or --test-dir) is named before any folder is made
@@ -447,58 +308,6 @@ def train(cfg: TrainConfig) -> dict[str, float]:
                     lock.close()
     finally:
         teardown()
-
-
-def metrics_file(cfg: TrainConfig) -> Path:
-    return Path(cfg.metrics_file) if cfg.metrics_file else Path(cfg.model_dir) / "metrics.jsonl"
-
-
-# The file rank 0 locks in a checkpoint folder apart from the metrics file's (_one_training_writes).
-CHECKPOINT_LOCK = ".training.lock"
-
-
-def _written_folders(cfg: TrainConfig) -> list[tuple[Path, str]]:
-    """(the file rank 0 locks, the fix a refusal names) for each folder this run writes that another run may
-    share: the metrics file's, and the checkpoint folder where it is another one (cfg.checkpoint_dir as
-    check_outputs made it). A run given its own --metrics-file on a shared --model-dir locked only that file,
-    and shared the folder's checkpoints and model.pth. On SageMaker the metrics file is in output/data and the
-    checkpoints in /opt/ml/checkpoints: the model folder, which becomes model.tar.gz, gets no file."""
-    metrics = metrics_file(cfg)
-    folders = [(metrics, f"give this run another {'--metrics-file' if cfg.metrics_file else '--model-dir'}")]
-    ckpt = Path(cfg.checkpoint_dir)
-    if not os.path.samefile(ckpt, metrics.parent):
-        own = "another --model-dir" if os.path.samefile(ckpt, cfg.model_dir) else start_over_words()[1]
-        folders.append((ckpt / CHECKPOINT_LOCK, f"give this run {own}"))
-    return folders
-
-
-def _one_training_writes(metrics: MetricsWriter, cfg: TrainConfig, info: DistInfo):
-    """Rank 0 holds a lock on the metrics file it appends to (inputs.hold), and on CHECKPOINT_LOCK in a
-    checkpoint folder apart from it, before any checkpoint is read or written; returns that lock's file (to
-    close when the run ends) or None. Every rank takes part in one all-reduce of which lock was refused and
-    stops with its own line. Two jobs on one volume and one --model-dir both trained, interleaving
-    metrics.jsonl and replacing each other's checkpoints and model.pth. SageMaker's model and output folders
-    are the job's own: the lock is taken there too and is never refused."""
-    folders = _written_folders(cfg)
-    error, refused, lock = None, 0, None
-    if info.is_main:
-        try:
-            for refused, (path, fix) in enumerate(folders, start=1):  # refused: 1 + the index of the one refused
-                if refused == 1:
-                    hold(metrics.file, path, fix)
-                else:
-                    lock = open_append(path, fix=f"training locks a file of its own there; remove the link or {fix}")
-                    hold(lock, path, fix)
-        except DtrainError as e:
-            error = e
-    refused = max_over_ranks(refused if error else 0, info.device)
-    if error is None and refused:
-        path, fix = folders[refused - 1]
-        error = ConflictError(f"rank 0 found another training writing {path.parent}, so rank {info.rank} stops "
-                              f"too: wait for it to end, or {fix}")
-    if error is not None:
-        raise error
-    return lock
 
 
 def _train(cfg: TrainConfig, info: DistInfo, metrics: MetricsWriter, train_set: tuple,
@@ -560,89 +369,6 @@ def _train(cfg: TrainConfig, info: DistInfo, metrics: MetricsWriter, train_set: 
         print(f"FINAL test_accuracy={accuracy:.4f} test_loss={test_loss:.4f} steps={step} "
               f"world_size={info.world_size} global_batch={global_batch}", flush=True)
     return {"test_accuracy": accuracy, "test_loss": test_loss, "steps": step}
-
-
-# What maps a step to its images: the shuffle (seed, number of images) and the images a step takes
-# (the global batch: N processes x batch b see what one process with batch N*b sees, so a resume
-# on another number of processes with the same global batch continues exactly). Checkpoints
-# written before 2026-12-04 hold none of these: they are not compared.
-DATA_POSITION = (("global_batch", "global batch {}"), ("seed", "seed {}"), ("train_images", "{} training images"))
-
-
-def _resume(ckpt: Checkpointer, net: torch.nn.Module, opt: torch.optim.Optimizer, info: DistInfo,
-            plan: dict[str, int]):
-    """ckpt.resume on every rank, refusing a checkpoint whose step means other images; all ranks go
-    on from the same step or all stop (resume_on_every_rank)."""
-    def same_data_position(resumed: Resumed) -> None:
-        refuse_another_data_position(resumed, plan, DATA_POSITION, samples="images",
-                                     fix="resume with the same global batch (processes x --batch-size), --seed "
-                                         f"and data, or start over: {start_over()}")
-
-    fresh, own = start_over_words()
-    resumed = resume_on_every_rank(
-        ckpt, info, model=net, optimizer=opt, accept=same_data_position,
-        mismatch=lambda e: f"checkpoint {e.path} does not fit the CIFAR10 network ({e.fault}): give this run "
-                           f"{own}, or {fresh} to start over")
-    return resumed
-
-
-def _this_runs_settings(opt: torch.optim.Optimizer, cfg: TrainConfig, info: DistInfo) -> None:
-    """--lr and --momentum of this run, not the checkpoint's: loading the optimizer's state brings back
-    the learning rate and momentum it was saved with, so a resume ignored the flags without a word."""
-    changed = []
-    for name, value in (("lr", cfg.lr), ("momentum", cfg.momentum)):
-        saved = opt.param_groups[0][name]
-        if saved != value:
-            changed.append(f"--{name} {value} (the checkpoint's run: {saved})")
-        for group in opt.param_groups:
-            group[name] = value
-    if changed and info.is_main:
-        print(f"cifar10: resumed with {', '.join(changed)}", flush=True)
-
-
-@dataclass(kw_only=True)
-class _Loop:
-    """What every step needs; `epoch` runs one (possibly partial) pass over this rank's shard."""
-
-    cfg: TrainConfig
-    info: DistInfo
-    model: torch.nn.Module  # the DDP wrapper, or the net itself for one process
-    net: torch.nn.Module  # the bare network: what checkpoints hold
-    opt: torch.optim.Optimizer
-    timer: _AllreduceTimer
-    ckpt: Checkpointer
-    last: int  # the step training ends after
-    plan: dict[str, int]  # the checkpoints' extra: what maps a step to its images
-
-    def epoch(self, loader: DataLoader, metrics: MetricsWriter, stop: GracefulStop, epoch: int, step: int) -> int:
-        cfg, info, opt = self.cfg, self.info, self.opt
-        global_batch = cfg.batch_size * info.world_size
-        t_data = time.perf_counter()
-        for xb, yb in loader:
-            t0 = time.perf_counter()
-            xb, yb = _normalise(xb.to(info.device, non_blocking=True)), yb.to(info.device, non_blocking=True)
-            self.timer.seconds = 0.0
-            loss = F.cross_entropy(self.model(xb), yb)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
-            loss_value = loss.item()  # also waits for the GPU, so step_time is real
-            step += 1
-            step_time, data_time = time.perf_counter() - t0, t0 - t_data
-            # loss is rank 0's own batch: averaging it across ranks would cost a collective per step.
-            metrics.log(step=step, epoch=epoch, loss=loss_value, lr=opt.param_groups[0]["lr"],
-                        images_per_s=global_batch / (step_time + data_time), step_time=step_time,
-                        data_time=data_time, allreduce_time=self.timer.seconds if info.distributed else None)
-            if info.is_main and cfg.log_interval and step % cfg.log_interval == 0:
-                print(f"epoch {epoch} step {step} loss {loss_value:.4f}", flush=True)
-            stopping = stop.should_stop()
-            # The last step's checkpoint is the end of run's (_train), which a stop skips: save it here then.
-            if (self.ckpt.due(step) and step < self.last) or stopping:
-                self.ckpt.save(step, model=self.net, optimizer=opt, extra=self.plan)
-            if stopping or step >= self.last:
-                break
-            t_data = time.perf_counter()
-        return step
 
 
 @reports_failure
