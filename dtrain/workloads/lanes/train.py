@@ -15,7 +15,6 @@ ENABLE_SNAPSHOT and PVC_NAME belong to the platform (dtrain.spec.JobSpec.snapsho
 them into --snapshot-on-success; docs/architecture.md); this script only records them in run.json.
 """
 
-import argparse
 import dataclasses
 import json
 import os
@@ -25,11 +24,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
-from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
-from dtrain.errors import ConflictError, DtrainError, EnvironmentError_, QuotaError, SpecError
+from dtrain.errors import ConflictError, DtrainError, QuotaError, SpecError
 from dtrain.replace import replace_file
 from dtrain.training import (
     STOPPED_EXIT_CODE,
@@ -39,9 +36,7 @@ from dtrain.training import (
     MetricsWriter,
     ResumableSampler,
     Resumed,
-    all_reduce_mean,
     broadcast_buffers,
-    checkpoint_dir,
     keep_freed_memory,
     leave_stop_to_parent,
     load_checkpoint,
@@ -53,234 +48,32 @@ from dtrain.training import (
     teardown,
 )
 from dtrain.training.metrics import open_append
-from dtrain.workloads.inputs import (MAX_EPOCHS, MAX_SEED, MAX_STEPS, Parser, can_write, hold, in_range, learning_rate,
-                                     out_folder, schedule_steps, whole_number)
-from dtrain.workloads.lanes import recipes
+from dtrain.workloads.inputs import can_write, hold, out_folder, schedule_steps
+from dtrain.workloads.lanes.config import (  # re-exported: tests and bench/ read them as train.NAME
+    _FALSE,
+    _TRUE,
+    TrainConfig,
+    _env_bool,
+    _env_int,
+    build_parser,
+    parse_config,
+)
 from dtrain.workloads.lanes.data import LaneDataset
 from dtrain.workloads.lanes.metric import evaluate
-from dtrain.workloads.lanes.model import SCNN, load_backbone_weights
+from dtrain.workloads.lanes.model import SCNN
 from dtrain.workloads.lanes.predict import predict_labels, split_labels
-from dtrain.workloads.lanes.recipes import LIMITS, Recipe
-
-_TRUE, _FALSE = ("1", "true", "yes", "on"), ("0", "false", "no", "off", "")
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class TrainConfig:
-    recipe: Recipe  # after --batch-size / --lr / --max-steps overrides
-    data_dir: str  # prepared TuSimple folder (DATA_DIR)
-    out_dir: str  # metrics.jsonl, train.log, model.pt, run.json (OUTPUT_DIR)
-    checkpoint_dir: str  # ckpt-<step>.pt files (default: see dtrain.training.checkpoint_dir, else out_dir)
-    epochs: int | None  # if set, the schedule is epochs x steps per epoch instead of max_steps
-    stop_after: int | None  # leave after this step with a checkpoint, as a preemption would
-    seed: int  # model init, data order, augmentation, dropout
-    backend: str | None  # process group backend (None: nccl on GPU, gloo otherwise)
-    backbone_weights: str | None  # local VGG16-BN features state_dict to start from
-    resume: bool  # continue from the newest checkpoint in out_dir
-    num_workers: int  # data loader processes per training process (0 when USE_WORKERS is off)
-    use_val: bool  # validate on the val split every recipe.val_every steps and at the end
-    val_batch_size: int  # frames per validation batch
-    enable_snapshot: bool  # recorded only: the platform snapshots the output volume
-    pvc_name: str | None  # recorded only: the volume the platform snapshots
-
-
-def _env_bool(env: Mapping[str, str], name: str) -> bool | None:
-    value = env.get(name)
-    if value is None:
-        return None
-    if value.strip().lower() in _TRUE:
-        return True
-    if value.strip().lower() in _FALSE:
-        return False
-    raise SpecError(f"{name}={value!r}: use true or false")
-
-
-def _env_int(env: Mapping[str, str], name: str, limits: tuple[int, int]) -> int | None:
-    """A whole number from the environment (`-e BATCH_SIZE=64`), read as its flag reads it (1e3 is 1000);
-    refused in its flag's line, naming the range and a value in it ('BATCH_SIZE=1.5 is not a whole number:
-    give 1 to 65536, e.g. BATCH_SIZE=2'), as typed."""
-    value = env.get(name)
-    if value is None or value.strip() == "":
-        return None
-    number = whole_number(value)
-    in_range(f"{name}=", number, *limits)
-    return number
-
-
-def build_parser(env: Mapping[str, str]) -> argparse.ArgumentParser:
-    """Flags whose defaults come from the environment, so a flag on the command line wins."""
-    p = Parser(prog="dtrain lanes train", description="Train SCNN on TuSimple (data parallel).")
-    p.add_argument("--recipe", default="tiny", choices=sorted(recipes.RECIPES), help="named configuration (default tiny)")
-    p.add_argument("--data-dir", default=env.get("DATA_DIR", "/mnt/tusimple"), help="prepared TuSimple folder [DATA_DIR]")
-    p.add_argument("--out-dir", default=env.get("OUTPUT_DIR", "/mnt/output"), help="checkpoints, model.pt, metrics [OUTPUT_DIR]")
-    p.add_argument("--max-steps", type=int, help="optimizer steps in the schedule (default: the recipe's)")
-    p.add_argument("--epochs", type=int, help="schedule length in epochs instead of steps")
-    p.add_argument("--stop-after", type=int, help="stop after this step (checkpointed); a later run resumes")
-    p.add_argument("--lr", type=float, help="peak learning rate (default: the recipe's)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--backend", choices=("gloo", "nccl", "mpi"), help="default: nccl on GPU, gloo on CPU")
-    p.add_argument("--backbone-weights", help="local VGG16-BN features state_dict (no downloads)")
-    p.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
-                   help="resume from the newest checkpoint")
-    p.add_argument("--checkpoint-every", type=int, help="steps between checkpoints (default: the recipe's)")
-    p.add_argument("--checkpoint-dir", help="checkpoint folder (default: $DTRAIN_CHECKPOINT_DIR, "
-                   "/opt/ml/checkpoints on SageMaker, else --out-dir)")
-    p.add_argument("--batch-size", type=int, default=_env_int(env, "BATCH_SIZE", LIMITS["batch_size"]),
-                   help="per process [BATCH_SIZE]")
-    p.add_argument("--use-workers", action=argparse.BooleanOptionalAction, default=_env_bool(env, "USE_WORKERS"),
-                   help="load data in worker processes [USE_WORKERS]")
-    p.add_argument("--num-workers", type=int, default=_env_int(env, "NUM_WORKERS", LIMITS["num_workers"]),
-                   help="[NUM_WORKERS]")
-    p.add_argument("--use-val", action=argparse.BooleanOptionalAction, default=_env_bool(env, "USE_VAL"),
-                   help="validate on the val split [USE_VAL]")
-    p.add_argument("--val-batch-size", type=int, default=_env_int(env, "VAL_BATCH_SIZE", LIMITS["val_batch_size"]),
-                   help="[VAL_BATCH_SIZE]")
-    p.add_argument("--enable-snapshot", action=argparse.BooleanOptionalAction,
-                   default=_env_bool(env, "ENABLE_SNAPSHOT"), help="recorded for the platform [ENABLE_SNAPSHOT]")
-    p.add_argument("--pvc-name", default=env.get("PVC_NAME"), help="recorded for the platform [PVC_NAME]")
-    p.add_argument("--bf16", action=argparse.BooleanOptionalAction,
-                   help="bfloat16 autocast on this device (default: the recipe's; --no-bf16 runs float32)")
-    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction,
-                   help="replay the model's forward and backward as CUDA graphs (default: the recipe's; CUDA only)")
-    p.add_argument("--keep-heap", action=argparse.BooleanOptionalAction,
-                   help="keep freed memory mapped between steps (default: the recipe's, on; glibc only)")
-    return p
-
-
-def parse_config(argv: Sequence[str] | None, env: Mapping[str, str]) -> TrainConfig:
-    args = build_parser(env).parse_args(argv)
-    if args.backend == "mpi" and not torch.distributed.is_mpi_available():
-        raise SpecError("--backend mpi: this torch is built without MPI: give gloo (CPU) or nccl (GPU), "
-                        "or leave it out to pick one for the device")
-    recipe = recipes.get(args.recipe)
-    for flag, value, (low, high) in (
-        ("--batch-size", args.batch_size, LIMITS["batch_size"]), ("--max-steps", args.max_steps, LIMITS["max_steps"]),
-        ("--epochs", args.epochs, (1, MAX_EPOCHS)), ("--stop-after", args.stop_after, (1, MAX_STEPS)),
-        ("--checkpoint-every", args.checkpoint_every, LIMITS["ckpt_every"]), ("--seed", args.seed, (0, MAX_SEED)),
-        ("--val-batch-size", args.val_batch_size, LIMITS["val_batch_size"]),
-        ("--num-workers", args.num_workers, LIMITS["num_workers"]),
-    ):
-        if value is not None:
-            in_range(flag, value, low, high)
-    if args.lr is not None:
-        learning_rate("--lr", args.lr, recipe.lr)
-    overrides = {k: v for k, v in (("batch_size", args.batch_size), ("lr", args.lr), ("max_steps", args.max_steps),
-                                   ("val_batch_size", args.val_batch_size), ("ckpt_every", args.checkpoint_every))
-                 if v is not None}
-    recipe = dataclasses.replace(recipe, **overrides)  # Recipe re-validates the values
-    if args.bf16 is not None:
-        recipe = recipe.with_bf16(args.bf16)
-    if args.keep_heap is not None:
-        recipe = dataclasses.replace(recipe, keep_heap=args.keep_heap)
-    if args.cuda_graphs is not None:
-        recipe = dataclasses.replace(recipe, cuda_graphs=args.cuda_graphs)
-    if args.use_workers is False:
-        workers = 0
-    elif args.num_workers is not None:
-        workers = args.num_workers
-    else:
-        workers = max(recipe.num_workers, 2 if args.use_workers else 0)
-    return TrainConfig(
-        recipe=recipe, data_dir=args.data_dir, out_dir=args.out_dir, epochs=args.epochs, stop_after=args.stop_after,
-        checkpoint_dir=str(args.checkpoint_dir or checkpoint_dir(args.out_dir, env)),
-        seed=args.seed, backend=args.backend, backbone_weights=args.backbone_weights, resume=args.resume,
-        num_workers=workers, use_val=bool(args.use_val), val_batch_size=recipe.val_batch_size,
-        enable_snapshot=bool(args.enable_snapshot), pvc_name=args.pvc_name,
-    )
-
-
-def lr_at(recipe: Recipe, step: int, max_steps: int) -> float:
-    """Linear warm-up, then poly decay to 0 at max_steps."""
-    if step < recipe.warmup_steps:
-        return recipe.lr * (step + 1) / recipe.warmup_steps
-    return recipe.lr * (1 - step / max_steps) ** recipe.poly_power
-
-
-def scnn_loss(seg_logits: torch.Tensor, exist_logits: torch.Tensor, seg: torch.Tensor, exist: torch.Tensor,
-              recipe: Recipe) -> torch.Tensor:
-    """Class-weighted cross entropy (background 0.4, lanes 1.0) + 0.1 x existence BCE."""
-    weight = torch.ones(seg_logits.shape[1], device=seg_logits.device)
-    weight[0] = recipe.bg_weight
-    ce = F.cross_entropy(seg_logits.float(), seg, weight=weight)
-    bce = F.binary_cross_entropy_with_logits(exist_logits.float(), exist)
-    return ce + recipe.exist_weight * bce
-
-
-def forward_backward(model: torch.nn.Module, batch: Sequence[torch.Tensor], recipe: Recipe,
-                     device: torch.device, scale: float = 1.0) -> torch.Tensor:
-    """Loss of one batch, its gradients accumulated into the parameters (x scale)."""
-    img, seg, exist = (t.to(device, non_blocking=True) for t in batch)
-    if recipe.nhwc(device):
-        img = img.contiguous(memory_format=torch.channels_last)
-    # A graphed model was captured with autocast's weight-cast cache off (make_graphed_callables needs it).
-    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=recipe.autocast(device),
-                        cache_enabled=not recipe.graphs(device)):
-        seg_logits, exist_logits = model(img)
-    loss = scnn_loss(seg_logits, exist_logits, seg, exist, recipe)
-    (loss * scale).backward()
-    return loss.detach()
-
-
-def build_model(cfg: TrainConfig, device: torch.device) -> SCNN:
-    torch.manual_seed(cfg.seed)  # every rank starts from the same weights (DDP also broadcasts them)
-    model = SCNN(cfg.recipe.model)
-    if cfg.backbone_weights:
-        load_backbone_weights(model, cfg.backbone_weights)
-    return speed_up(model.to(device), cfg.recipe, device)
-
-
-def speed_up(model: SCNN, recipe: Recipe, device: torch.device) -> SCNN:
-    """Apply the recipe's speed knobs; the state_dict keys stay those of the plain model."""
-    if recipe.nhwc(device):
-        model = model.to(memory_format=torch.channels_last)
-    if recipe.compile:
-        # Module.compile() compiles in place, so checkpoints keep their keys. The message
-        # passing stays eager: its ~200 dependent row convolutions would unroll into the graph.
-        model.backbone.compile()
-        model.neck.compile()
-    return model
-
-
-def capture_graphs(model: SCNN, recipe: Recipe, device: torch.device) -> SCNN:
-    """On CUDA with the recipe's cuda_graphs: the model's training-mode forward and backward become
-    CUDA graph replays (torch.cuda.make_graphed_callables), in place, so the state_dict keys, the
-    parameters and DDP (built after this) are as before. Every training batch has the recipe's
-    shape (the loader drops the last partial batch); eval mode (validation) runs the eager forward.
-    The capture's warm-up passes would move the batch-norm statistics and the random state: both
-    are put back."""
-    if not recipe.graphs(device):
-        return model
-    w, h = recipe.input_size
-    sample = torch.randn(recipe.batch_size, 3, h, w, device=device)
-    if recipe.nhwc(device):
-        sample = sample.contiguous(memory_format=torch.channels_last)
-    buffers = [(b, b.clone()) for b in model.buffers()]
-    rng = torch.cuda.get_rng_state(device)
-    was_training = model.training
-    model.train()
-    try:
-        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=recipe.autocast(device), cache_enabled=False):
-            torch.cuda.make_graphed_callables(model, (sample,), allow_unused_input=True)
-    except RuntimeError as e:
-        why = " ".join(str(e).split())[:300]
-        raise EnvironmentError_(f"capturing the training step as CUDA graphs failed ({why}): "
-                                "run with --no-cuda-graphs") from None
-    with torch.no_grad():
-        for live, saved in buffers:
-            live.copy_(saved)
-    torch.cuda.set_rng_state(rng, device)
-    model.train(was_training)
-    return model
-
-
-def build_optimizer(model: torch.nn.Module, recipe: Recipe) -> torch.optim.SGD:
-    return torch.optim.SGD(model.parameters(), lr=recipe.lr, momentum=recipe.momentum, weight_decay=recipe.weight_decay)
-
-
-def step_seed(seed: int, rank: int, step: int) -> int:
-    """Seed of one step on one rank: dropout replays identically after a resume (augmentation: item_seed)."""
-    return (seed * 1_000_003 + rank * 7_919 + step * 104_729) % (2**63 - 1)
-
+from dtrain.workloads.lanes.steps import (  # re-exported as above
+    build_model,
+    build_optimizer,
+    capture_graphs,
+    data_parallel,
+    forward_backward,
+    lr_at,
+    scnn_loss,
+    speed_up,
+    step_seed,
+    train_step,
+)
 
 class Log:
     """Progress lines to stdout and <out-dir>/train.log, on rank 0 only. The file's lock marks the run that
@@ -449,25 +242,6 @@ def _foreign(path: Path) -> str:
     except Exception:  # noqa: BLE001 - only to name it in the message
         recipe = None
     return f"checkpoint {path}" + (f" (written by recipe {recipe})" if recipe else "")
-
-
-def train_step(model: torch.nn.Module, opt: torch.optim.Optimizer, batch: Sequence[torch.Tensor], lr: float,
-               cfg: TrainConfig, device: torch.device) -> float:
-    """One optimizer step on this rank's share of the global batch; returns the loss averaged over ranks."""
-    for group in opt.param_groups:
-        group["lr"] = lr
-    opt.zero_grad(set_to_none=True)
-    loss = forward_backward(model, batch, cfg.recipe, device)  # DDP averages the gradients here
-    opt.step()
-    return all_reduce_mean(loss.clone()).item()
-
-
-def data_parallel(model: SCNN, recipe: Recipe, info: DistInfo) -> torch.nn.Module:
-    """The model as the training steps it: DDP for more than one process, else the model itself."""
-    if info.world_size == 1:
-        return model
-    return DistributedDataParallel(model, device_ids=[info.device] if info.device.type == "cuda" else None,
-                                   find_unused_parameters=recipe.model.message_passing == "none")
 
 
 def for_world(cfg: TrainConfig, world_size: int) -> TrainConfig:
