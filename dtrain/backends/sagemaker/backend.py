@@ -25,7 +25,7 @@ from typing import Any, Callable
 
 from dtrain.backends.base import Backend, JobInfo, Listed, Notice
 from dtrain.backends.sagemaker import logs as cwlogs
-from dtrain.backends.sagemaker.clients import Clients, aws_call, aws_clients, read_body
+from dtrain.backends.sagemaker.clients import Clients, aws_call, aws_clients, read_body, service_clients
 from dtrain.backends.sagemaker import render
 from dtrain.backends.sagemaker.archive import check_generated, pack_source, unpack
 from dtrain.backends.sagemaker.checks import SubmitChecks
@@ -71,6 +71,8 @@ class SageMakerBackend(SubmitChecks, JobReading, JobLogs, Backend):
         self._command = command
         self.config = config
         self._aws, self._local, self._session = clients, local, session
+        self._made_aws = False  # self._aws made here (not injected): EFS's and FSx's clients are made too
+        self._fs_clients: dict[str, Any] = {}  # EFS's and FSx's, made for a job that reads a file system
         self._quick: Clients | None = None  # made for a dry run (quick_aws)
         self.home = Path(home) if home else None
         self.cwd = cwd
@@ -86,7 +88,17 @@ class SageMakerBackend(SubmitChecks, JobReading, JobLogs, Backend):
     def aws(self) -> Clients:
         if self._aws is None:
             self._aws = aws_clients(self.config, self._session)
+            self._made_aws = True
         return self._aws
+
+    def _fs_client(self, service: str) -> Any:
+        """The `efs` or `fsx` client: the injected clients' (None where they have none: not asked), else
+        boto3's, made when a job first reads that kind of file system."""
+        if self._aws is not None and not self._made_aws:
+            return getattr(self._aws, service)
+        if service not in self._fs_clients:
+            self._fs_clients[service] = service_clients(self.config, self._session, (service,))[0]
+        return self._fs_clients[service]
 
     @property
     def quick_aws(self) -> Clients:

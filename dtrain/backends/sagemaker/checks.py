@@ -6,10 +6,10 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-from dtrain.backends.sagemaker import render
+from dtrain.backends.sagemaker import filesystems, render
 from dtrain.backends.sagemaker.clients import Clients, aws_call
 from dtrain.backends.sagemaker.contract import local_path
-from dtrain.errors import BackendError, ConflictError, NotFoundError, SpecError
+from dtrain.errors import BackendError, ConflictError, EnvironmentError_, NotFoundError, SpecError
 from dtrain.spec import JobSpec
 
 
@@ -56,8 +56,26 @@ class SubmitChecks:
             if uri.startswith("s3://") and uri[len("s3://"):].partition("/")[0] != bucket:
                 checks.append((f"{what} {uri}'s bucket exists", lambda flag=flag, uri=uri: self._check_flag_bucket(
                     aws(), uri, flag, dry=dry)))
-        return checks + [(f"channel {ch}={uri} holds objects", lambda ch=ch, uri=uri: self._check_channel(
+        checks += [(f"channel {ch}={uri} holds objects", lambda ch=ch, uri=uri: self._check_channel(
             aws(), ch, uri, dry=dry)) for ch, uri in _s3_channels(req)]
+        if not dry:  # EFS and FSx are asked at submit only: the dry run asks S3 and SageMaker alone
+            subnets = (req.get("VpcConfig") or {}).get("Subnets") or []
+            checks += [(f"channel {fs.channel}: file system {fs.fs_id} reachable", lambda fs=fs: self._check_fs(
+                fs, subnets)) for fs in filesystems.file_system_channels(req)]
+        return checks
+
+    def _check_fs(self, fs: filesystems.FileSystemChannel, subnets: list[str]) -> None:
+        """An EFS or FSx channel's file system exists and the job's subnets reach it (filesystems.py); where
+        AWS could not be asked, one warning and the job goes on."""
+        service = "efs" if fs.kind == "EFS" else "fsx"
+        try:
+            client = self._fs_client(service)
+        except (BackendError, EnvironmentError_) as err:  # boto3 could not make it (a service it does not know)
+            filesystems.warn(f"channel {fs.channel}: file system {fs.fs_id} could not be checked ({err})")
+            return
+        unchecked = filesystems.check_file_system(client, fs, subnets, self.config.region)
+        if unchecked:
+            filesystems.warn(unchecked)
 
     def _check_inputs(self, spec: JobSpec) -> None:
         """The channels' data is there: a --local job's folders on this machine, else each S3 prefix."""

@@ -1,4 +1,4 @@
-"""The three AWS clients the backend calls, and the one mapping of AWS refusals to dtrain errors."""
+"""The AWS clients the backend calls, and the one mapping of AWS refusals to dtrain errors."""
 
 from __future__ import annotations
 
@@ -36,11 +36,14 @@ MAX_MESSAGE = 400  # characters of AWS's message repeated: a 5xx from a proxy ca
 
 @dataclass(frozen=True)
 class Clients:
-    """The three AWS clients the backend calls (boto3's, or the local contract's)."""
+    """The AWS clients the backend calls (boto3's, or the local contract's). `efs` and `fsx` are asked about
+    a job's EFS and FSx channels before it is created; clients given without them: those are not asked."""
 
     sagemaker: Any
     s3: Any
     logs: Any
+    efs: Any = None
+    fsx: Any = None
 
 
 # A dry run's read-only checks: an endpoint that does not answer is said at once, not after botocore's
@@ -50,7 +53,13 @@ QUICK_CONNECT_TIMEOUT = 5  # seconds; AWS answers a connect within one even acro
 
 def aws_clients(config: SageMakerConfig, session: Any = None, *, quick: bool = False) -> Clients:
     """boto3's clients for `config`'s region; `quick`: a short connect timeout and no retry (a dry run's
-    checks, which submit makes again with botocore's patience)."""
+    checks, which submit makes again with botocore's patience). `efs` and `fsx` are left out (see service_clients)."""
+    return Clients(*service_clients(config, session, ("sagemaker", "s3", "logs"), quick=quick))
+
+
+def service_clients(config: SageMakerConfig, session: Any, names: tuple[str, ...], *, quick: bool = False) -> list[Any]:
+    """boto3's clients of the services `names` for `config`'s region: made when first needed (making one
+    loads botocore's model of the service, a noticeable wait), EFS's and FSx's only for a job that reads them."""
     try:
         import boto3  # lazy: the optional 'sagemaker' extra
     except ImportError:
@@ -61,7 +70,7 @@ def aws_clients(config: SageMakerConfig, session: Any = None, *, quick: bool = F
             from botocore.config import Config
             kw["config"] = Config(connect_timeout=QUICK_CONNECT_TIMEOUT, retries={"max_attempts": 0})
         session = session or boto3.session.Session(region_name=config.region)
-        return Clients(*(session.client(n, region_name=config.region, **kw) for n in ("sagemaker", "s3", "logs")))
+        return [session.client(n, region_name=config.region, **kw) for n in names]
     except Exception as err:
         line = _botocore_line("AWS setup", err)
         if line is None and isinstance(err, ValueError):  # AWS_MAX_ATTEMPTS=abc: botocore's int() of it

@@ -1,0 +1,140 @@
+"""Submit's check of a job's EFS and FSx for Lustre channels, which SageMaker mounts only once the job's
+instances started: a file system that does not exist in the region, or that the job's subnets cannot reach
+(no EFS mount target in them, an FSx file system in another subnet), or an FSx path without the file
+system's mount name, failed the job minutes later ("ClientError: ... unable to mount"), its instances
+billed. Asked with DescribeFileSystems (EFS, FSx) and DescribeMountTargets (EFS); where AWS does not answer
+or refuses these credentials (AccessDenied), one warning and the job goes on. The dry run does not ask."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from dtrain.backends.sagemaker.clients import aws_call
+from dtrain.errors import BackendError, EnvironmentError_, NotFoundError, SpecError
+
+GONE = ("deleting", "deleted", "error")  # an EFS mount target's LifeCycleState that mounts nothing
+FSX_BROKEN = ("FAILED", "DELETING", "MISCONFIGURED")  # an FSx file system's Lifecycle that mounts nothing
+
+
+@dataclass(frozen=True)
+class FileSystemChannel:
+    """One FileSystemDataSource channel of a CreateTrainingJob request."""
+
+    channel: str
+    kind: str  # "EFS" or "FSxLustre", as SageMaker names it
+    fs_id: str
+    path: str  # DirectoryPath: /PATH (EFS), /MOUNTNAME/PATH (FSx)
+
+
+def file_system_channels(req: dict) -> list[FileSystemChannel]:
+    """The EFS and FSx channels of a request, in its order."""
+    out = []
+    for ch in req.get("InputDataConfig") or []:
+        fs = ch["DataSource"].get("FileSystemDataSource")
+        if fs:
+            out.append(FileSystemChannel(ch["ChannelName"], fs["FileSystemType"], fs["FileSystemId"],
+                                         fs["DirectoryPath"]))
+    return out
+
+
+def check_file_system(client: Any, ch: FileSystemChannel, subnets: list[str], region: str) -> str | None:
+    """Refuse (SpecError) a channel SageMaker could not mount from `subnets`; None when it can, or the
+    warning line when AWS could not be asked (`client` None: the injected clients have none, nothing asked)."""
+    if client is None:
+        return None
+    what = "EFS file system" if ch.kind == "EFS" else "FSx for Lustre file system"
+    head = f"channel {ch.channel}: {what} {ch.fs_id} in {region}"
+    try:
+        if ch.kind == "EFS":
+            _check_efs(client, ch, subnets, head, region)
+        else:
+            _check_fsx(client, ch, subnets, head, region)
+    except _Unasked as err:
+        return (f"{head} could not be checked ({err}); the job is submitted all the same, and SageMaker fails it "
+                f"once its instances start if it cannot mount the file system")
+    return None
+
+
+class _Unasked(Exception):
+    """AWS did not answer a describe call, or refused it to these credentials: the check is not made."""
+
+
+DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException")
+
+
+def _not_found(head: str, region: str, service: str) -> SpecError:
+    return SpecError(f"{head} does not exist, and SageMaker would fail the job once its instances started: check the "
+                     f"id (aws {service} describe-file-systems --region {region}) or use the file system's region "
+                     f"(dtrain config sagemaker --region REGION)")
+
+
+def _described(action: str, fn: Any, **kw) -> dict | None:
+    """AWS's answer to the IAM `action` (service:Operation), or None where it says the file system does not
+    exist; _Unasked where it refused these credentials or did not answer (no network, no endpoint)."""
+    try:
+        return aws_call(action, fn, **kw)
+    except NotFoundError:
+        return None
+    except (BackendError, EnvironmentError_) as err:
+        code = getattr(err, "code", None)
+        if code == "FileSystemNotFound":
+            return None
+        if code in DENIED:
+            raise _Unasked(f"{code}: these credentials may not call {action}; allow it to have the file system "
+                           f"checked before the instances start") from None
+        raise _Unasked(str(err)) from None
+
+
+def _vpc_fix(subnets: list[str]) -> str:
+    return f"(dtrain config sagemaker --subnets SUBNET --security-groups SG; now {', '.join(subnets)})"
+
+
+def _check_efs(client: Any, ch: FileSystemChannel, subnets: list[str], head: str, region: str) -> None:
+    if _described("elasticfilesystem:DescribeFileSystems", client.describe_file_systems, FileSystemId=ch.fs_id) is None:
+        raise _not_found(head, region, "efs")
+    targets = _described("elasticfilesystem:DescribeMountTargets", client.describe_mount_targets,
+                          FileSystemId=ch.fs_id)
+    if targets is None:  # deleted between the two calls
+        raise _not_found(head, region, "efs")
+    live = [t for t in targets.get("MountTargets") or [] if t.get("LifeCycleState") not in GONE]
+    if any(t.get("SubnetId") in subnets for t in live):
+        return
+    where = (f"its mount targets are in {', '.join(sorted(t.get('SubnetId', '?') for t in live))}" if live
+             else "it has no mount target")
+    subnet = subnets[0] if subnets else "SUBNET"
+    raise SpecError(f"{head} has no mount target in the job's subnets ({where}), and SageMaker would fail the job "
+                    f"once its instances started (unable to mount): add one (aws efs create-mount-target "
+                    f"--file-system-id {ch.fs_id} --subnet-id {subnet} --security-groups SG) or run the job in "
+                    f"a subnet that has one {_vpc_fix(subnets)}")
+
+
+def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str, region: str) -> None:
+    got = _described("fsx:DescribeFileSystems", client.describe_file_systems, FileSystemIds=[ch.fs_id])
+    found = [f for f in (got or {}).get("FileSystems") or [] if f.get("FileSystemId") == ch.fs_id]
+    if not found:
+        raise _not_found(head, region, "fsx")
+    fs = found[0]
+    if fs.get("FileSystemType", "LUSTRE") != "LUSTRE":
+        raise SpecError(f"{head} is an FSx for {fs['FileSystemType'].title()} file system, and SageMaker mounts "
+                        f"FSx for Lustre only: use a Lustre file system, or an EFS one (efs://FS-ID/PATH)")
+    if fs.get("Lifecycle") in FSX_BROKEN:
+        raise SpecError(f"{head} is {fs['Lifecycle']}, and SageMaker could not mount it: see aws fsx "
+                        f"describe-file-systems --file-system-ids {ch.fs_id} --region {region}")
+    theirs = list(fs.get("SubnetIds") or [])
+    if theirs and not set(theirs) & set(subnets):
+        raise SpecError(f"{head} is in {', '.join(theirs)}, not among the job's subnets, and SageMaker would fail the "
+                        f"job once its instances started (unable to mount): run the job in its subnet "
+                        f"{_vpc_fix(subnets)}")
+    mount = (fs.get("LustreConfiguration") or {}).get("MountName")
+    first = ch.path.strip("/").partition("/")[0]
+    if mount and first != mount:
+        rest = ch.path.strip("/").partition("/")[2]
+        raise SpecError(f"{head} is mounted as /{mount}, and the channel's path {ch.path} starts with /{first}: "
+                        f"SageMaker would fail the job once its instances started; pass --channel "
+                        f"{ch.channel}=fsx://{ch.fs_id}/{mount}/{rest or 'PATH'}")
+
+
+def warn(line: str) -> None:
+    logging.getLogger(__name__).warning("dtrain: warning: %s", line)

@@ -1,0 +1,229 @@
+"""A job's EFS and FSx for Lustre channels are asked about before CreateTrainingJob: a file system that does not
+exist in the region, that the job's subnets cannot reach, or an FSx path without its mount name was taken by
+SageMaker and failed once the instances started ("ClientError: ... unable to mount"), billed. botocore's
+Stubber against the real EFS and FSx models for AWS's answers moto lacks (AccessDenied, mount names, file
+system types); moto's server (EC2, EFS, FSx, SageMaker, S3) for the submit itself."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+
+import pytest
+
+boto3 = pytest.importorskip("boto3")
+from botocore.stub import Stubber  # noqa: E402
+
+from test_audit15_sm import cli  # noqa: E402,F401  (dtrain's CLI in this process, AWS at moto's server)
+from test_sagemaker_backend import CFG, clients, code, moto_url, session, spec  # noqa: E402,F401
+
+from dtrain.backends.sagemaker.backend import Clients, SageMakerBackend  # noqa: E402
+from dtrain.backends.sagemaker.config import SageMakerConfig  # noqa: E402
+from dtrain.backends.sagemaker.filesystems import FileSystemChannel, check_file_system  # noqa: E402
+from dtrain.errors import NotFoundError, SpecError  # noqa: E402
+
+FS = "fs-0123456789abcdef0"
+MINE, OTHER = "subnet-0aaa1111", "subnet-0bbb2222"
+T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)
+
+
+def _efs_fs(fs_id: str = FS) -> dict:
+    return {"OwnerId": "123456789012", "CreationToken": "t", "FileSystemId": fs_id, "CreationTime": T0,
+            "LifeCycleState": "available", "NumberOfMountTargets": 1, "SizeInBytes": {"Value": 6144},
+            "PerformanceMode": "generalPurpose", "Tags": []}
+
+
+def _target(subnet: str, state: str = "available") -> dict:
+    return {"MountTargetId": "fsmt-0123abcd", "FileSystemId": FS, "SubnetId": subnet, "LifeCycleState": state}
+
+
+def _fsx_fs(subnet: str = MINE, *, kind: str = "LUSTRE", mount: str = "abcdefgh") -> dict:
+    return {"FileSystemId": FS, "FileSystemType": kind, "Lifecycle": "AVAILABLE", "SubnetIds": [subnet],
+            "LustreConfiguration": {"MountName": mount, "DeploymentType": "SCRATCH_2"}}
+
+
+@pytest.fixture
+def stubbed():
+    """An `efs` and an `fsx` client whose answers the test gives (nothing reaches the network)."""
+    s = session()
+    efs, fsx = s.client("efs"), s.client("fsx")
+    with Stubber(efs) as e, Stubber(fsx) as f:
+        yield efs, e, fsx, f
+        e.assert_no_pending_responses()
+        f.assert_no_pending_responses()
+
+
+def efs_ch(path: str = "/data") -> FileSystemChannel:
+    return FileSystemChannel("training", "EFS", FS, path)
+
+
+def fsx_ch(path: str = "/abcdefgh/data") -> FileSystemChannel:
+    return FileSystemChannel("training", "FSxLustre", FS, path)
+
+
+def test_an_efs_file_system_that_does_not_exist_is_refused_naming_its_id_and_region(stubbed):
+    efs, e, _, _ = stubbed
+    e.add_client_error("describe_file_systems", "FileSystemNotFound", "File system does not exist.", 404,
+                       expected_params={"FileSystemId": FS})
+    with pytest.raises(SpecError, match=rf"channel training: EFS file system {FS} in eu-west-1 does not exist.*"
+                                        r"aws efs describe-file-systems --region eu-west-1"):
+        check_file_system(efs, efs_ch(), [MINE], "eu-west-1")
+
+
+@pytest.mark.parametrize("targets, said", [([], "it has no mount target"),
+                                           ([_target(OTHER)], f"its mount targets are in {OTHER}"),
+                                           ([_target(MINE, "deleting")], "it has no mount target")])
+def test_an_efs_file_system_without_a_mount_target_in_the_jobs_subnets_is_refused(stubbed, targets, said):
+    efs, e, _, _ = stubbed
+    e.add_response("describe_file_systems", {"FileSystems": [_efs_fs()]}, {"FileSystemId": FS})
+    e.add_response("describe_mount_targets", {"MountTargets": targets}, {"FileSystemId": FS})
+    with pytest.raises(SpecError) as err:
+        check_file_system(efs, efs_ch(), [MINE], "us-east-1")
+    line = str(err.value)
+    assert "\n" not in line and said in line and "unable to mount" in line
+    assert f"aws efs create-mount-target --file-system-id {FS} --subnet-id {MINE}" in line
+
+
+def test_an_efs_file_system_with_a_mount_target_in_a_jobs_subnet_passes(stubbed):
+    efs, e, _, _ = stubbed
+    e.add_response("describe_file_systems", {"FileSystems": [_efs_fs()]}, {"FileSystemId": FS})
+    e.add_response("describe_mount_targets", {"MountTargets": [_target(OTHER), _target(MINE)]}, {"FileSystemId": FS})
+    assert check_file_system(efs, efs_ch(), [MINE, "subnet-0ccc3333"], "us-east-1") is None
+
+
+@pytest.mark.parametrize("op, action", [("describe_file_systems", "elasticfilesystem:DescribeFileSystems"),
+                                        ("describe_mount_targets", "elasticfilesystem:DescribeMountTargets")])
+def test_an_efs_describe_refused_to_these_credentials_is_a_warning_naming_the_action(stubbed, op, action):
+    efs, e, _, _ = stubbed
+    if op == "describe_mount_targets":
+        e.add_response("describe_file_systems", {"FileSystems": [_efs_fs()]}, {"FileSystemId": FS})
+    e.add_client_error(op, "AccessDeniedException", "not authorized", 403)
+    line = check_file_system(efs, efs_ch(), [MINE], "us-east-1")
+    assert line is not None and "\n" not in line and action in line and "submitted all the same" in line
+
+
+def test_an_fsx_file_system_that_does_not_exist_is_refused(stubbed):
+    _, _, fsx, f = stubbed
+    f.add_client_error("describe_file_systems", "FileSystemNotFound", "nope", 400,
+                       expected_params={"FileSystemIds": [FS]})
+    with pytest.raises(SpecError, match=rf"FSx for Lustre file system {FS} in us-east-1 does not exist.*"
+                                        r"aws fsx describe-file-systems"):
+        check_file_system(fsx, fsx_ch(), [MINE], "us-east-1")
+
+
+@pytest.mark.parametrize("answer, path, said", [
+    (_fsx_fs(OTHER), "/abcdefgh/data", f"is in {OTHER}, not among the job's subnets"),
+    (_fsx_fs(mount="fsx"), "/abcdefgh/data", f"is mounted as /fsx.*--channel training=fsx://{FS}/fsx/data"),
+    (_fsx_fs(kind="ONTAP"), "/abcdefgh/data", "SageMaker mounts FSx for Lustre only"),
+    ({**_fsx_fs(), "Lifecycle": "FAILED"}, "/abcdefgh/data", "is FAILED"),
+])
+def test_an_fsx_file_system_sagemaker_could_not_mount_is_refused(stubbed, answer, path, said):
+    _, _, fsx, f = stubbed
+    f.add_response("describe_file_systems", {"FileSystems": [answer]}, {"FileSystemIds": [FS]})
+    with pytest.raises(SpecError, match=said):
+        check_file_system(fsx, fsx_ch(path), [MINE], "us-east-1")
+
+
+def test_an_fsx_file_system_in_a_jobs_subnet_with_its_mount_name_passes(stubbed):
+    _, _, fsx, f = stubbed
+    f.add_response("describe_file_systems", {"FileSystems": [_fsx_fs()]}, {"FileSystemIds": [FS]})
+    assert check_file_system(fsx, fsx_ch(), [MINE], "us-east-1") is None
+
+
+def test_an_fsx_describe_refused_is_a_warning_naming_the_action(stubbed):
+    _, _, fsx, f = stubbed
+    f.add_client_error("describe_file_systems", "AccessDeniedException", "not authorized", 400)
+    assert "fsx:DescribeFileSystems" in check_file_system(fsx, fsx_ch(), [MINE], "us-east-1")
+
+
+# ---- through submit, against moto's server ------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def net(moto_url):
+    """A VPC with two subnets on moto's EC2, an EFS file system with a mount target in the first only, and
+    an FSx for Lustre one in the second; the efs and fsx clients."""
+    s = session()
+    ec2, efs, fsx = (s.client(n, endpoint_url=moto_url) for n in ("ec2", "efs", "fsx"))
+    vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
+    a, b = (ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.9.{i}.0/24")["Subnet"]["SubnetId"] for i in (1, 2))
+    fs = efs.create_file_system(CreationToken="dtrain-fs-test")["FileSystemId"]
+    efs.create_mount_target(FileSystemId=fs, SubnetId=a)
+    lustre = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200, SubnetIds=[b],
+                                    LustreConfiguration={"DeploymentType": "SCRATCH_2"})["FileSystem"]["FileSystemId"]
+    return {"a": a, "b": b, "efs": fs, "fsx": lustre, "efs_client": efs, "fsx_client": fsx}
+
+
+def _backend(clients, net, code, subnet: str) -> SageMakerBackend:  # noqa: F811
+    cfg = SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(subnet,),
+                          security_groups=("sg-0abc1234",))
+    return SageMakerBackend(cfg, clients=Clients(clients.sagemaker, clients.s3, clients.logs, net["efs_client"],
+                                                 net["fsx_client"]), cwd=str(code))
+
+
+def _uploaded(clients, name: str) -> bool:  # noqa: F811
+    return bool(clients.s3.list_objects_v2(Bucket=CFG.bucket, Prefix=f"dtrain/{name}/").get("KeyCount"))
+
+
+def test_submit_with_an_efs_channel_its_subnet_reaches_creates_the_job(clients, net, code):  # noqa: F811
+    be = _backend(clients, net, code, net["a"])
+    be.submit(spec("efs-ok", sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
+    desc = clients.sagemaker.describe_training_job(TrainingJobName="efs-ok")
+    assert desc["InputDataConfig"][0]["DataSource"]["FileSystemDataSource"]["FileSystemId"] == net["efs"]
+
+
+@pytest.mark.parametrize("uri, subnet, said", [
+    ("efs://fs-0123456789abcdef0/data", "a", "EFS file system fs-0123456789abcdef0 in us-east-1 does not exist"),
+    ("efs://{efs}/data", "b", "has no mount target in the job's subnets (its mount targets are in {a})"),
+    ("fsx://{fsx}/abcdefgh/data", "a", "FSx for Lustre file system {fsx} in us-east-1 is in {b}, not among"),
+    ("fsx://fs-0123456789abcdef0/abcdefgh/data", "b", "FSx for Lustre file system fs-0123456789abcdef0 in us-east-1 "
+                                                     "does not exist"),
+])
+def test_submit_refuses_a_file_system_its_subnets_cannot_mount_before_anything_is_uploaded(
+        clients, net, code, uri, subnet, said):  # noqa: F811
+    be = _backend(clients, net, code, net[subnet])
+    name = f"fs-bad-{abs(hash((uri, subnet))) % 10 ** 6}"
+    with pytest.raises(SpecError) as err:
+        be.submit(spec(name, sm=dict(channels=("training=" + uri.format(**net),))))
+    assert said.format(**net) in str(err.value)
+    assert not _uploaded(clients, name)  # refused before the code went to S3 and before CreateTrainingJob
+    with pytest.raises(NotFoundError):
+        be.get(name)
+
+
+class Unasked:
+    """An EFS or FSx client that fails the test when anything is asked of it."""
+
+    def __getattr__(self, name):
+        raise AssertionError(f"the dry run called {name}")
+
+
+def test_the_dry_run_asks_neither_efs_nor_fsx(clients, net, code):  # noqa: F811
+    cfg = SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["b"],),
+                          security_groups=("sg-0abc1234",))
+    be = SageMakerBackend(cfg, clients=Clients(clients.sagemaker, clients.s3, clients.logs, Unasked(), Unasked()),
+                          cwd=str(code))
+    reqs = be.render(spec("fs-dry", sm=dict(channels=("training=efs://fs-0123456789abcdef0/data",
+                                                        "extra=fsx://fs-0123456789abcdef0/abcdefgh/x"))))
+    assert "SageMaker.CreateTrainingJob" in reqs[-1]
+
+
+def test_a_refused_efs_describe_warns_once_and_the_job_is_created(clients, net, code, caplog):  # noqa: F811
+    efs = session().client("efs")
+    be = SageMakerBackend(SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["a"],),
+                                          security_groups=("sg-0abc1234",)),
+                          clients=Clients(clients.sagemaker, clients.s3, clients.logs, efs, None), cwd=str(code))
+    with Stubber(efs) as e, caplog.at_level(logging.WARNING):
+        e.add_client_error("describe_file_systems", "AccessDeniedException", "not authorized", 403)
+        be.submit(spec("efs-denied", sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "elasticfilesystem:DescribeFileSystems" in warned[0]
+    assert clients.sagemaker.describe_training_job(TrainingJobName="efs-denied")["TrainingJobName"] == "efs-denied"
+
+
+@pytest.mark.slow  # a CLI submit against moto, its clients made from boto3's standard chain
+def test_cli_submit_of_an_efs_channel_without_a_mount_target_is_one_line_and_exit_2(cli, clients, net):  # noqa: F811
+    assert cli("config", "sagemaker", "--subnets", net["b"], "--security-groups", "sg-0abc1234")[0] == 0
+    rc, out, err = cli("submit", "fs-cli", "--backend", "sagemaker", "--channel", f"training=efs://{net['efs']}/data",
+                       "--", "python", "train.py")
+    assert rc == 2 and len(err.strip().splitlines()) == 1, err
+    assert f"EFS file system {net['efs']} in us-east-1 has no mount target" in err
+    assert not _uploaded(clients, "fs-cli")
