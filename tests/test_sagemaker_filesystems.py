@@ -1,6 +1,7 @@
 """A job's EFS and FSx for Lustre channels are asked about before CreateTrainingJob: a file system that does not
-exist in the region, that the job's subnets cannot reach, or an FSx path without its mount name was taken by
-SageMaker and failed once the instances started ("ClientError: ... unable to mount"), billed. botocore's
+exist in the region, an EFS one without a mount target, or an FSx path without its mount name was taken by
+SageMaker and failed once the instances started ("ClientError: ... unable to mount"), billed; one the job's
+subnets may not reach is warned of (a mount target serves its Availability Zone). botocore's
 Stubber against the real EFS and FSx models for AWS's answers moto lacks (AccessDenied, mount names, file
 system types); moto's server (EC2, EFS, FSx, SageMaker, S3) for the submit itself."""
 
@@ -70,18 +71,27 @@ def test_an_efs_file_system_that_does_not_exist_is_refused_naming_its_id_and_reg
         check_file_system(efs, efs_ch(), [MINE], "eu-west-1")
 
 
-@pytest.mark.parametrize("targets, said", [([], "it has no mount target"),
-                                           ([_target(OTHER)], f"its mount targets are in {OTHER}"),
-                                           ([_target(MINE, "deleting")], "it has no mount target")])
-def test_an_efs_file_system_without_a_mount_target_in_the_jobs_subnets_is_refused(stubbed, targets, said):
+@pytest.mark.parametrize("targets", [[], [_target(MINE, "deleting")]])
+def test_an_efs_file_system_without_any_mount_target_is_refused(stubbed, targets):
     efs, e, _, _ = stubbed
     e.add_response("describe_file_systems", {"FileSystems": [_efs_fs()]}, {"FileSystemId": FS})
     e.add_response("describe_mount_targets", {"MountTargets": targets}, {"FileSystemId": FS})
     with pytest.raises(SpecError) as err:
         check_file_system(efs, efs_ch(), [MINE], "us-east-1")
     line = str(err.value)
-    assert "\n" not in line and said in line and "unable to mount" in line
+    assert "\n" not in line and "has no mount target" in line and "unable to mount" in line
     assert f"aws efs create-mount-target --file-system-id {FS} --subnet-id {MINE}" in line
+
+
+def test_an_efs_file_system_whose_mount_targets_are_in_other_subnets_is_a_warning_not_a_refusal(stubbed):
+    """A mount target serves its whole Availability Zone: a job in another subnet of that zone and VPC mounts
+    the file system, so only a warning says what to check."""
+    efs, e, _, _ = stubbed
+    e.add_response("describe_file_systems", {"FileSystems": [_efs_fs()]}, {"FileSystemId": FS})
+    e.add_response("describe_mount_targets", {"MountTargets": [_target(OTHER)]}, {"FileSystemId": FS})
+    line = check_file_system(efs, efs_ch(), [MINE], "us-east-1")
+    assert line is not None and "\n" not in line and f"its mount targets are in {OTHER}" in line
+    assert "Availability Zone" in line and f"--subnet-id {MINE}" in line
 
 
 def test_an_efs_file_system_with_a_mount_target_in_a_jobs_subnet_passes(stubbed):
@@ -112,7 +122,6 @@ def test_an_fsx_file_system_that_does_not_exist_is_refused(stubbed):
 
 
 @pytest.mark.parametrize("answer, path, said", [
-    (_fsx_fs(OTHER), "/abcdefgh/data", f"is in {OTHER}, not among the job's subnets"),
     (_fsx_fs(mount="fsx"), "/abcdefgh/data", f"is mounted as /fsx.*--channel training=fsx://{FS}/fsx/data"),
     (_fsx_fs(kind="ONTAP"), "/abcdefgh/data", "SageMaker mounts FSx for Lustre only"),
     ({**_fsx_fs(), "Lifecycle": "FAILED"}, "/abcdefgh/data", "is FAILED"),
@@ -122,6 +131,14 @@ def test_an_fsx_file_system_sagemaker_could_not_mount_is_refused(stubbed, answer
     f.add_response("describe_file_systems", {"FileSystems": [answer]}, {"FileSystemIds": [FS]})
     with pytest.raises(SpecError, match=said):
         check_file_system(fsx, fsx_ch(path), [MINE], "us-east-1")
+
+
+def test_an_fsx_file_system_in_another_subnet_is_a_warning_not_a_refusal(stubbed):
+    """Subnets of one VPC route to each other: a job in another subnet may mount it (security groups allowing)."""
+    _, _, fsx, f = stubbed
+    f.add_response("describe_file_systems", {"FileSystems": [_fsx_fs(OTHER)]}, {"FileSystemIds": [FS]})
+    line = check_file_system(fsx, fsx_ch(), [MINE], "us-east-1")
+    assert line is not None and f"is in {OTHER}, not among the job's subnets" in line and "TCP 988" in line
 
 
 def test_an_fsx_file_system_in_a_jobs_subnet_with_its_mount_name_passes(stubbed):
@@ -139,17 +156,18 @@ def test_an_fsx_describe_refused_is_a_warning_naming_the_action(stubbed):
 # ---- through submit, against moto's server ------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def net(moto_url):
-    """A VPC with two subnets on moto's EC2, an EFS file system with a mount target in the first only, and
-    an FSx for Lustre one in the second; the efs and fsx clients."""
+    """A VPC with two subnets on moto's EC2, an EFS file system with a mount target in the first only, one
+    without any mount target, and an FSx for Lustre one in the second; the efs and fsx clients."""
     s = session()
     ec2, efs, fsx = (s.client(n, endpoint_url=moto_url) for n in ("ec2", "efs", "fsx"))
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     a, b = (ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.9.{i}.0/24")["Subnet"]["SubnetId"] for i in (1, 2))
     fs = efs.create_file_system(CreationToken="dtrain-fs-test")["FileSystemId"]
     efs.create_mount_target(FileSystemId=fs, SubnetId=a)
+    bare = efs.create_file_system(CreationToken="dtrain-fs-bare")["FileSystemId"]
     lustre = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200, SubnetIds=[b],
                                     LustreConfiguration={"DeploymentType": "SCRATCH_2"})["FileSystem"]["FileSystemId"]
-    return {"a": a, "b": b, "efs": fs, "fsx": lustre, "efs_client": efs, "fsx_client": fsx}
+    return {"a": a, "b": b, "efs": fs, "bare": bare, "fsx": lustre, "efs_client": efs, "fsx_client": fsx}
 
 
 def _backend(clients, net, code, subnet: str) -> SageMakerBackend:  # noqa: F811
@@ -172,8 +190,7 @@ def test_submit_with_an_efs_channel_its_subnet_reaches_creates_the_job(clients, 
 
 @pytest.mark.parametrize("uri, subnet, said", [
     ("efs://fs-0123456789abcdef0/data", "a", "EFS file system fs-0123456789abcdef0 in us-east-1 does not exist"),
-    ("efs://{efs}/data", "b", "has no mount target in the job's subnets (its mount targets are in {a})"),
-    ("fsx://{fsx}/abcdefgh/data", "a", "FSx for Lustre file system {fsx} in us-east-1 is in {b}, not among"),
+    ("efs://{bare}/data", "a", "EFS file system {bare} in us-east-1 has no mount target"),
     ("fsx://fs-0123456789abcdef0/abcdefgh/data", "b", "FSx for Lustre file system fs-0123456789abcdef0 in us-east-1 "
                                                      "does not exist"),
 ])
@@ -222,8 +239,21 @@ def test_a_refused_efs_describe_warns_once_and_the_job_is_created(clients, net, 
 @pytest.mark.slow  # a CLI submit against moto, its clients made from boto3's standard chain
 def test_cli_submit_of_an_efs_channel_without_a_mount_target_is_one_line_and_exit_2(cli, clients, net):  # noqa: F811
     assert cli("config", "sagemaker", "--subnets", net["b"], "--security-groups", "sg-0abc1234")[0] == 0
-    rc, out, err = cli("submit", "fs-cli", "--backend", "sagemaker", "--channel", f"training=efs://{net['efs']}/data",
+    rc, out, err = cli("submit", "fs-cli", "--backend", "sagemaker", "--channel", f"training=efs://{net['bare']}/data",
                        "--", "python", "train.py")
     assert rc == 2 and len(err.strip().splitlines()) == 1, err
-    assert f"EFS file system {net['efs']} in us-east-1 has no mount target" in err
+    assert f"EFS file system {net['bare']} in us-east-1 has no mount target" in err
     assert not _uploaded(clients, "fs-cli")
+
+
+@pytest.mark.parametrize("uri, subnet, said", [("efs://{efs}/data", "b", "its mount targets are in {a}"),
+                                               ("fsx://{fsx}/abcdefgh/data", "a", "is in {b}, not among")])
+def test_submit_to_a_subnet_that_may_not_reach_the_file_system_warns_and_creates_the_job(
+        clients, net, code, caplog, uri, subnet, said):  # noqa: F811
+    be = _backend(clients, net, code, net[subnet])
+    name = f"fs-doubt-{subnet}"
+    with caplog.at_level(logging.WARNING):
+        be.submit(spec(name, sm=dict(channels=("training=" + uri.format(**net),))))
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and said.format(**net) in warned[0], warned
+    assert clients.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobName"] == name

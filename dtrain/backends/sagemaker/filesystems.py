@@ -1,9 +1,14 @@
 """Submit's check of a job's EFS and FSx for Lustre channels, which SageMaker mounts only once the job's
-instances started: a file system that does not exist in the region, or that the job's subnets cannot reach
-(no EFS mount target in them, an FSx file system in another subnet), or an FSx path without the file
-system's mount name, failed the job minutes later ("ClientError: ... unable to mount"), its instances
-billed. Asked with DescribeFileSystems (EFS, FSx) and DescribeMountTargets (EFS); where AWS does not answer
-or refuses these credentials (AccessDenied), one warning and the job goes on. The dry run does not ask."""
+instances started: a file system that does not exist in the region, an EFS one without any mount target, an
+FSx one that is not Lustre or is failed or being deleted, or an FSx path without the file system's mount name
+failed the job minutes later ("ClientError: ... unable to mount"), its instances billed: refused.
+
+Reachability is only warned of: an EFS file system whose mount targets are all in other subnets than the
+job's, or an FSx one in another subnet, may still be reached (a mount target serves its whole Availability
+Zone, and subnets of one VPC route to each other), which telling would take ec2:DescribeSubnets and the
+security groups' rules. Asked with DescribeFileSystems (EFS, FSx) and DescribeMountTargets (EFS); where AWS
+does not answer or refuses these credentials (AccessDenied), one warning and the job goes on. The dry run
+does not ask."""
 
 from __future__ import annotations
 
@@ -40,8 +45,9 @@ def file_system_channels(req: dict) -> list[FileSystemChannel]:
 
 
 def check_file_system(client: Any, ch: FileSystemChannel, subnets: list[str], region: str) -> str | None:
-    """Refuse (SpecError) a channel SageMaker could not mount from `subnets`; None when it can, or the
-    warning line when AWS could not be asked (`client` None: the injected clients have none, nothing asked)."""
+    """Refuse (SpecError) a channel SageMaker could not mount; None when it can, or a warning line when AWS
+    could not be asked or the job's subnets may not reach the file system (`client` None: the injected clients
+    have none, nothing asked)."""
     if client is None:
         return None
     what = "EFS file system" if ch.kind == "EFS" else "FSx for Lustre file system"
@@ -54,11 +60,17 @@ def check_file_system(client: Any, ch: FileSystemChannel, subnets: list[str], re
     except _Unasked as err:
         return (f"{head} could not be checked ({err}); the job is submitted all the same, and SageMaker fails it "
                 f"once its instances start if it cannot mount the file system")
+    except _Doubt as err:
+        return str(err)
     return None
 
 
 class _Unasked(Exception):
     """AWS did not answer a describe call, or refused it to these credentials: the check is not made."""
+
+
+class _Doubt(Exception):
+    """The file system is there, but maybe not reachable from the job's subnets: a warning, not a refusal."""
 
 
 DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException")
@@ -101,13 +113,15 @@ def _check_efs(client: Any, ch: FileSystemChannel, subnets: list[str], head: str
     live = [t for t in targets.get("MountTargets") or [] if t.get("LifeCycleState") not in GONE]
     if any(t.get("SubnetId") in subnets for t in live):
         return
-    where = (f"its mount targets are in {', '.join(sorted(t.get('SubnetId', '?') for t in live))}" if live
-             else "it has no mount target")
     subnet = subnets[0] if subnets else "SUBNET"
-    raise SpecError(f"{head} has no mount target in the job's subnets ({where}), and SageMaker would fail the job "
-                    f"once its instances started (unable to mount): add one (aws efs create-mount-target "
-                    f"--file-system-id {ch.fs_id} --subnet-id {subnet} --security-groups SG) or run the job in "
-                    f"a subnet that has one {_vpc_fix(subnets)}")
+    add = (f"aws efs create-mount-target --file-system-id {ch.fs_id} --subnet-id {subnet} --security-groups SG")
+    if not live:
+        raise SpecError(f"{head} has no mount target, and SageMaker would fail the job once its instances started "
+                        f"(unable to mount): add one in the job's subnet ({add})")
+    theirs = ", ".join(sorted(t.get("SubnetId", "?") for t in live))
+    raise _Doubt(f"{head} has no mount target in the job's subnets (its mount targets are in {theirs}): the job "
+                 f"mounts it only if one of its subnets is in the VPC and Availability Zone of one of those; else "
+                 f"add one ({add}) or run the job in one of those subnets {_vpc_fix(subnets)}")
 
 
 def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str, region: str) -> None:
@@ -123,10 +137,6 @@ def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str
         raise SpecError(f"{head} is {fs['Lifecycle']}, and SageMaker could not mount it: see aws fsx "
                         f"describe-file-systems --file-system-ids {ch.fs_id} --region {region}")
     theirs = list(fs.get("SubnetIds") or [])
-    if theirs and not set(theirs) & set(subnets):
-        raise SpecError(f"{head} is in {', '.join(theirs)}, not among the job's subnets, and SageMaker would fail the "
-                        f"job once its instances started (unable to mount): run the job in its subnet "
-                        f"{_vpc_fix(subnets)}")
     mount = (fs.get("LustreConfiguration") or {}).get("MountName")
     first = ch.path.strip("/").partition("/")[0]
     if mount and first != mount:
@@ -134,6 +144,10 @@ def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str
         raise SpecError(f"{head} is mounted as /{mount}, and the channel's path {ch.path} starts with /{first}: "
                         f"SageMaker would fail the job once its instances started; pass --channel "
                         f"{ch.channel}=fsx://{ch.fs_id}/{mount}/{rest or 'PATH'}")
+    if theirs and not set(theirs) & set(subnets):
+        raise _Doubt(f"{head} is in {', '.join(theirs)}, not among the job's subnets: the job mounts it only if its "
+                     f"subnets are in the file system's VPC and its security groups allow Lustre (TCP 988); else "
+                     f"run the job in its subnet {_vpc_fix(subnets)}")
 
 
 def warn(line: str) -> None:
