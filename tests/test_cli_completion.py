@@ -3,6 +3,7 @@ fills COMPREPLY from the argparse tree and from the names `dtrain ... list --jso
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import os
@@ -87,10 +88,24 @@ def test_a_workloads_own_flags_and_their_choices_are_completed(bash_script):
     assert complete(bash_script, "dtrain lanes train --rec") == ["--recipe"]
     assert set(complete(bash_script, "dtrain lanes train --recipe ")) == {"demo", "paper", "tiny"}
     assert set(complete(bash_script, "dtrain lanes train --no-b")) == {"--no-bf16"}
-    assert set(complete(bash_script, "dtrain cifar10 train --model")) == {"--model-dir", "--model_dir"}
+    assert set(complete(bash_script, "dtrain cifar10 train --model")) == {"--model-dir"}  # one spelling (below)
     assert set(complete(bash_script, "dtrain cifar10 synth --format ")) == {"python", "binary"}
     assert set(complete(bash_script, "dtrain bench scaling --workload ")) == {"cifar10", "lanes"}
     assert complete(bash_script, "dtrain lanes train --data-dir ") == []  # a folder: the shell's file names
+
+
+def test_an_underscore_alias_is_accepted_but_one_spelling_is_offered(bash_script):
+    """cifar10 train takes SageMaker's `--batch_size` for `--batch-size`: TAB offers the one spelling,
+    as completion tools offer an argparse alias; the table still reads its parser (test below)."""
+    got = complete(bash_script, "dtrain cifar10 train --")
+    assert "--batch-size" in got and "--no-resume" in got and not [f for f in got if "_" in f], got
+    assert complete(bash_script, "dtrain cifar10 train --batch") == ["--batch-size"]
+    assert complete(bash_script, "dtrain cifar10 train --max") == ["--max-steps"]
+    p = argparse.ArgumentParser()
+    p.add_argument("--batch-size", "--batch_size", type=int)
+    p.add_argument("--b_c", "-x")  # an underscore spelling with no dashed twin is the flag's own
+    assert completion.flags_of(p) == {"-h": None, "--help": None, "--batch-size": "", "--b_c": "", "-x": ""}
+    assert p.parse_args(["--batch_size", "8"]).batch_size == 8  # still accepted
 
 
 def test_printing_the_script_loads_no_workload():

@@ -50,12 +50,15 @@ def show(parser: argparse.ArgumentParser, shell: str) -> int:
 
 def flags_of(parser: argparse.ArgumentParser) -> dict[str, str | None]:
     """Each flag `parser` shows (not a hidden one: an old spelling) and what is offered after it: its
-    choices, '' for a value of its own (nothing offered: the shell's file names), None for no value."""
+    choices, '' for a value of its own (nothing offered: the shell's file names), None for no value.
+    One spelling of a flag: `--batch_size`, the underscore alias of `--batch-size` that SageMaker's
+    hyperparameters need, is accepted but not offered (TAB offered both)."""
     flags: dict[str, str | None] = {}
     for action in parser._actions:
         if action.option_strings and action.help != argparse.SUPPRESS:
             offered = None if action.nargs == 0 else " ".join(map(str, action.choices or ()))
-            flags.update(dict.fromkeys(action.option_strings, offered))
+            shown = [o for o in action.option_strings if "_" not in o or o.replace("_", "-") not in action.option_strings]
+            flags.update(dict.fromkeys(shown, offered))
     return flags
 
 

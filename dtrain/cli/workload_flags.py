@@ -29,13 +29,11 @@ WORKLOAD_FLAGS: dict[str, dict[str, str | None]] = {
         "-h": None, "--help": None, "--pred": "", "--gt": "", "--json": None,
     },
     "cifar10 train": {
-        "-h": None, "--help": None, "--batch-size": "", "--batch_size": "", "--epochs": "", "--lr": "",
-        "--momentum": "", "--backend": "", "--device": "", "--data-dir": "", "--data_dir": "",
-        "--test-dir": "", "--test_dir": "", "--model-dir": "", "--model_dir": "", "--seed": "",
-        "--max-steps": "", "--max_steps": "", "--metrics-file": "", "--metrics_file": "", "--num-workers": "",
-        "--num_workers": "", "--log-interval": "", "--log_interval": "", "--checkpoint-dir": "",
-        "--checkpoint_dir": "", "--checkpoint-every": "", "--checkpoint_every": "", "--keep-checkpoints": "",
-        "--keep_checkpoints": "", "--resume": "", "--no-resume": "", "--no_resume": "",
+        "-h": None, "--help": None, "--batch-size": "", "--epochs": "", "--lr": "", "--momentum": "",
+        "--backend": "", "--device": "", "--data-dir": "", "--test-dir": "", "--model-dir": "", "--seed": "",
+        "--max-steps": "", "--metrics-file": "", "--num-workers": "", "--log-interval": "",
+        "--checkpoint-dir": "", "--checkpoint-every": "", "--keep-checkpoints": "", "--resume": "",
+        "--no-resume": "",
     },
     "cifar10 synth": {
         "-h": None, "--help": None, "--out": "", "--format": "python binary", "--n-train": "", "--n-test": "",
