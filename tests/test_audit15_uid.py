@@ -202,6 +202,30 @@ def test_the_pvc_folder_hint_carries_the_project_and_backend_given(home, tmp_pat
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.parametrize(("flags", "hint"), [
+    ((), "dtrain submit copy-in --pvc local:10Gi:/mnt -- cp -r ./data /mnt/"),
+    (("-p", "team-a"), "dtrain submit copy-in --pvc local:10Gi:/mnt -p team-a -- cp -r ./data /mnt/"),
+    (("--backend", "kubernetes", "-p", "team-a"),
+     "dtrain --backend kubernetes submit copy-in --pvc local:10Gi:/mnt -p team-a -- cp -r ./data /mnt/"),
+])
+@pytest.mark.parametrize("key", ["volumes", "pvc"])
+def test_the_job_files_folder_hint_carries_the_project_and_backend_given(home, tmp_path, flags, hint, key):
+    """Reproduced: a job file's `volumes: [./data:/mnt]` with -p team-a hinted `dtrain submit copy-in
+    ...` without -p team-a (the --pvc flag's hint carried it)."""
+    (tmp_path / "job.yaml").write_text(f"name: t\ncommand: [\"true\"]\n{key}: [./data:/mnt]\n")
+    proc = Dtrain(home)("submit", "-f", "job.yaml", *flags, cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().endswith(f"copy it into a new volume: {hint}"), proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_the_job_files_project_and_backend_reach_its_folder_hint(home, tmp_path):
+    (tmp_path / "job.yaml").write_text("name: t\nproject: team-a\nbackend: kubernetes\ncommand: [\"true\"]\n"
+                                       "volumes: [./data:/mnt]\n")
+    proc = Dtrain(home)("submit", "-f", "job.yaml", cwd=tmp_path, check=False)
+    assert proc.returncode == 2 and proc.stderr.strip().endswith(
+        "dtrain --backend kubernetes submit copy-in --pvc local:10Gi:/mnt -p team-a -- cp -r ./data /mnt/"), proc.stderr
+
+
 def test_the_notebooks_pvc_folder_hint_carries_the_project(home, tmp_path):
     proc = Dtrain(home)("notebook", "start", "nb", "-p", "team-a", "--pvc", "./data:/mnt", cwd=tmp_path, check=False)
     assert proc.returncode != 0

@@ -115,8 +115,12 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     if args.label:
         data["labels"] = {**(data.get("labels") or {}), **parse_labels(args.label)}
     node_selector_of(args, data)
+    hint = _hint_command(data, client)
+    for entry in [*(data.get("pvc") or ()), *(data.get("volumes") or ())]:  # the file's `volumes: [./data:/mnt]`
+        if isinstance(entry, str):  # hinted as --pvc ./data is: with the -p and --backend given
+            parse_pvc(entry, cmd=hint)
     if args.pvc:  # as -e overrides the file's variable of the same name, --pvc its mount at the same path
-        given = [parse_pvc(v, cmd=_hint_command(data, client)) for v in args.pvc]
+        given = [parse_pvc(v, cmd=hint) for v in args.pvc]
         taken = {v.mount_path for v in given}
         kept = [v for v in (data.get("volumes") or []) if _mount_of(v) not in taken]
         data["volumes"] = [*kept, *(v.to_flag() for v in given)]
