@@ -163,3 +163,37 @@ def test_a_supervisor_whose_stderr_line_is_refused_too_goes_on_to_the_launcher(h
     monkeypatch.setattr(sys, "stderr", FullFile())
     assert sup._run_once([], [], 1) == 127  # on to launcher.log, whose refusal the job's failure then names
     assert sup.refused == "the launcher was not started: launcher.log: no room"
+
+
+@pytest.mark.parametrize("filler", ["x", "é"])
+def test_a_refused_line_longer_than_the_tail_read_is_marked_cut_at_its_front(home, filler):
+    """Only launcher.log's last 8 KiB are read: a longer line was quoted from the middle, its front cut
+    with no mark. Now its start says how many characters (not bytes) were left out there."""
+    head = "--- attempt 0: rankrun\n"
+    refused = _REFUSED.strip()
+    pad = " " if (len(refused.encode()) + 1) % 2 else ""  # the read begins between two characters of é
+    line = filler * 9000 + pad + refused  # over 8 KiB
+    pid = _lost_job(home, head + line + "\n")
+    size = len((head + line + "\n").encode())
+    before = size - 8192 - len(head.encode())  # bytes of the line before the read
+    unread = len(line.encode()[:before].decode())  # as characters
+    rest = line[unread:]
+    message = Client(home=home).get("j1").message
+    assert message == (f"lost: its supervisor (pid {pid}) is gone: most likely a write it needed failed on the "
+                       f"home disk, full then (launcher.log says: ({unread} more characters) ...{rest[:300]}... "
+                       f"({len(rest) - 300} more characters)); no restarts left (--max-restarts 0)"), message
+    assert 0 < unread < len(line)
+
+
+def test_a_refused_line_of_megabytes_says_over_how_much_was_cut(home):
+    line = "x" * (2 << 20) + " " + _REFUSED.strip()
+    _lost_job(home, "--- attempt 0: rankrun\n" + line + "\n")
+    message = Client(home=home).get("j1").message
+    assert "(launcher.log says: (over 1048576 more characters) ...xxx" in message, message[:400]
+
+
+def test_a_refused_line_the_tail_read_begins_at_is_not_marked_at_its_front(home):
+    line = _REFUSED.strip() + " " + "z" * (8191 - len(_REFUSED))  # with its newline, the last 8 KiB exactly
+    _lost_job(home, "--- attempt 0: rankrun\n" + "y" * 50 + "\n" + line + "\n")
+    message = Client(home=home).get("j1").message
+    assert f"(launcher.log says: {line[:300]}... ({len(line) - 300} more characters));" in message, message

@@ -256,15 +256,22 @@ def full_disk_signs(job_dir: Path) -> str | None:
             continue
         with f:
             try:
-                f.seek(max(0, os.fstat(f.fileno()).st_size - _TAIL_BYTES))
+                start = max(0, os.fstat(f.fileno()).st_size - _TAIL_BYTES)
+                f.seek(start)
                 lines = f.read(_TAIL_BYTES).decode("utf-8", "replace").splitlines()
+                last = [i for i, line in enumerate(lines) if line.startswith("--- attempt ")][-1:]  # launcher.log's
+                first = last[0] if last else 0  # the last attempt's: an earlier one's full disk was survived
+                said = next((i for i in reversed(range(first, len(lines))) if any(w in lines[i] for w in _NO_ROOM)),
+                            None)
+                if said is None:
+                    continue
+                line = lines[said]
+                cut, over = _before(f, start) if said == 0 and start else (0, False)  # the read began inside it
             except OSError:
                 continue
-        last = [i for i, line in enumerate(lines) if line.startswith("--- attempt ")][-1:]  # launcher.log's
-        lines = lines[last[0]:] if last else lines  # last attempt's: an earlier one's full disk was survived
-        said = next((line.strip() for line in reversed(lines) if any(w in line for w in _NO_ROOM)), None)
-        if said:
-            return f"{name} says: {_cut(said)}"
+        if cut:  # the read part's own leading blanks, stripped, are cut too
+            cut += len(line) - len(line.lstrip())
+        return f"{name} says: {_cut(line.strip(), cut, over)}"
     if any(r.get("log_error") for r in rank_records(job_dir)):
         return "its ranks' logs were refused too"
     if _empty(job_dir / "launcher.log"):  # made by its open, then its first write refused: the disk was full
@@ -275,11 +282,33 @@ def full_disk_signs(job_dir: Path) -> str | None:
 _QUOTED_CHARS = 300  # of a log line quoted in a message: its start says what was refused
 
 
-def _cut(line: str) -> str:
-    """`line`, its end cut visibly where it is long: '... (N more characters)'."""
+_BEFORE_BYTES = 1 << 20  # read back at most for the start of a line longer than the tail read
+
+
+def _before(f, start: int) -> tuple[int, bool]:
+    """How many characters of the line that the read at byte `start` of `f` begins inside lie before
+    `start` (0 where a line starts there), and whether there are more than that (no line start found
+    within _BEFORE_BYTES)."""
+    back = b""
+    pos = start
+    while pos > 0 and start - pos < _BEFORE_BYTES:
+        n = min(_TAIL_BYTES, pos)
+        pos -= n
+        f.seek(pos)
+        block = f.read(n)
+        if b"\n" in block:
+            return len((block[block.rindex(b"\n") + 1:] + back).decode("utf-8", "replace")), False
+        back = block + back
+    return len(back.decode("utf-8", "replace")), pos > 0
+
+
+def _cut(line: str, before: int = 0, over: bool = False) -> str:
+    """`line`, its end cut visibly where it is long: '... (N more characters)', and its start where
+    `before` characters of it were not read: '(N more characters) ...' ('(over N more ...' with `over`)."""
+    front = f"({'over ' if over else ''}{before} more characters) ..." if before else ""
     if len(line) <= _QUOTED_CHARS:
-        return line
-    return f"{line[:_QUOTED_CHARS]}... ({len(line) - _QUOTED_CHARS} more characters)"
+        return front + line
+    return f"{front}{line[:_QUOTED_CHARS]}... ({len(line) - _QUOTED_CHARS} more characters)"
 
 
 def _empty(path: Path) -> bool:
