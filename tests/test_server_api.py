@@ -303,8 +303,12 @@ def test_server_command_refuses_bad_ports_in_one_line(home):
         taken.listen()
         port = taken.getsockname()[1]
         busy = dt("server", "--port", str(port), check=False, timeout=60)
-    assert busy.returncode == 2 and busy.stderr.startswith(f"dtrain: error: cannot listen on 127.0.0.1:{port}")
-    assert "Traceback" not in busy.stderr and busy.stderr.count("\n") == 1
+        # a port typed as --port takes whole numbers (0NNNN, NNNN.0, 1e3) went on as typed, and
+        # getaddrinfo refused that int ("OSError: Int or String expected", a traceback)
+        spelled = [dt("server", "--port", text, check=False, timeout=60) for text in (f"0{port}", f"{port}.0")]
+    for said in (busy, *spelled):
+        assert said.returncode == 2 and said.stderr.startswith(f"dtrain: error: cannot listen on 127.0.0.1:{port}")
+        assert "Traceback" not in said.stderr and said.stderr.count("\n") == 1, said.stderr
 
 
 def test_the_submit_body_has_the_job_spec_fields():

@@ -30,7 +30,8 @@ def cmd_server(args, client: Client) -> int:
     except ImportError as err:
         raise EnvironmentError_(f"'dtrain server' needs {err.name}: pip install 'dtrain[server]'") from None
     home, backend = client.home, args.default_backend  # `dtrain --backend B server`: every request goes to B
-    return run(lambda: Client(home=home, backend=backend), home, host=args.host, port=args.port,
+    # a plain int: --port 08500 or 8500.0 read as a number keeping its text, which getaddrinfo refuses
+    return run(lambda: Client(home=home, backend=backend), home, host=args.host, port=int(args.port),
                read_only=args.read_only, root_path=args.root_path)
 
 
