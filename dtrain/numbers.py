@@ -91,6 +91,8 @@ def whole_number(text: str) -> int | float | str:
     fraction, nan or inf goes on as a float, a run of digits past what int() reads as typed (the check
     refuses both); so does a word, named as typed."""
     t = text.strip()
+    if not t.isascii():  # float() reads '١٢' and '１２' as 12: a word here, as a launcher's RANK=٣ is
+        return text
     if re.fullmatch(r"[-+]?[0-9]{1,4000}", t, re.ASCII):  # int() takes at most 4300 digits
         return typed(int(t), t)
     if re.fullmatch(r"[-+]?[0-9]+", t, re.ASCII):
@@ -116,7 +118,9 @@ def whole(value):
 def real_number(text: str) -> float | str:
     """The one rule for a number of seconds (or another real) typed as text: a CLI flag's (`wait
     --timeout 600`) and an HTTP query parameter's (?timeout=, ?since=): float()'s, keeping what was typed
-    for a refusal; a word stays the text, named as typed."""
+    for a refusal; a word stays the text, named as typed (so do other scripts' digits, '١٢')."""
+    if not text.isascii():
+        return text
     try:
         return typed(float(text), text.strip())
     except ValueError:

@@ -11,7 +11,7 @@ from dtrain.client import Client
 from dtrain.config import section_numbers
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.names import counted, shown
-from dtrain.numbers import NUMBER_WORD_RE, NumberWord
+from dtrain.numbers import NUMBER_WORD_RE, NumberWord, whole_number
 from dtrain.spec import yaml_value
 
 
@@ -252,7 +252,7 @@ def _add_config(sub) -> None:
                    help="the image of notebooks that give no --image (--image is the jobs'), a Kubeflow "
                         "notebook-server image, e.g. kubeflownotebookswg/jupyter-pytorch-full:v1.9.2")
     k.add_argument("--scheduler-name", help="pods' schedulerName, e.g. runai-scheduler")
-    k.add_argument("--gpus-per-node", type=int, metavar="N", help="GPUs of one node: GPU jobs pack processes per pod")
+    k.add_argument("--gpus-per-node", type=whole_number, metavar="N", help="GPUs of one node: GPU jobs pack processes per pod")
     k.add_argument("--trainer", help="v1: PyTorchJob/MPIJob (Training Operator), v2: TrainJob (Trainer v2)")
     k.add_argument("--set", action="append", metavar="KEY=VALUE",
                    help="any other setting of config.yaml's kubernetes:, VALUE as YAML reads it, e.g. --set "

@@ -111,7 +111,7 @@ def parse_duration(text: str) -> Fraction | None:
     floating point made it 3960.0000000000005); None when `text` is no such duration. The flag's own
     check bounds it and refuses it as typed (spec.check_idle_timeout): '1.5s' is not rounded to 2."""
     m = _DURATION.match(text.strip())
-    if len(text) > 40:
+    if len(text) > 40 or not text.isascii():  # float() and Decimal() read '٣٦٠٠' as 3600: no duration
         return None
     if m:
         return Fraction(Decimal(m.group(1))) * {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]

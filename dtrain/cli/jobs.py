@@ -69,7 +69,10 @@ def real(text: str) -> int | float | str:
     """The `type=` of a flag that takes fractions (--cpu): the number typed (an int for whole digits,
     a float for a decimal, an exponent, inf or nan), or the text itself when it is none; the flag's
     own check (the SDK's and the HTTP API's) then refuses it in its words, naming the flag, its bounds
-    and an example, where float gave argparse's "invalid float value"."""
+    and an example, where float gave argparse's "invalid float value". Other scripts' digits ('١٢',
+    which float reads as 12) stay text, as numbers.whole_number keeps them."""
+    if not text.isascii():
+        return text
     value = as_typed_number(text)
     if isinstance(value, str) and len(value) <= 64:  # a float's spelling is short; a longer text stays text
         try:
@@ -83,6 +86,8 @@ def gpu_count(text: str) -> int | float | str:
     """--gpu: whole GPUs per process. Run:AI also takes a fraction of one (--gpu 0.5), which is not
     shared out here: a fraction goes to the spec, which names it as such (as for a job file or the
     HTTP API), where int() said only "invalid int value"."""
+    if not text.isascii():  # '١٢', which int() reads as 12: the spec names it as typed
+        return real(text)
     try:
         return written(int(text), text.strip())
     except ValueError:

@@ -1,0 +1,55 @@
+"""Numbers typed in another script's digits ('١٢', Arabic-Indic 12; '１', fullwidth 1): int(), float() and
+Decimal() read them as numbers, so `--processes ١٢` ran 12 processes and `config kubernetes
+--gpus-per-node ١٢` saved 12, while `--set gpus_per_node=١٢` and the same flag's '²' were refused. Every
+number flag now refuses them in its own one line, naming the value as typed; nothing is stored."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import Cli
+
+from dtrain.numbers import real_number, whole_number
+
+RUN = ("--dry-run", "--", "true")
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys) -> Cli:
+    monkeypatch.setenv("DTRAIN_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    return Cli(capsys)
+
+
+@pytest.mark.parametrize("argv, flag", [
+    (("submit", "j", "--max-restarts", "١٢", *RUN), "--max-restarts"),
+    (("submit", "j", "--gpu", "١٢", *RUN), "--gpu"),
+    (("submit", "j", "--cpu", "١٢", *RUN), "--cpu"),
+    (("submit", "j", "--cpu", "１", *RUN), "--cpu"),
+    (("submit-dist", "j", "--processes", "١٢", *RUN), "--processes"),
+    (("notebook", "start", "nb", "--idle-timeout", "٣٦٠٠", "--dry-run"), "--idle-timeout"),
+    (("notebook", "open", "nb", "--wait", "١٢"), "--wait"),
+    (("wait", "j", "--timeout", "١٢"), "--timeout"),
+    (("project", "create", "p", "--gpu-quota", "١"), "--gpu-quota"),
+    (("server", "--port", "١٢"), "--port"),
+    (("config", "kubernetes", "--gpus-per-node", "١٢"), "gpus_per_node"),
+])
+def test_another_scripts_digits_are_refused_as_typed(cli, tmp_path, argv, flag):
+    typed = next(a for a in argv if not a.isascii())
+    said = cli.refused(*argv)
+    assert said.startswith(f"dtrain: error: invalid ") and f"{flag} '{typed}'" in said, said
+    assert not (tmp_path / "home" / "config.yaml").exists() or "gpus_per_node" not in (
+        tmp_path / "home" / "config.yaml").read_text()
+
+
+def test_the_gpus_per_node_flag_reads_numbers_as_every_number_flag_does(cli, tmp_path):
+    """It was argparse's plain int: 'nan' got "invalid int value", not the setting's own line."""
+    assert cli.refused("config", "kubernetes", "--gpus-per-node", "nan") == (
+        "dtrain: error: invalid Kubernetes gpus_per_node nan: use a whole number from 1 to 2147483647; "
+        "nothing was changed")
+    assert cli.ok("config", "kubernetes", "--gpus-per-node", "8") == "Kubernetes settings saved: gpus_per_node=8\n"
+
+
+def test_the_number_readers_keep_other_digits_as_text():
+    """The CLI's flags and the HTTP API's parameters (?tail=, ?timeout=) read numbers with these two."""
+    assert whole_number("١٢") == "١٢" and real_number("١٢") == "١٢" and real_number(" ٣.5") == " ٣.5"
+    assert whole_number("12") == 12 and real_number("1.5") == 1.5
