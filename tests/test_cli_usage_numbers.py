@@ -53,3 +53,14 @@ def test_the_number_readers_keep_other_digits_as_text():
     """The CLI's flags and the HTTP API's parameters (?tail=, ?timeout=) read numbers with these two."""
     assert whole_number("١٢") == "١٢" and real_number("١٢") == "١٢" and real_number(" ٣.5") == " ٣.5"
     assert whole_number("12") == 12 and real_number("1.5") == 1.5
+
+
+@pytest.mark.parametrize("argv", [("cifar10", "synth", "--out", "s", "--n-train", "١٢"),
+                                  ("lanes", "synth", "--out", "s", "--train", "١٢"),
+                                  ("bench", "scaling", "--workload", "cifar10", "--data-dir", ".", "--repeats", "١٢")])
+def test_a_workloads_whole_number_flag_refuses_another_scripts_digits(cli, tmp_path, argv):
+    """The workloads' own parsers (also run under torchrun, without dtrain) read int()'s '١٢' as 12:
+    `cifar10 synth --n-train ١٢` wrote 12 images."""
+    said = cli.refused(*argv)
+    assert said.startswith(f"dtrain: error: {argv[-2]} ١٢ is not a whole number: give "), said
+    assert not (tmp_path / "s").exists()

@@ -50,8 +50,11 @@ def whole_number(text: str) -> int:
     """argparse's `type` for a whole number (every `type=int` of a `Parser`): what int() takes, and a
     float that is whole as typed (1e3 is 1000, 5. is 5). A fraction, nan, inf or a word is a NotWhole
     that the command's range check (in_range, which names the flag) refuses; a run of digits past
-    what int() reads is infinite, out of any range."""
+    what int() reads is infinite, out of any range. Another script's digits ('١٢', which int() reads as
+    12) are a word here, as they are to dtrain's own flags (numbers.whole_number)."""
     t = text.strip()
+    if not t.isascii():
+        return NotWhole(math.nan, text)
     try:
         return typed(int(t), t)
     except ValueError:
