@@ -64,3 +64,13 @@ def test_a_workloads_whole_number_flag_refuses_another_scripts_digits(cli, tmp_p
     said = cli.refused(*argv)
     assert said.startswith(f"dtrain: error: {argv[-2]} ١٢ is not a whole number: give "), said
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("argv, flag", [(("logs", "j", "--since", "١s"), "--since"),
+                                        (("volume", "list", "--older-than", "١d"), "--older-than"),
+                                        (("snapshot", "list", "--older-than", "1h٣٠m"), "--older-than")])
+def test_a_go_duration_in_another_scripts_digits_is_refused(cli, argv, flag):
+    """`logs --since ١s` and `volume list --older-than ١d` were read as 1s and 1d (the duration's \\d)."""
+    assert cli.refused(*argv).startswith(f"dtrain: error: invalid {flag} '{argv[-1]}': use a duration")
+    assert cli("volume", "list", "--older-than", "1d")[0] == 0 and cli("logs", "x", "--since", "2µs")[2].startswith(
+        "dtrain: error: no job named 'x'")  # ASCII digits, and Go's µs, are still durations

@@ -78,7 +78,8 @@ def size(n: int | None) -> str:
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)(s|m|h|d|)\Z", re.ASCII)
 # Go's time.ParseDuration, as kubectl and Run:AI read --since and --timeout: terms such as 1h30m or
 # 1m30.5s, units ns/us/ms/s/m/h (and d, as dtrain's own durations have it).
-_GO_TERM = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|\u00b5s|ms|s|m|h|d)")
+# [0-9], not \d: \d takes other scripts' digits ('١d'), which float() then read as 1
+_GO_TERM = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|\u00b5s|ms|s|m|h|d)")
 _GO_UNITS = {"ns": 1e-9, "us": 1e-6, "\u00b5s": 1e-6, "ms": 1e-3, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
