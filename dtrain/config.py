@@ -25,7 +25,7 @@ from dtrain.spec import MAX_YAML_BYTES, check_name, check_yaml_numbers, node_lab
 BACKENDS = ("local", "kubernetes", "sagemaker")
 KEYS = ("project", "backend", "project_backends", "kubernetes", "storage_classes", "sagemaker", "deleted_job_ttl",
         "node_labels")
-TTL_RE = re.compile(r"^(\d{1,6})(s|m|h|d)\Z")
+TTL_RE = re.compile(r"^(\d{1,6})(s|m|h|d)\Z", re.ASCII)  # not '١d', which int() reads as 1
 DEFAULTS = {"project": "default", "backend": "local", "project_backends": {}, "kubernetes": {},
             "storage_classes": {}, "sagemaker": {}, "deleted_job_ttl": None,
             "node_labels": {}}  # a key config.yaml leaves out

@@ -23,8 +23,9 @@ TOOLKIT_PREFIX = "sagemaker_"  # hyperparameters the training toolkit keeps for 
 FSX_MOUNT_RE = re.compile(r"^[A-Za-z0-9_\-]{1,8}\Z")  # an FSx for Lustre file system's MountName
 URI_SCHEMES = ("s3://", "efs://", "fsx://", "file://")
 S3_BUCKET_RE = re.compile(r"^[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]\Z")  # S3's bucket naming rules
-ROLE_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}\Z")  # an IAM role's ARN
-REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d\Z")  # an AWS region's code, e.g. us-east-1
+# ASCII: \d and \w take other scripts' digits and letters ('us-east-١', 'role/Rölé'), which AWS refuses
+ROLE_RE = re.compile(r"^arn:aws[a-z\-]*:iam::\d{12}:role/[\w+=,.@\-/]{1,512}\Z", re.ASCII)  # an IAM role's ARN
+REGION_RE = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d\Z", re.ASCII)  # an AWS region's code, e.g. us-east-1
 MAX_RUNTIME_S = 28 * 24 * 3600  # SageMaker's upper bound on MaxRuntimeInSeconds
 MAX_S3_URI = 1024  # CheckpointConfig.S3Uri and OutputDataConfig.S3OutputPath, as botocore's model bounds them
 MAX_DIRECTORY_PATH = 4096  # FileSystemDataSource.DirectoryPath, as botocore's model bounds it

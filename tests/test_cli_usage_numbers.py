@@ -74,3 +74,24 @@ def test_a_go_duration_in_another_scripts_digits_is_refused(cli, argv, flag):
     assert cli.refused(*argv).startswith(f"dtrain: error: invalid {flag} '{argv[-1]}': use a duration")
     assert cli("volume", "list", "--older-than", "1d")[0] == 0 and cli("logs", "x", "--since", "2µs")[2].startswith(
         "dtrain: error: no job named 'x'")  # ASCII digits, and Go's µs, are still durations
+
+
+@pytest.mark.parametrize("flag, value", [("--region", "us-east-١"), ("--role", "arn:aws:iam::123456789012:role/Rölé"),
+                                         ("--role", "arn:aws:iam::١٢٣٤٥٦٧٨٩٠١٢:role/R")])
+def test_a_sagemaker_setting_in_other_scripts_letters_or_digits_is_refused(cli, tmp_path, flag, value):
+    """The region's and role's patterns took \\d and \\w of any script: 'us-east-١' was saved."""
+    said = cli.refused("config", "sagemaker", flag, value)
+    assert said.startswith(f"dtrain: error: invalid SageMaker {flag} '{value}': use a value like "), said
+    assert not (tmp_path / "home" / "config.yaml").exists()
+
+
+def test_a_deleted_job_ttl_in_another_scripts_digits_is_refused(cli, tmp_path):
+    (tmp_path / "home").mkdir()
+    (tmp_path / "home" / "config.yaml").write_text("deleted_job_ttl: ١d\n")
+    assert cli.refused("list") == (f"dtrain: error: {tmp_path}/home/config.yaml: invalid deleted_job_ttl '١d'; "
+                                   f"use a duration such as 30m, 12h or 7d")
+
+
+def test_cifar10s_device_in_another_scripts_digits_is_refused(cli):
+    assert cli.refused("cifar10", "train", "--device", "cuda:١", "--data-dir", ".").startswith(
+        "dtrain: error: --device 'cuda:١' is not a device: give cpu or cuda")

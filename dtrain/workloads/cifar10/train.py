@@ -273,7 +273,7 @@ def parse_args(argv: list[str] | None = None) -> TrainConfig:
     if a["backend"] is not None and a["backend"] not in BACKENDS:
         raise SpecError(f"--backend {a['backend']!r} is not a backend: give nccl (GPU) or gloo (CPU), "
                         "or leave it out to pick one for the device")
-    if a["device"] is not None and not re.fullmatch(r"cpu|cuda(:\d{1,3})?", a["device"]):
+    if a["device"] is not None and not re.fullmatch(r"cpu|cuda(:\d{1,3})?", a["device"], re.ASCII):
         raise SpecError(f"--device {a['device']!r} is not a device: give cpu or cuda (cuda:N for one GPU), "
                         "or leave it out to use a GPU when there is one")
     # the data last, as argparse names a bad value before a missing argument: '--epochs -1' without
