@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.names import shown
+from dtrain.numbers import plain_numbers
 from dtrain.spec import check_name
 
 if TYPE_CHECKING:
@@ -167,6 +168,7 @@ class Settings:
             raise SpecError(f"not a Kubernetes setting: {err}") from None
         except SpecError as err:
             raise SpecError(f"{err}; nothing was changed") from None
+        given = plain_numbers(given)  # saved as plain numbers: YAML cannot write --gpus-per-node 1e1's, kept as typed
         self._kubernetes_config(kubernetes={**{k: v for k, v in self.config.kubernetes.items() if k not in unset},
                                             **given})
         self.config = UserConfig.update(self.home, change)

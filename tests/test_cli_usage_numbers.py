@@ -47,6 +47,10 @@ def test_the_gpus_per_node_flag_reads_numbers_as_every_number_flag_does(cli, tmp
         "dtrain: error: invalid Kubernetes gpus_per_node nan: use a whole number from 1 to 2147483647; "
         "nothing was changed")
     assert cli.ok("config", "kubernetes", "--gpus-per-node", "8") == "Kubernetes settings saved: gpus_per_node=8\n"
+    # read as typed, as every number flag reads it, and saved as the plain number (YAML wrote no TypedInt:
+    # a traceback, once the flag read 1e1 as every number flag does)
+    assert cli.ok("config", "kubernetes", "--gpus-per-node", "1e1") == "Kubernetes settings saved: gpus_per_node=10\n"
+    assert "  gpus_per_node: 10\n" in (tmp_path / "home" / "config.yaml").read_text()
 
 
 def test_the_number_readers_keep_other_digits_as_text():
