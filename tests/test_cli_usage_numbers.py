@@ -99,3 +99,15 @@ def test_a_deleted_job_ttl_in_another_scripts_digits_is_refused(cli, tmp_path):
 def test_cifar10s_device_in_another_scripts_digits_is_refused(cli):
     assert cli.refused("cifar10", "train", "--device", "cuda:١", "--data-dir", ".").startswith(
         "dtrain: error: --device 'cuda:١' is not a device: give cpu or cuda")
+
+
+@pytest.mark.parametrize("argv, said", [
+    (("bench", "scaling", "--workload", "cifar10", "--data-dir", ".", "--cpu-per-process", "١"),
+     "--cpu-per-process ١ is out of range: give 0.01 to 1024"),  # float() read it as 1: a run of 1 CPU each
+    (("bench", "scaling", "--workload", "cifar10", "--data-dir", ".", "--batch", ""),
+     "--batch '' is not a whole number: give 1 to 65536"),  # it said '--batch nan', a value nobody typed
+    (("cifar10", "synth", "--out", "s", "--n-train", " "), "--n-train ' ' is not a whole number: give 5 to"),
+])
+def test_a_workloads_number_flag_names_what_was_typed(cli, tmp_path, argv, said):
+    assert cli.refused(*argv).startswith(f"dtrain: error: {said}")
+    assert not (tmp_path / "s").exists()

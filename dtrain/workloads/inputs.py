@@ -36,7 +36,10 @@ MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)  # a fu
 
 def real_number(text: str) -> float:
     """argparse's `type` for a number (every `type=float` of a `Parser`): float's, keeping what was
-    typed for a refusal ('--cpu-per-process 1e9 is out of range', not 1e+09)."""
+    typed for a refusal ('--cpu-per-process 1e9 is out of range', not 1e+09). Another script's digits
+    ('١٢', which float() reads as 12) are NaN as typed: never in range (in_range names them)."""
+    if not text.isascii():
+        return TypedFloat(math.nan, text.strip())
     return TypedFloat(float(text), text.strip())  # always: '2048.0' is not quoted as 2048
 
 
@@ -62,8 +65,8 @@ def whole_number(text: str) -> int:
             return TypedFloat(math.copysign(math.inf, -1 if t.startswith("-") else 1), t)
     try:
         value = float(t)
-    except ValueError:
-        return NotWhole(math.nan, text)
+    except ValueError:  # an empty one is named '' ('--batch  is not ...' read as nan's)
+        return NotWhole(math.nan, text if t else repr(text))
     if math.isfinite(value) and exact(TypedFloat(value, t)).denominator == 1:  # 2.0000000000000001 is no 2
         return typed(int(value), t)
     return NotWhole(value, t)
