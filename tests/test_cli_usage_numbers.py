@@ -111,3 +111,13 @@ def test_cifar10s_device_in_another_scripts_digits_is_refused(cli):
 def test_a_workloads_number_flag_names_what_was_typed(cli, tmp_path, argv, said):
     assert cli.refused(*argv).startswith(f"dtrain: error: {said}")
     assert not (tmp_path / "s").exists()
+
+
+@pytest.mark.parametrize("steps, warmup", [("3", "5"), ("5", "5"), ("6", "5")])
+def test_bench_scaling_steps_not_past_the_warmup_is_one_line_before_any_run(cli, tmp_path, steps, warmup):
+    """Pinned (already so): both values and the fix named, exit 2, no job submitted."""
+    said = cli.refused("bench", "scaling", "--workload", "cifar10", "--data-dir", ".", "--steps", steps,
+                       "--warmup", warmup)
+    assert said == (f"dtrain: error: --steps {steps} leaves no steps to time after --warmup {warmup}: give --steps "
+                    f"{int(warmup) + 2} or more (or a smaller --warmup), e.g. --steps 20 --warmup 5")
+    assert cli.ok("list", "-A").startswith("No jobs")
