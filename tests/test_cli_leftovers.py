@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from conftest import Dtrain, assert_usage_error
+from conftest import DTRAIN, Dtrain, assert_usage_error
 from dtrain.backends.local.logfiles import BLOCK, LogFiles
 from dtrain.backends.local.rankrun import format_line
 from dtrain.backends.local.store import JobStore
@@ -372,3 +373,35 @@ def test_config_sagemaker_unset_removes_a_saved_vpc_and_image(dt: Dtrain):
     assert_usage_error(dt("config", "sagemaker", "--unset", "nosuch", check=False), "--unset")
     assert_usage_error(dt("config", "project", "--unset", "image", check=False),
                        "--unset is for 'dtrain config sagemaker'")
+
+
+def test_logs_follow_of_a_pending_job_says_it_waits(dt: Dtrain):
+    """`logs -f` on a queued job printed nothing until it started: a bare wait, read as a hang."""
+    _queue_unseen(dt.home, "early")
+    proc = subprocess.Popen([DTRAIN, "logs", "early", "-f"], env=dt.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        first = proc.stderr.readline()  # said before following starts
+        dt("delete", "early")  # following ends with the job
+        out, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert first == ("dtrain: job 'early' is Pending (queued: waiting for the scheduler to place it): its lines "
+                     "follow once it starts (Ctrl-C stops following, not the job)\n")
+    assert proc.returncode == 0 and out == "" and err == ""
+
+
+def test_logs_follow_ending_at_a_suspension_says_so(dt: Dtrain):
+    """`logs -f` ended at `dtrain suspend` with a bare prompt, as if the job had ended."""
+    dt("submit", "done", "--", "true")
+    dt("wait", "done")
+    assert dt("logs", "done", "-f").stderr == ""  # a job that ended: nothing to explain
+    dt("submit", "pause", "--", "sh", "-c", "echo up; sleep 120")
+    dt.wait_running("pause")
+    dt("suspend", "pause")
+    proc = dt("logs", "pause", "-f")
+    assert proc.stderr.strip().splitlines() == [
+        "dtrain: job 'pause' is Suspended: its processes are stopped, so following ends here; "
+        "'dtrain resume pause' starts it again, then 'dtrain logs pause -f' follows it"]
+    dt("delete", "pause")

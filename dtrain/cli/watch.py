@@ -14,7 +14,7 @@ from dtrain import JobStatus
 from dtrain.cli import format as fmt
 from dtrain.cli.lookup import _get, _in_project, _job_names
 from dtrain.client import Client, TimeoutError_
-from dtrain.errors import SpecError
+from dtrain.errors import NotFoundError, SpecError
 from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, check_limit_bytes, check_rank, check_tail, counted, shown,
                           wait_refusal)
 from dtrain.numbers import exact, plain, real_number, whole_number
@@ -38,6 +38,10 @@ def cmd_logs(args, client: Client) -> int:
     refuse_pod(args, client, info)
     many = rank is None and info.spec.processes > 1
     printed = False
+    # a bare wait read as a hang; a job Pending again after a run: the backend's notice says it (its next run)
+    if args.follow and info.status is JobStatus.PENDING and info.started is None and not args.previous:
+        print(f"dtrain: job '{info.name}' is Pending ({info.message or 'not started'}): its lines follow once it "
+              f"starts (Ctrl-C stops following, not the job)", file=sys.stderr, flush=True)
     lines = client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
                         previous=args.previous, limit_bytes=args.limit_bytes, project=args.project)
     try:
@@ -54,6 +58,8 @@ def cmd_logs(args, client: Client) -> int:
         if not args.follow:
             raise
         return _left(client, info, "following the logs of")
+    if args.follow and not args.previous:
+        _said_suspended(client, args, info)
     # as kubectl: why nothing came (unless the backend said it: a restarted SageMaker host not started again)
     if (not printed and not args.follow and info.status.value == "Pending"
             and not lines.notices):
@@ -61,6 +67,21 @@ def cmd_logs(args, client: Client) -> int:
         print(f"dtrain: job '{info.name}' is Pending ({info.message or 'not started'}): no process has "
               f"started, so there are no logs yet; '{follow}' waits for them", file=sys.stderr)
     return 0
+
+
+def _said_suspended(client: Client, args, info) -> None:
+    """`logs -f` ends at a suspension (the processes have stopped): said, since a bare prompt reads as
+    a job that ended, and the lines come back only after a resume, on a new follow."""
+    try:
+        now = client.get(info.name, project=args.project)
+    except NotFoundError:  # purged meanwhile: nothing to resume
+        return
+    if now.status is not JobStatus.SUSPENDED:
+        return
+    resume = client.command_for(f"resume {info.name}", backend=now.backend, project=now.spec.project)
+    follow = client.command_for(f"logs {info.name} -f", backend=now.backend, project=now.spec.project)
+    print(f"dtrain: job '{info.name}' is Suspended: its processes are stopped, so following ends here; "
+          f"'{resume}' starts it again, then '{follow}' follows it", file=sys.stderr, flush=True)
 
 
 def pod_ranks(pod: str, info) -> list[int]:
