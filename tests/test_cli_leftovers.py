@@ -13,6 +13,7 @@ from conftest import DTRAIN, Dtrain, assert_usage_error
 from dtrain.backends.local.logfiles import BLOCK, LogFiles
 from dtrain.backends.local.rankrun import format_line
 from dtrain.backends.local.store import JobStore
+from dtrain.cli.main import main
 from dtrain.spec import JobSpec
 
 
@@ -405,3 +406,20 @@ def test_logs_follow_ending_at_a_suspension_says_so(dt: Dtrain):
         "dtrain: job 'pause' is Suspended: its processes are stopped, so following ends here; "
         "'dtrain resume pause' starts it again, then 'dtrain logs pause -f' follows it"]
     dt("delete", "pause")
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["volume"], "ACTION (one of create, update, list, describe, delete, classes)"),
+    (["snapshot"], "ACTION (one of create, wait, list, describe, restore, delete, verify, diff)"),
+    (["config"], "what (one of project, backend, sagemaker, kubernetes, storage-class, node-labels, forget-backend)"),
+    (["completion"], "shell (one of bash, zsh)")])
+def test_a_missing_action_names_the_words_it_takes(tmp_path, monkeypatch, capsys, argv, words):
+    """`dtrain volume` alone said 'the following arguments are required: ACTION': a placeholder a new
+    user cannot guess the words for, where a misspelt one is answered with the word meant."""
+    monkeypatch.setenv("DTRAIN_HOME", str(tmp_path / "home"))
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    prog = " ".join(["dtrain", *argv])
+    assert exit_.value.code == 2
+    assert err == f"{prog}: error: the following arguments are required: {words} (see '{prog} --help')\n"

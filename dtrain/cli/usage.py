@@ -47,6 +47,8 @@ class Parser(argparse.ArgumentParser):
             near = difflib.get_close_matches(unknown.split("=", 1)[0], self._long_options(), n=1, cutoff=0.75)
             hint = hint or (f"did you mean {near[0]}?" if near else "")
             message = f"unrecognized arguments: {unknown}{f' ({hint})' if hint else ''}; {message}"
+        elif choices := self._missing_choices(message):  # `dtrain volume`: the words it takes, not a bare ACTION
+            message = f"{message} (one of {choices})"
         elif near := near_choice(message):  # `dtrain sumbit`: the word meant, not a list of 25 verbs
             message = near
         elif message.endswith(": expected one argument") and (dashed := self._dashed_value(message)):
@@ -65,6 +67,17 @@ class Parser(argparse.ArgumentParser):
             if option in names and self._unknown_option(word):
                 return option, word
         return None
+
+    def _missing_choices(self, message: str) -> str | None:
+        """The words a missing positional takes when it has a list of them (`volume`'s ACTION, `config`'s
+        what): 'required: ACTION' alone named a placeholder a new user cannot guess the words for."""
+        head, _, missing = message.partition("the following arguments are required: ")
+        if head or not missing:
+            return None
+        wanted = missing.split(", ")
+        lists = [a.choices for a in self._actions if not a.option_strings and a.choices is not None
+                 and "\0" not in a.choices and (a.metavar or a.dest) in wanted]
+        return "; ".join(", ".join(list(c)) for c in lists) or None
 
     def _stray_name(self, message: str) -> str | None:
         """The word given for a missing name positional (one without choices: every verb's job, volume or
