@@ -190,6 +190,27 @@ def test_every_path_refuses_a_class_folder_that_was_removed(unmounted):
         assert not root.exists()
 
 
+@pytest.mark.parametrize("dry", [[], ["--dry-run"]])
+def test_a_restore_out_of_a_lost_volumes_class_names_another_class(unmounted, dry):
+    """A lost volume's refusal says to restore a snapshot into a new volume; without --class that restore
+    goes to the snapshot's class, whose folder is gone too, and its refusal named no way out but the disk."""
+    dt, root = unmounted
+    root.mkdir()
+    dt("volume", "create", "work", "--class", "fast")
+    dt("snapshot", "create", "work", "--name", "w1")
+    shutil.rmtree(root)
+    assert "restore one of its snapshots into a new volume" in usage_line(
+        dt("snapshot", "restore", "w1", "--in-place", check=False))
+    line = usage_line(dt("snapshot", "restore", "w1", "--to", "back", *dry, check=False))
+    assert f"its folder {root} {GONE}" in line
+    assert line.endswith("; or restore into another class: `dtrain snapshot restore w1 --to back --class local`")
+    assert not root.exists()
+    dt("snapshot", "restore", "w1", "--to", "back", "--class", "local", *dry)  # the named way out works
+    # a class given by hand is the user's choice: its refusal stays the disk's alone
+    assert "another class" not in usage_line(dt("snapshot", "restore", "w1", "--to", "b2", "--class", "fast",
+                                                 check=False))
+
+
 def test_volume_classes_shows_such_a_class_as_not_mounted(unmounted):
     dt, root = unmounted
     fast = next(c for c in dt.json("volume", "classes") if c["name"] == "fast")

@@ -14,6 +14,7 @@ from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError, SpecError, StorageError
 from dtrain.names import check_name, listed
 from dtrain.storage import fileio, folders
+from dtrain.storage.classes import DEFAULT_CLASS
 from dtrain.storage import manifest as mf
 from dtrain.storage.folders import PENDING
 from dtrain.storage.info import Snapshot, Volume, human_bytes
@@ -84,12 +85,26 @@ class Restores:
             return self._clone(snap, to, size=None, storage_class=storage_class, labels={}, progress=progress)
         return self._restore_in_place(snap, in_use_by, progress)
 
+    def restore_root(self, snap: Snapshot, to: str, storage_class: str | None, *,
+                     claim: bool = True) -> tuple[str, Path]:
+        """The class and root folder a restore of `snap` into new volume `to` goes to: the given class, else
+        the snapshot's. A snapshot's class whose folder is gone (a disk not mounted, the lost volume's) is
+        refused naming --class too: the lost volume's own refusal sends its user here, and the way out is
+        another class."""
+        given = storage_class is not None
+        storage_class = storage_class if given else self.snapshot_class(snap)
+        try:
+            return storage_class, self.class_root(storage_class, claim=claim)
+        except StorageError as err:
+            if given or storage_class == DEFAULT_CLASS:
+                raise
+            fix = self.cmd(f"snapshot restore {snap.name} --to {to} --class {DEFAULT_CLASS}")
+            raise StorageError(f"{err}; or restore into another class: `{fix}`") from None
+
     def _clone(self, snap: Snapshot, to: str, *, size: str | None, storage_class: str | None,
                labels: dict, progress) -> Volume:
         check_name(to, "volume")
-        if storage_class is None:
-            storage_class = self.snapshot_class(snap)
-        root = self.class_root(storage_class)
+        storage_class, root = self.restore_root(snap, to, storage_class)
         self.ensure_free(to)
         self._collect()
         self._ensure_no_folder(to, root)

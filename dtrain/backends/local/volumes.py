@@ -50,9 +50,8 @@ class VolumeHooks:
             target = self.storage.in_place_target(snap)
             return [{"backend": self.name, "restore": name, "into": target.name, "in_place": True,
                      "storage_class": target.storage_class}]
-        if storage_class is None:  # as Storage._clone picks it: the snapshot's, where this machine has it
-            storage_class = self.storage.snapshot_class(snap)
-        root = self.storage.class_root(storage_class, claim=False)  # an unknown class: the restore's one line
+        # as Storage._clone picks it (the snapshot's class, where this machine has it); refused in its words
+        storage_class, root = self.storage.restore_root(snap, to, storage_class, claim=False)
         check_name(to, "volume")
         self.storage.ensure_free(to)  # a name taken: the restore's one line, not a plan that cannot run
         return [{"backend": self.name, "restore": name, "into": to, "in_place": False,
