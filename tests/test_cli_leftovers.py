@@ -423,3 +423,18 @@ def test_a_missing_action_names_the_words_it_takes(tmp_path, monkeypatch, capsys
     prog = " ".join(["dtrain", *argv])
     assert exit_.value.code == 2
     assert err == f"{prog}: error: the following arguments are required: {words} (see '{prog} --help')\n"
+
+
+@pytest.mark.parametrize("argv", [["volume", "update", "work", "--size", "200Gi"],
+                                  ["volume", "update", "work", "--size=200Gi", "--class", "fast"]])
+def test_volume_update_size_says_a_size_is_set_when_made(tmp_path, monkeypatch, capsys, argv):
+    """A Kubernetes user expanding a claim read 'unrecognized arguments: --size; ... required: --class',
+    as if nothing had been typed."""
+    monkeypatch.setenv("DTRAIN_HOME", str(tmp_path / "home"))
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1
+    assert err.startswith("dtrain volume update: error: --size cannot change: a volume's size is set when it is "
+                          "made (locally it is recorded, not enforced"), err
+    assert "--class CLASS" in err and not (tmp_path / "home").exists()

@@ -28,6 +28,19 @@ class NetAppTier(argparse.Action):
                      f"--class {values or 'CLASS'} (the classes: 'dtrain volume classes')")
 
 
+class SizeNotChanged(argparse.Action):
+    """`volume update --size` (a PVC's expansion, `kubectl patch pvc`): refused saying what a size is here,
+    where argparse said only "unrecognized" and that --class was missing, as if nothing had been typed."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs="?", help=argparse.SUPPRESS)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(f"{option_string} cannot change: a volume's size is set when it is made (locally it is "
+                     f"recorded, not enforced: a volume may outgrow it, and 'dtrain volume list' shows what it "
+                     f"uses); 'volume update' changes its storage class (--class CLASS)")
+
+
 def _progress():
     """A tqdm bar on a terminal, nothing otherwise (logs stay clean)."""
     if not sys.stderr.isatty():
@@ -413,6 +426,7 @@ def register(sub) -> None:
         _dry_run_flag(vs.choices[verb])
     for verb in ("create", "update"):
         vs.choices[verb].add_argument("--tier", action=NetAppTier)
+    vs.choices["update"].add_argument("--size", action=SizeNotChanged)
     for c in vs.choices.values():
         _project_flag(c)
         _backend_flag(c)
