@@ -38,7 +38,7 @@ from dtrain.client_settings import Settings
 from dtrain.client_storage import StorageVerbs
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
 from dtrain.errors import NotFoundError, SpecError
-from dtrain.names import near_name, shown
+from dtrain.names import check_name, near_name, shown
 from dtrain.remotes import RemoteReads, SentTo
 from dtrain.spec import JobSpec, notebook_spec
 
@@ -77,8 +77,8 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         self._submitted: dict[str, tuple[str, str]] = {}
         self._sent_to = SentTo(self.home)  # the backends any process of this home submitted to: list -A reads them
         self._remote_reads: RemoteReads | None = None  # set by share_remote_reads: summary's counts, shared a while
-        if backend is not None and backend not in BACKENDS and backend not in self._backends:
-            raise SpecError(f"unknown backend {backend!r}; use one of {', '.join(BACKENDS)}")
+        if backend is not None and (not isinstance(backend, str) or backend not in {*BACKENDS, *self._backends}):
+            raise SpecError(f"unknown backend {shown(backend)}; use one of {', '.join(BACKENDS)}")
 
     # ---- backends -------------------------------------------------------------------------
     def backend(self, name: str | None = None, *, project: str | None = None) -> Backend:
@@ -87,6 +87,10 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         configured project's); an injected one is used as given."""
         if self.config_problem is not None:
             raise self.config_problem.with_traceback(None)
+        if name is not None and not isinstance(name, str):  # a list or a Path: not a TypeError from a dict lookup
+            raise SpecError(f"unknown backend {shown(name)}; use one of {', '.join(dict.fromkeys([*BACKENDS, *self._backends]))}")
+        if project is not None and not isinstance(project, str):  # every verb's project= comes through here
+            check_name(project, "project")  # refuses it in the words of a bad name, not a TypeError or SQL's
         given, project = project, project or self.config.project
         name = name or self._backend_name or self.config.backend_for(project)
         if name in self._backends:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig
 from dtrain.errors import NotFoundError, SpecError
-from dtrain.names import shown
+from dtrain.names import name_list, shown
 from dtrain.numbers import plain_numbers
 from dtrain.spec import check_name
 
@@ -103,8 +103,7 @@ class Settings:
         """Merge settings (role, bucket, region, subnets, ...) into config.yaml, after removing the
         keys in `unset` (a VPC or an image no longer wanted); all checked before saving."""
         from dtrain.backends.sagemaker.config import SageMakerConfig
-        if isinstance(unset, str):  # 'vpc' read a character at a time, and nothing was unset
-            unset = (unset,)
+        unset = name_list(unset, "unset", "unset=['subnets', 'security_group_ids']")  # 'vpc': one key, not 3
         given = {k: v for k, v in settings.items() if v is not None}
         if both := sorted(set(given) & set(unset)):
             raise SpecError(f"{both[0]} is both set and unset: give one of them; nothing was changed")
@@ -138,8 +137,7 @@ class Settings:
         config.yaml's `kubernetes:`, after removing the keys in `unset`; checked as the backend checks
         them when it reads config.yaml, before anything is saved. A kubeconfig is saved absolute (a
         relative one would be read from wherever a later command runs)."""
-        if isinstance(unset, str):
-            unset = (unset,)
+        unset = name_list(unset, "unset", "unset=['context', 'kubeconfig']")
         given = {k: v for k, v in settings.items() if v is not None}
         if both := sorted(set(given) & set(unset)):
             raise SpecError(f"{both[0]} is both set and unset: give one of them; nothing was changed")
@@ -184,7 +182,10 @@ class Settings:
         from dtrain.backends.local.node import WELL_KNOWN
         from dtrain.spec import node_labels
 
-        given, unset = dict(labels or {}), [unset] if isinstance(unset, str) else list(unset)
+        if labels is not None and not isinstance(labels, Mapping):
+            raise SpecError(f"invalid node labels {shown(labels)}: give a mapping of label to value, e.g. "
+                            f"{{'gpu-type': 'a100'}}; nothing was changed")
+        given, unset = dict(labels or {}), list(name_list(unset, "unset", "unset=['gpu-type']"))
         if both := sorted(set(given) & set(unset), key=str):
             raise SpecError(f"node label {both[0]} is both set and unset: give one of them; nothing was changed")
         if own := next((k for k in [*given, *unset] if k in WELL_KNOWN), None):
@@ -209,6 +210,9 @@ class Settings:
     def set_storage_class(self, name: str, folder: str | Path) -> str:
         """Define (or re-point) local storage class `name` as `folder` (made absolute), checked as
         loading config.yaml checks it; every other setting stays. Returns the folder saved."""
+        if not isinstance(name, str):  # a list: not a TypeError from config.yaml's mapping
+            raise SpecError(f"storage class {shown(name)}: use a lower-case name other than 'local', e.g. "
+                            f"set_storage_class('fast', '/nvme/dtrain'); nothing was changed")
         if not isinstance(folder, (str, Path)) or not str(folder):
             raise SpecError(f"storage class {name!r}: give its folder, e.g. /nvme/dtrain")
         root = str(Path(os.path.abspath(os.path.expanduser(folder))))
@@ -231,8 +235,7 @@ class Settings:
     def unset_storage_classes(self, names: list[str] | tuple[str, ...]) -> dict[str, int]:
         """Remove local storage classes from config.yaml (their volumes stay where they are, listed
         NotConfigured by `volume classes`). Returns how many volumes each still held."""
-        if isinstance(names, str):  # one name, not its characters
-            names = [names]
+        names = name_list(names, "storage class names", "['fast']")  # one name, not its characters
         def change(cfg: UserConfig) -> None:
             missing = [n for n in names if n not in cfg.storage_classes]
             if missing:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 from dtrain.backends.base import (Backend, FreedInfo, JobInfo, JobPage, Listed, Page, Progress, SnapshotInfo, VolumeInfo,
                                   check_page, page_of)
 from dtrain.errors import NotFoundError
+from dtrain.names import name_list
 from dtrain.spec import check_name
 
 if TYPE_CHECKING:
@@ -151,6 +152,8 @@ class StorageVerbs:
         With `mounting` (volume names), only the jobs that mount one of them or recorded a snapshot as their
         data's source, where the backend can pick them at its source (Backend.mounting_page; the local
         one's SQL); elsewhere the newest jobs all the same, and `total` counts those not read."""
+        if mounting is not None:  # a set, a list, or one name; not an int or bytes read deep inside
+            mounting = name_list(mounting, "mounting", "mounting=['data']")
         backend = self._expired_forgotten(self._storage(project), project)
         scope = project or backend.volume_project()
         if mounting is not None and (page := backend.mounting_page(mounting, project=scope, limit=limit)) is not None:

@@ -135,6 +135,17 @@ def check_name(name: str, what: str = "job") -> str:
     return name
 
 
+def name_list(value, what: str, example: str) -> tuple[str, ...]:
+    """Names an SDK argument takes as one string or a list, tuple or set of strings (`unset='vpc'` is
+    one name, not its characters); anything else (None, a number, a Path, bytes, a mapping) is one
+    SpecError line naming `what`, not a TypeError from inside."""
+    if isinstance(value, str):
+        return (value,)
+    if isinstance(value, (list, tuple, set, frozenset)) and all(isinstance(v, str) for v in value):
+        return tuple(value)
+    raise SpecError(f"invalid {what} {shown(value)}: give a name or a list of names, e.g. {example}")
+
+
 def check_storage_class(name: str) -> str:
     """A storage class: 'local' on the local backend, a StorageClass name on Kubernetes."""
     return check_subdomain(name, "storage class", "'local' or 'fast.nvme'")
