@@ -134,6 +134,7 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
 
     @property
     def default_project(self) -> str:
+        """The project of the jobs and verbs that name none: config.yaml's (`dtrain config project`)."""
         return self.config.project
 
     # ---- jobs -----------------------------------------------------------------------------

@@ -253,10 +253,15 @@ class Settings:
 
     # ---- the default project and backend -------------------------------------------------
     def set_default_project(self, name: str) -> None:
+        """Make `name` the project of every job and verb that names none, in config.yaml (`dtrain config
+        project NAME`, `dtrain project set NAME`)."""
         check_name(name, "project")
         self.config = UserConfig.update(self.home, lambda cfg: setattr(cfg, "project", name))
 
     def set_default_backend(self, name: str, *, project: str | None = None) -> None:
+        """Make `name` ('local', 'kubernetes' or 'sagemaker') the backend of the jobs that name none, or with
+        `project` that project's, in config.yaml (`dtrain config backend NAME [-p PROJECT]`); its settings
+        are checked first."""
         if name not in BACKENDS:
             raise SpecError(f"unknown backend {shown(name)}; use one of {', '.join(BACKENDS)}")
         if name == "kubernetes":  # its settings checked now, not by the first command that uses it

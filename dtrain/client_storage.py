@@ -51,6 +51,8 @@ class StorageVerbs:
 
     def create_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None,
                       project: str | None = None) -> VolumeInfo:
+        """Make an empty volume `name` of `size` (a Kubernetes quantity: '1Mi', '10Gi') in `storage_class`
+        (None: the backend's default); its `VolumeInfo` (`dtrain volume create`)."""
         return self._storage(project).create_volume(name, size=size, storage_class=storage_class)
 
     def render_volume(self, name: str, *, size: str = "10Gi", storage_class: str | None = None,
@@ -60,13 +62,16 @@ class StorageVerbs:
 
     def render_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         project: str | None = None) -> list[dict]:
+        """What create_snapshot would send (a dry run: `dtrain snapshot create --dry-run`)."""
         return self._storage(project).render_snapshot(volume, name=name, job=job)
 
     def render_restore(self, name: str, *, to: str | None = None, in_place: bool = False,
                        storage_class: str | None = None, project: str | None = None) -> list[dict]:
+        """What restore_snapshot would send (a dry run: `dtrain snapshot restore --dry-run`)."""
         return self._storage(project).render_restore(name, to=to, in_place=in_place, storage_class=storage_class)
 
     def list_volumes(self, *, project: str | None = None) -> list[VolumeInfo]:
+        """The volumes, by name, as `VolumeInfo`s (`dtrain volume list`)."""
         return self._storage(project).list_volumes()
 
     def page_volumes(self, *, project: str | None = None, limit: int | None = None, offset: int = 0) -> Page:
@@ -76,6 +81,7 @@ class StorageVerbs:
         return page_of(self.list_volumes(project=project), limit, offset)
 
     def get_volume(self, name: str, *, project: str | None = None) -> VolumeInfo:
+        """Volume `name`'s `VolumeInfo` (`dtrain describe volume NAME`); NotFoundError if there is none."""
         return self._storage(project).get_volume(name)
 
     def list_storage_classes(self, *, project: str | None = None) -> Listed:
@@ -101,11 +107,15 @@ class StorageVerbs:
         return self._storage(project).render_volume_update(name, storage_class=storage_class)
 
     def delete_volume(self, name: str, *, force: bool = False, project: str | None = None) -> None:
+        """Delete volume `name` (its snapshots stay, and restore it); a ConflictError while a job uses it,
+        unless `force` (`dtrain volume delete`)."""
         with self.room_to_free():  # on a full home disk: the delete that frees it still commits
             self._storage(project).delete_volume(name, force=force)
 
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         progress: Progress | None = None, project: str | None = None) -> SnapshotInfo:
+        """Snapshot `volume` now as `name` (None: VOLUME-UTC time), recording `job` as the job whose output
+        it holds (the lineage); `progress(done, total)` is called as files are taken (`dtrain snapshot create`)."""
         return self._storage(project).create_snapshot(volume, name=name, job=job, progress=progress)
 
     def list_snapshots(self, *, volume: str | None = None, job: str | None = None,
@@ -133,6 +143,7 @@ class StorageVerbs:
         return page_of(self.list_snapshots(volume=volume, job=job, project=project), limit, offset)
 
     def get_snapshot(self, name: str, *, project: str | None = None) -> SnapshotInfo:
+        """Snapshot `name`'s `SnapshotInfo` (`dtrain describe snapshot NAME`); NotFoundError if there is none."""
         return self._storage(project).get_snapshot(name)
 
     def wait_snapshot(self, name: str, *, timeout: float | None = None, project: str | None = None) -> SnapshotInfo:
@@ -184,10 +195,14 @@ class StorageVerbs:
                                                        progress=progress)
 
     def delete_snapshot(self, name: str, *, project: str | None = None) -> FreedInfo:
+        """Delete snapshot `name`; a `FreedInfo` saying how many bytes that freed (content other
+        snapshots share stays) (`dtrain snapshot delete`)."""
         with self.room_to_free():  # on a full home disk: the delete that frees it still commits
             return self._storage(project).delete_snapshot(name)
 
     def verify_snapshot(self, name: str | None = None, *, project: str | None = None) -> VerifyReport:
+        """Re-hash snapshot `name`'s content (None: every snapshot's); a `VerifyReport` whose `ok` says
+        whether all of it is intact and `damaged` names what is not (`dtrain snapshot verify`)."""
         return self._storage(project).verify_snapshot(name)
 
     def diff_snapshots(self, a: str, b: str | None = None, *, project: str | None = None) -> list[Change]:

@@ -69,3 +69,11 @@ def test_a_storage_class_name_that_is_not_a_name_is_a_spec_error(home, tmp_path)
         dtrain.Client(home=home).set_storage_class(["fast"], tmp_path)
     assert not (home / "config.yaml").exists() or "fast" not in (home / "config.yaml").read_text()
 
+
+
+def test_every_public_verb_of_the_client_has_a_docstring():
+    """help(Client.create_volume), get_volume, create_snapshot, ... showed only the signature."""
+    missing = [name for name, member in inspect.getmembers(dtrain.Client)
+               if not name.startswith("_") and (callable(member) or isinstance(member, property))
+               and not inspect.getdoc(member.fget if isinstance(member, property) else member)]
+    assert missing == []
