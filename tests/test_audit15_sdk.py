@@ -77,3 +77,20 @@ def test_every_public_verb_of_the_client_has_a_docstring():
                if not name.startswith("_") and (callable(member) or isinstance(member, property))
                and not inspect.getdoc(member.fget if isinstance(member, property) else member)]
     assert missing == []
+
+
+@pytest.mark.parametrize("word", ["Done", "succeeded", 5, None, ["Running"]])
+def test_a_job_status_made_from_a_word_it_is_not_is_a_spec_error_naming_the_statuses(word):
+    """JobStatus('Done') was enum's bare ValueError ('Done' is not a valid JobStatus); a ValueError still."""
+    with pytest.raises(SpecError, match=r"^invalid status .*: use one of Pending, Running, Succeeded, Failed, "
+                                        r"Deleted, Suspended$"):
+        dtrain.JobStatus(word)
+    assert dtrain.JobStatus("Running") is dtrain.JobStatus.RUNNING
+
+
+@pytest.mark.parametrize("items", [5, 1.5, Path("env.txt"), True, b"A=1"])
+def test_parse_env_of_something_that_is_no_list_is_a_spec_error(items):
+    """parse_env(5) was a TypeError ('int' object is not iterable)."""
+    with pytest.raises(SpecError, match=r"^invalid -e list .*: give a list of KEY=VALUE strings"):
+        dtrain.parse_env(items)
+    assert dtrain.parse_env(["A=1", "A=2"]) == {"A": "2"} and dtrain.parse_env(None) == {}

@@ -45,6 +45,11 @@ class JobStatus(str, Enum):
     def __str__(self) -> str:
         return self.value
 
+    @classmethod
+    def _missing_(cls, value):
+        """`JobStatus('Done')`, `JobStatus(5)`: one SpecError line (a ValueError still) naming the statuses."""
+        raise status_refusal(value, [s.value for s in cls])
+
 
 @dataclass(frozen=True, kw_only=True)
 class ProcessInfo:

@@ -4,6 +4,7 @@ seed's ENABLE_SNAPSHOT / PVC_NAME request."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Mapping
 
 from dtrain.errors import SpecError
@@ -23,7 +24,8 @@ SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV = "ENABLE_SNAPSHOT", "PVC_NAME"
 def parse_env(items) -> dict[str, str]:
     """Parse repeated ``-e KEY=VALUE`` into a dict; the last value of a key wins."""
     env: dict[str, str] = {}
-    if isinstance(items, (str, bytes)):  # its characters would each be read as one -e
+    # a string's characters would each be read as one -e; a number or a Path is no list (a TypeError in the loop)
+    if isinstance(items, (str, bytes)) or (items is not None and not isinstance(items, Iterable)):
         raise SpecError(f"invalid -e list {shown(items)}: give a list of KEY=VALUE strings, e.g. ['BATCH_SIZE=33']")
     for item in items or ():
         key, sep, value = _text(item, "-e").partition("=")
