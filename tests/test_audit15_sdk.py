@@ -94,3 +94,14 @@ def test_parse_env_of_something_that_is_no_list_is_a_spec_error(items):
     with pytest.raises(SpecError, match=r"^invalid -e list .*: give a list of KEY=VALUE strings"):
         dtrain.parse_env(items)
     assert dtrain.parse_env(["A=1", "A=2"]) == {"A": "2"} and dtrain.parse_env(None) == {}
+
+
+def test_a_log_stream_prints_what_it_is_and_how_to_read_it(home):
+    """client.logs(name) in a notebook cell printed <dtrain.backends.logstream.LogStream object at 0x...>."""
+    client = dtrain.Client(home=home)
+    client.submit(dtrain.JobSpec(name="hello", command=["python", "-c", "print('hi')"]))
+    assert client.wait("hello", timeout=120).status == dtrain.JobStatus.SUCCEEDED
+    stream = client.logs("hello")
+    assert repr(stream) == ("<LogStream of job 'hello': an iterator of LogLine(rank, time, text), read with list() "
+                            "or a for loop; 0 notice(s) so far>")
+    assert [line.text for line in stream] == ["hi"]

@@ -157,7 +157,7 @@ class Backend(BackendHooks):
             raise SpecError(f"invalid rank {shown(typed)}: job {name!r} has {info.spec.processes} process(es), "
                             f"ranks 0 to {info.spec.processes - 1}")
         return LogStream(self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous),
-                         limit_bytes)
+                         limit_bytes, job=name)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None,
              command: Callable[[str], str] | None = None) -> JobInfo:

@@ -17,8 +17,9 @@ class LogStream:
     again). A `_logs` hook yields a :class:`Notice` among its lines; it is kept here, and logged at once
     (`dtrain: warning: ...` on stderr, as a follower may wait long for the next line), not yielded."""
 
-    def __init__(self, items: Iterator[LogLine | Notice], limit_bytes: int | None = None):
+    def __init__(self, items: Iterator[LogLine | Notice], limit_bytes: int | None = None, *, job: str | None = None):
         self._items = items
+        self.job = job  # whose lines: what its repr names
         self._notices: list[Notice] = []
         lines = self._lines()
         self._out = lines if limit_bytes is None else _at_most(lines, limit_bytes)
@@ -39,6 +40,12 @@ class LogStream:
             close = getattr(self._items, "close", None)
             if close is not None:  # a generator's files are closed now, not when it is collected
                 close()
+
+    def __repr__(self) -> str:
+        # what a notebook cell shows for client.logs(name): what it is and how to read it, not an address
+        whose = f" of job {self.job!r}" if self.job else ""
+        return (f"<LogStream{whose}: an iterator of LogLine(rank, time, text), read with list() or a for loop; "
+                f"{len(self._notices)} notice(s) so far>")
 
     def __iter__(self) -> LogStream:
         return self
