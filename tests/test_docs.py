@@ -9,6 +9,8 @@
 - Every other console block runs: each doc's blocks top to bottom, in one bash, in a fresh
   temporary DTRAIN_HOME and working folder; every command must exit 0. A doc holding
   `<!-- docs-test: slow -->` is run only in the slow suite.
+- The Python a block outside the console ones feeds to `python - <<'EOF'` (a manifest piped to
+  `kubectl apply -f -`) runs alone, as written, and prints something.
 - Every `dtrain ...` command shown anywhere in a doc (inline code, any fenced block) and every one
   named in a message or help text of the source is checked against the parsers.
 """
@@ -182,6 +184,40 @@ def test_doc_console_blocks_run_as_written(doc, tmp_path):
                        cwd=work, env=env, capture_output=True, timeout=120)
     assert proc.returncode == 0, f"{proc.stderr[-3000:]}\n--- stdout ---\n{proc.stdout[-3000:]}"
 
+
+
+# ---- the Python a non-console block feeds to `python -` (its output piped on: kubectl apply) ------------------
+def piped_pythons(path: Path) -> list[tuple[int, str]]:
+    """(line, source) of each `python - <<'EOF'` heredoc outside the console blocks (those run above, or
+    say what they need): a ```bash block, indented in a list, whose output goes to `kubectl apply -f -`
+    cannot run here, but the Python that writes the manifest can, and must run as written."""
+    import textwrap
+
+    lines = path.read_text().splitlines()
+    console = {n for start, info, body in _fences(lines) if info == "console" for n in range(start, start + len(body) + 2)}
+    found = []
+    for i, line in enumerate(lines):
+        m = re.match(r"\s*(?:\$ )?python3? - <<-?\s*'?\"?([A-Za-z_]+)", line)
+        if m and i not in console:
+            end = next((j for j in range(i + 1, len(lines)) if lines[j].strip() == m.group(1)), len(lines))
+            found.append((i + 1, textwrap.dedent("\n".join(lines[i + 1:end]))))
+    return found
+
+
+def test_the_collector_finds_the_python_fed_to_kubectl_in_kubernetes_md():
+    found = piped_pythons(REPO / "docs" / "kubernetes.md")
+    assert any("render_snapshot_class" in source for _, source in found), found
+
+
+@pytest.mark.parametrize("doc", [d for d in docs() if piped_pythons(d)], ids=lambda p: p.name)
+def test_python_a_doc_pipes_to_another_command_runs_as_written(doc, tmp_path):
+    """docs/kubernetes.md's VolumeSnapshotClass (python - <<'EOF' | kubectl apply -f -) ran in no test."""
+    env = {**os.environ, "DTRAIN_HOME": str(tmp_path / "home")}
+    for line, source in piped_pythons(doc):
+        proc = subprocess.run([sys.executable, "-"], input=source, cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert proc.returncode == 0, f"{doc.name}:{line}: {proc.stderr[-2000:]}"
+        assert proc.stdout.strip(), f"{doc.name}:{line}: printed nothing for the command it is piped to"
 
 def test_collector_reads_continuations_heredocs_and_markers(tmp_path):
     doc = tmp_path / "x.md"
