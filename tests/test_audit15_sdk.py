@@ -105,3 +105,16 @@ def test_a_log_stream_prints_what_it_is_and_how_to_read_it(home):
     assert repr(stream) == ("<LogStream of job 'hello': an iterator of LogLine(rank, time, text), read with list() "
                             "or a for loop; 0 notice(s) so far>")
     assert [line.text for line in stream] == ["hi"]
+
+
+def test_exec_of_a_command_that_is_no_list_of_words_is_a_spec_error(home):
+    """exec(name, 5) was a TypeError ('int' object is not iterable); exec(name, {'ls': 1}) ran `ls`."""
+    client = dtrain.Client(home=home)
+    client.submit(dtrain.JobSpec(name="sleeper", command=["sleep", "60"]))
+    try:
+        for command in (5, Path("/bin/true"), {"true": 1}, "true", [Path("/bin/true")]):
+            with pytest.raises(SpecError, match=r"^exec needs a command after '--'"):
+                client.exec("sleeper", command, running_timeout=60)
+        assert client.get("sleeper").status.suspendable  # Pending or Running still: refused, not run
+    finally:
+        client.delete("sleeper")

@@ -279,7 +279,8 @@ class Backend(BackendHooks):
             if info.status not in (JobStatus.RUNNING, JobStatus.PENDING):
                 raise ConflictError(f"job {name!r} is {info.status}: exec needs a Running job "
                                     f"(see '{cmd(info.status.listed_by, info.spec.project)}')")
-            if isinstance(command, str) or not command or not all(isinstance(w, str) and "\0" not in w for w in command):
+            if not isinstance(command, (list, tuple)) or not command or not all(  # 5, a Path, a dict's keys: no
+                    isinstance(w, str) and "\0" not in w for w in command):
                 raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt")
             if info.status is JobStatus.PENDING:  # said as it stands once the time is out
                 waited = f" after {running_timeout:g}s" if running_timeout else ""
