@@ -203,6 +203,49 @@ def test_every_rank_stops_with_its_own_line_when_rank_0_finds_the_out_dir_held(t
     assert sorted(p.name for p in out.iterdir()) == ["train.log"] and (out / "train.log").read_text() == ""
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("found", ["link", "unwritable"])
+def test_every_rank_stops_with_the_line_of_what_rank_0_found(tmp_path, found):
+    """Rank 0 alone checks that the folders take a file and that no link was planted at a file it appends to: a
+    refusal there stopped rank 0, and the other ranks waited in their first collective until the timeout. The
+    refusal now goes into the same one all-reduce as the lock's, and every rank stops with one line naming what
+    rank 0 found."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from dtrain.workloads.lanes import synth
+
+    data, out = tmp_path / "tusimple", tmp_path / "run"
+    synth.generate(data, frames_per_file={"label_data_0313.json": 4, "label_data_0531.json": 1,
+                                          "label_data_0601.json": 1}, seed=5, test_frames=1)
+    out.mkdir()
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DTRAIN_", "SM_"))}
+    env.update(OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
+            "-m", "dtrain.workloads.lanes", "train", "--recipe", "tiny", "--data-dir", str(data),
+            "--out-dir", str(out), "--batch-size", "2", "--max-steps", "1"]
+    if found == "link":
+        (out / "metrics.jsonl").symlink_to(tmp_path / "elsewhere")
+        rank0 = f"error: {out / 'metrics.jsonl'} is a symbolic link: training writes its outputs only to files"
+        rank1 = (f"error: rank 0 found a symbolic link at {out / 'metrics.jsonl'}, so rank 1 stops too: remove the "
+                 "link, or give this run another --out-dir")
+    else:  # a folder that takes no file (a read-only volume alike)
+        argv += ["--checkpoint-dir", "/proc"]
+        rank0 = "error: --checkpoint-dir /proc cannot be written (No such file or directory)"
+        rank1 = ("error: rank 0 found that /proc cannot be written (No such file or directory), so rank 1 stops too: "
+                 "use a folder you can write to, with free space, or give this run another --checkpoint-dir")
+    second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    ranks = sorted(line for line in second.stderr.splitlines() if line.startswith("error: "))  # torchrun adds its own
+    assert second.returncode != 0 and len(ranks) == 2, second.stderr[-3000:]
+    assert ranks[0].startswith(rank0) and ranks[1] == rank1, ranks
+    assert not (tmp_path / "elsewhere").exists() and not (out / "train.log").exists()
+
+
 def test_a_hint_names_the_command_of_the_door_it_came_through(cli, tmp_path, capsys):
     """`dtrain lanes evaluate` names `dtrain lanes prepare` (a verb the CLI has); the same code under a plain
     torchrun or `python -m dtrain.workloads.lanes` (a container without the CLI) named it too, a command not

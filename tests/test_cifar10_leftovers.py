@@ -5,6 +5,7 @@ only in resourceconfig.json), and the local SageMaker contract's arguments."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -418,6 +419,62 @@ def test_every_rank_stops_when_rank_0_finds_the_model_dir_held(tmp_path, flag, h
     assert ranks[1].startswith(f"error: rank 0 found another training writing {held.parent}, so rank 1 stops too")
     assert all(line.endswith(f"give this run another {flag}") for line in ranks), ranks
     assert sorted(p.name for p in held.parent.iterdir()) == [held.name] and held.read_text() == ""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("found", ["link", "unwritable"])
+def test_every_rank_stops_with_the_line_of_what_rank_0_found(tmp_path, found):
+    """Rank 0's refusals other than another training's lock: a link planted at the checkpoint folder's lock file
+    made the other ranks say 'rank 0 found another training writing ...'; a checkpoint folder that takes no file
+    (/proc here; a read-only volume alike) raised on rank 0 before the all-reduce, and the others waited in their
+    first collective. Every rank now stops with one line naming what rank 0 found."""
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
+    out = tmp_path / "model"
+    out.mkdir()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+           str(_free_port()), "-m", "dtrain.workloads.cifar10", "train", "--data-dir", str(tmp_path / "data"),
+           "--model-dir", str(out), "--device", "cpu", *SMALL, "--metrics-file", str(tmp_path / "own.jsonl")]
+    if found == "link":
+        (out / ".training.lock").symlink_to(tmp_path / "elsewhere")
+        rank0 = f"error: {out / '.training.lock'} is a symbolic link: training locks a file of its own there"
+        rank1 = (f"error: rank 0 found a symbolic link at {out / '.training.lock'}, so rank 1 stops too: remove the "
+                 "link, or give this run another --model-dir")
+    else:
+        cmd += ["--checkpoint-dir", "/proc"]
+        rank0 = "error: --checkpoint-dir /proc cannot be written (No such file or directory)"
+        rank1 = ("error: rank 0 found that /proc cannot be written (No such file or directory), so rank 1 stops "
+                 "too: use a folder you can write to, with free space, or give this run another --checkpoint-dir")
+    proc = subprocess.run(cmd, cwd=REPO, env=_env(), capture_output=True, text=True, timeout=240)
+    ranks = sorted(line for line in proc.stderr.splitlines() if line.startswith("error: "))  # torchrun adds its own
+    assert proc.returncode != 0 and len(ranks) == 2, proc.stderr[-3000:]
+    assert ranks[0].startswith(rank0) and ranks[1] == rank1, ranks
+    assert not (tmp_path / "elsewhere").exists()
+
+
+def test_a_rank_stopped_by_rank_0_names_what_rank_0_found(monkeypatch, tmp_path):
+    """The other ranks' line from rank 0's number, the all-reduce faked (the torchrun test above runs the real
+    one): a link at the lock file is a link, not another training."""
+    from dtrain.training import DistInfo
+    from dtrain.workloads import rank0
+    from dtrain.workloads.cifar10.outputs import CHECKPOINT_LOCK, _one_training_writes
+
+    _clean_env(monkeypatch)
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / CHECKPOINT_LOCK).symlink_to(tmp_path / "elsewhere")
+    cfg = parse_args(["--data-dir", str(tmp_path), "--model-dir", str(out), "--metrics-file",
+                      str(tmp_path / "own.jsonl"), "--checkpoint-dir", str(out)])
+    reduced = []
+    monkeypatch.setattr(rank0, "max_over_ranks", lambda value, device: reduced.append(value) or max(reduced))
+    main = DistInfo(rank=0, local_rank=0, world_size=2, local_world_size=2, device=torch.device("cpu"), backend="gloo",
+                    runtime="torchrun")
+    with pytest.raises(SpecError, match="is a symbolic link: training locks a file of its own there"):
+        _one_training_writes(cfg, main)
+    with pytest.raises(SpecError) as e:
+        _one_training_writes(cfg, dataclasses.replace(main, rank=1, local_rank=1))
+    assert str(e.value) == (f"rank 0 found a symbolic link at {out / CHECKPOINT_LOCK}, so rank 1 stops too: remove "
+                            "the link, or give this run another --model-dir")
+    assert not (tmp_path / "elsewhere").exists()
 
 
 class _Writes:

@@ -5,14 +5,16 @@ checked on every rank (check_outputs), then the locks that make this run the one
 from __future__ import annotations
 
 import os
+from functools import partial
 from pathlib import Path
 
-from dtrain.errors import ConflictError, DtrainError, SpecError
-from dtrain.training import DistInfo, MetricsWriter, checkpoint_dir, max_over_ranks
+from dtrain.errors import SpecError
+from dtrain.training import DistInfo, MetricsWriter, checkpoint_dir
 from dtrain.training.metrics import open_append
 from dtrain.training.resume import start_over_words
 from dtrain.workloads.cifar10.config import TrainConfig
-from dtrain.workloads.inputs import hold, out_folder
+from dtrain.workloads.inputs import can_write, hold, out_folder
+from dtrain.workloads.rank0 import LINK, UNWRITABLE, Place, Rank0Checks
 
 
 def check_outputs(cfg: TrainConfig) -> Path:
@@ -58,30 +60,37 @@ def _written_folders(cfg: TrainConfig) -> list[tuple[Path, str]]:
     return folders
 
 
-def _one_training_writes(metrics: MetricsWriter, cfg: TrainConfig, info: DistInfo):
-    """Rank 0 holds a lock on the metrics file it appends to (inputs.hold), and on CHECKPOINT_LOCK in a
-    checkpoint folder apart from it, before any checkpoint is read or written; returns that lock's file (to
-    close when the run ends) or None. Every rank takes part in one all-reduce of which lock was refused and
-    stops with its own line. Two jobs on one volume and one --model-dir both trained, interleaving
-    metrics.jsonl and replacing each other's checkpoints and model.pth. SageMaker's model and output folders
-    are the job's own: the lock is taken there too and is never refused."""
+def _one_training_writes(cfg: TrainConfig, info: DistInfo) -> tuple[MetricsWriter, object]:
+    """Rank 0 opens the metrics file and holds a lock on it (inputs.hold), and on CHECKPOINT_LOCK in a
+    checkpoint folder apart from it, before any checkpoint is read or written; returns the MetricsWriter (on
+    the other ranks a disabled one) and that lock's file (to close when the run ends) or None. Every rank takes
+    part in one all-reduce of what rank 0 found (Rank0Checks) and stops with its own line naming it: a metrics
+    file rank 0 could not open stopped rank 0 alone, and the others waited in their first collective. Two jobs
+    on one volume and one --model-dir both trained, interleaving metrics.jsonl and replacing each other's
+    checkpoints and model.pth. SageMaker's model and output folders are the job's own: the lock is taken there
+    too and is never refused."""
     folders = _written_folders(cfg)
-    error, refused, lock = None, 0, None
-    if info.is_main:
-        try:
-            for refused, (path, fix) in enumerate(folders, start=1):  # refused: 1 + the index of the one refused
-                if refused == 1:
-                    hold(metrics.file, path, fix)
-                else:
-                    lock = open_append(path, fix=f"training locks a file of its own there; remove the link or {fix}")
-                    hold(lock, path, fix)
-        except DtrainError as e:
-            error = e
-    refused = max_over_ranks(refused if error else 0, info.device)
-    if error is None and refused:
-        path, fix = folders[refused - 1]
-        error = ConflictError(f"rank 0 found another training writing {path.parent}, so rank {info.rank} stops "
-                              f"too: wait for it to end, or {fix}")
-    if error is not None:
-        raise error
-    return lock
+    checks = Rank0Checks(info, [Place(path, fix) for path, fix in folders] +
+                         [Place(path.parent, fix) for path, fix in folders])
+    checks.check(len(folders), UNWRITABLE, can_write, metrics_file(cfg).parent,
+                 "--metrics-file's folder" if cfg.metrics_file else "--model-dir")
+    if len(folders) > 1:  # an existing folder that takes no file (/proc) was a traceback at the lock
+        flag = "--model-dir" if os.path.samefile(cfg.checkpoint_dir, cfg.model_dir) else "--checkpoint-dir"
+        checks.check(len(folders) + 1, UNWRITABLE, can_write, Path(cfg.checkpoint_dir), flag)
+    metrics = checks.check(0, UNWRITABLE, MetricsWriter, metrics_file(cfg))
+    if metrics is not None:
+        checks.check(0, UNWRITABLE, hold, metrics.file, *folders[0])
+    lock = None
+    for place, (path, fix) in enumerate(folders[1:], start=1):
+        lock = checks.check(place, LINK, partial(open_append, path,
+                                                 fix=f"training locks a file of its own there; remove the link or {fix}"))
+        if lock is not None:
+            checks.check(place, UNWRITABLE, hold, lock, path, fix)
+    try:
+        checks.stop_together()
+    except BaseException:
+        for f in (lock, metrics):
+            if f is not None:
+                f.close()
+        raise
+    return (metrics if metrics is not None else MetricsWriter(metrics_file(cfg), enabled=False)), lock

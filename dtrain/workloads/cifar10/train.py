@@ -299,8 +299,8 @@ def train(cfg: TrainConfig) -> dict[str, float]:
     x_test, y_test = (torch.from_numpy(a) for a in load_split(cfg.test_dir or cfg.data_dir, "test"))
     info = setup_distributed(cfg.backend, device=cfg.device, env=launch_env)
     try:
-        with MetricsWriter(metrics_file(cfg), enabled=info.is_main) as metrics:
-            lock = _one_training_writes(metrics, cfg, info)
+        metrics, lock = _one_training_writes(cfg, info)
+        with metrics:
             try:
                 return _train(cfg, info, metrics, (x_train, y_train), (x_test, y_test))
             finally:

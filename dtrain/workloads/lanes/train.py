@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader
 
-from dtrain.errors import ConflictError, DtrainError, QuotaError, SpecError
+from dtrain.errors import DtrainError, QuotaError, SpecError
 from dtrain.replace import replace_file
 from dtrain.training import (
     STOPPED_EXIT_CODE,
@@ -40,7 +40,6 @@ from dtrain.training import (
     keep_freed_memory,
     leave_stop_to_parent,
     load_checkpoint,
-    max_over_ranks,
     refuse_another_data_position,
     resume_on_every_rank,
     save_atomic,
@@ -74,6 +73,7 @@ from dtrain.workloads.lanes.steps import (  # re-exported as above
     step_seed,
     train_step,
 )
+from dtrain.workloads.rank0 import LINK, UNWRITABLE, Place, Rank0Checks
 
 class Log:
     """Progress lines to stdout and <out-dir>/train.log, on rank 0 only. The file's lock marks the run that
@@ -98,22 +98,22 @@ class Log:
             self.file.close()
 
 
-def one_training_writes(out: Path, info: DistInfo) -> Log:
-    """The run's Log, whose lock on rank 0 marks the one training writing `out`. Every rank takes part in one
-    all-reduce of whether rank 0 was refused, and each other rank stops with its own line: only rank 0 stopped,
-    and the others waited in their next collective until the launcher ended them, saying nothing useful.
-    One process: no collective."""
-    error, log = None, None
-    try:
-        log = Log(out / "train.log", info.is_main)
-    except ConflictError as e:
-        error = e
-    if max_over_ranks(int(error is not None), info.device) and error is None:
-        error = ConflictError(f"rank 0 found another training writing {out}, so rank {info.rank} stops too: wait "
-                              "for it to end, or give this run another --out-dir")
-    if error is not None:
-        raise error
-    return log
+def one_training_writes(out: Path, checkpoints: Path, info: DistInfo) -> Log:
+    """The run's Log, whose lock on rank 0 marks the one training writing `out`, after rank 0's checks that both
+    folders take a file (an existing folder that takes none, /proc, was a traceback at train.log) and that no link
+    was planted at a file it appends to. Every rank takes part in one all-reduce of what rank 0 found, and each
+    other rank stops with its own line naming it: the others waited in their next collective until the launcher
+    ended them, saying nothing useful. One process: no collective."""
+    fix = "give this run another --out-dir"
+    checks = Rank0Checks(info, [Place(out, fix), Place(checkpoints, "give this run another --checkpoint-dir"),
+                                Place(out / "train.log", fix), Place(out / "metrics.jsonl", fix)])
+    checks.check(0, UNWRITABLE, can_write, out, "--out-dir")
+    checks.check(1, UNWRITABLE, can_write, checkpoints, "--checkpoint-dir")
+    checks.check(2, LINK, refuse_links, out, ("train.log",))
+    checks.check(3, LINK, refuse_links, out, ("metrics.jsonl",))
+    log = checks.check(2, UNWRITABLE, Log, out / "train.log", True)
+    checks.stop_together()
+    return log if log is not None else Log(out / "train.log", False)
 
 
 def open_log(path: Path):
@@ -271,11 +271,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
     # Checked on every rank before any work, as cifar10 train does, so all of them stop alike.
     out = out_folder(cfg.out_dir, "--out-dir")
     out_folder(cfg.checkpoint_dir, "--checkpoint-dir")
-    if info.is_main:  # an existing folder that takes no file (/proc) was a traceback at train.log
-        can_write(out, "--out-dir")
-        can_write(Path(cfg.checkpoint_dir), "--checkpoint-dir")
-        refuse_links(out, ("train.log", "metrics.jsonl"))
-    log = one_training_writes(out, info)
+    log = one_training_writes(out, Path(cfg.checkpoint_dir), info)
     metrics = MetricsWriter(out / "metrics.jsonl", enabled=info.is_main)
     max_steps = schedule_steps(cfg.epochs, steps_per_epoch) if cfg.epochs else recipe.max_steps
     ckpt = Checkpointer(cfg.checkpoint_dir, every=recipe.ckpt_every, keep=recipe.keep_ckpts, enabled=info.is_main,
