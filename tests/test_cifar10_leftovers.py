@@ -477,6 +477,34 @@ def test_a_rank_stopped_by_rank_0_names_what_rank_0_found(monkeypatch, tmp_path)
     assert not (tmp_path / "elsewhere").exists()
 
 
+def test_a_sagemaker_jobs_own_output_folder_held_names_no_flag_it_never_gave(monkeypatch, tmp_path):
+    """On SageMaker the metrics file's default is in $SM_OUTPUT_DATA_DIR, the job's own folder (output.tar.gz):
+    no other job writes it, so a training holding it is one this job started. The refusal said 'give this run
+    another --metrics-file', a flag the SageMaker user never gave."""
+    from dtrain.workloads.cifar10.outputs import _written_folders
+
+    _clean_env(monkeypatch)
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
+    model, output = tmp_path / "opt_ml" / "model", tmp_path / "opt_ml" / "output" / "data"
+    output.mkdir(parents=True)
+    monkeypatch.setenv("SM_MODEL_DIR", str(model))
+    monkeypatch.setenv("SM_OUTPUT_DATA_DIR", str(output))
+    argv = ["--data-dir", str(tmp_path / "data"), "--device", "cpu", "--checkpoint-dir", str(tmp_path / "ckpt"), *SMALL]
+    first = _holding(output / "metrics.jsonl")
+    try:
+        with pytest.raises(ConflictError) as e:
+            train(parse_args(argv))
+    finally:
+        first.communicate("")
+    assert str(e.value) == (f"another training is writing {output} (it holds metrics.jsonl): wait for it to end, or "
+                            "start one training per SageMaker job (each job's output folder is its own: the other "
+                            "training is one this job started)")
+    # a metrics file given elsewhere is the job's hyperparameter, not a flag of a command the user does not write
+    monkeypatch.setenv("SM_TRAINING_ENV", "{}")
+    cfg = parse_args([*argv, "--metrics-file", str(tmp_path / "shared.jsonl")])
+    assert _written_folders(cfg)[0][1] == "give this run another hyperparameter metrics-file (--hp metrics-file=PATH)"
+
+
 class _Writes:
     """A stderr that keeps each write() apart, as a pipe sees them."""
 

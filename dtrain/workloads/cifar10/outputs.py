@@ -11,7 +11,7 @@ from pathlib import Path
 from dtrain.errors import SpecError
 from dtrain.training import DistInfo, MetricsWriter, checkpoint_dir
 from dtrain.training.metrics import open_append
-from dtrain.training.resume import start_over_words
+from dtrain.training.resume import on_sagemaker, start_over_words
 from dtrain.workloads.cifar10.config import TrainConfig
 from dtrain.workloads.inputs import can_write, hold, out_folder
 from dtrain.workloads.rank0 import LINK, UNWRITABLE, Place, Rank0Checks
@@ -41,6 +41,8 @@ def metrics_file(cfg: TrainConfig) -> Path:
     return Path(cfg.metrics_file) if cfg.metrics_file else Path(cfg.model_dir) / "metrics.jsonl"
 
 
+SAGEMAKER_OUTPUT_DATA = "/opt/ml/output/data"  # the job's output data folder, without the toolkit's variables
+
 # The file rank 0 locks in a checkpoint folder apart from the metrics file's (_one_training_writes).
 CHECKPOINT_LOCK = ".training.lock"
 
@@ -52,12 +54,38 @@ def _written_folders(cfg: TrainConfig) -> list[tuple[Path, str]]:
     and shared the folder's checkpoints and model.pth. On SageMaker the metrics file is in output/data and the
     checkpoints in /opt/ml/checkpoints: the model folder, which becomes model.tar.gz, gets no file."""
     metrics = metrics_file(cfg)
-    folders = [(metrics, f"give this run another {'--metrics-file' if cfg.metrics_file else '--model-dir'}")]
+    folders = [(metrics, _metrics_fix(cfg, metrics))]
     ckpt = Path(cfg.checkpoint_dir)
     if not os.path.samefile(ckpt, metrics.parent):
         own = "another --model-dir" if os.path.samefile(ckpt, cfg.model_dir) else start_over_words()[1]
         folders.append((ckpt / CHECKPOINT_LOCK, f"give this run {own}"))
     return folders
+
+
+def _metrics_fix(cfg: TrainConfig, metrics: Path) -> str:
+    """The fix a refusal at the metrics file names, in the words of where the run is. SageMaker gives each job an
+    output folder of its own ($SM_OUTPUT_DATA_DIR, /opt/ml/output/data: output.tar.gz), which no other job
+    writes, so a training holding a file there is one this job started: the refusal named --metrics-file, a
+    flag the SageMaker user never gave (the default comes from SM_OUTPUT_DATA_DIR) and cannot add to the
+    job's command. A metrics file given elsewhere on SageMaker is the hyperparameter metrics-file."""
+    if _in_sagemaker_output(metrics.parent):
+        return ("start one training per SageMaker job (each job's output folder is its own: the other training is "
+                "one this job started)")
+    if not cfg.metrics_file:
+        return "give this run another --model-dir"
+    if on_sagemaker():
+        return "give this run another hyperparameter metrics-file (--hp metrics-file=PATH)"
+    return "give this run another --metrics-file"
+
+
+def _in_sagemaker_output(folder: Path) -> bool:
+    """Whether `folder` is the SageMaker job's output data folder: $SM_OUTPUT_DATA_DIR (the toolkit's), or
+    /opt/ml/output/data in a SageMaker container without it."""
+    own = os.environ.get("SM_OUTPUT_DATA_DIR", "").strip() or (SAGEMAKER_OUTPUT_DATA if on_sagemaker() else "")
+    try:
+        return bool(own) and os.path.samefile(folder, own)
+    except OSError:
+        return False
 
 
 def _one_training_writes(cfg: TrainConfig, info: DistInfo) -> tuple[MetricsWriter, object]:
@@ -68,7 +96,7 @@ def _one_training_writes(cfg: TrainConfig, info: DistInfo) -> tuple[MetricsWrite
     file rank 0 could not open stopped rank 0 alone, and the others waited in their first collective. Two jobs
     on one volume and one --model-dir both trained, interleaving metrics.jsonl and replacing each other's
     checkpoints and model.pth. SageMaker's model and output folders are the job's own: the lock is taken there
-    too and is never refused."""
+    too, and only a second training of the same job is refused (_written_folders)."""
     folders = _written_folders(cfg)
     checks = Rank0Checks(info, [Place(path, fix) for path, fix in folders] +
                          [Place(path.parent, fix) for path, fix in folders])
