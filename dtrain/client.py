@@ -190,6 +190,12 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         return self._job(name, project, backend).logs(name, rank=rank, tail=tail, since=since, follow=follow,
                                              previous=previous, limit_bytes=limit_bytes)
 
+    def gone_job_logs(self, name: str, *, project: str | None = None, backend: str | None = None
+                      ) -> NotFoundError | None:
+        """Where the logs of a job that is not found went, when a snapshot records it (deleted since):
+        `Backend.gone_job_logs`; None when none does."""
+        return self._located(name, project, backend)[0].gone_job_logs(name, project)
+
     def wait(self, name: str, *, timeout: float | None = None, project: str | None = None,
              backend: str | None = None) -> JobInfo:
         """Block until the job is Succeeded, Failed or Deleted; its record (TimeoutError_ after `timeout` s)."""

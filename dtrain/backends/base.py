@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from dtrain.backends.checks import (HintCommand, _check_new_snapshot, _check_new_volume, _check_restore,  # noqa: F401
-                                    _existing, _flag, _plain_command, check_notebook_open, named,
+                                    _existing, _flag, _plain_command, check_notebook_open, gone_job_logs, named,
                                     volumes_named)
 from dtrain.backends.earlier_runs import job_uids_one_by_one, mark_earlier_runs
 from dtrain.backends.hooks import BackendHooks
@@ -151,13 +151,21 @@ class Backend(BackendHooks):
         returned :class:`LogStream`'s `notices`, as it is read, say why lines may be missing."""
         typed, rank = rank, check_logs_args(rank=rank, tail=tail, since=since, follow=follow, previous=previous,
                                             limit_bytes=limit_bytes)
-        with self._named("job", name):  # unknown job -> NotFoundError before any output
-            info = self._get(_existing(name, "job"))
+        try:
+            with self._named("job", name):  # unknown job -> NotFoundError before any output
+                info = self._get(_existing(name, "job"))
+        except NotFoundError as err:  # a deleted job's snapshot, not a near name, says where its logs went
+            raise self.gone_job_logs(name) or err from None
         if rank is not None and rank >= info.spec.processes:
             raise SpecError(f"invalid rank {shown(typed)}: job {name!r} has {info.spec.processes} process(es), "
                             f"ranks 0 to {info.spec.processes - 1}")
         return LogStream(self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous),
                          limit_bytes, job=name)
+
+    def gone_job_logs(self, name: str, project: str | None = None) -> NotFoundError | None:
+        """Why `logs NAME` finds no job NAME where a snapshot records it (a job deleted since, of `project`
+        where given): the snapshot that kept its logs and how to read them (checks.gone_job_logs)."""
+        return gone_job_logs(name, project, self._list_snapshots, self._holds_job_logs)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None,
              command: Callable[[str], str] | None = None) -> JobInfo:

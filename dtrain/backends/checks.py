@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterable, Iterator
 
-from dtrain.backends.records import JobInfo, JobStatus
+from dtrain.backends.records import JobInfo, JobStatus, SnapshotInfo
 from dtrain.errors import ConflictError, DtrainError, NotFoundError, SpecError
 from dtrain.names import (check_mounted_volume, check_name, check_storage_class, near_name, parse_volume_size, shown,
                           with_near)
@@ -129,6 +129,35 @@ def _with_near(message: str, what: str, name: str, names: Names) -> str:
         return message
     near = near_name(name, current, others)
     return message if near is None else with_near(message, name, near)
+
+
+def gone_job_logs(name, project: str | None, snapshots: Callable[[], Iterable[SnapshotInfo]],
+                  holds: Callable[[str, str], bool]) -> NotFoundError | None:
+    """Why `dtrain logs NAME` finds no job NAME where a snapshot still records it (a job deleted, or
+    purged, after its snapshot was taken): the newest such snapshot that holds its logs (at
+    .dtrain/logs/NAME/ in it: `holds(snapshot, job)`) and how to read them, or that none holds them;
+    None where no snapshot of `snapshots()` names NAME, of `project` where given (the lookup's own
+    error, with its near name, stands)."""
+    if not isinstance(name, str):
+        return None
+    try:
+        taken = sorted((s for s in snapshots() if s.job == name
+                        and project in (None, (s.job_spec or {}).get("project", project))),
+                       key=lambda s: (s.created, s.name), reverse=True)
+        kept = next((s.name for s in taken if holds(s.name, name)), None)
+    except (DtrainError, OSError):  # the snapshots cannot be read: the lookup's error stands
+        return None
+    if not taken:
+        return None
+    if kept is None:
+        one = len(taken) == 1
+        return NotFoundError(f"no job named {name!r}: it was deleted with its logs ({'snapshot' if one else 'snapshots'} "
+                             f"{', '.join(repr(s.name) for s in taken[:3])}{'' if len(taken) <= 3 else ', ...'} of "
+                             f"its volume {'holds' if one else 'hold'} its results, not its logs)")
+    return NotFoundError(f"no job named {name!r}: it was deleted, and its logs were kept in snapshot {kept!r} at "
+                         f".dtrain/logs/{name}/; read them by restoring it ('dtrain snapshot restore {kept} --to "
+                         f"NEW_VOLUME') and opening that folder in the volume's path ('dtrain volume describe "
+                         f"NEW_VOLUME')")
 
 
 def check_notebook_open(name: str, info: JobInfo, cmd: HintCommand) -> None:

@@ -94,6 +94,11 @@ class BackendHooks(abc.ABC):
                     [j.name for j in jobs if j.status == JobStatus.DELETED])
         return [r.name for r in (self._list_volumes() if what == "volume" else self._list_snapshots())], []
 
+    def _holds_job_logs(self, snapshot: str, job: str) -> bool:
+        """Whether snapshot `snapshot` holds job `job`'s logs (the local backend copies them into the volume
+        before a job's snapshot: joblogs.py); a backend that copies none keeps False."""
+        return False
+
     def _purge(self, name: str) -> None:
         """Forget a deleted job. Backends whose delete already removes the object keep this no-op."""
 

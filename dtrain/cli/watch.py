@@ -34,7 +34,12 @@ def cmd_logs(args, client: Client) -> int:
     if args.limit_bytes is not None:  # refused before the job is read, as by HTTP
         check_limit_bytes(args.limit_bytes)
     _in_project(args)
-    info = _get(args, client, args.name)
+    try:
+        info = _get(args, client, args.name)
+    except NotFoundError:  # a deleted job's snapshot, not a near name, says where its logs went
+        if (gone := client.gone_job_logs(args.name, project=args.project)) is not None:
+            raise gone from None
+        raise
     refuse_pod(args, client, info)
     many = rank is None and info.spec.processes > 1
     printed = False

@@ -354,6 +354,10 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
         return Freed(snapshot=name, bytes=swept.bytes if swept else 0,
                      objects=swept.objects if swept else 0, pending=swept is None, no_room=no_room)
 
+    def has_folder(self, name: str, path: str) -> bool:
+        """Whether snapshot `name` holds a folder at `path` (relative to its volume, '/'-separated)."""
+        return any(e.path == path and e.kind == "dir" for e in self._load(self.get_snapshot(name)).entries)
+
     def diff(self, a: str, b: str | None = None) -> list[mf.Change]:
         """Changes from snapshot `a` to snapshot `b`, or to the live volume `a` was taken of."""
         snap = self.get_snapshot(a)

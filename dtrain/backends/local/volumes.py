@@ -185,6 +185,10 @@ class VolumeHooks:
             _log().warning("warning: job %r's logs were not copied into volume %r (%s): %s; the snapshot is "
                            "taken without them", job, volume, logs_path(job), err)
 
+    def _holds_job_logs(self, snapshot, job):
+        from dtrain.backends.local.joblogs import logs_path
+        return self.storage.has_folder(snapshot, logs_path(job))
+
     def _writers(self, volume: str) -> list[str]:
         """Running jobs that mount `volume` read-write: a snapshot taken now reads files they change."""
         writers = []

@@ -1,0 +1,42 @@
+"""Day-two defects: `logs` of a purged job names the snapshot that kept its logs (not a near job's
+name), `snapshot list` marks a deleted job, refusals count their jobs, `top` in --help, `exec --rank`
+checked before the job, a job file's `volumes:` named as written."""
+
+from __future__ import annotations
+
+from conftest import Dtrain
+
+
+def test_logs_of_a_purged_job_names_the_snapshot_that_kept_them_not_a_near_job(dt: Dtrain):
+    dt("volume", "create", "v2", "--size", "1Gi")
+    dt("submit", "c-train", "--", "true")
+    dt("submit", "c-trai2", "--pvc", "v2:/mnt", "--snapshot-on-success", "v2", "--", "bash", "-c", "echo kept-line")
+    info = dt.wait_for("c-trai2", {"Succeeded", "Failed"})
+    assert info["status"] == "Succeeded", info["message"]
+    dt("delete", "c-trai2", "--purge")
+    said = dt("logs", "c-trai2", check=False)
+    assert said.returncode != 0 and len(said.stderr.strip().splitlines()) == 1
+    assert "did you mean" not in said.stderr
+    snap = info["snapshot"]
+    assert f"kept in snapshot '{snap}' at .dtrain/logs/c-trai2/" in said.stderr
+    assert f"dtrain snapshot restore {snap} --to NEW_VOLUME" in said.stderr
+    # the way it names works: the restored volume holds the lines
+    dt("snapshot", "restore", snap, "--to", "back")
+    assert "kept-line" in (dt.home / "volumes/back/data/.dtrain/logs/c-trai2/rank-0.log").read_text()
+    # a name no snapshot records still gets the near name
+    assert "did you mean 'c-train'?" in dt("logs", "c-trai3", check=False).stderr
+
+
+def test_logs_of_a_deleted_job_whose_snapshot_holds_no_logs_says_so(dt: Dtrain):
+    dt("volume", "create", "v", "--size", "1Gi")
+    dt("submit", "c-train", "--", "true")
+    dt("submit", "c-trai4", "--pvc", "v:/mnt", "--", "true")
+    assert dt.wait_for("c-trai4", {"Succeeded", "Failed"})["status"] == "Succeeded"
+    (dt.home / "volumes/v/data/.dtrain").mkdir()
+    (dt.home / "volumes/v/data/.dtrain/logs").symlink_to("/nonexistent")  # the copy is refused: no logs in it
+    dt("snapshot", "create", "v", "--job", "c-trai4", "--name", "s4")
+    dt("delete", "c-trai4", "--purge")
+    said = dt("logs", "c-trai4", check=False).stderr
+    assert "did you mean" not in said
+    assert "snapshot 's4' of its volume holds its results, not its logs" in said
+
