@@ -40,3 +40,16 @@ def test_logs_of_a_deleted_job_whose_snapshot_holds_no_logs_says_so(dt: Dtrain):
     assert "did you mean" not in said
     assert "snapshot 's4' of its volume holds its results, not its logs" in said
 
+
+def test_snapshot_list_marks_a_purged_jobs_name_deleted_as_describe_does(dt: Dtrain):
+    dt("volume", "create", "v", "--size", "1Gi")
+    for job in ("gone", "kept"):
+        dt("submit", job, "--pvc", "v:/mnt", "--snapshot-on-success", "v", "--", "true")
+        assert dt.wait_for(job, {"Succeeded", "Failed"})["status"] == "Succeeded"
+    dt("delete", "gone", "--purge")
+    rows = {line.split()[2]: line for line in dt("snapshot", "list").stdout.splitlines()[1:]}
+    assert "gone (deleted)" in rows["gone"] and "(deleted)" not in rows["kept"]
+    marked = {s["job"]: s["job_deleted"] for s in dt.json("snapshot", "list")}
+    assert marked == {"gone": True, "kept": False}
+    gone = next(s["name"] for s in dt.json("snapshot", "list") if s["job"] == "gone")
+    assert "Job: gone (deleted)" in dt("snapshot", "describe", gone).stdout

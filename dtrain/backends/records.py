@@ -311,6 +311,7 @@ class SnapshotInfo(_Record):
     # True when the job named `job` now is another one (submitted again after a purge): the snapshot
     # holds an earlier run's results, not those of the job `describe job JOB` shows
     earlier_run: bool = False
+    job_deleted: bool = False  # no job is named `job` now (deleted or purged, not submitted again)
     job_spec: Mapping[str, Any] | None = None  # that job's spec (JobSpec.to_dict()), where recorded
     source_snapshot: str | None = None  # the snapshot the job's data started from (lineage)
     files: int | None = None  # regular files it holds, where the backend can count them

@@ -364,8 +364,9 @@ def _snapshot_text(s) -> str:
 
 def _job_word(s) -> str:
     """A snapshot's job as its JOB column and `snapshot describe` name it: an earlier run of a name
-    submitted again (after `delete --purge`) is marked, not shown as the job now so named."""
-    return "-" if s.job is None else s.job + (" (earlier run)" if s.earlier_run else "")
+    submitted again (after `delete --purge`) is marked, not shown as the job now so named; a job deleted
+    since is marked '(deleted)', as `describe job` marks a deleted snapshot."""
+    return "-" if s.job is None else s.job + (" (earlier run)" if s.earlier_run else " (deleted)" * s.job_deleted)
 
 
 def _state(s) -> str:

@@ -133,6 +133,8 @@ class Snapshot(_Out):
     job_uid: str | None = Field(None, description="that job's uid when the snapshot was taken; null where unknown")
     earlier_run: bool = Field(False, description="the job now named `job` is a later submit of that name: this "
                                                  "snapshot holds an earlier run's results")
+    job_deleted: bool = Field(False, description="no job is named `job` now: it was deleted (or purged) and not "
+                                                 "submitted again")
     job_spec: dict[str, Any] | None
     source_snapshot: str | None
     files: int | None
