@@ -91,6 +91,12 @@ def noun(n: int, one: str, many: str | None = None) -> str:
     return one if n == 1 else many or one + "s"
 
 
+def them(items: Iterable, word: str = "them") -> str:
+    """The pronoun (`word`: 'them', 'their', 'they') for `items` in their number: 'it', 'its' or 'it'
+    for one ("wait for it", not "wait for them", of a single job)."""
+    return {"them": "it", "their": "its", "they": "it"}[word] if len(list(items)) == 1 else word
+
+
 def listed(items: Iterable, one: str, many: str | None = None) -> str:
     """Names after their noun in its number, as a message lists them: 'job a', 'jobs a, b'."""
     items = list(items)

@@ -73,12 +73,12 @@ def test_a_volume_in_use_names_the_delete_of_each_job_with_its_project(dt, tmp_p
     (tmp_path / "fast" / "keep").write_text("a disk that is there")
     dt("config", "storage-class", "fast", str(tmp_path / "fast" / "volumes"))
     line = usage_line(dt("volume", "update", "data", "--class", "fast", "-p", "team-b", check=False))
-    assert "mounted read-write by job v" in line and ("suspend them for the move (`dtrain suspend v -p team-b`; "
-                                                       "resume them after), or stop them (`dtrain delete v -p team-b`)"
+    assert "mounted read-write by job v" in line and ("suspend it for the move (`dtrain suspend v -p team-b`; "
+                                                       "resume it after), or stop it (`dtrain delete v -p team-b`)"
                                                        ) in line
     dt("delete", "v")
     line = usage_line(dt("volume", "update", "data", "--class", "fast", "-p", "team-b", check=False))
-    assert "mounted read-only by job r" in line and "or stop them (`dtrain delete r`)" in line
+    assert "mounted read-only by job r" in line and "or stop it (`dtrain delete r`)" in line
     assert (dt.home / "volumes" / "data" / "data").is_dir()
 
 
@@ -89,7 +89,7 @@ def test_a_volume_in_use_names_the_backend_the_job_is_on(dt):
     dt("--backend", "local", "submit", "v", "--pvc", "data:/mnt/data", "--", "sleep", "60")
     try:
         line = usage_line(dt("volume", "delete", "data", "--backend", "local", check=False))
-        assert "stop them (`dtrain --backend local delete v`)" in line
+        assert "wait for it to finish, stop it (`dtrain --backend local delete v`)" in line
     finally:
         dt("--backend", "local", "delete", "v")
 

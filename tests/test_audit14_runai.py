@@ -110,8 +110,8 @@ def test_an_in_place_restore_under_a_job_names_suspend_which_keeps_it(cli):
     try:
         _running(cli, "trainer")
         line = cli.refused("snapshot", "restore", "before", "--in-place")
-        assert "suspend them for the restore (`dtrain suspend trainer`; resume them after)" in line, line
-        assert "stop them (`dtrain delete trainer`)" in line, line
+        assert "wait for it, suspend it for the restore (`dtrain suspend trainer`; resume it after)" in line, line
+        assert "stop it (`dtrain delete trainer`)" in line, line
         cli.ok("suspend", "trainer")
         assert "restored in place" in cli.ok("snapshot", "restore", "before", "--in-place")
         assert cli.json("describe", "job", "trainer")["status"] == "Suspended"

@@ -4,7 +4,11 @@ checked before the job, a job file's `volumes:` named as written."""
 
 from __future__ import annotations
 
+import pytest
 from conftest import Dtrain
+from dtrain.errors import ConflictError
+from dtrain.names import them
+from dtrain.storage import Storage
 
 
 def test_logs_of_a_purged_job_names_the_snapshot_that_kept_them_not_a_near_job(dt: Dtrain):
@@ -53,3 +57,25 @@ def test_snapshot_list_marks_a_purged_jobs_name_deleted_as_describe_does(dt: Dtr
     assert marked == {"gone": True, "kept": False}
     gone = next(s["name"] for s in dt.json("snapshot", "list") if s["job"] == "gone")
     assert "Job: gone (deleted)" in dt("snapshot", "describe", gone).stdout
+
+
+def test_a_refusal_over_one_job_says_it_not_them(tmp_path):
+    storage = Storage(tmp_path / "home")
+    storage.create_volume("data")
+    storage.create_snapshot("data", name="s1")
+    with pytest.raises(ConflictError) as one:
+        storage.restore_snapshot("s1", in_place=True, in_use_by=["j1"])
+    assert "in use by job j1: wait for it to finish or stop it (" in str(one.value)
+    with pytest.raises(ConflictError) as one:
+        storage.delete_volume("data", in_use_by=["j1"])
+    assert "in use by job j1: wait for it to finish, stop it (" in str(one.value)
+    with pytest.raises(ConflictError) as two:
+        storage.delete_volume("data", in_use_by=["j1", "j2"])
+    assert "in use by jobs j1, j2: wait for them to finish, stop them (" in str(two.value)
+    assert storage.get_volume("data").path.is_dir()
+    storage.close()
+
+
+def test_them_follows_the_count():
+    assert [them(["a"]), them(["a"], "their"), them(["a"], "they")] == ["it", "its", "it"]
+    assert [them(["a", "b"]), them(["a", "b"], "their"), them([], "they")] == ["them", "their", "they"]

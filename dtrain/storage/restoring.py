@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError, SpecError, StorageError
-from dtrain.names import check_name, listed
+from dtrain.names import check_name, listed, them
 from dtrain.storage import fileio, folders
 from dtrain.storage.classes import DEFAULT_CLASS
 from dtrain.storage import manifest as mf
@@ -176,7 +176,8 @@ class Restores:
         users = in_use_by if callable(in_use_by) else (lambda: [in_use_by] if isinstance(in_use_by, str) else in_use_by)
         if jobs := users():
             raise ConflictError(f"volume {vol.name!r} is in use by {listed(jobs, 'job')}: "
-                                f"wait for them to finish or stop them ({self.stop_hint(jobs)}) before an in-place restore")
+                                f"wait for {them(jobs)} to finish or stop {them(jobs)} ({self.stop_hint(jobs)}) before an "
+                                f"in-place restore")
         doing = f"restore snapshot {snap.name!r} in place"
         self._require_folder(vol, doing, replaced=True)  # else every file is written, then the swap fails
         self._collect()
@@ -190,7 +191,8 @@ class Restores:
                 if jobs := users():
                     raise ConflictError(f"{listed(jobs, 'job')} started on volume {vol.name!r} while snapshot "
                                         f"{snap.name!r} was being restored; the volume is unchanged: restore again "
-                                        f"once they finish or are stopped ({self.stop_hint(jobs)})")
+                                        f"once {them(jobs, 'they')} {'finishes or is' if len(jobs) == 1 else 'finish or are'} stopped "
+                                        f"({self.stop_hint(jobs)})")
                 self._require_folder(vol, doing, replaced=True)  # lost while the files were written
                 with db.transaction(self.conn):
                     folders.swap(staging, vol.path)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError, SpecError, StorageError
-from dtrain.names import check_name, listed, parse_size, parse_volume_size
+from dtrain.names import check_name, listed, parse_size, parse_volume_size, them
 from dtrain.storage import fileio, folders
 from dtrain.storage import manifest as mf
 from dtrain.storage.engine import Engine
@@ -200,7 +200,7 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
         in_use_by = [in_use_by] if isinstance(in_use_by, str) else list(in_use_by)
         if in_use_by and not force:
             raise ConflictError(f"volume {name!r} is in use by {listed(in_use_by, 'job')}: wait for "
-                                f"them to finish, stop them ({self.stop_hint(in_use_by)}), or delete with --force")
+                                f"{them(in_use_by)} to finish, stop {them(in_use_by)} ({self.stop_hint(in_use_by)}), or delete with --force")
         folder = vol.path.parent
         # named after the volume's uid: killed between this rename and the commit, the row still
         # stands, and _collect puts the folder back instead of deleting a registered volume's data

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from dtrain.backends.base import FreedInfo, SnapshotInfo, StorageClassInfo, VolumeInfo
 from dtrain.backends.local.store import ACTIVE, UNFINISHED
 from dtrain.errors import ConflictError
-from dtrain.names import LABEL_JOB, check_name, listed
+from dtrain.names import LABEL_JOB, check_name, listed, them
 from dtrain.spec import JobSpec
 
 if TYPE_CHECKING:
@@ -100,16 +100,17 @@ class VolumeHooks:
                 readers.append(spec.name)
         if writers:
             raise ConflictError(f"volume {volume!r} is mounted read-write by {listed(writers, 'job')}: a "
-                                f"move would lose their writes; {self._keep_or_stop(writers, 'move')}")
+                                f"move would lose {them(writers, 'their')} writes; {self._keep_or_stop(writers, 'move')}")
         if readers:
             raise ConflictError(f"volume {volume!r} is mounted read-only by {listed(readers, 'job')}: a move "
-                                f"removes the old folder under them; {self._keep_or_stop(readers, 'move')}")
+                                f"removes the old folder under {them(readers)}; {self._keep_or_stop(readers, 'move')}")
 
     def _keep_or_stop(self, jobs: list[str], what: str) -> str:
         # a Suspended job holds no mount and resumes on the moved or restored folder: the way to keep it (a tier
         # changed, a restore in place mid-training)
-        return (f"wait for them, suspend them for the {what} ({self.storage.stop_hint(jobs, 'suspend')}; resume them "
-                f"after), or stop them ({self.storage.stop_hint(jobs)})")
+        it = them(jobs)
+        return (f"wait for {it}, suspend {it} for the {what} ({self.storage.stop_hint(jobs, 'suspend')}; resume {it} "
+                f"after), or stop {it} ({self.storage.stop_hint(jobs)})")
 
     def _names(self, what):
         """Names read from the tables alone: the listing hooks build every job's record and du every volume."""
@@ -128,10 +129,10 @@ class VolumeHooks:
             running = self.volume_users(name, suspended=False)
             if held := [j for j in users if j not in running]:  # a Suspended job never finishes on its own
                 hint = self.storage.stop_hint
-                first = (f"wait for {', '.join(running)} to finish or stop them ({hint(running)}); " if running else "")
+                first = (f"wait for {', '.join(running)} to finish or stop {them(running)} ({hint(running)}); " if running else "")
                 raise ConflictError(f"volume {name!r} is in use by {listed(users, 'job')}: {first}"
                                     f"{', '.join(held)} {'is' if len(held) == 1 else 'are'} Suspended, which never "
-                                    f"{'finishes' if len(held) == 1 else 'finish'} on its own: delete {'it' if len(held) == 1 else 'them'} ({hint(held)}) "
+                                    f"{'finishes' if len(held) == 1 else 'finish'} on its own: delete {them(held)} ({hint(held)}) "
                                     f"or resume and wait ({hint(held, 'resume')}), or delete with --force")
         self.storage.delete_volume(name, in_use_by=users, force=force)
 
