@@ -79,3 +79,10 @@ def test_a_refusal_over_one_job_says_it_not_them(tmp_path):
 def test_them_follows_the_count():
     assert [them(["a"]), them(["a"], "their"), them(["a"], "they")] == ["it", "its", "it"]
     assert [them(["a", "b"]), them(["a", "b"], "their"), them([], "they")] == ["them", "their", "they"]
+
+
+def test_help_says_top_lists_nodes_and_with_job_the_jobs(dt: Dtrain):
+    line = " ".join(dt("--help").stdout.split("\n    top", 1)[1].split("\n    lanes", 1)[0].split())
+    assert "alias of 'nodes'" not in line and "the nodes" in line and "'top job': the jobs" in line
+    dt("submit", "listed", "--", "true")
+    assert "listed" in dt("top", "job").stdout and "listed" not in dt("top").stdout

@@ -162,7 +162,7 @@ def _add_project(sub) -> None:
 
 def _add_nodes(sub) -> None:
     for verb, text in (("nodes", "nodes and their GPUs: allocation, utilization, memory"),
-                       ("top", "alias of 'nodes': the GPU dashboard")):
+                       ("top", "the GPU dashboard: the nodes (as 'nodes'); 'top job': the jobs (as 'list')")):
         p = sub.add_parser(verb, help=text)
         # Run:AI's `runai top node` (and kubectl's `top node`) name the kind: taken, as `list jobs` is;
         # `runai top job` lists the jobs with the GPUs they hold: `dtrain list`'s table
