@@ -257,10 +257,12 @@ def check_tail(value, door: str = "sdk") -> int:
     return plain(value)
 
 
-def rank_refusal(typed, door: str = "sdk") -> SpecError:
-    """The refusal of logs' rank (`typed`: as the user wrote it) that is no process rank of any job."""
-    return SpecError(f"invalid --rank {shown(typed)}: use a process rank such as 0 (at most {MAX_PROCESSES - 1}), "
-                     f"or {EVERY[door][1]} for every rank's lines (the default)")
+def rank_refusal(typed, door: str = "sdk", one: bool = False) -> SpecError:
+    """The refusal of logs' rank (`typed`: as the user wrote it) that is no process rank of any job;
+    `one`: exec's, in the same words, with no 'all' (exec runs in one process)."""
+    return SpecError(f"invalid --rank {shown(typed)}: use a process rank such as 0 (at most {MAX_PROCESSES - 1})"
+                     + ("; exec runs in one process" if one else
+                        f", or {EVERY[door][1]} for every rank's lines (the default)"))
 
 
 def check_rank(value, door: str = "sdk", typed=None) -> int:
@@ -268,6 +270,15 @@ def check_rank(value, door: str = "sdk", typed=None) -> int:
     once the job is read: its line names them); `typed`: as the user wrote it."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise rank_refusal(value if typed is None else typed, door)
+    return plain(value)
+
+
+def check_exec_rank_form(value) -> int:
+    """exec's rank before the job is read (a job not found hid it): a whole number from 0 to the last
+    rank any job can have, refused in logs' words (rank_refusal); a whole number is named as the number,
+    from the CLI as from the SDK."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_PROCESSES:
+        raise rank_refusal(value, one=True)
     return plain(value)
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import Dtrain
-from dtrain.errors import ConflictError
+from dtrain.errors import ConflictError, SpecError
 from dtrain.names import them
 from dtrain.storage import Storage
 
@@ -86,3 +86,14 @@ def test_help_says_top_lists_nodes_and_with_job_the_jobs(dt: Dtrain):
     assert "alias of 'nodes'" not in line and "the nodes" in line and "'top job': the jobs" in line
     dt("submit", "listed", "--", "true")
     assert "listed" in dt("top", "job").stdout and "listed" not in dt("top").stdout
+
+
+@pytest.mark.parametrize("verb", [("exec", "nosuch", "--rank", "-1", "--", "true"), ("bash", "nosuch", "--rank", "-1")])
+def test_exec_and_bash_check_the_ranks_form_before_the_job_in_logs_words(dt: Dtrain, verb):
+    said = dt(*verb, check=False)
+    assert said.returncode == 2 and said.stderr == ("dtrain: error: invalid --rank -1: use a process rank such as 0 "
+                                                    "(at most 4095); exec runs in one process\n"), said.stderr
+    assert "use a process rank such as 0 (at most 4095)" in dt("logs", "nosuch", "--rank", "-1", check=False).stderr
+    from dtrain import Client
+    with pytest.raises(SpecError, match=r"^invalid --rank -1: use a process rank such as 0 \(at most 4095\); exec"):
+        Client(home=dt.home).exec("nosuch", ["true"], rank=-1)

@@ -27,7 +27,7 @@ from dtrain.backends.waiting import _until, _while_not_ready, late_wait
 from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotReadyError, NotSupportedError, SpecError,  # noqa: F401
                            TimeoutError_, UnavailableError)  # (re-exported)
 from dtrain.names import (EXEC_RUNNING_WAIT, MAX_TAIL, MAX_WAIT, check_gpu_quota, check_limit_bytes,  # noqa: F401
-                          check_exec_rank, check_mounted_volume, check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
+                          check_exec_rank, check_exec_rank_form, check_mounted_volume, check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
                           check_since, parse_volume_size, shown, since_refusal, status_refusal, with_near)
 from dtrain.spec import JobSpec
 
@@ -277,6 +277,7 @@ class Backend(BackendHooks):
                 or not 0 <= running_timeout <= MAX_WAIT:  # NaN compares false
             raise SpecError(f"invalid running_timeout {shown(running_timeout)}: use seconds from 0 to {MAX_WAIT} "
                             f"(366 days), e.g. 60 (the CLI's --pod-running-timeout 1m)")
+        check_exec_rank_form(rank)  # before the job is read, as logs checks its rank
         with self._named("job", name):
             first = self._get(_existing(name, "job"))
         check_exec_rank(rank, name, first.spec.processes)  # the CLI's --rank is checked here too: one line

@@ -15,8 +15,8 @@ from dtrain.cli import format as fmt
 from dtrain.cli.lookup import _get, _in_project, _job_names
 from dtrain.client import Client, TimeoutError_
 from dtrain.errors import NotFoundError, SpecError
-from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, check_limit_bytes, check_rank, check_tail, counted, shown,
-                          wait_refusal)
+from dtrain.names import (EXEC_RUNNING_WAIT, MAX_WAIT, check_exec_rank_form, check_limit_bytes, check_rank,
+                          check_tail, counted, shown, wait_refusal)
 from dtrain.numbers import exact, plain, real_number, whole_number
 
 
@@ -138,10 +138,10 @@ def _exec_rank(text: str) -> int | str:
 
 def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
     waits = running_timeout(args.pod_running_timeout)  # a bad number before any look-up
+    rank = 0 if args.rank is None else check_exec_rank_form(_exec_rank(args.rank))  # before the look-up, as logs
     _in_project(args)
     refuse_pod(args, client, _get(args, client, args.name))
-    code = client.exec(args.name, command, rank=0 if args.rank is None else _exec_rank(args.rank),
-                       project=args.project, running_timeout=waits)
+    code = client.exec(args.name, command, rank=rank, project=args.project, running_timeout=waits)
     return 128 - code if code < 0 else code  # killed by signal N: 128 + N, as a shell and kubectl exec say
 
 
