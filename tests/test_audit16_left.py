@@ -97,3 +97,21 @@ def test_exec_and_bash_check_the_ranks_form_before_the_job_in_logs_words(dt: Dtr
     from dtrain import Client
     with pytest.raises(SpecError, match=r"^invalid --rank -1: use a process rank such as 0 \(at most 4095\); exec"):
         Client(home=dt.home).exec("nosuch", ["true"], rank=-1)
+
+
+def test_a_job_files_volumes_entry_is_named_as_written_there_not_as_pvc(dt: Dtrain, tmp_path):
+    (tmp_path / "job.yaml").write_text("name: fj\ncommand: [\"true\"]\nvolumes: [./data:/mnt]\n")
+    said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)
+    assert said.returncode == 2 and len(said.stderr.splitlines()) == 1, said.stderr
+    assert said.stderr.startswith(f"dtrain: error: invalid volumes: entry './data:/mnt' in job file "
+                                  f"'{tmp_path / 'job.yaml'}': './data' is a folder, and a volumes: entry mounts a "
+                                  f"volume;"), said.stderr
+    assert "--pvc './data" not in said.stderr
+    (tmp_path / "pvc.yaml").write_text("name: fj\ncommand: [\"true\"]\npvc: [\"data:/mnt:xx\"]\n")
+    said = dt("submit", "-f", str(tmp_path / "pvc.yaml"), check=False).stderr
+    assert f"invalid pvc: entry 'data:/mnt:xx' in job file '{tmp_path / 'pvc.yaml'}': after the mount" in said
+    assert "use VOLUME:MOUNT[:ro] for an existing volume" in said
+    # the flag is still named as the flag
+    assert "invalid --pvc './data:/mnt': './data' is a folder, and --pvc mounts a volume" in dt(
+        "submit", "x", "--pvc", "./data:/mnt", "--", "true", check=False).stderr
+    assert dt("list", "-A", "--json", check=False).stdout.strip() in ("", "[]")

@@ -116,9 +116,10 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
         data["labels"] = {**(data.get("labels") or {}), **parse_labels(args.label)}
     node_selector_of(args, data)
     hint = _hint_command(data, client)
-    for entry in [*(data.get("pvc") or ()), *(data.get("volumes") or ())]:  # the file's `volumes: [./data:/mnt]`
-        if isinstance(entry, str):  # hinted as --pvc ./data is: with the -p and --backend given
-            parse_pvc(entry, cmd=hint)
+    for key in ("pvc", "volumes"):  # the file's `volumes: [./data:/mnt]`, named as written there, not as --pvc
+        for entry in data_file.get(key) or ():  # hinted as --pvc ./data is: with the -p and --backend given
+            if isinstance(entry, str):
+                parse_pvc(entry, cmd=hint, key=key, source=f"job file {shown(args.file)}")
     if args.pvc:  # as -e overrides the file's variable of the same name, --pvc its mount at the same path
         given = [parse_pvc(v, cmd=hint) for v in args.pvc]
         taken = {v.mount_path for v in given}

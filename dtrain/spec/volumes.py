@@ -139,22 +139,28 @@ def _shell_path(path: str) -> str:
     return "~/" + shlex.quote(path[2:]) if path.startswith("~/") else shlex.quote(path)
 
 
-def parse_pvc(text: str, *, cmd: Callable[[str], str] | None = None) -> Volume:
+def parse_pvc(text: str, *, cmd: Callable[[str], str] | None = None, key: str | None = None,
+              source: str | None = None) -> Volume:
     """Parse a Run:AI ``--pvc`` value: ``NAME:MOUNT[:ro]`` or ``CLASS:SIZE:MOUNT``. `cmd`: `dtrain WORDS`
-    as a hint prints it (the CLI's command_for, carrying the -p and --backend the user gave)."""
+    as a hint prints it (the CLI's command_for, carrying the -p and --backend the user gave). `key` and
+    `source`: an entry of a job file's `volumes:` (or `pvc:`) list, named so (and that file), not --pvc."""
     parts = str(text).split(":")
-    hint = ("use --pvc VOLUME:MOUNT[:ro] for an existing volume (e.g. tusimple:/mnt:ro) "
-            "or --pvc CLASS:SIZE:MOUNT for a new one (e.g. local:100Gi:/mnt)")
+    flag = "--pvc " if key is None else ""
+    said = (f"--pvc {shown(text)}" if key is None else
+            f"{key}: entry {shown(text)}" + (f" in {source}" if source else ""))
+    hint = (f"use {flag}VOLUME:MOUNT[:ro] for an existing volume (e.g. tusimple:/mnt:ro) "
+            f"or {flag}CLASS:SIZE:MOUNT for a new one (e.g. local:100Gi:/mnt)")
     if len(parts) == 3 and parts[1].startswith("/") and parts[2] not in ("ro", "rw"):  # VOLUME:MOUNT:MODE
-        raise SpecError(f"invalid --pvc {shown(text)}: after the mount path comes ro or rw, not {shown(parts[2])}; "
+        raise SpecError(f"invalid {said}: after the mount path comes ro or rw, not {shown(parts[2])}; "
                         f"{hint}")
     if len(parts) == 4 and parts[2].startswith("/") and parts[3] in ("ro", "rw"):  # CLASS:SIZE:MOUNT:MODE
-        raise SpecError(f"invalid --pvc {shown(text)}: a new volume (CLASS:SIZE:MOUNT) starts empty and is mounted "
+        raise SpecError(f"invalid {said}: a new volume (CLASS:SIZE:MOUNT) starts empty and is mounted "
                         f"read-write; drop ':{parts[3]}', or create the volume first (dtrain volume create) and "
                         f"mount it with VOLUME:MOUNT:ro")
     if len(parts) in (2, 3) and ("/" in parts[0] or parts[0] in (".", "..") or parts[0].startswith("~")):  # docker -v
         copy_in = f"submit copy-in --pvc local:10Gi:/mnt -- cp -r {_shell_path(parts[0])} /mnt/"
-        raise SpecError(f"invalid --pvc {shown(text)}: {shown(parts[0])} is a folder, and --pvc mounts a volume; "
+        mounts = "--pvc" if key is None else f"a {key}: entry"
+        raise SpecError(f"invalid {said}: {shown(parts[0])} is a folder, and {mounts} mounts a volume; "
                         f"a local job sees this machine's folders as they are (give the folder to the command), "
                         f"or copy it into a new volume: {cmd(copy_in) if cmd else f'dtrain {copy_in}'}")
     try:
@@ -165,8 +171,8 @@ def parse_pvc(text: str, *, cmd: Callable[[str], str] | None = None) -> Volume:
         if len(parts) == 3:
             return NewVolume(storage_class=parts[0], size=parts[1], mount_path=parts[2])
     except SpecError as err:
-        raise SpecError(f"invalid --pvc {shown(text)}: {err}; {hint}") from None
-    raise SpecError(f"invalid --pvc {shown(text)}: {hint}")
+        raise SpecError(f"invalid {said}: {err}; {hint}") from None
+    raise SpecError(f"invalid {said}: {hint}")
 
 
 _VOLUME_KEYS = {VolumeMount: {"volume", "mount_path", "read_only"},
