@@ -164,14 +164,10 @@ def test_a_second_training_on_one_out_dir_is_refused_and_writes_nothing(tmp_path
     assert (out / "model.pt").exists()
 
 
-@pytest.mark.slow
-def test_every_rank_stops_with_its_own_line_when_rank_0_finds_the_out_dir_held(tmp_path):
-    """Under torchrun only rank 0 takes the lock: it stopped in one line, and the other ranks waited in their
-    next collective until the launcher ended them, saying nothing useful. Every rank now takes part in one
-    all-reduce of the refusal and stops with its own line."""
+def _two_ranks(tmp_path):
+    """(out-dir, argv, env) of a two-rank plain-torchrun lanes training of one step on a tiny synthetic set."""
     import os
     import socket
-    import subprocess
     import sys
 
     from dtrain.workloads.lanes import synth
@@ -185,13 +181,25 @@ def test_every_rank_stops_with_its_own_line_when_rank_0_finds_the_out_dir_held(t
         port = s.getsockname()[1]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("DTRAIN_", "SM_"))}
     env.update(OMP_NUM_THREADS="1")
+    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
+            "-m", "dtrain.workloads.lanes", "train", "--recipe", "tiny", "--data-dir", str(data),
+            "--out-dir", str(out), "--batch-size", "2", "--max-steps", "1"]
+    return out, argv, env
+
+
+@pytest.mark.slow
+def test_every_rank_stops_with_its_own_line_when_rank_0_finds_the_out_dir_held(tmp_path):
+    """Under torchrun only rank 0 takes the lock: it stopped in one line, and the other ranks waited in their
+    next collective until the launcher ended them, saying nothing useful. Every rank now takes part in one
+    all-reduce of the refusal and stops with its own line."""
+    import subprocess
+    import sys
+
+    out, argv, env = _two_ranks(tmp_path)
     first = subprocess.Popen([sys.executable, "-c", HOLD, str(out / "train.log")], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)  # the first run, as its lock shows it
     try:
         assert first.stdout.readline() == "held\n"
-        argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
-                "-m", "dtrain.workloads.lanes", "train", "--recipe", "tiny", "--data-dir", str(data),
-                "--out-dir", str(out), "--batch-size", "2", "--max-steps", "1"]
         second = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
     finally:
         first.communicate("")
@@ -210,25 +218,9 @@ def test_every_rank_stops_with_the_line_of_what_rank_0_found(tmp_path, found):
     refusal there stopped rank 0, and the other ranks waited in their first collective until the timeout. The
     refusal now goes into the same one all-reduce as the lock's, and every rank stops with one line naming what
     rank 0 found."""
-    import os
-    import socket
     import subprocess
-    import sys
 
-    from dtrain.workloads.lanes import synth
-
-    data, out = tmp_path / "tusimple", tmp_path / "run"
-    synth.generate(data, frames_per_file={"label_data_0313.json": 4, "label_data_0531.json": 1,
-                                          "label_data_0601.json": 1}, seed=5, test_frames=1)
-    out.mkdir()
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DTRAIN_", "SM_"))}
-    env.update(OMP_NUM_THREADS="1")
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(port),
-            "-m", "dtrain.workloads.lanes", "train", "--recipe", "tiny", "--data-dir", str(data),
-            "--out-dir", str(out), "--batch-size", "2", "--max-steps", "1"]
+    out, argv, env = _two_ranks(tmp_path)
     if found == "link":
         (out / "metrics.jsonl").symlink_to(tmp_path / "elsewhere")
         rank0 = f"error: {out / 'metrics.jsonl'} is a symbolic link: training writes its outputs only to files"
