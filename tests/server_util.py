@@ -29,7 +29,9 @@ class ServerProcess:
         self.http = httpx.Client(base_url=self.url, timeout=60)
 
     def _first_line(self, timeout: float) -> str:
-        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        poll = select.poll()  # select() refuses a descriptor past 1023, which a long test process reaches
+        poll.register(self.proc.stdout, select.POLLIN)
+        ready = poll.poll(timeout * 1000)
         if not ready:
             self.proc.kill()
             raise AssertionError(f"dtrain server printed nothing in {timeout}s: {self.proc.stderr.read()}")

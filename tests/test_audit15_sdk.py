@@ -103,7 +103,7 @@ def test_a_log_stream_prints_what_it_is_and_how_to_read_it(home):
     assert client.wait("hello", timeout=120).status == dtrain.JobStatus.SUCCEEDED
     stream = client.logs("hello")
     assert repr(stream) == ("<LogStream of job 'hello': an iterator of LogLine(rank, time, text), read with list() "
-                            "or a for loop; 0 notice(s) so far>")
+                            "or a for loop; 0 notices so far>")
     assert [line.text for line in stream] == ["hi"]
 
 

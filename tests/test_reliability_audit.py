@@ -53,7 +53,9 @@ def exits_within(pid: int, seconds: float) -> bool:
     """True if the process exits within `seconds` (a pidfd becomes readable when it does)."""
     fd = os.pidfd_open(pid)
     try:
-        return bool(select.select([fd], [], [], seconds)[0])
+        poll = select.poll()  # select() refuses a descriptor past 1023
+        poll.register(fd, select.POLLIN)
+        return bool(poll.poll(seconds * 1000))
     finally:
         os.close(fd)
 

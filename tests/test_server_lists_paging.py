@@ -169,3 +169,42 @@ def test_the_schema_has_the_project_read_and_the_201s_location(home):
     read = paths["/api/v1/projects/{name}"]["get"]
     assert "404" in read["responses"] and read["responses"]["200"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/Project"}
+
+
+def test_a_stopped_server_closes_its_clients_sqlite_connections(home):
+    """An app built again and again in one process (as these tests do) kept every Client it made, each with its
+    SQLite connections, until the process ended: the fast suite reached descriptor 1024, where select() fails.
+    A server that stops now drops its Clients, and their connections close."""
+    import gc
+    import os
+    import weakref
+
+    made = []
+
+    def make():
+        client = dtrain.Client(home=home)
+        made.append(weakref.ref(client))
+        return client
+
+    from dtrain.server.app import create_app
+    from server_util import ThreadServer
+
+    def opened():
+        return sum(1 for f in os.listdir("/proc/self/fd") if "state.db" in os.path.realpath(f"/proc/self/fd/{f}"))
+
+    before = opened()
+    for _ in range(3):
+        server = ThreadServer(create_app(make, sample_every=3600))
+        with httpx_client(server) as http:
+            assert http.get("/api/v1/jobs").status_code == 200 and http.get("/metrics").status_code == 200
+        server.stop()
+        del server
+        gc.collect()
+    assert made and not any(ref() for ref in made)
+    assert opened() == before
+
+
+def httpx_client(server):
+    import httpx
+
+    return httpx.Client(base_url=server.url, timeout=60)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from dtrain.backends.records import LogLine, Notice
 from dtrain.errors import SpecError
-from dtrain.names import check_limit_bytes, check_rank, check_since, check_tail
+from dtrain.names import check_limit_bytes, check_rank, check_since, check_tail, counted
 
 
 class LogStream:
@@ -45,7 +45,7 @@ class LogStream:
         # what a notebook cell shows for client.logs(name): what it is and how to read it, not an address
         whose = f" of job {self.job!r}" if self.job else ""
         return (f"<LogStream{whose}: an iterator of LogLine(rank, time, text), read with list() or a for loop; "
-                f"{len(self._notices)} notice(s) so far>")
+                f"{counted(len(self._notices), 'notice')} so far>")
 
     def __iter__(self) -> LogStream:
         return self

@@ -73,12 +73,16 @@ def create_app(make_client: Callable[[], object], *, token: str | None = None, r
         return made
 
     clients = Clients(make_http_client)
-    history = GpuHistory(Clients(make_client), every=sample_every)
+    sampling = Clients(make_client)
+    history = GpuHistory(sampling, every=sample_every)
 
     async def lifespan(app):
         history.start()
         yield
         history.stop()
+        first.clear()  # the server stops: its Clients' SQLite connections close now
+        clients.clear()
+        sampling.clear()
 
     app = FastAPI(title="dtrain", version="1", lifespan=lifespan, openapi_url=f"{API}/openapi.json",
                   docs_url=None, redoc_url=None,

@@ -37,6 +37,14 @@ class Clients:
             del ended  # their connections close here, outside the lock
         return client
 
+    def clear(self) -> None:
+        """Drop every thread's Client (the server stops): their SQLite connections close then, not whenever
+        the app is collected (an app built again and again in one process, as tests do, kept them all)."""
+        with self._lock:
+            dropped = list(self._clients.values())
+            self._clients.clear()
+        del dropped
+
 
 def client(request: Request):
     """This thread's Client; call it inside a route's body (sync routes run in worker threads)."""
