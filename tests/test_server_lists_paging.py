@@ -189,9 +189,11 @@ def test_a_stopped_server_closes_its_clients_sqlite_connections(home):
     from dtrain.server.app import create_app
     from server_util import ThreadServer
 
-    def opened():
-        return sum(1 for f in os.listdir("/proc/self/fd") if "state.db" in os.path.realpath(f"/proc/self/fd/{f}"))
+    def opened():  # this home's database files this process holds open (other tests' homes are not counted)
+        return sum(1 for f in os.listdir("/proc/self/fd")
+                   if os.path.realpath(f"/proc/self/fd/{f}").startswith(str(home.resolve()) + os.sep))
 
+    gc.collect()
     before = opened()
     for _ in range(3):
         server = ThreadServer(create_app(make, sample_every=3600))
