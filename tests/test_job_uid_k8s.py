@@ -191,3 +191,21 @@ def test_a_dry_runs_watcher_records_the_jobs_uid_read_from_its_object(backend, c
     _run_watcher(script, backend, tmp_path)
     taken = {s.name: (s.job_uid, s.earlier_run) for s in backend.list_snapshots(job="train")}
     assert taken == {"train-success": (first, True), f"train-success-{second[:8]}": (second, False)}
+
+
+def test_a_snapshot_whose_job_is_gone_is_marked_deleted_from_the_same_one_read(backend, cluster):
+    """`snapshot list` marks a job deleted since as 'JOB (deleted)' from the one read of each job it names, the
+    read that tells an earlier run: it had listed every job of every kind as well."""
+    backend.create_volume("data", size="1Gi")
+    backend.submit(spec(name="train"))
+    backend.create_snapshot("data", name="data-first", job="train")
+    backend.submit(spec(name="kept"))
+    backend.create_snapshot("data", name="data-kept", job="kept")
+    _ttl_delete(cluster, "train")
+
+    cluster.requests.clear()
+    marked = {s.name: (s.job_deleted, s.earlier_run) for s in backend.list_snapshots()}
+    assert marked == {"data-first": (True, False), "data-kept": (False, False)}
+    reads = [path.split("?")[0] for method, path in cluster.requests if method == "GET"]
+    assert not [p for p in reads if "?" not in p and p.rstrip("/").endswith(("/jobs", "/pytorchjobs", "/mpijobs"))]
+    assert len(reads) == 1 + len({p for p in reads if p.endswith(("/train", "/kept"))})

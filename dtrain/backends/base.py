@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Iterable
 from dtrain.backends.checks import (HintCommand, _check_new_snapshot, _check_new_volume, _check_restore,  # noqa: F401
                                     _existing, _flag, _plain_command, check_notebook_open, gone_job_logs, named,
                                     volumes_named)
-from dtrain.backends.earlier_runs import job_uids_one_by_one, mark_deleted_jobs, mark_earlier_runs
+from dtrain.backends.earlier_runs import job_uids_one_by_one, mark_earlier_runs
 from dtrain.backends.hooks import BackendHooks
 from dtrain.backends.logstream import LogStream, check_logs_args
 from dtrain.backends.records import (DataSource, Event, FreedInfo, GpuInfo, JobCount, JobInfo, JobPage,  # noqa: F401
@@ -458,11 +458,11 @@ class Backend(BackendHooks):
 
     def _mark_earlier_runs(self, snaps: list[SnapshotInfo]) -> list[SnapshotInfo]:
         """`snaps`, an earlier job's marked `earlier_run`, a deleted job's `job_deleted` (earlier_runs.py)."""
-        return mark_deleted_jobs(mark_earlier_runs(snaps, self._job_uids), lambda: self._names("job")[0])
+        return mark_earlier_runs(snaps, self._job_uids)
 
-    def _job_uids(self, names: set[str]) -> dict[str, str]:
-        """The uids of the jobs now named `names`, by name (a name no job has, or one whose uid is
-        unknown, left out): each read with `_get`; a backend with a cheaper read overrides it."""
+    def _job_uids(self, names: set[str]) -> dict[str, str | None]:
+        """The jobs now named `names` and not Deleted, each name to its uid (None where unknown; a name no
+        job has left out): each read with `_get`; a backend with a cheaper read overrides it."""
         return job_uids_one_by_one(self._get, names)
 
     def get_snapshot(self, name: str) -> SnapshotInfo:

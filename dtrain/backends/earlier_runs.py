@@ -8,41 +8,37 @@ import contextlib
 import dataclasses
 from collections.abc import Callable, Iterable
 
-from dtrain.backends.records import JobInfo, SnapshotInfo
-from dtrain.errors import DtrainError, NotFoundError
+from dtrain.backends.records import JobInfo, JobStatus, SnapshotInfo
+from dtrain.errors import NotFoundError
 
 
-def mark_earlier_runs(snaps: list[SnapshotInfo], job_uids: Callable[[set[str]], dict[str, str]]) -> list[SnapshotInfo]:
-    """`snaps`, those an earlier job of their job's name left (their job_uid is not the uid of the
-    job now so named: it was purged and submitted again) marked `earlier_run`. Only the jobs the
-    snapshots name are read, each once (`job_uids`), not every job. Where no job has the name now,
-    or its uid is unknown, or a snapshot recorded none, which run it holds is unknown: as it is."""
-    names = {s.job for s in snaps if s.job is not None and s.job_uid}
+def mark_earlier_runs(snaps: list[SnapshotInfo],
+                      job_uids: Callable[[set[str]], dict[str, str | None]]) -> list[SnapshotInfo]:
+    """`snaps`, marked from one read of the jobs they name (`job_uids`: the jobs now so named and not
+    Deleted, each name to its uid or None where unknown; only those jobs are read, each once, not every
+    job): `earlier_run` where the job now so named has another uid than the one the snapshot recorded (it
+    was purged and submitted again), `job_deleted` where no job has the name now (deleted or purged and
+    not submitted again, as `describe` marks a deleted snapshot or volume). Where the uid of either side
+    is unknown, which run it holds is unknown: not marked an earlier run."""
+    names = {s.job for s in snaps if s.job is not None}
     current = job_uids(names) if names else {}
-    return [dataclasses.replace(s, earlier_run=True) if current.get(s.job) not in (None, s.job_uid) else s
-            for s in snaps]
+    marked = []
+    for s in snaps:
+        if s.job is not None and s.job not in current:
+            s = dataclasses.replace(s, job_deleted=True)
+        elif s.job is not None and s.job_uid and current[s.job] not in (None, s.job_uid):
+            s = dataclasses.replace(s, earlier_run=True)
+        marked.append(s)
+    return marked
 
 
-def mark_deleted_jobs(snaps: list[SnapshotInfo], live: Callable[[], Iterable[str]]) -> list[SnapshotInfo]:
-    """`snaps`, those whose job is no longer among `live()` (the names of the jobs not Deleted) marked
-    `job_deleted`, as `describe` marks a deleted snapshot or volume; an earlier run's stays marked as that.
-    Where the names cannot be read (DtrainError, OSError), as they are."""
-    if not any(s.job is not None and not s.earlier_run for s in snaps):
-        return snaps
-    try:
-        names = set(live())
-    except (DtrainError, OSError):
-        return snaps
-    return [dataclasses.replace(s, job_deleted=True) if s.job is not None and not s.earlier_run and s.job not in names
-            else s for s in snaps]
-
-
-def job_uids_one_by_one(get: Callable[[str], JobInfo], names: Iterable[str]) -> dict[str, str]:
-    """The uids of the jobs now named `names`, by name; a name no job has, or one whose uid is
-    unknown, is left out. Each read once with `get`."""
+def job_uids_one_by_one(get: Callable[[str], JobInfo], names: Iterable[str]) -> dict[str, str | None]:
+    """The jobs now named `names` and not Deleted, each name to its uid (None where unknown); a name no
+    job has is left out. Each read once with `get`."""
     uids = {}
     for name in names:
         with contextlib.suppress(NotFoundError):
-            if (uid := get(name).uid) is not None:
-                uids[name] = uid
+            info = get(name)
+            if info.status is not JobStatus.DELETED:
+                uids[name] = info.uid
     return uids

@@ -115,14 +115,17 @@ class JobVerbs:
         resource, obj = self._find(name)
         return self._data_sources(self._snapshot_on_success(self._job_info(resource, obj, name)))
 
-    def _job_uids(self, names: set[str]) -> dict[str, str]:
-        """Each job's object read once, its metadata.uid (`_get` would read its pods and PVCs too).
-        A job this account may not read is left out, as one not there: its snapshots are listed as they are."""
+    def _job_uids(self, names: set[str]) -> dict[str, str | None]:
+        """Each job's object read once, its metadata.uid (`_get` would read its pods and PVCs too); a job
+        not there is left out. A job this account may not read is there with its uid unknown (None): its
+        snapshots are listed as they are, neither an earlier run's nor a deleted job's."""
         uids = {}
         for name in names:
-            with contextlib.suppress(NotFoundError, Forbidden):
-                if uid := self._find(name)[1]["metadata"].get("uid"):
-                    uids[name] = uid
+            with contextlib.suppress(NotFoundError):
+                try:
+                    uids[name] = self._find(name)[1]["metadata"].get("uid") or None
+                except Forbidden:
+                    uids[name] = None
         return uids
 
     def _data_sources(self, info: JobInfo) -> JobInfo:

@@ -212,6 +212,13 @@ class JobStore:
             return {}
         return {r["name"]: r["uid"] for r in self.conn.execute("SELECT name, uid FROM jobs WHERE uid IS NOT NULL")}
 
+    def live_uids(self) -> dict[str, str | None]:
+        """Each job not Deleted, by name, to its uid (None for a job submitted before uids were recorded)."""
+        has_uid = "uid" in {r[1] for r in self.conn.execute("PRAGMA table_info(jobs)")}  # a read-only disk, unmigrated
+        rows = self.conn.execute(f"SELECT name, {'uid' if has_uid else 'NULL AS uid'} FROM jobs WHERE status != ?",
+                                 ("Deleted",))
+        return {r["name"]: r["uid"] for r in rows}
+
     @staticmethod
     def uid(row: sqlite3.Row) -> str | None:
         """The job's uid in `row`; None for a job submitted before uids were recorded."""

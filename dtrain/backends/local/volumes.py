@@ -206,7 +206,7 @@ class VolumeHooks:
         return self._snapshot(self.storage.get_snapshot(name))
 
     def _job_uids(self, names):
-        return {name: uid for name, uid in self.store.uids().items() if name in names}  # one query for all
+        return {name: uid for name, uid in self.store.live_uids().items() if name in names}  # one query for all
 
     def _restore_snapshot(self, name, *, to, in_place, storage_class, progress):
         users = ()
