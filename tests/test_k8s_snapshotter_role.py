@@ -92,13 +92,20 @@ def test_a_role_granting_every_verb_by_wildcard_lacks_nothing():
         {"apiGroups": ["trainer.kubeflow.org"], "resources": ["trainjobs"], "verbs": ["patch"]}]
 
 
-def test_an_account_that_may_not_update_roles_is_told_the_rule_to_grant_and_the_job_runs(backend, cluster, caplog):
+def _warned_when_the_update_is_refused(backend, cluster, caplog, message: str) -> str:
+    """The one warning a submit logs where the older Role's update is refused (403 `message`)."""
     cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
     _old_role(cluster)
-    cluster.fail("PUT", ROLE_PATH, 403, 'roles.rbac.authorization.k8s.io "dtrain-snapshotter" is forbidden')
+    cluster.fail("PUT", ROLE_PATH, 403, message)
     with caplog.at_level(logging.WARNING):
         _submit_watched(backend)
     [said] = [r.getMessage() for r in caplog.records if "dtrain-snapshotter" in r.getMessage()]
+    return said
+
+
+def test_an_account_that_may_not_update_roles_is_told_the_rule_to_grant_and_the_job_runs(backend, cluster, caplog):
+    said = _warned_when_the_update_is_refused(backend, cluster, caplog,
+                                              'roles.rbac.authorization.k8s.io "dtrain-snapshotter" is forbidden')
     assert "\n" not in said
     assert said.startswith(f"dtrain: warning: Role dtrain-snapshotter in namespace {NS}, made by an earlier dtrain, "
                            f"lacks patch on jobs.batch, pytorchjobs.kubeflow.org, mpijobs.kubeflow.org, "
@@ -115,12 +122,8 @@ def test_the_patch_the_warning_gives_makes_the_role_complete(backend, cluster, c
     import json
     import shlex
 
-    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    _old_role(cluster)
-    cluster.fail("PUT", ROLE_PATH, 403, "forbidden")
-    with caplog.at_level(logging.WARNING):
-        _submit_watched(backend)
-    [said] = [r.getMessage() for r in caplog.records if "kubectl patch role" in r.getMessage()]
+    said = _warned_when_the_update_is_refused(backend, cluster, caplog, "forbidden")
+    assert "kubectl patch role" in said
     words = shlex.split(said[said.index("kubectl patch role"):said.index("); the watcher")])
     ops = json.loads(words[words.index("-p") + 1])
     role = cluster.get(RBAC, "roles", NS, "dtrain-snapshotter")

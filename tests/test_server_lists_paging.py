@@ -9,28 +9,11 @@ import pytest
 import dtrain
 from dtrain.errors import SpecError
 from server_util import wait_until
+from test_audit15_api import http, serve  # noqa: F401  (an API server on the test's home)
 
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
 
 LISTS = ("/api/v1/notebooks", "/api/v1/volumes", "/api/v1/snapshots")
-
-
-def serve(home):
-    import httpx
-
-    from dtrain.server.app import create_app
-    from server_util import ThreadServer
-
-    server = ThreadServer(create_app(lambda: dtrain.Client(home=home), sample_every=3600))
-    return server, httpx.Client(base_url=server.url, timeout=60)
-
-
-@pytest.fixture
-def http(home):
-    server, client = serve(home)
-    with client:
-        yield client
-    server.stop()
 
 
 def names(http, path: str, **query) -> tuple[list[str], int]:
