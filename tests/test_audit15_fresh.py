@@ -78,6 +78,7 @@ def test_ctrl_c_in_logs_follow_or_wait_says_the_job_goes_on(dt, verb):
     dt("submit", "quick", "--", "true")
     dt.wait_for("quick", {"Succeeded"})
     dt("submit", "ticker", "--", "sh", "-c", "echo tick; sleep 600")
+    dt.wait_running("ticker")  # logs -f on a job still Pending after a moment says so first (its own test)
     proc = subprocess.Popen([DTRAIN, *verb], env={**dt.env, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
     assert proc.stdout.readline().startswith("tick" if verb[0] == "logs" else "quick: Succeeded")

@@ -100,6 +100,8 @@ def test_a_rank_of_thousands_of_digits_is_one_line(dt: Dtrain):
     huge = "9" * 5000  # int() refuses past 4300 digits: a ValueError traceback
     assert_usage_error(dt("logs", "two", "--rank", huge, check=False), "invalid --rank '999", "or 'all'")
     assert_usage_error(dt("exec", "two", "--rank", huge, "--", "true", check=False), "invalid --rank '999",
+                       "at most 4095", "exec runs in one process")  # refused before the job is read, as by logs
+    assert_usage_error(dt("exec", "two", "--rank", "2", "--", "true", check=False), "invalid --rank 2",
                        "ranks 0 to 1")
     assert_usage_error(dt("logs", "two", "--rank", "9" * 18, check=False), "ranks 0 to 1")
 

@@ -393,6 +393,34 @@ def test_logs_follow_of_a_pending_job_says_it_waits(dt: Dtrain):
     assert proc.returncode == 0 and out == "" and err == ""
 
 
+def test_logs_follow_of_a_job_that_starts_at_once_says_nothing_of_pending(dt: Dtrain, monkeypatch, capsys):
+    """A job just submitted is Pending until its processes start, a moment later: `logs -f` said "is
+    Pending" for it each time (CI's Ctrl-C test caught the line). The job reads Pending once, then has
+    ended (its lines were written): no note, and the follow ends."""
+    from dtrain.client import Client
+
+    _queue_unseen(dt.home, "soon")
+    real_get, reads = Client.get, []
+
+    def get(self, name, **kw):
+        info = real_get(self, name, **kw)
+        reads.append(info.status.value)
+        if len(reads) == 1:  # the job starts and ends just after logs -f's first read
+            store = JobStore(dt.home / "state.db")
+            try:
+                assert store.set_status("soon", "Succeeded", "done")
+            finally:
+                store.close()
+        return info
+
+    monkeypatch.setenv("DTRAIN_HOME", str(dt.home))
+    monkeypatch.setattr(Client, "get", get)
+    capsys.readouterr()
+    assert main(["logs", "soon", "-f"]) == 0
+    out, err = capsys.readouterr()
+    assert reads[:2] == ["Pending", "Succeeded"] and "Pending" not in err, (reads, err)
+
+
 def test_logs_follow_ending_at_a_suspension_says_so(dt: Dtrain):
     """`logs -f` ended at `dtrain suspend` with a bare prompt, as if the job had ended."""
     dt("submit", "done", "--", "true")

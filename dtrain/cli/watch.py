@@ -45,8 +45,13 @@ def cmd_logs(args, client: Client) -> int:
     printed = False
     # a bare wait read as a hang; a job Pending again after a run: the backend's notice says it (its next run)
     if args.follow and info.status is JobStatus.PENDING and info.started is None and not args.previous:
-        print(f"dtrain: job '{info.name}' is Pending ({info.message or 'not started'}): its lines follow once it "
-              f"starts (Ctrl-C stops following, not the job)", file=sys.stderr, flush=True)
+        try:
+            pending = _still_pending(client, args, info)
+        except KeyboardInterrupt:
+            return _left(client, info, "following the logs of")
+        if pending is not None:
+            print(f"dtrain: job '{info.name}' is Pending ({pending.message or 'not started'}): its lines follow "
+                  f"once it starts (Ctrl-C stops following, not the job)", file=sys.stderr, flush=True)
     lines = client.logs(args.name, rank=rank, tail=tail, since=since, follow=args.follow,
                         previous=args.previous, limit_bytes=args.limit_bytes, project=args.project)
     try:
@@ -72,6 +77,25 @@ def cmd_logs(args, client: Client) -> int:
         print(f"dtrain: job '{info.name}' is Pending ({info.message or 'not started'}): no process has "
               f"started, so there are no logs yet; '{follow}' waits for them", file=sys.stderr)
     return 0
+
+
+PENDING_NOTE_AFTER = 2.0  # seconds: a job just submitted is Pending until its processes start
+
+
+def _still_pending(client: Client, args, info):
+    """The job, read again, when it is still Pending PENDING_NOTE_AFTER seconds on (None once it has
+    left Pending): a job submitted a moment ago starts within that time, and a note then was noise."""
+    deadline = time.monotonic() + PENDING_NOTE_AFTER
+    now = info
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        try:
+            now = client.get(info.name, project=args.project)
+        except NotFoundError:  # deleted meanwhile: following ends with it, nothing to explain
+            return None
+        if now.status is not JobStatus.PENDING or now.started is not None:
+            return None
+    return now
 
 
 def _said_suspended(client: Client, args, info) -> None:
