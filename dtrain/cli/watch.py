@@ -88,7 +88,7 @@ def _still_pending(client: Client, args, info):
     deadline = time.monotonic() + PENDING_NOTE_AFTER
     now = info
     while time.monotonic() < deadline:
-        time.sleep(0.1)
+        time.sleep(0.25)  # a read of a remote job is several requests
         try:
             now = client.get(info.name, project=args.project)
         except NotFoundError:  # deleted meanwhile: following ends with it, nothing to explain
