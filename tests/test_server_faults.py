@@ -11,6 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from conftest import Dtrain
 from server_util import ServerProcess, wait_until
 
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
@@ -195,3 +196,30 @@ def test_servers_starting_at_once_share_one_token(tmp_path):
         assert sorted(made for _, made in got) == [False, True], got  # one made it, the other read it
         assert got[0][0] == got[1][0] == (home / TOKEN_FILE).read_text().strip()
         assert sorted(p.name for p in home.iterdir()) == [TOKEN_FILE]  # no scratch file left
+
+
+def test_a_server_without_the_injected_gpus_says_which_a_job_was_scheduled_with(tmp_path, monkeypatch):
+    """A GPU job the CLI scheduled with DTRAIN_GPUS=2, suspended, then resumed by a `dtrain server`
+    started from a shell without it: the refusal names the inventory the job was scheduled with and
+    how to start the server (it said this machine has no GPU, to drop --gpu, of a job already there)."""
+    from dtrain.backends.local.devices import inventory
+
+    monkeypatch.delenv("DTRAIN_GPUS", raising=False)
+    if inventory():
+        pytest.skip("this machine has GPUs: a server without DTRAIN_GPUS schedules on them")
+    home = tmp_path / "home"
+    cli = Dtrain(home, env={"DTRAIN_GPUS": "2"})
+    cli("submit", "held", "--gpu", "1", "--", "sh", "-c", "sleep 600")
+    cli("suspend", "held")
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        refused = server.http.post("/api/v1/jobs/held/resume")
+        assert refused.status_code == 409, refused.text  # the CLI's QuotaError
+        assert refused.json()["error"] == (
+            "job 'held' was scheduled with DTRAIN_GPUS=2 but this process sees 0 GPUs (DTRAIN_GPUS unset): "
+            "start it with the same inventory, e.g. 'DTRAIN_GPUS=2 dtrain server' or 'DTRAIN_GPUS=2 dtrain resume held'")
+        assert server.http.get("/api/v1/jobs/held").json()["status"] == "Suspended"  # nothing changed
+    finally:
+        server.stop()
+    cli("resume", "held")  # with the inventory it was scheduled with, it is queued again
+    cli("delete", "held")

@@ -151,7 +151,8 @@ class LocalBackend(JobControl, JobRecords, Reconciling, VolumeHooks, Backend):
                                 f"(nothing was started)")
         created = self._prepare_volumes(spec) if spec.volumes else []
         try:
-            self.store.insert_job(spec, cwd=cwd, node=socket.gethostname(), cmd=self.cmd)
+            self.store.insert_job(spec, cwd=cwd, node=socket.gethostname(), cmd=self.cmd,
+                                  gpus_injected=os.environ.get("DTRAIN_GPUS"))
         except Exception:
             for name in created:
                 self.storage.delete_volume(name, force=True)
@@ -218,7 +219,9 @@ class LocalBackend(JobControl, JobRecords, Reconciling, VolumeHooks, Backend):
         if spec.project != "default":
             require_project(spec.project, [p["name"] for p in self.store.projects()])
 
-    def _check_resources(self, spec: JobSpec, *, volumes: bool = True) -> None:
+    def _check_resources(self, spec: JobSpec, *, volumes: bool = True, injected: str | None = None) -> None:
+        """`injected`: the DTRAIN_GPUS a stored job was submitted with (resume): a process started
+        without it (a `dtrain server` from another shell) names the one that schedules it."""
         from dtrain.backends.local.devices import inventory
         from dtrain.backends.local.node import check_selector, node_labels
 
@@ -231,6 +234,12 @@ class LocalBackend(JobControl, JobRecords, Reconciling, VolumeHooks, Backend):
                              f"most {most} (limited by {why}); lower --processes")
         each = counted(spec.processes, 'process', 'processes', typed=processes)
         gpus = len(inventory())
+        now = os.environ.get("DTRAIN_GPUS")
+        if spec.gpus_requested > gpus and injected is not None and injected != now:
+            raise QuotaError(f"job {spec.name!r} was scheduled with DTRAIN_GPUS={injected} but this process sees "
+                             f"{counted(gpus, 'GPU')} ({'DTRAIN_GPUS unset' if now is None else 'DTRAIN_GPUS=' + now}): start it "
+                             f"with the same inventory, e.g. 'DTRAIN_GPUS={injected} dtrain server' or "
+                             f"'DTRAIN_GPUS={injected} {self.cmd(f'resume {spec.name}', spec.project)}'")
         if spec.gpus_requested > gpus and not gpus:  # the reference's `--gpu 1` on a CPU workstation
             raise QuotaError(f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} ({each} x "
                              f"{gpu}) but this machine has no GPU: drop --gpu (or give --gpu 0) to run on its "

@@ -87,7 +87,8 @@ class JobControl:
             raise ConflictError(f"job {name!r} is still stopping (its supervisor, pid {sup.pid}, has not exited): "
                                 f"run '{self.cmd(f'resume {name}', row['project'])}' again in a minute")
         spec = JobSpec.from_stored(json.loads(row["spec"]))
-        self._check_resources(spec, volumes=False)  # a quota may have been lowered since
+        self._check_resources(spec, volumes=False,  # a quota may have been lowered since
+                              injected=self.store.recorded(row, "gpus_injected"))
         for mount in spec.resolved_volumes():  # and a volume deleted (--force) or lost: say so now
             self._check_existing(mount, spec.project)
         me = Ident.of(os.getpid())

@@ -84,8 +84,11 @@ CREATE INDEX IF NOT EXISTS jobs_by_project ON jobs(project, status, created, nam
 # `last_started` (when the scheduler last started it: `started` keeps the first start; the most
 # recently started job is preempted first), `uid` (unique per submit, as a Kubernetes object's
 # metadata.uid: a name submitted again after `delete --purge` is a new job, and the snapshots the
-# earlier one left are told apart by it; a job of before has none: unknown).
-ADDED_COLUMNS = {"data_sources": "TEXT", "ran_on": "TEXT", "last_started": "REAL", "uid": "TEXT"}
+# earlier one left are told apart by it; a job of before has none: unknown), `gpus_injected` (the
+# DTRAIN_GPUS its submit ran with, as typed: a server or resume started without it sees another
+# inventory, and its refusal names the one to start it with).
+ADDED_COLUMNS = {"data_sources": "TEXT", "ran_on": "TEXT", "last_started": "REAL", "uid": "TEXT",
+                 "gpus_injected": "TEXT"}
 
 ACTIVE = ("Pending", "Running")
 # A new job's message until its supervisor first asks the scheduler (then "waiting: <why>" or
@@ -157,10 +160,11 @@ class JobStore:
         self.conn.close()
 
     # ---- jobs ---------------------------------------------------------------------------
-    def insert_job(self, spec: JobSpec, *, cwd: str, node: str, cmd: Callable[[str, str], str] | None = None) -> None:
+    def insert_job(self, spec: JobSpec, *, cwd: str, node: str, cmd: Callable[[str, str], str] | None = None,
+                   gpus_injected: str | None = None) -> None:
         """Add a Pending job; a Deleted job of the same name is replaced, any other clashes (its
         message's commands named by `cmd`, as check_free's: another submit of the name may have
-        come in since the caller's check)."""
+        come in since the caller's check). `gpus_injected`: the DTRAIN_GPUS it was submitted with."""
         now = time.time()
         with db.transaction(self.conn):
             if self.check_free(spec.name, cmd):
@@ -171,6 +175,8 @@ class JobStore:
                 "INSERT INTO jobs (name, project, spec, status, created, cwd, node, message, uid) "
                 "VALUES (?, ?, ?, 'Pending', ?, ?, ?, ?, ?)",
                 (spec.name, spec.project, json.dumps(spec.to_dict()), now, cwd, node, QUEUED, str(uuid.uuid4())))
+            if gpus_injected is not None:
+                self.conn.execute("UPDATE jobs SET gpus_injected=? WHERE name=?", (json.dumps(gpus_injected), spec.name))
             self._event(spec.name, "Pending", "queued", now)
 
     def check_free(self, name: str, cmd: Callable[[str, str], str] | None = None) -> bool:
