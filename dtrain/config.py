@@ -247,14 +247,21 @@ def section_numbers(section: str, settings: dict) -> dict:
     NumberWord: YAML 1.1 reads it as text) in a number field read as a job file's number fields and the
     flags read it: whole_number (master_port: 1e3 is 1000), real_number for seconds (request_timeout);
     a quoted '1e3' and any other field keep the text. The numbers come back plain (save() dumps them)."""
+    read = number_fields(section)
+    return {k: plain(read[k](str(v))) if isinstance(v, NumberWord) and k in read else v
+            for k, v in settings.items()}
+
+
+def number_fields(section: str) -> dict:
+    """config.yaml's `section` ('kubernetes', 'sagemaker'): each number field and the reader its flag
+    reads it with (whole_number, real_number for seconds)."""
     if section == "kubernetes":
         from dtrain.backends.kubernetes.config import KubernetesConfig as settings_of
     else:
         from dtrain.backends.sagemaker.config import SageMakerConfig as settings_of
-    kinds = {f.name: str(f.type).split(" |")[0] for f in fields(settings_of)}
     read = {"int": whole_number, "float": real_number}
-    return {k: plain(read[kinds[k]](str(v))) if isinstance(v, NumberWord) and kinds.get(k) in read else v
-            for k, v in settings.items()}
+    kinds = {f.name: str(f.type).split(" |")[0] for f in fields(settings_of)}
+    return {k: read[kind] for k, kind in kinds.items() if kind in read}
 
 
 # ---- config.yaml rewritten in place: the user's comments and key order kept ------------------------------

@@ -121,3 +121,13 @@ def test_bench_scaling_steps_not_past_the_warmup_is_one_line_before_any_run(cli,
     assert said == (f"dtrain: error: --steps {steps} leaves no steps to time after --warmup {warmup}: give --steps "
                     f"{int(warmup) + 2} or more (or a smaller --warmup), e.g. --steps 20 --warmup 5")
     assert cli.ok("list", "-A").startswith("No jobs")
+
+
+@pytest.mark.parametrize("typed", ["1_000", "017", "1e3", "0x10", "1:30", "0", "2147483648", "nan", "x"])
+def test_config_set_reads_a_number_setting_as_its_flag_does(cli, tmp_path, typed):
+    """`--set gpus_per_node=1_000` was YAML 1.1's refusal ('numbers are taken in decimal digits only') of
+    what --gpus-per-node 1_000 saves; 0x10 and 1:30 were YAML's words too. Now the same number, bounds
+    and refusal line as the flag's."""
+    flag = cli("config", "kubernetes", "--gpus-per-node", typed)
+    by_set = cli("config", "kubernetes", "--set", f"gpus_per_node={typed}")
+    assert by_set == flag, (typed, by_set, flag)

@@ -8,7 +8,7 @@ import sys
 
 from dtrain.cli.cluster import _set_default_project
 from dtrain.client import Client
-from dtrain.config import section_numbers
+from dtrain.config import number_fields, section_numbers
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.names import counted, shown
 from dtrain.numbers import NUMBER_WORD_RE, NumberWord, whole_number
@@ -89,7 +89,7 @@ def _config_settings(args, client: Client, *, shown_only: bool) -> int:
               "dtrain config kubernetes --context NAME [--namespace NS]")
         return 0
     flagged = {k: getattr(args, k) for k in _KUBERNETES_KEYS if getattr(args, k) is not None}
-    pairs = section_numbers("kubernetes", _set_pairs(args.set or ()))
+    pairs = section_numbers("kubernetes", _set_pairs(args.set or (), number_fields("kubernetes")))
     if twice := next((k for k in pairs if k in flagged), None):
         raise SpecError(f"{twice} is given both as --{twice.replace('_', '-')} and with --set: give one; "
                         f"nothing was changed")
@@ -98,9 +98,11 @@ def _config_settings(args, client: Client, *, shown_only: bool) -> int:
     return 0
 
 
-def _set_pairs(pairs) -> dict:
+def _set_pairs(pairs, numbers: dict) -> dict:
     """`--set KEY=VALUE ...`: VALUE read as config.yaml's `kubernetes: {KEY: VALUE}` reads it (29501 a
-    number, false, [ReadWriteOnce] a list, a quoted '0' a string), then checked as the flags' values are."""
+    number, false, [ReadWriteOnce] a list, a quoted '0' a string), then checked as the flags' values are.
+    A number field's unquoted value is read as its flag reads it (`numbers`: each number field's reader):
+    --set gpus_per_node=1_000 is --gpus-per-node 1_000 (YAML 1.1 refused it), with its bounds and words."""
     out: dict = {}
     for pair in pairs:
         key, sep, value = pair.partition("=")
@@ -109,6 +111,10 @@ def _set_pairs(pairs) -> dict:
             raise SpecError(f"--set {pair!r}: give KEY=VALUE, e.g. --set master_port=29501; nothing was changed")
         if key in out:
             raise SpecError(f"--set {key} is given twice: give it once; nothing was changed")
+        word = value.strip()
+        if key in numbers and word and word[0] not in "'\"[{" and word.lower() not in ("~", "null"):
+            out[key] = NumberWord(word)  # section_numbers reads it with the flag's reader, unquoted
+            continue
         out[key] = yaml_value(value, key, "--set", fix_as="--set {}={}")
         if out[key] == value.strip() and NUMBER_WORD_RE.fullmatch(out[key]):  # unquoted 1e3: config.yaml's NumberWord
             out[key] = NumberWord(out[key])
