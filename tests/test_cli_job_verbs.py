@@ -194,3 +194,26 @@ def test_the_command_is_looked_up_in_the_jobs_own_path(dt: Dtrain, tmp_path):
     dt("submit", "mine", "-e", f"PATH={tools}:/usr/bin:/bin", "--", "mytool")
     assert dt("wait", "mine").returncode == 0
     assert dt("logs", "mine").stdout == "from mytool\n"
+
+
+def test_list_says_starting_while_a_placed_jobs_processes_are_being_launched(dt: Dtrain):
+    """The scheduler moves a job to Running before its supervisor launches the processes, and each
+    records itself once it has started (a relaunch clears the last run's records first): a `list` read
+    in between showed 'Running' beside PROCESSES '0 (2)'. It says Starting there; --json keeps Running."""
+    dt("submit-dist", "twin", "--processes", "2", "--", "sleep", "120")
+    try:
+        dt.wait_running("twin")
+        row = _list_row(dt, "twin")
+        assert (row[1], row[-2:]) == ("Running", ["2", "(0)"]), row
+        for record in (dt.home / "jobs" / "twin" / "ranks").glob("rank-*.json"):  # the window before the records
+            record.unlink()
+        row = _list_row(dt, "twin")
+        assert (row[1], row[-2:]) == ("Starting", ["0", "(2)"]), row
+        assert dt.json("describe", "job", "twin")["status"] == "Running"
+        assert "Status:" in (described := dt("describe", "job", "twin").stdout) and "Starting" in described
+    finally:
+        dt("delete", "twin")
+
+
+def _list_row(dt: Dtrain, name: str) -> list[str]:
+    return next(line.split() for line in dt("list").stdout.splitlines() if line.startswith(name + " "))

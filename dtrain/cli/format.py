@@ -25,10 +25,15 @@ def warn(notices) -> None:
 def status_word(info) -> str:
     """A job's STATUS as `list` and `describe` show it: Stopping for a job still Running whose every
     process is Terminating (SageMaker's Stopping: StopTrainingJob sent, its programs given time to
-    save), as kubectl shows a pod being deleted; its status otherwise. --json keeps the status."""
+    save), as kubectl shows a pod being deleted; Starting for one placed whose processes are all still
+    being launched (the scheduler moves it to Running before its first process has started: 'Running'
+    beside PROCESSES '0 (2)' read as a job whose processes had gone; Run:AI says ContainerCreating); its
+    status otherwise. --json keeps the status."""
     running = info.status.value == "Running"
     if running and info.processes and all(p.status == "Terminating" for p in info.processes):
         return "Stopping"
+    if running and info.processes and all(p.status == "Pending" for p in info.processes):
+        return "Starting"
     return info.status.value
 
 
