@@ -410,3 +410,23 @@ def test_read_metrics_skips_a_torn_last_line(tmp_path):
     path = tmp_path / "m.jsonl"
     path.write_text('{"step": 1}\n{"step": 2}\n{"step": 3, "lo')
     assert [r["step"] for r in read_metrics(path)] == [1, 2]
+
+
+def test_a_one_process_local_job_is_single_not_torchrun():
+    """dtrain's one-process launch (`dtrain submit`, launcher none) runs the command under plain
+    `python` (rankrun, no torchrun) and gives it RANK=0 WORLD_SIZE=1 LOCAL_RANK=0 so a torchrun script
+    runs unchanged: cifar10 logged 'runtime=torchrun world_size=1' of a run torchrun never started."""
+    from dtrain.backends.local.launch import job_env
+    from dtrain.backends.local.rankrun import contract_env
+    from dtrain.spec import JobSpec
+
+    env = contract_env(job_env(JobSpec(name="one", command=["python", "train.py"]), devices=[[]], master_port=1,
+                               attempt=0, available=[]))
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("0", "1", "0")  # still there for the script
+    assert detect_runtime(env)["runtime"] == "single"
+    # `mpirun -np 1` (its rank's OMPI_* become the same variables) is mpi; torchrun and a Kubeflow pod stay theirs
+    assert detect_runtime(contract_env({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1"}))["runtime"] == "mpi"
+    one = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "h",
+           "MASTER_PORT": "1"}
+    assert detect_runtime({**one, "TORCHELASTIC_RUN_ID": "none"})["runtime"] == "torchrun"
+    assert detect_runtime({**one, "PET_NNODES": "1"})["runtime"] == "pytorchjob"

@@ -207,6 +207,18 @@ def _sagemaker(env: Mapping[str, str]) -> dict[str, Any]:
             "hosts": hosts, "current_host": current, "num_gpus": num_gpus}
 
 
+CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
+
+
+def _contract_alone(env: Mapping[str, str]) -> bool:
+    """A process of world size 1 whose RANK, WORLD_SIZE, ... no torchrun (TORCHELASTIC_RUN_ID) nor
+    Kubeflow operator (PET_*) set: dtrain's one-process launch, which runs the command itself under plain
+    `python` and sets them so a script written for torchrun runs unchanged. Its runtime is what started
+    it without them (single, or an `mpirun -np 1`), not torchrun, which never ran."""
+    return (env.get("WORLD_SIZE", "").strip() == "1" and "TORCHELASTIC_RUN_ID" not in env
+            and not any(k.startswith("PET_") for k in env))
+
+
 def detect_runtime(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Say who this process is from its environment alone.
 
@@ -215,6 +227,8 @@ def detect_runtime(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     for a single process); SageMaker adds hosts, current_host and num_gpus.
     """
     env = os.environ if env is None else env
+    if _contract_alone(env):  # one process given the PyTorchJob variables by the one that started it
+        env = {k: v for k, v in env.items() if k not in CONTRACT}
     # torchrun's variables win: torchrun may itself run under mpirun or inside a
     # SageMaker or Kubeflow container, and then the children carry both sets.
     if "TORCHELASTIC_RUN_ID" in env or ("LOCAL_RANK" in env and "RANK" in env):
