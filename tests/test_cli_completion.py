@@ -220,3 +220,13 @@ def test_the_kept_names_are_never_written_through_a_link_planted_there(tmp_path,
     (bin_dir / "dtrain.hangs").unlink()
     assert complete(path, line, home, "bash", bin_dir) == ["data"]
     assert names.read_text() == "dogs\n" and not kept.is_symlink() and kept.read_text() == "data\n"
+
+
+def test_cifar10_resume_offers_the_words_it_takes(bash_script):
+    """`dtrain cifar10 train --resume <TAB>` offered nothing but the shell's file names, though the flag
+    takes true or false (a SageMaker hyperparameter's form; its checkpoint is the newest one in
+    --checkpoint-dir, never a file named here). Its value is optional: a flag may follow it."""
+    assert set(complete(bash_script, "dtrain cifar10 train --resume ")) == {"true", "false"}
+    assert complete(bash_script, "dtrain cifar10 train --no-resume f") == ["false"]
+    assert complete(bash_script, "dtrain cifar10 train --resume --ep") == ["--epochs"]
+    assert complete(bash_script, "dtrain cifar10 train --data-dir --ep") == []  # a value of its own: as typed

@@ -14,6 +14,7 @@ its bashcompinit (whose compgen offers every word: zsh itself keeps those the ty
 from __future__ import annotations
 
 import argparse
+import re
 
 from dtrain.cli.workload_flags import WORKLOAD_FLAGS
 
@@ -31,6 +32,8 @@ NAMES = {"describe": "jobs", "logs": "jobs", "delete": "jobs", "suspend": "jobs"
          "artifacts": "jobs", "exec": "jobs", "bash": "jobs", "wait": "jobs", "volume": "volumes",
          "snapshot": "snapshots"}
 LISTS = {"jobs": "list", "volumes": "volume list", "snapshots": "snapshot list"}
+# a metavar that lists the words a flag takes (true|false), as its help writes them
+_WORDS = re.compile(r"[a-z0-9-]+(\|[a-z0-9-]+)+")
 
 
 def register(sub, handler) -> None:
@@ -50,13 +53,16 @@ def show(parser: argparse.ArgumentParser, shell: str) -> int:
 
 def flags_of(parser: argparse.ArgumentParser) -> dict[str, str | None]:
     """Each flag `parser` shows (not a hidden one: an old spelling) and what is offered after it: its
-    choices, '' for a value of its own (nothing offered: the shell's file names), None for no value.
+    choices, or the words its metavar names (cifar10's `--resume true|false`, which its own reader
+    checks), '' for a value of its own (nothing offered: the shell's file names), None for no value.
     One spelling of a flag: `--batch_size`, the underscore alias of `--batch-size` that SageMaker's
     hyperparameters need, is accepted but not offered (TAB offered both)."""
     flags: dict[str, str | None] = {}
     for action in parser._actions:
         if action.option_strings and action.help != argparse.SUPPRESS:
-            offered = None if action.nargs == 0 else " ".join(map(str, action.choices or ()))
+            words = action.choices or (action.metavar.split("|") if isinstance(action.metavar, str)
+                                       and _WORDS.fullmatch(action.metavar) else ())
+            offered = None if action.nargs == 0 else " ".join(map(str, words))
             shown = [o for o in action.option_strings if "_" not in o or o.replace("_", "-") not in action.option_strings]
             flags.update(dict.fromkeys(shown, offered))
     return flags
@@ -156,7 +162,8 @@ _dtrain() {
     elif [[ $w != -* && $w != job && $w != jobs && ${COMP_WORDS[i-1]} != -* ]]; then named=1  # `describe job X`
     fi
   done
-  if [[ $prev == -* && -n ${_dtrain_values["$at $prev"]+x} ]]; then
+  # a flag whose value is optional (cifar10's --resume [true|false]) may be followed by another flag
+  if [[ $prev == -* && -n ${_dtrain_values["$at $prev"]+x} && ( $cur != -* || -z ${_dtrain_values["$at $prev"]} ) ]]; then
     COMPREPLY=($(compgen -W "${_dtrain_values["$at $prev"]}" -- "$cur")); return
   fi
   if [[ $cur == -* ]]; then COMPREPLY=($(compgen -W "${_dtrain_flags[$at]}" -- "$cur")); return; fi

@@ -32,8 +32,8 @@ WORKLOAD_FLAGS: dict[str, dict[str, str | None]] = {
         "-h": None, "--help": None, "--batch-size": "", "--epochs": "", "--lr": "", "--momentum": "",
         "--backend": "", "--device": "", "--data-dir": "", "--test-dir": "", "--model-dir": "", "--seed": "",
         "--max-steps": "", "--metrics-file": "", "--num-workers": "", "--log-interval": "",
-        "--checkpoint-dir": "", "--checkpoint-every": "", "--keep-checkpoints": "", "--resume": "",
-        "--no-resume": "",
+        "--checkpoint-dir": "", "--checkpoint-every": "", "--keep-checkpoints": "", "--resume": "true false",
+        "--no-resume": "true false",
     },
     "cifar10 synth": {
         "-h": None, "--help": None, "--out": "", "--format": "python binary", "--n-train": "", "--n-test": "",
