@@ -119,6 +119,23 @@ def test_a_long_refused_line_is_quoted_cut_visibly_on_one_line(home):
                        f"characters)); no restarts left (--max-restarts 0)")
 
 
+def test_a_refused_line_whose_cause_comes_late_keeps_the_cause(home):
+    """A line naming a long path before its errno was cut at 300 characters: the quote kept the path
+    and lost 'No space left on device', the words that say why. Its middle is cut instead."""
+    deep = "/h/jobs/j1/work/" + "/".join(["checkpoints-of-the-long-run"] * 16) + "/epoch-7.pt"
+    line = f"dtrain: rank 0 could not write {deep}: [Errno 28] No space left on device (1 more rank waits)"
+    pid = _lost_job(home, "--- attempt 0: rankrun\n" + line + "\n")
+    message = Client(home=home).get("j1").message
+    start = line.index("No space") - 40
+    end = line.index(" (1 more rank")
+    head = 300 - (end - start)
+    assert message == (f"lost: its supervisor (pid {pid}) is gone: most likely a write it needed failed on the "
+                       f"home disk, full then (launcher.log says: {line[:head]}... ({start - head} more characters) "
+                       f"...{line[start:end]}... ({len(line) - end} more characters)); no restarts left "
+                       f"(--max-restarts 0)")
+    assert "[Errno 28] No space left on device..." in message
+
+
 def test_a_job_lost_having_written_nothing_on_a_full_disk_says_so_after_space_is_freed(tmp_path):
     """A supervisor started on a full home disk wrote nothing at all: supervisor.log and launcher.log
     were made, and their first line refused. Once space was freed, its job read "killed, or the machine
@@ -179,9 +196,14 @@ def test_a_refused_line_longer_than_the_tail_read_is_marked_cut_at_its_front(hom
     unread = len(line.encode()[:before].decode())  # as characters
     rest = line[unread:]
     message = Client(home=home).get("j1").message
+    # the cause's words, at the line's end, stay: its middle is cut (they were cut off with it)
+    start = rest.index("No space left on device") - 40
+    end = start + 40 + len("No space left on device")
+    head = 300 - (end - start)
     assert message == (f"lost: its supervisor (pid {pid}) is gone: most likely a write it needed failed on the "
-                       f"home disk, full then (launcher.log says: ({unread} more characters) ...{rest[:300]}... "
-                       f"({len(rest) - 300} more characters)); no restarts left (--max-restarts 0)"), message
+                       f"home disk, full then (launcher.log says: ({unread} more characters) ...{rest[:head]}... "
+                       f"({start - head} more characters) ...{rest[start:end]}... ({len(rest) - end} more "
+                       f"characters)); no restarts left (--max-restarts 0)"), message
     assert 0 < unread < len(line)
 
 

@@ -271,7 +271,7 @@ def full_disk_signs(job_dir: Path) -> str | None:
                 continue
         if cut:  # the read part's own leading blanks, stripped, are cut too
             cut += len(line) - len(line.lstrip())
-        return f"{name} says: {_cut(line.strip(), cut, over)}"
+        return f"{name} says: {_cut(line.strip(), cut, over, keep=next(w for w in _NO_ROOM if w in line))}"
     if any(r.get("log_error") for r in rank_records(job_dir)):
         return "its ranks' logs were refused too"
     if _empty(job_dir / "launcher.log"):  # made by its open, then its first write refused: the disk was full
@@ -302,13 +302,27 @@ def _before(f, start: int) -> tuple[int, bool]:
     return len(back.decode("utf-8", "replace")), pos > 0
 
 
-def _cut(line: str, before: int = 0, over: bool = False) -> str:
+_CAUSE_CONTEXT = 40  # characters quoted before the cause's words, where the middle of a line is cut (an errno)
+
+
+def _cut(line: str, before: int = 0, over: bool = False, keep: str = "") -> str:
     """`line`, its end cut visibly where it is long: '... (N more characters)', and its start where
-    `before` characters of it were not read: '(N more characters) ...' ('(over N more ...' with `over`)."""
+    `before` characters of it were not read: '(N more characters) ...' ('(over N more ...' with `over`).
+    The words `keep` (the cause: 'No space left on device') stay, with what comes just before them, where
+    they lie past the cut: its middle is cut instead, '... (N more characters) ...' (a long path before
+    them left only the path)."""
     front = f"({'over ' if over else ''}{before} more characters) ..." if before else ""
     if len(line) <= _QUOTED_CHARS:
         return front + line
-    return f"{front}{line[:_QUOTED_CHARS]}... ({len(line) - _QUOTED_CHARS} more characters)"
+    end = line.find(keep) + len(keep) if keep and keep in line else 0
+    if end <= _QUOTED_CHARS:
+        return f"{front}{line[:_QUOTED_CHARS]}... ({len(line) - _QUOTED_CHARS} more characters)"
+    start = max(0, line.find(keep) - _CAUSE_CONTEXT)
+    head = max(0, _QUOTED_CHARS - (end - start))  # the quote stays _QUOTED_CHARS long
+    after = f"... ({len(line) - end} more characters)" if end < len(line) else ""
+    if head >= start:
+        return f"{front}{line[:end]}{after}"
+    return f"{front}{line[:head]}... ({start - head} more characters) ...{line[start:end]}{after}"
 
 
 def _empty(path: Path) -> bool:
