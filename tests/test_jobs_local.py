@@ -45,7 +45,7 @@ def test_two_process_allreduce_runs_detached_and_reports_truth(dt: Dtrain, tmp_p
     (tmp_path / "job.py").write_text(script)
     out = dt(verb, "ar", "--processes", "2", *extra, "--", "python", str(tmp_path / "job.py"))
     assert "submitted" in out.stdout
-    info = dt.wait_for("ar", {"Running"})
+    info = dt.wait_running("ar")  # list says Starting while the job's processes are being launched
     assert info["spec"]["launcher"] == ("mpi" if verb == "submit-mpi" else "torchrun")
     listing = dt("list").stdout
     row = next(line for line in listing.splitlines() if line.startswith("ar "))
