@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable
 from decimal import Decimal
 from fractions import Fraction
-from math import ceil
+from math import ceil, inf
 
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.numbers import Typed, TypedFloat, TypedInt, plain, typed
@@ -265,31 +265,34 @@ def rank_refusal(typed, door: str = "sdk", one: bool = False) -> SpecError:
                         f", or {EVERY[door][1]} for every rank's lines (the default)"))
 
 
+def _checked_rank(value, below: float, refusal) -> int:
+    """The one check of a rank that logs and exec take: a whole number from 0, under `below`; else the
+    SpecError `refusal()` makes (each verb's own words)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < below:
+        raise refusal()
+    return plain(value)
+
+
 def check_rank(value, door: str = "sdk", typed=None) -> int:
     """logs' rank: a whole number from 0 (that it is one of the job's ranks is the backend's to check,
     once the job is read: its line names them); `typed`: as the user wrote it."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise rank_refusal(value if typed is None else typed, door)
-    return plain(value)
+    return _checked_rank(value, inf, lambda: rank_refusal(value if typed is None else typed, door))
 
 
 def check_exec_rank_form(value) -> int:
     """exec's rank before the job is read (a job not found hid it): a whole number from 0 to the last
     rank any job can have, refused in logs' words (rank_refusal); a whole number is named as the number,
     from the CLI as from the SDK."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < MAX_PROCESSES:
-        raise rank_refusal(value, one=True)
-    return plain(value)
+    return _checked_rank(value, MAX_PROCESSES, lambda: rank_refusal(value, one=True))
 
 
 def check_exec_rank(value, name: str, processes: int, typed=None) -> int:
     """exec's rank: one of job `name`'s `processes` ranks (exec runs in one process: no 'all'). The
     same line from the CLI (`typed`: as the user wrote it; a whole number is named as the number) and
     the SDK, whether the rank is no whole number, negative or past the job's last."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < processes:
-        raise SpecError(f"invalid --rank {shown(value if typed is None else typed)}: exec runs in one process; "
-                        f"job {name!r} has {processes} process(es), ranks 0 to {processes - 1}")
-    return plain(value)
+    return _checked_rank(value, processes, lambda: SpecError(
+        f"invalid --rank {shown(value if typed is None else typed)}: exec runs in one process; "
+        f"job {name!r} has {processes} process(es), ranks 0 to {processes - 1}"))
 
 
 def wait_refusal(typed, door: str = "sdk") -> SpecError:
