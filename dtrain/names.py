@@ -16,7 +16,10 @@ from fractions import Fraction
 from math import ceil, inf
 
 from dtrain.errors import NotFoundError, SpecError
-from dtrain.numbers import Typed, TypedFloat, TypedInt, plain, typed
+from dtrain.numbers import TypedFloat, TypedInt, plain, typed
+# how a message says things: dtrain.wording's, every name still dtrain.names.NAME for its callers
+from dtrain.wording import (SHOWN, abbreviated, counted, cut, listed, near_choice, noun, shown,  # noqa: F401
+                            them, with_near)
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
 MAX_NAME = 53  # NAME_RE's bound
@@ -36,7 +39,6 @@ MAX_CLASS = 253
 _UNITS = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60}
 _EXPONENTS = {None: "0", "n": "-9", "u": "-6", "m": "-3", "k": "3", "K": "3", "M": "6", "G": "9", "T": "12",
               "P": "15", "E": "18"}  # decimal suffixes, read by float() as exponents: 4194304000m is 4Mi exactly
-SHOWN = 80  # the most characters of a user's value an error message repeats
 MAX_PAGE = 1000  # records in one page of a list (`Client.page`, `page_volumes`, ...: the HTTP lists' `limit`)
 MAX_OFFSET = 10_000_000  # records skipped before a page: bounded, and far beyond any job table
 MAX_GPU_QUOTA = 1_000_000  # a project's GPU quota (`dtrain project create --gpu-quota`, the HTTP API's gpu_quota)
@@ -58,79 +60,6 @@ EVERY = {"cli": ("-1", "'all'"), "sdk": ("None", "None"), "http": ("leave it out
 # A number as the user wrote it where Python writes it back otherwise (a job file's 017, 0x1F,
 # 1_000, 12:30 (750), 0.10; a flag's 1e3 or -0): dtrain.numbers holds the one class pair and walk.
 WrittenInt, WrittenFloat, written = TypedInt, TypedFloat, typed  # their names here since before it
-
-
-def shown(value) -> str:
-    """`value` as an error message repeats it: its repr, at most SHOWN characters ('...' where cut);
-    a number as it was written (WrittenInt, WrittenFloat: '1e9', not 1000000000).
-
-    Built piece by piece (reprlib), so a huge value (a list that YAML aliases multiply, a
-    10**5000) costs no more than its first few items: no message grows with its input."""
-    import reprlib  # only refusals need it
-
-    if isinstance(value, Typed) and len(value.text) <= SHOWN:
-        return value.text  # a longer one is named by its size below, as a plain one is
-    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
-        return f"{'-' if value < 0 else ''}<a whole number of about {round(value.bit_length() * 0.30103)} digits>"
-    short = reprlib.Repr()
-    short.maxlevel, short.maxstring, short.maxother, short.maxlong = 3, SHOWN, SHOWN, 40
-    short.maxlist = short.maxtuple = short.maxdict = short.maxset = short.maxfrozenset = 6
-    text = short.repr(value)
-    return text if len(text) <= SHOWN else text[:SHOWN - 3] + "..."
-
-
-def counted(n: int, one: str, many: str | None = None, *, typed: str | None = None) -> str:
-    """`n` and its noun, as a message says it: '1 GPU', '2 GPUs', '1 process', '4 processes'; `typed`:
-    the number as the user typed it ('1E3'), shown in place of `n`."""
-    return f"{n if typed is None else typed} {noun(n, one, many)}"
-
-
-def noun(n: int, one: str, many: str | None = None) -> str:
-    """The noun in the number `n` asks for: 'job' for 1, 'jobs' otherwise (no message writes the
-    plural in brackets)."""
-    return one if n == 1 else many or one + "s"
-
-
-def them(items: Iterable, word: str = "them") -> str:
-    """The pronoun (`word`: 'them', 'their', 'they') for `items` in their number: 'it', 'its' or 'it'
-    for one ("wait for it", not "wait for them", of a single job)."""
-    return {"them": "it", "their": "its", "they": "it"}[word] if len(list(items)) == 1 else word
-
-
-def listed(items: Iterable, one: str, many: str | None = None) -> str:
-    """Names after their noun in its number, as a message lists them: 'job a', 'jobs a, b'."""
-    items = list(items)
-    return f"{noun(len(items), one, many)} {', '.join(map(str, items))}"
-
-
-def abbreviated(word: str, options: list[str]) -> str:
-    """'flags are not abbreviated: ...' for `--ti`, the start of --timeout and --tier (argparse took a
-    start of one flag for it, as kubectl and runai do not); '' for a word that starts no flag. The CLI's
-    parser and the workloads' (which run without it) both say it."""
-    flag = word.split("=", 1)[0]
-    whole = [o for o in options if flag.startswith("--") and len(flag) > 2 and o.startswith(flag)]
-    if not whole or flag in options:
-        return ""
-    value = word[len(flag):]
-    return f"flags are not abbreviated: give {' or '.join(o + value for o in whole[:4])}"
-
-
-def near_choice(message: str) -> str | None:
-    """argparse's "invalid choice: 'sumbit' (choose from ...)" with the choice meant in place of the
-    list (for a verb, 25 words that hide it), or None when no choice is near the word typed. The CLI's
-    parser and the workloads' (`--recipe tinny`) both say it."""
-    said = re.fullmatch(r"(argument .+: invalid choice: '(.*)') \(choose from (.*)\)", message)
-    if said is None:
-        return None
-    near = difflib.get_close_matches(said[2], re.findall(r"'([^']*)'", said[3]), n=1, cutoff=0.6)
-    return f"{said[1]}: did you mean '{near[0]}'?" if near else None
-
-
-def cut(text: str, limit: int = 120) -> str:
-    """A message from elsewhere (YAML's, Python's: they may quote the input) on one line of at
-    most `limit` characters."""
-    text = " ".join(str(text).split())
-    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 def check_name(name: str, what: str = "job") -> str:
@@ -509,14 +438,3 @@ def near_name(name: str, *groups: Iterable[str]) -> str | None:
         if near:
             return near[0]
     return None
-
-
-def with_near(message: str, name: str, near: str) -> str:
-    """`message` with ' (did you mean NEAR?)' right after the first place it quotes `name`
-    ("no job named 's' (did you mean 's1'?); see ..."); unchanged when it does not quote it."""
-    quoted = repr(name)
-    at = message.find(quoted)
-    if at < 0:
-        return message
-    at += len(quoted)
-    return f"{message[:at]} (did you mean {near!r}?){message[at:]}"

@@ -1,0 +1,101 @@
+"""How a message says things, the same way everywhere: a user's value repeated (shown, at most SHOWN
+characters), a number and its noun (counted, noun, them, listed), a message from elsewhere on one line
+(cut), and the hints of the CLI's and the workloads' parsers (abbreviated, near_choice, with_near).
+
+dtrain.names re-exports every name here (its callers import them from there); this module imports
+nothing of dtrain but dtrain.numbers, so names, the spec and the workloads all share it.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Iterable
+
+from dtrain.numbers import Typed
+
+SHOWN = 80  # the most characters of a user's value an error message repeats
+
+
+def shown(value) -> str:
+    """`value` as an error message repeats it: its repr, at most SHOWN characters ('...' where cut);
+    a number as it was written (WrittenInt, WrittenFloat: '1e9', not 1000000000).
+
+    Built piece by piece (reprlib), so a huge value (a list that YAML aliases multiply, a
+    10**5000) costs no more than its first few items: no message grows with its input."""
+    import reprlib  # only refusals need it
+
+    if isinstance(value, Typed) and len(value.text) <= SHOWN:
+        return value.text  # a longer one is named by its size below, as a plain one is
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 128:
+        return f"{'-' if value < 0 else ''}<a whole number of about {round(value.bit_length() * 0.30103)} digits>"
+    short = reprlib.Repr()
+    short.maxlevel, short.maxstring, short.maxother, short.maxlong = 3, SHOWN, SHOWN, 40
+    short.maxlist = short.maxtuple = short.maxdict = short.maxset = short.maxfrozenset = 6
+    text = short.repr(value)
+    return text if len(text) <= SHOWN else text[:SHOWN - 3] + "..."
+
+
+def counted(n: int, one: str, many: str | None = None, *, typed: str | None = None) -> str:
+    """`n` and its noun, as a message says it: '1 GPU', '2 GPUs', '1 process', '4 processes'; `typed`:
+    the number as the user typed it ('1E3'), shown in place of `n`."""
+    return f"{n if typed is None else typed} {noun(n, one, many)}"
+
+
+def noun(n: int, one: str, many: str | None = None) -> str:
+    """The noun in the number `n` asks for: 'job' for 1, 'jobs' otherwise (no message writes the
+    plural in brackets)."""
+    return one if n == 1 else many or one + "s"
+
+
+def them(items: Iterable, word: str = "them") -> str:
+    """The pronoun (`word`: 'them', 'their', 'they') for `items` in their number: 'it', 'its' or 'it'
+    for one ("wait for it", not "wait for them", of a single job)."""
+    return {"them": "it", "their": "its", "they": "it"}[word] if len(list(items)) == 1 else word
+
+
+def listed(items: Iterable, one: str, many: str | None = None) -> str:
+    """Names after their noun in its number, as a message lists them: 'job a', 'jobs a, b'."""
+    items = list(items)
+    return f"{noun(len(items), one, many)} {', '.join(map(str, items))}"
+
+
+def abbreviated(word: str, options: list[str]) -> str:
+    """'flags are not abbreviated: ...' for `--ti`, the start of --timeout and --tier (argparse took a
+    start of one flag for it, as kubectl and runai do not); '' for a word that starts no flag. The CLI's
+    parser and the workloads' (which run without it) both say it."""
+    flag = word.split("=", 1)[0]
+    whole = [o for o in options if flag.startswith("--") and len(flag) > 2 and o.startswith(flag)]
+    if not whole or flag in options:
+        return ""
+    value = word[len(flag):]
+    return f"flags are not abbreviated: give {' or '.join(o + value for o in whole[:4])}"
+
+
+def near_choice(message: str) -> str | None:
+    """argparse's "invalid choice: 'sumbit' (choose from ...)" with the choice meant in place of the
+    list (for a verb, 25 words that hide it), or None when no choice is near the word typed. The CLI's
+    parser and the workloads' (`--recipe tinny`) both say it."""
+    said = re.fullmatch(r"(argument .+: invalid choice: '(.*)') \(choose from (.*)\)", message)
+    if said is None:
+        return None
+    near = difflib.get_close_matches(said[2], re.findall(r"'([^']*)'", said[3]), n=1, cutoff=0.6)
+    return f"{said[1]}: did you mean '{near[0]}'?" if near else None
+
+
+def cut(text: str, limit: int = 120) -> str:
+    """A message from elsewhere (YAML's, Python's: they may quote the input) on one line of at
+    most `limit` characters."""
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def with_near(message: str, name: str, near: str) -> str:
+    """`message` with ' (did you mean NEAR?)' right after the first place it quotes `name`
+    ("no job named 's' (did you mean 's1'?); see ..."); unchanged when it does not quote it."""
+    quoted = repr(name)
+    at = message.find(quoted)
+    if at < 0:
+        return message
+    at += len(quoted)
+    return f"{message[:at]} (did you mean {near!r}?){message[at:]}"
