@@ -1,14 +1,13 @@
 """The one backend interface and the typed records every backend returns.
 
 Read `Backend`'s docstring first: it is the contract a new backend implements. Its hooks are declared
-in hooks.py, the records in records.py, the checks every verb shares in checks.py, the waiting
-loops in waiting.py, `logs`' answer in logstream.py; every name is re-exported here.
+in hooks.py (the optional ones' defaults and the verbs' private helpers in defaults.py), the records in
+records.py, the checks every verb shares in checks.py, the waiting loops in waiting.py, `logs`' answer in
+logstream.py; every name is re-exported here.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -16,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Iterable
 from dtrain.backends.checks import (HintCommand, _check_new_snapshot, _check_new_volume, _check_restore,  # noqa: F401
                                     _existing, _flag, _plain_command, check_notebook_open, gone_job_logs, named,
                                     volumes_named)
+from dtrain.backends.defaults import BackendDefaults
 from dtrain.backends.earlier_runs import job_uids_one_by_one, mark_earlier_runs
-from dtrain.backends.hooks import BackendHooks
+from dtrain.backends.hooks import BackendHooks  # noqa: F401 (re-exported)
 from dtrain.backends.logstream import LogStream, check_logs_args
 from dtrain.backends.records import (DataSource, Event, FreedInfo, GpuInfo, JobCount, JobInfo, JobPage,  # noqa: F401
                                      JobStatus, JobSummary, Listed, LogLine, NodeInfo, Notice, ProcessInfo,
@@ -39,7 +39,7 @@ NOTEBOOK_POLL_S = 0.2  # how often notebook_url(wait=...) asks again while a not
 EXEC_POLL_S = 0.2
 
 
-class Backend(BackendHooks):
+class Backend(BackendDefaults):
     """What a backend is: the contract a new backend author reads first.
 
     * Public verbs are concrete here and are never overridden. Each one checks what every backend
@@ -94,10 +94,6 @@ class Backend(BackendHooks):
         jobs = self._list_of(project)
         return Listed((j for j in jobs if project is None or j.spec.project == project), notices_of(jobs))
 
-    def _list_of(self, project: str | None) -> list[JobInfo]:
-        """`_list`, or less where a backend can read `project`'s jobs alone (Kubernetes: its namespace)."""
-        return self._list()
-
     def page(self, *, project: str | None = None, status: JobStatus | str | None = None,
              limit: int | None = None, offset: int = 0) -> JobPage:
         """The jobs of `project` (None: every project) in `status` (None: every status but Deleted),
@@ -109,11 +105,6 @@ class Backend(BackendHooks):
         check_page(limit, offset)
         return self._page(project=project, status=status, limit=limit, offset=offset)
 
-    def _page(self, *, project: str | None, status: JobStatus | None, limit: int | None, offset: int) -> JobPage:
-        jobs = self.list(project=project)
-        return newest_first(Listed((j for j in jobs if (j.status != JobStatus.DELETED if status is None
-                                                        else j.status == status)), jobs.notices), limit, offset)
-
     def mounting_page(self, volumes: Iterable[str], *, project: str | None = None,
                       limit: int | None = None) -> JobPage | None:
         """The jobs of `project` (None: every project), not the Deleted ones, that mount one of `volumes` or
@@ -123,9 +114,6 @@ class Backend(BackendHooks):
         check_page(limit, 0)
         return self._mounting_page(frozenset(volumes), project=project, limit=limit)
 
-    def _mounting_page(self, volumes: frozenset[str], *, project: str | None, limit: int | None) -> JobPage | None:
-        return None
-
     def summary(self, *, project: str | None = None) -> JobSummary:
         """The jobs of `project` (None: every project) counted by project and status, and the
         records of those not finished. The default reads `_list` once; the local backend counts in
@@ -133,12 +121,6 @@ class Backend(BackendHooks):
         counts, unfinished = self._summary(project=project)
         return JobSummary(counts=tuple(sorted(counts, key=lambda c: (c.project, c.status.value))),
                           unfinished=tuple(unfinished))
-
-    def _summary(self, *, project: str | None) -> tuple[list[JobCount], list[JobInfo]]:
-        jobs = self.list(project=project)
-        counts = Counter((j.spec.project, j.status) for j in jobs)
-        return ([JobCount(project=p, status=s, jobs=n) for (p, s), n in counts.items()],
-                [j for j in jobs if not j.status.terminal])
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None,
              since: float | None = None, follow: bool = False, previous: bool = False,
@@ -197,30 +179,6 @@ class Backend(BackendHooks):
         return self._wait_storage("snapshot", name, self._get_snapshot, ready, lambda info, say, after: (
             f"not ready after {after}"), timeout=timeout, poll=poll, command=command)
 
-    def _wait_storage(self, kind: str, name: str, get: Callable[[str], Any], done: Callable[[Any, Callable], bool],
-                      still: Callable[[Any, Callable, str], str], *, timeout: float | None, poll: float,
-                      command: Callable[[str], str] | None) -> Any:
-        """wait_snapshot's and wait_volume's loop: `kind` NAME looked up as every verb does, then read
-        with `get` until `done(info, say)`; a timeout says "KIND NAME is still `still(info, say, after)`"
-        and names `describe`. `say` writes a command as the caller's hints do."""
-        if timeout is not None:
-            check_wait(timeout)
-        with self._named(kind, name):
-            info = get(_existing(name, kind))
-        say = command or (lambda words: f"dtrain {words}")
-
-        def late(info) -> DtrainError:
-            look = say(f"{kind} describe {name}")
-            return TimeoutError_(f"{kind} {name!r} is still {still(info, say, f'{timeout:g}s')}; wait longer "
-                                 f"(--timeout) or check '{look}'", look)
-
-        return _until(info, lambda: get(name), lambda i: done(i, say), late, timeout=timeout, poll=lambda: poll)
-
-    def _wait_poll(self, name: str) -> float:
-        """Seconds between the statuses `wait` reads: a backend whose status is a throttled API call
-        (SageMaker's DescribeTrainingJob) asks less often."""
-        return 0.5
-
     def delete(self, name: str, *, purge: bool = False) -> JobInfo:
         """Stop the job (it reads Deleted); `purge` also forgets it, so `get` then finds nothing."""
         _flag(purge, "purge")
@@ -252,11 +210,6 @@ class Backend(BackendHooks):
         if waiting is not None and (seconds := self._stopping_wait(name)):
             waiting(seconds)
         return self._resume(name)
-
-    def _stopping_wait(self, name: str) -> float:
-        """The most seconds `_resume` may wait for the job's last processes to stop; 0: it will not
-        wait (they are gone, or this backend never waits)."""
-        return 0.0
 
     def nodes(self) -> Listed:
         """The nodes, with the call's notices (Kubernetes: pods it may not list, so GPUs allocated
@@ -314,21 +267,12 @@ class Backend(BackendHooks):
         (SageMaker: an S3 channel that holds nothing); makes nothing. A pipeline's pre-run check."""
         self._check_inputs(spec)
 
-    def _check_inputs(self, spec: JobSpec) -> None:
-        """Nothing to ask by default: the volumes a job mounts are looked up by `render`."""
-
     def notebook_url(self, name: str, *, cmd: HintCommand | None = None, wait: float = 0) -> str:
         """Where to open notebook `name` (a job with spec.notebook), with its token where it has one.
         `cmd`: the commands the refusals name (see `HintCommand`). `wait`: seconds to wait for a
         Running notebook's Jupyter to serve (NotReadyError after them); a notebook that is not
         Running is refused at once (a queued one may wait for hours)."""
         return _while_not_ready(lambda: self._open_notebook(name, cmd), wait=wait, pause=NOTEBOOK_POLL_S)
-
-    def _open_notebook(self, name: str, cmd: HintCommand | None) -> str:
-        with self._named("job", name, "notebook"):
-            info = self._get(_existing(name, "notebook"))
-        check_notebook_open(name, info, cmd or _plain_command)
-        return self._notebook_url(info)
 
     def artifacts(self, name: str, *, to: str | Path, output_data: bool = False) -> Path:
         """Put the job's model folder (SageMaker: its model.tar.gz, unpacked) into the new folder `to`;
@@ -358,11 +302,6 @@ class Backend(BackendHooks):
         check_name(name, "project")
         return self._has_project(name)
 
-    def _has_project(self, name: str) -> bool:
-        """A backend that can tell without reading every project's jobs (Kubernetes: its namespace)
-        overrides this."""
-        return name in {p.name for p in self.list_projects()}
-
     def list_projects(self) -> Listed:
         """The projects by name, with the call's notices (Kubernetes: a project's GPU quota or the
         GPUs its pods hold that this account may not read)."""
@@ -390,9 +329,6 @@ class Backend(BackendHooks):
         project's can (one store for all, as locally); Kubernetes: its namespace's project. A job of
         another backend, or of another namespace, never mounts them, whatever the names say."""
         return self._volume_project()
-
-    def _volume_project(self) -> str | None:
-        return None
 
     def get_volume(self, name: str) -> VolumeInfo:
         with self._named("volume", name):
@@ -503,15 +439,6 @@ class Backend(BackendHooks):
                 return self._diff_snapshots(_existing(a, "snapshot"), None)
         with self._named("snapshot", a), self._named("snapshot", b):
             return self._diff_snapshots(_existing(a, "snapshot"), _existing(b, "snapshot"))
-
-    # ---- a name that does not exist: the near one (checks.named) ---------------------------
-    def _named(self, what: str, name: str, noun: str | None = None) -> contextlib.AbstractContextManager[None]:
-        """Around a hook given an existing job, volume or snapshot: see `checks.named`."""
-        return named(what, name, self._names, noun)
-
-    def _volumes_named(self, spec: JobSpec) -> contextlib.AbstractContextManager[None]:
-        """Around a hook given a job spec: see `checks.volumes_named`."""
-        return volumes_named(spec, self._names)
 
     def opened_problem(self) -> str | None:
         """Why this backend cannot be used from here at all, found before any request (a cluster's
