@@ -9,6 +9,8 @@ import sys
 import time
 
 from dtrain.cli import format as fmt
+from dtrain.cli.storage_text import (_free, _freed, _job_word, _path, _snapshot_text, _state,
+                                     _verify_text, _volume_text)
 from dtrain.cli.watch import EXIT_TIMEOUT, wait_timeout
 from dtrain.client import Client
 from dtrain.errors import DtrainError, NotFoundError, SpecError, TimeoutError_
@@ -289,100 +291,6 @@ def _wait_snapshots(args, client: Client) -> int:
 def _said(client: Client, args, words: str) -> str:
     """`dtrain WORDS` as a hint on where this command looked (its -p and --backend carried)."""
     return client.command_for(words, backend=client.backend(project=args.project).name, project=args.project)
-
-
-def _verify_text(report) -> str:
-    """The report as `describe` shows things, each damaged object's hits as words (they were
-    Python tuples: ('s1', 'f.bin')) and one found by an earlier verify said so (it read 'missing')."""
-    data = report.to_dict()
-    data["damaged"] = [{"object": d.object,
-                        "problem": d.problem + (", found by an earlier verify and set aside (the next snapshot of a "
-                                               "volume that still holds this content stores it again)"
-                                               if d.earlier else ""),
-                        "hits": ", ".join(f"all of snapshot {snap}" if path == "*" else f"{_path(path)} in {snap}"
-                                          for snap, path in d.hits) or "-"}
-                       for d in report.damaged]
-    if data["skipped"] is None:
-        del data["skipped"]
-    if not report.tidied:  # their 0 means not looked for: one line saying so, in place of three zeros
-        data = {("leftovers" if key == "garbage_objects" else key): value for key, value in data.items()
-                if key not in ("garbage_bytes", "unlisted_manifests")}
-        data["leftovers"] = ("not looked for: with the disk full or read-only verify only checks, so leftovers "
-                             "of interrupted snapshots and unlisted manifests were neither counted nor removed "
-                             "(see skipped)")
-    return fmt.mapping(data)
-
-
-def _path(path: str) -> str:
-    """A volume's file name as one line of text: one holding a newline, a terminal escape or bytes
-    that are not UTF-8 (a job names its files as it likes) is quoted, those characters escaped
-    ('\\n', '\\x1b', '\\xff'), so that it can neither pass for two changes nor recolor the terminal."""
-    if path.isprintable():
-        return path
-    out = []
-    for c in path:
-        if 0xDC80 <= ord(c) <= 0xDCFF:  # a byte that is not UTF-8, kept by surrogateescape
-            out.append(f"\\x{ord(c) - 0xDC00:02x}")
-        elif c in "\\'" or not c.isprintable():
-            out.append(c.encode("unicode_escape").decode("ascii") if c != "'" else "\\'")
-        else:
-            out.append(c)
-    return "'" + "".join(out) + "'"
-
-
-def _free(c) -> str:
-    """A class's free space, 'free / size' where known."""
-    if c.free_bytes is None:
-        return "-"
-    return f"{fmt.size(c.free_bytes)} / {fmt.size(c.total_bytes)}" if c.total_bytes else fmt.size(c.free_bytes)
-
-
-def _volume_text(v) -> str:
-    """`volume describe`, laid out as `describe job`: labels a person reads (sizes in units, times
-    in UTC), then the backend's own details under their keys (--json has every field raw)."""
-    head = {"Name": v.name, "Status": v.status, "Backend": v.backend, "Storage class": v.storage_class or "default",
-            "Size": v.size, "Used": fmt.size(v.used_bytes), "Job": v.job or "-",
-            "From snapshot": v.origin_snapshot or "-", "Created": fmt.when(v.created),
-            "Labels": ", ".join(f"{k}={val}" for k, val in v.labels.items()) or "-"}
-    return fmt.described(head, {"Details": v.extra})
-
-
-def _snapshot_text(s) -> str:
-    """`snapshot describe`, laid out as `describe job`; the spec of the job it holds as that job's Spec."""
-    head = {"Name": s.name, "Status": _state(s), "Backend": s.backend, "Volume": s.volume or "-",
-            "Job": _job_word(s), "Job UID": s.job_uid or "-", "From snapshot": s.source_snapshot or "-",
-            "Files": "-" if s.files is None else s.files, "Size": fmt.size(s.bytes),
-            "Volume size": s.volume_size or "-", "Storage class": s.storage_class or "-",
-            "Created": fmt.when(s.created)}
-    spec = dict(s.job_spec or {})
-    if isinstance(spec.get("command"), list):
-        spec["command"] = shlex.join(map(str, spec["command"]))
-    if isinstance(spec.get("env"), dict) and spec["env"]:  # as `describe job` shows it: the -e flags
-        spec["env"] = fmt.env_flags(spec["env"])
-    return fmt.described(head, {"Details": s.extra, "Job spec": spec})
-
-
-def _job_word(s) -> str:
-    """A snapshot's job as its JOB column and `snapshot describe` name it: an earlier run of a name
-    submitted again (after `delete --purge`) is marked, not shown as the job now so named; a job deleted
-    since is marked '(deleted)', as `describe job` marks a deleted snapshot."""
-    return "-" if s.job is None else s.job + (" (earlier run)" if s.earlier_run else " (deleted)" * s.job_deleted)
-
-
-def _state(s) -> str:
-    """A SnapshotInfo's state in Kubernetes' words."""
-    return f"Error: {s.error}" if s.error else ("Ready" if s.ready else "Pending")
-
-
-def _freed(freed, said) -> str:
-    """The tail of the 'deleted' line: what a FreedInfo says was given back; `said(words)`: a hint's command."""
-    if freed.bytes is None:
-        return "; the storage system frees its space"
-    if freed.no_room:
-        return (f", its data not freed yet: the disk holding the home folder ($DTRAIN_HOME) had no room to update "
-                f"the snapshot store's index; free some space there (df -h), then run '{said('snapshot list')}', "
-                f"which frees it")
-    return f", {fmt.size(freed.bytes)} freed" + (" (more once running snapshots finish)" if freed.pending else "")
 
 
 def register(sub) -> None:
