@@ -55,8 +55,9 @@ from dtrain.names import counted
 from dtrain.storage import fileio, hashing, native
 from dtrain.storage.fileio import FileIO
 from dtrain.storage.info import CaptureStats
-from dtrain.storage import manifest as mf
-from dtrain.storage.manifest import Entry, Manifest, same_meta, scan, unchanged
+from dtrain.storage.entries import Entry
+from dtrain.storage.manifest import Manifest, scan
+from dtrain.storage.reuse import same_meta, tree_key, unchanged
 from dtrain.storage.packs import PackStore
 from dtrain.storage.progress import Progress, Run
 from dtrain.storage.restore import Restore
@@ -140,7 +141,7 @@ class Engine(Sweeping, ManifestFiles, Ingest, Integrity):
         except OSError as err:
             raise self._wrap(err, f"snapshotting {src}", needed=0) from err
         if base_id is not None and base is None:
-            key = mf.tree_key(walked)  # kept for the new manifest if the tree differs
+            key = tree_key(walked)  # kept for the new manifest if the tree differs
             if unchanged_tree := self._same_as_key(base_id, key):
                 return unchanged_tree
             try:
@@ -183,7 +184,7 @@ class Engine(Sweeping, ManifestFiles, Ingest, Integrity):
                 pool = pool or _thread_pool(self.workers)
                 jobs.append(pool.submit(self._ingest_many, src, batch.items, packer, run))
             if key is None and store:
-                key = mf.tree_key(walked)  # in walk order, before the sort below
+                key = tree_key(walked)  # in walk order, before the sort below
             if base is not None and same == len(walked) == len(base.entries):  # every path as in base
                 files = [e for e in base.entries if e.kind == "file"]
                 return base._replace(key=key), CaptureStats(

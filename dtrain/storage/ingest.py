@@ -18,9 +18,10 @@ from typing import TYPE_CHECKING
 from dtrain.storage import fileio, hashing
 from dtrain.storage import manifest as mf
 from dtrain.storage.fileio import UNSUPPORTED, FileIO
-from dtrain.storage.manifest import Entry, meta_entry, same_meta
+from dtrain.storage.entries import SPECIALS, Entry
 from dtrain.storage.packs import UNHASHED, Pack, Packer
 from dtrain.storage.progress import Run
+from dtrain.storage.reuse import meta_entry, same_meta
 
 if TYPE_CHECKING:
     from dtrain.storage.packs import PackStore
@@ -74,7 +75,7 @@ class Ingest:
                 if err.errno in mf.GONE or err.errno == errno.EINVAL:
                     return None
                 raise
-        if stat.S_IFMT(st.st_mode) in mf.SPECIALS:  # a fifo, socket or device node: recorded, never opened
+        if stat.S_IFMT(st.st_mode) in SPECIALS:  # a fifo, socket or device node: recorded, never opened
             return meta_entry(rel, st)
         skipped.append(rel)  # a type Linux does not make (a Solaris door): nothing to record it as
         return None

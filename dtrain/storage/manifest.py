@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 # The entries and their checks live in entries.py, what a capture tells from lstat in reuse.py;
-# every name is still read here as manifest.NAME (the engine, restore, native, move, tests).
+# dtrain's modules import them from there, and every name is still manifest.NAME (tests, outside users).
 from dtrain.storage.entries import (DEVICES,  # noqa: F401  (re-exported)
                                     FIELDS, KINDS, SPECIALS, _BAD_PART, _DEVICE_NUMBER, _KIND_NAMES, _SPECIAL_NAMES,
                                     _WHOLE, Entry, LazyEntries, _check_entries, _check_fields, _checked_xattrs,

@@ -14,9 +14,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dtrain.storage import fileio
-from dtrain.storage import manifest as mf
+from dtrain.storage.entries import LazyEntries
 from dtrain.storage.info import CaptureStats
 from dtrain.storage.manifest import Manifest
+from dtrain.storage.reuse import TreeKey
 
 if TYPE_CHECKING:
     from dtrain.errors import StorageError
@@ -105,20 +106,20 @@ class ManifestFiles:
             f.write(json.dumps(rec))
         os.rename(tmp, self.key_path(manifest_id))
 
-    def _same_as_key(self, base_id: str, key: mf.TreeKey | None) -> tuple[Manifest, CaptureStats] | None:
+    def _same_as_key(self, base_id: str, key: TreeKey | None) -> tuple[Manifest, CaptureStats] | None:
         """The stored manifest `base_id`, entries unloaded, when the walk's `key` matches the
         tree key committed with it, every file's ctime precedes that capture by the racy window
         (as `unchanged` asks of each file), and no stored object is damaged (a damaged file must
         be read again); None otherwise."""
         try:
             rec = self._key_record(base_id)
-            recorded = mf.TreeKey(rec["digest"], rec["files"], rec["bytes"], rec["newest_ctime_ns"])
+            recorded = TreeKey(rec["digest"], rec["files"], rec["bytes"], rec["newest_ctime_ns"])
             started_ns, chunk_size, hash_algorithm = rec["started_ns"], rec["chunk_size"], rec["hash"]
         except (OSError, ValueError, KeyError, TypeError):  # none yet (an older store), or unreadable
             return None
         if key != recorded or recorded.newest_ctime_ns >= started_ns - self.racy_window_ns or self.packs.damaged():
             return None
-        manifest = Manifest(entries=mf.LazyEntries(lambda: self.load(base_id).entries), started_ns=started_ns,
+        manifest = Manifest(entries=LazyEntries(lambda: self.load(base_id).entries), started_ns=started_ns,
                             chunk_size=chunk_size, id=base_id, hash=hash_algorithm, key=recorded)
         return manifest, CaptureStats(files=recorded.files, bytes=recorded.bytes, read_bytes=0, added_bytes=0,
                                       added_objects=0, skipped=(), method=self.method)

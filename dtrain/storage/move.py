@@ -38,6 +38,7 @@ from dtrain import db, procs
 from dtrain.errors import ConflictError, StorageError
 from dtrain.storage import fileio, folders
 from dtrain.storage import manifest as mf
+from dtrain.storage.entries import SPECIALS, Entry, hard_links
 from dtrain.storage.engine import Engine
 from dtrain.storage.info import human_bytes
 
@@ -191,7 +192,7 @@ class Mover:
             changed = [c.path for c in mf.diff(old, new)][:3]
             raise StorageError(f"the copy of volume {volume!r} differs from the original at {', '.join(changed)}"
                                f" (did something write to it during the move?); nothing was switched: retry")
-        links, copied = mf.hard_links(old.entries), mf.hard_links(new.entries)
+        links, copied = hard_links(old.entries), hard_links(new.entries)
         if links != copied:
             changed = sorted(links.keys() ^ copied.keys() or links)[:3]
             raise StorageError(f"the copy of volume {volume!r} does not keep the hard links of the original at "
@@ -231,7 +232,7 @@ def _left_behind(row: sqlite3.Row, err: OSError, *, committed: bool) -> None:
         row["volume"], row["dst_class"] if committed else row["src_class"], where, left, err.strerror or err)
 
 
-def _comparable(e: mf.Entry) -> tuple:
+def _comparable(e: Entry) -> tuple:
     """An entry without what a copy must change (inode, ctime)."""
     return (e.path, e.kind, e.mode, e.uid, e.gid, e.mtime_ns, e.size, e.data)
 
@@ -269,7 +270,7 @@ def copy_tree(src: Path, dst: Path) -> None:
                 _copy_sparse(s, d)  # holes stay holes: a sparse image copied dense could fill the class
             elif stat.S_ISREG(st.st_mode):
                 shutil.copyfile(s, d, follow_symlinks=False)  # copy_file_range/sendfile underneath
-            elif stat.S_IFMT(st.st_mode) in mf.SPECIALS:
+            elif stat.S_IFMT(st.st_mode) in SPECIALS:
                 _make_node(s, d, st, as_root)
             else:
                 raise StorageError(f"cannot move {s}: a file of an unknown type; remove it")

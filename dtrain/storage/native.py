@@ -32,7 +32,9 @@ from dtrain.replace import replace_file
 from dtrain.storage import btrfs, hashing
 from dtrain.storage.info import CaptureStats
 from dtrain.storage.fileio import DISK_FULL
-from dtrain.storage.manifest import SPECIALS, Entry, LazyEntries, Manifest, meta_entry, walk
+from dtrain.storage.entries import SPECIALS, Entry, LazyEntries
+from dtrain.storage.manifest import Manifest, walk
+from dtrain.storage.reuse import meta_entry
 
 DISK_REFUSED = DISK_FULL | {errno.EROFS}  # a write the disk refused (db.no_room's errnos)
 UNHASHED = "u-"  # prefix of a content id that is not a hash (see the module docstring)

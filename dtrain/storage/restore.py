@@ -18,7 +18,8 @@ from dtrain.errors import StorageError
 from dtrain.names import counted
 from dtrain.storage import hashing
 from dtrain.storage.fileio import UNSUPPORTED, FileIO, is_disk_full, plain_command
-from dtrain.storage.manifest import Entry, Manifest, hard_links, open_beneath
+from dtrain.storage.entries import Entry, hard_links
+from dtrain.storage.manifest import Manifest, open_beneath
 from dtrain.storage.packs import UNHASHED, PackFiles, PackStore
 from dtrain.storage.progress import Progress, Run
 
