@@ -4,13 +4,12 @@ Every hook works in the configured project's namespace and returns the interface
 a PVC becomes a VolumeInfo (status = its phase: Pending, Bound, Lost; extra: uid, namespace,
 access_modes); a VolumeSnapshot a SnapshotInfo (ready = status.readyToUse, bytes =
 status.restoreSize; extra: uid, namespace, snapshot_class). Deleting a snapshot frees space in
-the storage system, on its own time: FreedInfo.bytes is None.
+the storage system, on its own time: FreedInfo.bytes is None. storage_records.py reads the records.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
 import time
 import uuid
@@ -18,13 +17,14 @@ from typing import TYPE_CHECKING
 
 from dtrain.backends.base import FreedInfo, Listed, Notice, Progress, SnapshotInfo, StorageClassInfo, VolumeInfo
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
-from dtrain.names import claim_refusal, is_claim_name, near_name, parse_size, with_near
+from dtrain.names import claim_refusal, is_claim_name, near_name, with_near
 
 from .client import EVENT, POD, PVC, Forbidden, Missing, Unanswered, Unauthenticated
-from .objects import (ANN_DEFAULT_CLASS, ANN_JOB_UID, ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, ANN_SPEC, LABEL_JOB,
-                      LABEL_SOURCE_SNAPSHOT, STORAGE_CLASS, VOLUME_ATTRIBUTES_CLASSES, VOLUME_SNAPSHOT, Resource)
+from .objects import (ANN_DEFAULT_CLASS, ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB, STORAGE_CLASS,
+                      VOLUME_ATTRIBUTES_CLASSES, VOLUME_SNAPSHOT, Resource)
 from .render_storage import render_restore, render_snapshot, render_volume, render_volume_class_patch
-from .status import job_status, parse_time, spec_of
+from .status import job_status, spec_of
+from .storage_records import _created, _job_spec, snapshot_info, volume_info
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -37,57 +37,6 @@ if TYPE_CHECKING:
 
 # How another tool's claim gets a class dtrain does not set on it (volume update --class)
 _PATCH = "'kubectl edit pvc {name} -n {namespace}' (spec.volumeAttributesClassName)"
-
-
-def _bytes(quantity: str | None) -> int | None:
-    return parse_size(str(quantity)) if quantity else None
-
-
-def _created(meta: dict) -> float:
-    """creationTimestamp in unix seconds; the API server always sets it (0.0 if a reply lacks it)."""
-    return parse_time(meta.get("creationTimestamp")) or 0.0
-
-
-def volume_info(pvc: dict) -> VolumeInfo:
-    meta, spec, status = pvc["metadata"], pvc.get("spec") or {}, pvc.get("status") or {}
-    labels = meta.get("labels") or {}
-    size = (status.get("capacity") or {}).get("storage") or spec["resources"]["requests"]["storage"]
-    origin = labels.get(LABEL_SOURCE_SNAPSHOT) or (spec.get("dataSource") or {}).get("name")
-    return VolumeInfo(name=meta["name"], backend="kubernetes", size=size, size_bytes=parse_size(size),
-                      storage_class=spec.get("storageClassName"), created=_created(meta),
-                      status=status.get("phase", "Pending"), origin_snapshot=origin, job=labels.get(LABEL_JOB),
-                      labels=dict(labels), extra={"uid": meta.get("uid"), "namespace": meta.get("namespace"),
-                                                  "access_modes": list(spec.get("accessModes") or []),
-                                                  "volume_attributes_class": spec.get("volumeAttributesClassName"),
-                                                  "current_volume_attributes_class":
-                                                      status.get("currentVolumeAttributesClassName"),
-                                                  # while a class change is under way, or refused by the
-                                                  # driver: {status: Pending|InProgress|Infeasible, target...}
-                                                  "modify_volume_status": status.get("modifyVolumeStatus")})
-
-
-def snapshot_info(snap: dict) -> SnapshotInfo:
-    meta, spec, status = snap["metadata"], snap.get("spec") or {}, snap.get("status") or {}
-    annotations = meta.get("annotations") or {}
-    return SnapshotInfo(name=meta["name"], backend="kubernetes",
-                        volume=(spec.get("source") or {}).get("persistentVolumeClaimName"), created=_created(meta),
-                        ready=bool(status.get("readyToUse")), error=(status.get("error") or {}).get("message"),
-                        job=(meta.get("labels") or {}).get(LABEL_JOB), job_uid=annotations.get(ANN_JOB_UID),
-                        job_spec=_job_spec(annotations),
-                        bytes=_bytes(status.get("restoreSize")),
-                        volume_size=annotations.get(ANN_SOURCE_SIZE), storage_class=annotations.get(ANN_SOURCE_CLASS),
-                        extra={"uid": meta.get("uid"), "namespace": meta.get("namespace"),
-                               "snapshot_class": spec.get("volumeSnapshotClassName")})
-
-
-def _job_spec(annotations: dict) -> dict | None:
-    """The spec of the job whose results a snapshot holds (--snapshot-on-success records it); None
-    for one without it, or with an annotation another hand wrote that is not a JSON object."""
-    try:
-        spec = json.loads(annotations[ANN_SPEC])
-    except (KeyError, TypeError, ValueError):
-        return None
-    return spec if isinstance(spec, dict) else None
 
 
 class VolumeVerbs:
