@@ -31,7 +31,7 @@ from typing import Callable
 
 from dtrain import db
 from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, JobInfo, JobStatus, Listed, LogStream, Notice,
-                                  Page, TimeoutError_, check_page, check_status, page_of)
+                                  Page, TimeoutError_, check_page, check_status, notices_of, page_of)
 from dtrain.client_lookup import BACKEND_ARG, SAGEMAKER_LOCAL, JobLookup
 from dtrain.client_reads import EveryBackend
 from dtrain.client_settings import Settings
@@ -254,11 +254,13 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         `waiting` is called at once with that many seconds."""
         return self._job(name, project, backend).resume(name, waiting=waiting)
 
-    def render(self, spec: JobSpec) -> list[dict]:
-        """What `submit` would send to the job's backend (a dry run)."""
+    def render(self, spec: JobSpec) -> Listed:
+        """What `submit` would send to the job's backend (a dry run), a list of documents whose `notices`
+        say what the documents alone do not (Kubernetes: an existing Role that submit would update)."""
         spec = self._configured(spec, "render")
         self.check_aws_ready(spec)
-        return self.backend(spec.backend, project=spec.project).render(spec)
+        requests = self.backend(spec.backend, project=spec.project).render(spec)
+        return Listed(requests, notices_of(requests))
 
     def planned_snapshot(self, spec: JobSpec) -> str | None:
         """The snapshot `spec`'s --snapshot-on-success would take were it submitted now (a dry run's note)."""

@@ -146,3 +146,57 @@ def test_a_replace_refused_as_stale_reads_the_role_again_and_the_submit_goes_on(
     assert len(_puts(cluster)) == 3 and len(reads) == 3
     assert not [r for r in caplog.records if "dtrain-snapshotter" in r.getMessage()]
     assert cluster.get("batch", "jobs", NS, "train-snap")
+
+
+def _dry_run_watched(backend, tmp_path, capsys, *, name: str = "train", as_json: bool = False,
+                     new_volume: bool = True) -> tuple[str, str]:
+    """`dtrain submit --dry-run` of a job with --snapshot-on-success on volume data (made first where
+    `new_volume`), as cli.submit prints it: (stdout, stderr)."""
+    from dtrain.cli.submit import dry_run
+    from dtrain.client import Client
+
+    if new_volume:
+        backend.create_volume("data", size="1Gi")
+    client = Client(home=tmp_path, backend="kubernetes", backends={"kubernetes": backend})
+    capsys.readouterr()
+    assert dry_run(spec(name=name, snapshot_on_success="data", volumes=(parse_pvc("data:/mnt"),),
+                        backend="kubernetes"), client, as_json=as_json) == 0
+    out = capsys.readouterr()
+    return out.out, out.err
+
+
+def test_a_dry_run_shows_the_update_an_older_dtrains_role_gets_and_sends_nothing(backend, cluster, tmp_path, capsys):
+    """Reproduced: the dry run showed the Role as a create only (submit takes its 409 as done, then
+    updates the Role), so the update a submit makes went unsaid and unseen."""
+    import yaml
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    extra = {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}
+    _old_role(cluster, rules=[*OLD_RULES, extra])
+    backend.create_volume("data", size="1Gi")
+    writes = len([m for m, _ in cluster.requests if m != "GET"])
+    out, err = _dry_run_watched(backend, tmp_path, capsys, new_volume=False)
+    assert len([m for m, _ in cluster.requests if m != "GET"]) == writes  # a GET of the Role, nothing sent
+    assert cluster.get(RBAC, "roles", NS, "dtrain-snapshotter")["rules"] == [*OLD_RULES, extra]
+    [note] = [line for line in out.splitlines() if line.startswith("# Role ")]
+    assert note == (f"# Role dtrain-snapshotter in namespace {NS} exists, made by an earlier dtrain, and lacks patch on "
+                    f"jobs.batch, pytorchjobs.kubeflow.org, mpijobs.kubeflow.org, trainjobs.trainer.kubeflow.org, "
+                    f"which the snapshot watcher needs: submit updates it, adding them to the rules it has (shown "
+                    f"below as updated)")
+    [role] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Role"]
+    assert role["rules"] == [*OLD_RULES, extra, *lacking_rules(OLD_RULES, _wanted())]  # as the replace sends them
+    assert lacking_rules(role["rules"], _wanted()) == []
+    assert role["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "dtrain"
+    assert not {"resourceVersion", "uid", "creationTimestamp"} & set(role["metadata"])
+    validate(role)  # what kubectl apply -f takes
+    # --json: the note goes to stderr, stdout stays one JSON object a line
+    out, err = _dry_run_watched(backend, tmp_path, capsys, as_json=True, new_volume=False)
+    assert err.startswith(f"# --snapshot-on-success takes snapshot train-success ") and \
+        f"\n{note}\n" in err and not [line for line in out.splitlines() if line.startswith("#")]
+
+
+def test_a_dry_run_of_a_complete_role_says_nothing_of_it(backend, cluster, tmp_path, capsys):
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    _old_role(cluster, rules=_wanted())
+    out, err = _dry_run_watched(backend, tmp_path, capsys)
+    assert not [line for line in (out + err).splitlines() if line.startswith("# Role ")]

@@ -219,7 +219,10 @@ def dry_run(spec: JobSpec, client: Client, as_json: bool = False) -> int:
     if spec.backend == "sagemaker":
         print(json.dumps(requests, indent=2))  # the requests exactly as boto3 would send them
     else:  # a comment keeps the output a job file, or manifests for kubectl apply; JSON takes no comment
+        notes = sys.stderr if as_json else sys.stdout
         if (snapshot := client.planned_snapshot(spec)) is not None:
-            print(f"# --snapshot-on-success takes snapshot {snapshot}", file=sys.stderr if as_json else sys.stdout)
+            print(f"# --snapshot-on-success takes snapshot {snapshot}", file=notes)
+        for notice in requests.notices:  # Kubernetes: the watcher's Role that submit would update, or leave
+            print(f"# {notice.message}", file=notes)
         print(fmt.dry_run_text(requests, as_json), end="")
     return 0

@@ -10,7 +10,7 @@ import json
 import logging
 from typing import TYPE_CHECKING, Callable
 
-from dtrain.backends.base import JobInfo
+from dtrain.backends.base import JobInfo, Listed, Notice
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError
 from dtrain.spec import JobSpec, VolumeMount
 
@@ -90,7 +90,13 @@ class SubmitVerbs:
         if source is not None:  # as submit renders it
             objects = render_job(spec, self.config, with_namespace=self.config.create_namespace,
                                  snapshot_source=source)
-        return objects
+        notices: list[Notice] = []
+        if answered:  # the watcher's Role, made by an earlier job: submit brings an older dtrain's up to date
+            for i, obj in enumerate(objects):
+                if obj["kind"] == ROLE.kind:
+                    objects[i], notice = self._role_dry_run(obj)
+                    notices += [notice] if notice else []
+        return Listed(objects, notices)
 
     def _submit(self, spec: JobSpec) -> JobInfo:
         resource = resource_for(spec, self.config)
@@ -322,18 +328,14 @@ class SubmitVerbs:
         namespace, name = want["metadata"]["namespace"], want["metadata"]["name"]
         refused: DtrainError | None = None
         for _ in range(3):
-            try:
-                role = self.api.read(ROLE, namespace, name)
-            except DtrainError:
+            found = self._role_lacking(want)
+            if found is None:
                 return
-            if (role["metadata"].get("labels") or {}).get(LABEL_MANAGED) != "dtrain":
-                return
-            have = role.get("rules") or []
-            lacking = lacking_rules(have, want["rules"])
-            if not lacking:
+            role, lacking = found
+            if not _dtrains(role):
                 return
             try:
-                self.api.replace({**role, "rules": [*have, *lacking]}, ROLE)
+                self.api.replace({**role, "rules": [*(role.get("rules") or []), *lacking]}, ROLE)
                 return
             except ConflictError:
                 continue  # changed since it was read (another submit's update): read it again
@@ -342,20 +344,43 @@ class SubmitVerbs:
                 break
         if refused is None:  # stale at each of the tries: others are updating it
             return
-        kinds: dict[str, list[str]] = {}  # verbs -> the resources lacking them, as kubectl names them
-        for r in lacking:
-            group = r["apiGroups"][0]
-            kinds.setdefault("/".join(r["verbs"]), []).append(r["resources"][0] + (f".{group}" if group else ""))
-        rules = "; ".join(f"{verbs} on {', '.join(names)}" for verbs, names in kinds.items())
-        ops = json.dumps([{"op": "add", "path": "/rules/-", "value": r} for r in lacking], separators=(",", ":"))
+        rules, patch = _grant_words(name, namespace, lacking)
         why = (f"this account may not update Roles there (kubectl auth can-i update roles.rbac.authorization.k8s.io "
                f"-n {namespace})" if isinstance(refused, Forbidden) and not isinstance(refused, Unauthenticated)
                else f"its update failed: {refused}")
         logging.getLogger(__name__).warning(
             "dtrain: warning: Role %s in namespace %s, made by an earlier dtrain, lacks %s, which the snapshot "
-            "watcher needs to record the snapshot it takes on the job, and %s: ask an admin to grant it (kubectl "
-            "patch role %s -n %s --type=json -p '%s'); the watcher takes the snapshot all the same, and the "
-            "next look at the job records it", name, namespace, rules, why, name, namespace, ops)
+            "watcher needs to record the snapshot it takes on the job, and %s: ask an admin to grant it (%s); "
+            "the watcher takes the snapshot all the same, and the next look at the job records it",
+            name, namespace, rules, why, patch)
+
+    def _role_lacking(self, want: dict) -> tuple[dict, list[dict]] | None:
+        """The Role of `want`'s name as read and the rules of `want` it lacks; None where it lacks none,
+        is not there, or this account may not read it (a GET only: a dry run's look too)."""
+        try:
+            role = self.api.read(ROLE, want["metadata"]["namespace"], want["metadata"]["name"])
+        except DtrainError:
+            return None
+        lacking = lacking_rules(role.get("rules") or [], want["rules"])
+        return (role, lacking) if lacking else None
+
+    def _role_dry_run(self, want: dict) -> tuple[dict, Notice | None]:
+        """The Role document a dry run shows and its note: where an older dtrain's Role lacks rules, the
+        Role as submit's update leaves it (its metadata and rules as read, the rules lacking added), named
+        an update; elsewhere the document as rendered, without a note. Nothing is sent."""
+        found = self._role_lacking(want)
+        if found is None or not _dtrains(found[0]):
+            return want, None
+        role, lacking = found
+        meta = role["metadata"]
+        shown = {"apiVersion": want["apiVersion"], "kind": want["kind"],
+                 "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k)},
+                 "rules": [*(role.get("rules") or []), *lacking]}
+        rules, _ = _grant_words(meta["name"], meta["namespace"], lacking)
+        return shown, Notice(code="role-updated", message=(
+            f"Role {meta['name']} in namespace {meta['namespace']} exists, made by an earlier dtrain, and lacks "
+            f"{rules}, which the snapshot watcher needs: submit updates it, adding them to the rules it has "
+            f"(shown below as updated)"))
 
     def _made_anyway(self, obj: dict, job: str) -> list[tuple[Resource, dict]]:
         """A create that got no clear answer (a dropped connection, a timeout, a 5xx) may have been
@@ -380,6 +405,22 @@ class SubmitVerbs:
             except DtrainError:
                 failed.append(f"{resource.kind} {meta['name']}")
         return failed
+
+
+def _dtrains(role: dict) -> bool:
+    return (role["metadata"].get("labels") or {}).get(LABEL_MANAGED) == "dtrain"
+
+
+def _grant_words(name: str, namespace: str, lacking: list[dict]) -> tuple[str, str]:
+    """The rules `lacking` in words ('patch on jobs.batch, pytorchjobs.kubeflow.org') and the `kubectl
+    patch role` that adds them to Role `name` (a JSON Patch appending each, kept rules untouched)."""
+    kinds: dict[str, list[str]] = {}  # verbs -> the resources lacking them, as kubectl names them
+    for r in lacking:
+        group = r["apiGroups"][0]
+        kinds.setdefault("/".join(r["verbs"]), []).append(r["resources"][0] + (f".{group}" if group else ""))
+    rules = "; ".join(f"{verbs} on {', '.join(names)}" for verbs, names in kinds.items())
+    ops = json.dumps([{"op": "add", "path": "/rules/-", "value": r} for r in lacking], separators=(",", ":"))
+    return rules, f"kubectl patch role {name} -n {namespace} --type=json -p '{ops}'"
 
 
 def _owned_by(obj: dict, owner: dict) -> dict:
