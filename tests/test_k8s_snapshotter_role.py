@@ -200,3 +200,34 @@ def test_a_dry_run_of_a_complete_role_says_nothing_of_it(backend, cluster, tmp_p
     _old_role(cluster, rules=_wanted())
     out, err = _dry_run_watched(backend, tmp_path, capsys)
     assert not [line for line in (out + err).splitlines() if line.startswith("# Role ")]
+
+
+def test_a_role_someone_else_made_lacking_patch_is_warned_of_at_submit_and_left(backend, cluster, caplog,
+                                                                                  tmp_path, capsys):
+    """Reproduced: an admin's Role of the watcher's name, without patch, got no word at submit (its
+    watcher said so in its own log, later)."""
+    import json
+    import shlex
+
+    import yaml
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    _old_role(cluster, labels={"team": "vision"})
+    with caplog.at_level(logging.WARNING):
+        _submit_watched(backend)
+    [said] = [r.getMessage() for r in caplog.records if "dtrain-snapshotter" in r.getMessage()]
+    assert "\n" not in said
+    assert said.startswith(f"dtrain: warning: Role dtrain-snapshotter in namespace {NS}, not made by dtrain (no label "
+                           f"app.kubernetes.io/managed-by=dtrain), lacks patch on jobs.batch, pytorchjobs.kubeflow.org, "
+                           f"mpijobs.kubeflow.org, trainjobs.trainer.kubeflow.org, which the snapshot watcher needs")
+    assert _puts(cluster) == [] and cluster.get(RBAC, "roles", NS, "dtrain-snapshotter")["rules"] == OLD_RULES
+    assert cluster.get("batch", "jobs", NS, "train-snap")
+    words = shlex.split(said[said.index("kubectl patch role"):said.index("); the watcher")])
+    assert words[:6] == ["kubectl", "patch", "role", "dtrain-snapshotter", "-n", NS]
+    ops = json.loads(words[words.index("-p") + 1])
+    assert lacking_rules([*OLD_RULES, *(op["value"] for op in ops)], _wanted()) == []
+    # the dry run says the same, and shows the Role as rendered (submit changes none it did not make)
+    out, _ = _dry_run_watched(backend, tmp_path, capsys, name="again", new_volume=False)
+    assert f"# {said.removeprefix('dtrain: warning: ')}\n" in out
+    [role] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Role"]
+    assert role["rules"] == _wanted()

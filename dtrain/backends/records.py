@@ -133,7 +133,7 @@ class Notice:
 
     code: str  # what kind: "jobs-unlisted", "projects-unlisted", "classes-unlisted", "logs-incomplete", "image-unused",
     # "quota-unknown" (a project's GPU quota not readable), "gpus-unknown" (GPUs allocated counted from part of the pods)
-    # "role-updated" (a dry run's: the snapshot watcher's Role, made by an older dtrain, that submit would update)
+    # "role-updated", "role-left" (a dry run's: the snapshot watcher's Role that submit would update, or leave lacking)
     message: str  # one line: what is missing, why, and how to fix it
 
 

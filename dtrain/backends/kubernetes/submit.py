@@ -322,9 +322,9 @@ class SubmitVerbs:
         rule this one's watcher needs (patch on the job kinds: the record of the snapshot it took). Where
         it is dtrain's (its name and managed-by label), the rules lacking are added to it by a replace of
         the Role as read (its resourceVersion: a replace that went stale reads it again), every rule it
-        has kept, as `kubectl apply` updates an object. A Role of that name someone else made, or one
-        this account may not read, is left as it is. Where the update is refused, one warning names the
-        rule to grant, and the submit goes on: the watcher takes the snapshot all the same."""
+        has kept, as `kubectl apply` updates an object. A Role of that name someone else made is left as
+        it is, and one warning names the rule to grant; so where the update is refused. One this account
+        may not read is left unsaid. The submit goes on: the watcher takes the snapshot all the same."""
         namespace, name = want["metadata"]["namespace"], want["metadata"]["name"]
         refused: DtrainError | None = None
         for _ in range(3):
@@ -333,6 +333,7 @@ class SubmitVerbs:
                 return
             role, lacking = found
             if not _dtrains(role):
+                logging.getLogger(__name__).warning("dtrain: warning: %s", _foreign_role_words(role, lacking))
                 return
             try:
                 self.api.replace({**role, "rules": [*(role.get("rules") or []), *lacking]}, ROLE)
@@ -367,11 +368,14 @@ class SubmitVerbs:
     def _role_dry_run(self, want: dict) -> tuple[dict, Notice | None]:
         """The Role document a dry run shows and its note: where an older dtrain's Role lacks rules, the
         Role as submit's update leaves it (its metadata and rules as read, the rules lacking added), named
-        an update; elsewhere the document as rendered, without a note. Nothing is sent."""
+        an update; where someone else's does, the document as rendered (submit creates none and changes
+        none) and the warning submit gives. Nothing is sent."""
         found = self._role_lacking(want)
-        if found is None or not _dtrains(found[0]):
+        if found is None:
             return want, None
         role, lacking = found
+        if not _dtrains(role):
+            return want, Notice(code="role-left", message=_foreign_role_words(role, lacking))
         meta = role["metadata"]
         shown = {"apiVersion": want["apiVersion"], "kind": want["kind"],
                  "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k)},
@@ -421,6 +425,16 @@ def _grant_words(name: str, namespace: str, lacking: list[dict]) -> tuple[str, s
     rules = "; ".join(f"{verbs} on {', '.join(names)}" for verbs, names in kinds.items())
     ops = json.dumps([{"op": "add", "path": "/rules/-", "value": r} for r in lacking], separators=(",", ":"))
     return rules, f"kubectl patch role {name} -n {namespace} --type=json -p '{ops}'"
+
+
+def _foreign_role_words(role: dict, lacking: list[dict]) -> str:
+    """The warning (one line) of a watcher Role someone else made that lacks rules: dtrain leaves it."""
+    name, namespace = role["metadata"]["name"], role["metadata"]["namespace"]
+    rules, patch = _grant_words(name, namespace, lacking)
+    return (f"Role {name} in namespace {namespace}, not made by dtrain (no label {LABEL_MANAGED}=dtrain), lacks "
+            f"{rules}, which the snapshot watcher needs to record the snapshot it takes on the job, and submit "
+            f"leaves another's Role as it is: ask its owner or an admin to grant it ({patch}); the "
+            f"watcher takes the snapshot all the same, and the next look at the job records it")
 
 
 def _owned_by(obj: dict, owner: dict) -> dict:
