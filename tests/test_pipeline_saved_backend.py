@@ -73,3 +73,36 @@ def test_a_backend_saved_for_the_project_is_the_one_named(home, dt):
     code, err = dt("pipeline", "run", "lane-detection", "--param", URLS)
     assert code == 2 and "sagemaker is the default backend saved with 'dtrain config backend sagemaker -p vision'" \
         in err, err
+
+
+def test_the_saved_defaults_refusal_is_known_by_its_type_not_its_words(home, dt):
+    """The CLI told the refusal of the backend it set from the saved default by the start of the message
+    ('invalid PARAM VALUE'): a refusal worded otherwise went without the note naming where the value came
+    from, and another parameter's refusal that happened to start so got the note. A BackendRefused
+    carrying the value is the signal now."""
+    from argparse import Namespace
+
+    from dtrain.cli.pipeline import _params
+    from dtrain.client import Client
+    from dtrain.errors import SpecError
+
+    assert dt("config", "backend", "sagemaker")[0] == 0
+    lanes = runner.load("lane-detection")
+    args = Namespace(default_backend=None, param=[URLS])
+
+    def refusing(err: Exception):
+        def check(params: dict) -> None:
+            raise err
+        return runner.Pipeline(info=lanes.info, func=lanes.func, check=check, backend_param="backend")
+
+    worded_otherwise = runner.BackendRefused("the steps make volumes, which sagemaker has none of", value="sagemaker")
+    with pytest.raises(SpecError) as said:
+        _params(refusing(worded_otherwise), args, Client(home=home))
+    assert str(said.value) == ("the steps make volumes, which sagemaker has none of; sagemaker is the default backend "
+                               "saved with 'dtrain config backend sagemaker': give --param backend=BACKEND to run this "
+                               "pipeline elsewhere")
+    not_the_backend = SpecError("invalid backend 'sagemaker' for the data job's own tool: use gloo")
+    with pytest.raises(SpecError) as said:
+        _params(refusing(not_the_backend), args, Client(home=home))
+    assert said.value is not_the_backend
+    assert runner.BackendRefused("m", value="x").value == "x" and isinstance(runner.BackendRefused("m"), SpecError)

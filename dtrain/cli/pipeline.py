@@ -63,7 +63,6 @@ def _params(pipeline, args, client: Client) -> dict:
     """The run's arguments: --param's, with the backend the steps use from `dtrain --backend`, else from
     the default backend saved for the project their jobs go to ('dtrain config backend'), as submit takes
     it. A saved backend the pipeline cannot use is refused naming where it came from."""
-    from dtrain.names import shown
     from dtrain.pipelines import runner
 
     saved = None if args.default_backend else client.config.backend_for(client.default_project)
@@ -72,8 +71,9 @@ def _params(pipeline, args, client: Client) -> dict:
         return runner.parse_params(pipeline, items)
     except SpecError as err:
         param = pipeline.backend_param
-        # a shipped pipeline refuses its backend parameter as 'invalid PARAM VALUE: ...'
-        if saved is None or items == (args.param or []) or not str(err).startswith(f"invalid {param} {shown(saved)}"):
+        # a shipped pipeline's refusal of the backend the saved default set (not one of its other refusals)
+        if saved is None or items == (args.param or []) or not (isinstance(err, runner.BackendRefused)
+                                                                 and err.value == saved):
             raise
         project = client.default_project
         how = f"config backend {saved}" + (f" -p {project}" if project in client.config.project_backends else "")

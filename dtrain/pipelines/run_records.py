@@ -1,5 +1,6 @@
 """The runner's typed records (runner.py re-exports every name here): a pipeline's parameters and
-description, a loaded pipeline with a shipped one's rules, a run's result, and its interruption.
+description, a loaded pipeline with a shipped one's rules, a run's result, its interruption, and the
+refusal of a shipped pipeline's backend parameter.
 Their own module so that run_params.py and runner.py both take them without importing each other.
 """
 
@@ -8,6 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
+
+from dtrain.errors import SpecError
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -53,6 +56,16 @@ class RunResult:
 
     def task(self, name: str) -> TaskResult | None:
         return next((t for t in self.tasks if t.name == name), None)
+
+
+class BackendRefused(SpecError):
+    """A shipped pipeline's backend parameter refused by its own rules (step_specs.check_runtime,
+    check_volume_backend): `value` is the backend it named, so that a caller which set the parameter
+    itself (from a saved default backend) can say where that value came from."""
+
+    def __init__(self, message: str, *, value: str | None = None):
+        super().__init__(message)
+        self.value = value
 
 
 class RunInterrupted(KeyboardInterrupt):

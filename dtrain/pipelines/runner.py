@@ -37,8 +37,8 @@ from dtrain.pipelines.run_io import (_CHANNEL, _KFP_GROUP, _PY_ERROR, STEP_LOG, 
 from dtrain.pipelines.run_params import (_EXAMPLES, _KFP_TYPES, _WORDS, MAX_EXACT_INT, MAX_JSON_DEPTH,  # noqa: F401
                                          _check_number, _completed, _convert, _depth, _did_you_mean, _from_json,
                                          _kfp_carries, check_params, parse_params, with_backend)  # (re-exported)
-from dtrain.pipelines.run_records import (Param, Pipeline, PipelineInfo, RunInterrupted, RunResult,  # noqa: F401
-                                          TaskResult)  # (re-exported)
+from dtrain.pipelines.run_records import (BackendRefused, Param, Pipeline, PipelineInfo,  # noqa: F401
+                                          RunInterrupted, RunResult, TaskResult)  # (re-exported)
 from dtrain.pipelines.run_tmp import (_KFP_PROGRAM, STEP_STOP_S, _end_processes_with_tmpdir,  # noqa: F401
                                       _kfp_program_files, _make_run_folder, _process_tmpdirs, _remove_step_programs,
                                       _step_tmpdir, _steps_ended, _StepTmp, _sweep_ended_runs, _tmpdir_of,

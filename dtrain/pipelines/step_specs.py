@@ -13,6 +13,7 @@ import re
 from typing import TYPE_CHECKING, Callable
 
 from dtrain.errors import SpecError
+from dtrain.pipelines.run_records import BackendRefused
 from dtrain.spec import MAX_PROCESSES, JobSpec, NewVolume, VolumeMount, check_image, check_name, shown
 from dtrain.spec_sagemaker import (INSTANCE_RE, REGION_RE, ROLE_RE, S3_BUCKET_RE, URI_SCHEMES, Channel,
                                    SageMakerOptions, gpu_type)
@@ -33,7 +34,8 @@ SM_DATA_DIR = f"/opt/ml/input/data/{SM_CHANNEL}"  # where SageMaker puts that ch
 def check_runtime(value: str) -> str:
     """The reference's first step: training_runtime must name one of the pipeline's branches."""
     if value not in RUNTIMES:
-        raise SpecError(f"invalid training_runtime {shown(value)}: use one of {', '.join(RUNTIMES)}")
+        raise BackendRefused(f"invalid training_runtime {shown(value)}: use one of {', '.join(RUNTIMES)}",
+                             value=value)
     return value
 
 
@@ -44,7 +46,7 @@ def check_volume_backend(value: str) -> str:
     """A pipeline whose steps make volumes and snapshots runs where there are some."""
     if value not in VOLUME_RUNTIMES:
         extra = " (its steps make volumes and snapshots, which SageMaker does not have)" if value == "sagemaker" else ""
-        raise SpecError(f"invalid backend {shown(value)}: use {' or '.join(VOLUME_RUNTIMES)}{extra}")
+        raise BackendRefused(f"invalid backend {shown(value)}: use {' or '.join(VOLUME_RUNTIMES)}{extra}", value=value)
     return value
 
 
