@@ -106,3 +106,43 @@ def test_the_saved_defaults_refusal_is_known_by_its_type_not_its_words(home, dt)
         _params(refusing(not_the_backend), args, Client(home=home))
     assert said.value is not_the_backend
     assert runner.BackendRefused("m", value="x").value == "x" and isinstance(runner.BackendRefused("m"), SpecError)
+
+
+# ------------------------------------------------------------------------- the SDK: dtrain.pipelines.run_pipeline
+
+
+def test_the_sdk_run_takes_the_saved_default_backend_and_a_param_still_wins(home, dt):
+    """Reproduced: after 'dtrain config backend kubernetes', dtrain.pipelines.run_pipeline('hybrid-cifar10')
+    ran its steps on the local backend (the parameter's default), where `dtrain pipeline run` sends them to
+    kubernetes. Now it is a kubernetes run too: refused by the Kubernetes backend's dry run (no image
+    configured) before any step."""
+    from dtrain import pipelines
+    from dtrain.errors import DtrainError
+
+    assert dt("config", "backend", "kubernetes")[0] == 0
+    with pytest.raises(DtrainError, match=r"to the kubernetes backend \(a pipeline's --image for its jobs is "
+                                          r"--param job_image\)"):
+        pipelines.run_pipeline("hybrid-cifar10", home=home)
+    with pytest.raises(DtrainError, match="training_runtime=sagemaker needs the CIFAR10 data in S3"):
+        pipelines.run_pipeline("hybrid-cifar10", params={"training_runtime": "sagemaker"}, home=home)
+    assert not (home / "pipelines").exists()  # no step ran
+
+
+def test_the_sdk_run_refuses_a_saved_default_the_pipeline_cannot_use_naming_where_it_came_from(home, dt):
+    from dtrain import pipelines
+    from dtrain.errors import DtrainError, SpecError
+
+    assert dt("config", "backend", "sagemaker")[0] == 0
+    with pytest.raises(SpecError) as said:
+        pipelines.run_pipeline("lane-detection", params={"urls": "https://example.com/a.tgz"}, home=home)
+    assert str(said.value) == (
+        "invalid backend 'sagemaker': use local or kubernetes (its steps make volumes and snapshots, which SageMaker "
+        "does not have); sagemaker is the default backend saved with 'dtrain config backend sagemaker': give "
+        "params={'backend': BACKEND} to run this pipeline elsewhere")
+    with pytest.raises(SpecError) as said:  # named in params: refused as the parameter's own, no note
+        pipelines.run_pipeline("lane-detection", params={"urls": "https://example.com/a.tgz", "backend": "sagemaker"},
+                               home=home)
+    assert "default backend saved" not in str(said.value)
+    with pytest.raises(DtrainError, match=r"to the kubernetes backend"):  # the params entry wins: a kubernetes run
+        pipelines.run_pipeline("lane-detection", params={"urls": "https://example.com/a.tgz", "backend": "kubernetes"},
+                               home=home)

@@ -65,20 +65,18 @@ def _params(pipeline, args, client: Client) -> dict:
     it. A saved backend the pipeline cannot use is refused naming where it came from."""
     from dtrain.pipelines import runner
 
-    saved = None if args.default_backend else client.config.backend_for(client.default_project)
+    saved, how = runner.saved_backend(client.config)
+    saved = None if args.default_backend else saved
     items = runner.with_backend(pipeline, args.param or [], args.default_backend, saved=saved)
     try:
         return runner.parse_params(pipeline, items)
     except SpecError as err:
-        param = pipeline.backend_param
         # a shipped pipeline's refusal of the backend the saved default set (not one of its other refusals)
-        if saved is None or items == (args.param or []) or not (isinstance(err, runner.BackendRefused)
-                                                                 and err.value == saved):
+        refused = None if saved is None or items == (args.param or []) else \
+            runner.saved_backend_refused(err, pipeline, saved, how, f"give --param {pipeline.backend_param}=BACKEND")
+        if refused is None:
             raise
-        project = client.default_project
-        how = f"config backend {saved}" + (f" -p {project}" if project in client.config.project_backends else "")
-        raise SpecError(f"{err}; {saved} is the default backend saved with 'dtrain {how}': give --param "
-                        f"{param}=BACKEND to run this pipeline elsewhere") from None
+        raise refused from None
 
 
 def register(sub: argparse._SubParsersAction) -> None:

@@ -16,6 +16,7 @@ from dtrain.errors import SpecError
 from dtrain.names import cut, shown
 
 if TYPE_CHECKING:
+    from dtrain.config import UserConfig
     from dtrain.pipelines.run_records import Param, Pipeline
 
 _KFP_TYPES = {"String": str, "Integer": int, "Float": float, "Boolean": bool, "List": list, "Dict": dict}
@@ -69,6 +70,35 @@ def with_backend(pipeline: Pipeline, items: list[str], backend: str | None, *, s
         raise SpecError(f"dtrain --backend {backend} and --param {param}={shown(given[-1])} disagree: give one of "
                         f"them (the pipeline's steps use --param {param})")
     return items
+
+
+def saved_backend(config: UserConfig) -> tuple[str, str]:
+    """The default backend config.yaml gives the default project (the one the steps' jobs go to), and
+    the words that saved it ('config backend NAME', with -p PROJECT where it is that project's own)."""
+    project = config.project
+    saved = config.backend_for(project)
+    return saved, f"config backend {saved}" + (f" -p {project}" if project in config.project_backends else "")
+
+
+def with_saved_backend(pipeline: Pipeline, given: Any, saved: str) -> Any:
+    """The SDK's `params` with the saved default backend as a shipped pipeline's backend parameter where
+    they do not name it (as with_backend does for the command line); anything else as given."""
+    param = pipeline.backend_param
+    if param is None or not isinstance(given, Mapping) or param in given:
+        return given
+    return {**given, param: saved}
+
+
+def saved_backend_refused(err: SpecError, pipeline: Pipeline, saved: str, how: str, fix: str) -> SpecError | None:
+    """The refusal of the backend a saved default set (a BackendRefused naming `saved`) as one line
+    saying where it came from (`how`: the words that saved it) and `fix`, the way to run elsewhere;
+    None for any other refusal."""
+    from dtrain.pipelines.run_records import BackendRefused
+
+    if pipeline.backend_param is None or not (isinstance(err, BackendRefused) and err.value == saved):
+        return None
+    return SpecError(f"{err}; {saved} is the default backend saved with 'dtrain {how}': {fix} to run this "
+                     f"pipeline elsewhere")
 
 
 def _did_you_mean(key: str, params) -> str:

@@ -36,7 +36,8 @@ from dtrain.pipelines.run_io import (_CHANNEL, _KFP_GROUP, _PY_ERROR, STEP_LOG, 
                                      _task_words, _terminate_as_interrupt)  # (re-exported)
 from dtrain.pipelines.run_params import (_EXAMPLES, _KFP_TYPES, _WORDS, MAX_EXACT_INT, MAX_JSON_DEPTH,  # noqa: F401
                                          _check_number, _completed, _convert, _depth, _did_you_mean, _from_json,
-                                         _kfp_carries, check_params, parse_params, with_backend)  # (re-exported)
+                                         _kfp_carries, check_params, parse_params, saved_backend,
+                                         saved_backend_refused, with_backend, with_saved_backend)  # (re-exported)
 from dtrain.pipelines.run_records import (BackendRefused, Param, Pipeline, PipelineInfo,  # noqa: F401
                                           RunInterrupted, RunResult, TaskResult)  # (re-exported)
 from dtrain.pipelines.run_tmp import (_KFP_PROGRAM, STEP_STOP_S, _end_processes_with_tmpdir,  # noqa: F401
@@ -170,12 +171,24 @@ def run_pipeline(name: str | None = None, *, module: str | None = None, params: 
     """The SDK's `dtrain pipeline run`: on this machine with KFP's local runner, the steps using the
     dtrain home `home` (None: $DTRAIN_HOME, else ~/.dtrain, as dtrain.Client). `params`: typed values
     (an int for an Integer parameter, a list for a List one), held to the rules --param is held to;
-    defaults fill the rest. Step outputs go under `root` (default HOME/pipelines)."""
-    from dtrain.config import home_dir
+    defaults fill the rest, but for a shipped pipeline's backend parameter: where `params` do not name
+    it, the default backend saved in HOME's config.yaml for its default project (`dtrain config
+    backend`), as `dtrain pipeline run` takes it. Step outputs go under `root` (default HOME/pipelines)."""
+    from dtrain.config import UserConfig, home_dir
 
     pipeline = load(name, module=module)
-    values = check_params(pipeline, {} if params is None else params)
     home = home_dir(home)
+    given = {} if params is None else params
+    saved, how = saved_backend(UserConfig.load(home))
+    completed = with_saved_backend(pipeline, given, saved)
+    try:
+        values = check_params(pipeline, completed)
+    except SpecError as err:  # the saved default's refusal says so; one a params entry named is as it is
+        refused = None if completed is given else \
+            saved_backend_refused(err, pipeline, saved, how, f"give params={{{pipeline.backend_param!r}: BACKEND}}")
+        if refused is None:
+            raise
+        raise refused from None
     return run(pipeline, values, home=home, root=Path(root) if root else home / "pipelines")
 
 
