@@ -354,6 +354,37 @@ def test_exec_copies_the_output_and_returns_the_exit_code(backend, cluster, caps
     assert backend.exec("train", ["true"]) == 0
 
 
+def test_a_read_during_an_exec_handshake_stays_a_plain_request(backend, cluster, capsys):
+    """kubernetes' stream() swaps the `request` of the ApiClient it is given for a websocket call
+    until the handshake ends: the exec shared the backend's ApiClient, so another thread's plain read
+    in that window went out as a websocket upgrade and failed. The kubelet here holds the handshake
+    until a read made meanwhile has its answer."""
+    _exec_into(backend, cluster, [])
+    entered, answered = threading.Event(), threading.Event()
+    seen: list[object] = []
+
+    def reader() -> None:
+        entered.wait(30)
+        try:
+            seen.append(backend.get("train").status)
+        except Exception as err:  # noqa: BLE001 - the failure the test shows
+            seen.append(err)
+        answered.set()
+
+    def kubelet(namespace: str, pod: str, command: list[str]):
+        entered.set()
+        answered.wait(30)
+        return exec_writes("done\n")
+
+    cluster.on_exec = kubelet
+    thread = threading.Thread(target=reader)
+    thread.start()
+    assert backend.exec("train", ["true"]) == 0
+    thread.join(30)
+    assert seen == [JobStatus.RUNNING], seen
+    assert capsys.readouterr().out == "done\n"
+
+
 def test_exec_copies_bytes_exactly(backend, cluster, capsysbinary):
     """A file copied out with `dtrain exec JOB -- cat FILE > copy`: each frame was decoded as UTF-8
     on its own, so bytes that are not UTF-8, and a character split between two frames, came back

@@ -329,15 +329,23 @@ class KubeApi:
         from kubernetes.stream import stream
         from websocket import ABNF, WebSocketException
 
-        # stream() swaps the API object's transport for a websocket, so it gets its own CoreV1Api
-        core = type(self.core)(self.api_client)
+        # stream() swaps the `request` of the ApiClient under the API object for a websocket call
+        # until the handshake ends: the exec gets an ApiClient of its own (same configuration and
+        # headers), so another thread's plain request in that window stays one
+        own = type(self.api_client)(configuration=self.api_client.configuration)
+        own.default_headers.update(self.api_client.default_headers)
+        core = type(self.core)(own)
         # binary: the output's bytes as the command wrote them (the text mode decodes each frame on
         # its own, so a file copied out with `cat` came back with U+FFFD where its bytes were not UTF-8)
         try:
             session = stream(core.connect_get_namespaced_pod_exec, pod, namespace, command=command, stdin=False,
                              stdout=True, stderr=True, tty=False, _preload_content=False, binary=True)
         except self._api_exception as err:
+            own.close()
             raise self._exec_error(namespace, pod, err) from None
+        except BaseException:
+            own.close()
+            raise
         sys.stdout.flush()
         sys.stderr.flush()
         outs = {STDOUT: sys.stdout.buffer, STDERR: sys.stderr.buffer}
@@ -363,6 +371,7 @@ class KubeApi:
                                f"there; check with 'kubectl -n {namespace} get pod {pod}'") from None
         finally:
             session.close()
+            own.close()
         return _exit_code(status, namespace, pod, command)
 
     def _exec_error(self, namespace: str, pod: str, err) -> Exception:
