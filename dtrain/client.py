@@ -31,13 +31,13 @@ from typing import Callable
 
 from dtrain import db
 from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, JobInfo, JobStatus, Listed, LogStream, Notice,
-                                  Page, TimeoutError_, check_page, check_status, notices_of, page_of)
+                                  Page, ProjectInfo, TimeoutError_, check_page, check_status, notices_of, page_of)
 from dtrain.client_lookup import BACKEND_ARG, SAGEMAKER_LOCAL, JobLookup
 from dtrain.client_reads import EveryBackend
 from dtrain.client_settings import Settings
 from dtrain.client_storage import StorageVerbs
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
-from dtrain.errors import NotFoundError, SpecError
+from dtrain.errors import DtrainError, NotFoundError, SpecError
 from dtrain.names import check_name, near_name, shown
 from dtrain.remotes import RemoteReads, SentTo
 from dtrain.spec import JobSpec, notebook_spec
@@ -354,9 +354,33 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         return self._job(name, project, backend).artifacts(name, to=to, output_data=output_data)
 
     # ---- projects -------------------------------------------------------------------------
-    def create_project(self, name: str, *, gpu_quota: int | None = None, no_gpu_quota: bool = False) -> None:
-        """Create project NAME, or change its GPU quota (`no_gpu_quota` removes it)."""
-        self.backend(project=name).create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)
+    def create_project(self, name: str, *, gpu_quota: int | None = None, no_gpu_quota: bool = False) -> ProjectInfo:
+        """Create project NAME, or change its GPU quota (`no_gpu_quota` removes it): `dtrain project create`.
+        Returns its record read back, as `list_projects` gives it; where that read is refused (an account
+        that may create a project but not read its jobs: Kubernetes RBAC), what was set, with
+        `extra['unknown']` saying why."""
+        return self.made_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)[0]
+
+    def made_project(self, name: str, *, gpu_quota: int | None = None, no_gpu_quota: bool = False
+                     ) -> tuple[ProjectInfo, bool, str | None]:
+        """`create_project`, with whether the project existed before and, where its record could not be
+        read back, the line saying so (the HTTP API's POST /projects answers 200 or 201, and that Warning)."""
+        on = self.backend(project=name)
+        existed = on.has_project(name)
+        on.create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)
+        try:  # the project is made: what follows only reads, and a refusal of it must not read as a failure
+            made, why = next((p for p in self.list_projects() if p.name == name), None), None
+        except DtrainError as err:
+            made, why = None, " ".join(str(err).split())
+        if made is not None:
+            return made, existed, None
+        why = why or "it is not among the projects this account can list"
+        kept = existed and gpu_quota is None and not no_gpu_quota  # its quota unchanged, so not known here
+        done = "it already exists, unchanged" if kept else "its GPU quota was set" if existed else "it was created"
+        unknown = (f"project {name}: {done}, but its jobs{' and GPU quota' * kept} could not be read, so "
+                   f"{'neither is shown' if kept else 'none are counted'} here: {why}")
+        return ProjectInfo(name=name, backend=on.name, gpu_quota=None if no_gpu_quota else gpu_quota, gpus_allocated=0,
+                           jobs=0, extra={"unknown": unknown}), existed, unknown
 
     def has_project(self, name: str) -> bool:
         """Whether project `name` exists on the backend config.yaml sends it to (its namespace on

@@ -7,10 +7,12 @@ the default project and backend. A mixin of Client.
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from dtrain.backends.records import _Record
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.names import name_list, shown
@@ -31,6 +33,34 @@ def _aws_region(var: str) -> str:
         raise SpecError(f"invalid ${var} {shown(value)}: use an AWS region such as us-east-1, or unset it "
                         f"(dtrain config sagemaker --region REGION sets dtrain's own)")
     return value
+
+
+@dataclass(frozen=True, kw_only=True)
+class Defaults(_Record):
+    """The defaults config.yaml holds, as `set_default_project` and `set_default_backend` left them: the
+    project and backend of the jobs and verbs that name none, and each project's own backend."""
+
+    project: str
+    backend: str
+    project_backends: dict[str, str] = field(default_factory=dict)  # `dtrain config backend NAME -p PROJECT`'s
+
+
+@dataclass(frozen=True, kw_only=True)
+class SavedSettings(_Record):
+    """A section of config.yaml as a configure verb left it: its name (sagemaker, kubernetes, node_labels or
+    storage_classes) and the settings it holds now, as `dtrain config SECTION` prints them."""
+
+    section: str
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RemovedClasses(_Record):
+    """What `unset_storage_classes` removed from config.yaml: the classes, and how many volumes each still
+    holds (they stay where they are, listed NotConfigured by `volume classes`)."""
+
+    classes: tuple[str, ...]
+    volumes: dict[str, int] = field(default_factory=dict)
 
 
 class Settings:
@@ -99,9 +129,10 @@ class Settings:
         except SpecError as err:
             raise SpecError(f"SageMaker settings given to this client: {err}") from None
 
-    def configure_sagemaker(self, *, unset: tuple[str, ...] | list[str] = (), **settings) -> dict:
+    def configure_sagemaker(self, *, unset: tuple[str, ...] | list[str] = (), **settings) -> SavedSettings:
         """Merge settings (role, bucket, region, subnets, ...) into config.yaml, after removing the
-        keys in `unset` (a VPC or an image no longer wanted); all checked before saving."""
+        keys in `unset` (a VPC or an image no longer wanted); all checked before saving. Returns the
+        `sagemaker:` settings saved (`dtrain config sagemaker`)."""
         from dtrain.backends.sagemaker.config import SageMakerConfig
         unset = name_list(unset, "unset", "unset=['subnets', 'security_group_ids']")  # 'vpc': one key, not 3
         given = {k: v for k, v in settings.items() if v is not None}
@@ -119,9 +150,8 @@ class Settings:
                        "--instance-type")
         self.config = UserConfig.update(self.home, lambda cfg: setattr(
             cfg, "sagemaker", SageMakerConfig.from_dict(merged(cfg.sagemaker), where=where).to_dict()))
-        merged = self.config.sagemaker
         self._forget_made("sagemaker")
-        return merged
+        return SavedSettings(section="sagemaker", settings=dict(self.config.sagemaker))
 
     @staticmethod
     def kubernetes_settings() -> tuple[str, ...]:
@@ -132,11 +162,12 @@ class Settings:
         from dtrain.backends.kubernetes.config import KubernetesConfig
         return tuple(f.name for f in fields(KubernetesConfig) if f.name != "project")
 
-    def configure_kubernetes(self, *, unset: tuple[str, ...] | list[str] = (), **settings) -> dict:
+    def configure_kubernetes(self, *, unset: tuple[str, ...] | list[str] = (), **settings) -> SavedSettings:
         """Merge settings (namespace, context, kubeconfig, image, ...: KubernetesConfig's fields) into
         config.yaml's `kubernetes:`, after removing the keys in `unset`; checked as the backend checks
         them when it reads config.yaml, before anything is saved. A kubeconfig is saved absolute (a
-        relative one would be read from wherever a later command runs)."""
+        relative one would be read from wherever a later command runs). Returns the `kubernetes:`
+        settings saved (`dtrain config kubernetes`)."""
         unset = name_list(unset, "unset", "unset=['context', 'kubeconfig']")
         given = {k: v for k, v in settings.items() if v is not None}
         if both := sorted(set(given) & set(unset)):
@@ -171,14 +202,14 @@ class Settings:
                                             **given})
         self.config = UserConfig.update(self.home, change)
         self._forget_made("kubernetes")
-        return dict(self.config.kubernetes)
+        return SavedSettings(section="kubernetes", settings=dict(self.config.kubernetes))
 
     # ---- this machine's node labels (config.yaml's node_labels) ----------------------------
     def configure_node_labels(self, labels: Mapping[str, str] | None = None, *,
-                              unset: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
+                              unset: tuple[str, ...] | list[str] = ()) -> SavedSettings:
         """Give this machine node labels (what a local job's node_selector may ask for, as `kubectl label
         node` gives a node one), after removing those in `unset`, in config.yaml's `node_labels:`;
-        checked before anything is saved. Returns the labels saved."""
+        checked before anything is saved. Returns the node labels saved (`dtrain config node-labels`)."""
         from dtrain.backends.local.node import WELL_KNOWN
         from dtrain.spec import node_labels
 
@@ -204,12 +235,13 @@ class Settings:
                 raise SpecError(f"{err}; nothing was changed") from None
 
         self.config = UserConfig.update(self.home, change)
-        return dict(self.config.node_labels)
+        return SavedSettings(section="node_labels", settings=dict(self.config.node_labels))
 
     # ---- storage classes (config.yaml's storage_classes) -----------------------------------
-    def set_storage_class(self, name: str, folder: str | Path) -> str:
+    def set_storage_class(self, name: str, folder: str | Path) -> SavedSettings:
         """Define (or re-point) local storage class `name` as `folder` (made absolute), checked as
-        loading config.yaml checks it; every other setting stays. Returns the folder saved."""
+        loading config.yaml checks it; every other setting stays. Returns the storage classes saved
+        (`settings[name]`: the folder, absolute)."""
         if not isinstance(name, str):  # a list: not a TypeError from config.yaml's mapping
             raise SpecError(f"storage class {shown(name)}: use a lower-case name other than 'local', e.g. "
                             f"set_storage_class('fast', '/nvme/dtrain'); nothing was changed")
@@ -230,11 +262,11 @@ class Settings:
         self.config = UserConfig.update(self.home, change, repair=True)  # a file this change repairs is read too
         self.config_problem = None
         self._forget_made("local")  # its store knows the classes it was opened with
-        return root
+        return SavedSettings(section="storage_classes", settings=dict(self.config.storage_classes))
 
-    def unset_storage_classes(self, names: list[str] | tuple[str, ...]) -> dict[str, int]:
+    def unset_storage_classes(self, names: list[str] | tuple[str, ...]) -> RemovedClasses:
         """Remove local storage classes from config.yaml (their volumes stay where they are, listed
-        NotConfigured by `volume classes`). Returns how many volumes each still held."""
+        NotConfigured by `volume classes`). Returns the classes removed and how many volumes each still held."""
         names = name_list(names, "storage class names", "['fast']")  # one name, not its characters
         def change(cfg: UserConfig) -> None:
             missing = [n for n in names if n not in cfg.storage_classes]
@@ -249,19 +281,21 @@ class Settings:
         self._forget_made("local")
         # counted after: the volumes table, not config.yaml, says which volumes a class holds
         held = {c.name: c.volumes for c in self.backend("local").list_storage_classes()}
-        return {name: held.get(name, 0) for name in names}
+        removed = tuple(dict.fromkeys(names))
+        return RemovedClasses(classes=removed, volumes={name: held.get(name, 0) for name in removed})
 
     # ---- the default project and backend -------------------------------------------------
-    def set_default_project(self, name: str) -> None:
+    def set_default_project(self, name: str) -> Defaults:
         """Make `name` the project of every job and verb that names none, in config.yaml (`dtrain config
-        project NAME`, `dtrain project set NAME`)."""
+        project NAME`, `dtrain project set NAME`). Returns the defaults saved."""
         check_name(name, "project")
         self.config = UserConfig.update(self.home, lambda cfg: setattr(cfg, "project", name))
+        return self._defaults()
 
-    def set_default_backend(self, name: str, *, project: str | None = None) -> None:
+    def set_default_backend(self, name: str, *, project: str | None = None) -> Defaults:
         """Make `name` ('local', 'kubernetes' or 'sagemaker') the backend of the jobs that name none, or with
         `project` that project's, in config.yaml (`dtrain config backend NAME [-p PROJECT]`); its settings
-        are checked first."""
+        are checked first. Returns the defaults saved."""
         if name not in BACKENDS:
             raise SpecError(f"unknown backend {shown(name)}; use one of {', '.join(BACKENDS)}")
         if name == "kubernetes":  # its settings checked now, not by the first command that uses it
@@ -273,3 +307,9 @@ class Settings:
             self.config = UserConfig.update(self.home, lambda cfg: cfg.project_backends.__setitem__(project, name))
         else:
             self.config = UserConfig.update(self.home, lambda cfg: setattr(cfg, "backend", name))
+        return self._defaults()
+
+    def _defaults(self) -> Defaults:
+        """config.yaml's defaults, as just saved."""
+        return Defaults(project=self.config.project, backend=self.config.backend,
+                        project_backends=dict(self.config.project_backends))

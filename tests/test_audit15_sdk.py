@@ -53,7 +53,7 @@ def test_lists_of_names_of_another_type_are_spec_errors(home, names):
 def test_one_name_is_taken_where_a_list_of_names_is(home):
     client = dtrain.Client(home=home)
     client.configure_node_labels({"gpu-type": "a100", "zone": "a"})
-    assert client.configure_node_labels(unset="zone") == {"gpu-type": "a100"}
+    assert client.configure_node_labels(unset="zone").settings == {"gpu-type": "a100"}
     assert client.volume_jobs(mounting="data").total == 0
 
 

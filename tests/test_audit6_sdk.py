@@ -151,7 +151,7 @@ def test_a_storage_class_name_that_is_no_string_is_refused_before_saving(client,
 
 def test_one_storage_class_name_is_not_read_a_character_at_a_time(client, tmp_path):
     client.set_storage_class("fast", tmp_path / "fast")
-    assert client.unset_storage_classes("fast") == {"fast": 0}
+    assert client.unset_storage_classes("fast").volumes == {"fast": 0}
     with pytest.raises(NotFoundError, match=r"no storage class 'slow'"):
         client.unset_storage_classes("slow")
 

@@ -66,7 +66,7 @@ def test_the_sdk_repairs_overlapping_classes_too(home, tmp_path):
         assert "storage classes 'a' and 'b'" in str(err)
     else:
         raise AssertionError("overlapping classes were used")
-    assert client.unset_storage_classes(["b"]) == {"b": 0}
+    assert client.unset_storage_classes(["b"]).volumes == {"b": 0}
     assert client.list_volumes() == []
 
 

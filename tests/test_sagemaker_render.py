@@ -294,4 +294,4 @@ def test_a_mistyped_instance_type_is_not_saved(tmp_path):
                                         r"ml.m5.xlarge"):
         client.configure_sagemaker(instance_type="ml.m5.xlarg")
     assert not (tmp_path / "config.yaml").exists()
-    assert client.configure_sagemaker(instance_type="ml.g5.xlarge")["instance_type"] == "ml.g5.xlarge"
+    assert client.configure_sagemaker(instance_type="ml.g5.xlarge").settings["instance_type"] == "ml.g5.xlarge"

@@ -78,7 +78,7 @@ def _config_settings(args, client: Client, *, shown_only: bool) -> int:
             print("SageMaker settings: " + ", ".join(f"{k}={v}" for k, v in settings.items()) if settings else
                   "SageMaker is not configured: dtrain config sagemaker --role ARN --bucket NAME [--region R]")
             return 0
-        settings = client.configure_sagemaker(unset=unset, **{k: getattr(args, k) for k in _SAGEMAKER_KEYS})
+        settings = client.configure_sagemaker(unset=unset, **{k: getattr(args, k) for k in _SAGEMAKER_KEYS}).settings
         print("SageMaker settings saved: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
         return 0
     if shown_only:
@@ -93,7 +93,7 @@ def _config_settings(args, client: Client, *, shown_only: bool) -> int:
     if twice := next((k for k in pairs if k in flagged), None):
         raise SpecError(f"{twice} is given both as --{twice.replace('_', '-')} and with --set: give one; "
                         f"nothing was changed")
-    settings = client.configure_kubernetes(unset=unset, **flagged, **pairs)
+    settings = client.configure_kubernetes(unset=unset, **flagged, **pairs).settings
     print("Kubernetes settings saved: " + (", ".join(f"{k}={v}" for k, v in settings.items()) or "none"))
     return 0
 
@@ -172,7 +172,7 @@ def _config_node_labels(args, client: Client, flags: list[str]) -> int:
         if key in given:
             raise SpecError(f"--set {key} is given twice: give it once; nothing was changed")
         given[key] = value
-    labels = client.configure_node_labels(given, unset=args.unset or ())
+    labels = client.configure_node_labels(given, unset=args.unset or ()).settings
     print("node labels saved: " + (", ".join(f"{k}={v}" for k, v in labels.items()) or "none"))
     return 0
 
@@ -190,7 +190,7 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
             raise SpecError("'dtrain config storage-class --unset' needs the classes to remove, e.g. "
                             "dtrain config storage-class --unset fast; nothing was changed")
         folders = dict(client.config.storage_classes)
-        held = client.unset_storage_classes(names)
+        held = client.unset_storage_classes(names).volumes
         for name in dict.fromkeys(names):
             print(f"storage class '{name}' removed")
             if held.get(name):  # as kubectl warns: what the removal leaves behind, and how to undo it
@@ -217,7 +217,7 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
     old = classes.get(args.value)
     held = 0 if old is None or client.config_problem is not None else \
         next((c.volumes for c in client.backend("local").list_storage_classes() if c.name == args.value), 0)
-    root = client.set_storage_class(args.value, args.folder)
+    root = client.set_storage_class(args.value, args.folder).settings[args.value]
     print(f"storage class '{args.value}' is {root} (dtrain volume classes shows whether volumes can go there)")
     if held and os.path.realpath(old) != os.path.realpath(root):  # the same folder spelled anew moves nothing
         they = ("stays", "keeps") if held == 1 else ("stay", "keep")

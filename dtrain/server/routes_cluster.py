@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, Path, Query, Request, Response
 
-from dtrain.errors import DtrainError, NotFoundError
+from dtrain.errors import NotFoundError
 from dtrain.server import wire
 from dtrain.server.bodies import TypedRoute
 from dtrain.server.clients import client
@@ -32,10 +32,6 @@ SINCE = Annotated[float, Query(ge=0, le=wire.MAX_TIME, allow_inf_nan=False,
 def gpu_history(request: Request, since: SINCE = 0.0):
     """GPU samples of the last ten minutes (taken by the server every few seconds)."""
     return request.app.state.history.samples(since)
-
-
-def _projects(c) -> list[wire.Project]:
-    return [wire.Project.model_validate(p) for p in c.list_projects()]
 
 
 @router.get("/projects", response_model=list[wire.Project],
@@ -77,28 +73,15 @@ def create_project(request: Request, response: Response, body: wire.ProjectIn):
     """Create a project (201), or change an existing one's GPU quota (200; `no_gpu_quota` removes it).
     The record is read back from the projects; an account that may create a project but not read its
     jobs (Kubernetes RBAC) gets what was set, with a `Warning` header, as the CLI leaves out its notes."""
-    c = client(request)
-    existed = c.has_project(body.name)
-    c.create_project(body.name, gpu_quota=body.gpu_quota, no_gpu_quota=body.no_gpu_quota)
+    made, existed, unknown = client(request).made_project(body.name, gpu_quota=body.gpu_quota,
+                                                          no_gpu_quota=body.no_gpu_quota)
     if existed:
         response.status_code = 200
     else:
         wire.locate(request, response, "projects", body.name, None)
-    try:  # the project is made: what follows only reads, and a refusal of it must not read as a failure
-        made, why = next((p for p in _projects(c) if p.name == body.name), None), None
-    except DtrainError as err:
-        made, why = None, " ".join(str(err).split())
-    if made is not None:
-        return made
-    why = why or "it is not among the projects this account can list"
-    kept = existed and body.gpu_quota is None and not body.no_gpu_quota  # its quota unchanged, so not known here
-    done = "it already exists, unchanged" if kept else "its GPU quota was set" if existed else "it was created"
-    unknown = (f"project {body.name}: {done}, but its jobs{' and GPU quota' * kept} could not be read, so "
-               f"{'neither is shown' if kept else 'none are counted'} here: {why}")
-    response.headers["warning"] = wire.warning_header(unknown)
-    return wire.Project(name=body.name, backend=c.backend(project=body.name).name,
-                        gpu_quota=None if body.no_gpu_quota else body.gpu_quota, gpus_allocated=0, jobs=0,
-                        extra={"unknown": unknown})
+    if unknown is not None:
+        response.headers["warning"] = wire.warning_header(unknown)
+    return made
 
 
 BackendName = Annotated[str, Path(pattern=wire.NAME, description="a backend `submit` sent jobs to: kubernetes, sagemaker")]

@@ -1,0 +1,54 @@
+"""The SDK's verbs give typed records: frozen dataclasses with `to_dict()`, the form `--json` and the
+HTTP API print (the guide's "typed records out of every verb")."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import dtrain
+from dtrain.backends.base import ProjectInfo
+from dtrain.client_settings import Defaults, RemovedClasses, SavedSettings
+
+
+def _record(value, kind):
+    assert isinstance(value, kind)
+    assert dataclasses.is_dataclass(value)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        value.__setattr__(dataclasses.fields(value)[0].name, None)
+    return value.to_dict()
+
+
+def test_the_settings_verbs_return_what_config_yaml_holds_as_records(home, tmp_path):
+    """create_project, set_default_project and set_default_backend returned None; configure_sagemaker,
+    configure_kubernetes, configure_node_labels and unset_storage_classes plain dicts, set_storage_class a str."""
+    client = dtrain.Client(home=home)
+    assert _record(client.create_project("team-a"), ProjectInfo)["name"] == "team-a"
+    assert _record(client.set_default_project("team-a"), Defaults) == {
+        "project": "team-a", "backend": "local", "project_backends": {}}
+    assert _record(client.set_default_backend("local", project="team-b"), Defaults) == {
+        "project": "team-a", "backend": "local", "project_backends": {"team-b": "local"}}
+    saved = _record(client.configure_sagemaker(role="arn:aws:iam::123456789012:role/R", bucket="my-bucket"), SavedSettings)
+    assert saved == {"section": "sagemaker", "settings": client.config.sagemaker}
+    assert saved["settings"]["bucket"] == "my-bucket"
+    assert _record(client.configure_kubernetes(namespace="ns"), SavedSettings) == {
+        "section": "kubernetes", "settings": {"namespace": "ns"}}
+    assert _record(client.configure_node_labels({"gpu-type": "a100"}), SavedSettings) == {
+        "section": "node_labels", "settings": {"gpu-type": "a100"}}
+    (tmp_path / "fast").mkdir()
+    saved = client.set_storage_class("fast", tmp_path / "fast")
+    assert _record(saved, SavedSettings) == {"section": "storage_classes", "settings": {"fast": str(tmp_path / "fast")}}
+    assert _record(client.unset_storage_classes(["fast", "fast"]), RemovedClasses) == {
+        "classes": ["fast"], "volumes": {"fast": 0}}
+
+
+def test_create_project_returns_the_project_read_back(home, monkeypatch):
+    monkeypatch.setenv("DTRAIN_GPUS", "2")
+    client = dtrain.Client(home=home)
+    made = client.create_project("team-a", gpu_quota=1)
+    assert (made.name, made.backend, made.gpu_quota, made.jobs) == ("team-a", "local", 1, 0)
+    assert client.create_project("team-a", no_gpu_quota=True).gpu_quota is None
+    assert client.list_projects()[[p.name for p in client.list_projects()].index("team-a")] == \
+        client.create_project("team-a")
+
