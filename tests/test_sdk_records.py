@@ -4,11 +4,14 @@ HTTP API print (the guide's "typed records out of every verb")."""
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 
 import dtrain
-from dtrain.backends.base import ProjectInfo
+from dtrain.backends.base import (Event, JobCount, JobInfo, JobPage, JobStatus, JobSummary, Notice, ProcessInfo,
+                                  ProjectInfo)
+from dtrain.spec import JobSpec
 from dtrain.client_settings import Defaults, RemovedClasses, SavedSettings
 
 
@@ -51,4 +54,38 @@ def test_create_project_returns_the_project_read_back(home, monkeypatch):
     assert client.create_project("team-a", no_gpu_quota=True).gpu_quota is None
     assert client.list_projects()[[p.name for p in client.list_projects()].index("team-a")] == \
         client.create_project("team-a")
+
+
+def _job() -> JobInfo:
+    spec = JobSpec(name="train", command=("python", "train.py"), processes=2, launcher="torchrun")
+    return JobInfo(name="train", spec=spec, status=JobStatus.RUNNING, backend="local", created=1.0, started=2.0,
+                   processes=(ProcessInfo(rank=0, status="Running", devices=("0",), node="n", pod="train-0"),
+                              ProcessInfo(rank=1, status="Pending")),
+                   events=(Event(time=1.0, status="Pending"), Event(time=2.0, status="Running", message="started")))
+
+
+def test_pages_summaries_processes_and_events_have_the_form_json_and_the_http_api_print():
+    """JobPage, JobSummary, Event and ProcessInfo had no to_dict() (the other records had)."""
+    from dtrain.server import wire
+
+    info = _job()
+    http = json.loads(wire.job_out(info).model_dump_json())
+    assert [p.to_dict() for p in info.processes] == http["processes"] == info.to_dict()["processes"]
+    assert [e.to_dict() for e in info.events] == http["events"] == info.to_dict()["events"]
+    notice = Notice(code="jobs-unlisted", message="jobs on the kubernetes backend not listed")
+    page = JobPage(total=5, jobs=(info,), notices=(notice,))
+    assert page.to_dict() == {"total": 5, "jobs": [info.to_dict()],
+                              "notices": [{"code": "jobs-unlisted", "message": notice.message}]}
+    summary = JobSummary(counts=(JobCount(project="default", status=JobStatus.RUNNING, jobs=1),), unfinished=(info,))
+    assert summary.to_dict() == {"counts": [{"project": "default", "status": "Running", "jobs": 1}],
+                                 "unfinished": [info.to_dict()]}
+    for record in (page, summary, *info.processes, *info.events):
+        assert json.loads(json.dumps(record.to_dict())) == record.to_dict()
+
+
+def test_a_page_of_the_client_is_a_record_as_its_jobs_are(home):
+    client = dtrain.Client(home=home)
+    assert client.page(limit=10).to_dict() == {"total": 0, "jobs": [], "notices": []}
+    assert client.page_volumes(limit=10).to_dict() == {"total": 0, "items": [], "notices": []}
+    assert client.summary().to_dict() == {"counts": [], "unfinished": []}
 

@@ -51,8 +51,24 @@ class JobStatus(str, Enum):
         raise status_refusal(value, [s.value for s in cls])
 
 
+def _plain(value):
+    """`value` with every tuple a list, as JSON and the HTTP API give it (asdict keeps tuples)."""
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+class _Record:
+    """A record whose `to_dict()` is its fields, tuples as lists: what `--json` and the HTTP API print."""
+
+    def to_dict(self) -> dict[str, Any]:
+        return _plain(asdict(self))  # type: ignore[call-overload]
+
+
 @dataclass(frozen=True, kw_only=True)
-class ProcessInfo:
+class ProcessInfo(_Record):
     """One rank (a replica pod on Kubernetes)."""
 
     rank: int  # global rank
@@ -67,7 +83,7 @@ class ProcessInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
-class DataSource:
+class DataSource(_Record):
     """A snapshot a job's data came from: one per volume the job mounts whose content was, when the
     job started, a snapshot's (restored from it, or the volume's latest snapshot taken), as a PVC's
     `dataSource` names the VolumeSnapshot it was made from. Recorded when the job starts, so a later
@@ -80,7 +96,7 @@ class DataSource:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Event:
+class Event(_Record):
     """One status change, with when and why."""
 
     time: float  # unix seconds
@@ -126,7 +142,7 @@ class JobInfo:
 
 
 @dataclass(frozen=True, kw_only=True)
-class Notice:
+class Notice(_Record):
     """A warning of one call, returned with its result: the answer is usable but incomplete (a source
     of jobs or classes that could not be read, log lines that may be missing). The CLI prints each as
     one `dtrain: warning: MESSAGE` line on stderr, the HTTP API sends it in a `Warning` header."""
@@ -161,6 +177,12 @@ class JobPage:
     jobs: tuple[JobInfo, ...]
     notices: tuple[Notice, ...] = ()  # the listing's warnings (a source of jobs not read)
 
+    def to_dict(self) -> dict[str, Any]:
+        """The page: each job as `JobInfo.to_dict` (the HTTP API's GET /jobs?limit=&offset= sends these jobs,
+        `total` in its X-Total-Count header and the notices in Warning headers)."""
+        return {"total": self.total, "jobs": [j.to_dict() for j in self.jobs],
+                "notices": [n.to_dict() for n in self.notices]}
+
 
 @dataclass(frozen=True, kw_only=True)
 class Page:
@@ -169,6 +191,11 @@ class Page:
     total: int  # the records that matched the filters, before paging
     items: tuple  # JobInfo (notebooks), VolumeInfo or SnapshotInfo
     notices: tuple[Notice, ...] = ()  # the listing's warnings (a source of notebooks not read)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The page: each record as its own `to_dict` gives it, as `JobPage.to_dict`."""
+        return {"total": self.total, "items": [i.to_dict() for i in self.items],
+                "notices": [n.to_dict() for n in self.notices]}
 
 
 def page_of(records, limit: int | None, offset: int) -> Page:
@@ -185,6 +212,9 @@ class JobCount:
     status: JobStatus
     jobs: int  # at least 1: a status no job is in is not listed
 
+    def to_dict(self) -> dict[str, Any]:
+        return {"project": self.project, "status": self.status.value, "jobs": self.jobs}
+
 
 @dataclass(frozen=True, kw_only=True)
 class JobSummary:
@@ -193,6 +223,10 @@ class JobSummary:
 
     counts: tuple[JobCount, ...]  # by project, then status; Deleted too
     unfinished: tuple[JobInfo, ...]  # in the order they were submitted
+
+    def to_dict(self) -> dict[str, Any]:
+        """The counts (each status as its word) and each unfinished job as `JobInfo.to_dict`."""
+        return {"counts": [c.to_dict() for c in self.counts], "unfinished": [j.to_dict() for j in self.unfinished]}
 
 
 def check_status(status: JobStatus | str | None) -> JobStatus | None:
@@ -215,20 +249,6 @@ def newest_first(jobs, limit: int | None, offset: int) -> JobPage:
                    notices=notices)
 
 
-def _plain(value):
-    """`value` with every tuple a list, as JSON and the HTTP API give it (asdict keeps tuples)."""
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-class _Record:
-    def to_dict(self) -> dict[str, Any]:
-        return _plain(asdict(self))  # type: ignore[call-overload]
-
-
 @dataclass(frozen=True, kw_only=True)
 class LogLine(_Record):
     rank: int  # which process wrote it
@@ -237,7 +257,7 @@ class LogLine(_Record):
 
 
 @dataclass(frozen=True, kw_only=True)
-class GpuInfo:
+class GpuInfo(_Record):
     index: str  # device id as CUDA_VISIBLE_DEVICES takes it
     name: str = ""  # product name
     memory_total: int | None = None  # bytes
