@@ -89,3 +89,13 @@ def test_a_page_of_the_client_is_a_record_as_its_jobs_are(home):
     assert client.page_volumes(limit=10).to_dict() == {"total": 0, "items": [], "notices": []}
     assert client.summary().to_dict() == {"counts": [], "unfinished": []}
 
+
+def test_a_job_record_shows_as_its_name_status_backend_and_ranks():
+    """repr(JobInfo) was the whole record: its spec, every event and the backend's details, pages long in a notebook."""
+    info = _job()
+    assert repr(info) == ("JobInfo(name='train', status='Running', backend='local', project='default', "
+                          "processes={0: 'Running', 1: 'Pending'})")
+    done = dataclasses.replace(info, processes=(ProcessInfo(rank=0, status="Failed", exit_code=3),))
+    assert repr(done).endswith("processes={0: 'Failed (3)'})")
+    assert "command" in info.to_dict()["spec"] and info.to_dict()["events"][1]["message"] == "started"
+

@@ -130,6 +130,14 @@ class JobInfo:
     data_sources: tuple[DataSource, ...] = ()  # the snapshots its volumes' data came from, one per volume
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific details
 
+    def __repr__(self) -> str:
+        """Short, as a notebook cell shows it (the whole spec, events and details made it pages long): the
+        name, status, backend and project, and each rank's status with its exit code once it has one;
+        `to_dict()` holds the rest."""
+        ranks = {p.rank: p.status + ("" if p.exit_code is None else f" ({p.exit_code})") for p in self.processes}
+        return (f"JobInfo(name={self.name!r}, status={self.status.value!r}, backend={self.backend!r}, "
+                f"project={self.spec.project!r}, processes={ranks!r})")
+
     def to_dict(self) -> dict[str, Any]:
         """The record as `--json` prints it: the same fields as the HTTP API's Job (server/wire/jobs.py)."""
         d = _plain(asdict(self))
