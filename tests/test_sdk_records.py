@@ -11,6 +11,7 @@ import pytest
 import dtrain
 from dtrain.backends.base import (Event, JobCount, JobInfo, JobPage, JobStatus, JobSummary, Notice, ProcessInfo,
                                   ProjectInfo)
+from dtrain.errors import SpecError
 from dtrain.spec import JobSpec
 from dtrain.client_settings import Defaults, RemovedClasses, SavedSettings
 
@@ -99,3 +100,19 @@ def test_a_job_record_shows_as_its_name_status_backend_and_ranks():
     assert repr(done).endswith("processes={0: 'Failed (3)'})")
     assert "command" in info.to_dict()["spec"] and info.to_dict()["events"][1]["message"] == "started"
 
+
+@pytest.mark.parametrize("key", ["volumes", "pvc"])
+@pytest.mark.parametrize("bad", ["nocolon", "./data:/mnt", "data:/mnt:xx", "Fast:10Gi:/mnt", "data:/proc"])
+def test_a_volumes_entry_the_sdk_refuses_is_named_as_its_field_not_as_the_flag(key, bad):
+    """JobSpec.from_dict({'volumes': [...]}) and JobSpec(volumes=[...]) said 'invalid --pvc ...', a flag the SDK never took."""
+    makes = [lambda: JobSpec.from_dict({"name": "j", "command": ["true"], key: [bad]})]
+    if key == "volumes":
+        makes.append(lambda: JobSpec(name="j", command=("true",), volumes=[bad]))
+    for make in makes:
+        with pytest.raises(SpecError) as err:
+            make()
+        said = str(err.value)
+        assert said.startswith(f"invalid {key}: entry {bad!r}: "), said
+        assert "--pvc" not in said.replace("copy-in --pvc", ""), said
+    with pytest.raises(SpecError, match=r"^two volumes are mounted at /mnt: give each volume its own mount path$"):
+        JobSpec.from_dict({"name": "j", "command": ["true"], key: ["a:/mnt", "b:/mnt"]})

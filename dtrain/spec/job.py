@@ -194,7 +194,7 @@ class JobSpec:
         mounts = [v.mount_path for v in self.volumes]  # normalised by VolumeMount / NewVolume
         for v in self.volumes:
             if mounts.count(v.mount_path) > 1:
-                raise SpecError(f"two volumes are mounted at {v.mount_path}: give each --pvc its own path")
+                raise SpecError(f"two volumes are mounted at {v.mount_path}: give each volume its own mount path")
         if self.snapshot_on_success is not None:
             check_name(self.snapshot_on_success, "volume")
 
@@ -275,7 +275,8 @@ class JobSpec:
         for key in ("project", "backend"):  # None builds a spec that leaves them unset: a file names one
             if key in data and data[key] is None:
                 raise SpecError(f"invalid {key} None: give a {key} name, or leave '{key}:' out")
-        vols = [*_list(data.pop("pvc", None), "pvc"), *_list(data.get("volumes"), "volumes")]
+        vols = [*(("pvc", v) for v in _list(data.pop("pvc", None), "pvc")),  # each refusal names its own key
+                *(("volumes", v) for v in _list(data.get("volumes"), "volumes"))]
         for required in ("name", "command"):
             if data.get(required) in (None, "", [], ()):
                 raise SpecError(f"the job has no {required}: use dtrain submit NAME [options] -- COMMAND, "
@@ -284,7 +285,7 @@ class JobSpec:
             raise SpecError(f"invalid command {shown(data['command'])}: must be a list of strings, "
                             f"e.g. [python, train.py, --epochs, '2']")
         data["command"] = tuple(_word(c, "command") for c in data["command"])
-        data["volumes"] = tuple(parse_pvc(v) if isinstance(v, str) else _volume_from_dict(v) for v in vols)
+        data["volumes"] = tuple(parse_pvc(v, key=key) if isinstance(v, str) else _volume_from_dict(v) for key, v in vols)
         for key in ("env", "labels", "node_selector", "tolerations", "image_pull_secrets"):  # `env:` left empty: none
             if key in data and data[key] is None:
                 del data[key]

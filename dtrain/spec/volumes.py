@@ -197,16 +197,16 @@ def _volume_from_dict(d: Mapping[str, Any]) -> Volume:
 
 
 def _volumes(value) -> tuple[Volume, ...]:
-    """The SDK's volumes: VolumeMount / NewVolume objects, or --pvc strings."""
+    """The SDK's volumes: VolumeMount / NewVolume objects, or --pvc strings (a refusal names the field)."""
     if isinstance(value, str) or not isinstance(value, (list, tuple)):
         raise SpecError(f"invalid volumes {shown(value)}: must be a list, e.g. volumes=['data:/mnt'] or "
                         f"[VolumeMount(volume='data', mount_path='/mnt')]")
     out = []
     for v in value:
         if isinstance(v, str):
-            v = parse_pvc(v)
+            v = parse_pvc(v, key="volumes")
         if not isinstance(v, (VolumeMount, NewVolume)):
-            raise SpecError(f"invalid volume {shown(v)}: use VolumeMount, NewVolume or a --pvc string "
-                            f"such as 'data:/mnt'")
+            raise SpecError(f"invalid volume {shown(v)}: use VolumeMount, NewVolume or a string such as "
+                            f"'data:/mnt' (VOLUME:MOUNT[:ro]) or 'local:10Gi:/mnt' (CLASS:SIZE:MOUNT)")
         out.append(v)
     return tuple(out)
