@@ -206,21 +206,43 @@ def test_submit_refuses_a_file_system_its_subnets_cannot_mount_before_anything_i
         be.get(name)
 
 
-class Unasked:
-    """An EFS or FSx client that fails the test when anything is asked of it."""
+@pytest.mark.parametrize("uri, subnet, said", [
+    ("efs://fs-0123456789abcdef0/data", "a", "EFS file system fs-0123456789abcdef0 in us-east-1 does not exist"),
+    ("efs://{bare}/data", "a", "EFS file system {bare} in us-east-1 has no mount target"),
+    ("fsx://fs-0123456789abcdef0/abcdefgh/data", "b", "FSx for Lustre file system fs-0123456789abcdef0 in us-east-1 "
+                                                     "does not exist"),
+])
+def test_the_dry_run_refuses_a_file_system_as_submit_would(clients, net, code, uri, subnet, said):  # noqa: F811
+    """The dry run makes submit's describe calls of EFS and FSx too: it refused nothing of a file system a
+    submit then refused."""
+    be = _backend(clients, net, code, net[subnet])
+    with pytest.raises(SpecError) as err:
+        be.render(spec("fs-dry-bad", sm=dict(channels=("training=" + uri.format(**net),))))
+    assert said.format(**net) in str(err.value)
 
-    def __getattr__(self, name):
-        raise AssertionError(f"the dry run called {name}")
 
-
-def test_the_dry_run_asks_neither_efs_nor_fsx(clients, net, code):  # noqa: F811
-    cfg = SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["b"],),
-                          security_groups=("sg-0abc1234",))
-    be = SageMakerBackend(cfg, clients=Clients(clients.sagemaker, clients.s3, clients.logs, Unasked(), Unasked()),
-                          cwd=str(code))
-    reqs = be.render(spec("fs-dry", sm=dict(channels=("training=efs://fs-0123456789abcdef0/data",
-                                                        "extra=fsx://fs-0123456789abcdef0/abcdefgh/x"))))
+def test_the_dry_run_warns_as_submit_would_and_shows_the_requests(clients, net, code, caplog):  # noqa: F811
+    be = _backend(clients, net, code, net["b"])
+    with caplog.at_level(logging.WARNING):
+        reqs = be.render(spec("fs-dry", sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and f"its mount targets are in {net['a']}" in warned[0], warned
     assert "SageMaker.CreateTrainingJob" in reqs[-1]
+    with pytest.raises(NotFoundError):
+        be.get("fs-dry")  # nothing made
+
+
+def test_a_dry_run_efs_describe_refused_says_what_a_submit_would_do(clients, net, code, caplog):  # noqa: F811
+    efs = session().client("efs")
+    be = SageMakerBackend(SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["a"],),
+                                          security_groups=("sg-0abc1234",)),
+                          clients=Clients(clients.sagemaker, clients.s3, clients.logs, efs, None), cwd=str(code))
+    with Stubber(efs) as e, caplog.at_level(logging.WARNING):
+        e.add_client_error("describe_file_systems", "AccessDeniedException", "not authorized", 403)
+        be.render(spec("efs-dry-denied", sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "elasticfilesystem:DescribeFileSystems" in warned[0]
+    assert "a submit goes on all the same" in warned[0]
 
 
 def test_a_refused_efs_describe_warns_once_and_the_job_is_created(clients, net, code, caplog):  # noqa: F811

@@ -72,7 +72,7 @@ class SageMakerBackend(SubmitChecks, JobReading, JobLogs, Backend):
         self.config = config
         self._aws, self._local, self._session = clients, local, session
         self._made_aws = False  # self._aws made here (not injected): EFS's and FSx's clients are made too
-        self._fs_clients: dict[str, Any] = {}  # EFS's and FSx's, made for a job that reads a file system
+        self._fs_clients: dict[tuple[str, bool], Any] = {}  # EFS's and FSx's (quick or not), made when first asked
         self._quick: Clients | None = None  # made for a dry run (quick_aws)
         self.home = Path(home) if home else None
         self.cwd = cwd
@@ -91,14 +91,14 @@ class SageMakerBackend(SubmitChecks, JobReading, JobLogs, Backend):
             self._made_aws = True
         return self._aws
 
-    def _fs_client(self, service: str) -> Any:
+    def _fs_client(self, service: str, *, quick: bool = False) -> Any:
         """The `efs` or `fsx` client: the injected clients' (None where they have none: not asked), else
-        boto3's, made when a job first reads that kind of file system."""
+        boto3's, made when a job first reads that kind of file system; `quick`: the dry run's (see quick_aws)."""
         if self._aws is not None and not self._made_aws:
             return getattr(self._aws, service)
-        if service not in self._fs_clients:
-            self._fs_clients[service] = service_clients(self.config, self._session, (service,))[0]
-        return self._fs_clients[service]
+        if (service, quick) not in self._fs_clients:
+            self._fs_clients[service, quick] = service_clients(self.config, self._session, (service,), quick=quick)[0]
+        return self._fs_clients[service, quick]
 
     @property
     def quick_aws(self) -> Clients:

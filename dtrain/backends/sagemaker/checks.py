@@ -58,22 +58,22 @@ class SubmitChecks:
                     aws(), uri, flag, dry=dry)))
         checks += [(f"channel {ch}={uri} holds objects", lambda ch=ch, uri=uri: self._check_channel(
             aws(), ch, uri, dry=dry)) for ch, uri in _s3_channels(req)]
-        if not dry:  # EFS and FSx are asked at submit only: the dry run asks S3 and SageMaker alone
-            subnets = (req.get("VpcConfig") or {}).get("Subnets") or []
-            checks += [(f"channel {fs.channel}: file system {fs.fs_id} reachable", lambda fs=fs: self._check_fs(
-                fs, subnets)) for fs in filesystems.file_system_channels(req)]
+        # EFS and FSx are asked by the dry run too (describe calls only): it refuses what submit would
+        subnets = (req.get("VpcConfig") or {}).get("Subnets") or []
+        checks += [(f"channel {fs.channel}: file system {fs.fs_id} reachable", lambda fs=fs: self._check_fs(
+            fs, subnets, dry=dry)) for fs in filesystems.file_system_channels(req)]
         return checks
 
-    def _check_fs(self, fs: filesystems.FileSystemChannel, subnets: list[str]) -> None:
+    def _check_fs(self, fs: filesystems.FileSystemChannel, subnets: list[str], *, dry: bool = False) -> None:
         """An EFS or FSx channel's file system exists and the job's subnets reach it (filesystems.py); where
-        AWS could not be asked, one warning and the job goes on."""
+        AWS could not be asked, one warning and the job goes on. `dry`: the dry run's quick clients."""
         service = "efs" if fs.kind == "EFS" else "fsx"
         try:
-            client = self._fs_client(service)
+            client = self._fs_client(service, quick=dry)
         except (BackendError, EnvironmentError_) as err:  # boto3 could not make it (a service it does not know)
             filesystems.warn(f"channel {fs.channel}: file system {fs.fs_id} could not be checked ({err})")
             return
-        unchecked = filesystems.check_file_system(client, fs, subnets, self.config.region)
+        unchecked = filesystems.check_file_system(client, fs, subnets, self.config.region, dry=dry)
         if unchecked:
             filesystems.warn(unchecked)
 

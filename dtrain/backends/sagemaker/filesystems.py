@@ -8,7 +8,7 @@ job's, or an FSx one in another subnet, may still be reached (a mount target ser
 Zone, and subnets of one VPC route to each other), which telling would take ec2:DescribeSubnets and the
 security groups' rules. Asked with DescribeFileSystems (EFS, FSx) and DescribeMountTargets (EFS); where AWS
 does not answer or refuses these credentials (AccessDenied), one warning and the job goes on. The dry run
-does not ask."""
+asks the same (describe calls only), so it refuses what submit would."""
 
 from __future__ import annotations
 
@@ -44,10 +44,11 @@ def file_system_channels(req: dict) -> list[FileSystemChannel]:
     return out
 
 
-def check_file_system(client: Any, ch: FileSystemChannel, subnets: list[str], region: str) -> str | None:
+def check_file_system(client: Any, ch: FileSystemChannel, subnets: list[str], region: str, *,
+                      dry: bool = False) -> str | None:
     """Refuse (SpecError) a channel SageMaker could not mount; None when it can, or a warning line when AWS
     could not be asked or the job's subnets may not reach the file system (`client` None: the injected clients
-    have none, nothing asked)."""
+    have none, nothing asked). `dry`: the dry run's, whose warning says what a submit would do."""
     if client is None:
         return None
     what = "EFS file system" if ch.kind == "EFS" else "FSx for Lustre file system"
@@ -58,7 +59,8 @@ def check_file_system(client: Any, ch: FileSystemChannel, subnets: list[str], re
         else:
             _check_fsx(client, ch, subnets, head, region)
     except _Unasked as err:
-        return (f"{head} could not be checked ({err}); the job is submitted all the same, and SageMaker fails it "
+        goes_on = "a submit goes on" if dry else "the job is submitted"
+        return (f"{head} could not be checked ({err}); {goes_on} all the same, and SageMaker fails it "
                 f"once its instances start if it cannot mount the file system")
     except _Doubt as err:
         return str(err)
