@@ -157,24 +157,39 @@ def test_an_fsx_describe_refused_is_a_warning_naming_the_action(stubbed):
 @pytest.fixture(scope="module")
 def net(moto_url):
     """A VPC with two subnets on moto's EC2, an EFS file system with a mount target in the first only, one
-    without any mount target, and an FSx for Lustre one in the second; the efs and fsx clients."""
+    without any mount target, and an FSx for Lustre one in the second; the efs, fsx and ec2 clients. Security
+    groups: `job` (all out, as AWS makes a group), `closed` (nothing out), `stranger` (all out, named by no
+    rule), the mount target's `mt` (NFS in from job and closed); `cidr_fs` has a mount target in the first
+    subnet whose group lets NFS in from that subnet's CIDR only."""
     s = session()
     ec2, efs, fsx = (s.client(n, endpoint_url=moto_url) for n in ("ec2", "efs", "fsx"))
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     a, b = (ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.9.{i}.0/24")["Subnet"]["SubnetId"] for i in (1, 2))
+    sg = {n: ec2.create_security_group(GroupName=n, Description=n, VpcId=vpc)["GroupId"]
+          for n in ("job", "closed", "stranger", "mt", "mt_cidr")}
+    ec2.revoke_security_group_egress(GroupId=sg["closed"], IpPermissions=[{"IpProtocol": "-1",
+                                                                           "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}])
+    ec2.authorize_security_group_ingress(GroupId=sg["mt"], IpPermissions=[{
+        "IpProtocol": "tcp", "FromPort": 2049, "ToPort": 2049,
+        "UserIdGroupPairs": [{"GroupId": sg["job"]}, {"GroupId": sg["closed"]}]}])
+    ec2.authorize_security_group_ingress(GroupId=sg["mt_cidr"], IpPermissions=[{
+        "IpProtocol": "tcp", "FromPort": 2049, "ToPort": 2049, "IpRanges": [{"CidrIp": "10.9.1.0/24"}]}])
     fs = efs.create_file_system(CreationToken="dtrain-fs-test")["FileSystemId"]
-    efs.create_mount_target(FileSystemId=fs, SubnetId=a)
+    efs.create_mount_target(FileSystemId=fs, SubnetId=a, SecurityGroups=[sg["mt"]])
+    cidr_fs = efs.create_file_system(CreationToken="dtrain-fs-cidr")["FileSystemId"]
+    efs.create_mount_target(FileSystemId=cidr_fs, SubnetId=a, SecurityGroups=[sg["mt_cidr"]])
     bare = efs.create_file_system(CreationToken="dtrain-fs-bare")["FileSystemId"]
     lustre = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200, SubnetIds=[b],
                                     LustreConfiguration={"DeploymentType": "SCRATCH_2"})["FileSystem"]["FileSystemId"]
-    return {"a": a, "b": b, "efs": fs, "bare": bare, "fsx": lustre, "efs_client": efs, "fsx_client": fsx}
+    return {"a": a, "b": b, "efs": fs, "cidr_fs": cidr_fs, "bare": bare, "fsx": lustre, "efs_client": efs,
+            "fsx_client": fsx, "ec2_client": ec2, **sg}
 
 
-def _backend(clients, net, code, subnet: str) -> SageMakerBackend:  # noqa: F811
+def _backend(clients, net, code, subnet: str, group: str = "job", *, ec2=None) -> SageMakerBackend:  # noqa: F811
     cfg = SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(subnet,),
-                          security_groups=("sg-0abc1234",))
+                          security_groups=(net[group],))
     return SageMakerBackend(cfg, clients=Clients(clients.sagemaker, clients.s3, clients.logs, net["efs_client"],
-                                                 net["fsx_client"]), cwd=str(code))
+                                                 net["fsx_client"], ec2 or net["ec2_client"]), cwd=str(code))
 
 
 def _uploaded(clients, name: str) -> bool:  # noqa: F811
@@ -278,4 +293,62 @@ def test_submit_to_a_subnet_that_may_not_reach_the_file_system_warns_and_creates
         be.submit(spec(name, sm=dict(channels=("training=" + uri.format(**net),))))
     warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warned) == 1 and said.format(**net) in warned[0], warned
+    assert clients.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobName"] == name
+
+
+# ---- the job's security groups (EC2 DescribeSecurityGroups, EFS DescribeMountTargetSecurityGroups) -----------
+def _warned(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+@pytest.mark.parametrize("uri, subnet, group, said", [
+    # the job's group lets nothing out: the egress fix names it and the mount target's group
+    ("efs://{efs}/data", "a", "closed", ("no outbound rule of the job's security groups ({closed}) allows NFS (TCP "
+                                         "2049)", "(aws ec2 authorize-security-group-egress --group-id {closed} "
+                                         "--protocol tcp --port 2049 --source-group {mt})")),
+    ("fsx://{fsx}/abcdefgh/data", "b", "closed", ("allows Lustre (TCP 988)", "authorize-security-group-egress "
+                                                  "--group-id {closed} --protocol tcp --port 988 --cidr 0.0.0.0/0")),
+    # the mount target's group lets NFS in from other groups only, or from another subnet's CIDR
+    ("efs://{efs}/data", "a", "stranger", ("no inbound rule of its mount targets' security groups ({mt}) allows NFS "
+                                           "(TCP 2049) from the job's", "(aws ec2 authorize-security-group-ingress "
+                                           "--group-id {mt} --protocol tcp --port 2049 --source-group {stranger})")),
+    ("efs://{cidr_fs}/data", "b", "job", ("no inbound rule of its mount targets' security groups ({mt_cidr})",
+                                          "--group-id {mt_cidr} --protocol tcp --port 2049 --source-group {job}")),
+])
+def test_security_groups_that_block_the_mount_are_warned_of_naming_the_group_and_the_fix(
+        clients, net, code, caplog, uri, subnet, group, said):  # noqa: F811
+    """A warning, not a refusal: the rules may be changed before the job starts; the job is created."""
+    be = _backend(clients, net, code, net[subnet], group)
+    name = f"sg-{group}-{subnet}-{uri[:3]}"
+    with caplog.at_level(logging.WARNING):
+        be.submit(spec(name, sm=dict(channels=("training=" + uri.format(**net),))))
+    parts = [p.format(**net) for p in said]
+    assert [w for w in _warned(caplog) if all(p in w for p in parts) and "\n" not in w], (parts, _warned(caplog))
+    assert clients.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobName"] == name
+
+
+@pytest.mark.parametrize("uri, group", [("efs://{efs}/data", "job"), ("efs://{cidr_fs}/data", "stranger"),
+                                        ("fsx://{fsx}/abcdefgh/data", "stranger")])
+def test_security_groups_that_let_the_mount_through_say_nothing(clients, net, code, caplog, uri, group):  # noqa: F811
+    """By group (job's in the mount target's rule), by CIDR (the job's subnet's), all out (FSx)."""
+    subnet = "b" if uri.startswith("fsx") else "a"
+    be = _backend(clients, net, code, net[subnet], group)
+    with caplog.at_level(logging.WARNING):
+        be.render(spec("sg-fine", sm=dict(channels=("training=" + uri.format(**net),))))
+    assert _warned(caplog) == []
+
+
+@pytest.mark.parametrize("code_, op", [("UnauthorizedOperation", "describe_security_groups"),
+                                       ("InvalidGroup.NotFound", "describe_security_groups")])
+def test_security_groups_aws_does_not_show_are_one_warning_and_the_job_goes_on(
+        clients, net, code, caplog, code_, op):  # noqa: F811
+    ec2 = session().client("ec2")
+    be = _backend(clients, net, code, net["a"], ec2=ec2)
+    name = f"sg-unread-{code_[:7].lower()}"
+    with Stubber(ec2) as stub, caplog.at_level(logging.WARNING):
+        stub.add_client_error(op, code_, "no", 400, expected_params={"GroupIds": [net["job"]]})
+        be.submit(spec(name, sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
+    warned = _warned(caplog)
+    assert len(warned) == 1 and "security groups could not be checked" in warned[0] and code_ in warned[0], warned
+    assert "ec2:DescribeSecurityGroups" in warned[0] and "the job is submitted all the same" in warned[0]
     assert clients.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobName"] == name

@@ -92,8 +92,8 @@ class SageMakerBackend(SubmitChecks, JobReading, JobLogs, Backend):
         return self._aws
 
     def _fs_client(self, service: str, *, quick: bool = False) -> Any:
-        """The `efs` or `fsx` client: the injected clients' (None where they have none: not asked), else
-        boto3's, made when a job first reads that kind of file system; `quick`: the dry run's (see quick_aws)."""
+        """The `efs`, `fsx` or `ec2` client: the injected clients' (None where they have none: not asked), else
+        boto3's, made when a job first reads a file system; `quick`: the dry run's (see quick_aws)."""
         if self._aws is not None and not self._made_aws:
             return getattr(self._aws, service)
         if (service, quick) not in self._fs_clients:

@@ -59,23 +59,24 @@ class SubmitChecks:
         checks += [(f"channel {ch}={uri} holds objects", lambda ch=ch, uri=uri: self._check_channel(
             aws(), ch, uri, dry=dry)) for ch, uri in _s3_channels(req)]
         # EFS and FSx are asked by the dry run too (describe calls only): it refuses what submit would
-        subnets = (req.get("VpcConfig") or {}).get("Subnets") or []
         checks += [(f"channel {fs.channel}: file system {fs.fs_id} reachable", lambda fs=fs: self._check_fs(
-            fs, subnets, dry=dry)) for fs in filesystems.file_system_channels(req)]
+            fs, req, dry=dry)) for fs in filesystems.file_system_channels(req)]
         return checks
 
-    def _check_fs(self, fs: filesystems.FileSystemChannel, subnets: list[str], *, dry: bool = False) -> None:
-        """An EFS or FSx channel's file system exists and the job's subnets reach it (filesystems.py); where
-        AWS could not be asked, one warning and the job goes on. `dry`: the dry run's quick clients."""
+    def _check_fs(self, fs: filesystems.FileSystemChannel, req: dict, *, dry: bool = False) -> None:
+        """An EFS or FSx channel's file system exists, and the job's subnets and security groups reach it
+        (filesystems.py, secgroups.py); where AWS could not be asked, one warning and the job goes on. `dry`:
+        the dry run's quick clients."""
+        vpc = req.get("VpcConfig") or {}
         service = "efs" if fs.kind == "EFS" else "fsx"
         try:
-            client = self._fs_client(service, quick=dry)
+            client, ec2 = self._fs_client(service, quick=dry), self._fs_client("ec2", quick=dry)
         except (BackendError, EnvironmentError_) as err:  # boto3 could not make it (a service it does not know)
             filesystems.warn(f"channel {fs.channel}: file system {fs.fs_id} could not be checked ({err})")
             return
-        unchecked = filesystems.check_file_system(client, fs, subnets, self.config.region, dry=dry)
-        if unchecked:
-            filesystems.warn(unchecked)
+        for line in filesystems.check_channel(client, fs, vpc.get("Subnets") or [], self.config.region, dry=dry,
+                                              ec2=ec2, groups=vpc.get("SecurityGroupIds") or []):
+            filesystems.warn(line)
 
     def _check_inputs(self, spec: JobSpec) -> None:
         """The channels' data is there: a --local job's folders on this machine, else each S3 prefix."""

@@ -36,14 +36,16 @@ MAX_MESSAGE = 400  # characters of AWS's message repeated: a 5xx from a proxy ca
 
 @dataclass(frozen=True)
 class Clients:
-    """The AWS clients the backend calls (boto3's, or the local contract's). `efs` and `fsx` are asked about
-    a job's EFS and FSx channels before it is created; clients given without them: those are not asked."""
+    """The AWS clients the backend calls (boto3's, or the local contract's). `efs`, `fsx` and `ec2` (its
+    security groups and subnets) are asked about a job's EFS and FSx channels before it is created; clients
+    given without them: those are not asked."""
 
     sagemaker: Any
     s3: Any
     logs: Any
     efs: Any = None
     fsx: Any = None
+    ec2: Any = None
 
 
 # A dry run's read-only checks: an endpoint that does not answer is said at once, not after botocore's

@@ -5,10 +5,11 @@ failed the job minutes later ("ClientError: ... unable to mount"), its instances
 
 Reachability is only warned of: an EFS file system whose mount targets are all in other subnets than the
 job's, or an FSx one in another subnet, may still be reached (a mount target serves its whole Availability
-Zone, and subnets of one VPC route to each other), which telling would take ec2:DescribeSubnets and the
-security groups' rules. Asked with DescribeFileSystems (EFS, FSx) and DescribeMountTargets (EFS); where AWS
-does not answer or refuses these credentials (AccessDenied), one warning and the job goes on. The dry run
-asks the same (describe calls only), so it refuses what submit would."""
+Zone, and subnets of one VPC route to each other), which telling would take routes and zones; so are security
+groups that may not let NFS or Lustre through (secgroups.py), as their rules may change before the job starts.
+Asked with DescribeFileSystems (EFS, FSx) and DescribeMountTargets (EFS); where AWS does not answer or refuses
+these credentials (AccessDenied), one warning and the job goes on. The dry run asks the same (describe calls
+only), so it refuses what submit would."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from dtrain.backends.sagemaker import secgroups
 from dtrain.backends.sagemaker.clients import aws_call
 from dtrain.errors import BackendError, EnvironmentError_, NotFoundError, SpecError
 
@@ -44,35 +46,44 @@ def file_system_channels(req: dict) -> list[FileSystemChannel]:
     return out
 
 
-def check_file_system(client: Any, ch: FileSystemChannel, subnets: list[str], region: str, *,
-                      dry: bool = False) -> str | None:
-    """Refuse (SpecError) a channel SageMaker could not mount; None when it can, or a warning line when AWS
-    could not be asked or the job's subnets may not reach the file system (`client` None: the injected clients
-    have none, nothing asked). `dry`: the dry run's, whose warning says what a submit would do."""
+def check_channel(client: Any, ch: FileSystemChannel, subnets: list[str], region: str, *, dry: bool = False,
+                  ec2: Any = None, groups: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """Refuse (SpecError) a channel SageMaker could not mount; else its warning lines: AWS could not be asked,
+    the job's subnets may not reach the file system, or (`ec2` given) the job's security `groups` or the EFS
+    mount targets' may not let NFS or Lustre through (secgroups.py). `client` None: the injected clients have
+    none, nothing asked. `dry`: the dry run's, whose warning says what a submit would do."""
     if client is None:
-        return None
+        return []
     what = "EFS file system" if ch.kind == "EFS" else "FSx for Lustre file system"
     head = f"channel {ch.channel}: {what} {ch.fs_id} in {region}"
+    goes_on = "a submit goes on" if dry else "the job is submitted"
     try:
         if ch.kind == "EFS":
-            _check_efs(client, ch, subnets, head, region)
+            doubt, targets = _check_efs(client, ch, subnets, head, region)
         else:
-            _check_fsx(client, ch, subnets, head, region)
+            doubt, targets = _check_fsx(client, ch, subnets, head, region), []
     except _Unasked as err:
-        goes_on = "a submit goes on" if dry else "the job is submitted"
-        return (f"{head} could not be checked ({err}); {goes_on} all the same, and SageMaker fails it "
-                f"once its instances start if it cannot mount the file system")
-    except _Doubt as err:
-        return str(err)
-    return None
+        return [f"{head} could not be checked ({err}); {goes_on} all the same, and SageMaker fails it "
+                f"once its instances start if it cannot mount the file system"]
+    lines = [doubt] if doubt else []
+    if ec2 is not None and groups:
+        try:
+            lines += secgroups.check(ec2, client, head, ch.kind, list(groups), subnets, targets)
+        except secgroups.Unread as err:
+            lines.append(f"{head}: the job's security groups could not be checked against it ({err}); {goes_on} "
+                         f"all the same, and SageMaker fails it once its instances start if they block the mount")
+    return lines
+
+
+def check_file_system(client: Any, ch: FileSystemChannel, subnets: list[str], region: str, *,
+                      dry: bool = False) -> str | None:
+    """check_channel without the security groups: its one warning line, or None."""
+    lines = check_channel(client, ch, subnets, region, dry=dry)
+    return lines[0] if lines else None
 
 
 class _Unasked(Exception):
     """AWS did not answer a describe call, or refused it to these credentials: the check is not made."""
-
-
-class _Doubt(Exception):
-    """The file system is there, but maybe not reachable from the job's subnets: a warning, not a refusal."""
 
 
 DENIED = ("AccessDenied", "AccessDeniedException", "UnauthorizedOperation", "UnrecognizedClientException")
@@ -105,7 +116,10 @@ def _vpc_fix(subnets: list[str]) -> str:
     return f"(dtrain config sagemaker --subnets SUBNET --security-groups SG; now {', '.join(subnets)})"
 
 
-def _check_efs(client: Any, ch: FileSystemChannel, subnets: list[str], head: str, region: str) -> None:
+def _check_efs(client: Any, ch: FileSystemChannel, subnets: list[str], head: str,
+               region: str) -> tuple[str | None, list[dict]]:
+    """None or the warning that the job's subnets may not reach it, and the mount targets the job would use
+    (those in its subnets, else every live one)."""
     if _described("elasticfilesystem:DescribeFileSystems", client.describe_file_systems, FileSystemId=ch.fs_id) is None:
         raise _not_found(head, region, "efs")
     targets = _described("elasticfilesystem:DescribeMountTargets", client.describe_mount_targets,
@@ -113,20 +127,21 @@ def _check_efs(client: Any, ch: FileSystemChannel, subnets: list[str], head: str
     if targets is None:  # deleted between the two calls
         raise _not_found(head, region, "efs")
     live = [t for t in targets.get("MountTargets") or [] if t.get("LifeCycleState") not in GONE]
-    if any(t.get("SubnetId") in subnets for t in live):
-        return
+    near = [t for t in live if t.get("SubnetId") in subnets]
+    if near:
+        return None, near
     subnet = subnets[0] if subnets else "SUBNET"
     add = (f"aws efs create-mount-target --file-system-id {ch.fs_id} --subnet-id {subnet} --security-groups SG")
     if not live:
         raise SpecError(f"{head} has no mount target, and SageMaker would fail the job once its instances started "
                         f"(unable to mount): add one in the job's subnet ({add})")
     theirs = ", ".join(sorted(t.get("SubnetId", "?") for t in live))
-    raise _Doubt(f"{head} has no mount target in the job's subnets (its mount targets are in {theirs}): the job "
-                 f"mounts it only if one of its subnets is in the VPC and Availability Zone of one of those; else "
-                 f"add one ({add}) or run the job in one of those subnets {_vpc_fix(subnets)}")
+    return (f"{head} has no mount target in the job's subnets (its mount targets are in {theirs}): the job "
+            f"mounts it only if one of its subnets is in the VPC and Availability Zone of one of those; else "
+            f"add one ({add}) or run the job in one of those subnets {_vpc_fix(subnets)}"), live
 
 
-def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str, region: str) -> None:
+def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str, region: str) -> str | None:
     got = _described("fsx:DescribeFileSystems", client.describe_file_systems, FileSystemIds=[ch.fs_id])
     found = [f for f in (got or {}).get("FileSystems") or [] if f.get("FileSystemId") == ch.fs_id]
     if not found:
@@ -147,9 +162,10 @@ def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str
                         f"SageMaker would fail the job once its instances started; pass --channel "
                         f"{ch.channel}=fsx://{ch.fs_id}/{mount}/{rest or 'PATH'}")
     if theirs and not set(theirs) & set(subnets):
-        raise _Doubt(f"{head} is in {', '.join(theirs)}, not among the job's subnets: the job mounts it only if its "
-                     f"subnets are in the file system's VPC and its security groups allow Lustre (TCP 988); else "
-                     f"run the job in its subnet {_vpc_fix(subnets)}")
+        return (f"{head} is in {', '.join(theirs)}, not among the job's subnets: the job mounts it only if its "
+                f"subnets are in the file system's VPC and its security groups allow Lustre (TCP 988); else "
+                f"run the job in its subnet {_vpc_fix(subnets)}")
+    return None
 
 
 def warn(line: str) -> None:

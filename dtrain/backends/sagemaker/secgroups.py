@@ -1,0 +1,111 @@
+"""Whether the job's security groups (its VpcConfig's) let it reach an EFS or FSx for Lustre channel's file
+system: NFS (TCP 2049) to an EFS mount target, Lustre (TCP 988) to an FSx file system. Without an outbound rule
+of the job's groups for that port, or (EFS) an inbound rule of a mount target's groups from the job's groups or
+subnets, SageMaker fails the job once its instances started ("unable to mount"), billed.
+
+Only warned of, never refused: the rules may be changed by others before the job starts, and a rule's
+destination (an outbound CIDR, a prefix list) is not compared with the file system's addresses. Asked with
+EC2 DescribeSecurityGroups, EFS DescribeMountTargetSecurityGroups and, where an inbound rule names CIDRs, EC2
+DescribeSubnets (the job's subnets' CIDRs); each request is checked against botocore's model first. Where AWS
+does not answer or refuses these credentials, one warning: the job goes on."""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Any
+
+from dtrain.backends.sagemaker.clients import aws_call
+from dtrain.backends.sagemaker.validate import check_request
+from dtrain.errors import BackendError, EnvironmentError_, NotFoundError
+
+PORTS = {"EFS": (2049, "NFS"), "FSxLustre": (988, "Lustre")}  # the TCP port SageMaker mounts each kind through
+
+
+class Unread(Exception):
+    """AWS did not answer a describe call, refused it to these credentials, or knows no such group."""
+
+
+def _ask(service: str, operation: str, action: str, fn: Any, **params) -> dict:
+    check_request(service, operation, params)  # botocore's model of the request, before it is sent
+    try:
+        return aws_call(action, fn, **params)
+    except (BackendError, EnvironmentError_, NotFoundError) as err:
+        raise Unread(str(err)) from None
+
+
+def opens(rule: dict, port: int) -> bool:
+    """An IpPermissions entry lets TCP `port` through (all protocols, or TCP over a range holding it)."""
+    proto = str(rule.get("IpProtocol", ""))
+    if proto == "-1":
+        return True
+    return proto in ("tcp", "6") and rule.get("FromPort", 0) <= port <= rule.get("ToPort", 65535)
+
+
+def groups(ec2: Any, ids: list[str]) -> list[dict]:
+    """The security groups `ids`, as DescribeSecurityGroups answers."""
+    got = _ask("ec2", "DescribeSecurityGroups", "ec2:DescribeSecurityGroups", ec2.describe_security_groups,
+               GroupIds=list(ids))
+    return list(got.get("SecurityGroups") or [])
+
+
+def egress_doubt(head: str, job: list[dict], port: int, proto: str, to: str) -> str | None:
+    """A warning line where no outbound rule of the job's groups `job` lets TCP `port` out; `to`: the
+    destination the fix names (--source-group SG, --cidr CIDR)."""
+    if any(opens(r, port) for g in job for r in g.get("IpPermissionsEgress") or []):
+        return None
+    ids = ", ".join(g["GroupId"] for g in job)
+    return (f"{head}: no outbound rule of the job's security groups ({ids}) allows {proto} (TCP {port}), and "
+            f"SageMaker would fail the job once its instances started (unable to mount) unless the rules change "
+            f"first: allow it (aws ec2 authorize-security-group-egress --group-id {job[0]['GroupId']} --protocol tcp "
+            f"--port {port} {to})")
+
+
+def target_groups(efs: Any, targets: list[dict]) -> list[str]:
+    """The security groups of the EFS mount targets `targets` (DescribeMountTargetSecurityGroups, one each)."""
+    out: list[str] = []
+    for t in targets:
+        got = _ask("efs", "DescribeMountTargetSecurityGroups", "elasticfilesystem:DescribeMountTargetSecurityGroups",
+                   efs.describe_mount_target_security_groups, MountTargetId=t["MountTargetId"])
+        out += [g for g in got.get("SecurityGroups") or [] if g not in out]
+    return out
+
+
+def ingress_doubt(ec2: Any, head: str, theirs: list[dict], job_ids: list[str], subnets: list[str], port: int,
+                  proto: str) -> str | None:
+    """A warning line where no inbound rule of the mount targets' groups `theirs` lets TCP `port` in from the
+    job: from one of its groups, or from a CIDR that overlaps one of its subnets (asked only where needed)."""
+    rules = [r for g in theirs for r in g.get("IpPermissions") or [] if opens(r, port)]
+    if any(p.get("GroupId") in job_ids for r in rules for p in r.get("UserIdGroupPairs") or []):
+        return None
+    if any(r.get("PrefixListIds") for r in rules):
+        return None  # a prefix list's CIDRs are not read: left to the benefit of the doubt
+    cidrs = [ipaddress.ip_network(c["CidrIp"], strict=False) for r in rules for c in r.get("IpRanges") or []
+             if c.get("CidrIp")]
+    if cidrs:
+        got = _ask("ec2", "DescribeSubnets", "ec2:DescribeSubnets", ec2.describe_subnets, SubnetIds=list(subnets))
+        mine = [ipaddress.ip_network(s["CidrBlock"]) for s in got.get("Subnets") or [] if s.get("CidrBlock")]
+        if any(c.overlaps(m) for c in cidrs for m in mine):
+            return None
+    ids = ", ".join(g["GroupId"] for g in theirs)
+    return (f"{head}: no inbound rule of its mount targets' security groups ({ids}) allows {proto} (TCP {port}) "
+            f"from the job's security groups or subnets, and SageMaker would fail the job once its instances "
+            f"started (unable to mount) unless the rules change first: allow it (aws ec2 "
+            f"authorize-security-group-ingress --group-id {theirs[0]['GroupId']} --protocol tcp --port {port} "
+            f"--source-group {job_ids[0]})")
+
+
+def check(ec2: Any, efs: Any, head: str, kind: str, job_ids: list[str], subnets: list[str],
+          targets: list[dict]) -> list[str]:
+    """The warning lines of a file-system channel's security groups: the job's outbound rules and (EFS, the
+    mount targets `targets` given) the mount targets' inbound ones. Unread where AWS could not be asked."""
+    port, proto = PORTS[kind]
+    job = groups(ec2, job_ids)
+    if not job:
+        return []
+    mounts = target_groups(efs, targets) if kind == "EFS" else []
+    theirs = groups(ec2, mounts) if mounts else []  # no GroupIds would describe every group of the region
+    to = f"--source-group {theirs[0]['GroupId']}" if theirs else "--cidr 0.0.0.0/0"
+    lines = [egress_doubt(head, job, port, proto, to)]
+    if theirs:
+        lines.append(ingress_doubt(ec2, head, theirs, job_ids, subnets, port, proto))
+    return [line for line in lines if line]
