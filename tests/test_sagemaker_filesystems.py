@@ -251,7 +251,8 @@ def test_a_dry_run_efs_describe_refused_says_what_a_submit_would_do(clients, net
     efs = session().client("efs")
     be = SageMakerBackend(SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["a"],),
                                           security_groups=("sg-0abc1234",)),
-                          clients=Clients(clients.sagemaker, clients.s3, clients.logs, efs, None), cwd=str(code))
+                          clients=Clients(clients.sagemaker, clients.s3, clients.logs, efs, None, net["ec2_client"]),
+                          cwd=str(code))
     with Stubber(efs) as e, caplog.at_level(logging.WARNING):
         e.add_client_error("describe_file_systems", "AccessDeniedException", "not authorized", 403)
         be.render(spec("efs-dry-denied", sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
@@ -264,7 +265,8 @@ def test_a_refused_efs_describe_warns_once_and_the_job_is_created(clients, net, 
     efs = session().client("efs")
     be = SageMakerBackend(SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["a"],),
                                           security_groups=("sg-0abc1234",)),
-                          clients=Clients(clients.sagemaker, clients.s3, clients.logs, efs, None), cwd=str(code))
+                          clients=Clients(clients.sagemaker, clients.s3, clients.logs, efs, None, net["ec2_client"]),
+                          cwd=str(code))
     with Stubber(efs) as e, caplog.at_level(logging.WARNING):
         e.add_client_error("describe_file_systems", "AccessDeniedException", "not authorized", 403)
         be.submit(spec("efs-denied", sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
@@ -352,3 +354,40 @@ def test_security_groups_aws_does_not_show_are_one_warning_and_the_job_goes_on(
     assert len(warned) == 1 and "security groups could not be checked" in warned[0] and code_ in warned[0], warned
     assert "ec2:DescribeSecurityGroups" in warned[0] and "the job is submitted all the same" in warned[0]
     assert clients.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobName"] == name
+
+
+# ---- clients injected without efs, fsx or ec2 ------------------------------------------------------------
+def test_clients_injected_without_efs_or_fsx_say_once_that_the_file_systems_are_not_checked(
+        clients, net, code, caplog):  # noqa: F811
+    """A client set the platform builds always has them (made when first asked); one given without them says
+    so, once per kind, rather than skipping the check without a word."""
+    cfg = SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["a"],),
+                          security_groups=(net["job"],))
+    be = SageMakerBackend(cfg, clients=Clients(clients.sagemaker, clients.s3, clients.logs), cwd=str(code))
+    with caplog.at_level(logging.WARNING):
+        be.submit(spec("bare-1", sm=dict(channels=("training=efs://fs-0123456789abcdef0/a",
+                                                     "extra=efs://fs-0123456789abcdef0/b"))))
+        be.render(spec("bare-2", sm=dict(channels=("training=efs://fs-0123456789abcdef0/a",))))
+    warned = _warned(caplog)
+    assert len(warned) == 1 and "have no efs client, so EFS channels' file systems are not checked" in warned[0]
+    assert "Clients(..., efs=...)" in warned[0]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        be.submit(spec("bare-3", sm=dict(channels=("training=fsx://fs-0123456789abcdef0/abcdefgh/a",))))
+    assert [w for w in _warned(caplog) if "have no fsx client" in w] == _warned(caplog) and len(_warned(caplog)) == 1
+    assert clients.sagemaker.describe_training_job(TrainingJobName="bare-1")["TrainingJobName"] == "bare-1"
+
+
+def test_clients_injected_without_ec2_check_the_file_system_and_say_once_the_groups_are_not(
+        clients, net, code, caplog):  # noqa: F811
+    be = SageMakerBackend(SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["a"],),
+                                          security_groups=(net["closed"],)),
+                          clients=Clients(clients.sagemaker, clients.s3, clients.logs, net["efs_client"],
+                                          net["fsx_client"]), cwd=str(code))
+    with caplog.at_level(logging.WARNING):
+        for name in ("noec2-1", "noec2-2"):
+            be.submit(spec(name, sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
+    warned = _warned(caplog)
+    assert len(warned) == 1 and "have no ec2 client, so file-system channels' security groups are not" in warned[0]
+    with pytest.raises(SpecError, match="has no mount target"):  # the file system itself is still asked about
+        be.submit(spec("noec2-3", sm=dict(channels=(f"training=efs://{net['bare']}/data",))))

@@ -73,6 +73,7 @@ class SageMakerBackend(SubmitChecks, JobReading, JobLogs, Backend):
         self._aws, self._local, self._session = clients, local, session
         self._made_aws = False  # self._aws made here (not injected): EFS's and FSx's clients are made too
         self._fs_clients: dict[tuple[str, bool], Any] = {}  # EFS's and FSx's (quick or not), made when first asked
+        self._skipped: set[str] = set()  # the clients injected without efs, fsx or ec2 whose check was said skipped
         self._quick: Clients | None = None  # made for a dry run (quick_aws)
         self.home = Path(home) if home else None
         self.cwd = cwd

@@ -23,6 +23,10 @@ def _s3_channels(req: dict) -> list[tuple[str, str]]:
     return out
 
 
+_UNCHECKED = {"efs": "EFS channels' file systems are", "fsx": "FSx channels' file systems are",
+              "ec2": "file-system channels' security groups are"}
+
+
 class SubmitChecks:
     """SageMakerBackend's `_submit_checks` (submit's and the dry run's), `_check_inputs` and the checks they make."""
 
@@ -74,8 +78,15 @@ class SubmitChecks:
         except (BackendError, EnvironmentError_) as err:  # boto3 could not make it (a service it does not know)
             filesystems.warn(f"channel {fs.channel}: file system {fs.fs_id} could not be checked ({err})")
             return
+        groups = vpc.get("SecurityGroupIds") or []
+        missing = service if client is None else "ec2" if ec2 is None and groups else None
+        if missing is not None and missing not in self._skipped:  # clients injected without it: said once
+            self._skipped.add(missing)
+            filesystems.warn(f"the clients given to SageMakerBackend have no {missing} client, so "
+                             f"{_UNCHECKED[missing]} not checked before CreateTrainingJob: give Clients(..., "
+                             f"{missing}=...) to have them checked (said once)")
         for line in filesystems.check_channel(client, fs, vpc.get("Subnets") or [], self.config.region, dry=dry,
-                                              ec2=ec2, groups=vpc.get("SecurityGroupIds") or []):
+                                              ec2=ec2, groups=groups):
             filesystems.warn(line)
 
     def _check_inputs(self, spec: JobSpec) -> None:
