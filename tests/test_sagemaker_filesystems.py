@@ -391,3 +391,38 @@ def test_clients_injected_without_ec2_check_the_file_system_and_say_once_the_gro
     assert len(warned) == 1 and "have no ec2 client, so file-system channels' security groups are not" in warned[0]
     with pytest.raises(SpecError, match="has no mount target"):  # the file system itself is still asked about
         be.submit(spec("noec2-3", sm=dict(channels=(f"training=efs://{net['bare']}/data",))))
+
+
+# ---- the pipelines' pre-run check ---------------------------------------------------------------------------
+def test_the_pipeline_pre_run_check_asks_about_a_file_system_data_uri(clients, net, code, tmp_path,
+                                                                     caplog):  # noqa: F811
+    """The hybrid pipeline's data_uri as an EFS channel: its pre-run check (the step's dry run, then S3) asked S3
+    only, and the train step's submit refused the file system after the earlier steps had run. Asked once:
+    a warning is said once."""
+    pytest.importorskip("kfp")
+    from dtrain.client import Client
+    from dtrain.pipelines import hybrid, steps
+
+    be = SageMakerBackend(SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["a"],),
+                                          security_groups=(net["job"],)),
+                          clients=Clients(clients.sagemaker, clients.s3, clients.logs, net["efs_client"],
+                                          net["fsx_client"], net["ec2_client"]),
+                          home=tmp_path / "sm-home", cwd=str(code))
+    client = Client(home=tmp_path / "home", backend="sagemaker", backends={"sagemaker": be})
+    params = {"training_runtime": "sagemaker", "processes": 1, "epochs": 1, "batch_size": 16, "lr": 0.001,
+              "backend": "gloo", "data_volume": "cifar10", "max_steps": 0, "job_name": "fs-pipe",
+              "job_image": "", "sagemaker_role_arn": "", "sagemaker_bucket": "", "sagemaker_region": "",
+              "sagemaker_instance_type": "", "image": "registry.example.com/dtrain:1"}
+    with pytest.raises(SpecError) as err:
+        steps.check_plan(hybrid.NAME, hybrid.plan({**params, "data_uri": f"efs://{net['bare']}/cifar10"}),
+                         client=client)
+    said = str(err.value)
+    assert said.startswith("pipeline 'hybrid-cifar10' cannot submit job 'fs-pipe' to the sagemaker backend: "
+                           f"channel training: EFS file system {net['bare']} in us-east-1 has no mount target"), said
+    steps.check_plan(hybrid.NAME, hybrid.plan({**params, "data_uri": f"efs://{net['efs']}/cifar10"}), client=client)
+    be.config = SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["b"],),
+                                security_groups=(net["job"],))
+    with caplog.at_level(logging.WARNING):
+        steps.check_plan(hybrid.NAME, hybrid.plan({**params, "data_uri": f"efs://{net['efs']}/cifar10"}),
+                         client=client)
+    assert len(_warned(caplog)) == 1 and f"its mount targets are in {net['a']}" in _warned(caplog)[0], _warned(caplog)
