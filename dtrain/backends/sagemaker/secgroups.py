@@ -5,7 +5,8 @@ subnets, SageMaker fails the job once its instances started ("unable to mount"),
 
 Only warned of, never refused: the rules may be changed by others before the job starts, and a rule's
 destination (an outbound CIDR, a prefix list) is not compared with the file system's addresses. Asked with
-EC2 DescribeSecurityGroups, EFS DescribeMountTargetSecurityGroups and, where an inbound rule names CIDRs, EC2
+EC2 DescribeSecurityGroups, EFS DescribeMountTargetSecurityGroups (whose IAM policy also needs
+ec2:DescribeNetworkInterfaceAttribute) and, where an inbound rule names CIDRs, EC2
 DescribeSubnets (the job's subnets' CIDRs); each request is checked against botocore's model first. Where AWS
 does not answer or refuses these credentials, one warning: the job goes on."""
 
