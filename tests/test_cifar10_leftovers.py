@@ -502,7 +502,60 @@ def test_a_sagemaker_jobs_own_output_folder_held_names_no_flag_it_never_gave(mon
     # a metrics file given elsewhere is the job's hyperparameter, not a flag of a command the user does not write
     monkeypatch.setenv("SM_TRAINING_ENV", "{}")
     cfg = parse_args([*argv, "--metrics-file", str(tmp_path / "shared.jsonl")])
-    assert _written_folders(cfg)[0][1] == "give this run another hyperparameter metrics-file (--hp metrics-file=PATH)"
+    assert _written_folders(cfg)[0].fix == "give this run another hyperparameter metrics-file (--hp metrics-file=PATH)"
+
+
+HOLD_FOLDER = """
+import fcntl, os, sys
+fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("held", flush=True)
+sys.stdin.read()
+"""
+
+
+def _holding_folder(folder: Path) -> subprocess.Popen:
+    """A first run in a SageMaker container, as its lock shows it: another process holding the folder itself."""
+    first = subprocess.Popen([sys.executable, "-c", HOLD_FOLDER, str(folder)], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    assert first.stdout.readline() == "held\n"
+    return first
+
+
+def _in_sagemaker_container(monkeypatch, tmp_path: Path) -> Path:
+    """_opt_ml's /opt/ml, which the lock (rank0.OPT_ML) and on_sagemaker (its resource config) see as SageMaker's."""
+    import dtrain.training.resume as resume_mod
+    from dtrain.workloads import rank0
+
+    _clean_env(monkeypatch)
+    opt_ml = _opt_ml(monkeypatch, tmp_path, hosts=["algo-1"])
+    monkeypatch.setattr(resume_mod, "SAGEMAKER_RESOURCE_CONFIG", opt_ml / "input/config/resourceconfig.json")
+    monkeypatch.setattr(rank0, "OPT_ML", opt_ml, raising=False)  # the old code lacks it
+    write_synthetic(opt_ml / "input/data/training", fmt="binary", n_train=20, n_test=4, seed=0)
+    return opt_ml
+
+
+def test_on_sagemaker_the_checkpoint_lock_adds_no_file_to_what_sagemaker_syncs(monkeypatch, tmp_path):
+    """SageMaker syncs /opt/ml/checkpoints to the job's S3 checkpoint prefix: the .training.lock rank 0 made there
+    landed in S3 beside the checkpoints. A SageMaker container is alone on its host: the folder itself is locked
+    (no file), and a second training of the job is still refused while the first holds it."""
+    opt_ml = _in_sagemaker_container(monkeypatch, tmp_path)
+    argv = ["--device", "cpu", "--metrics-file", str(tmp_path / "own.jsonl"), *SMALL]
+    assert parse_args(argv).checkpoint_dir == str(opt_ml / "checkpoints")
+    assert train(parse_args(argv))["steps"] == 2
+    assert sorted(p.name for p in (opt_ml / "checkpoints").iterdir()) == ["ckpt-2.pt"]
+    first = _holding_folder(opt_ml / "checkpoints")
+    try:
+        with pytest.raises(ConflictError, match=f"^another training is writing {re.escape(str(opt_ml))}/checkpoints: "):
+            train(parse_args([*argv, "--max-steps", "4"]))
+    finally:
+        first.communicate("")
+    assert sorted(p.name for p in (opt_ml / "checkpoints").iterdir()) == ["ckpt-2.pt"]
+    # a folder of a file-system channel (EFS, FSx), which other jobs' hosts may share, keeps its lock file
+    shared = opt_ml / "input/data/efs/ckpt"
+    shared.mkdir(parents=True)
+    assert train(parse_args([*argv, "--checkpoint-dir", str(shared)]))["steps"] == 2
+    assert sorted(p.name for p in shared.iterdir()) == [".training.lock", "ckpt-2.pt"]
 
 
 class _Writes:

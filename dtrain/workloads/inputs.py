@@ -278,6 +278,37 @@ def hold(file, path: Path, fix: str) -> None:
                             f"end, or {fix}") from None
 
 
+class FolderLock:
+    """The lock hold_folder takes on a folder itself: held until close() (or the process ends)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def hold_folder(folder: Path, fix: str) -> FolderLock | None:
+    """Mark this process as the one training that writes `folder` with a lock on the folder itself (flock on a
+    descriptor of it), where no file of the lock's may be made (a folder SageMaker uploads: rank0.lock_place);
+    ConflictError 'another training is writing FOLDER: wait for it to end, or <fix>'. Unlike hold's POSIX lock,
+    a second lock from the same process conflicts too. None where the file system locks no folder (ENOLCK,
+    EOPNOTSUPP; EBADF from NFS, which locks only files open for writing): the run goes on unguarded."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as e:
+        os.close(fd)
+        if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EBADF):
+            return None
+        if e.errno not in (errno.EAGAIN, errno.EACCES):
+            raise
+        raise ConflictError(f"another training is writing {folder}: wait for it to end, or {fix}") from None
+    return FolderLock(fd)
+
+
 # True while the dtrain CLI runs a workload's command (`dtrain cifar10 train`): a hint then names the
 # CLI's command, which plain torchrun's `python -m dtrain.workloads.cifar10 train` cannot (run_by_cli)
 _BY_CLI = contextvars.ContextVar("dtrain_workload_by_cli", default=False)

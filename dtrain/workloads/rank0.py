@@ -14,11 +14,15 @@ import errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from dtrain.errors import ConflictError, DtrainError, SpecError
 from dtrain.training import DistInfo, max_over_ranks
+from dtrain.training.metrics import open_append
+from dtrain.training.resume import on_sagemaker
+from dtrain.workloads.inputs import hold, hold_folder
 
 # What rank 0 found (the all-reduced number's low bits).
 HELD, LINK, UNWRITABLE, FAILED = 1, 2, 3, 4
@@ -28,10 +32,46 @@ _FOUND_BITS, _PLACE_BITS = 3, 8
 @dataclass(frozen=True)
 class Place:
     """A file or folder the run writes, as every rank names it, and the fix a refusal there names
-    ('give this run another --out-dir'). A lock's place is the file locked: its folder is the one held."""
+    ('give this run another --out-dir'). A lock's place is the file locked: its folder is the one held; or, with
+    folder_lock, the folder itself, locked with no file made in it (lock_place)."""
 
     path: Path
     fix: str
+    folder_lock: bool = False
+
+    @property
+    def held(self) -> Path:
+        """The folder a lock at this place marks as written by one training."""
+        return self.path if self.folder_lock else self.path.parent
+
+
+LOCK_FILE = ".training.lock"  # the file rank 0 locks in a folder of the run's that no file of its own marks
+OPT_ML = Path("/opt/ml")
+SAGEMAKER_UPLOADS = ("SM_MODEL_DIR", "SM_OUTPUT_DIR", "SM_OUTPUT_DATA_DIR", "SM_OUTPUT_INTERMEDIATE_DIR")
+
+
+def _within(folder: str | os.PathLike, root: str | os.PathLike) -> bool:
+    here, top = os.path.realpath(folder), os.path.realpath(root)
+    return here == top or here.startswith(top.rstrip(os.sep) + os.sep)
+
+
+def locks_the_folder(folder: Path, env: dict[str, str] | None = None) -> bool:
+    """Whether rank 0 locks `folder` itself rather than a LOCK_FILE in it. A file would reach S3 from a folder
+    SageMaker syncs or uploads: its checkpoint folder (/opt/ml/checkpoints, or whatever LocalPath CheckpointConfig
+    gives, synced while the job runs), /opt/ml/model (model.tar.gz) and /opt/ml/output (output.tar.gz), and what
+    the toolkit's SM_MODEL_DIR and SM_OUTPUT_*DIR name. A SageMaker training container is alone on its host, so
+    in one every folder is locked as itself, but for the input channels (/opt/ml/input/data): a file-system
+    channel (EFS, FSx) may be shared by other jobs' hosts, which see only a lock file, and SageMaker uploads
+    nothing from it. Elsewhere (plain torchrun, dtrain's jobs on a shared volume, NFS): a LOCK_FILE."""
+    env = os.environ if env is None else env
+    if any(env.get(name, "").strip() and _within(folder, env[name].strip()) for name in SAGEMAKER_UPLOADS):
+        return True
+    return on_sagemaker(env) and not _within(folder, OPT_ML / "input" / "data")
+
+
+def lock_place(folder: Path, fix: str) -> Place:
+    """Where rank 0 locks `folder` (locks_the_folder): the folder itself, or a LOCK_FILE in it."""
+    return Place(folder, fix, folder_lock=True) if locks_the_folder(folder) else Place(folder / LOCK_FILE, fix)
 
 
 def encode(found: int, place: int, err: int = 0) -> int:
@@ -67,7 +107,7 @@ def refusal(code: int, places: Sequence[Place], rank: int) -> DtrainError:
     place = places[index]
     stops = f"so rank {rank} stops too"
     if found == HELD:
-        return ConflictError(f"rank 0 found another training writing {place.path.parent}, {stops}: wait for it to "
+        return ConflictError(f"rank 0 found another training writing {place.held}, {stops}: wait for it to "
                              f"end, or {place.fix}")
     if found == LINK:
         return SpecError(f"rank 0 found a symbolic link at {place.path}, {stops}: remove the link, or {place.fix}")
@@ -100,6 +140,18 @@ class Rank0Checks:
             what, err = found_in(e, declared)
             self.error, self.code = e, encode(what, place, err)
             return None
+
+    def lock(self, place: int):
+        """Rank 0's lock at places[place] (a lock_place): the folder held (hold_folder), or its LOCK_FILE opened,
+        never through a link, and held (hold); what to close when the run ends, or None (check's rules)."""
+        where = self.places[place]
+        if where.folder_lock:
+            return self.check(place, UNWRITABLE, hold_folder, where.path, where.fix)
+        fix = f"training locks a file of its own there; remove the link or {where.fix}"
+        lock = self.check(place, LINK, partial(open_append, where.path, fix=fix))
+        if lock is not None:
+            self.check(place, UNWRITABLE, hold, lock, where.path, where.fix)
+        return lock
 
     def stop_together(self) -> None:
         """The one all-reduce: rank 0 raises its own error, every other rank the refusal naming what rank 0 found."""

@@ -5,16 +5,14 @@ checked on every rank (check_outputs), then the locks that make this run the one
 from __future__ import annotations
 
 import os
-from functools import partial
 from pathlib import Path
 
 from dtrain.errors import SpecError
 from dtrain.training import DistInfo, MetricsWriter, checkpoint_dir
-from dtrain.training.metrics import open_append
 from dtrain.training.resume import on_sagemaker, start_over_words
 from dtrain.workloads.cifar10.config import TrainConfig
 from dtrain.workloads.inputs import can_write, hold, out_folder
-from dtrain.workloads.rank0 import LINK, UNWRITABLE, Place, Rank0Checks
+from dtrain.workloads.rank0 import LOCK_FILE, UNWRITABLE, Place, Rank0Checks, lock_place
 
 
 def check_outputs(cfg: TrainConfig) -> Path:
@@ -43,23 +41,23 @@ def metrics_file(cfg: TrainConfig) -> Path:
 
 SAGEMAKER_OUTPUT_DATA = "/opt/ml/output/data"  # the job's output data folder, without the toolkit's variables
 
-# The file rank 0 locks in a checkpoint folder apart from the metrics file's (_one_training_writes).
-CHECKPOINT_LOCK = ".training.lock"
+CHECKPOINT_LOCK = LOCK_FILE  # the file rank 0 locks in a folder apart from the metrics file's (lock_place)
 
 
-def _written_folders(cfg: TrainConfig) -> list[tuple[Path, str]]:
-    """(the file rank 0 locks, the fix a refusal names) for each folder this run writes that another run may
-    share: the metrics file's, and the checkpoint folder where it is another one (cfg.checkpoint_dir as
-    check_outputs made it). A run given its own --metrics-file on a shared --model-dir locked only that file,
-    and shared the folder's checkpoints and model.pth. On SageMaker the metrics file is in output/data and the
-    checkpoints in /opt/ml/checkpoints: the model folder, which becomes model.tar.gz, gets no file."""
+def _written_folders(cfg: TrainConfig) -> list[Place]:
+    """Where rank 0 locks each folder this run writes that another run may share, with the fix a refusal names:
+    the metrics file, and the checkpoint folder where it is another one (cfg.checkpoint_dir as check_outputs
+    made it), locked where lock_place says (a LOCK_FILE in it, or, in a folder SageMaker uploads, the folder
+    itself). A run given its own --metrics-file on a shared --model-dir locked only that file, and shared the
+    folder's checkpoints and model.pth. On SageMaker the metrics file is in output/data and the checkpoints in
+    /opt/ml/checkpoints: the model folder, which becomes model.tar.gz, gets no file."""
     metrics = metrics_file(cfg)
-    folders = [(metrics, _metrics_fix(cfg, metrics))]
+    places = [Place(metrics, _metrics_fix(cfg, metrics))]
     ckpt = Path(cfg.checkpoint_dir)
     if not os.path.samefile(ckpt, metrics.parent):
         own = "another --model-dir" if os.path.samefile(ckpt, cfg.model_dir) else start_over_words()[1]
-        folders.append((ckpt / CHECKPOINT_LOCK, f"give this run {own}"))
-    return folders
+        places.append(lock_place(ckpt, f"give this run {own}"))
+    return places
 
 
 def _metrics_fix(cfg: TrainConfig, metrics: Path) -> str:
@@ -88,37 +86,32 @@ def _in_sagemaker_output(folder: Path) -> bool:
         return False
 
 
-def _one_training_writes(cfg: TrainConfig, info: DistInfo) -> tuple[MetricsWriter, object]:
-    """Rank 0 opens the metrics file and holds a lock on it (inputs.hold), and on CHECKPOINT_LOCK in a
-    checkpoint folder apart from it, before any checkpoint is read or written; returns the MetricsWriter (on
-    the other ranks a disabled one) and that lock's file (to close when the run ends) or None. Every rank takes
-    part in one all-reduce of what rank 0 found (Rank0Checks) and stops with its own line naming it: a metrics
-    file rank 0 could not open stopped rank 0 alone, and the others waited in their first collective. Two jobs
-    on one volume and one --model-dir both trained, interleaving metrics.jsonl and replacing each other's
-    checkpoints and model.pth. SageMaker's model and output folders are the job's own: the lock is taken there
-    too, and only a second training of the same job is refused (_written_folders)."""
-    folders = _written_folders(cfg)
-    checks = Rank0Checks(info, [Place(path, fix) for path, fix in folders] +
-                         [Place(path.parent, fix) for path, fix in folders])
-    checks.check(len(folders), UNWRITABLE, can_write, metrics_file(cfg).parent,
+def _one_training_writes(cfg: TrainConfig, info: DistInfo) -> tuple[MetricsWriter, list]:
+    """Rank 0 opens the metrics file and holds a lock on it (inputs.hold), and locks each other folder of
+    _written_folders (Rank0Checks.lock), before any checkpoint is read or written; returns the MetricsWriter (on
+    the other ranks a disabled one) and those locks (to close when the run ends; None where none was taken).
+    Every rank takes part in one all-reduce of what rank 0 found (Rank0Checks) and stops with its own line naming
+    it: a metrics file rank 0 could not open stopped rank 0 alone, and the others waited in their first
+    collective. Two jobs on one volume and one --model-dir both trained, interleaving metrics.jsonl and replacing
+    each other's checkpoints and model.pth. SageMaker's model and output folders are the job's own: the lock is
+    taken there too, and only a second training of the same job is refused (_metrics_fix)."""
+    places = _written_folders(cfg)
+    count = len(places)
+    checks = Rank0Checks(info, places + [Place(place.held, place.fix) for place in places])
+    checks.check(count, UNWRITABLE, can_write, metrics_file(cfg).parent,
                  "--metrics-file's folder" if cfg.metrics_file else "--model-dir")
-    if len(folders) > 1:  # an existing folder that takes no file (/proc) was a traceback at the lock
-        flag = "--model-dir" if os.path.samefile(cfg.checkpoint_dir, cfg.model_dir) else "--checkpoint-dir"
-        checks.check(len(folders) + 1, UNWRITABLE, can_write, Path(cfg.checkpoint_dir), flag)
+    for index, place in enumerate(places[1:], start=1):  # a folder that takes no file (/proc) was a traceback
+        flag = "--model-dir" if os.path.samefile(place.held, cfg.model_dir) else "--checkpoint-dir"
+        checks.check(count + index, UNWRITABLE, can_write, place.held, flag)
     metrics = checks.check(0, UNWRITABLE, MetricsWriter, metrics_file(cfg))
     if metrics is not None:
-        checks.check(0, UNWRITABLE, hold, metrics.file, *folders[0])
-    lock = None
-    for place, (path, fix) in enumerate(folders[1:], start=1):
-        lock = checks.check(place, LINK, partial(open_append, path,
-                                                 fix=f"training locks a file of its own there; remove the link or {fix}"))
-        if lock is not None:
-            checks.check(place, UNWRITABLE, hold, lock, path, fix)
+        checks.check(0, UNWRITABLE, hold, metrics.file, places[0].path, places[0].fix)
+    locks = [checks.lock(index) for index in range(1, count)]
     try:
         checks.stop_together()
     except BaseException:
-        for f in (lock, metrics):
+        for f in (*locks, metrics):
             if f is not None:
                 f.close()
         raise
-    return (metrics if metrics is not None else MetricsWriter(metrics_file(cfg), enabled=False)), lock
+    return (metrics if metrics is not None else MetricsWriter(metrics_file(cfg), enabled=False)), locks

@@ -299,13 +299,14 @@ def train(cfg: TrainConfig) -> dict[str, float]:
     x_test, y_test = (torch.from_numpy(a) for a in load_split(cfg.test_dir or cfg.data_dir, "test"))
     info = setup_distributed(cfg.backend, device=cfg.device, env=launch_env)
     try:
-        metrics, lock = _one_training_writes(cfg, info)
+        metrics, locks = _one_training_writes(cfg, info)
         with metrics:
             try:
                 return _train(cfg, info, metrics, (x_train, y_train), (x_test, y_test))
             finally:
-                if lock is not None:
-                    lock.close()
+                for lock in locks:
+                    if lock is not None:
+                        lock.close()
     finally:
         teardown()
 
