@@ -558,6 +558,33 @@ def test_on_sagemaker_the_checkpoint_lock_adds_no_file_to_what_sagemaker_syncs(m
     assert sorted(p.name for p in shared.iterdir()) == [".training.lock", "ckpt-2.pt"]
 
 
+def test_on_sagemaker_the_checkpoint_lock_names_what_the_user_can_change_there(monkeypatch, tmp_path):
+    """The refusal at a held checkpoint folder said 'give this run another --checkpoint-s3-uri' on SageMaker: the
+    container is alone on its host, so the other training is one this job started, and another S3 URI changes
+    nothing. Only a --local job's /opt/ml/checkpoints is its URI's folder on this machine, shared by the local
+    jobs given that URI; a folder given by the hyperparameter checkpoint-dir names that hyperparameter."""
+    from dtrain.workloads.cifar10.outputs import _written_folders
+
+    opt_ml = _in_sagemaker_container(monkeypatch, tmp_path)
+    argv = ["--device", "cpu", "--metrics-file", str(tmp_path / "own.jsonl"), *SMALL]
+    first = _holding_folder(opt_ml / "checkpoints")
+    try:
+        with pytest.raises(ConflictError) as e:
+            train(parse_args(argv))
+    finally:
+        first.communicate("")
+    assert str(e.value) == (f"another training is writing {opt_ml / 'checkpoints'}: wait for it to end, or start one "
+                            "training per SageMaker job (each job's checkpoint folder is its own: the other training "
+                            "is one this job started)")
+    monkeypatch.setenv("TRAINING_JOB_ARN", contract.job_arn("cifar"))  # a --local job's, as its runner sets it
+    assert _written_folders(parse_args(argv))[1].fix == ("give this run another --checkpoint-s3-uri (local jobs "
+                                                         "given one share its folder)")
+    shared = opt_ml / "input/data/efs/ckpt"
+    shared.mkdir(parents=True)
+    cfg = parse_args([*argv, "--checkpoint-dir", str(shared)])
+    assert _written_folders(cfg)[1].fix == "give this run another hyperparameter checkpoint-dir (--hp checkpoint-dir=PATH)"
+
+
 class _Writes:
     """A stderr that keeps each write() apart, as a pipe sees them."""
 

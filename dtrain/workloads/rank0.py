@@ -69,6 +69,22 @@ def locks_the_folder(folder: Path, env: dict[str, str] | None = None) -> bool:
     return on_sagemaker(env) and not _within(folder, OPT_ML / "input" / "data")
 
 
+LOCAL_ARN = "arn:aws:sagemaker:local:"  # the TRAINING_JOB_ARN of dtrain's --local SageMaker jobs (contract.job_arn)
+
+
+def own_folder_fix(folder: Path, what: str) -> str | None:
+    """The fix a refusal at `folder` names where rank 0 locks the folder itself in a SageMaker container (None
+    elsewhere: the caller names its flag). The container is alone on its host, so the other training is one this
+    job started: 'give this run another --checkpoint-s3-uri' sent the user to a setting that changes nothing
+    there. Only a --local job's /opt/ml/checkpoints is the folder of its checkpoint URI on this machine, which
+    every local job given that URI shares: there another --checkpoint-s3-uri is the fix."""
+    if not on_sagemaker() or not locks_the_folder(folder):
+        return None
+    if os.environ.get("TRAINING_JOB_ARN", "").startswith(LOCAL_ARN) and _within(folder, OPT_ML / "checkpoints"):
+        return "give this run another --checkpoint-s3-uri (local jobs given one share its folder)"
+    return f"start one training per SageMaker job (each job's {what} is its own: the other training is one this job started)"
+
+
 def lock_place(folder: Path, fix: str) -> Place:
     """Where rank 0 locks `folder` (locks_the_folder): the folder itself, or a LOCK_FILE in it."""
     return Place(folder, fix, folder_lock=True) if locks_the_folder(folder) else Place(folder / LOCK_FILE, fix)

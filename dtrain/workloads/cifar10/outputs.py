@@ -9,10 +9,10 @@ from pathlib import Path
 
 from dtrain.errors import SpecError
 from dtrain.training import DistInfo, MetricsWriter, checkpoint_dir
-from dtrain.training.resume import on_sagemaker, start_over_words
+from dtrain.training.resume import on_sagemaker
 from dtrain.workloads.cifar10.config import TrainConfig
 from dtrain.workloads.inputs import can_write, hold, out_folder
-from dtrain.workloads.rank0 import LOCK_FILE, UNWRITABLE, Place, Rank0Checks, lock_place
+from dtrain.workloads.rank0 import LOCK_FILE, UNWRITABLE, Place, Rank0Checks, lock_place, own_folder_fix
 
 
 def check_outputs(cfg: TrainConfig) -> Path:
@@ -55,9 +55,17 @@ def _written_folders(cfg: TrainConfig) -> list[Place]:
     places = [Place(metrics, _metrics_fix(cfg, metrics))]
     ckpt = Path(cfg.checkpoint_dir)
     if not os.path.samefile(ckpt, metrics.parent):
-        own = "another --model-dir" if os.path.samefile(ckpt, cfg.model_dir) else start_over_words()[1]
-        places.append(lock_place(ckpt, f"give this run {own}"))
+        flag = "--model-dir" if os.path.samefile(ckpt, cfg.model_dir) else "--checkpoint-dir"
+        places.append(lock_place(ckpt, own_folder_fix(ckpt, "checkpoint folder") or _flag_fix(flag)))
     return places
+
+
+def _flag_fix(flag: str) -> str:
+    """'give this run another --FLAG', or on SageMaker the hyperparameter: the user writes no command there."""
+    if on_sagemaker():
+        name = flag.removeprefix("--")
+        return f"give this run another hyperparameter {name} (--hp {name}=PATH)"
+    return f"give this run another {flag}"
 
 
 def _metrics_fix(cfg: TrainConfig, metrics: Path) -> str:
@@ -69,11 +77,7 @@ def _metrics_fix(cfg: TrainConfig, metrics: Path) -> str:
     if _in_sagemaker_output(metrics.parent):
         return ("start one training per SageMaker job (each job's output folder is its own: the other training is "
                 "one this job started)")
-    if not cfg.metrics_file:
-        return "give this run another --model-dir"
-    if on_sagemaker():
-        return "give this run another hyperparameter metrics-file (--hp metrics-file=PATH)"
-    return "give this run another --metrics-file"
+    return _flag_fix("--metrics-file" if cfg.metrics_file else "--model-dir")
 
 
 def _in_sagemaker_output(folder: Path) -> bool:
