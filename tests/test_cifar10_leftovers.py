@@ -23,7 +23,7 @@ from dtrain.backends.sagemaker import contract
 from dtrain.errors import ConflictError, SpecError
 from dtrain.workloads.cifar10.data import write_synthetic
 from dtrain.workloads.cifar10.model import Net
-from dtrain.workloads.cifar10.train import parse_args, train
+from dtrain.workloads.cifar10.train import CHECKPOINT_LOCK, parse_args, train
 
 SMALL = ["--max-steps", "2", "--batch-size", "4", "--log-interval", "0"]
 
@@ -380,6 +380,29 @@ def test_a_run_with_its_own_metrics_file_on_a_shared_model_dir_is_refused(monkey
     assert (out / "model.pth").is_file() and (shared / "ckpt-2.pt").is_file()
 
 
+def test_runs_sharing_only_a_model_dir_are_refused(monkeypatch, tmp_path):
+    """Two runs on one --model-dir, each with its own --metrics-file and --checkpoint-dir: neither was refused,
+    and both wrote model.pth, the last to end replacing the other's whole. The model folder, where it is neither
+    the metrics file's nor the checkpoints', has a lock of its own."""
+    _clean_env(monkeypatch)
+    write_synthetic(tmp_path / "data", fmt="binary", n_train=20, n_test=4, seed=0)
+    out = tmp_path / "model"
+    out.mkdir()
+    argv = ["--data-dir", str(tmp_path / "data"), "--model-dir", str(out), "--device", "cpu", *SMALL,
+            "--metrics-file", str(tmp_path / "b.jsonl"), "--checkpoint-dir", str(tmp_path / "ckpt-b")]
+    first = _holding(out / CHECKPOINT_LOCK)  # the first run, given --metrics-file a.jsonl --checkpoint-dir ckpt-a
+    try:
+        with pytest.raises(ConflictError) as e:
+            train(parse_args(argv))
+    finally:
+        first.communicate("")
+    assert str(e.value) == (f"another training is writing {out} (it holds {CHECKPOINT_LOCK}): wait for it to end, "
+                            "or give this run another --model-dir")
+    assert sorted(p.name for p in out.iterdir()) == [CHECKPOINT_LOCK]
+    assert train(parse_args(argv))["steps"] == 2
+    assert sorted(p.name for p in out.iterdir()) == [CHECKPOINT_LOCK, "model.pth"]
+
+
 def test_no_checkpoint_lock_where_the_metrics_file_is_the_lock(monkeypatch, tmp_path):
     """A plain run's model folder (metrics, checkpoints and model in one folder) gets no file of the lock's."""
     _clean_env(monkeypatch)
@@ -544,6 +567,7 @@ def test_on_sagemaker_the_checkpoint_lock_adds_no_file_to_what_sagemaker_syncs(m
     assert parse_args(argv).checkpoint_dir == str(opt_ml / "checkpoints")
     assert train(parse_args(argv))["steps"] == 2
     assert sorted(p.name for p in (opt_ml / "checkpoints").iterdir()) == ["ckpt-2.pt"]
+    assert sorted(p.name for p in (opt_ml / "model").iterdir()) == ["model.pth"]  # its lock too is on the folder
     first = _holding_folder(opt_ml / "checkpoints")
     try:
         with pytest.raises(ConflictError, match=f"^another training is writing {re.escape(str(opt_ml))}/checkpoints: "):

@@ -46,17 +46,22 @@ CHECKPOINT_LOCK = LOCK_FILE  # the file rank 0 locks in a folder apart from the 
 
 def _written_folders(cfg: TrainConfig) -> list[Place]:
     """Where rank 0 locks each folder this run writes that another run may share, with the fix a refusal names:
-    the metrics file, and the checkpoint folder where it is another one (cfg.checkpoint_dir as check_outputs
-    made it), locked where lock_place says (a LOCK_FILE in it, or, in a folder SageMaker uploads, the folder
-    itself). A run given its own --metrics-file on a shared --model-dir locked only that file, and shared the
-    folder's checkpoints and model.pth. On SageMaker the metrics file is in output/data and the checkpoints in
-    /opt/ml/checkpoints: the model folder, which becomes model.tar.gz, gets no file."""
+    the metrics file, the checkpoint folder where it is another one (cfg.checkpoint_dir as check_outputs made
+    it), and the model folder where it is neither, each locked where lock_place says (a LOCK_FILE in it, or, in
+    a folder SageMaker uploads, the folder itself). A run given its own --metrics-file on a shared --model-dir
+    locked only that file, and shared the folder's checkpoints and model.pth; two given their own checkpoint
+    folders too both wrote model.pth, the last to end replacing it. On SageMaker the metrics file is in
+    output/data and the checkpoints in /opt/ml/checkpoints: the model folder, which becomes model.tar.gz, is
+    locked as itself and gets no file."""
     metrics = metrics_file(cfg)
     places = [Place(metrics, _metrics_fix(cfg, metrics))]
     ckpt = Path(cfg.checkpoint_dir)
     if not os.path.samefile(ckpt, metrics.parent):
         flag = "--model-dir" if os.path.samefile(ckpt, cfg.model_dir) else "--checkpoint-dir"
         places.append(lock_place(ckpt, own_folder_fix(ckpt, "checkpoint folder") or _flag_fix(flag)))
+    model = Path(cfg.model_dir)
+    if not any(os.path.samefile(model, place.held) for place in places):
+        places.append(lock_place(model, own_folder_fix(model, "model folder") or _flag_fix("--model-dir")))
     return places
 
 
