@@ -164,6 +164,43 @@ def test_a_second_training_on_one_out_dir_is_refused_and_writes_nothing(tmp_path
     assert (out / "model.pt").exists()
 
 
+def test_runs_with_their_own_out_dirs_and_one_checkpoint_dir_are_refused(tmp_path):
+    """Lanes locked its --out-dir alone (train.log): two runs given other --out-dirs and one --checkpoint-dir both
+    ran, replacing each other's checkpoints and resuming from them. A checkpoint folder apart from the out-dir has
+    a lock of its own, let go with the run's log."""
+    import subprocess
+    import sys
+
+    import torch
+
+    from dtrain.errors import ConflictError
+    from dtrain.training import DistInfo
+    from dtrain.workloads.lanes.train import one_training_writes
+
+    one = DistInfo(rank=0, local_rank=0, world_size=1, local_world_size=1, device=torch.device("cpu"), backend=None,
+                   runtime="single")
+    ckpt, out = tmp_path / "ckpt", tmp_path / "run-b"
+    ckpt.mkdir()
+    out.mkdir()
+    first = subprocess.Popen([sys.executable, "-c", HOLD, str(ckpt / ".training.lock")], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)  # the first run, given --out-dir run-a
+    try:
+        assert first.stdout.readline() == "held\n"
+        with pytest.raises(ConflictError) as e:
+            one_training_writes(out, ckpt, one)
+    finally:
+        first.communicate("")
+    assert str(e.value) == (f"another training is writing {ckpt} (it holds .training.lock): wait for it to end, or "
+                            "give this run another --checkpoint-dir")
+    try_lock = [sys.executable, "-c", "import fcntl, sys; f = open(sys.argv[1], 'a'); "
+                "fcntl.lockf(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)", str(ckpt / ".training.lock")]
+    log = one_training_writes(out, ckpt, one)  # the first run ended: this one holds the folder
+    assert subprocess.run(try_lock, capture_output=True).returncode != 0
+    log.close()
+    assert subprocess.run(try_lock, capture_output=True).returncode == 0
+    assert sorted(p.name for p in out.iterdir()) == ["train.log"]  # no lock file beside the out-dir's own
+
+
 def _two_ranks(tmp_path):
     """(out-dir, argv, env) of a two-rank plain-torchrun lanes training of one step on a tiny synthetic set."""
     import os

@@ -73,7 +73,7 @@ from dtrain.workloads.lanes.steps import (  # re-exported as above
     step_seed,
     train_step,
 )
-from dtrain.workloads.rank0 import LINK, UNWRITABLE, Place, Rank0Checks
+from dtrain.workloads.rank0 import LINK, UNWRITABLE, Place, Rank0Checks, lock_place, own_folder_fix
 
 class Log:
     """Progress lines to stdout and <out-dir>/train.log, on rank 0 only. The file's lock marks the run that
@@ -81,6 +81,7 @@ class Log:
     its lines to both runs' metrics.jsonl and replaced the other's checkpoints and model.pt without a word."""
 
     def __init__(self, path: Path, enabled: bool) -> None:
+        self.locks: list = []  # the locks of the run's other folders (one_training_writes), let go with the log
         self.file = open_log(path) if enabled else None
         if self.file is None:
             return
@@ -94,6 +95,8 @@ class Log:
             self.file.flush()
 
     def close(self) -> None:
+        for lock in self.locks:
+            lock.close()
         if self.file is not None:
             self.file.close()
 
@@ -103,17 +106,34 @@ def one_training_writes(out: Path, checkpoints: Path, info: DistInfo) -> Log:
     folders take a file (an existing folder that takes none, /proc, was a traceback at train.log) and that no link
     was planted at a file it appends to. Every rank takes part in one all-reduce of what rank 0 found, and each
     other rank stops with its own line naming it: the others waited in their next collective until the launcher
-    ended them, saying nothing useful. One process: no collective."""
+    ended them, saying nothing useful. One process: no collective. A --checkpoint-dir apart from `out` is locked
+    too (lock_place): two runs given other --out-dirs and one --checkpoint-dir both ran, replacing each other's
+    checkpoints and resuming from them."""
     fix = "give this run another --out-dir"
-    checks = Rank0Checks(info, [Place(out, fix), Place(checkpoints, "give this run another --checkpoint-dir"),
-                                Place(out / "train.log", fix), Place(out / "metrics.jsonl", fix)])
+    ckpt_fix = own_folder_fix(checkpoints, "checkpoint folder") or "give this run another --checkpoint-dir"
+    places = [Place(out, fix), Place(checkpoints, ckpt_fix), Place(out / "train.log", fix),
+              Place(out / "metrics.jsonl", fix)]
+    apart = not os.path.samefile(out, checkpoints)
+    if apart:
+        places.append(lock_place(checkpoints, ckpt_fix))
+    checks = Rank0Checks(info, places)
     checks.check(0, UNWRITABLE, can_write, out, "--out-dir")
     checks.check(1, UNWRITABLE, can_write, checkpoints, "--checkpoint-dir")
     checks.check(2, LINK, refuse_links, out, ("train.log",))
     checks.check(3, LINK, refuse_links, out, ("metrics.jsonl",))
     log = checks.check(2, UNWRITABLE, Log, out / "train.log", True)
-    checks.stop_together()
-    return log if log is not None else Log(out / "train.log", False)
+    lock = checks.lock(4) if apart else None
+    try:
+        checks.stop_together()
+    except BaseException:
+        for f in (lock, log):
+            if f is not None:
+                f.close()
+        raise
+    log = log if log is not None else Log(out / "train.log", False)
+    if lock is not None:
+        log.locks.append(lock)
+    return log
 
 
 def open_log(path: Path):
