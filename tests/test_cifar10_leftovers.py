@@ -500,6 +500,57 @@ def test_a_rank_stopped_by_rank_0_names_what_rank_0_found(monkeypatch, tmp_path)
     assert not (tmp_path / "elsewhere").exists()
 
 
+@pytest.mark.parametrize("where", ["lock file", "sagemaker folder"])
+def test_a_lock_that_fails_oddly_is_one_line_on_every_rank(monkeypatch, tmp_path, where):
+    """An OSError other than another training's hold from taking the lock (an I/O error of a network disk), after
+    rank 0's checks passed: a traceback on rank 0 (hold raised it as it came). Rank 0 now names the folder and
+    the error in one line, and every other rank stops with its own line naming them."""
+    import errno
+    import fcntl
+
+    from dtrain.training import DistInfo
+    from dtrain.workloads import rank0
+    from dtrain.workloads.cifar10.outputs import _one_training_writes, check_outputs
+
+    if where == "lock file":
+        _clean_env(monkeypatch)
+        folder = tmp_path / "model"
+        folder.mkdir()
+        argv = ["--data-dir", str(tmp_path), "--model-dir", str(folder), "--metrics-file", str(tmp_path / "own.jsonl")]
+        fix = "give this run another --model-dir"
+    else:
+        folder = _in_sagemaker_container(monkeypatch, tmp_path) / "checkpoints"
+        argv = ["--metrics-file", str(tmp_path / "own.jsonl"), "--model-dir", str(tmp_path / "model")]
+        (tmp_path / "model").mkdir()
+        fix = ("start one training per SageMaker job (each job's checkpoint folder is its own: the other training is "
+               "one this job started)")
+
+    def io_error(fd, op):
+        raise OSError(errno.EIO, "Input/output error")
+
+    def lockf(fd, op):  # the metrics file's lock takes; the folder's fails
+        if os.readlink(f"/proc/self/fd/{fd}") == str(tmp_path / "own.jsonl"):
+            return real_lockf(fd, op)
+        io_error(fd, op)
+
+    real_lockf = fcntl.lockf
+    monkeypatch.setattr(fcntl, "flock", io_error)
+    monkeypatch.setattr(fcntl, "lockf", lockf)
+    cfg = parse_args(argv)
+    cfg = dataclasses.replace(cfg, checkpoint_dir=str(check_outputs(cfg)))
+    reduced = []
+    monkeypatch.setattr(rank0, "max_over_ranks", lambda value, device: reduced.append(value) or max(reduced))
+    main = DistInfo(rank=0, local_rank=0, world_size=2, local_world_size=2, device=torch.device("cpu"), backend="gloo",
+                    runtime="torchrun")
+    with pytest.raises(SpecError) as e:
+        _one_training_writes(cfg, main)
+    assert str(e.value) == (f"cannot lock {folder} to make this run the one training writing it (Input/output "
+                            f"error): try again, or {fix}")
+    with pytest.raises(SpecError) as e:
+        _one_training_writes(cfg, dataclasses.replace(main, rank=1, local_rank=1))
+    assert str(e.value) == f"rank 0 could not lock {folder} (Input/output error), so rank 1 stops too: try again, or {fix}"
+
+
 def test_a_sagemaker_jobs_own_output_folder_held_names_no_flag_it_never_gave(monkeypatch, tmp_path):
     """On SageMaker the metrics file's default is in $SM_OUTPUT_DATA_DIR, the job's own folder (output.tar.gz):
     no other job writes it, so a training holding it is one this job started. The refusal said 'give this run

@@ -273,9 +273,16 @@ def hold(file, path: Path, fix: str) -> None:
             return
         file.close()
         if e.errno not in (errno.EAGAIN, errno.EACCES):
-            raise
+            raise lock_failed(path.parent, e, fix) from None
         raise ConflictError(f"another training is writing {path.parent} (it holds {path.name}): wait for it to "
                             f"end, or {fix}") from None
+
+
+def lock_failed(folder: Path, e: OSError, fix: str) -> SpecError:
+    """The one line for a lock that failed other than as another training's (an I/O error of a network disk):
+    it was a traceback on rank 0. Raised inside the OSError's except (rank0.found_in reads its errno there)."""
+    return SpecError(f"cannot lock {folder} to make this run the one training writing it ({e.strerror}): try "
+                     f"again, or {fix}")
 
 
 class FolderLock:
@@ -296,7 +303,10 @@ def hold_folder(folder: Path, fix: str) -> FolderLock | None:
     ConflictError 'another training is writing FOLDER: wait for it to end, or <fix>'. Unlike hold's POSIX lock,
     a second lock from the same process conflicts too. None where the file system locks no folder (ENOLCK,
     EOPNOTSUPP; EBADF from NFS, which locks only files open for writing): the run goes on unguarded."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError as e:
+        raise lock_failed(folder, e, fix) from None
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -304,7 +314,7 @@ def hold_folder(folder: Path, fix: str) -> FolderLock | None:
         if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EBADF):
             return None
         if e.errno not in (errno.EAGAIN, errno.EACCES):
-            raise
+            raise lock_failed(folder, e, fix) from None
         raise ConflictError(f"another training is writing {folder}: wait for it to end, or {fix}") from None
     return FolderLock(fd)
 

@@ -25,7 +25,7 @@ from dtrain.training.resume import on_sagemaker
 from dtrain.workloads.inputs import hold, hold_folder
 
 # What rank 0 found (the all-reduced number's low bits).
-HELD, LINK, UNWRITABLE, FAILED = 1, 2, 3, 4
+HELD, LINK, UNWRITABLE, FAILED, UNLOCKED = 1, 2, 3, 4, 5  # UNLOCKED: a lock failed other than as HELD
 _FOUND_BITS, _PLACE_BITS = 3, 8
 
 
@@ -131,6 +131,9 @@ def refusal(code: int, places: Sequence[Place], rank: int) -> DtrainError:
         why = f" ({os.strerror(err)})" if err else ""
         return SpecError(f"rank 0 found that {place.path} cannot be written{why}, {stops}: use a folder you can "
                          f"write to, with free space, or {place.fix}")
+    if found == UNLOCKED:
+        why = f" ({os.strerror(err)})" if err else ""
+        return SpecError(f"rank 0 could not lock {place.held}{why}, {stops}: try again, or {place.fix}")
     return SpecError(f"rank 0 stopped on an error at {place.path} (rank 0's own line names it), {stops}")
 
 
@@ -162,11 +165,11 @@ class Rank0Checks:
         never through a link, and held (hold); what to close when the run ends, or None (check's rules)."""
         where = self.places[place]
         if where.folder_lock:
-            return self.check(place, UNWRITABLE, hold_folder, where.path, where.fix)
+            return self.check(place, UNLOCKED, hold_folder, where.path, where.fix)
         fix = f"training locks a file of its own there; remove the link or {where.fix}"
         lock = self.check(place, LINK, partial(open_append, where.path, fix=fix))
         if lock is not None:
-            self.check(place, UNWRITABLE, hold, lock, where.path, where.fix)
+            self.check(place, UNLOCKED, hold, lock, where.path, where.fix)
         return lock
 
     def stop_together(self) -> None:

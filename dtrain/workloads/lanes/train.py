@@ -73,7 +73,7 @@ from dtrain.workloads.lanes.steps import (  # re-exported as above
     step_seed,
     train_step,
 )
-from dtrain.workloads.rank0 import LINK, UNWRITABLE, Place, Rank0Checks, lock_place, own_folder_fix
+from dtrain.workloads.rank0 import LINK, UNLOCKED, UNWRITABLE, Place, Rank0Checks, lock_place, own_folder_fix
 
 class Log:
     """Progress lines to stdout and <out-dir>/train.log, on rank 0 only. The file's lock marks the run that
@@ -121,7 +121,7 @@ def one_training_writes(out: Path, checkpoints: Path, info: DistInfo) -> Log:
     checks.check(1, UNWRITABLE, can_write, checkpoints, "--checkpoint-dir")
     checks.check(2, LINK, refuse_links, out, ("train.log",))
     checks.check(3, LINK, refuse_links, out, ("metrics.jsonl",))
-    log = checks.check(2, UNWRITABLE, Log, out / "train.log", True)
+    log = checks.check(2, UNLOCKED, Log, out / "train.log", True)  # a raw OSError of its open is UNWRITABLE
     lock = checks.lock(4) if apart else None
     try:
         checks.stop_together()
