@@ -390,13 +390,9 @@ def test_runs_sharing_only_a_model_dir_are_refused(monkeypatch, tmp_path):
     out.mkdir()
     argv = ["--data-dir", str(tmp_path / "data"), "--model-dir", str(out), "--device", "cpu", *SMALL,
             "--metrics-file", str(tmp_path / "b.jsonl"), "--checkpoint-dir", str(tmp_path / "ckpt-b")]
-    first = _holding(out / CHECKPOINT_LOCK)  # the first run, given --metrics-file a.jsonl --checkpoint-dir ckpt-a
-    try:
-        with pytest.raises(ConflictError) as e:
-            train(parse_args(argv))
-    finally:
-        first.communicate("")
-    assert str(e.value) == (f"another training is writing {out} (it holds {CHECKPOINT_LOCK}): wait for it to end, "
+    # the first run, given --metrics-file a.jsonl --checkpoint-dir ckpt-a
+    refused = _refused_while(_holding(out / CHECKPOINT_LOCK), argv)
+    assert refused == (f"another training is writing {out} (it holds {CHECKPOINT_LOCK}): wait for it to end, "
                             "or give this run another --model-dir")
     assert sorted(p.name for p in out.iterdir()) == [CHECKPOINT_LOCK]
     assert train(parse_args(argv))["steps"] == 2
@@ -564,13 +560,8 @@ def test_a_sagemaker_jobs_own_output_folder_held_names_no_flag_it_never_gave(mon
     monkeypatch.setenv("SM_MODEL_DIR", str(model))
     monkeypatch.setenv("SM_OUTPUT_DATA_DIR", str(output))
     argv = ["--data-dir", str(tmp_path / "data"), "--device", "cpu", "--checkpoint-dir", str(tmp_path / "ckpt"), *SMALL]
-    first = _holding(output / "metrics.jsonl")
-    try:
-        with pytest.raises(ConflictError) as e:
-            train(parse_args(argv))
-    finally:
-        first.communicate("")
-    assert str(e.value) == (f"another training is writing {output} (it holds metrics.jsonl): wait for it to end, or "
+    refused = _refused_while(_holding(output / "metrics.jsonl"), argv)
+    assert refused == (f"another training is writing {output} (it holds metrics.jsonl): wait for it to end, or "
                             "start one training per SageMaker job (each job's output folder is its own: the other "
                             "training is one this job started)")
     # a metrics file given elsewhere is the job's hyperparameter, not a flag of a command the user does not write
@@ -594,6 +585,16 @@ def _holding_folder(folder: Path) -> subprocess.Popen:
                              stdout=subprocess.PIPE, text=True)
     assert first.stdout.readline() == "held\n"
     return first
+
+def _refused_while(first: subprocess.Popen, argv: list[str]) -> str:
+    """The line of a training refused while `first` (_holding, _holding_folder) holds its lock; `first` then ends."""
+    try:
+        with pytest.raises(ConflictError) as e:
+            train(parse_args(argv))
+    finally:
+        first.communicate("")
+    return str(e.value)
+
 
 
 def _in_sagemaker_container(monkeypatch, tmp_path: Path) -> Path:
@@ -642,13 +643,8 @@ def test_on_sagemaker_the_checkpoint_lock_names_what_the_user_can_change_there(m
 
     opt_ml = _in_sagemaker_container(monkeypatch, tmp_path)
     argv = ["--device", "cpu", "--metrics-file", str(tmp_path / "own.jsonl"), *SMALL]
-    first = _holding_folder(opt_ml / "checkpoints")
-    try:
-        with pytest.raises(ConflictError) as e:
-            train(parse_args(argv))
-    finally:
-        first.communicate("")
-    assert str(e.value) == (f"another training is writing {opt_ml / 'checkpoints'}: wait for it to end, or start one "
+    refused = _refused_while(_holding_folder(opt_ml / "checkpoints"), argv)
+    assert refused == (f"another training is writing {opt_ml / 'checkpoints'}: wait for it to end, or start one "
                             "training per SageMaker job (each job's checkpoint folder is its own: the other training "
                             "is one this job started)")
     monkeypatch.setenv("TRAINING_JOB_ARN", contract.job_arn("cifar"))  # a --local job's, as its runner sets it
