@@ -159,16 +159,22 @@ def net(moto_url):
     """A VPC with two subnets on moto's EC2, an EFS file system with a mount target in the first only, one
     without any mount target, and an FSx for Lustre one in the second; the efs, fsx and ec2 clients. Security
     groups: `job` (all out, as AWS makes a group), `closed` (nothing out), `stranger` (all out, named by no
-    rule), the mount target's `mt` (NFS in from job and closed); `cidr_fs` has a mount target in the first
-    subnet whose group lets NFS in from that subnet's CIDR only."""
+    rule), the mount target's `mt` (NFS in from job and closed), `lustre988` (TCP 988 out only), `lustre` (TCP 988
+    and 1018-1023 out, as two rules); `cidr_fs` has a mount target in the first subnet whose group lets NFS in from
+    that subnet's CIDR only."""
     s = session()
     ec2, efs, fsx = (s.client(n, endpoint_url=moto_url) for n in ("ec2", "efs", "fsx"))
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     a, b = (ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.9.{i}.0/24")["Subnet"]["SubnetId"] for i in (1, 2))
     sg = {n: ec2.create_security_group(GroupName=n, Description=n, VpcId=vpc)["GroupId"]
-          for n in ("job", "closed", "stranger", "mt", "mt_cidr")}
-    ec2.revoke_security_group_egress(GroupId=sg["closed"], IpPermissions=[{"IpProtocol": "-1",
-                                                                           "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}])
+          for n in ("job", "closed", "stranger", "mt", "mt_cidr", "lustre988", "lustre")}
+    for n in ("closed", "lustre988", "lustre"):
+        ec2.revoke_security_group_egress(GroupId=sg[n], IpPermissions=[{"IpProtocol": "-1",
+                                                                        "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}])
+    for n, ports in (("lustre988", [(988, 988)]), ("lustre", [(988, 988), (1018, 1023)])):
+        ec2.authorize_security_group_egress(GroupId=sg[n], IpPermissions=[
+            {"IpProtocol": "tcp", "FromPort": lo, "ToPort": hi, "IpRanges": [{"CidrIp": "10.9.0.0/16"}]}
+            for lo, hi in ports])
     ec2.authorize_security_group_ingress(GroupId=sg["mt"], IpPermissions=[{
         "IpProtocol": "tcp", "FromPort": 2049, "ToPort": 2049,
         "UserIdGroupPairs": [{"GroupId": sg["job"]}, {"GroupId": sg["closed"]}]}])
@@ -308,8 +314,16 @@ def _warned(caplog) -> list[str]:
     ("efs://{efs}/data", "a", "closed", ("no outbound rule of the job's security groups ({closed}) allows NFS (TCP "
                                          "2049)", "(aws ec2 authorize-security-group-egress --group-id {closed} "
                                          "--protocol tcp --port 2049 --source-group {mt})")),
-    ("fsx://{fsx}/abcdefgh/data", "b", "closed", ("allows Lustre (TCP 988)", "authorize-security-group-egress "
-                                                  "--group-id {closed} --protocol tcp --port 988 --cidr 0.0.0.0/0")),
+    ("fsx://{fsx}/abcdefgh/data", "b", "closed", ("allows Lustre (TCP 988, 1018-1023), and", "(aws ec2 "
+                                                  "authorize-security-group-egress --group-id {closed} --protocol tcp "
+                                                  "--port 988 --cidr 0.0.0.0/0; aws ec2 authorize-security-group-egress "
+                                                  "--group-id {closed} --protocol tcp --port 1018-1023 --cidr "
+                                                  "0.0.0.0/0)")),
+    # Lustre's 988 out but not 1018-1023 (AWS's "File system access control with Amazon VPC"): those are named
+    ("fsx://{fsx}/abcdefgh/data", "b", "lustre988", ("allows TCP 1018-1023 of the ports Lustre needs (TCP 988, "
+                                                     "1018-1023)", "allow it (aws ec2 authorize-security-group-egress "
+                                                     "--group-id {lustre988} --protocol tcp --port 1018-1023 --cidr "
+                                                     "0.0.0.0/0)")),
     # the mount target's group lets NFS in from other groups only, or from another subnet's CIDR
     ("efs://{efs}/data", "a", "stranger", ("no inbound rule of its mount targets' security groups ({mt}) allows NFS "
                                            "(TCP 2049) from the job's", "(aws ec2 authorize-security-group-ingress "
@@ -330,9 +344,9 @@ def test_security_groups_that_block_the_mount_are_warned_of_naming_the_group_and
 
 
 @pytest.mark.parametrize("uri, group", [("efs://{efs}/data", "job"), ("efs://{cidr_fs}/data", "stranger"),
-                                        ("fsx://{fsx}/abcdefgh/data", "stranger")])
+                                        ("fsx://{fsx}/abcdefgh/data", "stranger"), ("fsx://{fsx}/abcdefgh/data", "lustre")])
 def test_security_groups_that_let_the_mount_through_say_nothing(clients, net, code, caplog, uri, group):  # noqa: F811
-    """By group (job's in the mount target's rule), by CIDR (the job's subnet's), all out (FSx)."""
+    """By group (job's in the mount target's rule), by CIDR (the job's subnet's), all out or Lustre's ports (FSx)."""
     subnet = "b" if uri.startswith("fsx") else "a"
     be = _backend(clients, net, code, net[subnet], group)
     with caplog.at_level(logging.WARNING):

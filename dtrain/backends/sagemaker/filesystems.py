@@ -163,7 +163,7 @@ def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str
                         f"{ch.channel}=fsx://{ch.fs_id}/{mount}/{rest or 'PATH'}")
     if theirs and not set(theirs) & set(subnets):
         return (f"{head} is in {', '.join(theirs)}, not among the job's subnets: the job mounts it only if its "
-                f"subnets are in the file system's VPC and its security groups allow Lustre (TCP 988); else "
+                f"subnets are in the file system's VPC and its security groups allow Lustre (TCP 988 and 1018-1023); else "
                 f"run the job in its subnet {_vpc_fix(subnets)}")
     return None
 

@@ -1,6 +1,7 @@
 """Whether the job's security groups (its VpcConfig's) let it reach an EFS or FSx for Lustre channel's file
-system: NFS (TCP 2049) to an EFS mount target, Lustre (TCP 988) to an FSx file system. Without an outbound rule
-of the job's groups for that port, or (EFS) an inbound rule of a mount target's groups from the job's groups or
+system: NFS (TCP 2049) to an EFS mount target, Lustre (TCP 988 and 1018-1023, AWS's "File system access control
+with Amazon VPC" for FSx for Lustre) to an FSx file system. Without an outbound rule of the job's groups for each
+of those ports, or (EFS) an inbound rule of a mount target's groups from the job's groups or
 subnets, SageMaker fails the job once its instances started ("unable to mount"), billed.
 
 Only warned of, never refused: the rules may be changed by others before the job starts, and a rule's
@@ -19,7 +20,8 @@ from dtrain.backends.sagemaker.clients import aws_call
 from dtrain.backends.sagemaker.validate import check_request
 from dtrain.errors import BackendError, EnvironmentError_, NotFoundError
 
-PORTS = {"EFS": (2049, "NFS"), "FSxLustre": (988, "Lustre")}  # the TCP port SageMaker mounts each kind through
+# the TCP ports SageMaker mounts each kind through, as (first, last) ranges, and the protocol's name
+PORTS = {"EFS": (((2049, 2049),), "NFS"), "FSxLustre": (((988, 988), (1018, 1023)), "Lustre")}
 
 
 class Unread(Exception):
@@ -49,16 +51,39 @@ def groups(ec2: Any, ids: list[str]) -> list[dict]:
     return list(got.get("SecurityGroups") or [])
 
 
-def egress_doubt(head: str, job: list[dict], port: int, proto: str, to: str) -> str | None:
-    """A warning line where no outbound rule of the job's groups `job` lets TCP `port` out; `to`: the
-    destination the fix names (--source-group SG, --cidr CIDR)."""
-    if any(opens(r, port) for g in job for r in g.get("IpPermissionsEgress") or []):
+def spans(ports: list[int]) -> list[tuple[int, int]]:
+    """Ascending `ports` as (first, last) runs of consecutive ports."""
+    out: list[tuple[int, int]] = []
+    for p in ports:
+        if out and out[-1][1] == p - 1:
+            out[-1] = (out[-1][0], p)
+        else:
+            out.append((p, p))
+    return out
+
+
+def said(span: tuple[int, int]) -> str:
+    """A port range as the aws CLI's --port takes it: 988, 1018-1023."""
+    return str(span[0]) if span[0] == span[1] else f"{span[0]}-{span[1]}"
+
+
+def egress_doubt(head: str, job: list[dict], ranges: tuple[tuple[int, int], ...], proto: str,
+                 to: str) -> str | None:
+    """A warning line where no outbound rule of the job's groups `job` lets some TCP port of `ranges` out, naming
+    those ports in its fix; `to`: the destination the fix names (--source-group SG, --cidr CIDR)."""
+    rules = [r for g in job for r in g.get("IpPermissionsEgress") or []]
+    missing = [p for lo, hi in ranges for p in range(lo, hi + 1) if not any(opens(r, p) for r in rules)]
+    if not missing:
         return None
-    ids = ", ".join(g["GroupId"] for g in job)
-    return (f"{head}: no outbound rule of the job's security groups ({ids}) allows {proto} (TCP {port}), and "
-            f"SageMaker would fail the job once its instances started (unable to mount) unless the rules change "
-            f"first: allow it (aws ec2 authorize-security-group-egress --group-id {job[0]['GroupId']} --protocol tcp "
-            f"--port {port} {to})")
+    ids, needed = ", ".join(g["GroupId"] for g in job), ", ".join(said(r) for r in ranges)
+    gaps = spans(missing)
+    what = f"{proto} (TCP {needed})" if gaps == list(ranges) else \
+        f"TCP {', '.join(said(s) for s in gaps)} of the ports {proto} needs (TCP {needed})"
+    fix = "; ".join(f"aws ec2 authorize-security-group-egress --group-id {job[0]['GroupId']} --protocol tcp "
+                    f"--port {said(s)} {to}" for s in gaps)
+    return (f"{head}: no outbound rule of the job's security groups ({ids}) allows {what}, and SageMaker would "
+            f"fail the job once its instances started (unable to mount) unless the rules change first: allow "
+            f"{'it' if len(gaps) == 1 else 'them'} ({fix})")
 
 
 def target_groups(efs: Any, targets: list[dict]) -> list[str]:
@@ -99,14 +124,14 @@ def check(ec2: Any, efs: Any, head: str, kind: str, job_ids: list[str], subnets:
           targets: list[dict]) -> list[str]:
     """The warning lines of a file-system channel's security groups: the job's outbound rules and (EFS, the
     mount targets `targets` given) the mount targets' inbound ones. Unread where AWS could not be asked."""
-    port, proto = PORTS[kind]
+    ranges, proto = PORTS[kind]
     job = groups(ec2, job_ids)
     if not job:
         return []
     mounts = target_groups(efs, targets) if kind == "EFS" else []
     theirs = groups(ec2, mounts) if mounts else []  # no GroupIds would describe every group of the region
     to = f"--source-group {theirs[0]['GroupId']}" if theirs else "--cidr 0.0.0.0/0"
-    lines = [egress_doubt(head, job, port, proto, to)]
-    if theirs:
-        lines.append(ingress_doubt(ec2, head, theirs, job_ids, subnets, port, proto))
+    lines = [egress_doubt(head, job, ranges, proto, to)]
+    if theirs:  # EFS: NFS's one port
+        lines.append(ingress_doubt(ec2, head, theirs, job_ids, subnets, ranges[0][0], proto))
     return [line for line in lines if line]
