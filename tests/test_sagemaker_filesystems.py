@@ -344,7 +344,8 @@ def test_security_groups_that_block_the_mount_are_warned_of_naming_the_group_and
 
 
 @pytest.mark.parametrize("uri, group", [("efs://{efs}/data", "job"), ("efs://{cidr_fs}/data", "stranger"),
-                                        ("fsx://{fsx}/abcdefgh/data", "stranger"), ("fsx://{fsx}/abcdefgh/data", "lustre")])
+                                        ("fsx://{fsx}/abcdefgh/data", "stranger"),
+                                        ("fsx://{fsx}/abcdefgh/data", "lustre")])
 def test_security_groups_that_let_the_mount_through_say_nothing(clients, net, code, caplog, uri, group):  # noqa: F811
     """By group (job's in the mount target's rule), by CIDR (the job's subnet's), all out or Lustre's ports (FSx)."""
     subnet = "b" if uri.startswith("fsx") else "a"
@@ -352,6 +353,27 @@ def test_security_groups_that_let_the_mount_through_say_nothing(clients, net, co
     with caplog.at_level(logging.WARNING):
         be.render(spec("sg-fine", sm=dict(channels=("training=" + uri.format(**net),))))
     assert _warned(caplog) == []
+
+
+def test_channels_on_one_file_system_say_each_warning_once_naming_them_all(clients, net, code, caplog):  # noqa: F811
+    """Two EFS channels on one file system gave its warnings (its mount targets in other subnets, the job's
+    group letting nothing out) once per channel; a channel on another file system keeps its own."""
+    be = _backend(clients, net, code, net["b"], "closed")
+    chans = (f"training=efs://{net['efs']}/a", f"extra=efs://{net['efs']}/b", f"other=efs://{net['cidr_fs']}/c")
+    with caplog.at_level(logging.WARNING):
+        be.render(spec("fs-twice", sm=dict(channels=chans)))
+    dry = _warned(caplog)
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        be.submit(spec("fs-twice", sm=dict(channels=chans)))
+    for warned in (dry, _warned(caplog)):
+        warned = [w.removeprefix("dtrain: warning: ") for w in warned]
+        both = [w for w in warned if w.startswith(f"channels training, extra: EFS file system {net['efs']} in ")]
+        assert len(both) == 2 and "its mount targets are in" in both[0] and "no outbound rule" in both[1], warned
+        assert "--source-group " + net["mt"] in both[1]
+        other = [w for w in warned if w.startswith(f"channel other: EFS file system {net['cidr_fs']} in ")]
+        assert len(other) == 3 and len(warned) == 5, warned
+    assert clients.sagemaker.describe_training_job(TrainingJobName="fs-twice")["TrainingJobName"] == "fs-twice"
 
 
 @pytest.mark.parametrize("code_, op", [("UnauthorizedOperation", "describe_security_groups"),

@@ -62,21 +62,23 @@ class SubmitChecks:
                     aws(), uri, flag, dry=dry)))
         checks += [(f"channel {ch}={uri} holds objects", lambda ch=ch, uri=uri: self._check_channel(
             aws(), ch, uri, dry=dry)) for ch, uri in _s3_channels(req)]
-        # EFS and FSx are asked by the dry run too (describe calls only): it refuses what submit would
-        checks += [(f"channel {fs.channel}: file system {fs.fs_id} reachable", lambda fs=fs: self._check_fs(
-            fs, req, dry=dry)) for fs in filesystems.file_system_channels(req)]
+        # EFS and FSx are asked by the dry run too (describe calls only): it refuses what submit would; the
+        # channels on one file system together, so that a warning of it is said once
+        checks += [(f"{filesystems.named(chs)}: file system {chs[0].fs_id} reachable", lambda chs=chs: self._check_fs(
+            chs, req, dry=dry)) for chs in filesystems.by_file_system(filesystems.file_system_channels(req))]
         return checks
 
-    def _check_fs(self, fs: filesystems.FileSystemChannel, req: dict, *, dry: bool = False) -> None:
-        """An EFS or FSx channel's file system exists, and the job's subnets and security groups reach it
-        (filesystems.py, secgroups.py); where AWS could not be asked, one warning and the job goes on. `dry`:
-        the dry run's quick clients."""
-        vpc = req.get("VpcConfig") or {}
+    def _check_fs(self, chs: list[filesystems.FileSystemChannel], req: dict, *, dry: bool = False) -> None:
+        """The file system of the EFS or FSx channels `chs` (one file system) exists, and the job's subnets and
+        security groups reach it (filesystems.py, secgroups.py); where AWS could not be asked, one warning and the
+        job goes on. Each warning is said once, naming the channels that give it. `dry`: the dry run's quick
+        clients."""
+        vpc, fs = req.get("VpcConfig") or {}, chs[0]
         service = "efs" if fs.kind == "EFS" else "fsx"
         try:
             client, ec2 = self._fs_client(service, quick=dry), self._fs_client("ec2", quick=dry)
         except (BackendError, EnvironmentError_) as err:  # boto3 could not make it (a service it does not know)
-            filesystems.warn(f"channel {fs.channel}: file system {fs.fs_id} could not be checked ({err})")
+            filesystems.warn(f"{filesystems.named(chs)}: file system {fs.fs_id} could not be checked ({err})")
             return
         groups = vpc.get("SecurityGroupIds") or []
         missing = service if client is None else "ec2" if ec2 is None and groups else None
@@ -85,8 +87,8 @@ class SubmitChecks:
             filesystems.warn(f"the clients given to SageMakerBackend have no {missing} client, so "
                              f"{_UNCHECKED[missing]} not checked before CreateTrainingJob: give Clients(..., "
                              f"{missing}=...) to have them checked (said once)")
-        for line in filesystems.check_channel(client, fs, vpc.get("Subnets") or [], self.config.region, dry=dry,
-                                              ec2=ec2, groups=groups):
+        for line in filesystems.check_channels(client, chs, vpc.get("Subnets") or [], self.config.region, dry=dry,
+                                               ec2=ec2, groups=groups):
             filesystems.warn(line)
 
     def _check_inputs(self, spec: JobSpec) -> None:

@@ -46,6 +46,31 @@ def file_system_channels(req: dict) -> list[FileSystemChannel]:
     return out
 
 
+def by_file_system(channels: list[FileSystemChannel]) -> list[list[FileSystemChannel]]:
+    """`channels` grouped by the file system they mount (kind and id), in the order each first comes."""
+    out: dict[tuple[str, str], list[FileSystemChannel]] = {}
+    for ch in channels:
+        out.setdefault((ch.kind, ch.fs_id), []).append(ch)
+    return list(out.values())
+
+
+def named(chs: list[FileSystemChannel]) -> str:
+    """'channel training', or 'channels training, extra'."""
+    return f"channel{'s' if len(chs) > 1 else ''} {', '.join(ch.channel for ch in chs)}"
+
+
+def check_channels(client: Any, chs: list[FileSystemChannel], subnets: list[str], region: str, *,
+                   dry: bool = False, ec2: Any = None, groups: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """check_channel of each of `chs`, channels on one file system, each warning said once: a line that several
+    of them give (the job's outbound rules, the mount targets' inbound ones, the file system in other subnets)
+    names them all ('channels training, extra: ...')."""
+    said: dict[str, list[FileSystemChannel]] = {}
+    for ch in chs:
+        for line in check_channel(client, ch, subnets, region, dry=dry, ec2=ec2, groups=groups):
+            said.setdefault(line.removeprefix(f"{named([ch])}: "), []).append(ch)
+    return [f"{named(them)}: {rest}" for rest, them in said.items()]
+
+
 def check_channel(client: Any, ch: FileSystemChannel, subnets: list[str], region: str, *, dry: bool = False,
                   ec2: Any = None, groups: list[str] | tuple[str, ...] = ()) -> list[str]:
     """Refuse (SpecError) a channel SageMaker could not mount; else its warning lines: AWS could not be asked,
