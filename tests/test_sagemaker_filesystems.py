@@ -147,6 +147,33 @@ def test_an_fsx_file_system_in_a_jobs_subnet_with_its_mount_name_passes(stubbed)
     assert check_file_system(fsx, fsx_ch(), [MINE], "us-east-1") is None
 
 
+def test_a_file_system_refusal_in_a_pipeline_names_its_parameters(stubbed):
+    """The hybrid pipeline's data_uri is the job's training channel, and a step pod has no config.yaml: what
+    EFS and FSx refuse names --param data_uri and --param sagemaker_region, as an S3 channel's refusal does."""
+    from dtrain.pipelines.step_specs import in_pipeline_words
+
+    efs, e, fsx, f = stubbed
+    e.add_client_error("describe_file_systems", "FileSystemNotFound", "File system does not exist.", 404)
+    f.add_response("describe_file_systems", {"FileSystems": [_fsx_fs(mount="fsx")]}, {"FileSystemIds": [FS]})
+    f.add_response("describe_file_systems", {"FileSystems": [_fsx_fs(kind="WINDOWS")]}, {"FileSystemIds": [FS]})
+    said = []
+    for client, ch in ((efs, efs_ch()), (fsx, fsx_ch()), (fsx, fsx_ch())):
+        with pytest.raises(SpecError) as err:
+            check_file_system(client, ch, [MINE], "eu-west-1")
+        said.append(in_pipeline_words(str(err.value)))
+    assert said[0].startswith(f"--param data_uri: EFS file system {FS} in eu-west-1 does not exist"), said
+    assert said[0].endswith("or use the file system's region (--param sagemaker_region=REGION)"), said
+    assert said[1].startswith(f"--param data_uri: FSx for Lustre file system {FS} in eu-west-1 is mounted as /fsx")
+    assert said[1].endswith(f"; pass --param data_uri=fsx://{FS}/fsx/data"), said
+    assert said[2].endswith("use a Lustre file system, or an EFS one (--param data_uri=efs://FS-ID/PATH)"), said
+    assert all("channel training" not in s and "dtrain config" not in s for s in said), said
+    other = FileSystemChannel("extra", "EFS", FS, "/data")  # another channel: not the pipeline's data_uri
+    e.add_client_error("describe_file_systems", "FileSystemNotFound", "File system does not exist.", 404)
+    with pytest.raises(SpecError) as err:
+        check_file_system(efs, other, [MINE], "eu-west-1")
+    assert in_pipeline_words(str(err.value)) == str(err.value)
+
+
 def test_an_fsx_describe_refused_is_a_warning_naming_the_action(stubbed):
     _, _, fsx, f = stubbed
     f.add_client_error("describe_file_systems", "AccessDeniedException", "not authorized", 400)
@@ -454,7 +481,7 @@ def test_the_pipeline_pre_run_check_asks_about_a_file_system_data_uri(clients, n
                          client=client)
     said = str(err.value)
     assert said.startswith("pipeline 'hybrid-cifar10' cannot submit job 'fs-pipe' to the sagemaker backend: "
-                           f"channel training: EFS file system {net['bare']} in us-east-1 has no mount target"), said
+                           f"--param data_uri: EFS file system {net['bare']} in us-east-1 has no mount target"), said
     steps.check_plan(hybrid.NAME, hybrid.plan({**params, "data_uri": f"efs://{net['efs']}/cifar10"}), client=client)
     be.config = SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["b"],),
                                 security_groups=(net["job"],))

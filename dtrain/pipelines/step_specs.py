@@ -318,6 +318,12 @@ def in_pipeline_words(said: str) -> str:
     if re.match(rf"channel {SM_CHANNEL}=s3://\S+: (no S3 objects under it|the bucket \S+ does not exist)", said):
         said = "--param data_uri=" + said[len(f"channel {SM_CHANNEL}="):].replace(
             "or fix the URI", "or pass another --param data_uri")
+    # ... and what EFS or FSx says of its file system (filesystems.py) names the parameters too
+    if re.match(rf"channel {SM_CHANNEL}: (EFS|FSx for Lustre) file system ", said):
+        said = "--param data_uri: " + said[len(f"channel {SM_CHANNEL}: "):]
+        said = said.replace("(dtrain config sagemaker --region REGION)", "(--param sagemaker_region=REGION)")
+        said = said.replace(f"pass --channel {SM_CHANNEL}=", "pass --param data_uri=")
+        said = said.replace("an EFS one (efs://FS-ID/PATH)", "an EFS one (--param data_uri=efs://FS-ID/PATH)")
     found = _UNCONFIGURED.match(said)
     if found:
         names = found.group(1).replace("--role", "sagemaker_role_arn").replace("--bucket", "sagemaker_bucket")
