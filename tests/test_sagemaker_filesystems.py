@@ -419,6 +419,31 @@ def test_security_groups_aws_does_not_show_are_one_warning_and_the_job_goes_on(
     assert clients.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobName"] == name
 
 
+def test_a_mount_target_aws_names_no_security_group_of_is_one_warning(net):
+    """Its inbound rules cannot be read: that was passed over without a word (and, every target so, the whole
+    inbound check); the other targets' groups are still checked."""
+    from dtrain.backends.sagemaker import secgroups
+
+    efs = session().client("efs")
+    targets = [{"MountTargetId": "fsmt-0aaa1111"}, {"MountTargetId": "fsmt-0bbb2222"}]
+    with Stubber(efs) as e:
+        e.add_response("describe_mount_target_security_groups", {"SecurityGroups": []},
+                       {"MountTargetId": "fsmt-0aaa1111"})
+        e.add_response("describe_mount_target_security_groups", {"SecurityGroups": [net["mt"]]},
+                       {"MountTargetId": "fsmt-0bbb2222"})
+        for t in targets:  # then both name none
+            e.add_response("describe_mount_target_security_groups", {"SecurityGroups": []}, t)
+        mixed = secgroups.check(net["ec2_client"], efs, "channel training: EFS", "EFS", [net["job"]], [net["a"]],
+                                targets)
+        none = secgroups.check(net["ec2_client"], efs, "channel training: EFS", "EFS", [net["stranger"]],
+                               [net["a"]], targets)
+    assert mixed == ["channel training: EFS: AWS named no security group of its mount target fsmt-0aaa1111 "
+                     "(DescribeMountTargetSecurityGroups), so whether it lets NFS (TCP 2049) in from the job is not "
+                     "checked: see aws efs describe-mount-target-security-groups --mount-target-id fsmt-0aaa1111"]
+    assert len(none) == 1 and "of its mount targets fsmt-0aaa1111, fsmt-0bbb2222 (" in none[0], none
+    assert "so whether they let NFS (TCP 2049) in from the job is not checked" in none[0]
+
+
 # ---- clients injected without efs, fsx or ec2 ------------------------------------------------------------
 def test_clients_injected_without_efs_or_fsx_say_once_that_the_file_systems_are_not_checked(
         clients, net, code, caplog):  # noqa: F811

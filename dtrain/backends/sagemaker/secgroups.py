@@ -9,7 +9,8 @@ destination (an outbound CIDR, a prefix list) is not compared with the file syst
 EC2 DescribeSecurityGroups, EFS DescribeMountTargetSecurityGroups (whose IAM policy also needs
 ec2:DescribeNetworkInterfaceAttribute) and, where an inbound rule names CIDRs, EC2
 DescribeSubnets (the job's subnets' CIDRs); each request is checked against botocore's model first. Where AWS
-does not answer or refuses these credentials, one warning: the job goes on."""
+does not answer or refuses these credentials, one warning: the job goes on; so where its answer names no
+security group of a mount target (whose inbound rules then go unread)."""
 
 from __future__ import annotations
 
@@ -86,14 +87,27 @@ def egress_doubt(head: str, job: list[dict], ranges: tuple[tuple[int, int], ...]
             f"{'it' if len(gaps) == 1 else 'them'} ({fix})")
 
 
-def target_groups(efs: Any, targets: list[dict]) -> list[str]:
-    """The security groups of the EFS mount targets `targets` (DescribeMountTargetSecurityGroups, one each)."""
+def target_groups(efs: Any, targets: list[dict]) -> tuple[list[str], list[str]]:
+    """The security groups of the EFS mount targets `targets` (DescribeMountTargetSecurityGroups, one each), and
+    the ids of those whose answer named none."""
     out: list[str] = []
+    bare: list[str] = []
     for t in targets:
         got = _ask("efs", "DescribeMountTargetSecurityGroups", "elasticfilesystem:DescribeMountTargetSecurityGroups",
                    efs.describe_mount_target_security_groups, MountTargetId=t["MountTargetId"])
-        out += [g for g in got.get("SecurityGroups") or [] if g not in out]
-    return out
+        named = list(got.get("SecurityGroups") or [])
+        out += [g for g in named if g not in out]
+        bare += [] if named else [t["MountTargetId"]]
+    return out, bare
+
+
+def unread_targets(head: str, bare: list[str], port: int, proto: str) -> str:
+    """The warning line for mount targets `bare` whose security groups AWS's answer did not name."""
+    many = len(bare) > 1
+    return (f"{head}: AWS named no security group of its mount target{'s' if many else ''} {', '.join(bare)} "
+            f"(DescribeMountTargetSecurityGroups), so whether {'they let' if many else 'it lets'} {proto} (TCP "
+            f"{port}) in from the job is not checked: see aws efs describe-mount-target-security-groups "
+            f"--mount-target-id {bare[0]}")
 
 
 def ingress_doubt(ec2: Any, head: str, theirs: list[dict], job_ids: list[str], subnets: list[str], port: int,
@@ -128,10 +142,12 @@ def check(ec2: Any, efs: Any, head: str, kind: str, job_ids: list[str], subnets:
     job = groups(ec2, job_ids)
     if not job:
         return []
-    mounts = target_groups(efs, targets) if kind == "EFS" else []
+    mounts, bare = target_groups(efs, targets) if kind == "EFS" else ([], [])
     theirs = groups(ec2, mounts) if mounts else []  # no GroupIds would describe every group of the region
     to = f"--source-group {theirs[0]['GroupId']}" if theirs else "--cidr 0.0.0.0/0"
     lines = [egress_doubt(head, job, ranges, proto, to)]
     if theirs:  # EFS: NFS's one port
         lines.append(ingress_doubt(ec2, head, theirs, job_ids, subnets, ranges[0][0], proto))
+    if bare:  # their inbound rules were not looked at: said, not passed over
+        lines.append(unread_targets(head, bare, ranges[0][0], proto))
     return [line for line in lines if line]
