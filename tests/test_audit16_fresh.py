@@ -1,0 +1,54 @@
+"""A newcomer's pass over docs/sdk.md and docs/dashboard.md, each call as the page shows it."""
+
+from __future__ import annotations
+
+import time
+import urllib.request
+
+import pytest
+
+import dtrain
+from dtrain.errors import ConflictError, NotReadyError
+
+
+@pytest.fixture
+def client(home, monkeypatch):
+    monkeypatch.setenv("DTRAIN_HOME", str(home))
+    c = dtrain.Client(home=home)
+    yield c
+    for job in c.list():
+        if not job.status.terminal:
+            c.delete(job.name)
+
+
+def test_notebook_url_with_wait_right_after_notebook_waits_for_the_scheduler_to_place_it(client):
+    """docs/sdk.md's Notebooks: `client.notebook("nb", ...)` returns the record Pending ("queued: waiting
+    for the scheduler to place it") and the scheduler places it a moment later; `notebook_url("nb",
+    wait=60)` refused that moment at once as a queue ("is Pending ...: open it once it is Running"), so
+    the page's example printed its except branch and never a URL."""
+    pytest.importorskip("jupyter_server", reason="notebooks need jupyter-server")
+    client.create_volume("data", size="1Mi")
+    first = client.notebook("nb", volumes=["data:/home/jovyan"])
+    assert first.status == dtrain.JobStatus.PENDING
+    url = client.notebook_url("nb", wait=60)
+    with urllib.request.urlopen(url.replace("/?", "/api/status?"), timeout=10) as resp:
+        assert resp.status == 200
+
+
+def test_a_notebook_not_yet_placed_is_not_ready_and_one_queued_behind_gpus_is_refused(client, monkeypatch):
+    """Not yet placed (the scheduler's first word to come): a NotReadyError, which `wait` asks again;
+    one the scheduler keeps waiting (for GPUs) stays a ConflictError at once, not a wait of hours."""
+    monkeypatch.setenv("DTRAIN_GPUS", "1")
+    client.submit(dtrain.JobSpec(name="holder", gpu=1, command=["sleep", "60"]))
+    queued = dtrain.Client(home=client.home)
+    queued.notebook("nb", gpu=1)
+    with pytest.raises(NotReadyError, match=r"^notebook 'nb' is Pending \(queued: waiting for the scheduler to place "
+                                            r"it\)"):
+        queued.notebook_url("nb")
+    deadline = time.monotonic() + 30  # the scheduler's first word on it: "waiting: ..." for the GPU
+    while (info := queued.get("nb")).message.endswith("to place it") and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert info.status == dtrain.JobStatus.PENDING and info.message.startswith("waiting: "), info.message
+    with pytest.raises(ConflictError) as refused:
+        queued.notebook_url("nb", wait=60)
+    assert type(refused.value) is ConflictError and "is Pending (waiting: " in str(refused.value)
