@@ -52,3 +52,22 @@ def test_a_notebook_not_yet_placed_is_not_ready_and_one_queued_behind_gpus_is_re
     with pytest.raises(ConflictError) as refused:
         queued.notebook_url("nb", wait=60)
     assert type(refused.value) is ConflictError and "is Pending (waiting: " in str(refused.value)
+
+
+def test_a_snapshot_record_shows_without_its_jobs_whole_spec_and_a_count_its_status_as_a_word(client):
+    """docs/sdk.md's Volumes and snapshots: `client.list_snapshots()` in a notebook cell showed each
+    snapshot with its job's whole spec (~25 fields, 950 characters a snapshot); `client.summary()`
+    showed each count's status as `<JobStatus.SUCCEEDED: 'Succeeded'>`, where a JobInfo shows its word."""
+    client.create_volume("data", size="1Mi")
+    client.submit(dtrain.JobSpec(name="writer", volumes=["data:/mnt"], snapshot_on_success="data",
+                                 command=["sh", "-c", "echo weights > /mnt/model.txt"]))
+    info = client.wait("writer")
+    snap = client.get_snapshot(info.snapshot)
+    assert snap.job_spec["command"] == ["sh", "-c", "echo weights > /mnt/model.txt"]
+    assert "job_spec" not in repr(snap) and "echo weights" not in repr(snap)
+    assert repr(snap).startswith(f"SnapshotInfo(name={info.snapshot!r}, backend='local', volume='data', ")
+    assert "job='writer'" in repr(snap) and "files=" in repr(snap)
+    assert snap.to_dict()["job_spec"]["command"] == ["sh", "-c", "echo weights > /mnt/model.txt"]
+    counts = client.summary().counts
+    assert repr(counts) == "(JobCount(project='default', status='Succeeded', jobs=1),)"
+    assert counts[0].status is dtrain.JobStatus.SUCCEEDED

@@ -220,6 +220,10 @@ class JobCount:
     status: JobStatus
     jobs: int  # at least 1: a status no job is in is not listed
 
+    def __repr__(self) -> str:
+        """The status as its word, as a JobInfo shows it (not `<JobStatus.SUCCEEDED: 'Succeeded'>`)."""
+        return f"JobCount(project={self.project!r}, status={self.status.value!r}, jobs={self.jobs!r})"
+
     def to_dict(self) -> dict[str, Any]:
         return {"project": self.project, "status": self.status.value, "jobs": self.jobs}
 
@@ -341,7 +345,9 @@ class SnapshotInfo(_Record):
     # holds an earlier run's results, not those of the job `describe job JOB` shows
     earlier_run: bool = False
     job_deleted: bool = False  # no job is named `job` now (deleted or purged, not submitted again)
-    job_spec: Mapping[str, Any] | None = None  # that job's spec (JobSpec.to_dict()), where recorded
+    # that job's spec (JobSpec.to_dict()), where recorded; left out of the repr (a notebook cell showed
+    # every field of it for each snapshot listed): to_dict() and the attribute hold it
+    job_spec: Mapping[str, Any] | None = field(default=None, repr=False)
     source_snapshot: str | None = None  # the snapshot the job's data started from (lineage)
     files: int | None = None  # regular files it holds, where the backend can count them
     bytes: int | None = None  # bytes it holds (restoreSize on Kubernetes); None until known
