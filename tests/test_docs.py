@@ -372,3 +372,25 @@ def test_every_relative_link_and_anchor_a_doc_gives_exists(doc):
             elif anchor and path.suffix == ".md" and anchor not in _anchors(path):
                 problems.append(f"{doc.name}:{n}: {target}: {path.name} has no heading #{anchor}")
     assert problems == []
+
+
+def test_sdk_md_names_every_field_of_each_record_its_records_section_lists():
+    """docs/sdk.md's Records listed JobInfo without `uid`, SnapshotInfo without `job_uid`,
+    `earlier_run` and `job_deleted`, ProjectInfo without `running` and `pending`, NodeInfo without
+    `labels`, ...: a notebook user met attributes the reference never named."""
+    import dataclasses
+
+    import dtrain.backends.base as base
+
+    text = (REPO / "docs" / "sdk.md").read_text()
+    section = text[text.index("## Records"):text.index("`to_dict()` on")]
+    missing, checked = [], set()
+    for bullet in re.findall(r"^- (.*?)(?=^- |\Z)", section, re.S | re.M):
+        words = set(re.findall(r"`([A-Za-z_]\w*)`", bullet))
+        for name in sorted(words - {"JobSpec"}):  # a JobSpec's fields have their own table
+            record = getattr(base, name, None)
+            if dataclasses.is_dataclass(record):
+                checked.add(name)
+                missing += [f"{name}.{f.name}" for f in dataclasses.fields(record) if f.name not in words]
+    assert {"JobInfo", "ProcessInfo", "SnapshotInfo", "ProjectInfo", "NodeInfo", "FreedInfo"} <= checked
+    assert missing == [], "docs/sdk.md's Records section does not name these fields"
