@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from dtrain.backends.records import _Record
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig
 from dtrain.errors import NotFoundError, SpecError
-from dtrain.names import name_list, shown
+from dtrain.names import name_list, require_project, shown
 from dtrain.numbers import plain_numbers
 from dtrain.spec import check_name
 
@@ -287,8 +287,10 @@ class Settings:
     # ---- the default project and backend -------------------------------------------------
     def set_default_project(self, name: str) -> Defaults:
         """Make `name` the project of every job and verb that names none, in config.yaml (`dtrain config
-        project NAME`, `dtrain project set NAME`). Returns the defaults saved."""
+        project NAME`, `dtrain project set NAME`): one that exists, as there (a typo saved would send every
+        later job to a project of its own). Returns the defaults saved."""
         check_name(name, "project")
+        require_project(name, [p.name for p in self.list_projects()])
         self.config = UserConfig.update(self.home, lambda cfg: setattr(cfg, "project", name))
         return self._defaults()
 

@@ -71,3 +71,19 @@ def test_a_snapshot_record_shows_without_its_jobs_whole_spec_and_a_count_its_sta
     counts = client.summary().counts
     assert repr(counts) == "(JobCount(project='default', status='Succeeded', jobs=1),)"
     assert counts[0].status is dtrain.JobStatus.SUCCEEDED
+
+
+def test_set_default_project_refuses_a_project_that_does_not_exist_as_dtrain_config_project_does(client):
+    """`client.set_default_project("vision")` saved a project no backend has (the CLI refuses it:
+    "no project named ...; create it first"), and every later submit of the notebook then failed."""
+    from dtrain.errors import NotFoundError
+
+    client.create_project("team-a")
+    with pytest.raises(NotFoundError, match=r"^no project named 'vision'; create it first with 'dtrain project "
+                                            r"create vision' \(projects: default, team-a\)$"):
+        client.set_default_project("vision")
+    with pytest.raises(NotFoundError, match=r"did you mean 'team-a'\?"):
+        client.set_default_project("team-aa")
+    assert dtrain.Client(home=client.home).default_project == "default"  # nothing saved
+    assert client.set_default_project("team-a").project == "team-a"
+    assert client.set_default_project("default").project == "default"  # the one that always exists

@@ -11,14 +11,12 @@ from dtrain.cli import jobs
 from dtrain.client import Client
 from dtrain.errors import DtrainError
 from dtrain.names import check_gpu_quota, counted, require_project
-from dtrain.spec import check_name
 
 
 def _set_default_project(client: Client, name: str) -> None:
-    if name:  # a name no project can have: its rule (with the value cut short), not "create it first"
-        check_name(name, "project")
-    require_project(name, [p.name for p in client.list_projects()])
-    client.set_default_project(name)
+    if not name:  # the line naming a name to give, not the name rule's
+        require_project(name, [])
+    client.set_default_project(name)  # a name no project can have: its rule; one that does not exist: refused
     print(f"Project '{name}' has been set as the default project")
 
 
