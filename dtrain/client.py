@@ -66,6 +66,11 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         if backends is not None and not isinstance(backends, Mapping):
             raise SpecError(f"invalid backends {shown(backends)}: give a mapping of backend name to Backend, "
                             f"e.g. backends={{'kubernetes': KubernetesBackend(config)}}")
+        for key, given in (backends or {}).items():  # at once, not an AttributeError from the first call
+            if not isinstance(key, str) or given is None or isinstance(given, (type, str, bytes, int, float, Mapping,
+                                                                            list, tuple)):
+                raise SpecError(f"invalid backends[{shown(key)}] {shown(given)}: give a Backend object, "
+                                f"e.g. backends={{'kubernetes': KubernetesBackend(config)}}")
         self._backends: dict[str, Backend] = dict(backends or {})  # injected: shared by every thread
         # made here: one set per thread, keyed by the thread (not a threading.local, which a fork
         # clears in the child, closing connections there: see dtrain/server/clients.py)

@@ -87,3 +87,24 @@ def test_set_default_project_refuses_a_project_that_does_not_exist_as_dtrain_con
     assert dtrain.Client(home=client.home).default_project == "default"  # nothing saved
     assert client.set_default_project("team-a").project == "team-a"
     assert client.set_default_project("default").project == "default"  # the one that always exists
+
+
+@pytest.mark.parametrize("given", [{"local": None}, {"local": "x"}, {"kubernetes": {"namespace": "a"}}, {1: None}])
+def test_a_backends_mapping_of_no_backend_objects_is_refused_at_once(home, given):
+    """docs/sdk.md: "A `backend` or `backends` the client does not know is a `SpecError` at once, not at
+    the first call"; `Client(backends={"local": None})` was made, and its first call was an
+    AttributeError ('NoneType' object has no attribute 'submit') from inside."""
+    from dtrain.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"^invalid backends\[.*\] .*: give a Backend object, e.g. "
+                                        r"backends=\{'kubernetes': KubernetesBackend\(config\)\}$"):
+        dtrain.Client(home=home, backends=given)
+
+
+def test_a_backend_class_given_for_an_object_is_named_so(home):
+    from dtrain.backends.kubernetes.backend import KubernetesBackend
+    from dtrain.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"^invalid backends\['kubernetes'\] <class .*KubernetesBackend'>: give a "
+                                        r"Backend object"):
+        dtrain.Client(home=home, backends={"kubernetes": KubernetesBackend})
