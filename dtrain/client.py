@@ -137,6 +137,12 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
                 words, backend="sagemaker"))
         raise SpecError(f"unknown backend {name!r}; use one of {', '.join(BACKENDS)}")
 
+    def __repr__(self) -> str:
+        """As a notebook cell shows it: the home, the backend a job that names none goes to (this
+        client's, else config.yaml's default) and the configured project; nothing is opened."""
+        backend = self._backend_name or self.config.backend_for(self.config.project)
+        return f"Client(home={str(self.home)!r}, backend={backend!r}, project={self.config.project!r})"
+
     @property
     def default_project(self) -> str:
         """The project of the jobs and verbs that name none: config.yaml's (`dtrain config project`)."""

@@ -108,3 +108,10 @@ def test_a_backend_class_given_for_an_object_is_named_so(home):
     with pytest.raises(SpecError, match=r"^invalid backends\['kubernetes'\] <class .*KubernetesBackend'>: give a "
                                         r"Backend object"):
         dtrain.Client(home=home, backends={"kubernetes": KubernetesBackend})
+
+
+def test_a_client_shows_its_home_backend_and_default_project(home):
+    """A notebook cell holding `client` showed `<dtrain.client.Client object at 0x7f...>`."""
+    assert repr(dtrain.Client(home=home)) == (f"Client(home={str(home)!r}, backend='local', project='default')")
+    k8s = dtrain.Client(home=home, backend="kubernetes")
+    assert repr(k8s) == f"Client(home={str(home)!r}, backend='kubernetes', project='default')"
