@@ -144,6 +144,8 @@ def test_a_launcher_refusal_names_the_processes_as_typed():
     from dtrain.spec import JobSpec
 
     with pytest.raises(SpecError, match=r"^--processes 1E3 needs a launcher: use dtrain submit-dist"):
+        JobSpec.from_dict({"name": "x", "command": ["true"], "processes": whole_number("1E3")}, door="cli")
+    with pytest.raises(SpecError, match=r"^processes=1E3 needs a launcher: give launcher='torchrun'"):  # the SDK's
         JobSpec(name="x", command=("true",), processes=whole_number("1E3"))
 
 

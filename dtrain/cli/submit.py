@@ -134,7 +134,7 @@ def spec_from_args(args: argparse.Namespace, command: list[str], client: Client,
     data.setdefault("project", client.default_project)
     if isinstance(data["project"], str):  # the configured backend of the project, as `list` uses
         data.setdefault("backend", client.config.backend_for(data["project"]))
-    spec = JobSpec.from_dict(data)  # the options' own refusals first (--max-wait 1e9), as on any backend
+    spec = JobSpec.from_dict(data, door="cli")  # the options' own refusals first (--max-wait 1e9), as on any backend
     if chosen is None and spec.backend == "sagemaker":
         _configured_for(spec, client, given=sorted(data.get("sagemaker") or {}), from_file="sagemaker" in data_file)
     return spec

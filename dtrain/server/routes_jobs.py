@@ -76,7 +76,7 @@ def submit(request: Request, response: Response, body: wire.SpecIn):
     sagemaker_backend(data)  # SageMaker options: that backend, as with `dtrain submit --instance-type`
     if data.get("backend") is None:  # the configured one (of the project), as `dtrain submit` and the job list use
         data["backend"] = c.backend(project=data["project"]).name
-    spec = JobSpec.from_dict(data)
+    spec = JobSpec.from_dict(data, door="http")
     if isinstance(options, dict):  # AWS not configured: the refusal says the options chose SageMaker
         c.check_aws_ready(spec, options=tuple(sorted(k for k, v in options.items() if v not in (None, False, [], {}))))
     info = c.submit(spec)
