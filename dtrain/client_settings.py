@@ -133,23 +133,35 @@ class Settings:
         """Merge settings (role, bucket, region, subnets, ...) into config.yaml, after removing the
         keys in `unset` (a VPC or an image no longer wanted); all checked before saving. Returns the
         `sagemaker:` settings saved (`dtrain config sagemaker`)."""
-        from dtrain.backends.sagemaker.config import SageMakerConfig
-        unset = name_list(unset, "unset", "unset=['subnets', 'security_group_ids']")  # 'vpc': one key, not 3
+        from dtrain.backends.sagemaker.config import SageMakerConfig, SettingRefused, setting_named
+        unset = name_list(unset, "unset", "unset=['subnets', 'security_groups']")  # 'vpc': one key, not 3
         given = {k: v for k, v in settings.items() if v is not None}
         if both := sorted(set(given) & set(unset)):
             raise SpecError(f"{both[0]} is both set and unset: give one of them; nothing was changed")
+        known = list(SageMakerConfig.__dataclass_fields__)
+        if unknown := next((k for k in [*given, *unset] if k not in known), None):  # the CLI's flags are all known
+            import difflib
+
+            near = difflib.get_close_matches(unknown, known, n=1)
+            raise SpecError(f"unknown SageMaker setting {shown(unknown)}{f' (did you mean {near[0]!r}?)' if near else ''}"
+                            f": use one of {', '.join(known)}; nothing was changed")
         where = str(self.home / "config.yaml")
 
         def merged(current: dict) -> dict:
-            return {**{k: v for k, v in current.items() if k not in unset}, **given}
+            """The settings saved once this change is made, checked; a refusal names a setting as this
+            client's door does (the SDK's argument, the CLI's flag) and writes nothing."""
+            try:
+                return SageMakerConfig.from_dict({**{k: v for k, v in current.items() if k not in unset}, **given},
+                                                 where=where).to_dict()
+            except SettingRefused as err:
+                raise err.in_words(self.door) from None
 
-        SageMakerConfig.from_dict(merged(self.config.sagemaker), where=where)  # a SpecError writes nothing
+        merged(self.config.sagemaker)
         if settings.get("instance_type") is not None:  # a typo would refuse every later submit
             from dtrain.backends.sagemaker.validate import check_enum
             check_enum("sagemaker", "TrainingInstanceType", "ResourceConfig", settings["instance_type"],
-                       "--instance-type")
-        self.config = UserConfig.update(self.home, lambda cfg: setattr(
-            cfg, "sagemaker", SageMakerConfig.from_dict(merged(cfg.sagemaker), where=where).to_dict()))
+                       setting_named("instance_type", self.door))
+        self.config = UserConfig.update(self.home, lambda cfg: setattr(cfg, "sagemaker", merged(cfg.sagemaker)))
         self._forget_made("sagemaker")
         return SavedSettings(section="sagemaker", settings=dict(self.config.sagemaker))
 

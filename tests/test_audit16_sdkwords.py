@@ -21,3 +21,36 @@ def test_a_job_of_several_processes_without_a_launcher_is_named_by_its_fields_in
     said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)  # the CLI's words, as before
     assert said.returncode == 2 and said.stderr == ("dtrain: error: --processes 2 needs a launcher: use dtrain "
                                                     "submit-dist --launcher torchrun or dtrain submit-mpi\n"), said.stderr
+
+
+@pytest.mark.parametrize("given, says", [
+    ({"bucket": "b"}, "invalid SageMaker bucket 'b': use a value like my-training-bucket"),
+    ({"instance_type": "m5"}, "invalid SageMaker instance_type 'm5': use a value like ml.m5.xlarge"),
+    ({"security_groups": ["x"]}, "invalid SageMaker security_groups x: use up to 5 ids of at most 32 characters "
+                                 "like sg-0abc1234"),
+    ({"subnets": ["subnet-1"]}, "a VPC needs both subnets and security_groups; give both or neither "
+                                "(configure_sagemaker(unset=['subnets', 'security_groups']) removes a saved VPC)"),
+    ({"bukcet": "my-bucket"}, "unknown SageMaker setting 'bukcet' (did you mean 'bucket'?): use one of role, "
+                              "bucket, region, prefix, image, instance_type, subnets, security_groups, master_port; "
+                              "nothing was changed"),
+])
+def test_configure_sagemaker_names_the_argument_given_not_the_clis_flag(dt: Dtrain, given, says):
+    """configure_sagemaker(bucket='b') said "invalid SageMaker --bucket 'b'", a flag the SDK never takes (and
+    bukcet= named config.yaml, which held no such key); nothing is saved."""
+    from dtrain import Client
+
+    before = (dt.home / "config.yaml").read_text() if (dt.home / "config.yaml").exists() else None
+    with pytest.raises(SpecError) as sdk:
+        Client(home=dt.home).configure_sagemaker(**given)
+    assert str(sdk.value) == says
+    assert ((dt.home / "config.yaml").read_text() if (dt.home / "config.yaml").exists() else None) == before
+
+
+@pytest.mark.parametrize("flags, says", [
+    (("--bucket", "b"), "invalid SageMaker --bucket 'b': use a value like my-training-bucket"),
+    (("--subnets", "subnet-1"), "a VPC needs both --subnets and --security-groups; give both or neither (dtrain "
+                                "config sagemaker --unset subnets security-groups removes a saved VPC)"),
+])
+def test_config_sagemaker_names_the_flag_as_before(dt: Dtrain, flags, says):
+    said = dt("config", "sagemaker", *flags, check=False)
+    assert said.returncode == 2 and said.stderr == f"dtrain: error: {says}\n", said.stderr

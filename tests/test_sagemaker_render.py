@@ -286,11 +286,12 @@ def test_spec_round_trips_with_sagemaker_options():
 
 
 def test_a_mistyped_instance_type_is_not_saved(tmp_path):
-    """`dtrain config sagemaker --instance-type` is checked as the requests that will use it are."""
+    """`dtrain config sagemaker --instance-type` is checked as the requests that will use it are (the SDK's
+    refusal names its argument, instance_type=)."""
     import dtrain
 
     client = dtrain.Client(home=tmp_path)
-    with pytest.raises(SpecError, match=r"--instance-type='ml.m5.xlarg' is not one of its \d+ values: did you mean "
+    with pytest.raises(SpecError, match=r"^instance_type='ml.m5.xlarg' is not one of its \d+ values: did you mean "
                                         r"ml.m5.xlarge"):
         client.configure_sagemaker(instance_type="ml.m5.xlarg")
     assert not (tmp_path / "config.yaml").exists()

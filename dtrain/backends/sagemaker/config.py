@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from dtrain.errors import SpecError
 from dtrain.names import SHOWN, cut, listed, shown
@@ -45,6 +45,25 @@ LOCAL_ROLE = "arn:aws:iam::000000000000:role/dtrain-local"  # what --local jobs 
 LOCAL_BUCKET = "dtrain-local"  # the bucket a --local job's "S3" folder stands for
 
 
+def setting_named(key: str, door: str = "cli") -> str:
+    """A setting as a refusal names it, in the words of the door it came through: the CLI's flag
+    (--instance-type; config.yaml's and the HTTP API's refusals say it so too), the SDK's argument of
+    Client.configure_sagemaker (instance_type)."""
+    return key if door == "sdk" else "--" + key.replace("_", "-")
+
+
+class SettingRefused(SpecError):
+    """A SageMaker setting refused; `words(door)` says it in a door's words (setting_named), the CLI's
+    by default: the SDK's configure_sagemaker rewords it with `in_words("sdk")`."""
+
+    def __init__(self, words: Callable[[str], str], door: str = "cli"):
+        self.words = words
+        super().__init__(words(door))
+
+    def in_words(self, door: str) -> "SettingRefused":
+        return SettingRefused(self.words, door)
+
+
 @dataclass(frozen=True, kw_only=True)
 class SageMakerConfig:
     """Everything the SageMaker backend needs besides the job spec."""
@@ -67,20 +86,28 @@ class SageMakerConfig:
                   ("region", self.region, REGION_RE, "us-east-1"),
                   ("prefix", self.prefix, PREFIX_RE, "dtrain"),
                   ("image", self.image, IMAGE_RE, "763104351884.dkr.ecr.us-east-1.amazonaws.com/pytorch-training:2.3.0-cpu-py311"),
-                  ("instance-type", self.instance_type, INSTANCE_RE, "ml.m5.xlarge")]
+                  ("instance_type", self.instance_type, INSTANCE_RE, "ml.m5.xlarge")]
         optional = ("role", "bucket", "image")  # the others have defaults: an empty `region:` in config.yaml is None
-        for flag, value, pattern, example in checks:
-            if (value is not None or flag not in optional) and (not isinstance(value, str) or not pattern.match(value)):
-                raise SpecError(f"invalid SageMaker --{flag} {shown(value)}: use a value like {example}")
-        for flag, values, pattern, example in (("subnets", self.subnets, SUBNET_RE, "subnet-0abc1234"),
-                                               ("security-groups", self.security_groups, SG_RE, "sg-0abc1234")):
+        for key, value, pattern, example in checks:
+            if (value is not None or key not in optional) and (not isinstance(value, str) or not pattern.match(value)):
+                raise SettingRefused(lambda door, key=key, value=value, example=example:
+                                     f"invalid SageMaker {setting_named(key, door)} {shown(value)}: use a value "
+                                     f"like {example}")
+        for key, values, pattern, example in (("subnets", self.subnets, SUBNET_RE, "subnet-0abc1234"),
+                                              ("security_groups", self.security_groups, SG_RE, "sg-0abc1234")):
             bad = [v for v in values if not isinstance(v, str) or not pattern.match(v)]
-            if bad or len(values) > VPC_LIMITS[flag]:
-                raise SpecError(f"invalid SageMaker --{flag} {cut(', '.join(map(str, bad)) or ' '.join(values), SHOWN)}: "
-                                f"use up to {VPC_LIMITS[flag]} ids of at most 32 characters like {example}")
+            limit = VPC_LIMITS[key.replace("_", "-")]
+            if bad or len(values) > limit:
+                said = cut(", ".join(map(str, bad)) or " ".join(values), SHOWN)
+                raise SettingRefused(lambda door, key=key, said=said, limit=limit, example=example:
+                                     f"invalid SageMaker {setting_named(key, door)} {said}: use up to {limit} ids "
+                                     f"of at most 32 characters like {example}")
         if bool(self.subnets) != bool(self.security_groups):
-            raise SpecError("a VPC needs both --subnets and --security-groups; give both or neither (dtrain config "
-                            "sagemaker --unset subnets security-groups removes a saved VPC)")
+            raise SettingRefused(lambda door: (
+                "a VPC needs both --subnets and --security-groups; give both or neither (dtrain config sagemaker "
+                "--unset subnets security-groups removes a saved VPC)" if door != "sdk" else
+                "a VPC needs both subnets and security_groups; give both or neither "
+                "(configure_sagemaker(unset=['subnets', 'security_groups']) removes a saved VPC)"))
         if isinstance(self.master_port, bool) or not isinstance(self.master_port, int) or not 1 <= self.master_port <= 65535:
             raise SpecError(f"invalid SageMaker master_port {self.master_port!r}: use 1..65535")
 
