@@ -308,7 +308,8 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         """Run a command beside a Running job's rank; its exit code. A job still Pending or a rank being
         launched is waited for up to `running_timeout` seconds (kubectl exec's --pod-running-timeout)."""
         on = self._job(name, project, backend)
-        return on.exec(name, command, rank=rank, cmd=self._hint_command(on), running_timeout=running_timeout)
+        return on.exec(name, command, rank=rank, cmd=self._hint_command(on), running_timeout=running_timeout,
+                       door=self.door)
 
     def nodes(self) -> Listed:
         """The default backend's nodes; its `notices` say what could not be read (Kubernetes: pods this

@@ -188,8 +188,10 @@ def check_tail(value, door: str = "sdk") -> int:
 
 def rank_refusal(typed, door: str = "sdk", one: bool = False) -> SpecError:
     """The refusal of logs' rank (`typed`: as the user wrote it) that is no process rank of any job;
-    `one`: exec's, in the same words, with no 'all' (exec runs in one process)."""
-    return SpecError(f"invalid --rank {shown(typed)}: use a process rank such as 0 (at most {MAX_PROCESSES - 1})"
+    `one`: exec's, in the same words, with no 'all' (exec runs in one process), its rank named as the
+    door takes it (exec_rank_named)."""
+    named = exec_rank_named(door) if one else "--rank"
+    return SpecError(f"invalid {named} {shown(typed)}: use a process rank such as 0 (at most {MAX_PROCESSES - 1})"
                      + ("; exec runs in one process" if one else
                         f", or {EVERY[door][1]} for every rank's lines (the default)"))
 
@@ -208,19 +210,24 @@ def check_rank(value, door: str = "sdk", typed=None) -> int:
     return _checked_rank(value, inf, lambda: rank_refusal(value if typed is None else typed, door))
 
 
-def check_exec_rank_form(value) -> int:
+def exec_rank_named(door: str = "sdk") -> str:
+    """exec's rank as a refusal names it in the words of a door: the SDK's argument (rank), the CLI's --rank."""
+    return "--rank" if door == "cli" else "rank"
+
+
+def check_exec_rank_form(value, door: str = "sdk") -> int:
     """exec's rank before the job is read (a job not found hid it): a whole number from 0 to the last
-    rank any job can have, refused in logs' words (rank_refusal); a whole number is named as the number,
-    from the CLI as from the SDK."""
-    return _checked_rank(value, MAX_PROCESSES, lambda: rank_refusal(value, one=True))
+    rank any job can have, refused in logs' words (rank_refusal), naming the rank as `door` takes it;
+    a whole number is named as the number, from the CLI as from the SDK."""
+    return _checked_rank(value, MAX_PROCESSES, lambda: rank_refusal(value, door, one=True))
 
 
-def check_exec_rank(value, name: str, processes: int, typed=None) -> int:
-    """exec's rank: one of job `name`'s `processes` ranks (exec runs in one process: no 'all'). The
-    same line from the CLI (`typed`: as the user wrote it; a whole number is named as the number) and
-    the SDK, whether the rank is no whole number, negative or past the job's last."""
+def check_exec_rank(value, name: str, processes: int, typed=None, door: str = "sdk") -> int:
+    """exec's rank: one of job `name`'s `processes` ranks (exec runs in one process: no 'all'). One line
+    whether the rank is no whole number, negative or past the job's last, naming the rank as `door`
+    takes it (`typed`: as the user wrote it; a whole number is named as the number)."""
     return _checked_rank(value, processes, lambda: SpecError(
-        f"invalid --rank {shown(value if typed is None else typed)}: exec runs in one process; "
+        f"invalid {exec_rank_named(door)} {shown(value if typed is None else typed)}: exec runs in one process; "
         f"job {name!r} has {processes} process(es), ranks 0 to {processes - 1}"))
 
 

@@ -113,7 +113,7 @@ def test_exec_of_a_command_that_is_no_list_of_words_is_a_spec_error(home):
     client.submit(dtrain.JobSpec(name="sleeper", command=["sleep", "60"]))
     try:
         for command in (5, Path("/bin/true"), {"true": 1}, "true", [Path("/bin/true")]):
-            with pytest.raises(SpecError, match=r"^exec needs a command after '--'"):
+            with pytest.raises(SpecError, match=r"^invalid command .*: exec needs a command as a list of its words"):
                 client.exec("sleeper", command, running_timeout=60)
         assert client.get("sleeper").status.suspendable  # Pending or Running still: refused, not run
     finally:

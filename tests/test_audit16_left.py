@@ -95,7 +95,7 @@ def test_exec_and_bash_check_the_ranks_form_before_the_job_in_logs_words(dt: Dtr
                                                     "(at most 4095); exec runs in one process\n"), said.stderr
     assert "use a process rank such as 0 (at most 4095)" in dt("logs", "nosuch", "--rank", "-1", check=False).stderr
     from dtrain import Client
-    with pytest.raises(SpecError, match=r"^invalid --rank -1: use a process rank such as 0 \(at most 4095\); exec"):
+    with pytest.raises(SpecError, match=r"^invalid rank -1: use a process rank such as 0 \(at most 4095\); exec"):
         Client(home=dt.home).exec("nosuch", ["true"], rank=-1)
 
 

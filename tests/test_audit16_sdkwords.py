@@ -54,3 +54,32 @@ def test_configure_sagemaker_names_the_argument_given_not_the_clis_flag(dt: Dtra
 def test_config_sagemaker_names_the_flag_as_before(dt: Dtrain, flags, says):
     said = dt("config", "sagemaker", *flags, check=False)
     assert said.returncode == 2 and said.stderr == f"dtrain: error: {says}\n", said.stderr
+
+
+def test_exec_names_the_sdks_rank_and_command_and_the_cli_its_own(dt: Dtrain):
+    """Client.exec(rank=-1) said 'invalid --rank -1', and exec(name, 5) "exec needs a command after '--', e.g.
+    dtrain exec JOB -- ls /mnt": the CLI's flag and separator, which a notebook never typed."""
+    from dtrain import Client
+
+    client = Client(home=dt.home)
+    with pytest.raises(SpecError) as form:  # refused before the job is read
+        client.exec("nosuch", ["true"], rank=-1)
+    assert str(form.value) == "invalid rank -1: use a process rank such as 0 (at most 4095); exec runs in one process"
+    dt("submit", "sleeper", "--", "sleep", "60")
+    try:
+        with pytest.raises(SpecError) as past:
+            client.exec("sleeper", ["true"], rank=1, running_timeout=60)
+        assert str(past.value) == ("invalid rank 1: exec runs in one process; job 'sleeper' has 1 process(es), "
+                                   "ranks 0 to 0")
+        with pytest.raises(SpecError) as command:
+            client.exec("sleeper", 5, running_timeout=60)
+        assert str(command.value) == ("invalid command 5: exec needs a command as a list of its words, e.g. "
+                                      "exec('sleeper', ['ls', '/mnt'])")
+        said = dt("exec", "sleeper", "--rank", "1", "--", "true", check=False)  # the CLI's words, as before
+        assert said.returncode == 2 and said.stderr == ("dtrain: error: invalid --rank 1: exec runs in one process; "
+                                                        "job 'sleeper' has 1 process(es), ranks 0 to 0\n"), said.stderr
+        said = dt("exec", "nosuch", "--rank", "-1", "--", "true", check=False)
+        assert said.stderr == ("dtrain: error: invalid --rank -1: use a process rank such as 0 (at most 4095); exec "
+                               "runs in one process\n"), said.stderr
+    finally:
+        dt("delete", "sleeper")

@@ -121,7 +121,8 @@ def test_the_dashboards_resume_waits_while_a_rank_still_stops(home, tmp_path):
 def test_exec_refuses_a_rank_in_the_same_words_from_the_cli_and_the_sdk(dt: Dtrain):
     """`dtrain exec --rank -1` said 'exec runs in one process; give a rank from 0 to N, e.g. ...' and
     Client.exec(rank=-1) 'invalid rank -1: job J has ranks 0 to N': one check (names.check_exec_rank)
-    now words both, whether the rank is negative, past the job's last or no number, as logs' does."""
+    now words both, whether the rank is negative, past the job's last or no number, as logs' does; each
+    names the rank as its door takes it."""
     from dtrain import Client
     from dtrain.errors import SpecError
 
@@ -133,7 +134,9 @@ def test_exec_refuses_a_rank_in_the_same_words_from_the_cli_and_the_sdk(dt: Dtra
             assert cli.returncode == 2 and cli.stdout == "", cli
             with pytest.raises(SpecError) as sdk:
                 Client(home=dt.home).exec("pair", ["true"], rank=given)
-            assert cli.stderr == f"dtrain: error: {sdk.value}\n", (cli.stderr, str(sdk.value))
+            # the same line, the rank named as each door takes it (the SDK's rank=, the CLI's --rank)
+            assert cli.stderr == f"dtrain: error: {sdk.value}\n".replace("invalid rank", "invalid --rank", 1), (
+                cli.stderr, str(sdk.value))
             assert ("job 'pair' has 2 process(es), ranks 0 to 1" if typed == "2" else  # the form: before the job
                     "use a process rank such as 0 (at most 4095); exec runs in one process") in cli.stderr, cli.stderr
     finally:

@@ -218,10 +218,11 @@ class Backend(BackendDefaults):
         return Listed(nodes, notices_of(nodes))
 
     def exec(self, name: str, command: list[str] | tuple[str, ...], *, rank: int = 0,
-             cmd: HintCommand | None = None, running_timeout: float = EXEC_RUNNING_WAIT) -> int:
+             cmd: HintCommand | None = None, running_timeout: float = EXEC_RUNNING_WAIT, door: str = "sdk") -> int:
         """Run `command` beside a Running job's rank (its mount namespace / pod and environment),
         with this process's stdin, stdout and stderr; returns the command's exit code. `cmd`: the
-        commands a refusal names (see `HintCommand`). A job still Pending, or a rank still being
+        commands a refusal names (see `HintCommand`); `door`: whose words name the rank and the command
+        refused (the SDK's arguments, the CLI's --rank and '--'). A job still Pending, or a rank still being
         launched (NotReadyError from `_exec`), is waited for up to `running_timeout` seconds, as
         `kubectl exec --pod-running-timeout` (1m) and `runai bash` wait for the pod to run; a job
         that ended or is suspended is refused at once."""
@@ -230,10 +231,10 @@ class Backend(BackendDefaults):
                 or not 0 <= running_timeout <= MAX_WAIT:  # NaN compares false
             raise SpecError(f"invalid running_timeout {shown(running_timeout)}: use seconds from 0 to {MAX_WAIT} "
                             f"(366 days), e.g. 60 (the CLI's --pod-running-timeout 1m)")
-        check_exec_rank_form(rank)  # before the job is read, as logs checks its rank
+        check_exec_rank_form(rank, door)  # before the job is read, as logs checks its rank
         with self._named("job", name):
             first = self._get(_existing(name, "job"))
-        check_exec_rank(rank, name, first.spec.processes)  # the CLI's --rank is checked here too: one line
+        check_exec_rank(rank, name, first.spec.processes, door=door)  # the CLI's --rank is checked here too: one line
         infos = iter([first])
 
         def attempt() -> int:
@@ -243,7 +244,9 @@ class Backend(BackendDefaults):
                                     f"(see '{cmd(info.status.listed_by, info.spec.project)}')")
             if not isinstance(command, (list, tuple)) or not command or not all(  # 5, a Path, a dict's keys: no
                     isinstance(w, str) and "\0" not in w for w in command):
-                raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt")
+                raise SpecError("exec needs a command after '--', e.g. dtrain exec JOB -- ls /mnt" if door == "cli" else
+                                f"invalid command {shown(command)}: exec needs a command as a list of its words, "
+                                f"e.g. exec({name!r}, ['ls', '/mnt'])")
             if info.status is JobStatus.PENDING:  # said as it stands once the time is out
                 waited = f" after {running_timeout:g}s" if running_timeout else ""
                 raise NotReadyError(f"job {name!r} is {info.status}{waited}: exec needs a Running job "

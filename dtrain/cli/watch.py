@@ -155,14 +155,14 @@ def _rank(text: str) -> int:
 
 def _exec_rank(text: str) -> int | str:
     """exec's --rank as the SDK would be given it: a whole number (-1 too) as that number, anything
-    else as typed; the backend's check (names.check_exec_rank) refuses it in the SDK's words."""
+    else as typed; the backend's check (names.check_exec_rank, told the CLI's door) names it --rank as typed."""
     value = whole_number(text)  # as every whole-number flag reads it ('1_0', '2.')
     return value if isinstance(value, int) else text
 
 
 def cmd_exec(args, command: list[str], client: Client, _launcher=None) -> int:
     waits = running_timeout(args.pod_running_timeout)  # a bad number before any look-up
-    rank = 0 if args.rank is None else check_exec_rank_form(_exec_rank(args.rank))  # before the look-up, as logs
+    rank = 0 if args.rank is None else check_exec_rank_form(_exec_rank(args.rank), "cli")  # before the look-up, as logs
     _in_project(args)
     refuse_pod(args, client, _get(args, client, args.name))
     code = client.exec(args.name, command, rank=rank, project=args.project, running_timeout=waits)
