@@ -5,9 +5,11 @@ the one line of a job not found there, in the words of the door a client serves.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dtrain.backends.base import Backend, JobInfo
+from dtrain.backends.records import _Record
 from dtrain.config import BACKENDS
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
 from dtrain.names import shown
@@ -35,6 +37,16 @@ BACKEND_ARG = {"sdk": "backend={!r}", "cli": "--backend {}", "http": '"backend":
 # How a message names reaching a job on one backend with any job verb, in the words of each door: the SDK's
 # job verbs' argument, the CLI's option, the HTTP API's job routes' query parameter.
 JOB_BACKEND = {"sdk": "backend={!r}", "cli": "--backend {}", "http": "?backend={}"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ForgotBackend(_Record):
+    """What `forget_backend` did: the backend no longer asked for the jobs `submit` sent there, and why a list
+    of every project asks it still (config.yaml's settings for it, a project sent there, the default
+    backend), each in words: POST /api/v1/backends/NAME/forget's answer."""
+
+    backend: str
+    still_asked: tuple[str, ...] = ()
 
 
 class JobLookup:
@@ -164,11 +176,12 @@ class JobLookup:
         sent = [name for name, _ in self._sent_to.read()]
         return [name for name in dict.fromkeys([*self._configured_backends(), *sent]) if name != backend.name]
 
-    def forget_backend(self, name: str) -> list[str]:
+    def forget_backend(self, name: str) -> ForgotBackend:
         """Stop `list()` of every project asking backend `name` where only a `submit` to it (state.db's
         sent_to) made it ask (a cluster that is gone warned at each list); its jobs are not touched, and
-        `backend=name` still reaches them. The reasons it is asked still (config.yaml's settings for it,
-        a project sent there), as lines; NotFoundError for a backend not among those remembered."""
+        `backend=name` still reaches them. Returns the backend and the reasons it is asked still
+        (config.yaml's settings for it, a project sent there); NotFoundError for a backend not among
+        those remembered."""
         sent = [b for b, _ in self._sent_to.read()]
         if name not in sent:
             some = ", ".join(sent) or "none"
@@ -182,7 +195,7 @@ class JobLookup:
                   for p, b in sorted(self.config.project_backends.items()) if b == name]
         if self.config.backend_for(self.default_project) == name:
             still.append("the default backend")
-        return still
+        return ForgotBackend(backend=name, still_asked=tuple(still))
 
     def _configured_backends(self) -> list[str]:
         """The backends other than the local one that config.yaml (or this client's `sagemaker=`) has

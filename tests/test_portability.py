@@ -314,7 +314,7 @@ def test_forget_backend_drops_a_sent_to_backend_and_says_what_still_asks_it(home
         client.forget_backend("kubernetes")
     SentTo(home).record("kubernetes", "default")
     SentTo(home).record("sagemaker", "default")
-    assert client.forget_backend("kubernetes") == [] and SentTo(home).read() == [("sagemaker", "default")]
+    assert client.forget_backend("kubernetes").still_asked == () and SentTo(home).read() == [("sagemaker", "default")]
     (home / "config.yaml").write_text("project_backends:\n  team-b: sagemaker\n")
-    assert dtrain.Client(home=home).forget_backend("sagemaker") == [
-        "project team-b's backend (config.yaml's project_backends)"]
+    assert dtrain.Client(home=home).forget_backend("sagemaker").still_asked == (
+        "project team-b's backend (config.yaml's project_backends)",)

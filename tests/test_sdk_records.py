@@ -14,6 +14,7 @@ from dtrain.backends.base import (Event, JobCount, JobInfo, JobPage, JobStatus, 
 from dtrain.errors import SpecError
 from dtrain.spec import JobSpec
 from dtrain.client_settings import Defaults, RemovedClasses, SavedSettings
+from dtrain.client_lookup import ForgotBackend
 
 
 def _record(value, kind):
@@ -45,6 +46,17 @@ def test_the_settings_verbs_return_what_config_yaml_holds_as_records(home, tmp_p
     assert _record(saved, SavedSettings) == {"section": "storage_classes", "settings": {"fast": str(tmp_path / "fast")}}
     assert _record(client.unset_storage_classes(["fast", "fast"]), RemovedClasses) == {
         "classes": ["fast"], "volumes": {"fast": 0}}
+
+
+def test_forget_backend_returns_a_record_as_the_http_api_answers(home):
+    """forget_backend returned a plain list of the reasons the backend is asked still, where the other settings
+    verbs return records and POST /backends/NAME/forget answers {backend, still_asked}."""
+    from dtrain.remotes import SentTo
+
+    SentTo(home).record("sagemaker", "default")
+    (home / "config.yaml").write_text("project_backends:\n  team-b: sagemaker\n")
+    assert _record(dtrain.Client(home=home).forget_backend("sagemaker"), ForgotBackend) == {
+        "backend": "sagemaker", "still_asked": ["project team-b's backend (config.yaml's project_backends)"]}
 
 
 def test_create_project_returns_the_project_read_back(home, monkeypatch):

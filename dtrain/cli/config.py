@@ -138,7 +138,7 @@ def _config_forget_backend(args, client: Client, flags: list[str]) -> int:
                         f"forget-backend', which takes a backend, e.g. dtrain config forget-backend kubernetes")
     if args.value is None or args.folder is not None:
         raise SpecError("give one backend to forget, e.g. dtrain config forget-backend kubernetes")
-    still = client.forget_backend(args.value)
+    still = client.forget_backend(args.value).still_asked
     print(f"Forgot backend {args.value}: 'dtrain list -A' no longer asks it for the jobs sent there; its jobs are "
           f"not touched ('dtrain --backend {args.value} list' lists them)")
     if still:

@@ -92,4 +92,4 @@ def forget_backend(request: Request, name: BackendName):
     """Stop a list of every project asking backend `name` where only a submit to it (state.db's sent_to)
     made it ask: a cluster that is gone warned at each list (`dtrain config forget-backend NAME`). Its
     jobs are not touched. `still_asked` says why it is asked still; 404 for a backend not remembered."""
-    return wire.ForgotBackend(backend=name, still_asked=client(request).forget_backend(name))
+    return wire.ForgotBackend(**client(request).forget_backend(name).to_dict())
