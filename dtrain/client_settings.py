@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from dtrain.backends.records import _Record
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig
-from dtrain.errors import NotFoundError, SpecError
+from dtrain.errors import NotFoundError, SpecError, Worded
 from dtrain.names import name_list, require_project, shown
 from dtrain.numbers import plain_numbers
 from dtrain.spec import check_name
@@ -133,7 +133,7 @@ class Settings:
         """Merge settings (role, bucket, region, subnets, ...) into config.yaml, after removing the
         keys in `unset` (a VPC or an image no longer wanted); all checked before saving. Returns the
         `sagemaker:` settings saved (`dtrain config sagemaker`)."""
-        from dtrain.backends.sagemaker.config import SageMakerConfig, SettingRefused, setting_named
+        from dtrain.backends.sagemaker.config import SageMakerConfig, setting_named
         unset = name_list(unset, "unset", "unset=['subnets', 'security_groups']")  # 'vpc': one key, not 3
         given = {k: v for k, v in settings.items() if v is not None}
         if both := sorted(set(given) & set(unset)):
@@ -153,7 +153,7 @@ class Settings:
             try:
                 return SageMakerConfig.from_dict({**{k: v for k, v in current.items() if k not in unset}, **given},
                                                  where=where).to_dict()
-            except SettingRefused as err:
+            except Worded as err:
                 raise err.in_words(self.door) from None
 
         merged(self.config.sagemaker)

@@ -2,6 +2,7 @@
 
     DtrainError                 base: the CLI prints str(err) on one line, exits 2
     ├── SpecError               a malformed flag, YAML field or SDK argument
+    │   └── Worded              one that names the input as the door it came through spells it
     ├── NotFoundError           an unknown job, volume, snapshot or project
     ├── ConflictError           a name clash, a volume in use, a restore onto an existing volume
     │   └── NotReadyError       a Running notebook whose Jupyter does not serve yet, a Running job's rank
@@ -26,6 +27,20 @@ class DtrainError(Exception):
 
 class SpecError(DtrainError, ValueError):
     """A job, volume or snapshot description is malformed."""
+
+
+class Worded(SpecError):
+    """A refusal that names what was given as the door it came through spells it: `words(door)` says it for
+    "sdk" (an argument, a field), "cli" (a flag) or "http" (a body, answered as the CLI where said so).
+    Raised in `door`'s words; whoever knows the door (JobSpec.from_dict's door, Client.door) says it again
+    with `in_words(door)`."""
+
+    def __init__(self, words, door: str = "sdk"):
+        self.words = words
+        super().__init__(words(door))
+
+    def in_words(self, door: str) -> "Worded":
+        return Worded(self.words, door)
 
 
 class NotFoundError(DtrainError, LookupError):

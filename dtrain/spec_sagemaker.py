@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from dtrain.errors import SpecError
+from dtrain.errors import SpecError, Worded
 from dtrain.names import STORED, listed, plain, shown
 from dtrain.numbers import whole
 
@@ -211,6 +211,18 @@ def check_hyperparameters(hps: Mapping[Any, Any]) -> dict[str, HyperparameterVal
 
 
 DEFAULT_MAX_RUNTIME = 86400  # a day: MaxRuntimeInSeconds when --max-runtime is not given
+_FLAGS = {"checkpoint_uri": "--checkpoint-s3-uri", "channels": "--channel"}  # the flags not named as the fields
+
+
+def option_named(key: str, door: str = "sdk") -> str:
+    """A SageMaker option as a refusal names it in a door's words: the SDK's field of sagemaker={...}
+    (SageMakerOptions'), the CLI's flag (the HTTP API's body answers as the CLI)."""
+    return key if door == "sdk" else _FLAGS.get(key, "--" + key.replace("_", "-"))
+
+
+def _given(key: str, value: str, door: str) -> str:
+    """An option given a value, as a door's example writes it: instance_count=2, --instance-count 2."""
+    return f"{key}={value}" if door == "sdk" else f"{option_named(key, door)} {value}"
 NUMBER_FIELDS = ("instance_count", "max_runtime", "max_wait", "volume_size")  # as spec.NUMBER_FIELDS
 
 
@@ -242,29 +254,34 @@ class SageMakerOptions:
         set_("hyperparameters", check_hyperparameters(self.hyperparameters))
         names = [c.name for c in self.channels]
         if len(set(names)) != len(names):
-            raise SpecError(f"channel names repeat ({', '.join(names)}): give each --channel its own name")
+            raise Worded(lambda door: f"channel names repeat ({', '.join(names)}): give each "
+                                      f"{'channel' if door == 'sdk' else '--channel'} its own name")
         if self.instance_type is not None and not INSTANCE_RE.match(str(self.instance_type)):
-            raise SpecError(f"invalid --instance-type {shown(self.instance_type)}: SageMaker training types start "
-                            f"with 'ml.', e.g. ml.m5.xlarge or ml.g5.12xlarge")
+            raise Worded(lambda door: f"invalid {option_named('instance_type', door)} {shown(self.instance_type)}: "
+                                      f"SageMaker training types start with 'ml.', e.g. ml.m5.xlarge or ml.g5.12xlarge")
         for flag in ("spot", "local", "network_isolation", "encrypt_inter_container"):
             if not isinstance(getattr(self, flag), bool):  # 'no' is a string, and a true one
                 raise SpecError(f"invalid sagemaker {flag} {shown(getattr(self, flag))}: use true or false")
         for key in NUMBER_FIELDS:  # a job file's or a JSON body's 2.0 is 2, as --instance-count 2.0
             set_(key, whole(getattr(self, key)))
-        _bounded(self.instance_count, "--instance-count", 1, MAX_INSTANCES, optional=True)
-        _bounded(self.max_runtime, "--max-runtime", 1, MAX_RUNTIME_S)
-        _bounded(self.max_wait, "--max-wait", 1, MAX_RUNTIME_S, optional=True)
-        _bounded(self.volume_size, "--volume-size", 1, MAX_VOLUME_GB)
-        _s3_uri(self.checkpoint_uri, "--checkpoint-s3-uri", "s3://my-bucket/checkpoints")
-        _s3_uri(self.output_path, "--output-path", "s3://my-bucket/models")
+        _bounded(self.instance_count, "instance_count", 1, MAX_INSTANCES, optional=True)
+        _bounded(self.max_runtime, "max_runtime", 1, MAX_RUNTIME_S)
+        _bounded(self.max_wait, "max_wait", 1, MAX_RUNTIME_S, optional=True)
+        _bounded(self.volume_size, "volume_size", 1, MAX_VOLUME_GB)
+        _s3_uri(self.checkpoint_uri, "checkpoint_uri", "s3://my-bucket/checkpoints")
+        _s3_uri(self.output_path, "output_path", "s3://my-bucket/models")
         if self.max_wait is not None and not self.spot:
-            raise SpecError("--max-wait applies to spot training only: add --spot or drop --max-wait")
+            raise Worded(lambda door: "--max-wait applies to spot training only: add --spot or drop --max-wait"
+                         if door != "sdk" else "max_wait applies to spot training only: add spot=True or drop max_wait")
         if self.spot and self.max_wait is not None and self.max_wait < self.max_runtime:
             # `--spot --max-wait 7200` alone met the default --max-runtime (a day), which the user never typed
             default = " (the default)" if self.max_runtime == DEFAULT_MAX_RUNTIME else ""
-            raise SpecError(f"--max-wait {shown(self.max_wait)} is below --max-runtime {shown(self.max_runtime)}{default}: "
-                            f"SageMaker needs the spot wait to cover the run; raise --max-wait to at least "
-                            f"{self.max_runtime}, or pass --max-runtime {self.max_wait} or less")
+            wait, runtime = shown(self.max_wait), shown(self.max_runtime)
+            raise Worded(lambda door: (
+                f"{option_named('max_wait', door)} {wait} is below {option_named('max_runtime', door)} {runtime}"
+                f"{default}: SageMaker needs the spot wait to cover the run; raise {option_named('max_wait', door)} "
+                f"to at least {self.max_runtime}, or " + (f"give max_runtime={self.max_wait} or less" if door == "sdk"
+                                                          else f"pass --max-runtime {self.max_wait} or less")))
         for key in NUMBER_FIELDS:  # checked as written (a refusal quotes '1e5'); stored plain
             set_(key, plain(getattr(self, key)))
 
@@ -299,27 +316,30 @@ def _channel(value: Any) -> Channel:
     raise SpecError(f"invalid channel {shown(value)}: use 'NAME=URI' or {{name, uri}}")
 
 
-def _s3_uri(value: Any, flag: str, example: str) -> None:
-    """An S3 URI as SageMaker takes one for checkpoints and output: s3://BUCKET[/PREFIX], at most MAX_S3_URI."""
+def _s3_uri(value: Any, key: str, example: str) -> None:
+    """An S3 URI as SageMaker takes one for checkpoints and output: s3://BUCKET[/PREFIX], at most MAX_S3_URI;
+    `key`: the option, named in each door's words (option_named)."""
     if value is None:
         return
     found = re.match(r"^s3://([^/\s]+)(/\S*)?\Z", str(value))
     if not isinstance(value, str) or not found:
-        raise SpecError(f"invalid {flag} {shown(value)}: use s3://BUCKET/PREFIX, e.g. {flag} {example}")
+        raise Worded(lambda door: f"invalid {option_named(key, door)} {shown(value)}: use s3://BUCKET/PREFIX, "
+                                  f"e.g. {_given(key, repr(example) if door == 'sdk' else example, door)}")
     if not S3_BUCKET_RE.match(found.group(1)):
-        raise SpecError(f"invalid {flag} {shown(value)}: the S3 URI's bucket name must be 3-63 lower-case "
-                        f"letters, digits, '.' or '-', e.g. {example}")
+        raise Worded(lambda door: f"invalid {option_named(key, door)} {shown(value)}: the S3 URI's bucket name "
+                                  f"must be 3-63 lower-case letters, digits, '.' or '-', e.g. {example}")
     if len(value) > MAX_S3_URI:
-        raise SpecError(f"invalid {flag}: the S3 URI is {len(value)} characters; SageMaker takes at most "
-                        f"{MAX_S3_URI}: use a shorter prefix, e.g. {example}")
+        raise Worded(lambda door: f"invalid {option_named(key, door)}: the S3 URI is {len(value)} characters; "
+                                  f"SageMaker takes at most {MAX_S3_URI}: use a shorter prefix, e.g. {example}")
 
 
-_EXAMPLES = {"--instance-count": 2, "--max-runtime": 86400, "--max-wait": 172800, "--volume-size": 30}
+_EXAMPLES = {"instance_count": 2, "max_runtime": 86400, "max_wait": 172800, "volume_size": 30}
 
 
-def _bounded(value: Any, flag: str, low: int, high: int, *, optional: bool = False) -> None:
+def _bounded(value: Any, key: str, low: int, high: int, *, optional: bool = False) -> None:
+    """A whole number from `low` to `high`; `key`: the option, named in each door's words (option_named)."""
     if optional and value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise SpecError(f"invalid {flag} {shown(value)}: use a whole number from {low} to {high}, "
-                        f"e.g. {flag} {_EXAMPLES[flag]}")
+        raise Worded(lambda door: f"invalid {option_named(key, door)} {shown(value)}: use a whole number from "
+                                  f"{low} to {high}, e.g. {_given(key, str(_EXAMPLES[key]), door)}")

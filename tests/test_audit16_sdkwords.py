@@ -83,3 +83,24 @@ def test_exec_names_the_sdks_rank_and_command_and_the_cli_its_own(dt: Dtrain):
                                "runs in one process\n"), said.stderr
     finally:
         dt("delete", "sleeper")
+
+
+def test_a_jobs_sagemaker_options_are_named_as_the_sdks_fields(dt: Dtrain, tmp_path):
+    """JobSpec(sagemaker={'instance_count': 0}) said 'invalid --instance-count 0: ..., e.g. --instance-count 2',
+    and max_wait without spot 'add --spot or drop --max-wait'."""
+    job = {"name": "x", "command": ["true"]}
+    for options, says in (
+            ({"instance_count": 0}, "invalid instance_count 0: use a whole number from 1 to 1000, e.g. instance_count=2"),
+            ({"max_wait": 600}, "max_wait applies to spot training only: add spot=True or drop max_wait"),
+            ({"spot": True, "max_runtime": 3600, "max_wait": 600}, "max_wait 600 is below max_runtime 3600: SageMaker "
+             "needs the spot wait to cover the run; raise max_wait to at least 3600, or give max_runtime=600 or less"),
+            ({"checkpoint_uri": "x"}, "invalid checkpoint_uri 'x': use s3://BUCKET/PREFIX, e.g. "
+                                      "checkpoint_uri='s3://my-bucket/checkpoints'")):
+        for build in (lambda: JobSpec(**job, sagemaker=options), lambda: JobSpec.from_dict({**job, "sagemaker": options})):
+            with pytest.raises(SpecError) as sdk:
+                build()
+            assert str(sdk.value) == says
+    (tmp_path / "job.yaml").write_text("name: x\ncommand: [\"true\"]\nbackend: sagemaker\nsagemaker: {instance_count: 0}\n")
+    said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)  # the CLI's words, as before
+    assert said.returncode == 2 and said.stderr == ("dtrain: error: invalid --instance-count 0: use a whole number "
+                                                    "from 1 to 1000, e.g. --instance-count 2\n"), said.stderr

@@ -15,7 +15,7 @@ def test_a_checkpoint_uri_with_a_bad_bucket_names_the_bucket_rule(uri):
     with pytest.raises(SpecError) as e:
         SageMakerOptions(checkpoint_uri=uri)
     assert "bucket name must be 3-63 lower-case letters" in str(e.value)
-    assert str(e.value).startswith("invalid --checkpoint-s3-uri")
+    assert str(e.value).startswith("invalid checkpoint_uri")  # the SDK's field (the CLI's --checkpoint-s3-uri)
 
 
 @pytest.mark.parametrize("uri", ["gs://bucket/ck", "s3://", "bucket/ck", "s3://bucket/a b"])

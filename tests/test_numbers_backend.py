@@ -72,7 +72,7 @@ def test_kubernetes_names_the_gpu_as_typed():
 
 
 def _job_file(text: str) -> JobSpec:
-    return JobSpec.from_dict(yaml_mapping(text.encode(), "job.yaml", "name: x"))
+    return JobSpec.from_dict(yaml_mapping(text.encode(), "job.yaml", "name: x"), door="cli")  # as dtrain submit -f
 
 
 @pytest.mark.parametrize("form", ["yaml", "json"])

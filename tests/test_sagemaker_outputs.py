@@ -12,7 +12,7 @@ import pytest
 from dtrain.backends.sagemaker import render
 from dtrain.backends.sagemaker.config import SageMakerConfig
 from dtrain.backends.sagemaker.validate import check_request
-from dtrain.errors import NotSupportedError, SpecError
+from dtrain.errors import NotSupportedError, SpecError, Worded
 from dtrain.spec import JobSpec
 from dtrain.spec_sagemaker import MAX_S3_URI, SageMakerOptions
 
@@ -43,9 +43,10 @@ def test_output_path_is_the_requests_s3_output_path_and_passes_botocore():
     ("s3://other-bucket/" + "m" * MAX_S3_URI, f"at most {MAX_S3_URI}"),
 ])
 def test_a_bad_output_path_is_one_line_naming_the_flag(bad, words):
-    with pytest.raises(SpecError, match="--output-path") as e:
+    with pytest.raises(Worded, match="^invalid output_path") as e:  # the SDK's field
         SageMakerOptions(output_path=bad)
     assert words in str(e.value) and "\n" not in str(e.value)
+    assert str(e.value.in_words("cli")).startswith("invalid --output-path")  # the CLI's flag
 
 
 def test_output_path_through_the_job_file_the_sdk_and_http_mapping():

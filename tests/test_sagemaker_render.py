@@ -241,10 +241,10 @@ def test_efs_needs_a_vpc():
 
 @pytest.mark.parametrize("make, match", [
     (lambda: SageMakerOptions(instance_type="p3.2xlarge"), "start with 'ml.'"),
-    (lambda: SageMakerOptions(spot=True, max_runtime=3600, max_wait=600), "--max-wait 600 is below --max-runtime 3600"),
+    (lambda: SageMakerOptions(spot=True, max_runtime=3600, max_wait=600), "max_wait 600 is below max_runtime 3600"),
     (lambda: SageMakerOptions(max_wait=600), "spot training only"),
-    (lambda: SageMakerOptions(max_runtime=10**9), "--max-runtime"),
-    (lambda: SageMakerOptions(volume_size=0), "--volume-size"),
+    (lambda: SageMakerOptions(max_runtime=10**9), "invalid max_runtime"),  # the SDK's field, not the CLI's flag
+    (lambda: SageMakerOptions(volume_size=0), "invalid volume_size"),
     (lambda: parse_channel("training"), "NAME=URI"),
     (lambda: parse_channel("training=http://x"), "s3://BUCKET"),
     (lambda: parse_channel("t=efs://nope/x"), "file system by its id"),

@@ -29,7 +29,7 @@ from dtrain.spec.env import (ENV_KEY_RE, FALSE_WORDS, OWNED_ENV, SNAPSHOT_ENV, S
 from dtrain.spec.fields import (IMAGE_RE, MAX_ARGS_ENV, MAX_CPU, MAX_GPU_PER_PROCESS, MAX_IDLE_TIMEOUT,  # noqa: F401
                                 MAX_IMAGE_NAME, MAX_RESTARTS, MAX_TEXT, MEMORY_EXAMPLE, MIN_CPU, MIN_IDLE_TIMEOUT,
                                 MIN_MEMORY, check_idle_timeout, check_image, idle_timeout_refusal)
-from dtrain.spec.job import (FIELD_ALIASES, LAUNCHERS, NUMBER_FIELDS, WHOLE_FIELDS, JobSpec, LauncherNeeded,  # noqa: F401
+from dtrain.spec.job import (FIELD_ALIASES, LAUNCHERS, NUMBER_FIELDS, WHOLE_FIELDS, JobSpec,  # noqa: F401
                              check_sagemaker_mapping, sagemaker_backend)
 from dtrain.spec.labels import (LABEL_KEY_RE, LABEL_VALUE_RE, MAX_LABELS, MAX_NODE_SELECTOR,  # noqa: F401
                                 MAX_SELECTOR, NODE_TYPE_LABEL, OWNED_LABEL_PREFIXES, SELECTOR_PATTERN, node_labels,

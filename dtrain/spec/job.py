@@ -8,7 +8,7 @@ import functools
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from dtrain.errors import SpecError
+from dtrain.errors import SpecError, Worded
 from dtrain.names import (MAX_PROCESSES, NAME_RE, check_name, counted, job_volume_name, noun, parse_least_size, plain,
                           shown)
 from dtrain.numbers import NumberWord, Typed, exact, plain_numbers, real_number, whole, whole_number
@@ -23,17 +23,6 @@ from dtrain.spec_sagemaker import NUMBER_FIELDS as SAGEMAKER_NUMBERS, SageMakerO
 
 LAUNCHERS = ("none", "torchrun", "mpi")
 
-
-class LauncherNeeded(SpecError):
-    """A job of several processes and no launcher to start them, in the words of the door that built the
-    spec (`JobSpec.from_dict`'s door): the SDK's fields, the CLI's flags and verbs (the HTTP API's body
-    answers as the CLI does). `processes`: the number as typed."""
-
-    def __init__(self, processes: str, door: str = "sdk"):
-        self.processes = processes
-        super().__init__(f"--processes {processes} needs a launcher: use dtrain submit-dist --launcher torchrun "
-                         f"or dtrain submit-mpi" if door in ("cli", "http") else
-                         f"processes={processes} needs a launcher: give launcher='torchrun' (or 'mpi') as well")
 
 # The fields that take a number: a number written otherwise than Python writes it (a job file's 0x10,
 # a flag's 1e9: names.WrittenInt) reaches their checks as written, so that a refusal quotes it.
@@ -144,7 +133,10 @@ class JobSpec:
         if self.launcher not in LAUNCHERS:
             raise SpecError(f"unknown launcher {shown(self.launcher)}: use torchrun or mpi")
         if self.processes > 1 and self.launcher == "none":
-            raise LauncherNeeded(shown(self.processes))
+            raise Worded(lambda door, n=shown(self.processes): (  # the HTTP API's body answers as the CLI
+                f"--processes {n} needs a launcher: use dtrain submit-dist --launcher torchrun or dtrain submit-mpi"
+                if door in ("cli", "http") else f"processes={n} needs a launcher: give launcher='torchrun' (or "
+                f"'mpi') as well"))
         if type(self.cpu) is float and self.cpu.is_integer() and abs(self.cpu) <= 2 ** 53:
             set_("cpu", int(self.cpu))  # 2, however it came (JSON's 2.0, the SDK's float): as typed
         if self.cpu is not None and (isinstance(self.cpu, bool) or not isinstance(self.cpu, (int, float))
@@ -281,7 +273,7 @@ class JobSpec:
         """Build from a YAML/JSON mapping. ``pvc`` is accepted as an alias of ``volumes``.
 
         Types are checked, never coerced: a string is not a boolean, a number is not a list. `door`:
-        whose words a refusal told apart by door uses (LauncherNeeded): "sdk", "cli" or "http".
+        whose words a refusal told apart by door uses (errors.Worded): "sdk", "cli" or "http".
         """
         data = {k: _number_word(k, v) for k, v in cls.check_fields(data).items()}
         for key in ("project", "backend"):  # None builds a spec that leaves them unset: a file names one
@@ -316,8 +308,8 @@ class JobSpec:
         try:
             return cls(**{k: v if k in (*NUMBER_FIELDS, "sagemaker", "tolerations") else plain_numbers(v)
                           for k, v in data.items()})
-        except LauncherNeeded as err:
-            raise LauncherNeeded(err.processes, door) from None
+        except Worded as err:  # said in the SDK's words: in the door's
+            raise err.in_words(door) from None
 
     @classmethod
     def from_stored(cls, data: Mapping[str, Any]) -> "JobSpec":

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Mapping
 
-from dtrain.errors import SpecError
+from dtrain.errors import SpecError, Worded
 from dtrain.names import SHOWN, cut, listed, shown
 from dtrain.spec_sagemaker import INSTANCE_RE, REGION_RE, ROLE_RE, gpu_type, instance_family
 from dtrain.spec_sagemaker import S3_BUCKET_RE as BUCKET_RE  # S3 bucket naming rules
@@ -52,18 +52,6 @@ def setting_named(key: str, door: str = "cli") -> str:
     return key if door == "sdk" else "--" + key.replace("_", "-")
 
 
-class SettingRefused(SpecError):
-    """A SageMaker setting refused; `words(door)` says it in a door's words (setting_named), the CLI's
-    by default: the SDK's configure_sagemaker rewords it with `in_words("sdk")`."""
-
-    def __init__(self, words: Callable[[str], str], door: str = "cli"):
-        self.words = words
-        super().__init__(words(door))
-
-    def in_words(self, door: str) -> "SettingRefused":
-        return SettingRefused(self.words, door)
-
-
 @dataclass(frozen=True, kw_only=True)
 class SageMakerConfig:
     """Everything the SageMaker backend needs besides the job spec."""
@@ -90,24 +78,24 @@ class SageMakerConfig:
         optional = ("role", "bucket", "image")  # the others have defaults: an empty `region:` in config.yaml is None
         for key, value, pattern, example in checks:
             if (value is not None or key not in optional) and (not isinstance(value, str) or not pattern.match(value)):
-                raise SettingRefused(lambda door, key=key, value=value, example=example:
+                raise Worded(lambda door, key=key, value=value, example=example:
                                      f"invalid SageMaker {setting_named(key, door)} {shown(value)}: use a value "
-                                     f"like {example}")
+                                     f"like {example}", "cli")
         for key, values, pattern, example in (("subnets", self.subnets, SUBNET_RE, "subnet-0abc1234"),
                                               ("security_groups", self.security_groups, SG_RE, "sg-0abc1234")):
             bad = [v for v in values if not isinstance(v, str) or not pattern.match(v)]
             limit = VPC_LIMITS[key.replace("_", "-")]
             if bad or len(values) > limit:
                 said = cut(", ".join(map(str, bad)) or " ".join(values), SHOWN)
-                raise SettingRefused(lambda door, key=key, said=said, limit=limit, example=example:
+                raise Worded(lambda door, key=key, said=said, limit=limit, example=example:
                                      f"invalid SageMaker {setting_named(key, door)} {said}: use up to {limit} ids "
-                                     f"of at most 32 characters like {example}")
+                                     f"of at most 32 characters like {example}", "cli")
         if bool(self.subnets) != bool(self.security_groups):
-            raise SettingRefused(lambda door: (
+            raise Worded(lambda door: (
                 "a VPC needs both --subnets and --security-groups; give both or neither (dtrain config sagemaker "
                 "--unset subnets security-groups removes a saved VPC)" if door != "sdk" else
                 "a VPC needs both subnets and security_groups; give both or neither "
-                "(configure_sagemaker(unset=['subnets', 'security_groups']) removes a saved VPC)"))
+                "(configure_sagemaker(unset=['subnets', 'security_groups']) removes a saved VPC)"), "cli")
         if isinstance(self.master_port, bool) or not isinstance(self.master_port, int) or not 1 <= self.master_port <= 65535:
             raise SpecError(f"invalid SageMaker master_port {self.master_port!r}: use 1..65535")
 
