@@ -156,7 +156,8 @@ def test_a_body_whole_float_is_stored_plain(http):
     ({"RANK": "\u0663", "WORLD_SIZE": "4", "LOCAL_RANK": "0"}, "RANK='\u0663' is not an integer in digits"),
     ({"RANK": "0", "WORLD_SIZE": "9" * 5000}, "WORLD_SIZE='9999"),
     ({"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "1.0"}, "OMPI_COMM_WORLD_SIZE='1.0' is not an integer"),
-    ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_PORT": "2950O"}, "(e.g. MASTER_PORT=29500)"),
+    ({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_PORT": "2950O", "TORCHELASTIC_RUN_ID": "none"},
+     "(e.g. MASTER_PORT=29500)"),  # torchrun's one process (without its id: dtrain's plain launch, no rendezvous)
 ])
 def test_a_malformed_launcher_variable_is_one_short_line_naming_it(env, says):
     pytest.importorskip("torch")
