@@ -155,8 +155,15 @@ def test_a_job_submitted_on_a_nearly_full_home_disk_fails_naming_the_disk(tmp_pa
                          rf"given up to record this included\): free space there \(df -h {re.escape(str(home))}\), "
                          rf"then submit the job again$", info["message"])
         assert said and int(said[1]) >= 512, info["message"]
-        launcher = (home / "jobs" / "j1" / "launcher.log").read_text()
-        assert "Traceback" not in launcher and "Traceback" not in (home / "jobs" / "j1" / "supervisor.log").read_text()
+        job = home / "jobs" / "j1"
+        assert "Traceback" not in (job / "supervisor.log").read_text()
+        if info["message"].startswith("the supervisor could not write what it needs: "):
+            # The database took the last room before the launch: how many pages its start writes varies (a
+            # supervisor whose submit was slow, on a loaded machine, records itself: one more transaction).
+            assert not (job / "launcher.log").exists() and not (job / "ranks" / "rank-0.json").exists()
+            return
+        launcher = (job / "launcher.log").read_text()
+        assert "Traceback" not in launcher
         assert (f"dtrain: rank 0 was stopped: its record {home}/jobs/j1/ranks/rank-0.json could not be written: "
                 f"No space left on device") in launcher
 
