@@ -12,7 +12,7 @@ from typing import Any, Mapping
 
 from dtrain.errors import SpecError, Worded
 from dtrain.names import SHOWN, cut, listed, shown
-from dtrain.spec_sagemaker import INSTANCE_RE, REGION_RE, ROLE_RE, gpu_type, instance_family
+from dtrain.spec_sagemaker import INSTANCE_RE, REGION_RE, ROLE_RE, gpu_type, instance_family, option_named
 from dtrain.spec_sagemaker import S3_BUCKET_RE as BUCKET_RE  # S3 bucket naming rules
 # No leading or trailing "/", no "//": the prefix is joined into s3://BUCKET/PREFIX/JOB/...
 PREFIX_RE = re.compile(r"^(?=.{0,200}\Z)(?:[A-Za-z0-9!_.*'()\-]+(?:/[A-Za-z0-9!_.*'()\-]+)*)?\Z")
@@ -48,8 +48,9 @@ LOCAL_BUCKET = "dtrain-local"  # the bucket a --local job's "S3" folder stands f
 def setting_named(key: str, door: str = "cli") -> str:
     """A setting as a refusal names it, in the words of the door it came through: the CLI's flag
     (--instance-type; config.yaml's and the HTTP API's refusals say it so too), the SDK's argument of
-    Client.configure_sagemaker (instance_type)."""
-    return key if door == "sdk" else "--" + key.replace("_", "-")
+    Client.configure_sagemaker (instance_type). A job's SageMaker options are named so (option_named),
+    whose flags these settings' are, but for the CLI as the default door."""
+    return option_named(key, door)
 
 
 @dataclass(frozen=True, kw_only=True)
