@@ -1,6 +1,6 @@
 """What Backend's verbs call besides the hooks a backend must fill in: the default bodies of the
 optional hooks a backend may override (`_page`, `_summary`, `_mounting_page`, `_has_project`,
-`_volume_project`, `_wait_poll`, `_stopping_wait`, `_check_inputs`, `_list_of`) and the verbs' own
+`_volume_project`, `_wait_poll`, `_stopping_wait`, `_check_inputs`, `_list_of`, `_being_placed`) and the verbs' own
 helpers (`_wait_storage`, `_open_notebook`, `_named`, `_volumes_named`).
 
 Backend subclasses BackendDefaults; nothing here is public (public verbs are Backend's alone) and
@@ -18,7 +18,7 @@ from dtrain.backends.checks import HintCommand, _existing, _plain_command, check
 from dtrain.backends.hooks import BackendHooks
 from dtrain.backends.records import JobCount, JobInfo, JobPage, JobStatus, Listed, newest_first
 from dtrain.backends.waiting import _until
-from dtrain.errors import DtrainError, TimeoutError_
+from dtrain.errors import DtrainError, NotReadyError, TimeoutError_
 from dtrain.names import check_wait
 from dtrain.spec import JobSpec
 
@@ -79,8 +79,18 @@ class BackendDefaults(BackendHooks):
     def _open_notebook(self, name: str, cmd: HintCommand | None) -> str:
         with self._named("job", name, "notebook"):
             info = self._get(_existing(name, "notebook"))
+        if info.spec.notebook and info.status == JobStatus.PENDING and self._being_placed(info):
+            look = (cmd or _plain_command)(f"describe job {name}", info.spec.project)
+            raise NotReadyError(f"notebook {name!r} is Pending ({info.message}): the scheduler places it within "
+                                f"moments; open it once it is Running (see '{look}')")
         check_notebook_open(name, info, cmd or _plain_command)
         return self._notebook_url(info)
+
+    def _being_placed(self, info: JobInfo) -> bool:
+        """Whether Pending job `info` is only being placed, a moment after its start or resume (not ready yet:
+        NotReadyError, asked again while `notebook_url`'s `wait` lasts), not kept waiting (for GPUs, a quota:
+        refused at once). None is known to be so here; the local backend tells its scheduler's first moment."""
+        return False
 
     def _has_project(self, name: str) -> bool:
         """A backend that can tell without reading every project's jobs (Kubernetes: its namespace)

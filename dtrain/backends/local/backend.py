@@ -26,11 +26,10 @@ from dtrain.backends.base import Backend, JobCount, JobInfo, JobPage, JobStatus,
 from dtrain.backends.local.control import JobControl
 from dtrain.backends.local.reading import JobRecords
 from dtrain.backends.local.reconcile import Reconciling
-from dtrain.backends.checks import HintCommand, _plain_command
 from dtrain.backends.local.store import QUEUED, UNFINISHED, JobStore
 from dtrain.backends.local.volumes import VolumeHooks, _disk_usage  # noqa: F401  (_disk_usage: re-exported)
 from dtrain.config import UserConfig, home_dir
-from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, NotReadyError, QuotaError, SpecError
+from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError
 from dtrain.names import LABEL_JOB, counted, dotted_volume_refusal, require_project, shown
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
@@ -418,20 +417,10 @@ class LocalBackend(JobControl, JobRecords, Reconciling, VolumeHooks, Backend):
         return (f"{spec.snapshot_volume}-<UTC time it is taken, YYYYMMDD-HHMMSS>, a name of its own whatever "
                 f"earlier runs of {spec.name} left")
 
-    def _open_notebook(self, name: str, cmd: HintCommand | None) -> str:
-        """A notebook just started (or resumed) is Pending until its supervisor's scheduler places it, a
-        moment later: that is not ready yet (NotReadyError, asked again while `notebook_url`'s `wait`
-        lasts), where one the scheduler keeps waiting (for GPUs, a quota) is refused at once."""
-        try:
-            info = self._get(name) if isinstance(name, str) else None
-        except NotFoundError:  # the base class says so, with the near names
-            info = None
-        if (info is not None and info.spec.notebook and info.status == JobStatus.PENDING
-                and (info.message or "").endswith(QUEUED)):
-            look = (cmd or _plain_command)(f"describe job {name}", info.spec.project)
-            raise NotReadyError(f"notebook {name!r} is Pending ({info.message}): the scheduler places it within "
-                                f"moments; open it once it is Running (see '{look}')")
-        return super()._open_notebook(name, cmd)
+    def _being_placed(self, info: JobInfo) -> bool:
+        """A job just started (or resumed) is Pending, queued, until its supervisor's scheduler places it, a
+        moment later; one the scheduler keeps waiting (for GPUs, a quota) says why instead."""
+        return (info.message or "").endswith(QUEUED)
 
     def _notebook_url(self, info: JobInfo) -> str:
         from dtrain.backends.local.notebook import read_access
