@@ -14,7 +14,6 @@ import errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ from dtrain.errors import ConflictError, DtrainError, SpecError
 from dtrain.training import DistInfo, max_over_ranks
 from dtrain.training.metrics import open_append
 from dtrain.training.resume import on_sagemaker
-from dtrain.workloads.inputs import hold, hold_folder
+from dtrain.workloads.inputs import hold, hold_folder, lock_failed
 
 # What rank 0 found (the all-reduced number's low bits).
 HELD, LINK, UNWRITABLE, FAILED, UNLOCKED = 1, 2, 3, 4, 5  # UNLOCKED: a lock failed other than as HELD
@@ -137,6 +136,19 @@ def refusal(code: int, places: Sequence[Place], rank: int) -> DtrainError:
     return SpecError(f"rank 0 stopped on an error at {place.path} (rank 0's own line names it), {stops}")
 
 
+def hold_file(path: Path, fix: str):
+    """`path` opened, never through a link, and held (inputs.hold): the file to close when the run ends. A link
+    there is refused as one (found_in reads its ELOOP); an open that fails otherwise (an I/O error of a network
+    disk, a lock file another user left that this one cannot open) is inputs.lock_failed's line, as a lock that
+    failed is: it was the OSError itself, a traceback on rank 0."""
+    try:
+        file = open_append(path, fix=f"training locks a file of its own there; remove the link or {fix}")
+    except OSError as e:
+        raise lock_failed(path.parent, e, fix) from None
+    hold(file, path, fix)
+    return file
+
+
 class Rank0Checks:
     """Checks only rank 0 makes, then one all-reduce every rank calls (stop_together)."""
 
@@ -166,11 +178,7 @@ class Rank0Checks:
         where = self.places[place]
         if where.folder_lock:
             return self.check(place, UNLOCKED, hold_folder, where.path, where.fix)
-        fix = f"training locks a file of its own there; remove the link or {where.fix}"
-        lock = self.check(place, LINK, partial(open_append, where.path, fix=fix))
-        if lock is not None:
-            self.check(place, UNLOCKED, hold, lock, where.path, where.fix)
-        return lock
+        return self.check(place, UNLOCKED, hold_file, where.path, where.fix)
 
     def stop_together(self) -> None:
         """The one all-reduce: rank 0 raises its own error, every other rank the refusal naming what rank 0 found."""
