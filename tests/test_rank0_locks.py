@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import re
 
 import pytest
 import torch
@@ -56,7 +57,109 @@ def test_a_lock_file_that_does_not_open_is_one_line_on_every_rank(monkeypatch, t
     why, fix = os.strerror(err), "give this run another --model-dir"
     with pytest.raises(SpecError) as e:
         _one_training_writes(cfg, MAIN)
-    assert str(e.value) == f"cannot lock {folder} to make this run the one training writing it ({why}): try again, or {fix}"
+    assert str(e.value) == (f"cannot lock {folder} to make this run the one training writing it ({why}): try again, "
+                            f"or {fix}")
     with pytest.raises(SpecError) as e:
         _one_training_writes(cfg, OTHER)
     assert str(e.value) == f"rank 0 could not lock {folder} ({why}), so rank 1 stops too: try again, or {fix}"
+
+
+def _no_flock_on_folders(monkeypatch) -> None:
+    """NFS: flock is a POSIX lock there, taken only on a file open for writing, so a folder's descriptor is EBADF."""
+    import fcntl
+    import stat
+
+    real_flock = fcntl.flock
+
+    def flock(fd, op):
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError(errno.EBADF, os.strerror(errno.EBADF))
+        return real_flock(fd, op)
+
+    monkeypatch.setattr(fcntl, "flock", flock)
+
+
+def test_a_folder_lock_on_nfs_locks_a_file_for_the_folder(monkeypatch, tmp_path):
+    """A folder rank 0 locks as itself (SageMaker's /opt/ml/checkpoints and /opt/ml/model, which SageMaker puts in
+    S3) took no lock on NFS (flock of a folder's descriptor: EBADF), and the run went on unguarded. NFS locks a
+    regular file: the lock is on a file named after the folder in the folder above it, where SageMaker uploads
+    nothing, so a second training is still refused and the folders get no file; a folder SageMaker does not
+    upload gets its .training.lock."""
+    from test_cifar10_leftovers import _holding, _in_sagemaker_container
+
+    from dtrain.errors import ConflictError
+    from dtrain.workloads.cifar10.outputs import _one_training_writes, check_outputs
+
+    opt_ml = _in_sagemaker_container(monkeypatch, tmp_path)
+    _no_flock_on_folders(monkeypatch)
+    _fake_all_reduce(monkeypatch)
+    cfg = parse_args(["--metrics-file", str(tmp_path / "own.jsonl")])
+    cfg = dataclasses.replace(cfg, checkpoint_dir=str(check_outputs(cfg)))
+    assert cfg.checkpoint_dir == str(opt_ml / "checkpoints")
+    metrics, locks = _one_training_writes(cfg, MAIN)
+    for f in (metrics, *locks):
+        if f is not None:  # None: no lock taken
+            f.close()
+    above = opt_ml.resolve()
+    assert sorted(p.name for p in opt_ml.iterdir() if p.name.startswith(".")) == [".checkpoints.training.lock",
+                                                                                  ".model.training.lock"]
+    assert list((opt_ml / "checkpoints").iterdir()) == [] and list((opt_ml / "model").iterdir()) == []
+    fix = ("start one training per SageMaker job (each job's checkpoint folder is its own: the other training is one "
+           "this job started)")
+    first = _holding(above / ".checkpoints.training.lock")
+    try:
+        with pytest.raises(ConflictError) as e:
+            _one_training_writes(cfg, MAIN)
+        with pytest.raises(ConflictError) as other:
+            _one_training_writes(cfg, OTHER)
+    finally:
+        first.communicate("")
+    assert str(e.value) == (f"another training is writing {opt_ml / 'checkpoints'} (it holds "
+                            f"{above / '.checkpoints.training.lock'}): wait for it to end, or {fix}")
+    assert str(other.value) == (f"rank 0 found another training writing {opt_ml / 'checkpoints'}, so rank 1 stops "
+                                f"too: wait for it to end, or {fix}")
+    # a checkpoint folder SageMaker does not sync, locked as itself in a SageMaker container: a file in it
+    mine = tmp_path / "mine"
+    cfg = parse_args(["--metrics-file", str(tmp_path / "own.jsonl"), "--checkpoint-dir", str(mine)])
+    cfg = dataclasses.replace(cfg, checkpoint_dir=str(check_outputs(cfg)))
+    first = _holding(mine / CHECKPOINT_LOCK)
+    try:
+        with pytest.raises(ConflictError) as e:
+            _one_training_writes(cfg, MAIN)
+    finally:
+        first.communicate("")
+    assert str(e.value).startswith(f"another training is writing {mine} (it holds .training.lock): ")
+
+
+def test_a_folder_lock_file_on_nfs_lies_above_every_folder_sagemaker_uploads(monkeypatch, tmp_path):
+    """$SM_OUTPUT_DATA_DIR lies in /opt/ml/output, which SageMaker uploads too: its file is in /opt/ml."""
+    from dtrain.workloads.rank0 import folder_lock_file
+
+    _clean_env(monkeypatch)
+    opt_ml = tmp_path / "opt" / "ml"
+    (opt_ml / "output" / "data").mkdir(parents=True)
+    monkeypatch.setenv("SM_OUTPUT_DIR", str(opt_ml / "output"))
+    monkeypatch.setenv("SM_OUTPUT_DATA_DIR", str(opt_ml / "output" / "data"))
+    assert folder_lock_file(opt_ml / "output" / "data") == opt_ml.resolve() / ".output-data.training.lock"
+    assert folder_lock_file(tmp_path) == tmp_path / ".training.lock"
+
+
+def test_a_link_at_a_folders_lock_file_on_nfs_is_named_on_every_rank(monkeypatch, tmp_path):
+    """The other ranks name the file rank 0 found a link at, not the folder it locks that file for."""
+    from test_cifar10_leftovers import _in_sagemaker_container
+
+    from dtrain.workloads.cifar10.outputs import _one_training_writes, check_outputs
+
+    opt_ml = _in_sagemaker_container(monkeypatch, tmp_path)
+    _no_flock_on_folders(monkeypatch)
+    _fake_all_reduce(monkeypatch)
+    lock = opt_ml.resolve() / ".checkpoints.training.lock"
+    lock.symlink_to(tmp_path / "elsewhere")
+    cfg = parse_args(["--metrics-file", str(tmp_path / "own.jsonl")])
+    cfg = dataclasses.replace(cfg, checkpoint_dir=str(check_outputs(cfg)))
+    with pytest.raises(SpecError, match=f"^{re.escape(str(lock))} is a symbolic link: training locks a file of its"):
+        _one_training_writes(cfg, MAIN)
+    with pytest.raises(SpecError) as e:
+        _one_training_writes(cfg, OTHER)
+    assert str(e.value).startswith(f"rank 0 found a symbolic link at {lock}, so rank 1 stops too: remove the link, ")
+    assert not (tmp_path / "elsewhere").exists()

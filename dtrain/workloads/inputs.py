@@ -19,7 +19,9 @@ import sys
 import tempfile
 import urllib.parse
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from dtrain.errors import ConflictError, DtrainError, NotFoundError, SpecError
 from dtrain.names import abbreviated, near_choice
@@ -256,16 +258,18 @@ def can_write(folder: Path, what: str) -> None:
         raise SpecError(f"{what} {folder} cannot be written ({e.strerror}): give a folder you can write to") from None
 
 
-def hold(file, path: Path, fix: str) -> None:
-    """Mark this process as the one training that writes `path`'s folder: an exclusive lock on `file` (`path`
-    opened for writing, a file rank 0 appends to for the whole run), or ConflictError 'another training is
-    writing FOLDER (it holds NAME): wait for it to end, or <fix>' with `file` closed. Two jobs on one volume
+def hold(file, path: Path, fix: str, folder: Path | None = None) -> None:
+    """Mark this process as the one training that writes `path`'s folder (or `folder`, whose lock file lies
+    outside it: rank0.folder_lock_file): an exclusive lock on `file` (`path` opened for writing, a file rank 0
+    appends to for the whole run), or ConflictError 'another training is writing FOLDER (it holds NAME): wait
+    for it to end, or <fix>' with `file` closed. Two jobs on one volume
     and one output folder both ran, interleaving their metrics and replacing each other's checkpoints and model.
 
     A POSIX lock: held by the process (a second run in one process is no conflict), gone when it ends however it
     ends (a restarted or resumed job finds no stale lock), and kept by NFS servers (a NetApp volume). It lasts
     while the process keeps any descriptor of the file open: closing one (even another) lets it go. A file
     system without locks (ENOLCK, EOPNOTSUPP) is no refusal: the run goes on unguarded."""
+    folder = path.parent if folder is None else folder
     try:
         fcntl.lockf(file.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
@@ -273,9 +277,10 @@ def hold(file, path: Path, fix: str) -> None:
             return
         file.close()
         if e.errno not in (errno.EAGAIN, errno.EACCES):
-            raise lock_failed(path.parent, e, fix) from None
-        raise ConflictError(f"another training is writing {path.parent} (it holds {path.name}): wait for it to "
-                            f"end, or {fix}") from None
+            raise lock_failed(folder, e, fix) from None
+        holds = path.name if path.parent == folder else str(path)
+        raise ConflictError(f"another training is writing {folder} (it holds {holds}): wait for it to end, or "
+                            f"{fix}") from None
 
 
 def lock_failed(folder: Path, e: OSError, fix: str) -> SpecError:
@@ -297,12 +302,14 @@ class FolderLock:
             self.fd = -1
 
 
-def hold_folder(folder: Path, fix: str) -> FolderLock | None:
+def hold_folder(folder: Path, fix: str, unflocked: Callable[[], Any] | None = None) -> Any:
     """Mark this process as the one training that writes `folder` with a lock on the folder itself (flock on a
     descriptor of it), where no file of the lock's may be made (a folder SageMaker uploads: rank0.lock_place);
     ConflictError 'another training is writing FOLDER: wait for it to end, or <fix>'. Unlike hold's POSIX lock,
-    a second lock from the same process conflicts too. None where the file system locks no folder (ENOLCK,
-    EOPNOTSUPP; EBADF from NFS, which locks only files open for writing): the run goes on unguarded."""
+    a second lock from the same process conflicts too. On NFS, which takes a flock only as a POSIX lock of a file
+    open for writing (EBADF for a folder's descriptor), unflocked()'s lock instead (rank0 locks a file for the
+    folder): the run went on unguarded there. None where the file system locks nothing (ENOLCK, EOPNOTSUPP), or
+    on NFS without `unflocked`: the run goes on unguarded."""
     try:
         fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
@@ -311,7 +318,9 @@ def hold_folder(folder: Path, fix: str) -> FolderLock | None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except OSError as e:
         os.close(fd)
-        if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EBADF):
+        if e.errno == errno.EBADF:
+            return unflocked() if unflocked is not None else None
+        if e.errno in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS):
             return None
         if e.errno not in (errno.EAGAIN, errno.EACCES):
             raise lock_failed(folder, e, fix) from None

@@ -14,6 +14,7 @@ import errno
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ _FOUND_BITS, _PLACE_BITS = 3, 8
 class Place:
     """A file or folder the run writes, as every rank names it, and the fix a refusal there names
     ('give this run another --out-dir'). A lock's place is the file locked: its folder is the one held; or, with
-    folder_lock, the folder itself, locked with no file made in it (lock_place)."""
+    folder_lock, the folder itself, locked with no file made in it (lock_place; on NFS, folder_lock_file)."""
 
     path: Path
     fix: str
@@ -84,6 +85,33 @@ def own_folder_fix(folder: Path, what: str) -> str | None:
     return f"start one training per SageMaker job (each job's {what} is its own: the other training is one this job started)"
 
 
+SAGEMAKER_SYNCED = ("model", "output", "checkpoints")  # the folders of /opt/ml that SageMaker uploads or syncs
+
+
+def sagemaker_uploads(folder: str | os.PathLike, env: dict[str, str] | None = None) -> bool:
+    """Whether SageMaker puts what `folder` holds in S3: it lies within what the toolkit's SM_MODEL_DIR and
+    SM_OUTPUT_*DIR name, or, in a SageMaker container, within /opt/ml/model, /opt/ml/output or
+    /opt/ml/checkpoints."""
+    env = os.environ if env is None else env
+    if any(env.get(name, "").strip() and _within(folder, env[name].strip()) for name in SAGEMAKER_UPLOADS):
+        return True
+    return on_sagemaker(env) and any(_within(folder, OPT_ML / name) for name in SAGEMAKER_SYNCED)
+
+
+def folder_lock_file(folder: Path) -> Path:
+    """The file rank 0 locks for a folder_lock place where the file system takes no flock on a folder (NFS:
+    hold_folder's EBADF; NFS locks a regular file through NLM or NFSv4). A folder SageMaker uploads gets no file:
+    it is beside it, named after it, in the nearest folder above that SageMaker uploads nothing from
+    (/opt/ml/.checkpoints.training.lock, /opt/ml/.output-data.training.lock); another folder, a LOCK_FILE in it."""
+    if not sagemaker_uploads(folder):
+        return folder / LOCK_FILE
+    here = Path(os.path.realpath(folder))
+    above = here.parent
+    while above != above.parent and sagemaker_uploads(above):
+        above = above.parent
+    return above / f".{'-'.join(here.relative_to(above).parts)}{LOCK_FILE}"
+
+
 def lock_place(folder: Path, fix: str) -> Place:
     """Where rank 0 locks `folder` (locks_the_folder): the folder itself, or a LOCK_FILE in it."""
     return Place(folder, fix, folder_lock=True) if locks_the_folder(folder) else Place(folder / LOCK_FILE, fix)
@@ -124,8 +152,9 @@ def refusal(code: int, places: Sequence[Place], rank: int) -> DtrainError:
     if found == HELD:
         return ConflictError(f"rank 0 found another training writing {place.held}, {stops}: wait for it to "
                              f"end, or {place.fix}")
-    if found == LINK:
-        return SpecError(f"rank 0 found a symbolic link at {place.path}, {stops}: remove the link, or {place.fix}")
+    if found == LINK:  # at a folder lock's place, a link at the file locked for it instead (folder_lock_file)
+        at = folder_lock_file(place.path) if place.folder_lock else place.path
+        return SpecError(f"rank 0 found a symbolic link at {at}, {stops}: remove the link, or {place.fix}")
     if found == UNWRITABLE:
         why = f" ({os.strerror(err)})" if err else ""
         return SpecError(f"rank 0 found that {place.path} cannot be written{why}, {stops}: use a folder you can "
@@ -136,16 +165,18 @@ def refusal(code: int, places: Sequence[Place], rank: int) -> DtrainError:
     return SpecError(f"rank 0 stopped on an error at {place.path} (rank 0's own line names it), {stops}")
 
 
-def hold_file(path: Path, fix: str):
-    """`path` opened, never through a link, and held (inputs.hold): the file to close when the run ends. A link
-    there is refused as one (found_in reads its ELOOP); an open that fails otherwise (an I/O error of a network
-    disk, a lock file another user left that this one cannot open) is inputs.lock_failed's line, as a lock that
-    failed is: it was the OSError itself, a traceback on rank 0."""
+def hold_file(path: Path, fix: str, folder: Path | None = None):
+    """`path` opened, never through a link, and held (inputs.hold) as the lock of its folder (or of `folder`:
+    folder_lock_file): the file to close when the run ends. A link there is refused as one (found_in reads its
+    ELOOP); an open that fails otherwise (an I/O error of a network disk, a lock file another user left that this
+    one cannot open) is inputs.lock_failed's line, as a lock that failed is: it was the OSError itself, a
+    traceback on rank 0."""
+    folder = path.parent if folder is None else folder
     try:
         file = open_append(path, fix=f"training locks a file of its own there; remove the link or {fix}")
     except OSError as e:
-        raise lock_failed(path.parent, e, fix) from None
-    hold(file, path, fix)
+        raise lock_failed(folder, e, fix) from None
+    hold(file, path, fix, folder)
     return file
 
 
@@ -173,11 +204,13 @@ class Rank0Checks:
             return None
 
     def lock(self, place: int):
-        """Rank 0's lock at places[place] (a lock_place): the folder held (hold_folder), or its LOCK_FILE opened,
-        never through a link, and held (hold); what to close when the run ends, or None (check's rules)."""
+        """Rank 0's lock at places[place] (a lock_place): the folder held (hold_folder; where its file system takes
+        no flock on a folder, NFS, its folder_lock_file held instead), or its LOCK_FILE opened, never through a
+        link, and held (hold_file); what to close when the run ends, or None (check's rules)."""
         where = self.places[place]
         if where.folder_lock:
-            return self.check(place, UNLOCKED, hold_folder, where.path, where.fix)
+            instead = partial(hold_file, folder_lock_file(where.path), where.fix, where.path)
+            return self.check(place, UNLOCKED, hold_folder, where.path, where.fix, instead)
         return self.check(place, UNLOCKED, hold_file, where.path, where.fix)
 
     def stop_together(self) -> None:
