@@ -25,8 +25,8 @@ def test_platform_launchers_match_plain_torchrun(dt: Dtrain, reference, data_dir
     info = dt.wait_for("cifar", {"Succeeded", "Failed"}, timeout=300)
     assert info["status"] == "Succeeded", dt("logs", "cifar").stdout
     logs = dt("logs", "cifar", "--rank", "0").stdout
-    # every launcher presents the PyTorchJob contract (RANK, WORLD_SIZE, ...), so the script sees the same runtime
-    assert "runtime=torchrun" in logs
+    # every launcher presents the PyTorchJob contract (RANK, WORLD_SIZE, ...); the runtime is the one that launched
+    assert f"runtime={'mpi' if verb == 'submit-mpi' else 'torchrun'} world_size=2" in logs
     launched = (dt.home / "jobs" / "cifar" / "launcher.log").read_text().split("\n")[0]
     assert ("mpirun" in launched) == (verb == "submit-mpi") and ("torch.distributed.run" in launched) != (verb == "submit-mpi")
     assert "FINAL test_accuracy=" in logs and "world_size=2 global_batch=32" in logs

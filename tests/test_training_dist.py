@@ -430,3 +430,24 @@ def test_a_one_process_local_job_is_single_not_torchrun():
            "MASTER_PORT": "1"}
     assert detect_runtime({**one, "TORCHELASTIC_RUN_ID": "none"})["runtime"] == "torchrun"
     assert detect_runtime({**one, "PET_NNODES": "1"})["runtime"] == "pytorchjob"
+
+
+def test_a_local_submit_mpi_jobs_ranks_are_mpi_not_torchrun():
+    """A `dtrain submit-mpi` job's ranks are started by mpirun, and dtrain's rank wrapper gives each the
+    PyTorchJob variables (RANK, LOCAL_RANK, ...) from OpenMPI's: cifar10 logged 'runtime=torchrun' of a job the
+    user submitted as MPI, which no torchrun started. The rank and local rank are still OpenMPI's."""
+    from dtrain.backends.local.launch import job_env
+    from dtrain.backends.local.rankrun import contract_env
+    from dtrain.spec import JobSpec
+
+    spec = JobSpec(name="mpi", command=["python", "train.py"], launcher="mpi", processes=2)
+    env = job_env(spec, devices=[[], []], master_port=1, attempt=0, available=[])
+    mpirun = {"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+              "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    env = contract_env({**env, **mpirun})
+    assert (env["RANK"], env["WORLD_SIZE"], env["LOCAL_RANK"]) == ("1", "2", "1")  # still there for the script
+    info = detect_runtime(env)
+    assert (info["runtime"], info["rank"], info["world_size"], info["local_rank"]) == ("mpi", 1, 2, 1)
+    # torchrun under mpirun, and variables of a launcher that are not OpenMPI's, stay torchrun's
+    assert detect_runtime({**env, "TORCHELASTIC_RUN_ID": "x"})["runtime"] == "torchrun"
+    assert detect_runtime({**env, "RANK": "0"})["runtime"] == "torchrun"

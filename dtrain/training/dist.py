@@ -211,12 +211,16 @@ CONTRACT = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")
 
 
 def _contract_alone(env: Mapping[str, str]) -> bool:
-    """A process of world size 1 whose RANK, WORLD_SIZE, ... no torchrun (TORCHELASTIC_RUN_ID) nor
-    Kubeflow operator (PET_*) set: dtrain's one-process launch, which runs the command itself under plain
-    `python` and sets them so a script written for torchrun runs unchanged. Its runtime is what started
-    it without them (single, or an `mpirun -np 1`), not torchrun, which never ran."""
-    return (env.get("WORLD_SIZE", "").strip() == "1" and "TORCHELASTIC_RUN_ID" not in env
-            and not any(k.startswith("PET_") for k in env))
+    """A process whose RANK, WORLD_SIZE, ... no torchrun (TORCHELASTIC_RUN_ID) nor Kubeflow operator (PET_*)
+    set, but dtrain's rank wrapper (rankrun), so that a script written for torchrun runs unchanged: of world
+    size 1 (dtrain's one-process launch, the command run under plain `python`), or the same rank and world size
+    as OpenMPI's (a `dtrain submit-mpi` job's ranks, started by mpirun). Its runtime is what started it without
+    them (single, or mpi), not torchrun, which never ran: a submit-mpi job's ranks said runtime=torchrun."""
+    if "TORCHELASTIC_RUN_ID" in env or any(k.startswith("PET_") for k in env):
+        return False
+    by_mpirun = all(env.get(ours, "").strip() == env.get(mpi, "").strip() != ""
+                    for ours, mpi in (("RANK", "OMPI_COMM_WORLD_RANK"), ("WORLD_SIZE", "OMPI_COMM_WORLD_SIZE")))
+    return env.get("WORLD_SIZE", "").strip() == "1" or by_mpirun
 
 
 def detect_runtime(env: Mapping[str, str] | None = None) -> dict[str, Any]:
@@ -227,7 +231,7 @@ def detect_runtime(env: Mapping[str, str] | None = None) -> dict[str, Any]:
     for a single process); SageMaker adds hosts, current_host and num_gpus.
     """
     env = os.environ if env is None else env
-    if _contract_alone(env):  # one process given the PyTorchJob variables by the one that started it
+    if _contract_alone(env):  # given the PyTorchJob variables by dtrain's rank wrapper, not its launcher
         env = {k: v for k, v in env.items() if k not in CONTRACT}
     # torchrun's variables win: torchrun may itself run under mpirun or inside a
     # SageMaker or Kubeflow container, and then the children carry both sets.
