@@ -33,11 +33,13 @@ _FOUND_BITS, _PLACE_BITS = 3, 8
 class Place:
     """A file or folder the run writes, as every rank names it, and the fix a refusal there names
     ('give this run another --out-dir'). A lock's place is the file locked: its folder is the one held; or, with
-    folder_lock, the folder itself, locked with no file made in it (lock_place; on NFS, folder_lock_file)."""
+    folder_lock, the folder itself, locked with no file made in it (lock_place; on NFS, folder_lock_file). `flag`:
+    how a refusal names the folder held where it takes no file ('--model-dir', "--metrics-file's folder")."""
 
     path: Path
     fix: str
     folder_lock: bool = False
+    flag: str = ""
 
     @property
     def held(self) -> Path:
@@ -112,9 +114,11 @@ def folder_lock_file(folder: Path) -> Path:
     return above / f".{'-'.join(here.relative_to(above).parts)}{LOCK_FILE}"
 
 
-def lock_place(folder: Path, fix: str) -> Place:
+def lock_place(folder: Path, fix: str, flag: str = "") -> Place:
     """Where rank 0 locks `folder` (locks_the_folder): the folder itself, or a LOCK_FILE in it."""
-    return Place(folder, fix, folder_lock=True) if locks_the_folder(folder) else Place(folder / LOCK_FILE, fix)
+    if locks_the_folder(folder):
+        return Place(folder, fix, folder_lock=True, flag=flag)
+    return Place(folder / LOCK_FILE, fix, flag=flag)
 
 
 def encode(found: int, place: int, err: int = 0) -> int:

@@ -314,10 +314,11 @@ def _cut(line: str, before: int = 0, over: bool = False, keep: str = "") -> str:
     front = f"({'over ' if over else ''}{before} more characters) ..." if before else ""
     if len(line) <= _QUOTED_CHARS:
         return front + line
-    end = line.find(keep) + len(keep) if keep and keep in line else 0
+    at = line.find(keep) if keep else -1
+    end = at + len(keep) if at >= 0 else 0
     if end <= _QUOTED_CHARS:
         return f"{front}{line[:_QUOTED_CHARS]}... ({len(line) - _QUOTED_CHARS} more characters)"
-    start = max(0, line.find(keep) - _CAUSE_CONTEXT)
+    start = max(0, at - _CAUSE_CONTEXT)
     head = max(0, _QUOTED_CHARS - (end - start))  # the quote stays _QUOTED_CHARS long
     after = f"... ({len(line) - end} more characters)" if end < len(line) else ""
     if head >= start:

@@ -54,14 +54,16 @@ def _written_folders(cfg: TrainConfig) -> list[Place]:
     output/data and the checkpoints in /opt/ml/checkpoints: the model folder, which becomes model.tar.gz, is
     locked as itself and gets no file."""
     metrics = metrics_file(cfg)
-    places = [Place(metrics, _metrics_fix(cfg, metrics))]
+    places = [Place(metrics, _metrics_fix(cfg, metrics),
+                    flag="--metrics-file's folder" if cfg.metrics_file else "--model-dir")]
     ckpt = Path(cfg.checkpoint_dir)
     if not os.path.samefile(ckpt, metrics.parent):
         flag = "--model-dir" if os.path.samefile(ckpt, cfg.model_dir) else "--checkpoint-dir"
-        places.append(lock_place(ckpt, own_folder_fix(ckpt, "checkpoint folder") or _flag_fix(flag)))
+        places.append(lock_place(ckpt, own_folder_fix(ckpt, "checkpoint folder") or _flag_fix(flag), flag))
     model = Path(cfg.model_dir)
     if not any(os.path.samefile(model, place.held) for place in places):
-        places.append(lock_place(model, own_folder_fix(model, "model folder") or _flag_fix("--model-dir")))
+        places.append(lock_place(model, own_folder_fix(model, "model folder") or _flag_fix("--model-dir"),
+                                 "--model-dir"))
     return places
 
 
@@ -107,11 +109,8 @@ def _one_training_writes(cfg: TrainConfig, info: DistInfo) -> tuple[MetricsWrite
     places = _written_folders(cfg)
     count = len(places)
     checks = Rank0Checks(info, places + [Place(place.held, place.fix) for place in places])
-    checks.check(count, UNWRITABLE, can_write, metrics_file(cfg).parent,
-                 "--metrics-file's folder" if cfg.metrics_file else "--model-dir")
-    for index, place in enumerate(places[1:], start=1):  # a folder that takes no file (/proc) was a traceback
-        flag = "--model-dir" if os.path.samefile(place.held, cfg.model_dir) else "--checkpoint-dir"
-        checks.check(count + index, UNWRITABLE, can_write, place.held, flag)
+    for index, place in enumerate(places):  # a folder that takes no file (/proc) was a traceback
+        checks.check(count + index, UNWRITABLE, can_write, place.held, place.flag)
     metrics = checks.check(0, UNWRITABLE, MetricsWriter, metrics_file(cfg))
     if metrics is not None:
         checks.check(0, UNLOCKED, hold, metrics.file, places[0].path, places[0].fix)
