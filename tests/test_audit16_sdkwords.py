@@ -104,3 +104,46 @@ def test_a_jobs_sagemaker_options_are_named_as_the_sdks_fields(dt: Dtrain, tmp_p
     said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)  # the CLI's words, as before
     assert said.returncode == 2 and said.stderr == ("dtrain: error: invalid --instance-count 0: use a whole number "
                                                     "from 1 to 1000, e.g. --instance-count 2\n"), said.stderr
+
+
+@pytest.fixture
+def cli(home, monkeypatch, capsys):
+    """dtrain's main() in this process on the test's home: (exit code, stderr) of a command line."""
+    from conftest import Cli
+
+    monkeypatch.setenv("DTRAIN_HOME", str(home))
+    run = Cli(capsys)
+    return lambda *argv: (lambda said: (said[0], said[2]))(run(*argv))
+
+
+@pytest.mark.parametrize("fields, says, cli_said", [
+    ({"command": []}, "job 'x' has no command: give command=['python', 'train.py'], a list of strings, one per word",
+     "job 'x' has no command (a list of strings): put it after '--', e.g. dtrain submit x -- python train.py"),
+    ({"command": 5}, "invalid command 5 of job 'x': must be a list of strings, one per word, e.g. "
+                     "command=['python', 'train.py']",
+     "job 'x' has no command (a list of strings): put it after '--', e.g. dtrain submit x -- python train.py"),
+    ({"command": ["python", "train.py", "--epochs", 2]}, "invalid command word 2: must be a string, e.g. '2', as in "
+                                                          "command=['python', 'train.py', '--epochs', '2']",
+     "invalid command word 2: must be a string (quote it in YAML)"),
+    ({"env": {"A": 1}}, "invalid env A 1: must be a string, e.g. env={'A': '1'}",
+     "invalid env A 1: must be a string (quote it in YAML)"),
+    ({"env": {"DEBUG": True}}, "invalid env DEBUG True: must be a string, e.g. env={'DEBUG': 'true'}",
+     "invalid env DEBUG True: must be a string (quote it in YAML)"),
+    ({"env": {"A": None}}, "invalid env A None: must be a string, e.g. env={'A': ''} for an empty value, or leave A out",
+     "invalid env A None: must be a string (quote it in YAML)"),
+])
+def test_a_jobspecs_command_and_env_are_refused_in_pythons_words(fields, says, cli_said):
+    """JobSpec(command=[]) said "put it after '--', e.g. dtrain submit x -- python train.py", and env={'A': 1}
+    "(quote it in YAML)": the CLI's and a job file's fixes, for a notebook user who wrote Python."""
+    with pytest.raises(SpecError) as sdk:
+        JobSpec(**{"name": "x", "command": ["true"], **fields})
+    assert str(sdk.value) == says
+    assert str(sdk.value.in_words("cli")) == cli_said  # the words the CLI's door keeps
+
+
+def test_a_job_files_command_and_env_keep_the_yaml_words(cli, tmp_path):
+    (tmp_path / "job.yaml").write_text("name: x\ncommand: [\"true\"]\nenv: {DEBUG: yes}\n")
+    assert cli("submit", "-f", str(tmp_path / "job.yaml")) == (2, "dtrain: error: invalid env DEBUG value True: must "
+                                                                  "be a string (quote it in YAML, e.g. 'yes')\n")
+    assert cli("submit", "x") == (2, "dtrain: error: the job has no command: use dtrain submit NAME [options] -- "
+                                     "COMMAND, or set 'command:' in the job file\n")

@@ -7,9 +7,9 @@ import re
 from collections.abc import Iterable
 from typing import Mapping
 
-from dtrain.errors import SpecError
+from dtrain.errors import SpecError, Worded
 from dtrain.names import shown
-from dtrain.spec.fields import _STORED, _keys, _text
+from dtrain.spec.fields import _STORED, _keys, _python_text, _text
 
 
 ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
@@ -67,5 +67,10 @@ def _env(env) -> dict[str, str]:
         if key in OWNED_ENV and not _STORED.get():
             raise SpecError(f"invalid env name {key}: every process gets it from {OWNED_ENV[key]}; "
                             f"drop it from -e / env:")
-        out[key] = _text(value, f"env {_keys([key])}", fix=" (quote it in YAML)")
+        if value is None:  # a Python caller's None: unset, or empty?
+            raise Worded(lambda door, key=key: f"invalid env {key} None: must be a string (quote it in YAML)"
+                         if door in ("cli", "http") else f"invalid env {key} None: must be a string, e.g. "
+                         f"env={{{key!r}: ''}} for an empty value, or leave {key} out")
+        out[key] = _python_text(value, f"env {_keys([key])}", lambda text, key=key: f"env={{{key!r}: {text}}}",
+                                yaml=" (quote it in YAML)")
     return out

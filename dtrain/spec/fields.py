@@ -8,7 +8,7 @@ import math
 import re
 from fractions import Fraction
 
-from dtrain.errors import SpecError
+from dtrain.errors import SpecError, Worded
 from dtrain.names import STORED, shown, written
 from dtrain.numbers import exact
 
@@ -44,6 +44,23 @@ def _text(value, what: str, *, fix: str = "") -> str:
         raise SpecError(f"invalid {what} {shown(value)}: it is not valid UTF-8 text (a raw byte or a lone "
                         f"surrogate); write it in UTF-8") from None
     return value
+
+
+def as_text(value) -> str:
+    """`value` as a Python caller writes the string a text field takes instead: 1 -> '1', True -> 'true'."""
+    if isinstance(value, bool):
+        return repr(str(value).lower())
+    return repr(str(value)) if isinstance(value, (int, float)) else "'...'"
+
+
+def _python_text(value, what: str, example, *, yaml: str) -> str:
+    """A field's text, where one that is no string is refused in the words of the door it came through
+    (errors.Worded): the SDK's with `example(text)` (how Python writes it, e.g. env={'A': '1'}), the CLI's
+    and the HTTP API's as they were, `yaml` (a job file's fix: ' (quote it in YAML)') after them."""
+    if not isinstance(value, str):
+        raise Worded(lambda door: f"invalid {what} {shown(value)}: must be a string{yaml}" if door in ("cli", "http")
+                     else f"invalid {what} {shown(value)}: must be a string, e.g. {example(as_text(value))}")
+    return _text(value, what)
 
 
 # An image reference as the kubelet and container runtimes parse it (the distribution/reference

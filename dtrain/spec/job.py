@@ -14,7 +14,8 @@ from dtrain.names import (MAX_PROCESSES, NAME_RE, check_name, counted, job_volum
 from dtrain.numbers import NumberWord, Typed, exact, plain_numbers, real_number, whole, whole_number
 from dtrain.spec.env import FALSE_WORDS, SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV, TRUE_WORDS, _bytes, _env
 from dtrain.spec.fields import (MAX_ARGS_ENV, MAX_CPU, MAX_RESTARTS, MEMORY_EXAMPLE, MIN_CPU, MIN_MEMORY, _STORED,
-                                _bool, _check_gpu, _check_int, _keys, _text, check_idle_timeout, check_image)
+                                _bool, _check_gpu, _check_int, _keys, _python_text, _text, check_idle_timeout,
+                                check_image)
 from dtrain.spec.labels import _labels, node_labels
 from dtrain.spec.tolerations import Toleration, check_tolerations
 from dtrain.spec.volumes import NewVolume, Volume, VolumeMount, _volume_from_dict, _volumes, parse_pvc
@@ -100,9 +101,16 @@ class JobSpec:
             raise SpecError(f"invalid command {shown(self.command)} of job {self.name!r}: must be a list of "
                             f"strings, one per word, e.g. command=['python', 'train.py', '--epochs', '2']")
         if isinstance(self.command, (str, bytes)) or not isinstance(self.command, (list, tuple)) or not self.command:
-            raise SpecError(f"job {self.name!r} has no command (a list of strings): put it after '--', "
-                            f"e.g. dtrain submit {self.name} -- python train.py")
-        set_("command", tuple(_text(c, "command word", fix=" (quote it in YAML)") for c in self.command))
+            empty = self.command is None or isinstance(self.command, (str, bytes, list, tuple))
+            raise Worded(lambda door, name=self.name, given=self.command: (
+                f"job {name!r} has no command (a list of strings): put it after '--', e.g. dtrain submit {name} -- "
+                f"python train.py" if door in ("cli", "http") else
+                f"job {name!r} has no command: give command=['python', 'train.py'], a list of strings, one per word"
+                if empty else f"invalid command {shown(given)} of job {name!r}: must be a list of strings, one per "
+                f"word, e.g. command=['python', 'train.py']"))
+        set_("command", tuple(_python_text(c, "command word", lambda text: f"{text}, as in command=['python', "
+                                           f"'train.py', '--epochs', '2']", yaml=" (quote it in YAML)")
+                              for c in self.command))
         set_("env", _env(self.env))
         set_("labels", _labels(self.labels))
         set_("node_selector", node_labels(self.node_selector))
