@@ -47,11 +47,13 @@ class Channel:
 
     def __post_init__(self):
         if not isinstance(self.name, str) or not CHANNEL_RE.match(self.name):
-            raise SpecError(f"invalid channel name {shown(self.name)}: use 1-64 letters, digits, '.', '-' or '_', "
-                            f"e.g. --channel training=s3://bucket/cifar10")
+            raise Worded(lambda door: f"invalid channel name {shown(self.name)}: use 1-64 letters, digits, '.', '-' "
+                                      f"or '_', e.g. " + ("'training' (channels=['training=s3://bucket/cifar10'])"
+                                                          if door == "sdk" else "--channel training=s3://bucket/cifar10"))
         if not isinstance(self.uri, str) or not self.uri.startswith(URI_SCHEMES) or len(self.uri.split("://", 1)[1]) < 1:
-            raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: use s3://BUCKET/PREFIX, efs://FS-ID/PATH, "
-                            f"fsx://FS-ID/MOUNTNAME/PATH or (with --local) file:///PATH")
+            raise Worded(lambda door: f"invalid channel {shown(self.name)}={shown(self.uri)}: use s3://BUCKET/PREFIX, "
+                                      f"efs://FS-ID/PATH, fsx://FS-ID/MOUNTNAME/PATH or (with "
+                                      f"{'local=True' if door == 'sdk' else '--local'}) file:///PATH")
         if self.uri.startswith("s3://") and not S3_BUCKET_RE.match(self.uri[5:].split("/")[0]):
             raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: the S3 URI's bucket name must be "
                             f"3-63 lower-case letters, digits, '.' or '-', e.g. s3://my-bucket/cifar10")
@@ -115,11 +117,19 @@ def instance_family(instance_type: str) -> str:
     return parts[1] if len(parts) == 3 else ""
 
 
-def parse_channel(text: str) -> Channel:
+def parse_channel(text: str, door: str = "sdk") -> Channel:
+    """'NAME=URI' as a channel; a refusal names it as `door` takes it (errors.Worded): the SDK's string of
+    channels=[...], the CLI's --channel (the HTTP API's body answers as the CLI)."""
     name, sep, uri = str(text).partition("=")
-    if not sep:
-        raise SpecError(f"invalid --channel {shown(text)}: use NAME=URI, e.g. --channel training=s3://bucket/cifar10")
-    return Channel(name=name, uri=uri)
+    try:
+        if not sep:
+            raise Worded(lambda door: f"invalid channel {shown(text)}: use 'NAME=URI', e.g. channels=['training="
+                                      f"s3://bucket/cifar10'] (or Channel(name='training', uri='s3://bucket/cifar10'))"
+                         if door == "sdk" else f"invalid --channel {shown(text)}: use NAME=URI, e.g. --channel "
+                                               f"training=s3://bucket/cifar10")
+        return Channel(name=name, uri=uri)
+    except Worded as err:
+        raise err.in_words(door) from None
 
 
 def parse_hyperparameters(items) -> dict[str, HyperparameterValue]:

@@ -147,3 +147,44 @@ def test_a_job_files_command_and_env_keep_the_yaml_words(cli, tmp_path):
                                                                   "be a string (quote it in YAML, e.g. 'yes')\n")
     assert cli("submit", "x") == (2, "dtrain: error: the job has no command: use dtrain submit NAME [options] -- "
                                      "COMMAND, or set 'command:' in the job file\n")
+
+
+CHANNEL_WORDS = [  # built from Python, then as the CLI's --channel and a job file (the HTTP body answers so) say it
+    ("training", "invalid channel 'training': use 'NAME=URI', e.g. channels=['training=s3://bucket/cifar10'] (or "
+                 "Channel(name='training', uri='s3://bucket/cifar10'))",
+     "invalid --channel 'training': use NAME=URI, e.g. --channel training=s3://bucket/cifar10"),
+    ("a b=s3://bkt/x", "invalid channel name 'a b': use 1-64 letters, digits, '.', '-' or '_', e.g. 'training' "
+                       "(channels=['training=s3://bucket/cifar10'])",
+     "invalid channel name 'a b': use 1-64 letters, digits, '.', '-' or '_', e.g. --channel "
+     "training=s3://bucket/cifar10"),
+    ("t=http://x", "invalid channel 't'='http://x': use s3://BUCKET/PREFIX, efs://FS-ID/PATH, fsx://FS-ID/MOUNTNAME/"
+                   "PATH or (with local=True) file:///PATH",
+     "invalid channel 't'='http://x': use s3://BUCKET/PREFIX, efs://FS-ID/PATH, fsx://FS-ID/MOUNTNAME/PATH or (with "
+     "--local) file:///PATH"),
+]
+
+
+@pytest.mark.parametrize("text, says, cli_said", CHANNEL_WORDS)
+def test_a_channel_built_in_python_is_refused_in_pythons_words(text, says, cli_said):
+    """Channel(...), parse_channel(...) and JobSpec(sagemaker={'channels': [...]}) named --channel and --local."""
+    from dtrain.spec_sagemaker import Channel, parse_channel
+
+    name, sep, uri = text.partition("=")
+    builds = [lambda: parse_channel(text), lambda: JobSpec(name="x", command=["t"], sagemaker={"channels": [text]}),
+              lambda: JobSpec.from_dict({"name": "x", "command": ["t"], "sagemaker": {"channels": [text]}})]
+    for build in builds + ([lambda: Channel(name=name, uri=uri)] if sep else []):
+        with pytest.raises(SpecError) as sdk:
+            build()
+        assert str(sdk.value) == says
+    for build in (lambda: parse_channel(text, door="cli"), lambda: JobSpec.from_dict(
+            {"name": "x", "command": ["t"], "sagemaker": {"channels": [text]}}, door="http")):
+        with pytest.raises(SpecError) as flag:
+            build()
+        assert str(flag.value) == cli_said
+
+
+@pytest.mark.parametrize("text, says, cli_said", CHANNEL_WORDS)
+def test_the_clis_channel_keeps_its_words(cli, tmp_path, text, says, cli_said):
+    assert cli("submit", "x", "--channel", text, "--", "true") == (2, f"dtrain: error: {cli_said}\n")
+    (tmp_path / "job.yaml").write_text(f"name: x\ncommand: [\"true\"]\nsagemaker: {{channels: ['{text}']}}\n")
+    assert cli("submit", "-f", str(tmp_path / "job.yaml")) == (2, f"dtrain: error: {cli_said}\n")

@@ -48,7 +48,7 @@ def _channel(text: str):
     name, sep, uri = text.partition("=")
     if sep and uri.startswith("file://") and not uri.startswith("file:///"):
         uri = "file://" + str(Path(uri[len("file://"):]).resolve())
-    return parse_channel(f"{name}={uri}" if sep else text)
+    return parse_channel(f"{name}={uri}" if sep else text, door="cli")
 
 
 def _sagemaker_fields(args: argparse.Namespace, data: dict) -> None:

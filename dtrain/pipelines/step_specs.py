@@ -12,7 +12,7 @@ import os
 import re
 from typing import TYPE_CHECKING, Callable
 
-from dtrain.errors import SpecError
+from dtrain.errors import SpecError, Worded
 from dtrain.pipelines.run_records import BackendRefused
 from dtrain.spec import MAX_PROCESSES, JobSpec, NewVolume, VolumeMount, check_image, check_name, shown
 from dtrain.spec_sagemaker import (INSTANCE_RE, REGION_RE, ROLE_RE, S3_BUCKET_RE, URI_SCHEMES, Channel,
@@ -102,7 +102,7 @@ def sagemaker_data_channel(data_uri: str) -> Channel:
     try:
         return Channel(name=SM_CHANNEL, uri=data_uri)
     except SpecError as err:  # the channel's reason (a bucket name S3 refuses, say), in the pipeline's words
-        why = str(err).partition(f"={shown(data_uri)}: ")[2]
+        why = str(err.in_words("cli") if isinstance(err, Worded) else err).partition(f"={shown(data_uri)}: ")[2]
         if not why or not data_uri.startswith(URI_SCHEMES):  # no scheme SageMaker reads: the ones this pipeline takes
             why = "use s3://BUCKET/PREFIX (or file:///PATH with sagemaker --local)"
         raise SpecError(f"invalid data_uri {shown(data_uri)}: {why}") from None
