@@ -126,8 +126,9 @@ class Settings:
             return saved
         try:
             return SageMakerConfig.from_dict({**settings, **self._sagemaker}, where="Client(sagemaker=...)")
-        except SpecError as err:
-            raise SpecError(f"SageMaker settings given to this client: {err}") from None
+        except SpecError as err:  # given as the SDK's sagemaker={...}: its keys, not the CLI's flags
+            said = err.in_words("sdk") if isinstance(err, Worded) else err
+            raise SpecError(f"SageMaker settings given to this client: {said}") from None
 
     def configure_sagemaker(self, *, unset: tuple[str, ...] | list[str] = (), **settings) -> SavedSettings:
         """Merge settings (role, bucket, region, subnets, ...) into config.yaml, after removing the

@@ -188,3 +188,23 @@ def test_the_clis_channel_keeps_its_words(cli, tmp_path, text, says, cli_said):
     assert cli("submit", "x", "--channel", text, "--", "true") == (2, f"dtrain: error: {cli_said}\n")
     (tmp_path / "job.yaml").write_text(f"name: x\ncommand: [\"true\"]\nsagemaker: {{channels: ['{text}']}}\n")
     assert cli("submit", "-f", str(tmp_path / "job.yaml")) == (2, f"dtrain: error: {cli_said}\n")
+
+
+def test_a_clients_sagemaker_settings_are_named_as_given(home):
+    """Client(sagemaker={'bucket': 'b'}) said "invalid SageMaker --bucket 'b'" (a flag the SDK never takes) at its
+    first SageMaker call, and {'bukcet': ...} 'Client(sagemaker=...): unknown sagemaker setting bukcet' there too."""
+    from dtrain import Client
+
+    with pytest.raises(SpecError) as unknown:  # at once
+        Client(home=home, sagemaker={"bukcet": "my-bucket"})
+    assert str(unknown.value) == ("unknown SageMaker setting 'bukcet' in Client(sagemaker=...) (did you mean "
+                                  "'bucket'?): use one of role, bucket, region, prefix, image, instance_type, subnets, "
+                                  "security_groups, master_port")
+    for given, says in (({"bucket": "b"}, "invalid SageMaker bucket 'b': use a value like my-training-bucket"),
+                        ({"instance_type": "m5"}, "invalid SageMaker instance_type 'm5': use a value like ml.m5.xlarge"),
+                        ({"subnets": ["subnet-1"]}, "a VPC needs both subnets and security_groups; give both or "
+                         "neither (configure_sagemaker(unset=['subnets', 'security_groups']) removes a saved VPC)")):
+        with pytest.raises(SpecError) as bad:
+            Client(home=home, sagemaker=given).sagemaker_config()
+        assert str(bad.value) == f"SageMaker settings given to this client: {says}"
+    assert Client(home=home, sagemaker={"bucket": "my-bucket"}).sagemaker_config().bucket == "my-bucket"
