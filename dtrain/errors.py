@@ -15,7 +15,8 @@
     │   └── UnavailableError    it gave no answer or asked to retry later (dropped, 429, 5xx)
     ├── NotSupportedError       the chosen backend has no such verb (e.g. in-place restore, dry run)
     ├── JobFailedError          a job a caller waited on (a pipeline step) ended Failed or Deleted
-    └── TimeoutError_           `wait` ran out of time (also a built-in TimeoutError); the job goes on
+    └── WaitTimeoutError        `wait` ran out of time (also a built-in TimeoutError); the job goes on
+                                (TimeoutError_, its name before, is the same class)
 
 Every message names the bad value and says how to fix it.
 """
@@ -88,10 +89,15 @@ class NotSupportedError(DtrainError):
     """The chosen backend does not offer this verb; the message names another way or backend."""
 
 
-class TimeoutError_(DtrainError, TimeoutError):
+class WaitTimeoutError(DtrainError, TimeoutError):
     """`wait` ran out of time; the job goes on. `look`: the command its message names to look
     further (describe job for a job still Pending, logs for a running one)."""
 
     def __init__(self, message: str, look: str | None = None):
         super().__init__(message)
         self.look = look
+
+
+# Its name before: a traceback said `dtrain.errors.TimeoutError_: ...`, a name whose trailing '_' reads as
+# private and a stand-in for the built-in; `except TimeoutError_` still catches it (the same class).
+TimeoutError_ = WaitTimeoutError

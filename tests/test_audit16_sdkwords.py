@@ -208,3 +208,22 @@ def test_a_clients_sagemaker_settings_are_named_as_given(home):
             Client(home=home, sagemaker=given).sagemaker_config()
         assert str(bad.value) == f"SageMaker settings given to this client: {says}"
     assert Client(home=home, sagemaker={"bucket": "my-bucket"}).sagemaker_config().bucket == "my-bucket"
+
+
+def test_a_waits_timeout_has_a_public_name(home):
+    """A traceback said 'dtrain.errors.TimeoutError_: ...': a trailing '_' reads as private, or as the built-in
+    misspelt. WaitTimeoutError is its name; TimeoutError_ is the same class, so old code still catches it."""
+    import traceback
+
+    from dtrain import Client, errors
+
+    assert errors.TimeoutError_ is errors.WaitTimeoutError and issubclass(errors.WaitTimeoutError, TimeoutError)
+    client = Client(home=home)
+    client.submit(JobSpec(name="slow", command=["sleep", "30"]))
+    try:
+        with pytest.raises(errors.TimeoutError_) as caught:
+            client.wait("slow", timeout=0)
+        said = traceback.format_exception_only(type(caught.value), caught.value)[-1]
+        assert said.startswith("dtrain.errors.WaitTimeoutError: job 'slow' is still "), said
+    finally:
+        client.delete("slow", purge=True)

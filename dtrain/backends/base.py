@@ -25,7 +25,7 @@ from dtrain.backends.records import (DataSource, Event, FreedInfo, GpuInfo, JobC
                                      check_status, newest_first, notices_of, page_of)
 from dtrain.backends.waiting import _until, _while_not_ready, late_wait
 from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotReadyError, NotSupportedError, SpecError,  # noqa: F401
-                           TimeoutError_, UnavailableError)  # (re-exported)
+                           TimeoutError_, UnavailableError, WaitTimeoutError)  # (re-exported)
 from dtrain.names import (EXEC_RUNNING_WAIT, MAX_TAIL, MAX_WAIT, check_gpu_quota, check_limit_bytes,  # noqa: F401
                           check_exec_rank, check_exec_rank_form, check_mounted_volume, check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
                           check_since, parse_volume_size, shown, since_refusal, status_refusal, with_near)
