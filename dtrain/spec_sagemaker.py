@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError, Worded
-from dtrain.names import STORED, listed, plain, shown
+from dtrain.names import STORED, given_repr, listed, plain, shown
 from dtrain.numbers import whole
 
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}\Z")  # SageMaker's ChannelName pattern
@@ -294,6 +294,10 @@ class SageMakerOptions:
                                                           else f"pass --max-runtime {self.max_wait} or less")))
         for key in NUMBER_FIELDS:  # checked as written (a refusal quotes '1e5'); stored plain
             set_(key, plain(getattr(self, key)))
+
+    def __repr__(self) -> str:
+        """The options given a value other than their default, as JobSpec shows itself; `to_dict()` holds all."""
+        return given_repr(self)
 
     @property
     def spot_max_wait(self) -> int:

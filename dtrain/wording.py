@@ -1,6 +1,7 @@
 """How a message says things, the same way everywhere: a user's value repeated (shown, at most SHOWN
 characters), a number and its noun (counted, noun, them, listed), a message from elsewhere on one line
-(cut), and the hints of the CLI's and the workloads' parsers (abbreviated, near_choice, with_near).
+(cut), the hints of the CLI's and the workloads' parsers (abbreviated, near_choice, with_near), and a
+typed record as a notebook cell shows it (given_repr: the fields given, not every default).
 
 dtrain.names re-exports every name here (its callers import them from there); this module imports
 nothing of dtrain but dtrain.numbers, so names, the spec and the workloads all share it.
@@ -99,3 +100,28 @@ def with_near(message: str, name: str, near: str) -> str:
         return message
     at += len(quoted)
     return f"{message[:at]} (did you mean {near!r}?){message[at:]}"
+
+
+def given_repr(record, *, unset: Iterable[str] = ()) -> str:
+    """`Name(field=value, ...)` of a dataclass record with the fields that differ from their defaults,
+    in field order, as a SageMaker Estimator's user reads a spec; the fields named in `unset` (left to be
+    filled in, though they hold a value) are left out too. `to_dict()` stays the whole record."""
+    import dataclasses
+
+    unset = set(unset)
+    given = []
+    for f in dataclasses.fields(record):
+        value = getattr(record, f.name)
+        if f.name in unset or not f.repr:
+            continue
+        if f.default is not dataclasses.MISSING and _same(value, f.default):
+            continue
+        if f.default_factory is not dataclasses.MISSING and _same(value, f.default_factory()):
+            continue
+        given.append(f"{f.name}={value!r}")
+    return f"{type(record).__name__}({', '.join(given)})"
+
+
+def _same(value, default) -> bool:
+    """Whether `value` is its field's `default`: equal, and of its kind (a True is not a default 1)."""
+    return type(value) is type(default) and value == default or value is default

@@ -227,3 +227,20 @@ def test_a_waits_timeout_has_a_public_name(home):
         assert said.startswith("dtrain.errors.WaitTimeoutError: job 'slow' is still "), said
     finally:
         client.delete("slow", purge=True)
+
+
+def test_a_jobspec_shows_the_fields_given_and_to_dict_keeps_them_all():
+    """repr(JobSpec) showed all 23 fields, defaults and all, in a notebook cell."""
+    import dataclasses
+
+    spec = JobSpec(name="train", command=["python", "train.py"], gpu=1, env={"SEED": "1"}, backend="sagemaker",
+                   sagemaker={"spot": True, "channels": ["training=s3://bkt/cifar10"]})
+    assert repr(spec) == ("JobSpec(name='train', command=('python', 'train.py'), gpu=1, env={'SEED': '1'}, "
+                          "backend='sagemaker', sagemaker=SageMakerOptions(channels=(Channel(name='training', "
+                          "uri='s3://bkt/cifar10'),), spot=True))")
+    assert repr(JobSpec(name="x", command=["true"], project="default", backend="local")) == (
+        "JobSpec(name='x', command=('true',), project='default', backend='local')")  # named, though the default's
+    assert repr(JobSpec(name="x", command=["true"]).replace(large_shm=True)) == (
+        "JobSpec(name='x', command=('true',), large_shm=True)")
+    assert set(spec.to_dict()) == {f.name for f in dataclasses.fields(JobSpec)} - {"project"}  # left unset: left out
+    assert JobSpec.from_dict(spec.to_dict()) == spec

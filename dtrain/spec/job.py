@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError, Worded
-from dtrain.names import (MAX_PROCESSES, NAME_RE, check_name, counted, job_volume_name, noun, parse_least_size, plain,
-                          shown)
+from dtrain.names import (MAX_PROCESSES, NAME_RE, check_name, counted, given_repr, job_volume_name, noun,
+                          parse_least_size, plain, shown)
 from dtrain.numbers import NumberWord, Typed, exact, plain_numbers, real_number, whole, whole_number
 from dtrain.spec.env import FALSE_WORDS, SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV, TRUE_WORDS, _bytes, _env
 from dtrain.spec.fields import (MAX_ARGS_ENV, MAX_CPU, MAX_RESTARTS, MEMORY_EXAMPLE, MIN_CPU, MIN_MEMORY, _STORED,
@@ -208,6 +208,12 @@ class JobSpec:
                 raise SpecError(f"two volumes are mounted at {v.mount_path}: give each volume its own mount path")
         if self.snapshot_on_success is not None:
             check_name(self.snapshot_on_success, "volume")
+
+    def __repr__(self) -> str:
+        """The fields given a value other than their default, as a notebook cell shows a spec (every field made
+        it some twenty-five long): JobSpec(name='train', command=('python', 'train.py'), gpu=1); `to_dict()`
+        holds them all."""
+        return given_repr(self, unset=self._unset)
 
     # ---- derived views (pure) ----
     @property
