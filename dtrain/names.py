@@ -18,8 +18,8 @@ from math import ceil, inf
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.numbers import TypedFloat, TypedInt, plain, typed
 # how a message says things: dtrain.wording's, every name still dtrain.names.NAME for its callers
-from dtrain.wording import (SHOWN, abbreviated, counted, cut, given_repr, listed, near_choice, noun,  # noqa: F401
-                            shown, them, with_near)
+from dtrain.wording import (SHOWN, abbreviated, counted, cut, given_fields, given_repr, listed,  # noqa: F401
+                            near_choice, noun, shown, them, with_near)
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
 MAX_NAME = 53  # NAME_RE's bound

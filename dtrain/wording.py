@@ -106,6 +106,13 @@ def given_repr(record, *, unset: Iterable[str] = ()) -> str:
     """`Name(field=value, ...)` of a dataclass record with the fields that differ from their defaults,
     in field order, as a SageMaker Estimator's user reads a spec; the fields named in `unset` (left to be
     filled in, though they hold a value) are left out too. `to_dict()` stays the whole record."""
+    given = ", ".join(f"{name}={getattr(record, name)!r}" for name in given_fields(record, unset=unset))
+    return f"{type(record).__name__}({given})"
+
+
+def given_fields(record, *, unset: Iterable[str] = ()) -> list[str]:
+    """The names of a dataclass record's fields that hold other than their defaults, in field order,
+    but those in `unset`."""
     import dataclasses
 
     unset = set(unset)
@@ -118,8 +125,8 @@ def given_repr(record, *, unset: Iterable[str] = ()) -> str:
             continue
         if f.default_factory is not dataclasses.MISSING and _same(value, f.default_factory()):
             continue
-        given.append(f"{f.name}={value!r}")
-    return f"{type(record).__name__}({', '.join(given)})"
+        given.append(f.name)
+    return given
 
 
 def _same(value, default) -> bool:

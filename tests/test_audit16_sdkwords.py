@@ -244,3 +244,22 @@ def test_a_jobspec_shows_the_fields_given_and_to_dict_keeps_them_all():
         "JobSpec(name='x', command=('true',), large_shm=True)")
     assert set(spec.to_dict()) == {f.name for f in dataclasses.fields(JobSpec)} - {"project"}  # left unset: left out
     assert JobSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_sagemaker_options_on_another_backend_name_what_was_given_in_pythons_words():
+    """JobSpec(sagemaker={'spot': True}) said 'SageMaker options (max_runtime, spot, volume_size) need backend
+    sagemaker, not 'local': use --backend sagemaker (backend: sagemaker), ...': two options it never gave (their
+    defaults), the CLI's flag and a job file's key."""
+    with pytest.raises(SpecError) as unset:
+        JobSpec(name="j", command=["true"], sagemaker={"spot": True})
+    assert str(unset.value) == ("SageMaker options (spot) need backend sagemaker, not 'local' (the default): give "
+                                "backend='sagemaker' as well, or leave them out")
+    with pytest.raises(SpecError) as named:
+        JobSpec.from_dict({"name": "j", "command": ["true"], "backend": "kubernetes",
+                           "sagemaker": {"instance_type": "ml.m5.xlarge", "max_runtime": 3600}})
+    assert str(named.value) == ("SageMaker options (instance_type, max_runtime) need backend sagemaker, not "
+                                "'kubernetes': give backend='sagemaker' as well, or leave them out")
+    assert str(named.value.in_words("cli")) == ("SageMaker options (instance_type, max_runtime) need backend "
+                                                "sagemaker, not 'kubernetes': use --backend sagemaker (backend: "
+                                                "sagemaker), or leave them out")
+    assert JobSpec(name="j", command=["true"], backend="sagemaker", sagemaker={"spot": True}).sagemaker.spot

@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError, Worded
-from dtrain.names import (MAX_PROCESSES, NAME_RE, check_name, counted, given_repr, job_volume_name, noun,
-                          parse_least_size, plain, shown)
+from dtrain.names import (MAX_PROCESSES, NAME_RE, check_name, counted, given_fields, given_repr, job_volume_name,
+                          noun, parse_least_size, plain, shown)
 from dtrain.numbers import NumberWord, Typed, exact, plain_numbers, real_number, whole, whole_number
 from dtrain.spec.env import FALSE_WORDS, SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV, TRUE_WORDS, _bytes, _env
 from dtrain.spec.fields import (MAX_ARGS_ENV, MAX_CPU, MAX_RESTARTS, MEMORY_EXAMPLE, MIN_CPU, MIN_MEMORY, _STORED,
@@ -172,7 +172,12 @@ class JobSpec:
         if not NAME_RE.fullmatch(_text(self.backend, "backend", fix=" such as local or kubernetes")):
             raise SpecError(f"invalid backend {shown(self.backend)}: use local, kubernetes or sagemaker")
         if self.sagemaker is not None and self.backend != "sagemaker" and not _STORED.get():
-            raise SpecError(_elsewhere(self.backend, self.sagemaker.to_dict()))
+            given = given_fields(self.sagemaker)  # not its defaults (max_runtime, volume_size), which to_dict() has
+            said = f" ({', '.join(sorted(given))})" if given else ""
+            default = " (the default)" if "backend" in self._unset else ""
+            raise Worded(lambda door: _elsewhere(self.backend, dict.fromkeys(given, True)) if door in ("cli", "http")
+                         else f"SageMaker options{said} need backend sagemaker, not {shown(self.backend)}{default}: "
+                              f"give backend='sagemaker' as well, or leave them out")
         if self.image is not None:
             check_image(_text(self.image, "--image"), "--image", required=True)
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
