@@ -188,13 +188,15 @@ def net(moto_url):
     groups: `job` (all out, as AWS makes a group), `closed` (nothing out), `stranger` (all out, named by no
     rule), the mount target's `mt` (NFS in from job and closed), `lustre988` (TCP 988 out only), `lustre` (TCP 988
     and 1018-1023 out, as two rules); `cidr_fs` has a mount target in the first subnet whose group lets NFS in from
-    that subnet's CIDR only."""
+    that subnet's CIDR only. FSx: `fsx`'s network interface (in the second subnet) has `fsx_sg`, which lets Lustre
+    in from the VPC's CIDR; `fsx_narrow`'s has `fsx_988`, which lets TCP 988 in from `job` only. moto's FSx answers
+    no NetworkInterfaceIds, so the fsx client given is _WithInterfaces (moto's `fsx_moto` underneath)."""
     s = session()
     ec2, efs, fsx = (s.client(n, endpoint_url=moto_url) for n in ("ec2", "efs", "fsx"))
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     a, b = (ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.9.{i}.0/24")["Subnet"]["SubnetId"] for i in (1, 2))
     sg = {n: ec2.create_security_group(GroupName=n, Description=n, VpcId=vpc)["GroupId"]
-          for n in ("job", "closed", "stranger", "mt", "mt_cidr", "lustre988", "lustre")}
+          for n in ("job", "closed", "stranger", "mt", "mt_cidr", "lustre988", "lustre", "fsx_sg", "fsx_988")}
     for n in ("closed", "lustre988", "lustre"):
         ec2.revoke_security_group_egress(GroupId=sg[n], IpPermissions=[{"IpProtocol": "-1",
                                                                         "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}])
@@ -212,10 +214,35 @@ def net(moto_url):
     cidr_fs = efs.create_file_system(CreationToken="dtrain-fs-cidr")["FileSystemId"]
     efs.create_mount_target(FileSystemId=cidr_fs, SubnetId=a, SecurityGroups=[sg["mt_cidr"]])
     bare = efs.create_file_system(CreationToken="dtrain-fs-bare")["FileSystemId"]
-    lustre = fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200, SubnetIds=[b],
-                                    LustreConfiguration={"DeploymentType": "SCRATCH_2"})["FileSystem"]["FileSystemId"]
-    return {"a": a, "b": b, "efs": fs, "cidr_fs": cidr_fs, "bare": bare, "fsx": lustre, "efs_client": efs,
-            "fsx_client": fsx, "ec2_client": ec2, **sg}
+    ec2.authorize_security_group_ingress(GroupId=sg["fsx_sg"], IpPermissions=[
+        {"IpProtocol": "tcp", "FromPort": lo, "ToPort": hi, "IpRanges": [{"CidrIp": "10.9.0.0/16"}]}
+        for lo, hi in ((988, 988), (1018, 1023))])
+    ec2.authorize_security_group_ingress(GroupId=sg["fsx_988"], IpPermissions=[{
+        "IpProtocol": "tcp", "FromPort": 988, "ToPort": 988, "UserIdGroupPairs": [{"GroupId": sg["job"]}]}])
+    lustre, narrow = (fsx.create_file_system(FileSystemType="LUSTRE", StorageCapacity=1200, SubnetIds=[b],
+                                             LustreConfiguration={"DeploymentType": "SCRATCH_2"})
+                      ["FileSystem"]["FileSystemId"] for _ in range(2))
+    enis = {f: [ec2.create_network_interface(SubnetId=b, Groups=[sg[g]])["NetworkInterface"]["NetworkInterfaceId"]]
+            for f, g in ((lustre, "fsx_sg"), (narrow, "fsx_988"))}
+    return {"a": a, "b": b, "efs": fs, "cidr_fs": cidr_fs, "bare": bare, "fsx": lustre, "fsx_narrow": narrow,
+            "efs_client": efs, "fsx_client": _WithInterfaces(fsx, enis), "fsx_moto": fsx, "ec2_client": ec2, **sg}
+
+
+class _WithInterfaces:
+    """moto's FSx client, whose DescribeFileSystems answer names no NetworkInterfaceIds (moto 5.2 keeps none), with
+    those the test made on moto's EC2 added to it as AWS's answer has them; every other call is moto's own."""
+
+    def __init__(self, fsx, enis: dict[str, list[str]]):
+        self.fsx, self.enis = fsx, enis
+
+    def describe_file_systems(self, **kw) -> dict:
+        got = self.fsx.describe_file_systems(**kw)
+        for fs in got.get("FileSystems") or []:
+            fs["NetworkInterfaceIds"] = list(self.enis.get(fs["FileSystemId"], []))
+        return got
+
+    def __getattr__(self, name: str):
+        return getattr(self.fsx, name)
 
 
 def _backend(clients, net, code, subnet: str, group: str = "job", *, ec2=None) -> SageMakerBackend:  # noqa: F811
@@ -341,16 +368,17 @@ def _warned(caplog) -> list[str]:
     ("efs://{efs}/data", "a", "closed", ("no outbound rule of the job's security groups ({closed}) allows NFS (TCP "
                                          "2049)", "(aws ec2 authorize-security-group-egress --group-id {closed} "
                                          "--protocol tcp --port 2049 --source-group {mt})")),
+    # (FSx: to its network interfaces' group)
     ("fsx://{fsx}/abcdefgh/data", "b", "closed", ("allows Lustre (TCP 988, 1018-1023), and", "(aws ec2 "
                                                   "authorize-security-group-egress --group-id {closed} --protocol tcp "
-                                                  "--port 988 --cidr 0.0.0.0/0; aws ec2 authorize-security-group-egress "
-                                                  "--group-id {closed} --protocol tcp --port 1018-1023 --cidr "
-                                                  "0.0.0.0/0)")),
+                                                  "--port 988 --source-group {fsx_sg}; aws ec2 "
+                                                  "authorize-security-group-egress --group-id {closed} --protocol tcp "
+                                                  "--port 1018-1023 --source-group {fsx_sg})")),
     # Lustre's 988 out but not 1018-1023 (AWS's "File system access control with Amazon VPC"): those are named
     ("fsx://{fsx}/abcdefgh/data", "b", "lustre988", ("allows TCP 1018-1023 of the ports Lustre needs (TCP 988, "
                                                      "1018-1023)", "allow it (aws ec2 authorize-security-group-egress "
-                                                     "--group-id {lustre988} --protocol tcp --port 1018-1023 --cidr "
-                                                     "0.0.0.0/0)")),
+                                                     "--group-id {lustre988} --protocol tcp --port 1018-1023 "
+                                                     "--source-group {fsx_sg})")),
     # the mount target's group lets NFS in from other groups only, or from another subnet's CIDR
     ("efs://{efs}/data", "a", "stranger", ("no inbound rule of its mount targets' security groups ({mt}) allows NFS "
                                            "(TCP 2049) from the job's", "(aws ec2 authorize-security-group-ingress "
@@ -514,3 +542,61 @@ def test_the_pipeline_pre_run_check_asks_about_a_file_system_data_uri(clients, n
         steps.check_plan(hybrid.NAME, hybrid.plan({**params, "data_uri": f"efs://{net['efs']}/cifar10"}),
                          client=client)
     assert len(_warned(caplog)) == 1 and f"its mount targets are in {net['a']}" in _warned(caplog)[0], _warned(caplog)
+
+
+# ---- the FSx file system's own security groups (its network interfaces') -------------------------------------
+@pytest.mark.parametrize("group, said", [
+    ("job", ("no inbound rule of its network interfaces' security groups ({fsx_988}) allows TCP 1018-1023 of the "
+             "ports Lustre needs (TCP 988, 1018-1023) from the job's", "allow it (aws ec2 "
+             "authorize-security-group-ingress --group-id {fsx_988} --protocol tcp --port 1018-1023 --source-group "
+             "{job})")),
+    ("stranger", ("({fsx_988}) allows Lustre (TCP 988, 1018-1023) from the job's", "allow them (aws ec2 "
+                  "authorize-security-group-ingress --group-id {fsx_988} --protocol tcp --port 988 --source-group "
+                  "{stranger}; aws ec2 authorize-security-group-ingress --group-id {fsx_988} --protocol tcp --port "
+                  "1018-1023 --source-group {stranger})")),
+])
+def test_an_fsx_file_systems_groups_that_keep_lustre_out_are_one_warning_naming_the_group_and_the_fix(
+        clients, net, code, caplog, group, said):  # noqa: F811
+    """Its network interfaces' groups were never read: a file system whose groups let Lustre in from nowhere passed."""
+    be = _backend(clients, net, code, net["b"], group)
+    name = f"fsx-in-{group}"
+    with caplog.at_level(logging.WARNING):
+        be.submit(spec(name, sm=dict(channels=(f"training=fsx://{net['fsx_narrow']}/abcdefgh/data",))))
+    parts = [p.format(**net) for p in said]
+    assert len(_warned(caplog)) == 1 and all(p in _warned(caplog)[0] for p in parts), (parts, _warned(caplog))
+    assert clients.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobName"] == name
+
+
+def test_an_fsx_file_system_whose_interfaces_aws_does_not_name_is_one_warning(clients, net, code, caplog):  # noqa: F811
+    """moto's own answer (no NetworkInterfaceIds): its groups go unread, said once, and the job goes on."""
+    cfg = SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["b"],),
+                          security_groups=(net["job"],))
+    be = SageMakerBackend(cfg, clients=Clients(clients.sagemaker, clients.s3, clients.logs, net["efs_client"],
+                                               net["fsx_moto"], net["ec2_client"]), cwd=str(code))
+    with caplog.at_level(logging.WARNING):
+        be.submit(spec("fsx-no-enis", sm=dict(channels=(f"training=fsx://{net['fsx']}/abcdefgh/data",))))
+    assert _warned(caplog) == [
+        f"dtrain: warning: channel training: FSx for Lustre file system {net['fsx']} in us-east-1: AWS named no "
+        f"security group of its network interfaces (fsx DescribeFileSystems' NetworkInterfaceIds, ec2 "
+        f"DescribeNetworkInterfaces), so whether they let Lustre (TCP 988, 1018-1023) in from the job is not "
+        f"checked: see aws fsx describe-file-systems --file-system-ids {net['fsx']}"]
+    assert clients.sagemaker.describe_training_job(TrainingJobName="fsx-no-enis")["TrainingJobName"] == "fsx-no-enis"
+
+
+def test_fsx_network_interfaces_aws_refuses_to_show_are_one_warning_and_the_job_goes_on(
+        clients, net, code, caplog):  # noqa: F811
+    ec2 = session().client("ec2")
+    be = _backend(clients, net, code, net["b"], ec2=ec2)
+    job = {"GroupId": net["job"], "GroupName": "job", "IpPermissionsEgress": [
+        {"IpProtocol": "-1", "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}]}
+    with Stubber(ec2) as stub, caplog.at_level(logging.WARNING):
+        stub.add_response("describe_security_groups", {"SecurityGroups": [job]}, {"GroupIds": [net["job"]]})
+        stub.add_client_error("describe_network_interfaces", "UnauthorizedOperation", "no", 403,
+                              expected_params={"NetworkInterfaceIds": net["fsx_client"].enis[net["fsx"]]})
+        be.submit(spec("fsx-enis-denied", sm=dict(channels=(f"training=fsx://{net['fsx']}/abcdefgh/data",))))
+        stub.assert_no_pending_responses()
+    warned = _warned(caplog)
+    assert len(warned) == 1 and "security groups could not be checked" in warned[0], warned
+    assert "ec2:DescribeNetworkInterfaces: UnauthorizedOperation" in warned[0]
+    assert "fsx-enis-denied" == clients.sagemaker.describe_training_job(
+        TrainingJobName="fsx-enis-denied")["TrainingJobName"]

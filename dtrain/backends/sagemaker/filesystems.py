@@ -86,7 +86,7 @@ def check_channel(client: Any, ch: FileSystemChannel, subnets: list[str], region
         if ch.kind == "EFS":
             doubt, targets = _check_efs(client, ch, subnets, head, region)
         else:
-            doubt, targets = _check_fsx(client, ch, subnets, head, region), []
+            doubt, targets = _check_fsx(client, ch, subnets, head, region)
     except _Unasked as err:
         return [f"{head} could not be checked ({err}); {goes_on} all the same, and SageMaker fails it "
                 f"once its instances start if it cannot mount the file system"]
@@ -166,7 +166,10 @@ def _check_efs(client: Any, ch: FileSystemChannel, subnets: list[str], head: str
             f"add one ({add}) or run the job in one of those subnets {_vpc_fix(subnets)}"), live
 
 
-def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str, region: str) -> str | None:
+def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str,
+               region: str) -> tuple[str | None, list[dict]]:
+    """None or the warning that the job's subnets may not reach it, and [its DescribeFileSystems answer] (whose
+    NetworkInterfaceIds secgroups.py reads)."""
     got = _described("fsx:DescribeFileSystems", client.describe_file_systems, FileSystemIds=[ch.fs_id])
     found = [f for f in (got or {}).get("FileSystems") or [] if f.get("FileSystemId") == ch.fs_id]
     if not found:
@@ -189,8 +192,8 @@ def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str
     if theirs and not set(theirs) & set(subnets):
         return (f"{head} is in {', '.join(theirs)}, not among the job's subnets: the job mounts it only if its "
                 f"subnets are in the file system's VPC and its security groups allow Lustre (TCP 988 and 1018-1023); else "
-                f"run the job in its subnet {_vpc_fix(subnets)}")
-    return None
+                f"run the job in its subnet {_vpc_fix(subnets)}"), [fs]
+    return None, [fs]
 
 
 def warn(line: str) -> None:

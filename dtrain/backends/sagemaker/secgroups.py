@@ -1,16 +1,19 @@
 """Whether the job's security groups (its VpcConfig's) let it reach an EFS or FSx for Lustre channel's file
 system: NFS (TCP 2049) to an EFS mount target, Lustre (TCP 988 and 1018-1023, AWS's "File system access control
 with Amazon VPC" for FSx for Lustre) to an FSx file system. Without an outbound rule of the job's groups for each
-of those ports, or (EFS) an inbound rule of a mount target's groups from the job's groups or
-subnets, SageMaker fails the job once its instances started ("unable to mount"), billed.
+of those ports, or an inbound rule of the file system's groups (an EFS mount target's, an FSx file system's
+network interfaces') from the job's groups or subnets, SageMaker fails the job once its instances started
+("unable to mount"), billed.
 
 Only warned of, never refused: the rules may be changed by others before the job starts, and a rule's
 destination (an outbound CIDR, a prefix list) is not compared with the file system's addresses. Asked with
 EC2 DescribeSecurityGroups, EFS DescribeMountTargetSecurityGroups (whose IAM policy also needs
-ec2:DescribeNetworkInterfaceAttribute) and, where an inbound rule names CIDRs, EC2
+ec2:DescribeNetworkInterfaceAttribute), EC2 DescribeNetworkInterfaces (an FSx file system's NetworkInterfaceIds,
+from its DescribeFileSystems answer) and, where an inbound rule names CIDRs, EC2
 DescribeSubnets (the job's subnets' CIDRs); each request is checked against botocore's model first. Where AWS
 does not answer or refuses these credentials, one warning: the job goes on; so where its answer names no
-security group of a mount target (whose inbound rules then go unread)."""
+security group of a mount target or of an FSx file system's network interfaces (whose inbound rules then go
+unread)."""
 
 from __future__ import annotations
 
@@ -101,53 +104,91 @@ def target_groups(efs: Any, targets: list[dict]) -> tuple[list[str], list[str]]:
     return out, bare
 
 
-def unread_targets(head: str, bare: list[str], port: int, proto: str) -> str:
-    """The warning line for mount targets `bare` whose security groups AWS's answer did not name."""
+def interface_groups(ec2: Any, fs: dict) -> tuple[list[str], list[str]]:
+    """The security groups of an FSx file system's network interfaces (its DescribeFileSystems answer `fs`:
+    NetworkInterfaceIds; EC2 DescribeNetworkInterfaces: their Groups), and [its id] where none was named."""
+    ids = list(fs.get("NetworkInterfaceIds") or [])
+    if not ids:
+        return [], [fs.get("FileSystemId", "?")]
+    got = _ask("ec2", "DescribeNetworkInterfaces", "ec2:DescribeNetworkInterfaces", ec2.describe_network_interfaces,
+               NetworkInterfaceIds=ids)
+    out: list[str] = []
+    for eni in got.get("NetworkInterfaces") or []:
+        out += [g["GroupId"] for g in eni.get("Groups") or [] if g.get("GroupId") and g["GroupId"] not in out]
+    return out, [] if out else [fs.get("FileSystemId", "?")]
+
+
+def unread_targets(head: str, bare: list[str], ranges: tuple[tuple[int, int], ...], proto: str,
+                   kind: str = "EFS") -> str:
+    """The warning line for mount targets `bare` (EFS), or the FSx file system, whose security groups AWS's
+    answer did not name."""
+    needed = ", ".join(said(r) for r in ranges)
+    if kind != "EFS":
+        return (f"{head}: AWS named no security group of its network interfaces (fsx DescribeFileSystems' "
+                f"NetworkInterfaceIds, ec2 DescribeNetworkInterfaces), so whether they let {proto} (TCP {needed}) in "
+                f"from the job is not checked: see aws fsx describe-file-systems --file-system-ids {bare[0]}")
     many = len(bare) > 1
     return (f"{head}: AWS named no security group of its mount target{'s' if many else ''} {', '.join(bare)} "
             f"(DescribeMountTargetSecurityGroups), so whether {'they let' if many else 'it lets'} {proto} (TCP "
-            f"{port}) in from the job is not checked: see aws efs describe-mount-target-security-groups "
+            f"{needed}) in from the job is not checked: see aws efs describe-mount-target-security-groups "
             f"--mount-target-id {bare[0]}")
 
 
-def ingress_doubt(ec2: Any, head: str, theirs: list[dict], job_ids: list[str], subnets: list[str], port: int,
-                  proto: str) -> str | None:
-    """A warning line where no inbound rule of the mount targets' groups `theirs` lets TCP `port` in from the
-    job: from one of its groups, or from a CIDR that overlaps one of its subnets (asked only where needed)."""
-    rules = [r for g in theirs for r in g.get("IpPermissions") or [] if opens(r, port)]
-    if any(p.get("GroupId") in job_ids for r in rules for p in r.get("UserIdGroupPairs") or []):
+def ingress_doubt(ec2: Any, head: str, theirs: list[dict], job_ids: list[str], subnets: list[str],
+                  ranges: tuple[tuple[int, int], ...], proto: str, kind: str = "EFS") -> str | None:
+    """A warning line where no inbound rule of the file system's groups `theirs` (its mount targets', its network
+    interfaces') lets some TCP port of `ranges` in from the job: from one of its groups, or from a CIDR that
+    overlaps one of its subnets (asked only where needed), naming those ports in its fix."""
+    mine: list[Any] = []
+    asked: list[bool] = []  # DescribeSubnets asked once, only where a rule names a CIDR
+
+    def from_job(rule: dict) -> bool:
+        if any(p.get("GroupId") in job_ids for p in rule.get("UserIdGroupPairs") or []):
+            return True
+        if rule.get("PrefixListIds"):
+            return True  # a prefix list's CIDRs are not read: left to the benefit of the doubt
+        cidrs = [ipaddress.ip_network(c["CidrIp"], strict=False) for c in rule.get("IpRanges") or []
+                 if c.get("CidrIp")]
+        if cidrs and not asked:
+            asked.append(True)
+            got = _ask("ec2", "DescribeSubnets", "ec2:DescribeSubnets", ec2.describe_subnets, SubnetIds=list(subnets))
+            mine.extend(ipaddress.ip_network(s["CidrBlock"]) for s in got.get("Subnets") or [] if s.get("CidrBlock"))
+        return any(c.overlaps(m) for c in cidrs for m in mine)
+
+    rules = [r for g in theirs for r in g.get("IpPermissions") or []]
+    missing = [p for lo, hi in ranges for p in range(lo, hi + 1)
+               if not any(opens(r, p) and from_job(r) for r in rules)]
+    if not missing:
         return None
-    if any(r.get("PrefixListIds") for r in rules):
-        return None  # a prefix list's CIDRs are not read: left to the benefit of the doubt
-    cidrs = [ipaddress.ip_network(c["CidrIp"], strict=False) for r in rules for c in r.get("IpRanges") or []
-             if c.get("CidrIp")]
-    if cidrs:
-        got = _ask("ec2", "DescribeSubnets", "ec2:DescribeSubnets", ec2.describe_subnets, SubnetIds=list(subnets))
-        mine = [ipaddress.ip_network(s["CidrBlock"]) for s in got.get("Subnets") or [] if s.get("CidrBlock")]
-        if any(c.overlaps(m) for c in cidrs for m in mine):
-            return None
-    ids = ", ".join(g["GroupId"] for g in theirs)
-    return (f"{head}: no inbound rule of its mount targets' security groups ({ids}) allows {proto} (TCP {port}) "
-            f"from the job's security groups or subnets, and SageMaker would fail the job once its instances "
-            f"started (unable to mount) unless the rules change first: allow it (aws ec2 "
-            f"authorize-security-group-ingress --group-id {theirs[0]['GroupId']} --protocol tcp --port {port} "
-            f"--source-group {job_ids[0]})")
+    ids, needed, gaps = ", ".join(g["GroupId"] for g in theirs), ", ".join(said(r) for r in ranges), spans(missing)
+    whose = "its mount targets'" if kind == "EFS" else "its network interfaces'"
+    what = f"{proto} (TCP {needed})" if gaps == list(ranges) else \
+        f"TCP {', '.join(said(s) for s in gaps)} of the ports {proto} needs (TCP {needed})"
+    fix = "; ".join(f"aws ec2 authorize-security-group-ingress --group-id {theirs[0]['GroupId']} --protocol tcp "
+                    f"--port {said(s)} --source-group {job_ids[0]}" for s in gaps)
+    return (f"{head}: no inbound rule of {whose} security groups ({ids}) allows {what} from the job's security "
+            f"groups or subnets, and SageMaker would fail the job once its instances started (unable to mount) "
+            f"unless the rules change first: allow {'it' if len(gaps) == 1 else 'them'} ({fix})")
 
 
 def check(ec2: Any, efs: Any, head: str, kind: str, job_ids: list[str], subnets: list[str],
           targets: list[dict]) -> list[str]:
-    """The warning lines of a file-system channel's security groups: the job's outbound rules and (EFS, the
-    mount targets `targets` given) the mount targets' inbound ones. Unread where AWS could not be asked."""
+    """The warning lines of a file-system channel's security groups: the job's outbound rules and the inbound
+    ones of the file system's groups: (EFS) the mount targets `targets`', (FSx) the network interfaces' of the
+    file system `targets[0]` (its DescribeFileSystems answer). Unread where AWS could not be asked."""
     ranges, proto = PORTS[kind]
     job = groups(ec2, job_ids)
     if not job:
         return []
-    mounts, bare = target_groups(efs, targets) if kind == "EFS" else ([], [])
+    if kind == "EFS":
+        mounts, bare = target_groups(efs, targets)
+    else:
+        mounts, bare = interface_groups(ec2, targets[0]) if targets else ([], [])
     theirs = groups(ec2, mounts) if mounts else []  # no GroupIds would describe every group of the region
     to = f"--source-group {theirs[0]['GroupId']}" if theirs else "--cidr 0.0.0.0/0"
     lines = [egress_doubt(head, job, ranges, proto, to)]
-    if theirs:  # EFS: NFS's one port
-        lines.append(ingress_doubt(ec2, head, theirs, job_ids, subnets, ranges[0][0], proto))
+    if theirs:
+        lines.append(ingress_doubt(ec2, head, theirs, job_ids, subnets, ranges, proto, kind))
     if bare:  # their inbound rules were not looked at: said, not passed over
-        lines.append(unread_targets(head, bare, ranges[0][0], proto))
+        lines.append(unread_targets(head, bare, ranges, proto, kind))
     return [line for line in lines if line]
