@@ -187,23 +187,32 @@ def net(moto_url):
     without any mount target, and an FSx for Lustre one in the second; the efs, fsx and ec2 clients. Security
     groups: `job` (all out, as AWS makes a group), `closed` (nothing out), `stranger` (all out, named by no
     rule), the mount target's `mt` (NFS in from job and closed), `lustre988` (TCP 988 out only), `lustre` (TCP 988
-    and 1018-1023 out, as two rules); `cidr_fs` has a mount target in the first subnet whose group lets NFS in from
-    that subnet's CIDR only. FSx: `fsx`'s network interface (in the second subnet) has `fsx_sg`, which lets Lustre
-    in from the VPC's CIDR; `fsx_narrow`'s has `fsx_988`, which lets TCP 988 in from `job` only. moto's FSx answers
-    no NetworkInterfaceIds, so the fsx client given is _WithInterfaces (moto's `fsx_moto` underneath)."""
+    and 1018-1023 out, as two rules), NFS out only to 192.168.0.0/16 (`to_far`), to `stranger` (`to_stranger`),
+    to the first subnet's CIDR (`to_subnet`) or to `mt_cidr` (`to_mt`); `cidr_fs` has a mount target in the first
+    subnet whose group lets NFS in from that subnet's CIDR only. FSx: `fsx`'s network interface (in the second
+    subnet) has `fsx_sg`, which lets Lustre in from the VPC's CIDR; `fsx_narrow`'s has `fsx_988`, which lets TCP
+    988 in from `job` only. moto's FSx answers no NetworkInterfaceIds, so the fsx client given is _WithInterfaces
+    (moto's `fsx_moto` underneath)."""
     s = session()
     ec2, efs, fsx = (s.client(n, endpoint_url=moto_url) for n in ("ec2", "efs", "fsx"))
     vpc = ec2.create_vpc(CidrBlock="10.9.0.0/16")["Vpc"]["VpcId"]
     a, b = (ec2.create_subnet(VpcId=vpc, CidrBlock=f"10.9.{i}.0/24")["Subnet"]["SubnetId"] for i in (1, 2))
     sg = {n: ec2.create_security_group(GroupName=n, Description=n, VpcId=vpc)["GroupId"]
-          for n in ("job", "closed", "stranger", "mt", "mt_cidr", "lustre988", "lustre", "fsx_sg", "fsx_988")}
-    for n in ("closed", "lustre988", "lustre"):
+          for n in ("job", "closed", "stranger", "mt", "mt_cidr", "lustre988", "lustre", "fsx_sg", "fsx_988",
+                     "to_far", "to_stranger", "to_subnet", "to_mt")}
+    for n in ("closed", "lustre988", "lustre", "to_far", "to_stranger", "to_subnet", "to_mt"):
         ec2.revoke_security_group_egress(GroupId=sg[n], IpPermissions=[{"IpProtocol": "-1",
                                                                         "IpRanges": [{"CidrIp": "0.0.0.0/0"}]}])
     for n, ports in (("lustre988", [(988, 988)]), ("lustre", [(988, 988), (1018, 1023)])):
         ec2.authorize_security_group_egress(GroupId=sg[n], IpPermissions=[
             {"IpProtocol": "tcp", "FromPort": lo, "ToPort": hi, "IpRanges": [{"CidrIp": "10.9.0.0/16"}]}
             for lo, hi in ports])
+    for n, to in (("to_far", {"IpRanges": [{"CidrIp": "192.168.0.0/16"}]}),
+                  ("to_stranger", {"UserIdGroupPairs": [{"GroupId": sg["stranger"]}]}),
+                  ("to_subnet", {"IpRanges": [{"CidrIp": "10.9.1.0/24"}]}),
+                  ("to_mt", {"UserIdGroupPairs": [{"GroupId": sg["mt_cidr"]}]})):
+        ec2.authorize_security_group_egress(GroupId=sg[n], IpPermissions=[
+            {"IpProtocol": "tcp", "FromPort": 2049, "ToPort": 2049, **to}])
     ec2.authorize_security_group_ingress(GroupId=sg["mt"], IpPermissions=[{
         "IpProtocol": "tcp", "FromPort": 2049, "ToPort": 2049,
         "UserIdGroupPairs": [{"GroupId": sg["job"]}, {"GroupId": sg["closed"]}]}])
@@ -369,7 +378,7 @@ def _warned(caplog) -> list[str]:
                                          "2049)", "(aws ec2 authorize-security-group-egress --group-id {closed} "
                                          "--protocol tcp --port 2049 --source-group {mt})")),
     # (FSx: to its network interfaces' group)
-    ("fsx://{fsx}/abcdefgh/data", "b", "closed", ("allows Lustre (TCP 988, 1018-1023), and", "(aws ec2 "
+    ("fsx://{fsx}/abcdefgh/data", "b", "closed", ("allows Lustre (TCP 988, 1018-1023) to the file system (", "(aws ec2 "
                                                   "authorize-security-group-egress --group-id {closed} --protocol tcp "
                                                   "--port 988 --source-group {fsx_sg}; aws ec2 "
                                                   "authorize-security-group-egress --group-id {closed} --protocol tcp "
@@ -600,3 +609,25 @@ def test_fsx_network_interfaces_aws_refuses_to_show_are_one_warning_and_the_job_
     assert "ec2:DescribeNetworkInterfaces: UnauthorizedOperation" in warned[0]
     assert "fsx-enis-denied" == clients.sagemaker.describe_training_job(
         TrainingJobName="fsx-enis-denied")["TrainingJobName"]
+
+
+# ---- an outbound rule's destination --------------------------------------------------------------------------
+@pytest.mark.parametrize("group, warned_of", [("to_far", True), ("to_stranger", True), ("to_subnet", False),
+                                              ("to_mt", False)])
+def test_an_outbound_rule_counts_only_where_its_destination_holds_the_mount_target(
+        clients, net, code, caplog, group, warned_of):  # noqa: F811
+    """NFS out to an unrelated CIDR, or to a group that is not the mount target's, passed (the port alone was
+    compared); to a CIDR holding the mount target's address, or to its group, it does."""
+    be = _backend(clients, net, code, net["a"], group)
+    with caplog.at_level(logging.WARNING):
+        be.render(spec("sg-" + group.replace("_", "-"), sm=dict(channels=(f"training=efs://{net['cidr_fs']}/data",))))
+    ip = net["efs_client"].describe_mount_targets(FileSystemId=net["cidr_fs"])["MountTargets"][0]["IpAddress"]
+    if not warned_of:
+        assert _warned(caplog) == []
+        return
+    assert len(_warned(caplog)) == 1, _warned(caplog)
+    line = _warned(caplog)[0]
+    assert f"no outbound rule of the job's security groups ({net[group]}) allows NFS (TCP 2049) to the file system " \
+           f"({ip}, {net['mt_cidr']})" in line
+    assert line.endswith(f"allow it (aws ec2 authorize-security-group-egress --group-id {net[group]} --protocol tcp "
+                         f"--port 2049 --source-group {net['mt_cidr']})")

@@ -5,8 +5,9 @@ of those ports, or an inbound rule of the file system's groups (an EFS mount tar
 network interfaces') from the job's groups or subnets, SageMaker fails the job once its instances started
 ("unable to mount"), billed.
 
-Only warned of, never refused: the rules may be changed by others before the job starts, and a rule's
-destination (an outbound CIDR, a prefix list) is not compared with the file system's addresses. Asked with
+An outbound rule counts where its destination holds the file system: a group of its, or a CIDR holding each of
+its addresses (0.0.0.0/0 among them); a prefix list's CIDRs are not read (taken as holding it). Only warned of,
+never refused: the rules may be changed by others before the job starts. Asked with
 EC2 DescribeSecurityGroups, EFS DescribeMountTargetSecurityGroups (whose IAM policy also needs
 ec2:DescribeNetworkInterfaceAttribute), EC2 DescribeNetworkInterfaces (an FSx file system's NetworkInterfaceIds,
 from its DescribeFileSystems answer) and, where an inbound rule names CIDRs, EC2
@@ -18,6 +19,7 @@ unread)."""
 from __future__ import annotations
 
 import ipaddress
+from dataclasses import dataclass
 from typing import Any
 
 from dtrain.backends.sagemaker.clients import aws_call
@@ -71,28 +73,59 @@ def said(span: tuple[int, int]) -> str:
     return str(span[0]) if span[0] == span[1] else f"{span[0]}-{span[1]}"
 
 
+@dataclass(frozen=True)
+class Side:
+    """The file system's side of the mount: its security groups, its IPv4 addresses the job connects to (the EFS
+    mount targets' IpAddress, the FSx network interfaces' PrivateIpAddress; none where AWS named none), and the
+    mount targets (or the FSx file system) whose security groups AWS's answer named none of."""
+
+    groups: tuple[str, ...] = ()
+    addresses: tuple[str, ...] = ()
+    bare: tuple[str, ...] = ()
+
+
+def reaches(rule: dict, side: Side, address: str | None) -> bool:
+    """An outbound rule's destination holds the file system's `address` (None: not known): a group of the file
+    system's (any group, where some of them went unread), a CIDR holding the address (any, where it is not
+    known), or a prefix list (its CIDRs are not read: left to the benefit of the doubt)."""
+    if rule.get("PrefixListIds"):
+        return True
+    pairs = [p.get("GroupId") for p in rule.get("UserIdGroupPairs") or []]
+    if pairs and (side.bare or any(g in side.groups for g in pairs)):
+        return True
+    cidrs = [c["CidrIp"] for c in rule.get("IpRanges") or [] if c.get("CidrIp")]
+    if address is None:
+        return bool(cidrs)
+    return any(ipaddress.ip_address(address) in ipaddress.ip_network(c, strict=False) for c in cidrs)
+
+
 def egress_doubt(head: str, job: list[dict], ranges: tuple[tuple[int, int], ...], proto: str,
-                 to: str) -> str | None:
-    """A warning line where no outbound rule of the job's groups `job` lets some TCP port of `ranges` out, naming
-    those ports in its fix; `to`: the destination the fix names (--source-group SG, --cidr CIDR)."""
+                 to: str, side: Side = Side()) -> str | None:
+    """A warning line where no outbound rule of the job's groups `job` lets some TCP port of `ranges` out to each
+    of the file system's addresses (`side`), naming those ports in its fix; `to`: the destination the fix names
+    (--source-group SG, --cidr CIDR)."""
     rules = [r for g in job for r in g.get("IpPermissionsEgress") or []]
-    missing = [p for lo, hi in ranges for p in range(lo, hi + 1) if not any(opens(r, p) for r in rules)]
+    to_each = list(side.addresses) or [None]
+    missing = [p for lo, hi in ranges for p in range(lo, hi + 1)
+               if not all(any(opens(r, p) and reaches(r, side, a) for r in rules) for a in to_each)]
     if not missing:
         return None
     ids, needed = ", ".join(g["GroupId"] for g in job), ", ".join(said(r) for r in ranges)
     gaps = spans(missing)
     what = f"{proto} (TCP {needed})" if gaps == list(ranges) else \
         f"TCP {', '.join(said(s) for s in gaps)} of the ports {proto} needs (TCP {needed})"
+    where = ", ".join([*side.addresses, *side.groups])
     fix = "; ".join(f"aws ec2 authorize-security-group-egress --group-id {job[0]['GroupId']} --protocol tcp "
                     f"--port {said(s)} {to}" for s in gaps)
-    return (f"{head}: no outbound rule of the job's security groups ({ids}) allows {what}, and SageMaker would "
-            f"fail the job once its instances started (unable to mount) unless the rules change first: allow "
+    return (f"{head}: no outbound rule of the job's security groups ({ids}) allows {what}"
+            f"{f' to the file system ({where})' if where else ''}, and SageMaker would fail the job once its "
+            f"instances started (unable to mount) unless the rules change first: allow "
             f"{'it' if len(gaps) == 1 else 'them'} ({fix})")
 
 
-def target_groups(efs: Any, targets: list[dict]) -> tuple[list[str], list[str]]:
-    """The security groups of the EFS mount targets `targets` (DescribeMountTargetSecurityGroups, one each), and
-    the ids of those whose answer named none."""
+def target_groups(efs: Any, targets: list[dict]) -> Side:
+    """The security groups of the EFS mount targets `targets` (DescribeMountTargetSecurityGroups, one each), their
+    addresses, and the ids of those whose answer named no group."""
     out: list[str] = []
     bare: list[str] = []
     for t in targets:
@@ -101,21 +134,24 @@ def target_groups(efs: Any, targets: list[dict]) -> tuple[list[str], list[str]]:
         named = list(got.get("SecurityGroups") or [])
         out += [g for g in named if g not in out]
         bare += [] if named else [t["MountTargetId"]]
-    return out, bare
+    return Side(tuple(out), tuple(t["IpAddress"] for t in targets if t.get("IpAddress")), tuple(bare))
 
 
-def interface_groups(ec2: Any, fs: dict) -> tuple[list[str], list[str]]:
+def interface_groups(ec2: Any, fs: dict) -> Side:
     """The security groups of an FSx file system's network interfaces (its DescribeFileSystems answer `fs`:
-    NetworkInterfaceIds; EC2 DescribeNetworkInterfaces: their Groups), and [its id] where none was named."""
+    NetworkInterfaceIds; EC2 DescribeNetworkInterfaces: their Groups) and addresses, and [its id] where no group
+    was named."""
     ids = list(fs.get("NetworkInterfaceIds") or [])
     if not ids:
-        return [], [fs.get("FileSystemId", "?")]
+        return Side(bare=(fs.get("FileSystemId", "?"),))
     got = _ask("ec2", "DescribeNetworkInterfaces", "ec2:DescribeNetworkInterfaces", ec2.describe_network_interfaces,
                NetworkInterfaceIds=ids)
     out: list[str] = []
-    for eni in got.get("NetworkInterfaces") or []:
+    enis = list(got.get("NetworkInterfaces") or [])
+    for eni in enis:
         out += [g["GroupId"] for g in eni.get("Groups") or [] if g.get("GroupId") and g["GroupId"] not in out]
-    return out, [] if out else [fs.get("FileSystemId", "?")]
+    return Side(tuple(out), tuple(e["PrivateIpAddress"] for e in enis if e.get("PrivateIpAddress")),
+                () if out else (fs.get("FileSystemId", "?"),))
 
 
 def unread_targets(head: str, bare: list[str], ranges: tuple[tuple[int, int], ...], proto: str,
@@ -181,14 +217,14 @@ def check(ec2: Any, efs: Any, head: str, kind: str, job_ids: list[str], subnets:
     if not job:
         return []
     if kind == "EFS":
-        mounts, bare = target_groups(efs, targets)
+        side = target_groups(efs, targets)
     else:
-        mounts, bare = interface_groups(ec2, targets[0]) if targets else ([], [])
-    theirs = groups(ec2, mounts) if mounts else []  # no GroupIds would describe every group of the region
+        side = interface_groups(ec2, targets[0]) if targets else Side()
+    theirs = groups(ec2, list(side.groups)) if side.groups else []  # no GroupIds would describe every group
     to = f"--source-group {theirs[0]['GroupId']}" if theirs else "--cidr 0.0.0.0/0"
-    lines = [egress_doubt(head, job, ranges, proto, to)]
+    lines = [egress_doubt(head, job, ranges, proto, to, side)]
     if theirs:
         lines.append(ingress_doubt(ec2, head, theirs, job_ids, subnets, ranges, proto, kind))
-    if bare:  # their inbound rules were not looked at: said, not passed over
-        lines.append(unread_targets(head, bare, ranges, proto, kind))
+    if side.bare:  # their inbound rules were not looked at: said, not passed over
+        lines.append(unread_targets(head, list(side.bare), ranges, proto, kind))
     return [line for line in lines if line]
