@@ -631,3 +631,46 @@ def test_an_outbound_rule_counts_only_where_its_destination_holds_the_mount_targ
            f"({ip}, {net['mt_cidr']})" in line
     assert line.endswith(f"allow it (aws ec2 authorize-security-group-egress --group-id {net[group]} --protocol tcp "
                          f"--port 2049 --source-group {net['mt_cidr']})")
+
+
+# ---- one file system, described once -------------------------------------------------------------------------
+def test_channels_on_one_file_system_describe_it_once_per_submit(clients, net, code):  # noqa: F811
+    """Each channel on a file system asked AWS about all of it again (DescribeFileSystems, its mount targets, the
+    security groups): once per file system now, whatever the number of channels mounting it."""
+    calls: list[str] = []
+
+    def record(model, **_):
+        calls.append(f"{model.service_model.service_name}:{model.name}")
+
+    hooked = [(net["efs_client"], "before-call.efs"), (net["fsx_moto"], "before-call.fsx"),
+              (net["ec2_client"], "before-call.ec2")]
+    for client, event in hooked:
+        client.meta.events.register(event, record, unique_id="dtrain-test-count")
+    try:
+        _backend(clients, net, code, net["a"]).submit(spec("fs-once-efs", sm=dict(channels=(
+            f"training=efs://{net['efs']}/a", f"extra=efs://{net['efs']}/b", f"more=efs://{net['efs']}/c"))))
+        efs_calls = sorted(calls)
+        calls.clear()
+        _backend(clients, net, code, net["b"]).submit(spec("fs-once-fsx", sm=dict(channels=(
+            f"training=fsx://{net['fsx']}/abcdefgh/a", f"extra=fsx://{net['fsx']}/abcdefgh/b"))))
+        fsx_calls = sorted(calls)
+    finally:
+        for client, event in hooked:
+            client.meta.events.unregister(event, unique_id="dtrain-test-count")
+    assert efs_calls == ["ec2:DescribeSecurityGroups", "ec2:DescribeSecurityGroups", "efs:DescribeFileSystems",
+                         "efs:DescribeMountTargetSecurityGroups", "efs:DescribeMountTargets"], efs_calls
+    assert fsx_calls == ["ec2:DescribeNetworkInterfaces", "ec2:DescribeSecurityGroups", "ec2:DescribeSecurityGroups",
+                         "ec2:DescribeSubnets", "fsx:DescribeFileSystems"], fsx_calls  # (fsx_sg's rule: a CIDR)
+
+
+def test_each_channel_on_one_fsx_file_system_has_its_path_checked_from_the_one_answer(stubbed):
+    """Described once for both channels, the second channel's path without the mount name is still refused,
+    naming that channel."""
+    from dtrain.backends.sagemaker.filesystems import check_channels
+
+    _, _, fsx, f = stubbed
+    f.add_response("describe_file_systems", {"FileSystems": [_fsx_fs()]}, {"FileSystemIds": [FS]})
+    chs = [fsx_ch(), FileSystemChannel("extra", "FSxLustre", FS, "/other/data")]
+    with pytest.raises(SpecError, match=rf"^channel extra: FSx for Lustre file system {FS} in us-east-1 is mounted "
+                                        rf"as /abcdefgh, .*--channel extra=fsx://{FS}/abcdefgh/data$"):
+        check_channels(fsx, chs, [MINE], "us-east-1")

@@ -7,7 +7,8 @@ Reachability is only warned of: an EFS file system whose mount targets are all i
 job's, or an FSx one in another subnet, may still be reached (a mount target serves its whole Availability
 Zone, and subnets of one VPC route to each other), which telling would take routes and zones; so are security
 groups that may not let NFS or Lustre through (secgroups.py), as their rules may change before the job starts.
-Asked with DescribeFileSystems (EFS, FSx) and DescribeMountTargets (EFS); where AWS does not answer or refuses
+Asked with DescribeFileSystems (EFS, FSx) and DescribeMountTargets (EFS), once per file system however many
+channels mount it; where AWS does not answer or refuses
 these credentials (AccessDenied), one warning and the job goes on. The dry run asks the same (describe calls
 only), so it refuses what submit would."""
 
@@ -61,43 +62,40 @@ def named(chs: list[FileSystemChannel]) -> str:
 
 def check_channels(client: Any, chs: list[FileSystemChannel], subnets: list[str], region: str, *,
                    dry: bool = False, ec2: Any = None, groups: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """check_channel of each of `chs`, channels on one file system, each warning said once: a line that several
-    of them give (the job's outbound rules, the mount targets' inbound ones, the file system in other subnets)
-    names them all ('channels training, extra: ...')."""
-    said: dict[str, list[FileSystemChannel]] = {}
-    for ch in chs:
-        for line in check_channel(client, ch, subnets, region, dry=dry, ec2=ec2, groups=groups):
-            said.setdefault(line.removeprefix(f"{named([ch])}: "), []).append(ch)
-    return [f"{named(them)}: {rest}" for rest, them in said.items()]
-
-
-def check_channel(client: Any, ch: FileSystemChannel, subnets: list[str], region: str, *, dry: bool = False,
-                  ec2: Any = None, groups: list[str] | tuple[str, ...] = ()) -> list[str]:
-    """Refuse (SpecError) a channel SageMaker could not mount; else its warning lines: AWS could not be asked,
-    the job's subnets may not reach the file system, or (`ec2` given) the job's security `groups` or the EFS
-    mount targets' may not let NFS or Lustre through (secgroups.py). `client` None: the injected clients have
-    none, nothing asked. `dry`: the dry run's, whose warning says what a submit would do."""
-    if client is None:
+    """Refuse (SpecError) channels `chs`, on one file system, that SageMaker could not mount; else their warning
+    lines, each said once naming them all ('channels training, extra: ...'): AWS could not be asked, the job's
+    subnets may not reach the file system, or (`ec2` given) the job's security `groups` or the file system's may
+    not let NFS or Lustre through (secgroups.py). The file system is described once, however many channels
+    mount it. `client` None: the injected clients have none, nothing asked. `dry`: the dry run's, whose warning
+    says what a submit would do."""
+    if client is None or not chs:
         return []
-    what = "EFS file system" if ch.kind == "EFS" else "FSx for Lustre file system"
-    head = f"channel {ch.channel}: {what} {ch.fs_id} in {region}"
+    fs = chs[0]
+    what = "EFS file system" if fs.kind == "EFS" else "FSx for Lustre file system"
+    head = f"{named(chs)}: {what} {fs.fs_id} in {region}"
     goes_on = "a submit goes on" if dry else "the job is submitted"
     try:
-        if ch.kind == "EFS":
-            doubt, targets = _check_efs(client, ch, subnets, head, region)
+        if fs.kind == "EFS":
+            doubt, targets = _check_efs(client, fs, subnets, head, region)
         else:
-            doubt, targets = _check_fsx(client, ch, subnets, head, region)
+            doubt, targets = _check_fsx(client, chs, subnets, head, region)
     except _Unasked as err:
         return [f"{head} could not be checked ({err}); {goes_on} all the same, and SageMaker fails it "
                 f"once its instances start if it cannot mount the file system"]
     lines = [doubt] if doubt else []
     if ec2 is not None and groups:
         try:
-            lines += secgroups.check(ec2, client, head, ch.kind, list(groups), subnets, targets)
+            lines += secgroups.check(ec2, client, head, fs.kind, list(groups), subnets, targets)
         except secgroups.Unread as err:
             lines.append(f"{head}: the job's security groups could not be checked against it ({err}); {goes_on} "
                          f"all the same, and SageMaker fails it once its instances start if they block the mount")
     return lines
+
+
+def check_channel(client: Any, ch: FileSystemChannel, subnets: list[str], region: str, *, dry: bool = False,
+                  ec2: Any = None, groups: list[str] | tuple[str, ...] = ()) -> list[str]:
+    """check_channels of the one channel `ch`."""
+    return check_channels(client, [ch], subnets, region, dry=dry, ec2=ec2, groups=groups)
 
 
 def check_file_system(client: Any, ch: FileSystemChannel, subnets: list[str], region: str, *,
@@ -166,10 +164,11 @@ def _check_efs(client: Any, ch: FileSystemChannel, subnets: list[str], head: str
             f"add one ({add}) or run the job in one of those subnets {_vpc_fix(subnets)}"), live
 
 
-def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str,
+def _check_fsx(client: Any, chs: list[FileSystemChannel], subnets: list[str], head: str,
                region: str) -> tuple[str | None, list[dict]]:
-    """None or the warning that the job's subnets may not reach it, and [its DescribeFileSystems answer] (whose
-    NetworkInterfaceIds secgroups.py reads)."""
+    """None or the warning that the job's subnets may not reach the file system of the channels `chs`, and [its
+    DescribeFileSystems answer] (whose NetworkInterfaceIds secgroups.py reads); each channel's path is checked."""
+    ch = chs[0]
     got = _described("fsx:DescribeFileSystems", client.describe_file_systems, FileSystemIds=[ch.fs_id])
     found = [f for f in (got or {}).get("FileSystems") or [] if f.get("FileSystemId") == ch.fs_id]
     if not found:
@@ -183,12 +182,13 @@ def _check_fsx(client: Any, ch: FileSystemChannel, subnets: list[str], head: str
                         f"describe-file-systems --file-system-ids {ch.fs_id} --region {region}")
     theirs = list(fs.get("SubnetIds") or [])
     mount = (fs.get("LustreConfiguration") or {}).get("MountName")
-    first = ch.path.strip("/").partition("/")[0]
-    if mount and first != mount:
-        rest = ch.path.strip("/").partition("/")[2]
-        raise SpecError(f"{head} is mounted as /{mount}, and the channel's path {ch.path} starts with /{first}: "
-                        f"SageMaker would fail the job once its instances started; pass --channel "
-                        f"{ch.channel}=fsx://{ch.fs_id}/{mount}/{rest or 'PATH'}")
+    for one in chs:
+        first, _, rest = one.path.strip("/").partition("/")
+        if mount and first != mount:
+            raise SpecError(f"channel {one.channel}: {head.partition(': ')[2]} is mounted as /{mount}, and the "
+                            f"channel's path {one.path} starts with /{first}: SageMaker would fail the job once its "
+                            f"instances started; pass --channel {one.channel}=fsx://{one.fs_id}/{mount}/"
+                            f"{rest or 'PATH'}")
     if theirs and not set(theirs) & set(subnets):
         return (f"{head} is in {', '.join(theirs)}, not among the job's subnets: the job mounts it only if its "
                 f"subnets are in the file system's VPC and its security groups allow Lustre (TCP 988 and 1018-1023); else "
