@@ -16,7 +16,7 @@ from dtrain.backends.base import (Backend, JobCount, JobPage, JobStatus, JobSumm
                                   check_page, check_status, newest_first, notices_of)
 from dtrain.client_lookup import FORGET_BACKEND
 from dtrain.errors import DtrainError, NotSupportedError, SpecError
-from dtrain.names import MAX_PAGE, shown
+from dtrain.names import MAX_PAGE, check_name, shown
 from dtrain.remotes import RemoteReads
 from dtrain.spec import parse_selector, selects
 
@@ -284,3 +284,47 @@ class EveryBackend:
         return Listed((replace(p, running=counts.get((p.name, "Running"), 0),
                                pending=counts.get((p.name, "Pending"), 0))
                        for p in sorted(found.values(), key=lambda p: p.name)), notices)
+
+    def read_project(self, name: str) -> Listed:
+        """Project `name` as `list_projects` lists it (an empty list: no project by that name), with the
+        notices of it: read alone on the backend config.yaml sends it to, and its Running and Pending
+        jobs counted on each backend, the other projects not read. A project that backend does not
+        have (one another backend keeps) is looked for in the whole list, as before."""
+        check_name(name, "project")
+        home = self.backend(project=name)
+        try:
+            mine = home.read_project(name)
+        except NotSupportedError:  # a backend without projects (SageMaker): the list says what it says
+            mine = Listed([])
+        if not mine:
+            listed = self.list_projects()
+            return Listed([p for p in listed if p.name == name], listed.notices)
+
+        def count(backend: Backend) -> JobSummary | None:
+            """`name`'s jobs on `backend`; None where that backend keeps no projects and cannot count them
+            (SageMaker without AWS), as the list leaves it out."""
+            try:
+                return self._expired_forgotten(backend, name).summary(project=name)
+            except DtrainError:
+                if backend.name == home.name or _keeps_projects(backend, name):
+                    raise
+                return None
+
+        parts, notices = self._across(count, what="projects")
+        counts: Counter = Counter()
+        for _, summary in parts:
+            for c in summary.counts if summary is not None else ():  # a shared namespace holds others' jobs
+                counts[c.status.value] += c.jobs if c.project == name else 0
+        made = replace(mine[0], running=counts.get("Running", 0), pending=counts.get("Pending", 0))
+        return Listed([made], (*notices, *mine.notices))
+
+
+def _keeps_projects(backend: Backend, name: str) -> bool:
+    """Whether `backend` keeps projects (SageMaker does not: its refusal reads nothing remote)."""
+    try:
+        backend.read_project(name)
+    except NotSupportedError:
+        return False
+    except DtrainError:
+        return True
+    return True

@@ -54,7 +54,8 @@ class Backend(BackendDefaults):
       `_render_restore`, `_list_storage_classes`. The default raises :class:`NotSupportedError`, which
       the CLI prints as one line naming the backend and the verb; callers never probe a backend
       with `getattr`/`hasattr`. `_purge` (forget a deleted job) defaults to
-      doing nothing, `_page` (a page of the job list) to filtering `_list`, and `_names` (what a
+      doing nothing, `_page` (a page of the job list) to filtering `_list`, `_one_project` (one project,
+      its jobs counted) to picking it from `_list_projects`, and `_names` (what a
       name that does not exist is matched against) to the names the listing hooks return.
     * Every hook returns the typed, frozen records of this module, never a dict: :class:`JobInfo`,
       :class:`JobPage`, :class:`LogLine`, :class:`NodeInfo`, :class:`ProjectInfo`,
@@ -310,6 +311,13 @@ class Backend(BackendDefaults):
         GPUs its pods hold that this account may not read)."""
         projects = self._list_projects()
         return Listed(sorted(projects, key=lambda p: p.name), notices_of(projects))
+
+    def read_project(self, name: str) -> Listed:
+        """Project `name` alone, as `list_projects` lists it (an empty list: no such project here), with
+        the notices that list gives of it; its jobs counted, the other projects' not read."""
+        check_name(name, "project")
+        found = self._one_project(name)
+        return Listed(found, notices_of(found))
 
     # ---- volumes and snapshots ----------------------------------------------------------
     # Every backend offers the same verbs: a volume is a folder locally and a PVC on

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from dtrain.backends.records import (FreedInfo, JobInfo, JobStatus, LogLine, NodeInfo, ProjectInfo, Progress,
-                                     SnapshotInfo, StorageClassInfo, VolumeInfo)
+from dtrain.backends.records import (FreedInfo, JobInfo, JobStatus, Listed, LogLine, NodeInfo, ProjectInfo, Progress,
+                                     SnapshotInfo, StorageClassInfo, VolumeInfo, notices_of)
 from dtrain.errors import NotSupportedError
 from dtrain.spec import JobSpec
 
@@ -132,6 +132,11 @@ class BackendHooks(abc.ABC):
 
     def _list_projects(self) -> list[ProjectInfo]:
         raise self._not_supported("projects")
+
+    def _one_project(self, name: str) -> Listed:
+        """The default: the projects listed, `name`'s kept, with the list's notices."""
+        projects = self._list_projects()
+        return Listed([p for p in projects if p.name == name], notices_of(projects))
 
     def _notebook_url(self, info: JobInfo) -> str:
         raise self._not_supported("notebooks")

@@ -55,8 +55,8 @@ def get_project(request: Request, response: Response, name: ProjectName):
     """One project, as GET /projects lists it (`dtrain project list`'s row): 404 for a project no
     backend config.yaml names has. A `Warning` header says what could not be read, as the list's."""
     c = client(request)
-    listed = c.list_projects()
-    found = next((p for p in listed if p.name == name), None)
+    listed = c.read_project(name)
+    found = next(iter(listed), None)
     if found is None:
         c.check_project(name)  # the local backend's line, naming a near name ('defualt')
         raise NotFoundError(f"no project named {name!r}; see 'dtrain project list' for the projects, or "

@@ -74,7 +74,7 @@ class ProjectVerbs:
         spaces = self._project_namespaces()
         for project, namespace in spaces:
             try:
-                objects, unknown = self._job_objects(namespace), []
+                objects = self._job_objects(namespace)
             except Forbidden as err:  # a namespace this account may not read: the others are listed
                 if len(spaces) == 1:
                     raise
@@ -82,27 +82,58 @@ class ProjectVerbs:
                 notices.append(Notice(code="projects-unlisted",
                                       message=f"project {project} (namespace {namespace}) not listed: {err}"))
                 continue
-            try:
-                quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) or {}
-            except Forbidden as err:
-                quota = {}
-                unknown.append(("quota-unknown", f"GPU quota unknown: {err}"))
-            hard = (quota.get("spec") or {}).get("hard", {}).get(f"requests.{GPU_RESOURCE}")
-            try:
-                gpus = sum(pod_gpus(p) for p in self.api.list(POD, namespace, field_selector=HOLDING_GPUS))
-            except Forbidden as err:
-                infos = [job_info(resource.kind, obj, None) for resource, obj in objects]
-                gpus = sum(i.spec.gpus_requested for i in infos if i.status is JobStatus.RUNNING)
-                unknown.append(("gpus-unknown", f"GPUs allocated counted from the running jobs' requests: {err}"))
-            extra: dict[str, Any] = {"namespace": namespace}
-            if unknown:
-                extra["unknown"] = "; ".join(said for _, said in unknown)
-                notices += [Notice(code=code, message=f"project {project}: {said}") for code, said in unknown]
-            out.append(ProjectInfo(name=project, backend=self.name, gpu_quota=int(hard) if hard is not None else None,
-                                   gpus_allocated=gpus, jobs=len(objects), extra=extra))
+            info, said = self._project_read(project, namespace, objects)
+            out.append(info)
+            notices += said
         if first is not None and not out:
             raise first
         return Listed(out, notices)
+
+    def _one_project(self, name: str) -> Listed:
+        """Project `name` alone, as `_list_projects` lists it: its namespace read, then its jobs, quota
+        and pods; the other namespaces are not read. An empty list where the list would not show it
+        as this namespace's (none, another project's, not dtrain's) or where its jobs may not be read
+        (the list leaves it out, with a notice)."""
+        namespace = self.config.namespace_of(name)
+        try:
+            found = self._try_read(NAMESPACE, None, namespace)
+        except Forbidden:  # an account that may not read namespaces: those it may list or is set up for
+            found = None if (name, namespace) not in self._project_namespaces() else {}
+        else:
+            labels = (found or {}).get("metadata", {}).get("labels") or {}
+            found = found if labels.get(LABEL_PROJECT) == name else None
+        if found is None:
+            return Listed([])
+        try:
+            objects = self._job_objects(namespace)
+        except Forbidden:
+            return Listed([])
+        info, notices = self._project_read(name, namespace, objects)
+        return Listed([info], notices)
+
+    def _project_read(self, project: str, namespace: str, objects: list[tuple[Resource, dict]]
+                      ) -> tuple[ProjectInfo, list[Notice]]:
+        """The record of `project` from its job `objects`, its quota and its pods, and the notices of
+        what this account may not read of them."""
+        unknown: list[tuple[str, str]] = []
+        try:
+            quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME) or {}
+        except Forbidden as err:
+            quota = {}
+            unknown.append(("quota-unknown", f"GPU quota unknown: {err}"))
+        hard = (quota.get("spec") or {}).get("hard", {}).get(f"requests.{GPU_RESOURCE}")
+        try:
+            gpus = sum(pod_gpus(p) for p in self.api.list(POD, namespace, field_selector=HOLDING_GPUS))
+        except Forbidden as err:
+            infos = [job_info(resource.kind, obj, None) for resource, obj in objects]
+            gpus = sum(i.spec.gpus_requested for i in infos if i.status is JobStatus.RUNNING)
+            unknown.append(("gpus-unknown", f"GPUs allocated counted from the running jobs' requests: {err}"))
+        extra: dict[str, Any] = {"namespace": namespace}
+        if unknown:
+            extra["unknown"] = "; ".join(said for _, said in unknown)
+        return (ProjectInfo(name=project, backend=self.name, gpu_quota=int(hard) if hard is not None else None,
+                            gpus_allocated=gpus, jobs=len(objects), extra=extra),
+                [Notice(code=code, message=f"project {project}: {said}") for code, said in unknown])
 
     def _has_project(self, name: str) -> bool:
         """Whether the project's namespace exists, and is this project's (a shared `namespace` setting

@@ -439,16 +439,24 @@ class LocalBackend(JobControl, JobRecords, Reconciling, VolumeHooks, Backend):
         self.store.upsert_project(name, gpu_quota, keep_quota=gpu_quota is None and not no_gpu_quota)
 
     def _list_projects(self) -> list[ProjectInfo]:
+        return self._projects(None)
+
+    def _one_project(self, name: str) -> list[ProjectInfo]:
+        """Project `name`'s row, its jobs alone counted in SQL."""
+        return self._projects(name)
+
+    def _projects(self, name: str | None) -> list[ProjectInfo]:
+        """Every project (`name` None), or that one alone, with its jobs and the GPUs they hold counted."""
         self.reconcile_others(None)  # as `list` does, so that a lost job's GPUs are not counted
         jobs: dict[str, int] = {}
-        for project, status, n in self.store.count(project=None):  # a deleted job is no longer the
+        for project, status, n in self.store.count(project=name):  # a deleted job is no longer the
             if status != "Deleted":  # project's (`list` hides it too)
                 jobs[project] = jobs.get(project, 0) + n
         held = self.store.allocations()  # devices are held by jobs that may run only
         project_of = {row["name"]: row["project"] for row in (*self.store.active_jobs(), *self.store.held_by_stopped())}
         return [ProjectInfo(name=p["name"], backend=self.name, gpu_quota=p["gpu_quota"], jobs=jobs.get(p["name"], 0),
                             gpus_allocated=sum(project_of.get(job) == p["name"] for job in held.values()))
-                for p in self.store.projects()]
+                for p in self.store.projects() if name is None or p["name"] == name]
 
 
 def _check_mount_point(target: str, others) -> None:
