@@ -375,7 +375,7 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
     # ---- projects -------------------------------------------------------------------------
     def create_project(self, name: str, *, gpu_quota: int | None = None, no_gpu_quota: bool = False) -> ProjectInfo:
         """Create project NAME, or change its GPU quota (`no_gpu_quota` removes it): `dtrain project create`.
-        Returns its record read back, as `list_projects` gives it; where that read is refused (an account
+        Returns its record read back alone, as `list_projects` gives it; where that read is refused (an account
         that may create a project but not read its jobs: Kubernetes RBAC), what was set, with
         `extra['unknown']` saying why."""
         return self.made_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)[0]
@@ -388,7 +388,7 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         existed = on.has_project(name)
         on.create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)
         try:  # the project is made: what follows only reads, and a refusal of it must not read as a failure
-            made, why = next((p for p in self.list_projects() if p.name == name), None), None
+            made, why = next(iter(self.read_project(name)), None), None
         except DtrainError as err:
             made, why = None, " ".join(str(err).split())
         if made is not None:

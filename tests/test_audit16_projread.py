@@ -1,8 +1,10 @@
-"""GET /projects/{name} reads one project: it read the whole project list (every project of every
-backend, each one's jobs counted; on Kubernetes every dtrain namespace listed, each one's jobs, quota
-and pods read) to answer for one. It now reads the project alone on the backend config.yaml sends it
-to (`Backend.read_project`, the `_one_project` hook) and counts its jobs on each backend, with the
-list's answer and the list's notices of it; a project that backend does not have is read as before.
+"""GET /projects/{name} and `create_project` read one project: GET /projects/{name} read the whole
+project list (every project of every backend, each one's jobs counted; on Kubernetes every dtrain
+namespace listed, each one's jobs, quota and pods read) to answer for one, and `create_project` read
+that whole list back after each create (and, locally, once more before it, to ask whether the project
+existed). They now read the project alone on the backend config.yaml sends it to
+(`Backend.read_project`, the `_one_project` hook) and count its jobs on each backend, with the list's
+answer and the list's notices of it; a project that backend does not have is read as before.
 """
 
 from __future__ import annotations
@@ -79,6 +81,17 @@ def test_get_project_carries_the_lists_notices_of_that_project(tmp_path, backend
     assert got.json()["gpu_quota"] is None and got.json()["gpus_allocated"] == 2
 
 
+def test_create_project_reads_back_only_the_project_made(tmp_path, backend, cluster):
+    _running_job(backend, cluster)
+    client = Client(home=tmp_path / "home", backend="kubernetes", backends={"kubernetes": backend})
+    cluster.requests.clear()
+    made = client.create_project("other", gpu_quota=2)
+    assert (made.name, made.gpu_quota, made.jobs, made.extra) == ("other", 2, 0, {"namespace": "dtrain-other"})
+    assert LIST_NAMESPACES not in cluster.requests
+    assert _read_namespaces(cluster) == {"dtrain-other"}, cluster.requests  # lanes' jobs and pods are not read
+    assert made == next(p for p in client.list_projects() if p.name == "other")
+
+
 class _Counting(LocalBackend):
     """The local backend, counting the project reads it is asked for."""
 
@@ -126,3 +139,9 @@ def test_a_project_the_configured_backend_lacks_reads_as_the_list_shows_it(home,
     finally:
         server.close()
 
+
+def test_a_local_create_reads_only_the_project_made(home):
+    local = _Counting(home)
+    made = Client(home=home, backends={"local": local}).create_project("team-a", gpu_quota=0)
+    assert (made.name, made.backend, made.gpu_quota, made.jobs) == ("team-a", "local", 0, 0)
+    assert local.reads == ["team-a", "team-a"]  # whether it existed, then the record read back

@@ -93,9 +93,9 @@ class BackendDefaults(BackendHooks):
         return False
 
     def _has_project(self, name: str) -> bool:
-        """A backend that can tell without reading every project's jobs (Kubernetes: its namespace)
-        overrides this."""
-        return name in {p.name for p in self.list_projects()}
+        """Project `name` read alone (`_one_project`); a backend that can tell without counting its jobs
+        (Kubernetes: its namespace) overrides this."""
+        return bool(self._one_project(name))
 
     def _volume_project(self) -> str | None:
         return None
