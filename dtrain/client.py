@@ -206,7 +206,7 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         `limit_bytes`: at most that many bytes of them (kubectl logs --limit-bytes), the last line cut.
         The stream's `notices`, as it is read, say why lines may be missing."""
         return self._job(name, project, backend).logs(name, rank=rank, tail=tail, since=since, follow=follow,
-                                             previous=previous, limit_bytes=limit_bytes)
+                                                      previous=previous, limit_bytes=limit_bytes, door=self.door)
 
     def gone_job_logs(self, name: str, *, project: str | None = None, backend: str | None = None
                       ) -> NotFoundError | None:
@@ -220,7 +220,8 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         on = self._job(name, project, backend)
         where = project or (self._submitted.get(name, (None, None))[1]  # None: found where a bare name looks
                             if isinstance(name, str) else None)  # a name that is no string: refused by wait
-        return on.wait(name, timeout=timeout, command=lambda words: self.command_for(words, backend=on.name, project=where))
+        return on.wait(name, timeout=timeout, door=self.door,
+                       command=lambda words: self.command_for(words, backend=on.name, project=where))
 
     def delete(self, name: str, *, purge: bool = False, project: str | None = None,
                backend: str | None = None) -> JobInfo:

@@ -179,18 +179,21 @@ def status_refusal(status, statuses: Iterable[str]) -> SpecError:
 
 
 def check_tail(value, door: str = "sdk") -> int:
-    """logs' tail: a whole number of lines from 0 to MAX_TAIL (kubectl's --tail)."""
+    """logs' tail: a whole number of lines from 0 to MAX_TAIL (kubectl's --tail); the example in the
+    words of `door` (the SDK's tail=, the CLI's -t, which the HTTP API's answer names too)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TAIL:
         raise SpecError(f"invalid tail {shown(value)}: use a number of lines from 0 to {MAX_TAIL}, or "
-                        f"{EVERY[door][0]} for all of them (the default), e.g. -t 10")
+                        f"{EVERY[door][0]} for all of them (the default), e.g. "
+                        f"{'tail=10' if door == 'sdk' else '-t 10'}")
     return plain(value)
 
 
 def rank_refusal(typed, door: str = "sdk", one: bool = False) -> SpecError:
-    """The refusal of logs' rank (`typed`: as the user wrote it) that is no process rank of any job;
+    """The refusal of logs' rank (`typed`: as the user wrote it) that is no process rank of any job,
+    named as `door` takes it (the SDK's rank=, the CLI's --rank, which the HTTP API's answer names too);
     `one`: exec's, in the same words, with no 'all' (exec runs in one process), its rank named as the
     door takes it (exec_rank_named)."""
-    named = exec_rank_named(door) if one else "--rank"
+    named = exec_rank_named(door) if one else "rank" if door == "sdk" else "--rank"
     return SpecError(f"invalid {named} {shown(typed)}: use a process rank such as 0 (at most {MAX_PROCESSES - 1})"
                      + ("; exec runs in one process" if one else
                         f", or {EVERY[door][1]} for every rank's lines (the default)"))
@@ -237,15 +240,25 @@ def wait_refusal(typed, door: str = "sdk") -> SpecError:
     if door == "http":
         return SpecError(f"invalid --timeout {shown(typed)}: use seconds from 0 to {MAX_HTTP_WAIT} (a request "
                          f"waits at most that long; ask again to wait longer), e.g. --timeout 600")
+    if door == "sdk":  # Client.wait's argument
+        return SpecError(f"invalid timeout {shown(typed)}: use seconds from 0 to {MAX_WAIT} (366 days), e.g. "
+                         f"timeout=600 (None: wait until it ends)")
     duration = (" or a duration", " or --timeout 10m") if door == "cli" else ("", "")
     return SpecError(f"invalid --timeout {shown(typed)}: use seconds from 0 to {MAX_WAIT} (366 days)"
                      f"{duration[0]}, e.g. --timeout 600{duration[1]}")
 
 
-def check_wait(value) -> float:
-    """Client.wait's timeout: a number of seconds from 0 to MAX_WAIT (the CLI's --timeout)."""
+def wait_longer(door: str = "sdk") -> str:
+    """How a wait that timed out says to wait longer, in the words of `door` (the SDK's timeout=, the
+    CLI's --timeout, which the HTTP API's answer names too)."""
+    return "timeout=" if door == "sdk" else "--timeout"
+
+
+def check_wait(value, door: str = "sdk") -> float:
+    """A wait's timeout: a number of seconds from 0 to MAX_WAIT (Client.wait's timeout, the CLI's
+    --timeout), refused in the words of `door`."""
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= MAX_WAIT:
-        raise wait_refusal(value)  # NaN compares false
+        raise wait_refusal(value, door)  # NaN compares false
     return plain(value)
 
 

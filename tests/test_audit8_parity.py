@@ -168,17 +168,20 @@ def test_a_lost_supervisors_job_gets_its_logs_in_the_snapshot_its_message_asks_f
 
 # The numbers of `dtrain logs` and `dtrain wait` as each door spells them: a query's refusal was
 # pydantic's ("query.tail: Input should be greater than or equal to 0"), the SDK's another line; now
-# every door says the CLI's, each naming only its own way to ask for the default (names.EVERY).
+# every door says the CLI's, each naming only its own way to ask for the default (names.EVERY), and
+# the SDK its arguments (rank, tail=10), not the CLI's flags.
 def _as_door(line: str, door: str) -> str:
-    """The CLI's line as `door` words it: its -1 / 'all' become that door's."""
+    """The CLI's line as `door` words it: its -1 / 'all' become that door's; the SDK's names its arguments."""
     for cli, other in zip(EVERY["cli"], EVERY[door]):
         line = line.replace(f"or {cli} for", f"or {other} for")
+    if door == "sdk":
+        line = line.replace("invalid --rank ", "invalid rank ", 1).replace("e.g. -t 10", "e.g. tail=10")
     return line
 
 
 @pytest.mark.parametrize("flag, field, value", [("-t", "tail", "-5"), ("--tail", "tail", "-100"),
                                                 ("--rank", "rank", "-1"), ("--rank", "rank", "x")])
-def test_a_logs_number_is_refused_in_the_clis_words_by_every_door(server, flag, field, value):
+def test_a_logs_number_is_refused_in_each_doors_words(server, flag, field, value):
     said = usage_line(server.dtrain()("logs", "done", flag, value, check=False))
     assert said.startswith(f"invalid {'--rank' if field == 'rank' else field} "), said
     with pytest.raises(SpecError) as err:
@@ -205,13 +208,14 @@ def test_a_tail_or_rank_the_cli_takes_the_api_takes(server):
 
 
 @pytest.mark.parametrize("value", ["-1", "x"])
-def test_a_wait_timeout_is_refused_in_the_clis_words_by_every_door(server, value):
+def test_a_wait_timeout_is_refused_in_each_doors_words(server, value):
     said = usage_line(server.dtrain()("wait", "done", "--timeout", value, check=False))
     assert said.startswith(f"invalid --timeout '{value}': use seconds from 0 to {MAX_WAIT} (366 days) or a duration")
     with pytest.raises(SpecError) as err:
         Client(home=server.home).wait("done", timeout=int(value) if value != "x" else value)
-    sdk = said.replace(" or a duration", "").replace(" or --timeout 10m", "")  # the SDK takes seconds alone
-    assert str(err.value) == (sdk.replace(f"'{value}'", value, 1) if value != "x" else sdk)
+    # the SDK's argument, which takes seconds alone
+    assert str(err.value) == (f"invalid timeout {value if value != 'x' else repr(value)}: use seconds from 0 to "
+                              f"{MAX_WAIT} (366 days), e.g. timeout=600 (None: wait until it ends)")
     r = server.http.get(f"{JOB}/done/wait", params={"timeout": value})
     assert r.status_code == 422, r.text  # the API's own bound (a request holds a thread): named, in the same words
     assert r.json()["error"].startswith(f"invalid --timeout '{value}': use seconds from 0 to {MAX_HTTP_WAIT} "), r.text

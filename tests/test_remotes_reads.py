@@ -226,7 +226,7 @@ class Holding:
     def resume(self, job, *, waiting=None):
         return self._verb("resume")
 
-    def wait(self, job, *, timeout=None, command=None):
+    def wait(self, job, *, timeout=None, command=None, door="sdk"):
         return self._verb("wait", JobStatus.SUCCEEDED)
 
     def logs(self, job, **query):

@@ -125,15 +125,16 @@ class Backend(BackendDefaults):
 
     def logs(self, name: str, *, rank: int | None = None, tail: int | None = None,
              since: float | None = None, follow: bool = False, previous: bool = False,
-             limit_bytes: int | None = None) -> LogStream:
+             limit_bytes: int | None = None, door: str = "sdk") -> LogStream:
         """Lines of one rank (or all), oldest first, of the job's current (latest) attempt, as
         kubectl shows the current container's; `previous`: of the attempt before it (kubectl logs
         --previous), an error when there was none; `since` is unix seconds; `follow` streams;
         `limit_bytes` (kubectl's --limit-bytes): the lines up to that many bytes, each counted as
         its UTF-8 text and a newline, the last one cut short to fit (a follower stops there). The
-        returned :class:`LogStream`'s `notices`, as it is read, say why lines may be missing."""
+        returned :class:`LogStream`'s `notices`, as it is read, say why lines may be missing. `door`:
+        whose words name the arguments refused (the SDK's rank= and tail=, the CLI's --rank and -t)."""
         typed, rank = rank, check_logs_args(rank=rank, tail=tail, since=since, follow=follow, previous=previous,
-                                            limit_bytes=limit_bytes)
+                                            limit_bytes=limit_bytes, door=door)
         try:
             with self._named("job", name):  # unknown job -> NotFoundError before any output
                 info = self._get(_existing(name, "job"))
@@ -151,18 +152,19 @@ class Backend(BackendDefaults):
         return gone_job_logs(name, project, self._list_snapshots, self._holds_job_logs)
 
     def wait(self, name: str, *, timeout: float | None = None, poll: float | None = None,
-             command: Callable[[str], str] | None = None) -> JobInfo:
+             command: Callable[[str], str] | None = None, door: str = "sdk") -> JobInfo:
         """Block until the job is terminal. A timeout's message names where to look further: `dtrain
         describe job NAME` for a job still Pending (why it waits), `dtrain logs NAME` for a running
         one; `command` turns those words into the command to type (the Client's names the job's
         project and backend, so that it works as written). `poll`: seconds between statuses
-        (default: the backend's `_wait_poll`)."""
+        (default: the backend's `_wait_poll`). `door`: whose words name the timeout, refused or run
+        out (the SDK's timeout=, the CLI's --timeout)."""
         if timeout is not None:
-            check_wait(timeout)
+            check_wait(timeout, door)
         with self._named("job", name):
             info = self._get(_existing(name, "job"))
         return _until(info, lambda: self._get(name), lambda i: i.status.terminal,
-                      lambda i: late_wait(name, i, timeout, command), timeout=timeout,
+                      lambda i: late_wait(name, i, timeout, command, door), timeout=timeout,
                       poll=lambda: self._wait_poll(name) if poll is None else poll)
 
     def wait_snapshot(self, name: str, *, timeout: float | None = None, poll: float = 1.0,

@@ -78,20 +78,25 @@ def _at_most(lines: Iterator[LogLine], limit: int) -> Iterator[LogLine]:
         return
 
 
-def check_logs_args(*, rank, tail, since, follow, previous, limit_bytes) -> int | None:
+def check_logs_args(*, rank, tail, since, follow, previous, limit_bytes, door: str = "sdk") -> int | None:
     """`logs`' arguments checked as every backend checks them, before the job is read; returns the
-    rank as the plain number the backend is given (a refusal names it as typed: --rank 1E3)."""
+    rank as the plain number the backend is given (a refusal names it as typed: --rank 1E3). `door`:
+    whose words the refusals name them in (the SDK's rank=, tail=, previous=True; the CLI's flags)."""
     if limit_bytes is not None:
         check_limit_bytes(limit_bytes)
     if rank is not None:  # the job's own last rank is checked once it is read
-        rank = check_rank(rank)
+        rank = check_rank(rank, door)
     if tail is not None:
-        check_tail(tail)
+        check_tail(tail, door)
     if since is not None:  # refused before the job is read, as the HTTP query is
         check_since(since)
     if not isinstance(previous, bool) or not isinstance(follow, bool):
-        raise SpecError(f"invalid previous {previous!r} or follow {follow!r}: use true or false")
+        raise SpecError(f"invalid previous {previous!r} or follow {follow!r}: use "
+                        f"{'True or False' if door == 'sdk' else 'true or false'}")
     if previous and follow:
+        if door == "sdk":
+            raise SpecError("previous=True cannot be followed: the previous attempt has ended; drop follow=True to "
+                            "read its lines, or drop previous=True to follow the current attempt")
         raise SpecError("--previous cannot be followed: the previous attempt has ended; drop -f to print its "
                         "lines, or drop --previous to follow the current attempt")
     return rank

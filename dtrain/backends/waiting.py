@@ -9,6 +9,7 @@ from typing import Any
 
 from dtrain.backends.records import JobInfo, JobStatus
 from dtrain.errors import DtrainError, NotReadyError, TimeoutError_, UnavailableError
+from dtrain.names import wait_longer
 
 # Seconds in a row `wait` asks a backend again that does not answer: an API server's restart or a
 # rollout of its load balancer takes a minute or two; a cluster down for longer is reported.
@@ -54,8 +55,9 @@ def _until(info, read: Callable[[], Any], done: Callable[[Any], bool], late: Cal
                 raise
 
 
-def late_wait(name: str, info: JobInfo, timeout: float | None, command: Callable[[str], str] | None) -> DtrainError:
-    """`wait`'s timeout, naming where to look further (see `Backend.wait`)."""
+def late_wait(name: str, info: JobInfo, timeout: float | None, command: Callable[[str], str] | None,
+              door: str = "sdk") -> DtrainError:
+    """`wait`'s timeout, naming where to look further (see `Backend.wait`), and the timeout as `door` takes it."""
     words = f"describe job {name}" if info.status is JobStatus.PENDING else f"logs {name}"
     if info.status is JobStatus.SUSPENDED:  # it ends only once someone resumes it: say so, not its logs
         words = f"resume {name}"
@@ -64,4 +66,4 @@ def late_wait(name: str, info: JobInfo, timeout: float | None, command: Callable
                              f"resumed ('{look}')", look)
     look = command(words) if command else f"dtrain {words}"
     return TimeoutError_(f"job {name!r} is still {info.status} after {timeout:g}s; "
-                         f"wait longer (--timeout) or check '{look}'", look)
+                         f"wait longer ({wait_longer(door)}) or check '{look}'", look)
