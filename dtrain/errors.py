@@ -101,3 +101,11 @@ class WaitTimeoutError(DtrainError, TimeoutError):
 # Its name before: a traceback said `dtrain.errors.TimeoutError_: ...`, a name whose trailing '_' reads as
 # private and a stand-in for the built-in; `except TimeoutError_` still catches it (the same class).
 TimeoutError_ = WaitTimeoutError
+
+_KINDS = {WaitTimeoutError: "TimeoutError"}  # the HTTP API's word for it before the class's rename
+
+
+def kind_of(err: BaseException) -> str:
+    """The `kind` an HTTP answer's error body names: the class's name without a trailing '_'
+    (EnvironmentError_ reads EnvironmentError), and what a class renamed read before (TimeoutError)."""
+    return _KINDS.get(type(err), type(err).__name__.rstrip("_"))

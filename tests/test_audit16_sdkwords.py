@@ -229,6 +229,15 @@ def test_a_waits_timeout_has_a_public_name(home):
         client.delete("slow", purge=True)
 
 
+def test_the_http_api_names_a_waits_timeout_as_it_did_before_the_rename():
+    """The HTTP API's error body names the class as `kind`: the rename must not change what a client matches."""
+    from dtrain import errors
+
+    assert errors.kind_of(errors.WaitTimeoutError("late")) == "TimeoutError"
+    assert errors.kind_of(errors.EnvironmentError_("no")) == "EnvironmentError"
+    assert errors.kind_of(errors.NotFoundError("gone")) == "NotFoundError"
+
+
 def test_a_jobspec_shows_the_fields_given_and_to_dict_keeps_them_all():
     """repr(JobSpec) showed all 23 fields, defaults and all, in a notebook cell."""
     import dataclasses

@@ -66,6 +66,7 @@ def test_job_verbs_and_errors(server, tmp_path):
     assert http.get("/api/v1/jobs", params={"project": "nobody"}).status_code == 404  # a typo, as `list -p`
     timed_out = http.get("/api/v1/jobs/sleeper/wait", params={"timeout": 0.5})
     assert timed_out.status_code == 408 and "still Running" in timed_out.json()["error"]
+    assert timed_out.json()["kind"] == "TimeoutError"  # its word before WaitTimeoutError was named so
 
     deleted = http.delete("/api/v1/jobs/sleeper")
     assert deleted.status_code == 200 and deleted.json()["status"] == "Deleted"

@@ -109,7 +109,7 @@ def create_app(make_client: Callable[[], object], *, token: str | None = None, r
 def _errors(app: FastAPI) -> None:
     @app.exception_handler(errors.DtrainError)
     async def dtrain_error(_request, err: errors.DtrainError):
-        return JSONResponse({"error": str(err), "kind": type(err).__name__.rstrip("_")}, status_code=http_status(err))
+        return JSONResponse({"error": str(err), "kind": errors.kind_of(err)}, status_code=http_status(err))
 
     @app.exception_handler(sqlite3.Error)
     @app.exception_handler(OSError)

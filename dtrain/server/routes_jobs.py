@@ -14,7 +14,7 @@ from fastapi.responses import StreamingResponse
 from pydantic import WithJsonSchema
 
 from dtrain import JobStatus
-from dtrain.errors import DtrainError, NotFoundError
+from dtrain.errors import DtrainError, NotFoundError, kind_of
 from dtrain.names import MAX_HTTP_WAIT, MAX_LIMIT_BYTES, MAX_PROCESSES, MAX_TAIL
 from dtrain.server import curves, wire
 from dtrain.server.bodies import TypedRoute
@@ -253,7 +253,7 @@ def _failure(err: Exception) -> dict[str, str]:
     """A read that failed after the answer began, as every refusal reads: the error's line and class."""
     if not isinstance(err, DtrainError):  # a defect, not a user's mistake: its traceback goes to the server's log
         LOG.error("reading logs failed", exc_info=err)
-    return {"error": " ".join(str(err).split()) or type(err).__name__, "kind": type(err).__name__.rstrip("_")}
+    return {"error": " ".join(str(err).split()) or type(err).__name__, "kind": kind_of(err)}
 
 
 @router.get("/jobs/{name}/metrics", response_model=list[dict[str, Any]], responses=ERRORS)
