@@ -222,8 +222,9 @@ def test_a_queued_job_larger_than_the_machine_it_came_back_to_says_it_never_star
     dt_gpus("delete", "holder")
     smaller = Dtrain(dt_gpus.home, env={"DTRAIN_GPUS": "1"})
     smaller("list")  # finds the lost supervisor and starts a new one, which sees one GPU
-    needle = ("waiting: needs 2 GPUs but this machine now has 1: it never starts here; "
-              "delete it and submit it with fewer")
+    needle = ("waiting: needs 2 GPUs but this machine now has 1 (its supervisor has DTRAIN_GPUS=1; it was submitted "
+              "with DTRAIN_GPUS=2): it never starts so; 'dtrain suspend big', then 'DTRAIN_GPUS=2 dtrain resume big' "
+              "queues it with the GPUs it was submitted with, or delete it and submit it with fewer")
     deadline = time.monotonic() + 60  # the new supervisor asks the scheduler at once; this only ends a hang
     info = smaller.json("describe", "job", "big")
     while info["message"] != needle and time.monotonic() < deadline:

@@ -458,3 +458,9 @@ class Backend(BackendDefaults):
         kubeconfig missing or broken); None: usable. A job verb's backend= naming one that cannot be
         opened is refused quoting it (Client.check_backend), a 404 over HTTP, not the 502 of a failure."""
         return self._opened_problem()
+
+    def serving_notices(self) -> tuple[Notice, ...]:
+        """What a process that serves this backend for long (`dtrain server`) is warned of at its
+        start: the local backend's queued or held GPU jobs submitted with another DTRAIN_GPUS, which
+        it could not start; none elsewhere."""
+        return tuple(self._serving_notices())

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from dtrain.backends.records import (FreedInfo, JobInfo, JobStatus, Listed, LogLine, NodeInfo, ProjectInfo, Progress,
-                                     SnapshotInfo, StorageClassInfo, VolumeInfo, notices_of)
+from dtrain.backends.records import (FreedInfo, JobInfo, JobStatus, Listed, LogLine, NodeInfo, Notice, ProjectInfo,
+                                     Progress, SnapshotInfo, StorageClassInfo, VolumeInfo, notices_of)
 from dtrain.errors import NotSupportedError
 from dtrain.spec import JobSpec
 
@@ -110,6 +110,9 @@ class BackendHooks(abc.ABC):
 
     def _opened_problem(self) -> str | None:
         return None
+
+    def _serving_notices(self) -> Iterable[Notice]:
+        return ()
 
     def _artifacts(self, name: str, *, to: Path) -> Path:
         raise self._not_supported("'artifacts'", "copy the model from the volume the job wrote it to")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+from dtrain.cli.format import warn
 from dtrain.cli.jobs import whole_number
 from dtrain.client import Client
 from dtrain.errors import EnvironmentError_, SpecError
@@ -29,6 +30,9 @@ def cmd_server(args, client: Client) -> int:
         from dtrain.server.serve import run
     except ImportError as err:
         raise EnvironmentError_(f"'dtrain server' needs {err.name}: pip install 'dtrain[server]'") from None
+    # the local jobs it could not schedule as submitted (another DTRAIN_GPUS), said before it serves
+    if client.config_problem is None:  # a broken config.yaml: each request says so
+        warn(client.backend("local").serving_notices())
     home, backend = client.home, args.default_backend  # `dtrain --backend B server`: every request goes to B
     # a plain int: --port 08500 or 8500.0 read as a number keeping its text, which getaddrinfo refuses
     return run(lambda: Client(home=home, backend=backend), home, host=args.host, port=int(args.port),

@@ -11,9 +11,9 @@ import time
 from pathlib import Path
 
 from dtrain import db
-from dtrain.backends.base import JobInfo
+from dtrain.backends.base import JobInfo, Notice
 from dtrain.backends.local.reconcile import _supervisor
-from dtrain.backends.local.store import ACTIVE, QUEUED
+from dtrain.backends.local.store import ACTIVE, QUEUED, UNFINISHED, injected_word, other_inventory
 from dtrain.errors import ConflictError, EnvironmentError_, NotReadyError, StorageError
 from dtrain.spec import JobSpec
 
@@ -102,6 +102,33 @@ class JobControl:
         self.store.release_preempted(name)
         self._start_supervisor(name, replacing=claim)
         return self._get(name)
+
+    def _serving_notices(self) -> list[Notice]:
+        """The GPU jobs that may run again (Pending, Running, Suspended) submitted with another
+        DTRAIN_GPUS than this process has: a server started so cannot resume them, and a supervisor
+        it restarts for one queued sees another inventory. One line, naming them and the setting to
+        start it with (the most jobs'; the others' named beside theirs)."""
+        now = os.environ.get("DTRAIN_GPUS")
+        by_setting: dict[str, list[str]] = {}
+        for row in self.store.jobs_in(UNFINISHED):
+            recorded = self.store.recorded(row, "gpus_injected")
+            if other_inventory(recorded, now) and JobSpec.from_stored(json.loads(row["spec"])).gpus_requested:
+                by_setting.setdefault(recorded, []).append(row["name"])
+        if not by_setting:
+            return []
+        groups = sorted(by_setting.items(), key=lambda kv: -len(kv[1]))  # stable: the first submitted's first
+
+        def jobs(names: list[str]) -> str:
+            return f"job {names[0]}" if len(names) == 1 else f"jobs {', '.join(names)}"
+
+        (first, names), *others = groups
+        said = (f"{jobs(names)} {'was' if len(names) == 1 else 'were'} submitted with {injected_word(first)}"
+                + "".join(f" and {jobs(n)} with {injected_word(v)}" for v, n in others))
+        them = "them" if sum(map(len, by_setting.values())) > 1 else "it"
+        return [Notice(code="gpus-injected",
+                       message=f"{said}, but this server has {injected_word(now)}: it cannot schedule or resume "
+                               f"{them} on the GPUs {them} {'were' if them == 'them' else 'was'} submitted with; "
+                               f"stop it and start it as 'DTRAIN_GPUS={first} dtrain server'")]
 
     def _stop(self, name: str, row) -> None:
         """Stop what runs of a job whose new status (Deleted, Suspended) is recorded: SIGTERM to its

@@ -44,7 +44,7 @@ import sqlite3
 from collections.abc import Callable
 
 from dtrain import db
-from dtrain.backends.local.store import JobStore
+from dtrain.backends.local.store import JobStore, injected_word, other_inventory
 from dtrain.names import counted, listed
 from dtrain.spec import JobSpec
 
@@ -59,7 +59,7 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str], *,
     """
     conn = store.conn
     with db.transaction(conn):
-        row = conn.execute("SELECT seq, status, message FROM jobs WHERE name=?", (spec.name,)).fetchone()
+        row = conn.execute("SELECT * FROM jobs WHERE name=?", (spec.name,)).fetchone()
         if row is None or row["status"] != "Pending":
             return None
         reasons = []
@@ -84,8 +84,7 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str], *,
         taken = {r["device"] for r in conn.execute("SELECT device FROM allocations")}
         free = [d for d in devices if d not in taken]
         if need > len(devices):  # the machine has fewer GPUs than when it was submitted
-            reasons.insert(0, f"needs {counted(need, 'GPU')} but this machine now has {len(devices)}: it never starts here; "
-                              f"delete it and submit it with fewer")
+            reasons.insert(0, _never_starts(store, row, spec, need, len(devices)))
         elif len(free) < need:
             shortfall = f"needs {counted(need, 'GPU')}, {len(free)} free"
             if not reasons and quota is not None and quota["gpu_quota"] is not None:  # in quota, waits for GPUs only
@@ -116,6 +115,25 @@ def try_allocate(store: JobStore, spec: JobSpec, devices: list[str], *,
         store.move(spec.name, "Running", "started on " + (", ".join(f"GPU {d}" for d in chosen) or "CPU"),
                    ran_on=json.dumps(chosen), **(at_start(conn) if at_start is not None else {}))  # `describe` shows each rank's devices after they are released
     return chosen
+
+
+def _never_starts(store: JobStore, row: sqlite3.Row, spec: JobSpec, need: int, have: int) -> str:
+    """Why a job needing more GPUs than this machine has never starts here: fewer GPUs than when it
+    was submitted, or its supervisor (restarted by a `dtrain server` or another command started from
+    another shell) has another DTRAIN_GPUS than its submit had: suspended, then resumed with that one."""
+    submitted, now = store.recorded(row, "gpus_injected"), os.environ.get("DTRAIN_GPUS")
+    head = f"needs {counted(need, 'GPU')} but this machine now has {have}"
+    if not other_inventory(submitted, now):
+        return f"{head}: it never starts here; delete it and submit it with fewer"
+    from dtrain.backends.local.ranks import local_command  # as the job's other hints name them (-p, --backend)
+
+    def cmd(words: str) -> str:
+        return local_command(store.path.parent, words, spec.project)
+
+    return (f"{head} (its supervisor has {injected_word(now)}; it was submitted with {injected_word(submitted)}): "
+            f"it never starts so; '{cmd(f'suspend {spec.name}')}', then 'DTRAIN_GPUS={submitted} "
+            f"{cmd(f'resume {spec.name}')}' queues it with the GPUs it was submitted with, or delete it and submit "
+            f"it with fewer")
 
 
 PREEMPTED = "preempted by job {job} of project {project!r}"

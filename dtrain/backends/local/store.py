@@ -122,6 +122,17 @@ UNFINISHED = (*ACTIVE, "Suspended")  # may run again: Prometheus gives each its 
 HOLDS_NOTHING = (*FINAL, "Suspended")  # moving here releases the job's devices and pinned cores
 
 
+def injected_word(value: str | None) -> str:
+    """How a DTRAIN_GPUS setting reads in a message: 'DTRAIN_GPUS=2', or 'DTRAIN_GPUS unset'."""
+    return "DTRAIN_GPUS unset" if value is None else f"DTRAIN_GPUS={value}"
+
+
+def other_inventory(recorded: str | None, now: str | None) -> bool:
+    """Whether a job submitted with DTRAIN_GPUS `recorded` (None: unset, or a job of before the
+    column: unknown, never told) sees another inventory in a process that has `now`."""
+    return recorded is not None and recorded != now
+
+
 class JobStore:
     """Thin typed access to the job tables; policy lives in the scheduler and the backend."""
 
