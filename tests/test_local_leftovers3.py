@@ -81,3 +81,39 @@ def test_a_server_with_the_jobs_inventory_says_nothing_of_it(tmp_path, monkeypat
         server.stop()
     assert server.proc.stderr.read() == ""
 
+
+def test_a_supervisor_refused_its_own_record_by_a_full_disk_fails_the_job_naming_the_disk(tmp_path, monkeypatch):
+    """A supervisor whose submit was slow (or killed) records itself; a full disk refusing that one
+    write ended it with a traceback in supervisor.log, and the job read 'lost' at the next command."""
+    import signal
+    import sqlite3
+
+    from dtrain import JobSpec
+    from dtrain.backends.local import supervisor
+    from dtrain.backends.local.store import JobStore
+
+    home = tmp_path / "home"
+    (home / "jobs" / "adopted").mkdir(parents=True)
+    store = JobStore(home / "state.db")
+    try:
+        store.insert_job(JobSpec(name="adopted", command=("true",)), cwd="/", node="this-host")  # no supervisor recorded
+    finally:
+        store.close()
+
+    def full(*_args, **_kw):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(supervisor, "ADOPT_S", 0.0)  # its submit never records it: it records itself at once
+    monkeypatch.setattr(supervisor, "leave_rank_cgroups", lambda: None)  # this test process stays where it is
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # nor takes the supervisor's SIGTERM handler
+    monkeypatch.setattr(JobStore, "replace_supervisor", full)
+    assert supervisor.main([str(home), "adopted"]) == 0
+    store = JobStore(home / "state.db")
+    try:
+        row = store.job("adopted")
+    finally:
+        store.close()
+    assert row["status"] == "Failed", row["message"]
+    assert row["message"].startswith(f"the supervisor could not write what it needs: database or disk is full; "
+                                     f"the disk holding {home} "), row["message"]
+    assert row["message"].endswith("then submit the job again"), row["message"]

@@ -202,7 +202,17 @@ class Supervisor(JobOutcome):
             # writes. Recording ourselves (from none: a starter still alive then finds us there)
             # spares the queue a job that would wait LOST_AFTER_S to be called "never started".
             if row["supervisor_pid"] is None and token is not None and time.monotonic() - started > ADOPT_S:
-                self.store.replace_supervisor(self.name, old=(None, None), pid=os.getpid(), token=token)
+                try:
+                    self.store.replace_supervisor(self.name, old=(None, None), pid=os.getpid(), token=token)
+                except Exception as err:
+                    if not db.no_room(err):
+                        raise
+                    # A full disk refused it: the job, which none other supervises, ends saying so (it
+                    # died with a traceback in supervisor.log, and the job read "lost")
+                    row = self.store.job(self.name)
+                    if row["supervisor_pid"] is None and row["status"] == "Pending":
+                        self.fail_for_room(err)
+                    return False
                 continue
             time.sleep(0.05)
         return False
