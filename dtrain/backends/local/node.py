@@ -10,7 +10,7 @@ import platform
 import socket
 from collections.abc import Mapping
 
-from dtrain.errors import QuotaError
+from dtrain.errors import SpecError
 from dtrain.spec import LABEL_VALUE_RE, JobSpec
 
 # Go's names for an architecture (GOARCH), which the kubelet sets as kubernetes.io/arch
@@ -30,8 +30,9 @@ def node_labels(configured: Mapping[str, str]) -> dict[str, str]:
 
 
 def check_selector(spec: JobSpec, labels: Mapping[str, str], config_file: str) -> None:
-    """Refuse a job whose node selector this machine's labels do not satisfy (QuotaError): one line
-    naming the labels asked for, the ones the machine has, and how to give it one of its own."""
+    """Refuse a job whose node selector this machine's labels do not satisfy: one line naming the
+    labels asked for, the ones the machine has, and how to give it one of its own. A SpecError (the
+    HTTP API's 422): a request this backend can never meet as it stands, not a quota that frees up."""
     missing = {k: v for k, v in spec.node_selector.items() if labels.get(k) != v}
     if not missing:
         return
@@ -45,8 +46,8 @@ def check_selector(spec: JobSpec, labels: Mapping[str, str], config_file: str) -
         sets = " ".join(f"--set {k}={v}" for k, v in missing.items())
         fix = (f"drop --node-selector/--node-type, or give this machine the label{'s' * (len(missing) > 1)}: "
                f"dtrain config node-labels {sets} (saved in {config_file}'s node_labels:)")
-    raise QuotaError(f"job {spec.name!r} asks for a node with {asked}, but this machine (the local backend's one "
-                     f"node) has {has}: {fix}")
+    raise SpecError(f"job {spec.name!r} asks for a node with {asked}, but this machine (the local backend's one "
+                    f"node) has {has}: {fix}")
 
 
 WELL_KNOWN = ("kubernetes.io/arch", "kubernetes.io/os", "kubernetes.io/hostname")
