@@ -231,7 +231,7 @@ def check_exec_rank(value, name: str, processes: int, typed=None, door: str = "s
     takes it (`typed`: as the user wrote it; a whole number is named as the number)."""
     return _checked_rank(value, processes, lambda: SpecError(
         f"invalid {exec_rank_named(door)} {shown(value if typed is None else typed)}: exec runs in one process; "
-        f"job {name!r} has {processes} process(es), ranks 0 to {processes - 1}"))
+        f"job {name!r} has {counted(processes, 'process', 'processes')}, ranks 0 to {processes - 1}"))
 
 
 def wait_refusal(typed, door: str = "sdk") -> SpecError:

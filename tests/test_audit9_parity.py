@@ -35,7 +35,7 @@ def test_a_rank_past_the_jobs_names_its_ranks_at_every_door(server, rank):
     """HTTP's ?rank=5000 was a general line ("use a process rank such as 0 (at most 4095)") where
     `dtrain logs JOB --rank 5000` and Client.logs named the job's ranks."""
     said = usage_line(server.dtrain()("logs", "three", "--rank", rank, check=False))
-    assert "job 'three' has 3 process(es), ranks 0 to 2" in said, said
+    assert "job 'three' has 3 processes, ranks 0 to 2" in said, said
     with pytest.raises(SpecError) as err:
         list(Client(home=server.home).logs("three", rank=int(rank)))
     assert str(err.value) == said

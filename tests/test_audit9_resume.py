@@ -137,7 +137,7 @@ def test_exec_refuses_a_rank_in_the_same_words_from_the_cli_and_the_sdk(dt: Dtra
             # the same line, the rank named as each door takes it (the SDK's rank=, the CLI's --rank)
             assert cli.stderr == f"dtrain: error: {sdk.value}\n".replace("invalid rank", "invalid --rank", 1), (
                 cli.stderr, str(sdk.value))
-            assert ("job 'pair' has 2 process(es), ranks 0 to 1" if typed == "2" else  # the form: before the job
+            assert ("job 'pair' has 2 processes, ranks 0 to 1" if typed == "2" else  # the form: before the job
                     "use a process rank such as 0 (at most 4095); exec runs in one process") in cli.stderr, cli.stderr
     finally:
         dt("delete", "pair")

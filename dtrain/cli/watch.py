@@ -150,7 +150,7 @@ def _rank(text: str) -> int:
     """--rank R: names.py's check (the SDK's and the HTTP API's) says why one is refused, naming it as typed."""
     value = whole_number(text)  # as every whole-number flag reads it ('1_0', '2.')
     check_rank(value, "cli", text)
-    return value  # as typed: the job's own refusal names it so ('invalid rank 1E3: job 'x' has 2 process(es)')
+    return value  # as typed: the job's own refusal names it so ('invalid rank 1E3: job 'x' has 2 processes')
 
 
 def _exec_rank(text: str) -> int | str:
