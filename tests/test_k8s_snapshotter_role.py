@@ -226,8 +226,57 @@ def test_a_role_someone_else_made_lacking_patch_is_warned_of_at_submit_and_left(
     assert words[:6] == ["kubectl", "patch", "role", "dtrain-snapshotter", "-n", NS]
     ops = json.loads(words[words.index("-p") + 1])
     assert lacking_rules([*OLD_RULES, *(op["value"] for op in ops)], _wanted()) == []
-    # the dry run says the same, and shows the Role as rendered (submit changes none it did not make)
+    # the dry run says the same, and leaves the admin's Role out of what kubectl apply -f would take
     out, _ = _dry_run_watched(backend, tmp_path, capsys, name="again", new_volume=False)
-    assert f"# {said.removeprefix('dtrain: warning: ')}\n" in out
-    [role] = [d for d in yaml.safe_load_all(out) if d and d["kind"] == "Role"]
-    assert role["rules"] == _wanted()
+    [note] = [line for line in out.splitlines() if line.startswith("# Role ")]
+    assert note == (f"# {said.removeprefix('dtrain: warning: ')}; it is left out of the manifests below, as "
+                    f"kubectl apply -f of dtrain's Role would overwrite it")
+    assert "Role" not in [d["kind"] for d in yaml.safe_load_all(out) if d]
+
+
+def _apply(cluster, out: str) -> None:
+    """What `kubectl apply -f` of a dry run's output does to the objects it names: each one there is
+    replaced by the document (its rules, subjects and labels), each one not there is created."""
+    import yaml
+
+    for doc in yaml.safe_load_all(out):
+        if doc and doc["kind"] in ("ServiceAccount", "Role", "RoleBinding"):
+            key = cluster._key(doc)
+            if key in cluster.objects:
+                was = cluster.objects[key]
+                cluster.objects[key] = {**doc, "metadata": {**was["metadata"], **doc["metadata"]}}
+            else:
+                cluster.create(doc)
+
+
+def test_a_dry_run_leaves_out_the_rbac_someone_else_made_so_applying_it_keeps_theirs(backend, cluster, tmp_path,
+                                                                                      capsys):
+    """Reproduced: a complete Role, and a RoleBinding, of the watcher's name that an admin made (a
+    Kubeflow profile's namespace) were shown as dtrain renders them, without a word: applying the dry
+    run's output replaced the admin's rules and subjects and labelled both dtrain's."""
+    import yaml
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    admins = [{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]
+    _old_role(cluster, labels={"team": "vision"}, rules=admins)
+    binding = {"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding",
+               "metadata": {"name": "dtrain-snapshotter", "namespace": NS},
+               "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": "dtrain-snapshotter"},
+               "subjects": [{"kind": "ServiceAccount", "name": "dtrain-snapshotter", "namespace": NS},
+                            {"kind": "ServiceAccount", "name": "default-editor", "namespace": NS}]}
+    cluster.create(binding)
+    out, _ = _dry_run_watched(backend, tmp_path, capsys)
+    notes = [line for line in out.splitlines() if line.startswith(("# Role ", "# RoleBinding "))]
+    assert notes == [f"# {kind} dtrain-snapshotter in namespace {NS} exists, not made by dtrain (no label "
+                     f"app.kubernetes.io/managed-by=dtrain), and submit leaves it as it is; it is left out of the "
+                     f"manifests below, as kubectl apply -f of dtrain's {kind} would overwrite it"
+                     for kind in ("Role", "RoleBinding")]
+    _apply(cluster, out)
+    role = cluster.get(RBAC, "roles", NS, "dtrain-snapshotter")
+    assert role["rules"] == admins and "app.kubernetes.io/managed-by" not in role["metadata"]["labels"]
+    assert cluster.get(RBAC, "rolebindings", NS, "dtrain-snapshotter")["subjects"] == binding["subjects"]
+    assert cluster.get("", "serviceaccounts", NS, "dtrain-snapshotter")  # dtrain's own: shown, and made by apply
+    # the watcher's account dtrain made: shown as rendered, with no note
+    out, _ = _dry_run_watched(backend, tmp_path, capsys, name="again", new_volume=False)
+    assert "ServiceAccount" in [d["kind"] for d in yaml.safe_load_all(out) if d] and not [line for line in out.splitlines()
+                                                    if line.startswith("# ServiceAccount ")]

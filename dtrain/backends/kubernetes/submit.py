@@ -91,11 +91,14 @@ class SubmitVerbs:
             objects = render_job(spec, self.config, with_namespace=self.config.create_namespace,
                                  snapshot_source=source)
         notices: list[Notice] = []
-        if answered:  # the watcher's Role, made by an earlier job: submit brings an older dtrain's up to date
-            for i, obj in enumerate(objects):
-                if obj["kind"] == ROLE.kind:
-                    objects[i], notice = self._role_dry_run(obj)
+        if answered:  # the watcher's account, Role and binding, made by an earlier job or by someone else
+            shown = []
+            for obj in objects:
+                if obj["kind"] in _SHARED:
+                    obj, notice = self._shared_dry_run(obj)
                     notices += [notice] if notice else []
+                shown += [obj] if obj is not None else []
+            objects = shown
         return Listed(objects, notices)
 
     def _submit(self, spec: JobSpec) -> JobInfo:
@@ -365,21 +368,32 @@ class SubmitVerbs:
         lacking = lacking_rules(role.get("rules") or [], want["rules"])
         return (role, lacking) if lacking else None
 
-    def _role_dry_run(self, want: dict) -> tuple[dict, Notice | None]:
-        """The Role document a dry run shows and its note: where an older dtrain's Role lacks rules, the
-        Role as submit's update leaves it (its metadata and rules as read, the rules lacking added), named
-        an update; where someone else's does, the document as rendered (submit creates none and changes
-        none) and the warning submit gives. Nothing is sent."""
-        found = self._role_lacking(want)
-        if found is None:
+    def _shared_dry_run(self, want: dict) -> tuple[dict | None, Notice | None]:
+        """The document a dry run shows of the watcher's ServiceAccount, Role or RoleBinding, and its note.
+        One of that name someone else made (no managed-by label) submit leaves as it is, so it is left
+        out (None), the note naming it and, for a Role, the rules it lacks and the patch that grants them:
+        `kubectl apply -f` of the output would otherwise overwrite it (a Role's rules) and label it dtrain's.
+        Where an older dtrain's Role lacks rules, the Role as submit's update leaves it (its metadata and
+        rules as read, the rules lacking added). One not there, or not readable: as rendered. Nothing is sent."""
+        meta = want["metadata"]
+        try:
+            found = self.api.read(_BY_KIND[want["kind"]], meta["namespace"], meta["name"])
+        except DtrainError:
             return want, None
-        role, lacking = found
-        if not _dtrains(role):
-            return want, Notice(code="role-left", message=_foreign_role_words(role, lacking))
-        meta = role["metadata"]
+        lacking = lacking_rules(found.get("rules") or [], want["rules"]) if want["kind"] == ROLE.kind else []
+        if not _dtrains(found):
+            said = (_foreign_role_words(found, lacking) if lacking else
+                    f"{want['kind']} {meta['name']} in namespace {meta['namespace']} exists, not made by dtrain (no "
+                    f"label {LABEL_MANAGED}=dtrain), and submit leaves it as it is")
+            return None, Notice(code="shared-left", message=(
+                f"{said}; it is left out of the manifests below, as kubectl apply -f of dtrain's {want['kind']} "
+                f"would overwrite it"))
+        if not lacking:
+            return want, None
         shown = {"apiVersion": want["apiVersion"], "kind": want["kind"],
-                 "metadata": {k: meta[k] for k in ("name", "namespace", "labels", "annotations") if meta.get(k)},
-                 "rules": [*(role.get("rules") or []), *lacking]}
+                 "metadata": {k: found["metadata"][k] for k in ("name", "namespace", "labels", "annotations")
+                              if found["metadata"].get(k)},
+                 "rules": [*(found.get("rules") or []), *lacking]}
         rules, _ = _grant_words(meta["name"], meta["namespace"], lacking)
         return shown, Notice(code="role-updated", message=(
             f"Role {meta['name']} in namespace {meta['namespace']} exists, made by an earlier dtrain, and lacks "
