@@ -98,8 +98,8 @@ def test_the_cli_waits_for_the_class_and_exits_124_naming_describe(home, tmp_pat
         late = dt("volume", "update", "work", "--class", "premium", "--wait", "--timeout", "0.3", check=False)
         assert late.returncode == 124 and late.stdout == ""
         assert late.stderr.strip().splitlines() == [
-            "dtrain: --timeout 0.3 ran out waiting for volume 'work' to take storage class 'premium' (set; the "
-            "storage system goes on); check 'dtrain volume describe work'"]
+            "dtrain: --timeout 0.3 ran out waiting for volume 'work' to take VolumeAttributesClass 'premium' (set; "
+            "the storage system goes on); check 'dtrain volume describe work'"]  # its StorageClass stays
         timer = threading.Timer(0.5, cluster.modify_volumes)
         timer.start()
         try:

@@ -125,7 +125,8 @@ def _update_volume(args, client: Client) -> int:
         try:
             waited = client.wait_volume(v.name, timeout=timeout, project=args.project)
         except TimeoutError_ as err:
-            print(f"dtrain: --timeout {args.timeout} ran out waiting for volume {v.name!r} to take storage class "
+            kind = "VolumeAttributesClass" if v.extra.get("volume_attributes_class") else "storage class"
+            print(f"dtrain: --timeout {args.timeout} ran out waiting for volume {v.name!r} to take {kind} "
                   f"{args.storage_class!r} (set; the storage system goes on); check '{err.look}'", file=sys.stderr)
             return EXIT_TIMEOUT
         if v.extra.get("volume_attributes_class"):  # the class in effect now; a local move's record says more
