@@ -528,6 +528,19 @@ def test_projects_are_namespaces_with_a_gpu_quota(backend, cluster):
     assert "default" not in projects  # namespaces dtrain did not make are not projects
 
 
+def test_a_job_being_deleted_is_not_counted_in_its_projects_jobs(backend, cluster):
+    """Reproduced: `dtrain project list` counted a job whose foreground delete waits for its pods
+    (`list` hides it, and the local backend counts none Deleted)."""
+    backend.create_project("lanes")
+    backend.submit(spec())
+    backend.submit(spec(name="other"))
+    cluster.run_pods(NS, "train")
+    backend.delete("train")  # its pods hold it: the object stays, marked deleted
+    assert cluster.get("batch", "jobs", NS, "train")["metadata"]["deletionTimestamp"]
+    assert [(p.name, p.jobs) for p in backend.list_projects()] == [("lanes", 1)]
+    assert {j.name: j.status for j in backend.list(project="lanes")}["train"] is JobStatus.DELETED  # hidden by list
+
+
 def test_a_projects_gpu_quota_can_be_removed_and_a_bare_create_keeps_it(backend, cluster):
     """A quota, once set, could not be removed (the ResourceQuota stayed for good)."""
     backend.create_project("lanes", gpu_quota=4)

@@ -129,10 +129,12 @@ class ProjectVerbs:
             gpus = sum(i.spec.gpus_requested for i in infos if i.status is JobStatus.RUNNING)
             unknown.append(("gpus-unknown", f"GPUs allocated counted from the running jobs' requests: {err}"))
         extra: dict[str, Any] = {"namespace": namespace}
+        # a job being deleted is no longer the project's (`list` hides it too), as locally
+        jobs = sum(not obj["metadata"].get("deletionTimestamp") for _, obj in objects)
         if unknown:
             extra["unknown"] = "; ".join(said for _, said in unknown)
         return (ProjectInfo(name=project, backend=self.name, gpu_quota=int(hard) if hard is not None else None,
-                            gpus_allocated=gpus, jobs=len(objects), extra=extra),
+                            gpus_allocated=gpus, jobs=jobs, extra=extra),
                 [Notice(code=code, message=f"project {project}: {said}") for code, said in unknown])
 
     def _has_project(self, name: str) -> bool:
