@@ -213,3 +213,16 @@ def test_nodes_without_pods_readable_name_no_job_and_say_why(tmp_path, backend, 
     assert [n.code for n in nodes.notices] == ["gpus-unknown"]
     r = _http(tmp_path, backend).get("/api/v1/nodes")
     assert [g["job"] for g in r.json()[0]["gpus"]] == [None, None] and "GPUs allocated unknown" in r.headers["warning"]
+
+
+def test_a_dry_run_shows_the_namespace_only_where_submit_would_create_it(backend, cluster):
+    """Reproduced: the project's Namespace was shown where it existed (a Kubeflow profile's, or one
+    an earlier `project create` made), which submit creates none of: kubectl apply -f of the output
+    relabelled the profile's namespace dtrain's."""
+    assert [o["kind"] for o in backend.render(spec())] == ["Namespace", "Job"]  # missing: submit creates it
+    cluster.create({"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": NS, "labels": {"app.kubernetes.io/part-of": "kubeflow-profile"}}})
+    assert [o["kind"] for o in backend.render(spec())] == ["Job"]
+    backend.submit(spec())
+    assert cluster.get("", "namespaces", "", NS)["metadata"]["labels"] == {"app.kubernetes.io/part-of":
+                                                                          "kubeflow-profile"}

@@ -56,7 +56,12 @@ class SubmitVerbs:
         and the manifests are returned all the same. The translation stays render_job's, pure."""
         objects = render_job(spec, self.config, with_namespace=self.config.create_namespace)  # a bad spec: no call
         namespace = self.config.namespace_of(spec.project)
-        checks = [(f"namespace {namespace} exists", lambda: self._namespace_missing(namespace, spec.project)),
+        missing = [self.config.create_namespace]  # unless the cluster says it is there, as submit reads it
+
+        def namespace_missing() -> None:
+            missing[0] = self._namespace_missing(namespace, spec.project)
+
+        checks = [(f"namespace {namespace} exists", namespace_missing),
                   *self._free_checks(spec, namespace, objects, dry=True)]
         source = None  # the volume --snapshot-on-success names, whose size and class its watcher records
 
@@ -90,6 +95,8 @@ class SubmitVerbs:
         if source is not None:  # as submit renders it
             objects = render_job(spec, self.config, with_namespace=self.config.create_namespace,
                                  snapshot_source=source)
+        if not missing[0]:  # there already (a Kubeflow profile's, an admin's): submit creates none
+            objects = [obj for obj in objects if obj["kind"] != NAMESPACE.kind]
         notices: list[Notice] = []
         if answered:  # the watcher's account, Role and binding, made by an earlier job or by someone else
             shown = []
