@@ -369,3 +369,19 @@ def test_a_broken_kubeconfig_is_one_line(home, tmp_path, text, needles):
     (home / "config.yaml").write_text(json.dumps({"backend": "kubernetes",
                                                  "kubernetes": {"kubeconfig": str(kubeconfig)}}))
     assert_usage_error(Dtrain(home)("volume", "list", check=False), *needles)
+
+
+def test_a_context_the_kubeconfig_has_not_names_the_setting_and_its_contexts(home, tmp_path):
+    """Reproduced: `dtrain config kubernetes --context prod` (a typo, or another machine's) gave the
+    client's 'Invalid kube-config file. Expected object with name prod in .../contexts list' and the
+    fix 'fix that file', where the file is fine and config.yaml's context is what to change."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(_EXEC_PLUGIN)
+    (home / "config.yaml").write_text(json.dumps({"backend": "kubernetes", "kubernetes": {
+        "kubeconfig": str(kubeconfig), "context": "prod"}}))
+    proc = Dtrain(home)("volume", "list", check=False)
+    assert_usage_error(proc)
+    assert proc.stderr.strip() == (
+        f"dtrain: error: no usable Kubernetes configuration (context 'prod', config.yaml's kubernetes.context, is "
+        f"not in {kubeconfig}): choose one of its contexts with 'dtrain config kubernetes --context NAME' (it has "
+        f"eks), or its current-context with 'dtrain config kubernetes --unset context'")

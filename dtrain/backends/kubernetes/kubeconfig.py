@@ -45,6 +45,8 @@ def client_from_config(config: KubernetesConfig):
                                                    persist_config=False)
     except (k8s.config.ConfigException, OSError, yaml.YAMLError, TypeError, AttributeError, ValueError) as err:
         problem = _config_problem(err, config)
+        if config.context and f"Expected object with name {config.context} in " in str(err):
+            raise BackendError(f"no usable Kubernetes configuration ({problem}): {_context_fix(config)}") from None
         if not _no_kubeconfig(err):  # kubectl too refuses a broken kubeconfig rather than go past it
             other = ("give another with 'dtrain config kubernetes --kubeconfig FILE'" if config.kubeconfig
                      else "point KUBECONFIG at another kubeconfig")
@@ -121,4 +123,25 @@ def _config_problem(err: Exception, config: KubernetesConfig) -> str:
         return f"{where}: {text}"
     if "No configuration found" in text:
         return f"no kubeconfig at {where}"
+    if config.context and f"Expected object with name {config.context} in " in text:  # the file is fine
+        return f"context {config.context!r}, config.yaml's kubernetes.context, is not in {where}"
     return text
+
+
+def _context_fix(config: KubernetesConfig) -> str:
+    """The fix of a context config.yaml names that the kubeconfig has not: the contexts it has."""
+    import yaml
+
+    names: list[str] = []
+    for path in kubeconfig_at(config).split(os.pathsep):  # KUBECONFIG's files, merged as the client merges them
+        try:
+            with open(path, encoding="utf-8") as f:
+                doc = yaml.safe_load(f)
+        except (OSError, yaml.YAMLError, UnicodeDecodeError):
+            continue
+        for entry in (doc.get("contexts") or []) if isinstance(doc, dict) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("name"), str) and entry["name"] not in names:
+                names.append(entry["name"])
+    has = f" (it has {', '.join(names[:10])}{', ...' if len(names) > 10 else ''})" if names else ""
+    return (f"choose one of its contexts with 'dtrain config kubernetes --context NAME'{has}, or its "
+            f"current-context with 'dtrain config kubernetes --unset context'")
