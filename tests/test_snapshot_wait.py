@@ -154,3 +154,24 @@ def test_a_volume_or_snapshot_wait_ends_with_503_when_the_server_stops(home):
         server.should_exit = True
         thread.join(20)
         sock.close()
+
+
+def test_a_wait_for_several_that_runs_out_counts_the_later_ones_ready_now(backend, cluster, tmp_path, capsys):
+    """Reproduced: `dtrain snapshot wait s2 s1 --timeout 2s` with s1 ready and s2 not said '(0 of 2
+    ready)': it counted only the snapshots waited for before the one that ran out."""
+    import argparse
+
+    from dtrain.cli.storage import _wait_snapshots
+    from dtrain.cli.watch import EXIT_TIMEOUT
+
+    backend.create_volume("data", size="1Gi")
+    backend.create_snapshot("data", name="s1")
+    cluster.ready_snapshots()
+    backend.create_snapshot("data", name="s2")
+    client = dtrain.Client(home=tmp_path, backend="kubernetes", backends={"kubernetes": backend})
+    capsys.readouterr()
+    args = argparse.Namespace(names=["s2", "s1"], timeout="0.2", project=None, json=False)
+    assert _wait_snapshots(args, client) == EXIT_TIMEOUT
+    assert capsys.readouterr().err == (
+        "dtrain: --timeout 0.2 ran out waiting for snapshot 's2' (1 of 2 ready); wait longer (--timeout) or check "
+        "'dtrain --backend kubernetes snapshot describe s2'\n")

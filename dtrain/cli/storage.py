@@ -264,6 +264,13 @@ def _each(names: list[str], delete) -> None:
             raise type(err)(f"{err}; deleted before it: {', '.join(names[:i])}") from None
 
 
+def _ready_now(client: Client, name: str, project: str | None) -> bool:
+    try:
+        return client.get_snapshot(name, project=project).ready
+    except DtrainError:  # gone, or the storage system not answering: not ready
+        return False
+
+
 def _wait_snapshots(args, client: Client) -> int:
     """As `dtrain wait` for jobs (and kubectl wait --for=jsonpath='{.status.readyToUse}'=true): the
     snapshots in turn under one --timeout; exit 0 once every one is ready, EXIT_TIMEOUT if the time
@@ -277,9 +284,10 @@ def _wait_snapshots(args, client: Client) -> int:
         try:
             s = client.wait_snapshot(name, timeout=None if deadline is None else max(0.0, deadline - time.monotonic()),
                                      project=args.project)
-        except TimeoutError_ as err:
+        except TimeoutError_ as err:  # those after it were not waited for: counted as they are now
+            ready = i + sum(_ready_now(client, later, args.project) for later in names[i + 1:])
             print(f"dtrain: --timeout {args.timeout} ran out waiting for snapshot {name!r}"
-                  + (f" ({i} of {len(names)} ready)" if len(names) > 1 else "")
+                  + (f" ({ready} of {len(names)} ready)" if len(names) > 1 else "")
                   + f"; wait longer (--timeout) or check '{err.look}'", file=sys.stderr)
             return EXIT_TIMEOUT
         if args.json:
