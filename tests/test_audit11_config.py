@@ -141,6 +141,10 @@ def test_config_kubernetes_sets_shows_and_unsets_its_settings(home, tmp_path):
     assert client.kubernetes_config().namespace_of("x") == "team-a"
     d("config", "kubernetes", "--unset", "namespace", "gpus-per-node")
     assert set(yaml.safe_load((home / "config.yaml").read_text())["kubernetes"]) == {"context", "kubeconfig", "image"}
+    # one not set is said so (it read as saved, as if it had been removed)
+    again = d("config", "kubernetes", "--unset", "namespace").stdout
+    assert again == (f"Kubernetes settings saved: context=prod, kubeconfig={tmp_path / 'kc'}, "
+                     f"image=reg.example.com/dtrain:1 (namespace was not set)\n")
 
 
 @pytest.mark.parametrize("flags, needles", [

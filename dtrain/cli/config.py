@@ -71,6 +71,9 @@ def _config_settings(args, client: Client, *, shown_only: bool) -> int:
         example = "--role ARN --bucket NAME --region R" if args.what == "sagemaker" else "--context NAME --namespace NS"
         raise SpecError(f"'dtrain config {args.what}' takes flags only, e.g. {example}")
     unset = [k.replace("-", "_") for k in args.unset or ()]
+    had = (client.config.sagemaker if args.what == "sagemaker" else client.config.kubernetes) or {}
+    absent = [k.replace("_", "-") for k in unset if k not in had]  # nothing to remove: said, not "saved"
+    not_set = f" ({', '.join(absent)} {'was' if len(absent) == 1 else 'were'} not set)" if absent else ""
     if args.what == "sagemaker":
         if shown_only:
             client.sagemaker_config()  # a typo'd or bad setting is named, not shown as if it were in use
@@ -79,7 +82,7 @@ def _config_settings(args, client: Client, *, shown_only: bool) -> int:
                   "SageMaker is not configured: dtrain config sagemaker --role ARN --bucket NAME [--region R]")
             return 0
         settings = client.configure_sagemaker(unset=unset, **{k: getattr(args, k) for k in _SAGEMAKER_KEYS}).settings
-        print("SageMaker settings saved: " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+        print("SageMaker settings saved: " + ", ".join(f"{k}={v}" for k, v in settings.items()) + not_set)
         return 0
     if shown_only:
         client.kubernetes_config()  # as for SageMaker: a bad setting is named, not shown as if in use
@@ -94,7 +97,7 @@ def _config_settings(args, client: Client, *, shown_only: bool) -> int:
         raise SpecError(f"{twice} is given both as --{twice.replace('_', '-')} and with --set: give one; "
                         f"nothing was changed")
     settings = client.configure_kubernetes(unset=unset, **flagged, **pairs).settings
-    print("Kubernetes settings saved: " + (", ".join(f"{k}={v}" for k, v in settings.items()) or "none"))
+    print("Kubernetes settings saved: " + (", ".join(f"{k}={v}" for k, v in settings.items()) or "none") + not_set)
     return 0
 
 
