@@ -91,8 +91,12 @@ def test_a_link_in_place_of_the_rank_records_folder_is_removed_not_followed(dt: 
 
 
 def test_a_job_whose_folder_was_removed_before_a_restart_says_so(dt: Dtrain):
-    """It used to end 'supervisor error: [Errno 2] No such file or directory: .../launcher.log'."""
-    _submit_planting(dt, "removed", 'rm -r "$DTRAIN_HOME/jobs/removed"')
+    """It used to end 'supervisor error: [Errno 2] No such file or directory: .../launcher.log'.
+    The folder is removed once the supervisor has recorded the launcher (launcher.json): a supervisor slow
+    on a loaded machine wrote that record into the folder while `rm -r` emptied it, so the folder stayed
+    (rm's last rmdir found it not empty) and the restart ran in it."""
+    _submit_planting(dt, "removed", 'while [ ! -e "$DTRAIN_HOME/jobs/removed/launcher.json" ]; do sleep 0.05; done; '
+                                    'rm -r "$DTRAIN_HOME/jobs/removed"')
     info = _failed_in_one_line(dt, "removed")
     assert info["message"] == (f"the launcher was not started: {dt.home}/jobs/removed was removed (by hand?) "
                                f"while the job ran: submit the job again")
