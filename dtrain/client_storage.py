@@ -98,7 +98,7 @@ class StorageVerbs:
         changes the tier asynchronously, status.currentVolumeAttributesClassName; locally at once);
         TimeoutError_ after `timeout` s, ConflictError if the storage system refused the class."""
         backend = self._storage(project)
-        return backend.wait_volume(name, timeout=timeout,
+        return backend.wait_volume(name, timeout=timeout, door=self.door,
                                    command=lambda words: self.command_for(words, backend=backend.name, project=project))
 
     def render_volume_update(self, name: str, *, storage_class: str, project: str | None = None) -> dict | list[dict]:
@@ -151,7 +151,7 @@ class StorageVerbs:
         VolumeSnapshot's readyToUse; a local one is ready once taken); TimeoutError_ after `timeout` s,
         ConflictError if the storage system reports it failed to take it."""
         backend = self._storage(project)
-        return backend.wait_snapshot(name, timeout=timeout,
+        return backend.wait_snapshot(name, timeout=timeout, door=self.door,
                                      command=lambda words: self.command_for(words, backend=backend.name, project=project))
 
     def volume_jobs(self, *, project: str | None = None, limit: int | None = None,

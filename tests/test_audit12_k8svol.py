@@ -65,9 +65,11 @@ def test_wait_volume_runs_out_naming_describe_and_ends_at_once_when_infeasible(b
     _modifying(cluster, "work", "InProgress")
     with pytest.raises(TimeoutError_, match=r"volume 'work' is still changing storage class after 0.2s "
                                             r"\(VolumeAttributesClass standard in effect, 'premium' InProgress\); "
-                                            r"wait longer \(--timeout\) or check 'dtrain volume describe work'") as err:
-        backend.wait_volume("work", timeout=0.2, poll=0.05)
+                                            r"wait longer \(timeout=\) or check 'dtrain volume describe work'") as err:
+        backend.wait_volume("work", timeout=0.2, poll=0.05)  # the SDK's words: its door by default
     assert err.value.look == "dtrain volume describe work"
+    with pytest.raises(TimeoutError_, match=r"; wait longer \(--timeout\) or check 'dtrain volume describe work'$"):
+        backend.wait_volume("work", timeout=0.2, poll=0.05, door="cli")  # the CLI's
     pvc = _modifying(cluster, "work", "Infeasible")
     cluster.create({"apiVersion": "v1", "kind": "Event", "metadata": {"name": "work.modify", "namespace": NS},
                     "involvedObject": {"kind": "PersistentVolumeClaim", "name": "work", "uid": pvc["metadata"]["uid"]},

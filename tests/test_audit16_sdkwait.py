@@ -56,3 +56,18 @@ def test_wait_and_logs_name_the_sdks_arguments_and_the_cli_its_flags(dt: Dtrain)
         assert _refusal(lambda: cli.logs("sleeper", tail=-1)).endswith("e.g. -t 10")
     finally:
         dt("delete", "sleeper")
+
+
+def test_wait_snapshot_and_wait_volume_name_the_sdks_timeout(dt: Dtrain):
+    """Client.wait_snapshot and Client.wait_volume said the CLI's '--timeout' too (their shared loop took no door)."""
+    from dtrain import Client
+
+    dt("volume", "create", "data")
+    dt("snapshot", "create", "data", "--name", "s1")
+    client = Client(home=dt.home)
+    for call in (lambda: client.wait_snapshot("s1", timeout=-1), lambda: client.wait_volume("data", timeout=-1)):
+        assert _refusal(call).startswith("invalid timeout -1: use seconds from 0 to "), _refusal(call)
+    cli = Client(home=dt.home)
+    cli.door = "cli"
+    assert _refusal(lambda: cli.wait_snapshot("s1", timeout=-1)).startswith("invalid --timeout -1: use seconds")
+    assert client.wait_snapshot("s1", timeout=0).name == "s1"  # a local snapshot is ready once taken

@@ -168,7 +168,7 @@ class Backend(BackendDefaults):
                       poll=lambda: self._wait_poll(name) if poll is None else poll)
 
     def wait_snapshot(self, name: str, *, timeout: float | None = None, poll: float = 1.0,
-                      command: Callable[[str], str] | None = None) -> SnapshotInfo:
+                      command: Callable[[str], str] | None = None, door: str = "sdk") -> SnapshotInfo:
         """Block until the snapshot is ready to use, as `kubectl wait --for=jsonpath='{.status.readyToUse}'=true`
         does (a local snapshot is ready once taken). A snapshot the storage system reports it failed
         to take ends the wait (ConflictError with its error, as `restore` refuses it), not hours later."""
@@ -180,7 +180,7 @@ class Backend(BackendDefaults):
             return info.ready
 
         return self._wait_storage("snapshot", name, self._get_snapshot, ready, lambda info, say, after: (
-            f"not ready after {after}"), timeout=timeout, poll=poll, command=command)
+            f"not ready after {after}"), timeout=timeout, poll=poll, command=command, door=door)
 
     def delete(self, name: str, *, purge: bool = False) -> JobInfo:
         """Stop the job (it reads Deleted); `purge` also forgets it, so `get` then finds nothing."""
@@ -372,7 +372,7 @@ class Backend(BackendDefaults):
             return self._render_volume_update(_existing(name, "volume"), storage_class=storage_class)
 
     def wait_volume(self, name: str, *, timeout: float | None = None, poll: float = 1.0,
-                    command: Callable[[str], str] | None = None) -> VolumeInfo:
+                    command: Callable[[str], str] | None = None, door: str = "sdk") -> VolumeInfo:
         """Block until the storage class `update_volume` set is in effect (`volume update --wait`): on
         Kubernetes once the PVC's status.currentVolumeAttributesClassName is its spec's class and
         status.modifyVolumeStatus is gone (the CSI driver is done); locally at once, as the move is
@@ -381,7 +381,7 @@ class Backend(BackendDefaults):
         return self._wait_storage("volume", name, self._get_volume, lambda i, say: self._class_change(i, say) is None,
                                   lambda info, say, after: (f"changing storage class after {after} "
                                                             f"({self._class_change(info, say)})"),
-                                  timeout=timeout, poll=poll, command=command)
+                                  timeout=timeout, poll=poll, command=command, door=door)
 
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         progress: Progress | None = None) -> SnapshotInfo:

@@ -19,7 +19,7 @@ from dtrain.backends.hooks import BackendHooks
 from dtrain.backends.records import JobCount, JobInfo, JobPage, JobStatus, Listed, newest_first
 from dtrain.backends.waiting import _until
 from dtrain.errors import DtrainError, NotReadyError, TimeoutError_
-from dtrain.names import check_wait
+from dtrain.names import check_wait, wait_longer
 from dtrain.spec import JobSpec
 
 
@@ -46,12 +46,13 @@ class BackendDefaults(BackendHooks):
 
     def _wait_storage(self, kind: str, name: str, get: Callable[[str], Any], done: Callable[[Any, Callable], bool],
                       still: Callable[[Any, Callable, str], str], *, timeout: float | None, poll: float,
-                      command: Callable[[str], str] | None) -> Any:
+                      command: Callable[[str], str] | None, door: str = "sdk") -> Any:
         """wait_snapshot's and wait_volume's loop: `kind` NAME looked up as every verb does, then read
         with `get` until `done(info, say)`; a timeout says "KIND NAME is still `still(info, say, after)`"
-        and names `describe`. `say` writes a command as the caller's hints do."""
+        and names `describe`. `say` writes a command as the caller's hints do; `door`: whose words name the
+        timeout (the SDK's timeout=, the CLI's --timeout)."""
         if timeout is not None:
-            check_wait(timeout)
+            check_wait(timeout, door)
         with self._named(kind, name):
             info = get(_existing(name, kind))
         say = command or (lambda words: f"dtrain {words}")
@@ -59,7 +60,7 @@ class BackendDefaults(BackendHooks):
         def late(info) -> DtrainError:
             look = say(f"{kind} describe {name}")
             return TimeoutError_(f"{kind} {name!r} is still {still(info, say, f'{timeout:g}s')}; wait longer "
-                                 f"(--timeout) or check '{look}'", look)
+                                 f"({wait_longer(door)}) or check '{look}'", look)
 
         return _until(info, lambda: get(name), lambda i: done(i, say), late, timeout=timeout, poll=lambda: poll)
 
