@@ -71,6 +71,23 @@ def test_a_quota_above_the_machine_names_no_door(home, monkeypatch):
         dtrain.Client(home=home).create_project("team", gpu_quota=3)
 
 
+def test_a_quota_on_a_machine_without_gpus_names_the_stand_in(home, monkeypatch):
+    """With no GPU the refusal said 'give a quota of 0 or less', and never how README's quota examples
+    run here: DTRAIN_GPUS=N stands in N GPUs (as submit --gpu says on such a machine)."""
+    from dtrain.errors import QuotaError
+
+    monkeypatch.setenv("DTRAIN_GPUS", "0")
+    with pytest.raises(QuotaError, match=r"0 GPUs; give a quota of 0, or set DTRAIN_GPUS=N, which stands in N GPUs"):
+        dtrain.Client(home=home).create_project("team", gpu_quota=1)
+    from conftest import Dtrain
+
+    dt = Dtrain(home, env={"DTRAIN_GPUS": "0"})
+    bad = dt("project", "create", "team", "--gpu-quota", "1", check=False)
+    assert bad.returncode == 2 and "or less" not in bad.stderr and "DTRAIN_GPUS=N" in bad.stderr
+    assert len(bad.stderr.strip().splitlines()) == 1
+    assert "team" not in dt("project", "list").stdout  # nothing stored
+
+
 def test_a_mount_takes_its_fields_by_position_in_the_order_of_its_pvc_string():
     """VolumeMount('data', '/mnt') was a TypeError from the generated __init__."""
     assert dtrain.VolumeMount("data", "/mnt", True) == dtrain.parse_pvc("data:/mnt:ro")

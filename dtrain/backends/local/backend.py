@@ -435,7 +435,9 @@ class LocalBackend(JobControl, JobRecords, Reconciling, VolumeHooks, Backend):
         gpus = len(inventory())
         if gpu_quota is not None and gpu_quota > gpus:
             raise QuotaError(f"a GPU quota of {gpu_quota} is larger than this machine's {counted(gpus, 'GPU')}; "
-                             f"give a quota of {gpus} or less")
+                             + (f"give a quota of {gpus} or less" if gpus else
+                                "give a quota of 0, or set DTRAIN_GPUS=N, which stands in N GPUs to try the scheduler "
+                                "and quotas without them"))
         self.store.upsert_project(name, gpu_quota, keep_quota=gpu_quota is None and not no_gpu_quota)
 
     def _list_projects(self) -> list[ProjectInfo]:
