@@ -93,6 +93,13 @@ def test_a_bad_older_than_is_one_line(cli):
     assert "invalid --older-than 'a week'" in line and "30d" in line
 
 
+def test_an_older_than_past_its_bound_names_the_bound(cli):
+    """'--older-than 99999999999d' was refused as 'use a duration such as 30d', a form it had used."""
+    line = cli.refused("volume", "list", "--older-than", "36501d")
+    assert "invalid --older-than '36501d': use a duration of at most 36500d" in line
+    assert cli.json("volume", "list", "--older-than", "36500d") == []
+
+
 # ---- restoring over a volume in use -----------------------------------------------------------------
 def _running(cli, name: str) -> None:
     deadline = time.monotonic() + 60

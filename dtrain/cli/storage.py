@@ -227,7 +227,8 @@ def _older(records: list, older_than: str | None) -> list:
         return records
     seconds = fmt.go_duration(older_than)
     if seconds is None or not 0 <= seconds <= fmt.MAX_SINCE_DAYS * 86400:
-        raise SpecError(f"invalid --older-than {shown(older_than)}: use a duration such as 30d, 12h or 1h30m")
+        raise SpecError(f"invalid --older-than {shown(older_than)}: use a duration of at most {fmt.MAX_SINCE_DAYS}d, "
+                        "such as 30d, 12h or 1h30m")
     cutoff = time.time() - seconds
     return [r for r in records if r.created is not None and r.created <= cutoff]
 
