@@ -166,3 +166,44 @@ def test_waiting_on_a_suspended_job_says_it_waits_for_a_resume(cli):
             "dtrain: job 'paused' is still Suspended after 0.2s: it ends only once resumed ('dtrain resume paused')"]
     finally:
         cli("delete", "paused")
+
+
+# ---- lineage after a delete: FROM SNAPSHOT names what is gone -------------------------------------
+def test_a_deleted_origin_snapshot_is_marked_where_volumes_name_it(cli, tmp_path):
+    """`volume list` showed FROM SNAPSHOT 'a' for a snapshot deleted since, and `snapshot describe a`
+    then said there was none; `describe job` and `snapshot list`'s JOB column marked theirs."""
+    from dtrain.storage.volumes import Storage
+
+    _snapshots(cli, "a")
+    cli.ok("snapshot", "restore", "a", "--to", "b")
+    assert cli.json("volume", "describe", "b")["extra"]["origin_snapshot_deleted"] is False
+    assert "(deleted)" not in cli.ok("volume", "list") + cli.ok("volume", "describe", "b")
+    cli.ok("snapshot", "delete", "a")
+    assert [line.split()[5:7] for line in cli.ok("volume", "list").splitlines() if line.startswith("b ")] == [
+        ["a", "(deleted)"]]
+    assert "From snapshot: a (deleted)" in cli.ok("volume", "describe", "b")
+    assert "origin_snapshot_deleted" not in cli.ok("volume", "describe", "b")  # its Details: said once
+    assert cli.json("volume", "describe", "b")["extra"]["origin_snapshot_deleted"] is True
+    cli.ok("snapshot", "create", "data", "--name", "a")  # the name again: another snapshot
+    storage = Storage(tmp_path / "home")
+    try:  # a record made 2 s before it was taken came from the deleted one (1 s slack: a volume's time is whole seconds)
+        again = storage.get_snapshot("a").created
+        assert storage.source_there("a", again) and not storage.source_there("a", again - 2)
+    finally:
+        storage.close()
+
+
+@pytest.mark.slow
+def test_a_deleted_source_snapshot_is_marked_where_snapshots_name_it(cli):
+    """A job's snapshot showed FROM SNAPSHOT 'a' (and `From snapshot: a`) once 'a' was deleted."""
+    _snapshots(cli, "a")
+    cli.ok("snapshot", "restore", "a", "--to", "b")
+    cli.ok("submit", "j", "--pvc", "b:/mnt", "--snapshot-on-success", "b", "--", "true")
+    assert cli.json("wait", "j")["status"] == "Succeeded"  # its snapshot records where its data came from
+    b1 = cli.json("snapshot", "list", "--job", "j")[0]["name"]
+    assert cli.json("snapshot", "describe", b1)["extra"]["source_snapshot_deleted"] is False
+    assert "(deleted)" not in cli.ok("snapshot", "list") + cli.ok("snapshot", "describe", b1)
+    cli.ok("snapshot", "delete", "a")
+    assert [r.split()[:5] for r in cli.ok("snapshot", "list").splitlines()[1:]] == [[b1, "b", "j", "a", "(deleted)"]]
+    assert "From snapshot: a (deleted)" in cli.ok("snapshot", "describe", b1)
+    assert cli.json("snapshot", "describe", b1)["extra"]["source_snapshot_deleted"] is True

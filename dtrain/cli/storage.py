@@ -9,7 +9,7 @@ import sys
 import time
 
 from dtrain.cli import format as fmt
-from dtrain.cli.storage_text import (_free, _freed, _job_word, _path, _snapshot_text, _state,
+from dtrain.cli.storage_text import (_free, _freed, _from, _job_word, _path, _snapshot_text, _state,
                                      _verify_text, _volume_text)
 from dtrain.cli.watch import EXIT_TIMEOUT, wait_timeout
 from dtrain.client import Client
@@ -79,7 +79,8 @@ def cmd_volume(args, client: Client) -> int:
         _print(v, f"volume '{v.name}' created ({v.size}, class {v.storage_class or 'default'})", args.json)
     elif args.action == "list":
         vols = _older(client.list_volumes(project=args.project), args.older_than)
-        rows = [[v.name, v.storage_class or "-", v.size, fmt.size(v.used_bytes), v.status, v.origin_snapshot or "-",
+        rows = [[v.name, v.storage_class or "-", v.size, fmt.size(v.used_bytes), v.status,
+                 _from(v.origin_snapshot, v.extra.get("origin_snapshot_deleted")),
                  fmt.age(v.created)] for v in vols]
         text = (fmt.table(["NAME", "CLASS", "SIZE", "USED", "STATUS", "FROM SNAPSHOT", "AGE"], rows) if rows else
                 f"No volumes older than {args.older_than}" if args.older_than is not None else
@@ -174,7 +175,7 @@ def cmd_snapshot(args, client: Client) -> int:
         snaps = client.list_snapshots(volume=args.volume, job=args.job, project=args.project)  # a name that never was: its one line
         snaps = _older(snaps, args.older_than)
         rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), s.volume or "-", _job_word(s),
-                 s.source_snapshot or "-", "-" if s.files is None else s.files, fmt.size(s.bytes), fmt.age(s.created)]
+                 _from(s.source_snapshot, s.extra.get("source_snapshot_deleted")), "-" if s.files is None else s.files, fmt.size(s.bytes), fmt.age(s.created)]
                 for s in snaps]
         whose = " and".join(w for w in (f" of volume '{args.volume}'" if args.volume else "",
                                         f" linked to job '{args.job}'" if args.job else "") if w)

@@ -60,15 +60,17 @@ def _volume_text(v) -> str:
     in UTC), then the backend's own details under their keys (--json has every field raw)."""
     head = {"Name": v.name, "Status": v.status, "Backend": v.backend, "Storage class": v.storage_class or "default",
             "Size": v.size, "Used": fmt.size(v.used_bytes), "Job": v.job or "-",
-            "From snapshot": v.origin_snapshot or "-", "Created": fmt.when(v.created),
+            "From snapshot": _from(v.origin_snapshot, v.extra.get("origin_snapshot_deleted")),
+            "Created": fmt.when(v.created),
             "Labels": ", ".join(f"{k}={val}" for k, val in v.labels.items()) or "-"}
-    return fmt.described(head, {"Details": v.extra})
+    return fmt.described(head, {"Details": _details(v.extra)})
 
 
 def _snapshot_text(s) -> str:
     """`snapshot describe`, laid out as `describe job`; the spec of the job it holds as that job's Spec."""
     head = {"Name": s.name, "Status": _state(s), "Backend": s.backend, "Volume": s.volume or "-",
-            "Job": _job_word(s), "Job UID": s.job_uid or "-", "From snapshot": s.source_snapshot or "-",
+            "Job": _job_word(s), "Job UID": s.job_uid or "-",
+            "From snapshot": _from(s.source_snapshot, s.extra.get("source_snapshot_deleted")),
             "Files": "-" if s.files is None else s.files, "Size": fmt.size(s.bytes),
             "Volume size": s.volume_size or "-", "Storage class": s.storage_class or "-",
             "Created": fmt.when(s.created)}
@@ -77,7 +79,7 @@ def _snapshot_text(s) -> str:
         spec["command"] = shlex.join(map(str, spec["command"]))
     if isinstance(spec.get("env"), dict) and spec["env"]:  # as `describe job` shows it: the -e flags
         spec["env"] = fmt.env_flags(spec["env"])
-    return fmt.described(head, {"Details": s.extra, "Job spec": spec})
+    return fmt.described(head, {"Details": _details(s.extra), "Job spec": spec})
 
 
 def _job_word(s) -> str:
@@ -85,6 +87,17 @@ def _job_word(s) -> str:
     submitted again (after `delete --purge`) is marked, not shown as the job now so named; a job deleted
     since is marked '(deleted)', as `describe job` marks a deleted snapshot."""
     return "-" if s.job is None else s.job + (" (earlier run)" if s.earlier_run else " (deleted)" * s.job_deleted)
+
+
+def _details(extra: dict) -> dict:
+    """The backend's details but the marks `From snapshot:` shows already."""
+    return {k: v for k, v in extra.items() if k not in ("origin_snapshot_deleted", "source_snapshot_deleted")}
+
+
+def _from(snapshot: str | None, deleted: bool | None) -> str:
+    """The snapshot a volume or a snapshot came from (FROM SNAPSHOT, `From snapshot:`), marked
+    '(deleted)' where the backend says it was deleted since, as `describe job` marks its lineage."""
+    return "-" if snapshot is None else snapshot + " (deleted)" * bool(deleted)
 
 
 def _state(s) -> str:

@@ -247,6 +247,13 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
                                  "(job_uid IS NULL AND created_ns >= ?))",
                                  (name, job, uid, int(since * 1e9) - 10**9)).fetchone() is not None
 
+    def source_there(self, snapshot: str, since: float) -> bool:
+        """Whether the snapshot `snapshot` that a volume or snapshot made at unix time `since` came from
+        is still there: one of that name taken before then (1 s slack: a volume's time is kept to the
+        second); one taken later took a deleted one's name, and is another snapshot."""
+        return self.conn.execute("SELECT 1 FROM snapshots WHERE name = ? AND created_ns <= ?",
+                                 (snapshot, int(since * 1e9) + 10**9)).fetchone() is not None
+
     # --- snapshots -------------------------------------------------------------------------
     def _require_folder(self, vol: Volume, doing: str, *, replaced: bool = False) -> None:
         """One line, before anything is written, where `vol`'s data folder is gone (Lost: removed by

@@ -243,7 +243,8 @@ class VolumeHooks:
                           status="Lost" if self._lost(v) else "Bound", job=v.labels.get(LABEL_JOB),
                           used_bytes=_disk_usage(v.path) if measure else None, labels=dict(v.labels),
                           extra={"path": str(v.path), "uid": v.uid, "head_snapshot": v.head_snapshot,
-                                 "snapshots": v.snapshots})
+                                 "snapshots": v.snapshots, "origin_snapshot_deleted": self._gone(v.origin_snapshot,
+                                                                                                  v.created)})
 
     def _snapshot(self, s: Snapshot) -> SnapshotInfo:
         """The record of `s`; the base class marks an earlier run's (Backend._mark_earlier_runs)."""
@@ -252,7 +253,12 @@ class VolumeHooks:
                             job_spec=s.job_spec, source_snapshot=s.source_snapshot, files=s.files, bytes=s.bytes,
                             volume_size=s.volume_size, storage_class=s.storage_class,
                             extra={"id": s.id, "volume_uid": s.volume_uid, "added_bytes": s.added_bytes,
-                                   "method": s.method})
+                                   "method": s.method, "source_snapshot_deleted": self._gone(s.source_snapshot, s.created)})
+
+    def _gone(self, snapshot: str | None, since: float) -> bool:
+        """True where the snapshot a volume was restored from, or a snapshot's data started from, was
+        deleted since: `volume list` and `snapshot list` mark it '(deleted)', as `describe job` does."""
+        return snapshot is not None and not self.storage.source_there(snapshot, since)
 
 
 def _log():
