@@ -300,7 +300,10 @@ def test_a_program_given_by_its_path_must_be_one_the_job_can_run(dt: Dtrain, tmp
         ("./folder", ["'./folder' is a folder, not a program"]),
         ("./crlf.sh", ["Windows line endings", "dos2unix ./crlf.sh"]),
         ("./lost.py", ["names the interpreter '/no/such/python3' in its #! line"]),
-        ("./gone.sh", ["'./gone.sh' not found (looked in the working folder)"]),
+        ("./gone.sh", ["'./gone.sh' not found (looked in the working folder)", "or give its full path"]),
+        # a full path: it said 'looked in the working folder' and 'give its full path'
+        ("/no/such/train.sh", ["'/no/such/train.sh' not found (looked in this machine's folders); "
+                               "check the path after '--'"]),
         (str(tmp_path / "plain.sh"), ["is not executable"]),
     ]:
         assert_usage_error(dt("submit", "j", "--", command, check=False, cwd=tmp_path), *needles)

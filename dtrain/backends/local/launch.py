@@ -327,7 +327,8 @@ def check_tools(spec: JobSpec, *, cwd: str, path: str | None = None, mounts: Seq
     cmd = spec.command[0]
     if "/" in cmd:
         mount, host = behind(os.path.join(cwd, cmd), mounts)
-        where = "the working folder" if mount is None else f"the volume mounted at {mount.target}"
+        where = (f"the volume mounted at {mount.target}" if mount is not None else
+                 "this machine's folders" if os.path.isabs(cmd) else "the working folder")
         found = host is not None and os.path.exists(host)
     else:
         where = "the PATH given with -e PATH" if "PATH" in spec.env else "PATH"
@@ -336,8 +337,9 @@ def check_tools(spec: JobSpec, *, cwd: str, path: str | None = None, mounts: Seq
         raise EnvironmentError_(f"notebooks run JupyterLab ({cmd}), which is not installed here: "
                                 "pip install 'dtrain[notebook]' (jupyterlab and ipykernel)")
     if not found:  # the user's mistakes (SpecError): what the machine lacks is an EnvironmentError_
-        raise SpecError(f"command {shown(cmd)} not found (looked in {where}); "
-                        f"check the spelling after '--', or give its full path")
+        raise SpecError(f"command {shown(cmd)} not found (looked in {where}); " + (
+            "check the path after '--'" if os.path.isabs(cmd) else  # a full path already: no use saying give one
+            "check the spelling after '--', or give its full path"))
     if host is not None:
         _check_program(cmd, host, mounts)
     if spec.launcher == "mpi" and not shutil.which("mpirun", path=search):
