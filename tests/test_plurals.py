@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
 import dtrain
@@ -24,3 +27,14 @@ def test_a_one_gpu_job_on_a_machine_without_gpus_says_1_gpu_and_1_process(home, 
 
 # The scheduler's reasons ('needs 1 GPU, 0 free', 'project quota 1 GPU, 1 in use') are pinned where those
 # tests wait for them: test_audit6_nbapi.py, test_cli_items.py, test_local_leftovers2.py.
+
+
+def test_the_docs_quote_a_count_of_one_as_dtrain_prints_it():
+    """README.md quoted `waiting: project quota 1 GPUs, 1 in use`; describe says '1 GPU' (counted)."""
+    root = Path(__file__).resolve().parent.parent
+    found = []
+    for doc in [root / "README.md", *sorted((root / "docs").glob("*.md"))]:
+        text = re.sub(r"\s+", " ", doc.read_text())  # a quote may wrap across lines
+        found += [f"{doc.name}: {m.group(0)}" for m in re.finditer(
+            r"(?<![\d.,])1 (GPUs|processes|CPUs|snapshots|volumes|jobs|ranks|restarts|changes)\b", text)]
+    assert found == []
