@@ -37,6 +37,14 @@ def test_pod_names_the_exact_rank_to_type(dt: Dtrain, verb, tail):
                        "'pair-7' is no pod of job 'pair'", "its pods: pair-0, pair-1", "dtrain describe job pair")
 
 
+def test_logs_p_alone_names_previous_the_kubectl_habit(dt: Dtrain):
+    """`dtrain logs JOB -p` (kubectl's --previous) said only "argument -p/--project: expected one argument"."""
+    for words in (["logs", "job1", "-p"], ["logs", "job1", "-p", "--tail", "5"]):
+        assert_usage_error(dt(*words, check=False), "expected one argument (-p names a project here",
+                           "the attempt before a restart is --previous")
+    assert "--previous" not in dt("describe", "job1", "-p", check=False).stderr  # describe has no --previous
+
+
 def test_shell_words_read_back_as_the_value():
     import shlex
     for value in ("", "x y", "a=b", "it's", "$HOME", "plain", "-x"):

@@ -54,6 +54,9 @@ class Parser(argparse.ArgumentParser):
         elif message.endswith(": expected one argument") and (dashed := self._dashed_value(message)):
             option, word = dashed  # `--name -x`: argparse took '-x' for an option and the value as missing
             message += f" ({shown(word)} begins with '-', so it was read as an option: give it as {option}={word})"
+        elif message == "argument -p/--project: expected one argument" and self.prog.endswith(" logs"):
+            # kubectl's `logs -p` is the previous container's: here -p is the project, as Run:AI's
+            message += " (-p names a project here, as Run:AI's does; the attempt before a restart is --previous)"
         if len(message) > MAX_USAGE_ERROR:  # argparse repeats what it did not take, whatever its size
             message = message[:MAX_USAGE_ERROR] + "..."
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
