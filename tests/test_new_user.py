@@ -310,3 +310,21 @@ def test_the_sdk_refuses_a_restore_given_both_targets_in_one_line(tmp_path):
                                         r"\(--in-place\), not both$"):
         client.restore_snapshot("s1", to="copy", in_place=True)
     assert [v.name for v in client.list_volumes()] == ["data"]
+
+
+def test_readme_names_the_verbs_json_leaves_out_as_they_are(dt):
+    """README.md said --json was not on dry runs; every dry run prints one JSON object with it."""
+    import json
+    import re
+    from pathlib import Path
+
+    text = re.sub(r"\s+", " ", (Path(__file__).resolve().parent.parent / "README.md").read_text())
+    left_out = re.search(r"as it does on the `volume` and `snapshot` verbs \(.*?\) but (.*?), and on a `--dry-run`",
+                         text)
+    assert left_out is not None and left_out.group(1) == "`volume delete`"
+    dt("volume", "create", "data", "--size", "1Gi")
+    assert_usage_error(dt("volume", "delete", "data", "--json", check=False), "unrecognized arguments: --json")
+    for words in (["submit", "j", "--dry-run", "--json", "--", "true"],
+                  ["volume", "create", "d2", "--size", "1Gi", "--dry-run", "--json"],
+                  ["snapshot", "create", "data", "--dry-run", "--json"]):
+        assert isinstance(json.loads(dt(*words).stdout), dict)
