@@ -207,3 +207,17 @@ def test_a_deleted_source_snapshot_is_marked_where_snapshots_name_it(cli):
     assert [r.split()[:5] for r in cli.ok("snapshot", "list").splitlines()[1:]] == [[b1, "b", "j", "a", "(deleted)"]]
     assert "From snapshot: a (deleted)" in cli.ok("snapshot", "describe", b1)
     assert cli.json("snapshot", "describe", b1)["extra"]["source_snapshot_deleted"] is True
+
+
+def test_a_deleted_volume_is_marked_where_its_snapshots_name_it(cli):
+    """`snapshot list` showed VOLUME 'data' for a volume deleted since (restore --in-place then had
+    nothing to roll back); one made again with the name is another volume."""
+    _snapshots(cli, "a")
+    assert cli.json("snapshot", "describe", "a")["extra"]["volume_deleted"] is False
+    assert "(deleted)" not in cli.ok("snapshot", "list") + cli.ok("snapshot", "describe", "a")
+    cli.ok("volume", "delete", "data")
+    assert [r.split()[:3] for r in cli.ok("snapshot", "list").splitlines()[1:]] == [["a", "data", "(deleted)"]]
+    assert "Volume: data (deleted)" in cli.ok("snapshot", "describe", "a")
+    assert "volume_deleted" not in cli.ok("snapshot", "describe", "a")  # its Details: said once
+    cli.ok("volume", "create", "data", "--size", "1Gi")
+    assert cli.json("snapshot", "describe", "a")["extra"]["volume_deleted"] is True

@@ -10,7 +10,7 @@ import time
 
 from dtrain.cli import format as fmt
 from dtrain.cli.storage_text import (_free, _freed, _from, _job_word, _path, _snapshot_text, _state,
-                                     _verify_text, _volume_text)
+                                     _verify_text, _volume_text, _volume_word)
 from dtrain.cli.watch import EXIT_TIMEOUT, wait_timeout
 from dtrain.client import Client
 from dtrain.errors import DtrainError, NotFoundError, SpecError, TimeoutError_
@@ -174,7 +174,7 @@ def cmd_snapshot(args, client: Client) -> int:
         # -p: that project's backend (on Kubernetes its namespace, where its jobs keep their snapshots)
         snaps = client.list_snapshots(volume=args.volume, job=args.job, project=args.project)  # a name that never was: its one line
         snaps = _older(snaps, args.older_than)
-        rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), s.volume or "-", _job_word(s),
+        rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), _volume_word(s), _job_word(s),
                  _from(s.source_snapshot, s.extra.get("source_snapshot_deleted")), "-" if s.files is None else s.files, fmt.size(s.bytes), fmt.age(s.created)]
                 for s in snaps]
         whose = " and".join(w for w in (f" of volume '{args.volume}'" if args.volume else "",

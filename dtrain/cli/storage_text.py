@@ -68,7 +68,7 @@ def _volume_text(v) -> str:
 
 def _snapshot_text(s) -> str:
     """`snapshot describe`, laid out as `describe job`; the spec of the job it holds as that job's Spec."""
-    head = {"Name": s.name, "Status": _state(s), "Backend": s.backend, "Volume": s.volume or "-",
+    head = {"Name": s.name, "Status": _state(s), "Backend": s.backend, "Volume": _volume_word(s),
             "Job": _job_word(s), "Job UID": s.job_uid or "-",
             "From snapshot": _from(s.source_snapshot, s.extra.get("source_snapshot_deleted")),
             "Files": "-" if s.files is None else s.files, "Size": fmt.size(s.bytes),
@@ -90,8 +90,15 @@ def _job_word(s) -> str:
 
 
 def _details(extra: dict) -> dict:
-    """The backend's details but the marks `From snapshot:` shows already."""
-    return {k: v for k, v in extra.items() if k not in ("origin_snapshot_deleted", "source_snapshot_deleted")}
+    """The backend's details but the marks `From snapshot:` and `Volume:` show already."""
+    return {k: v for k, v in extra.items() if k not in ("origin_snapshot_deleted", "source_snapshot_deleted",
+                                                         "volume_deleted")}
+
+
+def _volume_word(s) -> str:
+    """The volume a snapshot was taken of, marked '(deleted)' where the backend says it was deleted
+    since (one made again with its name is another volume): a restore --in-place has none to roll back."""
+    return "-" if s.volume is None else s.volume + " (deleted)" * bool(s.extra.get("volume_deleted"))
 
 
 def _from(snapshot: str | None, deleted: bool | None) -> str:

@@ -253,7 +253,8 @@ class VolumeHooks:
                             job_spec=s.job_spec, source_snapshot=s.source_snapshot, files=s.files, bytes=s.bytes,
                             volume_size=s.volume_size, storage_class=s.storage_class,
                             extra={"id": s.id, "volume_uid": s.volume_uid, "added_bytes": s.added_bytes,
-                                   "method": s.method, "source_snapshot_deleted": self._gone(s.source_snapshot, s.created)})
+                                   "method": s.method, "source_snapshot_deleted": self._gone(s.source_snapshot, s.created),
+                                   "volume_deleted": not self.storage.still_there([s.volume_uid], [])[0]})
 
     def _gone(self, snapshot: str | None, since: float) -> bool:
         """True where the snapshot a volume was restored from, or a snapshot's data started from, was
