@@ -45,6 +45,14 @@ def test_logs_p_alone_names_previous_the_kubectl_habit(dt: Dtrain):
     assert "--previous" not in dt("describe", "job1", "-p", check=False).stderr  # describe has no --previous
 
 
+@pytest.mark.parametrize("words", [["-l", "team=a"], ["--labels", "team=a"], ["--labels=team=a"]])
+def test_kubectls_label_flags_on_submit_name_label(dt: Dtrain, words):
+    """`dtrain submit x -l team=a -- true` (kubectl run's -l) was told that the command goes after '--'."""
+    assert_usage_error(dt("submit", "x", *words, "--", "true", check=False),
+                       "is kubectl's: a job's label is --label KEY=VALUE")
+    assert "the command goes after" not in dt("submit", "x", *words, "--", "true", check=False).stderr
+
+
 def test_shell_words_read_back_as_the_value():
     import shlex
     for value in ("", "x y", "a=b", "it's", "$HOME", "plain", "-x"):

@@ -160,6 +160,8 @@ def _flag_hint(args, extra: list[str]) -> str:
             continue
         if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.RUNAI_FLAGS:
             return f"; {flag} is Run:AI's: {jobs.RUNAI_FLAGS[flag].format(verb=args.verb)}"
+        if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.KUBECTL_FLAGS:
+            return f"; {flag} is kubectl's: {jobs.KUBECTL_FLAGS[flag]}"
         if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.LAUNCHER_FLAGS:
             form = _COMMAND_FORMS["submit-mpi" if args.verb == "submit-mpi" else "submit-dist"]
             return f"; {flag} is {jobs.LAUNCHER_FLAGS[flag]}'s: give --processes N and it is started for you ({form})"
