@@ -38,6 +38,11 @@ def test_item15_exec_local_sees_the_jobs_volumes_environment_and_folder(tmp_path
         env = _dt(home, "exec", "held", "--", "sh", "-c", 'echo "$GREETING|$RANK|$DTRAIN_JOB_NAME|$(pwd)"')
         assert env.stdout.strip() == f"hello from the job|0|held|{tmp_path / 'work'}"
         assert _dt(home, "exec", "held", "--", "sh", "-c", "exit 7").returncode == 7
+        for missing, looked in (("nosuchcmd", "its PATH"), (f"{mnt}/nope.sh", "the folders it sees")):
+            gone = _dt(home, "exec", "held", "--", missing)  # it said "nsenter: failed to execute nosuchcmd: ..."
+            assert gone.returncode == 127 and gone.stderr.splitlines() == [
+                f"dtrain: error: command '{missing}' not found in rank 0 of job 'held' (looked in {looked}); "
+                "check the spelling after '--'"]
         bad = _dt(home, "exec", "held", "--rank", "1", "--", "true")
         assert bad.returncode == 2 and "ranks 0 to 0" in bad.stderr
         assert _dt(home, "exec", "held").returncode == 2  # no command

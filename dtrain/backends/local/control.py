@@ -16,6 +16,7 @@ from dtrain.backends.local.reconcile import _supervisor
 from dtrain.backends.local.store import ACTIVE, QUEUED, UNFINISHED, injected_word, other_inventory
 from dtrain.errors import ConflictError, EnvironmentError_, NotReadyError, StorageError
 from dtrain.spec import JobSpec
+from dtrain.names import shown
 
 
 class JobControl:
@@ -168,7 +169,16 @@ class JobControl:
         argv = [nsenter, "--target", str(pid), "--mount", "--wd"]
         if os.stat(f"/proc/{pid}/ns/user").st_ino != os.stat("/proc/self/ns/user").st_ino:
             argv += ["--user", "--preserve-credentials"]  # bubblewrap run without root: a user namespace
-        return subprocess.run([*argv, "--", *command], env=env).returncode
+        # A command the rank's namespace lacks is said in dtrain's words, not nsenter's ("nsenter: failed
+        # to execute x"): a shell there looks it up as the rank would, then becomes the command (exec).
+        missing = (f"dtrain: error: command {shown(command[0])} not found in rank {rank} of job {name!r} (looked in "
+                   + ("its PATH" if "/" not in command[0] else "the folders it sees")
+                   + "); check the spelling after '--'")
+        return subprocess.run([*argv, "--", "/bin/sh", "-c", _FOUND_OR_SAY, missing, *command], env=env).returncode
+
+
+# $0: the line to print where $1 is no command there; else the shell is replaced by the command
+_FOUND_OR_SAY = 'command -v "$1" >/dev/null 2>&1 || { printf "%s\\n" "$0" >&2; exit 127; }; exec "$@"'
 
 
 def _exited(sup) -> bool:
