@@ -53,6 +53,16 @@ def test_kubectls_label_flags_on_submit_name_label(dt: Dtrain, words):
     assert "the command goes after" not in dt("submit", "x", *words, "--", "true", check=False).stderr
 
 
+@pytest.mark.parametrize("flag", ["--all", "-A"])
+def test_all_on_a_verb_without_it_names_the_verbs_that_take_it(dt: Dtrain, flag):
+    """README's "--all takes every job of the project that the verb takes": `dtrain wait --all` said
+    "'--all' is neither an option of 'dtrain wait' nor a name: names are 1-53 lower-case letters ..."."""
+    assert_usage_error(dt("wait", flag, check=False),
+                       f"'dtrain wait' takes no {flag}: name the jobs (dtrain wait NAME [NAME...]); --all is delete's")
+    assert_usage_error(dt("wait", "j1", flag, check=False), f"'dtrain wait' takes no {flag}: name the jobs")
+    assert_usage_error(dt("logs", flag, check=False), f"'dtrain logs' takes no {flag}: name the job (dtrain logs NAME)")
+
+
 def test_shell_words_read_back_as_the_value():
     import shlex
     for value in ("", "x y", "a=b", "it's", "$HOME", "plain", "-x"):

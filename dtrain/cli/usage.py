@@ -94,6 +94,8 @@ class Parser(argparse.ArgumentParser):
         return self._unknown_given()
 
     def _not_a_name(self, word: str) -> str:
+        if no_all := _no_all(self.prog.removeprefix("dtrain "), word):
+            return no_all
         return f"{shown(word)} is neither an option of '{self.prog}' nor a name: names are {NAME_RULE}"
 
     def _stray_among(self, parsed, extra: list[str]) -> str | None:
@@ -151,6 +153,16 @@ def _past_job_noun(args, extra: list[str]) -> list[str]:
     return extra
 
 
+def _no_all(verb: str, word: str) -> str | None:
+    """For --all (-A) on a job verb without it (README: --all takes every job of the project where the verb
+    takes it): the verbs that take it; it was "neither an option ... nor a name" or only "unrecognized"."""
+    if word not in ("--all", "-A") or verb not in ("wait", "logs", "describe", "exec", "bash", "artifacts"):
+        return None
+    jobs = f"the jobs (dtrain {verb} NAME [NAME...])" if verb == "wait" else f"the job (dtrain {verb} NAME)"
+    return (f"'dtrain {verb}' takes no {word}: name {jobs}; --all is delete's, suspend's and resume's "
+            f"(every job of the project), -A list's (every project's)")
+
+
 def _flag_hint(args, extra: list[str]) -> str:
     """'; <what to type>' for the first unknown flag that is Run:AI's or close to one of the verb's own
     (`--proceses 2`, whose '2' made the hint say that the command goes after '--'), else ''."""
@@ -165,6 +177,8 @@ def _flag_hint(args, extra: list[str]) -> str:
         if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.LAUNCHER_FLAGS:
             form = _COMMAND_FORMS["submit-mpi" if args.verb == "submit-mpi" else "submit-dist"]
             return f"; {flag} is {jobs.LAUNCHER_FLAGS[flag]}'s: give --processes N and it is started for you ({form})"
+        if no_all := _no_all(args.verb, flag):
+            return f"; {no_all}"
         if whole := abbreviated(word, getattr(args, "options_known", [])):
             return f"; {whole}"
         near = difflib.get_close_matches(flag, getattr(args, "options_known", []), n=1, cutoff=0.75)
