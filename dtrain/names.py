@@ -231,7 +231,15 @@ def check_exec_rank(value, name: str, processes: int, typed=None, door: str = "s
     takes it (`typed`: as the user wrote it; a whole number is named as the number)."""
     return _checked_rank(value, processes, lambda: SpecError(
         f"invalid {exec_rank_named(door)} {shown(value if typed is None else typed)}: exec runs in one process; "
-        f"job {name!r} has {counted(processes, 'process', 'processes')}, ranks 0 to {processes - 1}"))
+        f"job {name!r} has {its_ranks(processes)}"))
+
+
+def its_ranks(processes: int) -> str:
+    """A job's processes and their ranks, as a rank refusal names them: '1 process, rank 0' (it said
+    'ranks 0 to 0'), '3 processes, ranks 0 to 2'."""
+    if processes == 1:
+        return "1 process, rank 0"
+    return f"{counted(processes, 'process', 'processes')}, ranks 0 to {processes - 1}"
 
 
 def wait_refusal(typed, door: str = "sdk") -> SpecError:

@@ -152,10 +152,10 @@ def test_a_launcher_refusal_names_the_processes_as_typed():
 def test_a_rank_past_the_jobs_is_named_as_typed(http, dt, done):
     """`--rank 1E3` (and ?rank=1E3) was refused as "invalid rank 1000: job 'x' has 1 process"."""
     said = dt("logs", done, "--rank", "1E3", check=False).stderr
-    assert "invalid rank 1E3: job 'x' has 1 process, ranks 0 to 0" in said, said
+    assert "invalid rank 1E3: job 'x' has 1 process, rank 0" in said, said
     answer = http.get("/jobs/x/logs", params={"rank": "1E3"})
     assert answer.status_code == 422
-    assert answer.json()["error"] == "invalid rank 1E3: job 'x' has 1 process, ranks 0 to 0"
+    assert answer.json()["error"] == "invalid rank 1E3: job 'x' has 1 process, rank 0"
     assert dt("logs", done, "--rank", "0.").stdout == "hello\n"  # in range: read as the number
 
 

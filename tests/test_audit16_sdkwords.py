@@ -70,14 +70,14 @@ def test_exec_names_the_sdks_rank_and_command_and_the_cli_its_own(dt: Dtrain):
         with pytest.raises(SpecError) as past:
             client.exec("sleeper", ["true"], rank=1, running_timeout=60)
         assert str(past.value) == ("invalid rank 1: exec runs in one process; job 'sleeper' has 1 process, "
-                                   "ranks 0 to 0")
+                                   "rank 0")
         with pytest.raises(SpecError) as command:
             client.exec("sleeper", 5, running_timeout=60)
         assert str(command.value) == ("invalid command 5: exec needs a command as a list of its words, e.g. "
                                       "exec('sleeper', ['ls', '/mnt'])")
         said = dt("exec", "sleeper", "--rank", "1", "--", "true", check=False)  # the CLI's words, as before
         assert said.returncode == 2 and said.stderr == ("dtrain: error: invalid --rank 1: exec runs in one process; "
-                                                        "job 'sleeper' has 1 process, ranks 0 to 0\n"), said.stderr
+                                                        "job 'sleeper' has 1 process, rank 0\n"), said.stderr
         said = dt("exec", "nosuch", "--rank", "-1", "--", "true", check=False)
         assert said.stderr == ("dtrain: error: invalid --rank -1: use a process rank such as 0 (at most 4095); exec "
                                "runs in one process\n"), said.stderr

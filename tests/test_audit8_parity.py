@@ -201,7 +201,7 @@ def test_a_tail_or_rank_the_cli_takes_the_api_takes(server):
     r = server.http.get(f"{JOB}/done/logs", params={"tail": 200_000})
     assert r.status_code == 200 and [x["text"] for x in r.json()] == lines, r.text
     said = usage_line(server.dtrain()("logs", "done", "--rank", "3", check=False))
-    assert "job 'done' has 1 process, ranks 0 to 0" in said, said
+    assert "job 'done' has 1 process, rank 0" in said, said
     assert server.http.get(f"{JOB}/done/logs", params={"rank": 3}).json()["error"] == said
     past = server.http.get(f"{JOB}/done/logs", params={"rank": MAX_PROCESSES}).json()["error"]  # no job's rank:
     assert past == usage_line(server.dtrain()("logs", "done", "--rank", str(MAX_PROCESSES), check=False))  # its line

@@ -112,7 +112,7 @@ def test_item09_logs_rank_out_of_range_and_negative_tail(tmp_path):
     home = tmp_path / "home"
     assert run("submit", "one", "--", "echo", "hi", home=home).returncode == 0
     assert run("wait", "one", home=home).returncode == 0
-    assert_usage_error(run("logs", "one", "--rank", "5", home=home), "ranks 0 to 0")
+    assert_usage_error(run("logs", "one", "--rank", "5", home=home), "1 process, rank 0")
     assert run("logs", "one", "-t", "-1", home=home).stdout == "hi\n"  # kubectl's -1: every line
     assert_usage_error(run("logs", "one", "-t", "-2", home=home), "tail")
 

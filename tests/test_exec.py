@@ -44,7 +44,7 @@ def test_item15_exec_local_sees_the_jobs_volumes_environment_and_folder(tmp_path
                 f"dtrain: error: command '{missing}' not found in rank 0 of job 'held' (looked in {looked}); "
                 "check the spelling after '--'"]
         bad = _dt(home, "exec", "held", "--rank", "1", "--", "true")
-        assert bad.returncode == 2 and "ranks 0 to 0" in bad.stderr
+        assert bad.returncode == 2 and "1 process, rank 0" in bad.stderr
         assert _dt(home, "exec", "held").returncode == 2  # no command
     finally:
         _dt(home, "delete", "held")

@@ -56,7 +56,7 @@ def test_job_verbs_and_errors(server, tmp_path):
     assert [ln["text"] for ln in http.get("/api/v1/jobs/hello/logs").json()] == ["one", "two"]
     assert [ln["text"] for ln in http.get("/api/v1/jobs/hello/logs", params={"tail": 1}).json()] == ["two"]
     no_rank = http.get("/api/v1/jobs/hello/logs", params={"rank": 3})  # issue 12: a rank the job lacks is an error
-    assert no_rank.status_code == 422 and "ranks 0 to 0" in no_rank.json()["error"]
+    assert no_rank.status_code == 422 and "1 process, rank 0" in no_rank.json()["error"]
 
     submit(server, "sleeper", WAIT_FOR_GO, tmp_path)
     wait_until(lambda: http.get("/api/v1/jobs/sleeper").json()["status"] == "Running", what="sleeper running")

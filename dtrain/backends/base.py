@@ -28,7 +28,7 @@ from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotReadyEr
                            TimeoutError_, UnavailableError, WaitTimeoutError)  # (re-exported)
 from dtrain.names import (EXEC_RUNNING_WAIT, MAX_TAIL, MAX_WAIT, check_gpu_quota, check_limit_bytes,  # noqa: F401
                           check_exec_rank, check_exec_rank_form, check_mounted_volume, check_name, check_page, check_rank, check_storage_class, check_tail, check_wait, near_name,
-                          check_since, counted, parse_volume_size, shown, since_refusal, status_refusal, with_near)
+                          check_since, counted, its_ranks, parse_volume_size, shown, since_refusal, status_refusal, with_near)
 from dtrain.spec import JobSpec
 
 if TYPE_CHECKING:  # the local store's own reports; only the local backend produces them
@@ -141,8 +141,7 @@ class Backend(BackendDefaults):
         except NotFoundError as err:  # a deleted job's snapshot, not a near name, says where its logs went
             raise self.gone_job_logs(name) or err from None
         if rank is not None and rank >= info.spec.processes:
-            raise SpecError(f"invalid rank {shown(typed)}: job {name!r} has "
-                            f"{counted(info.spec.processes, 'process', 'processes')}, ranks 0 to {info.spec.processes - 1}")
+            raise SpecError(f"invalid rank {shown(typed)}: job {name!r} has {its_ranks(info.spec.processes)}")
         return LogStream(self._logs(name, rank=rank, tail=tail, since=since, follow=follow, previous=previous),
                          limit_bytes, job=name)
 
