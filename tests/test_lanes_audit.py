@@ -385,7 +385,7 @@ def test_training_runs_under_plain_torchrun_and_only_rank_0_writes(data, tmp_pat
     steps = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert steps == [1, 2]
     log = (out / "train.log").read_text()
-    assert log.count(" recipe tiny: 2 process(es)") == 1 and log.count("finished at step 2") == 1
+    assert log.count(" recipe tiny: 2 processes") == 1 and log.count("finished at step 2") == 1
     run = json.loads((out / "run.json").read_text())
     assert run["world_size"] == 2 and run["finished"]
     assert not list(out.glob(".*.tmp"))

@@ -54,7 +54,7 @@ def common(data: Path, out: Path) -> list[str]:
 @pytest.mark.parametrize("change, world_size, named", [
     (["--batch-size", "3"], 1, "batch 2 per process (this run: 3)"),
     (["--batch-size", "2", "--seed", "5"], 1, "seed 0 (this run: 5)"),
-    (["--batch-size", "2"], 2, "1 process(es) (this run: 2)"),
+    (["--batch-size", "2"], 2, "1 process (this run: 2)"),
 ])
 def test_resume_where_a_step_maps_to_other_frames_is_refused_in_one_line(small_data, tmp_path, change, world_size,
                                                                          named, capsys):

@@ -142,7 +142,7 @@ async def wait_job(request: Request, name: wire.JobName,
 
 # the bounds of `dtrain logs` and Client.logs (names.py's), so that each door takes and refuses the same numbers
 # A rank past any job's (MAX_PROCESSES - 1, the schema's maximum) is read as the CLI and the SDK read it: the
-# job's own line names its ranks ("job 'x' has 3 process(es), ranks 0 to 2"), where a general line did.
+# job's own line names its ranks ("job 'x' has 3 processes, ranks 0 to 2"), where a general line did.
 RANK = Annotated[Annotated[int, WithJsonSchema({"type": "integer", "minimum": 0, "maximum": MAX_PROCESSES - 1})] | None,
                  Query(ge=0, description="one rank's lines (default: every rank's)"), wire.QueryTyped]
 TAIL = Annotated[int | None, Query(ge=0, le=MAX_TAIL, description="only the last lines"), wire.QueryWhole]

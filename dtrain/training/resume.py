@@ -138,13 +138,14 @@ def refuse_another_data_position(resumed: Resumed, plan: Mapping[str, Any], form
 
 
 def data_position_changes(saved: Mapping[str, Any], plan: Mapping[str, Any],
-                          forms: tuple[tuple[str, str], ...]) -> list[str]:
-    """'2 process(es) (this run: 1)' for each of `forms`' keys the checkpoint's run had otherwise.
+                          forms: tuple[tuple[str, Any], ...]) -> list[str]:
+    """'2 processes (this run: 1)' for each of `forms`' keys the checkpoint's run had otherwise (a form: a
+    format string, or a function of the value).
 
     A step maps to a place in the data through what `forms` names (processes, batch, seed, the
     data's size): a resume with any of them changed would see samples twice or skip some. A key
     the checkpoint does not hold (one written before it was recorded) is not compared."""
-    return [f"{form.format(saved[key])} (this run: {plan[key]})"
+    return [f"{form(saved[key]) if callable(form) else form.format(saved[key])} (this run: {plan[key]})"
             for key, form in forms if key in saved and key in plan and saved[key] != plan[key]]
 
 

@@ -27,6 +27,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from dtrain.errors import DtrainError, QuotaError, SpecError
+from dtrain.names import counted
 from dtrain.replace import replace_file
 from dtrain.training import (
     STOPPED_EXIT_CODE,
@@ -250,8 +251,8 @@ def restore(ckpt: Checkpointer, cfg: TrainConfig, model: SCNN, opt: torch.optim.
 # What maps a step to its place in the data: the sampler's epoch order (seed, frames, processes)
 # and the samples a step takes (batch per process x processes). Checkpoints written before
 # 2026-12-04 hold no world_size nor train_frames: those are not compared.
-DATA_POSITION = (("world_size", "{} process(es)"), ("batch_size", "batch {} per process"), ("seed", "seed {}"),
-                 ("train_frames", "{} training frames"))
+DATA_POSITION = (("world_size", lambda n: counted(n, "process", "processes")), ("batch_size", "batch {} per process"),
+                 ("seed", "seed {}"), ("train_frames", "{} training frames"))
 
 
 def _foreign(path: Path) -> str:
@@ -303,7 +304,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
     step = restore(ckpt, cfg, model, opt, extra, log, info)
     model = capture_graphs(model, recipe, device)  # after the checkpoint's weights are in, before DDP
     ddp = data_parallel(model, recipe, info)
-    log(f"recipe {recipe.name}: {info.world_size} process(es) x batch {recipe.batch_size}, {max_steps} steps, "
+    log(f"recipe {recipe.name}: {counted(info.world_size, 'process', 'processes')} x batch {recipe.batch_size}, {max_steps} steps, "
         f"{steps_per_epoch} steps/epoch, input {recipe.input_size}, width {recipe.model.width}, device {device}, "
         f"{recipe.precision(device)}{', channels-last' if recipe.nhwc(device) else ''}"
         f"{', CUDA graphs' if recipe.graphs(device) else ''}, freed memory kept: {heap}")
