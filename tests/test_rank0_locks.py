@@ -163,3 +163,66 @@ def test_a_link_at_a_folders_lock_file_on_nfs_is_named_on_every_rank(monkeypatch
         _one_training_writes(cfg, OTHER)
     assert str(e.value).startswith(f"rank 0 found a symbolic link at {lock}, so rank 1 stops too: remove the link, ")
     assert not (tmp_path / "elsewhere").exists()
+
+
+def _failing_open(monkeypatch, path, err) -> None:
+    """os.open of `path` fails with `err` (EIO: a network disk's I/O error), as the lock file's does above."""
+    real_open = os.open
+
+    def refused(name, flags, *args, **kwargs):
+        if os.fspath(name) == str(path):
+            raise OSError(err, os.strerror(err), os.fspath(name))
+        return real_open(name, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refused)
+
+
+@pytest.mark.parametrize("err", [errno.EIO, errno.EACCES], ids=["EIO", "EACCES"])
+def test_a_metrics_file_that_does_not_open_is_one_line_on_every_rank(monkeypatch, tmp_path, err):
+    """The open of the metrics file failing (an I/O error of a network disk) was the OSError itself on rank 0: a
+    traceback for EIO, and for EACCES a line without the flag to change. It is one line naming the file and the fix,
+    as the other ranks' refusal names them."""
+    from dtrain.workloads.cifar10.outputs import _one_training_writes, check_outputs
+
+    _clean_env(monkeypatch)
+    metrics = tmp_path / "own.jsonl"
+    cfg = parse_args(["--data-dir", str(tmp_path), "--model-dir", str(tmp_path / "model"), "--metrics-file",
+                      str(metrics)])
+    cfg = dataclasses.replace(cfg, checkpoint_dir=str(check_outputs(cfg)))
+    _failing_open(monkeypatch, metrics, err)
+    _fake_all_reduce(monkeypatch)
+    why, fix = os.strerror(err), "use a folder you can write to, with free space, or give this run another --metrics-file"
+    with pytest.raises(SpecError) as e:
+        _one_training_writes(cfg, MAIN)
+    assert str(e.value) == f"{metrics} cannot be written ({why}): {fix}"
+    with pytest.raises(SpecError) as e:
+        _one_training_writes(cfg, OTHER)
+    assert str(e.value) == f"rank 0 found that {metrics} cannot be written ({why}), so rank 1 stops too: {fix}"
+
+
+@pytest.mark.parametrize("err", [errno.EIO, errno.EACCES], ids=["EIO", "EACCES"])
+def test_a_train_log_that_does_not_open_is_one_line_on_every_rank(monkeypatch, tmp_path, err):
+    """lanes' train.log, opened by rank 0 before any work: its open failing was the OSError itself on rank 0 (a
+    traceback for EIO). It is one line naming the file and --out-dir, on rank 0 and on every other rank; nothing
+    is left held."""
+    from dtrain.workloads.lanes.train import one_training_writes
+
+    _clean_env(monkeypatch)
+    out = tmp_path / "run"
+    out.mkdir()
+    _failing_open(monkeypatch, out / "train.log", err)
+    _fake_all_reduce(monkeypatch)
+    why, fix = os.strerror(err), "use a folder you can write to, with free space, or give this run another --out-dir"
+    with pytest.raises(SpecError) as e:
+        one_training_writes(out, out, MAIN)
+    assert str(e.value) == f"{out / 'train.log'} cannot be written ({why}): {fix}"
+    with pytest.raises(SpecError) as e:
+        one_training_writes(out, out, OTHER)
+    assert str(e.value) == f"rank 0 found that {out / 'train.log'} cannot be written ({why}), so rank 1 stops too: {fix}"
+    monkeypatch.undo()
+    _clean_env(monkeypatch)
+    _fake_all_reduce(monkeypatch)
+    log = one_training_writes(out, out, MAIN)  # the disk is back: the run holds its folder and logs
+    log("step 1")
+    log.close()
+    assert (out / "train.log").read_text().endswith(" step 1\n")

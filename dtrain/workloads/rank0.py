@@ -169,6 +169,20 @@ def refusal(code: int, places: Sequence[Place], rank: int) -> DtrainError:
     return SpecError(f"rank 0 stopped on an error at {place.path} (rank 0's own line names it), {stops}")
 
 
+def opened(place: Place, fn: Callable[..., Any], *args: Any) -> Any:
+    """fn(*args), which opens place.path to write (the metrics file's MetricsWriter, lanes' train.log). An OSError
+    of it (an I/O error of a network disk, a full or read-only disk, a file another user owns) is one line naming
+    the file and place.fix, as the other ranks' refusal (UNWRITABLE) names them: it was the OSError itself on
+    rank 0, one line only for some errnos (inputs.one_line_errors) and a traceback for EIO. Raised inside the
+    except: found_in reads its errno there."""
+    try:
+        return fn(*args)
+    except OSError as e:
+        path = e.filename if e.filename else place.path  # the file whose open failed (MetricsWriter's mirror too)
+        raise SpecError(f"{path} cannot be written ({e.strerror or e}): use a folder you can write to, with free "
+                        f"space, or {place.fix}") from None
+
+
 def hold_file(path: Path, fix: str, folder: Path | None = None):
     """`path` opened, never through a link, and held (inputs.hold) as the lock of its folder (or of `folder`:
     folder_lock_file): the file to close when the run ends. A link there is refused as one (found_in reads its

@@ -74,19 +74,20 @@ from dtrain.workloads.lanes.steps import (  # re-exported as above
     step_seed,
     train_step,
 )
-from dtrain.workloads.rank0 import LINK, UNLOCKED, UNWRITABLE, Place, Rank0Checks, lock_place, own_folder_fix
+from dtrain.workloads.rank0 import LINK, UNLOCKED, UNWRITABLE, Place, Rank0Checks, lock_place, opened, own_folder_fix
 
 class Log:
     """Progress lines to stdout and <out-dir>/train.log, on rank 0 only. The file's lock marks the run that
     writes the folder: a second training on one --out-dir (a teammate's job on the same volume) appended
     its lines to both runs' metrics.jsonl and replaced the other's checkpoints and model.pt without a word."""
 
-    def __init__(self, path: Path, enabled: bool) -> None:
+    def __init__(self, path: Path, enabled: bool, file=None) -> None:
+        """`file`: `path` already opened and held (one_training_writes); else, when enabled, opened and held here."""
         self.locks: list = []  # the locks of the run's other folders (one_training_writes), let go with the log
-        self.file = open_log(path) if enabled else None
-        if self.file is None:
-            return
-        hold(self.file, path, "give this run another --out-dir")
+        self.file = file
+        if file is None and enabled:
+            self.file = open_log(path)
+            hold(self.file, path, "give this run another --out-dir")
 
     def __call__(self, msg: str) -> None:
         if self.file is not None:
@@ -122,16 +123,18 @@ def one_training_writes(out: Path, checkpoints: Path, info: DistInfo) -> Log:
     checks.check(1, UNWRITABLE, can_write, checkpoints, "--checkpoint-dir")
     checks.check(2, LINK, refuse_links, out, ("train.log",))
     checks.check(3, LINK, refuse_links, out, ("metrics.jsonl",))
-    log = checks.check(2, UNLOCKED, Log, out / "train.log", True)  # a raw OSError of its open is UNWRITABLE
+    file = checks.check(2, UNWRITABLE, opened, places[2], open_log, out / "train.log")
+    if file is not None:
+        checks.check(2, UNLOCKED, hold, file, out / "train.log", fix)
     lock = checks.lock(4) if apart else None
     try:
         checks.stop_together()
     except BaseException:
-        for f in (lock, log):
+        for f in (lock, file):
             if f is not None:
                 f.close()
         raise
-    log = log if log is not None else Log(out / "train.log", False)
+    log = Log(out / "train.log", False, file)
     if lock is not None:
         log.locks.append(lock)
     return log
