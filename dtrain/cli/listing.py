@@ -100,7 +100,8 @@ def cmd_describe(args, client: Client) -> int:
         head["Billable / training seconds"] = f"{info.extra.get('billable_seconds')} / {info.extra['training_seconds']}"
     if info.extra.get("spot_saving_percent") is not None:
         head["Spot saving"] = f"{info.extra['spot_saving_percent']:.1f}%"
-    spec = {**info.spec.to_dict(), "command": shlex.join(info.spec.command)}
+    # what the job's process runs: a Kubernetes notebook's pod runs its image's Jupyter, not the spec's command
+    spec = {**info.spec.to_dict(), "command": info.extra.get("pod_command") or shlex.join(info.spec.command)}
     if info.spec.env:  # as -e flags: `KEY: VALUE` left an empty value, spaces or a '=' ambiguous
         spec["env"] = fmt.env_flags(info.spec.env)
     if info.spec.snapshot_on_success is None and info.spec.snapshot_volume:  # the seed's form: the same request

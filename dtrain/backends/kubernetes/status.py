@@ -21,6 +21,7 @@ end (OOMKilled, Evicted), a Running job's a replica that waits (ImagePullBackOff
 from __future__ import annotations
 
 import json
+import shlex
 from collections.abc import Callable
 from datetime import datetime, timezone
 from typing import Any
@@ -219,6 +220,18 @@ def spec_of(obj: dict) -> JobSpec:
     return JobSpec.from_stored(json.loads(raw))
 
 
+def pod_command(obj: dict) -> str:
+    """What a Notebook's pod runs, as `kubectl describe` shows its container: the rendered command and
+    args; neither set (dtrain sets none), the image's own entrypoint, which starts Jupyter under
+    NB_PREFIX. The spec's command is the local backend's jupyter-lab line, which this pod does not run."""
+    template = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
+    container = (template.get("containers") or [{}])[0]
+    words = [*(container.get("command") or []), *(container.get("args") or [])]
+    if words:
+        return shlex.join(map(str, words))
+    return f"(none set: the entrypoint of image {container.get('image') or '?'} starts Jupyter)"
+
+
 def procs_per_pod(obj: dict) -> int:
     return int(((obj.get("metadata") or {}).get("annotations") or {}).get(ANN_PROCS_PER_POD, "1"))
 
@@ -348,4 +361,5 @@ def job_info(kind: str, obj: dict, pods: list[dict] | None, *, backend: str = "k
         extra={"namespace": meta.get("namespace"), "kind": kind, "uid": meta.get("uid"),
                "success_snapshot": (meta.get("annotations") or {}).get(ANN_SUCCESS_SNAPSHOT),
                "procs_per_pod": procs_per_pod(obj),
+               **({"pod_command": pod_command(obj)} if kind == NOTEBOOK.kind else {}),
                "pods": sorted((p.get("metadata") or {}).get("name", "") for p in pods)})
