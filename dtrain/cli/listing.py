@@ -36,14 +36,22 @@ def cmd_list(args, client: Client) -> int:
     every = args.all_projects
     rows = [[j.name, fmt.status_word(j), fmt.age(j.created), j.node or "-", j.spec.kind, j.spec.project,
              *([j.backend] if every else []),
-             f"{j.gpus_allocated} ({j.spec.gpus_requested})", f"{j.processes_running} ({j.processes_pending})"]
-            for j in jobs]
+             *_counts(j)] for j in jobs]
     if not rows:  # a header alone reads as a failed listing (kubectl: "No resources found in NS namespace.")
         print(_no_jobs(args, client, project))
         return 0
     print(fmt.table(["NAME", "STATUS", "AGE", "NODE", "TYPE", "PROJECT", *(["BACKEND"] if every else []),
                      "GPUs Allocated (Requested)", "PROCESSES Running (Pending)"], rows))
     return 0
+
+
+def _counts(job) -> list[str]:
+    """A row's GPUs Allocated (Requested) and PROCESSES Running (Pending). Where every process is
+    Unknown (Kubernetes: pods this account may not read), what the pods hold is unknown too: '?',
+    not a '0 (0)' that reads as a job with nothing running (the notice above the table says why)."""
+    if job.processes and all(p.status == "Unknown" for p in job.processes):
+        return [f"? ({job.spec.gpus_requested})", "? (?)"]
+    return [f"{job.gpus_allocated} ({job.spec.gpus_requested})", f"{job.processes_running} ({job.processes_pending})"]
 
 
 def _no_jobs(args, client: Client, project: str | None) -> str:

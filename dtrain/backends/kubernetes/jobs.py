@@ -187,6 +187,9 @@ class JobVerbs:
             else:
                 info = job_info(resource.kind, obj, pods.get(_key(obj), []))
             infos.append(self._snapshot_on_success(info))
+        # said once a namespace, as `list` says its other notices: its table shows those counts as unknown
+        notices += [Notice(code="pods-unread", message=f"jobs of namespace {namespace}: {said}")
+                    for namespace, said in sorted(refused.items())]
         return Listed(sorted(infos, key=lambda i: (i.created, i.name)), notices)
 
     def _job_objects_each(self) -> tuple[list[tuple[Resource, dict]], list[Notice]]:
