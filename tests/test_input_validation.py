@@ -183,6 +183,21 @@ def test_i_pvc_mount_path_root(flag):
         parse_pvc(flag)
 
 
+def test_i_pvc_mode_is_read_the_same_for_an_existing_and_a_new_volume(tmp_path):
+    # ':rw' (the default) is taken by both forms, as Run:AI's --pvc reads them; a mode neither knows
+    # is refused by both in the same line; ':ro' on a new (empty) volume stays refused
+    assert parse_pvc("vol:/mnt:rw") == VolumeMount(volume="vol", mount_path="/mnt")
+    assert parse_pvc("local:1Gi:/mnt:rw") == parse_pvc("local:1Gi:/mnt") == NewVolume(
+        storage_class="local", size="1Gi", mount_path="/mnt")
+    for flag in ("vol:/mnt:bogus", "local:1Gi:/mnt:bogus"):
+        with pytest.raises(SpecError, match="after the mount path comes ro or rw, not 'bogus'"):
+            parse_pvc(flag)
+    with pytest.raises(SpecError, match="a new volume .* starts empty.*drop ':ro'"):
+        parse_pvc("local:1Gi:/mnt:ro")
+    proc = cli(tmp_path / "home", "submit", "j", "--pvc", "local:10Mi:/mnt:rw", "--dry-run", "--", "echo")
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_i_two_mounts_of_the_same_path(tmp_path):
     with pytest.raises(SpecError, match="two volumes are mounted at /mnt"):
         JobSpec(**BASE, volumes=("a:/mnt", "b:/mnt/"))

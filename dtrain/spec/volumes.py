@@ -150,12 +150,13 @@ def parse_pvc(text: str, *, cmd: Callable[[str], str] | None = None, key: str | 
             f"{key}: entry {shown(text)}" + (f" in {source}" if source else ""))
     hint = (f"use {flag}VOLUME:MOUNT[:ro] for an existing volume (e.g. tusimple:/mnt:ro) "
             f"or {flag}CLASS:SIZE:MOUNT for a new one (e.g. local:100Gi:/mnt)")
-    if len(parts) == 3 and parts[1].startswith("/") and parts[2] not in ("ro", "rw"):  # VOLUME:MOUNT:MODE
-        raise SpecError(f"invalid {said}: after the mount path comes ro or rw, not {shown(parts[2])}; "
+    if len(parts) in (3, 4) and parts[-2].startswith("/") and parts[-1] not in ("ro", "rw") and (
+            len(parts) == 3 or not parts[-1].startswith("/")):  # VOLUME:MOUNT:MODE or CLASS:SIZE:MOUNT:MODE
+        raise SpecError(f"invalid {said}: after the mount path comes ro or rw, not {shown(parts[-1])}; "
                         f"{hint}")
-    if len(parts) == 4 and parts[2].startswith("/") and parts[3] in ("ro", "rw"):  # CLASS:SIZE:MOUNT:MODE
+    if len(parts) == 4 and parts[2].startswith("/") and parts[3] == "ro":  # CLASS:SIZE:MOUNT:ro
         raise SpecError(f"invalid {said}: a new volume (CLASS:SIZE:MOUNT) starts empty and is mounted "
-                        f"read-write; drop ':{parts[3]}', or create the volume first (dtrain volume create) and "
+                        f"read-write; drop ':ro', or create the volume first (dtrain volume create) and "
                         f"mount it with VOLUME:MOUNT:ro")
     if len(parts) in (2, 3) and ("/" in parts[0] or parts[0] in (".", "..") or parts[0].startswith("~")):  # docker -v
         copy_in = f"submit copy-in --pvc local:10Gi:/mnt -- cp -r {_shell_path(parts[0])} /mnt/"
@@ -168,7 +169,7 @@ def parse_pvc(text: str, *, cmd: Callable[[str], str] | None = None, key: str | 
             return VolumeMount(volume=parts[0], mount_path=parts[1])
         if len(parts) == 3 and parts[2] in ("ro", "rw"):
             return VolumeMount(volume=parts[0], mount_path=parts[1], read_only=parts[2] == "ro")
-        if len(parts) == 3:
+        if len(parts) == 3 or (len(parts) == 4 and parts[3] == "rw"):  # ':rw' is what a new volume is anyway
             return NewVolume(storage_class=parts[0], size=parts[1], mount_path=parts[2])
     except SpecError as err:
         raise SpecError(f"invalid {said}: {err}; {hint}") from None
