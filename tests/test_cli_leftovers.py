@@ -39,6 +39,39 @@ def test_a_job_just_submitted_says_it_is_queued_and_names_no_node(dt: Dtrain):
     assert [(e["status"], e["message"]) for e in info["events"]] == [("Pending", "queued")]
 
 
+def test_a_running_job_whose_rank_has_ended_counts_it_until_its_end_is_recorded(dt: Dtrain):
+    """Between a rank's exit and its supervisor recording the job's end, `dtrain list` showed the job
+    Running with PROCESSES '0 (0)': the ended rank was neither running nor pending."""
+    from dtrain.backends.local.ranks import supervisor_token
+    from dtrain.procs import Ident
+
+    supervisor = subprocess.Popen(["sleep", "300"])  # alive: no command takes the job for lost
+    try:
+        store = JobStore(dt.home / "state.db")
+        try:
+            store.insert_job(JobSpec(name="ending", command=("true",), processes=2, launcher="torchrun"), cwd="/",
+                             node="this-host")
+            assert store.set_status("ending", "Running", "started", started=time.time())
+            ident = Ident.of(supervisor.pid)
+            store.update("ending", supervisor_pid=ident.pid, supervisor_start=supervisor_token(ident))
+        finally:
+            store.close()
+        ranks = dt.home / "jobs" / "ending" / "ranks"
+        ranks.mkdir(parents=True)
+        (dt.home / "jobs" / "ending" / "logs").mkdir()
+        (ranks / "rank-0.json").write_text(json.dumps({"rank": 0, "status": "Succeeded", "exit_code": 0}))
+        (ranks / "rank-1.json").write_text(json.dumps({"rank": 1, "status": "Failed", "exit_code": 3}))
+        row = next(j for j in dt.json("list") if j["name"] == "ending")
+        assert row["status"] == "Running" and (row["processes_running"], row["processes_pending"]) == (2, 0), row
+        line = dt("list").stdout.splitlines()[1]
+        assert line.split()[:2] == ["ending", "Running"] and line.endswith("2 (0)"), line
+        # describe still says what each rank did
+        assert [p["status"] for p in dt.json("describe", "job", "ending")["processes"]] == ["Succeeded", "Failed"]
+    finally:
+        supervisor.kill()
+        supervisor.wait()
+
+
 def test_a_job_that_ran_names_its_node(dt: Dtrain):
     dt("submit", "ran", "--", "true")
     dt("wait", "ran")

@@ -54,7 +54,9 @@ class JobRecords:
             procs.append(ProcessInfo(rank=rank, status=pstatus, exit_code=rec.get("exit_code"),
                                      devices=tuple(groups[rank]) if groups else (), node=node,
                                      pod=f"{spec.name}-{rank}"))  # Run:AI's short form: `--pod NAME-R` is rank R
-        running = sum(p.status == "Running" for p in procs) if status == JobStatus.RUNNING else 0
+        # A running job's launched ranks: one that has ended counts until the job's end (or its restart) is
+        # recorded, so the columns add up to its processes and never read '0 (0)' while it is Running
+        running = sum(p.status != "Pending" for p in procs) if status == JobStatus.RUNNING else 0
         pending = sum(p.status == "Pending" for p in procs) if status.value in ACTIVE else 0
         events = tuple(Event(time=e["time"], status=e["status"], message=e["message"]) for e in events)
         sources = self._data_sources(self.store.recorded(row, "data_sources") or [])
