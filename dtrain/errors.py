@@ -8,7 +8,8 @@
     │   └── NotReadyError       a Running notebook whose Jupyter does not serve yet, a Running job's rank
     │                           (pod) still being launched: asking again may work
     ├── QuotaError              a request larger than a project's quota or the machine
-    ├── EnvironmentError_       a missing tool (bwrap, mpirun, torchrun) or namespace support
+    ├── SetupError              this machine lacks a tool (bwrap, mpirun, torchrun), a package or namespace
+    │                           support (EnvironmentError_, its name before, is the same class)
     ├── DataError               a malformed label line, image or archive; a checksum mismatch
     ├── StorageError            a full disk or a damaged snapshot store
     ├── BackendError            a cluster or cloud API refused a request
@@ -61,8 +62,15 @@ class QuotaError(DtrainError):
     """A request asks for more than a project or the machine can give."""
 
 
-class EnvironmentError_(DtrainError, RuntimeError):
-    """A tool or kernel feature the request needs is missing on this machine."""
+class SetupError(DtrainError, RuntimeError):
+    """This machine lacks a tool, package or kernel feature the request needs; the message names how to
+    install or enable it."""
+
+
+# Its name before: a traceback said `dtrain.errors.EnvironmentError_: ...`, a trailing '_' that reads as
+# private and a stand-in for the built-in EnvironmentError (an OSError, which it is not); `except
+# EnvironmentError_` still catches it (the same class).
+EnvironmentError_ = SetupError
 
 
 class DataError(DtrainError, ValueError):
@@ -102,10 +110,11 @@ class WaitTimeoutError(DtrainError, TimeoutError):
 # private and a stand-in for the built-in; `except TimeoutError_` still catches it (the same class).
 TimeoutError_ = WaitTimeoutError
 
-_KINDS = {WaitTimeoutError: "TimeoutError"}  # the HTTP API's word for it before the class's rename
+# The HTTP API's words for them before the classes' renames: what a client matches stays.
+_KINDS = {WaitTimeoutError: "TimeoutError", SetupError: "EnvironmentError"}
 
 
 def kind_of(err: BaseException) -> str:
-    """The `kind` an HTTP answer's error body names: the class's name without a trailing '_'
-    (EnvironmentError_ reads EnvironmentError), and what a class renamed read before (TimeoutError)."""
-    return _KINDS.get(type(err), type(err).__name__.rstrip("_"))
+    """The `kind` an HTTP answer's error body names: the class's name, or what a class renamed read before
+    (TimeoutError, EnvironmentError)."""
+    return _KINDS.get(type(err), type(err).__name__)

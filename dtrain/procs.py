@@ -169,22 +169,22 @@ def spawn_detached(argv: list[str], *, log: Path, cwd: str, what: str = "the pro
     hands it to init).
 
     What stops it before it runs (its log cannot be opened, `cwd` is gone, `argv[0]` cannot be
-    executed) is EnvironmentError_, never a pid that was never the program."""
+    executed) is SetupError, never a pid that was never the program."""
     import subprocess
     import threading
 
-    from dtrain.errors import EnvironmentError_
+    from dtrain.errors import SetupError
 
     try:
         fd = _open_log(log)
     except OSError as e:
-        raise EnvironmentError_(f"{what} could not be started: {e.strerror} ({e.filename or log})") from None
+        raise SetupError(f"{what} could not be started: {e.strerror} ({e.filename or log})") from None
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=fd, stderr=fd, cwd=cwd,
                                 start_new_session=True, close_fds=True)
     except OSError as e:
         why = f"{e.strerror} ({e.filename or argv[0]})" if e.strerror else str(e)
-        raise EnvironmentError_(f"{what} could not be started: {why}") from None
+        raise SetupError(f"{what} could not be started: {why}") from None
     finally:
         os.close(fd)
     threading.Thread(target=proc.wait, name=f"reap-{proc.pid}", daemon=True).start()

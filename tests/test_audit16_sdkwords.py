@@ -272,3 +272,20 @@ def test_sagemaker_options_on_another_backend_name_what_was_given_in_pythons_wor
                                                 "sagemaker, not 'kubernetes': use --backend sagemaker (backend: "
                                                 "sagemaker), or leave them out")
     assert JobSpec(name="j", command=["true"], backend="sagemaker", sagemaker={"spot": True}).sagemaker.spot
+
+
+def test_a_missing_tool_is_a_setuperror_and_the_http_api_still_names_it_environmenterror(tmp_path):
+    """A tool this machine lacks raised `dtrain.errors.EnvironmentError_: ...`: a trailing '_' that reads as
+    private, and a stand-in for the built-in EnvironmentError (an OSError, which it is not). It is SetupError
+    now; EnvironmentError_ is the same class (old excepts still catch it), and the HTTP body's kind stays."""
+    import traceback
+
+    from dtrain import errors
+    from dtrain.procs import spawn_detached
+
+    assert errors.EnvironmentError_ is errors.SetupError and not issubclass(errors.SetupError, OSError)
+    with pytest.raises(errors.EnvironmentError_) as caught:
+        spawn_detached([str(tmp_path / "missing-python")], log=tmp_path / "x.log", cwd=str(tmp_path))
+    said = traceback.format_exception_only(type(caught.value), caught.value)[-1]
+    assert said.startswith("dtrain.errors.SetupError: the process could not be started: "), said
+    assert errors.kind_of(caught.value) == "EnvironmentError"

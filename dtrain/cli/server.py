@@ -7,7 +7,7 @@ import re
 from dtrain.cli.format import warn
 from dtrain.cli.jobs import whole_number
 from dtrain.client import Client
-from dtrain.errors import EnvironmentError_, SpecError
+from dtrain.errors import SetupError, SpecError
 from dtrain.names import check_port, shown
 
 MAX_ROOT_PATH = 200
@@ -29,7 +29,7 @@ def cmd_server(args, client: Client) -> int:
     try:
         from dtrain.server.serve import run
     except ImportError as err:
-        raise EnvironmentError_(f"'dtrain server' needs {err.name}: pip install 'dtrain[server]'") from None
+        raise SetupError(f"'dtrain server' needs {err.name}: pip install 'dtrain[server]'") from None
     # the local jobs it could not schedule as submitted (another DTRAIN_GPUS), said before it serves
     if client.config_problem is None:  # a broken config.yaml: each request says so
         warn(client.backend("local").serving_notices())

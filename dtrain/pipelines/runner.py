@@ -29,7 +29,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-from dtrain.errors import EnvironmentError_, JobFailedError, NotFoundError, SpecError
+from dtrain.errors import JobFailedError, NotFoundError, SetupError, SpecError
 from dtrain.names import cut, shown
 from dtrain.pipelines.run_io import (_CHANNEL, _KFP_GROUP, _PY_ERROR, STEP_LOG, _environment,  # noqa: F401
                                      _print_and_logging_kept, _step_error, _step_lines, _step_log_path, _step_logs,
@@ -58,7 +58,7 @@ def import_kfp():
     try:
         import kfp
     except ImportError:
-        raise EnvironmentError_("pipelines need the KFP SDK: pip install 'dtrain[pipelines]'") from None
+        raise SetupError("pipelines need the KFP SDK: pip install 'dtrain[pipelines]'") from None
     return kfp
 
 

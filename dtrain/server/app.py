@@ -49,7 +49,7 @@ SEND_JSON = "send a JSON object with the header 'Content-Type: application/json'
 # The one place where an error class becomes an HTTP status.
 STATUS = ((errors.NotFoundError, 404), (errors.ConflictError, 409), (errors.QuotaError, 409),
           (errors.SpecError, 422), (errors.DataError, 422), (TimeoutError, 408), (errors.NotSupportedError, 501),
-          (errors.EnvironmentError_, 503), (errors.BackendError, 502), (errors.StorageError, 507))
+          (errors.SetupError, 503), (errors.BackendError, 502), (errors.StorageError, 507))
 
 
 def http_status(err: errors.DtrainError) -> int:

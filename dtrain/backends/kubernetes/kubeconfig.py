@@ -9,7 +9,7 @@ import logging
 import os
 import shlex
 
-from dtrain.errors import BackendError, EnvironmentError_
+from dtrain.errors import BackendError, SetupError
 from dtrain.spec import OUTER_HOME, outer_home
 
 from .config import KubernetesConfig
@@ -20,7 +20,7 @@ def import_kubernetes():
         import kubernetes.client
         import kubernetes.config
     except ImportError:
-        raise EnvironmentError_("the Kubernetes backend needs the official client: pip install kubernetes") from None
+        raise SetupError("the Kubernetes backend needs the official client: pip install kubernetes") from None
     return kubernetes
 
 

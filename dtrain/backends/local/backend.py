@@ -29,7 +29,7 @@ from dtrain.backends.local.reconcile import Reconciling
 from dtrain.backends.local.store import QUEUED, UNFINISHED, JobStore
 from dtrain.backends.local.volumes import VolumeHooks, _disk_usage  # noqa: F401  (_disk_usage: re-exported)
 from dtrain.config import UserConfig, home_dir
-from dtrain.errors import ConflictError, EnvironmentError_, NotFoundError, QuotaError, SpecError
+from dtrain.errors import ConflictError, NotFoundError, QuotaError, SetupError, SpecError
 from dtrain.names import LABEL_JOB, counted, dotted_volume_refusal, require_project, shown
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
@@ -198,7 +198,7 @@ class LocalBackend(JobControl, JobRecords, Reconciling, VolumeHooks, Backend):
         try:
             pid = spawn_detached([sys.executable, "-m", "dtrain.backends.local.supervisor", str(self.home), name],
                                  log=folder / "supervisor.log", cwd=str(folder), what=f"job {name}'s supervisor")
-        except EnvironmentError_ as err:  # nothing ran: say why now rather than "never started" a minute later
+        except SetupError as err:  # nothing ran: say why now rather than "never started" a minute later
             if self.store.replace_supervisor(name, old=replacing, pid=None, token=None):  # still ours to end
                 self.store.set_status(name, "Failed", f"{err}; fix that and submit the job again")
             raise

@@ -14,7 +14,7 @@ from dtrain import db
 from dtrain.backends.base import JobInfo, Notice
 from dtrain.backends.local.reconcile import _supervisor
 from dtrain.backends.local.store import ACTIVE, QUEUED, UNFINISHED, injected_word, other_inventory
-from dtrain.errors import ConflictError, EnvironmentError_, NotReadyError, StorageError
+from dtrain.errors import ConflictError, NotReadyError, SetupError, StorageError
 from dtrain.spec import JobSpec
 from dtrain.names import shown
 
@@ -165,7 +165,7 @@ class JobControl:
                                 f"see '{self._job_cmd(f'describe job {name}', name)}'")
         nsenter = shutil.which("nsenter")
         if nsenter is None:
-            raise EnvironmentError_("dtrain exec needs nsenter (Debian package util-linux)")
+            raise SetupError("dtrain exec needs nsenter (Debian package util-linux)")
         argv = [nsenter, "--target", str(pid), "--mount", "--wd"]
         if os.stat(f"/proc/{pid}/ns/user").st_ino != os.stat("/proc/self/ns/user").st_ino:
             argv += ["--user", "--preserve-credentials"]  # bubblewrap run without root: a user namespace

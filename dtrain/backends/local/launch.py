@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dtrain.errors import EnvironmentError_, SpecError
+from dtrain.errors import SetupError, SpecError
 from dtrain.names import shown
 from dtrain.spec import (NOTEBOOK_HOME, OUTER_HOME, OWNED_ENV, WORKSPACES_ENV, JobSpec, notebook_home, outer_home,
                          workspaces_dir)
@@ -334,9 +334,9 @@ def check_tools(spec: JobSpec, *, cwd: str, path: str | None = None, mounts: Seq
         where = "the PATH given with -e PATH" if "PATH" in spec.env else "PATH"
         found, host = shutil.which(cmd, path=search), None
     if not found and spec.notebook:
-        raise EnvironmentError_(f"notebooks run JupyterLab ({cmd}), which is not installed here: "
+        raise SetupError(f"notebooks run JupyterLab ({cmd}), which is not installed here: "
                                 "pip install 'dtrain[notebook]' (jupyterlab and ipykernel)")
-    if not found:  # the user's mistakes (SpecError): what the machine lacks is an EnvironmentError_
+    if not found:  # the user's mistakes (SpecError): what the machine lacks is an SetupError
         raise SpecError(f"command {shown(cmd)} not found (looked in {where}); " + (
             "check the path after '--'" if os.path.isabs(cmd) else  # a full path already: no use saying give one
             "check the spelling after '--', or give its full path"))
@@ -347,7 +347,7 @@ def check_tools(spec: JobSpec, *, cwd: str, path: str | None = None, mounts: Seq
         if "PATH" in spec.env and host:  # the job runs mpirun from its own PATH
             raise SpecError(f"submit-mpi runs OpenMPI's mpirun, which is not in the PATH given with -e PATH: "
                             f"add its folder ({os.path.dirname(host)}) to that PATH")
-        raise EnvironmentError_("submit-mpi needs OpenMPI's mpirun, which is not installed: "
+        raise SetupError("submit-mpi needs OpenMPI's mpirun, which is not installed: "
                                 "apt-get install openmpi-bin (or submit the job with submit-dist, which runs torchrun)")
     if spec.volumes or spec.large_shm:
         check_namespaces()
@@ -384,10 +384,10 @@ def _check_program(cmd: str, host: str, mounts: Sequence[Mount]) -> None:
 def check_namespaces(bwrap: str = "bwrap") -> None:
     """Volumes and --large-shm need a private mount namespace through bubblewrap."""
     if not shutil.which(bwrap):
-        raise EnvironmentError_("mounting volumes (--pvc) and --large-shm need bubblewrap for a private mount "
+        raise SetupError("mounting volumes (--pvc) and --large-shm need bubblewrap for a private mount "
                                 "namespace: apt-get install bubblewrap")
     probe = subprocess.run([bwrap, "--dev-bind", "/", "/", "--", "true"], capture_output=True, text=True)
     if probe.returncode != 0:
-        raise EnvironmentError_(f"bubblewrap cannot create a mount namespace here ({probe.stderr.strip()}); "
+        raise SetupError(f"bubblewrap cannot create a mount namespace here ({probe.stderr.strip()}); "
                                 f"run as root or enable unprivileged user namespaces "
                                 f"(sysctl kernel.unprivileged_userns_clone=1)")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from dtrain import db
 from dtrain.backends.local.store import ACTIVE, SNAPSHOTTING
-from dtrain.errors import EnvironmentError_
+from dtrain.errors import SetupError
 from dtrain.spec import JobSpec
 
 LOST_AFTER_S = 60.0  # a Pending job whose supervisor never registered is lost after this
@@ -101,7 +101,7 @@ class Reconciling:
                 try:
                     self._start_supervisor(name, replacing=claim, message=f"lost: {reason}; " + (
                         REQUEUED_PREEMPTED if self.store.job_devices(name) else REQUEUED))
-                except EnvironmentError_:
+                except SetupError:
                     pass  # the job is Failed, saying why: what listed it goes on
             elif sup is not None and row["restarts"] < spec.max_restarts:
                 restart = row["restarts"] + 1
@@ -109,7 +109,7 @@ class Reconciling:
                     self._start_supervisor(name, restarts=restart, replacing=claim,
                                            message=f"lost: {reason}; relaunching every rank from the last "
                                                    f"checkpoint (restart {restart} of {spec.max_restarts})")
-                except EnvironmentError_:
+                except SetupError:
                     pass  # the job is Failed, saying why: what listed it goes on
             elif spec.notebook:  # `dtrain notebook` takes no --max-restarts: say what starts it again
                 self.store.set_status(name, "Failed", f"lost: {reason}; start it again: "

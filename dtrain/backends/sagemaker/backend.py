@@ -36,7 +36,7 @@ from dtrain.backends.sagemaker.reading import (MAX_LIST, MAX_SPEC_BYTES, Foreign
                                               JobReading)
 from dtrain.backends.sagemaker.validate import check_request
 from dtrain.backends.targets import new_folder
-from dtrain.errors import (BackendError, ConflictError, EnvironmentError_, NotFoundError, NotSupportedError, QuotaError,
+from dtrain.errors import (BackendError, ConflictError, NotFoundError, NotSupportedError, QuotaError, SetupError,
                            SpecError)
 from dtrain.spec import JobSpec
 
@@ -192,7 +192,7 @@ class SageMakerBackend(SubmitChecks, JobReading, JobLogs, Backend):
                 check()
             except (SpecError, ConflictError, NotFoundError):
                 raise  # what submit would refuse, in its words
-            except (BackendError, EnvironmentError_) as err:  # an AWS refusal (AccessDenied): the rest goes on;
+            except (BackendError, SetupError) as err:  # an AWS refusal (AccessDenied): the rest goes on;
                 unchecked.append(what)  # no answer at all (no credentials, no network, no boto3): nothing more is asked
                 reason = reason or err
                 if getattr(err, "code", None) is None:

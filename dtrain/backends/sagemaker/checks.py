@@ -9,7 +9,7 @@ from typing import Callable
 from dtrain.backends.sagemaker import filesystems, render
 from dtrain.backends.sagemaker.clients import Clients, aws_call
 from dtrain.backends.sagemaker.contract import local_path
-from dtrain.errors import BackendError, ConflictError, EnvironmentError_, NotFoundError, SpecError
+from dtrain.errors import BackendError, ConflictError, NotFoundError, SetupError, SpecError
 from dtrain.spec import JobSpec
 
 
@@ -77,7 +77,7 @@ class SubmitChecks:
         service = "efs" if fs.kind == "EFS" else "fsx"
         try:
             client, ec2 = self._fs_client(service, quick=dry), self._fs_client("ec2", quick=dry)
-        except (BackendError, EnvironmentError_) as err:  # boto3 could not make it (a service it does not know)
+        except (BackendError, SetupError) as err:  # boto3 could not make it (a service it does not know)
             filesystems.warn(f"{filesystems.named(chs)}: file system {fs.fs_id} could not be checked ({err})")
             return
         groups = vpc.get("SecurityGroupIds") or []

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from dtrain.backends.sagemaker.config import SageMakerConfig
-from dtrain.errors import BackendError, EnvironmentError_, NotFoundError, UnavailableError
+from dtrain.errors import BackendError, NotFoundError, SetupError, UnavailableError
 from dtrain.names import cut
 
 _EXPIRED = "your AWS credentials have expired: refresh them (aws sso login, or new temporary keys) and retry"
@@ -65,7 +65,7 @@ def service_clients(config: SageMakerConfig, session: Any, names: tuple[str, ...
     try:
         import boto3  # lazy: the optional 'sagemaker' extra
     except ImportError:
-        raise EnvironmentError_("the SageMaker backend needs boto3: pip install 'dtrain[sagemaker]'") from None
+        raise SetupError("the SageMaker backend needs boto3: pip install 'dtrain[sagemaker]'") from None
     try:  # a profile that does not exist, an unreadable ~/.aws/config: botocore raises here
         kw = {}
         if quick:

@@ -20,7 +20,7 @@ from typing import Any
 
 from dtrain.backends.sagemaker import secgroups
 from dtrain.backends.sagemaker.clients import aws_call
-from dtrain.errors import BackendError, EnvironmentError_, NotFoundError, SpecError
+from dtrain.errors import BackendError, NotFoundError, SetupError, SpecError
 
 GONE = ("deleting", "deleted", "error")  # an EFS mount target's LifeCycleState that mounts nothing
 FSX_BROKEN = ("FAILED", "DELETING", "MISCONFIGURED")  # an FSx file system's Lifecycle that mounts nothing
@@ -125,7 +125,7 @@ def _described(action: str, fn: Any, **kw) -> dict | None:
         return aws_call(action, fn, **kw)
     except NotFoundError:
         return None
-    except (BackendError, EnvironmentError_) as err:
+    except (BackendError, SetupError) as err:
         code = getattr(err, "code", None)
         if code == "FileSystemNotFound":
             return None

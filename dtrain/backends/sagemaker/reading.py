@@ -12,7 +12,7 @@ from dtrain.backends.sagemaker import render, status
 from dtrain.backends.sagemaker.clients import Clients, aws_call, read_body
 from dtrain.backends.sagemaker.contract import decode
 from dtrain.backends.sagemaker.facts import ENDED, plain, settled
-from dtrain.errors import BackendError, EnvironmentError_, NotFoundError, NotSupportedError, SpecError
+from dtrain.errors import BackendError, NotFoundError, NotSupportedError, SetupError, SpecError
 from dtrain.names import check_name
 from dtrain.spec import JobSpec
 
@@ -128,7 +128,7 @@ class JobReading:
             try:
                 clients = clients or self.aws
                 summaries = self._summaries(clients)
-            except (BackendError, EnvironmentError_) as err:  # AWS's only: the local listing raises neither
+            except (BackendError, SetupError) as err:  # AWS's only: the local listing raises neither
                 if not out:
                     raise
                 notices.append(Notice(code="jobs-unlisted", message=(

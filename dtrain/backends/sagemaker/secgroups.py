@@ -24,7 +24,7 @@ from typing import Any
 
 from dtrain.backends.sagemaker.clients import aws_call
 from dtrain.backends.sagemaker.validate import check_request
-from dtrain.errors import BackendError, EnvironmentError_, NotFoundError
+from dtrain.errors import BackendError, NotFoundError, SetupError
 
 # the TCP ports SageMaker mounts each kind through, as (first, last) ranges, and the protocol's name
 PORTS = {"EFS": (((2049, 2049),), "NFS"), "FSxLustre": (((988, 988), (1018, 1023)), "Lustre")}
@@ -38,7 +38,7 @@ def _ask(service: str, operation: str, action: str, fn: Any, **params) -> dict:
     check_request(service, operation, params)  # botocore's model of the request, before it is sent
     try:
         return aws_call(action, fn, **params)
-    except (BackendError, EnvironmentError_, NotFoundError) as err:
+    except (BackendError, SetupError, NotFoundError) as err:
         raise Unread(str(err)) from None
 
 

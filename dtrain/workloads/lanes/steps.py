@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from dtrain.errors import EnvironmentError_
+from dtrain.errors import SetupError
 from dtrain.training import DistInfo, all_reduce_mean
 from dtrain.workloads.lanes.config import TrainConfig
 from dtrain.workloads.lanes.model import SCNN, load_backbone_weights
@@ -89,7 +89,7 @@ def capture_graphs(model: SCNN, recipe: Recipe, device: torch.device) -> SCNN:
             torch.cuda.make_graphed_callables(model, (sample,), allow_unused_input=True)
     except RuntimeError as e:
         why = " ".join(str(e).split())[:300]
-        raise EnvironmentError_(f"capturing the training step as CUDA graphs failed ({why}): "
+        raise SetupError(f"capturing the training step as CUDA graphs failed ({why}): "
                                 "run with --no-cuda-graphs") from None
     with torch.no_grad():
         for live, saved in buffers:
