@@ -328,7 +328,7 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
     def notebook(self, name: str, *, volumes=(), **fields) -> JobInfo:
         """Start Jupyter as a job on `volumes` (e.g. ['data:/home/jovyan']); it runs until deleted."""
         fields.setdefault("project", self.default_project)
-        return self.submit(notebook_spec(name, volumes=volumes, **fields))
+        return self.submit(notebook_spec(name, volumes=volumes, door=self.door, **fields))
 
     def list_notebooks(self, *, project: str | None = None, show_deleted: bool = True) -> Listed:
         """The notebooks among `list`'s jobs (of `project`; None: every project's), with its notices."""

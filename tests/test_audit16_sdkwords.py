@@ -289,3 +289,67 @@ def test_a_missing_tool_is_a_setuperror_and_the_http_api_still_names_it_environm
     said = traceback.format_exception_only(type(caught.value), caught.value)[-1]
     assert said.startswith("dtrain.errors.SetupError: the process could not be started: "), said
     assert errors.kind_of(caught.value) == "EnvironmentError"
+
+
+@pytest.mark.parametrize("fields, says, cli_said", [
+    ({"working_dir": "src"}, "invalid working_dir 'src': use an absolute path",
+     "invalid --working-dir 'src': use an absolute path"),
+    ({"working_dir": 5}, "invalid working_dir 5: must be a string", "invalid --working-dir 5: must be a string"),
+    ({"image": "Reg/X:1"}, "invalid image 'Reg/X:1': use an image reference such as ",
+     "invalid --image 'Reg/X:1': use an image reference such as "),
+    ({"image_pull_policy": "always"}, "invalid image_pull_policy 'always': use 'Always', 'IfNotPresent' or 'Never'",
+     "invalid --image-pull-policy 'always': use Always, IfNotPresent or Never"),
+    ({"env": {"ENABLE_SNAPSHOT": "treu", "PVC_NAME": "data"}},
+     "invalid env ENABLE_SNAPSHOT 'treu': use 'true' or 'false', with PVC_NAME the volume snapshotted when the job "
+     "succeeds, e.g. env={'ENABLE_SNAPSHOT': 'true', 'PVC_NAME': 'data'}",
+     "invalid -e ENABLE_SNAPSHOT='treu': use true or false (with -e PVC_NAME=VOLUME, the volume snapshotted when "
+     "the job succeeds)"),
+    ({"env": {"ENABLE_SNAPSHOT": "true"}}, "env ENABLE_SNAPSHOT='true' names no volume to snapshot: add 'PVC_NAME': "
+                                           "'VOLUME' to env (or give snapshot_on_success='VOLUME')",
+     "-e ENABLE_SNAPSHOT=true names no volume to snapshot: add -e PVC_NAME=VOLUME (or give --snapshot-on-success "
+     "VOLUME)"),
+])
+def test_a_jobspecs_working_dir_image_and_snapshot_env_are_named_as_its_arguments(fields, says, cli_said):
+    """JobSpec(working_dir='src') said "invalid --working-dir 'src'", image= '--image', image_pull_policy=
+    '--image-pull-policy', env={'ENABLE_SNAPSHOT': 'true'} '-e ENABLE_SNAPSHOT=true ... add -e PVC_NAME=VOLUME':
+    flags a Python caller never typed. The CLI's door (a flag, a job file) and the HTTP body's say what they said."""
+    for build in (lambda: JobSpec(**{"name": "x", "command": ["true"], **fields}),
+                  lambda: JobSpec.from_dict({"name": "x", "command": ["true"], **fields})):
+        with pytest.raises(SpecError) as sdk:
+            build()
+        assert str(sdk.value).startswith(says), str(sdk.value)
+    for door in ("cli", "http"):
+        with pytest.raises(SpecError) as other:
+            JobSpec.from_dict({"name": "x", "command": ["true"], **fields}, door=door)
+        assert str(other.value).startswith(cli_said), str(other.value)
+
+
+@pytest.mark.parametrize("fields, drop", [
+    ({"max_restarts": 2}, "max_restarts=2"),
+    ({"launcher": "torchrun", "processes": 2}, "launcher='torchrun' and processes=2"),
+    ({"launcher": "mpi", "max_restarts": 1, "snapshot_on_success": "data"},
+     "launcher='mpi', max_restarts=1 and snapshot_on_success='data'"),
+    ({"env": {"ENABLE_SNAPSHOT": "true", "PVC_NAME": "data"}}, "env's ENABLE_SNAPSHOT and PVC_NAME"),
+])
+def test_a_notebook_of_several_processes_names_the_arguments_given(fields, drop):
+    """Client.notebook('nb', max_restarts=2) said 'drop --processes, --launcher, --max-restarts and
+    --snapshot-on-success': four flags, three of them never given, none of them Python's."""
+    from dtrain.spec import notebook_spec
+
+    with pytest.raises(SpecError) as sdk:
+        notebook_spec("nb", **fields)
+    assert str(sdk.value) == f"notebook 'nb' is one interactive process: drop {drop}"
+    with pytest.raises(SpecError) as cli_said:
+        notebook_spec("nb", door="cli", **fields)
+    assert str(cli_said.value) == ("notebook 'nb' is one interactive process: drop --processes, --launcher, "
+                                   "--max-restarts and --snapshot-on-success")
+
+
+def test_the_clis_notebook_and_job_file_keep_the_flags_words(cli, tmp_path):
+    code, said = cli("notebook", "nb", "--image", "Reg/X:1")
+    assert code == 2 and said.startswith("dtrain: error: invalid --image 'Reg/X:1': use an image reference "), said
+    code, said = cli("notebook", "nb", "--image", "Reg/X:1", "--dry-run")
+    assert code == 2 and said.startswith("dtrain: error: invalid --image 'Reg/X:1': use an image reference "), said
+    (tmp_path / "job.yaml").write_text("name: x\ncommand: [\"true\"]\nworking_dir: src\n")
+    assert cli("submit", "-f", str(tmp_path / "job.yaml")) == (2, "dtrain: error: invalid --working-dir 'src': use "
+                                                                  "an absolute path\n")

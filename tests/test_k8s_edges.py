@@ -229,7 +229,7 @@ def test_trainer_v2_refuses_what_a_trainjob_cannot_hold():
 
 @pytest.mark.parametrize("image", [" img:1", "img:1 ", "img:1\n", "img :1"])
 def test_an_image_with_spaces_is_refused(image):
-    with pytest.raises(SpecError, match="invalid --image .* use an image reference"):  # the job spec's own check
+    with pytest.raises(SpecError, match="invalid image .* use an image reference"):  # the job spec's own check
         _spec(image=image)
     with pytest.raises(SpecError, match="invalid image .* remove the spaces"):  # the configured default image
         render_job(_spec(image=None), KubernetesConfig(image=image))

@@ -385,7 +385,7 @@ def test_an_image_no_registry_takes_is_refused_by_the_spec(image):
     fails the job minutes later: every way in (flags, YAML, SDK, HTTP) gets the one line first."""
     with pytest.raises(SpecError) as err:
         JobSpec(**BASE, image=image)
-    assert str(err.value).startswith("invalid --image ") and "image reference" in str(err.value)
+    assert str(err.value).startswith("invalid image ") and "image reference" in str(err.value)
     assert len(str(err.value)) < SHORT and "\n" not in str(err.value)
 
 

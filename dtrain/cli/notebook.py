@@ -110,7 +110,8 @@ def cmd_start(args, client: Client) -> int:
     volumes = [parse_pvc(v, cmd=lambda words: client.command_for(words, **hint))  # the first is where Jupyter
                for v in args.pvc or ()]  # works (notebook_spec)
     if args.dry_run:  # as `dtrain submit --dry-run`: the Notebook's YAML on Kubernetes, the stored spec locally
-        return dry_run(notebook_spec(args.name, volumes=volumes, **{"project": client.default_project, **fields}),
+        return dry_run(notebook_spec(args.name, volumes=volumes, door="cli",
+                                     **{"project": client.default_project, **fields}),
                        client, as_json=args.json)
     info = _judged(client, client.notebook(args.name, volumes=volumes, **fields))
     if args.json:  # as `dtrain submit --json`: the record once placed (Running) or queued

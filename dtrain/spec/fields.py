@@ -63,6 +63,24 @@ def _python_text(value, what: str, example, *, yaml: str) -> str:
     return _text(value, what)
 
 
+def named_at_door(check, sdk: str, cli: str):
+    """`check(name)`, a pure check naming what it checks `name`: its refusal worded by door (errors.Worded),
+    the SDK's argument `sdk` (working_dir), or the CLI's flag `cli` (--working-dir) where the CLI's and the
+    HTTP body's doors are told (the words they said before)."""
+    try:
+        return check(sdk)
+    except Worded:
+        raise
+    except SpecError:
+        def words(door: str) -> str:
+            try:
+                check(cli if door in ("cli", "http") else sdk)
+            except SpecError as err:
+                return str(err)
+            raise AssertionError(f"{check} refused {sdk} but not {cli}")  # a pure check says the same twice
+        raise Worded(words) from None
+
+
 # An image reference as the kubelet and container runtimes parse it (the distribution/reference
 # grammar): [HOST[:PORT]/]PATH[:TAG][@DIGEST], PATH lower-case, the name (HOST and PATH) at most 255
 # characters. Kubernetes stores any string without outer spaces and its kubelet then refuses the

@@ -15,7 +15,7 @@ from dtrain.numbers import NumberWord, Typed, exact, plain_numbers, real_number,
 from dtrain.spec.env import FALSE_WORDS, SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV, TRUE_WORDS, _bytes, _env
 from dtrain.spec.fields import (MAX_ARGS_ENV, MAX_CPU, MAX_RESTARTS, MEMORY_EXAMPLE, MIN_CPU, MIN_MEMORY, _STORED,
                                 _bool, _check_gpu, _check_int, _keys, _python_text, _text, check_idle_timeout,
-                                check_image)
+                                check_image, named_at_door)
 from dtrain.spec.labels import _labels, node_labels
 from dtrain.spec.tolerations import Toleration, check_tolerations
 from dtrain.spec.volumes import NewVolume, Volume, VolumeMount, _volume_from_dict, _volumes, parse_pvc
@@ -166,9 +166,7 @@ class JobSpec:
 
     def _check_texts(self):
         if self.working_dir is not None:
-            _text(self.working_dir, "--working-dir")
-            if not self.working_dir.startswith("/"):
-                raise SpecError(f"invalid --working-dir {shown(self.working_dir)}: use an absolute path")
+            named_at_door(self._check_working_dir, "working_dir", "--working-dir")
         if not NAME_RE.fullmatch(_text(self.backend, "backend", fix=" such as local or kubernetes")):
             raise SpecError(f"invalid backend {shown(self.backend)}: use local, kubernetes or sagemaker")
         if self.sagemaker is not None and self.backend != "sagemaker" and not _STORED.get():
@@ -179,18 +177,36 @@ class JobSpec:
                          else f"SageMaker options{said} need backend sagemaker, not {shown(self.backend)}{default}: "
                               f"give backend='sagemaker' as well, or leave them out")
         if self.image is not None:
-            check_image(_text(self.image, "--image"), "--image", required=True)
+            named_at_door(lambda name: check_image(_text(self.image, name), name, required=True), "image", "--image")
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
-            raise SpecError(f"invalid --image-pull-policy {shown(self.image_pull_policy)}: "
-                            f"use Always, IfNotPresent or Never")
+            raise Worded(lambda door, given=shown(self.image_pull_policy): (
+                f"invalid --image-pull-policy {given}: use Always, IfNotPresent or Never" if door in ("cli", "http")
+                else f"invalid image_pull_policy {given}: use 'Always', 'IfNotPresent' or 'Never'"))
         if self.notebook and (self.launcher != "none" or self.max_restarts or self.snapshot_volume):
-            raise SpecError(f"notebook {self.name!r} is one interactive process: drop --processes, "
-                            f"--launcher, --max-restarts and --snapshot-on-success")
+            raise Worded(lambda door, given=self._one_process_fields(): (
+                f"notebook {self.name!r} is one interactive process: drop --processes, --launcher, --max-restarts "
+                f"and --snapshot-on-success" if door in ("cli", "http") else
+                f"notebook {self.name!r} is one interactive process: drop {given}"))
         if self.idle_timeout is not None:
             check_idle_timeout(self.idle_timeout)
             if not self.notebook:
                 raise SpecError(f"job {self.name!r}: --idle-timeout stops an idle notebook; a training job ends "
                                 "by itself: drop it (or start a notebook: dtrain notebook NAME --idle-timeout 1h)")
+
+    def _check_working_dir(self, name: str) -> None:
+        if not _text(self.working_dir, name).startswith("/"):
+            raise SpecError(f"invalid {name} {shown(self.working_dir)}: use an absolute path")
+
+    def _one_process_fields(self) -> str:
+        """What a notebook was given that makes it more than one process, as the SDK's arguments."""
+        given = [f"launcher={self.launcher!r}"] if self.launcher != "none" else []
+        given += [f"processes={shown(self.processes)}"] if self.processes != 1 else []
+        given += [f"max_restarts={shown(self.max_restarts)}"] if self.max_restarts else []
+        if self.snapshot_on_success:
+            given.append(f"snapshot_on_success={self.snapshot_on_success!r}")
+        elif self.snapshot_volume:  # the seed's env request
+            given.append(f"env's {SNAPSHOT_ENV} and {SNAPSHOT_VOLUME_ENV}")
+        return " and ".join([", ".join(given[:-1]), given[-1]] if len(given) > 2 else given)
 
     def _check_snapshot_env(self):
         """The seed's ENABLE_SNAPSHOT is a request to the platform: one it cannot read, or one naming
@@ -199,12 +215,19 @@ class JobSpec:
         if value is None:
             return
         if value.strip().lower() not in TRUE_WORDS + FALSE_WORDS:
-            raise SpecError(f"invalid -e {SNAPSHOT_ENV}={shown(value)}: use true or false (with -e "
-                            f"{SNAPSHOT_VOLUME_ENV}=VOLUME, the volume snapshotted when the job succeeds)")
+            raise Worded(lambda door: (
+                f"invalid -e {SNAPSHOT_ENV}={shown(value)}: use true or false (with -e {SNAPSHOT_VOLUME_ENV}=VOLUME, "
+                f"the volume snapshotted when the job succeeds)" if door in ("cli", "http") else
+                f"invalid env {SNAPSHOT_ENV} {shown(value)}: use 'true' or 'false', with {SNAPSHOT_VOLUME_ENV} the "
+                f"volume snapshotted when the job succeeds, e.g. env={{{SNAPSHOT_ENV!r}: 'true', "
+                f"{SNAPSHOT_VOLUME_ENV!r}: 'data'}}"))
         if (value.strip().lower() in TRUE_WORDS and not self.env.get(SNAPSHOT_VOLUME_ENV)
                 and not self.snapshot_on_success):
-            raise SpecError(f"-e {SNAPSHOT_ENV}={value} names no volume to snapshot: add -e "
-                            f"{SNAPSHOT_VOLUME_ENV}=VOLUME (or give --snapshot-on-success VOLUME)")
+            raise Worded(lambda door: (
+                f"-e {SNAPSHOT_ENV}={value} names no volume to snapshot: add -e {SNAPSHOT_VOLUME_ENV}=VOLUME (or give "
+                f"--snapshot-on-success VOLUME)" if door in ("cli", "http") else
+                f"env {SNAPSHOT_ENV}={value!r} names no volume to snapshot: add {SNAPSHOT_VOLUME_ENV!r}: 'VOLUME' to "
+                f"env (or give snapshot_on_success='VOLUME')"))
 
     def _check_volumes(self):
         mounts = [v.mount_path for v in self.volumes]  # normalised by VolumeMount / NewVolume

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from dtrain.errors import Worded
 from dtrain.names import check_name
 from dtrain.spec.job import JobSpec
 from dtrain.spec.volumes import _volumes
@@ -17,16 +18,19 @@ NOTEBOOK_SERVER = ("jupyter-lab", "--ServerApp.ip=127.0.0.1", "--ServerApp.open_
                    "--ServerApp.contents_manager_class=dtrain.backends.local.notebook.VolumeContentsManager")
 
 
-def notebook_spec(name: str, *, volumes=(), **fields: Any) -> JobSpec:
+def notebook_spec(name: str, *, volumes=(), door: str = "sdk", **fields: Any) -> JobSpec:
     """`dtrain notebook NAME --pvc VOLUME:/home/jovyan`: a one-process job running Jupyter, rooted
     at the first volume's mount path (Kubeflow mounts a notebook's workspace volume at its image's
-    home, /home/jovyan)."""
+    home, /home/jovyan). `door`: whose words a refusal told apart by door uses (errors.Worded)."""
     check_name(name, "notebook")  # its own word in the message; the job's rule
     volumes = _volumes(volumes)  # a list; 'data:/mnt' alone would be read a character at a time
     root = (f"--ServerApp.root_dir={volumes[0].mount_path}",) if volumes else ()
     if volumes:  # the server and its terminals work in the workspace volume, as a Kubeflow notebook's
         fields.setdefault("working_dir", volumes[0].mount_path)
-    return JobSpec(name=name, command=NOTEBOOK_SERVER + root, volumes=volumes, notebook=True, **fields)
+    try:
+        return JobSpec(name=name, command=NOTEBOOK_SERVER + root, volumes=volumes, notebook=True, **fields)
+    except Worded as err:  # said in the SDK's words: in the door's
+        raise err.in_words(door) from None
 
 
 # The HOME a notebook's own HOME (its workspace) replaced: what the jobs started from its terminal get back.
