@@ -432,7 +432,7 @@ def test_channels_on_one_file_system_say_each_warning_once_naming_them_all(clien
         be.submit(spec("fs-twice", sm=dict(channels=chans)))
     for warned in (dry, _warned(caplog)):
         warned = [w.removeprefix("dtrain: warning: ") for w in warned]
-        both = [w for w in warned if w.startswith(f"channels training, extra: EFS file system {net['efs']} in ")]
+        both = [w for w in warned if w.startswith(f"channels 'training' and 'extra': EFS file system {net['efs']} in ")]
         assert len(both) == 2 and "its mount targets are in" in both[0] and "no outbound rule" in both[1], warned
         assert "--source-group " + net["mt"] in both[1]
         other = [w for w in warned if w.startswith(f"channel other: EFS file system {net['cidr_fs']} in ")]
@@ -454,6 +454,15 @@ def test_security_groups_aws_does_not_show_are_one_warning_and_the_job_goes_on(
     assert len(warned) == 1 and "security groups could not be checked" in warned[0] and code_ in warned[0], warned
     assert "ec2:DescribeSecurityGroups" in warned[0] and "the job is submitted all the same" in warned[0]
     assert clients.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobName"] == name
+
+
+def test_several_channels_are_named_as_a_sentence_names_them():
+    """They read 'channels training, extra: ...', a list that did not read as one."""
+    from dtrain.backends.sagemaker.filesystems import named
+
+    chs = [FileSystemChannel(n, "EFS", FS, "/d") for n in ("training", "extra", "more")]
+    assert [named(chs[:k]) for k in (1, 2, 3)] == [
+        "channel training", "channels 'training' and 'extra'", "channels 'training', 'extra' and 'more'"]
 
 
 def test_a_mount_target_aws_names_no_security_group_of_is_one_warning(net):

@@ -56,14 +56,18 @@ def by_file_system(channels: list[FileSystemChannel]) -> list[list[FileSystemCha
 
 
 def named(chs: list[FileSystemChannel]) -> str:
-    """'channel training', or 'channels training, extra'."""
-    return f"channel{'s' if len(chs) > 1 else ''} {', '.join(ch.channel for ch in chs)}"
+    """'channel training', or as a sentence names several: "channels 'training' and 'extra'", "channels 'a', 'b'
+    and 'c'"."""
+    if len(chs) == 1:
+        return f"channel {chs[0].channel}"
+    quoted = [f"'{ch.channel}'" for ch in chs]
+    return f"channels {', '.join(quoted[:-1])} and {quoted[-1]}"
 
 
 def check_channels(client: Any, chs: list[FileSystemChannel], subnets: list[str], region: str, *,
                    dry: bool = False, ec2: Any = None, groups: list[str] | tuple[str, ...] = ()) -> list[str]:
     """Refuse (SpecError) channels `chs`, on one file system, that SageMaker could not mount; else their warning
-    lines, each said once naming them all ('channels training, extra: ...'): AWS could not be asked, the job's
+    lines, each said once naming them all ("channels 'training' and 'extra': ..."): AWS could not be asked, the job's
     subnets may not reach the file system, or (`ec2` given) the job's security `groups` or the file system's may
     not let NFS or Lustre through (secgroups.py). The file system is described once, however many channels
     mount it. `client` None: the injected clients have none, nothing asked. `dry`: the dry run's, whose warning
