@@ -5,16 +5,21 @@ of those ports, or an inbound rule of the file system's groups (an EFS mount tar
 network interfaces') from the job's groups or subnets, SageMaker fails the job once its instances started
 ("unable to mount"), billed.
 
-An outbound rule counts where its destination holds the file system: a group of its, or a CIDR holding each of
-its addresses (0.0.0.0/0 among them); a prefix list's CIDRs are not read (taken as holding it). Only warned of,
-never refused: the rules may be changed by others before the job starts. Asked with
+An outbound rule counts where its destination holds each place the job mounts the file system through (each
+EFS mount target, each FSx network interface): a group of that place's, or a CIDR holding one of its addresses
+(IPv4 or IPv6, as AWS names them: a dual-stack place is reached through either; 0.0.0.0/0 holds every IPv4 one,
+::/0 every IPv6 one), a managed prefix list's entries among the CIDRs. An inbound rule from a CIDR counts where it
+overlaps one of the job's subnets' CIDRs of a family the file system's addresses have. The outbound fix names the
+narrowest destinations that reach every place missed: a group each is in (one they share where there is one),
+else (its groups unread) its subnet's CIDR, IPv6 as --ip-permissions (the CLI's --cidr takes IPv4 only). Only
+warned of, never refused: the rules may be changed by others before the job starts. Asked with
 EC2 DescribeSecurityGroups, EFS DescribeMountTargetSecurityGroups (whose IAM policy also needs
 ec2:DescribeNetworkInterfaceAttribute), EC2 DescribeNetworkInterfaces (an FSx file system's NetworkInterfaceIds,
-from its DescribeFileSystems answer) and, where an inbound rule names CIDRs, EC2
-DescribeSubnets (the job's subnets' CIDRs); each request is checked against botocore's model first. Where AWS
-does not answer or refuses these credentials, one warning: the job goes on; so where its answer names no
-security group of a mount target or of an FSx file system's network interfaces (whose inbound rules then go
-unread)."""
+from its DescribeFileSystems answer), EC2 GetManagedPrefixListEntries (a prefix list a rule for the port names,
+each once) and, where an inbound rule names CIDRs or a fix a subnet, EC2 DescribeSubnets; each request is
+checked against botocore's model first. Where AWS does not answer or refuses these credentials, one warning: the
+job goes on; so where its answer names no security group of a mount target or of an FSx file system's network
+interfaces (whose inbound rules then go unread)."""
 
 from __future__ import annotations
 
@@ -74,40 +79,129 @@ def said(span: tuple[int, int]) -> str:
 
 
 @dataclass(frozen=True)
-class Side:
-    """The file system's side of the mount: its security groups, its IPv4 addresses the job connects to (the EFS
-    mount targets' IpAddress, the FSx network interfaces' PrivateIpAddress; none where AWS named none), and the
-    mount targets (or the FSx file system) whose security groups AWS's answer named none of."""
+class End:
+    """One place the job mounts the file system through (an EFS mount target, an FSx network interface, or the FSx
+    file system where AWS named none of its interfaces): its id, its security groups (none: not named, its
+    inbound rules unread), its addresses (IPv4 and IPv6, as AWS named them; a dual-stack one is reached through
+    either) and its subnet."""
 
+    name: str
     groups: tuple[str, ...] = ()
     addresses: tuple[str, ...] = ()
-    bare: tuple[str, ...] = ()
+    subnet: str = ""
 
 
-def reaches(rule: dict, side: Side, address: str | None) -> bool:
-    """An outbound rule's destination holds the file system's `address` (None: not known): a group of the file
-    system's (any group, where some of them went unread), a CIDR holding the address (any, where it is not
-    known), or a prefix list (its CIDRs are not read: left to the benefit of the doubt)."""
-    if rule.get("PrefixListIds"):
-        return True
+@dataclass(frozen=True)
+class Side:
+    """The file system's side of the mount: each place the job mounts it through (every one must be reached)."""
+
+    ends: tuple[End, ...] = ()
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(g for e in self.ends for g in e.groups))
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(a for e in self.ends for a in e.addresses))
+
+    @property
+    def bare(self) -> tuple[str, ...]:
+        """The ends whose security groups AWS's answer named none of."""
+        return tuple(e.name for e in self.ends if not e.groups)
+
+
+class PrefixLists:
+    """A managed prefix list's CIDRs (EC2 GetManagedPrefixListEntries), asked once each and only where a rule that
+    lets the port through names the list."""
+
+    PAGES = 20  # a prefix list holds at most 1000 entries: 20 pages of 100 read it all
+
+    def __init__(self, ec2: Any):
+        self.ec2, self.read = ec2, {}
+
+    def cidrs(self, pl_id: str) -> list[str]:
+        if pl_id not in self.read:
+            out: list[str] = []
+            params: dict = {"PrefixListId": pl_id, "MaxResults": 100}
+            for _ in range(self.PAGES):
+                got = _ask("ec2", "GetManagedPrefixListEntries", "ec2:GetManagedPrefixListEntries",
+                           self.ec2.get_managed_prefix_list_entries, **params)
+                out += [e["Cidr"] for e in got.get("Entries") or [] if e.get("Cidr")]
+                if not got.get("NextToken"):
+                    break
+                params["NextToken"] = got["NextToken"]
+            self.read[pl_id] = out
+        return self.read[pl_id]
+
+
+def cidrs(rule: dict, lists: PrefixLists | None) -> list[Any]:
+    """The IPv4 and IPv6 CIDRs a rule names, its prefix lists' entries among them (`lists` None: none read)."""
+    out = [c["CidrIp"] for c in rule.get("IpRanges") or [] if c.get("CidrIp")]
+    out += [c["CidrIpv6"] for c in rule.get("Ipv6Ranges") or [] if c.get("CidrIpv6")]
+    for pl in rule.get("PrefixListIds") or []:
+        out += lists.cidrs(pl["PrefixListId"]) if lists is not None and pl.get("PrefixListId") else []
+    return [ipaddress.ip_network(c, strict=False) for c in out]
+
+
+def reaches(rule: dict, end: End, lists: PrefixLists | None = None) -> bool:
+    """An outbound rule's destination holds the place `end`: one of its groups (any group, where its groups went
+    unread), or a CIDR (IPv4, IPv6, a prefix list's entry) holding one of its addresses (any CIDR, where AWS named
+    none)."""
     pairs = [p.get("GroupId") for p in rule.get("UserIdGroupPairs") or []]
-    if pairs and (side.bare or any(g in side.groups for g in pairs)):
+    if pairs and (not end.groups or any(g in end.groups for g in pairs)):
         return True
-    cidrs = [c["CidrIp"] for c in rule.get("IpRanges") or [] if c.get("CidrIp")]
-    if address is None:
-        return bool(cidrs)
-    return any(ipaddress.ip_address(address) in ipaddress.ip_network(c, strict=False) for c in cidrs)
+    if not rule.get("IpRanges") and not rule.get("Ipv6Ranges") and not rule.get("PrefixListIds"):
+        return False
+    nets = cidrs(rule, lists)
+    if not end.addresses:
+        return bool(nets)
+    return any(ipaddress.ip_address(a) in n for a in end.addresses for n in nets)
 
 
-def egress_doubt(head: str, job: list[dict], ranges: tuple[tuple[int, int], ...], proto: str,
-                 to: str, side: Side = Side()) -> str | None:
+def _destinations(ends: list[End], subnet_cidrs: Any) -> list[str]:
+    """The narrowest destinations that, allowed, reach every place of `ends`: a group each one is in (one shared by
+    most first), else (its groups unread) its subnet's CIDR, of its addresses' family."""
+    out: list[str] = []
+    left = [e for e in ends if e.groups]
+    while left:
+        best = max(dict.fromkeys(g for e in left for g in e.groups), key=lambda g: sum(g in e.groups for e in left))
+        out.append(f"--source-group {best}")
+        left = [e for e in left if best not in e.groups]
+    for e in ends:
+        if e.groups:
+            continue
+        version = 6 if e.addresses and all(ipaddress.ip_address(a).version == 6 for a in e.addresses) else 4
+        nets = subnet_cidrs(e.subnet, version) if e.subnet else []
+        if not nets:  # no subnet named: its own address, else (nothing named) anywhere
+            nets = [ipaddress.ip_network(a) for a in e.addresses if ipaddress.ip_address(a).version == version][:1]
+        dest = [f"ipv6:{n}" if version == 6 else f"--cidr {n}" for n in nets] or ["--cidr 0.0.0.0/0"]
+        out += [d for d in dest if d not in out]
+    return out
+
+
+def _egress_command(group: str, span: tuple[int, int], dest: str) -> str:
+    """The aws CLI command that lets TCP `span` out of `group` to `dest` (--source-group SG, --cidr CIDR, or
+    ipv6:CIDR, which the CLI's --cidr does not take)."""
+    if dest.startswith("ipv6:"):
+        return (f"aws ec2 authorize-security-group-egress --group-id {group} --ip-permissions 'IpProtocol=tcp,"
+                f"FromPort={span[0]},ToPort={span[1]},Ipv6Ranges=[{{CidrIpv6={dest[5:]}}}]'")
+    return f"aws ec2 authorize-security-group-egress --group-id {group} --protocol tcp --port {said(span)} {dest}"
+
+
+def egress_doubt(head: str, job: list[dict], ranges: tuple[tuple[int, int], ...], proto: str, side: Side,
+                 lists: PrefixLists | None = None, subnet_cidrs: Any = lambda subnet, version: []) -> str | None:
     """A warning line where no outbound rule of the job's groups `job` lets some TCP port of `ranges` out to each
-    of the file system's addresses (`side`), naming those ports in its fix; `to`: the destination the fix names
-    (--source-group SG, --cidr CIDR)."""
+    place of the file system (`side`), naming those ports in its fix, whose destinations reach each place missed
+    (its groups, else its subnet's CIDR: `subnet_cidrs(subnet, 4 or 6)`, asked only then)."""
     rules = [r for g in job for r in g.get("IpPermissionsEgress") or []]
-    to_each = list(side.addresses) or [None]
-    missing = [p for lo, hi in ranges for p in range(lo, hi + 1)
-               if not all(any(opens(r, p) and reaches(r, side, a) for r in rules) for a in to_each)]
+    ends = list(side.ends) or [End("?")]
+    missed: dict[End, None] = {}
+    missing = []
+    for p in [p for lo, hi in ranges for p in range(lo, hi + 1)]:
+        cut = [e for e in ends if not any(opens(r, p) and reaches(r, e, lists) for r in rules)]
+        missing += [p] if cut else []
+        missed.update(dict.fromkeys(cut))
     if not missing:
         return None
     ids, needed = ", ".join(g["GroupId"] for g in job), ", ".join(said(r) for r in ranges)
@@ -115,43 +209,47 @@ def egress_doubt(head: str, job: list[dict], ranges: tuple[tuple[int, int], ...]
     what = f"{proto} (TCP {needed})" if gaps == list(ranges) else \
         f"TCP {', '.join(said(s) for s in gaps)} of the ports {proto} needs (TCP {needed})"
     where = ", ".join([*side.addresses, *side.groups])
-    fix = "; ".join(f"aws ec2 authorize-security-group-egress --group-id {job[0]['GroupId']} --protocol tcp "
-                    f"--port {said(s)} {to}" for s in gaps)
+    dests = _destinations(list(missed), subnet_cidrs)
+    fix = "; ".join(_egress_command(job[0]["GroupId"], s, d) for s in gaps for d in dests)
     return (f"{head}: no outbound rule of the job's security groups ({ids}) allows {what}"
             f"{f' to the file system ({where})' if where else ''}, and SageMaker would fail the job once its "
             f"instances started (unable to mount) unless the rules change first: allow "
-            f"{'it' if len(gaps) == 1 else 'them'} ({fix})")
+            f"{'it' if len(gaps) * len(dests) == 1 else 'them'} ({fix})")
 
 
 def target_groups(efs: Any, targets: list[dict]) -> Side:
-    """The security groups of the EFS mount targets `targets` (DescribeMountTargetSecurityGroups, one each), their
-    addresses, and the ids of those whose answer named no group."""
-    out: list[str] = []
-    bare: list[str] = []
+    """The EFS mount targets `targets` as places of the mount: their security groups
+    (DescribeMountTargetSecurityGroups, one each), addresses (IpAddress, Ipv6Address) and subnets."""
+    ends: list[End] = []
     for t in targets:
         got = _ask("efs", "DescribeMountTargetSecurityGroups", "elasticfilesystem:DescribeMountTargetSecurityGroups",
                    efs.describe_mount_target_security_groups, MountTargetId=t["MountTargetId"])
-        named = list(got.get("SecurityGroups") or [])
-        out += [g for g in named if g not in out]
-        bare += [] if named else [t["MountTargetId"]]
-    return Side(tuple(out), tuple(t["IpAddress"] for t in targets if t.get("IpAddress")), tuple(bare))
+        named = tuple(dict.fromkeys(got.get("SecurityGroups") or []))
+        ends.append(End(t["MountTargetId"], named, tuple(t[k] for k in ("IpAddress", "Ipv6Address") if t.get(k)),
+                        t.get("SubnetId", "")))
+    return Side(tuple(ends))
 
 
 def interface_groups(ec2: Any, fs: dict) -> Side:
-    """The security groups of an FSx file system's network interfaces (its DescribeFileSystems answer `fs`:
-    NetworkInterfaceIds; EC2 DescribeNetworkInterfaces: their Groups) and addresses, and [its id] where no group
-    was named."""
+    """An FSx file system's network interfaces (its DescribeFileSystems answer `fs`: NetworkInterfaceIds; EC2
+    DescribeNetworkInterfaces) as places of the mount: their groups, addresses (PrivateIpAddress, Ipv6Addresses)
+    and subnets; the file system itself, groups unread, where AWS named no interface."""
     ids = list(fs.get("NetworkInterfaceIds") or [])
+    subnet = (list(fs.get("SubnetIds") or []) or [""])[0]
     if not ids:
-        return Side(bare=(fs.get("FileSystemId", "?"),))
+        return Side((End(fs.get("FileSystemId", "?"), subnet=subnet),))
     got = _ask("ec2", "DescribeNetworkInterfaces", "ec2:DescribeNetworkInterfaces", ec2.describe_network_interfaces,
                NetworkInterfaceIds=ids)
-    out: list[str] = []
-    enis = list(got.get("NetworkInterfaces") or [])
-    for eni in enis:
-        out += [g["GroupId"] for g in eni.get("Groups") or [] if g.get("GroupId") and g["GroupId"] not in out]
-    return Side(tuple(out), tuple(e["PrivateIpAddress"] for e in enis if e.get("PrivateIpAddress")),
-                () if out else (fs.get("FileSystemId", "?"),))
+    ends = []
+    for eni in got.get("NetworkInterfaces") or []:
+        named = tuple(dict.fromkeys(g["GroupId"] for g in eni.get("Groups") or [] if g.get("GroupId")))
+        v6 = [a["Ipv6Address"] for a in eni.get("Ipv6Addresses") or [] if a.get("Ipv6Address")]
+        addresses = tuple([eni["PrivateIpAddress"]] if eni.get("PrivateIpAddress") else []) + tuple(v6)
+        name = eni.get("NetworkInterfaceId", "?") if named else fs.get("FileSystemId", "?")  # (said of the file system)
+        ends.append(End(name, named, addresses, eni.get("SubnetId", subnet)))
+    if not any(e.groups for e in ends):  # none named: the file system's groups go unread, said of it
+        return Side((End(fs.get("FileSystemId", "?"), (), tuple(a for e in ends for a in e.addresses), subnet),))
+    return Side(tuple(ends))
 
 
 def unread_targets(head: str, bare: list[str], ranges: tuple[tuple[int, int], ...], proto: str,
@@ -170,26 +268,51 @@ def unread_targets(head: str, bare: list[str], ranges: tuple[tuple[int, int], ..
             f"--mount-target-id {bare[0]}")
 
 
-def ingress_doubt(ec2: Any, head: str, theirs: list[dict], job_ids: list[str], subnets: list[str],
-                  ranges: tuple[tuple[int, int], ...], proto: str, kind: str = "EFS") -> str | None:
+def _subnet_cidrs(subnet: dict, version: int) -> list[Any]:
+    """A DescribeSubnets answer's CIDRs of IP `version` (its CidrBlock, its IPv6 blocks still associated)."""
+    if version == 4:
+        return [ipaddress.ip_network(subnet["CidrBlock"])] if subnet.get("CidrBlock") else []
+    gone = ("disassociating", "disassociated", "failing", "failed")
+    return [ipaddress.ip_network(a["Ipv6CidrBlock"]) for a in subnet.get("Ipv6CidrBlockAssociationSet") or []
+            if a.get("Ipv6CidrBlock") and (a.get("Ipv6CidrBlockState") or {}).get("State") not in gone]
+
+
+class Subnets:
+    """Subnets' CIDRs (EC2 DescribeSubnets), each asked once and only where a rule or a fix needs them."""
+
+    def __init__(self, ec2: Any):
+        self.ec2, self.read = ec2, {}
+
+    def cidrs(self, ids: list[str], version: int) -> list[Any]:
+        wanted = [i for i in dict.fromkeys(ids) if i and i not in self.read]
+        if wanted:
+            got = _ask("ec2", "DescribeSubnets", "ec2:DescribeSubnets", self.ec2.describe_subnets, SubnetIds=wanted)
+            self.read.update((s["SubnetId"], s) for s in got.get("Subnets") or [] if s.get("SubnetId"))
+            self.read.update((i, {}) for i in wanted if i not in self.read)
+        return [n for i in ids if i in self.read for n in _subnet_cidrs(self.read[i], version)]
+
+
+def ingress_doubt(head: str, theirs: list[dict], job_ids: list[str], subnets: list[str],
+                  ranges: tuple[tuple[int, int], ...], proto: str, kind: str = "EFS", *, side: Side = Side(),
+                  lists: PrefixLists | None = None, known: Subnets | None = None) -> str | None:
     """A warning line where no inbound rule of the file system's groups `theirs` (its mount targets', its network
-    interfaces') lets some TCP port of `ranges` in from the job: from one of its groups, or from a CIDR that
-    overlaps one of its subnets (asked only where needed), naming those ports in its fix."""
-    mine: list[Any] = []
-    asked: list[bool] = []  # DescribeSubnets asked once, only where a rule names a CIDR
+    interfaces') lets some TCP port of `ranges` in from the job: from one of its groups, or from a CIDR (IPv4,
+    IPv6, a prefix list's entry) of a family the file system's addresses have (`side`; either where one place's
+    are not known) that overlaps one of the job's subnets' CIDRs (asked only then), naming those ports in its
+    fix."""
+    families = {ipaddress.ip_address(a).version for a in side.addresses}
+    if not side.ends or any(not e.addresses for e in side.ends):
+        families = {4, 6}
 
     def from_job(rule: dict) -> bool:
         if any(p.get("GroupId") in job_ids for p in rule.get("UserIdGroupPairs") or []):
             return True
-        if rule.get("PrefixListIds"):
-            return True  # a prefix list's CIDRs are not read: left to the benefit of the doubt
-        cidrs = [ipaddress.ip_network(c["CidrIp"], strict=False) for c in rule.get("IpRanges") or []
-                 if c.get("CidrIp")]
-        if cidrs and not asked:
-            asked.append(True)
-            got = _ask("ec2", "DescribeSubnets", "ec2:DescribeSubnets", ec2.describe_subnets, SubnetIds=list(subnets))
-            mine.extend(ipaddress.ip_network(s["CidrBlock"]) for s in got.get("Subnets") or [] if s.get("CidrBlock"))
-        return any(c.overlaps(m) for c in cidrs for m in mine)
+        if not rule.get("IpRanges") and not rule.get("Ipv6Ranges") and not rule.get("PrefixListIds"):
+            return False
+        nets = [n for n in cidrs(rule, lists) if n.version in families]
+        if not nets or known is None:
+            return False
+        return any(n.overlaps(m) for n in nets for m in known.cidrs(subnets, n.version))
 
     rules = [r for g in theirs for r in g.get("IpPermissions") or []]
     missing = [p for lo, hi in ranges for p in range(lo, hi + 1)
@@ -221,10 +344,12 @@ def check(ec2: Any, efs: Any, head: str, kind: str, job_ids: list[str], subnets:
     else:
         side = interface_groups(ec2, targets[0]) if targets else Side()
     theirs = groups(ec2, list(side.groups)) if side.groups else []  # no GroupIds would describe every group
-    to = f"--source-group {theirs[0]['GroupId']}" if theirs else "--cidr 0.0.0.0/0"
-    lines = [egress_doubt(head, job, ranges, proto, to, side)]
+    lists, known = PrefixLists(ec2), Subnets(ec2)
+    lines = [egress_doubt(head, job, ranges, proto, side, lists, lambda subnet, v: known.cidrs([subnet], v))]
     if theirs:
-        lines.append(ingress_doubt(ec2, head, theirs, job_ids, subnets, ranges, proto, kind))
-    if side.bare:  # their inbound rules were not looked at: said, not passed over
-        lines.append(unread_targets(head, list(side.bare), ranges, proto, kind))
+        lines.append(ingress_doubt(head, theirs, job_ids, subnets, ranges, proto, kind, side=side, lists=lists,
+                                   known=known))
+    bare = list(dict.fromkeys(side.bare))
+    if bare:  # their inbound rules were not looked at: said, not passed over
+        lines.append(unread_targets(head, bare, ranges, proto, kind))
     return [line for line in lines if line]
