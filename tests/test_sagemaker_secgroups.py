@@ -197,3 +197,18 @@ def test_an_fsx_network_interfaces_ipv6_address_is_reached_by_an_ipv6_rule(vpc):
         {"Ipv6Address": str(vpc["a6"][99])}])["NetworkInterface"]["NetworkInterfaceId"]
     fs = {"FileSystemId": "fs-0123456789abcdef0", "SubnetIds": [vpc["a"]], "NetworkInterfaceIds": [eni]}
     assert secgroups.check(ec2, None, "h", "FSxLustre", [job], [vpc["a"]], [fs]) == []
+
+
+def test_each_mount_target_needs_its_own_groups_to_let_nfs_in_and_the_fix_names_them(vpc):
+    """The inbound rules of all the mount targets' groups were pooled: one target's group letting NFS in passed
+    the other's, which let nothing in, and the fix named the first group only."""
+    job = _group(vpc, out=[ANY4])
+    mine, other = _group(vpc, into=[{"UserIdGroupPairs": [{"GroupId": job}]}]), _group(vpc)
+    targets, their = [_target(vpc, "fsmt-0a000010"), _target(vpc, "fsmt-0b000011", "b")], [[mine], [other]]
+    lines = _check(vpc, job, targets, their)
+    assert len(lines) == 1 and "no inbound rule of its mount targets' security groups" in lines[0], lines
+    assert lines[0].endswith(f"allow it (aws ec2 authorize-security-group-ingress --group-id {other} --protocol tcp "
+                             f"--port 2049 --source-group {job})"), lines
+    vpc["ec2"].authorize_security_group_ingress(GroupId=other, IpPermissions=[{
+        "IpProtocol": "tcp", "FromPort": 2049, "ToPort": 2049, "UserIdGroupPairs": [{"GroupId": job}]}])
+    assert _check(vpc, job, targets, their) == []

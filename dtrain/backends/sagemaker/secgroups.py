@@ -8,18 +8,19 @@ network interfaces') from the job's groups or subnets, SageMaker fails the job o
 An outbound rule counts where its destination holds each place the job mounts the file system through (each
 EFS mount target, each FSx network interface): a group of that place's, or a CIDR holding one of its addresses
 (IPv4 or IPv6, as AWS names them: a dual-stack place is reached through either; 0.0.0.0/0 holds every IPv4 one,
-::/0 every IPv6 one), a managed prefix list's entries among the CIDRs. An inbound rule from a CIDR counts where it
-overlaps one of the job's subnets' CIDRs of a family the file system's addresses have. The outbound fix names the
-narrowest destinations that reach every place missed: a group each is in (one they share where there is one),
-else (its groups unread) its subnet's CIDR, IPv6 as --ip-permissions (the CLI's --cidr takes IPv4 only). Only
-warned of, never refused: the rules may be changed by others before the job starts. Asked with
-EC2 DescribeSecurityGroups, EFS DescribeMountTargetSecurityGroups (whose IAM policy also needs
-ec2:DescribeNetworkInterfaceAttribute), EC2 DescribeNetworkInterfaces (an FSx file system's NetworkInterfaceIds,
-from its DescribeFileSystems answer), EC2 GetManagedPrefixListEntries (a prefix list a rule for the port names,
-each once) and, where an inbound rule names CIDRs or a fix a subnet, EC2 DescribeSubnets; each request is
-checked against botocore's model first. Where AWS does not answer or refuses these credentials, one warning: the
-job goes on; so where its answer names no security group of a mount target or of an FSx file system's network
-interfaces (whose inbound rules then go unread)."""
+::/0 every IPv6 one), a managed prefix list's entries among the CIDRs. Each place must let it in by its own
+groups' inbound rules; one from a CIDR counts where it overlaps one of the job's subnets' CIDRs of a family the
+file system's addresses have. The outbound fix names the narrowest destinations that reach every place missed:
+a group each is in (one they share where there is one), else (its groups unread) its subnet's CIDR, IPv6 as
+--ip-permissions (the CLI's --cidr takes IPv4 only); the inbound fix, a group of each place missed. Only warned of,
+never refused: the rules may be changed by others before the job starts. Asked with EC2 DescribeSecurityGroups,
+EFS DescribeMountTargetSecurityGroups (whose IAM policy also needs ec2:DescribeNetworkInterfaceAttribute), EC2
+DescribeNetworkInterfaces (an FSx file system's NetworkInterfaceIds, from its DescribeFileSystems answer), EC2
+GetManagedPrefixListEntries (a prefix list a rule for the port names, each once) and, where an inbound rule names
+CIDRs or a fix a subnet, EC2 DescribeSubnets; each request is checked against botocore's model first. Where AWS
+does not answer or refuses these credentials, one warning: the job goes on; so where its answer names no
+security group of a mount target or of an FSx file system's network interfaces (whose inbound rules then go
+unread)."""
 
 from __future__ import annotations
 
@@ -296,10 +297,10 @@ def ingress_doubt(head: str, theirs: list[dict], job_ids: list[str], subnets: li
                   ranges: tuple[tuple[int, int], ...], proto: str, kind: str = "EFS", *, side: Side = Side(),
                   lists: PrefixLists | None = None, known: Subnets | None = None) -> str | None:
     """A warning line where no inbound rule of the file system's groups `theirs` (its mount targets', its network
-    interfaces') lets some TCP port of `ranges` in from the job: from one of its groups, or from a CIDR (IPv4,
-    IPv6, a prefix list's entry) of a family the file system's addresses have (`side`; either where one place's
-    are not known) that overlaps one of the job's subnets' CIDRs (asked only then), naming those ports in its
-    fix."""
+    interfaces': each place's own, `side`) lets some TCP port of `ranges` in from the job: from one of its groups,
+    or from a CIDR (IPv4, IPv6, a prefix list's entry) of a family the file system's addresses have (either where
+    one place's are not known) that overlaps one of the job's subnets' CIDRs (asked only then), naming those ports
+    in its fix, which adds the rule to a group of each place missed (one they share first)."""
     families = {ipaddress.ip_address(a).version for a in side.addresses}
     if not side.ends or any(not e.addresses for e in side.ends):
         families = {4, 6}
@@ -314,20 +315,26 @@ def ingress_doubt(head: str, theirs: list[dict], job_ids: list[str], subnets: li
             return False
         return any(n.overlaps(m) for n in nets for m in known.cidrs(subnets, n.version))
 
-    rules = [r for g in theirs for r in g.get("IpPermissions") or []]
-    missing = [p for lo, hi in ranges for p in range(lo, hi + 1)
-               if not any(opens(r, p) and from_job(r) for r in rules)]
+    rules = {g["GroupId"]: list(g.get("IpPermissions") or []) for g in theirs}
+    ends = [e for e in side.ends if e.groups] or [End("?", tuple(rules))]  # (each place: its own groups' rules)
+    missed: dict[End, None] = {}
+    missing = []
+    for p in [p for lo, hi in ranges for p in range(lo, hi + 1)]:
+        cut = [e for e in ends if not any(opens(r, p) and from_job(r) for g in e.groups for r in rules.get(g, []))]
+        missing += [p] if cut else []
+        missed.update(dict.fromkeys(cut))
     if not missing:
         return None
     ids, needed, gaps = ", ".join(g["GroupId"] for g in theirs), ", ".join(said(r) for r in ranges), spans(missing)
     whose = "its mount targets'" if kind == "EFS" else "its network interfaces'"
     what = f"{proto} (TCP {needed})" if gaps == list(ranges) else \
         f"TCP {', '.join(said(s) for s in gaps)} of the ports {proto} needs (TCP {needed})"
-    fix = "; ".join(f"aws ec2 authorize-security-group-ingress --group-id {theirs[0]['GroupId']} --protocol tcp "
-                    f"--port {said(s)} --source-group {job_ids[0]}" for s in gaps)
+    into = [d.removeprefix("--source-group ") for d in _destinations(list(missed), lambda subnet, version: [])]
+    fix = "; ".join(f"aws ec2 authorize-security-group-ingress --group-id {g} --protocol tcp --port {said(s)} "
+                    f"--source-group {job_ids[0]}" for s in gaps for g in into)
     return (f"{head}: no inbound rule of {whose} security groups ({ids}) allows {what} from the job's security "
             f"groups or subnets, and SageMaker would fail the job once its instances started (unable to mount) "
-            f"unless the rules change first: allow {'it' if len(gaps) == 1 else 'them'} ({fix})")
+            f"unless the rules change first: allow {'it' if len(gaps) * len(into) == 1 else 'them'} ({fix})")
 
 
 def check(ec2: Any, efs: Any, head: str, kind: str, job_ids: list[str], subnets: list[str],
