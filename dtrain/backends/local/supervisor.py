@@ -291,8 +291,11 @@ class Supervisor(JobOutcome):
                 out.write(f"cannot start the launcher: {err}\n")
                 return 127
             ident = Ident.of(self.proc.pid)
-            if ident is not None:
-                _write_json(self.job_dir / "launcher.json", ident.to_record())
+            if ident is not None and not self._launcher_recorded(ident):
+                signal_session(ident, signal.SIGKILL)  # nothing of it could be found, nor its ranks' records kept
+                self.proc.wait()
+                self.port_taken = None
+                return 127
             if self.stopping:  # SIGTERM came while the launcher was being started: _on_term saw none
                 self._stop_launcher()
             code = self._watch(attempt, access)
@@ -300,6 +303,20 @@ class Supervisor(JobOutcome):
         self.port_taken = port if (access is not None and code != 0 and not self.stopping
                                    and notebook.taken_by_another(self.job_dir, port)) else None
         return 128 - code if code < 0 else code
+
+    def _launcher_recorded(self, ident: Ident) -> bool:
+        """launcher.json written (how `delete` and a later supervisor find the launcher); False, with
+        the job's words in self.refused, where the job's folder was removed first (`rm -r` by hand, or
+        a race with one): no restart can run there. A full disk's refusal is raised (fail_for_room)."""
+        try:
+            _write_json(self.job_dir / "launcher.json", ident.to_record())
+            return True
+        except OSError as err:
+            if db.no_room(err) or self.job_dir.is_dir():
+                raise
+        self.refused = (f"{self.job_dir} was removed (by hand?) as its processes started, so they were stopped: "
+                        f"submit the job again")
+        return False
 
     def _watch(self, attempt: int, access: "notebook.NotebookAccess | None" = None) -> int:
         """Wait for the launcher, recording once the step the workload resumed from; a notebook with

@@ -1,0 +1,53 @@
+"""Local backend and CLI leftovers: a job folder removed as its launcher starts, a storage class
+pointed at a folder another class uses, the snapshot a job asked for through ENABLE_SNAPSHOT, GPU
+jobs submitted without DTRAIN_GPUS."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import sys
+
+from dtrain import JobSpec
+from dtrain.backends.local import supervisor
+from dtrain.backends.local.ranks import supervisor_token
+from dtrain.backends.local.store import JobStore
+from dtrain.procs import Ident
+
+
+def _supervised_here(home, spec: JobSpec, monkeypatch) -> None:
+    """`spec` stored as submitted, with this test process recorded as its supervisor."""
+    (home / "jobs" / spec.name).mkdir(parents=True)
+    store = JobStore(home / "state.db")
+    try:
+        store.insert_job(spec, cwd=str(home), node="this-host")
+        store.update(spec.name, supervisor_pid=os.getpid(), supervisor_start=supervisor_token(Ident.of(os.getpid())))
+    finally:
+        store.close()
+    monkeypatch.setattr(supervisor, "leave_rank_cgroups", lambda: None)  # this test process stays where it is
+    monkeypatch.setattr(signal, "signal", lambda *_: None)  # nor takes the supervisor's SIGTERM handler
+
+
+def test_a_job_folder_removed_as_its_launcher_starts_fails_the_job_saying_so(tmp_path, monkeypatch):
+    """The supervisor's write of launcher.json met the folder `rm -r` (or a delete) had just removed,
+    and the job ended 'supervisor error: [Errno 2] No such file or directory: .../launcher.json...'."""
+    home = tmp_path / "home"
+    _supervised_here(home, JobSpec(name="gone", command=(sys.executable, "-c", "import time; time.sleep(60)"),
+                                   max_restarts=2), monkeypatch)
+    write = supervisor._write_json
+
+    def removed_first(path, data):
+        shutil.rmtree(home / "jobs" / "gone")
+        write(path, data)
+
+    monkeypatch.setattr(supervisor, "_write_json", removed_first)
+    assert supervisor.main([str(home), "gone"]) == 0
+    store = JobStore(home / "state.db")
+    try:
+        row = store.job("gone")
+    finally:
+        store.close()
+    assert row["status"] == "Failed" and row["restarts"] == 0, (row["status"], row["restarts"], row["message"])
+    assert row["message"] == (f"{home}/jobs/gone was removed (by hand?) as its processes started, so they were "
+                              f"stopped: submit the job again"), row["message"]
