@@ -9,6 +9,8 @@ import shutil
 import signal
 import sys
 
+from conftest import Dtrain
+
 from dtrain import JobSpec
 from dtrain.backends.local import supervisor
 from dtrain.backends.local.ranks import supervisor_token
@@ -51,3 +53,23 @@ def test_a_job_folder_removed_as_its_launcher_starts_fails_the_job_saying_so(tmp
     assert row["status"] == "Failed" and row["restarts"] == 0, (row["status"], row["restarts"], row["message"])
     assert row["message"] == (f"{home}/jobs/gone was removed (by hand?) as its processes started, so they were "
                               f"stopped: submit the job again"), row["message"]
+
+
+def test_a_class_named_at_the_folder_of_a_removed_class_warns_naming_both(dt: Dtrain, tmp_path):
+    """`config storage-class nvme FOLDER` where the volumes of 'fast' (removed from config.yaml) live said
+    nothing; 'fast' then could not be named again there, and its volumes read NotConfigured for good."""
+    folder = tmp_path / "nvme"
+    dt("config", "storage-class", "fast", str(folder))
+    dt("volume", "create", "v1", "--class", "fast")
+    dt("config", "storage-class", "--unset", "fast")
+    shared = dt("config", "storage-class", "nvme", str(folder))
+    assert shared.stderr == (f"dtrain: warning: {folder} holds the 1 volume of storage class 'fast', which "
+                             f"{dt.home / 'config.yaml'} no longer names: it stays in class 'fast' and keeps working, "
+                             f"but 'fast' cannot be named again while 'nvme' shares its folder; to give it class 'fast' back "
+                             f"instead: dtrain config storage-class --unset nvme, then dtrain config storage-class "
+                             f"fast {folder}\n"), shared.stderr
+    assert dt("config", "storage-class", "nvme").stdout == f"{folder}\n"  # not refused: kept as asked
+    assert dt("config", "storage-class", "other", str(tmp_path / "other")).stderr == ""  # a folder of its own: quiet
+    dt("config", "storage-class", "--unset", "nvme")
+    dt("config", "storage-class", "fast", str(folder))  # the fix the warning names
+    assert [(v["name"], v["storage_class"]) for v in dt.json("volume", "list")] == [("v1", "fast")]

@@ -228,7 +228,23 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
               f"{they[1]} working; "
               f"new ones go to {root}, and 'dtrain volume update VOLUME --class {args.value}' moves one there",
               file=sys.stderr)
+    _warn_shared_folder(client, args.value, root)
     return 0
+
+
+def _warn_shared_folder(client: Client, name: str, root: str) -> None:
+    """A class named at the folder of volumes whose own class config.yaml no longer names (removed, or
+    renamed by hand): allowed, as two Kubernetes StorageClasses may share a NetApp backend and each
+    PV keeps its own storageClassName; said, since the old class cannot be named there again now."""
+    for other in client.backend("local").list_storage_classes():
+        if (other.name != name and other.status == "NotConfigured" and other.volumes
+                and os.path.realpath(other.root) == os.path.realpath(root)):
+            they = ("it stays", "keeps", "it") if other.volumes == 1 else ("they stay", "keep", "them")
+            print(f"dtrain: warning: {root} holds the {counted(other.volumes, 'volume')} of storage class "
+                  f"'{other.name}', which {client.home / 'config.yaml'} no longer names: {they[0]} in class "
+                  f"'{other.name}' and {they[1]} working, but '{other.name}' cannot be named again while '{name}' "
+                  f"shares its folder; to give {they[2]} class '{other.name}' back instead: dtrain config storage-class "
+                  f"--unset {name}, then dtrain config storage-class {other.name} {root}", file=sys.stderr)
 
 
 def _add_config(sub) -> None:
