@@ -73,3 +73,17 @@ def test_a_class_named_at_the_folder_of_a_removed_class_warns_naming_both(dt: Dt
     dt("config", "storage-class", "--unset", "nvme")
     dt("config", "storage-class", "fast", str(folder))  # the fix the warning names
     assert [(v["name"], v["storage_class"]) for v in dt.json("volume", "list")] == [("v1", "fast")]
+
+
+def test_snapshot_describe_shows_the_snapshot_a_job_asked_for_through_the_seeds_env(dt: Dtrain):
+    """A job that asked for its snapshot with -e ENABLE_SNAPSHOT=true -e PVC_NAME=VOLUME (the Run:AI seed's
+    way) had it taken, and `snapshot describe` of it read 'snapshot_on_success: -' under Job spec."""
+    dt("volume", "create", "data")
+    dt("submit", "seeded", "-e", "ENABLE_SNAPSHOT=true", "-e", "PVC_NAME=data", "--pvc", "data:/data",
+       "--", "true")
+    info = dt.wait_for("seeded", {"Failed", "Succeeded"})
+    assert info["status"] == "Succeeded", info["message"]
+    text = dt("snapshot", "describe", info["snapshot"]).stdout
+    assert "  snapshot_on_success: data (from -e ENABLE_SNAPSHOT + PVC_NAME)\n" in text, text
+    assert "  env:\n    -e ENABLE_SNAPSHOT=true\n    -e PVC_NAME=data\n" in text, text
+    assert "  snapshot_on_success: data (from -e ENABLE_SNAPSHOT + PVC_NAME)\n" in dt("describe", "job", "seeded").stdout

@@ -8,6 +8,7 @@ from __future__ import annotations
 import shlex
 
 from dtrain.cli import format as fmt
+from dtrain.spec import SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV, TRUE_WORDS
 
 def _verify_text(report) -> str:
     """The report as `describe` shows things, each damaged object's hits as words (they were
@@ -77,8 +78,12 @@ def _snapshot_text(s) -> str:
     spec = dict(s.job_spec or {})
     if isinstance(spec.get("command"), list):
         spec["command"] = shlex.join(map(str, spec["command"]))
-    if isinstance(spec.get("env"), dict) and spec["env"]:  # as `describe job` shows it: the -e flags
-        spec["env"] = fmt.env_flags(spec["env"])
+    env = spec.get("env") if isinstance(spec.get("env"), dict) else {}
+    asked = env.get(SNAPSHOT_VOLUME_ENV) if str(env.get(SNAPSHOT_ENV, "")).strip().lower() in TRUE_WORDS else None
+    if not spec.get("snapshot_on_success") and asked:  # the seed's form, as `describe job` shows it
+        spec["snapshot_on_success"] = f"{asked} (from -e {SNAPSHOT_ENV} + {SNAPSHOT_VOLUME_ENV})"
+    if env:  # as `describe job` shows it: the -e flags
+        spec["env"] = fmt.env_flags(env)
     return fmt.described(head, {"Details": _details(s.extra), "Job spec": spec})
 
 
