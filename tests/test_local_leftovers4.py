@@ -87,3 +87,30 @@ def test_snapshot_describe_shows_the_snapshot_a_job_asked_for_through_the_seeds_
     assert "  snapshot_on_success: data (from -e ENABLE_SNAPSHOT + PVC_NAME)\n" in text, text
     assert "  env:\n    -e ENABLE_SNAPSHOT=true\n    -e PVC_NAME=data\n" in text, text
     assert "  snapshot_on_success: data (from -e ENABLE_SNAPSHOT + PVC_NAME)\n" in dt("describe", "job", "seeded").stdout
+
+
+def test_a_gpu_job_submitted_without_dtrain_gpus_is_told_from_a_job_of_before(tmp_path, monkeypatch):
+    """A GPU job submitted with DTRAIN_GPUS unset (the machine's own GPUs) recorded nothing, as a job of
+    before the column does: a server started with DTRAIN_GPUS=2, which schedules on two stand-ins and
+    not on those GPUs, said nothing of it. Now it is named; the job of before, whose setting is unknown, not."""
+    from dtrain.backends.local.backend import LocalBackend
+
+    home = tmp_path / "home"
+    store = JobStore(home / "state.db")
+    try:
+        for name in ("old", "real", "cpu"):
+            store.insert_job(JobSpec(name=name, command=("true",), gpu=0 if name == "cpu" else 1), cwd="/",
+                             node="here", gpus_injected=None)  # as a submit without DTRAIN_GPUS records it
+            assert store.set_status(name, "Suspended", "suspended")
+        store.conn.execute("UPDATE jobs SET gpus_injected=NULL WHERE name='old'")  # as a job of before
+        store.conn.commit()
+        assert store.conn.execute("SELECT gpus_injected FROM jobs WHERE name='real'").fetchone()[0] == "null"
+    finally:
+        store.close()
+    monkeypatch.setenv("DTRAIN_GPUS", "2")
+    notices = LocalBackend(home).serving_notices()
+    assert [n.message for n in notices] == [
+        "job real was submitted with DTRAIN_GPUS unset, but this server has DTRAIN_GPUS=2: it cannot schedule or "
+        "resume it on the GPUs it was submitted with; stop it and start it as 'env -u DTRAIN_GPUS dtrain server'"]
+    monkeypatch.delenv("DTRAIN_GPUS")
+    assert LocalBackend(home).serving_notices() == ()

@@ -13,7 +13,7 @@ from pathlib import Path
 from dtrain import db
 from dtrain.backends.base import JobInfo, Notice
 from dtrain.backends.local.reconcile import _supervisor
-from dtrain.backends.local.store import ACTIVE, QUEUED, UNFINISHED, injected_word, other_inventory
+from dtrain.backends.local.store import ACTIVE, QUEUED, UNFINISHED, injected_at_submit, injected_word
 from dtrain.errors import ConflictError, NotReadyError, SetupError, StorageError
 from dtrain.spec import JobSpec
 from dtrain.names import shown
@@ -110,10 +110,10 @@ class JobControl:
         it restarts for one queued sees another inventory. One line, naming them and the setting to
         start it with (the most jobs'; the others' named beside theirs)."""
         now = os.environ.get("DTRAIN_GPUS")
-        by_setting: dict[str, list[str]] = {}
+        by_setting: dict[str | None, list[str]] = {}
         for row in self.store.jobs_in(UNFINISHED):
-            recorded = self.store.recorded(row, "gpus_injected")
-            if other_inventory(recorded, now) and JobSpec.from_stored(json.loads(row["spec"])).gpus_requested:
+            known, recorded = injected_at_submit(row)  # a job submitted without it counts too; one of before never
+            if known and recorded != now and JobSpec.from_stored(json.loads(row["spec"])).gpus_requested:
                 by_setting.setdefault(recorded, []).append(row["name"])
         if not by_setting:
             return []
@@ -129,7 +129,8 @@ class JobControl:
         return [Notice(code="gpus-injected",
                        message=f"{said}, but this server has {injected_word(now)}: it cannot schedule or resume "
                                f"{them} on the GPUs {them} {'were' if them == 'them' else 'was'} submitted with; "
-                               f"stop it and start it as 'DTRAIN_GPUS={first} dtrain server'")]
+                               f"stop it and start it as " + ("'env -u DTRAIN_GPUS dtrain server'"
+                                                               if first is None else f"'DTRAIN_GPUS={first} dtrain server'"))]
 
     def _stop(self, name: str, row) -> None:
         """Stop what runs of a job whose new status (Deleted, Suspended) is recorded: SIGTERM to its

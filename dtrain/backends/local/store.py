@@ -86,7 +86,8 @@ CREATE INDEX IF NOT EXISTS jobs_by_project ON jobs(project, status, created, nam
 # metadata.uid: a name submitted again after `delete --purge` is a new job, and the snapshots the
 # earlier one left are told apart by it; a job of before has none: unknown), `gpus_injected` (the
 # DTRAIN_GPUS its submit ran with, as typed: a server or resume started without it sees another
-# inventory, and its refusal names the one to start it with).
+# inventory, and its refusal names the one to start it with; JSON null where it ran without one,
+# SQL NULL where nothing was recorded: a job of before, unknown).
 ADDED_COLUMNS = {"data_sources": "TEXT", "ran_on": "TEXT", "last_started": "REAL", "uid": "TEXT",
                  "gpus_injected": "TEXT"}
 
@@ -131,6 +132,13 @@ def other_inventory(recorded: str | None, now: str | None) -> bool:
     """Whether a job submitted with DTRAIN_GPUS `recorded` (None: unset, or a job of before the
     column: unknown, never told) sees another inventory in a process that has `now`."""
     return recorded is not None and recorded != now
+
+
+def injected_at_submit(row: sqlite3.Row) -> tuple[bool, str | None]:
+    """(known, DTRAIN_GPUS) of a job's submit: (True, None) where it ran without one, (False, None)
+    where nothing was recorded (a job of before the column, or of before unset was recorded)."""
+    text = row["gpus_injected"] if "gpus_injected" in row.keys() else None
+    return (False, None) if text is None else (True, json.loads(text))
 
 
 class JobStore:
@@ -186,7 +194,7 @@ class JobStore:
                 "INSERT INTO jobs (name, project, spec, status, created, cwd, node, message, uid) "
                 "VALUES (?, ?, ?, 'Pending', ?, ?, ?, ?, ?)",
                 (spec.name, spec.project, json.dumps(spec.to_dict()), now, cwd, node, QUEUED, str(uuid.uuid4())))
-            if gpus_injected is not None:
+            if gpus_injected is not None or "gpus_injected" not in self._missing_columns():  # unset: JSON null
                 self.conn.execute("UPDATE jobs SET gpus_injected=? WHERE name=?", (json.dumps(gpus_injected), spec.name))
             self._event(spec.name, "Pending", "queued", now)
 
