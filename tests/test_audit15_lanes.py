@@ -198,7 +198,7 @@ def test_runs_with_their_own_out_dirs_and_one_checkpoint_dir_are_refused(tmp_pat
     assert subprocess.run(try_lock, capture_output=True).returncode != 0
     log.close()
     assert subprocess.run(try_lock, capture_output=True).returncode == 0
-    assert sorted(p.name for p in out.iterdir()) == ["train.log"]  # no lock file beside the out-dir's own
+    assert sorted(p.name for p in out.iterdir()) == ["metrics.jsonl", "train.log"]  # no lock file beside its own
 
 
 def _two_ranks(tmp_path):

@@ -226,3 +226,34 @@ def test_a_train_log_that_does_not_open_is_one_line_on_every_rank(monkeypatch, t
     log("step 1")
     log.close()
     assert (out / "train.log").read_text().endswith(" step 1\n")
+
+
+@pytest.mark.parametrize("err", [errno.EIO, errno.EACCES], ids=["EIO", "EACCES"])
+def test_lanes_metrics_file_that_does_not_open_is_one_line_on_every_rank(monkeypatch, tmp_path, err):
+    """lanes opened metrics.jsonl after rank 0's checks: its open failing was the OSError itself on rank 0 alone (a
+    traceback for EIO) while the other ranks went on to their first collective. It is opened with the checked files:
+    one line naming it and --out-dir, on rank 0 and on every other rank, with train.log let go."""
+    from dtrain.workloads.lanes.train import one_training_writes
+
+    _clean_env(monkeypatch)
+    out = tmp_path / "run"
+    out.mkdir()
+    _failing_open(monkeypatch, out / "metrics.jsonl", err)
+    _fake_all_reduce(monkeypatch)
+    why, fix = os.strerror(err), "give this run another --out-dir"
+    with pytest.raises(SpecError) as e:
+        one_training_writes(out, out, MAIN)
+    assert str(e.value).startswith(f"{out / 'metrics.jsonl'} cannot be written ({why}): ")
+    assert str(e.value).endswith(f", or {fix}")
+    with pytest.raises(SpecError) as e:
+        one_training_writes(out, out, OTHER)
+    assert str(e.value).startswith(f"rank 0 found that {out / 'metrics.jsonl'} cannot be written ({why}), so rank 1 "
+                                   "stops too: ")
+    assert str(e.value).endswith(f", or {fix}")
+    monkeypatch.undo()
+    _clean_env(monkeypatch)
+    _fake_all_reduce(monkeypatch)
+    log = one_training_writes(out, out, MAIN)  # train.log was let go: the next run holds the folder
+    log.metrics.log(step=1)
+    log.close()
+    assert '"step": 1' in (out / "metrics.jsonl").read_text()

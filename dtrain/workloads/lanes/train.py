@@ -81,9 +81,11 @@ class Log:
     writes the folder: a second training on one --out-dir (a teammate's job on the same volume) appended
     its lines to both runs' metrics.jsonl and replaced the other's checkpoints and model.pt without a word."""
 
-    def __init__(self, path: Path, enabled: bool, file=None) -> None:
-        """`file`: `path` already opened and held (one_training_writes); else, when enabled, opened and held here."""
+    def __init__(self, path: Path, enabled: bool, file=None, metrics: MetricsWriter | None = None) -> None:
+        """`file`: `path` already opened and held (one_training_writes); else, when enabled, opened and held here.
+        `metrics`: the run's metrics.jsonl, opened with rank 0's checks (one_training_writes), closed with the log."""
         self.locks: list = []  # the locks of the run's other folders (one_training_writes), let go with the log
+        self.metrics = metrics if metrics is not None else MetricsWriter(None, enabled=False)
         self.file = file
         if file is None and enabled:
             self.file = open_log(path)
@@ -97,6 +99,7 @@ class Log:
             self.file.flush()
 
     def close(self) -> None:
+        self.metrics.close()
         for lock in self.locks:
             lock.close()
         if self.file is not None:
@@ -106,11 +109,12 @@ class Log:
 def one_training_writes(out: Path, checkpoints: Path, info: DistInfo) -> Log:
     """The run's Log, whose lock on rank 0 marks the one training writing `out`, after rank 0's checks that both
     folders take a file (an existing folder that takes none, /proc, was a traceback at train.log) and that no link
-    was planted at a file it appends to. Every rank takes part in one all-reduce of what rank 0 found, and each
-    other rank stops with its own line naming it: the others waited in their next collective until the launcher
-    ended them, saying nothing useful. One process: no collective. A --checkpoint-dir apart from `out` is locked
-    too (lock_place): two runs given other --out-dirs and one --checkpoint-dir both ran, replacing each other's
-    checkpoints and resuming from them."""
+    was planted at a file it appends to, with its metrics.jsonl opened among them (log.metrics: opened after the
+    checks, an I/O error of a network disk there was a traceback on rank 0 alone). Every rank takes part in one
+    all-reduce of what rank 0 found, and each other rank stops with its own line naming it: the others waited in
+    their next collective until the launcher ended them, saying nothing useful. One process: no collective. A
+    --checkpoint-dir apart from `out` is locked too (lock_place): two runs given other --out-dirs and one
+    --checkpoint-dir both ran, replacing each other's checkpoints and resuming from them."""
     fix = "give this run another --out-dir"
     ckpt_fix = own_folder_fix(checkpoints, "checkpoint folder") or "give this run another --checkpoint-dir"
     places = [Place(out, fix), Place(checkpoints, ckpt_fix), Place(out / "train.log", fix),
@@ -126,15 +130,16 @@ def one_training_writes(out: Path, checkpoints: Path, info: DistInfo) -> Log:
     file = checks.check(2, UNWRITABLE, opened, places[2], open_log, out / "train.log")
     if file is not None:
         checks.check(2, UNLOCKED, hold, file, out / "train.log", fix)
+    metrics = checks.check(3, UNWRITABLE, opened, places[3], MetricsWriter, out / "metrics.jsonl")
     lock = checks.lock(4) if apart else None
     try:
         checks.stop_together()
     except BaseException:
-        for f in (lock, file):
+        for f in (lock, file, metrics):
             if f is not None:
                 f.close()
         raise
-    log = Log(out / "train.log", False, file)
+    log = Log(out / "train.log", False, file, metrics)
     if lock is not None:
         log.locks.append(lock)
     return log
@@ -296,7 +301,7 @@ def train(cfg: TrainConfig, info: DistInfo) -> dict:
     out = out_folder(cfg.out_dir, "--out-dir")
     out_folder(cfg.checkpoint_dir, "--checkpoint-dir")
     log = one_training_writes(out, Path(cfg.checkpoint_dir), info)
-    metrics = MetricsWriter(out / "metrics.jsonl", enabled=info.is_main)
+    metrics = log.metrics  # opened by rank 0 with its checks; a disabled writer on the other ranks
     max_steps = schedule_steps(cfg.epochs, steps_per_epoch) if cfg.epochs else recipe.max_steps
     ckpt = Checkpointer(cfg.checkpoint_dir, every=recipe.ckpt_every, keep=recipe.keep_ckpts, enabled=info.is_main,
                         log=log)
