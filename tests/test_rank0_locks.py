@@ -177,11 +177,24 @@ def _failing_open(monkeypatch, path, err) -> None:
     monkeypatch.setattr(os, "open", refused)
 
 
-@pytest.mark.parametrize("err", [errno.EIO, errno.EACCES], ids=["EIO", "EACCES"])
+def _advice(err: int, fix: str) -> str:
+    """What a file that cannot be written for `err` asks: an I/O error (a network disk's, which passes) to try again;
+    a forbidden, read-only or full disk another folder."""
+    if err == errno.EIO:
+        return f"try again, or {fix}"
+    return f"use a folder you can write to, with free space, or {fix}"
+
+
+OPEN_ERRORS = pytest.mark.parametrize("err", [errno.EIO, errno.EACCES, errno.EROFS, errno.ENOSPC],
+                                      ids=["EIO", "EACCES", "EROFS", "ENOSPC"])
+
+
+@OPEN_ERRORS
 def test_a_metrics_file_that_does_not_open_is_one_line_on_every_rank(monkeypatch, tmp_path, err):
     """The open of the metrics file failing (an I/O error of a network disk) was the OSError itself on rank 0: a
     traceback for EIO, and for EACCES a line without the flag to change. It is one line naming the file and the fix,
-    as the other ranks' refusal names them."""
+    as the other ranks' refusal names them; an I/O error, which passes, asks to try again (it sent the user to 'a
+    folder you can write to, with free space', which they had)."""
     from dtrain.workloads.cifar10.outputs import _one_training_writes, check_outputs
 
     _clean_env(monkeypatch)
@@ -191,7 +204,7 @@ def test_a_metrics_file_that_does_not_open_is_one_line_on_every_rank(monkeypatch
     cfg = dataclasses.replace(cfg, checkpoint_dir=str(check_outputs(cfg)))
     _failing_open(monkeypatch, metrics, err)
     _fake_all_reduce(monkeypatch)
-    why, fix = os.strerror(err), "use a folder you can write to, with free space, or give this run another --metrics-file"
+    why, fix = os.strerror(err), _advice(err, "give this run another --metrics-file")
     with pytest.raises(SpecError) as e:
         _one_training_writes(cfg, MAIN)
     assert str(e.value) == f"{metrics} cannot be written ({why}): {fix}"
@@ -200,7 +213,7 @@ def test_a_metrics_file_that_does_not_open_is_one_line_on_every_rank(monkeypatch
     assert str(e.value) == f"rank 0 found that {metrics} cannot be written ({why}), so rank 1 stops too: {fix}"
 
 
-@pytest.mark.parametrize("err", [errno.EIO, errno.EACCES], ids=["EIO", "EACCES"])
+@OPEN_ERRORS
 def test_a_train_log_that_does_not_open_is_one_line_on_every_rank(monkeypatch, tmp_path, err):
     """lanes' train.log, opened by rank 0 before any work: its open failing was the OSError itself on rank 0 (a
     traceback for EIO). It is one line naming the file and --out-dir, on rank 0 and on every other rank; nothing
@@ -212,7 +225,7 @@ def test_a_train_log_that_does_not_open_is_one_line_on_every_rank(monkeypatch, t
     out.mkdir()
     _failing_open(monkeypatch, out / "train.log", err)
     _fake_all_reduce(monkeypatch)
-    why, fix = os.strerror(err), "use a folder you can write to, with free space, or give this run another --out-dir"
+    why, fix = os.strerror(err), _advice(err, "give this run another --out-dir")
     with pytest.raises(SpecError) as e:
         one_training_writes(out, out, MAIN)
     assert str(e.value) == f"{out / 'train.log'} cannot be written ({why}): {fix}"
@@ -228,7 +241,7 @@ def test_a_train_log_that_does_not_open_is_one_line_on_every_rank(monkeypatch, t
     assert (out / "train.log").read_text().endswith(" step 1\n")
 
 
-@pytest.mark.parametrize("err", [errno.EIO, errno.EACCES], ids=["EIO", "EACCES"])
+@OPEN_ERRORS
 def test_lanes_metrics_file_that_does_not_open_is_one_line_on_every_rank(monkeypatch, tmp_path, err):
     """lanes opened metrics.jsonl after rank 0's checks: its open failing was the OSError itself on rank 0 alone (a
     traceback for EIO) while the other ranks went on to their first collective. It is opened with the checked files:
@@ -240,16 +253,14 @@ def test_lanes_metrics_file_that_does_not_open_is_one_line_on_every_rank(monkeyp
     out.mkdir()
     _failing_open(monkeypatch, out / "metrics.jsonl", err)
     _fake_all_reduce(monkeypatch)
-    why, fix = os.strerror(err), "give this run another --out-dir"
+    why, fix = os.strerror(err), _advice(err, "give this run another --out-dir")
     with pytest.raises(SpecError) as e:
         one_training_writes(out, out, MAIN)
-    assert str(e.value).startswith(f"{out / 'metrics.jsonl'} cannot be written ({why}): ")
-    assert str(e.value).endswith(f", or {fix}")
+    assert str(e.value) == f"{out / 'metrics.jsonl'} cannot be written ({why}): {fix}"
     with pytest.raises(SpecError) as e:
         one_training_writes(out, out, OTHER)
-    assert str(e.value).startswith(f"rank 0 found that {out / 'metrics.jsonl'} cannot be written ({why}), so rank 1 "
-                                   "stops too: ")
-    assert str(e.value).endswith(f", or {fix}")
+    assert str(e.value) == (f"rank 0 found that {out / 'metrics.jsonl'} cannot be written ({why}), so rank 1 stops "
+                            f"too: {fix}")
     monkeypatch.undo()
     _clean_env(monkeypatch)
     _fake_all_reduce(monkeypatch)
@@ -257,3 +268,33 @@ def test_lanes_metrics_file_that_does_not_open_is_one_line_on_every_rank(monkeyp
     log.metrics.log(step=1)
     log.close()
     assert '"step": 1' in (out / "metrics.jsonl").read_text()
+
+
+@pytest.mark.parametrize("err", [errno.EIO, errno.ENOSPC], ids=["EIO", "ENOSPC"])
+def test_a_folder_whose_probe_fails_for_an_io_error_asks_to_try_again_on_every_rank(monkeypatch, tmp_path, err):
+    """rank 0's probe of --out-dir (can_write) failing for an I/O error of a network disk sent every rank to 'a folder
+    you can write to', which it was; a full disk still does."""
+    import tempfile
+
+    from dtrain.workloads.lanes.train import one_training_writes
+
+    _clean_env(monkeypatch)
+    out = tmp_path / "run"
+    out.mkdir()
+
+    def mkstemp(*args, **kwargs):
+        raise OSError(err, os.strerror(err))
+
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
+    _fake_all_reduce(monkeypatch)
+    why = os.strerror(err)
+    with pytest.raises((SpecError, OSError)) as e:
+        one_training_writes(out, out, MAIN)
+    if err == errno.EIO:
+        assert str(e.value) == f"--out-dir {out} cannot be written ({why}): try again, or give a folder you can write to"
+    else:  # one_line_errors' line names it (a full disk)
+        assert isinstance(e.value, OSError) and e.value.errno == err and e.value.filename == str(out)
+    with pytest.raises(SpecError) as e:
+        one_training_writes(out, out, OTHER)
+    assert str(e.value) == (f"rank 0 found that {out} cannot be written ({why}), so rank 1 stops too: "
+                            f"{_advice(err, 'give this run another --out-dir')}")

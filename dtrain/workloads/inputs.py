@@ -34,6 +34,16 @@ MAX_BATCH = 65_536  # images per process per step, as `dtrain bench scaling` and
 MAX_WORKERS = 64  # data loader processes per training process
 MAX_LR = 10.0  # SGD learning rates in use are 0.001 to 0.1
 MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)  # a full, read-only or forbidden disk
+PASSING_ERRNOS = (errno.EIO,)  # an I/O error, of a network disk as a rule (NFS, EFS): gone when tried again
+
+
+def write_fix(err: int | None, fix: str) -> str:
+    """What a file or folder that cannot be written for `err` asks of the user: 'try again, or FIX' for an I/O error
+    (a network disk's, which passes: another folder is no fix for it), else 'use a folder you can write to, with
+    free space, or FIX' (a full, read-only or forbidden disk)."""
+    if err in PASSING_ERRNOS:
+        return f"try again, or {fix}"
+    return f"use a folder you can write to, with free space, or {fix}"
 
 
 def real_number(text: str) -> float:
@@ -255,7 +265,9 @@ def can_write(folder: Path, what: str) -> None:
     except OSError as e:
         if e.errno in MACHINE_ERRNOS:
             raise OSError(e.errno, e.strerror, str(folder)) from None
-        raise SpecError(f"{what} {folder} cannot be written ({e.strerror}): give a folder you can write to") from None
+        again = "try again, or " if e.errno in PASSING_ERRNOS else ""
+        raise SpecError(f"{what} {folder} cannot be written ({e.strerror}): {again}give a folder you can write "
+                        "to") from None
 
 
 def hold(file, path: Path, fix: str, folder: Path | None = None) -> None:

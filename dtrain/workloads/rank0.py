@@ -22,7 +22,7 @@ from dtrain.errors import ConflictError, DtrainError, SpecError
 from dtrain.training import DistInfo, max_over_ranks
 from dtrain.training.metrics import open_append
 from dtrain.training.resume import on_sagemaker
-from dtrain.workloads.inputs import hold, hold_folder, lock_failed
+from dtrain.workloads.inputs import hold, hold_folder, lock_failed, write_fix
 
 # What rank 0 found (the all-reduced number's low bits).
 HELD, LINK, UNWRITABLE, FAILED, UNLOCKED = 1, 2, 3, 4, 5  # UNLOCKED: a lock failed other than as HELD
@@ -161,8 +161,7 @@ def refusal(code: int, places: Sequence[Place], rank: int) -> DtrainError:
         return SpecError(f"rank 0 found a symbolic link at {at}, {stops}: remove the link, or {place.fix}")
     if found == UNWRITABLE:
         why = f" ({os.strerror(err)})" if err else ""
-        return SpecError(f"rank 0 found that {place.path} cannot be written{why}, {stops}: use a folder you can "
-                         f"write to, with free space, or {place.fix}")
+        return SpecError(f"rank 0 found that {place.path} cannot be written{why}, {stops}: {write_fix(err, place.fix)}")
     if found == UNLOCKED:
         why = f" ({os.strerror(err)})" if err else ""
         return SpecError(f"rank 0 could not lock {place.held}{why}, {stops}: try again, or {place.fix}")
@@ -173,14 +172,14 @@ def opened(place: Place, fn: Callable[..., Any], *args: Any) -> Any:
     """fn(*args), which opens place.path to write (the metrics file's MetricsWriter, lanes' train.log). An OSError
     of it (an I/O error of a network disk, a full or read-only disk, a file another user owns) is one line naming
     the file and place.fix, as the other ranks' refusal (UNWRITABLE) names them: it was the OSError itself on
-    rank 0, one line only for some errnos (inputs.one_line_errors) and a traceback for EIO. Raised inside the
-    except: found_in reads its errno there."""
+    rank 0, one line only for some errnos (inputs.one_line_errors) and a traceback for EIO. An I/O error asks to
+    try again (inputs.write_fix): a network disk's passes, and another folder was no fix for it. Raised inside
+    the except: found_in reads its errno there."""
     try:
         return fn(*args)
     except OSError as e:
         path = e.filename if e.filename else place.path  # the file whose open failed (MetricsWriter's mirror too)
-        raise SpecError(f"{path} cannot be written ({e.strerror or e}): use a folder you can write to, with free "
-                        f"space, or {place.fix}") from None
+        raise SpecError(f"{path} cannot be written ({e.strerror or e}): {write_fix(e.errno, place.fix)}") from None
 
 
 def hold_file(path: Path, fix: str, folder: Path | None = None):
