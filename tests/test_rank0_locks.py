@@ -298,3 +298,43 @@ def test_a_folder_whose_probe_fails_for_an_io_error_asks_to_try_again_on_every_r
         one_training_writes(out, out, OTHER)
     assert str(e.value) == (f"rank 0 found that {out} cannot be written ({why}), so rank 1 stops too: "
                             f"{_advice(err, 'give this run another --out-dir')}")
+
+
+def test_a_custom_checkpoint_local_path_on_nfs_gets_its_lock_file_beside_it(monkeypatch, tmp_path):
+    """A job's CheckpointConfig may give its own LocalPath (SageMaker writes it to checkpointconfig.json), which
+    SageMaker syncs to S3 as it does /opt/ml/checkpoints. On NFS its folder lock fell back to a .training.lock in
+    it, which landed in S3 beside the checkpoints. The file is named after it in the folder above, as
+    /opt/ml/checkpoints' is, and a second training is still refused; a folder no CheckpointConfig names keeps its
+    .training.lock."""
+    import json
+
+    from test_cifar10_leftovers import _holding, _in_sagemaker_container
+
+    from dtrain.errors import ConflictError
+    from dtrain.workloads.cifar10.outputs import _one_training_writes, check_outputs
+    from dtrain.workloads.rank0 import folder_lock_file
+
+    opt_ml = _in_sagemaker_container(monkeypatch, tmp_path)
+    local = tmp_path / "mnt" / "ckpt"
+    (opt_ml / "input/config/checkpointconfig.json").write_text(json.dumps({"LocalPath": str(local),
+                                                                           "S3Uri": "s3://bucket/ckpt"}))
+    _no_flock_on_folders(monkeypatch)
+    _fake_all_reduce(monkeypatch)
+    cfg = parse_args(["--metrics-file", str(tmp_path / "own.jsonl"), "--checkpoint-dir", str(local)])
+    cfg = dataclasses.replace(cfg, checkpoint_dir=str(check_outputs(cfg)))
+    metrics, locks = _one_training_writes(cfg, MAIN)
+    for f in (metrics, *locks):
+        if f is not None:
+            f.close()
+    lock = local.parent.resolve() / ".ckpt.training.lock"
+    assert lock.is_file() and list(local.iterdir()) == []
+    assert folder_lock_file(local / "run-1") == lock.parent / ".ckpt-run-1.training.lock"  # within it too
+    assert folder_lock_file(tmp_path / "mnt") == tmp_path / "mnt" / ".training.lock"  # not synced
+    first = _holding(lock)
+    try:
+        with pytest.raises(ConflictError) as e:
+            _one_training_writes(cfg, MAIN)
+    finally:
+        first.communicate("")
+    assert str(e.value).startswith(f"another training is writing {local} (it holds {lock}): wait for it to end, ")
+    assert list(local.iterdir()) == []

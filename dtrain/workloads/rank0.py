@@ -11,6 +11,7 @@ line naming what rank 0 found there. One process: no collective.
 from __future__ import annotations
 
 import errno
+import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -65,8 +66,7 @@ def locks_the_folder(folder: Path, env: dict[str, str] | None = None) -> bool:
     in one every folder is locked as itself, but for the input channels (/opt/ml/input/data): a file-system
     channel (EFS, FSx) may be shared by other jobs' hosts, which see only a lock file, and SageMaker uploads
     nothing from it. Elsewhere (plain torchrun, dtrain's jobs on a shared volume, NFS): a LOCK_FILE."""
-    env = os.environ if env is None else env
-    if any(env.get(name, "").strip() and _within(folder, env[name].strip()) for name in SAGEMAKER_UPLOADS):
+    if sagemaker_uploads(folder, env):
         return True
     return on_sagemaker(env) and not _within(folder, OPT_ML / "input" / "data")
 
@@ -88,23 +88,45 @@ def own_folder_fix(folder: Path, what: str) -> str | None:
 
 
 SAGEMAKER_SYNCED = ("model", "output", "checkpoints")  # the folders of /opt/ml that SageMaker uploads or syncs
+CHECKPOINT_CONFIG = Path("input/config/checkpointconfig.json")  # under OPT_ML: the job's CheckpointConfig
+MAX_CONFIG_BYTES = 1 << 16  # a CheckpointConfig is two short strings
+
+
+def checkpoint_local_path() -> Path | None:
+    """The LocalPath of the job's CheckpointConfig, which SageMaker writes into the container
+    (/opt/ml/input/config/checkpointconfig.json, {"LocalPath": ..., "S3Uri": ...}) and syncs to S3 while the job
+    runs; None where the file is absent, unreadable or names no absolute path."""
+    try:
+        with open(OPT_ML / CHECKPOINT_CONFIG, encoding="utf-8") as f:
+            config = json.loads(f.read(MAX_CONFIG_BYTES))
+    except (OSError, ValueError):
+        return None
+    local = config.get("LocalPath") if isinstance(config, dict) else None
+    return Path(local) if isinstance(local, str) and os.path.isabs(local) else None
 
 
 def sagemaker_uploads(folder: str | os.PathLike, env: dict[str, str] | None = None) -> bool:
     """Whether SageMaker puts what `folder` holds in S3: it lies within what the toolkit's SM_MODEL_DIR and
-    SM_OUTPUT_*DIR name, or, in a SageMaker container, within /opt/ml/model, /opt/ml/output or
-    /opt/ml/checkpoints."""
+    SM_OUTPUT_*DIR name, or, in a SageMaker container, within /opt/ml/model, /opt/ml/output, /opt/ml/checkpoints
+    or the LocalPath the job's CheckpointConfig gives (checkpoint_local_path: one of the user's own, /mnt/ckpt)."""
     env = os.environ if env is None else env
     if any(env.get(name, "").strip() and _within(folder, env[name].strip()) for name in SAGEMAKER_UPLOADS):
         return True
-    return on_sagemaker(env) and any(_within(folder, OPT_ML / name) for name in SAGEMAKER_SYNCED)
+    if not on_sagemaker(env):
+        return False
+    if any(_within(folder, OPT_ML / name) for name in SAGEMAKER_SYNCED):
+        return True
+    local = checkpoint_local_path()
+    return local is not None and _within(folder, local)
 
 
 def folder_lock_file(folder: Path) -> Path:
     """The file rank 0 locks for a folder_lock place where the file system takes no flock on a folder (NFS:
-    hold_folder's EBADF; NFS locks a regular file through NLM or NFSv4). A folder SageMaker uploads gets no file:
-    it is beside it, named after it, in the nearest folder above that SageMaker uploads nothing from
-    (/opt/ml/.checkpoints.training.lock, /opt/ml/.output-data.training.lock); another folder, a LOCK_FILE in it."""
+    hold_folder's EBADF; NFS locks a regular file through NLM or NFSv4). A folder SageMaker uploads or syncs gets no
+    file: it is beside it, named after it, in the nearest folder above that SageMaker uploads nothing from
+    (/opt/ml/.checkpoints.training.lock, /opt/ml/.output-data.training.lock, /mnt/.ckpt.training.lock for a
+    CheckpointConfig's LocalPath /mnt/ckpt, whose LOCK_FILE SageMaker synced to S3); another folder, a LOCK_FILE
+    in it."""
     if not sagemaker_uploads(folder):
         return folder / LOCK_FILE
     here = Path(os.path.realpath(folder))
