@@ -58,11 +58,11 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         self._sagemaker = {k: v for k, v in (sagemaker or {}).items() if v not in (None, "")}
         if sagemaker:  # an unknown key at once; the values where the settings are read (Settings.sagemaker_config)
             from dtrain.backends.sagemaker.config import SageMakerConfig
-            known = list(SageMakerConfig.__dataclass_fields__)
-            if unknown := next((k for k in sagemaker if k not in known), None):
-                near = near_name(unknown, known)
-                raise SpecError(f"unknown SageMaker setting {shown(unknown)} in Client(sagemaker=...)"
-                                f"{f' (did you mean {near!r}?)' if near else ''}: use one of {', '.join(known)}")
+            if unknown := SageMakerConfig.unknown_settings(sagemaker):
+                key, near = next(iter(unknown.items()))
+                raise SpecError(f"unknown SageMaker setting {shown(key)} in Client(sagemaker=...)"
+                                f"{f' (did you mean {near!r}?)' if near else ''}: use one of "
+                                f"{', '.join(SageMakerConfig.__dataclass_fields__)}")
         try:
             self.config = UserConfig.load(self.home)
             self.config_problem: ClassesOverlapError | None = None

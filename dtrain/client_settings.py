@@ -139,13 +139,10 @@ class Settings:
         given = {k: v for k, v in settings.items() if v is not None}
         if both := sorted(set(given) & set(unset)):
             raise SpecError(f"{both[0]} is both set and unset: give one of them; nothing was changed")
-        known = list(SageMakerConfig.__dataclass_fields__)
-        if unknown := next((k for k in [*given, *unset] if k not in known), None):  # the CLI's flags are all known
-            import difflib
-
-            near = difflib.get_close_matches(unknown, known, n=1)
-            raise SpecError(f"unknown SageMaker setting {shown(unknown)}{f' (did you mean {near[0]!r}?)' if near else ''}"
-                            f": use one of {', '.join(known)}; nothing was changed")
+        if unknown := SageMakerConfig.unknown_settings([*given, *unset]):  # the CLI's flags are all known
+            key, near = next(iter(unknown.items()))
+            raise SpecError(f"unknown SageMaker setting {shown(key)}{f' (did you mean {near!r}?)' if near else ''}"
+                            f": use one of {', '.join(SageMakerConfig.__dataclass_fields__)}; nothing was changed")
         where = str(self.home / "config.yaml")
 
         def merged(current: dict) -> dict:

@@ -13,7 +13,7 @@ from conftest import Dtrain, assert_usage_error
 
 from dtrain.client import Client
 from dtrain.config import UserConfig
-from dtrain.errors import BackendError
+from dtrain.errors import BackendError, SpecError
 
 
 def test_two_config_changes_made_at_once_both_stay(home):
@@ -90,6 +90,24 @@ def test_a_bad_sagemaker_setting_is_named_when_shown_or_chosen(dt, home):
         assert (home / "config.yaml").read_text() == text
     (home / "config.yaml").write_text("sagemaker: {bucket: my-bucket}\n")
     assert dt("config", "sagemaker").stdout == "SageMaker settings: bucket=my-bucket\n"
+
+
+def test_config_yamls_unknown_sagemaker_setting_names_the_near_one(dt, home):
+    """config.yaml's `sagemaker: {rol: ...}` was 'unknown sagemaker setting rol; known: ...' with no near name,
+    where Client(sagemaker={'rol': ...}) and configure_sagemaker(rol=...) said "did you mean 'role'?"; one
+    check (SageMakerConfig.unknown_settings) serves every door, each in its own words."""
+    from dtrain.backends.sagemaker.config import SageMakerConfig
+
+    known = "role, bucket, region, prefix, image, instance_type, subnets, security_groups, master_port"
+    (home / "config.yaml").write_text("sagemaker: {rol: 'arn:aws:iam::123456789012:role/R'}\n")
+    said = dt("config", "sagemaker", check=False)
+    assert said.returncode == 2 and said.stderr == (f"dtrain: error: {home / 'config.yaml'}: unknown sagemaker setting "
+                                                    f"rol (did you mean 'role'?); known: {known}\n"), said.stderr
+    with pytest.raises(SpecError) as two:
+        SageMakerConfig.from_dict({"zzz": 1, "bukcet": "b", 3: "x"})
+    assert str(two.value) == (f"config.yaml: unknown sagemaker settings 3, bukcet (did you mean 'bucket'?), zzz; "
+                              f"known: {known}")
+    assert SageMakerConfig.unknown_settings(["role", "rgion", "qq"]) == {"rgion": "region", "qq": None}
 
 
 @pytest.mark.parametrize("var, value", [("AWS_MAX_ATTEMPTS", "abc"), ("AWS_METADATA_SERVICE_TIMEOUT", "x"),

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import asdict, dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from dtrain.errors import SpecError, Worded
-from dtrain.names import SHOWN, cut, listed, shown
+from dtrain.names import SHOWN, cut, listed, near_name, shown
 from dtrain.spec_sagemaker import INSTANCE_RE, REGION_RE, ROLE_RE, gpu_type, instance_family, option_named
 from dtrain.spec_sagemaker import S3_BUCKET_RE as BUCKET_RE  # S3 bucket naming rules
 # No leading or trailing "/", no "//": the prefix is joined into s3://BUCKET/PREFIX/JOB/...
@@ -140,9 +140,17 @@ class SageMakerConfig:
         return {k: v for k, v in d.items() if v not in (None, [], ())}
 
     @classmethod
+    def unknown_settings(cls, keys: Iterable[Any]) -> dict[Any, str | None]:
+        """The keys among `keys` that are no setting, in the order given, each with the setting one
+        slip away from it (None when none is): what every door that takes these settings refuses."""
+        known = list(cls.__dataclass_fields__)
+        return {key: near_name(key, known) for key in keys if key not in known}
+
+    @classmethod
     def from_dict(cls, data: Mapping[str, Any], where: str = "config.yaml") -> "SageMakerConfig":
-        unknown = sorted(set(data or {}) - set(cls.__dataclass_fields__))
+        unknown = cls.unknown_settings(sorted(data or {}, key=str))
         if unknown:
-            raise SpecError(f"{where}: unknown sagemaker {listed(unknown, 'setting')}; known: "
+            said = [f"{key}{f' (did you mean {near!r}?)' if near else ''}" for key, near in unknown.items()]
+            raise SpecError(f"{where}: unknown sagemaker {listed(said, 'setting')}; known: "
                             f"{', '.join(cls.__dataclass_fields__)}")
         return cls(**dict(data or {}))
