@@ -251,8 +251,18 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
         """Whether the snapshot `snapshot` that a volume or snapshot made at unix time `since` came from
         is still there: one of that name taken before then (1 s slack: a volume's time is kept to the
         second); one taken later took a deleted one's name, and is another snapshot."""
-        return self.conn.execute("SELECT 1 FROM snapshots WHERE name = ? AND created_ns <= ?",
-                                 (snapshot, int(since * 1e9) + 10**9)).fetchone() is not None
+        return (snapshot, since) in self.sources_there([(snapshot, since)])
+
+    def sources_there(self, sources: Sequence[tuple[str, float]]) -> set[tuple[str, float]]:
+        """The (snapshot, since) pairs of `sources` whose snapshot is still there, as `source_there`
+        tells one, in one query for all (a listing's rows, not a query each)."""
+        names = list({name for name, _ in sources})
+        if not names:
+            return set()
+        first = dict(self.conn.execute(f"SELECT name, MIN(created_ns) FROM snapshots WHERE name IN "
+                                       f"({','.join('?' * len(names))}) GROUP BY name", names))
+        return {(name, since) for name, since in sources
+                if name in first and first[name] <= int(since * 1e9) + 10**9}
 
     # --- snapshots -------------------------------------------------------------------------
     def _require_folder(self, vol: Volume, doing: str, *, replaced: bool = False) -> None:

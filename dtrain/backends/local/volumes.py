@@ -117,7 +117,9 @@ class VolumeHooks:
         return self.store.names() if what == "job" else (self.storage.names(what), [])
 
     def _list_volumes(self):
-        return [self._volume(v) for v in self.storage.list_volumes()]
+        volumes = self.storage.list_volumes()
+        gone = self._gone([(v.origin_snapshot, v.created) for v in volumes])  # one query for all
+        return [self._volume(v, origin_gone=(v.origin_snapshot, v.created) in gone) for v in volumes]
 
     def _get_volume(self, name):
         return self._volume(self.storage.get_volume(name))
@@ -200,7 +202,7 @@ class VolumeHooks:
         return writers
 
     def _list_snapshots(self):
-        return [self._snapshot(s) for s in self.storage.list_snapshots()]
+        return self._snapshot_records(self.storage.list_snapshots())
 
     def _get_snapshot(self, name):
         return self._snapshot(self.storage.get_snapshot(name))
@@ -233,33 +235,45 @@ class VolumeHooks:
     def _diff_snapshots(self, a, b):
         return self.storage.diff(a, b)
 
-    def _volume(self, v: Volume, *, measure: bool = True) -> VolumeInfo:
+    def _volume(self, v: Volume, *, measure: bool = True, origin_gone: bool | None = None) -> VolumeInfo:
         """The record of `v`; `measure` walks its files for `used_bytes` (what `du` costs). The
         verbs that just wrote a volume (create, restore, move) return it unmeasured: a restore
         on btrfs takes a few milliseconds, and walking the 15,000 uncached inodes of the new
-        subvolume took 0.8 s; list and get measure."""
+        subvolume took 0.8 s; list and get measure. `origin_gone`: whether its origin snapshot was
+        deleted since, where a listing asked for all its rows at once (None: asked here)."""
+        if origin_gone is None:
+            origin_gone = (v.origin_snapshot, v.created) in self._gone([(v.origin_snapshot, v.created)])
         return VolumeInfo(name=v.name, backend=self.name, size=v.size, size_bytes=v.size_bytes,
                           storage_class=v.storage_class, created=v.created, origin_snapshot=v.origin_snapshot,
                           status="Lost" if self._lost(v) else "Bound", job=v.labels.get(LABEL_JOB),
                           used_bytes=_disk_usage(v.path) if measure else None, labels=dict(v.labels),
                           extra={"path": str(v.path), "uid": v.uid, "head_snapshot": v.head_snapshot,
-                                 "snapshots": v.snapshots, "origin_snapshot_deleted": self._gone(v.origin_snapshot,
-                                                                                                  v.created)})
+                                 "snapshots": v.snapshots, "origin_snapshot_deleted": origin_gone})
 
     def _snapshot(self, s: Snapshot) -> SnapshotInfo:
-        """The record of `s`; the base class marks an earlier run's (Backend._mark_earlier_runs)."""
-        return SnapshotInfo(name=s.name, backend=self.name, volume=s.volume, created=s.created, job=s.job,
-                            job_uid=s.job_uid,
-                            job_spec=s.job_spec, source_snapshot=s.source_snapshot, files=s.files, bytes=s.bytes,
-                            volume_size=s.volume_size, storage_class=s.storage_class,
-                            extra={"id": s.id, "volume_uid": s.volume_uid, "added_bytes": s.added_bytes,
-                                   "method": s.method, "source_snapshot_deleted": self._gone(s.source_snapshot, s.created),
-                                   "volume_deleted": not self.storage.still_there([s.volume_uid], [])[0]})
+        return self._snapshot_records([s])[0]
 
-    def _gone(self, snapshot: str | None, since: float) -> bool:
-        """True where the snapshot a volume was restored from, or a snapshot's data started from, was
-        deleted since: `volume list` and `snapshot list` mark it '(deleted)', as `describe job` does."""
-        return snapshot is not None and not self.storage.source_there(snapshot, since)
+    def _snapshot_records(self, snaps: list[Snapshot]) -> list[SnapshotInfo]:
+        """The records of `snaps`, in two queries whatever their number (whose volume and whose source
+        snapshot were deleted since); the base class marks an earlier run's (Backend._mark_earlier_runs)."""
+        volumes, _ = self.storage.still_there([s.volume_uid for s in snaps], [])
+        gone = self._gone([(s.source_snapshot, s.created) for s in snaps])
+        return [SnapshotInfo(name=s.name, backend=self.name, volume=s.volume, created=s.created, job=s.job,
+                             job_uid=s.job_uid,
+                             job_spec=s.job_spec, source_snapshot=s.source_snapshot, files=s.files, bytes=s.bytes,
+                             volume_size=s.volume_size, storage_class=s.storage_class,
+                             extra={"id": s.id, "volume_uid": s.volume_uid, "added_bytes": s.added_bytes,
+                                    "method": s.method, "source_snapshot_deleted": (s.source_snapshot, s.created) in gone,
+                                    "volume_deleted": s.volume_uid not in volumes})
+                for s in snaps]
+
+    def _gone(self, sources: list[tuple[str | None, float]]) -> set[tuple[str, float]]:
+        """The (snapshot, since) pairs whose snapshot (that a volume was restored from, or a snapshot's data
+        started from) was deleted since, in one query: `volume list` and `snapshot list` mark it '(deleted)',
+        as `describe job` does. A pair without a snapshot is never in it."""
+        asked = [(name, since) for name, since in sources if name is not None]
+        there = self.storage.sources_there(asked)
+        return {pair for pair in asked if pair not in there}
 
 
 def _log():
