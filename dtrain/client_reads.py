@@ -306,7 +306,7 @@ class EveryBackend:
             try:
                 return self._expired_forgotten(backend, name).summary(project=name)
             except DtrainError:
-                if backend.name == home.name or _keeps_projects(backend, name):
+                if backend.name == home.name or backend.keeps_projects:  # not read again to ask
                     raise
                 return None
 
@@ -317,14 +317,3 @@ class EveryBackend:
                 counts[c.status.value] += c.jobs if c.project == name else 0
         made = replace(mine[0], running=counts.get("Running", 0), pending=counts.get("Pending", 0))
         return Listed([made], (*notices, *mine.notices))
-
-
-def _keeps_projects(backend: Backend, name: str) -> bool:
-    """Whether `backend` keeps projects (SageMaker does not: its refusal reads nothing remote)."""
-    try:
-        backend.read_project(name)
-    except NotSupportedError:
-        return False
-    except DtrainError:
-        return True
-    return True

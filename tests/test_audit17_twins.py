@@ -3,7 +3,11 @@ listing that asks the state database a fixed number of questions whatever its le
 
 from __future__ import annotations
 
+import pytest
+
 from dtrain.backends.local.backend import LocalBackend
+from dtrain.client import Client
+from dtrain.errors import BackendError
 from dtrain.storage.volumes import Storage
 
 
@@ -52,3 +56,48 @@ def test_snapshot_and_volume_lists_ask_the_database_the_same_whatever_their_leng
     assert {v.name: v.extra["origin_snapshot_deleted"] for v in vols} == {"data": False,
                                                                           **{f"v{i}": True for i in range(20)}}
 
+
+class _Refusing(LocalBackend):
+    """A backend whose jobs cannot be counted (a cluster that does not answer), counting the project reads
+    it is asked for; `keeps_projects` False: one that keeps none (SageMaker)."""
+
+    def __init__(self, *args, keeps: bool = True, **kw):
+        super().__init__(*args, **kw)
+        self.name, self.keeps_projects, self.reads = "other", keeps, []
+
+    def _summary(self, *, project=None):
+        raise BackendError("the other backend does not answer")
+
+    def _list_projects(self):
+        self.reads.append("all")
+        return super()._list_projects()
+
+    def _one_project(self, name):
+        self.reads.append(name)
+        return super()._one_project(name)
+
+
+@pytest.mark.parametrize("keeps", [True, False])
+def test_read_project_does_not_read_a_backend_again_after_it_refused(home, keeps):
+    """Client.read_project asked a backend whose jobs could not be counted for the project again, to learn
+    whether it kept projects at all (a second trip to a cluster that had just not answered). It is told by
+    Backend.keeps_projects: one that does is a notice, as before; one that does not is left out, as before."""
+    LocalBackend(home).create_project("team-a", gpu_quota=0)
+    other = _Refusing(home, keeps=keeps)
+    client = Client(home=home, backends={"other": other})
+    client._sent_to.record("other", "default")  # a job submitted there: every read of all projects walks it
+    got = client.read_project("team-a")
+    assert [(p.name, p.backend) for p in got] == [("team-a", "local")]
+    assert other.reads == []
+    said = [n.message for n in got.notices]
+    assert said == ([f"projects on the other backend (where this home's submit --backend other sent jobs) not "
+                     f"listed, the others are: the other backend does not answer; to stop asking it (a cluster "
+                     f"that is gone): dtrain.Client().forget_backend('other')"] if keeps else []), said
+
+
+def test_only_sagemaker_of_dtrains_backends_keeps_no_projects():
+    from dtrain.backends.kubernetes.backend import KubernetesBackend
+    from dtrain.backends.sagemaker.backend import SageMakerBackend
+
+    assert (LocalBackend.keeps_projects, KubernetesBackend.keeps_projects, SageMakerBackend.keeps_projects) == (
+        True, True, False)

@@ -79,6 +79,9 @@ class Backend(BackendDefaults):
     """
 
     name: str = "base"
+    # Whether it keeps projects (SageMaker does not: a job's project is a tag): told with no read, so a
+    # caller whose read of it was refused knows, without reading it again, whether to say so.
+    keeps_projects: bool = True
 
     # ---- jobs ---------------------------------------------------------------------------
     def submit(self, spec: JobSpec) -> JobInfo:

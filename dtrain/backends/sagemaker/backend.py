@@ -61,6 +61,7 @@ class SageMakerBackend(SubmitChecks, JobReading, JobLogs, Backend):
     JobInfo, the job list), joblogs.py (a job's logs, `-f`, --previous)."""
 
     name = "sagemaker"
+    keeps_projects = False  # a job's project is its dtrain:project tag (_list_projects says so)
 
     def __init__(self, config: SageMakerConfig, *, clients: Clients | None = None, local: Clients | None = None,
                  session: Any = None, home: str | os.PathLike | None = None, cwd: str | None = None,
