@@ -47,8 +47,8 @@ RUNAI_FLAGS = {
 
 
 # kubectl run's label flags, which submit spells --label: `-l a=b` was told that the command goes after '--'.
-KUBECTL_FLAGS = {"-l": "a job's label is --label KEY=VALUE (repeat it; 'dtrain list -l KEY=VALUE' selects by it)",
-                 "--labels": "a job's label is --label KEY=VALUE (repeat it; 'dtrain list -l KEY=VALUE' selects by it)"}
+KUBECTL_FLAGS = dict.fromkeys(("-l", "--labels"), "a job's label is --label KEY=VALUE (repeat it; "
+                                                  "'dtrain list -l KEY=VALUE' selects by it)")
 
 
 # The process-count flags of the launchers a user has typed before (torchrun's, mpirun's): argparse's

@@ -175,7 +175,8 @@ def cmd_snapshot(args, client: Client) -> int:
         snaps = client.list_snapshots(volume=args.volume, job=args.job, project=args.project)  # a name that never was: its one line
         snaps = _older(snaps, args.older_than)
         rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), _volume_word(s), _job_word(s),
-                 _from(s.source_snapshot, s.extra.get("source_snapshot_deleted")), "-" if s.files is None else s.files, fmt.size(s.bytes), fmt.age(s.created)]
+                 _from(s.source_snapshot, s.extra.get("source_snapshot_deleted")), "-" if s.files is None else s.files,
+                 fmt.size(s.bytes), fmt.age(s.created)]
                 for s in snaps]
         whose = " and".join(w for w in (f" of volume '{args.volume}'" if args.volume else "",
                                         f" linked to job '{args.job}'" if args.job else "") if w)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from dtrain.backends.base import JobInfo, Listed, Notice
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError
@@ -56,27 +56,19 @@ class SubmitVerbs:
         and the manifests are returned all the same. The translation stays render_job's, pure."""
         objects = render_job(spec, self.config, with_namespace=self.config.create_namespace)  # a bad spec: no call
         namespace = self.config.namespace_of(spec.project)
-        missing = [self.config.create_namespace]  # unless the cluster says it is there, as submit reads it
-
-        def namespace_missing() -> None:
-            missing[0] = self._namespace_missing(namespace, spec.project)
-
-        checks = [(f"namespace {namespace} exists", namespace_missing),
-                  *self._free_checks(spec, namespace, objects, dry=True)]
-        source = None  # the volume --snapshot-on-success names, whose size and class its watcher records
-
-        def read_source() -> None:
-            nonlocal source
-            source = self._try_read(PVC, namespace, spec.snapshot_volume)
-
+        exists, sized = f"namespace {namespace} exists", f"the size and class of volume {spec.snapshot_volume!r}"
+        checks: list[tuple[str, Callable[[], Any]]] = [
+            (exists, lambda: self._namespace_missing(namespace, spec.project)),
+            *self._free_checks(spec, namespace, objects, dry=True)]
         if spec.snapshot_volume and self.config.snapshot_watcher and \
                 spec.snapshot_volume not in {name for name, _ in spec.new_volumes()}:
-            checks.append((f"the size and class of volume {spec.snapshot_volume!r}", read_source))
+            checks.append((sized, lambda: self._try_read(PVC, namespace, spec.snapshot_volume)))
+        answers: dict[str, Any] = {}  # each check's answer, by what it checks
         unchecked: list[str] = []
         reason, answered = None, True
         for i, (what, check) in enumerate(checks):
             try:
-                check()
+                answers[what] = check()
             except (NotFoundError, ConflictError):
                 raise  # what submit would refuse, in its words
             except DtrainError as err:  # refused by RBAC: the rest goes on; no answer at all: nothing more is asked
@@ -92,10 +84,13 @@ class SubmitVerbs:
                 "same, and submit checks them", ", ".join(unchecked), reason)
         if answered and resource_for(spec, self.config) is TRAIN_JOB:
             self._check_trainer_version()
-        if source is not None:  # as submit renders it
+        # the volume --snapshot-on-success names, whose size and class its watcher records, as submit renders it
+        if (source := answers.get(sized)) is not None:
             objects = render_job(spec, self.config, with_namespace=self.config.create_namespace,
                                  snapshot_source=source)
-        if not missing[0]:  # there already (a Kubeflow profile's, an admin's): submit creates none
+        # the namespace made, as submit reads it, unless the cluster said it is there already (a Kubeflow
+        # profile's, an admin's): submit creates none
+        if not answers.get(exists, self.config.create_namespace):
             objects = [obj for obj in objects if obj["kind"] != NAMESPACE.kind]
         notices: list[Notice] = []
         if answered:  # the watcher's account, Role and binding, made by an earlier job or by someone else
