@@ -8,6 +8,7 @@ import os
 import sqlite3
 import time
 import weakref
+from collections.abc import Sequence
 from pathlib import Path
 
 from dtrain.errors import StorageError
@@ -369,3 +370,17 @@ def machine_refused(err: BaseException) -> str | None:
         where = f" writing {err.filename}" if err.filename else ""
         return f"{err.strerror}{where}: {_ERRNO_HINTS[err.errno]}"
     return None
+
+
+IN_BATCH = 500  # values bound per query: well under SQLite's limit on variables (999 before 3.32, 32766 since)
+
+
+def rows_in(conn: sqlite3.Connection, sql: str, values: Sequence[object]) -> list[tuple]:
+    """The rows of `sql`, whose one `IN ({})` is filled with `values`, asked in batches of IN_BATCH (one query
+    for a listing of up to that many; SQLite refuses a query binding more variables than its limit)."""
+    values = list(dict.fromkeys(values))
+    out: list[tuple] = []
+    for at in range(0, len(values), IN_BATCH):
+        part = values[at:at + IN_BATCH]
+        out += conn.execute(sql.format(",".join("?" * len(part))), part).fetchall()
+    return out

@@ -101,3 +101,25 @@ def test_only_sagemaker_of_dtrains_backends_keeps_no_projects():
 
     assert (LocalBackend.keeps_projects, KubernetesBackend.keeps_projects, SageMakerBackend.keeps_projects) == (
         True, True, False)
+
+
+def test_a_listing_longer_than_sqlites_variable_limit_is_asked_in_batches(tmp_path):
+    """still_there and sources_there bind one variable a row: past SQLite's limit (999 before 3.32) one query was
+    'too many SQL variables'. They ask in batches of db.IN_BATCH now."""
+    import sqlite3
+
+    from dtrain import db
+
+    storage = Storage(tmp_path)
+    try:
+        storage.create_volume("data", size="1Mi")
+        storage.create_snapshot("data", name="base")
+        vol_uid = storage.get_volume("data").uid
+        storage.conn.setlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER, db.IN_BATCH)
+        many = [f"uid-{i}" for i in range(3 * db.IN_BATCH)] + [vol_uid]
+        volumes, snapshots = storage.still_there(many, many)
+        assert volumes == {vol_uid} and snapshots == set()
+        sources = [(f"snap-{i}", 1e10) for i in range(2 * db.IN_BATCH)] + [("base", 1e10)]
+        assert storage.sources_there(sources) == {("base", 1e10)}
+    finally:
+        storage.close()

@@ -228,11 +228,7 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
     def still_there(self, volume_uids: Sequence[str], snapshot_uids: Sequence[str]) -> tuple[set[str], set[str]]:
         """Which of these volume and snapshot uids exist now (not deleted since they were recorded)."""
         def there(table: str, uids: Sequence[str]) -> set[str]:
-            uids = list(set(uids))
-            if not uids:
-                return set()
-            return {r[0] for r in self.conn.execute(f"SELECT uid FROM {table} WHERE uid IN ({','.join('?' * len(uids))})",
-                                                    uids)}
+            return {r[0] for r in db.rows_in(self.conn, f"SELECT uid FROM {table} WHERE uid IN ({{}})", uids)}
         return there("volumes", volume_uids), there("snapshots", snapshot_uids)
 
     def has_job_snapshot(self, name: str, job: str, since: float, uid: str | None = None) -> bool:
@@ -259,8 +255,8 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
         names = list({name for name, _ in sources})
         if not names:
             return set()
-        first = dict(self.conn.execute(f"SELECT name, MIN(created_ns) FROM snapshots WHERE name IN "
-                                       f"({','.join('?' * len(names))}) GROUP BY name", names))
+        first = dict(db.rows_in(self.conn, "SELECT name, MIN(created_ns) FROM snapshots WHERE name IN ({}) "
+                                           "GROUP BY name", names))
         return {(name, since) for name, since in sources
                 if name in first and first[name] <= int(since * 1e9) + 10**9}
 
