@@ -18,8 +18,8 @@ from math import ceil, inf
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.numbers import TypedFloat, TypedInt, plain, typed
 # how a message says things: dtrain.wording's, every name still dtrain.names.NAME for its callers
-from dtrain.wording import (SHOWN, abbreviated, counted, cut, given_fields, given_repr, listed,  # noqa: F401
-                            near_choice, noun, shown, them, with_near)
+from dtrain.wording import (FLAGS, SHOWN, abbreviated, counted, cut, given_as, given_fields, given_repr,  # noqa: F401
+                            listed, named, near_choice, noun, shown, them, with_near)
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
 MAX_NAME = 53  # NAME_RE's bound
@@ -149,11 +149,13 @@ def check_gpu_quota(value, what: str = "--gpu-quota") -> int:
     return plain(value)
 
 
-def check_limit_bytes(value) -> int:
-    """kubectl logs' --limit-bytes: a whole number of bytes from 1 to MAX_LIMIT_BYTES."""
+def check_limit_bytes(value, door: str) -> int:
+    """kubectl logs' --limit-bytes: a whole number of bytes from 1 to MAX_LIMIT_BYTES, refused naming it
+    as `door` does (the SDK's limit_bytes=, the CLI's flag, which the HTTP API's answer names too)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_LIMIT_BYTES:
-        raise SpecError(f"invalid --limit-bytes {shown(value)}: use a number of bytes from 1 to {MAX_LIMIT_BYTES} "
-                        f"(leave it out for the whole log), e.g. --limit-bytes 10000")
+        whole = "None, the default, for the whole log" if door == "sdk" else "leave it out for the whole log"
+        raise SpecError(f"invalid {named('limit_bytes', door)} {shown(value)}: use a number of bytes from 1 to "
+                        f"{MAX_LIMIT_BYTES} ({whole}), e.g. {given_as('limit_bytes', '10000', door)}")
     return plain(value)
 
 

@@ -132,3 +132,19 @@ def given_fields(record, *, unset: Iterable[str] = ()) -> list[str]:
 def _same(value, default) -> bool:
     """Whether `value` is its field's `default`: equal, and of its kind (a True is not a default 1)."""
     return type(value) is type(default) and value == default or value is default
+
+
+# Each argument a refusal names, as each door spells it: the SDK's own argument (cpu), or the CLI's flag
+# (--cpu), which a job file's and the HTTP API's refusals name too (they answer as the CLI).
+FLAGS = {"cpu": "--cpu", "memory": "--memory", "idle_timeout": "--idle-timeout", "limit_bytes": "--limit-bytes",
+         "working_dir": "--working-dir", "image": "--image", "image_pull_policy": "--image-pull-policy"}
+
+
+def named(arg: str, door: str = "sdk") -> str:
+    """Argument `arg` (FLAGS' key) as a refusal from `door` names it: cpu from the SDK, --cpu elsewhere."""
+    return arg if door == "sdk" else FLAGS[arg]
+
+
+def given_as(arg: str, value: str, door: str = "sdk") -> str:
+    """`arg` given `value`, as an example in a refusal from `door` writes it: cpu=2, --cpu 2."""
+    return f"{arg}={value}" if door == "sdk" else f"{FLAGS[arg]} {value}"

@@ -117,9 +117,9 @@ def test_bench_scalings_refusals_name_an_example(tmp_path, flags, says):
 
 
 def test_cpu_just_over_its_bound_is_refused_as_typed():
-    with pytest.raises(SpecError, match=r"^invalid --cpu 1024\.0000000000001: use a number of CPU threads"):
+    with pytest.raises(SpecError, match=r"^invalid cpu 1024\.0000000000001: use a number of CPU threads"):
         JobSpec(name="x", command=["true"], cpu=jobs.real("1024.0000000000001"))
-    with pytest.raises(SpecError, match=r"^invalid --cpu 0\.0099999999999999999:"):
+    with pytest.raises(SpecError, match=r"^invalid cpu 0\.0099999999999999999:"):
         JobSpec(name="x", command=["true"], cpu=jobs.real("0.0099999999999999999"))
     with pytest.raises(SpecError, match=r"^invalid cpu 1024\.0000000000001|^invalid --cpu 1024\.0000000000001"):
         JobSpec.from_dict(spec.yaml_mapping(b"name: x\ncommand: [\"true\"]\ncpu: 1024.0000000000001", "j.yaml", ""))
@@ -165,7 +165,7 @@ FLAGS = {
     "submit --max-restarts": (lambda t: JobSpec(name="x", command=["t"], max_restarts=_cli(
         "submit", "x", "--max-restarts", t).max_restarts).max_restarts, 12),
     "logs --tail": (lambda t: names.check_tail(_cli("logs", "x", "--tail", t).tail, "cli"), 12),
-    "logs --limit-bytes": (lambda t: names.check_limit_bytes(_cli("logs", "x", "--limit-bytes", t).limit_bytes), 12),
+    "logs --limit-bytes": (lambda t: names.check_limit_bytes(_cli("logs", "x", "--limit-bytes", t).limit_bytes, "cli"), 12),
     "logs --rank": (lambda t: watch._rank(_cli("logs", "x", "--rank", t).rank), 12),
     "exec --rank": (lambda t: watch._exec_rank(t), 12),
     "wait --timeout": (lambda t: watch.wait_timeout(_cli("wait", "x", "--timeout", t).timeout), 12),

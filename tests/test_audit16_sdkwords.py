@@ -353,3 +353,58 @@ def test_the_clis_notebook_and_job_file_keep_the_flags_words(cli, tmp_path):
     (tmp_path / "job.yaml").write_text("name: x\ncommand: [\"true\"]\nworking_dir: src\n")
     assert cli("submit", "-f", str(tmp_path / "job.yaml")) == (2, "dtrain: error: invalid --working-dir 'src': use "
                                                                   "an absolute path\n")
+
+
+@pytest.mark.parametrize("fields, says, cli_said", [
+    ({"cpu": 0}, "invalid cpu 0: use a number of CPU threads from 0.01 to 1024, e.g. cpu=2 or cpu=0.5",
+     "invalid --cpu 0: use a number of CPU threads from 0.01 to 1024, e.g. --cpu 2 or --cpu 0.5"),
+    ({"cpu": "2"}, "invalid cpu '2': use a number of CPU threads from 0.01 to 1024, e.g. cpu=2 or cpu=0.5",
+     "invalid --cpu '2': use a number of CPU threads from 0.01 to 1024, e.g. --cpu 2 or --cpu 0.5"),
+    ({"memory": "4"}, "invalid memory '4': a number without a unit is bytes (4 bytes); use a quantity from 4Mi to "
+                      "1Ei: write the unit, e.g. 4Gi",
+     "invalid --memory '4': a number without a unit is bytes (4 bytes); use a quantity from 4Mi to 1Ei: write the "
+     "unit, e.g. 4Gi"),
+    ({"memory": 512}, "invalid memory 512: must be a string such as '512Mi'",
+     "invalid --memory 512: must be a string such as 512Mi"),
+    ({"notebook": True, "idle_timeout": 5}, "invalid idle_timeout 5: use a whole number of seconds from 60 (1m) to "
+                                            "2592000 (30d), e.g. idle_timeout=3600 (1h)",
+     "invalid --idle-timeout 5 (seconds): give 1m to 30d, i.e. a whole number of seconds from 60 to 2592000, e.g. "
+     "3600 (1h)"),
+    ({"idle_timeout": 3600}, "job 'x': idle_timeout stops an idle notebook; a training job ends by itself: drop it "
+                             "(or start a notebook: Client.notebook(NAME, idle_timeout=3600))",
+     "job 'x': --idle-timeout stops an idle notebook; a training job ends by itself: drop it (or start a notebook: "
+     "dtrain notebook NAME --idle-timeout 1h)"),
+])
+def test_a_jobspecs_cpu_memory_and_idle_timeout_are_named_as_its_arguments(fields, says, cli_said):
+    """JobSpec(cpu=0) said 'invalid --cpu 0 ... e.g. --cpu 2', memory='4' 'invalid --memory', idle_timeout=5
+    'invalid --idle-timeout': flags a Python caller never typed. A flag, a job file and the HTTP body keep them."""
+    for build in (lambda: JobSpec(**{"name": "x", "command": ["true"], **fields}),
+                  lambda: JobSpec.from_dict({"name": "x", "command": ["true"], **fields})):
+        with pytest.raises(SpecError) as sdk:
+            build()
+        assert str(sdk.value) == says
+    for door in ("cli", "http"):
+        with pytest.raises(SpecError) as other:
+            JobSpec.from_dict({"name": "x", "command": ["true"], **fields}, door=door)
+        assert str(other.value) == cli_said
+
+
+def test_client_notebook_and_logs_name_idle_timeout_and_limit_bytes_as_arguments(cli, home):
+    """Client.notebook('nb', idle_timeout=5) said 'invalid --idle-timeout 5', Client.logs(limit_bytes=0)
+    'invalid --limit-bytes 0 ... e.g. --limit-bytes 10000'; `dtrain notebook` and `dtrain logs` keep the flags."""
+    from dtrain import Client
+
+    client = Client(home=home)
+    with pytest.raises(SpecError) as said:
+        client.notebook("nb", idle_timeout=5)
+    assert str(said.value).startswith("invalid idle_timeout 5: use a whole number of seconds from 60 (1m)")
+    with pytest.raises(SpecError) as said:
+        client.logs("nope", limit_bytes=0)
+    assert str(said.value) == ("invalid limit_bytes 0: use a number of bytes from 1 to 1152921504606846976 (None, "
+                               "the default, for the whole log), e.g. limit_bytes=10000")
+    code, said = cli("notebook", "nb", "--idle-timeout", "5")
+    assert code == 2 and said.startswith("dtrain: error: invalid --idle-timeout 5 (seconds): give 1m to 30d"), said
+    assert cli("logs", "nope", "--limit-bytes", "0") == (2, "dtrain: error: invalid --limit-bytes 0: use a number of "
+                                                            "bytes from 1 to 1152921504606846976 (leave it out for the "
+                                                            "whole log), e.g. --limit-bytes 10000\n")
+    assert client.list() == []  # nothing made

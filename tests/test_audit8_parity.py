@@ -129,9 +129,12 @@ def test_a_limit_bytes_out_of_bounds_is_one_line_from_every_door(server, value):
     said = usage_line(server.dtrain()("logs", "done", "--limit-bytes", value, check=False))
     typed = value if value != "x" else repr(value)  # not a number: named as typed, by the CLI as by the query
     assert said.startswith(f"invalid --limit-bytes {typed}: use a number of bytes from 1 to"), said
-    with pytest.raises(SpecError) as err:
+    assert said == (f"invalid --limit-bytes {typed}: use a number of bytes from 1 to {2**60} (leave it out for the "
+                    f"whole log), e.g. --limit-bytes 10000")
+    with pytest.raises(SpecError) as err:  # one line too, naming the SDK's argument
         Client(home=server.home).logs("done", limit_bytes=int(value) if value != "x" else value)
-    assert str(err.value) == said
+    assert str(err.value) == (f"invalid limit_bytes {typed}: use a number of bytes from 1 to {2**60} (None, the "
+                              f"default, for the whole log), e.g. limit_bytes=10000")
     r = server.http.get(f"{JOB}/done/logs", params={"limit_bytes": value})
     assert r.status_code == 422, r.text
     assert r.json()["error"] == said

@@ -376,9 +376,11 @@ def test_idle_timeout_flag_spec_and_api_bounds(dt: Dtrain):
         assert parse_duration(bad) is None
     assert notebook_spec("nb", idle_timeout=3600).idle_timeout == 3600
     for bad in (59, 30 * 86400 + 1, True, 60.5):
-        with pytest.raises(SpecError, match=r"^invalid --idle-timeout .* \(seconds\): give 1m to 30d"):
+        with pytest.raises(SpecError, match=r"^invalid idle_timeout .*: use a whole number of seconds from 60"):
             notebook_spec("nb", idle_timeout=bad)
-    with pytest.raises(SpecError, match="--idle-timeout stops an idle notebook"):
+        with pytest.raises(SpecError, match=r"^invalid --idle-timeout .* \(seconds\): give 1m to 30d"):
+            notebook_spec("nb", idle_timeout=bad, door="cli")
+    with pytest.raises(SpecError, match="idle_timeout stops an idle notebook"):
         JobSpec(name="train", command=("true",), idle_timeout=600)
     refused = dt("notebook", "nb", "--idle-timeout", "10s", check=False)
     assert refused.returncode == 2 and "invalid --idle-timeout '10s': give 1m to 30d" in refused.stderr, \

@@ -83,7 +83,7 @@ def check_logs_args(*, rank, tail, since, follow, previous, limit_bytes, door: s
     rank as the plain number the backend is given (a refusal names it as typed: --rank 1E3). `door`:
     whose words the refusals name them in (the SDK's rank=, tail=, previous=True; the CLI's flags)."""
     if limit_bytes is not None:
-        check_limit_bytes(limit_bytes)
+        check_limit_bytes(limit_bytes, door)
     if rank is not None:  # the job's own last rank is checked once it is read
         rank = check_rank(rank, door)
     if tail is not None:

@@ -32,7 +32,7 @@ def cmd_logs(args, client: Client) -> int:
     since = None if since is None else max(since, 0.0)  # a time before 1970: every line, as kubectl has it
     tail = None if args.tail in (None, -1) else check_tail(args.tail, "cli")  # kubectl's --tail=-1 (its default): all
     if args.limit_bytes is not None:  # refused before the job is read, as by HTTP
-        check_limit_bytes(args.limit_bytes)
+        check_limit_bytes(args.limit_bytes, "cli")
     _in_project(args)
     try:
         info = _get(args, client, args.name)

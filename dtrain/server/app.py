@@ -281,6 +281,8 @@ def _number_refusal(request, problem) -> str | None:
             check_gpu_quota(value)
         else:  # a spec holding only that field (a notebook's for a notebook): its check is the one that speaks
             JobSpec(name="probe", command=("probe",), notebook=area == "notebooks", **{loc[1]: value})
+    except errors.Worded as refused:  # in the HTTP body's words (the CLI's), not the SDK's
+        return str(refused.in_words("http"))
     except errors.SpecError as refused:
         return str(refused)
     return None
@@ -336,7 +338,7 @@ def _wait(_value, typed) -> None:
 
 # Query parameters whose refusal is the SDK's (and the CLI's) own line, not pydantic's "Input should be ...":
 # each is given the value as a number where it is one, and as typed.
-_QUERY = {"limit_bytes": lambda v, _: check_limit_bytes(v), "tail": lambda v, _: check_tail(v, "http"),
+_QUERY = {"limit_bytes": lambda v, _: check_limit_bytes(v, "http"), "tail": lambda v, _: check_tail(v, "http"),
           "rank": _rank, "since": _since, "timeout": _wait,
           "status": _status,
           "label_selector": lambda _, typed: parse_selector(typed, "?label_selector=")}  # as typed: 1e3 is a key

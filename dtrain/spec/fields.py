@@ -9,7 +9,7 @@ import re
 from fractions import Fraction
 
 from dtrain.errors import SpecError, Worded
-from dtrain.names import STORED, shown, written
+from dtrain.names import STORED, given_as, named, parse_least_size, shown, written
 from dtrain.numbers import exact
 
 
@@ -63,22 +63,27 @@ def _python_text(value, what: str, example, *, yaml: str) -> str:
     return _text(value, what)
 
 
-def named_at_door(check, sdk: str, cli: str):
-    """`check(name)`, a pure check naming what it checks `name`: its refusal worded by door (errors.Worded),
-    the SDK's argument `sdk` (working_dir), or the CLI's flag `cli` (--working-dir) where the CLI's and the
-    HTTP body's doors are told (the words they said before)."""
+def at_door(check):
+    """`check(door)`, a pure check whose refusal names what it checks as `door` spells it (names.FLAGS): its
+    refusal worded by door (errors.Worded), raised in the SDK's words; whoever knows the door says it again."""
     try:
-        return check(sdk)
+        return check("sdk")
     except Worded:
         raise
     except SpecError:
         def words(door: str) -> str:
             try:
-                check(cli if door in ("cli", "http") else sdk)
+                check(door)
             except SpecError as err:
                 return str(err)
-            raise AssertionError(f"{check} refused {sdk} but not {cli}")  # a pure check says the same twice
+            raise AssertionError(f"{check} refused at the SDK's door but not at {door!r}")  # pure: the same twice
         raise Worded(words) from None
+
+
+def named_at_door(check, sdk: str, cli: str):
+    """`check(name)`, a pure check naming what it checks `name`: at_door's, naming the SDK's argument `sdk`
+    (working_dir), or the CLI's flag `cli` (--working-dir) where the CLI's and the HTTP body's doors are told."""
+    return at_door(lambda door: check(sdk if door == "sdk" else cli))
 
 
 # An image reference as the kubelet and container runtimes parse it (the distribution/reference
@@ -108,24 +113,52 @@ def check_image(value, param: str, *, required: bool = False) -> str:
     return value
 
 
-def idle_timeout_refusal(typed) -> SpecError:
+def idle_timeout_refusal(typed, door: str = "cli") -> SpecError:
     """The refusal of a notebook's idle timeout (`typed`: as the user wrote it: the SDK's and the HTTP
-    API's seconds, the CLI's duration), in the same words from every door."""
+    API's seconds, the CLI's duration), in the words of `door`: the SDK's idle_timeout= in seconds; the
+    CLI's --idle-timeout, which takes a duration too and which the HTTP API's answer names."""
+    if door == "sdk":
+        return SpecError(f"invalid idle_timeout {shown(typed)}: use a whole number of seconds from {MIN_IDLE_TIMEOUT} "
+                         f"(1m) to {MAX_IDLE_TIMEOUT} (30d), e.g. idle_timeout=3600 (1h)")
     unit = "" if isinstance(typed, str) else " (seconds)"
     return SpecError(f"invalid --idle-timeout {shown(typed)}{unit}: give 1m to 30d, i.e. a whole number of seconds "
                      f"from {MIN_IDLE_TIMEOUT} to {MAX_IDLE_TIMEOUT}, e.g. 3600 (1h)")
 
 
-def check_idle_timeout(value, typed=None) -> int:
+def check_idle_timeout(value, typed=None, door: str = "cli") -> int:
     """A notebook's idle timeout: whole seconds from MIN_IDLE_TIMEOUT to MAX_IDLE_TIMEOUT (`value`: a
     Fraction for the CLI's exact duration, '1.5h'; None, a duration the CLI could not read). The CLI's
-    plain seconds ('10') are named as the number, as the SDK and the HTTP API name theirs."""
+    plain seconds ('10') are named as the number, as the SDK and the HTTP API name theirs; the refusal
+    in `door`'s words (idle_timeout_refusal)."""
     whole = not isinstance(value, bool) and isinstance(value, (int, Fraction)) and value == int(value)
     if not whole or not MIN_IDLE_TIMEOUT <= value <= MAX_IDLE_TIMEOUT:
         if isinstance(typed, str) and re.fullmatch(r"[0-9]{1,20}", typed.strip(), re.ASCII):
             typed = written(int(typed), typed.strip())
-        raise idle_timeout_refusal(value if typed is None else typed)
+        raise idle_timeout_refusal(value if typed is None else typed, door)
     return int(value)
+
+
+def check_cpu(value, *, stored: bool) -> None:
+    """--cpu: CPU threads per process, from MIN_CPU (above 0 where `stored`) to MAX_CPU as typed
+    (1024.0000000000001 is over; NaN compares false); refused naming it as its door does (at_door)."""
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not exact(0 if stored else MIN_CPU) <= exact(value) <= MAX_CPU or value == 0):
+        at_door(lambda door: _refuse(f"invalid {named('cpu', door)} {shown(value)}: use a number of CPU threads from "
+                                     f"{MIN_CPU} to {MAX_CPU}, e.g. {given_as('cpu', '2', door)} or "
+                                     f"{given_as('cpu', '0.5', door)}"))
+
+
+def check_memory(value, *, stored: bool) -> None:
+    """--memory: a Kubernetes quantity from MIN_MEMORY (1 byte where `stored`), refused naming it as its
+    door does (at_door): the SDK's memory, the CLI's --memory."""
+    if value is not None:
+        at_door(lambda door: parse_least_size(
+            _text(value, named("memory", door), fix=" such as '512Mi'" if door == "sdk" else " such as 512Mi"),
+            named("memory", door), minimum=1 if stored else MIN_MEMORY, example=MEMORY_EXAMPLE))
+
+
+def _refuse(message: str):
+    raise SpecError(message)
 
 
 def _bool(value, what: str) -> bool:

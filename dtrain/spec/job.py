@@ -10,12 +10,12 @@ from typing import Any, Mapping
 
 from dtrain.errors import SpecError, Worded
 from dtrain.names import (MAX_PROCESSES, NAME_RE, check_name, counted, given_fields, given_repr, job_volume_name,
-                          noun, parse_least_size, plain, shown)
-from dtrain.numbers import NumberWord, Typed, exact, plain_numbers, real_number, whole, whole_number
+                          noun, plain, shown)
+from dtrain.numbers import NumberWord, Typed, plain_numbers, real_number, whole, whole_number
 from dtrain.spec.env import FALSE_WORDS, SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV, TRUE_WORDS, _bytes, _env
-from dtrain.spec.fields import (MAX_ARGS_ENV, MAX_CPU, MAX_RESTARTS, MEMORY_EXAMPLE, MIN_CPU, MIN_MEMORY, _STORED,
-                                _bool, _check_gpu, _check_int, _keys, _python_text, _text, check_idle_timeout,
-                                check_image, named_at_door)
+from dtrain.spec.fields import (MAX_ARGS_ENV, MAX_RESTARTS, _STORED, _bool, _check_gpu, _check_int, _keys,
+                                _python_text, _text, at_door, check_cpu, check_idle_timeout, check_image,
+                                check_memory, named_at_door)
 from dtrain.spec.labels import _labels, node_labels
 from dtrain.spec.tolerations import Toleration, check_tolerations
 from dtrain.spec.volumes import NewVolume, Volume, VolumeMount, _volume_from_dict, _volumes, parse_pvc
@@ -147,14 +147,8 @@ class JobSpec:
                 f"'mpi') as well"))
         if type(self.cpu) is float and self.cpu.is_integer() and abs(self.cpu) <= 2 ** 53:
             set_("cpu", int(self.cpu))  # 2, however it came (JSON's 2.0, the SDK's float): as typed
-        if self.cpu is not None and (isinstance(self.cpu, bool) or not isinstance(self.cpu, (int, float))
-                                     or not exact(0 if _STORED.get() else MIN_CPU) <= exact(self.cpu) <= MAX_CPU
-                                     or self.cpu == 0):  # as typed: 1024.0000000000001 is over; NaN compares false
-            raise SpecError(f"invalid --cpu {shown(self.cpu)}: use a number of CPU threads from {MIN_CPU} to "
-                            f"{MAX_CPU}, e.g. --cpu 2 or --cpu 0.5")
-        if self.memory is not None:
-            parse_least_size(_text(self.memory, "--memory", fix=" such as 512Mi"), "--memory",
-                             minimum=1 if _STORED.get() else MIN_MEMORY, example=MEMORY_EXAMPLE)
+        check_cpu(self.cpu, stored=_STORED.get())
+        check_memory(self.memory, stored=_STORED.get())
         self._check_texts()
         self._check_volumes()
         # as typed for a refusal made once the spec is built (a backend's: `typed`), where the stored spec is plain
@@ -188,10 +182,13 @@ class JobSpec:
                 f"and --snapshot-on-success" if door in ("cli", "http") else
                 f"notebook {self.name!r} is one interactive process: drop {given}"))
         if self.idle_timeout is not None:
-            check_idle_timeout(self.idle_timeout)
+            at_door(lambda door: check_idle_timeout(self.idle_timeout, door=door))
             if not self.notebook:
-                raise SpecError(f"job {self.name!r}: --idle-timeout stops an idle notebook; a training job ends "
-                                "by itself: drop it (or start a notebook: dtrain notebook NAME --idle-timeout 1h)")
+                raise Worded(lambda door, name=self.name: (
+                    f"job {name!r}: --idle-timeout stops an idle notebook; a training job ends by itself: drop it "
+                    f"(or start a notebook: dtrain notebook NAME --idle-timeout 1h)" if door != "sdk" else
+                    f"job {name!r}: idle_timeout stops an idle notebook; a training job ends by itself: drop it "
+                    f"(or start a notebook: Client.notebook(NAME, idle_timeout=3600))"))
 
     def _check_working_dir(self, name: str) -> None:
         if not _text(self.working_dir, name).startswith("/"):
