@@ -408,3 +408,31 @@ def test_client_notebook_and_logs_name_idle_timeout_and_limit_bytes_as_arguments
                                                             "bytes from 1 to 1152921504606846976 (leave it out for the "
                                                             "whole log), e.g. --limit-bytes 10000\n")
     assert client.list() == []  # nothing made
+
+
+@pytest.mark.parametrize("field, value, says", [
+    ("labels", 1, "invalid value 1 of label k: must be a string, e.g. labels={'k': '1'}"),
+    ("node_selector", True, "invalid value True of node selector k: must be a string, e.g. node_selector={'k': "
+                            "'true'}"),
+    ("labels", "-x", "invalid value '-x' of label k: use 63 letters, digits, '-', '_' or '.' at most, alphanumeric "
+                     "at both ends"),
+    ("node_selector", "a b", "invalid value 'a b' of node selector k: use 63 letters, digits, '-', '_' or '.' at "
+                             "most, alphanumeric at both ends"),
+])
+def test_a_label_or_node_selector_value_from_python_is_not_told_to_quote_it_in_yaml(field, value, says):
+    """JobSpec(labels={'k': 1}) and node_selector={'k': True} said '(quote it in YAML)', a job file's fix, to a
+    Python caller; a string's refusal said it too, at every door, though no quoting makes '-x' a label value."""
+    with pytest.raises(SpecError) as sdk:
+        JobSpec(name="x", command=["true"], **{field: {"k": value}})
+    assert str(sdk.value) == says
+
+
+def test_a_job_files_label_that_yaml_read_as_no_string_is_still_told_to_quote_it(cli, tmp_path):
+    (tmp_path / "job.yaml").write_text("name: x\ncommand: [\"true\"]\nnode_selector: {gpu: yes}\n")
+    assert cli("submit", "-f", str(tmp_path / "job.yaml")) == (2, "dtrain: error: invalid value True of node selector "
+                                                                  "gpu: use 63 letters, digits, '-', '_' or '.' at "
+                                                                  "most, alphanumeric at both ends (quote it in "
+                                                                  "YAML)\n")
+    code, said = cli("submit", "x", "--label", "team=-x", "--", "true")
+    assert code == 2 and said == ("dtrain: error: invalid value '-x' of label team: use 63 letters, digits, '-', "
+                                  "'_' or '.' at most, alphanumeric at both ends\n"), said

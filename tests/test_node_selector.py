@@ -47,8 +47,8 @@ def test_the_selector_is_a_spec_field_that_round_trips_and_takes_any_prefix():
     ({"a" * 64: "y"}, "invalid node selector key"),
     ({"k": "-x"}, "invalid value '-x' of node selector k"),
     ({"k": "v" * 64}, "invalid value"),
-    ({"k": 1}, "quote it in YAML"),
-    ({"k": True}, "quote it in YAML"),
+    ({"k": 1}, "invalid value 1 of node selector k: must be a string, e.g. node_selector={'k': '1'}"),
+    ({"k": True}, "invalid value True of node selector k: must be a string, e.g. node_selector={'k': 'true'}"),
     ({f"k{i}": "v" for i in range(17)}, "16 at most"),
     ("run.ai/type=x", "must be a mapping"),
 ])

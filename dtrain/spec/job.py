@@ -113,7 +113,7 @@ class JobSpec:
                               for c in self.command))
         set_("env", _env(self.env))
         set_("labels", _labels(self.labels))
-        set_("node_selector", node_labels(self.node_selector))
+        set_("node_selector", node_labels(self.node_selector, arg="node_selector"))
         set_("tolerations", check_tolerations(self.tolerations))
         if not _STORED.get():
             self._check_snapshot_env()

@@ -6,9 +6,9 @@ from __future__ import annotations
 import re
 from typing import Mapping
 
-from dtrain.errors import SpecError
+from dtrain.errors import SpecError, Worded
 from dtrain.names import shown
-from dtrain.spec.fields import _STORED, _keys, _text
+from dtrain.spec.fields import _STORED, _keys, _text, as_text
 
 
 # Kubernetes label rules (SageMaker's tag rules take them too): a name of 63 characters at most,
@@ -29,21 +29,31 @@ def _labels(labels) -> dict[str, str]:
         raise SpecError(f"{len(labels)} labels: a job takes {MAX_LABELS} at most (SageMaker's tag limit)")
     out = {}
     for key, value in dict(labels).items():
-        _label(key, value, "label", example="team, example.com/team")
+        _label(key, value, "label", example="team, example.com/team", arg="labels")
         if key.startswith(OWNED_LABEL_PREFIXES) and not _STORED.get():
             raise SpecError(f"invalid label key {key}: the prefix is dtrain's or the platform's own; use another")
         out[key] = value
     return out
 
 
-def _label(key, value, what: str, *, example: str) -> None:
-    """One KEY: value pair under Kubernetes' label rules, `what` ('label', 'node selector') naming it."""
+def _label(key, value, what: str, *, example: str, arg: str | None = None) -> None:
+    """One KEY: value pair under Kubernetes' label rules, `what` ('label', 'node selector') naming it; `arg`:
+    the SDK's argument it came in (JobSpec's labels, node_selector), whose value's refusal is worded by door
+    (errors.Worded): a job file's value YAML read as no string is told '(quote it in YAML)', a Python caller's
+    how Python writes it, and a string's refusal (a flag's too) names only the rule, which quoting cannot meet."""
     if not isinstance(key, str) or len(key) > 253 + 1 + 63 or not LABEL_KEY_RE.match(key):
         raise SpecError(f"invalid {what} key {shown(key)}: use a name of 63 letters, digits, '-', '_' or '.' at "
                         f"most, alphanumeric at both ends, with an optional prefix and '/' (e.g. {example})")
     if not isinstance(value, str) or not LABEL_VALUE_RE.match(value):
-        raise SpecError(f"invalid value {shown(value)} of {what} {_keys([key])}: use 63 letters, digits, '-', '_' "
-                        f"or '.' at most, alphanumeric at both ends (quote it in YAML)")
+        said = (f"invalid value {shown(value)} of {what} {_keys([key])}: use 63 letters, digits, '-', '_' or '.' at "
+                f"most, alphanumeric at both ends")
+        if arg is None:
+            raise SpecError(f"{said} (quote it in YAML)")
+        if isinstance(value, str):  # quoting it would not help: the flag's, the file's, the SDK's string as it is
+            raise SpecError(said)
+        raise Worded(lambda door: f"{said} (quote it in YAML)" if door != "sdk" else  # a job file's `a: 1`, `a: yes`
+                     f"invalid value {shown(value)} of {what} {_keys([key])}: must be a string, e.g. "
+                     f"{arg}={{{key!r}: {as_text(value)}}}")
 
 
 # Node selection, as a pod's nodeSelector: every KEY=VALUE must be a label of the node. Run:AI's
@@ -52,7 +62,7 @@ NODE_TYPE_LABEL = "run.ai/type"
 MAX_NODE_SELECTOR = 16  # terms of a node selector: a node has few labels, and each one narrows the nodes
 
 
-def node_labels(labels, what: str = "node selector") -> dict[str, str]:
+def node_labels(labels, what: str = "node selector", *, arg: str | None = None) -> dict[str, str]:
     """A node's labels, or a node_selector naming them: KEY -> value, each a Kubernetes label; unlike
     `labels`, any prefix (kubernetes.io/hostname, node.kubernetes.io/instance-type, run.ai/type)."""
     if not isinstance(labels, Mapping):
@@ -62,7 +72,7 @@ def node_labels(labels, what: str = "node selector") -> dict[str, str]:
         raise SpecError(f"{what}: {len(labels)} labels, {MAX_NODE_SELECTOR} at most; keep the ones that tell "
                         f"the nodes apart")
     for key, value in dict(labels).items():
-        _label(key, value, what, example=f"{NODE_TYPE_LABEL}, kubernetes.io/hostname")
+        _label(key, value, what, example=f"{NODE_TYPE_LABEL}, kubernetes.io/hostname", arg=arg)
     return dict(labels)
 
 
