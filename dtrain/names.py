@@ -185,8 +185,7 @@ def check_tail(value, door: str = "sdk") -> int:
     words of `door` (the SDK's tail=, the CLI's -t, which the HTTP API's answer names too)."""
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TAIL:
         raise SpecError(f"invalid tail {shown(value)}: use a number of lines from 0 to {MAX_TAIL}, or "
-                        f"{EVERY[door][0]} for all of them (the default), e.g. "
-                        f"{'tail=10' if door == 'sdk' else '-t 10'}")
+                        f"{EVERY[door][0]} for all of them (the default), e.g. {given_as('tail', '10', door)}")
     return plain(value)
 
 
@@ -195,8 +194,8 @@ def rank_refusal(typed, door: str = "sdk", one: bool = False) -> SpecError:
     named as `door` takes it (the SDK's rank=, the CLI's --rank, which the HTTP API's answer names too);
     `one`: exec's, in the same words, with no 'all' (exec runs in one process), its rank named as the
     door takes it (exec_rank_named)."""
-    named = exec_rank_named(door) if one else "rank" if door == "sdk" else "--rank"
-    return SpecError(f"invalid {named} {shown(typed)}: use a process rank such as 0 (at most {MAX_PROCESSES - 1})"
+    named_ = exec_rank_named(door) if one else named("rank", door)
+    return SpecError(f"invalid {named_} {shown(typed)}: use a process rank such as 0 (at most {MAX_PROCESSES - 1})"
                      + ("; exec runs in one process" if one else
                         f", or {EVERY[door][1]} for every rank's lines (the default)"))
 
@@ -261,7 +260,7 @@ def wait_refusal(typed, door: str = "sdk") -> SpecError:
 def wait_longer(door: str = "sdk") -> str:
     """How a wait that timed out says to wait longer, in the words of `door` (the SDK's timeout=, the
     CLI's --timeout, which the HTTP API's answer names too)."""
-    return "timeout=" if door == "sdk" else "--timeout"
+    return given_as("timeout", "", door).rstrip()
 
 
 def check_wait(value, door: str = "sdk") -> float:

@@ -135,9 +135,11 @@ def _same(value, default) -> bool:
 
 
 # Each argument a refusal names, as each door spells it: the SDK's own argument (cpu), or the CLI's flag
-# (--cpu), which a job file's and the HTTP API's refusals name too (they answer as the CLI).
+# (--cpu), which a job file's and the HTTP API's refusals name too (they answer as the CLI). Every refusal
+# told apart by door looks its argument up here (named, given_as).
 FLAGS = {"cpu": "--cpu", "memory": "--memory", "idle_timeout": "--idle-timeout", "limit_bytes": "--limit-bytes",
-         "working_dir": "--working-dir", "image": "--image", "image_pull_policy": "--image-pull-policy"}
+         "working_dir": "--working-dir", "image": "--image", "image_pull_policy": "--image-pull-policy",
+         "tail": "-t", "rank": "--rank", "timeout": "--timeout"}
 
 
 def named(arg: str, door: str = "sdk") -> str:

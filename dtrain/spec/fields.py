@@ -58,7 +58,7 @@ def _python_text(value, what: str, example, *, yaml: str) -> str:
     (errors.Worded): the SDK's with `example(text)` (how Python writes it, e.g. env={'A': '1'}), the CLI's
     and the HTTP API's as they were, `yaml` (a job file's fix: ' (quote it in YAML)') after them."""
     if not isinstance(value, str):
-        raise Worded(lambda door: f"invalid {what} {shown(value)}: must be a string{yaml}" if door in ("cli", "http")
+        raise Worded(lambda door: f"invalid {what} {shown(value)}: must be a string{yaml}" if door != "sdk"
                      else f"invalid {what} {shown(value)}: must be a string, e.g. {example(as_text(value))}")
     return _text(value, what)
 
@@ -80,10 +80,10 @@ def at_door(check):
         raise Worded(words) from None
 
 
-def named_at_door(check, sdk: str, cli: str):
-    """`check(name)`, a pure check naming what it checks `name`: at_door's, naming the SDK's argument `sdk`
-    (working_dir), or the CLI's flag `cli` (--working-dir) where the CLI's and the HTTP body's doors are told."""
-    return at_door(lambda door: check(sdk if door == "sdk" else cli))
+def named_at_door(check, arg: str):
+    """`check(name)`, a pure check naming what it checks `name`: at_door's, naming argument `arg` as each
+    door does (names.named): the SDK's working_dir, the CLI's --working-dir (the HTTP body's too)."""
+    return at_door(lambda door: check(named(arg, door)))
 
 
 # An image reference as the kubelet and container runtimes parse it (the distribution/reference

@@ -10,7 +10,7 @@ from typing import Any, Mapping
 
 from dtrain.errors import SpecError, Worded
 from dtrain.names import (MAX_PROCESSES, NAME_RE, check_name, counted, given_fields, given_repr, job_volume_name,
-                          noun, plain, shown)
+                          named, noun, plain, shown)
 from dtrain.numbers import NumberWord, Typed, plain_numbers, real_number, whole, whole_number
 from dtrain.spec.env import FALSE_WORDS, SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV, TRUE_WORDS, _bytes, _env
 from dtrain.spec.fields import (MAX_ARGS_ENV, MAX_RESTARTS, _STORED, _bool, _check_gpu, _check_int, _keys,
@@ -160,7 +160,7 @@ class JobSpec:
 
     def _check_texts(self):
         if self.working_dir is not None:
-            named_at_door(self._check_working_dir, "working_dir", "--working-dir")
+            named_at_door(self._check_working_dir, "working_dir")
         if not NAME_RE.fullmatch(_text(self.backend, "backend", fix=" such as local or kubernetes")):
             raise SpecError(f"invalid backend {shown(self.backend)}: use local, kubernetes or sagemaker")
         if self.sagemaker is not None and self.backend != "sagemaker" and not _STORED.get():
@@ -171,11 +171,11 @@ class JobSpec:
                          else f"SageMaker options{said} need backend sagemaker, not {shown(self.backend)}{default}: "
                               f"give backend='sagemaker' as well, or leave them out")
         if self.image is not None:
-            named_at_door(lambda name: check_image(_text(self.image, name), name, required=True), "image", "--image")
+            named_at_door(lambda name: check_image(_text(self.image, name), name, required=True), "image")
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
             raise Worded(lambda door, given=shown(self.image_pull_policy): (
-                f"invalid --image-pull-policy {given}: use Always, IfNotPresent or Never" if door in ("cli", "http")
-                else f"invalid image_pull_policy {given}: use 'Always', 'IfNotPresent' or 'Never'"))
+                f"invalid {named('image_pull_policy', door)} {given}: use "
+                + ("Always, IfNotPresent or Never" if door != "sdk" else "'Always', 'IfNotPresent' or 'Never'")))
         if self.notebook and (self.launcher != "none" or self.max_restarts or self.snapshot_volume):
             raise Worded(lambda door, given=self._one_process_fields(): (
                 f"notebook {self.name!r} is one interactive process: drop --processes, --launcher, --max-restarts "
