@@ -139,7 +139,8 @@ def _same(value, default) -> bool:
 # told apart by door looks its argument up here (named, given_as).
 FLAGS = {"cpu": "--cpu", "memory": "--memory", "idle_timeout": "--idle-timeout", "limit_bytes": "--limit-bytes",
          "working_dir": "--working-dir", "image": "--image", "image_pull_policy": "--image-pull-policy",
-         "tail": "-t", "rank": "--rank", "timeout": "--timeout"}
+         "tail": "-t", "rank": "--rank", "timeout": "--timeout", "processes": "--processes", "gpu": "--gpu",
+         "max_restarts": "--max-restarts"}
 
 
 def named(arg: str, door: str = "sdk") -> str:

@@ -129,9 +129,9 @@ def test_cpu_just_over_its_bound_is_refused_as_typed():
 
 
 def test_a_whole_number_just_off_a_whole_one_is_a_fraction():
-    with pytest.raises(SpecError, match=r"^--gpu 1\.0000000000000001 is a fraction of a GPU"):
+    with pytest.raises(SpecError, match=r"^gpu=1\.0000000000000001 is a fraction of a GPU"):
         JobSpec(name="x", command=["true"], gpu=jobs.gpu_count("1.0000000000000001"))
-    with pytest.raises(SpecError, match=r"^invalid --processes 2\.0000000000000001: use a whole number"):
+    with pytest.raises(SpecError, match=r"^invalid processes 2\.0000000000000001: use a whole number"):
         JobSpec(name="x", command=["true"], launcher="torchrun", processes=jobs.whole_number("2.0000000000000001"))
 
 

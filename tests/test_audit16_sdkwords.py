@@ -370,6 +370,17 @@ def test_the_clis_notebook_and_job_file_keep_the_flags_words(cli, tmp_path):
                                             "2592000 (30d), e.g. idle_timeout=3600 (1h)",
      "invalid --idle-timeout 5 (seconds): give 1m to 30d, i.e. a whole number of seconds from 60 to 2592000, e.g. "
      "3600 (1h)"),
+    ({"processes": 0, "launcher": "torchrun"}, "invalid processes 0: use a whole number from 1 to 4096, e.g. "
+                                               "processes=4",
+     "invalid --processes 0: use a whole number from 1 to 4096, e.g. --processes 4"),
+    ({"gpu": 17}, "invalid gpu 17: use a whole number from 0 to 16, e.g. gpu=1",
+     "invalid --gpu 17: use a whole number from 0 to 16, e.g. --gpu 1"),
+    ({"gpu": 0.5}, "gpu=0.5 is a fraction of a GPU, and GPUs are not shared between jobs here: give whole GPUs per "
+                   "process (gpu=1), or leave gpu out to run on CPUs",
+     "--gpu 0.5 is a fraction of a GPU, and GPUs are not shared between jobs here: give whole GPUs per process "
+     "(--gpu 1), or leave --gpu out to run on CPUs"),
+    ({"max_restarts": -1}, "invalid max_restarts -1: use a whole number from 0 to 100, e.g. max_restarts=3",
+     "invalid --max-restarts -1: use a whole number from 0 to 100, e.g. --max-restarts 3"),
     ({"idle_timeout": 3600}, "job 'x': idle_timeout stops an idle notebook; a training job ends by itself: drop it "
                              "(or start a notebook: Client.notebook(NAME, idle_timeout=3600))",
      "job 'x': --idle-timeout stops an idle notebook; a training job ends by itself: drop it (or start a notebook: "
@@ -377,7 +388,8 @@ def test_the_clis_notebook_and_job_file_keep_the_flags_words(cli, tmp_path):
 ])
 def test_a_jobspecs_cpu_memory_and_idle_timeout_are_named_as_its_arguments(fields, says, cli_said):
     """JobSpec(cpu=0) said 'invalid --cpu 0 ... e.g. --cpu 2', memory='4' 'invalid --memory', idle_timeout=5
-    'invalid --idle-timeout': flags a Python caller never typed. A flag, a job file and the HTTP body keep them."""
+    'invalid --idle-timeout', processes=0, gpu=17 and max_restarts=-1 '--processes', '--gpu', '--max-restarts':
+    flags a Python caller never typed. A flag, a job file and the HTTP body keep them."""
     for build in (lambda: JobSpec(**{"name": "x", "command": ["true"], **fields}),
                   lambda: JobSpec.from_dict({"name": "x", "command": ["true"], **fields})):
         with pytest.raises(SpecError) as sdk:

@@ -175,7 +175,6 @@ def test_every_door_refuses_a_number_in_the_same_words(tmp_path, field, written,
     r = http.post("/api/v1/jobs", json={"name": "nb", "command": ["jupyter-lab"], "notebook": True, field: value})
     assert r.status_code == 422 and http.get("/api/v1/jobs").json() == [], r.text
     assert str(by_file.value).startswith(f"invalid {flag} {written}")
-    named = field if field in ("cpu", "idle_timeout") else flag  # the SDK's own argument where it has its words
-    assert str(by_sdk.value).startswith(f"invalid {named} {value}") and "\n" not in str(by_sdk.value)
+    assert str(by_sdk.value).startswith(f"invalid {field} {value}") and "\n" not in str(by_sdk.value)  # its own name
     words = {str(by_file.value).split(" ", 3)[3], r.json()["error"].split(" ", 3)[3]}  # a job file's, the body's
     assert len(words) == 1, words

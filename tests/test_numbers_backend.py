@@ -91,7 +91,7 @@ def test_a_job_files_fraction_or_out_of_range_is_refused_as_the_flag_is(value):
         _job_file(f"name: x\ncommand: ['true']\nlauncher: torchrun\nprocesses: {value}\n")
     with pytest.raises(SpecError) as flag:  # the flag's refusal, word for word
         JobSpec(**TYPED, processes=whole_number(value.replace(".nan", "nan")))
-    assert str(refused.value).replace(".nan", "nan") == str(flag.value)
+    assert str(refused.value).replace(".nan", "nan") == str(flag.value.in_words("cli"))
 
 
 def test_a_job_files_sagemaker_counts_follow_the_rule():

@@ -168,7 +168,7 @@ def test_a_long_hex_number_in_env_is_its_text_not_a_traceback():
     # Python's str() refuses whole numbers past 4300 digits: `str(value)` raised a bare ValueError.
     text = "0x" + "f" * 5000
     assert spec_of(HEAD + f"env: {{KEY: {text}}}\n").env == {"KEY": text}
-    with pytest.raises(SpecError, match=r"invalid --processes <a whole number of about 6021 digits>"):
+    with pytest.raises(SpecError, match=r"invalid processes <a whole number of about 6021 digits>"):
         spec_of(HEAD + f"processes: {text}\n")
 
 

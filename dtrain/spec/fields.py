@@ -180,18 +180,23 @@ def _keys(keys: list) -> str:
 
 def _check_gpu(value) -> None:
     """--gpu: whole GPUs per process. Run:AI also takes a fraction of one (--gpu 0.5), which is not
-    shared out here: named as such wherever it comes from (a flag, a job file, the SDK, the HTTP API)."""
+    shared out here: named as such wherever it comes from (a flag, a job file, the SDK, the HTTP API),
+    in the words of its door (the SDK's gpu=)."""
     if (isinstance(value, float) and math.isfinite(value) and 0 < value < MAX_GPU_PER_PROCESS
             and exact(value).denominator != 1):  # as typed: 1.0000000000000001 is a fraction though float() says 1.0
-        raise SpecError(f"--gpu {shown(value)} is a fraction of a GPU, and GPUs are not shared between jobs here: "
-                        f"give whole GPUs per process (--gpu 1), or leave --gpu out to run on CPUs")
-    _check_int(value, "--gpu", 0, MAX_GPU_PER_PROCESS)
+        at_door(lambda door: _refuse(
+            f"{given_as('gpu', shown(value), door)} is a fraction of a GPU, and GPUs are not shared between jobs "
+            f"here: give whole GPUs per process ({given_as('gpu', '1', door)}), or leave {named('gpu', door)} out to "
+            f"run on CPUs"))
+    _check_int(value, "gpu", 0, MAX_GPU_PER_PROCESS)
 
 
-_EXAMPLES = {"--processes": 4, "--gpu": 1, "--max-restarts": 3}
+_EXAMPLES = {"processes": 4, "gpu": 1, "max_restarts": 3}
 
 
-def _check_int(value, flag: str, minimum: int, maximum: int) -> None:
+def _check_int(value, arg: str, minimum: int, maximum: int) -> None:
+    """A whole-number field (processes, gpu, max_restarts) from `minimum` to `maximum`, refused naming it as
+    its door does (at_door)."""
     if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
-        raise SpecError(f"invalid {flag} {shown(value)}: use a whole number from {minimum} to {maximum}, "
-                        f"e.g. {flag} {_EXAMPLES[flag]}")
+        at_door(lambda door: _refuse(f"invalid {named(arg, door)} {shown(value)}: use a whole number from {minimum} "
+                                     f"to {maximum}, e.g. {given_as(arg, str(_EXAMPLES[arg]), door)}"))

@@ -133,9 +133,9 @@ class JobSpec:
                             f"(or SageMakerOptions), e.g. sagemaker: {{instance_type: ml.m5.xlarge, spot: true}}")
         for key in WHOLE_FIELDS:  # a job file's or a JSON body's 2.0 and 1e3 are 2 and 1000, as --processes 2.0
             set_(key, whole(getattr(self, key)))
-        _check_int(self.processes, "--processes", 1, MAX_PROCESSES)
+        _check_int(self.processes, "processes", 1, MAX_PROCESSES)
         _check_gpu(self.gpu)
-        _check_int(self.max_restarts, "--max-restarts", 0, MAX_RESTARTS)
+        _check_int(self.max_restarts, "max_restarts", 0, MAX_RESTARTS)
         _bool(self.large_shm, "large_shm")
         _bool(self.notebook, "notebook")
         if self.launcher not in LAUNCHERS:
