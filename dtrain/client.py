@@ -30,14 +30,15 @@ from collections.abc import Mapping
 from typing import Callable
 
 from dtrain import db
-from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, JobInfo, JobStatus, Listed, LogStream, Notice,
+from dtrain.backends.base import (EXEC_RUNNING_WAIT, MAX_TAIL, Backend, DeletedProjectInfo, JobInfo, JobStatus, Listed,
+                                  LogStream, Notice,
                                   Page, ProjectInfo, TimeoutError_, check_page, check_status, notices_of, page_of)
 from dtrain.client_lookup import BACKEND_ARG, SAGEMAKER_LOCAL, JobLookup
 from dtrain.client_reads import EveryBackend
 from dtrain.client_settings import Settings
 from dtrain.client_storage import StorageVerbs
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
-from dtrain.errors import DtrainError, NotFoundError, SpecError
+from dtrain.errors import ConflictError, DtrainError, NotFoundError, SpecError
 from dtrain.names import check_name, near_name, shown
 from dtrain.remotes import RemoteReads, SentTo
 from dtrain.spec import JobSpec, notebook_spec
@@ -401,6 +402,17 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
                    f"{'neither is shown' if kept else 'none are counted'} here: {why}")
         return ProjectInfo(name=name, backend=on.name, gpu_quota=None if no_gpu_quota else gpu_quota, gpus_allocated=0,
                            jobs=0, extra={"unknown": unknown}), existed, unknown
+
+    def delete_project(self, name: str) -> DeletedProjectInfo:
+        """Delete project NAME (`dtrain project delete`) on the backend config.yaml sends it to: what `create_project`
+        made goes (locally its GPU quota; on Kubernetes its namespace where dtrain made it, else dtrain's objects and
+        labels there, `kept` saying why). Refused (ConflictError, one line naming what to delete first) while it holds
+        jobs not Deleted, notebooks, volumes or snapshots, and for `default` and the configured default project."""
+        check_name(name, "project")
+        if name == self.default_project and name != "default":
+            raise ConflictError(f"project {name!r} is the default project (config.yaml's project): make another the "
+                                f"default first ('dtrain project set default'), then delete it")
+        return self.backend(project=name).delete_project(name)
 
     def has_project(self, name: str) -> bool:
         """Whether project `name` exists on the backend config.yaml sends it to (its namespace on

@@ -56,9 +56,8 @@ def test_describe_and_delete_of_a_project_name_commands_that_exist(dt):
     proc = dt("describe", "project", "team-a", check=False)
     assert_usage_error(proc, "use 'dtrain project list'")
     assert "project describe" not in proc.stderr  # no such command
-    proc = dt("delete", "project", "team-a", check=False)
-    assert_usage_error(proc, "projects are not deleted (see 'dtrain project list')")
-    assert "project delete" not in proc.stderr
+    proc = dt("delete", "project", "team-a", check=False)  # it said projects are not deleted
+    assert_usage_error(proc, "'dtrain delete' is for jobs: use 'dtrain project delete NAME'")
     assert [p["name"] for p in dt.json("project", "list")] == ["default", "team-a"]
 
 

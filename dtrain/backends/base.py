@@ -14,15 +14,15 @@ from typing import TYPE_CHECKING, Any, Iterable
 
 from dtrain.backends.checks import (HintCommand, _check_new_snapshot, _check_new_volume, _check_restore,  # noqa: F401
                                     _existing, _flag, _plain_command, check_notebook_open, gone_job_logs, named,
-                                    volumes_named)
+                                    project_in_use, volumes_named)
 from dtrain.backends.defaults import BackendDefaults
 from dtrain.backends.earlier_runs import job_uids_one_by_one, mark_earlier_runs
 from dtrain.backends.hooks import BackendHooks  # noqa: F401 (re-exported)
 from dtrain.backends.logstream import LogStream, check_logs_args
-from dtrain.backends.records import (DataSource, Event, FreedInfo, GpuInfo, JobCount, JobInfo, JobPage,  # noqa: F401
-                                     JobStatus, JobSummary, Listed, LogLine, NodeInfo, Notice, ProcessInfo,
-                                     Page, ProjectInfo, Progress, SnapshotInfo, StorageClassInfo, VolumeInfo,
-                                     check_status, newest_first, notices_of, page_of)
+from dtrain.backends.records import (DataSource, DeletedProjectInfo, Event, FreedInfo, GpuInfo,  # noqa: F401
+                                     JobCount, JobInfo, JobPage, JobStatus, JobSummary, Listed, LogLine, NodeInfo,
+                                     Notice, ProcessInfo, Page, ProjectInfo, Progress, SnapshotInfo, StorageClassInfo,
+                                     VolumeInfo, check_status, newest_first, notices_of, page_of)
 from dtrain.backends.waiting import _until, _while_not_ready, late_wait
 from dtrain.errors import (ConflictError, DtrainError, NotFoundError, NotReadyError, NotSupportedError, SpecError,  # noqa: F401
                            TimeoutError_, UnavailableError, WaitTimeoutError)  # (re-exported)
@@ -50,6 +50,7 @@ class Backend(BackendDefaults):
       `_delete_volume`, `_create_snapshot`, `_list_snapshots`, `_get_snapshot`,
       `_restore_snapshot`, `_delete_snapshot`.
     * Optional hooks: `_render` (dry run), `_suspend`/`_resume`, `_create_project`, `_list_projects`,
+      `_delete_project`,
       `_verify_snapshot`, `_diff_snapshots`, `_exec`, `_render_volume`, `_render_snapshot`,
       `_render_restore`, `_list_storage_classes`. The default raises :class:`NotSupportedError`, which
       the CLI prints as one line naming the backend and the verb; callers never probe a backend
@@ -304,6 +305,17 @@ class Backend(BackendDefaults):
         if no_gpu_quota and gpu_quota is not None:
             raise SpecError("gpu_quota and no_gpu_quota contradict each other: give one of them")
         self._create_project(name, gpu_quota=gpu_quota, no_gpu_quota=no_gpu_quota)
+
+    def delete_project(self, name: str) -> DeletedProjectInfo:
+        """Delete project `name`: what `create_project` made (its GPU quota; Kubernetes: its namespace, where
+        dtrain made it, else only dtrain's objects and labels there). Refused in one line naming what to
+        delete first while it holds jobs (any but Deleted), notebooks, volumes or snapshots, and for
+        `default`, where every job given no project runs."""
+        check_name(name, "project")
+        if name == "default":
+            raise ConflictError("project 'default' cannot be deleted: every job given no project runs in it; "
+                                "to drop its GPU quota use 'dtrain project create default --no-gpu-quota'")
+        return self._delete_project(name)
 
     def has_project(self, name: str) -> bool:
         """Whether project `name` exists here."""

@@ -182,3 +182,25 @@ def check_notebook_open(name: str, info: JobInfo, cmd: HintCommand) -> None:
     if info.status == JobStatus.PENDING:  # queued (for GPUs, a quota): a URL of an earlier start, or none
         raise ConflictError(f"notebook {name!r} is Pending ({info.message or 'queued'}): open it once it is "
                             f"Running (see '{said(f'describe job {name}')}')")
+
+
+def project_in_use(name: str, held: dict[str, list[str]], cmd: Callable[[str], str]) -> ConflictError | None:
+    """The one line refusing to delete project `name` while it holds something: `held` maps 'job',
+    'notebook', 'volume' and 'snapshot' to the names of those it holds; `cmd(words)` is the `dtrain
+    WORDS` to type (with the project's -p where needed). None: it holds nothing."""
+    held = {kind: sorted(names) for kind, names in held.items() if names}
+    if not held:
+        return None
+    def some(names: list[str]) -> str:
+        return " ".join(names[:MAX_NAMED]) + (" ..." if len(names) > MAX_NAMED else "")
+    said = ", ".join(f"{len(names)} {kind}{'s' if len(names) > 1 else ''} ({some(names)})"
+                     for kind, names in held.items())
+    jobs = held.get("job", []) + held.get("notebook", [])  # a notebook is a job: `dtrain delete` takes it
+    fixes = ([f"'{cmd('delete ' + some(jobs))}'"] if jobs else []) + [
+        f"'{cmd(f'{kind} delete ' + some(held[kind]))}'" for kind in ("volume", "snapshot") if kind in held]
+    them = "it" if sum(map(len, held.values())) == 1 else "them"
+    return ConflictError(f"project {name!r} still has {said}: delete {them} first ({', then '.join(fixes)}), "
+                         f"then the project")
+
+
+MAX_NAMED = 5  # names a refusal lists of each kind before '...'

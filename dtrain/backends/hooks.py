@@ -9,8 +9,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable, Iterator
 
-from dtrain.backends.records import (FreedInfo, JobInfo, JobStatus, Listed, LogLine, NodeInfo, Notice, ProjectInfo,
-                                     Progress, SnapshotInfo, StorageClassInfo, VolumeInfo, notices_of)
+from dtrain.backends.records import (DeletedProjectInfo, FreedInfo, JobInfo, JobStatus, Listed, LogLine, NodeInfo,
+                                     Notice, ProjectInfo, Progress, SnapshotInfo, StorageClassInfo, VolumeInfo,
+                                     notices_of)
 from dtrain.errors import NotSupportedError
 from dtrain.spec import JobSpec
 
@@ -134,6 +135,9 @@ class BackendHooks(abc.ABC):
         raise self._not_supported("projects")
 
     def _list_projects(self) -> list[ProjectInfo]:
+        raise self._not_supported("projects")
+
+    def _delete_project(self, name: str) -> DeletedProjectInfo:
         raise self._not_supported("projects")
 
     def _one_project(self, name: str) -> Listed:

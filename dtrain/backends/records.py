@@ -312,6 +312,16 @@ class ProjectInfo(_Record):
 
 
 @dataclass(frozen=True, kw_only=True)
+class DeletedProjectInfo(_Record):
+    """What deleting a project did: what it removed, and what it left in place and why."""
+
+    name: str  # the deleted project
+    backend: str
+    removed: tuple[str, ...]  # in words, e.g. ('GPU quota 2', 'namespace dtrain-team-a')
+    kept: str | None = None  # what stays, and why (Kubernetes: a namespace dtrain did not make)
+
+
+@dataclass(frozen=True, kw_only=True)
 class VolumeInfo(_Record):
     """A volume: storage every process of a job mounts read-write (a folder locally, a PVC)."""
 

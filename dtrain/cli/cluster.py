@@ -37,6 +37,14 @@ def cmd_project(args, client: Client) -> int:
         print(f"project '{args.name}' " + (f"already exists; it has {now}" if existed else f"created{quota}")
               + _quota_notes(client, args.name, args.gpu_quota, existed))
         return 0
+    if args.action == "delete":
+        gone = client.delete_project(args.name)
+        if args.json:
+            print(json.dumps(gone.to_dict(), indent=2))
+            return 0
+        removed = f" (removed: {', '.join(gone.removed)})" if gone.removed else ""
+        print(f"project '{gone.name}' deleted{removed}" + (f"; {gone.kept}" if gone.kept else ""))
+        return 0
     projects = client.list_projects()
     fmt.warn(projects.notices)  # a backend that did not answer, a GPU quota or pods Kubernetes did not let us read
     if args.json:
@@ -144,13 +152,16 @@ def _quotas_past_the_gpus(client: Client, projects) -> str:
 
 
 def _add_project(sub) -> None:
-    p = sub.add_parser("project", help="create, list and set projects (GPU quotas, the default one)")
+    p = sub.add_parser("project", help="create, list, set and delete projects (GPU quotas, the default one)")
     ps = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     c = ps.add_parser("create", help="create a project, or change its GPU quota")
     c.add_argument("name", help="project name (lower-case letters, digits, '-')")
     quota = c.add_mutually_exclusive_group()
     quota.add_argument("--gpu-quota", type=jobs.whole_number, help="GPUs the project's running jobs may hold together")
     quota.add_argument("--no-gpu-quota", action="store_true", help="remove the project's GPU quota")
+    c = ps.add_parser("delete", help="delete a project that holds no jobs, notebooks, volumes or snapshots")
+    c.add_argument("name", help="the project (not the default one)")
+    c.add_argument("--json", action="store_true", help="print what was removed as JSON")
     c = ps.add_parser("set", help="make a project the default (as 'dtrain config project NAME')")
     c.add_argument("name", help="a project that exists")
     c = ps.add_parser("list", help="projects, quotas, GPUs in use, jobs")

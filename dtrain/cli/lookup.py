@@ -20,7 +20,7 @@ def _elsewhere(kind: str, verb: str) -> str:
     if kind in ("volume", "snapshot"):
         fix = f"use 'dtrain {kind} {verb}" + ("'" if verb == "list" else " NAME'")
     elif kind == "project":
-        fix = "projects are not deleted (see 'dtrain project list')" if verb == "delete" else "use 'dtrain project list'"
+        fix = "use 'dtrain project delete NAME'" if verb == "delete" else "use 'dtrain project list'"
     else:
         fix = "use 'dtrain nodes'"
     return f"'dtrain {verb}' is for jobs: {fix}"

@@ -84,6 +84,15 @@ def create_project(request: Request, response: Response, body: wire.ProjectIn):
     return made
 
 
+@router.delete("/projects/{name}", response_model=wire.DeletedProject, responses=CHANGES)
+def delete_project(request: Request, name: ProjectName):
+    """Delete a project (`dtrain project delete`): what creating it made goes (its GPU quota; Kubernetes: its
+    namespace where it was made by dtrain, else dtrain's objects and labels there, `kept` saying why). 409 while it
+    holds jobs not deleted, notebooks, volumes or snapshots, and for `default` or the configured default
+    project; 404 for none of that name; 501 on a backend without projects (SageMaker)."""
+    return wire.DeletedProject.model_validate(client(request).delete_project(name))
+
+
 BackendName = Annotated[str, Path(pattern=wire.NAME, description="a backend `submit` sent jobs to: kubernetes, sagemaker")]
 
 

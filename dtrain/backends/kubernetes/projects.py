@@ -8,12 +8,12 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING, Any
 
-from dtrain.backends.base import JobStatus, Listed, Notice, ProjectInfo
+from dtrain.backends.base import DeletedProjectInfo, JobStatus, Listed, Notice, ProjectInfo, project_in_use
 from dtrain.errors import ConflictError, NotFoundError
 
-from .client import NAMESPACE, POD, RESOURCE_QUOTA, Forbidden
+from .client import NAMESPACE, POD, PVC, RESOURCE_QUOTA, ROLE, ROLE_BINDING, SERVICE_ACCOUNT, Forbidden, Missing
 from .nodes import HOLDING_GPUS
-from .objects import GPU_RESOURCE, LABEL_PROJECT
+from .objects import GPU_RESOURCE, LABEL_MANAGED, LABEL_PROJECT, NOTEBOOK, SNAPSHOTTER_ACCOUNT, VOLUME_SNAPSHOT
 from .render_storage import QUOTA_NAME, render_gpu_quota, render_namespace
 from .status import job_info, pod_gpus
 
@@ -35,6 +35,8 @@ class ProjectVerbs:
         def _try_read(self, resource: Resource, namespace: str, name: str) -> dict | None: ...
 
         def _job_objects(self, namespace: str | None) -> list[tuple[Resource, dict]]: ...
+
+        def cmd(self, words: str) -> str: ...
 
     def _create_project(self, name: str, *, gpu_quota: int | None, no_gpu_quota: bool) -> None:
         """A project is a namespace (dtrain-NAME); its GPU quota a ResourceQuota on GPU requests
@@ -64,6 +66,69 @@ class ProjectVerbs:
             self.api.create(quota, RESOURCE_QUOTA)
         else:
             self.api.replace(quota, RESOURCE_QUOTA)
+
+    def _delete_project(self, name: str) -> DeletedProjectInfo:
+        """The project's namespace goes where dtrain made it for the project alone (labelled managed-by
+        dtrain, owned by nothing such as a Kubeflow Profile, not the shared `namespace` setting's);
+        otherwise the namespace stays and only dtrain's objects there (the GPU quota, the snapshot
+        watcher's account) and dtrain's labels of this project on it go. Refused while it holds jobs not
+        being deleted or notebooks, and, where the namespace would go, volumes or snapshots (in a shared
+        namespace: those labelled with this project)."""
+        namespace = self.config.namespace_of(name)
+        found = self._try_read(NAMESPACE, None, namespace)
+        meta = (found or {}).get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if found is None or labels.get(LABEL_PROJECT, namespace) != name:
+            raise NotFoundError(f"no project named {name!r} here (namespace {namespace} "
+                                f"{'does not exist' if found is None else 'is not its'}); see 'dtrain project list'")
+        shared = bool(self.config.namespace)
+        owners = [f"{o.get('kind')} {o.get('name')}" for o in meta.get("ownerReferences") or []]
+        ours = labels.get(LABEL_MANAGED) == "dtrain" and not shared and not owners
+
+        def of_project(obj: dict) -> bool:
+            return not shared or (obj["metadata"].get("labels") or {}).get(LABEL_PROJECT) == name
+        held: dict[str, list[str]] = {"job": [], "notebook": [], "volume": [], "snapshot": []}
+        for resource, obj in self._job_objects(namespace):
+            if of_project(obj) and not obj["metadata"].get("deletionTimestamp"):
+                held["notebook" if resource.kind == NOTEBOOK.kind else "job"].append(obj["metadata"]["name"])
+        for kind, resource in (("volume", PVC), ("snapshot", VOLUME_SNAPSHOT)):
+            try:
+                items = self.api.list(resource, namespace)
+            except Missing as err:
+                if not err.api_missing:
+                    raise
+                items = []  # no snapshot API: no snapshot
+            held[kind] = [o["metadata"]["name"] for o in items if of_project(o)
+                          and not o["metadata"].get("deletionTimestamp")]
+        refusal = project_in_use(name, held, self.cmd)
+        if refusal is not None:
+            raise refusal
+        if ours:
+            self.api.delete(NAMESPACE, None, namespace)
+            return DeletedProjectInfo(name=name, backend=self.name, removed=(f"namespace {namespace}",))
+        removed = []
+        quota = self._try_read(RESOURCE_QUOTA, namespace, QUOTA_NAME)
+        if quota is not None and (quota["metadata"].get("labels") or {}).get(LABEL_PROJECT) == name:
+            with contextlib.suppress(NotFoundError):
+                self.api.delete(RESOURCE_QUOTA, namespace, QUOTA_NAME)
+            removed.append(f"ResourceQuota {QUOTA_NAME}")
+        if not shared:  # the snapshot watcher's account is every project's in a shared namespace
+            for resource in (ROLE_BINDING, ROLE, SERVICE_ACCOUNT):
+                try:
+                    self.api.delete(resource, namespace, SNAPSHOTTER_ACCOUNT)
+                except NotFoundError:
+                    continue
+                removed.append(f"{resource.kind} {SNAPSHOTTER_ACCOUNT}")
+        mine = [k for k in labels if k.startswith("dtrain.io/") or (k == LABEL_MANAGED and labels[k] == "dtrain")]
+        if mine and labels.get(LABEL_PROJECT) == name:
+            self.api.patch(NAMESPACE, None, namespace, [{"op": "remove", "path": "/metadata/labels/"
+                                                         + k.replace("~", "~0").replace("/", "~1")} for k in mine])
+            removed.append(f"labels {', '.join(sorted(mine))} of namespace {namespace}")
+        why = ("the kubernetes setting namespace shares it among projects" if shared else
+               f"it is owned by {', '.join(owners)}" if owners else "another tool made it (it has no label "
+               f"{LABEL_MANAGED}=dtrain)")
+        return DeletedProjectInfo(name=name, backend=self.name, removed=tuple(removed),
+                                  kept=f"namespace {namespace} stays, with what else it holds: {why}")
 
     def _list_projects(self) -> Listed:
         """Projects with their GPU quota, GPUs held by their pods and job count. An account that may

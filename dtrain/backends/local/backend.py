@@ -10,6 +10,7 @@ queue; a node is this host.
 
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -22,7 +23,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from dtrain import db
-from dtrain.backends.base import Backend, JobCount, JobInfo, JobPage, JobStatus, NodeInfo, ProjectInfo
+from dtrain.backends.base import (Backend, DeletedProjectInfo, JobCount, JobInfo, JobPage, JobStatus, NodeInfo,
+                                  ProjectInfo, project_in_use)
 from dtrain.backends.local.control import JobControl
 from dtrain.backends.local.reading import JobRecords
 from dtrain.backends.local.reconcile import Reconciling
@@ -30,7 +32,7 @@ from dtrain.backends.local.store import QUEUED, UNFINISHED, JobStore
 from dtrain.backends.local.volumes import VolumeHooks, _disk_usage  # noqa: F401  (_disk_usage: re-exported)
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, NotFoundError, QuotaError, SetupError, SpecError
-from dtrain.names import LABEL_JOB, counted, dotted_volume_refusal, require_project, shown
+from dtrain.names import LABEL_JOB, counted, dotted_volume_refusal, near_name, require_project, shown
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
 # The job machinery (the supervisor's helpers, launchers, cgroups, GPU inventory, notebooks) is
@@ -439,6 +441,24 @@ class LocalBackend(JobControl, JobRecords, Reconciling, VolumeHooks, Backend):
                                 "give a quota of 0, or set DTRAIN_GPUS=N, which stands in N GPUs to try the scheduler "
                                 "and quotas without them"))
         self.store.upsert_project(name, gpu_quota, keep_quota=gpu_quota is None and not no_gpu_quota)
+
+    def _delete_project(self, name: str) -> DeletedProjectInfo:
+        """Its row (the GPU quota `project create` stored) goes; volumes and snapshots are every project's here
+        (one store), so only its jobs and notebooks not Deleted keep it. Its Deleted jobs keep their records."""
+        row, jobs = self.store.delete_project(name)
+        if jobs:
+            kinds: dict[str, list[str]] = {"job": [], "notebook": []}
+            for job in jobs:
+                kinds["notebook" if json.loads(job["spec"]).get("notebook") else "job"].append(job["name"])
+            raise project_in_use(name, kinds, lambda words: self.cmd(words, name)) or AssertionError(name)
+        if row is None:
+            known = [p["name"] for p in self.store.projects()]
+            near = near_name(name, known)  # a typo ('team-aa')
+            raise NotFoundError(f"no project named {name!r} ({'' if near is None else f'did you mean {near!r}? '}"
+                                f"projects: {', '.join(known)}); see 'dtrain project list'")
+        quota = row["gpu_quota"]
+        return DeletedProjectInfo(name=name, backend=self.name,
+                                  removed=() if quota is None else (f"GPU quota {quota}",))
 
     def _list_projects(self) -> list[ProjectInfo]:
         return self._projects(None)

@@ -481,6 +481,18 @@ class JobStore:
             "INSERT INTO projects (name, gpu_quota, created) VALUES (?, ?, ?) ON CONFLICT(name) DO "
             + ("NOTHING" if keep_quota else "UPDATE SET gpu_quota=excluded.gpu_quota"), (name, gpu_quota, time.time()))
 
+    def delete_project(self, name: str) -> tuple[sqlite3.Row | None, list[sqlite3.Row]]:
+        """Remove project NAME's row (its GPU quota) unless a job of it is not Deleted, in one transaction, so
+        that a job submitted meanwhile keeps its project: (the row removed, None where there was none or it
+        was kept; the jobs that kept it, name and spec)."""
+        with db.transaction(self.conn):
+            jobs = self.conn.execute("SELECT name, spec FROM jobs WHERE project=? AND status != 'Deleted' "
+                                     "ORDER BY name", (name,)).fetchall()
+            row = self.conn.execute("SELECT name, gpu_quota FROM projects WHERE name=?", (name,)).fetchone()
+            if row is not None and not jobs:
+                self.conn.execute("DELETE FROM projects WHERE name=?", (name,))
+        return (None if jobs else row), jobs
+
     def projects(self) -> list[sqlite3.Row]:
         """Every project by name, `default` always among them: every job without -p runs there,
         though it has a row only once `dtrain project create default` gives it a quota."""

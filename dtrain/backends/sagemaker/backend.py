@@ -282,6 +282,11 @@ class SageMakerBackend(SubmitChecks, JobReading, JobLogs, Backend):
         raise NotSupportedError(f"SageMaker keeps no projects: a job's project is its dtrain:project tag, set by "
                                 f"submit -p; '{self.cmd('list -A')}' shows each job's project")
 
+    def _delete_project(self, name: str):
+        raise NotSupportedError(f"SageMaker keeps no projects, so there is none to delete: a job's project is only "
+                                f"its dtrain:project tag, set by submit -p ('{self.cmd(f'list -p {name}')}' lists "
+                                f"its jobs)")
+
     def _nodes(self) -> Listed:
         """None: SageMaker has no standing nodes (instances exist while a job runs). Said, so that an
         empty table is not read as a cluster with no machines, or one dtrain could not read."""

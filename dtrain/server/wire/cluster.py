@@ -98,3 +98,13 @@ class ForgotBackend(_Out):
     backend: str
     still_asked: list[str] = Field(description="why a list of every project asks the backend still (config.yaml's "
                                                "settings for it, a project sent there, the default backend)")
+
+
+class DeletedProject(_Out):
+    """What DELETE /projects/{name} removed (`Client.delete_project`, `dtrain project delete`)."""
+    name: str
+    backend: str
+    removed: list[str] = Field(description="what went, in words: its GPU quota; Kubernetes: its namespace, or "
+                                           "dtrain's objects and labels in a namespace that stays")
+    kept: str | None = Field(description="what stays and why (Kubernetes: a namespace another tool made, or one "
+                                         "shared by projects); null: nothing")
