@@ -10,7 +10,6 @@ queue; a node is this host.
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import shutil
@@ -23,16 +22,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable
 
 from dtrain import db
-from dtrain.backends.base import (Backend, DeletedProjectInfo, JobCount, JobInfo, JobPage, JobStatus, NodeInfo,
-                                  ProjectInfo, project_in_use)
+from dtrain.backends.base import Backend, JobCount, JobInfo, JobPage, JobStatus, NodeInfo
 from dtrain.backends.local.control import JobControl
+from dtrain.backends.local.projects import LocalProjects
 from dtrain.backends.local.reading import JobRecords
 from dtrain.backends.local.reconcile import Reconciling
 from dtrain.backends.local.store import QUEUED, UNFINISHED, JobStore
 from dtrain.backends.local.volumes import VolumeHooks, _disk_usage  # noqa: F401  (_disk_usage: re-exported)
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, NotFoundError, QuotaError, SetupError, SpecError
-from dtrain.names import LABEL_JOB, counted, dotted_volume_refusal, near_name, require_project, shown
+from dtrain.names import LABEL_JOB, counted, dotted_volume_refusal, require_project, shown
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
 # The job machinery (the supervisor's helpers, launchers, cgroups, GPU inventory, notebooks) is
@@ -77,7 +76,7 @@ def max_local_processes() -> tuple[int, str]:
     return max(1, count), why
 
 
-class LocalBackend(JobControl, JobRecords, Reconciling, VolumeHooks, Backend):
+class LocalBackend(LocalProjects, JobControl, JobRecords, Reconciling, VolumeHooks, Backend):
     """Submitting (its checks, the supervisor's start), the job list's pages and counts, nodes,
     projects, dry runs and artifacts are here; the mixins hold the rest: reading.py (a job's record, its logs), reconcile.py (lost supervisors),
     control.py (delete, suspend, resume, exec), volumes.py (volumes and snapshots)."""
@@ -429,56 +428,6 @@ class LocalBackend(JobControl, JobRecords, Reconciling, VolumeHooks, Backend):
 
         return read_access(self.home / "jobs" / info.name, info.name,
                            lambda words: self.cmd(words, info.spec.project)).url
-
-    # ---- projects -------------------------------------------------------------------------
-    def _create_project(self, name: str, *, gpu_quota: int | None, no_gpu_quota: bool) -> None:
-        from dtrain.backends.local.devices import inventory
-
-        gpus = len(inventory())
-        if gpu_quota is not None and gpu_quota > gpus:
-            raise QuotaError(f"a GPU quota of {gpu_quota} is larger than this machine's {counted(gpus, 'GPU')}; "
-                             + (f"give a quota of {gpus} or less" if gpus else
-                                "give a quota of 0, or set DTRAIN_GPUS=N, which stands in N GPUs to try the scheduler "
-                                "and quotas without them"))
-        self.store.upsert_project(name, gpu_quota, keep_quota=gpu_quota is None and not no_gpu_quota)
-
-    def _delete_project(self, name: str) -> DeletedProjectInfo:
-        """Its row (the GPU quota `project create` stored) goes; volumes and snapshots are every project's here
-        (one store), so only its jobs and notebooks not Deleted keep it. Its Deleted jobs keep their records."""
-        row, jobs = self.store.delete_project(name)
-        if jobs:
-            kinds: dict[str, list[str]] = {"job": [], "notebook": []}
-            for job in jobs:
-                kinds["notebook" if json.loads(job["spec"]).get("notebook") else "job"].append(job["name"])
-            raise project_in_use(name, kinds, lambda words: self.cmd(words, name)) or AssertionError(name)
-        if row is None:
-            known = [p["name"] for p in self.store.projects()]
-            near = near_name(name, known)  # a typo ('team-aa')
-            raise NotFoundError(f"no project named {name!r} ({'' if near is None else f'did you mean {near!r}? '}"
-                                f"projects: {', '.join(known)}); see 'dtrain project list'")
-        quota = row["gpu_quota"]
-        return DeletedProjectInfo(name=name, backend=self.name,
-                                  removed=() if quota is None else (f"GPU quota {quota}",))
-
-    def _list_projects(self) -> list[ProjectInfo]:
-        return self._projects(None)
-
-    def _one_project(self, name: str) -> list[ProjectInfo]:
-        """Project `name`'s row, its jobs alone counted in SQL."""
-        return self._projects(name)
-
-    def _projects(self, name: str | None) -> list[ProjectInfo]:
-        """Every project (`name` None), or that one alone, with its jobs and the GPUs they hold counted."""
-        self.reconcile_others(None)  # as `list` does, so that a lost job's GPUs are not counted
-        jobs: dict[str, int] = {}
-        for project, status, n in self.store.count(project=name):  # a deleted job is no longer the
-            if status != "Deleted":  # project's (`list` hides it too)
-                jobs[project] = jobs.get(project, 0) + n
-        held = self.store.allocations()  # devices are held by jobs that may run only
-        project_of = {row["name"]: row["project"] for row in (*self.store.active_jobs(), *self.store.held_by_stopped())}
-        return [ProjectInfo(name=p["name"], backend=self.name, gpu_quota=p["gpu_quota"], jobs=jobs.get(p["name"], 0),
-                            gpus_allocated=sum(project_of.get(job) == p["name"] for job in held.values()))
-                for p in self.store.projects() if name is None or p["name"] == name]
 
 
 def _check_mount_point(target: str, others) -> None:
