@@ -220,16 +220,34 @@ def spec_of(obj: dict) -> JobSpec:
     return JobSpec.from_stored(json.loads(raw))
 
 
-def pod_command(obj: dict) -> str:
-    """What a Notebook's pod runs, as `kubectl describe` shows its container: the rendered command and
-    args; neither set (dtrain sets none), the image's own entrypoint, which starts Jupyter under
-    NB_PREFIX. The spec's command is the local backend's jupyter-lab line, which this pod does not run."""
-    template = ((obj.get("spec") or {}).get("template") or {}).get("spec") or {}
-    container = (template.get("containers") or [{}])[0]
+def _main_container(kind: str, obj: dict) -> dict:
+    """The container whose command is the job's: a Notebook's or Job's one pod, a PyTorchJob's Master
+    (an elastic job's Workers), an MPIJob's Launcher (mpirun; its Workers run the operator's sleep until
+    mpirun starts the ranks in them), a TrainJob's trainer."""
+    spec = obj.get("spec") or {}
+    if kind == TRAIN_JOB.kind:
+        return spec.get("trainer") or {}
+    if kind == PYTORCH_JOB.kind:
+        replicas = spec.get("pytorchReplicaSpecs") or {}
+        spec = replicas.get("Master") or replicas.get("Worker") or {}
+    elif kind == MPI_JOB.kind:
+        spec = (spec.get("mpiReplicaSpecs") or {}).get("Launcher") or {}
+    template = (spec.get("template") or {}).get("spec") or {}
+    return (template.get("containers") or [{}])[0]
+
+
+def pod_command(kind: str, obj: dict) -> str:
+    """What the job's pod runs, as `kubectl describe` shows its container: the rendered command and
+    args, which wrap the spec's command (torchrun where a pod runs several ranks or the job is elastic,
+    mpirun on an MPIJob's launcher, a TrainJob's torchrun and its `cd` to --working-dir). Neither set,
+    the image's own entrypoint: a Notebook's starts Jupyter under NB_PREFIX (the spec's command is the
+    local backend's jupyter-lab line, which that pod does not run)."""
+    container = _main_container(kind, obj)
     words = [*(container.get("command") or []), *(container.get("args") or [])]
     if words:
         return shlex.join(map(str, words))
-    return f"(none set: the entrypoint of image {container.get('image') or '?'} starts Jupyter)"
+    runs = " starts Jupyter" if kind == NOTEBOOK.kind else ""
+    return f"(none set: the entrypoint of image {container.get('image') or '?'}{runs})"
 
 
 def procs_per_pod(obj: dict) -> int:
@@ -361,5 +379,5 @@ def job_info(kind: str, obj: dict, pods: list[dict] | None, *, backend: str = "k
         extra={"namespace": meta.get("namespace"), "kind": kind, "uid": meta.get("uid"),
                "success_snapshot": (meta.get("annotations") or {}).get(ANN_SUCCESS_SNAPSHOT),
                "procs_per_pod": procs_per_pod(obj),
-               **({"pod_command": pod_command(obj)} if kind == NOTEBOOK.kind else {}),
+               "pod_command": pod_command(kind, obj),
                "pods": sorted((p.get("metadata") or {}).get("name", "") for p in pods)})

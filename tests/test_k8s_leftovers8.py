@@ -1,0 +1,64 @@
+"""The Kubernetes backend's leftovers of an eighth audit: `describe job` of a PyTorchJob, MPIJob or
+TrainJob showed the spec's command, not the torchrun or mpirun line its pod runs around it.
+
+Each test drives the official `kubernetes` client against the shipped fake API server.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+
+import pytest
+
+pytest.importorskip("kubernetes", reason="the 'kubernetes' extra is not installed")
+
+from dtrain.backends.kubernetes import KubernetesConfig  # noqa: E402
+from dtrain.cli.listing import cmd_describe  # noqa: E402
+from dtrain.client import Client  # noqa: E402
+
+from test_k8s_backend import IMAGE, NS, backend, cluster, make_backend, spec  # noqa: E402,F401  (their fixtures)
+
+
+def _described_command(tmp_path, backend, name: str, capsys) -> str:
+    client = Client(home=tmp_path, backend="kubernetes", backends={"kubernetes": backend})
+    assert cmd_describe(argparse.Namespace(names=[name], json=False, project=None, verb="describe"), client) == 0
+    out = capsys.readouterr().out
+    return next(line.strip() for line in out.splitlines() if line.strip().startswith("command:"))
+
+
+@pytest.mark.parametrize("config, kw, shown", [
+    # two ranks a pod: torchrun starts them, placed by the operator's RANK and MASTER_*
+    ({"gpus_per_node": 2}, {"launcher": "torchrun", "processes": 4, "gpu": 1},
+     "command: torchrun --nnodes=2 --nproc-per-node=2 '--node-rank=$(RANK)' '--master-addr=$(MASTER_ADDR)' "
+     "'--master-port=$(MASTER_PORT)' --tee=3 --no-python python train.py"),
+    # elastic: Workers only, each a torchrun of the rendezvous
+    ({"elastic_min_replicas": 1}, {"launcher": "torchrun", "processes": 2},
+     "command: torchrun --nproc-per-node=1 --tee=3 --no-python python train.py"),
+    # one rank a pod: the pod runs the spec's command itself
+    ({}, {"launcher": "torchrun", "processes": 2}, "command: python train.py"),
+    # an MPIJob's launcher runs mpirun, which starts the ranks in the workers
+    ({}, {"launcher": "mpi", "processes": 2},
+     f"command: mpirun -np 2 {shlex.join(KubernetesConfig().mpirun_args)} -x MASTER_ADDR -x MASTER_PORT "
+     f"python train.py"),
+    # a TrainJob's trainer: torchrun, in a shell that changes to --working-dir (TrainJob has no field for it)
+    ({"trainer": "v2"}, {"launcher": "torchrun", "processes": 2, "working_dir": "/work"},
+     "command: sh -c 'cd \"$0\" && exec \"$@\"' /work torchrun --tee=3 --no-python python train.py"),
+])
+def test_describe_of_a_training_job_shows_what_its_pod_runs(make_backend, cluster, tmp_path, capsys,
+                                                           config, kw, shown):
+    backend = make_backend(KubernetesConfig(project="lanes", image=IMAGE, **config))
+    backend.submit(spec(**kw))
+    assert _described_command(tmp_path, backend, "train", capsys) == shown
+    # the same in --json's extra, which keeps the spec's own command
+    info = backend.get("train")
+    assert f"command: {info.extra['pod_command']}" == shown and info.spec.command == ("python", "train.py")
+
+
+def test_describe_of_a_batch_job_shows_its_container_command(backend, cluster, tmp_path, capsys):
+    backend.submit(spec())
+    assert _described_command(tmp_path, backend, "train", capsys) == "command: python train.py"
+    # a Job edited with kubectl to run its image's entrypoint: said, not the spec's command
+    del cluster.get("batch", "jobs", NS, "train")["spec"]["template"]["spec"]["containers"][0]["command"]
+    shown = _described_command(tmp_path, backend, "train", capsys)
+    assert shown == f"command: (none set: the entrypoint of image {IMAGE})"
