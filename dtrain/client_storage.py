@@ -106,11 +106,12 @@ class StorageVerbs:
         move locally (one mapping)."""
         return self._storage(project).render_volume_update(name, storage_class=storage_class)
 
-    def delete_volume(self, name: str, *, force: bool = False, project: str | None = None) -> None:
+    def delete_volume(self, name: str, *, force: bool = False, project: str | None = None) -> str | None:
         """Delete volume `name` (its snapshots stay, and restore it); a ConflictError while a job uses it,
-        unless `force` (`dtrain volume delete`)."""
+        unless `force` (`dtrain volume delete`). None: it is gone; else what keeps it a while (Kubernetes
+        keeps a claim still in use, 'Terminating', until its pods stop)."""
         with self.room_to_free():  # on a full home disk: the delete that frees it still commits
-            self._storage(project).delete_volume(name, force=force)
+            return self._storage(project).delete_volume(name, force=force)
 
     def create_snapshot(self, volume: str, *, name: str | None = None, job: str | None = None,
                         progress: Progress | None = None, project: str | None = None) -> SnapshotInfo:

@@ -390,7 +390,11 @@ def test_volume_verbs(backend, cluster):
     cluster.run_pods(NS, "train")
     with pytest.raises(ConflictError, match="in use by job 'train'"):
         backend.delete_volume("tusimple")
-    backend.delete_volume("tusimple", force=True)
+    (pod,) = pod_names(cluster)
+    # kept while its pod runs (the pvc-protection finalizer), gone once it stops
+    assert backend.delete_volume("tusimple", force=True) == f"Terminating: Kubernetes keeps it until pod {pod} stops"
+    assert backend.get_volume("tusimple").status == "Terminating"
+    cluster.set_pod_phase(NS, pod, "Succeeded")
     with pytest.raises(NotFoundError, match="volume 'tusimple' not found"):
         backend.get_volume("tusimple")
 

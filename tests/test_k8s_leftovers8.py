@@ -1,5 +1,7 @@
 """The Kubernetes backend's leftovers of an eighth audit: `describe job` of a PyTorchJob, MPIJob or
-TrainJob showed the spec's command, not the torchrun or mpirun line its pod runs around it.
+TrainJob showed the spec's command, not the torchrun or mpirun line its pod runs around it; `volume
+delete --force` of a claim pods use said 'deleted' while Kubernetes kept it (Terminating) until they
+stopped.
 
 Each test drives the official `kubernetes` client against the shipped fake API server.
 """
@@ -62,3 +64,38 @@ def test_describe_of_a_batch_job_shows_its_container_command(backend, cluster, t
     del cluster.get("batch", "jobs", NS, "train")["spec"]["template"]["spec"]["containers"][0]["command"]
     shown = _described_command(tmp_path, backend, "train", capsys)
     assert shown == f"command: (none set: the entrypoint of image {IMAGE})"
+
+
+def _volume_args(**kw) -> argparse.Namespace:
+    return argparse.Namespace(**{"action": "delete", "names": ["tusimple"], "force": True, "dry_run": False,
+                                 "project": None, "json": False, "older_than": None, **kw})
+
+
+def test_volume_delete_force_of_a_claim_pods_use_says_it_is_kept_until_they_stop(backend, cluster, tmp_path,
+                                                                                capsys):
+    from dtrain.cli.storage import cmd_volume
+    from dtrain.errors import NotFoundError
+    from dtrain.spec import parse_pvc
+
+    client = Client(home=tmp_path, backend="kubernetes", backends={"kubernetes": backend})
+    backend.create_volume("tusimple", size="20Gi", storage_class="fast")
+    cluster.bind_volumes()
+    backend.submit(spec(launcher="torchrun", processes=2, volumes=(parse_pvc("tusimple:/data:ro"),)))
+    pods = sorted(p["metadata"]["name"] for p in cluster.run_pods(NS, "train"))
+    assert cmd_volume(_volume_args(), client) == 0
+    # the API server keeps the claim (its pvc-protection finalizer) until the pods that mount it stop
+    assert capsys.readouterr().out == (f"volume 'tusimple' deleting (Terminating: Kubernetes keeps it until pods "
+                                       f"{', '.join(pods)} stop)\n")
+    assert backend.get_volume("tusimple").status == "Terminating"  # as kubectl get pvc shows it
+    assert cmd_volume(_volume_args(action="list", names=None), client) == 0
+    assert "Terminating" in capsys.readouterr().out.splitlines()[1].split()
+    cluster.set_pod_phase(NS, pods[0], "Succeeded")
+    assert backend.get_volume("tusimple").status == "Terminating"  # one pod still runs
+    cluster.set_pod_phase(NS, pods[1], "Failed")
+    with pytest.raises(NotFoundError, match="volume 'tusimple' not found"):
+        backend.get_volume("tusimple")
+    # a claim no pod uses goes at once: 'deleted', as before
+    backend.create_volume("tusimple", size="1Gi", storage_class="fast")
+    assert cmd_volume(_volume_args(), client) == 0
+    assert capsys.readouterr().out == "volume 'tusimple' deleted\n"
+    assert cluster.items("", "persistentvolumeclaims", NS) == []

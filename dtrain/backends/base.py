@@ -361,11 +361,12 @@ class Backend(BackendDefaults):
         with self._named("volume", name):
             return self._get_volume(_existing(name, "volume"))
 
-    def delete_volume(self, name: str, *, force: bool = False) -> None:
-        """Delete a volume (its snapshots stay); refused while a job uses it unless `force`."""
+    def delete_volume(self, name: str, *, force: bool = False) -> str | None:
+        """Delete a volume (its snapshots stay); refused while a job uses it unless `force`. None: it is
+        gone; else what keeps it a while (Kubernetes keeps a claim, 'Terminating', until its pods stop)."""
         _flag(force, "force")
         with self._named("volume", name):
-            self._delete_volume(_existing(name, "volume"), force=force)
+            return self._delete_volume(_existing(name, "volume"), force=force)
 
     def list_storage_classes(self) -> Listed:
         """The storage classes (performance tiers) volumes can use: the default first, then by kind and name;

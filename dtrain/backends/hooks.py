@@ -55,7 +55,8 @@ class BackendHooks(abc.ABC):
     def _get_volume(self, name: str) -> VolumeInfo: ...
 
     @abc.abstractmethod
-    def _delete_volume(self, name: str, *, force: bool) -> None: ...
+    def _delete_volume(self, name: str, *, force: bool) -> str | None:
+        """None once it is gone; else what still keeps it (Kubernetes: 'Terminating: ...')."""
 
     @abc.abstractmethod
     def _create_snapshot(self, volume: str, *, name: str | None, job: str | None,

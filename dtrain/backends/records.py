@@ -331,7 +331,8 @@ class VolumeInfo(_Record):
     size_bytes: int  # `size` in bytes
     storage_class: str | None  # 'local' locally; a StorageClass on Kubernetes (None: the cluster default)
     created: float  # unix seconds
-    status: str = "Bound"  # Bound (usable), Pending (being provisioned) or Lost
+    # Bound (usable), Pending (being provisioned), Lost, or Terminating (Kubernetes: deleted, kept until its pods stop)
+    status: str = "Bound"
     origin_snapshot: str | None = None  # the snapshot it was restored from, if any
     job: str | None = None  # the job it was made for (--pvc CLASS:SIZE:MOUNT), if known
     # what its files take on disk now (allocated blocks, as du); None where the backend cannot tell (a PVC)

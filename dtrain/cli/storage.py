@@ -106,8 +106,9 @@ def cmd_volume(args, client: Client) -> int:
         return _update_volume(args, client)
     elif args.action == "delete":
         def delete(name: str) -> None:
-            client.delete_volume(name, force=args.force, project=args.project)
-            print(f"volume '{name}' deleted")
+            kept = client.delete_volume(name, force=args.force, project=args.project)
+            # Kubernetes keeps a claim its pods still use (kubectl: Terminating) until they stop
+            print(f"volume '{name}' deleting ({kept})" if kept else f"volume '{name}' deleted")
         with client.room_to_free():  # a full home disk: room for the names' checks, which read the index, too
             _each(_existing(args, client, "volume"), delete)
     return 0

@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from .fake_wire import (_REASONS, DROP, UPGRADE, Fault, _fields_match, _forbidden, _go_bool, _matches, _not_found,
                         _status, _verb, rfc3339)
-from .objects import JOB_COMPLETION_INDEX, KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE
+from .objects import JOB_COMPLETION_INDEX, KF_JOB_NAME, KF_REPLICA_INDEX, KF_REPLICA_TYPE, PVC_PROTECTION
 from .patches import apply_patch
 
 CORE = {  # (group, plural) -> (kind, namespaced)
@@ -84,6 +84,8 @@ class FakeCluster:
                         resourceVersion=str(next(self._rv)), generation=1)
             if obj["kind"] == "PersistentVolumeClaim":
                 obj["status"] = {"phase": "Pending"}
+                # the StorageObjectInUseProtection admission plugin: deleted, it stays while a pod uses it
+                meta["finalizers"] = [*(meta.get("finalizers") or []), PVC_PROTECTION]
                 spec = obj.setdefault("spec", {})
                 if spec.get("storageClassName") is None:  # the DefaultStorageClass admission plugin
                     default = [c["metadata"]["name"] for c in self.items("storage.k8s.io", "storageclasses")
@@ -124,9 +126,11 @@ class FakeCluster:
     def finish_deletions(self) -> None:
         """Let foreground deletions complete: objects marked deleted go, with their dependents."""
         with self.lock:
-            for key in [k for k, o in self.objects.items() if o["metadata"].get("deletionTimestamp")]:
+            for key in [k for k, o in self.objects.items() if o["metadata"].get("deletionTimestamp")
+                        and "foregroundDeletion" in (o["metadata"].get("finalizers") or [])]:
                 if key in self.objects:
                     self._remove(key)
+            self._protect_claims()
 
     def fail(self, method: str, path: str, status: int, message: str = "", *, carried_out: bool = False) -> None:
         """Answer every later `method` request ('*': any) whose path holds `path` with `status` and
@@ -270,12 +274,31 @@ class FakeCluster:
         obj = self.objects.get(key)
         if obj is None:
             return _not_found(group, plural, name)
+        meta = obj["metadata"]
         if options.get("propagationPolicy") == "Foreground":
-            obj["metadata"]["deletionTimestamp"] = rfc3339(time.time())
-            obj["metadata"]["finalizers"] = ["foregroundDeletion"]
+            meta["finalizers"] = [*(meta.get("finalizers") or []), "foregroundDeletion"]
+        if meta.get("finalizers"):  # marked deleted, kept until its finalizers are removed
+            meta.setdefault("deletionTimestamp", rfc3339(time.time()))
         else:
             self._remove(key)
-        return 200, json.dumps(obj).encode()
+        answer = json.dumps(obj).encode()  # as marked: the controllers act after the answer
+        self._protect_claims()  # a claim no pod uses goes; a pod gone may free one deleted before
+        return 200, answer
+
+    def _protect_claims(self) -> None:
+        """The pvc-protection controller: a claim marked deleted loses its finalizer once no pod that
+        has not ended mounts it, and then goes (as does any object marked deleted with no finalizer left)."""
+        for key, obj in list(self.objects.items()):
+            meta = obj["metadata"]
+            if obj["kind"] != "PersistentVolumeClaim" or not meta.get("deletionTimestamp"):
+                continue
+            if not any((v.get("persistentVolumeClaim") or {}).get("claimName") == key[3]
+                       for pod in self.items("", "pods", key[2])
+                       if (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+                       for v in (pod.get("spec") or {}).get("volumes") or []):
+                meta["finalizers"] = [f for f in meta.get("finalizers") or [] if f != PVC_PROTECTION]
+            if not meta["finalizers"] and key in self.objects:
+                self._remove(key)
 
     def _log(self, namespace, name, query) -> tuple[int, bytes | Iterator[bytes]]:
         pod = self.objects.get(("", "pods", namespace, name))
@@ -373,6 +396,7 @@ class FakeCluster:
             obj["status"] = {"phase": phase, "startTime": rfc3339(time.time()), "containerStatuses": [
                 {"name": c["name"], "restartCount": restarts, "state": state, "ready": phase == "Running"}
                 for c in obj["spec"]["containers"]]}
+            self._protect_claims()  # a pod that ended no longer holds its claims
 
     def transition(self, namespace: str, job: str, ctype: str, *, reason: str = "", message: str = "",
                    at: float | None = None) -> None:

@@ -34,6 +34,8 @@ ANN_REQUEST = "dtrain.io/create-request"
 ROLE_WORKER = "worker"
 ROLE_SNAPSHOTTER = "snapshotter"
 GPU_RESOURCE = "nvidia.com/gpu"
+# the finalizer the API server puts on every PVC: deleted, a claim stays (Terminating) until no pod uses it
+PVC_PROTECTION = "kubernetes.io/pvc-protection"
 
 # Labels the Kubeflow Training Operator v1 puts on replica pods.
 KF_REPLICA_TYPE = "training.kubeflow.org/replica-type"

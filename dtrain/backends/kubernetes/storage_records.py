@@ -28,7 +28,9 @@ def volume_info(pvc: dict) -> VolumeInfo:
     origin = labels.get(LABEL_SOURCE_SNAPSHOT) or (spec.get("dataSource") or {}).get("name")
     return VolumeInfo(name=meta["name"], backend="kubernetes", size=size, size_bytes=parse_size(size),
                       storage_class=spec.get("storageClassName"), created=_created(meta),
-                      status=status.get("phase", "Pending"), origin_snapshot=origin, job=labels.get(LABEL_JOB),
+                      # a claim deleted while pods use it stays until they stop: kubectl's 'Terminating'
+                      status="Terminating" if meta.get("deletionTimestamp") else status.get("phase", "Pending"),
+                      origin_snapshot=origin, job=labels.get(LABEL_JOB),
                       labels=dict(labels), extra={"uid": meta.get("uid"), "namespace": meta.get("namespace"),
                                                   "access_modes": list(spec.get("accessModes") or []),
                                                   "volume_attributes_class": spec.get("volumeAttributesClassName"),

@@ -17,11 +17,11 @@ from typing import TYPE_CHECKING
 
 from dtrain.backends.base import FreedInfo, Listed, Notice, Progress, SnapshotInfo, StorageClassInfo, VolumeInfo
 from dtrain.errors import BackendError, ConflictError, DtrainError, NotFoundError, SpecError
-from dtrain.names import claim_refusal, is_claim_name, near_name, with_near
+from dtrain.names import claim_refusal, is_claim_name, listed, near_name, with_near
 
 from .client import EVENT, POD, PVC, Forbidden, Missing, Unanswered, Unauthenticated
 from .objects import (ANN_DEFAULT_CLASS, ANN_REQUEST, ANN_SOURCE_CLASS, ANN_SOURCE_SIZE, LABEL_JOB, STORAGE_CLASS,
-                      VOLUME_ATTRIBUTES_CLASSES, VOLUME_SNAPSHOT, Resource)
+                      PVC_PROTECTION, VOLUME_ATTRIBUTES_CLASSES, VOLUME_SNAPSHOT, Resource)
 from .render_storage import render_restore, render_snapshot, render_volume, render_volume_class_patch
 from .status import job_status, spec_of
 from .storage_records import _created, _job_spec, snapshot_info, volume_info
@@ -250,7 +250,7 @@ class VolumeVerbs:
             self._own_pvc(name, "change", _PATCH)
         return render_volume_class_patch(storage_class)
 
-    def _delete_volume(self, name: str, *, force: bool) -> None:
+    def _delete_volume(self, name: str, *, force: bool) -> str | None:
         self._own_pvc(name, "delete", "'kubectl delete pvc {name} -n {namespace}'")
         users = [p for p in self.api.list(POD, self.namespace)
                  if (p.get("status") or {}).get("phase") in ("Pending", "Running")
@@ -266,8 +266,10 @@ class VolumeVerbs:
             raise ConflictError(f"volume {name!r} is mounted by job {job[0]!r}, which is {job[1]} and would "
                                 f"start without it: wait for it to end, delete the job "
                                 f"(`{self.cmd(f'delete {job[0]}')}`), or pass --force")
-        # With --force the claim is marked deleted now; Kubernetes frees it when its last pod stops.
-        self.api.delete(PVC, self.namespace, name)
+        # With --force the claim is marked deleted now; Kubernetes keeps it while a pod uses it (the
+        # pvc-protection finalizer the API server puts on every claim) and removes it when the last stops.
+        pvc = self.api.delete(PVC, self.namespace, name)
+        return _kept(pvc, [p["metadata"]["name"] for p in users])
 
     def _job_mounting(self, volume: str) -> tuple[str, str] | None:
         """(name, status) of a job not ended that mounts `volume`: a queued or suspended job has no
@@ -447,3 +449,16 @@ class VolumeVerbs:
         snap = snapshot_info(self._snapshot(name))
         self.api.delete(VOLUME_SNAPSHOT, self.namespace, name)
         return FreedInfo(snapshot=name, backend="kubernetes", bytes=None, extra={"restore_size": snap.bytes})
+
+
+def _kept(pvc: dict, pods: list[str]) -> str | None:
+    """What still holds a claim the API server marked deleted (kubectl's 'Terminating'): the pods that
+    mount it (the pvc-protection finalizer every claim gets keeps it until they stop), another
+    finalizer; None where nothing does (the claim goes at once)."""
+    meta = (pvc or {}).get("metadata") or {}
+    others = [f for f in meta.get("finalizers") or [] if f != PVC_PROTECTION]
+    if not meta.get("deletionTimestamp") or not (pods or others):
+        return None
+    until = [f"{listed(pods, 'pod')} {'stops' if len(pods) == 1 else 'stop'}"] if pods else []
+    until += [f"{listed(others, 'finalizer')} {'is' if len(others) == 1 else 'are'} done"] if others else []
+    return f"Terminating: Kubernetes keeps it until {' and '.join(until)}"
