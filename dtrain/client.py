@@ -332,9 +332,11 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         return self.submit(notebook_spec(name, volumes=volumes, door=self.door, **fields))
 
     def list_notebooks(self, *, project: str | None = None, show_deleted: bool = True) -> Listed:
-        """The notebooks among `list`'s jobs (of `project`; None: every project's), with its notices."""
+        """The notebooks among `list`'s jobs (of `project`; None: every project's), with its notices but
+        that of pods not read ('pods-unread': processes, GPUs in use and node, which no notebook listing
+        shows; Kubernetes tells a notebook's status from its Notebook object then)."""
         jobs = self.list(project=project, show_deleted=show_deleted)
-        return Listed((j for j in jobs if j.spec.notebook), jobs.notices)
+        return Listed((j for j in jobs if j.spec.notebook), [n for n in jobs.notices if n.code != "pods-unread"])
 
     def page_notebooks(self, *, project: str | None = None, status: JobStatus | str | None = None,
                        limit: int | None = None, offset: int = 0) -> Page:

@@ -76,7 +76,8 @@ def test_list_of_a_job_whose_pods_are_unreadable_shows_unknown_counts_and_says_w
     assert rows["solo"][-4:] == ["?", "(0)", "?", "(?)"]
     # the reason, once for the namespace, on stderr as list's other notices
     (said,) = err.splitlines()
-    assert said.startswith(f"dtrain: warning: jobs of namespace {NS}: pods not shown (processes, GPUs and node "
+    assert said.startswith(f"dtrain: warning: jobs of project lanes (namespace {NS}): pods not shown (processes, "
+                           f"GPUs and node "
                            f"unknown)") and POD_ROLE in said
     # --json keeps the numbers as the backend gives them, and says the same notice
     assert cmd_list(_list_args(json=True), client) == 0

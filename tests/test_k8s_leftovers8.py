@@ -1,7 +1,8 @@
 """The Kubernetes backend's leftovers of an eighth audit: `describe job` of a PyTorchJob, MPIJob or
 TrainJob showed the spec's command, not the torchrun or mpirun line its pod runs around it; `volume
 delete --force` of a claim pods use said 'deleted' while Kubernetes kept it (Terminating) until they
-stopped.
+stopped; the pods-unread warning named the namespace, not the project, and `notebook list` said it
+too.
 
 Each test drives the official `kubernetes` client against the shipped fake API server.
 """
@@ -99,3 +100,29 @@ def test_volume_delete_force_of_a_claim_pods_use_says_it_is_kept_until_they_stop
     assert cmd_volume(_volume_args(), client) == 0
     assert capsys.readouterr().out == "volume 'tusimple' deleted\n"
     assert cluster.items("", "persistentvolumeclaims", NS) == []
+
+
+def test_pods_unread_warning_names_the_project_and_notebook_list_leaves_it_out(backend, cluster, tmp_path,
+                                                                              capsys):
+    from dtrain.cli import notebook as notebook_cli
+    from dtrain.cli.listing import cmd_list
+    from dtrain.spec import notebook_spec
+
+    cluster.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "work", "namespace": NS},
+                    "spec": {"resources": {"requests": {"storage": "5Gi"}}, "accessModes": ["ReadWriteMany"]}})
+    backend.submit(spec())
+    backend.submit(notebook_spec("nb", volumes=["work:/home/jovyan"], project="lanes"))
+    cluster.run_pods(NS, "nb")
+    # the notebook controller counts its StatefulSet's ready pods on the Notebook
+    cluster.get("kubeflow.org", "notebooks", NS, "nb")["status"] = {"readyReplicas": 1}
+    cluster.forbidden.add(("", "pods"))
+    client = Client(home=tmp_path, backend="kubernetes", backends={"kubernetes": backend})
+    base = {"project": "lanes", "all_projects": False, "show_deleted": False, "json": False}
+    assert cmd_list(argparse.Namespace(what="jobs", selector=None, **base), client) == 0
+    (said,) = capsys.readouterr().err.splitlines()
+    assert said.startswith(f"dtrain: warning: jobs of project lanes (namespace {NS}): pods not shown")
+    # notebook list shows nothing read from pods: no warning, and the notebook's status from its Notebook
+    assert notebook_cli.cmd_list(argparse.Namespace(**base), client) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and out.splitlines()[1].split()[:2] == ["nb", "Running"]
+    assert not client.list_notebooks(project="lanes").notices

@@ -160,6 +160,7 @@ class Notice(_Record):
     # "role-updated", "shared-left" (a dry run's: the snapshot watcher's Role that submit would update, or its
     # ServiceAccount, Role or RoleBinding someone else made, which submit leaves and the manifests leave out)
     # "gpus-injected" (`dtrain server` started with another DTRAIN_GPUS than some local GPU jobs were submitted with)
+    # "pods-unread" (Kubernetes: a namespace's pods not readable, so its jobs' processes, GPUs and node unknown)
     message: str  # one line: what is missing, why, and how to fix it
 
 

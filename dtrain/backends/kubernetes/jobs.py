@@ -16,9 +16,11 @@ from typing import TYPE_CHECKING
 
 from dtrain.backends.base import DataSource, JobInfo, JobStatus, Listed, Notice
 from dtrain.errors import ConflictError, DtrainError, NotFoundError
+from dtrain.names import listed
 
 from .client import PVC, Forbidden, Missing, Unauthenticated
-from .objects import (ANN_JOB_UID, ANN_SUCCESS_SNAPSHOT, JOB_RESOURCES, LABEL_JOB, LABEL_ROLE, ROLE_SNAPSHOTTER,
+from .objects import (ANN_JOB_UID, ANN_SUCCESS_SNAPSHOT, JOB_RESOURCES, LABEL_JOB, LABEL_PROJECT, LABEL_ROLE,
+                      ROLE_SNAPSHOTTER,
                       VOLUME_SNAPSHOT, Resource, job_selector, pod_reader_fix, success_snapshot_name)
 from .render import render_resume, render_suspend
 from .render_storage import render_success_snapshot
@@ -188,7 +190,7 @@ class JobVerbs:
                 info = job_info(resource.kind, obj, pods.get(_key(obj), []))
             infos.append(self._snapshot_on_success(info))
         # said once a namespace, as `list` says its other notices: its table shows those counts as unknown
-        notices += [Notice(code="pods-unread", message=f"jobs of namespace {namespace}: {said}")
+        notices += [Notice(code="pods-unread", message=f"jobs of {_projects_in(namespace, objects)}: {said}")
                     for namespace, said in sorted(refused.items())]
         return Listed(sorted(infos, key=lambda i: (i.created, i.name)), notices)
 
@@ -365,6 +367,14 @@ def _earlier_run(meta: dict, info: JobInfo) -> bool:
 
 def _pods_unknown(err: Forbidden, namespace: str) -> str:
     return f"pods not shown (processes, GPUs and node unknown): {err}; to show them, {pod_reader_fix(namespace)}"
+
+
+def _projects_in(namespace: str, objects: list[tuple[Resource, dict]]) -> str:
+    """'project P (namespace N)': the projects of the jobs listed there, as a user names them (one
+    fixed namespace may hold several); the namespace alone where none says its project."""
+    projects = sorted({(obj["metadata"].get("labels") or {}).get(LABEL_PROJECT) for _, obj in objects
+                       if _key(obj)[0] == namespace} - {None, ""})
+    return f"{listed(projects, 'project')} (namespace {namespace})" if projects else f"namespace {namespace}"
 
 
 def _key(obj: dict) -> tuple[str, str]:

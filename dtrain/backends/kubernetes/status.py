@@ -12,6 +12,7 @@
     TrainJob               Complete / Failed               Succeeded / Failed
     batch Job, TrainJob    otherwise: a pod Running        Running, else Pending
     batch Job              (its pods unread) status.ready  Running
+    Notebook               (its pods unread) readyReplicas  Running
     Notebook               (never ends) its pod Running    Running, else Pending
 
 The message is the condition's reason and message; a Failed job's adds what a pod says of its
@@ -108,8 +109,10 @@ def job_status(kind: str, obj: dict, pods: list[dict] | None) -> tuple[JobStatus
             if t in true:  # running, but a pod may be stuck (a worker's image pull, a crash loop)
                 return JobStatus.RUNNING, _joined(why(true[t]), _pending_reason(pods))
         return JobStatus.PENDING, _pending_reason(pods)
-    # A batch Job counts its ready pods itself: the one sign of a running pod when pods cannot be read.
-    if _any_running(pods) or (unread and kind == BATCH_JOB.kind and (obj.get("status") or {}).get("ready")):
+    # A batch Job counts its ready pods itself, a Notebook's controller its StatefulSet's: the one sign of
+    # a running pod when pods cannot be read.
+    ready = (obj.get("status") or {}).get({BATCH_JOB.kind: "ready", NOTEBOOK.kind: "readyReplicas"}.get(kind, ""))
+    if _any_running(pods) or (unread and ready):
         return JobStatus.RUNNING, _pending_reason(pods)
     return JobStatus.PENDING, _pending_reason(pods)
 
