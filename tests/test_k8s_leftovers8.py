@@ -2,7 +2,7 @@
 TrainJob showed the spec's command, not the torchrun or mpirun line its pod runs around it; `volume
 delete --force` of a claim pods use said 'deleted' while Kubernetes kept it (Terminating) until they
 stopped; the pods-unread warning named the namespace, not the project, and `notebook list` said it
-too.
+too; a RoleBinding of the watcher's name someone else made that did not bind the watcher went unsaid.
 
 Each test drives the official `kubernetes` client against the shipped fake API server.
 """
@@ -126,3 +126,77 @@ def test_pods_unread_warning_names_the_project_and_notebook_list_leaves_it_out(b
     out, err = capsys.readouterr()
     assert err == "" and out.splitlines()[1].split()[:2] == ["nb", "Running"]
     assert not client.list_notebooks(project="lanes").notices
+
+
+RBAC = "rbac.authorization.k8s.io"
+
+
+def _binding(cluster, subjects: list[dict], role: str = "dtrain-snapshotter") -> dict:
+    return cluster.create({"apiVersion": f"{RBAC}/v1", "kind": "RoleBinding",
+                           "metadata": {"name": "dtrain-snapshotter", "namespace": NS, "labels": {"team": "vision"}},
+                           "roleRef": {"apiGroup": RBAC, "kind": "Role", "name": role}, "subjects": subjects})
+
+
+def _warned(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if "RoleBinding" in r.getMessage()]
+
+
+def test_a_rolebinding_someone_else_made_that_binds_not_the_watcher_is_warned_of_and_left(backend, cluster, caplog,
+                                                                                        tmp_path, capsys):
+    """Reproduced: an admin's RoleBinding of the watcher's name binding another account only was left
+    without a word: the watcher could not read its job nor take the snapshot."""
+    import json
+    import logging
+    import shlex
+
+    from dtrain.backends.kubernetes.render_storage import binding_lacks, render_snapshot_rbac
+    from test_k8s_snapshotter_role import _dry_run_watched, _submit_watched
+
+    cluster.create({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    editor = {"kind": "ServiceAccount", "name": "default-editor", "namespace": NS}
+    _binding(cluster, [editor])
+    with caplog.at_level(logging.WARNING):
+        _submit_watched(backend)
+    (said,) = _warned(caplog)
+    assert said.startswith(f"dtrain: warning: RoleBinding dtrain-snapshotter in namespace {NS}, not made by dtrain "
+                           f"(no label app.kubernetes.io/managed-by=dtrain), does not bind ServiceAccount "
+                           f"dtrain-snapshotter, so the snapshot watcher may not read the job") and "\n" not in said
+    made = cluster.get(RBAC, "rolebindings", NS, "dtrain-snapshotter")
+    assert made["subjects"] == [editor] and [m for m, p in cluster.requests if "rolebindings/" in p] == ["GET"]
+    assert cluster.get("batch", "jobs", NS, "train-snap")  # the job runs all the same
+    # the patch it names makes the binding bind the watcher, the admin's subject kept
+    words = shlex.split(said[said.index("kubectl patch"):said.index("; the job runs")])
+    assert words[:6] == ["kubectl", "patch", "rolebinding", "dtrain-snapshotter", "-n", NS]
+    want = next(o for o in render_snapshot_rbac(NS, "lanes", backend.config) if o["kind"] == "RoleBinding")
+    ops = json.loads(words[words.index("-p") + 1])
+    assert {(op["op"], op["path"]) for op in ops} == {("add", "/subjects/-")}  # appended, as RFC 6902 says
+    patched = {**made, "subjects": [*made["subjects"], *(op["value"] for op in ops)]}
+    assert binding_lacks(patched, want) is None and patched["subjects"][0] == editor
+    # a dry run says the same of it
+    out, _ = _dry_run_watched(backend, tmp_path, capsys, name="again", new_volume=False)
+    (note,) = [line for line in out.splitlines() if line.startswith("# RoleBinding ")]
+    assert note.startswith(f"# {said.removeprefix('dtrain: warning: ')}; it is left out of the manifests below")
+    # one that binds another Role: its roleRef cannot change, so it is made anew
+    cluster.objects.pop((RBAC, "rolebindings", NS, "dtrain-snapshotter"))
+    _binding(cluster, [want["subjects"][0]], role="view")
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        backend.submit(spec(name="third", snapshot_on_success="data", volumes=_data_volume()))
+    (said,) = _warned(caplog)
+    assert (f"binds Role view, not Role dtrain-snapshotter, so the snapshot watcher may not read the job" in said
+            and f"kubectl delete rolebinding dtrain-snapshotter -n {NS}, then kubectl create rolebinding "
+                f"dtrain-snapshotter -n {NS} --role=dtrain-snapshotter --serviceaccount={NS}:dtrain-snapshotter"
+            in said)
+    # one that binds the watcher's account to its Role (an admin's, with more subjects): no word
+    cluster.objects.pop((RBAC, "rolebindings", NS, "dtrain-snapshotter"))
+    _binding(cluster, [editor, {"kind": "ServiceAccount", "name": "dtrain-snapshotter"}])
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        backend.submit(spec(name="fourth", snapshot_on_success="data", volumes=_data_volume()))
+    assert _warned(caplog) == []
+
+
+def _data_volume():
+    from dtrain.spec import parse_pvc
+
+    return (parse_pvc("data:/mnt"),)

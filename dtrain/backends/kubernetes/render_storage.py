@@ -192,6 +192,28 @@ def render_snapshot_rbac(namespace: str, project: str, config: KubernetesConfig)
     ]
 
 
+def binding_lacks(found: dict, want: dict) -> tuple[str, str] | None:
+    """What a RoleBinding as read lacks of `want`, the watcher's (its Role bound to its ServiceAccount),
+    in words, and the kubectl command that makes it bind them (pure); None where it binds them."""
+    meta, ref, account = want["metadata"], want["roleRef"], want["subjects"][0]
+    name, namespace = meta["name"], meta["namespace"]
+    has = found.get("subjects") or []
+    if not any(s.get("kind") == account["kind"] and s.get("name") == account["name"]
+               and (s.get("namespace") or namespace) == account["namespace"] for s in has):
+        lacks = f"does not bind ServiceAccount {account['name']}"
+        ops = [{"op": "add", "path": "/subjects/-", "value": account}] if has else \
+            [{"op": "add", "path": "/subjects", "value": [account]}]
+        fix = f"kubectl patch rolebinding {name} -n {namespace} --type=json -p '{json.dumps(ops, separators=(',', ':'))}'"
+    else:
+        lacks, fix = "", ""
+    got = found.get("roleRef") or {}
+    if (got.get("kind"), got.get("name")) != (ref["kind"], ref["name"]):  # a roleRef cannot change: made anew
+        lacks = f"binds {got.get('kind') or '?'} {got.get('name') or '?'}, not Role {ref['name']}"
+        fix = (f"kubectl delete rolebinding {name} -n {namespace}, then kubectl create rolebinding {name} -n "
+               f"{namespace} --role={ref['name']} --serviceaccount={namespace}:{account['name']}")
+    return (lacks, fix) if lacks else None
+
+
 def lacking_rules(have: list[dict], want: list[dict]) -> list[dict]:
     """The grants of `want` (its rules' verbs on each group's resources) that no rule of `have` makes, as
     rules of one group and resource each, with only the verbs lacking (pure). As RBAC reads a rule: '*'

@@ -20,7 +20,7 @@ from .jobs import JOB_ORDER
 from .objects import (LABEL_JOB, LABEL_MANAGED, LABEL_ROLE, ROLE_SNAPSHOTTER, TRAIN_JOB, VOLUME_SNAPSHOT, Resource,
                       job_writer_fix, success_snapshot_name)
 from .render import render_job, resource_for
-from .render_storage import lacking_rules, render_namespace, render_snapshot_watcher
+from .render_storage import binding_lacks, lacking_rules, render_namespace, render_snapshot_watcher
 from .status import job_info
 
 if TYPE_CHECKING:
@@ -321,6 +321,28 @@ class SubmitVerbs:
         except ConflictError:  # made for an earlier job in this namespace
             if obj["kind"] == ROLE.kind:
                 self._complete_role(obj)
+            if obj["kind"] == ROLE_BINDING.kind:  # left as it is, as another's Role: said where it binds wrong
+                said = self._binding_lacking(obj)
+                if said:
+                    logging.getLogger(__name__).warning("dtrain: warning: %s", said)
+
+    def _binding_lacking(self, want: dict, found: dict | None = None) -> str | None:
+        """The warning (one line) of the watcher's RoleBinding there (`found`, or as read) that does not
+        bind its Role to its ServiceAccount; None where it does, or this account may not read it."""
+        meta = want["metadata"]
+        if found is None:
+            try:
+                found = self.api.read(ROLE_BINDING, meta["namespace"], meta["name"])
+            except DtrainError:
+                return None
+        gap = binding_lacks(found, want)
+        if gap is None:
+            return None
+        whose = ("made by dtrain but changed since" if _dtrains(found) else
+                 f"not made by dtrain (no label {LABEL_MANAGED}=dtrain)")
+        return (f"RoleBinding {meta['name']} in namespace {meta['namespace']}, {whose}, {gap[0]}, so the snapshot "
+                f"watcher may not read the job or take its snapshot, and submit leaves the RoleBinding as it is: ask "
+                f"its owner or an admin to run {gap[1]}; the job runs all the same, without its snapshot until then")
 
     def _complete_role(self, want: dict) -> None:
         """The snapshot watcher's Role, made once per namespace, may come from an older dtrain and lack a
@@ -383,8 +405,9 @@ class SubmitVerbs:
         except DtrainError:
             return want, None
         lacking = lacking_rules(found.get("rules") or [], want["rules"]) if want["kind"] == ROLE.kind else []
+        unbound = self._binding_lacking(want, found) if want["kind"] == ROLE_BINDING.kind else None
         if not _dtrains(found):
-            said = (_foreign_role_words(found, lacking) if lacking else
+            said = (_foreign_role_words(found, lacking) if lacking else unbound or
                     f"{want['kind']} {meta['name']} in namespace {meta['namespace']} exists, not made by dtrain (no "
                     f"label {LABEL_MANAGED}=dtrain), and submit leaves it as it is")
             return None, Notice(code="shared-left", message=(
