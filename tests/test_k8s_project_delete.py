@@ -60,12 +60,15 @@ def test_a_namespace_another_tool_made_stays_and_only_dtrains_objects_and_labels
         "name": "dtrain-team", "labels": {"dtrain.io/project": "team", "runai/queue": "team", "project": "team"}}})
     backend = make_backend(KubernetesConfig(project="team", image=IMAGE))
     backend.create_project("team", gpu_quota=2)  # the namespace exists: only the quota is made
-    cluster.create({"apiVersion": "v1", "kind": "ServiceAccount",
-                    "metadata": {"name": "dtrain-snapshotter", "namespace": "dtrain-team"}})
+    cluster.create({"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {
+        "name": "dtrain-snapshotter", "namespace": "dtrain-team", "labels": {"app.kubernetes.io/managed-by": "dtrain"}}})
+    cluster.create({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",  # another tool's: it stays
+                    "metadata": {"name": "dtrain-snapshotter", "namespace": "dtrain-team"}, "rules": []})
     cluster.requests.clear()
     gone = backend.delete_project("team")
     assert gone.removed == ("ResourceQuota dtrain-quota", "ServiceAccount dtrain-snapshotter",
                             "labels dtrain.io/project of namespace dtrain-team")
+    assert cluster.get("rbac.authorization.k8s.io", "roles", "dtrain-team", "dtrain-snapshotter") is not None
     assert gone.kept == ("namespace dtrain-team stays, with what else it holds: another tool made it (it has no "
                          "label app.kubernetes.io/managed-by=dtrain)")
     assert ("DELETE", "/api/v1/namespaces/dtrain-team") not in _writes(cluster)

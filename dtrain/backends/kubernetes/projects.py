@@ -114,10 +114,11 @@ class ProjectVerbs:
             removed.append(f"ResourceQuota {QUOTA_NAME}")
         if not shared:  # the snapshot watcher's account is every project's in a shared namespace
             for resource in (ROLE_BINDING, ROLE, SERVICE_ACCOUNT):
-                try:
+                found_obj = self._try_read(resource, namespace, SNAPSHOTTER_ACCOUNT)
+                if found_obj is None or (found_obj["metadata"].get("labels") or {}).get(LABEL_MANAGED) != "dtrain":
+                    continue  # none, or one another tool made (as submit leaves it): not dtrain's to delete
+                with contextlib.suppress(NotFoundError):
                     self.api.delete(resource, namespace, SNAPSHOTTER_ACCOUNT)
-                except NotFoundError:
-                    continue
                 removed.append(f"{resource.kind} {SNAPSHOTTER_ACCOUNT}")
         mine = [k for k in labels if k.startswith("dtrain.io/") or (k == LABEL_MANAGED and labels[k] == "dtrain")]
         if mine and labels.get(LABEL_PROJECT) == name:
