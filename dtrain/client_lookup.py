@@ -25,7 +25,7 @@ PROJECT_ARG = {"sdk": ("project={!r}", "no project"), "cli": ("-p {}", "no -p"),
                "http": ("?project={}", "no ?project=")}
 # How a message names the jobs of another backend, in the words of each door.
 BACKEND_LIST = {"sdk": "dtrain.Client(backend={!r}).list()", "cli": "dtrain --backend {} list",
-                "http": "GET /api/v1/jobs of `dtrain --backend {} server`"}
+                "http": "GET /api/v1/jobs of 'dtrain --backend {} server'"}
 # How a message names forgetting a backend that `submit --backend` sent jobs to (state.db's sent_to), in
 # the words of each door.
 FORGET_BACKEND = {"sdk": "dtrain.Client().forget_backend({!r})", "cli": "dtrain config forget-backend {}",

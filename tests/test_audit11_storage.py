@@ -97,7 +97,7 @@ def test_a_restore_that_fills_the_disk_names_the_volume_and_what_it_needs_and_le
         assert line.startswith("no space left in storage class 'local' for volume 'copy' while restoring "
                                "snapshot 's1': it needs about 1.9 MiB")
         assert f"free under {dt.home / 'volumes'};" in line and "Free at least" in line
-        assert "`dtrain snapshot restore s1 --to copy --class CLASS`" in line
+        assert "'dtrain snapshot restore s1 --to copy --class CLASS'" in line
         assert sorted(os.listdir(dt.home / "volumes")) == ["data"]
         assert os.listdir(dt.home / "store" / "tmp") == []
         assert [v["name"] for v in dt.json("volume", "list", "--json")] == ["data"]
@@ -141,11 +141,11 @@ def test_storage_hints_carry_the_project_given(tmp_path):
     dt("volume", "create", "data", "-p", "team-b")
     dt("snapshot", "create", "data", "--name", "s1", "-p", "team-b")
     line = usage_line(dt("snapshot", "restore", "s1", "--to", "data", "-p", "team-b", check=False))
-    assert "`dtrain snapshot restore s1 --in-place -p team-b`" in line
-    assert "`dtrain snapshot list -p team-b`" in usage_line(dt("snapshot", "describe", "nope", "-p", "team-b",
+    assert "'dtrain snapshot restore s1 --in-place -p team-b'" in line
+    assert "'dtrain snapshot list -p team-b'" in usage_line(dt("snapshot", "describe", "nope", "-p", "team-b",
                                                                 check=False))
-    assert "`dtrain volume list -p team-b`" in usage_line(dt("volume", "delete", "nope", "-p", "team-b", check=False))
-    assert "`dtrain volume list`" in usage_line(dt("volume", "delete", "nope", check=False))  # the default: bare
+    assert "'dtrain volume list -p team-b'" in usage_line(dt("volume", "delete", "nope", "-p", "team-b", check=False))
+    assert "'dtrain volume list'" in usage_line(dt("volume", "delete", "nope", check=False))  # the default: bare
 
 
 def test_storage_hints_carry_the_backend_given(tmp_path):
@@ -153,9 +153,9 @@ def test_storage_hints_carry_the_backend_given(tmp_path):
     dt.home.mkdir()
     (dt.home / "config.yaml").write_text(yaml.safe_dump({"project": "default", "backend": "kubernetes"}))
     line = usage_line(dt("--backend", "local", "snapshot", "describe", "nope", check=False))
-    assert "`dtrain --backend local snapshot list`" in line
+    assert "'dtrain --backend local snapshot list'" in line
     line = usage_line(dt("volume", "delete", "nope", "--backend", "local", check=False))
-    assert "`dtrain --backend local volume list`" in line
+    assert "'dtrain --backend local volume list'" in line
 
 
 def test_the_stores_own_hints_name_the_command_as_the_storage_was_told(tmp_path):
@@ -165,7 +165,7 @@ def test_the_stores_own_hints_name_the_command_as_the_storage_was_told(tmp_path)
     (vol.path / "w.bin").write_bytes(os.urandom(100_000))
     storage.create_snapshot("data", name="s1")
     _corrupt(storage, "s1")
-    with pytest.raises(StorageError, match=r"run `dtrain snapshot verify -p team-b` to see which"):
+    with pytest.raises(StorageError, match=r"run 'dtrain snapshot verify -p team-b' to see which"):
         storage.restore_snapshot("s1", to="copy")
     storage.close()
 

@@ -64,7 +64,7 @@ def test_a_volume_in_use_names_the_delete_of_each_job_with_its_project(dt, tmp_p
     dt("submit", "r", "--pvc", "data:/mnt/data:ro", "--", "sleep", "60")
     dt.wait_for("v", {"Running"})
     dt.wait_for("r", {"Running"})
-    both = "`dtrain delete v -p team-b`, `dtrain delete r`"
+    both = "'dtrain delete v -p team-b', 'dtrain delete r'"
     assert f"stop them ({both}), or delete with --force" in usage_line(
         dt("volume", "delete", "data", "-p", "team-b", check=False))
     assert f"or stop them ({both})" in usage_line(dt("snapshot", "restore", "s1", "--in-place", "-p", "team-b",
@@ -73,12 +73,12 @@ def test_a_volume_in_use_names_the_delete_of_each_job_with_its_project(dt, tmp_p
     (tmp_path / "fast" / "keep").write_text("a disk that is there")
     dt("config", "storage-class", "fast", str(tmp_path / "fast" / "volumes"))
     line = usage_line(dt("volume", "update", "data", "--class", "fast", "-p", "team-b", check=False))
-    assert "mounted read-write by job v" in line and ("suspend it for the move (`dtrain suspend v -p team-b`; "
-                                                       "resume it after), or stop it (`dtrain delete v -p team-b`)"
+    assert "mounted read-write by job v" in line and ("suspend it for the move ('dtrain suspend v -p team-b'; "
+                                                       "resume it after), or stop it ('dtrain delete v -p team-b')"
                                                        ) in line
     dt("delete", "v")
     line = usage_line(dt("volume", "update", "data", "--class", "fast", "-p", "team-b", check=False))
-    assert "mounted read-only by job r" in line and "or stop it (`dtrain delete r`)" in line
+    assert "mounted read-only by job r" in line and "or stop it ('dtrain delete r')" in line
     assert (dt.home / "volumes" / "data" / "data").is_dir()
 
 
@@ -89,7 +89,7 @@ def test_a_volume_in_use_names_the_backend_the_job_is_on(dt):
     dt("--backend", "local", "submit", "v", "--pvc", "data:/mnt/data", "--", "sleep", "60")
     try:
         line = usage_line(dt("volume", "delete", "data", "--backend", "local", check=False))
-        assert "wait for it to finish, stop it (`dtrain --backend local delete v`)" in line
+        assert "wait for it to finish, stop it ('dtrain --backend local delete v')" in line
     finally:
         dt("--backend", "local", "delete", "v")
 
@@ -100,11 +100,11 @@ def test_the_stores_in_place_refusal_names_each_jobs_command(tmp_path):
                       job_command=lambda words, job: f"dtrain {words} -p {job}-project")
     storage.create_volume("data")
     storage.create_snapshot("data", name="s1")
-    with pytest.raises(ConflictError, match=r"stop them \(`dtrain delete j1 -p j1-project`, `dtrain delete j2 "
-                                            r"-p j2-project`\) before an in-place restore"):
+    with pytest.raises(ConflictError, match=r"stop them \('dtrain delete j1 -p j1-project', 'dtrain delete j2 "
+                                            r"-p j2-project'\) before an in-place restore"):
         storage.restore_snapshot("s1", in_place=True, in_use_by=["j1", "j2"])
-    with pytest.raises(ConflictError, match=r"stop them \(`dtrain delete j1 -p j1-project`, `dtrain delete j2 "
-                                            r"-p j2-project`, `dtrain delete j3 -p j3-project` and 1 more\), or "):
+    with pytest.raises(ConflictError, match=r"stop them \('dtrain delete j1 -p j1-project', 'dtrain delete j2 "
+                                            r"-p j2-project', 'dtrain delete j3 -p j3-project' and 1 more\), or "):
         storage.delete_volume("data", in_use_by=["j1", "j2", "j3", "j4"])
     assert storage.get_volume("data").path.is_dir()
     storage.close()
@@ -124,12 +124,12 @@ def test_kubernetes_names_the_delete_of_the_job_using_a_volume(tmp_path):
         backend.create_volume("data", size="1Gi", storage_class="fast")
         backend.submit(JobSpec(name="train", command=("python", "t.py"), project="lanes",
                                volumes=(parse_pvc("data:/data"),)))
-        with pytest.raises(ConflictError, match=r"mounted by job 'train'.*delete the job \(`dtrain delete train "
-                                                r"-p lanes`\), or pass --force"):
+        with pytest.raises(ConflictError, match=r"mounted by job 'train'.*delete the job \('dtrain delete train "
+                                                r"-p lanes'\), or pass --force"):
             backend.delete_volume("data")
         cluster.run_pods("dtrain-lanes", "train")
-        with pytest.raises(ConflictError, match=r"in use by job 'train'.*delete the job \(`dtrain delete train "
-                                                r"-p lanes`\), or pass --force"):
+        with pytest.raises(ConflictError, match=r"in use by job 'train'.*delete the job \('dtrain delete train "
+                                                r"-p lanes'\), or pass --force"):
             backend.delete_volume("data")
     finally:
         client.close()
@@ -203,7 +203,7 @@ def test_a_restore_out_of_a_lost_volumes_class_names_another_class(unmounted, dr
         dt("snapshot", "restore", "w1", "--in-place", check=False))
     line = usage_line(dt("snapshot", "restore", "w1", "--to", "back", *dry, check=False))
     assert f"its folder {root} {GONE}" in line
-    assert line.endswith("; or restore into another class: `dtrain snapshot restore w1 --to back --class local`")
+    assert line.endswith("; or restore into another class: 'dtrain snapshot restore w1 --to back --class local'")
     assert not root.exists()
     dt("snapshot", "restore", "w1", "--to", "back", "--class", "local", *dry)  # the named way out works
     # a class given by hand is the user's choice: its refusal stays the disk's alone

@@ -41,7 +41,7 @@ def test_a_slip_among_the_snapshots_deletes_none(cli):
     _snapshots(cli, "s1", "s2")
     line = cli.refused("snapshot", "delete", "s1", "nosuch", "s2")
     assert "no snapshot named 'nosuch'; nothing was deleted" in line and "dtrain snapshot list" in line
-    assert cli.refused("snapshot", "delete", "nosuch").endswith("list snapshots with `dtrain snapshot list`")
+    assert cli.refused("snapshot", "delete", "nosuch").endswith("list snapshots with 'dtrain snapshot list'")
     assert cli.refused("snapshot", "delete", "s1", "s2", "-p", "tem-b").startswith(
         "dtrain: error: no project named 'tem-b'")
     assert _names(cli, "snapshot", "list") == ["s1", "s2"]
@@ -117,8 +117,8 @@ def test_an_in_place_restore_under_a_job_names_suspend_which_keeps_it(cli):
     try:
         _running(cli, "trainer")
         line = cli.refused("snapshot", "restore", "before", "--in-place")
-        assert "wait for it, suspend it for the restore (`dtrain suspend trainer`; resume it after)" in line, line
-        assert "stop it (`dtrain delete trainer`)" in line, line
+        assert "wait for it, suspend it for the restore ('dtrain suspend trainer'; resume it after)" in line, line
+        assert "stop it ('dtrain delete trainer')" in line, line
         cli.ok("suspend", "trainer")
         assert "restored in place" in cli.ok("snapshot", "restore", "before", "--in-place")
         assert cli.json("describe", "job", "trainer")["status"] == "Suspended"
@@ -137,8 +137,8 @@ def test_resuming_a_failed_job_names_the_way_to_run_it_again_and_that_way_works(
     assert cli("wait", "half")[0] == 1
     line = cli.refused("resume", "half")
     steps = line.split("; to run it again: ")[1].split(", then ")
-    assert steps == ["`dtrain describe job half --json` > half.json", "`dtrain delete half`",
-                     "`dtrain submit -f half.json`"], line
+    assert steps == ["'dtrain describe job half --json' > half.json", "'dtrain delete half'",
+                     "'dtrain submit -f half.json'"], line
     monkeypatch.chdir(tmp_path)
     (tmp_path / "half.json").write_text(cli.ok("describe", "job", "half", "--json"))
     first = json.loads((tmp_path / "half.json").read_text())["spec"]

@@ -88,7 +88,7 @@ def test_a_tier_change_during_training_names_suspend_and_that_way_keeps_the_job(
         assert time.monotonic() < deadline
         time.sleep(0.1)
     line = cli.refused("volume", "update", "data", "--class", "fast")
-    assert "`dtrain suspend train`" in line and "`dtrain delete train`" in line
+    assert "'dtrain suspend train'" in line and "'dtrain delete train'" in line
     cli.ok("suspend", "train")
     moved = json.loads(cli.ok("volume", "update", "data", "--class", "fast", "--json"))
     assert moved["storage_class"] == "fast"
@@ -285,21 +285,21 @@ def test_a_hint_names_the_command_of_the_door_it_came_through(cli, tmp_path, cap
     pred, gt = _write(tmp_path / "pred.json", PRED), str(tmp_path / "nope.json")
     ckpt, out = str(tmp_path / "nope.pt"), str(tmp_path / "out.json")
     line = cli.refused("lanes", "evaluate", "--pred", pred, "--gt", gt)
-    assert "(or run `dtrain lanes prepare`)" in line
+    assert "(or run 'dtrain lanes prepare')" in line
     line = cli.refused("lanes", "evaluate", "--pred", gt, "--gt", pred)
-    assert "(`dtrain lanes predict` writes one)" in line
+    assert "('dtrain lanes predict' writes one)" in line
     line = cli.refused("lanes", "predict", "--checkpoint", ckpt, "--data-dir", str(tmp_path), "--out", out)
-    assert line.endswith("(want test_label.json): run `dtrain lanes prepare`")
+    assert line.endswith("(want test_label.json): run 'dtrain lanes prepare'")
     capsys.readouterr()
     assert module_main(["evaluate", "--pred", pred, "--gt", gt]) == 2  # after the CLI's door: nothing stays set
-    assert "(or run `python -m dtrain.workloads.lanes prepare`)" in capsys.readouterr().err
+    assert "(or run 'python -m dtrain.workloads.lanes prepare')" in capsys.readouterr().err
     assert module_main(["evaluate", "--pred", gt, "--gt", pred]) == 2
-    assert "(`python -m dtrain.workloads.lanes predict` writes one)" in capsys.readouterr().err
+    assert "('python -m dtrain.workloads.lanes predict' writes one)" in capsys.readouterr().err
     assert module_main(["predict", "--checkpoint", ckpt, "--data-dir", str(tmp_path), "--out", out]) == 2
-    assert capsys.readouterr().err.strip().endswith("(want test_label.json): run `python -m dtrain.workloads.lanes "
-                                                    "prepare`")
+    assert capsys.readouterr().err.strip().endswith("(want test_label.json): run 'python -m dtrain.workloads.lanes "
+                                                    "prepare'")
     from dtrain.workloads.lanes.predict import checkpoint_fix  # a missing or foreign --checkpoint's fix
 
-    assert "`python -m dtrain.workloads.lanes train` wrote" in checkpoint_fix()
+    assert "'python -m dtrain.workloads.lanes train' wrote" in checkpoint_fix()
     with run_by_cli():
-        assert "`dtrain lanes train` wrote" in checkpoint_fix()
+        assert "'dtrain lanes train' wrote" in checkpoint_fix()

@@ -6,6 +6,7 @@ of the listing; the hints a command prints for a job of another project carry it
 from __future__ import annotations
 
 import math
+import re
 import shlex
 import time
 
@@ -138,7 +139,7 @@ def test_the_hints_for_a_job_of_a_kubernetes_project_work_as_written(cluster, ho
     dt("submit", "same", "--", "true")
     dt("submit", "same", "-p", "team-b", "--", "python", "t.py")
     said = dt("notebook", "start", "nb", "-p", "team-b").stdout
-    hints = said.split("`")[1::2]
+    hints = re.findall(r"'(dtrain [^']*)'", said)
     assert len(hints) == 5 and all(h.endswith(" -p team-b") for h in hints), said
     describe, listing, opening, suspend, delete = hints
     assert "Pending" in _run_hint(dt, describe).stdout

@@ -5,6 +5,7 @@ namespace) could be listed with -p team-b but not described, restored nor delete
 
 from __future__ import annotations
 
+import re
 import shlex
 
 import pytest
@@ -69,7 +70,7 @@ def test_the_cli_takes_the_project_on_every_storage_verb(team_b, home):
     assert [v["name"] for v in dt.json("volume", "list", "-p", "team-b", "--json")] == ["data", "data2"]
     assert "data2" not in dt("volume", "list").stdout
     updated = dt("volume", "update", "data2", "--class", "fast", "-p", "team-b").stdout
-    hint = updated.split("`")[1]
+    hint = re.search(r"'(dtrain [^']*)'", updated).group(1)
     assert hint == "dtrain volume describe data2 -p team-b", updated
     assert "fast" in _run_hint(dt, hint).stdout
     missing = dt("snapshot", "describe", "nope", "-p", "team-b", check=False)

@@ -217,8 +217,8 @@ def test_the_platform_bench_names_the_error_of_a_job_that_failed(tmp_path):
     assert proc.returncode == 1 and proc.stdout == "", proc.stderr[-3000:]
     last = proc.stderr.splitlines()[-1]
     assert last.startswith("platform_ab.py: job platform-ab-0 Failed: rank ") and "dtrain logs" not in last, last
-    assert last.endswith("(want label_data_0313.json, label_data_0601.json): run `python -m dtrain.workloads.lanes "
-                         "prepare`"), last
+    assert last.endswith("(want label_data_0313.json, label_data_0601.json): run 'python -m dtrain.workloads.lanes "
+                         "prepare'"), last
 
 
 @pytest.mark.slow

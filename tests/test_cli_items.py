@@ -72,7 +72,7 @@ def test_item03_volume_in_use_names_dtrain_delete(tmp_path):
     assert run("submit", "j", "--pvc", "v:/mnt", "--", "sleep", "30", home=home).returncode == 0
     try:
         proc = run("volume", "delete", "v", home=home)
-        assert proc.returncode == 2 and "(`dtrain delete j`)" in proc.stderr and "cancel" not in proc.stderr
+        assert proc.returncode == 2 and "('dtrain delete j')" in proc.stderr and "cancel" not in proc.stderr
     finally:
         run("delete", "j", home=home)
 
@@ -399,14 +399,14 @@ def test_config_project_with_an_empty_name_says_it_is_empty(tmp_path):
 
 # ---- notebook: a slip of an action is no notebook's name; job verbs point to dtrain's --------------
 @pytest.mark.parametrize("argv, needle", [
-    (["lst"], "did you mean `dtrain notebook list`?"), (["ls"], "did you mean `dtrain notebook list`?"),
-    (["opne", "nb"], "did you mean `dtrain notebook open`?"), (["strat", "nb"], "did you mean `dtrain notebook start`?"),
-    (["delete", "nb"], "`dtrain delete nb`"), (["stop", "nb"], "`dtrain suspend nb`"),
-    (["logs", "nb"], "`dtrain logs nb`")])
+    (["lst"], "did you mean 'dtrain notebook list'?"), (["ls"], "did you mean 'dtrain notebook list'?"),
+    (["opne", "nb"], "did you mean 'dtrain notebook open'?"), (["strat", "nb"], "did you mean 'dtrain notebook start'?"),
+    (["delete", "nb"], "'dtrain delete nb'"), (["stop", "nb"], "'dtrain suspend nb'"),
+    (["logs", "nb"], "'dtrain logs nb'")])
 def test_notebook_slips_and_job_verbs_start_nothing(tmp_path, argv, needle):
     home = tmp_path / "home"
     proc = run("notebook", *argv, home=home)
-    assert_usage_error(proc, needle, f"to start a notebook named {argv[0]}, use `dtrain notebook start {argv[0]}")
+    assert_usage_error(proc, needle, f"to start a notebook named {argv[0]}, use 'dtrain notebook start {argv[0]}")
     assert json.loads(run("list", "-A", "--show-deleted", "--json", home=home).stdout) == []
 
 

@@ -272,6 +272,22 @@ def test_every_command_named_in_messages_and_help_exists():
     assert problems == []
 
 
+# Where a backtick is what the text is: the HTTP schema's descriptions (OpenAPI's are CommonMark), the
+# scaling report (a Markdown table), the completion script's comments, and submit's line in Run:AI's
+# own words ("You can run `runai describe job ...`").
+MARKDOWN_OK = ("dtrain/server/", "dtrain/bench/scaling.py", "dtrain/cli/completion.py", "dtrain/cli/submit.py")
+
+
+def test_messages_quote_commands_as_dtrain_does_not_in_markdown():
+    """A message or help text quotes a command in single quotes ('dtrain snapshot list'), as most
+    did; storage's and the lanes workload's said it in Markdown backticks, which a terminal shows as is."""
+    found = [f"{path.relative_to(REPO)}:{line}: {text[:100]}"
+             for path in sorted((REPO / "dtrain").rglob("*.py"))
+             if not str(path.relative_to(REPO)).startswith(MARKDOWN_OK)
+             for line, text in _strings(ast.parse(path.read_text())) if "`" in text]
+    assert found == []
+
+
 # ---- every benchmark command a doc shows names a script and its options ----------------------------
 class _Parser(Exception):
     def __init__(self, parser):

@@ -138,7 +138,7 @@ def test_volume_update_message_names_the_volume_attributes_class(backend, tmp_pa
     assert out.startswith("volume 'work' now has VolumeAttributesClass 'premium' (its storage class stays")
     assert "is now in storage class" not in out
     # the patch is a request the CSI driver carries out later (or not: Infeasible): describe shows what is in effect
-    assert "`dtrain --backend kubernetes volume describe work` shows the class in effect" in out
+    assert "'dtrain --backend kubernetes volume describe work' shows the class in effect" in out
 
 
 # ------------------------------------------------------------------------- 5: config names

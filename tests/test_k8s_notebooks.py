@@ -74,10 +74,10 @@ def test_the_hints_name_the_backend_where_it_is_not_the_default(backend, cluster
     assert cmd_start(args, client) == 0
     assert capsys.readouterr().out == (  # a new Notebook is Pending until its pod runs: not said to be started
         "notebook 'nb' is queued, not started yet (Pending: waiting to be scheduled; backend kubernetes); follow it "
-        "with `dtrain --backend kubernetes describe job nb -p lanes` or `dtrain --backend kubernetes notebook list "
-        "-p lanes`, open it once Running with `dtrain --backend kubernetes notebook open nb -p lanes`; stop it with "
-        "`dtrain --backend kubernetes suspend nb -p lanes`, delete it with `dtrain --backend kubernetes delete nb "
-        "-p lanes`\n")  # project lanes is not the default one: its namespace is found with -p
+        "with 'dtrain --backend kubernetes describe job nb -p lanes' or 'dtrain --backend kubernetes notebook list "
+        "-p lanes', open it once Running with 'dtrain --backend kubernetes notebook open nb -p lanes'; stop it with "
+        "'dtrain --backend kubernetes suspend nb -p lanes', delete it with 'dtrain --backend kubernetes delete nb "
+        "-p lanes'\n")  # project lanes is not the default one: its namespace is found with -p
     client.suspend("nb")
     with pytest.raises(ConflictError) as err:
         client.notebook_url("nb")

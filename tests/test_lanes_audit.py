@@ -132,7 +132,7 @@ def test_an_error_in_a_loader_worker_comes_back_as_its_one_line(own_data, tmp_pa
     message = str(caught.value)
     assert "\n" not in message and "Traceback" not in message, message
     assert message.startswith("cannot decode image ")
-    assert message.endswith("(re-run `python -m dtrain.workloads.lanes prepare --force`)")  # training's module door
+    assert message.endswith("(re-run 'python -m dtrain.workloads.lanes prepare --force')")  # training's module door
 
 
 # ------------------------------------------------------------------ predict

@@ -218,7 +218,7 @@ def test_a_prediction_line_without_run_time_is_refused_naming_it_as_laneeval_ref
         (tmp_path / path).write_text("".join(json.dumps(o) + "\n" for o in lines))
     with pytest.raises(DataError, match=rf"^{tmp_path}/pred.json:2: missing key 'run_time', without which the "
                                         r"official script refuses a submission: give each line its run_time in ms, "
-                                        r'e.g. "run_time": 0 \(`python -m dtrain.workloads.lanes predict` writes '
+                                        r'e.g. "run_time": 0 \(\'python -m dtrain.workloads.lanes predict\' writes '
                                         r'it\)$'):
         evaluate_files(tmp_path / "pred.json", tmp_path / "gt.json")
     # in memory (training's validation has no run_time) it still counts as 0 ms

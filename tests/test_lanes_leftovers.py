@@ -262,7 +262,7 @@ def test_a_second_prepare_on_a_folder_being_prepared_is_one_line_and_writes_noth
         holder.kill()
         holder.wait()
     assert "\n" not in str(err.value)
-    assert "another `python -m dtrain.workloads.lanes prepare` is writing" in str(err.value)
+    assert "another 'python -m dtrain.workloads.lanes prepare' is writing" in str(err.value)
     assert sorted(p.name for p in out.iterdir()) == [".prepare.lock"]
     assert prepare.prepare(urls, out)["masks"]["splits"]["train"] == 4  # once it is gone
 

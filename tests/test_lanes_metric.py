@@ -204,8 +204,8 @@ def test_swapped_pred_and_gt_are_refused_naming_the_command_the_right_way(tmp_pa
     with pytest.raises(DataError, match=rf"^{gt}:1: missing key 'run_time', without which the official script "
                                         rf"refuses a submission: .*; --gt {pred} looks like predictions \({pred}:1 "
                                         rf"gives a run_time, which ground truth never does\) and --pred {gt} like "
-                                        rf"ground truth: run `python -m dtrain.workloads.lanes evaluate --pred {pred} "
-                                        rf"--gt {gt}` if they were swapped$"):
+                                        rf"ground truth: run 'python -m dtrain.workloads.lanes evaluate --pred {pred} "
+                                        rf"--gt {gt}' if they were swapped$"):
         evaluate_files(gt, pred)
     warned: list[str] = []  # the right way round, or two plain label files: no warning
     evaluate_files(pred, gt, warn=warned.append)
@@ -221,8 +221,8 @@ def test_a_submission_given_as_gt_is_named_in_its_error_or_warning(tmp_path):
                            for f in ("a.jpg", "b.jpg")))
     with pytest.raises(DataError, match=rf"^{sub}:1: missing key 'h_samples': a ground-truth line holds raw_file, "
                                         rf"h_samples and lanes; --pred {gt} looks like ground truth \(h_samples on "
-                                        rf"every line, whole-pixel x, no run_time\): run `python -m "
-                                        rf"dtrain.workloads.lanes evaluate --pred {sub} --gt {gt}` if they were "
+                                        rf"every line, whole-pixel x, no run_time\): run 'python -m "
+                                        rf"dtrain.workloads.lanes evaluate --pred {sub} --gt {gt}' if they were "
                                         "swapped$"):
         evaluate_files(gt, sub)
     floats = tmp_path / "floats.json"

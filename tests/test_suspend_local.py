@@ -99,7 +99,7 @@ def test_a_suspended_jobs_volume_is_kept_for_its_resume(dt: Dtrain, tmp_path):
     # a suspended job never finishes on its own: the refusal names its delete (or resume), not a wait
     assert_usage_error(dt("volume", "delete", "data", check=False),
                        "volume 'data' is in use by job v: v is Suspended, which never finishes on its own: "
-                       "delete it (`dtrain delete v`) or resume and wait (`dtrain resume v`), or delete with --force")
+                       "delete it ('dtrain delete v') or resume and wait ('dtrain resume v'), or delete with --force")
     dt("volume", "delete", "data", "--force")
     # its resume names the missing volume at once, instead of a job that fails at its start
     assert_usage_error(dt("resume", "v", check=False), "'data'")

@@ -65,9 +65,9 @@ CASES = [
      "give one line per frame"),
     # 3. a folder or a device is no file
     (["lanes", "evaluate", "--pred", "/tmp", "--gt", "gt.json"], {},
-     "prediction file /tmp is a folder, not a file: give a TuSimple JSON-lines file (`dtrain lanes predict` writes one)"),
+     "prediction file /tmp is a folder, not a file: give a TuSimple JSON-lines file ('dtrain lanes predict' writes one)"),
     (["lanes", "evaluate", "--pred", "pred.json", "--gt", "/dev/null"], {},
-     "label file /dev/null is not a regular file: give a TuSimple JSON-lines file (or run `dtrain lanes prepare`)"),
+     "label file /dev/null is not a regular file: give a TuSimple JSON-lines file (or run 'dtrain lanes prepare')"),
     # 4. synth: frame counts bounded, an --out that cannot be a folder
     (["lanes", "synth", "--out", "s", "--train", "99999999999999", "--test", "2"], {},
      "--train 99999999999999 is out of range: give 0 to 100000, e.g. --train 100000"),

@@ -58,8 +58,8 @@ def _check_restore(name: str, to: str | None, in_place: bool, storage_class: str
     if storage_class is not None:
         if in_place:
             raise SpecError(f"--class does not go with --in-place: an in-place restore of snapshot {name!r} keeps "
-                            f"its volume's storage class; change that with `dtrain volume update VOLUME --class "
-                            f"{storage_class}`, or restore into a new volume with --to NEW_VOLUME --class "
+                            f"its volume's storage class; change that with 'dtrain volume update VOLUME --class "
+                            f"{storage_class}', or restore into a new volume with --to NEW_VOLUME --class "
                             f"{storage_class}")
         check_storage_class(storage_class)
 

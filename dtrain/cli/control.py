@@ -132,7 +132,7 @@ def _run_again(client: Client, verb: str, info) -> str:
     if verb != "resume" or not info.status.terminal:
         return ""
     def said(words: str) -> str:
-        return f"`{client.command_for(words, backend=info.backend, project=info.spec.project)}`"
+        return f"'{client.command_for(words, backend=info.backend, project=info.spec.project)}'"
     saved = shlex.quote(f"{info.name}.json")
     steps = [said(f"describe job {info.name} --json") + f" > {saved}",
              *([] if info.status is JobStatus.DELETED else [said(f"delete {info.name}")]),

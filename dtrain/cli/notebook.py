@@ -69,7 +69,7 @@ def _not_a_name(words: list[str], actions: list[str]) -> str | None:
     `opencv`) is not. Any name still starts with `dtrain notebook start NAME`."""
     word = words[0]
     name = words[1] if len(words) > 1 and not words[1].startswith("-") else "NAME"
-    start = f"to start a notebook named {word}, use `dtrain notebook start {word} ...`"
+    start = f"to start a notebook named {word}, use 'dtrain notebook start {word} ...'"
     if word in _VERBS:
         fix = _VERBS[word]
     else:
@@ -79,8 +79,8 @@ def _not_a_name(words: list[str], actions: list[str]) -> str | None:
             return None
         fix = f"notebook {close[0]}" if close[0] in actions else _VERBS[close[0]]
     if fix.startswith("notebook"):
-        return f"did you mean `dtrain {fix}`? ({start})"
-    return f"a notebook is a job: did you mean `dtrain {fix} {name}`? ({start})"
+        return f"did you mean 'dtrain {fix}'? ({start})"
+    return f"a notebook is a job: did you mean 'dtrain {fix} {name}'? ({start})"
 
 
 _START_FLAGS = (("--pvc",), ("-g", "--gpu"), ("--cpu",), ("--memory",), ("-i", "--image"), ("-p", "--project"),
@@ -120,7 +120,7 @@ def cmd_start(args, client: Client) -> int:
     name = info.name
 
     def hint(words: str) -> str:  # with -p for a notebook of another project: each works as written
-        return "`" + client.command_for(words, backend=info.backend, project=info.spec.project) + "`"
+        return "'" + client.command_for(words, backend=info.backend, project=info.spec.project) + "'"
 
     after = f"stop it with {hint(f'suspend {name}')}, delete it with {hint(f'delete {name}')}"
     if info.status == JobStatus.RUNNING:

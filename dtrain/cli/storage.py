@@ -139,8 +139,8 @@ def _update_volume(args, client: Client) -> int:
                     f"storage class stays)")
         else:
             said = (f"volume '{v.name}' now has VolumeAttributesClass '{args.storage_class}' (its storage class "
-                    f"stays; the storage system changes the tier in place, when it can: `"
-                    f"{client.command_for(f'volume describe {v.name}', backend=v.backend, project=args.project)}` "
+                    f"stays; the storage system changes the tier in place, when it can: '"
+                    f"{client.command_for(f'volume describe {v.name}', backend=v.backend, project=args.project)}' "
                     f"shows the class in effect, --wait waits for it)")
     else:
         where = v.extra.get("path")
@@ -314,7 +314,7 @@ def register(sub) -> None:
     c.add_argument("--size", default="10Gi",
                    help="a quantity from 1Mi to 1Ei such as 100Gi (default 10Gi; a number without a unit, bytes to "
                         "Kubernetes, is refused below 1Mi: write --size 100Gi, not 100); Kubernetes: the PVC's request; local: "
-                        "recorded only, not a quota (a volume may outgrow it; `volume list` shows USED)")
+                        "recorded only, not a quota (a volume may outgrow it; 'volume list' shows USED)")
     c.add_argument("--class", "--storage-class", dest="storage_class", help="storage class (local: 'local'; Kubernetes: a StorageClass)")
     c.add_argument("--json", action="store_true", help="print the new volume as one JSON object")
     c = vs.add_parser("update", help="change a volume's storage class (performance tier) in place")
@@ -386,7 +386,7 @@ def register(sub) -> None:
     c.add_argument("--class", "--storage-class", dest="storage_class",
                    help="with --to: the new volume's storage class (default: the class of the snapshot's volume; "
                         "local: a class of config.yaml's storage_classes; Kubernetes: the PVC's StorageClass); "
-                        "an in-place restore keeps the volume's class (change it with `volume update --class`)")
+                        "an in-place restore keeps the volume's class (change it with 'volume update --class')")
     c.add_argument("--json", action="store_true", help="print the restored volume as one JSON object")
     c = ss.add_parser("delete", help="delete snapshots; data no other snapshot holds is freed")
     c.add_argument("names", nargs="+", metavar="NAME", help="the snapshots, each checked before any is deleted")

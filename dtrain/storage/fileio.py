@@ -267,9 +267,9 @@ def storage_error(err: OSError, doing: str, *, needed: int, where: Path,
         return StorageError(
             f"no room for new files on the device while {doing}: every inode under {where} is in use "
             f"({human_bytes(fs.f_bavail * fs.f_frsize)} free, but no file can be created); partial work was "
-            f"removed. Delete files there (or old snapshots: `{command('snapshot delete NAME')}`) and retry")
+            f"removed. Delete files there (or old snapshots: '{command('snapshot delete NAME')}') and retry")
     free = 0 if fs is None else fs.f_bavail * fs.f_frsize
     return StorageError(
         f"no space left on the device while {doing}: needed up to {human_bytes(needed)}, "
         f"{human_bytes(free)} free under {where}; partial work was removed. Free space "
-        f"(delete old snapshots: `{command('snapshot delete NAME')}`) and retry")
+        f"(delete old snapshots: '{command('snapshot delete NAME')}') and retry")

@@ -145,7 +145,7 @@ class PackStore:
         if missing := digests - where.keys():
             more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
             raise StorageError(f"object {min(missing)[:12]}{more} is missing from the snapshot store; run "
-                               f"`{self.command('snapshot verify')}` to see which snapshots it damages")
+                               f"'{self.command('snapshot verify')}' to see which snapshots it damages")
         return where
 
     def files(self) -> PackFiles:

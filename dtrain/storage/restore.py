@@ -108,10 +108,10 @@ class Restore:
                         holes = self._restore_chunk(digest, src, offset, length, fd, i * chunk_size, run) or holes
                 except FileNotFoundError:
                     raise StorageError(f"object {digest[:12]} of {e.path!r} is missing from the snapshot store "
-                                       f"(its pack is gone); run `{self.command('snapshot verify')}`") from None
+                                       f"(its pack is gone); run '{self.command('snapshot verify')}'") from None
                 except _Damaged as bad:
                     raise StorageError(f"object {digest[:12]} of {e.path!r} {bad}: the snapshot store is damaged "
-                                       f"and nothing was restored; run `{self.command('snapshot verify')}` to see which "
+                                       f"and nothing was restored; run '{self.command('snapshot verify')}' to see which "
                                        f"snapshots it breaks") from None
             if holes:
                 os.ftruncate(fd, e.size)  # a hole at the end too

@@ -74,12 +74,12 @@ class Restores:
                             f"(--to NAME) or in-place restore (--in-place)")
         if in_place and storage_class is not None:
             raise SpecError(f"restore of snapshot {name!r}: an in-place restore keeps the volume's storage class; "
-                            f"move it with `{self.cmd(f'volume update VOLUME --class {storage_class}')}`")
+                            f"move it with '{self.cmd(f'volume update VOLUME --class {storage_class}')}'")
         snap = self.get_snapshot(name)
         if to is not None and self.conn.execute("SELECT 1 FROM volumes WHERE name = ? AND uid = ?",
                                                 (to, snap.volume_uid)).fetchone():
             raise ConflictError(f"volume {to!r} already exists: it is the volume snapshot {name!r} was taken of; roll "
-                                f"it back with `{self.cmd(f'snapshot restore {name} --in-place')}`, or give a new volume's "
+                                f"it back with '{self.cmd(f'snapshot restore {name} --in-place')}', or give a new volume's "
                                 f"name to --to")
         if to is not None:
             return self._clone(snap, to, size=None, storage_class=storage_class, labels={}, progress=progress)
@@ -99,7 +99,7 @@ class Restores:
             if given or storage_class == DEFAULT_CLASS:
                 raise
             fix = self.cmd(f"snapshot restore {snap.name} --to {to} --class {DEFAULT_CLASS}")
-            raise StorageError(f"{err}; or restore into another class: `{fix}`") from None
+            raise StorageError(f"{err}; or restore into another class: '{fix}'") from None
 
     def _clone(self, snap: Snapshot, to: str, *, size: str | None, storage_class: str | None,
                labels: dict, progress) -> Volume:
@@ -147,8 +147,8 @@ class Restores:
 
         def fix(what: str) -> str:
             return (f"nothing was restored and nothing is left behind. Free {what} there (delete files, or old "
-                    f"snapshots: `{self.cmd('snapshot delete NAME')}`) or restore into another class "
-                    f"(`{self.cmd(f'snapshot restore {snap.name} --to {to} --class CLASS')}`), and retry")
+                    f"snapshots: '{self.cmd('snapshot delete NAME')}') or restore into another class "
+                    f"('{self.cmd(f'snapshot restore {snap.name} --to {to} --class CLASS')}'), and retry")
         if fs is not None and fs.f_files and fs.f_favail < len(entries):
             return StorageError(f"no room for new files {doing}: it needs {len(entries)} files and folders, and only "
                                 f"{fs.f_favail} inodes are free under {root}; " + fix("files"))

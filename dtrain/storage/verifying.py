@@ -77,7 +77,7 @@ class Verifying:
                    if self.conn.execute("SELECT 1 FROM snapshots WHERE uid = ?", (m,)).fetchone() is None}
         if name is not None and deleted:
             raise NotFoundError(f"no snapshot named {name!r}: another command deleted it just now; list snapshots "
-                                f"with `{self.cmd('snapshot list')}`")
+                                f"with '{self.cmd('snapshot list')}'")
         damaged += [Damage(object=m, problem="manifest", hits=((by_id[m], "*"),))
                     for m in stats.bad_manifests if m not in deleted]
         return VerifyReport(snapshots=tuple(s.name for s in rows if s.id not in deleted), objects=stats.objects, bytes=stats.bytes,

@@ -170,7 +170,7 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
         self.mover.recover()
         row = self.conn.execute("SELECT * FROM volumes WHERE name = ?", (name,)).fetchone()
         if row is None:
-            raise NotFoundError(f"no volume named {name!r}: list volumes with `{self.cmd('volume list')}`")
+            raise NotFoundError(f"no volume named {name!r}: list volumes with '{self.cmd('volume list')}'")
         return self._volume(row)
 
     def list_volumes(self) -> list[Volume]:
@@ -190,7 +190,7 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
     def stop_hint(self, jobs: Sequence[str], verb: str = "delete") -> str:
         """The commands that stop `jobs` (or `verb` them: suspend), as the hints of a refusal name them
         (each with its job's -p)."""
-        said = ", ".join(f"`{self.job_cmd(f'{verb} {job}', job)}`" for job in jobs[:3])
+        said = ", ".join(f"'{self.job_cmd(f'{verb} {job}', job)}'" for job in jobs[:3])
         return said + (f" and {len(jobs) - 3} more" if len(jobs) > 3 else "")
 
     def delete_volume(self, name: str, *, in_use_by: Sequence[str] = (), force: bool = False) -> None:
@@ -210,7 +210,7 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
                 # This volume, if still there: a concurrent delete (or a delete and a new volume of the
                 # same name) leaves this caller nothing to delete, and it says so.
                 if self.conn.execute("DELETE FROM volumes WHERE name = ? AND uid = ?", (name, vol.uid)).rowcount == 0:
-                    raise NotFoundError(f"no volume named {name!r}: list volumes with `{self.cmd('volume list')}`")
+                    raise NotFoundError(f"no volume named {name!r}: list volumes with '{self.cmd('volume list')}'")
                 if folder.exists():
                     os.rename(folder, trash)
         folders.rmtree(trash)
@@ -272,8 +272,8 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
             raise StorageError(f"cannot {doing}: volume {vol.name!r} has lost its folder {vol.path} (removed by "
                                f"hand, or the disk of storage class {vol.storage_class!r} is not mounted): put it "
                                f"back, or restore one of its snapshots into a new volume "
-                               f"(`{self.cmd('snapshot restore SNAP --to NEW')}`; its snapshots: "
-                               f"`{self.cmd(f'snapshot list --volume {vol.name}')}`)") from None
+                               f"('{self.cmd('snapshot restore SNAP --to NEW')}'; its snapshots: "
+                               f"'{self.cmd(f'snapshot list --volume {vol.name}')}')") from None
         if not replaced and not stat.S_ISDIR(st.st_mode):
             what = (f"a symbolic link (to {os.readlink(vol.path)}), which is never followed"
                     if stat.S_ISLNK(st.st_mode) else "not a folder")
@@ -328,7 +328,7 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
     def get_snapshot(self, name: str) -> Snapshot:
         row = self.conn.execute("SELECT * FROM snapshots WHERE name = ?", (name,)).fetchone()
         if row is None:
-            raise NotFoundError(f"no snapshot named {name!r}: list snapshots with `{self.cmd('snapshot list')}`")
+            raise NotFoundError(f"no snapshot named {name!r}: list snapshots with '{self.cmd('snapshot list')}'")
         return self._snapshot(row)
 
     def list_snapshots(self, *, volume: str | None = None, job: str | None = None) -> list[Snapshot]:
@@ -356,7 +356,7 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
                               (snap.volume_uid, snap.name))
         if not gone:  # another command deleted it between the read and here: that one freed it
             raise NotFoundError(f"no snapshot named {name!r}: another command deleted it just now; list snapshots "
-                                f"with `{self.cmd('snapshot list')}`")
+                                f"with '{self.cmd('snapshot list')}'")
         self.engine.drop(snap.id)
         try:
             swept, no_room = self._sweep(), False
@@ -381,7 +381,7 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
         if row is None:  # (a volume of that name made since is another one: its files are not this snapshot's)
             raise NotFoundError(f"snapshot {a!r} was taken of volume {snap.volume!r}, which has been deleted since, so "
                                 f"there is no live volume to compare it with: name a second snapshot "
-                                f"(`{self.cmd(f'snapshot diff {a} OTHER')}`)")
+                                f"('{self.cmd(f'snapshot diff {a} OTHER')}')")
         vol = self.get_volume(row[0])
         self._require_folder(vol, f"compare snapshot {a!r} with volume {vol.name!r}")
         with self.engine.pin():
@@ -394,7 +394,7 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
         except (OSError, ValueError) as err:
             self.get_snapshot(snap.name)  # NotFoundError if deleted meanwhile
             raise StorageError(f"snapshot {snap.name!r} is damaged: its manifest cannot be read ({err}); "
-                               f"run `{self.cmd(f'snapshot verify {snap.name}')}`") from None
+                               f"run '{self.cmd(f'snapshot verify {snap.name}')}'") from None
 
     def _latest_id(self, volume_uid: str) -> str | None:
         """The manifest of the volume's newest snapshot: the next capture's base."""

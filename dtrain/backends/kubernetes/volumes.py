@@ -260,12 +260,12 @@ class VolumeVerbs:
             pod = users[0]["metadata"]
             job = (pod.get("labels") or {}).get(LABEL_JOB, "?")
             raise ConflictError(f"volume {name!r} is in use by job {job!r} (pod {pod['name']}): wait for it, "
-                                f"delete the job (`{self.cmd(f'delete {job}')}`), or pass --force")
+                                f"delete the job ('{self.cmd(f'delete {job}')}'), or pass --force")
         job = None if force else self._job_mounting(name)
         if job is not None:
             raise ConflictError(f"volume {name!r} is mounted by job {job[0]!r}, which is {job[1]} and would "
                                 f"start without it: wait for it to end, delete the job "
-                                f"(`{self.cmd(f'delete {job[0]}')}`), or pass --force")
+                                f"('{self.cmd(f'delete {job[0]}')}'), or pass --force")
         # With --force the claim is marked deleted now; Kubernetes keeps it while a pod uses it (the
         # pvc-protection finalizer the API server puts on every claim) and removes it when the last stops.
         pvc = self.api.delete(PVC, self.namespace, name)

@@ -71,7 +71,7 @@ def check_generated(folder: str | os.PathLike, extra: dict[str, str]) -> None:
     for name in extra:
         if os.path.lexists(os.path.join(folder, name)):
             raise SpecError(f"{os.path.join(folder, name)} clashes with the {name} generated into the "
-                            f"uploaded code to run a command that is not `python FILE.py ...`: rename your file")
+                            f"uploaded code to run a command that is not 'python FILE.py ...': rename your file")
 
 
 def link_leaves(name: str, target: str) -> bool:

@@ -62,14 +62,14 @@ def load_image(path: str | os.PathLike, size: tuple[int, int]) -> torch.Tensor:
             if im.size != (IMAGE_WIDTH, IMAGE_HEIGHT):
                 raise DataError(f"image {path} is {im.size[0]}x{im.size[1]}, but TuSimple frames are "
                                 f"{IMAGE_WIDTH}x{IMAGE_HEIGHT} (the labels' pixels): replace it with the dataset's "
-                                f"frame (re-run `{command('lanes', 'prepare')} --force`)")
+                                f"frame (re-run '{command('lanes', 'prepare')} --force')")
             im.draft("RGB", size)  # JPEG only: the decoder scales by 1/2, 1/4 or 1/8 to >= size
             arr = np.array(rgb_frame(im, path))  # (H, W, 3), a writable copy torch can own
     except FileNotFoundError:
-        raise NotFoundError(f"image {path} does not exist: re-run `{command('lanes', 'prepare')}`") from None
+        raise NotFoundError(f"image {path} does not exist: re-run '{command('lanes', 'prepare')}'") from None
     except OSError as e:
         raise DataError(f"cannot decode image {path} ({e}): replace it with the dataset's frame "
-                        f"(re-run `{command('lanes', 'prepare')} --force`)") from None
+                        f"(re-run '{command('lanes', 'prepare')} --force')") from None
     img = torch.from_numpy(arr).permute(2, 0, 1)  # (3, H, W) view in channels-last memory
     if img.shape[1:] != (size[1], size[0]):
         # torch's uint8 channels-last antialiased bilinear is ~4x faster than PIL's resize
@@ -105,14 +105,14 @@ def split_lines(root: str | os.PathLike, split: str) -> list[LaneLabel]:
     root = Path(root)
     if not root.is_dir():
         raise NotFoundError(
-            f"data folder {root} does not exist: give the folder `{command('lanes', 'prepare')} --out` wrote "
+            f"data folder {root} does not exist: give the folder '{command('lanes', 'prepare')} --out' wrote "
             "(in a job, where its volume is mounted: --pvc VOLUME:/mnt for /mnt/tusimple)"
         )
     files = [root / name for name in SPLIT_FILES[split] if (root / name).is_file()]
     if not files:
         names = ", ".join(SPLIT_FILES[split])
         raise NotFoundError(f"no label file for split {split!r} in {root} (want {names}): "
-                            f"run `{command('lanes', 'prepare')}`")
+                            f"run '{command('lanes', 'prepare')}'")
     return [label for f in files for label in read_labels(f)]
 
 

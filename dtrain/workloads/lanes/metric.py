@@ -247,14 +247,14 @@ def read_truth(path: str | os.PathLike, blank: list[int] | None = None) -> list[
 
 
 def _truth_file(path: str | os.PathLike):
-    return input_file(path, "label file", f"give a TuSimple JSON-lines file (or run `{command('lanes', 'prepare')}`)")
+    return input_file(path, "label file", f"give a TuSimple JSON-lines file (or run '{command('lanes', 'prepare')}')")
 
 
 def read_predictions(path: str | os.PathLike, blank: list[int] | None = None) -> list[Prediction]:
     """A submission file (JSON lines); blank lines are skipped (their numbers go to `blank`), a bad line
     names its number."""
     return _read_lines(input_file(path, "prediction file", "give a TuSimple JSON-lines file "
-                                  f"(`{command('lanes', 'predict')}` writes one)"), parse_prediction, blank)
+                                  f"('{command('lanes', 'predict')}' writes one)"), parse_prediction, blank)
 
 
 def _read_lines(path, parse: Callable, blank: list[int] | None = None) -> list:
@@ -299,7 +299,7 @@ def evaluate(preds: Sequence[LaneLabel | Prediction], gts: Sequence[LaneLabel | 
     if untimed is not None:  # bench_one_submit: 'raw_file or lanes or run_time not in some predictions.'
         raise DataError(f"{_at(untimed)}missing key 'run_time', without which the official script refuses a "
                         "submission: give each line its run_time in ms, e.g. \"run_time\": 0 "
-                        f"(`{command('lanes', 'predict')}` writes it)")
+                        f"('{command('lanes', 'predict')}' writes it)")
     odd["unpredicted"] = [g.where or g.raw_file for g in gt_by_file.values() if g.raw_file not in by_file]
     odd["no_gt"] = [g.where or g.raw_file for g in gt_by_file.values() if not g.lanes]
     odd["gt_bools"] = [g.where or g.raw_file for g in gts if isinstance(g, Truth) and g.bools]
@@ -408,8 +408,8 @@ def swapped(pred_path: str | os.PathLike, gt_path: str | os.PathLike, preds: Seq
     a swapped pair without a word (each side reads as the other's format)."""
     looks_gt = bool(preds) and all(p.h_samples for p in preds) and _submission_sign(preds) is None
     sign = None if gts is None else _submission_sign(gts)
-    swap = (f"run `{command('lanes', 'evaluate')} --pred {shlex.quote(str(gt_path))} "
-            f"--gt {shlex.quote(str(pred_path))}` if they were swapped")
+    swap = (f"run '{command('lanes', 'evaluate')} --pred {shlex.quote(str(gt_path))} "
+            f"--gt {shlex.quote(str(pred_path))}' if they were swapped")
     if sign is None:
         return (f"--pred {pred_path} looks like ground truth (h_samples on every line, whole-pixel x, no run_time): "
                 f"{swap}") if gts is None and looks_gt else None
@@ -435,8 +435,8 @@ def _warn_blank(files: dict, warn: Callable[[str], None]) -> None:
     for path, lines in files.items():
         if lines:
             warn(f"{path}:{lines[0]} is blank ({counted(len(lines), 'blank line')} in this file): skipped here, but "
-                 f"the official script refuses a file holding one; remove them before submitting (`sed -i "
-                 f"'/^[[:space:]]*$/d' {shlex.quote(str(path))}`)")
+                 f"the official script refuses a file holding one; remove them before submitting (sed -i "
+                 f"'/^[[:space:]]*$/d' {shlex.quote(str(path))})")
 
 
 def evaluate_files(pred_path: str | os.PathLike, gt_path: str | os.PathLike, *,

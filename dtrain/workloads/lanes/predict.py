@@ -110,7 +110,7 @@ def predict_labels(model: torch.nn.Module, root: str | os.PathLike, labels: Sequ
 
 
 def checkpoint_fix() -> str:
-    return f"pass OUT_DIR/model.pt or a ckpt-<step>.pt that `{command('lanes', 'train')}` wrote"
+    return f"pass OUT_DIR/model.pt or a ckpt-<step>.pt that '{command('lanes', 'train')}' wrote"
 
 
 def load_model(path: str | os.PathLike, device: torch.device | str = "cpu") -> SCNN:

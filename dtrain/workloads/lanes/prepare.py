@@ -419,7 +419,7 @@ def _lock(out: Path) -> int:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         os.close(fd)
-        raise ConflictError(f"another `{command('lanes', 'prepare')}` is writing {out}: wait for it to end (a rerun "
+        raise ConflictError(f"another '{command('lanes', 'prepare')}' is writing {out}: wait for it to end (a rerun "
                             "with the same arguments then does nothing)") from None
     return fd
 

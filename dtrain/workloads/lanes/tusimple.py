@@ -198,7 +198,7 @@ def iter_labels(path: str | os.PathLike, *, max_lanes: int | None = MAX_LANES,
     points outside the frame (kept: the evaluation scores them as given), and one per kind of ``oddities``
     (``max_lanes``: the lanes a frame may hold without a warning, None for prediction files).
     """
-    path = input_file(path, "label file", f"give a TuSimple JSON-lines file (or run `{command('lanes', 'prepare')}`)")
+    path = input_file(path, "label file", f"give a TuSimple JSON-lines file (or run '{command('lanes', 'prepare')}')")
     outside: list[str] = []  # "FILE:LINE: what" of each line with a point outside the frame
     odd: dict[str, list[str]] = {kind: [] for kind in _ODD}  # kind -> "FILE:LINE" of each line
     for lineno, obj in json_lines(path):
