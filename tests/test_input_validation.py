@@ -198,6 +198,29 @@ def test_i_pvc_mode_is_read_the_same_for_an_existing_and_a_new_volume(tmp_path):
     assert proc.returncode == 0, proc.stderr
 
 
+def test_i_pvc_mode_is_the_same_at_every_door(tmp_path):
+    # --pvc's help and the HTTP schema named only ':ro', and a job file's new-volume mapping refused
+    # read_only (an unknown key) where --pvc takes CLASS:SIZE:MOUNT:rw
+    from dtrain.server.wire.jobs import SpecIn
+    from dtrain.server.wire.notebooks import NotebookIn
+
+    helped = " ".join(cli(tmp_path / "home", "submit", "--help").stdout.split())
+    assert "VOLUME:MOUNT[:ro|:rw]" in helped and "CLASS:SIZE:MOUNT[:rw]" in helped, helped
+    for model in (SpecIn, NotebookIn):
+        described = model.model_json_schema()["properties"]["volumes"]["description"]
+        assert "VOLUME:MOUNT[:ro|:rw]" in described and "CLASS:SIZE:MOUNT[:rw]" in described, described
+    new = {"storage_class": "local", "size": "1Gi", "mount_path": "/mnt"}
+    spec = JobSpec.from_dict({**BASE, "volumes": [{**new, "read_only": False}]})
+    assert spec.volumes == (NewVolume(**new),) == JobSpec.from_dict({**BASE, "volumes": ["local:1Gi:/mnt:rw"]}).volumes
+    with pytest.raises(SpecError, match="a new volume .* starts empty.*drop read_only"):
+        JobSpec.from_dict({**BASE, "volumes": [{**new, "read_only": True}]})
+    with pytest.raises(SpecError, match="invalid read_only 'no': must be true or false"):
+        JobSpec.from_dict({**BASE, "volumes": [{**new, "read_only": "no"}]})
+    proc = submit_file(tmp_path, "name: j\ncommand: [echo]\nvolumes:\n- {storage_class: local, size: 10Mi, "
+                                 "mount_path: /mnt, read_only: false}\n")
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_i_two_mounts_of_the_same_path(tmp_path):
     with pytest.raises(SpecError, match="two volumes are mounted at /mnt"):
         JobSpec(**BASE, volumes=("a:/mnt", "b:/mnt/"))

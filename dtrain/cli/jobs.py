@@ -126,7 +126,8 @@ def add_job_options(p: argparse.ArgumentParser, *, dist: bool, mpi: bool = False
     p.add_argument("--label", action="append", metavar="KEY=VALUE",
                    help="a label on the job (Kubernetes label, SageMaker tag; repeat); 'dtrain list -l' selects by it")
     p.add_argument("--pvc", action="append", metavar="SPEC",
-                   help="VOLUME:MOUNT[:ro] for an existing volume, CLASS:SIZE:MOUNT for a new one (repeat)")
+                   help="VOLUME:MOUNT[:ro|:rw] for an existing volume (read-write unless :ro), CLASS:SIZE:MOUNT[:rw] for a "
+                        "new one, read-write (repeat)")
     add_node_options(p)
     p.add_argument("--large-shm", action="store_const", const=True,
                    help="a large in-memory /dev/shm (local: half the machine's memory, or the host's /dev/shm if larger; Kubernetes: the "

@@ -187,6 +187,12 @@ def _volume_from_dict(d: Mapping[str, Any]) -> Volume:
     if kind is None:
         raise SpecError(f"invalid volume entry {shown(d)}: use 'NAME:MOUNT[:ro]', 'CLASS:SIZE:MOUNT', "
                         f"{{volume, mount_path, read_only}} or {{storage_class, size, mount_path}}")
+    if kind is NewVolume and "read_only" in d:  # as --pvc CLASS:SIZE:MOUNT:rw, which a new volume is anyway
+        if _bool(d["read_only"], "read_only"):
+            raise SpecError(f"invalid volume entry {shown(dict(d))}: a new volume (storage_class, size, mount_path) "
+                            f"starts empty and is mounted read-write; drop read_only, or create the volume first "
+                            f"(dtrain volume create) and mount it with {{volume, mount_path, read_only: true}}")
+        d = {k: v for k, v in d.items() if k != "read_only"}
     extra = set(d) - _VOLUME_KEYS[kind]
     unknown = sorted(k for k in extra if isinstance(k, str)) + [k for k in extra if not isinstance(k, str)]
     missing = sorted(k for k in _VOLUME_KEYS[kind] - set(d) if k != "read_only")

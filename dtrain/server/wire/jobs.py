@@ -48,7 +48,8 @@ class SpecIn(_In):
                                             description="node taints the job's pods tolerate (Kubernetes "
                                             "tolerations; Run:AI's --toleration; local: accepted, no taints)")
     volumes: list[str] = Field(default_factory=list, max_length=64,
-                               description="--pvc values: VOLUME:MOUNT[:ro] or CLASS:SIZE:MOUNT")
+                               description="--pvc values: VOLUME:MOUNT[:ro|:rw] (an existing volume, read-write unless :ro) "
+                               "or CLASS:SIZE:MOUNT[:rw] (a new one, read-write)")
     large_shm: bool = False
     working_dir: str | None = Field(None, max_length=4096)
     project: str | None = Field(None, pattern=NAME, description="default: the configured project")

@@ -23,7 +23,7 @@ NotebookIn = create_model(
     "NotebookIn", __base__=_In,
     __doc__="A notebook, as `dtrain notebook start` takes it: JupyterLab as a job on the first volume.",
     name=_as_for_jobs("name", "notebook name: lower-case letters, digits, '-'"),
-    volumes=_as_for_jobs("volumes", "--pvc values: VOLUME:MOUNT[:ro] or CLASS:SIZE:MOUNT; the first is Jupyter's "
+    volumes=_as_for_jobs("volumes", "--pvc values: VOLUME:MOUNT[:ro|:rw] or CLASS:SIZE:MOUNT[:rw]; the first is Jupyter's "
                                     "root folder (e.g. data:/home/jovyan); none: a folder of the notebook's "
                                     "own (local backend)"),
     gpu=_as_for_jobs("gpu", "whole GPUs"), cpu=_as_for_jobs("cpu", "CPU threads"),
