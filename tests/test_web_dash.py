@@ -127,3 +127,38 @@ def test_two_gpus_held_at_once_are_each_seen_on_the_held_or_free_chart(home, tmp
         assert bottom0 <= top1  # one row each: neither bar hides the other
     finally:
         server.stop()
+
+
+def test_the_storage_page_marks_a_deleted_volume_and_snapshot_as_the_cli_does(home, tmp_path):
+    """`snapshot list` says VOLUME 'data (deleted)' and `volume list` FROM SNAPSHOT 's1 (deleted)'; the page left the
+    marks in the records' `extra` (as `--json` and the API have them) and showed 'data' and 's1' as if still there."""
+    server = ServerProcess(home, cwd=tmp_path)
+    try:
+        dt = server.dtrain()
+        dt("volume", "create", "data", "--size", "10Mi")
+        dt("snapshot", "create", "data", "--name", "s1")
+        dt("snapshot", "create", "data", "--name", "kept")
+        dt("snapshot", "restore", "s1", "--to", "copy")
+        dt("submit", "j", "--pvc", "copy:/mnt", "--snapshot-on-success", "copy", "--", "true")
+        dt.wait_for("j", {"Succeeded"})
+        dt("delete", "j", "--purge")
+        dt("volume", "delete", "data")
+        dt("snapshot", "delete", "s1")
+        assert [r.split()[5:7] for r in dt("volume", "list").stdout.splitlines()[1:]] == [["s1", "(deleted)"]]
+        listed = dt("snapshot", "list").stdout
+        assert sorted(r.split()[1:6] for r in listed.splitlines()[1:]) == [
+            ["copy", "j", "(deleted)", "s1", "(deleted)"], ["data", "(deleted)", "-", "-", "0"]], listed
+        with browser_tests.chrome() as browser:
+            browser.get(server.url + "/#/storage")
+            wait_until(lambda: "kept" in text_of(browser, "#snapshots-table"), what="the snapshots")
+            wait_until(lambda: "j (deleted)" in text_of(browser, "#snapshots-table"), what="the job's snapshot")
+            rows = ("return [...document.querySelectorAll(arguments[0] + ' tbody tr')]"
+                    ".map(r => [[...r.cells].map(c => c.textContent), !!r.querySelector('a')])")
+            volumes = browser.execute_script(rows, "#volumes-table")
+            snapshots = {cells[0]: (cells[1:4], linked) for cells, linked in browser.execute_script(rows, "#snapshots-table")}
+        assert [(cells[0], cells[5]) for cells, _ in volumes] == [("copy", "s1 (deleted)")], volumes
+        assert snapshots.pop("kept") == (["data (deleted)", "-", "-"], False), snapshots
+        [(cells, linked)] = snapshots.values()  # the purged job's: no page to link to
+        assert (cells, linked) == (["copy", "j (deleted)", "s1 (deleted)"], False), snapshots
+    finally:
+        server.stop()
