@@ -410,3 +410,47 @@ def test_sdk_md_names_every_field_of_each_record_its_records_section_lists():
                 missing += [f"{name}.{f.name}" for f in dataclasses.fields(record) if f.name not in words]
     assert {"JobInfo", "ProcessInfo", "SnapshotInfo", "ProjectInfo", "NodeInfo", "FreedInfo"} <= checked
     assert missing == [], "docs/sdk.md's Records section does not name these fields"
+
+
+# ---- docs/demo.md's recorded output has the form dtrain prints now -----------------------------
+def _keys(block: str) -> list[str]:
+    """The shape of a `describe` output: each line's key ('Name', '  env'), values and tables left out."""
+    return [m.group(1) for m in re.finditer(r"^(\s*[A-Za-z][\w ()/]*):(?: |$)", block, re.M)]
+
+
+def _recorded(doc: str, command: str) -> str:
+    """The output recorded under `$ COMMAND` in a transcript, up to the blank line."""
+    start = doc.index(f"$ {command}\n") + len(command) + 3
+    return doc[start:doc.index("\n\n", start)]
+
+
+@pytest.mark.slow  # a data job and a two-process job: about 20 s
+def test_the_demos_recorded_describe_outputs_have_the_form_dtrain_prints_now(tmp_path):
+    """docs/demo.md's `describe job` and `snapshot describe` predated their UID and Name lines: the same commands,
+    on a small job, print the same keys in the same order (Limits: only where this machine has cgroups)."""
+    doc = (REPO / "docs" / "demo.md").read_text()
+    env = {**os.environ, "DTRAIN_HOME": str(tmp_path / "home")}
+    dtrain = str(Path(sys.executable).parent / "dtrain")
+
+    def run(*words: str) -> str:
+        proc = subprocess.run([dtrain, *words], capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    run("project", "create", "lane-detection")
+    run("config", "project", "lane-detection")
+    run("submit", "download-tusimple-data", "--pvc", "local:100Gi:/mnt", "--", "true")
+    run("wait", "download-tusimple-data")
+    run("snapshot", "create", "pvc-download-tusimple-data-0", "--name", "tusimple-prepared",
+        "--job", "download-tusimple-data")
+    run("submit-dist", "train-lane-detection", "--processes", "2", "--cpu", "1", "--large-shm",
+        "--pvc", "pvc-download-tusimple-data-0:/mnt", "-e", "ENABLE_SNAPSHOT=true",
+        "-e", "PVC_NAME=pvc-download-tusimple-data-0", "--", "true")
+    run("wait", "train-lane-detection")
+    described = run("describe", "job", "train-lane-detection")
+    [snap] = [line.split()[0] for line in run("snapshot", "list").splitlines() if "train-lane-detection" in line]
+    recorded = _recorded(doc, "dtrain describe job train-lane-detection")
+    shown = [k for k in _keys(described) if k != "Limits"]
+    assert [k for k in _keys(recorded) if k != "Limits"] == shown, described
+    recorded = _recorded(doc, next(re.finditer(r"^\$ (dtrain snapshot describe \S+)$", doc, re.M)).group(1))
+    assert _keys(recorded) == _keys(run("snapshot", "describe", snap))
