@@ -338,7 +338,7 @@ class SubmitVerbs:
         gap = binding_lacks(found, want)
         if gap is None:
             return None
-        whose = ("made by dtrain but changed since" if _dtrains(found) else
+        whose = ("labelled as made by dtrain, yet changed since" if _dtrains(found) else
                  f"not made by dtrain (no label {LABEL_MANAGED}=dtrain)")
         return (f"RoleBinding {meta['name']} in namespace {meta['namespace']}, {whose}, {gap[0]}, so the snapshot "
                 f"watcher may not read the job or take its snapshot, and submit leaves the RoleBinding as it is: ask "
