@@ -291,18 +291,31 @@ class Supervisor(JobOutcome):
                 out.write(f"cannot start the launcher: {err}\n")
                 return 127
             ident = Ident.of(self.proc.pid)
-            if ident is not None and not self._launcher_recorded(ident):
-                signal_session(ident, signal.SIGKILL)  # nothing of it could be found, nor its ranks' records kept
-                self.proc.wait()
-                self.port_taken = None
-                return 127
-            if self.stopping:  # SIGTERM came while the launcher was being started: _on_term saw none
-                self._stop_launcher()
-            code = self._watch(attempt, access)
+            try:
+                if ident is not None and not self._launcher_recorded(ident):
+                    signal_session(ident, signal.SIGKILL)  # nothing of it could be found, nor its ranks' records kept
+                    self.proc.wait()
+                    self.port_taken = None
+                    return 127
+                if self.stopping:  # SIGTERM came while the launcher was being started: _on_term saw none
+                    self._stop_launcher()
+                code = self._watch(attempt, access)
+            except BaseException:  # a full disk, a bug: raised on, never leaving its training running unwatched
+                self._stop_session(ident)
+                raise
         signal_session(ident, signal.SIGKILL)  # the attempt is over: nothing of it may linger
         self.port_taken = port if (access is not None and code != 0 and not self.stopping
                                    and notebook.taken_by_another(self.job_dir, port)) else None
         return 128 - code if code < 0 else code
+
+    def _stop_session(self, ident: Ident | None) -> None:
+        """The launcher's session (its ranks too) killed and the launcher reaped, as an error ends
+        the attempt: a supervisor that raises on (in-process, or before PDEATHSIG) leaves nothing running."""
+        signal_session(ident, signal.SIGKILL)
+        if self.proc.returncode is None:
+            self.proc.kill()  # our own unreaped child: its pid cannot name another process yet
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(timeout=GRACE_S)
 
     def _launcher_recorded(self, ident: Ident) -> bool:
         """launcher.json written (how `delete` and a later supervisor find the launcher); False, with
