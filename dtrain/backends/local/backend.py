@@ -27,7 +27,7 @@ from dtrain.backends.local.control import JobControl
 from dtrain.backends.local.projects import LocalProjects
 from dtrain.backends.local.reading import JobRecords
 from dtrain.backends.local.reconcile import Reconciling
-from dtrain.backends.local.store import QUEUED, UNFINISHED, JobStore
+from dtrain.backends.local.store import QUEUED, UNFINISHED, JobStore, injected_word, under_injected
 from dtrain.backends.local.volumes import VolumeHooks, _disk_usage  # noqa: F401  (_disk_usage: re-exported)
 from dtrain.config import UserConfig, home_dir
 from dtrain.errors import ConflictError, NotFoundError, QuotaError, SetupError, SpecError
@@ -220,9 +220,10 @@ class LocalBackend(LocalProjects, JobControl, JobRecords, Reconciling, VolumeHoo
         if spec.project != "default":
             require_project(spec.project, [p["name"] for p in self.store.projects()])
 
-    def _check_resources(self, spec: JobSpec, *, volumes: bool = True, injected: str | None = None) -> None:
-        """`injected`: the DTRAIN_GPUS a stored job was submitted with (resume): a process started
-        without it (a `dtrain server` from another shell) names the one that schedules it."""
+    def _check_resources(self, spec: JobSpec, *, volumes: bool = True,
+                         injected: tuple[bool, str | None] = (False, None)) -> None:
+        """`injected`: (known, DTRAIN_GPUS) of a stored job's submit (resume; store.injected_at_submit):
+        a process started with another (a `dtrain server` from another shell) names the one that schedules it."""
         from dtrain.backends.local.devices import inventory
         from dtrain.backends.local.node import check_selector, node_labels
 
@@ -236,11 +237,12 @@ class LocalBackend(LocalProjects, JobControl, JobRecords, Reconciling, VolumeHoo
         each = counted(spec.processes, 'process', 'processes', typed=processes)
         gpus = len(inventory())
         now = os.environ.get("DTRAIN_GPUS")
-        if spec.gpus_requested > gpus and injected is not None and injected != now:
-            raise QuotaError(f"job {spec.name!r} was scheduled with DTRAIN_GPUS={injected} but this process sees "
-                             f"{counted(gpus, 'GPU')} ({'DTRAIN_GPUS unset' if now is None else 'DTRAIN_GPUS=' + now}): start it "
-                             f"with the same inventory, e.g. 'DTRAIN_GPUS={injected} dtrain server' or "
-                             f"'DTRAIN_GPUS={injected} {self.cmd(f'resume {spec.name}', spec.project)}'")
+        known, submitted = injected
+        if spec.gpus_requested > gpus and known and submitted != now:
+            raise QuotaError(f"job {spec.name!r} was scheduled with {injected_word(submitted)} but this process sees "
+                             f"{counted(gpus, 'GPU')} ({injected_word(now)}): start it with the same inventory, e.g. "
+                             f"'{under_injected(submitted, 'dtrain server')}' or "
+                             f"'{under_injected(submitted, self.cmd(f'resume {spec.name}', spec.project))}'")
         if spec.gpus_requested > gpus and not gpus:  # the reference's `--gpu 1` on a CPU workstation
             raise QuotaError(f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} ({each} x "
                              f"{gpu}) but this machine has no GPU: drop --gpu (or give --gpu 0) to run on its "

@@ -89,7 +89,7 @@ class JobControl:
                                 f"run '{self.cmd(f'resume {name}', row['project'])}' again in a minute")
         spec = JobSpec.from_stored(json.loads(row["spec"]))
         self._check_resources(spec, volumes=False,  # a quota may have been lowered since
-                              injected=self.store.recorded(row, "gpus_injected"))
+                              injected=injected_at_submit(row))
         for mount in spec.resolved_volumes():  # and a volume deleted (--force) or lost: say so now
             self._check_existing(mount, spec.project)
         me = Ident.of(os.getpid())

@@ -44,7 +44,7 @@ import sqlite3
 from collections.abc import Callable
 
 from dtrain import db
-from dtrain.backends.local.store import JobStore, injected_word, other_inventory
+from dtrain.backends.local.store import JobStore, injected_at_submit, injected_word, other_inventory, under_injected
 from dtrain.names import counted, listed
 from dtrain.spec import JobSpec
 
@@ -121,9 +121,9 @@ def _never_starts(store: JobStore, row: sqlite3.Row, spec: JobSpec, need: int, h
     """Why a job needing more GPUs than this machine has never starts here: fewer GPUs than when it
     was submitted, or its supervisor (restarted by a `dtrain server` or another command started from
     another shell) has another DTRAIN_GPUS than its submit had: suspended, then resumed with that one."""
-    submitted, now = store.recorded(row, "gpus_injected"), os.environ.get("DTRAIN_GPUS")
+    (_known, submitted), now = injected_at_submit(row), os.environ.get("DTRAIN_GPUS")
     head = f"needs {counted(need, 'GPU')} but this machine now has {have}"
-    if not other_inventory(submitted, now):
+    if not other_inventory(row, now):
         return f"{head}: it never starts here; delete it and submit it with fewer"
     from dtrain.backends.local.ranks import local_command  # as the job's other hints name them (-p, --backend)
 
@@ -131,8 +131,8 @@ def _never_starts(store: JobStore, row: sqlite3.Row, spec: JobSpec, need: int, h
         return local_command(store.path.parent, words, spec.project)
 
     return (f"{head} (its supervisor has {injected_word(now)}; it was submitted with {injected_word(submitted)}): "
-            f"it never starts so; '{cmd(f'suspend {spec.name}')}', then 'DTRAIN_GPUS={submitted} "
-            f"{cmd(f'resume {spec.name}')}' queues it with the GPUs it was submitted with, or delete it and submit "
+            f"it never starts so; '{cmd(f'suspend {spec.name}')}', then "
+            f"'{under_injected(submitted, cmd(f'resume {spec.name}'))}' queues it with the GPUs it was submitted with, or delete it and submit "
             f"it with fewer")
 
 

@@ -128,10 +128,16 @@ def injected_word(value: str | None) -> str:
     return "DTRAIN_GPUS unset" if value is None else f"DTRAIN_GPUS={value}"
 
 
-def other_inventory(recorded: str | None, now: str | None) -> bool:
-    """Whether a job submitted with DTRAIN_GPUS `recorded` (None: unset, or a job of before the
-    column: unknown, never told) sees another inventory in a process that has `now`."""
-    return recorded is not None and recorded != now
+def under_injected(value: str | None, command: str) -> str:
+    """`command` run with DTRAIN_GPUS as `value` was: 'DTRAIN_GPUS=2 CMD', or 'env -u DTRAIN_GPUS CMD'."""
+    return f"env -u DTRAIN_GPUS {command}" if value is None else f"DTRAIN_GPUS={value} {command}"
+
+
+def other_inventory(row: sqlite3.Row, now: str | None) -> bool:
+    """Whether a job's submit had another DTRAIN_GPUS than `now` (unset counts; a job of before
+    the column, whose setting is unknown, never does): it sees another inventory here."""
+    known, recorded = injected_at_submit(row)
+    return known and recorded != now
 
 
 def injected_at_submit(row: sqlite3.Row) -> tuple[bool, str | None]:
