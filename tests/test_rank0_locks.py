@@ -338,3 +338,83 @@ def test_a_custom_checkpoint_local_path_on_nfs_gets_its_lock_file_beside_it(monk
         first.communicate("")
     assert str(e.value).startswith(f"another training is writing {local} (it holds {lock}): wait for it to end, ")
     assert list(local.iterdir()) == []
+
+
+def _mirror_advice(err: int, job: os.PathLike) -> str:
+    """What the platform's copy of the metrics (DTRAIN_METRICS_FILE, in the job's folder) asks when it cannot be
+    written for `err`: its job's folder and home, never the run's own flags."""
+    fix = "submit the job under another home (dtrain's --home or $DTRAIN_HOME; a job's folder is HOME/jobs/NAME)"
+    if err == errno.EIO:
+        return f"try again, or {fix}"
+    return (f"free space or fix permissions in {job} (the job's folder, which holds dtrain's copy of the metrics), "
+            f"or {fix}")
+
+
+def _cifar10_outputs(tmp_path):
+    from dtrain.workloads.cifar10.outputs import _one_training_writes, check_outputs
+
+    cfg = parse_args(["--data-dir", str(tmp_path), "--model-dir", str(tmp_path / "model")])
+    cfg = dataclasses.replace(cfg, checkpoint_dir=str(check_outputs(cfg)))
+    return lambda info: _one_training_writes(cfg, info)[0]
+
+
+def _lanes_outputs(tmp_path):
+    from dtrain.workloads.lanes.train import one_training_writes
+
+    out = tmp_path / "run"
+    out.mkdir()
+    return lambda info: one_training_writes(out, out, info)
+
+
+@OPEN_ERRORS
+@pytest.mark.parametrize("workload", [_cifar10_outputs, _lanes_outputs], ids=["cifar10", "lanes"])
+def test_a_metrics_mirror_that_does_not_open_is_named_with_its_own_fix_on_every_rank(monkeypatch, tmp_path, err,
+                                                                                       workload):
+    """The platform's copy of the metrics (DTRAIN_METRICS_FILE, which dtrain sets to the job's folder's
+    metrics.jsonl) failing to open: rank 0 named it but sent the user to another --metrics-file or --out-dir, which
+    changes nothing there, and the other ranks named the run's own metrics file. Every rank names the copy and the
+    fix of the job's folder; with the disk back, the run opens both."""
+    _clean_env(monkeypatch)
+    job = tmp_path / "home" / "jobs" / "j"
+    job.mkdir(parents=True)
+    mirror = job / "metrics.jsonl"
+    monkeypatch.setenv("DTRAIN_METRICS_FILE", str(mirror))
+    start = workload(tmp_path)
+    _failing_open(monkeypatch, mirror, err)
+    _fake_all_reduce(monkeypatch)
+    why, fix = os.strerror(err), _mirror_advice(err, job)
+    with pytest.raises(SpecError) as e:
+        start(MAIN)
+    assert str(e.value) == f"{mirror} cannot be written ({why}): {fix}"
+    with pytest.raises(SpecError) as e:
+        start(OTHER)
+    assert str(e.value) == f"rank 0 found that {mirror} cannot be written ({why}), so rank 1 stops too: {fix}"
+    monkeypatch.undo()
+    _clean_env(monkeypatch)
+    monkeypatch.setenv("DTRAIN_METRICS_FILE", str(mirror))
+    _fake_all_reduce(monkeypatch)
+    opened = start(MAIN)  # the disk is back: nothing was left held
+    metrics = opened.metrics if hasattr(opened, "metrics") else opened
+    metrics.log(step=1)
+    opened.close()
+    assert '"step": 1' in mirror.read_text()
+
+
+def test_a_link_at_the_metrics_mirror_is_named_on_every_rank(monkeypatch, tmp_path):
+    """A symbolic link at the platform's copy of the metrics: rank 0 refused it by name, and the other ranks named
+    the run's own metrics file instead. They name the copy."""
+    _clean_env(monkeypatch)
+    job = tmp_path / "home" / "jobs" / "j"
+    job.mkdir(parents=True)
+    mirror = job / "metrics.jsonl"
+    mirror.symlink_to(tmp_path / "victim.txt")
+    monkeypatch.setenv("DTRAIN_METRICS_FILE", str(mirror))
+    start = _cifar10_outputs(tmp_path)
+    _fake_all_reduce(monkeypatch)
+    with pytest.raises(SpecError, match=f"^{re.escape(str(mirror))} is a symbolic link: remove it"):
+        start(MAIN)
+    with pytest.raises(SpecError) as e:
+        start(OTHER)
+    assert str(e.value).startswith(f"rank 0 found a symbolic link at {mirror}, so rank 1 stops too: remove the link, "
+                                   f"or submit the job under another home")
+    assert not (tmp_path / "victim.txt").exists()

@@ -37,13 +37,13 @@ MACHINE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES)  # a fu
 PASSING_ERRNOS = (errno.EIO,)  # an I/O error, of a network disk as a rule (NFS, EFS): gone when tried again
 
 
-def write_fix(err: int | None, fix: str) -> str:
+def write_fix(err: int | None, fix: str, advice: str = "") -> str:
     """What a file or folder that cannot be written for `err` asks of the user: 'try again, or FIX' for an I/O error
-    (a network disk's, which passes: another folder is no fix for it), else 'use a folder you can write to, with
-    free space, or FIX' (a full, read-only or forbidden disk)."""
+    (a network disk's, which passes: another folder is no fix for it), else 'ADVICE, or FIX' for a full, read-only
+    or forbidden disk (ADVICE: 'use a folder you can write to, with free space' unless given)."""
     if err in PASSING_ERRNOS:
         return f"try again, or {fix}"
-    return f"use a folder you can write to, with free space, or {fix}"
+    return f"{advice or 'use a folder you can write to, with free space'}, or {fix}"
 
 
 def real_number(text: str) -> float:

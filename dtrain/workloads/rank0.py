@@ -21,7 +21,7 @@ from typing import Any
 
 from dtrain.errors import ConflictError, DtrainError, SpecError
 from dtrain.training import DistInfo, max_over_ranks
-from dtrain.training.metrics import open_append
+from dtrain.training.metrics import MetricsWriter, open_append
 from dtrain.training.resume import on_sagemaker
 from dtrain.workloads.inputs import hold, hold_folder, lock_failed, write_fix
 
@@ -41,6 +41,7 @@ class Place:
     fix: str
     folder_lock: bool = False
     flag: str = ""
+    advice: str = ""  # what a file here that cannot be written asks before the fix (write_fix's, unless given)
 
     @property
     def held(self) -> Path:
@@ -183,7 +184,8 @@ def refusal(code: int, places: Sequence[Place], rank: int) -> DtrainError:
         return SpecError(f"rank 0 found a symbolic link at {at}, {stops}: remove the link, or {place.fix}")
     if found == UNWRITABLE:
         why = f" ({os.strerror(err)})" if err else ""
-        return SpecError(f"rank 0 found that {place.path} cannot be written{why}, {stops}: {write_fix(err, place.fix)}")
+        return SpecError(f"rank 0 found that {place.path} cannot be written{why}, {stops}: "
+                         f"{write_fix(err, place.fix, place.advice)}")
     if found == UNLOCKED:
         why = f" ({os.strerror(err)})" if err else ""
         return SpecError(f"rank 0 could not lock {place.held}{why}, {stops}: try again, or {place.fix}")
@@ -200,8 +202,31 @@ def opened(place: Place, fn: Callable[..., Any], *args: Any) -> Any:
     try:
         return fn(*args)
     except OSError as e:
-        path = e.filename if e.filename else place.path  # the file whose open failed (MetricsWriter's mirror too)
-        raise SpecError(f"{path} cannot be written ({e.strerror or e}): {write_fix(e.errno, place.fix)}") from None
+        raise cannot_write(place, e) from None
+
+
+def cannot_write(place: Place, e: OSError) -> SpecError:
+    """The line of rank 0 whose open of a file at `place` failed with `e`: the file and the fix."""
+    path = e.filename if e.filename else place.path
+    return SpecError(f"{path} cannot be written ({e.strerror or e}): {write_fix(e.errno, place.fix, place.advice)}")
+
+
+METRICS_MIRROR = "DTRAIN_METRICS_FILE"  # the platform's copy of the metrics, which MetricsWriter writes too
+
+
+def metrics_mirror(own: Path) -> Place | None:
+    """The platform's copy of the run's metrics as a Place, where MetricsWriter writes one apart from `own`; None
+    without it (plain torchrun). dtrain's local backend names it in DTRAIN_METRICS_FILE: metrics.jsonl in the job's
+    folder, HOME/jobs/NAME of the home the job was submitted under, which the dashboard reads. It is no file of the
+    run's: another --metrics-file or --out-dir changes nothing there, the job's folder and its home do."""
+    mirror = os.environ.get(METRICS_MIRROR)
+    if not mirror or Path(mirror).resolve() == own.resolve():
+        return None
+    path = Path(mirror)
+    return Place(path, "submit the job under another home (dtrain's --home or $DTRAIN_HOME; a job's folder is "
+                       "HOME/jobs/NAME)",
+                 advice=f"free space or fix permissions in {path.parent} (the job's folder, which holds dtrain's "
+                        f"copy of the metrics)")
 
 
 def hold_file(path: Path, fix: str, folder: Path | None = None):
@@ -241,6 +266,35 @@ class Rank0Checks:
             what, err = found_in(e, declared)
             self.error, self.code = e, encode(what, place, err)
             return None
+
+    def open_metrics(self, place: int, path: Path):
+        """Rank 0's MetricsWriter for `path`, at places[place], opened (check's rules). It opens the platform's copy
+        too (metrics_mirror): an open of that copy that fails is its own line, naming it and the fix there, kept
+        at a place of its own, which every other rank names. Rank 0 named the copy with the fix of the run's own
+        file (another --metrics-file or --out-dir, which changed nothing), and the other ranks the run's file."""
+        mirror = metrics_mirror(path)
+        if mirror is None:
+            return self.check(place, UNWRITABLE, opened, self.places[place], MetricsWriter, path)
+        at = len(self.places)
+        if at >= 1 << _PLACE_BITS:
+            raise ValueError(f"{at + 1} places: at most {1 << _PLACE_BITS}")
+        self.places.append(mirror)
+
+        def both() -> MetricsWriter:
+            try:
+                return MetricsWriter(path)
+            except OSError as e:
+                if e.filename is None or Path(e.filename) != mirror.path:
+                    raise
+                raise cannot_write(mirror, e) from None
+
+        before = self.error
+        metrics = self.check(place, UNWRITABLE, opened, self.places[place], both)
+        cause = self.error.__context__ if self.error is not before and self.error is not None else None
+        if isinstance(cause, OSError) and cause.filename is not None and Path(cause.filename) == mirror.path:
+            found, _, err = decode(self.code)
+            self.code = encode(found, at, err)
+        return metrics
 
     def lock(self, place: int):
         """Rank 0's lock at places[place] (a lock_place): the folder held (hold_folder; where its file system takes

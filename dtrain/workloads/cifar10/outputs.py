@@ -12,7 +12,7 @@ from dtrain.training import DistInfo, MetricsWriter, checkpoint_dir
 from dtrain.training.resume import on_sagemaker
 from dtrain.workloads.cifar10.config import TrainConfig
 from dtrain.workloads.inputs import can_write, hold, out_folder
-from dtrain.workloads.rank0 import (LOCK_FILE, UNLOCKED, UNWRITABLE, Place, Rank0Checks, lock_place, opened,
+from dtrain.workloads.rank0 import (LOCK_FILE, UNLOCKED, UNWRITABLE, Place, Rank0Checks, lock_place,
                                     own_folder_fix)
 
 
@@ -112,7 +112,7 @@ def _one_training_writes(cfg: TrainConfig, info: DistInfo) -> tuple[MetricsWrite
     checks = Rank0Checks(info, places + [Place(place.held, place.fix) for place in places])
     for index, place in enumerate(places):  # a folder that takes no file (/proc) was a traceback
         checks.check(count + index, UNWRITABLE, can_write, place.held, place.flag)
-    metrics = checks.check(0, UNWRITABLE, opened, places[0], MetricsWriter, metrics_file(cfg))
+    metrics = checks.open_metrics(0, metrics_file(cfg))
     if metrics is not None:
         checks.check(0, UNLOCKED, hold, metrics.file, places[0].path, places[0].fix)
     locks = [checks.lock(index) for index in range(1, count)]

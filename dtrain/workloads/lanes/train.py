@@ -130,7 +130,7 @@ def one_training_writes(out: Path, checkpoints: Path, info: DistInfo) -> Log:
     file = checks.check(2, UNWRITABLE, opened, places[2], open_log, out / "train.log")
     if file is not None:
         checks.check(2, UNLOCKED, hold, file, out / "train.log", fix)
-    metrics = checks.check(3, UNWRITABLE, opened, places[3], MetricsWriter, out / "metrics.jsonl")
+    metrics = checks.open_metrics(3, out / "metrics.jsonl")
     lock = checks.lock(4) if apart else None
     try:
         checks.stop_together()
