@@ -9,6 +9,7 @@ links in /opt/ml.
 
 from __future__ import annotations
 
+import json
 import socket
 import tarfile
 import threading
@@ -565,3 +566,28 @@ def test_wait_ends_at_a_refusal_that_asking_again_would_not_change(stubbed):
     with pytest.raises(BackendError, match="AccessDeniedException") as err:
         be.wait("j", poll=0)
     assert not isinstance(err.value, dtrain.errors.UnavailableError)
+
+
+def test_a_local_job_finds_its_checkpoint_config_where_sagemaker_writes_it(home, tmp_path):
+    """SageMaker writes the job's CheckpointConfig to /opt/ml/input/config/checkpointconfig.json
+    (LocalPath, S3Uri; SageMaker Debugger and rank0.checkpoint_local_path read LocalPath from it): a
+    --local job finds it there too, naming the checkpoint URI it was given."""
+    script = ("import json, pathlib\nfrom dtrain.workloads import rank0\n"
+              "config = json.loads(pathlib.Path('/opt/ml/input/config/checkpointconfig.json').read_text())\n"
+              "pathlib.Path('/opt/ml/model/seen.json').write_text(json.dumps({**config, "
+              "'read': str(rank0.checkpoint_local_path())}))\n")
+    client, host = _local_job(home, tmp_path, "ckptcfg", script, checkpoint_uri="s3://ckpt-bucket/runs/a")
+    info = client.wait("ckptcfg", timeout=60)
+    assert info.status == JobStatus.SUCCEEDED, info.message
+    seen = json.loads((host / "model" / "seen.json").read_text())
+    assert seen == {"LocalPath": "/opt/ml/checkpoints", "S3Uri": "s3://ckpt-bucket/runs/a",
+                    "read": "/opt/ml/checkpoints"}
+
+
+def test_the_checkpoint_config_file_follows_the_request():
+    """LocalPath defaults to the API's /opt/ml/checkpoints/ where a request gives none; a request without a
+    CheckpointConfig gets no file, as on SageMaker."""
+    from dtrain.backends.sagemaker import contract
+    assert contract.checkpoint_config({"CheckpointConfig": {"S3Uri": "s3://b/c"}}) == \
+        {"LocalPath": "/opt/ml/checkpoints/", "S3Uri": "s3://b/c"}
+    assert contract.checkpoint_config({}) is None

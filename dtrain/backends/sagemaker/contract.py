@@ -5,6 +5,7 @@ What a training container sees on host `algo-i` (the SageMaker training toolkit'
     /opt/ml/input/config/hyperparameters.json   the request's HyperParameters (JSON-encoded strings)
     /opt/ml/input/config/resourceconfig.json    current_host, hosts, instance groups
     /opt/ml/input/config/inputdataconfig.json   one entry per channel
+    /opt/ml/input/config/checkpointconfig.json  the request's CheckpointConfig (LocalPath, S3Uri), if any
     /opt/ml/input/data/<channel>/               the channel's files
     /opt/ml/code/                                sourcedir.tar.gz unpacked (cwd, on PYTHONPATH)
     /opt/ml/model/  /opt/ml/output/  /opt/ml/checkpoints/
@@ -62,6 +63,19 @@ def input_data_config(req: dict) -> dict:
     return {c["ChannelName"]: {"TrainingInputMode": c.get("InputMode", "File"),
                                "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}
             for c in req.get("InputDataConfig") or []}
+
+
+CHECKPOINT_DEFAULT = "/opt/ml/checkpoints/"  # CheckpointConfig.LocalPath when a request gives none (API reference)
+
+
+def checkpoint_config(req: dict) -> dict | None:
+    """checkpointconfig.json, which SageMaker writes into the container of a job with a CheckpointConfig:
+    that config's LocalPath (its documented default where the request gives none) and S3Uri, the keys
+    the request names them by (SageMaker Debugger reads LocalPath from it); None for a job without one."""
+    given = req.get("CheckpointConfig")
+    if not given:
+        return None
+    return {"LocalPath": given.get("LocalPath") or CHECKPOINT_DEFAULT, "S3Uri": given["S3Uri"]}
 
 
 def user_args(req: dict) -> list[str]:

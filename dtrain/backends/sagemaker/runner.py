@@ -124,6 +124,8 @@ class Runner:
             write_json(cfg / "hyperparameters.json", self.req.get("HyperParameters") or {})
             write_json(cfg / "resourceconfig.json", contract.resource_config(self.req, host))
             write_json(cfg / "inputdataconfig.json", contract.input_data_config(self.req))
+            if contract.checkpoint_config(self.req) is not None:  # as SageMaker: a job with a CheckpointConfig
+                write_json(cfg / "checkpointconfig.json", contract.checkpoint_config(self.req))
             hosts[host] = h
         (self.dir / "etc-hosts").write_text(contract.etc_hosts(self.req, socket.gethostname()))
         self.channels = channels
