@@ -145,7 +145,10 @@ def _update_volume(args, client: Client) -> int:
     else:
         where = v.extra.get("path")
         said = f"volume '{v.name}' is now in storage class '{args.storage_class}'"
-        if v.extra.get("moved") is False:
+        if v.extra.get("relabeled"):  # two classes named at one folder: only the record changed
+            said = (f"volume '{v.name}' is now in storage class '{args.storage_class}', whose folder it was in "
+                    f"already as class '{v.extra['relabeled']}': nothing moved")
+        elif v.extra.get("moved") is False:
             said = f"volume '{v.name}' is already in storage class '{args.storage_class}': nothing moved"
         said += f" ({where})" if where else ""
     _print(v, said, args.json)

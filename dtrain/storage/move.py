@@ -147,6 +147,16 @@ class Mover:
         self._copy(self._row(volume))
         return "copy"
 
+    def relabel(self, *, volume: str, uid: str, dst_class: str, dst_root: Path) -> None:
+        """Give the volume class `dst_class`, whose root `dst_root` is the folder it is in already
+        (two spellings of one folder at most): one transaction, no file touched, nothing to journal."""
+        with db.transaction(self.conn):
+            if self.conn.execute("SELECT 1 FROM volume_moves WHERE volume = ?", (volume,)).fetchone():
+                raise ConflictError(f"volume {volume!r} is already being moved: wait for that "
+                                    f"'dtrain volume update' to finish")
+            self.conn.execute("UPDATE volumes SET storage_class = ?, root = ? WHERE name = ? AND uid = ?",
+                              (dst_class, str(dst_root), volume, uid))
+
     def _copy(self, row: sqlite3.Row) -> None:
         src, dst, staging = Path(row["src"]), Path(row["dst"]), Path(row["staging"])
         try:

@@ -155,13 +155,18 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
 
     def update_volume(self, name: str, *, storage_class: str, check_users=lambda: None) -> Volume:
         """Move the volume to `storage_class`'s root (move.py); `check_users` raises ConflictError
-        when a job uses the volume, and runs after the move is journaled."""
+        when a job uses the volume, and runs after the move is journaled. A class whose root is the
+        folder the volume is in already (a class named where a removed class's volumes live) takes
+        it without a move: its folder would be its own destination."""
         vol = self.get_volume(name)
         root = self.class_root(storage_class)
         if vol.storage_class == storage_class and vol.path.parent.parent == root:
             return vol
         self._collect(sweep=False)
         with self.hold(vol, exclusive=True):
+            if os.path.realpath(vol.path.parent.parent) == os.path.realpath(root):
+                self.mover.relabel(volume=name, uid=vol.uid, dst_class=storage_class, dst_root=root)
+                return self.get_volume(name)
             self.mover.move(volume=name, uid=vol.uid, src_class=vol.storage_class, dst_class=storage_class,
                             src=vol.path.parent, dst_root=root, check_users=check_users)
         return self.get_volume(name)

@@ -70,10 +70,12 @@ class VolumeHooks:
 
     def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Move the volume to another class's root folder (storage/move.py), refused while jobs use it."""
-        before = self.storage.get_volume(name).path
+        before = self.storage.get_volume(name)
         info = self._volume(self.storage.update_volume(name, storage_class=storage_class,
                                                        check_users=lambda: self._refuse_users(name)), measure=False)
-        info.extra["moved"] = info.extra["path"] != str(before)  # False: already there, as kubectl's "(no change)"
+        info.extra["moved"] = info.extra["path"] != str(before.path)  # False: already there, as kubectl's "(no change)"
+        if not info.extra["moved"] and before.storage_class != storage_class:
+            info.extra["relabeled"] = before.storage_class  # the class's folder is the one it was in: not moved
         return info
 
     def _render_volume_update(self, name: str, *, storage_class: str) -> dict:
@@ -84,9 +86,11 @@ class VolumeHooks:
             there = there.parent
         same = os.stat(vol.path).st_dev == os.stat(there).st_dev
         here = vol.storage_class == storage_class and vol.path.parent.parent == root  # Storage.update_volume's test
+        shared = os.path.realpath(vol.path.parent.parent) == os.path.realpath(root)
         return {"volume": name, "from_class": vol.storage_class, "to_class": storage_class,
                 "from": str(vol.path.parent), "to": str(root / name),
                 "method": "none (the volume is already in this class)" if here
+                else "none (the class's folder is the one the volume is in: only its class changes)" if shared
                 else "rename" if same else "copy, verified by hashing both trees"}
 
     def _refuse_users(self, volume: str) -> None:

@@ -1,0 +1,34 @@
+"""Storage classes that share a folder: a removed class's volumes where a configured class now lives
+(volume update between them relabels)."""
+
+from __future__ import annotations
+
+from conftest import Dtrain
+
+
+def _shared(dt: Dtrain, tmp_path):
+    """Volume v1 of class 'fast', removed from config.yaml; 'nvme' named at fast's folder since."""
+    folder = tmp_path / "nvme"
+    dt("config", "storage-class", "fast", str(folder))
+    dt("volume", "create", "v1", "--class", "fast")
+    (folder / "v1" / "data" / "f").write_text("kept")
+    dt("config", "storage-class", "--unset", "fast")
+    dt("config", "storage-class", "nvme", str(folder))
+    return folder
+
+
+def test_volume_update_between_two_classes_of_one_folder_relabels_it(dt: Dtrain, tmp_path):
+    """`volume update v1 --class nvme` said '.../v1 already exists': a move into the folder it is in."""
+    folder = _shared(dt, tmp_path)
+    plan = dt.json("volume", "update", "v1", "--class", "nvme", "--dry-run")
+    assert plan["method"].startswith("none (the class's folder is the one the volume is in"), plan
+    moved = dt("volume", "update", "v1", "--class", "nvme")
+    assert moved.stdout == (f"volume 'v1' is now in storage class 'nvme', whose folder it was in already as class "
+                            f"'fast': nothing moved ({folder / 'v1' / 'data'})\n"), moved.stdout
+    assert (folder / "v1" / "data" / "f").read_text() == "kept"
+    assert [(v["name"], v["storage_class"]) for v in dt.json("volume", "list")] == [("v1", "nvme")]
+    classes = {c["name"]: c for c in dt.json("volume", "classes")}
+    assert "fast" not in classes and classes["nvme"]["volumes"] == 1, classes
+    dt("volume", "update", "v1", "--class", "local")  # a real move still moves
+    assert (dt.home / "volumes" / "v1" / "data" / "f").read_text() == "kept" and not (folder / "v1").exists()
+
