@@ -1,7 +1,10 @@
 """Storage classes that share a folder: a removed class's volumes where a configured class now lives
-(volume update between them relabels)."""
+(volume update between them relabels, volume classes names a fix that works)."""
 
 from __future__ import annotations
+
+import re
+import shlex
 
 from conftest import Dtrain
 
@@ -31,4 +34,22 @@ def test_volume_update_between_two_classes_of_one_folder_relabels_it(dt: Dtrain,
     assert "fast" not in classes and classes["nvme"]["volumes"] == 1, classes
     dt("volume", "update", "v1", "--class", "local")  # a real move still moves
     assert (dt.home / "volumes" / "v1" / "data" / "f").read_text() == "kept" and not (folder / "v1").exists()
+
+
+def test_a_removed_class_sharing_a_configured_class_folder_names_a_fix_that_works(dt: Dtrain, tmp_path):
+    """volume classes told 'dtrain config storage-class fast FOLDER', which config.yaml refuses while
+    'nvme' shares that folder."""
+    folder = _shared(dt, tmp_path)
+    fast = next(c for c in dt.json("volume", "classes") if c["name"] == "fast")
+    assert fast["status"] == "NotConfigured", fast
+    refused = dt("config", "storage-class", "fast", str(folder), check=False)
+    assert refused.returncode != 0  # what it said before
+    commands = re.search(r"\((dtrain config storage-class --unset .*?), then (dtrain config storage-class .*?)\)",
+                         fast["message"])
+    assert commands, fast["message"]
+    assert f"(dtrain volume update VOLUME --class nvme)" in fast["message"], fast["message"]
+    for command in commands.groups():  # as printed
+        dt(*shlex.split(command)[1:])
+    assert dt("config", "storage-class", "fast").stdout == f"{folder}\n"
+    assert [(c["name"], c["status"]) for c in dt.json("volume", "classes")] == [("local", "Ready"), ("fast", "Ready")]
 

@@ -44,9 +44,7 @@ class ClassRoots:
         for name in dict.fromkeys([DEFAULT_CLASS, *self.classes, *sorted(counts)]):
             if name != DEFAULT_CLASS and name not in self.classes:
                 root, status = roots[name], "NotConfigured"
-                message = (f"volumes live in {root}, but {self.home / 'config.yaml'} names no class {name!r}: "
-                           f"name its folder under 'storage_classes:' again (dtrain config storage-class {name} "
-                           f"{root}) to use or move them")
+                message = self._not_configured(name, root)
             else:
                 root, status, message = self.classes.get(name, self.volumes_dir), "Ready", ""
                 try:
@@ -61,6 +59,23 @@ class ClassRoots:
             out.append(StorageClass(name=name, root=root, status=status, message=message,
                                     volumes=counts.get(name, 0), **_space(root)))
         return out
+
+    def _not_configured(self, name: str, root: Path) -> str:
+        """What `volume classes` says of a class its volumes record but config.yaml no longer names, and
+        the command that names it again: after removing the configured classes whose folders overlap its
+        own (config.yaml refuses two classes that share or nest a folder), or moving its volumes into one."""
+        here = Path(os.path.realpath(root))
+        sharing = [n for n, r in self.classes.items()
+                   if (there := Path(os.path.realpath(r))).is_relative_to(here) or here.is_relative_to(there)]
+        again = f"dtrain config storage-class {name} {root}"
+        said = f"volumes live in {root}, but {self.home / 'config.yaml'} names no class {name!r}: "
+        if not sharing:
+            return said + f"name its folder under 'storage_classes:' again ({again}) to use or move them"
+        one = len(sharing) == 1
+        whose = ("the folder of class " if one else "the folders of classes ") + ", ".join(f"'{n}'" for n in sharing)
+        return said + (f"its folder overlaps {whose}, so to name it again remove {'that class' if one else 'them'} "
+                       f"first (dtrain config storage-class --unset {' '.join(sharing)}, then {again}), or move its "
+                       f"volumes into '{sharing[0]}' (dtrain volume update VOLUME --class {sharing[0]})")
 
     def class_root(self, storage_class: str, *, claim: bool = True) -> Path:
         """The root folder of a class, claimed for dtrain on first use (empty, or already marked);
