@@ -1,5 +1,6 @@
 """Storage classes that share a folder: a removed class's volumes where a configured class now lives
-(volume update between them relabels, volume classes names a fix that works)."""
+(volume update between them relabels, volume classes names a fix that works) and a configured class
+re-pointed away from its volumes (config storage-class says where they stay)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,20 @@ def test_a_removed_class_sharing_a_configured_class_folder_names_a_fix_that_work
     assert dt("config", "storage-class", "fast").stdout == f"{folder}\n"
     assert [(c["name"], c["status"]) for c in dt.json("volume", "classes")] == [("local", "Ready"), ("fast", "Ready")]
 
+
+def test_a_class_named_where_a_re_pointed_class_left_its_volumes_warns(dt: Dtrain, tmp_path):
+    """'fast' re-pointed from A to B leaves v1 in A (its recorded folder); `config storage-class nvme A`
+    said nothing, as only classes config.yaml no longer names were looked for."""
+    old, new = tmp_path / "a", tmp_path / "b"
+    dt("config", "storage-class", "fast", str(old))
+    dt("volume", "create", "v1", "--class", "fast")
+    dt("config", "storage-class", "fast", str(new))
+    shared = dt("config", "storage-class", "nvme", str(old))
+    assert shared.stderr == (f"dtrain: warning: {old} holds 1 volume of storage class 'fast', whose folder is {new} "
+                             f"now: it stays here in class 'fast' and keeps working; 'dtrain volume update VOLUME "
+                             f"--class fast' moves one to {new}, and 'dtrain volume update VOLUME --class nvme' gives "
+                             f"one class 'nvme' without moving it\n"), shared.stderr
+    dt("volume", "update", "v1", "--class", "nvme")  # as said: no move
+    assert [(v["name"], v["storage_class"], v["extra"]["path"]) for v in dt.json("volume", "list")] == \
+        [("v1", "nvme", str(old / "v1" / "data"))]
+    assert dt("config", "storage-class", "other", str(new / ".." / "c")).stderr == ""  # nothing there: quiet

@@ -233,18 +233,28 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
 
 
 def _warn_shared_folder(client: Client, name: str, root: str) -> None:
-    """A class named at the folder of volumes whose own class config.yaml no longer names (removed, or
-    renamed by hand): allowed, as two Kubernetes StorageClasses may share a NetApp backend and each
-    PV keeps its own storageClassName; said, since the old class cannot be named there again now."""
-    for other in client.backend("local").list_storage_classes():
-        if (other.name != name and other.status == "NotConfigured" and other.volumes
-                and os.path.realpath(other.root) == os.path.realpath(root)):
-            they = ("it stays", "keeps", "it") if other.volumes == 1 else ("they stay", "keep", "them")
-            print(f"dtrain: warning: {root} holds the {counted(other.volumes, 'volume')} of storage class "
-                  f"'{other.name}', which {client.home / 'config.yaml'} no longer names: {they[0]} in class "
-                  f"'{other.name}' and {they[1]} working, but '{other.name}' cannot be named again while '{name}' "
-                  f"shares its folder; to give {they[2]} class '{other.name}' back instead: dtrain config storage-class "
-                  f"--unset {name}, then dtrain config storage-class {other.name} {root}", file=sys.stderr)
+    """A class named at the folder of another class's volumes: of a class config.yaml no longer names
+    (removed, or renamed by hand), or of one re-pointed elsewhere since (each volume records its folder).
+    Allowed, as two Kubernetes StorageClasses may share a NetApp backend and each PV keeps its own
+    storageClassName; said, since the old class cannot be named there again now."""
+    local = client.backend("local")
+    classes = client.config.storage_classes
+    for other, count in local.volumes_in(root).items():  # the local backend's own
+        if other == name:
+            continue
+        they = ("it stays", "keeps", "it") if count == 1 else ("they stay", "keep", "them")
+        if other in classes:  # re-pointed away: its volumes stayed here
+            print(f"dtrain: warning: {root} holds {counted(count, 'volume')} of storage class '{other}', whose "
+                  f"folder is {classes[other]} now: {they[0]} here in class '{other}' and {they[1]} working; "
+                  f"'dtrain volume update VOLUME --class {other}' moves one to {classes[other]}, and "
+                  f"'dtrain volume update VOLUME --class {name}' gives one class '{name}' without moving it",
+                  file=sys.stderr)
+        elif other != "local":
+            print(f"dtrain: warning: {root} holds the {counted(count, 'volume')} of storage class "
+                  f"'{other}', which {client.home / 'config.yaml'} no longer names: {they[0]} in class "
+                  f"'{other}' and {they[1]} working, but '{other}' cannot be named again while '{name}' "
+                  f"shares its folder; to give {they[2]} class '{other}' back instead: dtrain config storage-class "
+                  f"--unset {name}, then dtrain config storage-class {other} {root}", file=sys.stderr)
 
 
 def _add_config(sub) -> None:

@@ -60,6 +60,15 @@ class ClassRoots:
                                     volumes=counts.get(name, 0), **_space(root)))
         return out
 
+    def volumes_in(self, folder: str | Path) -> dict[str, int]:
+        """How many volumes of each class live in `folder` (resolved), by the root each records: a class
+        re-pointed elsewhere since keeps its volumes where they were made."""
+        real, counts = os.path.realpath(folder), {}
+        for row in self.conn.execute("SELECT storage_class, root FROM volumes"):
+            if os.path.realpath(row[1] or self.volumes_dir) == real:
+                counts[row[0]] = counts.get(row[0], 0) + 1
+        return dict(sorted(counts.items()))
+
     def _not_configured(self, name: str, root: Path) -> str:
         """What `volume classes` says of a class its volumes record but config.yaml no longer names, and
         the command that names it again: after removing the configured classes whose folders overlap its

@@ -68,6 +68,10 @@ class VolumeHooks:
                                  free_bytes=c.free_bytes, total_bytes=c.total_bytes, volumes=c.volumes)
                 for c in self.storage.storage_classes()]
 
+    def volumes_in(self, folder: str) -> dict[str, int]:
+        """This machine's volumes in `folder` (a class root, as each volume records it), counted by class."""
+        return self.storage.volumes_in(folder)
+
     def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Move the volume to another class's root folder (storage/move.py), refused while jobs use it."""
         before = self.storage.get_volume(name)
