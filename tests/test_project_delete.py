@@ -60,8 +60,12 @@ def test_the_refusal_names_each_kind_and_the_commands_that_delete_them():
     assert str(err) == ("project 'lanes' still has 2 jobs (a b), 1 notebook (nb), 1 volume (data): delete them "
                         "first ('dtrain delete a b nb -p lanes', then 'dtrain volume delete data -p lanes'), then the "
                         "project")
-    many = project_in_use("x", {"snapshot": [f"s{i}" for i in range(7)]}, lambda words: f"dtrain {words}")
-    assert "7 snapshots (s0 s1 s2 s3 s4 ...)" in str(many)
+    many = project_in_use("x", {"snapshot": [f"s{i}" for i in range(7)], "job": [f"j{i}" for i in range(6)]},
+                          lambda words: f"dtrain {words} -p x")
+    # the summary shortens; each command names every one, so that it runs as pasted (it ended in '...')
+    assert str(many) == ("project 'x' still has 7 snapshots (s0 s1 s2 s3 s4 and 2 more), 6 jobs (j0 j1 j2 j3 j4 and "
+                         "1 more): delete them first ('dtrain delete j0 j1 j2 j3 j4 j5 -p x', then 'dtrain snapshot "
+                         "delete s0 s1 s2 s3 s4 s5 s6 -p x'), then the project")
     assert project_in_use("x", {"job": [], "volume": []}, str) is None
 
 

@@ -191,16 +191,16 @@ def project_in_use(name: str, held: dict[str, list[str]], cmd: Callable[[str], s
     held = {kind: sorted(names) for kind, names in held.items() if names}
     if not held:
         return None
-    def some(names: list[str]) -> str:
-        return " ".join(names[:MAX_NAMED]) + (" ..." if len(names) > MAX_NAMED else "")
-    said = ", ".join(f"{len(names)} {kind}{'s' if len(names) > 1 else ''} ({some(names)})"
+    def shown(names: list[str]) -> str:  # the summary's; the commands name every one, to be pasted as they are
+        return " ".join(names[:MAX_NAMED]) + (f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else "")
+    said = ", ".join(f"{len(names)} {kind}{'s' if len(names) > 1 else ''} ({shown(names)})"
                      for kind, names in held.items())
     jobs = held.get("job", []) + held.get("notebook", [])  # a notebook is a job: `dtrain delete` takes it
-    fixes = ([f"'{cmd('delete ' + some(jobs))}'"] if jobs else []) + [
-        f"'{cmd(f'{kind} delete ' + some(held[kind]))}'" for kind in ("volume", "snapshot") if kind in held]
+    fixes = ([f"'{cmd('delete ' + ' '.join(jobs))}'"] if jobs else []) + [
+        f"'{cmd(f'{kind} delete ' + ' '.join(held[kind]))}'" for kind in ("volume", "snapshot") if kind in held]
     them = "it" if sum(map(len, held.values())) == 1 else "them"
     return ConflictError(f"project {name!r} still has {said}: delete {them} first ({', then '.join(fixes)}), "
                          f"then the project")
 
 
-MAX_NAMED = 5  # names a refusal lists of each kind before '...'
+MAX_NAMED = 5  # names a refusal's summary lists of each kind before 'and N more' (its commands name all)
