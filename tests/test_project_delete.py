@@ -42,6 +42,27 @@ def test_a_local_project_goes_with_its_quota_once_its_jobs_are_deleted(home):
     assert {p.name: p.gpu_quota for p in local.list_projects()}["team-a"] is None
 
 
+def test_a_submit_whose_project_is_deleted_after_its_check_stores_no_job(home, monkeypatch):
+    """submit checks the project, then inserts the job: a `project delete` between the two (another process)
+    left a job in a project that was gone. The insert checks the row again in its own transaction."""
+    local = LocalBackend(home)
+    local.create_project("team-a")
+    check_free, calls = local.store.check_free, []
+
+    def deleted_meanwhile(name, cmd=None):  # the delete lands after submit's project check, before its insert
+        if not calls:  # submit's own call (insert_job calls it again, in its transaction)
+            LocalBackend(home).delete_project("team-a")
+        calls.append(name)
+        return check_free(name, cmd)
+    monkeypatch.setattr(local.store, "check_free", deleted_meanwhile)
+    with pytest.raises(NotFoundError, match=r"^no project named 'team-a'; create it first with 'dtrain project "
+                                            r"create team-a' \(projects: default\)$"):
+        local.submit(JobSpec(name="j1", command=("true",), project="team-a"))
+    monkeypatch.undo()
+    assert local.list() == [] and [p.name for p in local.list_projects()] == ["default"]
+    local.submit(JobSpec(name="j2", command=("true",)))  # `default` needs no row
+
+
 def test_default_and_unknown_projects_are_refused_in_one_line(home):
     local = LocalBackend(home)
     local.create_project("team-a")

@@ -153,7 +153,7 @@ class LocalBackend(LocalProjects, JobControl, JobRecords, Reconciling, VolumeHoo
         created = self._prepare_volumes(spec) if spec.volumes else []
         try:
             self.store.insert_job(spec, cwd=cwd, node=socket.gethostname(), cmd=self.cmd,
-                                  gpus_injected=os.environ.get("DTRAIN_GPUS"))
+                                  gpus_injected=os.environ.get("DTRAIN_GPUS"), in_project=True)
         except Exception:
             for name in created:
                 self.storage.delete_volume(name, force=True)

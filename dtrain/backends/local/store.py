@@ -19,7 +19,7 @@ from typing import Callable
 
 from dtrain import db
 from dtrain.errors import ConflictError, NotFoundError
-from dtrain.names import shown, volume_maker
+from dtrain.names import require_project, shown, volume_maker
 from dtrain.spec import JobSpec
 
 SCHEMA = """
@@ -186,12 +186,17 @@ class JobStore:
 
     # ---- jobs ---------------------------------------------------------------------------
     def insert_job(self, spec: JobSpec, *, cwd: str, node: str, cmd: Callable[[str, str], str] | None = None,
-                   gpus_injected: str | None = None) -> None:
+                   gpus_injected: str | None = None, in_project: bool = False) -> None:
         """Add a Pending job; a Deleted job of the same name is replaced, any other clashes (its
         message's commands named by `cmd`, as check_free's: another submit of the name may have
-        come in since the caller's check). `gpus_injected`: the DTRAIN_GPUS it was submitted with."""
+        come in since the caller's check). `gpus_injected`: the DTRAIN_GPUS it was submitted with.
+        `in_project`: its project (but `default`, which needs no row) must have its row, checked in the
+        insert's transaction, so that a `project delete` since the caller's check never leaves a job in
+        a project that is gone (delete_project's transaction refuses while a job is there)."""
         now = time.time()
         with db.transaction(self.conn):
+            if in_project and spec.project != "default":
+                require_project(spec.project, [row["name"] for row in self.projects()])
             if self.check_free(spec.name, cmd):
                 self._release(spec.name)  # a deleted job's, never the new one's
                 self.conn.execute("DELETE FROM jobs WHERE name=?", (spec.name,))
