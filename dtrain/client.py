@@ -27,6 +27,7 @@ import stat
 import threading
 from pathlib import Path
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Callable
 
 from dtrain import db
@@ -408,13 +409,24 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
     def delete_project(self, name: str) -> DeletedProjectInfo:
         """Delete project NAME (`dtrain project delete`) on the backend config.yaml sends it to: what `create_project`
         made goes (locally its GPU quota; on Kubernetes its namespace where dtrain made it, else dtrain's objects and
-        labels there, `kept` saying why). Refused (ConflictError, one line naming what to delete first) while it holds
+        labels there, `kept` saying why); its config.yaml project_backends entry goes too (where config.yaml is a symbolic
+        link, never written through, it stays and `kept` says so). Refused (ConflictError, one line naming what to delete first) while it holds
         jobs not Deleted, notebooks, volumes or snapshots, and for `default` and the configured default project."""
         check_name(name, "project")
         if name == self.default_project and name != "default":
             raise ConflictError(f"project {name!r} is the default project (config.yaml's project): make another the "
                                 f"default first ('dtrain project set default'), then delete it")
-        return self.backend(project=name).delete_project(name)
+        gone = self.backend(project=name).delete_project(name)
+        sent = self.config.project_backends.get(name)
+        if sent is None:
+            return gone
+        entry = f"config.yaml's project_backends entry {name}: {sent}"  # it would send a new project of the name there
+        try:
+            self.config = UserConfig.update(self.home, lambda cfg: cfg.project_backends.pop(name, None))
+        except (DtrainError, OSError) as err:  # a link (never written through), a read-only home
+            why = err.strerror if isinstance(err, OSError) else str(err)
+            return replace(gone, kept="; ".join(filter(None, (gone.kept, f"{entry} stays: {why}"))))
+        return replace(gone, removed=(*gone.removed, entry))
 
     def has_project(self, name: str) -> bool:
         """Whether project `name` exists on the backend config.yaml sends it to (its namespace on

@@ -102,6 +102,28 @@ def test_the_sdk_refuses_the_configured_default_project(home):
     assert not client.has_project("team-a")
 
 
+def test_the_projects_config_yaml_entry_goes_with_it_or_is_said_kept(home):
+    """config.yaml's project_backends entry outlived the project, and would send a new project of the name
+    to that backend; it goes, unless config.yaml is a link, which is never written through."""
+    from dtrain.config import UserConfig
+
+    client = Client(home=home)
+    for name in ("team-a", "team-b"):
+        client.create_project(name)
+        client.set_default_backend("local", project=name)
+    gone = client.delete_project("team-a")
+    assert gone.removed == ("config.yaml's project_backends entry team-a: local",) and gone.kept is None
+    assert UserConfig.load(home).project_backends == {"team-b": "local"}
+    real = home / "real.yaml"
+    (home / "config.yaml").rename(real)
+    (home / "config.yaml").symlink_to(real)
+    kept = Client(home=home).delete_project("team-b")
+    assert kept.removed == () and kept.kept.startswith(
+        f"config.yaml's project_backends entry team-b: local stays: {home / 'config.yaml'} is a symbolic link")
+    assert (home / "config.yaml").is_symlink() and UserConfig.load(home).project_backends == {"team-b": "local"}
+    assert not Client(home=home).has_project("team-b")  # the project went all the same
+
+
 def test_sagemaker_says_why_it_has_no_project_to_delete(home):
     pytest.importorskip("boto3", reason="the 'sagemaker' extra is not installed")
     from test_sagemaker_backend import CFG
