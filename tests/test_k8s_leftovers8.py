@@ -200,3 +200,30 @@ def _data_volume():
     from dtrain.spec import parse_pvc
 
     return (parse_pvc("data:/mnt"),)
+
+
+def test_http_delete_of_a_claim_pods_use_answers_202_saying_it_is_kept(backend, cluster, tmp_path):
+    """DELETE /volumes/{name} answered 204, no body, while Kubernetes kept the claim (Terminating) until its pods
+    stopped; the CLI said so. Now a 202 with what keeps it; a volume that is gone still answers 204."""
+    pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
+    from fastapi.testclient import TestClient
+
+    from dtrain.server.app import create_app
+    from dtrain.spec import parse_pvc
+
+    http = TestClient(create_app(lambda: Client(home=tmp_path, backend="kubernetes", backends={"kubernetes": backend}),
+                                 sample_every=3600), base_url="http://127.0.0.1:8000")
+    backend.create_volume("tusimple", size="20Gi", storage_class="fast")
+    cluster.bind_volumes()
+    backend.submit(spec(launcher="torchrun", processes=2, volumes=(parse_pvc("tusimple:/data:ro"),)))
+    pods = sorted(p["metadata"]["name"] for p in cluster.run_pods(NS, "train"))
+    kept = http.delete("/api/v1/volumes/tusimple", params={"force": "true"})
+    assert kept.status_code == 202, kept.text
+    assert kept.json() == {"name": "tusimple", "status": "Terminating",
+                           "kept": f"Terminating: Kubernetes keeps it until pods {', '.join(pods)} stop"}
+    backend.create_volume("other", size="1Gi", storage_class="fast")
+    gone = http.delete("/api/v1/volumes/other")
+    assert (gone.status_code, gone.content) == (204, b"")
+    answers = http.get("/api/v1/openapi.json").json()["paths"]["/api/v1/volumes/{name}"]["delete"]["responses"]
+    assert answers["202"]["content"]["application/json"]["schema"]["$ref"].endswith("/VolumeDeleting")
+    assert "204" in answers

@@ -6,6 +6,7 @@ import os
 from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Query, Request, Response
+from fastapi.responses import JSONResponse
 
 from dtrain.errors import NotFoundError
 from dtrain.names import MAX_HTTP_WAIT
@@ -53,11 +54,19 @@ def get_volume(request: Request, name: wire.ClaimName, project: wire.StorageProj
     return wire.Volume.model_validate(client(request).get_volume(name, project=project))
 
 
-@router.delete("/volumes/{name}", status_code=204, responses=CHANGES)
+@router.delete("/volumes/{name}", status_code=204, responses={
+    **CHANGES, 204: {"description": "deleted: it is gone"},
+    202: {"model": wire.VolumeDeleting, "description": "being deleted, kept a while (Kubernetes: a claim pods still "
+                                                       "use, Terminating until they stop)"}})
 def delete_volume(request: Request, name: wire.VolumeName, force: bool = False,
                   project: wire.StorageProject = None):
-    """Delete a volume (409 while a job uses it, unless `force`)."""
-    client(request).delete_volume(name, force=force, project=project)
+    """Delete a volume (409 while a job uses it, unless `force`): 204 once it is gone; 202 with what keeps it
+    where it is kept a while (`force` of a Kubernetes claim pods still use: Terminating until they stop, as
+    Kubernetes answers a delete its finalizers hold with the object still there)."""
+    kept = client(request).delete_volume(name, force=force, project=project)
+    if kept is None:
+        return Response(status_code=204)
+    return JSONResponse(wire.VolumeDeleting(name=name, status="Terminating", kept=kept).model_dump(), status_code=202)
 
 
 @router.patch("/volumes/{name}", response_model=wire.Volume, responses=CHANGES)

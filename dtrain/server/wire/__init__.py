@@ -24,7 +24,7 @@ from dtrain.server.wire.notebooks import (NotebookIn,  # noqa: F401  (re-exporte
                                           NotebookUrl)
 from dtrain.server.wire.storage import (_DIGITS,  # noqa: F401  (re-exported)
                                         VOLUME_SIZE, VolumeIn, VolumeUpdate, SnapshotIn, RestoreTo, RestoreInPlace,
-                                        IN_PLACE_CLASS, RESTORE_BODY, Volume, StorageClass, Snapshot, Freed, Damage,
+                                        IN_PLACE_CLASS, RESTORE_BODY, Volume, StorageClass, Snapshot, VolumeDeleting, Freed, Damage,
                                         VerifyReport, Change, LineageNode, LineageEdge, Lineage)
 from dtrain.server.wire.cluster import (ProjectIn,  # noqa: F401  (re-exported)
                                         PROJECTS_WARNING, PROJECT_MADE_WARNING, NODES_WARNING, Gpu, Node, GpuSample,

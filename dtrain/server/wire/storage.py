@@ -144,6 +144,14 @@ class Snapshot(_Out):
     extra: dict[str, Any]
 
 
+class VolumeDeleting(_Out):
+    """DELETE /volumes/{name}'s 202: the volume is being deleted but kept a while (its 204 says it is gone)."""
+    name: str
+    status: str = Field(description="Terminating: Kubernetes keeps a claim pods still use until they stop "
+                                    "(its pvc-protection finalizer), as `kubectl get pvc` shows it")
+    kept: str = Field(description="what keeps it, in words, as `dtrain volume delete` says it")
+
+
 class Freed(_Out):
     snapshot: str
     backend: str
