@@ -448,3 +448,35 @@ def test_a_job_files_label_that_yaml_read_as_no_string_is_still_told_to_quote_it
     code, said = cli("submit", "x", "--label", "team=-x", "--", "true")
     assert code == 2 and said == ("dtrain: error: invalid value '-x' of label team: use 63 letters, digits, '-', "
                                   "'_' or '.' at most, alphanumeric at both ends\n"), said
+
+
+@pytest.mark.parametrize("given, says", [
+    ({"key": "a", "value": 1}, "invalid value 1 of toleration a: must be a string, e.g. Toleration(key='a', value='1')"),
+    ({"key": "a", "value": True}, "invalid value True of toleration a: must be a string, e.g. Toleration(key='a', "
+                                  "value='true')"),
+    ({"key": "a", "value": "-x"}, "invalid value '-x' of toleration a: use 63 letters, digits, '-', '_' or '.' at "
+                                  "most, alphanumeric at both ends"),
+])
+def test_a_toleration_value_from_python_is_not_told_to_quote_it_in_yaml(given, says):
+    """JobSpec(tolerations=[{'key': 'a', 'value': 1}]) and Toleration(key='a', value=1) said '(quote it in YAML)',
+    a job file's fix, to a Python caller; a string's refusal ('-x', a --toleration flag's too) said it at every
+    door, though no quoting makes '-x' a taint's value. Labels and node selectors say it so already."""
+    from dtrain.spec import Toleration
+
+    with pytest.raises(SpecError) as sdk:
+        JobSpec(name="x", command=["true"], tolerations=[given])
+    assert str(sdk.value) == says
+    with pytest.raises(SpecError) as made:
+        Toleration(**given)
+    assert str(made.value) == says
+
+
+def test_a_job_files_toleration_that_yaml_read_as_no_string_is_still_told_to_quote_it(cli, tmp_path):
+    (tmp_path / "job.yaml").write_text("name: x\ncommand: [\"true\"]\ntolerations: [{key: a, value: yes}]\n")
+    assert cli("submit", "-f", str(tmp_path / "job.yaml")) == (2, "dtrain: error: invalid value True of toleration "
+                                                                  "a: use 63 letters, digits, '-', '_' or '.' at "
+                                                                  "most, alphanumeric at both ends (quote it in "
+                                                                  "YAML)\n")
+    code, said = cli("submit", "x", "--toleration", "key=a,value=-x", "--", "true")
+    assert code == 2 and said == ("dtrain: error: invalid value '-x' of toleration a: use 63 letters, digits, '-', "
+                                  "'_' or '.' at most, alphanumeric at both ends\n"), said

@@ -63,7 +63,7 @@ def test_a_toleration_is_one_value_whichever_door_it_comes_through():
     ({"key": "a", "effect": "NoExecute", "seconds": True}, "invalid toleration seconds True"),
     ({"key": "a", "effect": "NoExecute", "seconds": "60"}, "invalid toleration seconds '60'"),
     ({"key": 1}, "invalid toleration key 1"),
-    ({"key": "a", "value": 1}, "invalid value 1 of toleration a: use 63 letters"),
+    ({"key": "a", "value": 1}, "invalid value 1 of toleration a: must be a string"),
     ({"key": "a", "value": "x\0"}, "invalid value"),
     ({"tolerationSeconds": 60}, "unknown toleration field tolerationSeconds (did you mean 'seconds'?)"),
 ])

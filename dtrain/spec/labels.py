@@ -36,24 +36,23 @@ def _labels(labels) -> dict[str, str]:
     return out
 
 
-def _label(key, value, what: str, *, example: str, arg: str | None = None) -> None:
-    """One KEY: value pair under Kubernetes' label rules, `what` ('label', 'node selector') naming it; `arg`:
-    the SDK's argument it came in (JobSpec's labels, node_selector), whose value's refusal is worded by door
-    (errors.Worded): a job file's value YAML read as no string is told '(quote it in YAML)', a Python caller's
-    how Python writes it, and a string's refusal (a flag's too) names only the rule, which quoting cannot meet."""
+def _label(key, value, what: str, *, example: str, arg: str | None = None, fix: str | None = None) -> None:
+    """One KEY: value pair under Kubernetes' label rules, `what` ('label', 'node selector', 'toleration') naming
+    it; `arg`: the SDK's argument it came in (JobSpec's labels, node_selector), or `fix`: how the SDK writes it
+    instead (Toleration(key='a', value='1')). A value's refusal is worded by door (errors.Worded): a job file's
+    value YAML read as no string is told '(quote it in YAML)', a Python caller's how Python writes it, and a
+    string's refusal (a flag's too) names only the rule, which quoting cannot meet."""
     if not isinstance(key, str) or len(key) > 253 + 1 + 63 or not LABEL_KEY_RE.match(key):
         raise SpecError(f"invalid {what} key {shown(key)}: use a name of 63 letters, digits, '-', '_' or '.' at "
                         f"most, alphanumeric at both ends, with an optional prefix and '/' (e.g. {example})")
     if not isinstance(value, str) or not LABEL_VALUE_RE.match(value):
         said = (f"invalid value {shown(value)} of {what} {_keys([key])}: use 63 letters, digits, '-', '_' or '.' at "
                 f"most, alphanumeric at both ends")
-        if arg is None:
-            raise SpecError(f"{said} (quote it in YAML)")
         if isinstance(value, str):  # quoting it would not help: the flag's, the file's, the SDK's string as it is
             raise SpecError(said)
+        written = fix or f"{arg}={{{key!r}: {as_text(value)}}}"
         raise Worded(lambda door: f"{said} (quote it in YAML)" if door != "sdk" else  # a job file's `a: 1`, `a: yes`
-                     f"invalid value {shown(value)} of {what} {_keys([key])}: must be a string, e.g. "
-                     f"{arg}={{{key!r}: {as_text(value)}}}")
+                     f"invalid value {shown(value)} of {what} {_keys([key])}: must be a string, e.g. {written}")
 
 
 # Node selection, as a pod's nodeSelector: every KEY=VALUE must be a label of the node. Run:AI's

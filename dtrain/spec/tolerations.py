@@ -8,7 +8,7 @@ from typing import Any, Mapping
 from dtrain.errors import SpecError
 from dtrain.names import shown
 from dtrain.numbers import whole_number
-from dtrain.spec.fields import _keys, _text
+from dtrain.spec.fields import _keys, _text, as_text
 from dtrain.spec.labels import _label
 from dtrain.spec.volumes import _volume_init
 
@@ -42,7 +42,8 @@ class Toleration:
             raise SpecError(f"invalid toleration operator {shown(self.operator)}: use Equal (the taint's value is "
                             f"value=...) or Exists (any value)")
         if key != "":  # a taint's key and value follow the label rules (which refuse a number, a NUL)
-            _label(key, value, "toleration", example="nvidia.com/gpu, dedicated")
+            _label(key, value, "toleration", example="nvidia.com/gpu, dedicated",
+                   fix=f"Toleration(key={key!r}, value={as_text(value)})")
         elif self.operator != "Exists":
             raise SpecError(f"a toleration without a key must have operator=Exists (it then tolerates every "
                             f"taint): give key=KEY, e.g. {TOLERATION_EXAMPLE}")
