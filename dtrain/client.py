@@ -39,7 +39,7 @@ from dtrain.client_reads import EveryBackend
 from dtrain.client_settings import Settings
 from dtrain.client_storage import StorageVerbs
 from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, home_dir
-from dtrain.errors import ConflictError, DtrainError, NotFoundError, SpecError
+from dtrain.errors import ConflictError, DtrainError, NotFoundError, SpecError, WordedQuota
 from dtrain.names import check_name, near_name, shown
 from dtrain.remotes import RemoteReads, SentTo
 from dtrain.spec import JobSpec, notebook_spec
@@ -163,7 +163,10 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         backend refuses, NotFoundError for a missing project or volume, ConflictError for a name in use."""
         spec = self._configured(spec, "submit")
         self.check_aws_ready(spec)
-        info = self.backend(spec.backend, project=spec.project).submit(spec)
+        try:
+            info = self.backend(spec.backend, project=spec.project).submit(spec)
+        except WordedQuota as err:  # the machine's or the quota's refusal, naming the arguments as this door does
+            raise err.in_words(self.door) from None
         self._submitted[info.name] = (info.backend, info.spec.project)
         if info.backend != "local" and info.backend not in self._backends:  # an injected one is this client's alone
             self._sent_to.record(info.backend, info.spec.project)
@@ -273,14 +276,20 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
         """Queue a Suspended job again; it goes on from its last checkpoint. A job whose processes
         are still stopping is waited for first (locally up to the grace period and 5 s), and
         `waiting` is called at once with that many seconds."""
-        return self._job(name, project, backend).resume(name, waiting=waiting)
+        try:
+            return self._job(name, project, backend).resume(name, waiting=waiting)
+        except WordedQuota as err:
+            raise err.in_words(self.door) from None
 
     def render(self, spec: JobSpec) -> Listed:
         """What `submit` would send to the job's backend (a dry run), a list of documents whose `notices`
         say what the documents alone do not (Kubernetes: an existing Role that submit would update)."""
         spec = self._configured(spec, "render")
         self.check_aws_ready(spec)
-        requests = self.backend(spec.backend, project=spec.project).render(spec)
+        try:
+            requests = self.backend(spec.backend, project=spec.project).render(spec)
+        except WordedQuota as err:
+            raise err.in_words(self.door) from None
         return Listed(requests, notices_of(requests))
 
     def planned_snapshot(self, spec: JobSpec) -> str | None:

@@ -8,6 +8,7 @@
     │   └── NotReadyError       a Running notebook whose Jupyter does not serve yet, a Running job's rank
     │                           (pod) still being launched: asking again may work
     ├── QuotaError              a request larger than a project's quota or the machine
+    │   └── WordedQuota         one that names the spec's arguments as the door spells them (--cpu, cpu=)
     ├── SetupError              this machine lacks a tool (bwrap, mpirun, torchrun), a package or namespace
     │                           support (EnvironmentError_, its name before, is the same class)
     ├── DataError               a malformed label line, image or archive; a checksum mismatch
@@ -60,6 +61,27 @@ class NotReadyError(ConflictError):
 
 class QuotaError(DtrainError):
     """A request asks for more than a project or the machine can give."""
+
+
+class WordedQuota(QuotaError):
+    """A QuotaError that names the spec's arguments as the door it came through spells them, as Worded does:
+    a backend raises it in the CLI's words (--cpu), and the Client says it again in its own door's
+    (`in_words(door)`: the SDK's cpu=, the HTTP API's as the CLI)."""
+
+    def __init__(self, words, door: str = "cli"):
+        self.words = words
+        super().__init__(words(door))
+
+    def in_words(self, door: str) -> "WordedQuota":
+        return WordedQuota(self.words, door)
+
+
+def said_as(err: Exception, door: str) -> tuple[type, str]:
+    """`err`'s message in `door`'s words, and a class that takes that message alone (a Worded's SpecError, a
+    WordedQuota's QuotaError, else its own): for whoever says a refusal again in other words (a pipeline's)."""
+    if isinstance(err, (Worded, WordedQuota)):
+        return (QuotaError if isinstance(err, WordedQuota) else SpecError), str(err.in_words(door))
+    return type(err), str(err)
 
 
 class SetupError(DtrainError, RuntimeError):

@@ -67,3 +67,31 @@ def test_the_http_api_refuses_them_with_the_same_line(home):
         assert Client(home=home).list(show_deleted=True) == []
     finally:
         server.stop()
+
+
+def test_the_sdk_is_told_its_own_argument_names(tmp_path, monkeypatch):
+    """Client.submit(JobSpec(cpu=64)) was told 'lower --cpu to 2 or less', a flag a Python caller has not got;
+    the CLI, a job file and the HTTP API keep --cpu (the tests above and test_cli_job_verbs)."""
+    from dtrain import Client, JobSpec
+    from dtrain.errors import QuotaError
+    from dtrain.spec import notebook_spec
+
+    monkeypatch.delenv("DTRAIN_GPUS", raising=False)
+    client = Client(home=tmp_path)
+    with pytest.raises(QuotaError) as cpu:
+        client.submit(JobSpec(name="j", command=("true",), cpu=CPUS + 1))
+    assert str(cpu.value) == (f"job 'j' asks for {CPUS + 1} CPUs per process but this machine has {CPUS}; lower cpu "
+                              f"to {CPUS} or less")
+    with pytest.raises(QuotaError) as memory:
+        client.render(notebook_spec("nb", memory=TOO_MUCH))
+    assert str(memory.value).endswith(f"; lower memory, e.g. memory='{MEMORY // 2**31}Gi'"), str(memory.value)
+    from dtrain.backends.local import backend
+
+    monkeypatch.setattr(backend, "max_local_processes", lambda: (1, "a test's limit"))
+    with pytest.raises(QuotaError) as processes:
+        client.submit(JobSpec(name="p", command=("true",), processes=2, launcher="torchrun"))
+    assert str(processes.value).endswith("; lower processes"), str(processes.value)
+    with pytest.raises(QuotaError) as gpu:
+        client.submit(JobSpec(name="g", command=("true",), gpu=1))
+    assert "but this machine has no GPU: drop gpu (or give gpu=0) to run on its CPUs" in str(gpu.value)
+    assert client.list(show_deleted=True) == []

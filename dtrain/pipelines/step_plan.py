@@ -13,7 +13,7 @@ from typing import Callable, Mapping, NoReturn
 
 from dtrain.backends.base import JobStatus
 from dtrain.client import Client
-from dtrain.errors import ConflictError, DtrainError, NotFoundError, SpecError
+from dtrain.errors import ConflictError, DtrainError, NotFoundError, SpecError, said_as
 from dtrain.pipelines.step_specs import in_pipeline_words, job_spec, new_run_id
 from dtrain.spec import VolumeMount
 
@@ -75,8 +75,9 @@ def check_plan(pipeline: str, plan: Plan, *, client: Client) -> None:
         except DtrainError as err:  # the step's submit would refuse it the same way, steps later
             if isinstance(err, (NotFoundError, ConflictError)):  # a local dry run looks up names and volumes:
                 _check_names(pipeline, plan, dtrain, client)     # said with the parameters that change them
-            said = in_pipeline_words(str(err))
-            raise type(err)(f"pipeline {pipeline!r} cannot submit job {job.name!r} to the {plan.backend} backend"
+            kind, text = said_as(err, "cli")  # the flags' words, which in_pipeline_words names as parameters
+            said = in_pipeline_words(text)
+            raise kind(f"pipeline {pipeline!r} cannot submit job {job.name!r} to the {plan.backend} backend"
                             f"{_IMAGE_FIX if '--image' in said else ''}: {said}") from None
     _check_names(pipeline, plan, dtrain, client)
     for spec in plan.jobs:  # after the names: what the service holds, asked of it (SageMaker: each S3 channel)

@@ -24,7 +24,7 @@ from typing import Callable, Mapping
 
 from dtrain.backends.base import JobInfo, JobStatus
 from dtrain.client import Client
-from dtrain.errors import ConflictError, DtrainError, JobFailedError, NotFoundError, SpecError  # noqa: F401
+from dtrain.errors import ConflictError, DtrainError, JobFailedError, NotFoundError, SpecError, said_as  # noqa: F401
 from dtrain.names import cut
 from dtrain.pipelines.step_plan import (_CKPT_RE, FILL_TRIES, Fresh, Named, Plan, _check_names,  # noqa: F401
                                         _checkpoints, _IMAGE_FIX, _refuse_checkpoints, _refuse_taken, _taken,
@@ -98,10 +98,11 @@ def run_job(spec: dict, *, backend: str, client: Client | None = None, timeout: 
     try:
         info = client.submit(job)
     except DtrainError as err:  # in the pipeline's words: a step pod has no config.yaml and no flags
-        said = in_pipeline_words(str(err))  # (AWS's refusal of the bucket, a BackendError, names a flag too)
-        if said == str(err):
+        kind, text = said_as(err, "cli")  # the flags' words (AWS's refusal of the bucket, a BackendError, names
+        said = in_pipeline_words(text)     # a flag too), which in_pipeline_words names as parameters
+        if said == text:
             raise
-        raise type(err)(said) from None
+        raise kind(said) from None
     echo(f"submitted job {job.name!r} to the {backend} backend ({info.status})")
     _follow(client, job.name, echo)
     info = client.wait(job.name, timeout=timeout)

@@ -30,8 +30,8 @@ from dtrain.backends.local.reconcile import Reconciling
 from dtrain.backends.local.store import QUEUED, UNFINISHED, JobStore, injected_word, under_injected
 from dtrain.backends.local.volumes import VolumeHooks, _disk_usage  # noqa: F401  (_disk_usage: re-exported)
 from dtrain.config import UserConfig, home_dir
-from dtrain.errors import ConflictError, NotFoundError, QuotaError, SetupError, SpecError
-from dtrain.names import LABEL_JOB, counted, dotted_volume_refusal, require_project, shown
+from dtrain.errors import ConflictError, NotFoundError, QuotaError, SetupError, SpecError, WordedQuota
+from dtrain.names import LABEL_JOB, counted, dotted_volume_refusal, given_as, named, require_project, shown
 from dtrain.spec import JobSpec, NewVolume, VolumeMount
 
 # The job machinery (the supervisor's helpers, launchers, cgroups, GPU inventory, notebooks) is
@@ -48,17 +48,21 @@ def _check_cpu_memory(spec: JobSpec) -> None:
     """--cpu and --memory beyond this machine's, refused as --gpu beyond its GPUs is: even idle it could
     never give them (a cluster keeps such a pod Pending for good: 'Insufficient cpu'). They are each
     process's cap here (its cgroup's), not a reservation: ranks, and other jobs, share the cores and
-    the memory, never waiting for them (scheduler.py), so one process's figure is what is checked."""
+    the memory, never waiting for them (scheduler.py), so one process's figure is what is checked. Each
+    names the argument as the caller's door spells it (WordedQuota: the Client's cpu=, the CLI's --cpu)."""
     from dtrain.names import parse_size
 
     cpus = len(os.sched_getaffinity(0))
     if spec.cpu is not None and spec.cpu > cpus:
-        raise QuotaError(f"job {spec.name!r} asks for {shown(spec.typed('cpu'))} CPUs per process but this machine "
-                         f"has {cpus}; lower --cpu to {cpus} or less")
+        asked = shown(spec.typed("cpu"))
+        raise WordedQuota(lambda door: f"job {spec.name!r} asks for {asked} CPUs per process but this machine has "
+                                       f"{cpus}; lower {named('cpu', door)} to {cpus} or less")
     total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     if spec.memory is not None and parse_size(spec.memory, "--memory") > total:
-        raise QuotaError(f"job {spec.name!r} asks for {spec.memory} of memory per process but this machine has "
-                         f"{total / 2**30:.1f}Gi; lower --memory, e.g. --memory {total // 2**31}Gi")
+        half = f"{total // 2**31}Gi"
+        raise WordedQuota(lambda door: f"job {spec.name!r} asks for {spec.memory} of memory per process but this "
+                                       f"machine has {total / 2**30:.1f}Gi; lower {named('memory', door)}, e.g. "
+                                       f"{given_as('memory', repr(half) if door == 'sdk' else half, door)}")
 
 
 def max_local_processes() -> tuple[int, str]:
@@ -232,8 +236,8 @@ class LocalBackend(LocalProjects, JobControl, JobRecords, Reconciling, VolumeHoo
         most, why = max_local_processes()
         processes, gpu = shown(spec.typed("processes")), shown(spec.typed("gpu"))  # as typed: --processes 1E3
         if spec.processes > most:
-            raise QuotaError(f"job {spec.name!r} asks for {processes} processes but this machine can run at "
-                             f"most {most} (limited by {why}); lower --processes")
+            raise WordedQuota(lambda door: f"job {spec.name!r} asks for {processes} processes but this machine can "
+                                           f"run at most {most} (limited by {why}); lower {named('processes', door)}")
         each = counted(spec.processes, 'process', 'processes', typed=processes)
         gpus = len(inventory())
         now = os.environ.get("DTRAIN_GPUS")
@@ -244,18 +248,21 @@ class LocalBackend(LocalProjects, JobControl, JobRecords, Reconciling, VolumeHoo
                              f"'{under_injected(submitted, 'dtrain server')}' or "
                              f"'{under_injected(submitted, self.cmd(f'resume {spec.name}', spec.project))}'")
         if spec.gpus_requested > gpus and not gpus:  # the reference's `--gpu 1` on a CPU workstation
-            raise QuotaError(f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} ({each} x "
-                             f"{gpu}) but this machine has no GPU: drop --gpu (or give --gpu 0) to run on its "
-                             f"CPUs; DTRAIN_GPUS=N stands in N GPUs to try the scheduler and quotas without them")
+            raise WordedQuota(lambda door: f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} ({each} x "
+                                           f"{gpu}) but this machine has no GPU: drop {named('gpu', door)} (or give "
+                                           f"{given_as('gpu', '0', door)}) to run on its CPUs; DTRAIN_GPUS=N stands in "
+                                           f"N GPUs to try the scheduler and quotas without them")
         if spec.gpus_requested > gpus:
-            raise QuotaError(f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} ({each} x "
-                             f"{gpu}) but this machine has {gpus}; lower --processes or --gpu")
+            raise WordedQuota(lambda door: f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} ({each} x "
+                                           f"{gpu}) but this machine has {gpus}; lower {named('processes', door)} or "
+                                           f"{named('gpu', door)}")
         _check_cpu_memory(spec)
         quota = self.store.project_quota(spec.project)
         if quota is not None and spec.gpus_requested > quota:
-            raise QuotaError(f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} but project {spec.project!r} has a "
-                             f"quota of {quota}; lower --gpu/--processes or raise it with "
-                             f"'{self.cmd(f'project create {spec.project} --gpu-quota N', None)}'")
+            raise_it = self.cmd(f"project create {spec.project} --gpu-quota N", None)
+            raise WordedQuota(lambda door: f"job {spec.name!r} needs {counted(spec.gpus_requested, 'GPU')} but project "
+                                           f"{spec.project!r} has a quota of {quota}; lower {named('gpu', door)}/"
+                                           f"{named('processes', door)} or raise it with '{raise_it}'")
         if not volumes:
             return
         for v in spec.volumes:
