@@ -19,7 +19,7 @@ from dtrain.errors import NotFoundError, SpecError
 from dtrain.numbers import TypedFloat, TypedInt, plain, typed
 # how a message says things: dtrain.wording's, every name still dtrain.names.NAME for its callers
 from dtrain.wording import (FLAGS, SHOWN, abbreviated, counted, cut, given_as, given_fields, given_repr,  # noqa: F401
-                            listed, named, near_choice, noun, shown, them, with_near)
+                            listed, named, near_choice, noun, shown, switched, them, with_near)
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
 MAX_NAME = 53  # NAME_RE's bound
@@ -215,8 +215,9 @@ def check_rank(value, door: str = "sdk", typed=None) -> int:
 
 
 def exec_rank_named(door: str = "sdk") -> str:
-    """exec's rank as a refusal names it in the words of a door: the SDK's argument (rank), the CLI's --rank."""
-    return "--rank" if door == "cli" else "rank"
+    """exec's rank as a refusal names it in the words of a door: the SDK's argument (rank), the CLI's --rank,
+    as logs' is (wording.FLAGS); the HTTP API has no exec."""
+    return named("rank", door)
 
 
 def check_exec_rank_form(value, door: str = "sdk") -> int:
@@ -246,15 +247,12 @@ def its_ranks(processes: int) -> str:
 def wait_refusal(typed, door: str = "sdk") -> SpecError:
     """The refusal of a wait's timeout (`typed`: as the user wrote it): seconds from 0 to the door's
     bound (the HTTP API's is MAX_HTTP_WAIT), or with the CLI a duration."""
-    if door == "http":
-        return SpecError(f"invalid --timeout {shown(typed)}: use seconds from 0 to {MAX_HTTP_WAIT} (a request "
-                         f"waits at most that long; ask again to wait longer), e.g. --timeout 600")
-    if door == "sdk":  # Client.wait's argument
-        return SpecError(f"invalid timeout {shown(typed)}: use seconds from 0 to {MAX_WAIT} (366 days), e.g. "
-                         f"timeout=600 (None: wait until it ends)")
-    duration = (" or a duration", " or --timeout 10m") if door == "cli" else ("", "")
-    return SpecError(f"invalid --timeout {shown(typed)}: use seconds from 0 to {MAX_WAIT} (366 days)"
-                     f"{duration[0]}, e.g. --timeout 600{duration[1]}")
+    bound = (f"{MAX_HTTP_WAIT} (a request waits at most that long; ask again to wait longer)" if door == "http" else
+             f"{MAX_WAIT} (366 days)")
+    more = {"cli": (" or a duration", f" or {given_as('timeout', '10m', door)}"),  # a duration: the CLI's alone
+            "sdk": ("", " (None: wait until it ends)")}.get(door, ("", ""))   # Client.wait's None
+    return SpecError(f"invalid {named('timeout', door)} {shown(typed)}: use seconds from 0 to {bound}{more[0]}, e.g. "
+                     f"{given_as('timeout', '600', door)}{more[1]}")
 
 
 def wait_longer(door: str = "sdk") -> str:

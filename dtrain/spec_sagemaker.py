@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError, Worded
-from dtrain.names import STORED, given_repr, listed, plain, shown
+from dtrain.names import STORED, given_as, given_repr, listed, named, plain, shown
 from dtrain.numbers import whole
 
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}\Z")  # SageMaker's ChannelName pattern
@@ -221,18 +221,15 @@ def check_hyperparameters(hps: Mapping[Any, Any]) -> dict[str, HyperparameterVal
 
 
 DEFAULT_MAX_RUNTIME = 86400  # a day: MaxRuntimeInSeconds when --max-runtime is not given
-_FLAGS = {"checkpoint_uri": "--checkpoint-s3-uri", "channels": "--channel"}  # the flags not named as the fields
 
 
 def option_named(key: str, door: str = "sdk") -> str:
     """A SageMaker option as a refusal names it in a door's words: the SDK's field of sagemaker={...}
-    (SageMakerOptions'), the CLI's flag (the HTTP API's body answers as the CLI)."""
-    return key if door == "sdk" else _FLAGS.get(key, "--" + key.replace("_", "-"))
+    (SageMakerOptions'), the CLI's flag (the HTTP API's body answers as the CLI); wording.FLAGS holds the
+    flags not named as the fields (--checkpoint-s3-uri, --channel)."""
+    return named(key, door)
 
 
-def _given(key: str, value: str, door: str) -> str:
-    """An option given a value, as a door's example writes it: instance_count=2, --instance-count 2."""
-    return f"{key}={value}" if door == "sdk" else f"{option_named(key, door)} {value}"
 NUMBER_FIELDS = ("instance_count", "max_runtime", "max_wait", "volume_size")  # as spec.NUMBER_FIELDS
 
 
@@ -338,7 +335,7 @@ def _s3_uri(value: Any, key: str, example: str) -> None:
     found = re.match(r"^s3://([^/\s]+)(/\S*)?\Z", str(value))
     if not isinstance(value, str) or not found:
         raise Worded(lambda door: f"invalid {option_named(key, door)} {shown(value)}: use s3://BUCKET/PREFIX, "
-                                  f"e.g. {_given(key, repr(example) if door == 'sdk' else example, door)}")
+                                  f"e.g. {given_as(key, repr(example) if door == 'sdk' else example, door)}")
     if not S3_BUCKET_RE.match(found.group(1)):
         raise Worded(lambda door: f"invalid {option_named(key, door)} {shown(value)}: the S3 URI's bucket name "
                                   f"must be 3-63 lower-case letters, digits, '.' or '-', e.g. {example}")
@@ -356,4 +353,4 @@ def _bounded(value: Any, key: str, low: int, high: int, *, optional: bool = Fals
         return
     if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
         raise Worded(lambda door: f"invalid {option_named(key, door)} {shown(value)}: use a whole number from "
-                                  f"{low} to {high}, e.g. {_given(key, str(_EXAMPLES[key]), door)}")
+                                  f"{low} to {high}, e.g. {given_as(key, str(_EXAMPLES[key]), door)}")

@@ -136,18 +136,25 @@ def _same(value, default) -> bool:
 
 # Each argument a refusal names, as each door spells it: the SDK's own argument (cpu), or the CLI's flag
 # (--cpu), which a job file's and the HTTP API's refusals name too (they answer as the CLI). Every refusal
-# told apart by door looks its argument up here (named, given_as).
+# told apart by door looks its argument up here (named, given_as, switched); an argument not here is its
+# flag with dashes (a SageMaker option's instance_type, --instance-type; a setting's security_groups).
 FLAGS = {"cpu": "--cpu", "memory": "--memory", "idle_timeout": "--idle-timeout", "limit_bytes": "--limit-bytes",
          "working_dir": "--working-dir", "image": "--image", "image_pull_policy": "--image-pull-policy",
          "tail": "-t", "rank": "--rank", "timeout": "--timeout", "processes": "--processes", "gpu": "--gpu",
-         "max_restarts": "--max-restarts"}
+         "max_restarts": "--max-restarts", "previous": "--previous", "follow": "-f",
+         "checkpoint_uri": "--checkpoint-s3-uri", "channels": "--channel"}
 
 
 def named(arg: str, door: str = "sdk") -> str:
     """Argument `arg` (FLAGS' key) as a refusal from `door` names it: cpu from the SDK, --cpu elsewhere."""
-    return arg if door == "sdk" else FLAGS[arg]
+    return arg if door == "sdk" else FLAGS.get(arg, "--" + arg.replace("_", "-"))
 
 
 def given_as(arg: str, value: str, door: str = "sdk") -> str:
     """`arg` given `value`, as an example in a refusal from `door` writes it: cpu=2, --cpu 2."""
-    return f"{arg}={value}" if door == "sdk" else f"{FLAGS[arg]} {value}"
+    return f"{arg}={value}" if door == "sdk" else f"{named(arg, door)} {value}"
+
+
+def switched(arg: str, door: str = "sdk") -> str:
+    """A switch `arg` turned on, as a refusal from `door` writes it: previous=True, --previous."""
+    return f"{arg}=True" if door == "sdk" else named(arg, door)

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 from dtrain.backends.records import LogLine, Notice
 from dtrain.errors import SpecError
-from dtrain.names import check_limit_bytes, check_rank, check_since, check_tail, counted
+from dtrain.names import check_limit_bytes, check_rank, check_since, check_tail, counted, switched
 
 
 class LogStream:
@@ -93,10 +93,8 @@ def check_logs_args(*, rank, tail, since, follow, previous, limit_bytes, door: s
     if not isinstance(previous, bool) or not isinstance(follow, bool):
         raise SpecError(f"invalid previous {previous!r} or follow {follow!r}: use "
                         f"{'True or False' if door == 'sdk' else 'true or false'}")
-    if previous and follow:
-        if door == "sdk":
-            raise SpecError("previous=True cannot be followed: the previous attempt has ended; drop follow=True to "
-                            "read its lines, or drop previous=True to follow the current attempt")
-        raise SpecError("--previous cannot be followed: the previous attempt has ended; drop -f to print its "
-                        "lines, or drop --previous to follow the current attempt")
+    if previous and follow:  # the SDK's caller reads the lines it is given, the CLI's sees them printed
+        raise SpecError(f"{switched('previous', door)} cannot be followed: the previous attempt has ended; drop "
+                        f"{switched('follow', door)} to {'read' if door == 'sdk' else 'print'} its lines, or drop "
+                        f"{switched('previous', door)} to follow the current attempt")
     return rank

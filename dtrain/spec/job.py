@@ -177,9 +177,10 @@ class JobSpec:
                 f"invalid {named('image_pull_policy', door)} {given}: use "
                 + ("Always, IfNotPresent or Never" if door != "sdk" else "'Always', 'IfNotPresent' or 'Never'")))
         if self.notebook and (self.launcher != "none" or self.max_restarts or self.snapshot_volume):
-            raise Worded(lambda door, given=self._one_process_fields(): (
-                f"notebook {self.name!r} is one interactive process: drop --processes, --launcher, --max-restarts "
-                f"and --snapshot-on-success" if door in ("cli", "http") else
+            raise Worded(lambda door, given=self._one_process_fields(): (  # the CLI's: each flag; the SDK's: those given
+                f"notebook {self.name!r} is one interactive process: drop "
+                f"{', '.join(named(a, door) for a in ('processes', 'launcher', 'max_restarts'))} and "
+                f"{named('snapshot_on_success', door)}" if door in ("cli", "http") else
                 f"notebook {self.name!r} is one interactive process: drop {given}"))
         if self.idle_timeout is not None:
             at_door(lambda door: check_idle_timeout(self.idle_timeout, door=door))
