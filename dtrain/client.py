@@ -416,11 +416,12 @@ class Client(JobLookup, EveryBackend, Settings, StorageVerbs):
                            jobs=0, extra={"unknown": unknown}), existed, unknown
 
     def delete_project(self, name: str) -> DeletedProjectInfo:
-        """Delete project NAME (`dtrain project delete`) on the backend config.yaml sends it to: what `create_project`
-        made goes (locally its GPU quota; on Kubernetes its namespace where dtrain made it, else dtrain's objects and
-        labels there, `kept` saying why); its config.yaml project_backends entry goes too (where config.yaml is a symbolic
-        link, never written through, it stays and `kept` says so). Refused (ConflictError, one line naming what to delete first) while it holds
-        jobs not Deleted, notebooks, volumes or snapshots, and for `default` and the configured default project."""
+        """Delete project NAME (`dtrain project delete`) on the backend config.yaml sends it to: what
+        `create_project` made goes (locally its GPU quota; on Kubernetes its namespace where dtrain made it, else
+        dtrain's objects and labels there, `kept` saying why); its config.yaml project_backends entry goes too
+        (where config.yaml is a symbolic link, never written through, it stays and `kept` says so). Refused
+        (ConflictError, one line naming what to delete first) while it holds jobs not Deleted, notebooks, volumes
+        or snapshots, and for `default` and the configured default project."""
         check_name(name, "project")
         if name == self.default_project and name != "default":
             raise ConflictError(f"project {name!r} is the default project (config.yaml's project): make another the "
