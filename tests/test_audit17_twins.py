@@ -9,6 +9,7 @@ from dtrain.backends.local.backend import LocalBackend
 from dtrain.client import Client
 from dtrain.errors import BackendError
 from dtrain.storage.volumes import Storage
+from test_audit16_projread import _Counting
 
 
 def _queries(storage: Storage, call) -> tuple[object, int]:
@@ -57,24 +58,16 @@ def test_snapshot_and_volume_lists_ask_the_database_the_same_whatever_their_leng
                                                                           **{f"v{i}": True for i in range(20)}}
 
 
-class _Refusing(LocalBackend):
+class _Refusing(_Counting):
     """A backend whose jobs cannot be counted (a cluster that does not answer), counting the project reads
     it is asked for; `keeps_projects` False: one that keeps none (SageMaker)."""
 
     def __init__(self, *args, keeps: bool = True, **kw):
         super().__init__(*args, **kw)
-        self.name, self.keeps_projects, self.reads = "other", keeps, []
+        self.name, self.keeps_projects = "other", keeps
 
     def _summary(self, *, project=None):
         raise BackendError("the other backend does not answer")
-
-    def _list_projects(self):
-        self.reads.append("all")
-        return super()._list_projects()
-
-    def _one_project(self, name):
-        self.reads.append(name)
-        return super()._one_project(name)
 
 
 @pytest.mark.parametrize("keeps", [True, False])
