@@ -219,6 +219,17 @@ def test_i_pvc_mode_is_the_same_at_every_door(tmp_path):
     proc = submit_file(tmp_path, "name: j\ncommand: [echo]\nvolumes:\n- {storage_class: local, size: 10Mi, "
                                  "mount_path: /mnt, read_only: false}\n")
     assert proc.returncode == 0, proc.stderr
+    # the SDK's NewVolume took no read_only (an unknown field) where the other doors take it: False, or
+    # the same refusal of True in one line of its own words, and the same bound on a value not a bool
+    assert NewVolume(**new, read_only=False) == NewVolume("local", "1Gi", "/mnt", False) == spec.volumes[0]
+    assert JobSpec(**BASE, volumes=[NewVolume(**new, read_only=False)]).volumes == spec.volumes
+    with pytest.raises(SpecError) as refused:
+        NewVolume(**new, read_only=True)
+    said = str(refused.value)
+    assert "starts empty" in said and "drop read_only" in said and "\n" not in said, said
+    assert "VolumeMount(volume='data', mount_path='/mnt', read_only=True)" in said, said
+    with pytest.raises(SpecError, match="invalid read_only 'no': must be true or false"):
+        NewVolume(**new, read_only="no")
 
 
 def test_i_two_mounts_of_the_same_path(tmp_path):

@@ -34,11 +34,12 @@ class VolumeMount:
 
 @dataclass(frozen=True, kw_only=True)
 class NewVolume:
-    """A volume created for the job and named after it (``--pvc CLASS:SIZE:MOUNT``)."""
+    """A volume created for the job and named after it (``--pvc CLASS:SIZE:MOUNT[:rw]``)."""
 
     storage_class: str  # storage class (local backend: 'local'; Kubernetes: a StorageClass)
     size: str  # Kubernetes quantity, e.g. 100Gi
     mount_path: str  # absolute path inside the job
+    read_only: bool = False  # False only: a new volume starts empty, so it is mounted read-write (as --pvc's :rw)
 
     def __post_init__(self):
         check_storage_class(self.storage_class)
@@ -46,6 +47,10 @@ class NewVolume:
         parse_volume_size(self.size, minimum=1 if _STORED.get() else MIN_VOLUME)
         object.__setattr__(self, "size", self.size.strip())  # parse_volume_size strips: store what it read
         object.__setattr__(self, "mount_path", _check_mount_path(self.mount_path))
+        if _bool(self.read_only, "read_only"):  # the SDK's words; --pvc's ':ro' and a file's entry say theirs first
+            raise SpecError(f"invalid NewVolume read_only=True: a new volume starts empty and is mounted read-write; "
+                            f"drop read_only, or create the volume first (Client.create_volume) and mount it with "
+                            f"VolumeMount(volume='data', mount_path={self.mount_path!r}, read_only=True)")
 
     def to_flag(self) -> str:
         return f"{self.storage_class}:{self.size}:{self.mount_path}"
@@ -98,7 +103,7 @@ def _volume_init(cls, example: str):
 
 VolumeMount.__init__ = _volume_init(VolumeMount, "VolumeMount(volume='data', mount_path='/mnt')")  # type: ignore[method-assign]
 NewVolume.__init__ = _volume_init(  # type: ignore[method-assign]
-    NewVolume, "NewVolume(storage_class='local', size='10Gi', mount_path='/mnt/scratch')")
+    NewVolume, "NewVolume(storage_class='local', size='10Gi', mount_path='/mnt/scratch')")  # read_only=False too
 
 
 # Where a container runtime puts the kernel's own file systems: a volume there would hide them
@@ -170,14 +175,14 @@ def parse_pvc(text: str, *, cmd: Callable[[str], str] | None = None, key: str | 
         if len(parts) == 3 and parts[2] in ("ro", "rw"):
             return VolumeMount(volume=parts[0], mount_path=parts[1], read_only=parts[2] == "ro")
         if len(parts) == 3 or (len(parts) == 4 and parts[3] == "rw"):  # ':rw' is what a new volume is anyway
-            return NewVolume(storage_class=parts[0], size=parts[1], mount_path=parts[2])
+            return NewVolume(storage_class=parts[0], size=parts[1], mount_path=parts[2], read_only=False)
     except SpecError as err:
         raise SpecError(f"invalid {said}: {err}; {hint}") from None
     raise SpecError(f"invalid {said}: {hint}")
 
 
 _VOLUME_KEYS = {VolumeMount: {"volume", "mount_path", "read_only"},
-                NewVolume: {"storage_class", "size", "mount_path"}}
+                NewVolume: {"storage_class", "size", "mount_path", "read_only"}}
 
 
 def _volume_from_dict(d: Mapping[str, Any]) -> Volume:
@@ -192,7 +197,6 @@ def _volume_from_dict(d: Mapping[str, Any]) -> Volume:
             raise SpecError(f"invalid volume entry {shown(dict(d))}: a new volume (storage_class, size, mount_path) "
                             f"starts empty and is mounted read-write; drop read_only, or create the volume first "
                             f"(dtrain volume create) and mount it with {{volume, mount_path, read_only: true}}")
-        d = {k: v for k, v in d.items() if k != "read_only"}
     extra = set(d) - _VOLUME_KEYS[kind]
     unknown = sorted(k for k in extra if isinstance(k, str)) + [k for k in extra if not isinstance(k, str)]
     missing = sorted(k for k in _VOLUME_KEYS[kind] - set(d) if k != "read_only")
