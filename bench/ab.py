@@ -29,7 +29,7 @@ def checkout(text: str) -> Path:
     path = Path(text)
     if not (path / "dtrain" / "__init__.py").is_file():
         raise argparse.ArgumentTypeError(f"{text} is not a dtrain checkout (it holds no dtrain/__init__.py): "
-                                         "give a clone or a `git worktree add` folder")
+                                         "give a clone or a 'git worktree add' folder")
     return path
 
 

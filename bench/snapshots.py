@@ -393,10 +393,10 @@ def main(argv=None) -> None:
     parser.add_argument("--checkpoints", type=int, default=3, help="50 MB checkpoints among the files")
     parser.add_argument("--tools", default="dtrain,restic,dvc",
                         help="comma-separated among dtrain, nosync (dtrain without fsync), api (dtrain "
-                             "through a running `dtrain server`, curl as the client), cli (the `dtrain "
-                             "snapshot` command), restic, dvc, "
-                             "cpsync (`cp -a; sync`), disk (the disk's time to hold the volume's bytes: "
-                             "O_DIRECT writes and fsync, the floor of a durable copy); `cp -a` always runs")
+                             "through a running 'dtrain server', curl as the client), cli (the 'dtrain "
+                             "snapshot' command), restic, dvc, "
+                             "cpsync ('cp -a; sync'), disk (the disk's time to hold the volume's bytes: "
+                             "O_DIRECT writes and fsync, the floor of a durable copy); 'cp -a' always runs")
     parser.add_argument("--repeats", type=int, default=3, help="rounds, each on a fresh volume")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder (default: a temp folder)")
     parser.add_argument("--keep", action="store_true", help="keep the scratch folders")
@@ -413,7 +413,7 @@ def main(argv=None) -> None:
         parser.error("--tools must include dtrain: every ratio is against it")
     for tool, program in PROGRAMS.items():  # found missing before a volume is written, not mid-round
         if tool in tools and not (Path(program).is_file() if "/" in program else shutil.which(program)):
-            how = "run `make bench-setup` (restic and DVC)" if tool in ("restic", "dvc") else f"install {program}"
+            how = "run 'make bench-setup' (restic and DVC)" if tool in ("restic", "dvc") else f"install {program}"
             parser.error(f"--tools {tool} needs {program}, which is not installed: {how}, or leave {tool} out")
     if args.workdir is not None:
         args.workdir.mkdir(parents=True, exist_ok=True)

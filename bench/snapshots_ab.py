@@ -61,7 +61,7 @@ def main(argv=None) -> None:
     parser.add_argument("--size-mb", type=int, default=1024)
     parser.add_argument("--checkpoints", type=int, default=3)
     parser.add_argument("--cli", choices=["create", "restore"],
-                        help="time `dtrain snapshot create` (or `restore` of the base into a new volume)")
+                        help="time 'dtrain snapshot create' (or 'restore' of the base into a new volume)")
     parser.add_argument("--first", action="store_true",
                         help="empty the store before each snapshot: time first snapshots")
     args = ab.checked(parser, argv)

@@ -280,9 +280,10 @@ MARKDOWN_OK = ("dtrain/server/", "dtrain/bench/scaling.py", "dtrain/cli/completi
 
 def test_messages_quote_commands_as_dtrain_does_not_in_markdown():
     """A message or help text quotes a command in single quotes ('dtrain snapshot list'), as most
-    did; storage's and the lanes workload's said it in Markdown backticks, which a terminal shows as is."""
+    did; storage's and the lanes workload's said it in Markdown backticks, which a terminal shows as is,
+    and so did the bench scripts' (bench/ab.py's "a `git worktree add` folder", snapshots.py's --tools)."""
     found = [f"{path.relative_to(REPO)}:{line}: {text[:100]}"
-             for path in sorted((REPO / "dtrain").rglob("*.py"))
+             for path in sorted((REPO / "dtrain").rglob("*.py")) + sorted((REPO / "bench").glob("*.py"))
              if not str(path.relative_to(REPO)).startswith(MARKDOWN_OK)
              for line, text in _strings(ast.parse(path.read_text())) if "`" in text]
     assert found == []
