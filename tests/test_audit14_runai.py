@@ -207,6 +207,7 @@ def test_a_deleted_source_snapshot_is_marked_where_snapshots_name_it(cli):
     assert [r.split()[:5] for r in cli.ok("snapshot", "list").splitlines()[1:]] == [[b1, "b", "j", "a", "(deleted)"]]
     assert "From snapshot: a (deleted)" in cli.ok("snapshot", "describe", b1)
     assert cli.json("snapshot", "describe", b1)["extra"]["source_snapshot_deleted"] is True
+    assert cli.json("snapshot", "describe", b1)["source_snapshot_deleted"] is True  # the record's field
 
 
 def test_a_deleted_volume_is_marked_where_its_snapshots_name_it(cli):

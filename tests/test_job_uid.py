@@ -129,10 +129,10 @@ def test_describe_job_tells_its_snapshot_by_uid_not_by_name_and_time(home):
         storage.conn.execute("UPDATE snapshots SET created_ns = 0 WHERE name = 't-success'")  # before the job
         storage.conn.commit()
         backend = LocalBackend(home, storage=storage)
-        assert backend.get("t").extra["snapshot_deleted"] is False
+        assert backend.get("t").extra["snapshot_deleted"] is False and backend.get("t").snapshot_deleted is False
         storage.delete_snapshot("t-success")
         storage.create_snapshot("v", name="t-success", job="t", job_uid="another-run")  # after the job, not its
-        assert backend.get("t").extra["snapshot_deleted"] is True
+        assert backend.get("t").extra["snapshot_deleted"] is True and backend.get("t").snapshot_deleted is True
     finally:
         storage.close()
 
@@ -146,10 +146,10 @@ def test_describe_job_keeps_the_time_rule_for_a_snapshot_without_a_uid(home):
         storage.create_volume("v", size="1Mi")
         storage.create_snapshot("v", name="t-success", job="t")  # recorded no uid: as one taken before uids
         backend = LocalBackend(home, storage=storage)
-        assert backend.get("t").extra["snapshot_deleted"] is False
+        assert backend.get("t").extra["snapshot_deleted"] is False and backend.get("t").snapshot_deleted is False
         storage.conn.execute("UPDATE snapshots SET created_ns = 0 WHERE name = 't-success'")  # before the job
         storage.conn.commit()
-        assert backend.get("t").extra["snapshot_deleted"] is True
+        assert backend.get("t").extra["snapshot_deleted"] is True and backend.get("t").snapshot_deleted is True
     finally:
         storage.close()
 

@@ -127,6 +127,9 @@ class JobInfo:
     restarts: int = 0
     message: str = ""
     snapshot: str | None = None  # snapshot taken on success
+    # that snapshot was deleted since (Kubernetes: or another run of the name took it); `extra` keeps a copy
+    # as 'snapshot_deleted' for one release (it was only there)
+    snapshot_deleted: bool = False
     data_sources: tuple[DataSource, ...] = ()  # the snapshots its volumes' data came from, one per volume
     extra: dict[str, Any] = field(default_factory=dict)  # backend-specific details
 
@@ -335,6 +338,8 @@ class VolumeInfo(_Record):
     # Bound (usable), Pending (being provisioned), Lost, or Terminating (Kubernetes: deleted, kept until its pods stop)
     status: str = "Bound"
     origin_snapshot: str | None = None  # the snapshot it was restored from, if any
+    # that snapshot was deleted since; `extra` keeps a copy for one release (it was only there)
+    origin_snapshot_deleted: bool = False
     job: str | None = None  # the job it was made for (--pvc CLASS:SIZE:MOUNT), if known
     # what its files take on disk now (allocated blocks, as du); None where the backend cannot tell (a PVC)
     # or did not measure: the record a create, restore or move returns (get and list measure)
@@ -350,6 +355,8 @@ class SnapshotInfo(_Record):
     name: str  # DNS-1123 name
     backend: str
     volume: str | None  # the volume it was taken of
+    # that volume was deleted since (or deleted and made again); `extra` keeps a copy for one release
+    volume_deleted: bool = False
     created: float  # unix seconds
     ready: bool = True  # False while the storage system is still taking it
     error: str | None = None  # why the storage system failed to take it
@@ -363,6 +370,8 @@ class SnapshotInfo(_Record):
     # every field of it for each snapshot listed): to_dict() and the attribute hold it
     job_spec: Mapping[str, Any] | None = field(default=None, repr=False)
     source_snapshot: str | None = None  # the snapshot the job's data started from (lineage)
+    # that snapshot was deleted since; `extra` keeps a copy for one release (it was only there)
+    source_snapshot_deleted: bool = False
     files: int | None = None  # regular files it holds, where the backend can count them
     bytes: int | None = None  # bytes it holds (restoreSize on Kubernetes); None until known
     volume_size: str | None = None  # its volume's requested size then: the default size of a restore

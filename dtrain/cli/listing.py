@@ -91,7 +91,7 @@ def cmd_describe(args, client: Client) -> int:
             "UID": info.uid or "-", "Created": fmt.when(info.created), "Started": fmt.when(info.started),
             "Finished": fmt.when(info.finished), "Restarts": info.restarts,
             "GPUs Allocated (Requested)": f"{info.gpus_allocated} ({info.spec.gpus_requested})",
-            "Snapshot": (info.snapshot or "-") + (" (deleted)" if info.extra.get("snapshot_deleted") else "")}
+            "Snapshot": (info.snapshot or "-") + " (deleted)" * info.snapshot_deleted}
     if info.extra.get("limits"):
         head["Limits"] = info.extra["limits"]
     if info.data_sources:  # one per mounted volume whose content was a snapshot's when the job started

@@ -80,7 +80,7 @@ def cmd_volume(args, client: Client) -> int:
     elif args.action == "list":
         vols = _older(client.list_volumes(project=args.project), args.older_than)
         rows = [[v.name, v.storage_class or "-", v.size, fmt.size(v.used_bytes), v.status,
-                 _from(v.origin_snapshot, v.extra.get("origin_snapshot_deleted")),
+                 _from(v.origin_snapshot, v.origin_snapshot_deleted),
                  fmt.age(v.created)] for v in vols]
         text = (fmt.table(["NAME", "CLASS", "SIZE", "USED", "STATUS", "FROM SNAPSHOT", "AGE"], rows) if rows else
                 f"No volumes older than {args.older_than}" if args.older_than is not None else
@@ -179,7 +179,7 @@ def cmd_snapshot(args, client: Client) -> int:
         snaps = client.list_snapshots(volume=args.volume, job=args.job, project=args.project)  # a name that never was: its one line
         snaps = _older(snaps, args.older_than)
         rows = [[s.name + ("" if s.ready else f" ({_state(s)})"), _volume_word(s), _job_word(s),
-                 _from(s.source_snapshot, s.extra.get("source_snapshot_deleted")), "-" if s.files is None else s.files,
+                 _from(s.source_snapshot, s.source_snapshot_deleted), "-" if s.files is None else s.files,
                  fmt.size(s.bytes), fmt.age(s.created)]
                 for s in snaps]
         whose = " and".join(w for w in (f" of volume '{args.volume}'" if args.volume else "",

@@ -61,7 +61,7 @@ def _volume_text(v) -> str:
     in UTC), then the backend's own details under their keys (--json has every field raw)."""
     head = {"Name": v.name, "Status": v.status, "Backend": v.backend, "Storage class": v.storage_class or "default",
             "Size": v.size, "Used": fmt.size(v.used_bytes), "Job": v.job or "-",
-            "From snapshot": _from(v.origin_snapshot, v.extra.get("origin_snapshot_deleted")),
+            "From snapshot": _from(v.origin_snapshot, v.origin_snapshot_deleted),
             "Created": fmt.when(v.created),
             "Labels": ", ".join(f"{k}={val}" for k, val in v.labels.items()) or "-"}
     return fmt.described(head, {"Details": _details(v.extra)})
@@ -71,7 +71,7 @@ def _snapshot_text(s) -> str:
     """`snapshot describe`, laid out as `describe job`; the spec of the job it holds as that job's Spec."""
     head = {"Name": s.name, "Status": _state(s), "Backend": s.backend, "Volume": _volume_word(s),
             "Job": _job_word(s), "Job UID": s.job_uid or "-",
-            "From snapshot": _from(s.source_snapshot, s.extra.get("source_snapshot_deleted")),
+            "From snapshot": _from(s.source_snapshot, s.source_snapshot_deleted),
             "Files": "-" if s.files is None else s.files, "Size": fmt.size(s.bytes),
             "Volume size": s.volume_size or "-", "Storage class": s.storage_class or "-",
             "Created": fmt.when(s.created)}
@@ -95,7 +95,8 @@ def _job_word(s) -> str:
 
 
 def _details(extra: dict) -> dict:
-    """The backend's details but the marks `From snapshot:` and `Volume:` show already."""
+    """The backend's details but the marks `From snapshot:` and `Volume:` show already (extra's copies of the
+    records' fields, kept for one release)."""
     return {k: v for k, v in extra.items() if k not in ("origin_snapshot_deleted", "source_snapshot_deleted",
                                                          "volume_deleted")}
 
@@ -103,7 +104,7 @@ def _details(extra: dict) -> dict:
 def _volume_word(s) -> str:
     """The volume a snapshot was taken of, marked '(deleted)' where the backend says it was deleted
     since (one made again with its name is another volume): a restore --in-place has none to roll back."""
-    return "-" if s.volume is None else s.volume + " (deleted)" * bool(s.extra.get("volume_deleted"))
+    return "-" if s.volume is None else s.volume + " (deleted)" * s.volume_deleted
 
 
 def _from(snapshot: str | None, deleted: bool | None) -> str:

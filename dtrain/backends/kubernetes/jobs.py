@@ -286,8 +286,7 @@ class JobVerbs:
             self.api.patch(JOB_RESOURCES[info.extra["kind"]], namespace, info.name, [
                 {"op": "add", "path": "/metadata/annotations/" + ANN_SUCCESS_SNAPSHOT.replace("/", "~1"),
                  "value": name}])
-        return replace(info, snapshot=name, extra={**info.extra, "success_snapshot": name,
-                                                   "snapshot_deleted": False})
+        return _with_snapshot(replace(info, extra={**info.extra, "success_snapshot": name}), name, False)
 
     def _recorded_snapshot(self, info: JobInfo, namespace: str, name: str) -> JobInfo:
         """The job's snapshot as its object recorded it, said deleted where it is gone or another
@@ -298,10 +297,10 @@ class JobVerbs:
         except Missing as err:
             if err.api_missing:
                 return replace(info, snapshot=name, message=f"snapshot-on-success not checked: {err.no_api()}")
-            return replace(info, snapshot=name, extra={**info.extra, "snapshot_deleted": True})
+            return _with_snapshot(info, name, True)
         except DtrainError as err:
             return replace(info, snapshot=name, message=f"snapshot-on-success not checked: {err}")
-        return replace(info, snapshot=name, extra={**info.extra, "snapshot_deleted": _earlier_run(meta, info)})
+        return _with_snapshot(info, name, _earlier_run(meta, info))
 
     def _success_snapshot(self, info: JobInfo, namespace: str) -> tuple[str, bool]:
         """This run's --snapshot-on-success snapshot name (success_snapshot_name) and whether it is
@@ -354,6 +353,12 @@ class JobVerbs:
         annotations = (obj.get("metadata") or {}).get("annotations") or {}
         obj = self.api.patch(resource, self.namespace, name, render_resume(resource.kind, annotations))
         return self._job_info(resource, obj, name)
+
+
+def _with_snapshot(info: JobInfo, name: str, deleted: bool) -> JobInfo:
+    """`info` naming its success snapshot `name`, said `deleted` or not (extra keeps a copy of the mark, as
+    'snapshot_deleted', for one release: docs/kubernetes.md named it there)."""
+    return replace(info, snapshot=name, snapshot_deleted=deleted, extra={**info.extra, "snapshot_deleted": deleted})
 
 
 def _earlier_run(meta: dict, info: JobInfo) -> bool:

@@ -60,22 +60,23 @@ class JobRecords:
         pending = sum(p.status == "Pending" for p in procs) if status.value in ACTIVE else 0
         events = tuple(Event(time=e["time"], status=e["status"], message=e["message"]) for e in events)
         sources = self._data_sources(self.store.recorded(row, "data_sources") or [])
+        # its --snapshot-on-success snapshot was deleted since (`snapshot delete`)
+        gone = bool(row["snapshot"]) and not self.storage.has_job_snapshot(row["snapshot"], spec.name, row["created"],
+                                                                           self.store.uid(row))
         return JobInfo(name=spec.name, spec=spec, status=status, backend=self.name, created=row["created"],
                        uid=self.store.uid(row),
                        started=row["started"], finished=row["finished"], node=node,
                        gpus_allocated=len(devices), processes_running=running, processes_pending=pending,
                        processes=tuple(procs), events=events, restarts=max([row["restarts"]] + [
                            r.get("restart", 0) for r in records.values()]),
-                       message=row["message"], snapshot=row["snapshot"], data_sources=sources,
+                       message=row["message"], snapshot=row["snapshot"], snapshot_deleted=gone, data_sources=sources,
                        extra={"limits": _limits_note(spec), "cwd": row["cwd"],
                               "job_dir": str(self.home / "jobs" / spec.name),
                               # its snapshot's source (a job of before recorded no other), else its first volume's
                               "source_snapshot": row["source_snapshot"] or next(
                                   (s.snapshot for s in sources), None),
                               "exit_code": row["exit_code"],
-                              # its --snapshot-on-success snapshot was deleted since (`snapshot delete`)
-                              "snapshot_deleted": bool(row["snapshot"]) and not self.storage.has_job_snapshot(
-                                  row["snapshot"], spec.name, row["created"], self.store.uid(row))})
+                              "snapshot_deleted": gone})  # JobInfo.snapshot_deleted's copy: for one release
 
     def _data_sources(self, recorded: list[dict]) -> tuple[DataSource, ...]:
         """The snapshots a job's volumes held when it started, as its supervisor recorded them, each

@@ -253,6 +253,7 @@ class VolumeHooks:
             origin_gone = (v.origin_snapshot, v.created) in self._gone([(v.origin_snapshot, v.created)])
         return VolumeInfo(name=v.name, backend=self.name, size=v.size, size_bytes=v.size_bytes,
                           storage_class=v.storage_class, created=v.created, origin_snapshot=v.origin_snapshot,
+                          origin_snapshot_deleted=origin_gone,
                           status="Lost" if self._lost(v) else "Bound", job=v.labels.get(LABEL_JOB),
                           used_bytes=_disk_usage(v.path) if measure else None, labels=dict(v.labels),
                           extra={"path": str(v.path), "uid": v.uid, "head_snapshot": v.head_snapshot,
@@ -266,14 +267,15 @@ class VolumeHooks:
         snapshot were deleted since); the base class marks an earlier run's (Backend._mark_earlier_runs)."""
         volumes, _ = self.storage.still_there([s.volume_uid for s in snaps], [])
         gone = self._gone([(s.source_snapshot, s.created) for s in snaps])
+        marks = [{"source_snapshot_deleted": (s.source_snapshot, s.created) in gone,
+                  "volume_deleted": s.volume_uid not in volumes} for s in snaps]
         return [SnapshotInfo(name=s.name, backend=self.name, volume=s.volume, created=s.created, job=s.job,
                              job_uid=s.job_uid,
                              job_spec=s.job_spec, source_snapshot=s.source_snapshot, files=s.files, bytes=s.bytes,
-                             volume_size=s.volume_size, storage_class=s.storage_class,
+                             volume_size=s.volume_size, storage_class=s.storage_class, **marked,
                              extra={"id": s.id, "volume_uid": s.volume_uid, "added_bytes": s.added_bytes,
-                                    "method": s.method, "source_snapshot_deleted": (s.source_snapshot, s.created) in gone,
-                                    "volume_deleted": s.volume_uid not in volumes})
-                for s in snaps]
+                                    "method": s.method, **marked})  # extra's copy of the marks: for one release
+                for s, marked in zip(snaps, marks)]
 
     def _gone(self, sources: list[tuple[str | None, float]]) -> set[tuple[str, float]]:
         """The (snapshot, since) pairs whose snapshot (that a volume was restored from, or a snapshot's data

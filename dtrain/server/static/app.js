@@ -416,7 +416,7 @@ function jobPage(main, name, project, note) {
       h("div", {}, "GPUs allocated (requested)"), h("div", {}, `${j.gpus_allocated} (${j.gpus_requested})`),
       h("div", {}, "Created / started / finished"), h("div", {}, `${when(j.created)} / ${when(j.started)} / ${when(j.finished)}`),
       h("div", {}, "Restarts"), h("div", {}, j.restarts),
-      h("div", {}, "Snapshot taken / started from"), h("div", {}, `${j.snapshot || "-"} / ${startedFrom(j) || "-"}`)),
+      h("div", {}, "Snapshot taken / started from"), h("div", {}, `${marked(j.snapshot, j.snapshot_deleted)} / ${startedFrom(j) || "-"}`)),
       h("p", {class: "actions"}, ...jobButtons(j, " job", project), ...snapshotButtons(j, taken, kept)));
     redraw(procs, table(["Rank", "Status", "Exit code", "Devices", "Node"], j.processes.map(p => h("tr", {},
       h("td", {}, p.rank), statusCell(p.status), h("td", {}, p.exit_code ?? "-"), h("td", {}, p.devices.join(",") || "-"), h("td", {}, p.node || "-"))), {},
@@ -430,7 +430,7 @@ function jobPage(main, name, project, note) {
     // Listed where the job is (its project's backend, when the page has its project): elsewhere it is unknown (404)
     const s = await api("/snapshots?job=" + encodeURIComponent(name) + (project ? "&project=" + encodeURIComponent(project) : ""));
     redraw(snaps, s.length ? table(["Name", "Volume", "Files", "Size", "Created"], s.map(x => h("tr", {"data-snapshot": x.name},
-      h("td", {}, x.name, ...earlierRun(x)), h("td", {}, marked(x.volume, x.extra.volume_deleted)), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
+      h("td", {}, x.name, ...earlierRun(x)), h("td", {}, marked(x.volume, x.volume_deleted)), h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, created(x.created)))))
       : h("p", {class: "muted"}, "none"));
     await drawCurves(curves, name, history, project);
     jobEnded = FINAL.has(j.status);
@@ -441,7 +441,7 @@ function jobPage(main, name, project, note) {
 
 // A snapshot of a job purged since, whose name a later submit took: the CLI's "(earlier run)". No link: the job
 // page of that name is the later run's, and its Snapshots card listed this one as its own.
-// A name the backend says was deleted since (a record's extra: volume_deleted, origin_snapshot_deleted,
+// A name the backend says was deleted since (a record's volume_deleted, origin_snapshot_deleted,
 // source_snapshot_deleted, as `--json` has them), marked as the CLI marks it: "data (deleted)".
 const marked = (name, deleted) => name ? name + (deleted ? " (deleted)" : "") : "-";
 
@@ -738,14 +738,14 @@ function storagePage(main) {
     // the columns of `dtrain volume list`, space used and status included
     redraw(vols, table(["Name", "Class", "Size", "Used", "Status", "From snapshot", "Head snapshot", "Created", ""], v.map(x => h("tr", {"data-volume": x.name},
       h("td", {}, x.name), h("td", {}, x.storage_class || "-"), h("td", {}, x.size || "-"), h("td", {class: "used"}, size(x.used_bytes)),
-      h("td", {}, x.status || "-"), h("td", {}, marked(x.origin_snapshot, x.extra.origin_snapshot_deleted)),
+      h("td", {}, x.status || "-"), h("td", {}, marked(x.origin_snapshot, x.origin_snapshot_deleted)),
       h("td", {}, x.extra.head_snapshot || "-"), h("td", {}, created(x.created)),
       h("td", {class: "actions"}, readOnly() ? null : h("button", {class: "snapshot", title: `snapshot volume ${x.name}`,
         onclick: () => takeSnapshot(x.name, null, asked, taken)}, "Snapshot")))), {id: "volumes-table"},
       `No volumes yet: make one with 'dtrain volume create NAME --size 10Gi${p}'.`));
     redraw(snaps, table(["Name", "Volume", "Job", "From snapshot", "Files", "Size", "Added", "Created"], s.map(x => h("tr", {"data-snapshot": x.name},
-      h("td", {}, x.name), h("td", {}, marked(x.volume, x.extra.volume_deleted)), h("td", {class: "job"}, !x.job ? "-" : x.earlier_run ? [x.job, ...earlierRun(x)]
-        : x.job_deleted ? marked(x.job, true) : jobLink(x.job, snapshotJobProject(x, asked))), h("td", {}, marked(x.source_snapshot, x.extra.source_snapshot_deleted)),
+      h("td", {}, x.name), h("td", {}, marked(x.volume, x.volume_deleted)), h("td", {class: "job"}, !x.job ? "-" : x.earlier_run ? [x.job, ...earlierRun(x)]
+        : x.job_deleted ? marked(x.job, true) : jobLink(x.job, snapshotJobProject(x, asked))), h("td", {}, marked(x.source_snapshot, x.source_snapshot_deleted)),
       h("td", {}, x.files ?? "-"), h("td", {}, size(x.bytes)), h("td", {}, size(x.extra.added_bytes)), h("td", {}, created(x.created)))), {id: "snapshots-table"},
       `No snapshots yet: take one with 'dtrain snapshot create${p}', or submit a job with --snapshot-on-success.`));
     redraw(graph, g.nodes.length ? lineageGraph(g, asked) : h("p", {class: "muted"}, "no volumes or snapshots yet"),

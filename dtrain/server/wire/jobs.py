@@ -112,6 +112,8 @@ class Job(BaseModel):
     restarts: int
     message: str
     snapshot: str | None
+    snapshot_deleted: bool = Field(False, description="that snapshot was deleted since (Kubernetes: or another run "
+                                   "of the name took it); `extra.snapshot_deleted` is a copy, kept for one release")
     source_snapshot: str | None
     data_sources: list[DataSource] = Field(description=(
         "the snapshots the job's data came from: one per mounted volume whose content was a snapshot's "
@@ -161,6 +163,7 @@ def job_out(info) -> Job:
                node=info.node, gpus_requested=spec.gpus_requested, gpus_allocated=info.gpus_allocated,
                processes_running=info.processes_running, processes_pending=info.processes_pending,
                restarts=info.restarts, message=info.message, snapshot=info.snapshot,
+               snapshot_deleted=info.snapshot_deleted,
                source_snapshot=info.extra.get("source_snapshot"),
                data_sources=[DataSource(volume=d.volume, snapshot=d.snapshot, snapshot_deleted=d.snapshot_deleted,
                                         volume_deleted=d.volume_deleted) for d in info.data_sources],

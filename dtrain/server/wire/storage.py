@@ -90,6 +90,8 @@ class Volume(_Out):
     created: float
     status: str
     origin_snapshot: str | None
+    origin_snapshot_deleted: bool = Field(False, description="that snapshot was deleted since; "
+                                          "`extra.origin_snapshot_deleted` is a copy, kept for one release")
     job: str | None
     used_bytes: int | None = Field(None, description="allocated bytes of its files, as du counts them; null where "
                                    "the backend cannot tell (a PVC) or the verb did not measure (create, restore)")
@@ -126,6 +128,8 @@ class Snapshot(_Out):
     name: str
     backend: str
     volume: str | None
+    volume_deleted: bool = Field(False, description="that volume was deleted since (or deleted and made again); "
+                                 "`extra.volume_deleted` is a copy, kept for one release")
     created: float
     ready: bool
     error: str | None
@@ -137,6 +141,8 @@ class Snapshot(_Out):
                                                  "submitted again")
     job_spec: dict[str, Any] | None
     source_snapshot: str | None
+    source_snapshot_deleted: bool = Field(False, description="that snapshot was deleted since; "
+                                          "`extra.source_snapshot_deleted` is a copy, kept for one release")
     files: int | None
     bytes: int | None
     volume_size: str | None
