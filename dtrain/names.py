@@ -18,8 +18,8 @@ from math import ceil, inf
 from dtrain.errors import NotFoundError, SpecError
 from dtrain.numbers import TypedFloat, TypedInt, plain, typed
 # how a message says things: dtrain.wording's, every name still dtrain.names.NAME for its callers
-from dtrain.wording import (FLAGS, SHOWN, abbreviated, counted, cut, given_as, given_fields, given_repr,  # noqa: F401
-                            listed, named, near_choice, noun, shown, switched, them, with_near)
+from dtrain.wording import (FLAGS, SHOWN, abbreviated, counted, cut, door_words, given_as, given_fields,  # noqa: F401
+                            given_repr, listed, named, near_choice, noun, shown, switched, them, with_near)
 
 NAME_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,51}[a-z0-9])?$")
 MAX_NAME = 53  # NAME_RE's bound

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError, Worded
-from dtrain.names import STORED, given_as, given_repr, listed, named, plain, shown
+from dtrain.names import STORED, door_words, given_as, given_repr, listed, named, plain, shown, switched
 from dtrain.numbers import whole
 
 CHANNEL_RE = re.compile(r"^[A-Za-z0-9\.\-_]{1,64}\Z")  # SageMaker's ChannelName pattern
@@ -48,12 +48,12 @@ class Channel:
     def __post_init__(self):
         if not isinstance(self.name, str) or not CHANNEL_RE.match(self.name):
             raise Worded(lambda door: f"invalid channel name {shown(self.name)}: use 1-64 letters, digits, '.', '-' "
-                                      f"or '_', e.g. " + ("'training' (channels=['training=s3://bucket/cifar10'])"
-                                                          if door == "sdk" else "--channel training=s3://bucket/cifar10"))
+                                      f"or '_', e.g. " + door_words(door, cli="--channel training=s3://bucket/cifar10",
+                                                                   sdk="'training' (channels=['training=s3://bucket/cifar10'])"))
         if not isinstance(self.uri, str) or not self.uri.startswith(URI_SCHEMES) or len(self.uri.split("://", 1)[1]) < 1:
             raise Worded(lambda door: f"invalid channel {shown(self.name)}={shown(self.uri)}: use s3://BUCKET/PREFIX, "
                                       f"efs://FS-ID/PATH, fsx://FS-ID/MOUNTNAME/PATH or (with "
-                                      f"{'local=True' if door == 'sdk' else '--local'}) file:///PATH")
+                                      f"{switched('local', door)}) file:///PATH")
         if self.uri.startswith("s3://") and not S3_BUCKET_RE.match(self.uri[5:].split("/")[0]):
             raise SpecError(f"invalid channel {shown(self.name)}={shown(self.uri)}: the S3 URI's bucket name must be "
                             f"3-63 lower-case letters, digits, '.' or '-', e.g. s3://my-bucket/cifar10")
@@ -123,10 +123,10 @@ def parse_channel(text: str, door: str = "sdk") -> Channel:
     name, sep, uri = str(text).partition("=")
     try:
         if not sep:
-            raise Worded(lambda door: f"invalid channel {shown(text)}: use 'NAME=URI', e.g. channels=['training="
-                                      f"s3://bucket/cifar10'] (or Channel(name='training', uri='s3://bucket/cifar10'))"
-                         if door == "sdk" else f"invalid --channel {shown(text)}: use NAME=URI, e.g. --channel "
-                                               f"training=s3://bucket/cifar10")
+            raise Worded(lambda door: door_words(
+                door, cli=f"invalid --channel {shown(text)}: use NAME=URI, e.g. --channel training=s3://bucket/cifar10",
+                sdk=f"invalid channel {shown(text)}: use 'NAME=URI', e.g. channels=['training=s3://bucket/cifar10'] "
+                    f"(or Channel(name='training', uri='s3://bucket/cifar10'))"))
         return Channel(name=name, uri=uri)
     except Worded as err:
         raise err.in_words(door) from None
@@ -262,7 +262,7 @@ class SageMakerOptions:
         names = [c.name for c in self.channels]
         if len(set(names)) != len(names):
             raise Worded(lambda door: f"channel names repeat ({', '.join(names)}): give each "
-                                      f"{'channel' if door == 'sdk' else '--channel'} its own name")
+                                      f"{named('channel', door)} its own name")  # --channel, unlisted
         if self.instance_type is not None and not INSTANCE_RE.match(str(self.instance_type)):
             raise Worded(lambda door: f"invalid {option_named('instance_type', door)} {shown(self.instance_type)}: "
                                       f"SageMaker training types start with 'ml.', e.g. ml.m5.xlarge or ml.g5.12xlarge")
@@ -278,8 +278,8 @@ class SageMakerOptions:
         _s3_uri(self.checkpoint_uri, "checkpoint_uri", "s3://my-bucket/checkpoints")
         _s3_uri(self.output_path, "output_path", "s3://my-bucket/models")
         if self.max_wait is not None and not self.spot:
-            raise Worded(lambda door: "--max-wait applies to spot training only: add --spot or drop --max-wait"
-                         if door != "sdk" else "max_wait applies to spot training only: add spot=True or drop max_wait")
+            raise Worded(lambda door: f"{option_named('max_wait', door)} applies to spot training only: add "
+                                      f"{switched('spot', door)} or drop {option_named('max_wait', door)}")
         if self.spot and self.max_wait is not None and self.max_wait < self.max_runtime:
             # `--spot --max-wait 7200` alone met the default --max-runtime (a day), which the user never typed
             default = " (the default)" if self.max_runtime == DEFAULT_MAX_RUNTIME else ""
@@ -287,8 +287,8 @@ class SageMakerOptions:
             raise Worded(lambda door: (
                 f"{option_named('max_wait', door)} {wait} is below {option_named('max_runtime', door)} {runtime}"
                 f"{default}: SageMaker needs the spot wait to cover the run; raise {option_named('max_wait', door)} "
-                f"to at least {self.max_runtime}, or " + (f"give max_runtime={self.max_wait} or less" if door == "sdk"
-                                                          else f"pass --max-runtime {self.max_wait} or less")))
+                f"to at least {self.max_runtime}, or " + door_words(door, cli="pass", sdk="give")
+                + f" {given_as('max_runtime', self.max_wait, door)} or less"))
         for key in NUMBER_FIELDS:  # checked as written (a refusal quotes '1e5'); stored plain
             set_(key, plain(getattr(self, key)))
 
@@ -335,7 +335,7 @@ def _s3_uri(value: Any, key: str, example: str) -> None:
     found = re.match(r"^s3://([^/\s]+)(/\S*)?\Z", str(value))
     if not isinstance(value, str) or not found:
         raise Worded(lambda door: f"invalid {option_named(key, door)} {shown(value)}: use s3://BUCKET/PREFIX, "
-                                  f"e.g. {given_as(key, repr(example) if door == 'sdk' else example, door)}")
+                                  f"e.g. {given_as(key, example, door, quoted=True)}")
     if not S3_BUCKET_RE.match(found.group(1)):
         raise Worded(lambda door: f"invalid {option_named(key, door)} {shown(value)}: the S3 URI's bucket name "
                                   f"must be 3-63 lower-case letters, digits, '.' or '-', e.g. {example}")

@@ -1,7 +1,8 @@
 """How a message says things, the same way everywhere: a user's value repeated (shown, at most SHOWN
 characters), a number and its noun (counted, noun, them, listed), a message from elsewhere on one line
-(cut), the hints of the CLI's and the workloads' parsers (abbreviated, near_choice, with_near), and a
-typed record as a notebook cell shows it (given_repr: the fields given, not every default).
+(cut), the hints of the CLI's and the workloads' parsers (abbreviated, near_choice, with_near), a
+typed record as a notebook cell shows it (given_repr: the fields given, not every default), and an
+argument as each door names it (FLAGS: named, given_as, switched; a whole sentence: door_words).
 
 dtrain.names re-exports every name here (its callers import them from there); this module imports
 nothing of dtrain but dtrain.numbers, so names, the spec and the workloads all share it.
@@ -137,7 +138,8 @@ def _same(value, default) -> bool:
 # Each argument a refusal names, as each door spells it: the SDK's own argument (cpu), or the CLI's flag
 # (--cpu), which a job file's and the HTTP API's refusals name too (they answer as the CLI). Every refusal
 # told apart by door looks its argument up here (named, given_as, switched); an argument not here is its
-# flag with dashes (a SageMaker option's instance_type, --instance-type; a setting's security_groups).
+# flag with dashes (a SageMaker option's instance_type, --instance-type; a setting's security_groups). A
+# refusal whose sentence differs by more than a name says each door's in door_words.
 FLAGS = {"cpu": "--cpu", "memory": "--memory", "idle_timeout": "--idle-timeout", "limit_bytes": "--limit-bytes",
          "working_dir": "--working-dir", "image": "--image", "image_pull_policy": "--image-pull-policy",
          "tail": "-t", "rank": "--rank", "timeout": "--timeout", "processes": "--processes", "gpu": "--gpu",
@@ -150,11 +152,19 @@ def named(arg: str, door: str = "sdk") -> str:
     return arg if door == "sdk" else FLAGS.get(arg, "--" + arg.replace("_", "-"))
 
 
-def given_as(arg: str, value: str, door: str = "sdk") -> str:
-    """`arg` given `value`, as an example in a refusal from `door` writes it: cpu=2, --cpu 2."""
-    return f"{arg}={value}" if door == "sdk" else f"{named(arg, door)} {value}"
+def given_as(arg: str, value: str, door: str = "sdk", *, quoted: bool = False) -> str:
+    """`arg` given `value`, as an example in a refusal from `door` writes it: cpu=2, --cpu 2; `quoted`: a
+    string, which the SDK's example writes as Python does (memory='3Gi', --memory 3Gi)."""
+    return f"{arg}={value!r}" if door == "sdk" and quoted else f"{arg}={value}" if door == "sdk" else \
+        f"{named(arg, door)} {value}"
 
 
 def switched(arg: str, door: str = "sdk") -> str:
     """A switch `arg` turned on, as a refusal from `door` writes it: previous=True, --previous."""
     return f"{arg}=True" if door == "sdk" else named(arg, door)
+
+
+def door_words(door: str, *, cli: str, sdk: str) -> str:
+    """A refusal whose sentence differs by door by more than a name (named, given_as and switched say those):
+    `sdk` from the SDK, `cli` from the CLI and from a job file and the HTTP API, which answer in its words."""
+    return sdk if door == "sdk" else cli

@@ -78,3 +78,85 @@ def test_a_notebooks_one_process_refusal_names_the_tables_flags(monkeypatch):
     with pytest.raises(SpecError) as sdk:
         JobSpec(**data)
     assert str(sdk.value) == "notebook 'nb' is one interactive process: drop launcher='torchrun' and processes=2"
+
+
+# ---- the spec's refusals decide their words in wording (named, given_as, switched, door_words) ----------------
+WORDED_MODULES = ("dtrain/spec/job.py", "dtrain/spec_sagemaker.py", "dtrain/backends/local/backend.py")
+
+
+@pytest.mark.parametrize("module", WORDED_MODULES)
+def test_a_refusal_words_its_door_through_the_table_not_a_door_test_of_its_own(module):
+    """The ENABLE_SNAPSHOT lines, the Channel's, the notebook's one-process line (and their neighbours: max_wait's,
+    the launcher's, an S3 URI's example) each chose their words with a `door ==` (or `door in`) test of their own."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse((Path(__file__).resolve().parents[1] / module).read_text())
+    tests = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Compare)
+             and any(isinstance(x, ast.Name) and x.id == "door" for x in [node.left, *node.comparators])]
+    assert tests == [], f"{module}: say a name with wording.named/given_as/switched, a sentence with door_words"
+
+
+def _said(make, door: str) -> str:
+    from dtrain.errors import Worded
+
+    with pytest.raises(Worded) as refused:
+        make()
+    return str(refused.value.in_words(door))
+
+
+SNAPSHOT_VALUE = ({"ENABLE_SNAPSHOT": "maybe"}, {
+    "sdk": "invalid env ENABLE_SNAPSHOT 'maybe': use 'true' or 'false', with PVC_NAME the volume snapshotted when "
+           "the job succeeds, e.g. env={'ENABLE_SNAPSHOT': 'true', 'PVC_NAME': 'data'}",
+    "cli": "invalid -e ENABLE_SNAPSHOT='maybe': use true or false (with -e PVC_NAME=VOLUME, the volume snapshotted "
+           "when the job succeeds)"})
+SNAPSHOT_NO_VOLUME = ({"ENABLE_SNAPSHOT": "true"}, {
+    "sdk": "env ENABLE_SNAPSHOT='true' names no volume to snapshot: add 'PVC_NAME': 'VOLUME' to env (or give "
+           "snapshot_on_success='VOLUME')",
+    "cli": "-e ENABLE_SNAPSHOT=true names no volume to snapshot: add -e PVC_NAME=VOLUME (or give "
+           "--snapshot-on-success VOLUME)"})
+
+
+@pytest.mark.parametrize("env, says", [SNAPSHOT_VALUE, SNAPSHOT_NO_VOLUME])
+def test_the_enable_snapshot_lines_say_what_they_said_at_each_door(env, says, monkeypatch):
+    from dtrain.spec import JobSpec
+
+    make = lambda: JobSpec(name="j", command=["python", "t.py"], env=env)  # noqa: E731
+    assert {door: _said(make, door) for door in ("sdk", "cli", "http")} == {**says, "http": says["cli"]}
+    if "give" in says["cli"]:
+        monkeypatch.setitem(wording.FLAGS, "snapshot_on_success", "--renamed")
+        assert _said(make, "cli").endswith("(or give --renamed VOLUME)")
+
+
+def test_the_channels_and_spot_lines_take_their_names_from_the_table(monkeypatch):
+    from dtrain.spec_sagemaker import Channel, SageMakerOptions, parse_channel
+
+    assert _said(lambda: Channel(name="t", uri="http://x"), "sdk").endswith("(with local=True) file:///PATH")
+    assert _said(lambda: Channel(name="t", uri="http://x"), "http").endswith("(with --local) file:///PATH")
+    assert _said(lambda: parse_channel("x"), "cli") == ("invalid --channel 'x': use NAME=URI, e.g. --channel "
+                                                        "training=s3://bucket/cifar10")
+    assert _said(lambda: parse_channel("x"), "sdk") == (
+        "invalid channel 'x': use 'NAME=URI', e.g. channels=['training=s3://bucket/cifar10'] (or "
+        "Channel(name='training', uri='s3://bucket/cifar10'))")
+    twice = lambda: SageMakerOptions(channels=["a=s3://bucket/x", "a=s3://bucket/y"])  # noqa: E731
+    assert _said(twice, "sdk").endswith("give each channel its own name")
+    assert _said(twice, "cli").endswith("give each --channel its own name")
+    assert _said(lambda: SageMakerOptions(max_wait=100), "sdk") == ("max_wait applies to spot training only: add "
+                                                                    "spot=True or drop max_wait")
+    assert _said(lambda: SageMakerOptions(max_wait=100), "cli") == ("--max-wait applies to spot training only: add "
+                                                                    "--spot or drop --max-wait")
+    for arg in ("local", "spot", "channel", "max_runtime"):
+        monkeypatch.setitem(wording.FLAGS, arg, f"--renamed-{arg}")
+    assert _said(lambda: Channel(name="t", uri="http://x"), "cli").endswith("(with --renamed-local) file:///PATH")
+    assert _said(twice, "cli").endswith("give each --renamed-channel its own name")
+    assert "add --renamed-spot or drop" in _said(lambda: SageMakerOptions(max_wait=100), "cli")
+    short = _said(lambda: SageMakerOptions(spot=True, max_wait=100, max_runtime=200), "cli")
+    assert short.endswith("or pass --renamed-max_runtime 100 or less"), short
+
+
+def test_door_words_and_a_quoted_example():
+    assert wording.door_words("sdk", cli="a flag", sdk="an argument") == "an argument"
+    assert wording.door_words("cli", cli="a flag", sdk="an argument") == wording.door_words(
+        "http", cli="a flag", sdk="an argument") == "a flag"
+    assert wording.given_as("memory", "3Gi", "sdk", quoted=True) == "memory='3Gi'"
+    assert wording.given_as("memory", "3Gi", "cli", quoted=True) == "--memory 3Gi"

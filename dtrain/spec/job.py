@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from dtrain.errors import SpecError, Worded
-from dtrain.names import (MAX_PROCESSES, NAME_RE, check_name, counted, given_fields, given_repr, job_volume_name,
-                          named, noun, plain, shown)
+from dtrain.names import (MAX_PROCESSES, NAME_RE, check_name, counted, door_words, given_as, given_fields, given_repr,
+                          job_volume_name, named, noun, plain, shown)
 from dtrain.numbers import NumberWord, Typed, plain_numbers, real_number, whole, whole_number
 from dtrain.spec.env import FALSE_WORDS, SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV, TRUE_WORDS, _bytes, _env
 from dtrain.spec.fields import (MAX_ARGS_ENV, MAX_RESTARTS, _STORED, _bool, _check_gpu, _check_int, _keys,
@@ -102,12 +102,12 @@ class JobSpec:
                             f"strings, one per word, e.g. command=['python', 'train.py', '--epochs', '2']")
         if isinstance(self.command, (str, bytes)) or not isinstance(self.command, (list, tuple)) or not self.command:
             empty = self.command is None or isinstance(self.command, (str, bytes, list, tuple))
-            raise Worded(lambda door, name=self.name, given=self.command: (
-                f"job {name!r} has no command (a list of strings): put it after '--', e.g. dtrain submit {name} -- "
-                f"python train.py" if door in ("cli", "http") else
-                f"job {name!r} has no command: give command=['python', 'train.py'], a list of strings, one per word"
-                if empty else f"invalid command {shown(given)} of job {name!r}: must be a list of strings, one per "
-                f"word, e.g. command=['python', 'train.py']"))
+            raise Worded(lambda door, name=self.name, given=self.command: door_words(
+                door, cli=f"job {name!r} has no command (a list of strings): put it after '--', e.g. dtrain submit "
+                          f"{name} -- python train.py",
+                sdk=f"job {name!r} has no command: give command=['python', 'train.py'], a list of strings, one per "
+                    f"word" if empty else f"invalid command {shown(given)} of job {name!r}: must be a list of "
+                                          f"strings, one per word, e.g. command=['python', 'train.py']"))
         set_("command", tuple(_python_text(c, "command word", lambda text: f"{text}, as in command=['python', "
                                            f"'train.py', '--epochs', '2']", yaml=" (quote it in YAML)")
                               for c in self.command))
@@ -141,10 +141,9 @@ class JobSpec:
         if self.launcher not in LAUNCHERS:
             raise SpecError(f"unknown launcher {shown(self.launcher)}: use torchrun or mpi")
         if self.processes > 1 and self.launcher == "none":
-            raise Worded(lambda door, n=shown(self.processes): (  # the HTTP API's body answers as the CLI
-                f"--processes {n} needs a launcher: use dtrain submit-dist --launcher torchrun or dtrain submit-mpi"
-                if door in ("cli", "http") else f"processes={n} needs a launcher: give launcher='torchrun' (or "
-                f"'mpi') as well"))
+            raise Worded(lambda door, n=shown(self.processes): f"{given_as('processes', n, door)} needs a launcher: "
+                         + door_words(door, cli="use dtrain submit-dist --launcher torchrun or dtrain submit-mpi",
+                                      sdk="give launcher='torchrun' (or 'mpi') as well"))
         if type(self.cpu) is float and self.cpu.is_integer() and abs(self.cpu) <= 2 ** 53:
             set_("cpu", int(self.cpu))  # 2, however it came (JSON's 2.0, the SDK's float): as typed
         check_cpu(self.cpu, stored=_STORED.get())
@@ -167,29 +166,28 @@ class JobSpec:
             given = given_fields(self.sagemaker)  # not its defaults (max_runtime, volume_size), which to_dict() has
             said = f" ({', '.join(sorted(given))})" if given else ""
             default = " (the default)" if "backend" in self._unset else ""
-            raise Worded(lambda door: _elsewhere(self.backend, dict.fromkeys(given, True)) if door in ("cli", "http")
-                         else f"SageMaker options{said} need backend sagemaker, not {shown(self.backend)}{default}: "
-                              f"give backend='sagemaker' as well, or leave them out")
+            raise Worded(lambda door: door_words(
+                door, cli=_elsewhere(self.backend, dict.fromkeys(given, True)),
+                sdk=f"SageMaker options{said} need backend sagemaker, not {shown(self.backend)}{default}: give "
+                    f"backend='sagemaker' as well, or leave them out"))
         if self.image is not None:
             named_at_door(lambda name: check_image(_text(self.image, name), name, required=True), "image")
         if self.image_pull_policy not in (None, "Always", "IfNotPresent", "Never"):
             raise Worded(lambda door, given=shown(self.image_pull_policy): (
                 f"invalid {named('image_pull_policy', door)} {given}: use "
-                + ("Always, IfNotPresent or Never" if door != "sdk" else "'Always', 'IfNotPresent' or 'Never'")))
+                + door_words(door, cli="Always, IfNotPresent or Never", sdk="'Always', 'IfNotPresent' or 'Never'")))
         if self.notebook and (self.launcher != "none" or self.max_restarts or self.snapshot_volume):
             raise Worded(lambda door, given=self._one_process_fields(): (  # the CLI's: each flag; the SDK's: those given
-                f"notebook {self.name!r} is one interactive process: drop "
-                f"{', '.join(named(a, door) for a in ('processes', 'launcher', 'max_restarts'))} and "
-                f"{named('snapshot_on_success', door)}" if door in ("cli", "http") else
-                f"notebook {self.name!r} is one interactive process: drop {given}"))
+                f"notebook {self.name!r} is one interactive process: drop " + door_words(
+                    door, cli=f"{', '.join(named(a, door) for a in ('processes', 'launcher', 'max_restarts'))} and "
+                              f"{named('snapshot_on_success', door)}", sdk=given)))
         if self.idle_timeout is not None:
             at_door(lambda door: check_idle_timeout(self.idle_timeout, door=door))
             if not self.notebook:
                 raise Worded(lambda door, name=self.name: (
-                    f"job {name!r}: --idle-timeout stops an idle notebook; a training job ends by itself: drop it "
-                    f"(or start a notebook: dtrain notebook NAME --idle-timeout 1h)" if door != "sdk" else
-                    f"job {name!r}: idle_timeout stops an idle notebook; a training job ends by itself: drop it "
-                    f"(or start a notebook: Client.notebook(NAME, idle_timeout=3600))"))
+                    f"job {name!r}: {named('idle_timeout', door)} stops an idle notebook; a training job ends by "
+                    f"itself: drop it (or start a notebook: " + door_words(
+                        door, cli="dtrain notebook NAME --idle-timeout 1h)", sdk="Client.notebook(NAME, idle_timeout=3600))")))
 
     def _check_working_dir(self, name: str) -> None:
         if not _text(self.working_dir, name).startswith("/"):
@@ -213,19 +211,18 @@ class JobSpec:
         if value is None:
             return
         if value.strip().lower() not in TRUE_WORDS + FALSE_WORDS:
-            raise Worded(lambda door: (
-                f"invalid -e {SNAPSHOT_ENV}={shown(value)}: use true or false (with -e {SNAPSHOT_VOLUME_ENV}=VOLUME, "
-                f"the volume snapshotted when the job succeeds)" if door in ("cli", "http") else
-                f"invalid env {SNAPSHOT_ENV} {shown(value)}: use 'true' or 'false', with {SNAPSHOT_VOLUME_ENV} the "
-                f"volume snapshotted when the job succeeds, e.g. env={{{SNAPSHOT_ENV!r}: 'true', "
-                f"{SNAPSHOT_VOLUME_ENV!r}: 'data'}}"))
+            raise Worded(lambda door: door_words(
+                door, cli=f"invalid -e {SNAPSHOT_ENV}={shown(value)}: use true or false (with -e "
+                          f"{SNAPSHOT_VOLUME_ENV}=VOLUME, the volume snapshotted when the job succeeds)",
+                sdk=f"invalid env {SNAPSHOT_ENV} {shown(value)}: use 'true' or 'false', with {SNAPSHOT_VOLUME_ENV} the "
+                    f"volume snapshotted when the job succeeds, e.g. env={{{SNAPSHOT_ENV!r}: 'true', "
+                    f"{SNAPSHOT_VOLUME_ENV!r}: 'data'}}"))
         if (value.strip().lower() in TRUE_WORDS and not self.env.get(SNAPSHOT_VOLUME_ENV)
                 and not self.snapshot_on_success):
-            raise Worded(lambda door: (
-                f"-e {SNAPSHOT_ENV}={value} names no volume to snapshot: add -e {SNAPSHOT_VOLUME_ENV}=VOLUME (or give "
-                f"--snapshot-on-success VOLUME)" if door in ("cli", "http") else
-                f"env {SNAPSHOT_ENV}={value!r} names no volume to snapshot: add {SNAPSHOT_VOLUME_ENV!r}: 'VOLUME' to "
-                f"env (or give snapshot_on_success='VOLUME')"))
+            raise Worded(lambda door: door_words(
+                door, cli=f"-e {SNAPSHOT_ENV}={value} names no volume to snapshot: add -e {SNAPSHOT_VOLUME_ENV}=VOLUME",
+                sdk=f"env {SNAPSHOT_ENV}={value!r} names no volume to snapshot: add {SNAPSHOT_VOLUME_ENV!r}: 'VOLUME' "
+                    f"to env") + f" (or give {given_as('snapshot_on_success', 'VOLUME', door, quoted=True)})")
 
     def _check_volumes(self):
         mounts = [v.mount_path for v in self.volumes]  # normalised by VolumeMount / NewVolume

@@ -62,7 +62,7 @@ def _check_cpu_memory(spec: JobSpec) -> None:
         half = f"{total // 2**31}Gi"
         raise WordedQuota(lambda door: f"job {spec.name!r} asks for {spec.memory} of memory per process but this "
                                        f"machine has {total / 2**30:.1f}Gi; lower {named('memory', door)}, e.g. "
-                                       f"{given_as('memory', repr(half) if door == 'sdk' else half, door)}")
+                                       f"{given_as('memory', half, door, quoted=True)}")
 
 
 def max_local_processes() -> tuple[int, str]:
