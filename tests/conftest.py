@@ -85,6 +85,25 @@ def wait_supervisor_gone(home: Path, job: str, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
+@contextlib.contextmanager
+def job_store(home: Path):
+    """The local backend's JobStore over home's state.db, closed at the end: a test sets its jobs up
+    or reads them there directly (a dtrain command would reconcile them first)."""
+    from dtrain.backends.local.store import JobStore
+
+    store = JobStore(home / "state.db")
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def stored_job(home: Path, name: str):
+    """Job `name`'s row in home's state.db (a sqlite3.Row), read directly; see job_store."""
+    with job_store(home) as store:
+        return store.job(name)
+
+
 def rank_record(home: Path, job: str, rank: int, timeout: float = 90) -> dict:
     """A local job's rank record, once the rank has started (its pid is recorded)."""
     path = home / "jobs" / job / "ranks" / f"rank-{rank}.json"

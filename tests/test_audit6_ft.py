@@ -10,17 +10,14 @@ import time
 
 import pytest
 
-from conftest import Dtrain, rank_record
-from dtrain.backends.local.store import JobStore
+from conftest import Dtrain, rank_record, stored_job
 
 
 def _lose_the_supervisor_after_its_ranks_exited_0(dt: Dtrain, name: str) -> int:
     """Freeze job `name`'s supervisor while its only rank runs, let the rank exit 0, then kill the
     supervisor: what a kill -9 (or a database write refused) between the exit and its record leaves."""
     rank_record(dt.home, name, 0)
-    store = JobStore(dt.home / "state.db")
-    pid = store.job(name)["supervisor_pid"]
-    store.close()
+    pid = stored_job(dt.home, name)["supervisor_pid"]
     os.kill(pid, signal.SIGSTOP)
     path = dt.home / "jobs" / name / "ranks" / "rank-0.json"
     deadline = time.monotonic() + 60
@@ -102,9 +99,7 @@ def test_a_job_whose_state_database_was_removed_is_stopped_not_left_running_unse
     dt = Dtrain(tmp_path / "home")
     dt("submit", "gone", "--", "sleep", "300")
     rank = Ident.from_record(rank_record(dt.home, "gone", 0))
-    store = JobStore(dt.home / "state.db")
-    sup = store.job("gone")["supervisor_pid"]
-    store.close()
+    sup = stored_job(dt.home, "gone")["supervisor_pid"]
     for f in dt.home.glob("state.db*"):
         f.unlink()
     deadline = time.monotonic() + 30

@@ -8,10 +8,9 @@ import time
 import pytest
 
 from dtrain.backends.local import scheduler
-from dtrain.backends.local.store import JobStore
 from dtrain.backends.local.supervisor import Supervisor
 from dtrain.spec import JobSpec
-from conftest import Dtrain, counter_script
+from conftest import Dtrain, counter_script, job_store
 from server_util import wait_until
 
 
@@ -19,8 +18,7 @@ from server_util import wait_until
 def test_a_job_preempted_in_its_restart_backoff_lets_its_gpus_go_at_once(tmp_path):
     """Its launch failed and it waits (up to 60 s) before the next: preempted meanwhile, it stops
     waiting then, instead of holding the GPUs the in-quota job needs for the rest of the backoff."""
-    store = JobStore(tmp_path / "state.db")
-    try:
+    with job_store(tmp_path) as store:
         spec = JobSpec(name="d", command=("false",), gpu=1, max_restarts=8)
         store.insert_job(spec, cwd="/", node="here")
         assert scheduler.try_allocate(store, spec, ["0"]) == ["0"]
@@ -38,8 +36,6 @@ def test_a_job_preempted_in_its_restart_backoff_lets_its_gpus_go_at_once(tmp_pat
             assert sup.preempted
         finally:
             sup.store.close()
-    finally:
-        store.close()
 
 
 GRACEFUL = counter_script(40, exit_on_term=0)
@@ -66,8 +62,7 @@ def test_two_in_quota_jobs_arriving_together_each_preempt_their_own(tmp_path):
     a1's victim frees is a1's, so b1 preempts another job at once, rather than waiting for a1's
     victim to stop, losing it to a1 and only then preempting (two grace periods); and no job is
     preempted twice, nor one more than the two they need."""
-    store = JobStore(tmp_path / "state.db")
-    try:
+    with job_store(tmp_path) as store:
         gpus = ["0", "1", "2"]
         for name in ("d1", "d2", "d3"):
             spec = JobSpec(name=name, command=("true",), gpu=1)
@@ -94,5 +89,3 @@ def test_two_in_quota_jobs_arriving_together_each_preempt_their_own(tmp_path):
         assert scheduler.try_allocate(store, b1, gpus) is not None
         assert scheduler.try_allocate(store, a1, gpus) is not None
         assert store.status("d1") == "Running"
-    finally:
-        store.close()

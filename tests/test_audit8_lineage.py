@@ -9,8 +9,8 @@ import sqlite3
 
 import pytest
 
+from conftest import job_store
 from dtrain import Client, JobSpec
-from dtrain.backends.local.store import JobStore
 
 
 def _head(dt, name: str) -> dict[str, str]:
@@ -106,12 +106,9 @@ def test_a_state_database_of_before_gains_the_columns_and_its_jobs_read_as_befor
                                           "    exit_code INTEGER\n")
         assert old != store_module.SCHEMA
         conn.executescript(old)
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         store.insert_job(JobSpec(name="old", command=("true",)), cwd="/", node="here")
         store.update("old", source_snapshot="s1")
-    finally:
-        store.close()
     info = Client(home=home).get("old")
     assert info.data_sources == () and info.extra["source_snapshot"] == "s1"
 

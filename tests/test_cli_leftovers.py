@@ -9,21 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DTRAIN, Dtrain, assert_usage_error
+from conftest import DTRAIN, Dtrain, assert_usage_error, job_store
 from dtrain.backends.local.logfiles import BLOCK, LogFiles
 from dtrain.backends.local.rankrun import format_line
-from dtrain.backends.local.store import JobStore
 from dtrain.cli.main import main
 from dtrain.spec import JobSpec
 
 
 def _queue_unseen(home: Path, name: str) -> None:
     """A job as `submit` stores it, before its supervisor first asks the scheduler (none is started)."""
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         store.insert_job(JobSpec(name=name, command=("true",)), cwd="/", node="this-host")
-    finally:
-        store.close()
     (home / "jobs" / name / "logs").mkdir(parents=True)
 
 
@@ -47,15 +43,12 @@ def test_a_running_job_whose_rank_has_ended_counts_it_until_its_end_is_recorded(
 
     supervisor = subprocess.Popen(["sleep", "300"])  # alive: no command takes the job for lost
     try:
-        store = JobStore(dt.home / "state.db")
-        try:
+        with job_store(dt.home) as store:
             store.insert_job(JobSpec(name="ending", command=("true",), processes=2, launcher="torchrun"), cwd="/",
                              node="this-host")
             assert store.set_status("ending", "Running", "started", started=time.time())
             ident = Ident.of(supervisor.pid)
             store.update("ending", supervisor_pid=ident.pid, supervisor_start=supervisor_token(ident))
-        finally:
-            store.close()
         ranks = dt.home / "jobs" / "ending" / "ranks"
         ranks.mkdir(parents=True)
         (dt.home / "jobs" / "ending" / "logs").mkdir()
@@ -439,11 +432,8 @@ def test_logs_follow_of_a_job_that_starts_at_once_says_nothing_of_pending(dt: Dt
         info = real_get(self, name, **kw)
         reads.append(info.status.value)
         if len(reads) == 1:  # the job starts and ends just after logs -f's first read
-            store = JobStore(dt.home / "state.db")
-            try:
+            with job_store(dt.home) as store:
                 assert store.set_status("soon", "Succeeded", "done")
-            finally:
-                store.close()
         return info
 
     monkeypatch.setenv("DTRAIN_HOME", str(dt.home))

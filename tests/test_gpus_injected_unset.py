@@ -5,24 +5,21 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import job_store
 from dtrain import JobSpec
 from dtrain.backends.local import scheduler
-from dtrain.backends.local.store import JobStore
 from dtrain.errors import QuotaError
 
 
 def _jobs(home, status: str) -> None:
     """'real' (submitted with DTRAIN_GPUS unset) and 'old' (a job of before: nothing recorded), 4 GPUs each."""
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         for name in ("real", "old"):
             store.insert_job(JobSpec(name=name, command=("true",), gpu=4), cwd="/", node="here", gpus_injected=None)
             if status != "Pending":
                 assert store.set_status(name, status, status.lower())
         store.conn.execute("UPDATE jobs SET gpus_injected=NULL WHERE name='old'")
         store.conn.commit()
-    finally:
-        store.close()
 
 
 def test_resume_with_dtrain_gpus_set_names_the_unset_submit_and_how_to_resume_it(tmp_path, monkeypatch):
@@ -53,13 +50,10 @@ def test_a_queued_job_submitted_with_dtrain_gpus_unset_says_how_to_queue_it_with
     monkeypatch.setenv("DTRAIN_HOME", str(home))
     _jobs(home, "Pending")
     monkeypatch.setenv("DTRAIN_GPUS", "2")
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         for name in ("real", "old"):
             assert scheduler.try_allocate(store, JobSpec(name=name, command=("true",), gpu=4), ["0", "1"]) is None
         real, old = store.job("real")["message"], store.job("old")["message"]
-    finally:
-        store.close()
     assert real == ("waiting: needs 4 GPUs but this machine now has 2 (its supervisor has DTRAIN_GPUS=2; it was "
                     "submitted with DTRAIN_GPUS unset): it never starts so; 'dtrain suspend real', then "
                     "'env -u DTRAIN_GPUS dtrain resume real' queues it with the GPUs it was submitted with, or delete "

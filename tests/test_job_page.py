@@ -10,6 +10,7 @@ import time
 
 import pytest
 
+from conftest import job_store
 from dtrain import Client, JobSpec, JobStatus
 from dtrain.backends.base import Backend, JobSummary
 from dtrain.backends.local.ranks import supervisor_token
@@ -21,9 +22,8 @@ from dtrain.procs import Ident
 def _stored(home, jobs: list[tuple[str, str, str, float]]) -> None:
     """Jobs as (name, project, status, created), written into the job table as a submit records
     them; no process runs (a Running one gets a supervisor that is alive: this test)."""
-    store = JobStore(home / "state.db")
     me = Ident.of(os.getpid())
-    try:
+    with job_store(home) as store:
         for name, project, status, created in jobs:
             store.insert_job(JobSpec(name=name, command=("true",), project=project), cwd="/", node="here")
             path = {"Pending": [], "Running": ["Running"], "Succeeded": ["Running", "Succeeded"],
@@ -31,8 +31,6 @@ def _stored(home, jobs: list[tuple[str, str, str, float]]) -> None:
             for step in path:
                 assert store.set_status(name, step, "test")
             store.update(name, created=created, supervisor_pid=me.pid, supervisor_start=supervisor_token(me))
-    finally:
-        store.close()
 
 
 @pytest.fixture
@@ -82,11 +80,8 @@ def test_a_job_whose_supervisor_died_is_counted_as_what_it_is_now(client, home):
     dead = subprocess.Popen(["true"])
     dead.wait()
     gone = Ident.of(os.getpid())._replace(pid=dead.pid)
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         store.update("j02", supervisor_pid=gone.pid, supervisor_start=supervisor_token(gone))
-    finally:
-        store.close()
     running = client.page(status="Running", limit=1)
     assert running.total == 4 and [j.name for j in running.jobs] == ["j26"]
     assert client.get("j02").status == JobStatus.FAILED and "supervisor" in client.get("j02").message
@@ -112,11 +107,8 @@ def test_bad_pages_are_refused_in_one_line(client, kwargs, says):
 def test_expired_deleted_jobs_are_forgotten_before_a_page_is_counted(client, home):
     (home / "config.yaml").write_text("project: default\nbackend: local\ndeleted_job_ttl: 1h\n")
     assert Client(home=home).page(status="Deleted").total == 5  # deleted just now (finished is now): kept
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         store.update("j03", finished=time.time() - 7200)
-    finally:
-        store.close()
     page = Client(home=home).page(status="Deleted", limit=2)
     assert page.total == 4 and [j.name for j in page.jobs] == ["j27", "j21"]
     assert "j03" not in [j.name for j in Client(home=home).list()]
@@ -147,11 +139,8 @@ def test_a_summary_builds_only_the_unfinished_jobs_and_counts_a_lost_one_as_fail
     dead = subprocess.Popen(["true"])
     dead.wait()
     gone = Ident.of(os.getpid())._replace(pid=dead.pid)
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         store.update("j02", supervisor_pid=gone.pid, supervisor_start=supervisor_token(gone))  # team-b, Running
-    finally:
-        store.close()
     backend = client.backend()
     built = []
     info = type(backend)._info
@@ -165,11 +154,8 @@ def test_a_summary_builds_only_the_unfinished_jobs_and_counts_a_lost_one_as_fail
 
 def test_expired_deleted_jobs_are_forgotten_before_they_are_counted(client, home):
     (home / "config.yaml").write_text("project: default\nbackend: local\ndeleted_job_ttl: 1h\n")
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         store.update("j03", finished=time.time() - 7200)  # default's
-    finally:
-        store.close()
     counts = {(c.project, c.status): c.jobs for c in Client(home=home).summary().counts}
     assert counts[("default", JobStatus.DELETED)] == 4 and counts[("default", JobStatus.SUCCEEDED)] == 5
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
+from conftest import job_store
 from server_util import ThreadServer
 
 pytest.importorskip("fastapi", reason="the 'server' extra is not installed")
@@ -25,15 +26,12 @@ def _stored(home, jobs: list[tuple[str, tuple[str, ...], str | None]], after: in
     """Finished jobs as (name, volumes mounted, snapshot its data started from), oldest first and
     newer than the `after` stored before, written into the job table as a submit and a run record
     them (no process runs)."""
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         for i, (name, volumes, source) in enumerate(jobs):
             mounts = tuple(VolumeMount(volume=v, mount_path=f"/mnt/{v}") for v in volumes)
             store.insert_job(JobSpec(name=name, command=("true",), volumes=mounts), cwd="/", node="here")
             assert store.set_status(name, "Running", "test") and store.set_status(name, "Succeeded", "test")
             store.update(name, created=1_700_000_000.0 + after + i, source_snapshot=source)
-    finally:
-        store.close()
 
 
 @pytest.fixture
@@ -139,13 +137,10 @@ def test_many_jobs_mounting_nothing_never_hide_the_job_that_mounts_a_volume(home
     c = Client(home=home)
     c.create_volume("data", size="1Gi")
     c.create_volume("pvc-prep-0", size="1Gi")  # as `--pvc local:1Gi:/out` makes it for job 'prep'
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         store.insert_job(JobSpec(name="prep", command=("true",), volumes=(
             NewVolume(storage_class="local", size="1Gi", mount_path="/out"),)), cwd="/", node="here")
         store.update("prep", created=1_700_000_000.0)
-    finally:
-        store.close()
     _stored(home, [("train", ("data",), None)], after=1)
     _stored(home, [(f"other-{i:03d}", (), None) for i in range(103)], after=2)
     monkeypatch.setattr(JobStore, "jobs", lambda self: pytest.fail("the lineage read every stored job"))

@@ -8,12 +8,11 @@ import subprocess
 import sys
 
 import pytest
-from conftest import Dtrain, fill, tmpfs
+from conftest import Dtrain, fill, job_store, tmpfs
 
 from dtrain import Client, JobSpec
 from dtrain.backends.local.cgroups import support
 from dtrain.backends.local.ranks import supervisor_token
-from dtrain.backends.local.store import JobStore
 from dtrain.procs import Ident
 
 
@@ -74,13 +73,10 @@ def _lost_job(home, launcher_log: str):
     dead = subprocess.Popen(["true"])
     dead.wait()
     gone = Ident.of(os.getpid())._replace(pid=dead.pid)
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         store.insert_job(JobSpec(name="j1", command=("true",)), cwd="/", node="here")
         assert store.set_status("j1", "Running", "started on CPU")
         store.update("j1", supervisor_pid=gone.pid, supervisor_start=supervisor_token(gone))
-    finally:
-        store.close()
     (home / "jobs" / "j1").mkdir(parents=True, exist_ok=True)
     (home / "jobs" / "j1" / "launcher.log").write_text(launcher_log)
     return gone.pid
@@ -169,11 +165,8 @@ def test_a_supervisor_whose_stderr_line_is_refused_too_goes_on_to_the_launcher(h
     class FullFile:
         write = flush = staticmethod(full)
 
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         store.insert_job(JobSpec(name="full", command=("true",)), cwd="/", node="this-host")
-    finally:
-        store.close()
     sup = supervisor.Supervisor(home, "full")
     monkeypatch.setattr(supervisor, "record_log_starts", full)
     monkeypatch.setattr(supervisor, "open_log", lambda *_: (_ for _ in ()).throw(LogRefused("launcher.log: no room")))

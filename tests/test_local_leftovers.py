@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from conftest import Dtrain, assert_usage_error, fill, rank_record, tmpfs, wait_supervisor_gone
+from conftest import Dtrain, assert_usage_error, fill, job_store, rank_record, tmpfs, wait_supervisor_gone
 from dtrain.procs import Ident
 
 
@@ -215,20 +215,19 @@ def _lose_the_supervisor_while_snapshotting(dt, name: str, *, registered: bool) 
     import signal
     import time
 
-    from dtrain.backends.local.store import SNAPSHOTTING, JobStore
+    from dtrain.backends.local.store import SNAPSHOTTING
     from dtrain.storage import Storage
 
     rank_record(dt.home, name, 0)
-    store = JobStore(dt.home / "state.db")
-    row = store.job(name)
-    os.kill(row["supervisor_pid"], signal.SIGKILL)
-    store.add_event(name, "Running", SNAPSHOTTING + "data")
-    if registered:
-        time.sleep(0.01)
-        storage = Storage(dt.home)
-        storage.create_snapshot("data", name="taken", job=name)
-        storage.close()
-    store.close()
+    with job_store(dt.home) as store:
+        row = store.job(name)
+        os.kill(row["supervisor_pid"], signal.SIGKILL)
+        store.add_event(name, "Running", SNAPSHOTTING + "data")
+        if registered:
+            time.sleep(0.01)
+            storage = Storage(dt.home)
+            storage.create_snapshot("data", name="taken", job=name)
+            storage.close()
 
 
 @pytest.mark.parametrize("registered", [False, True])

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Dtrain, assert_usage_error, rank_record
+from conftest import Dtrain, assert_usage_error, job_store, rank_record, stored_job
 from dtrain.backends.local.ranks import parse_ident, supervisor_token
-from dtrain.backends.local.store import JobStore
 from dtrain.procs import Ident, signal_process
 from dtrain.spec import JobSpec
 
@@ -136,12 +135,8 @@ def test_deleting_a_deleted_job_says_it_was_already_deleted(dt: Dtrain):
 
 def _kill_supervisor(dt: Dtrain, name: str) -> None:
     """SIGKILL the supervisor of job NAME (as a crash or a reboot would) and wait until it is gone."""
-    store = JobStore(dt.home / "state.db")
-    try:
-        row = store.job(name)
-        sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
-    finally:
-        store.close()
+    row = stored_job(dt.home, name)
+    sup = parse_ident(row["supervisor_pid"], row["supervisor_start"])
     assert signal_process(sup, signal.SIGKILL)
     while sup.alive():
         time.sleep(0.05)
@@ -193,8 +188,7 @@ def test_a_supervisor_is_registered_only_by_its_own_pid_and_start_time(home, mon
     from dtrain.backends.local import supervisor
 
     monkeypatch.setattr(supervisor, "REGISTER_S", 0.5)  # how long an unregistered supervisor waits
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         store.insert_job(JobSpec(name="reused", command=("true",)), cwd="/", node="this-host")
         me = Ident.of(os.getpid())
         stale = me._replace(start=str(int(me.start) - 1))  # this pid, as a process that had it before us
@@ -202,8 +196,6 @@ def test_a_supervisor_is_registered_only_by_its_own_pid_and_start_time(home, mon
         assert supervisor.Supervisor(home, "reused")._registered() is False
         store.update("reused", supervisor_start=supervisor_token(me))
         assert supervisor.Supervisor(home, "reused")._registered() is True
-    finally:
-        store.close()
 
 
 @pytest.mark.slow

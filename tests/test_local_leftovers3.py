@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from conftest import Dtrain
+from conftest import Dtrain, job_store, stored_job
 from test_local_leftovers2 import _kill_supervisor
 
 
@@ -94,11 +94,8 @@ def test_a_supervisor_refused_its_own_record_by_a_full_disk_fails_the_job_naming
 
     home = tmp_path / "home"
     (home / "jobs" / "adopted").mkdir(parents=True)
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         store.insert_job(JobSpec(name="adopted", command=("true",)), cwd="/", node="this-host")  # no supervisor recorded
-    finally:
-        store.close()
 
     def full(*_args, **_kw):
         raise sqlite3.OperationalError("database or disk is full")
@@ -108,11 +105,7 @@ def test_a_supervisor_refused_its_own_record_by_a_full_disk_fails_the_job_naming
     monkeypatch.setattr(signal, "signal", lambda *_: None)  # nor takes the supervisor's SIGTERM handler
     monkeypatch.setattr(JobStore, "replace_supervisor", full)
     assert supervisor.main([str(home), "adopted"]) == 0
-    store = JobStore(home / "state.db")
-    try:
-        row = store.job("adopted")
-    finally:
-        store.close()
+    row = stored_job(home, "adopted")
     assert row["status"] == "Failed", row["message"]
     assert row["message"].startswith(f"the supervisor could not write what it needs: database or disk is full; "
                                      f"the disk holding {home} "), row["message"]

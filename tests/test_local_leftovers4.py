@@ -9,24 +9,20 @@ import shutil
 import signal
 import sys
 
-from conftest import Dtrain
+from conftest import Dtrain, job_store, stored_job
 
 from dtrain import JobSpec
 from dtrain.backends.local import supervisor
 from dtrain.backends.local.ranks import supervisor_token
-from dtrain.backends.local.store import JobStore
 from dtrain.procs import Ident
 
 
 def _supervised_here(home, spec: JobSpec, monkeypatch) -> None:
     """`spec` stored as submitted, with this test process recorded as its supervisor."""
     (home / "jobs" / spec.name).mkdir(parents=True)
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         store.insert_job(spec, cwd=str(home), node="this-host")
         store.update(spec.name, supervisor_pid=os.getpid(), supervisor_start=supervisor_token(Ident.of(os.getpid())))
-    finally:
-        store.close()
     monkeypatch.setattr(supervisor, "leave_rank_cgroups", lambda: None)  # this test process stays where it is
     monkeypatch.setattr(signal, "signal", lambda *_: None)  # nor takes the supervisor's SIGTERM handler
 
@@ -45,11 +41,7 @@ def test_a_job_folder_removed_as_its_launcher_starts_fails_the_job_saying_so(tmp
 
     monkeypatch.setattr(supervisor, "_write_json", removed_first)
     assert supervisor.main([str(home), "gone"]) == 0
-    store = JobStore(home / "state.db")
-    try:
-        row = store.job("gone")
-    finally:
-        store.close()
+    row = stored_job(home, "gone")
     assert row["status"] == "Failed" and row["restarts"] == 0, (row["status"], row["restarts"], row["message"])
     assert row["message"] == (f"{home}/jobs/gone was removed (by hand?) as its processes started, so they were "
                               f"stopped: submit the job again"), row["message"]
@@ -96,8 +88,7 @@ def test_a_gpu_job_submitted_without_dtrain_gpus_is_told_from_a_job_of_before(tm
     from dtrain.backends.local.backend import LocalBackend
 
     home = tmp_path / "home"
-    store = JobStore(home / "state.db")
-    try:
+    with job_store(home) as store:
         for name in ("old", "real", "cpu"):
             store.insert_job(JobSpec(name=name, command=("true",), gpu=0 if name == "cpu" else 1), cwd="/",
                              node="here", gpus_injected=None)  # as a submit without DTRAIN_GPUS records it
@@ -105,8 +96,6 @@ def test_a_gpu_job_submitted_without_dtrain_gpus_is_told_from_a_job_of_before(tm
         store.conn.execute("UPDATE jobs SET gpus_injected=NULL WHERE name='old'")  # as a job of before
         store.conn.commit()
         assert store.conn.execute("SELECT gpus_injected FROM jobs WHERE name='real'").fetchone()[0] == "null"
-    finally:
-        store.close()
     monkeypatch.setenv("DTRAIN_GPUS", "2")
     notices = LocalBackend(home).serving_notices()
     assert [n.message for n in notices] == [

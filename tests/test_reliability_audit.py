@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import Dtrain, rank_record, tmpfs
+from conftest import Dtrain, job_store, rank_record, stored_job, tmpfs
 from dtrain.backends.local import ranks
 from dtrain.backends.local.backend import LocalBackend
 from dtrain.backends.local.store import JobStore
@@ -97,16 +97,15 @@ def test_a_command_relaunching_a_job_is_never_signalled_by_delete(dt: Dtrain):
     bystander = subprocess.Popen(["sleep", "300"])
     try:
         ident = Ident(pid=bystander.pid, start=start_time(bystander.pid), boot=Ident.of(os.getpid()).boot)
-        store = JobStore(dt.home / "state.db")
-        row = store.job("c")
-        assert store.replace_supervisor("c", old=(row["supervisor_pid"], row["supervisor_start"]),
-                                        pid=ident.pid, token=ranks.supervisor_token(ident, claim=True))
-        assert dt.status("c") == "Running"  # a live claim: nobody else takes the job over
-        os.kill(row["supervisor_pid"], signal.SIGKILL)
-        dt("delete", "c")
-        assert bystander.poll() is None and dt.status("c") == "Deleted"
-        wait_gone(Ident.from_record(rec))
-        store.close()
+        with job_store(dt.home) as store:
+            row = store.job("c")
+            assert store.replace_supervisor("c", old=(row["supervisor_pid"], row["supervisor_start"]),
+                                            pid=ident.pid, token=ranks.supervisor_token(ident, claim=True))
+            assert dt.status("c") == "Running"  # a live claim: nobody else takes the job over
+            os.kill(row["supervisor_pid"], signal.SIGKILL)
+            dt("delete", "c")
+            assert bystander.poll() is None and dt.status("c") == "Deleted"
+            wait_gone(Ident.from_record(rec))
     finally:
         bystander.kill()
         bystander.wait()
@@ -236,8 +235,7 @@ def test_a_lost_job_holding_the_devices_does_not_block_the_queue_until_a_command
     dt("submit", "holder", "--gpu", "2", "--max-restarts", "0", "--", "sleep", "300")
     rec = rank_record(dt.home, "holder", 0)
     dt("submit", "queued", "--gpu", "1", "--", "true")
-    store = JobStore(dt.home / "state.db")  # read directly: a dtrain command would reconcile by itself
-    try:
+    with job_store(dt.home) as store:  # read directly: a dtrain command would reconcile by itself
         assert store.job("queued")["status"] == "Pending"
         os.kill(store.job("holder")["supervisor_pid"], signal.SIGKILL)
         wait_gone(Ident.from_record(rec))
@@ -245,8 +243,6 @@ def test_a_lost_job_holding_the_devices_does_not_block_the_queue_until_a_command
         while store.job("queued")["status"] in ("Pending", "Running") and time.monotonic() < deadline:
             time.sleep(0.2)
         holder, queued = store.job("holder"), store.job("queued")
-    finally:
-        store.close()
     assert queued["status"] == "Succeeded", (queued["status"], queued["message"])
     assert holder["status"] == "Failed" and "lost: its supervisor" in holder["message"], holder["message"]
 
@@ -255,9 +251,7 @@ def _lose_supervisor(dt: Dtrain, name: str) -> None:
     """A job `name` (sleep 300, 2 restarts) whose supervisor is killed, its rank gone with it."""
     dt("submit", name, "--max-restarts", "2", "--", "sleep", "300")
     rec = rank_record(dt.home, name, 0)
-    store = JobStore(dt.home / "state.db")
-    os.kill(store.job(name)["supervisor_pid"], signal.SIGKILL)
-    store.close()
+    os.kill(stored_job(dt.home, name)["supervisor_pid"], signal.SIGKILL)
     wait_gone(Ident.from_record(rec))
 
 

@@ -7,11 +7,11 @@ import signal
 import sys
 
 import pytest
+from conftest import stored_job
 from test_local_leftovers4 import _supervised_here
 
 from dtrain import JobSpec
 from dtrain.backends.local import supervisor
-from dtrain.backends.local.store import JobStore
 from dtrain.procs import Ident, signal_session
 
 SLEEPER = (sys.executable, "-c", "import time; time.sleep(60)")
@@ -58,11 +58,7 @@ def test_a_full_disk_refusing_launcher_json_stops_the_launcher_it_could_not_reco
     monkeypatch.setattr(supervisor, "_write_json", full)
     supervisor.main([str(home), "full"])
     _gone(started)
-    store = JobStore(home / "state.db")
-    try:
-        assert store.job("full")["status"] == "Failed"
-    finally:
-        store.close()
+    assert stored_job(home, "full")["status"] == "Failed"
 
 
 def test_a_supervisor_error_while_it_watches_stops_and_reaps_the_launcher(tmp_path, monkeypatch):
@@ -79,9 +75,5 @@ def test_a_supervisor_error_while_it_watches_stops_and_reaps_the_launcher(tmp_pa
     with pytest.raises(RuntimeError, match="a bug"):
         supervisor.main([str(home), "bug"])
     _gone(started)
-    store = JobStore(home / "state.db")
-    try:
-        row = store.job("bug")
-    finally:
-        store.close()
+    row = stored_job(home, "bug")
     assert (row["status"], row["message"].splitlines()[0]) == ("Failed", "supervisor error: a bug"), row["message"]

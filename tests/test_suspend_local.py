@@ -10,7 +10,7 @@ import sqlite3
 
 import pytest
 
-from conftest import DTRAIN, Dtrain, assert_usage_error, counter_script
+from conftest import DTRAIN, Dtrain, assert_usage_error, counter_script, job_store
 
 COUNTER = counter_script(100)
 
@@ -275,7 +275,6 @@ def test_a_stopping_jobs_gpus_go_to_no_other_job_until_its_processes_are_gone(dt
     import time
 
     from dtrain.backends.local import scheduler
-    from dtrain.backends.local.store import JobStore
     from dtrain.spec import JobSpec
 
     dt = dt_gpus
@@ -292,14 +291,11 @@ def test_a_stopping_jobs_gpus_go_to_no_other_job_until_its_processes_are_gone(dt
         while not (tmp_path / "stopping").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
         assert (tmp_path / "stopping").read_text() == "0,1"  # its process runs on both GPUs still
-        store = JobStore(dt.home / "state.db")
-        try:
+        with job_store(dt.home) as store:
             spec = JobSpec.from_stored(json.loads(store.job("next")["spec"]))
             assert store.status("next") == "Pending"
             assert scheduler.try_allocate(store, spec, ["0", "1"]) is None  # as its supervisor finds it
             assert store.allocations() == {"0": "holder", "1": "holder"}
-        finally:
-            store.close()
         nodes = dt.json("nodes")
         assert nodes[0]["gpus_allocated"] == 2 and {g["job"] for g in nodes[0]["gpus"]} == {"holder"}
     finally:
