@@ -98,6 +98,13 @@ def job_store(home: Path):
         store.close()
 
 
+@pytest.fixture
+def store(tmp_path):
+    """A JobStore of the test's own (tmp_path/state.db): a test of the store, or of the scheduler over it."""
+    with job_store(tmp_path) as s:
+        yield s
+
+
 def stored_job(home: Path, name: str):
     """Job `name`'s row in home's state.db (a sqlite3.Row), read directly; see job_store."""
     with job_store(home) as store:

@@ -12,13 +12,6 @@ from dtrain.spec import JobSpec
 from conftest import Dtrain
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = JobStore(tmp_path / "state.db")
-    yield s
-    s.close()
-
-
 def queue(store: JobStore, name: str, *, project: str = "default", gpu: int = 1, processes: int = 1) -> JobSpec:
     spec = JobSpec(name=name, command=("true",), gpu=gpu, processes=processes, project=project)
     store.insert_job(spec, cwd="/", node="here")

@@ -17,13 +17,6 @@ from conftest import Dtrain, counter_script
 from server_util import wait_until
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = JobStore(tmp_path / "state.db")
-    yield s
-    s.close()
-
-
 def run(store: JobStore, gpus: list[str], name: str, *, project: str = "default", gpu: int = 1,
         notebook: bool = False) -> JobSpec:
     spec = JobSpec(name=name, command=("true",), gpu=gpu, project=project, notebook=notebook)

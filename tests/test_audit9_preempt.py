@@ -68,13 +68,6 @@ def test_a_suspended_jobs_rank_reads_terminating_until_it_has_exited(dt: Dtrain,
     assert _ranks(dt, "job") == ["Stopped"]
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = JobStore(tmp_path / "state.db")
-    yield s
-    s.close()
-
-
 def _queue(store: JobStore, name: str, project: str, gpu: int = 1) -> JobSpec:
     spec = JobSpec(name=name, command=("true",), gpu=gpu, project=project)
     store.insert_job(spec, cwd="/", node="here")

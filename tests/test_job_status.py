@@ -19,13 +19,6 @@ ROUTE = {"Pending": (), "Running": ("Running",), "Succeeded": ("Running", "Succe
          "Failed": ("Failed",), "Deleted": ("Deleted",), "Suspended": ("Running", "Suspended")}
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = JobStore(tmp_path / "state.db")
-    yield s
-    s.close()
-
-
 def job_in(store: JobStore, name: str, status: str) -> JobSpec:
     spec = JobSpec(name=name, command=("true",), gpu=1)
     store.insert_job(spec, cwd="/", node="here")
