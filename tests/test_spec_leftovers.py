@@ -21,7 +21,7 @@ HEAD = "name: j\ncommand: [python, train.py]\n"
 
 
 def spec_of(text: str) -> JobSpec:
-    return JobSpec.from_dict(yaml_mapping(text.encode(), "job file", "name: train"))
+    return JobSpec.from_dict(yaml_mapping(text.encode(), "job file", "name: train"), door="cli")
 
 
 @pytest.mark.parametrize("text, key, lines", [
@@ -129,7 +129,7 @@ def test_a_spec_written_out_reads_back_the_same(via):
                    snapshot_on_success="data")
     d = spec.to_dict()
     text = json.dumps(d) if via == "json" else yaml.safe_dump(d)
-    assert JobSpec.from_dict(yaml_mapping(text.encode(), "job file", "name: train")) == spec
+    assert spec_of(text) == spec
 
 
 def test_describe_json_is_a_job_file_that_submits_the_same_job_again(dt, tmp_path: Path):
@@ -168,7 +168,7 @@ def test_a_long_hex_number_in_env_is_its_text_not_a_traceback():
     # Python's str() refuses whole numbers past 4300 digits: `str(value)` raised a bare ValueError.
     text = "0x" + "f" * 5000
     assert spec_of(HEAD + f"env: {{KEY: {text}}}\n").env == {"KEY": text}
-    with pytest.raises(SpecError, match=r"invalid processes <a whole number of about 6021 digits>"):
+    with pytest.raises(SpecError, match=r"invalid --processes <a whole number of about 6021 digits>"):
         spec_of(HEAD + f"processes: {text}\n")
 
 

@@ -22,7 +22,7 @@ HEAD = "name: j\ncommand: [echo, 1e-3, 2E0]\nenv: {LR: 1e-3}\nlauncher: torchrun
 
 
 def spec_of(text: str) -> JobSpec:
-    return JobSpec.from_dict(yaml_mapping(text.encode(), "job file", "name: train"))
+    return JobSpec.from_dict(yaml_mapping(text.encode(), "job file", "name: train"), door="cli")
 
 
 def submit(home: Path, capsys, *args: str) -> tuple[int, str, str]:
@@ -57,10 +57,10 @@ def test_the_refusal_quotes_the_number_not_a_string():
         spec_of(HEAD + "processes: 2.5e0\n")
     with pytest.raises(SpecError) as flag:
         JobSpec(name="j", command=["echo"], launcher="torchrun", processes=whole_number("2.5e0"))
-    assert str(file.value.in_words("cli")) == str(flag.value.in_words("cli")) == (  # as `dtrain submit` says it
+    assert str(file.value) == str(flag.value.in_words("cli")) == (  # as `dtrain submit` says it, -f or flags
         "invalid --processes 2.5e0: use a whole number from 1 to 4096, e.g. --processes 4")
-    assert str(file.value) == str(flag.value) == "invalid processes 2.5e0: use a whole number from 1 to 4096, " \
-                                                 "e.g. processes=4"  # the SDK's words
+    assert str(flag.value) == "invalid processes 2.5e0: use a whole number from 1 to 4096, " \
+                              "e.g. processes=4"  # the SDK's words
 
 
 def test_text_fields_keep_the_word_as_a_plain_string():
@@ -79,7 +79,7 @@ def test_a_quoted_number_stays_a_string_and_is_refused():
     from dtrain.numbers import NumberWord
 
     assert type(yaml_mapping(b"a: 1e3\n", "f", "a: 1")["a"]) is NumberWord
-    with pytest.raises(SpecError, match=r"^invalid processes '1e3': use a whole number"):
+    with pytest.raises(SpecError, match=r"^invalid --processes '1e3': use a whole number"):
         spec_of(HEAD + "processes: '1e3'\n")
 
 
