@@ -265,6 +265,10 @@ def _uploaded(clients, name: str) -> bool:  # noqa: F811
     return bool(clients.s3.list_objects_v2(Bucket=CFG.bucket, Prefix=f"dtrain/{name}/").get("KeyCount"))
 
 
+def _warned(caplog) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
 def test_submit_with_an_efs_channel_its_subnet_reaches_creates_the_job(clients, net, code):  # noqa: F811
     be = _backend(clients, net, code, net["a"])
     be.submit(spec("efs-ok", sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
@@ -309,14 +313,16 @@ def test_the_dry_run_warns_as_submit_would_and_shows_the_requests(clients, net, 
     be = _backend(clients, net, code, net["b"])
     with caplog.at_level(logging.WARNING):
         reqs = be.render(spec("fs-dry", sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warned = _warned(caplog)
     assert len(warned) == 1 and f"its mount targets are in {net['a']}" in warned[0], warned
     assert "SageMaker.CreateTrainingJob" in reqs[-1]
     with pytest.raises(NotFoundError):
         be.get("fs-dry")  # nothing made
 
 
-def test_a_dry_run_efs_describe_refused_says_what_a_submit_would_do(clients, net, code, caplog):  # noqa: F811
+def _efs_describe_refused(clients, net, code, caplog, verb: str, name: str) -> list[str]:  # noqa: F811
+    """The warnings of backend `verb` ("render" or "submit") of job `name`, whose channel is on the EFS file
+    system, while EFS refuses DescribeFileSystems to these credentials (no FSx client)."""
     efs = session().client("efs")
     be = SageMakerBackend(SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["a"],),
                                           security_groups=("sg-0abc1234",)),
@@ -324,22 +330,18 @@ def test_a_dry_run_efs_describe_refused_says_what_a_submit_would_do(clients, net
                           cwd=str(code))
     with Stubber(efs) as e, caplog.at_level(logging.WARNING):
         e.add_client_error("describe_file_systems", "AccessDeniedException", "not authorized", 403)
-        be.render(spec("efs-dry-denied", sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        getattr(be, verb)(spec(name, sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
+    return _warned(caplog)
+
+
+def test_a_dry_run_efs_describe_refused_says_what_a_submit_would_do(clients, net, code, caplog):  # noqa: F811
+    warned = _efs_describe_refused(clients, net, code, caplog, "render", "efs-dry-denied")
     assert len(warned) == 1 and "elasticfilesystem:DescribeFileSystems" in warned[0]
     assert "a submit goes on all the same" in warned[0]
 
 
 def test_a_refused_efs_describe_warns_once_and_the_job_is_created(clients, net, code, caplog):  # noqa: F811
-    efs = session().client("efs")
-    be = SageMakerBackend(SageMakerConfig(role=CFG.role, bucket=CFG.bucket, region=CFG.region, subnets=(net["a"],),
-                                          security_groups=("sg-0abc1234",)),
-                          clients=Clients(clients.sagemaker, clients.s3, clients.logs, efs, None, net["ec2_client"]),
-                          cwd=str(code))
-    with Stubber(efs) as e, caplog.at_level(logging.WARNING):
-        e.add_client_error("describe_file_systems", "AccessDeniedException", "not authorized", 403)
-        be.submit(spec("efs-denied", sm=dict(channels=(f"training=efs://{net['efs']}/data",))))
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warned = _efs_describe_refused(clients, net, code, caplog, "submit", "efs-denied")
     assert len(warned) == 1 and "elasticfilesystem:DescribeFileSystems" in warned[0]
     assert clients.sagemaker.describe_training_job(TrainingJobName="efs-denied")["TrainingJobName"] == "efs-denied"
 
@@ -362,16 +364,12 @@ def test_submit_to_a_subnet_that_may_not_reach_the_file_system_warns_and_creates
     name = f"fs-doubt-{subnet}"
     with caplog.at_level(logging.WARNING):
         be.submit(spec(name, sm=dict(channels=("training=" + uri.format(**net),))))
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warned = _warned(caplog)
     assert len(warned) == 1 and said.format(**net) in warned[0], warned
     assert clients.sagemaker.describe_training_job(TrainingJobName=name)["TrainingJobName"] == name
 
 
 # ---- the job's security groups (EC2 DescribeSecurityGroups, EFS DescribeMountTargetSecurityGroups) -----------
-def _warned(caplog) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
-
-
 @pytest.mark.parametrize("uri, subnet, group, said", [
     # the job's group lets nothing out: the egress fix names it and the mount target's group
     ("efs://{efs}/data", "a", "closed", ("no outbound rule of the job's security groups ({closed}) allows NFS (TCP "
