@@ -185,6 +185,18 @@ def _advice(err: int, fix: str) -> str:
     return f"use a folder you can write to, with free space, or {fix}"
 
 
+def _refused_on_every_rank(write, path, err: int, fix: str) -> None:
+    """`write(rank)` refuses `path`, which cannot be written for `err`, in one line naming it and `fix`: rank 0 as it
+    found it, rank 1 as rank 0 found it."""
+    why = os.strerror(err)
+    with pytest.raises(SpecError) as e:
+        write(MAIN)
+    assert str(e.value) == f"{path} cannot be written ({why}): {fix}"
+    with pytest.raises(SpecError) as e:
+        write(OTHER)
+    assert str(e.value) == f"rank 0 found that {path} cannot be written ({why}), so rank 1 stops too: {fix}"
+
+
 OPEN_ERRORS = pytest.mark.parametrize("err", [errno.EIO, errno.EACCES, errno.EROFS, errno.ENOSPC],
                                       ids=["EIO", "EACCES", "EROFS", "ENOSPC"])
 
@@ -204,13 +216,8 @@ def test_a_metrics_file_that_does_not_open_is_one_line_on_every_rank(monkeypatch
     cfg = dataclasses.replace(cfg, checkpoint_dir=str(check_outputs(cfg)))
     _failing_open(monkeypatch, metrics, err)
     _fake_all_reduce(monkeypatch)
-    why, fix = os.strerror(err), _advice(err, "give this run another --metrics-file")
-    with pytest.raises(SpecError) as e:
-        _one_training_writes(cfg, MAIN)
-    assert str(e.value) == f"{metrics} cannot be written ({why}): {fix}"
-    with pytest.raises(SpecError) as e:
-        _one_training_writes(cfg, OTHER)
-    assert str(e.value) == f"rank 0 found that {metrics} cannot be written ({why}), so rank 1 stops too: {fix}"
+    _refused_on_every_rank(lambda rank: _one_training_writes(cfg, rank), metrics, err,
+                           _advice(err, "give this run another --metrics-file"))
 
 
 @OPEN_ERRORS
@@ -225,13 +232,8 @@ def test_a_train_log_that_does_not_open_is_one_line_on_every_rank(monkeypatch, t
     out.mkdir()
     _failing_open(monkeypatch, out / "train.log", err)
     _fake_all_reduce(monkeypatch)
-    why, fix = os.strerror(err), _advice(err, "give this run another --out-dir")
-    with pytest.raises(SpecError) as e:
-        one_training_writes(out, out, MAIN)
-    assert str(e.value) == f"{out / 'train.log'} cannot be written ({why}): {fix}"
-    with pytest.raises(SpecError) as e:
-        one_training_writes(out, out, OTHER)
-    assert str(e.value) == f"rank 0 found that {out / 'train.log'} cannot be written ({why}), so rank 1 stops too: {fix}"
+    _refused_on_every_rank(lambda rank: one_training_writes(out, out, rank), out / "train.log", err,
+                           _advice(err, "give this run another --out-dir"))
     monkeypatch.undo()
     _clean_env(monkeypatch)
     _fake_all_reduce(monkeypatch)
@@ -253,14 +255,8 @@ def test_lanes_metrics_file_that_does_not_open_is_one_line_on_every_rank(monkeyp
     out.mkdir()
     _failing_open(monkeypatch, out / "metrics.jsonl", err)
     _fake_all_reduce(monkeypatch)
-    why, fix = os.strerror(err), _advice(err, "give this run another --out-dir")
-    with pytest.raises(SpecError) as e:
-        one_training_writes(out, out, MAIN)
-    assert str(e.value) == f"{out / 'metrics.jsonl'} cannot be written ({why}): {fix}"
-    with pytest.raises(SpecError) as e:
-        one_training_writes(out, out, OTHER)
-    assert str(e.value) == (f"rank 0 found that {out / 'metrics.jsonl'} cannot be written ({why}), so rank 1 stops "
-                            f"too: {fix}")
+    _refused_on_every_rank(lambda rank: one_training_writes(out, out, rank), out / "metrics.jsonl", err,
+                           _advice(err, "give this run another --out-dir"))
     monkeypatch.undo()
     _clean_env(monkeypatch)
     _fake_all_reduce(monkeypatch)
@@ -382,13 +378,7 @@ def test_a_metrics_mirror_that_does_not_open_is_named_with_its_own_fix_on_every_
     start = workload(tmp_path)
     _failing_open(monkeypatch, mirror, err)
     _fake_all_reduce(monkeypatch)
-    why, fix = os.strerror(err), _mirror_advice(err, job)
-    with pytest.raises(SpecError) as e:
-        start(MAIN)
-    assert str(e.value) == f"{mirror} cannot be written ({why}): {fix}"
-    with pytest.raises(SpecError) as e:
-        start(OTHER)
-    assert str(e.value) == f"rank 0 found that {mirror} cannot be written ({why}), so rank 1 stops too: {fix}"
+    _refused_on_every_rank(start, mirror, err, _mirror_advice(err, job))
     monkeypatch.undo()
     _clean_env(monkeypatch)
     monkeypatch.setenv("DTRAIN_METRICS_FILE", str(mirror))
