@@ -111,6 +111,19 @@ def stored_job(home: Path, name: str):
         return store.job(name)
 
 
+def wait_through(event, wait, *, after: float = 0.3):
+    """`wait()`'s answer, while `event()` (a controller's, a driver's) happens `after` seconds into it, on a
+    timer's thread (joined before this returns)."""
+    import threading
+
+    timer = threading.Timer(after, event)
+    timer.start()
+    try:
+        return wait()
+    finally:
+        timer.join()
+
+
 def rank_record(home: Path, job: str, rank: int, timeout: float = 90) -> dict:
     """A local job's rank record, once the rank has started (its pid is recorded)."""
     path = home / "jobs" / job / "ranks" / f"rank-{rank}.json"

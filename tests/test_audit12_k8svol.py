@@ -5,13 +5,12 @@ existing claims whose names have dots. Each test fails on the code before its fi
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
 import yaml
 
-from conftest import Dtrain, assert_usage_error
+from conftest import Dtrain, assert_usage_error, wait_through
 from dtrain.backends.base import TimeoutError_
 from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
 from dtrain.errors import ConflictError, NotFoundError, SpecError
@@ -45,13 +44,8 @@ def test_wait_volume_returns_once_the_driver_put_the_class_in_effect(backend, cl
     assert backend.wait_volume("work", timeout=0).name == "work"  # no class ever asked: nothing to wait for
     backend.update_volume("work", storage_class="premium")
     _modifying(cluster, "work", "InProgress")
-    timer = threading.Timer(0.3, cluster.modify_volumes)
-    timer.start()
     started = time.monotonic()
-    try:
-        done = backend.wait_volume("work", timeout=30, poll=0.05)
-    finally:
-        timer.join()
+    done = wait_through(cluster.modify_volumes, lambda: backend.wait_volume("work", timeout=30, poll=0.05))
     assert time.monotonic() - started >= 0.3  # it did wait for the driver
     assert done.extra["current_volume_attributes_class"] == "premium" and done.extra["modify_volume_status"] is None
 
@@ -102,12 +96,8 @@ def test_the_cli_waits_for_the_class_and_exits_124_naming_describe(home, tmp_pat
         assert late.stderr.strip().splitlines() == [
             "dtrain: --timeout 0.3 ran out waiting for volume 'work' to take VolumeAttributesClass 'premium' (set; "
             "the storage system goes on); check 'dtrain volume describe work'"]  # its StorageClass stays
-        timer = threading.Timer(0.5, cluster.modify_volumes)
-        timer.start()
-        try:
-            done = dt("volume", "update", "work", "--class", "premium", "--wait", "--json")
-        finally:
-            timer.join()
+        done = wait_through(cluster.modify_volumes, lambda: dt("volume", "update", "work", "--class", "premium",
+                                                               "--wait", "--json"), after=0.5)
         assert json.loads(done.stdout)["extra"]["current_volume_attributes_class"] == "premium"
         assert_usage_error(dt("volume", "update", "work", "--class", "ultra", "--timeout", "5", check=False),
                            "--timeout goes with --wait: dtrain volume update work --class ultra --wait --timeout 5")
@@ -147,10 +137,7 @@ def test_the_sdk_and_the_http_api_wait_for_a_volume(make_backend, cluster, tmp_p
         url = f"{server.url}/api/v1/volumes/work/wait"
         late = requests.get(url, params={"timeout": 0.2}, timeout=30)
         assert late.status_code == 408 and "still changing storage class after 0.2s" in late.json()["error"]
-        timer = threading.Timer(0.3, cluster.modify_volumes)
-        timer.start()
-        done = requests.get(url, params={"timeout": 30}, timeout=60)
-        timer.join()
+        done = wait_through(cluster.modify_volumes, lambda: requests.get(url, params={"timeout": 30}, timeout=60))
         assert done.status_code == 200 and done.json()["extra"]["current_volume_attributes_class"] == "premium"
         client.update_volume("work", storage_class="ultra")
         _modifying(cluster, "work", "Infeasible", "ultra")

@@ -5,12 +5,12 @@ or a script would poll by hand; the local backend's snapshots are ready once tak
 from __future__ import annotations
 
 import json
-import threading
 import time
 
 import pytest
 
 import dtrain
+from conftest import wait_through
 from dtrain.backends.base import TimeoutError_
 from dtrain.errors import ConflictError, NotFoundError, SpecError
 from tests.test_k8s_backend import NS, backend, cluster, make_backend  # noqa: F401 - fixtures
@@ -19,13 +19,8 @@ from tests.test_k8s_backend import NS, backend, cluster, make_backend  # noqa: F
 def test_a_kubernetes_snapshot_is_waited_for_until_its_controller_marks_it_ready(backend, cluster):
     backend.create_volume("data", size="1Gi")
     assert backend.create_snapshot("data", name="s1").ready is False
-    timer = threading.Timer(0.3, cluster.ready_snapshots)
-    timer.start()
     started = time.monotonic()
-    try:
-        snap = backend.wait_snapshot("s1", timeout=30, poll=0.05)
-    finally:
-        timer.join()
+    snap = wait_through(cluster.ready_snapshots, lambda: backend.wait_snapshot("s1", timeout=30, poll=0.05))
     assert snap.ready is True and snap.name == "s1" and snap.bytes == 2**30
     assert time.monotonic() - started >= 0.3  # it did wait for the controller
 
@@ -80,10 +75,7 @@ def test_the_http_api_waits_for_a_snapshot_and_answers_408_then_409(make_backend
         late = requests.get(url, params={"timeout": 0.2}, timeout=30)
         assert late.status_code == 408 and "still not ready after 0.2s" in late.json()["error"]
         assert requests.get(url, params={"timeout": 601}, timeout=30).status_code == 422
-        timer = threading.Timer(0.3, cluster.ready_snapshots)
-        timer.start()
-        ready = requests.get(url, params={"timeout": 30}, timeout=60)
-        timer.join()
+        ready = wait_through(cluster.ready_snapshots, lambda: requests.get(url, params={"timeout": 30}, timeout=60))
         assert ready.status_code == 200 and ready.json()["ready"] is True and ready.json()["name"] == "s1"
         backend.create_snapshot("data", name="s2")
         snap = cluster.get("snapshot.storage.k8s.io", "volumesnapshots", NS, "s2")
