@@ -126,6 +126,33 @@ def test_a_prefix_list_aws_refuses_to_show_is_the_one_unread_warning(vpc):
             secgroups.check(ec2, efs, "h", "EFS", ["sg-0aaa1111"], [vpc["a"]], [_target(vpc, "fsmt-0a000005")])
 
 
+def test_a_prefix_list_longer_than_the_pages_read_is_said_not_judged(vpc):
+    """A prefix list was read for at most 20 pages of 100 entries, silently: a rule naming a longer one was judged
+    on the entries read, and one whose entry holding the mount target lay further on was warned of as letting
+    nothing through."""
+    ec2, efs = session().client("ec2"), session().client("efs")
+    pl, pages = "pl-0abc1234", secgroups.PrefixLists.PAGES
+    job = {"GroupId": "sg-0aaa1111", "GroupName": "j", "IpPermissionsEgress": [
+        {"IpProtocol": "tcp", "FromPort": 2049, "ToPort": 2049, "PrefixListIds": [{"PrefixListId": pl}]}]}
+    theirs = {"GroupId": "sg-0bbb2222", "GroupName": "m", "IpPermissions": [
+        {"IpProtocol": "tcp", "FromPort": 2049, "ToPort": 2049, "UserIdGroupPairs": [{"GroupId": "sg-0aaa1111"}]}]}
+    with Stubber(ec2) as e, Stubber(efs) as f:
+        e.add_response("describe_security_groups", {"SecurityGroups": [job]}, {"GroupIds": ["sg-0aaa1111"]})
+        f.add_response("describe_mount_target_security_groups", {"SecurityGroups": ["sg-0bbb2222"]},
+                       {"MountTargetId": "fsmt-0a000006"})
+        e.add_response("describe_security_groups", {"SecurityGroups": [theirs]}, {"GroupIds": ["sg-0bbb2222"]})
+        for page in range(pages):  # every page far from the target, and one more left each time
+            params = {"PrefixListId": pl, "MaxResults": 100, **({"NextToken": f"t{page}"} if page else {})}
+            e.add_response("get_managed_prefix_list_entries",
+                           {"Entries": [{"Cidr": f"192.168.{page}.{i}/32"} for i in range(100)],
+                            "NextToken": f"t{page + 1}"}, params)
+        lines = secgroups.check(ec2, efs, "h", "EFS", ["sg-0aaa1111"], [vpc["a"]], [_target(vpc, "fsmt-0a000006")])
+        e.assert_no_pending_responses()
+    assert lines == [f"h: the managed prefix list {pl} has more than the {pages * 100} entries read of it ({pages} "
+                     f"pages), so whether the security groups' rules naming it let NFS (TCP 2049) through is not "
+                     f"checked: see aws ec2 get-managed-prefix-list-entries --prefix-list-id {pl}"], lines
+
+
 # ---- the egress fix, applied as written ------------------------------------------------------------------
 def _apply(ec2, line: str) -> None:
     """Each `aws ec2 authorize-security-group-egress` command of a warning's fix, made on moto as the CLI would."""

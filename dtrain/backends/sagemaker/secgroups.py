@@ -16,7 +16,8 @@ a group each is in (one they share where there is one), else (its groups unread)
 never refused: the rules may be changed by others before the job starts. Asked with EC2 DescribeSecurityGroups,
 EFS DescribeMountTargetSecurityGroups (whose IAM policy also needs ec2:DescribeNetworkInterfaceAttribute), EC2
 DescribeNetworkInterfaces (an FSx file system's NetworkInterfaceIds, from its DescribeFileSystems answer), EC2
-GetManagedPrefixListEntries (a prefix list a rule for the port names, each once) and, where an inbound rule names
+GetManagedPrefixListEntries (a prefix list a rule for the port names, each once, at most 20 pages: a longer
+one's rules are said unchecked, not judged on part of it) and, where an inbound rule names
 CIDRs or a fix a subnet, EC2 DescribeSubnets; each request is checked against botocore's model first. Where AWS
 does not answer or refuses these credentials, one warning: the job goes on; so where its answer names no
 security group of a mount target or of an FSx file system's network interfaces (whose inbound rules then go
@@ -120,8 +121,11 @@ class PrefixLists:
 
     def __init__(self, ec2: Any):
         self.ec2, self.read = ec2, {}
+        self.cut: dict[str, int] = {}  # a list AWS still had a page of after PAGES: the entries read of it
+        self.consulted: set[str] = set()  # the lists read for the judgement under way (cleared by its caller)
 
     def cidrs(self, pl_id: str) -> list[str]:
+        self.consulted.add(pl_id)
         if pl_id not in self.read:
             out: list[str] = []
             params: dict = {"PrefixListId": pl_id, "MaxResults": 100}
@@ -132,6 +136,8 @@ class PrefixLists:
                 if not got.get("NextToken"):
                     break
                 params["NextToken"] = got["NextToken"]
+            else:  # a page still unread: a rule may count through an entry of it
+                self.cut[pl_id] = len(out)
             self.read[pl_id] = out
         return self.read[pl_id]
 
@@ -337,6 +343,20 @@ def ingress_doubt(head: str, theirs: list[dict], job_ids: list[str], subnets: li
             f"unless the rules change first: allow {'it' if len(gaps) * len(into) == 1 else 'them'} ({fix})")
 
 
+def unjudged(head: str, lists: PrefixLists, ranges: tuple[tuple[int, int], ...], proto: str,
+             doubt: str | None) -> str | None:
+    """`doubt`, a judgement on the prefix lists it read (lists.consulted), where each was read whole; where one was
+    not (more than PrefixLists.PAGES pages), the line saying so instead: an entry left unread may be the one that
+    lets the port through. No doubt stands either way: an entry read already let it through."""
+    cut = [pl for pl in lists.consulted if pl in lists.cut]
+    if doubt is None or not cut:
+        return doubt
+    pl, needed = sorted(cut)[0], ", ".join(said(r) for r in ranges)
+    return (f"{head}: the managed prefix list {pl} has more than the {lists.cut[pl]} entries read of it "
+            f"({PrefixLists.PAGES} pages), so whether the security groups' rules naming it let {proto} (TCP {needed}) "
+            f"through is not checked: see aws ec2 get-managed-prefix-list-entries --prefix-list-id {pl}")
+
+
 def check(ec2: Any, efs: Any, head: str, kind: str, job_ids: list[str], subnets: list[str],
           targets: list[dict]) -> list[str]:
     """The warning lines of a file-system channel's security groups: the job's outbound rules and the inbound
@@ -352,10 +372,12 @@ def check(ec2: Any, efs: Any, head: str, kind: str, job_ids: list[str], subnets:
         side = interface_groups(ec2, targets[0]) if targets else Side()
     theirs = groups(ec2, list(side.groups)) if side.groups else []  # no GroupIds would describe every group
     lists, known = PrefixLists(ec2), Subnets(ec2)
-    lines = [egress_doubt(head, job, ranges, proto, side, lists, lambda subnet, v: known.cidrs([subnet], v))]
+    lines = [unjudged(head, lists, ranges, proto, egress_doubt(head, job, ranges, proto, side, lists,
+                                                                lambda subnet, v: known.cidrs([subnet], v)))]
     if theirs:
-        lines.append(ingress_doubt(head, theirs, job_ids, subnets, ranges, proto, kind, side=side, lists=lists,
-                                   known=known))
+        lists.consulted.clear()
+        lines.append(unjudged(head, lists, ranges, proto, ingress_doubt(head, theirs, job_ids, subnets, ranges, proto,
+                                                                         kind, side=side, lists=lists, known=known)))
     bare = list(dict.fromkeys(side.bare))
     if bare:  # their inbound rules were not looked at: said, not passed over
         lines.append(unread_targets(head, bare, ranges, proto, kind))
