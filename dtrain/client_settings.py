@@ -124,8 +124,8 @@ class Settings:
                     break
         if not self._sagemaker and settings == self.config.sagemaker:
             return saved
-        try:
-            return SageMakerConfig.from_dict({**settings, **self._sagemaker}, where="Client(sagemaker=...)")
+        try:  # every key is known here: config.yaml's were checked above, the client's when it was made
+            return SageMakerConfig(**{**settings, **self._sagemaker})
         except SpecError as err:  # given as the SDK's sagemaker={...}: its keys, not the CLI's flags
             said = err.in_words("sdk") if isinstance(err, Worded) else err
             raise SpecError(f"SageMaker settings given to this client: {said}") from None

@@ -210,6 +210,23 @@ def test_a_clients_sagemaker_settings_are_named_as_given(home):
     assert Client(home=home, sagemaker={"bucket": "my-bucket"}).sagemaker_config().bucket == "my-bucket"
 
 
+def test_an_unknown_sagemaker_key_is_refused_where_it_was_written(home, monkeypatch):
+    """The settings a client reads merge config.yaml's and the client's own, whose keys were each checked before
+    (config.yaml's first, the client's when it was made): a refusal naming 'Client(sagemaker=...):' at the merge
+    could not show, and the merge takes the known keys as they are."""
+    from dtrain import Client
+
+    monkeypatch.setenv("AWS_REGION", "eu-west-1")
+    (home / "config.yaml").write_text("sagemaker: {bukcet: my-bucket}\n")
+    with pytest.raises(SpecError) as saved:  # config.yaml's key, whatever the client gives
+        Client(home=home, sagemaker={"bucket": "my-bucket"}).sagemaker_config()
+    assert str(saved.value).startswith(f"{home / 'config.yaml'}: unknown sagemaker setting bukcet"), saved.value
+    (home / "config.yaml").write_text("sagemaker: {prefix: runs}\n")
+    with pytest.raises(SpecError, match=r"in Client\(sagemaker=\.\.\.\)"):  # the client's, when it is made
+        Client(home=home, sagemaker={"bukcet": "my-bucket"})
+    merged = Client(home=home, sagemaker={"bucket": "my-bucket"}).sagemaker_config()
+    assert (merged.bucket, merged.prefix, merged.region) == ("my-bucket", "runs", "eu-west-1")
+
 def test_a_waits_timeout_has_a_public_name(home):
     """A traceback said 'dtrain.errors.TimeoutError_: ...': a trailing '_' reads as private, or as the built-in
     misspelt. WaitTimeoutError is its name; TimeoutError_ is the same class, so old code still catches it."""
