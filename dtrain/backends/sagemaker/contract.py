@@ -60,7 +60,10 @@ def resource_config(req: dict, host: str) -> dict:
 
 
 def input_data_config(req: dict) -> dict:
-    return {c["ChannelName"]: {"TrainingInputMode": c.get("InputMode", "File"),
+    """inputdataconfig.json: per channel, its ContentType where the request gives one (as SageMaker writes it,
+    first), its input mode and distribution."""
+    return {c["ChannelName"]: {**({"ContentType": c["ContentType"]} if c.get("ContentType") else {}),
+                               "TrainingInputMode": c.get("InputMode", "File"),
                                "S3DistributionType": "FullyReplicated", "RecordWrapperType": "None"}
             for c in req.get("InputDataConfig") or []}
 
