@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Iterator
 
 from dtrain.backends.local.launch import job_path, outer_home
-from dtrain.backends.sagemaker import contract
+from dtrain.backends.sagemaker import checkpoint_lock, contract
 from dtrain.backends.sagemaker.archive import link_leaves, unpack
 from dtrain.backends.sagemaker.local import LocalS3, locked_state, transition, write_json
 from dtrain.replace import open_in
@@ -101,6 +101,11 @@ class Runner:
         return Path(contract.local_path(uri, str(self.s3.root)))
 
     def prepare(self) -> dict[str, Path]:
+        uri = self.req["CheckpointConfig"]["S3Uri"]
+        self.checkpoints = self.s3_path(uri)
+        self.checkpoints.mkdir(parents=True, exist_ok=True)
+        # held until the runner ends: no other local job given this folder starts meanwhile
+        self.checkpoint_lock = checkpoint_lock.hold(self.checkpoints, self.s3.root, uri, self.name)
         source = contract.decode(self.req["HyperParameters"]["sagemaker_submit_directory"])
         archive = self.s3_path(source)
         channels = {}
@@ -129,8 +134,6 @@ class Runner:
             hosts[host] = h
         (self.dir / "etc-hosts").write_text(contract.etc_hosts(self.req, socket.gethostname()))
         self.channels = channels
-        self.checkpoints = self.s3_path(self.req["CheckpointConfig"]["S3Uri"])
-        self.checkpoints.mkdir(parents=True, exist_ok=True)
         return hosts
 
     # ---- 2. Training --------------------------------------------------------------------
