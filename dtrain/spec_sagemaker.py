@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -35,6 +36,11 @@ MAX_INSTANCES = 1000  # instances of one job: dtrain's bound (an account's quota
 # of up to 256 characters, values of up to 2500 (the value as the request carries it, JSON-encoded).
 MAX_HYPERPARAMETERS = 100
 MAX_HP_VALUE = 2500
+MAX_LOCAL_PATH = 4096  # CheckpointConfig.LocalPath, as botocore's model bounds it
+OPT_ML = "/opt/ml"
+RESERVED = ("code", "input", "model", "output")  # /opt/ml/<these>: the toolkit's own folders, each mounted or written
+SYSTEM = ("/proc", "/dev", "/sys", "/etc/hosts")  # what a container's system (the --local sandbox) mounts itself
+LOCAL_PATH_FIX = "use an absolute folder of its own, e.g. /opt/ml/checkpoints (the default) or /mnt/checkpoints"
 HyperparameterValue = str | int | float | bool  # the JSON scalars the SageMaker SDK sends and the toolkit decodes
 
 
@@ -103,6 +109,36 @@ class Channel:
 
     def to_flag(self) -> str:
         return f"{self.name}={self.uri}"
+
+
+def local_path_problem(path: object) -> str | None:
+    """What is wrong with a CheckpointConfig.LocalPath (where the job's container sees its checkpoints), said after
+    the value ('is not an absolute path'), or None: it must be a normalized absolute path (no '.', '..' nor '//':
+    the folder the user wrote, unresolved), of at most MAX_LOCAL_PATH printable characters, clear of /opt/ml itself
+    and what holds it, of the toolkit's folders in it (RESERVED) and of what the container's system mounts."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        return "is not an absolute path"
+    if len(path) > MAX_LOCAL_PATH:
+        return f"has {len(path)} characters, at most {MAX_LOCAL_PATH}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in path):
+        return "has a control character"
+    trimmed = path.rstrip("/") or "/"
+    if posixpath.normpath(trimmed) != trimmed or trimmed.startswith("//"):
+        return "has '.', '..' or '//' in it, which are not resolved"
+    if trimmed == OPT_ML or OPT_ML.startswith(trimmed.rstrip("/") + "/"):
+        return "holds /opt/ml, the container's own folder"
+    for name in RESERVED:
+        if trimmed == f"{OPT_ML}/{name}" or trimmed.startswith(f"{OPT_ML}/{name}/"):
+            return f"is in /opt/ml/{name}, the toolkit's own folder"
+    for place in SYSTEM:
+        if trimmed == place or trimmed.startswith(place + "/"):
+            return f"is in {place}, which the container's system mounts"
+    return None
+
+
+def said_path(path: object) -> str:
+    """A path as a refusal quotes it: repr, cut after 80 characters."""
+    return repr(path[:80] + "...") if isinstance(path, str) and len(path) > 80 else shown(path)
 
 
 def gpu_type(instance_type: str) -> bool:
@@ -249,6 +285,7 @@ class SageMakerOptions:
     network_isolation: bool = False  # EnableNetworkIsolation: no outbound calls from the container
     encrypt_inter_container: bool = False  # EnableInterContainerTrafficEncryption
     checkpoint_uri: str | None = None  # CheckpointConfig.S3Uri; None: s3://BUCKET/PREFIX/JOB/checkpoints
+    checkpoint_local_path: str | None = None  # CheckpointConfig.LocalPath; None: /opt/ml/checkpoints
     output_path: str | None = None  # OutputDataConfig.S3OutputPath (the model: S3OutputPath/JOB/output/); None: s3://BUCKET/PREFIX
     local: bool = False  # run on this machine inside the SageMaker contract (no Docker, no AWS)
 
@@ -277,6 +314,10 @@ class SageMakerOptions:
         _bounded(self.volume_size, "volume_size", 1, MAX_VOLUME_GB)
         _s3_uri(self.checkpoint_uri, "checkpoint_uri", "s3://my-bucket/checkpoints")
         _s3_uri(self.output_path, "output_path", "s3://my-bucket/models")
+        if self.checkpoint_local_path is not None and (why := local_path_problem(self.checkpoint_local_path)):
+            value = said_path(self.checkpoint_local_path)
+            raise Worded(lambda door: f"invalid {option_named('checkpoint_local_path', door)} {value}: it {why}; "
+                                      f"{LOCAL_PATH_FIX}")
         if self.max_wait is not None and not self.spot:
             raise Worded(lambda door: f"{option_named('max_wait', door)} applies to spot training only: add "
                                       f"{switched('spot', door)} or drop {option_named('max_wait', door)}")
@@ -306,7 +347,8 @@ class SageMakerOptions:
                 "source_dir": self.source_dir, "spot": self.spot, "max_runtime": self.max_runtime,
                 "max_wait": self.max_wait, "volume_size": self.volume_size,
                 "network_isolation": self.network_isolation, "encrypt_inter_container": self.encrypt_inter_container,
-                "checkpoint_uri": self.checkpoint_uri, "output_path": self.output_path, "local": self.local}
+                "checkpoint_uri": self.checkpoint_uri, "checkpoint_local_path": self.checkpoint_local_path,
+                "output_path": self.output_path, "local": self.local}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> "SageMakerOptions":

@@ -1,6 +1,7 @@
 """A SageMaker user's third round with `--local`: two jobs given one checkpoint URI (the second one refused
 while the first runs, by a lock file both take, no flock of a folder: NFS takes none), and the channel's
-ContentType in inputdataconfig.json, as SageMaker writes it. The runner prepares the hosts' folders from a CreateTrainingJob request in a job folder
+ContentType in inputdataconfig.json, and the checkpoints seen at CheckpointConfig's LocalPath (checked),
+as SageMaker does both. The runner prepares the hosts' folders from a CreateTrainingJob request in a job folder
 of the local SageMaker root, as LocalSageMaker.create_training_job leaves it."""
 
 from __future__ import annotations
@@ -14,18 +15,22 @@ from pathlib import Path
 
 import pytest
 
+from dtrain.backends.sagemaker import contract
 from dtrain.backends.sagemaker.checkpoint_lock import CheckpointsInUse
+from dtrain.backends.sagemaker.local import LocalAWSError, LocalSageMaker
 from dtrain.backends.sagemaker.runner import Runner
 
 
-def _job(root: Path, name: str, *, channels: list[dict] = (), checkpoint: dict | None = None) -> dict:
-    """A request for job `name` under the local root `root`: its code in the local S3, one host."""
+def _job(root: Path, name: str, *, channels: list[dict] = (), checkpoint: dict | None = None,
+         program: bytes = b"pass\n") -> dict:
+    """A request for job `name` under the local root `root`: its code (train.py: `program`) in the local S3,
+    one host."""
     code = root / "s3" / "bucket" / "code" / "sourcedir.tar.gz"
     code.parent.mkdir(parents=True, exist_ok=True)
     with tarfile.open(code, "w:gz") as tar:
         info = tarfile.TarInfo("train.py")
-        info.size = 5
-        tar.addfile(info, io.BytesIO(b"pass\n"))
+        info.size = len(program)
+        tar.addfile(info, io.BytesIO(program))
     req = {"TrainingJobName": name,
            "HyperParameters": {"sagemaker_submit_directory": json.dumps("s3://bucket/code/sourcedir.tar.gz"),
                                "sagemaker_program": json.dumps("train.py")},
@@ -108,3 +113,114 @@ def test_the_runner_fails_the_second_job_with_the_refusal_as_its_reason(tmp_path
     assert state["FailureReason"] == ("ClientError: the checkpoint folder of s3://bucket/shared/ckpt is in use by "
                                       "the local job j1, which writes its checkpoints there: wait for it to end, or "
                                       "give this job another --checkpoint-s3-uri")
+
+
+def _started(root: Path, name: str) -> None:
+    (root / "jobs" / name / "state.json").write_text(json.dumps(
+        {"TrainingJobStatus": "InProgress", "SecondaryStatus": "Starting", "CreationTime": 0.0,
+         "transitions": [{"Status": "Starting", "StartTime": 0.0, "StatusMessage": "Preparing"}]}))
+
+
+# The job's program: it writes a checkpoint where its checkpointconfig.json's LocalPath says
+SAVES = (b"import json, os; p = json.load(open('/opt/ml/input/config/checkpointconfig.json'))['LocalPath']; "
+         b"open(os.path.join(p, 'ckpt-1.pt'), 'w').write('saved')\n")
+
+
+@pytest.mark.parametrize("inside", [True, False])
+def test_the_hosts_see_their_checkpoints_at_the_local_path(tmp_path, inside):
+    """The checkpoints were mounted at /opt/ml/checkpoints whatever CheckpointConfig.LocalPath said: a job saving
+    where its LocalPath is (SageMaker syncs that folder) saved into its host's folder, and nothing reached the
+    checkpoint URI. Outside /opt/ml, a LocalPath that does not exist here is made in the sandbox only."""
+    local = "/opt/ml/ckpt" if inside else str(tmp_path / "mnt" / "ckpt")
+    _job(tmp_path, "j1", checkpoint={"S3Uri": "s3://bucket/ckpts/j1", "LocalPath": local}, program=SAVES)
+    _started(tmp_path, "j1")
+    subprocess.run([sys.executable, "-m", "dtrain.backends.sagemaker.runner", str(tmp_path), "j1"], timeout=300,
+                   check=True)
+    state = json.loads((tmp_path / "jobs" / "j1" / "state.json").read_text())
+    assert state["TrainingJobStatus"] == "Completed", state
+    assert (tmp_path / "s3" / "bucket" / "ckpts" / "j1" / "ckpt-1.pt").read_text() == "saved"
+    assert not (tmp_path / "mnt").exists()  # no mount point left on this machine's disk
+    assert not (tmp_path / "jobs" / "j1" / "hosts" / "algo-1" / "checkpoints").exists()  # no /opt/ml/checkpoints
+
+
+@pytest.mark.parametrize("local, says", [
+    ("ckpt", "is not an absolute path"),
+    ("/opt/ml/checkpoints/../model", "has '.', '..' or '//' in it"),
+    ("/mnt//ckpt", "has '.', '..' or '//' in it"),
+    ("/opt/ml/model/ckpt", "is in /opt/ml/model, the toolkit's own folder"),
+    ("/opt/ml/input", "is in /opt/ml/input, the toolkit's own folder"),
+    ("/opt/ml", "holds /opt/ml, the container's own folder"),
+    ("/", "holds /opt/ml, the container's own folder"),
+    ("/proc/ckpt", "is in /proc, which the container's system mounts"),
+    ("/mnt/c\nkpt", "has a control character"),
+    ("/" + "c" * 5000, "has 5001 characters, at most 4096"),
+    ("HOME", "holds the local SageMaker's folder"),
+    ("/dtrain-no-such-top/ckpt", "--local makes it in a folder above it that exists on this machine, and only / "
+                                 "does"),
+])
+def test_a_bad_local_path_is_one_line_and_no_job(tmp_path, local, says):
+    if local == "HOME":  # the folder above the local SageMaker's: the hosts' code and logs would be hidden
+        local = str(tmp_path.parent)
+    req = _job(tmp_path / "made", "j1", checkpoint={"S3Uri": "s3://bucket/c", "LocalPath": local})
+    with pytest.raises(LocalAWSError) as refused:
+        LocalSageMaker(tmp_path).create_training_job(**req)
+    assert refused.value.response["Error"]["Code"] == "ValidationException"
+    message = refused.value.response["Error"]["Message"]
+    assert says in message and "\n" not in message, message
+    assert message.endswith(f": {contract.LOCAL_PATH_FIX}"), message
+    assert not (tmp_path / "jobs").exists()
+
+
+@pytest.mark.parametrize("local", ["/opt/ml/checkpoints", "/opt/ml/checkpoints/", "/opt/ml/ckpt", "/mnt/ckpt",
+                                   "/tmp/ckpt"])
+def test_a_local_path_sagemaker_takes_is_taken(local):
+    assert contract.local_path_problem(local) is None
+
+
+# ---- the option at every door: the SDK's field, the CLI's flag, a job file's and the HTTP API's key ---------
+BAD = "/opt/ml/model/ckpt"
+WHY = f"it is in /opt/ml/model, the toolkit's own folder; {contract.LOCAL_PATH_FIX}"
+
+
+def test_the_sdk_names_its_field(home):
+    from dtrain import Client
+    from dtrain.spec import JobSpec
+
+    with pytest.raises(Exception) as refused:
+        Client(home=home, backend="sagemaker").render(
+            JobSpec(name="x", command=["true"], sagemaker={"local": True, "checkpoint_local_path": BAD}))
+    assert str(refused.value) == f"invalid checkpoint_local_path {BAD!r}: {WHY}", refused.value
+
+
+def test_the_cli_and_a_job_file_name_the_flag(dt, tmp_path):
+    said = dt("submit", "x", "--local", "--checkpoint-local-path", BAD, "--", "true", check=False)
+    assert (said.returncode, said.stderr) == (2, f"dtrain: error: invalid --checkpoint-local-path {BAD!r}: {WHY}\n")
+    (tmp_path / "job.yaml").write_text(f"name: x\ncommand: [\"true\"]\nsagemaker: {{checkpoint_local_path: {BAD}}}\n")
+    said = dt("submit", "-f", str(tmp_path / "job.yaml"), check=False)
+    assert (said.returncode, said.stderr) == (2, f"dtrain: error: invalid --checkpoint-local-path {BAD!r}: {WHY}\n")
+
+
+def test_the_request_carries_the_local_path_given():
+    from dtrain.backends.sagemaker.config import SageMakerConfig
+    from dtrain.backends.sagemaker.render import training_job_request
+    from dtrain.spec import JobSpec
+
+    cfg = SageMakerConfig(role="arn:aws:iam::123456789012:role/SageMakerRole", bucket="dtrain-leftovers3")
+    spec = JobSpec(name="x", command=["python", "train.py"], backend="sagemaker",
+                   sagemaker={"checkpoint_local_path": "/mnt/ckpt"})
+    assert training_job_request(spec, cfg)["CheckpointConfig"]["LocalPath"] == "/mnt/ckpt"
+    spec = JobSpec(name="x", command=["python", "train.py"])
+    assert training_job_request(spec, cfg)["CheckpointConfig"]["LocalPath"] == "/opt/ml/checkpoints"
+
+
+def test_the_http_api_names_the_flag(home):
+    from fastapi.testclient import TestClient
+
+    from dtrain import Client
+    from dtrain.server.app import create_app
+
+    http = TestClient(create_app(lambda: Client(home=home), sample_every=3600), base_url="http://127.0.0.1:8000")
+    posted = http.post("/api/v1/jobs", json={"name": "x", "command": ["true"], "backend": "sagemaker",
+                                             "sagemaker": {"local": True, "checkpoint_local_path": BAD}})
+    assert posted.status_code == 422, posted.text
+    assert posted.json()["error"] == f"invalid --checkpoint-local-path {BAD!r}: {WHY}"

@@ -183,6 +183,8 @@ def add_sagemaker_options(p: argparse.ArgumentParser) -> None:
                    help="EnableInterContainerTrafficEncryption")
     g.add_argument("--checkpoint-s3-uri", dest="checkpoint_uri", metavar="S3URI",
                    help="CheckpointConfig.S3Uri (default s3://BUCKET/PREFIX/JOB/checkpoints)")
+    g.add_argument("--checkpoint-local-path", metavar="PATH",
+                   help="CheckpointConfig.LocalPath: where the job sees its checkpoints (default /opt/ml/checkpoints)")
     g.add_argument("--output-path", metavar="S3URI",
                    help="OutputDataConfig.S3OutputPath: the model goes to S3URI/JOB/output/ (default s3://BUCKET/PREFIX)")
 

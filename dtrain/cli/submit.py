@@ -40,7 +40,7 @@ def node_selector_of(args: argparse.Namespace, data: dict) -> None:
 
 _SM_FLAGS = ("local", "instance_type", "instance_count", "source_dir", "spot", "max_runtime", "max_wait",
              "volume_size", "network_isolation", "encrypt_inter_container", "checkpoint_uri",
-             "output_path")
+             "checkpoint_local_path", "output_path")
 
 
 def _channel(text: str):

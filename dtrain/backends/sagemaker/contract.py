@@ -29,6 +29,8 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from dtrain import spec_sagemaker
+
 OPT_ML = "/opt/ml"
 MAX_REASON = 1024  # SageMaker's FailureReason: the first 1024 characters of /opt/ml/output/failure
 MODEL_DIR, CODE_DIR, CHECKPOINTS = f"{OPT_ML}/model", f"{OPT_ML}/code", f"{OPT_ML}/checkpoints"
@@ -69,6 +71,22 @@ def input_data_config(req: dict) -> dict:
 
 
 CHECKPOINT_DEFAULT = "/opt/ml/checkpoints/"  # CheckpointConfig.LocalPath when a request gives none (API reference)
+
+
+LOCAL_PATH_FIX = spec_sagemaker.LOCAL_PATH_FIX
+
+
+def checkpoint_path(req: dict) -> str:
+    """Where the job's container sees its checkpoints: CheckpointConfig.LocalPath, the default where none is
+    given, without a trailing '/'."""
+    given = (req.get("CheckpointConfig") or {}).get("LocalPath") or CHECKPOINT_DEFAULT
+    return given.rstrip("/") or "/"
+
+
+def local_path_problem(path: object) -> str | None:
+    """The one line refusing a request's CheckpointConfig.LocalPath (spec_sagemaker.local_path_problem), or None."""
+    why = spec_sagemaker.local_path_problem(path)
+    return f"CheckpointConfig LocalPath {spec_sagemaker.said_path(path)} {why}: {LOCAL_PATH_FIX}" if why else None
 
 
 def checkpoint_config(req: dict) -> dict | None:

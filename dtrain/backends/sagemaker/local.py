@@ -5,6 +5,8 @@ Three small services under $DTRAIN_HOME/sagemaker-local/ answer the calls the ba
                   state.json) and one detached runner process (runner.py) that plays the hosts
   LocalS3         s3://BUCKET/KEY is the file s3/BUCKET/KEY (code, spec, checkpoints, model.tar.gz)
   LocalLogs       CloudWatch's log streams `JOB/algo-N-<created>`, read from logs/algo-N.log
+A CheckpointConfig's LocalPath is checked here as at every door (contract.local_path_problem), and against
+this machine (mount_problem); private_dirs gives the runner's sandbox its mount points off the real disk.
 Refusals raise LocalAWSError, shaped like botocore's ClientError (`.response["Error"]["Code"]`),
 so the backend's one error mapping serves both.
 """
@@ -25,6 +27,7 @@ from pathlib import Path
 from dtrain.procs import Ident, signal_process, spawn_detached
 from dtrain.replace import replace_file, replacing
 from dtrain.backends.sagemaker.clients import Clients
+from dtrain.backends.sagemaker import contract
 from dtrain.backends.sagemaker.contract import job_arn
 
 ROOT = "sagemaker-local"
@@ -74,6 +77,54 @@ def transition(state: dict, secondary: str, message: str, *, primary: str = "InP
         state["transitions"][-1]["EndTime"] = now
 
 
+def existing_above(path: str) -> str:
+    """The nearest folder at or above `path` that exists on this machine."""
+    while not os.path.isdir(path):
+        path = os.path.dirname(path)
+    return path
+
+
+def mount_problem(path: str, root: Path) -> str | None:
+    """Why the --local sandbox cannot show the checkpoints at `path` (a checked LocalPath), or None. A folder in
+    /opt/ml is made in the host's own; one elsewhere is mounted over where it exists, else in a private copy of
+    the nearest folder above it that does (private_dirs), which cannot be / itself; and it must not hide
+    what the hosts run from (the local SageMaker's folder `root`, this Python)."""
+    if path.startswith(contract.OPT_ML + "/"):
+        return None
+    for what, place in (("the local SageMaker's folder", os.path.abspath(root)), ("dtrain's Python", sys.prefix)):
+        if place == path or place.startswith(path.rstrip("/") + "/"):
+            return (f"CheckpointConfig LocalPath {path!r} holds {what} ({place}), which the hosts run from: "
+                    f"{contract.LOCAL_PATH_FIX}")
+    if existing_above(path) != "/" or os.path.isdir(path):
+        return None
+    return (f"CheckpointConfig LocalPath {path!r}: --local makes it in a folder above it that exists on this "
+            f"machine, and only / does: {contract.LOCAL_PATH_FIX}")
+
+
+def private_dirs(paths: list[str]) -> list[str]:
+    """Mount points for `paths` (/opt/ml, a checkpoint LocalPath elsewhere) without making them on this machine's
+    disk, as bubblewrap would where one is missing: the namespace gets a private copy (a tmpfs) of the nearest
+    folder above it that exists, holding the real one's entries, bound back, and the path. Where only / exists
+    above (no /opt), a bare copy of the top folder, which bubblewrap makes (create_training_job refuses such a
+    LocalPath)."""
+    tops: dict[str, list[str]] = {}
+    for path in paths:
+        if not os.path.isdir(path):
+            tops.setdefault(existing_above(path), []).append(path)
+    argv: list[str] = []
+    for top in sorted(tops, key=lambda t: t.count("/")):  # an outer copy first: an inner one is made in it
+        if top == "/":
+            argv += [arg for path in tops[top] for arg in ("--tmpfs", "/" + path.split("/")[1], "--dir", path)]
+            continue
+        argv += ["--tmpfs", top]
+        for name in sorted(os.listdir(top)):
+            path = os.path.join(top, name)
+            argv += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--bind", path, path]
+        for path in tops[top]:
+            argv += ["--dir", path]
+    return argv
+
+
 class LocalSageMaker:
     def __init__(self, root: Path):
         self.root = root
@@ -94,6 +145,10 @@ class LocalSageMaker:
         d = self.job_dir(name)
         if self.has_job(name):
             raise LocalAWSError("ResourceInUse", f"Training job names must be unique: {name} exists")
+        if req.get("CheckpointConfig"):  # where the container sees its checkpoints, as SageMaker takes it
+            why = contract.local_path_problem(req["CheckpointConfig"].get("LocalPath") or contract.CHECKPOINT_DEFAULT)
+            if why or (why := mount_problem(contract.checkpoint_path(req), self.root)):
+                raise LocalAWSError("ValidationException", why)
         if int(req["ResourceConfig"]["InstanceCount"]) > MAX_LOCAL_HOSTS:
             raise LocalAWSError("ResourceLimitExceeded", f"--local runs at most {MAX_LOCAL_HOSTS} hosts on this "
                                                          f"machine, not {req['ResourceConfig']['InstanceCount']}")

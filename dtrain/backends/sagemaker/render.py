@@ -321,7 +321,7 @@ def training_job_request(spec: JobSpec, cfg: SageMakerConfig) -> dict:
         "EnableInterContainerTrafficEncryption": opts.encrypt_inter_container,
         "EnableManagedSpotTraining": opts.spot,
         "CheckpointConfig": {"S3Uri": opts.checkpoint_uri or s3_uri(cfg, spec.name, "checkpoints"),
-                             "LocalPath": CHECKPOINT_DIR},
+                             "LocalPath": opts.checkpoint_local_path or CHECKPOINT_DIR},
         "Tags": [{"Key": "dtrain:project", "Value": spec.project}, {"Key": "dtrain:kind", "Value": spec.kind},
                  *({"Key": k, "Value": v} for k, v in spec.labels.items())],
     }

@@ -5,8 +5,8 @@
    sourcedir.tar.gz, model/, output/); channels and checkpoints come from the local "S3" folder
    or a file:// path;
 2. Training: each host runs in its own mount namespace (bubblewrap): its folder at /opt/ml,
-   channels read-only at /opt/ml/input/data/<name>, the job's checkpoint folder at
-   /opt/ml/checkpoints, an /etc/hosts where algo-1..N are this machine; the launch is the
+   channels read-only at /opt/ml/input/data/<name>, the job's checkpoint folder at its CheckpointConfig's
+   LocalPath (/opt/ml/checkpoints by default), an /etc/hosts where algo-1..N are this machine; the launch is the
    toolkit's (contract.launch); each host's output goes to its log stream; a requirements.txt in
    the code, or the code itself where it has a setup.py, is pip-installed first, as the toolkit
    does, into a Python environment of the job's;
@@ -43,7 +43,8 @@ from typing import Iterator
 from dtrain.backends.local.launch import job_path, outer_home
 from dtrain.backends.sagemaker import checkpoint_lock, contract
 from dtrain.backends.sagemaker.archive import link_leaves, unpack
-from dtrain.backends.sagemaker.local import LocalS3, locked_state, transition, write_json
+from dtrain.backends.sagemaker.local import (LocalS3, locked_state, mount_problem, private_dirs, transition,
+                                             write_json)
 from dtrain.replace import open_in
 
 GRACE_S = 120.0  # SageMaker's window between SIGTERM and the end (StopTrainingJob, MaxRuntimeInSeconds)
@@ -106,6 +107,10 @@ class Runner:
         self.checkpoints.mkdir(parents=True, exist_ok=True)
         # held until the runner ends: no other local job given this folder starts meanwhile
         self.checkpoint_lock = checkpoint_lock.hold(self.checkpoints, self.s3.root, uri, self.name)
+        self.mount = contract.checkpoint_path(self.req)  # CheckpointConfig.LocalPath: where the hosts see them
+        why = contract.local_path_problem(self.mount) or mount_problem(self.mount, self.root)  # (as at create)
+        if why:
+            raise RuntimeError(why)
         source = contract.decode(self.req["HyperParameters"]["sagemaker_submit_directory"])
         archive = self.s3_path(source)
         channels = {}
@@ -120,8 +125,10 @@ class Runner:
         hosts = {}
         for host in contract.hosts(self.req):
             h = self.dir / "hosts" / host
-            for sub in ("input/config", "input/data", "model", "output/data", "checkpoints"):
+            for sub in ("input/config", "input/data", "model", "output/data"):
                 (h / sub).mkdir(parents=True, exist_ok=True)
+            if self.mount.startswith(contract.OPT_ML + "/"):  # the checkpoints' mount point, in the host's folder
+                (h / self.mount[len(contract.OPT_ML) + 1:]).mkdir(parents=True, exist_ok=True)
             for ch in channels:
                 (h / "input" / "data" / ch).mkdir(exist_ok=True)  # mount points
             unpack(archive, h / "code")
@@ -145,9 +152,10 @@ class Runner:
         # command inside gets SIGTERM's default back; SIGKILL after GRACE_S ends them all.
         argv = [*_with_sigterm(signal.SIG_IGN), "bwrap", "--dev-bind", "/", "/", "--die-with-parent",
                 "--unshare-pid", "--proc", "/proc", *(["--unshare-net"] if offline else []),
-                *private_opt(),
+                *private_dirs([contract.OPT_ML, *([] if self.mount.startswith(contract.OPT_ML + "/") else
+                                                  [self.mount])]),
                 "--bind", str(host_dir), contract.OPT_ML,
-                "--bind", str(self.checkpoints), contract.CHECKPOINTS,
+                "--bind", str(self.checkpoints), self.mount,
                 "--ro-bind", str(self.dir / "etc-hosts"), "/etc/hosts"]
         for ch, path in self.channels.items():
             argv += ["--ro-bind", str(path), f"{contract.OPT_ML}/input/data/{ch}"]
@@ -394,18 +402,6 @@ def _with_sigterm(disposition: signal.Handlers) -> list[str]:
     name = "SIG_IGN" if disposition == signal.SIG_IGN else "SIG_DFL"
     return [sys.executable, "-c", f"import os, signal, sys; signal.signal(signal.SIGTERM, signal.{name}); "
                                   f"os.execvp(sys.argv[1], sys.argv[1:])"]
-
-
-def private_opt(opt: str = "/opt") -> list[str]:
-    """Without /opt/ml on this machine, bubblewrap would create that mount point on the real disk.
-    Instead the namespace gets a private /opt holding the real one's entries, bound back, and ml/."""
-    if os.path.isdir(os.path.join(opt, "ml")):
-        return []
-    argv = ["--tmpfs", opt]
-    for name in sorted(os.listdir(opt)) if os.path.isdir(opt) else []:
-        path = os.path.join(opt, name)
-        argv += ["--symlink", os.readlink(path), path] if os.path.islink(path) else ["--bind", path, path]
-    return argv + ["--dir", os.path.join(opt, "ml")]
 
 
 def archive_entries(folder: Path, prefix: str = "") -> Iterator[tuple[Path, str, str]]:
