@@ -46,8 +46,15 @@ def open_append(path: Path, *, fix: str):
     return open(fd, "a", encoding="utf-8")
 
 
-def _append(path: Path):
-    return open_append(path, fix="remove it, or write the run to another folder (metrics go to a file of its own)")
+# The fix where the platform's copy (DTRAIN_METRICS_FILE) cannot be opened: it is the job's folder's, which no
+# folder of the run's changes
+MIRROR_FIX = "submit the job under another home (dtrain's --home or $DTRAIN_HOME; a job's folder is HOME/jobs/NAME)"
+
+
+def _append(path: Path, *, mirror: bool = False):
+    # a link at the platform's copy was sent to another folder of the run's, which changes nothing there
+    return open_append(path, fix=f"remove it, or {MIRROR_FIX}" if mirror else
+                       "remove it, or write the run to another folder (metrics go to a file of its own)")
 
 
 class MetricsWriter:
@@ -62,7 +69,7 @@ class MetricsWriter:
             mirror = os.environ.get("DTRAIN_METRICS_FILE")
             if mirror and Path(mirror).resolve() != self.path.resolve():
                 try:
-                    self._mirror = _append(Path(mirror))
+                    self._mirror = _append(Path(mirror), mirror=True)
                 except BaseException:
                     self._f.close()
                     raise

@@ -21,7 +21,7 @@ from typing import Any
 
 from dtrain.errors import ConflictError, DtrainError, SpecError
 from dtrain.training import DistInfo, max_over_ranks
-from dtrain.training.metrics import MetricsWriter, open_append
+from dtrain.training.metrics import MIRROR_FIX, MetricsWriter, open_append
 from dtrain.training.resume import on_sagemaker
 from dtrain.workloads.inputs import hold, hold_folder, lock_failed, write_fix
 
@@ -223,8 +223,7 @@ def metrics_mirror(own: Path) -> Place | None:
     if not mirror or Path(mirror).resolve() == own.resolve():
         return None
     path = Path(mirror)
-    return Place(path, "submit the job under another home (dtrain's --home or $DTRAIN_HOME; a job's folder is "
-                       "HOME/jobs/NAME)",
+    return Place(path, MIRROR_FIX,
                  advice=f"free space or fix permissions in {path.parent} (the job's folder, which holds dtrain's "
                         f"copy of the metrics)")
 
