@@ -45,7 +45,13 @@ def parse_env(items) -> dict[str, str]:
 OWNED_ENV = {"DTRAIN_MEMORY": "--memory", "DTRAIN_CPU": "--cpu", "DTRAIN_RANK_CPUS": "--cpu",
              "DTRAIN_RANK_DEVICES": "--gpu", "CUDA_VISIBLE_DEVICES": "--gpu (each process sees its own GPUs)",
              "DTRAIN_ATTEMPT": "the restart count", "DTRAIN_JOB_NAME": "the job name",
-             "DTRAIN_PROJECT": "the project (-p)", **dict.fromkeys(
+             "DTRAIN_PROJECT": "the project (-p)",
+             # the job folder's metrics.jsonl, which the dashboard and /metrics read: a user's value (as a Run:AI
+             # or Kubeflow platform's own variables, not the workload's) was kept locally and the curves went
+             # unseen; a run's own file is its MetricsWriter(PATH)
+             "DTRAIN_METRICS_FILE": "the job's folder (its metrics.jsonl, the copy the dashboard reads; "
+                                    "MetricsWriter(PATH) writes the run's own file where you choose)",
+             **dict.fromkeys(
                  ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"),
                  "the launcher and --processes")}
 

@@ -298,7 +298,7 @@ def plan(spec: JobSpec, *, job_dir: Path, cwd: str, mounts: list[Mount], devices
         argv = sandbox_prefix(mounts, large_shm=spec.large_shm, cwd=cwd, shadows=shadow_args(mounts),
                               bwrap=shutil.which("bwrap") or "bwrap", hidden=hidden) + argv
     # Where dtrain.training.MetricsWriter also writes, so the dashboard and /metrics find the curves.
-    env.setdefault("DTRAIN_METRICS_FILE", str(job_dir / "metrics.jsonl"))
+    env["DTRAIN_METRICS_FILE"] = str(job_dir / "metrics.jsonl")  # OWNED_ENV: a spec stored before that kept its own
     if spec.notebook:
         env.update(notebook_env(job_dir, master_port, notebook_token or ""))
         # Its home is its workspace (Jupyter's root folder), as a Kubeflow notebook's is its workspace
