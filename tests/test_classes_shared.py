@@ -71,3 +71,24 @@ def test_a_class_named_where_a_re_pointed_class_left_its_volumes_warns(dt: Dtrai
     assert [(v["name"], v["storage_class"], v["extra"]["path"]) for v in dt.json("volume", "list")] == \
         [("v1", "nvme", str(old / "v1" / "data"))]
     assert dt("config", "storage-class", "other", str(new / ".." / "c")).stderr == ""  # nothing there: quiet
+
+
+def test_volume_classes_shows_every_folder_a_re_pointed_class_s_volumes_live_in(dt: Dtrain, tmp_path):
+    """'fast' re-pointed from A to B: `volume classes` showed B alone, with the volumes of A counted there.
+    Each folder is a row with its count, B marked as the one config.yaml names; --json has them in 'folders'."""
+    old, new = tmp_path / "a", tmp_path / "b"
+    dt("config", "storage-class", "fast", str(old))
+    dt("volume", "create", "v1", "--class", "fast")
+    dt("volume", "create", "v2", "--class", "fast")
+    dt("config", "storage-class", "fast", str(new))
+    dt("volume", "create", "v3", "--class", "fast")
+    fast = next(c for c in dt.json("volume", "classes") if c["name"] == "fast")
+    assert (fast["root"], fast["volumes"], fast["folders"]) == (str(new), 3, {str(new): 1, str(old): 2}), fast
+    rows = [line.split() for line in dt("volume", "classes").stdout.splitlines()]
+    at = next(i for i, row in enumerate(rows) if row[0] == "fast")
+    assert rows[at][1:3] == [str(new), "(configured)"] and rows[at][-1] == "1", rows
+    assert rows[at + 1] == [str(old), "-", "-", "2"], rows
+    local = next(c for c in dt.json("volume", "classes") if c["name"] == "local")
+    assert local["folders"] == {str(dt.home / "volumes"): 0}  # one folder: one row, as before
+    assert [row[0] for row in rows[1:]] == ["local", "fast", str(old)], rows
+

@@ -395,6 +395,9 @@ class StorageClassInfo(_Record):
     free_bytes: int | None = None  # free space on its disk, where the backend can tell
     total_bytes: int | None = None  # that disk's size
     volumes: int = 0  # volumes in it (Kubernetes: the project's PVCs)
+    # local: `root` first, then every other folder its volumes live in (a class re-pointed since), each with how
+    # many; empty where the backend has no folders (Kubernetes)
+    folders: dict[str, int] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)  # e.g. a StorageClass's parameters and reclaim policy
 
 

@@ -9,7 +9,7 @@ import sys
 import time
 
 from dtrain.cli import format as fmt
-from dtrain.cli.storage_text import (_free, _freed, _from, _job_word, _path, _snapshot_text, _state,
+from dtrain.cli.storage_text import (_class_rows, _free, _freed, _from, _job_word, _path, _snapshot_text, _state,
                                      _verify_text, _volume_text, _volume_word)
 from dtrain.cli.watch import EXIT_TIMEOUT, wait_timeout
 from dtrain.client import Client
@@ -89,8 +89,7 @@ def cmd_volume(args, client: Client) -> int:
     elif args.action == "classes":
         classes = client.list_storage_classes(project=args.project)
         kinds = len({c.kind for c in classes}) > 1  # Kubernetes: StorageClasses and VolumeAttributesClasses
-        rows = [[c.name + (" (default)" if c.default else ""), *([c.kind] if kinds else []),
-                 c.root or c.provisioner or "-", c.status or "-", _free(c), c.volumes] for c in classes]
+        rows = [row for c in classes for row in _class_rows(c, kinds)]
         text = fmt.table(["NAME", *(["KIND"] if kinds else []), "FOLDER" if classes and classes[0].root else
                           "PROVISIONER", "STATUS", "FREE", "VOLUMES"], rows)
         why = [f"{c.name}: {c.message}" for c in classes if c.message]

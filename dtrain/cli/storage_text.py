@@ -1,5 +1,5 @@
 """How the volume and snapshot verbs (cli/storage.py) write their records as text: `volume describe`,
-`snapshot describe`, a snapshot's state and job, a class's free space, `snapshot verify`'s report, a
+`snapshot describe`, a snapshot's state and job, a class's free space and rows, `snapshot verify`'s report, a
 changed file's name and what a delete freed. cli/storage.py imports every name here.
 """
 
@@ -54,6 +54,21 @@ def _free(c) -> str:
     if c.free_bytes is None:
         return "-"
     return f"{fmt.size(c.free_bytes)} / {fmt.size(c.total_bytes)}" if c.total_bytes else fmt.size(c.free_bytes)
+
+
+def _class_rows(c, kinds: bool) -> list[list[object]]:
+    """`volume classes`' rows of a class: one, or, where its volumes live in more than one folder (a class
+    re-pointed since keeps its volumes where they were made), one a folder, each with its count, the folder
+    config.yaml names marked '(configured)' (it showed that folder alone, with every volume counted there)."""
+    row = [c.name + (" (default)" if c.default else ""), *([c.kind] if kinds else []),
+           c.root or c.provisioner or "-", c.status or "-", _free(c), c.volumes]
+    if len(c.folders) < 2:
+        return [row]
+    if c.status != "NotConfigured":
+        row[-4] = f"{c.root} (configured)"
+    row[-1] = c.folders.get(c.root, 0)
+    return [row, *[["", *([""] if kinds else []), folder, "-", "-", count]
+                   for folder, count in c.folders.items() if folder != c.root]]
 
 
 def _volume_text(v) -> str:

@@ -37,9 +37,13 @@ class ClassRoots:
         with claim=False), so a disk not mounted or a folder holding other files shows here first."""
         counts: dict[str, int] = {}
         roots: dict[str, Path] = {}
+        recorded: dict[str, dict[Path, int]] = {}  # each class's volumes by the root each records
         for row in self.conn.execute("SELECT storage_class, root, COUNT(*) FROM volumes GROUP BY storage_class, root"):
+            folder = Path(row[1]) if row[1] else self.volumes_dir
             counts[row[0]] = counts.get(row[0], 0) + row[2]
-            roots.setdefault(row[0], Path(row[1]) if row[1] else self.volumes_dir)
+            roots.setdefault(row[0], folder)
+            at = recorded.setdefault(row[0], {})
+            at[folder] = at.get(folder, 0) + row[2]
         out = []
         for name in dict.fromkeys([DEFAULT_CLASS, *self.classes, *sorted(counts)]):
             if name != DEFAULT_CLASS and name not in self.classes:
@@ -56,8 +60,8 @@ class ClassRoots:
                 else:
                     if name != DEFAULT_CLASS and not (root / ROOT_MARK).exists():
                         message = f"not used yet: the first volume in it makes and marks {root}"
-            out.append(StorageClass(name=name, root=root, status=status, message=message,
-                                    volumes=counts.get(name, 0), **_space(root)))
+            out.append(StorageClass(name=name, root=root, status=status, message=message, volumes=counts.get(name, 0),
+                                    folders=_folders(root, recorded.get(name, {})), **_space(root)))
         return out
 
     def volumes_in(self, folder: str | Path) -> dict[str, int]:
@@ -186,6 +190,17 @@ class ClassRoots:
         volume was in, where this machine still has it, else the default."""
         known = snap.storage_class == DEFAULT_CLASS or snap.storage_class in self.classes
         return snap.storage_class if known else DEFAULT_CLASS
+
+
+def _folders(root: Path, recorded: dict[Path, int]) -> dict[str, int]:
+    """`root` first, then every other folder the class's volumes record (a class re-pointed since keeps its
+    volumes where they were made), each with its count; a folder spelled two ways (a link, a '..') is one."""
+    out: dict[str, int] = {str(root): 0}
+    shown = {os.path.realpath(root): str(root)}
+    for folder, count in recorded.items():
+        key = shown.setdefault(os.path.realpath(folder), str(folder))
+        out[key] = out.get(key, 0) + count
+    return out
 
 
 def _space(root: Path) -> dict[str, int | None]:

@@ -186,4 +186,6 @@ class StorageClass(NamedTuple):
     free_bytes: int | None  # free space on the file system of its folder (or of the nearest parent that exists)
     total_bytes: int | None
     volumes: int  # volumes recorded in it
+    # where they live: `root` first, then each other folder they record (the class re-pointed since), with counts
+    folders: dict[str, int]
     to_dict = _to_dict

@@ -65,7 +65,8 @@ class VolumeHooks:
         """'local' (<home>/volumes, the default) and config.yaml's classes, as their first use would find them."""
         return [StorageClassInfo(name=c.name, backend=self.name, default=c.name == "local", root=str(c.root),
                                  status=c.status, message=c.message,
-                                 free_bytes=c.free_bytes, total_bytes=c.total_bytes, volumes=c.volumes)
+                                 free_bytes=c.free_bytes, total_bytes=c.total_bytes, volumes=c.volumes,
+                                 folders=c.folders)
                 for c in self.storage.storage_classes()]
 
     def volumes_in(self, folder: str) -> dict[str, int]:

@@ -119,6 +119,9 @@ class StorageClass(_Out):
     free_bytes: int | None
     total_bytes: int | None
     volumes: int = Field(description="volumes in it (Kubernetes: the project's PVCs)")
+    folders: dict[str, int] = Field(default_factory=dict, description=(
+        "local: the folder config.yaml names (root) first, then every other folder its volumes live in (a class "
+        "re-pointed since keeps its volumes where they were made), each with how many; empty on Kubernetes"))
     extra: dict[str, Any]
 
 
