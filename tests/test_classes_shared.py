@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 
-from conftest import Dtrain
+from conftest import Dtrain, tmpfs
+from dtrain.storage.info import human_bytes
 
 
 def _shared(dt: Dtrain, tmp_path):
@@ -48,7 +50,8 @@ def test_a_removed_class_sharing_a_configured_class_folder_names_a_fix_that_work
     commands = re.search(r"\((dtrain config storage-class --unset .*?), then (dtrain config storage-class .*?)\)",
                          fast["message"])
     assert commands, fast["message"]
-    assert f"(dtrain volume update VOLUME --class nvme)" in fast["message"], fast["message"]
+    assert ("give its volumes class 'nvme' where they are (dtrain volume update VOLUME --class nvme: nothing moves, "
+            "only the class changes)") in fast["message"], fast["message"]
     for command in commands.groups():  # as printed
         dt(*shlex.split(command)[1:])
     assert dt("config", "storage-class", "fast").stdout == f"{folder}\n"
@@ -92,3 +95,45 @@ def test_volume_classes_shows_every_folder_a_re_pointed_class_s_volumes_live_in(
     assert local["folders"] == {str(dt.home / "volumes"): 0}  # one folder: one row, as before
     assert [row[0] for row in rows[1:]] == ["local", "fast", str(old)], rows
 
+
+def test_a_removed_class_nested_in_a_configured_class_folder_names_a_move_that_works_and_what_it_moves(
+        dt: Dtrain, tmp_path):
+    """'fast' at NVME/fast, removed, then 'nvme' named at NVME: volume classes told 'move its volumes into
+    'nvme' (dtrain volume update VOLUME --class nvme)', which is refused ('nvme' overlaps fast's folder) and
+    was no relabel. It names the move out to 'local' as a move (rename or copy, with the bytes copied) and
+    the folder left to remove; done as said, 'nvme' takes the volume."""
+    folder = tmp_path / "nvme"
+    dt("config", "storage-class", "fast", str(folder / "fast"))
+    dt("volume", "create", "v1", "--class", "fast")
+    (folder / "fast" / "v1" / "data" / "f").write_bytes(b"x" * 100_000)
+    dt("config", "storage-class", "--unset", "fast")
+    dt("config", "storage-class", "nvme", str(folder))
+    fast = next(c for c in dt.json("volume", "classes") if c["name"] == "fast")
+    assert "--class nvme" not in fast["message"], fast["message"]
+    assert dt("volume", "update", "v1", "--class", "nvme", check=False).returncode != 0  # what it named before
+    assert ("'nvme' takes no volume while these lie there, so to keep it instead move them out (dtrain volume "
+            f"update VOLUME --class local moves each to {dt.home / 'volumes'}: a rename on the same disk: nothing is "
+            f"copied), then remove the emptied {folder / 'fast'}") in fast["message"], fast["message"]
+    move = re.search(r"\((dtrain volume update VOLUME --class local)", fast["message"]).group(1)
+    dt(*shlex.split(move.replace("VOLUME", "v1"))[1:])
+    shutil.rmtree(folder / "fast")
+    dt("volume", "update", "v1", "--class", "nvme")
+    assert (folder / "v1" / "data" / "f").read_bytes() == b"x" * 100_000
+
+
+
+def test_the_move_out_names_the_bytes_it_copies_from_another_disk(dt: Dtrain, tmp_path):
+    """The same with the classes on a disk other than the home's: the move out copies, and says how much."""
+    with tmpfs(tmp_path / "disk", "size=8m") as disk:
+        dt("config", "storage-class", "fast", str(disk / "fast"))
+        dt("volume", "create", "v1", "--class", "fast")
+        (disk / "fast" / "v1" / "data" / "f").write_bytes(b"x" * 300_000)
+        dt("config", "storage-class", "--unset", "fast")
+        dt("config", "storage-class", "nvme", str(disk))
+        fast = next(c for c in dt.json("volume", "classes") if c["name"] == "fast")
+        used = next(v["used_bytes"] for v in dt.json("volume", "list") if v["name"] == "v1")
+        assert f"each to {dt.home / 'volumes'}: a copy of {human_bytes(used)} to another disk, verified by hashing " \
+               f"both), then remove the emptied {disk / 'fast'}" in fast["message"], fast["message"]
+        assert used >= 300_000
+        dt("volume", "update", "v1", "--class", "local")
+        assert (dt.home / "volumes" / "v1" / "data" / "f").read_bytes() == b"x" * 300_000

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING
 from dtrain import db
 from dtrain.errors import NotFoundError, SpecError, StorageError
 from dtrain.names import check_storage_class, listed
-from dtrain.storage.info import Snapshot, StorageClass
+from dtrain.storage.folders import disk_usage
+from dtrain.storage.info import Snapshot, StorageClass, human_bytes
 
 if TYPE_CHECKING:
     import sqlite3
@@ -85,10 +86,41 @@ class ClassRoots:
         if not sharing:
             return said + f"name its folder under 'storage_classes:' again ({again}) to use or move them"
         one = len(sharing) == 1
-        whose = ("the folder of class " if one else "the folders of classes ") + ", ".join(f"'{n}'" for n in sharing)
-        return said + (f"its folder overlaps {whose}, so to name it again remove {'that class' if one else 'them'} "
-                       f"first (dtrain config storage-class --unset {' '.join(sharing)}, then {again}), or move its "
-                       f"volumes into '{sharing[0]}' (dtrain volume update VOLUME --class {sharing[0]})")
+        named = ", ".join(f"'{n}'" for n in sharing)
+        whose = ("the folder of class " if one else "the folders of classes ") + named
+        first = (f"so to name it again remove {'that class' if one else 'them'} first (dtrain config storage-class "
+                 f"--unset {' '.join(sharing)}, then {again})")
+        same = next((n for n in sharing if Path(os.path.realpath(self.classes[n])) == here), None)
+        if same is not None:  # update_volume relabels: the class's folder is the one the volume is in
+            return said + (f"its folder is {whose}, {first}, or give its volumes class '{same}' where they are "
+                           f"(dtrain volume update VOLUME --class {same}: nothing moves, only the class changes)")
+        # a folder nested in or around theirs: class_root refuses those classes (_check_apart) while the volumes
+        # lie there, so the move into one it named was refused; one out to 'local' is a real move, said as one
+        inside = any(here.is_relative_to(os.path.realpath(self.classes[n])) for n in sharing)
+        return said + (f"its folder overlaps {whose}, {first}; {named} {'takes' if one else 'take'} no volume "
+                       f"while these lie there, so to keep {'it' if one else 'them'} instead move them out (dtrain "
+                       f"volume update VOLUME --class local moves each to {self.volumes_dir}: "
+                       f"{self._move_out(name)})" + (f", then remove the emptied {root}" if inside else ""))
+
+    def _move_out(self, name: str) -> str:
+        """What moving class `name`'s volumes to 'local' does to their data: a rename on the disk of the
+        home's volumes folder, a copy (verified by hashing) from any other, with the bytes it copies."""
+        home_dev = os.stat(self.volumes_dir if self.volumes_dir.exists() else self.home).st_dev
+        copied = renamed = size = 0
+        for row in self.conn.execute("SELECT name, root FROM volumes WHERE storage_class = ?", (name,)):
+            folder = Path(row[1] or self.volumes_dir) / row[0]
+            try:
+                there = os.stat(folder).st_dev
+            except OSError:  # a folder not there (Lost): nothing to copy
+                continue
+            if there == home_dev:
+                renamed += 1
+            else:
+                copied, size = copied + 1, size + disk_usage(folder / "data")  # `volume list`'s USED
+        if not copied:
+            return "a rename on the same disk: nothing is copied"
+        return (f"a copy of {human_bytes(size)} to another disk, verified by hashing both"
+                + (f"; {renamed} of them a rename" if renamed else ""))
 
     def class_root(self, storage_class: str, *, claim: bool = True) -> Path:
         """The root folder of a class, claimed for dtrain on first use (empty, or already marked);

@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -15,6 +14,7 @@ from dtrain.backends.local.store import ACTIVE, UNFINISHED
 from dtrain.errors import ConflictError
 from dtrain.names import LABEL_JOB, check_name, listed, them
 from dtrain.spec import JobSpec
+from dtrain.storage.folders import disk_usage as _disk_usage  # re-exported by backend.py
 
 if TYPE_CHECKING:
     from dtrain.storage.info import Snapshot, Volume
@@ -291,25 +291,3 @@ def _log():
     import logging  # only a snapshot taken under running jobs warns; plain commands start without it
 
     return logging.getLogger(__name__)
-
-
-def _disk_usage(root: Path) -> int:
-    """Bytes the files under `root` take on disk, as `du` counts them (allocated blocks; a file
-    with several hard links once). It walks the folder, so `volume list` costs what `du` costs."""
-    seen, total, folders = set(), 0, [os.fspath(root)]
-    while folders:  # not os.walk: it recursed once per level, and a job may nest 1,000 folders
-        try:
-            with os.scandir(folders.pop()) as items:
-                for item in items:
-                    try:
-                        st = item.stat(follow_symlinks=False)
-                    except OSError:
-                        continue  # removed while we walked
-                    if stat.S_ISDIR(st.st_mode):
-                        folders.append(item.path)
-                    if (st.st_dev, st.st_ino) not in seen:
-                        seen.add((st.st_dev, st.st_ino))
-                        total += st.st_blocks * 512
-        except OSError:
-            continue  # removed, or unreadable, as os.walk passed over it
-    return total
