@@ -137,3 +137,19 @@ def test_the_move_out_names_the_bytes_it_copies_from_another_disk(dt: Dtrain, tm
         assert used >= 300_000
         dt("volume", "update", "v1", "--class", "local")
         assert (dt.home / "volumes" / "v1" / "data" / "f").read_bytes() == b"x" * 300_000
+
+
+def test_re_pointing_and_removing_a_class_say_where_its_volumes_really_stay(dt: Dtrain, tmp_path):
+    """'fast' re-pointed A -> B -> C: the second warning counted the volumes of A as staying in B, and
+    --unset said all of them stayed in C's predecessor B. Each folder is named with its own count."""
+    a, b, c = tmp_path / "a", tmp_path / "b", tmp_path / "c"
+    dt("config", "storage-class", "fast", str(a))
+    dt("volume", "create", "v1", "--class", "fast")
+    dt("volume", "create", "v2", "--class", "fast")
+    dt("config", "storage-class", "fast", str(b))
+    dt("volume", "create", "v3", "--class", "fast")
+    said = dt("config", "storage-class", "fast", str(c)).stderr
+    assert said.startswith(f"dtrain: warning: the 1 volume of storage class 'fast' stays in {b} and keeps "), said
+    said = dt("config", "storage-class", "--unset", "fast").stderr
+    assert said.startswith(f"dtrain: warning: storage class 'fast' still holds 3 volumes: they stay in {a} (2 volumes) "
+                           f"and {b} (1 volume) and keep working "), said

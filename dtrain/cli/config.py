@@ -193,12 +193,16 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
             raise SpecError("'dtrain config storage-class --unset' needs the classes to remove, e.g. "
                             "dtrain config storage-class --unset fast; nothing was changed")
         folders = dict(client.config.storage_classes)
+        spread = _spread(client)
         held = client.unset_storage_classes(names).volumes
         for name in dict.fromkeys(names):
             print(f"storage class '{name}' removed")
             if held.get(name):  # as kubectl warns: what the removal leaves behind, and how to undo it
+                # a class re-pointed since: each folder and its count (it said they all stayed in the last one)
+                where = (" and ".join(f"{f} ({counted(n, 'volume')})" for f, n in spread[name].items() if n)
+                         if name in spread else folders[name])
                 print(f"dtrain: warning: storage class '{name}' still holds {counted(held[name], 'volume')}: they stay in "
-                      f"{folders[name]} and keep working (jobs mount them; snapshots and in-place restores work; "
+                      f"{where} and keep working (jobs mount them; snapshots and in-place restores work; "
                       f"'dtrain volume update VOLUME --class local' moves one out), but no new volume can go there "
                       f"until the class is named again: dtrain config storage-class {name} {folders[name]}",
                       file=sys.stderr)
@@ -218,8 +222,9 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
         print(classes[args.value])
         return 0
     old = classes.get(args.value)
-    held = 0 if old is None or client.config_problem is not None else \
-        next((c.volumes for c in client.backend("local").list_storage_classes() if c.name == args.value), 0)
+    # the volumes in its folder now: those an earlier re-pointing left elsewhere stay there (it counted them here)
+    held = 0 if old is None or client.config_problem is not None else next(
+        (c.folders.get(c.root, 0) for c in client.backend("local").list_storage_classes() if c.name == args.value), 0)
     root = client.set_storage_class(args.value, args.folder).settings[args.value]
     print(f"storage class '{args.value}' is {root} (dtrain volume classes shows whether volumes can go there)")
     if held and os.path.realpath(old) != os.path.realpath(root):  # the same folder spelled anew moves nothing
@@ -230,6 +235,13 @@ def _config_storage_class(args, client: Client, flags: list[str]) -> int:
               file=sys.stderr)
     _warn_shared_folder(client, args.value, root)
     return 0
+
+
+def _spread(client: Client) -> dict[str, dict[str, int]]:
+    """The local classes whose volumes live in more than one folder (re-pointed since), each folder's count."""
+    if client.config_problem is not None:
+        return {}
+    return {c.name: c.folders for c in client.backend("local").list_storage_classes() if len(c.folders) > 1}
 
 
 def _warn_shared_folder(client: Client, name: str, root: str) -> None:
