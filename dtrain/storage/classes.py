@@ -74,6 +74,16 @@ class ClassRoots:
                 counts[row[0]] = counts.get(row[0], 0) + 1
         return dict(sorted(counts.items()))
 
+    def volumes_around(self, folder: str | Path) -> dict[tuple[str, str], int]:
+        """How many volumes of each class and root lie in a folder that nests in or around `folder` (resolved),
+        not in it: while they do, a class of that folder takes no volume (_check_apart)."""
+        here, counts = Path(os.path.realpath(folder)), {}
+        for row in self.conn.execute("SELECT storage_class, root FROM volumes WHERE root IS NOT NULL"):
+            there = Path(os.path.realpath(row[1]))
+            if there != here and (there.is_relative_to(here) or here.is_relative_to(there)):
+                counts[(row[0], row[1])] = counts.get((row[0], row[1]), 0) + 1
+        return dict(sorted(counts.items()))
+
     def _not_configured(self, name: str, root: Path) -> str:
         """What `volume classes` says of a class its volumes record but config.yaml no longer names, and
         the command that names it again: after removing the configured classes whose folders overlap its

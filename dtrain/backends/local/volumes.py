@@ -73,6 +73,10 @@ class VolumeHooks:
         """This machine's volumes in `folder` (a class root, as each volume records it), counted by class."""
         return self.storage.volumes_in(folder)
 
+    def volumes_around(self, folder: str) -> dict[tuple[str, str], int]:
+        """This machine's volumes in folders nesting in or around `folder`, counted by class and folder."""
+        return self.storage.volumes_around(folder)
+
     def _update_volume(self, name: str, *, storage_class: str) -> VolumeInfo:
         """Move the volume to another class's root folder (storage/move.py), refused while jobs use it."""
         before = self.storage.get_volume(name)
