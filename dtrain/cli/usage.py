@@ -26,6 +26,15 @@ class Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
         self._negative_number_matcher = jobs.NEGATIVE_VALUE  # sub-parsers are made of this class too
 
+    def add_argument(self, *names, **kwargs):
+        """As argparse's; a verb printing --json also takes kubectl's and Run:AI's `-o json` (`-o wide`: its
+        table), which was "neither an option ... nor a name" or "unrecognized arguments"."""
+        action = super().add_argument(*names, **kwargs)
+        if "--json" in names and not {"-o", "--output"} & set(self._option_string_actions):
+            super().add_argument("-o", "--output", action=OutputFormat, dest=action.dest, default=argparse.SUPPRESS,
+                                 help=argparse.SUPPRESS)
+        return action
+
     def parse_known_args(self, args=None, namespace=None):
         self._given = list(sys.argv[1:] if args is None else args)  # this (sub-)parser's words, for error()
         parsed, extra = super().parse_known_args(args, namespace)
@@ -127,6 +136,18 @@ class Parser(argparse.ArgumentParser):
         option = word.split("=", 1)[0]
         return (word.startswith("-") and word not in ("-", "--") and not self._negative_number_matcher.match(word)
                 and option not in self._option_string_actions)
+
+
+class OutputFormat(argparse.Action):
+    """`-o json` / `--output json` (kubectl's, Run:AI's and the AWS CLI's) as --json; `-o wide` the table,
+    which has every column already; any other format refused, naming the two."""
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        if values == "json":
+            setattr(namespace, self.dest, True)
+        elif values != "wide":
+            parser.error(f"{option_string} {shown(values)}: the formats here are json (as --json) and wide "
+                         f"(the table, the default)")
 
 
 # Where a verb's command goes, for the words argparse did not take.
