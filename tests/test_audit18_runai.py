@@ -9,6 +9,41 @@ import pytest
 from conftest import assert_usage_error
 
 
+# ---- Run:AI's submit flags, old CLI and new -----------------------------------------------------
+@pytest.mark.parametrize("words, needle", [
+    (["--job-name-prefix", "train"], "a job is named in full, as the first word: dtrain submit NAME"),
+    (["--name-prefix", "train"], "a job is named in full, as the first word: dtrain submit NAME"),
+    (["--args", "--epochs=3"], "the words after '--' are the command and its arguments"),
+    (["--gpu-devices-request", "1"], "whole GPUs per process are --gpu N"),
+    (["--cpu-core-request", "2"], "CPU threads per process are --cpu N"),
+    (["--cpu-core-limit", "2"], "the CPU limit per process is --cpu"),
+    (["--cpu-memory-request", "8Gi"], "memory per process is --memory"),
+    (["--cpu-memory-limit", "8Gi"], "the memory limit per process is --memory"),
+    (["--host-ipc"], "is --large-shm"),
+    (["--stdin"], "dtrain notebook NAME"),
+    (["--tty"], "dtrain notebook NAME"),
+])
+def test_a_runai_submit_flag_is_named_with_ours(dt, words, needle):
+    """Each was "unrecognized arguments" alone, or (a flag with a value) "the command goes after '--'",
+    which the command already did."""
+    proc = dt("submit", "train", *words, "--", "true", check=False)
+    assert_usage_error(proc, f"{words[0]} is Run:AI's: ", needle, "(see 'dtrain submit --help')")
+    assert "the command goes after" not in proc.stderr
+    assert dt.json("list", "-A") == []
+
+
+@pytest.mark.parametrize("verb", ["submit", "submit-mpi", "exec"])
+def test_an_unknown_flags_value_is_not_taken_for_a_command_missing_its_dashes(dt, verb):
+    """`--ttl-after-finish 1h -- true` said "the command goes after '--'" (the '1h'), the command being
+    after '--' already; a command given without '--' is still told so."""
+    proc = dt(verb, "train", "--ttl-after-finish", "1h", "--", "true", check=False)
+    assert_usage_error(proc, "unrecognized arguments: --ttl-after-finish 1h", f"(see 'dtrain {verb} --help')")
+    assert "the command goes after" not in proc.stderr
+    proc = dt(verb, "train", "--ttl-after-finish", "1h", "python", "train.py", check=False)
+    assert_usage_error(proc, "the command goes after '--'")
+    assert dt.json("list", "-A") == []
+
+
 # ---- -o json, as kubectl get, runai describe job and the AWS CLI print it -------------------------
 def test_dash_o_json_is_json_and_wide_is_the_table(dt):
     """`dtrain describe job X -o json` was "'-o' is neither an option ... nor a name", `list -o json`
@@ -27,3 +62,11 @@ def test_another_output_format_is_one_line_naming_the_two(dt, words):
     proc = dt(*words, "-o", "yaml", check=False)
     assert_usage_error(proc, "-o 'yaml': the formats here are json (as --json) and wide (the table, the default)",
                        f"(see 'dtrain {words[0]} --help')")
+
+
+# ---- kubectl get pytorchjob NAME ----------------------------------------------------------------
+def test_list_with_a_jobs_name_points_at_describe(dt):
+    """`dtrain list jobs hello` (kubectl's `get pytorchjobs hello`) said only "unrecognized arguments: hello"."""
+    proc = dt("list", "jobs", "hello", check=False)
+    assert_usage_error(proc, "unrecognized arguments: hello",
+                       "'dtrain list' takes no job's name: see one job with 'dtrain describe job hello'")

@@ -43,6 +43,18 @@ RUNAI_FLAGS = {
     "--gpu-memory": "GPUs are whole here: --gpu N per process",
     "--preemptible": "jobs of a project without a GPU quota are the preemptible ones (dtrain project list)",
     "--pod": "a job's processes are its ranks here: --rank R ('dtrain describe job NAME' lists them)",
+    "--job-name-prefix": "a job is named in full, as the first word: dtrain {verb} NAME [options] -- COMMAND",
+    "--name-prefix": "a job is named in full, as the first word: dtrain {verb} NAME [options] -- COMMAND",
+    "--args": "drop it: the words after '--' are the command and its arguments (dtrain {verb} NAME [options] -- "
+              "COMMAND ARGS...)",
+    "--gpu-devices-request": "whole GPUs per process are --gpu N",
+    "--cpu-core-request": "CPU threads per process are --cpu N",
+    "--cpu-core-limit": "the CPU limit per process is --cpu (e.g. --cpu 2)",
+    "--cpu-memory-request": "memory per process is --memory (e.g. --memory 8Gi)",
+    "--cpu-memory-limit": "the memory limit per process is --memory (e.g. --memory 8Gi)",
+    "--host-ipc": "a large shared memory (/dev/shm) for the processes is --large-shm",
+    "--stdin": "an interactive job is a notebook: dtrain notebook NAME --pvc VOLUME:/home/jovyan",
+    "--tty": "an interactive job is a notebook: dtrain notebook NAME --pvc VOLUME:/home/jovyan",
 }
 
 

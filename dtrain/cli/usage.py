@@ -233,6 +233,14 @@ def _backend_first(head: list[str], extra: list[str]) -> str | None:
     return None
 
 
+def _loose_words(extra: list[str]) -> list[str]:
+    """The words left over that are no unknown flag's value: `--ttl-after-finish 1h` is one flag
+    with its value (they said "the command goes after '--'", the command being there already);
+    `python train.py` given without '--' is the command."""
+    return [w for i, w in enumerate(extra) if not w.startswith("-")
+            and not (i and extra[i - 1].startswith("-") and "=" not in extra[i - 1])]
+
+
 def unrecognized(args, extra: list[str], head: list[str] | None = None) -> str:
     """The one line for words no option of the verb takes, naming the verb's own help; a word
     that is not an option on a verb that runs a command is most likely that command, given
@@ -246,6 +254,9 @@ def unrecognized(args, extra: list[str], head: list[str] | None = None) -> str:
         hint = f"; '{prog}' takes --backend before the verb: dtrain {moved}"
     elif args.verb in _JOB_VERBS and getattr(args, "name", None) in ("job", "jobs") and not extra[0].startswith("-"):
         hint = f"; '{prog}' takes the job's name alone: {prog} {extra[0][:60]}"  # Run:AI's `describe job X`
+    elif args.verb == "list" and not extra[0].startswith("-") and not jobs.NEGATIVE_VALUE.match(extra[0]):
+        # kubectl's `get pytorchjob X`: one job is described, not listed
+        hint = f"; 'dtrain list' takes no job's name: see one job with 'dtrain describe job {extra[0][:60]}'"
     elif args.verb == "submit" and {"--processes", "--launcher"} & {w.split("=", 1)[0] for w in extra}:
         hint = f"; a job of several processes is submitted with {_COMMAND_FORMS['submit-dist']}"
     elif args.verb == "exec" and {"-i", "-t", "-it", "-ti", "--stdin", "--tty"} & set(extra):
@@ -253,7 +264,7 @@ def unrecognized(args, extra: list[str], head: list[str] | None = None) -> str:
                 "so drop them: dtrain exec NAME -- bash")
     elif flag_hint := _flag_hint(args, extra):
         hint = flag_hint
-    elif args.verb in _COMMAND_FORMS and any(not w.startswith("-") for w in extra):
+    elif args.verb in _COMMAND_FORMS and _loose_words(extra):
         hint = f"; the command goes after '--': {_COMMAND_FORMS[args.verb]}"
     return f"{prog}: error: unrecognized arguments: {words}{hint} (see '{prog} --help')"
 
