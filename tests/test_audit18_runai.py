@@ -70,3 +70,21 @@ def test_list_with_a_jobs_name_points_at_describe(dt):
     proc = dt("list", "jobs", "hello", check=False)
     assert_usage_error(proc, "unrecognized arguments: hello",
                        "'dtrain list' takes no job's name: see one job with 'dtrain describe job hello'")
+
+
+# ---- aws sagemaker list-training-jobs --status-equals, kubectl's --field-selector status.phase -----
+def test_list_keeps_the_jobs_of_one_status(dt):
+    """The client and the HTTP API filtered the list by status; the CLI had no flag for it ("unrecognized
+    arguments: --status Running"), and the AWS CLI's --status-equals was "unrecognized" alone."""
+    dt("submit", "done", "--", "true")
+    dt("wait", "done")
+    dt("submit", "broken", "--", "false")
+    dt("wait", "broken", check=False)
+    assert [j["name"] for j in dt.json("list", "--status", "Succeeded")] == ["done"]
+    assert [j["name"] for j in dt.json("list", "-A", "--status-equals", "Failed")] == ["broken"]
+    assert "broken" in dt("list", "--status", "Failed").stdout and "done" not in dt("list", "--status", "Failed").stdout
+    assert dt("list", "--status", "Running").stdout == "No jobs in project 'default' match --status Running\n"
+    dt("delete", "done")
+    assert [j["name"] for j in dt.json("list", "--status", "Deleted")] == ["done"]  # without --show-deleted
+    proc = dt("list", "--status-equals", "InProgress", check=False)  # SageMaker's word
+    assert_usage_error(proc, "invalid status 'InProgress': use one of Pending, Running, Succeeded, Failed")

@@ -118,7 +118,7 @@ def test_pods_unread_warning_names_the_project_and_notebook_list_leaves_it_out(b
     cluster.forbidden.add(("", "pods"))
     client = Client(home=tmp_path, backend="kubernetes", backends={"kubernetes": backend})
     base = {"project": "lanes", "all_projects": False, "show_deleted": False, "json": False}
-    assert cmd_list(argparse.Namespace(what="jobs", selector=None, **base), client) == 0
+    assert cmd_list(argparse.Namespace(what="jobs", selector=None, status=None, **base), client) == 0
     (said,) = capsys.readouterr().err.splitlines()
     assert said.startswith(f"dtrain: warning: jobs of project lanes (namespace {NS}): pods not shown")
     # notebook list shows nothing read from pods: no warning, and the notebook's status from its Notebook

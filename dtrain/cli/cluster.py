@@ -60,7 +60,7 @@ def cmd_project(args, client: Client) -> int:
 def cmd_nodes(args, client: Client) -> int:
     if args.what in ("job", "jobs"):  # `runai top job`: the configured project's jobs, as `dtrain list` shows them
         return jobs.cmd_list(argparse.Namespace(what="jobs", project=None, all_projects=False, show_deleted=False,
-                                                selector=None, json=args.json,
+                                                selector=None, status=None, json=args.json,
                                                 default_backend=args.default_backend), client)
     nodes = client.nodes()
     fmt.warn(nodes.notices)  # Kubernetes: pods this account may not list (GPUs allocated count some or none)

@@ -251,6 +251,10 @@ def register(sub) -> None:
     p.add_argument("--show-deleted", action="store_true", help="also list deleted jobs")
     p.add_argument("-l", "--selector", metavar="SELECTOR",
                    help="only jobs whose labels match, as kubectl's -l: KEY=VALUE, KEY!=VALUE, KEY, !KEY, comma-separated")
+    p.add_argument("--status", metavar="STATUS",
+                   help="only jobs in this status: Pending, Running, Succeeded, Failed, Suspended, or Deleted (these "
+                        "whatever --show-deleted says)")
+    p.add_argument("--status-equals", dest="status", help=argparse.SUPPRESS)  # the AWS CLI's list-training-jobs'
     p.add_argument("--json", action="store_true", help="print a JSON list")
     p.set_defaults(handler=cmd_list)
     p = sub.add_parser("describe", help="describe a job: spec, status history, processes",

@@ -27,7 +27,7 @@ def cmd_list(args, client: Client) -> int:
         check_name(args.project, "project")
     project = None if args.all_projects else (args.project or client.default_project)
     jobs = client.list(project=project, show_deleted=args.show_deleted,  # a typo in -p: NotFoundError
-                       selector=args.selector)
+                       selector=args.selector, status=args.status)
     fmt.warn(jobs.notices)  # SageMaker: AWS failed, the --local jobs are shown
     if args.json:
         print(json.dumps([j.to_dict() for j in jobs], indent=2))
@@ -56,8 +56,10 @@ def _counts(job) -> list[str]:
 
 def _no_jobs(args, client: Client, project: str | None) -> str:
     """The line `dtrain list` prints when it has no job to show (none_listed), or none matching -l."""
-    if args.selector:
-        return f"No jobs {_where(project)} match -l {args.selector}"
+    if args.selector or args.status:
+        which = " and ".join([*([f"-l {args.selector}"] if args.selector else []),
+                              *([f"--status {args.status}"] if args.status else [])])
+        return f"No jobs {_where(project)} match {which}"
     hidden = 0 if args.show_deleted else len(client.list(project=project, show_deleted=True))
     return none_listed(args, client, project, what="jobs", hidden=hidden, make="submit",
                        command="submit NAME -- COMMAND")
