@@ -88,3 +88,21 @@ def test_list_keeps_the_jobs_of_one_status(dt):
     assert [j["name"] for j in dt.json("list", "--status", "Deleted")] == ["done"]  # without --show-deleted
     proc = dt("list", "--status-equals", "InProgress", check=False)  # SageMaker's word
     assert_usage_error(proc, "invalid status 'InProgress': use one of Pending, Running, Succeeded, Failed")
+
+
+# ---- submit -f with a Kubeflow PyTorchJob or a SageMaker request ---------------------------------
+@pytest.mark.parametrize("text, needle", [
+    ("apiVersion: kubeflow.org/v1\nkind: PyTorchJob\nmetadata: {name: train}\nspec:\n  pytorchReplicaSpecs:\n"
+     "    Worker: {replicas: 2}\n", "a Kubernetes manifest (kind: 'PyTorchJob') is no job file (kubectl apply -f takes it)"),
+    ('{"TrainingJobName": "train", "AlgorithmSpecification": {"TrainingInputMode": "File"}}',
+     "a SageMaker CreateTrainingJob request is no job file (its settings go in the sagemaker: field)"),
+])
+def test_another_tools_job_file_is_named_as_such(dt, tmp_path, text, needle):
+    """`submit -f pytorchjob.yaml` said "unknown job fields apiVersion, kind, metadata, spec", as if four
+    fields were misspelt."""
+    path = tmp_path / "job.yaml"
+    path.write_text(text)
+    proc = dt("submit", "-f", str(path), check=False)
+    assert_usage_error(proc, needle, "a job file holds dtrain's fields (name, command, processes, gpu, ...; known "
+                                     "fields are backend, command")
+    assert dt.json("list", "-A") == []

@@ -374,6 +374,9 @@ class JobSpec:
         if bad_key is not None:
             raise SpecError(f"invalid job field name {shown(bad_key)}: field names are words such as name or command")
         unknown = sorted(set(data) - known - {"pvc"})
+        if unknown and (other := _other_tools(data)):  # they said "unknown job fields apiVersion, kind, ..."
+            raise SpecError(f"{other}: a job file holds dtrain's fields (name, command, processes, gpu, ...; known "
+                            f"fields are {', '.join(sorted(known | {'pvc'}))})")
         if unknown:
             raise SpecError(f"unknown job {noun(len(unknown), 'field')} {_keys(unknown)}"
                             f"{_did_you_mean(unknown[0], known)}: known "
@@ -390,6 +393,16 @@ FIELD_ALIASES = {"gpus": "gpu", "replicas": "processes", "workers": "processes",
                  "workingdir": "working_dir", "cpus": "cpu", "mem": "memory", "backoff_limit": "max_restarts",
                  "backofflimit": "max_restarts", "instance_type": "sagemaker.instance_type",
                  "nodeselector": "node_selector", "nodetype": "node_selector"}
+
+
+def _other_tools(data: Mapping[str, Any]) -> str | None:
+    """What a job file given to `submit -f` is when it is another tool's: a Kubernetes manifest (a Kubeflow
+    PyTorchJob, kubectl's YAML) or a SageMaker CreateTrainingJob request; None for a job file."""
+    if "apiVersion" in data and "kind" in data:
+        return f"a Kubernetes manifest (kind: {shown(data['kind'])}) is no job file (kubectl apply -f takes it)"
+    if "TrainingJobName" in data or "AlgorithmSpecification" in data:
+        return "a SageMaker CreateTrainingJob request is no job file (its settings go in the sagemaker: field)"
+    return None
 
 
 def _number_word(key: str, value):
