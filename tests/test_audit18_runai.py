@@ -106,3 +106,16 @@ def test_another_tools_job_file_is_named_as_such(dt, tmp_path, text, needle):
     assert_usage_error(proc, needle, "a job file holds dtrain's fields (name, command, processes, gpu, ...; known "
                                      "fields are backend, command")
     assert dt.json("list", "-A") == []
+
+
+# ---- kubectl describe pytorchjob X ---------------------------------------------------------------
+@pytest.mark.parametrize("noun", ["pytorchjob", "mpijobs"])
+def test_kubeflows_kind_before_a_jobs_name_is_taken_as_runais_job(dt, noun):
+    """`describe pytorchjob hello` said "describe one job", `logs mpijobs hello` "unrecognized arguments:
+    hello", `delete pytorchjob hello` "no job named 'pytorchjob'"."""
+    dt("submit", "hello", "--", "echo", "hi")
+    assert dt("wait", noun, "hello").returncode == 0
+    assert dt.json("describe", noun, "hello")["name"] == "hello"
+    assert dt("logs", noun, "hello").stdout == "hi\n"
+    dt("delete", noun, "hello")
+    assert dt.json("list", "-A") == []

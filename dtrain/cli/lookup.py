@@ -26,8 +26,9 @@ def _elsewhere(kind: str, verb: str) -> str:
     return f"'dtrain {verb}' is for jobs: {fix}"
 
 
-# The nouns Run:AI writes before a job's name (`delete job X`); a notebook is a job
-JOB_NOUNS = ("job", "jobs", "notebook", "notebooks")
+# The nouns Run:AI writes before a job's name (`delete job X`); a notebook is a job, and so is what kubectl
+# names a Kubeflow job (`kubectl describe pytorchjob X`: it said "describe one job", `logs` "unrecognized")
+JOB_NOUNS = ("job", "jobs", "notebook", "notebooks", "pytorchjob", "pytorchjobs", "mpijob", "mpijobs")
 
 
 def _job_names(words: list[str], verb: str) -> list[str]:
