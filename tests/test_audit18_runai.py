@@ -72,6 +72,15 @@ def test_list_with_a_jobs_name_points_at_describe(dt):
                        "'dtrain list' takes no job's name: see one job with 'dtrain describe job hello'")
 
 
+def test_list_of_a_jobs_name_alone_points_at_describe(dt):
+    """`dtrain list hello` said "'dtrain list' lists jobs, not 'hello'", hello being a job; a word that
+    names no job still gets that line."""
+    dt("submit", "hello", "--", "true")
+    assert_usage_error(dt("list", "hello", check=False),
+                       "'dtrain list' takes no job's name: see one job with 'dtrain describe job hello'")
+    assert_usage_error(dt("list", "gpus", check=False), "'dtrain list' lists jobs, not 'gpus'")
+
+
 # ---- aws sagemaker list-training-jobs --status-equals, kubectl's --field-selector status.phase -----
 def test_list_keeps_the_jobs_of_one_status(dt):
     """The client and the HTTP API filtered the list by status; the CLI had no flag for it ("unrecognized

@@ -9,7 +9,7 @@ import shlex
 from dtrain.cli import format as fmt
 from dtrain.cli.lookup import _OTHER_KINDS, _elsewhere, _get, _in_project, _job_names
 from dtrain.client import Client
-from dtrain.errors import SpecError
+from dtrain.errors import DtrainError, SpecError
 from dtrain.names import check_name, shown
 from dtrain.spec import SNAPSHOT_ENV, SNAPSHOT_VOLUME_ENV
 
@@ -21,6 +21,8 @@ def cmd_list(args, client: Client) -> int:
     if args.what in _OTHER_KINDS:
         raise SpecError(_elsewhere(args.what, "list"))
     if args.what not in ("job", "jobs"):
+        if _a_job(client, args.what):  # kubectl's `get pytorchjob X`
+            raise SpecError(f"'dtrain list' takes no job's name: see one job with 'dtrain describe job {args.what}'")
         raise SpecError(f"'dtrain list' lists jobs, not {shown(args.what)}: use 'dtrain list' or 'dtrain list jobs' "
                         f"(volumes: 'dtrain volume list', snapshots: 'dtrain snapshot list')")
     if args.project is not None:  # `-p "$PROJECT"` with the variable unset is a mistake, not the default project
@@ -43,6 +45,16 @@ def cmd_list(args, client: Client) -> int:
     print(fmt.table(["NAME", "STATUS", "AGE", "NODE", "TYPE", "PROJECT", *(["BACKEND"] if every else []),
                      "GPUs Allocated (Requested)", "PROCESSES Running (Pending)"], rows))
     return 0
+
+
+def _a_job(client: Client, word: str) -> bool:
+    """Whether `word` is a job's name (of any project): `dtrain list train` meant that job."""
+    try:
+        check_name(word, "job")
+        client.get(word)
+    except DtrainError:
+        return False
+    return True
 
 
 def _counts(job) -> list[str]:
