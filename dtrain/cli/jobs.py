@@ -63,6 +63,13 @@ KUBECTL_FLAGS = dict.fromkeys(("-l", "--labels"), "a job's label is --label KEY=
                                                   "'dtrain list -l KEY=VALUE' selects by it)")
 
 
+# Flags that other tools' submit takes to stay and watch the job (`--follow`, `--wait`, az ml's `--stream`):
+# submit returns once the job is stored; `--wait` was answered 'did you mean --max-wait?' (SageMaker spot's).
+WATCH_FLAGS = dict.fromkeys(("--follow", "--wait", "--stream", "--logs"),
+                            "{verb} returns once the job is stored: follow it with 'dtrain logs NAME -f', or wait "
+                            "for its end with 'dtrain wait NAME'")
+
+
 # The process-count flags of the launchers a user has typed before (torchrun's, mpirun's): argparse's
 # nearest flag named --project for --nproc and SageMaker's --hp for --np, or said the command goes after '--'.
 LAUNCHER_FLAGS = {"--nproc-per-node": "torchrun", "--nproc_per_node": "torchrun", "--nproc": "torchrun",

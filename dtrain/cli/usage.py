@@ -66,6 +66,9 @@ class Parser(argparse.ArgumentParser):
         elif message == "argument -p/--project: expected one argument" and self.prog.endswith(" logs"):
             # kubectl's `logs -p` is the previous container's: here -p is the project, as Run:AI's
             message += " (-p names a project here, as Run:AI's does; the attempt before a restart is --previous)"
+        elif message == "argument -f/--file: expected one argument" and self.prog.startswith("dtrain submit"):
+            # `submit x -f -- CMD` meant as logs' -f: submit's -f is a job file
+            message += " (-f names a YAML job file here: -f job.yaml; to follow a job once submitted: 'dtrain logs NAME -f')"
         if len(message) > MAX_USAGE_ERROR:  # argparse repeats what it did not take, whatever its size
             message = message[:MAX_USAGE_ERROR] + "..."
         self.exit(2, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
@@ -198,6 +201,8 @@ def _flag_hint(args, extra: list[str]) -> str:
         if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.LAUNCHER_FLAGS:
             form = _COMMAND_FORMS["submit-mpi" if args.verb == "submit-mpi" else "submit-dist"]
             return f"; {flag} is {jobs.LAUNCHER_FLAGS[flag]}'s: give --processes N and it is started for you ({form})"
+        if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.WATCH_FLAGS:
+            return f"; {jobs.WATCH_FLAGS[flag].format(verb=args.verb)}"
         if no_all := _no_all(args.verb, flag):
             return f"; {no_all}"
         if whole := abbreviated(word, getattr(args, "options_known", [])):
@@ -206,6 +211,21 @@ def _flag_hint(args, extra: list[str]) -> str:
         if near:
             return f"; did you mean {near[0]}?"
     return ""
+
+
+def _several_processes(args, extra: list[str]) -> str | None:
+    """'' for submit-dist's --processes or --launcher given to submit, 'did you mean --processes? ' for a
+    misspelling of one that is near none of submit's own flags (`--proceses 2` was told that the command
+    goes after '--', `--proceses=2` nothing), else None."""
+    flags = [w.split("=", 1)[0] for w in extra if w.startswith("--")]
+    if {"--processes", "--launcher"} & set(flags):
+        return ""
+    own = getattr(args, "options_known", [])
+    for flag in flags:
+        near = difflib.get_close_matches(flag, ["--processes", "--launcher"], n=1, cutoff=0.75)
+        if near and not difflib.get_close_matches(flag, own, n=1, cutoff=0.75):
+            return f"did you mean {near[0]}? "
+    return None
 
 
 def _top_abbreviation(head: list[str]) -> str | None:
@@ -257,8 +277,8 @@ def unrecognized(args, extra: list[str], head: list[str] | None = None) -> str:
     elif args.verb == "list" and not extra[0].startswith("-") and not jobs.NEGATIVE_VALUE.match(extra[0]):
         # kubectl's `get pytorchjob X`: one job is described, not listed
         hint = f"; 'dtrain list' takes no job's name: see one job with 'dtrain describe job {extra[0][:60]}'"
-    elif args.verb == "submit" and {"--processes", "--launcher"} & {w.split("=", 1)[0] for w in extra}:
-        hint = f"; a job of several processes is submitted with {_COMMAND_FORMS['submit-dist']}"
+    elif args.verb == "submit" and (meant := _several_processes(args, extra)) is not None:
+        hint = f"; {meant}a job of several processes is submitted with {_COMMAND_FORMS['submit-dist']}"
     elif args.verb == "exec" and {"-i", "-t", "-it", "-ti", "--stdin", "--tty"} & set(extra):
         hint = ("; 'dtrain exec' takes no -i/-t (kubectl's, Run:AI's): locally the command always reads this terminal, "
                 "so drop them: dtrain exec NAME -- bash")

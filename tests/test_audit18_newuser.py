@@ -1,0 +1,59 @@
+"""A new user's mistakes with the README, docs and CLI reference (audit 18, `newuser`)."""
+
+from __future__ import annotations
+
+import pytest
+
+from dtrain.cli.main import main
+
+
+@pytest.fixture
+def cli(tmp_path, monkeypatch, capsys):
+    """dtrain's main() in this process on a private home: (exit code, stdout, stderr) of a command line."""
+    monkeypatch.setenv("DTRAIN_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+
+    def run(*argv: str) -> tuple[int, str, str]:
+        try:
+            code = main(list(argv))
+        except SystemExit as stop:  # argparse's usage errors
+            code = stop.code
+        out, err = capsys.readouterr()
+        return code, out, err
+    return run
+
+
+@pytest.mark.parametrize("words, meant", [
+    (["--proceses", "2"], "--processes"), (["--proceses=2"], "--processes"), (["--lanucher", "mpi"], "--launcher"),
+])
+def test_submit_with_a_misspelt_process_flag_names_submit_dist(cli, words, meant):
+    """`submit x --proceses 2` was told that the command goes after '--' (`--proceses=2`: nothing), though
+    `--processes 2` names submit-dist: submit has no such flag to be near."""
+    code, _, err = cli("submit", "x", *words, "--", "true")
+    [line] = err.strip().splitlines()
+    assert code == 2 and f"did you mean {meant}? a job of several processes is submitted with dtrain submit-dist" in line
+    assert "goes after" not in line, line
+    assert cli("list", "-A", "--json")[1].strip() == "[]"
+
+
+def test_submit_with_a_flag_near_its_own_keeps_that_hint(cli):
+    code, _, err = cli("submit", "x", "--gpuu", "1", "--", "true")
+    assert code == 2 and "did you mean --gpu?" in err and "submit-dist" not in err
+
+
+@pytest.mark.parametrize("verb", ["submit", "submit-dist", "submit-mpi"])
+@pytest.mark.parametrize("flag", ["--follow", "--wait", "--stream", "--logs"])
+def test_submit_told_to_follow_or_wait_names_logs_f_and_wait(cli, verb, flag):
+    """`submit x --wait` was answered 'did you mean --max-wait?' (SageMaker spot's), `--follow` nothing."""
+    code, _, err = cli(verb, "x", flag, "--", "true")
+    [line] = err.strip().splitlines()
+    assert code == 2 and "returns once the job is stored: follow it with 'dtrain logs NAME -f'" in line, line
+    assert "'dtrain wait NAME'" in line and "did you mean" not in line
+    assert cli("list", "-A", "--json")[1].strip() == "[]"
+
+
+def test_submit_dash_f_without_a_file_says_it_is_the_job_file(cli):
+    """`submit x -f -- CMD` (logs' -f) said only 'argument -f/--file: expected one argument'."""
+    code, _, err = cli("submit", "x", "-f", "--", "true")
+    [line] = err.strip().splitlines()
+    assert code == 2 and "-f names a YAML job file here" in line and "'dtrain logs NAME -f'" in line, line
