@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from dtrain.backends.records import _Record
-from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig
+from dtrain.config import BACKENDS, ClassesOverlapError, UserConfig, class_name_problem
 from dtrain.errors import NotFoundError, SpecError, Worded
 from dtrain.names import name_list, require_project, shown
 from dtrain.numbers import plain_numbers
@@ -255,6 +255,8 @@ class Settings:
         if not isinstance(name, str):  # a list: not a TypeError from config.yaml's mapping
             raise SpecError(f"storage class {shown(name)}: use a lower-case name other than 'local', e.g. "
                             f"set_storage_class('fast', '/nvme/dtrain'); nothing was changed")
+        if problem := class_name_problem(name):  # said alone, not as config.yaml's fault with the folder's rule
+            raise SpecError(f"{problem}, e.g. fast; nothing was changed")
         if not isinstance(folder, (str, Path)) or not str(folder):
             raise SpecError(f"storage class {name!r}: give its folder, e.g. /nvme/dtrain")
         root = str(Path(os.path.abspath(os.path.expanduser(folder))))

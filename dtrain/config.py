@@ -98,6 +98,18 @@ def _check_regular(mode: int, where: str, example: str) -> None:
         raise SpecError(f"{where} is {kind}, not a file: give a YAML file such as {example}")
 
 
+def class_name_problem(name: Any) -> str | None:
+    """What is wrong with `name` as a storage class of config.yaml's, said whole; None when nothing is: the
+    check named a folder and an absolute path too, whichever was wrong (`storage class 'fast_x':
+    '/disk': use a lower-case name other than 'local' ... and an absolute folder`)."""
+    if name == "local":
+        return "storage class 'local' is the dtrain home's own (its volumes/ folder): use a name other than 'local'"
+    if not isinstance(name, str) or len(name) > MAX_CLASS or not CLASS_RE.fullmatch(name):
+        return (f"storage class {name!r}: invalid name: use a lower-case name of letters, digits, '-' and '.', "
+                f"starting and ending with a letter or digit, at most {MAX_CLASS} characters")
+    return None
+
+
 @dataclass(kw_only=True)
 class UserConfig:
     """The contents of `$DTRAIN_HOME/config.yaml`."""
@@ -153,10 +165,11 @@ class UserConfig:
         if not isinstance(self.storage_classes, dict):
             raise SpecError(f"{where}: storage_classes must map class names to folders, e.g. fast: /nvme/dtrain")
         for name, root in self.storage_classes.items():
-            if not isinstance(name, str) or name == "local" or len(name) > MAX_CLASS or not CLASS_RE.fullmatch(str(name)) \
-                    or not str(root).startswith("/"):
-                raise SpecError(f"{where}: storage class {name!r}: {root!r}: use a lower-case name other than "
-                                f"'local' (the dtrain home's volumes/) and an absolute folder, e.g. fast: /nvme/dtrain")
+            if problem := class_name_problem(name):
+                raise SpecError(f"{where}: {problem}, e.g. fast: /nvme/dtrain")
+            if not str(root).startswith("/"):
+                raise SpecError(f"{where}: storage class {name!r}: folder {root!r} is not absolute: give an absolute "
+                                f"folder, e.g. fast: /nvme/dtrain")
         # resolved (read only: realpath follows links, writes nothing): two spellings of one folder, or a
         # link into another class's folder, are found here, not only at the first use of either class
         folders = {name: Path(os.path.realpath(root)) for name, root in self.storage_classes.items()} if apart else {}

@@ -57,3 +57,29 @@ def test_submit_dash_f_without_a_file_says_it_is_the_job_file(cli):
     code, _, err = cli("submit", "x", "-f", "--", "true")
     [line] = err.strip().splitlines()
     assert code == 2 and "-f names a YAML job file here" in line and "'dtrain logs NAME -f'" in line, line
+
+
+@pytest.mark.parametrize("name, said", [
+    ("Fast", "storage class 'Fast': invalid name: use a lower-case name"),
+    ("fast_x", "storage class 'fast_x': invalid name: use a lower-case name"),
+    ("local", "storage class 'local' is the dtrain home's own (its volumes/ folder): use a name other than 'local'"),
+])
+def test_config_storage_class_with_a_bad_name_names_only_the_name(cli, tmp_path, name, said):
+    """`config storage-class Fast disk` was 'CONFIG.YAML: storage class 'Fast': '/.../disk': use a lower-case
+    name other than 'local' ... and an absolute folder': the folder, absolute and fine, named as at fault,
+    and config.yaml, which held nothing wrong."""
+    code, _, err = cli("config", "storage-class", name, str(tmp_path / "disk"))
+    [line] = err.strip().splitlines()
+    assert code == 2 and said in line and line.endswith("nothing was changed"), line
+    assert "absolute" not in line and "config.yaml" not in line, line
+    assert not (tmp_path / "home" / "config.yaml").exists()
+
+
+def test_config_yaml_with_a_relative_class_folder_names_the_folder(cli, tmp_path):
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "config.yaml").write_text("storage_classes:\n  slow: rel/dir\n")
+    code, _, err = cli("volume", "classes")
+    [line] = err.strip().splitlines()
+    assert code == 2 and "storage class 'slow': folder 'rel/dir' is not absolute: give an absolute folder" in line
+    assert "lower-case name" not in line, line
