@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dtrain.cli.main import main
+from dtrain.errors import SpecError
 
 
 @pytest.fixture
@@ -83,3 +84,17 @@ def test_config_yaml_with_a_relative_class_folder_names_the_folder(cli, tmp_path
     [line] = err.strip().splitlines()
     assert code == 2 and "storage class 'slow': folder 'rel/dir' is not absolute: give an absolute folder" in line
     assert "lower-case name" not in line, line
+
+
+@pytest.mark.parametrize("pipeline, item, said", [
+    ("hybrid-cifar10", "batch_size", "give its value, batch_size=VALUE (default 16;"),
+    ("lane-detection", "urls", "give its value, urls=VALUE (required;"),
+])
+def test_pipeline_param_without_a_value_asks_for_the_value(pipeline, item, said):
+    """`pipeline run hybrid-cifar10 --param batch_size` was answered 'did you mean 'batch_size'?'."""
+    pytest.importorskip("kfp")
+    from dtrain.pipelines import runner
+
+    with pytest.raises(SpecError) as refused:
+        runner.parse_params(runner.load(pipeline), [item])
+    assert said in str(refused.value) and "did you mean" not in str(refused.value), refused.value

@@ -38,6 +38,10 @@ def parse_params(pipeline: Pipeline, items: list[str]) -> dict[str, Any]:
     given: dict[str, Any] = {}
     for item in items:
         key, sep, text = item.partition("=")
+        if not sep and key in params:  # `--param batch_size`: the value left out, not a key to guess at
+            default = "required" if params[key].required else f"default {params[key].default!r}"
+            raise SpecError(f"invalid --param {shown(item)}: give its value, {key}=VALUE ({default}; see "
+                            f"'dtrain pipeline list')")
         if not sep or key not in params:
             raise SpecError(f"invalid --param {shown(item)}:{_did_you_mean(key, params)} use KEY=VALUE with KEY "
                             f"one of {', '.join(params)}")
