@@ -336,9 +336,25 @@ def _size_groups(text: str, what: str, bounds: str, example: str = "100Gi") -> t
     unsigned = given[1:] if given is not None and given[:1] in "+-" else given
     m = SIZE_RE.fullmatch(unsigned) if unsigned is not None and len(given) <= MAX_QUANTITY_TEXT else None
     if not m:
+        meant = _meant_quantity(unsigned) if unsigned is not None else None
         raise SpecError(f"invalid {what} {shown(text)}: use a Kubernetes quantity {bounds} such as 512Mi, {example} "
-                        f"or 2G")
+                        f"or 2G" + (f" (did you mean {meant}?)" if meant else ""))
     return m.group(1), m.group(2)
+
+
+_UNIT_SPELT = re.compile(r"^([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([kmgtpe])(i?)(b?)$", re.IGNORECASE)
+
+
+def _meant_quantity(text: str) -> str | None:
+    """The quantity meant by a unit spelt as elsewhere (10GB, 1.5GiB, 100gi, 5mb; Kubernetes takes no 'B',
+    and its 'm' is a thousandth): '10Gi or 10G' (binary or decimal) where the 'i' was left out, '1.5Gi'
+    where it was given; None for anything else (it said only what a quantity looks like)."""
+    m = _UNIT_SPELT.fullmatch(text)
+    if not m or (not m.group(3) and not m.group(4) and m.group(2) in "kMGTPE"):  # 2G, 4k: taken as given
+        return None
+    number, letter = m.group(1), m.group(2).upper()
+    binary = f"{number}{letter}i"
+    return binary if m.group(3) else f"{binary} or {number}{'k' if letter == 'K' else letter}"
 
 
 def _quantity(n: int) -> str:

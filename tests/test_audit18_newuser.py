@@ -98,3 +98,21 @@ def test_pipeline_param_without_a_value_asks_for_the_value(pipeline, item, said)
     with pytest.raises(SpecError) as refused:
         runner.parse_params(runner.load(pipeline), [item])
     assert said in str(refused.value) and "did you mean" not in str(refused.value), refused.value
+
+
+@pytest.mark.parametrize("given, meant", [
+    ("10GB", "10Gi or 10G"), ("1.5GiB", "1.5Gi"), ("100gi", "100Gi"), ("5mb", "5Mi or 5M"), ("1KB", "1Ki or 1k"),
+    ("10g", "10Gi or 10G"),
+])
+def test_a_size_with_another_tools_unit_names_the_quantity_meant(cli, given, meant):
+    """`volume create w --size 10GB` (df's and docker's unit) was told only what a quantity looks like."""
+    code, _, err = cli("volume", "create", "w", "--size", given)
+    [line] = err.strip().splitlines()
+    assert code == 2 and line.endswith(f"(did you mean {meant}?)"), line
+    assert cli("volume", "list", "--json")[1].strip() == "[]"  # nothing was created
+
+
+@pytest.mark.parametrize("given", ["10x", "GB", "1.2.3G"])
+def test_a_size_near_no_unit_gets_no_guess(cli, given):
+    code, _, err = cli("volume", "create", "w", "--size", given)
+    assert code == 2 and "did you mean" not in err and "Kubernetes quantity" in err
