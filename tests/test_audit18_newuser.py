@@ -116,3 +116,39 @@ def test_a_size_with_another_tools_unit_names_the_quantity_meant(cli, given, mea
 def test_a_size_near_no_unit_gets_no_guess(cli, given):
     code, _, err = cli("volume", "create", "w", "--size", given)
     assert code == 2 and "did you mean" not in err and "Kubernetes quantity" in err
+
+
+@pytest.mark.parametrize("make, again", [
+    (["volume", "create", "w", "--size", "1Mi"], "volume delete w"),
+    (["snapshot", "create", "w", "--name", "s"], "snapshot delete s"),
+])
+def test_a_volume_or_snapshot_name_in_use_quotes_the_delete_command(cli, make, again):
+    """'already exists: ... delete it first (dtrain volume delete w)' was the one refusal of a name in use
+    whose command was not quoted, as a job's ('... first with 'dtrain delete x'') and dtrain's other hints are."""
+    assert cli("volume", "create", "w", "--size", "1Mi")[0] == 0
+    if make[0] == "snapshot":
+        assert cli(*make)[0] == 0
+    code, _, err = cli(*make)
+    [line] = err.strip().splitlines()
+    assert code == 2 and line.endswith(f"delete it first with 'dtrain {again}'"), line
+
+
+def test_a_kubernetes_volume_name_in_use_quotes_the_delete_command():
+    from dtrain.backends.kubernetes import KubernetesBackend, KubernetesConfig
+    from dtrain.backends.kubernetes.fake import FakeCluster, FakeKubeServer
+    from dtrain.errors import ConflictError
+
+    server = FakeKubeServer(FakeCluster()).start()
+    client = server.api_client()
+    try:
+        backend = KubernetesBackend(KubernetesConfig(project="lanes", image="i:1"), api_client=client)
+        backend.create_volume("w", size="1Gi")
+        with pytest.raises(ConflictError) as taken:
+            backend.create_volume("w", size="1Gi")
+        said = str(taken.value)
+        assert "delete it first with 'dtrain " in said and said.endswith("'") and "first (" not in said, said
+        assert "volume delete w" in said.rsplit("with '", 1)[-1], said
+    finally:
+        client.close()
+        server.close()
+

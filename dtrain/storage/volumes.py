@@ -418,7 +418,7 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
     def ensure_free(self, name: str) -> None:
         if self.conn.execute("SELECT 1 FROM volumes WHERE name = ?", (name,)).fetchone():
             raise ConflictError(f"volume {name!r} already exists: choose another name or delete it "
-                                f"first ({self.cmd(f'volume delete {name}')})")
+                                f"first with '{self.cmd(f'volume delete {name}')}'")
 
     @staticmethod
     def _ensure_no_folder(name: str, root: Path) -> None:
@@ -430,7 +430,7 @@ class Storage(VolumeLocks, ClassRoots, Restores, Verifying, Housekeeping):
     def _ensure_no_snapshot(self, name: str) -> None:
         if self.conn.execute("SELECT 1 FROM snapshots WHERE name = ?", (name,)).fetchone():
             raise ConflictError(f"snapshot {name!r} already exists: choose another name or delete it "
-                                f"first ({self.cmd(f'snapshot delete {name}')})")
+                                f"first with '{self.cmd(f'snapshot delete {name}')}'")
 
     def _insert_volume(self, name, size, storage_class, origin, labels, root: Path) -> None:
         self.conn.execute("INSERT INTO volumes (name, uid, created, size, storage_class, origin_snapshot, "

@@ -68,7 +68,7 @@ class VolumeVerbs:
             return volume_info(self._create_new(pvc, PVC, "volume"))
         except ConflictError:
             raise ConflictError(f"volume {name!r} already exists in namespace {self.namespace}: "
-                                f"pick another name or delete it first ({self.cmd(f'volume delete {name}')})") from None
+                                f"pick another name or delete it first with '{self.cmd(f'volume delete {name}')}'") from None
 
     def _check_storage_class(self, storage_class: str | None, volume: str, *, dry: bool = False) -> None:
         """Refuse a StorageClass the cluster does not have: its PVC would stay Pending for good. A
@@ -359,7 +359,7 @@ class VolumeVerbs:
             raise (err.no_api() if err.api_missing else err) from None
         except ConflictError:
             raise ConflictError(f"snapshot {name!r} already exists in namespace {self.namespace}: "
-                                f"pick another name or delete it first ({self.cmd(f'snapshot delete {name}')})"
+                                f"pick another name or delete it first with '{self.cmd(f'snapshot delete {name}')}'"
                                 ) from None
         if progress:
             progress(1, 1)  # the request is done; the copy is the storage system's
@@ -420,7 +420,7 @@ class VolumeVerbs:
 
     def _taken(self, to: str | None) -> ConflictError:
         return ConflictError(f"volume {to!r} already exists in namespace {self.namespace}: "
-                             f"restore into a new name or delete it first ({self.cmd(f'volume delete {to}')})")
+                             f"restore into a new name or delete it first with '{self.cmd(f'volume delete {to}')}'")
 
     def _exists(self, volume: str) -> bool:
         try:
