@@ -152,3 +152,18 @@ def test_a_kubernetes_volume_name_in_use_quotes_the_delete_command():
         client.close()
         server.close()
 
+
+def test_dtrain_help_names_the_help_flag(cli):
+    """`dtrain help` answered argparse's list of 26 verbs, 'invalid choice'."""
+    code, _, err = cli("help")
+    [line] = err.strip().splitlines()
+    assert code == 2 and "help is the --help flag" in line and "invalid choice" not in line, line
+
+
+@pytest.mark.parametrize("argv", [["list", "-o", "json"], ["list", "--output=wide"], ["volume", "list", "-o", "yaml"],
+                                  ["snapshot", "list", "--output", "json"]])
+def test_kubectls_output_flag_names_json(cli, argv):
+    """`dtrain list -o json` (kubectl's, Run:AI's) was only 'unrecognized arguments: -o'."""
+    code, _, err = cli(*argv)
+    [line] = err.strip().splitlines()
+    assert code == 2 and "is kubectl's: JSON is --json here" in line, line
