@@ -158,12 +158,3 @@ def test_dtrain_help_names_the_help_flag(cli):
     code, _, err = cli("help")
     [line] = err.strip().splitlines()
     assert code == 2 and "help is the --help flag" in line and "invalid choice" not in line, line
-
-
-@pytest.mark.parametrize("argv", [["list", "-o", "json"], ["list", "--output=wide"], ["volume", "list", "-o", "yaml"],
-                                  ["snapshot", "list", "--output", "json"]])
-def test_kubectls_output_flag_names_json(cli, argv):
-    """`dtrain list -o json` (kubectl's, Run:AI's) was only 'unrecognized arguments: -o'."""
-    code, _, err = cli(*argv)
-    [line] = err.strip().splitlines()
-    assert code == 2 and "is kubectl's: JSON is --json here" in line, line

@@ -203,8 +203,6 @@ def _flag_hint(args, extra: list[str]) -> str:
             return f"; {flag} is {jobs.LAUNCHER_FLAGS[flag]}'s: give --processes N and it is started for you ({form})"
         if args.verb in _COMMAND_FORMS and args.verb != "exec" and flag in jobs.WATCH_FLAGS:
             return f"; {jobs.WATCH_FLAGS[flag].format(verb=args.verb)}"
-        if flag in ("-o", "--output") and "--json" in getattr(args, "options_known", []):
-            return f"; {flag} is kubectl's: JSON is --json here, a table without it"
         if no_all := _no_all(args.verb, flag):
             return f"; {no_all}"
         if whole := abbreviated(word, getattr(args, "options_known", [])):
