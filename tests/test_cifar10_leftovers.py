@@ -687,3 +687,23 @@ def test_a_workloads_error_line_is_one_write_so_ranks_sharing_a_pipe_cannot_join
     assert one_line_errors(failing) == 2
     assert len(stderr.writes) == 1 and stderr.writes[0].startswith("error: ") and stderr.writes[0].endswith("\n")
     assert stderr.writes[0].count("\n") == 1
+
+
+def test_a_checkpoint_local_path_of_the_job_is_where_it_checkpoints(monkeypatch, tmp_path):
+    """A job whose CheckpointConfig names its own LocalPath (--checkpoint-local-path /mnt/ckpt): SageMaker syncs that
+    folder and restores into it, so the workload checkpoints there, found through checkpointconfig.json, with or
+    without the toolkit's variables; /opt/ml/checkpoints is not the synced folder then."""
+    from dtrain.training import resume
+
+    _clean_env(monkeypatch)
+    opt_ml = _opt_ml(monkeypatch, tmp_path, hosts=["algo-1"])
+    mine = tmp_path / "mnt" / "ckpt"
+    mine.mkdir(parents=True)
+    config = opt_ml / "input/config/checkpointconfig.json"
+    config.write_text(json.dumps({"LocalPath": str(mine), "S3Uri": "s3://b/ckpt"}))
+    assert parse_args(["--data-dir", str(tmp_path)]).checkpoint_dir == str(mine)
+    monkeypatch.setattr(resume, "SAGEMAKER_CHECKPOINT_CONFIG", config)
+    assert resume.checkpoint_dir("out", {"SM_CURRENT_HOST": "algo-1"}) == mine
+    config.write_text(json.dumps({"S3Uri": "s3://b/ckpt"}))  # no LocalPath: SageMaker's default
+    assert parse_args(["--data-dir", str(tmp_path)]).checkpoint_dir == str(opt_ml / "checkpoints")
+    assert resume.checkpoint_dir("out", {"SM_CURRENT_HOST": "algo-1"}) == Path("/opt/ml/checkpoints")

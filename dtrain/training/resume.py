@@ -9,13 +9,14 @@ longer counts among the kept; CheckpointMismatch for another model's or optimize
 one of a newer FORMAT, left in place), and prints
 the line the platform records as "resumed from step".
 
-Where the folder is: `--checkpoint-dir`, else $DTRAIN_CHECKPOINT_DIR, else /opt/ml/checkpoints on
-SageMaker (the LocalPath of a training job's CheckpointConfig, synced to S3 and restored on a
-spot restart), else the workload's output folder.
+Where the folder is: `--checkpoint-dir`, else $DTRAIN_CHECKPOINT_DIR, else on SageMaker the LocalPath of
+the training job's CheckpointConfig (checkpointconfig.json's; /opt/ml/checkpoints by default), which SageMaker
+syncs to S3 and restores on a spot restart, else the workload's output folder.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 from collections.abc import Callable, Mapping
@@ -33,7 +34,9 @@ from dtrain.training.checkpoint import CKPT_RE, checkpoint_path, load_checkpoint
 from dtrain.training.dist import DistInfo
 
 CHECKPOINT_DIR_ENV = "DTRAIN_CHECKPOINT_DIR"
-SAGEMAKER_CHECKPOINT_DIR = "/opt/ml/checkpoints"
+SAGEMAKER_CHECKPOINT_DIR = "/opt/ml/checkpoints"  # CheckpointConfig.LocalPath when the request gives none
+SAGEMAKER_CHECKPOINT_CONFIG = Path("/opt/ml/input/config/checkpointconfig.json")  # {"LocalPath": ..., "S3Uri": ...}
+MAX_CHECKPOINT_CONFIG_BYTES = 1 << 16  # a CheckpointConfig is two short strings
 FORMAT = 1  # bumped when the layout of a checkpoint changes
 
 
@@ -43,8 +46,26 @@ def checkpoint_dir(default: str | os.PathLike, env: Mapping[str, str] | None = N
     if env.get(CHECKPOINT_DIR_ENV, "").strip():
         return Path(env[CHECKPOINT_DIR_ENV].strip())
     if env.get("SM_CURRENT_HOST") or env.get("SM_TRAINING_ENV"):
-        return Path(SAGEMAKER_CHECKPOINT_DIR)
+        return sagemaker_checkpoint_dir()
     return Path(default)
+
+
+def checkpoint_config_local_path(config: Path | None = None) -> Path | None:
+    """The LocalPath a SageMaker training job's CheckpointConfig gives, from the checkpointconfig.json SageMaker
+    writes into its container; None where the file is absent, unreadable or names no absolute path."""
+    try:
+        with open(SAGEMAKER_CHECKPOINT_CONFIG if config is None else config, encoding="utf-8") as f:
+            data = json.loads(f.read(MAX_CHECKPOINT_CONFIG_BYTES))
+    except (OSError, ValueError):
+        return None
+    local = data.get("LocalPath") if isinstance(data, dict) else None
+    return Path(local) if isinstance(local, str) and os.path.isabs(local) else None
+
+
+def sagemaker_checkpoint_dir(config: Path | None = None) -> Path:
+    """Where a SageMaker job's checkpoints are synced from: its CheckpointConfig's LocalPath, else
+    /opt/ml/checkpoints."""
+    return checkpoint_config_local_path(config) or Path(SAGEMAKER_CHECKPOINT_DIR)
 
 
 SAGEMAKER_RESOURCE_CONFIG = Path("/opt/ml/input/config/resourceconfig.json")  # in every SageMaker training container

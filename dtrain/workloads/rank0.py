@@ -11,7 +11,6 @@ line naming what rank 0 found there. One process: no collective.
 from __future__ import annotations
 
 import errno
-import json
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,7 +21,7 @@ from typing import Any
 from dtrain.errors import ConflictError, DtrainError, SpecError
 from dtrain.training import DistInfo, max_over_ranks
 from dtrain.training.metrics import MIRROR_FIX, MetricsWriter, open_append
-from dtrain.training.resume import on_sagemaker
+from dtrain.training.resume import checkpoint_config_local_path, on_sagemaker
 from dtrain.workloads.inputs import hold, hold_folder, lock_failed, write_fix
 
 # What rank 0 found (the all-reduced number's low bits).
@@ -90,20 +89,12 @@ def own_folder_fix(folder: Path, what: str) -> str | None:
 
 SAGEMAKER_SYNCED = ("model", "output", "checkpoints")  # the folders of /opt/ml that SageMaker uploads or syncs
 CHECKPOINT_CONFIG = Path("input/config/checkpointconfig.json")  # under OPT_ML: the job's CheckpointConfig
-MAX_CONFIG_BYTES = 1 << 16  # a CheckpointConfig is two short strings
 
 
 def checkpoint_local_path() -> Path | None:
     """The LocalPath of the job's CheckpointConfig, which SageMaker writes into the container
-    (/opt/ml/input/config/checkpointconfig.json, {"LocalPath": ..., "S3Uri": ...}) and syncs to S3 while the job
-    runs; None where the file is absent, unreadable or names no absolute path."""
-    try:
-        with open(OPT_ML / CHECKPOINT_CONFIG, encoding="utf-8") as f:
-            config = json.loads(f.read(MAX_CONFIG_BYTES))
-    except (OSError, ValueError):
-        return None
-    local = config.get("LocalPath") if isinstance(config, dict) else None
-    return Path(local) if isinstance(local, str) and os.path.isabs(local) else None
+    (/opt/ml/input/config/checkpointconfig.json) and syncs to S3 while the job runs; None without one."""
+    return checkpoint_config_local_path(OPT_ML / CHECKPOINT_CONFIG)
 
 
 def sagemaker_uploads(folder: str | os.PathLike, env: dict[str, str] | None = None) -> bool:

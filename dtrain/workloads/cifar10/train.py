@@ -54,7 +54,8 @@ from dtrain.training import (
     setup_distributed,
     teardown,
 )
-from dtrain.training.resume import CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR, start_over
+from dtrain.training.resume import (CHECKPOINT_DIR_ENV, SAGEMAKER_CHECKPOINT_DIR, checkpoint_config_local_path,
+                                    start_over)
 from dtrain.workloads.cifar10.config import (  # re-exported: callers and tests read them as train.NAME
     BACKENDS,
     LIMITS,
@@ -116,12 +117,16 @@ def _platform_paths(env: Mapping[str, str] | None = None) -> dict[str, str]:
         out["metrics_file"] = str(Path(env["SM_OUTPUT_DATA_DIR"]) / "metrics.jsonl")
     elif OPT_ML_OUTPUT_DATA.is_dir():
         out["metrics_file"] = str(OPT_ML_OUTPUT_DATA / "metrics.jsonl")
-    # SageMaker restores CheckpointConfig's S3 prefix into /opt/ml/checkpoints (a spot restart resumes
-    # from there): the toolkit's variables make dtrain.training.checkpoint_dir pick it, and so does the
-    # folder in a container without them. Only in a container SageMaker started (its resource config
-    # is there): a stray /opt/ml/checkpoints on a workstation would make unrelated runs resume each other.
-    if not env.get(CHECKPOINT_DIR_ENV, "").strip() and RESOURCE_CONFIG_FILE.is_file() and OPT_ML_CHECKPOINTS.is_dir():
-        out["checkpoint_dir"] = str(OPT_ML_CHECKPOINTS)
+    # SageMaker restores CheckpointConfig's S3 prefix into its LocalPath, /opt/ml/checkpoints unless the job
+    # names another (a spot restart resumes from there): the toolkit's variables make
+    # dtrain.training.checkpoint_dir pick it, and so does the folder in a container without them. Only in a
+    # container SageMaker started (its resource config is there): a stray /opt/ml/checkpoints on a workstation
+    # would make unrelated runs resume each other.
+    if not env.get(CHECKPOINT_DIR_ENV, "").strip() and RESOURCE_CONFIG_FILE.is_file():
+        config = RESOURCE_CONFIG_FILE.parent / "checkpointconfig.json"
+        synced = checkpoint_config_local_path(config) or OPT_ML_CHECKPOINTS
+        if synced.is_dir():
+            out["checkpoint_dir"] = str(synced)
     return out
 
 
