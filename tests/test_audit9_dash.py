@@ -92,7 +92,7 @@ def test_the_projects_page_names_each_projects_backend_and_says_which_backend_di
         browser.get(http.url + "/#/projects")
         wait_until(lambda: "team-b" in cells(browser, "projects-table", "project"), what="team-b listed")
         rows = cells(browser, "projects-table", "project")
-        assert rows["team-b"][-1] == "kubernetes" and rows["default"][-1] == "local", rows
+        assert rows["team-b"][-2] == "kubernetes" and rows["default"][-2] == "local", rows
         assert not shown_warning(browser)
         cluster.cluster.fail("GET", "", 503)  # the cluster stops answering
         wait_until(lambda: "not listed" in shown_warning(browser), what="the projects warning")

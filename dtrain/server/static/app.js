@@ -650,9 +650,35 @@ function overQuota(p) {
   return "no";
 }
 
+// A project's Delete (`dtrain project delete`, DELETE /projects/NAME): confirmed first; the server's refusal (jobs,
+// notebooks, volumes or snapshots still in it; the configured default project) stays in the banner, as a job's
+// Delete's does, and what went is said above the table. `default` has a disabled button saying why: the server
+// refuses it always. None on a read-only server.
+const UNDELETABLE = "project 'default' cannot be deleted: every job given no project runs in it";
+function projectButtons(p, said) {
+  if (readOnly()) return [];
+  if (p.name === "default") return [h("button", {class: "danger delete-project", disabled: true, title: UNDELETABLE}, "Delete")];
+  return [h("button", {class: "danger delete-project", title: `delete project ${p.name}`,
+                       onclick: () => deleteProject(p.name, said)}, "Delete")];
+}
+async function deleteProject(name, said) {
+  if (!confirm(`Delete project ${name}? Its GPU quota goes; its deleted jobs keep their records. `
+               + "It is refused while it holds jobs, notebooks, volumes or snapshots.")) return;
+  said.textContent = "";
+  try {
+    const gone = await api("/projects/" + encodeURIComponent(name), {method: "DELETE"});
+    refusal = "";
+    said.textContent = `Project ${gone.name} deleted` + (gone.removed.length ? ` (removed: ${gone.removed.join(", ")})` : "")
+      + (gone.kept ? `; kept: ${gone.kept}` : "") + ".";
+  } catch (e) { refusal = e.message; }
+  showBanner("");
+  refresh();
+}
+
 function projectsPage(main) {
   const holder = h("div", {class: "card wide"});
-  main.append(h("h1", {}, "Projects"), holder);
+  const said = h("p", {id: "project-message", role: "status"});
+  main.append(h("h1", {}, "Projects"), said, holder);
   every(async () => {
     // every backend's projects; one that did not answer is named in the Warning header, its projects missing
     const {body: projects, headers} = await request("/projects");
@@ -660,9 +686,10 @@ function projectsPage(main) {
       h("td", {}, h("a", {href: "#/jobs?project=" + encodeURIComponent(p.name)}, p.name)),
       h("td", {class: "quota"}, p.gpu_quota === null ? "none" : p.gpu_quota), h("td", {class: "gpus"}, p.gpus_allocated),
       h("td", {class: "running"}, p.running), h("td", {class: "pending"}, p.pending), h("td", {class: "jobs"}, p.jobs),
-      h("td", {class: "over-quota", title: p.extra.unknown || null}, overQuota(p)), h("td", {class: "backend"}, p.backend)));
+      h("td", {class: "over-quota", title: p.extra.unknown || null}, overQuota(p)), h("td", {class: "backend"}, p.backend),
+      h("td", {class: "actions"}, ...projectButtons(p, said))));
     redraw(holder, ...[warningNote(headers, "projects-warning")].filter(Boolean), table(["Project", "GPU quota",
-      "GPUs allocated", "Running jobs", "Pending jobs", "Jobs (all but deleted)", "Over quota (local)", "Backend"], rows, {id: "projects-table"},
+      "GPUs allocated", "Running jobs", "Pending jobs", "Jobs (all but deleted)", "Over quota (local)", "Backend", ""], rows, {id: "projects-table"},
       "No projects yet: create one with 'dtrain project create NAME --gpu-quota 2'."));
   }, REFRESH_MS * 2);
 }
